@@ -1,0 +1,122 @@
+# Runtime: top-level build.
+#   make            runtimed, runtime-agent (static), runtime
+#   make test-unit  cmocka unit tests (tests/unit/test_*.c)
+#   make asan       the unit tests again under ASan+UBSan
+#   make fuzz       libFuzzer targets (tests/fuzz/fuzz_*.c), needs clang
+#
+# Layout: every component has its entry point in main.c; everything else in
+# its folder is library code that the unit tests link against.
+
+CC ?= cc
+CLANG ?= clang
+BUILD ?= build
+PKGS_DAEMON := libmicrohttpd jansson sqlite3 libseccomp openssl
+PKGS_CLI := libcurl jansson
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes -Wmissing-prototypes \
+        -Wno-unused-parameter
+HARDEN := -D_FORTIFY_SOURCE=3 -fstack-protector-strong
+OPT ?= -O2 -g
+CFLAGS_COMMON := -std=gnu17 $(OPT) $(WARN) -Isrc -D_GNU_SOURCE -pthread
+CFLAGS_PIE := $(CFLAGS_COMMON) $(HARDEN) -fPIE
+LDFLAGS_PIE := -pie -Wl,-z,relro,-z,now -pthread
+
+VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
+CFLAGS_COMMON += -DRUNTIME_VERSION=\"$(VERSION)\"
+
+# Source sets.
+PROTO_SRC := $(wildcard src/proto/*.c)
+COMMON_SRC := $(wildcard src/common/*.c)
+DAEMON_LIB_SRC := $(filter-out src/daemon/main.c,$(wildcard src/daemon/*.c)) \
+                  $(wildcard src/driver/*.c) $(wildcard src/egress/*.c)
+AGENT_LIB_SRC := $(filter-out src/agent/main.c,$(wildcard src/agent/*.c))
+CLI_LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/cli/*.c))
+
+obj = $(patsubst src/%.c,$(BUILD)/obj/$(1)/%.o,$(2))
+
+DAEMON_CFLAGS = $(CFLAGS_PIE) $(shell pkg-config --cflags $(PKGS_DAEMON))
+DAEMON_LIBS = $(shell pkg-config --libs $(PKGS_DAEMON))
+CLI_CFLAGS = $(CFLAGS_PIE) $(shell pkg-config --cflags $(PKGS_CLI))
+CLI_LIBS = $(shell pkg-config --libs $(PKGS_CLI))
+# The agent is PID 1 in images we do not control the libc of: link it
+# statically. Debian's static archives are not PIC, so no static-pie.
+AGENT_CFLAGS = $(CFLAGS_COMMON) $(HARDEN) -fno-PIE
+AGENT_LDFLAGS = -static -no-pie -Wl,-z,relro,-z,now -pthread
+AGENT_LIBS = -ljansson
+
+DAEMON_OBJ := $(call obj,daemon,$(PROTO_SRC) $(COMMON_SRC) $(DAEMON_LIB_SRC))
+AGENT_OBJ := $(call obj,agent,$(PROTO_SRC) $(COMMON_SRC) $(AGENT_LIB_SRC))
+CLI_OBJ := $(call obj,cli,$(COMMON_SRC) $(CLI_LIB_SRC))
+
+.PHONY: all clean test-unit asan fuzz fuzz-run
+all: $(BUILD)/runtimed $(BUILD)/runtime-agent $(BUILD)/runtime $(BUILD)/runtime-image-build
+
+# The image builder is a shell script (debootstrap does the work); the daemon
+# looks for it next to its own binary.
+$(BUILD)/runtime-image-build: images/build.sh
+	@mkdir -p $(dir $@)
+	install -m 0755 $< $@
+
+$(BUILD)/obj/daemon/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(DAEMON_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/agent/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(AGENT_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/cli/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CLI_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/runtimed: $(DAEMON_OBJ) $(BUILD)/obj/daemon/daemon/main.o
+	$(CC) $(LDFLAGS_PIE) -o $@ $^ $(DAEMON_LIBS)
+$(BUILD)/runtime-agent: $(AGENT_OBJ) $(BUILD)/obj/agent/agent/main.o
+	$(CC) $(AGENT_LDFLAGS) -o $@ $^ $(AGENT_LIBS)
+$(BUILD)/runtime: $(CLI_OBJ) $(BUILD)/obj/cli/cli/main.o
+	$(CC) $(LDFLAGS_PIE) -o $@ $^ $(CLI_LIBS)
+
+# Unit tests: tests/unit/test_<x>.c links with the daemon's library objects,
+# test_agent_*.c with the agent's, test_cli_*.c with the CLI's.
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+
+$(BUILD)/tests/test_agent_%: tests/unit/test_agent_%.c $(AGENT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(AGENT_CFLAGS) -o $@ $^ $(AGENT_LDFLAGS) $(AGENT_LIBS) -Wl,-Bstatic -lcmocka -Wl,-Bdynamic
+$(BUILD)/tests/test_cli_%: tests/unit/test_cli_%.c $(CLI_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CLI_CFLAGS) -o $@ $^ $(LDFLAGS_PIE) $(CLI_LIBS) -lcmocka
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(DAEMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(DAEMON_CFLAGS) -o $@ $^ $(LDFLAGS_PIE) $(DAEMON_LIBS) -lcmocka
+
+test-unit: $(UNIT_BIN)
+	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
+
+# Sanitizer lane: the same unit tests, built and run with ASan+UBSan.
+asan:
+	$(MAKE) BUILD=$(BUILD)/asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	    LDFLAGS_PIE="-pie -pthread -fsanitize=address,undefined" \
+	    AGENT_LDFLAGS="-pthread -fsanitize=address,undefined" AGENT_CFLAGS="$(CFLAGS_COMMON) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+	    test-unit
+
+# libFuzzer targets: tests/fuzz/fuzz_<x>.c, each with its corpus in
+# tests/fuzz/corpus/<x>/.
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
+FUZZ_CFLAGS = -std=gnu17 -O1 -g -Isrc -D_GNU_SOURCE -pthread -fsanitize=fuzzer,address,undefined \
+              $(shell pkg-config --cflags $(PKGS_DAEMON))
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(PROTO_SRC) $(COMMON_SRC) $(DAEMON_LIB_SRC)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_CFLAGS) -o $@ $^ $(DAEMON_LIBS)
+fuzz: $(FUZZ_BIN)
+# Runs every target over its corpus plus FUZZ_SECONDS of new inputs.
+FUZZ_SECONDS ?= 20
+fuzz-run: $(FUZZ_BIN)
+	@set -e; for f in $(FUZZ_BIN); do n=$$(basename $$f); n=$${n#fuzz_}; \
+	    mkdir -p $(BUILD)/fuzz/work/$$n; \
+	    echo "== $$f"; $$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/work/$$n tests/fuzz/corpus/$$n; done
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,76 @@
+#pragma once
+/*
+ * The daemon's end of one agent channel (docs/protocol.md): a reader thread
+ * that demultiplexes frames into streams, and a write lock so that many
+ * request threads share the one fd. Flow control is done here: a writer
+ * blocks while its stream has no credit, and a reader's consumption hands
+ * credit back to the agent.
+ *
+ * Requests and results are the JSON objects of docs/protocol.md; this layer
+ * does not interpret them.
+ */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct Channel Channel;
+typedef struct ChanStream ChanStream;
+
+/* Called once, from the reader thread, when the channel ends: EOF, read error
+ * or a malformed frame (`reason` says which). Every open stream then gets
+ * CHAN_EV_CLOSED. */
+typedef void (*ChannelClosedFn)(void *userdata, const char *reason);
+
+/* Takes ownership of fd. Starts the reader thread. NULL on failure (fd closed). */
+Channel *channel_new(int fd, ChannelClosedFn on_closed, void *userdata);
+/* Waits for the agent's HELLO. 0 and *ret_hello (a new reference), -ETIMEDOUT,
+ * -EPIPE when the channel closed first. */
+int channel_wait_hello(Channel *c, int timeout_ms, json_t **ret_hello);
+/* Round trip of a PING; 0 or -ETIMEDOUT / -EPIPE. */
+int channel_ping(Channel *c, int timeout_ms);
+bool channel_is_open(Channel *c);
+/* Shuts the fd down, wakes every waiter with CHAN_EV_CLOSED, joins the reader
+ * thread, frees. Streams still held must be freed by their owners afterwards
+ * (they stay valid until chan_stream_free). NULL is fine. */
+void channel_free(Channel *c);
+
+/* Opens a host stream (odd id) with `request` as the OPEN payload (borrowed).
+ * -EPIPE when the channel is closed, -E2BIG when the JSON is over
+ * PROTO_MAX_JSON, -EMFILE past CHANNEL_MAX_STREAMS open streams. */
+#define CHANNEL_MAX_STREAMS 1024
+int channel_open_stream(Channel *c, json_t *request, ChanStream **ret);
+
+/* Sends DATA on fd PROTO_FD_IN, split into frames, blocking while the stream
+ * has no credit. timeout_ms < 0 waits for ever. 0, -ETIMEDOUT, -EPIPE (channel
+ * closed or stream finished). */
+int chan_stream_write(ChanStream *s, const void *buf, size_t n, int timeout_ms);
+/* EOF for PROTO_FD_IN. */
+int chan_stream_close_write(ChanStream *s);
+/* Sends CANCEL once; the agent still answers RESULT. */
+void chan_stream_cancel(ChanStream *s);
+
+typedef enum ChanEventType {
+        CHAN_EV_DATA,   /* fd and data/len */
+        CHAN_EV_EOF,    /* fd */
+        CHAN_EV_EVENT,  /* json */
+        CHAN_EV_RESULT, /* json; the stream is finished, next() returns CLOSED after it */
+        CHAN_EV_CLOSED, /* the channel closed before a RESULT */
+} ChanEventType;
+
+typedef struct ChanEvent {
+        ChanEventType type;
+        int fd;
+        uint8_t *data; /* owned by the event */
+        size_t len;
+        json_t *json;  /* owned by the event */
+} ChanEvent;
+
+/* Next event of the stream, in arrival order. 0 and *ret filled, -ETIMEDOUT
+ * (timeout_ms >= 0). Taking a DATA event returns its bytes of credit to the
+ * agent. Queued, unconsumed data per stream is bounded by the window. */
+int chan_stream_next(ChanStream *s, int timeout_ms, ChanEvent *ret);
+void chan_event_clear(ChanEvent *e);
+
+/* Frees the stream; sends CANCEL first if no RESULT arrived yet. NULL is fine. */
+void chan_stream_free(ChanStream *s);

@@ -1,0 +1,82 @@
+#pragma once
+/*
+ * An isolation driver: a small table of functions behind which the daemon
+ * never asks which driver it holds (crun's cgroup managers, kvmtool's virtio
+ * ops). Every driver ends in the same place: runtime-agent running as the
+ * sandbox's init with a connected channel.
+ *
+ * Threading: start/stop/destroy/stats of one instance are called by the
+ * daemon under that sandbox's lock; different sandboxes run concurrently, so
+ * drivers keep no unlocked global state.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct DriverSpec {
+        const char *id;          /* sandbox id, [a-z0-9_-]{1,64}; names the cgroup and the dir */
+        unsigned vcpu;           /* CPU limit in whole CPUs (cgroup quota) */
+        unsigned memory_mib;     /* memory limit (cgroup memory.max / limit_in_bytes) */
+        unsigned disk_mib;       /* size bound of the writable layer */
+        unsigned pids_max;       /* pids limit */
+        const char *image_dir;   /* the image: image_dir/rootfs is the read-only root filesystem */
+        const char *sandbox_dir; /* per-sandbox dir owned by the driver: writable layer, bundle, logs */
+        const char *agent_path;  /* the static runtime-agent binary on the host */
+        const char *cgroup_parent; /* cgroup path under each hierarchy, e.g. "runtime" */
+} DriverSpec;
+
+typedef struct DriverStats {
+        uint64_t cpu_usage_ns;
+        uint64_t memory_bytes;
+        uint64_t memory_peak_bytes;
+        uint64_t pids_current;
+        uint64_t disk_used_bytes;
+        bool oom_killed; /* the cgroup's OOM killer fired at least once */
+} DriverStats;
+
+typedef struct DriverInstance DriverInstance; /* opaque, defined by each driver */
+
+typedef struct Driver {
+        const char *name;
+        /* Whether this host can run the driver. 0 when usable; a negative errno
+         * when not. `why` (may be NULL) gets a one-line human reason either way,
+         * e.g. "runsc 20240212 found, ptrace platform". Must not take longer than
+         * a few seconds (the microVM's probe boots a tiny guest with a deadline). */
+        int (*probe)(char *why, size_t why_len);
+        /* Prepares the writable layer (kept if it exists: a stopped sandbox is
+         * started again on its own files), the cgroup, and starts the agent.
+         * On success *ret_fd is one bidirectional, blocking, O_CLOEXEC fd (a
+         * socket) carrying the channel, and *ret an instance. Errors: -ENOENT
+         * image missing, -ENOSPC, -EPERM, ... ; on failure nothing is left running. */
+        int (*start)(const DriverSpec *spec, int *ret_fd, DriverInstance **ret);
+        /* Kills every process of the sandbox (cgroup-wide), reaps them,
+         * unmounts what start mounted, removes the cgroup, frees the instance.
+         * Keeps the writable layer. *ret_reason (may be NULL) gets a static
+         * string when the sandbox had died on its own: "oom", "exited",
+         * "killed", or NULL when it was alive. Never fails; idempotent with
+         * NULL. */
+        void (*stop)(DriverInstance *inst, const char **ret_reason);
+        /* Removes everything the sandbox left on the host, from the spec alone
+         * (it works after a daemon restart, when no instance exists): kills any
+         * process still in its cgroup, unmounts, removes the cgroup and
+         * sandbox_dir. Idempotent. */
+        int (*destroy)(const DriverSpec *spec);
+        /* Cleans up after a daemon that died: kills processes and removes the
+         * cgroup and mounts of a sandbox that was running, keeping its files.
+         * Idempotent. */
+        int (*reap_orphan)(const DriverSpec *spec);
+        int (*stats)(DriverInstance *inst, DriverStats *ret);
+} Driver;
+
+extern const Driver driver_namespace;
+extern const Driver driver_gvisor;
+extern const Driver driver_microvm; /* may be absent until the microVM driver lands */
+
+/* NULL-terminated list of the drivers this build has, in `auto` order of
+ * preference (microvm, gvisor, namespace). */
+const Driver *const *driver_all(void);
+const Driver *driver_by_name(const char *name);
+/* The first driver whose probe succeeds, in preference order; *why says why
+ * it was chosen and why the ones before it were not. */
+const Driver *driver_pick_auto(char *why, size_t why_len);
