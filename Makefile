@@ -35,7 +35,7 @@ CLI_LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/cli/*.c))
 obj = $(patsubst src/%.c,$(BUILD)/obj/$(1)/%.o,$(2))
 
 DAEMON_CFLAGS = $(CFLAGS_PIE) $(shell pkg-config --cflags $(PKGS_DAEMON))
-DAEMON_LIBS = $(shell pkg-config --libs $(PKGS_DAEMON))
+DAEMON_LIBS = $(shell pkg-config --libs $(PKGS_DAEMON)) -lhttp_parser
 CLI_CFLAGS = $(CFLAGS_PIE) $(shell pkg-config --cflags $(PKGS_CLI))
 CLI_LIBS = $(shell pkg-config --libs $(PKGS_CLI))
 # The agent is PID 1 in images we do not control the libc of: link it
@@ -89,7 +89,7 @@ $(BUILD)/tests/test_%: tests/unit/test_%.c $(DAEMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(DAEMON_CFLAGS) -o $@ $^ $(LDFLAGS_PIE) $(DAEMON_LIBS) -lcmocka
 
-test-unit: $(UNIT_BIN)
+test-unit: $(BUILD)/runtime-agent $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
 
 # Sanitizer lane: the same unit tests, built and run with ASan+UBSan.
@@ -120,3 +120,10 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+PREFIX ?= /usr/local
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/runtime
+	install -m 0755 $(BUILD)/runtimed $(BUILD)/runtime $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BUILD)/runtime-agent $(BUILD)/runtime-image-build $(DESTDIR)$(PREFIX)/libexec/runtime/
+.PHONY: install

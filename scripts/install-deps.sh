@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what Runtime needs to build, run and test, from Debian's packages
+# and PyPI. Safe to rerun: it installs only what is missing.
+set -euo pipefail
+
+DEBS=(
+  build-essential pkg-config clang libclang-rt-14-dev
+  libmicrohttpd-dev libjansson-dev libsqlite3-dev libseccomp-dev libssl-dev
+  libcurl4-openssl-dev libcmocka-dev libhttp-parser-dev
+  bubblewrap runsc debootstrap e2fsprogs qemu-system-x86 iproute2 procps
+  python3 python3-pip python3-venv ca-certificates curl
+)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: run as root (it installs Debian packages)" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python: the SDK itself and what the tests drive it with. Whichever python3
+# is first on PATH is the one the tests use.
+PY=${PYTHON:-python3}
+here=$(cd "$(dirname "$0")/.." && pwd)
+pip_flags=(-q --disable-pip-version-check)
+if "$PY" -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+  # Debian's own python3 refuses system-wide installs without this flag.
+  if "$PY" -c 'import sys; sys.exit(0 if sys.prefix == sys.base_prefix and sys.prefix.startswith("/usr") else 1)'; then
+    pip_flags+=(--break-system-packages)
+  fi
+fi
+"$PY" -m pip install "${pip_flags[@]}" -r "$here/tests/requirements.txt"
+"$PY" -m pip install "${pip_flags[@]}" -e "$here/sdk/python"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs, builds, then runs the C unit
+# tests, the fuzz corpora, and the integration tests against the real daemon,
+# agent, drivers, CLI and SDK (pytest drives all of it). The last line is
+# pytest's summary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+make -j"$(nproc)"
+exec python3 -m pytest -ra "$@"

@@ -1,0 +1,428 @@
+#include "egress/proxy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+#include "egress/addr.h"
+#include "egress/httphead.h"
+#include "egress/intercept.h"
+
+#define MAX_ADDRS 16
+
+static uint64_t now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int egress_test_host_parse(const char *text, EgressTestHost *ret) {
+        const char *eq = strchr(text, '=');
+        if (!eq || eq == text)
+                return -EINVAL;
+        char name[EGRESS_MAX_HOST + 2];
+        size_t nl = (size_t)(eq - text);
+        if (nl >= sizeof(name))
+                return -EINVAL;
+        memcpy(name, text, nl);
+        name[nl] = '\0';
+        EgressTestHost h = { 0 };
+        if (egress_host_normalize(name, h.name, sizeof(h.name)) < 0)
+                return -EINVAL;
+
+        const char *addr = eq + 1, *colon = strrchr(addr, ':');
+        if (!colon)
+                return -EINVAL;
+        char host[64];
+        size_t hl = (size_t)(colon - addr);
+        if (hl == 0 || hl >= sizeof(host))
+                return -EINVAL;
+        memcpy(host, addr, hl);
+        host[hl] = '\0';
+        char *end;
+        long port = strtol(colon + 1, &end, 10);
+        if (*end || port <= 0 || port > 65535)
+                return -EINVAL;
+        struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+        if (inet_pton(AF_INET, host, &in.sin_addr) != 1)
+                return -EINVAL;
+        /* The point of the setting is to reach servers of the test suite on
+         * this machine; anything else would be a way around the checks. */
+        if (egress_addr_classify((struct sockaddr *)&in) != EGRESS_ADDR_LOOPBACK)
+                return -EINVAL;
+        memcpy(&h.addr, &in, sizeof(in));
+        h.addr_len = sizeof(in);
+        *ret = h;
+        return 0;
+}
+
+static int respond(const EgressIo *io, int status, const char *title, const char *message) {
+        char body[512];
+        int bl = snprintf(body, sizeof(body), "runtime egress: %s\n", message);
+        char buf[1024];
+        int n = snprintf(buf, sizeof(buf),
+                         "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
+                         "Connection: close\r\nX-Runtime-Egress: refused\r\n\r\n%s",
+                         status, title, bl, body);
+        int r = io->write(io->ctx, (const uint8_t *)buf, (size_t)n);
+        io->close_write(io->ctx);
+        return r < 0 ? r : 0;
+}
+
+__attribute__((format(printf, 2, 3))) static void record_refusal(EgressRecord *rec, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        rec->allowed = false;
+        vsnprintf(rec->reason, sizeof(rec->reason), fmt, ap);
+        va_end(ap);
+}
+
+static int connect_with_timeout(const struct sockaddr *sa, socklen_t len, int timeout_ms) {
+        int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, sa, len) < 0 && errno != EINPROGRESS) {
+                int e = -errno;
+                close(fd);
+                return e;
+        }
+        struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+        int r;
+        do
+                r = poll(&pfd, 1, timeout_ms);
+        while (r < 0 && errno == EINTR);
+        if (r == 0) {
+                close(fd);
+                return -ETIMEDOUT;
+        }
+        int soerr = 0;
+        socklen_t sl = sizeof(soerr);
+        if (r < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr != 0) {
+                close(fd);
+                return soerr ? -soerr : -EIO;
+        }
+        int flags = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        return fd;
+}
+
+static int send_all(int fd, const uint8_t *p, size_t n) {
+        while (n > 0) {
+                ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+typedef struct Pump {
+        const EgressIo *io;
+        int upstream;
+        EgressParser *parser; /* plain HTTP: where the one request ends; NULL for tunnels */
+        bool message_done;
+        atomic_bool stop;
+        atomic_uint_fast64_t last_activity;
+        uint64_t bytes_out;
+} Pump;
+
+/* Forwards what the sandbox sends. For plain HTTP, only up to the end of
+ * the one request that was decided on. */
+static int forward_up(Pump *p, const uint8_t *buf, size_t len) {
+        if (p->parser && !p->message_done) {
+                size_t used = 0;
+                char err[64];
+                int r = egress_parser_feed(p->parser, buf, len, &used, err, sizeof(err));
+                if (r < 0)
+                        return r;
+                if (r == EGRESS_PARSE_DONE)
+                        p->message_done = true;
+                len = used;
+        } else if (p->parser)
+                return 0;
+        if (len == 0)
+                return 0;
+        p->bytes_out += len;
+        atomic_store(&p->last_activity, now_ms());
+        return send_all(p->upstream, buf, len);
+}
+
+static void *pump_up(void *arg) {
+        Pump *p = arg;
+        uint8_t buf[64 * 1024];
+        while (!atomic_load(&p->stop) && !(p->parser && p->message_done)) {
+                ssize_t n = p->io->read(p->io->ctx, buf, sizeof(buf));
+                if (n == -EAGAIN || n == -EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                if (forward_up(p, buf, (size_t)n) < 0)
+                        break;
+        }
+        shutdown(p->upstream, SHUT_WR);
+        return NULL;
+}
+
+static int resolve_checked(const char *host, uint16_t port, const EgressProxyConfig *cfg,
+                           struct sockaddr_storage *addrs, socklen_t *lens, size_t *ret_n, bool *ret_test,
+                           EgressRecord *rec) {
+        char norm[EGRESS_MAX_HOST + 1];
+        if (egress_host_normalize(host, norm, sizeof(norm)) < 0) {
+                record_refusal(rec, "%s is not a valid host name", host);
+                return -EINVAL;
+        }
+        for (size_t i = 0; cfg && i < cfg->n_test_hosts; i++)
+                if (strcmp(cfg->test_hosts[i].name, norm) == 0) {
+                        addrs[0] = cfg->test_hosts[i].addr;
+                        lens[0] = cfg->test_hosts[i].addr_len;
+                        *ret_n = 1;
+                        *ret_test = true;
+                        return 0;
+                }
+
+        struct sockaddr_storage lit;
+        int r = egress_parse_ip_literal(host, &lit);
+        if (r < 0) {
+                record_refusal(rec, "%s is not a valid host", host);
+                return -EINVAL;
+        }
+        size_t n = 0;
+        if (r == 1) {
+                addrs[0] = lit;
+                lens[0] = lit.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+                n = 1;
+        } else {
+                struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL;
+                int gr = getaddrinfo(norm, NULL, &hints, &res);
+                if (gr != 0) {
+                        record_refusal(rec, "could not resolve %s", norm);
+                        return -EHOSTUNREACH;
+                }
+                for (struct addrinfo *ai = res; ai && n < MAX_ADDRS; ai = ai->ai_next) {
+                        if (ai->ai_addrlen > sizeof(addrs[0]))
+                                continue;
+                        memcpy(&addrs[n], ai->ai_addr, ai->ai_addrlen);
+                        lens[n] = ai->ai_addrlen;
+                        n++;
+                }
+                freeaddrinfo(res);
+        }
+        /* Every address must be one a sandbox may reach: a name that mixes a
+         * public address with a private one is an attack, not an accident. */
+        for (size_t i = 0; i < n; i++) {
+                EgressAddrClass c = egress_addr_classify((struct sockaddr *)&addrs[i]);
+                if (c != EGRESS_ADDR_PUBLIC) {
+                        char text[64] = "?";
+                        egress_addr_format((struct sockaddr *)&addrs[i], text, sizeof(text));
+                        record_refusal(rec, "%s resolves to %s, a %s address", norm, text,
+                                       egress_addr_class_name(c));
+                        return -EACCES;
+                }
+                if (addrs[i].ss_family == AF_INET)
+                        ((struct sockaddr_in *)&addrs[i])->sin_port = htons(port);
+                else
+                        ((struct sockaddr_in6 *)&addrs[i])->sin6_port = htons(port);
+        }
+        if (n == 0) {
+                record_refusal(rec, "%s has no address", norm);
+                return -EHOSTUNREACH;
+        }
+        *ret_n = n;
+        *ret_test = false;
+        return 0;
+}
+
+int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const EgressProxyConfig *cfg,
+                       EgressRecord *rec) {
+        memset(rec, 0, sizeof(*rec));
+        int connect_timeout = cfg && cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 10000;
+        int idle_timeout = cfg && cfg->idle_timeout_ms > 0 ? cfg->idle_timeout_ms : 300000;
+
+        EgressParser *parser = egress_parser_new();
+        if (!parser)
+                return -ENOMEM;
+        size_t cap = EGRESS_MAX_HEAD + 64 * 1024;
+        uint8_t *buf = malloc(cap);
+        if (!buf) {
+                egress_parser_free(parser);
+                return -ENOMEM;
+        }
+        size_t len = 0, parsed = 0;
+        int r = 0, ret = 0, upstream = -1;
+        char err[160];
+        uint64_t started = now_ms();
+        for (;;) {
+                if (len == cap) {
+                        r = -E2BIG;
+                        break;
+                }
+                ssize_t n = io->read(io->ctx, buf + len, cap - len);
+                if (n == -EAGAIN || n == -EINTR) {
+                        if (now_ms() - started > 30000) {
+                                record_refusal(rec, "%s", "no request within 30 s");
+                                respond(io, 408, "Request Timeout", "no request within 30 s");
+                                goto out;
+                        }
+                        continue;
+                }
+                if (n <= 0) {
+                        record_refusal(rec, "%s", "the connection closed before a request");
+                        ret = n < 0 ? (int)n : 0;
+                        goto out;
+                }
+                len += (size_t)n;
+                size_t used = 0;
+                r = egress_parser_feed(parser, buf + parsed, len - parsed, &used, err, sizeof(err));
+                parsed += used;
+                if (r != EGRESS_PARSE_MORE)
+                        break;
+        }
+        if (r < 0) {
+                const char *msg = r == -E2BIG ? "request head too large" : err;
+                record_refusal(rec, "%s", msg);
+                respond(io, r == -E2BIG ? 431 : 400, r == -E2BIG ? "Request Header Fields Too Large" : "Bad Request",
+                        msg);
+                goto out;
+        }
+
+        const EgressHead *head = egress_parser_head(parser);
+        snprintf(rec->host, sizeof(rec->host), "%.253s", head->host);
+        rec->port = head->port;
+        rec->connect = head->is_connect;
+
+        EgressVerdict v = egress_policy_check(policy, head->host, head->port);
+        if (v != EGRESS_ALLOW) {
+                char msg[320];
+                snprintf(msg, sizeof(msg), "%.200s:%u refused: %s", head->host, head->port, egress_verdict_reason(v));
+                record_refusal(rec, "%s", egress_verdict_reason(v));
+                respond(io, 403, "Forbidden", msg);
+                goto out;
+        }
+
+        struct sockaddr_storage addrs[MAX_ADDRS];
+        socklen_t lens[MAX_ADDRS];
+        size_t n_addrs = 0;
+        bool test_host = false;
+        r = resolve_checked(head->host, head->port, cfg, addrs, lens, &n_addrs, &test_host, rec);
+        if (r < 0) {
+                respond(io, r == -EACCES ? 403 : 502, r == -EACCES ? "Forbidden" : "Bad Gateway", rec->reason);
+                goto out;
+        }
+        for (size_t i = 0; i < n_addrs && upstream < 0; i++) {
+                upstream = connect_with_timeout((struct sockaddr *)&addrs[i], lens[i], connect_timeout);
+                if (upstream >= 0)
+                        egress_addr_format((struct sockaddr *)&addrs[i], rec->addr, sizeof(rec->addr));
+        }
+        if (upstream < 0) {
+                char msg[320];
+                snprintf(msg, sizeof(msg), "could not connect to %.200s:%u (%s)", head->host, head->port,
+                         upstream == -ETIMEDOUT ? "timed out" : "refused or unreachable");
+                record_refusal(rec, "%s", msg);
+                respond(io, upstream == -ETIMEDOUT ? 504 : 502,
+                        upstream == -ETIMEDOUT ? "Gateway Timeout" : "Bad Gateway", msg);
+                goto out;
+        }
+        rec->allowed = true;
+        snprintf(rec->reason, sizeof(rec->reason), "%s", test_host ? "allowed (test upstream)" : "allowed");
+
+        Pump pump = { .io = io, .upstream = upstream, .parser = head->is_connect ? NULL : parser };
+        atomic_store(&pump.last_activity, now_ms());
+        if (head->is_connect) {
+                static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+                if (io->write(io->ctx, (const uint8_t *)ok, sizeof(ok) - 1) < 0)
+                        goto out;
+                if (cfg && cfg->ca && cfg->upstream_ctx &&
+                    egress_any_secret_applies(cfg->secrets, cfg->n_secrets, head->host, head->port)) {
+                        ret = egress_intercept(io, upstream, head->host, head->port, cfg, buf + parsed, len - parsed,
+                                               rec);
+                        goto out;
+                }
+                if (len > parsed && forward_up(&pump, buf + parsed, len - parsed) < 0)
+                        goto out;
+        } else {
+                char *fwd = NULL;
+                size_t fwd_len = 0;
+                int n = egress_substitute(head->forward, head->forward_len, cfg ? cfg->secrets : NULL,
+                                          cfg ? cfg->n_secrets : 0, head->host, head->port, &fwd, &fwd_len);
+                if (n < 0)
+                        goto out;
+                rec->secrets_used = (unsigned)n;
+                int w = send_all(upstream, (const uint8_t *)fwd, fwd_len);
+                free(fwd);
+                if (w < 0)
+                        goto out;
+                pump.message_done = r == EGRESS_PARSE_DONE;
+                if (!pump.message_done && len > parsed && forward_up(&pump, buf + parsed, len - parsed) < 0)
+                        goto out;
+        }
+
+        pthread_t up;
+        if (pthread_create(&up, NULL, pump_up, &pump) != 0) {
+                ret = -EAGAIN;
+                goto out;
+        }
+        for (;;) {
+                struct pollfd pfd = { .fd = upstream, .events = POLLIN };
+                int pr = poll(&pfd, 1, 1000);
+                if (pr < 0 && errno == EINTR)
+                        continue;
+                if (pr == 0) {
+                        if (now_ms() - atomic_load(&pump.last_activity) > (uint64_t)idle_timeout)
+                                break;
+                        continue;
+                }
+                ssize_t got = recv(upstream, buf, cap, 0);
+                if (got < 0 && errno == EINTR)
+                        continue;
+                if (got <= 0)
+                        break;
+                rec->bytes_in += (uint64_t)got;
+                atomic_store(&pump.last_activity, now_ms());
+                if (io->write(io->ctx, buf, (size_t)got) < 0)
+                        break;
+        }
+        io->close_write(io->ctx);
+        atomic_store(&pump.stop, true);
+        shutdown(upstream, SHUT_RDWR);
+        pthread_join(up, NULL);
+        rec->bytes_out = pump.bytes_out;
+out:
+        if (upstream >= 0)
+                close(upstream);
+        free(buf);
+        egress_parser_free(parser);
+        return ret;
+}
+
+int egress_upstream_ctx_new(const char *extra_ca_file, SSL_CTX **ret) {
+        SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+        if (!ctx)
+                return -ENOMEM;
+        if (!SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) || !SSL_CTX_set_default_verify_paths(ctx) ||
+            (extra_ca_file && !SSL_CTX_load_verify_locations(ctx, extra_ca_file, NULL))) {
+                SSL_CTX_free(ctx);
+                return -EINVAL;
+        }
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        *ret = ctx;
+        return 0;
+}

@@ -1,0 +1,85 @@
+#pragma once
+/*
+ * The host-side egress proxy: serves one connection a sandbox opened to its
+ * agent's relay (127.0.0.1:3128 inside). It alone parses the request,
+ * decides against the sandbox's policy, resolves the name once, refuses every
+ * address a sandbox must not reach, and connects to the address it checked:
+ * no second lookup for an attacker's DNS to rebind.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <openssl/ssl.h>
+
+#include "egress/ca.h"
+#include "egress/policy.h"
+#include "egress/secret.h"
+
+/* The sandbox side of the connection, over whatever carries it (the agent
+ * channel in the daemon, a socket in tests). */
+typedef struct EgressIo {
+        void *ctx;
+        /* Bytes from the sandbox: > 0, 0 at EOF, < 0 on error. Blocks at most
+         * about a second, then returns -EAGAIN, so that the proxy notices when
+         * the other direction has ended. */
+        ssize_t (*read)(void *ctx, uint8_t *buf, size_t len);
+        /* All of buf to the sandbox: 0, or < 0 once it is gone. */
+        int (*write)(void *ctx, const uint8_t *buf, size_t len);
+        /* No more bytes towards the sandbox. */
+        void (*close_write)(void *ctx);
+} EgressIo;
+
+/* Test-only: names that resolve to a chosen loopback address and port,
+ * bypassing the address checks for those names alone. Off unless the daemon
+ * is started with --egress-test-upstream, which it logs loudly. */
+typedef struct EgressTestHost {
+        char name[EGRESS_MAX_HOST + 1];
+        struct sockaddr_storage addr; /* port included */
+        socklen_t addr_len;
+} EgressTestHost;
+
+typedef struct EgressProxyConfig {
+        const EgressTestHost *test_hosts;
+        size_t n_test_hosts;
+        int connect_timeout_ms; /* default 10000 */
+        int idle_timeout_ms;    /* a tunnel with no bytes either way this long is closed; default 300000 */
+        /* Secrets of the sandbox's owner. A plain-HTTP request, or a CONNECT
+         * tunnel, to a host a secret applies to gets its placeholders
+         * replaced in the request line and headers; such tunnels are
+         * intercepted with `ca`, and the upstream is verified with
+         * `upstream_ctx` (the host's trust store). Without ca/upstream_ctx,
+         * tunnels are never intercepted. */
+        const EgressSecret *secrets;
+        size_t n_secrets;
+        EgressCa *ca;
+        SSL_CTX *upstream_ctx;
+} EgressProxyConfig;
+
+/* What happened, for the audit log. */
+typedef struct EgressRecord {
+        char host[EGRESS_MAX_HOST + 1];
+        uint16_t port;
+        bool connect; /* CONNECT tunnel, else plain HTTP */
+        bool allowed;
+        char reason[192];
+        char addr[64]; /* the address connected to */
+        uint64_t bytes_out, bytes_in;
+        bool intercepted;
+        unsigned secrets_used; /* placeholders replaced */
+} EgressRecord;
+
+/* Parses "name=127.0.0.1:PORT" (the daemon's option). */
+int egress_test_host_parse(const char *text, EgressTestHost *ret);
+
+/* Serves one connection to its end. Returns 0 when the request was served
+ * or refused with an answer to the sandbox (see *ret_record), < 0 when the
+ * sandbox side failed. */
+int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const EgressProxyConfig *cfg,
+                       EgressRecord *ret_record);
+
+/* An SSL_CTX for upstream connections: the host's trust store, plus
+ * extra_ca_file when given (tests), TLS 1.2 at least. */
+int egress_upstream_ctx_new(const char *extra_ca_file, SSL_CTX **ret);

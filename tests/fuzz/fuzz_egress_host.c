@@ -1,0 +1,54 @@
+/* Host names and policies as a sandbox or a client may write them. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "egress/addr.h"
+#include "egress/policy.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        if (size > 4096)
+                return 0;
+        char *s = malloc(size + 1);
+        if (!s)
+                return 0;
+        memcpy(s, data, size);
+        s[size] = '\0';
+
+        struct sockaddr_storage ss;
+        if (egress_parse_ip_literal(s, &ss) == 1) {
+                char buf[64];
+                egress_addr_classify((struct sockaddr *)&ss);
+                egress_addr_format((struct sockaddr *)&ss, buf, sizeof(buf));
+        }
+        char norm[EGRESS_MAX_HOST + 1];
+        egress_host_normalize(s, norm, sizeof(norm));
+
+        /* The same bytes as a policy document, then as a host checked against it. */
+        json_t *j = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
+        if (j) {
+                EgressPolicy *p = NULL;
+                char err[256];
+                if (egress_policy_parse(j, &p, err, sizeof(err)) == 0) {
+                        json_decref(egress_policy_to_json(p));
+                        egress_policy_check(p, "files.pythonhosted.org", 443);
+                        egress_policy_check(p, "127.1", 80);
+                        egress_policy_free(p);
+                }
+                json_decref(j);
+        } else {
+                EgressPolicy *p = NULL;
+                json_t *open = json_pack("{s:b, s:[s, s], s:[s]}", "internet", 1, "allow", "*.example.org",
+                                         "10.0.0.1", "deny", "x.example.org");
+                if (open && egress_policy_parse(open, &p, NULL, 0) == 0) {
+                        egress_policy_check(p, s, 443);
+                        egress_policy_free(p);
+                }
+                json_decref(open);
+        }
+        free(s);
+        return 0;
+}
