@@ -17,12 +17,11 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes -Wmissing-
         -Wno-unused-parameter
 HARDEN := -D_FORTIFY_SOURCE=3 -fstack-protector-strong
 OPT ?= -O2 -g
-CFLAGS_COMMON := -std=gnu17 $(OPT) $(WARN) -Isrc -D_GNU_SOURCE -pthread
+VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
+CFLAGS_COMMON := -std=gnu17 $(OPT) $(WARN) -Isrc -D_GNU_SOURCE -pthread -DRUNTIME_VERSION=\"$(VERSION)\"
 CFLAGS_PIE := $(CFLAGS_COMMON) $(HARDEN) -fPIE
 LDFLAGS_PIE := -pie -Wl,-z,relro,-z,now -pthread
 
-VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
-CFLAGS_COMMON += -DRUNTIME_VERSION=\"$(VERSION)\"
 
 # Source sets.
 PROTO_SRC := $(wildcard src/proto/*.c)

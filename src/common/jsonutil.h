@@ -1,8 +1,5 @@
 #pragma once
 #include <jansson.h>
 
-static inline void json_decrefp(json_t **j) {
-        if (*j)
-                json_decref(*j);
-}
+/* jansson (>= 2.9) provides json_decrefp for exactly this use. */
 #define _cleanup_json_ __attribute__((cleanup(json_decrefp)))
