@@ -1,0 +1,360 @@
+#include "cli/files.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/client.h"
+#include "cli/format.h"
+#include "cli/parse.h"
+#include "common/macro.h"
+
+#define FILES_DEPTH_MAX 10
+
+static const char get_usage[] = "ID PATH [LOCAL]";
+static const char get_help[] =
+        "Copies the file PATH out of sandbox ID into LOCAL (a file, or a directory to put it\n"
+        "in), or to stdout when LOCAL is missing or '-'. The bytes stream as they come; a\n"
+        "LOCAL file appears only once it is complete. A relative PATH is under /workspace.\n\n"
+        "Examples:\n"
+        "  runtime files get sbx_9f2c4e1a7b3d5c6e8f01 out/report.csv .\n"
+        "  runtime files get sbx_9f2c4e1a7b3d5c6e8f01 /etc/os-release | head -3\n";
+
+static const char put_usage[] = "[--mode MODE] ID LOCAL PATH";
+static const char put_help[] =
+        "Copies LOCAL ('-' for stdin) into sandbox ID as PATH, streamed. The write is atomic\n"
+        "and makes parent directories. A relative PATH is under /workspace.\n\n"
+        "Options:\n"
+        "  --mode MODE   the file's permission bits in octal, e.g. 755 (default: the daemon's, 644)\n\n"
+        "Examples:\n"
+        "  runtime files put sbx_9f2c4e1a7b3d5c6e8f01 data.csv data.csv\n"
+        "  tar cz src | runtime files put sbx_9f2c4e1a7b3d5c6e8f01 - /tmp/src.tgz\n";
+
+static const char ls_usage[] = "[--depth N] ID [PATH]";
+static const char ls_help[] = "Lists the directory PATH (default /workspace) of sandbox ID.\n\n"
+                              "Options:\n"
+                              "  --depth N   descend N levels, 1 to 10 (default 1)\n\n"
+                              "Example:\n"
+                              "  runtime files ls --depth 2 sbx_9f2c4e1a7b3d5c6e8f01 /workspace\n";
+
+/* Parses a verb's options: --help and, when given, one valued option. */
+static int parse_opts(CliContext *ctx, const char *verb, const char *usage, const char *help,
+                      const char *valued, int argc, char **argv, const char **ret_value, int *ret_optind) {
+        struct option opts[] = {
+                {"help", no_argument, NULL, 'h'},
+                {"json", no_argument, NULL, 'j'},
+                {valued ? valued : "help", required_argument, NULL, 'v'},
+                {NULL, 0, NULL, 0},
+        };
+        int c;
+
+        optind = 0;
+        opterr = 0;
+        while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+                switch (c) {
+                case 'h':
+                        return cli_help(verb, usage, help);
+                case 'v':
+                        *ret_value = optarg;
+                        break;
+                case 'j':
+                        ctx->json = true;
+                        break;
+                case ':':
+                        return cli_usage_error(verb, usage, "%s needs a value", argv[optind - 1]);
+                default:
+                        return cli_usage_error(verb, usage, "unknown option '%s'", argv[optind - 1]);
+                }
+        }
+        *ret_optind = optind;
+        return CLI_PROCEED;
+}
+
+/* /v1/sandboxes/ID/files/ROUTE?path=PATH[EXTRA]; EXTRA is "&name=value..." or NULL. */
+static char *files_route(const char *id, const char *route, const char *path, const char *extra) {
+        _cleanup_free_ char *esc = url_escape(path);
+        char *r;
+
+        if (!esc)
+                return NULL;
+        if (asprintf(&r, "/v1/sandboxes/%s/files/%s?path=%s%s", id, route, esc, extra ? extra : "") < 0)
+                return NULL;
+        return r;
+}
+
+char *files_local_target(const char *local, const char *remote, int *ret_errno) {
+        struct stat st;
+        const char *base;
+        size_t n;
+        char *r;
+
+        if (stat(local, &st) < 0 || !S_ISDIR(st.st_mode))
+                return strdup(local);
+        n = strlen(remote);
+        while (n > 0 && remote[n - 1] == '/')
+                n--;
+        base = remote;
+        for (size_t i = 0; i < n; i++)
+                if (remote[i] == '/')
+                        base = remote + i + 1;
+        n -= (size_t)(base - remote);
+        if (n == 0 || (n == 1 && base[0] == '.') || (n == 2 && base[0] == '.' && base[1] == '.')) {
+                *ret_errno = EISDIR;
+                return NULL;
+        }
+        if (asprintf(&r, "%s/%.*s", local, (int)n, base) < 0) {
+                *ret_errno = ENOMEM;
+                return NULL;
+        }
+        return r;
+}
+
+typedef struct FileSink {
+        int fd;
+        int write_errno; /* why writing the local side failed */
+} FileSink;
+
+static int write_fd(const void *data, size_t len, void *userdata) {
+        FileSink *sink = userdata;
+        const char *p = data;
+
+        while (len > 0) {
+                ssize_t n = write(sink->fd, p, len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        sink->write_errno = errno;
+                        return -errno;
+                }
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+int cmd_files_get(CliContext *ctx, int argc, char **argv) {
+        _cleanup_client_ Client *c = NULL;
+        _cleanup_free_ char *path = NULL, *target = NULL, *tmp = NULL, *dir_copy = NULL;
+        _cleanup_close_ int fd = -1;
+        const char *unused = NULL, *local;
+        char err[CLI_ERR_MAX];
+        FileSink sink = {.fd = STDOUT_FILENO};
+        struct stat st;
+        int r, first, e = 0;
+        CliError ce;
+
+        r = parse_opts(ctx, "files get", get_usage, get_help, NULL, argc, argv, &unused, &first);
+        if (r != CLI_PROCEED)
+                return r;
+        if (argc - first < 2 || argc - first > 3)
+                return cli_usage_error("files get", get_usage,
+                                       argc - first < 2 ? "missing arguments" : "too many arguments");
+        r = cli_check_id("files get", get_usage, argv[first]);
+        if (r > 0)
+                return r;
+        if (sandbox_path_check(argv[first + 1], err, sizeof(err)) < 0)
+                return cli_usage_error("files get", get_usage, "%s", err);
+        local = argc - first == 3 ? argv[first + 2] : "-";
+        path = files_route(argv[first], "content", argv[first + 1], NULL);
+        if (!path)
+                return cli_fail("out of memory");
+        r = cli_connect(ctx, true, &c);
+        if (r > 0)
+                return r;
+
+        if (strcmp(local, "-") != 0) {
+                mode_t mask;
+
+                target = files_local_target(local, argv[first + 1], &e);
+                if (!target)
+                        return cli_fail("%s: %s", local,
+                                        e == EISDIR ? "is a directory and PATH names no file to put in it"
+                                                    : strerror(e));
+                if (stat(target, &st) == 0 && !S_ISREG(st.st_mode)) {
+                        /* A device or a pipe (/dev/stdout, a fifo) is written
+                         * in place: renaming over it would replace it. */
+                        fd = open(target, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+                        if (fd < 0)
+                                return cli_fail("cannot write %s: %s", target, strerror(errno));
+                        sink.fd = fd;
+                        goto download;
+                }
+                /* A temporary name next to the target, renamed into place
+                 * when complete: no half-written file under the real name. */
+                dir_copy = strdup(target);
+                if (!dir_copy || asprintf(&tmp, "%s/.runtime-get-XXXXXX", dirname(dir_copy)) < 0) {
+                        tmp = NULL;
+                        return cli_fail("out of memory");
+                }
+                fd = mkostemp(tmp, O_CLOEXEC);
+                if (fd < 0) {
+                        e = errno;
+                        free(tmp);
+                        tmp = NULL;
+                        return cli_fail("cannot write %s: %s", target, strerror(e));
+                }
+                mask = umask(0);
+                umask(mask);
+                (void)fchmod(fd, 0666 & ~mask);
+                sink.fd = fd;
+        }
+download:
+        r = client_download(c, path, write_fd, &sink, &ce);
+        if (r == 0 && tmp && fsync(fd) < 0) {
+                sink.write_errno = errno;
+                r = -errno;
+        }
+        if (r == 0 && tmp) {
+                if (close(TAKE_FD(fd)) < 0 || rename(tmp, target) < 0) {
+                        e = errno;
+                        unlink(tmp);
+                        return cli_fail("cannot write %s: %s", target, strerror(e));
+                }
+                return CLI_EXIT_OK;
+        }
+        if (r == 0)
+                return CLI_EXIT_OK;
+        if (tmp)
+                unlink(tmp);
+        if (r == -EINTR)
+                return cli_interrupted_exit();
+        if (sink.write_errno == EPIPE)
+                return 141; /* the reader went away, as with SIGPIPE */
+        if (sink.write_errno)
+                return cli_fail("cannot write %s: %s", target ? target : "stdout",
+                                strerror(sink.write_errno));
+        return cli_error_print(&ce);
+}
+
+static bool mode_valid(const char *m) {
+        size_t n = strlen(m);
+
+        if (n < 1 || n > 4)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (m[i] < '0' || m[i] > '7')
+                        return false;
+        return true;
+}
+
+int cmd_files_put(CliContext *ctx, int argc, char **argv) {
+        _cleanup_client_ Client *c = NULL;
+        _cleanup_free_ char *path = NULL, *extra = NULL;
+        _cleanup_json_ json_t *ans = NULL;
+        _cleanup_close_ int fd = -1;
+        const char *mode = NULL, *local;
+        char err[CLI_ERR_MAX];
+        long long size = -1;
+        int r, first, in_fd;
+        struct stat st;
+        CliError ce;
+
+        r = parse_opts(ctx, "files put", put_usage, put_help, "mode", argc, argv, &mode, &first);
+        if (r != CLI_PROCEED)
+                return r;
+        if (argc - first != 3)
+                return cli_usage_error("files put", put_usage,
+                                       argc - first < 3 ? "missing arguments" : "too many arguments");
+        if (mode && !mode_valid(mode))
+                return cli_usage_error("files put", put_usage,
+                                       "--mode: '%.16s' is not an octal mode like 644", mode);
+        r = cli_check_id("files put", put_usage, argv[first]);
+        if (r > 0)
+                return r;
+        if (sandbox_path_check(argv[first + 2], err, sizeof(err)) < 0)
+                return cli_usage_error("files put", put_usage, "%s", err);
+        local = argv[first + 1];
+        if (mode && asprintf(&extra, "&mode=%s", mode) < 0)
+                return cli_fail("out of memory");
+        path = files_route(argv[first], "content", argv[first + 2], extra);
+        if (!path)
+                return cli_fail("out of memory");
+
+        if (strcmp(local, "-") == 0)
+                in_fd = STDIN_FILENO;
+        else {
+                fd = open(local, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+                if (fd < 0)
+                        return cli_fail("cannot read %s: %s", local, strerror(errno));
+                in_fd = fd;
+        }
+        if (fstat(in_fd, &st) < 0)
+                return cli_fail("cannot read %s: %s", local, strerror(errno));
+        if (S_ISDIR(st.st_mode))
+                return cli_fail("%s is a directory; copy a directory as an archive (tar c DIR | runtime "
+                                "files put ID - DIR.tar)",
+                                local);
+        /* A regular file's size is known and sent; a pipe goes chunked. */
+        if (S_ISREG(st.st_mode) && lseek(in_fd, 0, SEEK_CUR) == 0)
+                size = (long long)st.st_size;
+
+        r = cli_connect(ctx, true, &c);
+        if (r > 0)
+                return r;
+        r = client_upload(c, path, in_fd, size, &ans, &ce);
+        if (r == -EINTR)
+                return cli_interrupted_exit();
+        if (r < 0)
+                return cli_error_print(&ce);
+        if (ctx->json)
+                cli_print_json(ans);
+        else {
+                json_t *sz = json_object_get(ans, "size");
+                const char *p = json_string_value(json_object_get(ans, "path"));
+                printf("%s: %" JSON_INTEGER_FORMAT " bytes\n", p ? p : argv[first + 2],
+                       json_is_integer(sz) ? json_integer_value(sz) : (json_int_t)0);
+        }
+        return CLI_EXIT_OK;
+}
+
+int cmd_files_ls(CliContext *ctx, int argc, char **argv) {
+        _cleanup_client_ Client *c = NULL;
+        _cleanup_free_ char *path = NULL, *extra = NULL;
+        _cleanup_json_ json_t *ans = NULL;
+        const char *depth_s = NULL, *dir;
+        char err[CLI_ERR_MAX];
+        long long depth = 1;
+        int r, first;
+        CliError ce;
+
+        r = parse_opts(ctx, "files ls", ls_usage, ls_help, "depth", argc, argv, &depth_s, &first);
+        if (r != CLI_PROCEED)
+                return r;
+        if (argc - first < 1 || argc - first > 2)
+                return cli_usage_error("files ls", ls_usage,
+                                       argc - first < 1 ? "missing arguments" : "too many arguments");
+        if (depth_s &&
+            parse_uint_bounded("--depth", depth_s, 1, FILES_DEPTH_MAX, &depth, err, sizeof(err)) < 0)
+                return cli_usage_error("files ls", ls_usage, "%s", err);
+        r = cli_check_id("files ls", ls_usage, argv[first]);
+        if (r > 0)
+                return r;
+        dir = argc - first == 2 ? argv[first + 1] : "/workspace";
+        if (sandbox_path_check(dir, err, sizeof(err)) < 0)
+                return cli_usage_error("files ls", ls_usage, "%s", err);
+        if (asprintf(&extra, "&depth=%lld", depth) < 0)
+                return cli_fail("out of memory");
+        path = files_route(argv[first], "list", dir, extra);
+        if (!path)
+                return cli_fail("out of memory");
+        r = cli_connect(ctx, true, &c);
+        if (r > 0)
+                return r;
+        r = client_json(c, "GET", path, NULL, &ans, &ce);
+        if (r < 0)
+                return cli_error_print(&ce);
+        if (ctx->json) {
+                cli_print_json(ans);
+                return CLI_EXIT_OK;
+        }
+        format_file_entries(stdout, json_object_get(ans, "entries"));
+        if (json_is_true(json_object_get(ans, "truncated")))
+                fprintf(stderr, "runtime: the listing was cut at the daemon's limit of entries\n");
+        return CLI_EXIT_OK;
+}
