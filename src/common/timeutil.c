@@ -1,0 +1,32 @@
+#include "common/timeutil.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <time.h>
+
+int64_t time_now_unix(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec;
+}
+
+uint64_t time_now_mono_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int time_format_rfc3339(int64_t t, char out[RFC3339_LEN]) {
+        /* Years 0000..9999 only: anything else cannot be written in the format. */
+        if (t < -62167219200LL || t > 253402300799LL)
+                return -EINVAL;
+        time_t tt = (time_t)t;
+        struct tm tm;
+        if (!gmtime_r(&tt, &tm))
+                return -EINVAL;
+        int n = snprintf(out, RFC3339_LEN, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900,
+                         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        if (n != RFC3339_LEN - 1)
+                return -EINVAL;
+        return 0;
+}

@@ -1,0 +1,44 @@
+#pragma once
+/* The daemon's settings, fixed once main has parsed the command line and
+ * probed the drivers; read-only afterwards, so threads share it unlocked. */
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "driver/driver.h"
+
+#define CONFIG_MAX_DRIVERS 8
+
+typedef struct DriverOffer {
+        const Driver *driver;
+        bool offered;   /* in --drivers (or every driver whose probe passed) */
+        bool available; /* its probe passed */
+        char reason[256];
+} DriverOffer;
+
+typedef struct DaemonConfig {
+        const char *listen_addr;
+        uint16_t listen_port;
+        const char *socket_path; /* instead of TCP when set */
+        const char *state_dir;
+        const char *image_dir;
+        const char *agent_path;
+        const char *image_builder;
+        const char *cgroup_parent;
+        const Driver *default_driver; /* NULL when no driver can run here */
+        DriverOffer drivers[CONFIG_MAX_DRIVERS];
+        unsigned n_drivers;
+        unsigned max_sandboxes;
+        unsigned max_sandboxes_per_key;
+        unsigned max_vcpu;
+        unsigned max_memory_mib;
+        unsigned max_disk_mib;
+        unsigned max_file_mib;
+        unsigned max_connections;
+        uint64_t price_vcpu_hour_micros;
+        uint64_t price_gib_hour_micros;
+} DaemonConfig;
+
+/* The offer for a driver name, or NULL when this build has no such driver. */
+const DriverOffer *config_driver_offer(const DaemonConfig *cfg, const char *name);
+/* costMicrosPerHour of a shape. */
+uint64_t config_cost_per_hour(const DaemonConfig *cfg, unsigned vcpu, unsigned memory_mib);

@@ -1,0 +1,441 @@
+#include "daemon/db.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/macro.h"
+#include "common/timeutil.h"
+#include "daemon/auth.h"
+
+struct Db {
+        sqlite3 *sql;
+        pthread_mutex_t lock;
+};
+
+static inline void sqlite3_finalizep(sqlite3_stmt **s) {
+        if (*s)
+                sqlite3_finalize(*s);
+}
+#define _cleanup_stmt_ _cleanup_(sqlite3_finalizep)
+
+/* Migrations, in order; the schema_version table says how many ran. Never
+ * edit one that shipped: append. */
+static const char *const migrations[] = {
+        "CREATE TABLE keys ("
+        "  id TEXT PRIMARY KEY,"
+        "  name TEXT NOT NULL,"
+        "  owner TEXT NOT NULL,"
+        "  access TEXT NOT NULL CHECK (access IN ('full', 'read')),"
+        "  hash TEXT NOT NULL UNIQUE,"
+        "  daily_limit_micros INTEGER,"
+        "  trial INTEGER NOT NULL DEFAULT 0,"
+        "  created_at INTEGER NOT NULL,"
+        "  revoked_at INTEGER);"
+        "CREATE TABLE sandboxes ("
+        "  id TEXT PRIMARY KEY,"
+        "  owner TEXT NOT NULL,"
+        "  key_id TEXT NOT NULL REFERENCES keys(id),"
+        "  name TEXT,"
+        "  labels TEXT NOT NULL,"
+        "  spec TEXT NOT NULL,"
+        "  state TEXT NOT NULL,"
+        "  failure_reason TEXT,"
+        "  created_at INTEGER NOT NULL,"
+        "  started_at INTEGER,"
+        "  stopped_at INTEGER,"
+        "  lease_ends_at INTEGER,"
+        "  run_seconds INTEGER NOT NULL DEFAULT 0,"
+        "  deleted_at INTEGER);"
+        "CREATE INDEX sandboxes_owner ON sandboxes (owner, created_at);"
+        "CREATE INDEX sandboxes_live ON sandboxes (deleted_at, state);",
+};
+
+static int sql_err(int rc) {
+        switch (rc & 0xff) {
+        case SQLITE_OK:
+        case SQLITE_DONE:
+        case SQLITE_ROW:
+                return 0;
+        case SQLITE_BUSY:
+        case SQLITE_LOCKED:
+                return -EBUSY;
+        case SQLITE_NOMEM:
+                return -ENOMEM;
+        case SQLITE_FULL:
+                return -ENOSPC;
+        case SQLITE_CONSTRAINT:
+                return -EEXIST;
+        case SQLITE_READONLY:
+        case SQLITE_PERM:
+        case SQLITE_AUTH:
+                return -EPERM;
+        default:
+                return -EIO;
+        }
+}
+
+static int exec_sql(sqlite3 *sql, const char *text) {
+        return sql_err(sqlite3_exec(sql, text, NULL, NULL, NULL));
+}
+
+static int migrate(sqlite3 *sql) {
+        int r = exec_sql(sql, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);");
+        if (r < 0)
+                return r;
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(sql, "SELECT max(version) FROM schema_version", -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        int64_t version = 0;
+        if (sqlite3_step(st) == SQLITE_ROW)
+                version = sqlite3_column_int64(st, 0);
+        if (version > (int64_t)ELEMENTSOF(migrations))
+                return -EPROTONOSUPPORT; /* a newer daemon wrote this database */
+        for (size_t i = (size_t)version; i < ELEMENTSOF(migrations); i++) {
+                if ((r = exec_sql(sql, "BEGIN IMMEDIATE")) < 0)
+                        return r;
+                char bump[96];
+                snprintf(bump, sizeof(bump), "INSERT INTO schema_version (version) VALUES (%zu);", i + 1);
+                if ((r = exec_sql(sql, migrations[i])) < 0 || (r = exec_sql(sql, bump)) < 0) {
+                        exec_sql(sql, "ROLLBACK");
+                        return r;
+                }
+                if ((r = exec_sql(sql, "COMMIT")) < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int db_open(const char *path, Db **ret) {
+        sqlite3 *sql = NULL;
+        int rc = sqlite3_open_v2(path, &sql,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
+                                         SQLITE_OPEN_NOFOLLOW,
+                                 NULL);
+        if (rc != SQLITE_OK) {
+                sqlite3_close(sql);
+                return sql_err(rc) ? sql_err(rc) : -EIO;
+        }
+        sqlite3_busy_timeout(sql, 5000);
+        int r;
+        if ((r = exec_sql(sql, "PRAGMA journal_mode=WAL;")) < 0 ||
+            (r = exec_sql(sql, "PRAGMA foreign_keys=ON;")) < 0 ||
+            (r = exec_sql(sql, "PRAGMA synchronous=NORMAL;")) < 0 || (r = migrate(sql)) < 0) {
+                sqlite3_close(sql);
+                return r;
+        }
+        Db *db = calloc(1, sizeof(*db));
+        if (!db) {
+                sqlite3_close(sql);
+                return -ENOMEM;
+        }
+        db->sql = sql;
+        pthread_mutex_init(&db->lock, NULL);
+        *ret = db;
+        return 0;
+}
+
+void db_close(Db *db) {
+        if (!db)
+                return;
+        sqlite3_close(db->sql);
+        pthread_mutex_destroy(&db->lock);
+        free(db);
+}
+
+static void unlockp(pthread_mutex_t **m) {
+        if (*m)
+                pthread_mutex_unlock(*m);
+}
+#define LOCKED(db)                                                                                          \
+        pthread_mutex_lock(&(db)->lock);                                                                    \
+        __attribute__((cleanup(unlockp), unused)) pthread_mutex_t *_held_ = &(db)->lock
+
+int db_key_count(Db *db, int64_t *ret) {
+        LOCKED(db);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db->sql, "SELECT count(*) FROM keys", -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        if (sqlite3_step(st) != SQLITE_ROW)
+                return -EIO;
+        *ret = sqlite3_column_int64(st, 0);
+        return 0;
+}
+
+int db_key_insert(Db *db, const char *id, const char *name, const char *owner, bool full, const char *hash_hex,
+                  bool trial) {
+        LOCKED(db);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db->sql,
+                               "INSERT INTO keys (id, name, owner, access, hash, trial, created_at) "
+                               "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, full ? "full" : "read", -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, hash_hex, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 6, trial);
+        sqlite3_bind_int64(st, 7, time_now_unix());
+        return sql_err(sqlite3_step(st));
+}
+
+static void copy_text(char *dst, size_t n, sqlite3_stmt *st, int col) {
+        const unsigned char *t = sqlite3_column_text(st, col);
+        snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+int db_key_by_hash(Db *db, const char *hash_hex, KeyInfo *ret) {
+        LOCKED(db);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db->sql,
+                               "SELECT id, name, owner, access, daily_limit_micros, trial, hash FROM keys "
+                               "WHERE hash = ? AND revoked_at IS NULL",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, hash_hex, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -ENOENT;
+        if (rc != SQLITE_ROW)
+                return sql_err(rc) ? sql_err(rc) : -EIO;
+        /* The index found it; compare again in constant time so that nothing
+         * about the stored hash leaks through timing. */
+        const char *stored = (const char *)sqlite3_column_text(st, 6);
+        if (!stored || !auth_hash_equal(stored, hash_hex))
+                return -ENOENT;
+        KeyInfo k = { 0 };
+        copy_text(k.id, sizeof(k.id), st, 0);
+        copy_text(k.name, sizeof(k.name), st, 1);
+        copy_text(k.owner, sizeof(k.owner), st, 2);
+        const unsigned char *access = sqlite3_column_text(st, 3);
+        k.full = access && strcmp((const char *)access, "full") == 0;
+        k.daily_limit_micros = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 4);
+        k.trial = sqlite3_column_int(st, 5) != 0;
+        *ret = k;
+        return 0;
+}
+
+void sandbox_row_done(SandboxRow *r) {
+        free(r->owner);
+        free(r->key_id);
+        free(r->name);
+        free(r->labels);
+        free(r->spec);
+        free(r->failure_reason);
+        *r = (SandboxRow){ 0 };
+}
+
+static void bind_opt_int(sqlite3_stmt *st, int i, int64_t v) {
+        if (v)
+                sqlite3_bind_int64(st, i, v);
+        else
+                sqlite3_bind_null(st, i);
+}
+
+static void bind_opt_text(sqlite3_stmt *st, int i, const char *v) {
+        if (v)
+                sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+        else
+                sqlite3_bind_null(st, i);
+}
+
+static int count_where(sqlite3 *sql, const char *owner, int64_t *ret) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        const char *q = owner ? "SELECT count(*) FROM sandboxes WHERE deleted_at IS NULL AND owner = ?"
+                              : "SELECT count(*) FROM sandboxes WHERE deleted_at IS NULL";
+        if (sqlite3_prepare_v2(sql, q, -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        if (owner)
+                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_ROW)
+                return -EIO;
+        *ret = sqlite3_column_int64(st, 0);
+        return 0;
+}
+
+int db_sandbox_insert(Db *db, const SandboxRow *r, unsigned max_total, unsigned max_owner) {
+        LOCKED(db);
+        int rc = exec_sql(db->sql, "BEGIN IMMEDIATE");
+        if (rc < 0)
+                return rc;
+        int64_t total, mine;
+        if ((rc = count_where(db->sql, NULL, &total)) < 0 || (rc = count_where(db->sql, r->owner, &mine)) < 0)
+                goto rollback;
+        if (total >= max_total) {
+                rc = -EUSERS;
+                goto rollback;
+        }
+        if (mine >= max_owner) {
+                rc = -EDQUOT;
+                goto rollback;
+        }
+        {
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                if (sqlite3_prepare_v2(db->sql,
+                                       "INSERT INTO sandboxes (id, owner, key_id, name, labels, spec, state, "
+                                       "created_at, lease_ends_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                       -1, &st, NULL) != SQLITE_OK) {
+                        rc = -EIO;
+                        goto rollback;
+                }
+                sqlite3_bind_text(st, 1, r->id, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 2, r->owner, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 3, r->key_id, -1, SQLITE_STATIC);
+                bind_opt_text(st, 4, r->name);
+                sqlite3_bind_text(st, 5, r->labels, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 6, r->spec, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 7, r->state, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(st, 8, r->created_at);
+                bind_opt_int(st, 9, r->lease_ends_at);
+                if ((rc = sql_err(sqlite3_step(st))) < 0)
+                        goto rollback;
+        }
+        return exec_sql(db->sql, "COMMIT");
+rollback:
+        exec_sql(db->sql, "ROLLBACK");
+        return rc;
+}
+
+int db_sandbox_update(Db *db, const SandboxRow *r) {
+        LOCKED(db);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db->sql,
+                               "UPDATE sandboxes SET spec = ?, state = ?, failure_reason = ?, started_at = ?, "
+                               "stopped_at = ?, lease_ends_at = ?, run_seconds = ?, deleted_at = ? WHERE id = ?",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, r->spec, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, r->state, -1, SQLITE_STATIC);
+        bind_opt_text(st, 3, r->failure_reason);
+        bind_opt_int(st, 4, r->started_at);
+        bind_opt_int(st, 5, r->stopped_at);
+        bind_opt_int(st, 6, r->lease_ends_at);
+        sqlite3_bind_int64(st, 7, r->run_seconds);
+        bind_opt_int(st, 8, r->deleted_at);
+        sqlite3_bind_text(st, 9, r->id, -1, SQLITE_STATIC);
+        int rc = sql_err(sqlite3_step(st));
+        if (rc < 0)
+                return rc;
+        return sqlite3_changes(db->sql) == 1 ? 0 : -ENOENT;
+}
+
+#define ROW_COLUMNS                                                                                         \
+        "id, owner, key_id, name, labels, spec, state, failure_reason, created_at, started_at, stopped_at, " \
+        "lease_ends_at, run_seconds, deleted_at"
+
+static char *dup_col(sqlite3_stmt *st, int col) {
+        const unsigned char *t = sqlite3_column_text(st, col);
+        return t ? strdup((const char *)t) : NULL;
+}
+
+static int read_row(sqlite3_stmt *st, SandboxRow *r) {
+        *r = (SandboxRow){ 0 };
+        copy_text(r->id, sizeof(r->id), st, 0);
+        r->owner = dup_col(st, 1);
+        r->key_id = dup_col(st, 2);
+        r->name = dup_col(st, 3);
+        r->labels = dup_col(st, 4);
+        r->spec = dup_col(st, 5);
+        copy_text(r->state, sizeof(r->state), st, 6);
+        r->failure_reason = dup_col(st, 7);
+        r->created_at = sqlite3_column_int64(st, 8);
+        r->started_at = sqlite3_column_int64(st, 9);
+        r->stopped_at = sqlite3_column_int64(st, 10);
+        r->lease_ends_at = sqlite3_column_int64(st, 11);
+        r->run_seconds = sqlite3_column_int64(st, 12);
+        r->deleted_at = sqlite3_column_int64(st, 13);
+        if (!r->owner || !r->key_id || !r->labels || !r->spec) {
+                sandbox_row_done(r);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+int db_sandbox_get(Db *db, const char *id, SandboxRow *ret) {
+        LOCKED(db);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db->sql, "SELECT " ROW_COLUMNS " FROM sandboxes WHERE id = ? AND deleted_at IS NULL",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -ENOENT;
+        if (rc != SQLITE_ROW)
+                return -EIO;
+        return read_row(st, ret);
+}
+
+int db_sandbox_query(Db *db, DbSandboxQuery q, const char *owner, int64_t now, DbSandboxFn fn, void *userdata) {
+        const char *sql;
+        switch (q) {
+        case DB_SANDBOXES_OF_OWNER:
+                sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL AND owner = ?1 "
+                      "ORDER BY created_at DESC, rowid DESC";
+                break;
+        case DB_SANDBOXES_ACTIVE:
+                sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL "
+                      "AND state IN ('starting', 'running')";
+                break;
+        case DB_SANDBOXES_LEASE_DUE:
+                /* A running sandbox whose lease is over, or one of any state
+                 * that is to be deleted at lease end. */
+                sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL "
+                      "AND lease_ends_at IS NOT NULL AND lease_ends_at <= ?2 "
+                      "AND (state = 'running' OR (state != 'starting' AND "
+                      "json_extract(spec, '$.onLeaseEnd') = 'delete'))";
+                break;
+        default:
+                return -EINVAL;
+        }
+        /* Collect first, call later: fn may write to the database. */
+        SandboxRow *rows = NULL;
+        size_t n = 0;
+        int rc = 0;
+        {
+                LOCKED(db);
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                if (sqlite3_prepare_v2(db->sql, sql, -1, &st, NULL) != SQLITE_OK)
+                        return -EIO;
+                if (owner)
+                        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(st, 2, now);
+                while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                        SandboxRow *nr = realloc(rows, (n + 1) * sizeof(*rows));
+                        if (!nr) {
+                                rc = -ENOMEM;
+                                break;
+                        }
+                        rows = nr;
+                        if (read_row(st, &rows[n]) < 0) {
+                                rc = -ENOMEM;
+                                break;
+                        }
+                        n++;
+                }
+                rc = rc == SQLITE_DONE ? 0 : (rc < 0 ? rc : -EIO);
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (rc == 0)
+                        rc = fn(userdata, &rows[i]);
+                sandbox_row_done(&rows[i]);
+        }
+        free(rows);
+        return rc < 0 ? rc : 0;
+}
+
+int db_sandbox_state_counts(Db *db, DbStateCountFn fn, void *userdata) {
+        LOCKED(db);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db->sql,
+                               "SELECT state, count(*) FROM sandboxes WHERE deleted_at IS NULL GROUP BY state", -1,
+                               &st, NULL) != SQLITE_OK)
+                return -EIO;
+        while (sqlite3_step(st) == SQLITE_ROW)
+                fn(userdata, (const char *)sqlite3_column_text(st, 0), sqlite3_column_int64(st, 1));
+        return 0;
+}

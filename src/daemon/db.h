@@ -1,0 +1,63 @@
+#pragma once
+/* The daemon's durable state in SQLite (WAL): keys and sandboxes. One
+ * connection shared by every thread behind a lock. Times are unix seconds;
+ * 0 stands for NULL in the optional ones. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct Db Db;
+
+int db_open(const char *path, Db **ret);
+void db_close(Db *db);
+
+typedef struct KeyInfo {
+        char id[40];
+        char name[128];
+        char owner[128];
+        bool full;
+        int64_t daily_limit_micros; /* -1: unlimited */
+        bool trial;
+} KeyInfo;
+
+int db_key_count(Db *db, int64_t *ret);
+int db_key_insert(Db *db, const char *id, const char *name, const char *owner, bool full,
+                  const char *hash_hex, bool trial);
+/* A key that is not revoked, by hash; -ENOENT. */
+int db_key_by_hash(Db *db, const char *hash_hex, KeyInfo *ret);
+
+typedef struct SandboxRow {
+        char id[32];
+        char *owner;
+        char *key_id;
+        char *name; /* may be NULL */
+        char *labels;
+        char *spec;
+        char state[16];
+        char *failure_reason; /* may be NULL */
+        int64_t created_at, started_at, stopped_at, lease_ends_at, run_seconds, deleted_at;
+} SandboxRow;
+
+void sandbox_row_done(SandboxRow *r);
+/* Inserts while the number of undeleted sandboxes stays under the limits,
+ * atomically: -EUSERS past max_total, -EDQUOT past max_owner. */
+int db_sandbox_insert(Db *db, const SandboxRow *r, unsigned max_total, unsigned max_owner);
+/* Writes the mutable fields: spec, state, failure_reason, started_at,
+ * stopped_at, lease_ends_at, run_seconds, deleted_at. */
+int db_sandbox_update(Db *db, const SandboxRow *r);
+/* An undeleted sandbox; -ENOENT. */
+int db_sandbox_get(Db *db, const char *id, SandboxRow *ret);
+
+typedef enum DbSandboxQuery {
+        DB_SANDBOXES_OF_OWNER,  /* undeleted, of `owner`, newest first */
+        DB_SANDBOXES_ACTIVE,    /* undeleted and starting or running */
+        DB_SANDBOXES_LEASE_DUE, /* lease over at `now` and still to act on */
+} DbSandboxQuery;
+
+/* Calls fn for each row (the row is cleared after the call). A negative
+ * return from fn stops the walk and is returned. */
+typedef int (*DbSandboxFn)(void *userdata, SandboxRow *row);
+int db_sandbox_query(Db *db, DbSandboxQuery q, const char *owner, int64_t now, DbSandboxFn fn, void *userdata);
+/* Number of undeleted sandboxes per state, for metrics. */
+typedef void (*DbStateCountFn)(void *userdata, const char *state, int64_t n);
+int db_sandbox_state_counts(Db *db, DbStateCountFn fn, void *userdata);

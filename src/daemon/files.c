@@ -1,0 +1,500 @@
+/* The file routes: content streamed both ways, list, stat, mkdir, remove,
+ * rename, each mapped onto one agent stream. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/util.h"
+#include "common/macro.h"
+#include "common/timeutil.h"
+#include "daemon/handlers.h"
+#include "daemon/log.h"
+#include "daemon/request.h"
+#include "proto/proto.h"
+
+#define POLL_MS 250
+/* A file operation that takes longer than this has a wedged agent. */
+#define OP_TIMEOUT_MS 120000
+#define WRITE_TIMEOUT_MS 120000
+#define UPLOAD_MAX_DISCARD (8u * 1024u * 1024u)
+
+void agent_error_to_api(json_t *result, const char *path, ApiError *e) {
+        json_t *err = json_object_get(result, "error");
+        const char *code = json_string_value(json_object_get(err, "code"));
+        const char *msg = json_string_value(json_object_get(err, "message"));
+        if (!code)
+                code = "internal";
+        /* The agent's message is about the sandbox's own files: safe to pass on,
+         * but bounded. */
+        char text[300];
+        if (path)
+                snprintf(text, sizeof(text), "%.180s: %.100s", path, msg ? msg : code);
+        else
+                snprintf(text, sizeof(text), "%.200s", msg ? msg : code);
+        static const struct {
+                const char *agent;
+                int status;
+                const char *code;
+        } map[] = {
+                { "invalid", 400, "invalid_request" },          { "not_found", 404, "not_found" },
+                { "exists", 409, "conflict" },                  { "not_a_directory", 400, "invalid_request" },
+                { "is_a_directory", 400, "invalid_request" },   { "not_empty", 409, "conflict" },
+                { "permission_denied", 403, "forbidden" },      { "no_space", 413, "payload_too_large" },
+                { "too_large", 413, "payload_too_large" },      { "busy", 409, "conflict" },
+                { "io", 500, "internal" },                      { "internal", 500, "internal" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(map); i++)
+                if (strcmp(code, map[i].agent) == 0) {
+                        api_error(e, map[i].status, map[i].code, NULL, "%s", text);
+                        return;
+                }
+        api_error(e, 500, "internal", NULL, "%s", text);
+}
+
+/* Runs one request-response op on a sandbox. 0 and *ret (the RESULT), or a
+ * negative value with e filled. */
+static int run_op(Req *r, Sandbox *sb, json_t *request, json_t **ret, ApiError *e) {
+        ChanStream *s = NULL;
+        if (sandbox_open_stream(sb, request, &s, e) < 0)
+                return -EINVAL;
+        int sock = req_socket(r);
+        uint64_t deadline = time_now_mono_ms() + OP_TIMEOUT_MS;
+        int rc = -ETIMEDOUT;
+        while (time_now_mono_ms() < deadline) {
+                ChanEvent ev;
+                int n = chan_stream_next(s, POLL_MS, &ev);
+                if (n == -ETIMEDOUT) {
+                        if (socket_hung_up(sock)) {
+                                rc = -EPIPE;
+                                break;
+                        }
+                        continue;
+                }
+                if (n < 0 || ev.type == CHAN_EV_CLOSED) {
+                        if (n == 0)
+                                chan_event_clear(&ev);
+                        rc = -ECONNRESET;
+                        break;
+                }
+                if (ev.type == CHAN_EV_RESULT) {
+                        *ret = TAKE_PTR(ev.json);
+                        chan_event_clear(&ev);
+                        rc = 0;
+                        break;
+                }
+                chan_event_clear(&ev);
+        }
+        chan_stream_free(s);
+        if (rc == -ETIMEDOUT)
+                api_error(e, 503, "unavailable", "try again; the daemon's log has details",
+                          "the sandbox did not answer in time");
+        else if (rc == -ECONNRESET)
+                api_error(e, 409, "conflict", "create a new sandbox", "sandbox %s stopped during the operation",
+                          sandbox_id(sb));
+        else if (rc == -EPIPE)
+                api_error(e, 499, "cancelled", NULL, "the client left");
+        return rc;
+}
+
+static json_t *api_entry(json_t *entry) {
+        json_t *out = json_deep_copy(entry);
+        if (!out)
+                return NULL;
+        json_t *mt = json_object_get(out, "mtime");
+        if (json_is_integer(mt)) {
+                char buf[RFC3339_LEN];
+                if (time_format_rfc3339(json_integer_value(mt), buf) == 0)
+                        json_object_set_new(out, "mtime", json_string(buf));
+                else
+                        json_object_set_new(out, "mtime", json_null());
+        }
+        return out;
+}
+
+/* The path of a query argument (required). */
+static int query_path(Req *r, const char *name, const char *def, char **ret, ApiError *e) {
+        const char *p = req_query(r, name);
+        if (!p)
+                p = def;
+        if (!p)
+                return api_error(e, 400, "invalid_request", NULL, "the %s query argument is required", name);
+        return request_resolve_path(p, strlen(p), name, ret, e);
+}
+
+static enum MHD_Result op_reply(Req *r, json_t *request, const char *path, json_t **ret_result) {
+        ApiError e = { 0 };
+        Sandbox *sb;
+        if (sandbox_acquire(r->srv->manager, &r->key, r->route.sandbox_id, &sb, &e) < 0)
+                return reply_error(r, &e);
+        json_t *result = NULL;
+        int rc = run_op(r, sb, request, &result, &e);
+        sandbox_release(sb);
+        if (rc == -EPIPE)
+                return MHD_NO;
+        if (rc < 0)
+                return e.code ? reply_error(r, &e) : reply_internal(r);
+        if (json_object_get(result, "error")) {
+                agent_error_to_api(result, path, &e);
+                json_decref(result);
+                return reply_error(r, &e);
+        }
+        *ret_result = result;
+        return MHD_YES;
+}
+
+enum MHD_Result handle_files_list(Req *r) {
+        ApiError e = { 0 };
+        _cleanup_free_ char *path = NULL;
+        unsigned depth = 1;
+        if (query_path(r, "path", "/workspace", &path, &e) < 0)
+                return reply_error(r, &e);
+        const char *d = req_query(r, "depth");
+        if (d && request_parse_depth(d, &depth, &e) < 0)
+                return reply_error(r, &e);
+        _cleanup_json_ json_t *req = json_pack("{s:s,s:s,s:i}", "op", "list", "path", path, "depth", (int)depth);
+        if (!req)
+                return reply_internal(r);
+        json_t *result = NULL;
+        enum MHD_Result m = op_reply(r, req, path, &result);
+        if (!result)
+                return m;
+        _cleanup_json_ json_t *res = result;
+        json_t *entries = json_array();
+        size_t i;
+        json_t *ent;
+        json_array_foreach(json_object_get(res, "entries"), i, ent) {
+                json_t *a = api_entry(ent);
+                if (a)
+                        json_array_append_new(entries, a);
+        }
+        return reply_json(r, 200, json_pack("{s:s,s:o,s:b}", "path", path, "entries", entries, "truncated",
+                                            json_is_true(json_object_get(res, "truncated"))));
+}
+
+enum MHD_Result handle_files_stat(Req *r) {
+        ApiError e = { 0 };
+        _cleanup_free_ char *path = NULL;
+        if (query_path(r, "path", NULL, &path, &e) < 0)
+                return reply_error(r, &e);
+        _cleanup_json_ json_t *req = json_pack("{s:s,s:s}", "op", "stat", "path", path);
+        if (!req)
+                return reply_internal(r);
+        json_t *result = NULL;
+        enum MHD_Result m = op_reply(r, req, path, &result);
+        if (!result)
+                return m;
+        json_t *entry = api_entry(result);
+        json_decref(result);
+        return entry ? reply_json(r, 200, entry) : reply_internal(r);
+}
+
+enum MHD_Result handle_files_op(Req *r) {
+        ApiError e = { 0 };
+        _cleanup_free_ char *path = NULL, *to = NULL;
+        _cleanup_json_ json_t *req = NULL, *answer = NULL;
+        bool flag;
+        int rc;
+        switch (r->route.kind) {
+        case ROUTE_FILES_MKDIR:
+                if ((rc = request_parse_mkdir(r->json, &path, &flag, &e)) == 0) {
+                        req = json_pack("{s:s,s:s,s:b}", "op", "mkdir", "path", path, "parents", flag);
+                        answer = json_pack("{s:s}", "path", path);
+                }
+                break;
+        case ROUTE_FILES_REMOVE:
+                if ((rc = request_parse_remove(r->json, &path, &flag, &e)) == 0) {
+                        req = json_pack("{s:s,s:s,s:b}", "op", "remove", "path", path, "recursive", flag);
+                        answer = json_pack("{s:s}", "path", path);
+                }
+                break;
+        default:
+                if ((rc = request_parse_rename(r->json, &path, &to, &e)) == 0) {
+                        req = json_pack("{s:s,s:s,s:s}", "op", "rename", "from", path, "to", to);
+                        answer = json_pack("{s:s,s:s}", "from", path, "to", to);
+                }
+                break;
+        }
+        if (rc < 0)
+                return e.code ? reply_error(r, &e) : reply_internal(r);
+        if (!req || !answer)
+                return reply_internal(r);
+        json_t *result = NULL;
+        enum MHD_Result m = op_reply(r, req, path, &result);
+        if (!result)
+                return m;
+        json_decref(result);
+        return reply_json(r, 200, TAKE_PTR(answer));
+}
+
+/* ---- GET content: the agent's DATA straight to the client ---- */
+
+typedef struct FileRead {
+        char rid[24];
+        Sandbox *sb;
+        ChanStream *stream;
+        int sock;
+        uint64_t size;
+        uint8_t *chunk;
+        size_t chunk_len, chunk_off;
+        bool eof;
+} FileRead;
+
+static void file_read_free(void *cls) {
+        FileRead *f = cls;
+        chan_stream_free(f->stream); /* cancels if unfinished */
+        sandbox_release(f->sb);
+        free(f->chunk);
+        free(f);
+}
+
+static ssize_t file_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+        FileRead *f = cls;
+        for (;;) {
+                if (f->chunk_off < f->chunk_len) {
+                        size_t n = f->chunk_len - f->chunk_off;
+                        if (n > max)
+                                n = max;
+                        if (pos + n > f->size)
+                                n = (size_t)(f->size - pos); /* the file grew: send what was announced */
+                        if (n == 0)
+                                return MHD_CONTENT_READER_END_OF_STREAM;
+                        memcpy(buf, f->chunk + f->chunk_off, n);
+                        f->chunk_off += n;
+                        return (ssize_t)n;
+                }
+                if (f->eof)
+                        return pos >= f->size ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+                ChanEvent ev;
+                int rc = chan_stream_next(f->stream, POLL_MS, &ev);
+                if (rc == -ETIMEDOUT) {
+                        if (socket_hung_up(f->sock))
+                                return MHD_CONTENT_READER_END_WITH_ERROR;
+                        continue;
+                }
+                if (rc < 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                switch (ev.type) {
+                case CHAN_EV_DATA:
+                        if (ev.fd == PROTO_FD_OUT) {
+                                free(f->chunk);
+                                f->chunk = TAKE_PTR(ev.data);
+                                f->chunk_len = ev.len;
+                                f->chunk_off = 0;
+                        }
+                        break;
+                case CHAN_EV_EOF:
+                        f->eof = true;
+                        break;
+                case CHAN_EV_RESULT:
+                        f->eof = true;
+                        if (json_object_get(ev.json, "error"))
+                                log_warn(f->rid, "reading a file from %s failed mid-way", sandbox_id(f->sb));
+                        break;
+                case CHAN_EV_CLOSED:
+                        chan_event_clear(&ev);
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                default:
+                        break;
+                }
+                chan_event_clear(&ev);
+        }
+}
+
+enum MHD_Result handle_files_read(Req *r) {
+        ApiError e = { 0 };
+        _cleanup_free_ char *path = NULL;
+        if (query_path(r, "path", NULL, &path, &e) < 0)
+                return reply_error(r, &e);
+        _cleanup_json_ json_t *req = json_pack("{s:s,s:s}", "op", "read", "path", path);
+        if (!req)
+                return reply_internal(r);
+        FileRead *f = calloc(1, sizeof(*f));
+        if (!f)
+                return reply_internal(r);
+        snprintf(f->rid, sizeof(f->rid), "%s", r->rid);
+        f->sock = req_socket(r);
+        if (sandbox_acquire(r->srv->manager, &r->key, r->route.sandbox_id, &f->sb, &e) < 0) {
+                free(f);
+                return reply_error(r, &e);
+        }
+        if (sandbox_open_stream(f->sb, req, &f->stream, &e) < 0) {
+                file_read_free(f);
+                return reply_error(r, &e);
+        }
+        /* The first event says the size, or the RESULT says why not. */
+        uint64_t deadline = time_now_mono_ms() + OP_TIMEOUT_MS;
+        for (;;) {
+                ChanEvent ev;
+                int rc = chan_stream_next(f->stream, POLL_MS, &ev);
+                if (rc == -ETIMEDOUT) {
+                        if (socket_hung_up(f->sock)) {
+                                file_read_free(f);
+                                return MHD_NO;
+                        }
+                        if (time_now_mono_ms() > deadline) {
+                                file_read_free(f);
+                                api_error(&e, 503, "unavailable", NULL, "the sandbox did not answer in time");
+                                return reply_error(r, &e);
+                        }
+                        continue;
+                }
+                if (rc < 0 || ev.type == CHAN_EV_CLOSED) {
+                        if (rc == 0)
+                                chan_event_clear(&ev);
+                        file_read_free(f);
+                        api_error(&e, 409, "conflict", "create a new sandbox", "the sandbox stopped during the read");
+                        return reply_error(r, &e);
+                }
+                if (ev.type == CHAN_EV_RESULT) {
+                        if (json_object_get(ev.json, "error"))
+                                agent_error_to_api(ev.json, path, &e);
+                        else
+                                api_error(&e, 500, "internal", NULL, "the agent sent no file");
+                        chan_event_clear(&ev);
+                        file_read_free(f);
+                        return reply_error(r, &e);
+                }
+                if (ev.type == CHAN_EV_EVENT) {
+                        json_t *sz = json_object_get(ev.json, "size");
+                        f->size = json_is_integer(sz) && json_integer_value(sz) >= 0 ? (uint64_t)json_integer_value(sz) : 0;
+                        chan_event_clear(&ev);
+                        break;
+                }
+                chan_event_clear(&ev);
+        }
+        struct MHD_Response *resp = MHD_create_response_from_callback(f->size, 256 * 1024, file_reader, f, file_read_free);
+        if (!resp) {
+                file_read_free(f);
+                return reply_internal(r);
+        }
+        return reply_response(r, 200, resp, "application/octet-stream");
+}
+
+/* ---- PUT content: the upload straight into the agent ---- */
+
+struct FileUpload {
+        Sandbox *sb;
+        ChanStream *stream;
+        char *path;
+        uint64_t written;
+        uint64_t max;
+        uint64_t discarded;
+        bool failed;     /* the agent stopped taking data; its RESULT says why */
+        bool too_large;
+};
+
+void files_upload_free(FileUpload *u) {
+        if (!u)
+                return;
+        chan_stream_free(u->stream); /* a write without RESULT is cancelled: the target stays untouched */
+        sandbox_release(u->sb);
+        free(u->path);
+        free(u);
+}
+
+enum MHD_Result files_upload_begin(Req *r) {
+        ApiError e = { 0 };
+        _cleanup_free_ char *path = NULL;
+        unsigned mode = 0644;
+        if (query_path(r, "path", NULL, &path, &e) < 0)
+                return reply_error(r, &e);
+        const char *m = req_query(r, "mode");
+        if (m && request_parse_mode(m, &mode, &e) < 0)
+                return reply_error(r, &e);
+        uint64_t max = (uint64_t)r->srv->cfg->max_file_mib * 1024u * 1024u;
+        const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > max) {
+                api_error(&e, 413, "payload_too_large", "files are limited by the daemon's --max-file-mib",
+                          "the file is larger than %u MiB", r->srv->cfg->max_file_mib);
+                return reply_error(r, &e);
+        }
+        FileUpload *u = calloc(1, sizeof(*u));
+        if (!u)
+                return reply_internal(r);
+        u->max = max;
+        u->path = TAKE_PTR(path);
+        r->upload = u;
+        if (sandbox_acquire(r->srv->manager, &r->key, r->route.sandbox_id, &u->sb, &e) < 0)
+                return reply_error(r, &e);
+        _cleanup_json_ json_t *req =
+                json_pack("{s:s,s:s,s:i,s:b}", "op", "write", "path", u->path, "mode", (int)mode, "mkdirs", 1);
+        if (!req)
+                return reply_internal(r);
+        if (sandbox_open_stream(u->sb, req, &u->stream, &e) < 0)
+                return reply_error(r, &e);
+        return MHD_YES;
+}
+
+enum MHD_Result files_upload_data(Req *r, const char *data, size_t len) {
+        FileUpload *u = r->upload;
+        if (!u || !u->stream)
+                return MHD_NO;
+        if (u->failed || u->too_large) {
+                /* The answer comes at the end; a client that keeps sending far
+                 * past the limit is cut off. */
+                u->discarded += len;
+                return u->discarded > UPLOAD_MAX_DISCARD ? MHD_NO : MHD_YES;
+        }
+        if (u->written + len > u->max) {
+                u->too_large = true;
+                chan_stream_cancel(u->stream);
+                return MHD_YES;
+        }
+        int rc = chan_stream_write(u->stream, data, len, WRITE_TIMEOUT_MS);
+        if (rc < 0) {
+                u->failed = true;
+                if (rc == -ETIMEDOUT)
+                        chan_stream_cancel(u->stream);
+                return MHD_YES;
+        }
+        u->written += len;
+        return MHD_YES;
+}
+
+enum MHD_Result files_upload_end(Req *r) {
+        FileUpload *u = r->upload;
+        ApiError e = { 0 };
+        if (!u || !u->stream)
+                return reply_internal(r);
+        if (u->too_large) {
+                api_error(&e, 413, "payload_too_large", "files are limited by the daemon's --max-file-mib",
+                          "the file is larger than %u MiB", r->srv->cfg->max_file_mib);
+                return reply_error(r, &e);
+        }
+        if (!u->failed)
+                chan_stream_close_write(u->stream);
+        json_t *result = NULL;
+        uint64_t deadline = time_now_mono_ms() + OP_TIMEOUT_MS;
+        int sock = req_socket(r);
+        while (!result) {
+                ChanEvent ev;
+                int rc = chan_stream_next(u->stream, POLL_MS, &ev);
+                if (rc == -ETIMEDOUT) {
+                        if (socket_hung_up(sock))
+                                return MHD_NO;
+                        if (time_now_mono_ms() > deadline) {
+                                api_error(&e, 503, "unavailable", NULL, "the sandbox did not answer in time");
+                                return reply_error(r, &e);
+                        }
+                        continue;
+                }
+                if (rc < 0 || ev.type == CHAN_EV_CLOSED) {
+                        if (rc == 0)
+                                chan_event_clear(&ev);
+                        api_error(&e, 409, "conflict", "create a new sandbox", "the sandbox stopped during the write");
+                        return reply_error(r, &e);
+                }
+                if (ev.type == CHAN_EV_RESULT)
+                        result = TAKE_PTR(ev.json);
+                chan_event_clear(&ev);
+        }
+        _cleanup_json_ json_t *res = result;
+        if (json_object_get(res, "error")) {
+                agent_error_to_api(res, u->path, &e);
+                return reply_error(r, &e);
+        }
+        json_t *size = json_object_get(res, "size");
+        return reply_json(r, 200, json_pack("{s:s,s:I}", "path", u->path, "size",
+                                            (json_int_t)(json_is_integer(size) ? json_integer_value(size)
+                                                                               : (json_int_t)u->written)));
+}

@@ -1,0 +1,14 @@
+#pragma once
+/* The daemon's log: one line per event on stderr, with the request id when
+ * there is one. Only the edges (main, handlers, supervisors) log. */
+typedef enum LogLevel { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG } LogLevel;
+
+void log_set_level(LogLevel l);
+/* -EINVAL for an unknown name. */
+int log_parse_level(const char *name, LogLevel *ret);
+void log_msg(LogLevel l, const char *rid, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#define log_error(rid, ...) log_msg(LOG_ERROR, rid, __VA_ARGS__)
+#define log_warn(rid, ...) log_msg(LOG_WARN, rid, __VA_ARGS__)
+#define log_info(rid, ...) log_msg(LOG_INFO, rid, __VA_ARGS__)
+#define log_debug(rid, ...) log_msg(LOG_DEBUG, rid, __VA_ARGS__)

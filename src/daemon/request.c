@@ -1,0 +1,698 @@
+#include "daemon/request.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/util.h"
+#include "common/macro.h"
+
+#define INVALID(e, ...) api_error(e, 400, "invalid_request", NULL, __VA_ARGS__)
+
+bool json_depth_ok(const char *buf, size_t len, unsigned max) {
+        unsigned depth = 0;
+        bool in_string = false, escaped = false;
+        for (size_t i = 0; i < len; i++) {
+                char c = buf[i];
+                if (in_string) {
+                        if (escaped)
+                                escaped = false;
+                        else if (c == '\\')
+                                escaped = true;
+                        else if (c == '"')
+                                in_string = false;
+                        continue;
+                }
+                if (c == '"')
+                        in_string = true;
+                else if (c == '{' || c == '[') {
+                        if (++depth > max)
+                                return false;
+                } else if ((c == '}' || c == ']') && depth > 0)
+                        depth--;
+        }
+        return true;
+}
+
+int request_body_parse(const char *buf, size_t len, bool empty_ok, json_t **ret, ApiError *e) {
+        if (len > REQ_MAX_BODY)
+                return api_error(e, 413, "payload_too_large", "send at most 1 MiB of JSON",
+                                 "the request body is over 1 MiB");
+        bool blank = true;
+        for (size_t i = 0; i < len && blank; i++)
+                blank = buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' || buf[i] == '\n';
+        if (blank) {
+                if (!empty_ok)
+                        return INVALID(e, "a JSON object body is required");
+                *ret = json_object();
+                return *ret ? 0 : -ENOMEM;
+        }
+        if (!json_depth_ok(buf, len, REQ_MAX_DEPTH))
+                return INVALID(e, "the JSON body is nested more than %u levels deep", REQ_MAX_DEPTH);
+        json_error_t jerr;
+        json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!j)
+                return INVALID(e, "malformed JSON at line %d column %d: %.200s", jerr.line, jerr.column,
+                               jerr.text);
+        if (!json_is_object(j)) {
+                json_decref(j);
+                return INVALID(e, "the JSON body must be an object");
+        }
+        *ret = j;
+        return 0;
+}
+
+static const char *type_name(const json_t *v) {
+        switch (json_typeof(v)) {
+        case JSON_OBJECT:
+                return "an object";
+        case JSON_ARRAY:
+                return "an array";
+        case JSON_STRING:
+                return "a string";
+        case JSON_INTEGER:
+                return "an integer";
+        case JSON_REAL:
+                return "a number with a fraction";
+        case JSON_TRUE:
+        case JSON_FALSE:
+                return "a boolean";
+        default:
+                return "null";
+        }
+}
+
+static int wrong_type(ApiError *e, const char *field, const char *want, const json_t *v) {
+        return INVALID(e, "%s must be %s, not %s", field, want, type_name(v));
+}
+
+/* Unknown fields are refused, naming the first one. */
+static int check_fields(json_t *obj, const char *prefix, const char *const *allowed, ApiError *e) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(obj, key, v) {
+                bool ok = false;
+                for (size_t i = 0; allowed[i]; i++)
+                        if (strcmp(key, allowed[i]) == 0)
+                                ok = true;
+                if (!ok) {
+                        /* The name is client text: keep it short in the message. */
+                        return INVALID(e, "unknown field %s%s%.64s%s", prefix ? prefix : "", prefix ? "." : "",
+                                       key, strlen(key) > 64 ? "..." : "");
+                }
+        }
+        return 0;
+}
+
+static int get_int(json_t *body, const char *field, int64_t lo, int64_t hi, int64_t def, int64_t *ret,
+                   ApiError *e) {
+        json_t *v = json_object_get(body, field);
+        if (!v) {
+                *ret = def;
+                return 0;
+        }
+        if (!json_is_integer(v))
+                return wrong_type(e, field, "an integer", v);
+        json_int_t n = json_integer_value(v);
+        if (n < lo || n > hi)
+                return INVALID(e, "%s must be between %lld and %lld", field, (long long)lo, (long long)hi);
+        *ret = n;
+        return 0;
+}
+
+static int get_bool(json_t *body, const char *field, bool def, bool *ret, ApiError *e) {
+        json_t *v = json_object_get(body, field);
+        if (!v) {
+                *ret = def;
+                return 0;
+        }
+        if (!json_is_boolean(v))
+                return wrong_type(e, field, "a boolean", v);
+        *ret = json_is_true(v);
+        return 0;
+}
+
+/* A string without NUL bytes (JSON allows \u0000; C strings and paths do not). */
+static int get_string(json_t *v, const char *field, size_t max, const char **ret, size_t *ret_len, ApiError *e) {
+        if (!json_is_string(v))
+                return wrong_type(e, field, "a string", v);
+        size_t len = json_string_length(v);
+        const char *s = json_string_value(v);
+        if (memchr(s, '\0', len))
+                return INVALID(e, "%s must not contain NUL bytes", field);
+        if (len > max)
+                return INVALID(e, "%s is longer than %zu bytes", field, max);
+        *ret = s;
+        if (ret_len)
+                *ret_len = len;
+        return 0;
+}
+
+bool request_env_name_ok(const char *s, size_t len) {
+        if (len == 0 || len > REQ_MAX_ENV_NAME)
+                return false;
+        if (!(isalpha((unsigned char)s[0]) || s[0] == '_') || !isascii((unsigned char)s[0]))
+                return false;
+        for (size_t i = 1; i < len; i++) {
+                unsigned char c = (unsigned char)s[i];
+                if (!isascii(c) || !(isalnum(c) || c == '_'))
+                        return false;
+        }
+        return true;
+}
+
+static int parse_env(json_t *v, const char *field, json_t **ret, ApiError *e) {
+        if (!v) {
+                *ret = json_object();
+                return *ret ? 0 : -ENOMEM;
+        }
+        if (!json_is_object(v))
+                return wrong_type(e, field, "an object of strings", v);
+        if (json_object_size(v) > REQ_MAX_ENV)
+                return INVALID(e, "%s has more than %u variables", field, REQ_MAX_ENV);
+        size_t total = 0;
+        const char *key;
+        json_t *val;
+        json_object_foreach(v, key, val) {
+                size_t klen = strlen(key);
+                if (!request_env_name_ok(key, klen))
+                        return INVALID(e, "%s: variable names must match [A-Za-z_][A-Za-z0-9_]* and be at most %u bytes",
+                                       field, REQ_MAX_ENV_NAME);
+                if (!json_is_string(val))
+                        return INVALID(e, "%s.%s must be a string, not %s", field, key, type_name(val));
+                size_t vlen = json_string_length(val);
+                if (memchr(json_string_value(val), '\0', vlen))
+                        return INVALID(e, "%s.%s must not contain NUL bytes", field, key);
+                if (vlen > REQ_MAX_ENV_VALUE)
+                        return INVALID(e, "%s.%s is longer than %u bytes", field, key, REQ_MAX_ENV_VALUE);
+                total += klen + vlen;
+        }
+        if (total > REQ_MAX_ENV_TOTAL)
+                return INVALID(e, "%s is larger than %u bytes in total", field, REQ_MAX_ENV_TOTAL);
+        *ret = json_incref(v);
+        return 0;
+}
+
+static bool printable(const char *s, size_t len) {
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char)s[i];
+                if (c < 0x20 || c == 0x7f)
+                        return false;
+        }
+        return true;
+}
+
+static int parse_labels(json_t *v, json_t **ret, ApiError *e) {
+        if (!v) {
+                *ret = json_object();
+                return *ret ? 0 : -ENOMEM;
+        }
+        if (!json_is_object(v))
+                return wrong_type(e, "labels", "an object of strings", v);
+        if (json_object_size(v) > REQ_MAX_LABELS)
+                return INVALID(e, "labels has more than %u entries", REQ_MAX_LABELS);
+        const char *key;
+        json_t *val;
+        json_object_foreach(v, key, val) {
+                size_t klen = strlen(key);
+                if (klen == 0 || klen > REQ_MAX_LABEL_KEY || !printable(key, klen))
+                        return INVALID(e, "labels: keys must be 1..%u printable bytes", REQ_MAX_LABEL_KEY);
+                if (!json_is_string(val))
+                        return INVALID(e, "labels.%s must be a string, not %s", key, type_name(val));
+                size_t vlen = json_string_length(val);
+                if (vlen > REQ_MAX_LABEL_VALUE || !printable(json_string_value(val), vlen))
+                        return INVALID(e, "labels.%s must be at most %u printable bytes", key,
+                                       REQ_MAX_LABEL_VALUE);
+        }
+        *ret = json_incref(v);
+        return 0;
+}
+
+/* Host patterns: exact names or "*.suffix", DNS characters only, lowercased. */
+static int parse_host_list(json_t *v, const char *field, json_t **ret, ApiError *e) {
+        _cleanup_json_ json_t *out = json_array();
+        if (!out)
+                return -ENOMEM;
+        if (!v) {
+                *ret = TAKE_PTR(out);
+                return 0;
+        }
+        if (!json_is_array(v))
+                return wrong_type(e, field, "an array of host patterns", v);
+        if (json_array_size(v) > REQ_MAX_HOST_PATTERNS)
+                return INVALID(e, "%s has more than %u entries", field, REQ_MAX_HOST_PATTERNS);
+        size_t i;
+        json_t *item;
+        json_array_foreach(v, i, item) {
+                if (!json_is_string(item))
+                        return INVALID(e, "%s[%zu] must be a string, not %s", field, i, type_name(item));
+                const char *s = json_string_value(item);
+                size_t len = json_string_length(item);
+                if (len == 0 || len > REQ_MAX_HOST_PATTERN)
+                        return INVALID(e, "%s[%zu] must be 1..%u bytes", field, i, REQ_MAX_HOST_PATTERN);
+                char buf[REQ_MAX_HOST_PATTERN + 1];
+                size_t start = 0;
+                if (len >= 2 && s[0] == '*' && s[1] == '.')
+                        start = 2;
+                bool ok = len > start;
+                for (size_t k = 0; k < len; k++) {
+                        unsigned char c = (unsigned char)s[k];
+                        if (k >= start && !(isascii(c) && (isalnum(c) || c == '-' || c == '.')))
+                                ok = false;
+                        buf[k] = (char)tolower(c);
+                }
+                buf[len] = '\0';
+                if (ok && (s[start] == '.' || s[len - 1] == '.' || strstr(buf + start, "..")))
+                        ok = false;
+                if (!ok)
+                        return INVALID(e, "%s[%zu] is not a host pattern (a host name or *.suffix)", field, i);
+                if (json_array_append_new(out, json_string(buf)) < 0)
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(out);
+        return 0;
+}
+
+int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *e) {
+        static const char *const fields[] = { "internet", "allow", "deny", NULL };
+        if (v && !json_is_object(v))
+                return wrong_type(e, field, "an object", v);
+        json_t *empty = NULL;
+        if (!v)
+                v = empty = json_object();
+        _cleanup_json_ json_t *owned = empty;
+        if (!v)
+                return -ENOMEM;
+        int r = check_fields(v, field, fields, e);
+        if (r < 0)
+                return r;
+        bool internet = false;
+        r = get_bool(v, "internet", false, &internet, e);
+        if (r < 0)
+                return INVALID(e, "%s.internet must be a boolean", field);
+        _cleanup_json_ json_t *allow = NULL, *deny = NULL;
+        char sub[32];
+        snprintf(sub, sizeof(sub), "%s.allow", field);
+        r = parse_host_list(json_object_get(v, "allow"), sub, &allow, e);
+        if (r < 0)
+                return r;
+        snprintf(sub, sizeof(sub), "%s.deny", field);
+        r = parse_host_list(json_object_get(v, "deny"), sub, &deny, e);
+        if (r < 0)
+                return r;
+        json_t *n = json_pack("{s:b,s:O,s:O}", "internet", internet, "allow", allow, "deny", deny);
+        if (!n)
+                return -ENOMEM;
+        *ret = n;
+        return 0;
+}
+
+bool request_image_name_ok(const char *s) {
+        size_t len = strlen(s);
+        if (len == 0 || len > 64)
+                return false;
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char)s[i];
+                bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && (c == '-' || c == '_'));
+                if (!ok)
+                        return false;
+        }
+        return true;
+}
+
+void create_request_done(CreateRequest *r) {
+        json_decref(r->network);
+        json_decref(r->env);
+        json_decref(r->labels);
+        free(r->image);
+        free(r->driver);
+        free(r->name);
+        *r = (CreateRequest){ 0 };
+}
+
+int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret, ApiError *e) {
+        static const char *const fields[] = { "timeoutSeconds", "onLeaseEnd", "vcpu",   "memoryMiB",
+                                              "diskMiB",        "network",    "env",    "image",
+                                              "driver",         "name",       "labels", "maxCostMicros",
+                                              NULL };
+        CreateRequest c = { 0 };
+        int64_t n;
+        int r = check_fields(body, NULL, fields, e);
+        if (r < 0)
+                return r;
+        if ((r = get_int(body, "timeoutSeconds", 1, REQ_MAX_TIMEOUT_SECONDS, 300, &c.timeout_seconds, e)) < 0)
+                return r;
+        json_t *v = json_object_get(body, "onLeaseEnd");
+        if (v) {
+                if (!json_is_string(v))
+                        return wrong_type(e, "onLeaseEnd", "\"stop\" or \"delete\"", v);
+                if (strcmp(json_string_value(v), "delete") == 0)
+                        c.delete_on_lease_end = true;
+                else if (strcmp(json_string_value(v), "stop") != 0)
+                        return INVALID(e, "onLeaseEnd must be \"stop\" or \"delete\"");
+        }
+        if ((r = get_int(body, "vcpu", 1, lim->max_vcpu, 1, &n, e)) < 0)
+                return r;
+        c.vcpu = (unsigned)n;
+        if ((r = get_int(body, "memoryMiB", 64, lim->max_memory_mib, 1024, &n, e)) < 0)
+                return r;
+        c.memory_mib = (unsigned)n;
+        if ((r = get_int(body, "diskMiB", 64, lim->max_disk_mib, 2048, &n, e)) < 0)
+                return r;
+        c.disk_mib = (unsigned)n;
+        if ((r = get_int(body, "maxCostMicros", 0, INT64_MAX, -1, &c.max_cost_micros, e)) < 0)
+                return r;
+
+        v = json_object_get(body, "image");
+        const char *s;
+        if (v) {
+                if ((r = get_string(v, "image", 64, &s, NULL, e)) < 0)
+                        return r;
+                if (!request_image_name_ok(s))
+                        return INVALID(e, "image must be an image name ([a-z0-9][a-z0-9_-]*, at most 64 bytes)");
+        } else
+                s = "default";
+        c.image = strdup(s);
+        v = json_object_get(body, "driver");
+        if (v && !json_is_null(v)) {
+                if ((r = get_string(v, "driver", 32, &s, NULL, e)) < 0)
+                        goto fail;
+                if (!request_image_name_ok(s)) {
+                        r = INVALID(e, "driver must be one of namespace, gvisor, microvm");
+                        goto fail;
+                }
+                c.driver = strdup(s);
+        }
+        v = json_object_get(body, "name");
+        if (v && !json_is_null(v)) {
+                size_t len;
+                if ((r = get_string(v, "name", REQ_MAX_NAME, &s, &len, e)) < 0)
+                        goto fail;
+                if (!printable(s, len)) {
+                        r = INVALID(e, "name must be printable");
+                        goto fail;
+                }
+                c.name = strdup(s);
+        }
+        if ((r = request_parse_network(json_object_get(body, "network"), "network", &c.network, e)) < 0)
+                goto fail;
+        if ((r = parse_env(json_object_get(body, "env"), "env", &c.env, e)) < 0)
+                goto fail;
+        if ((r = parse_labels(json_object_get(body, "labels"), &c.labels, e)) < 0)
+                goto fail;
+        if (!c.image || (json_object_get(body, "driver") && !json_is_null(json_object_get(body, "driver")) &&
+                         !c.driver)) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        *ret = c;
+        return 0;
+fail:
+        create_request_done(&c);
+        return r;
+}
+
+static int b64_value(unsigned char c) {
+        if (c >= 'A' && c <= 'Z')
+                return c - 'A';
+        if (c >= 'a' && c <= 'z')
+                return c - 'a' + 26;
+        if (c >= '0' && c <= '9')
+                return c - '0' + 52;
+        if (c == '+')
+                return 62;
+        if (c == '/')
+                return 63;
+        return -1;
+}
+
+int base64_decode(const char *in, size_t len, size_t max, uint8_t **ret, size_t *ret_len) {
+        if (len % 4 != 0)
+                return -EINVAL;
+        size_t out_len = len / 4 * 3;
+        if (len > 0 && in[len - 1] == '=')
+                out_len--;
+        if (len > 1 && in[len - 2] == '=')
+                out_len--;
+        if (out_len > max)
+                return -E2BIG;
+        uint8_t *out = malloc(out_len ? out_len : 1);
+        if (!out)
+                return -ENOMEM;
+        size_t o = 0;
+        for (size_t i = 0; i < len; i += 4) {
+                int v[4];
+                bool last = i + 4 == len;
+                for (int k = 0; k < 4; k++) {
+                        unsigned char c = (unsigned char)in[i + k];
+                        if (c == '=' && last && k >= 2 && (k == 3 || in[i + 3] == '='))
+                                v[k] = -2;
+                        else
+                                v[k] = b64_value(c);
+                        if (v[k] == -1) {
+                                free(out);
+                                return -EINVAL;
+                        }
+                }
+                uint32_t w = ((uint32_t)v[0] << 18) | ((uint32_t)v[1] << 12) |
+                             ((uint32_t)(v[2] < 0 ? 0 : v[2]) << 6) | (uint32_t)(v[3] < 0 ? 0 : v[3]);
+                out[o++] = (uint8_t)(w >> 16);
+                if (v[2] >= 0)
+                        out[o++] = (uint8_t)(w >> 8);
+                if (v[3] >= 0)
+                        out[o++] = (uint8_t)w;
+        }
+        *ret = out;
+        *ret_len = o;
+        return 0;
+}
+
+void exec_request_done(ExecRequest *r) {
+        free(r->command);
+        json_decref(r->argv);
+        free(r->cwd);
+        json_decref(r->env);
+        free(r->stdin_data);
+        *r = (ExecRequest){ 0 };
+}
+
+int request_resolve_path(const char *in, size_t len, const char *field, char **ret, ApiError *e) {
+        if (!in || len == 0)
+                return INVALID(e, "%s must not be empty", field);
+        if (memchr(in, '\0', len))
+                return INVALID(e, "%s must not contain NUL bytes", field);
+        if (len > REQ_MAX_PATH)
+                return INVALID(e, "%s is longer than %u bytes", field, REQ_MAX_PATH);
+        char *out;
+        if (in[0] == '/')
+                out = strndup(in, len);
+        else {
+                static const char prefix[] = "/workspace/";
+                if (len + sizeof(prefix) - 1 > REQ_MAX_PATH)
+                        return INVALID(e, "%s is longer than %u bytes under /workspace", field, REQ_MAX_PATH);
+                out = malloc(sizeof(prefix) + len);
+                if (out) {
+                        memcpy(out, prefix, sizeof(prefix) - 1);
+                        memcpy(out + sizeof(prefix) - 1, in, len);
+                        out[sizeof(prefix) - 1 + len] = '\0';
+                }
+        }
+        if (!out)
+                return -ENOMEM;
+        *ret = out;
+        return 0;
+}
+
+int request_path_field(json_t *body, const char *field, bool required, char **ret, ApiError *e) {
+        json_t *v = json_object_get(body, field);
+        if (!v) {
+                if (required)
+                        return INVALID(e, "%s is required", field);
+                *ret = NULL;
+                return 0;
+        }
+        if (!json_is_string(v))
+                return wrong_type(e, field, "a string", v);
+        return request_resolve_path(json_string_value(v), json_string_length(v), field, ret, e);
+}
+
+int request_parse_exec(json_t *body, ExecRequest *ret, ApiError *e) {
+        static const char *const fields[] = { "command", "argv",      "cwd",    "env",
+                                              "stdin",   "stdinBase64", "timeoutMs", "stream",
+                                              "maxOutputBytes", NULL };
+        ExecRequest x = { 0 };
+        int r = check_fields(body, NULL, fields, e);
+        if (r < 0)
+                return r;
+        json_t *cmd = json_object_get(body, "command"), *argv = json_object_get(body, "argv");
+        if ((cmd != NULL) == (argv != NULL))
+                return INVALID(e, "exactly one of command and argv is required");
+        const char *s;
+        size_t len;
+        int64_t n;
+        if (cmd) {
+                if ((r = get_string(cmd, "command", REQ_MAX_BODY, &s, &len, e)) < 0)
+                        return r;
+                if (len == 0)
+                        return INVALID(e, "command must not be empty");
+                if (!(x.command = strdup(s)))
+                        return -ENOMEM;
+        } else {
+                if (!json_is_array(argv))
+                        return wrong_type(e, "argv", "an array of strings", argv);
+                if (json_array_size(argv) == 0)
+                        return INVALID(e, "argv must not be empty");
+                if (json_array_size(argv) > REQ_MAX_ARGV)
+                        return INVALID(e, "argv has more than %u entries", REQ_MAX_ARGV);
+                size_t i;
+                json_t *item;
+                json_array_foreach(argv, i, item) {
+                        if (!json_is_string(item))
+                                return INVALID(e, "argv[%zu] must be a string, not %s", i, type_name(item));
+                        if (memchr(json_string_value(item), '\0', json_string_length(item)))
+                                return INVALID(e, "argv[%zu] must not contain NUL bytes", i);
+                }
+                if (json_string_length(json_array_get(argv, 0)) == 0)
+                        return INVALID(e, "argv[0] must not be empty");
+                x.argv = json_incref(argv);
+        }
+        if ((r = request_path_field(body, "cwd", false, &x.cwd, e)) < 0)
+                goto fail;
+        if (!x.cwd && !(x.cwd = strdup("/workspace"))) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        if ((r = parse_env(json_object_get(body, "env"), "env", &x.env, e)) < 0)
+                goto fail;
+        json_t *in = json_object_get(body, "stdin"), *in64 = json_object_get(body, "stdinBase64");
+        if (in && in64) {
+                r = INVALID(e, "at most one of stdin and stdinBase64");
+                goto fail;
+        }
+        if (in) {
+                if (!json_is_string(in)) {
+                        r = wrong_type(e, "stdin", "a string", in);
+                        goto fail;
+                }
+                len = json_string_length(in);
+                if (len > REQ_MAX_STDIN) {
+                        r = INVALID(e, "stdin is larger than 16 MiB");
+                        goto fail;
+                }
+                x.stdin_data = malloc(len ? len : 1);
+                if (!x.stdin_data) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                memcpy(x.stdin_data, json_string_value(in), len);
+                x.stdin_len = len;
+                x.has_stdin = true;
+        } else if (in64) {
+                if (!json_is_string(in64)) {
+                        r = wrong_type(e, "stdinBase64", "a base64 string", in64);
+                        goto fail;
+                }
+                r = base64_decode(json_string_value(in64), json_string_length(in64), REQ_MAX_STDIN,
+                                  &x.stdin_data, &x.stdin_len);
+                if (r == -E2BIG) {
+                        r = INVALID(e, "stdinBase64 decodes to more than 16 MiB");
+                        goto fail;
+                }
+                if (r < 0) {
+                        r = r == -ENOMEM ? r : INVALID(e, "stdinBase64 is not valid base64");
+                        goto fail;
+                }
+                x.has_stdin = true;
+        }
+        if ((r = get_int(body, "timeoutMs", 1, REQ_MAX_EXEC_TIMEOUT_MS, 60000, &x.timeout_ms, e)) < 0)
+                goto fail;
+        if ((r = get_bool(body, "stream", false, &x.stream, e)) < 0)
+                goto fail;
+        if ((r = get_int(body, "maxOutputBytes", 0, REQ_MAX_OUTPUT, 65536, &n, e)) < 0)
+                goto fail;
+        x.max_output_bytes = (size_t)n;
+        *ret = x;
+        return 0;
+fail:
+        exec_request_done(&x);
+        return r;
+}
+
+int request_parse_mkdir(json_t *body, char **ret_path, bool *ret_parents, ApiError *e) {
+        static const char *const fields[] = { "path", "parents", NULL };
+        bool parents = true;
+        int r = check_fields(body, NULL, fields, e);
+        if (r < 0 || (r = get_bool(body, "parents", true, &parents, e)) < 0)
+                return r;
+        if ((r = request_path_field(body, "path", true, ret_path, e)) < 0)
+                return r;
+        *ret_parents = parents;
+        return 0;
+}
+
+int request_parse_remove(json_t *body, char **ret_path, bool *ret_recursive, ApiError *e) {
+        static const char *const fields[] = { "path", "recursive", NULL };
+        bool recursive = false;
+        int r = check_fields(body, NULL, fields, e);
+        if (r < 0 || (r = get_bool(body, "recursive", false, &recursive, e)) < 0)
+                return r;
+        if ((r = request_path_field(body, "path", true, ret_path, e)) < 0)
+                return r;
+        *ret_recursive = recursive;
+        return 0;
+}
+
+int request_parse_rename(json_t *body, char **ret_from, char **ret_to, ApiError *e) {
+        static const char *const fields[] = { "from", "to", NULL };
+        int r = check_fields(body, NULL, fields, e);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *from = NULL;
+        if ((r = request_path_field(body, "from", true, &from, e)) < 0)
+                return r;
+        if ((r = request_path_field(body, "to", true, ret_to, e)) < 0)
+                return r;
+        *ret_from = TAKE_PTR(from);
+        return 0;
+}
+
+int request_parse_extend(json_t *body, int64_t *ret_seconds, ApiError *e) {
+        static const char *const fields[] = { "seconds", NULL };
+        int r = check_fields(body, NULL, fields, e);
+        if (r < 0)
+                return r;
+        if (!json_object_get(body, "seconds"))
+                return INVALID(e, "seconds is required");
+        return get_int(body, "seconds", 1, REQ_MAX_TIMEOUT_SECONDS, 0, ret_seconds, e);
+}
+
+int request_parse_mode(const char *s, unsigned *ret, ApiError *e) {
+        if (!s || !*s || strlen(s) > 4)
+                return INVALID(e, "mode must be octal permission bits (e.g. 644)");
+        unsigned v = 0;
+        for (const char *p = s; *p; p++) {
+                if (*p < '0' || *p > '7')
+                        return INVALID(e, "mode must be octal permission bits (e.g. 644)");
+                v = v * 8 + (unsigned)(*p - '0');
+        }
+        if (v > 0777)
+                return INVALID(e, "mode must be at most 777");
+        *ret = v;
+        return 0;
+}
+
+int request_parse_depth(const char *s, unsigned *ret, ApiError *e) {
+        if (!s || !*s || strlen(s) > 2)
+                return INVALID(e, "depth must be an integer from 1 to 10");
+        unsigned v = 0;
+        for (const char *p = s; *p; p++) {
+                if (*p < '0' || *p > '9')
+                        return INVALID(e, "depth must be an integer from 1 to 10");
+                v = v * 10 + (unsigned)(*p - '0');
+        }
+        if (v < 1 || v > 10)
+                return INVALID(e, "depth must be an integer from 1 to 10");
+        *ret = v;
+        return 0;
+}

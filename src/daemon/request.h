@@ -1,0 +1,107 @@
+#pragma once
+/*
+ * Parsing and validation of every JSON body and path a client sends. Pure
+ * functions (no I/O, no globals), so that they are unit-tested and fuzzed.
+ * Each fills an ApiError naming the field on failure and returns -EINVAL.
+ */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/apierror.h"
+
+#define REQ_MAX_BODY (1024u * 1024u)
+#define REQ_MAX_DEPTH 32u
+#define REQ_MAX_PATH 4096u
+#define REQ_MAX_ENV 128u
+#define REQ_MAX_ENV_NAME 255u
+#define REQ_MAX_ENV_VALUE (32u * 1024u)
+/* The env travels in every exec's OPEN frame, which is bounded by
+ * PROTO_MAX_JSON (64 KiB); keep room for the command itself. */
+#define REQ_MAX_ENV_TOTAL (48u * 1024u)
+#define REQ_MAX_LABELS 32u
+#define REQ_MAX_LABEL_KEY 63u
+#define REQ_MAX_LABEL_VALUE 256u
+#define REQ_MAX_NAME 64u
+#define REQ_MAX_HOST_PATTERNS 256u
+#define REQ_MAX_HOST_PATTERN 253u
+#define REQ_MAX_ARGV 4096u
+#define REQ_MAX_STDIN (16u * 1024u * 1024u)
+#define REQ_MAX_OUTPUT (16u * 1024u * 1024u)
+#define REQ_MAX_TIMEOUT_SECONDS 86400
+#define REQ_MAX_EXEC_TIMEOUT_MS 86400000LL
+
+typedef struct ReqLimits {
+        unsigned max_vcpu;
+        unsigned max_memory_mib;
+        unsigned max_disk_mib;
+} ReqLimits;
+
+typedef struct CreateRequest {
+        int64_t timeout_seconds;
+        bool delete_on_lease_end;
+        unsigned vcpu;
+        unsigned memory_mib;
+        unsigned disk_mib;
+        json_t *network; /* normalized {"internet","allow","deny"} */
+        json_t *env;     /* object string->string */
+        json_t *labels;  /* object string->string */
+        char *image;
+        char *driver; /* NULL: the daemon's default */
+        char *name;   /* NULL: none */
+        int64_t max_cost_micros; /* -1: none */
+} CreateRequest;
+
+typedef struct ExecRequest {
+        char *command; /* exactly one of command and argv */
+        json_t *argv;
+        char *cwd;   /* absolute */
+        json_t *env; /* object, may be empty */
+        uint8_t *stdin_data;
+        size_t stdin_len;
+        bool has_stdin;
+        int64_t timeout_ms;
+        bool stream;
+        size_t max_output_bytes;
+} ExecRequest;
+
+/* Counts the nesting of a JSON text without parsing it (strings and escapes
+ * honoured), so that a deep document is refused before any parser recurses.
+ * true when the depth never passes max. */
+bool json_depth_ok(const char *buf, size_t len, unsigned max);
+/* A request body: at most REQ_MAX_BODY bytes, depth REQ_MAX_DEPTH, no
+ * duplicate names, an object. An empty body is an empty object when
+ * empty_ok. */
+int request_body_parse(const char *buf, size_t len, bool empty_ok, json_t **ret, ApiError *e);
+
+int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret, ApiError *e);
+void create_request_done(CreateRequest *r);
+/* The network object of a create or of PUT .../network, normalized. */
+int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *e);
+
+int request_parse_exec(json_t *body, ExecRequest *ret, ApiError *e);
+void exec_request_done(ExecRequest *r);
+
+/* A sandbox path: at most REQ_MAX_PATH bytes, no NUL, not empty; relative
+ * paths are taken under /workspace. Lexical only: the agent resolves it
+ * inside the sandbox's own root. */
+int request_resolve_path(const char *in, size_t len, const char *field, char **ret, ApiError *e);
+/* The path of a JSON field (must be a string). */
+int request_path_field(json_t *body, const char *field, bool required, char **ret, ApiError *e);
+
+int request_parse_mkdir(json_t *body, char **ret_path, bool *ret_parents, ApiError *e);
+int request_parse_remove(json_t *body, char **ret_path, bool *ret_recursive, ApiError *e);
+int request_parse_rename(json_t *body, char **ret_from, char **ret_to, ApiError *e);
+int request_parse_extend(json_t *body, int64_t *ret_seconds, ApiError *e);
+/* A file mode from a query string: octal, at most 0777. */
+int request_parse_mode(const char *s, unsigned *ret, ApiError *e);
+/* A list depth from a query string: 1..10. */
+int request_parse_depth(const char *s, unsigned *ret, ApiError *e);
+
+/* Names of this shape travel into host paths (images) and the DB. */
+bool request_image_name_ok(const char *s);
+bool request_env_name_ok(const char *s, size_t len);
+/* Strict base64 (RFC 4648, padding required). -EINVAL when malformed,
+ * -E2BIG when the decoded size would pass max. */
+int base64_decode(const char *in, size_t len, size_t max, uint8_t **ret, size_t *ret_len);

@@ -1,0 +1,927 @@
+#include "daemon/sandbox.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "daemon/util.h"
+#include "common/macro.h"
+#include "common/random.h"
+#include "common/timeutil.h"
+#include "daemon/log.h"
+#include "daemon/metrics.h"
+
+#define HELLO_TIMEOUT_MS 30000
+#define SANDBOX_PIDS_MAX 4096
+
+/* Strings of a DriverSpec, made from a sandbox's row. */
+typedef struct SpecPaths {
+        char *sandbox_dir;
+        char *image_dir;
+} SpecPaths;
+
+static void spec_paths_done(SpecPaths *p) {
+        free(p->sandbox_dir);
+        free(p->image_dir);
+}
+
+struct Sandbox {
+        Manager *m;
+        SpecPaths paths; /* the driver may keep pointers into its spec */
+        char id[32];
+        char owner[128];
+        atomic_int refs;
+        pthread_mutex_t lock;
+        const Driver *driver;
+        DriverInstance *inst; /* under lock */
+        Channel *channel;     /* set before the sandbox is live; freed with the last reference */
+        json_t *env;
+        bool running;  /* under lock: live and serving */
+        bool stopping; /* under lock: being stopped on purpose */
+        bool died;     /* under lock: queued as dead */
+        char closed_reason[128];
+        Sandbox *next;      /* live list, under m->lock */
+        Sandbox *next_dead; /* dead queue, under m->lock */
+};
+
+/* Ids with a lifecycle operation in progress: operations on one sandbox run
+ * one at a time, on different sandboxes concurrently. */
+typedef struct BusyId {
+        char id[32];
+        struct BusyId *next;
+} BusyId;
+
+struct Manager {
+        const DaemonConfig *cfg;
+        Db *db;
+        pthread_mutex_t lock; /* live, dead, busy, quit */
+        pthread_cond_t cond;  /* busy ids released; the maintenance thread woken */
+        Sandbox *live;
+        Sandbox *dead;
+        BusyId *busy;
+        bool quit;
+        bool thread_started;
+        pthread_t thread;
+};
+
+
+/* ---- live objects ---- */
+
+static void sandbox_unref(Sandbox *sb) {
+        if (!sb || atomic_fetch_sub(&sb->refs, 1) != 1)
+                return;
+        channel_free(sb->channel);
+        json_decref(sb->env);
+        spec_paths_done(&sb->paths);
+        pthread_mutex_destroy(&sb->lock);
+        free(sb);
+}
+
+void sandbox_release(Sandbox *sb) {
+        sandbox_unref(sb);
+}
+
+json_t *sandbox_env(Sandbox *sb) {
+        return sb->env;
+}
+
+const char *sandbox_id(Sandbox *sb) {
+        return sb->id;
+}
+
+/* Takes sb off the live list; the caller then owns the list's reference.
+ * NULL when it was not live. */
+static Sandbox *live_take(Manager *m, const char *id) {
+        pthread_mutex_lock(&m->lock);
+        Sandbox *found = NULL;
+        for (Sandbox **p = &m->live; *p; p = &(*p)->next)
+                if (strcmp((*p)->id, id) == 0) {
+                        found = *p;
+                        *p = found->next;
+                        found->next = NULL;
+                        break;
+                }
+        pthread_mutex_unlock(&m->lock);
+        return found;
+}
+
+static void busy_begin(Manager *m, const char *id) {
+        BusyId *b = calloc(1, sizeof(*b));
+        pthread_mutex_lock(&m->lock);
+        for (;;) {
+                bool taken = false;
+                for (BusyId *x = m->busy; x; x = x->next)
+                        if (strcmp(x->id, id) == 0)
+                                taken = true;
+                if (!taken)
+                        break;
+                pthread_cond_wait(&m->cond, &m->lock);
+        }
+        /* Without memory the operation still runs, only unserialized. */
+        if (b) {
+                snprintf(b->id, sizeof(b->id), "%s", id);
+                b->next = m->busy;
+                m->busy = b;
+        }
+        pthread_mutex_unlock(&m->lock);
+}
+
+static void busy_end(Manager *m, const char *id) {
+        pthread_mutex_lock(&m->lock);
+        for (BusyId **p = &m->busy; *p; p = &(*p)->next)
+                if (strcmp((*p)->id, id) == 0) {
+                        BusyId *b = *p;
+                        *p = b->next;
+                        free(b);
+                        break;
+                }
+        pthread_cond_broadcast(&m->cond);
+        pthread_mutex_unlock(&m->lock);
+}
+
+/* Queues a sandbox whose agent went away for the maintenance thread, which
+ * may call driver->stop and channel_free (the channel's reader thread, which
+ * reports the close, must not). */
+static void queue_dead(Sandbox *sb) {
+        Manager *m = sb->m;
+        pthread_mutex_lock(&sb->lock);
+        bool queue = sb->running && !sb->stopping && !sb->died;
+        if (queue)
+                sb->died = true;
+        pthread_mutex_unlock(&sb->lock);
+        if (!queue)
+                return;
+        atomic_fetch_add(&sb->refs, 1);
+        pthread_mutex_lock(&m->lock);
+        sb->next_dead = m->dead;
+        m->dead = sb;
+        pthread_cond_broadcast(&m->cond);
+        pthread_mutex_unlock(&m->lock);
+}
+
+static void on_channel_closed(void *userdata, const char *reason) {
+        Sandbox *sb = userdata;
+        pthread_mutex_lock(&sb->lock);
+        snprintf(sb->closed_reason, sizeof(sb->closed_reason), "%s", reason ? reason : "closed");
+        pthread_mutex_unlock(&sb->lock);
+        queue_dead(sb);
+}
+
+/* Kills the sandbox's processes (driver->stop). The reason the driver saw, if
+ * the sandbox had died on its own. */
+static const char *live_stop(Sandbox *sb) {
+        const char *why = NULL;
+        pthread_mutex_lock(&sb->lock);
+        sb->stopping = true;
+        sb->running = false;
+        if (sb->inst) {
+                sb->driver->stop(sb->inst, &why);
+                sb->inst = NULL;
+        }
+        pthread_mutex_unlock(&sb->lock);
+        return why;
+}
+
+/* ---- rows and JSON ---- */
+
+static int spec_paths(Manager *m, const char *id, const char *image, SpecPaths *ret) {
+        SpecPaths p = { 0 };
+        if (asprintf(&p.sandbox_dir, "%s/sandboxes/%s", m->cfg->state_dir, id) < 0) {
+                p.sandbox_dir = NULL;
+                return -ENOMEM;
+        }
+        if (asprintf(&p.image_dir, "%s/%s", m->cfg->image_dir, image) < 0) {
+                p.image_dir = NULL;
+                spec_paths_done(&p);
+                return -ENOMEM;
+        }
+        *ret = p;
+        return 0;
+}
+
+static unsigned spec_uint(json_t *spec, const char *k) {
+        json_int_t v = json_integer_value(json_object_get(spec, k));
+        return v > 0 && v < UINT32_MAX ? (unsigned)v : 0;
+}
+
+static const char *spec_str(json_t *spec, const char *k, const char *def) {
+        const char *s = json_string_value(json_object_get(spec, k));
+        return s ? s : def;
+}
+
+static void driver_spec_from(Manager *m, const char *id, json_t *spec, const SpecPaths *p, DriverSpec *ds) {
+        *ds = (DriverSpec){
+                .id = id,
+                .vcpu = spec_uint(spec, "vcpu"),
+                .memory_mib = spec_uint(spec, "memoryMiB"),
+                .disk_mib = spec_uint(spec, "diskMiB"),
+                .pids_max = SANDBOX_PIDS_MAX,
+                .image_dir = p->image_dir,
+                .sandbox_dir = p->sandbox_dir,
+                .agent_path = m->cfg->agent_path,
+                .cgroup_parent = m->cfg->cgroup_parent,
+        };
+}
+
+static json_t *time_or_null(int64_t t) {
+        char buf[RFC3339_LEN];
+        if (!t || time_format_rfc3339(t, buf) < 0)
+                return json_null();
+        return json_string(buf);
+}
+
+static int64_t row_run_seconds(const SandboxRow *r, int64_t now) {
+        int64_t s = r->run_seconds;
+        if ((strcmp(r->state, "running") == 0) && r->started_at && now > r->started_at)
+                s += now - r->started_at;
+        return s;
+}
+
+static json_t *row_json(Manager *m, const SandboxRow *r) {
+        _cleanup_json_ json_t *spec = json_loads(r->spec, 0, NULL);
+        _cleanup_json_ json_t *labels = json_loads(r->labels, 0, NULL);
+        if (!spec || !labels)
+                return NULL;
+        unsigned vcpu = spec_uint(spec, "vcpu"), mem = spec_uint(spec, "memoryMiB");
+        uint64_t per_hour = config_cost_per_hour(m->cfg, vcpu, mem);
+        uint64_t cost = (uint64_t)row_run_seconds(r, time_now_unix()) * per_hour / 3600u;
+        json_t *max_cost = json_object_get(spec, "maxCostMicros");
+        json_t *network = json_object_get(spec, "network");
+        return json_pack("{s:s,s:o,s:O,s:s,s:s,s:s,s:i,s:i,s:i,s:O,s:I,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:O,s:o}",
+                         "id", r->id, "name", r->name ? json_string(r->name) : json_null(), "labels", labels,
+                         "state", r->state, "driver", spec_str(spec, "driver", ""), "image",
+                         spec_str(spec, "image", ""), "vcpu", (int)vcpu, "memoryMiB", (int)mem, "diskMiB",
+                         (int)spec_uint(spec, "diskMiB"), "network", network ? network : json_null(),
+                         "timeoutSeconds", (json_int_t)json_integer_value(json_object_get(spec, "timeoutSeconds")),
+                         "onLeaseEnd", spec_str(spec, "onLeaseEnd", "stop"), "createdAt",
+                         time_or_null(r->created_at), "startedAt", time_or_null(r->started_at), "stoppedAt",
+                         time_or_null(r->stopped_at), "leaseEndsAt", time_or_null(r->lease_ends_at),
+                         "costMicrosPerHour", (json_int_t)per_hour, "costMicros", (json_int_t)cost,
+                         "maxCostMicros", max_cost ? max_cost : json_null(), "failureReason",
+                         r->failure_reason ? json_string(r->failure_reason) : json_null());
+}
+
+static json_t *row_json_checked(Manager *m, const SandboxRow *r, ApiError *e) {
+        json_t *j = row_json(m, r);
+        if (!j)
+                api_error(e, 500, "internal", NULL, "could not render the sandbox");
+        return j;
+}
+
+/* The row of a sandbox of this key's owner; 404 otherwise. */
+static int own_row(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret, ApiError *e) {
+        int r = db_sandbox_get(m->db, id, ret);
+        if (r == -ENOENT || (r == 0 && strcmp(ret->owner, key->owner) != 0)) {
+                if (r == 0)
+                        sandbox_row_done(ret);
+                return api_error(e, 404, "not_found", "list your sandboxes with GET /v1/sandboxes",
+                                 "no sandbox %s", id);
+        }
+        if (r < 0) {
+                log_error(NULL, "reading sandbox %s: %s", id, strerror(-r));
+                return api_error(e, 500, "internal", NULL, "could not read the sandbox");
+        }
+        return 0;
+}
+
+static int set_reason(SandboxRow *r, const char *reason) {
+        if (reason == r->failure_reason)
+                return 0;
+        free(r->failure_reason);
+        r->failure_reason = reason ? strdup(reason) : NULL;
+        return reason && !r->failure_reason ? -ENOMEM : 0;
+}
+
+/* Accounts run time and writes a stopped or failed state. */
+static int row_finish(Manager *m, SandboxRow *r, const char *state, const char *reason) {
+        int64_t now = time_now_unix();
+        if (strcmp(r->state, "running") == 0 && r->started_at) {
+                int64_t end = now;
+                if (end < r->started_at)
+                        end = r->started_at;
+                r->run_seconds += end - r->started_at;
+        }
+        snprintf(r->state, sizeof(r->state), "%s", state);
+        r->stopped_at = now;
+        set_reason(r, reason);
+        return db_sandbox_update(m->db, r);
+}
+
+static const char *failure_text(const char *driver_why, const char *channel_reason, char *buf, size_t n) {
+        if (driver_why && strcmp(driver_why, "oom") == 0)
+                return "oom";
+        if (driver_why && strcmp(driver_why, "exited") == 0)
+                return "agent exited";
+        if (driver_why && strcmp(driver_why, "killed") == 0)
+                return "agent killed";
+        if (driver_why) {
+                snprintf(buf, n, "%s", driver_why);
+                return buf;
+        }
+        /* The driver saw nothing wrong: the agent went away on its own. The
+         * channel's reason goes to the log. */
+        (void)channel_reason;
+        snprintf(buf, n, "agent exited");
+        return buf;
+}
+
+/* ---- lifecycle, every step under busy_begin(id) ---- */
+
+static int do_stop_locked(Manager *m, SandboxRow *row, const char *state, const char *reason) {
+        Sandbox *sb = live_take(m, row->id);
+        if (sb) {
+                live_stop(sb);
+                sandbox_unref(sb);
+        }
+        if (strcmp(row->state, "running") != 0 && strcmp(row->state, "starting") != 0)
+                return 0;
+        return row_finish(m, row, state, reason);
+}
+
+static int do_delete_locked(Manager *m, SandboxRow *row, const char *rid) {
+        int r = do_stop_locked(m, row, "stopped", row->failure_reason);
+        if (r < 0)
+                return r;
+        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
+        const Driver *d = spec ? driver_by_name(spec_str(spec, "driver", "")) : NULL;
+        SpecPaths p = { 0 };
+        if (d && spec && spec_paths(m, row->id, spec_str(spec, "image", "default"), &p) == 0) {
+                DriverSpec ds;
+                driver_spec_from(m, row->id, spec, &p, &ds);
+                int dr = d->destroy(&ds);
+                if (dr < 0)
+                        log_error(rid, "destroying sandbox %s left files behind: %s", row->id, strerror(-dr));
+        } else
+                log_error(rid, "cannot destroy sandbox %s: unknown driver or spec", row->id);
+        spec_paths_done(&p);
+        snprintf(row->state, sizeof(row->state), "deleted");
+        row->deleted_at = time_now_unix();
+        return db_sandbox_update(m->db, row);
+}
+
+static void handle_dead(Manager *m, Sandbox *sb) {
+        busy_begin(m, sb->id);
+        Sandbox *was_live = live_take(m, sb->id);
+        if (was_live) {
+                const char *why = live_stop(sb);
+                char buf[160], reason[128];
+                pthread_mutex_lock(&sb->lock);
+                snprintf(reason, sizeof(reason), "%s", sb->closed_reason);
+                pthread_mutex_unlock(&sb->lock);
+                const char *text = failure_text(why, reason, buf, sizeof(buf));
+                SandboxRow row;
+                if (db_sandbox_get(m->db, sb->id, &row) == 0) {
+                        if (strcmp(row.state, "running") == 0) {
+                                int r = row_finish(m, &row, "failed", text);
+                                if (r < 0)
+                                        log_error(NULL, "recording the failure of %s: %s", sb->id, strerror(-r));
+                        }
+                        sandbox_row_done(&row);
+                }
+                log_warn(NULL, "sandbox %s failed: %s (driver: %s, channel: %s)", sb->id, text, why ? why : "alive",
+                         reason);
+                sandbox_unref(was_live);
+        }
+        busy_end(m, sb->id);
+}
+
+static int lease_due(void *userdata, SandboxRow *row) {
+        Manager *m = userdata;
+        char id[32];
+        snprintf(id, sizeof(id), "%s", row->id);
+        busy_begin(m, id);
+        SandboxRow cur;
+        /* Re-read under the id's lock: an :extend may have won the race. */
+        if (db_sandbox_get(m->db, id, &cur) == 0) {
+                _cleanup_json_ json_t *spec = json_loads(cur.spec, 0, NULL);
+                bool del = spec && strcmp(spec_str(spec, "onLeaseEnd", "stop"), "delete") == 0;
+                if (cur.lease_ends_at && cur.lease_ends_at <= time_now_unix() &&
+                    (strcmp(cur.state, "running") == 0 || (del && strcmp(cur.state, "starting") != 0))) {
+                        int r = del ? do_delete_locked(m, &cur, NULL) : do_stop_locked(m, &cur, "stopped", NULL);
+                        if (r < 0)
+                                log_error(NULL, "lease end of %s: %s", id, strerror(-r));
+                        else
+                                log_info(NULL, "lease of sandbox %s ended: %s", id, del ? "deleted" : "stopped");
+                }
+                sandbox_row_done(&cur);
+        }
+        busy_end(m, id);
+        return 0;
+}
+
+static void *maintenance_thread(void *userdata) {
+        Manager *m = userdata;
+        pthread_mutex_lock(&m->lock);
+        while (!m->quit) {
+                Sandbox *dead = m->dead;
+                m->dead = NULL;
+                pthread_mutex_unlock(&m->lock);
+                while (dead) {
+                        Sandbox *next = dead->next_dead;
+                        handle_dead(m, dead);
+                        sandbox_unref(dead);
+                        dead = next;
+                }
+                int r = db_sandbox_query(m->db, DB_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
+                if (r < 0)
+                        log_error(NULL, "checking leases: %s", strerror(-r));
+                pthread_mutex_lock(&m->lock);
+                if (m->quit || m->dead)
+                        continue;
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 1;
+                pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+        }
+        pthread_mutex_unlock(&m->lock);
+        return NULL;
+}
+
+/* ---- manager ---- */
+
+int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret) {
+        Manager *m = calloc(1, sizeof(*m));
+        if (!m)
+                return -ENOMEM;
+        m->cfg = cfg;
+        m->db = db;
+        pthread_mutex_init(&m->lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_cond_init(&m->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        *ret = m;
+        return 0;
+}
+
+static int recover_one(void *userdata, SandboxRow *row) {
+        Manager *m = userdata;
+        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
+        const Driver *d = spec ? driver_by_name(spec_str(spec, "driver", "")) : NULL;
+        SpecPaths p = { 0 };
+        if (d && spec_paths(m, row->id, spec_str(spec, "image", "default"), &p) == 0) {
+                DriverSpec ds;
+                driver_spec_from(m, row->id, spec, &p, &ds);
+                int r = d->reap_orphan(&ds);
+                if (r < 0)
+                        log_error(NULL, "cleaning up after sandbox %s: %s", row->id, strerror(-r));
+        } else
+                log_error(NULL, "sandbox %s: unknown driver, nothing to clean up", row->id);
+        spec_paths_done(&p);
+        /* The run time while the daemon was down is unknown; bill up to the lease end at most. */
+        if (row->started_at) {
+                int64_t end = time_now_unix();
+                if (row->lease_ends_at && end > row->lease_ends_at)
+                        end = row->lease_ends_at;
+                if (end > row->started_at)
+                        row->run_seconds += end - row->started_at;
+                row->started_at = 0;
+        }
+        snprintf(row->state, sizeof(row->state), "stopped");
+        row->stopped_at = time_now_unix();
+        set_reason(row, "daemon restarted");
+        int r = db_sandbox_update(m->db, row);
+        log_info(NULL, "sandbox %s was running when the daemon stopped: now stopped", row->id);
+        return r;
+}
+
+int manager_recover(Manager *m) {
+        int r = db_sandbox_query(m->db, DB_SANDBOXES_ACTIVE, NULL, 0, recover_one, m);
+        if (r < 0)
+                return r;
+        return db_sandbox_query(m->db, DB_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
+}
+
+int manager_start(Manager *m) {
+        int r = pthread_create(&m->thread, NULL, maintenance_thread, m);
+        if (r != 0)
+                return -r;
+        m->thread_started = true;
+        return 0;
+}
+
+void manager_shutdown(Manager *m) {
+        pthread_mutex_lock(&m->lock);
+        m->quit = true;
+        pthread_cond_broadcast(&m->cond);
+        pthread_mutex_unlock(&m->lock);
+        if (m->thread_started) {
+                pthread_join(m->thread, NULL);
+                m->thread_started = false;
+        }
+        for (;;) {
+                pthread_mutex_lock(&m->lock);
+                Sandbox *sb = m->live;
+                char id[32] = "";
+                if (sb)
+                        snprintf(id, sizeof(id), "%s", sb->id);
+                pthread_mutex_unlock(&m->lock);
+                if (!sb)
+                        break;
+                busy_begin(m, id);
+                SandboxRow row;
+                if (db_sandbox_get(m->db, id, &row) == 0) {
+                        do_stop_locked(m, &row, "stopped", NULL);
+                        sandbox_row_done(&row);
+                } else {
+                        Sandbox *t = live_take(m, id);
+                        if (t) {
+                                live_stop(t);
+                                sandbox_unref(t);
+                        }
+                }
+                busy_end(m, id);
+                log_info(NULL, "sandbox %s stopped for shutdown", id);
+        }
+        /* Sandboxes that died while shutting down. */
+        pthread_mutex_lock(&m->lock);
+        Sandbox *dead = m->dead;
+        m->dead = NULL;
+        pthread_mutex_unlock(&m->lock);
+        while (dead) {
+                Sandbox *next = dead->next_dead;
+                sandbox_unref(dead);
+                dead = next;
+        }
+}
+
+void manager_free(Manager *m) {
+        if (!m)
+                return;
+        pthread_mutex_destroy(&m->lock);
+        pthread_cond_destroy(&m->cond);
+        free(m);
+}
+
+/* ---- API operations ---- */
+
+static int check_image(Manager *m, const char *image, ApiError *e) {
+        _cleanup_free_ char *rootfs = NULL;
+        if (asprintf(&rootfs, "%s/%s/rootfs", m->cfg->image_dir, image) < 0) {
+                rootfs = NULL;
+                return -ENOMEM;
+        }
+        struct stat st;
+        if (stat(rootfs, &st) < 0 || !S_ISDIR(st.st_mode))
+                return api_error(e, 503, "unavailable", "build it with: runtime image build",
+                                 "the image %s is not built", image);
+        return 0;
+}
+
+static json_t *spec_json(const CreateRequest *req, const char *driver) {
+        return json_pack("{s:i,s:i,s:i,s:O,s:O,s:s,s:s,s:I,s:s,s:o}", "vcpu", (int)req->vcpu, "memoryMiB",
+                         (int)req->memory_mib, "diskMiB", (int)req->disk_mib, "network", req->network, "env",
+                         req->env, "image", req->image, "driver", driver, "timeoutSeconds",
+                         (json_int_t)req->timeout_seconds, "onLeaseEnd", req->delete_on_lease_end ? "delete" : "stop",
+                         "maxCostMicros",
+                         req->max_cost_micros >= 0 ? json_integer(req->max_cost_micros) : json_null());
+}
+
+int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, json_t **ret,
+                   ApiError *e) {
+        const DaemonConfig *cfg = m->cfg;
+        const Driver *d;
+        if (req->driver) {
+                const DriverOffer *o = config_driver_offer(cfg, req->driver);
+                if (!o)
+                        return api_error(e, 400, "invalid_request", "GET /v1/info lists the drivers",
+                                         "driver must be one of the daemon's drivers; %s is not", req->driver);
+                if (!o->available)
+                        return api_error(e, 503, "unavailable", "GET /v1/info lists the drivers this host runs",
+                                         "driver %s cannot run on this host: %s", req->driver, o->reason);
+                if (!o->offered)
+                        return api_error(e, 503, "unavailable", "GET /v1/info lists the drivers this host runs",
+                                         "driver %s is not offered by this daemon", req->driver);
+                d = o->driver;
+        } else if (!(d = cfg->default_driver))
+                return api_error(e, 503, "unavailable", "run runtimed --doctor to see what this host lacks",
+                                 "no driver can run sandboxes on this host");
+        int r = check_image(m, req->image, e);
+        if (r < 0)
+                return r;
+        uint64_t per_hour = config_cost_per_hour(cfg, req->vcpu, req->memory_mib);
+        uint64_t lease_cost = per_hour * (uint64_t)req->timeout_seconds / 3600u;
+        if (req->max_cost_micros >= 0 && lease_cost > (uint64_t)req->max_cost_micros)
+                return api_error(e, 409, "budget_exceeded", "lower timeoutSeconds, vcpu or memoryMiB, or raise maxCostMicros",
+                                 "the first lease would cost %llu micro-dollars, above maxCostMicros %lld",
+                                 (unsigned long long)lease_cost, (long long)req->max_cost_micros);
+
+        char hex[21];
+        if ((r = random_hex(hex, 10)) < 0)
+                return api_error(e, 500, "internal", NULL, "could not make an id");
+        SandboxRow row = { 0 };
+        snprintf(row.id, sizeof(row.id), "sbx_%s", hex);
+        _cleanup_json_ json_t *spec = spec_json(req, d->name);
+        row.owner = strdup(key->owner);
+        row.key_id = strdup(key->id);
+        row.name = req->name ? strdup(req->name) : NULL;
+        row.labels = json_dumps(req->labels, JSON_COMPACT);
+        row.spec = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
+        snprintf(row.state, sizeof(row.state), "starting");
+        row.created_at = time_now_unix();
+        if (!row.owner || !row.key_id || !row.labels || !row.spec || (req->name && !row.name)) {
+                sandbox_row_done(&row);
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        }
+        busy_begin(m, row.id);
+        r = db_sandbox_insert(m->db, &row, cfg->max_sandboxes, cfg->max_sandboxes_per_key);
+        if (r == -EUSERS || r == -EDQUOT) {
+                busy_end(m, row.id);
+                sandbox_row_done(&row);
+                if (r == -EUSERS)
+                        return api_error(e, 429, "rate_limited", "delete sandboxes you no longer need",
+                                         "the daemon has its maximum of %u sandboxes", cfg->max_sandboxes);
+                return api_error(e, 429, "rate_limited", "delete sandboxes you no longer need",
+                                 "this key has its maximum of %u sandboxes (stopped ones count until deleted)",
+                                 cfg->max_sandboxes_per_key);
+        }
+        if (r < 0) {
+                busy_end(m, row.id);
+                log_error(rid, "inserting sandbox: %s", strerror(-r));
+                sandbox_row_done(&row);
+                return api_error(e, 500, "internal", NULL, "could not record the sandbox");
+        }
+        metrics_sandbox_created();
+
+        _cleanup_json_ json_t *spec_for_driver = NULL, *hello = NULL;
+        Sandbox *sb = calloc(1, sizeof(*sb));
+        const char *fail = NULL;
+        int fail_status = 503;
+        if (!sb || spec_paths(m, row.id, req->image, &sb->paths) < 0) {
+                free(sb);
+                sb = NULL;
+                fail = "out of memory";
+                goto failed;
+        }
+        sb->m = m;
+        atomic_init(&sb->refs, 1);
+        pthread_mutex_init(&sb->lock, NULL);
+        snprintf(sb->id, sizeof(sb->id), "%s", row.id);
+        snprintf(sb->owner, sizeof(sb->owner), "%s", key->owner);
+        sb->driver = d;
+        sb->env = json_incref(req->env);
+        {
+                _cleanup_free_ char *parent = NULL;
+                if (asprintf(&parent, "%s/sandboxes", cfg->state_dir) >= 0)
+                        (void)mkdir(parent, 0700);
+                else
+                        parent = NULL;
+        }
+        DriverSpec ds;
+        spec_for_driver = json_loads(row.spec, 0, NULL);
+        driver_spec_from(m, sb->id, spec_for_driver, &sb->paths, &ds);
+        uint64_t t0 = time_now_mono_ms();
+        int fd = -1;
+        r = d->start(&ds, &fd, &sb->inst);
+        if (r < 0) {
+                log_error(rid, "sandbox %s: driver %s failed to start: %s", row.id, d->name, strerror(-r));
+                fail = r == -ENOENT   ? "the image is missing or incomplete"
+                       : r == -ENOSPC ? "the host is out of disk space"
+                       : r == -EPERM || r == -EACCES ? "the driver lacks a privilege it needs on this host"
+                                                    : "the sandbox failed to start";
+                sb->inst = NULL;
+                goto failed;
+        }
+        sb->channel = channel_new(fd, on_channel_closed, sb);
+        if (!sb->channel) {
+                log_error(rid, "sandbox %s: cannot set up the agent channel", row.id);
+                fail = "the sandbox failed to start";
+                goto failed;
+        }
+        r = channel_wait_hello(sb->channel, HELLO_TIMEOUT_MS, &hello);
+        if (r < 0) {
+                log_error(rid, "sandbox %s: no hello from the agent: %s", row.id, strerror(-r));
+                fail = r == -ETIMEDOUT ? "the sandbox's agent did not answer within 30 s"
+                                       : "the sandbox's agent exited while starting";
+                goto failed;
+        }
+        int64_t now = time_now_unix();
+        row.started_at = now;
+        row.lease_ends_at = now + req->timeout_seconds;
+        snprintf(row.state, sizeof(row.state), "running");
+        if ((r = db_sandbox_update(m->db, &row)) < 0) {
+                log_error(rid, "sandbox %s: recording the start: %s", row.id, strerror(-r));
+                fail = "could not record the sandbox";
+                fail_status = 500;
+                goto failed;
+        }
+        pthread_mutex_lock(&sb->lock);
+        sb->running = true;
+        pthread_mutex_unlock(&sb->lock);
+        atomic_fetch_add(&sb->refs, 1); /* the live list's */
+        pthread_mutex_lock(&m->lock);
+        sb->next = m->live;
+        m->live = sb;
+        pthread_mutex_unlock(&m->lock);
+        /* The agent may have gone between its hello and now. */
+        if (!channel_is_open(sb->channel))
+                queue_dead(sb);
+        log_info(rid, "sandbox %s running (driver %s, %llu ms)", row.id, d->name,
+                 (unsigned long long)(time_now_mono_ms() - t0));
+        *ret = row_json_checked(m, &row, e);
+        busy_end(m, row.id);
+        sandbox_row_done(&row);
+        sandbox_unref(sb);
+        return *ret ? 0 : -ENOMEM;
+
+failed:
+        if (sb) {
+                live_stop(sb);
+                sandbox_unref(sb);
+        }
+        int fr = row_finish(m, &row, "failed", fail);
+        if (fr < 0)
+                log_error(rid, "sandbox %s: recording the failure: %s", row.id, strerror(-fr));
+        busy_end(m, row.id);
+        sandbox_row_done(&row);
+        if (fail_status == 500)
+                return api_error(e, 500, "internal", NULL, "%s", fail);
+        return api_error(e, 503, "unavailable", "GET /v1/info shows what this host can run; the daemon's log has details",
+                         "%s", fail);
+}
+
+int sandbox_get(Manager *m, const KeyInfo *key, const char *id, json_t **ret, ApiError *e) {
+        SandboxRow row;
+        int r = own_row(m, key, id, &row, e);
+        if (r < 0)
+                return r;
+        *ret = row_json_checked(m, &row, e);
+        sandbox_row_done(&row);
+        return *ret ? 0 : -ENOMEM;
+}
+
+typedef struct ListCtx {
+        Manager *m;
+        json_t *arr;
+} ListCtx;
+
+static int list_one(void *userdata, SandboxRow *row) {
+        ListCtx *c = userdata;
+        json_t *j = row_json(c->m, row);
+        if (!j || json_array_append_new(c->arr, j) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+int sandbox_list(Manager *m, const KeyInfo *key, json_t **ret, ApiError *e) {
+        _cleanup_json_ json_t *arr = json_array();
+        if (!arr)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        ListCtx c = { m, arr };
+        int r = db_sandbox_query(m->db, DB_SANDBOXES_OF_OWNER, key->owner, 0, list_one, &c);
+        if (r < 0) {
+                log_error(NULL, "listing sandboxes: %s", strerror(-r));
+                return api_error(e, 500, "internal", NULL, "could not list sandboxes");
+        }
+        *ret = json_pack("{s:O}", "sandboxes", arr);
+        return *ret ? 0 : api_error(e, 500, "internal", NULL, "out of memory");
+}
+
+/* Runs op on the row of an owned sandbox under the id's lifecycle lock and
+ * answers the sandbox afterwards. */
+typedef int (*RowOp)(Manager *m, SandboxRow *row, void *arg, const char *rid, ApiError *e);
+
+static int with_row(Manager *m, const KeyInfo *key, const char *id, RowOp op, void *arg, const char *rid,
+                    json_t **ret, ApiError *e) {
+        busy_begin(m, id);
+        SandboxRow row;
+        int r = own_row(m, key, id, &row, e);
+        if (r < 0) {
+                busy_end(m, id);
+                return r;
+        }
+        r = op(m, &row, arg, rid, e);
+        if (r == 0 && ret)
+                *ret = row_json_checked(m, &row, e);
+        busy_end(m, id);
+        sandbox_row_done(&row);
+        if (r == 0 && ret && !*ret)
+                return -ENOMEM;
+        return r;
+}
+
+static int op_stop(Manager *m, SandboxRow *row, void *arg, const char *rid, ApiError *e) {
+        if (strcmp(row->state, "running") != 0)
+                return 0; /* stopping a stopped or failed sandbox is a no-op */
+        int r = do_stop_locked(m, row, "stopped", NULL);
+        if (r < 0) {
+                log_error(rid, "stopping %s: %s", row->id, strerror(-r));
+                return api_error(e, 500, "internal", NULL, "could not record the stop");
+        }
+        log_info(rid, "sandbox %s stopped", row->id);
+        return 0;
+}
+
+int sandbox_stop(Manager *m, const KeyInfo *key, const char *id, const char *rid, json_t **ret, ApiError *e) {
+        return with_row(m, key, id, op_stop, NULL, rid, ret, e);
+}
+
+static int op_delete(Manager *m, SandboxRow *row, void *arg, const char *rid, ApiError *e) {
+        int r = do_delete_locked(m, row, rid);
+        if (r < 0) {
+                log_error(rid, "deleting %s: %s", row->id, strerror(-r));
+                return api_error(e, 500, "internal", NULL, "could not record the deletion");
+        }
+        log_info(rid, "sandbox %s deleted", row->id);
+        return 0;
+}
+
+int sandbox_delete(Manager *m, const KeyInfo *key, const char *id, const char *rid, json_t **ret, ApiError *e) {
+        int r = with_row(m, key, id, op_delete, NULL, rid, NULL, e);
+        if (r < 0)
+                return r;
+        *ret = json_pack("{s:s,s:s}", "id", id, "state", "deleted");
+        return *ret ? 0 : -ENOMEM;
+}
+
+static int op_extend(Manager *m, SandboxRow *row, void *arg, const char *rid, ApiError *e) {
+        int64_t seconds = *(int64_t *)arg;
+        if (strcmp(row->state, "running") != 0)
+                return api_error(e, 409, "conflict", "create a new sandbox", "sandbox %s is %s, not running",
+                                 row->id, row->state);
+        int64_t now = time_now_unix();
+        int64_t base = row->lease_ends_at > now ? row->lease_ends_at : now;
+        int64_t new_end = base + seconds;
+        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
+        json_t *max = spec ? json_object_get(spec, "maxCostMicros") : NULL;
+        if (json_is_integer(max)) {
+                uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
+                uint64_t total = (uint64_t)(row_run_seconds(row, now) + (new_end - now)) * per_hour / 3600u;
+                if (total > (uint64_t)json_integer_value(max))
+                        return api_error(e, 409, "budget_exceeded", "extend by fewer seconds",
+                                         "the lease would then cost %llu micro-dollars, above maxCostMicros %lld",
+                                         (unsigned long long)total, (long long)json_integer_value(max));
+        }
+        row->lease_ends_at = new_end;
+        int r = db_sandbox_update(m->db, row);
+        if (r < 0) {
+                log_error(rid, "extending %s: %s", row->id, strerror(-r));
+                return api_error(e, 500, "internal", NULL, "could not record the new lease");
+        }
+        return 0;
+}
+
+int sandbox_extend(Manager *m, const KeyInfo *key, const char *id, int64_t seconds, json_t **ret, ApiError *e) {
+        return with_row(m, key, id, op_extend, &seconds, NULL, ret, e);
+}
+
+static int op_network(Manager *m, SandboxRow *row, void *arg, const char *rid, ApiError *e) {
+        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
+        if (!spec || json_object_set(spec, "network", (json_t *)arg) < 0)
+                return api_error(e, 500, "internal", NULL, "could not update the sandbox");
+        char *s = json_dumps(spec, JSON_COMPACT);
+        if (!s)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        free(row->spec);
+        row->spec = s;
+        int r = db_sandbox_update(m->db, row);
+        if (r < 0)
+                return api_error(e, 500, "internal", NULL, "could not record the network policy");
+        return 0;
+}
+
+int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *network, json_t **ret,
+                        ApiError *e) {
+        return with_row(m, key, id, op_network, network, NULL, ret, e);
+}
+
+int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **ret, ApiError *e) {
+        Sandbox *found = NULL;
+        pthread_mutex_lock(&m->lock);
+        for (Sandbox *s = m->live; s; s = s->next)
+                if (strcmp(s->id, id) == 0 && strcmp(s->owner, key->owner) == 0) {
+                        found = s;
+                        atomic_fetch_add(&s->refs, 1);
+                        break;
+                }
+        pthread_mutex_unlock(&m->lock);
+        if (found) {
+                *ret = found;
+                return 0;
+        }
+        SandboxRow row;
+        int r = own_row(m, key, id, &row, e);
+        if (r < 0)
+                return r;
+        api_error(e, 409, "conflict", strcmp(row.state, "starting") == 0 ? "wait for it to start" : "create a new sandbox",
+                  "sandbox %s is %s, not running", id, row.state);
+        sandbox_row_done(&row);
+        return -EINVAL;
+}
+
+int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e) {
+        int r = channel_open_stream(sb->channel, request, ret);
+        if (r == 0)
+                return 0;
+        if (r == -E2BIG)
+                return api_error(e, 413, "payload_too_large", "pass large inputs through stdin or a file",
+                                 "the command, arguments and environment are too large together");
+        if (r == -EMFILE)
+                return api_error(e, 429, "rate_limited", "wait for running commands to finish",
+                                 "too many concurrent operations on sandbox %s", sb->id);
+        return api_error(e, 409, "conflict", "create a new sandbox", "sandbox %s is no longer running", sb->id);
+}

@@ -1,0 +1,51 @@
+#pragma once
+/*
+ * The sandbox manager: lifecycle (create, stop, delete, extend), the live
+ * sandboxes in memory, lease timers and recovery after a restart. The DB is
+ * the truth about every sandbox; a live Sandbox exists only while one runs,
+ * and is reference counted: request threads hold a reference while they use
+ * its channel, so a stop never frees a channel under them.
+ */
+#include <jansson.h>
+#include <stdint.h>
+
+#include "daemon/apierror.h"
+#include "daemon/channel.h"
+#include "daemon/config.h"
+#include "daemon/db.h"
+#include "daemon/request.h"
+
+typedef struct Manager Manager;
+typedef struct Sandbox Sandbox;
+
+int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret);
+/* After a daemon died: every sandbox the DB says was starting or running
+ * gets driver->reap_orphan and becomes stopped ("daemon restarted"); then
+ * leases already due are acted on. */
+int manager_recover(Manager *m);
+/* Starts the thread that acts on lease ends and on sandboxes that died. */
+int manager_start(Manager *m);
+/* Stops the thread and every running sandbox (state stopped, files kept). */
+void manager_shutdown(Manager *m);
+void manager_free(Manager *m);
+
+int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, json_t **ret,
+                   ApiError *e);
+int sandbox_get(Manager *m, const KeyInfo *key, const char *id, json_t **ret, ApiError *e);
+int sandbox_list(Manager *m, const KeyInfo *key, json_t **ret, ApiError *e);
+int sandbox_stop(Manager *m, const KeyInfo *key, const char *id, const char *rid, json_t **ret, ApiError *e);
+int sandbox_delete(Manager *m, const KeyInfo *key, const char *id, const char *rid, json_t **ret, ApiError *e);
+int sandbox_extend(Manager *m, const KeyInfo *key, const char *id, int64_t seconds, json_t **ret, ApiError *e);
+int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *network, json_t **ret,
+                        ApiError *e);
+
+/* A running sandbox of this key's owner, with a reference: 404 when there is
+ * none, 409 when it is not running. */
+int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **ret, ApiError *e);
+void sandbox_release(Sandbox *sb);
+/* Opens a stream on the sandbox's channel; fills e on failure. */
+int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e);
+/* The sandbox's env (borrowed; fixed for its life). */
+json_t *sandbox_env(Sandbox *sb);
+const char *sandbox_id(Sandbox *sb);
+

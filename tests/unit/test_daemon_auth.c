@@ -1,0 +1,148 @@
+/* Key format, hashing, and lookup through the daemon's database; time
+ * formatting. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/timeutil.h"
+#include "daemon/auth.h"
+#include "daemon/db.h"
+
+static void test_key_format(void **state) {
+        char key[AUTH_KEY_LEN + 1];
+        assert_int_equal(auth_generate_key(key), 0);
+        assert_int_equal(strlen(key), 43);
+        assert_true(auth_key_format_ok(key));
+        char other[AUTH_KEY_LEN + 1];
+        auth_generate_key(other);
+        assert_string_not_equal(key, other);
+        assert_false(auth_key_format_ok("rt_0123"));
+        assert_false(auth_key_format_ok("xx_0123456789abcdef0123456789abcdef01234567"));
+        assert_false(auth_key_format_ok("rt_0123456789ABCDEF0123456789abcdef01234567"));
+        assert_false(auth_key_format_ok("rt_0123456789abcdef0123456789abcdef012345678"));
+        assert_false(auth_key_format_ok(NULL));
+        assert_string_equal(auth_parse_bearer("Bearer abc"), "abc");
+        assert_string_equal(auth_parse_bearer("bearer  abc"), "abc");
+        assert_null(auth_parse_bearer("Basic abc"));
+        assert_null(auth_parse_bearer("Bearer "));
+        assert_null(auth_parse_bearer(NULL));
+}
+
+static void test_hash(void **state) {
+        char h[AUTH_HASH_HEX_LEN + 1];
+        assert_int_equal(auth_hash_key("abc", h), 0);
+        assert_string_equal(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_true(auth_hash_equal(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+        assert_false(auth_hash_equal(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ae"));
+        assert_false(auth_hash_equal(h, "ba78"));
+}
+
+static void test_lookup(void **state) {
+        char dir[] = "/tmp/runtime-test-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        char path[256];
+        snprintf(path, sizeof(path), "%s/runtime.db", dir);
+        Db *db = NULL;
+        assert_int_equal(db_open(path, &db), 0);
+        int64_t n = -1;
+        assert_int_equal(db_key_count(db, &n), 0);
+        assert_int_equal(n, 0);
+        char key[AUTH_KEY_LEN + 1], hash[AUTH_HASH_HEX_LEN + 1];
+        auth_generate_key(key);
+        auth_hash_key(key, hash);
+        assert_int_equal(db_key_insert(db, "key_1", "admin", "alice", true, hash, false), 0);
+        /* The same hash twice is refused. */
+        assert_int_not_equal(db_key_insert(db, "key_2", "dup", "bob", false, hash, false), 0);
+        char rkey[AUTH_KEY_LEN + 1], rhash[AUTH_HASH_HEX_LEN + 1];
+        auth_generate_key(rkey);
+        auth_hash_key(rkey, rhash);
+        assert_int_equal(db_key_insert(db, "key_3", "viewer", "alice", false, rhash, true), 0);
+        KeyInfo k;
+        assert_int_equal(db_key_by_hash(db, hash, &k), 0);
+        assert_string_equal(k.id, "key_1");
+        assert_string_equal(k.owner, "alice");
+        assert_true(k.full);
+        assert_false(k.trial);
+        assert_int_equal(k.daily_limit_micros, -1);
+        assert_int_equal(db_key_by_hash(db, rhash, &k), 0);
+        assert_false(k.full);
+        assert_true(k.trial);
+        char unknown[AUTH_HASH_HEX_LEN + 1];
+        auth_hash_key("rt_0000000000000000000000000000000000000000", unknown);
+        assert_int_equal(db_key_by_hash(db, unknown, &k), -ENOENT);
+        assert_int_equal(db_key_count(db, &n), 0);
+        assert_int_equal(n, 2);
+        db_close(db);
+        /* Reopening keeps the keys and does not re-run migrations. */
+        assert_int_equal(db_open(path, &db), 0);
+        assert_int_equal(db_key_by_hash(db, hash, &k), 0);
+        db_close(db);
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+}
+
+static void test_sandbox_limits(void **state) {
+        char dir[] = "/tmp/runtime-test-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        char path[256];
+        snprintf(path, sizeof(path), "%s/runtime.db", dir);
+        Db *db = NULL;
+        assert_int_equal(db_open(path, &db), 0);
+        assert_int_equal(db_key_insert(db, "key_1", "k", "alice", true, "00", false), 0);
+        SandboxRow row = { .owner = "alice", .key_id = "key_1", .labels = "{}",
+                           .spec = "{\"onLeaseEnd\":\"delete\"}", .created_at = 1 };
+        snprintf(row.state, sizeof(row.state), "running");
+        for (int i = 0; i < 3; i++) {
+                snprintf(row.id, sizeof(row.id), "sbx_%020d", i);
+                assert_int_equal(db_sandbox_insert(db, &row, 10, 3), 0);
+        }
+        snprintf(row.id, sizeof(row.id), "sbx_%020d", 9);
+        assert_int_equal(db_sandbox_insert(db, &row, 10, 3), -EDQUOT);
+        assert_int_equal(db_sandbox_insert(db, &row, 3, 10), -EUSERS);
+        SandboxRow got;
+        assert_int_equal(db_sandbox_get(db, "sbx_00000000000000000001", &got), 0);
+        assert_string_equal(got.state, "running");
+        got.deleted_at = 5;
+        assert_int_equal(db_sandbox_update(db, &got), 0);
+        sandbox_row_done(&got);
+        assert_int_equal(db_sandbox_get(db, "sbx_00000000000000000001", &got), -ENOENT);
+        /* A deleted one no longer counts. */
+        assert_int_equal(db_sandbox_insert(db, &row, 10, 3), 0);
+        db_close(db);
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+}
+
+static void test_time(void **state) {
+        char buf[RFC3339_LEN];
+        assert_int_equal(time_format_rfc3339(0, buf), 0);
+        assert_string_equal(buf, "1970-01-01T00:00:00Z");
+        assert_int_equal(time_format_rfc3339(1796029200, buf), 0);
+        assert_string_equal(buf, "2026-11-30T09:00:00Z");
+        assert_int_equal(time_format_rfc3339(951782400, buf), 0); /* leap day */
+        assert_string_equal(buf, "2000-02-29T00:00:00Z");
+        assert_int_equal(time_format_rfc3339(253402300799LL, buf), 0);
+        assert_string_equal(buf, "9999-12-31T23:59:59Z");
+        assert_int_equal(time_format_rfc3339(253402300800LL, buf), -EINVAL);
+        assert_int_equal(time_format_rfc3339(INT64_MIN, buf), -EINVAL);
+        assert_true(time_now_unix() > 1700000000);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_key_format), cmocka_unit_test(test_hash),
+                cmocka_unit_test(test_lookup),     cmocka_unit_test(test_sandbox_limits),
+                cmocka_unit_test(test_time),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,371 @@
+/* Validation of every JSON body the daemon takes. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "daemon/request.h"
+
+static const ReqLimits lim = { .max_vcpu = 8, .max_memory_mib = 16384, .max_disk_mib = 65536 };
+
+static json_t *parse(const char *text) {
+        json_t *j = NULL;
+        ApiError e = { 0 };
+        assert_int_equal(request_body_parse(text, strlen(text), true, &j, &e), 0);
+        return j;
+}
+
+/* Expects a create body to be refused with a message containing `needle`. */
+static void create_refused(const char *text, const char *needle) {
+        json_t *j = parse(text);
+        CreateRequest c;
+        ApiError e = { 0 };
+        int r = request_parse_create(j, &lim, &c, &e);
+        if (r == 0)
+                fail_msg("accepted: %s", text);
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.code, "invalid_request");
+        if (!strstr(e.message, needle))
+                fail_msg("'%s' does not name '%s' (body %s)", e.message, needle, text);
+        json_decref(j);
+}
+
+static void body_refused(const char *text) {
+        json_t *j = NULL;
+        ApiError e = { 0 };
+        assert_int_not_equal(request_body_parse(text, strlen(text), true, &j, &e), 0);
+        assert_int_equal(e.status, 400);
+}
+
+static void test_body_parse(void **state) {
+        json_t *j = NULL;
+        ApiError e = { 0 };
+        assert_int_equal(request_body_parse("", 0, true, &j, &e), 0);
+        assert_true(json_is_object(j));
+        json_decref(j);
+        assert_int_not_equal(request_body_parse("", 0, false, &j, &e), 0);
+        assert_int_not_equal(request_body_parse("{", 1, true, &j, &e), 0);
+        assert_string_equal(e.code, "invalid_request");
+        assert_int_not_equal(request_body_parse("[]", 2, true, &j, &e), 0);
+        assert_int_not_equal(request_body_parse("{\"a\":1,\"a\":2}", 13, true, &j, &e), 0);
+        assert_non_null(strstr(e.message, "duplicate"));
+        assert_int_not_equal(request_body_parse("\"x\"", 3, true, &j, &e), 0);
+}
+
+static void test_depth(void **state) {
+        char buf[200];
+        for (int depth = 30; depth <= 34; depth++) {
+                /* {"a":[[...]]} with `depth` levels in all. */
+                size_t n = 0;
+                memcpy(buf, "{\"a\":", 5);
+                n = 5;
+                for (int i = 1; i < depth; i++)
+                        buf[n++] = '[';
+                for (int i = 1; i < depth; i++)
+                        buf[n++] = ']';
+                buf[n++] = '}';
+                json_t *j = NULL;
+                ApiError e = { 0 };
+                int r = request_body_parse(buf, n, true, &j, &e);
+                if (depth <= 32) {
+                        assert_int_equal(r, 0);
+                        json_decref(j);
+                } else {
+                        assert_int_not_equal(r, 0);
+                        assert_non_null(strstr(e.message, "32"));
+                }
+        }
+        /* Brackets inside strings do not count. */
+        assert_true(json_depth_ok("{\"a\":\"[[[[[[[[[[[[\\\"[[[[\"}", 25, 2));
+        assert_false(json_depth_ok("[[[", 3, 2));
+}
+
+static void test_body_too_large(void **state) {
+        size_t n = REQ_MAX_BODY + 1;
+        char *big = malloc(n);
+        memset(big, ' ', n);
+        json_t *j = NULL;
+        ApiError e = { 0 };
+        assert_int_not_equal(request_body_parse(big, n, true, &j, &e), 0);
+        assert_int_equal(e.status, 413);
+        free(big);
+}
+
+static void test_create_defaults(void **state) {
+        json_t *j = parse("{}");
+        CreateRequest c;
+        ApiError e = { 0 };
+        assert_int_equal(request_parse_create(j, &lim, &c, &e), 0);
+        assert_int_equal(c.timeout_seconds, 300);
+        assert_false(c.delete_on_lease_end);
+        assert_int_equal(c.vcpu, 1);
+        assert_int_equal(c.memory_mib, 1024);
+        assert_int_equal(c.disk_mib, 2048);
+        assert_string_equal(c.image, "default");
+        assert_null(c.driver);
+        assert_null(c.name);
+        assert_int_equal(c.max_cost_micros, -1);
+        assert_false(json_is_true(json_object_get(c.network, "internet")));
+        assert_int_equal(json_array_size(json_object_get(c.network, "allow")), 0);
+        create_request_done(&c);
+        json_decref(j);
+}
+
+static void test_create_full(void **state) {
+        json_t *j = parse("{\"timeoutSeconds\":86400,\"onLeaseEnd\":\"delete\",\"vcpu\":8,\"memoryMiB\":64,"
+                          "\"diskMiB\":65536,\"network\":{\"internet\":true,\"allow\":[\"PyPI.org\",\"*.github.com\"],"
+                          "\"deny\":[]},\"env\":{\"A_1\":\"x\"},\"image\":\"default\",\"driver\":\"namespace\","
+                          "\"name\":\"demo\",\"labels\":{\"team\":\"a\"},\"maxCostMicros\":0}");
+        CreateRequest c;
+        ApiError e = { 0 };
+        assert_int_equal(request_parse_create(j, &lim, &c, &e), 0);
+        assert_true(c.delete_on_lease_end);
+        assert_int_equal(c.vcpu, 8);
+        assert_string_equal(c.driver, "namespace");
+        assert_string_equal(c.name, "demo");
+        assert_int_equal(c.max_cost_micros, 0);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(c.network, "allow"), 0)), "pypi.org");
+        create_request_done(&c);
+        json_decref(j);
+}
+
+static void test_create_bounds(void **state) {
+        create_refused("{\"timeoutSeconds\":0}", "timeoutSeconds");
+        create_refused("{\"timeoutSeconds\":86401}", "timeoutSeconds");
+        create_refused("{\"timeoutSeconds\":1.5}", "timeoutSeconds");
+        create_refused("{\"timeoutSeconds\":\"10\"}", "timeoutSeconds");
+        create_refused("{\"onLeaseEnd\":\"pause\"}", "onLeaseEnd");
+        create_refused("{\"onLeaseEnd\":1}", "onLeaseEnd");
+        create_refused("{\"vcpu\":0}", "vcpu");
+        create_refused("{\"vcpu\":9}", "vcpu");
+        create_refused("{\"vcpu\":true}", "vcpu");
+        create_refused("{\"memoryMiB\":63}", "memoryMiB");
+        create_refused("{\"memoryMiB\":16385}", "memoryMiB");
+        create_refused("{\"diskMiB\":63}", "diskMiB");
+        create_refused("{\"diskMiB\":65537}", "diskMiB");
+        create_refused("{\"maxCostMicros\":-1}", "maxCostMicros");
+        create_refused("{\"image\":\"../etc\"}", "image");
+        create_refused("{\"image\":\"\"}", "image");
+        create_refused("{\"image\":5}", "image");
+        create_refused("{\"driver\":\"Name Space\"}", "driver");
+        create_refused("{\"name\":\"a\\nb\"}", "name");
+        create_refused("{\"name\":\"0123456789012345678901234567890123456789012345678901234567890123456789\"}", "name");
+        body_refused("{\"name\":\"a\\u0000b\"}"); /* jansson refuses \u0000 */
+        create_refused("{\"labels\":[]}", "labels");
+        create_refused("{\"labels\":{\"a\":1}}", "labels.a");
+        create_refused("{\"labels\":{\"\":\"x\"}}", "labels");
+        create_refused("{\"env\":{\"1A\":\"x\"}}", "env");
+        create_refused("{\"env\":{\"A-B\":\"x\"}}", "env");
+        create_refused("{\"env\":{\"A\":1}}", "env.A");
+        body_refused("{\"env\":{\"A\":\"a\\u0000\"}}"); /* jansson refuses \u0000 */
+        create_refused("{\"env\":\"A=1\"}", "env");
+        create_refused("{\"network\":{\"internet\":1}}", "network.internet");
+        create_refused("{\"network\":{\"allow\":[\"a b\"]}}", "network.allow[0]");
+        create_refused("{\"network\":{\"deny\":[\"ok.com\",\"*\"]}}", "network.deny[1]");
+        create_refused("{\"network\":{\"allow\":[\"a..b\"]}}", "network.allow[0]");
+        create_refused("{\"network\":{\"allow\":\"x\"}}", "network.allow");
+        create_refused("{\"network\":{\"proxy\":true}}", "network.proxy");
+        create_refused("{\"network\":[]}", "network");
+        create_refused("{\"vCPU\":1}", "vCPU");
+}
+
+static void test_create_counts(void **state) {
+        /* 33 labels, 129 env vars, 257 host patterns. */
+        char *buf = malloc(1 << 16);
+        size_t n = (size_t)sprintf(buf, "{\"labels\":{");
+        for (int i = 0; i < 33; i++)
+                n += (size_t)sprintf(buf + n, "%s\"k%d\":\"v\"", i ? "," : "", i);
+        sprintf(buf + n, "}}");
+        create_refused(buf, "labels");
+        n = (size_t)sprintf(buf, "{\"env\":{");
+        for (int i = 0; i < 129; i++)
+                n += (size_t)sprintf(buf + n, "%s\"K%d\":\"v\"", i ? "," : "", i);
+        sprintf(buf + n, "}}");
+        create_refused(buf, "env");
+        n = (size_t)sprintf(buf, "{\"network\":{\"allow\":[");
+        for (int i = 0; i < 257; i++)
+                n += (size_t)sprintf(buf + n, "%s\"h%d.com\"", i ? "," : "", i);
+        sprintf(buf + n, "]}}");
+        create_refused(buf, "network.allow");
+        /* One env value over 32 KiB. */
+        n = (size_t)sprintf(buf, "{\"env\":{\"A\":\"");
+        memset(buf + n, 'x', 32 * 1024 + 1);
+        n += 32 * 1024 + 1;
+        sprintf(buf + n, "\"}}");
+        create_refused(buf, "env.A");
+        free(buf);
+}
+
+static void exec_refused(const char *text, const char *needle) {
+        json_t *j = parse(text);
+        ExecRequest x;
+        ApiError e = { 0 };
+        if (request_parse_exec(j, &x, &e) == 0)
+                fail_msg("accepted: %s", text);
+        if (!strstr(e.message, needle))
+                fail_msg("'%s' does not name '%s'", e.message, needle);
+        json_decref(j);
+}
+
+static void test_exec(void **state) {
+        json_t *j = parse("{\"command\":\"echo hi\"}");
+        ExecRequest x;
+        ApiError e = { 0 };
+        assert_int_equal(request_parse_exec(j, &x, &e), 0);
+        assert_string_equal(x.command, "echo hi");
+        assert_string_equal(x.cwd, "/workspace");
+        assert_int_equal(x.timeout_ms, 60000);
+        assert_int_equal(x.max_output_bytes, 65536);
+        assert_false(x.stream);
+        assert_false(x.has_stdin);
+        exec_request_done(&x);
+        json_decref(j);
+
+        j = parse("{\"argv\":[\"ls\",\"-l\"],\"cwd\":\"sub/dir\",\"stdinBase64\":\"aGk=\",\"timeoutMs\":1,"
+                  "\"stream\":true,\"maxOutputBytes\":0,\"env\":{\"X\":\"1\"}}");
+        assert_int_equal(request_parse_exec(j, &x, &e), 0);
+        assert_string_equal(x.cwd, "/workspace/sub/dir");
+        assert_true(x.has_stdin);
+        assert_int_equal(x.stdin_len, 2);
+        assert_memory_equal(x.stdin_data, "hi", 2);
+        assert_int_equal(x.max_output_bytes, 0);
+        assert_true(x.stream);
+        exec_request_done(&x);
+        json_decref(j);
+
+        exec_refused("{}", "exactly one");
+        exec_refused("{\"command\":\"a\",\"argv\":[\"a\"]}", "exactly one");
+        exec_refused("{\"command\":\"\"}", "command");
+        exec_refused("{\"command\":1}", "command");
+        exec_refused("{\"argv\":[]}", "argv");
+        exec_refused("{\"argv\":\"ls\"}", "argv");
+        exec_refused("{\"argv\":[\"ls\",1]}", "argv[1]");
+        exec_refused("{\"argv\":[\"\"]}", "argv[0]");
+        body_refused("{\"argv\":[\"a\\u0000\"]}"); /* jansson refuses \u0000 */
+        exec_refused("{\"command\":\"x\",\"timeoutMs\":0}", "timeoutMs");
+        exec_refused("{\"command\":\"x\",\"timeoutMs\":86400001}", "timeoutMs");
+        exec_refused("{\"command\":\"x\",\"maxOutputBytes\":16777217}", "maxOutputBytes");
+        exec_refused("{\"command\":\"x\",\"maxOutputBytes\":-1}", "maxOutputBytes");
+        exec_refused("{\"command\":\"x\",\"stream\":\"yes\"}", "stream");
+        exec_refused("{\"command\":\"x\",\"stdin\":\"a\",\"stdinBase64\":\"YQ==\"}", "stdin");
+        exec_refused("{\"command\":\"x\",\"stdinBase64\":\"YQ=\"}", "stdinBase64");
+        exec_refused("{\"command\":\"x\",\"stdinBase64\":\"Y===\"}", "stdinBase64");
+        exec_refused("{\"command\":\"x\",\"stdin\":5}", "stdin");
+        exec_refused("{\"command\":\"x\",\"cwd\":\"\"}", "cwd");
+        body_refused("{\"command\":\"x\",\"cwd\":\"a\\u0000b\"}"); /* jansson refuses \u0000 */
+        exec_refused("{\"command\":\"x\",\"env\":{\"A B\":\"1\"}}", "env");
+        exec_refused("{\"command\":\"x\",\"shell\":\"sh\"}", "shell");
+}
+
+static void test_paths(void **state) {
+        char *p = NULL;
+        ApiError e = { 0 };
+        assert_int_equal(request_resolve_path("a.txt", 5, "path", &p, &e), 0);
+        assert_string_equal(p, "/workspace/a.txt");
+        free(p);
+        assert_int_equal(request_resolve_path("/etc/x", 6, "path", &p, &e), 0);
+        assert_string_equal(p, "/etc/x");
+        free(p);
+        assert_int_not_equal(request_resolve_path("", 0, "path", &p, &e), 0);
+        assert_int_not_equal(request_resolve_path("a\0b", 3, "path", &p, &e), 0);
+        char *long_path = malloc(REQ_MAX_PATH + 2);
+        memset(long_path, 'a', REQ_MAX_PATH + 1);
+        long_path[0] = '/';
+        assert_int_not_equal(request_resolve_path(long_path, REQ_MAX_PATH + 1, "path", &p, &e), 0);
+        assert_int_equal(request_resolve_path(long_path, REQ_MAX_PATH, "path", &p, &e), 0);
+        free(p);
+        /* Relative: the /workspace prefix counts toward the limit. */
+        memset(long_path, 'a', REQ_MAX_PATH);
+        assert_int_not_equal(request_resolve_path(long_path, REQ_MAX_PATH - 5, "path", &p, &e), 0);
+        free(long_path);
+}
+
+static void test_file_ops(void **state) {
+        char *path = NULL, *to = NULL;
+        bool flag;
+        ApiError e = { 0 };
+        json_t *j = parse("{\"path\":\"d\"}");
+        assert_int_equal(request_parse_mkdir(j, &path, &flag, &e), 0);
+        assert_true(flag);
+        free(path);
+        assert_int_equal(request_parse_remove(j, &path, &flag, &e), 0);
+        assert_false(flag);
+        free(path);
+        json_decref(j);
+        j = parse("{\"path\":\"d\",\"parents\":\"no\"}");
+        assert_int_not_equal(request_parse_mkdir(j, &path, &flag, &e), 0);
+        json_decref(j);
+        j = parse("{\"parents\":true}");
+        assert_int_not_equal(request_parse_mkdir(j, &path, &flag, &e), 0);
+        assert_non_null(strstr(e.message, "path"));
+        json_decref(j);
+        j = parse("{\"from\":\"a\",\"to\":\"/b\"}");
+        assert_int_equal(request_parse_rename(j, &path, &to, &e), 0);
+        assert_string_equal(path, "/workspace/a");
+        assert_string_equal(to, "/b");
+        free(path);
+        free(to);
+        json_decref(j);
+        j = parse("{\"from\":\"a\"}");
+        assert_int_not_equal(request_parse_rename(j, &path, &to, &e), 0);
+        json_decref(j);
+        int64_t s;
+        j = parse("{\"seconds\":60}");
+        assert_int_equal(request_parse_extend(j, &s, &e), 0);
+        assert_int_equal(s, 60);
+        json_decref(j);
+        j = parse("{\"seconds\":0}");
+        assert_int_not_equal(request_parse_extend(j, &s, &e), 0);
+        json_decref(j);
+        j = parse("{}");
+        assert_int_not_equal(request_parse_extend(j, &s, &e), 0);
+        json_decref(j);
+        unsigned v;
+        assert_int_equal(request_parse_mode("644", &v, &e), 0);
+        assert_int_equal(v, 0644);
+        assert_int_not_equal(request_parse_mode("999", &v, &e), 0);
+        assert_int_not_equal(request_parse_mode("1777", &v, &e), 0);
+        assert_int_not_equal(request_parse_mode("", &v, &e), 0);
+        assert_int_equal(request_parse_depth("10", &v, &e), 0);
+        assert_int_not_equal(request_parse_depth("11", &v, &e), 0);
+        assert_int_not_equal(request_parse_depth("0", &v, &e), 0);
+        assert_int_not_equal(request_parse_depth("1x", &v, &e), 0);
+}
+
+static void test_base64(void **state) {
+        uint8_t *out;
+        size_t n;
+        assert_int_equal(base64_decode("", 0, 10, &out, &n), 0);
+        assert_int_equal(n, 0);
+        free(out);
+        assert_int_equal(base64_decode("aGVsbG8=", 8, 10, &out, &n), 0);
+        assert_int_equal(n, 5);
+        assert_memory_equal(out, "hello", 5);
+        free(out);
+        assert_int_equal(base64_decode("aGVsbG8h", 8, 10, &out, &n), 0);
+        assert_int_equal(n, 6);
+        free(out);
+        assert_int_equal(base64_decode("aGVsbG8=", 8, 4, &out, &n), -E2BIG);
+        assert_int_equal(base64_decode("aGVsbG8", 7, 10, &out, &n), -EINVAL);
+        assert_int_equal(base64_decode("a=Vs", 4, 10, &out, &n), -EINVAL);
+        assert_int_equal(base64_decode("aG=sbG8=", 8, 10, &out, &n), -EINVAL);
+        assert_int_equal(base64_decode("aG!s", 4, 10, &out, &n), -EINVAL);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_body_parse),   cmocka_unit_test(test_depth),
+                cmocka_unit_test(test_body_too_large), cmocka_unit_test(test_create_defaults),
+                cmocka_unit_test(test_create_full),  cmocka_unit_test(test_create_bounds),
+                cmocka_unit_test(test_create_counts), cmocka_unit_test(test_exec),
+                cmocka_unit_test(test_paths),        cmocka_unit_test(test_file_ops),
+                cmocka_unit_test(test_base64),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

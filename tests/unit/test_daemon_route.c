@@ -1,0 +1,116 @@
+/* Strict routing of the HTTP API. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "daemon/route.h"
+
+#define ID "sbx_0123456789abcdef0123"
+
+static void expect_route(const char *method, const char *url, RouteKind kind) {
+        Route r;
+        int rc = route_parse(method, url, &r);
+        if (rc != 0)
+                fail_msg("%s %s: %d", method, url, rc);
+        assert_int_equal(r.kind, kind);
+}
+
+static void expect_rc(const char *method, const char *url, int want) {
+        Route r;
+        int rc = route_parse(method, url, &r);
+        if (rc != want)
+                fail_msg("%s %s: %d, wanted %d", method, url, rc, want);
+}
+
+static void test_routes(void **state) {
+        expect_route("GET", "/healthz", ROUTE_HEALTHZ);
+        expect_route("GET", "/metrics", ROUTE_METRICS);
+        expect_route("GET", "/v1/info", ROUTE_INFO);
+        expect_route("GET", "/v1/limits", ROUTE_LIMITS);
+        expect_route("GET", "/v1/images", ROUTE_IMAGES);
+        expect_route("POST", "/v1/images/default:build", ROUTE_IMAGE_BUILD);
+        expect_route("GET", "/v1/sandboxes", ROUTE_SANDBOX_LIST);
+        expect_route("POST", "/v1/sandboxes", ROUTE_SANDBOX_CREATE);
+        expect_route("GET", "/v1/sandboxes/" ID, ROUTE_SANDBOX_GET);
+        expect_route("DELETE", "/v1/sandboxes/" ID, ROUTE_SANDBOX_DELETE);
+        expect_route("POST", "/v1/sandboxes/" ID ":exec", ROUTE_SANDBOX_EXEC);
+        expect_route("POST", "/v1/sandboxes/" ID ":stop", ROUTE_SANDBOX_STOP);
+        expect_route("POST", "/v1/sandboxes/" ID ":extend", ROUTE_SANDBOX_EXTEND);
+        expect_route("PUT", "/v1/sandboxes/" ID "/network", ROUTE_SANDBOX_NETWORK);
+        expect_route("GET", "/v1/sandboxes/" ID "/files/content", ROUTE_FILES_READ);
+        expect_route("PUT", "/v1/sandboxes/" ID "/files/content", ROUTE_FILES_WRITE);
+        expect_route("GET", "/v1/sandboxes/" ID "/files/list", ROUTE_FILES_LIST);
+        expect_route("GET", "/v1/sandboxes/" ID "/files/stat", ROUTE_FILES_STAT);
+        expect_route("POST", "/v1/sandboxes/" ID "/files:mkdir", ROUTE_FILES_MKDIR);
+        expect_route("POST", "/v1/sandboxes/" ID "/files:remove", ROUTE_FILES_REMOVE);
+        expect_route("POST", "/v1/sandboxes/" ID "/files:rename", ROUTE_FILES_RENAME);
+}
+
+static void test_id_and_path_strictness(void **state) {
+        expect_rc("GET", "/v1/sandboxes/sbx_123", -ENOENT);
+        expect_rc("GET", "/v1/sandboxes/sbx_0123456789ABCDEF0123", -ENOENT);
+        expect_rc("GET", "/v1/sandboxes/sbx_0123456789abcdef01234", -ENOENT);
+        expect_rc("GET", "/v1/sandboxes/box_0123456789abcdef0123", -ENOENT);
+        expect_rc("GET", "/v1/sandboxes/" ID "/", -ENOENT);
+        expect_rc("GET", "/v1/sandboxes/", -ENOENT);
+        expect_rc("GET", "/v1/sandboxes/../healthz", -ENOENT);
+        expect_rc("POST", "/v1/sandboxes/" ID ":exec/", -ENOENT);
+        expect_rc("POST", "/v1/sandboxes/" ID ":run", -ENOENT);
+        expect_rc("GET", "/v1/sandboxes/" ID "/files/content/x", -ENOENT);
+        expect_rc("GET", "/healthz/", -ENOENT);
+        expect_rc("GET", "//healthz", -ENOENT);
+        expect_rc("GET", "/V1/info", -ENOENT);
+        expect_rc("GET", "", -ENOENT);
+        expect_rc("POST", "/v1/images/:build", -ENOENT);
+        expect_rc("POST", "/v1/images/../x:build", -ENOENT);
+        expect_rc("POST", "/v1/images/default:bild", -ENOENT);
+        expect_rc("POST", "/v1/images/Default:build", -ENOENT);
+        char longurl[2000];
+        memset(longurl, 'a', sizeof(longurl) - 1);
+        longurl[0] = '/';
+        longurl[sizeof(longurl) - 1] = '\0';
+        expect_rc("GET", longurl, -EMSGSIZE);
+        assert_true(route_sandbox_id_ok(ID));
+        assert_false(route_sandbox_id_ok("sbx_"));
+}
+
+static void test_methods(void **state) {
+        Route r;
+        assert_int_equal(route_parse("DELETE", "/v1/sandboxes", &r), -EOPNOTSUPP);
+        assert_string_equal(r.allow, "GET, POST");
+        assert_int_equal(route_parse("POST", "/healthz", &r), -EOPNOTSUPP);
+        assert_int_equal(route_parse("GET", "/v1/sandboxes/" ID ":exec", &r), -EOPNOTSUPP);
+        assert_string_equal(r.allow, "POST");
+        assert_int_equal(route_parse("POST", "/v1/sandboxes/" ID "/files/content", &r), -EOPNOTSUPP);
+        assert_int_equal(route_parse("PATCH", "/v1/sandboxes/" ID, &r), -EOPNOTSUPP);
+        assert_int_equal(route_parse("get", "/healthz", &r), -EOPNOTSUPP);
+}
+
+static void test_access(void **state) {
+        assert_false(route_needs_auth(ROUTE_HEALTHZ));
+        assert_true(route_needs_auth(ROUTE_METRICS));
+        assert_true(route_needs_full_access(ROUTE_SANDBOX_CREATE));
+        assert_true(route_needs_full_access(ROUTE_SANDBOX_EXEC));
+        assert_true(route_needs_full_access(ROUTE_FILES_WRITE));
+        assert_true(route_needs_full_access(ROUTE_SANDBOX_EXTEND));
+        assert_true(route_needs_full_access(ROUTE_SANDBOX_DELETE));
+        assert_true(route_needs_full_access(ROUTE_IMAGE_BUILD));
+        assert_false(route_needs_full_access(ROUTE_SANDBOX_LIST));
+        assert_false(route_needs_full_access(ROUTE_FILES_READ));
+        assert_false(route_needs_full_access(ROUTE_LIMITS));
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_routes),
+                cmocka_unit_test(test_id_and_path_strictness),
+                cmocka_unit_test(test_methods),
+                cmocka_unit_test(test_access),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
