@@ -77,19 +77,20 @@ $(BUILD)/runtime: $(CLI_OBJ) $(BUILD)/obj/cli/cli/main.o
 # test_agent_*.c with the agent's, test_cli_*.c with the CLI's.
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+UNIT_HDR := $(wildcard tests/unit/*.h)
 
-$(BUILD)/tests/test_agent_%: tests/unit/test_agent_%.c $(AGENT_OBJ)
+$(BUILD)/tests/test_agent_%: tests/unit/test_agent_%.c $(AGENT_OBJ) $(UNIT_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(AGENT_CFLAGS) -o $@ $^ $(AGENT_LDFLAGS) $(AGENT_LIBS) -Wl,-Bstatic -lcmocka -Wl,-Bdynamic
-$(BUILD)/tests/test_cli_%: tests/unit/test_cli_%.c $(CLI_OBJ)
+	$(CC) $(AGENT_CFLAGS) -no-pie -o $@ $(filter-out %.h,$^) -pthread $(AGENT_LIBS) -lcmocka
+$(BUILD)/tests/test_cli_%: tests/unit/test_cli_%.c $(CLI_OBJ) $(UNIT_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(CLI_CFLAGS) -o $@ $^ $(LDFLAGS_PIE) $(CLI_LIBS) -lcmocka
-$(BUILD)/tests/test_%: tests/unit/test_%.c $(DAEMON_OBJ)
+	$(CC) $(CLI_CFLAGS) -o $@ $(filter-out %.h,$^) $(LDFLAGS_PIE) $(CLI_LIBS) -lcmocka
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(DAEMON_OBJ) $(UNIT_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(DAEMON_CFLAGS) -o $@ $^ $(LDFLAGS_PIE) $(DAEMON_LIBS) -lcmocka
+	$(CC) $(DAEMON_CFLAGS) -o $@ $(filter-out %.h,$^) $(LDFLAGS_PIE) $(DAEMON_LIBS) -lcmocka
 
 test-unit: $(BUILD)/runtime-agent $(UNIT_BIN)
-	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
+	@fail=0; for t in $(UNIT_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail
 
 # Sanitizer lane: the same unit tests, built and run with ASan+UBSan.
 asan:

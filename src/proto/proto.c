@@ -1,8 +1,10 @@
 #include "proto/proto.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 struct ProtoReader {
@@ -162,8 +164,15 @@ int proto_frame_build(uint8_t type, uint8_t flags, uint32_t stream, const void *
 }
 
 static int write_all(int fd, const uint8_t *p, size_t n) {
+        bool is_socket = true;
         while (n > 0) {
-                ssize_t w = write(fd, p, n);
+                /* On a socket, a peer that went away is EPIPE, not a SIGPIPE
+                 * that kills a daemon which forgot to ignore it. */
+                ssize_t w = is_socket ? send(fd, p, n, MSG_NOSIGNAL) : write(fd, p, n);
+                if (w < 0 && is_socket && errno == ENOTSOCK) {
+                        is_socket = false;
+                        continue;
+                }
                 if (w < 0) {
                         if (errno == EINTR)
                                 continue;

@@ -1,0 +1,955 @@
+#include "agent/agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/exec.h"
+#include "agent/fsops.h"
+#include "agent/request.h"
+#include "common/jsonutil.h"
+#include "common/macro.h"
+#include "proto/proto.h"
+
+/* Bytes read from a child's pipe or a file per DATA frame. */
+#define CHUNK (64u * 1024u)
+/* Credit is returned to the host in batches of at least this much, or when the
+ * stdin queue runs empty. */
+#define WINDOW_BATCH (64u * 1024u)
+/* After the group was killed, an escaped process (its own session) can still
+ * hold the pipes: stop draining them this long after. */
+#define FINAL_DRAIN_MS 2000
+
+typedef struct Chunk {
+        struct Chunk *next;
+        size_t len, off;
+        uint8_t data[];
+} Chunk;
+
+typedef enum StreamKind {
+        STREAM_EXEC,
+        STREAM_READ,
+        STREAM_WRITE,
+} StreamKind;
+
+enum { PIPE_IN, PIPE_OUT, PIPE_ERR };
+
+typedef struct Stream {
+        uint32_t id;
+        StreamKind kind;
+        bool finished;     /* RESULT queued; freed at the end of the loop iteration */
+        uint64_t credit;   /* DATA bytes the host still accepts from us */
+        uint64_t in_held;  /* DATA bytes from the host not yet credited back */
+        uint64_t in_ack;   /* consumed, waiting to go out as WINDOW */
+        size_t queued_out; /* bytes of our DATA frames still in the channel queue */
+
+        /* exec */
+        pid_t pid;
+        int fds[3]; /* stdin (write end), stdout, stderr (read ends); -1 closed */
+        Chunk *in_head, *in_tail;
+        bool in_eof;
+        bool exited;
+        int status;
+        bool timed_out;
+        bool group_killed;
+        uint64_t start_ms, end_ms;
+        uint64_t deadline_ms;    /* timeout, 0 for none */
+        uint64_t drain_until_ms; /* leader exited, pipes still open */
+        uint64_t final_until_ms; /* group killed, last drain */
+
+        /* read */
+        int file_fd;
+        uint64_t sent;
+
+        /* write */
+        FsWrite *write;
+} Stream;
+
+typedef struct OutFrame {
+        struct OutFrame *next;
+        uint32_t data_stream; /* a DATA frame's stream, for its queued_out; else 0 */
+        size_t len, off;
+        uint8_t *buf;
+} OutFrame;
+
+struct Agent {
+        int in_fd, out_fd, sig_fd;
+        ProtoReader *reader;
+        OutFrame *out_head, *out_tail;
+        size_t out_bytes;
+        Stream *streams[AGENT_MAX_STREAMS];
+        size_t n_streams;
+        bool quit;
+        int exit_status;
+};
+
+static void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void log_msg(const char *fmt, ...) {
+        char buf[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                return;
+        if ((size_t)n > sizeof buf - 2)
+                n = sizeof buf - 2;
+        buf[n++] = '\n';
+        (void)!write(STDERR_FILENO, "runtime-agent: ", 15);
+        (void)!write(STDERR_FILENO, buf, (size_t)n);
+}
+
+static uint64_t now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- outgoing frames ---- */
+
+static Stream *stream_find(Agent *a, uint32_t id) {
+        for (size_t i = 0; i < a->n_streams; i++)
+                if (a->streams[i]->id == id && !a->streams[i]->finished)
+                        return a->streams[i];
+        return NULL;
+}
+
+static void agent_fatal(Agent *a, const char *why) {
+        log_msg("%s; closing the channel", why);
+        a->quit = true;
+        a->exit_status = 1;
+}
+
+static void send_frame(Agent *a, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
+                       size_t len) {
+        OutFrame *f = calloc(1, sizeof(OutFrame));
+        if (!f || proto_frame_build(type, flags, stream, payload, len, &f->buf, &f->len) < 0) {
+                free(f);
+                /* A frame we cannot queue would leave the host waiting for ever. */
+                agent_fatal(a, "cannot queue a frame");
+                return;
+        }
+        if (a->out_tail)
+                a->out_tail->next = f;
+        else
+                a->out_head = f;
+        a->out_tail = f;
+        a->out_bytes += f->len;
+        if (type == PROTO_DATA) {
+                Stream *s = stream_find(a, stream);
+                if (s) {
+                        f->data_stream = stream;
+                        s->queued_out += f->len;
+                }
+        }
+}
+
+static void send_json(Agent *a, uint8_t type, uint32_t stream, json_t *j) {
+        _cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        if (!s) {
+                agent_fatal(a, "out of memory");
+                return;
+        }
+        size_t n = strlen(s);
+        if (n > PROTO_MAX_JSON) {
+                /* Never happens for the objects built here; an over-long one
+                 * becomes an error rather than a malformed frame. */
+                json_t *e = json_pack("{s:{s:s,s:s}}", "error", "code", "internal", "message",
+                                      "reply too large");
+                send_json(a, type, stream, e);
+                json_decref(e);
+                return;
+        }
+        send_frame(a, type, 0, stream, s, n);
+}
+
+static void send_json_new(Agent *a, uint8_t type, uint32_t stream, json_t *j) {
+        send_json(a, type, stream, j);
+        json_decref(j);
+}
+
+static void finish_error(Agent *a, Stream *s, const char *code, const char *message) {
+        send_json_new(a, PROTO_RESULT, s->id,
+                      json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message));
+        s->finished = true;
+}
+
+static void result_error(Agent *a, uint32_t id, const char *code, const char *message) {
+        send_json_new(a, PROTO_RESULT, id,
+                      json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message));
+}
+
+static void result_errno(Agent *a, uint32_t id, int err) {
+        result_error(a, id, fsops_error_code(err), strerror(-err));
+}
+
+static void flush_out(Agent *a) {
+        while (a->out_head) {
+                OutFrame *f = a->out_head;
+                ssize_t n = write(a->out_fd, f->buf + f->off, f->len - f->off);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return;
+                        log_msg("channel write failed: %s", strerror(errno));
+                        a->quit = true;
+                        a->exit_status = 1;
+                        return;
+                }
+                f->off += (size_t)n;
+                a->out_bytes -= (size_t)n;
+                if (f->off < f->len)
+                        return;
+                a->out_head = f->next;
+                if (!a->out_head)
+                        a->out_tail = NULL;
+                if (f->data_stream) {
+                        /* Clamped: a host may reuse a finished stream's id
+                         * while that stream's last frames are still queued. */
+                        Stream *s = stream_find(a, f->data_stream);
+                        if (s)
+                                s->queued_out -= f->len < s->queued_out ? f->len : s->queued_out;
+                }
+                free(f->buf);
+                free(f);
+        }
+}
+
+/* ---- streams ---- */
+
+static void close_fd(int *fd) {
+        if (*fd >= 0) {
+                close(*fd);
+                *fd = -1;
+        }
+}
+
+static void stream_free(Stream *s) {
+        for (int i = 0; i < 3; i++)
+                close_fd(&s->fds[i]);
+        close_fd(&s->file_fd);
+        while (s->in_head) {
+                Chunk *c = s->in_head;
+                s->in_head = c->next;
+                free(c);
+        }
+        fsops_write_abort(s->write);
+        free(s);
+}
+
+static void send_window(Agent *a, Stream *s, bool force) {
+        if (s->in_ack == 0 || (!force && s->in_ack < WINDOW_BATCH))
+                return;
+        uint8_t p[4];
+        proto_put_u32(p, (uint32_t)s->in_ack);
+        send_frame(a, PROTO_WINDOW, 0, s->id, p, 4);
+        s->in_held -= s->in_ack;
+        s->in_ack = 0;
+}
+
+static void consumed(Agent *a, Stream *s, size_t n, bool force) {
+        s->in_ack += n;
+        send_window(a, s, force);
+}
+
+static void drop_stdin(Agent *a, Stream *s) {
+        size_t n = 0;
+        while (s->in_head) {
+                Chunk *c = s->in_head;
+                s->in_head = c->next;
+                n += c->len - c->off;
+                free(c);
+        }
+        s->in_tail = NULL;
+        close_fd(&s->fds[PIPE_IN]);
+        consumed(a, s, n, true);
+}
+
+static void exec_kill(Stream *s) {
+        if (s->group_killed)
+                return;
+        s->group_killed = true;
+        if (!s->exited)
+                exec_kill_group(s->pid);
+        else
+                kill(-s->pid, SIGKILL);
+}
+
+static void exec_start(Agent *a, uint32_t id, AgentRequest *r) {
+        Stream *s = calloc(1, sizeof(Stream));
+        if (!s) {
+                result_error(a, id, "internal", "out of memory");
+                return;
+        }
+        s->fds[0] = s->fds[1] = s->fds[2] = -1;
+        s->file_fd = -1;
+        ExecChild child;
+        int k = exec_spawn(r, &child);
+        if (k < 0) {
+                free(s);
+                log_msg("exec: cannot start a child: %s", strerror(-k));
+                result_errno(a, id, k);
+                return;
+        }
+        s->id = id;
+        s->kind = STREAM_EXEC;
+        s->credit = PROTO_INITIAL_WINDOW;
+        s->pid = child.pid;
+        s->fds[PIPE_IN] = child.stdin_fd;
+        s->fds[PIPE_OUT] = child.stdout_fd;
+        s->fds[PIPE_ERR] = child.stderr_fd;
+        s->start_ms = now_ms();
+        if (r->timeout_ms > 0)
+                s->deadline_ms = s->start_ms + (uint64_t)r->timeout_ms;
+        a->streams[a->n_streams++] = s;
+        send_json_new(a, PROTO_EVENT, id, json_pack("{s:s,s:i}", "event", "start", "pid", (int)child.pid));
+}
+
+static void read_start(Agent *a, uint32_t id, AgentRequest *r) {
+        int fd;
+        struct stat st;
+        int k = fsops_open_read(r->path, &fd, &st);
+        if (k < 0) {
+                if (k == -EINVAL)
+                        result_error(a, id, "invalid", "not a regular file");
+                else
+                        result_errno(a, id, k);
+                return;
+        }
+        Stream *s = calloc(1, sizeof(Stream));
+        if (!s) {
+                close(fd);
+                result_error(a, id, "internal", "out of memory");
+                return;
+        }
+        s->fds[0] = s->fds[1] = s->fds[2] = -1;
+        s->id = id;
+        s->kind = STREAM_READ;
+        s->credit = PROTO_INITIAL_WINDOW;
+        s->file_fd = fd;
+        a->streams[a->n_streams++] = s;
+        send_json_new(
+                a, PROTO_EVENT, id,
+                json_pack("{s:I,s:i}", "size", (json_int_t)st.st_size, "mode", (int)(st.st_mode & 07777)));
+}
+
+static void write_start(Agent *a, uint32_t id, AgentRequest *r) {
+        FsWrite *w;
+        int k = fsops_write_begin(r->path, r->mode, r->flag, &w);
+        if (k < 0) {
+                result_errno(a, id, k);
+                return;
+        }
+        Stream *s = calloc(1, sizeof(Stream));
+        if (!s) {
+                fsops_write_abort(w);
+                result_error(a, id, "internal", "out of memory");
+                return;
+        }
+        s->fds[0] = s->fds[1] = s->fds[2] = -1;
+        s->file_fd = -1;
+        s->id = id;
+        s->kind = STREAM_WRITE;
+        s->credit = PROTO_INITIAL_WINDOW;
+        s->write = w;
+        a->streams[a->n_streams++] = s;
+}
+
+/* The list reply can be far larger than one JSON frame: entries go out in
+ * EVENT {"entries":[...]} frames of bounded size, the RESULT carries the rest,
+ * "truncated" and "total" (the number of entries over all frames). The whole
+ * reply is bounded too, below what the host queues per stream: 10000 entries
+ * with long paths would otherwise be tens of MiB. */
+#define LIST_FRAME_BUDGET (PROTO_MAX_JSON - 8192)
+#define LIST_REPLY_BUDGET (2u * 1024u * 1024u)
+
+static void list_reply(Agent *a, uint32_t id, json_t *entries, bool truncated) {
+        _cleanup_json_ json_t *batch = json_array();
+        size_t batch_bytes = 0, reply_bytes = 0, total = 0;
+        for (size_t i = 0; i < json_array_size(entries) && batch; i++) {
+                json_t *e = json_array_get(entries, i);
+                _cleanup_free_ char *s = json_dumps(e, JSON_COMPACT);
+                if (!s) {
+                        json_decref(TAKE_PTR(batch));
+                        break;
+                }
+                /* An entry is two paths and a few numbers, far below the frame
+                 * budget even with every byte escaped. */
+                size_t n = strlen(s) + 1;
+                if (reply_bytes + n > LIST_REPLY_BUDGET || n > LIST_FRAME_BUDGET) {
+                        truncated = true;
+                        break;
+                }
+                if (batch_bytes + n > LIST_FRAME_BUDGET) {
+                        send_json_new(a, PROTO_EVENT, id, json_pack("{s:O}", "entries", batch));
+                        json_decref(batch);
+                        batch = json_array();
+                        batch_bytes = 0;
+                        if (!batch)
+                                break;
+                }
+                if (json_array_append(batch, e) < 0) {
+                        json_decref(TAKE_PTR(batch));
+                        break;
+                }
+                batch_bytes += n;
+                reply_bytes += n;
+                total++;
+        }
+        if (!batch) {
+                result_error(a, id, "internal", "out of memory");
+                return;
+        }
+        send_json_new(a, PROTO_RESULT, id,
+                      json_pack("{s:O,s:b,s:I}", "entries", batch, "truncated", truncated, "total",
+                                (json_int_t)total));
+}
+
+static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t len) {
+        if ((id & 1u) == 0) {
+                log_msg("ignoring OPEN on even stream %u", id);
+                return;
+        }
+        for (size_t i = 0; i < a->n_streams; i++)
+                if (a->streams[i]->id == id) {
+                        log_msg("ignoring OPEN on stream %u which is in use", id);
+                        return;
+                }
+        if (a->n_streams >= AGENT_MAX_STREAMS) {
+                result_error(a, id, "busy", "too many concurrent operations");
+                return;
+        }
+        AgentRequest *r = NULL;
+        const char *msg = NULL;
+        int k = agent_request_parse(payload, len, &r, &msg);
+        if (k < 0) {
+                result_error(a, id, k == -ENOMEM ? "internal" : "invalid",
+                             k == -ENOMEM ? "out of memory" : msg);
+                return;
+        }
+        switch (r->op) {
+        case REQ_EXEC:
+                exec_start(a, id, r);
+                break;
+        case REQ_READ:
+                read_start(a, id, r);
+                break;
+        case REQ_WRITE:
+                write_start(a, id, r);
+                break;
+        case REQ_STAT: {
+                json_t *e = NULL;
+                k = fsops_stat(r->path, &e);
+                if (k < 0)
+                        result_errno(a, id, k);
+                else
+                        send_json_new(a, PROTO_RESULT, id, e);
+                break;
+        }
+        case REQ_LIST: {
+                json_t *entries = NULL;
+                bool truncated = false;
+                k = fsops_list(r->path, r->depth, &entries, &truncated);
+                if (k < 0)
+                        result_errno(a, id, k);
+                else {
+                        list_reply(a, id, entries, truncated);
+                        json_decref(entries);
+                }
+                break;
+        }
+        case REQ_MKDIR:
+        case REQ_REMOVE:
+        case REQ_RENAME:
+                k = r->op == REQ_MKDIR    ? fsops_mkdir(r->path, r->flag)
+                    : r->op == REQ_REMOVE ? fsops_remove(r->path, r->flag)
+                                          : fsops_rename(r->path, r->to);
+                if (k < 0)
+                        result_errno(a, id, k);
+                else
+                        send_json_new(a, PROTO_RESULT, id, json_object());
+                break;
+        }
+        agent_request_free(r);
+}
+
+static void handle_data(Agent *a, Stream *s, uint8_t fd, const uint8_t *p, size_t n) {
+        if (fd != PROTO_FD_IN)
+                return;
+        if (s->in_held + n > PROTO_INITIAL_WINDOW) {
+                agent_fatal(a, "host sent DATA beyond its credit");
+                return;
+        }
+        s->in_held += n;
+        if (s->kind == STREAM_WRITE) {
+                int k = fsops_write_data(s->write, p, n);
+                if (k < 0) {
+                        fsops_write_abort(TAKE_PTR(s->write));
+                        finish_error(a, s, fsops_error_code(k), strerror(-k));
+                        return;
+                }
+                consumed(a, s, n, true);
+                return;
+        }
+        if (s->kind != STREAM_EXEC || s->fds[PIPE_IN] < 0 || s->in_eof || n == 0) {
+                consumed(a, s, n, true);
+                return;
+        }
+        Chunk *c = malloc(sizeof(Chunk) + n);
+        if (!c) {
+                agent_fatal(a, "out of memory");
+                return;
+        }
+        c->next = NULL;
+        c->len = n;
+        c->off = 0;
+        memcpy(c->data, p, n);
+        if (s->in_tail)
+                s->in_tail->next = c;
+        else
+                s->in_head = c;
+        s->in_tail = c;
+}
+
+static void handle_eof(Agent *a, Stream *s, uint8_t fd) {
+        if (fd != PROTO_FD_IN)
+                return;
+        if (s->kind == STREAM_WRITE) {
+                uint64_t size = 0;
+                int k = fsops_write_commit(TAKE_PTR(s->write), &size);
+                if (k < 0)
+                        finish_error(a, s, fsops_error_code(k), strerror(-k));
+                else {
+                        send_json_new(a, PROTO_RESULT, s->id, json_pack("{s:I}", "size", (json_int_t)size));
+                        s->finished = true;
+                }
+                return;
+        }
+        if (s->kind == STREAM_EXEC) {
+                s->in_eof = true;
+                if (!s->in_head)
+                        close_fd(&s->fds[PIPE_IN]);
+        }
+}
+
+static void handle_cancel(Agent *a, Stream *s) {
+        switch (s->kind) {
+        case STREAM_EXEC:
+                /* The RESULT follows once the group is gone and the pipes drained. */
+                exec_kill(s);
+                drop_stdin(a, s);
+                if (s->exited && !s->final_until_ms)
+                        s->final_until_ms = now_ms() + FINAL_DRAIN_MS;
+                break;
+        case STREAM_READ:
+                finish_error(a, s, "io", "cancelled");
+                break;
+        case STREAM_WRITE:
+                fsops_write_abort(TAKE_PTR(s->write));
+                finish_error(a, s, "io", "cancelled");
+                break;
+        }
+}
+
+static void handle_frame(Agent *a, const ProtoHeader *h, const uint8_t *p) {
+        if (h->type == PROTO_PING) {
+                send_frame(a, PROTO_PONG, 0, 0, p, h->length);
+                return;
+        }
+        if (h->type == PROTO_OPEN) {
+                handle_open(a, h->stream, p, h->length);
+                return;
+        }
+        Stream *s = stream_find(a, h->stream);
+        if (!s)
+                return; /* unknown or finished stream: frames may have been in flight */
+        switch (h->type) {
+        case PROTO_DATA:
+                handle_data(a, s, h->flags, p, h->length);
+                break;
+        case PROTO_EOF:
+                handle_eof(a, s, h->flags);
+                break;
+        case PROTO_WINDOW: {
+                uint32_t v = proto_get_u32(p);
+                /* A host handing out absurd credit only hurts itself, but keep
+                 * the counter far from overflow. */
+                if (s->credit + v <= (1ull << 40))
+                        s->credit += v;
+                break;
+        }
+        case PROTO_CANCEL:
+                handle_cancel(a, s);
+                break;
+        default:
+                break; /* HELLO, EVENT, RESULT, PONG: nothing the agent waits for */
+        }
+}
+
+static void read_channel(Agent *a) {
+        uint8_t buf[CHUNK];
+        ssize_t n = read(a->in_fd, buf, sizeof buf);
+        if (n < 0) {
+                if (errno == EINTR || errno == EAGAIN)
+                        return;
+                log_msg("channel read failed: %s", strerror(errno));
+                a->quit = true;
+                a->exit_status = 1;
+                return;
+        }
+        if (n == 0) {
+                log_msg("channel closed by the host");
+                a->quit = true;
+                a->exit_status = 0;
+                return;
+        }
+        if (proto_reader_feed(a->reader, buf, (size_t)n) < 0) {
+                agent_fatal(a, "malformed frame");
+                return;
+        }
+        for (;;) {
+                ProtoHeader h;
+                const uint8_t *payload;
+                int k = proto_reader_next(a->reader, &h, &payload);
+                if (k == 0)
+                        break;
+                if (k < 0) {
+                        agent_fatal(a, "malformed frame");
+                        return;
+                }
+                handle_frame(a, &h, payload);
+                if (a->quit)
+                        return;
+        }
+}
+
+/* ---- children ---- */
+
+static void reap(Agent *a) {
+        for (;;) {
+                int status;
+                pid_t pid = waitpid(-1, &status, WNOHANG);
+                if (pid <= 0)
+                        return;
+                for (size_t i = 0; i < a->n_streams; i++) {
+                        Stream *s = a->streams[i];
+                        if (s->kind == STREAM_EXEC && s->pid == pid && !s->exited) {
+                                s->exited = true;
+                                s->status = status;
+                                s->end_ms = now_ms();
+                                break;
+                        }
+                }
+                /* Anything else is an orphan re-parented to us: reaped, forgotten. */
+        }
+}
+
+static void read_signals(Agent *a) {
+        struct signalfd_siginfo si;
+        while (read(a->sig_fd, &si, sizeof si) == (ssize_t)sizeof si) {
+                if (si.ssi_signo == SIGCHLD)
+                        reap(a);
+                else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+                        log_msg("signal %u: stopping", si.ssi_signo);
+                        a->quit = true;
+                        a->exit_status = 0;
+                }
+        }
+        /* SIGCHLDs coalesce; a reap pass costs one syscall. */
+        reap(a);
+}
+
+static void pipe_readable(Agent *a, Stream *s, int which) {
+        size_t want = CHUNK;
+        if (s->credit < want)
+                want = (size_t)s->credit;
+        if (want == 0)
+                return;
+        uint8_t buf[CHUNK];
+        ssize_t n = read(s->fds[which], buf, want);
+        if (n > 0) {
+                send_frame(a, PROTO_DATA, (uint8_t)which, s->id, buf, (size_t)n);
+                s->credit -= (uint64_t)n;
+                return;
+        }
+        if (n < 0 && (errno == EINTR || (errno == EAGAIN && !s->final_until_ms)))
+                return;
+        /* EOF, an error, or nothing left once the group is dead. */
+        close_fd(&s->fds[which]);
+        send_frame(a, PROTO_EOF, (uint8_t)which, s->id, NULL, 0);
+}
+
+static void stdin_writable(Agent *a, Stream *s) {
+        while (s->in_head) {
+                Chunk *c = s->in_head;
+                ssize_t n = write(s->fds[PIPE_IN], c->data + c->off, c->len - c->off);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                break;
+                        /* EPIPE: the child closed its stdin; the rest is dropped
+                         * but credited, so the host is not left waiting. */
+                        drop_stdin(a, s);
+                        return;
+                }
+                c->off += (size_t)n;
+                consumed(a, s, (size_t)n, false);
+                if (c->off == c->len) {
+                        s->in_head = c->next;
+                        if (!s->in_head)
+                                s->in_tail = NULL;
+                        free(c);
+                }
+        }
+        if (!s->in_head) {
+                send_window(a, s, true);
+                if (s->in_eof)
+                        close_fd(&s->fds[PIPE_IN]);
+        }
+}
+
+static void exec_check(Agent *a, Stream *s, uint64_t now) {
+        if (!s->exited) {
+                if (s->deadline_ms && now >= s->deadline_ms && !s->timed_out) {
+                        s->timed_out = true;
+                        exec_kill(s);
+                }
+                return;
+        }
+        bool pipes_open = s->fds[PIPE_OUT] >= 0 || s->fds[PIPE_ERR] >= 0;
+        if (pipes_open) {
+                if (!s->drain_until_ms)
+                        s->drain_until_ms = s->end_ms + AGENT_DRAIN_MS;
+                if (now >= s->drain_until_ms && !s->final_until_ms) {
+                        exec_kill(s);
+                        s->final_until_ms = now + FINAL_DRAIN_MS;
+                }
+                /* Past the last drain, an escaped writer is cut off; a host
+                 * that has not taken the output yet is waited for. */
+                if (s->final_until_ms && now >= s->final_until_ms && s->credit > 0) {
+                        for (int i = PIPE_OUT; i <= PIPE_ERR; i++)
+                                if (s->fds[i] >= 0) {
+                                        close_fd(&s->fds[i]);
+                                        send_frame(a, PROTO_EOF, (uint8_t)i, s->id, NULL, 0);
+                                }
+                        pipes_open = false;
+                }
+                if (pipes_open)
+                        return;
+        }
+        drop_stdin(a, s);
+        int code, sig = 0;
+        if (WIFSIGNALED(s->status)) {
+                sig = WTERMSIG(s->status);
+                code = 128 + sig;
+        } else
+                code = WEXITSTATUS(s->status);
+        json_t *res = json_pack("{s:i,s:o,s:b,s:I}", "exitCode", code, "signal",
+                                sig ? json_integer(sig) : json_null(), "timedOut", s->timed_out,
+                                "durationMs", (json_int_t)(s->end_ms - s->start_ms));
+        send_json_new(a, PROTO_RESULT, s->id, res);
+        s->finished = true;
+}
+
+static void read_pump(Agent *a, Stream *s) {
+        size_t want = CHUNK;
+        if (s->credit < want)
+                want = (size_t)s->credit;
+        if (want == 0)
+                return;
+        uint8_t buf[CHUNK];
+        ssize_t n = read(s->file_fd, buf, want);
+        if (n < 0) {
+                if (errno == EINTR || errno == EAGAIN)
+                        return;
+                int k = -errno;
+                close_fd(&s->file_fd);
+                finish_error(a, s, fsops_error_code(k), strerror(-k));
+                return;
+        }
+        if (n == 0) {
+                close_fd(&s->file_fd);
+                send_frame(a, PROTO_EOF, PROTO_FD_OUT, s->id, NULL, 0);
+                send_json_new(a, PROTO_RESULT, s->id, json_pack("{s:I}", "size", (json_int_t)s->sent));
+                s->finished = true;
+                return;
+        }
+        send_frame(a, PROTO_DATA, PROTO_FD_OUT, s->id, buf, (size_t)n);
+        s->credit -= (uint64_t)n;
+        s->sent += (uint64_t)n;
+}
+
+static void sweep(Agent *a) {
+        size_t j = 0;
+        for (size_t i = 0; i < a->n_streams; i++) {
+                if (a->streams[i]->finished)
+                        stream_free(a->streams[i]);
+                else
+                        a->streams[j++] = a->streams[i];
+        }
+        a->n_streams = j;
+}
+
+/* ---- the loop ---- */
+
+Agent *agent_new(int in_fd, int out_fd, int sig_fd) {
+        Agent *a = calloc(1, sizeof(Agent));
+        if (!a)
+                return NULL;
+        a->reader = proto_reader_new();
+        if (!a->reader) {
+                free(a);
+                return NULL;
+        }
+        a->in_fd = in_fd;
+        a->out_fd = out_fd;
+        a->sig_fd = sig_fd;
+        return a;
+}
+
+void agent_free(Agent *a) {
+        if (!a)
+                return;
+        for (size_t i = 0; i < a->n_streams; i++)
+                stream_free(a->streams[i]);
+        while (a->out_head) {
+                OutFrame *f = a->out_head;
+                a->out_head = f->next;
+                free(f->buf);
+                free(f);
+        }
+        proto_reader_free(a->reader);
+        free(a);
+}
+
+static void send_hello(Agent *a) {
+        struct utsname u;
+        const char *kernel = uname(&u) == 0 ? u.release : "unknown";
+        send_json_new(a, PROTO_HELLO, 0,
+                      json_pack("{s:i,s:i,s:s}", "version", PROTO_VERSION, "pid", (int)getpid(), "kernel",
+                                kernel));
+}
+
+static void set_nonblock(int fd) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+                (void)fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* Poll slots: the channel (one or two), the signalfd, then three per stream. */
+#define MAX_POLL (3 + 3 * AGENT_MAX_STREAMS)
+
+int agent_run(Agent *a) {
+        set_nonblock(a->in_fd);
+        set_nonblock(a->out_fd);
+        send_hello(a);
+        struct pollfd pfd[MAX_POLL];
+        Stream *owner[MAX_POLL];
+        int which[MAX_POLL];
+
+        while (!a->quit) {
+                uint64_t now = now_ms();
+                int timeout = -1;
+                size_t n = 0;
+                bool same = a->in_fd == a->out_fd;
+                short in_ev = a->out_bytes < AGENT_OUT_HARD_LIMIT ? POLLIN : 0;
+                short out_ev = a->out_head ? POLLOUT : 0;
+                pfd[n++] = (struct pollfd){.fd = a->in_fd, .events = (short)(in_ev | (same ? out_ev : 0))};
+                if (!same)
+                        pfd[n++] = (struct pollfd){.fd = a->out_head ? a->out_fd : -1, .events = out_ev};
+                pfd[n++] = (struct pollfd){.fd = a->sig_fd, .events = POLLIN};
+                size_t first_stream = n;
+                bool room = a->out_bytes < AGENT_OUT_SOFT_LIMIT;
+                for (size_t i = 0; i < a->n_streams; i++) {
+                        Stream *s = a->streams[i];
+                        bool produce = room && s->queued_out < AGENT_STREAM_QUEUE_LIMIT && s->credit > 0;
+                        if (s->kind == STREAM_READ && produce)
+                                timeout = 0;
+                        if (s->kind != STREAM_EXEC)
+                                continue;
+                        for (int k = 0; k < 3; k++) {
+                                int fd = s->fds[k];
+                                short ev = k == PIPE_IN ? POLLOUT : POLLIN;
+                                /* A negative fd is skipped by poll: a pipe we may not
+                                 * read now must not report POLLHUP in a busy loop. */
+                                if (k == PIPE_IN ? !s->in_head : !produce)
+                                        fd = -1;
+                                owner[n] = s;
+                                which[n] = k;
+                                pfd[n++] = (struct pollfd){.fd = fd, .events = ev};
+                        }
+                        uint64_t due = 0;
+                        if (!s->exited) {
+                                if (s->deadline_ms && !s->timed_out)
+                                        due = s->deadline_ms;
+                        } else if (!s->final_until_ms)
+                                due = s->drain_until_ms ? s->drain_until_ms : now;
+                        else if (s->final_until_ms > now)
+                                due = s->final_until_ms;
+                        /* Past the final drain with no credit: the host's WINDOW
+                         * wakes the loop, not a timer. */
+                        if (due) {
+                                int ms = due > now ? (int)(due - now < 60000 ? due - now : 60000) : 0;
+                                if (timeout < 0 || ms < timeout)
+                                        timeout = ms;
+                        }
+                }
+                int k = poll(pfd, n, timeout);
+                if (k < 0 && errno != EINTR) {
+                        log_msg("poll failed: %s", strerror(errno));
+                        a->exit_status = 1;
+                        break;
+                }
+                if (k > 0) {
+                        size_t sig_slot = same ? 1 : 2;
+                        if (pfd[sig_slot].revents)
+                                read_signals(a);
+                        for (size_t i = first_stream; i < n; i++) {
+                                Stream *s = owner[i];
+                                if (!pfd[i].revents || s->finished || s->fds[which[i]] < 0)
+                                        continue;
+                                if (which[i] == PIPE_IN)
+                                        stdin_writable(a, s);
+                                else
+                                        pipe_readable(a, s, which[i]);
+                        }
+                        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))
+                                read_channel(a);
+                }
+                now = now_ms();
+                for (size_t i = 0; i < a->n_streams && !a->quit; i++) {
+                        Stream *s = a->streams[i];
+                        if (s->finished)
+                                continue;
+                        if (s->kind == STREAM_EXEC)
+                                exec_check(a, s, now);
+                        else if (s->kind == STREAM_READ && a->out_bytes < AGENT_OUT_SOFT_LIMIT &&
+                                 s->queued_out < AGENT_STREAM_QUEUE_LIMIT)
+                                read_pump(a, s);
+                }
+                sweep(a);
+                if (a->out_head)
+                        flush_out(a);
+        }
+
+        for (size_t i = 0; i < a->n_streams; i++) {
+                Stream *s = a->streams[i];
+                if (s->kind == STREAM_EXEC)
+                        exec_kill(s);
+        }
+        return a->exit_status;
+}

@@ -1,0 +1,35 @@
+#pragma once
+/*
+ * The agent's event loop: one thread, poll(2) over the channel, every child's
+ * pipes and a signalfd. Frames out are queued and written without blocking;
+ * a stream's DATA stays within the host's credit, and the children's pipes are
+ * not read while the channel's queue is full, so a slow host stalls the
+ * children, never the agent.
+ */
+#include <stdint.h>
+
+#define AGENT_MAX_STREAMS 256
+/* Above this many queued outgoing bytes no more DATA is produced. */
+#define AGENT_OUT_SOFT_LIMIT (4u * 1024u * 1024u)
+/* A stream with this much DATA waiting in the queue produces no more until
+ * the channel took it, so that one busy stream cannot fill the queue and
+ * delay everybody else's frames. */
+#define AGENT_STREAM_QUEUE_LIMIT (256u * 1024u)
+/* Above this, the channel itself is not read any more (a host that floods
+ * PINGs without reading the PONGs cannot grow the queue without end). */
+#define AGENT_OUT_HARD_LIMIT (64u * 1024u * 1024u)
+/* How long the output of an exited leader may still be drained before its
+ * process group is killed (a background job holding the pipes open). */
+#define AGENT_DRAIN_MS 100
+
+typedef struct Agent Agent;
+
+/* in_fd/out_fd may be the same descriptor; both are switched to non-blocking.
+ * sig_fd is a signalfd for SIGCHLD, SIGTERM, SIGINT (blocked by the caller).
+ * The agent owns none of them. */
+Agent *agent_new(int in_fd, int out_fd, int sig_fd);
+void agent_free(Agent *a);
+/* Sends HELLO and runs until the channel ends (1), a malformed frame (1) or
+ * SIGTERM/SIGINT (0). Every child's process group is killed on the way out.
+ * Returns the exit status for main. */
+int agent_run(Agent *a);

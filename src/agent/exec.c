@@ -1,0 +1,154 @@
+#include "agent/exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+
+const char *const exec_base_env[] = {
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME=/root",
+        "LANG=C.UTF-8",
+        "TERM=dumb",
+        NULL,
+};
+
+char **exec_build_env(char *const extra[], size_t n_extra) {
+        size_t n_base = ELEMENTSOF(exec_base_env) - 1;
+        char **env = calloc(n_base + n_extra + 1, sizeof(char *));
+        if (!env)
+                return NULL;
+        size_t n = 0;
+        for (size_t i = 0; i < n_base; i++)
+                env[n++] = (char *)exec_base_env[i];
+        for (size_t i = 0; i < n_extra; i++) {
+                size_t klen = strcspn(extra[i], "=") + 1;
+                size_t j;
+                for (j = 0; j < n; j++)
+                        if (strncmp(env[j], extra[i], klen) == 0)
+                                break;
+                env[j] = extra[i];
+                if (j == n)
+                        n++;
+        }
+        env[n] = NULL;
+        return env;
+}
+
+static void child_fail(const char *what, int err) {
+        char msg[512];
+        int n = snprintf(msg, sizeof msg, "runtime: %s: %s\n", what, strerror(err));
+        if (n > 0)
+                (void)!write(STDERR_FILENO, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+        _exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
+}
+
+static void child_fail_cwd(const char *cwd, int err) {
+        char msg[4200];
+        int n = snprintf(msg, sizeof msg, "runtime: cd: %s: %s\n", cwd, strerror(err));
+        if (n > 0)
+                (void)!write(STDERR_FILENO, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+        _exit(127);
+}
+
+static int pipe_pair(int fds[2], int nonblock_end) {
+        if (pipe2(fds, O_CLOEXEC) < 0)
+                return -errno;
+        if (fcntl(fds[nonblock_end], F_SETFL, O_NONBLOCK) < 0) {
+                int k = -errno;
+                close(fds[0]);
+                close(fds[1]);
+                return k;
+        }
+        return 0;
+}
+
+static void close_pair(int fds[2]) {
+        for (int i = 0; i < 2; i++)
+                if (fds[i] >= 0)
+                        close(fds[i]);
+}
+
+void exec_kill_group(pid_t pid) {
+        /* The leader first: until its setsid() has run there is no group to
+         * signal, and a leader with a fatal signal pending can no longer fork.
+         * Then the group, for everything it started. */
+        kill(pid, SIGKILL);
+        kill(-pid, SIGKILL);
+}
+
+int exec_spawn(const AgentRequest *r, ExecChild *ret) {
+        int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+        int k;
+        _cleanup_free_ char **env = exec_build_env(r->env, r->envc);
+        if (!env)
+                return -ENOMEM;
+        if ((k = pipe_pair(out, 0)) < 0)
+                return k;
+        if ((k = pipe_pair(err, 0)) < 0) {
+                close_pair(out);
+                return k;
+        }
+        if (r->stdin_stream && (k = pipe_pair(in, 1)) < 0) {
+                close_pair(out);
+                close_pair(err);
+                return k;
+        }
+
+        pid_t pid = fork();
+        if (pid < 0) {
+                k = -errno;
+                close_pair(in);
+                close_pair(out);
+                close_pair(err);
+                return k;
+        }
+        if (pid == 0) {
+                /* The agent blocks and ignores signals for its own loop; a child
+                 * must start with defaults (ignored signals survive execve). */
+                sigset_t all;
+                sigemptyset(&all);
+                sigprocmask(SIG_SETMASK, &all, NULL);
+                signal(SIGPIPE, SIG_DFL);
+                signal(SIGCHLD, SIG_DFL);
+                signal(SIGTERM, SIG_DFL);
+                signal(SIGINT, SIG_DFL);
+                setsid();
+                int null_fd = -1;
+                if (in[0] < 0) {
+                        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                        if (null_fd < 0)
+                                _exit(126);
+                }
+                /* dup2 over fds 0..2 (the agent's own channel when it uses stdio). */
+                if (dup2(in[0] >= 0 ? in[0] : null_fd, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
+                        _exit(126);
+                /* Whatever launched the agent may have leaked descriptors. */
+                syscall(SYS_close_range, 3U, ~0U, 0U);
+                if (chdir(r->cwd) < 0)
+                        child_fail_cwd(r->cwd, errno);
+                if (r->shell) {
+                        char *const bash[] = {"bash", "-c", r->argv[0], NULL};
+                        execve("/bin/bash", bash, env);
+                        execvpe("bash", bash, env);
+                        char *const sh[] = {"sh", "-c", r->argv[0], NULL};
+                        execve("/bin/sh", sh, env);
+                        child_fail("sh", errno);
+                }
+                execvpe(r->argv[0], r->argv, env);
+                child_fail(r->argv[0], errno);
+        }
+
+        if (in[0] >= 0)
+                close(in[0]);
+        close(out[1]);
+        close(err[1]);
+        *ret = (ExecChild){.pid = pid, .stdin_fd = in[1], .stdout_fd = out[0], .stderr_fd = err[0]};
+        return 0;
+}

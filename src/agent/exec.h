@@ -1,0 +1,28 @@
+#pragma once
+/* Starting an exec request's child: its own session and process group, pipes
+ * for stdout/stderr (and stdin when the host streams it), the base environment
+ * plus the request's. */
+#include <sys/types.h>
+
+#include "agent/request.h"
+
+typedef struct ExecChild {
+        pid_t pid;    /* also the process group id */
+        int stdin_fd; /* write end, non-blocking; -1 without stdin streaming */
+        int stdout_fd;
+        int stderr_fd; /* read ends, non-blocking */
+} ExecChild;
+
+/* The environment every child starts from. */
+extern const char *const exec_base_env[];
+
+/* NULL-terminated environment: exec_base_env overridden/extended by `extra`
+ * ("K=V" strings). Free with free() (the strings are borrowed). */
+char **exec_build_env(char *const extra[], size_t n_extra);
+
+/* Forks the child. A child that cannot chdir or exec reports it on its stderr
+ * and exits 127 (126 when not executable), as a shell does. */
+int exec_spawn(const AgentRequest *r, ExecChild *ret);
+
+/* SIGKILL to the child and its whole process group. */
+void exec_kill_group(pid_t pid);

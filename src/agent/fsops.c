@@ -1,0 +1,509 @@
+#include "agent/fsops.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/jsonutil.h"
+#include "common/macro.h"
+
+struct FsWrite {
+        int dir_fd;
+        int fd;
+        char tmp_name[64];
+        char *name;
+        unsigned mode;
+        uint64_t size;
+};
+
+const char *fsops_error_code(int err) {
+        switch (-err) {
+        case ENOENT:
+                return "not_found";
+        case EEXIST:
+                return "exists";
+        case ENOTDIR:
+                return "not_a_directory";
+        case EISDIR:
+                return "is_a_directory";
+        case ENOTEMPTY:
+                return "not_empty";
+        case EACCES:
+        case EPERM:
+        case EROFS:
+                return "permission_denied";
+        case ENOSPC:
+        case EDQUOT:
+                return "no_space";
+        case EFBIG:
+        case E2BIG:
+                return "too_large";
+        case EINVAL:
+        case ENAMETOOLONG:
+        case ELOOP:
+        case EXDEV:
+                return "invalid";
+        case EBUSY:
+        case ETXTBSY:
+                return "busy";
+        case ENOMEM:
+                return "internal";
+        default:
+                return "io";
+        }
+}
+
+static void closedirp(DIR **d) {
+        if (*d)
+                closedir(*d);
+}
+
+/* Splits an absolute path into an fd of its parent directory and the last
+ * component. Trailing slashes are ignored. "/" itself, "." and ".." as the
+ * last component have no parent entry to act on: -EINVAL. */
+static int open_parent(const char *path, int *ret_dir_fd, char **ret_name) {
+        _cleanup_free_ char *copy = strdup(path);
+        if (!copy)
+                return -ENOMEM;
+        size_t n = strlen(copy);
+        while (n > 1 && copy[n - 1] == '/')
+                copy[--n] = '\0';
+        char *slash = strrchr(copy, '/');
+        if (!slash || slash[1] == '\0')
+                return -EINVAL;
+        char *name = slash + 1;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+                return -EINVAL;
+        _cleanup_free_ char *base = strdup(name);
+        if (!base)
+                return -ENOMEM;
+        if (slash == copy)
+                slash[1] = '\0';
+        else
+                *slash = '\0';
+        int fd = open(copy, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        *ret_dir_fd = fd;
+        *ret_name = TAKE_PTR(base);
+        return 0;
+}
+
+static int mkdir_p_fd(const char *path, mode_t mode, int *ret_fd) {
+        _cleanup_free_ char *copy = strdup(path);
+        if (!copy)
+                return -ENOMEM;
+        _cleanup_close_ int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        char *save = NULL;
+        for (char *comp = strtok_r(copy, "/", &save); comp; comp = strtok_r(NULL, "/", &save)) {
+                if (strcmp(comp, ".") == 0)
+                        continue;
+                if (mkdirat(fd, comp, mode) < 0 && errno != EEXIST)
+                        return -errno;
+                int next = openat(fd, comp, O_PATH | O_DIRECTORY | O_CLOEXEC);
+                if (next < 0)
+                        return errno == ENOTDIR ? -EEXIST : -errno;
+                close(fd);
+                fd = next;
+        }
+        if (ret_fd)
+                *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+int fsops_mkdir_p(const char *path, mode_t mode) {
+        return mkdir_p_fd(path, mode, NULL);
+}
+
+static const char *type_name(mode_t m) {
+        if (S_ISREG(m))
+                return "file";
+        if (S_ISDIR(m))
+                return "dir";
+        if (S_ISLNK(m))
+                return "symlink";
+        return "other";
+}
+
+/* File names and link targets are arbitrary bytes but JSON text is UTF-8:
+ * each byte that is not part of a valid sequence becomes U+FFFD. */
+static json_t *json_string_lossy(const char *s, size_t n) {
+        _cleanup_free_ char *out = malloc(n * 3 + 1);
+        if (!out)
+                return NULL;
+        size_t o = 0;
+        const uint8_t *p = (const uint8_t *)s;
+        for (size_t i = 0; i < n;) {
+                uint8_t c = p[i];
+                size_t len = 0;
+                uint32_t cp = 0;
+                if (c < 0x80)
+                        len = 1, cp = c;
+                else if (c >= 0xc2 && c <= 0xdf)
+                        len = 2, cp = c & 0x1f;
+                else if (c >= 0xe0 && c <= 0xef)
+                        len = 3, cp = c & 0x0f;
+                else if (c >= 0xf0 && c <= 0xf4)
+                        len = 4, cp = c & 0x07;
+                bool ok = len > 0 && i + len <= n && c != 0;
+                for (size_t k = 1; ok && k < len; k++) {
+                        if ((p[i + k] & 0xc0) != 0x80)
+                                ok = false;
+                        cp = (cp << 6) | (p[i + k] & 0x3f);
+                }
+                if (ok && ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+                           (len == 4 && (cp < 0x10000 || cp > 0x10ffff))))
+                        ok = false;
+                if (ok) {
+                        memcpy(out + o, p + i, len);
+                        o += len;
+                        i += len;
+                } else {
+                        memcpy(out + o, "\xef\xbf\xbd", 3);
+                        o += 3;
+                        i++;
+                }
+        }
+        return json_stringn(out, o);
+}
+
+static json_t *entry_new(int dir_fd, const char *name, const char *full_path, const struct stat *st) {
+        char mtime[32];
+        struct tm tm;
+        time_t t = st->st_mtim.tv_sec;
+        if (!gmtime_r(&t, &tm) || strftime(mtime, sizeof mtime, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+                snprintf(mtime, sizeof mtime, "1970-01-01T00:00:00Z");
+        json_t *e = json_pack("{s:o, s:o, s:s, s:I, s:i, s:s}", "path",
+                              json_string_lossy(full_path, strlen(full_path)), "name",
+                              json_string_lossy(name, strlen(name)), "type", type_name(st->st_mode), "size",
+                              (json_int_t)st->st_size, "mode", (int)(st->st_mode & 07777), "mtime", mtime);
+        if (!e)
+                return NULL;
+        if (S_ISLNK(st->st_mode)) {
+                char target[4097];
+                ssize_t n = readlinkat(dir_fd, name, target, sizeof target - 1);
+                if (n >= 0) {
+                        target[n] = '\0';
+                        json_t *s = json_string_lossy(target, (size_t)n);
+                        if (!s || json_object_set_new(e, "target", s) < 0) {
+                                json_decref(e);
+                                return NULL;
+                        }
+                }
+        }
+        return e;
+}
+
+static char *path_join(const char *dir, const char *name) {
+        char *out;
+        if (asprintf(&out, "%s%s%s", dir, (dir[0] && dir[strlen(dir) - 1] == '/') ? "" : "/", name) < 0)
+                return NULL;
+        return out;
+}
+
+int fsops_stat(const char *path, json_t **ret_entry) {
+        if (strcmp(path, "/") == 0 || strspn(path, "/") == strlen(path)) {
+                struct stat st;
+                if (lstat("/", &st) < 0)
+                        return -errno;
+                json_t *e = entry_new(AT_FDCWD, "/", "/", &st);
+                if (!e)
+                        return -ENOMEM;
+                *ret_entry = e;
+                return 0;
+        }
+        _cleanup_close_ int dir_fd = -1;
+        _cleanup_free_ char *name = NULL;
+        int r = open_parent(path, &dir_fd, &name);
+        if (r < 0)
+                return r;
+        struct stat st;
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return -errno;
+        json_t *e = entry_new(dir_fd, name, path, &st);
+        if (!e)
+                return -ENOMEM;
+        *ret_entry = e;
+        return 0;
+}
+
+static int list_dir(int dir_fd, const char *prefix, unsigned depth, json_t *entries, bool *truncated) {
+        int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        _cleanup_(closedirp) DIR *d = fdopendir(fd);
+        if (!d) {
+                int k = -errno;
+                close(fd);
+                return k;
+        }
+        struct dirent *de;
+        while ((errno = 0, de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                if (json_array_size(entries) >= FSOPS_MAX_LIST_ENTRIES) {
+                        *truncated = true;
+                        return 0;
+                }
+                struct stat st;
+                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        continue; /* gone meanwhile */
+                _cleanup_free_ char *full = path_join(prefix, de->d_name);
+                if (!full)
+                        return -ENOMEM;
+                json_t *e = entry_new(dirfd(d), de->d_name, full, &st);
+                if (!e || json_array_append_new(entries, e) < 0)
+                        return -ENOMEM;
+                if (S_ISDIR(st.st_mode) && depth > 1) {
+                        _cleanup_close_ int sub = openat(dirfd(d), de->d_name,
+                                                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        if (sub < 0)
+                                continue; /* unreadable subdirectory: listed, not entered */
+                        int r = list_dir(sub, full, depth - 1, entries, truncated);
+                        if (r == -ENOMEM)
+                                return r;
+                        if (*truncated)
+                                return 0;
+                }
+        }
+        return errno ? -errno : 0;
+}
+
+int fsops_list(const char *path, unsigned depth, json_t **ret_entries, bool *ret_truncated) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        _cleanup_json_ json_t *entries = json_array();
+        if (!entries)
+                return -ENOMEM;
+        bool truncated = false;
+        int r = list_dir(fd, path, depth, entries, &truncated);
+        if (r < 0)
+                return r;
+        *ret_entries = TAKE_PTR(entries);
+        *ret_truncated = truncated;
+        return 0;
+}
+
+int fsops_mkdir(const char *path, bool parents) {
+        if (parents)
+                return fsops_mkdir_p(path, 0755);
+        _cleanup_close_ int dir_fd = -1;
+        _cleanup_free_ char *name = NULL;
+        int r = open_parent(path, &dir_fd, &name);
+        if (r < 0)
+                return r == -EINVAL && strspn(path, "/") == strlen(path) ? -EEXIST : r;
+        if (mkdirat(dir_fd, name, 0755) < 0)
+                return -errno;
+        return 0;
+}
+
+static int remove_tree(int dir_fd, const char *name, dev_t dev, unsigned level) {
+        struct stat st;
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (!S_ISDIR(st.st_mode))
+                return unlinkat(dir_fd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+        if (st.st_dev != dev)
+                return -EXDEV; /* a mount point: stay on one filesystem */
+        if (level >= FSOPS_MAX_REMOVE_DEPTH)
+                return -E2BIG;
+        for (int pass = 0; pass < 3; pass++) {
+                int fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0)
+                        return -errno;
+                _cleanup_(closedirp) DIR *d = fdopendir(fd);
+                if (!d) {
+                        int k = -errno;
+                        close(fd);
+                        return k;
+                }
+                struct dirent *de;
+                while ((de = readdir(d))) {
+                        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                                continue;
+                        int r = remove_tree(dirfd(d), de->d_name, dev, level + 1);
+                        if (r < 0)
+                                return r;
+                }
+                if (unlinkat(dir_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+                        return 0;
+                if (errno != ENOTEMPTY && errno != EEXIST)
+                        return -errno;
+        }
+        return -ENOTEMPTY;
+}
+
+int fsops_remove(const char *path, bool recursive) {
+        _cleanup_close_ int dir_fd = -1;
+        _cleanup_free_ char *name = NULL;
+        int r = open_parent(path, &dir_fd, &name);
+        if (r < 0)
+                return r;
+        struct stat st;
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return -errno;
+        if (!S_ISDIR(st.st_mode))
+                return unlinkat(dir_fd, name, 0) < 0 ? -errno : 0;
+        if (!recursive) {
+                if (unlinkat(dir_fd, name, AT_REMOVEDIR) < 0)
+                        return errno == EEXIST ? -ENOTEMPTY : -errno;
+                return 0;
+        }
+        return remove_tree(dir_fd, name, st.st_dev, 0);
+}
+
+int fsops_rename(const char *from, const char *to) {
+        _cleanup_close_ int from_fd = -1, to_fd = -1;
+        _cleanup_free_ char *from_name = NULL, *to_name = NULL;
+        int r = open_parent(from, &from_fd, &from_name);
+        if (r < 0)
+                return r;
+        r = open_parent(to, &to_fd, &to_name);
+        if (r < 0)
+                return r;
+        if (renameat(from_fd, from_name, to_fd, to_name) < 0)
+                return errno == EEXIST ? -ENOTEMPTY : -errno;
+        return 0;
+}
+
+int fsops_open_read(const char *path, int *ret_fd, struct stat *ret_st) {
+        struct stat st;
+        /* Look before opening: opening a FIFO or a device can block or have
+         * side effects. */
+        if (stat(path, &st) < 0)
+                return -errno;
+        if (S_ISDIR(st.st_mode))
+                return -EISDIR;
+        if (!S_ISREG(st.st_mode))
+                return -EINVAL;
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        if (fd < 0)
+                return -errno;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (S_ISDIR(st.st_mode))
+                return -EISDIR;
+        if (!S_ISREG(st.st_mode))
+                return -EINVAL;
+        *ret_fd = TAKE_FD(fd);
+        *ret_st = st;
+        return 0;
+}
+
+int fsops_write_begin(const char *path, unsigned mode, bool mkdirs, FsWrite **ret) {
+        _cleanup_close_ int dir_fd = -1;
+        _cleanup_free_ char *name = NULL;
+        int r = open_parent(path, &dir_fd, &name);
+        if (r == -ENOENT && mkdirs) {
+                _cleanup_free_ char *parent = strdup(path);
+                if (!parent)
+                        return -ENOMEM;
+                size_t n = strlen(parent);
+                while (n > 1 && parent[n - 1] == '/')
+                        parent[--n] = '\0';
+                char *slash = strrchr(parent, '/');
+                if (slash && slash != parent)
+                        *slash = '\0';
+                r = mkdir_p_fd(parent, 0755, NULL);
+                if (r < 0)
+                        return r;
+                r = open_parent(path, &dir_fd, &name);
+        }
+        if (r < 0)
+                return r;
+        struct stat st;
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+                return -EISDIR;
+
+        FsWrite *w = calloc(1, sizeof(FsWrite));
+        if (!w)
+                return -ENOMEM;
+        w->fd = -1;
+        w->mode = mode;
+        for (int attempt = 0; attempt < 16; attempt++) {
+                uint64_t rnd;
+                if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != sizeof rnd)
+                        rnd = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uint64_t)attempt;
+                snprintf(w->tmp_name, sizeof w->tmp_name, ".runtime-%016llx.tmp", (unsigned long long)rnd);
+                w->fd = openat(dir_fd, w->tmp_name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                               0600);
+                if (w->fd >= 0 || errno != EEXIST)
+                        break;
+        }
+        if (w->fd < 0) {
+                int k = -errno;
+                free(w);
+                return k;
+        }
+        w->dir_fd = TAKE_FD(dir_fd);
+        w->name = TAKE_PTR(name);
+        *ret = w;
+        return 0;
+}
+
+int fsops_write_data(FsWrite *w, const void *buf, size_t n) {
+        const uint8_t *p = buf;
+        while (n > 0) {
+                ssize_t k = write(w->fd, p, n);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += k;
+                n -= (size_t)k;
+                w->size += (uint64_t)k;
+        }
+        return 0;
+}
+
+static void fswrite_free(FsWrite *w) {
+        if (w->fd >= 0)
+                close(w->fd);
+        if (w->dir_fd >= 0)
+                close(w->dir_fd);
+        free(w->name);
+        free(w);
+}
+
+int fsops_write_commit(FsWrite *w, uint64_t *ret_size) {
+        int r = 0;
+        /* fchmod, not the open mode: the umask must not change what the client asked for. */
+        if (fchmod(w->fd, w->mode) < 0 || fsync(w->fd) < 0)
+                r = -errno;
+        if (r == 0 && close(w->fd) < 0)
+                r = -errno;
+        w->fd = -1;
+        if (r == 0 && renameat(w->dir_fd, w->tmp_name, w->dir_fd, w->name) < 0)
+                r = -errno;
+        if (r < 0) {
+                unlinkat(w->dir_fd, w->tmp_name, 0);
+        } else {
+                /* Make the rename itself durable. */
+                int d = openat(w->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (d >= 0) {
+                        fsync(d);
+                        close(d);
+                }
+                if (ret_size)
+                        *ret_size = w->size;
+        }
+        fswrite_free(w);
+        return r;
+}
+
+void fsops_write_abort(FsWrite *w) {
+        if (!w)
+                return;
+        unlinkat(w->dir_fd, w->tmp_name, 0);
+        fswrite_free(w);
+}

@@ -1,0 +1,140 @@
+/*
+ * runtime-agent: PID 1 of every sandbox. Speaks the channel protocol
+ * (docs/protocol.md) on fds 0/1, or on a character device with --channel.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "agent/fsops.h"
+#include "agent/vm.h"
+#include "common/macro.h"
+
+static void usage(FILE *f) {
+        fprintf(f, "Usage: runtime-agent [--channel PATH] [--vm]\n"
+                   "  --channel PATH  speak the protocol on this device instead of stdin/stdout\n"
+                   "  --vm            init of a microVM: build the root, then use the virtio-serial port\n"
+                   "  --version       print the version\n");
+}
+
+/* Blocks the signals the loop takes from a signalfd and returns that fd. */
+static int signals_setup(void) {
+        /* Writes to a closed pipe or channel must be errors, not death. */
+        signal(SIGPIPE, SIG_IGN);
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return -errno;
+        int fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        return fd < 0 ? -errno : fd;
+}
+
+static int serve(int in_fd, int out_fd, int sig_fd) {
+        int r = fsops_mkdir_p("/workspace", 0755);
+        if (r < 0)
+                fprintf(stderr, "runtime-agent: cannot create /workspace: %s\n", strerror(-r));
+        Agent *a = agent_new(in_fd, out_fd, sig_fd);
+        if (!a) {
+                fprintf(stderr, "runtime-agent: out of memory\n");
+                return 1;
+        }
+        int status = agent_run(a);
+        agent_free(a);
+        return status;
+}
+
+/* PID 1 of a microVM: it must never exit (the guest kernel would panic), so
+ * every way out powers the VM off. */
+static int main_vm(char **argv, const char *channel) {
+        const char *what = NULL;
+        int r = vm_setup(argv, &what);
+        if (r < 0) {
+                fprintf(stderr, "runtime-agent: %s: %s\n", what ? what : "setup", strerror(-r));
+                vm_poweroff();
+        }
+        int sig_fd = signals_setup();
+        if (sig_fd < 0) {
+                fprintf(stderr, "runtime-agent: signals: %s\n", strerror(-sig_fd));
+                vm_poweroff();
+        }
+        int fd;
+        r = vm_open_channel(channel ? channel : VM_CHANNEL_PATH, 30000, &fd);
+        if (r < 0) {
+                fprintf(stderr, "runtime-agent: channel: %s\n", strerror(-r));
+                vm_poweroff();
+        }
+        (void)serve(fd, fd, sig_fd);
+        vm_poweroff();
+}
+
+int main(int argc, char **argv) {
+        static const struct option opts[] = {
+                {"channel", required_argument, NULL, 'c'},
+                {"help", no_argument, NULL, 'h'},
+                {"version", no_argument, NULL, 'V'},
+                {"vm", no_argument, NULL, 'm'},
+                {},
+        };
+        const char *channel = NULL;
+        bool vm = false;
+        int c;
+        while ((c = getopt_long(argc, argv, "c:hV", opts, NULL)) >= 0) {
+                switch (c) {
+                case 'c':
+                        channel = optarg;
+                        break;
+                case 'm':
+                        vm = true;
+                        break;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                case 'V':
+                        printf("runtime-agent %s\n", RUNTIME_VERSION);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        if (optind != argc) {
+                usage(stderr);
+                return 2;
+        }
+        if (vm)
+                return main_vm(argv, channel);
+
+        /* Not PID 1 (tests on a host): orphans of our children still come to
+         * us to be reaped, as they would to an init. */
+        if (getpid() != 1)
+                (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        _cleanup_close_ int sig_fd = signals_setup();
+        if (sig_fd < 0) {
+                fprintf(stderr, "runtime-agent: signals: %s\n", strerror(-sig_fd));
+                return 1;
+        }
+
+        int in_fd = STDIN_FILENO, out_fd = STDOUT_FILENO;
+        _cleanup_close_ int dev_fd = -1;
+        if (channel) {
+                dev_fd = open(channel, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+                if (dev_fd < 0) {
+                        fprintf(stderr, "runtime-agent: %s: %s\n", channel, strerror(errno));
+                        return 1;
+                }
+                in_fd = out_fd = dev_fd;
+        }
+        return serve(in_fd, out_fd, sig_fd);
+}

@@ -1,0 +1,334 @@
+#include "agent/request.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/jsonutil.h"
+#include "common/macro.h"
+
+bool agent_request_depth_ok(const uint8_t *buf, size_t len, unsigned max_depth) {
+        unsigned depth = 0;
+        bool in_string = false, escaped = false;
+        for (size_t i = 0; i < len; i++) {
+                uint8_t ch = buf[i];
+                if (in_string) {
+                        if (escaped)
+                                escaped = false;
+                        else if (ch == '\\')
+                                escaped = true;
+                        else if (ch == '"')
+                                in_string = false;
+                        continue;
+                }
+                if (ch == '"')
+                        in_string = true;
+                else if (ch == '[' || ch == '{') {
+                        if (++depth > max_depth)
+                                return false;
+                } else if ((ch == ']' || ch == '}') && depth > 0)
+                        depth--;
+        }
+        return true;
+}
+
+bool agent_request_path_valid(const char *path, size_t len) {
+        if (!path || len == 0 || len > REQUEST_MAX_PATH || path[0] != '/')
+                return false;
+        return memchr(path, '\0', len) == NULL;
+}
+
+void agent_request_free(AgentRequest *r) {
+        if (!r)
+                return;
+        if (r->argv)
+                for (size_t i = 0; i < r->argc; i++)
+                        free(r->argv[i]);
+        free(r->argv);
+        if (r->env)
+                for (size_t i = 0; i < r->envc; i++)
+                        free(r->env[i]);
+        free(r->env);
+        free(r->cwd);
+        free(r->path);
+        free(r->to);
+        free(r);
+}
+
+static void agent_request_freep(AgentRequest **r) {
+        agent_request_free(*r);
+}
+
+/* A JSON string without embedded NUL, copied. NULL when absent or not one. */
+static int get_string(json_t *o, const char *key, bool required, char **ret, size_t *ret_len) {
+        json_t *v = json_object_get(o, key);
+        if (!v || json_is_null(v)) {
+                if (required)
+                        return -EINVAL;
+                *ret = NULL;
+                return 0;
+        }
+        if (!json_is_string(v))
+                return -EINVAL;
+        const char *s = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (memchr(s, '\0', n))
+                return -EINVAL;
+        char *copy = strndup(s, n);
+        if (!copy)
+                return -ENOMEM;
+        *ret = copy;
+        if (ret_len)
+                *ret_len = n;
+        return 0;
+}
+
+static int get_path(json_t *o, const char *key, char **ret) {
+        json_t *v = json_object_get(o, key);
+        if (!v || !json_is_string(v))
+                return -EINVAL;
+        const char *s = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (!agent_request_path_valid(s, n))
+                return -EINVAL;
+        char *copy = strndup(s, n);
+        if (!copy)
+                return -ENOMEM;
+        *ret = copy;
+        return 0;
+}
+
+static int get_bool(json_t *o, const char *key, bool *ret) {
+        json_t *v = json_object_get(o, key);
+        if (!v || json_is_null(v)) {
+                *ret = false;
+                return 0;
+        }
+        if (!json_is_boolean(v))
+                return -EINVAL;
+        *ret = json_is_true(v);
+        return 0;
+}
+
+static int get_int(json_t *o, const char *key, json_int_t def, json_int_t min, json_int_t max,
+                   json_int_t *ret) {
+        json_t *v = json_object_get(o, key);
+        if (!v || json_is_null(v)) {
+                *ret = def;
+                return 0;
+        }
+        if (!json_is_integer(v))
+                return -EINVAL;
+        json_int_t i = json_integer_value(v);
+        if (i < min || i > max)
+                return -EINVAL;
+        *ret = i;
+        return 0;
+}
+
+static int parse_exec(json_t *o, AgentRequest *r, const char **ret_error) {
+        json_t *argv = json_object_get(o, "argv");
+        json_t *command = json_object_get(o, "command");
+        int k;
+        if ((argv && !json_is_null(argv)) == (command && !json_is_null(command))) {
+                *ret_error = "exactly one of argv and command is required";
+                return -EINVAL;
+        }
+        if (argv && !json_is_null(argv)) {
+                if (!json_is_array(argv) || json_array_size(argv) == 0) {
+                        *ret_error = "argv must be a non-empty array of strings";
+                        return -EINVAL;
+                }
+                if (json_array_size(argv) > REQUEST_MAX_ARGV) {
+                        *ret_error = "argv has too many entries";
+                        return -EINVAL;
+                }
+                size_t n = json_array_size(argv);
+                r->argv = calloc(n + 1, sizeof(char *));
+                if (!r->argv)
+                        return -ENOMEM;
+                for (size_t i = 0; i < n; i++) {
+                        json_t *a = json_array_get(argv, i);
+                        if (!json_is_string(a) ||
+                            memchr(json_string_value(a), '\0', json_string_length(a))) {
+                                *ret_error = "argv must be a non-empty array of strings without NUL";
+                                return -EINVAL;
+                        }
+                        r->argv[i] = strndup(json_string_value(a), json_string_length(a));
+                        if (!r->argv[i])
+                                return -ENOMEM;
+                        r->argc = i + 1;
+                }
+        } else {
+                char *cmd = NULL;
+                k = get_string(o, "command", true, &cmd, NULL);
+                if (k == -ENOMEM)
+                        return k;
+                if (k < 0) {
+                        *ret_error = "command must be a string without NUL";
+                        return -EINVAL;
+                }
+                r->argv = calloc(2, sizeof(char *));
+                if (!r->argv) {
+                        free(cmd);
+                        return -ENOMEM;
+                }
+                r->argv[0] = cmd;
+                r->argc = 1;
+                r->shell = true;
+        }
+
+        json_t *cwd = json_object_get(o, "cwd");
+        if (cwd && !json_is_null(cwd)) {
+                k = get_path(o, "cwd", &r->cwd);
+                if (k == -ENOMEM)
+                        return k;
+                if (k < 0) {
+                        *ret_error = "cwd must be an absolute path of at most 4096 bytes without NUL";
+                        return -EINVAL;
+                }
+        } else {
+                r->cwd = strdup("/workspace");
+                if (!r->cwd)
+                        return -ENOMEM;
+        }
+
+        json_t *env = json_object_get(o, "env");
+        if (env && !json_is_null(env)) {
+                if (!json_is_object(env)) {
+                        *ret_error = "env must be an object of strings";
+                        return -EINVAL;
+                }
+                size_t n = json_object_size(env);
+                if (n > REQUEST_MAX_ENV) {
+                        *ret_error = "env has too many entries";
+                        return -EINVAL;
+                }
+                r->env = calloc(n + 1, sizeof(char *));
+                if (!r->env)
+                        return -ENOMEM;
+                const char *key;
+                json_t *val;
+                json_object_foreach(env, key, val) {
+                        /* jansson keys are NUL-terminated; a key with an
+                         * embedded NUL shows up shorter, which the '=' and
+                         * empty checks below still make harmless. */
+                        if (!json_is_string(val) || key[0] == '\0' || strchr(key, '=') ||
+                            memchr(json_string_value(val), '\0', json_string_length(val))) {
+                                *ret_error =
+                                        "env keys must be non-empty without '=', values strings without NUL";
+                                return -EINVAL;
+                        }
+                        if (asprintf(&r->env[r->envc], "%s=%s", key, json_string_value(val)) < 0) {
+                                r->env[r->envc] = NULL;
+                                return -ENOMEM;
+                        }
+                        r->envc++;
+                }
+        }
+
+        json_int_t t;
+        if (get_int(o, "timeoutMs", 0, 0, REQUEST_MAX_TIMEOUT_MS, &t) < 0) {
+                *ret_error = "timeoutMs must be an integer between 0 and 86400000";
+                return -EINVAL;
+        }
+        r->timeout_ms = t;
+        if (get_bool(o, "stdin", &r->stdin_stream) < 0) {
+                *ret_error = "stdin must be a boolean";
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static const struct {
+        const char *name;
+        AgentRequestOp op;
+} ops[] = {
+        {"exec", REQ_EXEC}, {"read", REQ_READ},   {"write", REQ_WRITE},   {"list", REQ_LIST},
+        {"stat", REQ_STAT}, {"mkdir", REQ_MKDIR}, {"remove", REQ_REMOVE}, {"rename", REQ_RENAME},
+};
+
+int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, const char **ret_error) {
+        const char *dummy;
+        if (!ret_error)
+                ret_error = &dummy;
+        *ret_error = "invalid request";
+        if (!agent_request_depth_ok(buf, len, REQUEST_MAX_DEPTH)) {
+                *ret_error = "request nests too deeply";
+                return -EINVAL;
+        }
+        json_error_t jerr;
+        _cleanup_json_ json_t *o = json_loadb((const char *)buf, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!o || !json_is_object(o)) {
+                *ret_error = "request is not a JSON object";
+                return -EINVAL;
+        }
+        const char *op = json_string_value(json_object_get(o, "op"));
+        if (!op) {
+                *ret_error = "op is required";
+                return -EINVAL;
+        }
+        _cleanup_(agent_request_freep) AgentRequest *r = calloc(1, sizeof(AgentRequest));
+        if (!r)
+                return -ENOMEM;
+        size_t i;
+        for (i = 0; i < ELEMENTSOF(ops); i++)
+                if (strcmp(ops[i].name, op) == 0)
+                        break;
+        if (i == ELEMENTSOF(ops)) {
+                *ret_error = "unknown op";
+                return -EINVAL;
+        }
+        r->op = ops[i].op;
+
+        int k = 0;
+        json_int_t v;
+        if (r->op == REQ_EXEC) {
+                k = parse_exec(o, r, ret_error);
+                if (k < 0)
+                        return k;
+        } else if (r->op == REQ_RENAME) {
+                if ((k = get_path(o, "from", &r->path)) < 0 || (k = get_path(o, "to", &r->to)) < 0) {
+                        *ret_error = "from and to must be absolute paths of at most 4096 bytes without NUL";
+                        return k == -ENOMEM ? k : -EINVAL;
+                }
+        } else {
+                if ((k = get_path(o, "path", &r->path)) < 0) {
+                        *ret_error = "path must be an absolute path of at most 4096 bytes without NUL";
+                        return k == -ENOMEM ? k : -EINVAL;
+                }
+        }
+
+        switch (r->op) {
+        case REQ_WRITE:
+                if (get_int(o, "mode", 0644, 0, 07777, &v) < 0) {
+                        *ret_error = "mode must be an integer between 0 and 4095";
+                        return -EINVAL;
+                }
+                r->mode = (unsigned)v;
+                k = get_bool(o, "mkdirs", &r->flag);
+                break;
+        case REQ_LIST:
+                if (get_int(o, "depth", 1, 1, REQUEST_MAX_LIST_DEPTH, &v) < 0) {
+                        *ret_error = "depth must be an integer between 1 and 10";
+                        return -EINVAL;
+                }
+                r->depth = (unsigned)v;
+                break;
+        case REQ_MKDIR:
+                k = get_bool(o, "parents", &r->flag);
+                break;
+        case REQ_REMOVE:
+                k = get_bool(o, "recursive", &r->flag);
+                break;
+        default:
+                break;
+        }
+        if (k < 0) {
+                *ret_error = "flags must be booleans";
+                return -EINVAL;
+        }
+        *ret = TAKE_PTR(r);
+        return 0;
+}

@@ -1,0 +1,60 @@
+#pragma once
+/*
+ * Parsing and validation of the JSON requests a host sends in OPEN frames
+ * (docs/protocol.md). Everything here is pure: no I/O, so the fuzz target can
+ * feed it arbitrary bytes.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define REQUEST_MAX_DEPTH 32
+#define REQUEST_MAX_PATH 4096
+#define REQUEST_MAX_ARGV 4096
+#define REQUEST_MAX_ENV 256
+#define REQUEST_MAX_LIST_DEPTH 10
+/* One day, the API's own upper bound for timeoutMs. */
+#define REQUEST_MAX_TIMEOUT_MS 86400000LL
+
+typedef enum AgentRequestOp {
+        REQ_EXEC,
+        REQ_READ,
+        REQ_WRITE,
+        REQ_LIST,
+        REQ_STAT,
+        REQ_MKDIR,
+        REQ_REMOVE,
+        REQ_RENAME,
+} AgentRequestOp;
+
+typedef struct AgentRequest {
+        AgentRequestOp op;
+        /* exec: argv is NULL-terminated; a "command" becomes argv {command} with
+         * shell set, and the agent runs it through bash -c (or /bin/sh -c). */
+        char **argv;
+        size_t argc;
+        bool shell;
+        char *cwd;
+        char **env; /* "K=V" strings, NULL-terminated */
+        size_t envc;
+        int64_t timeout_ms; /* 0: none */
+        bool stdin_stream;
+        /* file ops */
+        char *path;
+        char *to; /* rename destination; path holds "from" */
+        unsigned mode;
+        bool flag;      /* write: mkdirs, mkdir: parents, remove: recursive */
+        unsigned depth; /* list */
+} AgentRequest;
+
+/* Checks that the JSON text nests no deeper than max_depth, without parsing
+ * it, so that a hostile document cannot drive a recursive parser deep. */
+bool agent_request_depth_ok(const uint8_t *buf, size_t len, unsigned max_depth);
+
+/* A path the agent accepts: absolute, at most REQUEST_MAX_PATH bytes, no NUL. */
+bool agent_request_path_valid(const char *path, size_t len);
+
+/* Parses an OPEN payload. 0 and *ret (free with agent_request_free); -EINVAL with
+ * *ret_error set to a static message for the client; -ENOMEM. */
+int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, const char **ret_error);
+void agent_request_free(AgentRequest *r);

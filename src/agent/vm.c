@@ -1,0 +1,400 @@
+/*
+ * The agent as init of a microVM: stage 1 builds the root from the two
+ * virtio disks and switches to it, stage 2 mounts the API filesystems
+ * (vm.h). Everything here runs as PID 1 of a guest kernel, before the
+ * channel exists: failures are returned to main, which writes them to the
+ * serial console (the driver keeps its tail) and powers off.
+ */
+#include "agent/vm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+
+#define NEWROOT "/newroot"
+#define LOWER "/lower"
+#define UPPER "/upper"
+#define AGENT_DIR "/.runtime"
+#define AGENT_PATH AGENT_DIR "/agent"
+/* The agent's copy in the guest: a static binary of a few MiB. */
+#define AGENT_TMPFS_OPTS "size=32m,mode=0755"
+#define DISK_WAIT_MS 10000
+#define MAX_MODULES 32
+
+static void sleep_ms(unsigned ms) {
+        struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+static int read_small_file(const char *path, char *buf, size_t len) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        ssize_t n = read(fd, buf, len - 1);
+        if (n < 0)
+                return -errno;
+        buf[n] = 0;
+        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+                buf[--n] = 0;
+        return 0;
+}
+
+/* mkdir + mount; an already mounted target (EBUSY) is fine, so stage 2 can
+ * run again after a re-exec. */
+static int mount_at(const char *src, const char *target, const char *type, unsigned long flags,
+                    const char *data, mode_t mode) {
+        if (mkdir(target, mode) < 0 && errno != EEXIST)
+                return -errno;
+        if (mount(src, target, type, flags, data) < 0 && errno != EBUSY)
+                return -errno;
+        return 0;
+}
+
+bool vm_in_initramfs(void) {
+        if (getpid() != 1)
+                return false;
+        struct statfs sfs;
+        if (statfs("/", &sfs) < 0)
+                return false;
+        return sfs.f_type == RAMFS_MAGIC || sfs.f_type == TMPFS_MAGIC;
+}
+
+static int cmp_names(const void *a, const void *b) {
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Loads every module of VM_MODULES_DIR. Dependencies between them are met by
+ * loading in name order and retrying the failures until a round makes no
+ * progress, so the driver need not ship a modules.dep. */
+static int load_modules(void) {
+        DIR *d = opendir(VM_MODULES_DIR);
+        if (!d)
+                return errno == ENOENT ? 0 : -errno;
+        char *names[MAX_MODULES];
+        size_t n = 0;
+        struct dirent *de;
+        while ((de = readdir(d)) && n < MAX_MODULES) {
+                size_t l = strlen(de->d_name);
+                if (l > 3 && strcmp(de->d_name + l - 3, ".ko") == 0) {
+                        names[n] = strdup(de->d_name);
+                        if (names[n])
+                                n++;
+                }
+        }
+        closedir(d);
+        qsort(names, n, sizeof(names[0]), cmp_names);
+
+        bool loaded[MAX_MODULES] = {false};
+        size_t left = n;
+        int last_err = 0;
+        bool progress = true;
+        while (left > 0 && progress) {
+                progress = false;
+                for (size_t i = 0; i < n; i++) {
+                        if (loaded[i])
+                                continue;
+                        char path[256];
+                        snprintf(path, sizeof(path), "%s/%s", VM_MODULES_DIR, names[i]);
+                        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+                        if (fd < 0) {
+                                last_err = -errno;
+                                continue;
+                        }
+                        if (syscall(SYS_finit_module, fd, "", 0) < 0 && errno != EEXIST) {
+                                last_err = -errno;
+                                continue;
+                        }
+                        loaded[i] = true;
+                        left--;
+                        progress = true;
+                        /* The module's memory is the kernel's now; the file
+                         * would only hold guest RAM. */
+                        unlink(path);
+                }
+        }
+        for (size_t i = 0; i < n; i++)
+                free(names[i]);
+        return left == 0 ? 0 : (last_err ? last_err : -ENOEXEC);
+}
+
+/* /dev/vdX whose virtio serial is `serial`, waiting for the disk to be
+ * probed. Disk names follow probe order, which the guest does not promise. */
+static int find_disk(const char *serial, char *ret_path, size_t len) {
+        for (unsigned waited = 0; waited <= DISK_WAIT_MS; waited += 10) {
+                DIR *d = opendir("/sys/block");
+                if (d) {
+                        struct dirent *de;
+                        while ((de = readdir(d))) {
+                                if (strncmp(de->d_name, "vd", 2) != 0 || strlen(de->d_name) > 16)
+                                        continue;
+                                char p[64], s[64];
+                                snprintf(p, sizeof(p), "/sys/block/%s/serial", de->d_name);
+                                if (read_small_file(p, s, sizeof(s)) == 0 && strcmp(s, serial) == 0) {
+                                        snprintf(ret_path, len, "/dev/%s", de->d_name);
+                                        closedir(d);
+                                        if (access(ret_path, F_OK) == 0)
+                                                return 0;
+                                        goto next;
+                                }
+                        }
+                        closedir(d);
+                }
+        next:
+                sleep_ms(10);
+        }
+        return -ENODEV;
+}
+
+static int copy_file(const char *from, const char *to, mode_t mode) {
+        _cleanup_close_ int in = open(from, O_RDONLY | O_CLOEXEC);
+        if (in < 0)
+                return -errno;
+        struct stat st;
+        if (fstat(in, &st) < 0)
+                return -errno;
+        _cleanup_close_ int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (out < 0)
+                return -errno;
+        off_t off = 0;
+        while (off < st.st_size) {
+                ssize_t n = sendfile(out, in, &off, (size_t)(st.st_size - off));
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        return -EIO;
+        }
+        if (fchmod(out, mode) < 0)
+                return -errno;
+        return 0;
+}
+
+/* Stage 1: from the initramfs to the sandbox's root. */
+static int stage1(char *const argv[], const char **ret_what) {
+        int r;
+#define STEP(what, expr)                                                                                    \
+        do {                                                                                                \
+                r = (expr);                                                                                 \
+                if (r < 0) {                                                                                \
+                        *ret_what = (what);                                                                 \
+                        return r;                                                                           \
+                }                                                                                           \
+        } while (0)
+
+        STEP("mount /dev", mount_at("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755", 0755));
+        STEP("mount /proc", mount_at("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, 0555));
+        STEP("mount /sys", mount_at("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, 0555));
+        STEP("load modules", load_modules());
+
+        char root_dev[32], upper_dev[32];
+        STEP("find the root disk", find_disk(VM_DISK_ROOT, root_dev, sizeof(root_dev)));
+        STEP("find the upper disk", find_disk(VM_DISK_UPPER, upper_dev, sizeof(upper_dev)));
+        /* The image is shared by every sandbox and attached read-only: the
+         * guest can neither change it nor replay a journal on it. */
+        STEP("mount the root disk", mount_at(root_dev, LOWER, "ext4", MS_RDONLY | MS_NODEV, "noload", 0755));
+        STEP("mount the upper disk", mount_at(upper_dev, UPPER, "ext4", MS_NODEV, NULL, 0755));
+        if (mkdir(UPPER "/upper", 0755) < 0 && errno != EEXIST)
+                STEP("mkdir upper", -errno);
+        if (mkdir(UPPER "/work", 0755) < 0 && errno != EEXIST)
+                STEP("mkdir work", -errno);
+        STEP("mount the overlay",
+             mount_at("overlay", NEWROOT, "overlay", 0,
+                      "lowerdir=" LOWER ",upperdir=" UPPER "/upper,workdir=" UPPER "/work", 0755));
+
+        /* The agent itself is not part of the disk: every start runs the
+         * daemon's current binary from a read-only tmpfs, whatever the
+         * sandbox wrote into its root before. A /.runtime that the sandbox
+         * turned into a file or a symlink (mount would follow it) goes. */
+        struct stat st;
+        if (lstat(NEWROOT AGENT_DIR, &st) == 0 && !S_ISDIR(st.st_mode) && unlink(NEWROOT AGENT_DIR) < 0)
+                STEP("replace /.runtime", -errno);
+        STEP("mount /.runtime",
+             mount_at("tmpfs", NEWROOT AGENT_DIR, "tmpfs", MS_NOSUID | MS_NODEV, AGENT_TMPFS_OPTS, 0755));
+        STEP("copy the agent", copy_file("/proc/self/exe", NEWROOT AGENT_PATH, 0755));
+        STEP("seal /.runtime",
+             mount(NULL, NEWROOT AGENT_DIR, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0
+                     ? -errno
+                     : 0);
+
+        /* The initramfs stays mounted (as the hidden old root); free what it
+         * holds of guest RAM. */
+        unlink("/init");
+        rmdir(VM_MODULES_DIR);
+        umount2("/sys", MNT_DETACH);
+        umount2("/proc", MNT_DETACH);
+        umount2("/dev", MNT_DETACH);
+
+        STEP("chdir", chdir(NEWROOT) < 0 ? -errno : 0);
+        STEP("move the root", mount(".", "/", NULL, MS_MOVE, NULL) < 0 ? -errno : 0);
+        STEP("chroot", chroot(".") < 0 ? -errno : 0);
+        STEP("chdir /", chdir("/") < 0 ? -errno : 0);
+        execv(AGENT_PATH, argv);
+        *ret_what = "exec " AGENT_PATH;
+        return -errno;
+#undef STEP
+}
+
+static int loopback_up(void) {
+        _cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+                return -errno;
+        struct ifreq ifr = {0};
+        strcpy(ifr.ifr_name, "lo");
+        if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+                return -errno;
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+        if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+                return -errno;
+        return 0;
+}
+
+/* runtime.hostname=NAME from the kernel command line; the driver puts the
+ * sandbox id there ([a-z0-9_-]{1,64}). */
+static int set_hostname(void) {
+        char cmdline[4096];
+        const char *name = "sandbox";
+        char buf[65];
+        if (read_small_file("/proc/cmdline", cmdline, sizeof(cmdline)) == 0) {
+                char *save = NULL;
+                for (char *tok = strtok_r(cmdline, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+                        if (strncmp(tok, "runtime.hostname=", 17) != 0)
+                                continue;
+                        const char *v = tok + 17;
+                        size_t l = strlen(v);
+                        if (l == 0 || l >= sizeof(buf) ||
+                            strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789-_") != l)
+                                break;
+                        memcpy(buf, v, l + 1);
+                        name = buf;
+                        break;
+                }
+        }
+        return sethostname(name, strlen(name)) < 0 ? -errno : 0;
+}
+
+/* Stage 2: the API filesystems of the sandbox's root. */
+static int stage2(const char **ret_what) {
+        int r;
+#define STEP(what, expr)                                                                                    \
+        do {                                                                                                \
+                r = (expr);                                                                                 \
+                if (r < 0) {                                                                                \
+                        *ret_what = (what);                                                                 \
+                        return r;                                                                           \
+                }                                                                                           \
+        } while (0)
+
+        STEP("mount /proc", mount_at("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, 0555));
+        STEP("mount /sys", mount_at("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, 0555));
+        STEP("mount /dev", mount_at("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755", 0755));
+        STEP("mount /dev/pts", mount_at("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                                        "newinstance,ptmxmode=0666,mode=0620,gid=5", 0755));
+        /* devtmpfs has its own ptmx; the one of this devpts instance is the
+         * one that allocates ptys in /dev/pts. */
+        if (unlink("/dev/ptmx") < 0 && errno != ENOENT)
+                STEP("unlink /dev/ptmx", -errno);
+        if (symlink("pts/ptmx", "/dev/ptmx") < 0 && errno != EEXIST)
+                STEP("link /dev/ptmx", -errno);
+        STEP("mount /dev/shm",
+             mount_at("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", 01777));
+        STEP("mount /tmp", mount_at("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", 01777));
+        STEP("mount /run", mount_at("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755", 0755));
+        static const char *const links[][2] = {
+                {"/proc/self/fd", "/dev/fd"},
+                {"/proc/self/fd/0", "/dev/stdin"},
+                {"/proc/self/fd/1", "/dev/stdout"},
+                {"/proc/self/fd/2", "/dev/stderr"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(links); i++)
+                if (symlink(links[i][0], links[i][1]) < 0 && errno != EEXIST)
+                        STEP("link /dev/fd", -errno);
+        /* The egress relay listens on 127.0.0.1 inside: loopback must be up,
+         * and it is the only interface the guest has. */
+        STEP("loopback up", loopback_up());
+        STEP("set the hostname", set_hostname());
+        return 0;
+#undef STEP
+}
+
+int vm_setup(char *const argv[], const char **ret_what) {
+        const char *dummy;
+        if (!ret_what)
+                ret_what = &dummy;
+        if (getpid() != 1) {
+                *ret_what = "not PID 1";
+                return -EPERM;
+        }
+        if (vm_in_initramfs())
+                return stage1(argv, ret_what);
+        return stage2(ret_what);
+}
+
+/* /dev/<vportXpY> whose port name is `name`. */
+static int find_port(const char *name, char *ret_path, size_t len) {
+        DIR *d = opendir("/sys/class/virtio-ports");
+        if (!d)
+                return -errno;
+        int r = -ENOENT;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (de->d_name[0] == '.' || strlen(de->d_name) > 32)
+                        continue;
+                char p[96], s[128];
+                snprintf(p, sizeof(p), "/sys/class/virtio-ports/%s/name", de->d_name);
+                if (read_small_file(p, s, sizeof(s)) == 0 && strcmp(s, name) == 0) {
+                        snprintf(ret_path, len, "/dev/%s", de->d_name);
+                        r = 0;
+                        break;
+                }
+        }
+        closedir(d);
+        return r;
+}
+
+int vm_open_channel(const char *path, int timeout_ms, int *ret_fd) {
+        static const char prefix[] = "/dev/virtio-ports/";
+        if (!path || path[0] != '/')
+                return -EINVAL;
+        for (int waited = 0;; waited += 10) {
+                char dev[64];
+                const char *p = path;
+                if (access(path, F_OK) < 0 && strncmp(path, prefix, sizeof(prefix) - 1) == 0 &&
+                    find_port(path + sizeof(prefix) - 1, dev, sizeof(dev)) == 0)
+                        p = dev;
+                int fd = open(p, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+                if (fd >= 0) {
+                        *ret_fd = fd;
+                        return 0;
+                }
+                if ((errno != ENOENT && errno != ENXIO) || waited >= timeout_ms)
+                        return -errno;
+                sleep_ms(10);
+        }
+}
+
+_Noreturn void vm_poweroff(void) {
+        sync();
+        reboot(RB_POWER_OFF);
+        /* Only reached when not allowed to reboot (not PID 1 of a VM). */
+        _exit(1);
+}

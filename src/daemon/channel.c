@@ -1,0 +1,712 @@
+#include "daemon/channel.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+#include "proto/proto.h"
+
+/* JSON from the agent nests no deeper than this; deeper is a protocol error. */
+#define CHAN_MAX_JSON_DEPTH 64
+/* Non-DATA events (EVENT, EOF, RESULT) a stream may hold unconsumed, with a
+ * fixed charge per event so that a flood of empty frames counts too. The list
+ * reply (EVENT batches of up to PROTO_MAX_JSON) of 10000 entries fits. */
+#define CHAN_MAX_QUEUED_CONTROL (4u * 1024u * 1024u)
+#define CHAN_EVENT_CHARGE 256u
+/* Past this many queued events a stream's DATA is merged into the newest
+ * queued DATA of the same fd (stdout and stderr may then reorder between
+ * each other, never within one fd), so that a flood of tiny frames costs
+ * bytes, not events. */
+#define CHAN_MAX_EVENTS 4096u
+/* Consumed DATA goes back to the agent as WINDOW in batches of this much.
+ * Holding back less than a batch never stalls the agent: it still has the
+ * rest of its window, and whatever fills that gets consumed and acked. */
+#define CHAN_WINDOW_BATCH (64u * 1024u)
+/* A write that makes no progress for this long means the agent is stuck:
+ * the channel is closed rather than holding every request thread. */
+#define CHAN_SEND_TIMEOUT_S 60
+
+typedef struct QueuedEvent {
+        struct QueuedEvent *next;
+        size_t charge; /* against queued_control */
+        size_t cap;    /* allocated bytes of ev.data */
+        ChanEvent ev;
+} QueuedEvent;
+
+struct ChanStream {
+        Channel *c;
+        uint32_t id;
+        pthread_cond_t cond;
+        QueuedEvent *head, *tail;
+        size_t n_events;
+        QueuedEvent *last_data[3]; /* the newest queued DATA event per fd */
+        size_t queued_data;        /* DATA bytes in the queue */
+        size_t queued_control;     /* charge of other events in the queue */
+        uint64_t credit;           /* DATA bytes we may still send */
+        uint64_t in_held;          /* DATA bytes received and not yet credited back */
+        uint64_t to_ack;           /* consumed, not yet sent as WINDOW */
+        bool result;               /* RESULT received: the agent forgot the stream */
+        bool result_taken;
+        bool cancel_sent;
+        ChanStream *prev, *next;
+};
+
+struct Channel {
+        int fd;
+        int wake[2]; /* pipe that wakes the reader thread */
+        pthread_mutex_t lock;
+        pthread_mutex_t write_lock; /* held around each whole frame */
+        pthread_cond_t cond;        /* hello, pong, closed */
+        pthread_t reader;
+        bool open;
+        bool freeing;
+        char reason[128];
+        json_t *hello;
+        uint64_t ping_sent, pong_seen;
+        ChanStream *streams;
+        size_t n_streams;
+        uint32_t next_id;
+        unsigned refs;
+        ChannelClosedFn on_closed;
+        void *userdata;
+};
+
+static void channel_unref(Channel *c) {
+        pthread_mutex_lock(&c->lock);
+        bool last = --c->refs == 0;
+        pthread_mutex_unlock(&c->lock);
+        if (!last)
+                return;
+        pthread_mutex_destroy(&c->lock);
+        pthread_mutex_destroy(&c->write_lock);
+        pthread_cond_destroy(&c->cond);
+        if (c->hello)
+                json_decref(c->hello);
+        free(c);
+}
+
+static int cond_init(pthread_cond_t *cond) {
+        pthread_condattr_t attr;
+        pthread_condattr_init(&attr);
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        int r = pthread_cond_init(cond, &attr);
+        pthread_condattr_destroy(&attr);
+        return -r;
+}
+
+static void deadline_after(struct timespec *ts, int timeout_ms) {
+        clock_gettime(CLOCK_MONOTONIC, ts);
+        ts->tv_sec += timeout_ms / 1000;
+        ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts->tv_nsec >= 1000000000L) {
+                ts->tv_sec++;
+                ts->tv_nsec -= 1000000000L;
+        }
+}
+
+/* Waits on cond with c->lock held; -ETIMEDOUT once the deadline passed
+ * (NULL: no deadline). */
+static int wait_until(pthread_cond_t *cond, pthread_mutex_t *lock, const struct timespec *deadline) {
+        if (!deadline) {
+                pthread_cond_wait(cond, lock);
+                return 0;
+        }
+        return pthread_cond_timedwait(cond, lock, deadline) == ETIMEDOUT ? -ETIMEDOUT : 0;
+}
+
+/* With c->lock held. */
+static void mark_closed_locked(Channel *c, const char *reason) {
+        if (!c->open)
+                return;
+        c->open = false;
+        snprintf(c->reason, sizeof c->reason, "%s", reason);
+        pthread_cond_broadcast(&c->cond);
+        for (ChanStream *s = c->streams; s; s = s->next)
+                pthread_cond_broadcast(&s->cond);
+        if (c->wake[1] >= 0)
+                (void)!write(c->wake[1], "x", 1);
+}
+
+static void mark_closed(Channel *c, const char *reason) {
+        pthread_mutex_lock(&c->lock);
+        mark_closed_locked(c, reason);
+        pthread_mutex_unlock(&c->lock);
+}
+
+static int send_frame(Channel *c, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
+                      size_t len) {
+        pthread_mutex_lock(&c->write_lock);
+        int r = c->fd < 0 ? -EPIPE : proto_write_frame(c->fd, type, flags, stream, payload, len);
+        pthread_mutex_unlock(&c->write_lock);
+        if (r < 0 && r != -EINVAL) {
+                mark_closed(c, "write to the agent failed");
+                return -EPIPE;
+        }
+        return r;
+}
+
+static bool json_depth_ok(const uint8_t *buf, size_t len) {
+        unsigned depth = 0;
+        bool in_string = false, escaped = false;
+        for (size_t i = 0; i < len; i++) {
+                uint8_t ch = buf[i];
+                if (in_string) {
+                        if (escaped)
+                                escaped = false;
+                        else if (ch == '\\')
+                                escaped = true;
+                        else if (ch == '"')
+                                in_string = false;
+                } else if (ch == '"')
+                        in_string = true;
+                else if (ch == '[' || ch == '{') {
+                        if (++depth > CHAN_MAX_JSON_DEPTH)
+                                return false;
+                } else if ((ch == ']' || ch == '}') && depth > 0)
+                        depth--;
+        }
+        return true;
+}
+
+static json_t *parse_json(const uint8_t *p, size_t len) {
+        if (!json_depth_ok(p, len))
+                return NULL;
+        json_error_t err;
+        return json_loadb((const char *)p, len, 0, &err);
+}
+
+static ChanStream *find_stream(Channel *c, uint32_t id) {
+        for (ChanStream *s = c->streams; s; s = s->next)
+                if (s->id == id)
+                        return s;
+        return NULL;
+}
+
+static void queue_event(ChanStream *s, QueuedEvent *q) {
+        if (s->tail)
+                s->tail->next = q;
+        else
+                s->head = q;
+        s->tail = q;
+        s->n_events++;
+        pthread_cond_broadcast(&s->cond);
+}
+
+/* One stream frame, with c->lock held. Returns a reason to close the channel,
+ * or NULL. */
+static const char *dispatch_stream_locked(Channel *c, const ProtoHeader *h, const uint8_t *p) {
+        ChanStream *s = find_stream(c, h->stream);
+        if (!s || s->result)
+                return NULL; /* unknown or finished: may have been in flight */
+        if (h->type == PROTO_WINDOW) {
+                uint32_t v = proto_get_u32(p);
+                if (s->credit + v <= (1ull << 40))
+                        s->credit += v;
+                pthread_cond_broadcast(&s->cond);
+                return NULL;
+        }
+        if (h->type == PROTO_CANCEL || h->type == PROTO_OPEN)
+                return NULL;
+        if (h->type == PROTO_DATA && h->flags == PROTO_FD_IN)
+                return NULL; /* the agent has nothing to say on fd 0 of a host stream */
+        if (h->type == PROTO_DATA && s->in_held + h->length > PROTO_INITIAL_WINDOW)
+                return "agent sent DATA beyond its credit";
+        if (h->type != PROTO_DATA &&
+            s->queued_control + h->length + CHAN_EVENT_CHARGE > CHAN_MAX_QUEUED_CONTROL)
+                return "agent queued too many events on one stream";
+
+        if (h->type == PROTO_DATA) {
+                if (h->length == 0)
+                        return NULL;
+                QueuedEvent *last = s->last_data[h->flags];
+                if (last && (last == s->tail || s->n_events >= CHAN_MAX_EVENTS)) {
+                        if (last->ev.len + h->length > last->cap) {
+                                size_t cap = 2 * (last->ev.len + h->length);
+                                uint8_t *nd = realloc(last->ev.data, cap);
+                                if (!nd)
+                                        return "out of memory";
+                                last->ev.data = nd;
+                                last->cap = cap;
+                        }
+                        memcpy(last->ev.data + last->ev.len, p, h->length);
+                        last->ev.len += h->length;
+                        s->in_held += h->length;
+                        s->queued_data += h->length;
+                        return NULL;
+                }
+        }
+
+        QueuedEvent *q = calloc(1, sizeof(QueuedEvent));
+        if (!q)
+                return "out of memory";
+        switch (h->type) {
+        case PROTO_DATA:
+                q->ev.type = CHAN_EV_DATA;
+                q->ev.fd = h->flags;
+                q->ev.len = h->length;
+                q->cap = h->length;
+                q->ev.data = malloc(h->length);
+                if (!q->ev.data) {
+                        free(q);
+                        return "out of memory";
+                }
+                memcpy(q->ev.data, p, h->length);
+                s->in_held += h->length;
+                s->queued_data += h->length;
+                s->last_data[h->flags] = q;
+                break;
+        case PROTO_EOF:
+                q->ev.type = CHAN_EV_EOF;
+                q->ev.fd = h->flags;
+                break;
+        case PROTO_EVENT:
+        case PROTO_RESULT:
+                q->ev.type = h->type == PROTO_EVENT ? CHAN_EV_EVENT : CHAN_EV_RESULT;
+                q->ev.json = parse_json(p, h->length);
+                if (!q->ev.json) {
+                        free(q);
+                        return "agent sent invalid JSON";
+                }
+                if (h->type == PROTO_RESULT)
+                        s->result = true;
+                break;
+        default:
+                free(q);
+                return NULL;
+        }
+        if (h->type != PROTO_DATA) {
+                q->charge = h->length + CHAN_EVENT_CHARGE;
+                s->queued_control += q->charge;
+        }
+        queue_event(s, q);
+        return NULL;
+}
+
+static const char *dispatch(Channel *c, const ProtoHeader *h, const uint8_t *p) {
+        switch (h->type) {
+        case PROTO_PING:
+                return send_frame(c, PROTO_PONG, 0, 0, p, h->length) < 0 ? "write to the agent failed"
+                                                                         : NULL;
+        case PROTO_PONG:
+                if (h->length == 8) {
+                        uint64_t token = ((uint64_t)proto_get_u32(p) << 32) | proto_get_u32(p + 4);
+                        pthread_mutex_lock(&c->lock);
+                        if (token > c->pong_seen && token <= c->ping_sent)
+                                c->pong_seen = token;
+                        pthread_cond_broadcast(&c->cond);
+                        pthread_mutex_unlock(&c->lock);
+                }
+                return NULL;
+        case PROTO_HELLO: {
+                json_t *j = parse_json(p, h->length);
+                if (!j || !json_is_object(j)) {
+                        if (j)
+                                json_decref(j);
+                        return "agent sent an invalid HELLO";
+                }
+                pthread_mutex_lock(&c->lock);
+                if (!c->hello)
+                        c->hello = TAKE_PTR(j);
+                pthread_cond_broadcast(&c->cond);
+                pthread_mutex_unlock(&c->lock);
+                if (j)
+                        json_decref(j);
+                return NULL;
+        }
+        case PROTO_OPEN:
+                if ((h->stream & 1u) == 0) {
+                        static const char no_egress[] =
+                                "{\"error\":{\"code\":\"invalid\",\"message\":\"egress is not enabled\"}}";
+                        if (send_frame(c, PROTO_RESULT, 0, h->stream, no_egress, sizeof no_egress - 1) < 0)
+                                return "write to the agent failed";
+                }
+                return NULL;
+        default: {
+                pthread_mutex_lock(&c->lock);
+                const char *why = dispatch_stream_locked(c, h, p);
+                pthread_mutex_unlock(&c->lock);
+                return why;
+        }
+        }
+}
+
+static void *reader_main(void *arg) {
+        Channel *c = arg;
+        ProtoReader *r = proto_reader_new();
+        const char *why = r ? NULL : "out of memory";
+        uint8_t buf[64 * 1024];
+        while (!why) {
+                struct pollfd pfd[2] = {{.fd = c->fd, .events = POLLIN},
+                                        {.fd = c->wake[0], .events = POLLIN}};
+                if (poll(pfd, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        why = "poll failed";
+                        break;
+                }
+                if (pfd[1].revents)
+                        break; /* closed by a writer or channel_free; reason already set */
+                ssize_t n = read(c->fd, buf, sizeof buf);
+                if (n < 0) {
+                        if (errno == EINTR || errno == EAGAIN)
+                                continue;
+                        why = "read from the agent failed";
+                        break;
+                }
+                if (n == 0) {
+                        why = "the agent closed the channel";
+                        break;
+                }
+                if (proto_reader_feed(r, buf, (size_t)n) < 0) {
+                        why = "malformed frame from the agent";
+                        break;
+                }
+                for (;;) {
+                        ProtoHeader h;
+                        const uint8_t *payload;
+                        int k = proto_reader_next(r, &h, &payload);
+                        if (k == 0)
+                                break;
+                        if (k < 0) {
+                                why = "malformed frame from the agent";
+                                break;
+                        }
+                        why = dispatch(c, &h, payload);
+                        if (why)
+                                break;
+                }
+        }
+        proto_reader_free(r);
+        /* The agent learns at once that the channel is over (it exits, which
+         * ends the sandbox), and writers blocked on a full socket wake up.
+         * Not a socket: the owner's on_closed has to end the agent. */
+        shutdown(c->fd, SHUT_RDWR);
+
+        pthread_mutex_lock(&c->lock);
+        mark_closed_locked(c, why ? why : "closed");
+        bool notify = !c->freeing && c->on_closed;
+        char reason[sizeof c->reason];
+        memcpy(reason, c->reason, sizeof reason);
+        pthread_mutex_unlock(&c->lock);
+        if (notify)
+                c->on_closed(c->userdata, reason);
+        return NULL;
+}
+
+Channel *channel_new(int fd, ChannelClosedFn on_closed, void *userdata) {
+        if (fd < 0)
+                return NULL;
+        Channel *c = calloc(1, sizeof(Channel));
+        if (!c) {
+                close(fd);
+                return NULL;
+        }
+        c->fd = fd;
+        c->wake[0] = c->wake[1] = -1;
+        c->open = true;
+        c->refs = 1;
+        c->next_id = 1;
+        c->on_closed = on_closed;
+        c->userdata = userdata;
+        pthread_mutex_init(&c->lock, NULL);
+        pthread_mutex_init(&c->write_lock, NULL);
+        if (cond_init(&c->cond) < 0 || pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+                pthread_mutex_destroy(&c->lock);
+                pthread_mutex_destroy(&c->write_lock);
+                close(fd);
+                free(c);
+                return NULL;
+        }
+        /* Writes block (whole frames under the write lock); reads are polled. */
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0 && (fl & O_NONBLOCK))
+                (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        struct timeval tv = {.tv_sec = CHAN_SEND_TIMEOUT_S};
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv); /* not a socket: no bound */
+        if (pthread_create(&c->reader, NULL, reader_main, c) != 0) {
+                close(c->wake[0]);
+                close(c->wake[1]);
+                pthread_mutex_destroy(&c->lock);
+                pthread_mutex_destroy(&c->write_lock);
+                pthread_cond_destroy(&c->cond);
+                close(fd);
+                free(c);
+                return NULL;
+        }
+        return c;
+}
+
+int channel_wait_hello(Channel *c, int timeout_ms, json_t **ret_hello) {
+        struct timespec dl;
+        if (timeout_ms >= 0)
+                deadline_after(&dl, timeout_ms);
+        pthread_mutex_lock(&c->lock);
+        int r = 0;
+        while (!c->hello && c->open && r == 0)
+                r = wait_until(&c->cond, &c->lock, timeout_ms >= 0 ? &dl : NULL);
+        if (c->hello) {
+                *ret_hello = json_incref(c->hello);
+                r = 0;
+        } else if (!c->open)
+                r = -EPIPE;
+        pthread_mutex_unlock(&c->lock);
+        return r;
+}
+
+int channel_ping(Channel *c, int timeout_ms) {
+        struct timespec dl;
+        if (timeout_ms >= 0)
+                deadline_after(&dl, timeout_ms);
+        pthread_mutex_lock(&c->lock);
+        if (!c->open) {
+                pthread_mutex_unlock(&c->lock);
+                return -EPIPE;
+        }
+        uint64_t token = ++c->ping_sent;
+        pthread_mutex_unlock(&c->lock);
+        uint8_t p[8];
+        proto_put_u32(p, (uint32_t)(token >> 32));
+        proto_put_u32(p + 4, (uint32_t)token);
+        if (send_frame(c, PROTO_PING, 0, 0, p, sizeof p) < 0)
+                return -EPIPE;
+        pthread_mutex_lock(&c->lock);
+        int r = 0;
+        while (c->pong_seen < token && c->open && r == 0)
+                r = wait_until(&c->cond, &c->lock, timeout_ms >= 0 ? &dl : NULL);
+        if (c->pong_seen >= token)
+                r = 0;
+        else if (!c->open)
+                r = -EPIPE;
+        pthread_mutex_unlock(&c->lock);
+        return r;
+}
+
+bool channel_is_open(Channel *c) {
+        pthread_mutex_lock(&c->lock);
+        bool open = c->open;
+        pthread_mutex_unlock(&c->lock);
+        return open;
+}
+
+void channel_free(Channel *c) {
+        if (!c)
+                return;
+        pthread_mutex_lock(&c->lock);
+        c->freeing = true;
+        mark_closed_locked(c, "closed by the host");
+        pthread_mutex_unlock(&c->lock);
+        /* Wakes writers blocked on a full socket; pipes have no equivalent. */
+        shutdown(c->fd, SHUT_RDWR);
+        pthread_join(c->reader, NULL);
+        pthread_mutex_lock(&c->write_lock);
+        close(c->fd);
+        c->fd = -1;
+        pthread_mutex_unlock(&c->write_lock);
+        pthread_mutex_lock(&c->lock);
+        close(c->wake[0]);
+        close(c->wake[1]);
+        c->wake[0] = c->wake[1] = -1;
+        pthread_mutex_unlock(&c->lock);
+        channel_unref(c);
+}
+
+int channel_open_stream(Channel *c, json_t *request, ChanStream **ret) {
+        _cleanup_free_ char *body = json_dumps(request, JSON_COMPACT);
+        if (!body)
+                return -ENOMEM;
+        size_t len = strlen(body);
+        if (len > PROTO_MAX_JSON)
+                return -E2BIG;
+        ChanStream *s = calloc(1, sizeof(ChanStream));
+        if (!s)
+                return -ENOMEM;
+        if (cond_init(&s->cond) < 0) {
+                free(s);
+                return -ENOMEM;
+        }
+        s->credit = PROTO_INITIAL_WINDOW;
+
+        pthread_mutex_lock(&c->lock);
+        if (!c->open || c->n_streams >= CHANNEL_MAX_STREAMS) {
+                int r = c->open ? -EMFILE : -EPIPE;
+                pthread_mutex_unlock(&c->lock);
+                pthread_cond_destroy(&s->cond);
+                free(s);
+                return r;
+        }
+        /* Odd ids, skipping those still in use after a wrap-around. */
+        do {
+                s->id = c->next_id;
+                c->next_id += 2;
+                if (c->next_id < 2)
+                        c->next_id = 1;
+        } while (find_stream(c, s->id));
+        s->c = c;
+        s->next = c->streams;
+        if (c->streams)
+                c->streams->prev = s;
+        c->streams = s;
+        c->n_streams++;
+        c->refs++;
+        pthread_mutex_unlock(&c->lock);
+
+        /* Linked before the OPEN goes out, so that no reply can be missed. */
+        if (send_frame(c, PROTO_OPEN, 0, s->id, body, len) < 0) {
+                s->result = true; /* nothing to cancel */
+                chan_stream_free(s);
+                return -EPIPE;
+        }
+        *ret = s;
+        return 0;
+}
+
+int chan_stream_write(ChanStream *s, const void *buf, size_t n, int timeout_ms) {
+        Channel *c = s->c;
+        struct timespec dl;
+        if (timeout_ms >= 0)
+                deadline_after(&dl, timeout_ms);
+        const uint8_t *p = buf;
+        while (n > 0) {
+                pthread_mutex_lock(&c->lock);
+                int r = 0;
+                while (s->credit == 0 && c->open && !s->result && r == 0)
+                        r = wait_until(&s->cond, &c->lock, timeout_ms >= 0 ? &dl : NULL);
+                if (!c->open || s->result) {
+                        pthread_mutex_unlock(&c->lock);
+                        return -EPIPE;
+                }
+                if (s->credit == 0) {
+                        pthread_mutex_unlock(&c->lock);
+                        return -ETIMEDOUT;
+                }
+                size_t chunk = n;
+                if (chunk > s->credit)
+                        chunk = (size_t)s->credit;
+                if (chunk > PROTO_MAX_PAYLOAD)
+                        chunk = PROTO_MAX_PAYLOAD;
+                s->credit -= chunk;
+                pthread_mutex_unlock(&c->lock);
+                if (send_frame(c, PROTO_DATA, PROTO_FD_IN, s->id, p, chunk) < 0)
+                        return -EPIPE;
+                p += chunk;
+                n -= chunk;
+        }
+        return 0;
+}
+
+static bool stream_sendable(ChanStream *s) {
+        pthread_mutex_lock(&s->c->lock);
+        bool ok = s->c->open && !s->result;
+        pthread_mutex_unlock(&s->c->lock);
+        return ok;
+}
+
+int chan_stream_close_write(ChanStream *s) {
+        if (!stream_sendable(s))
+                return -EPIPE;
+        return send_frame(s->c, PROTO_EOF, PROTO_FD_IN, s->id, NULL, 0);
+}
+
+void chan_stream_cancel(ChanStream *s) {
+        Channel *c = s->c;
+        pthread_mutex_lock(&c->lock);
+        bool send = c->open && !s->result && !s->cancel_sent;
+        s->cancel_sent = true;
+        pthread_mutex_unlock(&c->lock);
+        if (send)
+                (void)send_frame(c, PROTO_CANCEL, 0, s->id, NULL, 0);
+}
+
+int chan_stream_next(ChanStream *s, int timeout_ms, ChanEvent *ret) {
+        Channel *c = s->c;
+        struct timespec dl;
+        if (timeout_ms >= 0)
+                deadline_after(&dl, timeout_ms);
+        pthread_mutex_lock(&c->lock);
+        int r = 0;
+        while (!s->head && !s->result_taken && c->open && r == 0)
+                r = wait_until(&s->cond, &c->lock, timeout_ms >= 0 ? &dl : NULL);
+        QueuedEvent *q = s->head;
+        if (!q) {
+                if (s->result_taken || !c->open) {
+                        *ret = (ChanEvent){.type = CHAN_EV_CLOSED};
+                        r = 0;
+                } else
+                        r = -ETIMEDOUT;
+                pthread_mutex_unlock(&c->lock);
+                return r;
+        }
+        s->head = q->next;
+        if (!s->head)
+                s->tail = NULL;
+        s->n_events--;
+        if (q->ev.type == CHAN_EV_DATA && s->last_data[q->ev.fd] == q)
+                s->last_data[q->ev.fd] = NULL;
+        uint32_t ack = 0;
+        if (q->ev.type == CHAN_EV_DATA) {
+                s->queued_data -= q->ev.len;
+                s->to_ack += q->ev.len;
+                if (!s->result && c->open && s->to_ack >= CHAN_WINDOW_BATCH) {
+                        ack = (uint32_t)s->to_ack;
+                        s->in_held -= s->to_ack;
+                        s->to_ack = 0;
+                }
+        } else {
+                s->queued_control -= q->charge;
+                if (q->ev.type == CHAN_EV_RESULT)
+                        s->result_taken = true;
+        }
+        pthread_mutex_unlock(&c->lock);
+        *ret = q->ev;
+        free(q);
+        if (ack) {
+                uint8_t p[4];
+                proto_put_u32(p, ack);
+                (void)send_frame(c, PROTO_WINDOW, 0, s->id, p, sizeof p);
+        }
+        return 0;
+}
+
+void chan_event_clear(ChanEvent *e) {
+        if (!e)
+                return;
+        free(e->data);
+        if (e->json)
+                json_decref(e->json);
+        *e = (ChanEvent){0};
+}
+
+void chan_stream_free(ChanStream *s) {
+        if (!s)
+                return;
+        Channel *c = s->c;
+        pthread_mutex_lock(&c->lock);
+        bool cancel = c->open && !s->result && !s->cancel_sent;
+        if (s->prev)
+                s->prev->next = s->next;
+        else
+                c->streams = s->next;
+        if (s->next)
+                s->next->prev = s->prev;
+        c->n_streams--;
+        pthread_mutex_unlock(&c->lock);
+        /* Unlinked first: whatever the agent still sends for it is dropped. */
+        if (cancel)
+                (void)send_frame(c, PROTO_CANCEL, 0, s->id, NULL, 0);
+        while (s->head) {
+                QueuedEvent *q = s->head;
+                s->head = q->next;
+                chan_event_clear(&q->ev);
+                free(q);
+        }
+        pthread_cond_destroy(&s->cond);
+        free(s);
+        channel_unref(c);
+}

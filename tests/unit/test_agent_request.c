@@ -1,0 +1,232 @@
+/* The agent's request validation (src/agent/request.c). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "agent/request.h"
+
+static int parse_str(const char *s, AgentRequest **ret, const char **ret_error) {
+        return agent_request_parse((const uint8_t *)s, strlen(s), ret, ret_error);
+}
+
+static void expect_invalid(const char *s) {
+        AgentRequest *r = NULL;
+        const char *msg = NULL;
+        if (parse_str(s, &r, &msg) != -EINVAL)
+                fail_msg("accepted: %s", s);
+        assert_null(r);
+        assert_non_null(msg);
+}
+
+static void test_depth(void **state) {
+        char buf[200];
+        /* 32 levels pass, 33 do not; brackets inside strings do not count. */
+        memset(buf, 0, sizeof buf);
+        memset(buf, '[', 32);
+        memset(buf + 32, ']', 32);
+        assert_true(agent_request_depth_ok((uint8_t *)buf, strlen(buf), REQUEST_MAX_DEPTH));
+        memset(buf, 0, sizeof buf);
+        memset(buf, '[', 33);
+        memset(buf + 33, ']', 33);
+        assert_false(agent_request_depth_ok((uint8_t *)buf, strlen(buf), REQUEST_MAX_DEPTH));
+        const char *in_string = "{\"a\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\\"[[[[[[[[[[[[[[\"}";
+        assert_true(agent_request_depth_ok((const uint8_t *)in_string, strlen(in_string), 2));
+        const char *sequential = "[[]][[]][[]][[]]";
+        assert_true(agent_request_depth_ok((const uint8_t *)sequential, strlen(sequential), 2));
+        assert_false(agent_request_depth_ok((const uint8_t *)sequential, strlen(sequential), 1));
+
+        memset(buf, 0, sizeof buf);
+        strcpy(buf, "{\"op\":\"stat\",\"path\":\"/\",\"x\":");
+        size_t n = strlen(buf);
+        memset(buf + n, '[', 40);
+        memset(buf + n + 40, ']', 40);
+        strcat(buf, "}");
+        expect_invalid(buf);
+}
+
+static void test_paths(void **state) {
+        assert_true(agent_request_path_valid("/", 1));
+        assert_true(agent_request_path_valid("/workspace/a b", 14));
+        assert_false(agent_request_path_valid("", 0));
+        assert_false(agent_request_path_valid("a/b", 3));
+        assert_false(agent_request_path_valid("/a\0b", 4));
+        assert_false(agent_request_path_valid(NULL, 0));
+        char *p = malloc(REQUEST_MAX_PATH + 2);
+        memset(p, 'x', REQUEST_MAX_PATH + 1);
+        p[0] = '/';
+        assert_true(agent_request_path_valid(p, REQUEST_MAX_PATH));
+        assert_false(agent_request_path_valid(p, REQUEST_MAX_PATH + 1));
+        free(p);
+}
+
+static void test_exec(void **state) {
+        AgentRequest *r = NULL;
+        assert_int_equal(parse_str("{\"op\":\"exec\",\"command\":\"echo hi\"}", &r, NULL), 0);
+        assert_int_equal(r->op, REQ_EXEC);
+        assert_true(r->shell);
+        assert_int_equal(r->argc, 1);
+        assert_string_equal(r->argv[0], "echo hi");
+        assert_null(r->argv[1]);
+        assert_string_equal(r->cwd, "/workspace");
+        assert_int_equal(r->envc, 0);
+        assert_int_equal(r->timeout_ms, 0);
+        assert_false(r->stdin_stream);
+        agent_request_free(r);
+
+        assert_int_equal(
+                parse_str("{\"op\":\"exec\",\"argv\":[\"ls\",\"-l\",\"\"],\"cwd\":\"/tmp\","
+                          "\"env\":{\"A\":\"1\",\"B\":\"x=y\"},\"timeoutMs\":86400000,\"stdin\":true}",
+                          &r, NULL),
+                0);
+        assert_false(r->shell);
+        assert_int_equal(r->argc, 3);
+        assert_string_equal(r->argv[2], "");
+        assert_null(r->argv[3]);
+        assert_string_equal(r->cwd, "/tmp");
+        assert_int_equal(r->envc, 2);
+        assert_string_equal(r->env[0], "A=1");
+        assert_string_equal(r->env[1], "B=x=y");
+        assert_null(r->env[2]);
+        assert_int_equal(r->timeout_ms, 86400000);
+        assert_true(r->stdin_stream);
+        agent_request_free(r);
+        agent_request_free(NULL);
+
+        expect_invalid("{\"op\":\"exec\"}");
+        expect_invalid("{\"op\":\"exec\",\"argv\":[]}");
+        expect_invalid("{\"op\":\"exec\",\"argv\":\"ls\"}");
+        expect_invalid("{\"op\":\"exec\",\"argv\":[\"ls\",null]}");
+        expect_invalid("{\"op\":\"exec\",\"argv\":[\"ls\"],\"command\":\"ls\"}");
+        expect_invalid("{\"op\":\"exec\",\"command\":7}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"cwd\":\"rel\"}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"cwd\":5}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"env\":[]}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"env\":{\"\":\"x\"}}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"env\":{\"A=B\":\"x\"}}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"env\":{\"A\":1}}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"timeoutMs\":-1}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"timeoutMs\":86400001}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"timeoutMs\":1.5}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"stdin\":1}");
+        /* NUL inside strings never reaches execve. */
+        AgentRequest *nul = NULL;
+        const char *with_nul = "{\"op\":\"exec\",\"command\":\"a\\u0000b\"}";
+        assert_int_equal(parse_str(with_nul, &nul, NULL), -EINVAL);
+}
+
+static void test_exec_limits(void **state) {
+        /* 256 env entries pass, 257 do not. */
+        for (int n = 256; n <= 257; n++) {
+                size_t cap = 64 + (size_t)n * 16;
+                char *s = malloc(cap);
+                size_t len = (size_t)snprintf(s, cap, "{\"op\":\"exec\",\"command\":\"true\",\"env\":{");
+                for (int i = 0; i < n; i++)
+                        len += (size_t)snprintf(s + len, cap - len, "%s\"K%d\":\"v\"", i ? "," : "", i);
+                len += (size_t)snprintf(s + len, cap - len, "}}");
+                AgentRequest *r = NULL;
+                int k = agent_request_parse((uint8_t *)s, len, &r, NULL);
+                assert_int_equal(k, n == 256 ? 0 : -EINVAL);
+                if (r)
+                        assert_int_equal(r->envc, 256);
+                agent_request_free(r);
+                free(s);
+        }
+        /* 4096 argv entries pass, 4097 do not. */
+        for (int n = 4096; n <= 4097; n++) {
+                size_t cap = 64 + (size_t)n * 5;
+                char *s = malloc(cap);
+                size_t len = (size_t)snprintf(s, cap, "{\"op\":\"exec\",\"argv\":[");
+                for (int i = 0; i < n; i++)
+                        len += (size_t)snprintf(s + len, cap - len, "%s\"a\"", i ? "," : "");
+                len += (size_t)snprintf(s + len, cap - len, "]}");
+                AgentRequest *r = NULL;
+                assert_int_equal(agent_request_parse((uint8_t *)s, len, &r, NULL), n == 4096 ? 0 : -EINVAL);
+                if (r)
+                        assert_int_equal(r->argc, 4096);
+                agent_request_free(r);
+                free(s);
+        }
+}
+
+static void test_file_ops(void **state) {
+        AgentRequest *r = NULL;
+        assert_int_equal(parse_str("{\"op\":\"write\",\"path\":\"/a\"}", &r, NULL), 0);
+        assert_int_equal(r->op, REQ_WRITE);
+        assert_int_equal(r->mode, 0644);
+        assert_false(r->flag);
+        agent_request_free(r);
+        assert_int_equal(
+                parse_str("{\"op\":\"write\",\"path\":\"/a\",\"mode\":493,\"mkdirs\":true}", &r, NULL), 0);
+        assert_int_equal(r->mode, 0755);
+        assert_true(r->flag);
+        agent_request_free(r);
+        assert_int_equal(parse_str("{\"op\":\"list\",\"path\":\"/\"}", &r, NULL), 0);
+        assert_int_equal(r->depth, 1);
+        agent_request_free(r);
+        assert_int_equal(parse_str("{\"op\":\"list\",\"path\":\"/\",\"depth\":10}", &r, NULL), 0);
+        assert_int_equal(r->depth, 10);
+        agent_request_free(r);
+        assert_int_equal(parse_str("{\"op\":\"rename\",\"from\":\"/a\",\"to\":\"/b\"}", &r, NULL), 0);
+        assert_int_equal(r->op, REQ_RENAME);
+        assert_string_equal(r->path, "/a");
+        assert_string_equal(r->to, "/b");
+        agent_request_free(r);
+        assert_int_equal(parse_str("{\"op\":\"remove\",\"path\":\"/a\",\"recursive\":true}", &r, NULL), 0);
+        assert_true(r->flag);
+        agent_request_free(r);
+        assert_int_equal(parse_str("{\"op\":\"mkdir\",\"path\":\"/a\",\"parents\":true}", &r, NULL), 0);
+        assert_true(r->flag);
+        agent_request_free(r);
+        assert_int_equal(parse_str("{\"op\":\"read\",\"path\":\"/a\"}", &r, NULL), 0);
+        assert_int_equal(r->op, REQ_READ);
+        agent_request_free(r);
+        assert_int_equal(parse_str("{\"op\":\"stat\",\"path\":\"/a\"}", &r, NULL), 0);
+        assert_int_equal(r->op, REQ_STAT);
+        agent_request_free(r);
+
+        expect_invalid("{\"op\":\"write\",\"path\":\"/a\",\"mode\":4096}");
+        expect_invalid("{\"op\":\"write\",\"path\":\"/a\",\"mode\":-1}");
+        expect_invalid("{\"op\":\"write\",\"path\":\"/a\",\"mkdirs\":\"yes\"}");
+        expect_invalid("{\"op\":\"list\",\"path\":\"/\",\"depth\":0}");
+        expect_invalid("{\"op\":\"list\",\"path\":\"/\",\"depth\":11}");
+        expect_invalid("{\"op\":\"rename\",\"from\":\"/a\"}");
+        expect_invalid("{\"op\":\"rename\",\"from\":\"a\",\"to\":\"/b\"}");
+        expect_invalid("{\"op\":\"read\",\"path\":\"a\"}");
+        expect_invalid("{\"op\":\"read\",\"path\":null}");
+        expect_invalid("{\"op\":\"read\"}");
+}
+
+static void test_envelope(void **state) {
+        expect_invalid("");
+        expect_invalid("null");
+        expect_invalid("[]");
+        expect_invalid("\"exec\"");
+        expect_invalid("{}");
+        expect_invalid("{\"op\":1}");
+        expect_invalid("{\"op\":\"EXEC\",\"command\":\"x\"}");
+        expect_invalid("{\"op\":\"stat\",\"path\":\"/a\",\"path\":\"/b\"}"); /* duplicate keys */
+        expect_invalid("{\"op\":\"stat\",\"path\":\"/a\"} trailing");
+        expect_invalid("{\"op\":\"stat\",\"path\":\"/a\"");
+        /* Not NUL-terminated input is fine: the length is what counts. */
+        const char buf[] = {'{', '"', 'o', 'p', '"', ':', '"', 's', 't', 'a', 't', '"', ',',
+                            '"', 'p', 'a', 't', 'h', '"', ':', '"', '/', '"', '}', 'X'};
+        AgentRequest *r = NULL;
+        assert_int_equal(agent_request_parse((const uint8_t *)buf, sizeof buf - 1, &r, NULL), 0);
+        agent_request_free(r);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_depth),    cmocka_unit_test(test_paths),
+                cmocka_unit_test(test_exec),     cmocka_unit_test(test_exec_limits),
+                cmocka_unit_test(test_file_ops), cmocka_unit_test(test_envelope),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
