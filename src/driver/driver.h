@@ -39,8 +39,10 @@ typedef struct DriverInstance DriverInstance; /* opaque, defined by each driver 
 
 typedef struct Driver {
         const char *name;
-        /* Whether this host can run the driver. 0 when usable; a negative errno
-         * when not. `why` (may be NULL) gets a one-line human reason either way,
+        /* Whether this host can run the driver. 0 when usable; 1 when usable
+         * only when asked for by name, not by `auto` (the microVM without a
+         * working KVM: correct, but software emulation is too slow to be a
+         * default); a negative errno when not. `why` (may be NULL) gets a one-line human reason either way,
          * e.g. "runsc 20240212 found, ptrace platform". Must not take longer than
          * a few seconds (the microVM's probe boots a tiny guest with a deadline). */
         int (*probe)(char *why, size_t why_len);

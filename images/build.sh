@@ -1,0 +1,204 @@
+#!/bin/bash
+# runtime-image-build: builds a sandbox root filesystem from Debian's archive.
+#
+#   runtime-image-build [--force] [--check] IMAGE_DIR NAME
+#
+# The image lands in IMAGE_DIR/NAME: rootfs/ (the read-only lower layer of
+# every sandbox), recipe.sha256 (the recipe it was built from) and built-at.
+# An image that is up to date with this recipe is reused unless --force;
+# --check only answers: exit 0 when IMAGE_DIR/NAME is built with the current
+# recipe, 1 otherwise.
+#
+# The rootfs is owned by a shifted uid range (RUNTIME_UID_SHIFT, 100000):
+# uid 0 of the image is 100000 on the host. The namespace driver maps root
+# inside a sandbox to that range, so root inside owns its files while being
+# an unprivileged uid outside (docs/drivers.md).
+set -euo pipefail
+
+RUNTIME_UID_SHIFT=100000
+SUITE=bookworm
+PACKAGES="python3 python3-pip python3-venv bash coreutils ca-certificates curl git procps iproute2"
+
+log() { printf '%s runtime-image-build: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+die() { printf 'runtime-image-build: error: %s\n' "$*" >&2; exit 2; }
+usage() { echo "usage: runtime-image-build [--force] [--check] IMAGE_DIR NAME" >&2; exit 2; }
+
+force=0
+check=0
+while [ $# -gt 0 ]; do
+        case "$1" in
+        --force) force=1; shift ;;
+        --check) check=1; shift ;;
+        -h|--help) usage ;;
+        --) shift; break ;;
+        -*) usage ;;
+        *) break ;;
+        esac
+done
+[ $# -eq 2 ] || usage
+image_dir=$1
+name=$2
+
+case "$name" in
+default) ;;
+*) die "unknown image '$name' (only 'default' exists)" ;;
+esac
+
+# The recipe is this script plus its package list: change either and the
+# image is rebuilt.
+recipe_sha=$( { cat "${BASH_SOURCE[0]}"; printf '%s\n' "$PACKAGES"; } | sha256sum | cut -d' ' -f1)
+target="$image_dir/$name"
+
+is_current() {
+        [ -d "$target/rootfs" ] && [ -f "$target/recipe.sha256" ] &&
+                [ "$(cat "$target/recipe.sha256")" = "$recipe_sha" ]
+}
+
+if [ "$check" = 1 ]; then
+        is_current && exit 0
+        exit 1
+fi
+
+[ "$(id -u)" = 0 ] || die "must run as root (debootstrap and the uid shift need it)"
+command -v debootstrap >/dev/null || die "debootstrap is not installed"
+
+mkdir -p "$image_dir"
+# One builder per image at a time: a second one waits, then finds the image
+# current and exits.
+exec 9>"$image_dir/.$name.lock"
+flock 9
+
+if [ "$force" = 0 ] && is_current; then
+        log "image $name is up to date ($target)"
+        exit 0
+fi
+
+# The machine's configured Debian mirror: the first main-archive URI from the
+# deb822 .sources files, else from sources.list. No host is hard-coded.
+find_mirror() {
+        local f
+        for f in /etc/apt/sources.list.d/*.sources; do
+                [ -f "$f" ] || continue
+                awk '
+                        function flush() {
+                                if (uri != "" && suites ~ /(^| )'"$SUITE"'( |$)/ && types ~ /(^| )deb( |$)/) { print uri; found = 1; exit }
+                                uri = ""; suites = ""; types = ""
+                        }
+                        /^[ \t]*$/ { flush(); next }
+                        /^[ \t]*#/ { next }
+                        tolower($1) == "uris:" { uri = $2 }
+                        tolower($1) == "suites:" { $1 = ""; suites = $0 " " }
+                        tolower($1) == "types:" { $1 = ""; types = $0 " " }
+                        END { if (!found) flush() }
+                ' "$f" | head -n1
+        done | head -n1
+        if [ -f /etc/apt/sources.list ]; then
+                awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { if ($(i+1) == "'"$SUITE"'") { print $i; exit } break } }' \
+                        /etc/apt/sources.list
+        fi
+}
+mirror=$(find_mirror | head -n1)
+[ -n "$mirror" ] || die "no Debian mirror for $SUITE found in /etc/apt/sources.list or /etc/apt/sources.list.d/*.sources"
+
+work="$image_dir/$name.tmp-$$"
+aside=""
+helper=""
+cleanup() {
+        local rc=$?
+        if [ -n "$helper" ]; then
+                kill -TERM -- "-$helper" 2>/dev/null || true
+                wait "$helper" 2>/dev/null || true
+        fi
+        if [ -n "${work:-}" ] && [ -d "$work" ]; then
+                # A failed debootstrap can leave proc/sys mounted inside.
+                for m in $(awk -v w="$work/" 'index($2, w) == 1 { print $2 }' /proc/self/mounts | sort -r); do
+                        umount -l "$m" 2>/dev/null || true
+                done
+                rm -rf --one-file-system "$work"
+        fi
+        [ -n "$aside" ] && [ -d "$aside" ] && rm -rf --one-file-system "$aside"
+        [ $rc -ne 0 ] && log "build failed (exit $rc); partial build removed"
+        exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log "building $name from $mirror ($SUITE, minbase + $PACKAGES) into $work"
+mkdir -p "$work"
+inc=$(echo "$PACKAGES" | tr ' ' ',')
+# In its own process group and waited for in the background, so that a
+# signal to this script stops it at once and the trap takes debootstrap down.
+setsid debootstrap --variant=minbase --include="$inc" "$SUITE" "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 &
+helper=$!
+wait "$helper" || { helper=""; tail -n 20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
+helper=""
+log "debootstrap done"
+
+root="$work/rootfs"
+# Make the tree sane for a sandbox.
+chroot "$root" apt-get clean
+rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/log/*.log \
+        "$root"/var/cache/debconf/*-old "$root"/tmp/* "$root"/var/tmp/*
+mkdir -p "$root/var/lib/apt/lists/partial"
+# The sandbox has no network device: name resolution happens in the host's
+# egress proxy. A resolv.conf that names no server cannot leak the host's.
+rm -f "$root/etc/resolv.conf"
+printf '# Sandboxes resolve names through the egress proxy (HTTP_PROXY).\n' >"$root/etc/resolv.conf"
+echo sandbox >"$root/etc/hostname"
+printf '127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+install -d -m 0755 "$root/workspace" "$root/.runtime"
+# Bind-mount target of the agent binary.
+install -m 0755 /dev/null "$root/.runtime/agent"
+install -d -m 1777 "$root/tmp"
+# Device nodes come from the driver (bwrap --dev, gVisor's own /dev).
+find "$root/dev" -mindepth 1 -delete
+chmod 0700 "$root/root"
+
+log "shifting ownership to uid/gid $RUNTIME_UID_SHIFT + n"
+# chown clears set-id bits: put the mode back afterwards. Runs the image's
+# own python3 so the host needs none.
+chroot "$root" /usr/bin/python3 - "$RUNTIME_UID_SHIFT" <<'EOF'
+import os, stat, sys
+shift = int(sys.argv[1])
+def fix(p):
+    st = os.lstat(p)
+    if st.st_uid >= shift:
+        return
+    os.lchown(p, st.st_uid + shift, st.st_gid + shift)
+    if not stat.S_ISLNK(st.st_mode):
+        os.chmod(p, stat.S_IMODE(st.st_mode))
+for d, dirs, files in os.walk("/", topdown=True):
+    dirs[:] = [x for x in dirs if not os.path.ismount(os.path.join(d, x))]
+    for x in files + dirs:
+        fix(os.path.join(d, x))
+fix("/")
+EOF
+
+# Set-id binaries of the image are owned by the shifted range: keep host
+# users out of the tree so that none of them can become uid 100000 and
+# rewrite the image every sandbox shares. Overlayfs reads the lower layer
+# with the mounter's (root's) credentials, and the sandbox's "/" takes its
+# mode from the upper layer, so 0700 here changes nothing inside.
+chmod 0700 "$root"
+
+echo "$recipe_sha" >"$work/recipe.sha256"
+date -u +%Y-%m-%dT%H:%M:%SZ >"$work/built-at"
+echo "$RUNTIME_UID_SHIFT" >"$work/uid-shift"
+echo "$PACKAGES" >"$work/packages"
+rm -f "$work/debootstrap.log"
+du -sh "$root" | awk '{ print "rootfs size " $1 }' | while read -r l; do log "$l"; done
+
+# rename(2) cannot replace a non-empty directory: move the old image aside,
+# move the new one in, then remove the old one. Sandboxes running on the old
+# rootfs keep their overlay's reference to it until they stop.
+if [ -e "$target" ]; then
+        aside="$image_dir/$name.old-$$"
+        mv -T "$target" "$aside"
+fi
+mv -T "$work" "$target"
+work=""
+if [ -n "$aside" ]; then
+        rm -rf --one-file-system "$aside"
+        aside=""
+fi
+log "image $name ready at $target"

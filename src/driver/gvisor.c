@@ -1,0 +1,429 @@
+/*
+ * driver_gvisor: runsc (gVisor), a user-space kernel between the sandbox and
+ * the host. The sandbox's syscalls are served by the Sentry; the host kernel
+ * sees only the Sentry's own, seccomp-filtered calls. Platform ptrace (no KVM
+ * needed), no network device (--network=none), and --ignore-cgroups: the
+ * daemon puts runsc and everything it starts into the sandbox's cgroup
+ * itself, on v1 and v2 alike.
+ *
+ * The root is the same overlay as the namespace driver's (rootfs.c), mapped
+ * through an OCI user namespace so that root inside owns the shifted image.
+ * The channel is the agent's stdin/stdout, which runsc hands to the container
+ * process.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/jsonutil.h"
+#include "common/macro.h"
+#include "driver/cgroup.h"
+#include "driver/driver.h"
+#include "driver/launch.h"
+#include "driver/rootfs.h"
+
+#define PROBE_TIMEOUT_MS 5000
+#define RUNSC_CMD_TIMEOUT_MS 10000
+
+static const char *find_runsc(void) {
+        static const char *const cands[] = {"/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc"};
+        for (size_t i = 0; i < ELEMENTSOF(cands); i++)
+                if (access(cands[i], X_OK) == 0)
+                        return cands[i];
+        return NULL;
+}
+
+/* Runs runsc with its output to /dev/null (or to out_fd) and waits, with a
+ * deadline after which it is killed. */
+static int run_runsc(char *const argv[], int out_fd, int timeout_ms, int *ret_status) {
+        _cleanup_close_ int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null_fd < 0)
+                return -errno;
+        int r = launch_fd_above_stdio(&null_fd);
+        if (r < 0)
+                return r;
+        char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+        LaunchFds lf = {.stdin_fd = null_fd, .stdout_fd = out_fd >= 0 ? out_fd : null_fd,
+                        .stderr_fd = out_fd >= 0 ? out_fd : null_fd};
+        pid_t pid;
+        r = launch_spawn(argv, envp, &lf, &pid);
+        if (r < 0)
+                return r;
+        int st;
+        r = launch_wait(pid, timeout_ms, &st);
+        if (r < 0) {
+                kill(pid, SIGKILL);
+                while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                        ;
+                return r;
+        }
+        if (ret_status)
+                *ret_status = st;
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+}
+
+/* The probe boots a real (tiny) sandbox once per process: `runsc --version`
+ * alone says nothing about whether the platform works on this host. */
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+static int probe_result;
+static char probe_why[256];
+
+static void probe_run(void) {
+        const char *runsc = find_runsc();
+        if (!runsc) {
+                probe_result = -ENOENT;
+                snprintf(probe_why, sizeof probe_why, "runsc (gVisor) is not installed");
+                return;
+        }
+        if (geteuid() != 0) {
+                probe_result = -EPERM;
+                snprintf(probe_why, sizeof probe_why, "the gvisor driver needs root");
+                return;
+        }
+        const CgroupLayout *l;
+        if (launch_cgroup_layout(&l) < 0) {
+                probe_result = -ENOENT;
+                snprintf(probe_why, sizeof probe_why, "no usable cgroup hierarchy under /sys/fs/cgroup");
+                return;
+        }
+        /* Version line, e.g. "runsc version 0.0~20221219.0". */
+        char version[64] = "unknown";
+        {
+                int p[2];
+                if (pipe2(p, O_CLOEXEC) == 0) {
+                        int wfd = p[1];
+                        if (launch_fd_above_stdio(&wfd) == 0) {
+                                p[1] = wfd;
+                                char *const argv[] = {(char *)runsc, "--version", NULL};
+                                int r = run_runsc(argv, p[1], PROBE_TIMEOUT_MS, NULL);
+                                close(p[1]);
+                                char buf[256];
+                                ssize_t n = r >= 0 ? read(p[0], buf, sizeof buf - 1) : -1;
+                                if (n > 0) {
+                                        buf[n] = '\0';
+                                        buf[strcspn(buf, "\n")] = '\0';
+                                        const char *v = strstr(buf, "version ");
+                                        snprintf(version, sizeof version, "%.60s", v ? v + 8 : buf);
+                                }
+                        } else
+                                close(p[1]);
+                        close(p[0]);
+                }
+        }
+        char state[] = "/tmp/runtime-runsc-probe-XXXXXX";
+        if (!mkdtemp(state)) {
+                probe_result = -errno;
+                snprintf(probe_why, sizeof probe_why, "cannot make a temporary directory");
+                return;
+        }
+        char *const argv[] = {(char *)runsc, "--platform=ptrace", "--network=none", "--ignore-cgroups",
+                              "--root", state, "do", "true", NULL};
+        int r = run_runsc(argv, -1, PROBE_TIMEOUT_MS, NULL);
+        (void)rootfs_rm_tree(state);
+        if (r < 0) {
+                probe_result = r == -ETIMEDOUT ? -ETIMEDOUT : -ENOEXEC;
+                snprintf(probe_why, sizeof probe_why, "runsc %s found, but a test sandbox %s", version,
+                         r == -ETIMEDOUT ? "did not finish within 5 s" : "failed to run");
+                return;
+        }
+        probe_result = 0;
+        snprintf(probe_why, sizeof probe_why, "runsc %s found, ptrace platform", version);
+}
+
+static int gv_probe(char *why, size_t why_len) {
+        pthread_once(&probe_once, probe_run);
+        if (why)
+                snprintf(why, why_len, "%s", probe_why);
+        return probe_result;
+}
+
+static int json_add_str_array(json_t *obj, const char *key, const char *const *v, size_t n) {
+        json_t *a = json_array();
+        if (!a)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                if (json_array_append_new(a, json_string(v[i])) < 0) {
+                        json_decref(a);
+                        return -ENOMEM;
+                }
+        return json_object_set_new(obj, key, a) < 0 ? -ENOMEM : 0;
+}
+
+/* Writes bundle/config.json: the OCI spec of the sandbox. */
+static int write_bundle(const DriverSpec *spec, const char *bundle, const char *root, const char *agent,
+                        uid_t shift) {
+        static const char *const caps[] = {
+                "CAP_CHOWN",  "CAP_DAC_OVERRIDE", "CAP_FOWNER",  "CAP_FSETID",           "CAP_KILL",
+                "CAP_SETGID", "CAP_SETUID",       "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
+        };
+        static const char *const env[] = {
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "HOME=/root",
+                "LANG=C.UTF-8",
+        };
+        static const char *const args[] = {"/.runtime/agent"};
+
+        _cleanup_json_ json_t *capabilities = json_object();
+        if (!capabilities)
+                return -ENOMEM;
+        static const char *const sets[] = {"bounding", "effective", "permitted"};
+        for (size_t i = 0; i < ELEMENTSOF(sets); i++)
+                if (json_add_str_array(capabilities, sets[i], caps, ELEMENTSOF(caps)) < 0)
+                        return -ENOMEM;
+
+        _cleanup_json_ json_t *process = json_pack(
+                "{s:b, s:{s:i, s:i}, s:s, s:O, s:[{s:s, s:i, s:i}], s:b}", "terminal", 0, "user", "uid", 0, "gid",
+                0, "cwd", "/", "capabilities", capabilities, "rlimits", "type", "RLIMIT_NOFILE", "hard", 65536, "soft",
+                65536, "noNewPrivileges", 1);
+        if (!process)
+                return -ENOMEM;
+        if (json_add_str_array(process, "args", args, ELEMENTSOF(args)) < 0 ||
+            json_add_str_array(process, "env", env, ELEMENTSOF(env)) < 0)
+                return -ENOMEM;
+
+        _cleanup_json_ json_t *mounts = json_pack(
+                "[{s:s, s:s, s:s},"
+                " {s:s, s:s, s:s, s:[s,s,s]},"
+                " {s:s, s:s, s:s, s:[s,s,s,s]}]",
+                "destination", "/proc", "type", "proc", "source", "proc",
+                "destination", "/dev", "type", "tmpfs", "source", "tmpfs", "options", "nosuid", "strictatime", "mode=755",
+                "destination", "/.runtime/agent", "type", "bind", "source", agent, "options", "bind", "ro",
+                "nosuid", "nodev");
+        if (!mounts)
+                return -ENOMEM;
+
+        _cleanup_json_ json_t *config = json_pack(
+                "{s:s, s:O, s:{s:s, s:b}, s:s, s:O,"
+                " s:{s:[{s:s},{s:s},{s:s},{s:s},{s:s},{s:s}],"
+                "    s:[{s:i, s:i, s:i}], s:[{s:i, s:i, s:i}]}}",
+                "ociVersion", "1.0.2", "process", process, "root", "path", root, "readonly", 0, "hostname", "sandbox",
+                "mounts", mounts, "linux", "namespaces", "type", "pid", "type", "ipc", "type", "uts", "type", "mount",
+                "type", "network", "type", "user", "uidMappings", "containerID", 0, "hostID", (json_int_t)shift,
+                "size", (json_int_t)LAUNCH_UID_RANGE, "gidMappings", "containerID", 0, "hostID", (json_int_t)shift,
+                "size", (json_int_t)LAUNCH_UID_RANGE);
+        if (!config)
+                return -ENOMEM;
+
+        char path[PATH_MAX], tmp[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/config.json", bundle) >= (int)sizeof path ||
+            snprintf(tmp, sizeof tmp, "%s/config.json.tmp", bundle) >= (int)sizeof tmp)
+                return -ENAMETOOLONG;
+        if (json_dump_file(config, tmp, JSON_INDENT(1)) < 0) {
+                (void)unlink(tmp);
+                return -EIO;
+        }
+        if (rename(tmp, path) < 0)
+                return -errno;
+        return 0;
+}
+
+static int state_paths(const char *sandbox_dir, char *state, size_t state_len, char *bundle, size_t bundle_len) {
+        if (snprintf(state, state_len, "%s/runsc-state", sandbox_dir) >= (int)state_len ||
+            snprintf(bundle, bundle_len, "%s/bundle", sandbox_dir) >= (int)bundle_len)
+                return -ENAMETOOLONG;
+        return 0;
+}
+
+/* `runsc delete --force`: removes what runsc keeps about the container
+ * (its state files), killing the sandbox if it still runs. */
+static void runsc_delete(const char *state, const char *id) {
+        const char *runsc = find_runsc();
+        if (!runsc || access(state, F_OK) < 0)
+                return;
+        char *const argv[] = {(char *)runsc, "--root", (char *)state, "delete", "--force", (char *)id, NULL};
+        (void)run_runsc(argv, -1, RUNSC_CMD_TIMEOUT_MS, NULL);
+}
+
+static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret) {
+        int r = launch_spec_check(spec);
+        if (r < 0)
+                return r;
+        const char *runsc = find_runsc();
+        if (!runsc)
+                return -ENOENT;
+        if (access(spec->agent_path, X_OK) < 0)
+                return -errno;
+        uid_t shift;
+        r = launch_image_owner(spec, &shift);
+        if (r < 0)
+                return r;
+
+        DriverInstance *inst = launch_instance_new(&driver_gvisor, spec);
+        if (!inst)
+                return -ENOMEM;
+
+        int sv[2] = {-1, -1};
+        int cg_fds[_CGROUP_HIER_MAX];
+        for (size_t i = 0; i < ELEMENTSOF(cg_fds); i++)
+                cg_fds[i] = -1;
+        RootfsLayer *layer = NULL;
+        char rootfs[PATH_MAX], state[PATH_MAX], bundle[PATH_MAX];
+
+        if (snprintf(rootfs, sizeof rootfs, "%s/rootfs", spec->image_dir) >= (int)sizeof rootfs ||
+            state_paths(spec->sandbox_dir, state, sizeof state, bundle, sizeof bundle) < 0) {
+                r = -ENAMETOOLONG;
+                goto fail;
+        }
+        r = launch_cgroup(spec, true, &inst->cg);
+        if (r < 0)
+                goto fail;
+        layer = malloc(sizeof *layer);
+        if (!layer) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        r = rootfs_prepare(rootfs, spec->sandbox_dir, spec->disk_mib, shift, layer);
+        if (r < 0) {
+                free(layer);
+                layer = NULL;
+                goto fail;
+        }
+        inst->tmpfs_layer = layer->tmpfs;
+
+        /* A container of the same id left by a daemon that died. */
+        runsc_delete(state, spec->id);
+        (void)rootfs_rm_tree(state);
+        if ((mkdir(state, 0700) < 0 && errno != EEXIST) || (mkdir(bundle, 0700) < 0 && errno != EEXIST)) {
+                r = -errno;
+                goto fail;
+        }
+        inst->runsc_root = strdup(state);
+        if (!inst->runsc_root) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        r = write_bundle(spec, bundle, LAUNCH_STAGE_ROOT, LAUNCH_STAGE_AGENT, shift);
+        if (r < 0)
+                goto fail;
+
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+                r = -errno;
+                goto fail;
+        }
+        int *movable[] = {&sv[0], &sv[1]};
+        for (size_t i = 0; i < ELEMENTSOF(movable); i++) {
+                r = launch_fd_above_stdio(movable[i]);
+                if (r < 0)
+                        goto fail;
+        }
+        r = cgroup_open_procs(inst->cg, cg_fds, ELEMENTSOF(cg_fds));
+        if (r < 0)
+                goto fail;
+
+        char *const argv[] = {
+                (char *)runsc, "--root", state, "--platform=ptrace", "--network=none", "--ignore-cgroups",
+                "run", "--bundle", bundle, (char *)spec->id, NULL,
+        };
+        char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+        LaunchStage stage = {.layer = layer, .agent_src = spec->agent_path};
+        LaunchFds lf = {
+                .stdin_fd = sv[1], .stdout_fd = sv[1], .stderr_fd = -1,
+                .cgroup_fds = cg_fds, .n_cgroup_fds = ELEMENTSOF(cg_fds),
+                .pre_exec = launch_stage_mounts, .userdata = &stage,
+        };
+        r = launch_spawn(argv, envp, &lf, &inst->pid);
+        if (r < 0)
+                goto fail;
+        /* The child holds the loop device until its mount is made. */
+        rootfs_layer_done(layer);
+        free(layer);
+        layer = NULL;
+        inst->pidfd = (int)syscall(SYS_pidfd_open, inst->pid, 0);
+        close(sv[1]);
+        sv[1] = -1;
+        cgroup_close_fds(cg_fds, ELEMENTSOF(cg_fds));
+
+        *ret_fd = sv[0];
+        *ret = inst;
+        return 0;
+
+fail:
+        if (sv[0] >= 0)
+                close(sv[0]);
+        if (sv[1] >= 0)
+                close(sv[1]);
+        cgroup_close_fds(cg_fds, ELEMENTSOF(cg_fds));
+        launch_kill_and_reap(inst);
+        if (inst->runsc_root) {
+                runsc_delete(state, spec->id);
+                (void)rootfs_rm_tree(state);
+        }
+        if (layer) {
+                rootfs_layer_done(layer);
+                free(layer);
+        }
+        (void)rootfs_wait_released(spec->sandbox_dir, 2000);
+        if (inst->cg)
+                (void)cgroup_remove(inst->cg);
+        launch_instance_free(inst);
+        return r;
+}
+
+static void gv_stop(DriverInstance *inst, const char **ret_reason) {
+        if (ret_reason)
+                *ret_reason = NULL;
+        if (!inst)
+                return;
+        bool exited = launch_instance_exited(inst);
+        const char *reason = launch_stop_reason(inst, exited);
+        launch_kill_and_reap(inst);
+        if (inst->runsc_root) {
+                runsc_delete(inst->runsc_root, inst->id);
+                (void)rootfs_rm_tree(inst->runsc_root);
+        }
+        (void)rootfs_wait_released(inst->sandbox_dir, 2000);
+        if (inst->cg)
+                (void)cgroup_remove(inst->cg);
+        if (ret_reason)
+                *ret_reason = reason;
+        launch_instance_free(inst);
+}
+
+static int gv_reap_orphan(const DriverSpec *spec) {
+        int r = launch_spec_check(spec);
+        if (r < 0)
+                return r;
+        char state[PATH_MAX], bundle[PATH_MAX];
+        r = state_paths(spec->sandbox_dir, state, sizeof state, bundle, sizeof bundle);
+        if (r < 0)
+                return r;
+        /* Cgroup first: nothing of the old sandbox may run while runsc
+         * cleans its state. */
+        r = launch_reap_orphan(spec);
+        runsc_delete(state, spec->id);
+        (void)rootfs_rm_tree(state);
+        return r;
+}
+
+static int gv_destroy(const DriverSpec *spec) {
+        int r = gv_reap_orphan(spec);
+        if (r == -EINVAL)
+                return r;
+        int r2 = rootfs_remove(spec->sandbox_dir);
+        return r < 0 ? r : r2;
+}
+
+static int gv_stats(DriverInstance *inst, DriverStats *ret) {
+        return launch_stats(inst, ret);
+}
+
+const Driver driver_gvisor = {
+        .name = "gvisor",
+        .probe = gv_probe,
+        .start = gv_start,
+        .stop = gv_stop,
+        .destroy = gv_destroy,
+        .reap_orphan = gv_reap_orphan,
+        .stats = gv_stats,
+};

@@ -1,0 +1,369 @@
+#include "driver/launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+#include "driver/rootfs.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+#define MAX_VCPU 256u
+#define MAX_MEMORY_MIB (1024u * 1024u) /* 1 TiB */
+#define MAX_PIDS 1000000u
+
+int64_t launch_now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int launch_spec_check(const DriverSpec *spec) {
+        if (!spec || !spec->id || !spec->image_dir || !spec->sandbox_dir || !spec->agent_path)
+                return -EINVAL;
+        size_t n = strlen(spec->id);
+        if (n == 0 || n > 64)
+                return -EINVAL;
+        for (const char *c = spec->id; *c; c++)
+                if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
+                        return -EINVAL;
+        if (spec->sandbox_dir[0] != '/' || spec->image_dir[0] != '/' || spec->agent_path[0] != '/')
+                return -EINVAL;
+        if (strlen(spec->sandbox_dir) > 1024 || strlen(spec->image_dir) > 1024 || strlen(spec->agent_path) > 1024)
+                return -ENAMETOOLONG;
+        if (spec->cgroup_parent && *spec->cgroup_parent && !cgroup_name_valid(spec->cgroup_parent, true))
+                return -EINVAL;
+        if (spec->vcpu > MAX_VCPU || spec->memory_mib > MAX_MEMORY_MIB || spec->pids_max > MAX_PIDS)
+                return -EINVAL;
+        return 0;
+}
+
+static pthread_once_t layout_once = PTHREAD_ONCE_INIT;
+static CgroupLayout layout;
+static int layout_error;
+
+static void layout_detect(void) {
+        layout_error = cgroup_layout_detect("/sys/fs/cgroup", &layout);
+}
+
+int launch_cgroup_layout(const CgroupLayout **ret) {
+        pthread_once(&layout_once, layout_detect);
+        if (layout_error < 0)
+                return layout_error;
+        *ret = &layout;
+        return 0;
+}
+
+int launch_cgroup(const DriverSpec *spec, bool create, Cgroup **ret) {
+        const CgroupLayout *l;
+        int r = launch_cgroup_layout(&l);
+        if (r < 0)
+                return r;
+        Cgroup *cg;
+        r = cgroup_new(l, spec->cgroup_parent ? spec->cgroup_parent : "", spec->id, create, &cg);
+        if (r < 0)
+                return r;
+        if (create) {
+                CgroupLimits lim = {
+                        .memory_bytes = (uint64_t)spec->memory_mib << 20,
+                        .vcpu = spec->vcpu,
+                        .pids_max = spec->pids_max ? spec->pids_max : LAUNCH_DEFAULT_PIDS_MAX,
+                };
+                r = cgroup_set_limits(cg, &lim);
+                if (r < 0) {
+                        (void)cgroup_remove(cg);
+                        cgroup_free(cg);
+                        return r;
+                }
+        }
+        *ret = cg;
+        return 0;
+}
+
+int launch_image_owner(const DriverSpec *spec, uid_t *ret) {
+        char p[PATH_MAX];
+        if (snprintf(p, sizeof p, "%s/rootfs", spec->image_dir) >= (int)sizeof p)
+                return -ENAMETOOLONG;
+        struct stat st;
+        if (stat(p, &st) < 0)
+                return -errno;
+        if (!S_ISDIR(st.st_mode))
+                return -ENOTDIR;
+        /* An image built by runtime-image-build is owned by the shifted
+         * range. One owned by host root would make root inside host root:
+         * never; map to the default range (the files then look like
+         * nobody's from inside, but the sandbox stays unprivileged). */
+        *ret = st.st_uid >= LAUNCH_UID_RANGE ? st.st_uid : LAUNCH_DEFAULT_UID_SHIFT;
+        return 0;
+}
+
+int launch_fd_above_stdio(int *fd) {
+        if (*fd < 0 || *fd > 2)
+                return 0;
+        int n = fcntl(*fd, F_DUPFD_CLOEXEC, 3);
+        if (n < 0)
+                return -errno;
+        close(*fd);
+        *fd = n;
+        return 0;
+}
+
+/* In the child: reports errno on the status pipe and exits. */
+static _Noreturn void child_fail(int status_fd, int code) {
+        int e = errno ? errno : EIO;
+        (void)!write(status_fd, &e, sizeof e);
+        _exit(code);
+}
+
+int launch_spawn(char *const argv[], char *const envp[], const LaunchFds *fds, pid_t *ret_pid) {
+        /* O_CLOEXEC status pipe: EOF means the exec happened, an int means
+         * the child failed before it, with that errno. */
+        int sp[2];
+        if (pipe2(sp, O_CLOEXEC) < 0)
+                return -errno;
+        int r = launch_fd_above_stdio(&sp[0]);
+        if (r >= 0)
+                r = launch_fd_above_stdio(&sp[1]);
+        if (r < 0) {
+                close(sp[0]);
+                close(sp[1]);
+                return r;
+        }
+        sigset_t all, old;
+        sigfillset(&all);
+        /* No signal handler of the daemon may run in the child. */
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        pid_t pid = fork();
+        if (pid < 0) {
+                r = -errno;
+                pthread_sigmask(SIG_SETMASK, &old, NULL);
+                close(sp[0]);
+                close(sp[1]);
+                return r;
+        }
+        if (pid == 0) {
+                /* Child: async-signal-safe calls only. */
+                errno = 0;
+                if (cgroup_join_fds(fds->cgroup_fds, fds->n_cgroup_fds) < 0)
+                        child_fail(sp[1], 126);
+                (void)setsid();
+                if (fds->pre_exec && fds->pre_exec(fds->userdata) != 0)
+                        child_fail(sp[1], 125);
+                /* Raw syscalls: glibc's set*id wrappers synchronise threads,
+                 * which a forked child of a threaded process must not. */
+                if (fds->set_ids && (syscall(SYS_setgroups, 0, NULL) < 0 ||
+                                     syscall(SYS_setresgid, fds->gid, fds->gid, fds->gid) < 0 ||
+                                     syscall(SYS_setresuid, fds->uid, fds->uid, fds->uid) < 0))
+                        child_fail(sp[1], 126);
+                struct sigaction dfl = {.sa_handler = SIG_DFL};
+                for (int s = 1; s < NSIG; s++)
+                        (void)sigaction(s, &dfl, NULL);
+                if (dup2(fds->stdin_fd, 0) < 0 || dup2(fds->stdout_fd, 1) < 0 ||
+                    (fds->stderr_fd >= 0 && dup2(fds->stderr_fd, 2) < 0))
+                        child_fail(sp[1], 126);
+                /* Whatever else the daemon has open stays behind, O_CLOEXEC
+                 * or not. */
+                if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+                        for (int fd = 3; fd < 4096; fd++)
+                                (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+                }
+                for (size_t i = 0; i < fds->n_keep; i++)
+                        if (fcntl(fds->keep[i], F_SETFD, 0) < 0)
+                                child_fail(sp[1], 126);
+                sigset_t none;
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                execve(argv[0], argv, envp);
+                child_fail(sp[1], 127);
+        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        close(sp[1]);
+        int e = 0;
+        ssize_t n;
+        while ((n = read(sp[0], &e, sizeof e)) < 0 && errno == EINTR)
+                ;
+        close(sp[0]);
+        if (n == (ssize_t)sizeof e) {
+                while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+                return e > 0 ? -e : -EIO;
+        }
+        *ret_pid = pid;
+        return 0;
+}
+
+int launch_stage_mounts(void *userdata) {
+        const LaunchStage *st = userdata;
+        if (rootfs_mount_child(st->layer) < 0)
+                return -1;
+        if (mount("runtime-stage", LAUNCH_STAGE_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755") < 0)
+                return -1;
+        if (mkdir(LAUNCH_STAGE_ROOT, 0755) < 0)
+                return -1;
+        int fd = open(LAUNCH_STAGE_AGENT, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+        if (fd < 0)
+                return -1;
+        close(fd);
+        if (mount(st->layer->root, LAUNCH_STAGE_ROOT, NULL, MS_BIND, NULL) < 0)
+                return -1;
+        if (mount(st->agent_src, LAUNCH_STAGE_AGENT, NULL, MS_BIND, NULL) < 0)
+                return -1;
+        return 0;
+}
+
+int launch_wait(pid_t pid, int timeout_ms, int *ret_status) {
+        int64_t deadline = launch_now_ms() + timeout_ms;
+        for (;;) {
+                int st;
+                pid_t r = waitpid(pid, &st, WNOHANG);
+                if (r == pid) {
+                        if (ret_status)
+                                *ret_status = st;
+                        return 0;
+                }
+                if (r < 0 && errno != EINTR)
+                        return -errno;
+                if (launch_now_ms() >= deadline)
+                        return -ETIMEDOUT;
+                struct timespec ts = {0, 2000000};
+                nanosleep(&ts, NULL);
+        }
+}
+
+DriverInstance *launch_instance_new(const Driver *d, const DriverSpec *spec) {
+        DriverInstance *inst = calloc(1, sizeof *inst);
+        if (!inst)
+                return NULL;
+        inst->driver = d;
+        inst->pid = -1;
+        inst->pidfd = -1;
+        inst->id = strdup(spec->id);
+        inst->sandbox_dir = strdup(spec->sandbox_dir);
+        if (!inst->id || !inst->sandbox_dir) {
+                launch_instance_free(inst);
+                return NULL;
+        }
+        return inst;
+}
+
+void launch_instance_free(DriverInstance *inst) {
+        if (!inst)
+                return;
+        if (inst->pidfd >= 0)
+                close(inst->pidfd);
+        cgroup_free(inst->cg);
+        free(inst->id);
+        free(inst->sandbox_dir);
+        free(inst->runsc_root);
+        free(inst);
+}
+
+bool launch_instance_exited(DriverInstance *inst) {
+        if (inst->reaped)
+                return true;
+        if (inst->pid <= 0)
+                return true;
+        int st;
+        pid_t r = waitpid(inst->pid, &st, WNOHANG);
+        if (r == inst->pid) {
+                inst->reaped = true;
+                inst->status = st;
+                return true;
+        }
+        return false;
+}
+
+const char *launch_stop_reason(DriverInstance *inst, bool exited_before) {
+        if (!exited_before)
+                return NULL;
+        CgroupStats cs;
+        if (inst->cg && cgroup_read_stats(inst->cg, &cs) >= 0 && cs.oom_kills > 0)
+                return "oom";
+        if (inst->reaped && WIFSIGNALED(inst->status))
+                return "killed";
+        return "exited";
+}
+
+void launch_kill_and_reap(DriverInstance *inst) {
+        /* Killing the cgroup ends the sandbox's mount namespace, and with it
+         * the layer, the overlay and the loop device. */
+        if (inst->cg)
+                (void)cgroup_kill_all(inst->cg, 10000);
+        if (inst->pid > 0 && !inst->reaped) {
+                /* Normally dead already: it was in the cgroup. The pidfd
+                 * says when without polling waitpid. */
+                if (inst->pidfd >= 0) {
+                        struct pollfd pfd = {.fd = inst->pidfd, .events = POLLIN};
+                        while (poll(&pfd, 1, 2000) < 0 && errno == EINTR)
+                                ;
+                }
+                if (launch_wait(inst->pid, 2000, &inst->status) < 0) {
+                        kill(inst->pid, SIGKILL);
+                        while (waitpid(inst->pid, &inst->status, 0) < 0 && errno == EINTR)
+                                ;
+                }
+                inst->reaped = true;
+        }
+}
+
+int launch_stats(DriverInstance *inst, DriverStats *ret) {
+        if (!inst || !inst->cg)
+                return -EINVAL;
+        CgroupStats cs;
+        int r = cgroup_read_stats(inst->cg, &cs);
+        if (r < 0)
+                return r;
+        DriverStats s = {
+                .cpu_usage_ns = cs.cpu_usage_ns,
+                .memory_bytes = cs.memory_bytes,
+                .memory_peak_bytes = cs.memory_peak_bytes,
+                .pids_current = cs.pids_current,
+                .oom_killed = cs.oom_kills > 0,
+        };
+        uint64_t used;
+        if (inst->pid > 0 && !inst->reaped && rootfs_disk_used(inst->pid, inst->sandbox_dir, &used) >= 0)
+                s.disk_used_bytes = used;
+        *ret = s;
+        return 0;
+}
+
+int launch_reap_orphan(const DriverSpec *spec) {
+        int r = launch_spec_check(spec);
+        if (r < 0)
+                return r;
+        Cgroup *cg = NULL;
+        int ret = 0;
+        r = launch_cgroup(spec, false, &cg);
+        if (r >= 0) {
+                if (cgroup_kill_all(cg, 10000) < 0)
+                        ret = -EBUSY;
+                r = cgroup_remove(cg);
+                if (r < 0 && ret == 0)
+                        ret = r;
+                cgroup_free(cg);
+        } else if (r != -ENOENT)
+                ret = r;
+        r = rootfs_unmount(spec->sandbox_dir);
+        if (r < 0 && ret == 0)
+                ret = r;
+        r = rootfs_wait_released(spec->sandbox_dir, 2000);
+        if (r < 0 && ret == 0)
+                ret = r;
+        return ret;
+}

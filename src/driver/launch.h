@@ -1,0 +1,107 @@
+#pragma once
+/*
+ * What the namespace and gVisor drivers share: spec checks, the host's
+ * cgroup layout, the uid range of an image, the instance they hand to the
+ * daemon, and the fork that puts a child into the sandbox's cgroup before it
+ * execs.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "driver/cgroup.h"
+#include "driver/driver.h"
+
+/* Default pids limit when the spec leaves it 0: a sandbox is never
+ * without one. */
+#define LAUNCH_DEFAULT_PIDS_MAX 4096u
+/* The uid range root inside maps to, when the image does not say. */
+#define LAUNCH_DEFAULT_UID_SHIFT 100000u
+#define LAUNCH_UID_RANGE 65536u
+
+struct DriverInstance {
+        const Driver *driver;
+        char *id;
+        char *sandbox_dir;
+        Cgroup *cg;
+        pid_t pid;   /* bwrap / runsc, our child */
+        int pidfd;   /* -1 where the kernel has none */
+        bool reaped;
+        int status;  /* wait status once reaped */
+        bool tmpfs_layer;
+        char *runsc_root; /* gVisor: the --root state dir */
+};
+
+/* -EINVAL unless the spec is complete and within bounds. */
+int launch_spec_check(const DriverSpec *spec);
+/* The host's cgroup layout, detected once ("/sys/fs/cgroup"). */
+int launch_cgroup_layout(const CgroupLayout **ret);
+/* Creates (or opens) the sandbox's cgroup and, when creating, writes the
+ * limits of the spec. */
+int launch_cgroup(const DriverSpec *spec, bool create, Cgroup **ret);
+/* The host uid that owns image_dir/rootfs: root inside maps to it. */
+int launch_image_owner(const DriverSpec *spec, uid_t *ret);
+
+/* Moves fd to a number >= 3 (so dup2 onto 0..2 in a child cannot clobber
+ * it), keeping O_CLOEXEC. */
+int launch_fd_above_stdio(int *fd);
+
+typedef struct LaunchFds {
+        int stdin_fd, stdout_fd, stderr_fd; /* stderr_fd -1: as pre_exec left it */
+        const int *keep; /* fds passed on to the program (cloexec cleared) */
+        size_t n_keep;
+        const int *cgroup_fds; /* from cgroup_open_procs */
+        size_t n_cgroup_fds;
+        /* When set_ids: the host uid/gid the program runs as (after joining
+         * the cgroup, which needs root), with no supplementary groups. */
+        bool set_ids;
+        /* Runs in the child, as root, after joining the cgroup and before
+         * set_ids; async-signal-safe calls only. Non-zero fails the child. */
+        int (*pre_exec)(void *userdata);
+        void *userdata;
+        uid_t uid;
+        gid_t gid;
+} LaunchFds;
+
+/* fork(); the child joins the cgroup, leaves the daemon's session, resets
+ * signal state, sets up stdio and execs argv[0] with envp. Only
+ * async-signal-safe calls between fork and exec (the daemon is threaded). */
+int launch_spawn(char *const argv[], char *const envp[], const LaunchFds *fds, pid_t *ret_pid);
+
+/* Waits for the child with a deadline; 0 once reaped (status in *ret),
+ * -ETIMEDOUT. */
+int launch_wait(pid_t pid, int timeout_ms, int *ret_status);
+
+/*
+ * The child's mounts (a LaunchFds.pre_exec hook): the sandbox's layer and
+ * overlay in a private mount namespace (rootfs_mount_child), then a small
+ * tmpfs on LAUNCH_STAGE_DIR holding the overlay root and the agent binary.
+ * bwrap and runsc's gofer run as the sandbox's unprivileged host uid and
+ * resolve their sources as paths, so they could not search the daemon's 0700
+ * directories; the staged copies are bound there by root. Not /tmp: bwrap
+ * mounts its own tmpfs over /tmp.
+ */
+#define LAUNCH_STAGE_DIR "/run"
+#define LAUNCH_STAGE_ROOT LAUNCH_STAGE_DIR "/root"
+#define LAUNCH_STAGE_AGENT LAUNCH_STAGE_DIR "/agent"
+struct RootfsLayer;
+typedef struct LaunchStage {
+        const struct RootfsLayer *layer;
+        const char *agent_src;
+} LaunchStage;
+int launch_stage_mounts(void *stage);
+
+/* Shared stop/teardown pieces. */
+DriverInstance *launch_instance_new(const Driver *d, const DriverSpec *spec);
+void launch_instance_free(DriverInstance *inst);
+/* Whether the child already exited on its own (reaps it then). */
+bool launch_instance_exited(DriverInstance *inst);
+/* The reason string for stop(): NULL when it was alive. */
+const char *launch_stop_reason(DriverInstance *inst, bool exited_before);
+/* Kills the cgroup, reaps the child. */
+void launch_kill_and_reap(DriverInstance *inst);
+int launch_stats(DriverInstance *inst, DriverStats *ret);
+/* Kills what is left in the spec's cgroup, removes it, unmounts. */
+int launch_reap_orphan(const DriverSpec *spec);
+
+int64_t launch_now_ms(void);

@@ -1,0 +1,1169 @@
+/*
+ * The microVM driver: QEMU's `microvm` machine, one guest kernel per sandbox
+ * (docs/microvm.md has the reasons for every choice made here).
+ *
+ *   host                                    guest
+ *   runtimed -- socketpair -- QEMU -------- virtio-serial port --- runtime-agent (PID 1)
+ *   image/microvm/root.ext4 (shared, ro) -- virtio-blk "root"  -\
+ *   sandbox_dir/upper.ext4 (diskMiB)   ---- virtio-blk "upper" --+- overlayfs = /
+ *   sandbox_dir/initrd.cpio (agent + modules), the kernel of the image
+ *   serial console -- socketpair -- console thread -> sandbox_dir/console.log (bounded)
+ *
+ * QEMU runs in the sandbox's cgroup, as an unprivileged uid of its own, with
+ * no_new_privs, the sandbox seccomp policy and QEMU's own -sandbox, with no
+ * NIC and nothing of the host open but the descriptors it is handed: it
+ * never opens a path of the sandbox or of the image itself.
+ */
+#include "driver/microvm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+#include "driver/cgroup.h"
+#include "driver/seccomp.h"
+
+#define CGROUP_ROOT "/sys/fs/cgroup"
+#define CHANNEL_PORT "org.runtime.agent.0"
+#define CHANNEL_PATH "/dev/virtio-ports/" CHANNEL_PORT
+#define BUILDER_NAME "runtime-microvm-build"
+/* The kernel probe: a guest kernel gets this long under KVM to boot and
+ * panic for want of a root (which, with panic=-1 and -no-reboot, ends QEMU).
+ * A working KVM needs well under a second. */
+#define PROBE_KERNEL_MS 4000
+#define PROBE_FIRMWARE_MS 2000
+#define BUILDER_TIMEOUT_MS (10 * 60 * 1000)
+#define KILL_TIMEOUT_MS 5000
+/* A 4096-byte page of the guest's mke2fs input: the upper disk is at least
+ * this big, whatever diskMiB says. */
+#define MIN_DISK_MIB 16u
+#define MAX_DISK_MIB (1024u * 1024u)
+/* Guest TSC and delay loop under TCG: with no calibration reference on
+ * microvm (no PIT, HPET or PM timer to calibrate against) the kernel would
+ * otherwise spin; the values only scale udelay(). */
+#define TCG_KERNEL_OPTS "tsc_early_khz=2000000 lpj=8000000 tsc=reliable no_timer_check"
+
+struct DriverInstance {
+        char *id;
+        char *sandbox_dir;
+        char *upper_path;
+        pid_t pid;
+        int pidfd;
+        bool exited;
+        int wait_status;
+        CgroupLayout layout;
+        Cgroup *cg;
+        int console_fd; /* our end of the serial console's socket */
+        int console_log_fd;
+        pthread_t console_thread;
+        bool console_running;
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static int64_t now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int path_join(char *buf, size_t len, const char *a, const char *b) {
+        int n = snprintf(buf, len, "%s/%s", a, b);
+        return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static int write_all(int fd, const void *buf, size_t n) {
+        const uint8_t *p = buf;
+        while (n > 0) {
+                ssize_t w = write(fd, p, n);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+static int read_text(const char *path, char *buf, size_t len) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        ssize_t n = read(fd, buf, len - 1);
+        if (n < 0)
+                return -errno;
+        buf[n] = 0;
+        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+                buf[--n] = 0;
+        return 0;
+}
+
+/* Waits for pid with a deadline; kills it when the deadline passes. 0 and
+ * the wait status, or -ETIMEDOUT (the child was killed and reaped). */
+static int wait_deadline(pid_t pid, int timeout_ms, int *ret_status) {
+        _cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        int64_t end = now_ms() + timeout_ms;
+        for (;;) {
+                int status;
+                pid_t r = waitpid(pid, &status, WNOHANG);
+                if (r == pid) {
+                        *ret_status = status;
+                        return 0;
+                }
+                if (r < 0 && errno != EINTR)
+                        return -errno;
+                int64_t left = end - now_ms();
+                if (left <= 0)
+                        break;
+                if (pidfd >= 0) {
+                        struct pollfd p = { .fd = pidfd, .events = POLLIN };
+                        poll(&p, 1, (int)(left > 1000 ? 1000 : left));
+                } else {
+                        usleep(10000);
+                }
+        }
+        kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        return -ETIMEDOUT;
+}
+
+static const char *qemu_binary(void) {
+        static const char *const candidates[] = { "/usr/bin/qemu-system-x86_64",
+                                                  "/usr/local/bin/qemu-system-x86_64" };
+        for (size_t i = 0; i < ELEMENTSOF(candidates); i++)
+                if (access(candidates[i], X_OK) == 0)
+                        return candidates[i];
+        return NULL;
+}
+
+uint32_t microvm_uid_for(const char *id) {
+        /* FNV-1a: stable across restarts, so a restarted daemon's reap finds
+         * the same uid; uniqueness is the cgroup's job, this only keeps
+         * VMMs of different sandboxes apart in the common case. */
+        uint32_t h = 2166136261u;
+        for (const char *p = id; *p; p++) {
+                h ^= (uint8_t)*p;
+                h *= 16777619u;
+        }
+        return MICROVM_UID_BASE + h % MICROVM_UID_COUNT;
+}
+
+/* ---- the child: from the daemon's fork to QEMU -------------------------- */
+
+typedef struct ChildSetup {
+        const char *qemu;
+        char **argv;
+        int cgroup_fds[_CGROUP_HIER_MAX];
+        int keep_fds[8]; /* kept open across exec, at their own numbers */
+        size_t n_keep;
+        int log_fd; /* stdout and stderr */
+        uid_t uid;
+        gid_t gid;
+        gid_t extra_gid; /* (gid_t)-1 when none: the group of /dev/kvm */
+        bool join_cgroup;
+        /* The sandbox seccomp policy, built before the fork (building it
+         * allocates, which a forked child of a threaded daemon must not). */
+        const uint8_t *seccomp_prog;
+        size_t seccomp_len;
+} ChildSetup;
+
+/* Runs in the forked child: async-signal-safe calls only. */
+_Noreturn static void child_exec(const ChildSetup *c) {
+        sigset_t none;
+        sigemptyset(&none);
+        if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+                _exit(119);
+        if (c->join_cgroup && cgroup_join_fds(c->cgroup_fds, _CGROUP_HIER_MAX) < 0)
+                _exit(120);
+        int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (devnull < 0 || dup2(devnull, STDIN_FILENO) < 0)
+                _exit(121);
+        if (dup2(c->log_fd, STDOUT_FILENO) < 0 || dup2(c->log_fd, STDERR_FILENO) < 0)
+                _exit(121);
+        /* Only the handed descriptors survive exec. */
+        for (size_t i = 0; i < c->n_keep; i++) {
+                int fl = fcntl(c->keep_fds[i], F_GETFD);
+                if (fl < 0 || fcntl(c->keep_fds[i], F_SETFD, fl & ~FD_CLOEXEC) < 0)
+                        _exit(122);
+        }
+        if (setsid() < 0)
+                _exit(123);
+        gid_t groups[1] = { c->extra_gid };
+        if (setgroups(c->extra_gid == (gid_t)-1 ? 0 : 1, groups) < 0)
+                _exit(124);
+        if (setresgid(c->gid, c->gid, c->gid) < 0 || setresuid(c->uid, c->uid, c->uid) < 0)
+                _exit(125);
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                _exit(126);
+        if (c->seccomp_prog) {
+                struct sock_fprog fp = { .len = (unsigned short)(c->seccomp_len / sizeof(struct sock_filter)),
+                                         .filter = (struct sock_filter *)(uintptr_t)c->seccomp_prog };
+                if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp, 0, 0) < 0)
+                        _exit(127);
+        }
+        static char *const env[] = { "PATH=/usr/bin:/bin", "LC_ALL=C", NULL };
+        execve(c->qemu, c->argv, env);
+        _exit(127);
+}
+
+/* ---- acceleration -------------------------------------------------------- */
+
+typedef enum AccelState {
+        ACCEL_UNKNOWN,
+        ACCEL_KVM_FIRMWARE, /* KVM ran the firmware blob; no kernel tried yet */
+        ACCEL_KVM,
+        ACCEL_TCG,
+} AccelState;
+
+static pthread_mutex_t accel_lock = PTHREAD_MUTEX_INITIALIZER;
+static AccelState accel_state = ACCEL_UNKNOWN;
+static char accel_why[256];
+
+/* 64 KiB of firmware: at the reset vector, write 0x21 to the isa-debug-exit
+ * port (QEMU exits with status 0x43) and halt. */
+static int write_probe_firmware(int fd) {
+        static uint8_t fw[65536];
+        memset(fw, 0xf4, sizeof(fw)); /* hlt */
+        static const uint8_t code[] = { 0xb0, 0x21, 0xe6, 0xf4, 0xf4, 0xeb, 0xfe };
+        memcpy(fw + 0xfff0, code, sizeof(code));
+        if (write_all(fd, fw, sizeof(fw)) < 0)
+                return -EIO;
+        return 0;
+}
+
+static gid_t kvm_group(void) {
+        struct stat st;
+        if (stat("/dev/kvm", &st) < 0 || (st.st_mode & 0060) != 0060)
+                return (gid_t)-1;
+        return st.st_gid;
+}
+
+/* Runs QEMU under KVM as the unprivileged VMM user with a deadline: the
+ * firmware blob (kernel NULL) or the kernel with no root, which panics and,
+ * with panic=-1 and -no-reboot, ends QEMU with status 0. 0 when the guest
+ * got to its end; else -errno and a reason in why. */
+static int kvm_try(const char *kernel, char *why, size_t why_len) {
+        const char *qemu = qemu_binary();
+        if (!qemu) {
+                snprintf(why, why_len, "qemu-system-x86_64 not found");
+                return -ENOENT;
+        }
+        _cleanup_close_ int log_fd = memfd_create("microvm-probe-log", MFD_CLOEXEC);
+        _cleanup_close_ int img_fd = -1;
+        if (log_fd < 0)
+                return -errno;
+        if (kernel) {
+                img_fd = open(kernel, O_RDONLY | O_CLOEXEC);
+        } else {
+                img_fd = memfd_create("microvm-probe-fw", MFD_CLOEXEC);
+                if (img_fd >= 0 && write_probe_firmware(img_fd) < 0)
+                        return -EIO;
+        }
+        if (img_fd < 0)
+                return -errno;
+        char img_path[64];
+        snprintf(img_path, sizeof(img_path), "/proc/self/fd/%d", img_fd);
+        char *argv[40];
+        size_t n = 0;
+        argv[n++] = "qemu-system-x86_64";
+        argv[n++] = "-M";
+        argv[n++] = "microvm,accel=kvm,x-option-roms=off,rtc=off";
+        argv[n++] = "-cpu";
+        argv[n++] = "host";
+        argv[n++] = "-m";
+        argv[n++] = "128";
+        argv[n++] = "-smp";
+        argv[n++] = "1";
+        argv[n++] = "-nodefaults";
+        argv[n++] = "-no-user-config";
+        argv[n++] = "-display";
+        argv[n++] = "none";
+        argv[n++] = "-no-reboot";
+        argv[n++] = "-sandbox";
+        argv[n++] = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
+        if (kernel) {
+                argv[n++] = "-kernel";
+                argv[n++] = img_path;
+                argv[n++] = "-append";
+                argv[n++] = "panic=-1 reboot=t quiet console=none";
+        } else {
+                argv[n++] = "-bios";
+                argv[n++] = img_path;
+                argv[n++] = "-device";
+                argv[n++] = "isa-debug-exit,iobase=0xf4,iosize=1";
+        }
+        argv[n] = NULL;
+
+        ChildSetup c = {
+                .qemu = qemu,
+                .argv = argv,
+                .keep_fds = { img_fd },
+                .n_keep = 1,
+                .log_fd = log_fd,
+                .uid = microvm_uid_for("kvm-probe"),
+                .gid = microvm_uid_for("kvm-probe"),
+                .extra_gid = kvm_group(),
+                .join_cgroup = false,
+        };
+        if (seccomp_policy_bpf(&c.seccomp_prog, &c.seccomp_len) < 0)
+                c.seccomp_prog = NULL;
+        pid_t pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid == 0)
+                child_exec(&c);
+        int status;
+        int r = wait_deadline(pid, kernel ? PROBE_KERNEL_MS : PROBE_FIRMWARE_MS, &status);
+        if (r == -ETIMEDOUT) {
+                snprintf(why, why_len, "a guest %s under KVM did not finish within %d ms (KVM present but hangs guests)",
+                         kernel ? "kernel" : "firmware", kernel ? PROBE_KERNEL_MS : PROBE_FIRMWARE_MS);
+                return r;
+        }
+        if (r < 0)
+                return r;
+        int want = kernel ? 0 : 0x43;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == want)
+                return 0;
+        /* The first line QEMU wrote says why (no access to /dev/kvm, an MSR
+         * the nested hypervisor refuses, ...). */
+        char msg[160] = "";
+        ssize_t got = pread(log_fd, msg, sizeof(msg) - 1, 0);
+        if (got > 0) {
+                msg[got] = 0;
+                msg[strcspn(msg, "\n")] = 0;
+        }
+        if (WIFEXITED(status))
+                snprintf(why, why_len, "QEMU under KVM exited %d%s%s", WEXITSTATUS(status), msg[0] ? ": " : "", msg);
+        else
+                snprintf(why, why_len, "QEMU under KVM died of signal %d%s%s", WTERMSIG(status), msg[0] ? ": " : "",
+                         msg);
+        return -ENODEV;
+}
+
+MicrovmAccel microvm_accel(const char *kernel, char *why, size_t why_len) {
+        pthread_mutex_lock(&accel_lock);
+        const char *force = getenv("RUNTIME_MICROVM_ACCEL");
+        if (accel_state == ACCEL_UNKNOWN && force && (strcmp(force, "tcg") == 0 || strcmp(force, "kvm") == 0)) {
+                accel_state = strcmp(force, "kvm") == 0 ? ACCEL_KVM : ACCEL_TCG;
+                snprintf(accel_why, sizeof(accel_why), "%s, forced by RUNTIME_MICROVM_ACCEL",
+                         accel_state == ACCEL_KVM ? "KVM" : "TCG");
+        }
+        bool have_kernel = kernel && access(kernel, R_OK) == 0;
+        if (accel_state == ACCEL_UNKNOWN || (accel_state == ACCEL_KVM_FIRMWARE && have_kernel)) {
+                char reason[200] = "";
+                if (access("/dev/kvm", F_OK) < 0) {
+                        accel_state = ACCEL_TCG;
+                        snprintf(accel_why, sizeof(accel_why), "TCG: no /dev/kvm");
+                } else if (kvm_try(have_kernel ? kernel : NULL, reason, sizeof(reason)) == 0) {
+                        accel_state = have_kernel ? ACCEL_KVM : ACCEL_KVM_FIRMWARE;
+                        snprintf(accel_why, sizeof(accel_why), "KVM: a guest %s booted under it",
+                                 have_kernel ? "kernel" : "firmware");
+                } else {
+                        accel_state = ACCEL_TCG;
+                        snprintf(accel_why, sizeof(accel_why), "TCG: %s", reason);
+                }
+        }
+        MicrovmAccel a = accel_state == ACCEL_TCG ? MICROVM_ACCEL_TCG : MICROVM_ACCEL_KVM;
+        if (why)
+                snprintf(why, why_len, "%s", accel_why);
+        pthread_mutex_unlock(&accel_lock);
+        return a;
+}
+
+/* ---- the image's parts --------------------------------------------------- */
+
+/* The builder script: next to the daemon, in ../libexec/runtime, or next to
+ * the build directory of a test binary. */
+static int find_builder(char *buf, size_t len) {
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n <= 0)
+                return -ENOENT;
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (!slash)
+                return -ENOENT;
+        *slash = 0;
+        static const char *const rel[] = { BUILDER_NAME, "../libexec/runtime/" BUILDER_NAME, "../" BUILDER_NAME };
+        for (size_t i = 0; i < ELEMENTSOF(rel); i++) {
+                int m = snprintf(buf, len, "%s/%s", exe, rel[i]);
+                if (m > 0 && (size_t)m < len && access(buf, X_OK) == 0)
+                        return 0;
+        }
+        return -ENOENT;
+}
+
+static bool image_parts_current(const char *image_dir) {
+        char p[PATH_MAX], stamp[160], built[64];
+        static const char *const parts[] = { "microvm/vmlinuz", "microvm/root.ext4", "microvm/modules" };
+        for (size_t i = 0; i < ELEMENTSOF(parts); i++)
+                if (path_join(p, sizeof(p), image_dir, parts[i]) < 0 || access(p, R_OK) < 0)
+                        return false;
+        if (path_join(p, sizeof(p), image_dir, "microvm/root.stamp") < 0 || read_text(p, stamp, sizeof(stamp)) < 0)
+                return false;
+        if (path_join(p, sizeof(p), image_dir, "built-at") < 0 || read_text(p, built, sizeof(built)) < 0)
+                return true; /* an image without a stamp: the builder's own check decides */
+        /* root.stamp is "<built-at> <recipe>": a rebuilt image needs a new
+         * root.ext4 (a changed recipe is the builder's to notice). */
+        size_t l = strlen(built);
+        return strncmp(stamp, built, l) == 0 && (stamp[l] == ' ' || stamp[l] == 0);
+}
+
+/* Runs the builder for image_dir (.../<images>/<name>), its output to log_fd. */
+static int build_image_parts(const char *image_dir, int log_fd) {
+        char builder[PATH_MAX];
+        if (find_builder(builder, sizeof(builder)) < 0)
+                return -ENOENT;
+        _cleanup_free_ char *root = strdup(image_dir);
+        if (!root)
+                return -ENOMEM;
+        size_t l = strlen(root);
+        while (l > 1 && root[l - 1] == '/')
+                root[--l] = 0;
+        char *slash = strrchr(root, '/');
+        if (!slash || slash == root || !slash[1])
+                return -EINVAL;
+        *slash = 0;
+        const char *name = slash + 1;
+        pid_t pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0)
+                        _exit(127);
+                execl(builder, BUILDER_NAME, root, name, (char *)NULL);
+                _exit(127);
+        }
+        int status;
+        int r = wait_deadline(pid, BUILDER_TIMEOUT_MS, &status);
+        if (r < 0)
+                return r;
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
+}
+
+/* ---- the initramfs of one start ----------------------------------------- */
+
+typedef struct CpioWriter {
+        int fd;
+        uint32_t ino;
+        uint64_t off;
+} CpioWriter;
+
+static int cpio_pad(CpioWriter *w, size_t align) {
+        static const uint8_t zeros[512];
+        size_t pad = (align - w->off % align) % align;
+        if (pad == 0)
+                return 0;
+        w->off += pad;
+        return write_all(w->fd, zeros, pad);
+}
+
+/* One newc entry; the body comes from body_fd (size bytes) or is empty. */
+static int cpio_entry(CpioWriter *w, const char *name, uint32_t mode, uint32_t rmaj, uint32_t rmin, int body_fd,
+                      uint64_t size) {
+        if (size > UINT32_MAX)
+                return -EFBIG;
+        size_t namesize = strlen(name) + 1;
+        if (namesize > 4096)
+                return -ENAMETOOLONG;
+        char hdr[128];
+        snprintf(hdr, sizeof(hdr), "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X", ++w->ino, mode, 0u,
+                 0u, 1u, 0u, (uint32_t)size, 0u, 0u, rmaj, rmin, (uint32_t)namesize, 0u);
+        int r = write_all(w->fd, hdr, 110);
+        if (r < 0)
+                return r;
+        r = write_all(w->fd, name, namesize);
+        if (r < 0)
+                return r;
+        w->off += 110 + namesize;
+        r = cpio_pad(w, 4);
+        if (r < 0)
+                return r;
+        uint8_t buf[65536];
+        uint64_t left = size;
+        while (left > 0) {
+                ssize_t n = read(body_fd, buf, left < sizeof(buf) ? left : sizeof(buf));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        return n < 0 ? -errno : -EIO; /* the file shrank under us */
+                r = write_all(w->fd, buf, (size_t)n);
+                if (r < 0)
+                        return r;
+                left -= (uint64_t)n;
+                w->off += (uint64_t)n;
+        }
+        return cpio_pad(w, 4);
+}
+
+static int cpio_file(CpioWriter *w, const char *name, const char *path, uint32_t perm) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return -errno;
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode))
+                return -EINVAL;
+        return cpio_entry(w, name, S_IFREG | perm, 0, 0, fd, (uint64_t)st.st_size);
+}
+
+static int cmp_str(const void *a, const void *b) {
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int microvm_write_initramfs(int fd, const char *modules_dir, const char *agent) {
+        CpioWriter w = { .fd = fd };
+        int r;
+        if ((r = cpio_entry(&w, "dev", S_IFDIR | 0755, 0, 0, -1, 0)) < 0 ||
+            (r = cpio_entry(&w, "dev/console", S_IFCHR | 0600, 5, 1, -1, 0)) < 0 ||
+            (r = cpio_entry(&w, "lib", S_IFDIR | 0755, 0, 0, -1, 0)) < 0 ||
+            (r = cpio_entry(&w, "lib/runtime-modules", S_IFDIR | 0755, 0, 0, -1, 0)) < 0)
+                return r;
+
+        DIR *d = opendir(modules_dir);
+        if (!d)
+                return -errno;
+        char *names[64];
+        size_t n = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                size_t l = strlen(de->d_name);
+                if (l < 4 || l > 64 || strcmp(de->d_name + l - 3, ".ko") != 0)
+                        continue;
+                if (n == ELEMENTSOF(names))
+                        break;
+                names[n] = strdup(de->d_name);
+                if (!names[n]) {
+                        r = -ENOMEM;
+                        break;
+                }
+                n++;
+        }
+        closedir(d);
+        if (r == 0)
+                qsort(names, n, sizeof(names[0]), cmp_str);
+        for (size_t i = 0; i < n && r == 0; i++) {
+                char src[PATH_MAX], dst[128];
+                snprintf(dst, sizeof(dst), "lib/runtime-modules/%s", names[i]);
+                r = path_join(src, sizeof(src), modules_dir, names[i]);
+                if (r == 0)
+                        r = cpio_file(&w, dst, src, 0644);
+        }
+        for (size_t i = 0; i < n; i++)
+                free(names[i]);
+        if (r < 0)
+                return r;
+        if ((r = cpio_file(&w, "init", agent, 0755)) < 0 ||
+            (r = cpio_entry(&w, "TRAILER!!!", 0, 0, 0, -1, 0)) < 0)
+                return r;
+        return cpio_pad(&w, 512);
+}
+
+/* ---- the sandbox's disk ---------------------------------------------------- */
+
+/* sandbox_dir/upper.ext4: a sparse file of diskMiB with an empty ext4, made
+ * once (a stopped sandbox starts again on its own files). The host only ever
+ * writes it with mke2fs before the guest has seen it and never mounts it. */
+static int ensure_upper_disk(const char *path, unsigned disk_mib, int log_fd) {
+        if (access(path, F_OK) == 0)
+                return 0;
+        char tmp[PATH_MAX];
+        if (snprintf(tmp, sizeof(tmp), "%s.new", path) >= (int)sizeof(tmp))
+                return -ENAMETOOLONG;
+        unlink(tmp);
+        {
+                _cleanup_close_ int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (fd < 0)
+                        return -errno;
+                if (ftruncate(fd, (off_t)disk_mib * 1024 * 1024) < 0) {
+                        int e = -errno;
+                        unlink(tmp);
+                        return e;
+                }
+        }
+        pid_t pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0)
+                        _exit(127);
+                /* lazy_*_init: nothing but metadata is written, the file stays
+                 * sparse; the guest's ext4 zeroes inode tables in the
+                 * background. */
+                execlp("mke2fs", "mke2fs", "-q", "-F", "-t", "ext4", "-b", "4096", "-m", "0", "-L", "runtime-upper",
+                       "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", tmp, (char *)NULL);
+                _exit(127);
+        }
+        int status;
+        int r = wait_deadline(pid, 60000, &status);
+        if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                unlink(tmp);
+                return r < 0 ? r : -EIO;
+        }
+        if (rename(tmp, path) < 0) {
+                r = -errno;
+                unlink(tmp);
+                return r;
+        }
+        return 0;
+}
+
+/* ---- the console ----------------------------------------------------------- */
+
+/* Copies the guest's serial console into console.log. A guest can print
+ * without end: the file is rewritten from the last MICROVM_CONSOLE_KEEP bytes
+ * whenever it reaches MICROVM_CONSOLE_MAX, so it is bounded and always ends
+ * with the newest output (a panic's trace). */
+static void *console_main(void *userdata) {
+        DriverInstance *inst = userdata;
+        static const size_t keep = MICROVM_CONSOLE_KEEP;
+        uint8_t *ring = malloc(keep);
+        size_t ring_len = 0, ring_pos = 0;
+        uint64_t file_len = 0;
+        uint8_t buf[4096];
+        for (;;) {
+                ssize_t n = read(inst->console_fd, buf, sizeof(buf));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                if (ring) {
+                        for (ssize_t i = 0; i < n; i++) {
+                                ring[ring_pos] = buf[i];
+                                ring_pos = (ring_pos + 1) % keep;
+                        }
+                        ring_len = ring_len + (size_t)n > keep ? keep : ring_len + (size_t)n;
+                }
+                if (file_len + (uint64_t)n > MICROVM_CONSOLE_MAX && ring) {
+                        if (ftruncate(inst->console_log_fd, 0) == 0) {
+                                size_t start = (ring_pos + keep - ring_len) % keep;
+                                size_t first = ring_len < keep - start ? ring_len : keep - start;
+                                if (pwrite(inst->console_log_fd, ring + start, first, 0) < 0 ||
+                                    pwrite(inst->console_log_fd, ring, ring_len - first, (off_t)first) < 0)
+                                        break;
+                                file_len = ring_len;
+                        }
+                        continue;
+                }
+                if (pwrite(inst->console_log_fd, buf, (size_t)n, (off_t)file_len) < 0)
+                        break;
+                file_len += (uint64_t)n;
+        }
+        free(ring);
+        return NULL;
+}
+
+/* ---- the QEMU command line --------------------------------------------------- */
+
+int microvm_kernel_cmdline(const char *id, MicrovmAccel accel, char *buf, size_t len) {
+        /* quiet: every console byte costs a VM exit (or, under TCG, an
+         * emulated UART write); errors and panics still print. panic=-1 and
+         * QEMU's -no-reboot turn a guest panic into QEMU's exit, which the
+         * daemon sees as the channel's end. */
+        int n = snprintf(buf, len,
+                         "console=ttyS0 quiet panic=-1 reboot=t 8250.nr_uarts=1 rdinit=/init "
+                         "runtime.hostname=%s%s%s -- --vm --channel %s",
+                         id, accel == MICROVM_ACCEL_TCG ? " " : "", accel == MICROVM_ACCEL_TCG ? TCG_KERNEL_OPTS : "",
+                         CHANNEL_PATH);
+        return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
+}
+
+typedef struct Args {
+        char *v[96];
+        size_t n;
+        char store[64][128];
+        size_t ns;
+} Args;
+
+static void arg(Args *a, const char *s) {
+        if (a->n < ELEMENTSOF(a->v) - 1)
+                a->v[a->n++] = (char *)s;
+        a->v[a->n] = NULL;
+}
+
+__attribute__((format(printf, 2, 3))) static int argf(Args *a, const char *fmt, ...) {
+        if (a->ns == ELEMENTSOF(a->store))
+                return -E2BIG;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(a->store[a->ns], sizeof(a->store[0]), fmt, ap);
+        va_end(ap);
+        if (n < 0 || (size_t)n >= sizeof(a->store[0]))
+                return -E2BIG;
+        arg(a, a->store[a->ns++]);
+        return 0;
+}
+
+/* ---- the driver ---------------------------------------------------------- */
+
+static int microvm_probe(char *why, size_t why_len) {
+        if (!qemu_binary()) {
+                if (why)
+                        snprintf(why, why_len, "qemu-system-x86_64 not found (Debian: qemu-system-x86)");
+                return -ENOENT;
+        }
+        if (access("/usr/sbin/mke2fs", X_OK) < 0 && access("/sbin/mke2fs", X_OK) < 0) {
+                if (why)
+                        snprintf(why, why_len, "mke2fs not found (Debian: e2fsprogs)");
+                return -ENOENT;
+        }
+        char reason[256];
+        char kernel[PATH_MAX];
+        /* The default image's kernel, when it is built, makes the probe a
+         * real boot; start() re-checks with each image's own kernel. */
+        const char *k = NULL;
+        const char *root = getenv("RUNTIME_IMAGE_DIR");
+        if (snprintf(kernel, sizeof(kernel), "%s/default/microvm/vmlinuz", root ? root : "/var/cache/runtime/images") <
+                    (int)sizeof(kernel) &&
+            access(kernel, R_OK) == 0)
+                k = kernel;
+        microvm_accel(k, reason, sizeof(reason));
+        if (why)
+                snprintf(why, why_len, "QEMU microvm, %s", reason);
+        return 0;
+}
+
+static void instance_free(DriverInstance *inst) {
+        if (!inst)
+                return;
+        if (inst->pidfd >= 0)
+                close(inst->pidfd);
+        if (inst->console_fd >= 0)
+                close(inst->console_fd);
+        if (inst->console_log_fd >= 0)
+                close(inst->console_log_fd);
+        cgroup_free(inst->cg);
+        cgroup_layout_done(&inst->layout);
+        free(inst->id);
+        free(inst->sandbox_dir);
+        free(inst->upper_path);
+        free(inst);
+}
+
+static void remove_start_files(const char *sandbox_dir) {
+        char p[PATH_MAX];
+        if (path_join(p, sizeof(p), sandbox_dir, "initrd.cpio") == 0)
+                unlink(p);
+}
+
+/* Kills QEMU (and anything else in the cgroup), reaps it, ends the console
+ * thread, removes the cgroup. */
+static void instance_kill(DriverInstance *inst) {
+        if (inst->pid > 0 && !inst->exited) {
+                kill(inst->pid, SIGKILL);
+                int status;
+                while (waitpid(inst->pid, &status, 0) < 0 && errno == EINTR)
+                        ;
+                inst->exited = true;
+                inst->wait_status = status;
+        }
+        if (inst->cg) {
+                (void)cgroup_kill_all(inst->cg, KILL_TIMEOUT_MS);
+                (void)cgroup_remove(inst->cg);
+        }
+        if (inst->console_running) {
+                /* QEMU held the only other end: its death ends the thread. */
+                pthread_join(inst->console_thread, NULL);
+                inst->console_running = false;
+        }
+}
+
+static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret) {
+        if (!spec || !spec->id || !cgroup_name_valid(spec->id, false) || strlen(spec->id) > 64 || !spec->image_dir ||
+            !spec->sandbox_dir || !spec->agent_path || !spec->cgroup_parent ||
+            !cgroup_name_valid(spec->cgroup_parent, true))
+                return -EINVAL;
+        for (const char *p = spec->id; *p; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
+                        return -EINVAL;
+        unsigned vcpu = spec->vcpu ? spec->vcpu : 1;
+        unsigned mem = spec->memory_mib;
+        unsigned disk = spec->disk_mib ? spec->disk_mib : 1024;
+        if (vcpu > MICROVM_MAX_VCPU || mem < MICROVM_MIN_MEMORY_MIB || mem > 1024u * 1024u || disk > MAX_DISK_MIB)
+                return -EINVAL;
+        if (disk < MIN_DISK_MIB)
+                disk = MIN_DISK_MIB;
+        const char *qemu = qemu_binary();
+        if (!qemu)
+                return -ENOENT;
+
+        char rootfs[PATH_MAX];
+        if (path_join(rootfs, sizeof(rootfs), spec->image_dir, "rootfs") < 0)
+                return -ENAMETOOLONG;
+        if (access(rootfs, F_OK) < 0)
+                return -ENOENT;
+        if (mkdir(spec->sandbox_dir, 0700) < 0 && errno != EEXIST)
+                return -errno;
+
+        char p_log[PATH_MAX], p_console[PATH_MAX], p_upper[PATH_MAX], p_initrd[PATH_MAX], p_kernel[PATH_MAX],
+                p_root[PATH_MAX], p_modules[PATH_MAX];
+        if (path_join(p_log, sizeof(p_log), spec->sandbox_dir, "vmm.log") < 0 ||
+            path_join(p_console, sizeof(p_console), spec->sandbox_dir, "console.log") < 0 ||
+            path_join(p_upper, sizeof(p_upper), spec->sandbox_dir, "upper.ext4") < 0 ||
+            path_join(p_initrd, sizeof(p_initrd), spec->sandbox_dir, "initrd.cpio") < 0 ||
+            path_join(p_kernel, sizeof(p_kernel), spec->image_dir, "microvm/vmlinuz") < 0 ||
+            path_join(p_root, sizeof(p_root), spec->image_dir, "microvm/root.ext4") < 0 ||
+            path_join(p_modules, sizeof(p_modules), spec->image_dir, "microvm/modules") < 0)
+                return -ENAMETOOLONG;
+
+        /* QEMU's own messages and the builders': the daemon's log gets the
+         * reason of a failure from here. Truncated at each start. */
+        _cleanup_close_ int log_fd =
+                open(p_log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (log_fd < 0)
+                return -errno;
+        int r;
+        if (!image_parts_current(spec->image_dir)) {
+                r = build_image_parts(spec->image_dir, log_fd);
+                if (r < 0)
+                        return r == -ENOENT ? -ENOENT : -EIO;
+        }
+        r = ensure_upper_disk(p_upper, disk, log_fd);
+        if (r < 0)
+                return r;
+
+        MicrovmAccel accel = microvm_accel(p_kernel, NULL, 0);
+
+        /* The descriptors QEMU gets; it opens nothing of ours by path. */
+        _cleanup_close_ int kernel_fd = open(p_kernel, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int root_fd = open(p_root, O_RDONLY | O_CLOEXEC);
+        /* O_DIRECT to match cache=none below (QEMU picks a descriptor of an
+         * fdset by its flags): the guest caches its own disk, the host
+         * should not hold a second copy. The shared root stays in the host's
+         * page cache, where every sandbox of the image shares it. */
+        _cleanup_close_ int upper_fd = open(p_upper, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+        /* The block layer also opens the image read-only (probing, locks):
+         * the fdset holds a descriptor of each access mode. */
+        _cleanup_close_ int upper_ro_fd = open(p_upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+        if (kernel_fd < 0 || root_fd < 0 || upper_fd < 0 || upper_ro_fd < 0)
+                return -errno;
+        _cleanup_close_ int initrd_fd = open(p_initrd, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (initrd_fd < 0)
+                return -errno;
+        r = microvm_write_initramfs(initrd_fd, p_modules, spec->agent_path);
+        if (r < 0) {
+                unlink(p_initrd);
+                return r;
+        }
+        /* QEMU reads the initrd through /proc/self/fd, which reopens the file
+         * as QEMU's uid: it must be readable by others (it holds nothing but
+         * the agent and kernel modules). */
+        if (fchmod(initrd_fd, 0644) < 0)
+                return -errno;
+
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                return -errno;
+        _cleanup_close_ int chan_host = sv[0];
+        _cleanup_close_ int chan_vmm = sv[1];
+        /* A socket, not a pipe: QEMU takes a socket chardev by descriptor,
+         * while a file chardev would reopen a path as QEMU's uid. */
+        int cp[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, cp) < 0)
+                return -errno;
+        (void)shutdown(cp[0], SHUT_WR);
+        _cleanup_close_ int console_r = cp[0];
+        _cleanup_close_ int console_w = cp[1];
+        _cleanup_close_ int console_log =
+                open(p_console, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (console_log < 0)
+                return -errno;
+
+        char cmdline[1024];
+        r = microvm_kernel_cmdline(spec->id, accel, cmdline, sizeof(cmdline));
+        if (r < 0)
+                return r;
+
+        Args a = { 0 };
+        arg(&a, "qemu-system-x86_64");
+        arg(&a, "-name");
+        r = argf(&a, "sandbox-%s", spec->id);
+        arg(&a, "-M");
+        arg(&a, "microvm,x-option-roms=off,rtc=on,isa-serial=on,pcie=off");
+        /* Under TCG, QEMU's default translation cache is 1 GiB: bound it, it
+         * counts against the sandbox's memory. */
+        arg(&a, "-accel");
+        arg(&a, accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg,tb-size=64");
+        arg(&a, "-cpu");
+        arg(&a, accel == MICROVM_ACCEL_KVM ? "host" : "max");
+        arg(&a, "-smp");
+        r |= argf(&a, "%u", vcpu);
+        arg(&a, "-m");
+        r |= argf(&a, "%u", mem);
+        arg(&a, "-nodefaults");
+        arg(&a, "-no-user-config");
+        arg(&a, "-display");
+        arg(&a, "none");
+        arg(&a, "-no-reboot");
+        arg(&a, "-sandbox");
+        arg(&a, "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
+        arg(&a, "-kernel");
+        r |= argf(&a, "/proc/self/fd/%d", kernel_fd);
+        arg(&a, "-initrd");
+        r |= argf(&a, "/proc/self/fd/%d", initrd_fd);
+        arg(&a, "-append");
+        arg(&a, cmdline);
+        arg(&a, "-add-fd");
+        r |= argf(&a, "fd=%d,set=1", root_fd);
+        arg(&a, "-drive");
+        arg(&a, "id=root,if=none,file=/dev/fdset/1,format=raw,readonly=on,aio=threads");
+        arg(&a, "-device");
+        arg(&a, "virtio-blk-device,drive=root,serial=root");
+        arg(&a, "-add-fd");
+        r |= argf(&a, "fd=%d,set=2", upper_fd);
+        arg(&a, "-add-fd");
+        r |= argf(&a, "fd=%d,set=2", upper_ro_fd);
+        arg(&a, "-drive");
+        arg(&a, "id=upper,if=none,file=/dev/fdset/2,format=raw,cache=none,aio=threads");
+        arg(&a, "-device");
+        arg(&a, "virtio-blk-device,drive=upper,serial=upper");
+        arg(&a, "-device");
+        arg(&a, "virtio-serial-device,max_ports=2");
+        arg(&a, "-chardev");
+        r |= argf(&a, "socket,id=chan,fd=%d", chan_vmm);
+        arg(&a, "-device");
+        arg(&a, "virtserialport,chardev=chan,name=" CHANNEL_PORT ",nr=1");
+        /* The guest's entropy from the host's; rate-bounded so that a guest
+         * cannot drain the host's pool for everybody else. */
+        arg(&a, "-object");
+        arg(&a, "rng-random,id=rng,filename=/dev/urandom");
+        arg(&a, "-device");
+        arg(&a, "virtio-rng-device,rng=rng,max-bytes=65536,period=1000");
+        arg(&a, "-chardev");
+        r |= argf(&a, "socket,id=console,fd=%d", console_w);
+        arg(&a, "-serial");
+        arg(&a, "chardev:console");
+        if (r != 0 || a.n >= ELEMENTSOF(a.v) - 1)
+                return -E2BIG;
+
+        _cleanup_(freep) DriverInstance *inst = calloc(1, sizeof(*inst));
+        if (!inst)
+                return -ENOMEM;
+        inst->pidfd = inst->console_fd = inst->console_log_fd = -1;
+        inst->id = strdup(spec->id);
+        inst->sandbox_dir = strdup(spec->sandbox_dir);
+        inst->upper_path = strdup(p_upper);
+        if (!inst->id || !inst->sandbox_dir || !inst->upper_path) {
+                free(inst->id);
+                free(inst->sandbox_dir);
+                free(inst->upper_path);
+                return -ENOMEM;
+        }
+
+        r = cgroup_layout_detect(CGROUP_ROOT, &inst->layout);
+        if (r >= 0)
+                r = cgroup_new(&inst->layout, spec->cgroup_parent, spec->id, true, &inst->cg);
+        uint32_t overhead = accel == MICROVM_ACCEL_KVM ? MICROVM_OVERHEAD_MIB_KVM : MICROVM_OVERHEAD_MIB_TCG;
+        CgroupLimits lim = {
+                .memory_bytes = ((uint64_t)mem + overhead) * 1024 * 1024,
+                .vcpu = vcpu,
+                .pids_max = MICROVM_PIDS_MAX,
+        };
+        if (r >= 0)
+                r = cgroup_set_limits(inst->cg, &lim);
+        ChildSetup c = {
+                .qemu = qemu,
+                .argv = a.v,
+                .keep_fds = { kernel_fd, initrd_fd, root_fd, upper_fd, upper_ro_fd, chan_vmm, console_w },
+                .n_keep = 7,
+                .log_fd = log_fd,
+                .uid = microvm_uid_for(spec->id),
+                .gid = microvm_uid_for(spec->id),
+                .extra_gid = accel == MICROVM_ACCEL_KVM ? kvm_group() : (gid_t)-1,
+                .join_cgroup = true,
+        };
+        for (size_t i = 0; i < _CGROUP_HIER_MAX; i++)
+                c.cgroup_fds[i] = -1;
+        if (r >= 0)
+                r = seccomp_policy_bpf(&c.seccomp_prog, &c.seccomp_len);
+        if (r >= 0)
+                r = cgroup_open_procs(inst->cg, c.cgroup_fds, _CGROUP_HIER_MAX);
+        if (r < 0)
+                goto fail;
+
+        pid_t pid = fork();
+        if (pid < 0) {
+                r = -errno;
+                cgroup_close_fds(c.cgroup_fds, _CGROUP_HIER_MAX);
+                goto fail;
+        }
+        if (pid == 0)
+                child_exec(&c);
+        cgroup_close_fds(c.cgroup_fds, _CGROUP_HIER_MAX);
+        inst->pid = pid;
+        inst->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+
+        inst->console_fd = TAKE_FD(console_r);
+        inst->console_log_fd = TAKE_FD(console_log);
+        closep(&console_w);
+        console_w = -1;
+        if (pthread_create(&inst->console_thread, NULL, console_main, inst) == 0)
+                inst->console_running = true;
+
+        *ret_fd = TAKE_FD(chan_host);
+        *ret = TAKE_PTR(inst);
+        return 0;
+
+fail:
+        instance_kill(inst);
+        instance_free(TAKE_PTR(inst));
+        remove_start_files(spec->sandbox_dir);
+        return r;
+}
+
+static void microvm_stop(DriverInstance *inst, const char **ret_reason) {
+        if (ret_reason)
+                *ret_reason = NULL;
+        if (!inst)
+                return;
+        const char *reason = NULL;
+        if (inst->pid > 0 && !inst->exited) {
+                int status;
+                pid_t w = waitpid(inst->pid, &status, WNOHANG);
+                if (w == inst->pid) {
+                        inst->exited = true;
+                        inst->wait_status = status;
+                        reason = WIFSIGNALED(status) ? "killed" : "exited";
+                }
+        }
+        if (reason && inst->cg) {
+                CgroupStats st;
+                if (cgroup_read_stats(inst->cg, &st) == 0 && st.oom_kills > 0)
+                        reason = "oom";
+        }
+        instance_kill(inst);
+        remove_start_files(inst->sandbox_dir);
+        if (ret_reason)
+                *ret_reason = reason;
+        instance_free(inst);
+}
+
+/* Kills whatever is left in the sandbox's cgroup and removes it, from the
+ * spec alone. */
+static int kill_cgroup_of(const DriverSpec *spec) {
+        if (!spec || !spec->id || !cgroup_name_valid(spec->id, false) || !spec->cgroup_parent ||
+            !cgroup_name_valid(spec->cgroup_parent, true))
+                return -EINVAL;
+        CgroupLayout layout;
+        int r = cgroup_layout_detect(CGROUP_ROOT, &layout);
+        if (r < 0)
+                return r;
+        Cgroup *cg = NULL;
+        r = cgroup_new(&layout, spec->cgroup_parent, spec->id, false, &cg);
+        if (r >= 0) {
+                r = cgroup_kill_all(cg, KILL_TIMEOUT_MS);
+                int r2 = cgroup_remove(cg);
+                if (r >= 0)
+                        r = r2;
+                cgroup_free(cg);
+        }
+        cgroup_layout_done(&layout);
+        return r;
+}
+
+static int remove_tree_at(int dfd, const char *name, unsigned depth) {
+        if (depth > 16)
+                return -ELOOP;
+        if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+                return 0;
+        if (errno != EISDIR)
+                return -errno;
+        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return -errno;
+        }
+        int r = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                int q = remove_tree_at(dirfd(d), de->d_name, depth + 1);
+                if (q < 0 && r == 0)
+                        r = q;
+        }
+        closedir(d);
+        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
+                r = -errno;
+        return r;
+}
+
+static int microvm_destroy(const DriverSpec *spec) {
+        int r = kill_cgroup_of(spec);
+        if (r == -EINVAL)
+                return r;
+        if (spec->sandbox_dir && spec->sandbox_dir[0] == '/') {
+                int q = remove_tree_at(AT_FDCWD, spec->sandbox_dir, 0);
+                if (q < 0 && r >= 0)
+                        r = q;
+        }
+        return r < 0 && r != -ENOENT ? r : 0;
+}
+
+static int microvm_reap_orphan(const DriverSpec *spec) {
+        int r = kill_cgroup_of(spec);
+        if (r == -EINVAL)
+                return r;
+        if (spec->sandbox_dir)
+                remove_start_files(spec->sandbox_dir);
+        return r < 0 && r != -ENOENT ? r : 0;
+}
+
+static int microvm_stats(DriverInstance *inst, DriverStats *ret) {
+        if (!inst || !ret)
+                return -EINVAL;
+        DriverStats s = { 0 };
+        CgroupStats cs;
+        int r = inst->cg ? cgroup_read_stats(inst->cg, &cs) : -ENOENT;
+        if (r < 0)
+                return r;
+        s.cpu_usage_ns = cs.cpu_usage_ns;
+        s.memory_bytes = cs.memory_bytes;
+        s.memory_peak_bytes = cs.memory_peak_bytes;
+        s.pids_current = cs.pids_current;
+        s.oom_killed = cs.oom_kills > 0;
+        struct stat st;
+        if (stat(inst->upper_path, &st) == 0)
+                s.disk_used_bytes = (uint64_t)st.st_blocks * 512;
+        *ret = s;
+        return 0;
+}
+
+const Driver driver_microvm = {
+        .name = "microvm",
+        .probe = microvm_probe,
+        .start = microvm_start,
+        .stop = microvm_stop,
+        .destroy = microvm_destroy,
+        .reap_orphan = microvm_reap_orphan,
+        .stats = microvm_stats,
+};

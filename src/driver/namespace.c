@@ -1,0 +1,345 @@
+/*
+ * driver_namespace: bubblewrap in fresh user, pid, net, ipc, uts, mount and
+ * cgroup namespaces, over the overlay root of rootfs.c, inside a cgroup of
+ * cgroup.c, with the seccomp policy of seccomp.c. Root inside is uid 0 of a
+ * user namespace whose map the daemon writes itself ("0 <shift> 65536"), so
+ * it is an unprivileged uid on the host.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+#include "driver/cgroup.h"
+#include "driver/driver.h"
+#include "driver/launch.h"
+#include "driver/rootfs.h"
+#include "driver/seccomp.h"
+
+/* bwrap must hand over its child's pid within this time. */
+#define SETUP_TIMEOUT_MS 5000
+
+static const char *find_bwrap(void) {
+        static const char *const cands[] = {"/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"};
+        for (size_t i = 0; i < ELEMENTSOF(cands); i++)
+                if (access(cands[i], X_OK) == 0)
+                        return cands[i];
+        return NULL;
+}
+
+static int ns_probe(char *why, size_t why_len) {
+        const char *bwrap = find_bwrap();
+        if (!bwrap) {
+                if (why)
+                        snprintf(why, why_len, "bubblewrap (bwrap) is not installed");
+                return -ENOENT;
+        }
+        if (geteuid() != 0) {
+                if (why)
+                        snprintf(why, why_len, "the namespace driver needs root (cgroups, mounts, uid maps)");
+                return -EPERM;
+        }
+        const CgroupLayout *l;
+        int r = launch_cgroup_layout(&l);
+        if (r < 0) {
+                if (why)
+                        snprintf(why, why_len, "no usable cgroup hierarchy under /sys/fs/cgroup");
+                return r;
+        }
+        const uint8_t *prog;
+        size_t n;
+        r = seccomp_policy_bpf(&prog, &n);
+        if (r < 0) {
+                if (why)
+                        snprintf(why, why_len, "cannot build the seccomp filter");
+                return r;
+        }
+        if (access("/proc/self/ns/user", F_OK) < 0) {
+                if (why)
+                        snprintf(why, why_len, "the kernel has no user namespaces");
+                return -ENOSYS;
+        }
+        if (why)
+                snprintf(why, why_len, "bubblewrap at %s, cgroup %s, seccomp filter of %zu instructions", bwrap,
+                         l->v2 ? "v2" : (l->hier[CGROUP_UNIFIED] ? "v1 (hybrid)" : "v1"), n / 8);
+        return 0;
+}
+
+static int write_id_map(pid_t pid, const char *file, uid_t shift) {
+        char p[64], line[64];
+        snprintf(p, sizeof p, "/proc/%d/%s", (int)pid, file);
+        int n = snprintf(line, sizeof line, "0 %u %u\n", (unsigned)shift, LAUNCH_UID_RANGE);
+        _cleanup_close_ int fd = open(p, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        if (write(fd, line, (size_t)n) != n)
+                return -errno;
+        return 0;
+}
+
+/* Reads bwrap's info JSON until EOF (bwrap closes it once written: closing
+ * our end earlier would SIGPIPE it) and returns "child-pid". */
+static int read_child_pid(int fd, pid_t *ret) {
+        char buf[2048];
+        size_t got = 0;
+        int64_t deadline = launch_now_ms() + SETUP_TIMEOUT_MS;
+        for (;;) {
+                int left = (int)(deadline - launch_now_ms());
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct pollfd pfd = {.fd = fd, .events = POLLIN};
+                int p = poll(&pfd, 1, left);
+                if (p < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (p == 0)
+                        return -ETIMEDOUT;
+                ssize_t n = read(fd, buf + got, sizeof buf - 1 - got);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        break;
+                got += (size_t)n;
+                if (got + 1 >= sizeof buf)
+                        return -EPROTO;
+        }
+        buf[got] = '\0';
+        const char *k = strstr(buf, "\"child-pid\":");
+        if (!k)
+                return -EPROTO; /* bwrap died before it forked */
+        char *end;
+        errno = 0;
+        long v = strtol(k + strlen("\"child-pid\":"), &end, 10);
+        if (errno || v <= 0 || v > INT_MAX)
+                return -EPROTO;
+        *ret = (pid_t)v;
+        return 0;
+}
+
+static void closep_all(int *fds, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (fds[i] >= 0) {
+                        close(fds[i]);
+                        fds[i] = -1;
+                }
+}
+
+static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret) {
+        int r = launch_spec_check(spec);
+        if (r < 0)
+                return r;
+        const char *bwrap = find_bwrap();
+        if (!bwrap)
+                return -ENOENT;
+        if (access(spec->agent_path, X_OK) < 0)
+                return -errno;
+        uid_t shift;
+        r = launch_image_owner(spec, &shift);
+        if (r < 0)
+                return r;
+
+        DriverInstance *inst = launch_instance_new(&driver_namespace, spec);
+        if (!inst)
+                return -ENOMEM;
+
+        int sv[2] = {-1, -1}, info[2] = {-1, -1}, block[2] = {-1, -1};
+        int cg_fds[_CGROUP_HIER_MAX];
+        for (size_t i = 0; i < ELEMENTSOF(cg_fds); i++)
+                cg_fds[i] = -1;
+        int seccomp_fd = -1;
+        RootfsLayer *layer = NULL;
+        char rootfs[PATH_MAX];
+
+        if (snprintf(rootfs, sizeof rootfs, "%s/rootfs", spec->image_dir) >= (int)sizeof rootfs) {
+                r = -ENAMETOOLONG;
+                goto fail;
+        }
+
+        r = launch_cgroup(spec, true, &inst->cg);
+        if (r < 0)
+                goto fail;
+        layer = malloc(sizeof *layer);
+        if (!layer) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        r = rootfs_prepare(rootfs, spec->sandbox_dir, spec->disk_mib, shift, layer);
+        if (r < 0) {
+                free(layer);
+                layer = NULL;
+                goto fail;
+        }
+        inst->tmpfs_layer = layer->tmpfs;
+
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 || pipe2(info, O_CLOEXEC) < 0 ||
+            pipe2(block, O_CLOEXEC) < 0) {
+                r = -errno;
+                goto fail;
+        }
+        r = seccomp_policy_export_fd(&seccomp_fd);
+        if (r < 0)
+                goto fail;
+        int *movable[] = {&sv[0], &sv[1], &info[0], &info[1], &block[0], &block[1], &seccomp_fd};
+        for (size_t i = 0; i < ELEMENTSOF(movable); i++) {
+                r = launch_fd_above_stdio(movable[i]);
+                if (r < 0)
+                        goto fail;
+        }
+        r = cgroup_open_procs(inst->cg, cg_fds, ELEMENTSOF(cg_fds));
+        if (r < 0)
+                goto fail;
+
+        char s_block[16], s_info[16], s_seccomp[16];
+        snprintf(s_block, sizeof s_block, "%d", block[0]);
+        snprintf(s_info, sizeof s_info, "%d", info[1]);
+        snprintf(s_seccomp, sizeof s_seccomp, "%d", seccomp_fd);
+        /* Capabilities root inside keeps: the ones that act only on objects
+         * its user namespace owns (its files, its processes). No
+         * CAP_SYS_ADMIN, NET_ADMIN, NET_RAW, MKNOD, SYS_PTRACE. */
+        char *const argv[] = {
+                (char *)bwrap,
+                "--unshare-user", "--userns-block-fd", s_block, "--info-fd", s_info, "--uid", "0", "--gid", "0",
+                "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                "--hostname", "sandbox",
+                "--as-pid-1", "--new-session",
+                "--bind", LAUNCH_STAGE_ROOT, "/",
+                "--proc", "/proc",
+                "--dev", "/dev",
+                "--ro-bind", LAUNCH_STAGE_AGENT, "/.runtime/agent",
+                "--cap-drop", "ALL",
+                "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_DAC_OVERRIDE", "--cap-add", "CAP_FOWNER",
+                "--cap-add", "CAP_FSETID", "--cap-add", "CAP_KILL", "--cap-add", "CAP_SETGID",
+                "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_NET_BIND_SERVICE",
+                "--cap-add", "CAP_SYS_CHROOT",
+                "--seccomp", s_seccomp,
+                "--clearenv",
+                "--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "--setenv", "HOME", "/root",
+                "--setenv", "LANG", "C.UTF-8",
+                "--chdir", "/",
+                "--", "/.runtime/agent",
+                NULL,
+        };
+        char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+        const int keep[] = {block[0], info[1], seccomp_fd};
+        LaunchStage stage = {.layer = layer, .agent_src = spec->agent_path};
+        LaunchFds lf = {
+                .stdin_fd = sv[1], .stdout_fd = sv[1], .stderr_fd = -1,
+                .keep = keep, .n_keep = ELEMENTSOF(keep),
+                .cgroup_fds = cg_fds, .n_cgroup_fds = ELEMENTSOF(cg_fds),
+                /* bwrap itself runs as the sandbox's unprivileged host uid:
+                 * the user namespace it makes is owned by that uid, and its
+                 * creds map to root inside once the daemon writes the map. */
+                .set_ids = true, .uid = shift, .gid = shift,
+                .pre_exec = launch_stage_mounts, .userdata = &stage,
+        };
+        r = launch_spawn(argv, envp, &lf, &inst->pid);
+        if (r < 0)
+                goto fail;
+        /* The child holds the loop device until its mount is made. */
+        rootfs_layer_done(layer);
+        free(layer);
+        layer = NULL;
+        inst->pidfd = (int)syscall(SYS_pidfd_open, inst->pid, 0);
+
+        /* Only the child holds these now; EOF on info means bwrap is gone. */
+        int child_ends[] = {sv[1], info[1], block[0], seccomp_fd};
+        closep_all(child_ends, ELEMENTSOF(child_ends));
+        sv[1] = info[1] = block[0] = seccomp_fd = -1;
+        cgroup_close_fds(cg_fds, ELEMENTSOF(cg_fds));
+
+        pid_t child = -1;
+        r = read_child_pid(info[0], &child);
+        if (r < 0)
+                goto fail;
+        r = write_id_map(child, "uid_map", shift);
+        if (r >= 0)
+                r = write_id_map(child, "gid_map", shift);
+        if (r < 0)
+                goto fail;
+        if (write(block[1], "1", 1) != 1) {
+                r = -EPIPE;
+                goto fail;
+        }
+        close(info[0]);
+        close(block[1]);
+        *ret_fd = sv[0];
+        *ret = inst;
+        return 0;
+
+fail: {
+        int fds[] = {sv[0], sv[1], info[0], info[1], block[0], block[1], seccomp_fd};
+        closep_all(fds, ELEMENTSOF(fds));
+        cgroup_close_fds(cg_fds, ELEMENTSOF(cg_fds));
+        launch_kill_and_reap(inst);
+        if (layer) {
+                rootfs_layer_done(layer);
+                free(layer);
+        }
+        (void)rootfs_wait_released(spec->sandbox_dir, 2000);
+        if (inst->cg)
+                (void)cgroup_remove(inst->cg);
+        launch_instance_free(inst);
+        return r;
+}
+}
+
+static void ns_stop(DriverInstance *inst, const char **ret_reason) {
+        if (ret_reason)
+                *ret_reason = NULL;
+        if (!inst)
+                return;
+        bool exited = launch_instance_exited(inst);
+        const char *reason = launch_stop_reason(inst, exited);
+        launch_kill_and_reap(inst);
+        (void)rootfs_wait_released(inst->sandbox_dir, 2000);
+        if (inst->cg)
+                (void)cgroup_remove(inst->cg);
+        if (ret_reason)
+                *ret_reason = reason;
+        launch_instance_free(inst);
+}
+
+static int ns_reap_orphan(const DriverSpec *spec) {
+        return launch_reap_orphan(spec);
+}
+
+static int ns_destroy(const DriverSpec *spec) {
+        int r = launch_spec_check(spec);
+        if (r < 0)
+                return r;
+        r = launch_reap_orphan(spec);
+        int r2 = rootfs_remove(spec->sandbox_dir);
+        return r < 0 ? r : r2;
+}
+
+static int ns_stats(DriverInstance *inst, DriverStats *ret) {
+        return launch_stats(inst, ret);
+}
+
+const Driver driver_namespace = {
+        .name = "namespace",
+        .probe = ns_probe,
+        .start = ns_start,
+        .stop = ns_stop,
+        .destroy = ns_destroy,
+        .reap_orphan = ns_reap_orphan,
+        .stats = ns_stats,
+};

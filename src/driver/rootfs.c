@@ -1,0 +1,549 @@
+#include "driver/rootfs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <linux/loop.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+
+extern char **environ;
+
+#define LAYER_MIN_MIB 16u
+#define LAYER_MAX_MIB (1024u * 1024u)
+
+static int path_join(char *buf, size_t len, const char *a, const char *b) {
+        int n = snprintf(buf, len, "%s/%s", a, b);
+        return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* A mount point's device differs from its parent's (or the kernel marks
+ * it): enough to find our own mounts, which are never bind mounts of the
+ * same filesystem. */
+static bool is_mountpoint(const char *path) {
+        struct stat a, b;
+        char parent[PATH_MAX];
+        if (lstat(path, &a) < 0 || !S_ISDIR(a.st_mode))
+                return false;
+        if (path_join(parent, sizeof parent, path, "..") < 0 || stat(parent, &b) < 0)
+                return false;
+        return a.st_dev != b.st_dev || a.st_ino == b.st_ino;
+}
+
+static int umount_path(const char *path) {
+        for (int tries = 0; tries < 50; tries++) {
+                if (!is_mountpoint(path))
+                        return 0;
+                if (umount2(path, UMOUNT_NOFOLLOW) == 0)
+                        continue; /* stacked mounts: go again */
+                if (errno == EINVAL || errno == ENOENT)
+                        return 0;
+                if (errno != EBUSY)
+                        return -errno;
+                struct timespec ts = {0, 2000000};
+                nanosleep(&ts, NULL);
+        }
+        /* Still busy after 100 ms: something holds a reference. Detach so
+         * the tree is gone from the host; the kernel frees it (and the loop
+         * device, autoclear) when the last user lets go. */
+        if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL)
+                return -errno;
+        return 0;
+}
+
+static bool wait_loop_free(const char *img, int timeout_ms);
+
+int rootfs_unmount(const char *sandbox_dir) {
+        char root[PATH_MAX], layer[PATH_MAX];
+        int r = path_join(root, sizeof root, sandbox_dir, "root");
+        if (r < 0)
+                return r;
+        r = path_join(layer, sizeof layer, sandbox_dir, "layer");
+        if (r < 0)
+                return r;
+        int r1 = umount_path(root);
+        int r2 = umount_path(layer);
+        char img[PATH_MAX];
+        /* Autoclear detaches the loop device with the last reference to the
+         * filesystem; wait for it, so that "stopped" means nothing is left
+         * and a restart never sees the file attached twice. */
+        if (path_join(img, sizeof img, sandbox_dir, "layer.img") >= 0 && !wait_loop_free(img, 2000) && r1 >= 0 && r2 >= 0)
+                r2 = -EBUSY;
+        return r1 < 0 ? r1 : r2;
+}
+
+bool rootfs_is_mounted(const char *sandbox_dir) {
+        _cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
+        if (!f)
+                return false;
+        size_t dl = strlen(sandbox_dir);
+        char line[4096];
+        while (fgets(line, sizeof line, f)) {
+                /* id parent major:minor root mountpoint ... */
+                char *s = line;
+                for (int i = 0; i < 4 && s; i++) {
+                        s = strchr(s, ' ');
+                        if (s)
+                                s++;
+                }
+                if (!s)
+                        continue;
+                if (strncmp(s, sandbox_dir, dl) == 0 && (s[dl] == ' ' || s[dl] == '/'))
+                        return true;
+        }
+        return false;
+}
+
+static int run_wait(char *const argv[]) {
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+        pid_t pid;
+        int r = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        if (r != 0)
+                return -r;
+        int status;
+        while (waitpid(pid, &status, 0) < 0)
+                if (errno != EINTR)
+                        return -errno;
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
+}
+
+static const char *find_mkfs(void) {
+        static const char *const cands[] = {"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4", "/usr/bin/mkfs.ext4"};
+        for (size_t i = 0; i < ELEMENTSOF(cands); i++)
+                if (access(cands[i], X_OK) == 0)
+                        return cands[i];
+        return NULL;
+}
+
+/* Copies a sparse file's data extents only: the template is a few MiB of
+ * metadata in a file of diskMiB. */
+static int sparse_copy(const char *from, const char *to) {
+        _cleanup_close_ int in = open(from, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (in < 0)
+                return -errno;
+        struct stat st;
+        if (fstat(in, &st) < 0)
+                return -errno;
+        _cleanup_close_ int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (out < 0)
+                return -errno;
+        if (ftruncate(out, st.st_size) < 0)
+                return -errno;
+        _cleanup_free_ char *buf = malloc(1 << 20);
+        if (!buf)
+                return -ENOMEM;
+        off_t pos = 0;
+        while (pos < st.st_size) {
+                off_t data = lseek(in, pos, SEEK_DATA);
+                if (data < 0) {
+                        if (errno == ENXIO)
+                                break;
+                        return -errno;
+                }
+                off_t hole = lseek(in, data, SEEK_HOLE);
+                if (hole < 0)
+                        return -errno;
+                for (off_t o = data; o < hole;) {
+                        size_t want = (size_t)(hole - o) < (1u << 20) ? (size_t)(hole - o) : (1u << 20);
+                        ssize_t n = pread(in, buf, want, o);
+                        if (n < 0) {
+                                if (errno == EINTR)
+                                        continue;
+                                return -errno;
+                        }
+                        if (n == 0)
+                                return -EIO;
+                        for (ssize_t w = 0; w < n;) {
+                                ssize_t k = pwrite(out, buf + w, (size_t)(n - w), o + w);
+                                if (k < 0) {
+                                        if (errno == EINTR)
+                                                continue;
+                                        return -errno;
+                                }
+                                w += k;
+                        }
+                        o += n;
+                }
+                pos = hole;
+        }
+        if (fsync(out) < 0)
+                return -errno;
+        return 0;
+}
+
+/* An empty ext4 of `mib` owned by `owner`, made once per (size, owner) next
+ * to the sandbox directories and copied for each new sandbox: mkfs costs tens
+ * of milliseconds, a sparse copy a few. */
+static int layer_template(const char *sandbox_dir, unsigned mib, uid_t owner, char *ret, size_t ret_len) {
+        char tmp[PATH_MAX], dir[PATH_MAX];
+        if (snprintf(tmp, sizeof tmp, "%s", sandbox_dir) >= (int)sizeof tmp)
+                return -ENAMETOOLONG;
+        if (snprintf(dir, sizeof dir, "%s/.layer-templates", dirname(tmp)) >= (int)sizeof dir)
+                return -ENAMETOOLONG;
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        if (snprintf(ret, ret_len, "%s/ext4-%u-%u.img", dir, mib, (unsigned)owner) >= (int)ret_len)
+                return -ENAMETOOLONG;
+        if (access(ret, F_OK) == 0)
+                return 0;
+
+        const char *mkfs = find_mkfs();
+        if (!mkfs)
+                return -ENOENT;
+        if (snprintf(tmp, sizeof tmp, "%s.tmp-%d-%lx", ret, (int)getpid(), (unsigned long)gettid()) >=
+            (int)sizeof tmp)
+                return -ENAMETOOLONG;
+        {
+                _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (fd < 0)
+                        return -errno;
+                if (ftruncate(fd, (off_t)mib << 20) < 0) {
+                        int r = -errno;
+                        unlink(tmp);
+                        return r;
+                }
+        }
+        char owner_opt[96];
+        snprintf(owner_opt, sizeof owner_opt,
+                 "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=%u:%u", (unsigned)owner,
+                 (unsigned)owner);
+        /* -m 0: no blocks reserved for a root that does not exist here. */
+        char *const argv[] = {(char *)mkfs, "-q", "-F", "-m", "0", "-E", owner_opt, tmp, NULL};
+        int r = run_wait(argv);
+        if (r < 0) {
+                unlink(tmp);
+                return r;
+        }
+        if (rename(tmp, ret) < 0) {
+                r = -errno;
+                unlink(tmp);
+                return r;
+        }
+        return 0;
+}
+
+/* Attaches `file` to a free loop device (autoclear: it detaches itself
+ * with the last unmount) and returns the open device fd and its path. */
+static int loop_attach(const char *file, int *ret_fd, char *ret_path, size_t ret_len) {
+        _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+        if (ctl < 0)
+                return -errno;
+        _cleanup_close_ int backing = open(file, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (backing < 0)
+                return -errno;
+        for (int tries = 0; tries < 64; tries++) {
+                int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+                if (n < 0)
+                        return -errno;
+                char dev[64];
+                snprintf(dev, sizeof dev, "/dev/loop%d", n);
+                _cleanup_close_ int fd = open(dev, O_RDWR | O_CLOEXEC);
+                if (fd < 0) {
+                        if (errno == ENOENT) {
+                                /* The node was never made in this /dev. */
+                                return -ENODEV;
+                        }
+                        return -errno;
+                }
+                struct loop_config cfg = {
+                        .fd = (uint32_t)backing,
+                        .block_size = 0,
+                        .info = {.lo_flags = LO_FLAGS_AUTOCLEAR},
+                };
+                size_t fl = strlen(file);
+                if (fl >= sizeof cfg.info.lo_file_name)
+                        fl = sizeof cfg.info.lo_file_name - 1;
+                memcpy(cfg.info.lo_file_name, file, fl);
+                if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
+                        snprintf(ret_path, ret_len, "%s", dev);
+                        *ret_fd = TAKE_FD(fd);
+                        return 0;
+                }
+                if (errno != EBUSY)
+                        return -errno;
+                /* Another thread took it between GET_FREE and CONFIGURE. */
+        }
+        return -EBUSY;
+}
+
+/* Whether some loop device is still backed by `img`. Two ext4 instances on
+ * one file corrupt it, and a stopped sandbox's loop device lingers while the
+ * last reference to its mount (a dying mount namespace) goes away. */
+static bool loop_backed_by(const char *img) {
+        char want[PATH_MAX];
+        if (!realpath(img, want))
+                return false;
+        DIR *d = opendir("/sys/block");
+        if (!d)
+                return false;
+        bool found = false;
+        struct dirent *de;
+        while (!found && (de = readdir(d))) {
+                if (strncmp(de->d_name, "loop", 4) != 0)
+                        continue;
+                char p[PATH_MAX], got[PATH_MAX];
+                if (snprintf(p, sizeof p, "/sys/block/%s/loop/backing_file", de->d_name) >= (int)sizeof p)
+                        continue;
+                _cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                ssize_t n = read(fd, got, sizeof got - 1);
+                if (n <= 0)
+                        continue;
+                got[n] = '\0';
+                got[strcspn(got, "\n")] = '\0';
+                found = strcmp(got, want) == 0;
+        }
+        closedir(d);
+        return found;
+}
+
+static bool wait_loop_free(const char *img, int timeout_ms) {
+        for (int waited = 0;; waited += 5) {
+                if (!loop_backed_by(img))
+                        return true;
+                if (waited >= timeout_ms)
+                        return false;
+                struct timespec ts = {0, 5000000};
+                nanosleep(&ts, NULL);
+        }
+}
+
+static bool overlay_path_ok(const char *p) {
+        /* overlayfs splits its options on ',' and lowerdir on ':'. */
+        return strpbrk(p, ",:\\\n") == NULL;
+}
+
+int rootfs_prepare(const char *image_rootfs, const char *sandbox_dir, unsigned disk_mib, uid_t owner,
+                   RootfsLayer *ret) {
+        RootfsLayer l = {.loop_fd = -1, .owner = owner};
+        char img[PATH_MAX];
+        struct stat st;
+        int r;
+
+        if (stat(image_rootfs, &st) < 0)
+                return -errno;
+        if (!S_ISDIR(st.st_mode))
+                return -ENOTDIR;
+        if (!overlay_path_ok(image_rootfs) || !overlay_path_ok(sandbox_dir))
+                return -EINVAL;
+        if (disk_mib < LAYER_MIN_MIB)
+                disk_mib = LAYER_MIN_MIB;
+        if (disk_mib > LAYER_MAX_MIB)
+                return -EINVAL;
+        l.disk_mib = disk_mib;
+        if ((r = path_join(l.layer, sizeof l.layer, sandbox_dir, "layer")) < 0 ||
+            (r = path_join(l.root, sizeof l.root, sandbox_dir, "root")) < 0 ||
+            (r = path_join(l.upper, sizeof l.upper, l.layer, "upper")) < 0 ||
+            (r = path_join(l.work, sizeof l.work, l.layer, "work")) < 0 ||
+            (r = path_join(l.log, sizeof l.log, l.layer, "agent.log")) < 0 ||
+            (r = path_join(img, sizeof img, sandbox_dir, "layer.img")) < 0)
+                return r;
+        if (snprintf(l.overlay_opts, sizeof l.overlay_opts, "lowerdir=%s,upperdir=%s,workdir=%s", image_rootfs,
+                     l.upper, l.work) >= (int)sizeof l.overlay_opts)
+                return -ENAMETOOLONG;
+        snprintf(l.tmpfs_opts, sizeof l.tmpfs_opts, "size=%um,mode=0755,nr_inodes=%u", disk_mib,
+                 disk_mib * 64 < 1000000 ? disk_mib * 64 : 1000000);
+
+        if (mkdir(sandbox_dir, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        if (lstat(sandbox_dir, &st) < 0)
+                return -errno;
+        if (!S_ISDIR(st.st_mode))
+                return -ENOTDIR;
+        /* Host mounts of an older daemon, if any. */
+        (void)rootfs_unmount(sandbox_dir);
+        if ((mkdir(l.layer, 0700) < 0 && errno != EEXIST) || (mkdir(l.root, 0755) < 0 && errno != EEXIST))
+                return -errno;
+
+        if (access(img, F_OK) < 0) {
+                char tmpl[PATH_MAX], part[PATH_MAX];
+                r = layer_template(sandbox_dir, disk_mib, owner, tmpl, sizeof tmpl);
+                if (r >= 0) {
+                        r = path_join(part, sizeof part, sandbox_dir, "layer.img.part");
+                        if (r < 0)
+                                return r;
+                        (void)unlink(part);
+                        r = sparse_copy(tmpl, part);
+                        if (r >= 0 && rename(part, img) < 0)
+                                r = -errno;
+                        if (r < 0)
+                                (void)unlink(part);
+                        else
+                                l.created = true;
+                }
+        }
+        if (r >= 0) {
+                /* The previous run's filesystem must be gone before this
+                 * one attaches: two ext4 instances on one file corrupt it. */
+                if (!wait_loop_free(img, 2000))
+                        return -EBUSY;
+                r = loop_attach(img, &l.loop_fd, l.loop_dev, sizeof l.loop_dev);
+        }
+        if (r < 0) {
+                /* No usable loop device (or no mkfs.ext4): a tmpfs of the
+                 * same size. Bounded all the same, but gone at stop. */
+                l.tmpfs = true;
+                l.created = true;
+        }
+        *ret = l;
+        return 0;
+}
+
+void rootfs_layer_done(RootfsLayer *l) {
+        if (l && l->loop_fd >= 0) {
+                close(l->loop_fd);
+                l->loop_fd = -1;
+        }
+}
+
+int rootfs_mount_child(const RootfsLayer *l) {
+        /* Private, not slave: nothing mounted here is ever seen by the host
+         * or by another sandbox, and everything goes with the namespace. */
+        if (unshare(CLONE_NEWNS) < 0)
+                return -1;
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                return -1;
+        if (l->tmpfs) {
+                if (mount("runtime-layer", l->layer, "tmpfs", MS_NODEV | MS_NOSUID, l->tmpfs_opts) < 0)
+                        return -1;
+        } else {
+                /* noinit_itable: the template's inode tables were left for
+                 * lazy init; zeroing them in the background would turn the
+                 * sparse file into a full one. */
+                if (mount(l->loop_dev, l->layer, "ext4", MS_NODEV | MS_NOATIME, "noinit_itable,errors=remount-ro") < 0)
+                        return -1;
+        }
+        if ((mkdir(l->upper, 0755) < 0 && errno != EEXIST) || (mkdir(l->work, 0700) < 0 && errno != EEXIST))
+                return -1;
+        /* The overlay's root takes its owner and mode from the upper dir. */
+        int ufd = open(l->upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (ufd < 0)
+                return -1;
+        if (fchown(ufd, l->owner, l->owner) < 0 || fchmod(ufd, 0755) < 0) {
+                close(ufd);
+                return -1;
+        }
+        close(ufd);
+        if (mount("runtime-root", l->root, "overlay", MS_NODEV, l->overlay_opts) < 0)
+                return -1;
+        /* The agent's stderr: on the layer, outside the overlay, so bounded
+         * by diskMiB like everything the sandbox writes, and out of its
+         * sight. */
+        int fd = open(l->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return -1;
+        if (dup2(fd, 2) < 0)
+                return -1;
+        close(fd);
+        return 0;
+}
+
+int rootfs_wait_released(const char *sandbox_dir, int timeout_ms) {
+        char img[PATH_MAX];
+        int r = path_join(img, sizeof img, sandbox_dir, "layer.img");
+        if (r < 0)
+                return r;
+        return wait_loop_free(img, timeout_ms) ? 0 : -EBUSY;
+}
+
+int rootfs_disk_used(pid_t pid, const char *sandbox_dir, uint64_t *ret) {
+        /* The layer is mounted only in the sandbox's own mount namespace:
+         * reach it through a process that lives there. */
+        char layer[PATH_MAX];
+        if (snprintf(layer, sizeof layer, "/proc/%d/root%s/layer", (int)pid, sandbox_dir) >= (int)sizeof layer)
+                return -ENAMETOOLONG;
+        struct statfs sf;
+        if (statfs(layer, &sf) < 0)
+                return -errno;
+        if (sf.f_type != 0xEF53 && sf.f_type != 0x01021994) /* ext4, tmpfs */
+                return -ENOENT;
+        *ret = (uint64_t)(sf.f_blocks - sf.f_bfree) * (uint64_t)sf.f_bsize;
+        return 0;
+}
+
+static int rm_at(int dfd, dev_t dev, unsigned depth) {
+        if (depth > 256)
+                return -ELOOP;
+        _cleanup_close_ int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return -errno;
+        DIR *d = fdopendir(fd);
+        if (!d)
+                return -errno;
+        TAKE_FD(fd);
+        int ret = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                struct stat st;
+                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        continue;
+                if (st.st_dev != dev) {
+                        ret = -EBUSY; /* a mount we do not remove through */
+                        continue;
+                }
+                if (S_ISDIR(st.st_mode)) {
+                        int cfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        if (cfd < 0)
+                                continue;
+                        int r = rm_at(cfd, dev, depth + 1);
+                        close(cfd);
+                        if (r < 0 && ret == 0)
+                                ret = r;
+                        if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && ret == 0 && errno != ENOENT)
+                                ret = -errno;
+                } else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && ret == 0 && errno != ENOENT)
+                        ret = -errno;
+        }
+        closedir(d);
+        return ret;
+}
+
+int rootfs_rm_tree(const char *path) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? 0 : -errno;
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        int r = rm_at(fd, st.st_dev, 0);
+        if (r < 0)
+                return r;
+        if (rmdir(path) < 0 && errno != ENOENT)
+                return -errno;
+        return 0;
+}
+
+int rootfs_remove(const char *sandbox_dir) {
+        int r = rootfs_unmount(sandbox_dir);
+        if (r < 0)
+                return r;
+        r = rootfs_wait_released(sandbox_dir, 2000);
+        if (r < 0)
+                return r;
+        if (rootfs_is_mounted(sandbox_dir))
+                return -EBUSY;
+        return rootfs_rm_tree(sandbox_dir);
+}

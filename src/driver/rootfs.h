@@ -1,0 +1,67 @@
+#pragma once
+/*
+ * The per-sandbox root filesystem: the image's rootfs read-only as the lower
+ * layer of an overlayfs whose upper layer lives on a writable layer bounded
+ * by diskMiB. In sandbox_dir:
+ *
+ *   layer.img  sparse ext4 file of diskMiB (copied from a pre-made empty
+ *              template, so no mkfs per sandbox); kept across stop
+ *   layer/     its loop mount: upper/, work/, agent.log (not visible inside)
+ *   root/      the overlay, the sandbox's "/"
+ *
+ * All of it is mounted inside the sandbox's own mount namespace, never on
+ * the host. Where loop devices are unusable the layer is a tmpfs of diskMiB
+ * instead, and the files then do not outlive a stop (RootfsLayer.tmpfs).
+ */
+#include <stdbool.h>
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct RootfsLayer {
+        bool tmpfs;   /* no usable loop device: a tmpfs layer, gone at stop */
+        bool created; /* the layer is new (a fresh sandbox) */
+        int loop_fd;  /* the attached loop device, -1 for tmpfs */
+        char loop_dev[64];
+        unsigned disk_mib;
+        uid_t owner;
+        char layer[PATH_MAX], root[PATH_MAX], upper[PATH_MAX], work[PATH_MAX], log[PATH_MAX];
+        char overlay_opts[3 * PATH_MAX + 64];
+        char tmpfs_opts[96];
+} RootfsLayer;
+
+/* In the daemon, before fork: makes sandbox_dir (0700) and its layer file if
+ * missing (a sparse copy of an empty ext4 template made once per size), and
+ * attaches it to a loop device (autoclear: it detaches itself when the last
+ * mount of it goes). `owner` is the host uid/gid that root inside maps to:
+ * the overlay's root and the upper layer belong to it. -ENOENT when
+ * image_rootfs is missing, -EINVAL for paths overlayfs cannot take, -EBUSY
+ * while the previous run's filesystem is still being released. */
+int rootfs_prepare(const char *image_rootfs, const char *sandbox_dir, unsigned disk_mib, uid_t owner,
+                   RootfsLayer *ret);
+/* Closes the daemon's hold on the loop device; call right after fork (the
+ * child keeps its own until it has mounted). */
+void rootfs_layer_done(RootfsLayer *l);
+/* In the forked child, before exec (async-signal-safe): unshares a private
+ * mount namespace, mounts the layer and the overlay there, and points fd 2
+ * at layer/agent.log. The host never sees these mounts: they go, and the
+ * loop device with them, when the sandbox's last process exits, so a stop
+ * or a crash cannot leak them. -1 on failure (errno set). */
+int rootfs_mount_child(const RootfsLayer *l);
+/* After the sandbox's processes are gone: waits until its loop device has
+ * detached. -EBUSY after timeout_ms. */
+int rootfs_wait_released(const char *sandbox_dir, int timeout_ms);
+
+/* Unmounts root/ and layer/ from the daemon's own namespace, where only an
+ * older daemon would have mounted them (lazily as a last resort). Idempotent. */
+int rootfs_unmount(const char *sandbox_dir);
+/* Unmounts, then removes sandbox_dir and everything in it, never crossing
+ * into another filesystem. Idempotent. */
+int rootfs_remove(const char *sandbox_dir);
+/* Bytes used on the writable layer, seen through a process of the sandbox
+ * (pid: bwrap / runsc, which live in the sandbox's mount namespace). */
+int rootfs_disk_used(pid_t pid, const char *sandbox_dir, uint64_t *ret);
+/* Whether anything is still mounted at or below sandbox_dir. */
+bool rootfs_is_mounted(const char *sandbox_dir);
+/* Removes a directory tree without following symlinks or crossing mounts. */
+int rootfs_rm_tree(const char *path);

@@ -1,0 +1,575 @@
+/*
+ * The microVM driver (src/driver/microvm.c). The pure parts (kernel command
+ * line, VMM uid, the initramfs writer, spec validation) always run. The live
+ * tests boot real guests through the Driver table and talk to the real agent
+ * over the daemon's channel; they need root, qemu-system-x86_64 and a built
+ * image (RUNTIME_TEST_IMAGE_DIR, default /var/cache/runtime/images, image
+ * `default`), and skip with the reason otherwise. Under TCG a boot takes
+ * several seconds.
+ */
+#include <dirent.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/jsonutil.h"
+#include "common/macro.h"
+#include "daemon/channel.h"
+#include "driver/driver.h"
+#include "driver/microvm.h"
+
+#define CG_PARENT "runtime-test-microvm"
+#define HELLO_MS 120000
+
+static char agent_path[PATH_MAX + 32];
+static char image_dir[PATH_MAX - 64];
+static char work_dir[256];
+
+/* ---- pure parts ---------------------------------------------------------- */
+
+static void test_cmdline(void **state) {
+        (void)state;
+        char buf[1024];
+        assert_int_equal(microvm_kernel_cmdline("sb-1", MICROVM_ACCEL_TCG, buf, sizeof(buf)), 0);
+        assert_non_null(strstr(buf, "runtime.hostname=sb-1 "));
+        assert_non_null(strstr(buf, "tsc_early_khz="));
+        assert_non_null(strstr(buf, "panic=-1"));
+        /* The agent's arguments come last, after the kernel's "--". */
+        const char *dd = strstr(buf, " -- ");
+        assert_non_null(dd);
+        assert_string_equal(dd, " -- --vm --channel /dev/virtio-ports/org.runtime.agent.0");
+        assert_int_equal(microvm_kernel_cmdline("sb-1", MICROVM_ACCEL_KVM, buf, sizeof(buf)), 0);
+        assert_null(strstr(buf, "tsc_early_khz="));
+        assert_int_equal(microvm_kernel_cmdline("sb-1", MICROVM_ACCEL_KVM, buf, 20), -ENOBUFS);
+}
+
+static void test_uid(void **state) {
+        (void)state;
+        uint32_t a = microvm_uid_for("a"), b = microvm_uid_for("b");
+        assert_true(a >= MICROVM_UID_BASE && a < MICROVM_UID_BASE + MICROVM_UID_COUNT);
+        assert_true(b >= MICROVM_UID_BASE && b < MICROVM_UID_BASE + MICROVM_UID_COUNT);
+        assert_int_not_equal(a, b);
+        assert_int_equal(a, microvm_uid_for("a"));
+}
+
+static void write_file(const char *path, const char *content) {
+        FILE *f = fopen(path, "we");
+        assert_non_null(f);
+        fputs(content, f);
+        fclose(f);
+}
+
+static unsigned hex8(const char *p) {
+        char b[9];
+        memcpy(b, p, 8);
+        b[8] = 0;
+        return (unsigned)strtoul(b, NULL, 16);
+}
+
+static void test_initramfs(void **state) {
+        (void)state;
+        char dir[] = "/tmp/microvm-test-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        char mods[PATH_MAX], p[PATH_MAX + 32], agent[PATH_MAX];
+        snprintf(mods, sizeof(mods), "%s/modules", dir);
+        assert_int_equal(mkdir(mods, 0755), 0);
+        snprintf(p, sizeof(p), "%s/20-b.ko", mods);
+        write_file(p, "BBBB");
+        snprintf(p, sizeof(p), "%s/10-a.ko", mods);
+        write_file(p, "A");
+        snprintf(p, sizeof(p), "%s/README", mods);
+        write_file(p, "not a module");
+        snprintf(agent, sizeof(agent), "%s/agent", dir);
+        write_file(agent, "#!agent");
+
+        int fd = memfd_create("initrd", MFD_CLOEXEC);
+        assert_true(fd >= 0);
+        assert_int_equal(microvm_write_initramfs(fd, mods, agent), 0);
+        off_t size = lseek(fd, 0, SEEK_END);
+        assert_true(size > 0 && size % 512 == 0);
+        char *buf = malloc((size_t)size);
+        assert_int_equal(pread(fd, buf, (size_t)size, 0), size);
+        close(fd);
+
+        static const char *const want[] = { "dev", "dev/console", "lib", "lib/runtime-modules",
+                                            "lib/runtime-modules/10-a.ko", "lib/runtime-modules/20-b.ko",
+                                            "init", "TRAILER!!!" };
+        size_t off = 0;
+        for (size_t i = 0; i < ELEMENTSOF(want); i++) {
+                assert_true(off + 110 <= (size_t)size);
+                assert_memory_equal(buf + off, "070701", 6);
+                unsigned mode = hex8(buf + off + 14), filesize = hex8(buf + off + 54);
+                unsigned rmaj = hex8(buf + off + 78), rmin = hex8(buf + off + 86), namesize = hex8(buf + off + 94);
+                const char *name = buf + off + 110;
+                assert_string_equal(name, want[i]);
+                off = (off + 110 + namesize + 3) & ~(size_t)3;
+                if (strcmp(name, "dev/console") == 0) {
+                        assert_true(S_ISCHR(mode));
+                        assert_int_equal(rmaj, 5);
+                        assert_int_equal(rmin, 1);
+                }
+                if (strcmp(name, "init") == 0) {
+                        assert_int_equal(mode, S_IFREG | 0755);
+                        assert_int_equal(filesize, 7);
+                        assert_memory_equal(buf + off, "#!agent", 7);
+                }
+                if (strcmp(name, "lib/runtime-modules/20-b.ko") == 0)
+                        assert_memory_equal(buf + off, "BBBB", 4);
+                off = (off + filesize + 3) & ~(size_t)3;
+        }
+        free(buf);
+        /* A missing agent is an error, not an archive without /init. */
+        fd = memfd_create("initrd", MFD_CLOEXEC);
+        snprintf(p, sizeof(p), "%s/missing", dir);
+        assert_int_equal(microvm_write_initramfs(fd, mods, p), -ENOENT);
+        close(fd);
+        char cmd[PATH_MAX + 16];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        assert_int_equal(system(cmd), 0);
+}
+
+static void test_bad_specs(void **state) {
+        (void)state;
+        int fd;
+        DriverInstance *inst;
+        DriverSpec s = { .id = "ok", .vcpu = 1, .memory_mib = 256, .disk_mib = 64, .image_dir = "/nonexistent",
+                         .sandbox_dir = "/nonexistent/sb", .agent_path = "/nonexistent/agent",
+                         .cgroup_parent = CG_PARENT };
+        assert_int_equal(driver_microvm.start(NULL, &fd, &inst), -EINVAL);
+        DriverSpec b = s;
+        b.id = "../etc";
+        assert_int_equal(driver_microvm.start(&b, &fd, &inst), -EINVAL);
+        b = s;
+        b.id = "UPPER"; /* ends up in the guest's hostname and the kernel command line */
+        assert_int_equal(driver_microvm.start(&b, &fd, &inst), -EINVAL);
+        b = s;
+        b.id = "a b";
+        assert_int_equal(driver_microvm.start(&b, &fd, &inst), -EINVAL);
+        b = s;
+        b.memory_mib = 16;
+        assert_int_equal(driver_microvm.start(&b, &fd, &inst), -EINVAL);
+        b = s;
+        b.vcpu = 1000;
+        assert_int_equal(driver_microvm.start(&b, &fd, &inst), -EINVAL);
+        b = s;
+        b.cgroup_parent = "../..";
+        assert_int_equal(driver_microvm.start(&b, &fd, &inst), -EINVAL);
+        /* A valid spec on a missing image. */
+        if (access("/usr/bin/qemu-system-x86_64", X_OK) == 0)
+                assert_int_equal(driver_microvm.start(&s, &fd, &inst), -ENOENT);
+        /* Idempotent cleanups of a sandbox that never was. */
+        driver_microvm.stop(NULL, NULL);
+        assert_int_equal(driver_microvm.destroy(&s), 0);
+        assert_int_equal(driver_microvm.reap_orphan(&s), 0);
+}
+
+static void test_probe(void **state) {
+        (void)state;
+        char why[256] = "";
+        int r = driver_microvm.probe(why, sizeof(why));
+        if (access("/usr/bin/qemu-system-x86_64", X_OK) < 0) {
+                assert_true(r < 0);
+                return;
+        }
+        assert_int_equal(r, 0);
+        assert_non_null(strstr(why, "microvm"));
+        assert_true(strstr(why, "KVM") || strstr(why, "TCG"));
+        print_message("probe: %s\n", why);
+}
+
+/* ---- live guests ----------------------------------------------------------- */
+
+typedef struct Vm {
+        DriverSpec spec;
+        char id[32], sandbox_dir[PATH_MAX];
+        DriverInstance *inst;
+        Channel *c;
+} Vm;
+
+static void on_closed(void *userdata, const char *reason) {
+        (void)userdata;
+        (void)reason;
+}
+
+static int64_t mono_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The agent is the guest's /init: it must not need a dynamic loader (the
+ * sanitizer lane builds a dynamic one). */
+static bool is_static_elf(const char *path) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        Elf64_Ehdr eh;
+        if (fd < 0 || pread(fd, &eh, sizeof(eh), 0) != (ssize_t)sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
+                return false;
+        for (unsigned i = 0; i < eh.e_phnum; i++) {
+                Elf64_Phdr ph;
+                if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (uint64_t)i * eh.e_phentsize)) != (ssize_t)sizeof(ph))
+                        return false;
+                if (ph.p_type == PT_INTERP)
+                        return false;
+        }
+        return true;
+}
+
+static bool live_ready(void) {
+        const char *live = getenv("RUNTIME_TEST_MICROVM_LIVE");
+        if (live && strcmp(live, "0") == 0) {
+                print_message("skipped: RUNTIME_TEST_MICROVM_LIVE=0\n");
+                return false;
+        }
+        if (geteuid() != 0) {
+                print_message("skipped: the live tests need root (cgroups, VMM uids)\n");
+                return false;
+        }
+        if (access("/usr/bin/qemu-system-x86_64", X_OK) < 0) {
+                print_message("skipped: qemu-system-x86_64 is not installed\n");
+                return false;
+        }
+        char p[PATH_MAX + 16];
+        snprintf(p, sizeof(p), "%s/rootfs", image_dir);
+        if (access(p, F_OK) < 0) {
+                print_message("skipped: no image at %s (images/build.sh)\n", image_dir);
+                return false;
+        }
+        if (access(agent_path, X_OK) < 0) {
+                print_message("skipped: no agent at %s (make)\n", agent_path);
+                return false;
+        }
+        if (!is_static_elf(agent_path)) {
+                print_message("skipped: %s is not a static binary (a sanitizer build?)\n", agent_path);
+                return false;
+        }
+        return true;
+}
+
+/* The guests of the running test, cleaned up by live_teardown even when an
+ * assertion ended the test half-way. */
+static Vm *live_vms[4];
+static size_t n_live_vms;
+
+static void vm_init(Vm *v, const char *name, unsigned disk_mib) {
+        memset(v, 0, sizeof(*v));
+        bool known = false;
+        for (size_t i = 0; i < n_live_vms; i++)
+                known = known || live_vms[i] == v;
+        if (!known && n_live_vms < ELEMENTSOF(live_vms))
+                live_vms[n_live_vms++] = v;
+        snprintf(v->id, sizeof(v->id), "%s-%d", name, (int)getpid());
+        snprintf(v->sandbox_dir, sizeof(v->sandbox_dir), "%s/%s", work_dir, v->id);
+        v->spec = (DriverSpec){ .id = v->id, .vcpu = 1, .memory_mib = 256, .disk_mib = disk_mib, .pids_max = 256,
+                                .image_dir = image_dir, .sandbox_dir = v->sandbox_dir, .agent_path = agent_path,
+                                .cgroup_parent = CG_PARENT };
+}
+
+/* Starts the VM and waits for the agent's HELLO; returns the milliseconds
+ * it took. */
+static int64_t vm_boot(Vm *v) {
+        int64_t t0 = mono_ms();
+        int fd = -1;
+        int r = driver_microvm.start(&v->spec, &fd, &v->inst);
+        if (r < 0)
+                print_message("start: %s\n", strerror(-r));
+        assert_int_equal(r, 0);
+        v->c = channel_new(fd, on_closed, v);
+        assert_non_null(v->c);
+        _cleanup_json_ json_t *hello = NULL;
+        r = channel_wait_hello(v->c, HELLO_MS, &hello);
+        if (r < 0) {
+                char cmd[2 * PATH_MAX + 64];
+                snprintf(cmd, sizeof(cmd), "tail -n 30 %s/console.log %s/vmm.log", v->sandbox_dir, v->sandbox_dir);
+                assert_true(system(cmd) >= 0);
+        }
+        assert_int_equal(r, 0);
+        assert_int_equal(json_integer_value(json_object_get(hello, "pid")), 1);
+        return mono_ms() - t0;
+}
+
+static void vm_halt(Vm *v, const char **ret_reason) {
+        channel_free(v->c);
+        v->c = NULL;
+        driver_microvm.stop(v->inst, ret_reason);
+        v->inst = NULL;
+}
+
+/* Runs `command` under sh in the guest: exit code, stdout into out. */
+static int vm_run(Vm *v, const char *command, char *out, size_t out_len) {
+        _cleanup_json_ json_t *req =
+                json_pack("{s:s, s:[s,s,s], s:i}", "op", "exec", "argv", "/bin/sh", "-c", command, "timeoutMs", 60000);
+        ChanStream *s = NULL;
+        assert_int_equal(channel_open_stream(v->c, req, &s), 0);
+        size_t used = 0;
+        if (out_len)
+                out[0] = 0;
+        int code = -1000;
+        for (;;) {
+                ChanEvent e;
+                int r = chan_stream_next(s, 90000, &e);
+                assert_int_equal(r, 0);
+                if (e.type == CHAN_EV_DATA && e.fd == 1 && out_len) {
+                        size_t n = e.len < out_len - 1 - used ? e.len : out_len - 1 - used;
+                        memcpy(out + used, e.data, n);
+                        used += n;
+                        out[used] = 0;
+                } else if (e.type == CHAN_EV_RESULT) {
+                        json_t *ec = json_object_get(e.json, "exitCode");
+                        code = ec ? (int)json_integer_value(ec) : -1001;
+                        chan_event_clear(&e);
+                        break;
+                } else if (e.type == CHAN_EV_CLOSED) {
+                        chan_event_clear(&e);
+                        break;
+                }
+                chan_event_clear(&e);
+        }
+        chan_stream_free(s);
+        return code;
+}
+
+static bool cgroup_present(const char *id) {
+        static const char *const hier[] = { "memory", "cpu", "pids", "unified", "" };
+        for (size_t i = 0; i < ELEMENTSOF(hier); i++) {
+                char p[PATH_MAX];
+                snprintf(p, sizeof(p), "/sys/fs/cgroup/%s%s" CG_PARENT "/%s", hier[i], hier[i][0] ? "/" : "", id);
+                if (access(p, F_OK) == 0)
+                        return true;
+        }
+        return false;
+}
+
+/* Number of live host processes running as `uid`. */
+static int procs_of_uid(uint32_t uid) {
+        DIR *d = opendir("/proc");
+        assert_non_null(d);
+        int n = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                char p[300];
+                struct stat st;
+                snprintf(p, sizeof(p), "/proc/%s", de->d_name);
+                if (stat(p, &st) < 0 || st.st_uid != uid)
+                        continue;
+                /* A killed child of this test stays a zombie until it is
+                 * reaped; it holds nothing. */
+                char sp[320], buf[512] = "";
+                snprintf(sp, sizeof(sp), "/proc/%s/stat", de->d_name);
+                FILE *f = fopen(sp, "re");
+                if (f) {
+                        if (!fgets(buf, sizeof(buf), f))
+                                buf[0] = 0;
+                        fclose(f);
+                }
+                const char *rp = strrchr(buf, ')');
+                if (rp && rp[1] == ' ' && rp[2] == 'Z')
+                        continue;
+                n++;
+        }
+        closedir(d);
+        return n;
+}
+
+static void test_live_lifecycle(void **state) {
+        (void)state;
+        if (!live_ready())
+                skip();
+        static Vm v;
+        vm_init(&v, "life", 64);
+        int64_t ms = vm_boot(&v);
+        print_message("cold boot to HELLO: %lld ms\n", (long long)ms);
+        uint32_t uid = microvm_uid_for(v.id);
+        assert_true(procs_of_uid(uid) >= 1); /* QEMU is not root */
+        assert_true(cgroup_present(v.id));
+
+        /* Its own kernel. */
+        char out[4096];
+        struct utsname u;
+        assert_int_equal(uname(&u), 0);
+        assert_int_equal(vm_run(&v, "uname -r", out, sizeof(out)), 0);
+        out[strcspn(out, "\n")] = 0;
+        print_message("guest kernel %s, host %s\n", out, u.release);
+        assert_string_not_equal(out, u.release);
+        assert_int_equal(vm_run(&v, "cat /proc/version", out, sizeof(out)), 0);
+        assert_null(strstr(out, u.release));
+        assert_int_equal(vm_run(&v, "hostname", out, sizeof(out)), 0);
+        out[strcspn(out, "\n")] = 0;
+        assert_string_equal(out, v.id);
+        /* No network device but loopback; root is the overlay. */
+        assert_int_equal(vm_run(&v, "ls /sys/class/net", out, sizeof(out)), 0);
+        assert_string_equal(out, "lo\n");
+        assert_int_equal(vm_run(&v, "awk '$2==\"/\"{print $3}' /proc/mounts", out, sizeof(out)), 0);
+        assert_string_equal(out, "overlay\n");
+
+        /* The writable layer is bounded by diskMiB. */
+        assert_int_equal(vm_run(&v, "echo kept > /workspace/f && sync", out, sizeof(out)), 0);
+        assert_int_not_equal(vm_run(&v, "dd if=/dev/zero of=/workspace/big bs=1M count=128 2>/dev/null; r=$?; sync; exit $r",
+                                    out, sizeof(out)),
+                             0);
+        char upper[PATH_MAX + 16];
+        snprintf(upper, sizeof(upper), "%s/upper.ext4", v.sandbox_dir);
+        struct stat st;
+        assert_int_equal(stat(upper, &st), 0);
+        assert_true(st.st_size == 64LL * 1024 * 1024);
+        assert_true((uint64_t)st.st_blocks * 512 <= (uint64_t)st.st_size);
+        assert_int_equal(vm_run(&v, "rm /workspace/big; sync", out, sizeof(out)), 0);
+
+        DriverStats ds;
+        assert_int_equal(driver_microvm.stats(v.inst, &ds), 0);
+        assert_true(ds.memory_bytes > 0);
+        assert_true(ds.disk_used_bytes > 0);
+
+        const char *reason = "unset";
+        vm_halt(&v, &reason);
+        assert_null(reason);
+        assert_int_equal(procs_of_uid(uid), 0);
+        assert_false(cgroup_present(v.id));
+        char p[PATH_MAX + 32];
+        snprintf(p, sizeof(p), "%s/initrd.cpio", v.sandbox_dir);
+        assert_int_not_equal(access(p, F_OK), 0);
+        assert_int_equal(access(upper, F_OK), 0);
+
+        /* Started again on its own files. */
+        vm_boot(&v);
+        assert_int_equal(vm_run(&v, "cat /workspace/f", out, sizeof(out)), 0);
+        assert_string_equal(out, "kept\n");
+
+        /* A guest that dies (here: powers off) is reported, not hidden. */
+        vm_run(&v, "echo o > /proc/sysrq-trigger", out, sizeof(out));
+        for (int i = 0; i < 1200 && procs_of_uid(uid) > 0; i++)
+                usleep(50000);
+        vm_halt(&v, &reason);
+        assert_non_null(reason);
+        print_message("after a guest power-off: %s\n", reason);
+
+        assert_int_equal(driver_microvm.destroy(&v.spec), 0);
+        assert_int_not_equal(access(v.sandbox_dir, F_OK), 0);
+        assert_int_equal(driver_microvm.destroy(&v.spec), 0);
+}
+
+static void test_live_reap_orphan(void **state) {
+        (void)state;
+        if (!live_ready())
+                skip();
+        static Vm v;
+        vm_init(&v, "orphan", 32);
+        vm_boot(&v);
+        uint32_t uid = microvm_uid_for(v.id);
+        /* What a restarted daemon does for a sandbox it finds running. */
+        assert_int_equal(driver_microvm.reap_orphan(&v.spec), 0);
+        assert_int_equal(procs_of_uid(uid), 0);
+        assert_false(cgroup_present(v.id));
+        char p[PATH_MAX + 32];
+        snprintf(p, sizeof(p), "%s/upper.ext4", v.sandbox_dir);
+        assert_int_equal(access(p, F_OK), 0);
+        const char *reason = NULL;
+        vm_halt(&v, &reason);
+        assert_int_equal(driver_microvm.destroy(&v.spec), 0);
+        assert_int_not_equal(access(v.sandbox_dir, F_OK), 0);
+}
+
+/* RUNTIME_TEST_MICROVM_BOOTS=N: N consecutive cold boots, each to the
+ * agent's HELLO and an exec, with the time of each. */
+static void test_live_boots(void **state) {
+        (void)state;
+        const char *env = getenv("RUNTIME_TEST_MICROVM_BOOTS");
+        int n = env ? atoi(env) : 0;
+        if (n <= 0) {
+                print_message("skipped: set RUNTIME_TEST_MICROVM_BOOTS=N to measure N cold boots\n");
+                skip();
+        }
+        if (!live_ready())
+                skip();
+        for (int i = 0; i < n; i++) {
+                static Vm v;
+                char name[16];
+                snprintf(name, sizeof(name), "boot%d", i);
+                vm_init(&v, name, 64);
+                int64_t t0 = mono_ms();
+                int64_t hello = vm_boot(&v);
+                char out[64];
+                assert_int_equal(vm_run(&v, "echo 42", out, sizeof(out)), 0);
+                assert_string_equal(out, "42\n");
+                int64_t exec = mono_ms() - t0;
+                print_message("boot %d: hello %lld ms, first exec %lld ms\n", i, (long long)hello, (long long)exec);
+                vm_halt(&v, NULL);
+                assert_int_equal(driver_microvm.destroy(&v.spec), 0);
+        }
+}
+
+static int live_teardown(void **state) {
+        (void)state;
+        for (size_t i = 0; i < n_live_vms; i++) {
+                Vm *v = live_vms[i];
+                channel_free(v->c);
+                v->c = NULL;
+                driver_microvm.stop(v->inst, NULL);
+                v->inst = NULL;
+                (void)driver_microvm.destroy(&v->spec);
+        }
+        n_live_vms = 0;
+        return 0;
+}
+
+static int setup(void **state) {
+        (void)state;
+        char self[PATH_MAX - 64];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n <= 0)
+                return -1;
+        self[n] = 0;
+        char *slash = strrchr(self, '/');
+        *slash = 0; /* build/tests */
+        slash = strrchr(self, '/');
+        *slash = 0; /* build */
+        snprintf(agent_path, sizeof(agent_path), "%s/runtime-agent", self);
+        const char *root = getenv("RUNTIME_TEST_IMAGE_DIR");
+        if (snprintf(image_dir, sizeof(image_dir), "%s/default", root ? root : "/var/cache/runtime/images") >=
+            (int)sizeof(image_dir))
+                return -1;
+        snprintf(work_dir, sizeof(work_dir), "/var/tmp/runtime-test-microvm-%d", (int)getpid());
+        if (mkdir(work_dir, 0700) < 0 && errno != EEXIST)
+                return -1;
+        return 0;
+}
+
+static int teardown(void **state) {
+        (void)state;
+        rmdir(work_dir);
+        char p[PATH_MAX];
+        static const char *const hier[] = { "memory", "cpu", "cpuacct", "pids", "freezer", "unified" };
+        for (size_t i = 0; i < ELEMENTSOF(hier); i++) {
+                snprintf(p, sizeof(p), "/sys/fs/cgroup/%s/" CG_PARENT, hier[i]);
+                rmdir(p);
+        }
+        return 0;
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_cmdline),       cmocka_unit_test(test_uid),
+                cmocka_unit_test(test_initramfs),     cmocka_unit_test(test_bad_specs),
+                cmocka_unit_test(test_probe),
+                cmocka_unit_test_teardown(test_live_lifecycle, live_teardown),
+                cmocka_unit_test_teardown(test_live_reap_orphan, live_teardown),
+                cmocka_unit_test_teardown(test_live_boots, live_teardown),
+        };
+        return cmocka_run_group_tests(tests, setup, teardown);
+}
