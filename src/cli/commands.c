@@ -9,9 +9,11 @@
 #include "cli/doctor.h"
 #include "cli/files.h"
 #include "cli/image.h"
+#include "cli/keys.h"
 #include "cli/parse.h"
 #include "cli/run.h"
 #include "cli/sandbox.h"
+#include "cli/usage.h"
 #include "common/macro.h"
 
 volatile sig_atomic_t cli_interrupted, cli_interrupted_again;
@@ -41,10 +43,20 @@ static const Command image_commands[] = {
         {NULL, NULL, NULL, NULL},
 };
 
+static const Command keys_commands[] = {
+        {"create", "make an API key (full or read-only, with a daily limit)", cmd_keys_create, NULL},
+        {"ls", "list keys", cmd_keys_ls, NULL},
+        {"revoke", "revoke a key", cmd_keys_revoke, NULL},
+        {NULL, NULL, NULL, NULL},
+};
+
 static const Command commands[] = {
         {"sandbox", "create, run, list and delete sandboxes", NULL, sandbox_commands},
         {"files", "copy files in and out of a sandbox", NULL, files_commands},
         {"image", "build and list images", NULL, image_commands},
+        {"keys", "make, list and revoke API keys", NULL, keys_commands},
+        {"usage", "what your sandboxes were billed", cmd_usage, NULL},
+        {"limits", "the key's daily limit and what is left", cmd_limits, NULL},
         {"doctor", "check this host, the daemon and the key", cmd_doctor, NULL},
         {NULL, NULL, NULL, NULL},
 };
@@ -191,7 +203,8 @@ int cli_connect(CliContext *ctx, bool need_key, Client **ret) {
                 fprintf(stderr, "runtime: no API key: none given with --key or RUNTIME_API_KEY, and %s %s\n",
                         key.file ? key.file : "the state dir", key_file_problem(key.file_errno));
                 fprintf(stderr, "hint: export RUNTIME_API_KEY=<key>, or run as the daemon's user, or set "
-                                "RUNTIME_STATE_DIR to the daemon's --state-dir\n");
+                                "RUNTIME_STATE_DIR to the daemon's --state-dir; or try it for free with "
+                                "'runtime sandbox run --trial -- CMD'\n");
                 return CLI_EXIT_FAILURE;
         }
         r = client_new(&ep, key.key, ret);

@@ -11,6 +11,7 @@
 
 #include "cli/client.h"
 #include "cli/format.h"
+#include "cli/keys.h"
 #include "cli/parse.h"
 #include "cli/sandbox.h"
 #include "common/macro.h"
@@ -302,6 +303,8 @@ int cmd_sandbox_run(CliContext *ctx, int argc, char **argv) {
         exec = sandbox_exec_body(&a, SANDBOX_VERB_RUN);
         if (!create || !exec)
                 return cli_fail("an argument is not valid UTF-8");
+        if (a.trial && (r = cli_use_trial_key(ctx)) > 0)
+                return r;
         r = cli_connect(ctx, true, &c);
         if (r > 0)
                 return r;

@@ -9,6 +9,7 @@
 
 #include "cli/client.h"
 #include "cli/format.h"
+#include "cli/keys.h"
 #include "cli/parse.h"
 #include "common/macro.h"
 
@@ -35,7 +36,11 @@ static const char sizing_help[] =
         "  --name NAME         a name to recognise the sandbox by\n"
         "  --label K=V         a label (repeatable)\n"
         "  --allow HOST        let the sandbox reach HOST (example.com or *.example.com; repeatable)\n"
-        "  --deny HOST         never let it reach HOST, even when allowed (repeatable)\n";
+        "  --deny HOST         never let it reach HOST, even when allowed (repeatable)\n"
+        "  --max-cost DOLLARS  refuse to start if the whole first lease, priced as if busy\n"
+        "                      throughout, would cost more: 0.05, $1\n"
+        "  --trial             use a trial key (50 free sandbox-hours, small sandboxes), asked\n"
+        "                      for once and kept in the state dir as trial.key\n";
 
 static const char run_help[] =
         "Creates a sandbox, runs CMD in it as an argument vector (no shell: use\n"
@@ -95,6 +100,8 @@ enum {
         OPT_ALLOW,
         OPT_DENY,
         OPT_JSON,
+        OPT_MAX_COST,
+        OPT_TRIAL,
 };
 
 static bool option_allowed(SandboxVerb verb, int opt) {
@@ -181,9 +188,12 @@ int sandbox_args_parse(SandboxVerb verb, int argc, char **argv, SandboxArgs *ret
                 {"allow", required_argument, NULL, OPT_ALLOW},
                 {"deny", required_argument, NULL, OPT_DENY},
                 {"json", no_argument, NULL, OPT_JSON},
+                {"max-cost", required_argument, NULL, OPT_MAX_COST},
+                {"trial", no_argument, NULL, OPT_TRIAL},
                 {NULL, 0, NULL, 0},
         };
-        SandboxArgs a = {.lease_s = -1, .timeout_ms = -1, .vcpu = -1, .memory_mib = -1, .disk_mib = -1};
+        SandboxArgs a = {.lease_s = -1, .timeout_ms = -1, .vcpu = -1, .memory_mib = -1, .disk_mib = -1,
+                         .max_cost_micros = -1};
         int c, longidx = -1, r = 0;
 
         optind = 0;
@@ -263,6 +273,12 @@ int sandbox_args_parse(SandboxVerb verb, int argc, char **argv, SandboxArgs *ret
                         break;
                 case OPT_JSON:
                         a.json = true;
+                        break;
+                case OPT_MAX_COST:
+                        r = parse_dollars("--max-cost", optarg, &a.max_cost_micros, err, errlen);
+                        break;
+                case OPT_TRIAL:
+                        a.trial = true;
                         break;
                 case 'i':
                         a.interactive = true;
@@ -396,6 +412,7 @@ json_t *sandbox_create_body(const SandboxArgs *a, SandboxVerb verb) {
         r |= set_str(b, "driver", a->driver);
         r |= set_str(b, "image", a->image);
         r |= set_str(b, "name", a->name);
+        r |= set_int(b, "maxCostMicros", a->max_cost_micros);
         if (a->env)
                 r |= json_object_set(b, "env", a->env);
         if (a->labels)
@@ -482,6 +499,8 @@ int cmd_sandbox_create(CliContext *ctx, int argc, char **argv) {
                 return CLI_EXIT_OK;
         }
         ctx->json |= a.json;
+        if (a.trial && (r = cli_use_trial_key(ctx)) > 0)
+                return r;
         r = cli_connect(ctx, true, &c);
         if (r > 0)
                 return r;

@@ -22,6 +22,8 @@ typedef struct SandboxArgs {
         json_t *labels;       /* owned, NULL when none */
         json_t *allow, *deny; /* owned, NULL when none: egress host patterns */
         bool keep, interactive;
+        bool trial;                /* --trial: use (and get, the first time) a trial key */
+        long long max_cost_micros; /* --max-cost; -1: not given */
         bool json;      /* --json given after the verb */
         const char *id; /* exec */
         char **command; /* run, exec: points into argv */

@@ -36,6 +36,8 @@ typedef struct DaemonConfig {
         unsigned max_connections;
         uint64_t price_vcpu_hour_micros;
         uint64_t price_gib_hour_micros;
+        int64_t trial_allowance_seconds; /* sandbox-seconds free per trial key */
+        unsigned max_trial_keys;         /* trial keys the daemon hands out; 0: no trial */
 } DaemonConfig;
 
 /* The offer for a driver name, or NULL when this build has no such driver. */

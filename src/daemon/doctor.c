@@ -69,8 +69,8 @@ int doctor_run(bool json) {
         for (const Driver *const *d = driver_all(); *d; d++) {
                 char why[512] = "";
                 int r = (*d)->probe(why, sizeof(why));
-                json_array_append_new(drivers, json_pack("{s:s,s:b,s:s}", "name", (*d)->name, "available", r == 0,
-                                                         "reason", why));
+                json_array_append_new(drivers, json_pack("{s:s,s:b,s:b,s:s}", "name", (*d)->name, "available", r >= 0,
+                                                         "auto", r == 0, "reason", why));
         }
         char auto_why[1024] = "";
         const Driver *pick = driver_pick_auto(auto_why, sizeof(auto_why));

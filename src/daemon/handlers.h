@@ -10,6 +10,8 @@
 #include "daemon/apierror.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
+#include "daemon/keys.h"
+#include "daemon/ledger.h"
 #include "daemon/route.h"
 #include "daemon/sandbox.h"
 
@@ -17,6 +19,8 @@ typedef struct Server {
         const DaemonConfig *cfg;
         Db *db;
         Manager *manager;
+        Ledger *ledger;
+        KeyStore *keys;
         struct MHD_Daemon *mhd;
         atomic_bool building; /* one image build at a time */
 } Server;
@@ -71,5 +75,13 @@ void agent_error_to_api(json_t *result, const char *path, ApiError *e);
 
 enum MHD_Result handle_images(Req *r);
 enum MHD_Result handle_image_build(Req *r);
+/* The guard rails' routes (keys.c): keys, usage, limits, trial. */
+enum MHD_Result handle_keys_list(Req *r);
+enum MHD_Result handle_keys_create(Req *r, json_t *body);
+enum MHD_Result handle_key_revoke(Req *r);
+enum MHD_Result handle_usage(Req *r);
+enum MHD_Result handle_limits(Req *r);
+enum MHD_Result handle_trial(Req *r);
+
 /* {"name","built","builtAt","sizeBytes"} for each image. */
 json_t *images_json(const DaemonConfig *cfg);

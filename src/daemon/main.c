@@ -21,6 +21,8 @@
 #include "daemon/config.h"
 #include "daemon/db.h"
 #include "daemon/doctor.h"
+#include "daemon/keys.h"
+#include "daemon/ledger.h"
 #include "daemon/log.h"
 #include "daemon/sandbox.h"
 #include "daemon/server.h"
@@ -46,6 +48,8 @@ static void usage(FILE *f) {
               "  --max-disk-mib N             (65536) --max-file-mib N          (1024)\n"
               "  --max-connections N          (512)\n"
               "  --price-vcpu-hour-micros N   (9375)  --price-gib-hour-micros N (3125)\n"
+              "  --trial-hours N              free sandbox-hours per trial key (50)\n"
+              "  --max-trial-keys N           trial keys handed out on this host, 0: none (100)\n"
               "  --log-level error|warn|info|debug (info)\n"
               "  --doctor [--json]            print what this host supports and exit\n"
               "  --help, --version\n",
@@ -252,6 +256,8 @@ enum {
         OPT_MAX_CONN,
         OPT_PRICE_VCPU,
         OPT_PRICE_GIB,
+        OPT_TRIAL_HOURS,
+        OPT_MAX_TRIAL_KEYS,
         OPT_LOG_LEVEL,
         OPT_DOCTOR,
         OPT_JSON,
@@ -278,6 +284,8 @@ int main(int argc, char **argv) {
                 { "max-connections", required_argument, NULL, OPT_MAX_CONN },
                 { "price-vcpu-hour-micros", required_argument, NULL, OPT_PRICE_VCPU },
                 { "price-gib-hour-micros", required_argument, NULL, OPT_PRICE_GIB },
+                { "trial-hours", required_argument, NULL, OPT_TRIAL_HOURS },
+                { "max-trial-keys", required_argument, NULL, OPT_MAX_TRIAL_KEYS },
                 { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
                 { "doctor", no_argument, NULL, OPT_DOCTOR },
                 { "json", no_argument, NULL, OPT_JSON },
@@ -297,6 +305,8 @@ int main(int argc, char **argv) {
                 .max_connections = 512,
                 .price_vcpu_hour_micros = 9375,
                 .price_gib_hour_micros = 3125,
+                .trial_allowance_seconds = KEYS_TRIAL_ALLOWANCE_SECONDS,
+                .max_trial_keys = 100,
         };
         const char *driver_opt = "auto", *drivers_opt = NULL;
         char *state_dir = NULL, *image_dir = NULL, *agent = NULL, *builder = NULL;
@@ -347,6 +357,11 @@ int main(int argc, char **argv) {
                 UINT_OPT(OPT_MAX_CONN, max_connections, 65536)
                 UINT_OPT(OPT_PRICE_VCPU, price_vcpu_hour_micros, 1000000000000ULL)
                 UINT_OPT(OPT_PRICE_GIB, price_gib_hour_micros, 1000000000000ULL)
+                UINT_OPT(OPT_MAX_TRIAL_KEYS, max_trial_keys, 100000)
+                case OPT_TRIAL_HOURS:
+                        if ((r = parse_uint(option_name(opts, c), optarg, 100000, &v)) == 0)
+                                cfg.trial_allowance_seconds = (int64_t)v * 3600;
+                        break;
                 case OPT_LOG_LEVEL: {
                         LogLevel l;
                         if (log_parse_level(optarg, &l) < 0) {
@@ -422,7 +437,7 @@ int main(int argc, char **argv) {
         for (const Driver *const *d = driver_all(); *d && cfg.n_drivers < CONFIG_MAX_DRIVERS; d++) {
                 DriverOffer *o = &cfg.drivers[cfg.n_drivers++];
                 o->driver = *d;
-                o->available = (*d)->probe(o->reason, sizeof(o->reason)) == 0;
+                o->available = (*d)->probe(o->reason, sizeof(o->reason)) >= 0;
                 o->offered = o->available;
                 log_info(NULL, "driver %s: %s (%s)", (*d)->name, o->available ? "available" : "unavailable", o->reason);
         }
@@ -482,8 +497,14 @@ int main(int argc, char **argv) {
                 log_error(NULL, "cannot make the admin key: %s", strerror(-r));
                 return 1;
         }
+        Ledger *ledger = NULL;
+        KeyStore *keys = NULL;
+        if ((r = ledger_open(db_path, &ledger)) < 0 || (r = keystore_open(db_path, &keys)) < 0) {
+                log_error(NULL, "cannot open the ledger in %s: %s", db_path, strerror(-r));
+                return 1;
+        }
         Manager *m = NULL;
-        if ((r = manager_new(&cfg, db, &m)) < 0 || (r = manager_recover(m)) < 0) {
+        if ((r = manager_new(&cfg, db, &m)) < 0 || (manager_set_ledger(m, ledger), r = manager_recover(m)) < 0) {
                 log_error(NULL, "recovering sandboxes: %s", strerror(-r));
                 return 1;
         }
@@ -496,7 +517,8 @@ int main(int argc, char **argv) {
                 return 1;
         }
         Server *srv = NULL;
-        if ((r = server_new(&cfg, db, m, &srv)) < 0 || (r = server_start(srv, fd)) < 0) {
+        if ((r = server_new(&cfg, db, m, &srv)) < 0 ||
+            (server_set_guardrails(srv, ledger, keys), r = server_start(srv, fd)) < 0) {
                 log_error(NULL, "cannot start the HTTP server");
                 return 1;
         }
@@ -517,6 +539,8 @@ int main(int argc, char **argv) {
         server_stop(srv);
         server_free(srv);
         manager_free(m);
+        keystore_close(keys);
+        ledger_close(ledger);
         db_close(db);
         if (cfg.socket_path)
                 unlink(cfg.socket_path);

@@ -35,6 +35,35 @@ bool json_depth_ok(const char *buf, size_t len, unsigned max) {
         return true;
 }
 
+/* The name of the object member whose number value ends near `pos` (where
+ * the parser gave up on an integer too big for it), so that the error names
+ * the field. Lexical and best effort: false when it is not plainly there. */
+static bool number_field(const char *buf, size_t len, size_t pos, char *out, size_t outlen) {
+        size_t i = pos < len ? pos : len;
+        while (i > 0 && (strchr("0123456789+-.eE", buf[i - 1]) || buf[i - 1] == ' ' || buf[i - 1] == '\t' ||
+                         buf[i - 1] == '\n' || buf[i - 1] == '\r'))
+                i--;
+        if (i == 0 || buf[i - 1] != ':')
+                return false;
+        i--;
+        while (i > 0 && (buf[i - 1] == ' ' || buf[i - 1] == '\t' || buf[i - 1] == '\n' || buf[i - 1] == '\r'))
+                i--;
+        if (i == 0 || buf[i - 1] != '"')
+                return false;
+        size_t end = --i;
+        while (i > 0 && buf[i - 1] != '"' && end - i < outlen - 1) {
+                unsigned char c = (unsigned char)buf[i - 1];
+                if (c < 0x20 || c >= 0x7f || c == '\\')
+                        return false;
+                i--;
+        }
+        if (i == 0 || buf[i - 1] != '"' || end == i)
+                return false;
+        memcpy(out, buf + i, end - i);
+        out[end - i] = '\0';
+        return true;
+}
+
 int request_body_parse(const char *buf, size_t len, bool empty_ok, json_t **ret, ApiError *e) {
         if (len > REQ_MAX_BODY)
                 return api_error(e, 413, "payload_too_large", "send at most 1 MiB of JSON",
@@ -52,9 +81,13 @@ int request_body_parse(const char *buf, size_t len, bool empty_ok, json_t **ret,
                 return INVALID(e, "the JSON body is nested more than %u levels deep", REQ_MAX_DEPTH);
         json_error_t jerr;
         json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-        if (!j)
+        if (!j) {
+                char field[65];
+                if (strstr(jerr.text, "too big") && number_field(buf, len, (size_t)jerr.position, field, sizeof(field)))
+                        return INVALID(e, "%s is out of range: the number is too big", field);
                 return INVALID(e, "malformed JSON at line %d column %d: %.200s", jerr.line, jerr.column,
                                jerr.text);
+        }
         if (!json_is_object(j)) {
                 json_decref(j);
                 return INVALID(e, "the JSON body must be an object");
@@ -335,7 +368,7 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
         static const char *const fields[] = { "timeoutSeconds", "onLeaseEnd", "vcpu",   "memoryMiB",
                                               "diskMiB",        "network",    "env",    "image",
                                               "driver",         "name",       "labels", "maxCostMicros",
-                                              NULL };
+                                              "maxTotalCostMicros", NULL };
         CreateRequest c = { 0 };
         int64_t n;
         int r = check_fields(body, NULL, fields, e);
@@ -362,6 +395,8 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
                 return r;
         c.disk_mib = (unsigned)n;
         if ((r = get_int(body, "maxCostMicros", 0, INT64_MAX, -1, &c.max_cost_micros, e)) < 0)
+                return r;
+        if ((r = get_int(body, "maxTotalCostMicros", 0, INT64_MAX, -1, &c.max_total_cost_micros, e)) < 0)
                 return r;
 
         v = json_object_get(body, "image");

@@ -51,6 +51,7 @@ typedef struct CreateRequest {
         char *driver; /* NULL: the daemon's default */
         char *name;   /* NULL: none */
         int64_t max_cost_micros; /* -1: none */
+        int64_t max_total_cost_micros; /* -1: none; caps the sandbox across extends */
 } CreateRequest;
 
 typedef struct ExecRequest {

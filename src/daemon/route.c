@@ -14,6 +14,15 @@ bool route_sandbox_id_ok(const char *s) {
         return true;
 }
 
+bool route_key_id_ok(const char *s) {
+        if (strncmp(s, "key_", 4) != 0 || strlen(s) != ROUTE_KEY_ID_LEN)
+                return false;
+        for (const char *p = s + 4; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
 static const char *const names[_ROUTE_MAX] = {
         [ROUTE_HEALTHZ] = "healthz",
         [ROUTE_METRICS] = "metrics",
@@ -36,6 +45,11 @@ static const char *const names[_ROUTE_MAX] = {
         [ROUTE_FILES_MKDIR] = "files_mkdir",
         [ROUTE_FILES_REMOVE] = "files_remove",
         [ROUTE_FILES_RENAME] = "files_rename",
+        [ROUTE_KEYS_LIST] = "keys_list",
+        [ROUTE_KEYS_CREATE] = "keys_create",
+        [ROUTE_KEY_REVOKE] = "key_revoke",
+        [ROUTE_USAGE] = "usage",
+        [ROUTE_TRIAL] = "trial",
 };
 
 const char *route_name(RouteKind k) {
@@ -43,7 +57,8 @@ const char *route_name(RouteKind k) {
 }
 
 bool route_needs_auth(RouteKind k) {
-        return k != ROUTE_HEALTHZ;
+        /* POST /v1/trial mints a key: it is refused but on loopback. */
+        return k != ROUTE_HEALTHZ && k != ROUTE_TRIAL;
 }
 
 bool route_needs_full_access(RouteKind k) {
@@ -59,6 +74,9 @@ bool route_needs_full_access(RouteKind k) {
         case ROUTE_FILES_MKDIR:
         case ROUTE_FILES_REMOVE:
         case ROUTE_FILES_RENAME:
+        case ROUTE_KEYS_LIST:
+        case ROUTE_KEYS_CREATE:
+        case ROUTE_KEY_REVOKE:
                 return true;
         default:
                 return false;
@@ -130,7 +148,19 @@ int route_parse(const char *method, const char *url, Route *ret) {
                 rc = PICK(method, "GET", &r, { "GET", ROUTE_INFO });
         else if (strcmp(url, "/v1/limits") == 0)
                 rc = PICK(method, "GET", &r, { "GET", ROUTE_LIMITS });
-        else if (strcmp(url, "/v1/images") == 0)
+        else if (strcmp(url, "/v1/keys") == 0)
+                rc = PICK(method, "GET, POST", &r, { "GET", ROUTE_KEYS_LIST }, { "POST", ROUTE_KEYS_CREATE });
+        else if (strcmp(url, "/v1/usage") == 0)
+                rc = PICK(method, "GET", &r, { "GET", ROUTE_USAGE });
+        else if (strcmp(url, "/v1/trial") == 0)
+                rc = PICK(method, "POST", &r, { "POST", ROUTE_TRIAL });
+        else if (strncmp(url, "/v1/keys/", 9) == 0) {
+                const char *id = url + 9;
+                if (!route_key_id_ok(id))
+                        return -ENOENT;
+                memcpy(r.key_id, id, ROUTE_KEY_ID_LEN + 1);
+                rc = PICK(method, "DELETE", &r, { "DELETE", ROUTE_KEY_REVOKE });
+        } else if (strcmp(url, "/v1/images") == 0)
                 rc = PICK(method, "GET", &r, { "GET", ROUTE_IMAGES });
         else if (strcmp(url, "/v1/sandboxes") == 0)
                 rc = PICK(method, "GET, POST", &r, { "GET", ROUTE_SANDBOX_LIST }, { "POST", ROUTE_SANDBOX_CREATE });

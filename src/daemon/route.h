@@ -25,16 +25,23 @@ typedef enum RouteKind {
         ROUTE_FILES_MKDIR,
         ROUTE_FILES_REMOVE,
         ROUTE_FILES_RENAME,
+        ROUTE_KEYS_LIST,
+        ROUTE_KEYS_CREATE,
+        ROUTE_KEY_REVOKE,
+        ROUTE_USAGE,
+        ROUTE_TRIAL,
         _ROUTE_MAX,
 } RouteKind;
 
 #define ROUTE_ID_LEN 24 /* "sbx_" + 20 hex */
+#define ROUTE_KEY_ID_LEN 20 /* "key_" + 16 hex */
 #define ROUTE_MAX_URL 1024
 
 typedef struct Route {
         RouteKind kind;
         char sandbox_id[ROUTE_ID_LEN + 1];
         char image[65];
+        char key_id[ROUTE_KEY_ID_LEN + 1];
         const char *allow; /* for a 405: the methods the path has */
 } Route;
 
@@ -43,6 +50,7 @@ typedef struct Route {
  * set). */
 int route_parse(const char *method, const char *url, Route *ret);
 bool route_sandbox_id_ok(const char *s);
+bool route_key_id_ok(const char *s);
 /* Whether a `read` key is refused on this route: it creates, runs, writes,
  * deletes, extends or spends. */
 bool route_needs_full_access(RouteKind k);

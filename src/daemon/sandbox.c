@@ -12,6 +12,7 @@
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"
+#include "daemon/ledger.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 
@@ -58,6 +59,7 @@ typedef struct BusyId {
 struct Manager {
         const DaemonConfig *cfg;
         Db *db;
+        Ledger *ledger; /* metering, reservations; NULL: nothing is billed */
         pthread_mutex_t lock; /* live, dead, busy, quit */
         pthread_cond_t cond;  /* busy ids released; the maintenance thread woken */
         Sandbox *live;
@@ -66,6 +68,8 @@ struct Manager {
         bool quit;
         bool thread_started;
         pthread_t thread;
+        bool beat_started;
+        pthread_t beat_thread; /* the ledger's heartbeat, apart so that no slow stop delays it */
 };
 
 
@@ -236,6 +240,8 @@ static json_t *time_or_null(int64_t t) {
 
 static int64_t row_run_seconds(const SandboxRow *r, int64_t now) {
         int64_t s = r->run_seconds;
+        if (r->lease_ends_at && now > r->lease_ends_at)
+                now = r->lease_ends_at; /* never billed past its lease */
         if ((strcmp(r->state, "running") == 0) && r->started_at && now > r->started_at)
                 s += now - r->started_at;
         return s;
@@ -248,10 +254,12 @@ static json_t *row_json(Manager *m, const SandboxRow *r) {
                 return NULL;
         unsigned vcpu = spec_uint(spec, "vcpu"), mem = spec_uint(spec, "memoryMiB");
         uint64_t per_hour = config_cost_per_hour(m->cfg, vcpu, mem);
-        uint64_t cost = (uint64_t)row_run_seconds(r, time_now_unix()) * per_hour / 3600u;
+        int64_t run_seconds = row_run_seconds(r, time_now_unix());
+        uint64_t cost = ledger_cost(per_hour, run_seconds);
         json_t *max_cost = json_object_get(spec, "maxCostMicros");
+        json_t *max_total = json_object_get(spec, "maxTotalCostMicros");
         json_t *network = json_object_get(spec, "network");
-        return json_pack("{s:s,s:o,s:O,s:s,s:s,s:s,s:i,s:i,s:i,s:O,s:I,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:O,s:o}",
+        json_t *j = json_pack("{s:s,s:o,s:O,s:s,s:s,s:s,s:i,s:i,s:i,s:O,s:I,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:O,s:o}",
                          "id", r->id, "name", r->name ? json_string(r->name) : json_null(), "labels", labels,
                          "state", r->state, "driver", spec_str(spec, "driver", ""), "image",
                          spec_str(spec, "image", ""), "vcpu", (int)vcpu, "memoryMiB", (int)mem, "diskMiB",
@@ -263,6 +271,12 @@ static json_t *row_json(Manager *m, const SandboxRow *r) {
                          "costMicrosPerHour", (json_int_t)per_hour, "costMicros", (json_int_t)cost,
                          "maxCostMicros", max_cost ? max_cost : json_null(), "failureReason",
                          r->failure_reason ? json_string(r->failure_reason) : json_null());
+        if (j && (json_object_set_new(j, "runSeconds", json_integer(run_seconds)) < 0 ||
+                  json_object_set(j, "maxTotalCostMicros", max_total ? max_total : json_null()) < 0)) {
+                json_decref(j);
+                return NULL;
+        }
+        return j;
 }
 
 static json_t *row_json_checked(Manager *m, const SandboxRow *r, ApiError *e) {
@@ -299,11 +313,20 @@ static int set_reason(SandboxRow *r, const char *reason) {
 /* Accounts run time and writes a stopped or failed state. */
 static int row_finish(Manager *m, SandboxRow *r, const char *state, const char *reason) {
         int64_t now = time_now_unix();
+        int64_t end = now;
         if (strcmp(r->state, "running") == 0 && r->started_at) {
-                int64_t end = now;
+                /* Never billed past its lease: the reservation covers the
+                 * lease and no more. */
+                if (r->lease_ends_at && end > r->lease_ends_at)
+                        end = r->lease_ends_at;
                 if (end < r->started_at)
                         end = r->started_at;
                 r->run_seconds += end - r->started_at;
+        }
+        if (m->ledger) {
+                int lr = ledger_settle(m->ledger, r->id, end, now);
+                if (lr < 0)
+                        log_error(NULL, "sandbox %s: settling its charge: %s", r->id, strerror(-lr));
         }
         snprintf(r->state, sizeof(r->state), "%s", state);
         r->stopped_at = now;
@@ -472,14 +495,24 @@ static int recover_one(void *userdata, SandboxRow *row) {
         } else
                 log_error(NULL, "sandbox %s: unknown driver, nothing to clean up", row->id);
         spec_paths_done(&p);
-        /* The run time while the daemon was down is unknown; bill up to the lease end at most. */
-        if (row->started_at) {
-                int64_t end = time_now_unix();
-                if (row->lease_ends_at && end > row->lease_ends_at)
-                        end = row->lease_ends_at;
+        /* Nobody could use the sandbox once the daemon was gone: bill it up
+         * to the last heartbeat the ledger has (at most the lease end), the
+         * same seconds in the ledger and in the row. Without an open charge
+         * there is nothing to bill. */
+        int64_t now = time_now_unix();
+        int64_t cap = row->lease_ends_at && row->lease_ends_at < now ? row->lease_ends_at : now;
+        int64_t end = row->started_at;
+        if (m->ledger) {
+                int lr = ledger_settle_at_heartbeat(m->ledger, row->id, cap, now, &end);
+                if (lr == -ENOENT)
+                        end = row->started_at;
+                else if (lr < 0)
+                        log_error(NULL, "sandbox %s: settling its charge: %s", row->id, strerror(-lr));
+        } else
+                end = cap;
+        if (row->started_at && strcmp(row->state, "running") == 0) {
                 if (end > row->started_at)
                         row->run_seconds += end - row->started_at;
-                row->started_at = 0;
         }
         snprintf(row->state, sizeof(row->state), "stopped");
         row->stopped_at = time_now_unix();
@@ -493,7 +526,41 @@ int manager_recover(Manager *m) {
         int r = db_sandbox_query(m->db, DB_SANDBOXES_ACTIVE, NULL, 0, recover_one, m);
         if (r < 0)
                 return r;
+        if (m->ledger && (r = ledger_settle_orphans(m->ledger, time_now_unix())) < 0)
+                log_error(NULL, "settling reservations left by a crash: %s", strerror(-r));
         return db_sandbox_query(m->db, DB_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
+}
+
+/* Moves the ledger's heartbeat every LEDGER_HEARTBEAT_SECONDS: after a
+ * crash, running sandboxes are billed up to the last beat. */
+static void *heartbeat_thread(void *userdata) {
+        Manager *m = userdata;
+        int64_t last = 0;
+        pthread_mutex_lock(&m->lock);
+        while (!m->quit) {
+                int64_t now = time_now_unix();
+                if (now - last >= LEDGER_HEARTBEAT_SECONDS || now < last) {
+                        pthread_mutex_unlock(&m->lock);
+                        int r = ledger_heartbeat(m->ledger, now);
+                        if (r < 0)
+                                log_error(NULL, "ledger heartbeat: %s", strerror(-r));
+                        last = now;
+                        pthread_mutex_lock(&m->lock);
+                        continue;
+                }
+                /* m->cond is also broadcast by every lifecycle step: wake,
+                 * check the time, sleep again. */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 1;
+                pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+        }
+        pthread_mutex_unlock(&m->lock);
+        return NULL;
+}
+
+void manager_set_ledger(Manager *m, Ledger *ledger) {
+        m->ledger = ledger;
 }
 
 int manager_start(Manager *m) {
@@ -501,6 +568,12 @@ int manager_start(Manager *m) {
         if (r != 0)
                 return -r;
         m->thread_started = true;
+        if (m->ledger) {
+                r = pthread_create(&m->beat_thread, NULL, heartbeat_thread, m);
+                if (r != 0)
+                        return -r;
+                m->beat_started = true;
+        }
         return 0;
 }
 
@@ -512,6 +585,10 @@ void manager_shutdown(Manager *m) {
         if (m->thread_started) {
                 pthread_join(m->thread, NULL);
                 m->thread_started = false;
+        }
+        if (m->beat_started) {
+                pthread_join(m->beat_thread, NULL);
+                m->beat_started = false;
         }
         for (;;) {
                 pthread_mutex_lock(&m->lock);
@@ -573,12 +650,80 @@ static int check_image(Manager *m, const char *image, ApiError *e) {
 }
 
 static json_t *spec_json(const CreateRequest *req, const char *driver) {
-        return json_pack("{s:i,s:i,s:i,s:O,s:O,s:s,s:s,s:I,s:s,s:o}", "vcpu", (int)req->vcpu, "memoryMiB",
+        return json_pack("{s:i,s:i,s:i,s:O,s:O,s:s,s:s,s:I,s:s,s:o,s:o}", "vcpu", (int)req->vcpu, "memoryMiB",
                          (int)req->memory_mib, "diskMiB", (int)req->disk_mib, "network", req->network, "env",
                          req->env, "image", req->image, "driver", driver, "timeoutSeconds",
                          (json_int_t)req->timeout_seconds, "onLeaseEnd", req->delete_on_lease_end ? "delete" : "stop",
                          "maxCostMicros",
-                         req->max_cost_micros >= 0 ? json_integer(req->max_cost_micros) : json_null());
+                         req->max_cost_micros >= 0 ? json_integer(req->max_cost_micros) : json_null(),
+                         "maxTotalCostMicros",
+                         req->max_total_cost_micros >= 0 ? json_integer(req->max_total_cost_micros) : json_null());
+}
+
+static void dollars(char *buf, size_t n, int64_t micros) {
+        snprintf(buf, n, "$%lld.%06lld", (long long)(micros / 1000000), (long long)(micros % 1000000));
+}
+
+/* 409 budget_exceeded: the price of `seconds` more of the sandbox and how to
+ * fit under the cap, with numbers. `spent` is what it cost already. */
+static int budget_refusal(ApiError *e, uint64_t per_hour, int64_t seconds, uint64_t spent, uint64_t cap,
+                          const char *cap_name, const char *what) {
+        uint64_t cost = spent + ledger_cost(per_hour, seconds);
+        int64_t fit = 0;
+        if (per_hour > 0 && cap > spent) {
+                unsigned __int128 v = (unsigned __int128)(cap - spent) * 3600u / per_hour;
+                fit = v > REQ_MAX_TIMEOUT_SECONDS ? REQ_MAX_TIMEOUT_SECONDS : (int64_t)v;
+        }
+        char c[32], p[32], k[32];
+        dollars(c, sizeof(c), (int64_t)cost);
+        dollars(p, sizeof(p), (int64_t)per_hour);
+        dollars(k, sizeof(k), (int64_t)cap);
+        char hint[256];
+        if (fit > 0)
+                snprintf(hint, sizeof(hint),
+                         "at most %lld seconds fit at this size; or make the sandbox smaller (vcpu, memoryMiB), "
+                         "or raise %s",
+                         (long long)fit, cap_name);
+        else
+                snprintf(hint, sizeof(hint), "make the sandbox smaller (vcpu, memoryMiB) or raise %s", cap_name);
+        return api_error(e, 409, "budget_exceeded", hint,
+                         "the %s would cost %llu micro-dollars (%s: %lld seconds at %llu micro-dollars, %s, an "
+                         "hour), above %s %llu (%s)",
+                         what, (unsigned long long)cost, c, (long long)seconds, (unsigned long long)per_hour, p,
+                         cap_name, (unsigned long long)cap, k);
+}
+
+/* 402 spending_limit_reached: the limit, what is used and when room frees up. */
+static int spending_refusal(ApiError *e, const LedgerRefusal *f, const char *key_id) {
+        char when[160] = "";
+        if (f->allowance) {
+                return api_error(e, 402, "spending_limit_reached",
+                                 "this was a trial key: ask the daemon's administrator for a full key (runtime keys "
+                                 "create NAME, with the admin key) and set RUNTIME_API_KEY to it",
+                                 "the trial's free sandbox time is used up: %lld of %lld sandbox-seconds (%lld hours) "
+                                 "used or reserved, and this needs %lld more",
+                                 (long long)f->used, (long long)f->limit, (long long)(f->limit / 3600),
+                                 (long long)f->wanted);
+        }
+        char t[RFC3339_LEN];
+        if (f->frees_at && time_format_rfc3339(f->frees_at, t) == 0)
+                snprintf(when, sizeof(when), "room frees up at %s, when the oldest charge leaves the 24-hour window",
+                         t);
+        else if (f->reservations_end && time_format_rfc3339(f->reservations_end, t) == 0)
+                snprintf(when, sizeof(when), "room frees up as running sandboxes stop (the first lease ends by %s)",
+                         t);
+        else
+                snprintf(when, sizeof(when), "nothing is held: this request alone is above the limit");
+        char l[32], u[32], w[32];
+        dollars(l, sizeof(l), f->limit);
+        dollars(u, sizeof(u), f->used);
+        dollars(w, sizeof(w), f->wanted);
+        return api_error(e, 402, "spending_limit_reached",
+                         "stop or delete running sandboxes to settle their reservations, use a shorter lease or a "
+                         "smaller sandbox, or ask for a higher dailyLimitMicros on a new key",
+                         "key %s has a daily limit of %lld micro-dollars (%s); %lld (%s) are used or reserved in the "
+                         "last 24 hours and this needs %lld (%s); %s",
+                         key_id, (long long)f->limit, l, (long long)f->used, u, (long long)f->wanted, w, when);
 }
 
 int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, json_t **ret,
@@ -604,11 +749,15 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         if (r < 0)
                 return r;
         uint64_t per_hour = config_cost_per_hour(cfg, req->vcpu, req->memory_mib);
-        uint64_t lease_cost = per_hour * (uint64_t)req->timeout_seconds / 3600u;
-        if (req->max_cost_micros >= 0 && lease_cost > (uint64_t)req->max_cost_micros)
-                return api_error(e, 409, "budget_exceeded", "lower timeoutSeconds, vcpu or memoryMiB, or raise maxCostMicros",
-                                 "the first lease would cost %llu micro-dollars, above maxCostMicros %lld",
-                                 (unsigned long long)lease_cost, (long long)req->max_cost_micros);
+        uint64_t lease_cost = ledger_cost(per_hour, req->timeout_seconds);
+        int64_t cap = req->max_cost_micros;
+        const char *cap_name = "maxCostMicros";
+        if (req->max_total_cost_micros >= 0 && (cap < 0 || req->max_total_cost_micros < cap)) {
+                cap = req->max_total_cost_micros;
+                cap_name = "maxTotalCostMicros";
+        }
+        if (cap >= 0 && lease_cost > (uint64_t)cap)
+                return budget_refusal(e, per_hour, req->timeout_seconds, 0, (uint64_t)cap, cap_name, "first lease");
 
         char hex[21];
         if ((r = random_hex(hex, 10)) < 0)
@@ -616,6 +765,11 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         SandboxRow row = { 0 };
         snprintf(row.id, sizeof(row.id), "sbx_%s", hex);
         _cleanup_json_ json_t *spec = spec_json(req, d->name);
+        /* A trial key's sandbox says so: its egress is to be narrower. */
+        if (spec && key->trial && json_object_set_new(spec, "trial", json_true()) < 0) {
+                json_decref(spec);
+                spec = NULL;
+        }
         row.owner = strdup(key->owner);
         row.key_id = strdup(key->id);
         row.name = req->name ? strdup(req->name) : NULL;
@@ -627,8 +781,30 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 sandbox_row_done(&row);
                 return api_error(e, 500, "internal", NULL, "out of memory");
         }
+        /* Hold the whole first lease, priced as busy, against the key's
+         * budget before anything runs. */
+        if (m->ledger) {
+                LedgerBudget budget = { key->daily_limit_micros,
+                                        key->trial ? cfg->trial_allowance_seconds : -1 };
+                LedgerRefusal refusal;
+                r = ledger_reserve(m->ledger, key->id, key->owner, row.id, &budget,
+                                   (int64_t)ledger_cost_ceil(per_hour, req->timeout_seconds), req->timeout_seconds,
+                                   row.created_at + req->timeout_seconds + HELLO_TIMEOUT_MS / 1000, row.created_at,
+                                   &refusal);
+                if (r == -EDQUOT) {
+                        sandbox_row_done(&row);
+                        return spending_refusal(e, &refusal, key->id);
+                }
+                if (r < 0) {
+                        log_error(rid, "reserving for sandbox %s: %s", row.id, strerror(-r));
+                        sandbox_row_done(&row);
+                        return api_error(e, 500, "internal", NULL, "could not reserve the sandbox's cost");
+                }
+        }
         busy_begin(m, row.id);
         r = db_sandbox_insert(m->db, &row, cfg->max_sandboxes, cfg->max_sandboxes_per_key);
+        if (r < 0 && m->ledger)
+                ledger_release(m->ledger, row.id, time_now_unix());
         if (r == -EUSERS || r == -EDQUOT) {
                 busy_end(m, row.id);
                 sandbox_row_done(&row);
@@ -706,6 +882,14 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         if ((r = db_sandbox_update(m->db, &row)) < 0) {
                 log_error(rid, "sandbox %s: recording the start: %s", row.id, strerror(-r));
                 fail = "could not record the sandbox";
+                fail_status = 500;
+                goto failed;
+        }
+        /* No sandbox runs without its charge open: nothing is ever free by accident. */
+        if (m->ledger && (r = ledger_begin(m->ledger, row.id, key->id, key->owner, now, per_hour,
+                                                row.lease_ends_at)) < 0) {
+                log_error(rid, "sandbox %s: opening its charge: %s", row.id, strerror(-r));
+                fail = "could not record the sandbox's charge";
                 fail_status = 500;
                 goto failed;
         }
@@ -838,8 +1022,12 @@ int sandbox_delete(Manager *m, const KeyInfo *key, const char *id, const char *r
         return *ret ? 0 : -ENOMEM;
 }
 
+typedef struct ExtendArg {
+        int64_t seconds;
+} ExtendArg;
+
 static int op_extend(Manager *m, SandboxRow *row, void *arg, const char *rid, ApiError *e) {
-        int64_t seconds = *(int64_t *)arg;
+        int64_t seconds = ((const ExtendArg *)arg)->seconds;
         if (strcmp(row->state, "running") != 0)
                 return api_error(e, 409, "conflict", "create a new sandbox", "sandbox %s is %s, not running",
                                  row->id, row->state);
@@ -847,14 +1035,28 @@ static int op_extend(Manager *m, SandboxRow *row, void *arg, const char *rid, Ap
         int64_t base = row->lease_ends_at > now ? row->lease_ends_at : now;
         int64_t new_end = base + seconds;
         _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
-        json_t *max = spec ? json_object_get(spec, "maxCostMicros") : NULL;
-        if (json_is_integer(max)) {
-                uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
-                uint64_t total = (uint64_t)(row_run_seconds(row, now) + (new_end - now)) * per_hour / 3600u;
-                if (total > (uint64_t)json_integer_value(max))
-                        return api_error(e, 409, "budget_exceeded", "extend by fewer seconds",
-                                         "the lease would then cost %llu micro-dollars, above maxCostMicros %lld",
-                                         (unsigned long long)total, (long long)json_integer_value(max));
+        if (!spec)
+                return api_error(e, 500, "internal", NULL, "could not read the sandbox");
+        uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
+        /* The worst case of the sandbox's whole life with the new lease. */
+        int64_t life = row->run_seconds + (row->started_at ? new_end - row->started_at : seconds);
+        json_t *max = json_object_get(spec, "maxTotalCostMicros");
+        if (json_is_integer(max) && ledger_cost(per_hour, life) > (uint64_t)json_integer_value(max))
+                return budget_refusal(e, per_hour, life, 0, (uint64_t)json_integer_value(max), "maxTotalCostMicros",
+                                      "sandbox with this extension");
+        if (m->ledger) {
+                LedgerBudget budget;
+                LedgerRefusal refusal;
+                int r = ledger_key_budget(m->ledger, row->key_id, m->cfg->trial_allowance_seconds, &budget);
+                if (r == 0)
+                        r = ledger_reserve(m->ledger, row->key_id, row->owner, row->id, &budget,
+                                           (int64_t)ledger_cost_ceil(per_hour, life), life, new_end, now, &refusal);
+                if (r == -EDQUOT)
+                        return spending_refusal(e, &refusal, row->key_id);
+                if (r < 0) {
+                        log_error(rid, "extending %s: reserving: %s", row->id, strerror(-r));
+                        return api_error(e, 500, "internal", NULL, "could not reserve the new lease's cost");
+                }
         }
         row->lease_ends_at = new_end;
         int r = db_sandbox_update(m->db, row);
@@ -866,7 +1068,8 @@ static int op_extend(Manager *m, SandboxRow *row, void *arg, const char *rid, Ap
 }
 
 int sandbox_extend(Manager *m, const KeyInfo *key, const char *id, int64_t seconds, json_t **ret, ApiError *e) {
-        return with_row(m, key, id, op_extend, &seconds, NULL, ret, e);
+        ExtendArg a = { seconds };
+        return with_row(m, key, id, op_extend, &a, NULL, ret, e);
 }
 
 static int op_network(Manager *m, SandboxRow *row, void *arg, const char *rid, ApiError *e) {

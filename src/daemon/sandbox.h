@@ -13,6 +13,7 @@
 #include "daemon/channel.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
+#include "daemon/ledger.h"
 #include "daemon/request.h"
 
 typedef struct Manager Manager;
@@ -23,6 +24,9 @@ int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret);
  * gets driver->reap_orphan and becomes stopped ("daemon restarted"); then
  * leases already due are acted on. */
 int manager_recover(Manager *m);
+/* Meters running time into the ledger and holds reservations there (before
+ * manager_recover). */
+void manager_set_ledger(Manager *m, Ledger *ledger);
 /* Starts the thread that acts on lease ends and on sandboxes that died. */
 int manager_start(Manager *m);
 /* Stops the thread and every running sandbox (state stopped, files kept). */

@@ -158,16 +158,6 @@ static enum MHD_Result handle_info(Req *r) {
                                     (json_int_t)cfg->price_gib_hour_micros));
 }
 
-static enum MHD_Result handle_limits(Req *r) {
-        const KeyInfo *k = &r->key;
-        json_t *limit = k->daily_limit_micros >= 0 ? json_integer(k->daily_limit_micros) : json_null();
-        json_t *remaining = k->daily_limit_micros >= 0 ? json_integer(k->daily_limit_micros) : json_null();
-        return reply_json(r, 200,
-                          json_pack("{s:s,s:{s:o,s:i,s:o},s:b}", "access", k->full ? "full" : "read", "daily",
-                                    "limitMicros", limit, "usedMicros", 0, "remainingMicros", remaining, "trial",
-                                    k->trial));
-}
-
 static enum MHD_Result handle_metrics(Req *r) {
         char *text = metrics_render(r->srv->db);
         if (!text)
@@ -207,6 +197,7 @@ static enum MHD_Result dispatch(Req *r) {
         case ROUTE_FILES_REMOVE:
         case ROUTE_FILES_RENAME:
         case ROUTE_SANDBOX_STOP:
+        case ROUTE_KEYS_CREATE:
                 rc = request_body_parse(r->body ? r->body : "", r->body_len,
                                         r->route.kind == ROUTE_SANDBOX_CREATE || r->route.kind == ROUTE_SANDBOX_STOP,
                                         &body, &e);
@@ -224,6 +215,16 @@ static enum MHD_Result dispatch(Req *r) {
                 return handle_info(r);
         case ROUTE_LIMITS:
                 return handle_limits(r);
+        case ROUTE_USAGE:
+                return handle_usage(r);
+        case ROUTE_KEYS_LIST:
+                return handle_keys_list(r);
+        case ROUTE_KEYS_CREATE:
+                return handle_keys_create(r, body);
+        case ROUTE_KEY_REVOKE:
+                return handle_key_revoke(r);
+        case ROUTE_TRIAL:
+                return handle_trial(r);
         case ROUTE_METRICS:
                 return handle_metrics(r);
         case ROUTE_IMAGES:
@@ -239,6 +240,10 @@ static enum MHD_Result dispatch(Req *r) {
                 rc = request_parse_create(body, &lim, &cr, &e);
                 if (rc < 0)
                         return answer(r, rc, NULL, &e, 0);
+                if ((rc = keys_apply_trial_shape(&r->key, body, &cr, &e)) < 0) {
+                        create_request_done(&cr);
+                        return answer(r, rc, NULL, &e, 0);
+                }
                 rc = sandbox_create(s->manager, &r->key, &cr, r->rid, &j, &e);
                 create_request_done(&cr);
                 return answer(r, rc, j, &e, 201);
@@ -296,6 +301,7 @@ static enum MHD_Result dispatch(Req *r) {
 
 static bool route_has_json_body(RouteKind k) {
         switch (k) {
+        case ROUTE_KEYS_CREATE:
         case ROUTE_SANDBOX_CREATE:
         case ROUTE_SANDBOX_EXEC:
         case ROUTE_SANDBOX_EXTEND:
@@ -448,6 +454,11 @@ int server_new(const DaemonConfig *cfg, Db *db, Manager *m, Server **ret) {
         atomic_init(&s->building, false);
         *ret = s;
         return 0;
+}
+
+void server_set_guardrails(Server *s, Ledger *ledger, KeyStore *keys) {
+        s->ledger = ledger;
+        s->keys = keys;
 }
 
 int server_start(Server *s, int listen_fd) {

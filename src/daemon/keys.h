@@ -1,0 +1,57 @@
+#pragma once
+/*
+ * API keys as the guard rails see them: making, listing and revoking keys
+ * (on a database connection of their own), the trial key, and the shape a
+ * trial key's sandboxes take. The routes live in keys.c too.
+ *
+ * Who may make which key:
+ * - a full key of the `admin` owner without a daily limit (the key made at
+ *   first start, and such keys made with it) makes keys for any owner, with
+ *   any limit;
+ * - another full key without a daily limit makes keys for its own owner;
+ * - a full key with a daily limit makes read keys only (otherwise it could
+ *   multiply its own limit by making keys);
+ * - read and trial keys make none.
+ */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon/apierror.h"
+#include "daemon/db.h"
+#include "daemon/request.h"
+
+#define KEYS_ADMIN_OWNER "admin"
+#define KEYS_MAX_PER_OWNER 1000
+#define KEYS_MAX_NAME 64
+#define KEYS_MAX_OWNER 63
+/* $1e9 a day: anything above is a typo, not a limit. */
+#define KEYS_MAX_DAILY_LIMIT_MICROS 1000000000000000LL
+#define KEYS_TRIAL_VCPU_MAX 2u
+#define KEYS_TRIAL_MEMORY_DEFAULT_MIB 512u
+#define KEYS_TRIAL_MEMORY_MAX_MIB 2048u
+#define KEYS_TRIAL_ALLOWANCE_SECONDS (50 * 3600)
+
+typedef struct KeyStore KeyStore;
+
+int keystore_open(const char *db_path, KeyStore **ret);
+void keystore_close(KeyStore *k);
+
+bool keys_is_admin(const KeyInfo *k);
+/* Owner names: [a-z0-9][a-z0-9_-]{0,62}. */
+bool keys_owner_ok(const char *s);
+
+/* A new key: the secret (once) in ret_secret and the key's public JSON.
+ * -EUSERS when a trial key would pass max_trial; -EDQUOT when the owner has
+ * KEYS_MAX_PER_OWNER keys. */
+int keystore_create(KeyStore *ks, const char *name, const char *owner, bool full, int64_t daily_limit_micros,
+                    bool trial, unsigned max_trial, char ret_secret[64], json_t **ret);
+/* The keys of an owner (NULL: every owner), newest first, revoked ones
+ * included; never a secret or a hash. */
+int keystore_list(KeyStore *ks, const char *owner, json_t **ret);
+/* Revokes a key of `owner` (NULL: any owner). -ENOENT when there is no such
+ * unrevoked key; -EBUSY when it is the last full key of the admin owner. */
+int keystore_revoke(KeyStore *ks, const char *id, const char *owner, int64_t now, json_t **ret);
+
+/* A trial key's sandbox: smaller defaults and bounds. 400 naming the field. */
+int keys_apply_trial_shape(const KeyInfo *k, json_t *body, CreateRequest *req, ApiError *e);

@@ -1,0 +1,101 @@
+#pragma once
+/*
+ * The ledger: what sandboxes cost, in SQLite, on a connection of its own.
+ *
+ * - A charge is one run interval of a sandbox (started, ended, seconds,
+ *   micros). While it runs the interval is open and its `ended_at` is a
+ *   heartbeat the daemon moves forward every LEDGER_HEARTBEAT_SECONDS; after
+ *   a crash the interval is closed at its last heartbeat, so a sandbox is
+ *   billed at most that long short of the daemon's death, never twice.
+ * - Micros are exact on totals: the charge of an interval is
+ *   floor(p * (P + s) / 3600) - floor(p * P / 3600), with p the price per
+ *   hour, P the sandbox's seconds billed before it and s its own, so that the
+ *   charges of a sandbox always add up to floor(p * seconds / 3600).
+ * - A reservation holds a sandbox's worst case (its whole lease, priced as
+ *   busy) against its key's daily limit and trial allowance until it settles
+ *   at stop, delete or failure. The check and the insert are one
+ *   BEGIN IMMEDIATE transaction, so concurrent creates never overshoot.
+ */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define LEDGER_HEARTBEAT_SECONDS 2
+#define LEDGER_WINDOW_SECONDS 86400
+
+typedef struct Ledger Ledger;
+
+int ledger_open(const char *db_path, Ledger **ret);
+void ledger_close(Ledger *l);
+
+/* floor(per_hour * seconds / 3600) and its ceiling, without overflow for any
+ * price the daemon accepts. */
+uint64_t ledger_cost(uint64_t per_hour, int64_t seconds);
+uint64_t ledger_cost_ceil(uint64_t per_hour, int64_t seconds);
+
+/* What a key may spend: a rolling daily limit (-1: none) and, for a trial key,
+ * a lifetime allowance of sandbox-seconds (-1: none). */
+typedef struct LedgerBudget {
+        int64_t daily_limit_micros;
+        int64_t allowance_seconds;
+} LedgerBudget;
+
+/* The budget of a key as the keys table has it (revoked or not: a sandbox
+ * outlives its key's revocation until its lease ends). -ENOENT. */
+int ledger_key_budget(Ledger *l, const char *key_id, int64_t trial_allowance_seconds, LedgerBudget *ret);
+
+/* Why a reservation was refused, for the 402 message. */
+typedef struct LedgerRefusal {
+        bool allowance;          /* the trial allowance, not the daily limit */
+        int64_t limit;           /* micros, or seconds when allowance */
+        int64_t used;            /* settled charges in the window + open reservations (or seconds) */
+        int64_t wanted;          /* what this request would add */
+        int64_t frees_at;        /* unix time when the oldest charge leaves the window; 0: none */
+        int64_t reservations_end; /* the earliest end of an open reservation; 0: none */
+} LedgerRefusal;
+
+/* Sets the sandbox's reservation to `amount` micros and `seconds` of lease
+ * (the whole worst case of its life so far, not an increment), ending at
+ * expires_at, if the key's budget holds it. -EDQUOT with *ret_refusal when it
+ * does not; the reservation is then unchanged. */
+int ledger_reserve(Ledger *l, const char *key_id, const char *owner, const char *sandbox_id,
+                   const LedgerBudget *budget, int64_t amount, int64_t seconds, int64_t expires_at, int64_t now,
+                   LedgerRefusal *ret_refusal);
+/* Settles the sandbox's reservation without a charge (a create that failed
+ * before it ran). */
+int ledger_release(Ledger *l, const char *sandbox_id, int64_t now);
+
+/* Opens the sandbox's run interval at started_at; its reservation now ends
+ * with the lease. */
+int ledger_begin(Ledger *l, const char *sandbox_id, const char *key_id, const char *owner, int64_t started_at,
+                 uint64_t per_hour, int64_t lease_ends_at);
+/* Closes its open interval at `end` and settles its reservation, in one
+ * transaction. 0 also when nothing was open. */
+int ledger_settle(Ledger *l, const char *sandbox_id, int64_t end, int64_t now);
+/* After a crash: closes its open interval at the last heartbeat (at most
+ * `cap`), settles the reservation; *ret_end is where the interval was closed
+ * (-ENOENT when none was open). */
+int ledger_settle_at_heartbeat(Ledger *l, const char *sandbox_id, int64_t cap, int64_t now, int64_t *ret_end);
+/* Moves the heartbeat of every open interval to now. */
+int ledger_heartbeat(Ledger *l, int64_t now);
+/* Settles reservations whose sandbox is not starting or running any more
+ * (left by a crash between two steps). */
+int ledger_settle_orphans(Ledger *l, int64_t now);
+
+typedef struct LedgerKeyUse {
+        int64_t used_micros;     /* settled in the window + reserved */
+        int64_t settled_micros;  /* settled in the window */
+        int64_t reserved_micros; /* open reservations */
+        int64_t used_seconds;    /* all time, settled + reserved (for the trial allowance) */
+        int64_t frees_at;        /* see LedgerRefusal */
+} LedgerKeyUse;
+
+int ledger_key_use(Ledger *l, const char *key_id, int64_t now, LedgerKeyUse *ret);
+
+/* Usage of an owner's sandboxes in [since, until): charges prorated to the
+ * second, per sandbox and per key; open intervals count up to now. */
+int ledger_usage(Ledger *l, const char *owner, int64_t since, int64_t until, int64_t now, json_t **ret);
+/* Seconds and micros billed to one sandbox so far (open interval up to now,
+ * at most `cap` when cap > 0). */
+int ledger_sandbox_total(Ledger *l, const char *sandbox_id, int64_t now, int64_t cap, int64_t *ret_seconds,
+                         int64_t *ret_micros);
