@@ -1,0 +1,61 @@
+"""withruntime: the Python SDK of Runtime, secure sandboxes for AI agents.
+
+    from withruntime import Sandbox
+
+    with Sandbox.create(timeout_seconds=600) as sbx:
+        sbx.files.write("/workspace/hello.py", "print(6 * 7)")
+        print(sbx.exec("python3 hello.py").stdout)
+
+The daemon's address and key come from ``RUNTIME_BASE_URL`` and ``RUNTIME_API_KEY``, or from
+the daemon's own admin key file on the same machine. ``withruntime.tools.sandbox_tools`` turns a
+sandbox into four functions for LlamaIndex's ``FunctionTool.from_defaults``.
+"""
+
+from ._models import CommandResult, FileEntry, FileList, WriteResult
+from ._version import __version__
+from .async_sandbox import AsyncFiles, AsyncSandbox
+from .errors import (
+    APIConnectionError,
+    APIError,
+    APITimeoutError,
+    AuthenticationError,
+    BudgetExceededError,
+    ConfigurationError,
+    ConflictError,
+    InternalServerError,
+    InvalidRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    RateLimitError,
+    SpendingLimitError,
+    UnavailableError,
+)
+from .sandbox import Files, Sandbox
+
+__all__ = [
+    "__version__",
+    "Sandbox",
+    "AsyncSandbox",
+    "Files",
+    "AsyncFiles",
+    "CommandResult",
+    "FileEntry",
+    "FileList",
+    "WriteResult",
+    "APIError",
+    "APIConnectionError",
+    "APITimeoutError",
+    "ConfigurationError",
+    "InvalidRequestError",
+    "AuthenticationError",
+    "SpendingLimitError",
+    "PermissionDeniedError",
+    "NotFoundError",
+    "ConflictError",
+    "BudgetExceededError",
+    "PayloadTooLargeError",
+    "RateLimitError",
+    "InternalServerError",
+    "UnavailableError",
+]

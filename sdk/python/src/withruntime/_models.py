@@ -1,0 +1,469 @@
+"""Result types and the request building and answer parsing that the sync and async
+clients share, so the two differ only in how they wait."""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from urllib.parse import quote
+
+from .errors import APIConnectionError, APIError, InvalidRequestError, error_from_response
+
+# Python name -> the API's camelCase name, for POST /v1/sandboxes.
+CREATE_FIELDS: Dict[str, str] = {
+    "timeout_seconds": "timeoutSeconds",
+    "on_lease_end": "onLeaseEnd",
+    "vcpu": "vcpu",
+    "memory_mib": "memoryMiB",
+    "disk_mib": "diskMiB",
+    "network": "network",
+    "env": "env",
+    "image": "image",
+    "driver": "driver",
+    "name": "name",
+    "labels": "labels",
+    "max_cost_micros": "maxCostMicros",
+    "max_total_cost_micros": "maxTotalCostMicros",
+}
+CLIENT_OPTIONS = ("keep", "api_key", "base_url", "http_timeout")
+
+MAX_PATH_BYTES = 4096
+MAX_EXEC_TIMEOUT_SECONDS = 86400
+DEFAULT_EXEC_TIMEOUT_SECONDS = 60.0
+# Output kept per stream when the SDK itself gathers a streamed exec; the daemon never cuts a
+# stream, so without this a sandbox could fill the client's memory.
+DEFAULT_STREAM_KEEP_BYTES = 1024 * 1024
+# The HTTP wait for an exec is the command's own timeout plus this slack.
+EXEC_HTTP_SLACK_SECONDS = 30.0
+CREATE_HTTP_TIMEOUT_SECONDS = 180.0
+
+_SANDBOX_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def sandbox_path(sandbox_id: str, suffix: str = "") -> str:
+    return f"/v1/sandboxes/{quote(sandbox_id, safe='')}{suffix}"
+
+
+def check_sandbox_id(sandbox_id: Any) -> str:
+    if not isinstance(sandbox_id, str) or not _SANDBOX_ID.match(sandbox_id):
+        raise InvalidRequestError(
+            f"{sandbox_id!r} is not a sandbox id",
+            hint="sandbox ids look like sbx_9f2c4e1a7b3d5c6e8f01",
+        )
+    return sandbox_id
+
+
+def check_path(path: Any, what: str = "path") -> str:
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise InvalidRequestError(f"{what} must be a string, not {type(path).__name__}")
+    if not path:
+        raise InvalidRequestError(f"{what} is empty")
+    if "\x00" in path:
+        raise InvalidRequestError(f"{what} contains a NUL byte")
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise InvalidRequestError(f"{what} is longer than {MAX_PATH_BYTES} bytes")
+    return path
+
+
+def _suggest(name: str, valid: Sequence[str]) -> str:
+    low = name.lower()
+    for py, api in CREATE_FIELDS.items():
+        if low == api.lower():
+            return py
+    starts = [v for v in valid if v.startswith(low)]
+    if starts:
+        return starts[0]
+    # The sandbox's own fields first: a near miss is more likely one of them.
+    for group in (list(CREATE_FIELDS), list(valid)):
+        close = difflib.get_close_matches(low, group, n=1, cutoff=0.6)
+        if close:
+            return close[0]
+    return ""
+
+
+def build_create_body(fields: Mapping[str, Any]) -> Dict[str, Any]:
+    """Map Python keyword names to the API's; an unknown name is a TypeError naming the
+    nearest valid one."""
+    body: Dict[str, Any] = {}
+    valid = list(CREATE_FIELDS) + list(CLIENT_OPTIONS)
+    for name, value in fields.items():
+        api_name = CREATE_FIELDS.get(name)
+        if api_name is None:
+            near = _suggest(name, valid)
+            hint = f"; did you mean {near!r}?" if near else ""
+            raise TypeError(
+                f"Sandbox.create() got an unexpected keyword argument {name!r}{hint} "
+                f"(valid: {', '.join(valid)})"
+            )
+        if value is not None:
+            body[api_name] = value
+    return body
+
+
+def build_exec_body(
+    command: Union[str, Sequence[str]],
+    *,
+    cwd: Optional[str],
+    env: Optional[Mapping[str, str]],
+    stdin: Union[str, bytes, None],
+    timeout_seconds: Optional[float],
+    stream: bool,
+    max_output_bytes: Optional[int],
+) -> Tuple[Dict[str, Any], float]:
+    """The body of POST :exec and how long to wait for its answer."""
+    body: Dict[str, Any] = {}
+    if isinstance(command, str):
+        if not command:
+            raise InvalidRequestError("command is empty")
+        body["command"] = command
+    elif isinstance(command, (list, tuple)):
+        if not command:
+            raise InvalidRequestError("argv is empty", hint="pass at least the program to run")
+        if not all(isinstance(a, str) for a in command):
+            raise InvalidRequestError("every argv element must be a string")
+        body["argv"] = list(command)
+    else:
+        raise InvalidRequestError(
+            f"command must be a string (run by bash -c) or a list of strings (argv), "
+            f"not {type(command).__name__}"
+        )
+    if cwd is not None:
+        body["cwd"] = check_path(cwd, "cwd")
+    if env:
+        body["env"] = {str(k): str(v) for k, v in env.items()}
+    if stdin is not None:
+        if isinstance(stdin, str):
+            body["stdin"] = stdin
+        elif isinstance(stdin, (bytes, bytearray, memoryview)):
+            body["stdinBase64"] = base64.b64encode(bytes(stdin)).decode("ascii")
+        else:
+            raise InvalidRequestError(f"stdin must be str or bytes, not {type(stdin).__name__}")
+    seconds = DEFAULT_EXEC_TIMEOUT_SECONDS if timeout_seconds is None else timeout_seconds
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise InvalidRequestError("timeout_seconds must be a number")
+    if not 0 < seconds <= MAX_EXEC_TIMEOUT_SECONDS:
+        raise InvalidRequestError(
+            f"timeout_seconds must be in (0, {MAX_EXEC_TIMEOUT_SECONDS}], not {seconds}"
+        )
+    body["timeoutMs"] = max(1, int(round(seconds * 1000)))
+    if stream:
+        body["stream"] = True
+    elif max_output_bytes is not None:
+        body["maxOutputBytes"] = int(max_output_bytes)
+    return body, float(seconds) + EXEC_HTTP_SLACK_SECONDS
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command did. A timeout is a result: ``timed_out`` is True and ``exit_code`` 137."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_ms: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0 within its timeout."""
+        return self.exit_code == 0 and not self.timed_out
+
+
+def parse_exec_result(data: Any) -> CommandResult:
+    if not isinstance(data, Mapping) or not isinstance(data.get("exitCode"), int):
+        raise APIConnectionError("the daemon's exec answer has no exitCode")
+    return CommandResult(
+        exit_code=int(data["exitCode"]),
+        stdout=str(data.get("stdout") or ""),
+        stderr=str(data.get("stderr") or ""),
+        timed_out=bool(data.get("timedOut", False)),
+        stdout_truncated=bool(data.get("stdoutTruncated", False)),
+        stderr_truncated=bool(data.get("stderrTruncated", False)),
+        duration_ms=int(data.get("durationMs") or 0),
+    )
+
+
+class _Tail:
+    """Keeps the last ``limit`` bytes of a stream (errors and results come at its end)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.buf = bytearray()
+        self.truncated = False
+
+    def add(self, text: str) -> None:
+        self.buf += text.encode("utf-8", "surrogatepass")
+        if len(self.buf) > self.limit:
+            del self.buf[: len(self.buf) - self.limit]
+            self.truncated = True
+
+    def text(self) -> str:
+        data = bytes(self.buf)
+        if self.truncated:
+            # Do not start in the middle of a UTF-8 character.
+            i = 0
+            while i < len(data) and i < 4 and (data[i] & 0xC0) == 0x80:
+                i += 1
+            data = data[i:]
+        return data.decode("utf-8", "replace")
+
+
+class ExecStream:
+    """Folds the NDJSON events of a streamed exec into a :class:`CommandResult`."""
+
+    def __init__(self, keep_bytes: int = DEFAULT_STREAM_KEEP_BYTES) -> None:
+        self.stdout = _Tail(keep_bytes)
+        self.stderr = _Tail(keep_bytes)
+        self.result: Optional[CommandResult] = None
+        self.pid: Optional[int] = None
+
+    def feed(self, line: str) -> Tuple[str, str]:
+        """Returns ("stdout"|"stderr", data) for output, ("", "") otherwise; raises the
+        API error an ``error`` event carries."""
+        line = line.strip()
+        if not line:
+            return "", ""
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            raise APIConnectionError("the daemon sent an exec event that is not JSON") from None
+        if not isinstance(ev, dict):
+            raise APIConnectionError("the daemon sent an exec event that is not an object")
+        kind = ev.get("type")
+        if kind in ("stdout", "stderr"):
+            data = ev.get("data")
+            data = data if isinstance(data, str) else ""
+            (self.stdout if kind == "stdout" else self.stderr).add(data)
+            return kind, data
+        if kind == "start":
+            pid = ev.get("pid")
+            self.pid = pid if isinstance(pid, int) else None
+        elif kind == "exit":
+            code = ev.get("exitCode")
+            self.result = CommandResult(
+                exit_code=code if isinstance(code, int) else -1,
+                stdout=self.stdout.text(),
+                stderr=self.stderr.text(),
+                timed_out=bool(ev.get("timedOut", False)),
+                stdout_truncated=self.stdout.truncated,
+                stderr_truncated=self.stderr.truncated,
+                duration_ms=int(ev.get("durationMs") or 0),
+            )
+        elif kind == "error":
+            err = ev.get("error")
+            status = err.get("status") if isinstance(err, dict) else None
+            raise error_from_response(
+                status if isinstance(status, int) else 500, {"error": err}
+            )
+        return "", ""
+
+    def finish(self) -> CommandResult:
+        if self.result is None:
+            raise APIConnectionError(
+                "the exec stream ended before the command's exit was reported",
+                hint="the daemon or the sandbox may have stopped; check the sandbox's state",
+            )
+        return self.result
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file, directory or link inside the sandbox."""
+
+    path: str
+    name: str
+    type: str
+    size: int = 0
+    mode: int = 0
+    mtime: Optional[str] = None
+    target: Optional[str] = None
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        return self.type == "file"
+
+
+def parse_entry(data: Any) -> FileEntry:
+    if not isinstance(data, Mapping) or not isinstance(data.get("path"), str):
+        raise APIConnectionError("the daemon sent a file entry without a path")
+    path = data["path"]
+    return FileEntry(
+        path=path,
+        name=str(data.get("name") or path.rstrip("/").rsplit("/", 1)[-1]),
+        type=str(data.get("type") or "other"),
+        size=int(data.get("size") or 0),
+        mode=int(data.get("mode") or 0),
+        mtime=data.get("mtime") if isinstance(data.get("mtime"), str) else None,
+        target=data.get("target") if isinstance(data.get("target"), str) else None,
+    )
+
+
+class FileList(List[FileEntry]):
+    """A list of entries; ``truncated`` is True when the daemon stopped at its entry limit."""
+
+    truncated: bool = False
+
+
+def parse_list(data: Any) -> FileList:
+    out = FileList()
+    entries = data.get("entries") if isinstance(data, Mapping) else None
+    for e in entries if isinstance(entries, list) else []:
+        out.append(parse_entry(e))
+    out.truncated = bool(data.get("truncated", False)) if isinstance(data, Mapping) else False
+    return out
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """Where a write landed (the absolute path in the sandbox) and how many bytes it holds."""
+
+    path: str
+    size: int
+
+
+def parse_write(data: Any, fallback_path: str, fallback_size: int) -> WriteResult:
+    if isinstance(data, Mapping):
+        size = data.get("size")
+        return WriteResult(
+            path=str(data.get("path") or fallback_path),
+            size=size if isinstance(size, int) else fallback_size,
+        )
+    return WriteResult(path=fallback_path, size=fallback_size)
+
+
+def encode_content(data: Union[str, bytes, bytearray, memoryview]) -> bytes:
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise InvalidRequestError(f"data must be str or bytes, not {type(data).__name__}")
+
+
+def check_depth(depth: Any) -> int:
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 10:
+        raise InvalidRequestError(f"depth must be an integer from 1 to 10, not {depth!r}")
+    return depth
+
+
+class SandboxInfo:
+    """Read-only views of the sandbox object the daemon last answered."""
+
+    _data: Dict[str, Any]
+
+    @property
+    def data(self) -> Dict[str, Any]:
+        """The sandbox object as the API last returned it (camelCase names)."""
+        return dict(self._data)
+
+    @property
+    def id(self) -> str:
+        return str(self._data["id"])
+
+    @property
+    def state(self) -> str:
+        return str(self._data.get("state", "unknown"))
+
+    @property
+    def name(self) -> Optional[str]:
+        return self._data.get("name")
+
+    @property
+    def labels(self) -> Dict[str, str]:
+        return dict(self._data.get("labels") or {})
+
+    @property
+    def driver(self) -> Optional[str]:
+        return self._data.get("driver")
+
+    @property
+    def image(self) -> Optional[str]:
+        return self._data.get("image")
+
+    @property
+    def vcpu(self) -> Optional[int]:
+        return self._data.get("vcpu")
+
+    @property
+    def memory_mib(self) -> Optional[int]:
+        return self._data.get("memoryMiB")
+
+    @property
+    def disk_mib(self) -> Optional[int]:
+        return self._data.get("diskMiB")
+
+    @property
+    def network(self) -> Dict[str, Any]:
+        return dict(self._data.get("network") or {})
+
+    @property
+    def timeout_seconds(self) -> Optional[int]:
+        return self._data.get("timeoutSeconds")
+
+    @property
+    def on_lease_end(self) -> Optional[str]:
+        return self._data.get("onLeaseEnd")
+
+    @property
+    def created_at(self) -> Optional[str]:
+        return self._data.get("createdAt")
+
+    @property
+    def lease_ends_at(self) -> Optional[str]:
+        return self._data.get("leaseEndsAt")
+
+    @property
+    def cost_micros(self) -> Optional[int]:
+        return self._data.get("costMicros")
+
+    @property
+    def cost_micros_per_hour(self) -> Optional[int]:
+        return self._data.get("costMicrosPerHour")
+
+    @property
+    def run_seconds(self) -> Optional[int]:
+        return self._data.get("runSeconds")
+
+    @property
+    def max_cost_micros(self) -> Optional[int]:
+        return self._data.get("maxCostMicros")
+
+    @property
+    def max_total_cost_micros(self) -> Optional[int]:
+        return self._data.get("maxTotalCostMicros")
+
+    @property
+    def failure_reason(self) -> Optional[str]:
+        return self._data.get("failureReason")
+
+    def _set_data(self, data: Any) -> None:
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+            raise APIConnectionError("the daemon's answer is not a sandbox object")
+        self._data = data
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self._data.get('id')!r}, state={self.state!r})"
+
+
+def is_gone(exc: APIError) -> bool:
+    return exc.code == "not_found"
+
+
+__all__ = [
+    "CommandResult",
+    "FileEntry",
+    "FileList",
+    "WriteResult",
+]

@@ -1,0 +1,306 @@
+"""The asyncio client: :class:`AsyncSandbox` and its :class:`AsyncFiles`, with the same names
+as the blocking client, awaitable."""
+
+from __future__ import annotations
+
+import inspect
+from types import TracebackType
+from typing import Any, Awaitable, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Type, Union
+
+from ._config import resolve_api_key, resolve_endpoint
+from ._http import AsyncHTTP
+from ._models import (
+    CREATE_HTTP_TIMEOUT_SECONDS,
+    DEFAULT_STREAM_KEEP_BYTES,
+    CommandResult,
+    ExecStream,
+    FileEntry,
+    FileList,
+    SandboxInfo,
+    WriteResult,
+    build_create_body,
+    build_exec_body,
+    check_depth,
+    check_path,
+    check_sandbox_id,
+    encode_content,
+    parse_entry,
+    parse_exec_result,
+    parse_list,
+    parse_write,
+    sandbox_path,
+)
+from .errors import APIError, InvalidRequestError, NotFoundError
+
+AsyncOutputCallback = Callable[[str], Union[Any, Awaitable[Any]]]
+
+
+def _connect(
+    api_key: Optional[str], base_url: Optional[str], http_timeout: Optional[float], transport: Any
+) -> AsyncHTTP:
+    endpoint = resolve_endpoint(base_url)
+    return AsyncHTTP(endpoint, resolve_api_key(api_key), timeout=http_timeout, transport=transport)
+
+
+class _Creating:
+    """What :meth:`AsyncSandbox.create` returns: await it for the sandbox, or use it directly
+    in ``async with`` to delete the sandbox when the block ends."""
+
+    def __init__(self, make: Callable[[], Awaitable["AsyncSandbox"]]) -> None:
+        self._make = make
+        self._sbx: Optional[AsyncSandbox] = None
+
+    def __await__(self) -> Generator[Any, None, "AsyncSandbox"]:
+        return self._make().__await__()
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        self._sbx = await self._make()
+        return self._sbx
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if self._sbx is not None:
+            await self._sbx.__aexit__(exc_type, exc, tb)
+
+
+class AsyncSandbox(SandboxInfo):
+    """A sandbox on a Runtime daemon, for asyncio code.
+
+    ``sbx = await AsyncSandbox.create(...)`` or ``async with AsyncSandbox.create(...) as sbx:``
+    (the sandbox is deleted when the block ends unless ``keep=True``).
+    """
+
+    def __init__(self, http: AsyncHTTP, data: Dict[str, Any], *, keep: bool = True, owns_http: bool = True) -> None:
+        self._http = http
+        self._owns_http = owns_http
+        self._keep = keep
+        self._set_data(data)
+        self.files = AsyncFiles(self)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        keep: bool = False,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        http_timeout: Optional[float] = None,
+        _transport: Any = None,
+        **fields: Any,
+    ) -> _Creating:
+        """Create and start a sandbox; the fields are those of :meth:`Sandbox.create`."""
+        body = build_create_body(fields)
+
+        async def make() -> "AsyncSandbox":
+            http = _connect(api_key, base_url, http_timeout, _transport)
+            try:
+                data = await http.request(
+                    "POST", "/v1/sandboxes", json_body=body, timeout=CREATE_HTTP_TIMEOUT_SECONDS
+                )
+                return cls(http, data, keep=keep)
+            except BaseException:
+                await http.aclose()
+                raise
+
+        return _Creating(make)
+
+    @classmethod
+    async def connect(
+        cls,
+        sandbox_id: str,
+        *,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        http_timeout: Optional[float] = None,
+        _transport: Any = None,
+    ) -> "AsyncSandbox":
+        """Attach to an existing sandbox. An ``async with`` block on it does not delete it."""
+        check_sandbox_id(sandbox_id)
+        http = _connect(api_key, base_url, http_timeout, _transport)
+        try:
+            data = await http.request("GET", sandbox_path(sandbox_id))
+            return cls(http, data, keep=True)
+        except BaseException:
+            await http.aclose()
+            raise
+
+    @classmethod
+    async def list(
+        cls,
+        *,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        _transport: Any = None,
+    ) -> List["AsyncSandbox"]:
+        """The caller's sandboxes, newest first."""
+        http = _connect(api_key, base_url, None, _transport)
+        try:
+            data = await http.request("GET", "/v1/sandboxes")
+            items = data.get("sandboxes") if isinstance(data, dict) else None
+            out = [cls(http, d, keep=True, owns_http=False) for d in (items or [])]
+        except BaseException:
+            await http.aclose()
+            raise
+        if not out:
+            await http.aclose()
+        return out
+
+    async def refresh(self) -> "AsyncSandbox":
+        self._set_data(await self._http.request("GET", sandbox_path(self.id)))
+        return self
+
+    async def stop(self) -> "AsyncSandbox":
+        self._set_data(await self._http.request("POST", sandbox_path(self.id, ":stop")))
+        return self
+
+    async def extend(self, seconds: int) -> "AsyncSandbox":
+        if isinstance(seconds, bool) or not isinstance(seconds, int):
+            raise InvalidRequestError(f"seconds must be an integer, not {type(seconds).__name__}")
+        self._set_data(
+            await self._http.request("POST", sandbox_path(self.id, ":extend"), json_body={"seconds": seconds})
+        )
+        return self
+
+    async def set_network(self, network: Mapping[str, Any]) -> "AsyncSandbox":
+        self._set_data(
+            await self._http.request("PUT", sandbox_path(self.id, "/network"), json_body=dict(network))
+        )
+        return self
+
+    async def delete(self) -> None:
+        await self._http.request("DELETE", sandbox_path(self.id))
+        self._data["state"] = "deleted"
+
+    async def close(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            if not self._keep:
+                try:
+                    await self.delete()
+                except NotFoundError:
+                    pass
+                except APIError:
+                    if exc_type is None:
+                        raise
+        finally:
+            await self.close()
+
+    async def exec(
+        self,
+        command: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Union[str, bytes, None] = None,
+        timeout_seconds: Optional[float] = 60,
+        on_stdout: Optional[AsyncOutputCallback] = None,
+        on_stderr: Optional[AsyncOutputCallback] = None,
+        max_output_bytes: Optional[int] = None,
+    ) -> CommandResult:
+        """As :meth:`Sandbox.exec`; the callbacks may be plain functions or coroutines."""
+        stream = on_stdout is not None or on_stderr is not None
+        body, wait = build_exec_body(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_seconds=timeout_seconds,
+            stream=stream,
+            max_output_bytes=max_output_bytes,
+        )
+        path = sandbox_path(self.id, ":exec")
+        if not stream:
+            return parse_exec_result(await self._http.request("POST", path, json_body=body, timeout=wait))
+        folded = ExecStream(max_output_bytes if max_output_bytes is not None else DEFAULT_STREAM_KEEP_BYTES)
+        async with self._http.stream_lines("POST", path, json_body=body, timeout=wait) as lines:
+            async for line in lines:
+                kind, data = folded.feed(line)
+                cb = on_stdout if kind == "stdout" else on_stderr if kind == "stderr" else None
+                if cb is not None:
+                    ret = cb(data)
+                    if inspect.isawaitable(ret):
+                        await ret
+                if folded.result is not None:
+                    break
+        return folded.finish()
+
+
+class AsyncFiles:
+    """File operations inside one sandbox, awaitable."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sbx = sandbox
+
+    def _url(self, suffix: str) -> str:
+        return sandbox_path(self._sbx.id, suffix)
+
+    async def read(self, path: str) -> bytes:
+        p = check_path(path)
+        data: bytes = await self._sbx._http.request(
+            "GET", self._url("/files/content"), params={"path": p}, raw=True
+        )
+        return data
+
+    async def read_text(self, path: str, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return (await self.read(path)).decode(encoding, errors)
+
+    async def write(
+        self, path: str, data: Union[str, bytes, bytearray, memoryview], *, mode: Optional[int] = None
+    ) -> WriteResult:
+        p = check_path(path)
+        params: Dict[str, Union[str, int]] = {"path": p}
+        if mode is not None:
+            params["mode"] = format(int(mode), "o")
+        content = encode_content(data)
+        out = await self._sbx._http.request("PUT", self._url("/files/content"), params=params, content=content)
+        return parse_write(out, p, len(content))
+
+    async def list(self, path: str = "/workspace", depth: int = 1) -> FileList:
+        p = check_path(path)
+        d = check_depth(depth)
+        return parse_list(
+            await self._sbx._http.request("GET", self._url("/files/list"), params={"path": p, "depth": d})
+        )
+
+    async def stat(self, path: str) -> FileEntry:
+        p = check_path(path)
+        return parse_entry(await self._sbx._http.request("GET", self._url("/files/stat"), params={"path": p}))
+
+    async def exists(self, path: str) -> bool:
+        try:
+            await self.stat(path)
+        except NotFoundError:
+            return False
+        return True
+
+    async def mkdir(self, path: str, *, parents: bool = True) -> None:
+        p = check_path(path)
+        await self._sbx._http.request(
+            "POST", self._url("/files:mkdir"), json_body={"path": p, "parents": bool(parents)}
+        )
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        p = check_path(path)
+        await self._sbx._http.request(
+            "POST", self._url("/files:remove"), json_body={"path": p, "recursive": bool(recursive)}
+        )
+
+    async def rename(self, src: str, dst: str) -> None:
+        s = check_path(src, "src")
+        d = check_path(dst, "dst")
+        await self._sbx._http.request("POST", self._url("/files:rename"), json_body={"from": s, "to": d})

@@ -1,0 +1,311 @@
+"""The blocking client: :class:`Sandbox` and its :class:`Files`."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union
+
+from ._config import resolve_api_key, resolve_endpoint
+from ._http import SyncHTTP
+from ._models import (
+    CREATE_HTTP_TIMEOUT_SECONDS,
+    DEFAULT_STREAM_KEEP_BYTES,
+    CommandResult,
+    ExecStream,
+    FileEntry,
+    FileList,
+    SandboxInfo,
+    WriteResult,
+    build_create_body,
+    build_exec_body,
+    check_depth,
+    check_path,
+    check_sandbox_id,
+    encode_content,
+    parse_entry,
+    parse_exec_result,
+    parse_list,
+    parse_write,
+    sandbox_path,
+)
+from .errors import APIError, InvalidRequestError, NotFoundError
+
+OutputCallback = Callable[[str], Any]
+FileData = Union[str, bytes, bytearray, memoryview, IO[bytes]]
+_UPLOAD_CHUNK = 1024 * 1024
+
+
+def _connect(
+    api_key: Optional[str], base_url: Optional[str], http_timeout: Optional[float], transport: Any
+) -> SyncHTTP:
+    endpoint = resolve_endpoint(base_url)
+    return SyncHTTP(endpoint, resolve_api_key(api_key), timeout=http_timeout, transport=transport)
+
+
+class Sandbox(SandboxInfo):
+    """A sandbox on a Runtime daemon.
+
+    Make one with :meth:`create` or attach to one with :meth:`connect`. As a context manager
+    it deletes the sandbox when the block ends, unless it was created with ``keep=True``.
+    Safe to use from several threads at once.
+    """
+
+    def __init__(self, http: SyncHTTP, data: Dict[str, Any], *, keep: bool = True, owns_http: bool = True) -> None:
+        self._http = http
+        self._owns_http = owns_http
+        self._keep = keep
+        self._set_data(data)
+        self.files = Files(self)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        keep: bool = False,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        http_timeout: Optional[float] = None,
+        _transport: Any = None,
+        **fields: Any,
+    ) -> "Sandbox":
+        """Create and start a sandbox; returns once it is running.
+
+        Fields (all optional, the API's defaults apply): ``timeout_seconds``, ``on_lease_end``
+        (``"stop"`` or ``"delete"``), ``vcpu``, ``memory_mib``, ``disk_mib``, ``network``
+        (``{"internet": bool, "allow": [...], "deny": [...]}``), ``env``, ``image``,
+        ``driver``, ``name``, ``labels``, ``max_cost_micros``, ``max_total_cost_micros``.
+
+        ``keep=True`` leaves the sandbox running after a ``with`` block. ``api_key`` and
+        ``base_url`` override ``RUNTIME_API_KEY`` and ``RUNTIME_BASE_URL``.
+        """
+        body = build_create_body(fields)
+        http = _connect(api_key, base_url, http_timeout, _transport)
+        try:
+            data = http.request("POST", "/v1/sandboxes", json_body=body, timeout=CREATE_HTTP_TIMEOUT_SECONDS)
+            return cls(http, data, keep=keep)
+        except BaseException:
+            http.close()
+            raise
+
+    @classmethod
+    def connect(
+        cls,
+        sandbox_id: str,
+        *,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        http_timeout: Optional[float] = None,
+        _transport: Any = None,
+    ) -> "Sandbox":
+        """Attach to an existing sandbox. A ``with`` block on it does not delete it."""
+        check_sandbox_id(sandbox_id)
+        http = _connect(api_key, base_url, http_timeout, _transport)
+        try:
+            data = http.request("GET", sandbox_path(sandbox_id))
+            return cls(http, data, keep=True)
+        except BaseException:
+            http.close()
+            raise
+
+    @classmethod
+    def list(
+        cls,
+        *,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        _transport: Any = None,
+    ) -> List["Sandbox"]:
+        """The caller's sandboxes, newest first. They share one connection pool."""
+        http = _connect(api_key, base_url, None, _transport)
+        try:
+            data = http.request("GET", "/v1/sandboxes")
+            items = data.get("sandboxes") if isinstance(data, dict) else None
+            out = [cls(http, d, keep=True, owns_http=False) for d in (items or [])]
+        except BaseException:
+            http.close()
+            raise
+        if not out:
+            http.close()
+        return out
+
+    def refresh(self) -> "Sandbox":
+        """Reload the sandbox's state from the daemon."""
+        self._set_data(self._http.request("GET", sandbox_path(self.id)))
+        return self
+
+    def stop(self) -> "Sandbox":
+        """Kill every process and keep the files. Stopping a stopped sandbox does nothing."""
+        self._set_data(self._http.request("POST", sandbox_path(self.id, ":stop")))
+        return self
+
+    def extend(self, seconds: int) -> "Sandbox":
+        """Renew the lease: it now ends ``seconds`` after the later of now and its old end."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int):
+            raise InvalidRequestError(f"seconds must be an integer, not {type(seconds).__name__}")
+        self._set_data(
+            self._http.request("POST", sandbox_path(self.id, ":extend"), json_body={"seconds": seconds})
+        )
+        return self
+
+    def set_network(self, network: Mapping[str, Any]) -> "Sandbox":
+        """Replace the egress policy; it applies to new connections."""
+        self._set_data(self._http.request("PUT", sandbox_path(self.id, "/network"), json_body=dict(network)))
+        return self
+
+    def delete(self) -> None:
+        """Stop the sandbox and remove its files and everything it had on the host."""
+        self._http.request("DELETE", sandbox_path(self.id))
+        self._data["state"] = "deleted"
+
+    def close(self) -> None:
+        """Release the HTTP connections (the sandbox itself is left as it is)."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            if not self._keep:
+                try:
+                    self.delete()
+                except NotFoundError:
+                    pass
+                except APIError:
+                    # Do not hide the error that ended the block behind a cleanup failure.
+                    if exc_type is None:
+                        raise
+        finally:
+            self.close()
+
+    # -- commands ------------------------------------------------------------------------
+
+    def exec(
+        self,
+        command: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Union[str, bytes, None] = None,
+        timeout_seconds: Optional[float] = 60,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        max_output_bytes: Optional[int] = None,
+    ) -> CommandResult:
+        """Run a command and wait for it.
+
+        A string runs under ``bash -c``; a list runs as argv with no shell. With ``on_stdout``
+        or ``on_stderr`` the output is streamed to them as it happens. A timeout is a result
+        (``timed_out=True``, exit code 137), not an exception. ``max_output_bytes`` bounds
+        the output kept per stream (its end is kept).
+        """
+        stream = on_stdout is not None or on_stderr is not None
+        body, wait = build_exec_body(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_seconds=timeout_seconds,
+            stream=stream,
+            max_output_bytes=max_output_bytes,
+        )
+        path = sandbox_path(self.id, ":exec")
+        if not stream:
+            return parse_exec_result(self._http.request("POST", path, json_body=body, timeout=wait))
+        folded = ExecStream(max_output_bytes if max_output_bytes is not None else DEFAULT_STREAM_KEEP_BYTES)
+        with self._http.stream_lines("POST", path, json_body=body, timeout=wait) as lines:
+            for line in lines:
+                kind, data = folded.feed(line)
+                if kind == "stdout" and on_stdout is not None:
+                    on_stdout(data)
+                elif kind == "stderr" and on_stderr is not None:
+                    on_stderr(data)
+                if folded.result is not None:
+                    break
+        return folded.finish()
+
+
+class Files:
+    """File operations inside one sandbox. Relative paths are relative to ``/workspace``."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sbx = sandbox
+
+    def _url(self, suffix: str) -> str:
+        return sandbox_path(self._sbx.id, suffix)
+
+    def read(self, path: str) -> bytes:
+        """The file's bytes."""
+        p = check_path(path)
+        data: bytes = self._sbx._http.request("GET", self._url("/files/content"), params={"path": p}, raw=True)
+        return data
+
+    def read_text(self, path: str, encoding: str = "utf-8", errors: str = "strict") -> str:
+        """The file decoded as text."""
+        return self.read(path).decode(encoding, errors)
+
+    def write(self, path: str, data: FileData, *, mode: Optional[int] = None) -> WriteResult:
+        """Write a whole file atomically, making parent directories. ``data`` is str (written as
+        UTF-8), bytes, or a binary file object. ``mode`` is the permission bits (e.g. 0o755)."""
+        p = check_path(path)
+        params: Dict[str, Union[str, int]] = {"path": p}
+        if mode is not None:
+            params["mode"] = format(int(mode), "o")
+        if hasattr(data, "read") and not isinstance(data, (str, bytes, bytearray, memoryview)):
+            f: Any = data
+
+            def chunks() -> Any:
+                while True:
+                    chunk = f.read(_UPLOAD_CHUNK)
+                    if not chunk:
+                        return
+                    yield chunk
+
+            out = self._sbx._http.request("PUT", self._url("/files/content"), params=params, content=chunks())
+            return parse_write(out, p, -1)
+        content = encode_content(data)
+        out = self._sbx._http.request("PUT", self._url("/files/content"), params=params, content=content)
+        return parse_write(out, p, len(content))
+
+    def list(self, path: str = "/workspace", depth: int = 1) -> FileList:
+        """Entries under ``path`` down to ``depth`` levels (1..10). ``.truncated`` says whether
+        the daemon stopped at its limit."""
+        p = check_path(path)
+        d = check_depth(depth)
+        return parse_list(self._sbx._http.request("GET", self._url("/files/list"), params={"path": p, "depth": d}))
+
+    def stat(self, path: str) -> FileEntry:
+        """One entry; raises NotFoundError when there is none."""
+        p = check_path(path)
+        return parse_entry(self._sbx._http.request("GET", self._url("/files/stat"), params={"path": p}))
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.stat(path)
+        except NotFoundError:
+            return False
+        return True
+
+    def mkdir(self, path: str, *, parents: bool = True) -> None:
+        p = check_path(path)
+        self._sbx._http.request("POST", self._url("/files:mkdir"), json_body={"path": p, "parents": bool(parents)})
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        """Remove a file, an empty directory, or with ``recursive=True`` a whole tree."""
+        p = check_path(path)
+        self._sbx._http.request(
+            "POST", self._url("/files:remove"), json_body={"path": p, "recursive": bool(recursive)}
+        )
+
+    def rename(self, src: str, dst: str) -> None:
+        s = check_path(src, "src")
+        d = check_path(dst, "dst")
+        self._sbx._http.request("POST", self._url("/files:rename"), json_body={"from": s, "to": d})
