@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -42,9 +44,10 @@ typedef enum StreamKind {
         STREAM_EXEC,
         STREAM_READ,
         STREAM_WRITE,
+        STREAM_RELAY, /* a connection to the egress relay, opened by us */
 } StreamKind;
 
-enum { PIPE_IN, PIPE_OUT, PIPE_ERR };
+enum { PIPE_IN, PIPE_OUT, PIPE_ERR, RELAY_SOCK };
 
 typedef struct Stream {
         uint32_t id;
@@ -75,6 +78,13 @@ typedef struct Stream {
 
         /* write */
         FsWrite *write;
+
+        /* relay: the client's socket; its bytes go out as DATA fd 0, the
+         * host's DATA fd 1 is queued in in_head and written to it. */
+        int sock;
+        bool sock_eof;  /* the client sent everything (EOF fd 0 sent) */
+        bool wr_shut;   /* the host sent everything and it was written */
+        bool host_done; /* the proxy answered RESULT: finished once in_head is written */
 } Stream;
 
 typedef struct OutFrame {
@@ -93,6 +103,8 @@ struct Agent {
         size_t n_streams;
         bool quit;
         int exit_status;
+        int relay_fd; /* listening on 127.0.0.1:AGENT_RELAY_PORT, or -1 */
+        uint32_t next_even;
 };
 
 static void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -241,6 +253,8 @@ static void stream_free(Stream *s) {
         for (int i = 0; i < 3; i++)
                 close_fd(&s->fds[i]);
         close_fd(&s->file_fd);
+        if (s->kind == STREAM_RELAY)
+                close_fd(&s->sock);
         while (s->in_head) {
                 Chunk *c = s->in_head;
                 s->in_head = c->next;
@@ -487,7 +501,7 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
 }
 
 static void handle_data(Agent *a, Stream *s, uint8_t fd, const uint8_t *p, size_t n) {
-        if (fd != PROTO_FD_IN)
+        if (fd != (s->kind == STREAM_RELAY ? PROTO_FD_OUT : PROTO_FD_IN))
                 return;
         if (s->in_held + n > PROTO_INITIAL_WINDOW) {
                 agent_fatal(a, "host sent DATA beyond its credit");
@@ -504,7 +518,8 @@ static void handle_data(Agent *a, Stream *s, uint8_t fd, const uint8_t *p, size_
                 consumed(a, s, n, true);
                 return;
         }
-        if (s->kind != STREAM_EXEC || s->fds[PIPE_IN] < 0 || s->in_eof || n == 0) {
+        bool writable = s->kind == STREAM_EXEC ? s->fds[PIPE_IN] >= 0 : s->kind == STREAM_RELAY && !s->wr_shut;
+        if (!writable || s->in_eof || n == 0) {
                 consumed(a, s, n, true);
                 return;
         }
@@ -524,7 +539,22 @@ static void handle_data(Agent *a, Stream *s, uint8_t fd, const uint8_t *p, size_
         s->in_tail = c;
 }
 
+static void relay_shut_write(Stream *s) {
+        if (!s->wr_shut) {
+                shutdown(s->sock, SHUT_WR);
+                s->wr_shut = true;
+        }
+}
+
 static void handle_eof(Agent *a, Stream *s, uint8_t fd) {
+        if (s->kind == STREAM_RELAY) {
+                if (fd == PROTO_FD_OUT) {
+                        s->in_eof = true;
+                        if (!s->in_head)
+                                relay_shut_write(s);
+                }
+                return;
+        }
         if (fd != PROTO_FD_IN)
                 return;
         if (s->kind == STREAM_WRITE) {
@@ -561,6 +591,8 @@ static void handle_cancel(Agent *a, Stream *s) {
                 fsops_write_abort(TAKE_PTR(s->write));
                 finish_error(a, s, "io", "cancelled");
                 break;
+        case STREAM_RELAY:
+                break; /* ours to cancel, not the host's */
         }
 }
 
@@ -594,8 +626,17 @@ static void handle_frame(Agent *a, const ProtoHeader *h, const uint8_t *p) {
         case PROTO_CANCEL:
                 handle_cancel(a, s);
                 break;
+        case PROTO_RESULT:
+                /* The proxy is done with one of our relay connections (or
+                 * refused it): whatever it had to say was sent before. */
+                if (s->kind == STREAM_RELAY) {
+                        s->host_done = true;
+                        if (!s->in_head)
+                                s->finished = true;
+                }
+                break;
         default:
-                break; /* HELLO, EVENT, RESULT, PONG: nothing the agent waits for */
+                break; /* HELLO, EVENT, PONG: nothing the agent waits for */
         }
 }
 
@@ -804,6 +845,108 @@ static void sweep(Agent *a) {
         a->n_streams = j;
 }
 
+/* ---- the egress relay ---- */
+
+/* A program in the sandbox connected to the relay: the connection becomes a
+ * stream of ours, and the proxy in the daemon decides what it may reach. */
+static void relay_accept(Agent *a) {
+        int c = accept4(a->relay_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (c < 0)
+                return;
+        if (a->n_streams >= AGENT_MAX_STREAMS) {
+                close(c);
+                return;
+        }
+        Stream *s = calloc(1, sizeof(Stream));
+        if (!s) {
+                close(c);
+                return;
+        }
+        s->fds[0] = s->fds[1] = s->fds[2] = -1;
+        s->file_fd = -1;
+        s->sock = c;
+        s->kind = STREAM_RELAY;
+        s->credit = PROTO_INITIAL_WINDOW;
+        do {
+                s->id = a->next_even;
+                a->next_even += 2;
+                if (a->next_even == 0)
+                        a->next_even = 2;
+        } while (stream_find(a, s->id));
+        a->streams[a->n_streams++] = s;
+        send_json_new(a, PROTO_OPEN, s->id, json_pack("{s:s}", "op", "connect"));
+}
+
+static void relay_readable(Agent *a, Stream *s) {
+        size_t want = CHUNK < s->credit ? CHUNK : (size_t)s->credit;
+        if (want == 0 || s->sock_eof)
+                return;
+        uint8_t buf[CHUNK];
+        ssize_t n = read(s->sock, buf, want);
+        if (n > 0) {
+                send_frame(a, PROTO_DATA, PROTO_FD_IN, s->id, buf, (size_t)n);
+                s->credit -= (uint64_t)n;
+                return;
+        }
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                return;
+        s->sock_eof = true;
+        send_frame(a, PROTO_EOF, PROTO_FD_IN, s->id, NULL, 0);
+        if (n < 0) {
+                /* The client is gone: nothing more can be written to it either. */
+                send_frame(a, PROTO_CANCEL, 0, s->id, NULL, 0);
+                s->finished = true;
+        }
+}
+
+static void relay_writable(Agent *a, Stream *s) {
+        while (s->in_head) {
+                Chunk *c = s->in_head;
+                ssize_t n = write(s->sock, c->data + c->off, c->len - c->off);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return;
+                        /* The client went away: tell the proxy, forget the stream. */
+                        send_frame(a, PROTO_CANCEL, 0, s->id, NULL, 0);
+                        s->finished = true;
+                        return;
+                }
+                c->off += (size_t)n;
+                consumed(a, s, (size_t)n, false);
+                if (c->off == c->len) {
+                        s->in_head = c->next;
+                        if (!s->in_head)
+                                s->in_tail = NULL;
+                        free(c);
+                }
+        }
+        send_window(a, s, true);
+        if (s->in_eof)
+                relay_shut_write(s);
+        if (s->host_done)
+                s->finished = true;
+}
+
+int agent_relay_listen(Agent *a, uint16_t port) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        int one = 1;
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 128) < 0) {
+                int e = -errno;
+                close(fd);
+                return e;
+        }
+        close_fd(&a->relay_fd);
+        a->relay_fd = fd;
+        return 0;
+}
+
 /* ---- the loop ---- */
 
 Agent *agent_new(int in_fd, int out_fd, int sig_fd) {
@@ -818,6 +961,8 @@ Agent *agent_new(int in_fd, int out_fd, int sig_fd) {
         a->in_fd = in_fd;
         a->out_fd = out_fd;
         a->sig_fd = sig_fd;
+        a->relay_fd = -1;
+        a->next_even = 2;
         return a;
 }
 
@@ -833,6 +978,7 @@ void agent_free(Agent *a) {
                 free(f);
         }
         proto_reader_free(a->reader);
+        close_fd(&a->relay_fd);
         free(a);
 }
 
@@ -850,8 +996,9 @@ static void set_nonblock(int fd) {
                 (void)fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-/* Poll slots: the channel (one or two), the signalfd, then three per stream. */
-#define MAX_POLL (3 + 3 * AGENT_MAX_STREAMS)
+/* Poll slots: the channel (one or two), the signalfd, the relay, then three
+ * per stream. */
+#define MAX_POLL (4 + 3 * AGENT_MAX_STREAMS)
 
 int agent_run(Agent *a) {
         set_nonblock(a->in_fd);
@@ -872,6 +1019,9 @@ int agent_run(Agent *a) {
                 if (!same)
                         pfd[n++] = (struct pollfd){.fd = a->out_head ? a->out_fd : -1, .events = out_ev};
                 pfd[n++] = (struct pollfd){.fd = a->sig_fd, .events = POLLIN};
+                size_t relay_slot = n;
+                pfd[n++] = (struct pollfd){.fd = a->n_streams < AGENT_MAX_STREAMS ? a->relay_fd : -1,
+                                           .events = POLLIN};
                 size_t first_stream = n;
                 bool room = a->out_bytes < AGENT_OUT_SOFT_LIMIT;
                 for (size_t i = 0; i < a->n_streams; i++) {
@@ -879,6 +1029,14 @@ int agent_run(Agent *a) {
                         bool produce = room && s->queued_out < AGENT_STREAM_QUEUE_LIMIT && s->credit > 0;
                         if (s->kind == STREAM_READ && produce)
                                 timeout = 0;
+                        if (s->kind == STREAM_RELAY) {
+                                short ev = (short)((produce && !s->sock_eof ? POLLIN : 0) |
+                                                   (s->in_head ? POLLOUT : 0));
+                                owner[n] = s;
+                                which[n] = RELAY_SOCK;
+                                pfd[n++] = (struct pollfd){.fd = ev ? s->sock : -1, .events = ev};
+                                continue;
+                        }
                         if (s->kind != STREAM_EXEC)
                                 continue;
                         for (int k = 0; k < 3; k++) {
@@ -918,9 +1076,20 @@ int agent_run(Agent *a) {
                         size_t sig_slot = same ? 1 : 2;
                         if (pfd[sig_slot].revents)
                                 read_signals(a);
+                        if (pfd[relay_slot].revents & POLLIN)
+                                relay_accept(a);
                         for (size_t i = first_stream; i < n; i++) {
                                 Stream *s = owner[i];
-                                if (!pfd[i].revents || s->finished || s->fds[which[i]] < 0)
+                                if (!pfd[i].revents || s->finished)
+                                        continue;
+                                if (which[i] == RELAY_SOCK) {
+                                        if (pfd[i].revents & POLLOUT)
+                                                relay_writable(a, s);
+                                        if (!s->finished && (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                                                relay_readable(a, s);
+                                        continue;
+                                }
+                                if (s->fds[which[i]] < 0)
                                         continue;
                                 if (which[i] == PIPE_IN)
                                         stdin_writable(a, s);

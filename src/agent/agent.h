@@ -22,6 +22,11 @@
  * process group is killed (a background job holding the pipes open). */
 #define AGENT_DRAIN_MS 100
 
+/* Inside every sandbox, programs reach the network only through this relay
+ * (HTTP_PROXY points at it); each connection is carried over the channel to
+ * the daemon's egress proxy. */
+#define AGENT_RELAY_PORT 3128
+
 typedef struct Agent Agent;
 
 /* in_fd/out_fd may be the same descriptor; both are switched to non-blocking.
@@ -29,6 +34,9 @@ typedef struct Agent Agent;
  * The agent owns none of them. */
 Agent *agent_new(int in_fd, int out_fd, int sig_fd);
 void agent_free(Agent *a);
+/* Listens on 127.0.0.1:port for the egress relay. A negative errno when the
+ * sandbox has no loopback to listen on; the agent then runs without it. */
+int agent_relay_listen(Agent *a, uint16_t port);
 /* Sends HELLO and runs until the channel ends (1), a malformed frame (1) or
  * SIGTERM/SIGINT (0). Every child's process group is killed on the way out.
  * Returns the exit status for main. */

@@ -50,6 +50,10 @@ static int serve(int in_fd, int out_fd, int sig_fd) {
                 fprintf(stderr, "runtime-agent: out of memory\n");
                 return 1;
         }
+        r = agent_relay_listen(a, AGENT_RELAY_PORT);
+        if (r < 0)
+                fprintf(stderr, "runtime-agent: no egress relay on 127.0.0.1:%d: %s\n", AGENT_RELAY_PORT,
+                        strerror(-r));
         int status = agent_run(a);
         agent_free(a);
         return status;

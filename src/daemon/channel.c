@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/jsonutil.h"
 #include "common/macro.h"
 #include "proto/proto.h"
 
@@ -52,7 +53,8 @@ struct ChanStream {
         uint64_t credit;           /* DATA bytes we may still send */
         uint64_t in_held;          /* DATA bytes received and not yet credited back */
         uint64_t to_ack;           /* consumed, not yet sent as WINDOW */
-        bool result;               /* RESULT received: the agent forgot the stream */
+        bool remote;               /* opened by the agent (egress relay): roles reversed */
+        bool result;               /* RESULT received (or, remote, sent): the stream is over */
         bool result_taken;
         bool cancel_sent;
         ChanStream *prev, *next;
@@ -76,6 +78,8 @@ struct Channel {
         unsigned refs;
         ChannelClosedFn on_closed;
         void *userdata;
+        ChannelAcceptFn accept_fn;
+        void *accept_userdata;
 };
 
 static void channel_unref(Channel *c) {
@@ -212,10 +216,29 @@ static const char *dispatch_stream_locked(Channel *c, const ProtoHeader *h, cons
                 pthread_cond_broadcast(&s->cond);
                 return NULL;
         }
-        if (h->type == PROTO_CANCEL || h->type == PROTO_OPEN)
+        if (h->type == PROTO_OPEN)
                 return NULL;
-        if (h->type == PROTO_DATA && h->flags == PROTO_FD_IN)
-                return NULL; /* the agent has nothing to say on fd 0 of a host stream */
+        if (h->type == PROTO_CANCEL) {
+                if (!s->remote)
+                        return NULL;
+                /* The agent gave up on its connection: the end, for the reader. */
+                QueuedEvent *q = calloc(1, sizeof(QueuedEvent));
+                if (!q)
+                        return "out of memory";
+                q->ev.type = CHAN_EV_RESULT;
+                q->ev.json = json_pack("{s:b}", "cancelled", 1);
+                q->charge = CHAN_EVENT_CHARGE;
+                s->queued_control += q->charge;
+                s->result = true;
+                queue_event(s, q);
+                return NULL;
+        }
+        /* Each side sends DATA only on its own fds: the agent says nothing on
+         * fd 0 of a host stream, nor anything but fd 0 on its own streams. */
+        if (h->type == PROTO_DATA && (s->remote ? h->flags != PROTO_FD_IN : h->flags == PROTO_FD_IN))
+                return NULL;
+        if (s->remote && (h->type == PROTO_EVENT || h->type == PROTO_RESULT))
+                return NULL;
         if (h->type == PROTO_DATA && s->in_held + h->length > PROTO_INITIAL_WINDOW)
                 return "agent sent DATA beyond its credit";
         if (h->type != PROTO_DATA &&
@@ -289,6 +312,78 @@ static const char *dispatch_stream_locked(Channel *c, const ProtoHeader *h, cons
         return NULL;
 }
 
+static void stream_link_locked(Channel *c, ChanStream *s) {
+        s->c = c;
+        s->next = c->streams;
+        if (c->streams)
+                c->streams->prev = s;
+        c->streams = s;
+        c->n_streams++;
+        c->refs++;
+}
+
+static ChanStream *stream_alloc(void) {
+        ChanStream *s = calloc(1, sizeof(ChanStream));
+        if (!s)
+                return NULL;
+        if (cond_init(&s->cond) < 0) {
+                free(s);
+                return NULL;
+        }
+        s->credit = PROTO_INITIAL_WINDOW;
+        return s;
+}
+
+static int refuse_remote(Channel *c, uint32_t id, const char *message) {
+        _cleanup_json_ json_t *j = json_pack("{s:{s:s,s:s}}", "error", "code", "busy", "message", message);
+        _cleanup_free_ char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        if (!body)
+                return -ENOMEM;
+        return send_frame(c, PROTO_RESULT, 0, id, body, strlen(body));
+}
+
+/* An OPEN from the agent: a connection to the egress relay. */
+static const char *accept_remote(Channel *c, uint32_t id, const uint8_t *p, size_t len) {
+        json_t *req = parse_json(p, len);
+        if (!req || !json_is_object(req)) {
+                if (req)
+                        json_decref(req);
+                return "agent sent an invalid OPEN";
+        }
+        ChanStream *s = stream_alloc();
+        pthread_mutex_lock(&c->lock);
+        ChannelAcceptFn fn = c->accept_fn;
+        void *ud = c->accept_userdata;
+        const char *refusal = !fn                                  ? "egress is not enabled"
+                              : !s                                 ? "out of memory"
+                              : find_stream(c, id)                 ? "stream id in use"
+                              : c->n_streams >= CHANNEL_MAX_STREAMS ? "too many connections"
+                                                                   : NULL;
+        if (!refusal) {
+                s->id = id;
+                s->remote = true;
+                stream_link_locked(c, s);
+        }
+        pthread_mutex_unlock(&c->lock);
+        if (refusal) {
+                json_decref(req);
+                if (s) {
+                        pthread_cond_destroy(&s->cond);
+                        free(s);
+                }
+                return refuse_remote(c, id, refusal) < 0 ? "write to the agent failed" : NULL;
+        }
+        fn(ud, s, req);
+        return NULL;
+}
+
+void channel_set_acceptor(Channel *c, ChannelAcceptFn fn, void *userdata) {
+        pthread_mutex_lock(&c->lock);
+        c->accept_fn = fn;
+        c->accept_userdata = userdata;
+        pthread_mutex_unlock(&c->lock);
+}
+
 static const char *dispatch(Channel *c, const ProtoHeader *h, const uint8_t *p) {
         switch (h->type) {
         case PROTO_PING:
@@ -321,12 +416,8 @@ static const char *dispatch(Channel *c, const ProtoHeader *h, const uint8_t *p) 
                 return NULL;
         }
         case PROTO_OPEN:
-                if ((h->stream & 1u) == 0) {
-                        static const char no_egress[] =
-                                "{\"error\":{\"code\":\"invalid\",\"message\":\"egress is not enabled\"}}";
-                        if (send_frame(c, PROTO_RESULT, 0, h->stream, no_egress, sizeof no_egress - 1) < 0)
-                                return "write to the agent failed";
-                }
+                if ((h->stream & 1u) == 0)
+                        return accept_remote(c, h->stream, p, h->length);
                 return NULL;
         default: {
                 pthread_mutex_lock(&c->lock);
@@ -524,14 +615,9 @@ int channel_open_stream(Channel *c, json_t *request, ChanStream **ret) {
         size_t len = strlen(body);
         if (len > PROTO_MAX_JSON)
                 return -E2BIG;
-        ChanStream *s = calloc(1, sizeof(ChanStream));
+        ChanStream *s = stream_alloc();
         if (!s)
                 return -ENOMEM;
-        if (cond_init(&s->cond) < 0) {
-                free(s);
-                return -ENOMEM;
-        }
-        s->credit = PROTO_INITIAL_WINDOW;
 
         pthread_mutex_lock(&c->lock);
         if (!c->open || c->n_streams >= CHANNEL_MAX_STREAMS) {
@@ -548,13 +634,7 @@ int channel_open_stream(Channel *c, json_t *request, ChanStream **ret) {
                 if (c->next_id < 2)
                         c->next_id = 1;
         } while (find_stream(c, s->id));
-        s->c = c;
-        s->next = c->streams;
-        if (c->streams)
-                c->streams->prev = s;
-        c->streams = s;
-        c->n_streams++;
-        c->refs++;
+        stream_link_locked(c, s);
         pthread_mutex_unlock(&c->lock);
 
         /* Linked before the OPEN goes out, so that no reply can be missed. */
@@ -593,7 +673,7 @@ int chan_stream_write(ChanStream *s, const void *buf, size_t n, int timeout_ms) 
                         chunk = PROTO_MAX_PAYLOAD;
                 s->credit -= chunk;
                 pthread_mutex_unlock(&c->lock);
-                if (send_frame(c, PROTO_DATA, PROTO_FD_IN, s->id, p, chunk) < 0)
+                if (send_frame(c, PROTO_DATA, s->remote ? PROTO_FD_OUT : PROTO_FD_IN, s->id, p, chunk) < 0)
                         return -EPIPE;
                 p += chunk;
                 n -= chunk;
@@ -611,7 +691,24 @@ static bool stream_sendable(ChanStream *s) {
 int chan_stream_close_write(ChanStream *s) {
         if (!stream_sendable(s))
                 return -EPIPE;
-        return send_frame(s->c, PROTO_EOF, PROTO_FD_IN, s->id, NULL, 0);
+        return send_frame(s->c, PROTO_EOF, s->remote ? PROTO_FD_OUT : PROTO_FD_IN, s->id, NULL, 0);
+}
+
+int chan_stream_finish(ChanStream *s, json_t *result) {
+        Channel *c = s->c;
+        if (!s->remote)
+                return -EINVAL;
+        pthread_mutex_lock(&c->lock);
+        bool send = c->open && !s->result;
+        s->result = true;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&c->lock);
+        if (!send)
+                return 0;
+        _cleanup_free_ char *body = result ? json_dumps(result, JSON_COMPACT) : strdup("{}");
+        if (!body)
+                return -ENOMEM;
+        return send_frame(c, PROTO_RESULT, 0, s->id, body, strlen(body));
 }
 
 void chan_stream_cancel(ChanStream *s) {
@@ -697,8 +794,12 @@ void chan_stream_free(ChanStream *s) {
                 s->next->prev = s->prev;
         c->n_streams--;
         pthread_mutex_unlock(&c->lock);
-        /* Unlinked first: whatever the agent still sends for it is dropped. */
-        if (cancel)
+        /* Unlinked first: whatever the agent still sends for it is dropped.
+         * The agent's own streams end with our RESULT, host streams with a
+         * CANCEL. */
+        if (cancel && s->remote)
+                (void)send_frame(c, PROTO_RESULT, 0, s->id, "{}", 2);
+        else if (cancel)
                 (void)send_frame(c, PROTO_CANCEL, 0, s->id, NULL, 0);
         while (s->head) {
                 QueuedEvent *q = s->head;

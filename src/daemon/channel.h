@@ -66,6 +66,21 @@ typedef struct ChanEvent {
         json_t *json;  /* owned by the event */
 } ChanEvent;
 
+/*
+ * Streams the agent opens (even ids): the egress relay's connections. The
+ * acceptor is called from the reader thread with the new stream and its OPEN
+ * request (a new reference); it must not block, and owns both (typically it
+ * hands them to a thread of its own). On such a stream the roles turn
+ * around: chan_stream_next yields the agent's DATA on fd PROTO_FD_IN and its
+ * EOF; chan_stream_write/close_write send on PROTO_FD_OUT; the agent giving up
+ * (CANCEL) arrives as a RESULT event; chan_stream_finish answers the RESULT
+ * that ends the stream (chan_stream_free sends an empty one if none was).
+ * Without an acceptor, agent streams are refused.
+ */
+typedef void (*ChannelAcceptFn)(void *userdata, ChanStream *s, json_t *request);
+void channel_set_acceptor(Channel *c, ChannelAcceptFn fn, void *userdata);
+int chan_stream_finish(ChanStream *s, json_t *result);
+
 /* Next event of the stream, in arrival order. 0 and *ret filled, -ETIMEDOUT
  * (timeout_ms >= 0). Taking a DATA event returns its bytes of credit to the
  * agent. Queued, unconsumed data per stream is bounded by the window. */

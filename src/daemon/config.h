@@ -38,6 +38,11 @@ typedef struct DaemonConfig {
         uint64_t price_gib_hour_micros;
         int64_t trial_allowance_seconds; /* sandbox-seconds free per trial key */
         unsigned max_trial_keys;         /* trial keys the daemon hands out; 0: no trial */
+        /* Test-only name=127.0.0.1:port mappings for the egress proxy, and a
+         * CA file trusted for upstreams besides the host's store. */
+        const char *egress_test_upstreams[32];
+        unsigned n_egress_test_upstreams;
+        const char *egress_extra_ca;
 } DaemonConfig;
 
 /* The offer for a driver name, or NULL when this build has no such driver. */

@@ -10,6 +10,7 @@
 #include "daemon/apierror.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
+#include "daemon/egress_service.h"
 #include "daemon/keys.h"
 #include "daemon/ledger.h"
 #include "daemon/route.h"
@@ -21,6 +22,7 @@ typedef struct Server {
         Manager *manager;
         Ledger *ledger;
         KeyStore *keys;
+        EgressService *egress; /* NULL: no egress routes */
         struct MHD_Daemon *mhd;
         atomic_bool building; /* one image build at a time */
 } Server;

@@ -50,6 +50,10 @@ static void usage(FILE *f) {
               "  --price-vcpu-hour-micros N   (9375)  --price-gib-hour-micros N (3125)\n"
               "  --trial-hours N              free sandbox-hours per trial key (50)\n"
               "  --max-trial-keys N           trial keys handed out on this host, 0: none (100)\n"
+              "  --egress-test-upstream NAME=127.0.0.1:PORT\n"
+              "                               TESTS ONLY: the egress proxy sends NAME to this loopback\n"
+              "                               server, past the address checks (repeatable)\n"
+              "  --egress-extra-ca FILE       TESTS ONLY: also trust FILE for upstream certificates\n"
               "  --log-level error|warn|info|debug (info)\n"
               "  --doctor [--json]            print what this host supports and exit\n"
               "  --help, --version\n",
@@ -258,6 +262,8 @@ enum {
         OPT_PRICE_GIB,
         OPT_TRIAL_HOURS,
         OPT_MAX_TRIAL_KEYS,
+        OPT_EGRESS_TEST_UPSTREAM,
+        OPT_EGRESS_EXTRA_CA,
         OPT_LOG_LEVEL,
         OPT_DOCTOR,
         OPT_JSON,
@@ -286,6 +292,8 @@ int main(int argc, char **argv) {
                 { "price-gib-hour-micros", required_argument, NULL, OPT_PRICE_GIB },
                 { "trial-hours", required_argument, NULL, OPT_TRIAL_HOURS },
                 { "max-trial-keys", required_argument, NULL, OPT_MAX_TRIAL_KEYS },
+                { "egress-test-upstream", required_argument, NULL, OPT_EGRESS_TEST_UPSTREAM },
+                { "egress-extra-ca", required_argument, NULL, OPT_EGRESS_EXTRA_CA },
                 { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
                 { "doctor", no_argument, NULL, OPT_DOCTOR },
                 { "json", no_argument, NULL, OPT_JSON },
@@ -361,6 +369,17 @@ int main(int argc, char **argv) {
                 case OPT_TRIAL_HOURS:
                         if ((r = parse_uint(option_name(opts, c), optarg, 100000, &v)) == 0)
                                 cfg.trial_allowance_seconds = (int64_t)v * 3600;
+                        break;
+                case OPT_EGRESS_TEST_UPSTREAM:
+                        if (cfg.n_egress_test_upstreams >= ELEMENTSOF(cfg.egress_test_upstreams)) {
+                                fprintf(stderr, "runtimed: at most %zu --egress-test-upstream\n",
+                                        ELEMENTSOF(cfg.egress_test_upstreams));
+                                return 2;
+                        }
+                        cfg.egress_test_upstreams[cfg.n_egress_test_upstreams++] = optarg;
+                        break;
+                case OPT_EGRESS_EXTRA_CA:
+                        cfg.egress_extra_ca = optarg;
                         break;
                 case OPT_LOG_LEVEL: {
                         LogLevel l;
@@ -503,8 +522,27 @@ int main(int argc, char **argv) {
                 log_error(NULL, "cannot open the ledger in %s: %s", db_path, strerror(-r));
                 return 1;
         }
+        EgressService *egress = NULL;
+        {
+                char why[256] = "";
+                EgressServiceConfig ec = { .state_dir = state_dir, .db_path = db_path,
+                                           .test_upstreams = cfg.egress_test_upstreams,
+                                           .n_test_upstreams = cfg.n_egress_test_upstreams,
+                                           .extra_ca_file = cfg.egress_extra_ca };
+                if ((r = egress_service_new(&ec, &egress, why, sizeof(why))) < 0) {
+                        log_error(NULL, "egress: %s", why);
+                        return 1;
+                }
+                for (unsigned i = 0; i < cfg.n_egress_test_upstreams; i++)
+                        log_warn(NULL, "TEST SETTING: egress to %s bypasses the address checks; never use "
+                                       "--egress-test-upstream outside a test suite", cfg.egress_test_upstreams[i]);
+                if (cfg.egress_extra_ca)
+                        log_warn(NULL, "TEST SETTING: upstream certificates signed by %s are trusted",
+                                 cfg.egress_extra_ca);
+        }
         Manager *m = NULL;
-        if ((r = manager_new(&cfg, db, &m)) < 0 || (manager_set_ledger(m, ledger), r = manager_recover(m)) < 0) {
+        if ((r = manager_new(&cfg, db, &m)) < 0 ||
+            (manager_set_ledger(m, ledger), manager_set_egress(m, egress), r = manager_recover(m)) < 0) {
                 log_error(NULL, "recovering sandboxes: %s", strerror(-r));
                 return 1;
         }
@@ -518,7 +556,8 @@ int main(int argc, char **argv) {
         }
         Server *srv = NULL;
         if ((r = server_new(&cfg, db, m, &srv)) < 0 ||
-            (server_set_guardrails(srv, ledger, keys), r = server_start(srv, fd)) < 0) {
+            (server_set_guardrails(srv, ledger, keys), server_set_egress(srv, egress),
+             r = server_start(srv, fd)) < 0) {
                 log_error(NULL, "cannot start the HTTP server");
                 return 1;
         }
@@ -539,6 +578,7 @@ int main(int argc, char **argv) {
         server_stop(srv);
         server_free(srv);
         manager_free(m);
+        egress_service_free(egress);
         keystore_close(keys);
         ledger_close(ledger);
         db_close(db);

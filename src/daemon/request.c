@@ -7,6 +7,7 @@
 
 #include "daemon/util.h"
 #include "common/macro.h"
+#include "egress/policy.h"
 
 #define INVALID(e, ...) api_error(e, 400, "invalid_request", NULL, __VA_ARGS__)
 
@@ -280,27 +281,12 @@ static int parse_host_list(json_t *v, const char *field, json_t **ret, ApiError 
         json_array_foreach(v, i, item) {
                 if (!json_is_string(item))
                         return INVALID(e, "%s[%zu] must be a string, not %s", field, i, type_name(item));
-                const char *s = json_string_value(item);
                 size_t len = json_string_length(item);
                 if (len == 0 || len > REQ_MAX_HOST_PATTERN)
                         return INVALID(e, "%s[%zu] must be 1..%u bytes", field, i, REQ_MAX_HOST_PATTERN);
-                char buf[REQ_MAX_HOST_PATTERN + 1];
-                size_t start = 0;
-                if (len >= 2 && s[0] == '*' && s[1] == '.')
-                        start = 2;
-                bool ok = len > start;
-                for (size_t k = 0; k < len; k++) {
-                        unsigned char c = (unsigned char)s[k];
-                        if (k >= start && !(isascii(c) && (isalnum(c) || c == '-' || c == '.')))
-                                ok = false;
-                        buf[k] = (char)tolower(c);
-                }
-                buf[len] = '\0';
-                if (ok && (s[start] == '.' || s[len - 1] == '.' || strstr(buf + start, "..")))
-                        ok = false;
-                if (!ok)
-                        return INVALID(e, "%s[%zu] is not a host pattern (a host name or *.suffix)", field, i);
-                if (json_array_append_new(out, json_string(buf)) < 0)
+                /* The syntax is the egress policy's to judge (ports, IPv6
+                 * literals, wildcards): see request_parse_network. */
+                if (json_array_append(out, item) < 0)
                         return -ENOMEM;
         }
         *ret = TAKE_PTR(out);
@@ -334,10 +320,22 @@ int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *
         r = parse_host_list(json_object_get(v, "deny"), sub, &deny, e);
         if (r < 0)
                 return r;
-        json_t *n = json_pack("{s:b,s:O,s:O}", "internet", internet, "allow", allow, "deny", deny);
+        _cleanup_json_ json_t *n = json_pack("{s:b,s:O,s:O}", "internet", internet, "allow", allow, "deny", deny);
         if (!n)
                 return -ENOMEM;
-        *ret = n;
+        /* The proxy's own parser is the judge of a pattern; what it accepts
+         * is stored in its normal form (lower case, no trailing dot). */
+        EgressPolicy *p = NULL;
+        char err[256] = "";
+        if (egress_policy_parse(n, &p, err, sizeof(err)) < 0)
+                return api_error(e, 400, "invalid_request",
+                                 "patterns are example.org, *.example.org, example.org:8443 or an IP address",
+                                 "%s", err[0] ? err : "invalid network policy");
+        json_t *norm = egress_policy_to_json(p);
+        egress_policy_free(p);
+        if (!norm)
+                return -ENOMEM;
+        *ret = norm;
         return 0;
 }
 

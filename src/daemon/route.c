@@ -50,6 +50,11 @@ static const char *const names[_ROUTE_MAX] = {
         [ROUTE_KEY_REVOKE] = "key_revoke",
         [ROUTE_USAGE] = "usage",
         [ROUTE_TRIAL] = "trial",
+        [ROUTE_SECRETS_LIST] = "secrets_list",
+        [ROUTE_SECRET_GET] = "secret_get",
+        [ROUTE_SECRET_PUT] = "secret_put",
+        [ROUTE_SECRET_DELETE] = "secret_delete",
+        [ROUTE_SANDBOX_EGRESS] = "sandbox_egress",
 };
 
 const char *route_name(RouteKind k) {
@@ -77,6 +82,8 @@ bool route_needs_full_access(RouteKind k) {
         case ROUTE_KEYS_LIST:
         case ROUTE_KEYS_CREATE:
         case ROUTE_KEY_REVOKE:
+        case ROUTE_SECRET_PUT:
+        case ROUTE_SECRET_DELETE:
                 return true;
         default:
                 return false;
@@ -118,6 +125,8 @@ static int sandbox_routes(const char *method, const char *rest, Route *ret) {
                 return PICK(method, "POST", ret, { "POST", ROUTE_SANDBOX_EXTEND });
         if (strcmp(rest, "/network") == 0)
                 return PICK(method, "PUT", ret, { "PUT", ROUTE_SANDBOX_NETWORK });
+        if (strcmp(rest, "/egress") == 0)
+                return PICK(method, "GET", ret, { "GET", ROUTE_SANDBOX_EGRESS });
         if (strcmp(rest, "/files/content") == 0)
                 return PICK(method, "GET, PUT", ret, { "GET", ROUTE_FILES_READ }, { "PUT", ROUTE_FILES_WRITE });
         if (strcmp(rest, "/files/list") == 0)
@@ -160,6 +169,16 @@ int route_parse(const char *method, const char *url, Route *ret) {
                         return -ENOENT;
                 memcpy(r.key_id, id, ROUTE_KEY_ID_LEN + 1);
                 rc = PICK(method, "DELETE", &r, { "DELETE", ROUTE_KEY_REVOKE });
+        } else if (strcmp(url, "/v1/egress-secrets") == 0)
+                rc = PICK(method, "GET", &r, { "GET", ROUTE_SECRETS_LIST });
+        else if (strncmp(url, "/v1/egress-secrets/", 19) == 0) {
+                const char *name = url + 19;
+                size_t len = strlen(name);
+                if (len == 0 || len >= sizeof(r.secret) || strchr(name, '/'))
+                        return -ENOENT;
+                memcpy(r.secret, name, len + 1);
+                rc = PICK(method, "GET, PUT, DELETE", &r, { "GET", ROUTE_SECRET_GET }, { "PUT", ROUTE_SECRET_PUT },
+                          { "DELETE", ROUTE_SECRET_DELETE });
         } else if (strcmp(url, "/v1/images") == 0)
                 rc = PICK(method, "GET", &r, { "GET", ROUTE_IMAGES });
         else if (strcmp(url, "/v1/sandboxes") == 0)

@@ -30,6 +30,11 @@ typedef enum RouteKind {
         ROUTE_KEY_REVOKE,
         ROUTE_USAGE,
         ROUTE_TRIAL,
+        ROUTE_SECRETS_LIST,
+        ROUTE_SECRET_GET,
+        ROUTE_SECRET_PUT,
+        ROUTE_SECRET_DELETE,
+        ROUTE_SANDBOX_EGRESS,
         _ROUTE_MAX,
 } RouteKind;
 
@@ -42,6 +47,7 @@ typedef struct Route {
         char sandbox_id[ROUTE_ID_LEN + 1];
         char image[65];
         char key_id[ROUTE_KEY_ID_LEN + 1];
+        char secret[65]; /* an egress secret's name, checked by its handler */
         const char *allow; /* for a 405: the methods the path has */
 } Route;
 

@@ -40,6 +40,7 @@ struct Sandbox {
         const Driver *driver;
         DriverInstance *inst; /* under lock */
         Channel *channel;     /* set before the sandbox is live; freed with the last reference */
+        SandboxEgress *egress; /* its policy for the proxy; NULL without egress */
         json_t *env;
         bool running;  /* under lock: live and serving */
         bool stopping; /* under lock: being stopped on purpose */
@@ -60,6 +61,7 @@ struct Manager {
         const DaemonConfig *cfg;
         Db *db;
         Ledger *ledger; /* metering, reservations; NULL: nothing is billed */
+        EgressService *egress; /* NULL: sandboxes have no egress at all */
         pthread_mutex_t lock; /* live, dead, busy, quit */
         pthread_cond_t cond;  /* busy ids released; the maintenance thread woken */
         Sandbox *live;
@@ -79,6 +81,7 @@ static void sandbox_unref(Sandbox *sb) {
         if (!sb || atomic_fetch_sub(&sb->refs, 1) != 1)
                 return;
         channel_free(sb->channel);
+        egress_sandbox_unref(sb->egress);
         json_decref(sb->env);
         spec_paths_done(&sb->paths);
         pthread_mutex_destroy(&sb->lock);
@@ -563,6 +566,10 @@ void manager_set_ledger(Manager *m, Ledger *ledger) {
         m->ledger = ledger;
 }
 
+void manager_set_egress(Manager *m, EgressService *egress) {
+        m->egress = egress;
+}
+
 int manager_start(Manager *m) {
         int r = pthread_create(&m->thread, NULL, maintenance_thread, m);
         if (r != 0)
@@ -839,7 +846,14 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         snprintf(sb->id, sizeof(sb->id), "%s", row.id);
         snprintf(sb->owner, sizeof(sb->owner), "%s", key->owner);
         sb->driver = d;
-        sb->env = json_incref(req->env);
+        if (m->egress) {
+                /* The proxy's variables and the secrets' placeholders first;
+                 * the creator's own env on top. */
+                sb->env = egress_service_sandbox_env(m->egress, key->owner);
+                if (sb->env)
+                        json_object_update(sb->env, req->env);
+        } else
+                sb->env = json_incref(req->env);
         {
                 _cleanup_free_ char *parent = NULL;
                 if (asprintf(&parent, "%s/sandboxes", cfg->state_dir) >= 0)
@@ -863,10 +877,17 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 goto failed;
         }
         sb->channel = channel_new(fd, on_channel_closed, sb);
-        if (!sb->channel) {
+        if (!sb->channel || !sb->env) {
                 log_error(rid, "sandbox %s: cannot set up the agent channel", row.id);
                 fail = "the sandbox failed to start";
                 goto failed;
+        }
+        if (m->egress) {
+                if (egress_sandbox_new(m->egress, sb->id, key->owner, req->network, key->trial, &sb->egress) < 0) {
+                        fail = "out of memory";
+                        goto failed;
+                }
+                channel_set_acceptor(sb->channel, egress_sandbox_accept, sb->egress);
         }
         r = channel_wait_hello(sb->channel, HELLO_TIMEOUT_MS, &hello);
         if (r < 0) {
@@ -875,6 +896,11 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                                        : "the sandbox's agent exited while starting";
                 goto failed;
         }
+        /* The egress CA in the sandbox's trust store, so that HTTPS to hosts a
+         * secret applies to verifies; without it only those connections fail. */
+        if (m->egress && (r = egress_service_install_ca(m->egress, sb->channel)) < 0)
+                log_warn(rid, "sandbox %s: could not add the egress CA to its trust store: %s", row.id,
+                         strerror(-r));
         int64_t now = time_now_unix();
         row.started_at = now;
         row.lease_ends_at = now + req->timeout_seconds;
@@ -1084,6 +1110,14 @@ static int op_network(Manager *m, SandboxRow *row, void *arg, const char *rid, A
         int r = db_sandbox_update(m->db, row);
         if (r < 0)
                 return api_error(e, 500, "internal", NULL, "could not record the network policy");
+        /* Live: the next connection the sandbox opens follows the new policy. */
+        pthread_mutex_lock(&m->lock);
+        for (Sandbox *sb = m->live; sb; sb = sb->next)
+                if (strcmp(sb->id, row->id) == 0 && sb->egress)
+                        r = egress_sandbox_set_network(sb->egress, (json_t *)arg);
+        pthread_mutex_unlock(&m->lock);
+        if (r < 0)
+                return api_error(e, 500, "internal", NULL, "out of memory");
         return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "daemon/channel.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
+#include "daemon/egress_service.h"
 #include "daemon/ledger.h"
 #include "daemon/request.h"
 
@@ -27,6 +28,8 @@ int manager_recover(Manager *m);
 /* Meters running time into the ledger and holds reservations there (before
  * manager_recover). */
 void manager_set_ledger(Manager *m, Ledger *ledger);
+/* Gives sandboxes egress through the proxy (before manager_start). */
+void manager_set_egress(Manager *m, EgressService *egress);
 /* Starts the thread that acts on lease ends and on sandboxes that died. */
 int manager_start(Manager *m);
 /* Stops the thread and every running sandbox (state stopped, files kept). */

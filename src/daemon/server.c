@@ -179,6 +179,47 @@ static enum MHD_Result answer(Req *r, int rc, json_t *j, ApiError *e, unsigned s
         return reply_json(r, status, j);
 }
 
+/* Egress secrets and the egress audit log. */
+static enum MHD_Result handle_egress(Req *r, json_t *body) {
+        Server *s = r->srv;
+        ApiError e = { 0 };
+        json_t *j = NULL;
+        int rc;
+        if (!s->egress) {
+                api_error(&e, 503, "unavailable", NULL, "egress is not set up on this daemon");
+                return reply_error(r, &e);
+        }
+        const char *owner = r->key.owner, *name = r->route.secret;
+        switch (r->route.kind) {
+        case ROUTE_SECRETS_LIST:
+                rc = egress_secret_list(s->egress, owner, &j, &e);
+                break;
+        case ROUTE_SECRET_GET:
+                rc = egress_secret_get(s->egress, owner, name, &j, &e);
+                break;
+        case ROUTE_SECRET_PUT:
+                rc = egress_secret_put(s->egress, owner, name, body, &j, &e);
+                break;
+        case ROUTE_SECRET_DELETE:
+                rc = egress_secret_delete(s->egress, owner, name, &j, &e);
+                break;
+        default: {
+                /* Only the owner may read a sandbox's log: 404 otherwise. */
+                _cleanup_json_ json_t *sbx = NULL;
+                rc = sandbox_get(s->manager, &r->key, r->route.sandbox_id, &sbx, &e);
+                const char *lim = req_query(r, "limit");
+                char *end = NULL;
+                long limit = lim ? strtol(lim, &end, 10) : 1000;
+                if (rc == 0 && (limit < 1 || limit > 10000 || (lim && *end)))
+                        rc = api_error(&e, 400, "invalid_request", NULL, "limit must be 1..10000");
+                if (rc == 0)
+                        rc = egress_audit_list(s->egress, r->route.sandbox_id, (unsigned)limit, &j, &e);
+                break;
+        }
+        }
+        return answer(r, rc, j, &e, 200);
+}
+
 static enum MHD_Result dispatch(Req *r) {
         Server *s = r->srv;
         ApiError e = { 0 };
@@ -198,6 +239,7 @@ static enum MHD_Result dispatch(Req *r) {
         case ROUTE_FILES_RENAME:
         case ROUTE_SANDBOX_STOP:
         case ROUTE_KEYS_CREATE:
+        case ROUTE_SECRET_PUT:
                 rc = request_body_parse(r->body ? r->body : "", r->body_len,
                                         r->route.kind == ROUTE_SANDBOX_CREATE || r->route.kind == ROUTE_SANDBOX_STOP,
                                         &body, &e);
@@ -225,6 +267,12 @@ static enum MHD_Result dispatch(Req *r) {
                 return handle_key_revoke(r);
         case ROUTE_TRIAL:
                 return handle_trial(r);
+        case ROUTE_SECRETS_LIST:
+        case ROUTE_SECRET_GET:
+        case ROUTE_SECRET_PUT:
+        case ROUTE_SECRET_DELETE:
+        case ROUTE_SANDBOX_EGRESS:
+                return handle_egress(r, body);
         case ROUTE_METRICS:
                 return handle_metrics(r);
         case ROUTE_IMAGES:
@@ -302,6 +350,7 @@ static enum MHD_Result dispatch(Req *r) {
 static bool route_has_json_body(RouteKind k) {
         switch (k) {
         case ROUTE_KEYS_CREATE:
+        case ROUTE_SECRET_PUT:
         case ROUTE_SANDBOX_CREATE:
         case ROUTE_SANDBOX_EXEC:
         case ROUTE_SANDBOX_EXTEND:
@@ -454,6 +503,10 @@ int server_new(const DaemonConfig *cfg, Db *db, Manager *m, Server **ret) {
         atomic_init(&s->building, false);
         *ret = s;
         return 0;
+}
+
+void server_set_egress(Server *s, EgressService *egress) {
+        s->egress = egress;
 }
 
 void server_set_guardrails(Server *s, Ledger *ledger, KeyStore *keys) {

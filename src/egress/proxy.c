@@ -141,6 +141,7 @@ typedef struct Pump {
         EgressParser *parser; /* plain HTTP: where the one request ends; NULL for tunnels */
         bool message_done;
         atomic_bool stop;
+        atomic_bool sandbox_gone; /* its side failed, not merely half-closed */
         atomic_uint_fast64_t last_activity;
         uint64_t bytes_out;
 } Pump;
@@ -173,6 +174,8 @@ static void *pump_up(void *arg) {
                 ssize_t n = p->io->read(p->io->ctx, buf, sizeof(buf));
                 if (n == -EAGAIN || n == -EINTR)
                         continue;
+                if (n < 0)
+                        atomic_store(&p->sandbox_gone, true);
                 if (n <= 0)
                         break;
                 if (forward_up(p, buf, (size_t)n) < 0)
@@ -309,6 +312,11 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
         rec->port = head->port;
         rec->connect = head->is_connect;
 
+        if (cfg && cfg->web_ports_only && head->port != 80 && head->port != 443) {
+                record_refusal(rec, "this sandbox reaches ports 80 and 443 only (a trial key)");
+                respond(io, 403, "Forbidden", rec->reason);
+                goto out;
+        }
         EgressVerdict v = egress_policy_check(policy, head->host, head->port);
         if (v != EGRESS_ALLOW) {
                 char msg[320];
@@ -366,6 +374,7 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
                 if (n < 0)
                         goto out;
                 rec->secrets_used = (unsigned)n;
+                pump.bytes_out = fwd_len;
                 int w = send_all(upstream, (const uint8_t *)fwd, fwd_len);
                 free(fwd);
                 if (w < 0)
@@ -385,6 +394,8 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
                 int pr = poll(&pfd, 1, 1000);
                 if (pr < 0 && errno == EINTR)
                         continue;
+                if (atomic_load(&pump.sandbox_gone))
+                        break;
                 if (pr == 0) {
                         if (now_ms() - atomic_load(&pump.last_activity) > (uint64_t)idle_timeout)
                                 break;

@@ -52,6 +52,8 @@ typedef struct EgressProxyConfig {
          * intercepted with `ca`, and the upstream is verified with
          * `upstream_ctx` (the host's trust store). Without ca/upstream_ctx,
          * tunnels are never intercepted. */
+        /* Only ports 80 and 443, whatever the policy names (trial keys). */
+        bool web_ports_only;
         const EgressSecret *secrets;
         size_t n_secrets;
         EgressCa *ca;

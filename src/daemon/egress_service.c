@@ -1,0 +1,807 @@
+#include "daemon/egress_service.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/jsonutil.h"
+#include "common/macro.h"
+#include "common/random.h"
+#include "common/timeutil.h"
+#include "daemon/log.h"
+#include "egress/ca.h"
+#include "egress/policy.h"
+#include "egress/proxy.h"
+#include "egress/secret.h"
+
+#define MAX_TEST_UPSTREAMS 32
+#define MAX_SECRETS_PER_OWNER 100
+#define MAX_SECRET_HOSTS 64
+#define AUDIT_KEEP_PER_SANDBOX 10000
+#define RELAY_URL "http://127.0.0.1:3128"
+#define SANDBOX_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
+#define SANDBOX_CA_FILE "/usr/local/share/ca-certificates/runtime-egress.crt"
+#define MAX_BUNDLE (4u * 1024u * 1024u)
+
+static const char schema[] =
+        "CREATE TABLE IF NOT EXISTS egress_secrets ("
+        " owner TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, hosts TEXT NOT NULL,"
+        " placeholder TEXT NOT NULL, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,"
+        " PRIMARY KEY (owner, name));"
+        "CREATE TABLE IF NOT EXISTS egress_log ("
+        " id INTEGER PRIMARY KEY AUTOINCREMENT, sandbox TEXT NOT NULL, at INTEGER NOT NULL,"
+        " host TEXT NOT NULL, port INTEGER NOT NULL, kind TEXT NOT NULL, allowed INTEGER NOT NULL,"
+        " reason TEXT NOT NULL, addr TEXT, bytes_out INTEGER NOT NULL, bytes_in INTEGER NOT NULL,"
+        " intercepted INTEGER NOT NULL, secrets_used INTEGER NOT NULL);"
+        "CREATE INDEX IF NOT EXISTS egress_log_by_sandbox ON egress_log (sandbox, id);";
+
+struct EgressService {
+        sqlite3 *sql;
+        pthread_mutex_t lock; /* the connection; the counters below */
+        pthread_cond_t idle;
+        unsigned active;      /* connections being served */
+        unsigned inserts;     /* audit rows since the last trim */
+        EgressCa *ca;
+        SSL_CTX *upstream_ctx;
+        EgressTestHost test_hosts[MAX_TEST_UPSTREAMS];
+        size_t n_test_hosts;
+};
+
+struct SandboxEgress {
+        EgressService *svc;
+        atomic_int refs;
+        char id[32];
+        char owner[128];
+        bool trial;
+        pthread_mutex_t lock;
+        json_t *network; /* under lock */
+};
+
+/* Environment names the daemon sets itself: a secret may not take them. */
+static const char *const reserved_names[] = {
+        "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY",
+        "all_proxy", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS", "PATH", "HOME", "LANG", "TERM", "LD_PRELOAD", "LD_LIBRARY_PATH", NULL,
+};
+
+bool egress_secret_name_ok(const char *name) {
+        size_t n = name ? strlen(name) : 0;
+        if (n == 0 || n > 64)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char c = name[i];
+                bool ok = c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (i > 0 && c >= '0' && c <= '9');
+                if (!ok)
+                        return false;
+        }
+        for (const char *const *r = reserved_names; *r; r++)
+                if (strcmp(*r, name) == 0)
+                        return false;
+        return true;
+}
+
+static int exec_sql(sqlite3 *sql, const char *text) {
+        char *msg = NULL;
+        int rc = sqlite3_exec(sql, text, NULL, NULL, &msg);
+        sqlite3_free(msg);
+        return rc == SQLITE_OK ? 0 : -EIO;
+}
+
+int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char *err, size_t err_len) {
+        EgressService *svc = calloc(1, sizeof(*svc));
+        if (!svc)
+                return -ENOMEM;
+        pthread_mutex_init(&svc->lock, NULL);
+        pthread_cond_init(&svc->idle, NULL);
+        int r = -EINVAL;
+        if (cfg->n_test_upstreams > MAX_TEST_UPSTREAMS) {
+                snprintf(err, err_len, "at most %d --egress-test-upstream mappings", MAX_TEST_UPSTREAMS);
+                goto fail;
+        }
+        for (size_t i = 0; i < cfg->n_test_upstreams; i++) {
+                if (egress_test_host_parse(cfg->test_upstreams[i], &svc->test_hosts[i]) < 0) {
+                        snprintf(err, err_len,
+                                 "--egress-test-upstream %.100s: want NAME=127.0.0.1:PORT (loopback only)",
+                                 cfg->test_upstreams[i]);
+                        goto fail;
+                }
+                svc->n_test_hosts++;
+        }
+        if ((r = egress_ca_load_or_create(cfg->state_dir, &svc->ca)) < 0) {
+                snprintf(err, err_len, "cannot load or make the egress CA in the state directory: %s", strerror(-r));
+                goto fail;
+        }
+        if ((r = egress_upstream_ctx_new(cfg->extra_ca_file, &svc->upstream_ctx)) < 0) {
+                snprintf(err, err_len, "cannot load the trust store%s%.200s", cfg->extra_ca_file ? " or " : "",
+                         cfg->extra_ca_file ? cfg->extra_ca_file : "");
+                goto fail;
+        }
+        int rc = sqlite3_open_v2(cfg->db_path, &svc->sql,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
+                                         SQLITE_OPEN_NOFOLLOW,
+                                 NULL);
+        if (rc != SQLITE_OK) {
+                snprintf(err, err_len, "cannot open the database");
+                r = -EIO;
+                goto fail;
+        }
+        sqlite3_busy_timeout(svc->sql, 10000);
+        if ((r = exec_sql(svc->sql, "PRAGMA journal_mode=WAL;")) < 0 || (r = exec_sql(svc->sql, schema)) < 0) {
+                snprintf(err, err_len, "cannot make the egress tables");
+                goto fail;
+        }
+        *ret = svc;
+        return 0;
+fail:
+        egress_service_free(svc);
+        return r;
+}
+
+void egress_service_free(EgressService *svc) {
+        if (!svc)
+                return;
+        /* Connections end once their sandboxes' channels close; a tunnel
+         * waiting on a silent upstream notices within a second. */
+        pthread_mutex_lock(&svc->lock);
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 5;
+        while (svc->active > 0)
+                if (pthread_cond_timedwait(&svc->idle, &svc->lock, &dl) == ETIMEDOUT)
+                        break;
+        bool busy = svc->active > 0;
+        pthread_mutex_unlock(&svc->lock);
+        if (busy)
+                return; /* leaked on purpose: a thread still uses it, and the process is ending */
+        sqlite3_close(svc->sql);
+        egress_ca_free(svc->ca);
+        SSL_CTX_free(svc->upstream_ctx);
+        pthread_mutex_destroy(&svc->lock);
+        pthread_cond_destroy(&svc->idle);
+        free(svc);
+}
+
+/* ---- secrets ---- */
+
+static void secrets_free(EgressSecret *s, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                if (s[i].value) {
+                        explicit_bzero(s[i].value, strlen(s[i].value));
+                        free(s[i].value);
+                }
+                egress_policy_free(s[i].hosts);
+        }
+        free(s);
+}
+
+static int hosts_policy(const char *hosts_json, EgressPolicy **ret) {
+        _cleanup_json_ json_t *hosts = json_loads(hosts_json, 0, NULL);
+        _cleanup_json_ json_t *net = json_pack("{s:b,s:O}", "internet", 1, "allow", hosts ? hosts : json_null());
+        if (!hosts || !net)
+                return -EINVAL;
+        return egress_policy_parse(net, ret, NULL, 0);
+}
+
+/* The owner's secrets, for one connection. */
+static int secrets_load(EgressService *svc, const char *owner, EgressSecret **ret, size_t *ret_n) {
+        EgressSecret *out = calloc(MAX_SECRETS_PER_OWNER, sizeof(EgressSecret));
+        if (!out)
+                return -ENOMEM;
+        size_t n = 0;
+        pthread_mutex_lock(&svc->lock);
+        sqlite3_stmt *st = NULL;
+        int r = 0;
+        if (sqlite3_prepare_v2(svc->sql,
+                               "SELECT name, value, hosts, placeholder FROM egress_secrets WHERE owner = ?1 "
+                               "ORDER BY name LIMIT 100",
+                               -1, &st, NULL) != SQLITE_OK)
+                r = -EIO;
+        else {
+                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+                while (n < MAX_SECRETS_PER_OWNER && sqlite3_step(st) == SQLITE_ROW) {
+                        EgressSecret *s = &out[n];
+                        snprintf(s->name, sizeof(s->name), "%s", (const char *)sqlite3_column_text(st, 0));
+                        s->value = strdup((const char *)sqlite3_column_text(st, 1));
+                        snprintf(s->placeholder, sizeof(s->placeholder), "%s",
+                                 (const char *)sqlite3_column_text(st, 3));
+                        if (!s->value || hosts_policy((const char *)sqlite3_column_text(st, 2), &s->hosts) < 0) {
+                                free(s->value);
+                                s->value = NULL;
+                                continue;
+                        }
+                        n++;
+                }
+        }
+        sqlite3_finalize(st);
+        pthread_mutex_unlock(&svc->lock);
+        if (r < 0) {
+                secrets_free(out, n);
+                return r;
+        }
+        *ret = out;
+        *ret_n = n;
+        return 0;
+}
+
+static json_t *secret_json(sqlite3_stmt *st) {
+        /* columns: name, hosts, placeholder, created_at, updated_at */
+        char created[40], updated[40];
+        time_format_rfc3339(sqlite3_column_int64(st, 3), created);
+        time_format_rfc3339(sqlite3_column_int64(st, 4), updated);
+        json_t *hosts = json_loads((const char *)sqlite3_column_text(st, 1), 0, NULL);
+        return json_pack("{s:s,s:o,s:s,s:s,s:s}", "name", (const char *)sqlite3_column_text(st, 0), "hosts",
+                         hosts ? hosts : json_array(), "placeholder", (const char *)sqlite3_column_text(st, 2),
+                         "createdAt", created, "updatedAt", updated);
+}
+
+static int secret_query_one(EgressService *svc, const char *owner, const char *name, json_t **ret) {
+        sqlite3_stmt *st = NULL;
+        int r = -ENOENT;
+        if (sqlite3_prepare_v2(svc->sql,
+                               "SELECT name, hosts, placeholder, created_at, updated_at FROM egress_secrets "
+                               "WHERE owner = ?1 AND name = ?2",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+                *ret = secret_json(st);
+                r = *ret ? 0 : -ENOMEM;
+        }
+        sqlite3_finalize(st);
+        return r;
+}
+
+static int name_error(ApiError *e) {
+        return api_error(e, 400, "invalid_request", "use an environment variable name such as OPENAI_API_KEY",
+                         "a secret's name must be [A-Za-z_][A-Za-z0-9_]{0,63} and not one the daemon sets "
+                         "itself (HTTP_PROXY, PATH, ...)");
+}
+
+int egress_secret_put(EgressService *svc, const char *owner, const char *name, json_t *body, json_t **ret,
+                      ApiError *e) {
+        if (!egress_secret_name_ok(name))
+                return name_error(e);
+        if (!json_is_object(body))
+                return api_error(e, 400, "invalid_request", NULL, "the body must be an object {value, hosts}");
+        const char *key;
+        json_t *v;
+        json_object_foreach(body, key, v) {
+                if (strcmp(key, "value") != 0 && strcmp(key, "hosts") != 0)
+                        return api_error(e, 400, "invalid_request", "the fields are value and hosts",
+                                         "unknown field %.64s", key);
+        }
+        json_t *value = json_object_get(body, "value"), *hosts = json_object_get(body, "hosts");
+        if (!json_is_string(value) ||
+            !egress_secret_value_valid(json_string_value(value), json_string_length(value)))
+                return api_error(e, 400, "invalid_request", "values go into HTTP headers, so they cannot hold line breaks",
+                                 "value must be a string of 1 to %d bytes without CR, LF or NUL",
+                                 EGRESS_SECRET_MAX_VALUE);
+        if (!json_is_array(hosts) || json_array_size(hosts) == 0 || json_array_size(hosts) > MAX_SECRET_HOSTS)
+                return api_error(e, 400, "invalid_request", "for example [\"api.openai.com\"]",
+                                 "hosts must be an array of 1 to %d host patterns the secret may go to",
+                                 MAX_SECRET_HOSTS);
+        _cleanup_json_ json_t *net = json_pack("{s:b,s:O}", "internet", 1, "allow", hosts);
+        EgressPolicy *p = NULL;
+        char err[256] = "";
+        if (!net || egress_policy_parse(net, &p, err, sizeof(err)) < 0)
+                return api_error(e, 400, "invalid_request", NULL, "hosts: %s", err[0] ? err : "invalid");
+        _cleanup_json_ json_t *norm = egress_policy_to_json(p);
+        egress_policy_free(p);
+        _cleanup_free_ char *hosts_text = norm ? json_dumps(json_object_get(norm, "allow"), JSON_COMPACT) : NULL;
+        if (!hosts_text)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+
+        char rnd[33], placeholder[96];
+        if (random_hex(rnd, 16) < 0)
+                return api_error(e, 500, "internal", NULL, "no randomness");
+        snprintf(placeholder, sizeof(placeholder), "%s%s-%s", EGRESS_PLACEHOLDER_PREFIX, name, rnd);
+        int64_t now = time_now_unix();
+
+        pthread_mutex_lock(&svc->lock);
+        int r = 0;
+        sqlite3_stmt *st = NULL;
+        int64_t count = 0;
+        if (sqlite3_prepare_v2(svc->sql,
+                               "SELECT COUNT(*) FROM egress_secrets WHERE owner = ?1 AND name != ?2", -1, &st,
+                               NULL) == SQLITE_OK) {
+                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+                if (sqlite3_step(st) == SQLITE_ROW)
+                        count = sqlite3_column_int64(st, 0);
+        }
+        sqlite3_finalize(st);
+        st = NULL;
+        if (count >= MAX_SECRETS_PER_OWNER) {
+                pthread_mutex_unlock(&svc->lock);
+                return api_error(e, 409, "conflict", "delete one you no longer use", "at most %d secrets per owner",
+                                 MAX_SECRETS_PER_OWNER);
+        }
+        /* The placeholder is made once and kept across updates: running
+         * sandboxes hold it in their environment. */
+        if (sqlite3_prepare_v2(svc->sql,
+                               "INSERT INTO egress_secrets (owner, name, value, hosts, placeholder, created_at, "
+                               "updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) ON CONFLICT (owner, name) DO "
+                               "UPDATE SET value = excluded.value, hosts = excluded.hosts, updated_at = "
+                               "excluded.updated_at",
+                               -1, &st, NULL) != SQLITE_OK)
+                r = -EIO;
+        else {
+                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 3, json_string_value(value), -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 4, hosts_text, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 5, placeholder, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(st, 6, now);
+                r = sqlite3_step(st) == SQLITE_DONE ? 0 : -EIO;
+        }
+        sqlite3_finalize(st);
+        if (r == 0)
+                r = secret_query_one(svc, owner, name, ret);
+        pthread_mutex_unlock(&svc->lock);
+        if (r < 0)
+                return api_error(e, 500, "internal", NULL, "could not store the secret");
+        return 0;
+}
+
+int egress_secret_get(EgressService *svc, const char *owner, const char *name, json_t **ret, ApiError *e) {
+        if (!egress_secret_name_ok(name))
+                return api_error(e, 404, "not_found", "list them with GET /v1/egress-secrets", "no secret %.64s",
+                                 name);
+        pthread_mutex_lock(&svc->lock);
+        int r = secret_query_one(svc, owner, name, ret);
+        pthread_mutex_unlock(&svc->lock);
+        if (r == -ENOENT)
+                return api_error(e, 404, "not_found", "list them with GET /v1/egress-secrets", "no secret %s", name);
+        if (r < 0)
+                return api_error(e, 500, "internal", NULL, "could not read the secret");
+        return 0;
+}
+
+int egress_secret_list(EgressService *svc, const char *owner, json_t **ret, ApiError *e) {
+        json_t *list = json_array();
+        if (!list)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        pthread_mutex_lock(&svc->lock);
+        sqlite3_stmt *st = NULL;
+        int r = 0;
+        if (sqlite3_prepare_v2(svc->sql,
+                               "SELECT name, hosts, placeholder, created_at, updated_at FROM egress_secrets "
+                               "WHERE owner = ?1 ORDER BY name",
+                               -1, &st, NULL) != SQLITE_OK)
+                r = -EIO;
+        else {
+                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+                while (sqlite3_step(st) == SQLITE_ROW)
+                        json_array_append_new(list, secret_json(st));
+        }
+        sqlite3_finalize(st);
+        pthread_mutex_unlock(&svc->lock);
+        if (r < 0) {
+                json_decref(list);
+                return api_error(e, 500, "internal", NULL, "could not list the secrets");
+        }
+        *ret = json_pack("{s:o}", "secrets", list);
+        return *ret ? 0 : api_error(e, 500, "internal", NULL, "out of memory");
+}
+
+int egress_secret_delete(EgressService *svc, const char *owner, const char *name, json_t **ret, ApiError *e) {
+        if (!egress_secret_name_ok(name))
+                return api_error(e, 404, "not_found", NULL, "no secret %.64s", name);
+        pthread_mutex_lock(&svc->lock);
+        sqlite3_stmt *st = NULL;
+        int changed = -1;
+        if (sqlite3_prepare_v2(svc->sql, "DELETE FROM egress_secrets WHERE owner = ?1 AND name = ?2", -1, &st,
+                               NULL) == SQLITE_OK) {
+                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+                if (sqlite3_step(st) == SQLITE_DONE)
+                        changed = sqlite3_changes(svc->sql);
+        }
+        sqlite3_finalize(st);
+        pthread_mutex_unlock(&svc->lock);
+        if (changed < 0)
+                return api_error(e, 500, "internal", NULL, "could not delete the secret");
+        if (changed == 0)
+                return api_error(e, 404, "not_found", NULL, "no secret %s", name);
+        *ret = json_pack("{s:s,s:b}", "name", name, "deleted", 1);
+        return 0;
+}
+
+/* ---- the audit log ---- */
+
+static void audit_insert(EgressService *svc, const char *sandbox_id, const EgressRecord *rec) {
+        pthread_mutex_lock(&svc->lock);
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(svc->sql,
+                               "INSERT INTO egress_log (sandbox, at, host, port, kind, allowed, reason, addr, "
+                               "bytes_out, bytes_in, intercepted, secrets_used) VALUES "
+                               "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                               -1, &st, NULL) == SQLITE_OK) {
+                sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(st, 2, time_now_unix());
+                sqlite3_bind_text(st, 3, rec->host, -1, SQLITE_STATIC);
+                sqlite3_bind_int(st, 4, rec->port);
+                sqlite3_bind_text(st, 5, rec->host[0] ? (rec->connect ? "connect" : "http") : "none", -1,
+                                  SQLITE_STATIC);
+                sqlite3_bind_int(st, 6, rec->allowed);
+                sqlite3_bind_text(st, 7, rec->reason, -1, SQLITE_STATIC);
+                if (rec->addr[0])
+                        sqlite3_bind_text(st, 8, rec->addr, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(st, 9, (sqlite3_int64)rec->bytes_out);
+                sqlite3_bind_int64(st, 10, (sqlite3_int64)rec->bytes_in);
+                sqlite3_bind_int(st, 11, rec->intercepted);
+                sqlite3_bind_int(st, 12, (int)rec->secrets_used);
+                (void)sqlite3_step(st);
+        }
+        sqlite3_finalize(st);
+        /* Bounded per sandbox: a sandbox that opens connections without end
+         * cannot grow the database without end. */
+        if (++svc->inserts % 256 == 0 &&
+            sqlite3_prepare_v2(svc->sql,
+                               "DELETE FROM egress_log WHERE sandbox = ?1 AND id <= (SELECT id FROM egress_log "
+                               "WHERE sandbox = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+                               -1, &st, NULL) == SQLITE_OK) {
+                sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+                sqlite3_bind_int(st, 2, AUDIT_KEEP_PER_SANDBOX);
+                (void)sqlite3_step(st);
+                sqlite3_finalize(st);
+        }
+        pthread_mutex_unlock(&svc->lock);
+}
+
+int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit, json_t **ret, ApiError *e) {
+        json_t *list = json_array();
+        if (!list)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        pthread_mutex_lock(&svc->lock);
+        sqlite3_stmt *st = NULL;
+        int r = 0;
+        if (sqlite3_prepare_v2(svc->sql,
+                               "SELECT at, host, port, kind, allowed, reason, addr, bytes_out, bytes_in, "
+                               "intercepted, secrets_used FROM egress_log WHERE sandbox = ?1 ORDER BY id DESC "
+                               "LIMIT ?2",
+                               -1, &st, NULL) != SQLITE_OK)
+                r = -EIO;
+        else {
+                sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+                sqlite3_bind_int(st, 2, (int)limit);
+                while (sqlite3_step(st) == SQLITE_ROW) {
+                        char at[40];
+                        time_format_rfc3339(sqlite3_column_int64(st, 0), at);
+                        const char *addr = (const char *)sqlite3_column_text(st, 6);
+                        json_array_append_new(
+                                list, json_pack("{s:s,s:s,s:i,s:s,s:b,s:s,s:s?,s:I,s:I,s:b,s:i}", "at", at, "host",
+                                                (const char *)sqlite3_column_text(st, 1), "port",
+                                                sqlite3_column_int(st, 2), "kind",
+                                                (const char *)sqlite3_column_text(st, 3), "allowed",
+                                                sqlite3_column_int(st, 4), "reason",
+                                                (const char *)sqlite3_column_text(st, 5), "address", addr,
+                                                "bytesOut", (json_int_t)sqlite3_column_int64(st, 7), "bytesIn",
+                                                (json_int_t)sqlite3_column_int64(st, 8), "intercepted",
+                                                sqlite3_column_int(st, 9), "secretsUsed", sqlite3_column_int(st, 10)));
+                }
+        }
+        sqlite3_finalize(st);
+        pthread_mutex_unlock(&svc->lock);
+        if (r < 0) {
+                json_decref(list);
+                return api_error(e, 500, "internal", NULL, "could not read the egress log");
+        }
+        *ret = json_pack("{s:s,s:o}", "sandboxId", sandbox_id, "entries", list);
+        return *ret ? 0 : api_error(e, 500, "internal", NULL, "out of memory");
+}
+
+/* ---- what a sandbox gets ---- */
+
+json_t *egress_service_sandbox_env(EgressService *svc, const char *owner) {
+        json_t *env = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "HTTP_PROXY", RELAY_URL,
+                                "HTTPS_PROXY", RELAY_URL, "http_proxy", RELAY_URL, "https_proxy", RELAY_URL,
+                                "NO_PROXY", "localhost,127.0.0.1,::1", "no_proxy", "localhost,127.0.0.1,::1",
+                                "SSL_CERT_FILE", SANDBOX_CA_BUNDLE, "REQUESTS_CA_BUNDLE", SANDBOX_CA_BUNDLE,
+                                "PIP_CERT", SANDBOX_CA_BUNDLE, "CURL_CA_BUNDLE", SANDBOX_CA_BUNDLE,
+                                "NODE_EXTRA_CA_CERTS", SANDBOX_CA_FILE);
+        if (!env)
+                return NULL;
+        pthread_mutex_lock(&svc->lock);
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(svc->sql, "SELECT name, placeholder FROM egress_secrets WHERE owner = ?1", -1, &st,
+                               NULL) == SQLITE_OK) {
+                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+                while (sqlite3_step(st) == SQLITE_ROW)
+                        json_object_set_new(env, (const char *)sqlite3_column_text(st, 0),
+                                            json_string((const char *)sqlite3_column_text(st, 1)));
+        }
+        sqlite3_finalize(st);
+        pthread_mutex_unlock(&svc->lock);
+        return env;
+}
+
+static int read_file(Channel *c, const char *path, char **ret, size_t *ret_len) {
+        _cleanup_json_ json_t *req = json_pack("{s:s,s:s}", "op", "read", "path", path);
+        ChanStream *s = NULL;
+        int r = req ? channel_open_stream(c, req, &s) : -ENOMEM;
+        if (r < 0)
+                return r;
+        char *buf = NULL;
+        size_t len = 0;
+        r = -EIO;
+        for (;;) {
+                ChanEvent ev;
+                if (chan_stream_next(s, 10000, &ev) < 0)
+                        break;
+                if (ev.type == CHAN_EV_DATA) {
+                        char *nb = len + ev.len <= MAX_BUNDLE ? realloc(buf, len + ev.len + 1) : NULL;
+                        if (!nb) {
+                                chan_event_clear(&ev);
+                                r = -E2BIG;
+                                break;
+                        }
+                        buf = nb;
+                        memcpy(buf + len, ev.data, ev.len);
+                        len += ev.len;
+                } else if (ev.type == CHAN_EV_RESULT) {
+                        json_t *err = json_object_get(ev.json, "error");
+                        r = !err ? 0
+                            : strcmp(json_string_value(json_object_get(err, "code")) ?: "", "not_found") == 0
+                                    ? -ENOENT
+                                    : -EIO;
+                        chan_event_clear(&ev);
+                        break;
+                } else if (ev.type == CHAN_EV_CLOSED)
+                        break;
+                chan_event_clear(&ev);
+        }
+        chan_stream_free(s);
+        if (r < 0) {
+                free(buf);
+                return r;
+        }
+        if (!buf && !(buf = malloc(1)))
+                return -ENOMEM;
+        buf[len] = '\0';
+        *ret = buf;
+        *ret_len = len;
+        return 0;
+}
+
+static int write_file(Channel *c, const char *path, const char *data, size_t len) {
+        _cleanup_json_ json_t *req = json_pack("{s:s,s:s,s:i,s:b}", "op", "write", "path", path, "mode", 0644,
+                                               "mkdirs", 1);
+        ChanStream *s = NULL;
+        int r = req ? channel_open_stream(c, req, &s) : -ENOMEM;
+        if (r < 0)
+                return r;
+        r = chan_stream_write(s, data, len, 10000);
+        if (r == 0)
+                r = chan_stream_close_write(s);
+        while (r == 0) {
+                ChanEvent ev;
+                if ((r = chan_stream_next(s, 10000, &ev)) < 0)
+                        break;
+                if (ev.type == CHAN_EV_RESULT || ev.type == CHAN_EV_CLOSED) {
+                        r = ev.type == CHAN_EV_RESULT && !json_object_get(ev.json, "error") ? 1 : -EIO;
+                        chan_event_clear(&ev);
+                        break;
+                }
+                chan_event_clear(&ev);
+        }
+        chan_stream_free(s);
+        return r < 0 ? r : 0;
+}
+
+int egress_service_install_ca(EgressService *svc, Channel *c) {
+        const char *pem = egress_ca_pem(svc->ca);
+        size_t pem_len = strlen(pem);
+        int r = write_file(c, SANDBOX_CA_FILE, pem, pem_len);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *bundle = NULL;
+        size_t len = 0;
+        r = read_file(c, SANDBOX_CA_BUNDLE, &bundle, &len);
+        if (r == -ENOENT) {
+                bundle = strdup("");
+                r = bundle ? 0 : -ENOMEM;
+        }
+        if (r < 0)
+                return r;
+        if (strstr(bundle, pem))
+                return 0; /* a restarted sandbox has it already */
+        size_t sep = len > 0 && bundle[len - 1] != '\n';
+        _cleanup_free_ char *out = malloc(len + sep + pem_len);
+        if (!out)
+                return -ENOMEM;
+        memcpy(out, bundle, len);
+        if (sep)
+                out[len] = '\n';
+        memcpy(out + len + sep, pem, pem_len);
+        return write_file(c, SANDBOX_CA_BUNDLE, out, len + sep + pem_len);
+}
+
+/* ---- per sandbox ---- */
+
+int egress_sandbox_new(EgressService *svc, const char *sandbox_id, const char *owner, const json_t *network,
+                       bool trial, SandboxEgress **ret) {
+        SandboxEgress *se = calloc(1, sizeof(*se));
+        if (!se)
+                return -ENOMEM;
+        se->svc = svc;
+        atomic_init(&se->refs, 1);
+        snprintf(se->id, sizeof(se->id), "%s", sandbox_id);
+        snprintf(se->owner, sizeof(se->owner), "%s", owner);
+        se->trial = trial;
+        pthread_mutex_init(&se->lock, NULL);
+        se->network = network ? json_deep_copy(network) : json_pack("{s:b}", "internet", 0);
+        if (!se->network) {
+                egress_sandbox_unref(se);
+                return -ENOMEM;
+        }
+        *ret = se;
+        return 0;
+}
+
+int egress_sandbox_set_network(SandboxEgress *se, const json_t *network) {
+        json_t *copy = json_deep_copy(network);
+        if (!copy)
+                return -ENOMEM;
+        pthread_mutex_lock(&se->lock);
+        json_t *old = se->network;
+        se->network = copy;
+        pthread_mutex_unlock(&se->lock);
+        json_decref(old);
+        return 0;
+}
+
+void egress_sandbox_unref(SandboxEgress *se) {
+        if (!se || atomic_fetch_sub(&se->refs, 1) != 1)
+                return;
+        json_decref(se->network);
+        pthread_mutex_destroy(&se->lock);
+        free(se);
+}
+
+/* The sandbox side of one proxied connection, over its channel stream. */
+typedef struct StreamIo {
+        ChanStream *s;
+        ChanEvent pending; /* DATA not yet handed out */
+        size_t pending_off;
+        bool eof;
+} StreamIo;
+
+static ssize_t stream_read(void *ctx, uint8_t *buf, size_t len) {
+        StreamIo *io = ctx;
+        if (io->pending.data && io->pending_off < io->pending.len) {
+                size_t n = io->pending.len - io->pending_off;
+                if (n > len)
+                        n = len;
+                memcpy(buf, io->pending.data + io->pending_off, n);
+                io->pending_off += n;
+                if (io->pending_off == io->pending.len)
+                        chan_event_clear(&io->pending);
+                return (ssize_t)n;
+        }
+        if (io->eof)
+                return 0;
+        ChanEvent ev;
+        if (chan_stream_next(io->s, 1000, &ev) < 0)
+                return -EAGAIN;
+        switch (ev.type) {
+        case CHAN_EV_DATA:
+                io->pending = ev;
+                io->pending_off = 0;
+                return stream_read(ctx, buf, len);
+        case CHAN_EV_EOF:
+                io->eof = true;
+                return 0;
+        default:
+                /* The agent gave up on the connection, or the channel closed. */
+                chan_event_clear(&ev);
+                io->eof = true;
+                return -EPIPE;
+        }
+}
+
+static int stream_write(void *ctx, const uint8_t *buf, size_t len) {
+        StreamIo *io = ctx;
+        return chan_stream_write(io->s, buf, len, 60000);
+}
+
+static void stream_close_write(void *ctx) {
+        StreamIo *io = ctx;
+        (void)chan_stream_close_write(io->s);
+}
+
+typedef struct Conn {
+        SandboxEgress *se;
+        ChanStream *s;
+} Conn;
+
+static void *serve_main(void *arg) {
+        Conn *conn = arg;
+        SandboxEgress *se = conn->se;
+        EgressService *svc = se->svc;
+
+        EgressPolicy *policy = NULL;
+        pthread_mutex_lock(&se->lock);
+        int r = egress_policy_parse(se->network, &policy, NULL, 0);
+        pthread_mutex_unlock(&se->lock);
+        EgressSecret *secrets = NULL;
+        size_t n_secrets = 0;
+        if (r == 0 && secrets_load(svc, se->owner, &secrets, &n_secrets) < 0)
+                n_secrets = 0;
+        if (r < 0)
+                (void)egress_policy_parse(NULL, &policy, NULL, 0); /* refuse everything */
+
+        EgressProxyConfig cfg = {
+                .test_hosts = svc->test_hosts,
+                .n_test_hosts = svc->n_test_hosts,
+                .web_ports_only = se->trial,
+                .secrets = secrets,
+                .n_secrets = n_secrets,
+                .ca = svc->ca,
+                .upstream_ctx = svc->upstream_ctx,
+        };
+        StreamIo sio = { .s = conn->s };
+        EgressIo io = { .ctx = &sio, .read = stream_read, .write = stream_write, .close_write = stream_close_write };
+        EgressRecord rec;
+        if (policy)
+                (void)egress_proxy_serve(&io, policy, &cfg, &rec);
+        else
+                memset(&rec, 0, sizeof(rec));
+        chan_event_clear(&sio.pending);
+        chan_stream_finish(conn->s, NULL);
+        chan_stream_free(conn->s);
+
+        if (rec.host[0] || rec.reason[0]) {
+                audit_insert(svc, se->id, &rec);
+                log_info(NULL, "egress %s %s %s:%u %s (%s; %llu bytes out, %llu in)", se->id,
+                         rec.connect ? "CONNECT" : "HTTP", rec.host[0] ? rec.host : "-", rec.port,
+                         rec.allowed ? "allowed" : "refused", rec.reason, (unsigned long long)rec.bytes_out,
+                         (unsigned long long)rec.bytes_in);
+        }
+        secrets_free(secrets, n_secrets);
+        egress_policy_free(policy);
+        egress_sandbox_unref(se);
+        free(conn);
+        pthread_mutex_lock(&svc->lock);
+        if (--svc->active == 0)
+                pthread_cond_broadcast(&svc->idle);
+        pthread_mutex_unlock(&svc->lock);
+        return NULL;
+}
+
+void egress_sandbox_accept(void *userdata, ChanStream *s, json_t *request) {
+        SandboxEgress *se = userdata;
+        const char *op = json_string_value(json_object_get(request, "op"));
+        Conn *conn = op && strcmp(op, "connect") == 0 ? calloc(1, sizeof(*conn)) : NULL;
+        json_decref(request);
+        if (!conn) {
+                chan_stream_free(s);
+                return;
+        }
+        conn->se = se;
+        conn->s = s;
+        atomic_fetch_add(&se->refs, 1);
+        pthread_mutex_lock(&se->svc->lock);
+        se->svc->active++;
+        pthread_mutex_unlock(&se->svc->lock);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
+        pthread_t t;
+        if (pthread_create(&t, &attr, serve_main, conn) != 0) {
+                pthread_mutex_lock(&se->svc->lock);
+                se->svc->active--;
+                pthread_mutex_unlock(&se->svc->lock);
+                egress_sandbox_unref(se);
+                chan_stream_free(s);
+                free(conn);
+        }
+        pthread_attr_destroy(&attr);
+}

@@ -1,0 +1,60 @@
+#pragma once
+/*
+ * The daemon's side of egress: the proxy serving each sandbox's relay
+ * connections (src/egress), every sandbox's live policy, the owners'
+ * secrets, the audit log of every decision, and what a sandbox needs to use
+ * all of it (proxy variables, the CA in its trust store, placeholders).
+ */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "daemon/apierror.h"
+#include "daemon/channel.h"
+
+typedef struct EgressService EgressService;
+typedef struct SandboxEgress SandboxEgress;
+
+typedef struct EgressServiceConfig {
+        const char *state_dir; /* the CA lives here */
+        const char *db_path;   /* secrets and the audit log */
+        /* Test-only "name=127.0.0.1:port" mappings (see docs/egress.md). */
+        const char *const *test_upstreams;
+        size_t n_test_upstreams;
+        const char *extra_ca_file; /* also trusted for upstreams (tests), or NULL */
+} EgressServiceConfig;
+
+/* -EINVAL with err filled for a bad test upstream or CA file. */
+int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char *err, size_t err_len);
+/* Waits (bounded) for connections still being served, then frees. */
+void egress_service_free(EgressService *svc);
+
+/* The environment every exec in a sandbox of `owner` gets: the proxy, the
+ * trust store, a placeholder per secret. A new reference. */
+json_t *egress_service_sandbox_env(EgressService *svc, const char *owner);
+/* Puts the daemon's CA into the sandbox's system trust store, through its
+ * agent. */
+int egress_service_install_ca(EgressService *svc, Channel *c);
+
+/* A sandbox's policy and identity for its proxied connections. `network` is
+ * a validated network object; `trial` limits egress to ports 80 and 443. */
+int egress_sandbox_new(EgressService *svc, const char *sandbox_id, const char *owner, const json_t *network,
+                       bool trial, SandboxEgress **ret);
+/* New connections from now on follow this policy. */
+int egress_sandbox_set_network(SandboxEgress *se, const json_t *network);
+void egress_sandbox_unref(SandboxEgress *se);
+/* A ChannelAcceptFn; userdata is a SandboxEgress (it takes a reference per
+ * connection). Serves each connection on a thread of its own. */
+void egress_sandbox_accept(void *userdata, ChanStream *s, json_t *request);
+
+/* The routes. Owners see only their own secrets; values are never answered. */
+int egress_secret_put(EgressService *svc, const char *owner, const char *name, json_t *body, json_t **ret,
+                      ApiError *e);
+int egress_secret_get(EgressService *svc, const char *owner, const char *name, json_t **ret, ApiError *e);
+int egress_secret_list(EgressService *svc, const char *owner, json_t **ret, ApiError *e);
+int egress_secret_delete(EgressService *svc, const char *owner, const char *name, json_t **ret, ApiError *e);
+/* The newest decisions for one sandbox (the caller checked it is the
+ * owner's), at most `limit`. */
+int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit, json_t **ret, ApiError *e);
+/* Whether a secret name is acceptable: an environment variable name. */
+bool egress_secret_name_ok(const char *name);
