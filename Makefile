@@ -48,11 +48,16 @@ AGENT_OBJ := $(call obj,agent,$(PROTO_SRC) $(COMMON_SRC) $(AGENT_LIB_SRC))
 CLI_OBJ := $(call obj,cli,$(COMMON_SRC) $(CLI_LIB_SRC))
 
 .PHONY: all clean test-unit asan fuzz fuzz-run
-all: $(BUILD)/runtimed $(BUILD)/runtime-agent $(BUILD)/runtime $(BUILD)/runtime-image-build
+all: $(BUILD)/runtimed $(BUILD)/runtime-agent $(BUILD)/runtime $(BUILD)/runtime-image-build \
+     $(BUILD)/runtime-microvm-build
 
 # The image builder is a shell script (debootstrap does the work); the daemon
 # looks for it next to its own binary.
 $(BUILD)/runtime-image-build: images/build.sh
+	@mkdir -p $(dir $@)
+	install -m 0755 $< $@
+# The microVM's kernel, initramfs and ext4 root, made from an image.
+$(BUILD)/runtime-microvm-build: images/microvm/build.sh
 	@mkdir -p $(dir $@)
 	install -m 0755 $< $@
 
@@ -125,5 +130,6 @@ PREFIX ?= /usr/local
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/runtime
 	install -m 0755 $(BUILD)/runtimed $(BUILD)/runtime $(DESTDIR)$(PREFIX)/bin/
-	install -m 0755 $(BUILD)/runtime-agent $(BUILD)/runtime-image-build $(DESTDIR)$(PREFIX)/libexec/runtime/
+	install -m 0755 $(BUILD)/runtime-agent $(BUILD)/runtime-image-build $(BUILD)/runtime-microvm-build \
+	    $(DESTDIR)$(PREFIX)/libexec/runtime/
 .PHONY: install

@@ -115,6 +115,15 @@ static json_t *closed_error(const char *rid, const char *id) {
         return api_error_json(&e, rid);
 }
 
+/* A stream's last line on failure: {"type":"error","error":{code,...}}, the
+ * error object itself, not the {"error":...} body that wraps it elsewhere. */
+static json_t *error_line(json_t *body) {
+        json_t *inner = body ? json_object_get(body, "error") : NULL;
+        json_t *line = inner ? json_pack("{s:s,s:O}", "type", "error", "error", inner) : NULL;
+        json_decref(body);
+        return line;
+}
+
 /* Waits for the RESULT after a cancel, briefly, so the process group is gone
  * before we answer. */
 static void drain_after_cancel(ExecRun *x) {
@@ -279,8 +288,7 @@ static int stream_step(ExecRun *x) {
         if (rc < 0) {
                 x->done = true;
                 x->result_seen = true;
-                return push_line(x, json_pack("{s:s,s:o}", "type", "error", "error",
-                                              closed_error(x->rid, sandbox_id(x->sb))));
+                return push_line(x, error_line(closed_error(x->rid, sandbox_id(x->sb))));
         }
         char *text;
         size_t len;
@@ -320,7 +328,7 @@ static int stream_step(ExecRun *x) {
                 if (json_object_get(ev.json, "error")) {
                         ApiError e;
                         agent_error_to_api(ev.json, NULL, &e);
-                        r = push_line(x, json_pack("{s:s,s:o}", "type", "error", "error", api_error_json(&e, x->rid)));
+                        r = push_line(x, error_line(api_error_json(&e, x->rid)));
                 } else {
                         observe_result(ev.json);
                         json_t *ec = json_object_get(ev.json, "exitCode");
@@ -333,7 +341,7 @@ static int stream_step(ExecRun *x) {
         case CHAN_EV_CLOSED:
                 x->result_seen = true;
                 x->done = true;
-                r = push_line(x, json_pack("{s:s,s:o}", "type", "error", "error", closed_error(x->rid, sandbox_id(x->sb))));
+                r = push_line(x, error_line(closed_error(x->rid, sandbox_id(x->sb))));
                 break;
         }
         chan_event_clear(&ev);

@@ -439,6 +439,38 @@ static int lease_due(void *userdata, SandboxRow *row) {
         return 0;
 }
 
+/* Sandboxes whose driver's supervisor was killed from outside: their agent
+ * may still answer, but what contained them is gone. */
+static void check_supervisors(Manager *m) {
+        enum { BATCH = 64 };
+        Sandbox *held[BATCH];
+        size_t n = 0;
+        pthread_mutex_lock(&m->lock);
+        for (Sandbox *sb = m->live; sb && n < BATCH; sb = sb->next) {
+                /* A rotating start would be fairer past BATCH; 64 a second is
+                 * plenty for how rarely this happens. */
+                atomic_fetch_add(&sb->refs, 1);
+                held[n++] = sb;
+        }
+        pthread_mutex_unlock(&m->lock);
+        for (size_t i = 0; i < n; i++) {
+                Sandbox *sb = held[i];
+                pthread_mutex_lock(&sb->lock);
+                bool gone = sb->running && !sb->stopping && sb->inst && sb->driver->alive &&
+                            !sb->driver->alive(sb->inst);
+                if (gone)
+                        snprintf(sb->closed_reason, sizeof(sb->closed_reason), "%s",
+                                 "the sandbox's supervisor process was killed");
+                pthread_mutex_unlock(&sb->lock);
+                if (gone) {
+                        log_warn(NULL, "sandbox %s: its %s supervisor exited; marking it failed", sb->id,
+                                 sb->driver->name);
+                        queue_dead(sb);
+                }
+                sandbox_unref(sb);
+        }
+}
+
 static void *maintenance_thread(void *userdata) {
         Manager *m = userdata;
         pthread_mutex_lock(&m->lock);
@@ -452,6 +484,7 @@ static void *maintenance_thread(void *userdata) {
                         sandbox_unref(dead);
                         dead = next;
                 }
+                check_supervisors(m);
                 int r = db_sandbox_query(m->db, DB_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
                 if (r < 0)
                         log_error(NULL, "checking leases: %s", strerror(-r));

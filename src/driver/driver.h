@@ -69,6 +69,11 @@ typedef struct Driver {
          * Idempotent. */
         int (*reap_orphan)(const DriverSpec *spec);
         int (*stats)(DriverInstance *inst, DriverStats *ret);
+        /* Whether the driver's own supervising process (bwrap, runsc, QEMU)
+         * is still there. Cheap: the daemon asks every second. A sandbox
+         * whose supervisor was killed from outside may still answer on its
+         * channel, but it is no longer contained as started: it is failed. */
+        bool (*alive)(DriverInstance *inst);
 } Driver;
 
 extern const Driver driver_namespace;

@@ -426,4 +426,5 @@ const Driver driver_gvisor = {
         .destroy = gv_destroy,
         .reap_orphan = gv_reap_orphan,
         .stats = gv_stats,
+        .alive = launch_alive,
 };

@@ -322,6 +322,15 @@ void launch_kill_and_reap(DriverInstance *inst) {
         }
 }
 
+bool launch_alive(DriverInstance *inst) {
+        if (!inst || inst->reaped)
+                return false;
+        if (inst->pidfd < 0)
+                return inst->pid > 0 && kill(inst->pid, 0) == 0;
+        struct pollfd pfd = {.fd = inst->pidfd, .events = POLLIN};
+        return poll(&pfd, 1, 0) == 0;
+}
+
 int launch_stats(DriverInstance *inst, DriverStats *ret) {
         if (!inst || !inst->cg)
                 return -EINVAL;

@@ -101,6 +101,9 @@ const char *launch_stop_reason(DriverInstance *inst, bool exited_before);
 /* Kills the cgroup, reaps the child. */
 void launch_kill_and_reap(DriverInstance *inst);
 int launch_stats(DriverInstance *inst, DriverStats *ret);
+/* The launched process (bwrap, runsc) has not exited: its pidfd is not
+ * readable. */
+bool launch_alive(DriverInstance *inst);
 /* Kills what is left in the spec's cgroup, removes it, unmounts. */
 int launch_reap_orphan(const DriverSpec *spec);
 

@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <linux/close_range.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
@@ -75,6 +76,8 @@ struct DriverInstance {
         Cgroup *cg;
         int console_fd; /* our end of the serial console's socket */
         int console_log_fd;
+        int vmm_err_fd; /* read end of QEMU's stderr */
+        int vmm_log_fd;
         pthread_t console_thread;
         bool console_running;
 };
@@ -203,7 +206,10 @@ _Noreturn static void child_exec(const ChildSetup *c) {
                 _exit(121);
         if (dup2(c->log_fd, STDOUT_FILENO) < 0 || dup2(c->log_fd, STDERR_FILENO) < 0)
                 _exit(121);
-        /* Only the handed descriptors survive exec. */
+        /* Only the handed descriptors survive exec, whatever another thread
+         * of the daemon opened without O_CLOEXEC. */
+        if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+                _exit(122);
         for (size_t i = 0; i < c->n_keep; i++) {
                 int fl = fcntl(c->keep_fds[i], F_GETFD);
                 if (fl < 0 || fcntl(c->keep_fds[i], F_SETFD, fl & ~FD_CLOEXEC) < 0)
@@ -636,46 +642,82 @@ static int ensure_upper_disk(const char *path, unsigned disk_mib, int log_fd) {
 
 /* ---- the console ----------------------------------------------------------- */
 
-/* Copies the guest's serial console into console.log. A guest can print
- * without end: the file is rewritten from the last MICROVM_CONSOLE_KEEP bytes
- * whenever it reaches MICROVM_CONSOLE_MAX, so it is bounded and always ends
- * with the newest output (a panic's trace). */
+/* QEMU's own messages (stderr) kept in vmm.log: a guest may be able to make
+ * QEMU complain repeatedly; what is past this is dropped. */
+#define VMM_LOG_MAX (64u * 1024u)
+
+typedef struct ConsoleRing {
+        uint8_t *ring; /* the newest MICROVM_CONSOLE_KEEP bytes */
+        size_t len, pos;
+        uint64_t file_len;
+} ConsoleRing;
+
+/* Appends to console.log; at MICROVM_CONSOLE_MAX the file is rewritten from
+ * the ring, so it stays bounded and always ends with the newest output. */
+static int console_append(ConsoleRing *c, int fd, const uint8_t *buf, size_t n) {
+        static const size_t keep = MICROVM_CONSOLE_KEEP;
+        for (size_t i = 0; i < n; i++) {
+                c->ring[c->pos] = buf[i];
+                c->pos = (c->pos + 1) % keep;
+        }
+        c->len = c->len + n > keep ? keep : c->len + n;
+        if (c->file_len + n <= MICROVM_CONSOLE_MAX) {
+                if (pwrite(fd, buf, n, (off_t)c->file_len) < 0)
+                        return -errno;
+                c->file_len += n;
+                return 0;
+        }
+        if (ftruncate(fd, 0) < 0)
+                return -errno;
+        size_t start = (c->pos + keep - c->len) % keep;
+        size_t first = c->len < keep - start ? c->len : keep - start;
+        if (pwrite(fd, c->ring + start, first, 0) < 0 || pwrite(fd, c->ring, c->len - first, (off_t)first) < 0)
+                return -errno;
+        c->file_len = c->len;
+        return 0;
+}
+
+/* The supervisor thread of one VM: copies the guest's serial console into
+ * console.log and QEMU's stderr into vmm.log, both bounded, until QEMU (which
+ * holds the other ends) is gone. */
 static void *console_main(void *userdata) {
         DriverInstance *inst = userdata;
-        static const size_t keep = MICROVM_CONSOLE_KEEP;
-        uint8_t *ring = malloc(keep);
-        size_t ring_len = 0, ring_pos = 0;
-        uint64_t file_len = 0;
+        ConsoleRing c = { .ring = malloc(MICROVM_CONSOLE_KEEP) };
+        uint64_t vmm_len = 0;
+        struct pollfd p[2] = {
+                { .fd = inst->console_fd, .events = POLLIN },
+                { .fd = inst->vmm_err_fd, .events = POLLIN },
+        };
         uint8_t buf[4096];
-        for (;;) {
-                ssize_t n = read(inst->console_fd, buf, sizeof(buf));
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0)
+        while (p[0].fd >= 0 || p[1].fd >= 0) {
+                if (poll(p, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
                         break;
-                if (ring) {
-                        for (ssize_t i = 0; i < n; i++) {
-                                ring[ring_pos] = buf[i];
-                                ring_pos = (ring_pos + 1) % keep;
-                        }
-                        ring_len = ring_len + (size_t)n > keep ? keep : ring_len + (size_t)n;
                 }
-                if (file_len + (uint64_t)n > MICROVM_CONSOLE_MAX && ring) {
-                        if (ftruncate(inst->console_log_fd, 0) == 0) {
-                                size_t start = (ring_pos + keep - ring_len) % keep;
-                                size_t first = ring_len < keep - start ? ring_len : keep - start;
-                                if (pwrite(inst->console_log_fd, ring + start, first, 0) < 0 ||
-                                    pwrite(inst->console_log_fd, ring, ring_len - first, (off_t)first) < 0)
-                                        break;
-                                file_len = ring_len;
+                for (int i = 0; i < 2; i++) {
+                        if (p[i].fd < 0 || !p[i].revents)
+                                continue;
+                        ssize_t n = read(p[i].fd, buf, sizeof(buf));
+                        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                                continue;
+                        if (n <= 0) {
+                                p[i].fd = -1; /* negative fds are ignored by poll */
+                                continue;
                         }
-                        continue;
+                        if (i == 0) {
+                                /* Without the ring (no memory) nothing is kept:
+                                 * the bound matters more than the log. */
+                                if (c.ring)
+                                        (void)console_append(&c, inst->console_log_fd, buf, (size_t)n);
+                        } else if (vmm_len < VMM_LOG_MAX) {
+                                size_t w = (size_t)n < VMM_LOG_MAX - vmm_len ? (size_t)n : VMM_LOG_MAX - vmm_len;
+                                if (write(inst->vmm_log_fd, buf, w) > 0)
+                                        vmm_len += w;
+                        }
                 }
-                if (pwrite(inst->console_log_fd, buf, (size_t)n, (off_t)file_len) < 0)
-                        break;
-                file_len += (uint64_t)n;
         }
-        free(ring);
+        free(c.ring);
         return NULL;
 }
 
@@ -743,10 +785,12 @@ static int microvm_probe(char *why, size_t why_len) {
                     (int)sizeof(kernel) &&
             access(kernel, R_OK) == 0)
                 k = kernel;
-        microvm_accel(k, reason, sizeof(reason));
+        MicrovmAccel accel = microvm_accel(k, reason, sizeof(reason));
         if (why)
                 snprintf(why, why_len, "QEMU microvm, %s", reason);
-        return 0;
+        /* Under TCG it works, but far too slowly to be anybody's default:
+         * offered when asked for by name only. */
+        return accel == MICROVM_ACCEL_KVM ? 0 : 1;
 }
 
 static void instance_free(DriverInstance *inst) {
@@ -758,6 +802,10 @@ static void instance_free(DriverInstance *inst) {
                 close(inst->console_fd);
         if (inst->console_log_fd >= 0)
                 close(inst->console_log_fd);
+        if (inst->vmm_err_fd >= 0)
+                close(inst->vmm_err_fd);
+        if (inst->vmm_log_fd >= 0)
+                close(inst->vmm_log_fd);
         cgroup_free(inst->cg);
         cgroup_layout_done(&inst->layout);
         free(inst->id);
@@ -777,7 +825,9 @@ static void remove_start_files(const char *sandbox_dir) {
 static void instance_kill(DriverInstance *inst) {
         if (inst->pid > 0 && !inst->exited) {
                 kill(inst->pid, SIGKILL);
-                int status;
+                /* What it reads as when it cannot be waited for (reaped
+                 * elsewhere): killed by us. */
+                int status = SIGKILL;
                 while (waitpid(inst->pid, &status, 0) < 0 && errno == EINTR)
                         ;
                 inst->exited = true;
@@ -883,17 +933,23 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
         _cleanup_close_ int chan_host = sv[0];
         _cleanup_close_ int chan_vmm = sv[1];
         /* A socket, not a pipe: QEMU takes a socket chardev by descriptor,
-         * while a file chardev would reopen a path as QEMU's uid. */
+         * while a file chardev would reopen a path as QEMU's uid. Our end
+         * is never written, and never shut down either: QEMU takes EOF on
+         * its end for a disconnect and stops writing. */
         int cp[2];
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, cp) < 0)
                 return -errno;
-        (void)shutdown(cp[0], SHUT_WR);
         _cleanup_close_ int console_r = cp[0];
         _cleanup_close_ int console_w = cp[1];
         _cleanup_close_ int console_log =
                 open(p_console, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (console_log < 0)
                 return -errno;
+        int ep[2];
+        if (pipe2(ep, O_CLOEXEC) < 0)
+                return -errno;
+        _cleanup_close_ int vmm_err_r = ep[0];
+        _cleanup_close_ int vmm_err_w = ep[1];
 
         char cmdline[1024];
         r = microvm_kernel_cmdline(spec->id, accel, cmdline, sizeof(cmdline));
@@ -965,7 +1021,7 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
         _cleanup_(freep) DriverInstance *inst = calloc(1, sizeof(*inst));
         if (!inst)
                 return -ENOMEM;
-        inst->pidfd = inst->console_fd = inst->console_log_fd = -1;
+        inst->pidfd = inst->console_fd = inst->console_log_fd = inst->vmm_err_fd = inst->vmm_log_fd = -1;
         inst->id = strdup(spec->id);
         inst->sandbox_dir = strdup(spec->sandbox_dir);
         inst->upper_path = strdup(p_upper);
@@ -992,7 +1048,7 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
                 .argv = a.v,
                 .keep_fds = { kernel_fd, initrd_fd, root_fd, upper_fd, upper_ro_fd, chan_vmm, console_w },
                 .n_keep = 7,
-                .log_fd = log_fd,
+                .log_fd = vmm_err_w,
                 .uid = microvm_uid_for(spec->id),
                 .gid = microvm_uid_for(spec->id),
                 .extra_gid = accel == MICROVM_ACCEL_KVM ? kvm_group() : (gid_t)-1,
@@ -1021,10 +1077,20 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
 
         inst->console_fd = TAKE_FD(console_r);
         inst->console_log_fd = TAKE_FD(console_log);
+        inst->vmm_err_fd = TAKE_FD(vmm_err_r);
+        inst->vmm_log_fd = TAKE_FD(log_fd);
         closep(&console_w);
         console_w = -1;
-        if (pthread_create(&inst->console_thread, NULL, console_main, inst) == 0)
+        closep(&vmm_err_w);
+        vmm_err_w = -1;
+        if (pthread_create(&inst->console_thread, NULL, console_main, inst) == 0) {
                 inst->console_running = true;
+        } else {
+                /* Nobody would drain them: closed, QEMU's writes fail
+                 * instead of blocking the guest. */
+                close(TAKE_FD(inst->console_fd));
+                close(TAKE_FD(inst->vmm_err_fd));
+        }
 
         *ret_fd = TAKE_FD(chan_host);
         *ret = TAKE_PTR(inst);
@@ -1042,22 +1108,31 @@ static void microvm_stop(DriverInstance *inst, const char **ret_reason) {
                 *ret_reason = NULL;
         if (!inst)
                 return;
-        const char *reason = NULL;
+        bool died_before = false;
         if (inst->pid > 0 && !inst->exited) {
                 int status;
-                pid_t w = waitpid(inst->pid, &status, WNOHANG);
-                if (w == inst->pid) {
+                if (waitpid(inst->pid, &status, WNOHANG) == inst->pid) {
                         inst->exited = true;
                         inst->wait_status = status;
-                        reason = WIFSIGNALED(status) ? "killed" : "exited";
+                        died_before = true;
                 }
         }
+        instance_kill(inst);
+        /* QEMU exits 0 on a guest power-off or panic (-no-reboot, panic=-1).
+         * One caught half-way through its exit ignores our SIGKILL and still
+         * reports its own exit: that counts as having died on its own too. A
+         * SIGKILL is ours unless QEMU was already gone before we sent it. */
+        const char *reason = NULL;
+        int st = inst->wait_status;
+        if (WIFEXITED(st))
+                reason = "exited";
+        else if (WIFSIGNALED(st) && (died_before || WTERMSIG(st) != SIGKILL))
+                reason = "killed";
         if (reason && inst->cg) {
-                CgroupStats st;
-                if (cgroup_read_stats(inst->cg, &st) == 0 && st.oom_kills > 0)
+                CgroupStats cs;
+                if (cgroup_read_stats(inst->cg, &cs) == 0 && cs.oom_kills > 0)
                         reason = "oom";
         }
-        instance_kill(inst);
         remove_start_files(inst->sandbox_dir);
         if (ret_reason)
                 *ret_reason = reason;
@@ -1138,6 +1213,15 @@ static int microvm_reap_orphan(const DriverSpec *spec) {
         return r < 0 && r != -ENOENT ? r : 0;
 }
 
+static bool microvm_alive(DriverInstance *inst) {
+        if (!inst || inst->exited || inst->pid <= 0)
+                return false;
+        if (inst->pidfd < 0)
+                return kill(inst->pid, 0) == 0;
+        struct pollfd p = { .fd = inst->pidfd, .events = POLLIN };
+        return poll(&p, 1, 0) == 0;
+}
+
 static int microvm_stats(DriverInstance *inst, DriverStats *ret) {
         if (!inst || !ret)
                 return -EINVAL;
@@ -1166,4 +1250,5 @@ const Driver driver_microvm = {
         .destroy = microvm_destroy,
         .reap_orphan = microvm_reap_orphan,
         .stats = microvm_stats,
+        .alive = microvm_alive,
 };

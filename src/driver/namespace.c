@@ -342,4 +342,5 @@ const Driver driver_namespace = {
         .destroy = ns_destroy,
         .reap_orphan = ns_reap_orphan,
         .stats = ns_stats,
+        .alive = launch_alive,
 };
