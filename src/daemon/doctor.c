@@ -9,7 +9,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
-#include "daemon/util.h"
+#include "common/jsonutil.h"
 #include "driver/driver.h"
 
 static const char *cgroup_layout(void) {

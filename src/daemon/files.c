@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/util.h"
+#include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/handlers.h"

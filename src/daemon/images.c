@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon/util.h"
+#include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/handlers.h"

@@ -18,7 +18,7 @@
 #include "daemon/handlers.h"
 #include "daemon/ledger.h"
 #include "daemon/log.h"
-#include "daemon/util.h"
+#include "common/jsonutil.h"
 
 struct KeyStore {
         sqlite3 *sql;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/macro.h"
-#include "daemon/util.h"
+#include "common/jsonutil.h"
 
 struct Ledger {
         sqlite3 *sql;

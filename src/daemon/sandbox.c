@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "daemon/util.h"
+#include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"

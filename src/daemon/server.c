@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/util.h"
+#include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"

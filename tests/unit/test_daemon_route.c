@@ -49,6 +49,16 @@ static void test_routes(void **state) {
         expect_route("POST", "/v1/sandboxes/" ID "/files:mkdir", ROUTE_FILES_MKDIR);
         expect_route("POST", "/v1/sandboxes/" ID "/files:remove", ROUTE_FILES_REMOVE);
         expect_route("POST", "/v1/sandboxes/" ID "/files:rename", ROUTE_FILES_RENAME);
+        expect_route("GET", "/v1/sandboxes/" ID "/egress", ROUTE_SANDBOX_EGRESS);
+        expect_route("GET", "/v1/keys", ROUTE_KEYS_LIST);
+        expect_route("POST", "/v1/keys", ROUTE_KEYS_CREATE);
+        expect_route("DELETE", "/v1/keys/key_0123456789abcdef", ROUTE_KEY_REVOKE);
+        expect_route("GET", "/v1/usage", ROUTE_USAGE);
+        expect_route("POST", "/v1/trial", ROUTE_TRIAL);
+        expect_route("GET", "/v1/egress-secrets", ROUTE_SECRETS_LIST);
+        expect_route("GET", "/v1/egress-secrets/OPENAI_API_KEY", ROUTE_SECRET_GET);
+        expect_route("PUT", "/v1/egress-secrets/OPENAI_API_KEY", ROUTE_SECRET_PUT);
+        expect_route("DELETE", "/v1/egress-secrets/OPENAI_API_KEY", ROUTE_SECRET_DELETE);
 }
 
 static void test_id_and_path_strictness(void **state) {
@@ -58,6 +68,11 @@ static void test_id_and_path_strictness(void **state) {
         expect_rc("GET", "/v1/sandboxes/box_0123456789abcdef0123", -ENOENT);
         expect_rc("GET", "/v1/sandboxes/" ID "/", -ENOENT);
         expect_rc("GET", "/v1/sandboxes/", -ENOENT);
+        expect_rc("DELETE", "/v1/keys/key_0123", -ENOENT);
+        expect_rc("DELETE", "/v1/keys/key_0123456789ABCDEF", -ENOENT);
+        expect_rc("GET", "/v1/egress-secrets/", -ENOENT);
+        expect_rc("GET", "/v1/egress-secrets/A/B", -ENOENT);
+        expect_rc("POST", "/v1/egress-secrets/A", -EOPNOTSUPP);
         expect_rc("GET", "/v1/sandboxes/../healthz", -ENOENT);
         expect_rc("POST", "/v1/sandboxes/" ID ":exec/", -ENOENT);
         expect_rc("POST", "/v1/sandboxes/" ID ":run", -ENOENT);
@@ -103,6 +118,13 @@ static void test_access(void **state) {
         assert_false(route_needs_full_access(ROUTE_SANDBOX_LIST));
         assert_false(route_needs_full_access(ROUTE_FILES_READ));
         assert_false(route_needs_full_access(ROUTE_LIMITS));
+        assert_false(route_needs_auth(ROUTE_TRIAL));
+        assert_true(route_needs_full_access(ROUTE_KEYS_CREATE));
+        assert_true(route_needs_full_access(ROUTE_KEY_REVOKE));
+        assert_true(route_needs_full_access(ROUTE_SECRET_PUT));
+        assert_true(route_needs_full_access(ROUTE_SECRET_DELETE));
+        assert_false(route_needs_full_access(ROUTE_SECRETS_LIST));
+        assert_false(route_needs_full_access(ROUTE_SANDBOX_EGRESS));
 }
 
 int main(void) {
