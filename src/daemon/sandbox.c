@@ -922,10 +922,11 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 }
                 channel_set_acceptor(sb->channel, egress_sandbox_accept, sb->egress);
         }
-        r = channel_wait_hello(sb->channel, HELLO_TIMEOUT_MS, &hello);
+        int hello_ms = d->hello_timeout_ms ? (int)d->hello_timeout_ms : HELLO_TIMEOUT_MS;
+        r = channel_wait_hello(sb->channel, hello_ms, &hello);
         if (r < 0) {
                 log_error(rid, "sandbox %s: no hello from the agent: %s", row.id, strerror(-r));
-                fail = r == -ETIMEDOUT ? "the sandbox's agent did not answer within 30 s"
+                fail = r == -ETIMEDOUT ? "the sandbox's agent did not answer in time"
                                        : "the sandbox's agent exited while starting";
                 goto failed;
         }

@@ -39,6 +39,9 @@ typedef struct DriverInstance DriverInstance; /* opaque, defined by each driver 
 
 typedef struct Driver {
         const char *name;
+        /* How long a start may take to the agent's HELLO; 0 means 30 s. A
+         * guest kernel under software emulation on a loaded host needs more. */
+        unsigned hello_timeout_ms;
         /* Whether this host can run the driver. 0 when usable; 1 when usable
          * only when asked for by name, not by `auto` (the microVM without a
          * working KVM: correct, but software emulation is too slow to be a

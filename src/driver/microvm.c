@@ -1249,6 +1249,7 @@ const Driver driver_microvm = {
         .stop = microvm_stop,
         .destroy = microvm_destroy,
         .reap_orphan = microvm_reap_orphan,
+        .hello_timeout_ms = 120000,
         .stats = microvm_stats,
         .alive = microvm_alive,
 };
