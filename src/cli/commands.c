@@ -13,6 +13,7 @@
 #include "cli/parse.h"
 #include "cli/run.h"
 #include "cli/sandbox.h"
+#include "cli/secrets.h"
 #include "cli/usage.h"
 #include "common/macro.h"
 
@@ -27,6 +28,7 @@ static const Command sandbox_commands[] = {
         {"stop", "stop a sandbox, keeping its files", cmd_sandbox_stop, NULL},
         {"rm", "delete sandboxes", cmd_sandbox_rm, NULL},
         {"extend", "renew a sandbox's lease", cmd_sandbox_extend, NULL},
+        {"egress", "show a sandbox's egress audit log", cmd_sandbox_egress, NULL},
         {NULL, NULL, NULL, NULL},
 };
 
@@ -50,11 +52,20 @@ static const Command keys_commands[] = {
         {NULL, NULL, NULL, NULL},
 };
 
+static const Command secrets_commands[] = {
+        {"set", "store a secret for the egress proxy (value from stdin)", cmd_secrets_set, NULL},
+        {"ls", "list secrets (names, hosts, placeholders; never values)", cmd_secrets_ls, NULL},
+        {"rm", "delete secrets", cmd_secrets_rm, NULL},
+        {NULL, NULL, NULL, NULL},
+};
+
 static const Command commands[] = {
         {"sandbox", "create, run, list and delete sandboxes", NULL, sandbox_commands},
         {"files", "copy files in and out of a sandbox", NULL, files_commands},
         {"image", "build and list images", NULL, image_commands},
         {"keys", "make, list and revoke API keys", NULL, keys_commands},
+        {"secrets", "secrets sandboxes use through the egress proxy, never holding them", NULL,
+         secrets_commands},
         {"usage", "what your sandboxes were billed", cmd_usage, NULL},
         {"limits", "the key's daily limit and what is left", cmd_limits, NULL},
         {"doctor", "check this host, the daemon and the key", cmd_doctor, NULL},

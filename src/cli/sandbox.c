@@ -35,8 +35,11 @@ static const char sizing_help[] =
         "  -e, --env K=V       an environment variable for every command (repeatable)\n"
         "  --name NAME         a name to recognise the sandbox by\n"
         "  --label K=V         a label (repeatable)\n"
-        "  --allow HOST        let the sandbox reach HOST (example.com or *.example.com; repeatable)\n"
+        "  --internet          let the sandbox reach any public host on ports 80 and 443\n"
+        "  --allow HOST        let it reach HOST only (example.com, *.example.com, host:port;\n"
+        "                      repeatable; implies --internet, restricted to the list)\n"
         "  --deny HOST         never let it reach HOST, even when allowed (repeatable)\n"
+        "  --no-internet       no egress at all (the default); not with --internet or --allow\n"
         "  --max-cost DOLLARS  refuse to start if the whole first lease, priced as if busy\n"
         "                      throughout, would cost more: 0.05, $1\n"
         "  --trial             use a trial key (50 free sandbox-hours, small sandboxes), asked\n"
@@ -102,6 +105,8 @@ enum {
         OPT_JSON,
         OPT_MAX_COST,
         OPT_TRIAL,
+        OPT_INTERNET,
+        OPT_NO_INTERNET,
 };
 
 static bool option_allowed(SandboxVerb verb, int opt) {
@@ -190,10 +195,12 @@ int sandbox_args_parse(SandboxVerb verb, int argc, char **argv, SandboxArgs *ret
                 {"json", no_argument, NULL, OPT_JSON},
                 {"max-cost", required_argument, NULL, OPT_MAX_COST},
                 {"trial", no_argument, NULL, OPT_TRIAL},
+                {"internet", no_argument, NULL, OPT_INTERNET},
+                {"no-internet", no_argument, NULL, OPT_NO_INTERNET},
                 {NULL, 0, NULL, 0},
         };
         SandboxArgs a = {.lease_s = -1, .timeout_ms = -1, .vcpu = -1, .memory_mib = -1, .disk_mib = -1,
-                         .max_cost_micros = -1};
+                         .max_cost_micros = -1, .internet = -1};
         int c, longidx = -1, r = 0;
 
         optind = 0;
@@ -309,7 +316,19 @@ int sandbox_args_parse(SandboxVerb verb, int argc, char **argv, SandboxArgs *ret
                 case OPT_DENY:
                         r = add_host(&a.deny, "--deny", optarg, err, errlen);
                         break;
+                case OPT_INTERNET:
+                case OPT_NO_INTERNET:
+                        if (a.internet >= 0 && a.internet != (c == OPT_INTERNET)) {
+                                snprintf(err, errlen, "--internet and --no-internet contradict each other");
+                                r = -EINVAL;
+                        } else
+                                a.internet = c == OPT_INTERNET;
+                        break;
                 }
+        }
+        if (r == 0 && a.internet == 0 && a.allow) {
+                snprintf(err, errlen, "--no-internet and --allow contradict each other");
+                r = -EINVAL;
         }
         if (r == 0 && !a.help) {
                 int rest = argc - optind;
@@ -417,8 +436,8 @@ json_t *sandbox_create_body(const SandboxArgs *a, SandboxVerb verb) {
                 r |= json_object_set(b, "env", a->env);
         if (a->labels)
                 r |= json_object_set(b, "labels", a->labels);
-        if (a->allow || a->deny) {
-                json_t *net = json_pack("{s:b}", "internet", a->allow != NULL);
+        if (a->allow || a->deny || a->internet >= 0) {
+                json_t *net = json_pack("{s:b}", "internet", a->internet != 0 && (a->allow || a->internet > 0));
                 if (net && a->allow)
                         r |= json_object_set(net, "allow", a->allow);
                 if (net && a->deny)

@@ -21,6 +21,7 @@ typedef struct SandboxArgs {
         json_t *env;          /* owned, NULL when none: the sandbox's (run, create) or the exec's */
         json_t *labels;       /* owned, NULL when none */
         json_t *allow, *deny; /* owned, NULL when none: egress host patterns */
+        int internet;         /* --internet 1, --no-internet 0, -1: not given */
         bool keep, interactive;
         bool trial;                /* --trial: use (and get, the first time) a trial key */
         long long max_cost_micros; /* --max-cost; -1: not given */

@@ -13,7 +13,7 @@ sandbox into four functions for LlamaIndex's ``FunctionTool.from_defaults``.
 
 from ._models import CommandResult, FileEntry, FileList, WriteResult
 from ._version import __version__
-from .async_sandbox import AsyncFiles, AsyncSandbox
+from .async_sandbox import AsyncFiles, AsyncNetwork, AsyncSandbox, AsyncSecrets
 from .errors import (
     APIConnectionError,
     APIError,
@@ -31,7 +31,7 @@ from .errors import (
     SpendingLimitError,
     UnavailableError,
 )
-from .sandbox import Files, Sandbox
+from .sandbox import Files, Network, Sandbox, Secrets
 
 __all__ = [
     "__version__",
@@ -39,6 +39,10 @@ __all__ = [
     "AsyncSandbox",
     "Files",
     "AsyncFiles",
+    "Network",
+    "AsyncNetwork",
+    "Secrets",
+    "AsyncSecrets",
     "CommandResult",
     "FileEntry",
     "FileList",

@@ -467,3 +467,75 @@ __all__ = [
     "FileList",
     "WriteResult",
 ]
+
+
+# -- egress ------------------------------------------------------------------------------
+
+NETWORK_PATTERNS_MAX = 256
+_SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+SECRET_VALUE_MAX = 8192
+SECRET_HOSTS_MAX = 64
+
+
+def _patterns(what: str, value: Any, limit: int) -> List[str]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise InvalidRequestError(f"{what} must be a list of host patterns, such as ['pypi.org']")
+    if len(value) > limit:
+        raise InvalidRequestError(f"{what}: at most {limit} patterns")
+    for v in value:
+        if not isinstance(v, str) or not v or len(v) > 260:
+            raise InvalidRequestError(f"{what}: each pattern is a host name of 1 to 260 characters: {v!r}")
+    return list(value)
+
+
+def build_network_body(internet: Optional[bool], allow: Optional[Sequence[str]],
+                       deny: Optional[Sequence[str]]) -> Dict[str, Any]:
+    """The ``network`` object of the API from ``network.set``'s arguments."""
+    if internet is None:
+        if allow is None:
+            raise InvalidRequestError("say internet=True or internet=False, or give allow=[...]")
+        internet = True
+    if not isinstance(internet, bool):
+        raise InvalidRequestError(f"internet must be True or False, not {type(internet).__name__}")
+    if not internet and allow:
+        raise InvalidRequestError("allow needs internet=True (with internet=False nothing leaves)")
+    body: Dict[str, Any] = {"internet": internet}
+    if allow is not None:
+        body["allow"] = _patterns("allow", allow, NETWORK_PATTERNS_MAX)
+    if deny is not None:
+        body["deny"] = _patterns("deny", deny, NETWORK_PATTERNS_MAX)
+    return body
+
+
+def check_secret_name(name: Any) -> str:
+    if not isinstance(name, str) or not _SECRET_NAME.fullmatch(name):
+        raise InvalidRequestError(
+            f"a secret's name is an environment variable name, [A-Za-z_][A-Za-z0-9_]{{0,63}}: {name!r}")
+    return name
+
+
+def build_secret_body(value: Any, hosts: Any) -> Dict[str, Any]:
+    if not isinstance(value, str) or not value or len(value.encode()) > SECRET_VALUE_MAX:
+        raise InvalidRequestError(f"value must be a string of 1 to {SECRET_VALUE_MAX} bytes")
+    if any(c in value for c in "\r\n\0"):
+        raise InvalidRequestError("value goes into HTTP headers, so it cannot hold CR, LF or NUL")
+    hosts = _patterns("hosts", hosts, SECRET_HOSTS_MAX)
+    if not hosts:
+        raise InvalidRequestError("hosts: name at least one host the value may go to")
+    return {"value": value, "hosts": hosts}
+
+
+def secret_path(name: str) -> str:
+    return f"/v1/egress-secrets/{quote(check_secret_name(name), safe='')}"
+
+
+def parse_egress_log(data: Any) -> List[Dict[str, Any]]:
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        raise APIConnectionError("the daemon's answer is not an egress log")
+    return [e for e in data["entries"] if isinstance(e, dict)]
+
+
+def check_limit(limit: Any) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10000:
+        raise InvalidRequestError("limit must be an integer from 1 to 10000")
+    return limit

@@ -19,6 +19,11 @@ from ._models import (
     SandboxInfo,
     WriteResult,
     build_create_body,
+    build_network_body,
+    build_secret_body,
+    check_limit,
+    parse_egress_log,
+    secret_path,
     build_exec_body,
     check_depth,
     check_path,
@@ -171,6 +176,16 @@ class AsyncSandbox(SandboxInfo):
         )
         return self
 
+    @property
+    def network(self) -> "AsyncNetwork":
+        """The egress policy as last answered (a dict), with awaitable ``.set(...)``."""
+        return AsyncNetwork(self, self._data.get("network") or {})
+
+    async def egress_log(self, limit: int = 100) -> List[Dict[str, Any]]:
+        return parse_egress_log(
+            await self._http.request("GET", sandbox_path(self.id, "/egress"), params={"limit": check_limit(limit)})
+        )
+
     async def delete(self) -> None:
         await self._http.request("DELETE", sandbox_path(self.id))
         self._data["state"] = "deleted"
@@ -304,3 +319,59 @@ class AsyncFiles:
         s = check_path(src, "src")
         d = check_path(dst, "dst")
         await self._sbx._http.request("POST", self._url("/files:rename"), json_body={"from": s, "to": d})
+
+
+class AsyncNetwork(Dict[str, Any]):
+    """The awaitable twin of :class:`withruntime.sandbox.Network`."""
+
+    def __init__(self, sandbox: AsyncSandbox, data: Mapping[str, Any]) -> None:
+        super().__init__(data)
+        self._sandbox = sandbox
+
+    async def set(
+        self,
+        *,
+        internet: Optional[bool] = None,
+        allow: Optional[Sequence[str]] = None,
+        deny: Optional[Sequence[str]] = None,
+    ) -> "AsyncNetwork":
+        body = build_network_body(internet, allow, deny)
+        await self._sandbox.set_network(body)
+        return self._sandbox.network
+
+
+class AsyncSecrets:
+    """The awaitable twin of :class:`withruntime.sandbox.Secrets`."""
+
+    def __init__(
+        self,
+        *,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        http_timeout: Optional[float] = None,
+        _transport: Any = None,
+    ) -> None:
+        self._http = _connect(api_key, base_url, http_timeout, _transport)
+
+    async def set(self, name: str, value: str, hosts: Sequence[str]) -> Dict[str, Any]:
+        body = build_secret_body(value, hosts)
+        return dict(await self._http.request("PUT", secret_path(name), json_body=body))
+
+    async def get(self, name: str) -> Dict[str, Any]:
+        return dict(await self._http.request("GET", secret_path(name)))
+
+    async def list(self) -> List[Dict[str, Any]]:
+        data = await self._http.request("GET", "/v1/egress-secrets")
+        return [s for s in (data or {}).get("secrets", []) if isinstance(s, dict)]
+
+    async def delete(self, name: str) -> None:
+        await self._http.request("DELETE", secret_path(name))
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncSecrets":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

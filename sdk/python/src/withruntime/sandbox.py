@@ -17,6 +17,11 @@ from ._models import (
     SandboxInfo,
     WriteResult,
     build_create_body,
+    build_network_body,
+    build_secret_body,
+    check_limit,
+    parse_egress_log,
+    secret_path,
     build_exec_body,
     check_depth,
     check_path,
@@ -153,6 +158,18 @@ class Sandbox(SandboxInfo):
         """Replace the egress policy; it applies to new connections."""
         self._set_data(self._http.request("PUT", sandbox_path(self.id, "/network"), json_body=dict(network)))
         return self
+
+    @property
+    def network(self) -> "Network":
+        """The egress policy as last answered (a dict), with ``.set(...)`` to change it."""
+        return Network(self, self._data.get("network") or {})
+
+    def egress_log(self, limit: int = 100) -> List[Dict[str, Any]]:
+        """The egress audit log, newest first: ``at``, ``host``, ``port``, ``kind``, ``allowed``,
+        ``reason``, ``address``, ``bytesOut``, ``bytesIn``, ``intercepted``, ``secretsUsed``."""
+        return parse_egress_log(
+            self._http.request("GET", sandbox_path(self.id, "/egress"), params={"limit": check_limit(limit)})
+        )
 
     def delete(self) -> None:
         """Stop the sandbox and remove its files and everything it had on the host."""
@@ -309,3 +326,69 @@ class Files:
         s = check_path(src, "src")
         d = check_path(dst, "dst")
         self._sbx._http.request("POST", self._url("/files:rename"), json_body={"from": s, "to": d})
+
+
+class Network(Dict[str, Any]):
+    """A sandbox's egress policy (``{"internet": ..., "allow": [...], "deny": [...]}``) as
+    last answered; :meth:`set` replaces it."""
+
+    def __init__(self, sandbox: Sandbox, data: Mapping[str, Any]) -> None:
+        super().__init__(data)
+        self._sandbox = sandbox
+
+    def set(
+        self,
+        *,
+        internet: Optional[bool] = None,
+        allow: Optional[Sequence[str]] = None,
+        deny: Optional[Sequence[str]] = None,
+    ) -> "Network":
+        """Replace the policy; the sandbox's next connections follow it (open ones go on).
+
+        ``internet=False``: nothing leaves. ``internet=True``: any public host on ports 80 and
+        443, or with ``allow`` only those hosts (``"pypi.org"``, ``"*.example.org"`` for
+        sub-domains, ``"host:8443"`` for another port). ``deny`` wins over ``allow``. ``allow``
+        alone implies ``internet=True``. Returns the new policy."""
+        body = build_network_body(internet, allow, deny)
+        self._sandbox.set_network(body)
+        return self._sandbox.network
+
+
+class Secrets:
+    """The key owner's egress secrets: values the proxy puts in place of a placeholder in
+    requests to the secret's hosts. Sandboxes only ever see ``$NAME`` = the placeholder; values
+    are never returned."""
+
+    def __init__(
+        self,
+        *,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        http_timeout: Optional[float] = None,
+        _transport: Any = None,
+    ) -> None:
+        self._http = _connect(api_key, base_url, http_timeout, _transport)
+
+    def set(self, name: str, value: str, hosts: Sequence[str]) -> Dict[str, Any]:
+        """Store (or replace) a secret; returns ``{name, hosts, placeholder, ...}``."""
+        body = build_secret_body(value, hosts)
+        return dict(self._http.request("PUT", secret_path(name), json_body=body))
+
+    def get(self, name: str) -> Dict[str, Any]:
+        return dict(self._http.request("GET", secret_path(name)))
+
+    def list(self) -> List[Dict[str, Any]]:
+        data = self._http.request("GET", "/v1/egress-secrets")
+        return [s for s in (data or {}).get("secrets", []) if isinstance(s, dict)]
+
+    def delete(self, name: str) -> None:
+        self._http.request("DELETE", secret_path(name))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Secrets":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

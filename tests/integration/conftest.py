@@ -1,0 +1,216 @@
+"""Fixtures of the integration suite. They drive the real runtimed,
+runtime-agent and runtime CLI over loopback; nothing of ours is mocked.
+
+  build_dir      (session)  `make -j2` at the repo root once; the build/ path
+  image_dir      (session)  $RUNTIME_TEST_IMAGE_DIR or /var/cache/runtime/images,
+                            with the `default` image built if missing or stale
+  daemon         (session)  one runtimed for the whole run
+  fresh_daemon   (function) a runtimed of its own (restart and kill tests)
+  api            (function) httpx client on `daemon` with its admin key;
+                            create_sandbox(**fields) deletes at teardown
+  fresh_api      (function) the same on `fresh_daemon`
+  driver         (param)    "namespace", "gvisor" (or $RUNTIME_TEST_DRIVERS): skipped
+                            where the daemon says the driver is unavailable
+  any_driver     (function) a usable driver, where which one does not matter
+  sandbox        (function) a running sandbox on `driver`, deleted after
+
+Tests that need a privilege or a tool this machine lacks skip with the
+reason; they never pass silently.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers import (LIVE_DAEMONS, REPO, Api, Daemon, DaemonError, cgroup_dirs,  # noqa: E402
+                     cgroup_procs_under, remove_empty_cgroup_tree, skip_unless_driver, tail,
+                     first_driver)
+
+# RUNTIME_TEST_DRIVERS=namespace narrows the driver-parametrized tests.
+DRIVERS = [d for d in os.environ.get("RUNTIME_TEST_DRIVERS", "namespace,gvisor").split(",") if d]
+DEFAULT_IMAGE_DIR = "/var/cache/runtime/images"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes tens of seconds; deselect with -m 'not slow'")
+
+
+# ---------------------------------------------------------------------------
+# Daemon log on failure
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed and rep.when in ("setup", "call", "teardown"):
+        for d in LIVE_DAEMONS:
+            rep.sections.append((f"runtimed log {d.log_path.name} (last 150 lines)",
+                                 tail(d.log_path, 150)))
+
+
+# ---------------------------------------------------------------------------
+# Build and image
+
+
+def _need_root():
+    if os.geteuid() != 0:
+        pytest.skip("the daemon needs root (cgroups, namespaces, mounts); run the suite as root")
+
+
+@pytest.fixture(scope="session")
+def build_dir() -> Path:
+    r = subprocess.run(["make", "-j2"], cwd=REPO, capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"`make -j2` failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-8000:]}",
+                    pytrace=False)
+    build = REPO / "build"
+    for prog in ("runtimed", "runtime-agent", "runtime", "runtime-image-build"):
+        if not (build / prog).exists():
+            pytest.fail(f"`make` did not produce build/{prog}", pytrace=False)
+    return build
+
+
+@pytest.fixture(scope="session")
+def image_dir(build_dir: Path) -> Path:
+    d = Path(os.environ.get("RUNTIME_TEST_IMAGE_DIR") or DEFAULT_IMAGE_DIR)
+    tool = build_dir / "runtime-image-build"
+    check = subprocess.run([str(tool), "--check", str(d), "default"], capture_output=True,
+                           text=True)
+    if check.returncode == 0:
+        return d
+    if os.geteuid() != 0:
+        pytest.skip(f"image {d}/default is not built and building it needs root")
+    if shutil.which("debootstrap") is None:
+        pytest.skip(f"image {d}/default is not built and debootstrap is not installed")
+    d.mkdir(parents=True, exist_ok=True)
+    build = subprocess.run([str(tool), str(d), "default"], capture_output=True, text=True,
+                           timeout=1800)
+    if build.returncode != 0:
+        pytest.fail(f"runtime-image-build {d} default failed ({build.returncode}):\n"
+                    f"{build.stdout[-4000:]}\n{build.stderr[-4000:]}", pytrace=False)
+    check = subprocess.run([str(tool), "--check", str(d), "default"], capture_output=True,
+                           text=True)
+    if check.returncode != 0:
+        pytest.fail(f"image built but `--check` still fails: {check.stdout}{check.stderr}",
+                    pytrace=False)
+    return d
+
+
+# ---------------------------------------------------------------------------
+# Daemons
+
+
+def _start_daemon(build_dir: Path, image_dir: Path, state_dir: Path, cgroup_parent: str) -> Daemon:
+    _need_root()
+    d = Daemon(build_dir, image_dir, state_dir, cgroup_parent)
+    try:
+        d.start()
+    except DaemonError as e:
+        pytest.fail(str(e), pytrace=False)
+    return d
+
+
+def _finish_daemon(d: Daemon) -> None:
+    """Stops a daemon at teardown and checks that it went cleanly: exit 0 on
+    SIGTERM and no process left in its cgroups."""
+    was_alive = d.alive()
+    try:
+        rc = d.stop()
+    except DaemonError as e:
+        pytest.fail(str(e), pytrace=False)
+    finally:
+        if d in LIVE_DAEMONS:
+            LIVE_DAEMONS.remove(d)
+    left = cgroup_procs_under(cgroup_dirs(d.cgroup_parent))
+    leftover_note = remove_empty_cgroup_tree(d.cgroup_parent) if not left else []
+    if was_alive and rc != 0:
+        pytest.fail(f"runtimed exited with {rc} on SIGTERM; log:\n{tail(d.log_path)}",
+                    pytrace=False)
+    if left:
+        pytest.fail(f"processes left in cgroup {d.cgroup_parent} after runtimed stopped: {left}",
+                    pytrace=False)
+    if leftover_note:
+        print(f"cgroup dirs left under {d.cgroup_parent}: {leftover_note}", file=sys.stderr)
+
+
+@pytest.fixture(scope="session")
+def daemon(build_dir, image_dir, tmp_path_factory):
+    state = tmp_path_factory.mktemp("daemon") / "state"
+    d = _start_daemon(build_dir, image_dir, state, f"runtime-test-{os.getpid()}")
+    yield d
+    _finish_daemon(d)
+
+
+_fresh_count = 0
+
+
+@pytest.fixture
+def fresh_daemon(build_dir, image_dir, tmp_path):
+    """A daemon of its own. Its cgroup parent differs from the shared
+    daemon's so that its start-up clean-up can never touch the other's
+    sandboxes."""
+    global _fresh_count
+    _fresh_count += 1
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state",
+                      f"runtime-test-{os.getpid()}-{_fresh_count}")
+    yield d
+    if not d.alive():
+        # A test that killed it must leave it running again; if not, clean up
+        # the sandboxes of that state dir with one more start.
+        try:
+            d.start()
+        except DaemonError:
+            pass
+    if d.alive():
+        with d.client() as c:
+            for s in c.get("/v1/sandboxes").json().get("sandboxes", []):
+                c.delete(f"/v1/sandboxes/{s['id']}")
+    _finish_daemon(d)
+
+
+@pytest.fixture
+def api(daemon):
+    c = Api(daemon)
+    yield c
+    problems = c.delete_all()
+    c.close()
+    assert daemon.alive(), f"runtimed died during the test; log:\n{tail(daemon.log_path)}"
+    assert not problems, problems
+
+
+@pytest.fixture
+def fresh_api(fresh_daemon):
+    c = Api(fresh_daemon)
+    yield c
+    if fresh_daemon.alive():
+        c.delete_all()
+    c.close()
+
+
+# ---------------------------------------------------------------------------
+# Drivers and sandboxes
+
+
+@pytest.fixture(params=DRIVERS)
+def driver(request, daemon) -> str:
+    skip_unless_driver(daemon, request.param)
+    return request.param
+
+
+@pytest.fixture
+def any_driver(daemon) -> str:
+    """A usable driver, for tests where which one does not matter."""
+    return first_driver(daemon)
+
+
+@pytest.fixture
+def sandbox(api, driver):
+    return api.create_sandbox(driver=driver)

@@ -1,0 +1,166 @@
+"""The `runtime` CLI against the real daemon: run, exit codes, timeouts,
+files, sandbox ls/get/rm, a daemon that is not there, and doctor."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+
+import pytest
+
+from helpers import free_port
+
+
+@pytest.fixture
+def cli(build_dir, daemon):
+    def run(*args: str, env: dict | None = None, timeout: float = 120, input: bytes | None = None,
+            use_daemon: bool = True) -> subprocess.CompletedProcess:
+        e = {k: v for k, v in os.environ.items() if not k.startswith("RUNTIME_")}
+        if use_daemon:
+            e.update(daemon.env())
+        e.update(env or {})
+        return subprocess.run([str(build_dir / "runtime"), *args], env=e, capture_output=True,
+                              timeout=timeout, input=input)
+    return run
+
+
+def _sandbox_ids(cli) -> set[str]:
+    r = cli("--json", "sandbox", "ls")
+    assert r.returncode == 0, r.stderr
+    return {s["id"] for s in json.loads(r.stdout)["sandboxes"]}
+
+
+def test_run_prints_42(cli, driver):
+    before = _sandbox_ids(cli)
+    r = cli("sandbox", "run", "--driver", driver, "--", "python3", "-c", "print(6 * 7)")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout == b"42\n", r.stdout
+    # run deletes its sandbox
+    assert _sandbox_ids(cli) == before
+
+
+@pytest.mark.parametrize("code", [0, 1, 7, 255])
+def test_run_exit_code_pass_through(cli, any_driver, code):
+    r = cli("sandbox", "run", "--driver", any_driver, "--", "sh", "-c", f"exit {code}")
+    assert r.returncode == code, (r.stdout, r.stderr)
+
+
+def test_run_streams_stderr(cli, any_driver):
+    r = cli("sandbox", "run", "--driver", any_driver, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    assert r.returncode == 3
+    assert r.stdout == b"out\n" and r.stderr == b"err\n", (r.stdout, r.stderr)
+
+
+def test_run_timeout_is_124(cli, any_driver):
+    before = _sandbox_ids(cli)
+    r = cli("sandbox", "run", "--driver", any_driver, "--timeout", "1s", "--", "sleep", "30", timeout=60)
+    assert r.returncode == 124, (r.returncode, r.stderr)
+    assert _sandbox_ids(cli) == before
+
+
+def test_run_argv_is_not_a_shell(cli, any_driver):
+    r = cli("sandbox", "run", "--driver", any_driver, "--", "printf", "[%s]", "a b", "$(id)", "*")
+    assert r.returncode == 0
+    assert r.stdout == b"[a b][$(id)][*]"
+
+
+def test_create_exec_files_ls_get_rm(cli, tmp_path, driver):
+    r = cli("sandbox", "create", "--driver", driver)
+    assert r.returncode == 0, r.stderr
+    sid = r.stdout.decode().strip()
+    assert sid.startswith("sbx_"), sid
+    try:
+        assert sid in _sandbox_ids(cli)
+        r = cli("sandbox", "ls")
+        assert r.returncode == 0 and sid.encode() in r.stdout
+        r = cli("sandbox", "get", sid)
+        assert r.returncode == 0 and sid.encode() in r.stdout and b"running" in r.stdout
+        r = cli("--json", "sandbox", "get", sid)
+        assert json.loads(r.stdout)["state"] == "running"
+
+        data = os.urandom(3 * 1024 * 1024) + b"\x00\xff\n"
+        src = tmp_path / "in.bin"
+        src.write_bytes(data)
+        r = cli("files", "put", sid, str(src), "/workspace/sub/in.bin")
+        assert r.returncode == 0, r.stderr
+        r = cli("sandbox", "exec", sid, "--", "sha256sum", "/workspace/sub/in.bin")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()
+        dst = tmp_path / "out.bin"
+        r = cli("files", "get", sid, "/workspace/sub/in.bin", str(dst))
+        assert r.returncode == 0, r.stderr
+        assert dst.read_bytes() == data
+        r = cli("files", "ls", sid, "/workspace/sub")
+        assert r.returncode == 0 and b"in.bin" in r.stdout
+        r = cli("files", "get", sid, "/workspace/missing", str(tmp_path / "x"))
+        assert r.returncode == 1 and r.stderr, (r.returncode, r.stderr)
+
+        r = cli("sandbox", "exec", sid, "--", "sh", "-c", "exit 9")
+        assert r.returncode == 9
+    finally:
+        r = cli("sandbox", "rm", sid)
+    assert r.returncode == 0, r.stderr
+    assert sid not in _sandbox_ids(cli)
+    r = cli("sandbox", "get", sid)
+    assert r.returncode == 1 and r.stderr
+
+
+def test_bad_id_is_a_usage_error(cli):
+    r = cli("sandbox", "get", "../../etc")
+    assert r.returncode == 2 and r.stderr
+
+
+def test_daemon_not_running(cli, tmp_path):
+    port = free_port()
+    r = cli("sandbox", "ls", use_daemon=False,
+            env={"RUNTIME_BASE_URL": f"http://127.0.0.1:{port}", "RUNTIME_API_KEY": "rt_" + "0" * 40},
+            timeout=60)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    err = r.stderr.decode()
+    assert err.startswith("runtime:"), err
+    assert f"127.0.0.1:{port}" in err or "connect" in err.lower() or "running" in err.lower(), err
+    assert len(err) < 2000
+    r = cli("sandbox", "run", "--", "true", use_daemon=False,
+            env={"RUNTIME_BASE_URL": f"http://127.0.0.1:{port}", "RUNTIME_API_KEY": "rt_" + "0" * 40})
+    assert r.returncode == 1 and r.stderr
+
+
+def test_wrong_key(cli):
+    r = cli("sandbox", "ls", env={"RUNTIME_API_KEY": "rt_" + "0" * 40})
+    assert r.returncode == 1
+    assert b"runtime:" in r.stderr
+
+
+def test_key_from_state_dir(cli, daemon):
+    """Without RUNTIME_API_KEY the CLI reads $RUNTIME_STATE_DIR/admin.key."""
+    e = daemon.env()
+    e.pop("RUNTIME_API_KEY")
+    r = cli("sandbox", "ls", use_daemon=False, env=e)
+    assert r.returncode == 0, r.stderr
+
+
+def test_usage_errors(cli):
+    assert cli("sandbox", "frobnicate").returncode == 2
+    assert cli("--no-such-flag").returncode == 2
+    r = cli("--help")
+    assert r.returncode == 0 and b"sandbox" in r.stdout
+    r = cli("--version")
+    assert r.returncode == 0 and r.stdout.startswith(b"runtime ")
+
+
+def test_doctor_runs(cli, daemon):
+    r = cli("doctor", timeout=120)
+    out = (r.stdout + r.stderr).decode()
+    assert r.returncode == 0, f"doctor failed against a healthy daemon ({r.returncode}):\n{out}"
+    assert "namespace" in out and "gvisor" in out, out
+    assert daemon.base_url in out, out
+
+
+def test_doctor_without_daemon(cli):
+    port = free_port()
+    r = cli("doctor", use_daemon=False, timeout=120,
+            env={"RUNTIME_BASE_URL": f"http://127.0.0.1:{port}", "RUNTIME_API_KEY": "rt_" + "0" * 40})
+    out = (r.stdout + r.stderr).decode()
+    assert r.returncode == 1, (r.returncode, out)
+    assert f"127.0.0.1:{port}" in out, out

@@ -1,0 +1,220 @@
+"""Limits hit on purpose: a fork bomb, a memory hog, a full disk and
+gigabytes of output. Each must stay inside its sandbox while the daemon and
+the other sandboxes keep answering."""
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from helpers import assert_error, assert_no_host_trace, cgroup_dirs, wait_until
+
+MiB = 1024 * 1024
+
+
+class Watch(threading.Thread):
+    """Samples, while a test abuses one sandbox, that the daemon answers
+    /healthz and (optionally) that another sandbox runs a command; records
+    the worst latency and any failure. Also samples the daemon's RSS."""
+
+    def __init__(self, daemon, other=None, interval: float = 0.3):
+        super().__init__(daemon=True)
+        self.d = daemon
+        self.other = other
+        self.interval = interval
+        self.stop_ev = threading.Event()
+        self.worst_health = 0.0
+        self.worst_other = 0.0
+        self.failures: list[str] = []
+        self.max_rss_kib = 0
+        self.samples = 0
+
+    def run(self):
+        with httpx.Client(base_url=self.d.base_url, timeout=30,
+                          headers={"Authorization": f"Bearer {self.d.api_key}"}) as c:
+            while not self.stop_ev.is_set():
+                try:
+                    self.max_rss_kib = max(self.max_rss_kib, self.d.rss_kib())
+                except (OSError, KeyError):
+                    pass
+                t = time.monotonic()
+                try:
+                    r = c.get("/healthz")
+                    if r.status_code != 200:
+                        self.failures.append(f"healthz {r.status_code}")
+                except httpx.HTTPError as e:
+                    self.failures.append(f"healthz {e!r}")
+                self.worst_health = max(self.worst_health, time.monotonic() - t)
+                if self.other is not None:
+                    t = time.monotonic()
+                    try:
+                        r = c.post(f"/v1/sandboxes/{self.other.id}:exec",
+                                   json={"command": "echo ok", "timeoutMs": 20000})
+                        if r.status_code != 200 or r.json().get("stdout") != "ok\n":
+                            self.failures.append(f"other exec {r.status_code} {r.text[:200]}")
+                    except httpx.HTTPError as e:
+                        self.failures.append(f"other exec {e!r}")
+                    self.worst_other = max(self.worst_other, time.monotonic() - t)
+                self.samples += 1
+                self.stop_ev.wait(self.interval)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_ev.set()
+        self.join(60)
+
+
+@pytest.mark.slow
+def test_fork_bomb_is_contained(api, driver, daemon):
+    bomb = api.create_sandbox(driver=driver, memoryMiB=512)
+    other = api.create_sandbox(driver=driver)
+    with Watch(daemon, other) as w:
+        t0 = time.monotonic()
+        r = api.post(f"/v1/sandboxes/{bomb.id}:exec",
+                     json={"command": "f(){ f | f & }; f; sleep 100", "timeoutMs": 6000},
+                     timeout=120)
+        took = time.monotonic() - t0
+        time.sleep(1)
+    assert not w.failures, w.failures[:5]
+    assert w.samples >= 3, "the watcher did not get to run"
+    assert w.worst_health < 5, f"/healthz took {w.worst_health:.1f}s during the fork bomb"
+    assert w.worst_other < 15, f"another sandbox took {w.worst_other:.1f}s to echo"
+    assert took < 60, f"the bomb's exec came back after {took:.0f}s"
+    if r.status_code == 200:
+        # a result: timed out, or ended by the kernel (pids or memory limit)
+        res = r.json()
+        assert res["timedOut"] is True or res["exitCode"] != 0, res
+        # the sandbox itself recovers once the group is killed
+        wait_until(lambda: bomb.exec("echo alive", timeoutMs=10000)["stdout"] == "alive\n", 30,
+                   0.5, what="the bombed sandbox to answer again")
+    else:
+        st = api.sandbox(bomb.id)
+        assert st["state"] == "failed" and st["failureReason"], (r.status_code, r.text, st)
+    assert httpx.get(daemon.base_url + "/healthz").status_code == 200
+    sid = bomb.id
+    assert api.delete(f"/v1/sandboxes/{sid}").status_code == 200
+    assert_no_host_trace(sid, timeout=30)
+
+
+def test_pids_limit_is_set(sandbox):
+    """A sandbox cannot start processes without end: forks are refused well
+    before 6000."""
+    # Threads count against pids.max like processes do, and cost little
+    # memory, so the memory limit does not end the count first.
+    prog = ("import threading\n"
+            "threading.stack_size(65536)\n"
+            "ev = threading.Event()\n"
+            "n = 0\n"
+            "try:\n"
+            "    for i in range(6000):\n"
+            "        threading.Thread(target=ev.wait, daemon=True).start()\n"
+            "        n += 1\n"
+            "except RuntimeError as e:\n"
+            "    print('refused', e)\n"
+            "ev.set()\n"
+            "print('started', n)\n")
+    res = sandbox.exec(argv=["python3", "-c", prog], timeoutMs=180000)
+    assert res["exitCode"] == 0, res
+    started = int(res["stdout"].split()[-1])
+    assert started < 6000 and "refused" in res["stdout"], \
+        f"{started} processes started: no pids limit ({res['stdout']!r})"
+    if sandbox.driver == "namespace":
+        limits = [p.read_text().strip() for d in cgroup_dirs(sandbox.id)
+                  for p in [d / "pids.max"] if p.exists()]
+        assert limits and all(v != "max" for v in limits), f"pids.max of {sandbox.id}: {limits}"
+
+
+def test_memory_hog_is_oom_killed(api, driver, daemon):
+    sbx = api.create_sandbox(driver=driver, memoryMiB=128)
+    other = api.create_sandbox(driver=driver)
+    hog = ("python3 -c \"a=[]\nwhile True: a.append(bytearray(8 << 20))\"")
+    with Watch(daemon, other, interval=0.5) as w:
+        r = api.post(f"/v1/sandboxes/{sbx.id}:exec", json={"command": hog, "timeoutMs": 60000},
+                     timeout=120)
+    assert not w.failures, w.failures[:5]
+    if r.status_code == 200:
+        res = r.json()
+        assert res["timedOut"] is False, f"the hog ran for a minute: no memory limit ({res!r})"
+        assert res["exitCode"] == 137, f"expected an OOM kill (137): {res!r}"
+        st = api.sandbox(sbx.id)
+        assert st["state"] in ("running", "failed"), st
+        if st["state"] == "failed":
+            assert st["failureReason"] == "oom", st
+    else:
+        st = api.wait_state(sbx.id, "failed", 15)
+        assert st["failureReason"] == "oom", st
+    assert httpx.get(daemon.base_url + "/healthz").status_code == 200
+    assert other.run("echo ok") == "ok\n"
+
+
+def test_disk_is_bounded_by_disk_mib(api, driver):
+    sbx = api.create_sandbox(driver=driver, diskMiB=64)
+    res = sbx.exec("dd if=/dev/zero of=/workspace/fill bs=1M count=256 2>&1; echo rc=$?; "
+                   "wc -c < /workspace/fill", timeoutMs=120000)
+    out = res["stdout"]
+    assert "No space left on device" in out, out
+    assert "rc=0" not in out, out
+    assert out.split() and out.split()[-1].isdigit(), res
+    size = int(out.split()[-1])
+    assert size <= 70 * MiB, f"wrote {size} bytes into a 64 MiB disk"
+    # errno seen by a program is ENOSPC
+    res = sbx.exec("python3 -c \"import errno\ntry:\n with open('/workspace/more','wb') as f:\n"
+                   "  [f.write(b'x'*65536) for _ in range(4096)]; f.flush()\n"
+                   "except OSError as e: print('errno', e.errno == errno.ENOSPC)\"")
+    assert "errno True" in res["stdout"], res
+    # the files API answers 413 when the disk is full
+    r = sbx.put_file("/workspace/api.bin", b"y" * (2 * MiB))
+    assert_error(r, 413, "payload_too_large")
+    # the sandbox is still usable, and freeing space makes writes work again
+    sbx.run("rm -f /workspace/fill /workspace/more")
+    r = sbx.put_file("/workspace/api.bin", b"y" * (2 * MiB))
+    assert r.status_code == 200, r.text
+    # the rest of the writable root shares the bound
+    res = sbx.exec("dd if=/dev/zero of=/var/tmp/fill bs=1M count=256 2>&1; wc -c < /var/tmp/fill",
+                   timeoutMs=120000)
+    assert "No space left on device" in res["stdout"], res
+    assert int(res["stdout"].split()[-1]) <= 70 * MiB
+
+
+@pytest.mark.slow
+def test_gigabytes_of_output_are_truncated_with_bounded_memory(sandbox, daemon):
+    with Watch(daemon, interval=0.05) as w:
+        before = daemon.rss_kib()
+        t0 = time.monotonic()
+        res = sandbox.exec("yes | head -c 2G; echo; echo THE-END", timeoutMs=600000)
+        took = time.monotonic() - t0
+    assert res["exitCode"] == 0 and res["timedOut"] is False, {k: v for k, v in res.items()
+                                                               if "std" not in k}
+    assert res["stdoutTruncated"] is True
+    assert len(res["stdout"]) == 65536
+    assert res["stdout"].endswith("y\ny\n\nTHE-END\n")
+    growth = (w.max_rss_kib - before) / 1024
+    assert growth < 64, f"daemon RSS grew by {growth:.0f} MiB while relaying 2 GiB"
+    print(f"2 GiB relayed in {took:.1f}s; daemon RSS growth {growth:.1f} MiB")
+
+
+def test_slow_stream_reader_applies_backpressure(sandbox, daemon):
+    """A client that reads a stream slowly stalls the command, not the
+    daemon's memory."""
+    before = daemon.rss_kib()
+    with Watch(daemon, interval=0.05) as w:
+        ev = sandbox.exec_stream(command="yes | head -c 1G; echo done", timeoutMs=120000)
+        got = 0
+        for _, e in ev:
+            if e["type"] == "stdout":
+                got += len(e["data"])
+                if got > 1 * MiB:
+                    break
+        time.sleep(4)
+        ev.close()
+    growth = (w.max_rss_kib - before) / 1024
+    assert growth < 64, f"daemon RSS grew by {growth:.0f} MiB behind a slow reader"
+    # and the command was killed when the reader left
+    wait_until(lambda: "yes" not in sandbox.run(
+        "cat /proc/[0-9]*/comm 2>/dev/null || true").split(), 10, 0.3,
+        what="`yes` to be killed after the reader left")
