@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
@@ -853,6 +854,11 @@ static void relay_accept(Agent *a) {
         int c = accept4(a->relay_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (c < 0)
                 return;
+        /* What arrives from the proxy is written as it comes, often a TLS
+         * record at a time: Nagle would hold the second small write for the
+         * client's delayed ACK, 40 ms a round trip. */
+        int one = 1;
+        (void)setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         if (a->n_streams >= AGENT_MAX_STREAMS) {
                 close(c);
                 return;

@@ -178,9 +178,18 @@ static int build_plain_head(EgressParser *p, const struct http_parser_url *u) {
                 r |= buf_append(&out, p->headers[i].value, strlen(p->headers[i].value));
                 r |= buf_append(&out, "\r\n", 2);
         }
-        if (p->tunnel)
+        if (p->tunnel) {
+                /* Kept alive unless the client asked otherwise: then the
+                 * upstream must close too, or a client reading to the end
+                 * would wait for ever. */
+                bool close = p->hp.http_major == 1 && p->hp.http_minor == 0;
+                for (size_t i = 0; i < p->n_headers; i++)
+                        if (strcasecmp(p->headers[i].name, "connection") == 0)
+                                close = close || header_named_in("close", p->headers[i].value);
+                if (close)
+                        r |= buf_append(&out, "Connection: close\r\n", 19);
                 r |= buf_append(&out, "\r\n", 2);
-        else
+        } else
                 r |= buf_append(&out, "Connection: close\r\n\r\n", 21);
         if (r != 0) {
                 free(out.p);

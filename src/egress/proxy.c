@@ -236,8 +236,9 @@ static int resolve_checked(const char *host, uint16_t port, const EgressProxyCon
                 if (c != EGRESS_ADDR_PUBLIC) {
                         char text[64] = "?";
                         egress_addr_format((struct sockaddr *)&addrs[i], text, sizeof(text));
-                        record_refusal(rec, "%s resolves to %s, a %s address", norm, text,
-                                       egress_addr_class_name(c));
+                        const char *cls = egress_addr_class_name(c);
+                        record_refusal(rec, "%s resolves to %s, %s %s address", norm, text,
+                                       strchr("aeiou", cls[0]) ? "an" : "a", cls);
                         return -EACCES;
                 }
                 if (addrs[i].ss_family == AF_INET)
