@@ -109,6 +109,7 @@ asan:
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 FUZZ_CFLAGS = -std=gnu17 -O1 -g -Isrc -D_GNU_SOURCE -pthread -fsanitize=fuzzer,address,undefined \
+              -DRUNTIME_VERSION=\"$(VERSION)\" \
               $(shell pkg-config --cflags $(PKGS_DAEMON))
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(PROTO_SRC) $(COMMON_SRC) $(DAEMON_LIB_SRC)
 	@mkdir -p $(dir $@)

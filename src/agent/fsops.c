@@ -109,8 +109,13 @@ static int mkdir_p_fd(const char *path, mode_t mode, int *ret_fd) {
                 if (mkdirat(fd, comp, mode) < 0 && errno != EEXIST)
                         return -errno;
                 int next = openat(fd, comp, O_PATH | O_DIRECTORY | O_CLOEXEC);
-                if (next < 0)
-                        return errno == ENOTDIR ? -EEXIST : -errno;
+                if (next < 0) {
+                        /* Something not a directory is in the way: the last
+                         * component exists (as mkdir -p says), an earlier one
+                         * cannot hold anything. */
+                        bool last = save == NULL || *save == '\0' || strspn(save, "/") == strlen(save);
+                        return errno == ENOTDIR ? (last ? -EEXIST : -ENOTDIR) : -errno;
+                }
                 close(fd);
                 fd = next;
         }

@@ -196,13 +196,17 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
         }
         enum MHD_Result ret;
         if (wedged) {
-                log_error(r->rid, "the agent of %s gave no result in time: cancelling", sandbox_id(x->sb));
+                log_error(r->rid, "the agent of %s gave no result in time: failing the sandbox", sandbox_id(x->sb));
                 atomic_store(&x->cancelled, true);
                 chan_stream_cancel(x->stream);
                 drain_after_cancel(x);
+                /* An agent that cannot kill a timed-out command within the
+                 * grace (a fork bomb starving it of CPU) leaves a sandbox
+                 * nobody can use: it is ended rather than left half alive. */
+                sandbox_fail(x->sb, "its agent stopped answering (starved or stuck)");
                 ApiError e;
-                api_error(&e, 503, "unavailable", "try again; the daemon's log has details",
-                          "the sandbox did not answer in time");
+                api_error(&e, 503, "unavailable", "create a new sandbox",
+                          "the sandbox stopped answering and was stopped");
                 ret = reply_error(r, &e);
         } else if (gone) {
                 log_info(r->rid, "client left during exec on %s: cancelling", sandbox_id(x->sb));

@@ -60,6 +60,7 @@ static int run_op(Req *r, Sandbox *sb, json_t *request, json_t **ret, ApiError *
         int sock = req_socket(r);
         uint64_t deadline = time_now_mono_ms() + OP_TIMEOUT_MS;
         int rc = -ETIMEDOUT;
+        _cleanup_json_ json_t *batched = NULL;
         while (time_now_mono_ms() < deadline) {
                 ChanEvent ev;
                 int n = chan_stream_next(s, POLL_MS, &ev);
@@ -82,9 +83,21 @@ static int run_op(Req *r, Sandbox *sb, json_t *request, json_t **ret, ApiError *
                         rc = 0;
                         break;
                 }
+                /* A long listing comes in EVENT batches before its RESULT. */
+                json_t *batch = ev.type == CHAN_EV_EVENT ? json_object_get(ev.json, "entries") : NULL;
+                if (json_is_array(batch)) {
+                        if (!batched)
+                                batched = json_array();
+                        if (batched)
+                                json_array_extend(batched, batch);
+                }
                 chan_event_clear(&ev);
         }
         chan_stream_free(s);
+        if (rc == 0 && batched && json_is_array(json_object_get(*ret, "entries"))) {
+                json_array_extend(batched, json_object_get(*ret, "entries"));
+                json_object_set(*ret, "entries", batched);
+        }
         if (rc == -ETIMEDOUT)
                 api_error(e, 503, "unavailable", "try again; the daemon's log has details",
                           "the sandbox did not answer in time");
@@ -113,12 +126,18 @@ static json_t *api_entry(json_t *entry) {
 
 /* The path of a query argument (required). */
 static int query_path(Req *r, const char *name, const char *def, char **ret, ApiError *e) {
-        const char *p = req_query(r, name);
-        if (!p)
+        /* With its real length: a %00 in the query must not cut the path
+         * short into another, valid one. */
+        const char *p = NULL;
+        size_t len = 0;
+        if (MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, name, strlen(name), &p, &len) != MHD_YES ||
+            !p) {
                 p = def;
+                len = p ? strlen(p) : 0;
+        }
         if (!p)
                 return api_error(e, 400, "invalid_request", NULL, "the %s query argument is required", name);
-        return request_resolve_path(p, strlen(p), name, ret, e);
+        return request_resolve_path(p, len, name, ret, e);
 }
 
 static enum MHD_Result op_reply(Req *r, json_t *request, const char *path, json_t **ret_result) {

@@ -12,6 +12,7 @@
 #include "daemon/apierror.h"
 
 #define REQ_MAX_BODY (1024u * 1024u)
+#define REQ_MAX_EXEC_BODY (24u * 1024u * 1024u)
 #define REQ_MAX_DEPTH 32u
 #define REQ_MAX_PATH 4096u
 #define REQ_MAX_ENV 128u

@@ -170,6 +170,22 @@ static void queue_dead(Sandbox *sb) {
         pthread_mutex_unlock(&m->lock);
 }
 
+static void handle_dead(Manager *m, Sandbox *sb);
+
+/* Synchronous, so that the caller's answer and the sandbox's state agree;
+ * the caller holds a reference. */
+void sandbox_fail(Sandbox *sb, const char *reason) {
+        pthread_mutex_lock(&sb->lock);
+        bool act = sb->running && !sb->stopping && !sb->died;
+        if (act) {
+                sb->died = true;
+                snprintf(sb->closed_reason, sizeof(sb->closed_reason), "%s", reason);
+        }
+        pthread_mutex_unlock(&sb->lock);
+        if (act)
+                handle_dead(sb->m, sb);
+}
+
 static void on_channel_closed(void *userdata, const char *reason) {
         Sandbox *sb = userdata;
         pthread_mutex_lock(&sb->lock);

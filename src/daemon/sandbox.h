@@ -50,6 +50,9 @@ int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *
  * none, 409 when it is not running. */
 int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **ret, ApiError *e);
 void sandbox_release(Sandbox *sb);
+/* The sandbox stopped answering (its agent is starved or stuck): it becomes
+ * failed with this reason and is stopped, as if its agent had died. */
+void sandbox_fail(Sandbox *sb, const char *reason);
 /* Opens a stream on the sandbox's channel; fills e on failure. */
 int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e);
 /* The sandbox's env (borrowed; fixed for its life). */

@@ -365,6 +365,20 @@ static bool route_has_json_body(RouteKind k) {
         }
 }
 
+/* JSON bodies are small, but for an exec's stdin (16 MiB, 4/3 of that in
+ * base64). */
+static size_t body_limit(RouteKind k) {
+        return k == ROUTE_SANDBOX_EXEC ? REQ_MAX_EXEC_BODY : REQ_MAX_BODY;
+}
+
+static int body_too_large(ApiError *e, RouteKind k) {
+        unsigned mib = (unsigned)(body_limit(k) >> 20);
+        return api_error(e, 413, "payload_too_large",
+                         k == ROUTE_SANDBOX_EXEC ? "send large inputs as a file (PUT .../files/content) and redirect"
+                                                 : "send at most 1 MiB of JSON",
+                         "the request body is over %u MiB", mib);
+}
+
 /* The first call for a request: route, auth, access. Fills e on refusal. */
 static int admit(Req *r, const char *url, ApiError *e) {
         int rc = route_parse(r->method, url, &r->route);
@@ -393,9 +407,8 @@ static int admit(Req *r, const char *url, ApiError *e) {
                                  "this key has read access only");
         if (route_has_json_body(r->route.kind)) {
                 const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-                if (cl && strtoull(cl, NULL, 10) > REQ_MAX_BODY)
-                        return api_error(e, 413, "payload_too_large", "send at most 1 MiB of JSON",
-                                         "the request body is over 1 MiB");
+                if (cl && strtoull(cl, NULL, 10) > body_limit(r->route.kind))
+                        return body_too_large(e, r->route.kind);
         }
         return 0;
 }
@@ -444,11 +457,10 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
                         api_error(&r->refusal, 400, "invalid_request", NULL, "this route takes no body");
                         return MHD_YES;
                 }
-                if (r->body_len + n > REQ_MAX_BODY) {
+                if (r->body_len + n > body_limit(r->route.kind)) {
                         r->refused = true;
                         r->discarded = n;
-                        api_error(&r->refusal, 413, "payload_too_large", "send at most 1 MiB of JSON",
-                                  "the request body is over 1 MiB");
+                        body_too_large(&r->refusal, r->route.kind);
                         return MHD_YES;
                 }
                 char *b = realloc(r->body, r->body_len + n + 1);

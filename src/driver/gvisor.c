@@ -160,6 +160,33 @@ static int json_add_str_array(json_t *obj, const char *key, const char *const *v
         return json_object_set_new(obj, key, a) < 0 ? -ENOMEM : 0;
 }
 
+/* What a sandbox never needs, refused inside gVisor's own kernel (runsc
+ * --oci-seccomp): the same list as the namespace driver's filter, in the
+ * OCI form. New user namespaces are the way to capabilities that the
+ * process set below does not have. */
+static json_t *oci_seccomp(void) {
+        static const char *const denied[] = {
+                "mount", "umount2", "pivot_root", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+                "delete_module", "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
+                "io_uring_setup", "io_uring_enter", "io_uring_register", "swapon", "swapoff", "reboot", "acct",
+                "settimeofday", "clock_settime", "adjtimex", "open_by_handle_at", "name_to_handle_at", "setns",
+                "syslog", "iopl", "ioperm", "quotactl",
+        };
+        json_t *names = json_array();
+        for (size_t i = 0; names && i < ELEMENTSOF(denied); i++)
+                json_array_append_new(names, json_string(denied[i]));
+        /* CLONE_NEWUSER is 0x10000000, for unshare and clone alike. */
+        return json_pack("{s:s, s:[s], s:[{s:o, s:s, s:i},"
+                         " {s:[s], s:s, s:i, s:[{s:i, s:I, s:I, s:s}]},"
+                         " {s:[s], s:s, s:i, s:[{s:i, s:I, s:I, s:s}]}]}",
+                         "defaultAction", "SCMP_ACT_ALLOW", "architectures", "SCMP_ARCH_X86_64", "syscalls", "names",
+                         names, "action", "SCMP_ACT_ERRNO", "errnoRet", 1, "names", "unshare", "action",
+                         "SCMP_ACT_ERRNO", "errnoRet", 1, "args", "index", 0, "value", (json_int_t)0x10000000,
+                         "valueTwo", (json_int_t)0x10000000, "op", "SCMP_CMP_MASKED_EQ", "names", "clone", "action",
+                         "SCMP_ACT_ERRNO", "errnoRet", 1, "args", "index", 0, "value", (json_int_t)0x10000000,
+                         "valueTwo", (json_int_t)0x10000000, "op", "SCMP_CMP_MASKED_EQ");
+}
+
 /* Writes bundle/config.json: the OCI spec of the sandbox. */
 static int write_bundle(const DriverSpec *spec, const char *bundle, const char *root, const char *agent,
                         uid_t shift) {
@@ -182,10 +209,14 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
                 if (json_add_str_array(capabilities, sets[i], caps, ELEMENTSOF(caps)) < 0)
                         return -ENOMEM;
 
+        /* gVisor's tasks are goroutines of one host process, so the host's
+         * pids cgroup cannot count them: its own RLIMIT_NPROC does. */
+        json_int_t nproc = spec->pids_max ? (json_int_t)spec->pids_max : 4096;
         _cleanup_json_ json_t *process = json_pack(
-                "{s:b, s:{s:i, s:i}, s:s, s:O, s:[{s:s, s:i, s:i}], s:b}", "terminal", 0, "user", "uid", 0, "gid",
-                0, "cwd", "/", "capabilities", capabilities, "rlimits", "type", "RLIMIT_NOFILE", "hard", 65536, "soft",
-                65536, "noNewPrivileges", 1);
+                "{s:b, s:{s:i, s:i}, s:s, s:O, s:[{s:s, s:i, s:i}, {s:s, s:I, s:I}], s:b}", "terminal", 0, "user",
+                "uid", 0, "gid", 0, "cwd", "/", "capabilities", capabilities, "rlimits", "type", "RLIMIT_NOFILE",
+                "hard", 65536, "soft", 65536, "type", "RLIMIT_NPROC", "hard", nproc, "soft", nproc,
+                "noNewPrivileges", 1);
         if (!process)
                 return -ENOMEM;
         if (json_add_str_array(process, "args", args, ELEMENTSOF(args)) < 0 ||
@@ -213,6 +244,9 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
                 "size", (json_int_t)LAUNCH_UID_RANGE, "gidMappings", "containerID", 0, "hostID", (json_int_t)shift,
                 "size", (json_int_t)LAUNCH_UID_RANGE);
         if (!config)
+                return -ENOMEM;
+        json_t *seccomp = oci_seccomp();
+        if (!seccomp || json_object_set_new(json_object_get(config, "linux"), "seccomp", seccomp) < 0)
                 return -ENOMEM;
 
         char path[PATH_MAX], tmp[PATH_MAX];
@@ -323,7 +357,7 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret) {
 
         char *const argv[] = {
                 (char *)runsc, "--root", state, "--platform=ptrace", "--network=none", "--ignore-cgroups",
-                "run", "--bundle", bundle, (char *)spec->id, NULL,
+                "--oci-seccomp", "run", "--bundle", bundle, (char *)spec->id, NULL,
         };
         char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
         LaunchStage stage = {.layer = layer, .agent_src = spec->agent_path};

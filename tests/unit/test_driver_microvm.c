@@ -192,9 +192,10 @@ static void test_probe(void **state) {
                 assert_true(r < 0);
                 return;
         }
-        assert_int_equal(r, 0);
+        /* 0 with a KVM that boots guests; 1 (on request only) under TCG. */
+        assert_true(r == 0 || r == 1);
         assert_non_null(strstr(why, "microvm"));
-        assert_true(strstr(why, "KVM") || strstr(why, "TCG"));
+        assert_true(r == 0 ? strstr(why, "KVM") != NULL : strstr(why, "TCG") != NULL);
         print_message("probe: %s\n", why);
 }
 

@@ -14,6 +14,7 @@
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -308,6 +309,9 @@ static int teardown(void **state) {
 }
 
 int main(void) {
+        /* As in the daemon: a peer that went away is an error return, not a
+         * signal. */
+        signal(SIGPIPE, SIG_IGN);
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_secret_values),
                 cmocka_unit_test(test_secret_reaches_its_host),

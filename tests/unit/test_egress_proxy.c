@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -247,6 +248,7 @@ static void test_test_host_parse(void **state) {
 }
 
 int main(void) {
+        signal(SIGPIPE, SIG_IGN);
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_test_host_parse), cmocka_unit_test(test_plain_http_allowed),
                 cmocka_unit_test(test_connect_tunnel),  cmocka_unit_test(test_refusals),
