@@ -91,8 +91,9 @@ def test_unavailable_image(sdk_env):
 def test_payload_too_large(sdk_env):
     with Sandbox.create(driver=DRIVER, timeout_seconds=60) as sbx:
         with pytest.raises(E.PayloadTooLargeError) as ei:
-            # A JSON body over the daemon's 1 MiB limit.
-            sbx.exec("cat > /dev/null", env={f"V{i}": "x" * 1024 for i in range(1100)})
+            # An exec body over the daemon's 24 MiB limit (16 MiB of stdin
+            # fits; 25 MiB does not).
+            sbx.exec("cat > /dev/null", stdin="x" * (25 << 20))
         check_shape(ei.value, 413, "payload_too_large")
 
 
