@@ -119,8 +119,8 @@ fuzz: $(FUZZ_BIN)
 FUZZ_SECONDS ?= 20
 fuzz-run: $(FUZZ_BIN)
 	@set -e; for f in $(FUZZ_BIN); do n=$$(basename $$f); n=$${n#fuzz_}; \
-	    mkdir -p $(BUILD)/fuzz/work/$$n; \
-	    echo "== $$f"; $$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/work/$$n tests/fuzz/corpus/$$n; done
+	    mkdir -p $(BUILD)/fuzz/scratch/$$n; \
+	    echo "== $$f"; $$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/scratch/$$n tests/fuzz/corpus/$$n; done
 
 clean:
 	rm -rf $(BUILD)
