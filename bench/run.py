@@ -498,7 +498,14 @@ class Bench:
         L = L[:i] + head + L[i:]
         out = Path(self.args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(L).rstrip() + "\n")
+        # bench/egress.py keeps its own section in the same file: carry it over.
+        kept = ""
+        if out.exists():
+            old = out.read_text()
+            b, e = "<!-- egress benchmark: begin", "<!-- egress benchmark: end -->"
+            if b in old and e in old:
+                kept = "\n" + old[old.index(b):old.index(e) + len(e)] + "\n"
+        out.write_text("\n".join(L).rstrip() + "\n" + kept)
         print("\n".join(head))
         print(f"bench: wrote {out}")
 
