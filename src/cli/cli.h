@@ -59,5 +59,11 @@ void cli_print_json(json_t *j);
 #define CLI_PROCEED (-1)
 int cli_simple_args(CliContext *ctx, const char *verb, const char *usage, const char *help, int argc,
                     char **argv, int min, int max, char ***ret_pos, int *ret_npos);
+/* A verb that only reads one resource: no arguments, GET path. With --json
+ * it prints the answer and returns CLI_EXIT_OK; otherwise CLI_PROCEED with
+ * the answer in *ret for the caller's human output. Other exit codes on
+ * failure (already reported). */
+int cli_get_resource(CliContext *ctx, const char *verb, const char *help, int argc, char **argv, const char *path,
+                     json_t **ret);
 /* Checks a sandbox id argument; prints a usage error when it is malformed. */
 int cli_check_id(const char *verb, const char *usage, const char *id);

@@ -154,6 +154,30 @@ int cli_check_id(const char *verb, const char *usage, const char *id) {
                                id);
 }
 
+int cli_get_resource(CliContext *ctx, const char *verb, const char *help, int argc, char **argv, const char *path,
+                     json_t **ret) {
+        _cleanup_client_ Client *c = NULL;
+        char **pos;
+        int npos;
+        CliError e;
+        int r = cli_simple_args(ctx, verb, "", help, argc, argv, 0, 0, &pos, &npos);
+        if (r != CLI_PROCEED)
+                return r;
+        r = cli_connect(ctx, true, &c);
+        if (r > 0)
+                return r;
+        json_t *ans = NULL;
+        if (client_json(c, "GET", path, NULL, &ans, &e) < 0)
+                return cli_error_print(&e);
+        if (ctx->json) {
+                cli_print_json(ans);
+                json_decref(ans);
+                return CLI_EXIT_OK;
+        }
+        *ret = ans;
+        return CLI_PROCEED;
+}
+
 int cli_simple_args(CliContext *ctx, const char *verb, const char *usage, const char *help, int argc,
                     char **argv, int min, int max, char ***ret_pos, int *ret_npos) {
         static const struct option opts[] = {

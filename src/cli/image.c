@@ -111,24 +111,10 @@ static const char ls_help[] =
         "Lists the images and whether they are built.\n\nExample:\n  runtime image ls\n";
 
 int cmd_image_ls(CliContext *ctx, int argc, char **argv) {
-        _cleanup_client_ Client *c = NULL;
         _cleanup_json_ json_t *ans = NULL;
-        char **pos;
-        int npos, r;
-        CliError e;
-
-        r = cli_simple_args(ctx, "image ls", "", ls_help, argc, argv, 0, 0, &pos, &npos);
+        int r = cli_get_resource(ctx, "image ls", ls_help, argc, argv, "/v1/images", &ans);
         if (r != CLI_PROCEED)
                 return r;
-        r = cli_connect(ctx, true, &c);
-        if (r > 0)
-                return r;
-        r = client_json(c, "GET", "/v1/images", NULL, &ans, &e);
-        if (r < 0)
-                return cli_error_print(&e);
-        if (ctx->json)
-                cli_print_json(ans);
-        else
-                format_image_table(stdout, json_object_get(ans, "images"));
+        format_image_table(stdout, json_object_get(ans, "images"));
         return CLI_EXIT_OK;
 }

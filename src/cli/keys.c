@@ -267,25 +267,10 @@ int cmd_keys_create(CliContext *ctx, int argc, char **argv) {
 static const char ls_help[] = "Lists the keys of your owner (every key with an admin key); never a secret.\n";
 
 int cmd_keys_ls(CliContext *ctx, int argc, char **argv) {
-        _cleanup_client_ Client *c = NULL;
         _cleanup_json_ json_t *ans = NULL;
-        char **pos;
-        int npos, r;
-        CliError e;
-
-        r = cli_simple_args(ctx, "keys ls", "", ls_help, argc, argv, 0, 0, &pos, &npos);
+        int r = cli_get_resource(ctx, "keys ls", ls_help, argc, argv, "/v1/keys", &ans);
         if (r != CLI_PROCEED)
                 return r;
-        r = cli_connect(ctx, true, &c);
-        if (r > 0)
-                return r;
-        r = client_json(c, "GET", "/v1/keys", NULL, &ans, &e);
-        if (r < 0)
-                return cli_error_print(&e);
-        if (ctx->json) {
-                cli_print_json(ans);
-                return CLI_EXIT_OK;
-        }
         printf("%-22s%-18s%-18s%-8s%-16s%s\n", "ID", "NAME", "OWNER", "ACCESS", "DAILY LIMIT", "STATE");
         size_t i;
         json_t *k;

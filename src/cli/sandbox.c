@@ -540,25 +540,11 @@ static const char ls_help[] = "Lists your sandboxes, newest first.\n\n"
                               "Example:\n  runtime sandbox ls\n  runtime --json sandbox ls\n";
 
 int cmd_sandbox_ls(CliContext *ctx, int argc, char **argv) {
-        _cleanup_client_ Client *c = NULL;
         _cleanup_json_ json_t *ans = NULL;
-        char **pos;
-        int npos, r;
-        CliError e;
-
-        r = cli_simple_args(ctx, "sandbox ls", "", ls_help, argc, argv, 0, 0, &pos, &npos);
+        int r = cli_get_resource(ctx, "sandbox ls", ls_help, argc, argv, "/v1/sandboxes", &ans);
         if (r != CLI_PROCEED)
                 return r;
-        r = cli_connect(ctx, true, &c);
-        if (r > 0)
-                return r;
-        r = client_json(c, "GET", "/v1/sandboxes", NULL, &ans, &e);
-        if (r < 0)
-                return cli_error_print(&e);
-        if (ctx->json)
-                cli_print_json(ans);
-        else
-                format_sandbox_table(stdout, json_object_get(ans, "sandboxes"), time(NULL));
+        format_sandbox_table(stdout, json_object_get(ans, "sandboxes"), time(NULL));
         return CLI_EXIT_OK;
 }
 

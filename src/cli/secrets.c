@@ -230,25 +230,10 @@ int cmd_secrets_set(CliContext *ctx, int argc, char **argv) {
 static const char ls_help[] = "Lists your secrets: names, hosts and placeholders; never a value.\n";
 
 int cmd_secrets_ls(CliContext *ctx, int argc, char **argv) {
-        _cleanup_client_ Client *c = NULL;
         _cleanup_json_ json_t *ans = NULL;
-        char **pos;
-        int npos, r;
-        CliError e;
-
-        r = cli_simple_args(ctx, "secrets ls", "", ls_help, argc, argv, 0, 0, &pos, &npos);
+        int r = cli_get_resource(ctx, "secrets ls", ls_help, argc, argv, "/v1/egress-secrets", &ans);
         if (r != CLI_PROCEED)
                 return r;
-        r = cli_connect(ctx, true, &c);
-        if (r > 0)
-                return r;
-        r = client_json(c, "GET", "/v1/egress-secrets", NULL, &ans, &e);
-        if (r < 0)
-                return cli_error_print(&e);
-        if (ctx->json) {
-                cli_print_json(ans);
-                return CLI_EXIT_OK;
-        }
         printf("%-24s %-30s %s\n", "NAME", "HOSTS", "PLACEHOLDER");
         size_t i, j;
         json_t *s, *h;

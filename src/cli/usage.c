@@ -158,25 +158,10 @@ static const char limits_help[] =
         "what running sandboxes hold in reserve), and a trial key's remaining free time.\n";
 
 int cmd_limits(CliContext *ctx, int argc, char **argv) {
-        _cleanup_client_ Client *c = NULL;
         _cleanup_json_ json_t *ans = NULL;
-        char **pos;
-        int npos, r;
-        CliError e;
-
-        r = cli_simple_args(ctx, "limits", "", limits_help, argc, argv, 0, 0, &pos, &npos);
+        int r = cli_get_resource(ctx, "limits", limits_help, argc, argv, "/v1/limits", &ans);
         if (r != CLI_PROCEED)
                 return r;
-        r = cli_connect(ctx, true, &c);
-        if (r > 0)
-                return r;
-        r = client_json(c, "GET", "/v1/limits", NULL, &ans, &e);
-        if (r < 0)
-                return cli_error_print(&e);
-        if (ctx->json) {
-                cli_print_json(ans);
-                return CLI_EXIT_OK;
-        }
         json_t *d = json_object_get(ans, "daily");
         char lim[48], used[48], left[48], settled[48], reserved[48];
         money(lim, sizeof(lim), json_object_get(d, "limitMicros"));
