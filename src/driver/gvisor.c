@@ -397,10 +397,7 @@ fail:
                 rootfs_layer_done(layer);
                 free(layer);
         }
-        (void)rootfs_wait_released(spec->sandbox_dir, 2000);
-        if (inst->cg)
-                (void)cgroup_remove(inst->cg);
-        launch_instance_free(inst);
+        launch_release(inst);
         return r;
 }
 
@@ -416,12 +413,9 @@ static void gv_stop(DriverInstance *inst, const char **ret_reason) {
                 runsc_delete(inst->runsc_root, inst->id);
                 (void)rootfs_rm_tree(inst->runsc_root);
         }
-        (void)rootfs_wait_released(inst->sandbox_dir, 2000);
-        if (inst->cg)
-                (void)cgroup_remove(inst->cg);
         if (ret_reason)
                 *ret_reason = reason;
-        launch_instance_free(inst);
+        launch_release(inst);
 }
 
 static int gv_reap_orphan(const DriverSpec *spec) {

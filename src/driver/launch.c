@@ -300,6 +300,13 @@ const char *launch_stop_reason(DriverInstance *inst, bool exited_before) {
         return "exited";
 }
 
+void launch_release(DriverInstance *inst) {
+        (void)rootfs_wait_released(inst->sandbox_dir, 2000);
+        if (inst->cg)
+                (void)cgroup_remove(inst->cg);
+        launch_instance_free(inst);
+}
+
 void launch_kill_and_reap(DriverInstance *inst) {
         /* Killing the cgroup ends the sandbox's mount namespace, and with it
          * the layer, the overlay and the loop device. */

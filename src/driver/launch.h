@@ -94,6 +94,9 @@ int launch_stage_mounts(void *stage);
 /* Shared stop/teardown pieces. */
 DriverInstance *launch_instance_new(const Driver *d, const DriverSpec *spec);
 void launch_instance_free(DriverInstance *inst);
+/* The end every start failure and every stop shares, once the processes are
+ * gone: waits for the layer to be let go, removes the cgroup, frees inst. */
+void launch_release(DriverInstance *inst);
 /* Whether the child already exited on its own (reaps it then). */
 bool launch_instance_exited(DriverInstance *inst);
 /* The reason string for stop(): NULL when it was alive. */

@@ -293,10 +293,7 @@ fail: {
                 rootfs_layer_done(layer);
                 free(layer);
         }
-        (void)rootfs_wait_released(spec->sandbox_dir, 2000);
-        if (inst->cg)
-                (void)cgroup_remove(inst->cg);
-        launch_instance_free(inst);
+        launch_release(inst);
         return r;
 }
 }
@@ -309,12 +306,9 @@ static void ns_stop(DriverInstance *inst, const char **ret_reason) {
         bool exited = launch_instance_exited(inst);
         const char *reason = launch_stop_reason(inst, exited);
         launch_kill_and_reap(inst);
-        (void)rootfs_wait_released(inst->sandbox_dir, 2000);
-        if (inst->cg)
-                (void)cgroup_remove(inst->cg);
         if (ret_reason)
                 *ret_reason = reason;
-        launch_instance_free(inst);
+        launch_release(inst);
 }
 
 static int ns_reap_orphan(const DriverSpec *spec) {
