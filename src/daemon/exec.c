@@ -18,7 +18,7 @@
 #define POLL_MS 250
 #define STDIN_CHUNK (64u * 1024u)
 #define CANCEL_GRACE_MS 5000
-#define AGENT_GRACE_MS 30000
+#define AGENT_GRACE_MS 15000
 
 typedef struct ExecRun {
         char rid[24];
