@@ -106,7 +106,10 @@ struct Agent {
         int exit_status;
         int relay_fd; /* listening on 127.0.0.1:AGENT_RELAY_PORT, or -1 */
         uint32_t next_even;
+        int (*resume)(const AgentRequest *r); /* until the first request */
 };
+
+static void send_hello(Agent *a);
 
 static void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void log_msg(const char *fmt, ...) {
@@ -455,7 +458,22 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                              k == -ENOMEM ? "out of memory" : msg);
                 return;
         }
+        int (*resume)(const AgentRequest *) = a->resume;
+        a->resume = NULL;
         switch (r->op) {
+        case REQ_RESUME:
+                if (!resume) {
+                        result_error(a, id, "invalid", "resume is only accepted as the first request of a restored VM");
+                        break;
+                }
+                k = resume(r);
+                if (k < 0) {
+                        result_errno(a, id, k);
+                        break;
+                }
+                send_json_new(a, PROTO_RESULT, id, json_object());
+                send_hello(a);
+                break;
         case REQ_EXEC:
                 exec_start(a, id, r);
                 break;
@@ -986,6 +1004,10 @@ void agent_free(Agent *a) {
         proto_reader_free(a->reader);
         close_fd(&a->relay_fd);
         free(a);
+}
+
+void agent_set_resume(Agent *a, int (*fn)(const AgentRequest *r)) {
+        a->resume = fn;
 }
 
 static void send_hello(Agent *a) {

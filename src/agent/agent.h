@@ -37,6 +37,12 @@ void agent_free(Agent *a);
 /* Listens on 127.0.0.1:port for the egress relay. A negative errno when the
  * sandbox has no loopback to listen on; the agent then runs without it. */
 int agent_relay_listen(Agent *a, uint16_t port);
+/* A microVM restored from a snapshot is told so by the host's first request,
+ * `resume` (docs/protocol.md): fn applies it (entropy, clock, hostname) and
+ * the agent then answers RESULT and sends a new HELLO. Without this call, or
+ * after any other first request, `resume` is refused. */
+struct AgentRequest;
+void agent_set_resume(Agent *a, int (*fn)(const struct AgentRequest *r));
 /* Sends HELLO and runs until the channel ends (1), a malformed frame (1) or
  * SIGTERM/SIGINT (0). Every child's process group is killed on the way out.
  * Returns the exit status for main. */

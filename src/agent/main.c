@@ -41,7 +41,7 @@ static int signals_setup(void) {
         return fd < 0 ? -errno : fd;
 }
 
-static int serve(int in_fd, int out_fd, int sig_fd) {
+static int serve(int in_fd, int out_fd, int sig_fd, bool vm) {
         int r = fsops_mkdir_p("/workspace", 0755);
         if (r < 0)
                 fprintf(stderr, "runtime-agent: cannot create /workspace: %s\n", strerror(-r));
@@ -50,6 +50,8 @@ static int serve(int in_fd, int out_fd, int sig_fd) {
                 fprintf(stderr, "runtime-agent: out of memory\n");
                 return 1;
         }
+        if (vm)
+                agent_set_resume(a, vm_resume);
         r = agent_relay_listen(a, AGENT_RELAY_PORT);
         if (r < 0)
                 fprintf(stderr, "runtime-agent: no egress relay on 127.0.0.1:%d: %s\n", AGENT_RELAY_PORT,
@@ -79,7 +81,7 @@ static int main_vm(char **argv, const char *channel) {
                 fprintf(stderr, "runtime-agent: channel: %s\n", strerror(-r));
                 vm_poweroff();
         }
-        (void)serve(fd, fd, sig_fd);
+        (void)serve(fd, fd, sig_fd, true);
         vm_poweroff();
 }
 
@@ -140,5 +142,5 @@ int main(int argc, char **argv) {
                 }
                 in_fd = out_fd = dev_fd;
         }
-        return serve(in_fd, out_fd, sig_fd);
+        return serve(in_fd, out_fd, sig_fd, false);
 }

@@ -53,6 +53,8 @@ void agent_request_free(AgentRequest *r) {
         free(r->cwd);
         free(r->path);
         free(r->to);
+        free(r->hostname);
+        explicit_bzero(r->entropy, sizeof(r->entropy));
         free(r);
 }
 
@@ -247,7 +249,55 @@ static const struct {
 } ops[] = {
         {"exec", REQ_EXEC}, {"read", REQ_READ},   {"write", REQ_WRITE},   {"list", REQ_LIST},
         {"stat", REQ_STAT}, {"mkdir", REQ_MKDIR}, {"remove", REQ_REMOVE}, {"rename", REQ_RENAME},
+        {"resume", REQ_RESUME},
 };
+
+static int hex_digit(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        return -1;
+}
+
+/* {"op":"resume","entropy":"<128 lowercase hex digits>","timeNs":N,"hostname":"..."} */
+static int parse_resume(json_t *o, AgentRequest *r, const char **ret_error) {
+        json_t *e = json_object_get(o, "entropy");
+        const char *hex = json_string_value(e);
+        if (!hex || json_string_length(e) != 2 * REQUEST_RESUME_ENTROPY) {
+                *ret_error = "entropy must be 128 hex digits";
+                return -EINVAL;
+        }
+        for (size_t i = 0; i < REQUEST_RESUME_ENTROPY; i++) {
+                int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+                if (hi < 0 || lo < 0) {
+                        *ret_error = "entropy must be 128 hex digits";
+                        return -EINVAL;
+                }
+                r->entropy[i] = (uint8_t)(hi << 4 | lo);
+        }
+        json_int_t t;
+        /* 2001 .. 2200: a clock outside that is a bug of the host's. */
+        if (get_int(o, "timeNs", -1, 978307200LL * 1000000000LL, 7258118400LL * 1000000000LL, &t) < 0 || t < 0) {
+                *ret_error = "timeNs must be an integer (nanoseconds since the epoch)";
+                return -EINVAL;
+        }
+        r->time_ns = t;
+        size_t n = 0;
+        int k = get_string(o, "hostname", true, &r->hostname, &n);
+        if (k == -ENOMEM)
+                return k;
+        bool ok = k == 0 && n > 0 && n <= REQUEST_MAX_HOSTNAME;
+        for (size_t i = 0; ok && i < n; i++) {
+                char c = r->hostname[i];
+                ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+        }
+        if (!ok) {
+                *ret_error = "hostname must be 1-64 characters of a-z, 0-9, - and _";
+                return -EINVAL;
+        }
+        return 0;
+}
 
 int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, const char **ret_error) {
         const char *dummy;
@@ -286,6 +336,10 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
         json_int_t v;
         if (r->op == REQ_EXEC) {
                 k = parse_exec(o, r, ret_error);
+                if (k < 0)
+                        return k;
+        } else if (r->op == REQ_RESUME) {
+                k = parse_resume(o, r, ret_error);
                 if (k < 0)
                         return k;
         } else if (r->op == REQ_RENAME) {

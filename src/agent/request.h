@@ -15,6 +15,9 @@
 #define REQUEST_MAX_LIST_DEPTH 10
 /* One day, the API's own upper bound for timeoutMs. */
 #define REQUEST_MAX_TIMEOUT_MS 86400000LL
+/* resume: bytes of entropy (as 2 hex digits each) and the hostname's bound. */
+#define REQUEST_RESUME_ENTROPY 64
+#define REQUEST_MAX_HOSTNAME 64
 
 typedef enum AgentRequestOp {
         REQ_EXEC,
@@ -25,6 +28,7 @@ typedef enum AgentRequestOp {
         REQ_MKDIR,
         REQ_REMOVE,
         REQ_RENAME,
+        REQ_RESUME, /* microVM restored from a snapshot: fresh entropy, clock, hostname */
 } AgentRequestOp;
 
 typedef struct AgentRequest {
@@ -45,6 +49,10 @@ typedef struct AgentRequest {
         unsigned mode;
         bool flag;      /* write: mkdirs, mkdir: parents, remove: recursive */
         unsigned depth; /* list */
+        /* resume */
+        uint8_t entropy[REQUEST_RESUME_ENTROPY];
+        int64_t time_ns; /* CLOCK_REALTIME to set */
+        char *hostname;
 } AgentRequest;
 
 /* Checks that the JSON text nests no deeper than max_depth, without parsing

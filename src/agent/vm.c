@@ -26,6 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <linux/random.h>
+
+#include "agent/request.h"
 #include "common/macro.h"
 
 #define NEWROOT "/newroot"
@@ -397,4 +400,32 @@ _Noreturn void vm_poweroff(void) {
         reboot(RB_POWER_OFF);
         /* Only reached when not allowed to reboot (not PID 1 of a VM). */
         _exit(1);
+}
+
+int vm_resume(const AgentRequest *r) {
+        if (!r || r->op != REQ_RESUME || !r->hostname)
+                return -EINVAL;
+        _cleanup_close_ int fd = open("/dev/urandom", O_RDWR | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return -errno;
+        struct {
+                struct rand_pool_info info;
+                uint8_t buf[REQUEST_RESUME_ENTROPY];
+        } pool = { .info = { .entropy_count = REQUEST_RESUME_ENTROPY * 8, .buf_size = REQUEST_RESUME_ENTROPY } };
+        memcpy(pool.buf, r->entropy, sizeof(pool.buf));
+        int k = ioctl(fd, RNDADDENTROPY, &pool.info);
+        explicit_bzero(&pool, sizeof(pool));
+        if (k < 0)
+                return -errno;
+        /* Credited entropy alone reseeds only on the kernel's schedule: the
+         * next getrandom() would still come from the template's key. */
+        if (ioctl(fd, RNDRESEEDCRNG) < 0)
+                return -errno;
+        struct timespec ts = { .tv_sec = (time_t)(r->time_ns / 1000000000LL),
+                               .tv_nsec = (long)(r->time_ns % 1000000000LL) };
+        if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+                return -errno;
+        if (sethostname(r->hostname, strlen(r->hostname)) < 0)
+                return -errno;
+        return 0;
 }

@@ -36,6 +36,14 @@ int vm_setup(char *const argv[], const char **ret_what);
  * Waits up to timeout_ms for the port to appear. 0 and *ret_fd, or -errno. */
 int vm_open_channel(const char *path, int timeout_ms, int *ret_fd);
 
+/* A VM restored from a snapshot shares its memory, and so its kernel's RNG
+ * state, clock and hostname, with the template and every other restore:
+ * mixes the host's entropy into the kernel's pool and reseeds its CRNG at
+ * once (RNDADDENTROPY + RNDRESEEDCRNG), sets CLOCK_REALTIME and the
+ * hostname. 0 or -errno. */
+struct AgentRequest;
+int vm_resume(const struct AgentRequest *r);
+
 /* Syncs the disks and powers the VM off; QEMU then exits. PID 1 must never
  * just exit (the kernel would panic). */
 _Noreturn void vm_poweroff(void);

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <jansson.h>
 #include <limits.h>
 #include <linux/close_range.h>
 #include <linux/filter.h>
@@ -32,7 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -43,6 +46,7 @@
 #include "common/macro.h"
 #include "driver/cgroup.h"
 #include "driver/seccomp.h"
+#include "proto/proto.h"
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
 #define CHANNEL_PORT "org.runtime.agent.0"
@@ -844,6 +848,801 @@ static void instance_kill(DriverInstance *inst) {
         }
 }
 
+/* ---- one QEMU process ----------------------------------------------------- */
+
+/* What one QEMU process is started with. Every start of a sandbox uses the
+ * same devices; a template adds a QMP monitor, a restore the incoming
+ * migration stream. */
+typedef struct VmLaunch {
+        const DriverSpec *spec;
+        const char *qemu;
+        MicrovmAccel accel;
+        unsigned vcpu, mem;
+        const char *cmdline;
+        const char *console_path; /* truncated */
+        const char *upper_path;   /* for stats */
+        int log_fd;               /* vmm.log, dup'ed */
+        int kernel_fd, initrd_fd, root_fd, upper_fd, upper_ro_fd;
+        int monitor_fd;  /* QEMU's end of a QMP socket, or -1 */
+        int incoming_fd; /* a saved state to start from, or -1 */
+} VmLaunch;
+
+static int vm_launch(const VmLaunch *l, int *ret_fd, DriverInstance **ret) {
+        const DriverSpec *spec = l->spec;
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                return -errno;
+        _cleanup_close_ int chan_host = sv[0];
+        _cleanup_close_ int chan_vmm = sv[1];
+        /* A socket, not a pipe: QEMU takes a socket chardev by descriptor,
+         * while a file chardev would reopen a path as QEMU's uid. Our end
+         * is never written, and never shut down either: QEMU takes EOF on
+         * its end for a disconnect and stops writing. */
+        int cp[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, cp) < 0)
+                return -errno;
+        _cleanup_close_ int console_r = cp[0];
+        _cleanup_close_ int console_w = cp[1];
+        _cleanup_close_ int console_log =
+                open(l->console_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (console_log < 0)
+                return -errno;
+        int ep[2];
+        if (pipe2(ep, O_CLOEXEC) < 0)
+                return -errno;
+        _cleanup_close_ int vmm_err_r = ep[0];
+        _cleanup_close_ int vmm_err_w = ep[1];
+        _cleanup_close_ int log_fd = fcntl(l->log_fd, F_DUPFD_CLOEXEC, 3);
+        if (log_fd < 0)
+                return -errno;
+
+        Args a = { 0 };
+        int r = 0;
+        arg(&a, "qemu-system-x86_64");
+        arg(&a, "-name");
+        r |= argf(&a, "sandbox-%s", spec->id);
+        arg(&a, "-M");
+        arg(&a, "microvm,x-option-roms=off,rtc=on,isa-serial=on,pcie=off");
+        /* Under TCG, QEMU's default translation cache is 1 GiB: bound it, it
+         * counts against the sandbox's memory. */
+        arg(&a, "-accel");
+        arg(&a, l->accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg,tb-size=64");
+        arg(&a, "-cpu");
+        arg(&a, l->accel == MICROVM_ACCEL_KVM ? "host" : "max");
+        arg(&a, "-smp");
+        r |= argf(&a, "%u", l->vcpu);
+        arg(&a, "-m");
+        r |= argf(&a, "%u", l->mem);
+        arg(&a, "-nodefaults");
+        arg(&a, "-no-user-config");
+        arg(&a, "-display");
+        arg(&a, "none");
+        arg(&a, "-no-reboot");
+        arg(&a, "-sandbox");
+        arg(&a, "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
+        arg(&a, "-kernel");
+        r |= argf(&a, "/proc/self/fd/%d", l->kernel_fd);
+        arg(&a, "-initrd");
+        r |= argf(&a, "/proc/self/fd/%d", l->initrd_fd);
+        arg(&a, "-append");
+        arg(&a, l->cmdline);
+        arg(&a, "-add-fd");
+        r |= argf(&a, "fd=%d,set=1", l->root_fd);
+        arg(&a, "-drive");
+        arg(&a, "id=root,if=none,file=/dev/fdset/1,format=raw,readonly=on,aio=threads");
+        arg(&a, "-device");
+        arg(&a, "virtio-blk-device,drive=root,serial=root");
+        arg(&a, "-add-fd");
+        r |= argf(&a, "fd=%d,set=2", l->upper_fd);
+        arg(&a, "-add-fd");
+        r |= argf(&a, "fd=%d,set=2", l->upper_ro_fd);
+        arg(&a, "-drive");
+        arg(&a, "id=upper,if=none,file=/dev/fdset/2,format=raw,cache=none,aio=threads");
+        arg(&a, "-device");
+        arg(&a, "virtio-blk-device,drive=upper,serial=upper");
+        arg(&a, "-device");
+        arg(&a, "virtio-serial-device,max_ports=2");
+        arg(&a, "-chardev");
+        r |= argf(&a, "socket,id=chan,fd=%d", chan_vmm);
+        arg(&a, "-device");
+        arg(&a, "virtserialport,chardev=chan,name=" CHANNEL_PORT ",nr=1");
+        /* The guest's entropy from the host's; rate-bounded so that a guest
+         * cannot drain the host's pool for everybody else. */
+        arg(&a, "-object");
+        arg(&a, "rng-random,id=rng,filename=/dev/urandom");
+        arg(&a, "-device");
+        arg(&a, "virtio-rng-device,rng=rng,max-bytes=65536,period=1000");
+        arg(&a, "-chardev");
+        r |= argf(&a, "socket,id=console,fd=%d", console_w);
+        arg(&a, "-serial");
+        arg(&a, "chardev:console");
+        if (l->monitor_fd >= 0) {
+                arg(&a, "-chardev");
+                r |= argf(&a, "socket,id=mon,fd=%d", l->monitor_fd);
+                arg(&a, "-mon");
+                arg(&a, "chardev=mon,mode=control");
+        }
+        if (l->incoming_fd >= 0) {
+                arg(&a, "-incoming");
+                r |= argf(&a, "fd:%d", l->incoming_fd);
+        }
+        if (r != 0 || a.n >= ELEMENTSOF(a.v) - 1)
+                return -E2BIG;
+
+        _cleanup_(freep) DriverInstance *inst = calloc(1, sizeof(*inst));
+        if (!inst)
+                return -ENOMEM;
+        inst->pidfd = inst->console_fd = inst->console_log_fd = inst->vmm_err_fd = inst->vmm_log_fd = -1;
+        inst->id = strdup(spec->id);
+        inst->sandbox_dir = strdup(spec->sandbox_dir);
+        inst->upper_path = strdup(l->upper_path);
+        if (!inst->id || !inst->sandbox_dir || !inst->upper_path) {
+                free(inst->id);
+                free(inst->sandbox_dir);
+                free(inst->upper_path);
+                return -ENOMEM;
+        }
+
+        r = cgroup_layout_detect(CGROUP_ROOT, &inst->layout);
+        if (r >= 0)
+                r = cgroup_new(&inst->layout, spec->cgroup_parent, spec->id, true, &inst->cg);
+        uint32_t overhead = l->accel == MICROVM_ACCEL_KVM ? MICROVM_OVERHEAD_MIB_KVM : MICROVM_OVERHEAD_MIB_TCG;
+        CgroupLimits lim = {
+                .memory_bytes = ((uint64_t)l->mem + overhead) * 1024 * 1024,
+                .vcpu = l->vcpu,
+                .pids_max = MICROVM_PIDS_MAX,
+        };
+        if (r >= 0)
+                r = cgroup_set_limits(inst->cg, &lim);
+        ChildSetup c = {
+                .qemu = l->qemu,
+                .argv = a.v,
+                .keep_fds = { l->kernel_fd, l->initrd_fd, l->root_fd, l->upper_fd, l->upper_ro_fd, chan_vmm,
+                              console_w },
+                .n_keep = 7,
+                .log_fd = vmm_err_w,
+                .uid = microvm_uid_for(spec->id),
+                .gid = microvm_uid_for(spec->id),
+                .extra_gid = l->accel == MICROVM_ACCEL_KVM ? kvm_group() : (gid_t)-1,
+                .join_cgroup = true,
+        };
+        if (l->monitor_fd >= 0)
+                c.keep_fds[c.n_keep++] = l->monitor_fd;
+        if (l->incoming_fd >= 0)
+                c.keep_fds[c.n_keep++] = l->incoming_fd;
+        for (size_t i = 0; i < _CGROUP_HIER_MAX; i++)
+                c.cgroup_fds[i] = -1;
+        if (r >= 0)
+                r = seccomp_policy_bpf(&c.seccomp_prog, &c.seccomp_len);
+        if (r >= 0)
+                r = cgroup_open_procs(inst->cg, c.cgroup_fds, _CGROUP_HIER_MAX);
+        if (r < 0)
+                goto fail;
+
+        pid_t pid = fork();
+        if (pid < 0) {
+                r = -errno;
+                cgroup_close_fds(c.cgroup_fds, _CGROUP_HIER_MAX);
+                goto fail;
+        }
+        if (pid == 0)
+                child_exec(&c);
+        cgroup_close_fds(c.cgroup_fds, _CGROUP_HIER_MAX);
+        inst->pid = pid;
+        inst->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+
+        inst->console_fd = TAKE_FD(console_r);
+        inst->console_log_fd = TAKE_FD(console_log);
+        inst->vmm_err_fd = TAKE_FD(vmm_err_r);
+        inst->vmm_log_fd = TAKE_FD(log_fd);
+        closep(&console_w);
+        console_w = -1;
+        closep(&vmm_err_w);
+        vmm_err_w = -1;
+        if (pthread_create(&inst->console_thread, NULL, console_main, inst) == 0) {
+                inst->console_running = true;
+        } else {
+                /* Nobody would drain them: closed, QEMU's writes fail
+                 * instead of blocking the guest. */
+                close(TAKE_FD(inst->console_fd));
+                close(TAKE_FD(inst->vmm_err_fd));
+        }
+
+        *ret_fd = TAKE_FD(chan_host);
+        *ret = TAKE_PTR(inst);
+        return 0;
+
+fail:
+        instance_kill(inst);
+        instance_free(TAKE_PTR(inst));
+        return r;
+}
+
+/* ---- talking to a VM before the daemon does ---------------------------------- */
+
+/* Reads exactly n bytes by the deadline (a monotonic ms time). */
+static int read_exact(int fd, void *buf, size_t n, int64_t deadline) {
+        uint8_t *p = buf;
+        while (n > 0) {
+                int64_t left = deadline - now_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct pollfd pf = { .fd = fd, .events = POLLIN };
+                int k = poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
+                if (k < 0 && errno != EINTR)
+                        return -errno;
+                if (k <= 0)
+                        continue;
+                ssize_t got = read(fd, p, n);
+                if (got < 0 && (errno == EINTR || errno == EAGAIN))
+                        continue;
+                if (got < 0)
+                        return -errno;
+                if (got == 0)
+                        return -EPIPE;
+                p += got;
+                n -= (size_t)got;
+        }
+        return 0;
+}
+
+/* Reads exactly one frame of the channel (never a byte more: what follows is
+ * the daemon's), which must be of type `type` on `stream`. Its JSON payload,
+ * when ret is not NULL. */
+static int read_frame(int fd, uint8_t type, uint32_t stream, int64_t deadline, json_t **ret) {
+        uint8_t hdr[PROTO_HEADER_SIZE];
+        ProtoHeader h;
+        int r = read_exact(fd, hdr, sizeof(hdr), deadline);
+        if (r < 0)
+                return r;
+        if (proto_header_decode(hdr, &h) < 0 || h.type != type || h.stream != stream || h.length > PROTO_MAX_JSON)
+                return -EPROTO;
+        _cleanup_free_ char *payload = malloc(h.length + 1);
+        if (!payload)
+                return -ENOMEM;
+        r = read_exact(fd, payload, h.length, deadline);
+        if (r < 0)
+                return r;
+        if (ret) {
+                *ret = json_loadb(payload, h.length, 0, NULL);
+                if (!*ret)
+                        return -EPROTO;
+        }
+        return 0;
+}
+
+/* A QMP connection: one JSON object per line. */
+typedef struct Qmp {
+        int fd;
+        char buf[65536];
+        size_t len;
+} Qmp;
+
+/* The next reply (not an event) as a JSON object, by the deadline. */
+static int qmp_reply(Qmp *q, int64_t deadline, json_t **ret) {
+        for (;;) {
+                char *nl = memchr(q->buf, '\n', q->len);
+                if (nl) {
+                        size_t line = (size_t)(nl - q->buf) + 1;
+                        json_t *o = json_loadb(q->buf, line - 1, 0, NULL);
+                        memmove(q->buf, q->buf + line, q->len - line);
+                        q->len -= line;
+                        if (!o || !json_is_object(o)) {
+                                json_decref(o);
+                                return -EPROTO;
+                        }
+                        if (json_object_get(o, "event") || json_object_get(o, "QMP")) {
+                                json_decref(o);
+                                continue;
+                        }
+                        *ret = o;
+                        return 0;
+                }
+                if (q->len == sizeof(q->buf))
+                        return -EPROTO;
+                int64_t left = deadline - now_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct pollfd pf = { .fd = q->fd, .events = POLLIN };
+                int k = poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
+                if (k < 0 && errno != EINTR)
+                        return -errno;
+                if (k <= 0)
+                        continue;
+                ssize_t got = read(q->fd, q->buf + q->len, sizeof(q->buf) - q->len);
+                if (got < 0 && (errno == EINTR || errno == EAGAIN))
+                        continue;
+                if (got <= 0)
+                        return got < 0 ? -errno : -EPIPE;
+                q->len += (size_t)got;
+        }
+}
+
+/* Runs one command; pass_fd (or -1) goes along by SCM_RIGHTS. 0 and the
+ * "return" value (when ret), -EIO with the error's text in why. */
+static int qmp_exec(Qmp *q, const char *cmd, int pass_fd, int64_t deadline, json_t **ret, char *why, size_t why_len) {
+        struct iovec iov = { .iov_base = (void *)cmd, .iov_len = strlen(cmd) };
+        union {
+                char buf[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } ctl;
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+        if (pass_fd >= 0) {
+                memset(&ctl, 0, sizeof(ctl));
+                msg.msg_control = ctl.buf;
+                msg.msg_controllen = sizeof(ctl.buf);
+                struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+        }
+        ssize_t w;
+        do
+                w = sendmsg(q->fd, &msg, MSG_NOSIGNAL);
+        while (w < 0 && errno == EINTR);
+        if (w != (ssize_t)iov.iov_len)
+                return w < 0 ? -errno : -EIO;
+        json_t *o = NULL;
+        int r = qmp_reply(q, deadline, &o);
+        if (r < 0)
+                return r;
+        json_t *err = json_object_get(o, "error");
+        if (err) {
+                snprintf(why, why_len, "%s", json_string_value(json_object_get(err, "desc")) ?: "QMP error");
+                json_decref(o);
+                return -EIO;
+        }
+        if (ret)
+                *ret = json_incref(json_object_get(o, "return"));
+        json_decref(o);
+        return 0;
+}
+
+/* ---- fast start: a template VM per image, agent and shape ------------------- */
+
+/* A sandbox's first start restores a running guest saved once per image,
+ * agent binary and shape (vcpu, memory, disk, accelerator) instead of booting
+ * a kernel: the template. docs/microvm.md has the why and the measurements. */
+static int remove_tree_at(int dfd, const char *name, unsigned depth);
+
+#define TEMPLATE_FORMAT 1
+#define TEMPLATE_MAX 8 /* per image; the least recently used beyond go */
+#define TEMPLATE_MIGRATE_MS (120 * 1000)
+#define RESUME_TIMEOUT_MS (60 * 1000)
+
+static bool snapshots_enabled(void) {
+        const char *e = getenv("RUNTIME_MICROVM_SNAPSHOTS");
+        return !e || strcmp(e, "0") != 0;
+}
+
+static int stat_of(const char *path, struct stat *st) {
+        return stat(path, st) < 0 ? -errno : 0;
+}
+
+/* The description of everything a saved guest depends on; equal keys mean
+ * the same devices, kernel, root, modules, agent and QEMU. */
+static int template_key(const char *qemu, const char *image_dir, const char *agent, MicrovmAccel accel, unsigned vcpu,
+                        unsigned mem, unsigned disk, char *buf, size_t len) {
+        char p[PATH_MAX];
+        struct stat q, k, root, mods, ag;
+        int r;
+        if ((r = stat_of(qemu, &q)) < 0 || (r = path_join(p, sizeof(p), image_dir, "microvm/vmlinuz")) < 0 ||
+            (r = stat_of(p, &k)) < 0 || (r = path_join(p, sizeof(p), image_dir, "microvm/root.ext4")) < 0 ||
+            (r = stat_of(p, &root)) < 0 || (r = path_join(p, sizeof(p), image_dir, "microvm/modules")) < 0 ||
+            (r = stat_of(p, &mods)) < 0 || (r = stat_of(agent, &ag)) < 0)
+                return r;
+#define ST(s) (unsigned long long)(s).st_dev, (unsigned long long)(s).st_ino, (long long)(s).st_size, \
+              (long long)(s).st_mtim.tv_sec, (long)(s).st_mtim.tv_nsec
+        int n = snprintf(buf, len,
+                         "format=%d accel=%s vcpu=%u mem=%u disk=%u\n"
+                         "qemu=%llu:%llu:%lld:%lld.%09ld\nkernel=%llu:%llu:%lld:%lld.%09ld\n"
+                         "root=%llu:%llu:%lld:%lld.%09ld\nmodules=%llu:%llu:%lld:%lld.%09ld\n"
+                         "agent=%llu:%llu:%lld:%lld.%09ld\n",
+                         TEMPLATE_FORMAT, accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg", vcpu, mem, disk, ST(q), ST(k),
+                         ST(root), ST(mods), ST(ag));
+#undef ST
+        return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
+}
+
+static uint64_t fnv1a64(const char *s) {
+        uint64_t h = 14695981039346656037ull;
+        for (; *s; s++) {
+                h ^= (uint8_t)*s;
+                h *= 1099511628211ull;
+        }
+        return h;
+}
+
+/* Copies a sparse file's data, leaving its holes holes. */
+static int copy_sparse(int in, int out) {
+        struct stat st;
+        if (fstat(in, &st) < 0)
+                return -errno;
+        if (ftruncate(out, st.st_size) < 0)
+                return -errno;
+        static __thread uint8_t buf[1 << 16];
+        off_t off = 0;
+        while (off < st.st_size) {
+                off_t data = lseek(in, off, SEEK_DATA);
+                if (data < 0)
+                        return errno == ENXIO ? 0 : -errno;
+                off_t hole = lseek(in, data, SEEK_HOLE);
+                if (hole < 0)
+                        return -errno;
+                for (off_t o = data; o < hole;) {
+                        size_t want = (size_t)(hole - o) < sizeof(buf) ? (size_t)(hole - o) : sizeof(buf);
+                        ssize_t n = pread(in, buf, want, o);
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n <= 0)
+                                return n < 0 ? -errno : -EIO;
+                        for (ssize_t done = 0; done < n;) {
+                                ssize_t w = pwrite(out, buf + done, (size_t)(n - done), o + done);
+                                if (w < 0 && errno == EINTR)
+                                        continue;
+                                if (w <= 0)
+                                        return w < 0 ? -errno : -EIO;
+                                done += w;
+                        }
+                        o += n;
+                }
+                off = hole;
+        }
+        return 0;
+}
+
+static int write_file_at(int dfd, const char *name, const char *text, mode_t mode) {
+        _cleanup_close_ int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (fd < 0)
+                return -errno;
+        int r = write_all(fd, text, strlen(text));
+        if (r == 0 && fsync(fd) < 0)
+                r = -errno;
+        return r;
+}
+
+/* A template directory is ready when its key file says exactly `key` (the
+ * directory is renamed into place only once complete). */
+static bool template_ready(const char *dir, const char *key) {
+        char p[PATH_MAX], have[2048];
+        if (path_join(p, sizeof(p), dir, "key") < 0 || read_text(p, have, sizeof(have)) < 0)
+                return false;
+        size_t n = strlen(key);
+        while (n > 0 && key[n - 1] == '\n')
+                n--;
+        return strlen(have) == n && strncmp(have, key, n) == 0;
+}
+
+/* Beyond TEMPLATE_MAX templates of an image, the least recently used go
+ * (a restore touches its template's key file). */
+static void templates_evict(const char *templates_dir, const char *keep) {
+        for (;;) {
+                DIR *d = opendir(templates_dir);
+                if (!d)
+                        return;
+                char oldest[256] = "";
+                struct timespec oldest_t = { 0 };
+                size_t n = 0;
+                struct dirent *de;
+                while ((de = readdir(d))) {
+                        if (de->d_name[0] == '.' || strcmp(de->d_name, keep) == 0 || strlen(de->d_name) >= 200)
+                                continue;
+                        char p[PATH_MAX];
+                        struct stat st;
+                        if (snprintf(p, sizeof(p), "%s/%s/key", templates_dir, de->d_name) >= (int)sizeof(p) ||
+                            stat(p, &st) < 0)
+                                st.st_mtim = (struct timespec){ 0 };
+                        n++;
+                        if (!oldest[0] || st.st_mtim.tv_sec < oldest_t.tv_sec ||
+                            (st.st_mtim.tv_sec == oldest_t.tv_sec && st.st_mtim.tv_nsec < oldest_t.tv_nsec)) {
+                                snprintf(oldest, sizeof(oldest), "%s", de->d_name);
+                                oldest_t = st.st_mtim;
+                        }
+                }
+                closedir(d);
+                if (n + 1 <= TEMPLATE_MAX || !oldest[0])
+                        return;
+                _cleanup_close_ int dfd = open(templates_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dfd < 0 || remove_tree_at(dfd, oldest, 0) < 0)
+                        return;
+        }
+}
+
+/* Everything a start needs that does not depend on the way it starts. */
+typedef struct StartCtx {
+        const DriverSpec *spec;
+        const char *qemu;
+        MicrovmAccel accel;
+        unsigned vcpu, mem, disk;
+        int log_fd;
+        const char *p_kernel, *p_root, *p_modules, *p_console;
+} StartCtx;
+
+/* Boots the template VM in the sandbox's cgroup (the sandbox that needs it
+ * pays for it), waits for its agent's HELLO, saves the running guest with
+ * QMP `migrate` to dir/state and keeps its disk as dir/upper.ext4. */
+static int template_build(const StartCtx *s, const char *tmpdir, const char *tpl_name, char *why, size_t why_len) {
+        char p_upper[PATH_MAX], p_initrd[PATH_MAX], p_state[PATH_MAX];
+        if (path_join(p_upper, sizeof(p_upper), tmpdir, "upper.ext4") < 0 ||
+            path_join(p_initrd, sizeof(p_initrd), tmpdir, "initrd.cpio") < 0 ||
+            path_join(p_state, sizeof(p_state), tmpdir, "state") < 0)
+                return -ENAMETOOLONG;
+        int r = ensure_upper_disk(p_upper, s->disk, s->log_fd);
+        if (r < 0) {
+                snprintf(why, why_len, "making the template's disk: %s", strerror(-r));
+                return r;
+        }
+        _cleanup_close_ int initrd_fd = open(p_initrd, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (initrd_fd < 0)
+                return -errno;
+        r = microvm_write_initramfs(initrd_fd, s->p_modules, s->spec->agent_path);
+        if (r < 0 || fchmod(initrd_fd, 0644) < 0 || fsync(initrd_fd) < 0) {
+                snprintf(why, why_len, "writing the template's initramfs: %s", strerror(r < 0 ? -r : errno));
+                return r < 0 ? r : -EIO;
+        }
+        char cmdline[1024];
+        r = microvm_kernel_cmdline(tpl_name, s->accel, cmdline, sizeof(cmdline));
+        if (r < 0)
+                return r;
+        _cleanup_close_ int kernel_fd = open(s->p_kernel, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int root_fd = open(s->p_root, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int upper_fd = open(p_upper, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+        _cleanup_close_ int upper_ro_fd = open(p_upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+        _cleanup_close_ int state_fd = open(p_state, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (kernel_fd < 0 || root_fd < 0 || upper_fd < 0 || upper_ro_fd < 0 || state_fd < 0)
+                return -errno;
+        int mv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mv) < 0)
+                return -errno;
+        _cleanup_close_ int mon_host = mv[0];
+        _cleanup_close_ int mon_vmm = mv[1];
+
+        VmLaunch l = {
+                .spec = s->spec, .qemu = s->qemu, .accel = s->accel, .vcpu = s->vcpu, .mem = s->mem,
+                .cmdline = cmdline, .console_path = s->p_console, .upper_path = p_upper, .log_fd = s->log_fd,
+                .kernel_fd = kernel_fd, .initrd_fd = initrd_fd, .root_fd = root_fd, .upper_fd = upper_fd,
+                .upper_ro_fd = upper_ro_fd, .monitor_fd = mon_vmm, .incoming_fd = -1,
+        };
+        DriverInstance *inst = NULL;
+        _cleanup_close_ int chan = -1;
+        r = vm_launch(&l, &chan, &inst);
+        if (r < 0) {
+                snprintf(why, why_len, "starting QEMU: %s", strerror(-r));
+                return r;
+        }
+        closep(&mon_vmm);
+        mon_vmm = -1;
+        int64_t deadline = now_ms() + (int64_t)driver_microvm.hello_timeout_ms;
+        r = read_frame(chan, PROTO_HELLO, 0, deadline, NULL);
+        if (r < 0)
+                snprintf(why, why_len, "the template's agent did not say HELLO: %s", strerror(-r));
+        Qmp q = { .fd = mon_host };
+        json_t *ret = NULL;
+        deadline = now_ms() + TEMPLATE_MIGRATE_MS;
+        if (r == 0)
+                r = qmp_exec(&q, "{\"execute\":\"qmp_capabilities\"}\n", -1, deadline, NULL, why, why_len);
+        /* The default bandwidth cap (128 MiB/s) would make a big guest's
+         * save take seconds for nothing: it goes to a local file. */
+        if (r == 0)
+                r = qmp_exec(&q,
+                             "{\"execute\":\"migrate-set-parameters\",\"arguments\":{\"max-bandwidth\":17179869184}}\n",
+                             -1, deadline, NULL, why, why_len);
+        if (r == 0)
+                r = qmp_exec(&q, "{\"execute\":\"getfd\",\"arguments\":{\"fdname\":\"state\"}}\n", state_fd, deadline,
+                             NULL, why, why_len);
+        if (r == 0)
+                r = qmp_exec(&q, "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:state\"}}\n", -1, deadline, NULL,
+                             why, why_len);
+        /* Not stopped first: a guest saved while paused would stay paused
+         * when restored. An idle guest's live save converges at once. */
+        while (r == 0) {
+                r = qmp_exec(&q, "{\"execute\":\"query-migrate\"}\n", -1, deadline, &ret, why, why_len);
+                if (r < 0)
+                        break;
+                const char *status = json_string_value(json_object_get(ret, "status"));
+                if (status && strcmp(status, "completed") == 0) {
+                        json_decref(ret);
+                        break;
+                }
+                if (!status || strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0) {
+                        snprintf(why, why_len, "saving the template: %s",
+                                 json_string_value(json_object_get(ret, "error-desc")) ?: status ?: "no status");
+                        r = -EIO;
+                }
+                json_decref(ret);
+                ret = NULL;
+                if (r == 0) {
+                        if (now_ms() > deadline) {
+                                snprintf(why, why_len, "saving the template took over %d s", TEMPLATE_MIGRATE_MS / 1000);
+                                r = -ETIMEDOUT;
+                        } else
+                                usleep(20000);
+                }
+        }
+        if (r == -ETIMEDOUT && !why[0])
+                snprintf(why, why_len, "QMP did not answer in time");
+        else if (r < 0 && !why[0])
+                snprintf(why, why_len, "QMP: %s", strerror(-r));
+        /* The source is paused once the save completed: its disk and the
+         * saved memory agree. */
+        instance_kill(inst);
+        instance_free(inst);
+        if (r < 0)
+                return r;
+        if (fsync(state_fd) < 0 || fsync(upper_fd) < 0)
+                return -errno;
+        return 0;
+}
+
+/* Makes sure the template for this start's key exists; its directory. */
+static int template_get(const StartCtx *s, char *dir, size_t dir_len, char *tpl_name, size_t name_len, char *why,
+                        size_t why_len) {
+        char key[2048], tdir[PATH_MAX];
+        int r = template_key(s->qemu, s->spec->image_dir, s->spec->agent_path, s->accel, s->vcpu, s->mem, s->disk, key,
+                             sizeof(key));
+        if (r < 0) {
+                snprintf(why, why_len, "template key: %s", strerror(-r));
+                return r;
+        }
+        uint64_t h = fnv1a64(key);
+        snprintf(tpl_name, name_len, "tpl-%016llx", (unsigned long long)h);
+        if (path_join(tdir, sizeof(tdir), s->spec->image_dir, "microvm/templates") < 0 ||
+            snprintf(dir, dir_len, "%s/%016llx", tdir, (unsigned long long)h) >= (int)dir_len)
+                return -ENAMETOOLONG;
+        if (template_ready(dir, key))
+                return 0;
+        if (mkdir(tdir, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        _cleanup_close_ int tfd = open(tdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (tfd < 0)
+                return -errno;
+        /* One build at a time per image, in this daemon and any other. */
+        while (flock(tfd, LOCK_EX) < 0)
+                if (errno != EINTR)
+                        return -errno;
+        if (template_ready(dir, key))
+                return 0; /* built while we waited */
+        char tmp[PATH_MAX], name[64];
+        snprintf(name, sizeof(name), "%016llx", (unsigned long long)h);
+        if (snprintf(tmp, sizeof(tmp), "%s.new", dir) >= (int)sizeof(tmp))
+                return -ENAMETOOLONG;
+        char tmpname[80];
+        snprintf(tmpname, sizeof(tmpname), "%s.new", name);
+        (void)remove_tree_at(tfd, tmpname, 0);
+        (void)remove_tree_at(tfd, name, 0);
+        if (mkdirat(tfd, tmpname, 0700) < 0)
+                return -errno;
+        int64_t t0 = now_ms();
+        r = template_build(s, tmp, tpl_name, why, why_len);
+        _cleanup_close_ int nfd = r == 0 ? openat(tfd, tmpname, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW) : -1;
+        if (r == 0 && nfd < 0)
+                r = -errno;
+        if (r == 0)
+                r = write_file_at(nfd, "key", key, 0600);
+        if (r == 0 && (fsync(nfd) < 0 || renameat(tfd, tmpname, tfd, name) < 0))
+                r = -errno;
+        if (r < 0) {
+                (void)remove_tree_at(tfd, tmpname, 0);
+                return r;
+        }
+        (void)fsync(tfd);
+        dprintf(s->log_fd, "runtimed: template %s made in %lld ms\n", name, (long long)(now_ms() - t0));
+        templates_evict(tdir, name);
+        return 0;
+}
+
+/* The resume request: the guest's kernel gets fresh entropy and is reseeded,
+ * its clock set, its hostname made the sandbox's. */
+static int vm_resume(int chan, const char *id, int64_t deadline, char *why, size_t why_len) {
+        uint8_t seed[64];
+        if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
+                return -EIO;
+        char hex[2 * sizeof(seed) + 1];
+        for (size_t i = 0; i < sizeof(seed); i++)
+                snprintf(hex + 2 * i, 3, "%02x", seed[i]);
+        explicit_bzero(seed, sizeof(seed));
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        char req[512];
+        int n = snprintf(req, sizeof(req), "{\"op\":\"resume\",\"entropy\":\"%s\",\"timeNs\":%lld,\"hostname\":\"%s\"}",
+                         hex, (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, id);
+        explicit_bzero(hex, sizeof(hex));
+        if (n < 0 || (size_t)n >= sizeof(req))
+                return -ENOBUFS;
+        int r = proto_write_frame(chan, PROTO_OPEN, 0, 1, req, (size_t)n);
+        explicit_bzero(req, sizeof(req));
+        if (r < 0) {
+                snprintf(why, why_len, "sending resume: %s", strerror(-r));
+                return r;
+        }
+        json_t *res = NULL;
+        r = read_frame(chan, PROTO_RESULT, 1, deadline, &res);
+        if (r < 0) {
+                snprintf(why, why_len, "the restored agent did not answer resume: %s", strerror(-r));
+                return r;
+        }
+        json_t *err = json_object_get(res, "error");
+        if (err) {
+                snprintf(why, why_len, "resume refused: %s",
+                         json_string_value(json_object_get(err, "message")) ?: "no message");
+                json_decref(res);
+                return -EIO;
+        }
+        json_decref(res);
+        return 0;
+}
+
+/* A sandbox's first start from its shape's template: its disk a copy of the
+ * template's, its memory the template's saved guest, then `resume`. */
+static int start_restored(const StartCtx *s, const char *p_upper, int *ret_fd, DriverInstance **ret, char *why,
+                          size_t why_len) {
+        char dir[PATH_MAX], tpl_name[64];
+        int r = template_get(s, dir, sizeof(dir), tpl_name, sizeof(tpl_name), why, why_len);
+        if (r < 0)
+                return r;
+        char p_tupper[PATH_MAX], p_tinitrd[PATH_MAX], p_state[PATH_MAX], p_key[PATH_MAX], tmp[PATH_MAX];
+        if (path_join(p_tupper, sizeof(p_tupper), dir, "upper.ext4") < 0 ||
+            path_join(p_tinitrd, sizeof(p_tinitrd), dir, "initrd.cpio") < 0 ||
+            path_join(p_state, sizeof(p_state), dir, "state") < 0 || path_join(p_key, sizeof(p_key), dir, "key") < 0 ||
+            snprintf(tmp, sizeof(tmp), "%s.new", p_upper) >= (int)sizeof(tmp))
+                return -ENAMETOOLONG;
+        (void)utimensat(AT_FDCWD, p_key, NULL, 0); /* recently used */
+        {
+                _cleanup_close_ int in = open(p_tupper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+                unlink(tmp);
+                _cleanup_close_ int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (in < 0 || out < 0)
+                        return -errno;
+                r = copy_sparse(in, out);
+                if (r == 0 && rename(tmp, p_upper) < 0)
+                        r = -errno;
+                if (r < 0) {
+                        unlink(tmp);
+                        snprintf(why, why_len, "copying the template's disk: %s", strerror(-r));
+                        return r;
+                }
+        }
+        char cmdline[1024];
+        r = microvm_kernel_cmdline(tpl_name, s->accel, cmdline, sizeof(cmdline));
+        if (r < 0)
+                return r;
+        _cleanup_close_ int kernel_fd = open(s->p_kernel, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int initrd_fd = open(p_tinitrd, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int root_fd = open(s->p_root, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int upper_fd = open(p_upper, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+        _cleanup_close_ int upper_ro_fd = open(p_upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+        _cleanup_close_ int state_fd = open(p_state, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (kernel_fd < 0 || initrd_fd < 0 || root_fd < 0 || upper_fd < 0 || upper_ro_fd < 0 || state_fd < 0)
+                return -errno;
+        VmLaunch l = {
+                .spec = s->spec, .qemu = s->qemu, .accel = s->accel, .vcpu = s->vcpu, .mem = s->mem,
+                .cmdline = cmdline, .console_path = s->p_console, .upper_path = p_upper, .log_fd = s->log_fd,
+                .kernel_fd = kernel_fd, .initrd_fd = initrd_fd, .root_fd = root_fd, .upper_fd = upper_fd,
+                .upper_ro_fd = upper_ro_fd, .monitor_fd = -1, .incoming_fd = state_fd,
+        };
+        DriverInstance *inst = NULL;
+        _cleanup_close_ int chan = -1;
+        r = vm_launch(&l, &chan, &inst);
+        if (r < 0) {
+                snprintf(why, why_len, "starting QEMU: %s", strerror(-r));
+                return r;
+        }
+        r = vm_resume(chan, s->spec->id, now_ms() + RESUME_TIMEOUT_MS, why, why_len);
+        if (r < 0) {
+                instance_kill(inst);
+                instance_free(inst);
+                /* A template that does not come back (damaged, or from a
+                 * QEMU that changed under the same file) is made anew by
+                 * the next start rather than tried again and again. */
+                (void)remove_tree_at(AT_FDCWD, dir, 0);
+                return r;
+        }
+        *ret_fd = TAKE_FD(chan);
+        *ret = inst;
+        return 0;
+}
+
 static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret) {
         if (!spec || !spec->id || !cgroup_name_valid(spec->id, false) || strlen(spec->id) > 64 || !spec->image_dir ||
             !spec->sandbox_dir || !spec->agent_path || !spec->cgroup_parent ||
@@ -894,19 +1693,38 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
                 if (r < 0)
                         return r == -ENOENT ? -ENOENT : -EIO;
         }
+        MicrovmAccel accel = microvm_accel(p_kernel, NULL, 0);
+        StartCtx s = {
+                .spec = spec, .qemu = qemu, .accel = accel, .vcpu = vcpu, .mem = mem, .disk = disk,
+                .log_fd = log_fd, .p_kernel = p_kernel, .p_root = p_root, .p_modules = p_modules,
+                .p_console = p_console,
+        };
+
+        /* The first start restores its shape's template; a stopped sandbox
+         * starts again by booting on its own disk. */
+        if (snapshots_enabled() && access(p_upper, F_OK) < 0 && errno == ENOENT) {
+                char why[256] = "";
+                int64_t t0 = now_ms();
+                r = start_restored(&s, p_upper, ret_fd, ret, why, sizeof(why));
+                if (r == 0) {
+                        dprintf(log_fd, "runtimed: restored from a template in %lld ms\n", (long long)(now_ms() - t0));
+                        return 0;
+                }
+                dprintf(log_fd, "runtimed: no fast start (%s); booting\n", why[0] ? why : strerror(-r));
+                unlink(p_upper);
+        }
+
         r = ensure_upper_disk(p_upper, disk, log_fd);
         if (r < 0)
                 return r;
 
-        MicrovmAccel accel = microvm_accel(p_kernel, NULL, 0);
-
         /* The descriptors QEMU gets; it opens nothing of ours by path. */
         _cleanup_close_ int kernel_fd = open(p_kernel, O_RDONLY | O_CLOEXEC);
         _cleanup_close_ int root_fd = open(p_root, O_RDONLY | O_CLOEXEC);
-        /* O_DIRECT to match cache=none below (QEMU picks a descriptor of an
-         * fdset by its flags): the guest caches its own disk, the host
-         * should not hold a second copy. The shared root stays in the host's
-         * page cache, where every sandbox of the image shares it. */
+        /* O_DIRECT to match cache=none (QEMU picks a descriptor of an fdset
+         * by its flags): the guest caches its own disk, the host should not
+         * hold a second copy. The shared root stays in the host's page
+         * cache, where every sandbox of the image shares it. */
         _cleanup_close_ int upper_fd = open(p_upper, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
         /* The block layer also opens the image read-only (probing, locks):
          * the fdset holds a descriptor of each access mode. */
@@ -926,180 +1744,19 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
          * the agent and kernel modules). */
         if (fchmod(initrd_fd, 0644) < 0)
                 return -errno;
-
-        int sv[2];
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
-                return -errno;
-        _cleanup_close_ int chan_host = sv[0];
-        _cleanup_close_ int chan_vmm = sv[1];
-        /* A socket, not a pipe: QEMU takes a socket chardev by descriptor,
-         * while a file chardev would reopen a path as QEMU's uid. Our end
-         * is never written, and never shut down either: QEMU takes EOF on
-         * its end for a disconnect and stops writing. */
-        int cp[2];
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, cp) < 0)
-                return -errno;
-        _cleanup_close_ int console_r = cp[0];
-        _cleanup_close_ int console_w = cp[1];
-        _cleanup_close_ int console_log =
-                open(p_console, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (console_log < 0)
-                return -errno;
-        int ep[2];
-        if (pipe2(ep, O_CLOEXEC) < 0)
-                return -errno;
-        _cleanup_close_ int vmm_err_r = ep[0];
-        _cleanup_close_ int vmm_err_w = ep[1];
-
         char cmdline[1024];
         r = microvm_kernel_cmdline(spec->id, accel, cmdline, sizeof(cmdline));
         if (r < 0)
                 return r;
-
-        Args a = { 0 };
-        arg(&a, "qemu-system-x86_64");
-        arg(&a, "-name");
-        r = argf(&a, "sandbox-%s", spec->id);
-        arg(&a, "-M");
-        arg(&a, "microvm,x-option-roms=off,rtc=on,isa-serial=on,pcie=off");
-        /* Under TCG, QEMU's default translation cache is 1 GiB: bound it, it
-         * counts against the sandbox's memory. */
-        arg(&a, "-accel");
-        arg(&a, accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg,tb-size=64");
-        arg(&a, "-cpu");
-        arg(&a, accel == MICROVM_ACCEL_KVM ? "host" : "max");
-        arg(&a, "-smp");
-        r |= argf(&a, "%u", vcpu);
-        arg(&a, "-m");
-        r |= argf(&a, "%u", mem);
-        arg(&a, "-nodefaults");
-        arg(&a, "-no-user-config");
-        arg(&a, "-display");
-        arg(&a, "none");
-        arg(&a, "-no-reboot");
-        arg(&a, "-sandbox");
-        arg(&a, "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
-        arg(&a, "-kernel");
-        r |= argf(&a, "/proc/self/fd/%d", kernel_fd);
-        arg(&a, "-initrd");
-        r |= argf(&a, "/proc/self/fd/%d", initrd_fd);
-        arg(&a, "-append");
-        arg(&a, cmdline);
-        arg(&a, "-add-fd");
-        r |= argf(&a, "fd=%d,set=1", root_fd);
-        arg(&a, "-drive");
-        arg(&a, "id=root,if=none,file=/dev/fdset/1,format=raw,readonly=on,aio=threads");
-        arg(&a, "-device");
-        arg(&a, "virtio-blk-device,drive=root,serial=root");
-        arg(&a, "-add-fd");
-        r |= argf(&a, "fd=%d,set=2", upper_fd);
-        arg(&a, "-add-fd");
-        r |= argf(&a, "fd=%d,set=2", upper_ro_fd);
-        arg(&a, "-drive");
-        arg(&a, "id=upper,if=none,file=/dev/fdset/2,format=raw,cache=none,aio=threads");
-        arg(&a, "-device");
-        arg(&a, "virtio-blk-device,drive=upper,serial=upper");
-        arg(&a, "-device");
-        arg(&a, "virtio-serial-device,max_ports=2");
-        arg(&a, "-chardev");
-        r |= argf(&a, "socket,id=chan,fd=%d", chan_vmm);
-        arg(&a, "-device");
-        arg(&a, "virtserialport,chardev=chan,name=" CHANNEL_PORT ",nr=1");
-        /* The guest's entropy from the host's; rate-bounded so that a guest
-         * cannot drain the host's pool for everybody else. */
-        arg(&a, "-object");
-        arg(&a, "rng-random,id=rng,filename=/dev/urandom");
-        arg(&a, "-device");
-        arg(&a, "virtio-rng-device,rng=rng,max-bytes=65536,period=1000");
-        arg(&a, "-chardev");
-        r |= argf(&a, "socket,id=console,fd=%d", console_w);
-        arg(&a, "-serial");
-        arg(&a, "chardev:console");
-        if (r != 0 || a.n >= ELEMENTSOF(a.v) - 1)
-                return -E2BIG;
-
-        _cleanup_(freep) DriverInstance *inst = calloc(1, sizeof(*inst));
-        if (!inst)
-                return -ENOMEM;
-        inst->pidfd = inst->console_fd = inst->console_log_fd = inst->vmm_err_fd = inst->vmm_log_fd = -1;
-        inst->id = strdup(spec->id);
-        inst->sandbox_dir = strdup(spec->sandbox_dir);
-        inst->upper_path = strdup(p_upper);
-        if (!inst->id || !inst->sandbox_dir || !inst->upper_path) {
-                free(inst->id);
-                free(inst->sandbox_dir);
-                free(inst->upper_path);
-                return -ENOMEM;
-        }
-
-        r = cgroup_layout_detect(CGROUP_ROOT, &inst->layout);
-        if (r >= 0)
-                r = cgroup_new(&inst->layout, spec->cgroup_parent, spec->id, true, &inst->cg);
-        uint32_t overhead = accel == MICROVM_ACCEL_KVM ? MICROVM_OVERHEAD_MIB_KVM : MICROVM_OVERHEAD_MIB_TCG;
-        CgroupLimits lim = {
-                .memory_bytes = ((uint64_t)mem + overhead) * 1024 * 1024,
-                .vcpu = vcpu,
-                .pids_max = MICROVM_PIDS_MAX,
+        VmLaunch l = {
+                .spec = spec, .qemu = qemu, .accel = accel, .vcpu = vcpu, .mem = mem, .cmdline = cmdline,
+                .console_path = p_console, .upper_path = p_upper, .log_fd = log_fd, .kernel_fd = kernel_fd,
+                .initrd_fd = initrd_fd, .root_fd = root_fd, .upper_fd = upper_fd, .upper_ro_fd = upper_ro_fd,
+                .monitor_fd = -1, .incoming_fd = -1,
         };
-        if (r >= 0)
-                r = cgroup_set_limits(inst->cg, &lim);
-        ChildSetup c = {
-                .qemu = qemu,
-                .argv = a.v,
-                .keep_fds = { kernel_fd, initrd_fd, root_fd, upper_fd, upper_ro_fd, chan_vmm, console_w },
-                .n_keep = 7,
-                .log_fd = vmm_err_w,
-                .uid = microvm_uid_for(spec->id),
-                .gid = microvm_uid_for(spec->id),
-                .extra_gid = accel == MICROVM_ACCEL_KVM ? kvm_group() : (gid_t)-1,
-                .join_cgroup = true,
-        };
-        for (size_t i = 0; i < _CGROUP_HIER_MAX; i++)
-                c.cgroup_fds[i] = -1;
-        if (r >= 0)
-                r = seccomp_policy_bpf(&c.seccomp_prog, &c.seccomp_len);
-        if (r >= 0)
-                r = cgroup_open_procs(inst->cg, c.cgroup_fds, _CGROUP_HIER_MAX);
+        r = vm_launch(&l, ret_fd, ret);
         if (r < 0)
-                goto fail;
-
-        pid_t pid = fork();
-        if (pid < 0) {
-                r = -errno;
-                cgroup_close_fds(c.cgroup_fds, _CGROUP_HIER_MAX);
-                goto fail;
-        }
-        if (pid == 0)
-                child_exec(&c);
-        cgroup_close_fds(c.cgroup_fds, _CGROUP_HIER_MAX);
-        inst->pid = pid;
-        inst->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-
-        inst->console_fd = TAKE_FD(console_r);
-        inst->console_log_fd = TAKE_FD(console_log);
-        inst->vmm_err_fd = TAKE_FD(vmm_err_r);
-        inst->vmm_log_fd = TAKE_FD(log_fd);
-        closep(&console_w);
-        console_w = -1;
-        closep(&vmm_err_w);
-        vmm_err_w = -1;
-        if (pthread_create(&inst->console_thread, NULL, console_main, inst) == 0) {
-                inst->console_running = true;
-        } else {
-                /* Nobody would drain them: closed, QEMU's writes fail
-                 * instead of blocking the guest. */
-                close(TAKE_FD(inst->console_fd));
-                close(TAKE_FD(inst->vmm_err_fd));
-        }
-
-        *ret_fd = TAKE_FD(chan_host);
-        *ret = TAKE_PTR(inst);
-        return 0;
-
-fail:
-        instance_kill(inst);
-        instance_free(TAKE_PTR(inst));
-        remove_start_files(spec->sandbox_dir);
+                remove_start_files(spec->sandbox_dir);
         return r;
 }
 

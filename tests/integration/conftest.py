@@ -108,9 +108,10 @@ def image_dir(build_dir: Path) -> Path:
 # Daemons
 
 
-def _start_daemon(build_dir: Path, image_dir: Path, state_dir: Path, cgroup_parent: str) -> Daemon:
+def _start_daemon(build_dir: Path, image_dir: Path, state_dir: Path, cgroup_parent: str,
+                  extra_args: list[str] | None = None, extra_env: dict[str, str] | None = None) -> Daemon:
     _need_root()
-    d = Daemon(build_dir, image_dir, state_dir, cgroup_parent)
+    d = Daemon(build_dir, image_dir, state_dir, cgroup_parent, extra_args, extra_env)
     try:
         d.start()
     except DaemonError as e:

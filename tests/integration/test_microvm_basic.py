@@ -5,6 +5,10 @@ The default suite runs exec, files, a timeout, a limit (diskMiB), the guest's
 own kernel, delete and a daemon restart; the 20 consecutive cold boots are
 marked slow. A boot under TCG takes several seconds, so every test here
 shares as few sandboxes as it can.
+
+A sandbox's first start restores its shape's template (a guest saved once
+per image, agent and shape) unless the daemon runs with
+RUNTIME_MICROVM_SNAPSHOTS=0: the `cold_api` tests boot every guest.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import uuid
 
 import pytest
 
+from conftest import _finish_daemon, _start_daemon
 from helpers import (assert_no_cgroups, assert_no_host_trace, cgroup_dirs, host_pids, proc_cmdline,
                      proc_uid, skip_unless_driver)
 
@@ -33,6 +38,32 @@ def _need_microvm(d, build_dir):
 def mvm_api(api, daemon, build_dir):
     _need_microvm(daemon, build_dir)
     return api
+
+
+@pytest.fixture
+def cold_api(build_dir, image_dir, tmp_path):
+    """A daemon of its own that boots every guest (no templates)."""
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-cold",
+                      extra_env={"RUNTIME_MICROVM_SNAPSHOTS": "0"})
+    try:
+        _need_microvm(d, build_dir)
+        with d.client() as api:
+            yield api
+    finally:
+        _finish_daemon(d)
+
+
+def _vmm_log(d, sid: str) -> str:
+    p = d.state_dir / "sandboxes" / sid / "vmm.log"
+    return p.read_text(errors="replace") if p.exists() else ""
+
+
+def _template_dirs(image_dir, mem: int, disk: int) -> list:
+    root = image_dir / "default" / "microvm" / "templates"
+    if not root.is_dir():
+        return []
+    return [t for t in root.iterdir() if (t / "key").exists()
+            and f" mem={mem} disk={disk}\n" in (t / "key").read_text()]
 
 
 def _vmm_pids(sid: str) -> list[int]:
@@ -71,8 +102,11 @@ def test_exec_files_timeout_and_own_kernel(mvm_api):
     assert sbx.run("ls /sys/class/net").split() == ["lo"]
 
 
-def test_disk_limit(mvm_api):
-    sbx = mvm_api.create_sandbox(driver=DRIVER, memoryMiB=256, diskMiB=64)
+def test_disk_limit(cold_api):
+    """A booted guest (no template): the cold path stays in the default
+    suite."""
+    sbx = cold_api.create_sandbox(driver=DRIVER, memoryMiB=256, diskMiB=64)
+    assert "restored" not in _vmm_log(cold_api.daemon, sbx.id)
     res = sbx.exec("dd if=/dev/zero of=/workspace/big bs=1M count=256; sync")
     assert res["exitCode"] != 0 or "No space left" in res["stderr"], res
     assert "No space left" in res["stderr"], res
@@ -125,18 +159,61 @@ def test_daemon_restart(fresh_daemon, fresh_api, build_dir):
         api.close()
 
 
+def test_restored_sandboxes_are_their_own(mvm_api, daemon, image_dir):
+    """Two sandboxes of one shape restored from the same saved guest: each
+    has its own hostname, clock, kernel randomness and disk."""
+    probe = ("hostname; cat /proc/sys/kernel/random/boot_id; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'; "
+             "echo; python3 -c 'import os; print(os.urandom(16).hex())'; date +%s.%N")
+    seen = []
+    for _ in range(2):
+        sbx = mvm_api.create_sandbox(driver=DRIVER, memoryMiB=256, diskMiB=64)
+        assert "restored from a template" in _vmm_log(daemon, sbx.id), _vmm_log(daemon, sbx.id)
+        host_now = time.time()
+        out = sbx.run(probe).split("\n")
+        seen.append((sbx, out))
+        assert out[0] == sbx.id, out
+        assert abs(float(out[4]) - host_now) < 30, (out[4], host_now)
+    (a, oa), (b, ob) = seen
+    assert oa[1] != ob[1], "the same boot_id in two restored guests"
+    assert oa[2] != ob[2] and oa[3] != ob[3], "the same random bytes in two restored guests"
+    a.write("/workspace/mine.txt", b"a's")
+    assert b.run("cat /workspace/mine.txt 2>/dev/null || echo absent") == "absent\n"
+    assert _template_dirs(image_dir, 256, 64), "no template of that shape in the image"
+
+
 @pytest.mark.slow
-def test_twenty_cold_boots(mvm_api):
+def test_damaged_template_falls_back_and_is_made_again(mvm_api, daemon, image_dir):
+    """A template that does not restore (here: a truncated saved state) costs
+    one cold boot, then is made anew."""
+    shape = {"memoryMiB": 256, "diskMiB": 80}
+    first = mvm_api.create_sandbox(driver=DRIVER, **shape)
+    assert first.run("echo one") == "one\n"
+    tpls = _template_dirs(image_dir, 256, 80)
+    assert len(tpls) == 1, tpls
+    with open(tpls[0] / "state", "r+b") as f:
+        f.truncate(4096)
+    second = mvm_api.create_sandbox(driver=DRIVER, **shape)
+    assert second.run("echo two") == "two\n"
+    log = _vmm_log(daemon, second.id)
+    assert "no fast start" in log and "restored from a template" not in log, log
+    assert not (tpls[0] / "state").exists(), "the damaged template was kept"
+    third = mvm_api.create_sandbox(driver=DRIVER, **shape)
+    assert third.run("echo three") == "three\n"
+    assert "restored from a template" in _vmm_log(daemon, third.id), _vmm_log(daemon, third.id)
+
+
+@pytest.mark.slow
+def test_twenty_cold_boots(cold_api):
     """20 consecutive cold boots under the host's accelerator: every one
     reaches the agent; the create-to-first-exec times are printed."""
     times = []
     for i in range(20):
         t0 = time.monotonic()
-        sbx = mvm_api.create_sandbox(driver=DRIVER, memoryMiB=256, diskMiB=64)
+        sbx = cold_api.create_sandbox(driver=DRIVER, memoryMiB=256, diskMiB=64)
         assert sbx.run("echo 42") == "42\n"
         times.append(time.monotonic() - t0)
-        assert mvm_api.delete(f"/v1/sandboxes/{sbx.id}").status_code == 200
-        mvm_api.created.remove(sbx.id)
+        assert cold_api.delete(f"/v1/sandboxes/{sbx.id}").status_code == 200
+        cold_api.created.remove(sbx.id)
     q = statistics.quantiles(times, n=10)
     print(f"\n20 cold boots to first exec: min {min(times):.2f}s p50 {statistics.median(times):.2f}s "
           f"p90 {q[-1]:.2f}s max {max(times):.2f}s")

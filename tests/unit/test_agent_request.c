@@ -222,11 +222,59 @@ static void test_envelope(void **state) {
         agent_request_free(r);
 }
 
+static void test_resume(void **state) {
+        (void)state;
+        char hex[129];
+        for (int i = 0; i < 64; i++)
+                snprintf(hex + 2 * i, 3, "%02x", (unsigned)(i * 7 + 1) & 0xff);
+        char buf[512];
+        snprintf(buf, sizeof buf, "{\"op\":\"resume\",\"entropy\":\"%s\",\"timeNs\":1796000000123456789,\"hostname\":\"sbx_0a1b-2\"}", hex);
+        AgentRequest *r = NULL;
+        const char *msg = NULL;
+        assert_int_equal(parse_str(buf, &r, &msg), 0);
+        assert_int_equal(r->op, REQ_RESUME);
+        assert_int_equal(r->entropy[0], 1);
+        assert_int_equal(r->entropy[63], (63 * 7 + 1) & 0xff);
+        assert_true(r->time_ns == 1796000000123456789LL);
+        assert_string_equal(r->hostname, "sbx_0a1b-2");
+        agent_request_free(r);
+
+        /* entropy: length, case, non-hex */
+        snprintf(buf, sizeof buf, "{\"op\":\"resume\",\"entropy\":\"%.126s\",\"timeNs\":1796000000000000000,\"hostname\":\"a\"}", hex);
+        expect_invalid(buf);
+        char bad[129];
+        memcpy(bad, hex, sizeof bad);
+        bad[5] = 'G';
+        snprintf(buf, sizeof buf, "{\"op\":\"resume\",\"entropy\":\"%s\",\"timeNs\":1796000000000000000,\"hostname\":\"a\"}", bad);
+        expect_invalid(buf);
+        bad[5] = 'A';
+        snprintf(buf, sizeof buf, "{\"op\":\"resume\",\"entropy\":\"%s\",\"timeNs\":1796000000000000000,\"hostname\":\"a\"}", bad);
+        expect_invalid(buf);
+        snprintf(buf, sizeof buf, "{\"op\":\"resume\",\"entropy\":42,\"timeNs\":1796000000000000000,\"hostname\":\"a\"}");
+        expect_invalid(buf);
+        /* time: missing, before 2001, after 2200, not an integer */
+        static const char *const times[] = { "", ",\"timeNs\":5", ",\"timeNs\":-1", ",\"timeNs\":9000000000000000000",
+                                             ",\"timeNs\":1.5e18", ",\"timeNs\":\"1796000000000000000\"" };
+        for (size_t i = 0; i < sizeof times / sizeof *times; i++) {
+                snprintf(buf, sizeof buf, "{\"op\":\"resume\",\"entropy\":\"%s\"%s,\"hostname\":\"a\"}", hex, times[i]);
+                expect_invalid(buf);
+        }
+        /* hostname: missing, empty, too long, characters a hostname must not have */
+        static const char *const names[] = { "", ",\"hostname\":\"\"", ",\"hostname\":\"a/b\"", ",\"hostname\":\"A\"",
+                                             ",\"hostname\":\"a b\"", ",\"hostname\":\"a\\u0000b\"", ",\"hostname\":7",
+                                             ",\"hostname\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"" };
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+                snprintf(buf, sizeof buf, "{\"op\":\"resume\",\"entropy\":\"%s\",\"timeNs\":1796000000000000000%s}", hex, names[i]);
+                expect_invalid(buf);
+        }
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_depth),    cmocka_unit_test(test_paths),
                 cmocka_unit_test(test_exec),     cmocka_unit_test(test_exec_limits),
                 cmocka_unit_test(test_file_ops), cmocka_unit_test(test_envelope),
+                cmocka_unit_test(test_resume),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -875,6 +875,11 @@ static void test_invalid_requests(void **state) {
                 "{\"op\":\"exec\",\"command\":\"true\",\"cwd\":\"tmp\"}",
                 "{\"op\":\"write\",\"path\":\"/tmp/x\",\"mode\":99999}",
                 "{\"op\":\"remove\",\"path\":\"/\"}",
+                /* Well-formed, but only a restored microVM's agent takes it,
+                 * and only as its first request. */
+                "{\"op\":\"resume\",\"entropy\":\"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+                "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\",\"timeNs\":1796000000000000000,"
+                "\"hostname\":\"evil\"}",
                 "{\"op\":\"stat\",\"path\":\"/"
                 "\",\"x\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
         };

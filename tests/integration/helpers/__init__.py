@@ -73,12 +73,13 @@ class Daemon:
     api_key stay valid (the admin key is made once, on first start)."""
 
     def __init__(self, build_dir: Path, image_dir: Path, state_dir: Path, cgroup_parent: str,
-                 extra_args: list[str] | None = None):
+                 extra_args: list[str] | None = None, extra_env: dict[str, str] | None = None):
         self.build_dir = Path(build_dir)
         self.image_dir = Path(image_dir)
         self.state_dir = Path(state_dir)
         self.cgroup_parent = cgroup_parent
         self.extra_args = list(extra_args or [])
+        self.extra_env = dict(extra_env or {})
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.state_dir.parent / (self.state_dir.name + ".log")
@@ -102,8 +103,9 @@ class Daemon:
         log = open(self.log_path, "ab")
         log.write(f"\n==== start #{self.starts + 1}: {' '.join(self.argv())}\n".encode())
         log.flush()
+        env = {**os.environ, **self.extra_env} if self.extra_env else None
         self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT, start_new_session=True, env=env)
         log.close()
         self.starts += 1
         if self not in LIVE_DAEMONS:
