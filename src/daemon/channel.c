@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -72,6 +73,16 @@ struct Channel {
         char reason[128];
         json_t *hello;
         uint64_t ping_sent, pong_seen;
+        /* When anything last arrived from the agent (monotonic ms): written
+         * by the reader thread on every read, without the lock. */
+        _Atomic int64_t last_rx_ms;
+        /* The heartbeat, under lock: the token of the ping it waits for, when
+         * that ping came due (0: none waited for), whether it still has to go
+         * out (the socket was full), and when the last one went out. */
+        uint64_t hb_token;
+        int64_t hb_due_ms;
+        bool hb_unsent;
+        int64_t hb_sent_ms;
         ChanStream *streams;
         size_t n_streams;
         uint32_t next_id;
@@ -103,6 +114,12 @@ static int cond_init(pthread_cond_t *cond) {
         int r = pthread_cond_init(cond, &attr);
         pthread_condattr_destroy(&attr);
         return -r;
+}
+
+static int64_t mono_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void deadline_after(struct timespec *ts, int timeout_ms) {
@@ -455,6 +472,9 @@ static void *reader_main(void *arg) {
                         why = "the agent closed the channel";
                         break;
                 }
+                /* Any byte is a sign of life, even a frame still incomplete:
+                 * a busy sandbox that streams output is never taken for dead. */
+                atomic_store_explicit(&c->last_rx_ms, mono_ms(), memory_order_relaxed);
                 if (proto_reader_feed(r, buf, (size_t)n) < 0) {
                         why = "malformed frame from the agent";
                         break;
@@ -506,6 +526,7 @@ Channel *channel_new(int fd, ChannelClosedFn on_closed, void *userdata) {
         c->next_id = 1;
         c->on_closed = on_closed;
         c->userdata = userdata;
+        atomic_init(&c->last_rx_ms, mono_ms());
         pthread_mutex_init(&c->lock, NULL);
         pthread_mutex_init(&c->write_lock, NULL);
         if (cond_init(&c->cond) < 0 || pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
@@ -577,6 +598,104 @@ int channel_ping(Channel *c, int timeout_ms) {
                 r = -EPIPE;
         pthread_mutex_unlock(&c->lock);
         return r;
+}
+
+/* Sends one small frame only if that cannot block: the write lock is free and
+ * the socket has room. 0 sent, -EAGAIN not now, -EPIPE the channel broke. */
+static int try_send_small(Channel *c, uint8_t type, const void *payload, size_t len) {
+        uint8_t buf[PROTO_HEADER_SIZE + 16];
+        ProtoHeader h = {.length = (uint32_t)len, .type = type};
+        if (len > 16 || proto_header_encode(&h, buf) < 0)
+                return -EINVAL;
+        memcpy(buf + PROTO_HEADER_SIZE, payload, len);
+        size_t total = PROTO_HEADER_SIZE + len;
+        if (pthread_mutex_trylock(&c->write_lock) != 0)
+                return -EAGAIN;
+        if (c->fd < 0) {
+                pthread_mutex_unlock(&c->write_lock);
+                return -EPIPE;
+        }
+        ssize_t n = send(c->fd, buf, total, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0 && errno == ENOTSOCK) {
+                /* A pipe: writable means room for a write this small, which
+                 * the kernel makes atomic (below PIPE_BUF). */
+                struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
+                n = poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLOUT) ? write(c->fd, buf, total) : -1;
+                if (n < 0 && errno != EPIPE)
+                        errno = EAGAIN;
+        }
+        int r = 0;
+        if (n < 0)
+                r = errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -EPIPE;
+        else if ((size_t)n < total) {
+                /* Part of a frame is out: the rest must follow before any
+                 * other frame, or the stream is garbage. Blocking here is
+                 * bounded by the socket's send timeout. */
+                const uint8_t *p = buf + n;
+                size_t left = total - (size_t)n;
+                while (left > 0) {
+                        ssize_t k = write(c->fd, p, left);
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k <= 0) {
+                                r = -EPIPE;
+                                break;
+                        }
+                        p += k;
+                        left -= (size_t)k;
+                }
+        }
+        pthread_mutex_unlock(&c->write_lock);
+        if (r == -EPIPE)
+                mark_closed(c, "write to the agent failed");
+        return r;
+}
+
+int channel_heartbeat(Channel *c, int64_t now_ms, int64_t interval_ms, int64_t deadline_ms) {
+        pthread_mutex_lock(&c->lock);
+        if (!c->open) {
+                pthread_mutex_unlock(&c->lock);
+                return -EPIPE;
+        }
+        if (c->hb_due_ms && !c->hb_unsent && c->pong_seen >= c->hb_token)
+                c->hb_due_ms = 0; /* answered */
+        if (!c->hb_due_ms && now_ms - c->hb_sent_ms >= interval_ms) {
+                c->hb_due_ms = now_ms;
+                c->hb_unsent = true;
+        }
+        uint64_t token = 0;
+        if (c->hb_unsent)
+                token = ++c->ping_sent;
+        pthread_mutex_unlock(&c->lock);
+
+        if (token) {
+                uint8_t p[8];
+                proto_put_u32(p, (uint32_t)(token >> 32));
+                proto_put_u32(p + 4, (uint32_t)token);
+                int r = try_send_small(c, PROTO_PING, p, sizeof p);
+                if (r == -EPIPE)
+                        return -EPIPE;
+                if (r == 0) {
+                        pthread_mutex_lock(&c->lock);
+                        c->hb_token = token;
+                        c->hb_unsent = false;
+                        c->hb_sent_ms = now_ms;
+                        pthread_mutex_unlock(&c->lock);
+                }
+                /* Not sent (a writer holds the lock, or the socket is full):
+                 * tried again next round; the silence counts from when it came
+                 * due all the same. An agent that reads would make room. */
+        }
+
+        pthread_mutex_lock(&c->lock);
+        int64_t since = c->hb_due_ms;
+        pthread_mutex_unlock(&c->lock);
+        if (!since)
+                return 0;
+        int64_t rx = atomic_load_explicit(&c->last_rx_ms, memory_order_relaxed);
+        if (rx > since)
+                since = rx;
+        return now_ms - since >= deadline_ms ? -ETIMEDOUT : 0;
 }
 
 bool channel_is_open(Channel *c) {

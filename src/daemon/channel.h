@@ -29,6 +29,15 @@ Channel *channel_new(int fd, ChannelClosedFn on_closed, void *userdata);
 int channel_wait_hello(Channel *c, int timeout_ms, json_t **ret_hello);
 /* Round trip of a PING; 0 or -ETIMEDOUT / -EPIPE. */
 int channel_ping(Channel *c, int timeout_ms);
+/* One step of the heartbeat, for a caller that runs it periodically (every
+ * second or so); never blocks on the agent. Sends a PING when none is awaited
+ * and the last went out interval_ms or more ago; when the write lock is held
+ * or the socket is full it tries again on the next call. Any byte from the
+ * agent counts as life, so a sandbox busy streaming output is never dead.
+ * 0 alive, -ETIMEDOUT when a ping has been awaited and nothing at all arrived
+ * for deadline_ms, -EPIPE when the channel is closed. Times are monotonic
+ * milliseconds. */
+int channel_heartbeat(Channel *c, int64_t now_ms, int64_t interval_ms, int64_t deadline_ms);
 bool channel_is_open(Channel *c);
 /* Shuts the fd down, wakes every waiter with CHAN_EV_CLOSED, joins the reader
  * thread, frees. Streams still held must be freed by their owners afterwards

@@ -47,6 +47,10 @@ static void usage(FILE *f) {
               "  --max-vcpu N                 (8)     --max-memory-mib N        (16384)\n"
               "  --max-disk-mib N             (65536) --max-file-mib N          (1024)\n"
               "  --max-connections N          (512)\n"
+              "  --heartbeat-interval-ms N    ping each sandbox's agent this often (5000)\n"
+              "  --heartbeat-timeout-ms N     fail a sandbox whose agent is silent this long\n"
+              "                               while a ping waits (default per driver: 30000,\n"
+              "                               microvm 90000); both 1000..600000\n"
               "  --price-vcpu-hour-micros N   (9375)  --price-gib-hour-micros N (3125)\n"
               "  --trial-hours N              free sandbox-hours per trial key (50)\n"
               "  --max-trial-keys N           trial keys handed out on this host, 0: none (100)\n"
@@ -265,6 +269,8 @@ enum {
         OPT_EGRESS_TEST_UPSTREAM,
         OPT_EGRESS_EXTRA_CA,
         OPT_LOG_LEVEL,
+        OPT_HEARTBEAT_INTERVAL,
+        OPT_HEARTBEAT_TIMEOUT,
         OPT_DOCTOR,
         OPT_JSON,
         OPT_VERSION,
@@ -295,6 +301,8 @@ int main(int argc, char **argv) {
                 { "egress-test-upstream", required_argument, NULL, OPT_EGRESS_TEST_UPSTREAM },
                 { "egress-extra-ca", required_argument, NULL, OPT_EGRESS_EXTRA_CA },
                 { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+                { "heartbeat-interval-ms", required_argument, NULL, OPT_HEARTBEAT_INTERVAL },
+                { "heartbeat-timeout-ms", required_argument, NULL, OPT_HEARTBEAT_TIMEOUT },
                 { "doctor", no_argument, NULL, OPT_DOCTOR },
                 { "json", no_argument, NULL, OPT_JSON },
                 { "help", no_argument, NULL, 'h' },
@@ -319,6 +327,7 @@ int main(int argc, char **argv) {
         const char *driver_opt = "auto", *drivers_opt = NULL;
         char *state_dir = NULL, *image_dir = NULL, *agent = NULL, *builder = NULL;
         bool doctor = false, json = false;
+        int64_t hb_interval_ms = 0, hb_timeout_ms = 0;
         int c;
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 unsigned long long v = 0;
@@ -366,6 +375,17 @@ int main(int argc, char **argv) {
                 UINT_OPT(OPT_PRICE_VCPU, price_vcpu_hour_micros, 1000000000000ULL)
                 UINT_OPT(OPT_PRICE_GIB, price_gib_hour_micros, 1000000000000ULL)
                 UINT_OPT(OPT_MAX_TRIAL_KEYS, max_trial_keys, 100000)
+                case OPT_HEARTBEAT_INTERVAL:
+                case OPT_HEARTBEAT_TIMEOUT:
+                        if ((r = parse_uint(option_name(opts, c), optarg, 600000, &v)) == 0 && v < 1000) {
+                                fprintf(stderr, "runtimed: --%s is 1000..600000 ms\n", option_name(opts, c));
+                                r = -EINVAL;
+                        }
+                        if (r == 0 && c == OPT_HEARTBEAT_INTERVAL)
+                                hb_interval_ms = (int64_t)v;
+                        else if (r == 0)
+                                hb_timeout_ms = (int64_t)v;
+                        break;
                 case OPT_TRIAL_HOURS:
                         if ((r = parse_uint(option_name(opts, c), optarg, 100000, &v)) == 0)
                                 cfg.trial_allowance_seconds = (int64_t)v * 3600;
@@ -542,7 +562,8 @@ int main(int argc, char **argv) {
         }
         Manager *m = NULL;
         if ((r = manager_new(&cfg, db, &m)) < 0 ||
-            (manager_set_ledger(m, ledger), manager_set_egress(m, egress), r = manager_recover(m)) < 0) {
+            (manager_set_heartbeat(m, hb_interval_ms, hb_timeout_ms), manager_set_ledger(m, ledger),
+             manager_set_egress(m, egress), r = manager_recover(m)) < 0) {
                 log_error(NULL, "recovering sandboxes: %s", strerror(-r));
                 return 1;
         }

@@ -12,11 +12,16 @@
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"
+#include "daemon/console_tail.h"
 #include "daemon/ledger.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 
 #define HELLO_TIMEOUT_MS 30000
+/* The agent heartbeat: a ping every interval; a sandbox whose agent sends
+ * nothing at all for the timeout while a ping waits is failed. */
+#define HEARTBEAT_INTERVAL_MS 5000
+#define HEARTBEAT_TIMEOUT_MS 30000
 #define SANDBOX_PIDS_MAX 4096
 
 /* Strings of a DriverSpec, made from a sandbox's row. */
@@ -46,6 +51,10 @@ struct Sandbox {
         bool stopping; /* under lock: being stopped on purpose */
         bool died;     /* under lock: queued as dead */
         char closed_reason[128];
+        /* Under lock: why the daemon itself failed the sandbox (heartbeat,
+         * an exec that found its agent silent); shown to the client, and
+         * never overwritten by the channel closing afterwards. */
+        char fail_reason[128];
         Sandbox *next;      /* live list, under m->lock */
         Sandbox *next_dead; /* dead queue, under m->lock */
 };
@@ -72,6 +81,8 @@ struct Manager {
         pthread_t thread;
         bool beat_started;
         pthread_t beat_thread; /* the ledger's heartbeat, apart so that no slow stop delays it */
+        int64_t hb_interval_ms;
+        int64_t hb_timeout_ms; /* 0: each driver's own */
 };
 
 
@@ -180,6 +191,7 @@ void sandbox_fail(Sandbox *sb, const char *reason) {
         if (act) {
                 sb->died = true;
                 snprintf(sb->closed_reason, sizeof(sb->closed_reason), "%s", reason);
+                snprintf(sb->fail_reason, sizeof(sb->fail_reason), "%s", reason);
         }
         pthread_mutex_unlock(&sb->lock);
         if (act)
@@ -353,9 +365,15 @@ static int row_finish(Manager *m, SandboxRow *r, const char *state, const char *
         return db_sandbox_update(m->db, r);
 }
 
-static const char *failure_text(const char *driver_why, const char *channel_reason, char *buf, size_t n) {
+static const char *failure_text(const char *driver_why, const char *fail_reason, const char *channel_reason,
+                                char *buf, size_t n) {
         if (driver_why && strcmp(driver_why, "oom") == 0)
                 return "oom";
+        /* The daemon's own verdict: the driver only saw the kill that followed. */
+        if (fail_reason && *fail_reason) {
+                snprintf(buf, n, "%s", fail_reason);
+                return buf;
+        }
         if (driver_why && strcmp(driver_why, "exited") == 0)
                 return "agent exited";
         if (driver_why && strcmp(driver_why, "killed") == 0)
@@ -405,16 +423,34 @@ static int do_delete_locked(Manager *m, SandboxRow *row, const char *rid) {
         return db_sandbox_update(m->db, row);
 }
 
+/* Appends the last lines of the driver's console log, if it keeps one, to a
+ * failure text: what a guest kernel printed as it died (a panic, an oops) is
+ * the first thing anyone debugging it needs. text stays as it is otherwise. */
+static void append_console_tail(const Sandbox *sb, char *text, size_t n) {
+        if (!sb->driver->console_log || !sb->paths.sandbox_dir)
+                return;
+        char tail[CONSOLE_TAIL_MAX + 1];
+        if (console_tail_read(sb->paths.sandbox_dir, sb->driver->console_log, tail, sizeof(tail)) < 0 || !*tail)
+                return;
+        size_t len = strlen(text);
+        if (len + 1 < n)
+                snprintf(text + len, n - len, "; console:\n%s", tail);
+}
+
 static void handle_dead(Manager *m, Sandbox *sb) {
         busy_begin(m, sb->id);
         Sandbox *was_live = live_take(m, sb->id);
         if (was_live) {
                 const char *why = live_stop(sb);
-                char buf[160], reason[128];
+                char buf[160], reason[128], fail[128];
                 pthread_mutex_lock(&sb->lock);
                 snprintf(reason, sizeof(reason), "%s", sb->closed_reason);
+                snprintf(fail, sizeof(fail), "%s", sb->fail_reason);
                 pthread_mutex_unlock(&sb->lock);
-                const char *text = failure_text(why, reason, buf, sizeof(buf));
+                /* After driver->stop: the console's writer is done with it. */
+                char text[sizeof(buf) + 16 + CONSOLE_TAIL_MAX];
+                snprintf(text, sizeof(text), "%s", failure_text(why, fail, reason, buf, sizeof(buf)));
+                append_console_tail(sb, text, sizeof(text));
                 SandboxRow row;
                 if (db_sandbox_get(m->db, sb->id, &row) == 0) {
                         if (strcmp(row.state, "running") == 0) {
@@ -455,36 +491,82 @@ static int lease_due(void *userdata, SandboxRow *row) {
         return 0;
 }
 
-/* Sandboxes whose driver's supervisor was killed from outside: their agent
- * may still answer, but what contained them is gone. */
-static void check_supervisors(Manager *m) {
+static void format_seconds(char *buf, size_t n, int64_t ms) {
+        if (ms % 1000 == 0)
+                snprintf(buf, n, "%lld s", (long long)(ms / 1000));
+        else
+                snprintf(buf, n, "%.1f s", (double)ms / 1000.0);
+}
+
+/* One live sandbox's health: its driver's supervisor still there (one killed
+ * from outside leaves an agent that may answer but is no longer contained as
+ * started), and its agent still answering the heartbeat (a hung guest kernel,
+ * a stopped agent, a frozen cgroup: alive processes, nothing said). */
+static void check_one(Manager *m, Sandbox *sb, int64_t now_ms) {
+        pthread_mutex_lock(&sb->lock);
+        bool live = sb->running && !sb->stopping && !sb->died;
+        bool gone = live && sb->inst && sb->driver->alive && !sb->driver->alive(sb->inst);
+        if (gone)
+                snprintf(sb->closed_reason, sizeof(sb->closed_reason), "%s",
+                         "the sandbox's supervisor process was killed");
+        pthread_mutex_unlock(&sb->lock);
+        if (gone) {
+                log_warn(NULL, "sandbox %s: its %s supervisor exited; marking it failed", sb->id, sb->driver->name);
+                queue_dead(sb);
+                return;
+        }
+        if (!live || !sb->channel)
+                return;
+        int64_t timeout = m->hb_timeout_ms ? m->hb_timeout_ms
+                          : sb->driver->heartbeat_timeout_ms ? (int64_t)sb->driver->heartbeat_timeout_ms
+                                                              : HEARTBEAT_TIMEOUT_MS;
+        /* -EPIPE: the channel closed, and its reader queues the sandbox. */
+        if (channel_heartbeat(sb->channel, now_ms, m->hb_interval_ms, timeout) != -ETIMEDOUT)
+                return;
+        char secs[32];
+        format_seconds(secs, sizeof(secs), timeout);
+        pthread_mutex_lock(&sb->lock);
+        /* Unless it died or was stopped meanwhile, for a reason of its own. */
+        live = sb->running && !sb->stopping && !sb->died;
+        if (live) {
+                snprintf(sb->fail_reason, sizeof(sb->fail_reason), "the agent stopped answering (no reply for %s)",
+                         secs);
+                snprintf(sb->closed_reason, sizeof(sb->closed_reason), "%s", sb->fail_reason);
+        }
+        pthread_mutex_unlock(&sb->lock);
+        if (!live)
+                return;
+        log_warn(NULL, "sandbox %s: its agent sent nothing for %s while a ping waited; marking it failed", sb->id,
+                 secs);
+        queue_dead(sb);
+}
+
+static void check_live(Manager *m) {
         enum { BATCH = 64 };
-        Sandbox *held[BATCH];
-        size_t n = 0;
+        Sandbox *stack[BATCH];
         pthread_mutex_lock(&m->lock);
-        for (Sandbox *sb = m->live; sb && n < BATCH; sb = sb->next) {
-                /* A rotating start would be fairer past BATCH; 64 a second is
-                 * plenty for how rarely this happens. */
+        size_t count = 0;
+        for (Sandbox *sb = m->live; sb; sb = sb->next)
+                count++;
+        /* Every live sandbox, every round: a heartbeat skipped is a sandbox
+         * never found dead. Without memory, the first BATCH this round. */
+        Sandbox **held = count > BATCH ? malloc(count * sizeof(*held)) : NULL;
+        size_t cap = held ? count : BATCH;
+        if (!held)
+                held = stack;
+        size_t n = 0;
+        for (Sandbox *sb = m->live; sb && n < cap; sb = sb->next) {
                 atomic_fetch_add(&sb->refs, 1);
                 held[n++] = sb;
         }
         pthread_mutex_unlock(&m->lock);
+        int64_t now = (int64_t)time_now_mono_ms();
         for (size_t i = 0; i < n; i++) {
-                Sandbox *sb = held[i];
-                pthread_mutex_lock(&sb->lock);
-                bool gone = sb->running && !sb->stopping && sb->inst && sb->driver->alive &&
-                            !sb->driver->alive(sb->inst);
-                if (gone)
-                        snprintf(sb->closed_reason, sizeof(sb->closed_reason), "%s",
-                                 "the sandbox's supervisor process was killed");
-                pthread_mutex_unlock(&sb->lock);
-                if (gone) {
-                        log_warn(NULL, "sandbox %s: its %s supervisor exited; marking it failed", sb->id,
-                                 sb->driver->name);
-                        queue_dead(sb);
-                }
-                sandbox_unref(sb);
+                check_one(m, held[i], now);
+                sandbox_unref(held[i]);
         }
+        if (held != stack)
+                free(held);
 }
 
 static void *maintenance_thread(void *userdata) {
@@ -500,7 +582,7 @@ static void *maintenance_thread(void *userdata) {
                         sandbox_unref(dead);
                         dead = next;
                 }
-                check_supervisors(m);
+                check_live(m);
                 int r = db_sandbox_query(m->db, DB_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
                 if (r < 0)
                         log_error(NULL, "checking leases: %s", strerror(-r));
@@ -524,6 +606,7 @@ int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret) {
                 return -ENOMEM;
         m->cfg = cfg;
         m->db = db;
+        m->hb_interval_ms = HEARTBEAT_INTERVAL_MS;
         pthread_mutex_init(&m->lock, NULL);
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
@@ -613,6 +696,13 @@ static void *heartbeat_thread(void *userdata) {
 
 void manager_set_ledger(Manager *m, Ledger *ledger) {
         m->ledger = ledger;
+}
+
+void manager_set_heartbeat(Manager *m, int64_t interval_ms, int64_t timeout_ms) {
+        if (interval_ms > 0)
+                m->hb_interval_ms = interval_ms;
+        if (timeout_ms > 0)
+                m->hb_timeout_ms = timeout_ms;
 }
 
 void manager_set_egress(Manager *m, EgressService *egress) {
@@ -988,12 +1078,17 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         sandbox_unref(sb);
         return *ret ? 0 : -ENOMEM;
 
-failed:
+failed:;
+        /* The row's reason gets the console's last lines (a guest that never
+         * reached its agent says why there); the client's 503 does not. */
+        char text[256 + 16 + CONSOLE_TAIL_MAX];
+        snprintf(text, sizeof(text), "%s", fail ? fail : "the sandbox failed to start");
         if (sb) {
                 live_stop(sb);
+                append_console_tail(sb, text, sizeof(text));
                 sandbox_unref(sb);
         }
-        int fr = row_finish(m, &row, "failed", fail);
+        int fr = row_finish(m, &row, "failed", text);
         if (fr < 0)
                 log_error(rid, "sandbox %s: recording the failure: %s", row.id, strerror(-fr));
         busy_end(m, row.id);

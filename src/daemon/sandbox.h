@@ -30,7 +30,12 @@ int manager_recover(Manager *m);
 void manager_set_ledger(Manager *m, Ledger *ledger);
 /* Gives sandboxes egress through the proxy (before manager_start). */
 void manager_set_egress(Manager *m, EgressService *egress);
-/* Starts the thread that acts on lease ends and on sandboxes that died. */
+/* The agent heartbeat (before manager_start): a ping every interval_ms
+ * (default 5 s); timeout_ms of silence fails a sandbox, for every driver
+ * (default: each driver's heartbeat_timeout_ms). 0 keeps a default. */
+void manager_set_heartbeat(Manager *m, int64_t interval_ms, int64_t timeout_ms);
+/* Starts the thread that acts on lease ends, on sandboxes that died, and on
+ * those whose supervisor or agent stopped answering. */
 int manager_start(Manager *m);
 /* Stops the thread and every running sandbox (state stopped, files kept). */
 void manager_shutdown(Manager *m);

@@ -42,6 +42,15 @@ typedef struct Driver {
         /* How long a start may take to the agent's HELLO; 0 means 30 s. A
          * guest kernel under software emulation on a loaded host needs more. */
         unsigned hello_timeout_ms;
+        /* How long a running sandbox's agent may stay silent while the
+         * daemon's heartbeat ping waits for an answer before the sandbox is
+         * failed; 0 means 30 s. A guest under software emulation on a loaded
+         * host can stall for tens of seconds and still recover. */
+        unsigned heartbeat_timeout_ms;
+        /* A file in sandbox_dir where the driver keeps the sandbox's console
+         * (a guest kernel's serial output), or NULL. Its last lines end the
+         * reason recorded when the sandbox fails. */
+        const char *console_log;
         /* Whether this host can run the driver. 0 when usable; 1 when usable
          * only when asked for by name, not by `auto` (the microVM without a
          * working KVM: correct, but software emulation is too slow to be a

@@ -1907,6 +1907,8 @@ const Driver driver_microvm = {
         .destroy = microvm_destroy,
         .reap_orphan = microvm_reap_orphan,
         .hello_timeout_ms = 120000,
+        .heartbeat_timeout_ms = 90000,
+        .console_log = "console.log",
         .stats = microvm_stats,
         .alive = microvm_alive,
 };
