@@ -251,7 +251,15 @@ static int stage1(char *const argv[], const char **ret_what) {
         STEP("move the root", mount(".", "/", NULL, MS_MOVE, NULL) < 0 ? -errno : 0);
         STEP("chroot", chroot(".") < 0 ? -errno : 0);
         STEP("chdir /", chdir("/") < 0 ? -errno : 0);
-        execv(AGENT_PATH, argv);
+        /* argv[0] names what runs (/proc/1/cmdline), not the initramfs's
+         * /init that is gone. */
+        char *nargv[32];
+        size_t n = 0;
+        nargv[n++] = (char *)AGENT_PATH;
+        for (size_t i = 1; argv[0] && argv[i] && n < ELEMENTSOF(nargv) - 1; i++)
+                nargv[n++] = argv[i];
+        nargv[n] = NULL;
+        execv(AGENT_PATH, nargv);
         *ret_what = "exec " AGENT_PATH;
         return -errno;
 #undef STEP
@@ -295,6 +303,53 @@ static int set_hostname(void) {
         return sethostname(name, strlen(name)) < 0 ? -errno : 0;
 }
 
+static int write_small_file(const char *path, const char *text) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        size_t n = strlen(text);
+        return write(fd, text, n) == (ssize_t)n ? 0 : -errno;
+}
+
+/* runtime.pids=N from the kernel command line: the agent and everything it
+ * starts go into a cgroup of the guest's own with pids.max = N, so a command
+ * that forks without end is refused as in the other drivers. (Root in the
+ * guest could raise it: the guest's real bounds are its vCPUs and memory,
+ * which the host enforces; this one keeps a runaway loop from eating them.) */
+static int pids_limit(void) {
+        char cmdline[4096];
+        if (read_small_file("/proc/cmdline", cmdline, sizeof(cmdline)) < 0)
+                return 0;
+        unsigned long n = 0;
+        char *save = NULL;
+        for (char *tok = strtok_r(cmdline, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+                if (strcmp(tok, "--") == 0)
+                        break;
+                if (strncmp(tok, "runtime.pids=", 13) == 0) {
+                        char *end;
+                        errno = 0;
+                        n = strtoul(tok + 13, &end, 10);
+                        if (errno || *end || n == 0 || n > 4194304)
+                                return -EINVAL;
+                }
+        }
+        if (n == 0)
+                return 0;
+        if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 &&
+            errno != EBUSY)
+                return -errno;
+        int r = write_small_file("/sys/fs/cgroup/cgroup.subtree_control", "+pids");
+        if (r < 0)
+                return r;
+        if (mkdir("/sys/fs/cgroup/sandbox", 0755) < 0 && errno != EEXIST)
+                return -errno;
+        char v[32];
+        snprintf(v, sizeof(v), "%lu", n);
+        if ((r = write_small_file("/sys/fs/cgroup/sandbox/pids.max", v)) < 0)
+                return r;
+        return write_small_file("/sys/fs/cgroup/sandbox/cgroup.procs", "0");
+}
+
 /* Stage 2: the API filesystems of the sandbox's root. */
 static int stage2(const char **ret_what) {
         int r;
@@ -335,6 +390,7 @@ static int stage2(const char **ret_what) {
          * and it is the only interface the guest has. */
         STEP("loopback up", loopback_up());
         STEP("set the hostname", set_hostname());
+        STEP("the pids limit", pids_limit());
         return 0;
 #undef STEP
 }

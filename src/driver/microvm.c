@@ -63,10 +63,10 @@
  * this big, whatever diskMiB says. */
 #define MIN_DISK_MIB 16u
 #define MAX_DISK_MIB (1024u * 1024u)
-/* Guest TSC and delay loop under TCG: with no calibration reference on
- * microvm (no PIT, HPET or PM timer to calibrate against) the kernel would
- * otherwise spin; the values only scale udelay(). */
-#define TCG_KERNEL_OPTS "tsc_early_khz=2000000 lpj=8000000 tsc=reliable no_timer_check"
+/* Under TCG, with tsc_early_khz and lpj (microvm_kernel_cmdline): with no
+ * calibration reference on microvm (no PIT, HPET or PM timer to calibrate
+ * against) the kernel would otherwise spin. */
+#define TCG_KERNEL_OPTS "tsc=reliable no_timer_check"
 
 struct DriverInstance {
         char *id;
@@ -727,16 +727,64 @@ static void *console_main(void *userdata) {
 
 /* ---- the QEMU command line --------------------------------------------------- */
 
-int microvm_kernel_cmdline(const char *id, MicrovmAccel accel, char *buf, size_t len) {
+/* The host's TSC rate in kHz, rounded to whole MHz so that it reads the same
+ * at every start of the daemon (a template's command line depends on it).
+ * Under TCG the guest's TSC is the host's own counter: a guest told another
+ * rate runs its clock that much fast or slow. 0 when it cannot be measured. */
+unsigned microvm_host_tsc_khz(void) {
+#if defined(__x86_64__)
+        static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        static unsigned khz;
+        pthread_mutex_lock(&lock);
+        if (khz == 0) {
+                unsigned best = 0;
+                /* Three 20 ms samples, the median: a preempted sample is off. */
+                unsigned samples[3];
+                for (int i = 0; i < 3; i++) {
+                        struct timespec a, b, d = { .tv_nsec = 20 * 1000 * 1000 };
+                        unsigned lo, hi, lo2, hi2;
+                        clock_gettime(CLOCK_MONOTONIC_RAW, &a);
+                        __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+                        nanosleep(&d, NULL);
+                        __asm__ volatile("rdtsc" : "=a"(lo2), "=d"(hi2));
+                        clock_gettime(CLOCK_MONOTONIC_RAW, &b);
+                        uint64_t ticks = ((uint64_t)hi2 << 32 | lo2) - ((uint64_t)hi << 32 | lo);
+                        int64_t ns = (int64_t)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
+                        samples[i] = ns > 0 ? (unsigned)((double)ticks / (double)ns * 1000.0 + 0.5) : 0; /* MHz */
+                }
+                unsigned x = samples[0], y = samples[1], z = samples[2];
+                best = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
+                /* Plausible rates only; anything else keeps the old guess. */
+                khz = best >= 100 && best <= 10000 ? best * 1000 : 2000000;
+        }
+        unsigned r = khz;
+        pthread_mutex_unlock(&lock);
+        return r;
+#else
+        return 0;
+#endif
+}
+
+int microvm_kernel_cmdline(const char *id, MicrovmAccel accel, unsigned pids_max, char *buf, size_t len) {
         /* quiet: every console byte costs a VM exit (or, under TCG, an
          * emulated UART write); errors and panics still print. panic=-1 and
          * QEMU's -no-reboot turn a guest panic into QEMU's exit, which the
-         * daemon sees as the channel's end. */
+         * daemon sees as the channel's end. Under TCG the guest is told the
+         * TSC's rate (there is nothing on microvm to calibrate it against)
+         * and the delay loop's (lpj at the kernel's HZ=250). */
+        char tcg[160] = "";
+        unsigned khz = microvm_host_tsc_khz();
+        if (khz == 0)
+                khz = 2000000;
+        if (accel == MICROVM_ACCEL_TCG)
+                snprintf(tcg, sizeof(tcg), " tsc_early_khz=%u lpj=%u " TCG_KERNEL_OPTS, khz, khz * 4);
+        char pids[32] = "";
+        if (pids_max > 0)
+                snprintf(pids, sizeof(pids), " runtime.pids=%u", pids_max);
         int n = snprintf(buf, len,
                          "console=ttyS0 quiet panic=-1 reboot=t 8250.nr_uarts=1 rdinit=/init "
                          "runtime.hostname=%s%s%s -- --vm --channel %s",
-                         id, accel == MICROVM_ACCEL_TCG ? " " : "", accel == MICROVM_ACCEL_TCG ? TCG_KERNEL_OPTS : "",
-                         CHANNEL_PATH);
+                         id, pids, tcg, CHANNEL_PATH);
         return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
 }
 
@@ -1223,7 +1271,7 @@ static int stat_of(const char *path, struct stat *st) {
 /* The description of everything a saved guest depends on; equal keys mean
  * the same devices, kernel, root, modules, agent and QEMU. */
 static int template_key(const char *qemu, const char *image_dir, const char *agent, MicrovmAccel accel, unsigned vcpu,
-                        unsigned mem, unsigned disk, char *buf, size_t len) {
+                        unsigned mem, unsigned disk, unsigned pids, char *buf, size_t len) {
         char p[PATH_MAX];
         struct stat q, k, root, mods, ag;
         int r;
@@ -1235,11 +1283,12 @@ static int template_key(const char *qemu, const char *image_dir, const char *age
 #define ST(s) (unsigned long long)(s).st_dev, (unsigned long long)(s).st_ino, (long long)(s).st_size, \
               (long long)(s).st_mtim.tv_sec, (long)(s).st_mtim.tv_nsec
         int n = snprintf(buf, len,
-                         "format=%d accel=%s vcpu=%u mem=%u disk=%u\n"
+                         "format=%d accel=%s vcpu=%u mem=%u disk=%u pids=%u tsc=%u\n"
                          "qemu=%llu:%llu:%lld:%lld.%09ld\nkernel=%llu:%llu:%lld:%lld.%09ld\n"
                          "root=%llu:%llu:%lld:%lld.%09ld\nmodules=%llu:%llu:%lld:%lld.%09ld\n"
                          "agent=%llu:%llu:%lld:%lld.%09ld\n",
-                         TEMPLATE_FORMAT, accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg", vcpu, mem, disk, ST(q), ST(k),
+                         TEMPLATE_FORMAT, accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg", vcpu, mem, disk, pids,
+                         microvm_host_tsc_khz(), ST(q), ST(k),
                          ST(root), ST(mods), ST(ag));
 #undef ST
         return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
@@ -1354,7 +1403,7 @@ typedef struct StartCtx {
         const DriverSpec *spec;
         const char *qemu;
         MicrovmAccel accel;
-        unsigned vcpu, mem, disk;
+        unsigned vcpu, mem, disk, pids;
         int log_fd;
         const char *p_kernel, *p_root, *p_modules, *p_console;
 } StartCtx;
@@ -1382,7 +1431,7 @@ static int template_build(const StartCtx *s, const char *tmpdir, const char *tpl
                 return r < 0 ? r : -EIO;
         }
         char cmdline[1024];
-        r = microvm_kernel_cmdline(tpl_name, s->accel, cmdline, sizeof(cmdline));
+        r = microvm_kernel_cmdline(tpl_name, s->accel, s->pids, cmdline, sizeof(cmdline));
         if (r < 0)
                 return r;
         _cleanup_close_ int kernel_fd = open(s->p_kernel, O_RDONLY | O_CLOEXEC);
@@ -1479,8 +1528,8 @@ static int template_build(const StartCtx *s, const char *tmpdir, const char *tpl
 static int template_get(const StartCtx *s, char *dir, size_t dir_len, char *tpl_name, size_t name_len, char *why,
                         size_t why_len) {
         char key[2048], tdir[PATH_MAX];
-        int r = template_key(s->qemu, s->spec->image_dir, s->spec->agent_path, s->accel, s->vcpu, s->mem, s->disk, key,
-                             sizeof(key));
+        int r = template_key(s->qemu, s->spec->image_dir, s->spec->agent_path, s->accel, s->vcpu, s->mem, s->disk,
+                             s->pids, key, sizeof(key));
         if (r < 0) {
                 snprintf(why, why_len, "template key: %s", strerror(-r));
                 return r;
@@ -1604,7 +1653,7 @@ static int start_restored(const StartCtx *s, const char *p_upper, int *ret_fd, D
                 }
         }
         char cmdline[1024];
-        r = microvm_kernel_cmdline(tpl_name, s->accel, cmdline, sizeof(cmdline));
+        r = microvm_kernel_cmdline(tpl_name, s->accel, s->pids, cmdline, sizeof(cmdline));
         if (r < 0)
                 return r;
         _cleanup_close_ int kernel_fd = open(s->p_kernel, O_RDONLY | O_CLOEXEC);
@@ -1696,7 +1745,7 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
         MicrovmAccel accel = microvm_accel(p_kernel, NULL, 0);
         StartCtx s = {
                 .spec = spec, .qemu = qemu, .accel = accel, .vcpu = vcpu, .mem = mem, .disk = disk,
-                .log_fd = log_fd, .p_kernel = p_kernel, .p_root = p_root, .p_modules = p_modules,
+                .pids = spec->pids_max, .log_fd = log_fd, .p_kernel = p_kernel, .p_root = p_root, .p_modules = p_modules,
                 .p_console = p_console,
         };
 
@@ -1745,7 +1794,7 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
         if (fchmod(initrd_fd, 0644) < 0)
                 return -errno;
         char cmdline[1024];
-        r = microvm_kernel_cmdline(spec->id, accel, cmdline, sizeof(cmdline));
+        r = microvm_kernel_cmdline(spec->id, accel, spec->pids_max, cmdline, sizeof(cmdline));
         if (r < 0)
                 return r;
         VmLaunch l = {

@@ -27,7 +27,8 @@ MicrovmAccel microvm_accel(const char *kernel, char *why, size_t why_len);
 
 /* The kernel command line of a sandbox: `id` names the guest host. Exported
  * for the tests. -ENOBUFS when it does not fit. */
-int microvm_kernel_cmdline(const char *id, MicrovmAccel accel, char *buf, size_t len);
+int microvm_kernel_cmdline(const char *id, MicrovmAccel accel, unsigned pids_max, char *buf, size_t len);
+unsigned microvm_host_tsc_khz(void);
 
 /* The uid QEMU runs as for sandbox `id`: one of MICROVM_UID_COUNT unprivileged
  * uids from MICROVM_UID_BASE, far above the image uid shift and any login

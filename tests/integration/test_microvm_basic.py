@@ -63,7 +63,7 @@ def _template_dirs(image_dir, mem: int, disk: int) -> list:
     if not root.is_dir():
         return []
     return [t for t in root.iterdir() if (t / "key").exists()
-            and f" mem={mem} disk={disk}\n" in (t / "key").read_text()]
+            and f" mem={mem} disk={disk} " in (t / "key").read_text()]
 
 
 def _vmm_pids(sid: str) -> list[int]:

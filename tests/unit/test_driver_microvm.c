@@ -45,17 +45,27 @@ static char work_dir[256];
 static void test_cmdline(void **state) {
         (void)state;
         char buf[1024];
-        assert_int_equal(microvm_kernel_cmdline("sb-1", MICROVM_ACCEL_TCG, buf, sizeof(buf)), 0);
+        assert_int_equal(microvm_kernel_cmdline("sb-1", MICROVM_ACCEL_TCG, 4096, buf, sizeof(buf)), 0);
         assert_non_null(strstr(buf, "runtime.hostname=sb-1 "));
+        assert_non_null(strstr(buf, " runtime.pids=4096 "));
         assert_non_null(strstr(buf, "tsc_early_khz="));
+#if defined(__x86_64__)
+        /* The host's own TSC rate, in whole MHz. */
+        char want[64];
+        snprintf(want, sizeof(want), "tsc_early_khz=%u lpj=%u ", microvm_host_tsc_khz(), microvm_host_tsc_khz() * 4);
+        assert_non_null(strstr(buf, want));
+        assert_int_equal(microvm_host_tsc_khz() % 1000, 0);
+        assert_true(microvm_host_tsc_khz() >= 100000);
+#endif
         assert_non_null(strstr(buf, "panic=-1"));
         /* The agent's arguments come last, after the kernel's "--". */
         const char *dd = strstr(buf, " -- ");
         assert_non_null(dd);
         assert_string_equal(dd, " -- --vm --channel /dev/virtio-ports/org.runtime.agent.0");
-        assert_int_equal(microvm_kernel_cmdline("sb-1", MICROVM_ACCEL_KVM, buf, sizeof(buf)), 0);
+        assert_int_equal(microvm_kernel_cmdline("sb-1", MICROVM_ACCEL_KVM, 0, buf, sizeof(buf)), 0);
         assert_null(strstr(buf, "tsc_early_khz="));
-        assert_int_equal(microvm_kernel_cmdline("sb-1", MICROVM_ACCEL_KVM, buf, 20), -ENOBUFS);
+        assert_null(strstr(buf, "runtime.pids="));
+        assert_int_equal(microvm_kernel_cmdline("sb-1", MICROVM_ACCEL_KVM, 0, buf, 20), -ENOBUFS);
 }
 
 static void test_uid(void **state) {
