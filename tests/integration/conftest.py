@@ -34,7 +34,7 @@ from helpers import (LIVE_DAEMONS, REPO, Api, Daemon, DaemonError, cgroup_dirs, 
                      first_driver)
 
 # RUNTIME_TEST_DRIVERS=namespace narrows the driver-parametrized tests.
-DRIVERS = [d for d in os.environ.get("RUNTIME_TEST_DRIVERS", "namespace,gvisor").split(",") if d]
+DRIVERS = [d for d in os.environ.get("RUNTIME_TEST_DRIVERS", "namespace,gvisor,microvm").split(",") if d]
 DEFAULT_IMAGE_DIR = "/var/cache/runtime/images"
 
 

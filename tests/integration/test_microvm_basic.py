@@ -24,8 +24,6 @@ from helpers import (assert_no_cgroups, assert_no_host_trace, cgroup_dirs, host_
                      proc_uid, skip_unless_driver)
 
 DRIVER = "microvm"
-# The image's python3 is Debian's: compare with the host's own.
-HOST_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
 
 
 def _need_microvm(d, build_dir):
@@ -217,51 +215,3 @@ def test_twenty_cold_boots(cold_api):
     q = statistics.quantiles(times, n=10)
     print(f"\n20 cold boots to first exec: min {min(times):.2f}s p50 {statistics.median(times):.2f}s "
           f"p90 {q[-1]:.2f}s max {max(times):.2f}s")
-
-
-@pytest.mark.slow
-def test_figures_side_by_side(api, daemon, build_dir):
-    """The microVM's figures next to the other drivers', in one run: create
-    to first exec result, exec round trip of `true`, and
-    `python3 -c 'print(6*7)'` against the bare host. Printed (docs/microvm.md
-    quotes them); asserts only that everything worked."""
-    import subprocess
-
-    _need_microvm(daemon, build_dir)
-    host = []
-    for _ in range(10):
-        t = time.monotonic()
-        subprocess.run([HOST_PYTHON, "-c", "print(6*7)"], check=True, capture_output=True)
-        host.append(time.monotonic() - t)
-    lines = [f"host python3 p50 {statistics.median(host) * 1000:.1f} ms"]
-    drivers = {x["name"]: x for x in api.get("/v1/info").json().get("drivers", [])}
-    for drv in ("namespace", "gvisor", DRIVER):
-        if not drivers.get(drv, {}).get("available"):
-            lines.append(f"{drv}: unavailable")
-            continue
-        create, sbx = [], None
-        for i in range(5):
-            t = time.monotonic()
-            s = api.create_sandbox(driver=drv, memoryMiB=512, diskMiB=256)
-            assert s.run("echo 42") == "42\n"
-            create.append(time.monotonic() - t)
-            if i < 4:
-                assert api.delete(f"/v1/sandboxes/{s.id}").status_code == 200
-                api.created.remove(s.id)
-            else:
-                sbx = s
-        rt, py = [], []
-        for _ in range(30):
-            t = time.monotonic()
-            assert sbx.exec(argv=["true"])["exitCode"] == 0
-            rt.append(time.monotonic() - t)
-        for _ in range(10):
-            t = time.monotonic()
-            assert sbx.exec(argv=["python3", "-c", "print(6*7)"])["stdout"] == "42\n"
-            py.append(time.monotonic() - t)
-        rt.sort()
-        lines.append(f"{drv}: create->first exec p50 {statistics.median(create) * 1000:.0f} ms "
-                     f"(max {max(create) * 1000:.0f}) | exec true p50 {statistics.median(rt) * 1000:.1f} ms "
-                     f"p95 {rt[int(0.95 * (len(rt) - 1))] * 1000:.1f} ms | python3 p50 "
-                     f"{statistics.median(py) * 1000:.0f} ms ({statistics.median(py) / statistics.median(host):.1f}x host)")
-    print("\n" + "\n".join(lines))
