@@ -1408,6 +1408,54 @@ typedef struct StartCtx {
         const char *p_kernel, *p_root, *p_modules, *p_console;
 } StartCtx;
 
+/* Writes the initramfs of a start (the agent and the modules) to path.
+ * QEMU reads it through /proc/self/fd, which reopens the file as QEMU's
+ * uid: it must be readable by others (it holds nothing but the agent and
+ * kernel modules). */
+static int write_initrd(const StartCtx *s, const char *path) {
+        _cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0)
+                return -errno;
+        int r = microvm_write_initramfs(fd, s->p_modules, s->spec->agent_path);
+        if (r == 0 && (fchmod(fd, 0644) < 0 || fsync(fd) < 0))
+                r = -errno;
+        if (r < 0)
+                unlink(path);
+        return r;
+}
+
+/* One QEMU process of a start, the same devices whichever way it starts:
+ * a cold boot, a template (monitor_fd: QMP) or a restore (incoming_fd: the
+ * saved state). hostname goes on the kernel's command line. */
+static int start_qemu(const StartCtx *s, const char *hostname, const char *initrd, const char *upper, int monitor_fd,
+                      int incoming_fd, int *ret_fd, DriverInstance **ret) {
+        char cmdline[1024];
+        int r = microvm_kernel_cmdline(hostname, s->accel, s->pids, cmdline, sizeof(cmdline));
+        if (r < 0)
+                return r;
+        /* The descriptors QEMU gets; it opens nothing of ours by path. */
+        _cleanup_close_ int kernel_fd = open(s->p_kernel, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int initrd_fd = open(initrd, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int root_fd = open(s->p_root, O_RDONLY | O_CLOEXEC);
+        /* O_DIRECT to match cache=none (QEMU picks a descriptor of an fdset
+         * by its flags): the guest caches its own disk, the host should not
+         * hold a second copy. The shared root stays in the host's page
+         * cache, where every sandbox of the image shares it. */
+        _cleanup_close_ int upper_fd = open(upper, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+        /* The block layer also opens the image read-only (probing, locks):
+         * the fdset holds a descriptor of each access mode. */
+        _cleanup_close_ int upper_ro_fd = open(upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+        if (kernel_fd < 0 || initrd_fd < 0 || root_fd < 0 || upper_fd < 0 || upper_ro_fd < 0)
+                return -errno;
+        VmLaunch l = {
+                .spec = s->spec, .qemu = s->qemu, .accel = s->accel, .vcpu = s->vcpu, .mem = s->mem,
+                .cmdline = cmdline, .console_path = s->p_console, .upper_path = upper, .log_fd = s->log_fd,
+                .kernel_fd = kernel_fd, .initrd_fd = initrd_fd, .root_fd = root_fd, .upper_fd = upper_fd,
+                .upper_ro_fd = upper_ro_fd, .monitor_fd = monitor_fd, .incoming_fd = incoming_fd,
+        };
+        return vm_launch(&l, ret_fd, ret);
+}
+
 /* Boots the template VM in the sandbox's cgroup (the sandbox that needs it
  * pays for it), waits for its agent's HELLO, saves the running guest with
  * QMP `migrate` to dir/state and keeps its disk as dir/upper.ext4. */
@@ -1422,40 +1470,22 @@ static int template_build(const StartCtx *s, const char *tmpdir, const char *tpl
                 snprintf(why, why_len, "making the template's disk: %s", strerror(-r));
                 return r;
         }
-        _cleanup_close_ int initrd_fd = open(p_initrd, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (initrd_fd < 0)
-                return -errno;
-        r = microvm_write_initramfs(initrd_fd, s->p_modules, s->spec->agent_path);
-        if (r < 0 || fchmod(initrd_fd, 0644) < 0 || fsync(initrd_fd) < 0) {
-                snprintf(why, why_len, "writing the template's initramfs: %s", strerror(r < 0 ? -r : errno));
-                return r < 0 ? r : -EIO;
-        }
-        char cmdline[1024];
-        r = microvm_kernel_cmdline(tpl_name, s->accel, s->pids, cmdline, sizeof(cmdline));
-        if (r < 0)
+        r = write_initrd(s, p_initrd);
+        if (r < 0) {
+                snprintf(why, why_len, "writing the template's initramfs: %s", strerror(-r));
                 return r;
-        _cleanup_close_ int kernel_fd = open(s->p_kernel, O_RDONLY | O_CLOEXEC);
-        _cleanup_close_ int root_fd = open(s->p_root, O_RDONLY | O_CLOEXEC);
-        _cleanup_close_ int upper_fd = open(p_upper, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
-        _cleanup_close_ int upper_ro_fd = open(p_upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+        }
         _cleanup_close_ int state_fd = open(p_state, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (kernel_fd < 0 || root_fd < 0 || upper_fd < 0 || upper_ro_fd < 0 || state_fd < 0)
+        if (state_fd < 0)
                 return -errno;
         int mv[2];
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mv) < 0)
                 return -errno;
         _cleanup_close_ int mon_host = mv[0];
         _cleanup_close_ int mon_vmm = mv[1];
-
-        VmLaunch l = {
-                .spec = s->spec, .qemu = s->qemu, .accel = s->accel, .vcpu = s->vcpu, .mem = s->mem,
-                .cmdline = cmdline, .console_path = s->p_console, .upper_path = p_upper, .log_fd = s->log_fd,
-                .kernel_fd = kernel_fd, .initrd_fd = initrd_fd, .root_fd = root_fd, .upper_fd = upper_fd,
-                .upper_ro_fd = upper_ro_fd, .monitor_fd = mon_vmm, .incoming_fd = -1,
-        };
         DriverInstance *inst = NULL;
         _cleanup_close_ int chan = -1;
-        r = vm_launch(&l, &chan, &inst);
+        r = start_qemu(s, tpl_name, p_initrd, p_upper, mon_vmm, -1, &chan, &inst);
         if (r < 0) {
                 snprintf(why, why_len, "starting QEMU: %s", strerror(-r));
                 return r;
@@ -1519,7 +1549,8 @@ static int template_build(const StartCtx *s, const char *tmpdir, const char *tpl
         instance_free(inst);
         if (r < 0)
                 return r;
-        if (fsync(state_fd) < 0 || fsync(upper_fd) < 0)
+        _cleanup_close_ int upper_fd = open(p_upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fsync(state_fd) < 0 || upper_fd < 0 || fsync(upper_fd) < 0)
                 return -errno;
         return 0;
 }
@@ -1652,27 +1683,12 @@ static int start_restored(const StartCtx *s, const char *p_upper, int *ret_fd, D
                         return r;
                 }
         }
-        char cmdline[1024];
-        r = microvm_kernel_cmdline(tpl_name, s->accel, s->pids, cmdline, sizeof(cmdline));
-        if (r < 0)
-                return r;
-        _cleanup_close_ int kernel_fd = open(s->p_kernel, O_RDONLY | O_CLOEXEC);
-        _cleanup_close_ int initrd_fd = open(p_tinitrd, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        _cleanup_close_ int root_fd = open(s->p_root, O_RDONLY | O_CLOEXEC);
-        _cleanup_close_ int upper_fd = open(p_upper, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
-        _cleanup_close_ int upper_ro_fd = open(p_upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
         _cleanup_close_ int state_fd = open(p_state, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (kernel_fd < 0 || initrd_fd < 0 || root_fd < 0 || upper_fd < 0 || upper_ro_fd < 0 || state_fd < 0)
+        if (state_fd < 0)
                 return -errno;
-        VmLaunch l = {
-                .spec = s->spec, .qemu = s->qemu, .accel = s->accel, .vcpu = s->vcpu, .mem = s->mem,
-                .cmdline = cmdline, .console_path = s->p_console, .upper_path = p_upper, .log_fd = s->log_fd,
-                .kernel_fd = kernel_fd, .initrd_fd = initrd_fd, .root_fd = root_fd, .upper_fd = upper_fd,
-                .upper_ro_fd = upper_ro_fd, .monitor_fd = -1, .incoming_fd = state_fd,
-        };
         DriverInstance *inst = NULL;
         _cleanup_close_ int chan = -1;
-        r = vm_launch(&l, &chan, &inst);
+        r = start_qemu(s, tpl_name, p_tinitrd, p_upper, -1, state_fd, &chan, &inst);
         if (r < 0) {
                 snprintf(why, why_len, "starting QEMU: %s", strerror(-r));
                 return r;
@@ -1767,43 +1783,10 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
         if (r < 0)
                 return r;
 
-        /* The descriptors QEMU gets; it opens nothing of ours by path. */
-        _cleanup_close_ int kernel_fd = open(p_kernel, O_RDONLY | O_CLOEXEC);
-        _cleanup_close_ int root_fd = open(p_root, O_RDONLY | O_CLOEXEC);
-        /* O_DIRECT to match cache=none (QEMU picks a descriptor of an fdset
-         * by its flags): the guest caches its own disk, the host should not
-         * hold a second copy. The shared root stays in the host's page
-         * cache, where every sandbox of the image shares it. */
-        _cleanup_close_ int upper_fd = open(p_upper, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
-        /* The block layer also opens the image read-only (probing, locks):
-         * the fdset holds a descriptor of each access mode. */
-        _cleanup_close_ int upper_ro_fd = open(p_upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
-        if (kernel_fd < 0 || root_fd < 0 || upper_fd < 0 || upper_ro_fd < 0)
-                return -errno;
-        _cleanup_close_ int initrd_fd = open(p_initrd, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (initrd_fd < 0)
-                return -errno;
-        r = microvm_write_initramfs(initrd_fd, p_modules, spec->agent_path);
-        if (r < 0) {
-                unlink(p_initrd);
-                return r;
-        }
-        /* QEMU reads the initrd through /proc/self/fd, which reopens the file
-         * as QEMU's uid: it must be readable by others (it holds nothing but
-         * the agent and kernel modules). */
-        if (fchmod(initrd_fd, 0644) < 0)
-                return -errno;
-        char cmdline[1024];
-        r = microvm_kernel_cmdline(spec->id, accel, spec->pids_max, cmdline, sizeof(cmdline));
+        r = write_initrd(&s, p_initrd);
         if (r < 0)
                 return r;
-        VmLaunch l = {
-                .spec = spec, .qemu = qemu, .accel = accel, .vcpu = vcpu, .mem = mem, .cmdline = cmdline,
-                .console_path = p_console, .upper_path = p_upper, .log_fd = log_fd, .kernel_fd = kernel_fd,
-                .initrd_fd = initrd_fd, .root_fd = root_fd, .upper_fd = upper_fd, .upper_ro_fd = upper_ro_fd,
-                .monitor_fd = -1, .incoming_fd = -1,
-        };
-        r = vm_launch(&l, ret_fd, ret);
+        r = start_qemu(&s, spec->id, p_initrd, p_upper, -1, -1, ret_fd, ret);
         if (r < 0)
                 remove_start_files(spec->sandbox_dir);
         return r;
