@@ -39,6 +39,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -184,7 +185,7 @@ typedef struct ChildSetup {
         const char *qemu;
         char **argv;
         int cgroup_fds[_CGROUP_HIER_MAX];
-        int keep_fds[8]; /* kept open across exec, at their own numbers */
+        int keep_fds[9]; /* kept open across exec, at their own numbers */
         size_t n_keep;
         int log_fd; /* stdout and stderr */
         uid_t uid;
@@ -1255,7 +1256,10 @@ static int qmp_exec(Qmp *q, const char *cmd, int pass_fd, int64_t deadline, json
 static int remove_tree_at(int dfd, const char *name, unsigned depth);
 
 #define TEMPLATE_FORMAT 1
-#define TEMPLATE_MAX 8 /* per image; the least recently used beyond go */
+#define TEMPLATE_MAX 8         /* per image */
+#define TEMPLATE_IDLE_S 600    /* a template restored within this is in use: never evicted */
+#define TEMPLATE_RETRY_S 600   /* a build that failed is not tried again before this */
+#define TEMPLATE_LOCK_MS 15000 /* the longest a start waits for somebody else's build */
 #define TEMPLATE_MIGRATE_MS (120 * 1000)
 #define RESUME_TIMEOUT_MS (60 * 1000)
 
@@ -1268,8 +1272,33 @@ static int stat_of(const char *path, struct stat *st) {
         return stat(path, st) < 0 ? -errno : 0;
 }
 
+/* The host's kernel release and a hash of its CPU's feature flags: under
+ * KVM a restored guest keeps the code paths its kernel chose for the CPU it
+ * booted on. */
+static int host_cpu_id(char *buf, size_t len) {
+        struct utsname u;
+        if (uname(&u) < 0)
+                return -errno;
+        _cleanup_close_ int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        char text[16384];
+        ssize_t n = read(fd, text, sizeof(text) - 1);
+        if (n < 0)
+                return -errno;
+        text[n] = 0;
+        char *flags = strstr(text, "\nflags");
+        uint64_t h = 14695981039346656037ull;
+        for (const char *p = flags; p && *p && (p == flags || *p != '\n'); p++) {
+                h ^= (uint8_t)*p;
+                h *= 1099511628211ull;
+        }
+        int m = snprintf(buf, len, "%s:%016llx", u.release, (unsigned long long)h);
+        return m < 0 || (size_t)m >= len ? -ENOBUFS : 0;
+}
+
 /* The description of everything a saved guest depends on; equal keys mean
- * the same devices, kernel, root, modules, agent and QEMU. */
+ * the same devices, command line, kernel, root, modules, agent and QEMU. */
 static int template_key(const char *qemu, const char *image_dir, const char *agent, MicrovmAccel accel, unsigned vcpu,
                         unsigned mem, unsigned disk, unsigned pids, char *buf, size_t len) {
         char p[PATH_MAX];
@@ -1280,16 +1309,23 @@ static int template_key(const char *qemu, const char *image_dir, const char *age
             (r = stat_of(p, &root)) < 0 || (r = path_join(p, sizeof(p), image_dir, "microvm/modules")) < 0 ||
             (r = stat_of(p, &mods)) < 0 || (r = stat_of(agent, &ag)) < 0)
                 return r;
+        /* The command line as a template's (its name aside: it derives
+         * from the key) and, under KVM, the host's CPU. */
+        char cmdline[1024], cpu[128] = "-";
+        if ((r = microvm_kernel_cmdline("tpl", accel, pids, cmdline, sizeof(cmdline))) < 0)
+                return r;
+        if (accel == MICROVM_ACCEL_KVM && (r = host_cpu_id(cpu, sizeof(cpu))) < 0)
+                return r;
 #define ST(s) (unsigned long long)(s).st_dev, (unsigned long long)(s).st_ino, (long long)(s).st_size, \
               (long long)(s).st_mtim.tv_sec, (long)(s).st_mtim.tv_nsec
         int n = snprintf(buf, len,
-                         "format=%d accel=%s vcpu=%u mem=%u disk=%u pids=%u tsc=%u\n"
+                         "format=%d accel=%s vcpu=%u mem=%u disk=%u pids=%u\n"
+                         "cmdline=%s\ncpu=%s\n"
                          "qemu=%llu:%llu:%lld:%lld.%09ld\nkernel=%llu:%llu:%lld:%lld.%09ld\n"
                          "root=%llu:%llu:%lld:%lld.%09ld\nmodules=%llu:%llu:%lld:%lld.%09ld\n"
                          "agent=%llu:%llu:%lld:%lld.%09ld\n",
-                         TEMPLATE_FORMAT, accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg", vcpu, mem, disk, pids,
-                         microvm_host_tsc_khz(), ST(q), ST(k),
-                         ST(root), ST(mods), ST(ag));
+                         TEMPLATE_FORMAT, accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg", vcpu, mem, disk, pids, cmdline,
+                         cpu, ST(q), ST(k), ST(root), ST(mods), ST(ag));
 #undef ST
         return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
 }
@@ -1310,7 +1346,12 @@ static int copy_sparse(int in, int out) {
                 return -errno;
         if (ftruncate(out, st.st_size) < 0)
                 return -errno;
-        static __thread uint8_t buf[1 << 16];
+        /* On the heap: a static or thread-local buffer would cost every
+         * thread of the daemon. */
+        const size_t buf_size = 1 << 16;
+        _cleanup_free_ uint8_t *buf = malloc(buf_size);
+        if (!buf)
+                return -ENOMEM;
         off_t off = 0;
         while (off < st.st_size) {
                 off_t data = lseek(in, off, SEEK_DATA);
@@ -1320,7 +1361,7 @@ static int copy_sparse(int in, int out) {
                 if (hole < 0)
                         return -errno;
                 for (off_t o = data; o < hole;) {
-                        size_t want = (size_t)(hole - o) < sizeof(buf) ? (size_t)(hole - o) : sizeof(buf);
+                        size_t want = (size_t)(hole - o) < buf_size ? (size_t)(hole - o) : buf_size;
                         ssize_t n = pread(in, buf, want, o);
                         if (n < 0 && errno == EINTR)
                                 continue;
@@ -1351,51 +1392,133 @@ static int write_file_at(int dfd, const char *name, const char *text, mode_t mod
         return r;
 }
 
-/* A template directory is ready when its key file says exactly `key` (the
- * directory is renamed into place only once complete). */
-static bool template_ready(const char *dir, const char *key) {
-        char p[PATH_MAX], have[2048];
-        if (path_join(p, sizeof(p), dir, "key") < 0 || read_text(p, have, sizeof(have)) < 0)
-                return false;
+/* templates/<name>, opened, when its key file says exactly `key` (a
+ * directory is renamed into place only once complete); -1 when not. Every
+ * part of a template is then opened through this one descriptor, so that
+ * all of them come from the same build even if the directory is replaced
+ * meanwhile. */
+static int template_open(int tfd, const char *name, const char *key) {
+        _cleanup_close_ int dfd = openat(tfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (dfd < 0)
+                return -1;
+        _cleanup_close_ int kfd = openat(dfd, "key", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        char have[4096];
+        ssize_t got = kfd < 0 ? -1 : read(kfd, have, sizeof(have));
         size_t n = strlen(key);
-        while (n > 0 && key[n - 1] == '\n')
-                n--;
-        return strlen(have) == n && strncmp(have, key, n) == 0;
+        if (got < 0 || (size_t)got != n || memcmp(have, key, n) != 0)
+                return -1;
+        return TAKE_FD(dfd);
 }
 
-/* Beyond TEMPLATE_MAX templates of an image, the least recently used go
- * (a restore touches its template's key file). */
-static void templates_evict(const char *templates_dir, const char *keep) {
+/* flock with a deadline. */
+static int lock_until(int fd, int64_t deadline) {
         for (;;) {
-                DIR *d = opendir(templates_dir);
-                if (!d)
-                        return;
-                char oldest[256] = "";
-                struct timespec oldest_t = { 0 };
-                size_t n = 0;
-                struct dirent *de;
-                while ((de = readdir(d))) {
-                        if (de->d_name[0] == '.' || strcmp(de->d_name, keep) == 0 || strlen(de->d_name) >= 200)
-                                continue;
-                        char p[PATH_MAX];
-                        struct stat st;
-                        if (snprintf(p, sizeof(p), "%s/%s/key", templates_dir, de->d_name) >= (int)sizeof(p) ||
-                            stat(p, &st) < 0)
-                                st.st_mtim = (struct timespec){ 0 };
-                        n++;
-                        if (!oldest[0] || st.st_mtim.tv_sec < oldest_t.tv_sec ||
-                            (st.st_mtim.tv_sec == oldest_t.tv_sec && st.st_mtim.tv_nsec < oldest_t.tv_nsec)) {
-                                snprintf(oldest, sizeof(oldest), "%s", de->d_name);
-                                oldest_t = st.st_mtim;
-                        }
-                }
-                closedir(d);
-                if (n + 1 <= TEMPLATE_MAX || !oldest[0])
-                        return;
-                _cleanup_close_ int dfd = open(templates_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (dfd < 0 || remove_tree_at(dfd, oldest, 0) < 0)
-                        return;
+                if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+                        return 0;
+                if (errno != EWOULDBLOCK && errno != EINTR)
+                        return -errno;
+                if (now_ms() >= deadline)
+                        return -EBUSY;
+                usleep(50 * 1000);
         }
+}
+
+/* Removes templates/<name> (if dfd >= 0, only while it is still that
+ * directory: a build may have replaced it since). Renamed away first, so
+ * that a crash half-way never leaves a directory with a key. The caller
+ * holds the templates directory's lock. */
+static void template_discard_locked(int tfd, const char *name, int dfd) {
+        struct stat a, b;
+        if (dfd >= 0 && (fstat(dfd, &a) < 0 || fstatat(tfd, name, &b, AT_SYMLINK_NOFOLLOW) < 0 ||
+                         a.st_dev != b.st_dev || a.st_ino != b.st_ino))
+                return;
+        char dead[80];
+        if (snprintf(dead, sizeof(dead), "%s.dead", name) >= (int)sizeof(dead))
+                return;
+        (void)remove_tree_at(tfd, dead, 0);
+        if (renameat(tfd, name, tfd, dead) < 0)
+                return;
+        (void)fsync(tfd);
+        (void)remove_tree_at(tfd, dead, 0);
+}
+
+static void template_discard(int tfd, const char *name, int dfd) {
+        if (lock_until(tfd, now_ms() + TEMPLATE_LOCK_MS) == 0) {
+                template_discard_locked(tfd, name, dfd);
+                flock(tfd, LOCK_UN);
+        }
+}
+
+/* The templates of an image, for the room check and eviction: how many, and
+ * the least recently used one not used for TEMPLATE_IDLE_S (a restore touches
+ * its template's key file), if any. */
+static size_t templates_scan(int tfd, char *idlest, size_t idlest_len) {
+        _cleanup_close_ int fd = dup(tfd);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d)
+                return 0;
+        fd = -1;
+        rewinddir(d);
+        idlest[0] = 0;
+        struct timespec idlest_t = { 0 }, now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        size_t n = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                size_t l = strlen(de->d_name);
+                if (l != 16 || strspn(de->d_name, "0123456789abcdef") != 16)
+                        continue; /* <hash>.new, .dead, .lock */
+                n++;
+                char p[32];
+                struct stat st;
+                snprintf(p, sizeof(p), "%s/key", de->d_name);
+                if (fstatat(dirfd(d), p, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        st.st_mtim = (struct timespec){ 0 };
+                if (st.st_mtim.tv_sec > now.tv_sec - TEMPLATE_IDLE_S)
+                        continue;
+                if (!idlest[0] || st.st_mtim.tv_sec < idlest_t.tv_sec ||
+                    (st.st_mtim.tv_sec == idlest_t.tv_sec && st.st_mtim.tv_nsec < idlest_t.tv_nsec)) {
+                        snprintf(idlest, idlest_len, "%s", de->d_name);
+                        idlest_t = st.st_mtim;
+                }
+        }
+        closedir(d);
+        return n;
+}
+
+/* Keys whose template could not be made lately, so that each first start
+ * does not pay for a failing build again: in memory, for TEMPLATE_RETRY_S. */
+static pthread_mutex_t failed_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+        uint64_t hash;
+        int64_t until_ms;
+} failed[16];
+
+static bool template_failed_lately(uint64_t h) {
+        bool r = false;
+        pthread_mutex_lock(&failed_lock);
+        for (size_t i = 0; i < ELEMENTSOF(failed); i++)
+                if (failed[i].hash == h && failed[i].until_ms > now_ms())
+                        r = true;
+        pthread_mutex_unlock(&failed_lock);
+        return r;
+}
+
+static void template_failed(uint64_t h) {
+        pthread_mutex_lock(&failed_lock);
+        size_t slot = ELEMENTSOF(failed);
+        for (size_t i = 0; i < ELEMENTSOF(failed) && slot == ELEMENTSOF(failed); i++)
+                if (failed[i].hash == h)
+                        slot = i;
+        if (slot == ELEMENTSOF(failed)) {
+                slot = 0;
+                for (size_t i = 1; i < ELEMENTSOF(failed); i++)
+                        if (failed[i].until_ms < failed[slot].until_ms)
+                                slot = i;
+        }
+        failed[slot].hash = h;
+        failed[slot].until_ms = now_ms() + TEMPLATE_RETRY_S * 1000LL;
+        pthread_mutex_unlock(&failed_lock);
 }
 
 /* Everything a start needs that does not depend on the way it starts. */
@@ -1427,7 +1550,7 @@ static int write_initrd(const StartCtx *s, const char *path) {
 /* One QEMU process of a start, the same devices whichever way it starts:
  * a cold boot, a template (monitor_fd: QMP) or a restore (incoming_fd: the
  * saved state). hostname goes on the kernel's command line. */
-static int start_qemu(const StartCtx *s, const char *hostname, const char *initrd, const char *upper, int monitor_fd,
+static int start_qemu(const StartCtx *s, const char *hostname, int initrd_fd, const char *upper, int monitor_fd,
                       int incoming_fd, int *ret_fd, DriverInstance **ret) {
         char cmdline[1024];
         int r = microvm_kernel_cmdline(hostname, s->accel, s->pids, cmdline, sizeof(cmdline));
@@ -1435,7 +1558,6 @@ static int start_qemu(const StartCtx *s, const char *hostname, const char *initr
                 return r;
         /* The descriptors QEMU gets; it opens nothing of ours by path. */
         _cleanup_close_ int kernel_fd = open(s->p_kernel, O_RDONLY | O_CLOEXEC);
-        _cleanup_close_ int initrd_fd = open(initrd, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         _cleanup_close_ int root_fd = open(s->p_root, O_RDONLY | O_CLOEXEC);
         /* O_DIRECT to match cache=none (QEMU picks a descriptor of an fdset
          * by its flags): the guest caches its own disk, the host should not
@@ -1445,7 +1567,7 @@ static int start_qemu(const StartCtx *s, const char *hostname, const char *initr
         /* The block layer also opens the image read-only (probing, locks):
          * the fdset holds a descriptor of each access mode. */
         _cleanup_close_ int upper_ro_fd = open(upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
-        if (kernel_fd < 0 || initrd_fd < 0 || root_fd < 0 || upper_fd < 0 || upper_ro_fd < 0)
+        if (kernel_fd < 0 || root_fd < 0 || upper_fd < 0 || upper_ro_fd < 0)
                 return -errno;
         VmLaunch l = {
                 .spec = s->spec, .qemu = s->qemu, .accel = s->accel, .vcpu = s->vcpu, .mem = s->mem,
@@ -1475,8 +1597,9 @@ static int template_build(const StartCtx *s, const char *tmpdir, const char *tpl
                 snprintf(why, why_len, "writing the template's initramfs: %s", strerror(-r));
                 return r;
         }
+        _cleanup_close_ int initrd_fd = open(p_initrd, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         _cleanup_close_ int state_fd = open(p_state, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (state_fd < 0)
+        if (initrd_fd < 0 || state_fd < 0)
                 return -errno;
         int mv[2];
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mv) < 0)
@@ -1485,7 +1608,7 @@ static int template_build(const StartCtx *s, const char *tmpdir, const char *tpl
         _cleanup_close_ int mon_vmm = mv[1];
         DriverInstance *inst = NULL;
         _cleanup_close_ int chan = -1;
-        r = start_qemu(s, tpl_name, p_initrd, p_upper, mon_vmm, -1, &chan, &inst);
+        r = start_qemu(s, tpl_name, initrd_fd, p_upper, mon_vmm, -1, &chan, &inst);
         if (r < 0) {
                 snprintf(why, why_len, "starting QEMU: %s", strerror(-r));
                 return r;
@@ -1555,10 +1678,13 @@ static int template_build(const StartCtx *s, const char *tmpdir, const char *tpl
         return 0;
 }
 
-/* Makes sure the template for this start's key exists; its directory. */
-static int template_get(const StartCtx *s, char *dir, size_t dir_len, char *tpl_name, size_t name_len, char *why,
-                        size_t why_len) {
-        char key[2048], tdir[PATH_MAX];
+/* Makes sure the template for this start's key exists: its directory,
+ * opened (template_open), and its name. A start never waits long for
+ * somebody else's build, and never evicts a template in use: it boots
+ * instead. */
+static int template_get(const StartCtx *s, int tfd, char *name, size_t name_len, char *tpl_name, size_t tpl_len,
+                        int *ret_dfd, char *why, size_t why_len) {
+        char key[4096];
         int r = template_key(s->qemu, s->spec->image_dir, s->spec->agent_path, s->accel, s->vcpu, s->mem, s->disk,
                              s->pids, key, sizeof(key));
         if (r < 0) {
@@ -1566,50 +1692,84 @@ static int template_get(const StartCtx *s, char *dir, size_t dir_len, char *tpl_
                 return r;
         }
         uint64_t h = fnv1a64(key);
-        snprintf(tpl_name, name_len, "tpl-%016llx", (unsigned long long)h);
-        if (path_join(tdir, sizeof(tdir), s->spec->image_dir, "microvm/templates") < 0 ||
-            snprintf(dir, dir_len, "%s/%016llx", tdir, (unsigned long long)h) >= (int)dir_len)
-                return -ENAMETOOLONG;
-        if (template_ready(dir, key))
+        snprintf(name, name_len, "%016llx", (unsigned long long)h);
+        snprintf(tpl_name, tpl_len, "tpl-%016llx", (unsigned long long)h);
+        if ((*ret_dfd = template_open(tfd, name, key)) >= 0)
                 return 0;
-        if (mkdir(tdir, 0700) < 0 && errno != EEXIST)
+        if (template_failed_lately(h)) {
+                snprintf(why, why_len, "the template of this shape could not be made lately");
+                return -EAGAIN;
+        }
+        /* One build per key at a time; other shapes build alongside. */
+        char lockname[48], tmpname[48];
+        snprintf(lockname, sizeof(lockname), "%.16s.lock", name);
+        snprintf(tmpname, sizeof(tmpname), "%.16s.new", name);
+        _cleanup_close_ int lfd = openat(tfd, lockname, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (lfd < 0)
                 return -errno;
-        _cleanup_close_ int tfd = open(tdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-        if (tfd < 0)
-                return -errno;
-        /* One build at a time per image, in this daemon and any other. */
-        while (flock(tfd, LOCK_EX) < 0)
-                if (errno != EINTR)
-                        return -errno;
-        if (template_ready(dir, key))
-                return 0; /* built while we waited */
-        char tmp[PATH_MAX], name[64];
-        snprintf(name, sizeof(name), "%016llx", (unsigned long long)h);
-        if (snprintf(tmp, sizeof(tmp), "%s.new", dir) >= (int)sizeof(tmp))
-                return -ENAMETOOLONG;
-        char tmpname[80];
-        snprintf(tmpname, sizeof(tmpname), "%s.new", name);
+        r = lock_until(lfd, now_ms() + TEMPLATE_LOCK_MS);
+        if (r < 0) {
+                snprintf(why, why_len, "the template of this shape is being made");
+                return r;
+        }
+        if ((*ret_dfd = template_open(tfd, name, key)) >= 0)
+                return 0; /* made while we waited */
+        /* Room: at most TEMPLATE_MAX per image, and one in use (restored
+         * from within TEMPLATE_IDLE_S) is never evicted for another. */
+        char idlest[32];
+        r = lock_until(tfd, now_ms() + TEMPLATE_LOCK_MS);
+        if (r < 0)
+                return r;
+        size_t n = templates_scan(tfd, idlest, sizeof(idlest));
+        if (n >= TEMPLATE_MAX && !idlest[0]) {
+                flock(tfd, LOCK_UN);
+                snprintf(why, why_len, "%zu templates of this image in use, no room for another", n);
+                return -ENOSPC;
+        }
+        flock(tfd, LOCK_UN);
+
         (void)remove_tree_at(tfd, tmpname, 0);
-        (void)remove_tree_at(tfd, name, 0);
         if (mkdirat(tfd, tmpname, 0700) < 0)
                 return -errno;
+        _cleanup_close_ int nfd = openat(tfd, tmpname, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (nfd < 0)
+                return -errno;
+        char p_tmp[PATH_MAX];
+        if (snprintf(p_tmp, sizeof(p_tmp), "%s/microvm/templates/%s", s->spec->image_dir, tmpname) >=
+            (int)sizeof(p_tmp))
+                return -ENAMETOOLONG;
         int64_t t0 = now_ms();
-        r = template_build(s, tmp, tpl_name, why, why_len);
-        _cleanup_close_ int nfd = r == 0 ? openat(tfd, tmpname, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW) : -1;
-        if (r == 0 && nfd < 0)
-                r = -errno;
+        r = template_build(s, p_tmp, tpl_name, why, why_len);
         if (r == 0)
                 r = write_file_at(nfd, "key", key, 0600);
-        if (r == 0 && (fsync(nfd) < 0 || renameat(tfd, tmpname, tfd, name) < 0))
+        if (r == 0 && fsync(nfd) < 0)
                 r = -errno;
+        if (r == 0)
+                r = lock_until(tfd, now_ms() + TEMPLATE_LOCK_MS);
         if (r < 0) {
+                (void)remove_tree_at(tfd, tmpname, 0);
+                template_failed(h);
+                return r;
+        }
+        template_discard_locked(tfd, name, -1);
+        if (renameat(tfd, tmpname, tfd, name) < 0) {
+                r = -errno;
+                flock(tfd, LOCK_UN);
                 (void)remove_tree_at(tfd, tmpname, 0);
                 return r;
         }
         (void)fsync(tfd);
+        /* Over the bound: the idlest goes (never one in use, nor this one). */
+        while (templates_scan(tfd, idlest, sizeof(idlest)) > TEMPLATE_MAX && idlest[0] && strcmp(idlest, name) != 0) {
+                template_discard_locked(tfd, idlest, -1);
+                char gone[48];
+                snprintf(gone, sizeof(gone), "%.16s.lock", idlest);
+                (void)unlinkat(tfd, gone, 0);
+        }
+        flock(tfd, LOCK_UN);
         dprintf(s->log_fd, "runtimed: template %s made in %lld ms\n", name, (long long)(now_ms() - t0));
-        templates_evict(tdir, name);
-        return 0;
+        *ret_dfd = template_open(tfd, name, key);
+        return *ret_dfd >= 0 ? 0 : -ENOENT;
 }
 
 /* The resume request: the guest's kernel gets fresh entropy and is reseeded,
@@ -1657,38 +1817,52 @@ static int vm_resume(int chan, const char *id, int64_t deadline, char *why, size
  * template's, its memory the template's saved guest, then `resume`. */
 static int start_restored(const StartCtx *s, const char *p_upper, int *ret_fd, DriverInstance **ret, char *why,
                           size_t why_len) {
-        char dir[PATH_MAX], tpl_name[64];
-        int r = template_get(s, dir, sizeof(dir), tpl_name, sizeof(tpl_name), why, why_len);
-        if (r < 0)
-                return r;
-        char p_tupper[PATH_MAX], p_tinitrd[PATH_MAX], p_state[PATH_MAX], p_key[PATH_MAX], tmp[PATH_MAX];
-        if (path_join(p_tupper, sizeof(p_tupper), dir, "upper.ext4") < 0 ||
-            path_join(p_tinitrd, sizeof(p_tinitrd), dir, "initrd.cpio") < 0 ||
-            path_join(p_state, sizeof(p_state), dir, "state") < 0 || path_join(p_key, sizeof(p_key), dir, "key") < 0 ||
+        char tdir[PATH_MAX], tmp[PATH_MAX];
+        if (path_join(tdir, sizeof(tdir), s->spec->image_dir, "microvm/templates") < 0 ||
             snprintf(tmp, sizeof(tmp), "%s.new", p_upper) >= (int)sizeof(tmp))
                 return -ENAMETOOLONG;
-        (void)utimensat(AT_FDCWD, p_key, NULL, 0); /* recently used */
+        if (mkdir(tdir, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        _cleanup_close_ int tfd = open(tdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (tfd < 0)
+                return -errno;
+        char name[32], tpl_name[48];
+        _cleanup_close_ int dfd = -1;
+        int r = template_get(s, tfd, name, sizeof(name), tpl_name, sizeof(tpl_name), &dfd, why, why_len);
+        if (r < 0)
+                return r;
+        /* A template missing a part (a crash while it was removed) goes,
+         * rather than being tried at every start. */
+        _cleanup_close_ int in = openat(dfd, "upper.ext4", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int initrd_fd = openat(dfd, "initrd.cpio", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int state_fd = openat(dfd, "state", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (in < 0 || initrd_fd < 0 || state_fd < 0) {
+                r = -errno;
+                snprintf(why, why_len, "template %s incomplete: %s", name, strerror(-r));
+                template_discard(tfd, name, dfd);
+                return r;
+        }
         {
-                _cleanup_close_ int in = open(p_tupper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-                unlink(tmp);
+                (void)unlink(tmp);
                 _cleanup_close_ int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-                if (in < 0 || out < 0)
+                if (out < 0)
                         return -errno;
                 r = copy_sparse(in, out);
+                /* Durable before it is named: a later start boots on it. */
+                if (r == 0 && fsync(out) < 0)
+                        r = -errno;
                 if (r == 0 && rename(tmp, p_upper) < 0)
                         r = -errno;
                 if (r < 0) {
-                        unlink(tmp);
+                        (void)unlink(tmp);
                         snprintf(why, why_len, "copying the template's disk: %s", strerror(-r));
                         return r;
                 }
         }
-        _cleanup_close_ int state_fd = open(p_state, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (state_fd < 0)
-                return -errno;
+        dprintf(s->log_fd, "runtimed: restoring from template %s\n", name);
         DriverInstance *inst = NULL;
         _cleanup_close_ int chan = -1;
-        r = start_qemu(s, tpl_name, p_tinitrd, p_upper, -1, state_fd, &chan, &inst);
+        r = start_qemu(s, tpl_name, initrd_fd, p_upper, -1, state_fd, &chan, &inst);
         if (r < 0) {
                 snprintf(why, why_len, "starting QEMU: %s", strerror(-r));
                 return r;
@@ -1699,10 +1873,12 @@ static int start_restored(const StartCtx *s, const char *p_upper, int *ret_fd, D
                 instance_free(inst);
                 /* A template that does not come back (damaged, or from a
                  * QEMU that changed under the same file) is made anew by
-                 * the next start rather than tried again and again. */
-                (void)remove_tree_at(AT_FDCWD, dir, 0);
+                 * the next start rather than tried again and again; one a
+                 * build replaced meanwhile is left alone. */
+                template_discard(tfd, name, dfd);
                 return r;
         }
+        (void)utimensat(dfd, "key", NULL, 0); /* in use: not to be evicted */
         *ret_fd = TAKE_FD(chan);
         *ret = inst;
         return 0;
@@ -1786,7 +1962,10 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
         r = write_initrd(&s, p_initrd);
         if (r < 0)
                 return r;
-        r = start_qemu(&s, spec->id, p_initrd, p_upper, -1, -1, ret_fd, ret);
+        _cleanup_close_ int initrd_fd = open(p_initrd, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (initrd_fd < 0)
+                return -errno;
+        r = start_qemu(&s, spec->id, initrd_fd, p_upper, -1, -1, ret_fd, ret);
         if (r < 0)
                 remove_start_files(spec->sandbox_dir);
         return r;

@@ -56,6 +56,14 @@ def _vmm_log(d, sid: str) -> str:
     return p.read_text(errors="replace") if p.exists() else ""
 
 
+def _template_of(d, sid: str, image_dir):
+    """The template a sandbox was restored from, by its log."""
+    import re
+    m = re.search(r"restoring from template ([0-9a-f]{16})", _vmm_log(d, sid))
+    assert m, _vmm_log(d, sid)
+    return image_dir / "default" / "microvm" / "templates" / m.group(1)
+
+
 def _template_dirs(image_dir, mem: int, disk: int) -> list:
     root = image_dir / "default" / "microvm" / "templates"
     if not root.is_dir():
@@ -186,18 +194,26 @@ def test_damaged_template_falls_back_and_is_made_again(mvm_api, daemon, image_di
     shape = {"memoryMiB": 256, "diskMiB": 80}
     first = mvm_api.create_sandbox(driver=DRIVER, **shape)
     assert first.run("echo one") == "one\n"
-    tpls = _template_dirs(image_dir, 256, 80)
-    assert len(tpls) == 1, tpls
-    with open(tpls[0] / "state", "r+b") as f:
+    tpl = _template_of(daemon, first.id, image_dir)
+    with open(tpl / "state", "r+b") as f:
         f.truncate(4096)
     second = mvm_api.create_sandbox(driver=DRIVER, **shape)
     assert second.run("echo two") == "two\n"
     log = _vmm_log(daemon, second.id)
     assert "no fast start" in log and "restored from a template" not in log, log
-    assert not (tpls[0] / "state").exists(), "the damaged template was kept"
+    assert not (tpl / "state").exists(), "the damaged template was kept"
     third = mvm_api.create_sandbox(driver=DRIVER, **shape)
     assert third.run("echo three") == "three\n"
     assert "restored from a template" in _vmm_log(daemon, third.id), _vmm_log(daemon, third.id)
+    # A template missing a part (as a crash while it was removed would
+    # leave it) goes too, instead of failing every start after.
+    tpl = _template_of(daemon, third.id, image_dir)
+    (tpl / "state").unlink()
+    fourth = mvm_api.create_sandbox(driver=DRIVER, **shape)
+    assert fourth.run("echo four") == "four\n"
+    log = _vmm_log(daemon, fourth.id)
+    assert "incomplete" in log and "restored from a template" not in log, log
+    assert not tpl.exists(), "the incomplete template was kept"
 
 
 @pytest.mark.slow
