@@ -32,9 +32,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "bench"))
 
 from egress_servers import EchoServer, TestCa  # noqa: E402
 from helpers import Api, Daemon, remove_empty_cgroup_tree  # noqa: E402
+from sections import replace_section  # noqa: E402
 
 BEGIN = "<!-- egress benchmark: begin (bench/egress.py) -->"
 END = "<!-- egress benchmark: end -->"
@@ -205,13 +207,7 @@ def main() -> int:
     if args.out == "-":
         print(section)
         return 0
-    out = Path(args.out)
-    text = out.read_text() if out.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    out.write_text(text)
+    replace_section(Path(args.out), BEGIN, END, section)
     print(section)
     return 0
 

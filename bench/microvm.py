@@ -32,8 +32,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "bench"))
 
 from helpers import Api, Daemon, remove_empty_cgroup_tree  # noqa: E402
+from sections import replace_section  # noqa: E402
 
 BEGIN = "<!-- microvm benchmark: begin (bench/microvm.py) -->"
 END = "<!-- microvm benchmark: end -->"
@@ -171,13 +173,7 @@ def main() -> int:
     if args.out == "-":
         print(section)
         return 0
-    out = Path(args.out)
-    text = out.read_text() if out.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    out.write_text(text)
+    replace_section(Path(args.out), BEGIN, END, section)
     print(section)
     return 0
 

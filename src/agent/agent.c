@@ -14,6 +14,7 @@
 #include <netinet/tcp.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -26,8 +27,13 @@
 #include "common/macro.h"
 #include "proto/proto.h"
 
-/* Bytes read from a child's pipe or a file per DATA frame. */
+/* Bytes read from a child's pipe per DATA frame (a pipe holds 64 KiB). */
 #define CHUNK (64u * 1024u)
+/* Bytes read from a file per DATA frame, and from the channel at once: a
+ * whole largest frame, so that a file moves in few frames and syscalls. */
+#define BIG_CHUNK PROTO_MAX_PAYLOAD
+/* Queued frames handed to one writev(). */
+#define FLUSH_IOV 64
 /* Credit is returned to the host in batches of at least this much, or when the
  * stdin queue runs empty. */
 #define WINDOW_BATCH (64u * 1024u)
@@ -211,10 +217,17 @@ static void result_errno(Agent *a, uint32_t id, int err) {
         result_error(a, id, fsops_error_code(err), strerror(-err));
 }
 
+/* Queued frames go out together: an exec's last EOFs and its RESULT reach
+ * the host in one write, and wake it once. */
 static void flush_out(Agent *a) {
         while (a->out_head) {
-                OutFrame *f = a->out_head;
-                ssize_t n = write(a->out_fd, f->buf + f->off, f->len - f->off);
+                struct iovec iov[FLUSH_IOV];
+                int k = 0;
+                for (OutFrame *f = a->out_head; f && k < FLUSH_IOV; f = f->next)
+                        iov[k++] = (struct iovec){.iov_base = f->buf + f->off, .iov_len = f->len - f->off};
+                ssize_t n = writev(a->out_fd, iov, k);
+                if (n == 0)
+                        return;
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -225,22 +238,28 @@ static void flush_out(Agent *a) {
                         a->exit_status = 1;
                         return;
                 }
-                f->off += (size_t)n;
-                a->out_bytes -= (size_t)n;
-                if (f->off < f->len)
-                        return;
-                a->out_head = f->next;
-                if (!a->out_head)
-                        a->out_tail = NULL;
-                if (f->data_stream) {
-                        /* Clamped: a host may reuse a finished stream's id
-                         * while that stream's last frames are still queued. */
-                        Stream *s = stream_find(a, f->data_stream);
-                        if (s)
-                                s->queued_out -= f->len < s->queued_out ? f->len : s->queued_out;
+                size_t left = (size_t)n;
+                a->out_bytes -= left;
+                while (a->out_head && left > 0) {
+                        OutFrame *f = a->out_head;
+                        size_t part = f->len - f->off < left ? f->len - f->off : left;
+                        f->off += part;
+                        left -= part;
+                        if (f->off < f->len)
+                                return; /* the channel is full */
+                        a->out_head = f->next;
+                        if (!a->out_head)
+                                a->out_tail = NULL;
+                        if (f->data_stream) {
+                                /* Clamped: a host may reuse a finished stream's id
+                                 * while that stream's last frames are still queued. */
+                                Stream *s = stream_find(a, f->data_stream);
+                                if (s)
+                                        s->queued_out -= f->len < s->queued_out ? f->len : s->queued_out;
+                        }
+                        free(f->buf);
+                        free(f);
                 }
-                free(f->buf);
-                free(f);
         }
 }
 
@@ -660,7 +679,7 @@ static void handle_frame(Agent *a, const ProtoHeader *h, const uint8_t *p) {
 }
 
 static void read_channel(Agent *a) {
-        uint8_t buf[CHUNK];
+        static uint8_t buf[PROTO_HEADER_SIZE + BIG_CHUNK];
         ssize_t n = read(a->in_fd, buf, sizeof buf);
         if (n < 0) {
                 if (errno == EINTR || errno == EAGAIN)
@@ -750,6 +769,11 @@ static void pipe_readable(Agent *a, Stream *s, int which) {
         /* EOF, an error, or nothing left once the group is dead. */
         close_fd(&s->fds[which]);
         send_frame(a, PROTO_EOF, (uint8_t)which, s->id, NULL, 0);
+        /* A child closes its pipes as it exits: reaped now, its RESULT
+         * leaves with these EOFs instead of after another turn of the loop
+         * for the SIGCHLD. */
+        if (!s->exited && s->fds[PIPE_OUT] < 0 && s->fds[PIPE_ERR] < 0)
+                reap(a);
 }
 
 static void stdin_writable(Agent *a, Stream *s) {
@@ -826,12 +850,12 @@ static void exec_check(Agent *a, Stream *s, uint64_t now) {
 }
 
 static void read_pump(Agent *a, Stream *s) {
-        size_t want = CHUNK;
+        size_t want = BIG_CHUNK;
         if (s->credit < want)
                 want = (size_t)s->credit;
         if (want == 0)
                 return;
-        uint8_t buf[CHUNK];
+        static uint8_t buf[BIG_CHUNK];
         ssize_t n = read(s->file_fd, buf, want);
         if (n < 0) {
                 if (errno == EINTR || errno == EAGAIN)

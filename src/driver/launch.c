@@ -10,8 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <linux/magic.h>
+#include <linux/sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -131,6 +134,104 @@ static _Noreturn void child_fail(int status_fd, int code) {
         _exit(code);
 }
 
+/*
+ * How a child enters the sandbox's cgroup. Writing to a v1 cgroup.procs, or
+ * to any v2 one, migrates a whole thread group under the kernel's global
+ * cgroup_threadgroup_rwsem, whose write side waits for an RCU grace period:
+ * about 10 ms on these hosts, the largest single cost of a sandbox start. A
+ * forked child is one thread, so on v1 it joins through the "tasks" file,
+ * which moves only the calling thread and skips that lock; on v2 it is
+ * created inside the cgroup (clone3 with CLONE_INTO_CGROUP) and never moves.
+ * Anything that does not fit (an older kernel, a plain file in the unit
+ * tests) keeps the cgroup.procs write, which is correct, only slower.
+ */
+typedef struct CgroupJoin {
+        int fds[_CGROUP_HIER_MAX]; /* written "0" by the child; -1 unused */
+        bool owned[_CGROUP_HIER_MAX];
+        int v2_dir;    /* for CLONE_INTO_CGROUP, or -1 */
+        int v2_procs;  /* its cgroup.procs, the fallback when clone3 cannot */
+} CgroupJoin;
+
+/* The path of a cgroup.procs fd, without the file name, into dir. */
+static int procs_dir(int fd, char *dir, size_t len) {
+        char link[64];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, dir, len - 1);
+        if (n <= 0 || (size_t)n >= len - 1)
+                return -ENAMETOOLONG;
+        dir[n] = '\0';
+        char *slash = strrchr(dir, '/');
+        if (!slash || strcmp(slash, "/cgroup.procs") != 0)
+                return -EINVAL;
+        *slash = '\0';
+        return 0;
+}
+
+static void cgroup_join_done(CgroupJoin *j) {
+        for (size_t i = 0; i < ELEMENTSOF(j->fds); i++)
+                if (j->owned[i] && j->fds[i] >= 0)
+                        close(j->fds[i]);
+        if (j->v2_dir >= 0)
+                close(j->v2_dir);
+}
+
+static void cgroup_join_prepare(const LaunchFds *fds, CgroupJoin *j) {
+        *j = (CgroupJoin){.v2_dir = -1, .v2_procs = -1};
+        for (size_t i = 0; i < ELEMENTSOF(j->fds); i++)
+                j->fds[i] = -1;
+        size_t k = 0;
+        for (size_t i = 0; i < fds->n_cgroup_fds && k < ELEMENTSOF(j->fds); i++) {
+                int fd = fds->cgroup_fds[i];
+                if (fd < 0)
+                        continue;
+                struct statfs sf;
+                char dir[PATH_MAX], p[PATH_MAX + 16];
+                if (fstatfs(fd, &sf) == 0 && procs_dir(fd, dir, sizeof dir) == 0) {
+                        if (sf.f_type == CGROUP2_SUPER_MAGIC && j->v2_dir < 0) {
+                                j->v2_dir = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                                if (j->v2_dir >= 0 && launch_fd_above_stdio(&j->v2_dir) == 0) {
+                                        j->v2_procs = fd;
+                                        continue;
+                                }
+                                if (j->v2_dir >= 0)
+                                        close(j->v2_dir);
+                                j->v2_dir = -1;
+                        } else if (sf.f_type == CGROUP_SUPER_MAGIC) {
+                                snprintf(p, sizeof p, "%s/tasks", dir);
+                                int t = open(p, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+                                if (t >= 0 && launch_fd_above_stdio(&t) == 0) {
+                                        j->owned[k] = true;
+                                        j->fds[k++] = t;
+                                        continue;
+                                }
+                                if (t >= 0)
+                                        close(t);
+                        }
+                }
+                j->fds[k++] = fd;
+        }
+}
+
+/* fork(), or clone3() straight into the v2 cgroup. In the child, v2 is then
+ * joined already, or j->v2_procs is left to write. */
+static pid_t spawn_fork(CgroupJoin *j) {
+        if (j->v2_dir >= 0) {
+                struct clone_args ca = {
+                        .flags = CLONE_INTO_CGROUP,
+                        .exit_signal = SIGCHLD,
+                        .cgroup = (uint64_t)j->v2_dir,
+                };
+                long pid = syscall(SYS_clone3, &ca, sizeof ca);
+                if (pid >= 0) {
+                        if (pid == 0)
+                                j->v2_procs = -1;
+                        return (pid_t)pid;
+                }
+                /* An older kernel, or a cgroup that refuses: the slow way. */
+        }
+        return fork();
+}
+
 int launch_spawn(char *const argv[], char *const envp[], const LaunchFds *fds, pid_t *ret_pid) {
         /* O_CLOEXEC status pipe: EOF means the exec happened, an int means
          * the child failed before it, with that errno. */
@@ -145,14 +246,17 @@ int launch_spawn(char *const argv[], char *const envp[], const LaunchFds *fds, p
                 close(sp[1]);
                 return r;
         }
+        CgroupJoin join;
+        cgroup_join_prepare(fds, &join);
         sigset_t all, old;
         sigfillset(&all);
         /* No signal handler of the daemon may run in the child. */
         pthread_sigmask(SIG_SETMASK, &all, &old);
-        pid_t pid = fork();
+        pid_t pid = spawn_fork(&join);
         if (pid < 0) {
                 r = -errno;
                 pthread_sigmask(SIG_SETMASK, &old, NULL);
+                cgroup_join_done(&join);
                 close(sp[0]);
                 close(sp[1]);
                 return r;
@@ -160,7 +264,8 @@ int launch_spawn(char *const argv[], char *const envp[], const LaunchFds *fds, p
         if (pid == 0) {
                 /* Child: async-signal-safe calls only. */
                 errno = 0;
-                if (cgroup_join_fds(fds->cgroup_fds, fds->n_cgroup_fds) < 0)
+                if (cgroup_join_fds(join.fds, ELEMENTSOF(join.fds)) < 0 ||
+                    (join.v2_procs >= 0 && cgroup_join_fds(&join.v2_procs, 1) < 0))
                         child_fail(sp[1], 126);
                 (void)setsid();
                 if (fds->pre_exec && fds->pre_exec(fds->userdata) != 0)
@@ -193,6 +298,7 @@ int launch_spawn(char *const argv[], char *const envp[], const LaunchFds *fds, p
                 child_fail(sp[1], 127);
         }
         pthread_sigmask(SIG_SETMASK, &old, NULL);
+        cgroup_join_done(&join);
         close(sp[1]);
         int e = 0;
         ssize_t n;

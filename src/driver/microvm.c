@@ -1256,7 +1256,7 @@ static int qmp_exec(Qmp *q, const char *cmd, int pass_fd, int64_t deadline, json
 static int remove_tree_at(int dfd, const char *name, unsigned depth);
 
 #define TEMPLATE_FORMAT 1
-#define TEMPLATE_MAX 8         /* per image */
+#define TEMPLATE_MAX 16        /* per image */
 #define TEMPLATE_IDLE_S 600    /* a template restored within this is in use: never evicted */
 #define TEMPLATE_RETRY_S 600   /* a build that failed is not tried again before this */
 #define TEMPLATE_LOCK_MS 15000 /* the longest a start waits for somebody else's build */

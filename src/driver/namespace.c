@@ -187,6 +187,7 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret) {
                 goto fail;
         }
         inst->tmpfs_layer = layer->tmpfs;
+        bool layer_created = layer->created && !layer->tmpfs;
 
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 || pipe2(info, O_CLOEXEC) < 0 ||
             pipe2(block, O_CLOEXEC) < 0) {
@@ -280,6 +281,8 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret) {
         }
         close(info[0]);
         close(block[1]);
+        if (layer_created)
+                rootfs_replenish_async(spec->sandbox_dir, spec->disk_mib, shift);
         *ret_fd = sv[0];
         *ret = inst;
         return 0;

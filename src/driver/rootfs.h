@@ -39,6 +39,13 @@ typedef struct RootfsLayer {
  * while the previous run's filesystem is still being released. */
 int rootfs_prepare(const char *image_rootfs, const char *sandbox_dir, unsigned disk_mib, uid_t owner,
                    RootfsLayer *ret);
+/* Makes the synced copy of the empty layer that the next rootfs_prepare of
+ * this size and owner takes instead of copying (0 when one is there
+ * already, -EBUSY while another thread makes it). */
+int rootfs_replenish(const char *sandbox_dir, unsigned disk_mib, uid_t owner);
+/* The same on a detached thread: best effort, never waited for. A copy cut
+ * short by the daemon's exit is found stale and redone later. */
+void rootfs_replenish_async(const char *sandbox_dir, unsigned disk_mib, uid_t owner);
 /* Closes the daemon's hold on the loop device; call right after fork (the
  * child keeps its own until it has mounted). */
 void rootfs_layer_done(RootfsLayer *l);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 struct ProtoReader {
@@ -184,6 +185,28 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
         return 0;
 }
 
+/* Header and payload in one system call; after a short write, the rest. */
+static int write_two(int fd, const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
+        struct iovec iov[2] = {{.iov_base = (void *)a, .iov_len = an}, {.iov_base = (void *)b, .iov_len = bn}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+        ssize_t w;
+        do {
+                w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+                if (w < 0 && errno == ENOTSOCK)
+                        w = writev(fd, iov, 2);
+        } while (w < 0 && errno == EINTR);
+        if (w < 0)
+                return -errno;
+        size_t done = (size_t)w;
+        if (done < an) {
+                int r = write_all(fd, a + done, an - done);
+                if (r < 0)
+                        return r;
+                done = an;
+        }
+        return write_all(fd, b + (done - an), bn - (done - an));
+}
+
 int proto_write_frame(int fd, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
                       size_t len) {
         if (len > PROTO_MAX_PAYLOAD || (len > 0 && !payload))
@@ -202,10 +225,7 @@ int proto_write_frame(int fd, uint8_t type, uint8_t flags, uint32_t stream, cons
                         memcpy(one + PROTO_HEADER_SIZE, payload, len);
                 return write_all(fd, one, PROTO_HEADER_SIZE + len);
         }
-        r = write_all(fd, hdr, PROTO_HEADER_SIZE);
-        if (r < 0)
-                return r;
-        return write_all(fd, payload, len);
+        return write_two(fd, hdr, PROTO_HEADER_SIZE, payload, len);
 }
 
 const char *proto_type_name(uint8_t type) {

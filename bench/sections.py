@@ -1,0 +1,33 @@
+"""docs/benchmarks.md is written by three scripts: bench/run.py owns the file,
+bench/egress.py and bench/microvm.py each own a section between markers.
+These helpers keep each one's part when another rewrites the file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+# (begin prefix, end) of the sections the other scripts own, in file order.
+SECTIONS = [
+    ("<!-- egress benchmark: begin", "<!-- egress benchmark: end -->"),
+    ("<!-- microvm benchmark: begin", "<!-- microvm benchmark: end -->"),
+]
+
+
+def kept_sections(text: str) -> str:
+    """The marked sections of text, each with its markers, for run.py to
+    carry over."""
+    out = []
+    for b, e in SECTIONS:
+        if b in text and e in text:
+            out.append(text[text.index(b):text.index(e) + len(e)])
+    return "".join("\n" + s + "\n" for s in out)
+
+
+def replace_section(path: Path, begin: str, end: str, section: str) -> None:
+    """Puts section (markers included) in place of the one between begin and
+    end in path, or appends it."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if begin in text and end in text:
+        text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
