@@ -448,8 +448,11 @@ static const char *dispatch(Channel *c, const ProtoHeader *h, const uint8_t *p) 
 static void *reader_main(void *arg) {
         Channel *c = arg;
         ProtoReader *r = proto_reader_new();
-        const char *why = r ? NULL : "out of memory";
-        uint8_t buf[64 * 1024];
+        /* Room for the largest frame, so that one arrives in one read; on the
+         * heap, as threads have bounded stacks. */
+        const size_t buf_size = PROTO_HEADER_SIZE + PROTO_MAX_PAYLOAD;
+        uint8_t *buf = malloc(buf_size);
+        const char *why = r && buf ? NULL : "out of memory";
         while (!why) {
                 struct pollfd pfd[2] = {{.fd = c->fd, .events = POLLIN},
                                         {.fd = c->wake[0], .events = POLLIN}};
@@ -461,7 +464,7 @@ static void *reader_main(void *arg) {
                 }
                 if (pfd[1].revents)
                         break; /* closed by a writer or channel_free; reason already set */
-                ssize_t n = read(c->fd, buf, sizeof buf);
+                ssize_t n = read(c->fd, buf, buf_size);
                 if (n < 0) {
                         if (errno == EINTR || errno == EAGAIN)
                                 continue;
@@ -495,6 +498,7 @@ static void *reader_main(void *arg) {
                 }
         }
         proto_reader_free(r);
+        free(buf);
         /* The agent learns at once that the channel is over (it exits, which
          * ends the sandbox), and writers blocked on a full socket wake up.
          * Not a socket: the owner's on_closed has to end the agent. */

@@ -1,13 +1,18 @@
 #include "daemon/egress_service.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/jsonutil.h"
 #include "common/macro.h"
@@ -570,7 +575,71 @@ static int read_file(Channel *c, const char *path, char **ret, size_t *ret_len) 
         return 0;
 }
 
-static int write_file(Channel *c, const char *path, const char *data, size_t len) {
+/* The image's bundle, read on the host: what a fresh sandbox of the image
+ * starts with. The image's root is a tree its builder filled from packages,
+ * so it is opened like hostile input: symlinks resolve inside it (as they do
+ * in the sandbox) and never out of it, no magic links, no other filesystem,
+ * only a regular file of at most MAX_BUNDLE bytes. -ENOENT when the image has
+ * no bundle; another error when the host cannot tell. */
+static int read_image_bundle(const char *image_dir, char **ret, size_t *ret_len) {
+        _cleanup_free_ char *root = NULL;
+        if (asprintf(&root, "%s/rootfs", image_dir) < 0)
+                return -ENOMEM;
+        _cleanup_close_ int dfd = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0)
+                return errno == ENOENT ? -ENOTDIR : -errno; /* no rootfs is not "no bundle" */
+        struct open_how how = {
+                .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+                .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
+        };
+        _cleanup_close_ int fd = (int)syscall(SYS_openat2, dfd, SANDBOX_CA_BUNDLE + 1, &how, sizeof how);
+        if (fd < 0)
+                return -errno;
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode))
+                return -EINVAL;
+        if (st.st_size < 0 || (uint64_t)st.st_size > MAX_BUNDLE)
+                return -E2BIG;
+        /* The size may change under us: read to EOF, bounded all the same. */
+        size_t cap = (size_t)st.st_size + 1, len = 0;
+        _cleanup_free_ char *buf = malloc(cap + 1);
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                if (len == cap) {
+                        if (cap > MAX_BUNDLE)
+                                return -E2BIG;
+                        size_t ncap = cap * 2 > MAX_BUNDLE + 1 ? MAX_BUNDLE + 1 : cap * 2;
+                        char *nb = realloc(buf, ncap + 1);
+                        if (!nb)
+                                return -ENOMEM;
+                        buf = nb;
+                        cap = ncap;
+                }
+                ssize_t n = read(fd, buf + len, cap - len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        break;
+                len += (size_t)n;
+        }
+        if (len > MAX_BUNDLE)
+                return -E2BIG;
+        buf[len] = '\0';
+        *ret = TAKE_PTR(buf);
+        *ret_len = len;
+        return 0;
+}
+
+/* Opens a write of `path` in the sandbox and sends all of `data`; the agent's
+ * answer is awaited by write_finish, so that several writes are in flight at
+ * once. The stream is freed on failure. */
+static int write_begin(Channel *c, const char *path, const char *data, size_t len, ChanStream **ret) {
         _cleanup_json_ json_t *req = json_pack("{s:s,s:s,s:i,s:b}", "op", "write", "path", path, "mode", 0644,
                                                "mkdirs", 1);
         ChanStream *s = NULL;
@@ -580,47 +649,75 @@ static int write_file(Channel *c, const char *path, const char *data, size_t len
         r = chan_stream_write(s, data, len, 10000);
         if (r == 0)
                 r = chan_stream_close_write(s);
-        while (r == 0) {
+        if (r < 0) {
+                chan_stream_free(s);
+                return r;
+        }
+        *ret = s;
+        return 0;
+}
+
+/* Waits for the result of a write_begin (the file and its directory synced)
+ * and frees the stream. */
+static int write_finish(ChanStream *s) {
+        int r = 0;
+        for (;;) {
                 ChanEvent ev;
                 if ((r = chan_stream_next(s, 10000, &ev)) < 0)
                         break;
                 if (ev.type == CHAN_EV_RESULT || ev.type == CHAN_EV_CLOSED) {
-                        r = ev.type == CHAN_EV_RESULT && !json_object_get(ev.json, "error") ? 1 : -EIO;
+                        r = ev.type == CHAN_EV_RESULT && !json_object_get(ev.json, "error") ? 0 : -EIO;
                         chan_event_clear(&ev);
                         break;
                 }
                 chan_event_clear(&ev);
         }
         chan_stream_free(s);
-        return r < 0 ? r : 0;
+        return r;
 }
 
-int egress_service_install_ca(EgressService *svc, Channel *c) {
+int egress_service_install_ca(EgressService *svc, Channel *c, const char *image_dir) {
         const char *pem = egress_ca_pem(svc->ca);
         size_t pem_len = strlen(pem);
-        int r = write_file(c, SANDBOX_CA_FILE, pem, pem_len);
-        if (r < 0)
-                return r;
         _cleanup_free_ char *bundle = NULL;
         size_t len = 0;
-        r = read_file(c, SANDBOX_CA_BUNDLE, &bundle, &len);
+        int r = image_dir ? read_image_bundle(image_dir, &bundle, &len) : -EOPNOTSUPP;
+        if (r < 0 && r != -ENOENT) {
+                /* The host cannot tell (no openat2, say): ask the sandbox. */
+                if (image_dir)
+                        log_warn(NULL, "egress CA: cannot read the image's trust store on the host (%s); "
+                                       "reading it through the agent", strerror(-r));
+                r = read_file(c, SANDBOX_CA_BUNDLE, &bundle, &len);
+        }
         if (r == -ENOENT) {
+                free(bundle);
                 bundle = strdup("");
+                len = 0;
                 r = bundle ? 0 : -ENOMEM;
         }
         if (r < 0)
                 return r;
-        if (strstr(bundle, pem))
-                return 0; /* a restarted sandbox has it already */
-        size_t sep = len > 0 && bundle[len - 1] != '\n';
-        _cleanup_free_ char *out = malloc(len + sep + pem_len);
-        if (!out)
-                return -ENOMEM;
-        memcpy(out, bundle, len);
-        if (sep)
-                out[len] = '\n';
-        memcpy(out + len + sep, pem, pem_len);
-        return write_file(c, SANDBOX_CA_BUNDLE, out, len + sep + pem_len);
+        _cleanup_free_ char *out = NULL;
+        size_t out_len = 0;
+        if (!strstr(bundle, pem)) { /* else a restarted sandbox has it already */
+                size_t sep = len > 0 && bundle[len - 1] != '\n';
+                out_len = len + sep + pem_len;
+                if (!(out = malloc(out_len)))
+                        return -ENOMEM;
+                memcpy(out, bundle, len);
+                if (sep)
+                        out[len] = '\n';
+                memcpy(out + len + sep, pem, pem_len);
+        }
+        /* Both writes in flight before either answer is awaited. */
+        ChanStream *ca = NULL, *all = NULL;
+        if ((r = write_begin(c, SANDBOX_CA_FILE, pem, pem_len, &ca)) < 0)
+                return r;
+        int r2 = out ? write_begin(c, SANDBOX_CA_BUNDLE, out, out_len, &all) : 0;
+        r = write_finish(ca);
+        if (all)
+                r2 = write_finish(all);
+        return r < 0 ? r : r2;
 }
 
 /* ---- per sandbox ---- */

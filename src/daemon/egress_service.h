@@ -32,9 +32,12 @@ void egress_service_free(EgressService *svc);
 /* The environment every exec in a sandbox of `owner` gets: the proxy, the
  * trust store, a placeholder per secret. A new reference. */
 json_t *egress_service_sandbox_env(EgressService *svc, const char *owner);
-/* Puts the daemon's CA into the sandbox's system trust store, through its
- * agent. */
-int egress_service_install_ca(EgressService *svc, Channel *c);
+/* Puts the daemon's CA into a fresh sandbox's system trust store: the CA
+ * file and the image's bundle with the CA appended, both written through its
+ * agent at once. The bundle is read on the host from image_dir/rootfs (the
+ * sandbox's root at creation, for every driver), through the agent when the
+ * host cannot read it or image_dir is NULL. */
+int egress_service_install_ca(EgressService *svc, Channel *c, const char *image_dir);
 
 /* A sandbox's policy and identity for its proxied connections. `network` is
  * a validated network object; `trial` limits egress to ports 80 and 443. */

@@ -1038,7 +1038,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         }
         /* The egress CA in the sandbox's trust store, so that HTTPS to hosts a
          * secret applies to verifies; without it only those connections fail. */
-        if (m->egress && (r = egress_service_install_ca(m->egress, sb->channel)) < 0)
+        if (m->egress && (r = egress_service_install_ca(m->egress, sb->channel, sb->paths.image_dir)) < 0)
                 log_warn(rid, "sandbox %s: could not add the egress CA to its trust store: %s", row.id,
                          strerror(-r));
         int64_t now = time_now_unix();

@@ -324,6 +324,7 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret) {
                 goto fail;
         }
         inst->tmpfs_layer = layer->tmpfs;
+        bool layer_created = layer->created && !layer->tmpfs;
 
         /* A container of the same id left by a daemon that died. */
         runsc_delete(state, spec->id);
@@ -377,6 +378,9 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret) {
         close(sv[1]);
         sv[1] = -1;
         cgroup_close_fds(cg_fds, ELEMENTSOF(cg_fds));
+        /* The next fresh sandbox of this size takes a ready copy of the layer. */
+        if (layer_created)
+                rootfs_replenish_async(spec->sandbox_dir, spec->disk_mib, shift);
 
         *ret_fd = sv[0];
         *ret = inst;

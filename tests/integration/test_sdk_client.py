@@ -2,6 +2,9 @@
 stdin, timeouts, truncation), files, threads, and how it finds the daemon and its key."""
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import os
 import sys
 import threading
 import time
@@ -13,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
 
-from withruntime import CommandResult, Sandbox  # noqa: E402
+from withruntime import AsyncSandbox, CommandResult, Sandbox  # noqa: E402
 from withruntime.errors import ConflictError, InvalidRequestError, NotFoundError  # noqa: E402
 
 
@@ -184,6 +187,27 @@ def test_files(sbx):
         f.remove("/workspace/nope")
     f.write("/workspace/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
     assert sbx.exec(["/workspace/run.sh"]).stdout == "ran\n"
+
+
+def test_multi_mib_writes_arrive_intact(sbx):
+    """Bodies over the SDK's 1 MiB slice go out as slices with their length said up front:
+    every byte arrives, in order, whatever type the caller handed in."""
+    data = os.urandom(5 * 1024 * 1024 + 12345)  # not a multiple of the slice
+    want = hashlib.sha256(data).hexdigest()
+    for i, body in enumerate((data, bytearray(data), memoryview(data))):
+        path = f"/workspace/big{i}.bin"
+        res = sbx.files.write(path, body)
+        assert res.size == len(data)
+        got = sbx.exec(["sha256sum", path]).stdout.split()[0]
+        assert got == want, type(body).__name__
+    assert sbx.files.read("/workspace/big0.bin") == data
+
+    async def via_async() -> str:
+        async with await AsyncSandbox.connect(sbx.id) as asbx:
+            await asbx.files.write("/workspace/big-async.bin", bytearray(data))
+            return (await asbx.exec(["sha256sum", "/workspace/big-async.bin"])).stdout.split()[0]
+
+    assert asyncio.run(via_async()) == want
 
 
 def test_exec_sees_written_files_and_back(sbx):

@@ -96,3 +96,34 @@ def test_async_files(fake) -> None:
         await sbx.close()
 
     asyncio.run(body())
+
+
+def test_async_big_write_goes_out_in_slices(fake) -> None:
+    n = 2 * 1024 * 1024 + 3
+    data = bytes(range(256)) * (n // 256) + b"y" * (n % 256)
+    chunks: list = []
+
+    async def recording(request: httpx.Request) -> httpx.Response:
+        if request.method == "PUT":
+            async for c in request.stream:  # type: ignore[union-attr]
+                chunks.append(bytes(c))
+            request._content = b"".join(chunks)
+        return fake(request)
+
+    fake.on("PUT", "/v1/sandboxes/sbx_1/files/content",
+            lambda r: httpx.Response(200, json={"path": "/workspace/b", "size": len(r.content)}))
+
+    async def body() -> None:
+        class Recording(httpx.AsyncBaseTransport):  # MockTransport reads the body before its handler
+            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+                return await recording(request)
+
+        sbx = await AsyncSandbox.connect("sbx_1", _transport=Recording())
+        w = await sbx.files.write("b", bytearray(data))
+        req = fake.requests[-1]
+        assert req.headers["content-length"] == str(n) and "transfer-encoding" not in req.headers
+        assert req.content == data and w.size == n
+        assert [len(c) for c in chunks] == [1024 * 1024, 1024 * 1024, 3]
+        await sbx.close()
+
+    asyncio.run(body())

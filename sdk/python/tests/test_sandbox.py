@@ -229,3 +229,37 @@ def test_list_sandboxes(fake) -> None:
     fake.on("GET", "/v1/sandboxes", httpx.Response(200, json={"sandboxes": [{"id": "sbx_2", "state": "stopped"}]}))
     out = Sandbox.list(_transport=fake.transport())
     assert [s.id for s in out] == ["sbx_2"] and out[0].state == "stopped"
+
+
+def test_big_writes_go_out_in_slices_with_their_length(fake) -> None:
+    """A body over 1 MiB goes out in slices of at most 1 MiB with Content-Length (not chunked),
+    whole and in order, whether it came as bytes, bytearray or memoryview."""
+    chunks: list = []
+
+    def recording(request: httpx.Request) -> httpx.Response:
+        if request.method == "PUT":
+            chunks.clear()
+            for c in request.stream:  # type: ignore[union-attr]
+                chunks.append(bytes(c))
+            request._content = b"".join(chunks)
+        return fake(request)
+
+    n = 3 * 1024 * 1024 + 7
+    data = bytes(range(256)) * (n // 256) + b"x" * (n % 256)
+    fake.on("PUT", "/v1/sandboxes/sbx_1/files/content", lambda r: httpx.Response(200, json={
+        "path": "/workspace/big.bin", "size": len(r.content)}))
+    class Recording(httpx.BaseTransport):  # MockTransport reads the body before its handler
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            return recording(request)
+
+    with Sandbox.create(_transport=Recording()) as sbx:
+        for body in (data, bytearray(data), memoryview(data)):
+            w = sbx.files.write("big.bin", body)
+            req = fake.requests[-1]
+            assert req.headers["content-length"] == str(n)
+            assert "transfer-encoding" not in req.headers
+            assert req.content == data and w.size == n
+            assert len(chunks) == 4 and max(map(len, chunks)) == 1024 * 1024
+        # Small bodies stay one piece.
+        sbx.files.write("small.bin", b"abc")
+        assert fake.requests[-1].headers["content-length"] == "3" and chunks == [b"abc"]

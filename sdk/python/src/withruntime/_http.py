@@ -20,6 +20,31 @@ _MAX_ERROR_BODY = 64 * 1024
 
 Params = Optional[Mapping[str, Union[str, int]]]
 Content = Union[bytes, Iterator[bytes], None]
+# A body in memory goes out in slices of this size, with its length said up front: handed
+# whole to httpx's sync client, each partial send would copy the rest of it (quadratic).
+_BODY_SLICE = 1024 * 1024
+
+
+def _slices(data: bytes) -> Iterator[memoryview]:
+    view = memoryview(data)
+    for i in range(0, len(view), _BODY_SLICE):
+        yield view[i : i + _BODY_SLICE]
+
+
+async def _aslices(data: bytes) -> AsyncIterator[memoryview]:
+    for s in _slices(data):
+        yield s
+
+
+def _body_kwargs(content: Any, is_async: bool) -> Dict[str, Any]:
+    headers = {"Content-Type": "application/octet-stream"}
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        n = memoryview(content).nbytes
+        if n > _BODY_SLICE:
+            headers["Content-Length"] = str(n)
+            data = bytes(content) if not isinstance(content, bytes) else content
+            return {"content": _aslices(data) if is_async else _slices(data), "headers": headers}
+    return {"content": content, "headers": headers}
 
 
 def _headers(api_key: str) -> Dict[str, str]:
@@ -119,8 +144,7 @@ class SyncHTTP:
         if json_body is not None:
             kwargs["json"] = json_body
         if content is not None:
-            kwargs["content"] = content
-            kwargs["headers"] = {"Content-Type": "application/octet-stream"}
+            kwargs.update(_body_kwargs(content, is_async=False))
         if timeout is not None:
             kwargs["timeout"] = _timeout(timeout)
         try:
@@ -192,8 +216,7 @@ class AsyncHTTP:
         if json_body is not None:
             kwargs["json"] = json_body
         if content is not None:
-            kwargs["content"] = content
-            kwargs["headers"] = {"Content-Type": "application/octet-stream"}
+            kwargs.update(_body_kwargs(content, is_async=True))
         if timeout is not None:
             kwargs["timeout"] = _timeout(timeout)
         try:
