@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from egress_servers import EchoServer, TestCa  # noqa: E402
 from helpers import Api, Daemon, remove_empty_cgroup_tree  # noqa: E402
-from sections import replace_section  # noqa: E402
+from sections import emit  # noqa: E402
 
 BEGIN = "<!-- egress benchmark: begin (bench/egress.py) -->"
 END = "<!-- egress benchmark: end -->"
@@ -204,11 +204,7 @@ def main() -> int:
         tls.stop()
 
     section = render(results, n, conc, args)
-    if args.out == "-":
-        print(section)
-        return 0
-    replace_section(Path(args.out), BEGIN, END, section)
-    print(section)
+    emit(args.out, BEGIN, END, section)
     return 0
 
 

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "bench"))
 
 from helpers import Api, Daemon, remove_empty_cgroup_tree  # noqa: E402
-from sections import replace_section  # noqa: E402
+from sections import emit  # noqa: E402
 
 BEGIN = "<!-- microvm benchmark: begin (bench/microvm.py) -->"
 END = "<!-- microvm benchmark: end -->"
@@ -170,11 +170,7 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     section = render(rows, accel, load0, args, n_create)
-    if args.out == "-":
-        print(section)
-        return 0
-    replace_section(Path(args.out), BEGIN, END, section)
-    print(section)
+    emit(args.out, BEGIN, END, section)
     return 0
 
 

@@ -31,3 +31,11 @@ def replace_section(path: Path, begin: str, end: str, section: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     path.write_text(text)
+
+
+def emit(out: str, begin: str, end: str, section: str) -> None:
+    """Prints section, and puts it in place in the file `out` unless that
+    is "-"."""
+    if out != "-":
+        replace_section(Path(out), begin, end, section)
+    print(section)

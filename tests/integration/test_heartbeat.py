@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 
 import pytest
 
-from helpers import (LIVE_DAEMONS, Daemon, DaemonError, assert_no_cgroups, assert_no_host_trace,
-                     cgroup_dirs, cgroup_procs_under, host_pids, proc_cmdline, proc_comm,
-                     remove_empty_cgroup_tree, skip_unless_driver, tail, wait_until)
+from conftest import _finish_daemon, _start_daemon
+from helpers import (Daemon, assert_no_cgroups, assert_no_host_trace, host_pids, proc_cmdline,
+                     proc_comm, skip_unless_driver, tail, wait_until)
 
 DRIVERS = [d for d in os.environ.get("RUNTIME_TEST_DRIVERS", "namespace,gvisor").split(",") if d]
 INTERVAL_MS = 1000
@@ -37,36 +36,19 @@ _count = 0
 
 def _start(build_dir, image_dir, tmp_path, timeout_ms: int) -> Daemon:
     global _count
-    if os.geteuid() != 0:
-        pytest.skip("the daemon needs root (cgroups, namespaces, mounts); run the suite as root")
     _count += 1
-    d = Daemon(build_dir, image_dir, tmp_path / f"hb-state-{_count}",
-               f"runtime-test-{os.getpid()}-hb{_count}",
-               extra_args=["--heartbeat-interval-ms", str(INTERVAL_MS),
-                           "--heartbeat-timeout-ms", str(timeout_ms)])
-    try:
-        d.start()
-    except DaemonError as e:
-        pytest.fail(str(e), pytrace=False)
-    return d
+    return _start_daemon(build_dir, image_dir, tmp_path / f"hb-state-{_count}",
+                         f"runtime-test-{os.getpid()}-hb{_count}",
+                         extra_args=["--heartbeat-interval-ms", str(INTERVAL_MS),
+                                     "--heartbeat-timeout-ms", str(timeout_ms)])
 
 
 def _finish(d: Daemon) -> None:
-    try:
-        if d.alive():
-            with d.client() as c:
-                for s in c.get("/v1/sandboxes").json().get("sandboxes", []):
-                    c.delete(f"/v1/sandboxes/{s['id']}")
-        rc = d.stop()
-    finally:
-        if d in LIVE_DAEMONS:
-            LIVE_DAEMONS.remove(d)
-    left = cgroup_procs_under(cgroup_dirs(d.cgroup_parent))
-    if not left:
-        for note in remove_empty_cgroup_tree(d.cgroup_parent):
-            print(f"cgroup dir left: {note}", file=sys.stderr)
-    assert rc == 0, f"runtimed exited with {rc} on SIGTERM; log:\n{tail(d.log_path)}"
-    assert not left, f"processes left in cgroup {d.cgroup_parent} after runtimed stopped: {left}"
+    if d.alive():
+        with d.client() as c:
+            for s in c.get("/v1/sandboxes").json().get("sandboxes", []):
+                c.delete(f"/v1/sandboxes/{s['id']}")
+    _finish_daemon(d)
 
 
 @pytest.fixture
