@@ -9,7 +9,7 @@ runtime-agent and runtime CLI over loopback; nothing of ours is mocked.
   api            (function) httpx client on `daemon` with its admin key;
                             create_sandbox(**fields) deletes at teardown
   fresh_api      (function) the same on `fresh_daemon`
-  driver         (param)    "namespace", "gvisor" (or $RUNTIME_TEST_DRIVERS): skipped
+  driver         (param)    "namespace", "gvisor", "microvm" (or $RUNTIME_TEST_DRIVERS): skipped
                             where the daemon says the driver is unavailable
   any_driver     (function) a usable driver, where which one does not matter
   sandbox        (function) a running sandbox on `driver`, deleted after
