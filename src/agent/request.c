@@ -8,31 +8,6 @@
 #include "common/jsonutil.h"
 #include "common/macro.h"
 
-bool agent_request_depth_ok(const uint8_t *buf, size_t len, unsigned max_depth) {
-        unsigned depth = 0;
-        bool in_string = false, escaped = false;
-        for (size_t i = 0; i < len; i++) {
-                uint8_t ch = buf[i];
-                if (in_string) {
-                        if (escaped)
-                                escaped = false;
-                        else if (ch == '\\')
-                                escaped = true;
-                        else if (ch == '"')
-                                in_string = false;
-                        continue;
-                }
-                if (ch == '"')
-                        in_string = true;
-                else if (ch == '[' || ch == '{') {
-                        if (++depth > max_depth)
-                                return false;
-                } else if ((ch == ']' || ch == '}') && depth > 0)
-                        depth--;
-        }
-        return true;
-}
-
 bool agent_request_path_valid(const char *path, size_t len) {
         if (!path || len == 0 || len > REQUEST_MAX_PATH || path[0] != '/')
                 return false;
@@ -304,7 +279,7 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
         if (!ret_error)
                 ret_error = &dummy;
         *ret_error = "invalid request";
-        if (!agent_request_depth_ok(buf, len, REQUEST_MAX_DEPTH)) {
+        if (!json_depth_ok(buf, len, REQUEST_MAX_DEPTH)) {
                 *ret_error = "request nests too deeply";
                 return -EINVAL;
         }

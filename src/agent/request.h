@@ -55,9 +55,6 @@ typedef struct AgentRequest {
         char *hostname;
 } AgentRequest;
 
-/* Checks that the JSON text nests no deeper than max_depth, without parsing
- * it, so that a hostile document cannot drive a recursive parser deep. */
-bool agent_request_depth_ok(const uint8_t *buf, size_t len, unsigned max_depth);
 
 /* A path the agent accepts: absolute, at most REQUEST_MAX_PATH bytes, no NUL. */
 bool agent_request_path_valid(const char *path, size_t len);

@@ -173,31 +173,8 @@ static int send_frame(Channel *c, uint8_t type, uint8_t flags, uint32_t stream, 
         return r;
 }
 
-static bool json_depth_ok(const uint8_t *buf, size_t len) {
-        unsigned depth = 0;
-        bool in_string = false, escaped = false;
-        for (size_t i = 0; i < len; i++) {
-                uint8_t ch = buf[i];
-                if (in_string) {
-                        if (escaped)
-                                escaped = false;
-                        else if (ch == '\\')
-                                escaped = true;
-                        else if (ch == '"')
-                                in_string = false;
-                } else if (ch == '"')
-                        in_string = true;
-                else if (ch == '[' || ch == '{') {
-                        if (++depth > CHAN_MAX_JSON_DEPTH)
-                                return false;
-                } else if ((ch == ']' || ch == '}') && depth > 0)
-                        depth--;
-        }
-        return true;
-}
-
 static json_t *parse_json(const uint8_t *p, size_t len) {
-        if (!json_depth_ok(p, len))
+        if (!json_depth_ok(p, len, CHAN_MAX_JSON_DEPTH))
                 return NULL;
         json_error_t err;
         return json_loadb((const char *)p, len, 0, &err);

@@ -18,6 +18,7 @@
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"
+#include "daemon/agent_client.h"
 #include "daemon/log.h"
 #include "egress/ca.h"
 #include "egress/policy.h"
@@ -262,49 +263,49 @@ static int secret_query_one(EgressService *svc, const char *owner, const char *n
         return r;
 }
 
-static int name_error(ApiError *e) {
-        return api_error(e, 400, "invalid_request", "use an environment variable name such as OPENAI_API_KEY",
+static int name_error(SandboxError *e) {
+        return sandbox_error(e, SANDBOX_ERR_INVALID, "use an environment variable name such as OPENAI_API_KEY",
                          "a secret's name must be [A-Za-z_][A-Za-z0-9_]{0,63} and not one the daemon sets "
                          "itself (HTTP_PROXY, PATH, ...)");
 }
 
 int egress_secret_put(EgressService *svc, const char *owner, const char *name, json_t *body, json_t **ret,
-                      ApiError *e) {
+                      SandboxError *e) {
         if (!egress_secret_name_ok(name))
                 return name_error(e);
         if (!json_is_object(body))
-                return api_error(e, 400, "invalid_request", NULL, "the body must be an object {value, hosts}");
+                return sandbox_error(e, SANDBOX_ERR_INVALID, NULL, "the body must be an object {value, hosts}");
         const char *key;
         json_t *v;
         json_object_foreach(body, key, v) {
                 if (strcmp(key, "value") != 0 && strcmp(key, "hosts") != 0)
-                        return api_error(e, 400, "invalid_request", "the fields are value and hosts",
+                        return sandbox_error(e, SANDBOX_ERR_INVALID, "the fields are value and hosts",
                                          "unknown field %.64s", key);
         }
         json_t *value = json_object_get(body, "value"), *hosts = json_object_get(body, "hosts");
         if (!json_is_string(value) ||
             !egress_secret_value_valid(json_string_value(value), json_string_length(value)))
-                return api_error(e, 400, "invalid_request", "values go into HTTP headers, so they cannot hold line breaks",
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "values go into HTTP headers, so they cannot hold line breaks",
                                  "value must be a string of 1 to %d bytes without CR, LF or NUL",
                                  EGRESS_SECRET_MAX_VALUE);
         if (!json_is_array(hosts) || json_array_size(hosts) == 0 || json_array_size(hosts) > MAX_SECRET_HOSTS)
-                return api_error(e, 400, "invalid_request", "for example [\"api.openai.com\"]",
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "for example [\"api.openai.com\"]",
                                  "hosts must be an array of 1 to %d host patterns the secret may go to",
                                  MAX_SECRET_HOSTS);
         _cleanup_json_ json_t *net = json_pack("{s:b,s:O}", "internet", 1, "allow", hosts);
         EgressPolicy *p = NULL;
         char err[256] = "";
         if (!net || egress_policy_parse(net, &p, err, sizeof(err)) < 0)
-                return api_error(e, 400, "invalid_request", NULL, "hosts: %s", err[0] ? err : "invalid");
+                return sandbox_error(e, SANDBOX_ERR_INVALID, NULL, "hosts: %s", err[0] ? err : "invalid");
         _cleanup_json_ json_t *norm = egress_policy_to_json(p);
         egress_policy_free(p);
         _cleanup_free_ char *hosts_text = norm ? json_dumps(json_object_get(norm, "allow"), JSON_COMPACT) : NULL;
         if (!hosts_text)
-                return api_error(e, 500, "internal", NULL, "out of memory");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
 
         char rnd[33], placeholder[96];
         if (random_hex(rnd, 16) < 0)
-                return api_error(e, 500, "internal", NULL, "no randomness");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "no randomness");
         snprintf(placeholder, sizeof(placeholder), "%s%s-%s", EGRESS_PLACEHOLDER_PREFIX, name, rnd);
         int64_t now = time_now_unix();
 
@@ -324,7 +325,7 @@ int egress_secret_put(EgressService *svc, const char *owner, const char *name, j
         st = NULL;
         if (count >= MAX_SECRETS_PER_OWNER) {
                 pthread_mutex_unlock(&svc->lock);
-                return api_error(e, 409, "conflict", "delete one you no longer use", "at most %d secrets per owner",
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "delete one you no longer use", "at most %d secrets per owner",
                                  MAX_SECRETS_PER_OWNER);
         }
         /* The placeholder is made once and kept across updates: running
@@ -350,28 +351,28 @@ int egress_secret_put(EgressService *svc, const char *owner, const char *name, j
                 r = secret_query_one(svc, owner, name, ret);
         pthread_mutex_unlock(&svc->lock);
         if (r < 0)
-                return api_error(e, 500, "internal", NULL, "could not store the secret");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not store the secret");
         return 0;
 }
 
-int egress_secret_get(EgressService *svc, const char *owner, const char *name, json_t **ret, ApiError *e) {
+int egress_secret_get(EgressService *svc, const char *owner, const char *name, json_t **ret, SandboxError *e) {
         if (!egress_secret_name_ok(name))
-                return api_error(e, 404, "not_found", "list them with GET /v1/egress-secrets", "no secret %.64s",
+                return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "list them with GET /v1/egress-secrets", "no secret %.64s",
                                  name);
         pthread_mutex_lock(&svc->lock);
         int r = secret_query_one(svc, owner, name, ret);
         pthread_mutex_unlock(&svc->lock);
         if (r == -ENOENT)
-                return api_error(e, 404, "not_found", "list them with GET /v1/egress-secrets", "no secret %s", name);
+                return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "list them with GET /v1/egress-secrets", "no secret %s", name);
         if (r < 0)
-                return api_error(e, 500, "internal", NULL, "could not read the secret");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the secret");
         return 0;
 }
 
-int egress_secret_list(EgressService *svc, const char *owner, json_t **ret, ApiError *e) {
+int egress_secret_list(EgressService *svc, const char *owner, json_t **ret, SandboxError *e) {
         json_t *list = json_array();
         if (!list)
-                return api_error(e, 500, "internal", NULL, "out of memory");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
         pthread_mutex_lock(&svc->lock);
         sqlite3_stmt *st = NULL;
         int r = 0;
@@ -389,15 +390,15 @@ int egress_secret_list(EgressService *svc, const char *owner, json_t **ret, ApiE
         pthread_mutex_unlock(&svc->lock);
         if (r < 0) {
                 json_decref(list);
-                return api_error(e, 500, "internal", NULL, "could not list the secrets");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not list the secrets");
         }
         *ret = json_pack("{s:o}", "secrets", list);
-        return *ret ? 0 : api_error(e, 500, "internal", NULL, "out of memory");
+        return *ret ? 0 : sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
 }
 
-int egress_secret_delete(EgressService *svc, const char *owner, const char *name, json_t **ret, ApiError *e) {
+int egress_secret_delete(EgressService *svc, const char *owner, const char *name, json_t **ret, SandboxError *e) {
         if (!egress_secret_name_ok(name))
-                return api_error(e, 404, "not_found", NULL, "no secret %.64s", name);
+                return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, NULL, "no secret %.64s", name);
         pthread_mutex_lock(&svc->lock);
         sqlite3_stmt *st = NULL;
         int changed = -1;
@@ -411,9 +412,9 @@ int egress_secret_delete(EgressService *svc, const char *owner, const char *name
         sqlite3_finalize(st);
         pthread_mutex_unlock(&svc->lock);
         if (changed < 0)
-                return api_error(e, 500, "internal", NULL, "could not delete the secret");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not delete the secret");
         if (changed == 0)
-                return api_error(e, 404, "not_found", NULL, "no secret %s", name);
+                return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, NULL, "no secret %s", name);
         *ret = json_pack("{s:s,s:b}", "name", name, "deleted", 1);
         return 0;
 }
@@ -460,10 +461,10 @@ static void audit_insert(EgressService *svc, const char *sandbox_id, const Egres
         pthread_mutex_unlock(&svc->lock);
 }
 
-int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit, json_t **ret, ApiError *e) {
+int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit, json_t **ret, SandboxError *e) {
         json_t *list = json_array();
         if (!list)
-                return api_error(e, 500, "internal", NULL, "out of memory");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
         pthread_mutex_lock(&svc->lock);
         sqlite3_stmt *st = NULL;
         int r = 0;
@@ -496,10 +497,10 @@ int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit
         pthread_mutex_unlock(&svc->lock);
         if (r < 0) {
                 json_decref(list);
-                return api_error(e, 500, "internal", NULL, "could not read the egress log");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the egress log");
         }
         *ret = json_pack("{s:s,s:o}", "sandboxId", sandbox_id, "entries", list);
-        return *ret ? 0 : api_error(e, 500, "internal", NULL, "out of memory");
+        return *ret ? 0 : sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
 }
 
 /* ---- what a sandbox gets ---- */
@@ -525,54 +526,6 @@ json_t *egress_service_sandbox_env(EgressService *svc, const char *owner) {
         sqlite3_finalize(st);
         pthread_mutex_unlock(&svc->lock);
         return env;
-}
-
-static int read_file(Channel *c, const char *path, char **ret, size_t *ret_len) {
-        _cleanup_json_ json_t *req = json_pack("{s:s,s:s}", "op", "read", "path", path);
-        ChanStream *s = NULL;
-        int r = req ? channel_open_stream(c, req, &s) : -ENOMEM;
-        if (r < 0)
-                return r;
-        char *buf = NULL;
-        size_t len = 0;
-        r = -EIO;
-        for (;;) {
-                ChanEvent ev;
-                if (chan_stream_next(s, 10000, &ev) < 0)
-                        break;
-                if (ev.type == CHAN_EV_DATA) {
-                        char *nb = len + ev.len <= MAX_BUNDLE ? realloc(buf, len + ev.len + 1) : NULL;
-                        if (!nb) {
-                                chan_event_clear(&ev);
-                                r = -E2BIG;
-                                break;
-                        }
-                        buf = nb;
-                        memcpy(buf + len, ev.data, ev.len);
-                        len += ev.len;
-                } else if (ev.type == CHAN_EV_RESULT) {
-                        json_t *err = json_object_get(ev.json, "error");
-                        r = !err ? 0
-                            : strcmp(json_string_value(json_object_get(err, "code")) ?: "", "not_found") == 0
-                                    ? -ENOENT
-                                    : -EIO;
-                        chan_event_clear(&ev);
-                        break;
-                } else if (ev.type == CHAN_EV_CLOSED)
-                        break;
-                chan_event_clear(&ev);
-        }
-        chan_stream_free(s);
-        if (r < 0) {
-                free(buf);
-                return r;
-        }
-        if (!buf && !(buf = malloc(1)))
-                return -ENOMEM;
-        buf[len] = '\0';
-        *ret = buf;
-        *ret_len = len;
-        return 0;
 }
 
 /* The image's bundle, read on the host: what a fresh sandbox of the image
@@ -636,45 +589,8 @@ static int read_image_bundle(const char *image_dir, char **ret, size_t *ret_len)
         return 0;
 }
 
-/* Opens a write of `path` in the sandbox and sends all of `data`; the agent's
- * answer is awaited by write_finish, so that several writes are in flight at
- * once. The stream is freed on failure. */
-static int write_begin(Channel *c, const char *path, const char *data, size_t len, ChanStream **ret) {
-        _cleanup_json_ json_t *req = json_pack("{s:s,s:s,s:i,s:b}", "op", "write", "path", path, "mode", 0644,
-                                               "mkdirs", 1);
-        ChanStream *s = NULL;
-        int r = req ? channel_open_stream(c, req, &s) : -ENOMEM;
-        if (r < 0)
-                return r;
-        r = chan_stream_write(s, data, len, 10000);
-        if (r == 0)
-                r = chan_stream_close_write(s);
-        if (r < 0) {
-                chan_stream_free(s);
-                return r;
-        }
-        *ret = s;
-        return 0;
-}
-
-/* Waits for the result of a write_begin (the file and its directory synced)
- * and frees the stream. */
-static int write_finish(ChanStream *s) {
-        int r = 0;
-        for (;;) {
-                ChanEvent ev;
-                if ((r = chan_stream_next(s, 10000, &ev)) < 0)
-                        break;
-                if (ev.type == CHAN_EV_RESULT || ev.type == CHAN_EV_CLOSED) {
-                        r = ev.type == CHAN_EV_RESULT && !json_object_get(ev.json, "error") ? 0 : -EIO;
-                        chan_event_clear(&ev);
-                        break;
-                }
-                chan_event_clear(&ev);
-        }
-        chan_stream_free(s);
-        return r;
-}
+/* The agent's answers to the CA install's reads and writes. */
+#define AGENT_TIMEOUT_MS 10000
 
 int egress_service_install_ca(EgressService *svc, Channel *c, const char *image_dir) {
         const char *pem = egress_ca_pem(svc->ca);
@@ -687,7 +603,7 @@ int egress_service_install_ca(EgressService *svc, Channel *c, const char *image_
                 if (image_dir)
                         log_warn(NULL, "egress CA: cannot read the image's trust store on the host (%s); "
                                        "reading it through the agent", strerror(-r));
-                r = read_file(c, SANDBOX_CA_BUNDLE, &bundle, &len);
+                r = agent_read_file(c, SANDBOX_CA_BUNDLE, MAX_BUNDLE, AGENT_TIMEOUT_MS, &bundle, &len);
         }
         if (r == -ENOENT) {
                 free(bundle);
@@ -711,12 +627,12 @@ int egress_service_install_ca(EgressService *svc, Channel *c, const char *image_
         }
         /* Both writes in flight before either answer is awaited. */
         ChanStream *ca = NULL, *all = NULL;
-        if ((r = write_begin(c, SANDBOX_CA_FILE, pem, pem_len, &ca)) < 0)
+        if ((r = agent_write_begin(c, SANDBOX_CA_FILE, pem, pem_len, AGENT_TIMEOUT_MS, &ca)) < 0)
                 return r;
-        int r2 = out ? write_begin(c, SANDBOX_CA_BUNDLE, out, out_len, &all) : 0;
-        r = write_finish(ca);
+        int r2 = out ? agent_write_begin(c, SANDBOX_CA_BUNDLE, out, out_len, AGENT_TIMEOUT_MS, &all) : 0;
+        r = agent_write_finish(ca, AGENT_TIMEOUT_MS);
         if (all)
-                r2 = write_finish(all);
+                r2 = agent_write_finish(all, AGENT_TIMEOUT_MS);
         return r < 0 ? r : r2;
 }
 

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "daemon/apierror.h"
+#include "daemon/sandbox_error.h"
 #include "daemon/channel.h"
 
 typedef struct EgressService EgressService;
@@ -52,12 +52,12 @@ void egress_sandbox_accept(void *userdata, ChanStream *s, json_t *request);
 
 /* The routes. Owners see only their own secrets; values are never answered. */
 int egress_secret_put(EgressService *svc, const char *owner, const char *name, json_t *body, json_t **ret,
-                      ApiError *e);
-int egress_secret_get(EgressService *svc, const char *owner, const char *name, json_t **ret, ApiError *e);
-int egress_secret_list(EgressService *svc, const char *owner, json_t **ret, ApiError *e);
-int egress_secret_delete(EgressService *svc, const char *owner, const char *name, json_t **ret, ApiError *e);
+                      SandboxError *e);
+int egress_secret_get(EgressService *svc, const char *owner, const char *name, json_t **ret, SandboxError *e);
+int egress_secret_list(EgressService *svc, const char *owner, json_t **ret, SandboxError *e);
+int egress_secret_delete(EgressService *svc, const char *owner, const char *name, json_t **ret, SandboxError *e);
 /* The newest decisions for one sandbox (the caller checked it is the
  * owner's), at most `limit`. */
-int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit, json_t **ret, ApiError *e);
+int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit, json_t **ret, SandboxError *e);
 /* Whether a secret name is acceptable: an environment variable name. */
 bool egress_secret_name_ok(const char *name);

@@ -2,7 +2,7 @@
 /*
  * API keys as the guard rails see them: making, listing and revoking keys
  * (on a database connection of their own), the trial key, and the shape a
- * trial key's sandboxes take. The routes live in keys.c too.
+ * trial key's sandboxes take. Its routes are in api_keys.c.
  *
  * Who may make which key:
  * - a full key of the `admin` owner without a daily limit (the key made at
@@ -17,9 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "daemon/apierror.h"
 #include "daemon/db.h"
-#include "daemon/request.h"
 
 #define KEYS_ADMIN_OWNER "admin"
 #define KEYS_MAX_PER_OWNER 1000
@@ -52,6 +50,3 @@ int keystore_list(KeyStore *ks, const char *owner, json_t **ret);
 /* Revokes a key of `owner` (NULL: any owner). -ENOENT when there is no such
  * unrevoked key; -EBUSY when it is the last full key of the admin owner. */
 int keystore_revoke(KeyStore *ks, const char *id, const char *owner, int64_t now, json_t **ret);
-
-/* A trial key's sandbox: smaller defaults and bounds. 400 naming the field. */
-int keys_apply_trial_shape(const KeyInfo *k, json_t *body, CreateRequest *req, ApiError *e);

@@ -17,6 +17,7 @@
 
 #include "common/macro.h"
 #include "common/random.h"
+#include "daemon/api.h"
 #include "daemon/auth.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
@@ -25,7 +26,6 @@
 #include "daemon/ledger.h"
 #include "daemon/log.h"
 #include "daemon/sandbox.h"
-#include "daemon/server.h"
 
 static void usage(FILE *f) {
         fputs("Usage: runtimed [OPTIONS]\n"
@@ -575,10 +575,10 @@ int main(int argc, char **argv) {
                           fd == -EINVAL ? "not ADDR:PORT" : strerror(-fd));
                 return 1;
         }
-        Server *srv = NULL;
-        if ((r = server_new(&cfg, db, m, &srv)) < 0 ||
-            (server_set_guardrails(srv, ledger, keys), server_set_egress(srv, egress),
-             r = server_start(srv, fd)) < 0) {
+        App app = { .cfg = &cfg, .db = db, .manager = m, .ledger = ledger, .keys = keys, .egress = egress };
+        HttpServer *srv = NULL;
+        if ((r = http_server_new(api_routes, api_n_routes, &app, db, cfg.max_connections, &srv)) < 0 ||
+            (r = http_server_start(srv, fd)) < 0) {
                 log_error(NULL, "cannot start the HTTP server");
                 return 1;
         }
@@ -594,10 +594,10 @@ int main(int argc, char **argv) {
         while (sigwait(&stop_signals, &sig) != 0)
                 ;
         log_info(NULL, "signal %d: stopping", sig);
-        server_quiesce(srv);
+        http_server_quiesce(srv);
         manager_shutdown(m);
-        server_stop(srv);
-        server_free(srv);
+        http_server_stop(srv);
+        http_server_free(srv);
         manager_free(m);
         egress_service_free(egress);
         keystore_close(keys);

@@ -7,34 +7,11 @@
 
 #include "common/jsonutil.h"
 #include "common/macro.h"
+#include "daemon/images.h"
+#include "daemon/keys.h"
 #include "egress/policy.h"
 
 #define INVALID(e, ...) api_error(e, 400, "invalid_request", NULL, __VA_ARGS__)
-
-bool json_depth_ok(const char *buf, size_t len, unsigned max) {
-        unsigned depth = 0;
-        bool in_string = false, escaped = false;
-        for (size_t i = 0; i < len; i++) {
-                char c = buf[i];
-                if (in_string) {
-                        if (escaped)
-                                escaped = false;
-                        else if (c == '\\')
-                                escaped = true;
-                        else if (c == '"')
-                                in_string = false;
-                        continue;
-                }
-                if (c == '"')
-                        in_string = true;
-                else if (c == '{' || c == '[') {
-                        if (++depth > max)
-                                return false;
-                } else if ((c == '}' || c == ']') && depth > 0)
-                        depth--;
-        }
-        return true;
-}
 
 /* The name of the object member whose number value ends near `pos` (where
  * the parser gave up on an integer too big for it), so that the error names
@@ -341,19 +318,6 @@ int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *
         return 0;
 }
 
-bool request_image_name_ok(const char *s) {
-        size_t len = strlen(s);
-        if (len == 0 || len > 64)
-                return false;
-        for (size_t i = 0; i < len; i++) {
-                unsigned char c = (unsigned char)s[i];
-                bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && (c == '-' || c == '_'));
-                if (!ok)
-                        return false;
-        }
-        return true;
-}
-
 void create_request_done(CreateRequest *r) {
         json_decref(r->network);
         json_decref(r->env);
@@ -404,7 +368,7 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
         if (v) {
                 if ((r = get_string(v, "image", 64, &s, NULL, e)) < 0)
                         return r;
-                if (!request_image_name_ok(s))
+                if (!image_name_ok(s))
                         return INVALID(e, "image must be an image name ([a-z0-9][a-z0-9_-]*, at most 64 bytes)");
         } else
                 s = "default";
@@ -413,7 +377,7 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
         if (v && !json_is_null(v)) {
                 if ((r = get_string(v, "driver", 32, &s, NULL, e)) < 0)
                         goto fail;
-                if (!request_image_name_ok(s)) {
+                if (!image_name_ok(s)) {
                         r = INVALID(e, "driver must be one of namespace, gvisor, microvm");
                         goto fail;
                 }
@@ -729,5 +693,20 @@ int request_parse_depth(const char *s, unsigned *ret, ApiError *e) {
         if (v < 1 || v > 10)
                 return INVALID(e, "depth must be an integer from 1 to 10");
         *ret = v;
+        return 0;
+}
+
+int request_apply_trial_shape(bool trial, json_t *body, CreateRequest *req, ApiError *e) {
+        if (!trial)
+                return 0;
+        const char *hint = "a trial sandbox is small; ask the daemon's administrator for a full key for more";
+        if (!json_object_get(body, "memoryMiB"))
+                req->memory_mib = KEYS_TRIAL_MEMORY_DEFAULT_MIB;
+        if (req->vcpu > KEYS_TRIAL_VCPU_MAX)
+                return api_error(e, 400, "invalid_request", hint, "vcpu must be at most %u with a trial key",
+                                 KEYS_TRIAL_VCPU_MAX);
+        if (req->memory_mib > KEYS_TRIAL_MEMORY_MAX_MIB)
+                return api_error(e, 400, "invalid_request", hint, "memoryMiB must be at most %u with a trial key",
+                                 KEYS_TRIAL_MEMORY_MAX_MIB);
         return 0;
 }

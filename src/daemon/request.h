@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "daemon/apierror.h"
+#include "daemon/sandbox_request.h"
 
 #define REQ_MAX_BODY (1024u * 1024u)
 #define REQ_MAX_EXEC_BODY (24u * 1024u * 1024u)
@@ -30,7 +31,7 @@
 #define REQ_MAX_ARGV 4096u
 #define REQ_MAX_STDIN (16u * 1024u * 1024u)
 #define REQ_MAX_OUTPUT (16u * 1024u * 1024u)
-#define REQ_MAX_TIMEOUT_SECONDS 86400
+#define REQ_MAX_TIMEOUT_SECONDS SANDBOX_MAX_LEASE_SECONDS
 #define REQ_MAX_EXEC_TIMEOUT_MS 86400000LL
 
 typedef struct ReqLimits {
@@ -38,22 +39,6 @@ typedef struct ReqLimits {
         unsigned max_memory_mib;
         unsigned max_disk_mib;
 } ReqLimits;
-
-typedef struct CreateRequest {
-        int64_t timeout_seconds;
-        bool delete_on_lease_end;
-        unsigned vcpu;
-        unsigned memory_mib;
-        unsigned disk_mib;
-        json_t *network; /* normalized {"internet","allow","deny"} */
-        json_t *env;     /* object string->string */
-        json_t *labels;  /* object string->string */
-        char *image;
-        char *driver; /* NULL: the daemon's default */
-        char *name;   /* NULL: none */
-        int64_t max_cost_micros; /* -1: none */
-        int64_t max_total_cost_micros; /* -1: none; caps the sandbox across extends */
-} CreateRequest;
 
 typedef struct ExecRequest {
         char *command; /* exactly one of command and argv */
@@ -68,10 +53,6 @@ typedef struct ExecRequest {
         size_t max_output_bytes;
 } ExecRequest;
 
-/* Counts the nesting of a JSON text without parsing it (strings and escapes
- * honoured), so that a deep document is refused before any parser recurses.
- * true when the depth never passes max. */
-bool json_depth_ok(const char *buf, size_t len, unsigned max);
 /* A request body: at most REQ_MAX_BODY bytes, depth REQ_MAX_DEPTH, no
  * duplicate names, an object. An empty body is an empty object when
  * empty_ok. */
@@ -81,6 +62,10 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
 void create_request_done(CreateRequest *r);
 /* The network object of a create or of PUT .../network, normalized. */
 int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *e);
+
+/* A trial key's sandbox: smaller defaults and bounds (KEYS_TRIAL_*). 400
+ * naming the field. */
+int request_apply_trial_shape(bool trial, json_t *body, CreateRequest *req, ApiError *e);
 
 int request_parse_exec(json_t *body, ExecRequest *ret, ApiError *e);
 void exec_request_done(ExecRequest *r);
@@ -101,8 +86,6 @@ int request_parse_mode(const char *s, unsigned *ret, ApiError *e);
 /* A list depth from a query string: 1..10. */
 int request_parse_depth(const char *s, unsigned *ret, ApiError *e);
 
-/* Names of this shape travel into host paths (images) and the DB. */
-bool request_image_name_ok(const char *s);
 bool request_env_name_ok(const char *s, size_t len);
 /* Strict base64 (RFC 4648, padding required). -EINVAL when malformed,
  * -E2BIG when the decoded size would pass max. */

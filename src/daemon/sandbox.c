@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,14 +263,12 @@ static void driver_spec_from(Manager *m, const char *id, json_t *spec, const Spe
         };
 }
 
-static json_t *time_or_null(int64_t t) {
-        char buf[RFC3339_LEN];
-        if (!t || time_format_rfc3339(t, buf) < 0)
-                return json_null();
-        return json_string(buf);
+uint64_t sandbox_row_cost_per_hour(Manager *m, const SandboxRow *r) {
+        _cleanup_json_ json_t *spec = json_loads(r->spec, 0, NULL);
+        return config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
 }
 
-static int64_t row_run_seconds(const SandboxRow *r, int64_t now) {
+int64_t sandbox_row_run_seconds(const SandboxRow *r, int64_t now) {
         int64_t s = r->run_seconds;
         if (r->lease_ends_at && now > r->lease_ends_at)
                 now = r->lease_ends_at; /* never billed past its lease */
@@ -278,57 +277,18 @@ static int64_t row_run_seconds(const SandboxRow *r, int64_t now) {
         return s;
 }
 
-static json_t *row_json(Manager *m, const SandboxRow *r) {
-        _cleanup_json_ json_t *spec = json_loads(r->spec, 0, NULL);
-        _cleanup_json_ json_t *labels = json_loads(r->labels, 0, NULL);
-        if (!spec || !labels)
-                return NULL;
-        unsigned vcpu = spec_uint(spec, "vcpu"), mem = spec_uint(spec, "memoryMiB");
-        uint64_t per_hour = config_cost_per_hour(m->cfg, vcpu, mem);
-        int64_t run_seconds = row_run_seconds(r, time_now_unix());
-        uint64_t cost = ledger_cost(per_hour, run_seconds);
-        json_t *max_cost = json_object_get(spec, "maxCostMicros");
-        json_t *max_total = json_object_get(spec, "maxTotalCostMicros");
-        json_t *network = json_object_get(spec, "network");
-        json_t *j = json_pack("{s:s,s:o,s:O,s:s,s:s,s:s,s:i,s:i,s:i,s:O,s:I,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:O,s:o}",
-                         "id", r->id, "name", r->name ? json_string(r->name) : json_null(), "labels", labels,
-                         "state", r->state, "driver", spec_str(spec, "driver", ""), "image",
-                         spec_str(spec, "image", ""), "vcpu", (int)vcpu, "memoryMiB", (int)mem, "diskMiB",
-                         (int)spec_uint(spec, "diskMiB"), "network", network ? network : json_null(),
-                         "timeoutSeconds", (json_int_t)json_integer_value(json_object_get(spec, "timeoutSeconds")),
-                         "onLeaseEnd", spec_str(spec, "onLeaseEnd", "stop"), "createdAt",
-                         time_or_null(r->created_at), "startedAt", time_or_null(r->started_at), "stoppedAt",
-                         time_or_null(r->stopped_at), "leaseEndsAt", time_or_null(r->lease_ends_at),
-                         "costMicrosPerHour", (json_int_t)per_hour, "costMicros", (json_int_t)cost,
-                         "maxCostMicros", max_cost ? max_cost : json_null(), "failureReason",
-                         r->failure_reason ? json_string(r->failure_reason) : json_null());
-        if (j && (json_object_set_new(j, "runSeconds", json_integer(run_seconds)) < 0 ||
-                  json_object_set(j, "maxTotalCostMicros", max_total ? max_total : json_null()) < 0)) {
-                json_decref(j);
-                return NULL;
-        }
-        return j;
-}
-
-static json_t *row_json_checked(Manager *m, const SandboxRow *r, ApiError *e) {
-        json_t *j = row_json(m, r);
-        if (!j)
-                api_error(e, 500, "internal", NULL, "could not render the sandbox");
-        return j;
-}
-
 /* The row of a sandbox of this key's owner; 404 otherwise. */
-static int own_row(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret, ApiError *e) {
+static int own_row(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret, SandboxError *e) {
         int r = db_sandbox_get(m->db, id, ret);
         if (r == -ENOENT || (r == 0 && strcmp(ret->owner, key->owner) != 0)) {
                 if (r == 0)
                         sandbox_row_done(ret);
-                return api_error(e, 404, "not_found", "list your sandboxes with GET /v1/sandboxes",
+                return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "list your sandboxes with GET /v1/sandboxes",
                                  "no sandbox %s", id);
         }
         if (r < 0) {
                 log_error(NULL, "reading sandbox %s: %s", id, strerror(-r));
-                return api_error(e, 500, "internal", NULL, "could not read the sandbox");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
         }
         return 0;
 }
@@ -782,7 +742,7 @@ void manager_free(Manager *m) {
 
 /* ---- API operations ---- */
 
-static int check_image(Manager *m, const char *image, ApiError *e) {
+static int check_image(Manager *m, const char *image, SandboxError *e) {
         _cleanup_free_ char *rootfs = NULL;
         if (asprintf(&rootfs, "%s/%s/rootfs", m->cfg->image_dir, image) < 0) {
                 rootfs = NULL;
@@ -790,7 +750,7 @@ static int check_image(Manager *m, const char *image, ApiError *e) {
         }
         struct stat st;
         if (stat(rootfs, &st) < 0 || !S_ISDIR(st.st_mode))
-                return api_error(e, 503, "unavailable", "build it with: runtime image build",
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "build it with: runtime image build",
                                  "the image %s is not built", image);
         return 0;
 }
@@ -812,13 +772,13 @@ static void dollars(char *buf, size_t n, int64_t micros) {
 
 /* 409 budget_exceeded: the price of `seconds` more of the sandbox and how to
  * fit under the cap, with numbers. `spent` is what it cost already. */
-static int budget_refusal(ApiError *e, uint64_t per_hour, int64_t seconds, uint64_t spent, uint64_t cap,
+static int budget_refusal(SandboxError *e, uint64_t per_hour, int64_t seconds, uint64_t spent, uint64_t cap,
                           const char *cap_name, const char *what) {
         uint64_t cost = spent + ledger_cost(per_hour, seconds);
         int64_t fit = 0;
         if (per_hour > 0 && cap > spent) {
                 unsigned __int128 v = (unsigned __int128)(cap - spent) * 3600u / per_hour;
-                fit = v > REQ_MAX_TIMEOUT_SECONDS ? REQ_MAX_TIMEOUT_SECONDS : (int64_t)v;
+                fit = v > SANDBOX_MAX_LEASE_SECONDS ? SANDBOX_MAX_LEASE_SECONDS : (int64_t)v;
         }
         char c[32], p[32], k[32];
         dollars(c, sizeof(c), (int64_t)cost);
@@ -832,7 +792,7 @@ static int budget_refusal(ApiError *e, uint64_t per_hour, int64_t seconds, uint6
                          (long long)fit, cap_name);
         else
                 snprintf(hint, sizeof(hint), "make the sandbox smaller (vcpu, memoryMiB) or raise %s", cap_name);
-        return api_error(e, 409, "budget_exceeded", hint,
+        return sandbox_error(e, SANDBOX_ERR_OVER_BUDGET, hint,
                          "the %s would cost %llu micro-dollars (%s: %lld seconds at %llu micro-dollars, %s, an "
                          "hour), above %s %llu (%s)",
                          what, (unsigned long long)cost, c, (long long)seconds, (unsigned long long)per_hour, p,
@@ -840,10 +800,10 @@ static int budget_refusal(ApiError *e, uint64_t per_hour, int64_t seconds, uint6
 }
 
 /* 402 spending_limit_reached: the limit, what is used and when room frees up. */
-static int spending_refusal(ApiError *e, const LedgerRefusal *f, const char *key_id) {
+static int spending_refusal(SandboxError *e, const LedgerRefusal *f, const char *key_id) {
         char when[160] = "";
         if (f->allowance) {
-                return api_error(e, 402, "spending_limit_reached",
+                return sandbox_error(e, SANDBOX_ERR_SPENDING,
                                  "this was a trial key: ask the daemon's administrator for a full key (runtime keys "
                                  "create NAME, with the admin key) and set RUNTIME_API_KEY to it",
                                  "the trial's free sandbox time is used up: %lld of %lld sandbox-seconds (%lld hours) "
@@ -864,7 +824,7 @@ static int spending_refusal(ApiError *e, const LedgerRefusal *f, const char *key
         dollars(l, sizeof(l), f->limit);
         dollars(u, sizeof(u), f->used);
         dollars(w, sizeof(w), f->wanted);
-        return api_error(e, 402, "spending_limit_reached",
+        return sandbox_error(e, SANDBOX_ERR_SPENDING,
                          "stop or delete running sandboxes to settle their reservations, use a shorter lease or a "
                          "smaller sandbox, or ask for a higher dailyLimitMicros on a new key",
                          "key %s has a daily limit of %lld micro-dollars (%s); %lld (%s) are used or reserved in the "
@@ -872,24 +832,24 @@ static int spending_refusal(ApiError *e, const LedgerRefusal *f, const char *key
                          key_id, (long long)f->limit, l, (long long)f->used, u, (long long)f->wanted, w, when);
 }
 
-int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, json_t **ret,
-                   ApiError *e) {
+int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, SandboxRow *ret,
+                   SandboxError *e) {
         const DaemonConfig *cfg = m->cfg;
         const Driver *d;
         if (req->driver) {
                 const DriverOffer *o = config_driver_offer(cfg, req->driver);
                 if (!o)
-                        return api_error(e, 400, "invalid_request", "GET /v1/info lists the drivers",
+                        return sandbox_error(e, SANDBOX_ERR_INVALID, "GET /v1/info lists the drivers",
                                          "driver must be one of the daemon's drivers; %s is not", req->driver);
                 if (!o->available)
-                        return api_error(e, 503, "unavailable", "GET /v1/info lists the drivers this host runs",
+                        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
                                          "driver %s cannot run on this host: %s", req->driver, o->reason);
                 if (!o->offered)
-                        return api_error(e, 503, "unavailable", "GET /v1/info lists the drivers this host runs",
+                        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
                                          "driver %s is not offered by this daemon", req->driver);
                 d = o->driver;
         } else if (!(d = cfg->default_driver))
-                return api_error(e, 503, "unavailable", "run runtimed --doctor to see what this host lacks",
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "run runtimed --doctor to see what this host lacks",
                                  "no driver can run sandboxes on this host");
         int r = check_image(m, req->image, e);
         if (r < 0)
@@ -907,7 +867,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
 
         char hex[21];
         if ((r = random_hex(hex, 10)) < 0)
-                return api_error(e, 500, "internal", NULL, "could not make an id");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not make an id");
         SandboxRow row = { 0 };
         snprintf(row.id, sizeof(row.id), "sbx_%s", hex);
         _cleanup_json_ json_t *spec = spec_json(req, d->name);
@@ -925,7 +885,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         row.created_at = time_now_unix();
         if (!row.owner || !row.key_id || !row.labels || !row.spec || (req->name && !row.name)) {
                 sandbox_row_done(&row);
-                return api_error(e, 500, "internal", NULL, "out of memory");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
         }
         /* Hold the whole first lease, priced as busy, against the key's
          * budget before anything runs. */
@@ -944,7 +904,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 if (r < 0) {
                         log_error(rid, "reserving for sandbox %s: %s", row.id, strerror(-r));
                         sandbox_row_done(&row);
-                        return api_error(e, 500, "internal", NULL, "could not reserve the sandbox's cost");
+                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not reserve the sandbox's cost");
                 }
         }
         busy_begin(m, row.id);
@@ -955,9 +915,9 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 busy_end(m, row.id);
                 sandbox_row_done(&row);
                 if (r == -EUSERS)
-                        return api_error(e, 429, "rate_limited", "delete sandboxes you no longer need",
+                        return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "delete sandboxes you no longer need",
                                          "the daemon has its maximum of %u sandboxes", cfg->max_sandboxes);
-                return api_error(e, 429, "rate_limited", "delete sandboxes you no longer need",
+                return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "delete sandboxes you no longer need",
                                  "this key has its maximum of %u sandboxes (stopped ones count until deleted)",
                                  cfg->max_sandboxes_per_key);
         }
@@ -965,7 +925,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 busy_end(m, row.id);
                 log_error(rid, "inserting sandbox: %s", strerror(-r));
                 sandbox_row_done(&row);
-                return api_error(e, 500, "internal", NULL, "could not record the sandbox");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the sandbox");
         }
         metrics_sandbox_created();
 
@@ -1072,11 +1032,10 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 queue_dead(sb);
         log_info(rid, "sandbox %s running (driver %s, %llu ms)", row.id, d->name,
                  (unsigned long long)(time_now_mono_ms() - t0));
-        *ret = row_json_checked(m, &row, e);
         busy_end(m, row.id);
-        sandbox_row_done(&row);
+        *ret = row;
         sandbox_unref(sb);
-        return *ret ? 0 : -ENOMEM;
+        return 0;
 
 failed:;
         /* The row's reason gets the console's last lines (a guest that never
@@ -1094,54 +1053,30 @@ failed:;
         busy_end(m, row.id);
         sandbox_row_done(&row);
         if (fail_status == 500)
-                return api_error(e, 500, "internal", NULL, "%s", fail);
-        return api_error(e, 503, "unavailable", "GET /v1/info shows what this host can run; the daemon's log has details",
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "%s", fail);
+        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info shows what this host can run; the daemon's log has details",
                          "%s", fail);
 }
 
-int sandbox_get(Manager *m, const KeyInfo *key, const char *id, json_t **ret, ApiError *e) {
-        SandboxRow row;
-        int r = own_row(m, key, id, &row, e);
-        if (r < 0)
-                return r;
-        *ret = row_json_checked(m, &row, e);
-        sandbox_row_done(&row);
-        return *ret ? 0 : -ENOMEM;
+int sandbox_get(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret, SandboxError *e) {
+        return own_row(m, key, id, ret, e);
 }
 
-typedef struct ListCtx {
-        Manager *m;
-        json_t *arr;
-} ListCtx;
-
-static int list_one(void *userdata, SandboxRow *row) {
-        ListCtx *c = userdata;
-        json_t *j = row_json(c->m, row);
-        if (!j || json_array_append_new(c->arr, j) < 0)
-                return -ENOMEM;
-        return 0;
-}
-
-int sandbox_list(Manager *m, const KeyInfo *key, json_t **ret, ApiError *e) {
-        _cleanup_json_ json_t *arr = json_array();
-        if (!arr)
-                return api_error(e, 500, "internal", NULL, "out of memory");
-        ListCtx c = { m, arr };
-        int r = db_sandbox_query(m->db, DB_SANDBOXES_OF_OWNER, key->owner, 0, list_one, &c);
+int sandbox_list(Manager *m, const KeyInfo *key, DbSandboxFn fn, void *userdata, SandboxError *e) {
+        int r = db_sandbox_query(m->db, DB_SANDBOXES_OF_OWNER, key->owner, 0, fn, userdata);
         if (r < 0) {
                 log_error(NULL, "listing sandboxes: %s", strerror(-r));
-                return api_error(e, 500, "internal", NULL, "could not list sandboxes");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not list sandboxes");
         }
-        *ret = json_pack("{s:O}", "sandboxes", arr);
-        return *ret ? 0 : api_error(e, 500, "internal", NULL, "out of memory");
+        return 0;
 }
 
 /* Runs op on the row of an owned sandbox under the id's lifecycle lock and
  * answers the sandbox afterwards. */
-typedef int (*RowOp)(Manager *m, SandboxRow *row, void *arg, const char *rid, ApiError *e);
+typedef int (*RowOp)(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e);
 
 static int with_row(Manager *m, const KeyInfo *key, const char *id, RowOp op, void *arg, const char *rid,
-                    json_t **ret, ApiError *e) {
+                    SandboxRow *ret, SandboxError *e) {
         busy_begin(m, id);
         SandboxRow row;
         int r = own_row(m, key, id, &row, e);
@@ -1150,64 +1085,60 @@ static int with_row(Manager *m, const KeyInfo *key, const char *id, RowOp op, vo
                 return r;
         }
         r = op(m, &row, arg, rid, e);
-        if (r == 0 && ret)
-                *ret = row_json_checked(m, &row, e);
         busy_end(m, id);
-        sandbox_row_done(&row);
-        if (r == 0 && ret && !*ret)
-                return -ENOMEM;
+        if (r == 0 && ret)
+                *ret = row;
+        else
+                sandbox_row_done(&row);
         return r;
 }
 
-static int op_stop(Manager *m, SandboxRow *row, void *arg, const char *rid, ApiError *e) {
+static int op_stop(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         if (strcmp(row->state, "running") != 0)
                 return 0; /* stopping a stopped or failed sandbox is a no-op */
         int r = do_stop_locked(m, row, "stopped", NULL);
         if (r < 0) {
                 log_error(rid, "stopping %s: %s", row->id, strerror(-r));
-                return api_error(e, 500, "internal", NULL, "could not record the stop");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the stop");
         }
         log_info(rid, "sandbox %s stopped", row->id);
         return 0;
 }
 
-int sandbox_stop(Manager *m, const KeyInfo *key, const char *id, const char *rid, json_t **ret, ApiError *e) {
+int sandbox_stop(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxRow *ret,
+                 SandboxError *e) {
         return with_row(m, key, id, op_stop, NULL, rid, ret, e);
 }
 
-static int op_delete(Manager *m, SandboxRow *row, void *arg, const char *rid, ApiError *e) {
+static int op_delete(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         int r = do_delete_locked(m, row, rid);
         if (r < 0) {
                 log_error(rid, "deleting %s: %s", row->id, strerror(-r));
-                return api_error(e, 500, "internal", NULL, "could not record the deletion");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the deletion");
         }
         log_info(rid, "sandbox %s deleted", row->id);
         return 0;
 }
 
-int sandbox_delete(Manager *m, const KeyInfo *key, const char *id, const char *rid, json_t **ret, ApiError *e) {
-        int r = with_row(m, key, id, op_delete, NULL, rid, NULL, e);
-        if (r < 0)
-                return r;
-        *ret = json_pack("{s:s,s:s}", "id", id, "state", "deleted");
-        return *ret ? 0 : -ENOMEM;
+int sandbox_delete(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxError *e) {
+        return with_row(m, key, id, op_delete, NULL, rid, NULL, e);
 }
 
 typedef struct ExtendArg {
         int64_t seconds;
 } ExtendArg;
 
-static int op_extend(Manager *m, SandboxRow *row, void *arg, const char *rid, ApiError *e) {
+static int op_extend(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         int64_t seconds = ((const ExtendArg *)arg)->seconds;
         if (strcmp(row->state, "running") != 0)
-                return api_error(e, 409, "conflict", "create a new sandbox", "sandbox %s is %s, not running",
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "create a new sandbox", "sandbox %s is %s, not running",
                                  row->id, row->state);
         int64_t now = time_now_unix();
         int64_t base = row->lease_ends_at > now ? row->lease_ends_at : now;
         int64_t new_end = base + seconds;
         _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
         if (!spec)
-                return api_error(e, 500, "internal", NULL, "could not read the sandbox");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
         uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
         /* The worst case of the sandbox's whole life with the new lease. */
         int64_t life = row->run_seconds + (row->started_at ? new_end - row->started_at : seconds);
@@ -1226,35 +1157,36 @@ static int op_extend(Manager *m, SandboxRow *row, void *arg, const char *rid, Ap
                         return spending_refusal(e, &refusal, row->key_id);
                 if (r < 0) {
                         log_error(rid, "extending %s: reserving: %s", row->id, strerror(-r));
-                        return api_error(e, 500, "internal", NULL, "could not reserve the new lease's cost");
+                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not reserve the new lease's cost");
                 }
         }
         row->lease_ends_at = new_end;
         int r = db_sandbox_update(m->db, row);
         if (r < 0) {
                 log_error(rid, "extending %s: %s", row->id, strerror(-r));
-                return api_error(e, 500, "internal", NULL, "could not record the new lease");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the new lease");
         }
         return 0;
 }
 
-int sandbox_extend(Manager *m, const KeyInfo *key, const char *id, int64_t seconds, json_t **ret, ApiError *e) {
+int sandbox_extend(Manager *m, const KeyInfo *key, const char *id, int64_t seconds, SandboxRow *ret,
+                   SandboxError *e) {
         ExtendArg a = { seconds };
         return with_row(m, key, id, op_extend, &a, NULL, ret, e);
 }
 
-static int op_network(Manager *m, SandboxRow *row, void *arg, const char *rid, ApiError *e) {
+static int op_network(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
         if (!spec || json_object_set(spec, "network", (json_t *)arg) < 0)
-                return api_error(e, 500, "internal", NULL, "could not update the sandbox");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
         char *s = json_dumps(spec, JSON_COMPACT);
         if (!s)
-                return api_error(e, 500, "internal", NULL, "out of memory");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
         free(row->spec);
         row->spec = s;
         int r = db_sandbox_update(m->db, row);
         if (r < 0)
-                return api_error(e, 500, "internal", NULL, "could not record the network policy");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the network policy");
         /* Live: the next connection the sandbox opens follows the new policy. */
         pthread_mutex_lock(&m->lock);
         for (Sandbox *sb = m->live; sb; sb = sb->next)
@@ -1262,16 +1194,16 @@ static int op_network(Manager *m, SandboxRow *row, void *arg, const char *rid, A
                         r = egress_sandbox_set_network(sb->egress, (json_t *)arg);
         pthread_mutex_unlock(&m->lock);
         if (r < 0)
-                return api_error(e, 500, "internal", NULL, "out of memory");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
         return 0;
 }
 
-int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *network, json_t **ret,
-                        ApiError *e) {
+int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *network, SandboxRow *ret,
+                        SandboxError *e) {
         return with_row(m, key, id, op_network, network, NULL, ret, e);
 }
 
-int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **ret, ApiError *e) {
+int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **ret, SandboxError *e) {
         Sandbox *found = NULL;
         pthread_mutex_lock(&m->lock);
         for (Sandbox *s = m->live; s; s = s->next)
@@ -1289,21 +1221,21 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
         int r = own_row(m, key, id, &row, e);
         if (r < 0)
                 return r;
-        api_error(e, 409, "conflict", strcmp(row.state, "starting") == 0 ? "wait for it to start" : "create a new sandbox",
+        sandbox_error(e, SANDBOX_ERR_CONFLICT, strcmp(row.state, "starting") == 0 ? "wait for it to start" : "create a new sandbox",
                   "sandbox %s is %s, not running", id, row.state);
         sandbox_row_done(&row);
         return -EINVAL;
 }
 
-int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e) {
+int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxError *e) {
         int r = channel_open_stream(sb->channel, request, ret);
         if (r == 0)
                 return 0;
         if (r == -E2BIG)
-                return api_error(e, 413, "payload_too_large", "pass large inputs through stdin or a file",
+                return sandbox_error(e, SANDBOX_ERR_TOO_LARGE, "pass large inputs through stdin or a file",
                                  "the command, arguments and environment are too large together");
         if (r == -EMFILE)
-                return api_error(e, 429, "rate_limited", "wait for running commands to finish",
+                return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "wait for running commands to finish",
                                  "too many concurrent operations on sandbox %s", sb->id);
-        return api_error(e, 409, "conflict", "create a new sandbox", "sandbox %s is no longer running", sb->id);
+        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "create a new sandbox", "sandbox %s is no longer running", sb->id);
 }

@@ -7,15 +7,16 @@
  * its channel, so a stop never frees a channel under them.
  */
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
-#include "daemon/apierror.h"
 #include "daemon/channel.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
 #include "daemon/egress_service.h"
+#include "daemon/sandbox_error.h"
+#include "daemon/sandbox_request.h"
 #include "daemon/ledger.h"
-#include "daemon/request.h"
 
 typedef struct Manager Manager;
 typedef struct Sandbox Sandbox;
@@ -41,25 +42,34 @@ int manager_start(Manager *m);
 void manager_shutdown(Manager *m);
 void manager_free(Manager *m);
 
-int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, json_t **ret,
-                   ApiError *e);
-int sandbox_get(Manager *m, const KeyInfo *key, const char *id, json_t **ret, ApiError *e);
-int sandbox_list(Manager *m, const KeyInfo *key, json_t **ret, ApiError *e);
-int sandbox_stop(Manager *m, const KeyInfo *key, const char *id, const char *rid, json_t **ret, ApiError *e);
-int sandbox_delete(Manager *m, const KeyInfo *key, const char *id, const char *rid, json_t **ret, ApiError *e);
-int sandbox_extend(Manager *m, const KeyInfo *key, const char *id, int64_t seconds, json_t **ret, ApiError *e);
-int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *network, json_t **ret,
-                        ApiError *e);
+/* Each call below answers the sandbox's row as it is afterwards (plain
+ * data, cleared with sandbox_row_done) or fills e. */
+int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, SandboxRow *ret,
+                   SandboxError *e);
+int sandbox_get(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret, SandboxError *e);
+/* fn for each undeleted sandbox of the key's owner, newest first. */
+int sandbox_list(Manager *m, const KeyInfo *key, DbSandboxFn fn, void *userdata, SandboxError *e);
+int sandbox_stop(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxRow *ret,
+                 SandboxError *e);
+int sandbox_delete(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxError *e);
+int sandbox_extend(Manager *m, const KeyInfo *key, const char *id, int64_t seconds, SandboxRow *ret,
+                   SandboxError *e);
+int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *network, SandboxRow *ret,
+                        SandboxError *e);
+/* What a sandbox of this row costs an hour, and its running time so far
+ * (never past its lease). */
+uint64_t sandbox_row_cost_per_hour(Manager *m, const SandboxRow *row);
+int64_t sandbox_row_run_seconds(const SandboxRow *row, int64_t now);
 
 /* A running sandbox of this key's owner, with a reference: 404 when there is
  * none, 409 when it is not running. */
-int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **ret, ApiError *e);
+int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **ret, SandboxError *e);
 void sandbox_release(Sandbox *sb);
 /* The sandbox stopped answering (its agent is starved or stuck): it becomes
  * failed with this reason and is stopped, as if its agent had died. */
 void sandbox_fail(Sandbox *sb, const char *reason);
 /* Opens a stream on the sandbox's channel; fills e on failure. */
-int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e);
+int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxError *e);
 /* The sandbox's env (borrowed; fixed for its life). */
 json_t *sandbox_env(Sandbox *sb);
 const char *sandbox_id(Sandbox *sb);

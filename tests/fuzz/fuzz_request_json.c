@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/jsonutil.h"
 #include "daemon/request.h"
-#include "daemon/route.h"
+#include "daemon/api.h"
+#include "daemon/images.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -114,7 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         default:
                 (void)json_depth_ok(text, len, REQ_MAX_DEPTH);
-                (void)request_image_name_ok(s);
+                (void)image_name_ok(s);
                 (void)request_env_name_ok(text, len);
                 break;
         }

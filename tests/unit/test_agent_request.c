@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "agent/request.h"
+#include "common/jsonutil.h"
 
 static int parse_str(const char *s, AgentRequest **ret, const char **ret_error) {
         return agent_request_parse((const uint8_t *)s, strlen(s), ret, ret_error);
@@ -31,16 +32,16 @@ static void test_depth(void **state) {
         memset(buf, 0, sizeof buf);
         memset(buf, '[', 32);
         memset(buf + 32, ']', 32);
-        assert_true(agent_request_depth_ok((uint8_t *)buf, strlen(buf), REQUEST_MAX_DEPTH));
+        assert_true(json_depth_ok((uint8_t *)buf, strlen(buf), REQUEST_MAX_DEPTH));
         memset(buf, 0, sizeof buf);
         memset(buf, '[', 33);
         memset(buf + 33, ']', 33);
-        assert_false(agent_request_depth_ok((uint8_t *)buf, strlen(buf), REQUEST_MAX_DEPTH));
+        assert_false(json_depth_ok((uint8_t *)buf, strlen(buf), REQUEST_MAX_DEPTH));
         const char *in_string = "{\"a\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\\"[[[[[[[[[[[[[[\"}";
-        assert_true(agent_request_depth_ok((const uint8_t *)in_string, strlen(in_string), 2));
+        assert_true(json_depth_ok((const uint8_t *)in_string, strlen(in_string), 2));
         const char *sequential = "[[]][[]][[]][[]]";
-        assert_true(agent_request_depth_ok((const uint8_t *)sequential, strlen(sequential), 2));
-        assert_false(agent_request_depth_ok((const uint8_t *)sequential, strlen(sequential), 1));
+        assert_true(json_depth_ok((const uint8_t *)sequential, strlen(sequential), 2));
+        assert_false(json_depth_ok((const uint8_t *)sequential, strlen(sequential), 1));
 
         memset(buf, 0, sizeof buf);
         strcpy(buf, "{\"op\":\"stat\",\"path\":\"/\",\"x\":");

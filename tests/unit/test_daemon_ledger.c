@@ -20,7 +20,8 @@
 #include "daemon/db.h"
 #include "daemon/keys.h"
 #include "daemon/ledger.h"
-#include "daemon/route.h"
+#include "daemon/api.h"
+#include "daemon/request.h"
 
 typedef struct Fixture {
         char dir[64];
@@ -329,17 +330,17 @@ static void test_owner_names_and_trial_shape(void **state) {
         ApiError e;
         json_t *body = json_pack("{s:i}", "vcpu", 1);
         CreateRequest req = { .vcpu = 1, .memory_mib = 1024 };
-        assert_int_equal(keys_apply_trial_shape(&full, body, &req, &e), 0);
+        assert_int_equal(request_apply_trial_shape(full.trial, body, &req, &e), 0);
         assert_int_equal(req.memory_mib, 1024);
-        assert_int_equal(keys_apply_trial_shape(&trial, body, &req, &e), 0);
+        assert_int_equal(request_apply_trial_shape(trial.trial, body, &req, &e), 0);
         assert_int_equal(req.memory_mib, KEYS_TRIAL_MEMORY_DEFAULT_MIB);
         req.vcpu = 4;
-        assert_int_equal(keys_apply_trial_shape(&trial, body, &req, &e), -EINVAL);
+        assert_int_equal(request_apply_trial_shape(trial.trial, body, &req, &e), -EINVAL);
         assert_int_equal(e.status, 400);
         assert_non_null(strstr(e.message, "vcpu"));
         json_object_set_new(body, "memoryMiB", json_integer(4096));
         req = (CreateRequest){ .vcpu = 1, .memory_mib = 4096 };
-        assert_int_equal(keys_apply_trial_shape(&trial, body, &req, &e), -EINVAL);
+        assert_int_equal(request_apply_trial_shape(trial.trial, body, &req, &e), -EINVAL);
         assert_non_null(strstr(e.message, "memoryMiB"));
         json_decref(body);
 }

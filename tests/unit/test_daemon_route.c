@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/route.h"
+#include "daemon/api.h"
 
 #define ID "sbx_0123456789abcdef0123"
 
@@ -102,8 +102,31 @@ static void test_methods(void **state) {
         assert_int_equal(route_parse("GET", "/v1/sandboxes/" ID ":exec", &r), -EOPNOTSUPP);
         assert_string_equal(r.allow, "POST");
         assert_int_equal(route_parse("POST", "/v1/sandboxes/" ID "/files/content", &r), -EOPNOTSUPP);
+        assert_string_equal(r.allow, "GET, PUT");
         assert_int_equal(route_parse("PATCH", "/v1/sandboxes/" ID, &r), -EOPNOTSUPP);
+        assert_string_equal(r.allow, "GET, DELETE");
+        assert_int_equal(route_parse("POST", "/v1/egress-secrets/A", &r), -EOPNOTSUPP);
+        assert_string_equal(r.allow, "GET, PUT, DELETE");
+        assert_int_equal(route_parse("GET", "/v1/trial", &r), -EOPNOTSUPP);
+        assert_string_equal(r.allow, "POST");
         assert_int_equal(route_parse("get", "/healthz", &r), -EOPNOTSUPP);
+}
+
+/* Every route has a handler, a name, and a body kind that fits its method. */
+static void test_table(void **state) {
+        for (size_t i = 0; i < api_n_routes; i++) {
+                const HttpRoute *d = &api_routes[i];
+                assert_non_null(d->handler);
+                assert_non_null(d->name);
+                assert_int_equal(d->path[0], '/');
+                if (d->body == HTTP_BODY_STREAM)
+                        assert_non_null(d->upload);
+                if (strcmp(d->method, "GET") == 0)
+                        assert_int_equal(d->body, HTTP_BODY_NONE);
+                for (size_t j = 0; j < i; j++)
+                        assert_false(strcmp(d->method, api_routes[j].method) == 0 &&
+                                     strcmp(d->path, api_routes[j].path) == 0);
+        }
 }
 
 static void test_access(void **state) {
@@ -132,6 +155,7 @@ int main(void) {
                 cmocka_unit_test(test_routes),
                 cmocka_unit_test(test_id_and_path_strictness),
                 cmocka_unit_test(test_methods),
+                cmocka_unit_test(test_table),
                 cmocka_unit_test(test_access),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

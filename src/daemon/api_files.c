@@ -7,7 +7,9 @@
 #include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/timeutil.h"
-#include "daemon/handlers.h"
+#include "daemon/agent_client.h"
+#include "daemon/api.h"
+#include "daemon/api_files.h"
 #include "daemon/log.h"
 #include "daemon/request.h"
 #include "proto/proto.h"
@@ -18,86 +20,21 @@
 #define WRITE_TIMEOUT_MS 120000
 #define UPLOAD_MAX_DISCARD (8u * 1024u * 1024u)
 
-void agent_error_to_api(json_t *result, const char *path, ApiError *e) {
-        json_t *err = json_object_get(result, "error");
-        const char *code = json_string_value(json_object_get(err, "code"));
-        const char *msg = json_string_value(json_object_get(err, "message"));
-        if (!code)
-                code = "internal";
-        /* The agent's message is about the sandbox's own files: safe to pass on,
-         * but bounded. */
-        char text[300];
-        if (path)
-                snprintf(text, sizeof(text), "%.180s: %.100s", path, msg ? msg : code);
-        else
-                snprintf(text, sizeof(text), "%.200s", msg ? msg : code);
-        static const struct {
-                const char *agent;
-                int status;
-                const char *code;
-        } map[] = {
-                { "invalid", 400, "invalid_request" },          { "not_found", 404, "not_found" },
-                { "exists", 409, "conflict" },                  { "not_a_directory", 400, "invalid_request" },
-                { "is_a_directory", 400, "invalid_request" },   { "not_empty", 409, "conflict" },
-                { "permission_denied", 403, "forbidden" },      { "no_space", 413, "payload_too_large" },
-                { "too_large", 413, "payload_too_large" },      { "busy", 409, "conflict" },
-                { "io", 500, "internal" },                      { "internal", 500, "internal" },
-        };
-        for (size_t i = 0; i < ELEMENTSOF(map); i++)
-                if (strcmp(code, map[i].agent) == 0) {
-                        api_error(e, map[i].status, map[i].code, NULL, "%s", text);
-                        return;
-                }
-        api_error(e, 500, "internal", NULL, "%s", text);
+static bool client_left(void *userdata) {
+        return socket_hung_up(*(int *)userdata);
 }
 
 /* Runs one request-response op on a sandbox. 0 and *ret (the RESULT), or a
  * negative value with e filled. */
 static int run_op(Req *r, Sandbox *sb, json_t *request, json_t **ret, ApiError *e) {
         ChanStream *s = NULL;
-        if (sandbox_open_stream(sb, request, &s, e) < 0)
+        if (api_open_stream(sb, request, &s, e) < 0)
                 return -EINVAL;
         int sock = req_socket(r);
-        uint64_t deadline = time_now_mono_ms() + OP_TIMEOUT_MS;
-        int rc = -ETIMEDOUT;
-        _cleanup_json_ json_t *batched = NULL;
-        while (time_now_mono_ms() < deadline) {
-                ChanEvent ev;
-                int n = chan_stream_next(s, POLL_MS, &ev);
-                if (n == -ETIMEDOUT) {
-                        if (socket_hung_up(sock)) {
-                                rc = -EPIPE;
-                                break;
-                        }
-                        continue;
-                }
-                if (n < 0 || ev.type == CHAN_EV_CLOSED) {
-                        if (n == 0)
-                                chan_event_clear(&ev);
-                        rc = -ECONNRESET;
-                        break;
-                }
-                if (ev.type == CHAN_EV_RESULT) {
-                        *ret = TAKE_PTR(ev.json);
-                        chan_event_clear(&ev);
-                        rc = 0;
-                        break;
-                }
-                /* A long listing comes in EVENT batches before its RESULT. */
-                json_t *batch = ev.type == CHAN_EV_EVENT ? json_object_get(ev.json, "entries") : NULL;
-                if (json_is_array(batch)) {
-                        if (!batched)
-                                batched = json_array();
-                        if (batched)
-                                json_array_extend(batched, batch);
-                }
-                chan_event_clear(&ev);
-        }
+        int rc = agent_wait_result(s, OP_TIMEOUT_MS, client_left, &sock, ret);
         chan_stream_free(s);
-        if (rc == 0 && batched && json_is_array(json_object_get(*ret, "entries"))) {
-                json_array_extend(batched, json_object_get(*ret, "entries"));
-                json_object_set(*ret, "entries", batched);
-        }
+        if (rc == -ECANCELED)
+                rc = -EPIPE;
         if (rc == -ETIMEDOUT)
                 api_error(e, 503, "unavailable", "try again; the daemon's log has details",
                           "the sandbox did not answer in time");
@@ -130,8 +67,7 @@ static int query_path(Req *r, const char *name, const char *def, char **ret, Api
          * short into another, valid one. */
         const char *p = NULL;
         size_t len = 0;
-        if (MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, name, strlen(name), &p, &len) != MHD_YES ||
-            !p) {
+        if (!req_query_n(r, name, &p, &len)) {
                 p = def;
                 len = p ? strlen(p) : 0;
         }
@@ -143,7 +79,7 @@ static int query_path(Req *r, const char *name, const char *def, char **ret, Api
 static enum MHD_Result op_reply(Req *r, json_t *request, const char *path, json_t **ret_result) {
         ApiError e = { 0 };
         Sandbox *sb;
-        if (sandbox_acquire(r->srv->manager, &r->key, r->route.sandbox_id, &sb, &e) < 0)
+        if (api_sandbox_acquire(r, &sb, &e) < 0)
                 return reply_error(r, &e);
         json_t *result = NULL;
         int rc = run_op(r, sb, request, &result, &e);
@@ -152,8 +88,8 @@ static enum MHD_Result op_reply(Req *r, json_t *request, const char *path, json_
                 return MHD_NO;
         if (rc < 0)
                 return e.code ? reply_error(r, &e) : reply_internal(r);
-        if (json_object_get(result, "error")) {
-                agent_error_to_api(result, path, &e);
+        if (agent_result_error(result, NULL)) {
+                api_agent_error(result, path, &e);
                 json_decref(result);
                 return reply_error(r, &e);
         }
@@ -170,7 +106,7 @@ enum MHD_Result handle_files_list(Req *r) {
         const char *d = req_query(r, "depth");
         if (d && request_parse_depth(d, &depth, &e) < 0)
                 return reply_error(r, &e);
-        _cleanup_json_ json_t *req = json_pack("{s:s,s:s,s:i}", "op", "list", "path", path, "depth", (int)depth);
+        _cleanup_json_ json_t *req = agent_req_list(path, depth);
         if (!req)
                 return reply_internal(r);
         json_t *result = NULL;
@@ -195,7 +131,7 @@ enum MHD_Result handle_files_stat(Req *r) {
         _cleanup_free_ char *path = NULL;
         if (query_path(r, "path", NULL, &path, &e) < 0)
                 return reply_error(r, &e);
-        _cleanup_json_ json_t *req = json_pack("{s:s,s:s}", "op", "stat", "path", path);
+        _cleanup_json_ json_t *req = agent_req_stat(path);
         if (!req)
                 return reply_internal(r);
         json_t *result = NULL;
@@ -207,7 +143,7 @@ enum MHD_Result handle_files_stat(Req *r) {
         return entry ? reply_json(r, 200, entry) : reply_internal(r);
 }
 
-enum MHD_Result handle_files_op(Req *r) {
+static enum MHD_Result files_op(Req *r) {
         ApiError e = { 0 };
         _cleanup_free_ char *path = NULL, *to = NULL;
         _cleanup_json_ json_t *req = NULL, *answer = NULL;
@@ -216,19 +152,19 @@ enum MHD_Result handle_files_op(Req *r) {
         switch (r->route.kind) {
         case ROUTE_FILES_MKDIR:
                 if ((rc = request_parse_mkdir(r->json, &path, &flag, &e)) == 0) {
-                        req = json_pack("{s:s,s:s,s:b}", "op", "mkdir", "path", path, "parents", flag);
+                        req = agent_req_mkdir(path, flag);
                         answer = json_pack("{s:s}", "path", path);
                 }
                 break;
         case ROUTE_FILES_REMOVE:
                 if ((rc = request_parse_remove(r->json, &path, &flag, &e)) == 0) {
-                        req = json_pack("{s:s,s:s,s:b}", "op", "remove", "path", path, "recursive", flag);
+                        req = agent_req_remove(path, flag);
                         answer = json_pack("{s:s}", "path", path);
                 }
                 break;
         default:
                 if ((rc = request_parse_rename(r->json, &path, &to, &e)) == 0) {
-                        req = json_pack("{s:s,s:s,s:s}", "op", "rename", "from", path, "to", to);
+                        req = agent_req_rename(path, to);
                         answer = json_pack("{s:s,s:s}", "from", path, "to", to);
                 }
                 break;
@@ -243,6 +179,18 @@ enum MHD_Result handle_files_op(Req *r) {
                 return m;
         json_decref(result);
         return reply_json(r, 200, TAKE_PTR(answer));
+}
+
+enum MHD_Result handle_files_mkdir(Req *r) {
+        return files_op(r);
+}
+
+enum MHD_Result handle_files_remove(Req *r) {
+        return files_op(r);
+}
+
+enum MHD_Result handle_files_rename(Req *r) {
+        return files_op(r);
 }
 
 /* ---- GET content: the agent's DATA straight to the client ---- */
@@ -306,7 +254,7 @@ static ssize_t file_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         break;
                 case CHAN_EV_RESULT:
                         f->eof = true;
-                        if (json_object_get(ev.json, "error"))
+                        if (agent_result_error(ev.json, NULL))
                                 log_warn(f->rid, "reading a file from %s failed mid-way", sandbox_id(f->sb));
                         break;
                 case CHAN_EV_CLOSED:
@@ -324,7 +272,7 @@ enum MHD_Result handle_files_read(Req *r) {
         _cleanup_free_ char *path = NULL;
         if (query_path(r, "path", NULL, &path, &e) < 0)
                 return reply_error(r, &e);
-        _cleanup_json_ json_t *req = json_pack("{s:s,s:s}", "op", "read", "path", path);
+        _cleanup_json_ json_t *req = agent_req_read(path);
         if (!req)
                 return reply_internal(r);
         FileRead *f = calloc(1, sizeof(*f));
@@ -332,11 +280,11 @@ enum MHD_Result handle_files_read(Req *r) {
                 return reply_internal(r);
         snprintf(f->rid, sizeof(f->rid), "%s", r->rid);
         f->sock = req_socket(r);
-        if (sandbox_acquire(r->srv->manager, &r->key, r->route.sandbox_id, &f->sb, &e) < 0) {
+        if (api_sandbox_acquire(r, &f->sb, &e) < 0) {
                 free(f);
                 return reply_error(r, &e);
         }
-        if (sandbox_open_stream(f->sb, req, &f->stream, &e) < 0) {
+        if (api_open_stream(f->sb, req, &f->stream, &e) < 0) {
                 file_read_free(f);
                 return reply_error(r, &e);
         }
@@ -365,8 +313,8 @@ enum MHD_Result handle_files_read(Req *r) {
                         return reply_error(r, &e);
                 }
                 if (ev.type == CHAN_EV_RESULT) {
-                        if (json_object_get(ev.json, "error"))
-                                agent_error_to_api(ev.json, path, &e);
+                        if (agent_result_error(ev.json, NULL))
+                                api_agent_error(ev.json, path, &e);
                         else
                                 api_error(&e, 500, "internal", NULL, "the agent sent no file");
                         chan_event_clear(&ev);
@@ -391,7 +339,7 @@ enum MHD_Result handle_files_read(Req *r) {
 
 /* ---- PUT content: the upload straight into the agent ---- */
 
-struct FileUpload {
+typedef struct FileUpload {
         Sandbox *sb;
         ChanStream *stream;
         char *path;
@@ -400,9 +348,10 @@ struct FileUpload {
         uint64_t discarded;
         bool failed;     /* the agent stopped taking data; its RESULT says why */
         bool too_large;
-};
+} FileUpload;
 
-void files_upload_free(FileUpload *u) {
+static void files_upload_free(void *upload) {
+        FileUpload *u = upload;
         if (!u)
                 return;
         chan_stream_free(u->stream); /* a write without RESULT is cancelled: the target stays untouched */
@@ -411,7 +360,7 @@ void files_upload_free(FileUpload *u) {
         free(u);
 }
 
-enum MHD_Result files_upload_begin(Req *r) {
+static enum MHD_Result files_upload_begin(Req *r) {
         ApiError e = { 0 };
         _cleanup_free_ char *path = NULL;
         unsigned mode = 0644;
@@ -420,11 +369,11 @@ enum MHD_Result files_upload_begin(Req *r) {
         const char *m = req_query(r, "mode");
         if (m && request_parse_mode(m, &mode, &e) < 0)
                 return reply_error(r, &e);
-        uint64_t max = (uint64_t)r->srv->cfg->max_file_mib * 1024u * 1024u;
+        uint64_t max = (uint64_t)r->app->cfg->max_file_mib * 1024u * 1024u;
         const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > max) {
                 api_error(&e, 413, "payload_too_large", "files are limited by the daemon's --max-file-mib",
-                          "the file is larger than %u MiB", r->srv->cfg->max_file_mib);
+                          "the file is larger than %u MiB", r->app->cfg->max_file_mib);
                 return reply_error(r, &e);
         }
         FileUpload *u = calloc(1, sizeof(*u));
@@ -433,18 +382,18 @@ enum MHD_Result files_upload_begin(Req *r) {
         u->max = max;
         u->path = TAKE_PTR(path);
         r->upload = u;
-        if (sandbox_acquire(r->srv->manager, &r->key, r->route.sandbox_id, &u->sb, &e) < 0)
+        if (api_sandbox_acquire(r, &u->sb, &e) < 0)
                 return reply_error(r, &e);
         _cleanup_json_ json_t *req =
-                json_pack("{s:s,s:s,s:i,s:b}", "op", "write", "path", u->path, "mode", (int)mode, "mkdirs", 1);
+                agent_req_write(u->path, mode, true);
         if (!req)
                 return reply_internal(r);
-        if (sandbox_open_stream(u->sb, req, &u->stream, &e) < 0)
+        if (api_open_stream(u->sb, req, &u->stream, &e) < 0)
                 return reply_error(r, &e);
         return MHD_YES;
 }
 
-enum MHD_Result files_upload_data(Req *r, const char *data, size_t len) {
+static enum MHD_Result files_upload_data(Req *r, const char *data, size_t len) {
         FileUpload *u = r->upload;
         if (!u || !u->stream)
                 return MHD_NO;
@@ -470,46 +419,33 @@ enum MHD_Result files_upload_data(Req *r, const char *data, size_t len) {
         return MHD_YES;
 }
 
-enum MHD_Result files_upload_end(Req *r) {
+enum MHD_Result handle_files_write(Req *r) {
         FileUpload *u = r->upload;
         ApiError e = { 0 };
         if (!u || !u->stream)
                 return reply_internal(r);
         if (u->too_large) {
                 api_error(&e, 413, "payload_too_large", "files are limited by the daemon's --max-file-mib",
-                          "the file is larger than %u MiB", r->srv->cfg->max_file_mib);
+                          "the file is larger than %u MiB", r->app->cfg->max_file_mib);
                 return reply_error(r, &e);
         }
         if (!u->failed)
                 chan_stream_close_write(u->stream);
-        json_t *result = NULL;
-        uint64_t deadline = time_now_mono_ms() + OP_TIMEOUT_MS;
+        _cleanup_json_ json_t *res = NULL;
         int sock = req_socket(r);
-        while (!result) {
-                ChanEvent ev;
-                int rc = chan_stream_next(u->stream, POLL_MS, &ev);
-                if (rc == -ETIMEDOUT) {
-                        if (socket_hung_up(sock))
-                                return MHD_NO;
-                        if (time_now_mono_ms() > deadline) {
-                                api_error(&e, 503, "unavailable", NULL, "the sandbox did not answer in time");
-                                return reply_error(r, &e);
-                        }
-                        continue;
-                }
-                if (rc < 0 || ev.type == CHAN_EV_CLOSED) {
-                        if (rc == 0)
-                                chan_event_clear(&ev);
-                        api_error(&e, 409, "conflict", "create a new sandbox", "the sandbox stopped during the write");
-                        return reply_error(r, &e);
-                }
-                if (ev.type == CHAN_EV_RESULT)
-                        result = TAKE_PTR(ev.json);
-                chan_event_clear(&ev);
+        int rc = agent_wait_result(u->stream, OP_TIMEOUT_MS, client_left, &sock, &res);
+        if (rc == -ECANCELED)
+                return MHD_NO;
+        if (rc == -ETIMEDOUT) {
+                api_error(&e, 503, "unavailable", NULL, "the sandbox did not answer in time");
+                return reply_error(r, &e);
         }
-        _cleanup_json_ json_t *res = result;
-        if (json_object_get(res, "error")) {
-                agent_error_to_api(res, u->path, &e);
+        if (rc < 0) {
+                api_error(&e, 409, "conflict", "create a new sandbox", "the sandbox stopped during the write");
+                return reply_error(r, &e);
+        }
+        if (agent_result_error(res, NULL)) {
+                api_agent_error(res, u->path, &e);
                 return reply_error(r, &e);
         }
         json_t *size = json_object_get(res, "size");
@@ -517,3 +453,9 @@ enum MHD_Result files_upload_end(Req *r) {
                                             (json_int_t)(json_is_integer(size) ? json_integer_value(size)
                                                                                : (json_int_t)u->written)));
 }
+
+const HttpUpload files_upload = {
+        .begin = files_upload_begin,
+        .data = files_upload_data,
+        .free = files_upload_free,
+};

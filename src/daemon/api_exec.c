@@ -8,7 +8,9 @@
 #include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/timeutil.h"
-#include "daemon/handlers.h"
+#include "daemon/agent_client.h"
+#include "daemon/api.h"
+#include "daemon/api_exec.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/output.h"
@@ -96,17 +98,7 @@ static json_t *agent_request(const ExecRequest *q, Sandbox *sb) {
         _cleanup_json_ json_t *env = json_deep_copy(sandbox_env(sb));
         if (!env || json_object_update(env, q->env) < 0)
                 return NULL;
-        json_t *req = json_pack("{s:s,s:s,s:O,s:I,s:b}", "op", "exec", "cwd", q->cwd, "env", env, "timeoutMs",
-                                (json_int_t)q->timeout_ms, "stdin", q->has_stdin);
-        if (!req)
-                return NULL;
-        int r = q->command ? json_object_set_new(req, "command", json_string(q->command))
-                           : json_object_set(req, "argv", q->argv);
-        if (r < 0) {
-                json_decref(req);
-                return NULL;
-        }
-        return req;
+        return agent_req_exec(q->command, q->argv, q->cwd, env, q->timeout_ms, q->has_stdin);
 }
 
 static json_t *closed_error(const char *rid, const char *id) {
@@ -127,18 +119,10 @@ static json_t *error_line(json_t *body) {
 /* Waits for the RESULT after a cancel, briefly, so the process group is gone
  * before we answer. */
 static void drain_after_cancel(ExecRun *x) {
-        uint64_t end = time_now_mono_ms() + CANCEL_GRACE_MS;
-        while (time_now_mono_ms() < end) {
-                ChanEvent ev;
-                if (chan_stream_next(x->stream, POLL_MS, &ev) < 0)
-                        continue;
-                ChanEventType t = ev.type;
-                chan_event_clear(&ev);
-                if (t == CHAN_EV_RESULT || t == CHAN_EV_CLOSED) {
-                        x->result_seen = true;
-                        return;
-                }
-        }
+        _cleanup_json_ json_t *res = NULL;
+        int r = agent_wait_result(x->stream, CANCEL_GRACE_MS, NULL, NULL, &res);
+        if (r == 0 || r == -ECONNRESET)
+                x->result_seen = true;
 }
 
 static void observe_result(json_t *res) {
@@ -219,9 +203,9 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
                 api_error(&e, 409, "conflict", "create a new sandbox", "sandbox %s stopped while the command ran",
                           sandbox_id(x->sb));
                 ret = reply_error(r, &e);
-        } else if (json_object_get(result, "error")) {
+        } else if (agent_result_error(result, NULL)) {
                 ApiError e;
-                agent_error_to_api(result, NULL, &e);
+                api_agent_error(result, NULL, &e);
                 ret = reply_error(r, &e);
         } else {
                 observe_result(result);
@@ -329,9 +313,9 @@ static int stream_step(ExecRun *x) {
                 }
                 if (r < 0)
                         break;
-                if (json_object_get(ev.json, "error")) {
+                if (agent_result_error(ev.json, NULL)) {
                         ApiError e;
-                        agent_error_to_api(ev.json, NULL, &e);
+                        api_agent_error(ev.json, NULL, &e);
                         r = push_line(x, error_line(api_error_json(&e, x->rid)));
                 } else {
                         observe_result(ev.json);
@@ -385,7 +369,7 @@ enum MHD_Result handle_exec(Req *r) {
         if (request_parse_exec(r->json, &q, &e) < 0)
                 return e.code ? reply_error(r, &e) : reply_internal(r);
         Sandbox *sb;
-        if (sandbox_acquire(r->srv->manager, &r->key, r->route.sandbox_id, &sb, &e) < 0) {
+        if (api_sandbox_acquire(r, &sb, &e) < 0) {
                 exec_request_done(&q);
                 return reply_error(r, &e);
         }
@@ -405,7 +389,7 @@ enum MHD_Result handle_exec(Req *r) {
                 exec_run_free(x);
                 return reply_internal(r);
         }
-        if (sandbox_open_stream(sb, areq, &x->stream, &e) < 0) {
+        if (api_open_stream(sb, areq, &x->stream, &e) < 0) {
                 exec_request_done(&q);
                 exec_run_free(x);
                 return reply_error(r, &e);

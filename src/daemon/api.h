@@ -1,0 +1,97 @@
+#pragma once
+/*
+ * The HTTP API v1: one table of routes (method, path, access, body kind,
+ * handler) served by the http module, and what the handlers (api_*.c) share:
+ * the daemon's parts and the mapping of the agent's errors onto the API's
+ * error shape. Handlers depend on http and on the manager; nothing below
+ * them (the manager, the drivers, the channel) includes this header.
+ */
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "daemon/apierror.h"
+#include "daemon/config.h"
+#include "daemon/db.h"
+#include "daemon/egress_service.h"
+#include "daemon/http.h"
+#include "daemon/images.h"
+#include "daemon/keys.h"
+#include "daemon/ledger.h"
+#include "daemon/sandbox.h"
+
+typedef enum RouteKind {
+        ROUTE_HEALTHZ,
+        ROUTE_METRICS,
+        ROUTE_INFO,
+        ROUTE_LIMITS,
+        ROUTE_IMAGES,
+        ROUTE_IMAGE_BUILD,
+        ROUTE_SANDBOX_LIST,
+        ROUTE_SANDBOX_CREATE,
+        ROUTE_SANDBOX_GET,
+        ROUTE_SANDBOX_DELETE,
+        ROUTE_SANDBOX_EXEC,
+        ROUTE_SANDBOX_STOP,
+        ROUTE_SANDBOX_EXTEND,
+        ROUTE_SANDBOX_NETWORK,
+        ROUTE_FILES_READ,
+        ROUTE_FILES_WRITE,
+        ROUTE_FILES_LIST,
+        ROUTE_FILES_STAT,
+        ROUTE_FILES_MKDIR,
+        ROUTE_FILES_REMOVE,
+        ROUTE_FILES_RENAME,
+        ROUTE_KEYS_LIST,
+        ROUTE_KEYS_CREATE,
+        ROUTE_KEY_REVOKE,
+        ROUTE_USAGE,
+        ROUTE_TRIAL,
+        ROUTE_SECRETS_LIST,
+        ROUTE_SECRET_GET,
+        ROUTE_SECRET_PUT,
+        ROUTE_SECRET_DELETE,
+        ROUTE_SANDBOX_EGRESS,
+        _ROUTE_MAX,
+} RouteKind;
+
+/* The daemon's parts, as every handler sees them (r->app). */
+struct App {
+        const DaemonConfig *cfg;
+        Db *db;
+        Manager *manager;
+        Ledger *ledger;
+        KeyStore *keys;
+        EgressService *egress; /* NULL: no egress routes */
+        atomic_bool building;  /* one image build at a time */
+};
+
+/* The route table. */
+extern const HttpRoute api_routes[];
+extern const size_t api_n_routes;
+
+/* Routing over the table (for tests and tools); see http_route_match. */
+int route_parse(const char *method, const char *url, Route *ret);
+bool route_needs_auth(RouteKind k);
+/* Whether a `read` key is refused on this route: it creates, runs, writes,
+ * deletes, extends or spends. */
+bool route_needs_full_access(RouteKind k);
+const char *route_name(RouteKind k);
+
+/* Maps an agent {"error":{code,message}} to the API's error; path, when
+ * given, prefixes the message. */
+void api_agent_error(json_t *result, const char *path, ApiError *e);
+
+/* The API's error for a manager's: its kind becomes a status and a code. */
+int api_sandbox_error(const SandboxError *se, ApiError *e);
+/* A running sandbox of the route's id and the request's key, with a
+ * reference (sandbox_release): 404 when there is none, 409 when it is not
+ * running. */
+int api_sandbox_acquire(Req *r, Sandbox **ret, ApiError *e);
+/* Opens a stream to the sandbox's agent; e filled on failure. */
+int api_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e);
+
+/* {"name","built","builtAt","sizeBytes"}: one image, and every image. */
+json_t *api_image_json(const ImageInfo *info);
+json_t *api_images_json(const DaemonConfig *cfg);

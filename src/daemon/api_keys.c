@@ -1,0 +1,271 @@
+/* The guard rails' routes: keys, usage, limits, trial. */
+#include "daemon/api_keys.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/jsonutil.h"
+#include "common/macro.h"
+#include "common/random.h"
+#include "common/timeutil.h"
+#include "daemon/api.h"
+#include "daemon/log.h"
+
+static enum MHD_Result reply_rc(Req *r, int rc, const char *what) {
+        ApiError e;
+        log_error(r->rid, "%s: %s", what, strerror(-rc));
+        api_error(&e, 500, "internal", "the daemon's log has details", "could not %s", what);
+        return reply_error(r, &e);
+}
+
+static int parse_create(Req *r, json_t *body, char **ret_name, char **ret_owner, bool *ret_full,
+                        int64_t *ret_limit, ApiError *e) {
+        const KeyInfo *me = &r->key;
+        const char *key;
+        json_t *v;
+        json_object_foreach (body, key, v)
+                if (strcmp(key, "name") != 0 && strcmp(key, "access") != 0 && strcmp(key, "dailyLimitMicros") != 0 &&
+                    strcmp(key, "owner") != 0)
+                        return api_error(e, 400, "invalid_request", "the fields are name, access, dailyLimitMicros, owner",
+                                         "unknown field %.64s", key);
+        v = json_object_get(body, "name");
+        if (!json_is_string(v))
+                return api_error(e, 400, "invalid_request", NULL, "name is required: a string of 1 to %d bytes",
+                                 KEYS_MAX_NAME);
+        const char *name = json_string_value(v);
+        size_t len = json_string_length(v);
+        if (len == 0 || len > KEYS_MAX_NAME)
+                return api_error(e, 400, "invalid_request", NULL, "name must be 1 to %d bytes", KEYS_MAX_NAME);
+        for (size_t i = 0; i < len; i++)
+                if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+                        return api_error(e, 400, "invalid_request", NULL, "name must be printable");
+        bool full = true;
+        v = json_object_get(body, "access");
+        if (v) {
+                if (!json_is_string(v) ||
+                    (strcmp(json_string_value(v), "full") != 0 && strcmp(json_string_value(v), "read") != 0))
+                        return api_error(e, 400, "invalid_request", NULL, "access must be \"full\" or \"read\"");
+                full = strcmp(json_string_value(v), "full") == 0;
+        }
+        int64_t limit = -1;
+        v = json_object_get(body, "dailyLimitMicros");
+        if (v && !json_is_null(v)) {
+                if (!json_is_integer(v))
+                        return api_error(e, 400, "invalid_request", NULL,
+                                         "dailyLimitMicros must be an integer (micro-dollars) or null");
+                limit = json_integer_value(v);
+                if (limit < 0 || limit > KEYS_MAX_DAILY_LIMIT_MICROS)
+                        return api_error(e, 400, "invalid_request", NULL, "dailyLimitMicros must be between 0 and %lld",
+                                         KEYS_MAX_DAILY_LIMIT_MICROS);
+        }
+        const char *owner = me->owner;
+        v = json_object_get(body, "owner");
+        if (v && !json_is_null(v)) {
+                if (!json_is_string(v) || !keys_owner_ok(json_string_value(v)))
+                        return api_error(e, 400, "invalid_request", NULL,
+                                         "owner must match [a-z0-9][a-z0-9_-]* and be at most %d bytes", KEYS_MAX_OWNER);
+                owner = json_string_value(v);
+        }
+        if (me->trial)
+                return api_error(e, 403, "forbidden", "ask the daemon's administrator for a full key",
+                                 "a trial key cannot make keys");
+        if (!keys_is_admin(me)) {
+                if (strcmp(owner, me->owner) != 0)
+                        return api_error(e, 403, "forbidden", "leave owner out: keys are made for your own owner",
+                                         "only an admin key makes keys for another owner");
+                if (me->daily_limit_micros >= 0 && full)
+                        return api_error(e, 403, "forbidden", "make a read key (\"access\": \"read\"), or ask for a key without a daily limit",
+                                         "a key with a daily limit can make read keys only");
+        }
+        *ret_name = strdup(name);
+        *ret_owner = strdup(owner);
+        if (!*ret_name || !*ret_owner) {
+                free(*ret_name);
+                free(*ret_owner);
+                return -ENOMEM;
+        }
+        *ret_full = full;
+        *ret_limit = limit;
+        return 0;
+}
+
+enum MHD_Result handle_keys_create(Req *r) {
+        json_t *body = r->json;
+        ApiError e = { 0 };
+        _cleanup_free_ char *name = NULL, *owner = NULL;
+        bool full = false;
+        int64_t limit = -1;
+        int rc = parse_create(r, body, &name, &owner, &full, &limit, &e);
+        if (rc < 0)
+                return e.code ? reply_error(r, &e) : reply_internal(r);
+        char secret[64];
+        json_t *j = NULL;
+        rc = keystore_create(r->app->keys, name, owner, full, limit, false, 0, secret, &j);
+        if (rc == -EDQUOT) {
+                api_error(&e, 429, "rate_limited", "revoke keys you no longer use", "the owner %s has %d keys already",
+                          owner, KEYS_MAX_PER_OWNER);
+                return reply_error(r, &e);
+        }
+        if (rc < 0)
+                return reply_rc(r, rc, "make the key");
+        json_object_set_new(j, "key", json_string(secret));
+        explicit_bzero(secret, sizeof(secret));
+        log_info(r->rid, "key %s made for owner %s by %s", json_string_value(json_object_get(j, "id")), owner,
+                 r->key.id);
+        return reply_json(r, 201, j);
+}
+
+enum MHD_Result handle_keys_list(Req *r) {
+        json_t *j = NULL;
+        int rc = keystore_list(r->app->keys, keys_is_admin(&r->key) ? NULL : r->key.owner, &j);
+        if (rc < 0)
+                return reply_rc(r, rc, "list the keys");
+        return reply_json(r, 200, j);
+}
+
+enum MHD_Result handle_key_revoke(Req *r) {
+        ApiError e = { 0 };
+        json_t *j = NULL;
+        int rc = keystore_revoke(r->app->keys, r->route.key_id, keys_is_admin(&r->key) ? NULL : r->key.owner,
+                                 time_now_unix(), &j);
+        if (rc == -ENOENT) {
+                api_error(&e, 404, "not_found", "list your keys with GET /v1/keys", "no key %s", r->route.key_id);
+                return reply_error(r, &e);
+        }
+        if (rc == -EBUSY) {
+                api_error(&e, 409, "conflict", "make another full admin key first",
+                          "key %s is the last full key of the admin owner", r->route.key_id);
+                return reply_error(r, &e);
+        }
+        if (rc < 0)
+                return reply_rc(r, rc, "revoke the key");
+        log_info(r->rid, "key %s revoked by %s", r->route.key_id, r->key.id);
+        return reply_json(r, 200, j);
+}
+
+/* Unix seconds, or an RFC 3339 UTC time "2026-11-30T09:00:00Z". */
+static int parse_time(const char *s, int64_t *ret) {
+        if (!s || !*s || strlen(s) > 32)
+                return -EINVAL;
+        char *end;
+        if (s[0] >= '0' && s[0] <= '9' && !strchr(s, '-')) {
+                errno = 0;
+                long long v = strtoll(s, &end, 10);
+                if (errno || *end || v < 0)
+                        return -EINVAL;
+                *ret = v;
+                return 0;
+        }
+        struct tm tm = { 0 };
+        int n = 0;
+        if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+                   &tm.tm_sec, &n) != 6 ||
+            s[n] != '\0' || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
+            tm.tm_min > 59 || tm.tm_sec > 60 || tm.tm_year < 1970)
+                return -EINVAL;
+        tm.tm_year -= 1900;
+        tm.tm_mon -= 1;
+        time_t t = timegm(&tm);
+        if (t < 0)
+                return -EINVAL;
+        *ret = t;
+        return 0;
+}
+
+/* Far enough for any real window, small enough that nothing overflows. */
+#define USAGE_MAX_TIME 253402300799LL /* 9999-12-31T23:59:59Z */
+
+enum MHD_Result handle_usage(Req *r) {
+        ApiError e = { 0 };
+        int64_t now = time_now_unix(), since = now - LEDGER_WINDOW_SECONDS, until = now;
+        const char *s = req_query(r, "since"), *u = req_query(r, "until");
+        if (s && (parse_time(s, &since) < 0 || since > USAGE_MAX_TIME)) {
+                api_error(&e, 400, "invalid_request", "give since as unix seconds or 2026-11-30T09:00:00Z",
+                          "since is not a time");
+                return reply_error(r, &e);
+        }
+        if (u && (parse_time(u, &until) < 0 || until > USAGE_MAX_TIME)) {
+                api_error(&e, 400, "invalid_request", "give until as unix seconds or 2026-11-30T09:00:00Z",
+                          "until is not a time");
+                return reply_error(r, &e);
+        }
+        if (since >= until) {
+                api_error(&e, 400, "invalid_request", NULL, "since must be before until");
+                return reply_error(r, &e);
+        }
+        json_t *j = NULL;
+        int rc = ledger_usage(r->app->ledger, r->key.owner, since, until, now, &j);
+        if (rc < 0)
+                return reply_rc(r, rc, "read the usage");
+        json_object_set_new(j, "since", json_time_or_null(since));
+        json_object_set_new(j, "until", json_time_or_null(until));
+        json_object_set_new(j, "owner", json_string(r->key.owner));
+        return reply_json(r, 200, j);
+}
+
+enum MHD_Result handle_limits(Req *r) {
+        const KeyInfo *k = &r->key;
+        int64_t now = time_now_unix();
+        LedgerKeyUse u;
+        int rc = ledger_key_use(r->app->ledger, k->id, now, &u);
+        if (rc < 0)
+                return reply_rc(r, rc, "read the key's spending");
+        json_t *limit = json_null(), *remaining = json_null();
+        if (k->daily_limit_micros >= 0) {
+                int64_t left = k->daily_limit_micros - u.used_micros;
+                limit = json_integer(k->daily_limit_micros);
+                remaining = json_integer(left > 0 ? left : 0);
+        }
+        json_t *trial = json_null();
+        if (k->trial) {
+                int64_t allowance = r->app->cfg->trial_allowance_seconds;
+                int64_t left = allowance - u.used_seconds;
+                trial = json_pack("{s:I,s:I,s:I}", "sandboxSeconds", (json_int_t)allowance, "usedSandboxSeconds",
+                                  (json_int_t)u.used_seconds, "remainingSandboxSeconds", (json_int_t)(left > 0 ? left : 0));
+        }
+        return reply_json(r, 200,
+                          json_pack("{s:s,s:s,s:s,s:b,s:{s:o,s:I,s:o,s:I,s:I,s:i,s:o},s:o}", "access",
+                                    k->full ? "full" : "read", "keyId", k->id, "owner", k->owner, "trial", k->trial,
+                                    "daily", "limitMicros", limit, "usedMicros", (json_int_t)u.used_micros,
+                                    "remainingMicros", remaining, "settledMicros", (json_int_t)u.settled_micros,
+                                    "reservedMicros", (json_int_t)u.reserved_micros, "windowSeconds",
+                                    LEDGER_WINDOW_SECONDS, "freesAt", json_time_or_null(u.frees_at), "trialAllowance",
+                                    trial));
+}
+
+enum MHD_Result handle_trial(Req *r) {
+        ApiError e = { 0 };
+        const DaemonConfig *cfg = r->app->cfg;
+        if (cfg->max_trial_keys == 0) {
+                api_error(&e, 403, "forbidden", "ask the daemon's administrator for a key",
+                          "this daemon hands out no trial keys");
+                return reply_error(r, &e);
+        }
+        if (!req_from_this_host(r, cfg->socket_path != NULL)) {
+                api_error(&e, 403, "forbidden", "ask the daemon's administrator for a key",
+                          "trial keys are handed out on this machine only (loopback or the unix socket)");
+                return reply_error(r, &e);
+        }
+        char idhex[9], owner[32], secret[64];
+        if (random_hex(idhex, 4) < 0)
+                return reply_internal(r);
+        snprintf(owner, sizeof(owner), "trial_%s", idhex);
+        json_t *j = NULL;
+        int rc = keystore_create(r->app->keys, "trial", owner, true, -1, true, cfg->max_trial_keys, secret, &j);
+        if (rc == -EUSERS) {
+                api_error(&e, 429, "rate_limited", "ask the daemon's administrator for a full key",
+                          "this daemon has handed out its %u trial keys", cfg->max_trial_keys);
+                return reply_error(r, &e);
+        }
+        if (rc < 0)
+                return reply_rc(r, rc, "make a trial key");
+        json_object_set_new(j, "key", json_string(secret));
+        json_object_set_new(j, "trialAllowance",
+                            json_pack("{s:I}", "sandboxSeconds", (json_int_t)cfg->trial_allowance_seconds));
+        explicit_bzero(secret, sizeof(secret));
+        log_info(r->rid, "trial key %s made (owner %s)", json_string_value(json_object_get(j, "id")), owner);
+        return reply_json(r, 201, j);
+}

@@ -1,0 +1,11 @@
+#pragma once
+/* The sandbox routes: list, create, get, delete, stop, extend, network. */
+#include "daemon/http.h"
+
+enum MHD_Result handle_sandbox_list(Req *r);
+enum MHD_Result handle_sandbox_create(Req *r);
+enum MHD_Result handle_sandbox_get(Req *r);
+enum MHD_Result handle_sandbox_delete(Req *r);
+enum MHD_Result handle_sandbox_stop(Req *r);
+enum MHD_Result handle_sandbox_extend(Req *r);
+enum MHD_Result handle_sandbox_network(Req *r);

@@ -1,0 +1,134 @@
+#pragma once
+/*
+ * The HTTP edge of the daemon: libmicrohttpd with a thread per connection
+ * (exec and file transfers block their thread), strict routing over one
+ * table of routes, authentication and access, request bodies and their
+ * limits, and the one error shape of the API. It knows nothing of sandboxes:
+ * the handlers a route table names (api_*.c) translate between JSON and the
+ * manager.
+ */
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/apierror.h"
+#include "daemon/db.h"
+
+#define ROUTE_ID_LEN 24 /* "sbx_" + 20 hex */
+#define ROUTE_KEY_ID_LEN 20 /* "key_" + 16 hex */
+#define ROUTE_MAX_URL 1024
+
+/* What the handlers share (the daemon's parts); opaque to this layer. */
+typedef struct App App;
+typedef struct Req Req;
+typedef enum MHD_Result (*HttpHandler)(Req *r);
+
+typedef enum HttpAccess {
+        HTTP_ACCESS_PUBLIC, /* no key: the handler decides (healthz, trial) */
+        HTTP_ACCESS_READ,   /* any valid key */
+        HTTP_ACCESS_FULL,   /* creates, runs, writes, deletes, extends or spends */
+} HttpAccess;
+
+typedef enum HttpBody {
+        HTTP_BODY_NONE,          /* a body is a 400 */
+        HTTP_BODY_JSON,          /* a JSON object, parsed into r->json */
+        HTTP_BODY_JSON_OR_EMPTY, /* the same, an empty body being {} */
+        HTTP_BODY_STREAM,        /* raw bytes handed to the route's upload as they come */
+} HttpBody;
+
+/* A route whose body streams: begin on the request's first call (after
+ * access), data for each piece, the route's handler at the end. free
+ * releases r->upload however the request ended. */
+typedef struct HttpUpload {
+        HttpHandler begin;
+        enum MHD_Result (*data)(Req *r, const char *data, size_t len);
+        void (*free)(void *upload);
+} HttpUpload;
+
+/* Path patterns are literal but for one parameter: {sandbox} (sbx_ + 20 hex),
+ * {key} (key_ + 16 hex), {image} (an image name) or {secret} (1..64 bytes,
+ * no '/', checked by its handler). A parameter ends at the pattern's next
+ * literal character, or at the end of the path. */
+typedef struct HttpRoute {
+        int kind;
+        const char *name; /* for logs and metrics */
+        const char *method;
+        const char *path;
+        HttpAccess access;
+        HttpBody body;
+        size_t max_body;            /* 0: REQ_MAX_BODY */
+        const char *too_large_hint; /* NULL: "send at most 1 MiB of JSON" */
+        HttpHandler handler;
+        const HttpUpload *upload; /* HTTP_BODY_STREAM only */
+} HttpRoute;
+
+typedef struct Route {
+        const HttpRoute *def;
+        int kind;
+        char sandbox_id[ROUTE_ID_LEN + 1];
+        char image[65];
+        char key_id[ROUTE_KEY_ID_LEN + 1];
+        char secret[65];
+        char allow[48]; /* for a 405: the methods the path has */
+} Route;
+
+/* 0 and *ret; -ENOENT for an unknown path; -EMSGSIZE for an over-long one;
+ * -EOPNOTSUPP for a known path and a method it does not have (ret->allow is
+ * set). Pure. */
+int http_route_match(const HttpRoute *routes, size_t n, const char *method, const char *url, Route *ret);
+bool route_sandbox_id_ok(const char *s);
+bool route_key_id_ok(const char *s);
+
+struct Req {
+        App *app;
+        struct MHD_Connection *conn;
+        char rid[24];
+        const char *method;
+        char path[128]; /* for the log, cut */
+        uint64_t t0;
+        Route route;
+        KeyInfo key;
+        char *body;
+        size_t body_len;
+        size_t discarded;
+        json_t *json; /* the parsed body, for routes that take one */
+        bool refused; /* the body broke a limit: drop the rest, answer `refusal` at the end */
+        ApiError refusal;
+        bool answered; /* a response is queued */
+        unsigned status;
+        void *upload; /* a streamed body's state (HttpUpload) */
+};
+
+/* Queue a response; the reply functions add X-Request-Id. */
+enum MHD_Result reply_json(Req *r, unsigned status, json_t *body); /* steals body */
+enum MHD_Result reply_error(Req *r, const ApiError *e);
+enum MHD_Result reply_response(Req *r, unsigned status, struct MHD_Response *resp, const char *content_type);
+enum MHD_Result reply_internal(Req *r);
+/* rc < 0: e (or a 500 when e has no code); else j with status. */
+enum MHD_Result reply_result(Req *r, int rc, json_t *j, const ApiError *e, unsigned status);
+
+/* The socket of the request's connection, to notice a client that left. */
+int req_socket(Req *r);
+/* Whether the client hung up (POLLRDHUP / POLLHUP / POLLERR on the socket). */
+bool socket_hung_up(int fd);
+const char *req_query(Req *r, const char *name);
+/* A query argument with its real length (a %00 does not cut it short). */
+bool req_query_n(Req *r, const char *name, const char **ret, size_t *ret_len);
+/* Whether the request came over loopback or a unix socket. */
+bool req_from_this_host(Req *r, bool unix_socket);
+
+typedef struct HttpServer HttpServer;
+
+/* Serves `routes` (kept, not copied) with `app` handed to each request;
+ * keys are checked against db. */
+int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, unsigned max_connections,
+                    HttpServer **ret);
+/* Serves on listen_fd (bound and listening; the server takes it). */
+int http_server_start(HttpServer *s, int listen_fd);
+/* Stops accepting new connections; running requests go on. */
+void http_server_quiesce(HttpServer *s);
+/* Closes every connection and joins their threads. */
+void http_server_stop(HttpServer *s);
+void http_server_free(HttpServer *s);

@@ -1,0 +1,25 @@
+#pragma once
+/* What a create asks for, validated: request.c fills it from a client's
+ * JSON, the manager (sandbox_create) takes it. Plain data, shared by both
+ * sides so that neither includes the other. */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SANDBOX_MAX_LEASE_SECONDS 86400
+
+typedef struct CreateRequest {
+        int64_t timeout_seconds;
+        bool delete_on_lease_end;
+        unsigned vcpu;
+        unsigned memory_mib;
+        unsigned disk_mib;
+        json_t *network; /* normalized {"internet","allow","deny"} */
+        json_t *env;     /* object string->string */
+        json_t *labels;  /* object string->string */
+        char *image;
+        char *driver; /* NULL: the daemon's default */
+        char *name;   /* NULL: none */
+        int64_t max_cost_micros; /* -1: none */
+        int64_t max_total_cost_micros; /* -1: none; caps the sandbox across extends */
+} CreateRequest;

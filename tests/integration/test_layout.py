@@ -1,0 +1,144 @@
+"""The layout of the C sources shows the architecture (docs/architecture.md):
+HTTP stays at the edge, the manager and the drivers never reach up into it,
+and the agent protocol has one client in the daemon. Static checks over the
+source tree; no daemon runs."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from helpers import REPO
+
+SRC = REPO / "src"
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
+
+# The HTTP layer of the daemon: the http module, the API's route table and
+# handlers, the parsing of request bodies, the error shape, and main (which
+# wires them to the manager).
+HTTP_LAYER = {"http", "apierror", "request", "main"}
+
+
+def _is_http_layer(path: Path) -> bool:
+    return path.parent.name == "daemon" and (path.stem in HTTP_LAYER or path.stem == "api"
+                                             or path.stem.startswith("api_"))
+
+
+def _c_files(*folders: str) -> list[Path]:
+    out: list[Path] = []
+    for f in folders:
+        out += sorted((SRC / f).glob("*.[ch]"))
+    return out
+
+
+def _strip_comments(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def _includes(path: Path) -> list[str]:
+    return INCLUDE.findall(_strip_comments(path.read_text()))
+
+
+def _closure(path: Path) -> set[str]:
+    """Every project header path reaches, directly or through other headers."""
+    seen: set[str] = set()
+    todo = [i for i in _includes(path) if (SRC / i).exists()]
+    while todo:
+        inc = todo.pop()
+        if inc in seen:
+            continue
+        seen.add(inc)
+        todo += [i for i in _includes(SRC / inc) if (SRC / i).exists()]
+    return seen
+
+
+def _manager_and_drivers() -> list[Path]:
+    files = [p for p in _c_files("daemon") if not _is_http_layer(p)]
+    files += _c_files("driver", "egress", "proto")
+    assert len(files) > 10, files
+    return files
+
+
+def _http_header(inc: str) -> bool:
+    name = Path(inc).stem
+    return inc.startswith("daemon/") and (name in HTTP_LAYER or name == "api" or name.startswith("api_"))
+
+
+def _http_layer_functions() -> set[str]:
+    """The functions the HTTP layer's headers declare."""
+    names: set[str] = set()
+    for h in sorted((SRC / "daemon").glob("*.h")):
+        if _is_http_layer(h):
+            names |= set(re.findall(r"^[A-Za-z_][\w \*]*?\b(\w+)\s*\(", _strip_comments(h.read_text()), re.M))
+    assert {"reply_json", "http_route_match", "api_error", "handle_exec", "request_parse_create"} <= names, names
+    return names
+
+
+def test_manager_and_drivers_never_reach_the_http_layer():
+    upward = _http_layer_functions()
+    bad = []
+    for path in _manager_and_drivers():
+        rel = path.relative_to(REPO)
+        for inc in sorted(_closure(path)):
+            if _http_header(inc):
+                bad.append(f"{rel} includes {inc}")
+        if "microhttpd.h" in _includes(path):
+            bad.append(f"{rel} includes microhttpd.h")
+        code = _strip_comments(path.read_text())
+        for call in re.findall(r"\b(\w+)\s*\(", code):
+            if call in upward or call.startswith("MHD_"):
+                bad.append(f"{rel} calls {call}")
+        for name in re.findall(r"\b(ApiError|Req|HttpRoute|HttpServer)\b", code):
+            bad.append(f"{rel} names {name}")
+    assert not bad, "the manager and the drivers reach into the HTTP layer:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_http_module_knows_no_sandbox():
+    """http.c serves a route table it is handed; it never names the manager or
+    the handlers."""
+    for name in ("http.c", "http.h"):
+        incs = _closure(SRC / "daemon" / name)
+        wrong = sorted(i for i in incs if Path(i).stem in ("sandbox", "api", "channel", "egress_service")
+                       or Path(i).stem.startswith("api_") or i.startswith("driver/"))
+        assert not wrong, f"src/daemon/{name} reaches {wrong}"
+
+
+def test_handlers_do_not_borrow_each_other():
+    """A handler file includes the http module, api.h (what handlers share) and
+    the manager, never another handler file."""
+    bad = []
+    for path in sorted((SRC / "daemon").glob("api_*.c")):
+        for inc in _includes(path):
+            stem = Path(inc).stem
+            if stem.startswith("api_") and stem != path.stem:
+                bad.append(f"{path.name} includes {inc}")
+    assert not bad, "\n".join(bad)
+
+
+def test_one_route_table():
+    """Routes are declared once, in api.c's table; no switch over route kinds
+    elsewhere decides which handler runs or which body a route takes."""
+    table = (SRC / "daemon" / "api.c").read_text()
+    kinds = set(re.findall(r"\bROUTE_[A-Z_]+\b", (SRC / "daemon" / "api.h").read_text())) - {"ROUTE_ID_LEN"}
+    kinds.discard("_ROUTE_MAX")
+    for k in kinds:
+        assert re.search(rf"\b{k}\b", table), f"{k} has no row in the route table"
+    http = _strip_comments((SRC / "daemon" / "http.c").read_text())
+    assert "ROUTE_" not in re.sub(r"\bROUTE_(ID_LEN|KEY_ID_LEN|MAX_URL)\b", "", http), \
+        "http.c names a route: routing belongs to the table"
+
+
+def test_one_agent_protocol_client():
+    """Only agent_client.c writes the agent's ops: exec, files and egress build
+    their requests and await their results through it."""
+    bad = []
+    for path in _c_files("daemon"):
+        if path.name == "agent_client.c":
+            continue
+        code = _strip_comments(path.read_text())
+        if re.search(r'"op"\s*,', code):
+            bad.append(f"{path.relative_to(REPO)} builds an agent request itself")
+    assert not bad, "\n".join(bad)
+    egress = _strip_comments((SRC / "daemon" / "egress_service.c").read_text())
+    assert "chan_stream_next" not in egress.split("egress_sandbox_new", 1)[0], \
+        "egress_service.c reads agent results itself before its relay code"
