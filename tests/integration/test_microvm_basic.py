@@ -12,8 +12,12 @@ RUNTIME_MICROVM_SNAPSHOTS=0: the `cold_api` tests boot every guest.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 import statistics
+import subprocess
 import time
 import uuid
 
@@ -139,6 +143,37 @@ def test_missing_image_part_fails_fast_with_its_reason(build_dir, tmp_path):
             assert not (images / "default" / "microvm").exists()
     finally:
         _finish_daemon(d)
+
+
+@pytest.mark.slow
+def test_image_build_makes_the_microvm_parts(build_dir, tmp_path):
+    """The image build runs runtime-microvm-build (found beside the image
+    builder) after the root filesystem's, so creates never have to. A small
+    root filesystem stands in for debootstrap's; the kernel is Debian's."""
+    img = tmp_path / "images" / "default"
+    (img / "rootfs" / "etc").mkdir(parents=True)
+    (img / "rootfs" / "etc" / "hostname").write_text("sandbox\n")
+    script = (build_dir / "runtime-image-build").read_bytes()
+    packages = re.search(rb'^PACKAGES="(.*)"$', script, re.M).group(1)
+    (img / "recipe.sha256").write_text(hashlib.sha256(script + packages + b"\n").hexdigest() + "\n")
+    (img / "built-at").write_text("2026-01-01T00:00:00Z\n")
+    assert subprocess.run([str(build_dir / "runtime-image-build"), "--check", str(img.parent), "default"]
+                          ).returncode == 0
+    d = _start_daemon(build_dir, img.parent, tmp_path / "state", f"runtime-test-{os.getpid()}-imgbuild")
+    try:
+        skip_unless_driver(d, DRIVER)
+        with d.client(timeout=1500) as api:
+            r = api.post("/v1/images/default:build")
+            assert r.status_code == 200, r.text
+            events = [json.loads(x) for x in r.text.splitlines() if x.strip()]
+    finally:
+        _finish_daemon(d)
+    assert events and events[-1]["type"] == "done", events[-10:]
+    assert any("runtime-microvm-build: kernel" in e.get("line", "") for e in events), events
+    for part in ("vmlinuz", "root.ext4", "root.stamp", "modules"):
+        assert (img / "microvm" / part).exists(), part
+    assert subprocess.run([str(build_dir / "runtime-microvm-build"), "--check", str(img.parent), "default"]
+                          ).returncode == 0
 
 
 def test_disk_limit(cold_api):
