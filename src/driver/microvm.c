@@ -21,11 +21,10 @@
 
 #include "common/macro.h"
 #include "common/timeutil.h"
-#include "driver/cgroup.h"
-#include "driver/launch.h"
 #include "driver/microvm_disk.h"
 #include "driver/microvm_initramfs.h"
 #include "driver/microvm_kvm.h"
+#include "driver/microvm_spawn.h"
 #include "driver/microvm_template.h"
 #include "driver/microvm_vmm.h"
 #include "driver/rootfs.h"
@@ -34,7 +33,6 @@
  * this big, whatever diskMiB says. */
 #define MIN_DISK_MIB 16u
 #define MAX_DISK_MIB (1024u * 1024u)
-#define KILL_TIMEOUT_MS 5000
 
 static int path_join(char *buf, size_t len, const char *a, const char *b) {
         int n = snprintf(buf, len, "%s/%s", a, b);
@@ -149,7 +147,7 @@ static int start_booted(const MicrovmStart *s, const char *p_upper, int *ret_fd,
 }
 
 static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
-        int r = launch_spec_check(spec);
+        int r = microvm_spec_check(spec);
         if (r < 0)
                 return r;
         unsigned vcpu = spec->vcpu ? spec->vcpu : 1;
@@ -233,26 +231,8 @@ static void microvm_stop(DriverInstance *inst, const char **ret_reason) {
                 *ret_reason = reason;
 }
 
-/* Kills whatever is left in the sandbox's cgroup and removes it, from the
- * spec alone. */
-static int kill_cgroup_of(const DriverSpec *spec) {
-        if (!spec || !spec->id || !cgroup_name_valid(spec->id, false) ||
-            (spec->cgroup_parent && !cgroup_name_valid(spec->cgroup_parent, true)))
-                return -EINVAL;
-        Cgroup *cg = NULL;
-        int r = launch_cgroup(spec, false, &cg);
-        if (r >= 0) {
-                r = cgroup_kill_all(cg, KILL_TIMEOUT_MS);
-                int r2 = cgroup_remove(cg);
-                if (r >= 0)
-                        r = r2;
-                cgroup_free(cg);
-        }
-        return r;
-}
-
 static int microvm_destroy(const DriverSpec *spec) {
-        int r = kill_cgroup_of(spec);
+        int r = microvm_vmm_cgroup_kill(spec);
         if (r == -EINVAL)
                 return r;
         if (spec->sandbox_dir && spec->sandbox_dir[0] == '/') {
@@ -264,7 +244,7 @@ static int microvm_destroy(const DriverSpec *spec) {
 }
 
 static int microvm_reap_orphan(const DriverSpec *spec) {
-        int r = kill_cgroup_of(spec);
+        int r = microvm_vmm_cgroup_kill(spec);
         if (r == -EINVAL)
                 return r;
         if (spec->sandbox_dir)

@@ -10,6 +10,9 @@
 #include "driver/launch.h"
 #include "driver/seccomp.h"
 
+/* How long the cgroup's processes get to die. */
+#define KILL_TIMEOUT_MS 5000
+
 uint32_t microvm_uid_for(const char *id) {
         /* FNV-1a: stable across restarts, so a restarted daemon's reap finds
          * the same uid; uniqueness is the cgroup's job, this only keeps
@@ -77,4 +80,24 @@ int microvm_vmm_cgroup(const DriverSpec *spec, MicrovmAccel accel, unsigned mem,
         }
         *ret = cg;
         return 0;
+}
+
+int microvm_vmm_cgroup_kill(const DriverSpec *spec) {
+        if (!spec || !spec->id || !cgroup_name_valid(spec->id, false) ||
+            (spec->cgroup_parent && !cgroup_name_valid(spec->cgroup_parent, true)))
+                return -EINVAL;
+        Cgroup *cg = NULL;
+        int r = launch_cgroup(spec, false, &cg);
+        if (r >= 0) {
+                r = cgroup_kill_all(cg, KILL_TIMEOUT_MS);
+                int r2 = cgroup_remove(cg);
+                if (r >= 0)
+                        r = r2;
+                cgroup_free(cg);
+        }
+        return r;
+}
+
+int microvm_spec_check(const DriverSpec *spec) {
+        return launch_spec_check(spec);
 }

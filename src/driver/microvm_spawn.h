@@ -33,3 +33,8 @@ int microvm_spawn_qemu(const MicrovmSpawn *sp, pid_t *ret_pid);
 /* The VMM's cgroup for sandbox spec->id, created with the limits of a guest
  * of mem MiB and vcpu CPUs under accel (guest RAM plus QEMU's overhead). */
 int microvm_vmm_cgroup(const DriverSpec *spec, MicrovmAccel accel, unsigned mem, unsigned vcpu, Cgroup **ret);
+/* Kills whatever is left in the VMM cgroup of spec->id and removes it, from
+ * the spec alone (after a daemon restart too). -ENOENT when there is none. */
+int microvm_vmm_cgroup_kill(const DriverSpec *spec);
+/* The launcher's checks of a spec (launch_spec_check): -EINVAL, -ENAMETOOLONG. */
+int microvm_spec_check(const DriverSpec *spec);
