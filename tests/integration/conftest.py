@@ -205,7 +205,7 @@ _microvm_parts: dict[Path, str | None] = {}
 
 def need_microvm_parts(build_dir: Path, image_dir: Path) -> None:
     """The image's microVM parts (kernel, modules, root.ext4), made once per
-    session with runtime-microvm-build: a create never builds them. Skips
+    test run with runtime-microvm-build: a create never builds them. Skips
     when they cannot be made here."""
     if image_dir not in _microvm_parts:
         tool = build_dir / "runtime-microvm-build"
