@@ -189,6 +189,10 @@ enum MHD_Result handle_image_build(Req *r) {
         snprintf(b->name, sizeof(b->name), "%s", r->route.image);
         mkdir(r->app->cfg->image_dir, 0755);
         const DaemonConfig *cfg = r->app->cfg;
+        bool microvm = false;
+        for (unsigned i = 0; i < cfg->n_drivers; i++)
+                microvm = microvm || (cfg->drivers[i].driver == &driver_microvm && cfg->drivers[i].offered);
+        microvm = microvm && cfg->microvm_builder;
         pid_t pid = fork();
         if (pid < 0) {
                 close(pipefd[0]);
@@ -204,6 +208,25 @@ enum MHD_Result handle_image_build(Req *r) {
                         dup2(devnull, 0);
                 dup2(pipefd[1], 1);
                 dup2(pipefd[1], 2);
+                /* The microVM's parts after the root filesystem: a create
+                 * never builds them (docs/microvm.md). Same process group,
+                 * so a stop reaches both. */
+                if (microvm) {
+                        pid_t root = fork();
+                        if (root == 0) {
+                                execl(cfg->image_builder, cfg->image_builder, forced ? "--force" : "--", cfg->image_dir,
+                                      b->name, (char *)NULL);
+                                _exit(127);
+                        }
+                        int st = 0;
+                        while (root > 0 && waitpid(root, &st, 0) < 0 && errno == EINTR)
+                                ;
+                        if (root < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                                _exit(root < 0 ? 127 : WIFEXITED(st) ? WEXITSTATUS(st) : 128);
+                        execl(cfg->microvm_builder, cfg->microvm_builder, forced ? "--force" : "--", cfg->image_dir,
+                              b->name, (char *)NULL);
+                        _exit(127);
+                }
                 if (forced)
                         execl(cfg->image_builder, cfg->image_builder, "--force", cfg->image_dir, b->name, (char *)NULL);
                 else

@@ -23,6 +23,9 @@ typedef struct DaemonConfig {
         const char *image_dir;
         const char *agent_path;
         const char *image_builder;
+        /* runtime-microvm-build beside image_builder, run after it by an image
+         * build when the microvm driver is offered; NULL when absent. */
+        const char *microvm_builder;
         const char *cgroup_parent;
         const Driver *default_driver; /* NULL when no driver can run here */
         DriverOffer drivers[CONFIG_MAX_DRIVERS];

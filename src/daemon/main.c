@@ -325,7 +325,7 @@ int main(int argc, char **argv) {
                 .max_trial_keys = 100,
         };
         const char *driver_opt = "auto", *drivers_opt = NULL;
-        char *state_dir = NULL, *image_dir = NULL, *agent = NULL, *builder = NULL;
+        char *state_dir = NULL, *image_dir = NULL, *agent = NULL, *builder = NULL, *microvm_builder = NULL;
         bool doctor = false, json = false;
         int64_t hb_interval_ms = 0, hb_timeout_ms = 0;
         int c;
@@ -469,6 +469,12 @@ int main(int argc, char **argv) {
         cfg.image_dir = image_dir;
         cfg.agent_path = agent;
         cfg.image_builder = builder;
+        /* Beside the image builder, so that --image-builder carries both. */
+        char *slash = strrchr(builder, '/');
+        if (slash && asprintf(&microvm_builder, "%.*s/runtime-microvm-build", (int)(slash - builder), builder) < 0)
+                microvm_builder = NULL;
+        if (microvm_builder && access(microvm_builder, X_OK) == 0)
+                cfg.microvm_builder = microvm_builder;
         if (access(agent, X_OK) < 0)
                 log_warn(NULL, "the agent %s is not executable: sandboxes will not start", agent);
 
@@ -610,5 +616,6 @@ int main(int argc, char **argv) {
         free(image_dir);
         free(agent);
         free(builder);
+        free(microvm_builder);
         return 0;
 }

@@ -932,6 +932,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         _cleanup_json_ json_t *spec_for_driver = NULL, *hello = NULL;
         Sandbox *sb = calloc(1, sizeof(*sb));
         const char *fail = NULL;
+        DriverError start_err = { .reason = "" }; /* the driver's words, for failureReason */
         int fail_status = 503;
         if (!sb || spec_paths(m, row.id, req->image, &sb->paths) < 0) {
                 free(sb);
@@ -965,11 +966,13 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         driver_spec_from(m, sb->id, spec_for_driver, &sb->paths, &ds);
         uint64_t t0 = time_now_mono_ms();
         int fd = -1;
-        r = d->start(&ds, &fd, &sb->inst);
+        r = d->start(&ds, &fd, &sb->inst, &start_err);
         if (r < 0) {
-                log_error(rid, "sandbox %s: driver %s failed to start: %s", row.id, d->name, strerror(-r));
-                fail = r == -ENOENT   ? "the image is missing or incomplete"
-                       : r == -ENOSPC ? "the host is out of disk space"
+                log_error(rid, "sandbox %s: driver %s failed to start: %s%s%s", row.id, d->name, strerror(-r),
+                          start_err.reason[0] ? ": " : "", start_err.reason);
+                fail = start_err.reason[0]   ? start_err.reason
+                       : r == -ENOENT        ? "the image is missing or incomplete"
+                       : r == -ENOSPC        ? "the host is out of disk space"
                        : r == -EPERM || r == -EACCES ? "the driver lacks a privilege it needs on this host"
                                                     : "the sandbox failed to start";
                 sb->inst = NULL;

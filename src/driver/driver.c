@@ -1,6 +1,7 @@
 #include "driver/driver.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -43,4 +44,13 @@ const Driver *driver_pick_auto(char *why, size_t why_len) {
                         return *d;
         }
         return NULL;
+}
+
+void driver_error(DriverError *err, const char *fmt, ...) {
+        if (!err || err->reason[0])
+                return;
+        va_list ap;
+        va_start(ap, fmt);
+        (void)vsnprintf(err->reason, sizeof err->reason, fmt, ap);
+        va_end(ap);
 }

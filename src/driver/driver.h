@@ -37,6 +37,18 @@ typedef struct DriverStats {
 
 typedef struct DriverInstance DriverInstance; /* opaque, defined by each driver */
 
+/* Why a start failed, in words an API client may read: it becomes the
+ * sandbox's failureReason and the create error's message. One short
+ * sentence, with what to do where there is something to do; never a host
+ * path or an errno string (those belong in the daemon's log). */
+typedef struct DriverError {
+        char reason[240];
+} DriverError;
+
+/* Sets err's reason unless one is set already: the first cause found is the
+ * most precise one. err may be NULL. */
+__attribute__((format(printf, 2, 3))) void driver_error(DriverError *err, const char *fmt, ...);
+
 typedef struct Driver {
         const char *name;
         /* How long a start may take to the agent's HELLO; 0 means 30 s. A
@@ -62,8 +74,10 @@ typedef struct Driver {
          * started again on its own files), the cgroup, and starts the agent.
          * On success *ret_fd is one bidirectional, blocking, O_CLOEXEC fd (a
          * socket) carrying the channel, and *ret an instance. Errors: -ENOENT
-         * image missing, -ENOSPC, -EPERM, ... ; on failure nothing is left running. */
-        int (*start)(const DriverSpec *spec, int *ret_fd, DriverInstance **ret);
+         * image missing, -ENOSPC, -EPERM, ... ; on failure nothing is left running
+         * and *err (may be NULL) says why where the driver knows better than
+         * the errno. */
+        int (*start)(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err);
         /* Kills every process of the sandbox (cgroup-wide), reaps them,
          * unmounts what start mounted, removes the cgroup, frees the instance.
          * Keeps the writable layer. *ret_reason (may be NULL) gets a static

@@ -279,13 +279,15 @@ static void runsc_delete(const char *state, const char *id) {
         (void)run_runsc(argv, -1, RUNSC_CMD_TIMEOUT_MS, NULL);
 }
 
-static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret) {
+static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
         int r = launch_spec_check(spec);
         if (r < 0)
                 return r;
         const char *runsc = find_runsc();
-        if (!runsc)
+        if (!runsc) {
+                driver_error(err, "gVisor (runsc) is not installed on this host");
                 return -ENOENT;
+        }
         if (access(spec->agent_path, X_OK) < 0)
                 return -errno;
         uid_t shift;

@@ -12,7 +12,10 @@
 #include <sched.h>
 #include <linux/magic.h>
 #include <linux/sched.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -272,7 +275,7 @@ int launch_spawn(char *const argv[], char *const envp[], const LaunchFds *fds, p
                         child_fail(sp[1], 125);
                 /* Raw syscalls: glibc's set*id wrappers synchronise threads,
                  * which a forked child of a threaded process must not. */
-                if (fds->set_ids && (syscall(SYS_setgroups, 0, NULL) < 0 ||
+                if (fds->set_ids && (syscall(SYS_setgroups, fds->n_groups, fds->groups) < 0 ||
                                      syscall(SYS_setresgid, fds->gid, fds->gid, fds->gid) < 0 ||
                                      syscall(SYS_setresuid, fds->uid, fds->uid, fds->uid) < 0))
                         child_fail(sp[1], 126);
@@ -294,6 +297,9 @@ int launch_spawn(char *const argv[], char *const envp[], const LaunchFds *fds, p
                 sigset_t none;
                 sigemptyset(&none);
                 sigprocmask(SIG_SETMASK, &none, NULL);
+                if (fds->seccomp && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+                                     prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fds->seccomp, 0, 0) < 0))
+                        child_fail(sp[1], 126);
                 execve(argv[0], argv, envp);
                 child_fail(sp[1], 127);
         }
@@ -350,6 +356,16 @@ int launch_wait(pid_t pid, int timeout_ms, int *ret_status) {
                 struct timespec ts = {0, 2000000};
                 nanosleep(&ts, NULL);
         }
+}
+
+int launch_wait_or_kill(pid_t pid, int timeout_ms, int *ret_status) {
+        int r = launch_wait(pid, timeout_ms, ret_status);
+        if (r != -ETIMEDOUT)
+                return r;
+        kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        return -ETIMEDOUT;
 }
 
 DriverInstance *launch_instance_new(const Driver *d, const DriverSpec *spec) {

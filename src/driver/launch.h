@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+struct sock_fprog;
+
 #include "driver/cgroup.h"
 #include "driver/driver.h"
 
@@ -61,16 +63,29 @@ typedef struct LaunchFds {
         void *userdata;
         uid_t uid;
         gid_t gid;
+        /* With set_ids: the supplementary groups (none when n_groups is 0). */
+        const gid_t *groups;
+        size_t n_groups;
+        /* A seccomp filter installed, with no_new_privs, as the last step
+         * before exec; NULL for none. Built before the fork: building one
+         * allocates, which a forked child of the threaded daemon must not. */
+        const struct sock_fprog *seccomp;
 } LaunchFds;
 
 /* fork(); the child joins the cgroup, leaves the daemon's session, resets
  * signal state, sets up stdio and execs argv[0] with envp. Only
- * async-signal-safe calls between fork and exec (the daemon is threaded). */
+ * async-signal-safe calls between fork and exec (the daemon is threaded).
+ * Whether the exec happened comes back on a status pipe: a negative errno
+ * when the child failed before it, so that the program's own exit codes
+ * mean only what the program says. */
 int launch_spawn(char *const argv[], char *const envp[], const LaunchFds *fds, pid_t *ret_pid);
 
 /* Waits for the child with a deadline; 0 once reaped (status in *ret),
  * -ETIMEDOUT. */
 int launch_wait(pid_t pid, int timeout_ms, int *ret_status);
+/* The same, but a child still there at the deadline is killed and reaped:
+ * -ETIMEDOUT then. */
+int launch_wait_or_kill(pid_t pid, int timeout_ms, int *ret_status);
 
 /*
  * The child's mounts (a LaunchFds.pre_exec hook): the sandbox's layer and

@@ -3,7 +3,18 @@
  * The microVM driver (docs/microvm.md): every sandbox its own guest kernel
  * under QEMU's `microvm` machine, KVM where a guest really boots on it and
  * TCG (software emulation) where not. The Driver table is driver_microvm in
- * driver.h; this header has what the daemon and the tests need beyond it.
+ * driver.h. The driver is split by concern, one header each:
+ *
+ *   microvm.c            the driver's operations (probe, start, stop, ...)
+ *   microvm_kvm.c        whether KVM really runs a guest here
+ *   microvm_spawn.c      QEMU on the shared launcher (launch.c): uid, seccomp, cgroup
+ *   microvm_vmm.c        one QEMU process: command line, console, kill, stats
+ *   microvm_disk.c       the sandbox's upper disk (mke2fs, sparse copies)
+ *   microvm_initramfs.c  the initramfs of a start (the agent and modules)
+ *   microvm_qmp.c        a client of QEMU's monitor protocol
+ *   microvm_template.c   the cache of saved guests a first start restores
+ *
+ * This header has the types and limits those files share.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -16,26 +27,15 @@ typedef enum MicrovmAccel {
         MICROVM_ACCEL_KVM,
 } MicrovmAccel;
 
-/* Decides, once per process, whether KVM really runs a guest: QEMU boots the
- * guest kernel `kernel` (or, when NULL or missing, a few bytes of firmware)
- * under KVM with a deadline, and KVM is used only when the guest got to the
- * end. `RUNTIME_MICROVM_ACCEL=kvm|tcg` in the environment forces the choice.
- * A firmware-only verdict of KVM is checked again with the first kernel seen.
- * Never fails: TCG is the answer when nothing better works. *why (may be
- * NULL) gets a one-line reason. */
-MicrovmAccel microvm_accel(const char *kernel, char *why, size_t why_len);
-
-/* The kernel command line of a sandbox: `id` names the guest host. Exported
- * for the tests. -ENOBUFS when it does not fit. */
-int microvm_kernel_cmdline(const char *id, MicrovmAccel accel, unsigned pids_max, char *buf, size_t len);
-unsigned microvm_host_tsc_khz(void);
+/* The virtio-serial port that carries the agent channel. */
+#define MICROVM_CHANNEL_PORT "org.runtime.agent.0"
+#define MICROVM_CHANNEL_PATH "/dev/virtio-ports/" MICROVM_CHANNEL_PORT
 
 /* The uid QEMU runs as for sandbox `id`: one of MICROVM_UID_COUNT unprivileged
  * uids from MICROVM_UID_BASE, far above the image uid shift and any login
  * user, so that one VMM cannot signal or trace another's (see docs). */
 #define MICROVM_UID_BASE 1500000000u
 #define MICROVM_UID_COUNT 1000000u
-uint32_t microvm_uid_for(const char *id);
 
 /* Host memory the QEMU process may use beyond the guest's RAM (its own code,
  * device state, and under TCG the translation cache): the cgroup's limit is
@@ -52,8 +52,3 @@ uint32_t microvm_uid_for(const char *id);
  * file is rewritten from its last CONSOLE_KEEP bytes when it reaches MAX. */
 #define MICROVM_CONSOLE_MAX (1024u * 1024u)
 #define MICROVM_CONSOLE_KEEP (64u * 1024u)
-
-/* Writes the initramfs of one start to fd: /dev/console, the kernel modules
- * of `modules_dir` (its *.ko, in name order) and `agent` as /init. A newc cpio
- * archive. Exported for the tests. */
-int microvm_write_initramfs(int fd, const char *modules_dir, const char *agent);

@@ -141,13 +141,15 @@ static void closep_all(int *fds, size_t n) {
                 }
 }
 
-static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret) {
+static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
         int r = launch_spec_check(spec);
         if (r < 0)
                 return r;
         const char *bwrap = find_bwrap();
-        if (!bwrap)
+        if (!bwrap) {
+                driver_error(err, "bubblewrap (bwrap) is not installed on this host");
                 return -ENOENT;
+        }
         if (access(spec->agent_path, X_OK) < 0)
                 return -errno;
         uid_t shift;

@@ -12,14 +12,18 @@ RUNTIME_MICROVM_SNAPSHOTS=0: the `cold_api` tests boot every guest.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 import statistics
+import subprocess
 import time
 import uuid
 
 import pytest
 
-from conftest import _finish_daemon, _start_daemon
+from conftest import _finish_daemon, _start_daemon, need_microvm_parts
 from helpers import (assert_no_cgroups, assert_no_host_trace, cgroup_dirs, host_pids, proc_cmdline,
                      proc_uid, skip_unless_driver)
 
@@ -27,9 +31,8 @@ DRIVER = "microvm"
 
 
 def _need_microvm(d, build_dir):
-    if not (build_dir / "runtime-microvm-build").exists():
-        pytest.skip("build/runtime-microvm-build is missing (the Makefile installs images/microvm/build.sh)")
     skip_unless_driver(d, DRIVER)
+    need_microvm_parts(build_dir, d.image_dir)
 
 
 @pytest.fixture
@@ -106,6 +109,71 @@ def test_exec_files_timeout_and_own_kernel(mvm_api):
     assert vmm, f"no QEMU process for {sbx.id}: {host_pids(sbx.id)}"
     assert all(proc_uid(p) not in (0, None) for p in vmm), [(p, proc_uid(p)) for p in vmm]
     assert sbx.run("ls /sys/class/net").split() == ["lo"]
+
+
+def test_missing_image_part_fails_fast_with_its_reason(build_dir, tmp_path):
+    """An image without its microVM parts: the create fails at once (no
+    builder runs inside it) and says what to do, in the error's message and
+    the sandbox's failureReason, without a host path."""
+    images = tmp_path / "images"
+    (images / "default" / "rootfs").mkdir(parents=True)
+    (images / "default" / "built-at").write_text("2026-01-01T00:00:00Z\n")
+    d = _start_daemon(build_dir, images, tmp_path / "state", f"runtime-test-{os.getpid()}-noparts")
+    try:
+        skip_unless_driver(d, DRIVER)
+        with d.client() as api:
+            t0 = time.monotonic()
+            r = api.post("/v1/sandboxes", json={"driver": DRIVER, "memoryMiB": 256})
+            took = time.monotonic() - t0
+            assert r.status_code == 503, r.text
+            err = r.json()["error"]
+            assert err["code"] == "unavailable"
+            assert "runtime image build" in err["message"], err
+            assert "microVM" in err["message"], err
+            assert str(tmp_path) not in r.text and "/microvm/" not in r.text, r.text
+            # A builder would take minutes; a refusal takes no boot at all.
+            assert took < 30, took
+            listed = api.get("/v1/sandboxes").json()
+            rows = listed.get("sandboxes", listed.get("data", []))
+            failed = [x for x in rows if x.get("state") == "failed"]
+            assert len(failed) == 1, listed
+            reason = api.sandbox(failed[0]["id"])["failureReason"]
+            assert "runtime image build" in reason, reason
+            assert str(tmp_path) not in reason, reason
+            assert not (images / "default" / "microvm").exists()
+    finally:
+        _finish_daemon(d)
+
+
+@pytest.mark.slow
+def test_image_build_makes_the_microvm_parts(build_dir, tmp_path):
+    """The image build runs runtime-microvm-build (found beside the image
+    builder) after the root filesystem's, so creates never have to. A small
+    root filesystem stands in for debootstrap's; the kernel is Debian's."""
+    img = tmp_path / "images" / "default"
+    (img / "rootfs" / "etc").mkdir(parents=True)
+    (img / "rootfs" / "etc" / "hostname").write_text("sandbox\n")
+    script = (build_dir / "runtime-image-build").read_bytes()
+    packages = re.search(rb'^PACKAGES="(.*)"$', script, re.M).group(1)
+    (img / "recipe.sha256").write_text(hashlib.sha256(script + packages + b"\n").hexdigest() + "\n")
+    (img / "built-at").write_text("2026-01-01T00:00:00Z\n")
+    assert subprocess.run([str(build_dir / "runtime-image-build"), "--check", str(img.parent), "default"]
+                          ).returncode == 0
+    d = _start_daemon(build_dir, img.parent, tmp_path / "state", f"runtime-test-{os.getpid()}-imgbuild")
+    try:
+        skip_unless_driver(d, DRIVER)
+        with d.client(timeout=1500) as api:
+            r = api.post("/v1/images/default:build")
+            assert r.status_code == 200, r.text
+            events = [json.loads(x) for x in r.text.splitlines() if x.strip()]
+    finally:
+        _finish_daemon(d)
+    assert events and events[-1]["type"] == "done", events[-10:]
+    assert any("runtime-microvm-build: kernel" in e.get("line", "") for e in events), events
+    for part in ("vmlinuz", "root.ext4", "root.stamp", "modules"):
+        assert (img / "microvm" / part).exists(), part
+    assert subprocess.run([str(build_dir / "runtime-microvm-build"), "--check", str(img.parent), "default"]
+                          ).returncode == 0
 
 
 def test_disk_limit(cold_api):

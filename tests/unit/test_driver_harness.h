@@ -219,7 +219,7 @@ static int conn_exec(Conn *c, uint32_t stream, const char *cmd, char *out, size_
 static int harness_start(Harness *h, Conn *c, DriverInstance **inst, double *ret_hello_ms) {
         double t0 = harness_now_ms();
         int fd;
-        int r = h->drv->start(&h->spec, &fd, inst);
+        int r = h->drv->start(&h->spec, &fd, inst, NULL);
         if (r < 0)
                 return r;
         c->fd = fd;
@@ -446,7 +446,7 @@ static void *harness_thread(void *arg) {
         for (int round = 0; round < 2; round++) {
                 int fd;
                 DriverInstance *inst;
-                if (t->h->drv->start(&spec, &fd, &inst) < 0) {
+                if (t->h->drv->start(&spec, &fd, &inst, NULL) < 0) {
                         t->result = 1;
                         return NULL;
                 }
@@ -502,7 +502,7 @@ static void harness_bad_layer(Harness *h) {
         close(fd);
         int cfd = -1;
         DriverInstance *inst = NULL;
-        int r = h->drv->start(&h->spec, &cfd, &inst);
+        int r = h->drv->start(&h->spec, &cfd, &inst, NULL);
         assert_true(r < 0);
         harness_check_clean(h);
         assert_int_equal(h->drv->destroy(&h->spec), 0);
@@ -515,22 +515,22 @@ static void harness_bad_specs(Harness *h) {
         DriverInstance *inst;
         DriverSpec s = h->spec;
         s.id = "../escape";
-        assert_int_equal(h->drv->start(&s, &fd, &inst), -EINVAL);
+        assert_int_equal(h->drv->start(&s, &fd, &inst, NULL), -EINVAL);
         s = h->spec;
         s.id = "";
-        assert_int_equal(h->drv->start(&s, &fd, &inst), -EINVAL);
+        assert_int_equal(h->drv->start(&s, &fd, &inst, NULL), -EINVAL);
         s = h->spec;
         s.cgroup_parent = "../../x";
-        assert_int_equal(h->drv->start(&s, &fd, &inst), -EINVAL);
+        assert_int_equal(h->drv->start(&s, &fd, &inst, NULL), -EINVAL);
         s = h->spec;
         s.sandbox_dir = "relative/dir";
-        assert_int_equal(h->drv->start(&s, &fd, &inst), -EINVAL);
+        assert_int_equal(h->drv->start(&s, &fd, &inst, NULL), -EINVAL);
         s = h->spec;
         s.image_dir = "/nonexistent-image";
-        assert_int_equal(h->drv->start(&s, &fd, &inst), -ENOENT);
+        assert_int_equal(h->drv->start(&s, &fd, &inst, NULL), -ENOENT);
         s = h->spec;
         s.memory_mib = 1u << 30;
-        assert_int_equal(h->drv->start(&s, &fd, &inst), -EINVAL);
+        assert_int_equal(h->drv->start(&s, &fd, &inst, NULL), -EINVAL);
         assert_int_equal(access(h->sandbox_dir, F_OK), -1);
         assert_int_equal(h->drv->destroy(&(DriverSpec){.id = "../x", .sandbox_dir = "/x", .image_dir = "/x",
                                                        .agent_path = "/x"}),

@@ -32,10 +32,14 @@
 #include "daemon/channel.h"
 #include "driver/driver.h"
 #include "driver/microvm.h"
+#include "driver/microvm_initramfs.h"
+#include "driver/microvm_spawn.h"
+#include "driver/microvm_vmm.h"
 
 #define CG_PARENT "runtime-test-microvm"
 #define HELLO_MS 120000
 
+static char build_dir[PATH_MAX];
 static char agent_path[PATH_MAX + 32];
 static char image_dir[PATH_MAX - 64];
 static char work_dir[256];
@@ -166,32 +170,71 @@ static void test_bad_specs(void **state) {
         DriverSpec s = { .id = "ok", .vcpu = 1, .memory_mib = 256, .disk_mib = 64, .image_dir = "/nonexistent",
                          .sandbox_dir = "/nonexistent/sb", .agent_path = "/nonexistent/agent",
                          .cgroup_parent = CG_PARENT };
-        assert_int_equal(driver_microvm.start(NULL, &fd, &inst), -EINVAL);
+        assert_int_equal(driver_microvm.start(NULL, &fd, &inst, NULL), -EINVAL);
         DriverSpec b = s;
         b.id = "../etc";
-        assert_int_equal(driver_microvm.start(&b, &fd, &inst), -EINVAL);
+        assert_int_equal(driver_microvm.start(&b, &fd, &inst, NULL), -EINVAL);
         b = s;
         b.id = "UPPER"; /* ends up in the guest's hostname and the kernel command line */
-        assert_int_equal(driver_microvm.start(&b, &fd, &inst), -EINVAL);
+        assert_int_equal(driver_microvm.start(&b, &fd, &inst, NULL), -EINVAL);
         b = s;
         b.id = "a b";
-        assert_int_equal(driver_microvm.start(&b, &fd, &inst), -EINVAL);
+        assert_int_equal(driver_microvm.start(&b, &fd, &inst, NULL), -EINVAL);
         b = s;
         b.memory_mib = 16;
-        assert_int_equal(driver_microvm.start(&b, &fd, &inst), -EINVAL);
+        assert_int_equal(driver_microvm.start(&b, &fd, &inst, NULL), -EINVAL);
         b = s;
         b.vcpu = 1000;
-        assert_int_equal(driver_microvm.start(&b, &fd, &inst), -EINVAL);
+        assert_int_equal(driver_microvm.start(&b, &fd, &inst, NULL), -EINVAL);
         b = s;
         b.cgroup_parent = "../..";
-        assert_int_equal(driver_microvm.start(&b, &fd, &inst), -EINVAL);
+        assert_int_equal(driver_microvm.start(&b, &fd, &inst, NULL), -EINVAL);
         /* A valid spec on a missing image. */
-        if (access("/usr/bin/qemu-system-x86_64", X_OK) == 0)
-                assert_int_equal(driver_microvm.start(&s, &fd, &inst), -ENOENT);
+        if (access("/usr/bin/qemu-system-x86_64", X_OK) == 0) {
+                DriverError err = { .reason = "" };
+                assert_int_equal(driver_microvm.start(&s, &fd, &inst, &err), -ENOENT);
+                assert_non_null(strstr(err.reason, "runtime image build"));
+                assert_null(strchr(err.reason, '/')); /* no host path for the client */
+        }
         /* Idempotent cleanups of a sandbox that never was. */
         driver_microvm.stop(NULL, NULL);
         assert_int_equal(driver_microvm.destroy(&s), 0);
         assert_int_equal(driver_microvm.reap_orphan(&s), 0);
+}
+
+/* An image with a root filesystem but no microVM parts: refused at once
+ * with what to do, and nothing is built or started. */
+static void test_missing_parts(void **state) {
+        (void)state;
+        if (access("/usr/bin/qemu-system-x86_64", X_OK) < 0) {
+                skip();
+                return;
+        }
+        char dir[] = "/var/tmp/runtime-test-noparts-XXXXXX", p[PATH_MAX];
+        assert_non_null(mkdtemp(dir));
+        snprintf(p, sizeof(p), "%s/default", dir);
+        assert_int_equal(mkdir(p, 0755), 0);
+        snprintf(p, sizeof(p), "%s/default/rootfs", dir);
+        assert_int_equal(mkdir(p, 0755), 0);
+        char image[PATH_MAX], sb[PATH_MAX];
+        snprintf(image, sizeof(image), "%s/default", dir);
+        snprintf(sb, sizeof(sb), "%s/sb", dir);
+        DriverSpec s = { .id = "noparts", .vcpu = 1, .memory_mib = 256, .disk_mib = 64, .image_dir = image,
+                         .sandbox_dir = sb, .agent_path = agent_path, .cgroup_parent = CG_PARENT };
+        int fd = -1;
+        DriverInstance *inst = NULL;
+        DriverError err = { .reason = "" };
+        assert_int_equal(driver_microvm.start(&s, &fd, &inst, &err), -ENOENT);
+        assert_null(inst);
+        assert_non_null(strstr(err.reason, "image default has no current microVM kernel and disk"));
+        assert_non_null(strstr(err.reason, "runtime image build"));
+        assert_null(strstr(err.reason, dir));
+        snprintf(p, sizeof(p), "%s/default/microvm", dir);
+        assert_int_equal(access(p, F_OK), -1); /* no builder ran */
+        assert_int_equal(access(sb, F_OK), -1);
+        char cmd[PATH_MAX + 16];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        assert_int_equal(system(cmd), 0);
 }
 
 static void test_probe(void **state) {
@@ -270,6 +313,22 @@ static bool live_ready(void) {
                 print_message("skipped: no agent at %s (make)\n", agent_path);
                 return false;
         }
+        /* A start never builds the image's microVM parts: made here, ahead,
+         * as the image build does (a no-op when they are current). */
+        static int parts = -1;
+        if (parts < 0) {
+                char root[PATH_MAX], cmd[5 * PATH_MAX];
+                snprintf(root, sizeof(root), "%s", image_dir);
+                *strrchr(root, '/') = 0;
+                snprintf(cmd, sizeof(cmd),
+                         "'%s/runtime-microvm-build' --check '%s' default || '%s/runtime-microvm-build' '%s' default",
+                         build_dir, root, build_dir, root);
+                parts = system(cmd) == 0;
+        }
+        if (!parts) {
+                print_message("skipped: runtime-microvm-build could not make the image's microVM parts\n");
+                return false;
+        }
         if (!is_static_elf(agent_path)) {
                 print_message("skipped: %s is not a static binary (a sanitizer build?)\n", agent_path);
                 return false;
@@ -301,7 +360,7 @@ static void vm_init(Vm *v, const char *name, unsigned disk_mib) {
 static int64_t vm_boot(Vm *v) {
         int64_t t0 = mono_ms();
         int fd = -1;
-        int r = driver_microvm.start(&v->spec, &fd, &v->inst);
+        int r = driver_microvm.start(&v->spec, &fd, &v->inst, NULL);
         if (r < 0)
                 print_message("start: %s\n", strerror(-r));
         assert_int_equal(r, 0);
@@ -601,6 +660,7 @@ static int setup(void **state) {
         slash = strrchr(self, '/');
         *slash = 0; /* build */
         snprintf(agent_path, sizeof(agent_path), "%s/runtime-agent", self);
+        snprintf(build_dir, sizeof(build_dir), "%s", self);
         /* The sanitizer lane (build/asan) has a dynamic agent, which cannot
          * be a guest's /init: its guests run the release build's. */
         if (!is_static_elf(agent_path)) {
@@ -635,7 +695,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_cmdline),       cmocka_unit_test(test_uid),
                 cmocka_unit_test(test_initramfs),     cmocka_unit_test(test_bad_specs),
-                cmocka_unit_test(test_probe),
+                cmocka_unit_test(test_probe),         cmocka_unit_test(test_missing_parts),
                 cmocka_unit_test_teardown(test_live_lifecycle, live_teardown),
                 cmocka_unit_test_teardown(test_live_reap_orphan, live_teardown),
                 cmocka_unit_test_teardown(test_live_boots, live_teardown),

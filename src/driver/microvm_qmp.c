@@ -1,0 +1,90 @@
+#include "driver/microvm_qmp.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/timeutil.h"
+
+/* The next reply (not an event) as a JSON object, by the deadline. */
+static int qmp_reply(MicrovmQmp *q, int64_t deadline, json_t **ret) {
+        for (;;) {
+                char *nl = memchr(q->buf, '\n', q->len);
+                if (nl) {
+                        size_t line = (size_t)(nl - q->buf) + 1;
+                        json_t *o = json_loadb(q->buf, line - 1, 0, NULL);
+                        memmove(q->buf, q->buf + line, q->len - line);
+                        q->len -= line;
+                        if (!o || !json_is_object(o)) {
+                                json_decref(o);
+                                return -EPROTO;
+                        }
+                        if (json_object_get(o, "event") || json_object_get(o, "QMP")) {
+                                json_decref(o);
+                                continue;
+                        }
+                        *ret = o;
+                        return 0;
+                }
+                if (q->len == sizeof(q->buf))
+                        return -EPROTO;
+                int64_t left = deadline - (int64_t)time_now_mono_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct pollfd pf = { .fd = q->fd, .events = POLLIN };
+                int k = poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
+                if (k < 0 && errno != EINTR)
+                        return -errno;
+                if (k <= 0)
+                        continue;
+                ssize_t got = read(q->fd, q->buf + q->len, sizeof(q->buf) - q->len);
+                if (got < 0 && (errno == EINTR || errno == EAGAIN))
+                        continue;
+                if (got <= 0)
+                        return got < 0 ? -errno : -EPIPE;
+                q->len += (size_t)got;
+        }
+}
+
+int microvm_qmp_exec(MicrovmQmp *q, const char *cmd, int pass_fd, int64_t deadline, json_t **ret, char *why,
+                     size_t why_len) {
+        struct iovec iov = { .iov_base = (void *)cmd, .iov_len = strlen(cmd) };
+        union {
+                char buf[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } ctl;
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+        if (pass_fd >= 0) {
+                memset(&ctl, 0, sizeof(ctl));
+                msg.msg_control = ctl.buf;
+                msg.msg_controllen = sizeof(ctl.buf);
+                struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+        }
+        ssize_t w;
+        do
+                w = sendmsg(q->fd, &msg, MSG_NOSIGNAL);
+        while (w < 0 && errno == EINTR);
+        if (w != (ssize_t)iov.iov_len)
+                return w < 0 ? -errno : -EIO;
+        json_t *o = NULL;
+        int r = qmp_reply(q, deadline, &o);
+        if (r < 0)
+                return r;
+        json_t *err = json_object_get(o, "error");
+        if (err) {
+                snprintf(why, why_len, "%s", json_string_value(json_object_get(err, "desc")) ?: "QMP error");
+                json_decref(o);
+                return -EIO;
+        }
+        if (ret)
+                *ret = json_incref(json_object_get(o, "return"));
+        json_decref(o);
+        return 0;
+}

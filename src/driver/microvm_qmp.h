@@ -1,0 +1,23 @@
+#pragma once
+/*
+ * A client of QEMU's monitor protocol (QMP) over a socket the daemon made:
+ * one JSON object per line, replies in order, events skipped. QEMU is the
+ * sandbox's VMM and so not trusted: lines are bounded and every wait has a
+ * deadline.
+ */
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct MicrovmQmp {
+        int fd;
+        char buf[65536]; /* one line at most this long */
+        size_t len;
+} MicrovmQmp;
+
+/* Runs one command (a JSON object and "\n"); pass_fd (or -1) goes along by
+ * SCM_RIGHTS. 0 and the "return" value (when ret), -EIO with the error's
+ * text in why, -ETIMEDOUT past deadline (a CLOCK_MONOTONIC time in ms),
+ * -EPROTO for what is not QMP. */
+int microvm_qmp_exec(MicrovmQmp *q, const char *cmd, int pass_fd, int64_t deadline, json_t **ret, char *why,
+                     size_t why_len);

@@ -1,0 +1,655 @@
+#include "driver/microvm_template.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+#include "common/timeutil.h"
+#include "driver/microvm_disk.h"
+#include "driver/microvm_initramfs.h"
+#include "driver/microvm_qmp.h"
+#include "proto/proto.h"
+
+static int path_join(char *buf, size_t len, const char *a, const char *b) {
+        int n = snprintf(buf, len, "%s/%s", a, b);
+        return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static int write_all(int fd, const void *buf, size_t n) {
+        const uint8_t *p = buf;
+        while (n > 0) {
+                ssize_t w = write(fd, p, n);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+static int remove_tree_at(int dfd, const char *name, unsigned depth) {
+        if (depth > 16)
+                return -ELOOP;
+        if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+                return 0;
+        if (errno != EISDIR)
+                return -errno;
+        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return -errno;
+        }
+        int r = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                int q = remove_tree_at(dirfd(d), de->d_name, depth + 1);
+                if (q < 0 && r == 0)
+                        r = q;
+        }
+        closedir(d);
+        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
+                r = -errno;
+        return r;
+}
+
+/* Reads exactly n bytes by the deadline (a monotonic ms time). */
+static int read_exact(int fd, void *buf, size_t n, int64_t deadline) {
+        uint8_t *p = buf;
+        while (n > 0) {
+                int64_t left = deadline - (int64_t)time_now_mono_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct pollfd pf = { .fd = fd, .events = POLLIN };
+                int k = poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
+                if (k < 0 && errno != EINTR)
+                        return -errno;
+                if (k <= 0)
+                        continue;
+                ssize_t got = read(fd, p, n);
+                if (got < 0 && (errno == EINTR || errno == EAGAIN))
+                        continue;
+                if (got < 0)
+                        return -errno;
+                if (got == 0)
+                        return -EPIPE;
+                p += got;
+                n -= (size_t)got;
+        }
+        return 0;
+}
+
+/* Reads exactly one frame of the channel (never a byte more: what follows is
+ * the daemon's), which must be of type `type` on `stream`. Its JSON payload,
+ * when ret is not NULL. */
+static int read_frame(int fd, uint8_t type, uint32_t stream, int64_t deadline, json_t **ret) {
+        uint8_t hdr[PROTO_HEADER_SIZE];
+        ProtoHeader h;
+        int r = read_exact(fd, hdr, sizeof(hdr), deadline);
+        if (r < 0)
+                return r;
+        if (proto_header_decode(hdr, &h) < 0 || h.type != type || h.stream != stream || h.length > PROTO_MAX_JSON)
+                return -EPROTO;
+        _cleanup_free_ char *payload = malloc(h.length + 1);
+        if (!payload)
+                return -ENOMEM;
+        r = read_exact(fd, payload, h.length, deadline);
+        if (r < 0)
+                return r;
+        if (ret) {
+                *ret = json_loadb(payload, h.length, 0, NULL);
+                if (!*ret)
+                        return -EPROTO;
+        }
+        return 0;
+}
+
+#define TEMPLATE_FORMAT 1
+#define TEMPLATE_MAX 16        /* per image */
+#define TEMPLATE_IDLE_S 600    /* a template restored within this is in use: never evicted */
+#define TEMPLATE_RETRY_S 600   /* a build that failed is not tried again before this */
+#define TEMPLATE_LOCK_MS 15000 /* the longest a start waits for somebody else's build */
+#define TEMPLATE_MIGRATE_MS (120 * 1000)
+#define RESUME_TIMEOUT_MS (60 * 1000)
+
+bool microvm_templates_enabled(void) {
+        const char *e = getenv("RUNTIME_MICROVM_SNAPSHOTS");
+        return !e || strcmp(e, "0") != 0;
+}
+
+static int stat_of(const char *path, struct stat *st) {
+        return stat(path, st) < 0 ? -errno : 0;
+}
+
+/* The host's kernel release and a hash of its CPU's feature flags: under
+ * KVM a restored guest keeps the code paths its kernel chose for the CPU it
+ * booted on. */
+static int host_cpu_id(char *buf, size_t len) {
+        struct utsname u;
+        if (uname(&u) < 0)
+                return -errno;
+        _cleanup_close_ int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        char text[16384];
+        ssize_t n = read(fd, text, sizeof(text) - 1);
+        if (n < 0)
+                return -errno;
+        text[n] = 0;
+        char *flags = strstr(text, "\nflags");
+        uint64_t h = 14695981039346656037ull;
+        for (const char *p = flags; p && *p && (p == flags || *p != '\n'); p++) {
+                h ^= (uint8_t)*p;
+                h *= 1099511628211ull;
+        }
+        int m = snprintf(buf, len, "%s:%016llx", u.release, (unsigned long long)h);
+        return m < 0 || (size_t)m >= len ? -ENOBUFS : 0;
+}
+
+/* The description of everything a saved guest depends on; equal keys mean
+ * the same devices, command line, kernel, root, modules, agent and QEMU. */
+static int template_key(const char *qemu, const char *image_dir, const char *agent, MicrovmAccel accel, unsigned vcpu,
+                        unsigned mem, unsigned disk, unsigned pids, char *buf, size_t len) {
+        char p[PATH_MAX];
+        struct stat q, k, root, mods, ag;
+        int r;
+        if ((r = stat_of(qemu, &q)) < 0 || (r = path_join(p, sizeof(p), image_dir, "microvm/vmlinuz")) < 0 ||
+            (r = stat_of(p, &k)) < 0 || (r = path_join(p, sizeof(p), image_dir, "microvm/root.ext4")) < 0 ||
+            (r = stat_of(p, &root)) < 0 || (r = path_join(p, sizeof(p), image_dir, "microvm/modules")) < 0 ||
+            (r = stat_of(p, &mods)) < 0 || (r = stat_of(agent, &ag)) < 0)
+                return r;
+        /* The command line as a template's (its name aside: it derives
+         * from the key) and, under KVM, the host's CPU. */
+        char cmdline[1024], cpu[128] = "-";
+        if ((r = microvm_kernel_cmdline("tpl", accel, pids, cmdline, sizeof(cmdline))) < 0)
+                return r;
+        if (accel == MICROVM_ACCEL_KVM && (r = host_cpu_id(cpu, sizeof(cpu))) < 0)
+                return r;
+#define ST(s) (unsigned long long)(s).st_dev, (unsigned long long)(s).st_ino, (long long)(s).st_size, \
+              (long long)(s).st_mtim.tv_sec, (long)(s).st_mtim.tv_nsec
+        int n = snprintf(buf, len,
+                         "format=%d accel=%s vcpu=%u mem=%u disk=%u pids=%u\n"
+                         "cmdline=%s\ncpu=%s\n"
+                         "qemu=%llu:%llu:%lld:%lld.%09ld\nkernel=%llu:%llu:%lld:%lld.%09ld\n"
+                         "root=%llu:%llu:%lld:%lld.%09ld\nmodules=%llu:%llu:%lld:%lld.%09ld\n"
+                         "agent=%llu:%llu:%lld:%lld.%09ld\n",
+                         TEMPLATE_FORMAT, accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg", vcpu, mem, disk, pids, cmdline,
+                         cpu, ST(q), ST(k), ST(root), ST(mods), ST(ag));
+#undef ST
+        return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
+}
+
+static uint64_t fnv1a64(const char *s) {
+        uint64_t h = 14695981039346656037ull;
+        for (; *s; s++) {
+                h ^= (uint8_t)*s;
+                h *= 1099511628211ull;
+        }
+        return h;
+}
+
+static int write_file_at(int dfd, const char *name, const char *text, mode_t mode) {
+        _cleanup_close_ int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (fd < 0)
+                return -errno;
+        int r = write_all(fd, text, strlen(text));
+        if (r == 0 && fsync(fd) < 0)
+                r = -errno;
+        return r;
+}
+
+/* templates/<name>, opened, when its key file says exactly `key` (a
+ * directory is renamed into place only once complete); -1 when not. Every
+ * part of a template is then opened through this one descriptor, so that
+ * all of them come from the same build even if the directory is replaced
+ * meanwhile. */
+static int template_open(int tfd, const char *name, const char *key) {
+        _cleanup_close_ int dfd = openat(tfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (dfd < 0)
+                return -1;
+        _cleanup_close_ int kfd = openat(dfd, "key", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        char have[4096];
+        ssize_t got = kfd < 0 ? -1 : read(kfd, have, sizeof(have));
+        size_t n = strlen(key);
+        if (got < 0 || (size_t)got != n || memcmp(have, key, n) != 0)
+                return -1;
+        return TAKE_FD(dfd);
+}
+
+/* flock with a deadline. */
+static int lock_until(int fd, int64_t deadline) {
+        for (;;) {
+                if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+                        return 0;
+                if (errno != EWOULDBLOCK && errno != EINTR)
+                        return -errno;
+                if ((int64_t)time_now_mono_ms() >= deadline)
+                        return -EBUSY;
+                usleep(50 * 1000);
+        }
+}
+
+/* Removes templates/<name> (if dfd >= 0, only while it is still that
+ * directory: a build may have replaced it since). Renamed away first, so
+ * that a crash half-way never leaves a directory with a key. The caller
+ * holds the templates directory's lock. */
+static void template_discard_locked(int tfd, const char *name, int dfd) {
+        struct stat a, b;
+        if (dfd >= 0 && (fstat(dfd, &a) < 0 || fstatat(tfd, name, &b, AT_SYMLINK_NOFOLLOW) < 0 ||
+                         a.st_dev != b.st_dev || a.st_ino != b.st_ino))
+                return;
+        char dead[80];
+        if (snprintf(dead, sizeof(dead), "%s.dead", name) >= (int)sizeof(dead))
+                return;
+        (void)remove_tree_at(tfd, dead, 0);
+        if (renameat(tfd, name, tfd, dead) < 0)
+                return;
+        (void)fsync(tfd);
+        (void)remove_tree_at(tfd, dead, 0);
+}
+
+static void template_discard(int tfd, const char *name, int dfd) {
+        if (lock_until(tfd, (int64_t)time_now_mono_ms() + TEMPLATE_LOCK_MS) == 0) {
+                template_discard_locked(tfd, name, dfd);
+                flock(tfd, LOCK_UN);
+        }
+}
+
+/* The templates of an image, for the room check and eviction: how many, and
+ * the least recently used one not used for TEMPLATE_IDLE_S (a restore touches
+ * its template's key file), if any. */
+static size_t templates_scan(int tfd, char *idlest, size_t idlest_len) {
+        _cleanup_close_ int fd = fcntl(tfd, F_DUPFD_CLOEXEC, 3);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d)
+                return 0;
+        fd = -1;
+        rewinddir(d);
+        idlest[0] = 0;
+        struct timespec idlest_t = { 0 }, now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        size_t n = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                size_t l = strlen(de->d_name);
+                if (l != 16 || strspn(de->d_name, "0123456789abcdef") != 16)
+                        continue; /* <hash>.new, .dead, .lock */
+                n++;
+                char p[32];
+                struct stat st;
+                snprintf(p, sizeof(p), "%s/key", de->d_name);
+                if (fstatat(dirfd(d), p, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        st.st_mtim = (struct timespec){ 0 };
+                if (st.st_mtim.tv_sec > now.tv_sec - TEMPLATE_IDLE_S)
+                        continue;
+                if (!idlest[0] || st.st_mtim.tv_sec < idlest_t.tv_sec ||
+                    (st.st_mtim.tv_sec == idlest_t.tv_sec && st.st_mtim.tv_nsec < idlest_t.tv_nsec)) {
+                        snprintf(idlest, idlest_len, "%s", de->d_name);
+                        idlest_t = st.st_mtim;
+                }
+        }
+        closedir(d);
+        return n;
+}
+
+/* Keys whose template could not be made lately, so that each first start
+ * does not pay for a failing build again: in memory, for TEMPLATE_RETRY_S. */
+static pthread_mutex_t failed_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+        uint64_t hash;
+        int64_t until_ms;
+} failed[16];
+
+static bool template_failed_lately(uint64_t h) {
+        bool r = false;
+        pthread_mutex_lock(&failed_lock);
+        for (size_t i = 0; i < ELEMENTSOF(failed); i++)
+                if (failed[i].hash == h && failed[i].until_ms > (int64_t)time_now_mono_ms())
+                        r = true;
+        pthread_mutex_unlock(&failed_lock);
+        return r;
+}
+
+static void template_failed(uint64_t h) {
+        pthread_mutex_lock(&failed_lock);
+        size_t slot = ELEMENTSOF(failed);
+        for (size_t i = 0; i < ELEMENTSOF(failed) && slot == ELEMENTSOF(failed); i++)
+                if (failed[i].hash == h)
+                        slot = i;
+        if (slot == ELEMENTSOF(failed)) {
+                slot = 0;
+                for (size_t i = 1; i < ELEMENTSOF(failed); i++)
+                        if (failed[i].until_ms < failed[slot].until_ms)
+                                slot = i;
+        }
+        failed[slot].hash = h;
+        failed[slot].until_ms = (int64_t)time_now_mono_ms() + TEMPLATE_RETRY_S * 1000LL;
+        pthread_mutex_unlock(&failed_lock);
+}
+
+/* Boots the template VM in the sandbox's cgroup (the sandbox that needs it
+ * pays for it), waits for its agent's HELLO, saves the running guest with
+ * QMP `migrate` to dir/state and keeps its disk as dir/upper.ext4. */
+static int template_build(const MicrovmStart *s, const char *tmpdir, const char *tpl_name, char *why, size_t why_len) {
+        char p_upper[PATH_MAX], p_initrd[PATH_MAX], p_state[PATH_MAX];
+        if (path_join(p_upper, sizeof(p_upper), tmpdir, "upper.ext4") < 0 ||
+            path_join(p_initrd, sizeof(p_initrd), tmpdir, "initrd.cpio") < 0 ||
+            path_join(p_state, sizeof(p_state), tmpdir, "state") < 0)
+                return -ENAMETOOLONG;
+        int r = microvm_disk_make(p_upper, s->disk, s->log_fd);
+        if (r < 0) {
+                snprintf(why, why_len, "making the template's disk: %s", strerror(-r));
+                return r;
+        }
+        r = microvm_initramfs_file(p_initrd, s->p_modules, s->spec->agent_path);
+        if (r < 0) {
+                snprintf(why, why_len, "writing the template's initramfs: %s", strerror(-r));
+                return r;
+        }
+        _cleanup_close_ int initrd_fd = open(p_initrd, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int state_fd = open(p_state, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (initrd_fd < 0 || state_fd < 0)
+                return -errno;
+        int mv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mv) < 0)
+                return -errno;
+        _cleanup_close_ int mon_host = mv[0];
+        _cleanup_close_ int mon_vmm = mv[1];
+        DriverInstance *inst = NULL;
+        _cleanup_close_ int chan = -1;
+        r = microvm_vm_start(s, tpl_name, initrd_fd, p_upper, mon_vmm, -1, &chan, &inst);
+        if (r < 0) {
+                snprintf(why, why_len, "starting QEMU: %s", strerror(-r));
+                return r;
+        }
+        closep(&mon_vmm);
+        mon_vmm = -1;
+        int64_t deadline = (int64_t)time_now_mono_ms() + (int64_t)driver_microvm.hello_timeout_ms;
+        r = read_frame(chan, PROTO_HELLO, 0, deadline, NULL);
+        if (r < 0)
+                snprintf(why, why_len, "the template's agent did not say HELLO: %s", strerror(-r));
+        MicrovmQmp q = { .fd = mon_host };
+        json_t *ret = NULL;
+        deadline = (int64_t)time_now_mono_ms() + TEMPLATE_MIGRATE_MS;
+        if (r == 0)
+                r = microvm_qmp_exec(&q, "{\"execute\":\"qmp_capabilities\"}\n", -1, deadline, NULL, why, why_len);
+        /* The default bandwidth cap (128 MiB/s) would make a big guest's
+         * save take seconds for nothing: it goes to a local file. */
+        if (r == 0)
+                r = microvm_qmp_exec(&q,
+                             "{\"execute\":\"migrate-set-parameters\",\"arguments\":{\"max-bandwidth\":17179869184}}\n",
+                             -1, deadline, NULL, why, why_len);
+        if (r == 0)
+                r = microvm_qmp_exec(&q, "{\"execute\":\"getfd\",\"arguments\":{\"fdname\":\"state\"}}\n", state_fd, deadline,
+                             NULL, why, why_len);
+        if (r == 0)
+                r = microvm_qmp_exec(&q, "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:state\"}}\n", -1, deadline, NULL,
+                             why, why_len);
+        /* Not stopped first: a guest saved while paused would stay paused
+         * when restored. An idle guest's live save converges at once. */
+        while (r == 0) {
+                r = microvm_qmp_exec(&q, "{\"execute\":\"query-migrate\"}\n", -1, deadline, &ret, why, why_len);
+                if (r < 0)
+                        break;
+                const char *status = json_string_value(json_object_get(ret, "status"));
+                if (status && strcmp(status, "completed") == 0) {
+                        json_decref(ret);
+                        break;
+                }
+                if (!status || strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0) {
+                        snprintf(why, why_len, "saving the template: %s",
+                                 json_string_value(json_object_get(ret, "error-desc")) ?: status ?: "no status");
+                        r = -EIO;
+                }
+                json_decref(ret);
+                ret = NULL;
+                if (r == 0) {
+                        if ((int64_t)time_now_mono_ms() > deadline) {
+                                snprintf(why, why_len, "saving the template took over %d s", TEMPLATE_MIGRATE_MS / 1000);
+                                r = -ETIMEDOUT;
+                        } else
+                                usleep(20000);
+                }
+        }
+        if (r == -ETIMEDOUT && !why[0])
+                snprintf(why, why_len, "QMP did not answer in time");
+        else if (r < 0 && !why[0])
+                snprintf(why, why_len, "QMP: %s", strerror(-r));
+        /* The source is paused once the save completed: its disk and the
+         * saved memory agree. */
+        microvm_vm_free(inst);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int upper_fd = open(p_upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fsync(state_fd) < 0 || upper_fd < 0 || fsync(upper_fd) < 0)
+                return -errno;
+        return 0;
+}
+
+/* Makes sure the template for this start's key exists: its directory,
+ * opened (template_open), and its name. A start never waits long for
+ * somebody else's build, and never evicts a template in use: it boots
+ * instead. */
+static int template_get(const MicrovmStart *s, int tfd, char *name, size_t name_len, char *tpl_name, size_t tpl_len,
+                        int *ret_dfd, char *why, size_t why_len) {
+        char key[4096];
+        int r = template_key(s->qemu, s->spec->image_dir, s->spec->agent_path, s->accel, s->vcpu, s->mem, s->disk,
+                             s->pids, key, sizeof(key));
+        if (r < 0) {
+                snprintf(why, why_len, "template key: %s", strerror(-r));
+                return r;
+        }
+        uint64_t h = fnv1a64(key);
+        snprintf(name, name_len, "%016llx", (unsigned long long)h);
+        snprintf(tpl_name, tpl_len, "tpl-%016llx", (unsigned long long)h);
+        if ((*ret_dfd = template_open(tfd, name, key)) >= 0)
+                return 0;
+        if (template_failed_lately(h)) {
+                snprintf(why, why_len, "the template of this shape could not be made lately");
+                return -EAGAIN;
+        }
+        /* One build per key at a time; other shapes build alongside. */
+        char lockname[48], tmpname[48];
+        snprintf(lockname, sizeof(lockname), "%.16s.lock", name);
+        snprintf(tmpname, sizeof(tmpname), "%.16s.new", name);
+        _cleanup_close_ int lfd = openat(tfd, lockname, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (lfd < 0)
+                return -errno;
+        r = lock_until(lfd, (int64_t)time_now_mono_ms() + TEMPLATE_LOCK_MS);
+        if (r < 0) {
+                snprintf(why, why_len, "the template of this shape is being made");
+                return r;
+        }
+        if ((*ret_dfd = template_open(tfd, name, key)) >= 0)
+                return 0; /* made while we waited */
+        /* Room: at most TEMPLATE_MAX per image, and one in use (restored
+         * from within TEMPLATE_IDLE_S) is never evicted for another. */
+        char idlest[32];
+        r = lock_until(tfd, (int64_t)time_now_mono_ms() + TEMPLATE_LOCK_MS);
+        if (r < 0)
+                return r;
+        size_t n = templates_scan(tfd, idlest, sizeof(idlest));
+        if (n >= TEMPLATE_MAX && !idlest[0]) {
+                flock(tfd, LOCK_UN);
+                snprintf(why, why_len, "%zu templates of this image in use, no room for another", n);
+                return -ENOSPC;
+        }
+        flock(tfd, LOCK_UN);
+
+        (void)remove_tree_at(tfd, tmpname, 0);
+        if (mkdirat(tfd, tmpname, 0700) < 0)
+                return -errno;
+        _cleanup_close_ int nfd = openat(tfd, tmpname, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (nfd < 0)
+                return -errno;
+        char p_tmp[PATH_MAX];
+        if (snprintf(p_tmp, sizeof(p_tmp), "%s/microvm/templates/%s", s->spec->image_dir, tmpname) >=
+            (int)sizeof(p_tmp))
+                return -ENAMETOOLONG;
+        int64_t t0 = (int64_t)time_now_mono_ms();
+        r = template_build(s, p_tmp, tpl_name, why, why_len);
+        if (r == 0)
+                r = write_file_at(nfd, "key", key, 0600);
+        if (r == 0 && fsync(nfd) < 0)
+                r = -errno;
+        if (r == 0)
+                r = lock_until(tfd, (int64_t)time_now_mono_ms() + TEMPLATE_LOCK_MS);
+        if (r < 0) {
+                (void)remove_tree_at(tfd, tmpname, 0);
+                template_failed(h);
+                return r;
+        }
+        template_discard_locked(tfd, name, -1);
+        if (renameat(tfd, tmpname, tfd, name) < 0) {
+                r = -errno;
+                flock(tfd, LOCK_UN);
+                (void)remove_tree_at(tfd, tmpname, 0);
+                return r;
+        }
+        (void)fsync(tfd);
+        /* Over the bound: the idlest goes (never one in use, nor this one). */
+        while (templates_scan(tfd, idlest, sizeof(idlest)) > TEMPLATE_MAX && idlest[0] && strcmp(idlest, name) != 0) {
+                template_discard_locked(tfd, idlest, -1);
+                char gone[48];
+                snprintf(gone, sizeof(gone), "%.16s.lock", idlest);
+                (void)unlinkat(tfd, gone, 0);
+        }
+        flock(tfd, LOCK_UN);
+        dprintf(s->log_fd, "runtimed: template %s made in %lld ms\n", name, (long long)((int64_t)time_now_mono_ms() - t0));
+        *ret_dfd = template_open(tfd, name, key);
+        return *ret_dfd >= 0 ? 0 : -ENOENT;
+}
+
+/* The resume request: the guest's kernel gets fresh entropy and is reseeded,
+ * its clock set, its hostname made the sandbox's. */
+static int vm_resume(int chan, const char *id, int64_t deadline, char *why, size_t why_len) {
+        uint8_t seed[64];
+        if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
+                return -EIO;
+        char hex[2 * sizeof(seed) + 1];
+        for (size_t i = 0; i < sizeof(seed); i++)
+                snprintf(hex + 2 * i, 3, "%02x", seed[i]);
+        explicit_bzero(seed, sizeof(seed));
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        char req[512];
+        int n = snprintf(req, sizeof(req), "{\"op\":\"resume\",\"entropy\":\"%s\",\"timeNs\":%lld,\"hostname\":\"%s\"}",
+                         hex, (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, id);
+        explicit_bzero(hex, sizeof(hex));
+        if (n < 0 || (size_t)n >= sizeof(req))
+                return -ENOBUFS;
+        int r = proto_write_frame(chan, PROTO_OPEN, 0, 1, req, (size_t)n);
+        explicit_bzero(req, sizeof(req));
+        if (r < 0) {
+                snprintf(why, why_len, "sending resume: %s", strerror(-r));
+                return r;
+        }
+        json_t *res = NULL;
+        r = read_frame(chan, PROTO_RESULT, 1, deadline, &res);
+        if (r < 0) {
+                snprintf(why, why_len, "the restored agent did not answer resume: %s", strerror(-r));
+                return r;
+        }
+        json_t *err = json_object_get(res, "error");
+        if (err) {
+                snprintf(why, why_len, "resume refused: %s",
+                         json_string_value(json_object_get(err, "message")) ?: "no message");
+                json_decref(res);
+                return -EIO;
+        }
+        json_decref(res);
+        return 0;
+}
+
+/* A sandbox's first start from its shape's template: its disk a copy of the
+ * template's, its memory the template's saved guest, then `resume`. */
+int microvm_template_start(const MicrovmStart *s, const char *p_upper, int *ret_fd, DriverInstance **ret, char *why,
+                           size_t why_len) {
+        char tdir[PATH_MAX], tmp[PATH_MAX];
+        if (path_join(tdir, sizeof(tdir), s->spec->image_dir, "microvm/templates") < 0 ||
+            snprintf(tmp, sizeof(tmp), "%s.new", p_upper) >= (int)sizeof(tmp))
+                return -ENAMETOOLONG;
+        if (mkdir(tdir, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        _cleanup_close_ int tfd = open(tdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (tfd < 0)
+                return -errno;
+        char name[32], tpl_name[48];
+        _cleanup_close_ int dfd = -1;
+        int r = template_get(s, tfd, name, sizeof(name), tpl_name, sizeof(tpl_name), &dfd, why, why_len);
+        if (r < 0)
+                return r;
+        /* A template missing a part (a crash while it was removed) goes,
+         * rather than being tried at every start. */
+        _cleanup_close_ int in = openat(dfd, "upper.ext4", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int initrd_fd = openat(dfd, "initrd.cpio", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int state_fd = openat(dfd, "state", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (in < 0 || initrd_fd < 0 || state_fd < 0) {
+                r = -errno;
+                snprintf(why, why_len, "template %s incomplete: %s", name, strerror(-r));
+                template_discard(tfd, name, dfd);
+                return r;
+        }
+        {
+                (void)unlink(tmp);
+                _cleanup_close_ int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (out < 0)
+                        return -errno;
+                r = microvm_disk_copy(in, out);
+                /* Durable before it is named: a later start boots on it. */
+                if (r == 0 && fsync(out) < 0)
+                        r = -errno;
+                if (r == 0 && rename(tmp, p_upper) < 0)
+                        r = -errno;
+                if (r < 0) {
+                        (void)unlink(tmp);
+                        snprintf(why, why_len, "copying the template's disk: %s", strerror(-r));
+                        return r;
+                }
+        }
+        dprintf(s->log_fd, "runtimed: restoring from template %s\n", name);
+        DriverInstance *inst = NULL;
+        _cleanup_close_ int chan = -1;
+        r = microvm_vm_start(s, tpl_name, initrd_fd, p_upper, -1, state_fd, &chan, &inst);
+        if (r < 0) {
+                snprintf(why, why_len, "starting QEMU: %s", strerror(-r));
+                return r;
+        }
+        r = vm_resume(chan, s->spec->id, (int64_t)time_now_mono_ms() + RESUME_TIMEOUT_MS, why, why_len);
+        if (r < 0) {
+                microvm_vm_free(inst);
+                /* A template that does not come back (damaged, or from a
+                 * QEMU that changed under the same file) is made anew by
+                 * the next start rather than tried again and again; one a
+                 * build replaced meanwhile is left alone. */
+                template_discard(tfd, name, dfd);
+                return r;
+        }
+        (void)utimensat(dfd, "key", NULL, 0); /* in use: not to be evicted */
+        *ret_fd = TAKE_FD(chan);
+        *ret = inst;
+        return 0;
+}

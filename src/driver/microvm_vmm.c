@@ -1,0 +1,566 @@
+/*
+ * One QEMU process (docs/microvm.md has the reasons for every choice here).
+ *
+ *   host                                    guest
+ *   runtimed -- socketpair -- QEMU -------- virtio-serial port --- runtime-agent (PID 1)
+ *   image/microvm/root.ext4 (shared, ro) -- virtio-blk "root"  -\
+ *   sandbox_dir/upper.ext4 (diskMiB)   ---- virtio-blk "upper" --+- overlayfs = /
+ *   sandbox_dir/initrd.cpio (agent + modules), the kernel of the image
+ *   serial console -- socketpair -- console thread -> sandbox_dir/console.log (bounded)
+ *
+ * QEMU runs in the sandbox's cgroup, as an unprivileged uid of its own, with
+ * no_new_privs, the sandbox seccomp policy and QEMU's own -sandbox, with no
+ * NIC and nothing of the host open but the descriptors it is handed: it
+ * never opens a path of the sandbox or of the image itself.
+ */
+#include "driver/microvm_vmm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+#include "driver/cgroup.h"
+#include "driver/microvm_kvm.h"
+#include "driver/microvm_spawn.h"
+
+#define KILL_TIMEOUT_MS 5000
+/* Under TCG, with tsc_early_khz and lpj (microvm_kernel_cmdline): with no
+ * calibration reference on microvm (no PIT, HPET or PM timer to calibrate
+ * against) the kernel would otherwise spin. */
+#define TCG_KERNEL_OPTS "tsc=reliable no_timer_check"
+/* QEMU's own messages (stderr) kept in vmm.log: a guest may be able to make
+ * QEMU complain repeatedly; what is past this is dropped. */
+#define VMM_LOG_MAX (64u * 1024u)
+
+struct DriverInstance {
+        char *id;
+        char *sandbox_dir;
+        char *upper_path;
+        pid_t pid;
+        int pidfd;
+        bool exited;
+        bool died_before_stop;
+        int wait_status;
+        Cgroup *cg;
+        int console_fd; /* our end of the serial console's socket */
+        int console_log_fd;
+        int vmm_err_fd; /* read end of QEMU's stderr */
+        int vmm_log_fd;
+        pthread_t console_thread;
+        bool console_running;
+};
+
+const char *microvm_qemu_binary(void) {
+        static const char *const candidates[] = { "/usr/bin/qemu-system-x86_64",
+                                                  "/usr/local/bin/qemu-system-x86_64" };
+        for (size_t i = 0; i < ELEMENTSOF(candidates); i++)
+                if (access(candidates[i], X_OK) == 0)
+                        return candidates[i];
+        return NULL;
+}
+
+/* ---- the console ----------------------------------------------------------- */
+
+typedef struct ConsoleRing {
+        uint8_t *ring; /* the newest MICROVM_CONSOLE_KEEP bytes */
+        size_t len, pos;
+        uint64_t file_len;
+} ConsoleRing;
+
+/* Appends to console.log; at MICROVM_CONSOLE_MAX the file is rewritten from
+ * the ring, so it stays bounded and always ends with the newest output. */
+static int console_append(ConsoleRing *c, int fd, const uint8_t *buf, size_t n) {
+        static const size_t keep = MICROVM_CONSOLE_KEEP;
+        for (size_t i = 0; i < n; i++) {
+                c->ring[c->pos] = buf[i];
+                c->pos = (c->pos + 1) % keep;
+        }
+        c->len = c->len + n > keep ? keep : c->len + n;
+        if (c->file_len + n <= MICROVM_CONSOLE_MAX) {
+                if (pwrite(fd, buf, n, (off_t)c->file_len) < 0)
+                        return -errno;
+                c->file_len += n;
+                return 0;
+        }
+        if (ftruncate(fd, 0) < 0)
+                return -errno;
+        size_t start = (c->pos + keep - c->len) % keep;
+        size_t first = c->len < keep - start ? c->len : keep - start;
+        if (pwrite(fd, c->ring + start, first, 0) < 0 || pwrite(fd, c->ring, c->len - first, (off_t)first) < 0)
+                return -errno;
+        c->file_len = c->len;
+        return 0;
+}
+
+/* The supervisor thread of one VM: copies the guest's serial console into
+ * console.log and QEMU's stderr into vmm.log, both bounded, until QEMU (which
+ * holds the other ends) is gone. */
+static void *console_main(void *userdata) {
+        DriverInstance *inst = userdata;
+        ConsoleRing c = { .ring = malloc(MICROVM_CONSOLE_KEEP) };
+        uint64_t vmm_len = 0;
+        struct pollfd p[2] = {
+                { .fd = inst->console_fd, .events = POLLIN },
+                { .fd = inst->vmm_err_fd, .events = POLLIN },
+        };
+        uint8_t buf[4096];
+        while (p[0].fd >= 0 || p[1].fd >= 0) {
+                if (poll(p, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        break;
+                }
+                for (int i = 0; i < 2; i++) {
+                        if (p[i].fd < 0 || !p[i].revents)
+                                continue;
+                        ssize_t n = read(p[i].fd, buf, sizeof(buf));
+                        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                                continue;
+                        if (n <= 0) {
+                                p[i].fd = -1; /* negative fds are ignored by poll */
+                                continue;
+                        }
+                        if (i == 0) {
+                                /* Without the ring (no memory) nothing is kept:
+                                 * the bound matters more than the log. */
+                                if (c.ring)
+                                        (void)console_append(&c, inst->console_log_fd, buf, (size_t)n);
+                        } else if (vmm_len < VMM_LOG_MAX) {
+                                size_t w = (size_t)n < VMM_LOG_MAX - vmm_len ? (size_t)n : VMM_LOG_MAX - vmm_len;
+                                if (write(inst->vmm_log_fd, buf, w) > 0)
+                                        vmm_len += w;
+                        }
+                }
+        }
+        free(c.ring);
+        return NULL;
+}
+
+/* ---- the QEMU command line --------------------------------------------------- */
+
+/* The host's TSC rate in kHz, rounded to whole MHz so that it reads the same
+ * at every start of the daemon (a template's command line depends on it).
+ * Under TCG the guest's TSC is the host's own counter: a guest told another
+ * rate runs its clock that much fast or slow. 0 when it cannot be measured. */
+unsigned microvm_host_tsc_khz(void) {
+#if defined(__x86_64__)
+        static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        static unsigned khz;
+        pthread_mutex_lock(&lock);
+        if (khz == 0) {
+                unsigned best = 0;
+                /* Three 20 ms samples, the median: a preempted sample is off. */
+                unsigned samples[3];
+                for (int i = 0; i < 3; i++) {
+                        struct timespec a, b, d = { .tv_nsec = 20 * 1000 * 1000 };
+                        unsigned lo, hi, lo2, hi2;
+                        clock_gettime(CLOCK_MONOTONIC_RAW, &a);
+                        __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+                        nanosleep(&d, NULL);
+                        __asm__ volatile("rdtsc" : "=a"(lo2), "=d"(hi2));
+                        clock_gettime(CLOCK_MONOTONIC_RAW, &b);
+                        uint64_t ticks = ((uint64_t)hi2 << 32 | lo2) - ((uint64_t)hi << 32 | lo);
+                        int64_t ns = (int64_t)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
+                        samples[i] = ns > 0 ? (unsigned)((double)ticks / (double)ns * 1000.0 + 0.5) : 0; /* MHz */
+                }
+                unsigned x = samples[0], y = samples[1], z = samples[2];
+                best = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
+                /* Plausible rates only; anything else keeps the old guess. */
+                khz = best >= 100 && best <= 10000 ? best * 1000 : 2000000;
+        }
+        unsigned r = khz;
+        pthread_mutex_unlock(&lock);
+        return r;
+#else
+        return 0;
+#endif
+}
+
+int microvm_kernel_cmdline(const char *id, MicrovmAccel accel, unsigned pids_max, char *buf, size_t len) {
+        /* quiet: every console byte costs a VM exit (or, under TCG, an
+         * emulated UART write); errors and panics still print. panic=-1 and
+         * QEMU's -no-reboot turn a guest panic into QEMU's exit, which the
+         * daemon sees as the channel's end. Under TCG the guest is told the
+         * TSC's rate (there is nothing on microvm to calibrate it against)
+         * and the delay loop's (lpj at the kernel's HZ=250). */
+        char tcg[160] = "";
+        unsigned khz = microvm_host_tsc_khz();
+        if (khz == 0)
+                khz = 2000000;
+        if (accel == MICROVM_ACCEL_TCG)
+                snprintf(tcg, sizeof(tcg), " tsc_early_khz=%u lpj=%u " TCG_KERNEL_OPTS, khz, khz * 4);
+        char pids[32] = "";
+        if (pids_max > 0)
+                snprintf(pids, sizeof(pids), " runtime.pids=%u", pids_max);
+        int n = snprintf(buf, len,
+                         "console=ttyS0 quiet panic=-1 reboot=t 8250.nr_uarts=1 rdinit=/init "
+                         "runtime.hostname=%s%s%s -- --vm --channel %s",
+                         id, pids, tcg, MICROVM_CHANNEL_PATH);
+        return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
+}
+
+typedef struct Args {
+        char *v[96];
+        size_t n;
+        char store[64][128];
+        size_t ns;
+} Args;
+
+static void arg(Args *a, const char *s) {
+        if (a->n < ELEMENTSOF(a->v) - 1)
+                a->v[a->n++] = (char *)s;
+        a->v[a->n] = NULL;
+}
+
+__attribute__((format(printf, 2, 3))) static int argf(Args *a, const char *fmt, ...) {
+        if (a->ns == ELEMENTSOF(a->store))
+                return -E2BIG;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(a->store[a->ns], sizeof(a->store[0]), fmt, ap);
+        va_end(ap);
+        if (n < 0 || (size_t)n >= sizeof(a->store[0]))
+                return -E2BIG;
+        arg(a, a->store[a->ns++]);
+        return 0;
+}
+
+/* ---- one VM ----------------------------------------------------------------- */
+
+/* What one QEMU process is started with. */
+typedef struct VmLaunch {
+        const MicrovmStart *s;
+        const char *cmdline;
+        const char *upper_path; /* for stats */
+        int kernel_fd, initrd_fd, root_fd, upper_fd, upper_ro_fd;
+        int monitor_fd;  /* QEMU's end of a QMP socket, or -1 */
+        int incoming_fd; /* a saved state to start from, or -1 */
+} VmLaunch;
+
+static int vm_args(const VmLaunch *l, int chan_vmm, int console_w, Args *a) {
+        const MicrovmStart *s = l->s;
+        int r = 0;
+        arg(a, s->qemu);
+        arg(a, "-name");
+        r |= argf(a, "sandbox-%s", s->spec->id);
+        arg(a, "-M");
+        arg(a, "microvm,x-option-roms=off,rtc=on,isa-serial=on,pcie=off");
+        /* Under TCG, QEMU's default translation cache is 1 GiB: bound it, it
+         * counts against the sandbox's memory. */
+        arg(a, "-accel");
+        arg(a, s->accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg,tb-size=64");
+        arg(a, "-cpu");
+        arg(a, s->accel == MICROVM_ACCEL_KVM ? "host" : "max");
+        arg(a, "-smp");
+        r |= argf(a, "%u", s->vcpu);
+        arg(a, "-m");
+        r |= argf(a, "%u", s->mem);
+        arg(a, "-nodefaults");
+        arg(a, "-no-user-config");
+        arg(a, "-display");
+        arg(a, "none");
+        arg(a, "-no-reboot");
+        arg(a, "-sandbox");
+        arg(a, "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
+        arg(a, "-kernel");
+        r |= argf(a, "/proc/self/fd/%d", l->kernel_fd);
+        arg(a, "-initrd");
+        r |= argf(a, "/proc/self/fd/%d", l->initrd_fd);
+        arg(a, "-append");
+        arg(a, l->cmdline);
+        arg(a, "-add-fd");
+        r |= argf(a, "fd=%d,set=1", l->root_fd);
+        arg(a, "-drive");
+        arg(a, "id=root,if=none,file=/dev/fdset/1,format=raw,readonly=on,aio=threads");
+        arg(a, "-device");
+        arg(a, "virtio-blk-device,drive=root,serial=root");
+        arg(a, "-add-fd");
+        r |= argf(a, "fd=%d,set=2", l->upper_fd);
+        arg(a, "-add-fd");
+        r |= argf(a, "fd=%d,set=2", l->upper_ro_fd);
+        arg(a, "-drive");
+        arg(a, "id=upper,if=none,file=/dev/fdset/2,format=raw,cache=none,aio=threads");
+        arg(a, "-device");
+        arg(a, "virtio-blk-device,drive=upper,serial=upper");
+        arg(a, "-device");
+        arg(a, "virtio-serial-device,max_ports=2");
+        arg(a, "-chardev");
+        r |= argf(a, "socket,id=chan,fd=%d", chan_vmm);
+        arg(a, "-device");
+        arg(a, "virtserialport,chardev=chan,name=" MICROVM_CHANNEL_PORT ",nr=1");
+        /* The guest's entropy from the host's; rate-bounded so that a guest
+         * cannot drain the host's pool for everybody else. */
+        arg(a, "-object");
+        arg(a, "rng-random,id=rng,filename=/dev/urandom");
+        arg(a, "-device");
+        arg(a, "virtio-rng-device,rng=rng,max-bytes=65536,period=1000");
+        arg(a, "-chardev");
+        r |= argf(a, "socket,id=console,fd=%d", console_w);
+        arg(a, "-serial");
+        arg(a, "chardev:console");
+        if (l->monitor_fd >= 0) {
+                arg(a, "-chardev");
+                r |= argf(a, "socket,id=mon,fd=%d", l->monitor_fd);
+                arg(a, "-mon");
+                arg(a, "chardev=mon,mode=control");
+        }
+        if (l->incoming_fd >= 0) {
+                arg(a, "-incoming");
+                r |= argf(a, "fd:%d", l->incoming_fd);
+        }
+        return r != 0 || a->n >= ELEMENTSOF(a->v) - 1 ? -E2BIG : 0;
+}
+
+static void instance_release(DriverInstance *inst) {
+        if (!inst)
+                return;
+        if (inst->pidfd >= 0)
+                close(inst->pidfd);
+        if (inst->console_fd >= 0)
+                close(inst->console_fd);
+        if (inst->console_log_fd >= 0)
+                close(inst->console_log_fd);
+        if (inst->vmm_err_fd >= 0)
+                close(inst->vmm_err_fd);
+        if (inst->vmm_log_fd >= 0)
+                close(inst->vmm_log_fd);
+        cgroup_free(inst->cg);
+        free(inst->id);
+        free(inst->sandbox_dir);
+        free(inst->upper_path);
+        free(inst);
+}
+
+static void instance_kill(DriverInstance *inst) {
+        if (inst->pid > 0 && !inst->exited) {
+                int status;
+                if (waitpid(inst->pid, &status, WNOHANG) == inst->pid) {
+                        inst->died_before_stop = true;
+                } else {
+                        kill(inst->pid, SIGKILL);
+                        /* What it reads as when it cannot be waited for
+                         * (reaped elsewhere): killed by us. */
+                        status = SIGKILL;
+                        while (waitpid(inst->pid, &status, 0) < 0 && errno == EINTR)
+                                ;
+                }
+                inst->exited = true;
+                inst->wait_status = status;
+        }
+        if (inst->cg) {
+                (void)cgroup_kill_all(inst->cg, KILL_TIMEOUT_MS);
+                (void)cgroup_remove(inst->cg);
+        }
+        if (inst->console_running) {
+                /* QEMU held the only other end: its death ends the thread. */
+                pthread_join(inst->console_thread, NULL);
+                inst->console_running = false;
+        }
+}
+
+static int vm_launch(const VmLaunch *l, int *ret_fd, DriverInstance **ret) {
+        const MicrovmStart *s = l->s;
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                return -errno;
+        _cleanup_close_ int chan_host = sv[0];
+        _cleanup_close_ int chan_vmm = sv[1];
+        /* A socket, not a pipe: QEMU takes a socket chardev by descriptor,
+         * while a file chardev would reopen a path as QEMU's uid. Our end
+         * is never written, and never shut down either: QEMU takes EOF on
+         * its end for a disconnect and stops writing. */
+        int cp[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, cp) < 0)
+                return -errno;
+        _cleanup_close_ int console_r = cp[0];
+        _cleanup_close_ int console_w = cp[1];
+        _cleanup_close_ int console_log =
+                open(s->p_console, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (console_log < 0)
+                return -errno;
+        int ep[2];
+        if (pipe2(ep, O_CLOEXEC) < 0)
+                return -errno;
+        _cleanup_close_ int vmm_err_r = ep[0];
+        _cleanup_close_ int vmm_err_w = ep[1];
+        _cleanup_close_ int log_fd = fcntl(s->log_fd, F_DUPFD_CLOEXEC, 3);
+        if (log_fd < 0)
+                return -errno;
+
+        Args a = { 0 };
+        int r = vm_args(l, chan_vmm, console_w, &a);
+        if (r < 0)
+                return r;
+
+        DriverInstance *inst = calloc(1, sizeof(*inst));
+        if (!inst)
+                return -ENOMEM;
+        inst->pid = -1;
+        inst->pidfd = inst->console_fd = inst->console_log_fd = inst->vmm_err_fd = inst->vmm_log_fd = -1;
+        inst->id = strdup(s->spec->id);
+        inst->sandbox_dir = strdup(s->spec->sandbox_dir);
+        inst->upper_path = strdup(l->upper_path);
+        if (!inst->id || !inst->sandbox_dir || !inst->upper_path) {
+                instance_release(inst);
+                return -ENOMEM;
+        }
+        int cgroup_fds[_CGROUP_HIER_MAX];
+        for (size_t i = 0; i < ELEMENTSOF(cgroup_fds); i++)
+                cgroup_fds[i] = -1;
+        r = microvm_vmm_cgroup(s->spec, s->accel, s->mem, s->vcpu, &inst->cg);
+        if (r >= 0)
+                r = cgroup_open_procs(inst->cg, cgroup_fds, ELEMENTSOF(cgroup_fds));
+        if (r < 0) {
+                microvm_vm_free(inst);
+                return r;
+        }
+        int keep[9] = { l->kernel_fd, l->initrd_fd, l->root_fd, l->upper_fd, l->upper_ro_fd, chan_vmm, console_w };
+        size_t n_keep = 7;
+        if (l->monitor_fd >= 0)
+                keep[n_keep++] = l->monitor_fd;
+        if (l->incoming_fd >= 0)
+                keep[n_keep++] = l->incoming_fd;
+        MicrovmSpawn sp = {
+                .argv = a.v,
+                .keep = keep,
+                .n_keep = n_keep,
+                .log_fd = vmm_err_w,
+                .uid_name = s->spec->id,
+                .extra_gid = s->accel == MICROVM_ACCEL_KVM ? microvm_kvm_group() : (gid_t)-1,
+                .cgroup_fds = cgroup_fds,
+                .n_cgroup_fds = ELEMENTSOF(cgroup_fds),
+        };
+        r = microvm_spawn_qemu(&sp, &inst->pid);
+        cgroup_close_fds(cgroup_fds, ELEMENTSOF(cgroup_fds));
+        if (r < 0) {
+                inst->pid = -1;
+                microvm_vm_free(inst);
+                return r;
+        }
+        inst->pidfd = (int)syscall(SYS_pidfd_open, inst->pid, 0);
+
+        inst->console_fd = TAKE_FD(console_r);
+        inst->console_log_fd = TAKE_FD(console_log);
+        inst->vmm_err_fd = TAKE_FD(vmm_err_r);
+        inst->vmm_log_fd = TAKE_FD(log_fd);
+        /* QEMU has them now: ours would keep the console thread's reads
+         * from ever seeing the end. */
+        closep(&console_w);
+        console_w = -1;
+        closep(&vmm_err_w);
+        vmm_err_w = -1;
+        if (pthread_create(&inst->console_thread, NULL, console_main, inst) == 0) {
+                inst->console_running = true;
+        } else {
+                /* Nobody would drain them: closed, QEMU's writes fail
+                 * instead of blocking the guest. */
+                close(TAKE_FD(inst->console_fd));
+                close(TAKE_FD(inst->vmm_err_fd));
+        }
+        *ret_fd = TAKE_FD(chan_host);
+        *ret = inst;
+        return 0;
+}
+
+int microvm_vm_start(const MicrovmStart *s, const char *hostname, int initrd_fd, const char *upper, int monitor_fd,
+                     int incoming_fd, int *ret_fd, DriverInstance **ret) {
+        char cmdline[1024];
+        int r = microvm_kernel_cmdline(hostname, s->accel, s->pids, cmdline, sizeof(cmdline));
+        if (r < 0)
+                return r;
+        /* The descriptors QEMU gets; it opens nothing of ours by path. */
+        _cleanup_close_ int kernel_fd = open(s->p_kernel, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int root_fd = open(s->p_root, O_RDONLY | O_CLOEXEC);
+        /* O_DIRECT to match cache=none (QEMU picks a descriptor of an fdset
+         * by its flags): the guest caches its own disk, the host should not
+         * hold a second copy. The shared root stays in the host's page
+         * cache, where every sandbox of the image shares it. */
+        _cleanup_close_ int upper_fd = open(upper, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+        /* The block layer also opens the image read-only (probing, locks):
+         * the fdset holds a descriptor of each access mode. */
+        _cleanup_close_ int upper_ro_fd = open(upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+        if (kernel_fd < 0 || root_fd < 0 || upper_fd < 0 || upper_ro_fd < 0)
+                return -errno;
+        VmLaunch l = {
+                .s = s, .cmdline = cmdline, .upper_path = upper, .kernel_fd = kernel_fd, .initrd_fd = initrd_fd,
+                .root_fd = root_fd, .upper_fd = upper_fd, .upper_ro_fd = upper_ro_fd, .monitor_fd = monitor_fd,
+                .incoming_fd = incoming_fd,
+        };
+        return vm_launch(&l, ret_fd, ret);
+}
+
+const char *microvm_vm_stop(DriverInstance *inst) {
+        if (!inst)
+                return NULL;
+        bool was_exited = inst->exited;
+        /* Read before the kill: the cgroup goes with it. */
+        CgroupStats cs;
+        bool oom = !was_exited && inst->cg && cgroup_read_stats(inst->cg, &cs) == 0 && cs.oom_kills > 0;
+        instance_kill(inst);
+        if (was_exited && !inst->died_before_stop)
+                return NULL; /* stopped before: its reason was told then */
+        /* QEMU exits 0 on a guest power-off or panic (-no-reboot, panic=-1).
+         * One caught half-way through its exit ignores our SIGKILL and still
+         * reports its own exit: that counts as having died on its own too. A
+         * SIGKILL is ours unless QEMU was already gone before we sent it. */
+        const char *reason = NULL;
+        int st = inst->wait_status;
+        if (WIFEXITED(st))
+                reason = "exited";
+        else if (WIFSIGNALED(st) && (inst->died_before_stop || WTERMSIG(st) != SIGKILL))
+                reason = "killed";
+        return reason && oom ? "oom" : reason;
+}
+
+void microvm_vm_free(DriverInstance *inst) {
+        if (!inst)
+                return;
+        (void)microvm_vm_stop(inst);
+        instance_release(inst);
+}
+
+const char *microvm_vm_sandbox_dir(const DriverInstance *inst) {
+        return inst->sandbox_dir;
+}
+
+bool microvm_vm_alive(DriverInstance *inst) {
+        if (!inst || inst->exited || inst->pid <= 0)
+                return false;
+        if (inst->pidfd < 0)
+                return kill(inst->pid, 0) == 0;
+        struct pollfd p = { .fd = inst->pidfd, .events = POLLIN };
+        return poll(&p, 1, 0) == 0;
+}
+
+int microvm_vm_stats(DriverInstance *inst, DriverStats *ret) {
+        if (!inst || !ret)
+                return -EINVAL;
+        DriverStats s = { 0 };
+        CgroupStats cs;
+        int r = inst->cg ? cgroup_read_stats(inst->cg, &cs) : -ENOENT;
+        if (r < 0)
+                return r;
+        s.cpu_usage_ns = cs.cpu_usage_ns;
+        s.memory_bytes = cs.memory_bytes;
+        s.memory_peak_bytes = cs.memory_peak_bytes;
+        s.pids_current = cs.pids_current;
+        s.oom_killed = cs.oom_kills > 0;
+        struct stat st;
+        if (stat(inst->upper_path, &st) == 0)
+                s.disk_used_bytes = (uint64_t)st.st_blocks * 512;
+        *ret = s;
+        return 0;
+}

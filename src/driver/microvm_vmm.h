@@ -1,0 +1,50 @@
+#pragma once
+/*
+ * One QEMU process of the microVM driver: its command line, its start as an
+ * unprivileged uid in the sandbox's cgroup on the shared launcher, the
+ * thread that keeps its console and messages, and its end. A
+ * DriverInstance of this driver is one such process.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "driver/microvm.h"
+
+/* The QEMU binary, or NULL when none is installed. */
+const char *microvm_qemu_binary(void);
+
+/* The host's TSC rate in kHz, rounded to whole MHz; 0 when unknown. */
+unsigned microvm_host_tsc_khz(void);
+
+/* The kernel command line of a sandbox: `id` names the guest host.
+ * -ENOBUFS when it does not fit. */
+int microvm_kernel_cmdline(const char *id, MicrovmAccel accel, unsigned pids_max, char *buf, size_t len);
+
+/* Everything a start needs that does not depend on the way it starts. */
+typedef struct MicrovmStart {
+        const DriverSpec *spec;
+        const char *qemu;
+        MicrovmAccel accel;
+        unsigned vcpu, mem, disk, pids;
+        int log_fd; /* sandbox_dir/vmm.log */
+        const char *p_kernel, *p_root, *p_modules, *p_console;
+} MicrovmStart;
+
+/* One QEMU process of a start, the same devices whichever way it starts:
+ * a cold boot, a template (monitor_fd: QMP) or a restore (incoming_fd: the
+ * saved state). hostname goes on the kernel's command line. On success
+ * *ret_fd is the host's end of the channel. */
+int microvm_vm_start(const MicrovmStart *s, const char *hostname, int initrd_fd, const char *upper, int monitor_fd,
+                     int incoming_fd, int *ret_fd, DriverInstance **ret);
+
+/* Kills QEMU (and anything else in the cgroup), reaps it, ends the console
+ * thread, removes the cgroup: the reason for Driver.stop ("exited",
+ * "killed", "oom"), NULL when it was alive. Idempotent. */
+const char *microvm_vm_stop(DriverInstance *inst);
+/* microvm_vm_stop, then frees. NULL is a no-op. */
+void microvm_vm_free(DriverInstance *inst);
+const char *microvm_vm_sandbox_dir(const DriverInstance *inst);
+bool microvm_vm_alive(DriverInstance *inst);
+int microvm_vm_stats(DriverInstance *inst, DriverStats *ret);
