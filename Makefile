@@ -1,8 +1,10 @@
 # Runtime: top-level build.
 #   make            runtimed, runtime-agent (static), runtime
 #   make test-unit  cmocka unit tests (tests/unit/test_*.c)
-#   make asan       the unit tests again under ASan+UBSan
+#   make unit-build the unit test binaries, not run (build/tests)
+#   make asan       the unit tests again under ASan+UBSan (in build/asan)
 #   make fuzz       libFuzzer targets (tests/fuzz/fuzz_*.c), needs clang
+#   make fuzz-replay  every fuzz target over its corpus once (ASan+UBSan)
 #
 # Layout: every component has its entry point in main.c; everything else in
 # its folder is library code that the unit tests link against.
@@ -17,10 +19,13 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes -Wmissing-
         -Wno-unused-parameter
 HARDEN := -D_FORTIFY_SOURCE=3 -fstack-protector-strong
 OPT ?= -O2 -g
+# Sanitizer flags for compile and link (`make asan` sets them); empty in a
+# release build.
+SANITIZE ?=
 VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
-CFLAGS_COMMON := -std=gnu17 $(OPT) $(WARN) -Isrc -D_GNU_SOURCE -pthread -DRUNTIME_VERSION=\"$(VERSION)\"
+CFLAGS_COMMON := -std=gnu17 $(OPT) $(SANITIZE) $(WARN) -Isrc -D_GNU_SOURCE -pthread -DRUNTIME_VERSION=\"$(VERSION)\"
 CFLAGS_PIE := $(CFLAGS_COMMON) $(HARDEN) -fPIE
-LDFLAGS_PIE := -pie -Wl,-z,relro,-z,now -pthread
+LDFLAGS_PIE := -pie -Wl,-z,relro,-z,now -pthread $(SANITIZE)
 
 
 # Source sets.
@@ -39,15 +44,18 @@ CLI_CFLAGS = $(CFLAGS_PIE) $(shell pkg-config --cflags $(PKGS_CLI))
 CLI_LIBS = $(shell pkg-config --libs $(PKGS_CLI))
 # The agent is PID 1 in images we do not control the libc of: link it
 # statically. Debian's static archives are not PIC, so no static-pie.
+# The sanitizer runtimes exist only as shared libraries here, so a sanitizer
+# build links the agent dynamically (still -no-pie: its objects are not PIC);
+# such an agent runs only on the host (unit tests), never as a guest's init.
 AGENT_CFLAGS = $(CFLAGS_COMMON) $(HARDEN) -fno-PIE
-AGENT_LDFLAGS = -static -no-pie -Wl,-z,relro,-z,now -pthread
+AGENT_LDFLAGS = $(if $(SANITIZE),,-static) -no-pie -Wl,-z,relro,-z,now -pthread $(SANITIZE)
 AGENT_LIBS = -ljansson
 
 DAEMON_OBJ := $(call obj,daemon,$(PROTO_SRC) $(COMMON_SRC) $(DAEMON_LIB_SRC))
 AGENT_OBJ := $(call obj,agent,$(PROTO_SRC) $(COMMON_SRC) $(AGENT_LIB_SRC))
 CLI_OBJ := $(call obj,cli,$(COMMON_SRC) $(CLI_LIB_SRC))
 
-.PHONY: all clean test-unit asan fuzz fuzz-run
+.PHONY: all clean unit-build test-unit asan asan-build fuzz fuzz-run fuzz-replay
 all: $(BUILD)/runtimed $(BUILD)/runtime-agent $(BUILD)/runtime $(BUILD)/runtime-image-build \
      $(BUILD)/runtime-microvm-build
 
@@ -86,7 +94,7 @@ UNIT_HDR := $(wildcard tests/unit/*.h)
 
 $(BUILD)/tests/test_agent_%: tests/unit/test_agent_%.c $(AGENT_OBJ) $(UNIT_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(AGENT_CFLAGS) -no-pie -o $@ $(filter-out %.h,$^) -pthread $(AGENT_LIBS) -lcmocka
+	$(CC) $(AGENT_CFLAGS) -no-pie -o $@ $(filter-out %.h,$^) -pthread $(SANITIZE) $(AGENT_LIBS) -lcmocka
 $(BUILD)/tests/test_cli_%: tests/unit/test_cli_%.c $(CLI_OBJ) $(UNIT_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CLI_CFLAGS) -o $@ $(filter-out %.h,$^) $(LDFLAGS_PIE) $(CLI_LIBS) -lcmocka
@@ -94,26 +102,38 @@ $(BUILD)/tests/test_%: tests/unit/test_%.c $(DAEMON_OBJ) $(UNIT_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(DAEMON_CFLAGS) -o $@ $(filter-out %.h,$^) $(LDFLAGS_PIE) $(DAEMON_LIBS) -lcmocka
 
-test-unit: $(BUILD)/runtime-agent $(UNIT_BIN)
+unit-build: $(BUILD)/runtime-agent $(UNIT_BIN)
+test-unit: unit-build
 	@fail=0; for t in $(UNIT_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail
 
-# Sanitizer lane: the same unit tests, built and run with ASan+UBSan.
-asan:
-	$(MAKE) BUILD=$(BUILD)/asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
-	    LDFLAGS_PIE="-pie -pthread -fsanitize=address,undefined" \
-	    AGENT_LDFLAGS="-pthread -fsanitize=address,undefined" AGENT_CFLAGS="$(CFLAGS_COMMON) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
-	    test-unit
+# Sanitizer lane: the same unit tests, built and run with ASan+UBSan; any
+# report ends the test binary with an error. The driver tests inside it start
+# their sandboxes with the release agent (build/runtime-agent, static), so it
+# is built first. asan-build only builds (pytest runs the binaries).
+ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+ASAN_MAKE = $(MAKE) BUILD=$(BUILD)/asan OPT="-O1 -g" SANITIZE="$(ASAN_FLAGS)"
+asan: $(BUILD)/runtime-agent
+	$(ASAN_MAKE) test-unit
+asan-build: $(BUILD)/runtime-agent
+	$(ASAN_MAKE) unit-build
 
 # libFuzzer targets: tests/fuzz/fuzz_<x>.c, each with its corpus in
 # tests/fuzz/corpus/<x>/.
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
-FUZZ_CFLAGS = -std=gnu17 -O1 -g -Isrc -D_GNU_SOURCE -pthread -fsanitize=fuzzer,address,undefined \
+FUZZ_CFLAGS = -std=gnu17 -O1 -g -Isrc -D_GNU_SOURCE -pthread -fsanitize=address,undefined -fno-sanitize-recover=all \
               -DRUNTIME_VERSION=\"$(VERSION)\" \
               $(shell pkg-config --cflags $(PKGS_DAEMON))
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(PROTO_SRC) $(COMMON_SRC) $(DAEMON_LIB_SRC)
+# The library sources are compiled once, with coverage but without
+# libFuzzer's main, into objects every target links.
+FUZZ_OBJ := $(call obj,fuzz,$(PROTO_SRC) $(COMMON_SRC) $(DAEMON_LIB_SRC))
+.SECONDARY: $(FUZZ_OBJ)
+$(BUILD)/obj/fuzz/%.o: src/%.c
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZ_CFLAGS) -o $@ $^ $(DAEMON_LIBS)
+	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_OBJ)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(DAEMON_LIBS)
 fuzz: $(FUZZ_BIN)
 # Runs every target over its corpus plus FUZZ_SECONDS of new inputs.
 FUZZ_SECONDS ?= 20
@@ -121,6 +141,11 @@ fuzz-run: $(FUZZ_BIN)
 	@set -e; for f in $(FUZZ_BIN); do n=$$(basename $$f); n=$${n#fuzz_}; \
 	    mkdir -p $(BUILD)/fuzz/scratch/$$n; \
 	    echo "== $$f"; $$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/scratch/$$n tests/fuzz/corpus/$$n; done
+# Runs every target once over each input of its corpus, nothing new: the
+# sanitizer lane's replay.
+fuzz-replay: $(FUZZ_BIN)
+	@set -e; for f in $(FUZZ_BIN); do n=$$(basename $$f); n=$${n#fuzz_}; \
+	    echo "== $$f"; $$f -runs=0 tests/fuzz/corpus/$$n; done
 
 clean:
 	rm -rf $(BUILD)

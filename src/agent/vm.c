@@ -148,10 +148,12 @@ static int find_disk(const char *serial, char *ret_path, size_t len) {
                         while ((de = readdir(d))) {
                                 if (strncmp(de->d_name, "vd", 2) != 0 || strlen(de->d_name) > 16)
                                         continue;
+                                /* The precision repeats the length check for the
+                                 * compiler, which cannot see it at -O1. */
                                 char p[64], s[64];
-                                snprintf(p, sizeof(p), "/sys/block/%s/serial", de->d_name);
+                                snprintf(p, sizeof(p), "/sys/block/%.16s/serial", de->d_name);
                                 if (read_small_file(p, s, sizeof(s)) == 0 && strcmp(s, serial) == 0) {
-                                        snprintf(ret_path, len, "/dev/%s", de->d_name);
+                                        snprintf(ret_path, len, "/dev/%.16s", de->d_name);
                                         closedir(d);
                                         if (access(ret_path, F_OK) == 0)
                                                 return 0;
@@ -419,9 +421,9 @@ static int find_port(const char *name, char *ret_path, size_t len) {
                 if (de->d_name[0] == '.' || strlen(de->d_name) > 32)
                         continue;
                 char p[96], s[128];
-                snprintf(p, sizeof(p), "/sys/class/virtio-ports/%s/name", de->d_name);
+                snprintf(p, sizeof(p), "/sys/class/virtio-ports/%.32s/name", de->d_name);
                 if (read_small_file(p, s, sizeof(s)) == 0 && strcmp(s, name) == 0) {
-                        snprintf(ret_path, len, "/dev/%s", de->d_name);
+                        snprintf(ret_path, len, "/dev/%.32s", de->d_name);
                         r = 0;
                         break;
                 }

@@ -300,7 +300,7 @@ static size_t templates_scan(int tfd, char *idlest, size_t idlest_len) {
                 n++;
                 char p[32];
                 struct stat st;
-                snprintf(p, sizeof(p), "%s/key", de->d_name);
+                snprintf(p, sizeof(p), "%.16s/key", de->d_name /* 16 hex digits, checked above */);
                 if (fstatat(dirfd(d), p, &st, AT_SYMLINK_NOFOLLOW) < 0)
                         st.st_mtim = (struct timespec){ 0 };
                 if (st.st_mtim.tv_sec > now.tv_sec - TEMPLATE_IDLE_S)
