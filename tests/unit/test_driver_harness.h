@@ -2,9 +2,10 @@
 /*
  * Shared body of test_driver_namespace.c and test_driver_gvisor.c: a real
  * sandbox through the Driver interface, with the built image and agent.
- * Skips (with the reason) unless run as root with the image at
- * RUNTIME_TEST_IMAGE_DIR (default /var/cache/runtime/images/default) and the
- * agent at RUNTIME_TEST_AGENT (default build/runtime-agent of this tree).
+ * Skips (with the reason) unless run as root with the `default` image under
+ * RUNTIME_TEST_IMAGE_DIR (default /var/cache/runtime/images, as for the
+ * integration tests and test_driver_microvm) and the agent at
+ * RUNTIME_TEST_AGENT (default build/runtime-agent of this tree).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -76,7 +77,7 @@ static int harness_setup(void **state, const Driver *drv, const char *id) {
                 return 0;
         }
         const char *img = getenv("RUNTIME_TEST_IMAGE_DIR");
-        snprintf(h->image_dir, sizeof h->image_dir, "%s", img ? img : "/var/cache/runtime/images/default");
+        snprintf(h->image_dir, sizeof h->image_dir, "%.4000s/default", img ? img : "/var/cache/runtime/images");
         const char *agent = getenv("RUNTIME_TEST_AGENT");
         if (agent)
                 snprintf(h->agent, sizeof h->agent, "%s", agent);
