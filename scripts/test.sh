@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs, builds, then runs the C unit
-# tests, the fuzz corpora, and the integration tests against the real daemon,
-# agent, drivers, CLI and SDK (pytest drives all of it). The last line is
-# pytest's summary.
+# tests (release and ASan+UBSan), the fuzz corpora, and the integration tests
+# against the real daemon, agent, drivers, CLI and SDK (pytest drives all of
+# it; pytest.ini adds --durations). The microVM runs its representative subset
+# unless RUNTIME_TEST_ALL=1. The last line is pytest's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

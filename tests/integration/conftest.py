@@ -16,6 +16,16 @@ runtime-agent and runtime CLI over loopback; nothing of ours is mocked.
 
 Tests that need a privilege or a tool this machine lacks skip with the
 reason; they never pass silently.
+
+The microVM runs under TCG here, several times slower than the other drivers:
+a test parametrized over drivers runs its microvm case only when marked
+`microvm_subset` (isolation, faults, limits, exec, files and egress basics: what
+differs in a VM), unless RUNTIME_TEST_ALL=1, which runs every case everywhere.
+Tests written for the microVM alone (test_microvm_basic.py, the microVM faults
+in test_heartbeat.py) always run.
+
+Every xfail is strict with a reason (pytest.ini sets xfail_strict; a test
+marked otherwise fails).
 """
 from __future__ import annotations
 
@@ -36,10 +46,23 @@ from helpers import (LIVE_DAEMONS, REPO, Api, Daemon, DaemonError, cgroup_dirs, 
 # RUNTIME_TEST_DRIVERS=namespace narrows the driver-parametrized tests.
 DRIVERS = [d for d in os.environ.get("RUNTIME_TEST_DRIVERS", "namespace,gvisor,microvm").split(",") if d]
 DEFAULT_IMAGE_DIR = "/var/cache/runtime/images"
+# RUNTIME_TEST_ALL=1 runs every driver-parametrized test on the microVM too.
+RUN_ALL = os.environ.get("RUNTIME_TEST_ALL") == "1"
+MICROVM_SKIP = ("microvm (TCG here) runs only the tests marked microvm_subset; "
+                "RUNTIME_TEST_ALL=1 runs this one too")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes tens of seconds; deselect with -m 'not slow'")
+
+
+def pytest_collection_modifyitems(config, items):
+    if RUN_ALL:
+        return
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "microvm" in params.values() and item.get_closest_marker("microvm_subset") is None:
+            item.add_marker(pytest.mark.skip(reason=MICROVM_SKIP))
 
 
 # ---------------------------------------------------------------------------
@@ -50,6 +73,16 @@ def pytest_configure(config):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
+    if call.when == "call":
+        # Markers applied while the test ran (request.applymarker) count too.
+        loose = [m for m in item.iter_markers("xfail")
+                 if m.kwargs.get("strict") is not True or not m.kwargs.get("reason")]
+        if loose:
+            rep.outcome = "failed"
+            if hasattr(rep, "wasxfail"):
+                del rep.wasxfail
+            rep.longrepr = (f"{item.nodeid}: an xfail must say strict=True and give a reason "
+                            f"(it hides whatever fails inside it): {loose[0].kwargs}")
     if rep.failed and rep.when in ("setup", "call", "teardown"):
         for d in LIVE_DAEMONS:
             rep.sections.append((f"runtimed log {d.log_path.name} (last 150 lines)",

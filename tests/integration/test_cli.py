@@ -31,6 +31,7 @@ def _sandbox_ids(cli) -> set[str]:
     return {s["id"] for s in json.loads(r.stdout)["sandboxes"]}
 
 
+@pytest.mark.microvm_subset
 def test_run_prints_42(cli, driver):
     before = _sandbox_ids(cli)
     r = cli("sandbox", "run", "--driver", driver, "--", "python3", "-c", "print(6 * 7)")

@@ -18,6 +18,7 @@ RESULT_FIELDS = {"exitCode": int, "stdout": str, "stderr": str, "timedOut": bool
                  "stdoutTruncated": bool, "stderrTruncated": bool, "durationMs": int}
 
 
+@pytest.mark.microvm_subset
 def test_buffered_result_fields(sandbox):
     res = sandbox.exec("echo hi; echo warn >&2; exit 3")
     for name, typ in RESULT_FIELDS.items():
@@ -32,11 +33,13 @@ def test_buffered_result_fields(sandbox):
     assert 0 <= res["durationMs"] < 30000
 
 
+@pytest.mark.microvm_subset
 @pytest.mark.parametrize("code", [0, 1, 7, 42, 255])
 def test_exit_code_pass_through(sandbox, code):
     assert sandbox.exec(f"exit {code}")["exitCode"] == code
 
 
+@pytest.mark.microvm_subset
 def test_exit_code_of_a_signal(sandbox):
     res = sandbox.exec("kill -9 $$")
     assert res["exitCode"] == 128 + 9, res
@@ -45,6 +48,7 @@ def test_exit_code_of_a_signal(sandbox):
     assert res["exitCode"] == 128 + 15, res
 
 
+@pytest.mark.microvm_subset
 def test_program_that_cannot_start(sandbox):
     res = sandbox.exec(argv=["/nonexistent/program", "x"])
     assert res["exitCode"] == 127, res
@@ -68,6 +72,7 @@ def test_stdin_text(sandbox):
     assert res["stdout"] == text
 
 
+@pytest.mark.microvm_subset
 def test_stdin_base64_binary(sandbox):
     data = os.urandom(256 * 1024) + bytes(range(256))
     res = sandbox.exec("sha256sum | cut -d' ' -f1", stdinBase64=base64.b64encode(data).decode())
@@ -94,6 +99,7 @@ def test_no_stdin_is_dev_null(sandbox):
     assert res["stdout"] == "done\n"
 
 
+@pytest.mark.microvm_subset
 def test_env_from_sandbox_and_request(api, driver):
     sbx = api.create_sandbox(driver=driver, env={"SBX_VAR": "from sandbox $HOME", "SHARED": "s"})
     res = sbx.exec('printf "%s|%s|%s" "$SBX_VAR" "$REQ_VAR" "$SHARED"', env={"REQ_VAR": "req 1"})
@@ -105,6 +111,7 @@ def test_env_from_sandbox_and_request(api, driver):
     assert sbx.run("echo $PATH").strip(), "PATH is empty"
 
 
+@pytest.mark.microvm_subset
 def test_cwd(sandbox):
     assert sandbox.run("pwd") == "/workspace\n"
     assert sandbox.run("pwd", cwd="/tmp") == "/tmp\n"
@@ -139,6 +146,7 @@ def test_python_in_sandbox(sandbox):
     assert sandbox.run("python3 -c 'print(6 * 7)'") == "42\n"
 
 
+@pytest.mark.microvm_subset
 def test_streaming_events_arrive_as_they_happen(sandbox):
     events = list(sandbox.exec_stream(command="echo a; echo e1 >&2; sleep 2; echo b"))
     types = [e["type"] for _, e in events]
@@ -200,6 +208,7 @@ def test_max_output_zero(sandbox):
     assert res["stdout"] == "" and res["stdoutTruncated"] is True and res["exitCode"] == 0
 
 
+@pytest.mark.microvm_subset
 def test_timeout_is_a_result_and_kills_grandchildren(sandbox):
     t0 = time.monotonic()
     res = sandbox.exec("sleep 1000 & echo $! > /workspace/bg.pid; "
@@ -247,6 +256,7 @@ def _raw_stream_exec(daemon, sid: str, body: dict, until: bytes, timeout: float 
     return s, got
 
 
+@pytest.mark.microvm_subset
 def test_client_disconnect_kills_the_command(sandbox, daemon):
     s, got = _raw_stream_exec(daemon, sandbox.id, {
         "command": "sleep 1000 & echo $! > /workspace/dc.pid; echo $$ > /workspace/dc.sh; "
@@ -261,6 +271,7 @@ def test_client_disconnect_kills_the_command(sandbox, daemon):
     wait_until(gone, 10, 0.2, what=f"processes {pids} of a disconnected stream to be killed")
 
 
+@pytest.mark.microvm_subset
 def test_concurrent_execs_in_one_sandbox(sandbox):
     import concurrent.futures as cf
     t0 = time.monotonic()

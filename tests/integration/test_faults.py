@@ -18,6 +18,10 @@ from helpers import (assert_error, assert_no_cgroups, assert_no_host_trace, cgro
                      skip_unless_driver, wait_until)
 
 
+# Faults differ per driver (what dies, what is left): every test here runs on the microVM too.
+pytestmark = pytest.mark.microvm_subset
+
+
 def _is_agent(pid: int) -> bool:
     argv = proc_cmdline(pid)
     return bool(argv) and ("runtime-agent" in argv[0] or os.path.basename(argv[0]) == "agent"

@@ -12,6 +12,7 @@ from helpers import assert_error
 MiB = 1024 * 1024
 
 
+@pytest.mark.microvm_subset
 def test_10mib_random_round_trip(sandbox):
     data = os.urandom(10 * MiB)
     r = sandbox.put_file("/workspace/big.bin", data)
@@ -27,6 +28,7 @@ def test_10mib_random_round_trip(sandbox):
     assert out == hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.microvm_subset
 def test_empty_and_binary_edge_files(sandbox):
     sandbox.write("empty", b"")
     assert sandbox.read("empty") == b""
@@ -35,12 +37,12 @@ def test_empty_and_binary_edge_files(sandbox):
     assert sandbox.read("/workspace/special.bin") == special
 
 
+@pytest.mark.microvm_subset
 def test_put_is_overwrite_and_makes_parents(sandbox, request):
     if sandbox.driver == "gvisor":
         # Debian's runsc (20221219) answers statx with EINVAL after such
         # writes, so `ls` inside fails; the API's own read is right.
-        request.applymarker(pytest.mark.xfail(reason="runsc 20221219: statx EINVAL inside the sandbox",
-                                              strict=False))
+        request.applymarker(pytest.mark.xfail(reason="runsc 20221219: statx EINVAL inside the sandbox", strict=True))
     sandbox.write("/workspace/deep/er/still/f.txt", b"one")
     sandbox.write("/workspace/deep/er/still/f.txt", b"two, longer")
     assert sandbox.read("/workspace/deep/er/still/f.txt") == b"two, longer"
@@ -49,6 +51,7 @@ def test_put_is_overwrite_and_makes_parents(sandbox, request):
     assert sandbox.run("ls -A /workspace/deep/er/still") == "f.txt\n"
 
 
+@pytest.mark.microvm_subset
 def test_put_mode(sandbox):
     r = sandbox.put_file("/workspace/tool.sh", b"#!/bin/sh\necho tool ran\n", mode="755")
     assert r.status_code == 200, r.text
@@ -57,6 +60,7 @@ def test_put_mode(sandbox):
     assert st["mode"] & 0o777 == 0o755, st
 
 
+@pytest.mark.microvm_subset
 def test_files_persist_between_execs(sandbox):
     sandbox.run("echo from-exec > /workspace/p.txt")
     assert sandbox.run("cat /workspace/p.txt") == "from-exec\n"
@@ -68,6 +72,7 @@ def test_files_persist_between_execs(sandbox):
     assert sandbox.run("cat /tmp/t.txt") == "t\n"
 
 
+@pytest.mark.microvm_subset
 def test_list_with_depth(sandbox):
     sandbox.write("/workspace/tree/a/b/c.txt", b"ccc")
     sandbox.write("/workspace/tree/top.txt", b"t")
@@ -114,6 +119,7 @@ def test_list_entry_limit(sandbox):
     assert len(body["entries"]) == 10000
 
 
+@pytest.mark.microvm_subset
 def test_stat(sandbox):
     sandbox.write("/workspace/s.txt", b"12345")
     st = sandbox.stat("/workspace/s.txt")
@@ -158,6 +164,7 @@ def test_remove(sandbox):
     assert_error(sandbox.files_call("remove", path="/workspace/r"), 404, "not_found")
 
 
+@pytest.mark.microvm_subset
 def test_recursive_remove_does_not_follow_symlinks(sandbox):
     sandbox.write("/workspace/keep/precious.txt", b"keep me")
     sandbox.run("mkdir -p /workspace/rm && ln -s /workspace/keep /workspace/rm/link")
@@ -165,6 +172,7 @@ def test_recursive_remove_does_not_follow_symlinks(sandbox):
     assert sandbox.read("/workspace/keep/precious.txt") == b"keep me"
 
 
+@pytest.mark.microvm_subset
 def test_rename(sandbox):
     sandbox.write("/workspace/from.txt", b"moving")
     r = sandbox.files_call("rename", **{"from": "/workspace/from.txt", "to": "/workspace/dir/to.txt"})
@@ -192,6 +200,7 @@ def test_relative_paths_resolve_under_workspace(sandbox):
     assert {e["name"] for e in sandbox.list("rel").json()["entries"]} == {"x.txt"}
 
 
+@pytest.mark.microvm_subset
 def test_missing_file_is_404(sandbox):
     assert_error(sandbox.get_file("/workspace/does-not-exist"), 404, "not_found")
     assert_error(sandbox.get_file("/no/such/dir/file"), 404, "not_found")
@@ -223,6 +232,7 @@ def test_files_of_unknown_sandbox(api):
     assert_error(r, 404, "not_found")
 
 
+@pytest.mark.microvm_subset
 def test_files_are_per_sandbox(api, driver):
     a = api.create_sandbox(driver=driver)
     b = api.create_sandbox(driver=driver)

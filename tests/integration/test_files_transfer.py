@@ -64,6 +64,7 @@ def test_overwrite_of_a_large_file_is_whole(sandbox):
     assert sandbox.read("/workspace/f.bin") == b
 
 
+@pytest.mark.microvm_subset
 def test_upload_cut_short_leaves_the_target_untouched(sandbox):
     old = os.urandom(MiB)
     sandbox.write("/workspace/keep.bin", old)
