@@ -399,7 +399,6 @@ def search_sandbox(sbx, needle: str) -> str:
     return res["stdout"]
 
 
-@pytest.mark.microvm_subset
 def test_secret_value_never_visible(eapi, edriver, env, secret):
     sbx = eapi.create_sandbox(driver=edriver, network={"internet": True, "allow": ["api.test"]})
     allowed(sbx, "https://api.test/", "-H", f"Authorization: Bearer {secret['placeholder']}")

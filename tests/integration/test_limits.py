@@ -104,7 +104,6 @@ def test_fork_bomb_is_contained(api, driver, daemon):
     assert_no_host_trace(sid, timeout=30)
 
 
-@pytest.mark.microvm_subset
 def test_pids_limit_is_set(sandbox):
     """A sandbox cannot start processes without end: forks are refused well
     before 6000."""
