@@ -186,7 +186,7 @@ def test_memory_hog_report_on_gvisor(api, daemon):
     _assert_reported_as_oom(api, sbx, r)
 
 
-@pytest.mark.microvm_subset
+# On microvm only with RUNTIME_TEST_ALL=1: test_microvm_basic.py checks the disk limit on a booted guest.
 def test_disk_is_bounded_by_disk_mib(api, driver):
     sbx = api.create_sandbox(driver=driver, diskMiB=64)
     res = sbx.exec("dd if=/dev/zero of=/workspace/fill bs=1M count=256 2>&1; echo rc=$?; "
