@@ -1,0 +1,43 @@
+/**
+ * withruntime: the TypeScript SDK of Runtime, secure sandboxes for AI agents.
+ *
+ *     import { Sandbox } from "withruntime";
+ *     await using sbx = await Sandbox.create({ timeoutSeconds: 600 });
+ *     await sbx.files.write("/workspace/hello.py", "print(6 * 7)");
+ *     console.log((await sbx.exec("python3 hello.py")).stdout);
+ *
+ * The daemon's address and key come from RUNTIME_BASE_URL (or RUNTIME_API_URL) and
+ * RUNTIME_API_KEY, or from the daemon's own admin key file on the same machine.
+ * `withruntime/tools` turns a sandbox into four LlamaIndex.TS tools.
+ */
+export { Sandbox, Files, Network, Secrets } from "./sandbox.js";
+export type { ClientOptions, CreateOptions, SandboxData, FileData } from "./sandbox.js";
+export type {
+  CommandResult,
+  CreateFields,
+  ExecEvent,
+  ExecOptions,
+  FileEntry,
+  FileList,
+  NetworkPolicy,
+  WriteResult,
+} from "./models.js";
+export {
+  APIError,
+  APIConnectionError,
+  APITimeoutError,
+  ConfigurationError,
+  InvalidRequestError,
+  AuthenticationError,
+  SpendingLimitError,
+  PermissionDeniedError,
+  NotFoundError,
+  ConflictError,
+  BudgetExceededError,
+  PayloadTooLargeError,
+  RateLimitError,
+  InternalServerError,
+  UnavailableError,
+} from "./errors.js";
+export { resolveEndpoint, resolveApiKey, defaultStateDir } from "./config.js";
+export { VERSION } from "./version.js";

@@ -1,0 +1,180 @@
+"""The TypeScript SDK (sdk/js, the npm package `withruntime`) against the real daemon.
+
+The session builds sdk/js as CI would from a clean checkout: `npm ci` from the committed
+package-lock.json (its `prepare` script runs `tsc`). Then node's own test runner runs the files of
+sdk/js/test against the suite's daemon, with its URL and key in the environment. One pytest test
+per node test file (and driver): node's runner already reports each subtest by name, so a failure
+here shows node's whole output rather than a second, lossy copy of it parsed from TAP.
+
+  sdk.test.mjs    the SDK on every driver (the microVM, emulated here, runs the smoke subset)
+  cli.test.mjs    the `withruntime` bin and the C CLI `runtime` against the same expectations
+  agent.test.mjs  a LlamaIndex.TS agent driving the four tools against the scripted LLM server
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+JS = REPO / "sdk" / "js"
+sys.path.insert(0, str(REPO / "tests" / "llm"))
+sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
+
+from scripted_openai import ScriptedOpenAI  # noqa: E402
+
+NODE = shutil.which("node")
+NPM = shutil.which("npm")
+pytestmark = pytest.mark.skipif(not (NODE and NPM), reason="node and npm are not installed (scripts/install-deps.sh)")
+
+# Seconds one node test file may take: the microVM under emulation needs minutes per start.
+FILE_TIMEOUT = {"namespace": 600, "gvisor": 900, "microvm": 1800}
+
+
+def _node_major() -> int:
+    out = subprocess.run([NODE, "--version"], capture_output=True, text=True).stdout.strip()
+    return int(out.lstrip("v").split(".")[0])
+
+
+def _lock_installed() -> bool:
+    """node_modules holds exactly what package-lock.json pins (npm's own record of it)."""
+    hidden = JS / "node_modules" / ".package-lock.json"
+    if not hidden.exists():
+        return False
+    want = json.loads((JS / "package-lock.json").read_text())["packages"]
+    have = json.loads(hidden.read_text())["packages"]
+    want = {k: v.get("version") for k, v in want.items() if k}
+    have = {k: v.get("version") for k, v in have.items()}
+    return want == have
+
+
+@pytest.fixture(scope="session")
+def js_build() -> Path:
+    if _node_major() < 20:
+        pytest.skip("the SDK needs Node 20 or newer")
+    env = {**os.environ, "npm_config_audit": "false", "npm_config_fund": "false", "npm_config_update_notifier": "false"}
+    if not _lock_installed():
+        r = subprocess.run([NPM, "ci"], cwd=JS, capture_output=True, text=True, env=env, timeout=900)
+        if r.returncode != 0:
+            if any(s in r.stderr for s in ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT")):
+                pytest.skip(f"npm ci cannot reach the registry: {r.stderr[-500:]}")
+            pytest.fail(f"npm ci failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}", pytrace=False)
+    r = subprocess.run([NPM, "run", "build"], cwd=JS, capture_output=True, text=True, env=env, timeout=600)
+    if r.returncode != 0:
+        pytest.fail(f"tsc failed:\n{r.stdout[-5000:]}\n{r.stderr[-3000:]}", pytrace=False)
+    assert (JS / "dist" / "index.js").exists() and (JS / "dist" / "index.d.ts").exists()
+    return JS
+
+
+def _fast_driver(daemon) -> str | None:
+    r = httpx.get(daemon.base_url + "/v1/info", headers={"Authorization": f"Bearer {daemon.api_key}"})
+    available = {d.get("name") for d in r.json().get("drivers", []) if d.get("available")}
+    return next((d for d in ("namespace", "gvisor") if d in available), None)
+
+
+def _env(daemon, driver: str | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNTIME_")}
+    env.update(daemon.env())
+    if driver:
+        env["RUNTIME_TEST_DRIVER"] = driver
+    env.update(extra)
+    return env
+
+
+def run_node(test_file: str, env: dict[str, str], timeout: float) -> str:
+    """Runs one node test file; fails with node's output unless every test in it passed."""
+    try:
+        r = subprocess.run([NODE, "--test", "--test-reporter=spec", f"test/{test_file}"], cwd=JS, env=env,
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        pytest.fail(f"node --test {test_file} took more than {timeout} s:\n{out[-8000:]}", pytrace=False)
+    out = r.stdout + r.stderr
+    if r.returncode != 0:
+        pytest.fail(f"node --test {test_file} failed ({r.returncode}):\n{out[-12000:]}", pytrace=False)
+    # Node counts what ran; a file whose tests all skipped would pass while checking nothing.
+    summary = {line.split()[1]: int(line.split()[2]) for line in out.splitlines()
+               if line.startswith("ℹ ") and len(line.split()) == 3 and line.split()[2].isdigit()}
+    assert summary.get("pass", 0) > 0, f"no test passed in {test_file}:\n{out[-4000:]}"
+    assert summary.get("fail", 1) == 0, out[-4000:]
+    print(out[-3000:])
+    return out
+
+
+def test_js_sdk(js_build, daemon, driver):
+    smoke = "1" if driver == "microvm" and not os.environ.get("RUNTIME_TEST_ALL") else "0"
+    run_node("sdk.test.mjs", _env(daemon, driver, RUNTIME_JS_SMOKE=smoke), FILE_TIMEOUT[driver])
+
+
+def test_js_cli_same_as_c_cli(js_build, build_dir, daemon, driver):
+    smoke = "1" if driver == "microvm" and not os.environ.get("RUNTIME_TEST_ALL") else "0"
+    clis = [["runtime", str(build_dir / "runtime")], ["withruntime", NODE, str(JS / "dist" / "cli.js")]]
+    run_node("cli.test.mjs", _env(daemon, driver, RUNTIME_JS_SMOKE=smoke, RUNTIME_TEST_CLIS=json.dumps(clis)),
+             FILE_TIMEOUT[driver] * 2)
+
+
+def test_js_llamaindex_agent(js_build, daemon):
+    driver = _fast_driver(daemon)
+    with ScriptedOpenAI() as server:
+        run_node("agent.test.mjs", _env(daemon, driver, SCRIPTED_OPENAI_URL=server.base_url), 600)
+
+
+def test_js_tools_match_python(js_build):
+    """Same names, descriptions and parameters as the Python SDK's tools, as each framework
+    shows them to the model (LlamaIndex.TS's metadata; llama-index-core's FunctionTool)."""
+    core = pytest.importorskip("llama_index.core.tools")
+    from withruntime import Sandbox
+    from withruntime.tools import sandbox_tools
+
+    script = ("import { sandboxTools } from 'withruntime/tools';"
+              "const fake = { exec() {}, files: {} };"
+              "console.log(JSON.stringify(sandboxTools(fake, { root: '/srv', timeoutSeconds: 120 })"
+              ".map((t) => t.metadata)));")
+    r = subprocess.run([NODE, "--input-type=module", "-e", script], cwd=JS, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    js = json.loads(r.stdout)
+    py = [core.FunctionTool.from_defaults(fn=f).metadata
+          for f in sandbox_tools(Sandbox.__new__(Sandbox), root="/srv", timeout_seconds=120)]
+    assert [t["name"] for t in js] == [m.name for m in py]
+    for j, p in zip(js, py):
+        # Python's description is "name(signature)\n" + the docstring; the prose before "Args:"
+        # is the tool's description, the "Args:" lines are the parameters' own.
+        prose = p.description.split("\n", 1)[1].split("\n\nArgs:")[0]
+        assert j["description"] == prose, p.name
+        want = p.get_parameters_dict()
+        for prop in want["properties"].values():
+            prop.pop("title", None)
+        assert j["parameters"]["properties"] == want["properties"], p.name
+        assert sorted(j["parameters"].get("required", [])) == sorted(want.get("required", [])), p.name
+
+
+def test_npm_pack_install_and_npx_trial(js_build, daemon, any_driver, tmp_path):
+    """The README's path for a new user: the packed tarball installed with npm, then
+    `npx withruntime sandbox run --trial -- python3 -c 'print(6 * 7)'` prints 42."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNTIME_")}
+    env.update({"npm_config_audit": "false", "npm_config_fund": "false", "npm_config_update_notifier": "false"})
+    r = subprocess.run([NPM, "pack", "--pack-destination", str(tmp_path)], cwd=JS, capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    tarball = next(tmp_path.glob("withruntime-*.tgz"))
+    prefix = tmp_path / "prefix"
+    r = subprocess.run([NPM, "install", "-g", "--prefix", str(prefix), "--offline", str(tarball)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    state = tmp_path / "state"
+    env.update({"RUNTIME_BASE_URL": daemon.base_url, "RUNTIME_STATE_DIR": str(state),
+                "PATH": f"{prefix / 'bin'}:{env.get('PATH', '')}", "npm_config_prefix": str(prefix),
+                "npm_config_offline": "true"})
+    cmd = [shutil.which("npx") or "npx", "withruntime", "sandbox", "run", "--trial", "--driver", any_driver,
+           "--", "python3", "-c", "print(6 * 7)"]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "42\n"
+    assert (state / "trial.key").exists()
