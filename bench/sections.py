@@ -1,5 +1,5 @@
-"""docs/benchmarks.md is written by three scripts: bench/run.py owns the file,
-bench/egress.py and bench/microvm.py each own a section between markers.
+"""docs/benchmarks.md is written by four scripts: bench/run.py owns the file,
+bench/egress.py, bench/microvm.py and bench/js.py each own a section between markers.
 These helpers keep each one's part when another rewrites the file."""
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 SECTIONS = [
     ("<!-- egress benchmark: begin", "<!-- egress benchmark: end -->"),
     ("<!-- microvm benchmark: begin", "<!-- microvm benchmark: end -->"),
+    ("<!-- js benchmark: begin", "<!-- js benchmark: end -->"),
 ]
 
 

@@ -27,6 +27,15 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Node for the TypeScript SDK (sdk/js): Debian's nodejs and npm when there is no node at all. The
+# SDK needs Node 20 or newer; with an older one its tests skip and say so.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "install-deps: installing nodejs npm"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+
 # Python: the SDK itself and what the tests drive it with. Whichever python3
 # is first on PATH is the one the tests use.
 PY=${PYTHON:-python3}

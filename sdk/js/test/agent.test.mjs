@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 
 import { openai } from "@llamaindex/openai";
+import { stringifyJSONToMessageContent } from "@llamaindex/core/utils";
 import { agent, agentToolCallEvent, agentToolCallResultEvent, stopAgentEvent } from "@llamaindex/workflow";
 
 import { Sandbox } from "withruntime";
@@ -34,7 +35,7 @@ function toolText(m) {
 }
 
 daemonTest("a LlamaIndex.TS agent writes and runs a program in the sandbox, tool calls streamed", { skip }, async () => {
-  await control("POST", "/_reset");
+  await control("POST", "/_reset", {});
   const nonce = randomBytes(8).toString("hex");
   const program = `import hashlib\nopen('/workspace/proof.txt', 'w').write('${nonce}')\nprint(hashlib.sha256(b'${nonce}').hexdigest())\n`;
   await control("POST", "/_script", {
@@ -56,20 +57,25 @@ daemonTest("a LlamaIndex.TS agent writes and runs a program in the sandbox, tool
       else if (agentToolCallResultEvent.include(ev)) results.push(ev.data);
       else if (stopAgentEvent.include(ev)) answer = ev.data.result;
     }
-    assert.equal(answer, `The program printed ${digest}`);
+    // The model's answer quotes what the sandbox computed.
+    assert.ok(answer.startsWith("The program printed ") && answer.includes(digest), answer);
     // The streamed events name each tool with its arguments, then its result, in order.
     assert.deepEqual(calls.map((c) => c.toolName), ["runtime_write_file", "runtime_exec"]);
     assert.deepEqual(calls[1].toolKwargs, { command: "python3 prog.py" });
     assert.deepEqual(results.map((r) => r.toolName), ["runtime_write_file", "runtime_exec"]);
-    assert.match(String(results[0].toolOutput.result), /^wrote \d+ bytes to \/workspace\/prog\.py$/);
-    assert.equal(results[1].toolOutput.result, `exit code: 0\nstdout:\n${digest}\nstderr: (empty)`);
+    // What the tools returned (`raw`) is the Python tools' text, word for word; the agent hands it
+    // to the model through its own JSON rendering (toolOutput.result).
+    assert.match(results[0].raw, /^wrote \d+ bytes to \/workspace\/prog\.py$/);
+    const execText = `exit code: 0\nstdout:\n${digest}\nstderr: (empty)`;
+    assert.equal(results[1].raw, execText);
+    assert.equal(results[1].toolOutput.result, stringifyJSONToMessageContent(execText));
     // The command reached the sandbox: its side effect is there.
     assert.equal(await sbx.files.readText("/workspace/proof.txt"), nonce);
     assert.equal(await sbx.files.readText("/workspace/prog.py"), program);
   } finally {
     await sbx[Symbol.asyncDispose]();
   }
-  const reqs = await control("GET", "/_requests");
+  const reqs = (await control("GET", "/_requests")).requests;
   assert.equal(reqs.length, 3);
   const tools = Object.fromEntries(reqs[0].tools.map((t) => [t.function.name, t.function]));
   assert.deepEqual(Object.keys(tools).sort(), ["runtime_exec", "runtime_list_files", "runtime_read_file", "runtime_write_file"]);
@@ -77,13 +83,13 @@ daemonTest("a LlamaIndex.TS agent writes and runs a program in the sandbox, tool
     for (const [pname, prop] of Object.entries(t.parameters.properties)) assert.ok(prop.description, `${t.name}.${pname}`);
   }
   const lastTool = reqs[2].messages.filter((m) => m.role === "tool").at(-1);
-  assert.equal(toolText(lastTool), `exit code: 0\nstdout:\n${digest}\nstderr: (empty)`);
+  assert.equal(toolText(lastTool), stringifyJSONToMessageContent(`exit code: 0\nstdout:\n${digest}\nstderr: (empty)`));
   // The model could not have known the digest before the sandbox computed it.
   assert.ok(!JSON.stringify(reqs[0]).includes(digest) && !JSON.stringify(reqs[1]).includes(digest));
 });
 
 fullTest("the agent lists and reads files, and a failing tool comes back as text", { skip }, async () => {
-  await control("POST", "/_reset");
+  await control("POST", "/_reset", {});
   await control("POST", "/_script", {
     turns: [
       { tool_calls: [{ name: "runtime_list_files", arguments: { path: ".", depth: 2 } }] },
@@ -97,7 +103,7 @@ fullTest("the agent lists and reads files, and a failing tool comes back as text
     await sbx.files.write("data/n.txt", "seventeen\n");
     const a = agent({ tools: sandboxTools(sbx), llm: llm() });
     const results = [];
-    for await (const ev of a.runStream("look around")) if (agentToolCallResultEvent.include(ev)) results.push(String(ev.data.toolOutput.result));
+    for await (const ev of a.runStream("look around")) if (agentToolCallResultEvent.include(ev)) results.push(ev.data.raw);
     assert.equal(results.length, 3);
     assert.match(results[0], /^\/workspace \(depth 2, 2 entries\):\ndir {3}data\/\nfile {2}data\/n\.txt {2}\(10 bytes\)$/);
     assert.equal(results[1], "seventeen\n");
