@@ -504,6 +504,21 @@ async function useTrialKey(ctx: Ctx): Promise<void> {
 
 /* ---------------------------------------------------------------- run and exec */
 
+/** Reads stdin whole for -i; a signal ends the wait (a typist may never send EOF). */
+async function readStdinOrSignal(sig: Signals): Promise<Buffer | null> {
+  if (sig.first.aborted) return null;
+  let onAbort = () => {};
+  const aborted = new Promise<null>((resolve) => {
+    onAbort = () => resolve(null);
+    sig.first.addEventListener("abort", onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([readStdin(), aborted]);
+  } finally {
+    sig.first.removeEventListener("abort", onAbort);
+  }
+}
+
 async function readStdin(): Promise<Buffer> {
   const parts: Buffer[] = [];
   let n = 0;
@@ -616,7 +631,10 @@ async function cmdRun(ctx: Ctx, argv: string[]): Promise<number> {
   sig.install();
   try {
     // Stdin first: a sandbox should not wait on a typist.
-    if (a.interactive) exec.stdinBase64 = (await readStdin()).toString("base64");
+    if (a.interactive) {
+      const data = await readStdinOrSignal(sig);
+      if (data) exec.stdinBase64 = data.toString("base64");
+    }
     if (sig.signal) return sig.exitCode();
     // A create cut short may still make a sandbox whose id we would never learn; only a second
     // Ctrl-C abandons it.
@@ -672,7 +690,10 @@ async function cmdExec(ctx: Ctx, argv: string[]): Promise<number> {
   const sig = new Signals();
   sig.install();
   try {
-    if (a.interactive) exec.stdinBase64 = (await readStdin()).toString("base64");
+    if (a.interactive) {
+      const data = await readStdinOrSignal(sig);
+      if (data) exec.stdinBase64 = data.toString("base64");
+    }
     if (sig.signal) return sig.exitCode();
     // Leaving the stream makes the daemon kill the command's process group.
     return await streamExec(http, a.id!, exec, ctx.json || a.json, sig);

@@ -111,9 +111,12 @@ export class Sandbox implements AsyncDisposable {
     try {
       const data = await http.request<{ sandboxes?: unknown[] }>("GET", "/v1/sandboxes");
       const items = Array.isArray(data?.sandboxes) ? data.sandboxes : [];
+      // The listed sandboxes share this client; its idle sockets do not keep Node running.
+      if (items.length === 0) http.close();
       return items.map((d) => new Sandbox(http, d, true, false));
-    } finally {
-      // Listed sandboxes share this client; its sockets are released when idle.
+    } catch (e) {
+      http.close();
+      throw e;
     }
   }
 

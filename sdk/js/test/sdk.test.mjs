@@ -119,10 +119,10 @@ daemonTest("streamed exec: events as they happen, with the process id", async ()
 fullTest("leaving a stream early ends the command in the sandbox", async () => {
   const sbx = await create();
   try {
-    for await (const ev of sbx.execStream("echo $$ > /tmp/pid; echo ready; sleep 600")) {
+    for await (const ev of sbx.execStream("echo $$ > /workspace/pid; echo ready; sleep 600")) {
       if (ev.type === "stdout") break;
     }
-    const pid = (await sbx.files.readText("/tmp/pid")).trim();
+    const pid = (await sbx.files.readText("/workspace/pid")).trim();
     await waitFor("the abandoned command to be killed", async () => (await sbx.exec(`kill -0 ${pid} 2>/dev/null || echo gone`)).stdout === "gone\n");
 
     const ac = new AbortController();
