@@ -153,7 +153,7 @@ def main() -> int:
     ]
     for name in ("node", "python"):
         xs = results[name]
-        label = "Node (`withruntime` on npm)" if name == "node" else "Python (`withruntime` on PyPI)"
+        label = "Node (`withruntime`, sdk/js)" if name == "node" else "Python (`withruntime`, sdk/python)"
         lines.append(f"| {label} | {pct(xs, 50):.1f} ms | {pct(xs, 90):.1f} ms | {statistics.mean(xs):.1f} ms |")
     lines += ["", f"Node / Python at p50: {pct(results['node'], 50) / pct(results['python'], 50):.2f}x. "
               f"The Python SDK builds an `httpx.Client` for every `Sandbox.create`, and building one "
