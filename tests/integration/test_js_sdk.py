@@ -9,6 +9,9 @@ here shows node's whole output rather than a second, lossy copy of it parsed fro
   sdk.test.mjs    the SDK on every driver (the microVM, emulated here, runs the smoke subset)
   cli.test.mjs    the `withruntime` bin and the C CLI `runtime` against the same expectations
   agent.test.mjs  a LlamaIndex.TS agent driving the four tools against the scripted LLM server
+
+and, from here: the tools' schemas against the Python tools', `npm pack` + install + the README's
+`npx withruntime sandbox run --trial` line, and a daemon on a unix socket.
 """
 from __future__ import annotations
 
@@ -178,3 +181,59 @@ def test_npm_pack_install_and_npx_trial(js_build, daemon, any_driver, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout == "42\n"
     assert (state / "trial.key").exists()
+
+
+def test_js_over_unix_socket(js_build, build_dir, image_dir, tmp_path):
+    """RUNTIME_BASE_URL=unix:/path with the key from the daemon's admin.key: the SDK's buffered and
+    streamed exec, and the bin's --trial (the trial route answers on the unix socket too)."""
+    import signal
+
+    from helpers import remove_empty_cgroup_tree, wait_until
+
+    if os.geteuid() != 0:
+        pytest.skip("the daemon needs root")
+    sock = tmp_path / "runtimed.sock"
+    state = tmp_path / "state"
+    cgroup = f"runtime-test-js-uds-{os.getpid()}"
+    log = open(tmp_path / "runtimed.log", "wb")
+    proc = subprocess.Popen([str(build_dir / "runtimed"), "--state-dir", str(state), "--socket", str(sock),
+                             "--image-dir", str(image_dir), "--cgroup-parent", cgroup],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    try:
+        wait_until(lambda: sock.exists() and (state / "admin.key").exists() or proc.poll() is not None, 60,
+                   what="the daemon's socket")
+        assert proc.poll() is None, (tmp_path / "runtimed.log").read_text()
+        key = (state / "admin.key").read_text().strip()
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://runtimed") as c:
+            info = c.get("/v1/info", headers={"Authorization": f"Bearer {key}"}).json()
+        available = {d["name"] for d in info.get("drivers", []) if d.get("available")}
+        drv = next((d for d in ("namespace", "gvisor") if d in available), None)
+        if drv is None:
+            pytest.skip("neither namespace nor gvisor is available")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RUNTIME_")}
+        env.update({"RUNTIME_BASE_URL": f"unix:{sock}", "RUNTIME_STATE_DIR": str(state)})
+        script = ("import { Sandbox } from 'withruntime';"
+                  f"const sbx = await Sandbox.create({{ driver: '{drv}', timeoutSeconds: 60 }});"
+                  "const a = await sbx.exec('echo over the socket');"
+                  "const got = []; const b = await sbx.exec('echo streamed', { onStdout: (d) => got.push(d) });"
+                  "await sbx.delete(); sbx.close();"
+                  "console.log(JSON.stringify([a.stdout, b.stdout, got]));")
+        r = subprocess.run([NODE, "--input-type=module", "-e", script], cwd=JS, env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout) == ["over the socket\n", "streamed\n", ["streamed\n"]]
+        trial_state = tmp_path / "trial-state"
+        env["RUNTIME_STATE_DIR"] = str(trial_state)
+        r = subprocess.run([NODE, str(JS / "dist" / "cli.js"), "sandbox", "run", "--trial", "--driver", drv, "--",
+                            "python3", "-c", "print(6 * 7)"], env=env, capture_output=True, text=True, timeout=300)
+        assert (r.returncode, r.stdout) == (0, "42\n"), r.stderr
+        assert (trial_state / "trial.key").exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        remove_empty_cgroup_tree(cgroup)
