@@ -1,6 +1,6 @@
 """The TypeScript SDK (sdk/js, the npm package `withruntime`) against the real daemon.
 
-The session builds sdk/js as CI would from a clean checkout: `npm ci` from the committed
+Once per pytest run it builds sdk/js as CI would from a clean checkout: `npm ci` from the committed
 package-lock.json (its `prepare` script runs `tsc`). Then node's own test runner runs the files of
 sdk/js/test against the suite's daemon, with its URL and key in the environment. One pytest test
 per node test file (and driver): node's runner already reports each subtest by name, so a failure
