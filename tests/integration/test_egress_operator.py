@@ -133,7 +133,8 @@ def op(build_dir, image_dir, tmp_path_factory):
 
 @pytest.fixture
 def oapi(op):
-    c = Api(op.daemon)
+    # pip under the microVM's software emulation takes minutes.
+    c = Api(op.daemon, timeout=420.0)
     yield c
     problems = c.delete_all()
     c.close()
