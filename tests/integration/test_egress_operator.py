@@ -27,7 +27,7 @@ import pytest
 
 from conftest import DRIVERS, _finish_daemon, _need_root
 from egress_servers import EchoServer, TestCa
-from helpers import LIVE_DAEMONS, Api, Daemon, DaemonError, skip_unless_driver, tail
+from helpers import LIVE_DAEMONS, Api, Daemon, DaemonError, daemon_info, skip_unless_driver, tail
 from test_egress import HOSTS_MARK, curl, egress_log, refused
 
 INDEX_HOSTS = ("pypi.org", "files.pythonhosted.org")
@@ -297,6 +297,14 @@ def test_host_without_settings_refused(api, driver, index):
 
 
 def test_pip_install_through_allow_list(oapi, odriver, index):
+    microvm = {x.get("name"): x for x in daemon_info(index.daemon).get("drivers", [])}.get("microvm", {})
+    if odriver == "microvm" and "TCG" in (microvm.get("reason") or ""):
+        # Measured here: the gateway resets a connection that sends nothing
+        # for 10 s, and pip under TCG takes longer than that between the
+        # proxy's "200 Connection established" and its ClientHello (the audit
+        # shows the tunnel allowed, 0 bytes either way). With KVM it runs.
+        pytest.skip("microvm under TCG: pip sends its TLS ClientHello later than this network's "
+                    "package gateway waits for one (10 s)")
     sbx = oapi.create_sandbox(driver=odriver, network={"internet": True, "allow": list(INDEX_HOSTS)})
     res = sbx.exec(f"{PIP} six && python3 -c 'import six; print(six.__name__, six.__version__)'",
                    timeoutMs=300000)
