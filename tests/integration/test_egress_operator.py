@@ -28,7 +28,7 @@ import pytest
 from conftest import DRIVERS, _finish_daemon, _need_root
 from egress_servers import EchoServer, TestCa
 from helpers import LIVE_DAEMONS, Api, Daemon, DaemonError, daemon_info, skip_unless_driver, tail
-from test_egress import HOSTS_MARK, curl, egress_log, refused
+from test_egress import HOSTS_MARK, egress_log, refused
 
 INDEX_HOSTS = ("pypi.org", "files.pythonhosted.org")
 TLS_NAME = "operator-ca.test"
@@ -243,10 +243,13 @@ def test_trusted_ca_in_sandbox_store_and_variables(oapi, odriver, op):
 
     # A plain tunnel (no secret, so no interception): the sandbox's own TLS
     # client verifies the upstream against the operator's CA.
-    code, body, err = curl(sbx, f"https://{TLS_NAME}/curl")
-    assert code == 200, f"{code} {body[:300]} {err[:300]}"
+    # Bounds that the microVM under TCG meets on a loaded machine.
+    res = sbx.exec(f"curl -sS --max-time 100 -o /dev/null -w '%{{http_code}}' https://{TLS_NAME}/curl",
+                   timeoutMs=110000)
+    assert res["exitCode"] == 0 and res["stdout"] == "200", res
     out = sbx.run("env -u NO_PROXY -u no_proxy python3 -c \"import urllib.request,json;"
-                  f"print(json.load(urllib.request.urlopen('https://{TLS_NAME}/py'))['path'])\"")
+                  f"print(json.load(urllib.request.urlopen('https://{TLS_NAME}/py'))['path'])\"",
+                  timeoutMs=110000)
     assert out.strip() == "/py"
     assert [r["path"] for r in op.tls.seen()][-2:] == ["/curl", "/py"]
     log = egress_log(oapi, sbx.id)
@@ -267,7 +270,9 @@ def test_without_trust_ca_only_the_daemons_ca_is_added(api, driver):
 
 def test_pep668_does_not_stop_pip(api, driver):
     sbx = api.create_sandbox(driver=driver)
-    if sbx.exec("python3 -m pip --version")["exitCode"] != 0:
+    res = sbx.exec("python3 -m pip --version", timeoutMs=110000)
+    assert not res["timedOut"], res
+    if res["exitCode"] != 0:
         pytest.skip("the image has no pip")
     res = sbx.exec("python3 -c \"import glob; print(glob.glob('/usr/lib/python3*/EXTERNALLY-MANAGED'))\"; "
                    "python3 -m pip config list")
@@ -275,7 +280,7 @@ def test_pep668_does_not_stop_pip(api, driver):
     assert "global.break-system-packages='true'" in res["stdout"], res
     # No index reachable (no network): pip gets past the PEP 668 check to
     # the resolver and fails there, not at the marker.
-    res = sbx.exec(f"{PIP} --no-index six", timeoutMs=120000)
+    res = sbx.exec(f"{PIP} --no-index six", timeoutMs=110000)
     assert res["exitCode"] != 0
     assert "externally-managed-environment" not in res["stdout"] + res["stderr"], res
     assert "No matching distribution" in res["stderr"] or "Could not find" in res["stderr"], res
