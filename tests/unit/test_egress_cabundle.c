@@ -19,11 +19,13 @@
 #include "egress/cabundle.h"
 #include "egress/proxy.h"
 
-static char dir[] = "/tmp/runtime-cabundle-XXXXXX";
+static char dir[200];
 static EgressCa *ca;
 static char ca_file[256], key_file[256];
 
 static int setup(void **state) {
+        const char *base = getenv("TMPDIR");
+        snprintf(dir, sizeof(dir), "%s/runtime-cabundle-XXXXXX", base && *base ? base : P_tmpdir);
         assert_non_null(mkdtemp(dir));
         assert_int_equal(egress_ca_load_or_create(dir, &ca), 0);
         snprintf(ca_file, sizeof(ca_file), "%s/egress-ca.crt", dir);
