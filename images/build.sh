@@ -146,6 +146,15 @@ rm -f "$root/etc/resolv.conf"
 printf '# Sandboxes resolve names through the egress proxy (HTTP_PROXY).\n' >"$root/etc/resolv.conf"
 echo sandbox >"$root/etc/hostname"
 printf '127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+# PEP 668: Debian marks its Python "externally managed", so `pip install`
+# outside a venv stops with externally-managed-environment. A sandbox is a
+# throwaway machine of its own and is the isolation, so installing into it is
+# what its user means: drop the marker (pip, uv and every other installer
+# read it) and say so in pip's own configuration too, should a python3
+# upgrade inside the sandbox bring the marker back. pip installs as root into
+# /usr/local/lib/python3*/dist-packages, apart from the files dpkg owns.
+rm -f "$root"/usr/lib/python3*/EXTERNALLY-MANAGED
+printf '[global]\nbreak-system-packages = true\n' >"$root/etc/pip.conf"
 install -d -m 0755 "$root/workspace" "$root/.runtime"
 # Bind-mount target of the agent binary.
 install -m 0755 /dev/null "$root/.runtime/agent"

@@ -12,6 +12,9 @@ STATE_DIR=${RUNTIME_STATE_DIR:-/var/lib/runtime}
 LOG=${RUNTIME_LOG:-/var/log/runtimed.log}
 PIDFILE=/run/runtimed.pid
 LISTEN=${RUNTIME_LISTEN:-127.0.0.1:7878}
+# More runtimed options, split on spaces, e.g. the egress operator settings
+# (docs/egress.md): RUNTIME_DAEMON_ARGS="--egress-public-cidr 203.0.113.80/32 --egress-trust-ca FILE"
+read -r -a DAEMON_ARGS <<<"${RUNTIME_DAEMON_ARGS:-}"
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -30,7 +33,7 @@ if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
   for _ in $(seq 1 100); do kill -0 "$(cat "$PIDFILE")" 2>/dev/null || break; sleep 0.1; done
 fi
 mkdir -p "$(dirname "$LOG")"
-nohup "$PREFIX/bin/runtimed" --state-dir "$STATE_DIR" --listen "$LISTEN" >>"$LOG" 2>&1 &
+nohup "$PREFIX/bin/runtimed" --state-dir "$STATE_DIR" --listen "$LISTEN" "${DAEMON_ARGS[@]}" >>"$LOG" 2>&1 &
 echo $! >"$PIDFILE"
 export RUNTIME_BASE_URL="http://$LISTEN" RUNTIME_STATE_DIR="$STATE_DIR"
 for _ in $(seq 1 100); do

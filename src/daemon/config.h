@@ -46,6 +46,11 @@ typedef struct DaemonConfig {
         const char *egress_test_upstreams[32];
         unsigned n_egress_test_upstreams;
         const char *egress_extra_ca;
+        /* Operator settings, off by default: CIDRs whose addresses count as
+         * public upstreams, and a CA bundle trusted upstream and in sandboxes. */
+        const char *egress_public_cidrs[32];
+        unsigned n_egress_public_cidrs;
+        const char *egress_trust_ca;
 } DaemonConfig;
 
 /* The offer for a driver name, or NULL when this build has no such driver. */

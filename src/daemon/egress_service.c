@@ -21,6 +21,8 @@
 #include "daemon/agent_client.h"
 #include "daemon/log.h"
 #include "egress/ca.h"
+#include "egress/cabundle.h"
+#include "egress/cidr.h"
 #include "egress/policy.h"
 #include "egress/proxy.h"
 #include "egress/secret.h"
@@ -56,6 +58,9 @@ struct EgressService {
         SSL_CTX *upstream_ctx;
         EgressTestHost test_hosts[MAX_TEST_UPSTREAMS];
         size_t n_test_hosts;
+        EgressCidr public_cidrs[EGRESS_MAX_PUBLIC_CIDRS];
+        size_t n_public_cidrs;
+        char *sandbox_ca_pem; /* the daemon's CA, then the operator's trusted CAs */
 };
 
 struct SandboxEgress {
@@ -98,12 +103,50 @@ static int exec_sql(sqlite3 *sql, const char *text) {
         return rc == SQLITE_OK ? 0 : -EIO;
 }
 
+/* Refuses, at start, a range that would let a sandbox reach what it must
+ * never reach, whatever the operator meant: see egress/cidr.h. */
+static int public_cidrs_load(EgressService *svc, const EgressServiceConfig *cfg, char *err, size_t err_len) {
+        if (cfg->n_public_cidrs == 0)
+                return 0;
+        if (cfg->n_public_cidrs > EGRESS_MAX_PUBLIC_CIDRS) {
+                snprintf(err, err_len, "at most %d --egress-public-cidr ranges", EGRESS_MAX_PUBLIC_CIDRS);
+                return -EINVAL;
+        }
+        struct sockaddr_storage own[256];
+        size_t n_own = 0;
+        int r = egress_host_addrs(own, ELEMENTSOF(own), &n_own);
+        if (r < 0) {
+                snprintf(err, err_len, "--egress-public-cidr: cannot list this host's addresses: %s", strerror(-r));
+                return r;
+        }
+        for (size_t i = 0; i < cfg->n_public_cidrs; i++) {
+                const char *text = cfg->public_cidrs[i];
+                EgressCidr *c = &svc->public_cidrs[i];
+                if (egress_cidr_parse(text, c) < 0) {
+                        snprintf(err, err_len,
+                                 "--egress-public-cidr %.64s: want ADDRESS/PREFIX, IPv4 as a dotted quad or IPv6, "
+                                 "with the host bits zero (203.0.113.0/24, 2001:db8:5::/48)",
+                                 text);
+                        return -EINVAL;
+                }
+                char why[200];
+                if ((r = egress_cidr_check_public(c, own, n_own, why, sizeof(why))) < 0) {
+                        snprintf(err, err_len, "--egress-public-cidr refused: %s", why);
+                        return r;
+                }
+                svc->n_public_cidrs++;
+        }
+        return 0;
+}
+
 int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char *err, size_t err_len) {
         EgressService *svc = calloc(1, sizeof(*svc));
         if (!svc)
                 return -ENOMEM;
         pthread_mutex_init(&svc->lock, NULL);
         pthread_cond_init(&svc->idle, NULL);
+        _cleanup_free_ char *trusted = NULL;
+        unsigned n_trusted = 0;
         int r = -EINVAL;
         if (cfg->n_test_upstreams > MAX_TEST_UPSTREAMS) {
                 snprintf(err, err_len, "at most %d --egress-test-upstream mappings", MAX_TEST_UPSTREAMS);
@@ -118,6 +161,8 @@ int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char
                 }
                 svc->n_test_hosts++;
         }
+        if ((r = public_cidrs_load(svc, cfg, err, err_len)) < 0)
+                goto fail;
         if ((r = egress_ca_load_or_create(cfg->state_dir, &svc->ca)) < 0) {
                 snprintf(err, err_len, "cannot load or make the egress CA in the state directory: %s", strerror(-r));
                 goto fail;
@@ -125,6 +170,18 @@ int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char
         if ((r = egress_upstream_ctx_new(cfg->extra_ca_file, &svc->upstream_ctx)) < 0) {
                 snprintf(err, err_len, "cannot load the trust store%s%.200s", cfg->extra_ca_file ? " or " : "",
                          cfg->extra_ca_file ? cfg->extra_ca_file : "");
+                goto fail;
+        }
+        if (cfg->trust_ca_file &&
+            ((r = egress_ca_bundle_load(cfg->trust_ca_file, &trusted, &n_trusted, err, err_len)) < 0 ||
+             (r = egress_ca_bundle_trust(svc->upstream_ctx, trusted)) < 0)) {
+                if (r == -EIO)
+                        snprintf(err, err_len, "cannot add %.200s to the upstream trust store", cfg->trust_ca_file);
+                goto fail;
+        }
+        if (asprintf(&svc->sandbox_ca_pem, "%s%s", egress_ca_pem(svc->ca), trusted ? trusted : "") < 0) {
+                svc->sandbox_ca_pem = NULL;
+                r = -ENOMEM;
                 goto fail;
         }
         int rc = sqlite3_open_v2(cfg->db_path, &svc->sql,
@@ -167,6 +224,7 @@ void egress_service_free(EgressService *svc) {
         sqlite3_close(svc->sql);
         egress_ca_free(svc->ca);
         SSL_CTX_free(svc->upstream_ctx);
+        free(svc->sandbox_ca_pem);
         pthread_mutex_destroy(&svc->lock);
         pthread_cond_destroy(&svc->idle);
         free(svc);
@@ -593,7 +651,7 @@ static int read_image_bundle(const char *image_dir, char **ret, size_t *ret_len)
 #define AGENT_TIMEOUT_MS 10000
 
 int egress_service_install_ca(EgressService *svc, Channel *c, const char *image_dir) {
-        const char *pem = egress_ca_pem(svc->ca);
+        const char *pem = svc->sandbox_ca_pem;
         size_t pem_len = strlen(pem);
         _cleanup_free_ char *bundle = NULL;
         size_t len = 0;
@@ -753,6 +811,8 @@ static void *serve_main(void *arg) {
         EgressProxyConfig cfg = {
                 .test_hosts = svc->test_hosts,
                 .n_test_hosts = svc->n_test_hosts,
+                .public_cidrs = svc->public_cidrs,
+                .n_public_cidrs = svc->n_public_cidrs,
                 .web_ports_only = se->trial,
                 .secrets = secrets,
                 .n_secrets = n_secrets,

@@ -22,9 +22,15 @@ typedef struct EgressServiceConfig {
         const char *const *test_upstreams;
         size_t n_test_upstreams;
         const char *extra_ca_file; /* also trusted for upstreams (tests), or NULL */
+        /* Operator settings (docs/egress.md): CIDRs whose addresses count as
+         * public upstreams, and a CA bundle trusted upstream and in sandboxes. */
+        const char *const *public_cidrs;
+        size_t n_public_cidrs;
+        const char *trust_ca_file;
 } EgressServiceConfig;
 
-/* -EINVAL with err filled for a bad test upstream or CA file. */
+/* -EINVAL (or -EPERM for a range a sandbox may never reach) with err filled
+ * for a bad test upstream, public range or CA file. */
 int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char *err, size_t err_len);
 /* Waits (bounded) for connections still being served, then frees. */
 void egress_service_free(EgressService *svc);
@@ -32,8 +38,9 @@ void egress_service_free(EgressService *svc);
 /* The environment every exec in a sandbox of `owner` gets: the proxy, the
  * trust store, a placeholder per secret. A new reference. */
 json_t *egress_service_sandbox_env(EgressService *svc, const char *owner);
-/* Puts the daemon's CA into a fresh sandbox's system trust store: the CA
- * file and the image's bundle with the CA appended, both written through its
+/* Puts the daemon's CA, and the operator's trusted CAs when set, into a fresh
+ * sandbox's system trust store: the CA file (NODE_EXTRA_CA_CERTS) and the
+ * image's bundle with them appended, both written through its
  * agent at once. The bundle is read on the host from image_dir/rootfs (the
  * sandbox's root at creation, for every driver), through the agent when the
  * host cannot read it or image_dir is NULL. */

@@ -54,6 +54,12 @@ static void usage(FILE *f) {
               "  --price-vcpu-hour-micros N   (9375)  --price-gib-hour-micros N (3125)\n"
               "  --trial-hours N              free sandbox-hours per trial key (50)\n"
               "  --max-trial-keys N           trial keys handed out on this host, 0: none (100)\n"
+              "  --egress-public-cidr CIDR    treat addresses in CIDR as public upstreams, for a\n"
+              "                               package gateway or proxy on a private or reserved\n"
+              "                               address (repeatable; never loopback, link-local,\n"
+              "                               metadata or this host's own addresses)\n"
+              "  --egress-trust-ca FILE       trust the CA certificates in FILE (PEM) for upstream\n"
+              "                               TLS and inside every sandbox\n"
               "  --egress-test-upstream NAME=127.0.0.1:PORT\n"
               "                               TESTS ONLY: the egress proxy sends NAME to this loopback\n"
               "                               server, past the address checks (repeatable)\n"
@@ -268,6 +274,8 @@ enum {
         OPT_MAX_TRIAL_KEYS,
         OPT_EGRESS_TEST_UPSTREAM,
         OPT_EGRESS_EXTRA_CA,
+        OPT_EGRESS_PUBLIC_CIDR,
+        OPT_EGRESS_TRUST_CA,
         OPT_LOG_LEVEL,
         OPT_HEARTBEAT_INTERVAL,
         OPT_HEARTBEAT_TIMEOUT,
@@ -300,6 +308,8 @@ int main(int argc, char **argv) {
                 { "max-trial-keys", required_argument, NULL, OPT_MAX_TRIAL_KEYS },
                 { "egress-test-upstream", required_argument, NULL, OPT_EGRESS_TEST_UPSTREAM },
                 { "egress-extra-ca", required_argument, NULL, OPT_EGRESS_EXTRA_CA },
+                { "egress-public-cidr", required_argument, NULL, OPT_EGRESS_PUBLIC_CIDR },
+                { "egress-trust-ca", required_argument, NULL, OPT_EGRESS_TRUST_CA },
                 { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
                 { "heartbeat-interval-ms", required_argument, NULL, OPT_HEARTBEAT_INTERVAL },
                 { "heartbeat-timeout-ms", required_argument, NULL, OPT_HEARTBEAT_TIMEOUT },
@@ -400,6 +410,17 @@ int main(int argc, char **argv) {
                         break;
                 case OPT_EGRESS_EXTRA_CA:
                         cfg.egress_extra_ca = optarg;
+                        break;
+                case OPT_EGRESS_PUBLIC_CIDR:
+                        if (cfg.n_egress_public_cidrs >= ELEMENTSOF(cfg.egress_public_cidrs)) {
+                                fprintf(stderr, "runtimed: at most %zu --egress-public-cidr\n",
+                                        ELEMENTSOF(cfg.egress_public_cidrs));
+                                return 2;
+                        }
+                        cfg.egress_public_cidrs[cfg.n_egress_public_cidrs++] = optarg;
+                        break;
+                case OPT_EGRESS_TRUST_CA:
+                        cfg.egress_trust_ca = optarg;
                         break;
                 case OPT_LOG_LEVEL: {
                         LogLevel l;
@@ -554,7 +575,10 @@ int main(int argc, char **argv) {
                 EgressServiceConfig ec = { .state_dir = state_dir, .db_path = db_path,
                                            .test_upstreams = cfg.egress_test_upstreams,
                                            .n_test_upstreams = cfg.n_egress_test_upstreams,
-                                           .extra_ca_file = cfg.egress_extra_ca };
+                                           .extra_ca_file = cfg.egress_extra_ca,
+                                           .public_cidrs = cfg.egress_public_cidrs,
+                                           .n_public_cidrs = cfg.n_egress_public_cidrs,
+                                           .trust_ca_file = cfg.egress_trust_ca };
                 if ((r = egress_service_new(&ec, &egress, why, sizeof(why))) < 0) {
                         log_error(NULL, "egress: %s", why);
                         return 1;
@@ -565,6 +589,12 @@ int main(int argc, char **argv) {
                 if (cfg.egress_extra_ca)
                         log_warn(NULL, "TEST SETTING: upstream certificates signed by %s are trusted",
                                  cfg.egress_extra_ca);
+                for (unsigned i = 0; i < cfg.n_egress_public_cidrs; i++)
+                        log_info(NULL, "egress: addresses in %s count as public upstreams (--egress-public-cidr)",
+                                 cfg.egress_public_cidrs[i]);
+                if (cfg.egress_trust_ca)
+                        log_info(NULL, "egress: the CAs in %s are trusted upstream and in every sandbox",
+                                 cfg.egress_trust_ca);
         }
         Manager *m = NULL;
         if ((r = manager_new(&cfg, db, &m)) < 0 ||

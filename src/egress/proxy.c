@@ -187,7 +187,7 @@ static void *pump_up(void *arg) {
 
 static int resolve_checked(const char *host, uint16_t port, const EgressProxyConfig *cfg,
                            struct sockaddr_storage *addrs, socklen_t *lens, size_t *ret_n, bool *ret_test,
-                           EgressRecord *rec) {
+                           const EgressCidr **ranges, EgressRecord *rec) {
         char norm[EGRESS_MAX_HOST + 1];
         if (egress_host_normalize(host, norm, sizeof(norm)) < 0) {
                 record_refusal(rec, "%s is not a valid host name", host);
@@ -233,6 +233,12 @@ static int resolve_checked(const char *host, uint16_t port, const EgressProxyCon
          * public address with a private one is an attack, not an accident. */
         for (size_t i = 0; i < n; i++) {
                 EgressAddrClass c = egress_addr_classify((struct sockaddr *)&addrs[i]);
+                /* ranges[i]: the operator range that admits it, if any. */
+                ranges[i] = c == EGRESS_ADDR_PUBLIC || !cfg ? NULL
+                                                            : egress_cidr_admit(cfg->public_cidrs, cfg->n_public_cidrs,
+                                                                                (struct sockaddr *)&addrs[i]);
+                if (ranges[i])
+                        c = EGRESS_ADDR_PUBLIC;
                 if (c != EGRESS_ADDR_PUBLIC) {
                         char text[64] = "?";
                         egress_addr_format((struct sockaddr *)&addrs[i], text, sizeof(text));
@@ -331,15 +337,18 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
         socklen_t lens[MAX_ADDRS];
         size_t n_addrs = 0;
         bool test_host = false;
-        r = resolve_checked(head->host, head->port, cfg, addrs, lens, &n_addrs, &test_host, rec);
+        const EgressCidr *ranges[MAX_ADDRS] = { 0 }, *range = NULL;
+        r = resolve_checked(head->host, head->port, cfg, addrs, lens, &n_addrs, &test_host, ranges, rec);
         if (r < 0) {
                 respond(io, r == -EACCES ? 403 : 502, r == -EACCES ? "Forbidden" : "Bad Gateway", rec->reason);
                 goto out;
         }
         for (size_t i = 0; i < n_addrs && upstream < 0; i++) {
                 upstream = connect_with_timeout((struct sockaddr *)&addrs[i], lens[i], connect_timeout);
-                if (upstream >= 0)
+                if (upstream >= 0) {
                         egress_addr_format((struct sockaddr *)&addrs[i], rec->addr, sizeof(rec->addr));
+                        range = ranges[i];
+                }
         }
         if (upstream < 0) {
                 char msg[320];
@@ -351,7 +360,12 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
                 goto out;
         }
         rec->allowed = true;
-        snprintf(rec->reason, sizeof(rec->reason), "%s", test_host ? "allowed (test upstream)" : "allowed");
+        if (range) {
+                char text[80] = "?";
+                egress_cidr_format(range, text, sizeof(text));
+                snprintf(rec->reason, sizeof(rec->reason), "allowed (operator public range %s)", text);
+        } else
+                snprintf(rec->reason, sizeof(rec->reason), "%s", test_host ? "allowed (test upstream)" : "allowed");
 
         Pump pump = { .io = io, .upstream = upstream, .parser = head->is_connect ? NULL : parser };
         atomic_store(&pump.last_activity, now_ms());

@@ -15,6 +15,7 @@
 #include <openssl/ssl.h>
 
 #include "egress/ca.h"
+#include "egress/cidr.h"
 #include "egress/policy.h"
 #include "egress/secret.h"
 
@@ -44,6 +45,10 @@ typedef struct EgressTestHost {
 typedef struct EgressProxyConfig {
         const EgressTestHost *test_hosts;
         size_t n_test_hosts;
+        /* Operator ranges whose addresses count as public upstreams
+         * (--egress-public-cidr; see egress/cidr.h for what they never open). */
+        const EgressCidr *public_cidrs;
+        size_t n_public_cidrs;
         int connect_timeout_ms; /* default 10000 */
         int idle_timeout_ms;    /* a tunnel with no bytes either way this long is closed; default 300000 */
         /* Secrets of the sandbox's owner. A plain-HTTP request, or a CONNECT

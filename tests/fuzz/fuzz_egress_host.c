@@ -1,10 +1,12 @@
-/* Host names and policies as a sandbox or a client may write them. */
+/* Host names and policies as a sandbox or a client may write them, and the
+ * operator's public ranges (--egress-public-cidr). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include "egress/addr.h"
+#include "egress/cidr.h"
 #include "egress/policy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -23,6 +25,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 char buf[64];
                 egress_addr_classify((struct sockaddr *)&ss);
                 egress_addr_format((struct sockaddr *)&ss, buf, sizeof(buf));
+        }
+        EgressCidr cidr;
+        if (egress_cidr_parse(s, &cidr) == 0) {
+                char buf[80], err[256];
+                EgressCidr again;
+                /* What parses formats to text that parses to the same range. */
+                if (egress_cidr_format(&cidr, buf, sizeof(buf)) != 0 || egress_cidr_parse(buf, &again) != 0 ||
+                    memcmp(&cidr, &again, sizeof(cidr)) != 0)
+                        __builtin_trap();
+                if (egress_cidr_check_public(&cidr, NULL, 0, err, sizeof(err)) == 0 &&
+                    egress_parse_ip_literal("169.254.169.254", &ss) == 1 &&
+                    egress_cidr_admit(&cidr, 1, (struct sockaddr *)&ss))
+                        __builtin_trap();
         }
         char norm[EGRESS_MAX_HOST + 1];
         egress_host_normalize(s, norm, sizeof(norm));

@@ -123,6 +123,10 @@ static EgressPolicy *policy_of(const char *fmt) {
         return p;
 }
 
+/* Operator public ranges for the next exchanges. */
+static const EgressCidr *ranges;
+static size_t n_ranges;
+
 /* Sends `request` as the sandbox would, then half-closes after `close_after`
  * and returns everything the proxy answered. */
 static void exchange(const char *policy_fmt, const char *request, char *answer, size_t answer_len,
@@ -134,7 +138,11 @@ static void exchange(const char *policy_fmt, const char *request, char *answer, 
         snprintf(spec, sizeof(spec), "upstream.test=127.0.0.1:%u", upstream.port);
         assert_int_equal(egress_test_host_parse(spec, &th), 0);
         Served s = { .fd = sv[1], .policy = policy_of(policy_fmt),
-                     .cfg = { .test_hosts = &th, .n_test_hosts = 1, .connect_timeout_ms = 2000 } };
+                     .cfg = { .test_hosts = &th,
+                              .n_test_hosts = 1,
+                              .connect_timeout_ms = 2000,
+                              .public_cidrs = ranges,
+                              .n_public_cidrs = n_ranges } };
         pthread_t t;
         pthread_create(&t, NULL, serve_main, &s);
         sock_write(&sv[0], (const uint8_t *)request, strlen(request));
@@ -223,6 +231,55 @@ static void test_refusals(void **state) {
         assert_int_equal(upstream.connections, before);
 }
 
+/* An operator range admits nothing a sandbox must never reach, even a range
+ * that covers everything (made here past the start-up check that refuses
+ * it), and it opens addresses, never hosts the policy does not allow. */
+static void test_public_ranges(void **state) {
+        char ans[4096];
+        EgressRecord rec;
+        EgressCidr doc, all[2];
+        assert_int_equal(egress_cidr_parse("198.51.100.0/24", &doc), 0);
+
+        /* Without the range: a documentation address is refused. */
+        exchange("{\"internet\": true, \"allow\": [\"198.51.100.7\"]}", "CONNECT 198.51.100.7:443 HTTP/1.1\r\n\r\n",
+                 ans, sizeof(ans), &rec);
+        assert_false(rec.allowed);
+        assert_non_null(strstr(ans, "403"));
+        assert_non_null(strstr(rec.reason, "reserved"));
+
+        /* Admission of an address in a range is egress_cidr_admit's (see
+         * test_egress_cidr.c); a connection to it would leave the machine. */
+        ranges = &doc;
+        n_ranges = 1;
+        /* The policy still decides: the range opens addresses, not hosts. */
+        exchange("{\"internet\": true, \"allow\": [\"pypi.org\"]}", "CONNECT 198.51.100.7:443 HTTP/1.1\r\n\r\n", ans,
+                 sizeof(ans), &rec);
+        assert_non_null(strstr(ans, "403"));
+
+        assert_int_equal(egress_cidr_parse("0.0.0.0/0", &all[0]), 0);
+        assert_int_equal(egress_cidr_parse("::/0", &all[1]), 0);
+        ranges = all;
+        n_ranges = 2;
+        int before = upstream.connections;
+        const char *spellings[] = { "127.0.0.1", "127.1",         "2130706433", "[::1]", "[::ffff:127.0.0.1]",
+                                    "169.254.169.254", "0xa9fea9fe", "[fe80::1]", "0.0.0.0", "100.100.100.200" };
+        for (size_t i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+                char req[256], pol[256];
+                snprintf(req, sizeof(req), "CONNECT %s:%u HTTP/1.1\r\n\r\n", spellings[i], upstream.port);
+                snprintf(pol, sizeof(pol), "{\"internet\": true, \"allow\": [\"%s:%u\"]}", spellings[i],
+                         upstream.port);
+                exchange(pol, req, ans, sizeof(ans), &rec);
+                if (rec.allowed || !strstr(ans, "403"))
+                        fail_msg("%s was not refused: %s", spellings[i], ans);
+        }
+        exchange("{\"internet\": true, \"allow\": [\"localhost:%u\"]}", "CONNECT localhost:443 HTTP/1.1\r\n\r\n", ans,
+                 sizeof(ans), &rec);
+        assert_false(rec.allowed);
+        assert_int_equal(upstream.connections, before);
+        ranges = NULL;
+        n_ranges = 0;
+}
+
 static void test_malformed(void **state) {
         char ans[4096];
         EgressRecord rec;
@@ -252,7 +309,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_test_host_parse), cmocka_unit_test(test_plain_http_allowed),
                 cmocka_unit_test(test_connect_tunnel),  cmocka_unit_test(test_refusals),
-                cmocka_unit_test(test_malformed),
+                cmocka_unit_test(test_malformed),       cmocka_unit_test(test_public_ranges),
         };
         return cmocka_run_group_tests_name("egress_proxy", tests, setup, NULL);
 }
