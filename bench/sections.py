@@ -1,5 +1,6 @@
 """docs/benchmarks.md is written by three scripts: bench/run.py owns the file,
-bench/egress.py and bench/microvm.py each own a section between markers.
+bench/egress.py and bench/microvm.py each own a section between markers, and
+so does run.py's comparison of runsc builds (--only gvisor_runsc).
 These helpers keep each one's part when another rewrites the file."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 SECTIONS = [
     ("<!-- egress benchmark: begin", "<!-- egress benchmark: end -->"),
     ("<!-- microvm benchmark: begin", "<!-- microvm benchmark: end -->"),
+    ("<!-- gvisor runsc benchmark: begin", "<!-- gvisor runsc benchmark: end -->"),
 ]
 
 

@@ -214,9 +214,10 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
                 json_t *body = NULL;
                 if (out && err) {
                         json_t *ec = json_object_get(result, "exitCode");
-                        body = json_pack("{s:O,s:s%,s:s%,s:b,s:b,s:b,s:I}", "exitCode", ec ? ec : json_null(),
+                        body = json_pack("{s:O,s:s%,s:s%,s:b,s:b,s:b,s:b,s:I}", "exitCode", ec ? ec : json_null(),
                                          "stdout", out, ol, "stderr", err, el, "timedOut",
-                                         json_is_true(json_object_get(result, "timedOut")), "stdoutTruncated",
+                                         json_is_true(json_object_get(result, "timedOut")), "outOfMemory",
+                                         json_is_true(json_object_get(result, "outOfMemory")), "stdoutTruncated",
                                          bufs[1].truncated, "stderrTruncated", bufs[2].truncated, "durationMs",
                                          (json_int_t)json_integer_value(json_object_get(result, "durationMs")));
                 }
@@ -321,8 +322,10 @@ static int stream_step(ExecRun *x) {
                         observe_result(ev.json);
                         json_t *ec = json_object_get(ev.json, "exitCode");
                         json_int_t ms = json_integer_value(json_object_get(ev.json, "durationMs"));
-                        r = push_line(x, json_pack("{s:s,s:O,s:b,s:I}", "type", "exit", "exitCode", ec ?: json_null(),
-                                                   "timedOut", json_is_true(json_object_get(ev.json, "timedOut")),
+                        r = push_line(x, json_pack("{s:s,s:O,s:b,s:b,s:I}", "type", "exit", "exitCode",
+                                                   ec ?: json_null(), "timedOut",
+                                                   json_is_true(json_object_get(ev.json, "timedOut")), "outOfMemory",
+                                                   json_is_true(json_object_get(ev.json, "outOfMemory")),
                                                    "durationMs", ms));
                 }
                 break;

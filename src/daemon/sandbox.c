@@ -1224,8 +1224,15 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
         int r = own_row(m, key, id, &row, e);
         if (r < 0)
                 return r;
-        sandbox_error(e, SANDBOX_ERR_CONFLICT, strcmp(row.state, "starting") == 0 ? "wait for it to start" : "create a new sandbox",
-                  "sandbox %s is %s, not running", id, row.state);
+        /* Recorded as running but no longer live: it ended a moment ago and
+         * its failure is being recorded. Never "is running, not running". */
+        if (strcmp(row.state, "running") == 0)
+                sandbox_error(e, SANDBOX_ERR_CONFLICT, "create a new sandbox",
+                              "sandbox %s has stopped; its failure is being recorded", id);
+        else
+                sandbox_error(e, SANDBOX_ERR_CONFLICT,
+                              strcmp(row.state, "starting") == 0 ? "wait for it to start" : "create a new sandbox",
+                              "sandbox %s is %s, not running", id, row.state);
         sandbox_row_done(&row);
         return -EINVAL;
 }

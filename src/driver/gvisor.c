@@ -38,6 +38,7 @@
  * take 7 s for one. */
 #define PROBE_TIMEOUT_MS 30000
 #define RUNSC_CMD_TIMEOUT_MS 10000
+#define GVISOR_MEMORY_HEADROOM_MIB 96
 
 /* runsc binaries in order of preference: the pinned build that
  * scripts/install-deps.sh installs, then the distribution's. RUNTIME_RUNSC
@@ -299,7 +300,12 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
                 "HOME=/root",
                 "LANG=C.UTF-8",
         };
-        static const char *const args[] = {"/.runtime/agent"};
+        /* The agent ends the largest process when the sandbox's memory is
+         * used up (gVisor's Sentry is one host process; the host's OOM killer
+         * would end the whole sandbox). */
+        char memory[16];
+        snprintf(memory, sizeof memory, "%u", spec->memory_mib);
+        const char *const args[] = {"/.runtime/agent", "--memory-limit-mib", memory};
 
         _cleanup_json_ json_t *capabilities = json_object();
         if (!capabilities)
@@ -411,7 +417,14 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 r = -ENAMETOOLONG;
                 goto fail;
         }
-        r = launch_cgroup(spec, true, &inst->cg);
+        /* The host's limit leaves room above the sandbox's own for the
+         * Sentry and gofer and for what the agent's memory watch lets through
+         * between two looks: the sandbox's processes are ended inside at
+         * memoryMiB, and the host's OOM killer, which would end the whole
+         * sandbox, stays the last resort. */
+        DriverSpec host_spec = *spec;
+        host_spec.memory_mib = spec->memory_mib + GVISOR_MEMORY_HEADROOM_MIB + spec->memory_mib / 8;
+        r = launch_cgroup(&host_spec, true, &inst->cg);
         if (r < 0)
                 goto fail;
         layer = malloc(sizeof *layer);

@@ -141,6 +141,20 @@ static void closep_all(int *fds, size_t n) {
                 }
 }
 
+/* In the forked child, still root on the host: oom_score_adj -1000, which
+ * bwrap and the agent inherit, so the host's OOM killer passes the agent over
+ * when the sandbox exhausts its memory (root in the sandbox's user namespace
+ * may not lower it itself). The agent's children raise theirs back to 0
+ * before they exec. Then the staged mounts. */
+static int ns_pre_exec(void *userdata) {
+        int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+                (void)!write(fd, "-1000", 5);
+                close(fd);
+        }
+        return launch_stage_mounts(userdata);
+}
+
 static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
         int r = launch_spec_check(spec);
         if (r < 0)
@@ -251,7 +265,7 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                  * the user namespace it makes is owned by that uid, and its
                  * creds map to root inside once the daemon writes the map. */
                 .set_ids = true, .uid = shift, .gid = shift,
-                .pre_exec = launch_stage_mounts, .userdata = &stage,
+                .pre_exec = ns_pre_exec, .userdata = &stage,
         };
         r = launch_spawn(argv, envp, &lf, &inst->pid);
         if (r < 0)

@@ -1,0 +1,90 @@
+"""What ordinary programs meet at a sandbox's limits, the same on every
+driver: a process that exhausts the sandbox's memory is killed inside it
+(the exec result says `outOfMemory`) while the agent and the other processes
+go on; a fork bomb or a spinner on every vCPU leaves the agent answering; and
+/proc/meminfo, free, nproc, os.cpu_count() and /sys/fs/cgroup show the
+sandbox's own size, not the host's."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from helpers import wait_until
+
+MiB = 1024 * 1024
+
+# A gigabyte a few megabytes at a time: far past any sandbox here.
+HOG = "python3 -c \"b=[bytearray(1<<20) for _ in range(1<<16)]\""
+
+
+def meminfo_kib(text: str, key: str) -> int:
+    for line in text.splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"{key} not in /proc/meminfo: {text[:500]!r}")
+
+
+# What is not done yet, per driver: each an xfail that must start passing
+# (strict) once the view is built.
+PROC_VIEW_MISSING = {
+    "namespace": "the namespace driver shows the host's /proc/meminfo and CPUs (lxcfs not wired in yet)",
+    "gvisor": "runsc --ignore-cgroups sizes gVisor's MemTotal and CPU count from the host, not the spec",
+}
+
+
+def test_proc_shows_the_sandbox_size(api, driver, request):
+    if driver in PROC_VIEW_MISSING:
+        request.applymarker(pytest.mark.xfail(reason=PROC_VIEW_MISSING[driver], strict=True))
+    sbx = api.create_sandbox(driver=driver, memoryMiB=512, vcpu=1)
+    total = meminfo_kib(sbx.run("cat /proc/meminfo"), "MemTotal") // 1024
+    # A guest kernel keeps some of its RAM for itself; nothing sees the host's.
+    assert 384 <= total <= 512, f"MemTotal {total} MiB in a 512 MiB sandbox"
+    free_total = int(sbx.run("free -m | awk '/^Mem:/ {print $2}'"))
+    assert 384 <= free_total <= 512, f"free -m says {free_total} MiB in a 512 MiB sandbox"
+    assert sbx.run("nproc").strip() == "1"
+    assert sbx.run("python3 -c 'import os; print(os.cpu_count())'").strip() == "1"
+    # The cgroup files programs (the JVM, Go's runtime, pandas) read.
+    limit = sbx.run("cat /sys/fs/cgroup/memory.max 2>/dev/null || "
+                    "cat /sys/fs/cgroup/memory/memory.limit_in_bytes").strip()
+    assert limit.isdigit() and int(limit) <= 512 * MiB, f"cgroup memory limit {limit!r}"
+
+
+def test_memory_exhaustion_kills_the_process_not_the_sandbox(api, driver):
+    sbx = api.create_sandbox(driver=driver, memoryMiB=512)
+    sbx.run("nohup sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/bystander")
+    res = sbx.exec(HOG, timeoutMs=120000)
+    assert res["timedOut"] is False, res
+    assert res["exitCode"] == 137, f"expected a kill (137): {res!r}"
+    assert res.get("outOfMemory") is True, res
+    # The sandbox, its agent and its other processes go on.
+    st = api.sandbox(sbx.id)
+    assert st["state"] == "running", st
+    assert sbx.run("echo alive") == "alive\n"
+    assert sbx.exec("kill -0 $(cat /tmp/bystander)")["exitCode"] == 0, "the bystander was killed"
+    # An ordinary exit is not reported as one.
+    res = sbx.exec("exit 3")
+    assert res["exitCode"] == 3 and res.get("outOfMemory") is False, res
+
+
+def test_cpu_spinners_leave_the_agent_answering(api, driver):
+    sbx = api.create_sandbox(driver=driver, vcpu=1)
+    sbx.run("for i in 1 2 3 4; do nohup sh -c 'while :; do :; done' >/dev/null 2>&1 & done")
+    worst = 0.0
+    for _ in range(5):
+        t0 = time.monotonic()
+        assert sbx.run("echo ok", timeoutMs=30000) == "ok\n"
+        worst = max(worst, time.monotonic() - t0)
+    # Generous for a guest under software emulation on a loaded host.
+    assert worst < 20, f"an exec took {worst:.1f}s beside the spinners"
+
+
+@pytest.mark.slow
+def test_fork_bomb_leaves_the_agent_answering(api, driver):
+    sbx = api.create_sandbox(driver=driver, memoryMiB=512)
+    r = api.post(f"/v1/sandboxes/{sbx.id}:exec",
+                 json={"command": ":(){ :|:& };:", "timeoutMs": 20000}, timeout=180)
+    assert r.status_code == 200, r.text
+    assert api.sandbox(sbx.id)["state"] == "running"
+    wait_until(lambda: sbx.exec("echo alive", timeoutMs=20000)["stdout"] == "alive\n", 90, 1,
+               what="the bombed sandbox to answer again")
