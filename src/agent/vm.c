@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <net/if.h>
@@ -322,6 +323,8 @@ static int write_small_file(const char *path, const char *text) {
  * default, spinners on every vCPU leave it its turn. (Root in the guest could
  * undo both: the guest's real bounds are its vCPUs and memory, which the host
  * enforces; these keep a runaway command from starving the agent.) */
+#define VM_AGENT_RESERVE_KIB (32u * 1024u)
+
 static int pids_limit(void) {
         char cmdline[4096];
         if (read_small_file("/proc/cmdline", cmdline, sizeof(cmdline)) < 0)
@@ -353,10 +356,23 @@ static int pids_limit(void) {
         snprintf(v, sizeof(v), "%lu", n);
         if ((r = write_small_file("/sys/fs/cgroup/sandbox/pids.max", v)) < 0)
                 return r;
-        /* A guest kernel without the cpu controller still gets the pids
-         * limit. */
+        /* A guest kernel without the cpu or memory controller still gets
+         * the pids limit. */
         if (write_small_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu") == 0)
                 (void)write_small_file("/sys/fs/cgroup/sandbox/cpu.weight", "10");
+        /* The leaf's memory.max: the guest's RAM less what the agent and
+         * the kernel keep, so the guest's OOM killer acts inside the leaf,
+         * where the agent is not, and programs that read their cgroup's
+         * limit (the JVM, Go) size themselves to it. */
+        uint64_t total_kib = 0;
+        char meminfo[256];
+        if (read_small_file("/proc/meminfo", meminfo, sizeof(meminfo)) == 0 &&
+            sscanf(meminfo, "MemTotal: %" SCNu64 " kB", &total_kib) == 1 && total_kib > 2 * VM_AGENT_RESERVE_KIB &&
+            write_small_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory") == 0) {
+                char max[32];
+                snprintf(max, sizeof(max), "%" PRIu64, (total_kib - VM_AGENT_RESERVE_KIB) * 1024);
+                (void)write_small_file("/sys/fs/cgroup/sandbox/memory.max", max);
+        }
         return 0;
 }
 

@@ -15,7 +15,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
-#include <sched.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -386,43 +385,6 @@ static void runsc_delete(const char *state, const char *id) {
         (void)run_runsc(argv, -1, RUNSC_CMD_TIMEOUT_MS, NULL);
 }
 
-typedef struct GvisorStage {
-        LaunchStage stage;
-        cpu_set_t cpus;
-} GvisorStage;
-
-/* `vcpu` of the CPUs the daemon may use, starting at a place that depends
- * on the sandbox's id so that sandboxes spread over the host. runsc sizes
- * gVisor's CPUs (nproc, os.cpu_count(), /proc/cpuinfo inside) from the
- * CPUs it may run on; the cgroup's quota still bounds the time. */
-static void cpu_pick(const DriverSpec *spec, cpu_set_t *ret) {
-        cpu_set_t allowed;
-        CPU_ZERO(ret);
-        if (sched_getaffinity(0, sizeof allowed, &allowed) < 0)
-                return;
-        int cpus[CPU_SETSIZE], n = 0;
-        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
-                if (CPU_ISSET(cpu, &allowed))
-                        cpus[n++] = cpu;
-        if (n == 0 || spec->vcpu == 0 || spec->vcpu >= (unsigned)n) {
-                *ret = allowed;
-                return;
-        }
-        unsigned h = 0;
-        for (const char *c = spec->id; *c; c++)
-                h = h * 31u + (unsigned char)*c;
-        for (unsigned i = 0; i < spec->vcpu; i++)
-                CPU_SET(cpus[(h + i) % (unsigned)n], ret);
-}
-
-/* In the forked child: the CPUs, then the staged mounts. */
-static int gv_pre_exec(void *userdata) {
-        GvisorStage *g = userdata;
-        if (CPU_COUNT(&g->cpus) > 0)
-                (void)sched_setaffinity(0, sizeof g->cpus, &g->cpus);
-        return launch_stage_mounts(&g->stage);
-}
-
 static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
         int r = launch_spec_check(spec);
         if (r < 0)
@@ -520,12 +482,11 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 "--oci-seccomp", "run", "--bundle", bundle, (char *)spec->id, NULL,
         };
         char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-        GvisorStage stage = {.stage = {.layer = layer, .agent_src = spec->agent_path}};
-        cpu_pick(spec, &stage.cpus);
+        LaunchStage stage = {.layer = layer, .agent_src = spec->agent_path};
         LaunchFds lf = {
                 .stdin_fd = sv[1], .stdout_fd = sv[1], .stderr_fd = -1,
                 .cgroup_fds = cg_fds, .n_cgroup_fds = ELEMENTSOF(cg_fds),
-                .pre_exec = gv_pre_exec, .userdata = &stage,
+                .pre_exec = launch_stage_mounts, .userdata = &stage,
         };
         r = launch_spawn(argv, envp, &lf, &inst->pid);
         if (r < 0)
