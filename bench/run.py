@@ -522,7 +522,9 @@ class Bench:
              "Exec through the API, HTTP round trip included. Regenerate with:", "",
              "```", "python3 bench/run.py --only gvisor_runsc   # as root, from the repo root", "```", "",
              f"Run on {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; "
-             f"load average {os.getloadavg()[0]:.1f} at the end.", "",
+             f"load average {os.getloadavg()[0]:.1f} at the end. The bare host's python3 is the host's "
+             "own, with its site-packages. Sandboxes have 1 vCPU. On a loaded host the figures move "
+             "between runs by 2-3x: read the rows against each other.", "",
              "| where | `python3 -c 'print(6*7)'` p50 | p95 | vs host | exec `true` p50 | p95 |",
              "| --- | --- | --- | --- | --- | --- |",
              f"| bare host | {ms(h50)} | {ms(pct(py['host'], 95))} | 1.00x | {ms(pct(tr['host'], 50))} "
