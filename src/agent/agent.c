@@ -76,7 +76,7 @@ typedef struct Stream {
         bool timed_out;
         bool group_killed;
         uint64_t oom_kills_before; /* limits_oom_kills() when it started */
-        bool oom_killed;           /* the agent's memory watch killed one of its group */
+        unsigned oom_killed;       /* processes of its group the agent's memory watch killed */
         uint64_t start_ms, end_ms;
         uint64_t deadline_ms;    /* timeout, 0 for none */
         uint64_t drain_until_ms; /* leader exited, pipes still open */
@@ -848,10 +848,12 @@ static void exec_check(Agent *a, Stream *s, uint64_t now) {
                 code = 128 + sig;
         } else
                 code = WEXITSTATUS(s->status);
-        bool oom = s->oom_killed || limits_was_oom_kill(s->status, s->timed_out, s->oom_kills_before);
-        json_t *res = json_pack("{s:i,s:o,s:b,s:b,s:I}", "exitCode", code, "signal",
+        unsigned oom = s->oom_killed;
+        if (!oom && limits_was_oom_kill(s->status, s->timed_out, s->oom_kills_before))
+                oom = 1;
+        json_t *res = json_pack("{s:i,s:o,s:b,s:i,s:I}", "exitCode", code, "signal",
                                 sig ? json_integer(sig) : json_null(), "timedOut", s->timed_out, "outOfMemory",
-                                oom, "durationMs", (json_int_t)(s->end_ms - s->start_ms));
+                                (int)oom, "durationMs", (json_int_t)(s->end_ms - s->start_ms));
         send_json_new(a, PROTO_RESULT, s->id, res);
         s->finished = true;
 }
@@ -1080,7 +1082,7 @@ static void memory_watch(Agent *a, uint64_t now) {
                 (unsigned long long)(a->memory_limit >> 20), (int)pid);
         for (size_t i = 0; i < a->n_streams; i++)
                 if (a->streams[i]->kind == STREAM_EXEC && a->streams[i]->pid == pgid)
-                        a->streams[i]->oom_killed = true;
+                        a->streams[i]->oom_killed++;
         a->next_memory_ms = now + AGENT_MEMORY_SETTLE_MS;
 }
 

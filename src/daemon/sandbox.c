@@ -48,6 +48,7 @@ struct Sandbox {
         Channel *channel;     /* set before the sandbox is live; freed with the last reference */
         SandboxEgress *egress; /* its policy for the proxy; NULL without egress */
         json_t *env;
+        unsigned memory_mib; /* the spec's, for exec results that ran out of it */
         bool running;  /* under lock: live and serving */
         bool stopping; /* under lock: being stopped on purpose */
         bool died;     /* under lock: queued as dead */
@@ -110,6 +111,10 @@ json_t *sandbox_env(Sandbox *sb) {
 
 const char *sandbox_id(Sandbox *sb) {
         return sb->id;
+}
+
+unsigned sandbox_memory_mib(Sandbox *sb) {
+        return sb->memory_mib;
 }
 
 /* Takes sb off the live list; the caller then owns the list's reference.
@@ -964,6 +969,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         DriverSpec ds;
         spec_for_driver = json_loads(row.spec, 0, NULL);
         driver_spec_from(m, sb->id, spec_for_driver, &sb->paths, &ds);
+        sb->memory_mib = ds.memory_mib;
         uint64_t t0 = time_now_mono_ms();
         int fd = -1;
         r = d->start(&ds, &fd, &sb->inst, &start_err);

@@ -90,7 +90,11 @@ def test_memory_exhaustion_kills_the_process_not_the_sandbox(api, driver):
     res = r.json()
     assert res["timedOut"] is False, res
     assert res["exitCode"] == 137, f"expected a kill (137): {res!r}"
-    assert res.get("outOfMemory") is True, res
+    # The shape the published client reads (CommandResult.out_of_memory).
+    oom = res.get("outOfMemory")
+    assert isinstance(oom, dict), res
+    assert oom["code"] == "out_of_memory" and oom["processesKilled"] >= 1, oom
+    assert oom["memoryMiB"] == 512 and oom["message"] and oom["hint"], oom
     # The sandbox, its agent and its other processes go on.
     st = api.sandbox(sbx.id)
     assert st["state"] == "running", st
@@ -98,7 +102,7 @@ def test_memory_exhaustion_kills_the_process_not_the_sandbox(api, driver):
     assert sbx.exec("kill -0 $(cat /tmp/bystander)")["exitCode"] == 0, "the bystander was killed"
     # An ordinary exit is not reported as one.
     res = sbx.exec("exit 3")
-    assert res["exitCode"] == 3 and res.get("outOfMemory") is False, res
+    assert res["exitCode"] == 3 and "outOfMemory" not in res, res
 
 
 def test_cpu_spinners_leave_the_agent_answering(api, driver):
