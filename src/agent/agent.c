@@ -118,6 +118,7 @@ struct Agent {
         int (*resume)(const AgentRequest *r); /* until the first request */
         uint64_t memory_limit;   /* bytes, 0: the kernel enforces it alone */
         uint64_t next_memory_ms; /* when the watch looks again */
+        bool memory_escalate;    /* killed at the last look: the next kills a group */
 };
 
 static void send_hello(Agent *a);
@@ -1065,24 +1066,33 @@ static void set_nonblock(int fd) {
  * does not end a process that exhausts the sandbox's memory (gVisor's
  * Sentry is one host process: the host's OOM killer would end all of it),
  * the agent does, choosing as the kernel would: the largest resident set,
- * never itself. After a kill it waits for the memory to come back. */
+ * never itself. Still over the limit at the next look, soon after, it kills
+ * that process's whole group: a fork bomb's thousands of small processes
+ * outgrow one kill at a time. */
 static void memory_watch(Agent *a, uint64_t now) {
         if (!a->memory_limit || now < a->next_memory_ms)
                 return;
         a->next_memory_ms = now + AGENT_MEMORY_POLL_MS;
         uint64_t used;
-        if (limits_memory_used(&used) < 0 || used < a->memory_limit)
+        if (limits_memory_used(&used) < 0)
                 return;
+        if (used < a->memory_limit) {
+                a->memory_escalate = false;
+                return;
+        }
         pid_t pid, pgid;
         if (limits_largest_process(&pid, &pgid) < 0)
                 return;
-        if (kill(pid, SIGKILL) < 0)
+        bool group = a->memory_escalate && pgid > 1;
+        if (kill(group ? -pgid : pid, SIGKILL) < 0)
                 return;
-        log_msg("memory: %llu MiB in use of %llu: killed pid %d", (unsigned long long)(used >> 20),
-                (unsigned long long)(a->memory_limit >> 20), (int)pid);
+        log_msg("memory: %llu MiB in use of %llu: killed %s %d", (unsigned long long)(used >> 20),
+                (unsigned long long)(a->memory_limit >> 20), group ? "process group" : "pid",
+                group ? (int)pgid : (int)pid);
         for (size_t i = 0; i < a->n_streams; i++)
                 if (a->streams[i]->kind == STREAM_EXEC && a->streams[i]->pid == pgid)
                         a->streams[i]->oom_killed++;
+        a->memory_escalate = true;
         a->next_memory_ms = now + AGENT_MEMORY_SETTLE_MS;
 }
 

@@ -28,9 +28,10 @@
 #define AGENT_RELAY_PORT 3128
 
 /* The memory watch looks this often, and waits this long after a kill for
- * the memory to be freed before it looks again. */
+ * the memory to be freed before it looks again (gVisor frees a killed
+ * process's memory within a few milliseconds). */
 #define AGENT_MEMORY_POLL_MS 50
-#define AGENT_MEMORY_SETTLE_MS 1000
+#define AGENT_MEMORY_SETTLE_MS 250
 
 typedef struct Agent Agent;
 

@@ -45,10 +45,12 @@
  * (an absolute path) names the only one to consider. */
 static const char *const runsc_candidates[] = {"/usr/local/bin/runsc", "/usr/bin/runsc", "/usr/sbin/runsc"};
 
-/* Platforms in order of preference, measured here (docs/benchmarks.md):
- * systrap starts python3 faster than ptrace; KVM hangs on nested
- * hypervisors and is never tried. RUNTIME_GVISOR_PLATFORM names one. */
-static const char *const platforms[] = {"systrap", "ptrace"};
+/* Platforms in order of preference, measured here (docs/drivers.md,
+ * "Platform"): as fast as systrap for python3 and exec, and under a fork
+ * bomb ptrace kept the agent answering where systrap starved it; KVM hangs
+ * on nested hypervisors and is never tried. RUNTIME_GVISOR_PLATFORM names
+ * one. */
+static const char *const platforms[] = {"ptrace", "systrap"};
 
 /* What the probe chose; written once under probe_once, read-only after. */
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
