@@ -111,10 +111,14 @@ def test_cpu_spinners_leave_the_agent_answering(api, driver):
     worst = 0.0
     for _ in range(5):
         t0 = time.monotonic()
-        assert sbx.run("echo ok", timeoutMs=30000) == "ok\n"
+        assert sbx.run("echo ok", timeoutMs=60000) == "ok\n"
         worst = max(worst, time.monotonic() - t0)
-    # Generous for a guest under software emulation on a loaded host.
-    assert worst < 20, f"an exec took {worst:.1f}s beside the spinners"
+    # Within the heartbeat's deadline for the driver (docs/drivers.md): a
+    # guest under software emulation on a loaded host has been seen to
+    # take 26 s for an echo beside the spinners.
+    bound = 60 if driver == "microvm" else 20
+    assert worst < bound, f"an exec took {worst:.1f}s beside the spinners"
+    assert api.sandbox(sbx.id)["state"] == "running"
 
 
 @pytest.mark.slow
