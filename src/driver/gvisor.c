@@ -246,6 +246,10 @@ int gvisor_runsc_info(const char **ret_path, const char **ret_version, const cha
         return 0;
 }
 
+unsigned gvisor_host_memory_mib(unsigned memory_mib) {
+        return memory_mib + GVISOR_MEMORY_HEADROOM_MIB + memory_mib / 8;
+}
+
 /* The runsc the probe chose, or NULL when none works here. */
 static const char *find_runsc(void) {
         return gv_probe(NULL, 0) == 0 ? chosen_runsc : NULL;
@@ -425,7 +429,7 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
          * memoryMiB, and the host's OOM killer, which would end the whole
          * sandbox, stays the last resort. */
         DriverSpec host_spec = *spec;
-        host_spec.memory_mib = spec->memory_mib + GVISOR_MEMORY_HEADROOM_MIB + spec->memory_mib / 8;
+        host_spec.memory_mib = gvisor_host_memory_mib(spec->memory_mib);
         r = launch_cgroup(&host_spec, true, &inst->cg);
         if (r < 0)
                 goto fail;
