@@ -9,9 +9,7 @@ import time
 import httpx
 import pytest
 
-from conftest import DRIVERS
-from helpers import (assert_error, assert_no_host_trace, cgroup_dirs, error_of, skip_unless_driver,
-                     wait_until)
+from helpers import assert_error, assert_no_host_trace, cgroup_dirs, error_of, wait_until
 
 MiB = 1024 * 1024
 
