@@ -16,7 +16,13 @@ What it measures:
   4. host memory per idle sandbox: PSS/RSS of its host processes, and the
      daemon's own growth per sandbox;
   5. 100 sandboxes created at once, each running a command;
-  6. a 100 MiB file written and read back through the API.
+  6. a 100 MiB file written and read back through the API;
+  7. (--only gvisor_runsc) the runsc builds side by side: Debian 12's and
+     the pinned one on each platform, one daemon each, python3 and `true`
+     through the API against the bare host and namespace. It owns a section
+     of its own in the page, so it runs without rewriting the rest:
+
+    sudo python3 bench/run.py --only gvisor_runsc
 """
 from __future__ import annotations
 
@@ -42,7 +48,7 @@ import httpx  # noqa: E402
 
 from helpers import Api, Daemon, cgroup_procs_under, cgroup_dirs, host_pids  # noqa: E402
 from helpers import remove_empty_cgroup_tree  # noqa: E402
-from sections import kept_sections  # noqa: E402
+from sections import emit, kept_sections  # noqa: E402
 
 MiB = 1024 * 1024
 HOST_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
@@ -56,6 +62,19 @@ TARGETS = {
     "daemon_growth_mib_namespace": 4.0,
     "file_mb_s": 200.0,
 }
+
+# The runsc builds compared by --only gvisor_runsc: (label, binary, platform,
+# environment of its daemon). Debian 12's runsc answers statx with EINVAL, so
+# the driver refuses it unless told to accept it for this comparison.
+# Sandboxes of 1 vCPU (the API's default) unless a variant says otherwise.
+RUNSC_VARIANTS = [
+    ("runsc 0.0~20221219 (Debian 12), ptrace", "/usr/bin/runsc", "ptrace",
+     {"RUNTIME_RUNSC_ALLOW_STATX_EINVAL": "1"}, 1),
+    ("runsc 0.0~20240729 (pinned), ptrace", "/usr/local/bin/runsc", "ptrace", {}, 1),
+    ("runsc 0.0~20240729 (pinned), systrap", "/usr/local/bin/runsc", "systrap", {}, 1),
+]
+GVISOR_BEGIN = "<!-- gvisor runsc benchmark: begin"
+GVISOR_END = "<!-- gvisor runsc benchmark: end -->"
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -426,6 +445,100 @@ class Bench:
 
     # -- report --------------------------------------------------------------
 
+    # -- 7. runsc builds side by side -----------------------------------------
+
+    def bench_gvisor_runsc(self):
+        """One daemon per runsc build and platform, sandboxes in each, and
+        round-robin over all places (host, namespace, every variant) so that
+        load on the machine falls on all alike."""
+        n = self.args.n_python
+        extra: list[Daemon] = []
+        places: dict[str, tuple[httpx.Client, str]] = {}
+        skipped = []
+        try:
+            if "namespace" in self.drivers:
+                places["namespace"] = (self.api, self.create("namespace"))
+            for label, binary, platform, env, vcpu in RUNSC_VARIANTS:
+                if not os.access(binary, os.X_OK):
+                    skipped.append(f"{label}: {binary} is not installed")
+                    continue
+                d = Daemon(self.build, self.image_dir, self.tmp / f"state-{len(extra)}",
+                           f"runtime-bench-{os.getpid()}-{len(extra)}",
+                           extra_env={"RUNTIME_RUNSC": binary, "RUNTIME_GVISOR_PLATFORM": platform, **env})
+                d.start()
+                extra.append(d)
+                api = Api(d, timeout=300)
+                gv = {x["name"]: x for x in api.get("/v1/info").json().get("drivers", [])}.get("gvisor", {})
+                if not gv.get("available"):
+                    skipped.append(f"{label}: {gv.get('reason', 'not offered')}")
+                    api.close()
+                    continue
+                r = api.post("/v1/sandboxes", json={"driver": "gvisor", "vcpu": vcpu})
+                if r.status_code != 201:
+                    skipped.append(f"{label}: create {r.status_code} {r.text[:200]}")
+                    api.close()
+                    continue
+                places[label] = (api, r.json()["id"])
+            for c, sid in places.values():
+                self.exec_(sid, c, argv=PY_ARGV)
+                self.exec_(sid, c, argv=["true"])
+            py = {"host": []}
+            tr = {"host": []}
+            for _ in range(n):
+                t = time.perf_counter()
+                out = subprocess.run([HOST_PYTHON, "-c", "print(6*7)"], capture_output=True).stdout
+                py["host"].append(time.perf_counter() - t)
+                assert out == b"42\n", out
+                t = time.perf_counter()
+                subprocess.run(["/bin/true"], check=True)
+                tr["host"].append(time.perf_counter() - t)
+                for name, (c, sid) in places.items():
+                    t = time.perf_counter()
+                    r = self.exec_(sid, c, argv=PY_ARGV)
+                    py.setdefault(name, []).append(time.perf_counter() - t)
+                    assert r["stdout"] == "42\n", r
+                    t = time.perf_counter()
+                    self.exec_(sid, c, argv=["true"])
+                    tr.setdefault(name, []).append(time.perf_counter() - t)
+            self.results["gvisor_runsc"] = {"python": py, "true": tr, "skipped": skipped}
+        finally:
+            for c, sid in places.values():
+                c.delete(f"/v1/sandboxes/{sid}")
+                if c is not self.api:
+                    c.close()
+            for d in extra:
+                d.stop()
+                remove_empty_cgroup_tree(d.cgroup_parent)
+        self.write_gvisor_section()
+
+    def write_gvisor_section(self):
+        g = self.results["gvisor_runsc"]
+        py, tr = g["python"], g["true"]
+        h50 = pct(py["host"], 50)
+        L = [GVISOR_BEGIN + " (written by bench/run.py --only gvisor_runsc; edit there) -->",
+             "## gVisor: runsc builds and platforms side by side", "",
+             "One daemon per runsc build and platform (`RUNTIME_RUNSC`, `RUNTIME_GVISOR_PLATFORM`), a "
+             f"running sandbox in each, {len(py['host'])} rounds taken in turn over all places. "
+             "Exec through the API, HTTP round trip included. Regenerate with:", "",
+             "```", "python3 bench/run.py --only gvisor_runsc   # as root, from the repo root", "```", "",
+             f"Run on {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; "
+             f"load average {os.getloadavg()[0]:.1f} at the end. The bare host's python3 is the host's "
+             "own, with its site-packages. Sandboxes have 1 vCPU. On a loaded host the figures move "
+             "between runs by 2-3x: read the rows against each other.", "",
+             "| where | `python3 -c 'print(6*7)'` p50 | p95 | vs host | exec `true` p50 | p95 |",
+             "| --- | --- | --- | --- | --- | --- |",
+             f"| bare host | {ms(h50)} | {ms(pct(py['host'], 95))} | 1.00x | {ms(pct(tr['host'], 50))} "
+             f"| {ms(pct(tr['host'], 95))} |"]
+        for name in py:
+            if name == "host":
+                continue
+            L.append(f"| {name} | {ms(pct(py[name], 50))} | {ms(pct(py[name], 95))} | "
+                     f"{pct(py[name], 50) / h50:.2f}x | {ms(pct(tr[name], 50))} | {ms(pct(tr[name], 95))} |")
+        L.append("")
+        L += [f"- skipped: {s}" for s in g["skipped"]]
+        L.append(GVISOR_END)
+        emit(self.args.out, GVISOR_BEGIN, GVISOR_END, "\n".join(L))
+
     def machine(self) -> list[str]:
         cpu = "unknown"
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -609,6 +722,10 @@ def main():
     finally:
         b.teardown()
     b.loadavg.append(os.getloadavg()[0])
+    # A part that owns a section of its own has written it already; the page
+    # is rewritten only when a part of the page itself ran.
+    if not set(args.only.split(",")) - {"gvisor_runsc"}:
+        return
     argv, skip = [], False
     for a in sys.argv[1:]:
         if skip:

@@ -1,5 +1,6 @@
 """docs/benchmarks.md is written by four scripts: bench/run.py owns the file,
-bench/egress.py, bench/microvm.py and bench/js.py each own a section between markers.
+bench/egress.py, bench/microvm.py and bench/js.py each own a section between markers, and
+so does run.py's comparison of runsc builds (--only gvisor_runsc).
 These helpers keep each one's part when another rewrites the file."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ SECTIONS = [
     ("<!-- egress benchmark: begin", "<!-- egress benchmark: end -->"),
     ("<!-- microvm benchmark: begin", "<!-- microvm benchmark: end -->"),
     ("<!-- js benchmark: begin", "<!-- js benchmark: end -->"),
+    ("<!-- gvisor runsc benchmark: begin", "<!-- gvisor runsc benchmark: end -->"),
 ]
 
 

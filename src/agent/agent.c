@@ -22,6 +22,7 @@
 
 #include "agent/exec.h"
 #include "agent/fsops.h"
+#include "agent/limits.h"
 #include "agent/request.h"
 #include "common/jsonutil.h"
 #include "common/macro.h"
@@ -74,6 +75,8 @@ typedef struct Stream {
         int status;
         bool timed_out;
         bool group_killed;
+        uint64_t oom_kills_before; /* limits_oom_kills() when it started */
+        unsigned oom_killed;       /* processes of its group the agent's memory watch killed */
         uint64_t start_ms, end_ms;
         uint64_t deadline_ms;    /* timeout, 0 for none */
         uint64_t drain_until_ms; /* leader exited, pipes still open */
@@ -113,6 +116,9 @@ struct Agent {
         int relay_fd; /* listening on 127.0.0.1:AGENT_RELAY_PORT, or -1 */
         uint32_t next_even;
         int (*resume)(const AgentRequest *r); /* until the first request */
+        uint64_t memory_limit;   /* bytes, 0: the kernel enforces it alone */
+        uint64_t next_memory_ms; /* when the watch looks again */
+        bool memory_escalate;    /* killed at the last look: the next kills a group */
 };
 
 static void send_hello(Agent *a);
@@ -334,6 +340,7 @@ static void exec_start(Agent *a, uint32_t id, AgentRequest *r) {
         s->fds[0] = s->fds[1] = s->fds[2] = -1;
         s->file_fd = -1;
         ExecChild child;
+        s->oom_kills_before = limits_oom_kills();
         int k = exec_spawn(r, &child);
         if (k < 0) {
                 free(s);
@@ -842,9 +849,12 @@ static void exec_check(Agent *a, Stream *s, uint64_t now) {
                 code = 128 + sig;
         } else
                 code = WEXITSTATUS(s->status);
-        json_t *res = json_pack("{s:i,s:o,s:b,s:I}", "exitCode", code, "signal",
-                                sig ? json_integer(sig) : json_null(), "timedOut", s->timed_out,
-                                "durationMs", (json_int_t)(s->end_ms - s->start_ms));
+        unsigned oom = s->oom_killed;
+        if (!oom && limits_was_oom_kill(s->status, s->timed_out, s->oom_kills_before))
+                oom = 1;
+        json_t *res = json_pack("{s:i,s:o,s:b,s:i,s:I}", "exitCode", code, "signal",
+                                sig ? json_integer(sig) : json_null(), "timedOut", s->timed_out, "outOfMemory",
+                                (int)oom, "durationMs", (json_int_t)(s->end_ms - s->start_ms));
         send_json_new(a, PROTO_RESULT, s->id, res);
         s->finished = true;
 }
@@ -1052,6 +1062,44 @@ static void set_nonblock(int fd) {
  * per stream. */
 #define MAX_POLL (4 + 3 * AGENT_MAX_STREAMS)
 
+/* The memory watch (agent_set_memory_limit): where the sandbox's kernel
+ * does not end a process that exhausts the sandbox's memory (gVisor's
+ * Sentry is one host process: the host's OOM killer would end all of it),
+ * the agent does, choosing as the kernel would: the largest resident set,
+ * never itself. Still over the limit at the next look, soon after, it kills
+ * that process's whole group: a fork bomb's thousands of small processes
+ * outgrow one kill at a time. */
+static void memory_watch(Agent *a, uint64_t now) {
+        if (!a->memory_limit || now < a->next_memory_ms)
+                return;
+        a->next_memory_ms = now + AGENT_MEMORY_POLL_MS;
+        uint64_t used;
+        if (limits_memory_used(&used) < 0)
+                return;
+        if (used < a->memory_limit) {
+                a->memory_escalate = false;
+                return;
+        }
+        pid_t pid, pgid;
+        if (limits_largest_process(&pid, &pgid) < 0)
+                return;
+        bool group = a->memory_escalate && pgid > 1;
+        if (kill(group ? -pgid : pid, SIGKILL) < 0)
+                return;
+        log_msg("memory: %llu MiB in use of %llu: killed %s %d", (unsigned long long)(used >> 20),
+                (unsigned long long)(a->memory_limit >> 20), group ? "process group" : "pid",
+                group ? (int)pgid : (int)pid);
+        for (size_t i = 0; i < a->n_streams; i++)
+                if (a->streams[i]->kind == STREAM_EXEC && a->streams[i]->pid == pgid)
+                        a->streams[i]->oom_killed++;
+        a->memory_escalate = true;
+        a->next_memory_ms = now + AGENT_MEMORY_SETTLE_MS;
+}
+
+void agent_set_memory_limit(Agent *a, uint64_t bytes) {
+        a->memory_limit = bytes;
+}
+
 int agent_run(Agent *a) {
         set_nonblock(a->in_fd);
         set_nonblock(a->out_fd);
@@ -1118,6 +1166,11 @@ int agent_run(Agent *a) {
                                         timeout = ms;
                         }
                 }
+                if (a->memory_limit) {
+                        int ms = a->next_memory_ms > now ? (int)(a->next_memory_ms - now) : 0;
+                        if (timeout < 0 || ms < timeout)
+                                timeout = ms;
+                }
                 int k = poll(pfd, n, timeout);
                 if (k < 0 && errno != EINTR) {
                         log_msg("poll failed: %s", strerror(errno));
@@ -1152,6 +1205,7 @@ int agent_run(Agent *a) {
                                 read_channel(a);
                 }
                 now = now_ms();
+                memory_watch(a, now);
                 for (size_t i = 0; i < a->n_streams && !a->quit; i++) {
                         Stream *s = a->streams[i];
                         if (s->finished)

@@ -27,6 +27,12 @@
  * the daemon's egress proxy. */
 #define AGENT_RELAY_PORT 3128
 
+/* The memory watch looks this often, and waits this long after a kill for
+ * the memory to be freed before it looks again (gVisor frees a killed
+ * process's memory within a few milliseconds). */
+#define AGENT_MEMORY_POLL_MS 50
+#define AGENT_MEMORY_SETTLE_MS 250
+
 typedef struct Agent Agent;
 
 /* in_fd/out_fd may be the same descriptor; both are switched to non-blocking.
@@ -43,6 +49,10 @@ int agent_relay_listen(Agent *a, uint16_t port);
  * after any other first request, `resume` is refused. */
 struct AgentRequest;
 void agent_set_resume(Agent *a, int (*fn)(const struct AgentRequest *r));
+/* Makes the agent end the largest process whenever the sandbox's memory in
+ * use (limits_memory_used) reaches `bytes`, for a driver whose kernel does
+ * not do it inside the sandbox (gVisor). */
+void agent_set_memory_limit(Agent *a, uint64_t bytes);
 /* Sends HELLO and runs until the channel ends (1), a malformed frame (1) or
  * SIGTERM/SIGINT (0). Every child's process group is killed on the way out.
  * Returns the exit status for main. */

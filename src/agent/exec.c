@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "agent/limits.h"
 #include "common/macro.h"
 
 const char *const exec_base_env[] = {
@@ -120,6 +121,7 @@ int exec_spawn(const AgentRequest *r, ExecChild *ret) {
                 signal(SIGTERM, SIG_DFL);
                 signal(SIGINT, SIG_DFL);
                 setsid();
+                limits_child_defaults();
                 int null_fd = -1;
                 if (in[0] < 0) {
                         null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);

@@ -16,12 +16,14 @@
 
 #include "agent/agent.h"
 #include "agent/fsops.h"
+#include "agent/limits.h"
 #include "agent/vm.h"
 #include "common/macro.h"
 
 static void usage(FILE *f) {
-        fprintf(f, "Usage: runtime-agent [--channel PATH] [--vm]\n"
+        fprintf(f, "Usage: runtime-agent [--channel PATH] [--vm] [--memory-limit-mib N]\n"
                    "  --channel PATH  speak the protocol on this device instead of stdin/stdout\n"
+                   "  --memory-limit-mib N  end the largest process when the sandbox uses N MiB\n"
                    "  --vm            init of a microVM: build the root, then use the virtio-serial port\n"
                    "  --version       print the version\n");
 }
@@ -41,7 +43,8 @@ static int signals_setup(void) {
         return fd < 0 ? -errno : fd;
 }
 
-static int serve(int in_fd, int out_fd, int sig_fd, bool vm) {
+static int serve(int in_fd, int out_fd, int sig_fd, bool vm, unsigned long memory_mib) {
+        limits_protect_agent();
         int r = fsops_mkdir_p("/workspace", 0755);
         if (r < 0)
                 fprintf(stderr, "runtime-agent: cannot create /workspace: %s\n", strerror(-r));
@@ -52,6 +55,8 @@ static int serve(int in_fd, int out_fd, int sig_fd, bool vm) {
         }
         if (vm)
                 agent_set_resume(a, vm_resume);
+        if (memory_mib)
+                agent_set_memory_limit(a, (uint64_t)memory_mib << 20);
         r = agent_relay_listen(a, AGENT_RELAY_PORT);
         if (r < 0)
                 fprintf(stderr, "runtime-agent: no egress relay on 127.0.0.1:%d: %s\n", AGENT_RELAY_PORT,
@@ -81,7 +86,7 @@ static int main_vm(char **argv, const char *channel) {
                 fprintf(stderr, "runtime-agent: channel: %s\n", strerror(-r));
                 vm_poweroff();
         }
-        (void)serve(fd, fd, sig_fd, true);
+        (void)serve(fd, fd, sig_fd, true, 0);
         vm_poweroff();
 }
 
@@ -91,10 +96,13 @@ int main(int argc, char **argv) {
                 {"help", no_argument, NULL, 'h'},
                 {"version", no_argument, NULL, 'V'},
                 {"vm", no_argument, NULL, 'm'},
+                {"memory-limit-mib", required_argument, NULL, 'M'},
                 {},
         };
         const char *channel = NULL;
         bool vm = false;
+        unsigned long memory_mib = 0;
+        char *end;
         int c;
         while ((c = getopt_long(argc, argv, "c:hV", opts, NULL)) >= 0) {
                 switch (c) {
@@ -103,6 +111,14 @@ int main(int argc, char **argv) {
                         break;
                 case 'm':
                         vm = true;
+                        break;
+                case 'M':
+                        errno = 0;
+                        memory_mib = strtoul(optarg, &end, 10);
+                        if (errno || *end || memory_mib < 16 || memory_mib > (1ul << 22)) {
+                                fprintf(stderr, "runtime-agent: --memory-limit-mib: 16..4194304\n");
+                                return 2;
+                        }
                         break;
                 case 'h':
                         usage(stdout);
@@ -142,5 +158,5 @@ int main(int argc, char **argv) {
                 }
                 in_fd = out_fd = dev_fd;
         }
-        return serve(in_fd, out_fd, sig_fd, false);
+        return serve(in_fd, out_fd, sig_fd, false, memory_mib);
 }

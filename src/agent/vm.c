@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <net/if.h>
@@ -313,11 +314,17 @@ static int write_small_file(const char *path, const char *text) {
         return write(fd, text, n) == (ssize_t)n ? 0 : -errno;
 }
 
-/* runtime.pids=N from the kernel command line: the agent and everything it
- * starts go into a cgroup of the guest's own with pids.max = N, so a command
- * that forks without end is refused as in the other drivers. (Root in the
- * guest could raise it: the guest's real bounds are its vCPUs and memory,
- * which the host enforces; this one keeps a runaway loop from eating them.) */
+/* runtime.pids=N from the kernel command line: everything the agent starts
+ * goes into a cgroup of the guest's own with pids.max = N (each child moves
+ * itself there before it execs: limits_child_defaults), so a command that
+ * forks without end is refused as in the other drivers. The agent stays in
+ * the root cgroup: a fork bomb that fills the leaf cannot stop it forking
+ * the next command, and with the leaf's CPU weight at a tenth of the
+ * default, spinners on every vCPU leave it its turn. (Root in the guest could
+ * undo both: the guest's real bounds are its vCPUs and memory, which the host
+ * enforces; these keep a runaway command from starving the agent.) */
+#define VM_AGENT_RESERVE_KIB (32u * 1024u)
+
 static int pids_limit(void) {
         char cmdline[4096];
         if (read_small_file("/proc/cmdline", cmdline, sizeof(cmdline)) < 0)
@@ -349,7 +356,24 @@ static int pids_limit(void) {
         snprintf(v, sizeof(v), "%lu", n);
         if ((r = write_small_file("/sys/fs/cgroup/sandbox/pids.max", v)) < 0)
                 return r;
-        return write_small_file("/sys/fs/cgroup/sandbox/cgroup.procs", "0");
+        /* A guest kernel without the cpu or memory controller still gets
+         * the pids limit. */
+        if (write_small_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu") == 0)
+                (void)write_small_file("/sys/fs/cgroup/sandbox/cpu.weight", "10");
+        /* The leaf's memory.max: the guest's RAM less what the agent and
+         * the kernel keep, so the guest's OOM killer acts inside the leaf,
+         * where the agent is not, and programs that read their cgroup's
+         * limit (the JVM, Go) size themselves to it. */
+        uint64_t total_kib = 0;
+        char meminfo[256];
+        if (read_small_file("/proc/meminfo", meminfo, sizeof(meminfo)) == 0 &&
+            sscanf(meminfo, "MemTotal: %" SCNu64 " kB", &total_kib) == 1 && total_kib > 2 * VM_AGENT_RESERVE_KIB &&
+            write_small_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory") == 0) {
+                char max[32];
+                snprintf(max, sizeof(max), "%" PRIu64, (total_kib - VM_AGENT_RESERVE_KIB) * 1024);
+                (void)write_small_file("/sys/fs/cgroup/sandbox/memory.max", max);
+        }
+        return 0;
 }
 
 /* Stage 2: the API filesystems of the sandbox's root. */

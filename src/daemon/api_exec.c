@@ -94,6 +94,23 @@ static void exec_run_free(ExecRun *x) {
 }
 
 /* The agent request for an exec body. */
+/* The agent's RESULT says how many of the command's processes were killed
+ * for memory; the API's answer carries it as the published client reads it:
+ * `outOfMemory` {code, processesKilled, memoryMiB, message, hint}, absent
+ * when none was. */
+static int add_out_of_memory(json_t *body, json_t *result, Sandbox *sb) {
+        json_int_t killed = json_integer_value(json_object_get(result, "outOfMemory"));
+        if (killed <= 0 || killed > 1000000)
+                return 0;
+        unsigned mib = sandbox_memory_mib(sb);
+        char msg[160];
+        snprintf(msg, sizeof msg, "The command used up the sandbox's memory (%u MiB) and was killed.", mib);
+        json_t *oom = json_pack("{s:s,s:I,s:i,s:s,s:s}", "code", "out_of_memory", "processesKilled", killed,
+                                "memoryMiB", (int)mib, "message", msg, "hint",
+                                "Use less memory, or create the sandbox with a larger memoryMiB.");
+        return oom && json_object_set_new(body, "outOfMemory", oom) == 0 ? 0 : -ENOMEM;
+}
+
 static json_t *agent_request(const ExecRequest *q, Sandbox *sb) {
         _cleanup_json_ json_t *env = json_deep_copy(sandbox_env(sb));
         if (!env || json_object_update(env, q->env) < 0)
@@ -219,6 +236,8 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
                                          json_is_true(json_object_get(result, "timedOut")), "stdoutTruncated",
                                          bufs[1].truncated, "stderrTruncated", bufs[2].truncated, "durationMs",
                                          (json_int_t)json_integer_value(json_object_get(result, "durationMs")));
+                        if (body && add_out_of_memory(body, result, x->sb) < 0)
+                                json_decref(TAKE_PTR(body));
                 }
                 free(out);
                 free(err);
@@ -321,9 +340,12 @@ static int stream_step(ExecRun *x) {
                         observe_result(ev.json);
                         json_t *ec = json_object_get(ev.json, "exitCode");
                         json_int_t ms = json_integer_value(json_object_get(ev.json, "durationMs"));
-                        r = push_line(x, json_pack("{s:s,s:O,s:b,s:I}", "type", "exit", "exitCode", ec ?: json_null(),
-                                                   "timedOut", json_is_true(json_object_get(ev.json, "timedOut")),
-                                                   "durationMs", ms));
+                        json_t *exit = json_pack("{s:s,s:O,s:b,s:I}", "type", "exit", "exitCode", ec ?: json_null(),
+                                                 "timedOut", json_is_true(json_object_get(ev.json, "timedOut")),
+                                                 "durationMs", ms);
+                        if (exit && add_out_of_memory(exit, ev.json, x->sb) < 0)
+                                json_decref(TAKE_PTR(exit));
+                        r = push_line(x, exit);
                 }
                 break;
         case CHAN_EV_CLOSED:

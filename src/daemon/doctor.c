@@ -11,6 +11,7 @@
 
 #include "common/jsonutil.h"
 #include "driver/driver.h"
+#include "driver/gvisor.h"
 
 static const char *cgroup_layout(void) {
         struct statfs fs;
@@ -77,14 +78,20 @@ int doctor_run(bool json) {
         char userns_why[128];
         bool userns = userns_enabled(userns_why, sizeof(userns_why));
         bool kvm = access("/dev/kvm", F_OK) == 0;
-        char *runsc = tool_version("runsc --version 2>/dev/null");
+        /* The runsc the gvisor driver runs, not the first on PATH. */
+        const char *runsc_path = NULL, *runsc_version = NULL, *runsc_platform = NULL;
+        char *runsc = NULL;
+        if (gvisor_runsc_info(&runsc_path, &runsc_version, &runsc_platform) == 0 &&
+            asprintf(&runsc, "%s at %s, %s platform", runsc_version, runsc_path, runsc_platform) < 0)
+                runsc = NULL;
         char *bwrap = tool_version("bwrap --version 2>/dev/null");
         _cleanup_json_ json_t *out = json_pack(
-                "{s:s,s:o,s:{s:s?,s:s},s:s,s:{s:b,s:s},s:{s:b,s:s},s:s?,s:s?}", "version", RUNTIME_VERSION, "drivers",
-                drivers, "auto", "driver", pick ? pick->name : NULL, "why", auto_why, "cgroups", cgroup_layout(),
+                "{s:s,s:o,s:{s:s?,s:s},s:s,s:{s:b,s:s},s:{s:b,s:s},s:s?,s:{s:s?,s:s?,s:s?},s:s?}", "version",
+                RUNTIME_VERSION, "drivers", drivers, "auto", "driver", pick ? pick->name : NULL, "why", auto_why, "cgroups", cgroup_layout(),
                 "userNamespaces", "enabled", userns, "detail", userns_why, "kvm", "present", kvm, "detail",
                 kvm ? "/dev/kvm exists (whether KVM boots a guest is the microvm probe's answer)" : "/dev/kvm is missing",
-                "runsc", runsc, "bwrap", bwrap);
+                "runsc", runsc, "gvisor", "runsc", runsc_path, "version", runsc_version, "platform", runsc_platform,
+                "bwrap", bwrap);
         free(runsc);
         free(bwrap);
         if (!out)
@@ -107,7 +114,7 @@ int doctor_run(bool json) {
         printf("/dev/kvm:         %s\n", kvm ? "present" : "missing");
         const char *rv = json_string_value(json_object_get(out, "runsc"));
         const char *bv = json_string_value(json_object_get(out, "bwrap"));
-        printf("runsc:            %s\n", rv ? rv : "not found");
+        printf("runsc:            %s\n", rv ? rv : "none usable (see the gvisor driver above)");
         printf("bwrap:            %s\n", bv ? bv : "not found");
         return 0;
 }

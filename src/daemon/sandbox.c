@@ -48,6 +48,7 @@ struct Sandbox {
         Channel *channel;     /* set before the sandbox is live; freed with the last reference */
         SandboxEgress *egress; /* its policy for the proxy; NULL without egress */
         json_t *env;
+        unsigned memory_mib; /* the spec's, for exec results that ran out of it */
         bool running;  /* under lock: live and serving */
         bool stopping; /* under lock: being stopped on purpose */
         bool died;     /* under lock: queued as dead */
@@ -110,6 +111,10 @@ json_t *sandbox_env(Sandbox *sb) {
 
 const char *sandbox_id(Sandbox *sb) {
         return sb->id;
+}
+
+unsigned sandbox_memory_mib(Sandbox *sb) {
+        return sb->memory_mib;
 }
 
 /* Takes sb off the live list; the caller then owns the list's reference.
@@ -964,6 +969,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         DriverSpec ds;
         spec_for_driver = json_loads(row.spec, 0, NULL);
         driver_spec_from(m, sb->id, spec_for_driver, &sb->paths, &ds);
+        sb->memory_mib = ds.memory_mib;
         uint64_t t0 = time_now_mono_ms();
         int fd = -1;
         r = d->start(&ds, &fd, &sb->inst, &start_err);
@@ -1224,8 +1230,15 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
         int r = own_row(m, key, id, &row, e);
         if (r < 0)
                 return r;
-        sandbox_error(e, SANDBOX_ERR_CONFLICT, strcmp(row.state, "starting") == 0 ? "wait for it to start" : "create a new sandbox",
-                  "sandbox %s is %s, not running", id, row.state);
+        /* Recorded as running but no longer live: it ended a moment ago and
+         * its failure is being recorded. Never "is running, not running". */
+        if (strcmp(row.state, "running") == 0)
+                sandbox_error(e, SANDBOX_ERR_CONFLICT, "create a new sandbox",
+                              "sandbox %s has stopped; its failure is being recorded", id);
+        else
+                sandbox_error(e, SANDBOX_ERR_CONFLICT,
+                              strcmp(row.state, "starting") == 0 ? "wait for it to start" : "create a new sandbox",
+                              "sandbox %s is %s, not running", id, row.state);
         sandbox_row_done(&row);
         return -EINVAL;
 }

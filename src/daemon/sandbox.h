@@ -73,4 +73,5 @@ int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxE
 /* The sandbox's env (borrowed; fixed for its life). */
 json_t *sandbox_env(Sandbox *sb);
 const char *sandbox_id(Sandbox *sb);
+unsigned sandbox_memory_mib(Sandbox *sb);
 

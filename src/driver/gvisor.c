@@ -30,19 +30,35 @@
 #include "common/macro.h"
 #include "driver/cgroup.h"
 #include "driver/driver.h"
+#include "driver/gvisor.h"
 #include "driver/launch.h"
 #include "driver/rootfs.h"
 
-#define PROBE_TIMEOUT_MS 5000
+/* A probe boots a real sandbox; a loaded host of two cores has been seen to
+ * take 7 s for one. */
+#define PROBE_TIMEOUT_MS 30000
 #define RUNSC_CMD_TIMEOUT_MS 10000
+#define GVISOR_MEMORY_HEADROOM_MIB 96
 
-static const char *find_runsc(void) {
-        static const char *const cands[] = {"/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc"};
-        for (size_t i = 0; i < ELEMENTSOF(cands); i++)
-                if (access(cands[i], X_OK) == 0)
-                        return cands[i];
-        return NULL;
-}
+/* runsc binaries in order of preference: the pinned build that
+ * scripts/install-deps.sh installs, then the distribution's. RUNTIME_RUNSC
+ * (an absolute path) names the only one to consider. */
+static const char *const runsc_candidates[] = {"/usr/local/bin/runsc", "/usr/bin/runsc", "/usr/sbin/runsc"};
+
+/* Platforms in order of preference, measured here (docs/drivers.md,
+ * "Platform"): as fast as systrap for python3 and exec, and under a fork
+ * bomb ptrace kept the agent answering where systrap starved it; KVM hangs
+ * on nested hypervisors and is never tried. RUNTIME_GVISOR_PLATFORM names
+ * one. */
+static const char *const platforms[] = {"ptrace", "systrap"};
+
+/* What the probe chose; written once under probe_once, read-only after. */
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+static int probe_result;
+static char probe_why[512];
+static char chosen_runsc[PATH_MAX];
+static char chosen_version[64];
+static char chosen_platform[16];
 
 /* Runs runsc with its output to /dev/null (or to out_fd) and waits, with a
  * deadline after which it is killed. */
@@ -73,19 +89,83 @@ static int run_runsc(char *const argv[], int out_fd, int timeout_ms, int *ret_st
         return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
 }
 
-/* The probe boots a real (tiny) sandbox once per process: `runsc --version`
- * alone says nothing about whether the platform works on this host. */
-static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
-static int probe_result;
-static char probe_why[256];
-
-static void probe_run(void) {
-        const char *runsc = find_runsc();
-        if (!runsc) {
-                probe_result = -ENOENT;
-                snprintf(probe_why, sizeof probe_why, "runsc (gVisor) is not installed");
+/* The version runsc prints, e.g. "0.0~20240729.0", or "unknown". */
+static void runsc_version(const char *runsc, char *out, size_t out_len) {
+        snprintf(out, out_len, "unknown");
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return;
+        int wfd = p[1];
+        if (launch_fd_above_stdio(&wfd) < 0) {
+                close(p[0]);
+                close(p[1]);
                 return;
         }
+        p[1] = wfd;
+        char *const argv[] = {(char *)runsc, "--version", NULL};
+        int r = run_runsc(argv, p[1], PROBE_TIMEOUT_MS, NULL);
+        close(p[1]);
+        char buf[256];
+        ssize_t n = r >= 0 ? read(p[0], buf, sizeof buf - 1) : -1;
+        close(p[0]);
+        if (n <= 0)
+                return;
+        buf[n] = '\0';
+        buf[strcspn(buf, "\n")] = '\0';
+        const char *v = strstr(buf, "version ");
+        snprintf(out, out_len, "%.60s", v ? v + 8 : buf);
+}
+
+/* Boots a throwaway sandbox on the host's root (`runsc do`) running cmd;
+ * 0 when it exits 0. */
+static int runsc_do(const char *runsc, const char *platform, char *const cmd[]) {
+        char state[] = "/tmp/runtime-runsc-probe-XXXXXX";
+        if (!mkdtemp(state))
+                return -errno;
+        char plat[32];
+        snprintf(plat, sizeof plat, "--platform=%s", platform);
+        char *argv[16] = {(char *)runsc, plat, "--network=none", "--ignore-cgroups", "--root", state, "do"};
+        size_t n = 7;
+        for (size_t i = 0; cmd[i] && n < ELEMENTSOF(argv) - 1; i++)
+                argv[n++] = cmd[i];
+        argv[n] = NULL;
+        int r = run_runsc(argv, -1, PROBE_TIMEOUT_MS, NULL);
+        (void)rootfs_rm_tree(state);
+        return r;
+}
+
+/* Whether runsc at `runsc` works here on `platform`. Coreutils' stat(1)
+ * calls statx, which runsc before 2023 answers with EINVAL: `ls -l` and
+ * `stat` then fail in every sandbox, so such a runsc is refused rather than
+ * shipped as the default (RUNTIME_RUNSC_ALLOW_STATX_EINVAL=1 accepts it, for
+ * side-by-side benchmarks only). */
+static int probe_one(const char *runsc, const char *platform, const char *version, char *why, size_t why_len) {
+        char *const stat_root[] = {"stat", "-c", "%n", "/", NULL};
+        char *const true_cmd[] = {"true", NULL};
+        int r = runsc_do(runsc, platform, stat_root);
+        if (r == 0)
+                return 0;
+        if (r == -ETIMEDOUT) {
+                snprintf(why, why_len, "runsc %s at %s: a test sandbox on the %s platform did not finish within %d s",
+                         version, runsc, platform, PROBE_TIMEOUT_MS / 1000);
+                return -ETIMEDOUT;
+        }
+        if (runsc_do(runsc, platform, true_cmd) < 0) {
+                snprintf(why, why_len, "runsc %s at %s: a test sandbox on the %s platform failed to run", version,
+                         runsc, platform);
+                return -ENOEXEC;
+        }
+        const char *allow = getenv("RUNTIME_RUNSC_ALLOW_STATX_EINVAL");
+        if (allow && strcmp(allow, "1") == 0)
+                return 0;
+        snprintf(why, why_len,
+                 "runsc %s at %s answers statx with EINVAL (ls -l and stat fail inside); "
+                 "install a current one with scripts/install-deps.sh",
+                 version, runsc);
+        return -EPROTONOSUPPORT;
+}
+
+static void probe_run(void) {
         if (geteuid() != 0) {
                 probe_result = -EPERM;
                 snprintf(probe_why, sizeof probe_why, "the gvisor driver needs root");
@@ -97,48 +177,56 @@ static void probe_run(void) {
                 snprintf(probe_why, sizeof probe_why, "no usable cgroup hierarchy under /sys/fs/cgroup");
                 return;
         }
-        /* Version line, e.g. "runsc version 0.0~20221219.0". */
-        char version[64] = "unknown";
-        {
-                int p[2];
-                if (pipe2(p, O_CLOEXEC) == 0) {
-                        int wfd = p[1];
-                        if (launch_fd_above_stdio(&wfd) == 0) {
-                                p[1] = wfd;
-                                char *const argv[] = {(char *)runsc, "--version", NULL};
-                                int r = run_runsc(argv, p[1], PROBE_TIMEOUT_MS, NULL);
-                                close(p[1]);
-                                char buf[256];
-                                ssize_t n = r >= 0 ? read(p[0], buf, sizeof buf - 1) : -1;
-                                if (n > 0) {
-                                        buf[n] = '\0';
-                                        buf[strcspn(buf, "\n")] = '\0';
-                                        const char *v = strstr(buf, "version ");
-                                        snprintf(version, sizeof version, "%.60s", v ? v + 8 : buf);
-                                }
-                        } else
-                                close(p[1]);
-                        close(p[0]);
+        const char *only_runsc = getenv("RUNTIME_RUNSC");
+        const char *only_platform = getenv("RUNTIME_GVISOR_PLATFORM");
+        if (only_runsc && only_runsc[0] != '/') {
+                probe_result = -EINVAL;
+                snprintf(probe_why, sizeof probe_why, "RUNTIME_RUNSC must be an absolute path");
+                return;
+        }
+        if (only_platform && strcmp(only_platform, "systrap") != 0 && strcmp(only_platform, "ptrace") != 0) {
+                probe_result = -EINVAL;
+                snprintf(probe_why, sizeof probe_why, "RUNTIME_GVISOR_PLATFORM must be systrap or ptrace");
+                return;
+        }
+        const char *const *cands = only_runsc ? &only_runsc : runsc_candidates;
+        size_t n_cands = only_runsc ? 1 : ELEMENTSOF(runsc_candidates);
+        const char *const *plats = only_platform ? &only_platform : platforms;
+        size_t n_plats = only_platform ? 1 : ELEMENTSOF(platforms);
+
+        probe_result = -ENOENT;
+        snprintf(probe_why, sizeof probe_why, "runsc (gVisor) is not installed");
+        bool refused = false, statx_refused = false;
+        for (size_t i = 0; i < n_cands; i++) {
+                if (access(cands[i], X_OK) < 0)
+                        continue;
+                char version[64];
+                runsc_version(cands[i], version, sizeof version);
+                for (size_t j = 0; j < n_plats; j++) {
+                        char why[sizeof probe_why];
+                        int r = probe_one(cands[i], plats[j], version, why, sizeof why);
+                        if (r == 0) {
+                                snprintf(chosen_runsc, sizeof chosen_runsc, "%s", cands[i]);
+                                snprintf(chosen_version, sizeof chosen_version, "%s", version);
+                                snprintf(chosen_platform, sizeof chosen_platform, "%s", plats[j]);
+                                probe_result = 0;
+                                snprintf(probe_why, sizeof probe_why, "runsc %s at %s, %s platform", version,
+                                         cands[i], plats[j]);
+                                return;
+                        }
+                        /* The reason shown is the preferred binary's, and
+                         * its statx bug over a platform that failed. */
+                        if (!refused || (r == -EPROTONOSUPPORT && !statx_refused)) {
+                                statx_refused = r == -EPROTONOSUPPORT;
+                                probe_result = r;
+                                snprintf(probe_why, sizeof probe_why, "%s", why);
+                                refused = true;
+                        }
+                        /* A statx bug is the binary's, not the platform's. */
+                        if (r == -EPROTONOSUPPORT)
+                                break;
                 }
         }
-        char state[] = "/tmp/runtime-runsc-probe-XXXXXX";
-        if (!mkdtemp(state)) {
-                probe_result = -errno;
-                snprintf(probe_why, sizeof probe_why, "cannot make a temporary directory");
-                return;
-        }
-        char *const argv[] = {(char *)runsc, "--platform=ptrace", "--network=none", "--ignore-cgroups",
-                              "--root", state, "do", "true", NULL};
-        int r = run_runsc(argv, -1, PROBE_TIMEOUT_MS, NULL);
-        (void)rootfs_rm_tree(state);
-        if (r < 0) {
-                probe_result = r == -ETIMEDOUT ? -ETIMEDOUT : -ENOEXEC;
-                snprintf(probe_why, sizeof probe_why, "runsc %s found, but a test sandbox %s", version,
-                         r == -ETIMEDOUT ? "did not finish within 5 s" : "failed to run");
-                return;
-        }
-        probe_result = 0;
-        snprintf(probe_why, sizeof probe_why, "runsc %s found, ptrace platform", version);
 }
 
 static int gv_probe(char *why, size_t why_len) {
@@ -146,6 +234,25 @@ static int gv_probe(char *why, size_t why_len) {
         if (why)
                 snprintf(why, why_len, "%s", probe_why);
         return probe_result;
+}
+
+int gvisor_runsc_info(const char **ret_path, const char **ret_version, const char **ret_platform) {
+        int r = gv_probe(NULL, 0);
+        if (r < 0)
+                return r;
+        *ret_path = chosen_runsc;
+        *ret_version = chosen_version;
+        *ret_platform = chosen_platform;
+        return 0;
+}
+
+unsigned gvisor_host_memory_mib(unsigned memory_mib) {
+        return memory_mib + GVISOR_MEMORY_HEADROOM_MIB + memory_mib / 8;
+}
+
+/* The runsc the probe chose, or NULL when none works here. */
+static const char *find_runsc(void) {
+        return gv_probe(NULL, 0) == 0 ? chosen_runsc : NULL;
 }
 
 static int json_add_str_array(json_t *obj, const char *key, const char *const *v, size_t n) {
@@ -199,7 +306,12 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
                 "HOME=/root",
                 "LANG=C.UTF-8",
         };
-        static const char *const args[] = {"/.runtime/agent"};
+        /* The agent ends the largest process when the sandbox's memory is
+         * used up (gVisor's Sentry is one host process; the host's OOM killer
+         * would end the whole sandbox). */
+        char memory[16];
+        snprintf(memory, sizeof memory, "%u", spec->memory_mib);
+        const char *const args[] = {"/.runtime/agent", "--memory-limit-mib", memory};
 
         _cleanup_json_ json_t *capabilities = json_object();
         if (!capabilities)
@@ -311,7 +423,14 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 r = -ENAMETOOLONG;
                 goto fail;
         }
-        r = launch_cgroup(spec, true, &inst->cg);
+        /* The host's limit leaves room above the sandbox's own for the
+         * Sentry and gofer and for what the agent's memory watch lets through
+         * between two looks: the sandbox's processes are ended inside at
+         * memoryMiB, and the host's OOM killer, which would end the whole
+         * sandbox, stays the last resort. */
+        DriverSpec host_spec = *spec;
+        host_spec.memory_mib = gvisor_host_memory_mib(spec->memory_mib);
+        r = launch_cgroup(&host_spec, true, &inst->cg);
         if (r < 0)
                 goto fail;
         layer = malloc(sizeof *layer);
@@ -358,8 +477,14 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
         if (r < 0)
                 goto fail;
 
+        char platform[32];
+        snprintf(platform, sizeof platform, "--platform=%s", chosen_platform);
+        /* --overlay2=none: runsc since 2023 keeps writes to the root in an
+         * overlay of its own (a file it creates beside the root) unless told
+         * not to; the sandbox's files belong in its bounded layer, which
+         * outlives a stop. */
         char *const argv[] = {
-                (char *)runsc, "--root", state, "--platform=ptrace", "--network=none", "--ignore-cgroups",
+                (char *)runsc, "--root", state, platform, "--network=none", "--ignore-cgroups", "--overlay2=none",
                 "--oci-seccomp", "run", "--bundle", bundle, (char *)spec->id, NULL,
         };
         char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};

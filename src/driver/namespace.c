@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,9 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/macro.h"
@@ -37,6 +40,105 @@ static const char *find_bwrap(void) {
                 if (access(cands[i], X_OK) == 0)
                         return cands[i];
         return NULL;
+}
+
+/*
+ * lxcfs: a FUSE view of /proc/meminfo, /proc/cpuinfo and /proc/stat per
+ * reading process's cgroup (the sandbox's memory limit and, with
+ * --enable-cfs, its CPU quota), bound over those files in every sandbox so
+ * that free, os.cpu_count() and programs that size themselves see the
+ * sandbox, not the host. One lxcfs per host at LXCFS_DIR, shared by every
+ * daemon: started here when none answers there. Without lxcfs installed,
+ * sandboxes see the host's figures, as before.
+ */
+#define LXCFS_DIR "/var/lib/runtime-lxcfs"
+#define LXCFS_BIN "/usr/bin/lxcfs"
+#define LXCFS_START_TIMEOUT_MS 5000
+#define FUSE_MAGIC 0x65735546
+
+static const char *const lxcfs_files[] = {"/proc/meminfo", "/proc/cpuinfo", "/proc/stat"};
+static const char *const lxcfs_sources[] = {LXCFS_DIR "/proc/meminfo", LXCFS_DIR "/proc/cpuinfo",
+                                            LXCFS_DIR "/proc/stat"};
+
+static bool lxcfs_answers(void) {
+        struct statfs fs;
+        if (statfs(LXCFS_DIR, &fs) < 0 || fs.f_type != FUSE_MAGIC)
+                return false;
+        for (size_t i = 0; i < ELEMENTSOF(lxcfs_files); i++) {
+                char path[128];
+                snprintf(path, sizeof path, LXCFS_DIR "%s", lxcfs_files[i]);
+                int fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        return false;
+                char c;
+                ssize_t n = read(fd, &c, 1);
+                close(fd);
+                if (n != 1)
+                        return false;
+        }
+        return true;
+}
+
+/* Starts lxcfs detached (its own session, reparented to init), after
+ * detaching a mount left by one that died. */
+static int lxcfs_start(void) {
+        struct statfs fs;
+        if (statfs(LXCFS_DIR, &fs) == 0 && fs.f_type == FUSE_MAGIC)
+                (void)umount2(LXCFS_DIR, MNT_DETACH);
+        if (mkdir(LXCFS_DIR, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        pid_t pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                if (fork() != 0)
+                        _exit(0);
+                setsid();
+                int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+                if (null_fd >= 0) {
+                        dup2(null_fd, 0);
+                        dup2(null_fd, 1);
+                        dup2(null_fd, 2);
+                }
+                syscall(SYS_close_range, 3U, ~0U, 0U);
+                sigset_t none;
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                char *const argv[] = {LXCFS_BIN, "--foreground", "--enable-cfs", "--pidfile",
+                                      "/run/runtime-lxcfs.pid", LXCFS_DIR, NULL};
+                char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+                execve(argv[0], argv, envp);
+                _exit(127);
+        }
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        for (int waited = 0; waited < LXCFS_START_TIMEOUT_MS; waited += 50) {
+                if (lxcfs_answers())
+                        return 0;
+                usleep(50 * 1000);
+        }
+        return -ETIMEDOUT;
+}
+
+/* Whether sandboxes get lxcfs's view: checked at every start (a restarted
+ * lxcfs is picked up), started at most once a second. */
+static pthread_mutex_t lxcfs_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool lxcfs_ready(void) {
+        static struct timespec last_try;
+        if (lxcfs_answers())
+                return true;
+        if (access(LXCFS_BIN, X_OK) < 0)
+                return false;
+        pthread_mutex_lock(&lxcfs_lock);
+        bool ok = lxcfs_answers();
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (!ok && (last_try.tv_sec == 0 || now.tv_sec - last_try.tv_sec >= 1)) {
+                last_try = now;
+                ok = lxcfs_start() == 0;
+        }
+        pthread_mutex_unlock(&lxcfs_lock);
+        return ok;
 }
 
 static int ns_probe(char *why, size_t why_len) {
@@ -72,8 +174,11 @@ static int ns_probe(char *why, size_t why_len) {
                 return -ENOSYS;
         }
         if (why)
-                snprintf(why, why_len, "bubblewrap at %s, cgroup %s, seccomp filter of %zu instructions", bwrap,
-                         l->v2 ? "v2" : (l->hier[CGROUP_UNIFIED] ? "v1 (hybrid)" : "v1"), n / 8);
+                snprintf(why, why_len, "bubblewrap at %s, cgroup %s, seccomp filter of %zu instructions, %s", bwrap,
+                         l->v2 ? "v2" : (l->hier[CGROUP_UNIFIED] ? "v1 (hybrid)" : "v1"), n / 8,
+                         lxcfs_answers()               ? "lxcfs at " LXCFS_DIR
+                         : access(LXCFS_BIN, X_OK) == 0 ? "lxcfs (started with the first sandbox)"
+                                                        : "no lxcfs (sandboxes see the host's memory and CPUs)");
         return 0;
 }
 
@@ -139,6 +244,20 @@ static void closep_all(int *fds, size_t n) {
                         close(fds[i]);
                         fds[i] = -1;
                 }
+}
+
+/* In the forked child, still root on the host: oom_score_adj -1000, which
+ * bwrap and the agent inherit, so the host's OOM killer passes the agent over
+ * when the sandbox exhausts its memory (root in the sandbox's user namespace
+ * may not lower it itself). The agent's children raise theirs back to 0
+ * before they exec. Then the staged mounts. */
+static int ns_pre_exec(void *userdata) {
+        int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+                (void)!write(fd, "-1000", 5);
+                close(fd);
+        }
+        return launch_stage_mounts(userdata);
 }
 
 static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
@@ -216,7 +335,7 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
         /* Capabilities root inside keeps: the ones that act only on objects
          * its user namespace owns (its files, its processes). No
          * CAP_SYS_ADMIN, NET_ADMIN, NET_RAW, MKNOD, SYS_PTRACE. */
-        char *const argv[] = {
+        char *const argv_fixed[] = {
                 (char *)bwrap,
                 "--unshare-user", "--userns-block-fd", s_block, "--info-fd", s_info, "--uid", "0", "--gid", "0",
                 "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -240,6 +359,19 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 "--", "/.runtime/agent",
                 NULL,
         };
+        /* lxcfs's files over /proc's, right after bwrap mounts /proc. */
+        bool lxcfs = lxcfs_ready();
+        char *argv[ELEMENTSOF(argv_fixed) + 3 * ELEMENTSOF(lxcfs_files)];
+        size_t argc = 0;
+        for (size_t i = 0; i < ELEMENTSOF(argv_fixed); i++) {
+                argv[argc++] = argv_fixed[i];
+                if (lxcfs && i > 0 && argv_fixed[i] && strcmp(argv_fixed[i - 1], "--proc") == 0)
+                        for (size_t f = 0; f < ELEMENTSOF(lxcfs_files); f++) {
+                                argv[argc++] = "--ro-bind";
+                                argv[argc++] = (char *)lxcfs_sources[f];
+                                argv[argc++] = (char *)lxcfs_files[f];
+                        }
+        }
         char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
         const int keep[] = {block[0], info[1], seccomp_fd};
         LaunchStage stage = {.layer = layer, .agent_src = spec->agent_path};
@@ -251,7 +383,7 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                  * the user namespace it makes is owned by that uid, and its
                  * creds map to root inside once the daemon writes the map. */
                 .set_ids = true, .uid = shift, .gid = shift,
-                .pre_exec = launch_stage_mounts, .userdata = &stage,
+                .pre_exec = ns_pre_exec, .userdata = &stage,
         };
         r = launch_spawn(argv, envp, &lf, &inst->pid);
         if (r < 0)

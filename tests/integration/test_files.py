@@ -38,11 +38,7 @@ def test_empty_and_binary_edge_files(sandbox):
 
 
 @pytest.mark.microvm_subset
-def test_put_is_overwrite_and_makes_parents(sandbox, request):
-    if sandbox.driver == "gvisor":
-        # Debian's runsc (20221219) answers statx with EINVAL after such
-        # writes, so `ls` inside fails; the API's own read is right.
-        request.applymarker(pytest.mark.xfail(reason="runsc 20221219: statx EINVAL inside the sandbox", strict=True))
+def test_put_is_overwrite_and_makes_parents(sandbox):
     sandbox.write("/workspace/deep/er/still/f.txt", b"one")
     sandbox.write("/workspace/deep/er/still/f.txt", b"two, longer")
     assert sandbox.read("/workspace/deep/er/still/f.txt") == b"two, longer"

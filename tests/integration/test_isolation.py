@@ -223,9 +223,7 @@ def test_symlink_to_root_never_reaches_the_host(sandbox, host_marker):
     assert host_marker.read_text() == "host secret\n", "a write through a symlink reached the host"
 
 
-def test_symlink_to_root_resolves_inside(sandbox, request):
-    if sandbox.driver == "gvisor":
-        request.applymarker(pytest.mark.xfail(reason="runsc 20221219 resolves a path through a symlink to / as a directory", strict=True))
+def test_symlink_to_root_resolves_inside(sandbox):
     marker = f"sandbox-marker-{uuid.uuid4().hex}"
     sandbox.run(f"echo {marker} > /etc/runtime-itest-marker; ln -s / /workspace/rootlink")
     assert sandbox.read("/workspace/rootlink/etc/runtime-itest-marker").decode() == marker + "\n"

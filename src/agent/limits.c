@@ -1,0 +1,113 @@
+#include "agent/limits.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+
+static void write_text(const char *path, const char *text) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        (void)!write(fd, text, strlen(text));
+        close(fd);
+}
+
+void limits_protect_agent(void) {
+        write_text("/proc/self/oom_score_adj", "-1000");
+}
+
+void limits_child_defaults(void) {
+        /* Raising it is allowed to anyone; a child that lowers it again
+         * harms only its own sandbox. */
+        write_text("/proc/self/oom_score_adj", "0");
+        write_text(LIMITS_CHILD_CGROUP "/cgroup.procs", "0");
+}
+
+uint64_t limits_oom_kills(void) {
+        FILE *f = fopen("/proc/vmstat", "re");
+        if (!f)
+                return UINT64_MAX;
+        char line[128];
+        uint64_t v = UINT64_MAX;
+        while (fgets(line, sizeof line, f))
+                if (strncmp(line, "oom_kill ", 9) == 0) {
+                        char *end;
+                        errno = 0;
+                        unsigned long long n = strtoull(line + 9, &end, 10);
+                        if (errno == 0 && end != line + 9)
+                                v = (uint64_t)n;
+                        break;
+                }
+        fclose(f);
+        return v;
+}
+
+bool limits_was_oom_kill(int status, bool killed_by_agent, uint64_t before) {
+        if (killed_by_agent || before == UINT64_MAX || !WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+                return false;
+        uint64_t now = limits_oom_kills();
+        return now != UINT64_MAX && now > before;
+}
+
+int limits_memory_used(uint64_t *ret) {
+        FILE *f = fopen("/proc/meminfo", "re");
+        if (!f)
+                return -errno;
+        char line[128];
+        unsigned long long total = 0, avail = 0;
+        bool have_total = false, have_avail = false;
+        while (fgets(line, sizeof line, f) && !(have_total && have_avail)) {
+                if (sscanf(line, "MemTotal: %llu kB", &total) == 1)
+                        have_total = true;
+                else if (sscanf(line, "MemAvailable: %llu kB", &avail) == 1)
+                        have_avail = true;
+        }
+        fclose(f);
+        if (!have_total || !have_avail)
+                return -ENODATA;
+        *ret = total > avail ? (uint64_t)(total - avail) * 1024 : 0;
+        return 0;
+}
+
+int limits_largest_process(pid_t *ret_pid, pid_t *ret_pgid) {
+        DIR *d = opendir("/proc");
+        if (!d)
+                return -errno;
+        pid_t self = getpid(), best = 0;
+        unsigned long long best_rss = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                char *end;
+                long pid = strtol(de->d_name, &end, 10);
+                if (*end || pid <= 1 || pid == self)
+                        continue;
+                char path[64];
+                snprintf(path, sizeof path, "/proc/%ld/statm", pid);
+                FILE *f = fopen(path, "re");
+                if (!f)
+                        continue;
+                unsigned long long size, rss;
+                if (fscanf(f, "%llu %llu", &size, &rss) == 2 && rss > best_rss) {
+                        best_rss = rss;
+                        best = (pid_t)pid;
+                }
+                fclose(f);
+        }
+        closedir(d);
+        if (!best)
+                return -ESRCH;
+        pid_t pgid = getpgid(best);
+        if (pgid < 0)
+                return -errno;
+        *ret_pid = best;
+        *ret_pgid = pgid;
+        return 0;
+}

@@ -1,0 +1,40 @@
+#pragma once
+/*
+ * The agent's own protection inside its sandbox, and what its children start
+ * with. A command that exhausts the sandbox's memory or pids must end that
+ * command, never the agent: the agent asks the kernel to pass it over when
+ * choosing an OOM victim, and its children leave that setting (and, in a
+ * microVM, the agent's cgroup) behind before they exec.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The microVM guest's cgroup for everything the agent starts (vm.c makes it
+ * with the sandbox's pids limit); the agent stays outside it. */
+#define LIMITS_CHILD_CGROUP "/sys/fs/cgroup/sandbox"
+
+/* In the agent at start: oom_score_adj -1000. Where the agent may not lower
+ * it (the namespace driver's user namespace) the driver has set it already. */
+void limits_protect_agent(void);
+
+/* In a forked child before exec (async-signal-safe): oom_score_adj back to
+ * 0, and into LIMITS_CHILD_CGROUP where it exists. */
+void limits_child_defaults(void);
+
+/* The kernel's count of OOM kills (/proc/vmstat oom_kill), or UINT64_MAX
+ * when it cannot be read. */
+uint64_t limits_oom_kills(void);
+
+/* Whether a child that ended with wait status `status` was an OOM kill:
+ * SIGKILL while the count went up between `before` and now, and not a kill
+ * of the agent's own (timeout). */
+bool limits_was_oom_kill(int status, bool killed_by_agent, uint64_t before);
+
+/* Memory in use in the whole sandbox as its kernel counts it (/proc/meminfo
+ * MemTotal - MemAvailable), in bytes; a negative errno when unreadable. */
+int limits_memory_used(uint64_t *ret);
+
+/* The process with the largest resident set, other than the agent (pid 1
+ * and the caller), and its process group; -ESRCH when there is none. */
+int limits_largest_process(pid_t *ret_pid, pid_t *ret_pgid);

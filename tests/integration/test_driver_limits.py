@@ -1,0 +1,132 @@
+"""What ordinary programs meet at a sandbox's limits, the same on every
+driver: a process that exhausts the sandbox's memory is killed inside it
+(the exec result says `outOfMemory`) while the agent and the other processes
+go on; a fork bomb or a spinner on every vCPU leaves the agent answering; and
+/proc/meminfo, free, nproc, os.cpu_count() and /sys/fs/cgroup show the
+sandbox's own size, not the host's."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from helpers import wait_until
+
+MiB = 1024 * 1024
+
+# A gigabyte a few megabytes at a time: far past any sandbox here.
+HOG = "python3 -c \"b=[bytearray(1<<20) for _ in range(1<<16)]\""
+
+
+def meminfo_kib(text: str, key: str) -> int:
+    for line in text.splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"{key} not in /proc/meminfo: {text[:500]!r}")
+
+
+# What is not built yet, per driver: each an xfail that must start passing
+# (strict) once the view is built.
+MEMORY_VIEW_MISSING = {
+    "gvisor": "runsc --ignore-cgroups sizes gVisor's MemTotal from the host's memory",
+}
+CPU_VIEW_MISSING = {
+    "namespace": "the namespace driver puts sandboxes in no cpuset of their own: the host's CPUs show",
+    "gvisor": "runsc sizes gVisor's CPUs from those it may run on; pinning it to vcpu CPUs costs 6x "
+              "in exec latency under load (docs/drivers.md)",
+}
+CGROUP_VIEW_MISSING = {
+    "namespace": "the sandbox's cgroup is not bound at /sys/fs/cgroup yet",
+    "gvisor": "no cgroupfs inside gVisor yet",
+}
+
+
+def need_lxcfs(driver: str):
+    if driver == "namespace" and not os.access("/usr/bin/lxcfs", os.X_OK):
+        pytest.skip("the namespace driver's /proc view needs lxcfs (scripts/install-deps.sh installs it)")
+
+
+def test_proc_shows_the_sandbox_memory(api, driver, request):
+    if driver in MEMORY_VIEW_MISSING:
+        request.applymarker(pytest.mark.xfail(reason=MEMORY_VIEW_MISSING[driver], strict=True))
+    need_lxcfs(driver)
+    sbx = api.create_sandbox(driver=driver, memoryMiB=512)
+    total = meminfo_kib(sbx.run("cat /proc/meminfo"), "MemTotal") // 1024
+    # A guest kernel keeps some of its RAM for itself; nothing sees the host's.
+    assert 384 <= total <= 512, f"MemTotal {total} MiB in a 512 MiB sandbox"
+    free_total = int(sbx.run("free -m | awk '/^Mem:/ {print $2}'"))
+    assert 384 <= free_total <= 512, f"free -m says {free_total} MiB in a 512 MiB sandbox"
+
+
+def test_cgroup_files_show_the_limits(api, driver, request):
+    if driver in CGROUP_VIEW_MISSING:
+        request.applymarker(pytest.mark.xfail(reason=CGROUP_VIEW_MISSING[driver], strict=True))
+    sbx = api.create_sandbox(driver=driver, memoryMiB=512)
+    # The cgroup files programs (the JVM, Go's runtime) read.
+    # As they find it: v2 through the process's own path in /proc/self/cgroup.
+    limit = sbx.run("p=$(sed -n 's/^0:://p' /proc/self/cgroup); "
+                    "cat /sys/fs/cgroup${p%/}/memory.max 2>/dev/null || "
+                    "cat /sys/fs/cgroup/memory/memory.limit_in_bytes").strip()
+    assert limit.isdigit() and int(limit) <= 512 * MiB, f"cgroup memory limit {limit!r}"
+
+
+def test_proc_shows_the_sandbox_cpus(api, driver, request):
+    if driver in CPU_VIEW_MISSING:
+        request.applymarker(pytest.mark.xfail(reason=CPU_VIEW_MISSING[driver], strict=True))
+    sbx = api.create_sandbox(driver=driver, vcpu=1)
+    assert sbx.run("nproc").strip() == "1"
+    assert sbx.run("python3 -c 'import os; print(os.cpu_count())'").strip() == "1"
+    assert sbx.run("grep -c ^processor /proc/cpuinfo").strip() == "1"
+
+
+def test_memory_exhaustion_kills_the_process_not_the_sandbox(api, driver):
+    sbx = api.create_sandbox(driver=driver, memoryMiB=512)
+    sbx.run("nohup sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/bystander")
+    # Python under the microVM's software emulation is ~20x slower: its
+    # bound is minutes, and the HTTP wait is the command's bound and more.
+    r = api.post(f"/v1/sandboxes/{sbx.id}:exec", json={"command": HOG, "timeoutMs": 300000}, timeout=400)
+    assert r.status_code == 200, r.text[:2000]
+    res = r.json()
+    assert res["timedOut"] is False, res
+    assert res["exitCode"] == 137, f"expected a kill (137): {res!r}"
+    # The shape the published client reads (CommandResult.out_of_memory).
+    oom = res.get("outOfMemory")
+    assert isinstance(oom, dict), res
+    assert oom["code"] == "out_of_memory" and oom["processesKilled"] >= 1, oom
+    assert oom["memoryMiB"] == 512 and oom["message"] and oom["hint"], oom
+    # The sandbox, its agent and its other processes go on.
+    st = api.sandbox(sbx.id)
+    assert st["state"] == "running", st
+    assert sbx.run("echo alive") == "alive\n"
+    assert sbx.exec("kill -0 $(cat /tmp/bystander)")["exitCode"] == 0, "the bystander was killed"
+    # An ordinary exit is not reported as one.
+    res = sbx.exec("exit 3")
+    assert res["exitCode"] == 3 and "outOfMemory" not in res, res
+
+
+def test_cpu_spinners_leave_the_agent_answering(api, driver):
+    sbx = api.create_sandbox(driver=driver, vcpu=1)
+    sbx.run("for i in 1 2 3 4; do nohup sh -c 'while :; do :; done' >/dev/null 2>&1 & done")
+    worst = 0.0
+    for _ in range(5):
+        t0 = time.monotonic()
+        assert sbx.run("echo ok", timeoutMs=60000) == "ok\n"
+        worst = max(worst, time.monotonic() - t0)
+    # Within the heartbeat's deadline for the driver (docs/drivers.md): a
+    # guest under software emulation on a loaded host has been seen to
+    # take 26 s for an echo beside the spinners.
+    bound = 60 if driver == "microvm" else 20
+    assert worst < bound, f"an exec took {worst:.1f}s beside the spinners"
+    assert api.sandbox(sbx.id)["state"] == "running"
+
+
+@pytest.mark.slow
+def test_fork_bomb_leaves_the_agent_answering(api, driver):
+    sbx = api.create_sandbox(driver=driver, memoryMiB=512)
+    r = api.post(f"/v1/sandboxes/{sbx.id}:exec",
+                 json={"command": ":(){ :|:& };:", "timeoutMs": 20000}, timeout=180)
+    assert r.status_code == 200, r.text
+    assert api.sandbox(sbx.id)["state"] == "running"
+    wait_until(lambda: sbx.exec("echo alive", timeoutMs=20000)["stdout"] == "alive\n", 90, 1,
+               what="the bombed sandbox to answer again")

@@ -1,0 +1,92 @@
+/* The agent's own protection and its memory watch (src/agent/limits.c). */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agent/limits.h"
+
+static int status_of(int how) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                if (how < 0)
+                        raise(-how);
+                _exit(how);
+        }
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        return st;
+}
+
+/* Only a SIGKILL that the agent did not send, with the kernel's count of
+ * OOM kills gone up since the start, is an OOM kill. */
+static void test_was_oom_kill(void **state) {
+        uint64_t now = limits_oom_kills();
+        if (now == UINT64_MAX)
+                skip();
+        int killed = status_of(-SIGKILL), exited = status_of(137), term = status_of(-SIGTERM);
+        assert_false(limits_was_oom_kill(killed, false, now));     /* count did not move */
+        assert_true(limits_was_oom_kill(killed, false, now - 1));  /* it did */
+        assert_false(limits_was_oom_kill(killed, true, now - 1));  /* the agent's own kill */
+        assert_false(limits_was_oom_kill(exited, false, now - 1)); /* exit 137 is a choice */
+        assert_false(limits_was_oom_kill(term, false, now - 1));
+        assert_false(limits_was_oom_kill(killed, false, UINT64_MAX));
+}
+
+static void test_memory_used(void **state) {
+        uint64_t used = 0;
+        assert_int_equal(limits_memory_used(&used), 0);
+        assert_true(used > 0);
+}
+
+/* The largest process is found by its resident set, and the caller (the
+ * agent) is never the one. */
+static void test_largest_process(void **state) {
+        int p[2];
+        assert_int_equal(pipe(p), 0);
+        pid_t big = fork();
+        assert_true(big >= 0);
+        if (big == 0) {
+                size_t n = 512u << 20;
+                char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (m == MAP_FAILED)
+                        _exit(1);
+                memset(m, 1, n);
+                (void)!write(p[1], "x", 1);
+                pause();
+                _exit(0);
+        }
+        char c;
+        assert_int_equal(read(p[0], &c, 1), 1);
+        pid_t pid = 0, pgid = 0;
+        int r = limits_largest_process(&pid, &pgid);
+        kill(big, SIGKILL);
+        waitpid(big, NULL, 0);
+        close(p[0]);
+        close(p[1]);
+        assert_int_equal(r, 0);
+        assert_int_not_equal(pid, getpid());
+        /* On a busy host something else may be larger still; it is never us. */
+        if (pid == big)
+                assert_int_equal(pgid, getpgid(0));
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_was_oom_kill),
+                cmocka_unit_test(test_memory_used),
+                cmocka_unit_test(test_largest_process),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
