@@ -142,14 +142,16 @@ static ssize_t build_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
 }
 
+/* Seconds the builder gets to clean up after a SIGTERM before SIGKILL. */
+#define BUILD_STOP_GRACE_MS 5000
+
 static void build_free(void *cls) {
         Build *b = cls;
         if (!b->reaped && b->pid > 0) {
                 /* The client left: stop the build (its process group). */
                 log_info(b->rid, "client left during the build of %s: stopping it", b->name);
-                kill(-b->pid, SIGTERM);
-                while (waitpid(b->pid, NULL, 0) < 0 && errno == EINTR)
-                        ;
+                int st = image_build_stop(b->pid, BUILD_STOP_GRACE_MS);
+                log_info(b->rid, "build of %s stopped (status %d)", b->name, st);
         }
         if (b->fd >= 0)
                 close(b->fd);
@@ -187,51 +189,21 @@ enum MHD_Result handle_image_build(Req *r) {
         b->sock = req_socket(r);
         snprintf(b->rid, sizeof(b->rid), "%s", r->rid);
         snprintf(b->name, sizeof(b->name), "%s", r->route.image);
-        mkdir(r->app->cfg->image_dir, 0755);
         const DaemonConfig *cfg = r->app->cfg;
+        /* The microVM's parts after the root filesystem: a create never
+         * builds them (docs/microvm.md). */
         bool microvm = false;
         for (unsigned i = 0; i < cfg->n_drivers; i++)
                 microvm = microvm || (cfg->drivers[i].driver == &driver_microvm && cfg->drivers[i].offered);
-        microvm = microvm && cfg->microvm_builder;
-        pid_t pid = fork();
-        if (pid < 0) {
+        pid_t pid;
+        int rc = image_build_start(cfg, b->name, forced, microvm ? cfg->microvm_builder : NULL, pipefd[1], &pid);
+        if (rc < 0) {
+                log_error(r->rid, "starting the image builder %s: %s", cfg->image_builder, strerror(-rc));
                 close(pipefd[0]);
                 close(pipefd[1]);
                 free(b);
                 atomic_store(&r->app->building, false);
                 return reply_internal(r);
-        }
-        if (pid == 0) {
-                setpgid(0, 0);
-                int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                if (devnull >= 0)
-                        dup2(devnull, 0);
-                dup2(pipefd[1], 1);
-                dup2(pipefd[1], 2);
-                /* The microVM's parts after the root filesystem: a create
-                 * never builds them (docs/microvm.md). Same process group,
-                 * so a stop reaches both. */
-                if (microvm) {
-                        pid_t root = fork();
-                        if (root == 0) {
-                                execl(cfg->image_builder, cfg->image_builder, forced ? "--force" : "--", cfg->image_dir,
-                                      b->name, (char *)NULL);
-                                _exit(127);
-                        }
-                        int st = 0;
-                        while (root > 0 && waitpid(root, &st, 0) < 0 && errno == EINTR)
-                                ;
-                        if (root < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-                                _exit(root < 0 ? 127 : WIFEXITED(st) ? WEXITSTATUS(st) : 128);
-                        execl(cfg->microvm_builder, cfg->microvm_builder, forced ? "--force" : "--", cfg->image_dir,
-                              b->name, (char *)NULL);
-                        _exit(127);
-                }
-                if (forced)
-                        execl(cfg->image_builder, cfg->image_builder, "--force", cfg->image_dir, b->name, (char *)NULL);
-                else
-                        execl(cfg->image_builder, cfg->image_builder, cfg->image_dir, b->name, (char *)NULL);
-                _exit(127);
         }
         close(pipefd[1]);
         b->pid = pid;

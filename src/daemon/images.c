@@ -7,11 +7,14 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/macro.h"
@@ -30,26 +33,111 @@ bool image_name_ok(const char *s) {
         return true;
 }
 
+/* Starts the image builder with argv, its stdout and stderr on out_fd
+ * (/dev/null when out_fd < 0), stdin on /dev/null. posix_spawn puts it in a
+ * process group of its own before this returns, so that a kill(-pid) can
+ * never race a setpgid in the child, and gives it an empty signal mask and
+ * default dispositions: the daemon's threads block SIGTERM (main waits for
+ * it with sigwait) and ignore SIGPIPE, and a forked child would keep both, so
+ * the builder could not be stopped by SIGTERM and would not die of a closed
+ * pipe. */
+static int builder_spawn(const char *builder, char *const argv[], int out_fd, pid_t *ret) {
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t attr;
+        sigset_t none, all;
+        int r = posix_spawn_file_actions_init(&fa);
+        if (r != 0)
+                return -r;
+        if ((r = posix_spawnattr_init(&attr)) != 0) {
+                posix_spawn_file_actions_destroy(&fa);
+                return -r;
+        }
+        sigemptyset(&none);
+        sigfillset(&all);
+        if (!r)
+                r = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        if (!r && out_fd >= 0)
+                r = posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+        else if (!r)
+                r = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        if (!r)
+                r = posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        if (!r)
+                r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                                            POSIX_SPAWN_SETSIGDEF);
+        if (!r)
+                r = posix_spawnattr_setpgroup(&attr, 0);
+        if (!r)
+                r = posix_spawnattr_setsigmask(&attr, &none);
+        if (!r)
+                r = posix_spawnattr_setsigdefault(&attr, &all);
+        pid_t pid = -1;
+        if (!r)
+                r = posix_spawn(&pid, builder, &fa, &attr, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        posix_spawnattr_destroy(&attr);
+        if (r != 0)
+                return -r;
+        *ret = pid;
+        return 0;
+}
+
 /* Runs `builder --check IMAGE_DIR NAME`: exit 0 when built and up to date. */
 static bool image_check(const DaemonConfig *cfg, const char *name) {
-        pid_t pid = fork();
-        if (pid < 0)
+        char *argv[] = { (char *)cfg->image_builder, "--check", (char *)cfg->image_dir, (char *)name, NULL };
+        pid_t pid;
+        if (builder_spawn(cfg->image_builder, argv, -1, &pid) < 0)
                 return false;
-        if (pid == 0) {
-                int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-                if (devnull >= 0) {
-                        dup2(devnull, 0);
-                        dup2(devnull, 1);
-                        dup2(devnull, 2);
-                }
-                execl(cfg->image_builder, cfg->image_builder, "--check", cfg->image_dir, name, (char *)NULL);
-                _exit(127);
-        }
         int status;
         while (waitpid(pid, &status, 0) < 0)
                 if (errno != EINTR)
                         return false;
         return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+int image_build_start(const DaemonConfig *cfg, const char *name, bool force, const char *then, int out_fd,
+                      pid_t *ret) {
+        if (!image_name_ok(name))
+                return -EINVAL;
+        if (mkdir(cfg->image_dir, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        char *flag = force ? "--force" : "--";
+        if (then) {
+                /* Both builders in the one process group, the second only
+                 * after the first succeeded. */
+                char *argv[] = { "/bin/sh", "-c", "\"$1\" \"$2\" \"$4\" \"$5\" && exec \"$3\" \"$2\" \"$4\" \"$5\"",
+                                 "sh", (char *)cfg->image_builder, flag, (char *)then, (char *)cfg->image_dir,
+                                 (char *)name, NULL };
+                return builder_spawn("/bin/sh", argv, out_fd, ret);
+        }
+        char *argv[] = { (char *)cfg->image_builder, flag, (char *)cfg->image_dir, (char *)name, NULL };
+        return builder_spawn(cfg->image_builder, argv, out_fd, ret);
+}
+
+int image_build_stop(pid_t pid, int grace_ms) {
+        int status = 0;
+        /* The builder's trap stops debootstrap (a session of its own) and
+         * removes the partial tree; give it that long before SIGKILL. */
+        kill(-pid, SIGTERM);
+        for (int waited = 0;; waited += 50) {
+                pid_t w = waitpid(pid, &status, WNOHANG);
+                if (w == pid)
+                        break;
+                if (w < 0 && errno != EINTR)
+                        return -errno;
+                if (waited >= grace_ms) {
+                        kill(-pid, SIGKILL);
+                        while (waitpid(pid, &status, 0) < 0)
+                                if (errno != EINTR)
+                                        return -errno;
+                        break;
+                }
+                struct timespec ts = { 0, 50 * 1000 * 1000 };
+                nanosleep(&ts, NULL);
+        }
+        /* Anything of the group that outlived its leader. */
+        kill(-pid, SIGKILL);
+        return status;
 }
 
 /* Size of a tree: cached per (image, mtime), since walking a root

@@ -3,6 +3,7 @@
  * builder). */
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/timeutil.h"
 
@@ -25,3 +26,13 @@ int image_info(const struct DaemonConfig *cfg, const char *name, ImageInfo *ret)
  * from fn stops the walk and is returned. */
 typedef int (*ImageFn)(void *userdata, const ImageInfo *info);
 int images_list(const struct DaemonConfig *cfg, ImageFn fn, void *userdata);
+
+/* Starts building an image: the builder (cfg->image_builder), then `then`
+ * (NULL: none; the microVM's builder) on success, in a process group of its
+ * own (its pgid is the returned pid) with a clean signal mask, writing their
+ * log to out_fd. The caller reaps it, or stops it with image_build_stop. */
+int image_build_start(const struct DaemonConfig *cfg, const char *name, bool force, const char *then, int out_fd,
+                      pid_t *ret);
+/* Stops a build: SIGTERM to its group, grace_ms for the builder to clean up,
+ * then SIGKILL; reaps it. Its wait status, or a negative errno. */
+int image_build_stop(pid_t pid, int grace_ms);
