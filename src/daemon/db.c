@@ -9,17 +9,12 @@
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/auth.h"
+#include "daemon/sqldb.h"
 
 struct Db {
         sqlite3 *sql;
         pthread_mutex_t lock;
 };
-
-static inline void sqlite3_finalizep(sqlite3_stmt **s) {
-        if (*s)
-                sqlite3_finalize(*s);
-}
-#define _cleanup_stmt_ _cleanup_(sqlite3_finalizep)
 
 /* Migrations, in order; the schema_version table says how many ran. Never
  * edit one that shipped: append. */
@@ -53,36 +48,8 @@ static const char *const migrations[] = {
         "CREATE INDEX sandboxes_live ON sandboxes (deleted_at, state);",
 };
 
-static int sql_err(int rc) {
-        switch (rc & 0xff) {
-        case SQLITE_OK:
-        case SQLITE_DONE:
-        case SQLITE_ROW:
-                return 0;
-        case SQLITE_BUSY:
-        case SQLITE_LOCKED:
-                return -EBUSY;
-        case SQLITE_NOMEM:
-                return -ENOMEM;
-        case SQLITE_FULL:
-                return -ENOSPC;
-        case SQLITE_CONSTRAINT:
-                return -EEXIST;
-        case SQLITE_READONLY:
-        case SQLITE_PERM:
-        case SQLITE_AUTH:
-                return -EPERM;
-        default:
-                return -EIO;
-        }
-}
-
-static int exec_sql(sqlite3 *sql, const char *text) {
-        return sql_err(sqlite3_exec(sql, text, NULL, NULL, NULL));
-}
-
 static int migrate(sqlite3 *sql) {
-        int r = exec_sql(sql, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);");
+        int r = sqldb_exec(sql, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);");
         if (r < 0)
                 return r;
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -94,15 +61,15 @@ static int migrate(sqlite3 *sql) {
         if (version > (int64_t)ELEMENTSOF(migrations))
                 return -EPROTONOSUPPORT; /* a newer daemon wrote this database */
         for (size_t i = (size_t)version; i < ELEMENTSOF(migrations); i++) {
-                if ((r = exec_sql(sql, "BEGIN IMMEDIATE")) < 0)
+                if ((r = sqldb_exec(sql, "BEGIN IMMEDIATE")) < 0)
                         return r;
                 char bump[96];
                 snprintf(bump, sizeof(bump), "INSERT INTO schema_version (version) VALUES (%zu);", i + 1);
-                if ((r = exec_sql(sql, migrations[i])) < 0 || (r = exec_sql(sql, bump)) < 0) {
-                        exec_sql(sql, "ROLLBACK");
+                if ((r = sqldb_exec(sql, migrations[i])) < 0 || (r = sqldb_exec(sql, bump)) < 0) {
+                        sqldb_exec(sql, "ROLLBACK");
                         return r;
                 }
-                if ((r = exec_sql(sql, "COMMIT")) < 0)
+                if ((r = sqldb_exec(sql, "COMMIT")) < 0)
                         return r;
         }
         return 0;
@@ -110,19 +77,10 @@ static int migrate(sqlite3 *sql) {
 
 int db_open(const char *path, Db **ret) {
         sqlite3 *sql = NULL;
-        int rc = sqlite3_open_v2(path, &sql,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
-                                         SQLITE_OPEN_NOFOLLOW,
-                                 NULL);
-        if (rc != SQLITE_OK) {
-                sqlite3_close(sql);
-                return sql_err(rc) ? sql_err(rc) : -EIO;
-        }
-        sqlite3_busy_timeout(sql, 5000);
-        int r;
-        if ((r = exec_sql(sql, "PRAGMA journal_mode=WAL;")) < 0 ||
-            (r = exec_sql(sql, "PRAGMA foreign_keys=ON;")) < 0 ||
-            (r = exec_sql(sql, "PRAGMA synchronous=NORMAL;")) < 0 || (r = migrate(sql)) < 0) {
+        int r = sqldb_open(path, &sql);
+        if (r < 0)
+                return r;
+        if ((r = migrate(sql)) < 0) {
                 sqlite3_close(sql);
                 return r;
         }
@@ -144,14 +102,6 @@ void db_close(Db *db) {
         pthread_mutex_destroy(&db->lock);
         free(db);
 }
-
-static void unlockp(pthread_mutex_t **m) {
-        if (*m)
-                pthread_mutex_unlock(*m);
-}
-#define LOCKED(db)                                                                                          \
-        pthread_mutex_lock(&(db)->lock);                                                                    \
-        __attribute__((cleanup(unlockp), unused)) pthread_mutex_t *_held_ = &(db)->lock
 
 int db_key_count(Db *db, int64_t *ret) {
         LOCKED(db);
@@ -180,7 +130,7 @@ int db_key_insert(Db *db, const char *id, const char *name, const char *owner, b
         sqlite3_bind_text(st, 5, hash_hex, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 6, trial);
         sqlite3_bind_int64(st, 7, time_now_unix());
-        return sql_err(sqlite3_step(st));
+        return sqldb_errno(sqlite3_step(st));
 }
 
 static void copy_text(char *dst, size_t n, sqlite3_stmt *st, int col) {
@@ -201,7 +151,7 @@ int db_key_by_hash(Db *db, const char *hash_hex, KeyInfo *ret) {
         if (rc == SQLITE_DONE)
                 return -ENOENT;
         if (rc != SQLITE_ROW)
-                return sql_err(rc) ? sql_err(rc) : -EIO;
+                return sqldb_errno(rc) ? sqldb_errno(rc) : -EIO;
         /* The index found it; compare again in constant time so that nothing
          * about the stored hash leaks through timing. */
         const char *stored = (const char *)sqlite3_column_text(st, 6);
@@ -259,7 +209,7 @@ static int count_where(sqlite3 *sql, const char *owner, int64_t *ret) {
 
 int db_sandbox_insert(Db *db, const SandboxRow *r, unsigned max_total, unsigned max_owner) {
         LOCKED(db);
-        int rc = exec_sql(db->sql, "BEGIN IMMEDIATE");
+        int rc = sqldb_exec(db->sql, "BEGIN IMMEDIATE");
         if (rc < 0)
                 return rc;
         int64_t total, mine;
@@ -291,12 +241,12 @@ int db_sandbox_insert(Db *db, const SandboxRow *r, unsigned max_total, unsigned 
                 sqlite3_bind_text(st, 7, r->state, -1, SQLITE_STATIC);
                 sqlite3_bind_int64(st, 8, r->created_at);
                 bind_opt_int(st, 9, r->lease_ends_at);
-                if ((rc = sql_err(sqlite3_step(st))) < 0)
+                if ((rc = sqldb_errno(sqlite3_step(st))) < 0)
                         goto rollback;
         }
-        return exec_sql(db->sql, "COMMIT");
+        return sqldb_exec(db->sql, "COMMIT");
 rollback:
-        exec_sql(db->sql, "ROLLBACK");
+        sqldb_exec(db->sql, "ROLLBACK");
         return rc;
 }
 
@@ -317,7 +267,7 @@ int db_sandbox_update(Db *db, const SandboxRow *r) {
         sqlite3_bind_int64(st, 7, r->run_seconds);
         bind_opt_int(st, 8, r->deleted_at);
         sqlite3_bind_text(st, 9, r->id, -1, SQLITE_STATIC);
-        int rc = sql_err(sqlite3_step(st));
+        int rc = sqldb_errno(sqlite3_step(st));
         if (rc < 0)
                 return rc;
         return sqlite3_changes(db->sql) == 1 ? 0 : -ENOENT;

@@ -20,6 +20,7 @@
 #include "common/timeutil.h"
 #include "daemon/agent_client.h"
 #include "daemon/log.h"
+#include "daemon/sqldb.h"
 #include "egress/ca.h"
 #include "egress/cabundle.h"
 #include "egress/cidr.h"
@@ -94,13 +95,6 @@ bool egress_secret_name_ok(const char *name) {
                 if (strcmp(*r, name) == 0)
                         return false;
         return true;
-}
-
-static int exec_sql(sqlite3 *sql, const char *text) {
-        char *msg = NULL;
-        int rc = sqlite3_exec(sql, text, NULL, NULL, &msg);
-        sqlite3_free(msg);
-        return rc == SQLITE_OK ? 0 : -EIO;
 }
 
 /* Refuses, at start, a range that would let a sandbox reach what it must
@@ -184,17 +178,11 @@ int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char
                 r = -ENOMEM;
                 goto fail;
         }
-        int rc = sqlite3_open_v2(cfg->db_path, &svc->sql,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
-                                         SQLITE_OPEN_NOFOLLOW,
-                                 NULL);
-        if (rc != SQLITE_OK) {
+        if ((r = sqldb_open(cfg->db_path, &svc->sql)) < 0) {
                 snprintf(err, err_len, "cannot open the database");
-                r = -EIO;
                 goto fail;
         }
-        sqlite3_busy_timeout(svc->sql, 10000);
-        if ((r = exec_sql(svc->sql, "PRAGMA journal_mode=WAL;")) < 0 || (r = exec_sql(svc->sql, schema)) < 0) {
+        if ((r = sqldb_exec(svc->sql, schema)) < 0) {
                 snprintf(err, err_len, "cannot make the egress tables");
                 goto fail;
         }

@@ -15,42 +15,18 @@
 #include "daemon/ledger.h"
 #include "daemon/log.h"
 #include "common/jsonutil.h"
+#include "daemon/sqldb.h"
 
 struct KeyStore {
         sqlite3 *sql;
         pthread_mutex_t lock;
 };
 
-static inline void stmt_finalizep(sqlite3_stmt **s) {
-        if (*s)
-                sqlite3_finalize(*s);
-}
-#define _cleanup_stmt_ _cleanup_(stmt_finalizep)
-
-static void unlockp(pthread_mutex_t **m) {
-        if (*m)
-                pthread_mutex_unlock(*m);
-}
-#define LOCKED(k)                                                                                           \
-        pthread_mutex_lock(&(k)->lock);                                                                     \
-        __attribute__((cleanup(unlockp), unused)) pthread_mutex_t *_held_ = &(k)->lock
-
-static int exec_sql(sqlite3 *sql, const char *text) {
-        int rc = sqlite3_exec(sql, text, NULL, NULL, NULL);
-        if (rc == SQLITE_OK)
-                return 0;
-        return (rc & 0xff) == SQLITE_BUSY ? -EBUSY : -EIO;
-}
-
 int keystore_open(const char *db_path, KeyStore **ret) {
         sqlite3 *sql = NULL;
-        int rc = sqlite3_open_v2(db_path, &sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW,
-                                 NULL);
-        if (rc != SQLITE_OK) {
-                sqlite3_close(sql);
-                return -EIO;
-        }
-        sqlite3_busy_timeout(sql, 10000);
+        int r = sqldb_open(db_path, &sql);
+        if (r < 0)
+                return r;
         KeyStore *k = calloc(1, sizeof(*k));
         if (!k) {
                 sqlite3_close(sql);
@@ -122,7 +98,7 @@ int keystore_create(KeyStore *ks, const char *name, const char *owner, bool full
                 return r;
         snprintf(id, sizeof(id), "key_%s", idhex);
         LOCKED(ks);
-        if ((r = exec_sql(ks->sql, "BEGIN IMMEDIATE")) < 0)
+        if ((r = sqldb_exec(ks->sql, "BEGIN IMMEDIATE")) < 0)
                 return r;
         int64_t n = trial ? count(ks->sql, "SELECT count(*) FROM keys WHERE trial = 1", NULL)
                           : count(ks->sql, "SELECT count(*) FROM keys WHERE owner = ?1 AND revoked_at IS NULL", owner);
@@ -177,7 +153,7 @@ int keystore_create(KeyStore *ks, const char *name, const char *owner, bool full
                 r = -ENOMEM;
                 goto rollback;
         }
-        if ((r = exec_sql(ks->sql, "COMMIT")) < 0) {
+        if ((r = sqldb_exec(ks->sql, "COMMIT")) < 0) {
                 json_decref(*ret);
                 *ret = NULL;
                 goto rollback;
@@ -186,7 +162,7 @@ int keystore_create(KeyStore *ks, const char *name, const char *owner, bool full
         explicit_bzero(secret, sizeof(secret));
         return 0;
 rollback:
-        exec_sql(ks->sql, "ROLLBACK");
+        sqldb_exec(ks->sql, "ROLLBACK");
         explicit_bzero(secret, sizeof(secret));
         return r;
 }
@@ -218,7 +194,7 @@ int keystore_list(KeyStore *ks, const char *owner, json_t **ret) {
 
 int keystore_revoke(KeyStore *ks, const char *id, const char *owner, int64_t now, json_t **ret) {
         LOCKED(ks);
-        int r = exec_sql(ks->sql, "BEGIN IMMEDIATE");
+        int r = sqldb_exec(ks->sql, "BEGIN IMMEDIATE");
         if (r < 0)
                 return r;
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -266,11 +242,11 @@ int keystore_revoke(KeyStore *ks, const char *id, const char *owner, int64_t now
                         goto rollback;
                 }
         }
-        if ((r = exec_sql(ks->sql, "COMMIT")) < 0)
+        if ((r = sqldb_exec(ks->sql, "COMMIT")) < 0)
                 goto rollback;
         *ret = json_pack("{s:s,s:b,s:o}", "id", id, "revoked", 1, "revokedAt", json_time_or_null(now));
         return *ret ? 0 : -ENOMEM;
 rollback:
-        exec_sql(ks->sql, "ROLLBACK");
+        sqldb_exec(ks->sql, "ROLLBACK");
         return r;
 }

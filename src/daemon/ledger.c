@@ -8,17 +8,12 @@
 
 #include "common/macro.h"
 #include "common/jsonutil.h"
+#include "daemon/sqldb.h"
 
 struct Ledger {
         sqlite3 *sql;
         pthread_mutex_t lock; /* one transaction at a time on this connection */
 };
-
-static inline void stmt_finalizep(sqlite3_stmt **s) {
-        if (*s)
-                sqlite3_finalize(*s);
-}
-#define _cleanup_stmt_ _cleanup_(stmt_finalizep)
 
 /* The ledger's tables live in the daemon's database but are the ledger's
  * alone; IF NOT EXISTS keeps this independent of the daemon's migrations. */
@@ -51,49 +46,12 @@ static const char schema[] =
         "  settled_at INTEGER);"
         "CREATE INDEX IF NOT EXISTS reservations_key ON reservations (key_id, settled_at);";
 
-static int sql_err(int rc) {
-        switch (rc & 0xff) {
-        case SQLITE_OK:
-        case SQLITE_DONE:
-        case SQLITE_ROW:
-                return 0;
-        case SQLITE_BUSY:
-        case SQLITE_LOCKED:
-                return -EBUSY;
-        case SQLITE_NOMEM:
-                return -ENOMEM;
-        case SQLITE_FULL:
-                return -ENOSPC;
-        case SQLITE_CONSTRAINT:
-                return -EEXIST;
-        default:
-                return -EIO;
-        }
-}
-
-static int exec_sql(sqlite3 *sql, const char *text) {
-        return sql_err(sqlite3_exec(sql, text, NULL, NULL, NULL));
-}
-
 int ledger_open(const char *db_path, Ledger **ret) {
         sqlite3 *sql = NULL;
-        int rc = sqlite3_open_v2(db_path, &sql,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
-                                         SQLITE_OPEN_NOFOLLOW,
-                                 NULL);
-        if (rc != SQLITE_OK) {
-                sqlite3_close(sql);
-                return sql_err(rc) ? sql_err(rc) : -EIO;
-        }
-        sqlite3_busy_timeout(sql, 10000);
-        int r;
-        if ((r = exec_sql(sql, "PRAGMA journal_mode=WAL;")) < 0 ||
-            (r = exec_sql(sql, "PRAGMA synchronous=NORMAL;")) < 0 || (r = exec_sql(sql, "BEGIN IMMEDIATE")) < 0) {
-                sqlite3_close(sql);
+        int r = sqldb_open(db_path, &sql);
+        if (r < 0)
                 return r;
-        }
-        if ((r = exec_sql(sql, schema)) < 0 || (r = exec_sql(sql, "COMMIT")) < 0) {
-                exec_sql(sql, "ROLLBACK");
+        if ((r = sqldb_exec_transaction(sql, schema)) < 0) {
                 sqlite3_close(sql);
                 return r;
         }
@@ -115,14 +73,6 @@ void ledger_close(Ledger *l) {
         pthread_mutex_destroy(&l->lock);
         free(l);
 }
-
-static void unlockp(pthread_mutex_t **m) {
-        if (*m)
-                pthread_mutex_unlock(*m);
-}
-#define LOCKED(l)                                                                                           \
-        pthread_mutex_lock(&(l)->lock);                                                                     \
-        __attribute__((cleanup(unlockp), unused)) pthread_mutex_t *_held_ = &(l)->lock
 
 uint64_t ledger_cost(uint64_t per_hour, int64_t seconds) {
         if (seconds <= 0)
@@ -214,7 +164,7 @@ int ledger_reserve(Ledger *l, const char *key_id, const char *owner, const char 
         if (amount < 0 || seconds < 0)
                 return -EINVAL;
         LOCKED(l);
-        int r = exec_sql(l->sql, "BEGIN IMMEDIATE");
+        int r = sqldb_exec(l->sql, "BEGIN IMMEDIATE");
         if (r < 0)
                 return r;
         LedgerKeyUse u;
@@ -233,7 +183,7 @@ int ledger_reserve(Ledger *l, const char *key_id, const char *owner, const char 
         }
         if (refused) {
                 refusal.reservations_end = earliest_reservation_end(l, key_id);
-                exec_sql(l->sql, "ROLLBACK");
+                sqldb_exec(l->sql, "ROLLBACK");
                 *ret_refusal = refusal;
                 return -EDQUOT;
         }
@@ -253,12 +203,12 @@ int ledger_reserve(Ledger *l, const char *key_id, const char *owner, const char 
                 sqlite3_bind_int64(st, 5, seconds);
                 sqlite3_bind_int64(st, 6, now);
                 sqlite3_bind_int64(st, 7, expires_at);
-                if ((r = sql_err(sqlite3_step(st))) < 0)
+                if ((r = sqldb_errno(sqlite3_step(st))) < 0)
                         goto rollback;
         }
-        return exec_sql(l->sql, "COMMIT");
+        return sqldb_exec(l->sql, "COMMIT");
 rollback:
-        exec_sql(l->sql, "ROLLBACK");
+        sqldb_exec(l->sql, "ROLLBACK");
         return r;
 }
 
@@ -270,7 +220,7 @@ static int release_locked(Ledger *l, const char *sandbox_id, int64_t now) {
                 return r;
         sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, now);
-        return sql_err(sqlite3_step(st));
+        return sqldb_errno(sqlite3_step(st));
 }
 
 int ledger_release(Ledger *l, const char *sandbox_id, int64_t now) {
@@ -284,15 +234,15 @@ static int begin_locked(Ledger *l, const char *sandbox_id, const char *key_id, c
 int ledger_begin(Ledger *l, const char *sandbox_id, const char *key_id, const char *owner, int64_t started_at,
                  uint64_t per_hour, int64_t lease_ends_at) {
         LOCKED(l);
-        int r = exec_sql(l->sql, "BEGIN IMMEDIATE");
+        int r = sqldb_exec(l->sql, "BEGIN IMMEDIATE");
         if (r < 0)
                 return r;
         if ((r = begin_locked(l, sandbox_id, key_id, owner, started_at, per_hour, lease_ends_at)) < 0) {
-                exec_sql(l->sql, "ROLLBACK");
+                sqldb_exec(l->sql, "ROLLBACK");
                 return r;
         }
-        if ((r = exec_sql(l->sql, "COMMIT")) < 0)
-                exec_sql(l->sql, "ROLLBACK");
+        if ((r = sqldb_exec(l->sql, "COMMIT")) < 0)
+                sqldb_exec(l->sql, "ROLLBACK");
         return r;
 }
 
@@ -307,7 +257,7 @@ static int begin_locked(Ledger *l, const char *sandbox_id, const char *key_id, c
                         return r;
                 sqlite3_bind_text(up, 1, sandbox_id, -1, SQLITE_STATIC);
                 sqlite3_bind_int64(up, 2, lease_ends_at);
-                if ((r = sql_err(sqlite3_step(up))) < 0)
+                if ((r = sqldb_errno(sqlite3_step(up))) < 0)
                         return r;
         }
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -323,7 +273,7 @@ static int begin_locked(Ledger *l, const char *sandbox_id, const char *key_id, c
         sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, started_at);
         sqlite3_bind_int64(st, 5, (int64_t)(per_hour > INT64_MAX ? INT64_MAX : per_hour));
-        return sql_err(sqlite3_step(st));
+        return sqldb_errno(sqlite3_step(st));
 }
 
 /* Closes the open interval of a sandbox at `end` (or at its heartbeat when
@@ -359,7 +309,7 @@ static int close_locked(Ledger *l, const char *sandbox_id, int64_t end, bool at_
                 sqlite3_bind_int64(up, 2, stop);
                 sqlite3_bind_int64(up, 3, secs);
                 sqlite3_bind_int64(up, 4, micros);
-                if ((r = sql_err(sqlite3_step(up))) < 0)
+                if ((r = sqldb_errno(sqlite3_step(up))) < 0)
                         return r;
                 found = true;
                 if (ret_end)
@@ -373,7 +323,7 @@ static int close_locked(Ledger *l, const char *sandbox_id, int64_t end, bool at_
 static int settle(Ledger *l, const char *sandbox_id, int64_t end, bool at_heartbeat, int64_t now,
                   int64_t *ret_end) {
         LOCKED(l);
-        int r = exec_sql(l->sql, "BEGIN IMMEDIATE");
+        int r = sqldb_exec(l->sql, "BEGIN IMMEDIATE");
         if (r < 0)
                 return r;
         int closed = close_locked(l, sandbox_id, end, at_heartbeat, ret_end);
@@ -383,11 +333,11 @@ static int settle(Ledger *l, const char *sandbox_id, int64_t end, bool at_heartb
         }
         if ((r = release_locked(l, sandbox_id, now)) < 0)
                 goto rollback;
-        if ((r = exec_sql(l->sql, "COMMIT")) < 0)
+        if ((r = sqldb_exec(l->sql, "COMMIT")) < 0)
                 goto rollback;
         return closed;
 rollback:
-        exec_sql(l->sql, "ROLLBACK");
+        sqldb_exec(l->sql, "ROLLBACK");
         return r;
 }
 
@@ -407,7 +357,7 @@ int ledger_heartbeat(Ledger *l, int64_t now) {
         if (r < 0)
                 return r;
         sqlite3_bind_int64(st, 1, now);
-        return sql_err(sqlite3_step(st));
+        return sqldb_errno(sqlite3_step(st));
 }
 
 int ledger_settle_orphans(Ledger *l, int64_t now) {
@@ -420,7 +370,7 @@ int ledger_settle_orphans(Ledger *l, int64_t now) {
         if (r < 0)
                 return r;
         sqlite3_bind_int64(st, 1, now);
-        return sql_err(sqlite3_step(st));
+        return sqldb_errno(sqlite3_step(st));
 }
 
 int ledger_key_budget(Ledger *l, const char *key_id, int64_t trial_allowance_seconds, LedgerBudget *ret) {
@@ -442,11 +392,11 @@ int ledger_key_budget(Ledger *l, const char *key_id, int64_t trial_allowance_sec
 
 int ledger_key_use(Ledger *l, const char *key_id, int64_t now, LedgerKeyUse *ret) {
         LOCKED(l);
-        int r = exec_sql(l->sql, "BEGIN");
+        int r = sqldb_exec(l->sql, "BEGIN");
         if (r < 0)
                 return r;
         r = key_use_locked(l, key_id, NULL, now, ret);
-        exec_sql(l->sql, "COMMIT");
+        sqldb_exec(l->sql, "COMMIT");
         return r;
 }
 

@@ -142,3 +142,18 @@ def test_one_agent_protocol_client():
     egress = _strip_comments((SRC / "daemon" / "egress_service.c").read_text())
     assert "chan_stream_next" not in egress.split("egress_sandbox_new", 1)[0], \
         "egress_service.c reads agent results itself before its relay code"
+
+
+def test_one_sqlite_policy():
+    """Only sqldb.c opens the database or sets its pragmas and busy timeout;
+    no part keeps its own exec or statement-cleanup helper."""
+    bad = []
+    for path in _c_files("daemon", "egress"):
+        if path.name in ("sqldb.c", "sqldb.h"):
+            continue
+        code = _strip_comments(path.read_text())
+        for what in ("sqlite3_open", "sqlite3_busy_timeout", "PRAGMA", "static int exec_sql",
+                     "static int sql_err", "stmt_finalizep", "sqlite3_finalizep", "define LOCKED"):
+            if what in code:
+                bad.append(f"{path.relative_to(REPO)}: {what}")
+    assert not bad, "\n".join(bad)
