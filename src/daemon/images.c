@@ -116,27 +116,30 @@ int image_build_start(const DaemonConfig *cfg, const char *name, bool force, con
 
 int image_build_stop(pid_t pid, int grace_ms) {
         int status = 0;
+        bool reaped = false;
         /* The builder's trap stops debootstrap (a session of its own) and
-         * removes the partial tree; give it that long before SIGKILL. */
+         * removes the partial tree; give the whole group that long before
+         * SIGKILL (the leader may be a shell that exits first). */
         kill(-pid, SIGTERM);
         for (int waited = 0;; waited += 50) {
-                pid_t w = waitpid(pid, &status, WNOHANG);
-                if (w == pid)
-                        break;
-                if (w < 0 && errno != EINTR)
-                        return -errno;
-                if (waited >= grace_ms) {
-                        kill(-pid, SIGKILL);
-                        while (waitpid(pid, &status, 0) < 0)
-                                if (errno != EINTR)
-                                        return -errno;
-                        break;
+                if (!reaped) {
+                        pid_t w = waitpid(pid, &status, WNOHANG);
+                        if (w == pid)
+                                reaped = true;
+                        else if (w < 0 && errno != EINTR)
+                                return -errno;
                 }
+                if (reaped && kill(-pid, 0) < 0 && errno == ESRCH)
+                        return status;
+                if (waited >= grace_ms)
+                        break;
                 struct timespec ts = { 0, 50 * 1000 * 1000 };
                 nanosleep(&ts, NULL);
         }
-        /* Anything of the group that outlived its leader. */
         kill(-pid, SIGKILL);
+        while (!reaped && waitpid(pid, &status, 0) < 0)
+                if (errno != EINTR)
+                        return -errno;
         return status;
 }
 
