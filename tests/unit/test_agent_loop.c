@@ -199,6 +199,27 @@ static void test_signal_running_exec(void **state) {
         json_decref(j);
 }
 
+/* uid and gid: the child runs as that user, with no supplementary groups. */
+static void test_exec_as_user(void **state) {
+        Host *h = *state;
+        if (geteuid() != 0)
+                skip();
+        send_json(h, PROTO_OPEN, 1,
+                  "{\"op\":\"exec\",\"argv\":[\"/bin/sh\",\"-c\",\"echo $(id -u):$(id -g):$(id -G)\"],"
+                  "\"cwd\":\"/\",\"uid\":1234,\"gid\":4321}");
+        ProtoHeader hdr;
+        static uint8_t buf[4096];
+        char out[128] = "";
+        for (;;) {
+                next_frame(h, &hdr, buf, sizeof buf);
+                if (hdr.type == PROTO_DATA && hdr.flags == PROTO_FD_OUT && strlen(out) + hdr.length < sizeof out)
+                        strcat(out, (char *)buf);
+                if (hdr.type == PROTO_RESULT)
+                        break;
+        }
+        assert_string_equal(out, "1234:4321:4321\n");
+}
+
 static void test_file_round_trip_within_window(void **state) {
         Host *h = *state;
         const size_t size = 3 * 1024 * 1024 + 12345;
@@ -279,6 +300,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_exec_frames_in_order, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_many_execs, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_signal_running_exec, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_exec_as_user, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_file_round_trip_within_window, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
