@@ -1,6 +1,6 @@
-"""docs/benchmarks.md is written by four scripts: bench/run.py owns the file,
-bench/egress.py, bench/microvm.py and bench/js.py each own a section between markers, and
-so does run.py's comparison of runsc builds (--only gvisor_runsc).
+"""docs/benchmarks.md is written by several scripts: bench/run.py owns the file,
+bench/egress.py, bench/microvm.py, bench/js.py and bench/processes.py each own a section between
+markers, and so does run.py's comparison of runsc builds (--only gvisor_runsc).
 These helpers keep each one's part when another rewrites the file."""
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ SECTIONS = [
     ("<!-- microvm benchmark: begin", "<!-- microvm benchmark: end -->"),
     ("<!-- js benchmark: begin", "<!-- js benchmark: end -->"),
     ("<!-- gvisor runsc benchmark: begin", "<!-- gvisor runsc benchmark: end -->"),
+    ("<!-- processes benchmark: begin", "<!-- processes benchmark: end -->"),
 ]
 
 

@@ -52,7 +52,8 @@ async def main() -> str:
     llm, stop, _ = common.make_llm(SCRIPT)
     try:
         with Sandbox.create(timeout_seconds=600) as sbx:
-            print(f"sandbox: {sbx.id} ({sbx.driver})")
+            # The published client does not name the driver; ours does.
+            print(f"sandbox: {sbx.id} ({getattr(sbx, 'driver', None) or 'driver not reported'})")
             agent = FunctionAgent(
                 tools=[FunctionTool.from_defaults(fn=f) for f in sandbox_tools(sbx)],
                 llm=llm,

@@ -503,6 +503,21 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
         case REQ_EXEC:
                 exec_start(a, id, r);
                 break;
+        case REQ_SIGNAL: {
+                /* Only a running exec of the host's own: a pid from the
+                 * request could name any process in the sandbox. */
+                Stream *t = stream_find(a, r->target);
+                if (!t || t->kind != STREAM_EXEC || t->group_killed || (t->exited && r->signo != SIGKILL))
+                        result_error(a, id, "not_found", "no running process on that stream");
+                else {
+                        if (r->signo == SIGKILL)
+                                exec_kill(t);
+                        else
+                                kill(-t->pid, r->signo);
+                        send_json_new(a, PROTO_RESULT, id, json_object());
+                }
+                break;
+        }
         case REQ_READ:
                 read_start(a, id, r);
                 break;

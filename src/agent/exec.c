@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -133,6 +134,11 @@ int exec_spawn(const AgentRequest *r, ExecChild *ret) {
                         _exit(126);
                 /* Whatever launched the agent may have leaked descriptors. */
                 syscall(SYS_close_range, 3U, ~0U, 0U);
+                /* Groups first: once the uid is not root, setgroups and
+                 * setgid are refused. */
+                if (r->uid >= 0 && (setgroups(0, NULL) < 0 || setgid((gid_t)r->gid) < 0 ||
+                                    setuid((uid_t)r->uid) < 0))
+                        child_fail("setuid", errno);
                 if (chdir(r->cwd) < 0)
                         child_fail_cwd(r->cwd, errno);
                 if (r->shell) {

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,7 +216,53 @@ static int parse_exec(json_t *o, AgentRequest *r, const char **ret_error) {
                 *ret_error = "stdin must be a boolean";
                 return -EINVAL;
         }
+        /* 65534 and above are nobody and the overflow ids: a command never
+         * runs as those on purpose. */
+        if (get_int(o, "uid", -1, 0, 65533, &t) < 0 || (r->uid = t, get_int(o, "gid", -1, 0, 65533, &t) < 0)) {
+                *ret_error = "uid and gid must be integers between 0 and 65533";
+                return -EINVAL;
+        }
+        r->gid = t;
+        if ((r->uid < 0) != (r->gid < 0)) {
+                *ret_error = "uid and gid go together";
+                return -EINVAL;
+        }
         return 0;
+}
+
+/* {"op":"signal","stream":N,"signal":S}: N an odd (host-opened) stream id,
+ * S one of the signals a client may send. */
+static int parse_signal(json_t *o, AgentRequest *r, const char **ret_error) {
+        json_int_t v;
+        if (get_int(o, "stream", -1, 1, UINT32_MAX, &v) < 0 || v < 0 || (v & 1) == 0) {
+                *ret_error = "stream must be the odd id of an exec stream";
+                return -EINVAL;
+        }
+        r->target = (uint32_t)v;
+        if (get_int(o, "signal", -1, 1, 64, &v) < 0 || !agent_request_signal_allowed((int)v)) {
+                *ret_error = "signal must be one of HUP INT QUIT KILL USR1 USR2 TERM CONT STOP TSTP";
+                return -EINVAL;
+        }
+        r->signo = (int)v;
+        return 0;
+}
+
+bool agent_request_signal_allowed(int signo) {
+        switch (signo) {
+        case SIGHUP:
+        case SIGINT:
+        case SIGQUIT:
+        case SIGKILL:
+        case SIGUSR1:
+        case SIGUSR2:
+        case SIGTERM:
+        case SIGCONT:
+        case SIGSTOP:
+        case SIGTSTP:
+                return true;
+        default:
+                return false;
+        }
 }
 
 static const struct {
@@ -224,7 +271,7 @@ static const struct {
 } ops[] = {
         {"exec", REQ_EXEC}, {"read", REQ_READ},   {"write", REQ_WRITE},   {"list", REQ_LIST},
         {"stat", REQ_STAT}, {"mkdir", REQ_MKDIR}, {"remove", REQ_REMOVE}, {"rename", REQ_RENAME},
-        {"resume", REQ_RESUME},
+        {"resume", REQ_RESUME}, {"signal", REQ_SIGNAL},
 };
 
 static int hex_digit(char c) {
@@ -315,6 +362,10 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
                         return k;
         } else if (r->op == REQ_RESUME) {
                 k = parse_resume(o, r, ret_error);
+                if (k < 0)
+                        return k;
+        } else if (r->op == REQ_SIGNAL) {
+                k = parse_signal(o, r, ret_error);
                 if (k < 0)
                         return k;
         } else if (r->op == REQ_RENAME) {

@@ -29,6 +29,7 @@ typedef enum AgentRequestOp {
         REQ_REMOVE,
         REQ_RENAME,
         REQ_RESUME, /* microVM restored from a snapshot: fresh entropy, clock, hostname */
+        REQ_SIGNAL, /* a signal to the process group of one of the host's exec streams */
 } AgentRequestOp;
 
 typedef struct AgentRequest {
@@ -43,6 +44,7 @@ typedef struct AgentRequest {
         size_t envc;
         int64_t timeout_ms; /* 0: none */
         bool stdin_stream;
+        int64_t uid, gid; /* -1: the agent's own (root) */
         /* file ops */
         char *path;
         char *to; /* rename destination; path holds "from" */
@@ -53,6 +55,9 @@ typedef struct AgentRequest {
         uint8_t entropy[REQUEST_RESUME_ENTROPY];
         int64_t time_ns; /* CLOCK_REALTIME to set */
         char *hostname;
+        /* signal */
+        uint32_t target; /* the exec's stream id */
+        int signo;
 } AgentRequest;
 
 
@@ -63,3 +68,5 @@ bool agent_request_path_valid(const char *path, size_t len);
  * *ret_error set to a static message for the client; -ENOMEM. */
 int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, const char **ret_error);
 void agent_request_free(AgentRequest *r);
+/* The signals a host may send to an exec's process group. */
+bool agent_request_signal_allowed(int signo);

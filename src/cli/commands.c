@@ -11,6 +11,7 @@
 #include "cli/image.h"
 #include "cli/keys.h"
 #include "cli/parse.h"
+#include "cli/process.h"
 #include "cli/run.h"
 #include "cli/sandbox.h"
 #include "cli/secrets.h"
@@ -29,6 +30,10 @@ static const Command sandbox_commands[] = {
         {"rm", "delete sandboxes", cmd_sandbox_rm, NULL},
         {"extend", "renew a sandbox's lease", cmd_sandbox_extend, NULL},
         {"egress", "show a sandbox's egress audit log", cmd_sandbox_egress, NULL},
+        {"spawn", "start a background process and print its id", cmd_sandbox_spawn, NULL},
+        {"ps", "list a sandbox's processes", cmd_sandbox_ps, NULL},
+        {"logs", "print (-f: follow) a process's output", cmd_sandbox_logs, NULL},
+        {"kill", "send a signal to a process", cmd_sandbox_kill, NULL},
         {NULL, NULL, NULL, NULL},
 };
 

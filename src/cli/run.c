@@ -27,6 +27,7 @@ typedef struct ExecOutcome {
         long long exit_code;
         bool failed; /* an "error" event */
         CliError err;
+        char process_id[32]; /* from the start event */
 } ExecOutcome;
 
 int run_exit_code(long long exit_code, bool timed_out) {
@@ -82,8 +83,12 @@ static int on_event(const char *line, size_t len, void *userdata) {
         } else if (strcmp(type, "error") == 0) {
                 o->failed = true;
                 cli_error_from_json(&o->err, 0, line, len);
+        } else if (strcmp(type, "start") == 0) {
+                const char *pid = json_string_value(json_object_get(ev, "processId"));
+                if (pid && strlen(pid) < sizeof(o->process_id))
+                        snprintf(o->process_id, sizeof(o->process_id), "%s", pid);
         }
-        /* "start" and types this version does not know are skipped. */
+        /* Types this version does not know are skipped. */
         return 0;
 }
 
@@ -149,6 +154,15 @@ static int stream_exec(Client *c, const char *id, json_t *body, bool json) {
 
         snprintf(path, sizeof(path), "/v1/sandboxes/%s:exec", id);
         r = client_stream_lines(c, "POST", path, body, on_event, &o, &e);
+        if ((r == -EINTR || r == -EPIPE) && o.process_id[0]) {
+                /* The command is a process that outlives its stream: end it, as
+                 * Ctrl-C at a terminal would. */
+                _cleanup_json_ json_t *sig = json_pack("{s:s}", "signal", "SIGKILL");
+                client_set_interrupt(c, NULL);
+                snprintf(path, sizeof(path), "/v1/sandboxes/%s/processes/%s:signal", id, o.process_id);
+                if (sig)
+                        (void)client_json(c, "POST", path, sig, NULL, &e);
+        }
         if (r == -EINTR)
                 return cli_interrupted_exit();
         if (r == -EPIPE)

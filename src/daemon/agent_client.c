@@ -26,6 +26,10 @@ json_t *agent_req_exec(const char *command, json_t *argv, const char *cwd, json_
         return req;
 }
 
+json_t *agent_req_signal(uint32_t stream, int signo) {
+        return json_pack("{s:s,s:I,s:i}", "op", "signal", "stream", (json_int_t)stream, "signal", signo);
+}
+
 json_t *agent_req_read(const char *path) {
         return json_pack("{s:s,s:s}", "op", "read", "path", path);
 }

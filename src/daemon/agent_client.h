@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "daemon/channel.h"
 
@@ -27,6 +28,8 @@ json_t *agent_req_stat(const char *path);
 json_t *agent_req_mkdir(const char *path, bool parents);
 json_t *agent_req_remove(const char *path, bool recursive);
 json_t *agent_req_rename(const char *from, const char *to);
+/* A signal to the process group of the exec running on host stream `stream`. */
+json_t *agent_req_signal(uint32_t stream, int signo);
 
 /* Waits up to timeout_ms for the stream's RESULT (a new reference in *ret;
  * it may carry an {"error"}). A listing's EVENT batches of "entries" are

@@ -2,18 +2,24 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/jsonutil.h"
 #include "common/macro.h"
+#include "common/timeutil.h"
 #include "daemon/agent_client.h"
+#include "daemon/output.h"
 #include "daemon/api_egress.h"
 #include "daemon/api_exec.h"
 #include "daemon/api_files.h"
 #include "daemon/api_images.h"
 #include "daemon/api_keys.h"
+#include "daemon/api_processes.h"
 #include "daemon/api_sandboxes.h"
 #include "daemon/api_system.h"
 #include "daemon/request.h"
+#include "proto/proto.h"
 
 #define R(k, n, m, p, a, b, h) { .kind = (k), .name = (n), .method = (m), .path = (p), .access = (a), .body = (b), .handler = (h) }
 #define SBX "/v1/sandboxes/{sandbox}"
@@ -79,6 +85,23 @@ const HttpRoute api_routes[] = {
           handle_files_remove),
         R(ROUTE_FILES_RENAME, "files_rename", "POST", SBX "/files:rename", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_files_rename),
+        R(ROUTE_PROC_LIST, "proc_list", "GET", SBX "/processes", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_proc_list),
+        { .kind = ROUTE_PROC_SPAWN, .name = "proc_spawn", .method = "POST", .path = SBX "/processes",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_proc_spawn,
+          .max_body = REQ_MAX_EXEC_BODY,
+          .too_large_hint = "send large inputs as a file (PUT .../files/content) and redirect" },
+        R(ROUTE_PROC_GET, "proc_get", "GET", SBX "/processes/{process}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_proc_get),
+        R(ROUTE_PROC_OUTPUT, "proc_output", "GET", SBX "/processes/{process}/output", HTTP_ACCESS_READ,
+          HTTP_BODY_NONE, handle_proc_output),
+        { .kind = ROUTE_PROC_WRITE, .name = "proc_write", .method = "POST", .path = SBX "/processes/{process}:write",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_proc_write,
+          /* 1 MiB of input, in base64. */
+          .max_body = 2 * REQ_MAX_BODY },
+        R(ROUTE_PROC_SIGNAL, "proc_signal", "POST", SBX "/processes/{process}:signal", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_proc_signal),
+        R(ROUTE_PROC_WAIT, "proc_wait", "POST", SBX "/processes/{process}:wait", HTTP_ACCESS_READ,
+          HTTP_BODY_JSON_OR_EMPTY, handle_proc_wait),
 };
 const size_t api_n_routes = ELEMENTSOF(api_routes);
 
@@ -192,3 +215,383 @@ json_t *api_images_json(const DaemonConfig *cfg) {
         }
         return arr;
 }
+
+/* ---- processes: what the exec and process handlers share ---- */
+
+#define READ_POLL_MS 250
+/* One response carries at most this much output, or lasts this long, then
+ * ends with a `continue` event naming the cursor to resume from: a proxy in
+ * between, or the client's own read timeout, never cuts a long stream
+ * somewhere unknown. */
+#define STREAM_MAX_BYTES (1024ull * 1024ull * 1024ull)
+#define STREAM_MAX_MS (5ull * 60ull * 1000ull)
+
+/* A test setting: RUNTIME_TEST_STREAM_MAX_BYTES makes responses end (with
+ * `continue`) after that many output bytes, so the resume path is tested
+ * without a gigabyte. */
+static uint64_t stream_max_bytes(void) {
+        const char *v = getenv("RUNTIME_TEST_STREAM_MAX_BYTES");
+        char *end = NULL;
+        unsigned long long n = v ? strtoull(v, &end, 10) : 0;
+        return v && *end == '\0' && n > 0 ? n : STREAM_MAX_BYTES;
+}
+
+static const char *const proc_states[] = {
+        [PROC_RUNNING] = "running", [PROC_EXITED] = "exited", [PROC_KILLED] = "killed",
+        [PROC_TIMED_OUT] = "timed_out", [PROC_LOST] = "lost", [PROC_FAILED] = "failed",
+};
+
+json_t *api_process_json(const ProcInfo *i) {
+        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:b}", "id", i->id, "command", i->command, "user",
+                              "root", "state", proc_states[i->exit.state], "outputBytes", (json_int_t)i->output_bytes,
+                              "stdinOffset", (json_int_t)i->stdin_offset, "startedAt", (json_int_t)i->started_unix,
+                              "outputEncoding", i->base64 ? "base64" : "utf8", "stdinOpen", i->stdin_open);
+        if (!j)
+                return NULL;
+        json_object_set_new(j, "exitCode", i->exit.state == PROC_EXITED ? json_integer(i->exit.exit_code) : json_null());
+        json_object_set_new(j, "pid", i->pid > 0 ? json_integer(i->pid) : json_null());
+        json_object_set_new(j, "endedAt", i->ended_unix ? json_integer(i->ended_unix) : json_null());
+        return j;
+}
+
+/* The last event of a process's output: its exit, or why it has none. */
+static json_t *exit_event(const ProcExit *x) {
+        if (x->state == PROC_LOST || x->state == PROC_FAILED) {
+                ApiError e;
+                if (x->state == PROC_LOST)
+                        api_error(&e, 409, "conflict", "create a new sandbox", "%s", x->reason);
+                else
+                        api_error(&e, 500, "internal", NULL, "%s", x->reason);
+                json_t *body = api_error_json(&e, NULL);
+                json_t *line = body ? json_pack("{s:s,s:O}", "type", "error", "error", json_object_get(body, "error"))
+                                    : NULL;
+                json_decref(body);
+                return line;
+        }
+        return json_pack("{s:s,s:o,s:b,s:I,s:n,s:s}", "type", "exit", "exitCode",
+                         x->has_exit_code ? json_integer(x->exit_code) : json_null(), "timedOut", x->timed_out,
+                         "durationMs", (json_int_t)x->duration_ms, "outOfMemory", "state", proc_states[x->state]);
+}
+
+static char *base64_encode(const uint8_t *b, size_t len) {
+        static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        char *out = malloc((len + 2) / 3 * 4 + 1);
+        if (!out)
+                return NULL;
+        size_t o = 0, i = 0;
+        for (; i + 2 < len; i += 3) {
+                uint32_t v = (uint32_t)b[i] << 16 | (uint32_t)b[i + 1] << 8 | b[i + 2];
+                out[o++] = tab[v >> 18];
+                out[o++] = tab[(v >> 12) & 63];
+                out[o++] = tab[(v >> 6) & 63];
+                out[o++] = tab[v & 63];
+        }
+        if (i < len) {
+                uint32_t v = (uint32_t)b[i] << 16 | (i + 1 < len ? (uint32_t)b[i + 1] << 8 : 0);
+                out[o++] = tab[v >> 18];
+                out[o++] = tab[(v >> 12) & 63];
+                out[o++] = i + 1 < len ? tab[(v >> 6) & 63] : '=';
+                out[o++] = '=';
+        }
+        out[o] = '\0';
+        return out;
+}
+
+/* JSON string content for bytes: printable ASCII copied in runs, the JSON
+ * escapes, valid multi-byte UTF-8 as it is, any other byte as U+FFFD. out
+ * holds 6 * len bytes. Returns the length; *ret_exact is whether the text is
+ * the bytes themselves. jansson's own path (sanitize, pack, dump) ran at a
+ * few MB/s here: this is the hot loop of every output read. */
+static size_t json_text(const uint8_t *b, size_t len, char *out, bool *ret_exact) {
+        static const char hex[] = "0123456789abcdef";
+        size_t o = 0;
+        bool exact = true;
+        for (size_t i = 0; i < len;) {
+                size_t run = i;
+                while (run < len && b[run] >= 0x20 && b[run] < 0x80 && b[run] != '"' && b[run] != '\\')
+                        run++;
+                memcpy(out + o, b + i, run - i);
+                o += run - i;
+                i = run;
+                if (i >= len)
+                        break;
+                uint8_t c = b[i];
+                if (c == '"' || c == '\\') {
+                        out[o++] = '\\';
+                        out[o++] = (char)c;
+                        i++;
+                } else if (c < 0x20) {
+                        out[o++] = '\\';
+                        switch (c) {
+                        case '\n': out[o++] = 'n'; break;
+                        case '\t': out[o++] = 't'; break;
+                        case '\r': out[o++] = 'r'; break;
+                        default:
+                                out[o++] = 'u';
+                                out[o++] = '0';
+                                out[o++] = '0';
+                                out[o++] = hex[c >> 4];
+                                out[o++] = hex[c & 15];
+                        }
+                        i++;
+                } else {
+                        int sl = utf8_seq_len(b + i, len - i);
+                        if (sl > 0) {
+                                memcpy(out + o, b + i, (size_t)sl);
+                                o += (size_t)sl;
+                                i += (size_t)sl;
+                        } else {
+                                memcpy(out + o, "\xef\xbf\xbd", 3);
+                                o += 3;
+                                i++;
+                                exact = false;
+                        }
+                }
+        }
+        *ret_exact = exact;
+        return o;
+}
+
+/* Output bytes as an NDJSON line (without its newline). */
+static char *output_line(int fd, uint64_t off, const uint8_t *b, size_t len, bool base64, size_t *ret_len) {
+        char head[96];
+        int hn = snprintf(head, sizeof(head), "{\"type\":\"%s\",\"offset\":%llu,\"data\":\"",
+                          fd == PROTO_FD_OUT ? "stdout" : "stderr", (unsigned long long)off);
+        size_t cap = (size_t)hn + 6 * len + (len + 2) / 3 * 4 + 32;
+        char *line = malloc(cap);
+        if (!line)
+                return NULL;
+        memcpy(line, head, (size_t)hn);
+        bool exact;
+        size_t o = (size_t)hn + json_text(b, len, line + hn, &exact);
+        line[o++] = '"';
+        /* Text that is not the bytes themselves would move a reader's cursor
+         * wrongly: the bytes go along. */
+        if (base64 || !exact) {
+                _cleanup_free_ char *enc = base64_encode(b, len);
+                if (!enc) {
+                        free(line);
+                        return NULL;
+                }
+                memcpy(line + o, ",\"base64\":\"", 11);
+                o += 11;
+                size_t el = strlen(enc);
+                memcpy(line + o, enc, el);
+                o += el;
+                line[o++] = '"';
+        }
+        line[o++] = '}';
+        line[o] = '\0';
+        *ret_len = o;
+        return line;
+}
+
+
+static char *dump_line(json_t *j, size_t *ret_len) {
+        char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (line)
+                *ret_len = strlen(line);
+        return line;
+}
+
+/* One event as a line of JSON text (malloc'ed, without its newline). */
+static char *event_line(ProcEvent *ev, size_t *ret_len) {
+        switch (ev->kind) {
+        case PROC_EV_OUTPUT: {
+                char *line = output_line(ev->fd, ev->offset, ev->data, ev->len, ev->base64, ret_len);
+                free(TAKE_PTR(ev->data));
+                return line;
+        }
+        case PROC_EV_TRUNCATED:
+                return dump_line(json_pack("{s:s,s:I,s:I}", "type", "truncated", "droppedBytes",
+                                           (json_int_t)ev->dropped, "resumeAt", (json_int_t)ev->resume_at),
+                                 ret_len);
+        case PROC_EV_EXIT:
+                return dump_line(exit_event(&ev->exit), ret_len);
+        }
+        return NULL;
+}
+json_t *api_exec_request(const ExecRequest *q, Sandbox *sb) {
+        _cleanup_json_ json_t *env = json_deep_copy(sandbox_env(sb));
+        if (!env || json_object_update(env, q->env) < 0)
+                return NULL;
+        return agent_req_exec(q->command, q->argv, q->cwd, env, q->timeout_ms, q->has_stdin || q->stdin_pipe);
+}
+
+static void idem_hash(const char *body, size_t len, char out[17]) {
+        uint64_t h = 1469598103934665603ull;
+        for (size_t i = 0; i < len; i++) {
+                h ^= (uint8_t)body[i];
+                h *= 1099511628211ull;
+        }
+        snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+typedef struct OutputStream {
+        char rid[24];
+        Proc *p;
+        ProcCursor cur;
+        int sock;
+        json_t *first; /* the start event of an exec, sent before the output */
+        uint64_t sent_bytes, t0, max_bytes;
+        bool follow;
+        bool done;
+        char *line;
+        size_t line_len, line_off;
+} OutputStream;
+
+static void output_stream_free(void *cls) {
+        OutputStream *o = cls;
+        if (!o)
+                return;
+        proc_cursor_done(o->p, &o->cur);
+        proc_unref(o->p);
+        json_decref(o->first);
+        free(o->line);
+        free(o);
+}
+
+/* Takes line (malloc'ed, NUL-terminated, len bytes) as the next to send. */
+static int take_line(OutputStream *o, char *line, size_t len) {
+        free(o->line);
+        o->line = line;
+        if (!o->line)
+                return -ENOMEM;
+        o->line_len = len;
+        o->line[o->line_len++] = '\n'; /* over the NUL: the length says where it ends */
+        o->line_off = 0;
+        return 0;
+}
+
+static int set_line(OutputStream *o, json_t *j) {
+        char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return take_line(o, line, line ? strlen(line) : 0);
+}
+
+/* The next line to send: 0, -EAGAIN (nothing within wait_ms), -ENODATA (the end). */
+static int next_line(OutputStream *o, int wait_ms) {
+        if (o->first)
+                return set_line(o, TAKE_PTR(o->first));
+        if (o->done)
+                return -ENODATA;
+        if (!o->cur.ended &&
+            (o->sent_bytes >= o->max_bytes || time_now_mono_ms() - o->t0 >= STREAM_MAX_MS)) {
+                o->done = true;
+                return set_line(o, json_pack("{s:s,s:s,s:I}", "type", "continue", "processId", proc_id(o->p),
+                                             "cursor", (json_int_t)o->cur.at));
+        }
+        ProcEvent ev;
+        uint64_t before = o->cur.at;
+        int r = proc_next_event(o->p, &o->cur, o->follow ? wait_ms : 0, &ev);
+        if (r == -ENODATA) {
+                o->done = true;
+                return -ENODATA;
+        }
+        if (r == -EAGAIN) {
+                if (!o->follow) {
+                        o->done = true;
+                        return -ENODATA;
+                }
+                return -EAGAIN;
+        }
+        if (r < 0)
+                return r;
+        o->sent_bytes += o->cur.at - before;
+        if (o->cur.ended)
+                o->done = true;
+        size_t len = 0;
+        char *line = event_line(&ev, &len);
+        return take_line(o, line, len);
+}
+
+/* Fills buf with as many lines as are ready: under load every hand-over
+ * between threads costs a scheduling delay, so a write carries what there is. */
+static ssize_t output_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+        OutputStream *o = cls;
+        size_t filled = 0;
+        for (;;) {
+                if (o->line && o->line_off < o->line_len) {
+                        size_t n = o->line_len - o->line_off;
+                        if (n > max - filled)
+                                n = max - filled;
+                        memcpy(buf + filled, o->line + o->line_off, n);
+                        o->line_off += n;
+                        filled += n;
+                        if (filled == max)
+                                return (ssize_t)filled;
+                        continue;
+                }
+                int r = next_line(o, filled ? 0 : READ_POLL_MS);
+                if (filled && r < 0 && r != -ENOMEM)
+                        return (ssize_t)filled;
+                if (r == -ENODATA)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                if (r == -EAGAIN) {
+                        /* The process runs on when its reader leaves. */
+                        if (socket_hung_up(o->sock))
+                                return MHD_CONTENT_READER_END_WITH_ERROR;
+                        continue;
+                }
+                if (r < 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+}
+
+enum MHD_Result api_process_output(Req *r, Proc *p, uint64_t cursor, bool follow, json_t *first) {
+        OutputStream *o = calloc(1, sizeof(*o));
+        if (!o) {
+                proc_unref(p);
+                json_decref(first);
+                return reply_internal(r);
+        }
+        snprintf(o->rid, sizeof(o->rid), "%s", r->rid);
+        o->p = p;
+        o->cur.at = cursor;
+        o->sock = req_socket(r);
+        o->first = first;
+        o->follow = follow;
+        o->t0 = time_now_mono_ms();
+        o->max_bytes = stream_max_bytes();
+        struct MHD_Response *resp =
+                MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024 * 1024, output_reader, o, output_stream_free);
+        if (!resp) {
+                output_stream_free(o);
+                return reply_internal(r);
+        }
+        return reply_response(r, 200, resp, "application/x-ndjson");
+}
+
+/* Starts a process for an exec or spawn body. */
+int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replayed, ApiError *e) {
+        const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
+        if (key && !request_idempotency_key_ok(key))
+                return api_error(e, 400, "invalid_request", NULL,
+                                 "Idempotency-Key must be 1-128 characters of A-Z a-z 0-9 _ . : -");
+        char hash[17];
+        idem_hash(r->body ? r->body : "", r->body_len, hash);
+        Sandbox *sb;
+        int rc = api_sandbox_acquire(r, &sb, e);
+        if (rc < 0)
+                return rc;
+        _cleanup_json_ json_t *areq = api_exec_request(q, sb);
+        if (!areq) {
+                sandbox_release(sb);
+                return -ENOMEM;
+        }
+        ProcSpec spec = {
+                .owner = r->key.owner,
+                .base64 = q->base64,
+                .stdin_pipe = q->stdin_pipe,
+                .stdin_data = q->stdin_data,
+                .stdin_len = q->stdin_len,
+                .idem_key = key,
+                .idem_hash = hash,
+        };
+        SandboxError se;
+        if (proc_start(r->app->procs, sb, areq, &spec, ret, ret_replayed, &se) < 0)
+                return api_sandbox_error(&se, e);
+        return 0;
+}
+

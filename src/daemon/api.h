@@ -19,6 +19,8 @@
 #include "daemon/images.h"
 #include "daemon/keys.h"
 #include "daemon/ledger.h"
+#include "daemon/process.h"
+#include "daemon/request.h"
 #include "daemon/sandbox.h"
 
 typedef enum RouteKind {
@@ -53,6 +55,13 @@ typedef enum RouteKind {
         ROUTE_SECRET_PUT,
         ROUTE_SECRET_DELETE,
         ROUTE_SANDBOX_EGRESS,
+        ROUTE_PROC_LIST,
+        ROUTE_PROC_SPAWN,
+        ROUTE_PROC_GET,
+        ROUTE_PROC_OUTPUT,
+        ROUTE_PROC_WRITE,
+        ROUTE_PROC_SIGNAL,
+        ROUTE_PROC_WAIT,
         _ROUTE_MAX,
 } RouteKind;
 
@@ -64,6 +73,7 @@ struct App {
         Ledger *ledger;
         KeyStore *keys;
         EgressService *egress; /* NULL: no egress routes */
+        ProcTable *procs;      /* every sandbox's processes */
         atomic_bool building;  /* one image build at a time */
 };
 
@@ -91,6 +101,18 @@ int api_sandbox_error(const SandboxError *se, ApiError *e);
 int api_sandbox_acquire(Req *r, Sandbox **ret, ApiError *e);
 /* Opens a stream to the sandbox's agent; e filled on failure. */
 int api_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e);
+
+/* Processes, shared by the exec and process handlers. The agent's exec
+ * request for an exec or spawn body on sb. */
+json_t *api_exec_request(const ExecRequest *q, Sandbox *sb);
+/* Starts a process for the body q on the route's sandbox, with the
+ * request's Idempotency-Key. */
+int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replayed, ApiError *e);
+/* The NDJSON response of a process's output from cursor (takes the
+ * reference p and first, an event sent before the output, may be NULL). */
+enum MHD_Result api_process_output(Req *r, Proc *p, uint64_t cursor, bool follow, json_t *first);
+/* The API's process object. */
+json_t *api_process_json(const ProcInfo *info);
 
 /* {"name","built","builtAt","sizeBytes"}: one image, and every image. */
 json_t *api_image_json(const ImageInfo *info);

@@ -93,7 +93,6 @@ static void exec_run_free(ExecRun *x) {
         free(x);
 }
 
-/* The agent request for an exec body. */
 /* The agent's RESULT says how many of the command's processes were killed
  * for memory; the API's answer carries it as the published client reads it:
  * `outOfMemory` {code, processesKilled, memoryMiB, message, hint}, absent
@@ -111,12 +110,6 @@ static int add_out_of_memory(json_t *body, json_t *result, Sandbox *sb) {
         return oom && json_object_set_new(body, "outOfMemory", oom) == 0 ? 0 : -ENOMEM;
 }
 
-static json_t *agent_request(const ExecRequest *q, Sandbox *sb) {
-        _cleanup_json_ json_t *env = json_deep_copy(sandbox_env(sb));
-        if (!env || json_object_update(env, q->env) < 0)
-                return NULL;
-        return agent_req_exec(q->command, q->argv, q->cwd, env, q->timeout_ms, q->has_stdin);
-}
 
 static json_t *closed_error(const char *rid, const char *id) {
         ApiError e;
@@ -390,6 +383,23 @@ enum MHD_Result handle_exec(Req *r) {
         ExecRequest q;
         if (request_parse_exec(r->json, &q, &e) < 0)
                 return e.code ? reply_error(r, &e) : reply_internal(r);
+        if (q.stream) {
+                /* A streamed exec is a process read from its start. */
+                Proc *p;
+                bool replayed;
+                int rc = api_process_start(r, &q, &p, &replayed, &e);
+                exec_request_done(&q);
+                if (rc < 0)
+                        return e.code ? reply_error(r, &e) : reply_internal(r);
+                /* The start event names the pid, as it always did: the
+                 * agent's start comes within milliseconds. */
+                proc_wait_started(p, 10000);
+                ProcInfo info;
+                proc_info(p, &info);
+                json_t *first = json_pack("{s:s,s:s,s:b,s:o}", "type", "start", "processId", info.id, "replayed",
+                                          replayed, "pid", info.pid > 0 ? json_integer(info.pid) : json_null());
+                return api_process_output(r, p, 0, true, first);
+        }
         Sandbox *sb;
         if (api_sandbox_acquire(r, &sb, &e) < 0) {
                 exec_request_done(&q);
@@ -405,7 +415,7 @@ enum MHD_Result handle_exec(Req *r) {
         x->sb = sb;
         x->sock = req_socket(r);
         atomic_init(&x->cancelled, false);
-        _cleanup_json_ json_t *areq = agent_request(&q, sb);
+        _cleanup_json_ json_t *areq = api_exec_request(&q, sb);
         if (!areq) {
                 exec_request_done(&q);
                 exec_run_free(x);

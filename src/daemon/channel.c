@@ -781,6 +781,34 @@ int chan_stream_write(ChanStream *s, const void *buf, size_t n, int timeout_ms) 
         return 0;
 }
 
+ssize_t chan_stream_write_some(ChanStream *s, const void *buf, size_t n, int timeout_ms) {
+        Channel *c = s->c;
+        struct timespec dl;
+        deadline_after(&dl, timeout_ms);
+        pthread_mutex_lock(&c->lock);
+        int r = 0;
+        while (s->credit == 0 && c->open && !s->result && r == 0)
+                r = wait_until(&s->cond, &c->lock, &dl);
+        if (!c->open || s->result) {
+                pthread_mutex_unlock(&c->lock);
+                return -EPIPE;
+        }
+        size_t chunk = n;
+        if (chunk > s->credit)
+                chunk = (size_t)s->credit;
+        if (chunk > PROTO_MAX_PAYLOAD)
+                chunk = PROTO_MAX_PAYLOAD;
+        s->credit -= chunk;
+        pthread_mutex_unlock(&c->lock);
+        if (chunk > 0 && send_frame(c, PROTO_DATA, PROTO_FD_IN, s->id, buf, chunk) < 0)
+                return -EPIPE;
+        return (ssize_t)chunk;
+}
+
+uint32_t chan_stream_id(ChanStream *s) {
+        return s->id;
+}
+
 static bool stream_sendable(ChanStream *s) {
         pthread_mutex_lock(&s->c->lock);
         bool ok = s->c->open && !s->result;

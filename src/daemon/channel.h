@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef struct Channel Channel;
 typedef struct ChanStream ChanStream;
@@ -54,6 +55,12 @@ int channel_open_stream(Channel *c, json_t *request, ChanStream **ret);
  * has no credit. timeout_ms < 0 waits for ever. 0, -ETIMEDOUT, -EPIPE (channel
  * closed or stream finished). */
 int chan_stream_write(ChanStream *s, const void *buf, size_t n, int timeout_ms);
+/* Like chan_stream_write, but sends what the credit allows within timeout_ms
+ * and says how much: the bytes sent (> 0), 0 when none could go in time,
+ * -EPIPE. For a writer that must account for every byte it accepted. */
+ssize_t chan_stream_write_some(ChanStream *s, const void *buf, size_t n, int timeout_ms);
+/* The stream's id on the channel (what a signal request names). */
+uint32_t chan_stream_id(ChanStream *s);
 /* EOF for PROTO_FD_IN. */
 int chan_stream_close_write(ChanStream *s);
 /* Sends CANCEL once; the agent still answers RESULT. */

@@ -41,6 +41,15 @@ bool route_key_id_ok(const char *s) {
         return true;
 }
 
+static bool proc_id_ok(const char *s) {
+        if (strncmp(s, "proc_", 5) != 0 || strlen(s) != HTTP_PROCESS_ID_LEN)
+                return false;
+        for (const char *p = s + 5; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
 /* Stores one path parameter into r after checking its shape. */
 static bool param_set(const char *name, size_t name_len, const char *v, size_t len, Route *r) {
 #define IS(lit) (name_len == sizeof(lit) - 1 && memcmp(name, lit, name_len) == 0)
@@ -58,6 +67,9 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("secret")) {
                 dst = r->secret;
                 cap = sizeof(r->secret);
+        } else if (IS("process")) {
+                dst = r->proc_id;
+                cap = sizeof(r->proc_id);
         } else
                 return false;
         if (len == 0 || len >= cap || memchr(v, '/', len))
@@ -70,28 +82,33 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return route_key_id_ok(dst);
         if (IS("image"))
                 return image_name_ok(dst);
+        if (IS("process"))
+                return proc_id_ok(dst);
         return true;
 #undef IS
 }
 
-/* Whether url has the shape of pattern; fills the parameter into r. */
+/* Whether url has the shape of pattern; fills its parameters into r. */
 static bool path_match(const char *pattern, const char *url, Route *r) {
-        const char *open = strchr(pattern, '{');
-        if (!open)
-                return strcmp(pattern, url) == 0;
-        size_t lit = (size_t)(open - pattern);
-        if (strncmp(pattern, url, lit) != 0)
-                return false;
-        const char *close = strchr(open, '}');
-        if (!close)
-                return false;
-        const char *v = url + lit, *rest = close + 1;
-        const char *end = *rest ? strchr(v, *rest) : v + strlen(v);
-        if (!end)
-                return false;
-        if (!param_set(open + 1, (size_t)(close - open - 1), v, (size_t)(end - v), r))
-                return false;
-        return strcmp(end, rest) == 0;
+        for (;;) {
+                const char *open = strchr(pattern, '{');
+                if (!open)
+                        return strcmp(pattern, url) == 0;
+                size_t lit = (size_t)(open - pattern);
+                if (strncmp(pattern, url, lit) != 0)
+                        return false;
+                const char *close = strchr(open, '}');
+                if (!close)
+                        return false;
+                const char *v = url + lit, *rest = close + 1;
+                const char *end = *rest ? strchr(v, *rest) : v + strlen(v);
+                if (!end)
+                        return false;
+                if (!param_set(open + 1, (size_t)(close - open - 1), v, (size_t)(end - v), r))
+                        return false;
+                pattern = rest;
+                url = end;
+        }
 }
 
 int http_route_match(const HttpRoute *routes, size_t n, const char *method, const char *url, Route *ret) {

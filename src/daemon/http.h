@@ -19,6 +19,7 @@
 #define ROUTE_ID_LEN 24 /* "sbx_" + 20 hex */
 #define ROUTE_KEY_ID_LEN 20 /* "key_" + 16 hex */
 #define ROUTE_MAX_URL 1024
+#define HTTP_PROCESS_ID_LEN 21 /* "proc_" + 16 hex */
 
 /* What the handlers share (the daemon's parts); opaque to this layer. */
 typedef struct App App;
@@ -47,10 +48,11 @@ typedef struct HttpUpload {
         void (*free)(void *upload);
 } HttpUpload;
 
-/* Path patterns are literal but for one parameter: {sandbox} (sbx_ + 20 hex),
- * {key} (key_ + 16 hex), {image} (an image name) or {secret} (1..64 bytes,
- * no '/', checked by its handler). A parameter ends at the pattern's next
- * literal character, or at the end of the path. */
+/* Path patterns are literal but for their parameters: {sandbox} (sbx_ + 20
+ * hex), {key} (key_ + 16 hex), {image} (an image name), {secret} (1..64
+ * bytes, no '/', checked by its handler) or {process} (proc_ + 16 hex). A
+ * parameter ends at the pattern's next literal character, or at the end of
+ * the path. */
 typedef struct HttpRoute {
         int kind;
         const char *name; /* for logs and metrics */
@@ -71,6 +73,7 @@ typedef struct Route {
         char image[65];
         char key_id[ROUTE_KEY_ID_LEN + 1];
         char secret[65];
+        char proc_id[HTTP_PROCESS_ID_LEN + 1];
         char allow[48]; /* for a 405: the methods the path has */
 } Route;
 

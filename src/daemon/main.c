@@ -611,7 +611,13 @@ int main(int argc, char **argv) {
                           fd == -EINVAL ? "not ADDR:PORT" : strerror(-fd));
                 return 1;
         }
-        App app = { .cfg = &cfg, .db = db, .manager = m, .ledger = ledger, .keys = keys, .egress = egress };
+        ProcTable *procs = proc_table_new();
+        if (!procs) {
+                log_error(NULL, "out of memory");
+                return 1;
+        }
+        App app = { .cfg = &cfg, .db = db, .manager = m, .ledger = ledger, .keys = keys, .egress = egress,
+                    .procs = procs };
         HttpServer *srv = NULL;
         if ((r = http_server_new(api_routes, api_n_routes, &app, db, cfg.max_connections, &srv)) < 0 ||
             (r = http_server_start(srv, fd)) < 0) {
@@ -634,6 +640,9 @@ int main(int argc, char **argv) {
         manager_shutdown(m);
         http_server_stop(srv);
         http_server_free(srv);
+        /* After the manager's shutdown closed every channel: each process has
+         * ended, and its thread is joined here. */
+        proc_table_free(procs);
         manager_free(m);
         egress_service_free(egress);
         keystore_close(keys);

@@ -516,12 +516,25 @@ int request_path_field(json_t *body, const char *field, bool required, char **re
         return request_resolve_path(json_string_value(v), json_string_length(v), field, ret, e);
 }
 
+static int parse_command(json_t *body, bool spawn, ExecRequest *ret, ApiError *e);
+
 int request_parse_exec(json_t *body, ExecRequest *ret, ApiError *e) {
-        static const char *const fields[] = { "command", "argv",      "cwd",    "env",
-                                              "stdin",   "stdinBase64", "timeoutMs", "stream",
-                                              "maxOutputBytes", NULL };
+        return parse_command(body, false, ret, e);
+}
+
+int request_parse_spawn(json_t *body, ExecRequest *ret, ApiError *e) {
+        return parse_command(body, true, ret, e);
+}
+
+static int parse_command(json_t *body, bool spawn, ExecRequest *ret, ApiError *e) {
+        static const char *const exec_fields[] = { "command", "argv", "cwd", "env", "stdin", "stdinBase64",
+                                                   "timeoutMs", "stream", "maxOutputBytes", "user",
+                                                   "outputEncoding", "traceFiles", NULL };
+        static const char *const spawn_fields[] = { "command", "argv", "cwd", "env", "stdin", "stdinBase64",
+                                                    "timeoutMs", "user", "outputEncoding", "stdinMode",
+                                                    "traceFiles", "pty", NULL };
         ExecRequest x = { 0 };
-        int r = check_fields(body, NULL, fields, e);
+        int r = check_fields(body, NULL, spawn ? spawn_fields : exec_fields, e);
         if (r < 0)
                 return r;
         json_t *cmd = json_object_get(body, "command"), *argv = json_object_get(body, "argv");
@@ -604,10 +617,62 @@ int request_parse_exec(json_t *body, ExecRequest *ret, ApiError *e) {
                 }
                 x.has_stdin = true;
         }
-        if ((r = get_int(body, "timeoutMs", 1, REQ_MAX_EXEC_TIMEOUT_MS, 60000, &x.timeout_ms, e)) < 0)
+        if ((r = get_int(body, "timeoutMs", 1, REQ_MAX_EXEC_TIMEOUT_MS, spawn ? REQ_MAX_EXEC_TIMEOUT_MS : 60000,
+                         &x.timeout_ms, e)) < 0)
                 goto fail;
         if ((r = get_bool(body, "stream", false, &x.stream, e)) < 0)
                 goto fail;
+        json_t *user = json_object_get(body, "user");
+        if (user && !json_is_null(user)) {
+                const char *u = json_string_value(user);
+                if (!u) {
+                        r = wrong_type(e, "user", "a string", user);
+                        goto fail;
+                }
+                /* Commands run as root inside for now; the unprivileged
+                 * "sandbox" user comes with its image. */
+                if (strcmp(u, "root") != 0) {
+                        r = INVALID(e, "user must be \"root\" (the only user this sandbox has)");
+                        goto fail;
+                }
+                x.root = true;
+        }
+        json_t *enc = json_object_get(body, "outputEncoding");
+        if (enc && !json_is_null(enc)) {
+                const char *v = json_string_value(enc);
+                if (!v || (strcmp(v, "utf8") != 0 && strcmp(v, "base64") != 0)) {
+                        r = INVALID(e, "outputEncoding must be \"utf8\" or \"base64\"");
+                        goto fail;
+                }
+                x.base64 = strcmp(v, "base64") == 0;
+        }
+        bool trace = false;
+        if ((r = get_bool(body, "traceFiles", false, &trace, e)) < 0)
+                goto fail;
+        if (trace) {
+                r = INVALID(e, "traceFiles is not supported by this server");
+                goto fail;
+        }
+        if (spawn) {
+                json_t *mode = json_object_get(body, "stdinMode");
+                if (mode && !json_is_null(mode)) {
+                        const char *v = json_string_value(mode);
+                        if (!v || strcmp(v, "pipe") != 0) {
+                                r = INVALID(e, "stdinMode must be \"pipe\"");
+                                goto fail;
+                        }
+                        if (x.has_stdin) {
+                                r = INVALID(e, "stdinMode \"pipe\" and stdin exclude each other");
+                                goto fail;
+                        }
+                        x.stdin_pipe = true;
+                }
+                json_t *pty = json_object_get(body, "pty");
+                if (pty && !json_is_null(pty)) {
+                        r = INVALID(e, "pty is not supported by this server yet");
+                        goto fail;
+                }
+        }
         if ((r = get_int(body, "maxOutputBytes", 0, REQ_MAX_OUTPUT, 65536, &n, e)) < 0)
                 goto fail;
         x.max_output_bytes = (size_t)n;
@@ -616,6 +681,120 @@ int request_parse_exec(json_t *body, ExecRequest *ret, ApiError *e) {
 fail:
         exec_request_done(&x);
         return r;
+}
+
+int request_parse_cursor(const char *s, uint64_t *ret, ApiError *e) {
+        if (!s || !*s) {
+                *ret = 0;
+                return 0;
+        }
+        uint64_t v = 0;
+        size_t n = 0;
+        for (const char *p = s; *p; p++, n++) {
+                if (*p < '0' || *p > '9' || n >= 16)
+                        return INVALID(e, "cursor must be a byte offset: a non-negative integer");
+                v = v * 10 + (uint64_t)(*p - '0');
+        }
+        if (v > (1ull << 53))
+                return INVALID(e, "cursor must be a byte offset: a non-negative integer");
+        *ret = v;
+        return 0;
+}
+
+static const struct {
+        const char *name;
+        int signo;
+} signals[] = {
+        { "HUP", 1 },   { "INT", 2 },   { "QUIT", 3 },  { "KILL", 9 },  { "USR1", 10 },
+        { "USR2", 12 }, { "TERM", 15 }, { "CONT", 18 }, { "STOP", 19 }, { "TSTP", 20 },
+};
+
+int request_parse_signal(json_t *body, int *ret, ApiError *e) {
+        static const char *const fields[] = { "signal", NULL };
+        int r = check_fields(body, NULL, fields, e);
+        if (r < 0)
+                return r;
+        json_t *v = json_object_get(body, "signal");
+        if (!v) {
+                *ret = 15;
+                return 0;
+        }
+        if (json_is_integer(v)) {
+                for (size_t i = 0; i < ELEMENTSOF(signals); i++)
+                        if (signals[i].signo == json_integer_value(v)) {
+                                *ret = signals[i].signo;
+                                return 0;
+                        }
+        } else if (json_is_string(v)) {
+                const char *name = json_string_value(v);
+                if (strncmp(name, "SIG", 3) == 0)
+                        name += 3;
+                for (size_t i = 0; i < ELEMENTSOF(signals); i++)
+                        if (strcmp(signals[i].name, name) == 0) {
+                                *ret = signals[i].signo;
+                                return 0;
+                        }
+        }
+        return INVALID(e, "signal must be one of SIGHUP SIGINT SIGQUIT SIGKILL SIGUSR1 SIGUSR2 SIGTERM SIGCONT "
+                          "SIGSTOP SIGTSTP");
+}
+
+#define REQ_MAX_PROC_WRITE (1024u * 1024u)
+
+int request_parse_proc_write(json_t *body, uint8_t **ret_data, size_t *ret_len, int64_t *ret_offset, bool *ret_eof,
+                             ApiError *e) {
+        static const char *const fields[] = { "base64", "data", "offset", "eof", NULL };
+        int r = check_fields(body, NULL, fields, e);
+        if (r < 0)
+                return r;
+        json_t *b64 = json_object_get(body, "base64"), *text = json_object_get(body, "data");
+        if (b64 && text)
+                return INVALID(e, "at most one of base64 and data");
+        uint8_t *data = NULL;
+        size_t len = 0;
+        if (b64) {
+                if (!json_is_string(b64))
+                        return wrong_type(e, "base64", "a base64 string", b64);
+                r = base64_decode(json_string_value(b64), json_string_length(b64), REQ_MAX_PROC_WRITE, &data, &len);
+                if (r == -E2BIG)
+                        return INVALID(e, "base64 decodes to more than 1 MiB");
+                if (r < 0)
+                        return r == -ENOMEM ? r : INVALID(e, "base64 is not valid base64");
+        } else if (text) {
+                if (!json_is_string(text))
+                        return wrong_type(e, "data", "a string", text);
+                len = json_string_length(text);
+                if (len > REQ_MAX_PROC_WRITE)
+                        return INVALID(e, "data is larger than 1 MiB");
+                if (!(data = malloc(len ? len : 1)))
+                        return -ENOMEM;
+                memcpy(data, json_string_value(text), len);
+        }
+        int64_t offset = -1;
+        bool eof = false;
+        if ((r = get_int(body, "offset", -1, INT64_MAX / 2, -1, &offset, e)) < 0 ||
+            (r = get_bool(body, "eof", false, &eof, e)) < 0) {
+                free(data);
+                return r;
+        }
+        *ret_data = data;
+        *ret_len = len;
+        *ret_offset = offset;
+        *ret_eof = eof;
+        return 0;
+}
+
+bool request_idempotency_key_ok(const char *s) {
+        size_t n = s ? strlen(s) : 0;
+        if (n == 0 || n > 128)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char c = s[i];
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                      c == '.' || c == ':' || c == '-'))
+                        return false;
+        }
+        return true;
 }
 
 int request_parse_mkdir(json_t *body, char **ret_path, bool *ret_parents, ApiError *e) {

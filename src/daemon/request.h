@@ -51,7 +51,25 @@ typedef struct ExecRequest {
         int64_t timeout_ms;
         bool stream;
         size_t max_output_bytes;
+        bool root;        /* user "root" asked for by name (the only user for now) */
+        bool base64;      /* outputEncoding "base64": every output event carries its bytes */
+        bool stdin_pipe;  /* spawn with stdinMode "pipe": input comes later through :write */
 } ExecRequest;
+
+/* POST .../processes (a background process): exec's fields without stream
+ * and maxOutputBytes, plus stdinMode and outputEncoding; timeoutMs defaults
+ * to the maximum, a day. */
+int request_parse_spawn(json_t *body, ExecRequest *ret, ApiError *e);
+/* The cursor of GET .../output: a decimal byte offset, 0..2^53. */
+int request_parse_cursor(const char *s, uint64_t *ret, ApiError *e);
+/* A signal by name ("SIGTERM" or "TERM") or number, among those a client may
+ * send (HUP INT QUIT KILL USR1 USR2 TERM CONT STOP TSTP). */
+int request_parse_signal(json_t *body, int *ret, ApiError *e);
+/* POST .../processes/{pid}:write: {"base64"|"data", "offset", "eof"}. */
+int request_parse_proc_write(json_t *body, uint8_t **ret_data, size_t *ret_len, int64_t *ret_offset, bool *ret_eof,
+                             ApiError *e);
+/* An Idempotency-Key header: 1..128 of [A-Za-z0-9_.:-]. */
+bool request_idempotency_key_ok(const char *s);
 
 /* A request body: at most REQ_MAX_BODY bytes, depth REQ_MAX_DEPTH, no
  * duplicate names, an object. An empty body is an empty object when

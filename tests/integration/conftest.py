@@ -13,6 +13,8 @@ runtime-agent and runtime CLI over loopback; nothing of ours is mocked.
                             where the daemon says the driver is unavailable
   any_driver     (function) a usable driver, where which one does not matter
   sandbox        (function) a running sandbox on `driver`, deleted after
+  published_client (session) the published withruntime client in a venv of its own
+                            (helpers/published.py); .run(daemon, script) runs a script in it
 
 Tests that need a privilege or a tool this machine lacks skip with the
 reason; they never pass silently.
@@ -273,3 +275,20 @@ def any_driver(daemon) -> str:
 @pytest.fixture
 def sandbox(api, driver):
     return api.create_sandbox(driver=driver)
+
+
+# ---------------------------------------------------------------------------
+# The published client, for conformance tests
+
+
+@pytest.fixture(scope="session")
+def published_client():
+    from helpers.published import PublishedClientUnavailable, ensure_venv, published_client as load
+    try:
+        client = load(ensure_venv())
+    except PublishedClientUnavailable as e:
+        pytest.skip(f"the published client cannot be installed here: {e}")
+    # Same package name as our SDK: the suite's own interpreter must never hold the other one.
+    ours = sys.modules.get("withruntime")
+    assert ours is None or str(client.venv) not in str(getattr(ours, "__file__", "")), ours
+    return client

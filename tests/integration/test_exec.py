@@ -260,18 +260,29 @@ def _raw_stream_exec(daemon, sid: str, body: dict, until: bytes, timeout: float 
 
 
 @pytest.mark.microvm_subset
-def test_client_disconnect_kills_the_command(sandbox, daemon):
+def test_client_disconnect_leaves_the_process_to_be_followed(sandbox, daemon):
+    """A streamed exec is a process: a client that drops the stream resumes from
+    its cursor (the published client does) or ends it with a signal."""
     s, got = _raw_stream_exec(daemon, sandbox.id, {
         "command": "sleep 1000 & echo $! > /workspace/dc.pid; echo $$ > /workspace/dc.sh; "
                    "echo ready; wait", "stream": True}, b"ready")
     assert b" 200 " in got.split(b"\r\n", 1)[0], got[:200]
+    pid_id = json.loads(next(line for line in got.split(b"\r\n")
+                             if line.startswith(b'{"type":"start"')))["processId"]
     s.close()
+    info = sandbox.api.get(f"/v1/sandboxes/{sandbox.id}/processes/{pid_id}").json()
+    assert info["state"] == "running", info
+    r = sandbox.api.get(f"/v1/sandboxes/{sandbox.id}/processes/{pid_id}/output",
+                        params={"cursor": 0, "follow": "false"})
+    assert r.status_code == 200 and '"data":"ready\\n"' in r.text, r.text
     pids = [sandbox.run("cat /workspace/dc.pid").strip(), sandbox.run("cat /workspace/dc.sh").strip()]
+    r = sandbox.api.post(f"/v1/sandboxes/{sandbox.id}/processes/{pid_id}:signal", json={"signal": "SIGKILL"})
+    assert r.status_code == 200, r.text
 
     def gone():
         r = sandbox.exec(" ; ".join(f"test -e /proc/{p} && echo {p}" for p in pids) + "; true")
         return r["stdout"] == ""
-    wait_until(gone, 10, 0.2, what=f"processes {pids} of a disconnected stream to be killed")
+    wait_until(gone, 10, 0.2, what=f"processes {pids} of a killed process group to be gone")
 
 
 @pytest.mark.microvm_subset

@@ -64,7 +64,19 @@ def _text_of(content: Any) -> str:
 
 
 def _stdout_of(text: str) -> str:
-    """The stdout section of a runtime_exec result ("exit code: N\nstdout:\n...\nstderr:...")."""
+    """The stdout section of a runtime_exec result: our tools' "exit code: N\nstdout:\n...\nstderr:...",
+    or the published client's dict ({'exit_code': N, 'stdout': ..., ...}, as JSON or Python repr)."""
+    if text.startswith("{"):
+        import ast
+        import json
+
+        for parse in (json.loads, ast.literal_eval):
+            try:
+                value = parse(text)
+            except (ValueError, SyntaxError):
+                continue
+            if isinstance(value, dict) and isinstance(value.get("stdout"), str):
+                return value["stdout"].strip("\n")
     start = text.find("stdout:\n")
     if start < 0:
         return text

@@ -167,6 +167,59 @@ static void test_many_execs(void **state) {
         }
 }
 
+/* A signal op reaches a running exec's group; one for a stream that is not a
+ * running exec is not_found. */
+static void test_signal_running_exec(void **state) {
+        Host *h = *state;
+        send_json(h, PROTO_OPEN, 1,
+                  "{\"op\":\"exec\",\"argv\":[\"/bin/sh\",\"-c\",\"sleep 30\"],\"cwd\":\"/\",\"timeoutMs\":0}");
+        ProtoHeader hdr;
+        static uint8_t buf[4096];
+        next_frame(h, &hdr, buf, sizeof buf);
+        assert_int_equal(hdr.type, PROTO_EVENT);
+        send_json(h, PROTO_OPEN, 3, "{\"op\":\"signal\",\"stream\":5,\"signal\":15}");
+        next_frame(h, &hdr, buf, sizeof buf);
+        assert_int_equal(hdr.stream, 3);
+        assert_int_equal(hdr.type, PROTO_RESULT);
+        assert_non_null(strstr((char *)buf, "not_found"));
+        send_json(h, PROTO_OPEN, 5, "{\"op\":\"signal\",\"stream\":1,\"signal\":15}");
+        bool answered = false;
+        for (;;) {
+                next_frame(h, &hdr, buf, sizeof buf);
+                if (hdr.stream == 5) {
+                        assert_int_equal(hdr.type, PROTO_RESULT);
+                        assert_string_equal((char *)buf, "{}");
+                        answered = true;
+                } else if (hdr.stream == 1 && hdr.type == PROTO_RESULT)
+                        break;
+        }
+        assert_true(answered);
+        json_t *j = json_loads((char *)buf, 0, NULL);
+        assert_int_equal(json_integer_value(json_object_get(j, "exitCode")), 128 + SIGTERM);
+        json_decref(j);
+}
+
+/* uid and gid: the child runs as that user, with no supplementary groups. */
+static void test_exec_as_user(void **state) {
+        Host *h = *state;
+        if (geteuid() != 0)
+                skip();
+        send_json(h, PROTO_OPEN, 1,
+                  "{\"op\":\"exec\",\"argv\":[\"/bin/sh\",\"-c\",\"echo $(id -u):$(id -g):$(id -G)\"],"
+                  "\"cwd\":\"/\",\"uid\":1234,\"gid\":4321}");
+        ProtoHeader hdr;
+        static uint8_t buf[4096];
+        char out[128] = "";
+        for (;;) {
+                next_frame(h, &hdr, buf, sizeof buf);
+                if (hdr.type == PROTO_DATA && hdr.flags == PROTO_FD_OUT && strlen(out) + hdr.length < sizeof out)
+                        strcat(out, (char *)buf);
+                if (hdr.type == PROTO_RESULT)
+                        break;
+        }
+        assert_string_equal(out, "1234:4321:4321\n");
+}
+
 static void test_file_round_trip_within_window(void **state) {
         Host *h = *state;
         const size_t size = 3 * 1024 * 1024 + 12345;
@@ -246,6 +299,8 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_exec_frames_in_order, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_many_execs, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_signal_running_exec, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_exec_as_user, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_file_round_trip_within_window, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -270,12 +270,44 @@ static void test_resume(void **state) {
         }
 }
 
+static void test_user_and_signal(void **state) {
+        AgentRequest *r = NULL;
+        const char *msg = NULL;
+        assert_int_equal(parse_str("{\"op\":\"exec\",\"argv\":[\"id\"]}", &r, &msg), 0);
+        assert_true(r->uid == -1 && r->gid == -1);
+        agent_request_free(r);
+        assert_int_equal(parse_str("{\"op\":\"exec\",\"argv\":[\"id\"],\"uid\":1000,\"gid\":1000}", &r, &msg), 0);
+        assert_true(r->uid == 1000 && r->gid == 1000);
+        agent_request_free(r);
+        /* Only both together; never nobody, never negative, never a string. */
+        expect_invalid("{\"op\":\"exec\",\"argv\":[\"id\"],\"uid\":1000}");
+        expect_invalid("{\"op\":\"exec\",\"argv\":[\"id\"],\"uid\":65534,\"gid\":65534}");
+        expect_invalid("{\"op\":\"exec\",\"argv\":[\"id\"],\"uid\":-1,\"gid\":0}");
+        expect_invalid("{\"op\":\"exec\",\"argv\":[\"id\"],\"uid\":\"0\",\"gid\":0}");
+
+        assert_int_equal(parse_str("{\"op\":\"signal\",\"stream\":7,\"signal\":15}", &r, &msg), 0);
+        assert_int_equal(r->op, REQ_SIGNAL);
+        assert_int_equal(r->target, 7);
+        assert_int_equal(r->signo, 15);
+        agent_request_free(r);
+        /* An even id is an agent stream, never an exec; signals outside the
+         * list (SIGSEGV, SIGCHLD, real-time) are refused. */
+        expect_invalid("{\"op\":\"signal\",\"stream\":8,\"signal\":15}");
+        expect_invalid("{\"op\":\"signal\",\"stream\":0,\"signal\":15}");
+        expect_invalid("{\"op\":\"signal\",\"stream\":4294967297,\"signal\":15}");
+        expect_invalid("{\"op\":\"signal\",\"stream\":7,\"signal\":11}");
+        expect_invalid("{\"op\":\"signal\",\"stream\":7,\"signal\":17}");
+        expect_invalid("{\"op\":\"signal\",\"stream\":7,\"signal\":40}");
+        expect_invalid("{\"op\":\"signal\",\"stream\":7}");
+        expect_invalid("{\"op\":\"signal\",\"signal\":15}");
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_depth),    cmocka_unit_test(test_paths),
                 cmocka_unit_test(test_exec),     cmocka_unit_test(test_exec_limits),
                 cmocka_unit_test(test_file_ops), cmocka_unit_test(test_envelope),
-                cmocka_unit_test(test_resume),
+                cmocka_unit_test(test_resume),   cmocka_unit_test(test_user_and_signal),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

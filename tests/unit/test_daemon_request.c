@@ -360,6 +360,94 @@ static void test_base64(void **state) {
         assert_int_equal(base64_decode("aG!s", 4, 10, &out, &n), -EINVAL);
 }
 
+static void test_process_parsers(void **state) {
+        ApiError e = { 0 };
+        ExecRequest x;
+        json_t *j = parse("{\"command\":\"cat\",\"stdinMode\":\"pipe\",\"outputEncoding\":\"base64\",\"user\":\"root\"}");
+        assert_int_equal(request_parse_spawn(j, &x, &e), 0);
+        assert_true(x.stdin_pipe && x.base64 && x.root);
+        assert_int_equal(x.timeout_ms, REQ_MAX_EXEC_TIMEOUT_MS);
+        exec_request_done(&x);
+        json_decref(j);
+        static const char *const bad_spawn[] = {
+                "{\"command\":\"x\",\"stream\":true}", "{\"command\":\"x\",\"pty\":{}}",
+                "{\"command\":\"x\",\"stdinMode\":\"tty\"}", "{\"command\":\"x\",\"user\":\"sandbox\"}",
+                "{\"command\":\"x\",\"stdin\":\"a\",\"stdinMode\":\"pipe\"}",
+                "{\"command\":\"x\",\"outputEncoding\":\"hex\"}", "{\"command\":\"x\",\"traceFiles\":true}",
+        };
+        for (size_t i = 0; i < sizeof bad_spawn / sizeof *bad_spawn; i++) {
+                j = parse(bad_spawn[i]);
+                assert_int_equal(request_parse_spawn(j, &x, &e), -EINVAL);
+                json_decref(j);
+        }
+        /* exec takes the published client's user too, but not a spawn's stdinMode. */
+        j = parse("{\"command\":\"x\",\"user\":\"root\",\"timeoutMs\":5}");
+        assert_int_equal(request_parse_exec(j, &x, &e), 0);
+        exec_request_done(&x);
+        json_decref(j);
+        j = parse("{\"command\":\"x\",\"stdinMode\":\"pipe\"}");
+        assert_int_equal(request_parse_exec(j, &x, &e), -EINVAL);
+        json_decref(j);
+
+        uint64_t c;
+        assert_int_equal(request_parse_cursor(NULL, &c, &e), 0);
+        assert_int_equal(c, 0);
+        assert_int_equal(request_parse_cursor("1048576", &c, &e), 0);
+        assert_int_equal(c, 1048576);
+        static const char *const bad_cursor[] = { "-1", "x", "1.0", " 1", "+1", "99999999999999999", "0x10" };
+        for (size_t i = 0; i < sizeof bad_cursor / sizeof *bad_cursor; i++)
+                assert_int_equal(request_parse_cursor(bad_cursor[i], &c, &e), -EINVAL);
+
+        int sig;
+        j = parse("{\"signal\":\"SIGKILL\"}");
+        assert_int_equal(request_parse_signal(j, &sig, &e), 0);
+        assert_int_equal(sig, 9);
+        json_decref(j);
+        j = parse("{\"signal\":\"INT\"}");
+        assert_int_equal(request_parse_signal(j, &sig, &e), 0);
+        assert_int_equal(sig, 2);
+        json_decref(j);
+        j = parse("{}");
+        assert_int_equal(request_parse_signal(j, &sig, &e), 0);
+        assert_int_equal(sig, 15);
+        json_decref(j);
+        static const char *const bad_sig[] = { "{\"signal\":11}", "{\"signal\":\"SIGSEGV\"}", "{\"signal\":0}",
+                                               "{\"signal\":true}", "{\"signal\":15,\"x\":1}" };
+        for (size_t i = 0; i < sizeof bad_sig / sizeof *bad_sig; i++) {
+                j = parse(bad_sig[i]);
+                assert_int_equal(request_parse_signal(j, &sig, &e), -EINVAL);
+                json_decref(j);
+        }
+
+        uint8_t *d;
+        size_t n;
+        int64_t off;
+        bool eof;
+        j = parse("{\"base64\":\"aGk=\",\"offset\":4,\"eof\":true}");
+        assert_int_equal(request_parse_proc_write(j, &d, &n, &off, &eof, &e), 0);
+        assert_true(n == 2 && memcmp(d, "hi", 2) == 0 && off == 4 && eof);
+        free(d);
+        json_decref(j);
+        static const char *const bad_write[] = { "{\"base64\":\"*\"}", "{\"data\":1}", "{\"offset\":-5}",
+                                                 "{\"data\":\"a\",\"base64\":\"YQ==\"}", "{\"eof\":1}" };
+        for (size_t i = 0; i < sizeof bad_write / sizeof *bad_write; i++) {
+                j = parse(bad_write[i]);
+                assert_int_equal(request_parse_proc_write(j, &d, &n, &off, &eof, &e), -EINVAL);
+                json_decref(j);
+        }
+
+        assert_true(request_idempotency_key_ok("a-b_c.d:e"));
+        assert_false(request_idempotency_key_ok(""));
+        assert_false(request_idempotency_key_ok("a b"));
+        assert_false(request_idempotency_key_ok("a\nb"));
+        char longkey[130];
+        memset(longkey, 'k', 129);
+        longkey[129] = '\0';
+        assert_false(request_idempotency_key_ok(longkey));
+        longkey[128] = '\0';
+        assert_true(request_idempotency_key_ok(longkey));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_body_parse),   cmocka_unit_test(test_depth),
@@ -367,7 +455,7 @@ int main(void) {
                 cmocka_unit_test(test_create_full),  cmocka_unit_test(test_create_bounds),
                 cmocka_unit_test(test_create_counts), cmocka_unit_test(test_exec),
                 cmocka_unit_test(test_paths),        cmocka_unit_test(test_file_ops),
-                cmocka_unit_test(test_base64),
+                cmocka_unit_test(test_base64),       cmocka_unit_test(test_process_parsers),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

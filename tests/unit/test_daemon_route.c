@@ -61,6 +61,36 @@ static void test_routes(void **state) {
         expect_route("DELETE", "/v1/egress-secrets/OPENAI_API_KEY", ROUTE_SECRET_DELETE);
 }
 
+static void test_process_routes(void **state) {
+#define PROC "/v1/sandboxes/" ID "/processes"
+        expect_route("GET", PROC, ROUTE_PROC_LIST);
+        expect_route("POST", PROC, ROUTE_PROC_SPAWN);
+        expect_route("GET", PROC "/proc_0123456789abcdef", ROUTE_PROC_GET);
+        expect_route("GET", PROC "/proc_0123456789abcdef/output", ROUTE_PROC_OUTPUT);
+        expect_route("POST", PROC "/proc_0123456789abcdef:write", ROUTE_PROC_WRITE);
+        expect_route("POST", PROC "/proc_0123456789abcdef:signal", ROUTE_PROC_SIGNAL);
+        expect_route("POST", PROC "/proc_0123456789abcdef:wait", ROUTE_PROC_WAIT);
+        Route r;
+        assert_int_equal(route_parse("GET", PROC "/proc_0123456789abcdef", &r), 0);
+        assert_string_equal(r.proc_id, "proc_0123456789abcdef");
+        expect_rc("DELETE", PROC, -EOPNOTSUPP);
+        expect_rc("GET", PROC "/proc_0123456789abcdef:signal", -EOPNOTSUPP);
+        /* Only a well-formed id: no other length, no upper case, no path tricks. */
+        expect_rc("GET", PROC "/proc_0123456789abcde", -ENOENT);
+        expect_rc("GET", PROC "/proc_0123456789abcdef0", -ENOENT);
+        expect_rc("GET", PROC "/proc_0123456789ABCDEF", -ENOENT);
+        expect_rc("GET", PROC "/proc_../../../../etc", -ENOENT);
+        expect_rc("GET", PROC "/proc_0123456789abcdef/", -ENOENT);
+        expect_rc("GET", PROC "/proc_0123456789abcdef/output/x", -ENOENT);
+        expect_rc("POST", PROC "/proc_0123456789abcdef:kill", -ENOENT);
+        expect_rc("GET", PROC "/", -ENOENT);
+        assert_true(route_needs_full_access(ROUTE_PROC_SPAWN));
+        assert_true(route_needs_full_access(ROUTE_PROC_WRITE));
+        assert_true(route_needs_full_access(ROUTE_PROC_SIGNAL));
+        assert_false(route_needs_full_access(ROUTE_PROC_OUTPUT));
+#undef PROC
+}
+
 static void test_id_and_path_strictness(void **state) {
         expect_rc("GET", "/v1/sandboxes/sbx_123", -ENOENT);
         expect_rc("GET", "/v1/sandboxes/sbx_0123456789ABCDEF0123", -ENOENT);
@@ -153,6 +183,7 @@ static void test_access(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_routes),
+                cmocka_unit_test(test_process_routes),
                 cmocka_unit_test(test_id_and_path_strictness),
                 cmocka_unit_test(test_methods),
                 cmocka_unit_test(test_table),

@@ -12,6 +12,7 @@ sandbox into four functions for LlamaIndex's ``FunctionTool.from_defaults``.
 """
 
 from ._models import CommandResult, FileEntry, FileList, WriteResult
+from ._process import AsyncProcess, Process
 from ._version import __version__
 from .async_sandbox import AsyncFiles, AsyncNetwork, AsyncSandbox, AsyncSecrets
 from .errors import (
@@ -20,6 +21,7 @@ from .errors import (
     APITimeoutError,
     AuthenticationError,
     BudgetExceededError,
+    CommandError,
     ConfigurationError,
     ConflictError,
     InternalServerError,
@@ -44,6 +46,9 @@ __all__ = [
     "Secrets",
     "AsyncSecrets",
     "CommandResult",
+    "CommandError",
+    "Process",
+    "AsyncProcess",
     "FileEntry",
     "FileList",
     "WriteResult",

@@ -139,8 +139,11 @@ class SyncHTTP:
         content: Content = None,
         timeout: Optional[float] = None,
         raw: bool = False,
+        headers: Optional[Dict[str, str]] = None,
     ) -> Any:
         kwargs: Dict[str, Any] = {"params": params}
+        if headers:
+            kwargs["headers"] = headers
         if json_body is not None:
             kwargs["json"] = json_body
         if content is not None:
@@ -157,11 +160,18 @@ class SyncHTTP:
 
     @contextlib.contextmanager
     def stream_lines(
-        self, method: str, path: str, *, json_body: Any, timeout: Optional[float] = None
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        timeout: Optional[float] = None,
+        params: Params = None,
+        headers: Optional[Dict[str, str]] = None,
     ) -> Iterator[Iterator[str]]:
         try:
             with self._client.stream(
-                method, path, json=json_body, timeout=_timeout(timeout)
+                method, path, json=json_body, params=params, headers=headers, timeout=_timeout(timeout)
             ) as resp:
                 if resp.status_code >= 400:
                     raise _decode_error(
@@ -211,8 +221,11 @@ class AsyncHTTP:
         content: Union[bytes, None] = None,
         timeout: Optional[float] = None,
         raw: bool = False,
+        headers: Optional[Dict[str, str]] = None,
     ) -> Any:
         kwargs: Dict[str, Any] = {"params": params}
+        if headers:
+            kwargs["headers"] = headers
         if json_body is not None:
             kwargs["json"] = json_body
         if content is not None:
@@ -229,11 +242,18 @@ class AsyncHTTP:
 
     @contextlib.asynccontextmanager
     async def stream_lines(
-        self, method: str, path: str, *, json_body: Any, timeout: Optional[float] = None
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        timeout: Optional[float] = None,
+        params: Params = None,
+        headers: Optional[Dict[str, str]] = None,
     ) -> AsyncIterator[AsyncIterator[str]]:
         try:
             async with self._client.stream(
-                method, path, json=json_body, timeout=_timeout(timeout)
+                method, path, json=json_body, params=params, headers=headers, timeout=_timeout(timeout)
             ) as resp:
                 if resp.status_code >= 400:
                     body = bytearray()

@@ -116,6 +116,8 @@ def build_exec_body(
     timeout_seconds: Optional[float],
     stream: bool,
     max_output_bytes: Optional[int],
+    timeout_ms: Optional[int] = None,
+    user: Optional[str] = None,
 ) -> Tuple[Dict[str, Any], float]:
     """The body of POST :exec and how long to wait for its answer."""
     body: Dict[str, Any] = {}
@@ -145,6 +147,15 @@ def build_exec_body(
             body["stdinBase64"] = base64.b64encode(bytes(stdin)).decode("ascii")
         else:
             raise InvalidRequestError(f"stdin must be str or bytes, not {type(stdin).__name__}")
+    if user is not None:
+        if not isinstance(user, str):
+            raise InvalidRequestError(f"user must be a string, not {type(user).__name__}")
+        body["user"] = user
+    if timeout_ms is not None:
+        # The published client's name for it, in milliseconds; it wins over timeout_seconds.
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
+            raise InvalidRequestError("timeout_ms must be an integer")
+        timeout_seconds = timeout_ms / 1000
     seconds = DEFAULT_EXEC_TIMEOUT_SECONDS if timeout_seconds is None else timeout_seconds
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise InvalidRequestError("timeout_seconds must be a number")
@@ -160,6 +171,21 @@ def build_exec_body(
     return body, float(seconds) + EXEC_HTTP_SLACK_SECONDS
 
 
+def event_end(ev: Mapping[str, Any], cursor: int) -> int:
+    """The output cursor after a stdout/stderr event: its offset plus its bytes (``base64``
+    when present, else the text's UTF-8)."""
+    off = ev.get("offset")
+    if not isinstance(off, int):
+        return cursor
+    b64 = ev.get("base64")
+    if isinstance(b64, str):
+        n = len(base64.b64decode(b64))
+    else:
+        data = ev.get("data")
+        n = len(data.encode()) if isinstance(data, str) else 0
+    return max(cursor, off + n)
+
+
 @dataclass(frozen=True)
 class CommandResult:
     """What a command did. A timeout is a result: ``timed_out`` is True and ``exit_code`` 137."""
@@ -171,6 +197,9 @@ class CommandResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     duration_ms: int = 0
+    #: The process the command ran as (a streamed exec or a spawned process); None for a
+    #: buffered exec.
+    process_id: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -225,6 +254,9 @@ class ExecStream:
         self.stderr = _Tail(keep_bytes)
         self.result: Optional[CommandResult] = None
         self.pid: Optional[int] = None
+        self.process_id: Optional[str] = None
+        self.cursor = 0
+        self.lost = False
 
     def feed(self, line: str) -> Tuple[str, str]:
         """Returns ("stdout"|"stderr", data) for output, ("", "") otherwise; raises the
@@ -238,15 +270,32 @@ class ExecStream:
             raise APIConnectionError("the daemon sent an exec event that is not JSON") from None
         if not isinstance(ev, dict):
             raise APIConnectionError("the daemon sent an exec event that is not an object")
+        return self.feed_event(ev)
+
+    def feed_event(self, ev: Dict[str, Any]) -> Tuple[str, str]:
         kind = ev.get("type")
         if kind in ("stdout", "stderr"):
             data = ev.get("data")
             data = data if isinstance(data, str) else ""
             (self.stdout if kind == "stdout" else self.stderr).add(data)
+            self.cursor = event_end(ev, self.cursor)
             return kind, data
-        if kind == "start":
+        if kind == "truncated":
+            self.lost = True
+            resume = ev.get("resumeAt")
+            if isinstance(resume, int):
+                self.cursor = max(self.cursor, resume)
+        elif kind == "continue":
+            cur = ev.get("cursor")
+            if isinstance(cur, int):
+                self.cursor = max(self.cursor, cur)
+            pid_ = ev.get("processId")
+            self.process_id = pid_ if isinstance(pid_, str) else self.process_id
+        elif kind == "start":
             pid = ev.get("pid")
             self.pid = pid if isinstance(pid, int) else None
+            pid_ = ev.get("processId")
+            self.process_id = pid_ if isinstance(pid_, str) else None
         elif kind == "exit":
             code = ev.get("exitCode")
             self.result = CommandResult(
@@ -254,9 +303,10 @@ class ExecStream:
                 stdout=self.stdout.text(),
                 stderr=self.stderr.text(),
                 timed_out=bool(ev.get("timedOut", False)),
-                stdout_truncated=self.stdout.truncated,
-                stderr_truncated=self.stderr.truncated,
+                stdout_truncated=self.stdout.truncated or self.lost,
+                stderr_truncated=self.stderr.truncated or self.lost,
                 duration_ms=int(ev.get("durationMs") or 0),
+                process_id=self.process_id,
             )
         elif kind == "error":
             err = ev.get("error")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import inspect
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Type, Union
 
 from ._config import resolve_api_key, resolve_endpoint
 from ._http import AsyncHTTP
 from ._models import (
     CREATE_HTTP_TIMEOUT_SECONDS,
     DEFAULT_STREAM_KEEP_BYTES,
+    MAX_EXEC_TIMEOUT_SECONDS,
     CommandResult,
     ExecStream,
     FileEntry,
@@ -35,7 +36,8 @@ from ._models import (
     parse_write,
     sandbox_path,
 )
-from .errors import APIError, InvalidRequestError, NotFoundError
+from ._process import AsyncProcess, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
+from .errors import APIError, CommandError, InvalidRequestError, NotFoundError
 
 AsyncOutputCallback = Callable[[str], Union[Any, Awaitable[Any]]]
 
@@ -226,6 +228,10 @@ class AsyncSandbox(SandboxInfo):
         on_stdout: Optional[AsyncOutputCallback] = None,
         on_stderr: Optional[AsyncOutputCallback] = None,
         max_output_bytes: Optional[int] = None,
+        timeout_ms: Optional[int] = None,
+        check: bool = False,
+        idempotency_key: Optional[str] = None,
+        user: Optional[str] = None,
     ) -> CommandResult:
         """As :meth:`Sandbox.exec`; the callbacks may be plain functions or coroutines."""
         stream = on_stdout is not None or on_stderr is not None
@@ -237,22 +243,102 @@ class AsyncSandbox(SandboxInfo):
             timeout_seconds=timeout_seconds,
             stream=stream,
             max_output_bytes=max_output_bytes,
+            timeout_ms=timeout_ms,
+            user=user,
         )
+        headers = idempotency_headers(idempotency_key)
         path = sandbox_path(self.id, ":exec")
         if not stream:
-            return parse_exec_result(await self._http.request("POST", path, json_body=body, timeout=wait))
-        folded = ExecStream(max_output_bytes if max_output_bytes is not None else DEFAULT_STREAM_KEEP_BYTES)
-        async with self._http.stream_lines("POST", path, json_body=body, timeout=wait) as lines:
-            async for line in lines:
-                kind, data = folded.feed(line)
+            result = parse_exec_result(
+                await self._http.request("POST", path, json_body=body, timeout=wait, headers=headers)
+            )
+        else:
+            folded = ExecStream(max_output_bytes if max_output_bytes is not None else DEFAULT_STREAM_KEEP_BYTES)
+            async for ev in self._exec_events(body, wait, headers):
+                kind, data = folded.feed_event(ev)
                 cb = on_stdout if kind == "stdout" else on_stderr if kind == "stderr" else None
                 if cb is not None:
                     ret = cb(data)
                     if inspect.isawaitable(ret):
                         await ret
-                if folded.result is not None:
+            result = folded.finish()
+        if check and not result.ok:
+            raise CommandError(result)
+        return result
+
+    async def _exec_events(
+        self, body: Dict[str, Any], wait: float, headers: Optional[Dict[str, str]]
+    ) -> AsyncIterator[Dict[str, Any]]:
+        body = {**body, "stream": True}
+        body.pop("maxOutputBytes", None)
+        process_id: Optional[str] = None
+        cursor = 0
+        resumed = False
+        async with self._http.stream_lines("POST", sandbox_path(self.id, ":exec"), json_body=body, timeout=wait,
+                                           headers=headers) as lines:
+            async for line in lines:
+                ev = parse_event(line)
+                if ev is None:
+                    continue
+                if ev.get("type") == "start":
+                    process_id = ev.get("processId")
+                if ev.get("type") == "continue":
+                    process_id, cursor, resumed = ev.get("processId"), int(ev.get("cursor") or 0), True
                     break
-        return folded.finish()
+                cursor = event_end(ev, cursor)
+                yield with_aliases(ev)
+                if ev.get("type") in ("exit", "error"):
+                    return
+        if resumed and process_id:
+            async for ev in AsyncProcess(self._http, self.id, {"id": process_id}).output(cursor):
+                yield ev
+
+    def exec_stream(
+        self,
+        command: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Union[str, bytes, None] = None,
+        timeout_ms: Optional[int] = None,
+        timeout_seconds: Optional[float] = None,
+        idempotency_key: Optional[str] = None,
+        user: Optional[str] = None,
+    ) -> AsyncIterator[Dict[str, Any]]:
+        """As :meth:`Sandbox.exec_stream`: ``async for event in sbx.exec_stream(...)``."""
+        if timeout_ms is None and timeout_seconds is None:
+            timeout_seconds = MAX_EXEC_TIMEOUT_SECONDS
+        body, wait = build_exec_body(command, cwd=cwd, env=env, stdin=stdin, timeout_seconds=timeout_seconds,
+                                     stream=True, max_output_bytes=None, timeout_ms=timeout_ms, user=user)
+        return self._exec_events(body, wait, idempotency_headers(idempotency_key))
+
+    async def spawn(
+        self,
+        command: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Union[str, bytes, None] = None,
+        timeout_ms: Optional[int] = None,
+        user: Optional[str] = None,
+        output_encoding: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> AsyncProcess:
+        """As :meth:`Sandbox.spawn`."""
+        body, _ = build_exec_body(command, cwd=cwd, env=env, stdin=None if stdin == "pipe" else stdin,
+                                  timeout_seconds=MAX_EXEC_TIMEOUT_SECONDS, stream=False, max_output_bytes=None,
+                                  timeout_ms=timeout_ms, user=user)
+        spawn_body(body, stdin, output_encoding)
+        info = await self._http.request("POST", sandbox_path(self.id, "/processes"), json_body=body,
+                                        headers=idempotency_headers(idempotency_key))
+        return AsyncProcess(self._http, self.id, info)
+
+    async def processes(self) -> List[Dict[str, Any]]:
+        return list((await self._http.request("GET", sandbox_path(self.id, "/processes")))["data"])
+
+    async def process(self, process_id: str) -> AsyncProcess:
+        info = await self._http.request("GET", sandbox_path(self.id, f"/processes/{process_id}"))
+        return AsyncProcess(self._http, self.id, info)
 
 
 class AsyncFiles:

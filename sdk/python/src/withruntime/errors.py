@@ -21,6 +21,7 @@ __all__ = [
     "PermissionDeniedError",
     "NotFoundError",
     "ConflictError",
+    "CommandError",
     "BudgetExceededError",
     "PayloadTooLargeError",
     "RateLimitError",
@@ -127,6 +128,18 @@ class ConflictError(APIError):
     """409: the sandbox is not running, the file exists, the directory is not empty."""
 
     default_code = "conflict"
+
+
+class CommandError(APIError):
+    """A command run with ``check=True`` exited non-zero or timed out; ``result`` is its
+    :class:`CommandResult`."""
+
+    default_code = "command_failed"
+
+    def __init__(self, result: Any) -> None:
+        why = "timed out" if result.timed_out else f"exited with {result.exit_code}"
+        super().__init__(f"the command {why}: {result.stderr[-500:]}".rstrip(": "))
+        self.result = result
 
 
 class BudgetExceededError(ConflictError):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union
+from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Type, Union
 
 from ._config import resolve_api_key, resolve_endpoint
 from ._http import SyncHTTP
 from ._models import (
     CREATE_HTTP_TIMEOUT_SECONDS,
     DEFAULT_STREAM_KEEP_BYTES,
+    MAX_EXEC_TIMEOUT_SECONDS,
     CommandResult,
     ExecStream,
     FileEntry,
@@ -33,7 +34,8 @@ from ._models import (
     parse_write,
     sandbox_path,
 )
-from .errors import APIError, InvalidRequestError, NotFoundError
+from ._process import Process, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
+from .errors import APIError, CommandError, InvalidRequestError, NotFoundError
 
 OutputCallback = Callable[[str], Any]
 FileData = Union[str, bytes, bytearray, memoryview, IO[bytes]]
@@ -216,13 +218,21 @@ class Sandbox(SandboxInfo):
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
         max_output_bytes: Optional[int] = None,
+        timeout_ms: Optional[int] = None,
+        check: bool = False,
+        idempotency_key: Optional[str] = None,
+        user: Optional[str] = None,
     ) -> CommandResult:
         """Run a command and wait for it.
 
         A string runs under ``bash -c``; a list runs as argv with no shell. With ``on_stdout``
         or ``on_stderr`` the output is streamed to them as it happens. A timeout is a result
         (``timed_out=True``, exit code 137), not an exception. ``max_output_bytes`` bounds
-        the output kept per stream (its end is kept).
+        the output kept per stream (its end is kept). The published client's names work too:
+        ``timeout_ms`` (wins over ``timeout_seconds``), ``check=True`` (raise
+        :class:`CommandError` on a non-zero exit or a timeout), ``idempotency_key`` (the same
+        key within ten minutes gives back the first run instead of running it again) and
+        ``user`` (``"root"``).
         """
         stream = on_stdout is not None or on_stderr is not None
         body, wait = build_exec_body(
@@ -233,21 +243,103 @@ class Sandbox(SandboxInfo):
             timeout_seconds=timeout_seconds,
             stream=stream,
             max_output_bytes=max_output_bytes,
+            timeout_ms=timeout_ms,
+            user=user,
         )
+        headers = idempotency_headers(idempotency_key)
         path = sandbox_path(self.id, ":exec")
         if not stream:
-            return parse_exec_result(self._http.request("POST", path, json_body=body, timeout=wait))
-        folded = ExecStream(max_output_bytes if max_output_bytes is not None else DEFAULT_STREAM_KEEP_BYTES)
-        with self._http.stream_lines("POST", path, json_body=body, timeout=wait) as lines:
-            for line in lines:
-                kind, data = folded.feed(line)
+            result = parse_exec_result(
+                self._http.request("POST", path, json_body=body, timeout=wait, headers=headers)
+            )
+        else:
+            folded = ExecStream(max_output_bytes if max_output_bytes is not None else DEFAULT_STREAM_KEEP_BYTES)
+            for ev in self._exec_events(body, wait, headers):
+                kind, data = folded.feed_event(ev)
                 if kind == "stdout" and on_stdout is not None:
                     on_stdout(data)
                 elif kind == "stderr" and on_stderr is not None:
                     on_stderr(data)
-                if folded.result is not None:
+            result = folded.finish()
+        if check and not result.ok:
+            raise CommandError(result)
+        return result
+
+    def _exec_events(self, body: Dict[str, Any], wait: float, headers: Optional[Dict[str, str]]) -> Iterator[Dict[str, Any]]:
+        body = {**body, "stream": True}
+        body.pop("maxOutputBytes", None)
+        process_id: Optional[str] = None
+        cursor = 0
+        resumed = False
+        with self._http.stream_lines("POST", sandbox_path(self.id, ":exec"), json_body=body, timeout=wait,
+                                     headers=headers) as lines:
+            for line in lines:
+                ev = parse_event(line)
+                if ev is None:
+                    continue
+                if ev.get("type") == "start":
+                    process_id = ev.get("processId")
+                if ev.get("type") == "continue":
+                    process_id, cursor, resumed = ev.get("processId"), int(ev.get("cursor") or 0), True
                     break
-        return folded.finish()
+                cursor = event_end(ev, cursor)
+                yield with_aliases(ev)
+                if ev.get("type") in ("exit", "error"):
+                    return
+        if resumed and process_id:
+            yield from Process(self._http, self.id, {"id": process_id}).output(cursor)
+
+    def exec_stream(
+        self,
+        command: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Union[str, bytes, None] = None,
+        timeout_ms: Optional[int] = None,
+        timeout_seconds: Optional[float] = None,
+        idempotency_key: Optional[str] = None,
+        user: Optional[str] = None,
+    ) -> Iterator[Dict[str, Any]]:
+        """The command's events as they happen: ``start`` (with ``processId``), ``stdout``,
+        ``stderr``, ``truncated`` when output was lost, ``exit``. When the daemon ends a long
+        stream (``continue``) it is followed on from the cursor. Events carry snake_case
+        aliases beside their camelCase fields. The timeout defaults to a day."""
+        if timeout_ms is None and timeout_seconds is None:
+            timeout_seconds = MAX_EXEC_TIMEOUT_SECONDS
+        body, wait = build_exec_body(command, cwd=cwd, env=env, stdin=stdin, timeout_seconds=timeout_seconds,
+                                     stream=True, max_output_bytes=None, timeout_ms=timeout_ms, user=user)
+        return self._exec_events(body, wait, idempotency_headers(idempotency_key))
+
+    def spawn(
+        self,
+        command: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Union[str, bytes, None] = None,
+        timeout_ms: Optional[int] = None,
+        user: Optional[str] = None,
+        output_encoding: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Process:
+        """Starts a background process and returns at once. ``stdin="pipe"`` keeps its input
+        open for :meth:`Process.write`; other text or bytes are its whole input. Without
+        ``timeout_ms`` it may run for a day."""
+        body, _ = build_exec_body(command, cwd=cwd, env=env, stdin=None if stdin == "pipe" else stdin,
+                                  timeout_seconds=MAX_EXEC_TIMEOUT_SECONDS, stream=False, max_output_bytes=None,
+                                  timeout_ms=timeout_ms, user=user)
+        spawn_body(body, stdin, output_encoding)
+        info = self._http.request("POST", sandbox_path(self.id, "/processes"), json_body=body,
+                                  headers=idempotency_headers(idempotency_key))
+        return Process(self._http, self.id, info)
+
+    def processes(self) -> List[Dict[str, Any]]:
+        """The sandbox's processes, running and recently ended, oldest first."""
+        return list(self._http.request("GET", sandbox_path(self.id, "/processes"))["data"])
+
+    def process(self, process_id: str) -> Process:
+        return Process(self._http, self.id, self._http.request("GET", sandbox_path(self.id, f"/processes/{process_id}")))
 
 
 class Files:

@@ -1,0 +1,241 @@
+"""Processes: every streamed exec and every spawn is one, with an id, its output kept by the
+daemon and read from a cursor (docs/api.md, Processes). :class:`Process` and
+:class:`AsyncProcess` share their request shapes and event folding here."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from typing import Any, AsyncIterator, Dict, Iterator, Mapping, Optional, Union
+
+from ._http import AsyncHTTP, SyncHTTP
+from ._models import ExecStream, event_end, sandbox_path
+from .errors import APIConnectionError, InvalidRequestError
+
+#: How long one output request may run; the daemon ends long ones with ``continue``.
+OUTPUT_READ_TIMEOUT_SECONDS = 600.0
+SIGNALS = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2", "SIGTERM", "SIGCONT", "SIGSTOP",
+           "SIGTSTP")
+
+
+def parse_event(line: str) -> Optional[Dict[str, Any]]:
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        ev = json.loads(line)
+    except ValueError:
+        raise APIConnectionError("the daemon sent an output event that is not JSON") from None
+    if not isinstance(ev, dict):
+        raise APIConnectionError("the daemon sent an output event that is not an object")
+    return ev
+
+
+def with_aliases(ev: Dict[str, Any]) -> Dict[str, Any]:
+    """snake_case aliases beside the camelCase fields, as the published client gives."""
+    names = {"processId": "process_id", "exitCode": "exit_code", "timedOut": "timed_out",
+             "durationMs": "duration_ms", "droppedBytes": "dropped_bytes", "resumeAt": "resume_at",
+             "outOfMemory": "out_of_memory"}
+    return {**ev, **{alias: ev[name] for name, alias in names.items() if name in ev}}
+
+
+def spawn_body(exec_body: Dict[str, Any], stdin: Union[str, bytes, None], output_encoding: Optional[str]) -> None:
+    exec_body.pop("stream", None)
+    exec_body.pop("maxOutputBytes", None)
+    if stdin == "pipe":
+        exec_body.pop("stdin", None)
+        exec_body["stdinMode"] = "pipe"
+    if output_encoding is not None:
+        if output_encoding not in ("utf8", "base64"):
+            raise InvalidRequestError("output_encoding must be 'utf8' or 'base64'")
+        exec_body["outputEncoding"] = output_encoding
+
+
+def idempotency_headers(key: Optional[str]) -> Optional[Dict[str, str]]:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not 0 < len(key) <= 128:
+        raise InvalidRequestError("idempotency_key must be 1-128 characters")
+    return {"Idempotency-Key": key}
+
+
+def signal_name(signal: Union[str, int]) -> Union[str, int]:
+    if isinstance(signal, str) and not signal.startswith("SIG"):
+        signal = "SIG" + signal
+    if isinstance(signal, str) and signal not in SIGNALS:
+        raise InvalidRequestError(f"signal must be one of {', '.join(SIGNALS)}")
+    return signal
+
+
+def write_body(chunk: bytes, offset: int, eof: bool) -> Dict[str, Any]:
+    return {"base64": base64.b64encode(chunk).decode("ascii"), "offset": offset, "eof": eof}
+
+
+class _ProcessBase:
+    def __init__(self, sandbox_id: str, info: Mapping[str, Any]) -> None:
+        self.sandbox_id = sandbox_id
+        self.info: Dict[str, Any] = dict(info)
+        self._stdin_offset = int(self.info.get("stdinOffset") or 0)
+
+    @property
+    def id(self) -> str:
+        return str(self.info["id"])
+
+    @property
+    def state(self) -> Optional[str]:
+        """"running", "exited", "killed", "timed_out" or "lost" (its sandbox stopped), as of
+        the last answer."""
+        return self.info.get("state")
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        """None while it runs, and when a signal or a timeout ended it."""
+        return self.info.get("exitCode")
+
+    @property
+    def command(self) -> Optional[str]:
+        return self.info.get("command")
+
+    def _path(self, suffix: str = "") -> str:
+        return sandbox_path(self.sandbox_id, f"/processes/{self.id}{suffix}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id!r}, state={self.state!r}, exit_code={self.exit_code!r})"
+
+
+class Process(_ProcessBase):
+    """A process in a sandbox: its output from a cursor, its stdin, signals, its end."""
+
+    def __init__(self, http: SyncHTTP, sandbox_id: str, info: Mapping[str, Any]) -> None:
+        super().__init__(sandbox_id, info)
+        self._http = http
+
+    def refresh(self) -> "Process":
+        self.info = self._http.request("GET", self._path())
+        return self
+
+    def output(self, cursor: int = 0, *, follow: bool = True) -> Iterator[Dict[str, Any]]:
+        """Its output events from ``cursor`` (bytes of stdout and stderr together): ``stdout``,
+        ``stderr`` (``data``, and ``base64`` when the bytes are not UTF-8), ``truncated`` for
+        output the daemon no longer kept, and at the end ``exit`` (or ``error`` when its sandbox
+        stopped). With ``follow`` it waits for the end; without, it stops at what exists."""
+        while True:
+            resumed = False
+            with self._http.stream_lines(
+                "GET", self._path("/output"), params={"cursor": cursor, "follow": "true" if follow else "false"},
+                timeout=OUTPUT_READ_TIMEOUT_SECONDS,
+            ) as lines:
+                for line in lines:
+                    ev = parse_event(line)
+                    if ev is None:
+                        continue
+                    if ev.get("type") == "continue":
+                        cursor, resumed = max(cursor, int(ev.get("cursor") or 0)), True
+                        break
+                    if ev.get("type") == "truncated" and isinstance(ev.get("resumeAt"), int):
+                        cursor = max(cursor, ev["resumeAt"])
+                    cursor = event_end(ev, cursor)
+                    yield with_aliases(ev)
+                    if ev.get("type") in ("exit", "error"):
+                        return
+            if not resumed:
+                return
+
+    def wait(self) -> "CommandResult":
+        """Follows the output to the end and returns it as a result."""
+        folded = ExecStream()
+        folded.process_id = self.id
+        for ev in self.output():
+            folded.feed_event(ev)
+        self.refresh()
+        return folded.finish()
+
+    def write(self, data: Union[str, bytes], eof: bool = False) -> None:
+        """Sends input (a pipe spawned with ``stdin="pipe"``); ``eof=True`` closes it after.
+        Offsets are tracked, so a retried write is never typed twice."""
+        payload = data.encode() if isinstance(data, str) else bytes(data)
+        sent = 0
+        while True:
+            chunk = payload[sent : sent + 512 * 1024]
+            last = sent + len(chunk) == len(payload)
+            reply = self._http.request("POST", self._path(":write"),
+                                       json_body=write_body(chunk, self._stdin_offset, eof and last))
+            took = int(reply.get("offset", self._stdin_offset)) - self._stdin_offset
+            self._stdin_offset += took
+            sent += took
+            if sent >= len(payload) and (not eof or last):
+                return
+            if took == 0:
+                time.sleep(0.05)  # the process has not read what it was sent yet
+
+    def kill(self, signal: Union[str, int] = "SIGTERM") -> None:
+        """Sends ``signal`` to its whole process group."""
+        self.info = self._http.request("POST", self._path(":signal"), json_body={"signal": signal_name(signal)})
+
+
+class AsyncProcess(_ProcessBase):
+    """As :class:`Process`, awaitable."""
+
+    def __init__(self, http: AsyncHTTP, sandbox_id: str, info: Mapping[str, Any]) -> None:
+        super().__init__(sandbox_id, info)
+        self._http = http
+
+    async def refresh(self) -> "AsyncProcess":
+        self.info = await self._http.request("GET", self._path())
+        return self
+
+    async def output(self, cursor: int = 0, *, follow: bool = True) -> AsyncIterator[Dict[str, Any]]:
+        while True:
+            resumed = False
+            async with self._http.stream_lines(
+                "GET", self._path("/output"), params={"cursor": cursor, "follow": "true" if follow else "false"},
+                timeout=OUTPUT_READ_TIMEOUT_SECONDS,
+            ) as lines:
+                async for line in lines:
+                    ev = parse_event(line)
+                    if ev is None:
+                        continue
+                    if ev.get("type") == "continue":
+                        cursor, resumed = max(cursor, int(ev.get("cursor") or 0)), True
+                        break
+                    if ev.get("type") == "truncated" and isinstance(ev.get("resumeAt"), int):
+                        cursor = max(cursor, ev["resumeAt"])
+                    cursor = event_end(ev, cursor)
+                    yield with_aliases(ev)
+                    if ev.get("type") in ("exit", "error"):
+                        return
+            if not resumed:
+                return
+
+    async def wait(self) -> "CommandResult":
+        folded = ExecStream()
+        folded.process_id = self.id
+        async for ev in self.output():
+            folded.feed_event(ev)
+        await self.refresh()
+        return folded.finish()
+
+    async def write(self, data: Union[str, bytes], eof: bool = False) -> None:
+        payload = data.encode() if isinstance(data, str) else bytes(data)
+        sent = 0
+        while True:
+            chunk = payload[sent : sent + 512 * 1024]
+            last = sent + len(chunk) == len(payload)
+            reply = await self._http.request("POST", self._path(":write"),
+                                             json_body=write_body(chunk, self._stdin_offset, eof and last))
+            took = int(reply.get("offset", self._stdin_offset)) - self._stdin_offset
+            self._stdin_offset += took
+            sent += took
+            if sent >= len(payload) and (not eof or last):
+                return
+            if took == 0:
+                await asyncio.sleep(0.05)
+
+    async def kill(self, signal: Union[str, int] = "SIGTERM") -> None:
+        self.info = await self._http.request("POST", self._path(":signal"),
+                                             json_body={"signal": signal_name(signal)})
+
+
+from ._models import CommandResult  # noqa: E402  (for the annotations above)
