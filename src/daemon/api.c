@@ -254,6 +254,14 @@ json_t *api_process_json(const ProcInfo *i) {
         return j;
 }
 
+json_t *api_out_of_memory(int64_t processes_killed, unsigned memory_mib) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "The command used up the sandbox's memory (%u MiB) and was killed.", memory_mib);
+        return json_pack("{s:s,s:I,s:i,s:s,s:s}", "code", "out_of_memory", "processesKilled",
+                         (json_int_t)processes_killed, "memoryMiB", (int)memory_mib, "message", msg, "hint",
+                         "Use less memory, or create the sandbox with a larger memoryMiB.");
+}
+
 /* The last event of a process's output: its exit, or why it has none. */
 static json_t *exit_event(const ProcExit *x) {
         if (x->state == PROC_LOST || x->state == PROC_FAILED) {
@@ -268,9 +276,16 @@ static json_t *exit_event(const ProcExit *x) {
                 json_decref(body);
                 return line;
         }
-        return json_pack("{s:s,s:o,s:b,s:I,s:n,s:s}", "type", "exit", "exitCode",
-                         x->has_exit_code ? json_integer(x->exit_code) : json_null(), "timedOut", x->timed_out,
-                         "durationMs", (json_int_t)x->duration_ms, "outOfMemory", "state", proc_states[x->state]);
+        json_t *ev = json_pack("{s:s,s:o,s:b,s:I,s:n,s:s}", "type", "exit", "exitCode",
+                               x->has_exit_code ? json_integer(x->exit_code) : json_null(), "timedOut", x->timed_out,
+                               "durationMs", (json_int_t)x->duration_ms, "outOfMemory", "state",
+                               proc_states[x->state]);
+        if (ev && x->oom_killed > 0) {
+                json_t *oom = api_out_of_memory(x->oom_killed, x->memory_mib);
+                if (!oom || json_object_set_new(ev, "outOfMemory", oom) < 0)
+                        json_decref(TAKE_PTR(ev));
+        }
+        return ev;
 }
 
 static char *base64_encode(const uint8_t *b, size_t len) {

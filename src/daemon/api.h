@@ -113,6 +113,9 @@ int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replay
 enum MHD_Result api_process_output(Req *r, Proc *p, uint64_t cursor, bool follow, json_t *first);
 /* The API's process object. */
 json_t *api_process_json(const ProcInfo *info);
+/* `outOfMemory` as the published client reads it: {code, processesKilled,
+ * memoryMiB, message, hint}; NULL on allocation failure. */
+json_t *api_out_of_memory(int64_t processes_killed, unsigned memory_mib);
 
 /* {"name","built","builtAt","sizeBytes"}: one image, and every image. */
 json_t *api_image_json(const ImageInfo *info);

@@ -101,12 +101,7 @@ static int add_out_of_memory(json_t *body, json_t *result, Sandbox *sb) {
         json_int_t killed = json_integer_value(json_object_get(result, "outOfMemory"));
         if (killed <= 0 || killed > 1000000)
                 return 0;
-        unsigned mib = sandbox_memory_mib(sb);
-        char msg[160];
-        snprintf(msg, sizeof msg, "The command used up the sandbox's memory (%u MiB) and was killed.", mib);
-        json_t *oom = json_pack("{s:s,s:I,s:i,s:s,s:s}", "code", "out_of_memory", "processesKilled", killed,
-                                "memoryMiB", (int)mib, "message", msg, "hint",
-                                "Use less memory, or create the sandbox with a larger memoryMiB.");
+        json_t *oom = api_out_of_memory(killed, sandbox_memory_mib(sb));
         return oom && json_object_set_new(body, "outOfMemory", oom) == 0 ? 0 : -ENOMEM;
 }
 

@@ -358,6 +358,8 @@ static void finish(Proc *p, const ProcExit *x) {
         ProcTable *t = p->t;
         pthread_mutex_lock(&t->lock);
         p->exit = *x;
+        if (p->sb)
+                p->exit.memory_mib = sandbox_memory_mib(p->sb);
         p->ended = true;
         p->ended_mono = time_now_mono_ms();
         p->ended_unix = time_now_unix();
@@ -384,6 +386,8 @@ static void exit_from_result(json_t *res, ProcExit *x) {
         x->has_exit_code = json_is_integer(ec);
         x->exit_code = (int)json_integer_value(ec);
         x->duration_ms = (int64_t)json_integer_value(json_object_get(res, "durationMs"));
+        json_int_t oom = json_integer_value(json_object_get(res, "outOfMemory"));
+        x->oom_killed = oom > 0 && oom <= 1000000 ? oom : 0;
 }
 
 static void *drain(void *userdata) {

@@ -46,6 +46,8 @@ typedef struct ProcExit {
         int exit_code;
         bool timed_out;
         int64_t duration_ms;
+        int64_t oom_killed;  /* processes of the command the kernel or the agent killed for memory */
+        unsigned memory_mib; /* the sandbox's memory, for the report of an OOM kill */
         char reason[256];
 } ProcExit;
 

@@ -103,6 +103,15 @@ def test_memory_exhaustion_kills_the_process_not_the_sandbox(api, driver):
     # An ordinary exit is not reported as one.
     res = sbx.exec("exit 3")
     assert res["exitCode"] == 3 and "outOfMemory" not in res, res
+    # A streamed exec (the published client's path) says so in its exit event.
+    events = [ev for _, ev in sbx.exec_stream(command=HOG, timeoutMs=300000)]
+    exit_ev = [ev for ev in events if ev.get("type") == "exit"]
+    assert len(exit_ev) == 1, events[-5:]
+    assert exit_ev[0]["exitCode"] == 137, exit_ev
+    oom = exit_ev[0].get("outOfMemory")
+    assert isinstance(oom, dict) and oom["code"] == "out_of_memory", exit_ev
+    assert oom["processesKilled"] >= 1 and oom["memoryMiB"] == 512, oom
+    assert sbx.run("echo alive") == "alive\n"
 
 
 def test_cpu_spinners_leave_the_agent_answering(api, driver):
