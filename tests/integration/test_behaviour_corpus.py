@@ -17,10 +17,8 @@ one start per driver, the microVM under TCG included.
 from __future__ import annotations
 
 import hashlib
-import re
 import unicodedata
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -198,7 +196,8 @@ readlink s abs
 cat dangling 2>&1; echo "cat dangling: $?"
 cat loop1 2>&1; echo "cat loop: $?"
 chmod 600 f; chown 7:8 f; echo two >> h
-python3 -c 'import os; s = os.stat("h"); print("through the other name:", oct(s.st_mode & 0o7777), s.st_uid, s.st_gid)'
+python3 -c 'import os; s = os.stat("h")
+print("through the other name:", oct(s.st_mode & 0o7777), s.st_uid, s.st_gid)'
 cat f
 rm f
 cat h
@@ -630,7 +629,7 @@ UNICODE_NAMES = ["café.txt", "naïve résumé", "日本語.md", "Ελληνικ
 
 def _unicode_expected() -> str:
     names = sorted(UNICODE_NAMES, key=lambda n: n.encode())
-    out = [n for n in names]
+    out = list(names)
     out += [f"{n}|{n.upper()}" for n in names]
     out += ["./日本語.md"]
     out += ["tar: same names"]
@@ -645,7 +644,6 @@ case("unicode_names", "file names in several scripts and normal forms, raw bytes
      Step("""
 mkdir n && cd n
 python3 - <<'EOF'
-import sys
 for n in %r:
     with open(n, "w") as f:
         f.write(n.upper() + "\\n")
