@@ -16,6 +16,7 @@ one start per driver, the microVM under TCG included.
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import unicodedata
 from dataclasses import dataclass, field
@@ -755,11 +756,9 @@ def check_step(res: dict, step: Step) -> list[str]:
     if res["exitCode"] != step.exit:
         wrong.append(f"exit code {res['exitCode']}, expected {step.exit}")
     if step.stdout is not None and res["stdout"] != step.stdout:
-        got, want = res["stdout"].splitlines(), step.stdout.splitlines()
-        diff = [f"  line {i + 1}: got {g!r}, expected {w!r}"
-                for i, (g, w) in enumerate(zip(got + [""] * len(want), want + [""] * len(got)))
-                if g != w][:12]
-        wrong.append("stdout differs:\n" + "\n".join(diff))
+        diff = difflib.unified_diff(step.stdout.splitlines(), res["stdout"].splitlines(),
+                                    "expected", "got", n=1, lineterm="")
+        wrong.append("stdout differs:\n" + "\n".join(list(diff)[2:40]))
     if step.stderr_has is not None and step.stderr_has not in res["stderr"]:
         wrong.append(f"stderr lacks {step.stderr_has!r}")
     return wrong
