@@ -53,6 +53,34 @@ RUNSC_DEST=/usr/local/bin/runsc
 
 sha256_is() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
 
+# The machine's configured Debian mirror: the URI that serves its own release
+# (deb822 .sources first, then sources.list), as images/build.sh finds it. No
+# host is named here; trixie is fetched from the same mirror.
+debian_mirror() {
+  local suite f
+  suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  [ -n "$suite" ] || return 0
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk -v suite="$suite" '
+      function flush() {
+        if (uri != "" && (" " suites " ") ~ (" " suite " ") && (" " types " ") ~ / deb /) { print uri; found = 1; exit }
+        uri = ""; suites = ""; types = ""
+      }
+      /^[ \t]*$/ { flush(); next }
+      /^[ \t]*#/ { next }
+      tolower($1) == "uris:" { uri = $2 }
+      tolower($1) == "suites:" { $1 = ""; suites = $0 }
+      tolower($1) == "types:" { $1 = ""; types = $0 }
+      END { if (!found) flush() }
+    ' "$f"
+  done
+  if [ -f /etc/apt/sources.list ]; then
+    awk -v suite="$suite" '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { if ($(i+1) == suite) { print $i; exit } break } }' \
+      /etc/apt/sources.list
+  fi
+}
+
 install_runsc() {
   sha256_is "$RUNSC_DEST" "$RUNSC_BIN_SHA256" && return 0
   local deb="$RUNSC_CACHE/runsc_${RUNSC_DEB_VERSION}_amd64.deb"
@@ -60,7 +88,13 @@ install_runsc() {
     echo "install-deps: fetching runsc $RUNSC_DEB_VERSION from Debian trixie"
     local a="$RUNSC_CACHE/apt"
     mkdir -p "$a/lists/partial" "$a/etc/sources.list.d" "$a/etc/preferences.d"
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-trixie-stable.gpg] http://deb.debian.org/debian trixie main" \
+    local mirror
+    mirror=$(debian_mirror | head -n1)
+    if [ -z "$mirror" ]; then
+      echo "install-deps: no Debian mirror for this release in /etc/apt/sources.list or /etc/apt/sources.list.d/*.sources" >&2
+      exit 1
+    fi
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-trixie-stable.gpg] $mirror trixie main" \
       >"$a/etc/sources.list"
     local opts=(
       -o "Dir::Etc::SourceList=$a/etc/sources.list" -o "Dir::Etc::SourceParts=$a/etc/sources.list.d"

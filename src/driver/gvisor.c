@@ -482,10 +482,17 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
         /* --overlay2=none: runsc since 2023 keeps writes to the root in an
          * overlay of its own (a file it creates beside the root) unless told
          * not to; the sandbox's files belong in its bounded layer, which
-         * outlives a stop. */
+         * outlives a stop.
+         * --file-access=shared: with the default (exclusive) the Sentry
+         * keeps a file's attributes per name, so after `ln a b` a chmod,
+         * chown, touch or rm through one name is not seen through the other
+         * and `cp -a` copies stale modes, owners and link counts; shared has
+         * it ask the gofer again. It costs no measurable start time of
+         * python3 (docs/drivers.md). runsc refuses it with an overlay on the
+         * root, hence only together with --overlay2=none. */
         char *const argv[] = {
                 (char *)runsc, "--root", state, platform, "--network=none", "--ignore-cgroups", "--overlay2=none",
-                "--oci-seccomp", "run", "--bundle", bundle, (char *)spec->id, NULL,
+                "--file-access=shared", "--oci-seccomp", "run", "--bundle", bundle, (char *)spec->id, NULL,
         };
         char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
         LaunchStage stage = {.layer = layer, .agent_src = spec->agent_path};
