@@ -41,6 +41,33 @@ bool route_key_id_ok(const char *s) {
         return true;
 }
 
+bool route_context_id_ok(const char *s) {
+        size_t len = strlen(s);
+        if (len == 0 || len > 63)
+                return false;
+        for (size_t i = 0; i < len; i++) {
+                char c = s[i];
+                if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && c == '-')))
+                        return false;
+        }
+        return true;
+}
+
+/* A kept result's name: no '/', no leading dot, so never "." or "..". */
+static bool result_name_ok(const char *s) {
+        size_t len = strlen(s);
+        if (len == 0 || len > 128)
+                return false;
+        for (size_t i = 0; i < len; i++) {
+                char c = s[i];
+                bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                          (i > 0 && (c == '_' || c == '.' || c == '-'));
+                if (!ok)
+                        return false;
+        }
+        return true;
+}
+
 /* Stores one path parameter into r after checking its shape. */
 static bool param_set(const char *name, size_t name_len, const char *v, size_t len, Route *r) {
 #define IS(lit) (name_len == sizeof(lit) - 1 && memcmp(name, lit, name_len) == 0)
@@ -58,6 +85,12 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("secret")) {
                 dst = r->secret;
                 cap = sizeof(r->secret);
+        } else if (IS("context")) {
+                dst = r->context;
+                cap = sizeof(r->context);
+        } else if (IS("result")) {
+                dst = r->result;
+                cap = sizeof(r->result);
         } else
                 return false;
         if (len == 0 || len >= cap || memchr(v, '/', len))
@@ -70,6 +103,10 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return route_key_id_ok(dst);
         if (IS("image"))
                 return image_name_ok(dst);
+        if (IS("context"))
+                return route_context_id_ok(dst);
+        if (IS("result"))
+                return result_name_ok(dst);
         return true;
 #undef IS
 }
@@ -91,7 +128,7 @@ static bool path_match(const char *pattern, const char *url, Route *r) {
                 return false;
         if (!param_set(open + 1, (size_t)(close - open - 1), v, (size_t)(end - v), r))
                 return false;
-        return strcmp(end, rest) == 0;
+        return path_match(rest, end, r);
 }
 
 int http_route_match(const HttpRoute *routes, size_t n, const char *method, const char *url, Route *ret) {

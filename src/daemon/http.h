@@ -47,10 +47,11 @@ typedef struct HttpUpload {
         void (*free)(void *upload);
 } HttpUpload;
 
-/* Path patterns are literal but for one parameter: {sandbox} (sbx_ + 20 hex),
- * {key} (key_ + 16 hex), {image} (an image name) or {secret} (1..64 bytes,
- * no '/', checked by its handler). A parameter ends at the pattern's next
- * literal character, or at the end of the path. */
+/* Path patterns are literal but for parameters: {sandbox} (sbx_ + 20 hex),
+ * {key} (key_ + 16 hex), {image} (an image name), {secret} (1..64 bytes,
+ * no '/', checked by its handler), {context} (an interpreter context id) and
+ * {result} (a kept result's file name). A parameter ends at the pattern's
+ * next literal character, or at the end of the path. */
 typedef struct HttpRoute {
         int kind;
         const char *name; /* for logs and metrics */
@@ -71,6 +72,8 @@ typedef struct Route {
         char image[65];
         char key_id[ROUTE_KEY_ID_LEN + 1];
         char secret[65];
+        char context[64]; /* an interpreter context: [a-z0-9][a-z0-9-]{0,62} */
+        char result[129]; /* a kept interpreter result: [A-Za-z0-9][A-Za-z0-9_.-]{0,127} */
         char allow[48]; /* for a 405: the methods the path has */
 } Route;
 
@@ -80,6 +83,7 @@ typedef struct Route {
 int http_route_match(const HttpRoute *routes, size_t n, const char *method, const char *url, Route *ret);
 bool route_sandbox_id_ok(const char *s);
 bool route_key_id_ok(const char *s);
+bool route_context_id_ok(const char *s);
 
 struct Req {
         App *app;
