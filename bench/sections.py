@@ -10,6 +10,7 @@ SECTIONS = [
     ("<!-- egress benchmark: begin", "<!-- egress benchmark: end -->"),
     ("<!-- microvm benchmark: begin", "<!-- microvm benchmark: end -->"),
     ("<!-- js benchmark: begin", "<!-- js benchmark: end -->"),
+    ("<!-- interpreter benchmark: begin", "<!-- interpreter benchmark: end -->"),
 ]
 
 

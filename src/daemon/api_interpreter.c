@@ -198,6 +198,27 @@ static int control(Sandbox *sb, const char *rid, const char *const *args, size_t
         return 0;
 }
 
+/* The cap on a context's address space, in MiB as text; "0" for none. Under
+ * gVisor the sandbox's memory limit is enforced on the host, where the OOM
+ * killer takes the sentry and with it the whole sandbox, agent included; a
+ * cell that eats memory must hit a MemoryError in its context first. The
+ * other drivers leave it to the kernel's OOM killer inside, which the
+ * context's oom_score_adj points at itself. */
+static void memory_cap(Req *r, char *buf, size_t len) {
+        snprintf(buf, len, "0");
+        SandboxRow row = { 0 };
+        SandboxError se;
+        if (sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se) < 0)
+                return;
+        json_error_t jerr;
+        _cleanup_json_ json_t *spec = row.spec ? json_loads(row.spec, 0, &jerr) : NULL;
+        const char *driver = json_string_value(json_object_get(spec, "driver"));
+        json_int_t mib = json_integer_value(json_object_get(spec, "memoryMiB"));
+        if (driver && strcmp(driver, "gvisor") == 0 && mib > 0)
+                snprintf(buf, len, "%lld", (long long)(mib * 3 / 4));
+        sandbox_row_done(&row);
+}
+
 /* ---- one cell ---- */
 
 typedef struct InterpRun {
@@ -639,7 +660,9 @@ static enum MHD_Result handle_run(Req *r, json_t *body) {
         int rc = run_open(x, input, strlen(input), &exit_code, &e);
         if (rc == 1 && exit_code == 4 && strcmp(x->context, DEFAULT_CONTEXT) == 0) {
                 /* The language's own context starts on first use. */
-                const char *args[] = { "start", x->context, "python", "/workspace", "{}" };
+                char cap[24];
+                memory_cap(r, cap, sizeof(cap));
+                const char *args[] = { "start", x->context, "python", "/workspace", "{}", cap };
                 _cleanup_json_ json_t *made = NULL;
                 rc = control(sb, r->rid, args, ELEMENTSOF(args), &made, &e);
                 if (rc < 0 && e.status == 409)
@@ -767,7 +790,9 @@ static int context_op(Req *r, json_t *body, json_t **ret, ApiError *e) {
                 snprintf(id, sizeof(id), "ctx-%s", hex);
                 rc = parse_create(body, id, sizeof(id), &cwd, &env, e);
                 if (rc == 0) {
-                        const char *args[] = { "start", id, "python", cwd, env ?: "{}" };
+                        char cap[24];
+                        memory_cap(r, cap, sizeof(cap));
+                        const char *args[] = { "start", id, "python", cwd, env ?: "{}", cap };
                         rc = control(sb, r->rid, args, ELEMENTSOF(args), ret, e);
                 }
                 break;

@@ -3,8 +3,10 @@
 # runtimed sends this program to python3's stdin (python3 - OP ARGS...), so
 # it works in any image that has python3 and needs nothing else installed.
 #
-#   start CTX LANGUAGE CWD ENV_JSON   start a context: a session of its own
-#                                     that outlives the exec that started it
+#   start CTX LANGUAGE CWD ENV_JSON MEMCAP_MIB
+#                                     start a context: a session of its own
+#                                     that outlives the exec that started it;
+#                                     MEMCAP_MIB > 0 caps its address space
 #   list                              the contexts, as {"data": [...]}
 #   restart CTX                       kill the context and start it again empty
 #   interrupt CTX                     SIGINT: the running cell stops, state stays
@@ -137,7 +139,7 @@ def spawn(ctx, d, meta):
         fail("internal", "the context did not start: " + ready.decode("utf-8", "replace"))
 
 
-def op_start(ctx, language, cwd, env_json):
+def op_start(ctx, language, cwd, env_json, memcap):
     d = ctx_dir(ctx)
     if language != "python":
         fail("invalid_request", "language must be python")
@@ -155,7 +157,11 @@ def op_start(ctx, language, cwd, env_json):
     except FileExistsError:
         if read_pid(d):
             fail("conflict", "context %s exists" % ctx)
-    meta = {"language": language, "cwd": cwd, "env": env,
+    try:
+        memcap = int(memcap)
+    except ValueError:
+        fail("invalid_request", "MEMCAP_MIB must be a number")
+    meta = {"language": language, "cwd": cwd, "env": env, "memoryCapMiB": max(0, memcap),
             "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     with open(os.path.join(d, "meta.json"), "w") as f:
         json.dump(meta, f)
@@ -537,6 +543,12 @@ def serve(ctx, d, meta, ready_fd):
             f.write("1000")
     except OSError:
         pass
+    cap = meta.get("memoryCapMiB") or 0
+    if cap > 0:
+        # Under gVisor the host's OOM killer would take the whole sandbox, agent
+        # included: a capped address space makes a memory hog a MemoryError here.
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (cap << 20, cap << 20))
     state = State(ctx, d)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
@@ -613,7 +625,7 @@ def open_reader(path):
 
 
 def main(argv):
-    ops = {"start": (op_start, 4), "list": (op_list, 0), "restart": (op_restart, 1),
+    ops = {"start": (op_start, 5), "list": (op_list, 0), "restart": (op_restart, 1),
            "interrupt": (op_interrupt, 1), "remove": (op_remove, 1)}
     if len(argv) < 1 or argv[0] not in ops or len(argv) - 1 != ops[argv[0]][1]:
         fail("invalid_request", "usage: start|list|restart|interrupt|remove ...")

@@ -35,6 +35,7 @@ from ._models import (
     parse_write,
     sandbox_path,
 )
+from .interpreter import AsyncInterpreter
 from .errors import APIError, InvalidRequestError, NotFoundError
 
 AsyncOutputCallback = Callable[[str], Union[Any, Awaitable[Any]]]
@@ -85,6 +86,7 @@ class AsyncSandbox(SandboxInfo):
         self._keep = keep
         self._set_data(data)
         self.files = AsyncFiles(self)
+        self.interpreter = AsyncInterpreter(self)
 
     @classmethod
     def create(

@@ -33,6 +33,7 @@ from ._models import (
     parse_write,
     sandbox_path,
 )
+from .interpreter import Interpreter
 from .errors import APIError, InvalidRequestError, NotFoundError
 
 OutputCallback = Callable[[str], Any]
@@ -61,6 +62,7 @@ class Sandbox(SandboxInfo):
         self._keep = keep
         self._set_data(data)
         self.files = Files(self)
+        self.interpreter = Interpreter(self)
 
     # -- lifecycle -----------------------------------------------------------------------
 
