@@ -112,7 +112,6 @@ def main() -> int:
         END,
     ])
     emit(args.out, BEGIN, END, section)
-    print(section)
     return 0
 
 
