@@ -38,7 +38,7 @@ CLI_LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/cli/*.c))
 
 obj = $(patsubst src/%.c,$(BUILD)/obj/$(1)/%.o,$(2))
 
-DAEMON_CFLAGS = $(CFLAGS_PIE) $(shell pkg-config --cflags $(PKGS_DAEMON))
+DAEMON_CFLAGS = $(CFLAGS_PIE) -I$(BUILD)/gen $(shell pkg-config --cflags $(PKGS_DAEMON))
 DAEMON_LIBS = $(shell pkg-config --libs $(PKGS_DAEMON)) -lhttp_parser
 CLI_CFLAGS = $(CFLAGS_PIE) $(shell pkg-config --cflags $(PKGS_CLI))
 CLI_LIBS = $(shell pkg-config --libs $(PKGS_CLI))
@@ -68,6 +68,12 @@ $(BUILD)/runtime-image-build: images/build.sh
 $(BUILD)/runtime-microvm-build: images/microvm/build.sh
 	@mkdir -p $(dir $@)
 	install -m 0755 $< $@
+
+# The interpreter's in-sandbox program travels inside runtimed as a C string.
+$(BUILD)/gen/interpreter_program.inc: src/interpreter/runtime_interpreter.py
+	@mkdir -p $(dir $@)
+	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< >$@
+$(BUILD)/obj/daemon/daemon/api_interpreter.o: $(BUILD)/gen/interpreter_program.inc
 
 $(BUILD)/obj/daemon/%.o: src/%.c
 	@mkdir -p $(dir $@)

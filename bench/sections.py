@@ -13,6 +13,7 @@ SECTIONS = [
     ("<!-- js benchmark: begin", "<!-- js benchmark: end -->"),
     ("<!-- gvisor runsc benchmark: begin", "<!-- gvisor runsc benchmark: end -->"),
     ("<!-- processes benchmark: begin", "<!-- processes benchmark: end -->"),
+    ("<!-- interpreter benchmark: begin", "<!-- interpreter benchmark: end -->"),
 ]
 
 

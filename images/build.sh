@@ -18,6 +18,9 @@ set -euo pipefail
 RUNTIME_UID_SHIFT=100000
 SUITE=bookworm
 PACKAGES="python3 python3-pip python3-venv bash coreutils ca-certificates curl git procps iproute2"
+# The analysis image: the default one plus the data stack the interpreter's
+# charts and tables use (docs/interpreter.md).
+ANALYSIS_PACKAGES="python3-numpy python3-pandas python3-matplotlib"
 
 log() { printf '%s runtime-image-build: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 die() { printf 'runtime-image-build: error: %s\n' "$*" >&2; exit 2; }
@@ -41,7 +44,8 @@ name=$2
 
 case "$name" in
 default) ;;
-*) die "unknown image '$name' (only 'default' exists)" ;;
+analysis) PACKAGES="$PACKAGES $ANALYSIS_PACKAGES" ;;
+*) die "unknown image '$name' (the recipes are 'default' and 'analysis')" ;;
 esac
 
 # The recipe is this script plus its package list: change either and the

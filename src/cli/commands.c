@@ -13,6 +13,7 @@
 #include "cli/parse.h"
 #include "cli/process.h"
 #include "cli/run.h"
+#include "cli/runcode.h"
 #include "cli/sandbox.h"
 #include "cli/secrets.h"
 #include "cli/usage.h"
@@ -26,6 +27,7 @@ static const Command sandbox_commands[] = {
         {"ls", "list your sandboxes", cmd_sandbox_ls, NULL},
         {"get", "show one sandbox", cmd_sandbox_get, NULL},
         {"exec", "run a command in a running sandbox", cmd_sandbox_exec, NULL},
+        {"run-code", "run Python in the sandbox's stateful interpreter", cmd_sandbox_run_code, NULL},
         {"stop", "stop a sandbox, keeping its files", cmd_sandbox_stop, NULL},
         {"rm", "delete sandboxes", cmd_sandbox_rm, NULL},
         {"extend", "renew a sandbox's lease", cmd_sandbox_extend, NULL},

@@ -14,6 +14,7 @@
 #include "daemon/api_exec.h"
 #include "daemon/api_files.h"
 #include "daemon/api_images.h"
+#include "daemon/api_interpreter.h"
 #include "daemon/api_keys.h"
 #include "daemon/api_processes.h"
 #include "daemon/api_sandboxes.h"
@@ -102,6 +103,22 @@ const HttpRoute api_routes[] = {
           HTTP_BODY_JSON_OR_EMPTY, handle_proc_signal),
         R(ROUTE_PROC_WAIT, "proc_wait", "POST", SBX "/processes/{process}:wait", HTTP_ACCESS_READ,
           HTTP_BODY_JSON_OR_EMPTY, handle_proc_wait),
+        R(ROUTE_INTERP_RUN, "interpreter_run", "POST", SBX "/interpreter:run", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_interpreter_run),
+        R(ROUTE_INTERP_CONTEXT_LIST, "interpreter_context_list", "GET", SBX "/interpreter/contexts",
+          HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_interpreter_contexts),
+        R(ROUTE_INTERP_CONTEXT_CREATE, "interpreter_context_create", "POST", SBX "/interpreter/contexts",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_interpreter_contexts),
+        R(ROUTE_INTERP_CONTEXT_RESTART, "interpreter_context_restart", "POST",
+          SBX "/interpreter/contexts/{context}:restart", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+          handle_interpreter_contexts),
+        R(ROUTE_INTERP_CONTEXT_INTERRUPT, "interpreter_context_interrupt", "POST",
+          SBX "/interpreter/contexts/{context}:interrupt", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+          handle_interpreter_contexts),
+        R(ROUTE_INTERP_CONTEXT_DELETE, "interpreter_context_delete", "DELETE", SBX "/interpreter/contexts/{context}",
+          HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_interpreter_contexts),
+        R(ROUTE_INTERP_RESULT, "interpreter_result", "GET", SBX "/interpreter/contexts/{context}/results/{result}",
+          HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_interpreter_result),
 };
 const size_t api_n_routes = ELEMENTSOF(api_routes);
 

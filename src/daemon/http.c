@@ -50,6 +50,33 @@ static bool proc_id_ok(const char *s) {
         return true;
 }
 
+bool route_context_id_ok(const char *s) {
+        size_t len = strlen(s);
+        if (len == 0 || len > 63)
+                return false;
+        for (size_t i = 0; i < len; i++) {
+                char c = s[i];
+                if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && c == '-')))
+                        return false;
+        }
+        return true;
+}
+
+/* A kept result's name: no '/', no leading dot, so never "." or "..". */
+static bool result_name_ok(const char *s) {
+        size_t len = strlen(s);
+        if (len == 0 || len > 128)
+                return false;
+        for (size_t i = 0; i < len; i++) {
+                char c = s[i];
+                bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                          (i > 0 && (c == '_' || c == '.' || c == '-'));
+                if (!ok)
+                        return false;
+        }
+        return true;
+}
+
 /* Stores one path parameter into r after checking its shape. */
 static bool param_set(const char *name, size_t name_len, const char *v, size_t len, Route *r) {
 #define IS(lit) (name_len == sizeof(lit) - 1 && memcmp(name, lit, name_len) == 0)
@@ -70,6 +97,12 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("process")) {
                 dst = r->proc_id;
                 cap = sizeof(r->proc_id);
+        } else if (IS("context")) {
+                dst = r->context;
+                cap = sizeof(r->context);
+        } else if (IS("result")) {
+                dst = r->result;
+                cap = sizeof(r->result);
         } else
                 return false;
         if (len == 0 || len >= cap || memchr(v, '/', len))
@@ -84,6 +117,10 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return image_name_ok(dst);
         if (IS("process"))
                 return proc_id_ok(dst);
+        if (IS("context"))
+                return route_context_id_ok(dst);
+        if (IS("result"))
+                return result_name_ok(dst);
         return true;
 #undef IS
 }

@@ -50,9 +50,10 @@ typedef struct HttpUpload {
 
 /* Path patterns are literal but for their parameters: {sandbox} (sbx_ + 20
  * hex), {key} (key_ + 16 hex), {image} (an image name), {secret} (1..64
- * bytes, no '/', checked by its handler) or {process} (proc_ + 16 hex). A
- * parameter ends at the pattern's next literal character, or at the end of
- * the path. */
+ * bytes, no '/', checked by its handler), {process} (proc_ + 16 hex),
+ * {context} (an interpreter context id) and {result} (a kept result's file
+ * name). A parameter ends at the pattern's next literal character, or at
+ * the end of the path. */
 typedef struct HttpRoute {
         int kind;
         const char *name; /* for logs and metrics */
@@ -74,6 +75,8 @@ typedef struct Route {
         char key_id[ROUTE_KEY_ID_LEN + 1];
         char secret[65];
         char proc_id[HTTP_PROCESS_ID_LEN + 1];
+        char context[64]; /* an interpreter context: [a-z0-9][a-z0-9-]{0,62} */
+        char result[129]; /* a kept interpreter result: [A-Za-z0-9][A-Za-z0-9_.-]{0,127} */
         char allow[48]; /* for a 405: the methods the path has */
 } Route;
 
@@ -83,6 +86,7 @@ typedef struct Route {
 int http_route_match(const HttpRoute *routes, size_t n, const char *method, const char *url, Route *ret);
 bool route_sandbox_id_ok(const char *s);
 bool route_key_id_ok(const char *s);
+bool route_context_id_ok(const char *s);
 
 struct Req {
         App *app;

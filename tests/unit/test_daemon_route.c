@@ -124,6 +124,33 @@ static void test_id_and_path_strictness(void **state) {
         assert_false(route_sandbox_id_ok("sbx_"));
 }
 
+static void test_interpreter_routes(void **state) {
+        Route r;
+        expect_route("POST", "/v1/sandboxes/" ID "/interpreter:run", ROUTE_INTERP_RUN);
+        expect_route("GET", "/v1/sandboxes/" ID "/interpreter/contexts", ROUTE_INTERP_CONTEXT_LIST);
+        expect_route("POST", "/v1/sandboxes/" ID "/interpreter/contexts", ROUTE_INTERP_CONTEXT_CREATE);
+        expect_route("POST", "/v1/sandboxes/" ID "/interpreter/contexts/python:restart", ROUTE_INTERP_CONTEXT_RESTART);
+        expect_route("POST", "/v1/sandboxes/" ID "/interpreter/contexts/ctx-1:interrupt",
+                     ROUTE_INTERP_CONTEXT_INTERRUPT);
+        expect_route("DELETE", "/v1/sandboxes/" ID "/interpreter/contexts/a", ROUTE_INTERP_CONTEXT_DELETE);
+        expect_route("GET", "/v1/sandboxes/" ID "/interpreter/contexts/python/results/2-1.png", ROUTE_INTERP_RESULT);
+        assert_int_equal(route_parse("GET", "/v1/sandboxes/" ID "/interpreter/contexts/py/results/3-1.html", &r), 0);
+        assert_string_equal(r.sandbox_id, ID);
+        assert_string_equal(r.context, "py");
+        assert_string_equal(r.result, "3-1.html");
+        /* Context ids and result names are checked by the router. */
+        expect_rc("POST", "/v1/sandboxes/" ID "/interpreter/contexts/Py:restart", -ENOENT);
+        expect_rc("POST", "/v1/sandboxes/" ID "/interpreter/contexts/-a:restart", -ENOENT);
+        expect_rc("POST", "/v1/sandboxes/" ID "/interpreter/contexts/../x:restart", -ENOENT);
+        expect_rc("DELETE", "/v1/sandboxes/" ID "/interpreter/contexts/"
+                            "a123456789012345678901234567890123456789012345678901234567890123", -ENOENT);
+        expect_rc("GET", "/v1/sandboxes/" ID "/interpreter/contexts/python/results/..", -ENOENT);
+        expect_rc("GET", "/v1/sandboxes/" ID "/interpreter/contexts/python/results/.x", -ENOENT);
+        expect_rc("GET", "/v1/sandboxes/" ID "/interpreter/contexts/python/results/a/b", -ENOENT);
+        expect_rc("GET", "/v1/sandboxes/" ID "/interpreter/contexts/python/results/", -ENOENT);
+        expect_rc("GET", "/v1/sandboxes/" ID "/interpreter:run", -EOPNOTSUPP);
+}
+
 static void test_methods(void **state) {
         Route r;
         assert_int_equal(route_parse("DELETE", "/v1/sandboxes", &r), -EOPNOTSUPP);
@@ -185,6 +212,7 @@ int main(void) {
                 cmocka_unit_test(test_routes),
                 cmocka_unit_test(test_process_routes),
                 cmocka_unit_test(test_id_and_path_strictness),
+                cmocka_unit_test(test_interpreter_routes),
                 cmocka_unit_test(test_methods),
                 cmocka_unit_test(test_table),
                 cmocka_unit_test(test_access),

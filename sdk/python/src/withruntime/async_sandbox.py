@@ -37,6 +37,7 @@ from ._models import (
     sandbox_path,
 )
 from ._process import AsyncProcess, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
+from .interpreter import AsyncInterpreter
 from .errors import APIError, CommandError, InvalidRequestError, NotFoundError
 
 AsyncOutputCallback = Callable[[str], Union[Any, Awaitable[Any]]]
@@ -87,6 +88,7 @@ class AsyncSandbox(SandboxInfo):
         self._keep = keep
         self._set_data(data)
         self.files = AsyncFiles(self)
+        self.interpreter = AsyncInterpreter(self)
 
     @classmethod
     def create(

@@ -35,6 +35,7 @@ from ._models import (
     sandbox_path,
 )
 from ._process import Process, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
+from .interpreter import Interpreter
 from .errors import APIError, CommandError, InvalidRequestError, NotFoundError
 
 OutputCallback = Callable[[str], Any]
@@ -63,6 +64,7 @@ class Sandbox(SandboxInfo):
         self._keep = keep
         self._set_data(data)
         self.files = Files(self)
+        self.interpreter = Interpreter(self)
 
     # -- lifecycle -----------------------------------------------------------------------
 

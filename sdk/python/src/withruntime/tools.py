@@ -22,7 +22,17 @@ from .async_sandbox import AsyncSandbox
 from .errors import APIConnectionError, APIError, NotFoundError
 from .sandbox import Sandbox
 
-__all__ = ["sandbox_tools"]
+__all__ = ["sandbox_tools", "RuntimeCodeInterpreterToolSpec"]
+
+
+def __getattr__(name: str) -> Any:
+    # The tool spec subclasses LlamaIndex's BaseToolSpec: import llama-index-core only when
+    # it is asked for.
+    if name == "RuntimeCodeInterpreterToolSpec":
+        from ._interpreter_tool import RuntimeCodeInterpreterToolSpec
+
+        return RuntimeCodeInterpreterToolSpec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _MAX_KEEP_BYTES = 16 * 1024 * 1024
 _MIN_OUTPUT_CHARS = 200

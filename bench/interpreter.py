@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""A trivial interpreter cell in a warm context against `python3 -c` through exec, per driver:
+the round trip a client sees for `6*7`, measured side by side in one sandbox.
+
+    sudo python3 bench/interpreter.py                  # writes the interpreter section of docs/benchmarks.md
+    sudo python3 bench/interpreter.py --quick --out -  # fewer rounds, print the section
+
+Each driver gets one sandbox; the context is warmed with one cell first. Then rounds alternate
+an interpreter:run of `6*7` and an exec of `python3 -c 'print(6*7)'`, so load on the machine
+touches both alike. Needs root, a built tree (it runs `make`) and the default image.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from helpers import Api, Daemon, daemon_info, remove_empty_cgroup_tree  # noqa: E402
+from sections import emit  # noqa: E402
+
+BEGIN = "<!-- interpreter benchmark: begin (bench/interpreter.py) -->"
+END = "<!-- interpreter benchmark: end -->"
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def measure(api: Api, driver: str, rounds: int) -> dict:
+    sbx = api.create_sandbox(driver=driver)
+    base = f"/v1/sandboxes/{sbx.id}"
+    warm = api.post(f"{base}/interpreter:run", json={"code": "0"}, timeout=300)
+    assert warm.status_code == 200 and warm.json()["status"] == "ok", warm.text
+    cell, exe = [], []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        r = api.post(f"{base}/interpreter:run", json={"code": "6*7"})
+        cell.append((time.perf_counter() - t) * 1000)
+        assert r.json()["results"][0]["data"]["text/plain"] == "42", r.text
+        t = time.perf_counter()
+        r = api.post(f"{base}:exec", json={"argv": ["python3", "-c", "print(6*7)"]})
+        exe.append((time.perf_counter() - t) * 1000)
+        assert r.json()["stdout"] == "42\n", r.text
+    api.delete(base)
+    return {"cell": cell, "exec": exe}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="20 rounds instead of 100")
+    ap.add_argument("--drivers", default="namespace,gvisor,microvm")
+    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"),
+                    help="the file whose interpreter section is replaced (appended when absent); - prints it")
+    ap.add_argument("--image-dir", default=os.environ.get("RUNTIME_TEST_IMAGE_DIR", "/var/cache/runtime/images"))
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("bench/interpreter.py: run as root (the daemon needs it)", file=sys.stderr)
+        return 2
+    rounds = 20 if args.quick else 100
+    mk = subprocess.run(["make", "-j2"], cwd=REPO, capture_output=True, text=True)
+    if mk.returncode != 0:
+        print(mk.stdout[-2000:], mk.stderr[-4000:], file=sys.stderr)
+        return 1
+    tmp = Path(tempfile.mkdtemp(prefix="runtime-bench-interpreter-"))
+    cg = f"runtime-bench-interpreter-{os.getpid()}"
+    d = Daemon(REPO / "build", Path(args.image_dir), tmp / "state", cg)
+    d.start()
+    rows = []
+    try:
+        available = {x["name"] for x in daemon_info(d).get("drivers", []) if x.get("available")}
+        api = Api(d, timeout=600)
+        for driver in args.drivers.split(","):
+            if driver not in available:
+                rows.append(f"| {driver} | not available here | | |")
+                continue
+            m = measure(api, driver, rounds)
+            c50, e50 = statistics.median(m["cell"]), statistics.median(m["exec"])
+            rows.append(f"| {driver} | {c50:.1f} ms (p90 {pct(m['cell'], 90):.1f}) | "
+                        f"{e50:.1f} ms (p90 {pct(m['exec'], 90):.1f}) | {e50 / c50:.1f}x |")
+            print(rows[-1], file=sys.stderr)
+        api.close()
+    finally:
+        d.stop()
+        remove_empty_cgroup_tree(cg)
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    section = "\n".join([
+        BEGIN,
+        "## Interpreter: a trivial cell in a warm context vs python3 -c through exec",
+        "",
+        f"{rounds} alternating rounds per driver in one sandbox, {when}, {platform.node()}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end. "
+        "`interpreter:run` of `6*7` in the warmed `python` context against "
+        "`:exec` of `python3 -c 'print(6*7)'`; p50 (p90) of the client's round trip.",
+        "",
+        "| driver | cell in a warm context | python3 -c through exec | speed-up |",
+        "| --- | --- | --- | --- |",
+        *rows,
+        "",
+        "`sudo python3 bench/interpreter.py` rewrites this section.",
+        END,
+    ])
+    emit(args.out, BEGIN, END, section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
