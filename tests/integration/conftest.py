@@ -139,6 +139,23 @@ def image_dir(build_dir: Path) -> Path:
     return d
 
 
+@pytest.fixture(scope="session")
+def analysis_image(build_dir: Path, image_dir: Path) -> str:
+    """The `analysis` image (numpy, pandas, matplotlib) in the suite's image
+    dir, built once when missing or stale, like the default one."""
+    tool = build_dir / "runtime-image-build"
+    if subprocess.run([str(tool), "--check", str(image_dir), "analysis"]).returncode == 0:
+        return "analysis"
+    if os.geteuid() != 0 or shutil.which("debootstrap") is None:
+        pytest.skip(f"image {image_dir}/analysis is not built and building it needs root and debootstrap")
+    build = subprocess.run([str(tool), str(image_dir), "analysis"], capture_output=True, text=True,
+                           timeout=1800)
+    if build.returncode != 0:
+        pytest.fail(f"runtime-image-build {image_dir} analysis failed ({build.returncode}):\n"
+                    f"{build.stdout[-4000:]}\n{build.stderr[-4000:]}", pytrace=False)
+    return "analysis"
+
+
 # ---------------------------------------------------------------------------
 # Daemons
 

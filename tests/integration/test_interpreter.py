@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import struct
-import subprocess
 import threading
 import time
 import zlib
@@ -238,11 +237,6 @@ def test_contexts_die_with_the_sandbox(api, driver):
 
 # ---- the analysis image: charts and tables ----------------------------------
 
-def _analysis_built(image_dir, build_dir) -> bool:
-    tool = build_dir / "runtime-image-build"
-    return subprocess.run([str(tool), "--check", str(image_dir), "analysis"]).returncode == 0
-
-
 def _png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
     length, kind = struct.unpack(">I4s", data[8:16])
@@ -260,11 +254,9 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("analysis_driver", ["namespace", "gvisor"])
-def test_analysis_image_tables_and_charts(api, daemon, image_dir, build_dir, analysis_driver):
+def test_analysis_image_tables_and_charts(api, daemon, analysis_image, analysis_driver):
     from helpers import skip_unless_driver
     skip_unless_driver(daemon, analysis_driver)
-    if not _analysis_built(image_dir, build_dir):
-        pytest.skip(f"the analysis image is not built in {image_dir} (runtime image build analysis)")
     sbx = api.create_sandbox(driver=analysis_driver, image="analysis")
     run(sbx, "import pandas as pd\ndf = pd.DataFrame({'city': ['a', 'b', 'c'], 'sales': [3, 1, 2]})")
     table = run(sbx, "df.sort_values('sales')")

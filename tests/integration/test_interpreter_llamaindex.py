@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import subprocess
 import sys
 import zlib
 from pathlib import Path
@@ -103,10 +102,7 @@ def test_state_persists_across_tool_calls(sdk_env, llm_server):
     assert tool_texts(llm_server) == ["(no output)", "result:\n42"]
 
 
-def test_dataframe_then_chart(sdk_env, llm_server, image_dir, build_dir, tmp_path):
-    tool = build_dir / "runtime-image-build"
-    if subprocess.run([str(tool), "--check", str(image_dir), "analysis"]).returncode != 0:
-        pytest.skip(f"the analysis image is not built in {image_dir} (runtime image build analysis)")
+def test_dataframe_then_chart(sdk_env, llm_server, analysis_image, tmp_path):
     driver = fast_driver(sdk_env)
     if driver is None:
         pytest.skip("neither namespace nor gvisor is available")
