@@ -73,7 +73,7 @@ $(BUILD)/runtime-microvm-build: images/microvm/build.sh
 $(BUILD)/gen/interpreter_program.inc: src/interpreter/runtime_interpreter.py
 	@mkdir -p $(dir $@)
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< >$@
-$(BUILD)/obj/daemon/daemon/api_interpreter.o: $(BUILD)/gen/interpreter_program.inc
+$(BUILD)/obj/daemon/daemon/api_interpreter.o $(BUILD)/obj/fuzz/daemon/api_interpreter.o: $(BUILD)/gen/interpreter_program.inc
 
 $(BUILD)/obj/daemon/%.o: src/%.c
 	@mkdir -p $(dir $@)
@@ -128,7 +128,7 @@ asan-build: $(BUILD)/runtime-agent
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 FUZZ_CFLAGS = -std=gnu17 -O1 -g -Isrc -D_GNU_SOURCE -pthread -fsanitize=address,undefined -fno-sanitize-recover=all \
-              -DRUNTIME_VERSION=\"$(VERSION)\" \
+              -DRUNTIME_VERSION=\"$(VERSION)\" -I$(BUILD)/gen \
               $(shell pkg-config --cflags $(PKGS_DAEMON))
 # The library sources are compiled once, with coverage but without
 # libFuzzer's main, into objects every target links.
