@@ -16,6 +16,7 @@
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"
+#include "daemon/agent_client.h"
 #include "daemon/api.h"
 #include "daemon/api_interpreter.h"
 #include "daemon/db.h"
@@ -77,9 +78,9 @@ static void agent_run_done(AgentRun *a) {
 static int agent_run_start(Sandbox *sb, json_t *argv, const char *in, size_t in_len, int64_t timeout_ms,
                            AgentRun *ret, ApiError *e) {
         _cleanup_json_ json_t *env = json_deep_copy(sandbox_env(sb));
-        _cleanup_json_ json_t *req = json_pack("{s:s,s:O,s:s,s:O,s:I,s:b}", "op", "exec", "argv", argv, "cwd", "/",
-                                               "env", env ?: json_object(), "timeoutMs", (json_int_t)timeout_ms,
-                                               "stdin", true);
+        if (!env)
+                env = json_object();
+        _cleanup_json_ json_t *req = env ? agent_req_exec(NULL, argv, "/", env, timeout_ms, true) : NULL;
         if (!req)
                 return -ENOMEM;
         AgentRun a = { .sb = sb, .exit_code = -1 };
