@@ -51,8 +51,14 @@ def _open_build(d, name: str) -> socket.socket:
         chunk = s.recv(4096)
         assert chunk, f"the daemon closed the connection: {head!r}"
         head += chunk
-    assert head.startswith(b"HTTP/1.1 200"), head[:500]
+    if not head.startswith(b"HTTP/1.1 200"):
+        s.close()
+        raise BuildRefused(head[:500])
     return s
+
+
+class BuildRefused(AssertionError):
+    pass
 
 
 @pytest.fixture
@@ -109,7 +115,16 @@ def test_disconnect_stops_the_build(build_daemon):
     print(f"build stopped {took:.1f} s after the client left")
     # The one-build-at-a-time slot is free again: a new build starts (and
     # stops as its client leaves at once).
-    _open_build(d, "default").close()
+    # The daemon frees the slot once it has reaped the builder, a moment
+    # after the group is gone: a 409 until then.
+    def reopen():
+        try:
+            _open_build(d, "default").close()
+            return True
+        except BuildRefused as e:
+            assert b" 409 " in bytes(e.args[0])[:20], e
+            return False
+    wait_until(reopen, STOP_BOUND_S, 0.2, what="the build slot to be free again")
     wait_until(lambda: not [p for p, _, c in _procs() if str(scratch) in c and "runtime-image-build" in c],
                STOP_BOUND_S + 5, what="the second build to stop")
     wait_until(lambda: not any(p.name.startswith("default.tmp-") for p in scratch.iterdir()), 30,
