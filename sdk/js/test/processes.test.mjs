@@ -277,3 +277,45 @@ daemonTest("a process of another sandbox or one that never was is not found", as
     await b[Symbol.asyncDispose]();
   }
 });
+
+daemonTest("a continue line is followed on from its cursor; a hostile one is refused", async () => {
+  // A scripted peer, standing in for a daemon that ended a long answer (1 GiB or 5 minutes):
+  // the SDK must read on from the cursor it was given, and never follow an id that is not one.
+  const seen = [];
+  let nextId = "proc_0123456789abcdef";
+  const server = http.createServer((req, res) => {
+    seen.push(`${req.method} ${req.url}`);
+    res.setHeader("Content-Type", "application/x-ndjson");
+    if (req.method === "POST" && req.url.endsWith(":exec")) {
+      res.end([
+        { type: "start", processId: "proc_0123456789abcdef", pid: 5, replayed: false },
+        { type: "stdout", offset: 0, data: "abc" },
+        { type: "continue", processId: nextId, cursor: 3 },
+      ].map((e) => JSON.stringify(e) + "\n").join(""));
+    } else if (req.method === "GET" && req.url.includes("/output?cursor=3")) {
+      res.end([
+        { type: "stdout", offset: 3, data: "def" },
+        { type: "exit", exitCode: 0, timedOut: false, durationMs: 1, state: "exited" },
+      ].map((e) => JSON.stringify(e) + "\n").join(""));
+    } else {
+      res.setHeader("Content-Type", "application/json");
+      res.end(JSON.stringify({ id: "sbx_fake", state: "running" }));
+    }
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const sbx = await Sandbox.connect("sbx_fake", { baseUrl: `http://127.0.0.1:${server.address().port}`, apiKey: API_KEY });
+  try {
+    const r = await sbx.exec("x", { onStdout: () => {} });
+    assert.equal(r.stdout, "abcdef");
+    assert.equal(r.processId, "proc_0123456789abcdef");
+    assert.ok(seen.some((s) => s.startsWith("GET /v1/sandboxes/sbx_fake/processes/proc_0123456789abcdef/output?cursor=3&follow=true")), seen.join("\n"));
+
+    nextId = "../../../v1/keys";
+    seen.length = 0;
+    await assert.rejects(sbx.exec("x", { onStdout: () => {} }), InvalidRequestError);
+    assert.ok(!seen.some((s) => s.includes("keys")), seen.join("\n"));
+  } finally {
+    sbx.close();
+    await new Promise((r) => server.close(r));
+  }
+});
