@@ -7,7 +7,7 @@ per node test file (and driver): node's runner already reports each subtest by n
 here shows node's whole output rather than a second, lossy copy of it parsed from TAP.
 
   sdk.test.mjs    the SDK on every driver (the microVM, emulated here, runs the smoke subset)
-  processes.test.mjs  processes (execStream, spawn, Process) and the interpreter, on every driver
+  processes.test.mjs  processes (execStream, spawn, Process) and the interpreter, likewise
   cli.test.mjs    the `withruntime` bin and the C CLI `runtime` against the same expectations
   agent.test.mjs  a LlamaIndex.TS agent driving the four tools against the scripted LLM server
 

@@ -200,7 +200,7 @@ daemonTest("interpreter: state between runs, errors as results, streamed events,
   }
 });
 
-daemonTest("an interrupt stops a running cell and the context keeps its state", async () => {
+fullTest("an interrupt stops a running cell and the context keeps its state", async () => {
   const sbx = await create();
   try {
     await sbx.interpreter.run("z = 7");
@@ -264,7 +264,7 @@ daemonTest("bad process and context ids, signals, keys and refs are refused befo
   }
 });
 
-daemonTest("a process of another sandbox or one that never was is not found", async () => {
+fullTest("a process of another sandbox or one that never was is not found", async () => {
   const a = await create();
   const b = await create();
   try {
