@@ -124,7 +124,7 @@ export interface ExecOptions {
   onStderr?: (data: string) => void;
   /** Output kept per stream, its end kept (default: the daemon's bound; 1 MiB when streamed). */
   maxOutputBytes?: number;
-  /** Aborting ends the request; the daemon then kills the command's process group. */
+  /** Aborting ends the request; a streamed command (one with a callback, or execStream) is then killed. */
   signal?: AbortSignal;
 }
 
