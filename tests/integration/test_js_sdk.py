@@ -7,6 +7,7 @@ per node test file (and driver): node's runner already reports each subtest by n
 here shows node's whole output rather than a second, lossy copy of it parsed from TAP.
 
   sdk.test.mjs    the SDK on every driver (the microVM, emulated here, runs the smoke subset)
+  processes.test.mjs  processes (execStream, spawn, Process) and the interpreter, likewise
   cli.test.mjs    the `withruntime` bin and the C CLI `runtime` against the same expectations
   agent.test.mjs  a LlamaIndex.TS agent driving the four tools against the scripted LLM server
 
@@ -114,6 +115,11 @@ def run_node(test_file: str, env: dict[str, str], timeout: float) -> str:
 def test_js_sdk(js_build, daemon, driver):
     smoke = "1" if driver == "microvm" and not os.environ.get("RUNTIME_TEST_ALL") else "0"
     run_node("sdk.test.mjs", _env(daemon, driver, RUNTIME_JS_SMOKE=smoke), FILE_TIMEOUT[driver])
+
+
+def test_js_sdk_processes_interpreter(js_build, daemon, driver):
+    smoke = "1" if driver == "microvm" and not os.environ.get("RUNTIME_TEST_ALL") else "0"
+    run_node("processes.test.mjs", _env(daemon, driver, RUNTIME_JS_SMOKE=smoke), FILE_TIMEOUT[driver])
 
 
 def test_js_cli_same_as_c_cli(js_build, build_dir, daemon, driver):

@@ -3,6 +3,7 @@
  * `message`, `hint`, `requestId`); it is thrown as the `APIError` subclass its `code` names.
  * A daemon that cannot be reached throws `APIConnectionError`, naming the address tried.
  */
+import type { CommandResult } from "./models.js";
 
 export interface ErrorFields {
   code?: string;
@@ -95,6 +96,22 @@ export class InternalServerError extends APIError {
 /** 503: no driver can run the request, the image is not built, the sandbox failed to start. */
 export class UnavailableError extends APIError {
   static override defaultCode = "unavailable";
+}
+
+/**
+ * A command run with `check: true` exited non-zero or timed out; `result` is its CommandResult.
+ * Thrown by the SDK, not answered by the daemon.
+ */
+export class CommandError extends APIError {
+  static override defaultCode = "command_failed";
+  readonly result: CommandResult;
+
+  constructor(result: CommandResult) {
+    const why = result.timedOut ? "timed out" : `exited with ${result.exitCode}`;
+    const tail = result.stderr.slice(-500).trimEnd();
+    super(tail ? `the command ${why}: ${tail}` : `the command ${why}`);
+    this.result = result;
+  }
 }
 
 type ErrorClass = typeof APIError;

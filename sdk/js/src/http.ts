@@ -39,6 +39,8 @@ export interface RequestOptions {
   maxBytes?: number;
   /** Send no Authorization header (the trial route). */
   anonymous?: boolean;
+  /** Extra headers (Idempotency-Key); they cannot replace the ones the client sets. */
+  headers?: Record<string, string>;
 }
 
 export class HttpClient {
@@ -75,6 +77,7 @@ export class HttpClient {
   open(method: string, path: string, opts: RequestOptions = {}): Promise<{ res: http.IncomingMessage; done: () => void; reason: () => APIError | null }> {
     const ep = this.endpoint;
     const headers: Record<string, string> = {
+      ...(opts.headers ?? {}),
       "User-Agent": `withruntime-js/${VERSION}`,
       Accept: "application/json",
     };

@@ -11,7 +11,11 @@
  * `withruntime/tools` turns a sandbox into four LlamaIndex.TS tools.
  */
 export { Sandbox, Files, Network, Secrets } from "./sandbox.js";
-export type { ClientOptions, CreateOptions, SandboxData, FileData } from "./sandbox.js";
+export type { ClientOptions, CreateOptions, SandboxData, FileData, ExecStreamOptions, SpawnOptions } from "./sandbox.js";
+export { Process } from "./process.js";
+export type { ProcessInfo } from "./process.js";
+export { Interpreter, InterpreterContexts, TABLE_MIME } from "./interpreter.js";
+export type { Execution, ExecutionError, InterpreterContext, ResultBundle, RunOptions } from "./interpreter.js";
 export type {
   CommandResult,
   CreateFields,
@@ -20,6 +24,7 @@ export type {
   FileEntry,
   FileList,
   NetworkPolicy,
+  SignalName,
   WriteResult,
 } from "./models.js";
 export {
@@ -38,6 +43,7 @@ export {
   RateLimitError,
   InternalServerError,
   UnavailableError,
+  CommandError,
 } from "./errors.js";
 export { resolveEndpoint, resolveApiKey, defaultStateDir } from "./config.js";
 export { VERSION } from "./version.js";

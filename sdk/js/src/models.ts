@@ -107,13 +107,24 @@ export interface ExecOptions {
   stdin?: string | Uint8Array;
   /** Seconds before the command's whole process group is killed (default 60, at most 86400). */
   timeoutSeconds?: number;
+  /** The same bound in milliseconds, the published client's name; wins over `timeoutSeconds`. */
+  timeoutMs?: number;
+  /** The user the command runs as (`"root"`, the only one the daemon offers for now). */
+  user?: string;
+  /** Throw `CommandError` when the command exits non-zero or times out (default false). */
+  check?: boolean;
+  /**
+   * 1-128 of `A-Z a-z 0-9 _ . : -`: the same key with the same command within ten minutes gives
+   * back the first run (its output from the start) instead of running it again.
+   */
+  idempotencyKey?: string;
   /** Called with each piece of stdout as it arrives (the command is then streamed). */
   onStdout?: (data: string) => void;
   /** Called with each piece of stderr as it arrives. */
   onStderr?: (data: string) => void;
   /** Output kept per stream, its end kept (default: the daemon's bound; 1 MiB when streamed). */
   maxOutputBytes?: number;
-  /** Aborting ends the request; the daemon then kills the command's process group. */
+  /** Aborting ends the request; a streamed command (one with a callback, or execStream) is then killed. */
   signal?: AbortSignal;
 }
 
@@ -144,7 +155,15 @@ export function buildExecBody(
     else if (opts.stdin instanceof Uint8Array) body.stdinBase64 = Buffer.from(opts.stdin).toString("base64");
     else throw new InvalidRequestError("stdin must be a string or a Uint8Array");
   }
-  const seconds = opts.timeoutSeconds ?? DEFAULT_EXEC_TIMEOUT_SECONDS;
+  if (opts.user !== undefined) {
+    if (typeof opts.user !== "string" || !opts.user || opts.user.length > 64) throw new InvalidRequestError("user must be a name of 1 to 64 characters");
+    body.user = opts.user;
+  }
+  let seconds = opts.timeoutSeconds ?? DEFAULT_EXEC_TIMEOUT_SECONDS;
+  if (opts.timeoutMs !== undefined) {
+    if (typeof opts.timeoutMs !== "number" || !Number.isInteger(opts.timeoutMs)) throw new InvalidRequestError("timeoutMs must be an integer");
+    seconds = opts.timeoutMs / 1000;
+  }
   if (typeof seconds !== "number" || !Number.isFinite(seconds) || seconds <= 0 || seconds > MAX_EXEC_TIMEOUT_SECONDS) {
     throw new InvalidRequestError(`timeoutSeconds must be in (0, ${MAX_EXEC_TIMEOUT_SECONDS}], not ${String(seconds)}`);
   }
@@ -170,6 +189,10 @@ export interface CommandResult {
   durationMs: number;
   /** The command's process id in the sandbox, when the answer said it (streamed exec). */
   pid: number | null;
+  /** The daemon's id of the process (`proc_...`), when it ran as one (streamed exec, spawn). */
+  processId: string | null;
+  /** Set when the command used up the sandbox's memory and was killed: `{code, memoryMiB, message, hint, ...}`. */
+  outOfMemory: Record<string, unknown> | null;
   /** True when the command exited 0 within its timeout. */
   ok: boolean;
 }
@@ -195,18 +218,55 @@ export function parseExecResult(data: unknown): CommandResult {
     stderrTruncated: data.stderrTruncated === true,
     durationMs: Number.isInteger(data.durationMs) ? (data.durationMs as number) : 0,
     pid: Number.isInteger(data.pid) ? (data.pid as number) : null,
+    processId: typeof data.processId === "string" ? data.processId : null,
+    outOfMemory: isObject(data.outOfMemory) ? data.outOfMemory : null,
   });
 }
 
-/** The events of a streamed exec, as the API sends them. */
+/**
+ * The events of a streamed exec and of a process's output, as the API sends them. `offset`
+ * counts bytes of stdout and stderr together; `base64` carries the exact bytes when they are
+ * not UTF-8 (or the process was spawned with `outputEncoding: "base64"`).
+ */
 export type ExecEvent =
-  | { type: "start"; pid: number | null; processId?: string; [k: string]: unknown }
-  | { type: "stdout"; data: string }
-  | { type: "stderr"; data: string }
-  | { type: "exit"; exitCode: number; timedOut: boolean; durationMs: number; [k: string]: unknown };
+  | { type: "start"; pid: number | null; processId: string | null; replayed: boolean; [k: string]: unknown }
+  | { type: "stdout" | "stderr"; data: string; offset: number | null; base64?: string }
+  | { type: "truncated"; droppedBytes: number; resumeAt: number | null }
+  | {
+      type: "exit";
+      exitCode: number;
+      timedOut: boolean;
+      durationMs: number;
+      state: string | null;
+      outOfMemory: Record<string, unknown> | null;
+      [k: string]: unknown;
+    };
+
+/** Where a reader of the output is after `ev` (the byte after its data, or a truncation's resume point). */
+export function eventEnd(ev: ExecEvent, cursor: number): number {
+  if (ev.type === "truncated") return ev.resumeAt !== null ? Math.max(cursor, ev.resumeAt) : cursor;
+  if ((ev.type !== "stdout" && ev.type !== "stderr") || ev.offset === null) return cursor;
+  const n = ev.base64 !== undefined ? Buffer.from(ev.base64, "base64").length : Buffer.byteLength(ev.data, "utf8");
+  return Math.max(cursor, ev.offset + n);
+}
+
+const nonNegative = (v: unknown): number | null => (Number.isSafeInteger(v) && (v as number) >= 0 ? (v as number) : null);
+
+/** A `continue` line: the daemon ended a long answer; read on from `cursor`. */
+export interface ContinueMark {
+  type: "continue";
+  processId: string | null;
+  cursor: number;
+}
 
 /** Turns one NDJSON line into an event; an `error` event is thrown as its APIError. Unknown types give null. */
 export function parseExecEvent(line: string): ExecEvent | null {
+  const ev = parseOutputLine(line);
+  return ev === null || ev.type === "continue" ? null : ev;
+}
+
+/** As `parseExecEvent`, with the `continue` mark a reader follows on from. */
+export function parseOutputLine(line: string): ExecEvent | ContinueMark | null {
   let ev: unknown;
   try {
     ev = JSON.parse(line);
@@ -216,10 +276,23 @@ export function parseExecEvent(line: string): ExecEvent | null {
   if (!isObject(ev)) throw new APIConnectionError("the daemon sent an exec event that is not an object");
   switch (ev.type) {
     case "stdout":
-    case "stderr":
-      return { type: ev.type, data: typeof ev.data === "string" ? ev.data : "" };
+    case "stderr": {
+      const out: ExecEvent = { type: ev.type, data: typeof ev.data === "string" ? ev.data : "", offset: nonNegative(ev.offset) };
+      if (typeof ev.base64 === "string") out.base64 = ev.base64;
+      return out;
+    }
+    case "truncated":
+      return { type: "truncated", droppedBytes: nonNegative(ev.droppedBytes) ?? 0, resumeAt: nonNegative(ev.resumeAt) };
+    case "continue":
+      return { type: "continue", processId: typeof ev.processId === "string" ? ev.processId : null, cursor: nonNegative(ev.cursor) ?? 0 };
     case "start":
-      return { ...ev, type: "start", pid: Number.isInteger(ev.pid) ? (ev.pid as number) : null };
+      return {
+        ...ev,
+        type: "start",
+        pid: Number.isInteger(ev.pid) ? (ev.pid as number) : null,
+        processId: typeof ev.processId === "string" ? ev.processId : null,
+        replayed: ev.replayed === true,
+      };
     case "exit":
       return {
         ...ev,
@@ -227,6 +300,8 @@ export function parseExecEvent(line: string): ExecEvent | null {
         exitCode: Number.isInteger(ev.exitCode) ? (ev.exitCode as number) : -1,
         timedOut: ev.timedOut === true,
         durationMs: Number.isInteger(ev.durationMs) ? (ev.durationMs as number) : 0,
+        state: typeof ev.state === "string" ? ev.state : null,
+        outOfMemory: isObject(ev.outOfMemory) ? ev.outOfMemory : null,
       };
     case "error": {
       const err = isObject(ev.error) ? ev.error : {};
@@ -280,6 +355,9 @@ export class ExecFold {
   readonly stdout: Tail;
   readonly stderr: Tail;
   pid: number | null = null;
+  processId: string | null = null;
+  /** Output the daemon no longer kept when it was read (a `truncated` event). */
+  lost = false;
   result: CommandResult | null = null;
 
   constructor(keepBytes = DEFAULT_STREAM_KEEP_BYTES) {
@@ -290,17 +368,22 @@ export class ExecFold {
   feed(ev: ExecEvent): void {
     if (ev.type === "stdout") this.stdout.add(ev.data);
     else if (ev.type === "stderr") this.stderr.add(ev.data);
-    else if (ev.type === "start") this.pid = ev.pid;
+    else if (ev.type === "start") {
+      this.pid = ev.pid;
+      this.processId = ev.processId;
+    } else if (ev.type === "truncated") this.lost = true;
     else if (ev.type === "exit") {
       this.result = result({
         exitCode: ev.exitCode,
         stdout: this.stdout.text(),
         stderr: this.stderr.text(),
         timedOut: ev.timedOut,
-        stdoutTruncated: this.stdout.truncated,
-        stderrTruncated: this.stderr.truncated,
+        stdoutTruncated: this.stdout.truncated || this.lost,
+        stderrTruncated: this.stderr.truncated || this.lost,
         durationMs: ev.durationMs,
         pid: this.pid,
+        processId: this.processId,
+        outOfMemory: ev.outOfMemory,
       });
     }
   }
@@ -409,4 +492,39 @@ export function checkLimit(limit: unknown): number {
     throw new InvalidRequestError("limit must be an integer from 1 to 10000");
   }
   return limit;
+}
+
+const PROCESS_ID = /^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$/;
+const IDEMPOTENCY_KEY = /^[A-Za-z0-9_.:-]{1,128}$/;
+export const SIGNALS = ["SIGHUP", "SIGINT", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2", "SIGTERM", "SIGCONT", "SIGSTOP", "SIGTSTP"] as const;
+export type SignalName = (typeof SIGNALS)[number];
+
+export function checkProcessId(id: unknown): string {
+  if (typeof id !== "string" || !PROCESS_ID.test(id)) {
+    throw new InvalidRequestError(`${JSON.stringify(String(id)).slice(0, 80)} is not a process id`, {
+      hint: "process ids look like proc_3b1f0c9a2d4e5f60",
+    });
+  }
+  return id;
+}
+
+/** The Idempotency-Key header, or none. */
+export function idempotencyHeaders(key: unknown): Record<string, string> | undefined {
+  if (key === undefined) return undefined;
+  if (typeof key !== "string" || !IDEMPOTENCY_KEY.test(key)) {
+    throw new InvalidRequestError("idempotencyKey must be 1 to 128 of A-Z a-z 0-9 _ . : -");
+  }
+  return { "Idempotency-Key": key };
+}
+
+/** A signal's API name: "TERM", "SIGTERM" and 15 are the same; others than SIGNALS are refused. */
+export function signalName(signal: unknown): string | number {
+  if (typeof signal === "number") {
+    if (!Number.isInteger(signal) || signal < 1 || signal > 64) throw new InvalidRequestError("a signal number is from 1 to 64");
+    return signal;
+  }
+  if (typeof signal !== "string") throw new InvalidRequestError("signal must be a name such as \"SIGTERM\" or a number");
+  const name = signal.startsWith("SIG") ? signal : "SIG" + signal;
+  if (!(SIGNALS as readonly string[]).includes(name)) throw new InvalidRequestError(`signal must be one of ${SIGNALS.join(", ")}`);
+  return name;
 }

@@ -1,9 +1,16 @@
 /** The client: `Sandbox`, its `Files` and `Network`, and `Secrets`. */
 import { resolveApiKey, resolveEndpoint } from "./config.js";
-import { APIConnectionError, APIError, InvalidRequestError, NotFoundError } from "./errors.js";
+import { APIConnectionError, APIError, CommandError, InvalidRequestError, NotFoundError } from "./errors.js";
 import { HttpClient, type Body } from "./http.js";
+import { Interpreter } from "./interpreter.js";
+import { Process, readOutput } from "./process.js";
 import {
   CREATE_HTTP_TIMEOUT_SECONDS,
+  MAX_EXEC_TIMEOUT_SECONDS,
+  checkProcessId,
+  eventEnd,
+  idempotencyHeaders,
+  parseOutputLine,
   DEFAULT_STREAM_KEEP_BYTES,
   ExecFold,
   buildCreateBody,
@@ -70,6 +77,8 @@ export class Sandbox implements AsyncDisposable {
   #ownsHttp: boolean;
   /** File operations in this sandbox. */
   readonly files: Files;
+  /** The stateful Python interpreter (docs/interpreter.md). */
+  readonly interpreter: Interpreter;
 
   /** @internal Use `Sandbox.create`, `Sandbox.connect` or `Sandbox.list`. */
   constructor(http: HttpClient, data: unknown, keep = true, ownsHttp = true) {
@@ -78,6 +87,7 @@ export class Sandbox implements AsyncDisposable {
     this.#keep = keep;
     this.#ownsHttp = ownsHttp;
     this.files = new Files(this);
+    this.interpreter = new Interpreter(http, this.#data.id);
   }
 
   /** Create and start a sandbox; resolves once it is running. */
@@ -243,47 +253,150 @@ export class Sandbox implements AsyncDisposable {
   /**
    * Run a command and wait for it. A string runs under `bash -c`; an array runs as argv with no
    * shell. With `onStdout`/`onStderr` the output is streamed to them as it happens. A timeout is
-   * a result (`timedOut: true`, exit code 137), not an error.
+   * a result (`timedOut: true`, exit code 137), not an error, unless `check: true`, which throws
+   * `CommandError` for it and for a non-zero exit.
    */
   async exec(command: string | readonly string[], opts: ExecOptions = {}): Promise<CommandResult> {
     const stream = opts.onStdout !== undefined || opts.onStderr !== undefined;
+    const headers = idempotencyHeaders(opts.idempotencyKey);
+    let result: CommandResult;
     if (!stream) {
       const { body, waitSeconds } = buildExecBody(command, opts, false);
-      return parseExecResult(
-        await this.http.request("POST", sandboxPath(this.id, ":exec"), { json: body, timeoutSeconds: waitSeconds, signal: opts.signal }),
+      result = parseExecResult(
+        await this.http.request("POST", sandboxPath(this.id, ":exec"), { json: body, timeoutSeconds: waitSeconds, signal: opts.signal, headers }),
       );
+    } else {
+      const { body, waitSeconds } = buildExecBody(command, opts, true);
+      const fold = new ExecFold(opts.maxOutputBytes ?? DEFAULT_STREAM_KEEP_BYTES);
+      for await (const ev of this.#execEvents(body, waitSeconds, headers, opts.signal, true)) {
+        fold.feed(ev);
+        if (ev.type === "stdout") opts.onStdout?.(ev.data);
+        else if (ev.type === "stderr") opts.onStderr?.(ev.data);
+      }
+      result = fold.finish();
     }
-    const fold = new ExecFold(opts.maxOutputBytes ?? DEFAULT_STREAM_KEEP_BYTES);
-    for await (const ev of this.execStream(command, opts)) {
-      fold.feed(ev);
-      if (ev.type === "stdout") opts.onStdout?.(ev.data);
-      else if (ev.type === "stderr") opts.onStderr?.(ev.data);
-    }
-    return fold.finish();
+    if (opts.check && !result.ok) throw new CommandError(result);
+    return result;
   }
 
   /**
-   * Run a command and yield the API's events as they happen: `start` (with the process id),
-   * `stdout`, `stderr`, `exit`. An `error` event is thrown as its APIError. Leaving the loop
-   * early (or aborting `signal`) ends the request, and the daemon kills the command.
+   * Run a command as a process and yield the API's events as they happen: `start` (with
+   * `processId` and `pid`), `stdout`, `stderr` (with `offset`), `truncated` when output was lost,
+   * `exit`. When the daemon ends a long answer (`continue`) the output is read on from its cursor.
+   * An `error` event is thrown as its APIError. Leaving the loop early (or aborting `signal`)
+   * kills the command, unless `detach: true` leaves it running for `sbx.process(id)`. Without
+   * `timeoutMs`/`timeoutSeconds` the command may run for a day.
    */
-  async *execStream(command: string | readonly string[], opts: ExecOptions = {}): AsyncGenerator<ExecEvent> {
-    const { body, waitSeconds } = buildExecBody(command, opts, true);
-    for await (const line of this.http.lines("POST", sandboxPath(this.id, ":exec"), {
-      json: body,
-      timeoutSeconds: waitSeconds,
-      signal: opts.signal,
-    })) {
-      const ev = parseExecEvent(line);
-      if (ev === null) continue;
-      yield ev;
-      if (ev.type === "exit") return;
+  execStream(command: string | readonly string[], opts: ExecStreamOptions = {}): AsyncGenerator<ExecEvent> {
+    const o = opts.timeoutMs === undefined && opts.timeoutSeconds === undefined ? { ...opts, timeoutSeconds: MAX_EXEC_TIMEOUT_SECONDS } : opts;
+    const { body, waitSeconds } = buildExecBody(command, o, true);
+    const headers = idempotencyHeaders(opts.idempotencyKey);
+    return this.#execEvents(body, waitSeconds, headers, opts.signal, opts.detach !== true);
+  }
+
+  async *#execEvents(
+    body: Record<string, unknown>,
+    waitSeconds: number,
+    headers: Record<string, string> | undefined,
+    signal: AbortSignal | undefined,
+    killOnLeave: boolean,
+  ): AsyncGenerator<ExecEvent> {
+    let processId: string | null = null;
+    let cursor = 0;
+    let resumed = false;
+    let ended = false;
+    try {
+      for await (const line of this.http.lines("POST", sandboxPath(this.id, ":exec"), { json: body, timeoutSeconds: waitSeconds, signal, headers })) {
+        const ev = parseOutputLine(line);
+        if (ev === null) continue;
+        if (ev.type === "continue") {
+          processId = ev.processId ?? processId;
+          cursor = Math.max(cursor, ev.cursor);
+          resumed = true;
+          break;
+        }
+        if (ev.type === "start") processId = ev.processId;
+        cursor = eventEnd(ev, cursor);
+        if (ev.type === "exit") ended = true;
+        yield ev;
+        if (ended) return;
+      }
+      if (resumed && processId) {
+        for await (const ev of readOutput(this.http, this.id, checkProcessId(processId), cursor, true, signal)) {
+          if (ev.type === "exit") ended = true;
+          yield ev;
+        }
+      }
+    } catch (e) {
+      // An error event: the sandbox stopped and the process with it.
+      if (e instanceof APIError && e.code !== "aborted" && !(e instanceof APIConnectionError)) ended = true;
+      throw e;
+    } finally {
+      // A disconnect leaves a process running in the daemon; a reader that left ends it.
+      if (!ended && killOnLeave && processId) await this.#killQuietly(processId);
     }
+  }
+
+  async #killQuietly(processId: string): Promise<void> {
+    try {
+      await this.http.request("POST", sandboxPath(this.id, `/processes/${encodeURIComponent(checkProcessId(processId))}:signal`), {
+        json: { signal: "SIGKILL" },
+        timeoutSeconds: 30,
+      });
+    } catch {
+      /* it ended meanwhile, or the sandbox did */
+    }
+  }
+
+  /**
+   * Start a background process and resolve at once with it. `stdin: "pipe"` keeps its input
+   * open for `Process.write`; other text or bytes are its whole input. Without
+   * `timeoutMs`/`timeoutSeconds` it may run for a day.
+   */
+  async spawn(command: string | readonly string[], opts: SpawnOptions = {}): Promise<Process> {
+    const pipe = opts.stdin === "pipe";
+    const o: ExecOptions = { ...opts, stdin: pipe ? undefined : opts.stdin, maxOutputBytes: undefined };
+    if (o.timeoutMs === undefined && o.timeoutSeconds === undefined) o.timeoutSeconds = MAX_EXEC_TIMEOUT_SECONDS;
+    const { body } = buildExecBody(command, o, false);
+    if (pipe) body.stdinMode = "pipe";
+    if (opts.outputEncoding !== undefined) {
+      if (opts.outputEncoding !== "utf8" && opts.outputEncoding !== "base64") throw new InvalidRequestError('outputEncoding must be "utf8" or "base64"');
+      body.outputEncoding = opts.outputEncoding;
+    }
+    const headers = idempotencyHeaders(opts.idempotencyKey);
+    return new Process(this.http, this.id, await this.http.request("POST", sandboxPath(this.id, "/processes"), { json: body, headers }));
+  }
+
+  /** The sandbox's processes, running and recently ended, oldest first. */
+  async processes(): Promise<Process[]> {
+    const data = await this.http.request<{ data?: unknown }>("GET", sandboxPath(this.id, "/processes"));
+    if (!data || !Array.isArray(data.data)) throw new APIConnectionError("the daemon's answer is not a list of processes");
+    return data.data.map((p) => new Process(this.http, this.id, p));
+  }
+
+  /** One process by its id (`proc_...`); throws NotFoundError when there is none. */
+  async process(processId: string): Promise<Process> {
+    const id = checkProcessId(processId);
+    return new Process(this.http, this.id, await this.http.request("GET", sandboxPath(this.id, `/processes/${encodeURIComponent(id)}`)));
   }
 
   toString(): string {
     return `Sandbox(id=${this.id}, state=${this.state})`;
   }
+}
+
+/** Options of `execStream`. */
+export interface ExecStreamOptions extends Omit<ExecOptions, "onStdout" | "onStderr" | "maxOutputBytes" | "check"> {
+  /** Leaving the loop early leaves the process running instead of killing it. */
+  detach?: boolean;
+}
+
+/** Options of `spawn`. */
+export interface SpawnOptions extends Omit<ExecOptions, "onStdout" | "onStderr" | "maxOutputBytes" | "check" | "stdin" | "signal"> {
+  /** `"pipe"` keeps stdin open for `Process.write`; text or bytes are its whole input. */
+  stdin?: "pipe" | string | Uint8Array;
+  /** `"base64"`: every output event carries the exact bytes in `base64`. */
+  outputEncoding?: "utf8" | "base64";
 }
 
 /** Bytes for a file: text (written as UTF-8), bytes, or a stream of bytes. */
