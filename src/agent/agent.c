@@ -512,8 +512,10 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                 else {
                         if (r->signo == SIGKILL)
                                 exec_kill(t);
-                        else
-                                kill(-t->pid, r->signo);
+                        else if (kill(-t->pid, r->signo) < 0 && errno == ESRCH)
+                                /* The child has not reached its setsid() yet:
+                                 * there is no group, only the leader. */
+                                kill(t->pid, r->signo);
                         send_json_new(a, PROTO_RESULT, id, json_object());
                 }
                 break;
