@@ -241,28 +241,10 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
 /* ---- streamed ---- */
 
 static int push_line(ExecRun *x, json_t *j) {
-        char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        if (!line)
-                return -ENOMEM;
-        size_t len = strlen(line);
-        if (x->out_off == x->out_len)
-                x->out_off = x->out_len = 0;
-        if (x->out_len + len + 1 > x->out_cap) {
-                size_t cap = x->out_len + len + 1 + 4096;
-                char *b = realloc(x->out, cap);
-                if (!b) {
-                        free(line);
-                        return -ENOMEM;
-                }
-                x->out = b;
-                x->out_cap = cap;
-        }
-        memcpy(x->out + x->out_len, line, len);
-        x->out[x->out_len + len] = '\n';
-        x->out_len += len + 1;
-        free(line);
-        return 0;
+        LineQueue q = { x->out, x->out_off, x->out_len, x->out_cap };
+        int r = line_queue_push(&q, j);
+        x->out = q.buf, x->out_off = q.off, x->out_len = q.len, x->out_cap = q.cap;
+        return r;
 }
 
 static int push_text(ExecRun *x, int fd, char *text, size_t len) {

@@ -265,28 +265,10 @@ static void interp_run_free(InterpRun *x) {
 }
 
 static int push_line(InterpRun *x, json_t *j) {
-        char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        if (!line)
-                return -ENOMEM;
-        size_t len = strlen(line);
-        if (x->out_off == x->out_len)
-                x->out_off = x->out_len = 0;
-        if (x->out_len + len + 1 > x->out_cap) {
-                size_t cap = x->out_len + len + 1 + 4096;
-                char *b = realloc(x->out, cap);
-                if (!b) {
-                        free(line);
-                        return -ENOMEM;
-                }
-                x->out = b;
-                x->out_cap = cap;
-        }
-        memcpy(x->out + x->out_len, line, len);
-        x->out[x->out_len + len] = '\n';
-        x->out_len += len + 1;
-        free(line);
-        return 0;
+        LineQueue q = { x->out, x->out_off, x->out_len, x->out_cap };
+        int r = line_queue_push(&q, j);
+        x->out = q.buf, x->out_off = q.off, x->out_len = q.len, x->out_cap = q.cap;
+        return r;
 }
 
 static bool mime_ok(const char *k) {

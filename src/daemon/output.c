@@ -1,6 +1,7 @@
 #include "daemon/output.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,5 +187,30 @@ int utf8_holder_flush(Utf8Holder *h, char **ret, size_t *ret_len) {
                 return -ENOMEM;
         h->n = 0;
         *ret = out;
+        return 0;
+}
+
+int line_queue_push(LineQueue *q, json_t *j) {
+        char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (!line)
+                return -ENOMEM;
+        size_t len = strlen(line);
+        if (q->off == q->len)
+                q->off = q->len = 0;
+        if (q->len + len + 1 > q->cap) {
+                size_t cap = q->len + len + 1 + 4096;
+                char *b = realloc(q->buf, cap);
+                if (!b) {
+                        free(line);
+                        return -ENOMEM;
+                }
+                q->buf = b;
+                q->cap = cap;
+        }
+        memcpy(q->buf + q->len, line, len);
+        q->buf[q->len + len] = '\n';
+        q->len += len + 1;
+        free(line);
         return 0;
 }

@@ -5,6 +5,7 @@
  * of a stream (errors and results come at the end); a streamed reply never
  * splits a character across two events.
  */
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,3 +51,13 @@ typedef struct Utf8Holder {
 int utf8_holder_feed(Utf8Holder *h, const uint8_t *data, size_t len, char **ret, size_t *ret_len);
 /* Whatever is held, as sanitized text (the held bytes never completed). */
 int utf8_holder_flush(Utf8Holder *h, char **ret, size_t *ret_len);
+
+/* A stream's pending NDJSON lines: bytes [off, len) of buf are still to be
+ * sent; the buffer restarts when all of it was. */
+typedef struct LineQueue {
+        char *buf;
+        size_t off, len, cap;
+} LineQueue;
+
+/* Appends the compact JSON of j and a newline; steals j (NULL is ENOMEM). */
+int line_queue_push(LineQueue *q, json_t *j);
