@@ -12,7 +12,7 @@ typedef struct DriverOffer {
         const Driver *driver;
         bool offered;   /* in --drivers (or every driver whose probe passed) */
         bool available; /* its probe passed */
-        char reason[256];
+        char reason[512];
 } DriverOffer;
 
 typedef struct DaemonConfig {

@@ -65,9 +65,7 @@ static bool lxcfs_answers(void) {
         if (statfs(LXCFS_DIR, &fs) < 0 || fs.f_type != FUSE_MAGIC)
                 return false;
         for (size_t i = 0; i < ELEMENTSOF(lxcfs_files); i++) {
-                char path[128];
-                snprintf(path, sizeof path, LXCFS_DIR "%s", lxcfs_files[i]);
-                int fd = open(path, O_RDONLY | O_CLOEXEC);
+                int fd = open(lxcfs_sources[i], O_RDONLY | O_CLOEXEC);
                 if (fd < 0)
                         return false;
                 char c;
@@ -79,52 +77,119 @@ static bool lxcfs_answers(void) {
         return true;
 }
 
-/* Starts lxcfs detached (its own session, reparented to init), after
- * detaching a mount left by one that died. */
-static int lxcfs_start(void) {
-        struct statfs fs;
-        if (statfs(LXCFS_DIR, &fs) == 0 && fs.f_type == FUSE_MAGIC)
-                (void)umount2(LXCFS_DIR, MNT_DETACH);
-        if (mkdir(LXCFS_DIR, 0755) < 0 && errno != EEXIST)
-                return -errno;
+/* Where lxcfs writes its complaints: the reason a start failed is read back
+ * from here for `runtime doctor`. */
+#define LXCFS_LOG "/run/runtime-lxcfs.log"
+#define LXCFS_RETRY_AFTER_S 60
+
+/* The child between the daemon and lxcfs: starts lxcfs and exits 0 once it
+ * answers, 1 if it died first, 2 if it is still silent at the timeout. Its
+ * exit reparents lxcfs to init. Forked from a threaded daemon, so only
+ * system calls from here on. */
+static _Noreturn void lxcfs_starter(void) {
+        setsid();
+        int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        int log_fd = open(LXCFS_LOG, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (null_fd >= 0) {
+                dup2(null_fd, 0);
+                dup2(null_fd, 1);
+                dup2(log_fd >= 0 ? log_fd : null_fd, 2);
+        }
+        syscall(SYS_close_range, 3U, ~0U, 0U);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         pid_t pid = fork();
         if (pid < 0)
-                return -errno;
+                _exit(1);
         if (pid == 0) {
-                if (fork() != 0)
-                        _exit(0);
-                setsid();
-                int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-                if (null_fd >= 0) {
-                        dup2(null_fd, 0);
-                        dup2(null_fd, 1);
-                        dup2(null_fd, 2);
+                /* A host service every sandbox's /proc depends on: the OOM
+                 * killer takes sandbox processes first. */
+                int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+                if (fd >= 0) {
+                        (void)!write(fd, "-1000", 5);
+                        close(fd);
                 }
-                syscall(SYS_close_range, 3U, ~0U, 0U);
-                sigset_t none;
-                sigemptyset(&none);
-                sigprocmask(SIG_SETMASK, &none, NULL);
                 char *const argv[] = {LXCFS_BIN, "--foreground", "--enable-cfs", "--pidfile",
                                       "/run/runtime-lxcfs.pid", LXCFS_DIR, NULL};
                 char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
                 execve(argv[0], argv, envp);
                 _exit(127);
         }
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-                ;
-        for (int waited = 0; waited < LXCFS_START_TIMEOUT_MS; waited += 50) {
+        for (int waited = 0; waited < LXCFS_START_TIMEOUT_MS; waited += 20) {
+                if (waitpid(pid, NULL, WNOHANG) == pid)
+                        _exit(1);
                 if (lxcfs_answers())
-                        return 0;
-                usleep(50 * 1000);
+                        _exit(0);
+                struct timespec ts = {0, 20 * 1000 * 1000};
+                nanosleep(&ts, NULL);
         }
-        return -ETIMEDOUT;
+        _exit(2);
 }
 
-/* Whether sandboxes get lxcfs's view: checked at every start (a restarted
- * lxcfs is picked up), started at most once a second. */
+/* The last line lxcfs wrote, for the reason a start failed. */
+static void lxcfs_last_words(char *buf, size_t len) {
+        buf[0] = '\0';
+        _cleanup_close_ int fd = open(LXCFS_LOG, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        char tail[512];
+        off_t size = lseek(fd, 0, SEEK_END);
+        off_t from = size > (off_t)sizeof tail - 1 ? size - (off_t)sizeof tail + 1 : 0;
+        ssize_t n = pread(fd, tail, sizeof tail - 1, from);
+        if (n <= 0)
+                return;
+        tail[n] = '\0';
+        while (n > 0 && (tail[n - 1] == '\n' || tail[n - 1] == ' '))
+                tail[--n] = '\0';
+        const char *line = strrchr(tail, '\n');
+        line = line ? line + 1 : tail;
+        size_t m = strnlen(line, len - 1); /* the end of a long line is lost */
+        memcpy(buf, line, m);
+        buf[m] = '\0';
+}
+
+/* Starts lxcfs detached, after detaching whatever is mounted at LXCFS_DIR:
+ * a dead lxcfs leaves a FUSE mount that answers ENOTCONN and on which a new
+ * one cannot mount. Fails fast when lxcfs dies at start; `why` says why. */
+static int lxcfs_start(char *why, size_t why_len) {
+        (void)umount2(LXCFS_DIR, MNT_DETACH);
+        if (mkdir(LXCFS_DIR, 0755) < 0 && errno != EEXIST) {
+                int r = -errno;
+                snprintf(why, why_len, "cannot make %s: %s", LXCFS_DIR, strerror(-r));
+                return r;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+                int r = -errno;
+                snprintf(why, why_len, "fork: %s", strerror(-r));
+                return r;
+        }
+        if (pid == 0)
+                lxcfs_starter();
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+                return 0;
+        char words[256];
+        lxcfs_last_words(words, sizeof words);
+        bool timed_out = WIFEXITED(status) && WEXITSTATUS(status) == 2;
+        snprintf(why, why_len, "%s%s%s", timed_out ? "lxcfs did not answer in time" : "lxcfs exited at start",
+                 words[0] ? ": " : "", words);
+        return timed_out ? -ETIMEDOUT : -EIO;
+}
+
+/* Whether sandboxes get lxcfs's view: checked at every start, so a lxcfs that
+ * died is replaced by the next sandbox (sandboxes started before keep the
+ * dead one's files: docs/drivers.md). After a failed start, sandboxes start
+ * without the view and no start is tried for LXCFS_RETRY_AFTER_S: a host where
+ * lxcfs cannot run must not make every create wait on it. */
 static pthread_mutex_t lxcfs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct timespec lxcfs_failed_at;
+static char lxcfs_failure[320];
+
 static bool lxcfs_ready(void) {
-        static struct timespec last_try;
         if (lxcfs_answers())
                 return true;
         if (access(LXCFS_BIN, X_OK) < 0)
@@ -133,12 +198,39 @@ static bool lxcfs_ready(void) {
         bool ok = lxcfs_answers();
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (!ok && (last_try.tv_sec == 0 || now.tv_sec - last_try.tv_sec >= 1)) {
-                last_try = now;
-                ok = lxcfs_start() == 0;
+        bool may_try = lxcfs_failed_at.tv_sec == 0 || now.tv_sec - lxcfs_failed_at.tv_sec >= LXCFS_RETRY_AFTER_S;
+        if (!ok && may_try) {
+                char why[sizeof lxcfs_failure];
+                ok = lxcfs_start(why, sizeof why) == 0;
+                if (ok) {
+                        lxcfs_failed_at = (struct timespec){0};
+                        lxcfs_failure[0] = '\0';
+                } else {
+                        clock_gettime(CLOCK_MONOTONIC, &lxcfs_failed_at);
+                        if (lxcfs_failed_at.tv_sec == 0)
+                                lxcfs_failed_at.tv_sec = 1;
+                        snprintf(lxcfs_failure, sizeof lxcfs_failure, "%s", why);
+                }
         }
         pthread_mutex_unlock(&lxcfs_lock);
         return ok;
+}
+
+/* What `runtime doctor` says of lxcfs. Starts it if it is not up, so the
+ * first sandbox does not wait. */
+static void lxcfs_describe(char *buf, size_t len) {
+        if (access(LXCFS_BIN, X_OK) < 0) {
+                snprintf(buf, len, "no lxcfs (sandboxes see the host's memory and CPUs)");
+                return;
+        }
+        if (lxcfs_ready()) {
+                snprintf(buf, len, "lxcfs at " LXCFS_DIR);
+                return;
+        }
+        pthread_mutex_lock(&lxcfs_lock);
+        snprintf(buf, len, "lxcfs not running (%s; sandboxes see the host's memory and CPUs)",
+                 lxcfs_failure[0] ? lxcfs_failure : "not tried yet");
+        pthread_mutex_unlock(&lxcfs_lock);
 }
 
 static int ns_probe(char *why, size_t why_len) {
@@ -173,12 +265,12 @@ static int ns_probe(char *why, size_t why_len) {
                         snprintf(why, why_len, "the kernel has no user namespaces");
                 return -ENOSYS;
         }
-        if (why)
+        if (why) {
+                char lxcfs[400];
+                lxcfs_describe(lxcfs, sizeof lxcfs);
                 snprintf(why, why_len, "bubblewrap at %s, cgroup %s, seccomp filter of %zu instructions, %s", bwrap,
-                         l->v2 ? "v2" : (l->hier[CGROUP_UNIFIED] ? "v1 (hybrid)" : "v1"), n / 8,
-                         lxcfs_answers()               ? "lxcfs at " LXCFS_DIR
-                         : access(LXCFS_BIN, X_OK) == 0 ? "lxcfs (started with the first sandbox)"
-                                                        : "no lxcfs (sandboxes see the host's memory and CPUs)");
+                         l->v2 ? "v2" : (l->hier[CGROUP_UNIFIED] ? "v1 (hybrid)" : "v1"), n / 8, lxcfs);
+        }
         return 0;
 }
 
