@@ -24,7 +24,8 @@ struct Cgroup {
 
 static const char *const v1_names[_CGROUP_HIER_MAX] = {
         [CGROUP_MEMORY] = "memory",   [CGROUP_CPU] = "cpu",         [CGROUP_CPUACCT] = "cpuacct",
-        [CGROUP_PIDS] = "pids",       [CGROUP_FREEZER] = "freezer", [CGROUP_UNIFIED] = "unified",
+        [CGROUP_PIDS] = "pids",       [CGROUP_FREEZER] = "freezer", [CGROUP_CPUSET] = "cpuset",
+        [CGROUP_UNIFIED] = "unified",
 };
 
 static bool file_exists_in(const char *dir, const char *name) {
@@ -242,6 +243,37 @@ static int mkdir_parents(char *path, mode_t mode) {
         return 0;
 }
 
+/* A v1 cpuset cgroup takes no task until cpuset.cpus and cpuset.mems are
+ * set: each level made below the hierarchy's root gets its parent's. */
+static int cpuset_inherit(const char *root, const char *dir) {
+        size_t root_len = strlen(root), len = strlen(dir);
+        if (len >= PATH_MAX || strncmp(dir, root, root_len) != 0 || dir[root_len] != '/')
+                return -EINVAL;
+        static const char *const files[] = {"cpuset.cpus", "cpuset.mems"};
+        size_t parent_end = root_len; /* dir[0..parent_end) is the level above */
+        for (size_t i = root_len + 1; i <= len; i++) {
+                if (dir[i] != '/' && dir[i] != '\0')
+                        continue;
+                char parent[PATH_MAX], child[PATH_MAX];
+                memcpy(parent, dir, parent_end);
+                parent[parent_end] = '\0';
+                memcpy(child, dir, i);
+                child[i] = '\0';
+                for (size_t f = 0; f < ELEMENTSOF(files); f++) {
+                        char value[1024];
+                        if (read_in(child, files[f], value, sizeof value) >= 0 && value[0] && value[0] != '\n')
+                                continue;
+                        int r = read_in(parent, files[f], value, sizeof value);
+                        if (r >= 0)
+                                r = write_in(child, files[f], value);
+                        if (r < 0)
+                                return r;
+                }
+                parent_end = i;
+        }
+        return 0;
+}
+
 int cgroup_new(const CgroupLayout *l, const char *parent, const char *id, bool create, Cgroup **ret) {
         if (!cgroup_name_valid(id, false) || (parent && *parent && !cgroup_name_valid(parent, true)))
                 return -EINVAL;
@@ -263,6 +295,8 @@ int cgroup_new(const CgroupLayout *l, const char *parent, const char *id, bool c
                 cg->dir[i] = d;
                 if (create) {
                         int r = mkdir_parents(d, 0755);
+                        if (r >= 0 && i == CGROUP_CPUSET)
+                                r = cpuset_inherit(l->hier[i], d);
                         if (r < 0) {
                                 (void)cgroup_remove(cg);
                                 cgroup_free(cg);
@@ -561,4 +595,8 @@ int cgroup_read_stats(Cgroup *cg, CgroupStats *ret) {
 
 bool cgroup_exists(Cgroup *cg) {
         return procs_dir(cg) != NULL;
+}
+
+const char *cgroup_dir(const Cgroup *cg, CgroupHier h) {
+        return h >= 0 && h < _CGROUP_HIER_MAX ? cg->dir[h] : NULL;
 }

@@ -20,6 +20,7 @@ typedef enum CgroupHier {
         CGROUP_CPUACCT,
         CGROUP_PIDS,
         CGROUP_FREEZER,
+        CGROUP_CPUSET, /* v1 only: at the cpu cgroup's path, for lxcfs's CPU view (namespace.c) */
         CGROUP_UNIFIED, /* v2: the whole tree; hybrid v1: the controller-less v2 mount */
         _CGROUP_HIER_MAX,
 } CgroupHier;
@@ -82,6 +83,8 @@ int cgroup_add_pid(Cgroup *cg, pid_t pid);
 int cgroup_read_stats(Cgroup *cg, CgroupStats *ret);
 /* Whether the cgroup directory exists in any hierarchy. */
 bool cgroup_exists(Cgroup *cg);
+/* The sandbox's directory in hierarchy h, NULL when h is absent. */
+const char *cgroup_dir(const Cgroup *cg, CgroupHier h);
 /* Number of processes in the cgroup, 0 when it is gone. */
 int cgroup_count_procs(Cgroup *cg);
 

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,13 +344,48 @@ static void closep_all(int *fds, size_t n) {
  * when the sandbox exhausts its memory (root in the sandbox's user namespace
  * may not lower it itself). The agent's children raise theirs back to 0
  * before they exec. Then the staged mounts. */
+typedef struct NsChild {
+        LaunchStage stage;
+        bool pin;
+        cpu_set_t cpus;
+} NsChild;
+
 static int ns_pre_exec(void *userdata) {
+        NsChild *c = userdata;
         int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
         if (fd >= 0) {
                 (void)!write(fd, "-1000", 5);
                 close(fd);
         }
-        return launch_stage_mounts(userdata);
+        if (c->pin && sched_setaffinity(0, sizeof c->cpus, &c->cpus) < 0)
+                return -errno;
+        return launch_stage_mounts(&c->stage);
+}
+
+/* The CPUs a sandbox of `vcpu` CPUs runs on: `vcpu` of the daemon's own,
+ * taken in turn so that sandboxes spread over the host. This is the CPU
+ * count the sandbox sees (nproc, sched_getaffinity); lxcfs shows the same
+ * count from the cgroup's quota in /proc/cpuinfo and /proc/stat (what
+ * os.cpu_count() reads here). The quota, not the affinity, bounds the CPU
+ * time: the sandbox may widen its own affinity and gains nothing by it.
+ * false: no pinning (vcpu 0, or at least as many as the host has). */
+static bool ns_pick_cpus(unsigned vcpu, cpu_set_t *ret) {
+        static _Atomic unsigned next;
+        cpu_set_t mine;
+        if (vcpu == 0 || sched_getaffinity(0, sizeof mine, &mine) < 0)
+                return false;
+        int allowed[CPU_SETSIZE];
+        unsigned n = 0;
+        for (int i = 0; i < CPU_SETSIZE; i++)
+                if (CPU_ISSET(i, &mine))
+                        allowed[n++] = i;
+        if (vcpu >= n)
+                return false;
+        unsigned first = atomic_fetch_add(&next, vcpu);
+        CPU_ZERO(ret);
+        for (unsigned k = 0; k < vcpu; k++)
+                CPU_SET(allowed[(first + k) % n], ret);
+        return true;
 }
 
 static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
@@ -451,22 +487,48 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 "--", "/.runtime/agent",
                 NULL,
         };
-        /* lxcfs's files over /proc's, right after bwrap mounts /proc. */
+        /* lxcfs's files over /proc's, right after bwrap mounts /proc; the
+         * sandbox's own cgroup directories, read-only, where programs look
+         * for their limits (the JVM, Go's runtime, nproc-like sizing): on v2
+         * the one tree at /sys/fs/cgroup, on v1 one directory a controller.
+         * The cgroup namespace bwrap makes roots /proc/self/cgroup there. */
         bool lxcfs = lxcfs_ready();
-        char *argv[ELEMENTSOF(argv_fixed) + 3 * ELEMENTSOF(lxcfs_files)];
+        static const struct {
+                CgroupHier hier;
+                const char *v1_at;
+        } cgroup_views[] = {
+                {CGROUP_MEMORY, "/sys/fs/cgroup/memory"}, {CGROUP_CPU, "/sys/fs/cgroup/cpu"},
+                {CGROUP_CPUACCT, "/sys/fs/cgroup/cpuacct"}, {CGROUP_PIDS, "/sys/fs/cgroup/pids"},
+                {CGROUP_UNIFIED, "/sys/fs/cgroup/unified"},
+        };
+        const CgroupLayout *layout;
+        r = launch_cgroup_layout(&layout);
+        if (r < 0)
+                goto fail;
+        char *argv[ELEMENTSOF(argv_fixed) + 3 * ELEMENTSOF(lxcfs_files) + 3 * ELEMENTSOF(cgroup_views)];
         size_t argc = 0;
         for (size_t i = 0; i < ELEMENTSOF(argv_fixed); i++) {
                 argv[argc++] = argv_fixed[i];
-                if (lxcfs && i > 0 && argv_fixed[i] && strcmp(argv_fixed[i - 1], "--proc") == 0)
-                        for (size_t f = 0; f < ELEMENTSOF(lxcfs_files); f++) {
-                                argv[argc++] = "--ro-bind";
-                                argv[argc++] = (char *)lxcfs_sources[f];
-                                argv[argc++] = (char *)lxcfs_files[f];
-                        }
+                if (i == 0 || !argv_fixed[i] || strcmp(argv_fixed[i - 1], "--proc") != 0)
+                        continue;
+                for (size_t f = 0; lxcfs && f < ELEMENTSOF(lxcfs_files); f++) {
+                        argv[argc++] = "--ro-bind";
+                        argv[argc++] = (char *)lxcfs_sources[f];
+                        argv[argc++] = (char *)lxcfs_files[f];
+                }
+                for (size_t c = 0; c < ELEMENTSOF(cgroup_views); c++) {
+                        const char *dir = cgroup_dir(inst->cg, cgroup_views[c].hier);
+                        if (!dir || (layout->v2 && cgroup_views[c].hier != CGROUP_UNIFIED))
+                                continue;
+                        argv[argc++] = "--ro-bind";
+                        argv[argc++] = (char *)dir;
+                        argv[argc++] = layout->v2 ? "/sys/fs/cgroup" : (char *)cgroup_views[c].v1_at;
+                }
         }
         char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
         const int keep[] = {block[0], info[1], seccomp_fd};
-        LaunchStage stage = {.layer = layer, .agent_src = spec->agent_path};
+        NsChild child_setup = {.stage = {.layer = layer, .agent_src = spec->agent_path}};
+        child_setup.pin = ns_pick_cpus(spec->vcpu, &child_setup.cpus);
         LaunchFds lf = {
                 .stdin_fd = sv[1], .stdout_fd = sv[1], .stderr_fd = -1,
                 .keep = keep, .n_keep = ELEMENTSOF(keep),
@@ -475,7 +537,7 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                  * the user namespace it makes is owned by that uid, and its
                  * creds map to root inside once the daemon writes the map. */
                 .set_ids = true, .uid = shift, .gid = shift,
-                .pre_exec = ns_pre_exec, .userdata = &stage,
+                .pre_exec = ns_pre_exec, .userdata = &child_setup,
         };
         r = launch_spawn(argv, envp, &lf, &inst->pid);
         if (r < 0)
