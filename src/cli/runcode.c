@@ -14,7 +14,7 @@
 #define RUN_CODE_MAX_SOURCE (512u * 1024u) /* the API takes 1 MiB of JSON */
 #define RUN_CODE_MAX_TIMEOUT_MS 86400000LL
 
-static const char usage[] = "ID [--context C] [--timeout DURATION] [--save-dir DIR] (CODE | -)";
+static const char usage[] = "[--context C] [--timeout DURATION] [--save-dir DIR] [--json] ID (CODE | -)";
 static const char help[] =
         "Runs CODE (or, with -, the code on stdin) in the sandbox's stateful Python interpreter.\n"
         "Variables persist between runs of one context, as in a notebook.\n"

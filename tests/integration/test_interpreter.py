@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
 import struct
 import threading
 import time
@@ -271,3 +273,45 @@ def test_analysis_image_tables_and_charts(api, daemon, analysis_image, analysis_
     assert len(pngs) == 1
     w, h = _png_size(base64.b64decode(pngs[0]))
     assert w > 100 and h > 100
+
+
+def test_cli_run_code(build_dir, daemon, api, analysis_image, tmp_path):
+    """`runtime sandbox run-code`: state across runs, code from stdin, charts saved as PNG files,
+    the exit codes its help names (0 ran, 1 raised, 124 timed out, 2 bad usage)."""
+    from helpers import skip_unless_driver
+    skip_unless_driver(daemon, "namespace")
+    sbx = api.create_sandbox(driver="namespace", image="analysis")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNTIME_")}
+    env.update(daemon.env())
+
+    def cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([str(build_dir / "runtime"), "sandbox", "run-code", *args], env=env,
+                              input=stdin, capture_output=True, timeout=180, cwd=str(tmp_path))
+
+    r = cli(sbx.id, "x = 6 * 7\nprint('set')")
+    assert (r.returncode, r.stdout) == (0, b"set\n"), r.stderr
+    r = cli(sbx.id, "-", stdin=b"x")
+    assert r.returncode == 0 and r.stdout.strip() == b"42", (r.stdout, r.stderr)
+    r = cli(sbx.id, "1 / 0")
+    assert r.returncode == 1 and b"ZeroDivisionError" in r.stdout + r.stderr
+    r = cli("--timeout", "2s", sbx.id, "import time\ntime.sleep(60)")
+    assert r.returncode == 124, (r.stdout, r.stderr)
+    r = cli(sbx.id, "x + 1")
+    assert r.returncode == 0 and r.stdout.strip() == b"43", "the state outlives the timeout"
+    charts = tmp_path / "charts"
+    charts.mkdir()
+    r = cli("--save-dir", str(charts), sbx.id,
+            "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('t')\nNone")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    saved = sorted(charts.glob("*.png"))
+    assert len(saved) == 1 and str(saved[0]).encode() in r.stdout, (saved, r.stdout)
+    w, h = _png_size(saved[0].read_bytes())
+    assert w > 100 and h > 100
+    r = cli("--json", sbx.id, "x")
+    assert r.returncode == 0 and json.loads(r.stdout)["results"][0]["data"]["text/plain"] == "42"
+    r = cli("--context", "../x", sbx.id, "1")
+    assert r.returncode == 1 and b"context must be" in r.stderr, (r.stdout, r.stderr)
+    r = cli(sbx.id)
+    assert r.returncode == 2 and b"give the sandbox's ID and the code" in r.stderr
+    r = cli("sbx_nonexistent0000000", "1")
+    assert r.returncode != 0

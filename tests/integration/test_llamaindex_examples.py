@@ -24,7 +24,7 @@ def client(request):
     return request.getfixturevalue("published_client") if request.param == "published" else None
 
 
-def run_example(daemon, client, name: str, **extra_env: str) -> str:
+def run_example(daemon, client, name: str, *args: str, **extra_env: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     env.update(daemon.env())
     env.update(extra_env)
@@ -36,7 +36,7 @@ def run_example(daemon, client, name: str, **extra_env: str) -> str:
         python = str(client.python)
         env.pop("PYTHONPATH", None)
         env["RUNTIME_API_URL"] = daemon.base_url
-    r = subprocess.run([python, str(EXAMPLES / name)], env=env, capture_output=True, text=True,
+    r = subprocess.run([python, str(EXAMPLES / name), *args], env=env, capture_output=True, text=True,
                        timeout=300, cwd=str(REPO))
     assert r.returncode == 0, f"{name} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
     return r.stdout
@@ -76,3 +76,17 @@ def test_analyst_example(daemon, client):
     assert "sales_notes {'input':" in out and "runtime_exec {'command':" in out
     assert f"answer: Total revenue, returns excluded: {expected} EUR" in out
     assert f"/workspace/result.txt: {expected}" in out
+
+
+def test_interpreter_agent_example(daemon, analysis_image, tmp_path):
+    """Ours only: RuntimeCodeInterpreterToolSpec is this SDK's (the published client has none)."""
+    chart = tmp_path / "units.png"
+    out = run_example(daemon, None, "interpreter_agent.py", "--out", str(chart))
+    # Three turns on one context: the DataFrame the first loaded serves the other two.
+    assert out.count("user: ") == 3, out
+    assert "18" in out.split("agent: ", 2)[1], out  # 6 months x 3 regions
+    second = out.split("agent: ")[2]
+    assert "region" in second and "NameError" not in out, out
+    data = chart.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, data[:16]
+    assert f"chart written to {chart}" in out
