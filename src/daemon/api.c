@@ -334,12 +334,28 @@ static char *base64_encode(const uint8_t *b, size_t len) {
  * holds 6 * len bytes. Returns the length; *ret_exact is whether the text is
  * the bytes themselves. jansson's own path (sanitize, pack, dump) ran at a
  * few MB/s here: this is the hot loop of every output read. */
+/* Whether any of the 8 bytes in v is one json_text must look at: a control
+ * byte, a non-ASCII byte, '"' or '\\' (exact as a whole: the bit tricks'
+ * borrows only misplace flags above a byte that is flagged anyway). */
+static inline bool word_needs_escape(uint64_t v) {
+        const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+        uint64_t below_space = (v - ones * 0x20) & ~v;
+        uint64_t quote = v ^ (ones * '"'), backslash = v ^ (ones * '\\');
+        uint64_t is_quote = (quote - ones) & ~quote, is_backslash = (backslash - ones) & ~backslash;
+        return ((v | below_space | is_quote | is_backslash) & highs) != 0;
+}
+
 static size_t json_text(const uint8_t *b, size_t len, char *out, bool *ret_exact) {
         static const char hex[] = "0123456789abcdef";
         size_t o = 0;
         bool exact = true;
         for (size_t i = 0; i < len;) {
                 size_t run = i;
+                for (uint64_t v; run + 8 <= len; run += 8) {
+                        memcpy(&v, b + run, 8);
+                        if (word_needs_escape(v))
+                                break;
+                }
                 while (run < len && b[run] >= 0x20 && b[run] < 0x80 && b[run] != '"' && b[run] != '\\')
                         run++;
                 memcpy(out + o, b + i, run - i);

@@ -111,20 +111,21 @@ int tailbuf_append(TailBuf *t, const void *data, size_t n) {
                 t->len += n;
                 return 0;
         }
-        /* Ring mode at full capacity. */
+        /* Ring mode at full capacity: at most two copies; what does not fit
+         * in the free space overwrites the oldest bytes. */
         if (tailbuf_reserve(t, t->cap) < 0)
                 return -ENOMEM;
-        for (size_t i = 0; i < n; i++) {
-                size_t pos;
-                if (t->len < t->cap) {
-                        pos = (t->start + t->len) % t->cap;
-                        t->len++;
-                } else {
-                        pos = t->start;
-                        t->start = (t->start + 1) % t->cap;
-                        t->truncated = true;
-                }
-                t->buf[pos] = p[i];
+        size_t w = (t->start + t->len) % t->cap;
+        size_t first = n < t->cap - w ? n : t->cap - w;
+        memcpy(t->buf + w, p, first);
+        memcpy(t->buf, p + first, n - first);
+        size_t room = t->cap - t->len;
+        if (n <= room) {
+                t->len += n;
+        } else {
+                t->start = (t->start + (n - room)) % t->cap;
+                t->len = t->cap;
+                t->truncated = true;
         }
         return 0;
 }

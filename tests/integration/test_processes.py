@@ -147,6 +147,29 @@ def test_binary_output_carries_base64(sandbox):
     assert base64.b64decode(out[0]["base64"]) == b"plain\n" and out[0]["data"] == "plain\n"
 
 
+def test_every_byte_value_survives_the_cursor(sandbox):
+    """The escaping of output lines works in words of 8 bytes: quotes, backslashes, control and
+    non-ASCII bytes at every offset within a word come back as they were written."""
+    prog = ("import sys\n"
+            "for shift in range(9):\n"
+            "    sys.stdout.buffer.write(b'x' * shift + bytes(range(256)) + b'\"\\\\' + 'é€😀'.encode() + b'abcdefgh' * 3)\n")
+    expected = b"".join(b"x" * shift + bytes(range(256)) + b'"\\' + "é€😀".encode() + b"abcdefgh" * 3
+                        for shift in range(9))
+    info = spawn(sandbox, argv=["python3", "-c", prog])
+    out = [e for e in follow(sandbox, info["id"]) if e["type"] == "stdout"]
+    raw = b"".join(base64.b64decode(e["base64"]) if "base64" in e else e["data"].encode() for e in out)
+    assert raw == expected
+    # Valid UTF-8 with every escape JSON has, at each offset in a word: the text is the bytes.
+    text_prog = ("import sys\n"
+                 "for shift in range(9):\n"
+                 "    sys.stdout.write('y' * shift + ''.join(map(chr, range(1, 128))) + '\"\\\\é€😀' + 'abcdefgh' * 3)\n")
+    want = "".join("y" * shift + "".join(map(chr, range(1, 128))) + '"\\é€😀' + "abcdefgh" * 3 for shift in range(9))
+    info = spawn(sandbox, argv=["python3", "-c", text_prog])
+    out = [e for e in follow(sandbox, info["id"]) if e["type"] == "stdout"]
+    assert not any("base64" in e for e in out)
+    assert "".join(e["data"] for e in out) == want
+
+
 def test_stopped_sandbox_ends_its_processes(api, driver):
     sbx = api.create_sandbox(driver=driver)
     info = spawn(sbx, command="echo before; sleep 1000")

@@ -79,6 +79,37 @@ static void test_tail_keeps_last_bytes(void **state) {
         tailbuf_done(&t);
 }
 
+/* Against the plain model: whatever the chunk sizes, the tail is the last
+ * cap bytes of all appended, and truncated says whether there were more. */
+static void test_tail_matches_model(void **state) {
+        enum { TOTAL = 20000 };
+        static char all[TOTAL];
+        unsigned seed = 7;
+        for (size_t i = 0; i < TOTAL; i++)
+                all[i] = (char)('a' + i % 26);
+        const size_t caps[] = {1, 7, 64, 1000, 4096};
+        for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+                TailBuf t;
+                tailbuf_init(&t, caps[c]);
+                size_t at = 0;
+                while (at < TOTAL) {
+                        seed = seed * 1103515245u + 12345u;
+                        size_t n = (seed >> 8) % (caps[c] * 2 + 3);
+                        if (n > TOTAL - at)
+                                n = TOTAL - at;
+                        assert_int_equal(tailbuf_append(&t, all + at, n), 0);
+                        at += n;
+                        size_t want = at < caps[c] ? at : caps[c], len;
+                        char *s = tailbuf_text(&t, &len);
+                        assert_int_equal(len, want);
+                        assert_memory_equal(s, all + at - want, want);
+                        assert_int_equal(t.truncated, at > caps[c]);
+                        free(s);
+                }
+                tailbuf_done(&t);
+        }
+}
+
 static void test_tail_exact_fit_not_truncated(void **state) {
         TailBuf t;
         tailbuf_init(&t, 4);
@@ -186,6 +217,7 @@ int main(void) {
                 cmocka_unit_test(test_seq_len),
                 cmocka_unit_test(test_sanitize),
                 cmocka_unit_test(test_tail_keeps_last_bytes),
+                cmocka_unit_test(test_tail_matches_model),
                 cmocka_unit_test(test_tail_exact_fit_not_truncated),
                 cmocka_unit_test(test_tail_zero_cap),
                 cmocka_unit_test(test_tail_drops_cut_character),
