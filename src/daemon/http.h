@@ -65,6 +65,10 @@ typedef struct HttpRoute {
         const char *too_large_hint; /* NULL: "send at most 1 MiB of JSON" */
         HttpHandler handler;
         const HttpUpload *upload; /* HTTP_BODY_STREAM only */
+        /* A JSON route whose answer an Idempotency-Key replays: the same key
+         * and request within the key's life get the first answer again, and
+         * the change happens once (http.c; the records are the db's). */
+        bool idempotent;
 } HttpRoute;
 
 typedef struct Route {
@@ -106,6 +110,8 @@ struct Req {
         bool answered; /* a response is queued */
         unsigned status;
         void *upload; /* a streamed body's state (HttpUpload) */
+        Db *idem_db;    /* with idem_key: this request claimed that key */
+        char *idem_key;
 };
 
 /* Queue a response; the reply functions add X-Request-Id. */
