@@ -205,7 +205,7 @@ int egress_secret_rules_parse(const json_t *rules, json_t **ret, EgressSecretRul
                                   !memchr(s, '*', stem) && path_canonical(s, stem);
                         if (!ok)
                                 FAIL("rules[%zu].paths[%zu] must be a canonical path (from \"/\", no \".\" or "
-                                     "\"..\" segments, no ';', '\\', '?' or encoded slash, at most %d bytes), "
+                                     "\"..\" segments, no ';', backslash, '?' or encoded slash, at most %d bytes), "
                                      "exact or ending in \"/*\"",
                                      i, k, EGRESS_SECRET_MAX_RULE_PATH);
                         if (!(r->paths[r->n_paths] = strdup(s)))

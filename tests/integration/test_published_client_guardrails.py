@@ -493,3 +493,87 @@ def test_sandbox_secret_scope(gapi, gdriver, env):
     for bad in (["1BAD"], ["A", "A"], "SCOPED_A", [1], ["x" * 65], ["A"] * 101):
         r = gapi.post("/v1/sandboxes", json={"driver": gdriver, "secrets": bad})
         assert r.status_code == 400, f"{bad!r}: {r.status_code} {r.text}"
+
+
+# ---------------------------------------------------------------------------
+# The CLI
+
+
+def test_cli_header_format_rules_rotate(build_dir, gapi, env):
+    import subprocess
+
+    def cli(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess:
+        e = {k: v for k, v in os.environ.items() if not k.startswith("RUNTIME_")}
+        e.update(env.daemon.env())
+        return subprocess.run([str(build_dir / "runtime"), *args], env=e, capture_output=True, timeout=120,
+                              input=input)
+
+    r = cli("--json", "secrets", "set", "CLI_GH", "--hosts", "api.test", "--header", "Authorization",
+            "--format", "Bearer {value}", "--rule", "GET,HEAD /repos/acme/*,/user", "--rule", "/v1/*",
+            input=(VALUE_A + "\n").encode())
+    assert r.returncode == 0, r.stderr
+    made = json.loads(r.stdout)
+    assert made["header"] == "Authorization" and made["format"] == "Bearer {value}"
+    assert made["rules"] == [{"methods": ["GET", "HEAD"], "paths": ["/repos/acme/*", "/user"]},
+                             {"paths": ["/v1/*"]}]
+    no_value_in(r.stdout.decode() + r.stderr.decode())
+    r = cli("secrets", "rotate", "CLI_GH", input=(VALUE_B + "\n").encode())
+    assert r.returncode == 0 and b"placeholder is unchanged" in r.stdout, r.stderr
+    after = gapi.get("/v1/egress-secrets/CLI_GH").json()
+    assert after["placeholder"] == made["placeholder"] and after["rules"] == made["rules"]
+    # Usage errors before any request; the daemon's refusals come through as they are.
+    for args in (["--rule", "GET "], ["--rule", "GET /a,"], ["--format", "Bearer"], ["--format", "x{value}"],
+                 ["--header", "Bad Header"]):
+        r = cli("secrets", "set", "CLI_BAD", "--hosts", "api.test", *args, input=b"v\n")
+        assert r.returncode == 2, (args, r.returncode, r.stderr)
+    r = cli("secrets", "set", "CLI_BAD", "--hosts", "api.test", "--rule", "GET /a/../b", input=b"v\n")
+    assert r.returncode == 1 and b"canonical" in r.stderr, r.stderr
+    r = cli("secrets", "set", "CLI_BAD", "--hosts", "api.test", "--header", "Host", input=b"v\n")
+    assert r.returncode == 1 and b"header" in r.stderr, r.stderr
+    assert cli("secrets", "rotate", "NO_SUCH", input=b"v\n").returncode == 1
+    assert cli("secrets", "rotate", "CLI_GH", "extra", input=b"v\n").returncode == 2
+    assert gapi.get("/v1/egress-secrets/CLI_BAD").status_code == 404
+
+
+# ---------------------------------------------------------------------------
+# Our SDK: the same calls, the same names
+
+
+def test_our_sdk_same_calls(gapi, env, gany):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
+    from withruntime import Runtime, Sandbox
+    from withruntime.errors import InvalidRequestError, PermissionDeniedError
+
+    conn = {"api_key": env.daemon.api_key, "base_url": env.daemon.base_url}
+    with Runtime(**conn) as rt:
+        made = rt.secrets.set("SDK_TOKEN", value=VALUE_A, hosts=["api.test"], header="X-Api-Key",
+                              rules=[{"methods": ["GET"], "paths": ["/v1/*"]}], idempotency_key="sdk-set-1")
+        again = rt.secrets.set("SDK_TOKEN", value=VALUE_A, hosts=["api.test"], header="X-Api-Key",
+                               rules=[{"methods": ["GET"], "paths": ["/v1/*"]}], idempotency_key="sdk-set-1")
+        assert again["placeholder"] == made["placeholder"] and again.get("replayed") is True
+        rt.secrets.set("SDK_OTHER", value=VALUE_B, hosts=["echo.test"])
+        assert [s["name"] for s in rt.secrets.list(limit=1)] == ["SDK_OTHER"]
+        assert [s["name"] for s in rt.secrets.list()] == ["SDK_OTHER", "SDK_TOKEN"]
+        rotated = rt.secrets.rotate("SDK_TOKEN", VALUE_C)
+        assert rotated["placeholder"] == made["placeholder"] and rotated["header"] == "X-Api-Key"
+        with pytest.raises(InvalidRequestError):
+            rt.secrets.set("SDK_TOKEN", value="a\tb", hosts=["api.test"])
+        assert rt.me()["access"] == "full"
+        assert rt.secrets.delete("SDK_OTHER")["deleted"] is True
+    with Runtime(api_key=read_key(gapi), base_url=env.daemon.base_url) as reader:
+        assert reader.me()["access"] == "read"
+        with pytest.raises(PermissionDeniedError):
+            reader.secrets.rotate("SDK_TOKEN", VALUE_A)
+    a = Sandbox.create(driver=gany, secrets=["SDK_TOKEN"], idempotency_key="sdk-create-" + uuid.uuid4().hex,
+                       network={"internet": True, "allow": ["echo.test"]}, **conn)
+    try:
+        assert gapi.sandbox(a.id)["secrets"] == ["SDK_TOKEN"]
+        assert a.network.get() == {"internet": True, "allow": ["echo.test"], "deny": []}
+        assert a.network.off()["internet"] is False
+        assert a.network.on() == {"internet": True, "allow": [], "deny": []}
+    finally:
+        a.delete(idempotency_key="sdk-delete-1")
+        a.close()
+    no_value_in(env.daemon.log_path.read_text(errors="replace"))
