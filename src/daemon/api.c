@@ -82,6 +82,7 @@ const HttpRoute api_routes[] = {
           handle_sandbox_delete),
         { .kind = ROUTE_SANDBOX_EXEC, .name = "exec", .method = "POST", .path = SBX ":exec",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_exec,
+          .idempotent = true, .idem_to_handler = true,
           /* JSON bodies are small, but for an exec's stdin (16 MiB, 4/3 of
            * that in base64). */
           .max_body = REQ_MAX_EXEC_BODY,
@@ -114,6 +115,7 @@ const HttpRoute api_routes[] = {
         R(ROUTE_PROC_LIST, "proc_list", "GET", SBX "/processes", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_proc_list),
         { .kind = ROUTE_PROC_SPAWN, .name = "proc_spawn", .method = "POST", .path = SBX "/processes",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_proc_spawn,
+          .idempotent = true, .idem_to_handler = true,
           .max_body = REQ_MAX_EXEC_BODY,
           .too_large_hint = "send large inputs as a file (PUT .../files/content) and redirect" },
         R(ROUTE_PROC_GET, "proc_get", "GET", SBX "/processes/{process}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
@@ -493,15 +495,6 @@ json_t *api_exec_request(const ExecRequest *q, Sandbox *sb) {
         return agent_req_exec(q->command, q->argv, q->cwd, env, q->timeout_ms, q->has_stdin || q->stdin_pipe);
 }
 
-static void idem_hash(const char *body, size_t len, char out[17]) {
-        uint64_t h = 1469598103934665603ull;
-        for (size_t i = 0; i < len; i++) {
-                h ^= (uint8_t)body[i];
-                h *= 1099511628211ull;
-        }
-        snprintf(out, 17, "%016llx", (unsigned long long)h);
-}
-
 typedef struct OutputStream {
         char rid[24];
         Proc *p;
@@ -639,12 +632,18 @@ enum MHD_Result api_process_output(Req *r, Proc *p, uint64_t cursor, bool follow
 
 /* Starts a process for an exec or spawn body. */
 int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replayed, ApiError *e) {
-        const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
-        if (key && !request_idempotency_key_ok(key))
-                return api_error(e, 400, "invalid_request", NULL,
-                                 "Idempotency-Key must be 1-128 characters of A-Z a-z 0-9 _ . : -");
-        char hash[17];
-        idem_hash(r->body ? r->body : "", r->body_len, hash);
+        if (r->idem_replay) {
+                /* The key started a process before: the same one again. */
+                _cleanup_json_ json_t *rec = json_loads(r->idem_replay, 0, NULL);
+                const char *id = json_string_value(json_object_get(rec, "processId"));
+                Proc *p = id ? proc_find(r->app->procs, r->key.owner, r->route.sandbox_id, id) : NULL;
+                if (!p)
+                        return api_error(e, 409, "conflict", "use a new Idempotency-Key",
+                                         "the process this Idempotency-Key started is no longer kept");
+                *ret = p;
+                *ret_replayed = true;
+                return 0;
+        }
         Sandbox *sb;
         int rc = api_sandbox_acquire(r, &sb, e);
         if (rc < 0)
@@ -660,12 +659,15 @@ int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replay
                 .stdin_pipe = q->stdin_pipe,
                 .stdin_data = q->stdin_data,
                 .stdin_len = q->stdin_len,
-                .idem_key = key,
-                .idem_hash = hash,
         };
         SandboxError se;
-        if (proc_start(r->app->procs, sb, areq, &spec, ret, ret_replayed, &se) < 0)
+        if (proc_start(r->app->procs, sb, areq, &spec, ret, &se) < 0)
                 return api_sandbox_error(&se, e);
+        *ret_replayed = false;
+        _cleanup_json_ json_t *rec = json_pack("{s:s}", "processId", proc_id(*ret));
+        _cleanup_free_ char *text = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+        if (text)
+                req_idem_record(r, text);
         return 0;
 }
 

@@ -406,6 +406,15 @@ static int idem_digest(const Req *r, char out[65]) {
         return 0;
 }
 
+void req_idem_record(Req *r, const char *body) {
+        if (!r->idem_key)
+                return;
+        int rc = db_idem_finish(r->idem_db, r->key.owner, r->idem_key, 202, body);
+        if (rc < 0)
+                log_warn(r->rid, "keeping the record of Idempotency-Key: %s", strerror(-rc));
+        free(TAKE_PTR(r->idem_key));
+}
+
 /* How long a retry waits for the first request with its key to finish. */
 #define IDEM_WAIT_MS 120000u
 
@@ -440,9 +449,18 @@ static int idem_begin(HttpServer *s, Req *r, bool *ret_answered, enum MHD_Result
                         return 0;
                 }
                 if (rc == DB_IDEM_MISMATCH) {
-                        api_error(&e, 422, "idempotency_conflict", "use a new Idempotency-Key for another request",
-                                  "this Idempotency-Key was used with a different request");
+                        if (r->route.def->idem_to_handler)
+                                api_error(&e, 409, "conflict", "use a new Idempotency-Key for another request",
+                                          "Idempotency-Key was used with a different request");
+                        else
+                                api_error(&e, 422, "idempotency_conflict",
+                                          "use a new Idempotency-Key for another request",
+                                          "this Idempotency-Key was used with a different request");
                         goto answer;
+                }
+                if (rc == DB_IDEM_REPLAY && status == 202 && r->route.def->idem_to_handler) {
+                        r->idem_replay = TAKE_PTR(body);
+                        return 0;
                 }
                 if (rc == DB_IDEM_REPLAY) {
                         _cleanup_json_ json_t *j = json_loads(body, 0, NULL);
@@ -584,6 +602,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
         if (r->idem_key) /* no JSON answer was made: a retry runs again */
                 (void)db_idem_finish(r->idem_db, r->key.owner, r->idem_key, 0, NULL);
         free(r->idem_key);
+        free(r->idem_replay);
         json_decref(r->json);
         free(r->body);
         free(r);

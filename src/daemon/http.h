@@ -69,6 +69,10 @@ typedef struct HttpRoute {
          * and request within the key's life get the first answer again, and
          * the change happens once (http.c; the records are the db's). */
         bool idempotent;
+        /* With idempotent: the answer streams, so the handler keeps what a
+         * replay needs (req_idem_record, status 202) and gets it back in
+         * r->idem_replay; a reuse with another request is 409 conflict. */
+        bool idem_to_handler;
 } HttpRoute;
 
 typedef struct Route {
@@ -112,6 +116,7 @@ struct Req {
         void *upload; /* a streamed body's state (HttpUpload) */
         Db *idem_db;    /* with idem_key: this request claimed that key */
         char *idem_key;
+        char *idem_replay; /* idem_to_handler routes: what the first request recorded */
 };
 
 /* Queue a response; the reply functions add X-Request-Id. */
@@ -121,6 +126,10 @@ enum MHD_Result reply_response(Req *r, unsigned status, struct MHD_Response *res
 enum MHD_Result reply_internal(Req *r);
 /* rc < 0: e (or a 500 when e has no code); else j with status. */
 enum MHD_Result reply_result(Req *r, int rc, json_t *j, const ApiError *e, unsigned status);
+
+/* For an idem_to_handler route that claimed its key: records what a retry
+ * with the key gets back in r->idem_replay (JSON text). No-op without a claim. */
+void req_idem_record(Req *r, const char *body);
 
 /* The socket of the request's connection, to notice a client that left. */
 int req_socket(Req *r);
