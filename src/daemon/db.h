@@ -67,7 +67,7 @@ int db_sandbox_state_counts(Db *db, DbStateCountFn fn, void *userdata);
  * and an owner keeps at most DB_IDEM_MAX_PER_OWNER, the newest. */
 #define DB_IDEM_MAX_AGE_SECONDS 86400
 #define DB_IDEM_MAX_PER_OWNER 1000
-#define DB_IDEM_MAX_BODY (256u * 1024u)
+#define DB_IDEM_MAX_BODY (64u * 1024u) /* a larger answer is not kept: its retry runs again */
 typedef enum DbIdem {
         DB_IDEM_CLAIMED,  /* new: the caller runs the request, then finishes the record */
         DB_IDEM_REPLAY,   /* answered before: *ret_status and *ret_body (malloc'ed) */

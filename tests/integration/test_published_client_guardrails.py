@@ -577,3 +577,28 @@ def test_our_sdk_same_calls(gapi, env, gany):
         a.delete(idempotency_key="sdk-delete-1")
         a.close()
     no_value_in(env.daemon.log_path.read_text(errors="replace"))
+
+
+def test_idempotency_records_are_per_owner_and_bounded(gapi, env):
+    # Keys are per owner: another owner's same key is a request of its own.
+    r = gapi.post("/v1/keys", json={"name": "other-owner", "owner": "team-" + uuid.uuid4().hex[:8]})
+    assert r.status_code in (200, 201), r.text
+    other = r.json()["key"]
+    key = {"Idempotency-Key": "shared-" + uuid.uuid4().hex}
+    body = {"value": "v", "hosts": ["api.test"]}
+    a = gapi.put("/v1/egress-secrets/OWNED", json=body, headers=key)
+    with httpx.Client(base_url=env.daemon.base_url, headers={"Authorization": f"Bearer {other}"}) as c:
+        b = c.put("/v1/egress-secrets/OWNED", json=body, headers=key)
+        assert b.status_code == 200 and "Idempotent-Replayed" not in b.headers, b.text
+        assert b.json()["placeholder"] != a.json()["placeholder"]
+        c.delete("/v1/egress-secrets/OWNED")
+    # An owner keeps its newest 1000 keys: the oldest is forgotten past them.
+    first = "bound-" + uuid.uuid4().hex
+    gone = "sbx_" + "0" * 20
+    assert gapi.delete(f"/v1/sandboxes/{gone}", headers={"Idempotency-Key": first}).status_code == 404
+    again = gapi.delete(f"/v1/sandboxes/{gone}", headers={"Idempotency-Key": first})
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    for i in range(1000):
+        assert gapi.delete(f"/v1/sandboxes/{gone}", headers={"Idempotency-Key": f"fill-{i}-{first}"}).status_code == 404
+    late = gapi.delete(f"/v1/sandboxes/{gone}", headers={"Idempotency-Key": first})
+    assert late.status_code == 404 and "Idempotent-Replayed" not in late.headers
