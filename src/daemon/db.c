@@ -418,23 +418,22 @@ static int idem_trim(Db *db, const char *owner, int64_t now) {
                                -1, &count, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(count, 1, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_int(count, 2, DB_IDEM_MAX_PER_OWNER);
+        sqlite3_bind_int(count, 2, DB_IDEM_MAX_PER_OWNER - 1); /* and the one about to be added */
         return sqlite3_step(count) == SQLITE_DONE ? 0 : -EIO;
 }
 
 int db_idem_claim(Db *db, const char *owner, const char *key, const char *hash, int64_t now, unsigned *ret_status,
                   char **ret_body) {
         LOCKED(db);
-        int r = idem_trim(db, owner, now);
-        if (r < 0)
-                return r;
         _cleanup_stmt_ sqlite3_stmt *get = NULL, *put = NULL;
         if (sqlite3_prepare_v2(db->sql,
-                               "SELECT hash, status, body, created_at FROM idempotency WHERE owner = ?1 AND key = ?2",
+                               "SELECT hash, status, body FROM idempotency WHERE owner = ?1 AND key = ?2 "
+                               "AND created_at >= ?3",
                                -1, &get, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(get, 1, owner, -1, SQLITE_STATIC);
         sqlite3_bind_text(get, 2, key, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(get, 3, now - DB_IDEM_MAX_AGE_SECONDS);
         int rc = sqlite3_step(get);
         if (rc == SQLITE_ROW) {
                 if (strcmp((const char *)sqlite3_column_text(get, 0), hash) != 0)
@@ -452,6 +451,11 @@ int db_idem_claim(Db *db, const char *owner, const char *key, const char *hash, 
         }
         if (rc != SQLITE_DONE)
                 return sqldb_errno(rc);
+        /* Only a new record grows the table: the bounds are kept here (an
+         * aged record of this key goes too, before the insert). */
+        int r = idem_trim(db, owner, now);
+        if (r < 0)
+                return r;
         if (sqlite3_prepare_v2(db->sql,
                                "INSERT INTO idempotency (owner, key, hash, status, created_at) VALUES (?1, ?2, ?3, 0, ?4)",
                                -1, &put, NULL) != SQLITE_OK)
