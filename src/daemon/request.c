@@ -312,6 +312,11 @@ int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *
         _cleanup_json_ json_t *owned = empty;
         if (!v)
                 return -ENOMEM;
+        /* The published client's "connect" (host:port pairs past 80 and 443)
+         * is what allow's host:port patterns already say here. */
+        if (json_object_get(v, "connect"))
+                return api_error(e, 501, "not_implemented", "put host:port patterns in allow, e.g. db.example.com:5432",
+                                 "%s.connect: this daemon takes ports in allow instead", field);
         int r = check_fields(v, field, fields, e);
         if (r < 0)
                 return r;

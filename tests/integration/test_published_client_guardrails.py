@@ -317,6 +317,10 @@ sbx.network.set(internet=False, allow=["echo.test"])
 out["allow_only"] = sbx.network.get()
 sbx.network.on()
 out["on"] = sbx.network.get()
+try:
+    sbx.network.set(internet=True, connect=["db.test:5432"])
+except Exception as e:
+    out["connect"] = [e.status, e.code, e.hint]
 print(json.dumps(out))
 """, sbx.id)
     assert got["get"] == {"internet": True, "allow": ["echo.test"], "deny": []}
@@ -324,6 +328,7 @@ print(json.dumps(out))
     assert got["off"]["internet"] is False
     assert got["allow_only"] == {"internet": True, "allow": ["echo.test"], "deny": []}
     assert got["on"] == {"internet": True, "allow": [], "deny": []}
+    assert got["connect"][:2] == [501, "not_implemented"] and "allow" in got["connect"][2], got["connect"]
     # The settings are the ones the proxy follows: off refuses, allow-only admits its host.
     gapi.put(f"/v1/sandboxes/{sbx.id}/network", json={"internet": False})
     assert curl(sbx, "http://echo.test/off")[0] == 403
