@@ -61,6 +61,7 @@ static const Command keys_commands[] = {
 
 static const Command secrets_commands[] = {
         {"set", "store a secret for the egress proxy (value from stdin)", cmd_secrets_set, NULL},
+        {"rotate", "give a secret a new value (from stdin), keeping its placeholder", cmd_secrets_rotate, NULL},
         {"ls", "list secrets (names, hosts, placeholders; never values)", cmd_secrets_ls, NULL},
         {"rm", "delete secrets", cmd_secrets_rm, NULL},
         {NULL, NULL, NULL, NULL},

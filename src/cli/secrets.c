@@ -17,6 +17,8 @@
 #define SECRET_HOSTS_MAX 64
 #define HOST_PATTERN_MAX 260 /* a 253-byte name and ":65535" */
 #define EGRESS_LIMIT_MAX 10000
+#define SECRET_RULES_MAX 16
+#define SECRET_RULE_MAX 2048 /* one --rule's bytes */
 
 static void put_safe(FILE *f, const char *s, int width) {
         int n = 0;
@@ -91,6 +93,55 @@ static int add_hosts(json_t *arr, const char *list, char *err, size_t errlen) {
         }
 }
 
+/* One --rule: "PATH[,PATH...]" for every method, or "METHOD[,METHOD...] PATH[,PATH...]".
+ * Only its shape is checked here; the daemon judges paths and methods. */
+static int add_rule(json_t *rules, const char *text, char *err, size_t errlen) {
+        size_t n = strlen(text);
+        if (n == 0 || n > SECRET_RULE_MAX) {
+                snprintf(err, errlen, "--rule: 1 to %d bytes, such as 'GET /repos/acme/*'", SECRET_RULE_MAX);
+                return -EINVAL;
+        }
+        if (json_array_size(rules) >= SECRET_RULES_MAX) {
+                snprintf(err, errlen, "--rule: at most %d rules", SECRET_RULES_MAX);
+                return -EINVAL;
+        }
+        const char *sp = strchr(text, ' ');
+        const char *paths = sp ? sp + 1 : text;
+        _cleanup_json_ json_t *rule = json_object(), *m = json_array(), *p = json_array();
+        if (!rule || !m || !p) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        for (int pass = 0; pass < 2; pass++) {
+                const char *at = pass == 0 ? text : paths;
+                size_t len = pass == 0 ? (sp ? (size_t)(sp - text) : 0) : strlen(paths);
+                json_t *into = pass == 0 ? m : p;
+                while (len > 0) {
+                        const char *comma = memchr(at, ',', len);
+                        size_t k = comma ? (size_t)(comma - at) : len;
+                        if (k == 0 || memchr(at, ' ', k)) {
+                                snprintf(err, errlen, "--rule '%.80s': want 'GET,POST /a/*,/b' or '/a/*'", text);
+                                return -EINVAL;
+                        }
+                        json_array_append_new(into, json_stringn(at, k));
+                        at += k + (comma ? 1 : 0);
+                        len -= k + (comma ? 1 : 0);
+                        if (comma && len == 0) {
+                                snprintf(err, errlen, "--rule '%.80s': a trailing comma", text);
+                                return -EINVAL;
+                        }
+                }
+        }
+        if (json_array_size(p) == 0) {
+                snprintf(err, errlen, "--rule '%.80s': name at least one path", text);
+                return -EINVAL;
+        }
+        if (json_array_size(m) > 0)
+                json_object_set(rule, "methods", m);
+        json_object_set(rule, "paths", p);
+        return json_array_append(rules, rule);
+}
+
 /* Reads at most max bytes of stdin into buf (max + 1 bytes); *ret_len gets
  * how many, and max + 1 means there was more. On a terminal the echo is
  * turned off and one line is read, so the value never shows on screen. */
@@ -130,35 +181,66 @@ static int read_value(char *buf, size_t max, size_t *ret_len) {
 
 /* ---- secrets set ---- */
 
-static const char set_usage[] = "--hosts HOST[,HOST...] NAME";
+static const char set_usage[] = "--hosts HOST[,HOST...] [--header NAME [--format FMT]] [--rule RULE]... NAME";
 static const char set_help[] =
         "Stores a secret for the egress proxy. Its value is read from stdin (never from\n"
         "the command line, where other users and shell history would see it); one trailing\n"
         "newline is dropped. Every sandbox of your owner then sees $NAME holding a\n"
         "placeholder, and the proxy puts the value in its place in requests to HOSTs only.\n"
-        "Setting an existing name replaces its value and hosts; the placeholder stays.\n\n"
+        "Setting an existing name replaces everything but the placeholder, which stays:\n"
+        "a header or rules left out are cleared.\n\n"
         "Options:\n"
-        "  --hosts LIST   the hosts the value may go to: api.example.com, *.example.com,\n"
-        "                 host:port (comma-separated; repeatable; at most 64)\n\n"
+        "  --hosts LIST     the hosts the value may go to: api.example.com, *.example.com,\n"
+        "                   host:port (comma-separated; repeatable; at most 64)\n"
+        "  --header NAME    the proxy sets this header on every request to the hosts\n"
+        "  --format FMT     the header's value, {value} where the secret goes\n"
+        "                   (default {value}), such as 'Bearer {value}'\n"
+        "  --rule RULE      only requests a rule allows carry the value; others are refused\n"
+        "                   and logged. 'GET,HEAD /repos/acme/*,/user' or '/v1/*' (every\n"
+        "                   method); a path is exact or ends in /*. Repeatable, at most 16\n\n"
         "Examples:\n"
         "  printf %s \"$OPENAI_API_KEY\" | runtime secrets set OPENAI_API_KEY --hosts api.openai.com\n"
-        "  runtime secrets set GITHUB_TOKEN --hosts api.github.com,github.com < token.txt\n";
+        "  runtime secrets set GITHUB_TOKEN --hosts api.github.com --header Authorization \\\n"
+        "      --format 'Bearer {value}' --rule 'GET /repos/acme/*' < token.txt\n";
+
+/* The value from stdin, trimmed and checked, into body["value"]. */
+static int body_add_value(json_t *body) {
+        char value[CLI_SECRET_VALUE_MAX + 3], err[256];
+        size_t len = 0;
+        int r = read_value(value, sizeof(value) - 2, &len);
+        if (r < 0) {
+                explicit_bzero(value, sizeof(value));
+                return cli_fail("reading the value from stdin: %s", strerror(-r));
+        }
+        r = secret_value_trim(value, len, err, sizeof(err));
+        json_t *v = r >= 0 ? json_stringn(value, (size_t)r) : NULL;
+        explicit_bzero(value, sizeof(value));
+        if (r < 0)
+                return cli_fail("%s", err);
+        if (!v || json_object_set_new(body, "value", v) < 0)
+                return cli_fail("the value is not UTF-8 text");
+        return 0;
+}
 
 int cmd_secrets_set(CliContext *ctx, int argc, char **argv) {
         static const struct option opts[] = {
                 {"help", no_argument, NULL, 'h'},
                 {"json", no_argument, NULL, 'j'},
                 {"hosts", required_argument, NULL, 'H'},
+                {"header", required_argument, NULL, 'e'},
+                {"format", required_argument, NULL, 'f'},
+                {"rule", required_argument, NULL, 'r'},
                 {NULL, 0, NULL, 0},
         };
         static const char verb[] = "secrets set";
         _cleanup_client_ Client *c = NULL;
-        _cleanup_json_ json_t *hosts = json_array(), *body = NULL, *ans = NULL;
+        _cleanup_json_ json_t *hosts = json_array(), *rules = json_array(), *body = NULL, *ans = NULL;
+        const char *header = NULL, *format = NULL;
         char err[256], path[128];
         int opt, r;
         CliError e;
 
-        if (!hosts)
+        if (!hosts || !rules)
                 return cli_fail("out of memory");
         optind = 0;
         opterr = 0;
@@ -171,6 +253,21 @@ int cmd_secrets_set(CliContext *ctx, int argc, char **argv) {
                         break;
                 case 'H':
                         if (add_hosts(hosts, optarg, err, sizeof(err)) < 0)
+                                return cli_usage_error(verb, set_usage, "%s", err);
+                        break;
+                case 'e':
+                        if (!*optarg || strlen(optarg) > 64 || strpbrk(optarg, " :\t\r\n"))
+                                return cli_usage_error(verb, set_usage, "--header: a header name, such as Authorization");
+                        header = optarg;
+                        break;
+                case 'f':
+                        if (!strstr(optarg, "{value}") || strlen(optarg) > 256)
+                                return cli_usage_error(verb, set_usage,
+                                                       "--format: at most 256 bytes holding {value}, such as 'Bearer {value}'");
+                        format = optarg;
+                        break;
+                case 'r':
+                        if (add_rule(rules, optarg, err, sizeof(err)) < 0)
                                 return cli_usage_error(verb, set_usage, "%s", err);
                         break;
                 case ':':
@@ -191,22 +288,18 @@ int cmd_secrets_set(CliContext *ctx, int argc, char **argv) {
                         "NAME must be an environment variable name: [A-Za-z_][A-Za-z0-9_]{0,63}");
         if (json_array_size(hosts) == 0)
                 return cli_usage_error(verb, set_usage, "--hosts is required: where may the value go?");
+        if (format && !header)
+                return cli_usage_error(verb, set_usage, "--format needs --header");
 
-        char value[CLI_SECRET_VALUE_MAX + 3];
-        size_t len = 0;
-        r = read_value(value, sizeof(value) - 2, &len);
-        if (r < 0) {
-                explicit_bzero(value, sizeof(value));
-                return cli_fail("reading the value from stdin: %s", strerror(-r));
-        }
-        r = secret_value_trim(value, len, err, sizeof(err));
-        if (r >= 0)
-                body = json_pack("{s:s%,s:O}", "value", value, (size_t)r, "hosts", hosts);
-        explicit_bzero(value, sizeof(value));
-        if (r < 0)
-                return cli_fail("%s", err);
+        body = json_pack("{s:O}", "hosts", hosts);
         if (!body)
-                return cli_fail("the value is not UTF-8 text");
+                return cli_fail("out of memory");
+        if ((header && json_object_set_new(body, "header", json_string(header)) < 0) ||
+            (format && json_object_set_new(body, "format", json_string(format)) < 0) ||
+            (json_array_size(rules) > 0 && json_object_set(body, "rules", rules) < 0))
+                return cli_fail("--header, --format and --rule must be UTF-8 text");
+        if ((r = body_add_value(body)) > 0)
+                return r;
 
         r = cli_connect(ctx, true, &c);
         if (r > 0)
@@ -222,6 +315,44 @@ int cmd_secrets_set(CliContext *ctx, int argc, char **argv) {
         printf("%s set; sandboxes see $%s = ", name, name);
         put_safe(stdout, json_string_value(json_object_get(ans, "placeholder")), 0);
         fputc('\n', stdout);
+        return CLI_EXIT_OK;
+}
+
+/* ---- secrets rotate ---- */
+
+static const char rotate_usage[] = "NAME";
+static const char rotate_help[] =
+        "Gives a secret a new value, read from stdin as for 'secrets set'. Its placeholder,\n"
+        "hosts, header and rules stay, so running sandboxes carry on unchanged.\n\n"
+        "Example:\n  runtime secrets rotate GITHUB_TOKEN < new-token.txt\n";
+
+int cmd_secrets_rotate(CliContext *ctx, int argc, char **argv) {
+        _cleanup_client_ Client *c = NULL;
+        _cleanup_json_ json_t *body = json_object(), *ans = NULL;
+        char **pos, path[160];
+        int npos, r;
+        CliError e;
+
+        r = cli_simple_args(ctx, "secrets rotate", rotate_usage, rotate_help, argc, argv, 1, 1, &pos, &npos);
+        if (r != CLI_PROCEED)
+                return r;
+        if (!secret_name_valid(pos[0]))
+                return cli_usage_error("secrets rotate", rotate_usage, "'%.80s' is not a secret name", pos[0]);
+        if (!body)
+                return cli_fail("out of memory");
+        if ((r = body_add_value(body)) > 0)
+                return r;
+        r = cli_connect(ctx, true, &c);
+        if (r > 0)
+                return r;
+        snprintf(path, sizeof(path), "/v1/egress-secrets/%s:rotate", pos[0]);
+        r = client_json(c, "POST", path, body, &ans, &e);
+        if (r < 0)
+                return cli_error_print(&e);
+        if (ctx->json)
+                cli_print_json(ans);
+        else
+                printf("%s rotated; the placeholder is unchanged\n", pos[0]);
         return CLI_EXIT_OK;
 }
 

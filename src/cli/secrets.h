@@ -1,5 +1,5 @@
 #pragma once
-/* The egress verbs: secrets (set, ls, rm), whose values the CLI reads from
+/* The egress verbs: secrets (set, rotate, ls, rm), whose values the CLI reads from
  * stdin and never prints, and a sandbox's egress audit log. */
 #include <stddef.h>
 
@@ -16,5 +16,6 @@ int secret_value_trim(char *buf, size_t len, char *err, size_t errlen);
 
 int cmd_secrets_set(CliContext *ctx, int argc, char **argv);
 int cmd_secrets_ls(CliContext *ctx, int argc, char **argv);
+int cmd_secrets_rotate(CliContext *ctx, int argc, char **argv);
 int cmd_secrets_rm(CliContext *ctx, int argc, char **argv);
 int cmd_sandbox_egress(CliContext *ctx, int argc, char **argv);

@@ -23,6 +23,8 @@
 #include "proto/proto.h"
 
 #define R(k, n, m, p, a, b, h) { .kind = (k), .name = (n), .method = (m), .path = (p), .access = (a), .body = (b), .handler = (h) }
+/* The same, for a route whose answer an Idempotency-Key replays. */
+#define RI(k, n, m, p, a, b, h) { .kind = (k), .name = (n), .method = (m), .path = (p), .access = (a), .body = (b), .handler = (h), .idempotent = true }
 #define SBX "/v1/sandboxes/{sandbox}"
 
 /* Every route of the API. For one path, the order of its methods here is the
@@ -34,7 +36,7 @@ const HttpRoute api_routes[] = {
         R(ROUTE_LIMITS, "limits", "GET", "/v1/limits", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_limits),
         R(ROUTE_KEYS_LIST, "keys_list", "GET", "/v1/keys", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_keys_list),
         R(ROUTE_KEYS_CREATE, "keys_create", "POST", "/v1/keys", HTTP_ACCESS_FULL, HTTP_BODY_JSON, handle_keys_create),
-        R(ROUTE_KEY_REVOKE, "key_revoke", "DELETE", "/v1/keys/{key}", HTTP_ACCESS_FULL, HTTP_BODY_NONE,
+        RI(ROUTE_KEY_REVOKE, "key_revoke", "DELETE", "/v1/keys/{key}", HTTP_ACCESS_FULL, HTTP_BODY_NONE,
           handle_key_revoke),
         R(ROUTE_USAGE, "usage", "GET", "/v1/usage", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_usage),
         /* POST /v1/trial mints a key: its handler refuses it but on loopback. */
@@ -43,31 +45,55 @@ const HttpRoute api_routes[] = {
           handle_secrets_list),
         R(ROUTE_SECRET_GET, "secret_get", "GET", "/v1/egress-secrets/{secret}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_secret_get),
-        R(ROUTE_SECRET_PUT, "secret_put", "PUT", "/v1/egress-secrets/{secret}", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+        RI(ROUTE_SECRET_PUT, "secret_put", "PUT", "/v1/egress-secrets/{secret}", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_secret_put),
-        R(ROUTE_SECRET_DELETE, "secret_delete", "DELETE", "/v1/egress-secrets/{secret}", HTTP_ACCESS_FULL,
+        RI(ROUTE_SECRET_DELETE, "secret_delete", "DELETE", "/v1/egress-secrets/{secret}", HTTP_ACCESS_FULL,
           HTTP_BODY_NONE, handle_secret_delete),
+        RI(ROUTE_SECRET_ROTATE, "secret_rotate", "POST", "/v1/egress-secrets/{secret}:rotate", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON, handle_secret_rotate),
+        R(ROUTE_SECRET_SCOPE, "secret_scope", "PUT", "/v1/egress-secrets/{secret}/sandboxes", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_not_offered),
+        R(ROUTE_SECRET_NARROW, "secret_narrow", "PUT", "/v1/egress-secrets/{secret}/rules", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_not_offered),
+        R(ROUTE_JOB_SECRETS, "job_secrets", "GET", "/v1/secrets", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_not_offered),
+        R(ROUTE_JOB_SECRET_CREATE, "job_secret_create", "POST", "/v1/secrets", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_not_offered),
+        R(ROUTE_ME, "me", "GET", "/v1/me", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_me),
+        R(ROUTE_ACCOUNT_CLOSE, "account_close", "POST", "/v1/account:close", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_not_offered),
+        R(ROUTE_ACCOUNT_EMAILS, "account_emails", "GET", "/v1/account/emails", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_not_offered),
+        R(ROUTE_ACCOUNT_EMAILS_UPDATE, "account_emails_update", "POST", "/v1/account/emails:update",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_not_offered),
+        R(ROUTE_USAGE_REQUESTS, "usage_requests", "GET", "/v1/usage/requests", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_not_offered),
+        R(ROUTE_USAGE_EXPORT, "usage_export", "GET", "/v1/usage/export", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_not_offered),
         R(ROUTE_IMAGES, "images", "GET", "/v1/images", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_images),
         R(ROUTE_IMAGE_BUILD, "image_build", "POST", "/v1/images/{image}:build", HTTP_ACCESS_FULL, HTTP_BODY_NONE,
           handle_image_build),
         R(ROUTE_SANDBOX_LIST, "sandbox_list", "GET", "/v1/sandboxes", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_sandbox_list),
-        R(ROUTE_SANDBOX_CREATE, "sandbox_create", "POST", "/v1/sandboxes", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+        RI(ROUTE_SANDBOX_CREATE, "sandbox_create", "POST", "/v1/sandboxes", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
           handle_sandbox_create),
         R(ROUTE_SANDBOX_GET, "sandbox_get", "GET", SBX, HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_sandbox_get),
-        R(ROUTE_SANDBOX_DELETE, "sandbox_delete", "DELETE", SBX, HTTP_ACCESS_FULL, HTTP_BODY_NONE,
+        RI(ROUTE_SANDBOX_DELETE, "sandbox_delete", "DELETE", SBX, HTTP_ACCESS_FULL, HTTP_BODY_NONE,
           handle_sandbox_delete),
         { .kind = ROUTE_SANDBOX_EXEC, .name = "exec", .method = "POST", .path = SBX ":exec",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_exec,
+          .idempotent = true, .idem_to_handler = true,
           /* JSON bodies are small, but for an exec's stdin (16 MiB, 4/3 of
            * that in base64). */
           .max_body = REQ_MAX_EXEC_BODY,
           .too_large_hint = "send large inputs as a file (PUT .../files/content) and redirect" },
-        R(ROUTE_SANDBOX_STOP, "stop", "POST", SBX ":stop", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+        RI(ROUTE_SANDBOX_STOP, "stop", "POST", SBX ":stop", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
           handle_sandbox_stop),
-        R(ROUTE_SANDBOX_EXTEND, "extend", "POST", SBX ":extend", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+        RI(ROUTE_SANDBOX_EXTEND, "extend", "POST", SBX ":extend", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_sandbox_extend),
-        R(ROUTE_SANDBOX_NETWORK, "network", "PUT", SBX "/network", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+        R(ROUTE_SANDBOX_NETWORK_GET, "network_get", "GET", SBX "/network", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_sandbox_network_get),
+        RI(ROUTE_SANDBOX_NETWORK, "network", "PUT", SBX "/network", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_sandbox_network),
         R(ROUTE_SANDBOX_EGRESS, "sandbox_egress", "GET", SBX "/egress", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_sandbox_egress),
@@ -89,6 +115,7 @@ const HttpRoute api_routes[] = {
         R(ROUTE_PROC_LIST, "proc_list", "GET", SBX "/processes", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_proc_list),
         { .kind = ROUTE_PROC_SPAWN, .name = "proc_spawn", .method = "POST", .path = SBX "/processes",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_proc_spawn,
+          .idempotent = true, .idem_to_handler = true,
           .max_body = REQ_MAX_EXEC_BODY,
           .too_large_hint = "send large inputs as a file (PUT .../files/content) and redirect" },
         R(ROUTE_PROC_GET, "proc_get", "GET", SBX "/processes/{process}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
@@ -194,6 +221,7 @@ int api_sandbox_error(const SandboxError *se, ApiError *e) {
                 [SANDBOX_ERR_TOO_LARGE] = { 413, "payload_too_large" },
                 [SANDBOX_ERR_TOO_MANY] = { 429, "rate_limited" },
                 [SANDBOX_ERR_UNAVAILABLE] = { 503, "unavailable" },
+                [SANDBOX_ERR_NOT_IMPLEMENTED] = { 501, "not_implemented" },
         };
         unsigned k = (unsigned)se->kind < ELEMENTSOF(map) ? (unsigned)se->kind : SANDBOX_ERR_INTERNAL;
         return api_error(e, map[k].status, map[k].code, se->hint[0] ? se->hint : NULL, "%s", se->message);
@@ -467,15 +495,6 @@ json_t *api_exec_request(const ExecRequest *q, Sandbox *sb) {
         return agent_req_exec(q->command, q->argv, q->cwd, env, q->timeout_ms, q->has_stdin || q->stdin_pipe);
 }
 
-static void idem_hash(const char *body, size_t len, char out[17]) {
-        uint64_t h = 1469598103934665603ull;
-        for (size_t i = 0; i < len; i++) {
-                h ^= (uint8_t)body[i];
-                h *= 1099511628211ull;
-        }
-        snprintf(out, 17, "%016llx", (unsigned long long)h);
-}
-
 typedef struct OutputStream {
         char rid[24];
         Proc *p;
@@ -613,12 +632,18 @@ enum MHD_Result api_process_output(Req *r, Proc *p, uint64_t cursor, bool follow
 
 /* Starts a process for an exec or spawn body. */
 int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replayed, ApiError *e) {
-        const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
-        if (key && !request_idempotency_key_ok(key))
-                return api_error(e, 400, "invalid_request", NULL,
-                                 "Idempotency-Key must be 1-128 characters of A-Z a-z 0-9 _ . : -");
-        char hash[17];
-        idem_hash(r->body ? r->body : "", r->body_len, hash);
+        if (r->idem_replay) {
+                /* The key started a process before: the same one again. */
+                _cleanup_json_ json_t *rec = json_loads(r->idem_replay, 0, NULL);
+                const char *id = json_string_value(json_object_get(rec, "processId"));
+                Proc *p = id ? proc_find(r->app->procs, r->key.owner, r->route.sandbox_id, id) : NULL;
+                if (!p)
+                        return api_error(e, 409, "conflict", "use a new Idempotency-Key",
+                                         "the process this Idempotency-Key started is no longer kept");
+                *ret = p;
+                *ret_replayed = true;
+                return 0;
+        }
         Sandbox *sb;
         int rc = api_sandbox_acquire(r, &sb, e);
         if (rc < 0)
@@ -634,12 +659,15 @@ int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replay
                 .stdin_pipe = q->stdin_pipe,
                 .stdin_data = q->stdin_data,
                 .stdin_len = q->stdin_len,
-                .idem_key = key,
-                .idem_hash = hash,
         };
         SandboxError se;
-        if (proc_start(r->app->procs, sb, areq, &spec, ret, ret_replayed, &se) < 0)
+        if (proc_start(r->app->procs, sb, areq, &spec, ret, &se) < 0)
                 return api_sandbox_error(&se, e);
+        *ret_replayed = false;
+        _cleanup_json_ json_t *rec = json_pack("{s:s}", "processId", proc_id(*ret));
+        _cleanup_free_ char *text = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+        if (text)
+                req_idem_record(r, text);
         return 0;
 }
 

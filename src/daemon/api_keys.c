@@ -206,13 +206,14 @@ enum MHD_Result handle_usage(Req *r) {
         return reply_json(r, 200, j);
 }
 
-enum MHD_Result handle_limits(Req *r) {
+/* GET /v1/limits's answer for the request's key. */
+static int limits_json(Req *r, json_t **ret) {
         const KeyInfo *k = &r->key;
         int64_t now = time_now_unix();
         LedgerKeyUse u;
         int rc = ledger_key_use(r->app->ledger, k->id, now, &u);
         if (rc < 0)
-                return reply_rc(r, rc, "read the key's spending");
+                return rc;
         json_t *limit = json_null(), *remaining = json_null();
         if (k->daily_limit_micros >= 0) {
                 int64_t left = k->daily_limit_micros - u.used_micros;
@@ -226,14 +227,37 @@ enum MHD_Result handle_limits(Req *r) {
                 trial = json_pack("{s:I,s:I,s:I}", "sandboxSeconds", (json_int_t)allowance, "usedSandboxSeconds",
                                   (json_int_t)u.used_seconds, "remainingSandboxSeconds", (json_int_t)(left > 0 ? left : 0));
         }
+        *ret = json_pack("{s:s,s:s,s:s,s:b,s:{s:o,s:I,s:o,s:I,s:I,s:i,s:o},s:o}", "access", k->full ? "full" : "read",
+                         "keyId", k->id, "owner", k->owner, "trial", k->trial, "daily", "limitMicros", limit,
+                         "usedMicros", (json_int_t)u.used_micros, "remainingMicros", remaining, "settledMicros",
+                         (json_int_t)u.settled_micros, "reservedMicros", (json_int_t)u.reserved_micros,
+                         "windowSeconds", LEDGER_WINDOW_SECONDS, "freesAt", json_time_or_null(u.frees_at),
+                         "trialAllowance", trial);
+        return *ret ? 0 : -ENOMEM;
+}
+
+enum MHD_Result handle_limits(Req *r) {
+        json_t *j = NULL;
+        int rc = limits_json(r, &j);
+        if (rc < 0)
+                return reply_rc(r, rc, "read the key's spending");
+        return reply_json(r, 200, j);
+}
+
+/* Who the key is. A self-hosted daemon is one organization: its owner names
+ * it, the key is the credential, and there are no people or agents beyond
+ * the key's owner. */
+enum MHD_Result handle_me(Req *r) {
+        const KeyInfo *k = &r->key;
+        json_t *limits = NULL;
+        int rc = limits_json(r, &limits);
+        if (rc < 0)
+                return reply_rc(r, rc, "read the key's spending");
         return reply_json(r, 200,
-                          json_pack("{s:s,s:s,s:s,s:b,s:{s:o,s:I,s:o,s:I,s:I,s:i,s:o},s:o}", "access",
-                                    k->full ? "full" : "read", "keyId", k->id, "owner", k->owner, "trial", k->trial,
-                                    "daily", "limitMicros", limit, "usedMicros", (json_int_t)u.used_micros,
-                                    "remainingMicros", remaining, "settledMicros", (json_int_t)u.settled_micros,
-                                    "reservedMicros", (json_int_t)u.reserved_micros, "windowSeconds",
-                                    LEDGER_WINDOW_SECONDS, "freesAt", json_time_or_null(u.frees_at), "trialAllowance",
-                                    trial));
+                          json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:b,s:b,s:o}", "orgId", k->owner, "orgName",
+                                    k->owner, "owner", k->owner, "principal_id", k->id, "keyId", k->id, "keyName",
+                                    k->name, "access", k->full ? "full" : "read", "trial", k->trial, "selfHosted", 1,
+                                    "limits", limits));
 }
 
 enum MHD_Result handle_trial(Req *r) {

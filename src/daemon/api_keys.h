@@ -7,4 +7,5 @@ enum MHD_Result handle_keys_create(Req *r);
 enum MHD_Result handle_key_revoke(Req *r);
 enum MHD_Result handle_usage(Req *r);
 enum MHD_Result handle_limits(Req *r);
+enum MHD_Result handle_me(Req *r);
 enum MHD_Result handle_trial(Req *r);

@@ -41,7 +41,8 @@ static json_t *row_json(Manager *m, const SandboxRow *r) {
                          (json_int_t)cost, "maxCostMicros", max_cost ? max_cost : json_null(), "failureReason",
                          r->failure_reason ? json_string(r->failure_reason) : json_null());
         if (j && (json_object_set_new(j, "runSeconds", json_integer(run_seconds)) < 0 ||
-                  json_object_set(j, "maxTotalCostMicros", max_total ? max_total : json_null()) < 0)) {
+                  json_object_set(j, "maxTotalCostMicros", max_total ? max_total : json_null()) < 0 ||
+                  json_object_set(j, "secrets", json_object_get(spec, "secrets") ?: json_null()) < 0)) {
                 json_decref(j);
                 return NULL;
         }
@@ -162,4 +163,21 @@ enum MHD_Result handle_sandbox_network(Req *r) {
                 return reply_result(r, -EINVAL, NULL, &e, 0);
         int rc = sandbox_set_network(r->app->manager, &r->key, r->route.sandbox_id, net, &row, &se);
         return reply_row(r, rc, &row, &se, 200);
+}
+
+enum MHD_Result handle_sandbox_network_get(Req *r) {
+        ApiError e = { 0 };
+        SandboxError se;
+        SandboxRow row;
+        int rc = sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se);
+        if (rc < 0) {
+                api_sandbox_error(&se, &e);
+                return reply_error(r, &e);
+        }
+        _cleanup_json_ json_t *spec = json_loads(row.spec, 0, NULL);
+        sandbox_row_done(&row);
+        json_t *net = spec ? json_object_get(spec, "network") : NULL;
+        if (!net)
+                return reply_internal(r);
+        return reply_json(r, 200, json_incref(net));
 }

@@ -9,3 +9,5 @@ enum MHD_Result handle_sandbox_delete(Req *r);
 enum MHD_Result handle_sandbox_stop(Req *r);
 enum MHD_Result handle_sandbox_extend(Req *r);
 enum MHD_Result handle_sandbox_network(Req *r);
+/* The sandbox's network settings as they are now: {internet, allow, deny}. */
+enum MHD_Result handle_sandbox_network_get(Req *r);

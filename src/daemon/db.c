@@ -91,6 +91,18 @@ int db_open(const char *path, Db **ret) {
         }
         db->sql = sql;
         pthread_mutex_init(&db->lock, NULL);
+        /* Kept outside the numbered migrations: a table of short-lived
+         * records that any version may make. A claim still pending belongs
+         * to a request of a daemon that is gone. */
+        if ((r = sqldb_exec(sql, "CREATE TABLE IF NOT EXISTS idempotency ("
+                                 "  owner TEXT NOT NULL, key TEXT NOT NULL, hash TEXT NOT NULL,"
+                                 "  status INTEGER NOT NULL, body TEXT, created_at INTEGER NOT NULL,"
+                                 "  PRIMARY KEY (owner, key));"
+                                 "CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (created_at);"
+                                 "DELETE FROM idempotency WHERE status = 0;")) < 0) {
+                db_close(db);
+                return r;
+        }
         *ret = db;
         return 0;
 }
@@ -388,4 +400,91 @@ int db_sandbox_state_counts(Db *db, DbStateCountFn fn, void *userdata) {
         while (sqlite3_step(st) == SQLITE_ROW)
                 fn(userdata, (const char *)sqlite3_column_text(st, 0), sqlite3_column_int64(st, 1));
         return 0;
+}
+
+/* ---- Idempotency-Key records ---- */
+
+static int idem_trim(Db *db, const char *owner, int64_t now) {
+        _cleanup_stmt_ sqlite3_stmt *age = NULL, *count = NULL;
+        if (sqlite3_prepare_v2(db->sql, "DELETE FROM idempotency WHERE created_at < ?1", -1, &age, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_int64(age, 1, now - DB_IDEM_MAX_AGE_SECONDS);
+        if (sqlite3_step(age) != SQLITE_DONE)
+                return -EIO;
+        /* Per owner, so one owner's flood of keys never pushes out another's. */
+        if (sqlite3_prepare_v2(db->sql,
+                               "DELETE FROM idempotency WHERE owner = ?1 AND rowid IN (SELECT rowid FROM idempotency "
+                               "WHERE owner = ?1 ORDER BY created_at DESC, rowid DESC LIMIT -1 OFFSET ?2)",
+                               -1, &count, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(count, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_int(count, 2, DB_IDEM_MAX_PER_OWNER - 1); /* and the one about to be added */
+        return sqlite3_step(count) == SQLITE_DONE ? 0 : -EIO;
+}
+
+int db_idem_claim(Db *db, const char *owner, const char *key, const char *hash, int64_t now, unsigned *ret_status,
+                  char **ret_body) {
+        LOCKED(db);
+        _cleanup_stmt_ sqlite3_stmt *get = NULL, *put = NULL;
+        if (sqlite3_prepare_v2(db->sql,
+                               "SELECT hash, status, body FROM idempotency WHERE owner = ?1 AND key = ?2 "
+                               "AND created_at >= ?3",
+                               -1, &get, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(get, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(get, 2, key, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(get, 3, now - DB_IDEM_MAX_AGE_SECONDS);
+        int rc = sqlite3_step(get);
+        if (rc == SQLITE_ROW) {
+                if (strcmp((const char *)sqlite3_column_text(get, 0), hash) != 0)
+                        return DB_IDEM_MISMATCH;
+                int status = sqlite3_column_int(get, 1);
+                if (status == 0)
+                        return DB_IDEM_PENDING;
+                const char *body = (const char *)sqlite3_column_text(get, 2);
+                char *copy = strdup(body ? body : "");
+                if (!copy)
+                        return -ENOMEM;
+                *ret_status = (unsigned)status;
+                *ret_body = copy;
+                return DB_IDEM_REPLAY;
+        }
+        if (rc != SQLITE_DONE)
+                return sqldb_errno(rc);
+        /* Only a new record grows the table: the bounds are kept here (an
+         * aged record of this key goes too, before the insert). */
+        int r = idem_trim(db, owner, now);
+        if (r < 0)
+                return r;
+        if (sqlite3_prepare_v2(db->sql,
+                               "INSERT INTO idempotency (owner, key, hash, status, created_at) VALUES (?1, ?2, ?3, 0, ?4)",
+                               -1, &put, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(put, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(put, 2, key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(put, 3, hash, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(put, 4, now);
+        rc = sqlite3_step(put);
+        return rc == SQLITE_DONE ? DB_IDEM_CLAIMED : sqldb_errno(rc);
+}
+
+int db_idem_finish(Db *db, const char *owner, const char *key, unsigned status, const char *body) {
+        LOCKED(db);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        /* A 408 or 429 asks for a retry: never replayed. */
+        bool keep = status >= 200 && status < 500 && status != 408 && status != 429 && body &&
+                    strlen(body) <= DB_IDEM_MAX_BODY;
+        if (sqlite3_prepare_v2(db->sql,
+                               keep ? "UPDATE idempotency SET status = ?3, body = ?4 WHERE owner = ?1 AND key = ?2"
+                                    : "DELETE FROM idempotency WHERE owner = ?1 AND key = ?2",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+        if (keep) {
+                sqlite3_bind_int(st, 3, (int)status);
+                sqlite3_bind_text(st, 4, body, -1, SQLITE_STATIC);
+        }
+        int rc = sqlite3_step(st);
+        return rc == SQLITE_DONE ? 0 : sqldb_errno(rc);
 }

@@ -61,3 +61,22 @@ int db_sandbox_query(Db *db, DbSandboxQuery q, const char *owner, int64_t now, D
 /* Number of undeleted sandboxes per state, for metrics. */
 typedef void (*DbStateCountFn)(void *userdata, const char *state, int64_t n);
 int db_sandbox_state_counts(Db *db, DbStateCountFn fn, void *userdata);
+
+/* Idempotency-Key records: one table for the JSON routes that take a key
+ * (see http.c). A record belongs to an owner, lives DB_IDEM_MAX_AGE_SECONDS
+ * and an owner keeps at most DB_IDEM_MAX_PER_OWNER, the newest. */
+#define DB_IDEM_MAX_AGE_SECONDS 86400
+#define DB_IDEM_MAX_PER_OWNER 1000
+#define DB_IDEM_MAX_BODY (64u * 1024u) /* a larger answer is not kept: its retry runs again */
+typedef enum DbIdem {
+        DB_IDEM_CLAIMED,  /* new: the caller runs the request, then finishes the record */
+        DB_IDEM_REPLAY,   /* answered before: *ret_status and *ret_body (malloc'ed) */
+        DB_IDEM_PENDING,  /* the same request is being served now */
+        DB_IDEM_MISMATCH, /* the key was used with another request */
+} DbIdem;
+/* A DbIdem, or a negative errno. `hash` is a digest of the request. */
+int db_idem_claim(Db *db, const char *owner, const char *key, const char *hash, int64_t now, unsigned *ret_status,
+                  char **ret_body);
+/* The claimed request's answer: kept for replays when 2xx..4xx (and at most
+ * DB_IDEM_MAX_BODY), else the claim is dropped so that a retry runs again. */
+int db_idem_finish(Db *db, const char *owner, const char *key, unsigned status, const char *body);

@@ -41,7 +41,7 @@ static const char schema[] =
         "CREATE TABLE IF NOT EXISTS egress_secrets ("
         " owner TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, hosts TEXT NOT NULL,"
         " placeholder TEXT NOT NULL, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,"
-        " PRIMARY KEY (owner, name));"
+        " header TEXT, format TEXT, rules TEXT, PRIMARY KEY (owner, name));"
         "CREATE TABLE IF NOT EXISTS egress_log ("
         " id INTEGER PRIMARY KEY AUTOINCREMENT, sandbox TEXT NOT NULL, at INTEGER NOT NULL,"
         " host TEXT NOT NULL, port INTEGER NOT NULL, kind TEXT NOT NULL, allowed INTEGER NOT NULL,"
@@ -70,32 +70,10 @@ struct SandboxEgress {
         char id[32];
         char owner[128];
         bool trial;
+        json_t *scope;   /* the names of the secrets it may use; NULL: all; fixed for its life */
         pthread_mutex_t lock;
         json_t *network; /* under lock */
 };
-
-/* Environment names the daemon sets itself: a secret may not take them. */
-static const char *const reserved_names[] = {
-        "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY",
-        "all_proxy", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE",
-        "NODE_EXTRA_CA_CERTS", "PATH", "HOME", "LANG", "TERM", "LD_PRELOAD", "LD_LIBRARY_PATH", NULL,
-};
-
-bool egress_secret_name_ok(const char *name) {
-        size_t n = name ? strlen(name) : 0;
-        if (n == 0 || n > 64)
-                return false;
-        for (size_t i = 0; i < n; i++) {
-                char c = name[i];
-                bool ok = c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (i > 0 && c >= '0' && c <= '9');
-                if (!ok)
-                        return false;
-        }
-        for (const char *const *r = reserved_names; *r; r++)
-                if (strcmp(*r, name) == 0)
-                        return false;
-        return true;
-}
 
 /* Refuses, at start, a range that would let a sandbox reach what it must
  * never reach, whatever the operator meant: see egress/cidr.h. */
@@ -186,6 +164,11 @@ int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char
                 snprintf(err, err_len, "cannot make the egress tables");
                 goto fail;
         }
+        /* Columns added after the table's first release: a database made
+         * before them gains them; the error of one that has them is expected. */
+        (void)sqlite3_exec(svc->sql, "ALTER TABLE egress_secrets ADD COLUMN header TEXT", NULL, NULL, NULL);
+        (void)sqlite3_exec(svc->sql, "ALTER TABLE egress_secrets ADD COLUMN format TEXT", NULL, NULL, NULL);
+        (void)sqlite3_exec(svc->sql, "ALTER TABLE egress_secrets ADD COLUMN rules TEXT", NULL, NULL, NULL);
         *ret = svc;
         return 0;
 fail:
@@ -227,6 +210,8 @@ static void secrets_free(EgressSecret *s, size_t n) {
                         free(s[i].value);
                 }
                 egress_policy_free(s[i].hosts);
+                free(s[i].format);
+                egress_secret_rules_free(s[i].rules, s[i].n_rules);
         }
         free(s);
 }
@@ -239,8 +224,24 @@ static int hosts_policy(const char *hosts_json, EgressPolicy **ret) {
         return egress_policy_parse(net, ret, NULL, 0);
 }
 
-/* The owner's secrets, for one connection. */
-static int secrets_load(EgressService *svc, const char *owner, EgressSecret **ret, size_t *ret_n) {
+/* Whether a sandbox whose create named `scope` (NULL: every secret) gets
+ * the secret `name`. */
+static bool in_scope(const json_t *scope, const char *name) {
+        if (!scope)
+                return true;
+        size_t i;
+        json_t *v;
+        json_array_foreach(scope, i, v) {
+                if (json_is_string(v) && strcmp(json_string_value(v), name) == 0)
+                        return true;
+        }
+        return false;
+}
+
+/* The owner's secrets within scope, for one connection. A row that no longer
+ * parses is left out: it never reaches a request. */
+static int secrets_load(EgressService *svc, const char *owner, const json_t *scope, EgressSecret **ret,
+                        size_t *ret_n) {
         EgressSecret *out = calloc(MAX_SECRETS_PER_OWNER, sizeof(EgressSecret));
         if (!out)
                 return -ENOMEM;
@@ -249,21 +250,47 @@ static int secrets_load(EgressService *svc, const char *owner, EgressSecret **re
         sqlite3_stmt *st = NULL;
         int r = 0;
         if (sqlite3_prepare_v2(svc->sql,
-                               "SELECT name, value, hosts, placeholder FROM egress_secrets WHERE owner = ?1 "
-                               "ORDER BY name LIMIT 100",
+                               "SELECT name, value, hosts, placeholder, header, format, rules FROM egress_secrets "
+                               "WHERE owner = ?1 ORDER BY name LIMIT 100",
                                -1, &st, NULL) != SQLITE_OK)
                 r = -EIO;
         else {
                 sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
                 while (n < MAX_SECRETS_PER_OWNER && sqlite3_step(st) == SQLITE_ROW) {
                         EgressSecret *s = &out[n];
-                        snprintf(s->name, sizeof(s->name), "%s", (const char *)sqlite3_column_text(st, 0));
+                        const char *name = (const char *)sqlite3_column_text(st, 0);
+                        if (!in_scope(scope, name))
+                                continue;
+                        memset(s, 0, sizeof(*s));
+                        snprintf(s->name, sizeof(s->name), "%s", name);
                         s->value = strdup((const char *)sqlite3_column_text(st, 1));
                         snprintf(s->placeholder, sizeof(s->placeholder), "%s",
                                  (const char *)sqlite3_column_text(st, 3));
-                        if (!s->value || hosts_policy((const char *)sqlite3_column_text(st, 2), &s->hosts) < 0) {
+                        const char *header = (const char *)sqlite3_column_text(st, 4);
+                        const char *format = (const char *)sqlite3_column_text(st, 5);
+                        const char *rules = (const char *)sqlite3_column_text(st, 6);
+                        bool ok = s->value && hosts_policy((const char *)sqlite3_column_text(st, 2), &s->hosts) == 0;
+                        if (ok && header && egress_secret_header_valid(header))
+                                snprintf(s->header, sizeof(s->header), "%s", header);
+                        else if (ok && header)
+                                ok = false;
+                        if (ok && format && !(s->format = strdup(format)))
+                                ok = false;
+                        if (ok && rules) {
+                                _cleanup_json_ json_t *rj = json_loads(rules, 0, NULL);
+                                _cleanup_json_ json_t *norm = NULL;
+                                char err[64];
+                                ok = rj && egress_secret_rules_parse(rj, &norm, &s->rules, &s->n_rules, err,
+                                                                     sizeof(err)) == 0;
+                        }
+                        if (!ok) {
+                                if (s->value)
+                                        explicit_bzero(s->value, strlen(s->value));
                                 free(s->value);
-                                s->value = NULL;
+                                egress_policy_free(s->hosts);
+                                free(s->format);
+                                egress_secret_rules_free(s->rules, s->n_rules);
+                                memset(s, 0, sizeof(*s));
                                 continue;
                         }
                         n++;
@@ -280,24 +307,30 @@ static int secrets_load(EgressService *svc, const char *owner, EgressSecret **re
         return 0;
 }
 
+#define SECRET_COLUMNS "name, hosts, placeholder, created_at, updated_at, header, format, rules"
+
 static json_t *secret_json(sqlite3_stmt *st) {
-        /* columns: name, hosts, placeholder, created_at, updated_at */
         char created[40], updated[40];
         time_format_rfc3339(sqlite3_column_int64(st, 3), created);
         time_format_rfc3339(sqlite3_column_int64(st, 4), updated);
         json_t *hosts = json_loads((const char *)sqlite3_column_text(st, 1), 0, NULL);
-        return json_pack("{s:s,s:o,s:s,s:s,s:s}", "name", (const char *)sqlite3_column_text(st, 0), "hosts",
-                         hosts ? hosts : json_array(), "placeholder", (const char *)sqlite3_column_text(st, 2),
-                         "createdAt", created, "updatedAt", updated);
+        const char *header = (const char *)sqlite3_column_text(st, 5);
+        const char *format = (const char *)sqlite3_column_text(st, 6);
+        const char *rules = (const char *)sqlite3_column_text(st, 7);
+        json_t *rj = rules ? json_loads(rules, 0, NULL) : NULL;
+        return json_pack("{s:s,s:o,s:s,s:s,s:s,s:s?,s:s?,s:o,s:b}", "name", (const char *)sqlite3_column_text(st, 0),
+                         "hosts", hosts ? hosts : json_array(), "placeholder",
+                         (const char *)sqlite3_column_text(st, 2), "createdAt", created, "updatedAt", updated,
+                         "header", header, "format", header ? (format ? format : "{value}") : NULL, "rules",
+                         rj ? rj : json_null(), "enforced", 1);
 }
 
 static int secret_query_one(EgressService *svc, const char *owner, const char *name, json_t **ret) {
         sqlite3_stmt *st = NULL;
         int r = -ENOENT;
         if (sqlite3_prepare_v2(svc->sql,
-                               "SELECT name, hosts, placeholder, created_at, updated_at FROM egress_secrets "
-                               "WHERE owner = ?1 AND name = ?2",
-                               -1, &st, NULL) != SQLITE_OK)
+                               "SELECT " SECRET_COLUMNS " FROM egress_secrets WHERE owner = ?1 AND name = ?2", -1,
+                               &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
@@ -315,29 +348,91 @@ static int name_error(SandboxError *e) {
                          "itself (HTTP_PROXY, PATH, ...)");
 }
 
+static int value_error(SandboxError *e) {
+        return sandbox_error(e, SANDBOX_ERR_INVALID, "values go into HTTP headers, so they cannot hold line breaks",
+                             "value must be a string of 1 to %d bytes of visible ASCII and spaces (no CR, LF, "
+                             "tab or NUL)",
+                             EGRESS_SECRET_MAX_VALUE);
+}
+
+/* Fields of the published client's secrets that a self-hosted daemon does
+ * not serve: refused by name, never ignored, so no caller believes a secret
+ * is narrower than it is. */
+static const struct {
+        const char *field, *what;
+} not_served[] = {
+        { "only", "per-secret sandbox selectors; name the secrets a sandbox may use in its create's "
+                  "\"secrets\" instead" },
+        { "githubApp", "GitHub App secrets" },
+        { "git", "git push rules" },
+        { "api", "per-secret API call budgets" },
+        { "env", "another variable name than the secret's own; store it under that name" },
+};
+
 int egress_secret_put(EgressService *svc, const char *owner, const char *name, json_t *body, json_t **ret,
                       SandboxError *e) {
         if (!egress_secret_name_ok(name))
                 return name_error(e);
         if (!json_is_object(body))
-                return sandbox_error(e, SANDBOX_ERR_INVALID, NULL, "the body must be an object {value, hosts}");
+                return sandbox_error(e, SANDBOX_ERR_INVALID, NULL,
+                                     "the body must be an object {value, hosts, header, format, rules}");
         const char *key;
         json_t *v;
         json_object_foreach(body, key, v) {
-                if (strcmp(key, "value") != 0 && strcmp(key, "hosts") != 0)
-                        return sandbox_error(e, SANDBOX_ERR_INVALID, "the fields are value and hosts",
-                                         "unknown field %.64s", key);
+                if (!strcmp(key, "value") || !strcmp(key, "hosts") || !strcmp(key, "header") ||
+                    !strcmp(key, "format") || !strcmp(key, "rules"))
+                        continue;
+                for (size_t i = 0; i < ELEMENTSOF(not_served); i++)
+                        if (strcmp(key, not_served[i].field) == 0)
+                                return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED,
+                                                     "leave it out: this daemon serves value, hosts, header, "
+                                                     "format and rules",
+                                                     "%s: this self-hosted daemon has no %s", key, not_served[i].what);
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "the fields are value, hosts, header, format and rules",
+                                     "unknown field %.64s", key);
         }
         json_t *value = json_object_get(body, "value"), *hosts = json_object_get(body, "hosts");
         if (!json_is_string(value) ||
             !egress_secret_value_valid(json_string_value(value), json_string_length(value)))
-                return sandbox_error(e, SANDBOX_ERR_INVALID, "values go into HTTP headers, so they cannot hold line breaks",
-                                 "value must be a string of 1 to %d bytes without CR, LF or NUL",
-                                 EGRESS_SECRET_MAX_VALUE);
+                return value_error(e);
         if (!json_is_array(hosts) || json_array_size(hosts) == 0 || json_array_size(hosts) > MAX_SECRET_HOSTS)
                 return sandbox_error(e, SANDBOX_ERR_INVALID, "for example [\"api.openai.com\"]",
                                  "hosts must be an array of 1 to %d host patterns the secret may go to",
                                  MAX_SECRET_HOSTS);
+        json_t *header = json_object_get(body, "header"), *format = json_object_get(body, "format");
+        json_t *rules = json_object_get(body, "rules");
+        if (json_is_null(header))
+                header = NULL;
+        if (json_is_null(format))
+                format = NULL;
+        if (json_is_null(rules))
+                rules = NULL;
+        if (header && (!json_is_string(header) || strlen(json_string_value(header)) != json_string_length(header) ||
+                       !egress_secret_header_valid(json_string_value(header))))
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "for example \"Authorization\" or \"X-Api-Key\"",
+                                     "header must be a header name (a token of 1 to %d bytes) that does not frame "
+                                     "the request (not Host, Content-Length, Transfer-Encoding, Connection, "
+                                     "Upgrade, TE, Trailer, Expect or Proxy-*)",
+                                     EGRESS_SECRET_MAX_HEADER);
+        if (format && !header)
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "give header with format", "format needs a header");
+        if (format && (!json_is_string(format) || strlen(json_string_value(format)) != json_string_length(format) ||
+                       !egress_secret_format_valid(json_string_value(format))))
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "for example \"Bearer {value}\"",
+                                     "format must be 1 to %d bytes of visible ASCII and spaces holding {value} "
+                                     "exactly once",
+                                     EGRESS_SECRET_MAX_FORMAT);
+        _cleanup_json_ json_t *rules_norm = NULL;
+        _cleanup_free_ char *rules_text = NULL;
+        if (rules) {
+                char err[256] = "";
+                if (egress_secret_rules_parse(rules, &rules_norm, NULL, NULL, err, sizeof(err)) < 0)
+                        return sandbox_error(e, SANDBOX_ERR_INVALID,
+                                             "for example [{\"methods\": [\"GET\"], \"paths\": [\"/repos/acme/*\"]}]",
+                                             "%s", err);
+                if (!(rules_text = json_dumps(rules_norm, JSON_COMPACT)))
+                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        }
         _cleanup_json_ json_t *net = json_pack("{s:b,s:O}", "internet", 1, "allow", hosts);
         EgressPolicy *p = NULL;
         char err[256] = "";
@@ -374,13 +469,16 @@ int egress_secret_put(EgressService *svc, const char *owner, const char *name, j
                 return sandbox_error(e, SANDBOX_ERR_CONFLICT, "delete one you no longer use", "at most %d secrets per owner",
                                  MAX_SECRETS_PER_OWNER);
         }
-        /* The placeholder is made once and kept across updates: running
-         * sandboxes hold it in their environment. */
+        /* The placeholder is made once and kept across replaces and rotations:
+         * running sandboxes hold it in their environment. A replace sets
+         * every field but the placeholder: rules or a header left out are
+         * cleared, never kept from the old value's time. */
         if (sqlite3_prepare_v2(svc->sql,
                                "INSERT INTO egress_secrets (owner, name, value, hosts, placeholder, created_at, "
-                               "updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) ON CONFLICT (owner, name) DO "
-                               "UPDATE SET value = excluded.value, hosts = excluded.hosts, updated_at = "
-                               "excluded.updated_at",
+                               "updated_at, header, format, rules) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9) "
+                               "ON CONFLICT (owner, name) DO UPDATE SET value = excluded.value, hosts = "
+                               "excluded.hosts, header = excluded.header, format = excluded.format, rules = "
+                               "excluded.rules, updated_at = excluded.updated_at",
                                -1, &st, NULL) != SQLITE_OK)
                 r = -EIO;
         else {
@@ -390,6 +488,12 @@ int egress_secret_put(EgressService *svc, const char *owner, const char *name, j
                 sqlite3_bind_text(st, 4, hosts_text, -1, SQLITE_STATIC);
                 sqlite3_bind_text(st, 5, placeholder, -1, SQLITE_STATIC);
                 sqlite3_bind_int64(st, 6, now);
+                if (header)
+                        sqlite3_bind_text(st, 7, json_string_value(header), -1, SQLITE_STATIC);
+                if (format)
+                        sqlite3_bind_text(st, 8, json_string_value(format), -1, SQLITE_STATIC);
+                if (rules_text)
+                        sqlite3_bind_text(st, 9, rules_text, -1, SQLITE_STATIC);
                 r = sqlite3_step(st) == SQLITE_DONE ? 0 : -EIO;
         }
         sqlite3_finalize(st);
@@ -398,6 +502,50 @@ int egress_secret_put(EgressService *svc, const char *owner, const char *name, j
         pthread_mutex_unlock(&svc->lock);
         if (r < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not store the secret");
+        return 0;
+}
+
+int egress_secret_rotate(EgressService *svc, const char *owner, const char *name, json_t *body, json_t **ret,
+                         SandboxError *e) {
+        if (!egress_secret_name_ok(name))
+                return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "list them with GET /v1/egress-secrets", "no secret %.64s",
+                                     name);
+        const char *key;
+        json_t *v;
+        if (!json_is_object(body))
+                return sandbox_error(e, SANDBOX_ERR_INVALID, NULL, "the body must be an object {value}");
+        json_object_foreach(body, key, v) {
+                if (strcmp(key, "value") != 0)
+                        return sandbox_error(e, SANDBOX_ERR_INVALID,
+                                             "a rotation changes the value alone; to change the rest, PUT the secret",
+                                             "unknown field %.64s", key);
+        }
+        json_t *value = json_object_get(body, "value");
+        if (!json_is_string(value) ||
+            !egress_secret_value_valid(json_string_value(value), json_string_length(value)))
+                return value_error(e);
+        pthread_mutex_lock(&svc->lock);
+        sqlite3_stmt *st = NULL;
+        int changed = -1, r = 0;
+        if (sqlite3_prepare_v2(svc->sql,
+                               "UPDATE egress_secrets SET value = ?3, updated_at = ?4 WHERE owner = ?1 AND name = ?2",
+                               -1, &st, NULL) == SQLITE_OK) {
+                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 3, json_string_value(value), -1, SQLITE_STATIC);
+                sqlite3_bind_int64(st, 4, time_now_unix());
+                if (sqlite3_step(st) == SQLITE_DONE)
+                        changed = sqlite3_changes(svc->sql);
+        }
+        sqlite3_finalize(st);
+        if (changed > 0)
+                r = secret_query_one(svc, owner, name, ret);
+        pthread_mutex_unlock(&svc->lock);
+        if (changed == 0)
+                return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "store it first with PUT /v1/egress-secrets/{name}",
+                                     "no secret %s", name);
+        if (changed < 0 || r < 0)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not rotate the secret");
         return 0;
 }
 
@@ -415,22 +563,36 @@ int egress_secret_get(EgressService *svc, const char *owner, const char *name, j
         return 0;
 }
 
-int egress_secret_list(EgressService *svc, const char *owner, json_t **ret, SandboxError *e) {
+int egress_secret_list(EgressService *svc, const char *owner, unsigned limit, const char *after, json_t **ret,
+                       SandboxError *e) {
+        if (after && !egress_secret_name_ok(after))
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "pass the last name of the page before",
+                                     "after must be a secret's name");
+        if (limit == 0 || limit > MAX_SECRETS_PER_OWNER)
+                limit = MAX_SECRETS_PER_OWNER;
         json_t *list = json_array();
         if (!list)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
         pthread_mutex_lock(&svc->lock);
         sqlite3_stmt *st = NULL;
         int r = 0;
+        bool more = false;
         if (sqlite3_prepare_v2(svc->sql,
-                               "SELECT name, hosts, placeholder, created_at, updated_at FROM egress_secrets "
-                               "WHERE owner = ?1 ORDER BY name",
+                               "SELECT " SECRET_COLUMNS " FROM egress_secrets WHERE owner = ?1 AND name > ?2 "
+                               "ORDER BY name LIMIT ?3",
                                -1, &st, NULL) != SQLITE_OK)
                 r = -EIO;
         else {
                 sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-                while (sqlite3_step(st) == SQLITE_ROW)
+                sqlite3_bind_text(st, 2, after ? after : "", -1, SQLITE_STATIC);
+                sqlite3_bind_int(st, 3, (int)limit + 1);
+                while (sqlite3_step(st) == SQLITE_ROW) {
+                        if (json_array_size(list) == limit) {
+                                more = true;
+                                break;
+                        }
                         json_array_append_new(list, secret_json(st));
+                }
         }
         sqlite3_finalize(st);
         pthread_mutex_unlock(&svc->lock);
@@ -438,7 +600,9 @@ int egress_secret_list(EgressService *svc, const char *owner, json_t **ret, Sand
                 json_decref(list);
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not list the secrets");
         }
-        *ret = json_pack("{s:o}", "secrets", list);
+        json_t *last = json_array_size(list) ? json_object_get(json_array_get(list, json_array_size(list) - 1), "name")
+                                              : NULL;
+        *ret = json_pack("{s:o,s:O?}", "secrets", list, "next", more ? last : NULL);
         return *ret ? 0 : sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
 }
 
@@ -461,7 +625,9 @@ int egress_secret_delete(EgressService *svc, const char *owner, const char *name
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not delete the secret");
         if (changed == 0)
                 return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, NULL, "no secret %s", name);
-        *ret = json_pack("{s:s,s:b}", "name", name, "deleted", 1);
+        /* Connections load the owner's secrets when they open: from now on no
+         * new request carries the value. */
+        *ret = json_pack("{s:s,s:b,s:b}", "name", name, "deleted", 1, "enforced", 1);
         return 0;
 }
 
@@ -551,7 +717,7 @@ int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit
 
 /* ---- what a sandbox gets ---- */
 
-json_t *egress_service_sandbox_env(EgressService *svc, const char *owner) {
+json_t *egress_service_sandbox_env(EgressService *svc, const char *owner, const json_t *scope) {
         json_t *env = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "HTTP_PROXY", RELAY_URL,
                                 "HTTPS_PROXY", RELAY_URL, "http_proxy", RELAY_URL, "https_proxy", RELAY_URL,
                                 "NO_PROXY", "localhost,127.0.0.1,::1", "no_proxy", "localhost,127.0.0.1,::1",
@@ -566,8 +732,9 @@ json_t *egress_service_sandbox_env(EgressService *svc, const char *owner) {
                                NULL) == SQLITE_OK) {
                 sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
                 while (sqlite3_step(st) == SQLITE_ROW)
-                        json_object_set_new(env, (const char *)sqlite3_column_text(st, 0),
-                                            json_string((const char *)sqlite3_column_text(st, 1)));
+                        if (in_scope(scope, (const char *)sqlite3_column_text(st, 0)))
+                                json_object_set_new(env, (const char *)sqlite3_column_text(st, 0),
+                                                    json_string((const char *)sqlite3_column_text(st, 1)));
         }
         sqlite3_finalize(st);
         pthread_mutex_unlock(&svc->lock);
@@ -685,7 +852,7 @@ int egress_service_install_ca(EgressService *svc, Channel *c, const char *image_
 /* ---- per sandbox ---- */
 
 int egress_sandbox_new(EgressService *svc, const char *sandbox_id, const char *owner, const json_t *network,
-                       bool trial, SandboxEgress **ret) {
+                       const json_t *scope, bool trial, SandboxEgress **ret) {
         SandboxEgress *se = calloc(1, sizeof(*se));
         if (!se)
                 return -ENOMEM;
@@ -696,7 +863,8 @@ int egress_sandbox_new(EgressService *svc, const char *sandbox_id, const char *o
         se->trial = trial;
         pthread_mutex_init(&se->lock, NULL);
         se->network = network ? json_deep_copy(network) : json_pack("{s:b}", "internet", 0);
-        if (!se->network) {
+        se->scope = scope ? json_deep_copy(scope) : NULL;
+        if (!se->network || (scope && !se->scope)) {
                 egress_sandbox_unref(se);
                 return -ENOMEM;
         }
@@ -720,6 +888,7 @@ void egress_sandbox_unref(SandboxEgress *se) {
         if (!se || atomic_fetch_sub(&se->refs, 1) != 1)
                 return;
         json_decref(se->network);
+        json_decref(se->scope);
         pthread_mutex_destroy(&se->lock);
         free(se);
 }
@@ -791,7 +960,7 @@ static void *serve_main(void *arg) {
         pthread_mutex_unlock(&se->lock);
         EgressSecret *secrets = NULL;
         size_t n_secrets = 0;
-        if (r == 0 && secrets_load(svc, se->owner, &secrets, &n_secrets) < 0)
+        if (r == 0 && secrets_load(svc, se->owner, se->scope, &secrets, &n_secrets) < 0)
                 n_secrets = 0;
         if (r < 0)
                 (void)egress_policy_parse(NULL, &policy, NULL, 0); /* refuse everything */

@@ -36,8 +36,9 @@ int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char
 void egress_service_free(EgressService *svc);
 
 /* The environment every exec in a sandbox of `owner` gets: the proxy, the
- * trust store, a placeholder per secret. A new reference. */
-json_t *egress_service_sandbox_env(EgressService *svc, const char *owner);
+ * trust store, a placeholder per secret in `scope` (an array of names; NULL:
+ * every secret of the owner). A new reference. */
+json_t *egress_service_sandbox_env(EgressService *svc, const char *owner, const json_t *scope);
 /* Puts the daemon's CA, and the operator's trusted CAs when set, into a fresh
  * sandbox's system trust store: the CA file (NODE_EXTRA_CA_CERTS) and the
  * image's bundle with them appended, both written through its
@@ -47,9 +48,11 @@ json_t *egress_service_sandbox_env(EgressService *svc, const char *owner);
 int egress_service_install_ca(EgressService *svc, Channel *c, const char *image_dir);
 
 /* A sandbox's policy and identity for its proxied connections. `network` is
- * a validated network object; `trial` limits egress to ports 80 and 443. */
+ * a validated network object; `scope` the names of the secrets it may use
+ * (NULL: all of the owner's), fixed for its life; `trial` limits egress to
+ * ports 80 and 443. */
 int egress_sandbox_new(EgressService *svc, const char *sandbox_id, const char *owner, const json_t *network,
-                       bool trial, SandboxEgress **ret);
+                       const json_t *scope, bool trial, SandboxEgress **ret);
 /* New connections from now on follow this policy. */
 int egress_sandbox_set_network(SandboxEgress *se, const json_t *network);
 void egress_sandbox_unref(SandboxEgress *se);
@@ -61,10 +64,14 @@ void egress_sandbox_accept(void *userdata, ChanStream *s, json_t *request);
 int egress_secret_put(EgressService *svc, const char *owner, const char *name, json_t *body, json_t **ret,
                       SandboxError *e);
 int egress_secret_get(EgressService *svc, const char *owner, const char *name, json_t **ret, SandboxError *e);
-int egress_secret_list(EgressService *svc, const char *owner, json_t **ret, SandboxError *e);
+/* A rotation: a new value, with the placeholder, hosts, header and rules kept. */
+int egress_secret_rotate(EgressService *svc, const char *owner, const char *name, json_t *body, json_t **ret,
+                         SandboxError *e);
+/* One page by name: at most `limit` (0: all) named after `after` (NULL:
+ * from the first), {"secrets", "next"}. */
+int egress_secret_list(EgressService *svc, const char *owner, unsigned limit, const char *after, json_t **ret,
+                       SandboxError *e);
 int egress_secret_delete(EgressService *svc, const char *owner, const char *name, json_t **ret, SandboxError *e);
 /* The newest decisions for one sandbox (the caller checked it is the
  * owner's), at most `limit`. */
 int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit, json_t **ret, SandboxError *e);
-/* Whether a secret name is acceptable: an environment variable name. */
-bool egress_secret_name_ok(const char *name);

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include <openssl/evp.h>
+
 #include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/random.h"
@@ -210,6 +212,12 @@ enum MHD_Result reply_json(Req *r, unsigned status, json_t *body) {
         }
         t2[len] = '\n';
         t2[len + 1] = '\0';
+        if (r->idem_key) {
+                int rc = db_idem_finish(r->idem_db, r->key.owner, r->idem_key, status, t2);
+                if (rc < 0)
+                        log_warn(r->rid, "keeping the answer for Idempotency-Key: %s", strerror(-rc));
+                free(TAKE_PTR(r->idem_key));
+        }
         struct MHD_Response *resp = MHD_create_response_from_buffer(len + 1, t2, MHD_RESPMEM_MUST_FREE);
         if (!resp) {
                 free(t2);
@@ -379,14 +387,131 @@ static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
         return 0;
 }
 
+/* The request's digest for its Idempotency-Key: the route, its parameters
+ * and the body, so that the key reused for anything else is told apart. */
+static int idem_digest(const Req *r, char out[65]) {
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned len = 0;
+        EVP_MD_CTX *c = EVP_MD_CTX_new();
+        const char *parts[] = { r->route.def->name, r->route.sandbox_id, r->route.secret, r->route.key_id };
+        int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL);
+        for (size_t i = 0; ok && i < ELEMENTSOF(parts); i++)
+                ok = EVP_DigestUpdate(c, parts[i], strlen(parts[i]) + 1);
+        ok = ok && EVP_DigestUpdate(c, r->body ? r->body : "", r->body_len) && EVP_DigestFinal_ex(c, md, &len);
+        EVP_MD_CTX_free(c);
+        if (!ok)
+                return -EIO;
+        for (unsigned i = 0; i < len && i < 32; i++)
+                snprintf(out + 2 * i, 3, "%02x", md[i]);
+        return 0;
+}
+
+void req_idem_record(Req *r, const char *body) {
+        if (!r->idem_key)
+                return;
+        int rc = db_idem_finish(r->idem_db, r->key.owner, r->idem_key, 202, body);
+        if (rc < 0)
+                log_warn(r->rid, "keeping the record of Idempotency-Key: %s", strerror(-rc));
+        free(TAKE_PTR(r->idem_key));
+}
+
+/* How long a retry waits for the first request with its key to finish. */
+#define IDEM_WAIT_MS 120000u
+
+/* An Idempotency-Key on an idempotent route: claims it (0, the handler
+ * runs), or answers: the first answer again, 409 while the first is still
+ * served past IDEM_WAIT_MS, 422 idempotency_conflict for another request. */
+static int idem_begin(HttpServer *s, Req *r, bool *ret_answered, enum MHD_Result *ret) {
+        const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
+        *ret_answered = false;
+        if (!key)
+                return 0;
+        ApiError e = { 0 };
+        if (!request_idempotency_key_ok(key)) {
+                api_error(&e, 400, "invalid_request", NULL,
+                          "Idempotency-Key must be 1-128 characters of A-Z a-z 0-9 _ . : -");
+                goto answer;
+        }
+        char hash[65];
+        if (idem_digest(r, hash) < 0)
+                return -EIO;
+        uint64_t until = time_now_mono_ms() + IDEM_WAIT_MS;
+        for (;;) {
+                unsigned status = 0;
+                _cleanup_free_ char *body = NULL;
+                int rc = db_idem_claim(s->db, r->key.owner, key, hash, time_now_unix(), &status, &body);
+                if (rc < 0)
+                        return rc;
+                if (rc == DB_IDEM_CLAIMED) {
+                        if (!(r->idem_key = strdup(key)))
+                                return -ENOMEM;
+                        r->idem_db = s->db;
+                        return 0;
+                }
+                if (rc == DB_IDEM_MISMATCH) {
+                        if (r->route.def->idem_to_handler)
+                                api_error(&e, 409, "conflict", "use a new Idempotency-Key for another request",
+                                          "Idempotency-Key was used with a different request");
+                        else
+                                api_error(&e, 422, "idempotency_conflict",
+                                          "use a new Idempotency-Key for another request",
+                                          "this Idempotency-Key was used with a different request");
+                        goto answer;
+                }
+                if (rc == DB_IDEM_REPLAY && status == 202 && r->route.def->idem_to_handler) {
+                        r->idem_replay = TAKE_PTR(body);
+                        return 0;
+                }
+                if (rc == DB_IDEM_REPLAY) {
+                        _cleanup_json_ json_t *j = json_loads(body, 0, NULL);
+                        if (json_is_object(j) && status < 300)
+                                json_object_set_new(j, "replayed", json_true());
+                        char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+                        struct MHD_Response *resp =
+                                text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE) : NULL;
+                        if (!resp) {
+                                free(text);
+                                return -ENOMEM;
+                        }
+                        MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+                        *ret_answered = true;
+                        *ret = reply_response(r, status, resp, "application/json");
+                        return 0;
+                }
+                /* DB_IDEM_PENDING: the first send is still being served. */
+                if (time_now_mono_ms() >= until || socket_hung_up(req_socket(r))) {
+                        api_error(&e, 409, "conflict", "send it again with the same key once it is done",
+                                  "a request with this Idempotency-Key is still being served");
+                        goto answer;
+                }
+                struct timespec ts = { .tv_sec = 0, .tv_nsec = 100 * 1000 * 1000 };
+                nanosleep(&ts, NULL);
+        }
+answer:
+        *ret_answered = true;
+        *ret = reply_error(r, &e);
+        return 0;
+}
+
 /* The whole request is in: parse a JSON body, then the route's handler. */
-static enum MHD_Result dispatch(Req *r) {
+static enum MHD_Result dispatch(HttpServer *s, Req *r) {
         const HttpRoute *d = r->route.def;
         if (d->body == HTTP_BODY_JSON || d->body == HTTP_BODY_JSON_OR_EMPTY) {
                 ApiError e = { 0 };
                 if (request_body_parse(r->body ? r->body : "", r->body_len, d->body == HTTP_BODY_JSON_OR_EMPTY,
                                        &r->json, &e) < 0)
                         return e.code ? reply_error(r, &e) : reply_internal(r);
+        }
+        if (d->idempotent && r->key.id[0]) {
+                bool answered = false;
+                enum MHD_Result ret = MHD_YES;
+                int rc = idem_begin(s, r, &answered, &ret);
+                if (rc < 0) {
+                        log_error(r->rid, "Idempotency-Key: %s", strerror(-rc));
+                        return reply_internal(r);
+                }
+                if (answered)
+                        return ret;
         }
         return d->handler(r);
 }
@@ -455,7 +580,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
                 return MHD_YES;
         if (r->refused)
                 return reply_error(r, &r->refusal);
-        return dispatch(r);
+        return dispatch(s, r);
 }
 
 static void request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -474,6 +599,10 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
                          (unsigned long long)ms, (int)toe);
         if (r->upload && r->route.def && r->route.def->upload)
                 r->route.def->upload->free(r->upload);
+        if (r->idem_key) /* no JSON answer was made: a retry runs again */
+                (void)db_idem_finish(r->idem_db, r->key.owner, r->idem_key, 0, NULL);
+        free(r->idem_key);
+        free(r->idem_replay);
         json_decref(r->json);
         free(r->body);
         free(r);

@@ -65,6 +65,14 @@ typedef struct HttpRoute {
         const char *too_large_hint; /* NULL: "send at most 1 MiB of JSON" */
         HttpHandler handler;
         const HttpUpload *upload; /* HTTP_BODY_STREAM only */
+        /* A JSON route whose answer an Idempotency-Key replays: the same key
+         * and request within the key's life get the first answer again, and
+         * the change happens once (http.c; the records are the db's). */
+        bool idempotent;
+        /* With idempotent: the answer streams, so the handler keeps what a
+         * replay needs (req_idem_record, status 202) and gets it back in
+         * r->idem_replay; a reuse with another request is 409 conflict. */
+        bool idem_to_handler;
 } HttpRoute;
 
 typedef struct Route {
@@ -106,6 +114,9 @@ struct Req {
         bool answered; /* a response is queued */
         unsigned status;
         void *upload; /* a streamed body's state (HttpUpload) */
+        Db *idem_db;    /* with idem_key: this request claimed that key */
+        char *idem_key;
+        char *idem_replay; /* idem_to_handler routes: what the first request recorded */
 };
 
 /* Queue a response; the reply functions add X-Request-Id. */
@@ -115,6 +126,10 @@ enum MHD_Result reply_response(Req *r, unsigned status, struct MHD_Response *res
 enum MHD_Result reply_internal(Req *r);
 /* rc < 0: e (or a 500 when e has no code); else j with status. */
 enum MHD_Result reply_result(Req *r, int rc, json_t *j, const ApiError *e, unsigned status);
+
+/* For an idem_to_handler route that claimed its key: records what a retry
+ * with the key gets back in r->idem_replay (JSON text). No-op without a claim. */
+void req_idem_record(Req *r, const char *body);
 
 /* The socket of the request's connection, to notice a client that left. */
 int req_socket(Req *r);

@@ -46,7 +46,6 @@ struct Proc {
         char sandbox_id[PROC_SANDBOX_ID_MAX];
         char owner[128];
         char *command;
-        char *idem_key, *idem_hash;
         uint64_t created_mono;
         int64_t started_unix, ended_unix;
 
@@ -122,8 +121,6 @@ static void proc_free(Proc *p) {
                 free(c);
         }
         free(p->command);
-        free(p->idem_key);
-        free(p->idem_hash);
         free(p->stdin_data);
         pthread_mutex_destroy(&p->write_lock);
         free(p);
@@ -446,8 +443,7 @@ static void *drain(void *userdata) {
 
 /* ---- start, find, list ---- */
 
-int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec, Proc **ret, bool *ret_replayed,
-               SandboxError *e) {
+int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec, Proc **ret, SandboxError *e) {
         const char *sid = sandbox_id(sb);
         pthread_mutex_lock(&t->lock);
         sweep_locked(t, sid);
@@ -458,22 +454,6 @@ int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec,
                         continue;
                 if (!q->ended)
                         running++;
-                if (spec->idem_key && q->idem_key && strcmp(q->idem_key, spec->idem_key) == 0 &&
-                    now - q->created_mono <= PROC_IDEM_MS) {
-                        if (strcmp(q->idem_hash, spec->idem_hash) != 0) {
-                                pthread_mutex_unlock(&t->lock);
-                                sandbox_release(sb);
-                                return sandbox_error(e, SANDBOX_ERR_CONFLICT,
-                                                     "use a new Idempotency-Key for another request",
-                                                     "Idempotency-Key was used with a different request");
-                        }
-                        q->refs++;
-                        pthread_mutex_unlock(&t->lock);
-                        sandbox_release(sb);
-                        *ret = q;
-                        *ret_replayed = true;
-                        return 0;
-                }
         }
         pthread_mutex_unlock(&t->lock);
         if (running >= PROC_MAX_RUNNING) {
@@ -509,12 +489,6 @@ int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec,
                 } else
                         r = -ENOMEM;
         }
-        if (r == 0 && spec->idem_key) {
-                p->idem_key = strdup(spec->idem_key);
-                p->idem_hash = strdup(spec->idem_hash ?: "");
-                if (!p->idem_key || !p->idem_hash)
-                        r = -ENOMEM;
-        }
         if (r == 0 && !p->command)
                 r = -ENOMEM;
         if (r < 0) {
@@ -540,7 +514,6 @@ int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec,
         p->refs++; /* the caller's */
         pthread_mutex_unlock(&t->lock);
         *ret = p;
-        *ret_replayed = false;
         return 0;
 }
 

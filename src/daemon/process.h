@@ -23,7 +23,6 @@
 #define PROC_MAX_RUNNING 32                      /* running processes per sandbox */
 #define PROC_MAX_KEPT 64                         /* processes per sandbox, running or kept */
 #define PROC_RETAIN_MS (10u * 60u * 1000u)       /* a finished process stays readable this long */
-#define PROC_IDEM_MS (10u * 60u * 1000u)         /* an Idempotency-Key's window */
 #define PROC_ID_LEN 21                           /* "proc_" + 16 hex */
 #define PROC_SANDBOX_ID_MAX 32
 
@@ -74,17 +73,14 @@ typedef struct ProcSpec {
         bool stdin_pipe;     /* keep stdin open for proc_write */
         const uint8_t *stdin_data;
         size_t stdin_len;
-        const char *idem_key;  /* NULL: none */
-        const char *idem_hash; /* the request's digest, for a reuse with another body */
 } ProcSpec;
 
 /* Starts a process on sb (the caller's reference is taken over, also on
- * failure) with `request` (borrowed) as the agent's exec request. With an
- * idempotency key seen within its window for the same body, *ret is that
- * first process and *ret_replayed true; another body with the key is a 409.
- * Past PROC_MAX_RUNNING a 429. *ret holds a reference (proc_unref). */
-int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec, Proc **ret, bool *ret_replayed,
-               SandboxError *e);
+ * failure) with `request` (borrowed) as the agent's exec request. Past
+ * PROC_MAX_RUNNING a 429. *ret holds a reference (proc_unref). A retry with
+ * an Idempotency-Key finds its first process through the daemon's one store
+ * of keys (http.c) and proc_find. */
+int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec, Proc **ret, SandboxError *e);
 /* A reference to the process, or NULL (unknown to this owner and sandbox). */
 Proc *proc_find(ProcTable *t, const char *owner, const char *sandbox_id, const char *id);
 void proc_unref(Proc *p);

@@ -10,6 +10,7 @@
 #include "daemon/images.h"
 #include "daemon/keys.h"
 #include "egress/policy.h"
+#include "egress/secret.h"
 
 #define INVALID(e, ...) api_error(e, 400, "invalid_request", NULL, __VA_ARGS__)
 
@@ -272,6 +273,35 @@ static int parse_host_list(json_t *v, const char *field, json_t **ret, ApiError 
         return 0;
 }
 
+int request_parse_secret_scope(json_t *v, const char *field, json_t **ret, ApiError *e) {
+        *ret = NULL;
+        if (!v || json_is_null(v))
+                return 0;
+        if (!json_is_array(v) || json_array_size(v) > REQ_MAX_SECRET_SCOPE)
+                return INVALID(e, "%s must be an array of at most %u secret names ([] is none)", field,
+                               REQ_MAX_SECRET_SCOPE);
+        _cleanup_json_ json_t *out = json_array();
+        if (!out)
+                return -ENOMEM;
+        size_t i;
+        json_t *item;
+        json_array_foreach(v, i, item) {
+                const char *name = json_string_value(item);
+                if (!name || strlen(name) != json_string_length(item) || !egress_secret_name_ok(name))
+                        return INVALID(e, "%s[%zu] must be a secret's name ([A-Za-z_][A-Za-z0-9_]{0,63})", field, i);
+                size_t k;
+                json_t *seen;
+                json_array_foreach(out, k, seen) {
+                        if (strcmp(json_string_value(seen), name) == 0)
+                                return INVALID(e, "%s names %s twice", field, name);
+                }
+                if (json_array_append(out, item) < 0)
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(out);
+        return 0;
+}
+
 int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *e) {
         static const char *const fields[] = { "internet", "allow", "deny", NULL };
         if (v && !json_is_object(v))
@@ -282,6 +312,11 @@ int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *
         _cleanup_json_ json_t *owned = empty;
         if (!v)
                 return -ENOMEM;
+        /* The published client's "connect" (host:port pairs past 80 and 443)
+         * is what allow's host:port patterns already say here. */
+        if (json_object_get(v, "connect"))
+                return api_error(e, 501, "not_implemented", "put host:port patterns in allow, e.g. db.example.com:5432",
+                                 "%s.connect: this daemon takes ports in allow instead", field);
         int r = check_fields(v, field, fields, e);
         if (r < 0)
                 return r;
@@ -295,6 +330,10 @@ int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *
         r = parse_host_list(json_object_get(v, "allow"), sub, &allow, e);
         if (r < 0)
                 return r;
+        /* The published client's allow-list-only form: internet off with an
+         * allow list means those hosts alone, stored as internet on with it. */
+        if (!internet && json_array_size(allow) > 0)
+                internet = true;
         snprintf(sub, sizeof(sub), "%s.deny", field);
         r = parse_host_list(json_object_get(v, "deny"), sub, &deny, e);
         if (r < 0)
@@ -320,6 +359,7 @@ int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *
 
 void create_request_done(CreateRequest *r) {
         json_decref(r->network);
+        json_decref(r->secrets);
         json_decref(r->env);
         json_decref(r->labels);
         free(r->image);
@@ -332,7 +372,7 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
         static const char *const fields[] = { "timeoutSeconds", "onLeaseEnd", "vcpu",   "memoryMiB",
                                               "diskMiB",        "network",    "env",    "image",
                                               "driver",         "name",       "labels", "maxCostMicros",
-                                              "maxTotalCostMicros", NULL };
+                                              "maxTotalCostMicros", "secrets", NULL };
         CreateRequest c = { 0 };
         int64_t n;
         int r = check_fields(body, NULL, fields, e);
@@ -399,6 +439,8 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
         if ((r = parse_env(json_object_get(body, "env"), "env", &c.env, e)) < 0)
                 goto fail;
         if ((r = parse_labels(json_object_get(body, "labels"), &c.labels, e)) < 0)
+                goto fail;
+        if ((r = request_parse_secret_scope(json_object_get(body, "secrets"), "secrets", &c.secrets, e)) < 0)
                 goto fail;
         if (!c.image || (json_object_get(body, "driver") && !json_is_null(json_object_get(body, "driver")) &&
                          !c.driver)) {

@@ -27,6 +27,7 @@
 #define REQ_MAX_LABEL_VALUE 256u
 #define REQ_MAX_NAME 64u
 #define REQ_MAX_HOST_PATTERNS 256u
+#define REQ_MAX_SECRET_SCOPE 100u /* names in a create's "secrets" */
 #define REQ_MAX_HOST_PATTERN 253u
 #define REQ_MAX_ARGV 4096u
 #define REQ_MAX_STDIN (16u * 1024u * 1024u)
@@ -80,6 +81,9 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
 void create_request_done(CreateRequest *r);
 /* The network object of a create or of PUT .../network, normalized. */
 int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *e);
+/* A create's "secrets": the names of the egress secrets the sandbox may use.
+ * *ret is NULL when absent or null (every secret), else a new array. */
+int request_parse_secret_scope(json_t *v, const char *field, json_t **ret, ApiError *e);
 
 /* A trial key's sandbox: smaller defaults and bounds (KEYS_TRIAL_*). 400
  * naming the field. */

@@ -761,14 +761,15 @@ static int check_image(Manager *m, const char *image, SandboxError *e) {
 }
 
 static json_t *spec_json(const CreateRequest *req, const char *driver) {
-        return json_pack("{s:i,s:i,s:i,s:O,s:O,s:s,s:s,s:I,s:s,s:o,s:o}", "vcpu", (int)req->vcpu, "memoryMiB",
+        return json_pack("{s:i,s:i,s:i,s:O,s:O,s:s,s:s,s:I,s:s,s:o,s:o,s:o}", "vcpu", (int)req->vcpu, "memoryMiB",
                          (int)req->memory_mib, "diskMiB", (int)req->disk_mib, "network", req->network, "env",
                          req->env, "image", req->image, "driver", driver, "timeoutSeconds",
                          (json_int_t)req->timeout_seconds, "onLeaseEnd", req->delete_on_lease_end ? "delete" : "stop",
                          "maxCostMicros",
                          req->max_cost_micros >= 0 ? json_integer(req->max_cost_micros) : json_null(),
                          "maxTotalCostMicros",
-                         req->max_total_cost_micros >= 0 ? json_integer(req->max_total_cost_micros) : json_null());
+                         req->max_total_cost_micros >= 0 ? json_integer(req->max_total_cost_micros) : json_null(),
+                         "secrets", req->secrets ? json_incref(req->secrets) : json_null());
 }
 
 static void dollars(char *buf, size_t n, int64_t micros) {
@@ -954,7 +955,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         if (m->egress) {
                 /* The proxy's variables and the secrets' placeholders first;
                  * the creator's own env on top. */
-                sb->env = egress_service_sandbox_env(m->egress, key->owner);
+                sb->env = egress_service_sandbox_env(m->egress, key->owner, req->secrets);
                 if (sb->env)
                         json_object_update(sb->env, req->env);
         } else
@@ -991,7 +992,8 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 goto failed;
         }
         if (m->egress) {
-                if (egress_sandbox_new(m->egress, sb->id, key->owner, req->network, key->trial, &sb->egress) < 0) {
+                if (egress_sandbox_new(m->egress, sb->id, key->owner, req->network, req->secrets, key->trial,
+                                      &sb->egress) < 0) {
                         fail = "out of memory";
                         goto failed;
                 }

@@ -12,6 +12,7 @@ typedef enum SandboxErrorKind {
         SANDBOX_ERR_TOO_LARGE,   /* an input passes a bound */
         SANDBOX_ERR_TOO_MANY,    /* a count passes a bound (sandboxes, streams) */
         SANDBOX_ERR_UNAVAILABLE, /* this host cannot do it now */
+        SANDBOX_ERR_NOT_IMPLEMENTED, /* a feature this daemon does not have */
 } SandboxErrorKind;
 
 typedef struct SandboxError {

@@ -17,6 +17,7 @@ typedef struct CreateRequest {
         json_t *network; /* normalized {"internet","allow","deny"} */
         json_t *env;     /* object string->string */
         json_t *labels;  /* object string->string */
+        json_t *secrets; /* names of the egress secrets it may use; NULL: every one */
         char *image;
         char *driver; /* NULL: the daemon's default */
         char *name;   /* NULL: none */

@@ -40,6 +40,7 @@ typedef struct Tls {
         atomic_uint_fast64_t last_activity;
         uint64_t bytes_out;
         unsigned secrets_used;
+        char refused[192]; /* a request a secret's rules refused: "" if none */
 } Tls;
 
 static uint64_t now_ms(void) {
@@ -195,8 +196,15 @@ static void *pump_requests(void *arg) {
                                 const EgressHead *h = egress_parser_head(parser);
                                 char *fwd = NULL;
                                 size_t fwd_len = 0;
-                                int n = egress_substitute(h->forward, h->forward_len, t->cfg->secrets,
-                                                          t->cfg->n_secrets, t->host, t->port, &fwd, &fwd_len);
+                                char why[160] = "";
+                                int n = egress_secret_prepare_head(h->forward, h->forward_len, t->cfg->secrets,
+                                                                   t->cfg->n_secrets, t->host, t->port, &fwd,
+                                                                   &fwd_len, why, sizeof(why));
+                                if (n == -EACCES) {
+                                        snprintf(t->refused, sizeof(t->refused), "%s", why);
+                                        answer_error(t, 403, "Forbidden", why);
+                                        goto out;
+                                }
                                 if (n < 0) {
                                         answer_error(t, 431, "Request Header Fields Too Large", "request head too large");
                                         goto out;
@@ -349,6 +357,10 @@ int egress_intercept(const EgressIo *io, int upstream, const char *host, uint16_
         pthread_join(thread, NULL);
         rec->bytes_out = t.bytes_out;
         rec->secrets_used = t.secrets_used;
+        if (t.refused[0]) {
+                rec->allowed = false;
+                snprintf(rec->reason, sizeof(rec->reason), "%s", t.refused);
+        }
         ret = 0;
 out:
         SSL_free(t.up);

@@ -384,8 +384,16 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
         } else {
                 char *fwd = NULL;
                 size_t fwd_len = 0;
-                int n = egress_substitute(head->forward, head->forward_len, cfg ? cfg->secrets : NULL,
-                                          cfg ? cfg->n_secrets : 0, head->host, head->port, &fwd, &fwd_len);
+                char why[160] = "";
+                int n = egress_secret_prepare_head(head->forward, head->forward_len, cfg ? cfg->secrets : NULL,
+                                                   cfg ? cfg->n_secrets : 0, head->host, head->port, &fwd, &fwd_len,
+                                                   why, sizeof(why));
+                if (n == -EACCES) {
+                        rec->allowed = false;
+                        record_refusal(rec, "%s", why);
+                        respond(io, 403, "Forbidden", why);
+                        goto out;
+                }
                 if (n < 0)
                         goto out;
                 rec->secrets_used = (unsigned)n;

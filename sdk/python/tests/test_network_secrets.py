@@ -130,3 +130,49 @@ def test_same_names_sync_and_async() -> None:
         return {n for n in dir(cls) if not n.startswith("_")}
     assert names(Secrets) == names(AsyncSecrets)
     assert names(Network) == names(AsyncNetwork)
+
+
+def test_secret_header_rules_rotate_and_pages(fake) -> None:
+    pages = {None: {"secrets": [{"name": "A"}], "next": "A"}, "A": {"secrets": [{"name": "B"}], "next": None}}
+    fake.on("GET", "/v1/egress-secrets", lambda req: httpx.Response(200, json=pages[req.url.params.get("after")]))
+    fake.on("PUT", "/v1/egress-secrets/GH", lambda req: httpx.Response(200, json={"name": "GH"}))
+    fake.on("POST", "/v1/egress-secrets/GH:rotate", lambda req: httpx.Response(200, json={"name": "GH"}))
+    with Secrets(_transport=fake.transport()) as secrets:
+        assert [s["name"] for s in secrets.list()] == ["A", "B"]
+        assert [s["name"] for s in secrets.list(limit=1)] == ["A"]
+        secrets.set("GH", value="v", hosts=["api.github.com"], header="Authorization", format="Bearer {value}",
+                    rules=[{"methods": ["GET"], "paths": ["/repos/*"]}], idempotency_key="k1")
+        req = fake.requests[-1]
+        assert json.loads(req.content) == {"value": "v", "hosts": ["api.github.com"], "header": "Authorization",
+                                           "format": "Bearer {value}",
+                                           "rules": [{"methods": ["GET"], "paths": ["/repos/*"]}]}
+        assert req.headers["Idempotency-Key"] == "k1"
+        secrets.rotate("GH", "v2")
+        assert json.loads(fake.requests[-1].content) == {"value": "v2"}
+        n = len(fake.requests)
+        for kw in ({"header": "Bad Header"}, {"format": "Bearer"}, {"header": "A", "format": "{value}{value}"},
+                   {"format": "{value}"}, {"rules": []}, {"rules": [{"methods": ["GET"]}]}):
+            with pytest.raises(InvalidRequestError):
+                secrets.set("GH", value="v", hosts=["a.org"], **kw)
+        for bad in ("a\tb", "caf\u00e9", ""):
+            with pytest.raises(InvalidRequestError):
+                secrets.rotate("GH", bad)
+        with pytest.raises(InvalidRequestError):
+            secrets.list(limit=0)
+        assert len(fake.requests) == n
+
+
+def test_network_get_off_on(fake) -> None:
+    state = {"internet": True, "allow": ["pypi.org"], "deny": []}
+
+    def put(req: httpx.Request) -> httpx.Response:
+        state.clear()
+        state.update({"allow": [], "deny": [], **json.loads(req.content)})
+        return httpx.Response(200, json={**fake.sandbox, "network": dict(state)})
+    fake.on("PUT", "/v1/sandboxes/sbx_1/network", put)
+    fake.on("GET", "/v1/sandboxes/sbx_1/network", lambda req: httpx.Response(200, json=dict(state)))
+    with Sandbox.create(_transport=fake.transport()) as sbx:
+        assert sbx.network.get() == {"internet": True, "allow": ["pypi.org"], "deny": []}
+        assert sbx.network.off()["internet"] is False
+        assert json.loads(fake.requests[-1].content) == {"internet": False}
+        assert sbx.network.on() == {"internet": True, "allow": [], "deny": []}

@@ -15,6 +15,7 @@ from ._models import CommandResult, FileEntry, FileList, WriteResult
 from ._process import AsyncProcess, Process
 from ._version import __version__
 from .async_sandbox import AsyncFiles, AsyncNetwork, AsyncSandbox, AsyncSecrets
+from .client import AsyncRuntime, Runtime
 from .errors import (
     APIConnectionError,
     APIError,
@@ -45,6 +46,8 @@ __all__ = [
     "AsyncNetwork",
     "Secrets",
     "AsyncSecrets",
+    "Runtime",
+    "AsyncRuntime",
     "CommandResult",
     "CommandError",
     "Process",

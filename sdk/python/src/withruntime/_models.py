@@ -29,8 +29,9 @@ CREATE_FIELDS: Dict[str, str] = {
     "labels": "labels",
     "max_cost_micros": "maxCostMicros",
     "max_total_cost_micros": "maxTotalCostMicros",
+    "secrets": "secrets",
 }
-CLIENT_OPTIONS = ("keep", "api_key", "base_url", "http_timeout")
+CLIENT_OPTIONS = ("keep", "api_key", "base_url", "http_timeout", "idempotency_key")
 
 MAX_PATH_BYTES = 4096
 MAX_EXEC_TIMEOUT_SECONDS = 86400
@@ -564,15 +565,50 @@ def check_secret_name(name: Any) -> str:
     return name
 
 
-def build_secret_body(value: Any, hosts: Any) -> Dict[str, Any]:
+SECRET_HEADER_MAX = 64
+SECRET_FORMAT_MAX = 256
+SECRET_RULES_MAX = 16
+
+
+def check_secret_value(value: Any) -> str:
     if not isinstance(value, str) or not value or len(value.encode()) > SECRET_VALUE_MAX:
         raise InvalidRequestError(f"value must be a string of 1 to {SECRET_VALUE_MAX} bytes")
-    if any(c in value for c in "\r\n\0"):
-        raise InvalidRequestError("value goes into HTTP headers, so it cannot hold CR, LF or NUL")
+    if any(not (" " <= c <= "~") for c in value):
+        raise InvalidRequestError("value goes into HTTP headers: visible ASCII and spaces only "
+                                  "(no CR, LF, tab, NUL or other characters)")
+    return value
+
+
+def build_secret_body(value: Any, hosts: Any, header: Any = None, format: Any = None,
+                      rules: Any = None) -> Dict[str, Any]:
+    """The body of PUT /v1/egress-secrets/{name}. The daemon judges header names, formats and
+    rules strictly; these checks only catch the plain mistakes before a request."""
+    check_secret_value(value)
     hosts = _patterns("hosts", hosts, SECRET_HOSTS_MAX)
     if not hosts:
         raise InvalidRequestError("hosts: name at least one host the value may go to")
-    return {"value": value, "hosts": hosts}
+    body: Dict[str, Any] = {"value": value, "hosts": hosts}
+    if header is not None:
+        if not isinstance(header, str) or not header or len(header) > SECRET_HEADER_MAX \
+                or any(c in header for c in " \t\r\n:"):
+            raise InvalidRequestError(f"header must be a header name of 1 to {SECRET_HEADER_MAX} characters: "
+                                      f"{header!r}")
+        body["header"] = header
+    if format is not None:
+        if header is None:
+            raise InvalidRequestError("format needs a header")
+        if not isinstance(format, str) or format.count("{value}") != 1 or len(format) > SECRET_FORMAT_MAX \
+                or any(not (" " <= c <= "~") for c in format):
+            raise InvalidRequestError("format holds {value} once, in at most "
+                                      f"{SECRET_FORMAT_MAX} visible ASCII characters: {format!r}")
+        body["format"] = format
+    if rules is not None:
+        if not isinstance(rules, (list, tuple)) or not 1 <= len(rules) <= SECRET_RULES_MAX \
+                or not all(isinstance(r, Mapping) and r.get("paths") for r in rules):
+            raise InvalidRequestError(f"rules must be 1 to {SECRET_RULES_MAX} rules, each with paths "
+                                      "(and optionally methods)")
+        body["rules"] = [dict(r) for r in rules]
+    return body
 
 
 def secret_path(name: str) -> str:

@@ -22,6 +22,8 @@ from ._models import (
     build_create_body,
     build_network_body,
     build_secret_body,
+    check_secret_name,
+    check_secret_value,
     check_limit,
     parse_egress_log,
     secret_path,
@@ -98,17 +100,19 @@ class AsyncSandbox(SandboxInfo):
         api_key: Optional[str] = None,
         base_url: Optional[str] = None,
         http_timeout: Optional[float] = None,
+        idempotency_key: Optional[str] = None,
         _transport: Any = None,
         **fields: Any,
     ) -> _Creating:
         """Create and start a sandbox; the fields are those of :meth:`Sandbox.create`."""
         body = build_create_body(fields)
+        headers = idempotency_headers(idempotency_key)
 
         async def make() -> "AsyncSandbox":
             http = _connect(api_key, base_url, http_timeout, _transport)
             try:
                 data = await http.request(
-                    "POST", "/v1/sandboxes", json_body=body, timeout=CREATE_HTTP_TIMEOUT_SECONDS
+                    "POST", "/v1/sandboxes", json_body=body, timeout=CREATE_HTTP_TIMEOUT_SECONDS, headers=headers
                 )
                 return cls(http, data, keep=keep)
             except BaseException:
@@ -190,8 +194,8 @@ class AsyncSandbox(SandboxInfo):
             await self._http.request("GET", sandbox_path(self.id, "/egress"), params={"limit": check_limit(limit)})
         )
 
-    async def delete(self) -> None:
-        await self._http.request("DELETE", sandbox_path(self.id))
+    async def delete(self, idempotency_key: Optional[str] = None) -> None:
+        await self._http.request("DELETE", sandbox_path(self.id), headers=idempotency_headers(idempotency_key))
         self._data["state"] = "deleted"
 
     async def close(self) -> None:
@@ -427,6 +431,22 @@ class AsyncNetwork(Dict[str, Any]):
         await self._sandbox.set_network(body)
         return self._sandbox.network
 
+    async def get(self) -> "AsyncNetwork":
+        """The sandbox's network settings as the daemon holds them now."""
+        data = await self._sandbox._http.request("GET", sandbox_path(self._sandbox.id, "/network"))
+        self._sandbox._data["network"] = data
+        return self._sandbox.network
+
+    async def off(self) -> "AsyncNetwork":
+        """No outbound connections at all."""
+        await self._sandbox.set_network({"internet": False})
+        return self._sandbox.network
+
+    async def on(self) -> "AsyncNetwork":
+        """Any public host, on ports 80 and 443, and nothing narrower."""
+        await self._sandbox.set_network({"internet": True})
+        return self._sandbox.network
+
 
 class AsyncSecrets:
     """The awaitable twin of :class:`withruntime.sandbox.Secrets`."""
@@ -441,19 +461,57 @@ class AsyncSecrets:
     ) -> None:
         self._http = _connect(api_key, base_url, http_timeout, _transport)
 
-    async def set(self, name: str, value: str, hosts: Sequence[str]) -> Dict[str, Any]:
-        body = build_secret_body(value, hosts)
-        return dict(await self._http.request("PUT", secret_path(name), json_body=body))
+    async def set(
+        self,
+        name: str,
+        value: Optional[str] = None,
+        hosts: Optional[Sequence[str]] = None,
+        *,
+        header: Optional[str] = None,
+        format: Optional[str] = None,
+        rules: Optional[Sequence[Mapping[str, Any]]] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Store or replace a secret; returns ``{name, hosts, placeholder, header, format, rules}``.
+
+        ``value`` is visible ASCII and spaces, at most 8 KiB. ``hosts`` are names or
+        ``*.domain``. ``header`` (with ``format``, ``{value}`` where the secret goes) makes the
+        proxy set that header on every request to the hosts. ``rules`` (1 to 16, such as
+        ``[{"methods": ["GET"], "paths": ["/repos/acme/*"]}]``) limit the value to the requests
+        a rule allows; others are refused and logged. A replace keeps the placeholder and sets
+        everything else anew: rules or a header left out are cleared."""
+        body = build_secret_body(value, hosts, header, format, rules)
+        return dict(await self._http.request("PUT", secret_path(name), json_body=body,
+                                             headers=idempotency_headers(idempotency_key)))
+
+    async def rotate(self, name: str, value: str, *, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+        """A new value for a secret, with its placeholder, hosts, header and rules kept."""
+        body = {"value": check_secret_value(value)}
+        return dict(await self._http.request("POST", secret_path(name) + ":rotate", json_body=body,
+                                             headers=idempotency_headers(idempotency_key)))
 
     async def get(self, name: str) -> Dict[str, Any]:
         return dict(await self._http.request("GET", secret_path(name)))
 
-    async def list(self) -> List[Dict[str, Any]]:
-        data = await self._http.request("GET", "/v1/egress-secrets")
-        return [s for s in (data or {}).get("secrets", []) if isinstance(s, dict)]
+    async def list(self, *, limit: Optional[int] = None, after: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Names, hosts, headers and placeholders; never values. With ``limit`` (1 to 100) or
+        ``after`` (a name), one page by name; without, every secret."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100):
+            raise InvalidRequestError("limit must be an integer from 1 to 100")
+        out: List[Dict[str, Any]] = []
+        start = check_secret_name(after) if after is not None else None
+        while True:
+            params = {k: v for k, v in (("limit", limit), ("after", start)) if v is not None}
+            data = await self._http.request("GET", "/v1/egress-secrets", params=params or None)
+            out += [s for s in (data or {}).get("secrets", []) if isinstance(s, dict)]
+            if limit is not None or after is not None or not (data or {}).get("next"):
+                return out
+            start = data["next"]
 
-    async def delete(self, name: str) -> None:
-        await self._http.request("DELETE", secret_path(name))
+    async def delete(self, name: str, *, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+        """Delete a secret: its placeholder stops working for new requests."""
+        return dict(await self._http.request("DELETE", secret_path(name),
+                                             headers=idempotency_headers(idempotency_key)) or {})
 
     async def close(self) -> None:
         await self._http.aclose()

@@ -20,6 +20,8 @@ from ._models import (
     build_create_body,
     build_network_body,
     build_secret_body,
+    check_secret_name,
+    check_secret_value,
     check_limit,
     parse_egress_log,
     secret_path,
@@ -76,6 +78,7 @@ class Sandbox(SandboxInfo):
         api_key: Optional[str] = None,
         base_url: Optional[str] = None,
         http_timeout: Optional[float] = None,
+        idempotency_key: Optional[str] = None,
         _transport: Any = None,
         **fields: Any,
     ) -> "Sandbox":
@@ -84,7 +87,12 @@ class Sandbox(SandboxInfo):
         Fields (all optional, the API's defaults apply): ``timeout_seconds``, ``on_lease_end``
         (``"stop"`` or ``"delete"``), ``vcpu``, ``memory_mib``, ``disk_mib``, ``network``
         (``{"internet": bool, "allow": [...], "deny": [...]}``), ``env``, ``image``,
-        ``driver``, ``name``, ``labels``, ``max_cost_micros``, ``max_total_cost_micros``.
+        ``driver``, ``name``, ``labels``, ``max_cost_micros``, ``max_total_cost_micros``,
+        ``secrets`` (the names of the egress secrets it may use, fixed for its life; ``[]`` is
+        none, left out every secret).
+
+        ``idempotency_key``: a retry with the same key within a day answers the sandbox the
+        first call made (``replayed`` is then true), and never makes or bills a second.
 
         ``keep=True`` leaves the sandbox running after a ``with`` block. ``api_key`` and
         ``base_url`` override ``RUNTIME_API_KEY`` and ``RUNTIME_BASE_URL``.
@@ -92,7 +100,8 @@ class Sandbox(SandboxInfo):
         body = build_create_body(fields)
         http = _connect(api_key, base_url, http_timeout, _transport)
         try:
-            data = http.request("POST", "/v1/sandboxes", json_body=body, timeout=CREATE_HTTP_TIMEOUT_SECONDS)
+            data = http.request("POST", "/v1/sandboxes", json_body=body, timeout=CREATE_HTTP_TIMEOUT_SECONDS,
+                                headers=idempotency_headers(idempotency_key))
             return cls(http, data, keep=keep)
         except BaseException:
             http.close()
@@ -175,9 +184,9 @@ class Sandbox(SandboxInfo):
             self._http.request("GET", sandbox_path(self.id, "/egress"), params={"limit": check_limit(limit)})
         )
 
-    def delete(self) -> None:
+    def delete(self, idempotency_key: Optional[str] = None) -> None:
         """Stop the sandbox and remove its files and everything it had on the host."""
-        self._http.request("DELETE", sandbox_path(self.id))
+        self._http.request("DELETE", sandbox_path(self.id), headers=idempotency_headers(idempotency_key))
         self._data["state"] = "deleted"
 
     def close(self) -> None:
@@ -447,6 +456,22 @@ class Network(Dict[str, Any]):
         self._sandbox.set_network(body)
         return self._sandbox.network
 
+    def get(self) -> "Network":
+        """The sandbox's network settings as the daemon holds them now."""
+        data = self._sandbox._http.request("GET", sandbox_path(self._sandbox.id, "/network"))
+        self._sandbox._data["network"] = data
+        return self._sandbox.network
+
+    def off(self) -> "Network":
+        """No outbound connections at all."""
+        self._sandbox.set_network({"internet": False})
+        return self._sandbox.network
+
+    def on(self) -> "Network":
+        """Any public host, on ports 80 and 443, and nothing narrower."""
+        self._sandbox.set_network({"internet": True})
+        return self._sandbox.network
+
 
 class Secrets:
     """The key owner's egress secrets: values the proxy puts in place of a placeholder in
@@ -463,20 +488,57 @@ class Secrets:
     ) -> None:
         self._http = _connect(api_key, base_url, http_timeout, _transport)
 
-    def set(self, name: str, value: str, hosts: Sequence[str]) -> Dict[str, Any]:
-        """Store (or replace) a secret; returns ``{name, hosts, placeholder, ...}``."""
-        body = build_secret_body(value, hosts)
-        return dict(self._http.request("PUT", secret_path(name), json_body=body))
+    def set(
+        self,
+        name: str,
+        value: Optional[str] = None,
+        hosts: Optional[Sequence[str]] = None,
+        *,
+        header: Optional[str] = None,
+        format: Optional[str] = None,
+        rules: Optional[Sequence[Mapping[str, Any]]] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Store or replace a secret; returns ``{name, hosts, placeholder, header, format, rules}``.
+
+        ``value`` is visible ASCII and spaces, at most 8 KiB. ``hosts`` are names or
+        ``*.domain``. ``header`` (with ``format``, ``{value}`` where the secret goes) makes the
+        proxy set that header on every request to the hosts. ``rules`` (1 to 16, such as
+        ``[{"methods": ["GET"], "paths": ["/repos/acme/*"]}]``) limit the value to the requests
+        a rule allows; others are refused and logged. A replace keeps the placeholder and sets
+        everything else anew: rules or a header left out are cleared."""
+        body = build_secret_body(value, hosts, header, format, rules)
+        return dict(self._http.request("PUT", secret_path(name), json_body=body,
+                                             headers=idempotency_headers(idempotency_key)))
+
+    def rotate(self, name: str, value: str, *, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+        """A new value for a secret, with its placeholder, hosts, header and rules kept."""
+        body = {"value": check_secret_value(value)}
+        return dict(self._http.request("POST", secret_path(name) + ":rotate", json_body=body,
+                                             headers=idempotency_headers(idempotency_key)))
 
     def get(self, name: str) -> Dict[str, Any]:
         return dict(self._http.request("GET", secret_path(name)))
 
-    def list(self) -> List[Dict[str, Any]]:
-        data = self._http.request("GET", "/v1/egress-secrets")
-        return [s for s in (data or {}).get("secrets", []) if isinstance(s, dict)]
+    def list(self, *, limit: Optional[int] = None, after: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Names, hosts, headers and placeholders; never values. With ``limit`` (1 to 100) or
+        ``after`` (a name), one page by name; without, every secret."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100):
+            raise InvalidRequestError("limit must be an integer from 1 to 100")
+        out: List[Dict[str, Any]] = []
+        start = check_secret_name(after) if after is not None else None
+        while True:
+            params = {k: v for k, v in (("limit", limit), ("after", start)) if v is not None}
+            data = self._http.request("GET", "/v1/egress-secrets", params=params or None)
+            out += [s for s in (data or {}).get("secrets", []) if isinstance(s, dict)]
+            if limit is not None or after is not None or not (data or {}).get("next"):
+                return out
+            start = data["next"]
 
-    def delete(self, name: str) -> None:
-        self._http.request("DELETE", secret_path(name))
+    def delete(self, name: str, *, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+        """Delete a secret: its placeholder stops working for new requests."""
+        return dict(self._http.request("DELETE", secret_path(name),
+                                             headers=idempotency_headers(idempotency_key)) or {})
 
     def close(self) -> None:
         self._http.close()
