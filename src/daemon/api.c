@@ -16,6 +16,7 @@
 #include "daemon/api_images.h"
 #include "daemon/api_interpreter.h"
 #include "daemon/api_keys.h"
+#include "daemon/api_lifecycle.h"
 #include "daemon/api_processes.h"
 #include "daemon/api_sandboxes.h"
 #include "daemon/api_system.h"
@@ -91,6 +92,12 @@ const HttpRoute api_routes[] = {
           handle_sandbox_stop),
         RI(ROUTE_SANDBOX_EXTEND, "extend", "POST", SBX ":extend", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_sandbox_extend),
+        RI(ROUTE_SANDBOX_PAUSE, "pause", "POST", SBX ":pause", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+          handle_sandbox_pause),
+        RI(ROUTE_SANDBOX_WAKE, "wake", "POST", SBX ":wake", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+          handle_sandbox_wake),
+        RI(ROUTE_SANDBOX_RESTART, "restart", "POST", SBX ":restart", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+          handle_sandbox_restart),
         R(ROUTE_SANDBOX_NETWORK_GET, "network_get", "GET", SBX "/network", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_sandbox_network_get),
         RI(ROUTE_SANDBOX_NETWORK, "network", "PUT", SBX "/network", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
@@ -216,6 +223,7 @@ int api_sandbox_error(const SandboxError *se, ApiError *e) {
                 [SANDBOX_ERR_INVALID] = { 400, "invalid_request" },
                 [SANDBOX_ERR_NOT_FOUND] = { 404, "not_found" },
                 [SANDBOX_ERR_CONFLICT] = { 409, "conflict" },
+                [SANDBOX_ERR_NOT_PAUSED] = { 409, "not_paused" },
                 [SANDBOX_ERR_OVER_BUDGET] = { 409, "budget_exceeded" },
                 [SANDBOX_ERR_SPENDING] = { 402, "spending_limit_reached" },
                 [SANDBOX_ERR_TOO_LARGE] = { 413, "payload_too_large" },

@@ -40,6 +40,18 @@ static json_t *row_json(Manager *m, const SandboxRow *r) {
                          json_time_or_null(r->lease_ends_at), "costMicrosPerHour", (json_int_t)per_hour, "costMicros",
                          (json_int_t)cost, "maxCostMicros", max_cost ? max_cost : json_null(), "failureReason",
                          r->failure_reason ? json_string(r->failure_reason) : json_null());
+        /* The lifecycle's fields: a paused sandbox costs its disk only. */
+        json_t *idle = json_object_get(spec, "idlePauseSeconds");
+        json_t *paused_at = json_object_get(spec, "pausedAt");
+        uint64_t paused_cost = sandbox_row_paused_cost(m, r, time_now_unix());
+        if (j && (json_object_set_new(j, "costMicros", json_integer((json_int_t)(cost + paused_cost))) < 0 ||
+                  json_object_set_new(j, "pausedAt", json_time_or_null(json_integer_value(paused_at))) < 0 ||
+                  json_object_set_new(j, "idlePauseSeconds", json_integer(json_integer_value(idle))) < 0 ||
+                  json_object_set_new(j, "autoWake", json_boolean(!json_is_false(json_object_get(spec, "autoWake")))) < 0 ||
+                  json_object_set_new(j, "pausable", json_boolean(!json_is_false(json_object_get(spec, "pausable")))) < 0)) {
+                json_decref(j);
+                return NULL;
+        }
         if (j && (json_object_set_new(j, "runSeconds", json_integer(run_seconds)) < 0 ||
                   json_object_set(j, "maxTotalCostMicros", max_total ? max_total : json_null()) < 0 ||
                   json_object_set(j, "secrets", json_object_get(spec, "secrets") ?: json_null()) < 0)) {
@@ -50,7 +62,7 @@ static json_t *row_json(Manager *m, const SandboxRow *r) {
 }
 
 /* Answers a manager call's row (cleared here) with status, or its error. */
-static enum MHD_Result reply_row(Req *r, int rc, SandboxRow *row, const SandboxError *se, unsigned status) {
+enum MHD_Result api_reply_sandbox_row(Req *r, int rc, SandboxRow *row, const SandboxError *se, unsigned status) {
         ApiError e = { 0 };
         if (rc < 0) {
                 api_sandbox_error(se, &e);
@@ -109,14 +121,14 @@ enum MHD_Result handle_sandbox_create(Req *r) {
         }
         rc = sandbox_create(r->app->manager, &r->key, &cr, r->rid, &row, &se);
         create_request_done(&cr);
-        return reply_row(r, rc, &row, &se, 201);
+        return api_reply_sandbox_row(r, rc, &row, &se, 201);
 }
 
 enum MHD_Result handle_sandbox_get(Req *r) {
         SandboxError se;
         SandboxRow row;
         int rc = sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se);
-        return reply_row(r, rc, &row, &se, 200);
+        return api_reply_sandbox_row(r, rc, &row, &se, 200);
 }
 
 enum MHD_Result handle_sandbox_delete(Req *r) {
@@ -140,7 +152,7 @@ enum MHD_Result handle_sandbox_stop(Req *r) {
                 return reply_error(r, &e);
         }
         int rc = sandbox_stop(r->app->manager, &r->key, r->route.sandbox_id, r->rid, &row, &se);
-        return reply_row(r, rc, &row, &se, 200);
+        return api_reply_sandbox_row(r, rc, &row, &se, 200);
 }
 
 enum MHD_Result handle_sandbox_extend(Req *r) {
@@ -151,7 +163,7 @@ enum MHD_Result handle_sandbox_extend(Req *r) {
         if (request_parse_extend(r->json, &seconds, &e) < 0)
                 return reply_result(r, -EINVAL, NULL, &e, 0);
         int rc = sandbox_extend(r->app->manager, &r->key, r->route.sandbox_id, seconds, &row, &se);
-        return reply_row(r, rc, &row, &se, 200);
+        return api_reply_sandbox_row(r, rc, &row, &se, 200);
 }
 
 enum MHD_Result handle_sandbox_network(Req *r) {
@@ -162,7 +174,7 @@ enum MHD_Result handle_sandbox_network(Req *r) {
         if (request_parse_network(r->json, "network", &net, &e) < 0)
                 return reply_result(r, -EINVAL, NULL, &e, 0);
         int rc = sandbox_set_network(r->app->manager, &r->key, r->route.sandbox_id, net, &row, &se);
-        return reply_row(r, rc, &row, &se, 200);
+        return api_reply_sandbox_row(r, rc, &row, &se, 200);
 }
 
 enum MHD_Result handle_sandbox_network_get(Req *r) {

@@ -103,6 +103,10 @@ int request_parse_mkdir(json_t *body, char **ret_path, bool *ret_parents, ApiErr
 int request_parse_remove(json_t *body, char **ret_path, bool *ret_recursive, ApiError *e);
 int request_parse_rename(json_t *body, char **ret_from, char **ret_to, ApiError *e);
 int request_parse_extend(json_t *body, int64_t *ret_seconds, ApiError *e);
+/* :wake's body: an optional timeoutSeconds (0 in *ret when left out). */
+int request_parse_wake(json_t *body, int64_t *ret_timeout_seconds, ApiError *e);
+/* A body that takes no fields ({} or none): :pause, :restart. */
+int request_parse_no_fields(json_t *body, ApiError *e);
 /* A file mode from a query string: octal, at most 0777. */
 int request_parse_mode(const char *s, unsigned *ret, ApiError *e);
 /* A list depth from a query string: 1..10. */

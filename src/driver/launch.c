@@ -460,6 +460,22 @@ bool launch_alive(DriverInstance *inst) {
         return poll(&pfd, 1, 0) == 0;
 }
 
+/* A freeze waits for tasks in uninterruptible sleeps (disk I/O) to reach a
+ * point where they can stop; longer than this and the pause is refused. */
+#define LAUNCH_FREEZE_TIMEOUT_MS 5000
+
+int launch_pause(DriverInstance *inst) {
+        if (!inst || !inst->cg)
+                return -EINVAL;
+        return cgroup_freeze(inst->cg, true, LAUNCH_FREEZE_TIMEOUT_MS);
+}
+
+int launch_resume(DriverInstance *inst) {
+        if (!inst || !inst->cg)
+                return -EINVAL;
+        return cgroup_freeze(inst->cg, false, 0);
+}
+
 int launch_stats(DriverInstance *inst, DriverStats *ret) {
         if (!inst || !inst->cg)
                 return -EINVAL;

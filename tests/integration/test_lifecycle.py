@@ -1,0 +1,304 @@
+"""Lifecycle: :pause keeps memory and processes (the cgroup freezer on namespace and gVisor, QMP's
+stop on the microVM), :wake carries the same processes on, :stop then :wake (or :restart) boots
+the sandbox again from its disk; leases, idle time and auto-wake drive the same transitions; the
+heartbeat spares a paused sandbox; a daemon killed while one is paused leaves it stopped, ready to
+wake. What is driver-independent runs on one driver; what a driver does runs on each (a subset on
+the emulated microVM)."""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import _finish_daemon, _start_daemon
+from helpers import Api, assert_error, cgroup_dirs, host_pids, wait_until
+
+# A loop whose count lives only in its shell's memory: a restarted process would count from 1.
+COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /workspace/n.tmp; mv /workspace/n.tmp /workspace/n; sleep 0.05; done"
+
+
+def start_counter(api, sbx) -> str:
+    r = api.post(f"/v1/sandboxes/{sbx.id}/processes", json={"command": COUNTER})
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def count(sbx) -> int:
+    out = sbx.exec("cat /workspace/n 2>/dev/null || echo 0")["stdout"].strip()
+    return int(out or 0)
+
+
+def pause(api, sid: str, status: int = 200) -> dict:
+    r = api.post(f"/v1/sandboxes/{sid}:pause", json={})
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+def wake(api, sid: str, **body) -> dict:
+    r = api.post(f"/v1/sandboxes/{sid}:wake", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def freezer_frozen(sid: str) -> bool | None:
+    """The host's word on the sandbox's cgroup: None where it has no freezer file."""
+    seen = None
+    for d in cgroup_dirs(sid):
+        for name, frozen in (("freezer.state", "FROZEN"), ("cgroup.freeze", "1")):
+            p = d / name
+            if p.exists():
+                value = p.read_text().strip()
+                if value == frozen:
+                    return True
+                seen = False
+    return seen
+
+
+def cpu_usage_ns(sid: str) -> int | None:
+    for d in cgroup_dirs(sid):
+        p = d / "cpuacct.usage"
+        if p.exists():
+            return int(p.read_text())
+        p = d / "cpu.stat"
+        if p.exists():
+            for line in p.read_text().splitlines():
+                k, _, v = line.partition(" ")
+                if k == "usage_usec":
+                    return int(v) * 1000
+    return None
+
+
+def steady_for(seconds: float, read, what: str):
+    """Observes read() for `seconds` and asserts it never changes: the subject here is that
+    nothing happens over a stretch of time, so the test watches it rather than sleeping."""
+    first = read()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        now = read()
+        assert now == first, f"{what} changed from {first!r} to {now!r}"
+        time.sleep(0.1)
+    return first
+
+
+@pytest.mark.microvm_subset
+def test_pause_keeps_processes_and_wake_carries_on(api, driver):
+    sbx = api.create_sandbox(driver=driver, autoWake=False, timeoutSeconds=900)
+    pid = start_counter(api, sbx)
+    bound = 240 if driver == "microvm" else 60
+    wait_until(lambda: count(sbx) >= 20, bound, 0.2, what="the counter reached 20")
+    before = count(sbx)
+    got = pause(api, sbx.id)
+    assert got["state"] == "paused" and got["pausedAt"] and got["leaseEndsAt"] is None, got
+    assert api.sandbox(sbx.id)["state"] == "paused"
+    if driver in ("namespace", "gvisor"):
+        assert freezer_frozen(sbx.id) is True, "the sandbox's cgroup is not frozen"
+        usage = cpu_usage_ns(sbx.id)
+        if usage is not None:
+            steady_for(1.0, lambda: cpu_usage_ns(sbx.id), "CPU time of a paused sandbox")
+    # Paused, without auto-wake: a command is refused with the state, nothing runs.
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:exec", json={"command": "true"}), 409, "conflict",
+                 mentions="paused")
+    run_before = api.sandbox(sbx.id)["runSeconds"]
+    woke = wake(api, sbx.id)
+    assert woke["state"] == "running" and woke["pausedAt"] is None and woke["leaseEndsAt"], woke
+    assert woke["runSeconds"] == run_before
+    if driver in ("namespace", "gvisor"):
+        assert freezer_frozen(sbx.id) is False
+    after = count(sbx)
+    # The same loop: its count carries on from where it stood (a new one would start at 1).
+    assert after >= before, (before, after)
+    wait_until(lambda: count(sbx) > after, bound, 0.2, what="the counter to carry on")
+    proc = api.get(f"/v1/sandboxes/{sbx.id}/processes/{pid}").json()
+    assert proc["state"] == "running", proc
+
+
+def test_transitions_refused_say_the_state(api, any_driver):
+    sbx = api.create_sandbox(driver=any_driver)
+    err = assert_error(api.post(f"/v1/sandboxes/{sbx.id}:wake", json={}), 409, "not_paused",
+                       mentions="running")
+    assert "not paused" in err["message"]
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:pause", json={"now": True}), 400, "invalid_request",
+                 mentions="now")
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:wake", json={"timeoutSeconds": 0}), 400,
+                 "invalid_request", mentions="timeoutSeconds")
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:wake", json={"timeoutSeconds": "9"}), 400,
+                 "invalid_request", mentions="timeoutSeconds")
+    assert pause(api, sbx.id)["state"] == "paused"
+    # Pausing a paused sandbox is where it was asked to be.
+    assert pause(api, sbx.id)["state"] == "paused"
+    r = api.post(f"/v1/sandboxes/{sbx.id}:stop", json={})
+    assert r.status_code == 200 and r.json()["state"] == "stopped", r.text
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:pause", json={}), 409, "conflict", mentions="stopped")
+    # Another owner's sandbox is not there at all.
+    key = api.post("/v1/keys", json={"name": "other-owner", "owner": "someone-else"})
+    assert key.status_code == 201, key.text
+    other = Api(api.daemon, key=key.json()["key"])
+    try:
+        for verb in ("pause", "wake", "restart"):
+            assert_error(other.post(f"/v1/sandboxes/{sbx.id}:{verb}", json={}), 404, "not_found")
+    finally:
+        other.close()
+    assert_error(api.post("/v1/sandboxes/sbx_nosuchsandbox0000:pause", json={}), 404, "not_found")
+
+
+def test_pausable_false_refuses(api, any_driver):
+    sbx = api.create_sandbox(driver=any_driver, pausable=False)
+    assert sbx["pausable"] is False
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:pause", json={}), 409, "conflict", mentions="pausable")
+    assert_error(api.post("/v1/sandboxes", json={"pausable": False, "onLeaseEnd": "pause"}), 400,
+                 "invalid_request", mentions="pausable")
+    assert_error(api.post("/v1/sandboxes", json={"onLeaseEnd": "hibernate"}), 400, "invalid_request",
+                 mentions="onLeaseEnd")
+    assert_error(api.post("/v1/sandboxes", json={"idlePauseSeconds": -1}), 400, "invalid_request",
+                 mentions="idlePauseSeconds")
+    assert_error(api.post("/v1/sandboxes", json={"autoWake": "yes"}), 400, "invalid_request",
+                 mentions="autoWake")
+
+
+def test_auto_wake_serves_a_paused_sandbox(api, any_driver):
+    sbx = api.create_sandbox(driver=any_driver)
+    assert sbx["autoWake"] is True
+    sbx.write("/workspace/a.txt", b"kept")
+    pause(api, sbx.id)
+    # A command and a file call each wake it first.
+    assert sbx.run("echo hi") == "hi\n"
+    assert api.sandbox(sbx.id)["state"] == "running"
+    pause(api, sbx.id)
+    assert sbx.read("/workspace/a.txt") == b"kept"
+    assert api.sandbox(sbx.id)["state"] == "running"
+
+
+@pytest.mark.microvm_subset
+@pytest.mark.parametrize("verb", ["wake", "restart"])
+def test_stop_then_boot_from_disk(api, driver, verb):
+    sbx = api.create_sandbox(driver=driver)
+    sbx.write("/workspace/kept.txt", b"files stay")
+    pid = start_counter(api, sbx)
+    wait_until(lambda: count(sbx) >= 1, 240 if driver == "microvm" else 60, 0.2, what="the counter")
+    r = api.post(f"/v1/sandboxes/{sbx.id}:stop", json={})
+    assert r.status_code == 200 and r.json()["state"] == "stopped", r.text
+    assert not host_pids(sbx.id)
+    r = api.post(f"/v1/sandboxes/{sbx.id}:{verb}", json={})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["state"] == "running" and got["failureReason"] is None and got["leaseEndsAt"], got
+    assert sbx.read("/workspace/kept.txt") == b"files stay"
+    # Memory is not kept: the loop is gone and its process with it.
+    assert "while :" not in sbx.exec("ps -eo args")["stdout"]
+    proc = api.get(f"/v1/sandboxes/{sbx.id}/processes/{pid}")
+    assert proc.status_code == 404 or proc.json()["state"] != "running", proc.text
+
+
+def test_restart_of_running_and_paused(api, any_driver):
+    sbx = api.create_sandbox(driver=any_driver)
+    sbx.write("/workspace/f", b"1")
+    boot = sbx.run("cat /proc/sys/kernel/random/boot_id; echo $$")
+    r = api.post(f"/v1/sandboxes/{sbx.id}:restart", json={})
+    assert r.status_code == 200 and r.json()["state"] == "running", r.text
+    assert sbx.read("/workspace/f") == b"1"
+    pause(api, sbx.id)
+    r = api.post(f"/v1/sandboxes/{sbx.id}:restart", json={})
+    assert r.status_code == 200 and r.json()["state"] == "running", r.text
+    assert sbx.read("/workspace/f") == b"1"
+    assert sbx.run("echo ok") == "ok\n"
+    assert boot  # the first boot answered too
+
+
+def test_paused_sandbox_is_billed_for_its_disk_only(api, any_driver):
+    sbx = api.create_sandbox(driver=any_driver, diskMiB=1024)
+    got = pause(api, sbx.id)
+    run = got["runSeconds"]
+    steady_for(2.2, lambda: api.sandbox(sbx.id)["runSeconds"], "runSeconds of a paused sandbox")
+    assert api.sandbox(sbx.id)["runSeconds"] == run
+    usage = api.get("/v1/usage").json()
+    text = repr(usage)
+    assert f"{sbx.id}:disk" in text, usage
+    woke = wake(api, sbx.id)
+    assert woke["state"] == "running"
+    wait_until(lambda: api.sandbox(sbx.id)["runSeconds"] > run, 15, 0.2,
+               what="running time to count again after the wake")
+
+
+def test_concurrent_transitions_serialise(api, any_driver):
+    sbx = api.create_sandbox(driver=any_driver)
+    verbs = ["pause", "wake"] * 6
+
+    def call(verb):
+        r = api.post(f"/v1/sandboxes/{sbx.id}:{verb}", json={})
+        return verb, r.status_code, r.json()
+
+    with concurrent.futures.ThreadPoolExecutor(len(verbs)) as pool:
+        results = list(pool.map(call, verbs))
+    for verb, status, body in results:
+        if status == 200:
+            assert body["state"] in ("paused", "running"), body
+            assert body["state"] == ("paused" if verb == "pause" else "running"), (verb, body)
+        else:
+            assert status == 409, (verb, status, body)
+            assert body["error"]["code"] == "not_paused" and verb == "wake", body
+    state = api.sandbox(sbx.id)["state"]
+    assert state in ("paused", "running")
+    if state == "paused":
+        wake(api, sbx.id)
+    assert sbx.run("echo alive") == "alive\n"
+
+
+def test_lease_end_pauses_and_wake_gives_a_new_lease(api, any_driver):
+    sbx = api.create_sandbox(driver=any_driver, timeoutSeconds=2, onLeaseEnd="pause")
+    assert sbx["onLeaseEnd"] == "pause"
+    st = api.wait_state(sbx.id, "paused", 20)
+    assert st["leaseEndsAt"] is None and st["pausedAt"], st
+    woke = wake(api, sbx.id, timeoutSeconds=600)
+    assert woke["state"] == "running"
+    # The old lease's timer does not fire again on the new one.
+    steady_for(3.0, lambda: api.sandbox(sbx.id)["state"], "state after a wake with a new lease")
+    assert sbx.run("echo ok") == "ok\n"
+
+
+@pytest.fixture
+def quick_daemon(build_dir, image_dir, tmp_path):
+    """A daemon whose idle pause may be short and whose heartbeat is fast."""
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state",
+                               f"runtime-test-{os.getpid()}-lifecycle",
+                               extra_args=["--idle-pause-min-seconds", "1", "--heartbeat-interval-ms", "1000",
+                                           "--heartbeat-timeout-ms", "2000"])
+    yield d
+    if d.alive():
+        with d.client() as c:
+            for s in c.get("/v1/sandboxes").json().get("sandboxes", []):
+                c.delete(f"/v1/sandboxes/{s['id']}")
+    _finish_daemon(d)
+
+
+def test_idle_pause_and_the_heartbeat(quick_daemon, any_driver):
+    with quick_daemon.client() as api:
+        r = api.post("/v1/sandboxes", json={"driver": any_driver, "idlePauseSeconds": 2})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        assert r.json()["idlePauseSeconds"] == 2
+        api.wait_state(sid, "paused", 30)
+        # Paused for well past the heartbeat's 2 s timeout: not failed.
+        steady_for(4.0, lambda: api.get(f"/v1/sandboxes/{sid}").json()["state"], "a paused sandbox's state")
+        r = api.post(f"/v1/sandboxes/{sid}:exec", json={"command": "echo back"})
+        assert r.status_code == 200 and r.json()["stdout"] == "back\n", r.text
+        # Awake again and answering its heartbeat: a command keeps it busy, then it idles again.
+        api.wait_state(sid, "paused", 30)
+        api.delete(f"/v1/sandboxes/{sid}")
+
+
+def test_daemon_killed_while_paused(fresh_daemon, fresh_api, any_driver):
+    sbx = fresh_api.create_sandbox(driver=any_driver)
+    sbx.write("/workspace/kept.txt", b"still here")
+    pause(fresh_api, sbx.id)
+    os.kill(fresh_daemon.pid, signal.SIGKILL)
+    fresh_daemon.proc.wait(30)
+    fresh_daemon.start()
+    st = fresh_api.sandbox(sbx.id)
+    assert st["state"] == "stopped" and st["failureReason"] == "daemon restarted", st
+    assert not host_pids(sbx.id)
+    woke = wake(fresh_api, sbx.id)
+    assert woke["state"] == "running", woke
+    assert sbx.read("/workspace/kept.txt") == b"still here"
