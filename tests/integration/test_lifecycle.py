@@ -141,7 +141,8 @@ def test_transitions_refused_say_the_state(api, any_driver):
             assert_error(other.post(f"/v1/sandboxes/{sbx.id}:{verb}", json={}), 404, "not_found")
     finally:
         other.close()
-    assert_error(api.post("/v1/sandboxes/sbx_nosuchsandbox0000:pause", json={}), 404, "not_found")
+    assert_error(api.post("/v1/sandboxes/sbx_00000000000000000000:pause", json={}), 404, "not_found",
+                 mentions="no sandbox")
 
 
 def test_pausable_false_refuses(api, any_driver):
@@ -302,3 +303,65 @@ def test_daemon_killed_while_paused(fresh_daemon, fresh_api, any_driver):
     woke = wake(fresh_api, sbx.id)
     assert woke["state"] == "running", woke
     assert sbx.read("/workspace/kept.txt") == b"still here"
+
+
+def test_sdk_pause_wake_restart(daemon, any_driver, monkeypatch):
+    """Our SDK's pause(), wake() and restart(), sync and async, against the daemon."""
+    import asyncio
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
+    from withruntime import AsyncSandbox, Sandbox
+    from withruntime.errors import ConflictError, NotPausedError
+    for k, v in daemon.env().items():
+        monkeypatch.setenv(k, v)
+    with Sandbox.create(driver=any_driver, auto_wake=False, idle_pause_seconds=0) as sbx:
+        sbx.files.write("/workspace/f.txt", "kept")
+        assert sbx.pause().state == "paused"
+        with pytest.raises(ConflictError) as e:
+            sbx.exec("true")
+        assert "paused" in str(e.value)
+        assert sbx.wake().state == "running"
+        # Awake already: done, not an error; with a new lease asked for, the refusal.
+        assert sbx.wake().state == "running"
+        with pytest.raises(NotPausedError):
+            sbx.wake(timeout_seconds=60)
+        sbx.stop()
+        assert sbx.restart().state == "running"
+        assert sbx.files.read("/workspace/f.txt") == b"kept" or sbx.files.read("/workspace/f.txt") == "kept"
+
+    async def run_async():
+        async with await AsyncSandbox.create(driver=any_driver) as a:
+            assert (await a.pause()).state == "paused"
+            assert (await a.wake(timeout_seconds=120)).state == "running"
+            assert (await a.restart()).state == "running"
+            r = await a.exec("echo async")
+            assert r.stdout == "async\n"
+    asyncio.run(run_async())
+
+
+def test_cli_pause_wake_restart(api, any_driver, build_dir):
+    import subprocess
+    sbx = api.create_sandbox(driver=any_driver)
+    env = {**os.environ, **api.daemon.env()}
+    cli = str(build_dir / "runtime")
+
+    def run(*args):
+        return subprocess.run([cli, *args], capture_output=True, text=True, env=env, timeout=120)
+
+    r = run("sandbox", "pause", sbx.id)
+    assert r.returncode == 0 and r.stdout == f"{sbx.id}: paused\n", (r.stdout, r.stderr)
+    r = run("sandbox", "wake", "--lease", "10m", sbx.id)
+    assert r.returncode == 0 and r.stdout == f"{sbx.id}: running\n", (r.stdout, r.stderr)
+    r = run("sandbox", "wake", sbx.id)
+    assert r.returncode == 1 and "not paused" in r.stderr, (r.stdout, r.stderr)
+    r = run("sandbox", "wake", "--lease", "forever", sbx.id)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    r = run("--json", "sandbox", "restart", sbx.id)
+    assert r.returncode == 0, r.stderr
+    import json
+    assert json.loads(r.stdout)["state"] == "running"
+    r = run("sandbox", "pause", "sbx_00000000000000000000")
+    assert r.returncode == 1 and "no sandbox" in r.stderr, (r.stdout, r.stderr)
+    r = run("sandbox", "pause")
+    assert r.returncode == 2, (r.stdout, r.stderr)
