@@ -16,7 +16,6 @@
 #include "daemon/api_images.h"
 #include "daemon/api_interpreter.h"
 #include "daemon/api_keys.h"
-#include "daemon/api_lifecycle.h"
 #include "daemon/api_processes.h"
 #include "daemon/api_sandboxes.h"
 #include "daemon/api_system.h"

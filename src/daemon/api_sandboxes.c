@@ -1,5 +1,6 @@
-/* The sandbox routes: list, create, get, delete, stop, extend, network. The
- * manager answers rows; the API's sandbox object is made here. */
+/* The sandbox routes: list, create, get, delete, stop, extend, network, pause,
+ * wake, restart. The manager answers rows; the API's sandbox object is made
+ * here. */
 #include "daemon/api_sandboxes.h"
 
 #include <errno.h>
@@ -62,7 +63,7 @@ static json_t *row_json(Manager *m, const SandboxRow *r) {
 }
 
 /* Answers a manager call's row (cleared here) with status, or its error. */
-enum MHD_Result api_reply_sandbox_row(Req *r, int rc, SandboxRow *row, const SandboxError *se, unsigned status) {
+static enum MHD_Result reply_row(Req *r, int rc, SandboxRow *row, const SandboxError *se, unsigned status) {
         ApiError e = { 0 };
         if (rc < 0) {
                 api_sandbox_error(se, &e);
@@ -121,14 +122,14 @@ enum MHD_Result handle_sandbox_create(Req *r) {
         }
         rc = sandbox_create(r->app->manager, &r->key, &cr, r->rid, &row, &se);
         create_request_done(&cr);
-        return api_reply_sandbox_row(r, rc, &row, &se, 201);
+        return reply_row(r, rc, &row, &se, 201);
 }
 
 enum MHD_Result handle_sandbox_get(Req *r) {
         SandboxError se;
         SandboxRow row;
         int rc = sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se);
-        return api_reply_sandbox_row(r, rc, &row, &se, 200);
+        return reply_row(r, rc, &row, &se, 200);
 }
 
 enum MHD_Result handle_sandbox_delete(Req *r) {
@@ -152,7 +153,7 @@ enum MHD_Result handle_sandbox_stop(Req *r) {
                 return reply_error(r, &e);
         }
         int rc = sandbox_stop(r->app->manager, &r->key, r->route.sandbox_id, r->rid, &row, &se);
-        return api_reply_sandbox_row(r, rc, &row, &se, 200);
+        return reply_row(r, rc, &row, &se, 200);
 }
 
 enum MHD_Result handle_sandbox_extend(Req *r) {
@@ -163,7 +164,7 @@ enum MHD_Result handle_sandbox_extend(Req *r) {
         if (request_parse_extend(r->json, &seconds, &e) < 0)
                 return reply_result(r, -EINVAL, NULL, &e, 0);
         int rc = sandbox_extend(r->app->manager, &r->key, r->route.sandbox_id, seconds, &row, &se);
-        return api_reply_sandbox_row(r, rc, &row, &se, 200);
+        return reply_row(r, rc, &row, &se, 200);
 }
 
 enum MHD_Result handle_sandbox_network(Req *r) {
@@ -174,7 +175,40 @@ enum MHD_Result handle_sandbox_network(Req *r) {
         if (request_parse_network(r->json, "network", &net, &e) < 0)
                 return reply_result(r, -EINVAL, NULL, &e, 0);
         int rc = sandbox_set_network(r->app->manager, &r->key, r->route.sandbox_id, net, &row, &se);
-        return api_reply_sandbox_row(r, rc, &row, &se, 200);
+        return reply_row(r, rc, &row, &se, 200);
+}
+
+/* The lifecycle's transitions (docs/lifecycle.md): each answers the sandbox as
+ * the transition left it, once it is done. */
+enum MHD_Result handle_sandbox_pause(Req *r) {
+        ApiError e = { 0 };
+        SandboxError se;
+        SandboxRow row;
+        if (request_parse_no_fields(r->json, &e) < 0)
+                return reply_error(r, &e);
+        int rc = sandbox_pause(r->app->manager, &r->key, r->route.sandbox_id, r->rid, &row, &se);
+        return reply_row(r, rc, &row, &se, 200);
+}
+
+enum MHD_Result handle_sandbox_wake(Req *r) {
+        ApiError e = { 0 };
+        SandboxError se;
+        SandboxRow row;
+        int64_t timeout_seconds = 0;
+        if (request_parse_wake(r->json, &timeout_seconds, &e) < 0)
+                return reply_error(r, &e);
+        int rc = sandbox_wake(r->app->manager, &r->key, r->route.sandbox_id, timeout_seconds, r->rid, &row, &se);
+        return reply_row(r, rc, &row, &se, 200);
+}
+
+enum MHD_Result handle_sandbox_restart(Req *r) {
+        ApiError e = { 0 };
+        SandboxError se;
+        SandboxRow row;
+        if (request_parse_no_fields(r->json, &e) < 0)
+                return reply_error(r, &e);
+        int rc = sandbox_restart(r->app->manager, &r->key, r->route.sandbox_id, r->rid, &row, &se);
+        return reply_row(r, rc, &row, &se, 200);
 }
 
 enum MHD_Result handle_sandbox_network_get(Req *r) {

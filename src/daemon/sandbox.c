@@ -53,6 +53,7 @@ struct Sandbox {
         bool stopping; /* under lock: being stopped on purpose */
         bool died;     /* under lock: queued as dead */
         bool paused;   /* under lock: frozen by driver->pause */
+        int64_t paused_at_ms, paused_total_ms; /* under lock: monotonic, for sandbox_paused_ms */
         bool auto_wake; /* a request to it while paused wakes it */
         unsigned idle_pause_s; /* 0: never paused for idleness */
         _Atomic int64_t active_ms; /* monotonic ms of the last request that used it */
@@ -109,6 +110,15 @@ void sandbox_release(Sandbox *sb) {
         if (sb)
                 atomic_store(&sb->active_ms, (int64_t)time_now_mono_ms());
         sandbox_unref(sb);
+}
+
+int64_t sandbox_paused_ms(Sandbox *sb) {
+        pthread_mutex_lock(&sb->lock);
+        int64_t ms = sb->paused_total_ms;
+        if (sb->paused)
+                ms += (int64_t)time_now_mono_ms() - sb->paused_at_ms;
+        pthread_mutex_unlock(&sb->lock);
+        return ms;
 }
 
 json_t *sandbox_env(Sandbox *sb) {
@@ -1455,8 +1465,10 @@ static int op_pause(Manager *m, SandboxRow *row, void *arg, const char *rid, San
         if (r == 0) {
                 pthread_mutex_lock(&sb->lock);
                 r = sb->running && !sb->died && sb->inst ? sb->driver->pause(sb->inst) : -ESRCH;
-                if (r == 0)
+                if (r == 0) {
                         sb->paused = true;
+                        sb->paused_at_ms = (int64_t)time_now_mono_ms();
+                }
                 pthread_mutex_unlock(&sb->lock);
         }
         if (r < 0) {
@@ -1556,6 +1568,7 @@ static int op_wake(Manager *m, SandboxRow *row, void *arg, const char *rid, Sand
                 r = sb->paused && sb->inst ? sb->driver->resume(sb->inst) : -ESRCH;
                 if (r == 0) {
                         sb->paused = false;
+                        sb->paused_total_ms += (int64_t)time_now_mono_ms() - sb->paused_at_ms;
                         /* Its silence while paused was ours. */
                         channel_heartbeat_reset(sb->channel, (int64_t)time_now_mono_ms());
                         atomic_store(&sb->active_ms, (int64_t)time_now_mono_ms());

@@ -86,6 +86,9 @@ void sandbox_release(Sandbox *sb);
 void sandbox_fail(Sandbox *sb, const char *reason);
 /* Opens a stream on the sandbox's channel; fills e on failure. */
 int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxError *e);
+/* How long the sandbox has been paused in all (monotonic ms, the current
+ * pause included): a wait on its agent does not count that time against it. */
+int64_t sandbox_paused_ms(Sandbox *sb);
 /* The sandbox's env (borrowed; fixed for its life). */
 json_t *sandbox_env(Sandbox *sb);
 const char *sandbox_id(Sandbox *sb);

@@ -460,9 +460,11 @@ bool launch_alive(DriverInstance *inst) {
         return poll(&pfd, 1, 0) == 0;
 }
 
-/* A freeze waits for tasks in uninterruptible sleeps (disk I/O) to reach a
- * point where they can stop; longer than this and the pause is refused. */
-#define LAUNCH_FREEZE_TIMEOUT_MS 5000
+/* A freeze waits for every task to reach a point where it can stop: one in
+ * an uninterruptible sleep (disk I/O, reclaim) finishes it first, and on a
+ * loaded host each must be scheduled at all (a 5 s bound was once missed
+ * under a load average of 30 on 2 cores). Longer and the pause is refused. */
+#define LAUNCH_FREEZE_TIMEOUT_MS 15000
 
 int launch_pause(DriverInstance *inst) {
         if (!inst || !inst->cg)

@@ -365,3 +365,23 @@ def test_cli_pause_wake_restart(api, any_driver, build_dir):
     assert r.returncode == 1 and "no sandbox" in r.stderr, (r.stdout, r.stderr)
     r = run("sandbox", "pause")
     assert r.returncode == 2, (r.stdout, r.stderr)
+
+
+def test_exec_in_flight_across_a_long_pause(api, any_driver):
+    """A buffered exec waiting when its sandbox is paused for longer than the exec's own bound
+    plus the daemon's grace for a silent agent (15 s) is not taken for a wedged agent: after the
+    wake it answers, and the sandbox is not failed."""
+    sbx = api.create_sandbox(driver=any_driver, autoWake=False)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(api.post, f"/v1/sandboxes/{sbx.id}:exec",
+                          json={"command": "touch /workspace/started; sleep 1; echo done", "timeoutMs": 1000})
+        wait_until(lambda: sbx.stat("/workspace/started").status_code == 200, 30, 0.02,
+                   what="the command to start")
+        pause(api, sbx.id)
+        steady_for(17.0, lambda: (api.sandbox(sbx.id)["state"], fut.done()), "a paused sandbox and its exec")
+        wake(api, sbx.id)
+        r = fut.result(timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["timedOut"] or r.json()["stdout"] == "done\n", r.json()
+    assert api.sandbox(sbx.id)["state"] == "running"
+    assert sbx.run("echo ok") == "ok\n"
