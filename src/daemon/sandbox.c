@@ -1528,7 +1528,7 @@ static int reboot_locked(Manager *m, SandboxRow *row, int64_t asked_lease, const
         if (!d)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
         const DriverOffer *o = config_driver_offer(m->cfg, d->name);
-        if (!o || !o->available)
+        if (!o || !o->available || !o->offered)
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
                                      "driver %s cannot run on this host now", d->name);
         int64_t lease = next_lease(spec, asked_lease);
@@ -1677,6 +1677,10 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
                 if (!wake)
                         return sandbox_error(e, SANDBOX_ERR_CONFLICT, "wake it: POST /v1/sandboxes/{id}:wake",
                                              "sandbox %s is paused (created with autoWake: false)", id);
+                /* A wake spends: a read key looks but never wakes. */
+                if (!key->full)
+                        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "wake it with a full key",
+                                             "sandbox %s is paused, and a read key cannot wake it", id);
                 /* Woken first, then served; one more look at the live list. */
                 SandboxRow row;
                 int64_t asked = 0;

@@ -164,6 +164,17 @@ def test_auto_wake_serves_a_paused_sandbox(api, any_driver):
     assert sbx["autoWake"] is True
     sbx.write("/workspace/a.txt", b"kept")
     pause(api, sbx.id)
+    # A read key looks but never wakes (a wake spends), nor calls the transitions.
+    rk = api.post("/v1/keys", json={"name": "lifecycle-read", "access": "read"})
+    assert rk.status_code == 201, rk.text
+    reader = Api(api.daemon, key=rk.json()["key"])
+    try:
+        r = reader.get(f"/v1/sandboxes/{sbx.id}/files/content", params={"path": "/workspace/a.txt"})
+        assert_error(r, 409, "conflict", mentions="read key")
+        assert_error(reader.post(f"/v1/sandboxes/{sbx.id}:wake", json={}), 403, "forbidden")
+        assert reader.get(f"/v1/sandboxes/{sbx.id}").json()["state"] == "paused"
+    finally:
+        reader.close()
     # A command and a file call each wake it first.
     assert sbx.run("echo hi") == "hi\n"
     assert api.sandbox(sbx.id)["state"] == "running"
