@@ -128,7 +128,19 @@ enum MHD_Result handle_sandbox_create(Req *r) {
 enum MHD_Result handle_sandbox_get(Req *r) {
         SandboxError se;
         SandboxRow row;
-        int rc = sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se);
+        const char *wait_for = req_query(r, "waitFor");
+        int rc;
+        if (wait_for) {
+                /* The published client waits for a state server-side. */
+                ApiError e = { 0 };
+                const char *state;
+                int64_t timeout_ms;
+                if (request_parse_wait_for(wait_for, req_query(r, "timeoutSeconds"), &state, &timeout_ms, &e) < 0)
+                        return reply_error(r, &e);
+                rc = sandbox_wait_state(r->app->manager, &r->key, r->route.sandbox_id, state, timeout_ms, &row, &se);
+                return reply_row(r, rc, &row, &se, 200);
+        }
+        rc = sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se);
         return reply_row(r, rc, &row, &se, 200);
 }
 

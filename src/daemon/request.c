@@ -906,6 +906,29 @@ int request_parse_wake(json_t *body, int64_t *ret_timeout_seconds, ApiError *e) 
         return get_int(body, "timeoutSeconds", 1, REQ_MAX_TIMEOUT_SECONDS, 0, ret_timeout_seconds, e);
 }
 
+int request_parse_wait_for(const char *state, const char *timeout, const char **ret_state, int64_t *ret_timeout_ms,
+                           ApiError *e) {
+        static const char *const states[] = { "starting", "running", "pausing", "paused", "resuming",
+                                               "stopping", "stopped", "failed", NULL };
+        const char *found = NULL;
+        for (size_t i = 0; state && states[i]; i++)
+                if (strcmp(state, states[i]) == 0)
+                        found = states[i];
+        if (!found)
+                return INVALID(e, "waitFor must be a state: starting, running, pausing, paused, resuming, stopping, "
+                                  "stopped or failed");
+        int64_t secs = 60;
+        if (timeout) {
+                size_t n = strlen(timeout);
+                if (n == 0 || n > 3 || strspn(timeout, "0123456789") != n ||
+                    (secs = strtoll(timeout, NULL, 10)) > REQ_MAX_WAIT_FOR_SECONDS)
+                        return INVALID(e, "timeoutSeconds must be 0 .. %d", REQ_MAX_WAIT_FOR_SECONDS);
+        }
+        *ret_state = found;
+        *ret_timeout_ms = secs * 1000;
+        return 0;
+}
+
 int request_parse_no_fields(json_t *body, ApiError *e) {
         static const char *const fields[] = { NULL };
         return check_fields(body, NULL, fields, e);

@@ -1221,6 +1221,34 @@ int sandbox_get(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret,
         return own_row(m, key, id, ret, e);
 }
 
+int sandbox_wait_state(Manager *m, const KeyInfo *key, const char *id, const char *state, int64_t timeout_ms,
+                       SandboxRow *ret, SandboxError *e) {
+        int64_t deadline = (int64_t)time_now_mono_ms() + timeout_ms;
+        for (;;) {
+                SandboxRow row;
+                int r = own_row(m, key, id, &row, e);
+                if (r < 0)
+                        return r;
+                if (state_is(&row, state) || (int64_t)time_now_mono_ms() >= deadline) {
+                        *ret = row;
+                        return 0;
+                }
+                sandbox_row_done(&row);
+                /* Every lifecycle step ends with busy_end's broadcast; the
+                 * bound catches the steps that do not pass there. */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 200 * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                        ts.tv_sec++;
+                        ts.tv_nsec -= 1000000000L;
+                }
+                pthread_mutex_lock(&m->lock);
+                pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+                pthread_mutex_unlock(&m->lock);
+        }
+}
+
 int sandbox_list(Manager *m, const KeyInfo *key, DbSandboxFn fn, void *userdata, SandboxError *e) {
         int r = db_sandbox_query(m->db, DB_SANDBOXES_OF_OWNER, key->owner, 0, fn, userdata);
         if (r < 0) {

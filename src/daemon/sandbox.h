@@ -66,6 +66,10 @@ int sandbox_wake(Manager *m, const KeyInfo *key, const char *id, int64_t timeout
                  SandboxRow *ret, SandboxError *e);
 int sandbox_restart(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxRow *ret,
                     SandboxError *e);
+/* sandbox_get once the sandbox is in `state` (woken by every lifecycle
+ * step), or as it is when timeout_ms passes or it is deleted meanwhile. */
+int sandbox_wait_state(Manager *m, const KeyInfo *key, const char *id, const char *state, int64_t timeout_ms,
+                       SandboxRow *ret, SandboxError *e);
 /* What a row's paused time has cost at the disk rate, up to now. */
 uint64_t sandbox_row_paused_cost(Manager *m, const SandboxRow *row, int64_t now);
 int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *network, SandboxRow *ret,

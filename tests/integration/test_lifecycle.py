@@ -396,3 +396,21 @@ def test_exec_in_flight_across_a_long_pause(api, any_driver):
     assert r.json()["timedOut"] or r.json()["stdout"] == "done\n", r.json()
     assert api.sandbox(sbx.id)["state"] == "running"
     assert sbx.run("echo ok") == "ok\n"
+
+
+def test_wait_for_a_state(api, any_driver):
+    """GET ?waitFor=STATE&timeoutSeconds=N, the published client's server-side wait: answers once
+    the sandbox is in the state, or as it is at the bound."""
+    sbx = api.create_sandbox(driver=any_driver)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(api.get, f"/v1/sandboxes/{sbx.id}", params={"waitFor": "paused", "timeoutSeconds": 60})
+        wait_until(lambda: fut.running() or fut.done(), 10, 0.01, what="the wait to be sent")
+        pause(api, sbx.id)
+        r = fut.result(timeout=90)
+    assert r.status_code == 200 and r.json()["state"] == "paused", r.text
+    t = time.monotonic()
+    r = api.get(f"/v1/sandboxes/{sbx.id}", params={"waitFor": "stopped", "timeoutSeconds": 0})
+    assert r.status_code == 200 and r.json()["state"] == "paused" and time.monotonic() - t < 5, r.text
+    for bad in ({"waitFor": "asleep"}, {"waitFor": "paused", "timeoutSeconds": "121"},
+                {"waitFor": "paused", "timeoutSeconds": "-1"}, {"waitFor": "paused", "timeoutSeconds": "1e3"}):
+        assert_error(api.get(f"/v1/sandboxes/{sbx.id}", params=bad), 400, "invalid_request")

@@ -155,6 +155,19 @@ static void test_wake_body(void **state) {
                 assert_int_equal(e.status, 400);
                 json_decref(j);
         }
+        const char *wstate = NULL;
+        int64_t ms = 0;
+        assert_int_equal(request_parse_wait_for("paused", NULL, &wstate, &ms, &e), 0);
+        assert_string_equal(wstate, "paused");
+        assert_int_equal(ms, 60000);
+        assert_int_equal(request_parse_wait_for("running", "0", &wstate, &ms, &e), 0);
+        assert_int_equal(ms, 0);
+        const char *bad_wait[][2] = { { "asleep", NULL }, { NULL, NULL }, { "paused", "121" }, { "paused", "" },
+                                      { "paused", "-1" }, { "paused", "1e3" }, { "paused", "99999999999999999999" } };
+        for (size_t i = 0; i < sizeof(bad_wait) / sizeof(bad_wait[0]); i++) {
+                assert_int_not_equal(request_parse_wait_for(bad_wait[i][0], bad_wait[i][1], &wstate, &ms, &e), 0);
+                assert_int_equal(e.status, 400);
+        }
         j = parse("{\"x\":1}");
         assert_int_not_equal(request_parse_no_fields(j, &e), 0);
         assert_non_null(strstr(e.message, "x"));
