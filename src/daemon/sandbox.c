@@ -1561,7 +1561,13 @@ static int reboot_locked(Manager *m, SandboxRow *row, int64_t asked_lease, const
                                      "driver %s cannot run on this host now", d->name);
         int64_t lease = next_lease(spec, asked_lease);
         if (state_is(row, "running") || state_is(row, "paused")) {
-                int r = do_stop_locked(m, row, "stopped", NULL);
+                /* The budget first, so that a refusal leaves it as it was;
+                 * the stop settles this reservation, the one below opens it
+                 * again. */
+                int r = reserve_lease(m, row, spec, lease, rid, e);
+                if (r < 0)
+                        return r;
+                r = do_stop_locked(m, row, "stopped", NULL);
                 if (r < 0)
                         return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the stop");
         }

@@ -417,3 +417,21 @@ def test_wait_for_a_state(api, any_driver):
     for bad in ({"waitFor": "asleep"}, {"waitFor": "paused", "timeoutSeconds": "121"},
                 {"waitFor": "paused", "timeoutSeconds": "-1"}, {"waitFor": "paused", "timeoutSeconds": "1e3"}):
         assert_error(api.get(f"/v1/sandboxes/{sbx.id}", params=bad), 400, "invalid_request")
+
+
+def test_wake_reserves_its_lease_against_the_daily_limit(api, any_driver):
+    """A wake spends again: its lease is reserved like an :extend, and a refusal leaves the
+    sandbox as it was (paused stays paused)."""
+    key = api.post("/v1/keys", json={"name": "lifecycle-limited", "dailyLimitMicros": 300})
+    assert key.status_code == 201, key.text
+    limited = Api(api.daemon, key=key.json()["key"])
+    try:
+        sbx = limited.create_sandbox(driver=any_driver, timeoutSeconds=60)  # 209 micro-dollars held
+        pause(limited, sbx.id)
+        err = assert_error(limited.post(f"/v1/sandboxes/{sbx.id}:wake", json={"timeoutSeconds": 3600}), 402,
+                           "spending_limit_reached")
+        assert "daily limit" in err["message"], err
+        assert limited.sandbox(sbx.id)["state"] == "paused"
+        assert wake(limited, sbx.id)["state"] == "running"  # what the pause left fits
+    finally:
+        limited.close()
