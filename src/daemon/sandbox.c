@@ -1719,9 +1719,11 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
                 SandboxRow row;
                 int64_t asked = 0;
                 int r = with_row(m, key, id, op_wake, &asked, NULL, &row, e);
-                if (r < 0)
+                /* Not paused any more: another request woke it first. */
+                if (r < 0 && e->kind != SANDBOX_ERR_NOT_PAUSED)
                         return r;
-                sandbox_row_done(&row);
+                if (r == 0)
+                        sandbox_row_done(&row);
                 return sandbox_acquire(m, key, id, ret, e);
         }
         SandboxRow row;

@@ -181,6 +181,13 @@ def test_auto_wake_serves_a_paused_sandbox(api, any_driver):
     pause(api, sbx.id)
     assert sbx.read("/workspace/a.txt") == b"kept"
     assert api.sandbox(sbx.id)["state"] == "running"
+    # Many requests at once to a paused sandbox: one wakes it, every one is served.
+    pause(api, sbx.id)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: api.post(f"/v1/sandboxes/{sbx.id}:exec",
+                                                   json={"command": f"echo {i}"}), range(8)))
+    for i, r in enumerate(results):
+        assert r.status_code == 200 and r.json()["stdout"] == f"{i}\n", r.text
 
 
 @pytest.mark.microvm_subset
