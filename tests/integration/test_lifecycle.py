@@ -347,8 +347,13 @@ def test_sdk_pause_wake_restart(daemon, any_driver, monkeypatch):
         assert sbx.wake().state == "running"
         with pytest.raises(NotPausedError):
             sbx.wake(timeout_seconds=60)
+        # An Idempotency-Key replays the first answer instead of pausing again.
+        assert sbx.pause(idempotency_key="lifecycle-p1").state == "paused"
+        sbx.wake()
+        assert sbx.pause(idempotency_key="lifecycle-p1").state == "paused"
+        assert sbx.refresh().state == "running"
         sbx.stop()
-        assert sbx.restart().state == "running"
+        assert sbx.restart(idempotency_key="lifecycle-r1").state == "running"
         assert sbx.files.read("/workspace/f.txt") == b"kept" or sbx.files.read("/workspace/f.txt") == "kept"
 
     async def run_async():

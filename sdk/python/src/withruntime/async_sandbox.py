@@ -171,16 +171,18 @@ class AsyncSandbox(SandboxInfo):
         self._set_data(await self._http.request("POST", sandbox_path(self.id, ":stop")))
         return self
 
-    async def pause(self) -> "AsyncSandbox":
+    async def pause(self, idempotency_key: Optional[str] = None) -> "AsyncSandbox":
         """See :meth:`Sandbox.pause`."""
-        self._set_data(await self._http.request("POST", sandbox_path(self.id, ":pause"), json_body={}))
+        self._set_data(await self._http.request("POST", sandbox_path(self.id, ":pause"), json_body={},
+                                          headers=idempotency_headers(idempotency_key)))
         return self
 
-    async def wake(self, timeout_seconds: Optional[int] = None) -> "AsyncSandbox":
+    async def wake(self, timeout_seconds: Optional[int] = None, idempotency_key: Optional[str] = None) -> "AsyncSandbox":
         """See :meth:`Sandbox.wake`."""
         body = wake_body(timeout_seconds)
         try:
             data = await self._http.request("POST", sandbox_path(self.id, ":wake"), json_body=body,
+                                      headers=idempotency_headers(idempotency_key),
                                             timeout=CREATE_HTTP_TIMEOUT_SECONDS)
         except NotPausedError:
             if timeout_seconds is not None:
@@ -191,9 +193,10 @@ class AsyncSandbox(SandboxInfo):
         self._set_data(data)
         return self
 
-    async def restart(self) -> "AsyncSandbox":
+    async def restart(self, idempotency_key: Optional[str] = None) -> "AsyncSandbox":
         """See :meth:`Sandbox.restart`."""
         self._set_data(await self._http.request("POST", sandbox_path(self.id, ":restart"), json_body={},
+                                          headers=idempotency_headers(idempotency_key),
                                                 timeout=CREATE_HTTP_TIMEOUT_SECONDS))
         return self
 

@@ -160,13 +160,14 @@ class Sandbox(SandboxInfo):
         self._set_data(self._http.request("POST", sandbox_path(self.id, ":stop")))
         return self
 
-    def pause(self) -> "Sandbox":
+    def pause(self, idempotency_key: Optional[str] = None) -> "Sandbox":
         """Freeze every process where it stands, memory kept; a paused sandbox costs only its
         disk. Pausing a paused sandbox does nothing."""
-        self._set_data(self._http.request("POST", sandbox_path(self.id, ":pause"), json_body={}))
+        self._set_data(self._http.request("POST", sandbox_path(self.id, ":pause"), json_body={},
+                                          headers=idempotency_headers(idempotency_key)))
         return self
 
-    def wake(self, timeout_seconds: Optional[int] = None) -> "Sandbox":
+    def wake(self, timeout_seconds: Optional[int] = None, idempotency_key: Optional[str] = None) -> "Sandbox":
         """Carry on a paused sandbox with the same processes, or boot a stopped one from its
         files. ``timeout_seconds`` is a new lease (else what the pause left, else its timeout).
         Waking one that is already running is done, not an error, unless a lease was asked for
@@ -174,6 +175,7 @@ class Sandbox(SandboxInfo):
         body = wake_body(timeout_seconds)
         try:
             data = self._http.request("POST", sandbox_path(self.id, ":wake"), json_body=body,
+                                      headers=idempotency_headers(idempotency_key),
                                       timeout=CREATE_HTTP_TIMEOUT_SECONDS)
         except NotPausedError:
             if timeout_seconds is not None:
@@ -184,10 +186,11 @@ class Sandbox(SandboxInfo):
         self._set_data(data)
         return self
 
-    def restart(self) -> "Sandbox":
+    def restart(self, idempotency_key: Optional[str] = None) -> "Sandbox":
         """Boot it again from its files (a running or paused one is stopped first): files
         kept, processes and memory not."""
         self._set_data(self._http.request("POST", sandbox_path(self.id, ":restart"), json_body={},
+                                          headers=idempotency_headers(idempotency_key),
                                           timeout=CREATE_HTTP_TIMEOUT_SECONDS))
         return self
 
