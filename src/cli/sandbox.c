@@ -70,7 +70,8 @@ static const char create_help[] =
         "Options:\n"
         "  --lease DURATION    the lease: 30s, 10m, 2h (default 5m; at most 24h); --timeout is\n"
         "                      the same\n"
-        "  --on-lease-end WHAT stop (keep the files) or delete, when the lease ends (default stop)\n"
+        "  --on-lease-end WHAT stop (keep the files), pause (keep memory too) or delete, when\n"
+        "                      the lease ends (default stop)\n"
         "%s"
         "\nExample:\n"
         "  id=$(runtime sandbox create --lease 1h --memory 2G --label team=a)\n";
@@ -291,8 +292,9 @@ int sandbox_args_parse(SandboxVerb verb, int argc, char **argv, SandboxArgs *ret
                         a.interactive = true;
                         break;
                 case OPT_ON_LEASE_END:
-                        if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "delete") != 0) {
-                                snprintf(err, errlen, "--on-lease-end: '%.32s' is neither stop nor delete",
+                        if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "delete") != 0 &&
+                            strcmp(optarg, "pause") != 0) {
+                                snprintf(err, errlen, "--on-lease-end: '%.32s' is not stop, pause or delete",
                                          optarg);
                                 r = -EINVAL;
                         }
@@ -604,6 +606,76 @@ int cmd_sandbox_stop(CliContext *ctx, int argc, char **argv) {
         else
                 printf("%s\n", pos[0]);
         return CLI_EXIT_OK;
+}
+
+static const char pause_help[] =
+        "Pauses a running sandbox: its processes stop where they stand, memory kept, and it\n"
+        "costs only its disk until woken. A request to it wakes it again unless it was\n"
+        "created with autoWake false.\n\n"
+        "Example:\n  runtime sandbox pause sbx_9f2c4e1a7b3d5c6e8f01\n";
+static const char wake_help[] =
+        "Wakes a sandbox: a paused one carries on with the same processes; a stopped one\n"
+        "boots again from its files (memory is not kept). Its lease is what the pause left\n"
+        "of it, else its timeout; --lease DURATION gives it a new one.\n\n"
+        "Example:\n  runtime sandbox wake --lease 1h sbx_9f2c4e1a7b3d5c6e8f01\n";
+static const char restart_help[] =
+        "Restarts a sandbox from its files: a running or paused one is stopped first; its\n"
+        "processes and memory are not kept.\n\n"
+        "Example:\n  runtime sandbox restart sbx_9f2c4e1a7b3d5c6e8f01\n";
+
+/* pause, wake and restart: POST :VERB, the sandbox's new state printed. */
+static int lifecycle_verb(CliContext *ctx, const char *verb, const char *help, int argc, char **argv) {
+        _cleanup_client_ Client *c = NULL;
+        _cleanup_json_ json_t *ans = NULL, *body = NULL;
+        char **pos, path[128], err[CLI_ERR_MAX], name[32], suffix[16];
+        long long lease = 0;
+        int npos, r;
+        CliError e;
+
+        snprintf(name, sizeof(name), "sandbox %s", verb);
+        snprintf(suffix, sizeof(suffix), ":%s", verb);
+        bool is_wake = strcmp(verb, "wake") == 0;
+        const char *usage = is_wake ? "[--lease DURATION] ID" : "ID";
+        /* --lease DURATION before the id, for wake alone. */
+        if (is_wake && argc >= 3 && strcmp(argv[1], "--lease") == 0) {
+                if (parse_duration_s("--lease", argv[2], 1, CLI_LEASE_MAX_S, &lease, err, sizeof(err)) < 0)
+                        return cli_usage_error(name, usage, "%s", err);
+                argv[2] = argv[0];
+                argv += 2;
+                argc -= 2;
+        }
+        r = cli_simple_args(ctx, name, usage, help, argc, argv, 1, 1, &pos, &npos);
+        if (r != CLI_PROCEED)
+                return r;
+        r = cli_check_id(name, usage, pos[0]);
+        if (r > 0)
+                return r;
+        r = cli_connect(ctx, true, &c);
+        if (r > 0)
+                return r;
+        body = lease ? json_pack("{s:I}", "timeoutSeconds", (json_int_t)lease) : json_object();
+        if (!body)
+                return cli_fail("out of memory");
+        r = client_json(c, "POST", sandbox_path(path, sizeof(path), pos[0], suffix), body, &ans, &e);
+        if (r < 0)
+                return cli_error_print(&e);
+        if (ctx->json)
+                cli_print_json(ans);
+        else
+                printf("%s: %s\n", pos[0], json_string_value(json_object_get(ans, "state")) ?: "?");
+        return CLI_EXIT_OK;
+}
+
+int cmd_sandbox_pause(CliContext *ctx, int argc, char **argv) {
+        return lifecycle_verb(ctx, "pause", pause_help, argc, argv);
+}
+
+int cmd_sandbox_wake(CliContext *ctx, int argc, char **argv) {
+        return lifecycle_verb(ctx, "wake", wake_help, argc, argv);
+}
+
+int cmd_sandbox_restart(CliContext *ctx, int argc, char **argv) {
+        return lifecycle_verb(ctx, "restart", restart_help, argc, argv);
 }
 
 static const char rm_help[] =

@@ -53,5 +53,8 @@ int cmd_sandbox_create(CliContext *ctx, int argc, char **argv);
 int cmd_sandbox_ls(CliContext *ctx, int argc, char **argv);
 int cmd_sandbox_get(CliContext *ctx, int argc, char **argv);
 int cmd_sandbox_stop(CliContext *ctx, int argc, char **argv);
+int cmd_sandbox_pause(CliContext *ctx, int argc, char **argv);
+int cmd_sandbox_wake(CliContext *ctx, int argc, char **argv);
+int cmd_sandbox_restart(CliContext *ctx, int argc, char **argv);
 int cmd_sandbox_rm(CliContext *ctx, int argc, char **argv);
 int cmd_sandbox_extend(CliContext *ctx, int argc, char **argv);

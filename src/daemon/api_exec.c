@@ -141,6 +141,7 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
         /* The agent enforces timeoutMs; this deadline only guards against an
          * agent that stopped answering. */
         uint64_t deadline = time_now_mono_ms() + (uint64_t)timeout_ms + AGENT_GRACE_MS;
+        int64_t paused0 = sandbox_paused_ms(x->sb); /* a pause stops the agent's clock too */
         bool wedged = false;
         TailBuf bufs[3];
         tailbuf_init(&bufs[1], max_out);
@@ -155,7 +156,7 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
                                 gone = true;
                                 break;
                         }
-                        if (time_now_mono_ms() > deadline) {
+                        if (time_now_mono_ms() > deadline + (uint64_t)(sandbox_paused_ms(x->sb) - paused0)) {
                                 wedged = true;
                                 break;
                         }

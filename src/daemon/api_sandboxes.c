@@ -1,5 +1,6 @@
-/* The sandbox routes: list, create, get, delete, stop, extend, network. The
- * manager answers rows; the API's sandbox object is made here. */
+/* The sandbox routes: list, create, get, delete, stop, extend, network, pause,
+ * wake, restart. The manager answers rows; the API's sandbox object is made
+ * here. */
 #include "daemon/api_sandboxes.h"
 
 #include <errno.h>
@@ -40,6 +41,18 @@ static json_t *row_json(Manager *m, const SandboxRow *r) {
                          json_time_or_null(r->lease_ends_at), "costMicrosPerHour", (json_int_t)per_hour, "costMicros",
                          (json_int_t)cost, "maxCostMicros", max_cost ? max_cost : json_null(), "failureReason",
                          r->failure_reason ? json_string(r->failure_reason) : json_null());
+        /* The lifecycle's fields: a paused sandbox costs its disk only. */
+        json_t *idle = json_object_get(spec, "idlePauseSeconds");
+        json_t *paused_at = json_object_get(spec, "pausedAt");
+        uint64_t paused_cost = sandbox_row_paused_cost(m, r, time_now_unix());
+        if (j && (json_object_set_new(j, "costMicros", json_integer((json_int_t)(cost + paused_cost))) < 0 ||
+                  json_object_set_new(j, "pausedAt", json_time_or_null(json_integer_value(paused_at))) < 0 ||
+                  json_object_set_new(j, "idlePauseSeconds", json_integer(json_integer_value(idle))) < 0 ||
+                  json_object_set_new(j, "autoWake", json_boolean(!json_is_false(json_object_get(spec, "autoWake")))) < 0 ||
+                  json_object_set_new(j, "pausable", json_boolean(!json_is_false(json_object_get(spec, "pausable")))) < 0)) {
+                json_decref(j);
+                return NULL;
+        }
         if (j && (json_object_set_new(j, "runSeconds", json_integer(run_seconds)) < 0 ||
                   json_object_set(j, "maxTotalCostMicros", max_total ? max_total : json_null()) < 0 ||
                   json_object_set(j, "secrets", json_object_get(spec, "secrets") ?: json_null()) < 0)) {
@@ -115,7 +128,19 @@ enum MHD_Result handle_sandbox_create(Req *r) {
 enum MHD_Result handle_sandbox_get(Req *r) {
         SandboxError se;
         SandboxRow row;
-        int rc = sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se);
+        const char *wait_for = req_query(r, "waitFor");
+        int rc;
+        if (wait_for) {
+                /* The published client waits for a state server-side. */
+                ApiError e = { 0 };
+                const char *state;
+                int64_t timeout_ms;
+                if (request_parse_wait_for(wait_for, req_query(r, "timeoutSeconds"), &state, &timeout_ms, &e) < 0)
+                        return reply_error(r, &e);
+                rc = sandbox_wait_state(r->app->manager, &r->key, r->route.sandbox_id, state, timeout_ms, &row, &se);
+                return reply_row(r, rc, &row, &se, 200);
+        }
+        rc = sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se);
         return reply_row(r, rc, &row, &se, 200);
 }
 
@@ -162,6 +187,39 @@ enum MHD_Result handle_sandbox_network(Req *r) {
         if (request_parse_network(r->json, "network", &net, &e) < 0)
                 return reply_result(r, -EINVAL, NULL, &e, 0);
         int rc = sandbox_set_network(r->app->manager, &r->key, r->route.sandbox_id, net, &row, &se);
+        return reply_row(r, rc, &row, &se, 200);
+}
+
+/* The lifecycle's transitions (docs/lifecycle.md): each answers the sandbox as
+ * the transition left it, once it is done. */
+enum MHD_Result handle_sandbox_pause(Req *r) {
+        ApiError e = { 0 };
+        SandboxError se;
+        SandboxRow row;
+        if (request_parse_no_fields(r->json, &e) < 0)
+                return reply_error(r, &e);
+        int rc = sandbox_pause(r->app->manager, &r->key, r->route.sandbox_id, r->rid, &row, &se);
+        return reply_row(r, rc, &row, &se, 200);
+}
+
+enum MHD_Result handle_sandbox_wake(Req *r) {
+        ApiError e = { 0 };
+        SandboxError se;
+        SandboxRow row;
+        int64_t timeout_seconds = 0;
+        if (request_parse_wake(r->json, &timeout_seconds, &e) < 0)
+                return reply_error(r, &e);
+        int rc = sandbox_wake(r->app->manager, &r->key, r->route.sandbox_id, timeout_seconds, r->rid, &row, &se);
+        return reply_row(r, rc, &row, &se, 200);
+}
+
+enum MHD_Result handle_sandbox_restart(Req *r) {
+        ApiError e = { 0 };
+        SandboxError se;
+        SandboxRow row;
+        if (request_parse_no_fields(r->json, &e) < 0)
+                return reply_error(r, &e);
+        int rc = sandbox_restart(r->app->manager, &r->key, r->route.sandbox_id, r->rid, &row, &se);
         return reply_row(r, rc, &row, &se, 200);
 }
 

@@ -1,5 +1,6 @@
 #pragma once
-/* The sandbox routes: list, create, get, delete, stop, extend, network. */
+/* The sandbox routes: list, create, get, delete, stop, extend, network,
+ * pause, wake, restart. */
 #include "daemon/http.h"
 
 enum MHD_Result handle_sandbox_list(Req *r);
@@ -11,3 +12,6 @@ enum MHD_Result handle_sandbox_extend(Req *r);
 enum MHD_Result handle_sandbox_network(Req *r);
 /* The sandbox's network settings as they are now: {internet, allow, deny}. */
 enum MHD_Result handle_sandbox_network_get(Req *r);
+enum MHD_Result handle_sandbox_pause(Req *r);
+enum MHD_Result handle_sandbox_wake(Req *r);
+enum MHD_Result handle_sandbox_restart(Req *r);

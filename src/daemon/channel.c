@@ -679,6 +679,22 @@ int channel_heartbeat(Channel *c, int64_t now_ms, int64_t interval_ms, int64_t d
         return now_ms - since >= deadline_ms ? -ETIMEDOUT : 0;
 }
 
+void channel_heartbeat_reset(Channel *c, int64_t now_ms) {
+        pthread_mutex_lock(&c->lock);
+        c->hb_due_ms = 0;
+        c->hb_unsent = false;
+        c->hb_sent_ms = now_ms;
+        pthread_mutex_unlock(&c->lock);
+        atomic_store_explicit(&c->last_rx_ms, now_ms, memory_order_relaxed);
+}
+
+size_t channel_stream_count(Channel *c) {
+        pthread_mutex_lock(&c->lock);
+        size_t n = c->n_streams;
+        pthread_mutex_unlock(&c->lock);
+        return n;
+}
+
 bool channel_is_open(Channel *c) {
         pthread_mutex_lock(&c->lock);
         bool open = c->open;

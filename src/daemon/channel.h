@@ -39,6 +39,11 @@ int channel_ping(Channel *c, int timeout_ms);
  * for deadline_ms, -EPIPE when the channel is closed. Times are monotonic
  * milliseconds. */
 int channel_heartbeat(Channel *c, int64_t now_ms, int64_t interval_ms, int64_t deadline_ms);
+/* After the agent was paused on purpose: the silence so far is not its
+ * fault, so the heartbeat starts afresh from now. */
+void channel_heartbeat_reset(Channel *c, int64_t now_ms);
+/* Streams open on the channel (execs, processes, files, tunnels). */
+size_t channel_stream_count(Channel *c);
 bool channel_is_open(Channel *c);
 /* Shuts the fd down, wakes every waiter with CHAN_EV_CLOSED, joins the reader
  * thread, frees. Streams still held must be freed by their owners afterwards

@@ -39,6 +39,10 @@ typedef struct DaemonConfig {
         unsigned max_connections;
         uint64_t price_vcpu_hour_micros;
         uint64_t price_gib_hour_micros;
+        /* A paused sandbox costs only its disk: this per GiB of diskMiB. */
+        uint64_t price_disk_gib_hour_micros;
+        /* The shortest idlePauseSeconds; a shorter one is raised to it. */
+        unsigned idle_pause_min_seconds;
         int64_t trial_allowance_seconds; /* sandbox-seconds free per trial key */
         unsigned max_trial_keys;         /* trial keys the daemon hands out; 0: no trial */
         /* Test-only name=127.0.0.1:port mappings for the egress proxy, and a

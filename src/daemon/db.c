@@ -341,7 +341,7 @@ int db_sandbox_query(Db *db, DbSandboxQuery q, const char *owner, int64_t now, D
                 break;
         case DB_SANDBOXES_ACTIVE:
                 sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL "
-                      "AND state IN ('starting', 'running')";
+                      "AND state IN ('starting', 'running', 'pausing', 'paused', 'resuming', 'stopping')";
                 break;
         case DB_SANDBOXES_LEASE_DUE:
                 /* A running sandbox whose lease is over, or one of any state

@@ -50,7 +50,7 @@ int db_sandbox_get(Db *db, const char *id, SandboxRow *ret);
 
 typedef enum DbSandboxQuery {
         DB_SANDBOXES_OF_OWNER,  /* undeleted, of `owner`, newest first */
-        DB_SANDBOXES_ACTIVE,    /* undeleted and starting or running */
+        DB_SANDBOXES_ACTIVE,    /* undeleted with processes: starting, running, paused or between */
         DB_SANDBOXES_LEASE_DUE, /* lease over at `now` and still to act on */
 } DbSandboxQuery;
 

@@ -127,7 +127,7 @@ static int key_use_locked(Ledger *l, const char *key_id, const char *except, int
                 u.frees_at += LEDGER_WINDOW_SECONDS;
         int64_t settled_seconds = query_int(l,
                                             "SELECT coalesce(sum(seconds), 0) FROM ledger "
-                                            "WHERE key_id = ?1 AND open = 0",
+                                            "WHERE key_id = ?1 AND open = 0 AND sandbox_id NOT LIKE '%" LEDGER_DISK_SUFFIX "'",
                                             key_id, 0, &err);
         {
                 _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -193,7 +193,8 @@ int ledger_reserve(Ledger *l, const char *key_id, const char *owner, const char 
                                  "INSERT INTO reservations (sandbox_id, key_id, owner, amount_micros, seconds, "
                                  "created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
                                  "ON CONFLICT (sandbox_id) DO UPDATE SET amount_micros = ?4, seconds = ?5, "
-                                 "expires_at = ?7 WHERE settled_at IS NULL",
+                                 "expires_at = ?7, created_at = CASE WHEN settled_at IS NULL THEN created_at "
+                                 "ELSE ?6 END, settled_at = NULL",
                                  &st)) < 0)
                         goto rollback;
                 sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);

@@ -22,6 +22,10 @@
 
 #define LEDGER_HEARTBEAT_SECONDS 2
 #define LEDGER_WINDOW_SECONDS 86400
+/* A paused sandbox's disk is charged as a series of its own, "<id>:disk",
+ * priced at the disk rate: every series prices its seconds at one rate.
+ * Its seconds are not sandbox-seconds of a trial's allowance. */
+#define LEDGER_DISK_SUFFIX ":disk"
 
 typedef struct Ledger Ledger;
 
@@ -56,7 +60,9 @@ typedef struct LedgerRefusal {
 
 /* Sets the sandbox's reservation to `amount` micros and `seconds` of lease
  * (the whole worst case of its life so far, not an increment), ending at
- * expires_at, if the key's budget holds it. -EDQUOT with *ret_refusal when it
+ * expires_at, if the key's budget holds it. A settled reservation (a
+ * sandbox paused or stopped) is opened again, for what its next lease may
+ * cost beyond the charges already settled. -EDQUOT with *ret_refusal when it
  * does not; the reservation is then unchanged. */
 int ledger_reserve(Ledger *l, const char *key_id, const char *owner, const char *sandbox_id,
                    const LedgerBudget *budget, int64_t amount, int64_t seconds, int64_t expires_at, int64_t now,

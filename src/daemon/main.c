@@ -52,6 +52,8 @@ static void usage(FILE *f) {
               "                               while a ping waits (default per driver: 30000,\n"
               "                               microvm 90000); both 1000..600000\n"
               "  --price-vcpu-hour-micros N   (9375)  --price-gib-hour-micros N (3125)\n"
+              "  --price-disk-gib-hour-micros N  a paused sandbox's disk, per GiB of diskMiB (100)\n"
+              "  --idle-pause-min-seconds N   the shortest idlePauseSeconds; shorter is raised to it (60)\n"
               "  --trial-hours N              free sandbox-hours per trial key (50)\n"
               "  --max-trial-keys N           trial keys handed out on this host, 0: none (100)\n"
               "  --egress-public-cidr CIDR    treat addresses in CIDR as public upstreams, for a\n"
@@ -270,6 +272,8 @@ enum {
         OPT_MAX_CONN,
         OPT_PRICE_VCPU,
         OPT_PRICE_GIB,
+        OPT_PRICE_DISK,
+        OPT_IDLE_PAUSE_MIN,
         OPT_TRIAL_HOURS,
         OPT_MAX_TRIAL_KEYS,
         OPT_EGRESS_TEST_UPSTREAM,
@@ -304,6 +308,8 @@ int main(int argc, char **argv) {
                 { "max-connections", required_argument, NULL, OPT_MAX_CONN },
                 { "price-vcpu-hour-micros", required_argument, NULL, OPT_PRICE_VCPU },
                 { "price-gib-hour-micros", required_argument, NULL, OPT_PRICE_GIB },
+                { "price-disk-gib-hour-micros", required_argument, NULL, OPT_PRICE_DISK },
+                { "idle-pause-min-seconds", required_argument, NULL, OPT_IDLE_PAUSE_MIN },
                 { "trial-hours", required_argument, NULL, OPT_TRIAL_HOURS },
                 { "max-trial-keys", required_argument, NULL, OPT_MAX_TRIAL_KEYS },
                 { "egress-test-upstream", required_argument, NULL, OPT_EGRESS_TEST_UPSTREAM },
@@ -331,6 +337,8 @@ int main(int argc, char **argv) {
                 .max_connections = 512,
                 .price_vcpu_hour_micros = 9375,
                 .price_gib_hour_micros = 3125,
+                .price_disk_gib_hour_micros = 100,
+                .idle_pause_min_seconds = 60,
                 .trial_allowance_seconds = KEYS_TRIAL_ALLOWANCE_SECONDS,
                 .max_trial_keys = 100,
         };
@@ -384,6 +392,8 @@ int main(int argc, char **argv) {
                 UINT_OPT(OPT_MAX_CONN, max_connections, 65536)
                 UINT_OPT(OPT_PRICE_VCPU, price_vcpu_hour_micros, 1000000000000ULL)
                 UINT_OPT(OPT_PRICE_GIB, price_gib_hour_micros, 1000000000000ULL)
+                UINT_OPT(OPT_PRICE_DISK, price_disk_gib_hour_micros, 1000000000000ULL)
+                UINT_OPT(OPT_IDLE_PAUSE_MIN, idle_pause_min_seconds, 86400)
                 UINT_OPT(OPT_MAX_TRIAL_KEYS, max_trial_keys, 100000)
                 case OPT_HEARTBEAT_INTERVAL:
                 case OPT_HEARTBEAT_TIMEOUT:

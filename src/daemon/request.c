@@ -372,7 +372,8 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
         static const char *const fields[] = { "timeoutSeconds", "onLeaseEnd", "vcpu",   "memoryMiB",
                                               "diskMiB",        "network",    "env",    "image",
                                               "driver",         "name",       "labels", "maxCostMicros",
-                                              "maxTotalCostMicros", "secrets", NULL };
+                                              "maxTotalCostMicros", "secrets", "idlePauseSeconds", "autoWake",
+                                              "pausable", NULL };
         CreateRequest c = { 0 };
         int64_t n;
         int r = check_fields(body, NULL, fields, e);
@@ -383,12 +384,22 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
         json_t *v = json_object_get(body, "onLeaseEnd");
         if (v) {
                 if (!json_is_string(v))
-                        return wrong_type(e, "onLeaseEnd", "\"stop\" or \"delete\"", v);
+                        return wrong_type(e, "onLeaseEnd", "\"stop\", \"pause\" or \"delete\"", v);
                 if (strcmp(json_string_value(v), "delete") == 0)
                         c.delete_on_lease_end = true;
+                else if (strcmp(json_string_value(v), "pause") == 0)
+                        c.pause_on_lease_end = true;
                 else if (strcmp(json_string_value(v), "stop") != 0)
-                        return INVALID(e, "onLeaseEnd must be \"stop\" or \"delete\"");
+                        return INVALID(e, "onLeaseEnd must be \"stop\", \"pause\" or \"delete\"");
         }
+        if ((r = get_int(body, "idlePauseSeconds", 0, REQ_MAX_TIMEOUT_SECONDS, 0, &c.idle_pause_seconds, e)) < 0)
+                return r;
+        if ((r = get_bool(body, "autoWake", true, &c.auto_wake, e)) < 0)
+                return r;
+        if ((r = get_bool(body, "pausable", true, &c.pausable, e)) < 0)
+                return r;
+        if (!c.pausable && (c.pause_on_lease_end || c.idle_pause_seconds > 0))
+                return INVALID(e, "a sandbox created with pausable: false cannot pause at its lease end or when idle");
         if ((r = get_int(body, "vcpu", 1, lim->max_vcpu, 1, &n, e)) < 0)
                 return r;
         c.vcpu = (unsigned)n;
@@ -885,6 +896,42 @@ int request_parse_extend(json_t *body, int64_t *ret_seconds, ApiError *e) {
         if (!json_object_get(body, "seconds"))
                 return INVALID(e, "seconds is required");
         return get_int(body, "seconds", 1, REQ_MAX_TIMEOUT_SECONDS, 0, ret_seconds, e);
+}
+
+int request_parse_wake(json_t *body, int64_t *ret_timeout_seconds, ApiError *e) {
+        static const char *const fields[] = { "timeoutSeconds", NULL };
+        int r = check_fields(body, NULL, fields, e);
+        if (r < 0)
+                return r;
+        return get_int(body, "timeoutSeconds", 1, REQ_MAX_TIMEOUT_SECONDS, 0, ret_timeout_seconds, e);
+}
+
+int request_parse_wait_for(const char *state, const char *timeout, const char **ret_state, int64_t *ret_timeout_ms,
+                           ApiError *e) {
+        static const char *const states[] = { "starting", "running", "pausing", "paused", "resuming",
+                                               "stopping", "stopped", "failed", NULL };
+        const char *found = NULL;
+        for (size_t i = 0; state && states[i]; i++)
+                if (strcmp(state, states[i]) == 0)
+                        found = states[i];
+        if (!found)
+                return INVALID(e, "waitFor must be a state: starting, running, pausing, paused, resuming, stopping, "
+                                  "stopped or failed");
+        int64_t secs = 60;
+        if (timeout) {
+                size_t n = strlen(timeout);
+                if (n == 0 || n > 3 || strspn(timeout, "0123456789") != n ||
+                    (secs = strtoll(timeout, NULL, 10)) > REQ_MAX_WAIT_FOR_SECONDS)
+                        return INVALID(e, "timeoutSeconds must be 0 .. %d", REQ_MAX_WAIT_FOR_SECONDS);
+        }
+        *ret_state = found;
+        *ret_timeout_ms = secs * 1000;
+        return 0;
+}
+
+int request_parse_no_fields(json_t *body, ApiError *e) {
+        static const char *const fields[] = { NULL };
+        return check_fields(body, NULL, fields, e);
 }
 
 int request_parse_mode(const char *s, unsigned *ret, ApiError *e) {

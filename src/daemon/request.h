@@ -103,6 +103,16 @@ int request_parse_mkdir(json_t *body, char **ret_path, bool *ret_parents, ApiErr
 int request_parse_remove(json_t *body, char **ret_path, bool *ret_recursive, ApiError *e);
 int request_parse_rename(json_t *body, char **ret_from, char **ret_to, ApiError *e);
 int request_parse_extend(json_t *body, int64_t *ret_seconds, ApiError *e);
+/* :wake's body: an optional timeoutSeconds (0 in *ret when left out). */
+int request_parse_wake(json_t *body, int64_t *ret_timeout_seconds, ApiError *e);
+/* GET /v1/sandboxes/{id}?waitFor=STATE&timeoutSeconds=N: a state's name
+ * (one of the lifecycle's; *ret_state is a static string) and N seconds,
+ * 0 .. REQ_MAX_WAIT_FOR_SECONDS, 60 when left out. */
+#define REQ_MAX_WAIT_FOR_SECONDS 120
+int request_parse_wait_for(const char *state, const char *timeout, const char **ret_state, int64_t *ret_timeout_ms,
+                           ApiError *e);
+/* A body that takes no fields ({} or none): :pause, :restart. */
+int request_parse_no_fields(json_t *body, ApiError *e);
 /* A file mode from a query string: octal, at most 0777. */
 int request_parse_mode(const char *s, unsigned *ret, ApiError *e);
 /* A list depth from a query string: 1..10. */

@@ -52,6 +52,11 @@ struct Sandbox {
         bool running;  /* under lock: live and serving */
         bool stopping; /* under lock: being stopped on purpose */
         bool died;     /* under lock: queued as dead */
+        bool paused;   /* under lock: frozen by driver->pause */
+        int64_t paused_at_ms, paused_total_ms; /* under lock: monotonic, for sandbox_paused_ms */
+        bool auto_wake; /* a request to it while paused wakes it */
+        unsigned idle_pause_s; /* 0: never paused for idleness */
+        _Atomic int64_t active_ms; /* monotonic ms of the last request that used it */
         char closed_reason[128];
         /* Under lock: why the daemon itself failed the sandbox (heartbeat,
          * an exec that found its agent silent); shown to the client, and
@@ -102,7 +107,18 @@ static void sandbox_unref(Sandbox *sb) {
 }
 
 void sandbox_release(Sandbox *sb) {
+        if (sb)
+                atomic_store(&sb->active_ms, (int64_t)time_now_mono_ms());
         sandbox_unref(sb);
+}
+
+int64_t sandbox_paused_ms(Sandbox *sb) {
+        pthread_mutex_lock(&sb->lock);
+        int64_t ms = sb->paused_total_ms;
+        if (sb->paused)
+                ms += (int64_t)time_now_mono_ms() - sb->paused_at_ms;
+        pthread_mutex_unlock(&sb->lock);
+        return ms;
 }
 
 json_t *sandbox_env(Sandbox *sb) {
@@ -188,6 +204,8 @@ static void queue_dead(Sandbox *sb) {
 }
 
 static void handle_dead(Manager *m, Sandbox *sb);
+static void pause_by_daemon(Manager *m, SandboxRow *row, const char *why);
+static void idle_check(Manager *m, Sandbox *sb, int64_t now_ms);
 
 /* Synchronous, so that the caller's answer and the sandbox's state agree;
  * the caller holds a reference. */
@@ -219,6 +237,7 @@ static const char *live_stop(Sandbox *sb) {
         pthread_mutex_lock(&sb->lock);
         sb->stopping = true;
         sb->running = false;
+        sb->paused = false;
         if (sb->inst) {
                 sb->driver->stop(sb->inst, &why);
                 sb->inst = NULL;
@@ -306,10 +325,60 @@ static int set_reason(SandboxRow *r, const char *reason) {
         return reason && !r->failure_reason ? -ENOMEM : 0;
 }
 
+/* The ledger keeps a paused sandbox's disk charge apart from its running
+ * charges, under this name: each series prices its seconds at one rate. */
+static void disk_series(const char *id, char *buf, size_t n) {
+        snprintf(buf, n, "%s" LEDGER_DISK_SUFFIX, id);
+}
+
+/* The lifecycle fields a row keeps in its spec (no column of their own):
+ * pausedAt, leaseLeftSeconds (the lease a paused sandbox carries on with
+ * at wake) and pausedSeconds (its paused time so far, billed at the disk
+ * rate). */
+static int64_t spec_int(json_t *spec, const char *k) {
+        return json_integer_value(json_object_get(spec, k));
+}
+
+static int row_spec_update(SandboxRow *r, json_t *spec) {
+        char *s = json_dumps(spec, JSON_COMPACT);
+        if (!s)
+                return -ENOMEM;
+        free(r->spec);
+        r->spec = s;
+        return 0;
+}
+
+/* Closes a paused sandbox's disk charge at `end` and adds its paused time to
+ * the row; the row's pausedAt goes. */
+static void row_end_pause(Manager *m, SandboxRow *r, int64_t end, int64_t now) {
+        _cleanup_json_ json_t *spec = json_loads(r->spec, 0, NULL);
+        if (!spec)
+                return;
+        int64_t at = spec_int(spec, "pausedAt");
+        if (m->ledger) {
+                char series[48];
+                disk_series(r->id, series, sizeof(series));
+                int lr = ledger_settle(m->ledger, series, end, now);
+                if (lr < 0)
+                        log_error(NULL, "sandbox %s: settling its paused disk: %s", r->id, strerror(-lr));
+        }
+        if (at > 0 && end > at)
+                json_object_set_new(spec, "pausedSeconds", json_integer(spec_int(spec, "pausedSeconds") + end - at));
+        json_object_del(spec, "pausedAt");
+        json_object_del(spec, "leaseLeftSeconds");
+        (void)row_spec_update(r, spec);
+}
+
+static bool state_is(const SandboxRow *r, const char *s) {
+        return strcmp(r->state, s) == 0;
+}
+
 /* Accounts run time and writes a stopped or failed state. */
 static int row_finish(Manager *m, SandboxRow *r, const char *state, const char *reason) {
         int64_t now = time_now_unix();
         int64_t end = now;
+        if (state_is(r, "paused") || state_is(r, "resuming"))
+                row_end_pause(m, r, now, now);
         if (strcmp(r->state, "running") == 0 && r->started_at) {
                 /* Never billed past its lease: the reservation covers the
                  * lease and no more. */
@@ -362,7 +431,8 @@ static int do_stop_locked(Manager *m, SandboxRow *row, const char *state, const 
                 live_stop(sb);
                 sandbox_unref(sb);
         }
-        if (strcmp(row->state, "running") != 0 && strcmp(row->state, "starting") != 0)
+        if (!state_is(row, "running") && !state_is(row, "starting") && !state_is(row, "paused") &&
+            !state_is(row, "pausing") && !state_is(row, "resuming") && !state_is(row, "stopping"))
                 return 0;
         return row_finish(m, row, state, reason);
 }
@@ -442,7 +512,13 @@ static int lease_due(void *userdata, SandboxRow *row) {
         if (db_sandbox_get(m->db, id, &cur) == 0) {
                 _cleanup_json_ json_t *spec = json_loads(cur.spec, 0, NULL);
                 bool del = spec && strcmp(spec_str(spec, "onLeaseEnd", "stop"), "delete") == 0;
-                if (cur.lease_ends_at && cur.lease_ends_at <= time_now_unix() &&
+                bool pause = spec && strcmp(spec_str(spec, "onLeaseEnd", "stop"), "pause") == 0;
+                if (pause && cur.lease_ends_at && cur.lease_ends_at <= time_now_unix() && state_is(&cur, "running")) {
+                        pause_by_daemon(m, &cur, "its lease ended");
+                        /* One that cannot pause is stopped, as a lease end must end its spending. */
+                        if (state_is(&cur, "running") && do_stop_locked(m, &cur, "stopped", NULL) == 0)
+                                log_info(NULL, "lease of sandbox %s ended: stopped", id);
+                } else if (cur.lease_ends_at && cur.lease_ends_at <= time_now_unix() &&
                     (strcmp(cur.state, "running") == 0 || (del && strcmp(cur.state, "starting") != 0))) {
                         int r = del ? do_delete_locked(m, &cur, NULL) : do_stop_locked(m, &cur, "stopped", NULL);
                         if (r < 0)
@@ -470,6 +546,7 @@ static void format_seconds(char *buf, size_t n, int64_t ms) {
 static void check_one(Manager *m, Sandbox *sb, int64_t now_ms) {
         pthread_mutex_lock(&sb->lock);
         bool live = sb->running && !sb->stopping && !sb->died;
+        bool paused = sb->paused;
         bool gone = live && sb->inst && sb->driver->alive && !sb->driver->alive(sb->inst);
         if (gone)
                 snprintf(sb->closed_reason, sizeof(sb->closed_reason), "%s",
@@ -480,7 +557,8 @@ static void check_one(Manager *m, Sandbox *sb, int64_t now_ms) {
                 queue_dead(sb);
                 return;
         }
-        if (!live || !sb->channel)
+        /* A paused agent is silent on purpose. */
+        if (!live || !sb->channel || paused)
                 return;
         int64_t timeout = m->hb_timeout_ms ? m->hb_timeout_ms
                           : sb->driver->heartbeat_timeout_ms ? (int64_t)sb->driver->heartbeat_timeout_ms
@@ -491,8 +569,8 @@ static void check_one(Manager *m, Sandbox *sb, int64_t now_ms) {
         char secs[32];
         format_seconds(secs, sizeof(secs), timeout);
         pthread_mutex_lock(&sb->lock);
-        /* Unless it died or was stopped meanwhile, for a reason of its own. */
-        live = sb->running && !sb->stopping && !sb->died;
+        /* Unless it died, was stopped or paused meanwhile. */
+        live = sb->running && !sb->stopping && !sb->died && !sb->paused;
         if (live) {
                 snprintf(sb->fail_reason, sizeof(sb->fail_reason), "the agent stopped answering (no reply for %s)",
                          secs);
@@ -528,6 +606,7 @@ static void check_live(Manager *m) {
         int64_t now = (int64_t)time_now_mono_ms();
         for (size_t i = 0; i < n; i++) {
                 check_one(m, held[i], now);
+                idle_check(m, held[i], now);
                 sandbox_unref(held[i]);
         }
         if (held != stack)
@@ -610,9 +689,33 @@ static int recover_one(void *userdata, SandboxRow *row) {
                         log_error(NULL, "sandbox %s: settling its charge: %s", row->id, strerror(-lr));
         } else
                 end = cap;
-        if (row->started_at && strcmp(row->state, "running") == 0) {
+        if (row->started_at && (state_is(row, "running") || state_is(row, "pausing"))) {
                 if (end > row->started_at)
                         row->run_seconds += end - row->started_at;
+        }
+        /* A paused one (or one between pause and wake) had its disk's charge
+         * open: closed at the same heartbeat. Its memory is gone with its
+         * processes; it boots again from its files. */
+        if (state_is(row, "paused") || state_is(row, "resuming")) {
+                int64_t disk_end = now;
+                if (m->ledger) {
+                        char series[48];
+                        disk_series(row->id, series, sizeof(series));
+                        int lr = ledger_settle_at_heartbeat(m->ledger, series, now, now, &disk_end);
+                        if (lr < 0 && lr != -ENOENT)
+                                log_error(NULL, "sandbox %s: settling its paused disk: %s", row->id, strerror(-lr));
+                        if (lr == -ENOENT)
+                                disk_end = now;
+                }
+                _cleanup_json_ json_t *spec2 = json_loads(row->spec, 0, NULL);
+                if (spec2) {
+                        int64_t at = spec_int(spec2, "pausedAt");
+                        if (at > 0 && disk_end > at)
+                                json_object_set_new(spec2, "pausedSeconds",
+                                                    json_integer(spec_int(spec2, "pausedSeconds") + disk_end - at));
+                        json_object_del(spec2, "pausedAt");
+                        (void)row_spec_update(row, spec2);
+                }
         }
         snprintf(row->state, sizeof(row->state), "stopped");
         row->stopped_at = time_now_unix();
@@ -764,7 +867,8 @@ static json_t *spec_json(const CreateRequest *req, const char *driver) {
         return json_pack("{s:i,s:i,s:i,s:O,s:O,s:s,s:s,s:I,s:s,s:o,s:o,s:o}", "vcpu", (int)req->vcpu, "memoryMiB",
                          (int)req->memory_mib, "diskMiB", (int)req->disk_mib, "network", req->network, "env",
                          req->env, "image", req->image, "driver", driver, "timeoutSeconds",
-                         (json_int_t)req->timeout_seconds, "onLeaseEnd", req->delete_on_lease_end ? "delete" : "stop",
+                         (json_int_t)req->timeout_seconds, "onLeaseEnd",
+                         req->delete_on_lease_end ? "delete" : req->pause_on_lease_end ? "pause" : "stop",
                          "maxCostMicros",
                          req->max_cost_micros >= 0 ? json_integer(req->max_cost_micros) : json_null(),
                          "maxTotalCostMicros",
@@ -838,6 +942,164 @@ static int spending_refusal(SandboxError *e, const LedgerRefusal *f, const char 
                          key_id, (long long)f->limit, l, (long long)f->used, u, (long long)f->wanted, w, when);
 }
 
+/* Starts the sandbox of `row` on driver d, with a lease of lease_seconds:
+ * a new one, or a stopped one again on its own files (its memory is not
+ * kept). Everything it needs besides comes from the row. Under
+ * busy_begin(row->id), with the row's reservation held. On success the row
+ * is running; on failure it is recorded failed and e is filled. */
+static int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lease_seconds, const char *rid,
+                       SandboxError *e) {
+        const DaemonConfig *cfg = m->cfg;
+        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL), *hello = NULL;
+        Sandbox *sb = calloc(1, sizeof(*sb));
+        const char *fail = NULL;
+        DriverError start_err = { .reason = "" }; /* the driver's words, for failureReason */
+        int fail_status = 503;
+        int r;
+        snprintf(row->state, sizeof(row->state), "starting");
+        if (!spec || !sb || spec_paths(m, row->id, spec_str(spec, "image", "default"), &sb->paths) < 0) {
+                free(sb);
+                sb = NULL;
+                fail = "out of memory";
+                goto failed;
+        }
+        if ((r = db_sandbox_update(m->db, row)) < 0) {
+                free(sb->paths.sandbox_dir);
+                free(sb->paths.image_dir);
+                free(sb);
+                sb = NULL;
+                fail = "could not record the sandbox";
+                fail_status = 500;
+                goto failed;
+        }
+        bool trial = json_is_true(json_object_get(spec, "trial"));
+        json_t *env = json_object_get(spec, "env");
+        json_t *network = json_object_get(spec, "network");
+        /* The egress secrets it may use: null in the spec is every one. */
+        json_t *secrets = json_object_get(spec, "secrets");
+        const json_t *scope = json_is_array(secrets) ? secrets : NULL;
+        uint64_t per_hour = config_cost_per_hour(cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
+        sb->m = m;
+        atomic_init(&sb->refs, 1);
+        atomic_init(&sb->active_ms, (int64_t)time_now_mono_ms());
+        pthread_mutex_init(&sb->lock, NULL);
+        snprintf(sb->id, sizeof(sb->id), "%s", row->id);
+        snprintf(sb->owner, sizeof(sb->owner), "%s", row->owner);
+        sb->driver = d;
+        sb->auto_wake = !json_is_false(json_object_get(spec, "autoWake"));
+        sb->idle_pause_s = spec_uint(spec, "idlePauseSeconds");
+        if (m->egress) {
+                /* The proxy's variables and the secrets' placeholders first;
+                 * the creator's own env on top. */
+                sb->env = egress_service_sandbox_env(m->egress, row->owner, scope);
+                if (sb->env && env)
+                        json_object_update(sb->env, env);
+        } else
+                sb->env = env ? json_incref(env) : json_object();
+        {
+                _cleanup_free_ char *parent = NULL;
+                if (asprintf(&parent, "%s/sandboxes", cfg->state_dir) >= 0)
+                        (void)mkdir(parent, 0700);
+                else
+                        parent = NULL;
+        }
+        DriverSpec ds;
+        driver_spec_from(m, sb->id, spec, &sb->paths, &ds);
+        sb->memory_mib = ds.memory_mib;
+        uint64_t t0 = time_now_mono_ms();
+        int fd = -1;
+        r = d->start(&ds, &fd, &sb->inst, &start_err);
+        if (r < 0) {
+                log_error(rid, "sandbox %s: driver %s failed to start: %s%s%s", row->id, d->name, strerror(-r),
+                          start_err.reason[0] ? ": " : "", start_err.reason);
+                fail = start_err.reason[0]   ? start_err.reason
+                       : r == -ENOENT        ? "the image is missing or incomplete"
+                       : r == -ENOSPC        ? "the host is out of disk space"
+                       : r == -EPERM || r == -EACCES ? "the driver lacks a privilege it needs on this host"
+                                                    : "the sandbox failed to start";
+                sb->inst = NULL;
+                goto failed;
+        }
+        sb->channel = channel_new(fd, on_channel_closed, sb);
+        if (!sb->channel || !sb->env) {
+                log_error(rid, "sandbox %s: cannot set up the agent channel", row->id);
+                fail = "the sandbox failed to start";
+                goto failed;
+        }
+        if (m->egress) {
+                if (egress_sandbox_new(m->egress, sb->id, row->owner, network, scope, trial, &sb->egress) < 0) {
+                        fail = "out of memory";
+                        goto failed;
+                }
+                channel_set_acceptor(sb->channel, egress_sandbox_accept, sb->egress);
+        }
+        int hello_ms = d->hello_timeout_ms ? (int)d->hello_timeout_ms : HELLO_TIMEOUT_MS;
+        r = channel_wait_hello(sb->channel, hello_ms, &hello);
+        if (r < 0) {
+                log_error(rid, "sandbox %s: no hello from the agent: %s", row->id, strerror(-r));
+                fail = r == -ETIMEDOUT ? "the sandbox's agent did not answer in time"
+                                       : "the sandbox's agent exited while starting";
+                goto failed;
+        }
+        /* The egress CA in the sandbox's trust store, so that HTTPS to hosts a
+         * secret applies to verifies; without it only those connections fail. */
+        if (m->egress && (r = egress_service_install_ca(m->egress, sb->channel, sb->paths.image_dir)) < 0)
+                log_warn(rid, "sandbox %s: could not add the egress CA to its trust store: %s", row->id,
+                         strerror(-r));
+        int64_t now = time_now_unix();
+        row->started_at = now;
+        row->lease_ends_at = now + lease_seconds;
+        set_reason(row, NULL);
+        snprintf(row->state, sizeof(row->state), "running");
+        if ((r = db_sandbox_update(m->db, row)) < 0) {
+                log_error(rid, "sandbox %s: recording the start: %s", row->id, strerror(-r));
+                fail = "could not record the sandbox";
+                fail_status = 500;
+                goto failed;
+        }
+        /* No sandbox runs without its charge open: nothing is ever free by accident. */
+        if (m->ledger && (r = ledger_begin(m->ledger, row->id, row->key_id, row->owner, now, per_hour,
+                                                row->lease_ends_at)) < 0) {
+                log_error(rid, "sandbox %s: opening its charge: %s", row->id, strerror(-r));
+                fail = "could not record the sandbox's charge";
+                fail_status = 500;
+                goto failed;
+        }
+        pthread_mutex_lock(&sb->lock);
+        sb->running = true;
+        pthread_mutex_unlock(&sb->lock);
+        atomic_fetch_add(&sb->refs, 1); /* the live list's */
+        pthread_mutex_lock(&m->lock);
+        sb->next = m->live;
+        m->live = sb;
+        pthread_mutex_unlock(&m->lock);
+        /* The agent may have gone between its hello and now. */
+        if (!channel_is_open(sb->channel))
+                queue_dead(sb);
+        log_info(rid, "sandbox %s running (driver %s, %llu ms)", row->id, d->name,
+                 (unsigned long long)(time_now_mono_ms() - t0));
+        sandbox_unref(sb);
+        return 0;
+
+failed:;
+        /* The row's reason gets the console's last lines (a guest that never
+         * reached its agent says why there); the client's 503 does not. */
+        char text[256 + 16 + CONSOLE_TAIL_MAX];
+        snprintf(text, sizeof(text), "%s", fail ? fail : "the sandbox failed to start");
+        if (sb) {
+                live_stop(sb);
+                append_console_tail(sb, text, sizeof(text));
+                sandbox_unref(sb);
+        }
+        int fr = row_finish(m, row, "failed", text);
+        if (fr < 0)
+                log_error(rid, "sandbox %s: recording the failure: %s", row->id, strerror(-fr));
+        if (fail_status == 500)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "%s", fail);
+        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info shows what this host can run; the daemon's log has details",
+                         "%s", fail);
+}
+
 int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, SandboxRow *ret,
                    SandboxError *e) {
         const DaemonConfig *cfg = m->cfg;
@@ -877,6 +1139,17 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         SandboxRow row = { 0 };
         snprintf(row.id, sizeof(row.id), "sbx_%s", hex);
         _cleanup_json_ json_t *spec = spec_json(req, d->name);
+        if (spec) {
+                int64_t idle = req->idle_pause_seconds;
+                if (idle > 0 && idle < (int64_t)cfg->idle_pause_min_seconds)
+                        idle = cfg->idle_pause_min_seconds;
+                if (json_object_set_new(spec, "idlePauseSeconds", json_integer(idle)) < 0 ||
+                    json_object_set_new(spec, "autoWake", json_boolean(req->auto_wake)) < 0 ||
+                    json_object_set_new(spec, "pausable", json_boolean(req->pausable)) < 0) {
+                        json_decref(spec);
+                        spec = NULL;
+                }
+        }
         /* A trial key's sandbox says so: its egress is to be narrower. */
         if (spec && key->trial && json_object_set_new(spec, "trial", json_true()) < 0) {
                 json_decref(spec);
@@ -934,143 +1207,46 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the sandbox");
         }
         metrics_sandbox_created();
-
-        _cleanup_json_ json_t *spec_for_driver = NULL, *hello = NULL;
-        Sandbox *sb = calloc(1, sizeof(*sb));
-        const char *fail = NULL;
-        DriverError start_err = { .reason = "" }; /* the driver's words, for failureReason */
-        int fail_status = 503;
-        if (!sb || spec_paths(m, row.id, req->image, &sb->paths) < 0) {
-                free(sb);
-                sb = NULL;
-                fail = "out of memory";
-                goto failed;
-        }
-        sb->m = m;
-        atomic_init(&sb->refs, 1);
-        pthread_mutex_init(&sb->lock, NULL);
-        snprintf(sb->id, sizeof(sb->id), "%s", row.id);
-        snprintf(sb->owner, sizeof(sb->owner), "%s", key->owner);
-        sb->driver = d;
-        if (m->egress) {
-                /* The proxy's variables and the secrets' placeholders first;
-                 * the creator's own env on top. */
-                sb->env = egress_service_sandbox_env(m->egress, key->owner, req->secrets);
-                if (sb->env)
-                        json_object_update(sb->env, req->env);
-        } else
-                sb->env = json_incref(req->env);
-        {
-                _cleanup_free_ char *parent = NULL;
-                if (asprintf(&parent, "%s/sandboxes", cfg->state_dir) >= 0)
-                        (void)mkdir(parent, 0700);
-                else
-                        parent = NULL;
-        }
-        DriverSpec ds;
-        spec_for_driver = json_loads(row.spec, 0, NULL);
-        driver_spec_from(m, sb->id, spec_for_driver, &sb->paths, &ds);
-        sb->memory_mib = ds.memory_mib;
-        uint64_t t0 = time_now_mono_ms();
-        int fd = -1;
-        r = d->start(&ds, &fd, &sb->inst, &start_err);
-        if (r < 0) {
-                log_error(rid, "sandbox %s: driver %s failed to start: %s%s%s", row.id, d->name, strerror(-r),
-                          start_err.reason[0] ? ": " : "", start_err.reason);
-                fail = start_err.reason[0]   ? start_err.reason
-                       : r == -ENOENT        ? "the image is missing or incomplete"
-                       : r == -ENOSPC        ? "the host is out of disk space"
-                       : r == -EPERM || r == -EACCES ? "the driver lacks a privilege it needs on this host"
-                                                    : "the sandbox failed to start";
-                sb->inst = NULL;
-                goto failed;
-        }
-        sb->channel = channel_new(fd, on_channel_closed, sb);
-        if (!sb->channel || !sb->env) {
-                log_error(rid, "sandbox %s: cannot set up the agent channel", row.id);
-                fail = "the sandbox failed to start";
-                goto failed;
-        }
-        if (m->egress) {
-                if (egress_sandbox_new(m->egress, sb->id, key->owner, req->network, req->secrets, key->trial,
-                                      &sb->egress) < 0) {
-                        fail = "out of memory";
-                        goto failed;
-                }
-                channel_set_acceptor(sb->channel, egress_sandbox_accept, sb->egress);
-        }
-        int hello_ms = d->hello_timeout_ms ? (int)d->hello_timeout_ms : HELLO_TIMEOUT_MS;
-        r = channel_wait_hello(sb->channel, hello_ms, &hello);
-        if (r < 0) {
-                log_error(rid, "sandbox %s: no hello from the agent: %s", row.id, strerror(-r));
-                fail = r == -ETIMEDOUT ? "the sandbox's agent did not answer in time"
-                                       : "the sandbox's agent exited while starting";
-                goto failed;
-        }
-        /* The egress CA in the sandbox's trust store, so that HTTPS to hosts a
-         * secret applies to verifies; without it only those connections fail. */
-        if (m->egress && (r = egress_service_install_ca(m->egress, sb->channel, sb->paths.image_dir)) < 0)
-                log_warn(rid, "sandbox %s: could not add the egress CA to its trust store: %s", row.id,
-                         strerror(-r));
-        int64_t now = time_now_unix();
-        row.started_at = now;
-        row.lease_ends_at = now + req->timeout_seconds;
-        snprintf(row.state, sizeof(row.state), "running");
-        if ((r = db_sandbox_update(m->db, &row)) < 0) {
-                log_error(rid, "sandbox %s: recording the start: %s", row.id, strerror(-r));
-                fail = "could not record the sandbox";
-                fail_status = 500;
-                goto failed;
-        }
-        /* No sandbox runs without its charge open: nothing is ever free by accident. */
-        if (m->ledger && (r = ledger_begin(m->ledger, row.id, key->id, key->owner, now, per_hour,
-                                                row.lease_ends_at)) < 0) {
-                log_error(rid, "sandbox %s: opening its charge: %s", row.id, strerror(-r));
-                fail = "could not record the sandbox's charge";
-                fail_status = 500;
-                goto failed;
-        }
-        pthread_mutex_lock(&sb->lock);
-        sb->running = true;
-        pthread_mutex_unlock(&sb->lock);
-        atomic_fetch_add(&sb->refs, 1); /* the live list's */
-        pthread_mutex_lock(&m->lock);
-        sb->next = m->live;
-        m->live = sb;
-        pthread_mutex_unlock(&m->lock);
-        /* The agent may have gone between its hello and now. */
-        if (!channel_is_open(sb->channel))
-                queue_dead(sb);
-        log_info(rid, "sandbox %s running (driver %s, %llu ms)", row.id, d->name,
-                 (unsigned long long)(time_now_mono_ms() - t0));
+        r = boot_locked(m, &row, d, req->timeout_seconds, rid, e);
         busy_end(m, row.id);
+        if (r < 0) {
+                sandbox_row_done(&row);
+                return r;
+        }
         *ret = row;
-        sandbox_unref(sb);
         return 0;
-
-failed:;
-        /* The row's reason gets the console's last lines (a guest that never
-         * reached its agent says why there); the client's 503 does not. */
-        char text[256 + 16 + CONSOLE_TAIL_MAX];
-        snprintf(text, sizeof(text), "%s", fail ? fail : "the sandbox failed to start");
-        if (sb) {
-                live_stop(sb);
-                append_console_tail(sb, text, sizeof(text));
-                sandbox_unref(sb);
-        }
-        int fr = row_finish(m, &row, "failed", text);
-        if (fr < 0)
-                log_error(rid, "sandbox %s: recording the failure: %s", row.id, strerror(-fr));
-        busy_end(m, row.id);
-        sandbox_row_done(&row);
-        if (fail_status == 500)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "%s", fail);
-        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info shows what this host can run; the daemon's log has details",
-                         "%s", fail);
 }
 
 int sandbox_get(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret, SandboxError *e) {
         return own_row(m, key, id, ret, e);
+}
+
+int sandbox_wait_state(Manager *m, const KeyInfo *key, const char *id, const char *state, int64_t timeout_ms,
+                       SandboxRow *ret, SandboxError *e) {
+        int64_t deadline = (int64_t)time_now_mono_ms() + timeout_ms;
+        for (;;) {
+                SandboxRow row;
+                int r = own_row(m, key, id, &row, e);
+                if (r < 0)
+                        return r;
+                if (state_is(&row, state) || (int64_t)time_now_mono_ms() >= deadline) {
+                        *ret = row;
+                        return 0;
+                }
+                sandbox_row_done(&row);
+                /* Every lifecycle step ends with busy_end's broadcast; the
+                 * bound catches the steps that do not pass there. */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 200 * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                        ts.tv_sec++;
+                        ts.tv_nsec -= 1000000000L;
+                }
+                pthread_mutex_lock(&m->lock);
+                pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+                pthread_mutex_unlock(&m->lock);
+        }
 }
 
 int sandbox_list(Manager *m, const KeyInfo *key, DbSandboxFn fn, void *userdata, SandboxError *e) {
@@ -1105,7 +1281,7 @@ static int with_row(Manager *m, const KeyInfo *key, const char *id, RowOp op, vo
 }
 
 static int op_stop(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
-        if (strcmp(row->state, "running") != 0)
+        if (!state_is(row, "running") && !state_is(row, "paused"))
                 return 0; /* stopping a stopped or failed sandbox is a no-op */
         int r = do_stop_locked(m, row, "stopped", NULL);
         if (r < 0) {
@@ -1214,6 +1390,303 @@ int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *
         return with_row(m, key, id, op_network, network, NULL, ret, e);
 }
 
+/* ---- pause, wake, restart (under busy_begin(id)) ---- */
+
+static Sandbox *live_get(Manager *m, const char *id) {
+        Sandbox *found = NULL;
+        pthread_mutex_lock(&m->lock);
+        for (Sandbox *s = m->live; s; s = s->next)
+                if (strcmp(s->id, id) == 0) {
+                        found = s;
+                        atomic_fetch_add(&s->refs, 1);
+                        break;
+                }
+        pthread_mutex_unlock(&m->lock);
+        return found;
+}
+
+static uint64_t disk_cost_per_hour(Manager *m, json_t *spec) {
+        return ledger_cost(m->cfg->price_disk_gib_hour_micros * 3600u, (int64_t)spec_uint(spec, "diskMiB")) / 1024u;
+}
+
+uint64_t sandbox_row_paused_cost(Manager *m, const SandboxRow *r, int64_t now) {
+        _cleanup_json_ json_t *spec = json_loads(r->spec, 0, NULL);
+        if (!spec)
+                return 0;
+        int64_t secs = spec_int(spec, "pausedSeconds");
+        int64_t at = spec_int(spec, "pausedAt");
+        if (state_is(r, "paused") && at > 0 && now > at)
+                secs += now - at;
+        return ledger_cost(disk_cost_per_hour(m, spec), secs);
+}
+
+/* The lease a woken or restarted sandbox gets: the one asked for, else
+ * what its pause left of the old one, else its timeoutSeconds afresh. */
+static int64_t next_lease(json_t *spec, int64_t asked) {
+        if (asked > 0)
+                return asked;
+        int64_t left = spec_int(spec, "leaseLeftSeconds");
+        if (left > 0)
+                return left;
+        int64_t t = spec_int(spec, "timeoutSeconds");
+        return t > 0 ? t : 300;
+}
+
+/* Holds the next lease's worst case against the key's budget: a woken or
+ * restarted sandbox spends again. */
+static int reserve_lease(Manager *m, SandboxRow *row, json_t *spec, int64_t lease, const char *rid,
+                         SandboxError *e) {
+        uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
+        json_t *max = json_object_get(spec, "maxTotalCostMicros");
+        int64_t life = row->run_seconds + lease;
+        if (json_is_integer(max) && ledger_cost(per_hour, life) > (uint64_t)json_integer_value(max))
+                return budget_refusal(e, per_hour, life, 0, (uint64_t)json_integer_value(max), "maxTotalCostMicros",
+                                      "sandbox with this lease");
+        if (!m->ledger)
+                return 0;
+        int64_t now = time_now_unix();
+        LedgerBudget budget;
+        LedgerRefusal refusal;
+        int r = ledger_key_budget(m->ledger, row->key_id, m->cfg->trial_allowance_seconds, &budget);
+        if (r == 0)
+                r = ledger_reserve(m->ledger, row->key_id, row->owner, row->id, &budget,
+                                   (int64_t)ledger_cost_ceil(per_hour, lease), lease,
+                                   now + lease + HELLO_TIMEOUT_MS / 1000, now, &refusal);
+        if (r == -EDQUOT)
+                return spending_refusal(e, &refusal, row->key_id);
+        if (r < 0) {
+                log_error(rid, "sandbox %s: reserving its lease: %s", row->id, strerror(-r));
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not reserve the lease's cost");
+        }
+        return 0;
+}
+
+static int conflict_state(SandboxError *e, const SandboxRow *row, const char *wanted, const char *hint) {
+        return sandbox_error(e, SANDBOX_ERR_CONFLICT, hint, "sandbox %s is %s, not %s", row->id, row->state, wanted);
+}
+
+static int op_pause(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
+        if (state_is(row, "paused"))
+                return 0; /* already where it was asked to be */
+        if (!state_is(row, "running"))
+                return conflict_state(e, row, "running",
+                                      state_is(row, "stopped") || state_is(row, "failed")
+                                              ? "a stopped sandbox keeps no memory to pause; :wake or :restart boots it"
+                                              : NULL);
+        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
+        if (!spec)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
+        if (json_is_false(json_object_get(spec, "pausable")))
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "stop it instead, or create it with pausable: true",
+                                     "sandbox %s was created with pausable: false", row->id);
+        Sandbox *sb = live_get(m, row->id);
+        if (!sb)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "create a new sandbox",
+                                     "sandbox %s has stopped; its failure is being recorded", row->id);
+        if (!sb->driver->pause) {
+                sandbox_unref(sb);
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "stop it to keep its files",
+                                     "the %s driver cannot pause a sandbox", sb->driver->name);
+        }
+        snprintf(row->state, sizeof(row->state), "pausing");
+        int r = db_sandbox_update(m->db, row);
+        if (r == 0) {
+                pthread_mutex_lock(&sb->lock);
+                r = sb->running && !sb->died && sb->inst ? sb->driver->pause(sb->inst) : -ESRCH;
+                if (r == 0) {
+                        sb->paused = true;
+                        sb->paused_at_ms = (int64_t)time_now_mono_ms();
+                }
+                pthread_mutex_unlock(&sb->lock);
+        }
+        if (r < 0) {
+                snprintf(row->state, sizeof(row->state), "running");
+                (void)db_sandbox_update(m->db, row);
+                log_error(rid, "pausing %s: %s", row->id, strerror(-r));
+                sandbox_unref(sb);
+                if (r == -ESRCH)
+                        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "create a new sandbox",
+                                             "sandbox %s has stopped; its failure is being recorded", row->id);
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "try again; a process in the sandbox may be in a long disk wait",
+                                     "sandbox %s could not be paused", row->id);
+        }
+        sandbox_unref(sb);
+        /* Its running charge ends here; its disk's begins. */
+        int64_t now = time_now_unix();
+        int64_t end = now;
+        if (row->lease_ends_at && end > row->lease_ends_at)
+                end = row->lease_ends_at;
+        if (row->started_at && end > row->started_at)
+                row->run_seconds += end - row->started_at;
+        int64_t left = row->lease_ends_at > now ? row->lease_ends_at - now : 0;
+        if (m->ledger) {
+                int lr = ledger_settle(m->ledger, row->id, end, now);
+                if (lr < 0)
+                        log_error(rid, "sandbox %s: settling its charge: %s", row->id, strerror(-lr));
+                char series[48];
+                disk_series(row->id, series, sizeof(series));
+                lr = ledger_begin(m->ledger, series, row->key_id, row->owner, now, disk_cost_per_hour(m, spec), 0);
+                if (lr < 0)
+                        log_error(rid, "sandbox %s: opening its paused disk's charge: %s", row->id, strerror(-lr));
+        }
+        json_object_set_new(spec, "pausedAt", json_integer(now));
+        json_object_set_new(spec, "leaseLeftSeconds", json_integer(left));
+        if (row_spec_update(row, spec) < 0)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        /* A paused sandbox's lease does not run: no timer fires on it. */
+        row->lease_ends_at = 0;
+        snprintf(row->state, sizeof(row->state), "paused");
+        if ((r = db_sandbox_update(m->db, row)) < 0) {
+                log_error(rid, "pausing %s: %s", row->id, strerror(-r));
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the pause");
+        }
+        log_info(rid, "sandbox %s paused", row->id);
+        return 0;
+}
+
+int sandbox_pause(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxRow *ret, SandboxError *e) {
+        return with_row(m, key, id, op_pause, NULL, rid, ret, e);
+}
+
+/* A stopped or failed sandbox again, on its own files; a running or paused
+ * one is stopped first (restart). */
+static int reboot_locked(Manager *m, SandboxRow *row, int64_t asked_lease, const char *rid, SandboxError *e) {
+        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
+        const Driver *d = spec ? driver_by_name(spec_str(spec, "driver", "")) : NULL;
+        if (!d)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
+        const DriverOffer *o = config_driver_offer(m->cfg, d->name);
+        if (!o || !o->available || !o->offered)
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
+                                     "driver %s cannot run on this host now", d->name);
+        int64_t lease = next_lease(spec, asked_lease);
+        if (state_is(row, "running") || state_is(row, "paused")) {
+                /* The budget first, so that a refusal leaves it as it was;
+                 * the stop settles this reservation, the one below opens it
+                 * again. */
+                int r = reserve_lease(m, row, spec, lease, rid, e);
+                if (r < 0)
+                        return r;
+                r = do_stop_locked(m, row, "stopped", NULL);
+                if (r < 0)
+                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the stop");
+        }
+        int r = reserve_lease(m, row, spec, lease, rid, e);
+        if (r < 0)
+                return r;
+        json_object_del(spec, "leaseLeftSeconds");
+        if (row_spec_update(row, spec) < 0)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        return boot_locked(m, row, d, lease, rid, e);
+}
+
+static int op_wake(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
+        int64_t asked = *(const int64_t *)arg;
+        if (state_is(row, "stopped") || state_is(row, "failed"))
+                return reboot_locked(m, row, asked, rid, e);
+        if (!state_is(row, "paused"))
+                return sandbox_error(e, SANDBOX_ERR_NOT_PAUSED, NULL, "sandbox %s is %s, not paused", row->id,
+                                     row->state);
+        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
+        if (!spec)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
+        int64_t lease = next_lease(spec, asked);
+        int r = reserve_lease(m, row, spec, lease, rid, e);
+        if (r < 0)
+                return r;
+        Sandbox *sb = live_get(m, row->id);
+        snprintf(row->state, sizeof(row->state), "resuming");
+        r = sb ? db_sandbox_update(m->db, row) : -ESRCH;
+        if (r == 0) {
+                pthread_mutex_lock(&sb->lock);
+                r = sb->paused && sb->inst ? sb->driver->resume(sb->inst) : -ESRCH;
+                if (r == 0) {
+                        sb->paused = false;
+                        sb->paused_total_ms += (int64_t)time_now_mono_ms() - sb->paused_at_ms;
+                        /* Its silence while paused was ours. */
+                        channel_heartbeat_reset(sb->channel, (int64_t)time_now_mono_ms());
+                        atomic_store(&sb->active_ms, (int64_t)time_now_mono_ms());
+                }
+                pthread_mutex_unlock(&sb->lock);
+        }
+        if (r < 0) {
+                /* It cannot carry on: what is left of it is stopped, its
+                 * files kept, and it boots again from them. */
+                log_error(rid, "resuming %s: %s; booting it again from its disk", row->id, strerror(-r));
+                if (sb)
+                        sandbox_unref(sb);
+                snprintf(row->state, sizeof(row->state), "paused");
+                return reboot_locked(m, row, asked, rid, e);
+        }
+        sandbox_unref(sb);
+        int64_t now = time_now_unix();
+        row_end_pause(m, row, now, now);
+        row->started_at = now;
+        row->lease_ends_at = now + lease;
+        snprintf(row->state, sizeof(row->state), "running");
+        if ((r = db_sandbox_update(m->db, row)) < 0) {
+                log_error(rid, "waking %s: %s", row->id, strerror(-r));
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the wake");
+        }
+        if (m->ledger) {
+                uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
+                int lr = ledger_begin(m->ledger, row->id, row->key_id, row->owner, now, per_hour, row->lease_ends_at);
+                if (lr < 0)
+                        log_error(rid, "sandbox %s: opening its charge: %s", row->id, strerror(-lr));
+        }
+        log_info(rid, "sandbox %s woken", row->id);
+        return 0;
+}
+
+int sandbox_wake(Manager *m, const KeyInfo *key, const char *id, int64_t timeout_seconds, const char *rid,
+                 SandboxRow *ret, SandboxError *e) {
+        return with_row(m, key, id, op_wake, &timeout_seconds, rid, ret, e);
+}
+
+static int op_restart(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
+        if (!state_is(row, "running") && !state_is(row, "paused") && !state_is(row, "stopped") &&
+            !state_is(row, "failed"))
+                return conflict_state(e, row, "running, paused, stopped or failed", NULL);
+        return reboot_locked(m, row, 0, rid, e);
+}
+
+int sandbox_restart(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxRow *ret,
+                    SandboxError *e) {
+        return with_row(m, key, id, op_restart, NULL, rid, ret, e);
+}
+
+/* A pause the daemon decides on (lease end with onLeaseEnd "pause", idle
+ * time), under busy_begin(id). */
+static void pause_by_daemon(Manager *m, SandboxRow *row, const char *why) {
+        SandboxError e;
+        if (op_pause(m, row, NULL, NULL, &e) < 0)
+                log_warn(NULL, "sandbox %s: no pause at %s: %s", row->id, why, e.message);
+        else
+                log_info(NULL, "sandbox %s paused: %s", row->id, why);
+}
+
+static void idle_check(Manager *m, Sandbox *sb, int64_t now_ms) {
+        pthread_mutex_lock(&sb->lock);
+        bool candidate = sb->idle_pause_s > 0 && sb->running && !sb->paused && !sb->stopping && !sb->died;
+        pthread_mutex_unlock(&sb->lock);
+        if (!candidate || now_ms - atomic_load(&sb->active_ms) < (int64_t)sb->idle_pause_s * 1000)
+                return;
+        /* An open stream (a command, a process, a transfer) is activity. */
+        if (sb->channel && channel_stream_count(sb->channel) > 0) {
+                atomic_store(&sb->active_ms, now_ms);
+                return;
+        }
+        busy_begin(m, sb->id);
+        SandboxRow row;
+        if (db_sandbox_get(m->db, sb->id, &row) == 0) {
+                if (state_is(&row, "running") &&
+                    (int64_t)time_now_mono_ms() - atomic_load(&sb->active_ms) >= (int64_t)sb->idle_pause_s * 1000)
+                        pause_by_daemon(m, &row, "idle");
+                sandbox_row_done(&row);
+        }
+        busy_end(m, sb->id);
+}
+
 int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **ret, SandboxError *e) {
         Sandbox *found = NULL;
         pthread_mutex_lock(&m->lock);
@@ -1225,8 +1698,33 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
                 }
         pthread_mutex_unlock(&m->lock);
         if (found) {
-                *ret = found;
-                return 0;
+                pthread_mutex_lock(&found->lock);
+                bool paused = found->paused;
+                pthread_mutex_unlock(&found->lock);
+                atomic_store(&found->active_ms, (int64_t)time_now_mono_ms());
+                if (!paused) {
+                        *ret = found;
+                        return 0;
+                }
+                bool wake = found->auto_wake;
+                sandbox_unref(found);
+                if (!wake)
+                        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "wake it: POST /v1/sandboxes/{id}:wake",
+                                             "sandbox %s is paused (created with autoWake: false)", id);
+                /* A wake spends: a read key looks but never wakes. */
+                if (!key->full)
+                        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "wake it with a full key",
+                                             "sandbox %s is paused, and a read key cannot wake it", id);
+                /* Woken first, then served; one more look at the live list. */
+                SandboxRow row;
+                int64_t asked = 0;
+                int r = with_row(m, key, id, op_wake, &asked, NULL, &row, e);
+                /* Not paused any more: another request woke it first. */
+                if (r < 0 && e->kind != SANDBOX_ERR_NOT_PAUSED)
+                        return r;
+                if (r == 0)
+                        sandbox_row_done(&row);
+                return sandbox_acquire(m, key, id, ret, e);
         }
         SandboxRow row;
         int r = own_row(m, key, id, &row, e);

@@ -54,6 +54,24 @@ int sandbox_stop(Manager *m, const KeyInfo *key, const char *id, const char *rid
 int sandbox_delete(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxError *e);
 int sandbox_extend(Manager *m, const KeyInfo *key, const char *id, int64_t seconds, SandboxRow *ret,
                    SandboxError *e);
+/* :pause keeps memory and processes (driver->pause), ends the running
+ * charge and opens the disk's; a paused sandbox's lease stands still.
+ * :wake carries a paused one on (or boots a stopped or failed one again),
+ * with a lease of timeout_seconds (0: what its pause left, else its
+ * timeoutSeconds). :restart boots it again from its disk, stopping it
+ * first when it runs or is paused. Not-allowed transitions fill e with a
+ * conflict that names the state (a wake of one not paused: NOT_PAUSED). */
+int sandbox_pause(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxRow *ret, SandboxError *e);
+int sandbox_wake(Manager *m, const KeyInfo *key, const char *id, int64_t timeout_seconds, const char *rid,
+                 SandboxRow *ret, SandboxError *e);
+int sandbox_restart(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxRow *ret,
+                    SandboxError *e);
+/* sandbox_get once the sandbox is in `state` (woken by every lifecycle
+ * step), or as it is when timeout_ms passes or it is deleted meanwhile. */
+int sandbox_wait_state(Manager *m, const KeyInfo *key, const char *id, const char *state, int64_t timeout_ms,
+                       SandboxRow *ret, SandboxError *e);
+/* What a row's paused time has cost at the disk rate, up to now. */
+uint64_t sandbox_row_paused_cost(Manager *m, const SandboxRow *row, int64_t now);
 int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *network, SandboxRow *ret,
                         SandboxError *e);
 /* What a sandbox of this row costs an hour, and its running time so far
@@ -62,7 +80,9 @@ uint64_t sandbox_row_cost_per_hour(Manager *m, const SandboxRow *row);
 int64_t sandbox_row_run_seconds(const SandboxRow *row, int64_t now);
 
 /* A running sandbox of this key's owner, with a reference: 404 when there is
- * none, 409 when it is not running. */
+ * none, 409 when it is not running. A paused one created with autoWake
+ * (the default) is woken first; without, 409. Marks it active (idle
+ * pause). */
 int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **ret, SandboxError *e);
 void sandbox_release(Sandbox *sb);
 /* The sandbox stopped answering (its agent is starved or stuck): it becomes
@@ -70,6 +90,9 @@ void sandbox_release(Sandbox *sb);
 void sandbox_fail(Sandbox *sb, const char *reason);
 /* Opens a stream on the sandbox's channel; fills e on failure. */
 int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxError *e);
+/* How long the sandbox has been paused in all (monotonic ms, the current
+ * pause included): a wait on its agent does not count that time against it. */
+int64_t sandbox_paused_ms(Sandbox *sb);
 /* The sandbox's env (borrowed; fixed for its life). */
 json_t *sandbox_env(Sandbox *sb);
 const char *sandbox_id(Sandbox *sb);

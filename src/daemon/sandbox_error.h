@@ -7,6 +7,7 @@ typedef enum SandboxErrorKind {
         SANDBOX_ERR_INVALID,     /* the request cannot be served as asked */
         SANDBOX_ERR_NOT_FOUND,   /* no such sandbox of this owner */
         SANDBOX_ERR_CONFLICT,    /* not in a state that allows it */
+        SANDBOX_ERR_NOT_PAUSED,  /* a wake of a sandbox that is not paused (409 not_paused) */
         SANDBOX_ERR_OVER_BUDGET, /* the lease would pass the sandbox's own cap */
         SANDBOX_ERR_SPENDING,    /* the key's or the trial's allowance is spent */
         SANDBOX_ERR_TOO_LARGE,   /* an input passes a bound */

@@ -11,6 +11,10 @@
 typedef struct CreateRequest {
         int64_t timeout_seconds;
         bool delete_on_lease_end;
+        bool pause_on_lease_end;
+        int64_t idle_pause_seconds; /* 0: never; the manager raises it to its minimum */
+        bool auto_wake;             /* a request to a paused sandbox wakes it */
+        bool pausable;              /* false: :pause and idle pause are refused */
         unsigned vcpu;
         unsigned memory_mib;
         unsigned disk_mib;

@@ -505,6 +505,34 @@ static int set_frozen(Cgroup *cg, bool frozen) {
         return -ENOENT;
 }
 
+/* Whether the freezer says every task is frozen: v2's cgroup.events
+ * "frozen 1", v1's freezer.state "FROZEN" (it reads FREEZING while a task
+ * is still on its way, e.g. in an uninterruptible sleep). */
+static bool is_frozen(Cgroup *cg) {
+        char buf[512];
+        uint64_t v;
+        if (cg->v2)
+                return read_in(cg->dir[CGROUP_UNIFIED], "cgroup.events", buf, sizeof buf) >= 0 &&
+                       cgroup_parse_keyed(buf, "frozen", &v) >= 0 && v == 1;
+        return read_in(cg->dir[CGROUP_FREEZER], "freezer.state", buf, sizeof buf) >= 0 &&
+               strncmp(buf, "FROZEN", 6) == 0;
+}
+
+int cgroup_freeze(Cgroup *cg, bool frozen, int timeout_ms) {
+        int r = set_frozen(cg, frozen);
+        if (r < 0 || !frozen)
+                return r;
+        int64_t deadline = now_ms() + timeout_ms;
+        for (unsigned round = 0; !is_frozen(cg); round++) {
+                if (now_ms() >= deadline) {
+                        (void)set_frozen(cg, false);
+                        return -ETIMEDOUT;
+                }
+                sleep_ms(round < 20 ? 1 : 10);
+        }
+        return 0;
+}
+
 int cgroup_kill_all(Cgroup *cg, int timeout_ms) {
         int64_t deadline = now_ms() + timeout_ms;
         const char *u = cg->dir[CGROUP_UNIFIED];
@@ -520,6 +548,9 @@ int cgroup_kill_all(Cgroup *cg, int timeout_ms) {
                          * forks in flight included. A v1 hierarchy may
                          * still hold a process that joined only there. */
                         (void)for_each_proc(cg, kill_pid);
+                        /* A paused sandbox's tasks sleep in the freezer
+                         * with the SIGKILL pending until thawed. */
+                        (void)set_frozen(cg, false);
                 } else {
                         /* Frozen, nobody can fork between reading
                          * cgroup.procs and the kill; SIGKILL takes effect

@@ -88,9 +88,16 @@ const char *cgroup_dir(const Cgroup *cg, CgroupHier h);
 /* Number of processes in the cgroup, 0 when it is gone. */
 int cgroup_count_procs(Cgroup *cg);
 
+/* Freezes (frozen) or thaws every task of the cgroup with the freezer of
+ * its layout: v2 cgroup.freeze, v1 freezer.state (a hybrid host's tasks are
+ * in both; the v1 freezer is the one every such host has). A freeze waits
+ * until the kernel reports every task frozen, and is undone at timeout_ms
+ * (-ETIMEDOUT); a thaw returns at once. -ENOENT without a freezer. */
+int cgroup_freeze(Cgroup *cg, bool frozen, int timeout_ms);
 /* Kills every process of the cgroup: cgroup.kill where the kernel has it,
  * else freeze, SIGKILL every pid of cgroup.procs, thaw, until it is empty or
- * timeout_ms passed (-ETIMEDOUT). */
+ * timeout_ms passed (-ETIMEDOUT). A frozen cgroup is thawed after the
+ * kill so that its tasks die. */
 int cgroup_kill_all(Cgroup *cg, int timeout_ms);
 /* rmdir in every hierarchy; retried while the kernel still reports it busy
  * (tasks exiting). Missing directories are fine. */

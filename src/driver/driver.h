@@ -95,6 +95,14 @@ typedef struct Driver {
          * Idempotent. */
         int (*reap_orphan)(const DriverSpec *spec);
         int (*stats)(DriverInstance *inst, DriverStats *ret);
+        /* Pause: every process of the sandbox stops where it stands, its
+         * memory and processes kept, no CPU used, until resume carries on
+         * the same processes. The channel stays connected but silent. A
+         * pause that cannot finish (a task that will not freeze) is undone
+         * and fails (-ETIMEDOUT); resume of a running sandbox is a no-op.
+         * stop works on a paused sandbox. NULL where the driver cannot. */
+        int (*pause)(DriverInstance *inst);
+        int (*resume)(DriverInstance *inst);
         /* Whether the driver's own supervising process (bwrap, runsc, QEMU)
          * is still there. Cheap: the daemon asks every second. A sandbox
          * whose supervisor was killed from outside may still answer on its

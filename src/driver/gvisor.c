@@ -593,4 +593,6 @@ const Driver driver_gvisor = {
         .reap_orphan = gv_reap_orphan,
         .stats = gv_stats,
         .alive = launch_alive,
+        .pause = launch_pause,
+        .resume = launch_resume,
 };

@@ -460,6 +460,24 @@ bool launch_alive(DriverInstance *inst) {
         return poll(&pfd, 1, 0) == 0;
 }
 
+/* A freeze waits for every task to reach a point where it can stop: one in
+ * an uninterruptible sleep (disk I/O, reclaim) finishes it first, and on a
+ * loaded host each must be scheduled at all (a 5 s bound was once missed
+ * under a load average of 30 on 2 cores). Longer and the pause is refused. */
+#define LAUNCH_FREEZE_TIMEOUT_MS 15000
+
+int launch_pause(DriverInstance *inst) {
+        if (!inst || !inst->cg)
+                return -EINVAL;
+        return cgroup_freeze(inst->cg, true, LAUNCH_FREEZE_TIMEOUT_MS);
+}
+
+int launch_resume(DriverInstance *inst) {
+        if (!inst || !inst->cg)
+                return -EINVAL;
+        return cgroup_freeze(inst->cg, false, 0);
+}
+
 int launch_stats(DriverInstance *inst, DriverStats *ret) {
         if (!inst || !inst->cg)
                 return -EINVAL;

@@ -119,6 +119,11 @@ const char *launch_stop_reason(DriverInstance *inst, bool exited_before);
 /* Kills the cgroup, reaps the child. */
 void launch_kill_and_reap(DriverInstance *inst);
 int launch_stats(DriverInstance *inst, DriverStats *ret);
+/* Driver.pause/resume for drivers whose every process is in the sandbox's
+ * cgroup (bwrap and its children; runsc, its Sentry and gofer): the cgroup
+ * freezer. */
+int launch_pause(DriverInstance *inst);
+int launch_resume(DriverInstance *inst);
 /* The launched process (bwrap, runsc) has not exited: its pidfd is not
  * readable. */
 bool launch_alive(DriverInstance *inst);

@@ -264,4 +264,6 @@ const Driver driver_microvm = {
         .console_log = "console.log",
         .stats = microvm_vm_stats,
         .alive = microvm_vm_alive,
+        .pause = microvm_vm_pause,
+        .resume = microvm_vm_resume,
 };

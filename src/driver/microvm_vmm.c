@@ -33,7 +33,9 @@
 
 #include "common/macro.h"
 #include "driver/cgroup.h"
+#include "common/timeutil.h"
 #include "driver/microvm_kvm.h"
+#include "driver/microvm_qmp.h"
 #include "driver/microvm_spawn.h"
 
 #define KILL_TIMEOUT_MS 5000
@@ -61,6 +63,10 @@ struct DriverInstance {
         int vmm_log_fd;
         pthread_t console_thread;
         bool console_running;
+        /* QEMU's monitor, for pause and resume; NULL when the caller kept
+         * the monitor (a template being made). qmp_ready once negotiated. */
+        MicrovmQmp *qmp;
+        bool qmp_ready;
 };
 
 const char *microvm_qemu_binary(void) {
@@ -337,6 +343,10 @@ static void instance_release(DriverInstance *inst) {
                 close(inst->vmm_err_fd);
         if (inst->vmm_log_fd >= 0)
                 close(inst->vmm_log_fd);
+        if (inst->qmp) {
+                close(inst->qmp->fd);
+                free(inst->qmp);
+        }
         cgroup_free(inst->cg);
         free(inst->id);
         free(inst->sandbox_dir);
@@ -494,12 +504,65 @@ int microvm_vm_start(const MicrovmStart *s, const char *hostname, int initrd_fd,
         _cleanup_close_ int upper_ro_fd = open(upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
         if (kernel_fd < 0 || root_fd < 0 || upper_fd < 0 || upper_ro_fd < 0)
                 return -errno;
+        /* Without a caller's monitor, the daemon keeps one: pause and
+         * resume are QMP's stop and cont. */
+        int mon[2] = { -1, -1 };
+        MicrovmQmp *qmp = NULL;
+        if (monitor_fd < 0) {
+                qmp = calloc(1, sizeof(*qmp));
+                if (!qmp)
+                        return -ENOMEM;
+                if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) < 0) {
+                        free(qmp);
+                        return -errno;
+                }
+                monitor_fd = mon[1];
+        }
         VmLaunch l = {
                 .s = s, .cmdline = cmdline, .upper_path = upper, .kernel_fd = kernel_fd, .initrd_fd = initrd_fd,
                 .root_fd = root_fd, .upper_fd = upper_fd, .upper_ro_fd = upper_ro_fd, .monitor_fd = monitor_fd,
                 .incoming_fd = incoming_fd,
         };
-        return vm_launch(&l, ret_fd, ret);
+        r = vm_launch(&l, ret_fd, ret);
+        if (mon[1] >= 0)
+                close(mon[1]);
+        if (r < 0 || !qmp) {
+                if (mon[0] >= 0)
+                        close(mon[0]);
+                free(qmp);
+                return r;
+        }
+        qmp->fd = mon[0];
+        (*ret)->qmp = qmp;
+        return 0;
+}
+
+/* QMP's stop and cont, by a deadline: QEMU under TCG on a loaded host can be
+ * slow to answer its monitor. */
+#define QMP_TIMEOUT_MS 20000
+
+static int vm_qmp(DriverInstance *inst, const char *cmd) {
+        if (!inst || !inst->qmp || inst->exited)
+                return -EINVAL;
+        int64_t deadline = (int64_t)time_now_mono_ms() + QMP_TIMEOUT_MS;
+        char why[256] = "";
+        int r;
+        if (!inst->qmp_ready) {
+                r = microvm_qmp_exec(inst->qmp, "{\"execute\":\"qmp_capabilities\"}\n", -1, deadline, NULL, why,
+                                     sizeof(why));
+                if (r < 0)
+                        return r;
+                inst->qmp_ready = true;
+        }
+        return microvm_qmp_exec(inst->qmp, cmd, -1, deadline, NULL, why, sizeof(why));
+}
+
+int microvm_vm_pause(DriverInstance *inst) {
+        return vm_qmp(inst, "{\"execute\":\"stop\"}\n");
+}
+
+int microvm_vm_resume(DriverInstance *inst) {
+        return vm_qmp(inst, "{\"execute\":\"cont\"}\n");
 }
 
 const char *microvm_vm_stop(DriverInstance *inst) {

@@ -48,3 +48,8 @@ void microvm_vm_free(DriverInstance *inst);
 const char *microvm_vm_sandbox_dir(const DriverInstance *inst);
 bool microvm_vm_alive(DriverInstance *inst);
 int microvm_vm_stats(DriverInstance *inst, DriverStats *ret);
+/* Driver.pause/resume: QMP's stop (the guest's vCPUs stop; its memory,
+ * devices and clock stay as they are) and cont, on the monitor the daemon
+ * keeps. -EINVAL for a VM whose monitor another part holds. */
+int microvm_vm_pause(DriverInstance *inst);
+int microvm_vm_resume(DriverInstance *inst);

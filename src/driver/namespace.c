@@ -628,4 +628,6 @@ const Driver driver_namespace = {
         .reap_orphan = ns_reap_orphan,
         .stats = ns_stats,
         .alive = launch_alive,
+        .pause = launch_pause,
+        .resume = launch_resume,
 };

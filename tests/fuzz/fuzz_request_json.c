@@ -1,5 +1,6 @@
 /* Arbitrary bytes through the daemon's request parsers and validators: the
- * JSON bodies of create, exec and the file operations, paths, query values,
+ * JSON bodies of create, exec, the file operations and the lifecycle's
+ * transitions, paths, query values,
  * base64 and routes. The first byte picks the parser. */
 #include <stddef.h>
 #include <stdint.h>
@@ -59,6 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 case 4: {
                         int64_t s;
                         (void)request_parse_extend(body, &s, &e);
+                        (void)request_parse_wake(body, &s, &e);
+                        (void)request_parse_no_fields(body, &e);
                         break;
                 }
                 case 5: {
@@ -96,8 +99,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         case 8: {
                 unsigned v;
+                const char *state;
+                int64_t ms;
                 (void)request_parse_mode(s, &v, &e);
                 (void)request_parse_depth(s, &v, &e);
+                /* The state name and the bound of ?waitFor=, each as the whole text. */
+                (void)request_parse_wait_for(s, NULL, &state, &ms, &e);
+                (void)request_parse_wait_for("paused", s, &state, &ms, &e);
                 break;
         }
         case 9: {

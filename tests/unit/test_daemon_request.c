@@ -106,6 +106,10 @@ static void test_create_defaults(void **state) {
         assert_int_equal(request_parse_create(j, &lim, &c, &e), 0);
         assert_int_equal(c.timeout_seconds, 300);
         assert_false(c.delete_on_lease_end);
+        assert_false(c.pause_on_lease_end);
+        assert_int_equal(c.idle_pause_seconds, 0);
+        assert_true(c.auto_wake);
+        assert_true(c.pausable);
         assert_int_equal(c.vcpu, 1);
         assert_int_equal(c.memory_mib, 1024);
         assert_int_equal(c.disk_mib, 2048);
@@ -116,6 +120,57 @@ static void test_create_defaults(void **state) {
         assert_false(json_is_true(json_object_get(c.network, "internet")));
         assert_int_equal(json_array_size(json_object_get(c.network, "allow")), 0);
         create_request_done(&c);
+        json_decref(j);
+}
+
+static void test_create_lifecycle(void **state) {
+        json_t *j = parse("{\"onLeaseEnd\":\"pause\",\"idlePauseSeconds\":600,\"autoWake\":false}");
+        CreateRequest c;
+        ApiError e = { 0 };
+        assert_int_equal(request_parse_create(j, &lim, &c, &e), 0);
+        assert_true(c.pause_on_lease_end);
+        assert_false(c.delete_on_lease_end);
+        assert_int_equal(c.idle_pause_seconds, 600);
+        assert_false(c.auto_wake);
+        create_request_done(&c);
+        json_decref(j);
+}
+
+static void test_wake_body(void **state) {
+        int64_t t = -1;
+        ApiError e = { 0 };
+        json_t *j = parse("{}");
+        assert_int_equal(request_parse_wake(j, &t, &e), 0);
+        assert_int_equal(t, 0);
+        json_decref(j);
+        j = parse("{\"timeoutSeconds\":60}");
+        assert_int_equal(request_parse_wake(j, &t, &e), 0);
+        assert_int_equal(t, 60);
+        json_decref(j);
+        const char *bad[] = { "{\"timeoutSeconds\":0}", "{\"timeoutSeconds\":86401}", "{\"timeoutSeconds\":\"60\"}",
+                              "{\"seconds\":60}" };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                j = parse(bad[i]);
+                assert_int_not_equal(request_parse_wake(j, &t, &e), 0);
+                assert_int_equal(e.status, 400);
+                json_decref(j);
+        }
+        const char *wstate = NULL;
+        int64_t ms = 0;
+        assert_int_equal(request_parse_wait_for("paused", NULL, &wstate, &ms, &e), 0);
+        assert_string_equal(wstate, "paused");
+        assert_int_equal(ms, 60000);
+        assert_int_equal(request_parse_wait_for("running", "0", &wstate, &ms, &e), 0);
+        assert_int_equal(ms, 0);
+        const char *bad_wait[][2] = { { "asleep", NULL }, { NULL, NULL }, { "paused", "121" }, { "paused", "" },
+                                      { "paused", "-1" }, { "paused", "1e3" }, { "paused", "99999999999999999999" } };
+        for (size_t i = 0; i < sizeof(bad_wait) / sizeof(bad_wait[0]); i++) {
+                assert_int_not_equal(request_parse_wait_for(bad_wait[i][0], bad_wait[i][1], &wstate, &ms, &e), 0);
+                assert_int_equal(e.status, 400);
+        }
+        j = parse("{\"x\":1}");
+        assert_int_not_equal(request_parse_no_fields(j, &e), 0);
+        assert_non_null(strstr(e.message, "x"));
         json_decref(j);
 }
 
@@ -142,7 +197,14 @@ static void test_create_bounds(void **state) {
         create_refused("{\"timeoutSeconds\":86401}", "timeoutSeconds");
         create_refused("{\"timeoutSeconds\":1.5}", "timeoutSeconds");
         create_refused("{\"timeoutSeconds\":\"10\"}", "timeoutSeconds");
-        create_refused("{\"onLeaseEnd\":\"pause\"}", "onLeaseEnd");
+        create_refused("{\"onLeaseEnd\":\"hibernate\"}", "onLeaseEnd");
+        create_refused("{\"idlePauseSeconds\":-1}", "idlePauseSeconds");
+        create_refused("{\"idlePauseSeconds\":86401}", "idlePauseSeconds");
+        create_refused("{\"idlePauseSeconds\":1.5}", "idlePauseSeconds");
+        create_refused("{\"autoWake\":1}", "autoWake");
+        create_refused("{\"pausable\":\"no\"}", "pausable");
+        create_refused("{\"pausable\":false,\"onLeaseEnd\":\"pause\"}", "pausable");
+        create_refused("{\"pausable\":false,\"idlePauseSeconds\":60}", "pausable");
         create_refused("{\"onLeaseEnd\":1}", "onLeaseEnd");
         create_refused("{\"vcpu\":0}", "vcpu");
         create_refused("{\"vcpu\":9}", "vcpu");
@@ -452,7 +514,9 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_body_parse),   cmocka_unit_test(test_depth),
                 cmocka_unit_test(test_body_too_large), cmocka_unit_test(test_create_defaults),
-                cmocka_unit_test(test_create_full),  cmocka_unit_test(test_create_bounds),
+                cmocka_unit_test(test_create_full),
+                cmocka_unit_test(test_create_lifecycle),
+                cmocka_unit_test(test_wake_body),  cmocka_unit_test(test_create_bounds),
                 cmocka_unit_test(test_create_counts), cmocka_unit_test(test_exec),
                 cmocka_unit_test(test_paths),        cmocka_unit_test(test_file_ops),
                 cmocka_unit_test(test_base64),       cmocka_unit_test(test_process_parsers),

@@ -245,6 +245,55 @@ static void test_v2_limits_and_stats(void **state) {
         cgroup_layout_done(&l);
 }
 
+/* The freezer: v1 (and hybrid) writes freezer.state and waits until it
+ * reads FROZEN; v2 writes cgroup.freeze and waits for "frozen 1" in
+ * cgroup.events, undoing the freeze when it never comes. */
+static void test_freeze(void **state) {
+        Tree *t = *state;
+        make_v1(t, true);
+        CgroupLayout l;
+        assert_int_equal(cgroup_layout_detect(t->root, &l), 0);
+        Cgroup *cg;
+        assert_int_equal(cgroup_new(&l, "runtime", "sbx1", true, &cg), 0);
+        char d[PATH_MAX], buf[64];
+        snprintf(d, sizeof d, "%s/freezer/runtime/sbx1", t->root);
+        assert_int_equal(cgroup_freeze(cg, true, 1000), 0);
+        get(d, "freezer.state", buf, sizeof buf);
+        assert_string_equal(buf, "FROZEN");
+        assert_int_equal(cgroup_freeze(cg, false, 0), 0);
+        get(d, "freezer.state", buf, sizeof buf);
+        assert_string_equal(buf, "THAWED");
+        cgroup_free(cg);
+        cgroup_layout_done(&l);
+}
+
+static void test_freeze_v2_timeout(void **state) {
+        Tree *t = *state;
+        put(t->root, "cgroup.controllers", "cpu memory pids\n");
+        put(t->root, "cgroup.procs", "");
+        put(t->root, "cgroup.subtree_control", "");
+        char d[PATH_MAX], buf[64];
+        snprintf(d, sizeof d, "%s/runtime/sbx1", t->root);
+        mkdirs("%s", d);
+        put(d, "cgroup.procs", "");
+        put(d, "cgroup.freeze", "0");
+        /* A task that never freezes: the kernel would keep saying 0. */
+        put(d, "cgroup.events", "populated 1\nfrozen 0\n");
+        CgroupLayout l;
+        assert_int_equal(cgroup_layout_detect(t->root, &l), 0);
+        Cgroup *cg;
+        assert_int_equal(cgroup_new(&l, "runtime", "sbx1", false, &cg), 0);
+        assert_int_equal(cgroup_freeze(cg, true, 50), -ETIMEDOUT);
+        get(d, "cgroup.freeze", buf, sizeof buf);
+        assert_string_equal(buf, "0");
+        put(d, "cgroup.events", "populated 1\nfrozen 1\n");
+        assert_int_equal(cgroup_freeze(cg, true, 50), 0);
+        get(d, "cgroup.freeze", buf, sizeof buf);
+        assert_string_equal(buf, "1");
+        cgroup_free(cg);
+        cgroup_layout_done(&l);
+}
+
 static void test_open_missing_and_remove(void **state) {
         Tree *t = *state;
         make_v1(t, false);
@@ -322,6 +371,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_v1_limits_and_stats, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_v2_limits_and_stats, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_open_missing_and_remove, tree_setup, tree_teardown),
+                cmocka_unit_test_setup_teardown(test_freeze, tree_setup, tree_teardown),
+                cmocka_unit_test_setup_teardown(test_freeze_v2_timeout, tree_setup, tree_teardown),
                 cmocka_unit_test(test_names),
                 cmocka_unit_test(test_helpers),
         };

@@ -30,6 +30,9 @@ CREATE_FIELDS: Dict[str, str] = {
     "max_cost_micros": "maxCostMicros",
     "max_total_cost_micros": "maxTotalCostMicros",
     "secrets": "secrets",
+    "idle_pause_seconds": "idlePauseSeconds",
+    "auto_wake": "autoWake",
+    "pausable": "pausable",
 }
 CLIENT_OPTIONS = ("keep", "api_key", "base_url", "http_timeout", "idempotency_key")
 
@@ -42,6 +45,15 @@ DEFAULT_STREAM_KEEP_BYTES = 1024 * 1024
 # The HTTP wait for an exec is the command's own timeout plus this slack.
 EXEC_HTTP_SLACK_SECONDS = 30.0
 CREATE_HTTP_TIMEOUT_SECONDS = 180.0
+
+
+def wake_body(timeout_seconds: Optional[int]) -> Dict[str, Any]:
+    """The body of POST :wake: an optional new lease."""
+    if timeout_seconds is None:
+        return {}
+    if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int):
+        raise InvalidRequestError(f"timeout_seconds must be an integer, not {type(timeout_seconds).__name__}")
+    return {"timeoutSeconds": timeout_seconds}
 
 _SANDBOX_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 

@@ -37,10 +37,11 @@ from ._models import (
     parse_list,
     parse_write,
     sandbox_path,
+    wake_body,
 )
 from ._process import AsyncProcess, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
 from .interpreter import AsyncInterpreter
-from .errors import APIError, CommandError, InvalidRequestError, NotFoundError
+from .errors import APIError, CommandError, InvalidRequestError, NotFoundError, NotPausedError
 
 AsyncOutputCallback = Callable[[str], Union[Any, Awaitable[Any]]]
 
@@ -168,6 +169,35 @@ class AsyncSandbox(SandboxInfo):
 
     async def stop(self) -> "AsyncSandbox":
         self._set_data(await self._http.request("POST", sandbox_path(self.id, ":stop")))
+        return self
+
+    async def pause(self, idempotency_key: Optional[str] = None) -> "AsyncSandbox":
+        """See :meth:`Sandbox.pause`."""
+        self._set_data(await self._http.request("POST", sandbox_path(self.id, ":pause"), json_body={},
+                                          headers=idempotency_headers(idempotency_key)))
+        return self
+
+    async def wake(self, timeout_seconds: Optional[int] = None, idempotency_key: Optional[str] = None) -> "AsyncSandbox":
+        """See :meth:`Sandbox.wake`."""
+        body = wake_body(timeout_seconds)
+        try:
+            data = await self._http.request("POST", sandbox_path(self.id, ":wake"), json_body=body,
+                                      headers=idempotency_headers(idempotency_key),
+                                            timeout=CREATE_HTTP_TIMEOUT_SECONDS)
+        except NotPausedError:
+            if timeout_seconds is not None:
+                raise
+            data = await self._http.request("GET", sandbox_path(self.id))
+            if data.get("state") not in ("running", "starting"):
+                raise
+        self._set_data(data)
+        return self
+
+    async def restart(self, idempotency_key: Optional[str] = None) -> "AsyncSandbox":
+        """See :meth:`Sandbox.restart`."""
+        self._set_data(await self._http.request("POST", sandbox_path(self.id, ":restart"), json_body={},
+                                          headers=idempotency_headers(idempotency_key),
+                                                timeout=CREATE_HTTP_TIMEOUT_SECONDS))
         return self
 
     async def extend(self, seconds: int) -> "AsyncSandbox":

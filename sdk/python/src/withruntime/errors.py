@@ -130,6 +130,12 @@ class ConflictError(APIError):
     default_code = "conflict"
 
 
+class NotPausedError(ConflictError):
+    """A wake of a sandbox that is not paused (409 ``not_paused``)."""
+
+    default_code = "not_paused"
+
+
 class CommandError(APIError):
     """A command run with ``check=True`` exited non-zero or timed out; ``result`` is its
     :class:`CommandResult`."""
@@ -180,6 +186,7 @@ _BY_CODE: Dict[str, Type[APIError]] = {
     "not_found": NotFoundError,
     "budget_exceeded": BudgetExceededError,
     "conflict": ConflictError,
+    "not_paused": NotPausedError,
     "payload_too_large": PayloadTooLargeError,
     "rate_limited": RateLimitError,
     "internal": InternalServerError,

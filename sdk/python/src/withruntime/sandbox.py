@@ -35,10 +35,11 @@ from ._models import (
     parse_list,
     parse_write,
     sandbox_path,
+    wake_body,
 )
 from ._process import Process, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
 from .interpreter import Interpreter
-from .errors import APIError, CommandError, InvalidRequestError, NotFoundError
+from .errors import APIError, CommandError, InvalidRequestError, NotFoundError, NotPausedError
 
 OutputCallback = Callable[[str], Any]
 FileData = Union[str, bytes, bytearray, memoryview, IO[bytes]]
@@ -85,7 +86,8 @@ class Sandbox(SandboxInfo):
         """Create and start a sandbox; returns once it is running.
 
         Fields (all optional, the API's defaults apply): ``timeout_seconds``, ``on_lease_end``
-        (``"stop"`` or ``"delete"``), ``vcpu``, ``memory_mib``, ``disk_mib``, ``network``
+        (``"stop"``, ``"pause"`` or ``"delete"``), ``idle_pause_seconds``, ``auto_wake``,
+        ``pausable``, ``vcpu``, ``memory_mib``, ``disk_mib``, ``network``
         (``{"internet": bool, "allow": [...], "deny": [...]}``), ``env``, ``image``,
         ``driver``, ``name``, ``labels``, ``max_cost_micros``, ``max_total_cost_micros``,
         ``secrets`` (the names of the egress secrets it may use, fixed for its life; ``[]`` is
@@ -156,6 +158,40 @@ class Sandbox(SandboxInfo):
     def stop(self) -> "Sandbox":
         """Kill every process and keep the files. Stopping a stopped sandbox does nothing."""
         self._set_data(self._http.request("POST", sandbox_path(self.id, ":stop")))
+        return self
+
+    def pause(self, idempotency_key: Optional[str] = None) -> "Sandbox":
+        """Freeze every process where it stands, memory kept; a paused sandbox costs only its
+        disk. Pausing a paused sandbox does nothing."""
+        self._set_data(self._http.request("POST", sandbox_path(self.id, ":pause"), json_body={},
+                                          headers=idempotency_headers(idempotency_key)))
+        return self
+
+    def wake(self, timeout_seconds: Optional[int] = None, idempotency_key: Optional[str] = None) -> "Sandbox":
+        """Carry on a paused sandbox with the same processes, or boot a stopped one from its
+        files. ``timeout_seconds`` is a new lease (else what the pause left, else its timeout).
+        Waking one that is already running is done, not an error, unless a lease was asked for
+        (then :class:`NotPausedError`)."""
+        body = wake_body(timeout_seconds)
+        try:
+            data = self._http.request("POST", sandbox_path(self.id, ":wake"), json_body=body,
+                                      headers=idempotency_headers(idempotency_key),
+                                      timeout=CREATE_HTTP_TIMEOUT_SECONDS)
+        except NotPausedError:
+            if timeout_seconds is not None:
+                raise
+            data = self._http.request("GET", sandbox_path(self.id))
+            if data.get("state") not in ("running", "starting"):
+                raise
+        self._set_data(data)
+        return self
+
+    def restart(self, idempotency_key: Optional[str] = None) -> "Sandbox":
+        """Boot it again from its files (a running or paused one is stopped first): files
+        kept, processes and memory not."""
+        self._set_data(self._http.request("POST", sandbox_path(self.id, ":restart"), json_body={},
+                                          headers=idempotency_headers(idempotency_key),
+                                          timeout=CREATE_HTTP_TIMEOUT_SECONDS))
         return self
 
     def extend(self, seconds: int) -> "Sandbox":
