@@ -25,9 +25,13 @@ void limits_protect_agent(void) {
 }
 
 void limits_child_defaults(void) {
-        /* Raising it is allowed to anyone; a child that lowers it again
-         * harms only its own sandbox. */
-        write_text("/proc/self/oom_score_adj", "0");
+        /* Above the agent's, by a raise, which needs no privilege: where
+         * nobody could lower the agent's (a host whose root lacks
+         * CAP_SYS_RESOURCE, as in many containers) the agent and the
+         * sandbox's launcher stay at 0 and the kernel still takes the
+         * commands first. A child that lowers it again harms only its own
+         * sandbox. */
+        write_text("/proc/self/oom_score_adj", LIMITS_CHILD_OOM_SCORE_ADJ);
         write_text(LIMITS_CHILD_CGROUP "/cgroup.procs", "0");
 }
 

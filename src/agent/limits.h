@@ -18,8 +18,12 @@
  * it (the namespace driver's user namespace) the driver has set it already. */
 void limits_protect_agent(void);
 
-/* In a forked child before exec (async-signal-safe): oom_score_adj back to
- * 0, and into LIMITS_CHILD_CGROUP where it exists. */
+/* What every command starts with: the OOM killer takes commands before the
+ * agent even where the agent could not lower its own. */
+#define LIMITS_CHILD_OOM_SCORE_ADJ "500"
+
+/* In a forked child before exec (async-signal-safe): oom_score_adj
+ * LIMITS_CHILD_OOM_SCORE_ADJ, and into LIMITS_CHILD_CGROUP where it exists. */
 void limits_child_defaults(void);
 
 /* The kernel's count of OOM kills (/proc/vmstat oom_kill), or UINT64_MAX

@@ -98,6 +98,12 @@ static int agent_run_start(Sandbox *sb, json_t *argv, const char *in, size_t in_
         }
         if (r == 0)
                 r = chan_stream_close_write(a.stream);
+        /* -EPIPE: it ended before it read everything (the run script exits 4
+         * or 3 without reading when the context is missing or gone, and its
+         * result can arrive before the input is written): its result, read
+         * next, says why. A closed channel shows there too. */
+        if (r == -EPIPE)
+                r = 0;
         if (r < 0) {
                 agent_run_done(&a);
                 return api_error(e, 503, "unavailable", "retry, or create a new sandbox",

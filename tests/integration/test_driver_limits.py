@@ -196,3 +196,12 @@ def test_a_killed_lxcfs_is_replaced_by_the_next_sandbox(api, driver):
     # lxcfs answers in well under a second here; the bound is the start's own
     # limit (5 s), which a create that waited on a dead mount reached.
     assert took < 5, f"create took {took:.1f} s while lxcfs was replaced"
+
+
+def test_commands_rank_before_the_agent_for_the_oom_killer(api, driver):
+    """Every command raises its oom_score_adj above the agent's (PID 1 inside): where the agent
+    cannot lower its own (a host root without CAP_SYS_RESOURCE) the kernel still takes
+    commands first."""
+    sbx = api.create_sandbox(driver=driver)
+    mine, agent = sbx.run("cat /proc/self/oom_score_adj /proc/1/oom_score_adj").split()
+    assert int(mine) == 500 and int(agent) < int(mine), (mine, agent)
