@@ -39,7 +39,7 @@ CLI_LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/cli/*.c))
 obj = $(patsubst src/%.c,$(BUILD)/obj/$(1)/%.o,$(2))
 
 DAEMON_CFLAGS = $(CFLAGS_PIE) -I$(BUILD)/gen $(shell pkg-config --cflags $(PKGS_DAEMON))
-DAEMON_LIBS = $(shell pkg-config --libs $(PKGS_DAEMON)) -lhttp_parser
+DAEMON_LIBS = $(shell pkg-config --libs $(PKGS_DAEMON)) -lhttp_parser -lwslay
 CLI_CFLAGS = $(CFLAGS_PIE) $(shell pkg-config --cflags $(PKGS_CLI))
 CLI_LIBS = $(shell pkg-config --libs $(PKGS_CLI))
 # The agent is PID 1 in images we do not control the libc of: link it

@@ -75,6 +75,7 @@ typedef struct Stream {
         int status;
         bool timed_out;
         bool group_killed;
+        bool pty; /* fds[PIPE_IN] and fds[PIPE_OUT] are its master; no stderr */
         uint64_t oom_kills_before; /* limits_oom_kills() when it started */
         unsigned oom_killed;       /* processes of its group the agent's memory watch killed */
         uint64_t start_ms, end_ms;
@@ -355,6 +356,7 @@ static void exec_start(Agent *a, uint32_t id, AgentRequest *r) {
         s->fds[PIPE_IN] = child.stdin_fd;
         s->fds[PIPE_OUT] = child.stdout_fd;
         s->fds[PIPE_ERR] = child.stderr_fd;
+        s->pty = r->pty;
         s->start_ms = now_ms();
         if (r->timeout_ms > 0)
                 s->deadline_ms = s->start_ms + (uint64_t)r->timeout_ms;
@@ -697,8 +699,16 @@ static void handle_frame(Agent *a, const ProtoHeader *h, const uint8_t *p) {
                                 s->finished = true;
                 }
                 break;
+        case PROTO_EVENT: {
+                /* The one event a host sends: a terminal's new size. */
+                unsigned cols, rows;
+                if (s->kind == STREAM_EXEC && s->pty && s->fds[PIPE_OUT] >= 0 &&
+                    agent_request_parse_resize(p, h->length, &cols, &rows) == 0)
+                        (void)exec_pty_resize(s->fds[PIPE_OUT], cols, rows);
+                break;
+        }
         default:
-                break; /* HELLO, EVENT, PONG: nothing the agent waits for */
+                break; /* HELLO, PONG: nothing the agent waits for */
         }
 }
 
