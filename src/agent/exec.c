@@ -131,15 +131,17 @@ int exec_pty_resize(int master_fd, unsigned cols, unsigned rows) {
 }
 
 /* A new pty: the master non-blocking (two descriptors of it, for input and
- * output), the slave's path for the child to open after its setsid(), so
- * that it becomes the child's controlling terminal. The agent never holds
- * the slave: its last close by the child's processes is the master's EOF. */
-static int pty_open(const AgentRequest *r, int ret_master[2], char ret_slave[64]) {
+ * output) and its slave, opened here so that it is open from before the fork
+ * on: gVisor reports a master whose slave is not open yet as hung up. The
+ * agent closes its slave once the child has its own copy; the last close by
+ * the child's processes is then the master's EOF. */
+static int pty_open(const AgentRequest *r, int ret_master[2], int *ret_slave) {
         int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
         if (m < 0)
                 return -errno;
         int k;
-        if (grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, ret_slave, 64) != 0 ||
+        char name[64];
+        if (grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, name, sizeof name) != 0 ||
             (k = exec_pty_resize(m, r->pty_cols, r->pty_rows)) < 0 || fcntl(m, F_SETFL, O_NONBLOCK) < 0) {
                 k = -errno;
                 close(m);
@@ -151,16 +153,24 @@ static int pty_open(const AgentRequest *r, int ret_master[2], char ret_slave[64]
                 close(m);
                 return k;
         }
+        int sl = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (sl < 0) {
+                k = -errno;
+                close(m);
+                close(m2);
+                return k;
+        }
         ret_master[0] = m2;
         ret_master[1] = m;
+        *ret_slave = sl;
         return 0;
 }
 
-/* In the child of a pty exec: a new session whose controlling terminal is
- * the slave, on fds 0..2. Child-only: it exits on failure. */
-static void pty_child(const char *slave, const AgentRequest *r) {
-        int fd = open(slave, O_RDWR | O_CLOEXEC);
-        if (fd < 0 || ioctl(fd, TIOCSCTTY, 0) < 0)
+/* In the child of a pty exec, after its setsid(): the slave becomes its
+ * controlling terminal, on fds 0..2 (login_tty). Child-only: it exits on
+ * failure. */
+static void pty_child(int fd, const AgentRequest *r) {
+        if (ioctl(fd, TIOCSCTTY, 0) < 0)
                 _exit(126);
         if (dup2(fd, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
                 _exit(126);
@@ -223,9 +233,8 @@ int exec_spawn(const AgentRequest *r, ExecChild *ret) {
 }
 
 static int exec_spawn_pty(const AgentRequest *r, char **env, ExecChild *ret) {
-        int master[2] = {-1, -1};
-        char slave[64];
-        int k = pty_open(r, master, slave);
+        int master[2] = {-1, -1}, slave = -1;
+        int k = pty_open(r, master, &slave);
         if (k < 0)
                 return k;
         pid_t pid = fork();
@@ -233,6 +242,7 @@ static int exec_spawn_pty(const AgentRequest *r, char **env, ExecChild *ret) {
                 k = -errno;
                 close(master[0]);
                 close(master[1]);
+                close(slave);
                 return k;
         }
         if (pid == 0) {
@@ -240,6 +250,7 @@ static int exec_spawn_pty(const AgentRequest *r, char **env, ExecChild *ret) {
                 pty_child(slave, r);
                 child_exec(r, env);
         }
+        close(slave);
         *ret = (ExecChild){.pid = pid, .stdin_fd = master[0], .stdout_fd = master[1], .stderr_fd = -1};
         return 0;
 }

@@ -316,3 +316,69 @@ def test_unknown_sandbox_is_an_error_message(sdk):
     err = json.loads([p for op, p in frames if op == 0x1][0])
     assert err["type"] == "error" and err["error"]["code"] == "not_found"
 
+
+
+# ---------------------------------------------------------------------------
+# The CLI: runtime sandbox shell, driven from a terminal of the test's own
+
+
+def test_cli_shell_is_interactive_and_restores_the_terminal(sdk, build_dir, sandbox, driver):
+    import pty
+    import select
+    import termios
+
+    env = {**os.environ, **sdk.env()}
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(str(build_dir / "runtime"), ["runtime", "sandbox", "shell", sandbox.id], env)
+    before = termios.tcgetattr(fd)
+
+    def read_until(needle: bytes) -> bytes:
+        buf, end = b"", time.monotonic() + bound(driver)
+        while needle not in buf:
+            assert time.monotonic() < end, f"{needle!r} not seen; got {buf[-400:]!r}"
+            r, _, _ = select.select([fd], [], [], 0.5)
+            if r:
+                try:
+                    buf += os.read(fd, 65536)
+                except OSError:
+                    break
+        return buf
+
+    try:
+        read_until(b"# ")
+        raw = termios.tcgetattr(fd)
+        assert not raw[3] & termios.ICANON and not raw[3] & termios.ECHO  # this side in raw mode
+        os.write(fd, b"echo $((6*7)); tty\n")
+        out = read_until(b"/dev/pts/")
+        assert b"42" in out
+        # Ctrl-C goes to the sandbox's foreground program, not to the CLI.
+        os.write(fd, b"python3 -c 'import time; time.sleep(600)'\n")
+        read_until(b"time.sleep(600)'")
+        deadline = time.monotonic() + bound(driver)
+        seen = b""
+        while b"KeyboardInterrupt" not in seen:
+            assert time.monotonic() < deadline, seen[-400:]
+            os.write(fd, b"\x03")
+            r, _, _ = select.select([fd], [], [], 1.0)
+            if r:
+                seen += os.read(fd, 65536)
+        os.write(fd, b"exit 5\n")
+        read_until(b"logout")
+    finally:
+        _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 5
+    after = termios.tcgetattr(fd)
+    assert after[3] == before[3] and after[0] == before[0], "the terminal's mode was not restored"
+    os.close(fd)
+
+
+def test_cli_shell_runs_a_command_and_reports_errors(sdk, build_dir, sandbox, driver):
+    import subprocess
+    env = {**os.environ, **sdk.env()}
+    r = subprocess.run([str(build_dir / "runtime"), "sandbox", "shell", sandbox.id, "--", "echo piped; exit 3"],
+                       env=env, capture_output=True, timeout=bound(driver), stdin=subprocess.DEVNULL)
+    assert r.returncode == 3 and b"piped" in r.stdout, r
+    r = subprocess.run([str(build_dir / "runtime"), "sandbox", "shell", "sbx_00000000000000000000"],
+                       env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1 and b"sbx_00000000000000000000" in r.stderr, r
