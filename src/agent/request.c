@@ -298,7 +298,7 @@ static const struct {
 } ops[] = {
         {"exec", REQ_EXEC}, {"read", REQ_READ},   {"write", REQ_WRITE},   {"list", REQ_LIST},
         {"stat", REQ_STAT}, {"mkdir", REQ_MKDIR}, {"remove", REQ_REMOVE}, {"rename", REQ_RENAME},
-        {"resume", REQ_RESUME}, {"signal", REQ_SIGNAL},
+        {"resume", REQ_RESUME}, {"signal", REQ_SIGNAL}, {"forward", REQ_FORWARD},
 };
 
 static int hex_digit(char c) {
@@ -395,6 +395,13 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
                 k = parse_signal(o, r, ret_error);
                 if (k < 0)
                         return k;
+        } else if (r->op == REQ_FORWARD) {
+                /* {"op":"forward","port":N}: only a port, only on 127.0.0.1. */
+                if (get_int(o, "port", -1, 1, 65535, &v) < 0 || v < 0) {
+                        *ret_error = "port must be an integer between 1 and 65535";
+                        return -EINVAL;
+                }
+                r->port = (uint16_t)v;
         } else if (r->op == REQ_RENAME) {
                 if ((k = get_path(o, "from", &r->path)) < 0 || (k = get_path(o, "to", &r->to)) < 0) {
                         *ret_error = "from and to must be absolute paths of at most 4096 bytes without NUL";

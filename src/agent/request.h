@@ -32,6 +32,7 @@ typedef enum AgentRequestOp {
         REQ_RENAME,
         REQ_RESUME, /* microVM restored from a snapshot: fresh entropy, clock, hostname */
         REQ_SIGNAL, /* a signal to the process group of one of the host's exec streams */
+        REQ_FORWARD, /* a TCP connection to a port on the sandbox's loopback (port forwarding) */
 } AgentRequestOp;
 
 typedef struct AgentRequest {
@@ -64,6 +65,8 @@ typedef struct AgentRequest {
         /* signal */
         uint32_t target; /* the exec's stream id */
         int signo;
+        /* forward */
+        uint16_t port;
 } AgentRequest;
 
 

@@ -19,6 +19,7 @@
 #include "daemon/api_processes.h"
 #include "daemon/api_sandboxes.h"
 #include "daemon/api_terminal.h"
+#include "daemon/api_tunnel.h"
 #include "daemon/api_system.h"
 #include "daemon/request.h"
 #include "proto/proto.h"
@@ -139,6 +140,8 @@ const HttpRoute api_routes[] = {
           HTTP_BODY_JSON_OR_EMPTY, handle_proc_wait),
         /* A WebSocket: the handshake is a GET, the terminal runs past it. */
         R(ROUTE_TERMINAL, "terminal", "GET", SBX "/terminal", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_terminal),
+        /* Port forwarding: a WebSocket too, each connection a stream of it. */
+        R(ROUTE_TUNNEL, "tunnel", "GET", SBX "/tunnel", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_tunnel),
         R(ROUTE_INTERP_RUN, "interpreter_run", "POST", SBX "/interpreter:run", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_interpreter_run),
         R(ROUTE_INTERP_CONTEXT_LIST, "interpreter_context_list", "GET", SBX "/interpreter/contexts",

@@ -66,6 +66,7 @@ typedef enum RouteKind {
         ROUTE_PROC_SIGNAL,
         ROUTE_PROC_WAIT,
         ROUTE_TERMINAL,
+        ROUTE_TUNNEL,
         ROUTE_INTERP_RUN,
         ROUTE_INTERP_CONTEXT_LIST,
         ROUTE_INTERP_CONTEXT_CREATE,

@@ -19,6 +19,7 @@
 #include "common/random.h"
 #include "daemon/api.h"
 #include "daemon/api_terminal.h"
+#include "daemon/api_tunnel.h"
 #include "daemon/auth.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
@@ -651,6 +652,7 @@ int main(int argc, char **argv) {
         manager_shutdown(m);
         /* Upgraded connections are ours, not the HTTP server's, to end. */
         terminal_close_all();
+        tunnel_close_all();
         http_server_stop(srv);
         http_server_free(srv);
         /* After the manager's shutdown closed every channel: each process has

@@ -40,6 +40,7 @@ from ._models import (
     wake_body,
 )
 from ._process import AsyncProcess, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
+from ._tunnel import AsyncPortForward, check_port
 from ._terminal import AsyncTerminal, terminal_target
 from ._ws import AsyncWebSocket
 from .interpreter import AsyncInterpreter
@@ -375,6 +376,16 @@ class AsyncSandbox(SandboxInfo):
         info = await self._http.request("POST", sandbox_path(self.id, "/processes"), json_body=body,
                                         headers=idempotency_headers(idempotency_key))
         return AsyncProcess(self._http, self.id, info)
+
+    async def forward_port(self, port: int, *, local_port: Optional[int] = None,
+                           host: str = "127.0.0.1") -> AsyncPortForward:
+        """As :meth:`Sandbox.forward_port`, for asyncio code."""
+        check_port(port)
+        if local_port is not None:
+            check_port(local_port, "local_port", zero_ok=True)
+        ws = AsyncWebSocket(self._http.endpoint, f"/v1/sandboxes/{self.id}/tunnel", websocket_headers(self._http.api_key))
+        return await AsyncPortForward(ws, port, local_port, host)._start()
+
 
     async def terminal(
         self,

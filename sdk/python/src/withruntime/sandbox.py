@@ -38,6 +38,7 @@ from ._models import (
     wake_body,
 )
 from ._process import Process, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
+from ._tunnel import PortForward, check_port
 from ._terminal import Terminal, terminal_target
 from ._ws import SyncWebSocket
 from .interpreter import Interpreter
@@ -394,6 +395,21 @@ class Sandbox(SandboxInfo):
 
     def process(self, process_id: str) -> Process:
         return Process(self._http, self.id, self._http.request("GET", sandbox_path(self.id, f"/processes/{process_id}")))
+
+    def forward_port(self, port: int, *, local_port: Optional[int] = None, host: str = "127.0.0.1") -> PortForward:
+        """Listens on ``host``:``local_port`` (``port`` unless given; 0 for any free one) and
+        carries each connection to ``port`` on the sandbox's loopback over one authenticated
+        WebSocket, until ``close()``. Nothing listens beyond loopback unless ``host`` says so."""
+        check_port(port)
+        if local_port is not None:
+            check_port(local_port, "local_port", zero_ok=True)
+        ws = SyncWebSocket(self._http.endpoint, f"/v1/sandboxes/{self.id}/tunnel", websocket_headers(self._http.api_key))
+        try:
+            return PortForward(ws, port, local_port, host)
+        except BaseException:
+            ws.close()
+            raise
+
 
     def terminal(
         self,
