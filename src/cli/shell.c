@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,15 +11,11 @@
 #include <sys/ioctl.h>
 #include <termios.h>
 #include <unistd.h>
-#include <wslay/wslay.h>
 
 #include "cli/client.h"
-#include "cli/process.h"
+#include "cli/wsclient.h"
 #include "common/macro.h"
-#include "common/random.h"
 
-/* The handshake's answer is read up to this; an error body too. */
-#define HEAD_MAX (16u * 1024u)
 /* Keys read at once; well under the daemon's bound on a message (64 KiB). */
 #define INPUT_CHUNK (16u * 1024u)
 /* A message from the daemon is at most this: the terminal's output, in pieces. */
@@ -40,56 +37,11 @@ static void on_winch(int sig) {
 }
 
 typedef struct Shell {
-        Client *c;
-        wslay_event_context_ptr ws;
-        bool closed;    /* the daemon's close came, or the connection broke */
         bool have_exit;
         int exit_code;
-        bool failed;    /* an error message came instead of a terminal */
+        bool failed; /* an error message came instead of a terminal */
         char error[1024];
-        uint8_t *pending; /* bytes read with the handshake's answer */
-        size_t pending_len, pending_off;
 } Shell;
-
-static ssize_t ws_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags, void *user_data) {
-        Shell *s = user_data;
-        if (s->pending_off < s->pending_len) {
-                size_t n = s->pending_len - s->pending_off < len ? s->pending_len - s->pending_off : len;
-                memcpy(buf, s->pending + s->pending_off, n);
-                s->pending_off += n;
-                return (ssize_t)n;
-        }
-        ssize_t n = client_raw_recv(s->c, buf, len);
-        if (n == -EAGAIN) {
-                wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
-                return -1;
-        }
-        if (n < 0) {
-                s->closed = true;
-                wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
-                return -1;
-        }
-        return n;
-}
-
-static ssize_t ws_send(wslay_event_context_ptr ctx, const uint8_t *data, size_t len, int flags, void *user_data) {
-        Shell *s = user_data;
-        ssize_t n = client_raw_send(s->c, data, len);
-        if (n == -EAGAIN) {
-                wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
-                return -1;
-        }
-        if (n < 0) {
-                s->closed = true;
-                wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
-                return -1;
-        }
-        return n;
-}
-
-static int ws_mask(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, void *user_data) {
-        return random_bytes(buf, len) == 0 ? 0 : -1;
-}
 
 static void write_all(int fd, const uint8_t *p, size_t n) {
         while (n > 0) {
@@ -103,23 +55,21 @@ static void write_all(int fd, const uint8_t *p, size_t n) {
         }
 }
 
-static void ws_message(wslay_event_context_ptr ctx, const struct wslay_event_on_msg_recv_arg *arg, void *user_data) {
-        Shell *s = user_data;
-        if (arg->opcode == WSLAY_BINARY_FRAME) {
-                write_all(STDOUT_FILENO, arg->msg, arg->msg_length);
+static void on_message(void *userdata, bool text, const uint8_t *data, size_t len) {
+        Shell *s = userdata;
+        if (!text) {
+                write_all(STDOUT_FILENO, data, len);
                 return;
         }
-        if (arg->opcode != WSLAY_TEXT_FRAME)
-                return;
         json_error_t jerr;
-        _cleanup_json_ json_t *ev = json_loadb((const char *)arg->msg, arg->msg_length, 0, &jerr);
+        _cleanup_json_ json_t *ev = json_loadb((const char *)data, len, 0, &jerr);
         const char *type = json_string_value(json_object_get(ev, "type"));
         if (!type)
                 return;
         if (strcmp(type, "exit") == 0) {
                 json_t *code = json_object_get(ev, "exitCode");
-                s->have_exit = json_is_integer(code);
-                s->exit_code = s->have_exit ? (int)json_integer_value(code) : 1;
+                s->have_exit = true;
+                s->exit_code = json_is_integer(code) ? (int)json_integer_value(code) : 1;
         } else if (strcmp(type, "error") == 0) {
                 const char *m = json_string_value(json_object_get(json_object_get(ev, "error"), "message"));
                 s->failed = true;
@@ -141,100 +91,13 @@ static void window_size(unsigned *cols, unsigned *rows) {
         }
 }
 
-static void send_resize(Shell *s) {
+static void send_resize(WsClient *w) {
         unsigned cols, rows;
         window_size(&cols, &rows);
         char msg[96];
         int n = snprintf(msg, sizeof msg, "{\"type\":\"resize\",\"cols\":%u,\"rows\":%u}", cols, rows);
-        struct wslay_event_msg m = { .opcode = WSLAY_TEXT_FRAME, .msg = (const uint8_t *)msg, .msg_length = (size_t)n };
-        wslay_event_queue_msg(s->ws, &m);
+        ws_client_send(w, true, msg, (size_t)n);
 }
-
-/* Sends the handshake and reads the answer: 0 on 101 (bytes after it kept for
- * the WebSocket), else the API's error in err. */
-static int handshake(Shell *s, const char *target, CliError *err) {
-        uint8_t nonce[16];
-        char key[32];
-        if (random_bytes(nonce, sizeof nonce) < 0)
-                return -EIO;
-        static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        size_t k = 0;
-        for (size_t i = 0; i < 15; i += 3) {
-                uint32_t v = (uint32_t)nonce[i] << 16 | (uint32_t)nonce[i + 1] << 8 | nonce[i + 2];
-                key[k++] = b64[v >> 18];
-                key[k++] = b64[(v >> 12) & 63];
-                key[k++] = b64[(v >> 6) & 63];
-                key[k++] = b64[v & 63];
-        }
-        key[k++] = b64[nonce[15] >> 2];
-        key[k++] = b64[(nonce[15] & 3) << 4];
-        key[k++] = '=';
-        key[k++] = '=';
-        key[k] = '\0';
-        const char *base = client_base(s->c);
-        const char *host = strstr(base, "://");
-        host = host ? host + 3 : base;
-        size_t host_len = strcspn(host, "/");
-        _cleanup_free_ char *req = NULL;
-        if (asprintf(&req,
-                     "GET %s%s HTTP/1.1\r\nHost: %.*s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nUser-Agent: runtime-cli/" RUNTIME_VERSION
-                     "\r\n%s\r\n\r\n",
-                     host + host_len, target, (int)host_len, host, key, client_auth_header(s->c) ?: "X-No-Key: 1") < 0)
-                return -ENOMEM;
-        size_t off = 0, len = strlen(req);
-        int fd = client_raw_socket(s->c);
-        while (off < len) {
-                ssize_t n = client_raw_send(s->c, req + off, len - off);
-                if (n == -EAGAIN) {
-                        struct pollfd p = { .fd = fd, .events = POLLOUT };
-                        poll(&p, 1, 1000);
-                        continue;
-                }
-                if (n < 0) {
-                        cli_error_set(err, "the daemon closed the connection");
-                        return -EPIPE;
-                }
-                off += (size_t)n;
-        }
-        uint8_t *buf = malloc(HEAD_MAX + 1);
-        if (!buf)
-                return -ENOMEM;
-        size_t have = 0;
-        char *end = NULL;
-        for (int waited = 0; !end && have < HEAD_MAX && waited < 60000;) {
-                ssize_t n = client_raw_recv(s->c, buf + have, HEAD_MAX - have);
-                if (n == -EAGAIN) {
-                        struct pollfd p = { .fd = fd, .events = POLLIN };
-                        poll(&p, 1, 1000);
-                        waited += 1000;
-                        continue;
-                }
-                if (n < 0)
-                        break;
-                have += (size_t)n;
-                buf[have] = '\0';
-                end = strstr((char *)buf, "\r\n\r\n");
-        }
-        if (!end) {
-                free(buf);
-                cli_error_set(err, "the daemon did not answer the terminal's handshake");
-                return -EPROTO;
-        }
-        size_t head_len = (size_t)(end - (char *)buf) + 4;
-        int status = 0;
-        if (sscanf((char *)buf, "HTTP/1.%*d %d", &status) != 1 || status != 101) {
-                /* An API error: its JSON body follows the head. */
-                cli_error_from_json(err, status, (char *)buf + head_len, have - head_len);
-                free(buf);
-                return -EPROTO;
-        }
-        s->pending = buf;
-        s->pending_off = head_len;
-        s->pending_len = have;
-        return 0;
-}
-
 int cmd_sandbox_shell(CliContext *ctx, int argc, char **argv) {
         static const struct option opts[] = {
                 {"help", no_argument, NULL, 'h'},
@@ -284,18 +147,10 @@ int cmd_sandbox_shell(CliContext *ctx, int argc, char **argv) {
         if (r > 0)
                 return r;
         CliError e = { 0 };
-        Shell s = { .c = c };
-        if (client_raw_connect(c, &e) < 0 || handshake(&s, target, &e) < 0)
+        Shell s = { 0 };
+        WsClient *w = NULL;
+        if (ws_client_open(c, target, MESSAGE_MAX, on_message, &s, &w, &e) < 0)
                 return cli_error_print(&e);
-        struct wslay_event_callbacks cb = {
-                .recv_callback = ws_recv, .send_callback = ws_send, .genmask_callback = ws_mask,
-                .on_msg_recv_callback = ws_message,
-        };
-        if (wslay_event_context_client_init(&s.ws, &cb, &s) != 0) {
-                free(s.pending);
-                return cli_fail("out of memory");
-        }
-        wslay_event_config_set_max_recv_msg_length(s.ws, MESSAGE_MAX);
 
         struct termios saved;
         bool raw = isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &saved) == 0;
@@ -307,29 +162,29 @@ int cmd_sandbox_shell(CliContext *ctx, int argc, char **argv) {
                 sigemptyset(&sa.sa_mask);
                 sigaction(SIGWINCH, &sa, NULL);
         }
-        bool stdin_open = true, ready_seen = false;
-        int fd = client_raw_socket(c);
-        while (!s.closed) {
+        bool stdin_open = true;
+        int fd = ws_client_fd(w);
+        for (;;) {
                 if (winch) {
                         winch = 0;
-                        send_resize(&s);
+                        send_resize(w);
                 }
                 if (cli_interrupted) {
                         /* SIGTERM or SIGHUP here (a Ctrl-C in raw mode is a key for
                          * the sandbox): hang up the terminal, as closing a window does. */
-                        wslay_event_queue_close(s.ws, 1001, NULL, 0);
+                        ws_client_close(w, 1001);
                         cli_interrupted = 0;
                         stdin_open = false;
                 }
-                /* The pending bytes of the handshake's read come first. */
-                if (s.pending_off < s.pending_len && wslay_event_recv(s.ws) != 0)
+                /* The bytes read with the handshake's answer come first. */
+                if (ws_client_pending(w) && ws_client_read(w) < 0)
                         break;
-                if (!wslay_event_want_read(s.ws) && !wslay_event_want_write(s.ws))
+                if (!ws_client_want_read(w) && !ws_client_want_write(w))
                         break;
                 struct pollfd p[2] = {
-                        { .fd = fd, .events = (short)((wslay_event_want_read(s.ws) ? POLLIN : 0) |
-                                                      (wslay_event_want_write(s.ws) ? POLLOUT : 0)) },
-                        { .fd = stdin_open && !wslay_event_get_close_sent(s.ws) ? STDIN_FILENO : -1, .events = POLLIN },
+                        { .fd = fd, .events = (short)((ws_client_want_read(w) ? POLLIN : 0) |
+                                                      (ws_client_want_write(w) ? POLLOUT : 0)) },
+                        { .fd = stdin_open && !ws_client_close_sent(w) ? STDIN_FILENO : -1, .events = POLLIN },
                 };
                 int n = poll(p, 2, 1000);
                 if (n < 0 && errno != EINTR)
@@ -339,31 +194,24 @@ int cmd_sandbox_shell(CliContext *ctx, int argc, char **argv) {
                 if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
                         uint8_t buf[INPUT_CHUNK];
                         ssize_t k = read(STDIN_FILENO, buf, sizeof buf);
-                        if (k > 0) {
-                                struct wslay_event_msg m = { .opcode = WSLAY_BINARY_FRAME, .msg = buf,
-                                                             .msg_length = (size_t)k };
-                                wslay_event_queue_msg(s.ws, &m);
-                        } else if (k == 0 || (errno != EINTR && errno != EAGAIN)) {
+                        if (k > 0)
+                                ws_client_send(w, false, buf, (size_t)k);
+                        else if (k == 0 || (errno != EINTR && errno != EAGAIN)) {
                                 /* Input that ends: the terminal's end-of-file key. */
                                 stdin_open = false;
-                                struct wslay_event_msg m = { .opcode = WSLAY_BINARY_FRAME,
-                                                             .msg = (const uint8_t *)"\x04", .msg_length = 1 };
-                                wslay_event_queue_msg(s.ws, &m);
+                                ws_client_send(w, false, "\x04", 1);
                         }
                 }
-                if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && wslay_event_recv(s.ws) != 0)
+                if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && ws_client_read(w) < 0)
                         break;
-                if ((p[0].revents & POLLOUT) && wslay_event_send(s.ws) != 0)
+                if ((p[0].revents & POLLOUT) && ws_client_write(w) < 0)
                         break;
-                ready_seen = true;
         }
-        (void)ready_seen;
         if (raw) {
                 tcsetattr(STDIN_FILENO, TCSANOW, &saved);
                 signal(SIGWINCH, SIG_DFL);
         }
-        wslay_event_context_free(s.ws);
-        free(s.pending);
+        ws_client_free(w);
         if (s.failed) {
                 fprintf(stderr, "runtime: %s\n", s.error);
                 return CLI_EXIT_FAILURE;

@@ -308,6 +308,8 @@ static void run(Terminal *t) {
                         pthread_cond_broadcast(&t->drained);
         }
         bool ended = t->ended;
+        if (!gone)
+                ws_conn_linger(t->ws, 1000);
         t->stop = true;
         pthread_cond_broadcast(&t->drained);
         pthread_mutex_unlock(&t->lock);

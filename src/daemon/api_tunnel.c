@@ -473,6 +473,8 @@ static void run(Tunnel *t) {
                 if (ws_conn_queued(t->ws) <= OUT_HIGH / 2)
                         pthread_cond_broadcast(&t->drained);
         }
+        if (!gone)
+                ws_conn_linger(t->ws, 1000);
         /* Every connection ends with the tunnel. */
         t->stop = true;
         pthread_cond_broadcast(&t->drained);

@@ -7,10 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <poll.h>
 #include <unistd.h>
 #include <wslay/wslay.h>
 
 #include "common/random.h"
+#include "common/timeutil.h"
 
 struct WsConn {
         wslay_event_context_ptr ctx;
@@ -202,6 +204,27 @@ size_t ws_conn_queued(WsConn *c) {
 
 bool ws_conn_close_sent(WsConn *c) {
         return wslay_event_get_close_sent(c->ctx);
+}
+
+void ws_conn_linger(WsConn *c, int timeout_ms) {
+        if (c->fd < 0 || shutdown(c->fd, SHUT_WR) < 0)
+                return;
+        uint64_t end = time_now_mono_ms() + (uint64_t)timeout_ms;
+        size_t dropped = 0;
+        uint8_t buf[16384];
+        while (dropped < 1024u * 1024u) {
+                uint64_t now = time_now_mono_ms();
+                if (now >= end)
+                        return;
+                struct pollfd p = { .fd = c->fd, .events = POLLIN };
+                if (poll(&p, 1, (int)(end - now)) <= 0)
+                        return;
+                ssize_t n = recv(c->fd, buf, sizeof buf, 0);
+                if (n <= 0 && !(n < 0 && (errno == EINTR || errno == EAGAIN)))
+                        return;
+                if (n > 0)
+                        dropped += (size_t)n;
+        }
 }
 
 bool ws_conn_close_received(WsConn *c) {

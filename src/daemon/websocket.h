@@ -51,5 +51,10 @@ bool ws_conn_want_write(WsConn *c);
 size_t ws_conn_queued(WsConn *c);
 /* The close frame went out (ours or the echo of the client's). */
 bool ws_conn_close_sent(WsConn *c);
+/* Before the socket is closed: no more writes, and what the client still
+ * sends is read and dropped for up to timeout_ms (or 1 MiB), so that the
+ * kernel does not answer it with a reset that would destroy our close frame
+ * before the client reads it. */
+void ws_conn_linger(WsConn *c, int timeout_ms);
 /* The client sent its close frame. */
 bool ws_conn_close_received(WsConn *c);

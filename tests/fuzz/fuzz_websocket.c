@@ -1,13 +1,14 @@
-/* Arbitrary bytes through the terminal's parsers: WebSocket frames from a
- * client (wslay under our bounds, on no socket), the text messages they
- * carry, the route's query, a spawn's pty object and a handshake key. The
- * first byte picks the parser. */
+/* Arbitrary bytes through the terminal's and the tunnel's parsers: WebSocket
+ * frames from a client (wslay under our bounds, on no socket), the text
+ * messages they carry, the route's query, a spawn's pty object, a handshake
+ * key and a tunnel's frames. The first byte picks the parser. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon/api_terminal.h"
+#include "daemon/api_tunnel.h"
 #include "daemon/request.h"
 #include "daemon/websocket.h"
 
@@ -43,9 +44,16 @@ static void split(char *text, char **f, size_t n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (size < 1)
                 return 0;
-        uint8_t which = data[0] % 4;
+        uint8_t which = data[0] % 5;
         data++;
         size--;
+        if (which == 4) {
+                TunnelFrame f;
+                if (tunnel_parse_frame(data, size, &f) == 0 &&
+                    (f.stream == 0 || f.len != size - 5 || (f.kind == TUNNEL_OPEN && (f.port < 1 || f.port > 65535))))
+                        abort();
+                return 0;
+        }
         if (which == 0) {
                 WsConn *c = ws_conn_new(-1, TERMINAL_MAX_MESSAGE, on_message, NULL);
                 if (!c)

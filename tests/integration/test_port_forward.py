@@ -230,3 +230,37 @@ def test_tunnel_needs_the_key(sdk, sandbox):
     s, head = _connect(sdk, f"/v1/sandboxes/{sandbox.id}/tunnel", key="rt_" + "1" * 40)
     s.close()
     assert b" 401 " in head.split(b"\r\n", 1)[0], head
+
+
+def test_cli_port_forward(sdk, build_dir, sbx, sandbox, driver):
+    import signal
+    import subprocess
+    serve(sbx, driver, f"exec python3 -c '{HASH_SERVER}' 9003", 9003)
+    env = {**os.environ, **sdk.env()}
+    p = subprocess.Popen([str(build_dir / "runtime"), "sandbox", "port-forward", sandbox.id, "0:9003"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("Forwarding 127.0.0.1:"), (line, p.stderr.read() if p.poll() is not None else "")
+        port = int(line.split()[1].rsplit(":", 1)[1])
+        data = [os.urandom(300_000 * (i + 1)) for i in range(6)]
+
+        def one(d: bytes) -> str:
+            with socket.create_connection(("127.0.0.1", port), timeout=bound(driver)) as c:
+                c.sendall(d)
+                c.shutdown(socket.SHUT_WR)
+                out = b""
+                while chunk := c.recv(65536):
+                    out += chunk
+                return out.decode()
+        with concurrent.futures.ThreadPoolExecutor(6) as ex:
+            assert list(ex.map(one, data)) == [hashlib.sha256(d).hexdigest() for d in data]
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    bad = subprocess.run([str(build_dir / "runtime"), "sandbox", "port-forward", sandbox.id, "70000"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "REMOTE" in bad.stderr

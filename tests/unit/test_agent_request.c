@@ -336,13 +336,26 @@ static void test_pty(void **state) {
                                  -EINVAL);
 }
 
+static void test_forward(void **state) {
+        AgentRequest *r = NULL;
+        const char *msg = NULL;
+        assert_int_equal(parse_str("{\"op\":\"forward\",\"port\":8000}", &r, &msg), 0);
+        assert_true(r->op == REQ_FORWARD && r->port == 8000);
+        agent_request_free(r);
+        /* A port and nothing else: never a host. */
+        expect_invalid("{\"op\":\"forward\"}");
+        expect_invalid("{\"op\":\"forward\",\"port\":0}");
+        expect_invalid("{\"op\":\"forward\",\"port\":65536}");
+        expect_invalid("{\"op\":\"forward\",\"port\":\"80\"}");
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_depth),    cmocka_unit_test(test_paths),
                 cmocka_unit_test(test_exec),     cmocka_unit_test(test_exec_limits),
                 cmocka_unit_test(test_file_ops), cmocka_unit_test(test_envelope),
                 cmocka_unit_test(test_resume),   cmocka_unit_test(test_user_and_signal),
-                cmocka_unit_test(test_pty),
+                cmocka_unit_test(test_pty),      cmocka_unit_test(test_forward),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

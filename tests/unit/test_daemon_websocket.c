@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "daemon/api_terminal.h"
+#include "daemon/api_tunnel.h"
 #include "daemon/request.h"
 #include "daemon/websocket.h"
 
@@ -222,11 +223,36 @@ static void test_spawn_pty(void **state) {
         }
 }
 
+static void test_tunnel_frames(void **state) {
+        TunnelFrame f;
+        assert_int_equal(tunnel_parse_frame((const uint8_t *)"o\0\0\0\x07tcp 8000", 13, &f), 0);
+        assert_true(f.kind == TUNNEL_OPEN && f.stream == 7 && f.port == 8000);
+        assert_int_equal(tunnel_parse_frame((const uint8_t *)"d\0\0\x01\0abc", 8, &f), 0);
+        assert_true(f.kind == TUNNEL_DATA && f.stream == 256 && f.len == 3 && memcmp(f.payload, "abc", 3) == 0);
+        assert_int_equal(tunnel_parse_frame((const uint8_t *)"e\0\0\0\x01", 5, &f), 0);
+        assert_int_equal(tunnel_parse_frame((const uint8_t *)"c\0\0\0\x01", 5, &f), 0);
+        static const struct {
+                const char *b;
+                size_t n;
+        } bad[] = {
+                { "o\0\0\0\x01tcp 0", 10 },      { "o\0\0\0\x01tcp 65536", 14 }, { "o\0\0\0\x01tcp 080", 12 },
+                { "o\0\0\0\x01udp 53", 11 },     { "o\0\0\0\x01tcp ", 9 },       { "o\0\0\0\x01tcp 8a", 11 },
+                { "d\0\0\0\0abc", 8 },          { "a\0\0\0\x01\0\0\0\0\0\0\0\x01", 13 },
+                { "e\0\0\0\x01x", 6 },          { "x\0\0\0\x01", 5 },            { "d\0\0\0", 4 },
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+                assert_int_equal(tunnel_parse_frame((const uint8_t *)bad[i].b, bad[i].n, &f), -EINVAL);
+        static uint8_t big[TUNNEL_MAX_MESSAGE + 1] = { 'd', 0, 0, 0, 1 };
+        assert_int_equal(tunnel_parse_frame(big, sizeof big, &f), -EINVAL);
+        assert_int_equal(tunnel_parse_frame(big, sizeof big - 1, &f), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_accept_value), cmocka_unit_test(test_messages_both_ways),
                 cmocka_unit_test(test_over_bound_and_unmasked_close), cmocka_unit_test(test_query),
                 cmocka_unit_test(test_control), cmocka_unit_test(test_spawn_pty),
+                cmocka_unit_test(test_tunnel_frames),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
