@@ -6,6 +6,8 @@
 #include <openssl/sha.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <poll.h>
 #include <unistd.h>
@@ -119,6 +121,11 @@ WsConn *ws_conn_new(int fd, size_t max_message, WsMessageFn fn, void *userdata) 
         c->fn = fn;
         c->userdata = userdata;
         if (fd >= 0) {
+                /* A key's echo is a few bytes: Nagle would hold it for the
+                 * client's delayed ACK (40 ms). Not a TCP socket (a unix
+                 * one): nothing to do. */
+                int one = 1;
+                (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                 int fl = fcntl(fd, F_GETFL);
                 if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
                         free(c);

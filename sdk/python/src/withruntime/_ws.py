@@ -125,6 +125,8 @@ class SyncWebSocket:
             else:
                 port = url.port or (443 if url.scheme == "https" else 80)
                 sock = socket.create_connection((url.hostname or "127.0.0.1", port), timeout=timeout)
+                # Keys are a few bytes each: no Nagle delay on them.
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if url.scheme == "https":
                     sock = ssl.create_default_context().wrap_socket(sock, server_hostname=url.hostname)
         except OSError as e:
@@ -216,6 +218,9 @@ class AsyncWebSocket:
                 port = url.port or (443 if url.scheme == "https" else 80)
                 opened = asyncio.open_connection(url.hostname or "127.0.0.1", port, ssl=tls)
             self._reader, self._writer = await asyncio.wait_for(opened, self._timeout)
+            raw = self._writer.get_extra_info("socket")
+            if raw is not None and raw.family in (socket.AF_INET, socket.AF_INET6):
+                raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except (OSError, asyncio.TimeoutError) as e:
             raise APIConnectionError(f"cannot connect to the Runtime daemon at {self.endpoint.display}: {e}") from e
         request, accept = _request(self.endpoint, self._path, self._headers)
