@@ -112,6 +112,48 @@ def test_many_concurrent_connections_and_uploads(sbx, driver):
     assert got == [hashlib.sha256(d).hexdigest() for d in payloads]
 
 
+# A server that speaks first: 2 MB to every connection the moment it is accepted, then closes.
+SPEAKER = r"""
+import socket, sys, threading
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", int(sys.argv[1]))); srv.listen(64)
+def speak(c):
+    c.sendall(bytes(range(256)) * 8192); c.close()
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=speak, args=(c,), daemon=True).start()
+"""
+
+
+def test_a_server_that_speaks_first_loses_nothing(sbx, sdk, sandbox, driver):
+    """Data right behind the open's answer reaches the client whole, sync and async."""
+    serve(sbx, driver, f"exec python3 -c '{SPEAKER}' 9004", 9004)
+    want = bytes(range(256)) * 8192
+
+    def one(port: int) -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=bound(driver)) as c:
+            out = b""
+            while chunk := c.recv(1 << 16):
+                out += chunk
+            return out
+
+    with sbx.forward_port(9004, local_port=0) as fwd:
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            got = list(ex.map(lambda _: one(fwd.local_port), range(16)))
+    assert [len(g) for g in got] == [len(want)] * 16 and all(g == want for g in got)
+
+    async def go() -> list[bytes]:
+        async with await AsyncSandbox.connect(sandbox.id) as a:
+            async with await a.forward_port(9004, local_port=0) as fwd:
+                async def read_all() -> bytes:
+                    reader, writer = await asyncio.open_connection("127.0.0.1", fwd.local_port)
+                    data = await asyncio.wait_for(reader.read(), bound(driver))
+                    writer.close()
+                    return data
+                return await asyncio.gather(*(read_all() for _ in range(8)))
+    assert all(g == want for g in asyncio.run(go()))
+
+
 def test_a_port_nothing_listens_on_is_refused_cleanly(sbx, driver):
     with sbx.forward_port(8999, local_port=0) as fwd:
         for _ in range(3):

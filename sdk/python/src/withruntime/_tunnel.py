@@ -148,14 +148,17 @@ class PortForward:
             stream = self._next
             self._next += 1
         waiter: list = [threading.Event(), None]
+        # The outbox is there before the open is answered: a server that speaks first sends
+        # data right behind its "o", before this thread would run again.
+        out: "queue.Queue[Optional[bytes]]" = queue.Queue()
+        self._conns[stream] = out
         self._opening[stream] = waiter
         self._send(_frame(b"o", stream, f"tcp {self.port}".encode()))
         waiter[0].wait()
         if waiter[1] is not None:
+            self._conns.pop(stream, None)
             conn.close()
             return
-        out: "queue.Queue[Optional[bytes]]" = queue.Queue()
-        self._conns[stream] = out
         self._socks[stream] = conn
         threading.Thread(target=self._deliver, args=(stream, conn, out), daemon=True).start()
         try:
@@ -262,12 +265,15 @@ class AsyncPortForward:
             return
         stream, self._next = self._next, self._next + 1
         opened: "asyncio.Future[Optional[str]]" = asyncio.get_running_loop().create_future()
+        # Registered before the open is answered: the reader may take the data that follows
+        # the "o" before this task runs again.
+        self._conns[stream] = writer
         self._opening[stream] = opened
         await self._ws.send(_frame(b"o", stream, f"tcp {self.port}".encode()))
         if await opened is not None:
+            self._conns.pop(stream, None)
             writer.close()
             return
-        self._conns[stream] = writer
         try:
             while True:
                 data = await reader.read(CHUNK)
