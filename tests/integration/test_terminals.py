@@ -379,3 +379,43 @@ def test_cli_shell_runs_a_command_and_reports_errors(sdk, build_dir, sandbox, dr
     r = subprocess.run([str(build_dir / "runtime"), "sandbox", "shell", "sbx_00000000000000000000"],
                        env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 1 and b"sbx_00000000000000000000" in r.stderr, r
+
+
+def test_a_stopped_sandbox_ends_its_terminal_with_the_reason(sdk, sandbox, driver):
+    import json
+    s, head = _connect(sdk, f"/v1/sandboxes/{sandbox.id}/terminal?command=sleep%20600")
+    assert b" 101 " in head.split(b"\r\n", 1)[0], head
+    s.settimeout(bound(driver))
+    first = s.recv(2)  # the ready message: the terminal runs
+    assert first[0] == 0x81 and first[1] < 126, first
+    ready = b""
+    while len(ready) < first[1]:
+        ready += s.recv(first[1] - len(ready))
+    assert json.loads(ready)["type"] == "ready"
+    r = sandbox.api.post(f"/v1/sandboxes/{sandbox.id}:stop")
+    assert r.status_code == 200, r.text
+    frames = _read_frames(s, bound(driver))
+    s.close()
+    texts = [json.loads(p) for op, p in frames if op == 0x1 and p.startswith(b"{")]
+    assert texts and texts[-1]["type"] == "error" and texts[-1]["error"]["code"] == "conflict", frames
+    assert frames[-1][0] == 0x8
+
+
+def test_daemon_stops_cleanly_with_a_terminal_and_a_tunnel_open(fresh_daemon, fresh_api, any_driver):
+    sbx = fresh_api.create_sandbox(driver=any_driver)
+    term, head = _connect(fresh_daemon, f"/v1/sandboxes/{sbx.id}/terminal?command=sleep%20600")
+    assert b" 101 " in head, head
+    tunnel, head = _connect(fresh_daemon, f"/v1/sandboxes/{sbx.id}/tunnel")
+    assert b" 101 " in head, head
+    t0 = time.monotonic()
+    assert fresh_daemon.stop(timeout=60) == 0
+    assert time.monotonic() - t0 < 60
+    for s in (term, tunnel):
+        s.settimeout(10)
+        try:
+            while s.recv(65536):
+                pass
+        except (ConnectionResetError, socket.timeout):
+            pass
+        s.close()
+    fresh_daemon.start()
