@@ -153,12 +153,15 @@ def test_attach_to_a_spawned_pty_process(sbx, driver):
 
 
 def test_a_detached_attach_leaves_the_process_running(sbx, driver):
-    p = sbx.spawn("echo ON; sleep 600", pty={"cols": 80, "rows": 24})
+    p = sbx.spawn("echo ON; while read l; do echo got:$l; done", pty={"cols": 80, "rows": 24})
     try:
         term = sbx.terminal(process_id=p.id)
         read_until(term, b"ON", bound(driver))
         term.close()
-        time.sleep(0.5)  # nothing is expected to happen: the process must still run after
+        # Attached again, it still answers: leaving did not hang it up.
+        with sbx.terminal(process_id=p.id) as again:
+            again.write("x\n")
+            read_until(again, b"got:x", bound(driver))
         assert sbx.process(p.id).info["state"] == "running"
     finally:
         p.kill()
