@@ -39,9 +39,9 @@ CLI_LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/cli/*.c))
 obj = $(patsubst src/%.c,$(BUILD)/obj/$(1)/%.o,$(2))
 
 DAEMON_CFLAGS = $(CFLAGS_PIE) -I$(BUILD)/gen $(shell pkg-config --cflags $(PKGS_DAEMON))
-DAEMON_LIBS = $(shell pkg-config --libs $(PKGS_DAEMON)) -lhttp_parser
+DAEMON_LIBS = $(shell pkg-config --libs $(PKGS_DAEMON)) -lhttp_parser -lwslay
 CLI_CFLAGS = $(CFLAGS_PIE) $(shell pkg-config --cflags $(PKGS_CLI))
-CLI_LIBS = $(shell pkg-config --libs $(PKGS_CLI))
+CLI_LIBS = $(shell pkg-config --libs $(PKGS_CLI)) -lwslay
 # The agent is PID 1 in images we do not control the libc of: link it
 # statically. Debian's static archives are not PIC, so no static-pie.
 # The sanitizer runtimes exist only as shared libraries here, so a sanitizer

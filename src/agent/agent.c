@@ -53,6 +53,7 @@ typedef enum StreamKind {
         STREAM_READ,
         STREAM_WRITE,
         STREAM_RELAY, /* a connection to the egress relay, opened by us */
+        STREAM_FORWARD, /* a connection to a port inside, opened by the host (port forwarding) */
 } StreamKind;
 
 enum { PIPE_IN, PIPE_OUT, PIPE_ERR, RELAY_SOCK };
@@ -75,6 +76,7 @@ typedef struct Stream {
         int status;
         bool timed_out;
         bool group_killed;
+        bool pty; /* fds[PIPE_IN] and fds[PIPE_OUT] are its master; no stderr */
         uint64_t oom_kills_before; /* limits_oom_kills() when it started */
         unsigned oom_killed;       /* processes of its group the agent's memory watch killed */
         uint64_t start_ms, end_ms;
@@ -95,6 +97,9 @@ typedef struct Stream {
         bool sock_eof;  /* the client sent everything (EOF fd 0 sent) */
         bool wr_shut;   /* the host sent everything and it was written */
         bool host_done; /* the proxy answered RESULT: finished once in_head is written */
+        /* forward: the same socket fields, the directions of an exec (the
+         * host's bytes are DATA fd 0, the program's DATA fd 1). */
+        bool connecting; /* the non-blocking connect has not finished */
 } Stream;
 
 typedef struct OutFrame {
@@ -282,7 +287,7 @@ static void stream_free(Stream *s) {
         for (int i = 0; i < 3; i++)
                 close_fd(&s->fds[i]);
         close_fd(&s->file_fd);
-        if (s->kind == STREAM_RELAY)
+        if (s->kind == STREAM_RELAY || s->kind == STREAM_FORWARD)
                 close_fd(&s->sock);
         while (s->in_head) {
                 Chunk *c = s->in_head;
@@ -355,6 +360,7 @@ static void exec_start(Agent *a, uint32_t id, AgentRequest *r) {
         s->fds[PIPE_IN] = child.stdin_fd;
         s->fds[PIPE_OUT] = child.stdout_fd;
         s->fds[PIPE_ERR] = child.stderr_fd;
+        s->pty = r->pty;
         s->start_ms = now_ms();
         if (r->timeout_ms > 0)
                 s->deadline_ms = s->start_ms + (uint64_t)r->timeout_ms;
@@ -462,6 +468,77 @@ static void list_reply(Agent *a, uint32_t id, json_t *entries, bool truncated) {
                                 (json_int_t)total));
 }
 
+/* Port forwarding: a connection to 127.0.0.1:port inside, for the host.
+ * Only loopback: what a forward reaches is what the sandbox itself serves. */
+static void forward_start(Agent *a, uint32_t id, AgentRequest *r) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+                result_errno(a, id, -errno);
+                return;
+        }
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(r->port),
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        bool pending = false;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+                if (errno != EINPROGRESS) {
+                        int err = errno;
+                        close(fd);
+                        char msg[96];
+                        snprintf(msg, sizeof msg, "nothing accepts connections on port %u in the sandbox: %s",
+                                 (unsigned)r->port, strerror(err));
+                        result_error(a, id, "refused", msg);
+                        return;
+                }
+                pending = true;
+        }
+        Stream *s = calloc(1, sizeof(Stream));
+        if (!s) {
+                close(fd);
+                result_error(a, id, "internal", "out of memory");
+                return;
+        }
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        s->fds[0] = s->fds[1] = s->fds[2] = -1;
+        s->file_fd = -1;
+        s->id = id;
+        s->sock = fd;
+        s->kind = STREAM_FORWARD;
+        s->credit = PROTO_INITIAL_WINDOW;
+        s->connecting = pending;
+        s->pid = r->port; /* for the refusal's message only */
+        a->streams[a->n_streams++] = s;
+        if (!pending)
+                send_json_new(a, PROTO_EVENT, id, json_pack("{s:s}", "event", "connected"));
+}
+
+static void forward_connected(Agent *a, Stream *s) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(s->sock, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+                err = errno;
+        if (err == EINPROGRESS || err == EALREADY)
+                return;
+        s->connecting = false;
+        if (err) {
+                char msg[96];
+                snprintf(msg, sizeof msg, "nothing accepts connections on port %d in the sandbox: %s", (int)s->pid,
+                         strerror(err));
+                finish_error(a, s, "refused", msg);
+                return;
+        }
+        send_json_new(a, PROTO_EVENT, s->id, json_pack("{s:s}", "event", "connected"));
+}
+
+/* A forward ends once both directions have: the program's EOF sent and the
+ * host's written and shut. */
+static void forward_check(Agent *a, Stream *s) {
+        if (!s->connecting && s->sock_eof && s->wr_shut && !s->in_head) {
+                send_json_new(a, PROTO_RESULT, s->id, json_object());
+                s->finished = true;
+        }
+}
+
 static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t len) {
         if ((id & 1u) == 0) {
                 log_msg("ignoring OPEN on even stream %u", id);
@@ -523,6 +600,9 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
         case REQ_READ:
                 read_start(a, id, r);
                 break;
+        case REQ_FORWARD:
+                forward_start(a, id, r);
+                break;
         case REQ_WRITE:
                 write_start(a, id, r);
                 break;
@@ -580,7 +660,8 @@ static void handle_data(Agent *a, Stream *s, uint8_t fd, const uint8_t *p, size_
                 consumed(a, s, n, true);
                 return;
         }
-        bool writable = s->kind == STREAM_EXEC ? s->fds[PIPE_IN] >= 0 : s->kind == STREAM_RELAY && !s->wr_shut;
+        bool writable = s->kind == STREAM_EXEC ? s->fds[PIPE_IN] >= 0
+                                               : (s->kind == STREAM_RELAY || s->kind == STREAM_FORWARD) && !s->wr_shut;
         if (!writable || s->in_eof || n == 0) {
                 consumed(a, s, n, true);
                 return;
@@ -609,8 +690,8 @@ static void relay_shut_write(Stream *s) {
 }
 
 static void handle_eof(Agent *a, Stream *s, uint8_t fd) {
-        if (s->kind == STREAM_RELAY) {
-                if (fd == PROTO_FD_OUT) {
+        if (s->kind == STREAM_RELAY || s->kind == STREAM_FORWARD) {
+                if (fd == (s->kind == STREAM_RELAY ? PROTO_FD_OUT : PROTO_FD_IN)) {
                         s->in_eof = true;
                         if (!s->in_head)
                                 relay_shut_write(s);
@@ -655,6 +736,11 @@ static void handle_cancel(Agent *a, Stream *s) {
                 break;
         case STREAM_RELAY:
                 break; /* ours to cancel, not the host's */
+        case STREAM_FORWARD:
+                /* The client is gone: the connection inside closes at once. */
+                send_json_new(a, PROTO_RESULT, s->id, json_object());
+                s->finished = true;
+                break;
         }
 }
 
@@ -697,8 +783,16 @@ static void handle_frame(Agent *a, const ProtoHeader *h, const uint8_t *p) {
                                 s->finished = true;
                 }
                 break;
+        case PROTO_EVENT: {
+                /* The one event a host sends: a terminal's new size. */
+                unsigned cols, rows;
+                if (s->kind == STREAM_EXEC && s->pty && s->fds[PIPE_OUT] >= 0 &&
+                    agent_request_parse_resize(p, h->length, &cols, &rows) == 0)
+                        (void)exec_pty_resize(s->fds[PIPE_OUT], cols, rows);
+                break;
+        }
         default:
-                break; /* HELLO, EVENT, PONG: nothing the agent waits for */
+                break; /* HELLO, PONG: nothing the agent waits for */
         }
 }
 
@@ -958,15 +1052,22 @@ static void relay_readable(Agent *a, Stream *s) {
                 return;
         uint8_t buf[CHUNK];
         ssize_t n = read(s->sock, buf, want);
+        uint8_t fd = s->kind == STREAM_RELAY ? PROTO_FD_IN : PROTO_FD_OUT;
         if (n > 0) {
-                send_frame(a, PROTO_DATA, PROTO_FD_IN, s->id, buf, (size_t)n);
+                send_frame(a, PROTO_DATA, fd, s->id, buf, (size_t)n);
                 s->credit -= (uint64_t)n;
                 return;
         }
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
                 return;
         s->sock_eof = true;
-        send_frame(a, PROTO_EOF, PROTO_FD_IN, s->id, NULL, 0);
+        send_frame(a, PROTO_EOF, fd, s->id, NULL, 0);
+        if (n < 0 && s->kind == STREAM_FORWARD) {
+                /* Reset by the program: nothing more goes either way. */
+                drop_stdin(a, s);
+                s->wr_shut = true;
+                return;
+        }
         if (n < 0) {
                 /* The client is gone: nothing more can be written to it either. */
                 send_frame(a, PROTO_CANCEL, 0, s->id, NULL, 0);
@@ -983,6 +1084,14 @@ static void relay_writable(Agent *a, Stream *s) {
                                 continue;
                         if (errno == EAGAIN)
                                 return;
+                        if (s->kind == STREAM_FORWARD) {
+                                /* The program closed its side: the rest is
+                                 * dropped but credited, the host told by the
+                                 * end of the stream. */
+                                drop_stdin(a, s);
+                                s->wr_shut = true;
+                                return;
+                        }
                         /* The client went away: tell the proxy, forget the stream. */
                         send_frame(a, PROTO_CANCEL, 0, s->id, NULL, 0);
                         s->finished = true;
@@ -1146,9 +1255,10 @@ int agent_run(Agent *a) {
                         bool produce = room && s->queued_out < AGENT_STREAM_QUEUE_LIMIT && s->credit > 0;
                         if (s->kind == STREAM_READ && produce)
                                 timeout = 0;
-                        if (s->kind == STREAM_RELAY) {
-                                short ev = (short)((produce && !s->sock_eof ? POLLIN : 0) |
-                                                   (s->in_head ? POLLOUT : 0));
+                        if (s->kind == STREAM_RELAY || s->kind == STREAM_FORWARD) {
+                                short ev = s->connecting ? POLLOUT
+                                                         : (short)((produce && !s->sock_eof ? POLLIN : 0) |
+                                                                   (s->in_head ? POLLOUT : 0));
                                 owner[n] = s;
                                 which[n] = RELAY_SOCK;
                                 pfd[n++] = (struct pollfd){.fd = ev ? s->sock : -1, .events = ev};
@@ -1204,6 +1314,10 @@ int agent_run(Agent *a) {
                                 Stream *s = owner[i];
                                 if (!pfd[i].revents || s->finished)
                                         continue;
+                                if (which[i] == RELAY_SOCK && s->connecting) {
+                                        forward_connected(a, s);
+                                        continue;
+                                }
                                 if (which[i] == RELAY_SOCK) {
                                         if (pfd[i].revents & POLLOUT)
                                                 relay_writable(a, s);
@@ -1229,6 +1343,8 @@ int agent_run(Agent *a) {
                                 continue;
                         if (s->kind == STREAM_EXEC)
                                 exec_check(a, s, now);
+                        else if (s->kind == STREAM_FORWARD)
+                                forward_check(a, s);
                         else if (s->kind == STREAM_READ && a->out_bytes < AGENT_OUT_SOFT_LIMIT &&
                                  s->queued_out < AGENT_STREAM_QUEUE_LIMIT)
                                 read_pump(a, s);

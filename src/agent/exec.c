@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "agent/limits.h"
@@ -59,6 +61,44 @@ static void child_fail_cwd(const char *cwd, int err) {
         _exit(127);
 }
 
+/* The child's defaults: signals, its own session, the agent's limits. */
+static void child_reset(void) {
+        /* The agent blocks and ignores signals for its own loop; a child
+         * must start with defaults (ignored signals survive execve). */
+        sigset_t all;
+        sigemptyset(&all);
+        sigprocmask(SIG_SETMASK, &all, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        setsid();
+        limits_child_defaults();
+}
+
+/* The rest of a child once fds 0..2 are set: the user, the directory, the
+ * program. Never returns. */
+static void child_exec(const AgentRequest *r, char **env) {
+        /* Whatever launched the agent may have leaked descriptors. */
+        syscall(SYS_close_range, 3U, ~0U, 0U);
+        /* Groups first: once the uid is not root, setgroups and
+         * setgid are refused. */
+        if (r->uid >= 0 && (setgroups(0, NULL) < 0 || setgid((gid_t)r->gid) < 0 || setuid((uid_t)r->uid) < 0))
+                child_fail("setuid", errno);
+        if (chdir(r->cwd) < 0)
+                child_fail_cwd(r->cwd, errno);
+        if (r->shell) {
+                char *const bash[] = {"bash", "-c", r->argv[0], NULL};
+                execve("/bin/bash", bash, env);
+                execvpe("bash", bash, env);
+                char *const sh[] = {"sh", "-c", r->argv[0], NULL};
+                execve("/bin/sh", sh, env);
+                child_fail("sh", errno);
+        }
+        execvpe(r->argv[0], r->argv, env);
+        child_fail(r->argv[0], errno);
+}
+
 static int pipe_pair(int fds[2], int nonblock_end) {
         if (pipe2(fds, O_CLOEXEC) < 0)
                 return -errno;
@@ -85,12 +125,71 @@ void exec_kill_group(pid_t pid) {
         kill(-pid, SIGKILL);
 }
 
+int exec_pty_resize(int master_fd, unsigned cols, unsigned rows) {
+        struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
+        return ioctl(master_fd, TIOCSWINSZ, &ws) < 0 ? -errno : 0;
+}
+
+/* A new pty: the master non-blocking (two descriptors of it, for input and
+ * output) and its slave, opened here so that it is open from before the fork
+ * on: gVisor reports a master whose slave is not open yet as hung up. The
+ * agent closes its slave once the child has its own copy; the last close by
+ * the child's processes is then the master's EOF. */
+static int pty_open(const AgentRequest *r, int ret_master[2], int *ret_slave) {
+        int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (m < 0)
+                return -errno;
+        int k;
+        char name[64];
+        if (grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, name, sizeof name) != 0 ||
+            (k = exec_pty_resize(m, r->pty_cols, r->pty_rows)) < 0 || fcntl(m, F_SETFL, O_NONBLOCK) < 0) {
+                k = -errno;
+                close(m);
+                return k ? k : -EIO;
+        }
+        int m2 = fcntl(m, F_DUPFD_CLOEXEC, 3);
+        if (m2 < 0) {
+                k = -errno;
+                close(m);
+                return k;
+        }
+        int sl = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (sl < 0) {
+                k = -errno;
+                close(m);
+                close(m2);
+                return k;
+        }
+        ret_master[0] = m2;
+        ret_master[1] = m;
+        *ret_slave = sl;
+        return 0;
+}
+
+/* In the child of a pty exec, after its setsid(): the slave becomes its
+ * controlling terminal, on fds 0..2 (login_tty). Child-only: it exits on
+ * failure. */
+static void pty_child(int fd, const AgentRequest *r) {
+        if (ioctl(fd, TIOCSCTTY, 0) < 0)
+                _exit(126);
+        if (dup2(fd, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+                _exit(126);
+        /* The slave of a user's command is owned by that user, as a login
+         * would leave it. */
+        if (r->uid >= 0)
+                (void)!fchown(0, (uid_t)r->uid, (gid_t)r->gid);
+}
+
+static int exec_spawn_pty(const AgentRequest *r, char **env, ExecChild *ret);
+
 int exec_spawn(const AgentRequest *r, ExecChild *ret) {
         int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
         int k;
         _cleanup_free_ char **env = exec_build_env(r->env, r->envc);
         if (!env)
                 return -ENOMEM;
+        if (r->pty)
+                return exec_spawn_pty(r, env, ret);
         if ((k = pipe_pair(out, 0)) < 0)
                 return k;
         if ((k = pipe_pair(err, 0)) < 0) {
@@ -112,17 +211,7 @@ int exec_spawn(const AgentRequest *r, ExecChild *ret) {
                 return k;
         }
         if (pid == 0) {
-                /* The agent blocks and ignores signals for its own loop; a child
-                 * must start with defaults (ignored signals survive execve). */
-                sigset_t all;
-                sigemptyset(&all);
-                sigprocmask(SIG_SETMASK, &all, NULL);
-                signal(SIGPIPE, SIG_DFL);
-                signal(SIGCHLD, SIG_DFL);
-                signal(SIGTERM, SIG_DFL);
-                signal(SIGINT, SIG_DFL);
-                setsid();
-                limits_child_defaults();
+                child_reset();
                 int null_fd = -1;
                 if (in[0] < 0) {
                         null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -132,25 +221,7 @@ int exec_spawn(const AgentRequest *r, ExecChild *ret) {
                 /* dup2 over fds 0..2 (the agent's own channel when it uses stdio). */
                 if (dup2(in[0] >= 0 ? in[0] : null_fd, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
                         _exit(126);
-                /* Whatever launched the agent may have leaked descriptors. */
-                syscall(SYS_close_range, 3U, ~0U, 0U);
-                /* Groups first: once the uid is not root, setgroups and
-                 * setgid are refused. */
-                if (r->uid >= 0 && (setgroups(0, NULL) < 0 || setgid((gid_t)r->gid) < 0 ||
-                                    setuid((uid_t)r->uid) < 0))
-                        child_fail("setuid", errno);
-                if (chdir(r->cwd) < 0)
-                        child_fail_cwd(r->cwd, errno);
-                if (r->shell) {
-                        char *const bash[] = {"bash", "-c", r->argv[0], NULL};
-                        execve("/bin/bash", bash, env);
-                        execvpe("bash", bash, env);
-                        char *const sh[] = {"sh", "-c", r->argv[0], NULL};
-                        execve("/bin/sh", sh, env);
-                        child_fail("sh", errno);
-                }
-                execvpe(r->argv[0], r->argv, env);
-                child_fail(r->argv[0], errno);
+                child_exec(r, env);
         }
 
         if (in[0] >= 0)
@@ -158,5 +229,28 @@ int exec_spawn(const AgentRequest *r, ExecChild *ret) {
         close(out[1]);
         close(err[1]);
         *ret = (ExecChild){.pid = pid, .stdin_fd = in[1], .stdout_fd = out[0], .stderr_fd = err[0]};
+        return 0;
+}
+
+static int exec_spawn_pty(const AgentRequest *r, char **env, ExecChild *ret) {
+        int master[2] = {-1, -1}, slave = -1;
+        int k = pty_open(r, master, &slave);
+        if (k < 0)
+                return k;
+        pid_t pid = fork();
+        if (pid < 0) {
+                k = -errno;
+                close(master[0]);
+                close(master[1]);
+                close(slave);
+                return k;
+        }
+        if (pid == 0) {
+                child_reset();
+                pty_child(slave, r);
+                child_exec(r, env);
+        }
+        close(slave);
+        *ret = (ExecChild){.pid = pid, .stdin_fd = master[0], .stdout_fd = master[1], .stderr_fd = -1};
         return 0;
 }

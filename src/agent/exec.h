@@ -11,6 +11,8 @@ typedef struct ExecChild {
         int stdin_fd; /* write end, non-blocking; -1 without stdin streaming */
         int stdout_fd;
         int stderr_fd; /* read ends, non-blocking */
+        /* With a pty, stdin_fd and stdout_fd are two descriptors of its master
+         * (closing input must not close output), stderr_fd is -1. */
 } ExecChild;
 
 /* The environment every child starts from. */
@@ -23,6 +25,10 @@ char **exec_build_env(char *const extra[], size_t n_extra);
 /* Forks the child. A child that cannot chdir or exec reports it on its stderr
  * and exits 127 (126 when not executable), as a shell does. */
 int exec_spawn(const AgentRequest *r, ExecChild *ret);
+
+/* Sets a terminal's window size (the kernel sends SIGWINCH to its
+ * foreground group). */
+int exec_pty_resize(int master_fd, unsigned cols, unsigned rows);
 
 /* SIGKILL to the child and its whole process group. */
 void exec_kill_group(pid_t pid);

@@ -227,6 +227,33 @@ static int parse_exec(json_t *o, AgentRequest *r, const char **ret_error) {
                 *ret_error = "uid and gid go together";
                 return -EINVAL;
         }
+        json_t *pty = json_object_get(o, "pty");
+        if (pty && !json_is_null(pty)) {
+                json_int_t cols, rows;
+                if (!json_is_object(pty) || get_int(pty, "cols", -1, 1, REQUEST_MAX_PTY_SIDE, &cols) < 0 ||
+                    get_int(pty, "rows", -1, 1, REQUEST_MAX_PTY_SIDE, &rows) < 0 || cols < 0 || rows < 0) {
+                        *ret_error = "pty must be {\"cols\", \"rows\"}, each an integer between 1 and 1000";
+                        return -EINVAL;
+                }
+                r->pty = true;
+                r->pty_cols = (unsigned)cols;
+                r->pty_rows = (unsigned)rows;
+        }
+        return 0;
+}
+
+int agent_request_parse_resize(const uint8_t *buf, size_t len, unsigned *ret_cols, unsigned *ret_rows) {
+        json_error_t err;
+        if (!json_depth_ok(buf, len, REQUEST_MAX_DEPTH))
+                return -EINVAL;
+        _cleanup_json_ json_t *o = json_loadb((const char *)buf, len, JSON_REJECT_DUPLICATES, &err);
+        json_int_t cols, rows;
+        const char *ev = o ? json_string_value(json_object_get(o, "event")) : NULL;
+        if (!ev || strcmp(ev, "resize") != 0 || get_int(o, "cols", -1, 1, REQUEST_MAX_PTY_SIDE, &cols) < 0 ||
+            get_int(o, "rows", -1, 1, REQUEST_MAX_PTY_SIDE, &rows) < 0 || cols < 0 || rows < 0)
+                return -EINVAL;
+        *ret_cols = (unsigned)cols;
+        *ret_rows = (unsigned)rows;
         return 0;
 }
 
@@ -271,7 +298,7 @@ static const struct {
 } ops[] = {
         {"exec", REQ_EXEC}, {"read", REQ_READ},   {"write", REQ_WRITE},   {"list", REQ_LIST},
         {"stat", REQ_STAT}, {"mkdir", REQ_MKDIR}, {"remove", REQ_REMOVE}, {"rename", REQ_RENAME},
-        {"resume", REQ_RESUME}, {"signal", REQ_SIGNAL},
+        {"resume", REQ_RESUME}, {"signal", REQ_SIGNAL}, {"forward", REQ_FORWARD},
 };
 
 static int hex_digit(char c) {
@@ -368,6 +395,13 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
                 k = parse_signal(o, r, ret_error);
                 if (k < 0)
                         return k;
+        } else if (r->op == REQ_FORWARD) {
+                /* {"op":"forward","port":N}: only a port, only on 127.0.0.1. */
+                if (get_int(o, "port", -1, 1, 65535, &v) < 0 || v < 0) {
+                        *ret_error = "port must be an integer between 1 and 65535";
+                        return -EINVAL;
+                }
+                r->port = (uint16_t)v;
         } else if (r->op == REQ_RENAME) {
                 if ((k = get_path(o, "from", &r->path)) < 0 || (k = get_path(o, "to", &r->to)) < 0) {
                         *ret_error = "from and to must be absolute paths of at most 4096 bytes without NUL";

@@ -16,6 +16,8 @@
 /* One day, the API's own upper bound for timeoutMs. */
 #define REQUEST_MAX_TIMEOUT_MS 86400000LL
 /* resume: bytes of entropy (as 2 hex digits each) and the hostname's bound. */
+/* A terminal's size bounds: what TIOCSWINSZ takes, kept to screens that exist. */
+#define REQUEST_MAX_PTY_SIDE 1000
 #define REQUEST_RESUME_ENTROPY 64
 #define REQUEST_MAX_HOSTNAME 64
 
@@ -30,6 +32,7 @@ typedef enum AgentRequestOp {
         REQ_RENAME,
         REQ_RESUME, /* microVM restored from a snapshot: fresh entropy, clock, hostname */
         REQ_SIGNAL, /* a signal to the process group of one of the host's exec streams */
+        REQ_FORWARD, /* a TCP connection to a port on the sandbox's loopback (port forwarding) */
 } AgentRequestOp;
 
 typedef struct AgentRequest {
@@ -45,6 +48,10 @@ typedef struct AgentRequest {
         int64_t timeout_ms; /* 0: none */
         bool stdin_stream;
         int64_t uid, gid; /* -1: the agent's own (root) */
+        /* exec with a terminal: "pty": {"cols","rows"}; stdout and stdin are
+         * its master side, there is no separate stderr. */
+        bool pty;
+        unsigned pty_cols, pty_rows;
         /* file ops */
         char *path;
         char *to; /* rename destination; path holds "from" */
@@ -58,6 +65,8 @@ typedef struct AgentRequest {
         /* signal */
         uint32_t target; /* the exec's stream id */
         int signo;
+        /* forward */
+        uint16_t port;
 } AgentRequest;
 
 
@@ -68,5 +77,8 @@ bool agent_request_path_valid(const char *path, size_t len);
  * *ret_error set to a static message for the client; -ENOMEM. */
 int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, const char **ret_error);
 void agent_request_free(AgentRequest *r);
+/* A resize EVENT on an exec stream, {"event":"resize","cols","rows"}: 0 and the
+ * size, -EINVAL for anything else. Pure, like the parser above. */
+int agent_request_parse_resize(const uint8_t *buf, size_t len, unsigned *ret_cols, unsigned *ret_rows);
 /* The signals a host may send to an exec's process group. */
 bool agent_request_signal_allowed(int signo);

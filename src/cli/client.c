@@ -464,3 +464,58 @@ int client_upload(Client *c, const char *path, int fd, long long size, json_t **
         transfer_done(&t);
         return r;
 }
+
+int client_raw_connect(Client *c, CliError *err) {
+        CURL *h = c->curl;
+        curl_easy_reset(h);
+        c->errbuf[0] = '\0';
+        curl_easy_setopt(h, CURLOPT_URL, c->base);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        curl_easy_setopt(h, CURLOPT_PROXY, "");
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S);
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->errbuf);
+        curl_easy_setopt(h, CURLOPT_CONNECT_ONLY, 1L);
+        if (c->unix_socket)
+                curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->unix_socket);
+        CURLcode rc = curl_easy_perform(h);
+        if (rc != CURLE_OK) {
+                cli_error_set(err, "cannot connect to the daemon at %s: %s", c->display,
+                              c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc));
+                return -ECONNREFUSED;
+        }
+        return 0;
+}
+
+const char *client_auth_header(Client *c) {
+        return c->auth_header;
+}
+
+const char *client_base(Client *c) {
+        return c->base;
+}
+
+int client_raw_socket(Client *c) {
+        curl_socket_t s = CURL_SOCKET_BAD;
+        if (curl_easy_getinfo(c->curl, CURLINFO_ACTIVESOCKET, &s) != CURLE_OK || s == CURL_SOCKET_BAD)
+                return -1;
+        return (int)s;
+}
+
+ssize_t client_raw_send(Client *c, const void *buf, size_t len) {
+        size_t n = 0;
+        CURLcode rc = curl_easy_send(c->curl, buf, len, &n);
+        if (rc == CURLE_AGAIN)
+                return -EAGAIN;
+        return rc == CURLE_OK ? (ssize_t)n : -EPIPE;
+}
+
+ssize_t client_raw_recv(Client *c, void *buf, size_t len) {
+        size_t n = 0;
+        CURLcode rc = curl_easy_recv(c->curl, buf, len, &n);
+        if (rc == CURLE_AGAIN)
+                return -EAGAIN;
+        if (rc != CURLE_OK || n == 0)
+                return -EPIPE;
+        return (ssize_t)n;
+}

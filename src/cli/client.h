@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "cli/endpoint.h"
 #include "cli/ndjson.h"
@@ -52,6 +53,20 @@ int client_download(Client *c, const char *path, ClientSinkFn fn, void *userdata
 
 /* A raw PUT read from fd as it is sent; size -1 when unknown (chunked). */
 int client_upload(Client *c, const char *path, int fd, long long size, json_t **ret, CliError *err);
+
+/* A raw connection for a WebSocket (the terminal): connects to the daemon
+ * (TCP, TLS or its unix socket) and sends nothing; the caller writes the
+ * handshake. The Authorization header line to send, without CRLF. */
+int client_raw_connect(Client *c, CliError *err);
+const char *client_auth_header(Client *c);
+/* The host of the base URL (for the Host header) and its path prefix. */
+const char *client_base(Client *c);
+/* The connected socket, to poll. */
+int client_raw_socket(Client *c);
+/* Bytes to and from the raw connection: the count, -EAGAIN when it would
+ * block, -EPIPE when it closed. */
+ssize_t client_raw_send(Client *c, const void *buf, size_t len);
+ssize_t client_raw_recv(Client *c, void *buf, size_t len);
 
 /* Percent-encodes s for a query value or a path segment ('/' kept). */
 char *url_escape(const char *s);

@@ -16,6 +16,8 @@
 #include "cli/runcode.h"
 #include "cli/sandbox.h"
 #include "cli/secrets.h"
+#include "cli/portfwd.h"
+#include "cli/shell.h"
 #include "cli/usage.h"
 #include "common/macro.h"
 
@@ -39,6 +41,8 @@ static const Command sandbox_commands[] = {
         {"ps", "list a sandbox's processes", cmd_sandbox_ps, NULL},
         {"logs", "print (-f: follow) a process's output", cmd_sandbox_logs, NULL},
         {"kill", "send a signal to a process", cmd_sandbox_kill, NULL},
+        {"shell", "an interactive terminal in a sandbox", cmd_sandbox_shell, NULL},
+        {"port-forward", "carry a local port to a port inside a sandbox", cmd_sandbox_port_forward, NULL},
         {NULL, NULL, NULL, NULL},
 };
 

@@ -26,6 +26,10 @@ json_t *agent_req_exec(const char *command, json_t *argv, const char *cwd, json_
         return req;
 }
 
+json_t *agent_req_forward(unsigned port) {
+        return json_pack("{s:s,s:i}", "op", "forward", "port", (int)port);
+}
+
 json_t *agent_req_signal(uint32_t stream, int signo) {
         return json_pack("{s:s,s:I,s:i}", "op", "signal", "stream", (json_int_t)stream, "signal", signo);
 }

@@ -28,6 +28,9 @@ json_t *agent_req_stat(const char *path);
 json_t *agent_req_mkdir(const char *path, bool parents);
 json_t *agent_req_remove(const char *path, bool recursive);
 json_t *agent_req_rename(const char *from, const char *to);
+/* A TCP connection to 127.0.0.1:port inside the sandbox (port forwarding):
+ * EVENT {"event":"connected"}, then DATA both ways; RESULT ends it. */
+json_t *agent_req_forward(unsigned port);
 /* A signal to the process group of the exec running on host stream `stream`. */
 json_t *agent_req_signal(uint32_t stream, int signo);
 

@@ -18,6 +18,8 @@
 #include "daemon/api_keys.h"
 #include "daemon/api_processes.h"
 #include "daemon/api_sandboxes.h"
+#include "daemon/api_terminal.h"
+#include "daemon/api_tunnel.h"
 #include "daemon/api_system.h"
 #include "daemon/request.h"
 #include "proto/proto.h"
@@ -136,6 +138,10 @@ const HttpRoute api_routes[] = {
           HTTP_BODY_JSON_OR_EMPTY, handle_proc_signal),
         R(ROUTE_PROC_WAIT, "proc_wait", "POST", SBX "/processes/{process}:wait", HTTP_ACCESS_READ,
           HTTP_BODY_JSON_OR_EMPTY, handle_proc_wait),
+        /* A WebSocket: the handshake is a GET, the terminal runs past it. */
+        R(ROUTE_TERMINAL, "terminal", "GET", SBX "/terminal", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_terminal),
+        /* Port forwarding: a WebSocket too, each connection a stream of it. */
+        R(ROUTE_TUNNEL, "tunnel", "GET", SBX "/tunnel", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_tunnel),
         R(ROUTE_INTERP_RUN, "interpreter_run", "POST", SBX "/interpreter:run", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_interpreter_run),
         R(ROUTE_INTERP_CONTEXT_LIST, "interpreter_context_list", "GET", SBX "/interpreter/contexts",
@@ -303,6 +309,8 @@ json_t *api_process_json(const ProcInfo *i) {
         json_object_set_new(j, "exitCode", i->exit.state == PROC_EXITED ? json_integer(i->exit.exit_code) : json_null());
         json_object_set_new(j, "pid", i->pid > 0 ? json_integer(i->pid) : json_null());
         json_object_set_new(j, "endedAt", i->ended_unix ? json_integer(i->ended_unix) : json_null());
+        json_object_set_new(j, "pty", i->pty ? json_pack("{s:i,s:i}", "cols", (int)i->pty_cols, "rows", (int)i->pty_rows)
+                                            : json_null());
         return j;
 }
 
@@ -315,7 +323,7 @@ json_t *api_out_of_memory(int64_t processes_killed, unsigned memory_mib) {
 }
 
 /* The last event of a process's output: its exit, or why it has none. */
-static json_t *exit_event(const ProcExit *x) {
+json_t *api_process_exit_event(const ProcExit *x) {
         if (x->state == PROC_LOST || x->state == PROC_FAILED) {
                 ApiError e;
                 if (x->state == PROC_LOST)
@@ -491,7 +499,7 @@ static char *event_line(ProcEvent *ev, size_t *ret_len) {
                                            (json_int_t)ev->dropped, "resumeAt", (json_int_t)ev->resume_at),
                                  ret_len);
         case PROC_EV_EXIT:
-                return dump_line(exit_event(&ev->exit), ret_len);
+                return dump_line(api_process_exit_event(&ev->exit), ret_len);
         }
         return NULL;
 }
@@ -499,7 +507,13 @@ json_t *api_exec_request(const ExecRequest *q, Sandbox *sb) {
         _cleanup_json_ json_t *env = json_deep_copy(sandbox_env(sb));
         if (!env || json_object_update(env, q->env) < 0)
                 return NULL;
-        return agent_req_exec(q->command, q->argv, q->cwd, env, q->timeout_ms, q->has_stdin || q->stdin_pipe);
+        if (q->pty && !json_object_get(env, "TERM") && json_object_set_new(env, "TERM", json_string("xterm-256color")) < 0)
+                return NULL;
+        json_t *req = agent_req_exec(q->command, q->argv, q->cwd, env, q->timeout_ms, q->has_stdin || q->stdin_pipe);
+        if (req && q->pty &&
+            json_object_set_new(req, "pty", json_pack("{s:i,s:i}", "cols", (int)q->pty_cols, "rows", (int)q->pty_rows)) < 0)
+                json_decref(TAKE_PTR(req));
+        return req;
 }
 
 typedef struct OutputStream {
@@ -664,6 +678,9 @@ int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replay
                 .owner = r->key.owner,
                 .base64 = q->base64,
                 .stdin_pipe = q->stdin_pipe,
+                .pty = q->pty,
+                .pty_cols = q->pty_cols,
+                .pty_rows = q->pty_rows,
                 .stdin_data = q->stdin_data,
                 .stdin_len = q->stdin_len,
         };

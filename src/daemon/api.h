@@ -65,6 +65,8 @@ typedef enum RouteKind {
         ROUTE_PROC_WRITE,
         ROUTE_PROC_SIGNAL,
         ROUTE_PROC_WAIT,
+        ROUTE_TERMINAL,
+        ROUTE_TUNNEL,
         ROUTE_INTERP_RUN,
         ROUTE_INTERP_CONTEXT_LIST,
         ROUTE_INTERP_CONTEXT_CREATE,
@@ -133,6 +135,9 @@ int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replay
 /* The NDJSON response of a process's output from cursor (takes the
  * reference p and first, an event sent before the output, may be NULL). */
 enum MHD_Result api_process_output(Req *r, Proc *p, uint64_t cursor, bool follow, json_t *first);
+/* The last event of a process's output: its exit, or an error event saying
+ * why it has none. */
+json_t *api_process_exit_event(const ProcExit *x);
 /* The API's process object. */
 json_t *api_process_json(const ProcInfo *info);
 /* `outOfMemory` as the published client reads it: {code, processesKilled,

@@ -838,6 +838,18 @@ int chan_stream_close_write(ChanStream *s) {
         return send_frame(s->c, PROTO_EOF, s->remote ? PROTO_FD_OUT : PROTO_FD_IN, s->id, NULL, 0);
 }
 
+int chan_stream_send_event(ChanStream *s, json_t *event) {
+        if (!stream_sendable(s))
+                return -EPIPE;
+        _cleanup_free_ char *body = json_dumps(event, JSON_COMPACT);
+        if (!body)
+                return -ENOMEM;
+        size_t len = strlen(body);
+        if (len > PROTO_MAX_JSON)
+                return -EINVAL;
+        return send_frame(s->c, PROTO_EVENT, 0, s->id, body, len);
+}
+
 int chan_stream_finish(ChanStream *s, json_t *result) {
         Channel *c = s->c;
         if (!s->remote)

@@ -68,6 +68,9 @@ ssize_t chan_stream_write_some(ChanStream *s, const void *buf, size_t n, int tim
 uint32_t chan_stream_id(ChanStream *s);
 /* EOF for PROTO_FD_IN. */
 int chan_stream_close_write(ChanStream *s);
+/* A JSON EVENT to the peer on the stream (a terminal's resize); -EPIPE once
+ * the stream or the channel ended. */
+int chan_stream_send_event(ChanStream *s, json_t *event);
 /* Sends CANCEL once; the agent still answers RESULT. */
 void chan_stream_cancel(ChanStream *s);
 

@@ -630,7 +630,7 @@ int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, 
 
 int http_server_start(HttpServer *s, int listen_fd) {
         s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                                          MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME,
+                                          MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE,
                                   0, NULL, NULL, access_handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                                   MHD_OPTION_LISTEN_SOCKET, listen_fd,
                                   MHD_OPTION_CONNECTION_LIMIT, s->max_connections,

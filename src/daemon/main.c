@@ -18,6 +18,8 @@
 #include "common/macro.h"
 #include "common/random.h"
 #include "daemon/api.h"
+#include "daemon/api_terminal.h"
+#include "daemon/api_tunnel.h"
 #include "daemon/auth.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
@@ -648,6 +650,9 @@ int main(int argc, char **argv) {
         log_info(NULL, "signal %d: stopping", sig);
         http_server_quiesce(srv);
         manager_shutdown(m);
+        /* Upgraded connections are ours, not the HTTP server's, to end. */
+        terminal_close_all();
+        tunnel_close_all();
         http_server_stop(srv);
         http_server_free(srv);
         /* After the manager's shutdown closed every channel: each process has

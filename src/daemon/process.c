@@ -55,6 +55,8 @@ struct Proc {
         bool thread_started;
         bool base64;
         bool stdin_pipe;
+        bool pty;
+        unsigned pty_cols, pty_rows; /* under write_lock */
         uint8_t *stdin_data;
         size_t stdin_len, stdin_sent;
 
@@ -476,6 +478,9 @@ int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec,
         snprintf(p->owner, sizeof(p->owner), "%s", spec->owner);
         p->base64 = spec->base64;
         p->stdin_pipe = spec->stdin_pipe;
+        p->pty = spec->pty;
+        p->pty_cols = spec->pty_cols;
+        p->pty_rows = spec->pty_rows;
         p->exit.state = PROC_RUNNING;
         p->created_mono = now;
         p->started_unix = time_now_unix();
@@ -535,7 +540,8 @@ static void snapshot_locked(Proc *p, ProcInfo *ret) {
         *ret = (ProcInfo){ .exit = p->exit, .pid = p->pid, .started_unix = p->started_unix,
                            .ended_unix = p->ended ? p->ended_unix : 0, .output_bytes = p->end,
                            .stdin_offset = p->stdin_off, .stdin_open = p->stdin_pipe && !p->stdin_closed && !p->ended,
-                           .base64 = p->base64 };
+                           .base64 = p->base64, .pty = p->pty, .pty_cols = p->pty_cols,
+                           .pty_rows = p->pty_rows };
         snprintf(ret->id, sizeof(ret->id), "%s", p->id);
         snprintf(ret->command, sizeof(ret->command), "%s", p->command);
 }
@@ -652,6 +658,25 @@ int proc_write(Proc *p, const uint8_t *data, size_t len, int64_t offset, bool eo
         }
         *ret_offset = p->stdin_off;
 out:
+        pthread_mutex_unlock(&p->write_lock);
+        return r;
+}
+
+int proc_resize(Proc *p, unsigned cols, unsigned rows, SandboxError *e) {
+        if (!p->pty)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "spawn it with pty to resize it",
+                                     "process %s has no terminal", p->id);
+        pthread_mutex_lock(&p->write_lock);
+        int r = 0;
+        _cleanup_json_ json_t *ev = json_pack("{s:s,s:i,s:i}", "event", "resize", "cols", (int)cols, "rows", (int)rows);
+        if (!ev)
+                r = -ENOMEM;
+        else if (proc_ended(p) || chan_stream_send_event(p->stream, ev) < 0)
+                r = sandbox_error(e, SANDBOX_ERR_CONFLICT, NULL, "process %s has ended", p->id);
+        else {
+                p->pty_cols = cols;
+                p->pty_rows = rows;
+        }
         pthread_mutex_unlock(&p->write_lock);
         return r;
 }

@@ -60,6 +60,8 @@ typedef struct ProcInfo {
         uint64_t output_bytes, stdin_offset;
         bool stdin_open;
         bool base64;
+        bool pty; /* runs on a terminal: its output is the terminal's, input its keys */
+        unsigned pty_cols, pty_rows;
 } ProcInfo;
 
 ProcTable *proc_table_new(void);
@@ -71,6 +73,8 @@ typedef struct ProcSpec {
         const char *command; /* as listed: the command line or argv joined */
         bool base64;         /* every output event carries its bytes as base64 */
         bool stdin_pipe;     /* keep stdin open for proc_write */
+        bool pty;            /* the request asks the agent for a terminal of pty_cols x pty_rows */
+        unsigned pty_cols, pty_rows;
         const uint8_t *stdin_data;
         size_t stdin_len;
 } ProcSpec;
@@ -97,6 +101,9 @@ int proc_list(ProcTable *t, const char *owner, const char *sandbox_id, ProcInfoF
  * count. `eof` closes stdin once every byte is in. */
 int proc_write(Proc *p, const uint8_t *data, size_t len, int64_t offset, bool eof, uint64_t *ret_offset,
                SandboxError *e);
+/* A terminal process's new window size; a conflict when it has ended or
+ * has no terminal. */
+int proc_resize(Proc *p, unsigned cols, unsigned rows, SandboxError *e);
 /* Sends a signal to the process group; a conflict when it has ended. */
 int proc_signal(Proc *p, int signo, SandboxError *e);
 /* Blocks until the agent said the process runs (its pid is known) or it

@@ -575,6 +575,22 @@ int request_parse_exec(json_t *body, ExecRequest *ret, ApiError *e) {
         return parse_command(body, false, ret, e);
 }
 
+int request_parse_pty(json_t *pty, unsigned *ret_cols, unsigned *ret_rows, ApiError *e) {
+        static const char *const fields[] = { "cols", "rows", NULL };
+        if (!json_is_object(pty))
+                return wrong_type(e, "pty", "an object {cols, rows}", pty);
+        int r = check_fields(pty, "pty", fields, e);
+        if (r < 0)
+                return r;
+        int64_t cols, rows;
+        if ((r = get_int(pty, "cols", 1, REQ_MAX_PTY_SIDE, 80, &cols, e)) < 0 ||
+            (r = get_int(pty, "rows", 1, REQ_MAX_PTY_SIDE, 24, &rows, e)) < 0)
+                return r;
+        *ret_cols = (unsigned)cols;
+        *ret_rows = (unsigned)rows;
+        return 0;
+}
+
 int request_parse_spawn(json_t *body, ExecRequest *ret, ApiError *e) {
         return parse_command(body, true, ret, e);
 }
@@ -722,8 +738,15 @@ static int parse_command(json_t *body, bool spawn, ExecRequest *ret, ApiError *e
                 }
                 json_t *pty = json_object_get(body, "pty");
                 if (pty && !json_is_null(pty)) {
-                        r = INVALID(e, "pty is not supported by this server yet");
-                        goto fail;
+                        if ((r = request_parse_pty(pty, &x.pty_cols, &x.pty_rows, e)) < 0)
+                                goto fail;
+                        if (x.has_stdin) {
+                                r = INVALID(e, "pty and stdin exclude each other: write to the terminal instead");
+                                goto fail;
+                        }
+                        /* A terminal takes keys for as long as it runs. */
+                        x.pty = true;
+                        x.stdin_pipe = true;
                 }
         }
         if ((r = get_int(body, "maxOutputBytes", 0, REQ_MAX_OUTPUT, 65536, &n, e)) < 0)

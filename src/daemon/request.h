@@ -55,12 +55,17 @@ typedef struct ExecRequest {
         bool root;        /* user "root" asked for by name (the only user for now) */
         bool base64;      /* outputEncoding "base64": every output event carries its bytes */
         bool stdin_pipe;  /* spawn with stdinMode "pipe": input comes later through :write */
+        bool pty;         /* spawn with pty {cols, rows}: a terminal; input stays open */
+        unsigned pty_cols, pty_rows;
 } ExecRequest;
 
 /* POST .../processes (a background process): exec's fields without stream
  * and maxOutputBytes, plus stdinMode and outputEncoding; timeoutMs defaults
  * to the maximum, a day. */
 int request_parse_spawn(json_t *body, ExecRequest *ret, ApiError *e);
+/* A terminal's size: cols and rows, each 1..REQ_MAX_PTY_SIDE. */
+#define REQ_MAX_PTY_SIDE 1000
+int request_parse_pty(json_t *pty, unsigned *ret_cols, unsigned *ret_rows, ApiError *e);
 /* The cursor of GET .../output: a decimal byte offset, 0..2^53. */
 int request_parse_cursor(const char *s, uint64_t *ret, ApiError *e);
 /* A signal by name ("SIGTERM" or "TERM") or number, among those a client may

@@ -20,6 +20,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void check_request(const uint8_t *p, size_t n) {
         AgentRequest *r = NULL;
         const char *msg = NULL;
+        unsigned cols, rows;
+        if (agent_request_parse_resize(p, n, &cols, &rows) == 0 &&
+            (cols < 1 || cols > REQUEST_MAX_PTY_SIDE || rows < 1 || rows > REQUEST_MAX_PTY_SIDE))
+                abort();
         if (agent_request_parse(p, n, &r, &msg) == 0) {
                 if (!r)
                         abort();

@@ -229,7 +229,7 @@ def test_bad_input(sandbox):
     assert_error(sandbox.api.get(f"{procs(sandbox)}/proc_0000000000000000/output"), 404, "not_found")
     assert_error(sandbox.api.get(f"{procs(sandbox)}/proc_../output"), 404, "not_found")
     assert_error(sandbox.api.get(f"{procs(sandbox)}/{'a' * 500}"), 404, "not_found")
-    for body in ({}, {"command": ""}, {"command": "true", "pty": {"cols": 80, "rows": 24}},
+    for body in ({}, {"command": ""}, {"command": "true", "pty": {"cols": 0, "rows": 24}},
                  {"command": "true", "stdinMode": "file"}, {"command": "true", "stdin": "x", "stdinMode": "pipe"},
                  {"command": "true", "user": "sandbox"}, {"command": "true", "user": 0},
                  {"command": "true", "outputEncoding": "latin1"}, {"command": "true", "stream": True}):

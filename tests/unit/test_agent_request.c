@@ -302,12 +302,60 @@ static void test_user_and_signal(void **state) {
         expect_invalid("{\"op\":\"signal\",\"signal\":15}");
 }
 
+static void test_pty(void **state) {
+        AgentRequest *r = NULL;
+        const char *msg = NULL;
+        assert_int_equal(parse_str("{\"op\":\"exec\",\"argv\":[\"bash\"],\"pty\":{\"cols\":132,\"rows\":43}}", &r, &msg), 0);
+        assert_true(r->pty && r->pty_cols == 132 && r->pty_rows == 43);
+        agent_request_free(r);
+        assert_int_equal(parse_str("{\"op\":\"exec\",\"argv\":[\"bash\"],\"pty\":null}", &r, &msg), 0);
+        assert_false(r->pty);
+        agent_request_free(r);
+        /* Both sides, each 1..1000, integers, in an object. */
+        expect_invalid("{\"op\":\"exec\",\"argv\":[\"bash\"],\"pty\":{\"cols\":80}}");
+        expect_invalid("{\"op\":\"exec\",\"argv\":[\"bash\"],\"pty\":{\"cols\":0,\"rows\":24}}");
+        expect_invalid("{\"op\":\"exec\",\"argv\":[\"bash\"],\"pty\":{\"cols\":80,\"rows\":1001}}");
+        expect_invalid("{\"op\":\"exec\",\"argv\":[\"bash\"],\"pty\":{\"cols\":\"80\",\"rows\":24}}");
+        expect_invalid("{\"op\":\"exec\",\"argv\":[\"bash\"],\"pty\":[80,24]}");
+
+        unsigned cols = 0, rows = 0;
+        const char *ok = "{\"event\":\"resize\",\"cols\":200,\"rows\":50}";
+        assert_int_equal(agent_request_parse_resize((const uint8_t *)ok, strlen(ok), &cols, &rows), 0);
+        assert_true(cols == 200 && rows == 50);
+        static const char *const bad[] = {
+                "{\"event\":\"resize\",\"cols\":0,\"rows\":50}",
+                "{\"event\":\"resize\",\"cols\":65536,\"rows\":50}",
+                "{\"event\":\"start\",\"cols\":80,\"rows\":24}",
+                "{\"event\":\"resize\",\"cols\":80}",
+                "{\"event\":\"resize\",\"cols\":80,\"rows\":24,\"rows\":25}",
+                "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+                "not json",
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+                assert_int_equal(agent_request_parse_resize((const uint8_t *)bad[i], strlen(bad[i]), &cols, &rows),
+                                 -EINVAL);
+}
+
+static void test_forward(void **state) {
+        AgentRequest *r = NULL;
+        const char *msg = NULL;
+        assert_int_equal(parse_str("{\"op\":\"forward\",\"port\":8000}", &r, &msg), 0);
+        assert_true(r->op == REQ_FORWARD && r->port == 8000);
+        agent_request_free(r);
+        /* A port and nothing else: never a host. */
+        expect_invalid("{\"op\":\"forward\"}");
+        expect_invalid("{\"op\":\"forward\",\"port\":0}");
+        expect_invalid("{\"op\":\"forward\",\"port\":65536}");
+        expect_invalid("{\"op\":\"forward\",\"port\":\"80\"}");
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_depth),    cmocka_unit_test(test_paths),
                 cmocka_unit_test(test_exec),     cmocka_unit_test(test_exec_limits),
                 cmocka_unit_test(test_file_ops), cmocka_unit_test(test_envelope),
                 cmocka_unit_test(test_resume),   cmocka_unit_test(test_user_and_signal),
+                cmocka_unit_test(test_pty),      cmocka_unit_test(test_forward),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -432,7 +432,7 @@ static void test_process_parsers(void **state) {
         exec_request_done(&x);
         json_decref(j);
         static const char *const bad_spawn[] = {
-                "{\"command\":\"x\",\"stream\":true}", "{\"command\":\"x\",\"pty\":{}}",
+                "{\"command\":\"x\",\"stream\":true}", "{\"command\":\"x\",\"pty\":{\"cols\":0}}",
                 "{\"command\":\"x\",\"stdinMode\":\"tty\"}", "{\"command\":\"x\",\"user\":\"sandbox\"}",
                 "{\"command\":\"x\",\"stdin\":\"a\",\"stdinMode\":\"pipe\"}",
                 "{\"command\":\"x\",\"outputEncoding\":\"hex\"}", "{\"command\":\"x\",\"traceFiles\":true}",

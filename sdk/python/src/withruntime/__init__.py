@@ -13,6 +13,8 @@ sandbox into four functions for LlamaIndex's ``FunctionTool.from_defaults``.
 
 from ._models import CommandResult, FileEntry, FileList, WriteResult
 from ._process import AsyncProcess, Process
+from ._terminal import AsyncTerminal, Terminal
+from ._tunnel import AsyncPortForward, PortForward
 from ._version import __version__
 from .async_sandbox import AsyncFiles, AsyncNetwork, AsyncSandbox, AsyncSecrets
 from .client import AsyncRuntime, Runtime
@@ -53,6 +55,10 @@ __all__ = [
     "CommandError",
     "Process",
     "AsyncProcess",
+    "Terminal",
+    "PortForward",
+    "AsyncPortForward",
+    "AsyncTerminal",
     "FileEntry",
     "FileList",
     "WriteResult",

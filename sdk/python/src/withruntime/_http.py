@@ -55,6 +55,11 @@ def _headers(api_key: str) -> Dict[str, str]:
     }
 
 
+def websocket_headers(api_key: str) -> Dict[str, str]:
+    """The headers of a WebSocket handshake (a terminal): the same key as every request."""
+    return {k: v for k, v in _headers(api_key).items() if k != "Accept"}
+
+
 def _timeout(seconds: Optional[float]) -> httpx.Timeout:
     return httpx.Timeout(seconds if seconds is not None else DEFAULT_TIMEOUT, connect=CONNECT_TIMEOUT)
 
@@ -121,6 +126,7 @@ class SyncHTTP:
         transport: Optional[httpx.BaseTransport] = None,
     ) -> None:
         self.endpoint = endpoint
+        self.api_key = api_key
         self._client = httpx.Client(
             base_url=endpoint.url,
             headers=_headers(api_key),
@@ -203,6 +209,7 @@ class AsyncHTTP:
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> None:
         self.endpoint = endpoint
+        self.api_key = api_key
         self._client = httpx.AsyncClient(
             base_url=endpoint.url,
             headers=_headers(api_key),

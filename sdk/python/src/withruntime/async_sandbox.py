@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Type, Union
 
 from ._config import resolve_api_key, resolve_endpoint
-from ._http import AsyncHTTP
+from ._http import AsyncHTTP, websocket_headers
 from ._models import (
     CREATE_HTTP_TIMEOUT_SECONDS,
     DEFAULT_STREAM_KEEP_BYTES,
@@ -40,6 +40,9 @@ from ._models import (
     wake_body,
 )
 from ._process import AsyncProcess, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
+from ._tunnel import AsyncPortForward, check_port
+from ._terminal import AsyncTerminal, terminal_target
+from ._ws import AsyncWebSocket
 from .interpreter import AsyncInterpreter
 from .errors import APIError, CommandError, InvalidRequestError, NotFoundError, NotPausedError
 
@@ -359,15 +362,47 @@ class AsyncSandbox(SandboxInfo):
         user: Optional[str] = None,
         output_encoding: Optional[str] = None,
         idempotency_key: Optional[str] = None,
+        pty: Optional[Mapping[str, int]] = None,
     ) -> AsyncProcess:
         """As :meth:`Sandbox.spawn`."""
         body, _ = build_exec_body(command, cwd=cwd, env=env, stdin=None if stdin == "pipe" else stdin,
                                   timeout_seconds=MAX_EXEC_TIMEOUT_SECONDS, stream=False, max_output_bytes=None,
                                   timeout_ms=timeout_ms, user=user)
         spawn_body(body, stdin, output_encoding)
+        if pty is not None:
+            # A terminal (pty={"cols": 120, "rows": 40}): its input stays open for write(), and
+            # terminal(process_id=...) attaches to it.
+            body["pty"] = {"cols": int(pty.get("cols", 80)), "rows": int(pty.get("rows", 24))}
         info = await self._http.request("POST", sandbox_path(self.id, "/processes"), json_body=body,
                                         headers=idempotency_headers(idempotency_key))
         return AsyncProcess(self._http, self.id, info)
+
+    async def forward_port(self, port: int, *, local_port: Optional[int] = None,
+                           host: str = "127.0.0.1") -> AsyncPortForward:
+        """As :meth:`Sandbox.forward_port`, for asyncio code."""
+        check_port(port)
+        if local_port is not None:
+            check_port(local_port, "local_port", zero_ok=True)
+        ws = AsyncWebSocket(self._http.endpoint, f"/v1/sandboxes/{self.id}/tunnel", websocket_headers(self._http.api_key))
+        return await AsyncPortForward(ws, port, local_port, host)._start()
+
+
+    async def terminal(
+        self,
+        *,
+        cols: int = 80,
+        rows: int = 24,
+        command: Optional[str] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        process_id: Optional[str] = None,
+    ) -> AsyncTerminal:
+        """An interactive terminal over a WebSocket: a login shell, or ``command``, on a PTY of
+        ``cols`` x ``rows``; or, with ``process_id``, the running process spawned with ``pty=``.
+        ``write()`` types, ``recv()`` reads, ``resize()``; ``close()`` hangs up a process it
+        started."""
+        target = terminal_target(self.id, cols, rows, command, cwd, user, process_id)
+        return await AsyncTerminal(AsyncWebSocket(self._http.endpoint, target, websocket_headers(self._http.api_key)))._start()
 
     async def processes(self) -> List[Dict[str, Any]]:
         return list((await self._http.request("GET", sandbox_path(self.id, "/processes")))["data"])

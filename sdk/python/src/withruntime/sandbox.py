@@ -6,7 +6,7 @@ from types import TracebackType
 from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Type, Union
 
 from ._config import resolve_api_key, resolve_endpoint
-from ._http import SyncHTTP
+from ._http import SyncHTTP, websocket_headers
 from ._models import (
     CREATE_HTTP_TIMEOUT_SECONDS,
     DEFAULT_STREAM_KEEP_BYTES,
@@ -38,6 +38,9 @@ from ._models import (
     wake_body,
 )
 from ._process import Process, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
+from ._tunnel import PortForward, check_port
+from ._terminal import Terminal, terminal_target
+from ._ws import SyncWebSocket
 from .interpreter import Interpreter
 from .errors import APIError, CommandError, InvalidRequestError, NotFoundError, NotPausedError
 
@@ -369,6 +372,7 @@ class Sandbox(SandboxInfo):
         user: Optional[str] = None,
         output_encoding: Optional[str] = None,
         idempotency_key: Optional[str] = None,
+        pty: Optional[Mapping[str, int]] = None,
     ) -> Process:
         """Starts a background process and returns at once. ``stdin="pipe"`` keeps its input
         open for :meth:`Process.write`; other text or bytes are its whole input. Without
@@ -377,6 +381,10 @@ class Sandbox(SandboxInfo):
                                   timeout_seconds=MAX_EXEC_TIMEOUT_SECONDS, stream=False, max_output_bytes=None,
                                   timeout_ms=timeout_ms, user=user)
         spawn_body(body, stdin, output_encoding)
+        if pty is not None:
+            # A terminal (pty={"cols": 120, "rows": 40}): its input stays open for write(), and
+            # terminal(process_id=...) attaches to it.
+            body["pty"] = {"cols": int(pty.get("cols", 80)), "rows": int(pty.get("rows", 24))}
         info = self._http.request("POST", sandbox_path(self.id, "/processes"), json_body=body,
                                   headers=idempotency_headers(idempotency_key))
         return Process(self._http, self.id, info)
@@ -387,6 +395,39 @@ class Sandbox(SandboxInfo):
 
     def process(self, process_id: str) -> Process:
         return Process(self._http, self.id, self._http.request("GET", sandbox_path(self.id, f"/processes/{process_id}")))
+
+    def forward_port(self, port: int, *, local_port: Optional[int] = None, host: str = "127.0.0.1") -> PortForward:
+        """Listens on ``host``:``local_port`` (``port`` unless given; 0 for any free one) and
+        carries each connection to ``port`` on the sandbox's loopback over one authenticated
+        WebSocket, until ``close()``. Nothing listens beyond loopback unless ``host`` says so."""
+        check_port(port)
+        if local_port is not None:
+            check_port(local_port, "local_port", zero_ok=True)
+        ws = SyncWebSocket(self._http.endpoint, f"/v1/sandboxes/{self.id}/tunnel", websocket_headers(self._http.api_key))
+        try:
+            return PortForward(ws, port, local_port, host)
+        except BaseException:
+            ws.close()
+            raise
+
+
+    def terminal(
+        self,
+        *,
+        cols: int = 80,
+        rows: int = 24,
+        command: Optional[str] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        process_id: Optional[str] = None,
+    ) -> Terminal:
+        """An interactive terminal over a WebSocket: a login shell, or ``command``, on a PTY of
+        ``cols`` x ``rows``; or, with ``process_id``, the running process spawned with ``pty=``.
+        ``write()`` types, ``recv()`` reads, ``resize()``; ``close()`` hangs up a process it
+        started."""
+        target = terminal_target(self.id, cols, rows, command, cwd, user, process_id)
+        return Terminal(SyncWebSocket(self._http.endpoint, target, websocket_headers(self._http.api_key)))
+
 
 
 class Files:

@@ -1,0 +1,628 @@
+/* The tunnel route: the WebSocket handshake, then one thread per tunnel
+ * between the client's frames and its connections' channel streams. */
+#include "daemon/api_tunnel.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "common/jsonutil.h"
+#include "common/macro.h"
+#include "common/timeutil.h"
+#include "daemon/agent_client.h"
+#include "daemon/api.h"
+#include "daemon/log.h"
+#include "daemon/sandbox.h"
+#include "daemon/websocket.h"
+
+#define OUT_HIGH (1024u * 1024u)
+#define POLL_MS 250
+#define FLUSH_POLL_MS 10
+#define OPEN_TIMEOUT_MS 30000
+#define CLOSE_WAIT_MS 2000
+/* Credit goes back to the client in steps of this, or when nothing waits. */
+#define ACK_STEP (64u * 1024u)
+
+typedef struct Tunnel Tunnel;
+
+typedef struct Conn {
+        struct Conn *next;
+        Tunnel *t;
+        uint32_t id;
+        unsigned port;
+        ChanStream *s;  /* set by its thread once connected; freed by the tunnel */
+        pthread_t thread;
+        bool thread_started;
+        uint8_t *in;    /* the client's bytes not yet taken by the channel */
+        size_t in_len, in_off, in_cap;
+        bool in_eof, eof_sent;
+        bool closed_by_client;
+        bool done;      /* its thread ended */
+} Conn;
+
+struct Tunnel {
+        Tunnel *next;
+        char rid[24];
+        Sandbox *sb;
+        ApiError err; /* err.code: refused, sent after the upgrade */
+        int sock;
+        struct MHD_UpgradeResponseHandle *urh;
+        uint8_t *extra;
+        size_t extra_len;
+
+        pthread_mutex_t lock; /* everything below */
+        pthread_cond_t drained;
+        WsConn *ws;
+        int wake[2];
+        bool stop;
+        Conn *conns;
+        unsigned n_conns;
+        size_t buffered;           /* bytes in every Conn's in */
+        uint64_t consumed, acked;  /* the client's data bytes taken, and credited back */
+        bool broken;               /* the client broke the protocol: the tunnel closes */
+};
+
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t open_cond = PTHREAD_COND_INITIALIZER;
+static Tunnel *open_list;
+static unsigned open_count;
+static bool closing_all;
+
+static uint32_t get_u32(const uint8_t *p) {
+        return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+int tunnel_parse_frame(const uint8_t *msg, size_t len, TunnelFrame *ret) {
+        if (len < 5 || len > TUNNEL_MAX_MESSAGE)
+                return -EINVAL;
+        TunnelFrame f = { .kind = msg[0], .stream = get_u32(msg + 1), .payload = msg + 5, .len = len - 5 };
+        if (f.stream == 0)
+                return -EINVAL;
+        switch (f.kind) {
+        case TUNNEL_OPEN: {
+                /* "tcp PORT": the one kind of target a forward has. */
+                if (f.len < 5 || f.len > 9 || memcmp(f.payload, "tcp ", 4) != 0)
+                        return -EINVAL;
+                unsigned port = 0;
+                for (size_t i = 4; i < f.len; i++) {
+                        if (f.payload[i] < '0' || f.payload[i] > '9')
+                                return -EINVAL;
+                        port = port * 10 + (unsigned)(f.payload[i] - '0');
+                }
+                if (port < 1 || port > 65535 || (f.payload[4] == '0'))
+                        return -EINVAL;
+                f.port = port;
+                break;
+        }
+        case TUNNEL_DATA:
+                break;
+        case TUNNEL_END:
+        case TUNNEL_CLOSE:
+                if (f.len != 0)
+                        return -EINVAL;
+                break;
+        default:
+                return -EINVAL;
+        }
+        *ret = f;
+        return 0;
+}
+
+/* ---- frames to the client (under t->lock) ---- */
+
+static void wake(Tunnel *t) {
+        (void)!write(t->wake[1], "x", 1);
+}
+
+static void send_frame_locked(Tunnel *t, char kind, uint32_t stream, const void *payload, size_t len) {
+        uint8_t *m = malloc(5 + len);
+        if (!m)
+                return;
+        m[0] = (uint8_t)kind;
+        m[1] = (uint8_t)(stream >> 24);
+        m[2] = (uint8_t)(stream >> 16);
+        m[3] = (uint8_t)(stream >> 8);
+        m[4] = (uint8_t)stream;
+        if (len)
+                memcpy(m + 5, payload, len);
+        (void)ws_conn_send(t->ws, false, m, 5 + len);
+        free(m);
+}
+
+static void send_json_locked(Tunnel *t, json_t *j) {
+        _cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (s)
+                (void)ws_conn_send(t->ws, true, s, strlen(s));
+}
+
+static void send_error_locked(Tunnel *t, const ApiError *e) {
+        json_t *body = api_error_json(e, t->rid);
+        send_json_locked(t, body ? json_pack("{s:s,s:O}", "type", "error", "error", json_object_get(body, "error"))
+                                 : NULL);
+        json_decref(body);
+}
+
+static void ack_locked(Tunnel *t, bool force) {
+        if (t->consumed == t->acked || (!force && t->consumed - t->acked < ACK_STEP))
+                return;
+        uint8_t p[8];
+        for (int i = 0; i < 8; i++)
+                p[i] = (uint8_t)(t->consumed >> (56 - 8 * i));
+        send_frame_locked(t, TUNNEL_ACK, 1, p, 8);
+        t->acked = t->consumed;
+}
+
+/* Bytes of the client that will never reach the sandbox still count as
+ * taken: its window must not shrink for ever. */
+static void drop_input_locked(Tunnel *t, Conn *c) {
+        size_t n = c->in_len - c->in_off;
+        t->buffered -= n;
+        t->consumed += n;
+        c->in_len = c->in_off = 0;
+}
+
+/* ---- a connection's sandbox side, in its own thread ---- */
+
+static void *conn_main(void *arg) {
+        Conn *c = arg;
+        Tunnel *t = c->t;
+        ChanStream *s = NULL;
+        SandboxError se;
+        char why[600] = "the tunnel closed";
+        json_t *req = agent_req_forward(c->port);
+        int r = req ? sandbox_open_stream(t->sb, req, &s, &se) : -ENOMEM;
+        json_decref(req);
+        bool connected = false;
+        if (r < 0)
+                snprintf(why, sizeof why, "%s", r == -ENOMEM ? "out of memory" : se.message);
+        else {
+                ChanEvent ev;
+                int k = chan_stream_next(s, OPEN_TIMEOUT_MS, &ev);
+                if (k == 0 && ev.type == CHAN_EV_EVENT)
+                        connected = true;
+                else if (k == 0 && ev.type == CHAN_EV_RESULT) {
+                        const char *msg = NULL;
+                        agent_result_error(ev.json, &msg);
+                        snprintf(why, sizeof why, "%s", msg ? msg : "the connection was refused");
+                } else
+                        snprintf(why, sizeof why, "%s",
+                                 k == -ETIMEDOUT ? "the connection did not open in time" : "the sandbox stopped");
+                if (k == 0)
+                        chan_event_clear(&ev);
+        }
+        pthread_mutex_lock(&t->lock);
+        c->s = s;
+        if (!connected || t->stop || c->closed_by_client) {
+                /* Anything but "o" tells the client the open failed. */
+                if (!c->closed_by_client && !t->stop)
+                        send_frame_locked(t, TUNNEL_CLOSE, c->id, why, strlen(why));
+                drop_input_locked(t, c);
+                c->done = true;
+                wake(t);
+                pthread_mutex_unlock(&t->lock);
+                return NULL;
+        }
+        send_frame_locked(t, TUNNEL_OPEN, c->id, NULL, 0);
+        wake(t);
+        pthread_mutex_unlock(&t->lock);
+
+        bool closed_sent = false;
+        for (;;) {
+                ChanEvent ev;
+                int k = chan_stream_next(s, POLL_MS, &ev);
+                pthread_mutex_lock(&t->lock);
+                if (t->stop || c->closed_by_client) {
+                        pthread_mutex_unlock(&t->lock);
+                        if (k == 0)
+                                chan_event_clear(&ev);
+                        break;
+                }
+                if (k == -ETIMEDOUT) {
+                        pthread_mutex_unlock(&t->lock);
+                        continue;
+                }
+                bool end = k < 0 || ev.type == CHAN_EV_RESULT || ev.type == CHAN_EV_CLOSED;
+                if (!end && ev.type == CHAN_EV_DATA) {
+                        /* Taking the event hands its credit back to the agent:
+                         * wait for the client first, so a slow one stalls
+                         * this connection only. */
+                        while (!t->stop && ws_conn_queued(t->ws) > OUT_HIGH)
+                                pthread_cond_wait(&t->drained, &t->lock);
+                        send_frame_locked(t, TUNNEL_DATA, c->id, ev.data, ev.len);
+                } else if (!end && ev.type == CHAN_EV_EOF)
+                        send_frame_locked(t, TUNNEL_END, c->id, NULL, 0);
+                if (end) {
+                        send_frame_locked(t, TUNNEL_CLOSE, c->id, NULL, 0);
+                        closed_sent = true;
+                        drop_input_locked(t, c);
+                }
+                wake(t);
+                pthread_mutex_unlock(&t->lock);
+                if (k == 0)
+                        chan_event_clear(&ev);
+                if (end)
+                        break;
+        }
+        (void)closed_sent;
+        pthread_mutex_lock(&t->lock);
+        c->done = true;
+        wake(t);
+        pthread_mutex_unlock(&t->lock);
+        return NULL;
+}
+
+static void conn_free(Conn *c) {
+        if (c->thread_started)
+                pthread_join(c->thread, NULL);
+        chan_stream_free(c->s);
+        free(c->in);
+        free(c);
+}
+
+/* ---- the client's frames (under t->lock, from ws_conn_read) ---- */
+
+static Conn *conn_find(Tunnel *t, uint32_t id) {
+        for (Conn *c = t->conns; c; c = c->next)
+                if (c->id == id)
+                        return c;
+        return NULL;
+}
+
+static void on_message(void *userdata, bool text, const uint8_t *data, size_t len) {
+        Tunnel *t = userdata;
+        TunnelFrame f;
+        if (text || t->broken)
+                return; /* the client sends no text */
+        if (tunnel_parse_frame(data, len, &f) < 0) {
+                t->broken = true;
+                return;
+        }
+        Conn *c = conn_find(t, f.stream);
+        switch (f.kind) {
+        case TUNNEL_OPEN: {
+                if (c) {
+                        t->broken = true; /* a stream number in use */
+                        return;
+                }
+                if (t->n_conns >= TUNNEL_MAX_CONNS) {
+                        static const char msg[] = "too many connections in this tunnel";
+                        send_frame_locked(t, TUNNEL_CLOSE, f.stream, msg, sizeof msg - 1);
+                        return;
+                }
+                c = calloc(1, sizeof(*c));
+                if (!c) {
+                        send_frame_locked(t, TUNNEL_CLOSE, f.stream, "out of memory", 13);
+                        return;
+                }
+                c->t = t;
+                c->id = f.stream;
+                c->port = f.port;
+                if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
+                        free(c);
+                        send_frame_locked(t, TUNNEL_CLOSE, f.stream, "out of threads", 14);
+                        return;
+                }
+                c->thread_started = true;
+                c->next = t->conns;
+                t->conns = c;
+                t->n_conns++;
+                return;
+        }
+        case TUNNEL_DATA:
+                if (!c || c->done || c->in_eof || c->closed_by_client) {
+                        t->consumed += f.len; /* for a connection that is gone: dropped, credited */
+                        return;
+                }
+                if (t->buffered + f.len > TUNNEL_MAX_BUFFERED) {
+                        t->broken = true; /* past its window */
+                        return;
+                }
+                if (c->in_len + f.len > c->in_cap) {
+                        if (c->in_off > 0) {
+                                memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
+                                c->in_len -= c->in_off;
+                                c->in_off = 0;
+                        }
+                        if (c->in_len + f.len > c->in_cap) {
+                                size_t cap = c->in_len + f.len + ACK_STEP;
+                                uint8_t *b = realloc(c->in, cap);
+                                if (!b) {
+                                        t->broken = true;
+                                        return;
+                                }
+                                c->in = b;
+                                c->in_cap = cap;
+                        }
+                }
+                memcpy(c->in + c->in_len, f.payload, f.len);
+                c->in_len += f.len;
+                t->buffered += f.len;
+                return;
+        case TUNNEL_END:
+                if (c)
+                        c->in_eof = true;
+                return;
+        case TUNNEL_CLOSE:
+                if (c && !c->closed_by_client) {
+                        c->closed_by_client = true;
+                        drop_input_locked(t, c);
+                        if (c->s)
+                                chan_stream_cancel(c->s);
+                }
+                return;
+        default:
+                return;
+        }
+}
+
+/* Moves the client's bytes into the channel as far as its credit allows
+ * now (never waiting: this thread also serves the socket). True when some
+ * are still waiting. */
+static bool flush_locked(Tunnel *t) {
+        bool waiting = false;
+        for (Conn *c = t->conns; c; c = c->next) {
+                if (!c->s || c->done)
+                        continue;
+                while (c->in_off < c->in_len) {
+                        ssize_t n = chan_stream_write_some(c->s, c->in + c->in_off, c->in_len - c->in_off, 0);
+                        if (n < 0) {
+                                drop_input_locked(t, c);
+                                break;
+                        }
+                        if (n == 0) {
+                                waiting = true;
+                                break;
+                        }
+                        c->in_off += (size_t)n;
+                        t->buffered -= (size_t)n;
+                        t->consumed += (uint64_t)n;
+                }
+                if (c->in_off == c->in_len) {
+                        c->in_off = c->in_len = 0;
+                        if (c->in_eof && !c->eof_sent) {
+                                c->eof_sent = true;
+                                (void)chan_stream_close_write(c->s);
+                        }
+                }
+        }
+        ack_locked(t, !waiting);
+        return waiting;
+}
+
+/* Connections whose thread ended: joined and freed. */
+static void reap_locked(Tunnel *t) {
+        for (Conn **pp = &t->conns; *pp;) {
+                Conn *c = *pp;
+                if (!c->done) {
+                        pp = &c->next;
+                        continue;
+                }
+                *pp = c->next;
+                t->n_conns--;
+                pthread_mutex_unlock(&t->lock);
+                conn_free(c);
+                pthread_mutex_lock(&t->lock);
+                pp = &t->conns; /* the list may have changed meanwhile */
+        }
+}
+
+/* ---- the session ---- */
+
+static void tunnel_free(Tunnel *t) {
+        if (!t)
+                return;
+        if (t->sb)
+                sandbox_release(t->sb);
+        ws_conn_free(t->ws);
+        free(t->extra);
+        for (int i = 0; i < 2; i++)
+                if (t->wake[i] >= 0)
+                        close(t->wake[i]);
+        pthread_mutex_destroy(&t->lock);
+        pthread_cond_destroy(&t->drained);
+        free(t);
+}
+
+static void run(Tunnel *t) {
+        pthread_mutex_lock(&t->lock);
+        if (t->extra_len)
+                (void)ws_conn_feed(t->ws, t->extra, t->extra_len);
+        bool refused = t->err.code != NULL;
+        if (refused)
+                send_error_locked(t, &t->err);
+        else
+                send_json_locked(t, json_pack("{s:s}", "type", "ready"));
+        uint64_t close_deadline = 0;
+        bool gone = false, close_queued = false;
+        for (;;) {
+                bool waiting = flush_locked(t);
+                reap_locked(t);
+                if ((refused || t->broken) && !close_queued && !ws_conn_want_write(t->ws)) {
+                        (void)ws_conn_close(t->ws, refused ? (t->err.status >= 500 ? WS_CLOSE_INTERNAL : WS_CLOSE_POLICY)
+                                                           : 1002,
+                                            refused ? NULL : "not a tunnel frame, or past the window");
+                        close_queued = true;
+                }
+                bool rd = ws_conn_want_read(t->ws), wr = ws_conn_want_write(t->ws);
+                if (ws_conn_close_sent(t->ws) && !close_deadline)
+                        close_deadline = time_now_mono_ms() + CLOSE_WAIT_MS;
+                if ((!rd && !wr) || gone || closing_all || (close_deadline && time_now_mono_ms() >= close_deadline))
+                        break;
+                pthread_mutex_unlock(&t->lock);
+                struct pollfd fds[2] = {
+                        { .fd = t->sock, .events = (short)((rd ? POLLIN : 0) | (wr ? POLLOUT : 0)) },
+                        { .fd = t->wake[0], .events = POLLIN },
+                };
+                (void)poll(fds, 2, waiting ? FLUSH_POLL_MS : POLL_MS);
+                if (fds[1].revents & POLLIN) {
+                        char buf[64];
+                        while (read(t->wake[0], buf, sizeof buf) > 0)
+                                ;
+                }
+                pthread_mutex_lock(&t->lock);
+                if (fds[0].revents & (POLLIN | POLLHUP | POLLERR))
+                        gone = ws_conn_read(t->ws) < 0;
+                if (!gone && ws_conn_want_write(t->ws))
+                        gone = ws_conn_write(t->ws) < 0;
+                if (ws_conn_queued(t->ws) <= OUT_HIGH / 2)
+                        pthread_cond_broadcast(&t->drained);
+        }
+        if (!gone)
+                ws_conn_linger(t->ws, 1000);
+        /* Every connection ends with the tunnel. */
+        t->stop = true;
+        pthread_cond_broadcast(&t->drained);
+        for (Conn *c = t->conns; c; c = c->next)
+                if (c->s)
+                        chan_stream_cancel(c->s);
+        Conn *all = t->conns;
+        t->conns = NULL;
+        pthread_mutex_unlock(&t->lock);
+        while (all) {
+                Conn *c = all;
+                all = c->next;
+                conn_free(c);
+        }
+}
+
+static void *session(void *arg) {
+        Tunnel *t = arg;
+        run(t);
+        MHD_upgrade_action(t->urh, MHD_UPGRADE_ACTION_CLOSE);
+        pthread_mutex_lock(&open_lock);
+        for (Tunnel **pp = &open_list; *pp; pp = &(*pp)->next)
+                if (*pp == t) {
+                        *pp = t->next;
+                        break;
+                }
+        open_count--;
+        pthread_cond_broadcast(&open_cond);
+        pthread_mutex_unlock(&open_lock);
+        tunnel_free(t);
+        return NULL;
+}
+
+static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls, const char *extra_in,
+                     size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh) {
+        Tunnel *t = cls;
+        t->sock = sock;
+        t->urh = urh;
+        if (extra_in_size && (t->extra = malloc(extra_in_size))) {
+                memcpy(t->extra, extra_in, extra_in_size);
+                t->extra_len = extra_in_size;
+        }
+        t->ws = ws_conn_new(sock, TUNNEL_MAX_MESSAGE, on_message, t);
+        pthread_attr_t attr;
+        pthread_t th;
+        bool started = false;
+        if (t->ws && pthread_attr_init(&attr) == 0) {
+                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                started = pthread_create(&th, &attr, session, t) == 0;
+                pthread_attr_destroy(&attr);
+        }
+        if (started)
+                return;
+        log_warn(t->rid, "tunnel: cannot start its thread");
+        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+        pthread_mutex_lock(&open_lock);
+        for (Tunnel **pp = &open_list; *pp; pp = &(*pp)->next)
+                if (*pp == t) {
+                        *pp = t->next;
+                        break;
+                }
+        open_count--;
+        pthread_cond_broadcast(&open_cond);
+        pthread_mutex_unlock(&open_lock);
+        tunnel_free(t);
+}
+
+static bool header_has_token(Req *r, const char *name, const char *token) {
+        const char *v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+        size_t n = strlen(token);
+        for (const char *s = v; s && *s;) {
+                while (*s == ' ' || *s == '\t' || *s == ',')
+                        s++;
+                size_t len = strcspn(s, ", \t");
+                if (len == n && strncasecmp(s, token, n) == 0)
+                        return true;
+                s += len;
+        }
+        return false;
+}
+
+enum MHD_Result handle_tunnel(Req *r) {
+        ApiError e = { 0 };
+        const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Sec-WebSocket-Key");
+        const char *version = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Sec-WebSocket-Version");
+        char accept[29];
+        if (!header_has_token(r, "Upgrade", "websocket") || !header_has_token(r, "Connection", "upgrade") ||
+            ws_accept_value(key, accept) < 0 || !version || strcmp(version, "13") != 0) {
+                api_error(&e, 400, "invalid_request", "open it with a WebSocket client (withruntime's forward_port())",
+                          "this route is a WebSocket: send Upgrade: websocket, Connection: Upgrade, a "
+                          "Sec-WebSocket-Key and Sec-WebSocket-Version: 13");
+                return reply_error(r, &e);
+        }
+        Tunnel *t = calloc(1, sizeof(*t));
+        if (!t)
+                return reply_internal(r);
+        t->wake[0] = t->wake[1] = -1;
+        t->sock = -1;
+        pthread_mutex_init(&t->lock, NULL);
+        pthread_cond_init(&t->drained, NULL);
+        snprintf(t->rid, sizeof t->rid, "%s", r->rid);
+        if (pipe2(t->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+                tunnel_free(t);
+                return reply_internal(r);
+        }
+        pthread_mutex_lock(&open_lock);
+        bool room = open_count < TUNNEL_MAX_OPEN && !closing_all;
+        open_count++;
+        t->next = open_list;
+        open_list = t;
+        pthread_mutex_unlock(&open_lock);
+        /* Past the upgrade, refusals go to the client as an error message:
+         * where the published client reads them. */
+        if (!room)
+                api_error(&t->err, 429, "rate_limited", "close a port forward first",
+                          "this server has %d tunnels open", TUNNEL_MAX_OPEN);
+        else if (api_sandbox_acquire(r, &t->sb, &t->err) < 0 && !t->err.code)
+                api_error(&t->err, 500, "internal", NULL, "the tunnel could not be opened");
+
+        struct MHD_Response *resp = MHD_create_response_for_upgrade(upgraded, t);
+        if (resp && (MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket") != MHD_YES ||
+                     MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept) != MHD_YES)) {
+                MHD_destroy_response(resp);
+                resp = NULL;
+        }
+        /* reply_response takes the response, also when it fails. */
+        if (resp && reply_response(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp, NULL) == MHD_YES)
+                return MHD_YES;
+        pthread_mutex_lock(&open_lock);
+        for (Tunnel **pp = &open_list; *pp; pp = &(*pp)->next)
+                if (*pp == t) {
+                        *pp = t->next;
+                        break;
+                }
+        open_count--;
+        pthread_cond_broadcast(&open_cond);
+        pthread_mutex_unlock(&open_lock);
+        tunnel_free(t);
+        return reply_internal(r);
+}
+
+void tunnel_close_all(void) {
+        pthread_mutex_lock(&open_lock);
+        closing_all = true;
+        for (Tunnel *t = open_list; t; t = t->next)
+                if (t->wake[1] >= 0)
+                        wake(t);
+        while (open_count > 0)
+                pthread_cond_wait(&open_cond, &open_lock);
+        pthread_mutex_unlock(&open_lock);
+}
