@@ -493,6 +493,17 @@ def test_sandbox_secret_scope(gapi, gdriver, env):
     assert code == 200
     got = headers_of(env.tls.seen()[-1])
     assert got["x-a"] == VALUE_A and got["x-b"] == b["placeholder"], got
+    # Fixed for the sandbox's life: a restart from its disk keeps the scope.
+    r = gapi.post(f"/v1/sandboxes/{sbx.id}:restart", json={})
+    assert r.status_code == 200 and r.json()["state"] == "running", r.text
+    assert r.json()["secrets"] == ["SCOPED_A"]
+    out = sbx.run("printf '%s|%s' \"${SCOPED_A-}\" \"${SCOPED_B-}\"")
+    assert out == f"{a['placeholder']}|", out
+    code, _, _ = curl(sbx, "-H", f"X-A: {a['placeholder']}", "-H", f"X-B: {b['placeholder']}",
+                      "https://api.test/scope")
+    assert code == 200
+    got = headers_of(env.tls.seen()[-1])
+    assert got["x-a"] == VALUE_A and got["x-b"] == b["placeholder"], got
     none = gapi.create_sandbox(driver=gdriver, network={"internet": True, "allow": ["api.test"]}, secrets=[])
     assert none.run("env | grep -c runtime-secret- || true").strip() == "0"
     for bad in (["1BAD"], ["A", "A"], "SCOPED_A", [1], ["x" * 65], ["A"] * 101):
