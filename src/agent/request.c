@@ -29,6 +29,7 @@ void agent_request_free(AgentRequest *r) {
         free(r->cwd);
         free(r->path);
         free(r->to);
+        free(r->glob);
         free(r->hostname);
         explicit_bzero(r->entropy, sizeof(r->entropy));
         free(r);
@@ -407,6 +408,13 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
                         *ret_error = "from and to must be absolute paths of at most 4096 bytes without NUL";
                         return k == -ENOMEM ? k : -EINVAL;
                 }
+                /* Absent means replace, as before the field existed. */
+                json_t *ow = json_object_get(o, "overwrite");
+                if (ow && !json_is_null(ow) && !json_is_boolean(ow)) {
+                        *ret_error = "overwrite must be a boolean";
+                        return -EINVAL;
+                }
+                r->flag = !ow || json_is_null(ow) || json_is_true(ow);
         } else {
                 if ((k = get_path(o, "path", &r->path)) < 0) {
                         *ret_error = "path must be an absolute path of at most 4096 bytes without NUL";
@@ -423,13 +431,33 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
                 r->mode = (unsigned)v;
                 k = get_bool(o, "mkdirs", &r->flag);
                 break;
-        case REQ_LIST:
-                if (get_int(o, "depth", 1, 1, REQUEST_MAX_LIST_DEPTH, &v) < 0) {
-                        *ret_error = "depth must be an integer between 1 and 10";
+        case REQ_LIST: {
+                size_t glen = 0;
+                if ((k = get_string(o, "glob", false, &r->glob, &glen)) < 0 || (r->glob && (glen == 0 || glen > REQUEST_MAX_GLOB))) {
+                        *ret_error = "glob must be a pattern of 1 to 1024 bytes without NUL";
+                        return k == -ENOMEM ? k : -EINVAL;
+                }
+                if (get_int(o, "depth", r->glob ? 0 : 1, 1, r->glob ? REQUEST_MAX_GLOB_DEPTH : REQUEST_MAX_LIST_DEPTH,
+                            &v) < 0) {
+                        *ret_error = r->glob ? "depth must be an integer between 1 and 32"
+                                             : "depth must be an integer between 1 and 10";
                         return -EINVAL;
                 }
                 r->depth = (unsigned)v;
+                if (get_int(o, "limit", REQUEST_MAX_LIST_LIMIT, 1, REQUEST_MAX_LIST_LIMIT, &v) < 0) {
+                        *ret_error = "limit must be an integer between 1 and 10000";
+                        return -EINVAL;
+                }
+                r->limit = (unsigned)v;
+                json_t *h = json_object_get(o, "hidden");
+                if (h && !json_is_null(h) && !json_is_boolean(h)) {
+                        *ret_error = "hidden must be a boolean";
+                        return -EINVAL;
+                }
+                r->hidden = !h || json_is_null(h) || json_is_true(h);
+                k = 0;
                 break;
+        }
         case REQ_MKDIR:
                 k = get_bool(o, "parents", &r->flag);
                 break;

@@ -353,7 +353,8 @@ int cmd_files_ls(CliContext *ctx, int argc, char **argv) {
                 cli_print_json(ans);
                 return CLI_EXIT_OK;
         }
-        format_file_entries(stdout, json_object_get(ans, "entries"));
+        json_t *entries = json_object_get(ans, "data");
+        format_file_entries(stdout, entries ? entries : json_object_get(ans, "entries"));
         if (json_is_true(json_object_get(ans, "truncated")))
                 fprintf(stderr, "runtime: the listing was cut at the daemon's limit of entries\n");
         return CLI_EXIT_OK;

@@ -42,8 +42,13 @@ json_t *agent_req_write(const char *path, unsigned mode, bool mkdirs) {
         return json_pack("{s:s,s:s,s:i,s:b}", "op", "write", "path", path, "mode", (int)mode, "mkdirs", mkdirs);
 }
 
-json_t *agent_req_list(const char *path, unsigned depth) {
-        return json_pack("{s:s,s:s,s:i}", "op", "list", "path", path, "depth", (int)depth);
+json_t *agent_req_list(const char *path, unsigned depth, const char *glob, bool hidden, unsigned limit) {
+        json_t *j = json_pack("{s:s,s:s,s:b,s:i}", "op", "list", "path", path, "hidden", hidden, "limit", (int)limit);
+        if (j && depth > 0 && json_object_set_new(j, "depth", json_integer(depth)) < 0)
+                json_decref(TAKE_PTR(j));
+        if (j && glob && json_object_set_new(j, "glob", json_string(glob)) < 0)
+                json_decref(TAKE_PTR(j));
+        return j;
 }
 
 json_t *agent_req_stat(const char *path) {
@@ -58,8 +63,8 @@ json_t *agent_req_remove(const char *path, bool recursive) {
         return json_pack("{s:s,s:s,s:b}", "op", "remove", "path", path, "recursive", recursive);
 }
 
-json_t *agent_req_rename(const char *from, const char *to) {
-        return json_pack("{s:s,s:s,s:s}", "op", "rename", "from", from, "to", to);
+json_t *agent_req_rename(const char *from, const char *to, bool overwrite) {
+        return json_pack("{s:s,s:s,s:s,s:b}", "op", "rename", "from", from, "to", to, "overwrite", overwrite);
 }
 
 const char *agent_result_error(json_t *result, const char **ret_message) {

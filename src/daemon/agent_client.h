@@ -23,11 +23,12 @@ json_t *agent_req_exec(const char *command, json_t *argv, const char *cwd, json_
                        bool has_stdin);
 json_t *agent_req_read(const char *path);
 json_t *agent_req_write(const char *path, unsigned mode, bool mkdirs);
-json_t *agent_req_list(const char *path, unsigned depth);
+/* depth 0: as deep as the glob reaches (a glob is then required); glob NULL for every entry. */
+json_t *agent_req_list(const char *path, unsigned depth, const char *glob, bool hidden, unsigned limit);
 json_t *agent_req_stat(const char *path);
 json_t *agent_req_mkdir(const char *path, bool parents);
 json_t *agent_req_remove(const char *path, bool recursive);
-json_t *agent_req_rename(const char *from, const char *to);
+json_t *agent_req_rename(const char *from, const char *to, bool overwrite);
 /* A TCP connection to 127.0.0.1:port inside the sandbox (port forwarding):
  * EVENT {"event":"connected"}, then DATA both ways; RESULT ends it. */
 json_t *agent_req_forward(unsigned port);

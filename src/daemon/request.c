@@ -897,10 +897,10 @@ int request_parse_remove(json_t *body, char **ret_path, bool *ret_recursive, Api
         return 0;
 }
 
-int request_parse_rename(json_t *body, char **ret_from, char **ret_to, ApiError *e) {
-        static const char *const fields[] = { "from", "to", NULL };
+int request_parse_rename(json_t *body, char **ret_from, char **ret_to, bool *ret_overwrite, ApiError *e) {
+        static const char *const fields[] = { "from", "to", "overwrite", NULL };
         int r = check_fields(body, NULL, fields, e);
-        if (r < 0)
+        if (r < 0 || (r = get_bool(body, "overwrite", true, ret_overwrite, e)) < 0)
                 return r;
         _cleanup_free_ char *from = NULL;
         if ((r = request_path_field(body, "from", true, &from, e)) < 0)

@@ -106,7 +106,8 @@ int request_path_field(json_t *body, const char *field, bool required, char **re
 
 int request_parse_mkdir(json_t *body, char **ret_path, bool *ret_parents, ApiError *e);
 int request_parse_remove(json_t *body, char **ret_path, bool *ret_recursive, ApiError *e);
-int request_parse_rename(json_t *body, char **ret_from, char **ret_to, ApiError *e);
+/* overwrite: absent replaces an existing target, as before the field existed. */
+int request_parse_rename(json_t *body, char **ret_from, char **ret_to, bool *ret_overwrite, ApiError *e);
 int request_parse_extend(json_t *body, int64_t *ret_seconds, ApiError *e);
 /* :wake's body: an optional timeoutSeconds (0 in *ret when left out). */
 int request_parse_wake(json_t *body, int64_t *ret_timeout_seconds, ApiError *e);

@@ -179,12 +179,19 @@ def test_files(sbx):
     assert not f.exists("/workspace/notes/a.txt") and f.read_text("/workspace/d1/b.txt") == "héllo\n"
     with pytest.raises(ConflictError):
         f.remove("/workspace/d1")
-    f.remove("/workspace/d1", recursive=True)
+    assert f.remove("/workspace/d1", recursive=True) is True
     assert not f.exists("/workspace/d1")
     with pytest.raises(NotFoundError):
         f.read("/workspace/nope")
-    with pytest.raises(NotFoundError):
-        f.remove("/workspace/nope")
+    assert f.remove("/workspace/nope") is False
+    assert f.stat("/workspace/nope") == {"path": "/workspace/nope", "exists": False}
+    f.write("/workspace/x.txt", "x")
+    f.write("/workspace/y.txt", "y")
+    with pytest.raises(ConflictError):
+        f.rename("/workspace/x.txt", "/workspace/y.txt")
+    f.rename("/workspace/x.txt", "/workspace/y.txt", overwrite=True)
+    assert f.read_text("/workspace/y.txt") == "x"
+    assert [e["path"] for e in f.glob("**/*.bin")] == ["/workspace/blob.bin"]
     f.write("/workspace/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
     assert sbx.exec(["/workspace/run.sh"]).stdout == "ran\n"
 

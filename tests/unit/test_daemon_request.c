@@ -369,15 +369,26 @@ static void test_file_ops(void **state) {
         assert_int_not_equal(request_parse_mkdir(j, &path, &flag, &e), 0);
         assert_non_null(strstr(e.message, "path"));
         json_decref(j);
+        bool overwrite = false;
         j = parse("{\"from\":\"a\",\"to\":\"/b\"}");
-        assert_int_equal(request_parse_rename(j, &path, &to, &e), 0);
+        assert_int_equal(request_parse_rename(j, &path, &to, &overwrite, &e), 0);
         assert_string_equal(path, "/workspace/a");
         assert_string_equal(to, "/b");
+        assert_true(overwrite); /* absent: replace, as before the field */
         free(path);
         free(to);
         json_decref(j);
+        j = parse("{\"from\":\"/a\",\"to\":\"/b\",\"overwrite\":false}");
+        assert_int_equal(request_parse_rename(j, &path, &to, &overwrite, &e), 0);
+        assert_false(overwrite);
+        free(path);
+        free(to);
+        json_decref(j);
+        j = parse("{\"from\":\"/a\",\"to\":\"/b\",\"overwrite\":\"yes\"}");
+        assert_int_not_equal(request_parse_rename(j, &path, &to, &overwrite, &e), 0);
+        json_decref(j);
         j = parse("{\"from\":\"a\"}");
-        assert_int_not_equal(request_parse_rename(j, &path, &to, &e), 0);
+        assert_int_not_equal(request_parse_rename(j, &path, &to, &overwrite, &e), 0);
         json_decref(j);
         int64_t s;
         j = parse("{\"seconds\":60}");

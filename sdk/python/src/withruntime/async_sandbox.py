@@ -28,7 +28,7 @@ from ._models import (
     parse_egress_log,
     secret_path,
     build_exec_body,
-    check_depth,
+    build_list_params,
     check_path,
     check_sandbox_id,
     encode_content,
@@ -442,12 +442,14 @@ class AsyncFiles:
         out = await self._sbx._http.request("PUT", self._url("/files/content"), params=params, content=content)
         return parse_write(out, p, len(content))
 
-    async def list(self, path: str = "/workspace", depth: int = 1) -> FileList:
+    async def list(self, path: str = "/workspace", *, depth: Optional[int] = None, glob: Optional[str] = None,
+             hidden: Optional[bool] = None, limit: Optional[int] = None) -> FileList:
         p = check_path(path)
-        d = check_depth(depth)
-        return parse_list(
-            await self._sbx._http.request("GET", self._url("/files/list"), params={"path": p, "depth": d})
-        )
+        params = build_list_params(p, depth, glob, hidden, limit)
+        return parse_list(await self._sbx._http.request("GET", self._url("/files/list"), params=params))
+
+    async def glob(self, pattern: str, root: str = "/workspace") -> FileList:
+        return await self.list(root, glob=pattern)
 
     async def stat(self, path: str) -> FileEntry:
         p = check_path(path)
@@ -455,27 +457,26 @@ class AsyncFiles:
 
     async def exists(self, path: str) -> bool:
         try:
-            await self.stat(path)
-        except NotFoundError:
+            return (await self.stat(path)).exists
+        except NotFoundError:  # a daemon from before exists: false
             return False
-        return True
 
-    async def mkdir(self, path: str, *, parents: bool = True) -> None:
+    async def mkdir(self, path: str, parents: bool = True) -> None:
         p = check_path(path)
-        await self._sbx._http.request(
-            "POST", self._url("/files:mkdir"), json_body={"path": p, "parents": bool(parents)}
-        )
+        await self._sbx._http.request("POST", self._url("/files:mkdir"), json_body={"path": p, "parents": bool(parents)})
 
-    async def remove(self, path: str, recursive: bool = False) -> None:
+    async def remove(self, path: str, recursive: bool = False) -> bool:
         p = check_path(path)
-        await self._sbx._http.request(
+        out = await self._sbx._http.request(
             "POST", self._url("/files:remove"), json_body={"path": p, "recursive": bool(recursive)}
         )
+        return bool(out.get("removed", True)) if isinstance(out, Mapping) else True
 
-    async def rename(self, src: str, dst: str) -> None:
-        s = check_path(src, "src")
-        d = check_path(dst, "dst")
-        await self._sbx._http.request("POST", self._url("/files:rename"), json_body={"from": s, "to": d})
+    async def rename(self, source: str, target: str, overwrite: bool = False) -> None:
+        s = check_path(source, "source")
+        d = check_path(target, "target")
+        await self._sbx._http.request("POST", self._url("/files:rename"),
+                                json_body={"from": s, "to": d, "overwrite": bool(overwrite)})
 
 
 class AsyncNetwork(Dict[str, Any]):

@@ -26,7 +26,7 @@ from ._models import (
     parse_egress_log,
     secret_path,
     build_exec_body,
-    check_depth,
+    build_list_params,
     check_path,
     check_sandbox_id,
     encode_content,
@@ -472,40 +472,56 @@ class Files:
         out = self._sbx._http.request("PUT", self._url("/files/content"), params=params, content=content)
         return parse_write(out, p, len(content))
 
-    def list(self, path: str = "/workspace", depth: int = 1) -> FileList:
-        """Entries under ``path`` down to ``depth`` levels (1..10). ``.truncated`` says whether
-        the daemon stopped at its limit."""
+    def list(self, path: str = "/workspace", *, depth: Optional[int] = None, glob: Optional[str] = None,
+             hidden: Optional[bool] = None, limit: Optional[int] = None) -> FileList:
+        """Entries under ``path`` as dicts (see FileEntry), down to ``depth`` levels (1 to 10;
+        1 when left out). ``glob`` keeps those whose path relative to ``path`` matches
+        (``*.py``, ``src/*``, ``**/*.py``; it walks as deep as the pattern reaches, at most 32
+        levels); ``hidden=False`` leaves out names starting with '.'; ``limit`` (1 to 10000)
+        caps the count. ``.truncated`` says whether more were left out."""
         p = check_path(path)
-        d = check_depth(depth)
-        return parse_list(self._sbx._http.request("GET", self._url("/files/list"), params={"path": p, "depth": d}))
+        params = build_list_params(p, depth, glob, hidden, limit)
+        return parse_list(self._sbx._http.request("GET", self._url("/files/list"), params=params))
+
+    def glob(self, pattern: str, root: str = "/workspace") -> FileList:
+        """Entries under ``root`` whose relative path matches ``pattern`` (``**/*.py``)."""
+        return self.list(root, glob=pattern)
 
     def stat(self, path: str) -> FileEntry:
-        """One entry; raises NotFoundError when there is none."""
+        """One entry, with ``exists``: a path with nothing there answers
+        ``{"path": ..., "exists": False}`` rather than raising."""
         p = check_path(path)
         return parse_entry(self._sbx._http.request("GET", self._url("/files/stat"), params={"path": p}))
 
     def exists(self, path: str) -> bool:
         try:
-            self.stat(path)
-        except NotFoundError:
+            return (self.stat(path)).exists
+        except NotFoundError:  # a daemon from before exists: false
             return False
-        return True
 
-    def mkdir(self, path: str, *, parents: bool = True) -> None:
+    def mkdir(self, path: str, parents: bool = True) -> None:
+        """Makes a directory; with ``parents`` (the default) its missing parents too, and an
+        existing directory is fine."""
         p = check_path(path)
         self._sbx._http.request("POST", self._url("/files:mkdir"), json_body={"path": p, "parents": bool(parents)})
 
-    def remove(self, path: str, recursive: bool = False) -> None:
-        """Remove a file, an empty directory, or with ``recursive=True`` a whole tree."""
+    def remove(self, path: str, recursive: bool = False) -> bool:
+        """Removes a file, an empty directory, or with ``recursive=True`` a whole tree (links
+        are removed, never followed). True when something was removed, False when nothing
+        was there."""
         p = check_path(path)
-        self._sbx._http.request(
+        out = self._sbx._http.request(
             "POST", self._url("/files:remove"), json_body={"path": p, "recursive": bool(recursive)}
         )
+        return bool(out.get("removed", True)) if isinstance(out, Mapping) else True
 
-    def rename(self, src: str, dst: str) -> None:
-        s = check_path(src, "src")
-        d = check_path(dst, "dst")
-        self._sbx._http.request("POST", self._url("/files:rename"), json_body={"from": s, "to": d})
+    def rename(self, source: str, target: str, overwrite: bool = False) -> None:
+        """Moves ``source`` to ``target``; an existing ``target`` is a ConflictError unless
+        ``overwrite=True``."""
+        s = check_path(source, "source")
+        d = check_path(target, "target")
+        self._sbx._http.request("POST", self._url("/files:rename"),
+                                json_body={"from": s, "to": d, "overwrite": bool(overwrite)})
 
 
 class Network(Dict[str, Any]):
