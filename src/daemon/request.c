@@ -373,7 +373,7 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
                                               "diskMiB",        "network",    "env",    "image",
                                               "driver",         "name",       "labels", "maxCostMicros",
                                               "maxTotalCostMicros", "secrets", "idlePauseSeconds", "autoWake",
-                                              "pausable", NULL };
+                                              "pausable", "getOrCreate", NULL };
         CreateRequest c = { 0 };
         int64_t n;
         int r = check_fields(body, NULL, fields, e);

@@ -294,3 +294,29 @@ def test_unix_socket_and_admin_key(build_dir, image_dir, tmp_path, monkeypatch):
             proc.kill()
             proc.wait()
         remove_empty_cgroup_tree(cgroup)
+
+
+def test_get_or_create_list_pages_stop_all_delete_all(sdk_env):
+    import secrets as _secrets
+    tag = _secrets.token_hex(4)
+    name = "sdk-goc-" + tag
+    a = Sandbox.get_or_create(name, driver=DRIVER, timeout_seconds=600, labels={"suite": tag})
+    b = Sandbox.get_or_create(name, driver=DRIVER, timeout_seconds=600)
+    try:
+        assert a.id == b.id and a.data["reused"] is False and b.data["reused"] is True
+        c = Sandbox.create(driver=DRIVER, timeout_seconds=600, labels={"suite": tag, "n": "2"}, keep=True)
+        assert [s.id for s in Sandbox.list(labels={"suite": tag}, limit=1)] == [a.id, c.id]  # two pages
+        assert [s.id for s in Sandbox.list(labels={"suite": tag, "n": "2"})] == [c.id]
+        assert [s.id for s in Sandbox.list(name=name)] == [a.id]
+        c.stop()
+        assert [s.id for s in Sandbox.list(labels={"suite": tag}, include_stopped=False)] == [a.id]
+        assert [s.id for s in Sandbox.list(labels={"suite": tag}, state=["stopped"])] == [c.id]
+        with pytest.raises(InvalidRequestError):
+            Sandbox.stop_all(labels={})
+        assert Sandbox.stop_all(labels={"suite": tag}) == {"stopped": [a.id], "failed": []}
+        done = Sandbox.delete_all(labels={"suite": tag})
+        assert sorted(done["deleted"]) == sorted([a.id, c.id]) and done["failed"] == []
+        assert Sandbox.list(labels={"suite": tag}) == []
+    finally:
+        for s in (a, b):
+            s.close()

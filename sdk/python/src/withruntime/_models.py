@@ -33,6 +33,7 @@ CREATE_FIELDS: Dict[str, str] = {
     "idle_pause_seconds": "idlePauseSeconds",
     "auto_wake": "autoWake",
     "pausable": "pausable",
+    "get_or_create": "getOrCreate",
 }
 CLIENT_OPTIONS = ("keep", "api_key", "base_url", "http_timeout", "idempotency_key")
 
@@ -118,6 +119,26 @@ def build_create_body(fields: Mapping[str, Any]) -> Dict[str, Any]:
         if value is not None:
             body[api_name] = value
     return body
+
+
+def build_sandbox_list_params(state: Optional[Sequence[str]], labels: Optional[Mapping[str, str]],
+                              name: Optional[str], include_stopped: bool, limit: Optional[int]) -> List[Tuple[str, str]]:
+    """The query of a sandbox listing: repeated ``state`` and ``label=key:value`` filters."""
+    params: List[Tuple[str, str]] = []
+    for st in [state] if isinstance(state, str) else (state or []):
+        params.append(("state", str(st)))
+    for k, v in (labels or {}).items():
+        if not isinstance(k, str) or not k or not isinstance(v, str):
+            raise InvalidRequestError("labels must map non-empty strings to strings")
+        params.append(("label", f"{k}:{v}"))
+    if name is not None:
+        params.append(("name", name))
+    params.append(("includeStopped", "true" if include_stopped else "false"))
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
+            raise InvalidRequestError(f"limit must be an integer from 1 to 100, not {limit!r}")
+        params.append(("limit", str(limit)))
+    return params
 
 
 def build_exec_body(

@@ -29,6 +29,7 @@ from ._models import (
     secret_path,
     build_exec_body,
     build_list_params,
+    build_sandbox_list_params,
     check_path,
     check_sandbox_id,
     encode_content,
@@ -146,25 +147,72 @@ class AsyncSandbox(SandboxInfo):
             raise
 
     @classmethod
+    async def get_or_create(cls, name: str, **fields: Any) -> "AsyncSandbox":
+        """The awaitable twin of :meth:`withruntime.Sandbox.get_or_create`."""
+        fields.setdefault("keep", True)
+        return await cls.create(name=name, get_or_create=True, **fields)
+
+    @classmethod
     async def list(
         cls,
         *,
+        state: Optional[Sequence[str]] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        name: Optional[str] = None,
+        include_stopped: bool = True,
+        limit: Optional[int] = None,
         api_key: Optional[str] = None,
         base_url: Optional[str] = None,
         _transport: Any = None,
     ) -> List["AsyncSandbox"]:
-        """The caller's sandboxes, newest first."""
+        """The caller's sandboxes, oldest first, every page: see :meth:`withruntime.Sandbox.list`."""
+        params = build_sandbox_list_params(state, labels, name, include_stopped, limit)
         http = _connect(api_key, base_url, None, _transport)
+        out: List[AsyncSandbox] = []
         try:
-            data = await http.request("GET", "/v1/sandboxes")
-            items = data.get("sandboxes") if isinstance(data, dict) else None
-            out = [cls(http, d, keep=True, owns_http=False) for d in (items or [])]
+            cursor: Optional[str] = None
+            while True:
+                data = await http.request("GET", "/v1/sandboxes",
+                                          params=params + ([("cursor", cursor)] if cursor else []))
+                items = data.get("data", data.get("sandboxes")) if isinstance(data, dict) else None
+                out += [cls(http, d, keep=True, owns_http=False) for d in (items or [])]
+                cursor = data.get("nextCursor") if isinstance(data, dict) else None
+                if not cursor:
+                    break
         except BaseException:
             await http.aclose()
             raise
         if not out:
             await http.aclose()
         return out
+
+    @classmethod
+    async def stop_all(cls, *, labels: Mapping[str, str], **client: Any) -> Dict[str, Any]:
+        """The awaitable twin of :meth:`withruntime.Sandbox.stop_all`."""
+        return await cls._each_labelled("stop", labels, False, client)
+
+    @classmethod
+    async def delete_all(cls, *, labels: Mapping[str, str], **client: Any) -> Dict[str, Any]:
+        """The awaitable twin of :meth:`withruntime.Sandbox.delete_all`."""
+        return await cls._each_labelled("delete", labels, True, client)
+
+    @classmethod
+    async def _each_labelled(cls, verb: str, labels: Mapping[str, str], include_stopped: bool,
+                             client: Dict[str, Any]) -> Dict[str, Any]:
+        if not labels:
+            raise InvalidRequestError(f"{verb}_all needs at least one label to match")
+        matches = await cls.list(labels=labels, include_stopped=include_stopped, limit=100, **client)
+        done: List[str] = []
+        failed: List[Dict[str, Any]] = []
+        for sbx in matches:
+            try:
+                await getattr(sbx, verb)()
+                done.append(sbx.id)
+            except APIError as e:
+                failed.append({"id": sbx.id, "error": e})
+        if matches:
+            await matches[0]._http.aclose()
+        return {"stopped" if verb == "stop" else "deleted": done, "failed": failed}
 
     async def refresh(self) -> "AsyncSandbox":
         self._set_data(await self._http.request("GET", sandbox_path(self.id)))

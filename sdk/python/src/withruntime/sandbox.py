@@ -27,6 +27,7 @@ from ._models import (
     secret_path,
     build_exec_body,
     build_list_params,
+    build_sandbox_list_params,
     check_path,
     check_sandbox_id,
     encode_content,
@@ -133,25 +134,80 @@ class Sandbox(SandboxInfo):
             raise
 
     @classmethod
+    def get_or_create(cls, name: str, **fields: Any) -> "Sandbox":
+        """The caller's sandbox named ``name``, running as it is, or one created with
+        ``fields`` when none has the name (``sbx.data["reused"]`` says which). Calls with one
+        name make one sandbox. A stopped one is a ConflictError naming its state. The other
+        fields apply only when it is created; ``keep`` defaults to True here."""
+        fields.setdefault("keep", True)
+        return cls.create(name=name, get_or_create=True, **fields)
+
+    @classmethod
     def list(
         cls,
         *,
+        state: Optional[Sequence[str]] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        name: Optional[str] = None,
+        include_stopped: bool = True,
+        limit: Optional[int] = None,
         api_key: Optional[str] = None,
         base_url: Optional[str] = None,
         _transport: Any = None,
     ) -> List["Sandbox"]:
-        """The caller's sandboxes, newest first. They share one connection pool."""
+        """The caller's sandboxes, oldest first, every page of them. ``state`` (e.g.
+        ``["running"]``), ``labels`` (all must match), ``name`` filter; ``include_stopped=False``
+        leaves out stopped and failed ones; ``limit`` (1 to 100) is the page size. They share
+        one connection pool."""
+        params = build_sandbox_list_params(state, labels, name, include_stopped, limit)
         http = _connect(api_key, base_url, None, _transport)
+        out: List[Sandbox] = []
         try:
-            data = http.request("GET", "/v1/sandboxes")
-            items = data.get("sandboxes") if isinstance(data, dict) else None
-            out = [cls(http, d, keep=True, owns_http=False) for d in (items or [])]
+            cursor: Optional[str] = None
+            while True:
+                data = http.request("GET", "/v1/sandboxes", params=params + ([("cursor", cursor)] if cursor else []))
+                items = data.get("data", data.get("sandboxes")) if isinstance(data, dict) else None
+                out += [cls(http, d, keep=True, owns_http=False) for d in (items or [])]
+                cursor = data.get("nextCursor") if isinstance(data, dict) else None
+                if not cursor:
+                    break
         except BaseException:
             http.close()
             raise
         if not out:
             http.close()
         return out
+
+    @classmethod
+    def stop_all(cls, *, labels: Mapping[str, str], **client: Any) -> Dict[str, Any]:
+        """Stops every running sandbox whose labels all match: ``{"stopped": [ids],
+        "failed": [{"id", "error"}]}``. Needs at least one label."""
+        return cls._each_labelled("stop", labels, False, client)
+
+    @classmethod
+    def delete_all(cls, *, labels: Mapping[str, str], **client: Any) -> Dict[str, Any]:
+        """Deletes every sandbox whose labels all match, stopped ones included:
+        ``{"deleted": [ids], "failed": [{"id", "error"}]}``. Needs at least one label."""
+        return cls._each_labelled("delete", labels, True, client)
+
+    @classmethod
+    def _each_labelled(cls, verb: str, labels: Mapping[str, str], include_stopped: bool,
+                       client: Dict[str, Any]) -> Dict[str, Any]:
+        if not labels:
+            raise InvalidRequestError(f"{verb}_all needs at least one label to match")
+        # Every match first, then each: acting while paging would move the pages.
+        matches = cls.list(labels=labels, include_stopped=include_stopped, limit=100, **client)
+        done: List[str] = []
+        failed: List[Dict[str, Any]] = []
+        for sbx in matches:
+            try:
+                getattr(sbx, verb)()
+                done.append(sbx.id)
+            except APIError as e:
+                failed.append({"id": sbx.id, "error": e})
+        if matches:
+            matches[0]._http.close()
+        return {"stopped" if verb == "stop" else "deleted": done, "failed": failed}
 
     def refresh(self) -> "Sandbox":
         """Reload the sandbox's state from the daemon."""
