@@ -13,6 +13,7 @@
 #include "daemon/api_egress.h"
 #include "daemon/api_exec.h"
 #include "daemon/api_files.h"
+#include "daemon/api_uploads.h"
 #include "daemon/api_images.h"
 #include "daemon/api_interpreter.h"
 #include "daemon/api_keys.h"
@@ -120,6 +121,15 @@ const HttpRoute api_routes[] = {
           handle_files_remove),
         R(ROUTE_FILES_RENAME, "files_rename", "POST", SBX "/files:rename", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_files_rename),
+        R(ROUTE_UPLOAD_BEGIN, "upload_begin", "POST", SBX "/uploads", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_upload_begin),
+        { .kind = ROUTE_UPLOAD_PART, .name = "upload_part", .method = "PUT", .path = SBX "/uploads/{upload}",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM, .handler = handle_upload_part,
+          .upload = &upload_part_stream },
+        R(ROUTE_UPLOAD_COMMIT, "upload_commit", "POST", SBX "/uploads/{upload}:commit", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_upload_commit),
+        R(ROUTE_UPLOAD_ABORT, "upload_abort", "POST", SBX "/uploads/{upload}:abort", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_upload_abort),
         R(ROUTE_PROC_LIST, "proc_list", "GET", SBX "/processes", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_proc_list),
         { .kind = ROUTE_PROC_SPAWN, .name = "proc_spawn", .method = "POST", .path = SBX "/processes",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_proc_spawn,

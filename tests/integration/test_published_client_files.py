@@ -2,7 +2,8 @@
 files surface as its users call it: list (with glob, hidden and limit), glob, stat and exists
 (False, not an error, for a missing path), mkdir with parents, remove (recursive on request,
 its answer saying whether anything went), rename with overwrite, streamed reads checked
-against the length the API says, and the upload/download helpers for single files.
+against the length the API says, writes over 1 MiB (sent in parts) and the upload/download
+helpers for single files.
 
 The sandbox is made by the suite, so each driver is chosen; the published client attaches to it
 with Sandbox.connect. On the emulated microVM a representative subset runs."""
@@ -109,6 +110,9 @@ def test_streamed_reads_upload_download(pub, sandbox, tmp_path):
     local.chmod(0o755)
     got = pub(PRELUDE + """
 import hashlib
+payload = os.urandom(3 * 1024 * 1024 + 5)
+f.write("/workspace/written.bin", payload, mode=0o700)  # over 1 MiB: in parts
+written = f.read("/workspace/written.bin") == payload
 h, pieces = hashlib.sha256(), 0
 for piece in f.read_stream("/workspace/big.bin"):
     h.update(piece); pieces += 1
@@ -120,12 +124,13 @@ try:
     missing = "no error"
 except Exception as e:
     missing = [type(e).__name__, getattr(e, "code", None)]
-print(json.dumps({"stream": h.hexdigest(), "pieces": pieces,
+print(json.dumps({"stream": h.hexdigest(), "pieces": pieces, "written": written,
                   "download": hashlib.sha256(open(dest, "rb").read()).hexdigest(),
                   "left": sorted(os.listdir(sys.argv[2])), "missing": missing}))
 """, sandbox.id, str(tmp_path), str(local))
     assert got["stream"] == want and got["download"] == want
-    assert got["pieces"] >= 1
+    assert got["pieces"] >= 1 and got["written"] is True
+    assert sandbox.stat("/workspace/written.bin").json()["mode"] == "0700"
     assert got["left"] == ["got.bin", "tool.sh"]  # no partial file beside it
     assert got["missing"][1] == "file_not_found", got["missing"]
     assert sandbox.run("/workspace/bin/tool.sh") == "uploaded\n"
