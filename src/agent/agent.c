@@ -578,6 +578,8 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                 send_hello(a);
                 break;
         case REQ_EXEC:
+        case REQ_ARCHIVE:
+        case REQ_UNARCHIVE:
                 exec_start(a, id, r);
                 break;
         case REQ_SIGNAL: {

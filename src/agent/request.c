@@ -300,7 +300,65 @@ static const struct {
         {"exec", REQ_EXEC}, {"read", REQ_READ},   {"write", REQ_WRITE},   {"list", REQ_LIST},
         {"stat", REQ_STAT}, {"mkdir", REQ_MKDIR}, {"remove", REQ_REMOVE}, {"rename", REQ_RENAME},
         {"resume", REQ_RESUME}, {"signal", REQ_SIGNAL}, {"forward", REQ_FORWARD},
+        {"archive", REQ_ARCHIVE}, {"unarchive", REQ_UNARCHIVE},
 };
+
+/* {"op":"archive","path","gzip","exclude":[relative paths]} and
+ * {"op":"unarchive","path","maxBytes","maxEntries"}: run as an exec of the
+ * agent's own code, so their output and input stream with its flow control. */
+static int parse_archive(json_t *o, AgentRequest *r, const char **ret_error) {
+        json_t *g = json_object_get(o, "gzip");
+        if (g && !json_is_null(g) && !json_is_boolean(g)) {
+                *ret_error = "gzip must be a boolean";
+                return -EINVAL;
+        }
+        r->gzip = json_is_true(g);
+        r->cwd = strdup("/");
+        if (!r->cwd)
+                return -ENOMEM;
+        r->uid = r->gid = -1;
+        json_t *ex = json_object_get(o, "exclude");
+        size_t n = json_is_array(ex) ? json_array_size(ex) : 0;
+        if ((ex && !json_is_null(ex) && !json_is_array(ex)) || n > REQUEST_MAX_EXCLUDES) {
+                *ret_error = "exclude must be a list of at most 256 relative paths";
+                return -EINVAL;
+        }
+        r->argv = calloc(n + 1, sizeof(char *));
+        if (!r->argv)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                json_t *v = json_array_get(ex, i);
+                const char *s = json_string_value(v);
+                if (!s || json_string_length(v) == 0 || json_string_length(v) > REQUEST_MAX_PATH ||
+                    memchr(s, '\0', json_string_length(v)) || s[0] == '/') {
+                        *ret_error = "exclude must be a list of at most 256 relative paths";
+                        return -EINVAL;
+                }
+                /* "./a/b/" is "a/b", the writer's own spelling. */
+                while (s[0] == '.' && s[1] == '/')
+                        s += 2;
+                size_t len = strlen(s);
+                while (len > 1 && s[len - 1] == '/')
+                        len--;
+                r->argv[i] = strndup(s, len);
+                if (!r->argv[i])
+                        return -ENOMEM;
+                r->argc++;
+        }
+        json_int_t v;
+        if (get_int(o, "maxBytes", 1LL << 40, 0, 1LL << 50, &v) < 0) {
+                *ret_error = "maxBytes must be a non-negative integer";
+                return -EINVAL;
+        }
+        r->max_bytes = (uint64_t)v;
+        if (get_int(o, "maxEntries", 100000, 0, 10000000, &v) < 0) {
+                *ret_error = "maxEntries must be a non-negative integer";
+                return -EINVAL;
+        }
+        r->max_entries = (uint64_t)v;
+        r->stdin_stream = r->op == REQ_UNARCHIVE;
+        return 0;
+}
 
 static int hex_digit(char c) {
         if (c >= '0' && c <= '9')
@@ -422,6 +480,11 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
                 }
         }
 
+        if (r->op == REQ_ARCHIVE || r->op == REQ_UNARCHIVE) {
+                k = parse_archive(o, r, ret_error);
+                if (k < 0)
+                        return k;
+        }
         switch (r->op) {
         case REQ_WRITE:
                 if (get_int(o, "mode", 0644, 0, 07777, &v) < 0) {

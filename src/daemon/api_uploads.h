@@ -14,3 +14,8 @@ enum MHD_Result handle_upload_part(Req *r);
 extern const HttpUpload upload_part_stream;
 enum MHD_Result handle_upload_commit(Req *r);
 enum MHD_Result handle_upload_abort(Req *r);
+/* POST .../files/archive/uploads {path, gzip, user}: an archive in parts
+ * (the published client's unarchive of more than 1 MiB), its size not said
+ * up front; the same part, commit and abort routes follow, and the commit
+ * unpacks the whole as PUT .../files/archive does. */
+enum MHD_Result handle_archive_upload_begin(Req *r);

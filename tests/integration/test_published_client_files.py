@@ -135,3 +135,50 @@ print(json.dumps({"stream": h.hexdigest(), "pieces": pieces, "written": written,
     assert got["missing"][1] == "file_not_found", got["missing"]
     assert sandbox.run("/workspace/bin/tool.sh") == "uploaded\n"
     assert sandbox.stat("/workspace/bin/tool.sh").json()["mode"] == "0755"
+
+
+@pytest.mark.microvm_subset
+def test_archive_unarchive_and_folders(pub, sandbox, tmp_path):
+    sandbox.run("mkdir -p /workspace/proj/src /workspace/proj/.venv && cd /workspace/proj && "
+                "printf 'print(1)' > src/main.py && printf x > .venv/big && ln -s src/main.py entry.py")
+    local = tmp_path / "local"
+    (local / "pkg").mkdir(parents=True)
+    (local / "pkg" / "mod.py").write_text("X = 1\n")
+    (local / "blob.bin").write_bytes(bytes(range(256)) * 8192)  # 2 MiB: a gzip of it still makes parts
+    (local / "rand.bin").write_bytes(__import__("os").urandom(1_500_000))  # incompressible: over 1 MiB
+    got = pub(PRELUDE + """
+import io, tarfile
+out = {}
+data = f.archive("/workspace/proj", exclude=[".venv"])
+with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
+    out["names"] = sorted(m.name for m in t.getmembers())
+plain = f.archive("/workspace/proj", gzip=False)
+out["plain"] = plain[:2] != b"\\x1f\\x8b" and len(plain) % 512 == 0
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w:gz") as t:
+    i = tarfile.TarInfo("notes/n.txt"); i.size = 2; t.addfile(i, io.BytesIO(b"hi"))
+f.unarchive("/workspace/un", buf.getvalue())
+out["unarchived"] = f.read_text("/workspace/un/notes/n.txt")
+bad = io.BytesIO()
+with tarfile.open(fileobj=bad, mode="w") as t:
+    i = tarfile.TarInfo("../escape"); i.size = 1; t.addfile(i, io.BytesIO(b"x"))
+try:
+    f.unarchive("/workspace/un", bad.getvalue())
+    out["bad"] = "no error"
+except Exception as e:
+    out["bad"] = [getattr(e, "status", None), getattr(e, "code", None)]
+f.upload(sys.argv[2], "/workspace/up")
+f.download("/workspace/proj", os.path.join(sys.argv[3], "proj"))
+out["downloaded"] = sorted(os.path.relpath(os.path.join(d, n), sys.argv[3])
+                           for d, ds, ns in os.walk(os.path.join(sys.argv[3], "proj")) for n in ns + ds)
+print(json.dumps(out))
+""", sandbox.id, str(local), str(tmp_path))
+    assert got["names"] == [".", "./entry.py", "./src", "./src/main.py"], got["names"]
+    assert got["plain"] is True
+    assert got["unarchived"] == "hi"
+    assert got["bad"] == [400, "invalid_request"]
+    assert sandbox.run("test ! -e /workspace/escape && echo ok") == "ok\n"
+    assert sandbox.read("/workspace/up/pkg/mod.py") == b"X = 1\n"
+    assert sandbox.read("/workspace/up/blob.bin") == bytes(range(256)) * 8192
+    assert sandbox.run("stat -c %s /workspace/up/rand.bin") == "1500000\n"
+    assert {"proj/src/main.py", "proj/entry.py", "proj/.venv/big"} <= set(got["downloaded"]), got["downloaded"]
