@@ -320,3 +320,41 @@ def test_get_or_create_list_pages_stop_all_delete_all(sdk_env):
     finally:
         for s in (a, b):
             s.close()
+
+
+def test_archives_upload_download(sbx, tmp_path):
+    import io
+    import tarfile
+    f = sbx.files
+    local = tmp_path / "src"
+    (local / "pkg").mkdir(parents=True)
+    (local / "pkg" / "m.py").write_text("X = 1\n")
+    (local / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (local / "run.sh").chmod(0o755)
+    f.upload(str(local), "/workspace/up")
+    f.upload(str(local / "run.sh"), "/workspace/one.sh")
+    assert sbx.exec(["/workspace/up/run.sh"]).stdout == "ran\n"
+    assert sbx.exec(["/workspace/one.sh"]).stdout == "ran\n"
+    data = f.archive("/workspace/up", exclude=["pkg"])
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
+        assert sorted(m.name for m in t.getmembers()) == [".", "./run.sh"]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        i = tarfile.TarInfo("a/b.txt")
+        i.size = 2
+        t.addfile(i, io.BytesIO(b"hi"))
+    assert f.unarchive("/workspace/un", buf.getvalue(), gzip=False) == {"path": "/workspace/un", "entries": 1,
+                                                                         "bytes": 2}
+    with pytest.raises(InvalidRequestError):
+        f.unarchive("/workspace/un", buf.getvalue(), gzip=True)
+    f.download("/workspace/up", str(tmp_path / "back"))
+    assert (tmp_path / "back" / "pkg" / "m.py").read_text() == "X = 1\n"
+    f.download("/workspace/un/a/b.txt", str(tmp_path / "b.txt"))
+    assert (tmp_path / "b.txt").read_text() == "hi"
+    with pytest.raises(NotFoundError):
+        f.download("/workspace/nope", str(tmp_path / "nope"))
+    # A link out of the directory: refused on this side, nothing written outside.
+    sbx.exec("mkdir -p /workspace/evil && ln -s /etc/passwd /workspace/evil/p")
+    with pytest.raises(InvalidRequestError):
+        f.download("/workspace/evil", str(tmp_path / "evil"))
+    assert not (tmp_path / "evil" / "p").exists()

@@ -3,6 +3,8 @@ as the blocking client, awaitable."""
 
 from __future__ import annotations
 
+import os
+
 import inspect
 from types import TracebackType
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Type, Union
@@ -29,6 +31,8 @@ from ._models import (
     secret_path,
     build_exec_body,
     build_list_params,
+    pack_directory,
+    unpack_directory,
     build_sandbox_list_params,
     check_path,
     check_sandbox_id,
@@ -525,6 +529,54 @@ class AsyncFiles:
         d = check_path(target, "target")
         await self._sbx._http.request("POST", self._url("/files:rename"),
                                 json_body={"from": s, "to": d, "overwrite": bool(overwrite)})
+
+
+    async def archive(self, path: str, *, gzip: bool = True, exclude: Optional[Sequence[str]] = None) -> bytes:
+        """The directory ``path`` as tar bytes, gzip-compressed by default; ``exclude`` holds
+        relative paths (not patterns) left out with everything below them."""
+        p = check_path(path)
+        params: List[Any] = [("path", p), ("gzip", "true" if gzip else "false")]
+        params += [("exclude", str(x)) for x in (exclude or [])]
+        data: bytes = await self._sbx._http.request("GET", self._url("/files/archive"), params=params, raw=True)
+        return data
+
+    async def unarchive(self, path: str, data: bytes, *, gzip: Optional[bool] = None) -> Dict[str, Any]:
+        """Unpacks tar bytes (gzip or not, told by their first bytes) into the directory
+        ``path``, merging; answers ``{"path", "entries", "bytes"}``. The sandbox refuses
+        absolute names, "..", links that lead out and device files."""
+        p = check_path(path)
+        payload = bytes(data)
+        if gzip is not None and gzip != payload.startswith(b"\x1f\x8b"):
+            raise InvalidRequestError("gzip does not match the archive's first bytes")
+        out: Dict[str, Any] = await self._sbx._http.request("PUT", self._url("/files/archive"), params={"path": p},
+                                                         content=payload)
+        return out
+
+    async def upload(self, local_path: str, remote_path: str) -> None:
+        """Copies a local file (its permissions kept) or directory (as one tar) in."""
+        if os.path.isdir(local_path):
+            await self.unarchive(remote_path, pack_directory(local_path))
+            return
+        with open(local_path, "rb") as f:
+            await self.write(remote_path, f.read(), mode=os.stat(local_path).st_mode & 0o777)
+
+    async def download(self, remote_path: str, local_path: str) -> None:
+        """Copies a file or a directory out. A file lands under a temporary name beside
+        ``local_path`` and is renamed into place once whole; a directory is unpacked into
+        ``local_path`` (see unpack_directory's refusals)."""
+        st = await self.stat(remote_path)
+        if not st.exists:
+            raise NotFoundError(f"{remote_path} does not exist", code="not_found", status=404)
+        if st.is_dir:
+            unpack_directory(await self.archive(remote_path, gzip=True), local_path)
+            return
+        data = await self.read(remote_path)
+        target = os.path.abspath(local_path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        partial = f"{target}.partial-{os.getpid()}"
+        with open(partial, "wb") as f:
+            f.write(data)
+        os.replace(partial, target)
 
 
 class AsyncNetwork(Dict[str, Any]):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from types import TracebackType
 from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Type, Union
 
@@ -27,6 +29,8 @@ from ._models import (
     secret_path,
     build_exec_body,
     build_list_params,
+    pack_directory,
+    unpack_directory,
     build_sandbox_list_params,
     check_path,
     check_sandbox_id,
@@ -578,6 +582,54 @@ class Files:
         d = check_path(target, "target")
         self._sbx._http.request("POST", self._url("/files:rename"),
                                 json_body={"from": s, "to": d, "overwrite": bool(overwrite)})
+
+
+    def archive(self, path: str, *, gzip: bool = True, exclude: Optional[Sequence[str]] = None) -> bytes:
+        """The directory ``path`` as tar bytes, gzip-compressed by default; ``exclude`` holds
+        relative paths (not patterns) left out with everything below them."""
+        p = check_path(path)
+        params: List[Any] = [("path", p), ("gzip", "true" if gzip else "false")]
+        params += [("exclude", str(x)) for x in (exclude or [])]
+        data: bytes = self._sbx._http.request("GET", self._url("/files/archive"), params=params, raw=True)
+        return data
+
+    def unarchive(self, path: str, data: bytes, *, gzip: Optional[bool] = None) -> Dict[str, Any]:
+        """Unpacks tar bytes (gzip or not, told by their first bytes) into the directory
+        ``path``, merging; answers ``{"path", "entries", "bytes"}``. The sandbox refuses
+        absolute names, "..", links that lead out and device files."""
+        p = check_path(path)
+        payload = bytes(data)
+        if gzip is not None and gzip != payload.startswith(b"\x1f\x8b"):
+            raise InvalidRequestError("gzip does not match the archive's first bytes")
+        out: Dict[str, Any] = self._sbx._http.request("PUT", self._url("/files/archive"), params={"path": p},
+                                                         content=payload)
+        return out
+
+    def upload(self, local_path: str, remote_path: str) -> None:
+        """Copies a local file (its permissions kept) or directory (as one tar) in."""
+        if os.path.isdir(local_path):
+            self.unarchive(remote_path, pack_directory(local_path))
+            return
+        with open(local_path, "rb") as f:
+            self.write(remote_path, f.read(), mode=os.stat(local_path).st_mode & 0o777)
+
+    def download(self, remote_path: str, local_path: str) -> None:
+        """Copies a file or a directory out. A file lands under a temporary name beside
+        ``local_path`` and is renamed into place once whole; a directory is unpacked into
+        ``local_path`` (see unpack_directory's refusals)."""
+        st = self.stat(remote_path)
+        if not st.exists:
+            raise NotFoundError(f"{remote_path} does not exist", code="not_found", status=404)
+        if st.is_dir:
+            unpack_directory(self.archive(remote_path, gzip=True), local_path)
+            return
+        data = self.read(remote_path)
+        target = os.path.abspath(local_path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        partial = f"{target}.partial-{os.getpid()}"
+        with open(partial, "wb") as f:
+            f.write(data)
+        os.replace(partial, target)
 
 
 class Network(Dict[str, Any]):
