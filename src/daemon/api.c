@@ -101,6 +101,8 @@ const HttpRoute api_routes[] = {
           handle_sandbox_wake),
         RI(ROUTE_SANDBOX_RESTART, "restart", "POST", SBX ":restart", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
           handle_sandbox_restart),
+        RI(ROUTE_SANDBOX_UPDATE, "update", "POST", SBX ":update", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_sandbox_update),
         R(ROUTE_SANDBOX_NETWORK_GET, "network_get", "GET", SBX "/network", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_sandbox_network_get),
         RI(ROUTE_SANDBOX_NETWORK, "network", "PUT", SBX "/network", HTTP_ACCESS_FULL, HTTP_BODY_JSON,

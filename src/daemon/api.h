@@ -41,6 +41,7 @@ typedef enum RouteKind {
         ROUTE_SANDBOX_PAUSE,
         ROUTE_SANDBOX_WAKE,
         ROUTE_SANDBOX_RESTART,
+        ROUTE_SANDBOX_UPDATE,
         ROUTE_FILES_READ,
         ROUTE_FILES_WRITE,
         ROUTE_FILES_LIST,

@@ -529,3 +529,18 @@ enum MHD_Result handle_sandbox_network_get(Req *r) {
                 return reply_internal(r);
         return reply_json(r, 200, json_incref(net));
 }
+
+enum MHD_Result handle_sandbox_update(Req *r) {
+        ApiError e = { 0 };
+        SandboxError se;
+        SandboxRow row;
+        UpdateRequest u;
+        if (request_parse_update(r->json, &u, &e) < 0)
+                return reply_result(r, -EINVAL, NULL, &e, 0);
+        SandboxUpdate su = { .set_name = u.set_name, .name = u.name, .labels = u.labels, .network = u.network,
+                             .on_lease_end = u.on_lease_end,
+                             .lease_end = u.timeout_seconds ? time_now_unix() + u.timeout_seconds : 0 };
+        int rc = sandbox_update(r->app->manager, &r->key, r->route.sandbox_id, &su, r->rid, &row, &se);
+        update_request_done(&u);
+        return reply_row(r, rc, &row, &se, 200);
+}

@@ -56,6 +56,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                 free(a);
                                 free(b);
                         }
+                        UpdateRequest u;
+                        if (request_parse_update(body, &u, &e) == 0)
+                                update_request_done(&u);
                         break;
                 }
                 case 4: {

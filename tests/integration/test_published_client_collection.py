@@ -96,3 +96,42 @@ def test_list_query_is_checked(api):
         assert_error(api.get("/v1/sandboxes", params=params), 400, "invalid_request")
     body = api.get("/v1/sandboxes").json()
     assert body["data"] == body["sandboxes"] and "nextCursor" in body
+
+
+def test_update_labels_network_lease(pub, api, driver):
+    sbx = api.create_sandbox(driver=driver, name="before", labels={"a": "1"}, timeoutSeconds=300)
+    ends = sbx["leaseEndsAt"]
+    got = pub(PRELUDE + """
+from withruntime import Sandbox
+s = Sandbox.connect(sys.argv[1])
+s.update(name="after", labels={"b": "2"}, network={"internet": True, "allow": ["pypi.org"]},
+         timeout_seconds=3600, on_timeout="delete")
+longer = dict(s.info)
+s.update(timeout_seconds=120)
+shorter = s.info["leaseEndsAt"]
+try:
+    s.update(env={"X": "1"})
+    refused = "no error"
+except RuntimeAPIError as e:
+    refused = [e.status, e.code, str(e)]
+print(json.dumps({"longer": longer, "shorter": shorter, "refused": refused}))
+""", sbx.id)
+    longer = got["longer"]
+    assert longer["name"] == "after" and longer["labels"] == {"b": "2"}, longer
+    assert longer["network"]["internet"] is True and longer["network"]["allow"] == ["pypi.org"]
+    assert longer["onLeaseEnd"] == "delete"
+    assert longer["leaseEndsAt"] > ends and got["shorter"] < longer["leaseEndsAt"]
+    assert got["refused"][:2] == [400, "invalid_request"] and "env" in got["refused"][2]
+    # Read back by the suite: recorded, and listed under the new name and labels.
+    now = api.sandbox(sbx.id)
+    assert now["name"] == "after" and now["labels"] == {"b": "2"} and now["leaseEndsAt"] == got["shorter"]
+    assert [s["id"] for s in api.get("/v1/sandboxes", params={"label": "b:2", "name": "after"}).json()["data"]] \
+        == [sbx.id]
+    for bad in ({"labels": "x"}, {"name": ""}, {"timeoutSeconds": 0}, {"onTimeout": "pause"}, {"bogus": 1},
+                {"network": {"internet": "yes"}}):
+        assert_error(api.post(f"/v1/sandboxes/{sbx.id}:update", json=bad), 400, "invalid_request")
+    assert api.post(f"/v1/sandboxes/{sbx.id}:stop", json={}).status_code == 200
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:update", json={"timeoutSeconds": 600}), 409, "conflict")
+    r = api.post(f"/v1/sandboxes/{sbx.id}:update", json={"labels": None, "name": None})
+    assert r.status_code == 200 and r.json()["labels"] == {} and r.json()["name"] is None, r.text
+    assert_error(api.post("/v1/sandboxes/sbx_00000000000000000000:update", json={"name": "x"}), 404, "not_found")

@@ -304,6 +304,8 @@ def test_get_or_create_list_pages_stop_all_delete_all(sdk_env):
     b = Sandbox.get_or_create(name, driver=DRIVER, timeout_seconds=600)
     try:
         assert a.id == b.id and a.data["reused"] is False and b.data["reused"] is True
+        a.update(labels={"suite": tag, "x": "y"}, timeout_seconds=900)
+        assert a.data["labels"] == {"suite": tag, "x": "y"}
         c = Sandbox.create(driver=DRIVER, timeout_seconds=600, labels={"suite": tag, "n": "2"}, keep=True)
         assert [s.id for s in Sandbox.list(labels={"suite": tag}, limit=1)] == [a.id, c.id]  # two pages
         assert [s.id for s in Sandbox.list(labels={"suite": tag, "n": "2"})] == [c.id]

@@ -390,6 +390,23 @@ static void test_file_ops(void **state) {
         j = parse("{\"from\":\"a\"}");
         assert_int_not_equal(request_parse_rename(j, &path, &to, &overwrite, &e), 0);
         json_decref(j);
+        UpdateRequest u;
+        j = parse("{\"name\":null,\"labels\":{\"a\":\"b\"},\"timeoutSeconds\":600,\"onTimeout\":\"delete\"}");
+        assert_int_equal(request_parse_update(j, &u, &e), 0);
+        assert_true(u.set_name);
+        assert_null(u.name);
+        assert_string_equal(json_string_value(json_object_get(u.labels, "a")), "b");
+        assert_int_equal(u.timeout_seconds, 600);
+        assert_string_equal(u.on_lease_end, "delete");
+        update_request_done(&u);
+        json_decref(j);
+        const char *bad_updates[] = { "{\"env\":{}}", "{\"onTimeout\":\"pause\"}", "{\"timeoutSeconds\":0}",
+                                      "{\"name\":\"\"}", "{\"labels\":[]}", "{\"x\":1}" };
+        for (size_t i = 0; i < sizeof(bad_updates) / sizeof(bad_updates[0]); i++) {
+                j = parse(bad_updates[i]);
+                assert_int_not_equal(request_parse_update(j, &u, &e), 0);
+                json_decref(j);
+        }
         int64_t s;
         j = parse("{\"seconds\":60}");
         assert_int_equal(request_parse_extend(j, &s, &e), 0);

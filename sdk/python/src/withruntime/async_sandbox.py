@@ -255,6 +255,16 @@ class AsyncSandbox(SandboxInfo):
                                                 timeout=CREATE_HTTP_TIMEOUT_SECONDS))
         return self
 
+    async def update(self, **settings: Any) -> "AsyncSandbox":
+        """Changes its settings; what is left out stays: ``name`` (None removes it),
+        ``labels`` (replaces them all; None removes them), ``network``, ``timeout_seconds``
+        (a new lease counted from now, longer or shorter) and ``on_timeout`` (``"stop"`` or
+        ``"delete"``). The published client's other settings are refused by the daemon."""
+        body = {"".join(w.capitalize() if i else w for i, w in enumerate(k.split("_"))): v
+                for k, v in settings.items()}
+        self._set_data(await self._http.request("POST", sandbox_path(self.id, ":update"), json_body=body))
+        return self
+
     async def extend(self, seconds: int) -> "AsyncSandbox":
         if isinstance(seconds, bool) or not isinstance(seconds, int):
             raise InvalidRequestError(f"seconds must be an integer, not {type(seconds).__name__}")

@@ -257,6 +257,16 @@ class Sandbox(SandboxInfo):
                                           timeout=CREATE_HTTP_TIMEOUT_SECONDS))
         return self
 
+    def update(self, **settings: Any) -> "Sandbox":
+        """Changes its settings; what is left out stays: ``name`` (None removes it),
+        ``labels`` (replaces them all; None removes them), ``network``, ``timeout_seconds``
+        (a new lease counted from now, longer or shorter) and ``on_timeout`` (``"stop"`` or
+        ``"delete"``). The published client's other settings are refused by the daemon."""
+        body = {"".join(w.capitalize() if i else w for i, w in enumerate(k.split("_"))): v
+                for k, v in settings.items()}
+        self._set_data(self._http.request("POST", sandbox_path(self.id, ":update"), json_body=body))
+        return self
+
     def extend(self, seconds: int) -> "Sandbox":
         """Renew the lease: it now ends ``seconds`` after the later of now and its old end."""
         if isinstance(seconds, bool) or not isinstance(seconds, int):
