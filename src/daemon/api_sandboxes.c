@@ -379,18 +379,30 @@ enum MHD_Result handle_sandbox_create(Req *r) {
                 NamedCtx c = { .name = cr.name };
                 rc = sandbox_list(r->app->manager, &r->key, find_named, &c, &se);
                 if (rc == 0 && c.id[0]) {
-                        pthread_mutex_unlock(&get_or_create_lock);
-                        if (strcmp(c.state, "stopped") == 0 || strcmp(c.state, "failed") == 0) {
-                                /* Starting a stopped sandbox again from its disk
-                                 * is the lifecycle's restart; until a server has
-                                 * it, the caller is told rather than handed a
-                                 * sandbox that never becomes running. */
+                        create_request_done(&cr);
+                        if (strcmp(c.state, "failed") == 0) {
+                                pthread_mutex_unlock(&get_or_create_lock);
                                 api_error(&e, 409, "conflict", "delete it, or create one under another name",
-                                          "sandbox %s named %.64s is %s", c.id, c.name, c.state);
-                                create_request_done(&cr);
+                                          "sandbox %s of that name has failed", c.id);
                                 return reply_error(r, &e);
                         }
-                        create_request_done(&cr);
+                        /* Ready to use, as the published client promises: a
+                         * paused one woken, a stopped one booted again from
+                         * its disk, still under the lock so that racing calls
+                         * do not restart it twice. */
+                        SandboxRow woken;
+                        int wrc = 1;
+                        if (strcmp(c.state, "paused") == 0)
+                                wrc = sandbox_wake(r->app->manager, &r->key, c.id, 0, r->rid, &woken, &se);
+                        else if (strcmp(c.state, "stopped") == 0)
+                                wrc = sandbox_restart(r->app->manager, &r->key, c.id, r->rid, &woken, &se);
+                        pthread_mutex_unlock(&get_or_create_lock);
+                        if (wrc < 0) {
+                                api_sandbox_error(&se, &e);
+                                return reply_error(r, &e);
+                        }
+                        if (wrc == 0)
+                                sandbox_row_done(&woken);
                         return reply_reused(r, c.id);
                 }
                 if (rc < 0) {

@@ -1,6 +1,6 @@
 """Conformance: the published withruntime client (0.35.0, in a venv of its own) drives runtimed's
-collection surface: Sandbox.get_or_create by name (made once, then reused; a stopped one is
-refused with its state), runtime.sandboxes.list with pages (data, nextCursor) and filters by
+collection surface: Sandbox.get_or_create by name (made once, then reused; a paused one woken,
+a stopped one booted again from its disk), runtime.sandboxes.list with pages (data, nextCursor) and filters by
 state and labels, and stop_all / delete_all by labels.
 
 The published create has no driver field, so its sandboxes use the daemon's default driver; the
@@ -42,16 +42,22 @@ print(json.dumps({"a": [a.id, a.state, a.info.get("reused")], "b": [b.id, b.stat
     # One name, one sandbox, whatever the order of the calls.
     named = api.get("/v1/sandboxes", params={"name": name}).json()["data"]
     assert [s["id"] for s in named] == [got["a"][0]]
-    # Stopped: restarting from disk is the lifecycle's; until then the caller is told the state.
-    assert api.post(f"/v1/sandboxes/{got['a'][0]}:stop", json={}).status_code == 200
+    # Paused: woken; stopped: booted again from its disk, its files kept. Either way the same id.
+    sid = got["a"][0]
+    assert api.post(f"/v1/sandboxes/{sid}:pause", json={}).status_code == 200
     again = pub(PRELUDE + """
-try:
-    Sandbox.get_or_create(sys.argv[1], timeout_seconds=600)
-    print(json.dumps("no error"))
-except RuntimeAPIError as e:
-    print(json.dumps([e.status, e.code, str(e)]))
+s = Sandbox.get_or_create(sys.argv[1], timeout_seconds=600)
+print(json.dumps([s.id, s.state, s.info.get("reused")]))
 """, name)
-    assert again[:2] == [409, "conflict"] and "stopped" in again[2], again
+    assert again == [sid, "running", True], again
+    api.exec(sid, command="echo kept > /workspace/k.txt")
+    assert api.post(f"/v1/sandboxes/{sid}:stop", json={}).status_code == 200
+    again = pub(PRELUDE + """
+s = Sandbox.get_or_create(sys.argv[1], timeout_seconds=600)
+print(json.dumps([s.id, s.state, s.info.get("reused")]))
+""", name)
+    assert again == [sid, "running", True], again
+    assert api.exec(sid, command="cat /workspace/k.txt")["stdout"] == "kept\n"
     assert_error(api.post("/v1/sandboxes", json={"getOrCreate": True}), 400, "invalid_request")
     assert_error(api.post("/v1/sandboxes", json={"getOrCreate": "yes", "name": "x"}), 400, "invalid_request")
 

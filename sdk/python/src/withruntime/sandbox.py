@@ -141,8 +141,8 @@ class Sandbox(SandboxInfo):
     def get_or_create(cls, name: str, **fields: Any) -> "Sandbox":
         """The caller's sandbox named ``name``, running as it is, or one created with
         ``fields`` when none has the name (``sbx.data["reused"]`` says which). Calls with one
-        name make one sandbox. A stopped one is a ConflictError naming its state. The other
-        fields apply only when it is created; ``keep`` defaults to True here."""
+        name make one sandbox. A paused one is woken, a stopped one booted again from its disk.
+        The other fields apply only when it is created; ``keep`` defaults to True here."""
         fields.setdefault("keep", True)
         return cls.create(name=name, get_or_create=True, **fields)
 
