@@ -49,11 +49,11 @@ CLI_LIBS = $(shell pkg-config --libs $(PKGS_CLI)) -lwslay
 # such an agent runs only on the host (unit tests), never as a guest's init.
 AGENT_CFLAGS = $(CFLAGS_COMMON) $(HARDEN) -fno-PIE
 AGENT_LDFLAGS = $(if $(SANITIZE),,-static) -no-pie -Wl,-z,relro,-z,now -pthread $(SANITIZE)
-AGENT_LIBS = -ljansson
+AGENT_LIBS = -ljansson -lz
 
 DAEMON_OBJ := $(call obj,daemon,$(PROTO_SRC) $(COMMON_SRC) $(DAEMON_LIB_SRC))
 AGENT_OBJ := $(call obj,agent,$(PROTO_SRC) $(COMMON_SRC) $(AGENT_LIB_SRC))
-CLI_OBJ := $(call obj,cli,$(COMMON_SRC) $(CLI_LIB_SRC))
+CLI_OBJ := $(call obj,cli,$(COMMON_SRC) $(CLI_LIB_SRC) src/agent/tar.c)
 
 .PHONY: all clean unit-build test-unit asan asan-build fuzz fuzz-run fuzz-replay
 all: $(BUILD)/runtimed $(BUILD)/runtime-agent $(BUILD)/runtime $(BUILD)/runtime-image-build \
@@ -132,7 +132,7 @@ FUZZ_CFLAGS = -std=gnu17 -O1 -g -Isrc -D_GNU_SOURCE -pthread -fsanitize=address,
               $(shell pkg-config --cflags $(PKGS_DAEMON))
 # The library sources are compiled once, with coverage but without
 # libFuzzer's main, into objects every target links.
-FUZZ_OBJ := $(call obj,fuzz,$(PROTO_SRC) $(COMMON_SRC) $(DAEMON_LIB_SRC))
+FUZZ_OBJ := $(call obj,fuzz,$(PROTO_SRC) $(COMMON_SRC) $(DAEMON_LIB_SRC) src/agent/tar.c)
 .SECONDARY: $(FUZZ_OBJ)
 $(BUILD)/obj/fuzz/%.o: src/%.c
 	@mkdir -p $(dir $@)

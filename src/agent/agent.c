@@ -578,6 +578,8 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                 send_hello(a);
                 break;
         case REQ_EXEC:
+        case REQ_ARCHIVE:
+        case REQ_UNARCHIVE:
                 exec_start(a, id, r);
                 break;
         case REQ_SIGNAL: {
@@ -618,7 +620,10 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
         case REQ_LIST: {
                 json_t *entries = NULL;
                 bool truncated = false;
-                k = fsops_list(r->path, r->depth, &entries, &truncated);
+                FsListOptions lo = {
+                        .path = r->path, .depth = r->depth, .glob = r->glob, .hidden = r->hidden, .limit = r->limit
+                };
+                k = fsops_list(&lo, &entries, &truncated);
                 if (k < 0)
                         result_errno(a, id, k);
                 else {
@@ -627,12 +632,18 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                 }
                 break;
         }
+        case REQ_REMOVE: {
+                uint64_t removed = 0;
+                k = fsops_remove(r->path, r->flag, &removed);
+                if (k < 0)
+                        result_errno(a, id, k);
+                else
+                        send_json_new(a, PROTO_RESULT, id, json_pack("{s:I}", "removed", (json_int_t)removed));
+                break;
+        }
         case REQ_MKDIR:
-        case REQ_REMOVE:
         case REQ_RENAME:
-                k = r->op == REQ_MKDIR    ? fsops_mkdir(r->path, r->flag)
-                    : r->op == REQ_REMOVE ? fsops_remove(r->path, r->flag)
-                                          : fsops_rename(r->path, r->to);
+                k = r->op == REQ_MKDIR ? fsops_mkdir(r->path, r->flag) : fsops_rename(r->path, r->to, r->flag);
                 if (k < 0)
                         result_errno(a, id, k);
                 else

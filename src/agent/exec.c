@@ -1,5 +1,8 @@
 #include "agent/exec.h"
 
+#include "agent/archive.h"
+
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -78,6 +81,24 @@ static void child_reset(void) {
 
 /* The rest of a child once fds 0..2 are set: the user, the directory, the
  * program. Never returns. */
+/* In a child: every descriptor from 3 up closed, by close_range or, where
+ * it is missing, one by one as /proc/self/fd lists them. */
+static void close_from_3(void) {
+        if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0)
+                return;
+        DIR *d = opendir("/proc/self/fd");
+        if (!d)
+                return;
+        int self = dirfd(d);
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                int fd = atoi(de->d_name);
+                if (fd >= 3 && fd != self)
+                        close(fd);
+        }
+        closedir(d);
+}
+
 static void child_exec(const AgentRequest *r, char **env) {
         /* Whatever launched the agent may have leaked descriptors. */
         syscall(SYS_close_range, 3U, ~0U, 0U);
@@ -87,6 +108,13 @@ static void child_exec(const AgentRequest *r, char **env) {
                 child_fail("setuid", errno);
         if (chdir(r->cwd) < 0)
                 child_fail_cwd(r->cwd, errno);
+        if (r->op == REQ_ARCHIVE || r->op == REQ_UNARCHIVE) {
+                /* No execve closes the agent's descriptors here: where
+                 * close_range is missing (gVisor), the stdin pipe's own
+                 * write end would keep its read from ever ending. */
+                close_from_3();
+                _exit(archive_child(r));
+        }
         if (r->shell) {
                 char *const bash[] = {"bash", "-c", r->argv[0], NULL};
                 execve("/bin/bash", bash, env);
@@ -181,6 +209,7 @@ static void pty_child(int fd, const AgentRequest *r) {
 }
 
 static int exec_spawn_pty(const AgentRequest *r, char **env, ExecChild *ret);
+
 
 int exec_spawn(const AgentRequest *r, ExecChild *ret) {
         int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,7 +247,62 @@ int fsops_stat(const char *path, json_t **ret_entry) {
         return 0;
 }
 
-static int list_dir(int dir_fd, const char *prefix, unsigned depth, json_t *entries, bool *truncated) {
+/* Splits a relative path or pattern into its segments in place; "" and
+ * "." segments are dropped. -E2BIG past max. */
+static int split_segments(char *s, char **segs, size_t max, size_t *ret_n) {
+        size_t n = 0;
+        char *save = NULL;
+        for (char *t = strtok_r(s, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+                if (strcmp(t, ".") == 0)
+                        continue;
+                if (n >= max)
+                        return -E2BIG;
+                segs[n++] = t;
+        }
+        *ret_n = n;
+        return 0;
+}
+
+static int glob_match_flags(const char *pattern, const char *relpath, int flags) {
+        _cleanup_free_ char *p = strdup(pattern), *r = strdup(relpath);
+        if (!p || !r)
+                return -ENOMEM;
+        char *ps[FSOPS_MAX_GLOB_SEGMENTS], *rs[FSOPS_MAX_GLOB_SEGMENTS + 1];
+        size_t np, nr;
+        if (split_segments(p, ps, ELEMENTSOF(ps), &np) < 0)
+                return -EINVAL;
+        if (split_segments(r, rs, ELEMENTSOF(rs), &nr) < 0)
+                return 0; /* deeper than any walk goes */
+        /* m[i][j]: pattern segments i.. match path segments j..; a table,
+         * not backtracking, so that many "**" cost no more than one. */
+        bool m[FSOPS_MAX_GLOB_SEGMENTS + 1][FSOPS_MAX_GLOB_SEGMENTS + 2];
+        for (size_t j = 0; j <= nr; j++)
+                m[np][j] = j == nr;
+        for (size_t i = np; i-- > 0;) {
+                bool any = strcmp(ps[i], "**") == 0;
+                for (size_t j = nr + 1; j-- > 0;) {
+                        if (any)
+                                m[i][j] = m[i + 1][j] || (j < nr && m[i][j + 1]);
+                        else
+                                m[i][j] = j < nr && m[i + 1][j + 1] && fnmatch(ps[i], rs[j], flags) == 0;
+                }
+        }
+        return m[0][0];
+}
+
+int fsops_glob_match(const char *pattern, const char *relpath) {
+        return glob_match_flags(pattern, relpath, 0);
+}
+
+typedef struct ListWalk {
+        const FsListOptions *o;
+        json_t *entries;
+        unsigned max_depth;
+        unsigned visits;
+        bool truncated;
+} ListWalk;
+
+static int list_dir(ListWalk *w, int dir_fd, const char *prefix, const char *rel, unsigned level) {
         int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
@@ -260,47 +316,95 @@ static int list_dir(int dir_fd, const char *prefix, unsigned depth, json_t *entr
         while ((errno = 0, de = readdir(d))) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
-                if (json_array_size(entries) >= FSOPS_MAX_LIST_ENTRIES) {
-                        *truncated = true;
+                if (!w->o->hidden && de->d_name[0] == '.')
+                        continue;
+                if (++w->visits > FSOPS_MAX_LIST_VISITS) {
+                        w->truncated = true;
                         return 0;
                 }
                 struct stat st;
                 if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                         continue; /* gone meanwhile */
                 _cleanup_free_ char *full = path_join(prefix, de->d_name);
-                if (!full)
+                _cleanup_free_ char *sub_rel = rel ? path_join(rel, de->d_name) : strdup(de->d_name);
+                if (!full || !sub_rel)
                         return -ENOMEM;
-                json_t *e = entry_new(dirfd(d), de->d_name, full, &st);
-                if (!e || json_array_append_new(entries, e) < 0)
-                        return -ENOMEM;
-                if (S_ISDIR(st.st_mode) && depth > 1) {
+                int match = 1;
+                if (w->o->glob) {
+                        match = glob_match_flags(w->o->glob, sub_rel, w->o->hidden ? 0 : FNM_PERIOD);
+                        if (match < 0)
+                                return match;
+                }
+                if (match) {
+                        if (json_array_size(w->entries) >= w->o->limit) {
+                                w->truncated = true;
+                                return 0;
+                        }
+                        json_t *e = entry_new(dirfd(d), de->d_name, full, &st);
+                        if (!e || json_array_append_new(w->entries, e) < 0)
+                                return -ENOMEM;
+                }
+                if (S_ISDIR(st.st_mode) && level < w->max_depth) {
                         _cleanup_close_ int sub = openat(dirfd(d), de->d_name,
                                                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         if (sub < 0)
                                 continue; /* unreadable subdirectory: listed, not entered */
-                        int r = list_dir(sub, full, depth - 1, entries, truncated);
+                        int r = list_dir(w, sub, full, sub_rel, level + 1);
                         if (r == -ENOMEM)
                                 return r;
-                        if (*truncated)
+                        if (w->truncated)
                                 return 0;
                 }
         }
         return errno ? -errno : 0;
 }
 
-int fsops_list(const char *path, unsigned depth, json_t **ret_entries, bool *ret_truncated) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+/* How deep a glob can reach: its segment count, or the bound for "**". */
+static int glob_depth(const char *glob, unsigned *ret) {
+        _cleanup_free_ char *p = strdup(glob);
+        if (!p)
+                return -ENOMEM;
+        char *ps[FSOPS_MAX_GLOB_SEGMENTS];
+        size_t np;
+        if (split_segments(p, ps, ELEMENTSOF(ps), &np) < 0 || np == 0)
+                return -EINVAL;
+        for (size_t i = 0; i < np; i++)
+                if (strcmp(ps[i], "**") == 0) {
+                        *ret = FSOPS_MAX_GLOB_SEGMENTS;
+                        return 0;
+                }
+        *ret = (unsigned)np;
+        return 0;
+}
+
+int fsops_list(const FsListOptions *o, json_t **ret_entries, bool *ret_truncated) {
+        ListWalk w = { .o = o, .max_depth = o->depth };
+        if (o->glob) {
+                unsigned reach;
+                int r = glob_depth(o->glob, &reach);
+                if (r < 0)
+                        return r;
+                if (w.max_depth == 0 || w.max_depth > reach)
+                        w.max_depth = reach;
+        }
+        if (w.max_depth == 0)
+                w.max_depth = 1;
+        FsListOptions bounded = *o;
+        if (bounded.limit == 0 || bounded.limit > FSOPS_MAX_LIST_ENTRIES)
+                bounded.limit = FSOPS_MAX_LIST_ENTRIES;
+        w.o = &bounded;
+        _cleanup_close_ int fd = open(o->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
         _cleanup_json_ json_t *entries = json_array();
         if (!entries)
                 return -ENOMEM;
-        bool truncated = false;
-        int r = list_dir(fd, path, depth, entries, &truncated);
+        w.entries = entries;
+        int r = list_dir(&w, fd, o->path, NULL, 1);
         if (r < 0)
                 return r;
         *ret_entries = TAKE_PTR(entries);
-        *ret_truncated = truncated;
+        *ret_truncated = w.truncated;
         return 0;
 }
 
@@ -317,12 +421,16 @@ int fsops_mkdir(const char *path, bool parents) {
         return 0;
 }
 
-static int remove_tree(int dir_fd, const char *name, dev_t dev, unsigned level) {
+static int remove_tree(int dir_fd, const char *name, dev_t dev, unsigned level, uint64_t *count) {
         struct stat st;
         if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                 return errno == ENOENT ? 0 : -errno;
-        if (!S_ISDIR(st.st_mode))
-                return unlinkat(dir_fd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+        if (!S_ISDIR(st.st_mode)) {
+                if (unlinkat(dir_fd, name, 0) < 0)
+                        return errno != ENOENT ? -errno : 0;
+                (*count)++;
+                return 0;
+        }
         if (st.st_dev != dev)
                 return -EXDEV; /* a mount point: stay on one filesystem */
         if (level >= FSOPS_MAX_REMOVE_DEPTH)
@@ -341,11 +449,15 @@ static int remove_tree(int dir_fd, const char *name, dev_t dev, unsigned level) 
                 while ((de = readdir(d))) {
                         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                                 continue;
-                        int r = remove_tree(dirfd(d), de->d_name, dev, level + 1);
+                        int r = remove_tree(dirfd(d), de->d_name, dev, level + 1, count);
                         if (r < 0)
                                 return r;
                 }
-                if (unlinkat(dir_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+                if (unlinkat(dir_fd, name, AT_REMOVEDIR) == 0) {
+                        (*count)++;
+                        return 0;
+                }
+                if (errno == ENOENT)
                         return 0;
                 if (errno != ENOTEMPTY && errno != EEXIST)
                         return -errno;
@@ -353,26 +465,40 @@ static int remove_tree(int dir_fd, const char *name, dev_t dev, unsigned level) 
         return -ENOTEMPTY;
 }
 
-int fsops_remove(const char *path, bool recursive) {
+int fsops_remove(const char *path, bool recursive, uint64_t *ret_count) {
         _cleanup_close_ int dir_fd = -1;
         _cleanup_free_ char *name = NULL;
+        uint64_t count = 0;
         int r = open_parent(path, &dir_fd, &name);
+        if (r == -ENOENT || r == -ENOTDIR)
+                goto done; /* nothing there to remove */
         if (r < 0)
                 return r;
         struct stat st;
-        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+                if (errno == ENOENT)
+                        goto done;
                 return -errno;
-        if (!S_ISDIR(st.st_mode))
-                return unlinkat(dir_fd, name, 0) < 0 ? -errno : 0;
-        if (!recursive) {
+        }
+        if (!S_ISDIR(st.st_mode)) {
+                if (unlinkat(dir_fd, name, 0) < 0)
+                        return -errno;
+                count = 1;
+        } else if (!recursive) {
                 if (unlinkat(dir_fd, name, AT_REMOVEDIR) < 0)
                         return errno == EEXIST ? -ENOTEMPTY : -errno;
-                return 0;
+                count = 1;
+        } else {
+                r = remove_tree(dir_fd, name, st.st_dev, 0, &count);
+                if (r < 0)
+                        return r;
         }
-        return remove_tree(dir_fd, name, st.st_dev, 0);
+done:
+        *ret_count = count;
+        return 0;
 }
 
-int fsops_rename(const char *from, const char *to) {
+int fsops_rename(const char *from, const char *to, bool overwrite) {
         _cleanup_close_ int from_fd = -1, to_fd = -1;
         _cleanup_free_ char *from_name = NULL, *to_name = NULL;
         int r = open_parent(from, &from_fd, &from_name);
@@ -381,6 +507,17 @@ int fsops_rename(const char *from, const char *to) {
         r = open_parent(to, &to_fd, &to_name);
         if (r < 0)
                 return r;
+        if (!overwrite) {
+                if (renameat2(from_fd, from_name, to_fd, to_name, RENAME_NOREPLACE) == 0)
+                        return 0;
+                if (errno != EINVAL && errno != ENOSYS)
+                        return -errno;
+                /* A filesystem without RENAME_NOREPLACE: look first. The
+                 * race left is with the sandbox's own processes only. */
+                struct stat st;
+                if (fstatat(to_fd, to_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+                        return -EEXIST;
+        }
         if (renameat(from_fd, from_name, to_fd, to_name) < 0)
                 return errno == EEXIST ? -ENOTEMPTY : -errno;
         return 0;

@@ -29,6 +29,7 @@ void agent_request_free(AgentRequest *r) {
         free(r->cwd);
         free(r->path);
         free(r->to);
+        free(r->glob);
         free(r->hostname);
         explicit_bzero(r->entropy, sizeof(r->entropy));
         free(r);
@@ -299,7 +300,65 @@ static const struct {
         {"exec", REQ_EXEC}, {"read", REQ_READ},   {"write", REQ_WRITE},   {"list", REQ_LIST},
         {"stat", REQ_STAT}, {"mkdir", REQ_MKDIR}, {"remove", REQ_REMOVE}, {"rename", REQ_RENAME},
         {"resume", REQ_RESUME}, {"signal", REQ_SIGNAL}, {"forward", REQ_FORWARD},
+        {"archive", REQ_ARCHIVE}, {"unarchive", REQ_UNARCHIVE},
 };
+
+/* {"op":"archive","path","gzip","exclude":[relative paths]} and
+ * {"op":"unarchive","path","maxBytes","maxEntries"}: run as an exec of the
+ * agent's own code, so their output and input stream with its flow control. */
+static int parse_archive(json_t *o, AgentRequest *r, const char **ret_error) {
+        json_t *g = json_object_get(o, "gzip");
+        if (g && !json_is_null(g) && !json_is_boolean(g)) {
+                *ret_error = "gzip must be a boolean";
+                return -EINVAL;
+        }
+        r->gzip = json_is_true(g);
+        r->cwd = strdup("/");
+        if (!r->cwd)
+                return -ENOMEM;
+        r->uid = r->gid = -1;
+        json_t *ex = json_object_get(o, "exclude");
+        size_t n = json_is_array(ex) ? json_array_size(ex) : 0;
+        if ((ex && !json_is_null(ex) && !json_is_array(ex)) || n > REQUEST_MAX_EXCLUDES) {
+                *ret_error = "exclude must be a list of at most 256 relative paths";
+                return -EINVAL;
+        }
+        r->argv = calloc(n + 1, sizeof(char *));
+        if (!r->argv)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                json_t *v = json_array_get(ex, i);
+                const char *s = json_string_value(v);
+                if (!s || json_string_length(v) == 0 || json_string_length(v) > REQUEST_MAX_PATH ||
+                    memchr(s, '\0', json_string_length(v)) || s[0] == '/') {
+                        *ret_error = "exclude must be a list of at most 256 relative paths";
+                        return -EINVAL;
+                }
+                /* "./a/b/" is "a/b", the writer's own spelling. */
+                while (s[0] == '.' && s[1] == '/')
+                        s += 2;
+                size_t len = strlen(s);
+                while (len > 1 && s[len - 1] == '/')
+                        len--;
+                r->argv[i] = strndup(s, len);
+                if (!r->argv[i])
+                        return -ENOMEM;
+                r->argc++;
+        }
+        json_int_t v;
+        if (get_int(o, "maxBytes", 1LL << 40, 0, 1LL << 50, &v) < 0) {
+                *ret_error = "maxBytes must be a non-negative integer";
+                return -EINVAL;
+        }
+        r->max_bytes = (uint64_t)v;
+        if (get_int(o, "maxEntries", 100000, 0, 10000000, &v) < 0) {
+                *ret_error = "maxEntries must be a non-negative integer";
+                return -EINVAL;
+        }
+        r->max_entries = (uint64_t)v;
+        r->stdin_stream = r->op == REQ_UNARCHIVE;
+        return 0;
+}
 
 static int hex_digit(char c) {
         if (c >= '0' && c <= '9')
@@ -407,6 +466,13 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
                         *ret_error = "from and to must be absolute paths of at most 4096 bytes without NUL";
                         return k == -ENOMEM ? k : -EINVAL;
                 }
+                /* Absent means replace, as before the field existed. */
+                json_t *ow = json_object_get(o, "overwrite");
+                if (ow && !json_is_null(ow) && !json_is_boolean(ow)) {
+                        *ret_error = "overwrite must be a boolean";
+                        return -EINVAL;
+                }
+                r->flag = !ow || json_is_null(ow) || json_is_true(ow);
         } else {
                 if ((k = get_path(o, "path", &r->path)) < 0) {
                         *ret_error = "path must be an absolute path of at most 4096 bytes without NUL";
@@ -414,6 +480,11 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
                 }
         }
 
+        if (r->op == REQ_ARCHIVE || r->op == REQ_UNARCHIVE) {
+                k = parse_archive(o, r, ret_error);
+                if (k < 0)
+                        return k;
+        }
         switch (r->op) {
         case REQ_WRITE:
                 if (get_int(o, "mode", 0644, 0, 07777, &v) < 0) {
@@ -423,13 +494,33 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
                 r->mode = (unsigned)v;
                 k = get_bool(o, "mkdirs", &r->flag);
                 break;
-        case REQ_LIST:
-                if (get_int(o, "depth", 1, 1, REQUEST_MAX_LIST_DEPTH, &v) < 0) {
-                        *ret_error = "depth must be an integer between 1 and 10";
+        case REQ_LIST: {
+                size_t glen = 0;
+                if ((k = get_string(o, "glob", false, &r->glob, &glen)) < 0 || (r->glob && (glen == 0 || glen > REQUEST_MAX_GLOB))) {
+                        *ret_error = "glob must be a pattern of 1 to 1024 bytes without NUL";
+                        return k == -ENOMEM ? k : -EINVAL;
+                }
+                if (get_int(o, "depth", r->glob ? 0 : 1, 1, r->glob ? REQUEST_MAX_GLOB_DEPTH : REQUEST_MAX_LIST_DEPTH,
+                            &v) < 0) {
+                        *ret_error = r->glob ? "depth must be an integer between 1 and 32"
+                                             : "depth must be an integer between 1 and 10";
                         return -EINVAL;
                 }
                 r->depth = (unsigned)v;
+                if (get_int(o, "limit", REQUEST_MAX_LIST_LIMIT, 1, REQUEST_MAX_LIST_LIMIT, &v) < 0) {
+                        *ret_error = "limit must be an integer between 1 and 10000";
+                        return -EINVAL;
+                }
+                r->limit = (unsigned)v;
+                json_t *h = json_object_get(o, "hidden");
+                if (h && !json_is_null(h) && !json_is_boolean(h)) {
+                        *ret_error = "hidden must be a boolean";
+                        return -EINVAL;
+                }
+                r->hidden = !h || json_is_null(h) || json_is_true(h);
+                k = 0;
                 break;
+        }
         case REQ_MKDIR:
                 k = get_bool(o, "parents", &r->flag);
                 break;

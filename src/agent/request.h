@@ -13,6 +13,12 @@
 #define REQUEST_MAX_ARGV 4096
 #define REQUEST_MAX_ENV 256
 #define REQUEST_MAX_LIST_DEPTH 10
+/* A glob walk may go deeper than a listing ("**" reaches every level) but
+ * no deeper than this; its pattern is bounded too. */
+#define REQUEST_MAX_GLOB_DEPTH 32
+#define REQUEST_MAX_GLOB 1024
+#define REQUEST_MAX_LIST_LIMIT 10000
+#define REQUEST_MAX_EXCLUDES 256
 /* One day, the API's own upper bound for timeoutMs. */
 #define REQUEST_MAX_TIMEOUT_MS 86400000LL
 /* resume: bytes of entropy (as 2 hex digits each) and the hostname's bound. */
@@ -33,6 +39,8 @@ typedef enum AgentRequestOp {
         REQ_RESUME, /* microVM restored from a snapshot: fresh entropy, clock, hostname */
         REQ_SIGNAL, /* a signal to the process group of one of the host's exec streams */
         REQ_FORWARD, /* a TCP connection to a port on the sandbox's loopback (port forwarding) */
+        REQ_ARCHIVE,   /* a directory out as a tar: an exec of the agent's own tar writer */
+        REQ_UNARCHIVE, /* a tar (gzip or not) on stdin into a directory: its own reader */
 } AgentRequestOp;
 
 typedef struct AgentRequest {
@@ -56,8 +64,14 @@ typedef struct AgentRequest {
         char *path;
         char *to; /* rename destination; path holds "from" */
         unsigned mode;
-        bool flag;      /* write: mkdirs, mkdir: parents, remove: recursive */
-        unsigned depth; /* list */
+        bool flag;      /* write: mkdirs, mkdir: parents, remove: recursive, rename: overwrite */
+        unsigned depth; /* list: 0 with a glob is as deep as the pattern reaches */
+        char *glob;     /* list: a pattern relative to path, NULL for all */
+        bool hidden;    /* list: names starting with '.' too */
+        /* archive (argv holds the relative paths to exclude), unarchive */
+        bool gzip;
+        uint64_t max_bytes, max_entries;
+        unsigned limit; /* list: at most this many entries */
         /* resume */
         uint8_t entropy[REQUEST_RESUME_ENTROPY];
         int64_t time_ns; /* CLOCK_REALTIME to set */

@@ -50,6 +50,7 @@ static const Command files_commands[] = {
         {"get", "copy a file out of a sandbox", cmd_files_get, NULL},
         {"put", "copy a file into a sandbox", cmd_files_put, NULL},
         {"ls", "list a directory in a sandbox", cmd_files_ls, NULL},
+        {"cp", "copy a file or a directory in or out (ID:PATH on one side)", cmd_files_cp, NULL},
         {NULL, NULL, NULL, NULL},
 };
 

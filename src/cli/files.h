@@ -4,6 +4,7 @@
 
 int cmd_files_get(CliContext *ctx, int argc, char **argv);
 int cmd_files_put(CliContext *ctx, int argc, char **argv);
+int cmd_files_cp(CliContext *ctx, int argc, char **argv);
 int cmd_files_ls(CliContext *ctx, int argc, char **argv);
 
 /* Where `files get` writes: LOCAL itself, or LOCAL/<last part of PATH> when

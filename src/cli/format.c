@@ -349,7 +349,7 @@ void format_file_entries(FILE *f, json_t *entries) {
                                  (unsigned long long)json_integer_value(mode) & 07777);
                 else
                         snprintf(buf, sizeof(buf), "-");
-                row[1] = strdup(buf);
+                row[1] = json_is_string(mode) ? clean(json_string_value(mode)) : strdup(buf);
                 if (json_is_integer(size))
                         snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT, json_integer_value(size));
                 else

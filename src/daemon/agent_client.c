@@ -7,6 +7,7 @@
 #include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/timeutil.h"
+#include "proto/proto.h"
 
 /* How often a wait looks at its deadline and its caller. */
 #define POLL_MS 250
@@ -42,8 +43,22 @@ json_t *agent_req_write(const char *path, unsigned mode, bool mkdirs) {
         return json_pack("{s:s,s:s,s:i,s:b}", "op", "write", "path", path, "mode", (int)mode, "mkdirs", mkdirs);
 }
 
-json_t *agent_req_list(const char *path, unsigned depth) {
-        return json_pack("{s:s,s:s,s:i}", "op", "list", "path", path, "depth", (int)depth);
+json_t *agent_req_list(const char *path, unsigned depth, const char *glob, bool hidden, unsigned limit) {
+        json_t *j = json_pack("{s:s,s:s,s:b,s:i}", "op", "list", "path", path, "hidden", hidden, "limit", (int)limit);
+        if (j && depth > 0 && json_object_set_new(j, "depth", json_integer(depth)) < 0)
+                json_decref(TAKE_PTR(j));
+        if (j && glob && json_object_set_new(j, "glob", json_string(glob)) < 0)
+                json_decref(TAKE_PTR(j));
+        return j;
+}
+
+json_t *agent_req_archive(const char *path, bool gzip, json_t *exclude) {
+        return json_pack("{s:s,s:s,s:b,s:O}", "op", "archive", "path", path, "gzip", gzip, "exclude", exclude);
+}
+
+json_t *agent_req_unarchive(const char *path, uint64_t max_bytes, uint64_t max_entries) {
+        return json_pack("{s:s,s:s,s:I,s:I}", "op", "unarchive", "path", path, "maxBytes", (json_int_t)max_bytes,
+                         "maxEntries", (json_int_t)max_entries);
 }
 
 json_t *agent_req_stat(const char *path) {
@@ -58,8 +73,8 @@ json_t *agent_req_remove(const char *path, bool recursive) {
         return json_pack("{s:s,s:s,s:b}", "op", "remove", "path", path, "recursive", recursive);
 }
 
-json_t *agent_req_rename(const char *from, const char *to) {
-        return json_pack("{s:s,s:s,s:s}", "op", "rename", "from", from, "to", to);
+json_t *agent_req_rename(const char *from, const char *to, bool overwrite) {
+        return json_pack("{s:s,s:s,s:s,s:b}", "op", "rename", "from", from, "to", to, "overwrite", overwrite);
 }
 
 const char *agent_result_error(json_t *result, const char **ret_message) {
@@ -75,6 +90,9 @@ const char *agent_result_error(json_t *result, const char **ret_message) {
 int agent_wait_result(ChanStream *s, int64_t timeout_ms, AgentGiveUpFn give_up, void *userdata, json_t **ret) {
         uint64_t deadline = time_now_mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
         _cleanup_json_ json_t *batched = NULL;
+        /* The first line an exec-like op (an unarchive) printed on each of
+         * stdout and stderr, bounded: its counts, or why it failed. */
+        char head[2][256] = { "", "" };
         for (;;) {
                 ChanEvent ev;
                 int n = chan_stream_next(s, POLL_MS, &ev);
@@ -90,9 +108,21 @@ int agent_wait_result(ChanStream *s, int64_t timeout_ms, AgentGiveUpFn give_up, 
                                 chan_event_clear(&ev);
                         return -ECONNRESET;
                 }
+                if (ev.type == CHAN_EV_DATA && (ev.fd == PROTO_FD_OUT || ev.fd == PROTO_FD_ERR)) {
+                        char *h = head[ev.fd - PROTO_FD_OUT];
+                        size_t have = strlen(h);
+                        for (size_t i = 0; i < ev.len && have + 1 < sizeof(head[0]) && !memchr(h, '\n', have); i++)
+                                h[have++] = ev.data[i] == '\n' || (ev.data[i] >= 0x20 && ev.data[i] < 0x7f) ? (char)ev.data[i] : '?';
+                        h[have] = '\0';
+                }
                 if (ev.type == CHAN_EV_RESULT) {
                         json_t *res = TAKE_PTR(ev.json);
                         chan_event_clear(&ev);
+                        for (int i = 0; i < 2; i++)
+                                if (head[i][0]) {
+                                        head[i][strcspn(head[i], "\n")] = '\0';
+                                        json_object_set_new(res, i ? "stderrHead" : "stdoutHead", json_string(head[i]));
+                                }
                         json_t *last = json_object_get(res, "entries");
                         if (batched && json_is_array(last)) {
                                 json_array_extend(batched, last);

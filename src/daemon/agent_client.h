@@ -23,11 +23,16 @@ json_t *agent_req_exec(const char *command, json_t *argv, const char *cwd, json_
                        bool has_stdin);
 json_t *agent_req_read(const char *path);
 json_t *agent_req_write(const char *path, unsigned mode, bool mkdirs);
-json_t *agent_req_list(const char *path, unsigned depth);
+/* depth 0: as deep as the glob reaches (a glob is then required); glob NULL for every entry. */
+json_t *agent_req_list(const char *path, unsigned depth, const char *glob, bool hidden, unsigned limit);
+/* A directory out as a tar (stdout), gzip or not; exclude: relative paths (borrowed). */
+json_t *agent_req_archive(const char *path, bool gzip, json_t *exclude);
+/* A tar, gzip or not, on stdin into a directory; bounded in file bytes and members. */
+json_t *agent_req_unarchive(const char *path, uint64_t max_bytes, uint64_t max_entries);
 json_t *agent_req_stat(const char *path);
 json_t *agent_req_mkdir(const char *path, bool parents);
 json_t *agent_req_remove(const char *path, bool recursive);
-json_t *agent_req_rename(const char *from, const char *to);
+json_t *agent_req_rename(const char *from, const char *to, bool overwrite);
 /* A TCP connection to 127.0.0.1:port inside the sandbox (port forwarding):
  * EVENT {"event":"connected"}, then DATA both ways; RESULT ends it. */
 json_t *agent_req_forward(unsigned port);
@@ -36,7 +41,9 @@ json_t *agent_req_signal(uint32_t stream, int signo);
 
 /* Waits up to timeout_ms for the stream's RESULT (a new reference in *ret;
  * it may carry an {"error"}). A listing's EVENT batches of "entries" are
- * joined into the RESULT's. -ETIMEDOUT; -ECONNRESET when the channel closed
+ * joined into the RESULT's; an exec-like op's first line of stdout and of
+ * stderr (an unarchive's counts or its reason) as "stdoutHead" and
+ * "stderrHead". -ETIMEDOUT; -ECONNRESET when the channel closed
  * first; -ECANCELED when give_up (may be NULL) said so. The stream stays the
  * caller's. */
 int agent_wait_result(ChanStream *s, int64_t timeout_ms, AgentGiveUpFn give_up, void *userdata, json_t **ret);

@@ -12,7 +12,9 @@
 #include "daemon/output.h"
 #include "daemon/api_egress.h"
 #include "daemon/api_exec.h"
+#include "daemon/api_archive.h"
 #include "daemon/api_files.h"
+#include "daemon/api_uploads.h"
 #include "daemon/api_images.h"
 #include "daemon/api_interpreter.h"
 #include "daemon/api_keys.h"
@@ -99,6 +101,8 @@ const HttpRoute api_routes[] = {
           handle_sandbox_wake),
         RI(ROUTE_SANDBOX_RESTART, "restart", "POST", SBX ":restart", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
           handle_sandbox_restart),
+        RI(ROUTE_SANDBOX_UPDATE, "update", "POST", SBX ":update", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_sandbox_update),
         R(ROUTE_SANDBOX_NETWORK_GET, "network_get", "GET", SBX "/network", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_sandbox_network_get),
         RI(ROUTE_SANDBOX_NETWORK, "network", "PUT", SBX "/network", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
@@ -120,6 +124,29 @@ const HttpRoute api_routes[] = {
           handle_files_remove),
         R(ROUTE_FILES_RENAME, "files_rename", "POST", SBX "/files:rename", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_files_rename),
+        R(ROUTE_FILES_ARCHIVE_GET, "files_archive_get", "GET", SBX "/files/archive", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_files_archive_get),
+        { .kind = ROUTE_FILES_ARCHIVE_PUT, .name = "files_archive_put", .method = "PUT", .path = SBX "/files/archive",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM, .handler = handle_files_archive_put,
+          .upload = &archive_upload },
+        R(ROUTE_ARCHIVE_UPLOAD_BEGIN, "archive_upload_begin", "POST", SBX "/files/archive/uploads", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON, handle_archive_upload_begin),
+        { .kind = ROUTE_ARCHIVE_UPLOAD_PART, .name = "archive_upload_part", .method = "PUT",
+          .path = SBX "/files/archive/uploads/{upload}", .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM,
+          .handler = handle_upload_part, .upload = &upload_part_stream },
+        R(ROUTE_ARCHIVE_UPLOAD_COMMIT, "archive_upload_commit", "POST", SBX "/files/archive/uploads/{upload}:commit",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_upload_commit),
+        R(ROUTE_ARCHIVE_UPLOAD_ABORT, "archive_upload_abort", "POST", SBX "/files/archive/uploads/{upload}:abort",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_upload_abort),
+        R(ROUTE_UPLOAD_BEGIN, "upload_begin", "POST", SBX "/uploads", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_upload_begin),
+        { .kind = ROUTE_UPLOAD_PART, .name = "upload_part", .method = "PUT", .path = SBX "/uploads/{upload}",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM, .handler = handle_upload_part,
+          .upload = &upload_part_stream },
+        R(ROUTE_UPLOAD_COMMIT, "upload_commit", "POST", SBX "/uploads/{upload}:commit", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_upload_commit),
+        R(ROUTE_UPLOAD_ABORT, "upload_abort", "POST", SBX "/uploads/{upload}:abort", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_upload_abort),
         R(ROUTE_PROC_LIST, "proc_list", "GET", SBX "/processes", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_proc_list),
         { .kind = ROUTE_PROC_SPAWN, .name = "proc_spawn", .method = "POST", .path = SBX "/processes",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_proc_spawn,
@@ -217,6 +244,29 @@ void api_agent_error(json_t *result, const char *path, ApiError *e) {
                         return;
                 }
         api_error(e, 500, "internal", NULL, "%s", text);
+}
+
+/* The agent's archive child's exit codes (src/agent/archive.h). */
+enum { EXIT_NOT_FOUND = 2, EXIT_NOT_A_DIRECTORY = 3, EXIT_MALFORMED = 4, EXIT_REFUSED = 5, EXIT_TOO_LARGE = 6 };
+
+int api_archive_error(int code, const char *path, const char *why, ApiError *e) {
+        switch (code) {
+        case EXIT_NOT_FOUND:
+                return api_error(e, 404, "not_found", NULL, "%.180s: no such directory", path);
+        case EXIT_NOT_A_DIRECTORY:
+                return api_error(e, 400, "invalid_request", NULL, "%.180s: not a directory", path);
+        case EXIT_MALFORMED:
+                return api_error(e, 400, "invalid_request", "send a tar, gzip-compressed or not",
+                                 "the archive is malformed: %.200s", why);
+        case EXIT_REFUSED:
+                return api_error(e, 400, "invalid_request",
+                                 "archives may hold files, directories and links that stay inside the target",
+                                 "%.240s", why);
+        case EXIT_TOO_LARGE:
+                return api_error(e, 413, "payload_too_large", "split it, or copy fewer files at once", "%.240s", why);
+        default:
+                return api_error(e, 500, "internal", NULL, "%.180s: %.100s", path, why);
+        }
 }
 
 int api_sandbox_error(const SandboxError *se, ApiError *e) {

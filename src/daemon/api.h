@@ -41,6 +41,7 @@ typedef enum RouteKind {
         ROUTE_SANDBOX_PAUSE,
         ROUTE_SANDBOX_WAKE,
         ROUTE_SANDBOX_RESTART,
+        ROUTE_SANDBOX_UPDATE,
         ROUTE_FILES_READ,
         ROUTE_FILES_WRITE,
         ROUTE_FILES_LIST,
@@ -48,6 +49,16 @@ typedef enum RouteKind {
         ROUTE_FILES_MKDIR,
         ROUTE_FILES_REMOVE,
         ROUTE_FILES_RENAME,
+        ROUTE_FILES_ARCHIVE_GET,
+        ROUTE_FILES_ARCHIVE_PUT,
+        ROUTE_ARCHIVE_UPLOAD_BEGIN,
+        ROUTE_ARCHIVE_UPLOAD_PART,
+        ROUTE_ARCHIVE_UPLOAD_COMMIT,
+        ROUTE_ARCHIVE_UPLOAD_ABORT,
+        ROUTE_UPLOAD_BEGIN,
+        ROUTE_UPLOAD_PART,
+        ROUTE_UPLOAD_COMMIT,
+        ROUTE_UPLOAD_ABORT,
         ROUTE_KEYS_LIST,
         ROUTE_KEYS_CREATE,
         ROUTE_KEY_REVOKE,
@@ -118,6 +129,9 @@ const char *route_name(RouteKind k);
 void api_agent_error(json_t *result, const char *path, ApiError *e);
 
 /* The API's error for a manager's: its kind becomes a status and a code. */
+/* An unarchive's or archive's exit code (src/agent/archive.h) and its
+ * reason as the API's error. */
+int api_archive_error(int code, const char *path, const char *why, ApiError *e);
 int api_sandbox_error(const SandboxError *se, ApiError *e);
 /* A running sandbox of the route's id and the request's key, with a
  * reference (sandbox_release): 404 when there is none, 409 when it is not

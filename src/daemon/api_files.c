@@ -1,6 +1,7 @@
 /* The file routes: content streamed both ways, list, stat, mkdir, remove,
  * rename, each mapped onto one agent stream. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,10 @@ static int run_op(Req *r, Sandbox *sb, json_t *request, json_t **ret, ApiError *
         return rc;
 }
 
+/* An agent's entry in the API's shape, the published client's: "type" is
+ * file, directory, symlink or other; "mode" the permission bits as an octal
+ * string; "modifiedAt" and "symlinkTarget" beside the older "mtime" and
+ * "target", which our first clients read. */
 static json_t *api_entry(json_t *entry) {
         json_t *out = json_deep_copy(entry);
         if (!out)
@@ -58,6 +63,19 @@ static json_t *api_entry(json_t *entry) {
                 else
                         json_object_set_new(out, "mtime", json_null());
         }
+        json_object_set(out, "modifiedAt", json_object_get(out, "mtime"));
+        const char *type = json_string_value(json_object_get(out, "type"));
+        if (type && strcmp(type, "dir") == 0)
+                json_object_set_new(out, "type", json_string("directory"));
+        json_t *mode = json_object_get(out, "mode");
+        if (json_is_integer(mode)) {
+                char buf[8];
+                snprintf(buf, sizeof(buf), "%04o", (unsigned)json_integer_value(mode) & 07777u);
+                json_object_set_new(out, "mode", json_string(buf));
+        }
+        json_t *target = json_object_get(out, "target");
+        if (target)
+                json_object_set(out, "symlinkTarget", target);
         return out;
 }
 
@@ -97,16 +115,61 @@ static enum MHD_Result op_reply(Req *r, json_t *request, const char *path, json_
         return MHD_YES;
 }
 
+/* A boolean query argument: true/false (1/0 too); def when absent. */
+static int query_bool(Req *r, const char *name, bool def, bool *ret, ApiError *e) {
+        const char *v = req_query(r, name);
+        if (!v) {
+                *ret = def;
+                return 0;
+        }
+        if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+                *ret = true;
+        else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+                *ret = false;
+        else
+                return api_error(e, 400, "invalid_request", NULL, "%s must be true or false", name);
+        return 0;
+}
+
+#define LIST_LIMIT_MAX 10000
+#define GLOB_MAX 1024
+
 enum MHD_Result handle_files_list(Req *r) {
         ApiError e = { 0 };
         _cleanup_free_ char *path = NULL;
-        unsigned depth = 1;
+        unsigned depth = 1, limit = LIST_LIMIT_MAX;
+        bool hidden = true;
         if (query_path(r, "path", "/workspace", &path, &e) < 0)
                 return reply_error(r, &e);
+        const char *glob = NULL;
+        size_t glen = 0;
+        if (req_query_n(r, "glob", &glob, &glen) && (glen == 0 || glen > GLOB_MAX || memchr(glob, '\0', glen))) {
+                api_error(&e, 400, "invalid_request", "e.g. **/*.py", "glob must be a pattern of 1 to %d bytes",
+                          GLOB_MAX);
+                return reply_error(r, &e);
+        }
         const char *d = req_query(r, "depth");
+        if (glob)
+                depth = 0; /* as deep as the pattern reaches */
         if (d && request_parse_depth(d, &depth, &e) < 0)
                 return reply_error(r, &e);
-        _cleanup_json_ json_t *req = agent_req_list(path, depth);
+        const char *l = req_query(r, "limit");
+        if (l) {
+                char *end = NULL;
+                errno = 0;
+                unsigned long v = strtoul(l, &end, 10);
+                if (errno || !*l || *end || l[0] == '-' || v < 1 || v > LIST_LIMIT_MAX) {
+                        api_error(&e, 400, "invalid_request", NULL, "limit must be an integer from 1 to %d",
+                                  LIST_LIMIT_MAX);
+                        return reply_error(r, &e);
+                }
+                limit = (unsigned)v;
+        }
+        /* Dotfiles are listed unless asked not to: a listing that leaves
+         * files out without being asked would hide what an agent wrote. */
+        if (query_bool(r, "hidden", true, &hidden, &e) < 0)
+                return reply_error(r, &e);
+        _cleanup_json_ json_t *req = agent_req_list(path, depth, glob, hidden, limit);
         if (!req)
                 return reply_internal(r);
         json_t *result = NULL;
@@ -122,8 +185,9 @@ enum MHD_Result handle_files_list(Req *r) {
                 if (a)
                         json_array_append_new(entries, a);
         }
-        return reply_json(r, 200, json_pack("{s:s,s:o,s:b}", "path", path, "entries", entries, "truncated",
-                                            json_is_true(json_object_get(res, "truncated"))));
+        bool truncated = json_is_true(json_object_get(res, "truncated"));
+        return reply_json(r, 200, json_pack("{s:s,s:o,s:b,s:b}", "path", path, "data", entries, "truncated",
+                                            truncated, "hasMore", truncated));
 }
 
 enum MHD_Result handle_files_stat(Req *r) {
@@ -134,13 +198,32 @@ enum MHD_Result handle_files_stat(Req *r) {
         _cleanup_json_ json_t *req = agent_req_stat(path);
         if (!req)
                 return reply_internal(r);
+        Sandbox *sb;
+        if (api_sandbox_acquire(r, &sb, &e) < 0)
+                return reply_error(r, &e);
         json_t *result = NULL;
-        enum MHD_Result m = op_reply(r, req, path, &result);
-        if (!result)
-                return m;
-        json_t *entry = api_entry(result);
-        json_decref(result);
-        return entry ? reply_json(r, 200, entry) : reply_internal(r);
+        int rc = run_op(r, sb, req, &result, &e);
+        sandbox_release(sb);
+        if (rc == -EPIPE)
+                return MHD_NO;
+        if (rc < 0)
+                return e.code ? reply_error(r, &e) : reply_internal(r);
+        _cleanup_json_ json_t *res = result;
+        const char *code = agent_result_error(res, NULL);
+        /* Nothing there (or a file where a directory would be) is an answer,
+         * not a failure: {"exists": false}. */
+        if (code && (strcmp(code, "not_found") == 0 || strcmp(code, "not_a_directory") == 0))
+                return reply_json(r, 200, json_pack("{s:s,s:b}", "path", path, "exists", false));
+        if (code) {
+                api_agent_error(res, path, &e);
+                return reply_error(r, &e);
+        }
+        json_t *entry = api_entry(res);
+        if (!entry || json_object_set_new(entry, "exists", json_true()) < 0) {
+                json_decref(entry);
+                return reply_internal(r);
+        }
+        return reply_json(r, 200, entry);
 }
 
 static enum MHD_Result files_op(Req *r) {
@@ -163,8 +246,8 @@ static enum MHD_Result files_op(Req *r) {
                 }
                 break;
         default:
-                if ((rc = request_parse_rename(r->json, &path, &to, &e)) == 0) {
-                        req = agent_req_rename(path, to);
+                if ((rc = request_parse_rename(r->json, &path, &to, &flag, &e)) == 0) {
+                        req = agent_req_rename(path, to, flag);
                         answer = json_pack("{s:s,s:s}", "from", path, "to", to);
                 }
                 break;
@@ -177,6 +260,14 @@ static enum MHD_Result files_op(Req *r) {
         enum MHD_Result m = op_reply(r, req, path, &result);
         if (!result)
                 return m;
+        if (r->route.kind == ROUTE_FILES_REMOVE) {
+                /* What went: whether anything did, and how many entries (a
+                 * directory counts itself and all it held). */
+                json_t *n = json_object_get(result, "removed");
+                json_int_t count = json_is_integer(n) ? json_integer_value(n) : 1;
+                json_object_set_new(answer, "removed", json_boolean(count > 0));
+                json_object_set_new(answer, "entries", json_integer(count));
+        }
         json_decref(result);
         return reply_json(r, 200, TAKE_PTR(answer));
 }
@@ -334,6 +425,12 @@ enum MHD_Result handle_files_read(Req *r) {
                 file_read_free(f);
                 return reply_internal(r);
         }
+        /* The length again where a client reads it even when something in
+         * between re-frames the body: a stream cut short is then told from a
+         * whole one. */
+        char len[24];
+        snprintf(len, sizeof(len), "%" PRIu64, f->size);
+        MHD_add_response_header(resp, "X-Content-Length", len);
         return reply_response(r, 200, resp, "application/octet-stream");
 }
 

@@ -285,6 +285,21 @@ int db_sandbox_update(Db *db, const SandboxRow *r) {
         return sqlite3_changes(db->sql) == 1 ? 0 : -ENOENT;
 }
 
+int db_sandbox_set_meta(Db *db, const char *id, const char *name, const char *labels) {
+        LOCKED(db);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db->sql, "UPDATE sandboxes SET name = ?, labels = ? WHERE id = ? AND deleted_at IS NULL",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        bind_opt_text(st, 1, name);
+        sqlite3_bind_text(st, 2, labels, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
+        int rc = sqldb_errno(sqlite3_step(st));
+        if (rc < 0)
+                return rc;
+        return sqlite3_changes(db->sql) == 1 ? 0 : -ENOENT;
+}
+
 #define ROW_COLUMNS                                                                                         \
         "id, owner, key_id, name, labels, spec, state, failure_reason, created_at, started_at, stopped_at, " \
         "lease_ends_at, run_seconds, deleted_at"

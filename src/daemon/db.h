@@ -45,6 +45,8 @@ int db_sandbox_insert(Db *db, const SandboxRow *r, unsigned max_total, unsigned 
 /* Writes the mutable fields: spec, state, failure_reason, started_at,
  * stopped_at, lease_ends_at, run_seconds, deleted_at. */
 int db_sandbox_update(Db *db, const SandboxRow *r);
+/* Writes an undeleted sandbox's name (NULL: none) and labels (a JSON object). */
+int db_sandbox_set_meta(Db *db, const char *id, const char *name, const char *labels);
 /* An undeleted sandbox; -ENOENT. */
 int db_sandbox_get(Db *db, const char *id, SandboxRow *ret);
 

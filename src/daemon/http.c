@@ -52,6 +52,15 @@ static bool proc_id_ok(const char *s) {
         return true;
 }
 
+static bool upload_id_ok(const char *s) {
+        if (strncmp(s, "upl_", 4) != 0 || strlen(s) != HTTP_UPLOAD_ID_LEN)
+                return false;
+        for (const char *p = s + 4; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
 bool route_context_id_ok(const char *s) {
         size_t len = strlen(s);
         if (len == 0 || len > 63)
@@ -99,6 +108,9 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("process")) {
                 dst = r->proc_id;
                 cap = sizeof(r->proc_id);
+        } else if (IS("upload")) {
+                dst = r->upload_id;
+                cap = sizeof(r->upload_id);
         } else if (IS("context")) {
                 dst = r->context;
                 cap = sizeof(r->context);
@@ -119,6 +131,8 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return image_name_ok(dst);
         if (IS("process"))
                 return proc_id_ok(dst);
+        if (IS("upload"))
+                return upload_id_ok(dst);
         if (IS("context"))
                 return route_context_id_ok(dst);
         if (IS("result"))

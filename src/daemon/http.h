@@ -20,6 +20,7 @@
 #define ROUTE_KEY_ID_LEN 20 /* "key_" + 16 hex */
 #define ROUTE_MAX_URL 1024
 #define HTTP_PROCESS_ID_LEN 21 /* "proc_" + 16 hex */
+#define HTTP_UPLOAD_ID_LEN 20  /* "upl_" + 16 hex */
 
 /* What the handlers share (the daemon's parts); opaque to this layer. */
 typedef struct App App;
@@ -51,8 +52,8 @@ typedef struct HttpUpload {
 /* Path patterns are literal but for their parameters: {sandbox} (sbx_ + 20
  * hex), {key} (key_ + 16 hex), {image} (an image name), {secret} (1..64
  * bytes, no '/', checked by its handler), {process} (proc_ + 16 hex),
- * {context} (an interpreter context id) and {result} (a kept result's file
- * name). A parameter ends at the pattern's next literal character, or at
+ * {context} (an interpreter context id), {result} (a kept result's file
+ * name) and {upload} (upl_ + 16 hex). A parameter ends at the pattern's next literal character, or at
  * the end of the path. */
 typedef struct HttpRoute {
         int kind;
@@ -83,6 +84,7 @@ typedef struct Route {
         char key_id[ROUTE_KEY_ID_LEN + 1];
         char secret[65];
         char proc_id[HTTP_PROCESS_ID_LEN + 1];
+        char upload_id[HTTP_UPLOAD_ID_LEN + 1];
         char context[64]; /* an interpreter context: [a-z0-9][a-z0-9-]{0,62} */
         char result[129]; /* a kept interpreter result: [A-Za-z0-9][A-Za-z0-9_.-]{0,127} */
         char allow[48]; /* for a 405: the methods the path has */

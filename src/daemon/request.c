@@ -373,7 +373,7 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
                                               "diskMiB",        "network",    "env",    "image",
                                               "driver",         "name",       "labels", "maxCostMicros",
                                               "maxTotalCostMicros", "secrets", "idlePauseSeconds", "autoWake",
-                                              "pausable", NULL };
+                                              "pausable", "getOrCreate", NULL };
         CreateRequest c = { 0 };
         int64_t n;
         int r = check_fields(body, NULL, fields, e);
@@ -897,10 +897,10 @@ int request_parse_remove(json_t *body, char **ret_path, bool *ret_recursive, Api
         return 0;
 }
 
-int request_parse_rename(json_t *body, char **ret_from, char **ret_to, ApiError *e) {
-        static const char *const fields[] = { "from", "to", NULL };
+int request_parse_rename(json_t *body, char **ret_from, char **ret_to, bool *ret_overwrite, ApiError *e) {
+        static const char *const fields[] = { "from", "to", "overwrite", NULL };
         int r = check_fields(body, NULL, fields, e);
-        if (r < 0)
+        if (r < 0 || (r = get_bool(body, "overwrite", true, ret_overwrite, e)) < 0)
                 return r;
         _cleanup_free_ char *from = NULL;
         if ((r = request_path_field(body, "from", true, &from, e)) < 0)
@@ -909,6 +909,73 @@ int request_parse_rename(json_t *body, char **ret_from, char **ret_to, ApiError 
                 return r;
         *ret_from = TAKE_PTR(from);
         return 0;
+}
+
+void update_request_done(UpdateRequest *u) {
+        free(u->name);
+        json_decref(u->labels);
+        json_decref(u->network);
+        *u = (UpdateRequest){ 0 };
+}
+
+int request_parse_update(json_t *body, UpdateRequest *ret, ApiError *e) {
+        static const char *const fields[] = { "name", "labels", "network", "timeoutSeconds", "onTimeout", "onLeaseEnd",
+                                              "env", "autoWake", "user", "idlePauseSeconds", "persistent",
+                                              "maxTotalCostMicros", NULL };
+        /* The published client's other settings, which this server has no
+         * counterpart for yet: refused by name rather than ignored. */
+        static const char *const unsupported[] = { "env", "autoWake", "user", "idlePauseSeconds", "persistent",
+                                                   "maxTotalCostMicros", NULL };
+        UpdateRequest u = { 0 };
+        int r = check_fields(body, NULL, fields, e);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; unsupported[i]; i++)
+                if (json_object_get(body, unsupported[i]))
+                        return api_error(e, 400, "invalid_request", "leave it out; the other settings can change",
+                                         "%s cannot be changed on this server", unsupported[i]);
+        json_t *v = json_object_get(body, "name");
+        if (v) {
+                u.set_name = true;
+                if (!json_is_null(v)) {
+                        const char *s;
+                        size_t len;
+                        if ((r = get_string(v, "name", REQ_MAX_NAME, &s, &len, e)) < 0)
+                                return r;
+                        if (len == 0 || !printable(s, len))
+                                return INVALID(e, "name must be 1 to 64 printable bytes, or null for none");
+                        if (!(u.name = strdup(s)))
+                                return -ENOMEM;
+                }
+        }
+        v = json_object_get(body, "labels");
+        if (v && json_is_null(v) && !(u.labels = json_object())) /* null: none */
+                return -ENOMEM;
+        if (v && !json_is_null(v) && (r = parse_labels(v, &u.labels, e)) < 0)
+                goto fail;
+        v = json_object_get(body, "network");
+        if (v && !json_is_null(v) && (r = request_parse_network(v, "network", &u.network, e)) < 0)
+                goto fail;
+        if (json_object_get(body, "timeoutSeconds") &&
+            (r = get_int(body, "timeoutSeconds", 1, REQ_MAX_TIMEOUT_SECONDS, 0, &u.timeout_seconds, e)) < 0)
+                goto fail;
+        const char *ends[] = { "onTimeout", "onLeaseEnd" };
+        for (int i = 0; i < 2; i++) {
+                v = json_object_get(body, ends[i]);
+                if (!v || json_is_null(v))
+                        continue;
+                const char *s = json_string_value(v);
+                if (!s || (strcmp(s, "stop") != 0 && strcmp(s, "delete") != 0)) {
+                        r = INVALID(e, "%s must be \"stop\" or \"delete\"", ends[i]);
+                        goto fail;
+                }
+                u.on_lease_end = strcmp(s, "stop") == 0 ? "stop" : "delete";
+        }
+        *ret = u;
+        return 0;
+fail:
+        update_request_done(&u);
+        return r;
 }
 
 int request_parse_extend(json_t *body, int64_t *ret_seconds, ApiError *e) {

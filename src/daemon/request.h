@@ -106,7 +106,18 @@ int request_path_field(json_t *body, const char *field, bool required, char **re
 
 int request_parse_mkdir(json_t *body, char **ret_path, bool *ret_parents, ApiError *e);
 int request_parse_remove(json_t *body, char **ret_path, bool *ret_recursive, ApiError *e);
-int request_parse_rename(json_t *body, char **ret_from, char **ret_to, ApiError *e);
+/* overwrite: absent replaces an existing target, as before the field existed. */
+int request_parse_rename(json_t *body, char **ret_from, char **ret_to, bool *ret_overwrite, ApiError *e);
+/* POST .../{id}:update: what the published client's update() sends. */
+typedef struct UpdateRequest {
+        bool set_name;
+        char *name; /* NULL with set_name: clear it */
+        json_t *labels, *network;
+        int64_t timeout_seconds; /* 0: unchanged */
+        const char *on_lease_end; /* static; NULL: unchanged */
+} UpdateRequest;
+int request_parse_update(json_t *body, UpdateRequest *ret, ApiError *e);
+void update_request_done(UpdateRequest *u);
 int request_parse_extend(json_t *body, int64_t *ret_seconds, ApiError *e);
 /* :wake's body: an optional timeoutSeconds (0 in *ret when left out). */
 int request_parse_wake(json_t *body, int64_t *ret_timeout_seconds, ApiError *e);

@@ -1687,6 +1687,74 @@ static void idle_check(Manager *m, Sandbox *sb, int64_t now_ms) {
         busy_end(m, sb->id);
 }
 
+/* ---- :update's settings (api_sandboxes.c) ---- */
+
+static int op_update(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
+        const SandboxUpdate *u = arg;
+        int64_t now = time_now_unix();
+        if (u->lease_end > 0) {
+                if (strcmp(row->state, "running") != 0)
+                        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "a lease runs only while the sandbox does",
+                                             "sandbox %s is %s, not running", row->id, row->state);
+                if (u->lease_end > row->lease_ends_at) {
+                        /* Longer: reserved and capped as an extend is. */
+                        ExtendArg a = { u->lease_end - (row->lease_ends_at > now ? row->lease_ends_at : now) };
+                        int r = op_extend(m, row, &a, rid, e);
+                        if (r < 0)
+                                return r;
+                } else
+                        /* Shorter: the timer acts on the new end; what was
+                         * reserved for the longer one is settled when it ends. */
+                        row->lease_ends_at = u->lease_end;
+        }
+        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
+        if (!spec)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
+        if (u->on_lease_end && json_object_set_new(spec, "onLeaseEnd", json_string(u->on_lease_end)) < 0)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
+        if (u->on_lease_end || u->lease_end > 0) {
+                char *text = json_dumps(spec, JSON_COMPACT);
+                if (!text)
+                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
+                free(row->spec);
+                row->spec = text;
+                int r = db_sandbox_update(m->db, row);
+                if (r < 0) {
+                        log_error(rid, "updating %s: %s", row->id, strerror(-r));
+                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the update");
+                }
+        }
+        if (u->network) {
+                /* Recorded, and a live sandbox's egress follows, as PUT .../network does. */
+                int r = op_network(m, row, u->network, rid, e);
+                if (r < 0)
+                        return r;
+        }
+        if (u->set_name || u->labels) {
+                char *labels = u->labels ? json_dumps(u->labels, JSON_COMPACT) : strdup(row->labels ? row->labels : "{}");
+                const char *name = u->set_name ? u->name : row->name;
+                int r = labels ? db_sandbox_set_meta(m->db, row->id, name, labels) : -ENOMEM;
+                if (r == 0) {
+                        char *n = name ? strdup(name) : NULL;
+                        free(row->name);
+                        row->name = n;
+                        free(row->labels);
+                        row->labels = TAKE_PTR(labels);
+                }
+                free(labels);
+                if (r < 0) {
+                        log_error(rid, "updating %s: %s", row->id, strerror(-r));
+                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the update");
+                }
+        }
+        return 0;
+}
+
+int sandbox_update(Manager *m, const KeyInfo *key, const char *id, const SandboxUpdate *u, const char *rid,
+                   SandboxRow *ret, SandboxError *e) {
+        return with_row(m, key, id, op_update, (void *)u, rid, ret, e);
+}
+
 int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **ret, SandboxError *e) {
         Sandbox *found = NULL;
         pthread_mutex_lock(&m->lock);

@@ -49,6 +49,21 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
 int sandbox_get(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret, SandboxError *e);
 /* fn for each undeleted sandbox of the key's owner, newest first. */
 int sandbox_list(Manager *m, const KeyInfo *key, DbSandboxFn fn, void *userdata, SandboxError *e);
+
+/* What :update changes; what is left unset stays. */
+typedef struct SandboxUpdate {
+        bool set_name;
+        const char *name;     /* NULL with set_name: no name */
+        json_t *labels;       /* NULL: unchanged; replaces them all */
+        json_t *network;      /* NULL: unchanged; normalised */
+        const char *on_lease_end; /* "stop" or "delete"; NULL: unchanged */
+        int64_t lease_end;    /* unix seconds; 0: unchanged */
+} SandboxUpdate;
+/* Applies u under the sandbox's lifecycle lock: the lease first (a longer
+ * one reserved and capped as an extend; -EDQUOT-like refusals leave the rest
+ * unchanged), then network and lease-end action, then name and labels. */
+int sandbox_update(Manager *m, const KeyInfo *key, const char *id, const SandboxUpdate *u, const char *rid,
+                   SandboxRow *ret, SandboxError *e);
 int sandbox_stop(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxRow *ret,
                  SandboxError *e);
 int sandbox_delete(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxError *e);

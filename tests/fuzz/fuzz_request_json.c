@@ -51,10 +51,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 }
                 case 3: {
                         char *a = NULL, *b = NULL;
-                        if (request_parse_rename(body, &a, &b, &e) == 0) {
+                        bool ow;
+                        if (request_parse_rename(body, &a, &b, &ow, &e) == 0) {
                                 free(a);
                                 free(b);
                         }
+                        UpdateRequest u;
+                        if (request_parse_update(body, &u, &e) == 0)
+                                update_request_done(&u);
                         break;
                 }
                 case 4: {

@@ -165,3 +165,33 @@ def test_doctor_without_daemon(cli):
     out = (r.stdout + r.stderr).decode()
     assert r.returncode == 1, (r.returncode, out)
     assert f"127.0.0.1:{port}" in out, out
+
+
+def test_files_cp_directories_both_ways(cli, sandbox, tmp_path):
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "m.py").write_text("X = 1\n")
+    (src / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (src / "run.sh").chmod(0o755)
+    (src / "link").symlink_to("pkg/m.py")
+    r = cli("files", "cp", str(src), f"{sandbox.id}:/workspace/dst")
+    assert r.returncode == 0, r.stderr
+    assert sandbox.run("/workspace/dst/run.sh") == "ran\n"
+    assert sandbox.run("cat /workspace/dst/link") == "X = 1\n"
+    sandbox.run("mkdir -p /workspace/out/d && printf hi > /workspace/out/d/f.txt && ln -s /etc/passwd /workspace/out/evil")
+    out = tmp_path / "got"
+    r = cli("files", "cp", f"{sandbox.id}:/workspace/out", str(out))
+    # A link out of the directory is refused on this side too: the sandbox's files are not trusted.
+    assert r.returncode != 0 and b"leads outside" in r.stderr, (r.stdout, r.stderr)
+    assert not (out / "evil").exists() and not (out / "evil").is_symlink()
+    sandbox.run("rm /workspace/out/evil")
+    r = cli("files", "cp", f"{sandbox.id}:out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert (out / "d" / "f.txt").read_text() == "hi"
+    # A single file either way is files get / put.
+    r = cli("files", "cp", f"{sandbox.id}:/workspace/out/d/f.txt", str(tmp_path / "one.txt"))
+    assert r.returncode == 0 and (tmp_path / "one.txt").read_text() == "hi", r.stderr
+    r = cli("files", "cp", str(tmp_path / "one.txt"), f"{sandbox.id}:/workspace/one.txt")
+    assert r.returncode == 0 and sandbox.read("/workspace/one.txt") == b"hi", r.stderr
+    r = cli("files", "cp", str(src), str(tmp_path / "x"))
+    assert r.returncode == 2 and b"ID:PATH" in r.stderr

@@ -53,7 +53,7 @@ def test_put_mode(sandbox):
     assert r.status_code == 200, r.text
     assert sandbox.run("/workspace/tool.sh") == "tool ran\n"
     st = sandbox.stat("/workspace/tool.sh").json()
-    assert st["mode"] & 0o777 == 0o755, st
+    assert st["mode"] == "0755", st
 
 
 @pytest.mark.microvm_subset
@@ -77,21 +77,21 @@ def test_list_with_depth(sandbox):
     body = r.json()
     assert body["path"] == "/workspace/tree"
     assert body["truncated"] is False
-    paths = {e["path"]: e for e in body["entries"]}
+    paths = {e["path"]: e for e in body["data"]}
     assert set(paths) == {"/workspace/tree/a", "/workspace/tree/top.txt"}, paths
     top = paths["/workspace/tree/top.txt"]
     assert top["name"] == "top.txt" and top["type"] == "file" and top["size"] == 1
-    for f in ("path", "name", "type", "size", "mode", "mtime"):
+    for f in ("path", "name", "type", "size", "mode", "mtime", "modifiedAt"):
         assert f in top, f"entry lacks {f}: {top}"
-    assert paths["/workspace/tree/a"]["type"] == "dir"
+    assert paths["/workspace/tree/a"]["type"] == "directory"
 
     body = sandbox.list("/workspace/tree", depth=3).json()
-    paths = {e["path"] for e in body["entries"]}
+    paths = {e["path"] for e in body["data"]}
     assert paths == {"/workspace/tree/a", "/workspace/tree/a/b", "/workspace/tree/a/b/c.txt",
                      "/workspace/tree/top.txt"}, paths
 
     body = sandbox.list("/workspace/tree", depth=2).json()
-    assert "/workspace/tree/a/b/c.txt" not in {e["path"] for e in body["entries"]}
+    assert "/workspace/tree/a/b/c.txt" not in {e["path"] for e in body["data"]}
 
 
 @pytest.mark.parametrize("depth", ["0", "11", "-1", "x"])
@@ -99,12 +99,33 @@ def test_list_bad_depth(sandbox, depth):
     assert_error(sandbox.list("/workspace", depth=depth), 400, "invalid_request")
 
 
+@pytest.mark.microvm_subset
+def test_list_glob_hidden_limit(sandbox):
+    sandbox.run("mkdir -p /workspace/g/src/pkg /workspace/g/.git && cd /workspace/g && "
+                "touch top.py notes.txt src/a.py src/pkg/b.py .git/c.py .hidden.py")
+    names = lambda **q: sorted(e["path"][len("/workspace/g/"):]  # noqa: E731
+                               for e in sandbox.list("/workspace/g", **q).json()["data"])
+    assert names(glob="*.py") == [".hidden.py", "top.py"]
+    assert names(glob="**/*.py") == [".git/c.py", ".hidden.py", "src/a.py", "src/pkg/b.py", "top.py"]
+    assert names(glob="**/*.py", hidden="false") == ["src/a.py", "src/pkg/b.py", "top.py"]
+    assert names(glob="src/*") == ["src/a.py", "src/pkg"]
+    assert names(hidden="false") == ["notes.txt", "src", "top.py"]
+    body = sandbox.list("/workspace/g", glob="**", limit="2").json()
+    assert len(body["data"]) == 2 and body["truncated"] is True and body["hasMore"] is True
+
+
+@pytest.mark.parametrize("query", [{"limit": "0"}, {"limit": "10001"}, {"limit": "x"}, {"hidden": "maybe"},
+                                   {"glob": ""}, {"glob": "x" * 1025}, {"glob": "/".join(["a"] * 40)}])
+def test_list_bad_query(sandbox, query):
+    assert_error(sandbox.list("/workspace", **query), 400, "invalid_request")
+
+
 def test_list_large_directory_is_complete(sandbox):
     sandbox.run("mkdir /workspace/big && cd /workspace/big && "
                 "python3 -c \"import os\nfor i in range(2000): open('file-%05d' % i,'w').close()\"")
     body = sandbox.list("/workspace/big").json()
     assert body["truncated"] is False, f"2000 entries cut to {len(body['entries'])}"
-    assert sorted(e["name"] for e in body["entries"]) == [f"file-{i:05d}" for i in range(2000)]
+    assert sorted(e["name"] for e in body["data"]) == [f"file-{i:05d}" for i in range(2000)]
 
 
 def test_list_entry_limit(sandbox):
@@ -112,7 +133,7 @@ def test_list_entry_limit(sandbox):
                 "python3 -c \"import os\nfor i in range(10050): open(str(i),'w').close()\"")
     body = sandbox.list("/workspace/many").json()
     assert body["truncated"] is True
-    assert len(body["entries"]) == 10000
+    assert len(body["data"]) == 10000
 
 
 @pytest.mark.microvm_subset
@@ -122,20 +143,23 @@ def test_stat(sandbox):
     assert st.status_code == 200, st.text
     st = st.json()
     assert st["path"] == "/workspace/s.txt" and st["name"] == "s.txt"
-    assert st["type"] == "file" and st["size"] == 5
+    assert st["type"] == "file" and st["size"] == 5 and st["exists"] is True
     assert isinstance(st["mtime"], str) and st["mtime"].endswith("Z"), st
-    assert sandbox.stat("/workspace").json()["type"] == "dir"
+    assert sandbox.stat("/workspace").json()["type"] == "directory"
     sandbox.run("ln -s /etc/hostname /workspace/link")
     st = sandbox.stat("/workspace/link").json()
-    assert st["type"] == "symlink" and st["target"] == "/etc/hostname", st
-    assert_error(sandbox.stat("/workspace/missing"), 404, "not_found")
+    assert st["type"] == "symlink" and st["target"] == st["symlinkTarget"] == "/etc/hostname", st
+    # Nothing there is an answer, not an error: a path below a file as well.
+    for missing in ("/workspace/missing", "/workspace/s.txt/below", "/no/such/dir/x"):
+        r = sandbox.stat(missing)
+        assert r.status_code == 200 and r.json() == {"path": missing, "exists": False}, r.text
 
 
 def test_mkdir(sandbox):
     r = sandbox.files_call("mkdir", path="/workspace/m/n/o", parents=True)
     assert r.status_code == 200, r.text
     assert r.json()["path"] == "/workspace/m/n/o"
-    assert sandbox.stat("/workspace/m/n/o").json()["type"] == "dir"
+    assert sandbox.stat("/workspace/m/n/o").json()["type"] == "directory"
     # again with parents: fine; without: it exists
     assert sandbox.files_call("mkdir", path="/workspace/m/n/o", parents=True).status_code == 200
     assert_error(sandbox.files_call("mkdir", path="/workspace/m/n/o", parents=False), 409, "conflict")
@@ -153,11 +177,14 @@ def test_remove(sandbox):
     assert_error(sandbox.files_call("remove", path="/workspace/r", recursive=False), 409, "conflict")
     r = sandbox.files_call("remove", path="/workspace/r/f.txt")
     assert r.status_code == 200, r.text
-    assert r.json()["path"] == "/workspace/r/f.txt"
-    assert_error(sandbox.stat("/workspace/r/f.txt"), 404, "not_found")
-    assert sandbox.files_call("remove", path="/workspace/r", recursive=True).status_code == 200
-    assert_error(sandbox.stat("/workspace/r"), 404, "not_found")
-    assert_error(sandbox.files_call("remove", path="/workspace/r"), 404, "not_found")
+    assert r.json() == {"path": "/workspace/r/f.txt", "removed": True, "entries": 1}
+    assert sandbox.stat("/workspace/r/f.txt").json()["exists"] is False
+    r = sandbox.files_call("remove", path="/workspace/r", recursive=True)
+    assert r.status_code == 200 and r.json()["entries"] == 3, r.text  # r, d, g.txt
+    assert sandbox.stat("/workspace/r").json()["exists"] is False
+    # Nothing there: the answer says nothing was removed.
+    r = sandbox.files_call("remove", path="/workspace/r")
+    assert r.status_code == 200 and r.json() == {"path": "/workspace/r", "removed": False, "entries": 0}
 
 
 @pytest.mark.microvm_subset
@@ -180,9 +207,20 @@ def test_rename(sandbox):
     assert r.status_code == 200, r.text
     assert r.json() == {"from": "/workspace/from.txt", "to": "/workspace/dir/to.txt"}
     assert sandbox.read("/workspace/dir/to.txt") == b"moving"
-    assert_error(sandbox.stat("/workspace/from.txt"), 404, "not_found")
+    assert sandbox.stat("/workspace/from.txt").json()["exists"] is False
     assert_error(sandbox.files_call("rename", **{"from": "/workspace/ghost", "to": "/workspace/g2"}),
                  404, "not_found")
+    # overwrite: false keeps an existing target; true (or left out) replaces it.
+    sandbox.write("/workspace/a.txt", b"a")
+    sandbox.write("/workspace/b.txt", b"b")
+    assert_error(sandbox.files_call("rename", **{"from": "/workspace/a.txt", "to": "/workspace/b.txt",
+                                                 "overwrite": False}), 409, "conflict")
+    assert sandbox.read("/workspace/b.txt") == b"b" and sandbox.read("/workspace/a.txt") == b"a"
+    r = sandbox.files_call("rename", **{"from": "/workspace/a.txt", "to": "/workspace/b.txt", "overwrite": True})
+    assert r.status_code == 200, r.text
+    assert sandbox.read("/workspace/b.txt") == b"a"
+    assert_error(sandbox.files_call("rename", **{"from": "/workspace/b.txt", "to": "/workspace/c.txt",
+                                                 "overwrite": "yes"}), 400, "invalid_request")
 
 
 def test_relative_paths_resolve_under_workspace(sandbox):
@@ -193,7 +231,7 @@ def test_relative_paths_resolve_under_workspace(sandbox):
     assert sandbox.read("rel/x.txt") == b"relative"
     assert sandbox.read("./rel/../rel/x.txt") == b"relative"
     assert sandbox.stat("rel").json()["path"] == "/workspace/rel"
-    assert {e["name"] for e in sandbox.list("rel").json()["entries"]} == {"x.txt"}
+    assert {e["name"] for e in sandbox.list("rel").json()["data"]} == {"x.txt"}
 
 
 @pytest.mark.microvm_subset

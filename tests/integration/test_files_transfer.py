@@ -33,7 +33,7 @@ def put_streamed(sandbox, path: str, data: bytes) -> httpx.Response:
 def names(sandbox, path: str = "/workspace") -> list[str]:
     r = sandbox.api.get(f"/v1/sandboxes/{sandbox.id}/files/list", params={"path": path})
     assert r.status_code == 200, r.text
-    return sorted(e["name"] for e in r.json()["entries"])
+    return sorted(e["name"] for e in r.json()["data"])
 
 
 def test_100mib_round_trip_by_hash(sandbox):

@@ -179,12 +179,19 @@ def test_files(sbx):
     assert not f.exists("/workspace/notes/a.txt") and f.read_text("/workspace/d1/b.txt") == "héllo\n"
     with pytest.raises(ConflictError):
         f.remove("/workspace/d1")
-    f.remove("/workspace/d1", recursive=True)
+    assert f.remove("/workspace/d1", recursive=True) is True
     assert not f.exists("/workspace/d1")
     with pytest.raises(NotFoundError):
         f.read("/workspace/nope")
-    with pytest.raises(NotFoundError):
-        f.remove("/workspace/nope")
+    assert f.remove("/workspace/nope") is False
+    assert f.stat("/workspace/nope") == {"path": "/workspace/nope", "exists": False}
+    f.write("/workspace/x.txt", "x")
+    f.write("/workspace/y.txt", "y")
+    with pytest.raises(ConflictError):
+        f.rename("/workspace/x.txt", "/workspace/y.txt")
+    f.rename("/workspace/x.txt", "/workspace/y.txt", overwrite=True)
+    assert f.read_text("/workspace/y.txt") == "x"
+    assert [e["path"] for e in f.glob("**/*.bin")] == ["/workspace/blob.bin"]
     f.write("/workspace/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
     assert sbx.exec(["/workspace/run.sh"]).stdout == "ran\n"
 
@@ -287,3 +294,69 @@ def test_unix_socket_and_admin_key(build_dir, image_dir, tmp_path, monkeypatch):
             proc.kill()
             proc.wait()
         remove_empty_cgroup_tree(cgroup)
+
+
+def test_get_or_create_list_pages_stop_all_delete_all(sdk_env):
+    import secrets as _secrets
+    tag = _secrets.token_hex(4)
+    name = "sdk-goc-" + tag
+    a = Sandbox.get_or_create(name, driver=DRIVER, timeout_seconds=600, labels={"suite": tag})
+    b = Sandbox.get_or_create(name, driver=DRIVER, timeout_seconds=600)
+    try:
+        assert a.id == b.id and a.data["reused"] is False and b.data["reused"] is True
+        a.update(labels={"suite": tag, "x": "y"}, timeout_seconds=900)
+        assert a.data["labels"] == {"suite": tag, "x": "y"}
+        c = Sandbox.create(driver=DRIVER, timeout_seconds=600, labels={"suite": tag, "n": "2"}, keep=True)
+        assert [s.id for s in Sandbox.list(labels={"suite": tag}, limit=1)] == [a.id, c.id]  # two pages
+        assert [s.id for s in Sandbox.list(labels={"suite": tag, "n": "2"})] == [c.id]
+        assert [s.id for s in Sandbox.list(name=name)] == [a.id]
+        c.stop()
+        assert [s.id for s in Sandbox.list(labels={"suite": tag}, include_stopped=False)] == [a.id]
+        assert [s.id for s in Sandbox.list(labels={"suite": tag}, state=["stopped"])] == [c.id]
+        with pytest.raises(InvalidRequestError):
+            Sandbox.stop_all(labels={})
+        assert Sandbox.stop_all(labels={"suite": tag}) == {"stopped": [a.id], "failed": []}
+        done = Sandbox.delete_all(labels={"suite": tag})
+        assert sorted(done["deleted"]) == sorted([a.id, c.id]) and done["failed"] == []
+        assert Sandbox.list(labels={"suite": tag}) == []
+    finally:
+        for s in (a, b):
+            s.close()
+
+
+def test_archives_upload_download(sbx, tmp_path):
+    import io
+    import tarfile
+    f = sbx.files
+    local = tmp_path / "src"
+    (local / "pkg").mkdir(parents=True)
+    (local / "pkg" / "m.py").write_text("X = 1\n")
+    (local / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (local / "run.sh").chmod(0o755)
+    f.upload(str(local), "/workspace/up")
+    f.upload(str(local / "run.sh"), "/workspace/one.sh")
+    assert sbx.exec(["/workspace/up/run.sh"]).stdout == "ran\n"
+    assert sbx.exec(["/workspace/one.sh"]).stdout == "ran\n"
+    data = f.archive("/workspace/up", exclude=["pkg"])
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
+        assert sorted(m.name for m in t.getmembers()) == [".", "./run.sh"]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        i = tarfile.TarInfo("a/b.txt")
+        i.size = 2
+        t.addfile(i, io.BytesIO(b"hi"))
+    assert f.unarchive("/workspace/un", buf.getvalue(), gzip=False) == {"path": "/workspace/un", "entries": 1,
+                                                                         "bytes": 2}
+    with pytest.raises(InvalidRequestError):
+        f.unarchive("/workspace/un", buf.getvalue(), gzip=True)
+    f.download("/workspace/up", str(tmp_path / "back"))
+    assert (tmp_path / "back" / "pkg" / "m.py").read_text() == "X = 1\n"
+    f.download("/workspace/un/a/b.txt", str(tmp_path / "b.txt"))
+    assert (tmp_path / "b.txt").read_text() == "hi"
+    with pytest.raises(NotFoundError):
+        f.download("/workspace/nope", str(tmp_path / "nope"))
+    # A link out of the directory: refused on this side, nothing written outside.
+    sbx.exec("mkdir -p /workspace/evil && ln -s /etc/passwd /workspace/evil/p")
+    with pytest.raises(InvalidRequestError):
+        f.download("/workspace/evil", str(tmp_path / "evil"))
+    assert not (tmp_path / "evil" / "p").exists()

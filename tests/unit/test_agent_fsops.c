@@ -70,6 +70,12 @@ static void test_error_codes(void **state) {
         assert_string_equal(fsops_error_code(-EIO), "io");
 }
 
+/* A listing of everything below a directory, as the daemon asks for one. */
+static int list(const char *path, unsigned depth, json_t **ret, bool *truncated) {
+        FsListOptions o = { .path = path, .depth = depth, .hidden = true, .limit = FSOPS_MAX_LIST_ENTRIES };
+        return fsops_list(&o, ret, truncated);
+}
+
 static void test_list_truncates(void **state) {
         Dir *d = *state;
         assert_int_equal(mkdir(at(d, "many"), 0755), 0);
@@ -82,7 +88,7 @@ static void test_list_truncates(void **state) {
         }
         json_t *entries = NULL;
         bool truncated = false;
-        assert_int_equal(fsops_list(at(d, "many"), 1, &entries, &truncated), 0);
+        assert_int_equal(list(at(d, "many"), 1, &entries, &truncated), 0);
         assert_true(truncated);
         assert_int_equal(json_array_size(entries), FSOPS_MAX_LIST_ENTRIES);
         json_decref(entries);
@@ -96,7 +102,7 @@ static void test_list_depth_and_names(void **state) {
         assert_int_equal(symlink("/", at(d, "a/root")), 0);
         json_t *entries = NULL;
         bool truncated = true;
-        assert_int_equal(fsops_list(at(d, "a"), 1, &entries, &truncated), 0);
+        assert_int_equal(list(at(d, "a"), 1, &entries, &truncated), 0);
         assert_false(truncated);
         assert_int_equal(json_array_size(entries), 3); /* b, root, the odd name */
         bool saw_odd = false, saw_link = false;
@@ -116,11 +122,71 @@ static void test_list_depth_and_names(void **state) {
         assert_true(saw_odd && saw_link);
         json_decref(entries);
         /* The symlink to / is never entered, whatever the depth. */
-        assert_int_equal(fsops_list(at(d, "a"), 10, &entries, &truncated), 0);
+        assert_int_equal(list(at(d, "a"), 10, &entries, &truncated), 0);
         assert_int_equal(json_array_size(entries), 6); /* + b/c, b/c/d, deep.txt */
         json_decref(entries);
-        assert_int_equal(fsops_list(at(d, "a/b/c/d/deep.txt"), 1, &entries, &truncated), -ENOTDIR);
-        assert_int_equal(fsops_list(at(d, "nope"), 1, &entries, &truncated), -ENOENT);
+        assert_int_equal(list(at(d, "a/b/c/d/deep.txt"), 1, &entries, &truncated), -ENOTDIR);
+        assert_int_equal(list(at(d, "nope"), 1, &entries, &truncated), -ENOENT);
+}
+
+static void test_glob_match(void **state) {
+        (void)state;
+        assert_int_equal(fsops_glob_match("*.py", "a.py"), 1);
+        assert_int_equal(fsops_glob_match("*.py", "src/a.py"), 0);
+        assert_int_equal(fsops_glob_match("**/*.py", "a.py"), 1);
+        assert_int_equal(fsops_glob_match("**/*.py", "src/x/y/a.py"), 1);
+        assert_int_equal(fsops_glob_match("src/**", "src/x/y"), 1);
+        assert_int_equal(fsops_glob_match("src/*/y", "src/x/y"), 1);
+        assert_int_equal(fsops_glob_match("src/*/y", "src/x/z/y"), 0);
+        assert_int_equal(fsops_glob_match("./a/[bc]?", "a/bd"), 1);
+        /* Many "**" cost a table, not backtracking: this returns at once. */
+        assert_int_equal(fsops_glob_match("**/**/**/**/**/**/**/**/**/**/**/**/**/**/**/z",
+                                          "a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/y"),
+                         0);
+        char many[FSOPS_MAX_GLOB_SEGMENTS * 2 + 8] = "";
+        for (int i = 0; i <= FSOPS_MAX_GLOB_SEGMENTS; i++)
+                strcat(many, "a/");
+        assert_int_equal(fsops_glob_match(many, "a"), -EINVAL);
+}
+
+static void test_list_glob_hidden_limit(void **state) {
+        Dir *d = *state;
+        assert_int_equal(fsops_mkdir_p(at(d, "g/src/pkg"), 0755), 0);
+        assert_int_equal(fsops_mkdir_p(at(d, "g/.git"), 0755), 0);
+        touch(at(d, "g/top.py"), "");
+        touch(at(d, "g/notes.txt"), "");
+        touch(at(d, "g/src/a.py"), "");
+        touch(at(d, "g/src/pkg/b.py"), "");
+        touch(at(d, "g/.git/c.py"), "");
+        touch(at(d, "g/.hidden.py"), "");
+        json_t *entries = NULL;
+        bool truncated = true;
+        FsListOptions o = { .path = at(d, "g"), .glob = "**/*.py", .hidden = true, .limit = 100 };
+        assert_int_equal(fsops_list(&o, &entries, &truncated), 0);
+        assert_false(truncated);
+        assert_int_equal(json_array_size(entries), 5);
+        json_decref(entries);
+        o.hidden = false;
+        assert_int_equal(fsops_list(&o, &entries, &truncated), 0);
+        assert_int_equal(json_array_size(entries), 3); /* top, src/a, src/pkg/b */
+        json_decref(entries);
+        o.glob = "*.py";
+        assert_int_equal(fsops_list(&o, &entries, &truncated), 0);
+        assert_int_equal(json_array_size(entries), 1);
+        assert_string_equal(json_string_value(json_object_get(json_array_get(entries, 0), "name")), "top.py");
+        json_decref(entries);
+        o.glob = "**/*.py";
+        o.limit = 2;
+        assert_int_equal(fsops_list(&o, &entries, &truncated), 0);
+        assert_true(truncated);
+        assert_int_equal(json_array_size(entries), 2);
+        json_decref(entries);
+        /* A depth bounds a glob walk too. */
+        o.limit = 100;
+        o.depth = 2;
+        assert_int_equal(fsops_list(&o, &entries, &truncated), 0);
+        assert_int_equal(json_array_size(entries), 2); /* top.py, src/a.py */
+        json_decref(entries);
 }
 
 static void test_remove(void **state) {
@@ -132,24 +198,31 @@ static void test_remove(void **state) {
         assert_int_equal(symlink(at(d, "keep"), at(d, "gone/link-to-keep")), 0);
         assert_int_equal(symlink(at(d, "keep/inner"), at(d, "gone/x/link2")), 0);
 
-        assert_int_equal(fsops_remove(at(d, "gone"), false), -ENOTEMPTY);
-        assert_int_equal(fsops_remove(at(d, "gone"), true), 0);
+        uint64_t n = 99;
+        assert_int_equal(fsops_remove(at(d, "gone"), false, &n), -ENOTEMPTY);
+        assert_int_equal(fsops_remove(at(d, "gone"), true, &n), 0);
+        assert_int_equal(n, 6); /* gone, x, y, f and the two links */
         struct stat st;
         assert_int_equal(lstat(at(d, "gone"), &st), -1);
         assert_int_equal(stat(at(d, "keep/inner/precious"), &st), 0);
-        assert_int_equal(fsops_remove(at(d, "gone"), true), -ENOENT);
+        /* Nothing there is not an error: the answer says nothing went. */
+        assert_int_equal(fsops_remove(at(d, "gone"), true, &n), 0);
+        assert_int_equal(n, 0);
+        assert_int_equal(fsops_remove(at(d, "gone/deeper/still"), false, &n), 0);
+        assert_int_equal(n, 0);
         /* A symlink itself is removed, not its target. */
         assert_int_equal(symlink(at(d, "keep"), at(d, "l")), 0);
-        assert_int_equal(fsops_remove(at(d, "l"), true), 0);
+        assert_int_equal(fsops_remove(at(d, "l"), true, &n), 0);
+        assert_int_equal(n, 1);
         assert_int_equal(stat(at(d, "keep/inner/precious"), &st), 0);
-        assert_int_equal(fsops_remove("/", true), -EINVAL);
+        assert_int_equal(fsops_remove("/", true, &n), -EINVAL);
 
         /* A tree deeper than the bound is refused, not a crash. */
         char rel[FSOPS_MAX_REMOVE_DEPTH * 2 + 16] = "deep";
         for (int i = 0; i < FSOPS_MAX_REMOVE_DEPTH + 4; i++)
                 strcat(rel, "/d");
         assert_int_equal(fsops_mkdir_p(at(d, rel), 0755), 0);
-        assert_int_equal(fsops_remove(at(d, "deep"), true), -E2BIG);
+        assert_int_equal(fsops_remove(at(d, "deep"), true, &n), -E2BIG);
 }
 
 static void test_write(void **state) {
@@ -177,7 +250,7 @@ static void test_write(void **state) {
         fsops_write_abort(NULL);
         json_t *entries;
         bool truncated;
-        assert_int_equal(fsops_list(at(d, "new/dir"), 1, &entries, &truncated), 0);
+        assert_int_equal(list(at(d, "new/dir"), 1, &entries, &truncated), 0);
         assert_int_equal(json_array_size(entries), 1);
         json_decref(entries);
         char buf[32] = "";
@@ -232,13 +305,20 @@ static void test_mkdir_rename(void **state) {
         assert_int_equal(fsops_mkdir(at(d, "m/file"), true), -EEXIST);
         assert_int_equal(fsops_mkdir("/", false), -EEXIST);
 
-        assert_int_equal(fsops_rename(at(d, "m/file"), at(d, "m/n/moved")), 0);
+        assert_int_equal(fsops_rename(at(d, "m/file"), at(d, "m/n/moved"), false), 0);
         struct stat st;
         assert_int_equal(stat(at(d, "m/n/moved"), &st), 0);
-        assert_int_equal(fsops_rename(at(d, "m/file"), at(d, "m/x")), -ENOENT);
+        assert_int_equal(fsops_rename(at(d, "m/file"), at(d, "m/x"), true), -ENOENT);
+        /* Without overwrite an existing target stays; with it, it is replaced. */
+        touch(at(d, "m/a"), "a");
+        touch(at(d, "m/b"), "b");
+        assert_int_equal(fsops_rename(at(d, "m/a"), at(d, "m/b"), false), -EEXIST);
+        assert_int_equal(stat(at(d, "m/a"), &st), 0);
+        assert_int_equal(fsops_rename(at(d, "m/a"), at(d, "m/b"), true), 0);
+        assert_int_equal(stat(at(d, "m/a"), &st), -1);
         assert_int_equal(fsops_mkdir(at(d, "other"), false), 0);
-        assert_int_equal(fsops_rename(at(d, "other"), at(d, "m")), -ENOTEMPTY);
-        assert_int_equal(fsops_rename(at(d, "m/.."), at(d, "z")), -EINVAL);
+        assert_int_equal(fsops_rename(at(d, "other"), at(d, "m"), true), -ENOTEMPTY);
+        assert_int_equal(fsops_rename(at(d, "m/.."), at(d, "z"), true), -EINVAL);
 }
 
 int main(void) {
@@ -246,6 +326,8 @@ int main(void) {
                 cmocka_unit_test(test_error_codes),
                 cmocka_unit_test_setup_teardown(test_list_truncates, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_list_depth_and_names, setup, teardown),
+                cmocka_unit_test(test_glob_match),
+                cmocka_unit_test_setup_teardown(test_list_glob_hidden_limit, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_write, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_read_and_stat, setup, teardown),

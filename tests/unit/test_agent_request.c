@@ -198,6 +198,14 @@ static void test_file_ops(void **state) {
         expect_invalid("{\"op\":\"list\",\"path\":\"/\",\"depth\":0}");
         expect_invalid("{\"op\":\"list\",\"path\":\"/\",\"depth\":11}");
         expect_invalid("{\"op\":\"rename\",\"from\":\"/a\"}");
+        expect_invalid("{\"op\":\"rename\",\"from\":\"/a\",\"to\":\"/b\",\"overwrite\":1}");
+        expect_invalid("{\"op\":\"list\",\"path\":\"/a\",\"glob\":\"\"}");
+        expect_invalid("{\"op\":\"list\",\"path\":\"/a\",\"limit\":0}");
+        expect_invalid("{\"op\":\"list\",\"path\":\"/a\",\"glob\":\"*\",\"depth\":33}");
+        expect_invalid("{\"op\":\"list\",\"path\":\"/a\",\"hidden\":\"no\"}");
+        expect_invalid("{\"op\":\"archive\",\"path\":\"/a\",\"exclude\":[\"/abs\"]}");
+        expect_invalid("{\"op\":\"archive\",\"path\":\"/a\",\"gzip\":\"yes\"}");
+        expect_invalid("{\"op\":\"unarchive\",\"path\":\"/a\",\"maxBytes\":-1}");
         expect_invalid("{\"op\":\"rename\",\"from\":\"a\",\"to\":\"/b\"}");
         expect_invalid("{\"op\":\"read\",\"path\":\"a\"}");
         expect_invalid("{\"op\":\"read\",\"path\":null}");

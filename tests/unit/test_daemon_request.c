@@ -369,16 +369,44 @@ static void test_file_ops(void **state) {
         assert_int_not_equal(request_parse_mkdir(j, &path, &flag, &e), 0);
         assert_non_null(strstr(e.message, "path"));
         json_decref(j);
+        bool overwrite = false;
         j = parse("{\"from\":\"a\",\"to\":\"/b\"}");
-        assert_int_equal(request_parse_rename(j, &path, &to, &e), 0);
+        assert_int_equal(request_parse_rename(j, &path, &to, &overwrite, &e), 0);
         assert_string_equal(path, "/workspace/a");
         assert_string_equal(to, "/b");
+        assert_true(overwrite); /* absent: replace, as before the field */
         free(path);
         free(to);
         json_decref(j);
-        j = parse("{\"from\":\"a\"}");
-        assert_int_not_equal(request_parse_rename(j, &path, &to, &e), 0);
+        j = parse("{\"from\":\"/a\",\"to\":\"/b\",\"overwrite\":false}");
+        assert_int_equal(request_parse_rename(j, &path, &to, &overwrite, &e), 0);
+        assert_false(overwrite);
+        free(path);
+        free(to);
         json_decref(j);
+        j = parse("{\"from\":\"/a\",\"to\":\"/b\",\"overwrite\":\"yes\"}");
+        assert_int_not_equal(request_parse_rename(j, &path, &to, &overwrite, &e), 0);
+        json_decref(j);
+        j = parse("{\"from\":\"a\"}");
+        assert_int_not_equal(request_parse_rename(j, &path, &to, &overwrite, &e), 0);
+        json_decref(j);
+        UpdateRequest u;
+        j = parse("{\"name\":null,\"labels\":{\"a\":\"b\"},\"timeoutSeconds\":600,\"onTimeout\":\"delete\"}");
+        assert_int_equal(request_parse_update(j, &u, &e), 0);
+        assert_true(u.set_name);
+        assert_null(u.name);
+        assert_string_equal(json_string_value(json_object_get(u.labels, "a")), "b");
+        assert_int_equal(u.timeout_seconds, 600);
+        assert_string_equal(u.on_lease_end, "delete");
+        update_request_done(&u);
+        json_decref(j);
+        const char *bad_updates[] = { "{\"env\":{}}", "{\"onTimeout\":\"pause\"}", "{\"timeoutSeconds\":0}",
+                                      "{\"name\":\"\"}", "{\"labels\":[]}", "{\"x\":1}" };
+        for (size_t i = 0; i < sizeof(bad_updates) / sizeof(bad_updates[0]); i++) {
+                j = parse(bad_updates[i]);
+                assert_int_not_equal(request_parse_update(j, &u, &e), 0);
+                json_decref(j);
+        }
         int64_t s;
         j = parse("{\"seconds\":60}");
         assert_int_equal(request_parse_extend(j, &s, &e), 0);

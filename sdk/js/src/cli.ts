@@ -967,12 +967,12 @@ async function cmdFilesLs(ctx: Ctx, argv: string[]): Promise<number> {
   const id = checkId("files ls", s.pos[0]);
   const path = sandboxFilePath(s.pos[1] ?? "/workspace");
   const depth = s.opts.depth === undefined ? 1 : parseInt10("--depth", s.opts.depth, 1, 10);
-  const ans = await withClient(ctx, (h) => h.request<{ entries?: Record<string, unknown>[] }>("GET", sandboxPath(id, "/files/list"), { query: { path, depth } }));
+  const ans = await withClient(ctx, (h) => h.request<{ data?: Record<string, unknown>[]; entries?: Record<string, unknown>[] }>("GET", sandboxPath(id, "/files/list"), { query: { path, depth } }));
   if (ctx.json || s.json) printJson(ans);
   else {
-    const rows = (ans?.entries ?? []).map((e) => [
+    const rows = (ans?.data ?? ans?.entries ?? []).map((e) => [
       clean(e.type),
-      typeof e.mode === "number" ? e.mode.toString(8).padStart(4, "0") : "-",
+      typeof e.mode === "number" ? e.mode.toString(8).padStart(4, "0") : typeof e.mode === "string" ? clean(e.mode) : "-",
       clean(e.size),
       clean(e.mtime),
       clean(e.path),

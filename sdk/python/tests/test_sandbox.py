@@ -188,8 +188,10 @@ def test_files_routes(fake, sbx) -> None:
     fake.on("GET", "/v1/sandboxes/sbx_1/files/stat",
             lambda r: api_error(404, "not_found", "no such file") if r.url.params["path"] == "nope"
             else httpx.Response(200, json={"path": "/workspace/a", "name": "a", "type": "file", "size": 3}))
-    for op in ("mkdir", "remove", "rename"):
+    for op in ("mkdir", "rename"):
         fake.on("POST", f"/v1/sandboxes/sbx_1/files:{op}", httpx.Response(200, json={}))
+    fake.on("POST", "/v1/sandboxes/sbx_1/files:remove",
+            httpx.Response(200, json={"path": "/workspace/d", "removed": True, "entries": 4}))
 
     assert sbx.files.read("a.bin") == b"\x00bytes"
     assert fake.requests[-1].url.params["path"] == "a.bin"
@@ -202,14 +204,44 @@ def test_files_routes(fake, sbx) -> None:
     entries = sbx.files.list("/workspace", depth=3)
     assert fake.requests[-1].url.params["depth"] == "3"
     assert entries.truncated and entries[0].is_dir and entries[1].target == "/"
+    # An older daemon's spellings come back in today's shape.
+    assert entries[0]["type"] == "directory" and entries[0]["mode"] == "0755" and entries[0].mode == 0o755
+    assert entries[1]["symlinkTarget"] == "/"
     assert sbx.files.stat("a").is_file
     assert sbx.files.exists("a") and not sbx.files.exists("nope")
     sbx.files.mkdir("/workspace/d")
     assert fake.last_json() == {"path": "/workspace/d", "parents": True}
-    sbx.files.remove("/workspace/d", recursive=True)
+    assert sbx.files.remove("/workspace/d", recursive=True) is True
     assert fake.last_json() == {"path": "/workspace/d", "recursive": True}
     sbx.files.rename("a", "b")
-    assert fake.last_json() == {"from": "a", "to": "b"}
+    assert fake.last_json() == {"from": "a", "to": "b", "overwrite": False}
+    sbx.files.rename("a", "b", overwrite=True)
+    assert fake.last_json()["overwrite"] is True
+
+
+def test_files_published_shapes(fake, sbx) -> None:
+    fake.on("GET", "/v1/sandboxes/sbx_1/files/list", httpx.Response(200, json={
+        "path": "/workspace", "truncated": False, "hasMore": False,
+        "data": [{"path": "/workspace/a.py", "name": "a.py", "type": "file", "size": 3, "mode": "0644",
+                  "modifiedAt": "2026-01-01T00:00:00Z"}]}))
+    fake.on("GET", "/v1/sandboxes/sbx_1/files/stat",
+            lambda r: httpx.Response(200, json={"path": r.url.params["path"], "exists": False}))
+    fake.on("POST", "/v1/sandboxes/sbx_1/files:remove",
+            httpx.Response(200, json={"path": "/workspace/x", "removed": False, "entries": 0}))
+    found = sbx.files.glob("**/*.py")
+    assert fake.requests[-1].url.params["glob"] == "**/*.py" and "depth" not in fake.requests[-1].url.params
+    assert found == [{"path": "/workspace/a.py", "name": "a.py", "type": "file", "size": 3, "mode": "0644",
+                      "modifiedAt": "2026-01-01T00:00:00Z"}]
+    assert found[0].mode == 0o644 and found[0].mtime == "2026-01-01T00:00:00Z"
+    sbx.files.list("/workspace", hidden=False, limit=5)
+    assert fake.requests[-1].url.params["hidden"] == "false" and fake.requests[-1].url.params["limit"] == "5"
+    st = sbx.files.stat("/workspace/x")
+    assert st == {"path": "/workspace/x", "exists": False} and not st.exists
+    assert not sbx.files.exists("/workspace/x")
+    assert sbx.files.remove("/workspace/x") is False
+    for bad in ({"limit": 0}, {"limit": 10001}, {"glob": ""}, {"depth": 11}, {"glob": "*", "depth": 33}):
+        with pytest.raises(InvalidRequestError):
+            sbx.files.list("/workspace", **bad)
 
 
 @pytest.mark.parametrize("bad", ["", "a\x00b", "/" + "x" * 5000, 3])

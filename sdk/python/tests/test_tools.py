@@ -116,6 +116,8 @@ def test_failures_are_text(fake, tools) -> None:
     assert out.startswith("error:") and "not running" in out
     fake.on("GET", "/v1/sandboxes/sbx_1/files/stat", api_error(404, "not_found", "no such file /workspace/x"))
     assert "not found" in tools["runtime_read_file"]("x")
+    fake.on("GET", "/v1/sandboxes/sbx_1/files/stat", httpx.Response(200, json={"path": "/workspace/x", "exists": False}))
+    assert "not found" in tools["runtime_read_file"]("x")
     assert tools["runtime_exec"]("").startswith("error:")
     assert tools["runtime_read_file"]("").startswith("error:")
 

@@ -33,6 +33,7 @@ CREATE_FIELDS: Dict[str, str] = {
     "idle_pause_seconds": "idlePauseSeconds",
     "auto_wake": "autoWake",
     "pausable": "pausable",
+    "get_or_create": "getOrCreate",
 }
 CLIENT_OPTIONS = ("keep", "api_key", "base_url", "http_timeout", "idempotency_key")
 
@@ -118,6 +119,26 @@ def build_create_body(fields: Mapping[str, Any]) -> Dict[str, Any]:
         if value is not None:
             body[api_name] = value
     return body
+
+
+def build_sandbox_list_params(state: Optional[Sequence[str]], labels: Optional[Mapping[str, str]],
+                              name: Optional[str], include_stopped: bool, limit: Optional[int]) -> List[Tuple[str, str]]:
+    """The query of a sandbox listing: repeated ``state`` and ``label=key:value`` filters."""
+    params: List[Tuple[str, str]] = []
+    for st in [state] if isinstance(state, str) else (state or []):
+        params.append(("state", str(st)))
+    for k, v in (labels or {}).items():
+        if not isinstance(k, str) or not k or not isinstance(v, str):
+            raise InvalidRequestError("labels must map non-empty strings to strings")
+        params.append(("label", f"{k}:{v}"))
+    if name is not None:
+        params.append(("name", name))
+    params.append(("includeStopped", "true" if include_stopped else "false"))
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
+            raise InvalidRequestError(f"limit must be an integer from 1 to 100, not {limit!r}")
+        params.append(("limit", str(limit)))
+    return params
 
 
 def build_exec_body(
@@ -338,21 +359,55 @@ class ExecStream:
         return self.result
 
 
-@dataclass(frozen=True)
-class FileEntry:
-    """One file, directory or link inside the sandbox."""
+class FileEntry(Dict[str, Any]):
+    """One file, directory or link inside the sandbox: the API's dict (``path``, ``name``,
+    ``type`` ("file", "directory", "symlink" or "other"), ``size``, ``mode`` (octal text such
+    as "0644"), ``modifiedAt``, ``symlinkTarget`` for a link, and ``exists`` from ``stat``),
+    the shape the published client returns. Its fields read as attributes too; ``.mode`` is
+    then the permission bits as a number."""
 
-    path: str
-    name: str
-    type: str
-    size: int = 0
-    mode: int = 0
-    mtime: Optional[str] = None
-    target: Optional[str] = None
+    @property
+    def path(self) -> str:
+        return str(self.get("path", ""))
+
+    @property
+    def name(self) -> str:
+        return str(self.get("name") or self.path.rstrip("/").rsplit("/", 1)[-1])
+
+    @property
+    def type(self) -> str:
+        return str(self.get("type") or "other")
+
+    @property
+    def size(self) -> int:
+        v = self.get("size")
+        return v if isinstance(v, int) else 0
+
+    @property
+    def mode(self) -> int:
+        v = self.get("mode")
+        try:
+            return int(v, 8) if isinstance(v, str) else int(v or 0)
+        except ValueError:
+            return 0
+
+    @property
+    def mtime(self) -> Optional[str]:
+        v = self.get("modifiedAt", self.get("mtime"))
+        return v if isinstance(v, str) else None
+
+    @property
+    def target(self) -> Optional[str]:
+        v = self.get("symlinkTarget", self.get("target"))
+        return v if isinstance(v, str) else None
+
+    @property
+    def exists(self) -> bool:
+        return bool(self.get("exists", True))
 
     @property
     def is_dir(self) -> bool:
-        return self.type == "dir"
+        return self.type == "directory"
 
     @property
     def is_file(self) -> bool:
@@ -362,31 +417,56 @@ class FileEntry:
 def parse_entry(data: Any) -> FileEntry:
     if not isinstance(data, Mapping) or not isinstance(data.get("path"), str):
         raise APIConnectionError("the daemon sent a file entry without a path")
-    path = data["path"]
-    return FileEntry(
-        path=path,
-        name=str(data.get("name") or path.rstrip("/").rsplit("/", 1)[-1]),
-        type=str(data.get("type") or "other"),
-        size=int(data.get("size") or 0),
-        mode=int(data.get("mode") or 0),
-        mtime=data.get("mtime") if isinstance(data.get("mtime"), str) else None,
-        target=data.get("target") if isinstance(data.get("target"), str) else None,
-    )
+    e = FileEntry(data)
+    # An older daemon's spellings, in today's shape.
+    if e.get("type") == "dir":
+        e["type"] = "directory"
+    if isinstance(e.get("mode"), int):
+        e["mode"] = format(e["mode"] & 0o7777, "04o")
+    if "mtime" in e and "modifiedAt" not in e:
+        e["modifiedAt"] = e["mtime"]
+    if "target" in e and "symlinkTarget" not in e:
+        e["symlinkTarget"] = e["target"]
+    return e
 
 
 class FileList(List[FileEntry]):
-    """A list of entries; ``truncated`` is True when the daemon stopped at its entry limit."""
+    """A list of entries (dicts); ``truncated`` is True when the daemon stopped at the limit."""
 
     truncated: bool = False
 
 
 def parse_list(data: Any) -> FileList:
     out = FileList()
-    entries = data.get("entries") if isinstance(data, Mapping) else None
+    entries = None
+    if isinstance(data, Mapping):
+        entries = data.get("data", data.get("entries"))
     for e in entries if isinstance(entries, list) else []:
         out.append(parse_entry(e))
     out.truncated = bool(data.get("truncated", False)) if isinstance(data, Mapping) else False
     return out
+
+
+def build_list_params(path: str, depth: Optional[int], glob: Optional[str], hidden: Optional[bool],
+                      limit: Optional[int]) -> Dict[str, Any]:
+    """The query of a listing; what is None is left to the daemon."""
+    params: Dict[str, Any] = {"path": path}
+    if glob is not None:
+        if not isinstance(glob, str) or not glob or len(glob.encode()) > 1024 or "\x00" in glob:
+            raise InvalidRequestError("glob must be a pattern of 1 to 1024 bytes, e.g. '**/*.py'")
+        params["glob"] = glob
+    if depth is not None:
+        deepest = 32 if glob is not None else 10
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= deepest:
+            raise InvalidRequestError(f"depth must be an integer from 1 to {deepest}, not {depth!r}")
+        params["depth"] = depth
+    if hidden is not None:
+        params["hidden"] = "true" if hidden else "false"
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10000:
+            raise InvalidRequestError(f"limit must be an integer from 1 to 10000, not {limit!r}")
+        params["limit"] = limit
+    return params
 
 
 @dataclass(frozen=True)
@@ -637,3 +717,33 @@ def check_limit(limit: Any) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10000:
         raise InvalidRequestError("limit must be an integer from 1 to 10000")
     return limit
+
+
+def pack_directory(local_path: str) -> bytes:
+    """A local directory as gzip-compressed tar bytes, its contents at the archive's root."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        t.add(local_path, arcname=".")
+    return buf.getvalue()
+
+
+def unpack_directory(data: bytes, local_path: str) -> None:
+    """Unpacks tar bytes from a sandbox into a local directory with tarfile's ``data`` filter:
+    what a sandbox sends is not trusted, so absolute names, "..", links that lead out and device
+    files are refused. Interpreters without the filter (before 3.9.17, 3.10.12, 3.11.4) are
+    refused rather than unpacked unsafely."""
+    import io
+    import tarfile
+
+    if not hasattr(tarfile, "data_filter"):
+        raise InvalidRequestError("downloading a directory needs tarfile's data filter "
+                                  "(Python 3.9.17, 3.10.12, 3.11.4, 3.12 or later)")
+    os.makedirs(local_path, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as t:
+        try:
+            t.extractall(local_path, filter="data")
+        except tarfile.FilterError as e:
+            raise InvalidRequestError(f"refusing the archive: {e}") from e

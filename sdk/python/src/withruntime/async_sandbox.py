@@ -3,6 +3,8 @@ as the blocking client, awaitable."""
 
 from __future__ import annotations
 
+import os
+
 import inspect
 from types import TracebackType
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Type, Union
@@ -28,7 +30,10 @@ from ._models import (
     parse_egress_log,
     secret_path,
     build_exec_body,
-    check_depth,
+    build_list_params,
+    pack_directory,
+    unpack_directory,
+    build_sandbox_list_params,
     check_path,
     check_sandbox_id,
     encode_content,
@@ -146,25 +151,72 @@ class AsyncSandbox(SandboxInfo):
             raise
 
     @classmethod
+    async def get_or_create(cls, name: str, **fields: Any) -> "AsyncSandbox":
+        """The awaitable twin of :meth:`withruntime.Sandbox.get_or_create`."""
+        fields.setdefault("keep", True)
+        return await cls.create(name=name, get_or_create=True, **fields)
+
+    @classmethod
     async def list(
         cls,
         *,
+        state: Optional[Sequence[str]] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        name: Optional[str] = None,
+        include_stopped: bool = True,
+        limit: Optional[int] = None,
         api_key: Optional[str] = None,
         base_url: Optional[str] = None,
         _transport: Any = None,
     ) -> List["AsyncSandbox"]:
-        """The caller's sandboxes, newest first."""
+        """The caller's sandboxes, oldest first, every page: see :meth:`withruntime.Sandbox.list`."""
+        params = build_sandbox_list_params(state, labels, name, include_stopped, limit)
         http = _connect(api_key, base_url, None, _transport)
+        out: List[AsyncSandbox] = []
         try:
-            data = await http.request("GET", "/v1/sandboxes")
-            items = data.get("sandboxes") if isinstance(data, dict) else None
-            out = [cls(http, d, keep=True, owns_http=False) for d in (items or [])]
+            cursor: Optional[str] = None
+            while True:
+                data = await http.request("GET", "/v1/sandboxes",
+                                          params=params + ([("cursor", cursor)] if cursor else []))
+                items = data.get("data", data.get("sandboxes")) if isinstance(data, dict) else None
+                out += [cls(http, d, keep=True, owns_http=False) for d in (items or [])]
+                cursor = data.get("nextCursor") if isinstance(data, dict) else None
+                if not cursor:
+                    break
         except BaseException:
             await http.aclose()
             raise
         if not out:
             await http.aclose()
         return out
+
+    @classmethod
+    async def stop_all(cls, *, labels: Mapping[str, str], **client: Any) -> Dict[str, Any]:
+        """The awaitable twin of :meth:`withruntime.Sandbox.stop_all`."""
+        return await cls._each_labelled("stop", labels, False, client)
+
+    @classmethod
+    async def delete_all(cls, *, labels: Mapping[str, str], **client: Any) -> Dict[str, Any]:
+        """The awaitable twin of :meth:`withruntime.Sandbox.delete_all`."""
+        return await cls._each_labelled("delete", labels, True, client)
+
+    @classmethod
+    async def _each_labelled(cls, verb: str, labels: Mapping[str, str], include_stopped: bool,
+                             client: Dict[str, Any]) -> Dict[str, Any]:
+        if not labels:
+            raise InvalidRequestError(f"{verb}_all needs at least one label to match")
+        matches = await cls.list(labels=labels, include_stopped=include_stopped, limit=100, **client)
+        done: List[str] = []
+        failed: List[Dict[str, Any]] = []
+        for sbx in matches:
+            try:
+                await getattr(sbx, verb)()
+                done.append(sbx.id)
+            except APIError as e:
+                failed.append({"id": sbx.id, "error": e})
+        if matches:
+            await matches[0]._http.aclose()
+        return {"stopped" if verb == "stop" else "deleted": done, "failed": failed}
 
     async def refresh(self) -> "AsyncSandbox":
         self._set_data(await self._http.request("GET", sandbox_path(self.id)))
@@ -201,6 +253,16 @@ class AsyncSandbox(SandboxInfo):
         self._set_data(await self._http.request("POST", sandbox_path(self.id, ":restart"), json_body={},
                                           headers=idempotency_headers(idempotency_key),
                                                 timeout=CREATE_HTTP_TIMEOUT_SECONDS))
+        return self
+
+    async def update(self, **settings: Any) -> "AsyncSandbox":
+        """Changes its settings; what is left out stays: ``name`` (None removes it),
+        ``labels`` (replaces them all; None removes them), ``network``, ``timeout_seconds``
+        (a new lease counted from now, longer or shorter) and ``on_timeout`` (``"stop"`` or
+        ``"delete"``). The published client's other settings are refused by the daemon."""
+        body = {"".join(w.capitalize() if i else w for i, w in enumerate(k.split("_"))): v
+                for k, v in settings.items()}
+        self._set_data(await self._http.request("POST", sandbox_path(self.id, ":update"), json_body=body))
         return self
 
     async def extend(self, seconds: int) -> "AsyncSandbox":
@@ -442,12 +504,14 @@ class AsyncFiles:
         out = await self._sbx._http.request("PUT", self._url("/files/content"), params=params, content=content)
         return parse_write(out, p, len(content))
 
-    async def list(self, path: str = "/workspace", depth: int = 1) -> FileList:
+    async def list(self, path: str = "/workspace", *, depth: Optional[int] = None, glob: Optional[str] = None,
+             hidden: Optional[bool] = None, limit: Optional[int] = None) -> FileList:
         p = check_path(path)
-        d = check_depth(depth)
-        return parse_list(
-            await self._sbx._http.request("GET", self._url("/files/list"), params={"path": p, "depth": d})
-        )
+        params = build_list_params(p, depth, glob, hidden, limit)
+        return parse_list(await self._sbx._http.request("GET", self._url("/files/list"), params=params))
+
+    async def glob(self, pattern: str, root: str = "/workspace") -> FileList:
+        return await self.list(root, glob=pattern)
 
     async def stat(self, path: str) -> FileEntry:
         p = check_path(path)
@@ -455,27 +519,74 @@ class AsyncFiles:
 
     async def exists(self, path: str) -> bool:
         try:
-            await self.stat(path)
-        except NotFoundError:
+            return (await self.stat(path)).exists
+        except NotFoundError:  # a daemon from before exists: false
             return False
-        return True
 
-    async def mkdir(self, path: str, *, parents: bool = True) -> None:
+    async def mkdir(self, path: str, parents: bool = True) -> None:
         p = check_path(path)
-        await self._sbx._http.request(
-            "POST", self._url("/files:mkdir"), json_body={"path": p, "parents": bool(parents)}
-        )
+        await self._sbx._http.request("POST", self._url("/files:mkdir"), json_body={"path": p, "parents": bool(parents)})
 
-    async def remove(self, path: str, recursive: bool = False) -> None:
+    async def remove(self, path: str, recursive: bool = False) -> bool:
         p = check_path(path)
-        await self._sbx._http.request(
+        out = await self._sbx._http.request(
             "POST", self._url("/files:remove"), json_body={"path": p, "recursive": bool(recursive)}
         )
+        return bool(out.get("removed", True)) if isinstance(out, Mapping) else True
 
-    async def rename(self, src: str, dst: str) -> None:
-        s = check_path(src, "src")
-        d = check_path(dst, "dst")
-        await self._sbx._http.request("POST", self._url("/files:rename"), json_body={"from": s, "to": d})
+    async def rename(self, source: str, target: str, overwrite: bool = False) -> None:
+        s = check_path(source, "source")
+        d = check_path(target, "target")
+        await self._sbx._http.request("POST", self._url("/files:rename"),
+                                json_body={"from": s, "to": d, "overwrite": bool(overwrite)})
+
+
+    async def archive(self, path: str, *, gzip: bool = True, exclude: Optional[Sequence[str]] = None) -> bytes:
+        """The directory ``path`` as tar bytes, gzip-compressed by default; ``exclude`` holds
+        relative paths (not patterns) left out with everything below them."""
+        p = check_path(path)
+        params: List[Any] = [("path", p), ("gzip", "true" if gzip else "false")]
+        params += [("exclude", str(x)) for x in (exclude or [])]
+        data: bytes = await self._sbx._http.request("GET", self._url("/files/archive"), params=params, raw=True)
+        return data
+
+    async def unarchive(self, path: str, data: bytes, *, gzip: Optional[bool] = None) -> Dict[str, Any]:
+        """Unpacks tar bytes (gzip or not, told by their first bytes) into the directory
+        ``path``, merging; answers ``{"path", "entries", "bytes"}``. The sandbox refuses
+        absolute names, "..", links that lead out and device files."""
+        p = check_path(path)
+        payload = bytes(data)
+        if gzip is not None and gzip != payload.startswith(b"\x1f\x8b"):
+            raise InvalidRequestError("gzip does not match the archive's first bytes")
+        out: Dict[str, Any] = await self._sbx._http.request("PUT", self._url("/files/archive"), params={"path": p},
+                                                         content=payload)
+        return out
+
+    async def upload(self, local_path: str, remote_path: str) -> None:
+        """Copies a local file (its permissions kept) or directory (as one tar) in."""
+        if os.path.isdir(local_path):
+            await self.unarchive(remote_path, pack_directory(local_path))
+            return
+        with open(local_path, "rb") as f:
+            await self.write(remote_path, f.read(), mode=os.stat(local_path).st_mode & 0o777)
+
+    async def download(self, remote_path: str, local_path: str) -> None:
+        """Copies a file or a directory out. A file lands under a temporary name beside
+        ``local_path`` and is renamed into place once whole; a directory is unpacked into
+        ``local_path`` (see unpack_directory's refusals)."""
+        st = await self.stat(remote_path)
+        if not st.exists:
+            raise NotFoundError(f"{remote_path} does not exist", code="not_found", status=404)
+        if st.is_dir:
+            unpack_directory(await self.archive(remote_path, gzip=True), local_path)
+            return
+        data = await self.read(remote_path)
+        target = os.path.abspath(local_path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        partial = f"{target}.partial-{os.getpid()}"
+        with open(partial, "wb") as f:
+            f.write(data)
+        os.replace(partial, target)
 
 
 class AsyncNetwork(Dict[str, Any]):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from types import TracebackType
 from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Type, Union
 
@@ -26,7 +28,10 @@ from ._models import (
     parse_egress_log,
     secret_path,
     build_exec_body,
-    check_depth,
+    build_list_params,
+    pack_directory,
+    unpack_directory,
+    build_sandbox_list_params,
     check_path,
     check_sandbox_id,
     encode_content,
@@ -133,25 +138,80 @@ class Sandbox(SandboxInfo):
             raise
 
     @classmethod
+    def get_or_create(cls, name: str, **fields: Any) -> "Sandbox":
+        """The caller's sandbox named ``name``, running as it is, or one created with
+        ``fields`` when none has the name (``sbx.data["reused"]`` says which). Calls with one
+        name make one sandbox. A paused one is woken, a stopped one booted again from its disk.
+        The other fields apply only when it is created; ``keep`` defaults to True here."""
+        fields.setdefault("keep", True)
+        return cls.create(name=name, get_or_create=True, **fields)
+
+    @classmethod
     def list(
         cls,
         *,
+        state: Optional[Sequence[str]] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        name: Optional[str] = None,
+        include_stopped: bool = True,
+        limit: Optional[int] = None,
         api_key: Optional[str] = None,
         base_url: Optional[str] = None,
         _transport: Any = None,
     ) -> List["Sandbox"]:
-        """The caller's sandboxes, newest first. They share one connection pool."""
+        """The caller's sandboxes, oldest first, every page of them. ``state`` (e.g.
+        ``["running"]``), ``labels`` (all must match), ``name`` filter; ``include_stopped=False``
+        leaves out stopped and failed ones; ``limit`` (1 to 100) is the page size. They share
+        one connection pool."""
+        params = build_sandbox_list_params(state, labels, name, include_stopped, limit)
         http = _connect(api_key, base_url, None, _transport)
+        out: List[Sandbox] = []
         try:
-            data = http.request("GET", "/v1/sandboxes")
-            items = data.get("sandboxes") if isinstance(data, dict) else None
-            out = [cls(http, d, keep=True, owns_http=False) for d in (items or [])]
+            cursor: Optional[str] = None
+            while True:
+                data = http.request("GET", "/v1/sandboxes", params=params + ([("cursor", cursor)] if cursor else []))
+                items = data.get("data", data.get("sandboxes")) if isinstance(data, dict) else None
+                out += [cls(http, d, keep=True, owns_http=False) for d in (items or [])]
+                cursor = data.get("nextCursor") if isinstance(data, dict) else None
+                if not cursor:
+                    break
         except BaseException:
             http.close()
             raise
         if not out:
             http.close()
         return out
+
+    @classmethod
+    def stop_all(cls, *, labels: Mapping[str, str], **client: Any) -> Dict[str, Any]:
+        """Stops every running sandbox whose labels all match: ``{"stopped": [ids],
+        "failed": [{"id", "error"}]}``. Needs at least one label."""
+        return cls._each_labelled("stop", labels, False, client)
+
+    @classmethod
+    def delete_all(cls, *, labels: Mapping[str, str], **client: Any) -> Dict[str, Any]:
+        """Deletes every sandbox whose labels all match, stopped ones included:
+        ``{"deleted": [ids], "failed": [{"id", "error"}]}``. Needs at least one label."""
+        return cls._each_labelled("delete", labels, True, client)
+
+    @classmethod
+    def _each_labelled(cls, verb: str, labels: Mapping[str, str], include_stopped: bool,
+                       client: Dict[str, Any]) -> Dict[str, Any]:
+        if not labels:
+            raise InvalidRequestError(f"{verb}_all needs at least one label to match")
+        # Every match first, then each: acting while paging would move the pages.
+        matches = cls.list(labels=labels, include_stopped=include_stopped, limit=100, **client)
+        done: List[str] = []
+        failed: List[Dict[str, Any]] = []
+        for sbx in matches:
+            try:
+                getattr(sbx, verb)()
+                done.append(sbx.id)
+            except APIError as e:
+                failed.append({"id": sbx.id, "error": e})
+        if matches:
+            matches[0]._http.close()
+        return {"stopped" if verb == "stop" else "deleted": done, "failed": failed}
 
     def refresh(self) -> "Sandbox":
         """Reload the sandbox's state from the daemon."""
@@ -195,6 +255,16 @@ class Sandbox(SandboxInfo):
         self._set_data(self._http.request("POST", sandbox_path(self.id, ":restart"), json_body={},
                                           headers=idempotency_headers(idempotency_key),
                                           timeout=CREATE_HTTP_TIMEOUT_SECONDS))
+        return self
+
+    def update(self, **settings: Any) -> "Sandbox":
+        """Changes its settings; what is left out stays: ``name`` (None removes it),
+        ``labels`` (replaces them all; None removes them), ``network``, ``timeout_seconds``
+        (a new lease counted from now, longer or shorter) and ``on_timeout`` (``"stop"`` or
+        ``"delete"``). The published client's other settings are refused by the daemon."""
+        body = {"".join(w.capitalize() if i else w for i, w in enumerate(k.split("_"))): v
+                for k, v in settings.items()}
+        self._set_data(self._http.request("POST", sandbox_path(self.id, ":update"), json_body=body))
         return self
 
     def extend(self, seconds: int) -> "Sandbox":
@@ -472,40 +542,104 @@ class Files:
         out = self._sbx._http.request("PUT", self._url("/files/content"), params=params, content=content)
         return parse_write(out, p, len(content))
 
-    def list(self, path: str = "/workspace", depth: int = 1) -> FileList:
-        """Entries under ``path`` down to ``depth`` levels (1..10). ``.truncated`` says whether
-        the daemon stopped at its limit."""
+    def list(self, path: str = "/workspace", *, depth: Optional[int] = None, glob: Optional[str] = None,
+             hidden: Optional[bool] = None, limit: Optional[int] = None) -> FileList:
+        """Entries under ``path`` as dicts (see FileEntry), down to ``depth`` levels (1 to 10;
+        1 when left out). ``glob`` keeps those whose path relative to ``path`` matches
+        (``*.py``, ``src/*``, ``**/*.py``; it walks as deep as the pattern reaches, at most 32
+        levels); ``hidden=False`` leaves out names starting with '.'; ``limit`` (1 to 10000)
+        caps the count. ``.truncated`` says whether more were left out."""
         p = check_path(path)
-        d = check_depth(depth)
-        return parse_list(self._sbx._http.request("GET", self._url("/files/list"), params={"path": p, "depth": d}))
+        params = build_list_params(p, depth, glob, hidden, limit)
+        return parse_list(self._sbx._http.request("GET", self._url("/files/list"), params=params))
+
+    def glob(self, pattern: str, root: str = "/workspace") -> FileList:
+        """Entries under ``root`` whose relative path matches ``pattern`` (``**/*.py``)."""
+        return self.list(root, glob=pattern)
 
     def stat(self, path: str) -> FileEntry:
-        """One entry; raises NotFoundError when there is none."""
+        """One entry, with ``exists``: a path with nothing there answers
+        ``{"path": ..., "exists": False}`` rather than raising."""
         p = check_path(path)
         return parse_entry(self._sbx._http.request("GET", self._url("/files/stat"), params={"path": p}))
 
     def exists(self, path: str) -> bool:
         try:
-            self.stat(path)
-        except NotFoundError:
+            return (self.stat(path)).exists
+        except NotFoundError:  # a daemon from before exists: false
             return False
-        return True
 
-    def mkdir(self, path: str, *, parents: bool = True) -> None:
+    def mkdir(self, path: str, parents: bool = True) -> None:
+        """Makes a directory; with ``parents`` (the default) its missing parents too, and an
+        existing directory is fine."""
         p = check_path(path)
         self._sbx._http.request("POST", self._url("/files:mkdir"), json_body={"path": p, "parents": bool(parents)})
 
-    def remove(self, path: str, recursive: bool = False) -> None:
-        """Remove a file, an empty directory, or with ``recursive=True`` a whole tree."""
+    def remove(self, path: str, recursive: bool = False) -> bool:
+        """Removes a file, an empty directory, or with ``recursive=True`` a whole tree (links
+        are removed, never followed). True when something was removed, False when nothing
+        was there."""
         p = check_path(path)
-        self._sbx._http.request(
+        out = self._sbx._http.request(
             "POST", self._url("/files:remove"), json_body={"path": p, "recursive": bool(recursive)}
         )
+        return bool(out.get("removed", True)) if isinstance(out, Mapping) else True
 
-    def rename(self, src: str, dst: str) -> None:
-        s = check_path(src, "src")
-        d = check_path(dst, "dst")
-        self._sbx._http.request("POST", self._url("/files:rename"), json_body={"from": s, "to": d})
+    def rename(self, source: str, target: str, overwrite: bool = False) -> None:
+        """Moves ``source`` to ``target``; an existing ``target`` is a ConflictError unless
+        ``overwrite=True``."""
+        s = check_path(source, "source")
+        d = check_path(target, "target")
+        self._sbx._http.request("POST", self._url("/files:rename"),
+                                json_body={"from": s, "to": d, "overwrite": bool(overwrite)})
+
+
+    def archive(self, path: str, *, gzip: bool = True, exclude: Optional[Sequence[str]] = None) -> bytes:
+        """The directory ``path`` as tar bytes, gzip-compressed by default; ``exclude`` holds
+        relative paths (not patterns) left out with everything below them."""
+        p = check_path(path)
+        params: List[Any] = [("path", p), ("gzip", "true" if gzip else "false")]
+        params += [("exclude", str(x)) for x in (exclude or [])]
+        data: bytes = self._sbx._http.request("GET", self._url("/files/archive"), params=params, raw=True)
+        return data
+
+    def unarchive(self, path: str, data: bytes, *, gzip: Optional[bool] = None) -> Dict[str, Any]:
+        """Unpacks tar bytes (gzip or not, told by their first bytes) into the directory
+        ``path``, merging; answers ``{"path", "entries", "bytes"}``. The sandbox refuses
+        absolute names, "..", links that lead out and device files."""
+        p = check_path(path)
+        payload = bytes(data)
+        if gzip is not None and gzip != payload.startswith(b"\x1f\x8b"):
+            raise InvalidRequestError("gzip does not match the archive's first bytes")
+        out: Dict[str, Any] = self._sbx._http.request("PUT", self._url("/files/archive"), params={"path": p},
+                                                         content=payload)
+        return out
+
+    def upload(self, local_path: str, remote_path: str) -> None:
+        """Copies a local file (its permissions kept) or directory (as one tar) in."""
+        if os.path.isdir(local_path):
+            self.unarchive(remote_path, pack_directory(local_path))
+            return
+        with open(local_path, "rb") as f:
+            self.write(remote_path, f.read(), mode=os.stat(local_path).st_mode & 0o777)
+
+    def download(self, remote_path: str, local_path: str) -> None:
+        """Copies a file or a directory out. A file lands under a temporary name beside
+        ``local_path`` and is renamed into place once whole; a directory is unpacked into
+        ``local_path`` (see unpack_directory's refusals)."""
+        st = self.stat(remote_path)
+        if not st.exists:
+            raise NotFoundError(f"{remote_path} does not exist", code="not_found", status=404)
+        if st.is_dir:
+            unpack_directory(self.archive(remote_path, gzip=True), local_path)
+            return
+        data = self.read(remote_path)
+        target = os.path.abspath(local_path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        partial = f"{target}.partial-{os.getpid()}"
+        with open(partial, "wb") as f:
+            f.write(data)
+        os.replace(partial, target)
 
 
 class Network(Dict[str, Any]):

@@ -186,7 +186,7 @@ def _format_list(path: str, entries: List[FileEntry], truncated: bool, depth: in
     prefix = path.rstrip("/") + "/"
     for i, e in enumerate(sorted(entries, key=lambda x: x.path)):
         rel = e.path[len(prefix):] if e.path.startswith(prefix) else e.path
-        if e.type == "dir":
+        if e.is_dir:
             line = f"dir   {rel}/"
         elif e.type == "symlink":
             line = f"link  {rel} -> {e.target or '?'}"
@@ -269,6 +269,8 @@ def _sync_tools(sbx: Sandbox, s: _Settings) -> List[ToolFunction]:
         try:
             full = s.resolve(path)
             st = sbx.files.stat(full)
+            if not st.exists:
+                return f"error: reading {path!r}: not found ({full} does not exist)"
             if st.is_dir:
                 return f"error: {full} is a directory; list it with runtime_list_files"
             limit_bytes = s.max_output_chars * 4
@@ -330,6 +332,8 @@ def _async_tools(sbx: AsyncSandbox, s: _Settings) -> List[ToolFunction]:
         try:
             full = s.resolve(path)
             st = await sbx.files.stat(full)
+            if not st.exists:
+                return f"error: reading {path!r}: not found ({full} does not exist)"
             if st.is_dir:
                 return f"error: {full} is a directory; list it with runtime_list_files"
             limit_bytes = s.max_output_chars * 4
