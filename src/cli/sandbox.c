@@ -538,7 +538,7 @@ int cmd_sandbox_create(CliContext *ctx, int argc, char **argv) {
         return CLI_EXIT_OK;
 }
 
-static const char ls_help[] = "Lists your sandboxes, newest first.\n\n"
+static const char ls_help[] = "Lists your sandboxes, oldest first.\n\n"
                               "Example:\n  runtime sandbox ls\n  runtime --json sandbox ls\n";
 
 int cmd_sandbox_ls(CliContext *ctx, int argc, char **argv) {

@@ -38,11 +38,12 @@ def test_sandbox_fields(api):
     assert any(s["id"] == sbx.id for s in listed)
 
 
-def test_list_is_newest_first(api, any_driver):
+def test_list_is_oldest_first(api, any_driver):
+    """The published client's contract: live sandboxes, oldest first, a page at a time."""
     a = api.create_sandbox(driver=any_driver)
     b = api.create_sandbox(driver=any_driver)
     ids = [s["id"] for s in api.get("/v1/sandboxes").json()["sandboxes"]]
-    assert ids.index(b.id) < ids.index(a.id)
+    assert ids.index(a.id) < ids.index(b.id)
 
 
 def test_lease_end_stops(api, any_driver):

@@ -770,7 +770,7 @@ async function withClient<T>(ctx: Ctx, f: (http: HttpClient) => Promise<T>): Pro
 
 async function cmdLs(ctx: Ctx, argv: string[]): Promise<number> {
   const s = simpleArgs("sandbox ls", argv, 0, 0);
-  if (s.help) return help("sandbox ls", "Lists your sandboxes, newest first.\n");
+  if (s.help) return help("sandbox ls", "Lists your sandboxes, oldest first.\n");
   const ans = await withClient(ctx, (h) => h.request<{ sandboxes?: Record<string, unknown>[] }>("GET", "/v1/sandboxes"));
   if (ctx.json || s.json) {
     printJson(ans);

@@ -416,15 +416,26 @@ export function parseEntry(data: unknown): FileEntry {
     throw new APIConnectionError("the daemon sent a file entry without a path");
   }
   const path = data.path;
-  const type = (["file", "dir", "symlink"].includes(data.type as string) ? data.type : "other") as FileEntry["type"];
+  // The daemon answers in the published client's shape ("directory", mode as octal text,
+  // modifiedAt, symlinkTarget); this SDK's names stay as they were.
+  const wireType = data.type === "directory" ? "dir" : data.type;
+  const type = (["file", "dir", "symlink"].includes(wireType as string) ? wireType : "other") as FileEntry["type"];
+  const mode = Number.isInteger(data.mode)
+    ? (data.mode as number)
+    : typeof data.mode === "string" && /^[0-7]{1,7}$/.test(data.mode)
+      ? parseInt(data.mode, 8)
+      : 0;
+  const mtime = typeof data.modifiedAt === "string" ? data.modifiedAt : typeof data.mtime === "string" ? data.mtime : null;
+  const target =
+    typeof data.symlinkTarget === "string" ? data.symlinkTarget : typeof data.target === "string" ? data.target : null;
   return {
     path,
     name: typeof data.name === "string" && data.name ? data.name : (path.replace(/\/+$/, "").split("/").pop() ?? ""),
     type,
     size: Number.isInteger(data.size) ? (data.size as number) : 0,
-    mode: Number.isInteger(data.mode) ? (data.mode as number) : 0,
-    mtime: typeof data.mtime === "string" ? data.mtime : null,
-    target: typeof data.target === "string" ? data.target : null,
+    mode,
+    mtime,
+    target,
     isDir: type === "dir",
     isFile: type === "file",
   };
@@ -437,7 +448,7 @@ export interface FileList extends Array<FileEntry> {
 
 export function parseList(data: unknown): FileList {
   const out = [] as unknown as FileList;
-  const entries = isObject(data) && Array.isArray(data.entries) ? data.entries : [];
+  const entries = !isObject(data) ? [] : Array.isArray(data.data) ? data.data : Array.isArray(data.entries) ? data.entries : [];
   for (const e of entries) out.push(parseEntry(e));
   out.truncated = isObject(data) && data.truncated === true;
   return out;

@@ -115,7 +115,7 @@ export class Sandbox implements AsyncDisposable {
     }
   }
 
-  /** The caller's sandboxes, newest first. */
+  /** The caller's sandboxes, oldest first. */
   static async list(opts: ClientOptions = {}): Promise<Sandbox[]> {
     const http = connect(opts);
     try {
@@ -459,7 +459,12 @@ export class Files {
   /** One entry; throws NotFoundError when there is none. */
   async stat(path: string): Promise<FileEntry> {
     const p = checkPath(path);
-    return parseEntry(await this.#sbx.http.request("GET", this.#url("/files/stat"), { query: { path: p } }));
+    const data = await this.#sbx.http.request("GET", this.#url("/files/stat"), { query: { path: p } });
+    // Nothing there is an answer, `exists: false`, not a 404.
+    if (data && typeof data === "object" && (data as { exists?: unknown }).exists === false) {
+      throw new NotFoundError(`nothing at ${p}`, { code: "not_found", status: 404 });
+    }
+    return parseEntry(data);
   }
 
   async exists(path: string): Promise<boolean> {
