@@ -10,6 +10,7 @@ import concurrent.futures
 import os
 import signal
 import time
+import uuid
 
 import pytest
 
@@ -348,12 +349,13 @@ def test_sdk_pause_wake_restart(daemon, any_driver, monkeypatch):
         with pytest.raises(NotPausedError):
             sbx.wake(timeout_seconds=60)
         # An Idempotency-Key replays the first answer instead of pausing again.
-        assert sbx.pause(idempotency_key="lifecycle-p1").state == "paused"
+        pause_key = f"lifecycle-p-{uuid.uuid4().hex}"  # keys are the owner's, across its sandboxes
+        assert sbx.pause(idempotency_key=pause_key).state == "paused"
         sbx.wake()
-        assert sbx.pause(idempotency_key="lifecycle-p1").state == "paused"
+        assert sbx.pause(idempotency_key=pause_key).state == "paused"
         assert sbx.refresh().state == "running"
         sbx.stop()
-        assert sbx.restart(idempotency_key="lifecycle-r1").state == "running"
+        assert sbx.restart(idempotency_key=f"lifecycle-r-{uuid.uuid4().hex}").state == "running"
         assert sbx.files.read("/workspace/f.txt") == b"kept" or sbx.files.read("/workspace/f.txt") == "kept"
 
     async def run_async():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+import uuid
 
 import pytest
 
@@ -188,7 +189,8 @@ def test_stopped_sandbox_ends_its_processes(api, driver):
 
 
 def test_idempotency_key(sandbox):
-    key = {"Idempotency-Key": "spawn-once-1"}
+    # Keys are the owner's, across its sandboxes: each run of this test takes new ones.
+    key = {"Idempotency-Key": f"spawn-once-{uuid.uuid4().hex}"}
     first = spawn(sandbox, headers=key, command="echo $RANDOM$RANDOM")
     again = spawn(sandbox, expect=200, headers=key, command="echo $RANDOM$RANDOM")
     assert again["id"] == first["id"] and again.get("replayed") is True
@@ -199,10 +201,11 @@ def test_idempotency_key(sandbox):
     assert len(sandbox.api.get(procs(sandbox)).json()["data"]) == 1
     # A streamed exec under a key already used gives back the first run.
     body = {"command": "echo streamed-$RANDOM", "stream": True}
+    exec_key = f"exec-once-{uuid.uuid4().hex}"
     runs = []
     for _ in range(2):
         with sandbox.api.stream("POST", f"/v1/sandboxes/{sandbox.id}:exec", json=body,
-                                headers={"Idempotency-Key": "exec-once-1"}) as r:
+                                headers={"Idempotency-Key": exec_key}) as r:
             runs.append([json.loads(x) for x in r.iter_lines() if x.strip()])
     assert runs[0][0]["processId"] == runs[1][0]["processId"] and runs[1][0]["replayed"] is True
     assert text(runs[0]) == text(runs[1])

@@ -563,11 +563,12 @@ def test_our_sdk_same_calls(gapi, env, gany):
     from withruntime.errors import InvalidRequestError, PermissionDeniedError
 
     conn = {"api_key": env.daemon.api_key, "base_url": env.daemon.base_url}
+    set_key = "sdk-set-" + uuid.uuid4().hex
     with Runtime(**conn) as rt:
         made = rt.secrets.set("SDK_TOKEN", value=VALUE_A, hosts=["api.test"], header="X-Api-Key",
-                              rules=[{"methods": ["GET"], "paths": ["/v1/*"]}], idempotency_key="sdk-set-1")
+                              rules=[{"methods": ["GET"], "paths": ["/v1/*"]}], idempotency_key=set_key)
         again = rt.secrets.set("SDK_TOKEN", value=VALUE_A, hosts=["api.test"], header="X-Api-Key",
-                               rules=[{"methods": ["GET"], "paths": ["/v1/*"]}], idempotency_key="sdk-set-1")
+                               rules=[{"methods": ["GET"], "paths": ["/v1/*"]}], idempotency_key=set_key)
         assert again["placeholder"] == made["placeholder"] and again.get("replayed") is True
         rt.secrets.set("SDK_OTHER", value=VALUE_B, hosts=["echo.test"])
         assert [s["name"] for s in rt.secrets.list(limit=1)] == ["SDK_OTHER"]
@@ -590,7 +591,7 @@ def test_our_sdk_same_calls(gapi, env, gany):
         assert a.network.off()["internet"] is False
         assert a.network.on() == {"internet": True, "allow": [], "deny": []}
     finally:
-        a.delete(idempotency_key="sdk-delete-1")
+        a.delete(idempotency_key="sdk-delete-" + uuid.uuid4().hex)
         a.close()
     no_value_in(env.daemon.log_path.read_text(errors="replace"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,9 @@ def test_exec_published_names(sbx):
     assert sbx.exec("id -u", user="root").stdout == "0\n"
     with pytest.raises(InvalidRequestError):
         sbx.exec("true", user="nobody")
-    first = [e for e in sbx.exec_stream("echo $RANDOM", idempotency_key="sdk-once")]
-    again = [e for e in sbx.exec_stream("echo $RANDOM", idempotency_key="sdk-once")]
+    key = f"sdk-once-{uuid.uuid4().hex}"  # keys are the owner's, across its sandboxes
+    first = [e for e in sbx.exec_stream("echo $RANDOM", idempotency_key=key)]
+    again = [e for e in sbx.exec_stream("echo $RANDOM", idempotency_key=key)]
     assert first[0]["processId"] == again[0]["processId"]
     assert [e.get("data") for e in first if e["type"] == "stdout"] == \
         [e.get("data") for e in again if e["type"] == "stdout"]
