@@ -403,7 +403,7 @@ def test_exec_in_flight_across_a_long_pause(api, any_driver):
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         fut = pool.submit(api.post, f"/v1/sandboxes/{sbx.id}:exec",
                           json={"command": "touch /workspace/started; sleep 1; echo done", "timeoutMs": 1000})
-        wait_until(lambda: sbx.stat("/workspace/started").status_code == 200, 30, 0.02,
+        wait_until(lambda: sbx.stat("/workspace/started").json().get("exists") is True, 30, 0.02,
                    what="the command to start")
         pause(api, sbx.id)
         steady_for(17.0, lambda: (api.sandbox(sbx.id)["state"], fut.done()), "a paused sandbox and its exec")
