@@ -4,12 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/agent_client.h"
 #include "daemon/output.h"
+#include "daemon/websocket.h"
 #include "daemon/api_egress.h"
 #include "daemon/api_exec.h"
 #include "daemon/api_archive.h"
@@ -301,6 +303,36 @@ int api_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e)
         SandboxError se;
         if (sandbox_open_stream(sb, request, ret, &se) < 0)
                 return api_sandbox_error(&se, e);
+        return 0;
+}
+
+static bool header_has_token(Req *r, const char *name, const char *token) {
+        const char *v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+        if (!v)
+                return false;
+        size_t n = strlen(token);
+        for (const char *s = v; *s;) {
+                while (*s == ' ' || *s == '\t' || *s == ',')
+                        s++;
+                size_t len = strcspn(s, ", \t");
+                if (len == n && strncasecmp(s, token, n) == 0)
+                        return true;
+                s += len;
+        }
+        return false;
+}
+
+/* The WebSocket handshake's request side (RFC 6455 4.2.1): Upgrade and
+ * Connection tokens, a well-formed Sec-WebSocket-Key (its accept value in
+ * accept) and version 13. A 400 naming what to use otherwise. */
+int api_websocket_handshake(Req *r, const char *client, char accept[29], ApiError *e) {
+        const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Sec-WebSocket-Key");
+        const char *version = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Sec-WebSocket-Version");
+        if (!header_has_token(r, "Upgrade", "websocket") || !header_has_token(r, "Connection", "upgrade") ||
+            ws_accept_value(key, accept) < 0 || !version || strcmp(version, "13") != 0)
+                return api_error(e, 400, "invalid_request", client,
+                                 "this route is a WebSocket: send Upgrade: websocket, Connection: Upgrade, a "
+                                 "Sec-WebSocket-Key and Sec-WebSocket-Version: 13");
         return 0;
 }
 

@@ -159,5 +159,8 @@ json_t *api_process_json(const ProcInfo *info);
 json_t *api_out_of_memory(int64_t processes_killed, unsigned memory_mib);
 
 /* {"name","built","builtAt","sizeBytes"}: one image, and every image. */
+/* The request side of a WebSocket handshake; a 400 (hint: client) when it
+ * is not one. */
+int api_websocket_handshake(Req *r, const char *client, char accept[29], ApiError *e);
 json_t *api_image_json(const ImageInfo *info);
 json_t *api_images_json(const DaemonConfig *cfg);

@@ -371,22 +371,6 @@ static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls
 
 /* ---- the route ---- */
 
-static bool header_has_token(Req *r, const char *name, const char *token) {
-        const char *v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
-        if (!v)
-                return false;
-        size_t n = strlen(token);
-        for (const char *s = v; *s;) {
-                while (*s == ' ' || *s == '\t' || *s == ',')
-                        s++;
-                size_t len = strcspn(s, ", \t");
-                if (len == n && strncasecmp(s, token, n) == 0)
-                        return true;
-                s += len;
-        }
-        return false;
-}
-
 /* The process the terminal shows: a new PTY process, or the running one
  * processId names. */
 static int open_process(Req *r, const TerminalQuery *q, Terminal *t, ApiError *e) {
@@ -440,20 +424,9 @@ static int open_process(Req *r, const TerminalQuery *q, Terminal *t, ApiError *e
 
 enum MHD_Result handle_terminal(Req *r) {
         ApiError e = { 0 };
-        const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Sec-WebSocket-Key");
-        const char *version = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Sec-WebSocket-Version");
         char accept[29];
-        if (!header_has_token(r, "Upgrade", "websocket") || !header_has_token(r, "Connection", "upgrade") ||
-            ws_accept_value(key, accept) < 0) {
-                api_error(&e, 400, "invalid_request", "open it with a WebSocket client (withruntime's terminal())",
-                          "this route is a WebSocket: send Upgrade: websocket, Connection: Upgrade and a "
-                          "Sec-WebSocket-Key");
+        if (api_websocket_handshake(r, "open it with a WebSocket client (withruntime's terminal())", accept, &e) < 0)
                 return reply_error(r, &e);
-        }
-        if (!version || strcmp(version, "13") != 0) {
-                api_error(&e, 400, "invalid_request", NULL, "Sec-WebSocket-Version must be 13");
-                return reply_error(r, &e);
-        }
         Terminal *t = calloc(1, sizeof(*t));
         if (!t)
                 return reply_internal(r);

@@ -542,32 +542,11 @@ static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls
         tunnel_free(t);
 }
 
-static bool header_has_token(Req *r, const char *name, const char *token) {
-        const char *v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
-        size_t n = strlen(token);
-        for (const char *s = v; s && *s;) {
-                while (*s == ' ' || *s == '\t' || *s == ',')
-                        s++;
-                size_t len = strcspn(s, ", \t");
-                if (len == n && strncasecmp(s, token, n) == 0)
-                        return true;
-                s += len;
-        }
-        return false;
-}
-
 enum MHD_Result handle_tunnel(Req *r) {
         ApiError e = { 0 };
-        const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Sec-WebSocket-Key");
-        const char *version = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Sec-WebSocket-Version");
         char accept[29];
-        if (!header_has_token(r, "Upgrade", "websocket") || !header_has_token(r, "Connection", "upgrade") ||
-            ws_accept_value(key, accept) < 0 || !version || strcmp(version, "13") != 0) {
-                api_error(&e, 400, "invalid_request", "open it with a WebSocket client (withruntime's forward_port())",
-                          "this route is a WebSocket: send Upgrade: websocket, Connection: Upgrade, a "
-                          "Sec-WebSocket-Key and Sec-WebSocket-Version: 13");
+        if (api_websocket_handshake(r, "open it with a WebSocket client (withruntime's forward_port())", accept, &e) < 0)
                 return reply_error(r, &e);
-        }
         Tunnel *t = calloc(1, sizeof(*t));
         if (!t)
                 return reply_internal(r);
