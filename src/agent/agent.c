@@ -124,6 +124,9 @@ struct Agent {
         uint64_t memory_limit;   /* bytes, 0: the kernel enforces it alone */
         uint64_t next_memory_ms; /* when the watch looks again */
         bool memory_escalate;    /* killed at the last look: the next kills a group */
+        pid_t doomed[AGENT_MAX_STREAMS]; /* killed process groups not yet seen gone */
+        size_t n_doomed;
+        uint64_t next_rekill_ms;
 };
 
 static void send_hello(Agent *a);
@@ -326,7 +329,50 @@ static void drop_stdin(Agent *a, Stream *s) {
         consumed(a, s, n, true);
 }
 
-static void exec_kill(Stream *s) {
+/* A killed process group is killed again every AGENT_REKILL_MS until
+ * kill(2) finds nothing of it: gVisor's kill of a group misses a child that
+ * a member is forking at that moment (Linux's cannot: the fork fails once
+ * the parent has the signal pending), and one such survivor of a fork bomb
+ * rebuilds the group, which would then grow, unkilled, until the sandbox's
+ * host tasks or memory ran out. */
+static void doom_group(Agent *a, pid_t pgid) {
+        if (pgid <= 1)
+                return;
+        for (size_t i = 0; i < a->n_doomed; i++)
+                if (a->doomed[i] == pgid)
+                        return;
+        if (a->n_doomed == ELEMENTSOF(a->doomed)) {
+                /* The oldest has been killed the most times. */
+                memmove(a->doomed, a->doomed + 1, (a->n_doomed - 1) * sizeof a->doomed[0]);
+                a->n_doomed--;
+        }
+        if (a->n_doomed == 0)
+                a->next_rekill_ms = now_ms() + AGENT_REKILL_MS;
+        a->doomed[a->n_doomed++] = pgid;
+}
+
+static void rekill_groups(Agent *a, uint64_t now) {
+        if (a->n_doomed == 0 || now < a->next_rekill_ms)
+                return;
+        a->next_rekill_ms = now + AGENT_REKILL_MS;
+        size_t j = 0;
+        for (size_t i = 0; i < a->n_doomed; i++) {
+                pid_t g = a->doomed[i];
+                /* A group id is not reused while the group has members:
+                 * once it names a new command's group, the old one is gone. */
+                Stream *s = NULL;
+                for (size_t k = 0; k < a->n_streams && !s; k++)
+                        if (a->streams[k]->kind == STREAM_EXEC && a->streams[k]->pid == g &&
+                            !a->streams[k]->group_killed)
+                                s = a->streams[k];
+                if (s || (kill(-g, SIGKILL) < 0 && errno == ESRCH))
+                        continue;
+                a->doomed[j++] = g;
+        }
+        a->n_doomed = j;
+}
+
+static void exec_kill(Agent *a, Stream *s) {
         if (s->group_killed)
                 return;
         s->group_killed = true;
@@ -334,6 +380,7 @@ static void exec_kill(Stream *s) {
                 exec_kill_group(s->pid);
         else
                 kill(-s->pid, SIGKILL);
+        doom_group(a, s->pid);
 }
 
 static void exec_start(Agent *a, uint32_t id, AgentRequest *r) {
@@ -590,7 +637,7 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                         result_error(a, id, "not_found", "no running process on that stream");
                 else {
                         if (r->signo == SIGKILL)
-                                exec_kill(t);
+                                exec_kill(a, t);
                         else if (kill(-t->pid, r->signo) < 0 && errno == ESRCH)
                                 /* The child has not reached its setsid() yet:
                                  * there is no group, only the leader. */
@@ -733,7 +780,7 @@ static void handle_cancel(Agent *a, Stream *s) {
         switch (s->kind) {
         case STREAM_EXEC:
                 /* The RESULT follows once the group is gone and the pipes drained. */
-                exec_kill(s);
+                exec_kill(a, s);
                 drop_stdin(a, s);
                 if (s->exited && !s->final_until_ms)
                         s->final_until_ms = now_ms() + FINAL_DRAIN_MS;
@@ -939,7 +986,7 @@ static void exec_check(Agent *a, Stream *s, uint64_t now) {
         if (!s->exited) {
                 if (s->deadline_ms && now >= s->deadline_ms && !s->timed_out) {
                         s->timed_out = true;
-                        exec_kill(s);
+                        exec_kill(a, s);
                 }
                 return;
         }
@@ -948,7 +995,7 @@ static void exec_check(Agent *a, Stream *s, uint64_t now) {
                 if (!s->drain_until_ms)
                         s->drain_until_ms = s->end_ms + AGENT_DRAIN_MS;
                 if (now >= s->drain_until_ms && !s->final_until_ms) {
-                        exec_kill(s);
+                        exec_kill(a, s);
                         s->final_until_ms = now + FINAL_DRAIN_MS;
                 }
                 /* Past the last drain, an escaped writer is cut off; a host
@@ -1226,6 +1273,8 @@ static void memory_watch(Agent *a, uint64_t now) {
         log_msg("memory: %llu MiB in use of %llu: killed %s %d", (unsigned long long)(used >> 20),
                 (unsigned long long)(a->memory_limit >> 20), group ? "process group" : "pid",
                 group ? (int)pgid : (int)pid);
+        if (group)
+                doom_group(a, pgid);
         for (size_t i = 0; i < a->n_streams; i++)
                 if (a->streams[i]->kind == STREAM_EXEC && a->streams[i]->pid == pgid)
                         a->streams[i]->oom_killed++;
@@ -1309,6 +1358,11 @@ int agent_run(Agent *a) {
                         if (timeout < 0 || ms < timeout)
                                 timeout = ms;
                 }
+                if (a->n_doomed) {
+                        int ms = a->next_rekill_ms > now ? (int)(a->next_rekill_ms - now) : 0;
+                        if (timeout < 0 || ms < timeout)
+                                timeout = ms;
+                }
                 int k = poll(pfd, n, timeout);
                 if (k < 0 && errno != EINTR) {
                         log_msg("poll failed: %s", strerror(errno));
@@ -1348,6 +1402,7 @@ int agent_run(Agent *a) {
                 }
                 now = now_ms();
                 memory_watch(a, now);
+                rekill_groups(a, now);
                 for (size_t i = 0; i < a->n_streams && !a->quit; i++) {
                         Stream *s = a->streams[i];
                         if (s->finished)
@@ -1368,7 +1423,7 @@ int agent_run(Agent *a) {
         for (size_t i = 0; i < a->n_streams; i++) {
                 Stream *s = a->streams[i];
                 if (s->kind == STREAM_EXEC)
-                        exec_kill(s);
+                        exec_kill(a, s);
         }
         return a->exit_status;
 }

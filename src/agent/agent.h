@@ -21,6 +21,9 @@
 /* How long the output of an exited leader may still be drained before its
  * process group is killed (a background job holding the pipes open). */
 #define AGENT_DRAIN_MS 100
+/* A killed process group is killed again this often until none of it is
+ * left (gVisor's kill of a group can miss a child being forked). */
+#define AGENT_REKILL_MS 10
 
 /* Inside every sandbox, programs reach the network only through this relay
  * (HTTP_PROXY points at it); each connection is carried over the channel to
