@@ -1,7 +1,7 @@
 /*
  * driver_gvisor: runsc (gVisor), a user-space kernel between the sandbox and
  * the host. The sandbox's syscalls are served by the Sentry; the host kernel
- * sees only the Sentry's own, seccomp-filtered calls. Platform ptrace (no KVM
+ * sees only the Sentry's own, seccomp-filtered calls. Platform systrap (no KVM
  * needed), no network device (--network=none), and --ignore-cgroups: the
  * daemon puts runsc and everything it starts into the sandbox's cgroup
  * itself, on v1 and v2 alike.
@@ -46,11 +46,12 @@
 static const char *const runsc_candidates[] = {"/usr/local/bin/runsc", "/usr/bin/runsc", "/usr/sbin/runsc"};
 
 /* Platforms in order of preference, measured here (docs/drivers.md,
- * "Platform"): as fast as systrap for python3 and exec, and under a fork
- * bomb ptrace kept the agent answering where systrap starved it; KVM hangs
- * on nested hypervisors and is never tried. RUNTIME_GVISOR_PLATFORM names
- * one. */
-static const char *const platforms[] = {"ptrace", "systrap"};
+ * "Platform"): as fast as ptrace for python3 and exec, and under a fork bomb
+ * systrap needs one host task per address space where ptrace needs one per
+ * address space and Sentry thread, which filled the sandbox's host pids limit
+ * and ended the Sentry; KVM hangs on nested hypervisors and is never tried.
+ * RUNTIME_GVISOR_PLATFORM names one. */
+static const char *const platforms[] = {"systrap", "ptrace"};
 
 /* What the probe chose; written once under probe_once, read-only after. */
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;

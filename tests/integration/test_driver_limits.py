@@ -189,6 +189,24 @@ def test_fork_bomb_leaves_the_agent_answering(api, driver):
     assert api.sandbox(sbx.id)["state"] == "running"
 
 
+@pytest.mark.slow
+def test_fork_bomb_ends_at_its_timeout(api, driver):
+    """A bomb whose shell waits: it grows until the exec's timeout, then its
+    whole group is killed and the sandbox goes on. On gVisor each of its
+    processes also costs host memory outside what the sandbox's own count
+    sees (docs/drivers.md, "Processes and CPU"): 1024 MiB leaves a bomb of
+    a few seconds room on a quiet host."""
+    sbx = api.create_sandbox(driver=driver, memoryMiB=1024)
+    r = api.post(f"/v1/sandboxes/{sbx.id}:exec",
+                 json={"command": ":(){ :|:& };:; sleep 600", "timeoutMs": 6000}, timeout=300)
+    assert r.status_code == 200, r.text
+    assert r.json()["timedOut"] is True, r.json()
+    assert api.sandbox(sbx.id)["state"] == "running"
+    wait_until(lambda: sbx.exec("echo alive", timeoutMs=20000)["stdout"] == "alive\n", 90, 1,
+               what="the bombed sandbox to answer again")
+    wait_until(lambda: shells_left(sbx) == 0, 60, 1, what="the fork bomb's shells to be gone")
+
+
 def test_a_killed_lxcfs_is_replaced_by_the_next_sandbox(api, driver):
     """lxcfs killed with SIGKILL leaves a FUSE mount that answers ENOTCONN
     and on which no new lxcfs can mount: the next sandbox must still start
