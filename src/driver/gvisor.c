@@ -46,11 +46,12 @@
 static const char *const runsc_candidates[] = {"/usr/local/bin/runsc", "/usr/bin/runsc", "/usr/sbin/runsc"};
 
 /* Platforms in order of preference, measured here (docs/drivers.md,
- * "Platform"): as fast as ptrace for python3 and exec, and under a fork bomb
- * systrap needs one host task per address space where ptrace needs one per
- * address space and Sentry thread, which filled the sandbox's host pids limit
- * and ended the Sentry; KVM hangs on nested hypervisors and is never tried.
- * RUNTIME_GVISOR_PLATFORM names one. */
+ * "Platform"): under a fork bomb systrap needs one host task per address
+ * space where ptrace needs one per address space and Sentry thread, which
+ * filled the sandbox's host pids limit and ended the Sentry; that outweighs
+ * the few tens of milliseconds a short exec costs more on systrap here. KVM
+ * hangs on nested hypervisors and is never tried. RUNTIME_GVISOR_PLATFORM
+ * names one. */
 static const char *const platforms[] = {"systrap", "ptrace"};
 
 /* What the probe chose; written once under probe_once, read-only after. */
