@@ -22,6 +22,7 @@
 #include "daemon/api_keys.h"
 #include "daemon/api_processes.h"
 #include "daemon/api_sandboxes.h"
+#include "daemon/api_snapshots.h"
 #include "daemon/api_terminal.h"
 #include "daemon/api_tunnel.h"
 #include "daemon/api_system.h"
@@ -105,6 +106,22 @@ const HttpRoute api_routes[] = {
           handle_sandbox_restart),
         RI(ROUTE_SANDBOX_UPDATE, "update", "POST", SBX ":update", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_sandbox_update),
+        RI(ROUTE_SANDBOX_SNAPSHOT, "snapshot", "POST", SBX ":snapshot", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+           handle_sandbox_snapshot),
+        RI(ROUTE_SANDBOX_FORK, "fork", "POST", SBX ":fork", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+           handle_sandbox_fork),
+        R(ROUTE_SNAPSHOT_LIST, "snapshot_list", "GET", "/v1/snapshots", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_snapshot_list),
+        R(ROUTE_SNAPSHOT_GET, "snapshot_get", "GET", "/v1/snapshots/{snapshot}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_snapshot_get),
+        RI(ROUTE_SNAPSHOT_DELETE, "snapshot_delete", "DELETE", "/v1/snapshots/{snapshot}", HTTP_ACCESS_FULL,
+           HTTP_BODY_NONE, handle_snapshot_delete),
+        RI(ROUTE_SNAPSHOT_UPDATE, "snapshot_update", "POST", "/v1/snapshots/{snapshot}:update", HTTP_ACCESS_FULL,
+           HTTP_BODY_JSON, handle_snapshot_update),
+        RI(ROUTE_SNAPSHOT_EXTEND, "snapshot_extend", "POST", "/v1/snapshots/{snapshot}:extend", HTTP_ACCESS_FULL,
+           HTTP_BODY_JSON, handle_snapshot_extend),
+        RI(ROUTE_SNAPSHOT_DELETE_POST, "snapshot_delete_post", "POST", "/v1/snapshots/{snapshot}:delete",
+           HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_snapshot_delete),
         R(ROUTE_SANDBOX_NETWORK_GET, "network_get", "GET", SBX "/network", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_sandbox_network_get),
         RI(ROUTE_SANDBOX_NETWORK, "network", "PUT", SBX "/network", HTTP_ACCESS_FULL, HTTP_BODY_JSON,

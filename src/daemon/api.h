@@ -97,6 +97,14 @@ typedef enum RouteKind {
         ROUTE_ACCOUNT_EMAILS_UPDATE,
         ROUTE_USAGE_REQUESTS,
         ROUTE_USAGE_EXPORT,
+        ROUTE_SANDBOX_SNAPSHOT,
+        ROUTE_SANDBOX_FORK,
+        ROUTE_SNAPSHOT_LIST,
+        ROUTE_SNAPSHOT_GET,
+        ROUTE_SNAPSHOT_UPDATE,
+        ROUTE_SNAPSHOT_EXTEND,
+        ROUTE_SNAPSHOT_DELETE,
+        ROUTE_SNAPSHOT_DELETE_POST,
         _ROUTE_MAX,
 } RouteKind;
 
@@ -110,6 +118,7 @@ struct App {
         EgressService *egress; /* NULL: no egress routes */
         ProcTable *procs;      /* every sandbox's processes */
         atomic_bool building;  /* one image build at a time */
+        SnapshotStore *snapshots;
 };
 
 /* The route table. */

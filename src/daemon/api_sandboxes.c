@@ -2,6 +2,7 @@
  * wake, restart. The manager answers rows; the API's sandbox object is made
  * here. */
 #include "daemon/api_sandboxes.h"
+#include "daemon/api_snapshots.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -15,7 +16,7 @@
 #include "daemon/request.h"
 
 /* The API's sandbox object for a row. */
-static json_t *row_json(Manager *m, const SandboxRow *r) {
+json_t *api_sandbox_json(Manager *m, const SandboxRow *r) {
         _cleanup_json_ json_t *spec = json_loads(r->spec, 0, NULL);
         _cleanup_json_ json_t *labels = json_loads(r->labels, 0, NULL);
         if (!spec || !labels)
@@ -71,7 +72,7 @@ static enum MHD_Result reply_row(Req *r, int rc, SandboxRow *row, const SandboxE
                 api_sandbox_error(se, &e);
                 return reply_error(r, &e);
         }
-        json_t *j = row_json(r->app->manager, row);
+        json_t *j = api_sandbox_json(r->app->manager, row);
         sandbox_row_done(row);
         if (!j) {
                 api_error(&e, 500, "internal", NULL, "could not render the sandbox");
@@ -167,7 +168,7 @@ static int list_one(void *userdata, SandboxRow *row) {
                 c->items = items;
                 c->cap = cap;
         }
-        json_t *j = row_json(c->m, row);
+        json_t *j = api_sandbox_json(c->m, row);
         if (!j)
                 return -ENOMEM;
         ListItem *it = &c->items[c->n++];
@@ -340,7 +341,7 @@ static enum MHD_Result reply_reused(Req *r, const char *id) {
                 api_sandbox_error(&se, &e);
                 return reply_error(r, &e);
         }
-        json_t *j = row_json(r->app->manager, &row);
+        json_t *j = api_sandbox_json(r->app->manager, &row);
         sandbox_row_done(&row);
         if (!j || json_object_set_new(j, "reused", json_true()) < 0) {
                 json_decref(j);
@@ -362,7 +363,12 @@ enum MHD_Result handle_sandbox_create(Req *r) {
                 return reply_error(r, &e);
         }
         bool get_or_create = json_is_true(goc);
-        int rc = request_parse_create(r->json, &lim, &cr, &e);
+        _cleanup_free_ char *snap_dir = NULL;
+        int rc = api_snapshot_create_defaults(r, &snap_dir, &e);
+        if (rc < 0)
+                return reply_error(r, &e);
+        rc = request_parse_create(r->json, &lim, &cr, &e);
+        cr.restore_dir = snap_dir;
         if (rc < 0)
                 return reply_result(r, rc, NULL, &e, 0);
         if ((rc = request_apply_trial_shape(r->key.trial, r->json, &cr, &e)) < 0) {
@@ -418,7 +424,7 @@ enum MHD_Result handle_sandbox_create(Req *r) {
         create_request_done(&cr);
         if (rc < 0)
                 return reply_row(r, rc, &row, &se, 201);
-        json_t *j = row_json(r->app->manager, &row);
+        json_t *j = api_sandbox_json(r->app->manager, &row);
         sandbox_row_done(&row);
         if (!j || json_object_set_new(j, "reused", json_false()) < 0) {
                 json_decref(j);

@@ -19,6 +19,7 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/request.h"
+#include "daemon/snapshot.h"
 
 /* Bytes of a refused body read and thrown away before the connection is cut. */
 #define MAX_DISCARD (2u * 1024u * 1024u)
@@ -111,6 +112,9 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("upload")) {
                 dst = r->upload_id;
                 cap = sizeof(r->upload_id);
+        } else if (IS("snapshot")) {
+                dst = r->snapshot_id;
+                cap = sizeof(r->snapshot_id);
         } else if (IS("context")) {
                 dst = r->context;
                 cap = sizeof(r->context);
@@ -133,6 +137,8 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return proc_id_ok(dst);
         if (IS("upload"))
                 return upload_id_ok(dst);
+        if (IS("snapshot"))
+                return snapshot_id_ok(dst);
         if (IS("context"))
                 return route_context_id_ok(dst);
         if (IS("result"))

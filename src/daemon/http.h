@@ -85,6 +85,7 @@ typedef struct Route {
         char secret[65];
         char proc_id[HTTP_PROCESS_ID_LEN + 1];
         char upload_id[HTTP_UPLOAD_ID_LEN + 1];
+        char snapshot_id[32]; /* snp_ and 20 hex digits */
         char context[64]; /* an interpreter context: [a-z0-9][a-z0-9-]{0,62} */
         char result[129]; /* a kept interpreter result: [A-Za-z0-9][A-Za-z0-9_.-]{0,127} */
         char allow[48]; /* for a 405: the methods the path has */

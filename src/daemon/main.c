@@ -608,10 +608,18 @@ int main(int argc, char **argv) {
                         log_info(NULL, "egress: the CAs in %s are trusted upstream and in every sandbox",
                                  cfg.egress_trust_ca);
         }
+        SnapshotStore *snapshots = NULL;
+        if ((r = snapshot_store_open(db_path, state_dir, cfg.price_disk_gib_hour_micros, &snapshots)) < 0) {
+                log_error(NULL, "cannot open the snapshot store: %s", strerror(-r));
+                return 1;
+        }
+        snapshot_store_set_ledger(snapshots, ledger);
+        if ((r = snapshot_store_recover(snapshots)) < 0)
+                log_error(NULL, "recovering snapshots: %s", strerror(-r));
         Manager *m = NULL;
         if ((r = manager_new(&cfg, db, &m)) < 0 ||
             (manager_set_heartbeat(m, hb_interval_ms, hb_timeout_ms), manager_set_ledger(m, ledger),
-             manager_set_egress(m, egress), r = manager_recover(m)) < 0) {
+             manager_set_egress(m, egress), manager_set_snapshots(m, snapshots), r = manager_recover(m)) < 0) {
                 log_error(NULL, "recovering sandboxes: %s", strerror(-r));
                 return 1;
         }
@@ -629,11 +637,15 @@ int main(int argc, char **argv) {
                 return 1;
         }
         App app = { .cfg = &cfg, .db = db, .manager = m, .ledger = ledger, .keys = keys, .egress = egress,
-                    .procs = procs };
+                    .procs = procs, .snapshots = snapshots };
         HttpServer *srv = NULL;
         if ((r = http_server_new(api_routes, api_n_routes, &app, db, cfg.max_connections, &srv)) < 0 ||
             (r = http_server_start(srv, fd)) < 0) {
                 log_error(NULL, "cannot start the HTTP server");
+                return 1;
+        }
+        if ((r = snapshot_store_start(snapshots)) < 0) {
+                log_error(NULL, "cannot start the snapshot expiry: %s", strerror(-r));
                 return 1;
         }
         if ((r = manager_start(m)) < 0) {
@@ -659,6 +671,7 @@ int main(int argc, char **argv) {
          * ended, and its thread is joined here. */
         proc_table_free(procs);
         manager_free(m);
+        snapshot_store_close(snapshots);
         egress_service_free(egress);
         keystore_close(keys);
         ledger_close(ledger);

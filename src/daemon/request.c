@@ -1068,3 +1068,23 @@ int request_apply_trial_shape(bool trial, json_t *body, CreateRequest *req, ApiE
                                  KEYS_TRIAL_MEMORY_MAX_MIB);
         return 0;
 }
+
+int request_parse_name_labels(json_t *body, const char **ret_name, json_t **ret_labels, ApiError *e) {
+        const char *name = NULL;
+        json_t *v = json_object_get(body, "name");
+        int r;
+        if (v && !json_is_null(v)) {
+                size_t len;
+                if ((r = get_string(v, "name", REQ_MAX_NAME, &name, &len, e)) < 0)
+                        return r;
+                if (!printable(name, len))
+                        return INVALID(e, "name must be printable");
+        }
+        json_t *labels = NULL;
+        v = json_object_get(body, "labels");
+        if (v && !json_is_null(v) && (r = parse_labels(v, &labels, e)) < 0)
+                return r;
+        *ret_name = name;
+        *ret_labels = labels;
+        return 0;
+}

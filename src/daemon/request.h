@@ -117,6 +117,10 @@ typedef struct UpdateRequest {
         const char *on_lease_end; /* static; NULL: unchanged */
 } UpdateRequest;
 int request_parse_update(json_t *body, UpdateRequest *ret, ApiError *e);
+/* A name and labels as a create takes them (snapshots, fork): *ret_name
+ * borrowed from body, NULL when absent or null; *ret_labels a new
+ * reference, NULL when absent. */
+int request_parse_name_labels(json_t *body, const char **ret_name, json_t **ret_labels, ApiError *e);
 void update_request_done(UpdateRequest *u);
 int request_parse_extend(json_t *body, int64_t *ret_seconds, ApiError *e);
 /* :wake's body: an optional timeoutSeconds (0 in *ret when left out). */

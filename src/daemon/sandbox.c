@@ -78,6 +78,7 @@ struct Manager {
         Db *db;
         Ledger *ledger; /* metering, reservations; NULL: nothing is billed */
         EgressService *egress; /* NULL: sandboxes have no egress at all */
+        SnapshotStore *snapshots; /* NULL: no snapshots */
         pthread_mutex_t lock; /* live, dead, busy, quit */
         pthread_cond_t cond;  /* busy ids released; the maintenance thread woken */
         Sandbox *live;
@@ -773,6 +774,10 @@ void manager_set_heartbeat(Manager *m, int64_t interval_ms, int64_t timeout_ms) 
                 m->hb_timeout_ms = timeout_ms;
 }
 
+void manager_set_snapshots(Manager *m, SnapshotStore *snapshots) {
+        m->snapshots = snapshots;
+}
+
 void manager_set_egress(Manager *m, EgressService *egress) {
         m->egress = egress;
 }
@@ -1100,6 +1105,36 @@ failed:;
                          "%s", fail);
 }
 
+static int restore_disk(Manager *m, SandboxRow *row, const Driver *d, const char *snap_dir, const char *rid,
+                        SandboxError *e) {
+        if (!d->restore_disk)
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "create it on a driver that keeps disk snapshots",
+                                     "the %s driver cannot start from a snapshot", d->name);
+        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
+        SpecPaths p = { 0 };
+        if (!spec || spec_paths(m, row->id, spec_str(spec, "image", "default"), &p) < 0)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        {
+                _cleanup_free_ char *parent = NULL;
+                if (asprintf(&parent, "%s/sandboxes", m->cfg->state_dir) >= 0)
+                        (void)mkdir(parent, 0700);
+                else
+                        parent = NULL;
+        }
+        DriverSpec ds;
+        driver_spec_from(m, row->id, spec, &p, &ds);
+        int r = d->restore_disk(&ds, snap_dir);
+        spec_paths_done(&p);
+        if (r < 0) {
+                log_error(rid, "sandbox %s: making its disk from a snapshot: %s", row->id, strerror(-r));
+                if (r == -ENOSPC)
+                        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "free disk space on the host, or delete snapshots",
+                                             "the host has no room for the sandbox's disk");
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not make the sandbox's disk from the snapshot");
+        }
+        return 0;
+}
+
 int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, SandboxRow *ret,
                    SandboxError *e) {
         const DaemonConfig *cfg = m->cfg;
@@ -1207,6 +1242,19 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the sandbox");
         }
         metrics_sandbox_created();
+        if (req->restore_dir) {
+                /* Its disk starts as the snapshot's: made before the first
+                 * start, which then finds a layer and keeps it. */
+                r = restore_disk(m, &row, d, req->restore_dir, rid, e);
+                if (r < 0) {
+                        (void)row_finish(m, &row, "failed", "its disk could not be made from the snapshot");
+                        if (m->ledger)
+                                ledger_release(m->ledger, row.id, time_now_unix());
+                        busy_end(m, row.id);
+                        sandbox_row_done(&row);
+                        return r;
+                }
+        }
         r = boot_locked(m, &row, d, req->timeout_seconds, rid, e);
         busy_end(m, row.id);
         if (r < 0) {
@@ -1822,4 +1870,126 @@ int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxE
                 return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "wait for running commands to finish",
                                  "too many concurrent operations on sandbox %s", sb->id);
         return sandbox_error(e, SANDBOX_ERR_CONFLICT, "create a new sandbox", "sandbox %s is no longer running", sb->id);
+}
+
+/* ---- snapshots ---- */
+
+typedef struct SnapshotOp {
+        const SnapshotRequest *req;
+        SnapshotRow *out;
+} SnapshotOp;
+
+static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
+        SnapshotOp *op = arg;
+        const SnapshotRequest *req = op->req;
+        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
+        const Driver *d = spec ? driver_by_name(spec_str(spec, "driver", "")) : NULL;
+        if (!d)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
+        if (req->mode && strcmp(req->mode, "memory") == 0)
+                return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED,
+                                     "take mode: \"disk\", which keeps its files and /workspace",
+                                     "the %s driver cannot keep a running sandbox's memory in a snapshot", d->name);
+        if (!d->snapshot_disk)
+                return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, "snapshot a sandbox of the namespace or gvisor driver",
+                                     "the %s driver cannot take disk snapshots yet", d->name);
+        bool live = state_is(row, "running") || state_is(row, "paused");
+        if (!live && !state_is(row, "stopped") && !state_is(row, "failed"))
+                return conflict_state(e, row, "running, paused, stopped or failed", "wait for it to settle");
+        SnapshotStore *store = m->snapshots;
+        if (!store)
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, NULL, "this daemon keeps no snapshots");
+        SpecPaths p = { 0 };
+        if (spec_paths(m, row->id, spec_str(spec, "image", "default"), &p) < 0)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        DriverSpec ds;
+        driver_spec_from(m, row->id, spec, &p, &ds);
+        SnapshotRow snap = { 0 };
+        _cleanup_free_ char *tmp = NULL;
+        int r = snapshot_store_begin(store, snap.id, &tmp);
+        if (r < 0) {
+                spec_paths_done(&p);
+                log_error(rid, "snapshot of %s: %s", row->id, strerror(-r));
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not begin the snapshot");
+        }
+        uint64_t t0 = time_now_mono_ms();
+        if (live) {
+                Sandbox *sb = live_get(m, row->id);
+                if (!sb)
+                        r = -ESRCH;
+                else {
+                        pthread_mutex_lock(&sb->lock);
+                        bool froze = false;
+                        if (!sb->running || sb->died || !sb->inst)
+                                r = -ESRCH;
+                        else if (!sb->paused) {
+                                /* Frozen only while its layer is synced
+                                 * and copied: nothing writes to it meanwhile. */
+                                r = sb->driver->pause ? sb->driver->pause(sb->inst) : -EOPNOTSUPP;
+                                froze = r == 0;
+                        }
+                        if (r == 0)
+                                r = d->snapshot_disk(sb->inst, &ds, tmp);
+                        if (froze) {
+                                int rr = sb->driver->resume(sb->inst);
+                                if (rr < 0)
+                                        log_error(rid, "sandbox %s: resuming after its snapshot: %s", row->id,
+                                                  strerror(-rr));
+                                channel_heartbeat_reset(sb->channel, (int64_t)time_now_mono_ms());
+                        }
+                        pthread_mutex_unlock(&sb->lock);
+                        sandbox_unref(sb);
+                }
+        } else
+                r = d->snapshot_disk(NULL, &ds, tmp);
+        spec_paths_done(&p);
+        if (r == 0) {
+                int64_t days = req->retention_days > 0 ? req->retention_days : SNAPSHOT_DEFAULT_RETENTION_DAYS;
+                json_t *base = json_pack("{s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?}", "driver",
+                                         json_object_get(spec, "driver"), "image", json_object_get(spec, "image"),
+                                         "vcpu", json_object_get(spec, "vcpu"), "memoryMiB",
+                                         json_object_get(spec, "memoryMiB"), "diskMiB", json_object_get(spec, "diskMiB"),
+                                         "timeoutSeconds", json_object_get(spec, "timeoutSeconds"), "env",
+                                         json_object_get(spec, "env"), "network", json_object_get(spec, "network"));
+                snap.owner = strdup(row->owner);
+                snap.key_id = strdup(row->key_id);
+                snap.sandbox_id = strdup(row->id);
+                snap.name = req->name ? strdup(req->name) : NULL;
+                snap.labels = req->labels ? json_dumps(req->labels, JSON_COMPACT) : strdup("{}");
+                snap.spec = base ? json_dumps(base, JSON_COMPACT) : NULL;
+                json_decref(base);
+                snprintf(snap.mode, sizeof snap.mode, "disk");
+                snap.created_at = time_now_unix();
+                snap.expires_at = snap.created_at + days * 86400;
+                if (!snap.owner || !snap.key_id || !snap.sandbox_id || !snap.labels || !snap.spec ||
+                    (req->name && !snap.name))
+                        r = -ENOMEM;
+                else
+                        r = snapshot_store_commit(store, &snap);
+                if (r == 0) {
+                        log_info(rid, "snapshot %s of %s: %lld bytes in %llu ms", snap.id, row->id,
+                                 (long long)snap.size_bytes, (unsigned long long)(time_now_mono_ms() - t0));
+                        *op->out = snap;
+                        return 0;
+                }
+        } else
+                snapshot_store_abort(store, snap.id);
+        snapshot_row_done(&snap);
+        log_error(rid, "snapshot of %s failed: %s", row->id, strerror(-r));
+        if (r == -ENOSPC)
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "free disk space on the host, or delete snapshots",
+                                     "the host ran out of disk space while taking the snapshot; nothing was kept");
+        if (r == -EOPNOTSUPP)
+                return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, NULL,
+                                     "sandbox %s keeps its files in memory only (no loop device on this host)", row->id);
+        if (r == -ESRCH)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "try again", "sandbox %s stopped during the snapshot",
+                                     row->id);
+        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "the snapshot failed");
+}
+
+int sandbox_snapshot(Manager *m, const KeyInfo *key, const char *id, const SnapshotRequest *req, const char *rid,
+                     SnapshotRow *ret, SandboxError *e) {
+        SnapshotOp op = { .req = req, .out = ret };
+        return with_row(m, key, id, op_snapshot, &op, rid, NULL, e);
 }

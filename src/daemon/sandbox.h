@@ -17,6 +17,7 @@
 #include "daemon/sandbox_error.h"
 #include "daemon/sandbox_request.h"
 #include "daemon/ledger.h"
+#include "daemon/snapshot.h"
 
 typedef struct Manager Manager;
 typedef struct Sandbox Sandbox;
@@ -31,6 +32,8 @@ int manager_recover(Manager *m);
 void manager_set_ledger(Manager *m, Ledger *ledger);
 /* Gives sandboxes egress through the proxy (before manager_start). */
 void manager_set_egress(Manager *m, EgressService *egress);
+/* Where snapshots are kept (before manager_start). */
+void manager_set_snapshots(Manager *m, SnapshotStore *snapshots);
 /* The agent heartbeat (before manager_start): a ping every interval_ms
  * (default 5 s); timeout_ms of silence fails a sandbox, for every driver
  * (default: each driver's heartbeat_timeout_ms). 0 keeps a default. */
@@ -93,6 +96,21 @@ int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *
  * (never past its lease). */
 uint64_t sandbox_row_cost_per_hour(Manager *m, const SandboxRow *row);
 int64_t sandbox_row_run_seconds(const SandboxRow *row, int64_t now);
+
+/* What :snapshot asks for. */
+typedef struct SnapshotRequest {
+        const char *mode;   /* "disk" or "memory"; NULL: disk */
+        const char *name;   /* NULL: none */
+        json_t *labels;     /* NULL: {} */
+        int64_t retention_days; /* 0: SNAPSHOT_DEFAULT_RETENTION_DAYS */
+} SnapshotRequest;
+/* A disk snapshot of the sandbox's writable layer, under its lifecycle
+ * lock: a running one is frozen (driver->pause) only while its layer is
+ * synced and copied, then carries on; a paused one stays paused; a stopped
+ * or failed one is copied as it lies. mode "memory" is refused where the
+ * driver cannot keep a running machine (every driver of this daemon now). */
+int sandbox_snapshot(Manager *m, const KeyInfo *key, const char *id, const SnapshotRequest *req, const char *rid,
+                     SnapshotRow *ret, SandboxError *e);
 
 /* A running sandbox of this key's owner, with a reference: 404 when there is
  * none, 409 when it is not running. A paused one created with autoWake

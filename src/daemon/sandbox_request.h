@@ -27,4 +27,5 @@ typedef struct CreateRequest {
         char *name;   /* NULL: none */
         int64_t max_cost_micros; /* -1: none */
         int64_t max_total_cost_micros; /* -1: none; caps the sandbox across extends */
+        const char *restore_dir; /* borrowed: a snapshot's files its disk starts from; NULL: a fresh disk */
 } CreateRequest;

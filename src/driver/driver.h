@@ -108,6 +108,18 @@ typedef struct Driver {
          * whose supervisor was killed from outside may still answer on its
          * channel, but it is no longer contained as started: it is failed. */
         bool (*alive)(DriverInstance *inst);
+        /* Disk snapshot: writes the sandbox's writable layer (with
+         * /workspace) into dest_dir, a new empty directory, as files that
+         * restore_disk takes back. inst is the running instance, its
+         * processes frozen by pause for the moment of the copy, or NULL for
+         * a stopped sandbox. The copy is complete and synced when this
+         * returns 0; -ENOSPC when the host's disk fills (dest_dir is then
+         * the caller's to remove), -EOPNOTSUPP when the layer cannot be
+         * kept (a tmpfs layer). NULL where the driver cannot. */
+        int (*snapshot_disk)(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir);
+        /* Before the first start of a new sandbox: makes its writable layer
+         * from a snapshot's dest_dir, so that start boots on those files. */
+        int (*restore_disk)(const DriverSpec *spec, const char *snap_dir);
 } Driver;
 
 extern const Driver driver_namespace;

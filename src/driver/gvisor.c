@@ -597,4 +597,6 @@ const Driver driver_gvisor = {
         .alive = launch_alive,
         .pause = launch_pause,
         .resume = launch_resume,
+        .snapshot_disk = launch_snapshot_disk,
+        .restore_disk = launch_restore_disk,
 };

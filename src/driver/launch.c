@@ -523,3 +523,25 @@ int launch_reap_orphan(const DriverSpec *spec) {
                 ret = r;
         return ret;
 }
+
+int launch_snapshot_disk(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir) {
+        int r = launch_spec_check(spec);
+        if (r < 0)
+                return r;
+        pid_t pid = 0;
+        if (inst) {
+                if (inst->tmpfs_layer)
+                        return -EOPNOTSUPP;
+                if (inst->pid <= 0 || inst->reaped)
+                        return -ESRCH;
+                pid = inst->pid;
+        }
+        return rootfs_snapshot(spec->sandbox_dir, pid, dest_dir);
+}
+
+int launch_restore_disk(const DriverSpec *spec, const char *snap_dir) {
+        int r = launch_spec_check(spec);
+        if (r < 0)
+                return r;
+        return rootfs_restore(snap_dir, spec->sandbox_dir);
+}

@@ -129,5 +129,8 @@ int launch_resume(DriverInstance *inst);
 bool launch_alive(DriverInstance *inst);
 /* Kills what is left in the spec's cgroup, removes it, unmounts. */
 int launch_reap_orphan(const DriverSpec *spec);
+/* The driver table's snapshot_disk and restore_disk over rootfs.c's layer. */
+int launch_snapshot_disk(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir);
+int launch_restore_disk(const DriverSpec *spec, const char *snap_dir);
 
 int64_t launch_now_ms(void);

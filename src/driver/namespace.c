@@ -630,4 +630,6 @@ const Driver driver_namespace = {
         .alive = launch_alive,
         .pause = launch_pause,
         .resume = launch_resume,
+        .snapshot_disk = launch_snapshot_disk,
+        .restore_disk = launch_restore_disk,
 };

@@ -695,3 +695,91 @@ int rootfs_remove(const char *sandbox_dir) {
                 return -EBUSY;
         return rootfs_rm_tree(sandbox_dir);
 }
+
+static const char *find_e2fsck(void) {
+        static const char *const cands[] = {"/usr/sbin/e2fsck", "/sbin/e2fsck", "/usr/bin/e2fsck"};
+        for (size_t i = 0; i < ELEMENTSOF(cands); i++)
+                if (access(cands[i], X_OK) == 0)
+                        return cands[i];
+        return NULL;
+}
+
+int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir) {
+        char img[PATH_MAX], out[PATH_MAX];
+        int r;
+        if ((r = path_join(img, sizeof img, sandbox_dir, "layer.img")) < 0 ||
+            (r = path_join(out, sizeof out, dest_dir, "layer.img")) < 0)
+                return r;
+        if (access(img, F_OK) < 0)
+                return errno == ENOENT ? -EOPNOTSUPP : -errno;
+        if (pid > 0) {
+                /* The layer is mounted in the sandbox's own namespace only:
+                 * syncfs through a process there writes its dirty pages and
+                 * commits its journal into layer.img. The sandbox is frozen,
+                 * so nothing dirties it again before the copy ends. */
+                char layer[PATH_MAX];
+                if (snprintf(layer, sizeof layer, "/proc/%d/root%s/layer", (int)pid, sandbox_dir) >=
+                    (int)sizeof layer)
+                        return -ENAMETOOLONG;
+                _cleanup_close_ int fd = open(layer, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (fd < 0)
+                        return -errno;
+                struct statfs sf;
+                if (fstatfs(fd, &sf) < 0)
+                        return -errno;
+                if (sf.f_type != 0xEF53)
+                        return -EOPNOTSUPP; /* a tmpfs layer: nothing on disk to keep */
+                if (syncfs(fd) < 0)
+                        return -errno;
+        } else if (!wait_loop_free(img, 2000))
+                return -EBUSY;
+        if ((r = sparse_copy(img, out)) < 0)
+                return r;
+        /* The copy of a mounted filesystem has committed transactions still
+         * in its journal: replay them now, so that the copy mounts clean
+         * (and read-only) anywhere. Exit codes 0 and 1 are success. */
+        const char *fsck = find_e2fsck();
+        if (!fsck)
+                return -ENOENT;
+        char *const argv[] = {(char *)fsck, "-p", "-E", "journal_only", out, NULL};
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+        pid_t child;
+        r = posix_spawn(&child, argv[0], &fa, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        if (r != 0)
+                return -r;
+        int status;
+        while (waitpid(child, &status, 0) < 0)
+                if (errno != EINTR)
+                        return -errno;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) > 1)
+                return -EIO;
+        _cleanup_close_ int ofd = open(out, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (ofd < 0 || fsync(ofd) < 0)
+                return -errno;
+        return 0;
+}
+
+int rootfs_restore(const char *snap_dir, const char *sandbox_dir) {
+        char from[PATH_MAX], img[PATH_MAX], part[PATH_MAX];
+        int r;
+        if ((r = path_join(from, sizeof from, snap_dir, "layer.img")) < 0 ||
+            (r = path_join(img, sizeof img, sandbox_dir, "layer.img")) < 0 ||
+            (r = path_join(part, sizeof part, sandbox_dir, "layer.img.part")) < 0)
+                return r;
+        if (mkdir(sandbox_dir, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        if (access(img, F_OK) == 0)
+                return -EEXIST;
+        (void)unlink(part);
+        r = sparse_copy(from, part);
+        if (r >= 0 && rename(part, img) < 0)
+                r = -errno;
+        if (r < 0)
+                (void)unlink(part);
+        return r;
+}

@@ -70,5 +70,14 @@ int rootfs_remove(const char *sandbox_dir);
 int rootfs_disk_used(pid_t pid, const char *sandbox_dir, uint64_t *ret);
 /* Whether anything is still mounted at or below sandbox_dir. */
 bool rootfs_is_mounted(const char *sandbox_dir);
+/* A disk snapshot of a sandbox's layer into dest_dir/layer.img (sparse,
+ * synced). pid > 0: a process of the running sandbox, whose processes are
+ * frozen: the layer's filesystem is synced through it first, and the copy's
+ * journal replayed so that it mounts clean. pid 0: a stopped sandbox, whose
+ * loop device must have detached. -EOPNOTSUPP without a layer file (tmpfs). */
+int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir);
+/* A new sandbox's layer.img as a sparse copy of snap_dir/layer.img.
+ * -EEXIST when the sandbox has a layer already. */
+int rootfs_restore(const char *snap_dir, const char *sandbox_dir);
 /* Removes a directory tree without following symlinks or crossing mounts. */
 int rootfs_rm_tree(const char *path);

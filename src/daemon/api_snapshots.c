@@ -1,0 +1,451 @@
+#include "daemon/api_snapshots.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/jsonutil.h"
+#include "common/macro.h"
+#include "common/timeutil.h"
+#include "daemon/api.h"
+#include "daemon/api_sandboxes.h"
+#include "daemon/log.h"
+#include "daemon/request.h"
+#include "daemon/snapshot.h"
+
+/* Copies one :fork makes at most: each is a whole sandbox with its own disk. */
+#define FORK_MAX_COUNT 16
+#define LIST_LIMIT_MAX 100
+
+static json_t *snapshot_json(const SnapshotRow *s) {
+        _cleanup_json_ json_t *spec = json_loads(s->spec, 0, NULL);
+        json_t *labels = json_loads(s->labels, 0, NULL);
+        int64_t days = s->expires_at > 0 ? (s->expires_at - s->created_at + 86399) / 86400 : 0;
+        return json_pack("{s:s,s:s,s:s,s:s?,s:o,s:s,s:s,s:I,s:o,s:o,s:I,s:O?,s:O?,s:O?,s:n}", "id", s->id, "state",
+                         s->state, "mode", s->mode, "name", s->name, "labels", labels ? labels : json_object(),
+                         "sandboxId", s->sandbox_id, "sourceSandboxId", s->sandbox_id, "sizeBytes",
+                         (json_int_t)s->size_bytes, "createdAt", json_time_or_null(s->created_at), "expiresAt",
+                         json_time_or_null(s->expires_at), "retentionDays", (json_int_t)days, "driver",
+                         json_object_get(spec, "driver"), "image", json_object_get(spec, "image"), "diskMiB",
+                         json_object_get(spec, "diskMiB"), "error");
+}
+
+static enum MHD_Result reply_snapshot(Req *r, unsigned status, SnapshotRow *s) {
+        json_t *j = snapshot_json(s);
+        snapshot_row_done(s);
+        return j ? reply_json(r, status, j) : reply_internal(r);
+}
+
+static enum MHD_Result reply_not_found(Req *r, const char *id) {
+        ApiError e = { 0 };
+        api_error(&e, 404, "not_found", "GET /v1/snapshots lists yours", "no snapshot %.32s", id);
+        return reply_error(r, &e);
+}
+
+static int check_fields(json_t *body, const char *const *fields, ApiError *e) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(body, k, v) {
+                bool known = false;
+                for (size_t i = 0; fields[i]; i++)
+                        known |= strcmp(k, fields[i]) == 0;
+                if (!known)
+                        return api_error(e, 400, "invalid_request", NULL, "unknown field %.64s", k);
+        }
+        return 0;
+}
+
+static int retention_field(json_t *body, int64_t *ret, ApiError *e) {
+        json_t *v = json_object_get(body, "retentionDays");
+        *ret = 0;
+        if (!v || json_is_null(v))
+                return 0;
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > SNAPSHOT_MAX_RETENTION_DAYS)
+                return api_error(e, 400, "invalid_request", NULL, "retentionDays must be an integer from 1 to %d",
+                                 SNAPSHOT_MAX_RETENTION_DAYS);
+        *ret = json_integer_value(v);
+        return 0;
+}
+
+enum MHD_Result handle_sandbox_snapshot(Req *r) {
+        static const char *const fields[] = { "mode", "name", "labels", "retentionDays", NULL };
+        ApiError e = { 0 };
+        SnapshotRequest sr = { 0 };
+        _cleanup_json_ json_t *labels = NULL;
+        if (check_fields(r->json, fields, &e) < 0 || retention_field(r->json, &sr.retention_days, &e) < 0 ||
+            request_parse_name_labels(r->json, &sr.name, &labels, &e) < 0)
+                return reply_error(r, &e);
+        json_t *mode = json_object_get(r->json, "mode");
+        if (mode && !json_is_null(mode)) {
+                sr.mode = json_string_value(mode);
+                if (!sr.mode || (strcmp(sr.mode, "disk") != 0 && strcmp(sr.mode, "memory") != 0)) {
+                        api_error(&e, 400, "invalid_request", NULL, "mode must be \"disk\" or \"memory\"");
+                        return reply_error(r, &e);
+                }
+        }
+        sr.labels = labels;
+        SandboxError se;
+        SnapshotRow snap;
+        if (sandbox_snapshot(r->app->manager, &r->key, r->route.sandbox_id, &sr, r->rid, &snap, &se) < 0) {
+                api_sandbox_error(&se, &e);
+                return reply_error(r, &e);
+        }
+        return reply_snapshot(r, 201, &snap);
+}
+
+enum MHD_Result handle_snapshot_get(Req *r) {
+        SnapshotRow s;
+        int rc = snapshot_store_get(r->app->snapshots, r->key.owner, r->route.snapshot_id, &s);
+        if (rc == -ENOENT)
+                return reply_not_found(r, r->route.snapshot_id);
+        if (rc < 0)
+                return reply_internal(r);
+        return reply_snapshot(r, 200, &s);
+}
+
+typedef struct ListCtx {
+        json_t *data;
+        int64_t last_at;
+        char last_id[SNAPSHOT_ID_LEN + 1];
+} ListCtx;
+
+static int list_one(void *userdata, SnapshotRow *row) {
+        ListCtx *c = userdata;
+        json_t *j = snapshot_json(row);
+        if (!j || json_array_append_new(c->data, j) < 0)
+                return -ENOMEM;
+        c->last_at = row->created_at;
+        snprintf(c->last_id, sizeof c->last_id, "%s", row->id);
+        return 0;
+}
+
+enum MHD_Result handle_snapshot_list(Req *r) {
+        ApiError e = { 0 };
+        unsigned limit = LIST_LIMIT_MAX;
+        const char *l = req_query(r, "limit");
+        if (l) {
+                char *end;
+                long v = strtol(l, &end, 10);
+                if (*l == '\0' || *end || v < 1 || v > LIST_LIMIT_MAX) {
+                        api_error(&e, 400, "invalid_request", NULL, "limit must be an integer from 1 to %d",
+                                  LIST_LIMIT_MAX);
+                        return reply_error(r, &e);
+                }
+                limit = (unsigned)v;
+        }
+        /* A cursor: "<createdAt>.<id>" of the last one answered. */
+        int64_t at = 0;
+        char after[SNAPSHOT_ID_LEN + 1] = "";
+        const char *cursor = req_query(r, "cursor");
+        if (cursor) {
+                const char *dot = strchr(cursor, '.');
+                char *end;
+                long long v = strtoll(cursor, &end, 10);
+                if (!dot || end != dot || v < 0 || !snapshot_id_ok(dot + 1)) {
+                        api_error(&e, 400, "invalid_request", "pass back the nextCursor of the page before",
+                                  "cursor is not one this server gave");
+                        return reply_error(r, &e);
+                }
+                at = v;
+                snprintf(after, sizeof after, "%s", dot + 1);
+        }
+        const char *sandbox_id = req_query(r, "sandboxId");
+        const char *name = req_query(r, "name");
+        const char *state = req_query(r, "state");
+        if ((sandbox_id && strlen(sandbox_id) > 64) || (name && strlen(name) > 256)) {
+                api_error(&e, 400, "invalid_request", NULL, "sandboxId or name is too long");
+                return reply_error(r, &e);
+        }
+        ListCtx c = { .data = json_array() };
+        if (!c.data)
+                return reply_internal(r);
+        /* Every kept snapshot is ready: a capture in progress has no row. */
+        int rc = state && strcmp(state, "ready") != 0
+                         ? 0
+                         : snapshot_store_list(r->app->snapshots, r->key.owner, sandbox_id, name, at,
+                                               after[0] ? after : NULL, limit + 1, list_one, &c);
+        if (rc < 0) {
+                json_decref(c.data);
+                return reply_internal(r);
+        }
+        json_t *next = json_null();
+        if (json_array_size(c.data) > limit) {
+                json_array_remove(c.data, limit);
+                json_t *last = json_array_get(c.data, limit - 1);
+                char buf[64];
+                snprintf(buf, sizeof buf, "%lld.%s",
+                         (long long)0, json_string_value(json_object_get(last, "id")));
+                /* The cursor carries the row's unix time, not its text. */
+                SnapshotRow s;
+                if (snapshot_store_get(r->app->snapshots, r->key.owner, json_string_value(json_object_get(last, "id")),
+                                       &s) == 0) {
+                        snprintf(buf, sizeof buf, "%lld.%s", (long long)s.created_at, s.id);
+                        snapshot_row_done(&s);
+                }
+                next = json_string(buf);
+        }
+        json_t *j = json_pack("{s:o,s:o,s:b}", "data", c.data, "nextCursor", next, "hasMore", !json_is_null(next));
+        return j ? reply_json(r, 200, j) : reply_internal(r);
+}
+
+enum MHD_Result handle_snapshot_update(Req *r) {
+        static const char *const fields[] = { "name", "labels", "ifLabels", "retentionDays", NULL };
+        ApiError e = { 0 };
+        const char *name;
+        _cleanup_json_ json_t *labels = NULL;
+        int64_t days;
+        if (check_fields(r->json, fields, &e) < 0 || retention_field(r->json, &days, &e) < 0 ||
+            request_parse_name_labels(r->json, &name, &labels, &e) < 0)
+                return reply_error(r, &e);
+        SnapshotRow cur;
+        int rc = snapshot_store_get(r->app->snapshots, r->key.owner, r->route.snapshot_id, &cur);
+        if (rc == -ENOENT)
+                return reply_not_found(r, r->route.snapshot_id);
+        if (rc < 0)
+                return reply_internal(r);
+        /* ifLabels fences a replacement: it applies only over the labels the
+         * caller saw. */
+        json_t *if_labels = json_object_get(r->json, "ifLabels");
+        if (if_labels && !json_is_null(if_labels)) {
+                _cleanup_json_ json_t *now = json_loads(cur.labels, 0, NULL);
+                if (!json_equal(now, if_labels)) {
+                        snapshot_row_done(&cur);
+                        api_error(&e, 409, "conflict", "read the snapshot again and retry",
+                                  "the snapshot's labels changed since they were read");
+                        return reply_error(r, &e);
+                }
+        }
+        int64_t expires = days > 0 ? cur.created_at + days * 86400 : 0;
+        snapshot_row_done(&cur);
+        _cleanup_free_ char *ltext = labels ? json_dumps(labels, JSON_COMPACT) : NULL;
+        SnapshotRow s;
+        rc = snapshot_store_update(r->app->snapshots, r->key.owner, r->route.snapshot_id,
+                                   json_object_get(r->json, "name") != NULL, name, ltext, expires, &s);
+        if (rc == -ENOENT)
+                return reply_not_found(r, r->route.snapshot_id);
+        if (rc < 0)
+                return reply_internal(r);
+        return reply_snapshot(r, 200, &s);
+}
+
+enum MHD_Result handle_snapshot_extend(Req *r) {
+        static const char *const fields[] = { "retentionDays", NULL };
+        ApiError e = { 0 };
+        int64_t days;
+        if (check_fields(r->json, fields, &e) < 0 || retention_field(r->json, &days, &e) < 0)
+                return reply_error(r, &e);
+        if (days == 0) {
+                api_error(&e, 400, "invalid_request", NULL, "retentionDays is required");
+                return reply_error(r, &e);
+        }
+        SnapshotRow s;
+        int rc = snapshot_store_update(r->app->snapshots, r->key.owner, r->route.snapshot_id, false, NULL, NULL,
+                                       time_now_unix() + days * 86400, &s);
+        if (rc == -ENOENT)
+                return reply_not_found(r, r->route.snapshot_id);
+        if (rc < 0)
+                return reply_internal(r);
+        return reply_snapshot(r, 200, &s);
+}
+
+enum MHD_Result handle_snapshot_delete(Req *r) {
+        int rc = snapshot_store_delete(r->app->snapshots, r->key.owner, r->route.snapshot_id);
+        if (rc == -ENOENT)
+                return reply_not_found(r, r->route.snapshot_id);
+        if (rc < 0)
+                return reply_internal(r);
+        json_t *j = json_pack("{s:s,s:s}", "id", r->route.snapshot_id, "state", "deleted");
+        return j ? reply_json(r, 200, j) : reply_internal(r);
+}
+
+/* The create body a copy of the snapshot gets: the snapshot's own fields
+ * under what the caller gave. */
+static const char *const inherited[] = { "driver", "image", "vcpu", "memoryMiB", "diskMiB", NULL };
+
+int api_snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e) {
+        *ret_dir = NULL;
+        json_t *v = json_object_get(r->json, "snapshot");
+        if (!v || json_is_null(v)) {
+                json_object_del(r->json, "snapshot");
+                return 0;
+        }
+        const char *id = json_string_value(v);
+        if (!id)
+                return api_error(e, 400, "invalid_request", NULL, "snapshot must be a snapshot's id");
+        SnapshotRow s;
+        int rc = snapshot_store_get(r->app->snapshots, r->key.owner, id, &s);
+        if (rc == -ENOENT)
+                return api_error(e, 404, "not_found", "GET /v1/snapshots lists yours", "no snapshot %.32s", id);
+        if (rc < 0)
+                return api_error(e, 500, "internal", NULL, "could not read the snapshot");
+        _cleanup_json_ json_t *spec = json_loads(s.spec, 0, NULL);
+        rc = 0;
+        for (size_t i = 0; inherited[i] && rc == 0; i++) {
+                json_t *mine = json_object_get(r->json, inherited[i]);
+                json_t *theirs = json_object_get(spec, inherited[i]);
+                if (!theirs)
+                        continue;
+                if (!mine || json_is_null(mine))
+                        rc = json_object_set(r->json, inherited[i], theirs);
+                else if ((strcmp(inherited[i], "driver") == 0 || strcmp(inherited[i], "image") == 0) &&
+                         !json_equal(mine, theirs))
+                        rc = api_error(e, 400, "invalid_request", "leave it out to take the snapshot's",
+                                       "%s must be the snapshot's (%.64s)", inherited[i], json_string_value(theirs));
+                else if (strcmp(inherited[i], "diskMiB") == 0 && json_is_integer(mine) &&
+                         json_integer_value(mine) != json_integer_value(theirs))
+                        rc = api_error(e, 400, "invalid_request", "leave it out to take the snapshot's",
+                                       "diskMiB must be the snapshot's (%lld)", (long long)json_integer_value(theirs));
+        }
+        if (rc == 0) {
+                *ret_dir = snapshot_store_dir(r->app->snapshots, s.id);
+                if (!*ret_dir)
+                        rc = api_error(e, 500, "internal", NULL, "out of memory");
+        }
+        snapshot_row_done(&s);
+        if (rc == 0)
+                json_object_del(r->json, "snapshot");
+        return rc;
+}
+
+enum MHD_Result handle_sandbox_fork(Req *r) {
+        static const char *const fields[] = { "count", "name", "labels", "keepSnapshot", "secrets", "funding", NULL };
+        const DaemonConfig *cfg = r->app->cfg;
+        ApiError e = { 0 };
+        const char *name;
+        _cleanup_json_ json_t *labels = NULL;
+        if (check_fields(r->json, fields, &e) < 0 || request_parse_name_labels(r->json, &name, &labels, &e) < 0)
+                return reply_error(r, &e);
+        json_t *cv = json_object_get(r->json, "count");
+        json_int_t count = 1;
+        if (cv && !json_is_null(cv)) {
+                if (!json_is_integer(cv) || json_integer_value(cv) < 1 || json_integer_value(cv) > FORK_MAX_COUNT) {
+                        api_error(&e, 400, "invalid_request", NULL, "count must be an integer from 1 to %d",
+                                  FORK_MAX_COUNT);
+                        return reply_error(r, &e);
+                }
+                count = json_integer_value(cv);
+        }
+        json_t *keep = json_object_get(r->json, "keepSnapshot");
+        json_t *secrets = json_object_get(r->json, "secrets");
+        if ((keep && !json_is_null(keep) && !json_is_boolean(keep)) ||
+            (secrets && !json_is_null(secrets) && !json_is_array(secrets))) {
+                api_error(&e, 400, "invalid_request", NULL, "keepSnapshot must be a boolean and secrets a list of names");
+                return reply_error(r, &e);
+        }
+        /* The source's spec: what every copy is made of, and what it costs. */
+        SandboxError se;
+        SandboxRow src;
+        if (sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &src, &se) < 0) {
+                api_sandbox_error(&se, &e);
+                return reply_error(r, &e);
+        }
+        _cleanup_json_ json_t *spec = json_loads(src.spec, 0, NULL);
+        _cleanup_json_ json_t *src_labels = json_loads(src.labels, 0, NULL);
+        sandbox_row_done(&src);
+        if (!spec)
+                return reply_internal(r);
+        /* All or none against the daily limit: every copy's first lease
+         * together, before any is made (each create reserves its own as
+         * well, so a race can only refuse more, never overshoot). */
+        int64_t lease = json_integer_value(json_object_get(spec, "timeoutSeconds"));
+        if (lease <= 0)
+                lease = 300;
+        uint64_t per_hour = config_cost_per_hour(cfg, (unsigned)json_integer_value(json_object_get(spec, "vcpu")),
+                                                 (unsigned)json_integer_value(json_object_get(spec, "memoryMiB")));
+        uint64_t each = ledger_cost_ceil(per_hour, lease);
+        if (r->app->ledger && r->key.daily_limit_micros >= 0) {
+                LedgerKeyUse use;
+                if (ledger_key_use(r->app->ledger, r->key.id, time_now_unix(), &use) < 0)
+                        return reply_internal(r);
+                if (use.used_micros + (int64_t)(each * (uint64_t)count) > r->key.daily_limit_micros) {
+                        api_error(&e, 402, "spending_limit_reached", "fork fewer copies, or raise the key's daily limit",
+                                  "%lld copies would cost up to %llu micro-dollars for their first lease; the key has "
+                                  "%lld of its daily limit left; no copy was made",
+                                  (long long)count, (unsigned long long)(each * (uint64_t)count),
+                                  (long long)(r->key.daily_limit_micros - use.used_micros));
+                        return reply_error(r, &e);
+                }
+        }
+        SnapshotRequest sr = { .mode = "disk", .retention_days = 1 };
+        SnapshotRow snap;
+        if (sandbox_snapshot(r->app->manager, &r->key, r->route.sandbox_id, &sr, r->rid, &snap, &se) < 0) {
+                api_sandbox_error(&se, &e);
+                return reply_error(r, &e);
+        }
+        _cleanup_free_ char *dir = snapshot_store_dir(r->app->snapshots, snap.id);
+        json_t *made = json_array();
+        ReqLimits lim = { cfg->max_vcpu, cfg->max_memory_mib, cfg->max_disk_mib };
+        int rc = dir && made ? 0 : -ENOMEM;
+        for (json_int_t i = 0; i < count && rc == 0; i++) {
+                _cleanup_json_ json_t *body = json_object();
+                static const char *const copied[] = { "driver", "image", "vcpu", "memoryMiB", "diskMiB",
+                                                      "timeoutSeconds", "env", "network", "idlePauseSeconds",
+                                                      "autoWake", NULL };
+                for (size_t k = 0; body && copied[k]; k++) {
+                        json_t *v = json_object_get(spec, copied[k]);
+                        if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 0 &&
+                                                       strcmp(copied[k], "idlePauseSeconds") == 0))
+                                json_object_set(body, copied[k], v);
+                }
+                json_t *ole = json_object_get(spec, "onLeaseEnd");
+                if (json_is_string(ole))
+                        json_object_set(body, "onLeaseEnd", ole);
+                if (secrets && json_is_array(secrets))
+                        json_object_set(body, "secrets", secrets);
+                json_object_set(body, "labels", labels ? labels : src_labels ? src_labels : json_object());
+                if (name) {
+                        char nb[160];
+                        if (count > 1)
+                                snprintf(nb, sizeof nb, "%s-%lld", name, (long long)i + 1);
+                        else
+                                snprintf(nb, sizeof nb, "%s", name);
+                        json_object_set_new(body, "name", json_string(nb));
+                }
+                CreateRequest cr;
+                ApiError pe = { 0 };
+                if (!body || request_parse_create(body, &lim, &cr, &pe) < 0) {
+                        log_error(r->rid, "fork of %s: the source's spec does not make a create: %s",
+                                  r->route.sandbox_id, pe.message);
+                        rc = -EINVAL;
+                        api_error(&e, 500, "internal", NULL, "could not make the copy's request");
+                        break;
+                }
+                cr.restore_dir = dir;
+                SandboxRow row;
+                if (sandbox_create(r->app->manager, &r->key, &cr, r->rid, &row, &se) < 0) {
+                        create_request_done(&cr);
+                        api_sandbox_error(&se, &e);
+                        rc = -EIO;
+                        break;
+                }
+                create_request_done(&cr);
+                json_t *j = api_sandbox_json(r->app->manager, &row);
+                sandbox_row_done(&row);
+                if (!j || json_array_append_new(made, j) < 0)
+                        rc = -ENOMEM;
+        }
+        if (rc < 0) {
+                /* None or all: the copies made so far go. */
+                for (size_t i = 0; made && i < json_array_size(made); i++) {
+                        const char *id = json_string_value(json_object_get(json_array_get(made, i), "id"));
+                        SandboxError de;
+                        if (id && sandbox_delete(r->app->manager, &r->key, id, r->rid, &de) < 0)
+                                log_error(r->rid, "fork of %s: deleting copy %s: %s", r->route.sandbox_id, id,
+                                          de.message);
+                }
+        }
+        bool keep_snapshot = json_is_true(keep) && rc == 0;
+        if (!keep_snapshot)
+                (void)snapshot_store_delete(r->app->snapshots, r->key.owner, snap.id);
+        if (rc < 0) {
+                json_decref(made);
+                snapshot_row_done(&snap);
+                if (!e.status)
+                        return reply_internal(r);
+                return reply_error(r, &e);
+        }
+        json_t *j = json_pack("{s:o,s:s?}", "sandboxes", made, "snapshotId", keep_snapshot ? snap.id : NULL);
+        snapshot_row_done(&snap);
+        return j ? reply_json(r, 201, j) : reply_internal(r);
+}

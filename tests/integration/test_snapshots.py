@@ -1,0 +1,218 @@
+"""Snapshots and fork: :snapshot keeps a sandbox's writable layer (its files and /workspace) while
+the sandbox carries on; POST /v1/sandboxes with snapshot starts a new one from it; /v1/snapshots
+lists, reads, updates and deletes them, owner by owner; :fork makes copies all or none. Memory
+snapshots are refused in the API's error shape on every driver of this daemon."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from conftest import _finish_daemon, _start_daemon
+from helpers import Api, assert_error, wait_until
+
+
+def snapshot(api, sid: str, status: int = 201, **body) -> dict:
+    r = api.post(f"/v1/sandboxes/{sid}:snapshot", json=body)
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+@pytest.fixture
+def other_owner(api):
+    owner = f"ci-snap-{int(time.time() * 1000) % 10**9}"
+    r = api.post("/v1/keys", json={"name": owner, "owner": owner})
+    assert r.status_code == 201, r.text
+    c = Api(api.daemon, key=r.json()["key"])
+    yield c
+    c.delete_all()
+    c.close()
+
+
+@pytest.mark.microvm_subset
+def test_disk_snapshot_and_create_from_it(api, driver):
+    if driver == "microvm":
+        sbx = api.create_sandbox(driver=driver)
+        r = api.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={"mode": "disk"})
+        assert_error(r, 501, "not_implemented", mentions="microvm")
+        return
+    sbx = api.create_sandbox(driver=driver)
+    sbx.exec("echo kept > /workspace/a.txt && mkdir -p /opt/x && echo root > /opt/x/b && rm -f /etc/issue")
+    snap = snapshot(api, sbx.id, mode="disk", name="base", labels={"k": "v"}, retentionDays=2)
+    assert snap["id"].startswith("snp_") and snap["state"] == "ready" and snap["mode"] == "disk", snap
+    assert snap["sandboxId"] == sbx.id and snap["name"] == "base" and snap["labels"] == {"k": "v"}
+    assert snap["retentionDays"] == 2 and snap["expiresAt"], snap
+    # The source carries on, and its later writes are not in the snapshot.
+    assert sbx.exec("echo later > /workspace/c.txt && cat /workspace/a.txt")["stdout"] == "kept\n"
+    copy = api.create_sandbox(snapshot=snap["id"])
+    assert copy["driver"] == driver
+    out = copy.exec("cat /workspace/a.txt /opt/x/b; test -e /etc/issue && echo has-issue; "
+                    "test -e /workspace/c.txt && echo has-later; echo done")["stdout"]
+    assert out == "kept\nroot\ndone\n", out
+    # The copy's writes are its own.
+    copy.exec("echo mine > /workspace/a.txt")
+    assert sbx.exec("cat /workspace/a.txt")["stdout"] == "kept\n"
+    assert api.get(f"/v1/snapshots/{snap['id']}").json()["id"] == snap["id"]
+
+
+def test_snapshot_of_stopped_and_paused(api, any_driver):
+    sbx = api.create_sandbox(driver=any_driver)
+    sbx.exec("echo one > /workspace/f")
+    r = api.post(f"/v1/sandboxes/{sbx.id}:pause", json={})
+    assert r.status_code == 200, r.text
+    snap = snapshot(api, sbx.id)
+    assert snap["mode"] == "disk"
+    assert api.sandbox(sbx.id)["state"] == "paused"   # a paused source stays paused
+    assert api.post(f"/v1/sandboxes/{sbx.id}:stop", json={}).status_code == 200
+    snap2 = snapshot(api, sbx.id)
+    for s in (snap, snap2):
+        copy = api.create_sandbox(snapshot=s["id"])
+        assert copy.exec("cat /workspace/f")["stdout"] == "one\n"
+    r = api.post(f"/v1/sandboxes/{sbx.id}:wake", json={})
+    assert r.status_code == 200, r.text
+
+
+def test_memory_mode_refused(api, driver):
+    sbx = api.create_sandbox(driver=driver) if driver != "microvm" else None
+    if sbx is None:
+        pytest.skip("the microVM's create is covered by the subset test")
+    r = api.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={"mode": "memory"})
+    err = assert_error(r, 501, "not_implemented", mentions=driver)
+    assert "disk" in err["hint"], err
+    assert api.sandbox(sbx.id)["state"] == "running"
+
+
+def test_bad_input(api, any_driver, other_owner):
+    sbx = api.create_sandbox(driver=any_driver)
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={"mode": "both"}), 400, "invalid_request")
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={"retentionDays": 0}), 400)
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={"retentionDays": 366}), 400)
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={"volumes": []}), 400, mentions="volumes")
+    for bad in (0, 17, -1, "2", 1.5):
+        assert_error(api.post(f"/v1/sandboxes/{sbx.id}:fork", json={"count": bad}), 400, "invalid_request")
+    for sid in ("snp_zz", "snp_" + "0" * 20, "../etc", "sbx_" + "0" * 20):
+        r = api.get(f"/v1/snapshots/{sid}")
+        assert r.status_code in (400, 404), (sid, r.text)
+    assert_error(api.post("/v1/sandboxes", json={"snapshot": "snp_" + "1" * 20}), 404, "not_found")
+    assert_error(api.post("/v1/sandboxes", json={"snapshot": 7}), 400, "invalid_request")
+    snap = snapshot(api, sbx.id)
+    assert_error(api.post("/v1/sandboxes", json={"snapshot": snap["id"], "diskMiB": 4096}), 400,
+                 mentions="diskMiB")
+    # Another owner sees none of it.
+    assert_error(other_owner.get(f"/v1/snapshots/{snap['id']}"), 404, "not_found")
+    assert other_owner.get("/v1/snapshots").json()["data"] == []
+    assert_error(other_owner.post(f"/v1/snapshots/{snap['id']}:delete", json={}), 404)
+    assert_error(other_owner.post(f"/v1/snapshots/{snap['id']}:update", json={"name": "x"}), 404)
+    assert_error(other_owner.post("/v1/sandboxes", json={"snapshot": snap["id"]}), 404)
+    assert_error(other_owner.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={}), 404)
+    assert_error(other_owner.post(f"/v1/sandboxes/{sbx.id}:fork", json={}), 404)
+    assert api.get(f"/v1/snapshots/{snap['id']}").status_code == 200
+
+
+def test_list_update_delete(api, any_driver):
+    sbx = api.create_sandbox(driver=any_driver)
+    made = [snapshot(api, sbx.id, name=f"s{i}")["id"] for i in range(3)]
+    page = api.get("/v1/snapshots", params={"sandboxId": sbx.id, "limit": 2}).json()
+    assert [s["id"] for s in page["data"]] == made[:2] and page["nextCursor"], page
+    rest = api.get("/v1/snapshots", params={"sandboxId": sbx.id, "cursor": page["nextCursor"]}).json()
+    assert [s["id"] for s in rest["data"]] == made[2:] and rest["nextCursor"] is None, rest
+    assert [s["id"] for s in api.get("/v1/snapshots", params={"name": "s1"}).json()["data"]] == [made[1]]
+    assert_error(api.get("/v1/snapshots", params={"cursor": "nonsense"}), 400)
+    r = api.post(f"/v1/snapshots/{made[0]}:update", json={"name": "renamed", "labels": {"a": "b"}})
+    assert r.status_code == 200 and r.json()["name"] == "renamed" and r.json()["labels"] == {"a": "b"}, r.text
+    r = api.post(f"/v1/snapshots/{made[0]}:update", json={"labels": {"c": "d"}, "ifLabels": {"x": "y"}})
+    assert_error(r, 409, "conflict")
+    r = api.post(f"/v1/snapshots/{made[0]}:update", json={"name": None})
+    assert r.status_code == 200 and r.json()["name"] is None and r.json()["labels"] == {"a": "b"}, r.text
+    r = api.post(f"/v1/snapshots/{made[0]}:extend", json={"retentionDays": 30})
+    assert r.status_code == 200 and r.json()["retentionDays"] >= 30, r.text
+    assert api.post(f"/v1/snapshots/{made[0]}:delete", json={}).status_code == 200
+    assert api.delete(f"/v1/snapshots/{made[1]}").status_code == 200
+    assert_error(api.get(f"/v1/snapshots/{made[0]}"), 404)
+    assert_error(api.delete(f"/v1/snapshots/{made[1]}"), 404)
+    left = [s["id"] for s in api.get("/v1/snapshots", params={"sandboxId": sbx.id}).json()["data"]]
+    assert left == made[2:]
+    # Its files are gone from the host with it.
+    snaps = api.daemon.state_dir / "snapshots"
+    assert not (snaps / made[0]).exists() and (snaps / made[2]).exists()
+
+
+def test_fork(api, driver):
+    if driver == "microvm":
+        pytest.skip("the microvm driver takes no snapshots yet")
+    src = api.create_sandbox(driver=driver, labels={"role": "src"})
+    src.exec("echo prepared > /workspace/state")
+    r = api.post(f"/v1/sandboxes/{src.id}:fork", json={"count": 3, "name": "attempt"})
+    assert r.status_code == 201, r.text
+    copies = r.json()["sandboxes"]
+    api.created.extend(c["id"] for c in copies)
+    assert len(copies) == 3 and len({c["id"] for c in copies}) == 3
+    assert [c["name"] for c in copies] == ["attempt-1", "attempt-2", "attempt-3"]
+    for c in copies:
+        assert c["state"] == "running" and c["driver"] == driver and c["labels"] == {"role": "src"}
+        out = api.exec(c["id"], command="cat /workspace/state; echo $(( $(cat /proc/uptime | cut -d. -f1) >= 0 ))")
+        assert out["stdout"].startswith("prepared\n"), out
+    # The source ran on; the fork's own snapshot is not kept unless asked.
+    assert api.sandbox(src.id)["state"] == "running"
+    assert api.get("/v1/snapshots", params={"sandboxId": src.id}).json()["data"] == []
+    r = api.post(f"/v1/sandboxes/{src.id}:fork", json={"keepSnapshot": True})
+    assert r.status_code == 201, r.text
+    api.created.extend(c["id"] for c in r.json()["sandboxes"])
+    assert r.json()["snapshotId"].startswith("snp_")
+
+
+def test_fork_past_spending_limit_makes_no_copy(api, any_driver):
+    owner = f"ci-fork-{int(time.time() * 1000) % 10**9}"
+    # One 1 vCPU + 1 GiB sandbox for 300 s is about 1,042 micro-dollars: room for the source and
+    # two copies, not for four.
+    r = api.post("/v1/keys", json={"name": owner, "owner": owner, "dailyLimitMicros": 3500})
+    assert r.status_code == 201, r.text
+    c = Api(api.daemon, key=r.json()["key"])
+    try:
+        src = c.create_sandbox(driver=any_driver, vcpu=1, memoryMiB=1024, timeoutSeconds=300)
+        r = c.post(f"/v1/sandboxes/{src.id}:fork", json={"count": 4})
+        assert_error(r, 402, "spending_limit_reached", mentions="no copy")
+        ids = [s["id"] for s in c.get("/v1/sandboxes").json()["data"]]
+        assert ids == [src.id], ids
+        assert c.get("/v1/snapshots").json()["data"] == []
+    finally:
+        c.delete_all()
+        c.close()
+
+
+def test_restart_mid_snapshot_leaves_no_half_snapshot(build_dir, image_dir, tmp_path, any_driver):
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-snap")
+    try:
+        c = Api(d)
+        sbx = c.create_sandbox(driver=any_driver, diskMiB=2048)
+        # Enough written that the copy takes a while.
+        sbx.exec("head -c 400M /dev/urandom > /workspace/big", timeoutMs=300000)
+        snaps = d.state_dir / "snapshots"
+        def take():
+            try:
+                c.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={})
+            except Exception:  # the daemon is killed under it: no answer is the point
+                pass
+        t = threading.Thread(target=take, daemon=True)
+        t.start()
+        wait_until(lambda: any(p.name.endswith(".part") for p in snaps.iterdir()), 60, 0.01,
+                   what="the snapshot's temporary files")
+        os.kill(d.proc.pid, signal.SIGKILL)
+        d.proc.wait()
+        t.join(30)
+        c.close()
+        d.start()
+        c = Api(d)
+        assert c.get("/v1/snapshots").json()["data"] == []
+        assert [p.name for p in snaps.iterdir()] == []
+        assert c.sandbox(sbx.id)["state"] == "stopped"
+        r = c.post(f"/v1/sandboxes/{sbx.id}:wake", json={})
+        assert r.status_code == 200 and r.json()["state"] == "running", r.text
+        assert c.exec(sbx.id, command="test -s /workspace/big && echo ok")["stdout"] == "ok\n"
+        c.delete_all()
+        c.close()
+    finally:
+        _finish_daemon(d)
