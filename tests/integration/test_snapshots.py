@@ -4,15 +4,22 @@ lists, reads, updates and deletes them, owner by owner; :fork makes copies all o
 snapshots are refused in the API's error shape on every driver of this daemon."""
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import _finish_daemon, _start_daemon
 from helpers import Api, assert_error, wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
+from withruntime import AsyncRuntime, AsyncSandbox, Runtime, Sandbox  # noqa: E402
+from withruntime.errors import APIError, InvalidRequestError, NotFoundError  # noqa: E402
 
 
 def snapshot(api, sid: str, status: int = 201, **body) -> dict:
@@ -216,3 +223,51 @@ def test_restart_mid_snapshot_leaves_no_half_snapshot(build_dir, image_dir, tmp_
         c.close()
     finally:
         _finish_daemon(d)
+
+
+def test_sdk_sync_and_async(daemon, any_driver, monkeypatch):
+    for k, v in daemon.env().items():
+        monkeypatch.setenv(k, v)
+    with Sandbox.create(driver=any_driver) as sbx, Runtime() as rt:
+        sbx.files.write("/workspace/x", b"from sdk")
+        snap = sbx.snapshot(name="sdk", labels={"via": "sdk"}, retention_days=3, mode="disk")
+        assert snap["state"] == "ready" and snap["mode"] == "disk" and snap["retentionDays"] == 3
+        assert [s["id"] for s in rt.snapshots.list(sandbox_id=sbx.id)] == [snap["id"]]
+        assert rt.snapshots.get(snap["id"])["name"] == "sdk"
+        assert rt.snapshots.update(snap["id"], name="renamed")["name"] == "renamed"
+        with Sandbox.create(snapshot=snap["id"]) as copy:
+            assert copy.files.read("/workspace/x") == b"from sdk"
+        one = sbx.fork()
+        two = sbx.fork(count=2)
+        try:
+            assert isinstance(one, Sandbox) and len(two) == 2
+            assert all(c.files.read("/workspace/x") == b"from sdk" for c in [one, *two])
+        finally:
+            for c in [one, *two]:
+                c.delete()
+        with pytest.raises(InvalidRequestError):
+            sbx.fork(count=17)
+        with pytest.raises(InvalidRequestError):
+            sbx.snapshot(mode="both")
+        with pytest.raises(APIError) as info:
+            sbx.snapshot(mode="memory")
+        assert info.value.status == 501
+        rt.snapshots.delete(snap["id"])
+        with pytest.raises(NotFoundError):
+            rt.snapshots.get(snap["id"])
+
+    async def run():
+        async with AsyncRuntime() as rt:
+            sbx = await AsyncSandbox.create(driver=any_driver)
+            try:
+                await sbx.files.write("/workspace/y", b"async")
+                snap = await sbx.snapshot()
+                assert [s["id"] for s in await rt.snapshots.list(sandbox_id=sbx.id)] == [snap["id"]]
+                copies = await sbx.fork(count=2)
+                for c in copies:
+                    assert await c.files.read("/workspace/y") == b"async"
+                    await c.delete()
+                await rt.snapshots.delete(snap["id"])
+            finally:
+                await sbx.delete()
+    asyncio.run(run())

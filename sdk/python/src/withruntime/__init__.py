@@ -16,7 +16,7 @@ from ._process import AsyncProcess, Process
 from ._terminal import AsyncTerminal, Terminal
 from ._tunnel import AsyncPortForward, PortForward
 from ._version import __version__
-from .async_sandbox import AsyncFiles, AsyncNetwork, AsyncSandbox, AsyncSecrets
+from .async_sandbox import AsyncFiles, AsyncNetwork, AsyncSandbox, AsyncSecrets, AsyncSnapshots
 from .client import AsyncRuntime, Runtime
 from .errors import (
     APIConnectionError,
@@ -37,7 +37,7 @@ from .errors import (
     SpendingLimitError,
     UnavailableError,
 )
-from .sandbox import Files, Network, Sandbox, Secrets
+from .sandbox import Files, Network, Sandbox, Secrets, Snapshots
 
 __all__ = [
     "__version__",
@@ -49,6 +49,8 @@ __all__ = [
     "AsyncNetwork",
     "Secrets",
     "AsyncSecrets",
+    "Snapshots",
+    "AsyncSnapshots",
     "Runtime",
     "AsyncRuntime",
     "CommandResult",

@@ -34,6 +34,8 @@ CREATE_FIELDS: Dict[str, str] = {
     "auto_wake": "autoWake",
     "pausable": "pausable",
     "get_or_create": "getOrCreate",
+    "snapshot": "snapshot",
+    "snapshot_id": "snapshot",
 }
 CLIENT_OPTIONS = ("keep", "api_key", "base_url", "http_timeout", "idempotency_key")
 
@@ -747,3 +749,42 @@ def unpack_directory(data: bytes, local_path: str) -> None:
             t.extractall(local_path, filter="data")
         except tarfile.FilterError as e:
             raise InvalidRequestError(f"refusing the archive: {e}") from e
+
+
+SNAPSHOT_MODES = ("disk", "memory")
+MAX_FORK_COUNT = 16
+
+
+def snapshot_body(name: Optional[str], labels: Optional[Mapping[str, str]], retention_days: Optional[int],
+                  mode: Optional[str]) -> Dict[str, Any]:
+    """The body of ``:snapshot``, under the published client's field names."""
+    if mode is not None and mode not in SNAPSHOT_MODES:
+        raise InvalidRequestError("mode must be 'disk' or 'memory'")
+    body = {"name": name, "labels": dict(labels) if labels is not None else None,
+            "retentionDays": retention_days, "mode": mode}
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def fork_body(count: Optional[int], name: Optional[str], labels: Optional[Mapping[str, str]],
+              keep_snapshot: Optional[bool], secrets: Optional[Sequence[str]]) -> Dict[str, Any]:
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                              or not 1 <= count <= MAX_FORK_COUNT):
+        raise InvalidRequestError(f"count must be an integer from 1 to {MAX_FORK_COUNT}")
+    body = {"count": count, "name": name, "labels": dict(labels) if labels is not None else None,
+            "keepSnapshot": keep_snapshot, "secrets": None if secrets is None else list(secrets)}
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def snapshot_path(snapshot_id: str, suffix: str = "") -> str:
+    if not isinstance(snapshot_id, str) or not snapshot_id.startswith("snp_") or "/" in snapshot_id \
+            or len(snapshot_id) > 64:
+        raise InvalidRequestError(f"not a snapshot id: {snapshot_id!r}")
+    return f"/v1/snapshots/{snapshot_id}{suffix}"
+
+
+def snapshot_update_body(fields: Mapping[str, Any]) -> Dict[str, Any]:
+    unknown = set(fields) - {"name", "labels", "if_labels", "retention_days"}
+    if unknown:
+        raise TypeError(f"unknown snapshot fields: {', '.join(sorted(unknown))}")
+    names = {"name": "name", "labels": "labels", "if_labels": "ifLabels", "retention_days": "retentionDays"}
+    return {names[k]: v for k, v in fields.items()}

@@ -12,6 +12,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, Lis
 from ._config import resolve_api_key, resolve_endpoint
 from ._http import AsyncHTTP, websocket_headers
 from ._models import (
+    fork_body,
+    snapshot_body,
+    snapshot_path,
+    snapshot_update_body,
     CREATE_HTTP_TIMEOUT_SECONDS,
     DEFAULT_STREAM_KEEP_BYTES,
     MAX_EXEC_TIMEOUT_SECONDS,
@@ -254,6 +258,32 @@ class AsyncSandbox(SandboxInfo):
                                           headers=idempotency_headers(idempotency_key),
                                                 timeout=CREATE_HTTP_TIMEOUT_SECONDS))
         return self
+
+    async def snapshot(self, *, name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
+                 retention_days: Optional[int] = None, mode: Optional[str] = None,
+                 idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+        """Keep its disk (files and /workspace) as a snapshot; returns the snapshot's dict
+        (``id``, ``state`` "ready", ``mode``, ``sizeBytes``, ``expiresAt``...). A running
+        sandbox is frozen only while its disk is copied. ``retention_days`` (1 to 365, 7 by
+        default) is how long the daemon keeps it. ``mode="memory"`` is refused
+        (:class:`UnavailableError`, 501) on every driver of this daemon."""
+        body = snapshot_body(name, labels, retention_days, mode)
+        return dict(await self._http.request("POST", sandbox_path(self.id, ":snapshot"), json_body=body,
+                                       headers=idempotency_headers(idempotency_key),
+                                       timeout=CREATE_HTTP_TIMEOUT_SECONDS))
+
+    async def fork(self, count: Optional[int] = None, *, name: Optional[str] = None,
+             labels: Optional[Mapping[str, str]] = None, keep_snapshot: Optional[bool] = None,
+             secrets: Optional[Sequence[str]] = None, idempotency_key: Optional[str] = None) -> Any:
+        """Copies of this sandbox's files as they are now, each running: one Sandbox without
+        ``count``, a list with it (1 to 16, made all or none). ``keep_snapshot`` keeps the
+        snapshot they were made from."""
+        body = fork_body(count, name, labels, keep_snapshot, secrets)
+        data = await self._http.request("POST", sandbox_path(self.id, ":fork"), json_body=body,
+                                  headers=idempotency_headers(idempotency_key),
+                                  timeout=CREATE_HTTP_TIMEOUT_SECONDS * (count or 1))
+        made = [type(self)(self._http, info, keep=True, owns_http=False) for info in data["sandboxes"]]
+        return made if count is not None else made[0]
 
     async def update(self, **settings: Any) -> "AsyncSandbox":
         """Changes its settings; what is left out stays: ``name`` (None removes it),
@@ -697,3 +727,37 @@ class AsyncSecrets:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+
+class AsyncSnapshots:
+    """The awaitable twin of :class:`withruntime.sandbox.Snapshots`."""
+
+    def __init__(self, http: AsyncHTTP) -> None:
+        self._http = http
+
+    async def get(self, snapshot_id: str) -> Dict[str, Any]:
+        return dict(await self._http.request("GET", snapshot_path(snapshot_id)))
+
+    async def list(self, *, sandbox_id: Optional[str] = None, name: Optional[str] = None,
+                   limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        out: List[Dict[str, Any]] = []
+        cursor: Optional[str] = None
+        while True:
+            params = {k: v for k, v in (("sandboxId", sandbox_id), ("name", name), ("limit", limit),
+                                        ("cursor", cursor)) if v is not None}
+            page = await self._http.request("GET", "/v1/snapshots", params=params or None)
+            out += list(page.get("data") or [])
+            cursor = page.get("nextCursor")
+            if not cursor or limit is not None:
+                return out
+
+    async def update(self, snapshot_id: str, **fields: Any) -> Dict[str, Any]:
+        return dict(await self._http.request("POST", snapshot_path(snapshot_id, ":update"),
+                                             json_body=snapshot_update_body(fields)))
+
+    async def extend(self, snapshot_id: str, retention_days: int) -> Dict[str, Any]:
+        return dict(await self._http.request("POST", snapshot_path(snapshot_id, ":extend"),
+                                             json_body={"retentionDays": retention_days}))
+
+    async def delete(self, snapshot_id: str) -> None:
+        await self._http.request("POST", snapshot_path(snapshot_id, ":delete"), json_body={})

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from .async_sandbox import AsyncSecrets
-from .sandbox import Secrets
+from .async_sandbox import AsyncSecrets, AsyncSnapshots
+from .sandbox import Secrets, Snapshots
 
 
 class Runtime:
-    """``runtime.secrets`` (:class:`Secrets`), ``runtime.me()`` and ``runtime.limits()``.
+    """``runtime.secrets`` (:class:`Secrets`), ``runtime.snapshots`` (:class:`Snapshots`), ``runtime.me()`` and ``runtime.limits()``.
     ``api_key`` and ``base_url`` override ``RUNTIME_API_KEY`` and ``RUNTIME_BASE_URL``."""
 
     def __init__(self, *, api_key: Optional[str] = None, base_url: Optional[str] = None,
@@ -18,6 +18,7 @@ class Runtime:
         self.secrets = Secrets(api_key=api_key, base_url=base_url, http_timeout=http_timeout,
                                _transport=_transport)
         self._http = self.secrets._http
+        self.snapshots = Snapshots(self._http)
 
     def me(self) -> Dict[str, Any]:
         """Who this key is: ``owner`` (also ``orgId``/``orgName``: a self-hosted daemon is one
@@ -46,6 +47,7 @@ class AsyncRuntime:
         self.secrets = AsyncSecrets(api_key=api_key, base_url=base_url, http_timeout=http_timeout,
                                     _transport=_transport)
         self._http = self.secrets._http
+        self.snapshots = AsyncSnapshots(self._http)
 
     async def me(self) -> Dict[str, Any]:
         return dict(await self._http.request("GET", "/v1/me"))

@@ -10,6 +10,10 @@ from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, S
 from ._config import resolve_api_key, resolve_endpoint
 from ._http import SyncHTTP, websocket_headers
 from ._models import (
+    fork_body,
+    snapshot_body,
+    snapshot_path,
+    snapshot_update_body,
     CREATE_HTTP_TIMEOUT_SECONDS,
     DEFAULT_STREAM_KEEP_BYTES,
     MAX_EXEC_TIMEOUT_SECONDS,
@@ -256,6 +260,32 @@ class Sandbox(SandboxInfo):
                                           headers=idempotency_headers(idempotency_key),
                                           timeout=CREATE_HTTP_TIMEOUT_SECONDS))
         return self
+
+    def snapshot(self, *, name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
+                 retention_days: Optional[int] = None, mode: Optional[str] = None,
+                 idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+        """Keep its disk (files and /workspace) as a snapshot; returns the snapshot's dict
+        (``id``, ``state`` "ready", ``mode``, ``sizeBytes``, ``expiresAt``...). A running
+        sandbox is frozen only while its disk is copied. ``retention_days`` (1 to 365, 7 by
+        default) is how long the daemon keeps it. ``mode="memory"`` is refused
+        (:class:`UnavailableError`, 501) on every driver of this daemon."""
+        body = snapshot_body(name, labels, retention_days, mode)
+        return dict(self._http.request("POST", sandbox_path(self.id, ":snapshot"), json_body=body,
+                                       headers=idempotency_headers(idempotency_key),
+                                       timeout=CREATE_HTTP_TIMEOUT_SECONDS))
+
+    def fork(self, count: Optional[int] = None, *, name: Optional[str] = None,
+             labels: Optional[Mapping[str, str]] = None, keep_snapshot: Optional[bool] = None,
+             secrets: Optional[Sequence[str]] = None, idempotency_key: Optional[str] = None) -> Any:
+        """Copies of this sandbox's files as they are now, each running: one Sandbox without
+        ``count``, a list with it (1 to 16, made all or none). ``keep_snapshot`` keeps the
+        snapshot they were made from."""
+        body = fork_body(count, name, labels, keep_snapshot, secrets)
+        data = self._http.request("POST", sandbox_path(self.id, ":fork"), json_body=body,
+                                  headers=idempotency_headers(idempotency_key),
+                                  timeout=CREATE_HTTP_TIMEOUT_SECONDS * (count or 1))
+        made = [type(self)(self._http, info, keep=True, owns_http=False) for info in data["sandboxes"]]
+        return made if count is not None else made[0]
 
     def update(self, **settings: Any) -> "Sandbox":
         """Changes its settings; what is left out stays: ``name`` (None removes it),
@@ -759,3 +789,42 @@ class Secrets:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class Snapshots:
+    """The key owner's snapshots (``runtime.snapshots``): take one with
+    ``sbx.snapshot()``, start from one with ``Sandbox.create(snapshot=ID)``."""
+
+    def __init__(self, http: SyncHTTP) -> None:
+        self._http = http
+
+    def get(self, snapshot_id: str) -> Dict[str, Any]:
+        return dict(self._http.request("GET", snapshot_path(snapshot_id)))
+
+    def list(self, *, sandbox_id: Optional[str] = None, name: Optional[str] = None,
+             limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        """Oldest first, following every page (or one page of ``limit``)."""
+        out: List[Dict[str, Any]] = []
+        cursor: Optional[str] = None
+        while True:
+            params = {k: v for k, v in (("sandboxId", sandbox_id), ("name", name), ("limit", limit),
+                                        ("cursor", cursor)) if v is not None}
+            page = self._http.request("GET", "/v1/snapshots", params=params or None)
+            out += list(page.get("data") or [])
+            cursor = page.get("nextCursor")
+            if not cursor or limit is not None:
+                return out
+
+    def update(self, snapshot_id: str, **fields: Any) -> Dict[str, Any]:
+        """``name`` (None clears it), ``labels`` (replaces them), ``if_labels`` (only over
+        these labels) and ``retention_days`` (counted from its creation)."""
+        return dict(self._http.request("POST", snapshot_path(snapshot_id, ":update"),
+                                       json_body=snapshot_update_body(fields)))
+
+    def extend(self, snapshot_id: str, retention_days: int) -> Dict[str, Any]:
+        """Keep it ``retention_days`` from now."""
+        return dict(self._http.request("POST", snapshot_path(snapshot_id, ":extend"),
+                                       json_body={"retentionDays": retention_days}))
+
+    def delete(self, snapshot_id: str) -> None:
+        self._http.request("POST", snapshot_path(snapshot_id, ":delete"), json_body={})
