@@ -18,6 +18,7 @@
 #include "cli/secrets.h"
 #include "cli/portfwd.h"
 #include "cli/shell.h"
+#include "cli/snapshot.h"
 #include "cli/usage.h"
 #include "common/macro.h"
 
@@ -34,6 +35,8 @@ static const Command sandbox_commands[] = {
         {"pause", "pause a sandbox, keeping its memory and processes", cmd_sandbox_pause, NULL},
         {"wake", "carry on a paused sandbox, or boot a stopped one", cmd_sandbox_wake, NULL},
         {"restart", "boot a sandbox again from its files", cmd_sandbox_restart, NULL},
+        {"snapshot", "keep a sandbox's disk as a snapshot", cmd_sandbox_snapshot, NULL},
+        {"fork", "make running copies of a sandbox's files", cmd_sandbox_fork, NULL},
         {"rm", "delete sandboxes", cmd_sandbox_rm, NULL},
         {"extend", "renew a sandbox's lease", cmd_sandbox_extend, NULL},
         {"egress", "show a sandbox's egress audit log", cmd_sandbox_egress, NULL},
@@ -51,6 +54,13 @@ static const Command files_commands[] = {
         {"put", "copy a file into a sandbox", cmd_files_put, NULL},
         {"ls", "list a directory in a sandbox", cmd_files_ls, NULL},
         {"cp", "copy a file or a directory in or out (ID:PATH on one side)", cmd_files_cp, NULL},
+        {NULL, NULL, NULL, NULL},
+};
+
+static const Command snapshot_commands[] = {
+        {"ls", "list your snapshots", cmd_snapshot_ls, NULL},
+        {"get", "show one snapshot", cmd_snapshot_get, NULL},
+        {"rm", "delete snapshots", cmd_snapshot_rm, NULL},
         {NULL, NULL, NULL, NULL},
 };
 
@@ -78,6 +88,7 @@ static const Command secrets_commands[] = {
 static const Command commands[] = {
         {"sandbox", "create, run, list and delete sandboxes", NULL, sandbox_commands},
         {"files", "copy files in and out of a sandbox", NULL, files_commands},
+        {"snapshot", "list, show and delete snapshots", NULL, snapshot_commands},
         {"image", "build and list images", NULL, image_commands},
         {"keys", "make, list and revoke API keys", NULL, keys_commands},
         {"secrets", "secrets sandboxes use through the egress proxy, never holding them", NULL,

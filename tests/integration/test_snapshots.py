@@ -271,3 +271,41 @@ def test_sdk_sync_and_async(daemon, any_driver, monkeypatch):
             finally:
                 await sbx.delete()
     asyncio.run(run())
+
+
+def test_cli_verbs(api, any_driver, build_dir, daemon):
+    import json
+    import subprocess
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RUNTIME_")}
+        env.update(daemon.env())
+        return subprocess.run([str(build_dir / "runtime"), *args], env=env, capture_output=True, text=True,
+                              timeout=180)
+
+    sbx = api.create_sandbox(driver=any_driver)
+    sbx.exec("echo cli > /workspace/f")
+    r = cli("sandbox", "snapshot", "--name", "from-cli", "--retention", "2", sbx.id)
+    assert r.returncode == 0, r.stderr
+    sid = r.stdout.strip()
+    assert sid.startswith("snp_")
+    r = cli("--json", "snapshot", "get", sid)
+    assert r.returncode == 0 and json.loads(r.stdout)["name"] == "from-cli", r.stderr
+    r = cli("snapshot", "ls", "--sandbox", sbx.id)
+    assert r.returncode == 0 and sid in r.stdout and "from-cli" in r.stdout, r.stdout + r.stderr
+    r = cli("sandbox", "fork", "--count", "2", sbx.id)
+    assert r.returncode == 0, r.stderr
+    copies = r.stdout.split()
+    api.created.extend(copies)
+    assert len(copies) == 2 and all(c.startswith("sbx_") for c in copies)
+    assert api.exec(copies[1], command="cat /workspace/f")["stdout"] == "cli\n"
+    r = cli("sandbox", "snapshot", "--mode", "memory", sbx.id)
+    assert r.returncode == 1 and "memory" in r.stderr, r.stderr
+    for bad in (("sandbox", "fork", "--count", "17", sbx.id), ("sandbox", "snapshot", "--mode", "x", sbx.id),
+                ("snapshot", "get", "snp_nope")):
+        r = cli(*bad)
+        assert r.returncode == 2, (bad, r.stderr)
+    r = cli("snapshot", "rm", sid)
+    assert r.returncode == 0 and r.stdout.strip() == sid, r.stderr
+    r = cli("snapshot", "get", sid)
+    assert r.returncode == 1 and "no snapshot" in r.stderr, r.stderr

@@ -1,0 +1,9 @@
+#pragma once
+/* Snapshots and fork: runtime sandbox snapshot|fork, runtime snapshot ls|get|rm. */
+#include "cli/cli.h"
+
+int cmd_sandbox_snapshot(CliContext *ctx, int argc, char **argv);
+int cmd_sandbox_fork(CliContext *ctx, int argc, char **argv);
+int cmd_snapshot_ls(CliContext *ctx, int argc, char **argv);
+int cmd_snapshot_get(CliContext *ctx, int argc, char **argv);
+int cmd_snapshot_rm(CliContext *ctx, int argc, char **argv);
