@@ -1979,6 +1979,10 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         if (r == -ENOSPC)
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "free disk space on the host, or delete snapshots",
                                      "the host ran out of disk space while taking the snapshot; nothing was kept");
+        if (r == -E2BIG)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "snapshot the sandbox the copies came from instead",
+                                     "sandbox %s is a copy of a copy too many times over to be snapshotted "
+                                     "(its disk would be more than %d layers)", row->id, 8);
         if (r == -EOPNOTSUPP)
                 return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, NULL,
                                      "sandbox %s keeps its files in memory only (no loop device on this host)", row->id);

@@ -167,7 +167,9 @@ void snapshot_store_abort(SnapshotStore *s, const char *id) {
                 (void)rootfs_rm_tree(tmp);
 }
 
-/* Syncs every regular file of dir and dir itself; adds their sizes. */
+/* Syncs every regular file of dir and dir itself; adds the sizes of those
+ * it holds alone: a file linked from elsewhere (a layer shared with the
+ * snapshot a sandbox came from) is already kept and billed there. */
 static int sync_dir(const char *dir, int64_t *ret_bytes) {
         _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         if (dfd < 0)
@@ -194,7 +196,7 @@ static int sync_dir(const char *dir, int64_t *ret_bytes) {
                 struct stat st;
                 if (fstat(fd, &st) < 0 || fsync(fd) < 0)
                         r = -errno;
-                else
+                else if (st.st_nlink == 1)
                         total += (int64_t)st.st_blocks * 512;
                 close(fd);
                 if (r < 0)

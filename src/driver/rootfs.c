@@ -68,6 +68,7 @@ static int umount_path(const char *path) {
 }
 
 static bool wait_loop_free(const char *img, int timeout_ms);
+static unsigned count_bases(const char *dir);
 
 int rootfs_unmount(const char *sandbox_dir) {
         char root[PATH_MAX], layer[PATH_MAX];
@@ -384,11 +385,11 @@ static int claim_ready(const char *sandbox_dir, unsigned mib, uid_t owner, const
  * keeps no second copy of every sandbox's writes. The file is synced before
  * it is attached, so no dirty page of its own makes direct reads wait. A
  * host filesystem without O_DIRECT gets the buffered mode. */
-static int loop_attach(const char *file, int *ret_fd, char *ret_path, size_t ret_len) {
+static int loop_attach(const char *file, bool ro, int *ret_fd, char *ret_path, size_t ret_len) {
         _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
         if (ctl < 0)
                 return -errno;
-        _cleanup_close_ int backing = open(file, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int backing = open(file, (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
         if (backing < 0)
                 return -errno;
         for (int tries = 0; tries < 64; tries++) {
@@ -408,7 +409,7 @@ static int loop_attach(const char *file, int *ret_fd, char *ret_path, size_t ret
                 struct loop_config cfg = {
                         .fd = (uint32_t)backing,
                         .block_size = 0,
-                        .info = {.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO},
+                        .info = {.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO | (ro ? LO_FLAGS_READ_ONLY : 0)},
                 };
                 size_t fl = strlen(file);
                 if (fl >= sizeof cfg.info.lo_file_name)
@@ -416,7 +417,7 @@ static int loop_attach(const char *file, int *ret_fd, char *ret_path, size_t ret
                 memcpy(cfg.info.lo_file_name, file, fl);
                 int k = ioctl(fd, LOOP_CONFIGURE, &cfg);
                 if (k < 0 && errno == EINVAL) {
-                        cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+                        cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | (ro ? LO_FLAGS_READ_ONLY : 0);
                         k = ioctl(fd, LOOP_CONFIGURE, &cfg);
                 }
                 if (k == 0) {
@@ -477,6 +478,59 @@ static bool wait_loop_free(const char *img, int timeout_ms) {
 static bool overlay_path_ok(const char *p) {
         /* overlayfs splits its options on ',' and lowerdir on ':'. */
         return strpbrk(p, ",:\\\n") == NULL;
+}
+
+static unsigned count_bases(const char *dir) {
+        unsigned n = 0;
+        char p[PATH_MAX];
+        while (n < ROOTFS_MAX_BASES + 1 && snprintf(p, sizeof p, "%s/base-%u.img", dir, n) < (int)sizeof p &&
+               access(p, F_OK) == 0)
+                n++;
+        return n;
+}
+
+static void bases_close(RootfsLayer *l) {
+        for (unsigned i = 0; i < l->nbase; i++)
+                if (l->base_fd[i] >= 0) {
+                        close(l->base_fd[i]);
+                        l->base_fd[i] = -1;
+                }
+}
+
+/* Attaches the sandbox's lower layers read-only and writes the overlay's
+ * options with them between its upper layer and the image. */
+static int bases_prepare(const char *image_rootfs, const char *sandbox_dir, RootfsLayer *l) {
+        unsigned n = count_bases(sandbox_dir);
+        if (n == 0)
+                return 0;
+        if (n > ROOTFS_MAX_BASES)
+                return -E2BIG;
+        char lower[4096] = "";
+        size_t used = 0;
+        for (unsigned i = 0; i < n; i++)
+                l->base_fd[i] = -1;
+        l->nbase = n;
+        for (unsigned k = n; k-- > 0;) {
+                char img[PATH_MAX];
+                if (snprintf(img, sizeof img, "%s/base-%u.img", sandbox_dir, k) >= (int)sizeof img ||
+                    snprintf(l->base_mnt[k], sizeof l->base_mnt[k], "%s/b%u", sandbox_dir, k) >=
+                            (int)sizeof l->base_mnt[k])
+                        return -ENAMETOOLONG;
+                int r = loop_attach(img, true, &l->base_fd[k], l->base_dev[k], sizeof l->base_dev[k]);
+                if (r < 0)
+                        return r;
+                if ((mkdir(l->base_mnt[k], 0700) < 0 && errno != EEXIST))
+                        return -errno;
+                int w = snprintf(lower + used, sizeof lower - used, "%s/upper:", l->base_mnt[k]);
+                if (w < 0 || (size_t)w >= sizeof lower - used)
+                        return -ENAMETOOLONG;
+                used += (size_t)w;
+        }
+        /* The kernel takes one page of mount options. */
+        if (snprintf(l->overlay_opts, sizeof l->overlay_opts, "lowerdir=%s%s,upperdir=%s,workdir=%s", lower,
+                     image_rootfs, l->upper, l->work) >= 4096)
+                return -ENAMETOOLONG;
+        return 0;
 }
 
 int rootfs_prepare(const char *image_rootfs, const char *sandbox_dir, unsigned disk_mib, uid_t owner,
@@ -546,13 +600,19 @@ int rootfs_prepare(const char *image_rootfs, const char *sandbox_dir, unsigned d
                  * A layer made just now is a new inode nothing can hold. */
                 if (!l.created && !wait_loop_free(img, 2000))
                         return -EBUSY;
-                r = loop_attach(img, &l.loop_fd, l.loop_dev, sizeof l.loop_dev);
+                r = loop_attach(img, false, &l.loop_fd, l.loop_dev, sizeof l.loop_dev);
         }
         if (r < 0) {
                 /* No usable loop device (or no mkfs.ext4): a tmpfs of the
                  * same size. Bounded all the same, but gone at stop. */
                 l.tmpfs = true;
                 l.created = true;
+        }
+        if ((r = bases_prepare(image_rootfs, sandbox_dir, &l)) < 0) {
+                bases_close(&l);
+                if (l.loop_fd >= 0)
+                        close(l.loop_fd);
+                return r;
         }
         *ret = l;
         return 0;
@@ -563,6 +623,8 @@ void rootfs_layer_done(RootfsLayer *l) {
                 close(l->loop_fd);
                 l->loop_fd = -1;
         }
+        if (l)
+                bases_close(l);
 }
 
 int rootfs_mount_child(const RootfsLayer *l) {
@@ -584,6 +646,12 @@ int rootfs_mount_child(const RootfsLayer *l) {
         }
         if ((mkdir(l->upper, 0755) < 0 && errno != EEXIST) || (mkdir(l->work, 0700) < 0 && errno != EEXIST))
                 return -1;
+        /* A snapshot's layers, read-only: noload, for nothing may write
+         * their journal (it was replayed when the snapshot was taken). */
+        for (unsigned i = 0; i < l->nbase; i++)
+                if (mount(l->base_dev[i], l->base_mnt[i], "ext4", MS_RDONLY | MS_NODEV | MS_NOSUID | MS_NOATIME,
+                          "noload") < 0)
+                        return -1;
         /* The overlay's root takes its owner and mode from the upper dir. */
         int ufd = open(l->upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (ufd < 0)
@@ -712,6 +780,9 @@ int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir) {
                 return r;
         if (access(img, F_OK) < 0)
                 return errno == ENOENT ? -EOPNOTSUPP : -errno;
+        /* Its copies will read this snapshot's layers and its own. */
+        if (count_bases(sandbox_dir) + 1 > ROOTFS_MAX_BASES)
+                return -E2BIG;
         if (pid > 0) {
                 /* The layer is mounted in the sandbox's own namespace only:
                  * syncfs through a process there writes its dirty pages and
@@ -735,6 +806,17 @@ int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir) {
                 return -EBUSY;
         if ((r = sparse_copy(img, out)) < 0)
                 return r;
+        /* The sandbox's own lower layers go with it as they are: links,
+         * never copies (they are read-only for everyone). */
+        unsigned n = count_bases(sandbox_dir);
+        for (unsigned i = 0; i < n && i < ROOTFS_MAX_BASES; i++) {
+                char from[PATH_MAX], to[PATH_MAX];
+                if (snprintf(from, sizeof from, "%s/base-%u.img", sandbox_dir, i) >= (int)sizeof from ||
+                    snprintf(to, sizeof to, "%s/base-%u.img", dest_dir, i) >= (int)sizeof to)
+                        return -ENAMETOOLONG;
+                if (link(from, to) < 0)
+                        return -errno;
+        }
         /* The copy of a mounted filesystem has committed transactions still
          * in its journal: replay them now, so that the copy mounts clean
          * (and read-only) anywhere. Exit codes 0 and 1 are success. */
@@ -765,21 +847,31 @@ int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir) {
 }
 
 int rootfs_restore(const char *snap_dir, const char *sandbox_dir) {
-        char from[PATH_MAX], img[PATH_MAX], part[PATH_MAX];
+        char img[PATH_MAX];
         int r;
-        if ((r = path_join(from, sizeof from, snap_dir, "layer.img")) < 0 ||
-            (r = path_join(img, sizeof img, sandbox_dir, "layer.img")) < 0 ||
-            (r = path_join(part, sizeof part, sandbox_dir, "layer.img.part")) < 0)
+        if ((r = path_join(img, sizeof img, sandbox_dir, "layer.img")) < 0)
                 return r;
+        unsigned n = count_bases(snap_dir);
+        if (n + 1 > ROOTFS_MAX_BASES)
+                return -E2BIG;
         if (mkdir(sandbox_dir, 0700) < 0 && errno != EEXIST)
                 return -errno;
-        if (access(img, F_OK) == 0)
+        if (access(img, F_OK) == 0 || count_bases(sandbox_dir) > 0)
                 return -EEXIST;
-        (void)unlink(part);
-        r = sparse_copy(from, part);
-        if (r >= 0 && rename(part, img) < 0)
-                r = -errno;
-        if (r < 0)
-                (void)unlink(part);
-        return r;
+        for (unsigned i = 0; i <= n; i++) {
+                char from[PATH_MAX], to[PATH_MAX];
+                if ((i < n ? snprintf(from, sizeof from, "%s/base-%u.img", snap_dir, i)
+                           : snprintf(from, sizeof from, "%s/layer.img", snap_dir)) >= (int)sizeof from ||
+                    snprintf(to, sizeof to, "%s/base-%u.img", sandbox_dir, i) >= (int)sizeof to)
+                        return -ENAMETOOLONG;
+                if (link(from, to) < 0) {
+                        r = -errno;
+                        for (unsigned k = 0; k < i; k++) {
+                                snprintf(to, sizeof to, "%s/base-%u.img", sandbox_dir, k);
+                                (void)unlink(to);
+                        }
+                        return r;
+                }
+        }
+        return 0;
 }

@@ -18,6 +18,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* A sandbox started from a snapshot reads the snapshot's layers as lower
+ * layers of its overlay, read-only and shared by every copy (hard links of
+ * the snapshot's files: no data is copied): sandbox_dir/base-0.img (the
+ * oldest) .. base-N.img, each mounted at sandbox_dir/bN. At most this many
+ * generations (a snapshot of a copy of a snapshot ...). */
+#define ROOTFS_MAX_BASES 8
+
 typedef struct RootfsLayer {
         bool tmpfs;   /* no usable loop device: a tmpfs layer, gone at stop */
         bool created; /* the layer is new (a fresh sandbox) */
@@ -27,6 +34,10 @@ typedef struct RootfsLayer {
         uid_t owner;
         char layer[PATH_MAX], root[PATH_MAX], upper[PATH_MAX], work[PATH_MAX], log[PATH_MAX];
         char overlay_opts[3 * PATH_MAX + 64];
+        unsigned nbase;                    /* lower layers from a snapshot */
+        int base_fd[ROOTFS_MAX_BASES];     /* their read-only loop devices */
+        char base_dev[ROOTFS_MAX_BASES][64];
+        char base_mnt[ROOTFS_MAX_BASES][PATH_MAX];
         char tmpfs_opts[96];
 } RootfsLayer;
 
@@ -71,13 +82,15 @@ int rootfs_disk_used(pid_t pid, const char *sandbox_dir, uint64_t *ret);
 /* Whether anything is still mounted at or below sandbox_dir. */
 bool rootfs_is_mounted(const char *sandbox_dir);
 /* A disk snapshot of a sandbox's layer into dest_dir/layer.img (sparse,
- * synced). pid > 0: a process of the running sandbox, whose processes are
+ * synced), with the sandbox's own lower layers linked in as base-N.img. pid > 0: a process of the running sandbox, whose processes are
  * frozen: the layer's filesystem is synced through it first, and the copy's
  * journal replayed so that it mounts clean. pid 0: a stopped sandbox, whose
  * loop device must have detached. -EOPNOTSUPP without a layer file (tmpfs). */
 int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir);
-/* A new sandbox's layer.img as a sparse copy of snap_dir/layer.img.
- * -EEXIST when the sandbox has a layer already. */
+/* A new sandbox's lower layers from a snapshot: its base-N.img and its
+ * layer.img hard-linked into sandbox_dir as base-0.img .. (nothing copied);
+ * the sandbox then gets a fresh empty layer of its own on top. -EEXIST when
+ * the sandbox has a layer already; -E2BIG past ROOTFS_MAX_BASES. */
 int rootfs_restore(const char *snap_dir, const char *sandbox_dir);
 /* Removes a directory tree without following symlinks or crossing mounts. */
 int rootfs_rm_tree(const char *path);
