@@ -342,3 +342,26 @@ def test_generations_share_layers(api, driver):
     # The copies' own layer files hold what they wrote, not the 64 MiB below them.
     layer = api.daemon.state_dir / "sandboxes" / cur.id / "layer.img"
     assert layer.stat().st_blocks * 512 < 32 << 20, layer.stat()
+
+
+def test_retention_is_enforced_and_storage_billed(api, any_driver):
+    """The daemon deletes a snapshot whose retention has passed, files and all, and bills its
+    storage as a series of its own. The shortest retention is a day: the test moves the
+    snapshot's expiry into the past in the daemon's database, as a day going by would."""
+    import sqlite3
+
+    sbx = api.create_sandbox(driver=any_driver)
+    sbx.exec("head -c 8M /dev/urandom > /workspace/f")
+    keep = snapshot(api, sbx.id, retentionDays=1)
+    gone = snapshot(api, sbx.id, retentionDays=1)
+    files = api.daemon.state_dir / "snapshots" / gone["id"]
+    assert files.is_dir()
+    with sqlite3.connect(api.daemon.state_dir / "runtime.db", timeout=30) as db:
+        db.execute("UPDATE snapshots SET expires_at = 1 WHERE id = ?", (gone["id"],))
+    wait_until(lambda: api.get(f"/v1/snapshots/{gone['id']}").status_code == 404, 30, 0.2,
+               what="the expired snapshot's deletion")
+    assert not files.exists()
+    assert api.get(f"/v1/snapshots/{keep['id']}").status_code == 200
+    usage = api.get("/v1/usage", params={"since": "0"}).json()
+    series = {s["sandboxId"] for s in usage["sandboxes"]}
+    assert f"{keep['id']}:disk" in series and f"{gone['id']}:disk" in series, series
