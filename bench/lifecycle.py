@@ -2,11 +2,15 @@
 """Lifecycle: pause and wake latency per driver, side by side in one run, for a sandbox at rest
 and for one whose process holds 256 MiB of memory; and the time of a wake that boots a stopped
 sandbox from its disk (:stop then :wake). Target: a wake of a paused sandbox p50 <= 50 ms on
-namespace and gVisor.
+namespace and gVisor. Then snapshots and fork: the time of a :snapshot, of a :fork of one and of
+four copies and of a create from a snapshot, and the new data each puts on the host's disk, for a
+sandbox with 10 MiB and with 1 GiB written. Target: a fork of a sandbox with 1 GiB written writes
+< 10 MiB of new data.
 
-    sudo python3 bench/lifecycle.py                       # writes its section of docs/benchmarks.md
-    sudo python3 bench/lifecycle.py --quick --out -       # fewer runs, print the section
+    sudo python3 bench/lifecycle.py                       # writes its sections of docs/benchmarks.md
+    sudo python3 bench/lifecycle.py --quick --out -       # fewer runs, print the sections
     sudo python3 bench/lifecycle.py --drivers namespace   # only these drivers
+    sudo python3 bench/lifecycle.py --only snapshots      # only the snapshot and fork section
 
 Needs root, a built tree (it runs `make`), the default image and httpx.
 """
@@ -31,6 +35,8 @@ from sections import emit  # noqa: E402
 
 BEGIN = "<!-- lifecycle benchmark: begin (bench/lifecycle.py) -->"
 END = "<!-- lifecycle benchmark: end -->"
+SNAP_BEGIN = "<!-- snapshot benchmark: begin (bench/lifecycle.py) -->"
+SNAP_END = "<!-- snapshot benchmark: end -->"
 HOLDER = ("python3 -c \"import time; b = bytearray(256 << 20); b[::4096] = b'x' * len(b[::4096]); "
           "open('/workspace/held', 'w').write('1'); time.sleep(86400)\"")
 
@@ -106,6 +112,83 @@ def render(results: dict, n: int) -> str:
     return "\n".join(lines)
 
 
+def disk_bytes(state: Path) -> int:
+    """Bytes allocated under the daemon's sandboxes/ and snapshots/ (a file linked from both
+    counted once, as du does): the new data a step put on the host's disk is the difference.
+    The pre-made empty layers (.layer-templates) are left out: they are made ahead, in the
+    background, for creates to come."""
+    out = subprocess.run(["du", "-s", "-B1", str(state / "sandboxes"), str(state / "snapshots")],
+                         capture_output=True, text=True)
+    return sum(int(line.split()[0]) for line in out.stdout.splitlines() if line.strip())
+
+
+def measured(state: Path, fn) -> tuple[float, int, object]:
+    before = disk_bytes(state)
+    t = time.perf_counter()
+    got = fn()
+    ms = (time.perf_counter() - t) * 1000
+    return ms, disk_bytes(state) - before, got
+
+
+def snapshots_for(api: Api, state: Path, drv: str, written_mib: int) -> dict:
+    sbx = api.create_sandbox(driver=drv, timeoutSeconds=3600, diskMiB=max(2048, written_mib * 2 + 512))
+    r = api.post(f"/v1/sandboxes/{sbx.id}:exec",
+                 json={"command": f"head -c {written_mib}M /dev/urandom > /workspace/data && sync",
+                       "timeoutMs": 900000})
+    assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text[:300]
+    res: dict = {}
+
+    def post(path: str, body: dict) -> dict:
+        r = api.post(path, json=body)
+        if r.status_code != 201:
+            raise RuntimeError(f"{r.status_code} {r.json().get('error', {}).get('message', r.text[:200])}")
+        return r.json()
+    try:
+        ms, b, snap = measured(state, lambda: post(f"/v1/sandboxes/{sbx.id}:snapshot", {"mode": "disk"}))
+    except RuntimeError as e:
+        api.delete(f"/v1/sandboxes/{sbx.id}")
+        return {"error": str(e)[:160]}
+    res["snapshot"] = (ms, b)
+    ms, b, made = measured(state, lambda: post("/v1/sandboxes", {"snapshot": snap["id"]}))
+    res["create"] = (ms, b)
+    api.delete(f"/v1/sandboxes/{made['id']}")
+    for count in (1, 4):
+        ms, b, made = measured(state, lambda: post(f"/v1/sandboxes/{sbx.id}:fork", {"count": count}))
+        res[f"fork{count}"] = (ms, b)
+        for c in made["sandboxes"]:
+            api.delete(f"/v1/sandboxes/{c['id']}")
+    api.delete(f"/v1/snapshots/{snap['id']}")
+    api.delete(f"/v1/sandboxes/{sbx.id}")
+    return res
+
+
+def render_snapshots(results: dict) -> str:
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    mib = 1024 * 1024
+    lines = [SNAP_BEGIN, "", "## Snapshots and fork", "",
+             f"`sudo python3 bench/lifecycle.py --only snapshots` ({when}, {platform.node()}, {os.cpu_count()} "
+             "cores, shared with other builds and tests while it ran). A sandbox writes 10 MiB or 1 GiB of "
+             "random data to /workspace; then, one after the other: `:snapshot` (disk), a create from that "
+             "snapshot, `:fork` of one copy and `:fork` of four. Time: the client's wall clock until the "
+             "answer (the copies running). New data: what the step added to the daemon's sandboxes/ and "
+             "snapshots/ on the host's disk (`du`, a file linked from both counted once). Target: a fork of "
+             "a sandbox with 1 GiB written writes < 10 MiB of new data.", "",
+             "| driver | written | snapshot | create from it | fork (1 copy) | fork (4 copies) | fork target |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for drv, per in results.items():
+        for written, r in per.items():
+            if "error" in r:
+                lines.append(f"| {drv} | {written} | not taken: {r['error']} | | | | |")
+                continue
+            cells = [f"{r[k][0]:.0f} ms, {r[k][1] / mib:.1f} MiB" for k in ("snapshot", "create", "fork1", "fork4")]
+            target = "-"
+            if written == "1 GiB":
+                target = "met" if r["fork1"][1] < 10 * mib else "**not met**"
+            lines.append(f"| {drv} | {written} | " + " | ".join(cells) + f" | {target} |")
+    lines += ["", SNAP_END]
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="20 pauses and wakes of each instead of 100")
@@ -113,6 +196,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"),
                     help="the file whose lifecycle section is replaced (appended when absent); - prints it")
     ap.add_argument("--image-dir", default=os.environ.get("RUNTIME_TEST_IMAGE_DIR", "/var/cache/runtime/images"))
+    ap.add_argument("--only", choices=("pause", "snapshots"), help="one section only")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/lifecycle.py: run as root (the daemon needs it)", file=sys.stderr)
@@ -127,9 +211,17 @@ def main() -> int:
     d = Daemon(REPO / "build", Path(args.image_dir), tmp / "state", cg)
     d.start()
     results: dict[str, dict] = {}
+    snaps: dict[str, dict] = {}
     try:
         api = Api(d, timeout=600)
-        for drv in [x for x in args.drivers.split(",") if x]:
+        for drv in [x for x in args.drivers.split(",") if x] if args.only != "pause" else []:
+            snaps[drv] = {}
+            for label, written in (("10 MiB", 10), ("1 GiB", 1024)):
+                try:
+                    snaps[drv][label] = snapshots_for(api, tmp / "state", drv, written)
+                except AssertionError as e:
+                    snaps[drv][label] = {"error": str(e)[:120]}
+        for drv in [x for x in args.drivers.split(",") if x] if args.only != "snapshots" else []:
             try:
                 sbx = api.create_sandbox(driver=drv, timeoutSeconds=3600, autoWake=False)
             except AssertionError as e:
@@ -152,7 +244,10 @@ def main() -> int:
     finally:
         d.stop()
         remove_empty_cgroup_tree(cg)
-    emit(args.out, BEGIN, END, render(results, n))
+    if args.only != "snapshots":
+        emit(args.out, BEGIN, END, render(results, n))
+    if args.only != "pause":
+        emit(args.out, SNAP_BEGIN, SNAP_END, render_snapshots(snaps))
     return 0
 
 
