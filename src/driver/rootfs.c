@@ -772,6 +772,46 @@ static const char *find_e2fsck(void) {
         return NULL;
 }
 
+/* Replays the committed transactions left in the journal of a copy of a
+ * mounted ext4 (e2fsck -E journal_only; exit codes 0 and 1 are success), so
+ * that it mounts clean, read-only too, anywhere; then syncs it. */
+static int replay_journal(const char *out) {
+        int r;
+        const char *fsck = find_e2fsck();
+        if (!fsck)
+                return -ENOENT;
+        char *const argv[] = {(char *)fsck, "-p", "-E", "journal_only", (char *)out, NULL};
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+        pid_t child;
+        r = posix_spawn(&child, argv[0], &fa, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        if (r != 0)
+                return -r;
+        int status;
+        while (waitpid(child, &status, 0) < 0)
+                if (errno != EINTR)
+                        return -errno;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) > 1)
+                return -EIO;
+        _cleanup_close_ int ofd = open(out, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (ofd < 0 || fsync(ofd) < 0)
+                return -errno;
+        return 0;
+}
+
+int rootfs_copy_image(const char *from, const char *to) {
+        int r = sparse_copy(from, to);
+        return r < 0 ? r : replay_journal(to);
+}
+
+int rootfs_copy_sparse(const char *from, const char *to) {
+        return sparse_copy(from, to);
+}
+
 int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir) {
         char img[PATH_MAX], out[PATH_MAX];
         int r;
@@ -817,33 +857,7 @@ int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir) {
                 if (link(from, to) < 0)
                         return -errno;
         }
-        /* The copy of a mounted filesystem has committed transactions still
-         * in its journal: replay them now, so that the copy mounts clean
-         * (and read-only) anywhere. Exit codes 0 and 1 are success. */
-        const char *fsck = find_e2fsck();
-        if (!fsck)
-                return -ENOENT;
-        char *const argv[] = {(char *)fsck, "-p", "-E", "journal_only", out, NULL};
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-        pid_t child;
-        r = posix_spawn(&child, argv[0], &fa, NULL, argv, environ);
-        posix_spawn_file_actions_destroy(&fa);
-        if (r != 0)
-                return -r;
-        int status;
-        while (waitpid(child, &status, 0) < 0)
-                if (errno != EINTR)
-                        return -errno;
-        if (!WIFEXITED(status) || WEXITSTATUS(status) > 1)
-                return -EIO;
-        _cleanup_close_ int ofd = open(out, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (ofd < 0 || fsync(ofd) < 0)
-                return -errno;
-        return 0;
+        return replay_journal(out);
 }
 
 int rootfs_restore(const char *snap_dir, const char *sandbox_dir) {

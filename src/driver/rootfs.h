@@ -87,6 +87,11 @@ bool rootfs_is_mounted(const char *sandbox_dir);
  * journal replayed so that it mounts clean. pid 0: a stopped sandbox, whose
  * loop device must have detached. -EOPNOTSUPP without a layer file (tmpfs). */
 int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir);
+/* A sparse, synced copy of an ext4 image (a new file, O_EXCL) whose journal
+ * is then replayed: a copy of one mounted at the time mounts clean. */
+int rootfs_copy_image(const char *from, const char *to);
+/* A sparse, synced copy of a file (a new file, O_EXCL). */
+int rootfs_copy_sparse(const char *from, const char *to);
 /* A new sandbox's lower layers from a snapshot: its base-N.img and its
  * layer.img hard-linked into sandbox_dir as base-0.img .. (nothing copied);
  * the sandbox then gets a fresh empty layer of its own on top. -EEXIST when

@@ -24,8 +24,6 @@ runtime = Runtime()
 
 
 def test_snapshot_create_from_it_and_manage(pub, api, driver):
-    if driver == "microvm":
-        pytest.skip("the microvm driver takes no snapshots yet (test_snapshots.py checks its refusal)")
     sbx = api.create_sandbox(driver=driver, timeoutSeconds=600)
     got = pub(PRELUDE + """
 sbx.files.write("/workspace/kept.txt", "from the published client")
@@ -66,8 +64,6 @@ print(json.dumps({"snap": snap, "default_mode": default["mode"], "state_after": 
 
 
 def test_fork(pub, api, driver):
-    if driver == "microvm":
-        pytest.skip("the microvm driver takes no snapshots yet (test_snapshots.py checks its refusal)")
     sbx = api.create_sandbox(driver=driver, timeoutSeconds=600)
     got = pub(PRELUDE + """
 sbx.files.write("/workspace/state", "prepared")
