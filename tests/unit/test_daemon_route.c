@@ -151,6 +151,31 @@ static void test_interpreter_routes(void **state) {
         expect_rc("GET", "/v1/sandboxes/" ID "/interpreter:run", -EOPNOTSUPP);
 }
 
+static void test_snapshot_routes(void **state) {
+        Route r;
+        expect_route("POST", "/v1/sandboxes/" ID ":snapshot", ROUTE_SANDBOX_SNAPSHOT);
+        expect_route("POST", "/v1/sandboxes/" ID ":fork", ROUTE_SANDBOX_FORK);
+        expect_route("GET", "/v1/snapshots", ROUTE_SNAPSHOT_LIST);
+        expect_route("GET", "/v1/snapshots/snp_0123456789abcdef0123", ROUTE_SNAPSHOT_GET);
+        expect_route("DELETE", "/v1/snapshots/snp_0123456789abcdef0123", ROUTE_SNAPSHOT_DELETE);
+        expect_route("POST", "/v1/snapshots/snp_0123456789abcdef0123:update", ROUTE_SNAPSHOT_UPDATE);
+        expect_route("POST", "/v1/snapshots/snp_0123456789abcdef0123:extend", ROUTE_SNAPSHOT_EXTEND);
+        expect_route("POST", "/v1/snapshots/snp_0123456789abcdef0123:delete", ROUTE_SNAPSHOT_DELETE_POST);
+        assert_int_equal(route_parse("GET", "/v1/snapshots/snp_0123456789abcdef0123", &r), 0);
+        assert_string_equal(r.snapshot_id, "snp_0123456789abcdef0123");
+        /* Only snapshot ids: no other shape reaches a handler. */
+        expect_rc("GET", "/v1/snapshots/snp_0123456789ABCDEF0123", -ENOENT);
+        expect_rc("GET", "/v1/snapshots/snp_0123", -ENOENT);
+        expect_rc("GET", "/v1/snapshots/" ID, -ENOENT);
+        expect_rc("GET", "/v1/snapshots/..", -ENOENT);
+        expect_rc("GET", "/v1/snapshots/snp_0123456789abcdef01234", -ENOENT);
+        expect_rc("POST", "/v1/snapshots/snp_0123456789abcdef0123:restore", -ENOENT);
+        assert_true(route_needs_full_access(ROUTE_SANDBOX_SNAPSHOT));
+        assert_true(route_needs_full_access(ROUTE_SANDBOX_FORK));
+        assert_true(route_needs_full_access(ROUTE_SNAPSHOT_DELETE));
+        assert_false(route_needs_full_access(ROUTE_SNAPSHOT_LIST));
+}
+
 static void test_methods(void **state) {
         Route r;
         assert_int_equal(route_parse("DELETE", "/v1/sandboxes", &r), -EOPNOTSUPP);
@@ -213,6 +238,7 @@ int main(void) {
                 cmocka_unit_test(test_process_routes),
                 cmocka_unit_test(test_id_and_path_strictness),
                 cmocka_unit_test(test_interpreter_routes),
+                cmocka_unit_test(test_snapshot_routes),
                 cmocka_unit_test(test_methods),
                 cmocka_unit_test(test_table),
                 cmocka_unit_test(test_access),
