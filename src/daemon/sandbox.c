@@ -1922,6 +1922,11 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         SnapshotStore *store = m->snapshots;
         if (!store)
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, NULL, "this daemon keeps no snapshots");
+        int64_t kept = 0;
+        if (snapshot_store_count(store, row->owner, &kept) == 0 && kept >= SNAPSHOT_MAX_PER_OWNER)
+                return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "delete snapshots you no longer need",
+                                     "you keep %d snapshots, the most this daemon keeps for one owner",
+                                     SNAPSHOT_MAX_PER_OWNER);
         SpecPaths p = { 0 };
         if (spec_paths(m, row->id, spec_str(spec, "image", "default"), &p) < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");

@@ -559,3 +559,15 @@ int snapshot_store_start(SnapshotStore *s) {
         s->started = true;
         return 0;
 }
+
+int snapshot_store_count(SnapshotStore *s, const char *owner, int64_t *ret) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(s->sql, "SELECT count(*) FROM snapshots WHERE owner = ?", -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_ROW)
+                return -EIO;
+        *ret = sqlite3_column_int64(st, 0);
+        return 0;
+}

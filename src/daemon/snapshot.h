@@ -24,6 +24,8 @@ typedef struct SnapshotStore SnapshotStore;
 #define SNAPSHOT_ID_LEN 24 /* "snp_" + 20 hex digits */
 #define SNAPSHOT_MAX_RETENTION_DAYS 365
 #define SNAPSHOT_DEFAULT_RETENTION_DAYS 7
+/* Snapshots one owner may keep at once: each holds disk on the host. */
+#define SNAPSHOT_MAX_PER_OWNER 256
 
 typedef struct SnapshotRow {
         char id[SNAPSHOT_ID_LEN + 1];
@@ -78,5 +80,7 @@ int snapshot_store_list(SnapshotStore *s, const char *owner, const char *sandbox
  * (expires_at > 0). */
 int snapshot_store_update(SnapshotStore *s, const char *owner, const char *id, bool set_name, const char *name,
                           const char *labels, int64_t expires_at, SnapshotRow *ret);
+/* How many snapshots owner keeps. */
+int snapshot_store_count(SnapshotStore *s, const char *owner, int64_t *ret);
 /* Deletes the row, closes its charge and removes its files. -ENOENT. */
 int snapshot_store_delete(SnapshotStore *s, const char *owner, const char *id);

@@ -483,7 +483,7 @@ static bool overlay_path_ok(const char *p) {
 static unsigned count_bases(const char *dir) {
         unsigned n = 0;
         char p[PATH_MAX];
-        while (n < ROOTFS_MAX_BASES + 1 && snprintf(p, sizeof p, "%s/base-%u.img", dir, n) < (int)sizeof p &&
+        while (n < ROOTFS_MAX_BASES + 1 && snprintf(p, sizeof p, "%s/bases/%u.img", dir, n) < (int)sizeof p &&
                access(p, F_OK) == 0)
                 n++;
         return n;
@@ -512,7 +512,7 @@ static int bases_prepare(const char *image_rootfs, const char *sandbox_dir, Root
         l->nbase = n;
         for (unsigned k = n; k-- > 0;) {
                 char img[PATH_MAX];
-                if (snprintf(img, sizeof img, "%s/base-%u.img", sandbox_dir, k) >= (int)sizeof img ||
+                if (snprintf(img, sizeof img, "%s/bases/%u.img", sandbox_dir, k) >= (int)sizeof img ||
                     snprintf(l->base_mnt[k], sizeof l->base_mnt[k], "%s/b%u", sandbox_dir, k) >=
                             (int)sizeof l->base_mnt[k])
                         return -ENAMETOOLONG;
@@ -849,10 +849,17 @@ int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir) {
         /* The sandbox's own lower layers go with it as they are: links,
          * never copies (they are read-only for everyone). */
         unsigned n = count_bases(sandbox_dir);
+        if (n > 0) {
+                char bases[PATH_MAX];
+                if ((r = path_join(bases, sizeof bases, dest_dir, "bases")) < 0)
+                        return r;
+                if (mkdir(bases, 0700) < 0)
+                        return -errno;
+        }
         for (unsigned i = 0; i < n && i < ROOTFS_MAX_BASES; i++) {
                 char from[PATH_MAX], to[PATH_MAX];
-                if (snprintf(from, sizeof from, "%s/base-%u.img", sandbox_dir, i) >= (int)sizeof from ||
-                    snprintf(to, sizeof to, "%s/base-%u.img", dest_dir, i) >= (int)sizeof to)
+                if (snprintf(from, sizeof from, "%s/bases/%u.img", sandbox_dir, i) >= (int)sizeof from ||
+                    snprintf(to, sizeof to, "%s/bases/%u.img", dest_dir, i) >= (int)sizeof to)
                         return -ENAMETOOLONG;
                 if (link(from, to) < 0)
                         return -errno;
@@ -861,31 +868,49 @@ int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir) {
 }
 
 int rootfs_restore(const char *snap_dir, const char *sandbox_dir) {
-        char img[PATH_MAX];
+        char img[PATH_MAX], bases[PATH_MAX], part[PATH_MAX];
         int r;
-        if ((r = path_join(img, sizeof img, sandbox_dir, "layer.img")) < 0)
+        if ((r = path_join(img, sizeof img, sandbox_dir, "layer.img")) < 0 ||
+            (r = path_join(bases, sizeof bases, sandbox_dir, "bases")) < 0 ||
+            (r = path_join(part, sizeof part, sandbox_dir, "bases.part")) < 0)
                 return r;
         unsigned n = count_bases(snap_dir);
         if (n + 1 > ROOTFS_MAX_BASES)
                 return -E2BIG;
         if (mkdir(sandbox_dir, 0700) < 0 && errno != EEXIST)
                 return -errno;
-        if (access(img, F_OK) == 0 || count_bases(sandbox_dir) > 0)
+        if (access(img, F_OK) == 0 || access(bases, F_OK) == 0)
                 return -EEXIST;
+        /* All the layers appear at once (one rename of their directory) or
+         * none: a daemon killed half way must not leave a disk missing a
+         * layer, which would boot with files quietly gone. */
+        (void)rootfs_rm_tree(part);
+        if (mkdir(part, 0700) < 0)
+                return -errno;
         for (unsigned i = 0; i <= n; i++) {
                 char from[PATH_MAX], to[PATH_MAX];
-                if ((i < n ? snprintf(from, sizeof from, "%s/base-%u.img", snap_dir, i)
+                if ((i < n ? snprintf(from, sizeof from, "%s/bases/%u.img", snap_dir, i)
                            : snprintf(from, sizeof from, "%s/layer.img", snap_dir)) >= (int)sizeof from ||
-                    snprintf(to, sizeof to, "%s/base-%u.img", sandbox_dir, i) >= (int)sizeof to)
-                        return -ENAMETOOLONG;
+                    snprintf(to, sizeof to, "%s/%u.img", part, i) >= (int)sizeof to) {
+                        r = -ENAMETOOLONG;
+                        break;
+                }
                 if (link(from, to) < 0) {
                         r = -errno;
-                        for (unsigned k = 0; k < i; k++) {
-                                snprintf(to, sizeof to, "%s/base-%u.img", sandbox_dir, k);
-                                (void)unlink(to);
-                        }
-                        return r;
+                        break;
                 }
         }
+        if (r >= 0) {
+                _cleanup_close_ int pfd = open(part, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (pfd < 0 || fsync(pfd) < 0 || rename(part, bases) < 0)
+                        r = -errno;
+        }
+        if (r < 0) {
+                (void)rootfs_rm_tree(part);
+                return r;
+        }
+        _cleanup_close_ int dfd = open(sandbox_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0 || fsync(dfd) < 0)
+                return -errno;
         return 0;
 }

@@ -20,8 +20,8 @@
 
 /* A sandbox started from a snapshot reads the snapshot's layers as lower
  * layers of its overlay, read-only and shared by every copy (hard links of
- * the snapshot's files: no data is copied): sandbox_dir/base-0.img (the
- * oldest) .. base-N.img, each mounted at sandbox_dir/bN. At most this many
+ * the snapshot's files: no data is copied): sandbox_dir/bases/0.img (the
+ * oldest) .. N.img, each mounted at sandbox_dir/bN. At most this many
  * generations (a snapshot of a copy of a snapshot ...). */
 #define ROOTFS_MAX_BASES 8
 
@@ -82,7 +82,7 @@ int rootfs_disk_used(pid_t pid, const char *sandbox_dir, uint64_t *ret);
 /* Whether anything is still mounted at or below sandbox_dir. */
 bool rootfs_is_mounted(const char *sandbox_dir);
 /* A disk snapshot of a sandbox's layer into dest_dir/layer.img (sparse,
- * synced), with the sandbox's own lower layers linked in as base-N.img. pid > 0: a process of the running sandbox, whose processes are
+ * synced), with the sandbox's own lower layers linked in as bases/N.img. pid > 0: a process of the running sandbox, whose processes are
  * frozen: the layer's filesystem is synced through it first, and the copy's
  * journal replayed so that it mounts clean. pid 0: a stopped sandbox, whose
  * loop device must have detached. -EOPNOTSUPP without a layer file (tmpfs). */
@@ -92,8 +92,9 @@ int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir);
 int rootfs_copy_image(const char *from, const char *to);
 /* A sparse, synced copy of a file (a new file, O_EXCL). */
 int rootfs_copy_sparse(const char *from, const char *to);
-/* A new sandbox's lower layers from a snapshot: its base-N.img and its
- * layer.img hard-linked into sandbox_dir as base-0.img .. (nothing copied);
+/* A new sandbox's lower layers from a snapshot: its bases/N.img and its
+ * layer.img hard-linked into sandbox_dir/bases/ as 0.img .. (nothing
+ * copied; the directory appears whole, by one rename);
  * the sandbox then gets a fresh empty layer of its own on top. -EEXIST when
  * the sandbox has a layer already; -E2BIG past ROOTFS_MAX_BASES. */
 int rootfs_restore(const char *snap_dir, const char *sandbox_dir);
