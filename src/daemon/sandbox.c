@@ -2009,6 +2009,9 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         if (r == -ENOSPC)
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "free disk space on the host, or delete snapshots",
                                      "the host ran out of disk space while taking the snapshot; nothing was kept");
+        if (r == -ETIMEDOUT)
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "try again; a process in the sandbox may be in a long disk wait",
+                                     "sandbox %s could not be frozen for its snapshot; nothing was kept", row->id);
         if (r == -E2BIG)
                 return sandbox_error(e, SANDBOX_ERR_CONFLICT, "snapshot the sandbox the copies came from instead",
                                      "sandbox %s is a copy of a copy too many times over to be snapshotted "
