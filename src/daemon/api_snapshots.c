@@ -106,8 +106,10 @@ enum MHD_Result handle_snapshot_get(Req *r) {
 
 typedef struct ListCtx {
         json_t *data;
-        int64_t last_at;
-        char last_id[SNAPSHOT_ID_LEN + 1];
+        unsigned limit;
+        /* The (createdAt, id) of the page's last row: the next page's cursor. */
+        int64_t cursor_at;
+        char cursor_id[SNAPSHOT_ID_LEN + 1];
 } ListCtx;
 
 static int list_one(void *userdata, SnapshotRow *row) {
@@ -115,8 +117,10 @@ static int list_one(void *userdata, SnapshotRow *row) {
         json_t *j = snapshot_json(row);
         if (!j || json_array_append_new(c->data, j) < 0)
                 return -ENOMEM;
-        c->last_at = row->created_at;
-        snprintf(c->last_id, sizeof c->last_id, "%s", row->id);
+        if (json_array_size(c->data) == c->limit) {
+                c->cursor_at = row->created_at;
+                snprintf(c->cursor_id, sizeof c->cursor_id, "%s", row->id);
+        }
         return 0;
 }
 
@@ -157,7 +161,7 @@ enum MHD_Result handle_snapshot_list(Req *r) {
                 api_error(&e, 400, "invalid_request", NULL, "sandboxId or name is too long");
                 return reply_error(r, &e);
         }
-        ListCtx c = { .data = json_array() };
+        ListCtx c = { .data = json_array(), .limit = limit };
         if (!c.data)
                 return reply_internal(r);
         /* Every kept snapshot is ready: a capture in progress has no row. */
@@ -169,20 +173,12 @@ enum MHD_Result handle_snapshot_list(Req *r) {
                 json_decref(c.data);
                 return reply_internal(r);
         }
+        /* One row past the page says whether there is a next one. */
         json_t *next = json_null();
         if (json_array_size(c.data) > limit) {
                 json_array_remove(c.data, limit);
-                json_t *last = json_array_get(c.data, limit - 1);
                 char buf[64];
-                snprintf(buf, sizeof buf, "%lld.%s",
-                         (long long)0, json_string_value(json_object_get(last, "id")));
-                /* The cursor carries the row's unix time, not its text. */
-                SnapshotRow s;
-                if (snapshot_store_get(r->app->snapshots, r->key.owner, json_string_value(json_object_get(last, "id")),
-                                       &s) == 0) {
-                        snprintf(buf, sizeof buf, "%lld.%s", (long long)s.created_at, s.id);
-                        snapshot_row_done(&s);
-                }
+                snprintf(buf, sizeof buf, "%lld.%s", (long long)c.cursor_at, c.cursor_id);
                 next = json_string(buf);
         }
         json_t *j = json_pack("{s:o,s:o,s:b}", "data", c.data, "nextCursor", next, "hasMore", !json_is_null(next));
