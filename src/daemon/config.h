@@ -55,6 +55,9 @@ typedef struct DaemonConfig {
         const char *egress_public_cidrs[32];
         unsigned n_egress_public_cidrs;
         const char *egress_trust_ca;
+        /* The egress pool: worker threads in all and per sandbox (0: default). */
+        unsigned egress_workers;
+        unsigned egress_workers_per_sandbox;
 } DaemonConfig;
 
 /* The offer for a driver name, or NULL when this build has no such driver. */

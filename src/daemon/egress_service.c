@@ -49,12 +49,29 @@ static const char schema[] =
         " intercepted INTEGER NOT NULL, secrets_used INTEGER NOT NULL);"
         "CREATE INDEX IF NOT EXISTS egress_log_by_sandbox ON egress_log (sandbox, id);";
 
+typedef struct Conn Conn;
+
 struct EgressService {
         sqlite3 *sql;
-        pthread_mutex_t lock; /* the connection; the counters below */
+        pthread_mutex_t lock; /* the connection; the counters and the pool below */
         pthread_cond_t idle;
-        unsigned active;      /* connections being served */
+        unsigned active;      /* connections served, waiting or being refused */
         unsigned inserts;     /* audit rows since the last trim */
+        /* The pool: at most max_workers threads serve connections, each with
+         * at most one helper thread of the proxy's (one direction of a
+         * tunnel), and a sandbox holds at most `share` of them at once. The
+         * rest wait in `queue`, bounded per sandbox and in all; past that
+         * they go to the one refuser thread, which answers 503 and writes the
+         * audit entry. */
+        pthread_cond_t work, refusal;
+        Conn *queue, *queue_tail;
+        unsigned n_waiting;
+        unsigned max_workers, share;
+        unsigned workers, idle_workers, wakeups;
+        Conn *refusals, *refusals_tail;
+        unsigned n_refusals;
+        bool refuser;
+        bool stopping;
         EgressCa *ca;
         SSL_CTX *upstream_ctx;
         EgressTestHost test_hosts[MAX_TEST_UPSTREAMS];
@@ -73,6 +90,11 @@ struct SandboxEgress {
         json_t *scope;   /* the names of the secrets it may use; NULL: all; fixed for its life */
         pthread_mutex_t lock;
         json_t *network; /* under lock */
+        /* Under svc->lock: connections being served, waiting for a worker,
+         * and refused without an audit entry of their own (the refusal list
+         * was full) since the last one that was logged. */
+        unsigned serving, waiting;
+        unsigned unlogged;
 };
 
 /* Refuses, at start, a range that would let a sandbox reach what it must
@@ -117,6 +139,12 @@ int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char
                 return -ENOMEM;
         pthread_mutex_init(&svc->lock, NULL);
         pthread_cond_init(&svc->idle, NULL);
+        pthread_cond_init(&svc->work, NULL);
+        pthread_cond_init(&svc->refusal, NULL);
+        svc->max_workers = cfg->workers ? cfg->workers : EGRESS_DEFAULT_WORKERS;
+        svc->share = cfg->workers_per_sandbox ? cfg->workers_per_sandbox : EGRESS_DEFAULT_WORKERS_PER_SANDBOX;
+        if (svc->share > svc->max_workers)
+                svc->share = svc->max_workers;
         _cleanup_free_ char *trusted = NULL;
         unsigned n_trusted = 0;
         int r = -EINVAL;
@@ -182,13 +210,16 @@ void egress_service_free(EgressService *svc) {
         /* Connections end once their sandboxes' channels close; a tunnel
          * waiting on a silent upstream notices within a second. */
         pthread_mutex_lock(&svc->lock);
+        svc->stopping = true;
+        pthread_cond_broadcast(&svc->work);
+        pthread_cond_broadcast(&svc->refusal);
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
         dl.tv_sec += 5;
-        while (svc->active > 0)
+        while (svc->active > 0 || svc->workers > 0 || svc->refuser)
                 if (pthread_cond_timedwait(&svc->idle, &svc->lock, &dl) == ETIMEDOUT)
                         break;
-        bool busy = svc->active > 0;
+        bool busy = svc->active > 0 || svc->workers > 0 || svc->refuser;
         pthread_mutex_unlock(&svc->lock);
         if (busy)
                 return; /* leaked on purpose: a thread still uses it, and the process is ending */
@@ -198,6 +229,8 @@ void egress_service_free(EgressService *svc) {
         free(svc->sandbox_ca_pem);
         pthread_mutex_destroy(&svc->lock);
         pthread_cond_destroy(&svc->idle);
+        pthread_cond_destroy(&svc->work);
+        pthread_cond_destroy(&svc->refusal);
         free(svc);
 }
 
@@ -944,15 +977,26 @@ static void stream_close_write(void *ctx) {
         (void)chan_stream_close_write(io->s);
 }
 
-typedef struct Conn {
+struct Conn {
         SandboxEgress *se;
         ChanStream *s;
-} Conn;
+        Conn *next;
+        bool over_total; /* refused for the pool's waiting room, not the sandbox's */
+};
 
-static void *serve_main(void *arg) {
-        Conn *conn = arg;
+/* Idle workers and the refuser end after this long without work. */
+#define POOL_IDLE_MS 30000
+/* A connection past its sandbox's share waits for one of its own to end;
+ * this many may wait per sandbox, and this many in all. */
+#define WAIT_PER_SANDBOX 128u
+#define WAIT_TOTAL 4096u
+/* Refused connections waiting for their 503 and audit entry; past this
+ * they are closed unanswered and counted into the next entry. */
+#define REFUSALS_MAX 256u
+#define REFUSAL_WRITE_MS 1000
+
+static void serve(EgressService *svc, Conn *conn) {
         SandboxEgress *se = conn->se;
-        EgressService *svc = se->svc;
 
         EgressPolicy *policy = NULL;
         pthread_mutex_lock(&se->lock);
@@ -996,17 +1040,182 @@ static void *serve_main(void *arg) {
         }
         secrets_free(secrets, n_secrets);
         egress_policy_free(policy);
-        egress_sandbox_unref(se);
-        free(conn);
-        pthread_mutex_lock(&svc->lock);
+}
+
+/* Under svc->lock: the first waiting connection whose sandbox is within its
+ * share, taken off the queue. */
+static Conn *queue_take(EgressService *svc) {
+        for (Conn **p = &svc->queue, *prev = NULL; *p; prev = *p, p = &(*p)->next) {
+                Conn *c = *p;
+                if (c->se->serving >= svc->share)
+                        continue;
+                *p = c->next;
+                if (svc->queue_tail == c)
+                        svc->queue_tail = prev;
+                c->next = NULL;
+                svc->n_waiting--;
+                c->se->waiting--;
+                c->se->serving++;
+                return c;
+        }
+        return NULL;
+}
+
+/* Under svc->lock: one connection fewer held. */
+static void conn_done_locked(EgressService *svc) {
         if (--svc->active == 0)
                 pthread_cond_broadcast(&svc->idle);
+}
+
+static void deadline_in(struct timespec *dl, long ms) {
+        clock_gettime(CLOCK_REALTIME, dl);
+        dl->tv_sec += ms / 1000;
+        dl->tv_nsec += (ms % 1000) * 1000000L;
+        if (dl->tv_nsec >= 1000000000L) {
+                dl->tv_sec++;
+                dl->tv_nsec -= 1000000000L;
+        }
+}
+
+static void *worker_main(void *arg) {
+        EgressService *svc = arg;
+        pthread_mutex_lock(&svc->lock);
+        bool timed_out = false;
+        for (;;) {
+                Conn *conn = queue_take(svc);
+                if (conn) {
+                        timed_out = false;
+                        pthread_mutex_unlock(&svc->lock);
+                        SandboxEgress *se = conn->se;
+                        serve(svc, conn);
+                        free(conn);
+                        pthread_mutex_lock(&svc->lock);
+                        se->serving--;
+                        conn_done_locked(svc);
+                        pthread_mutex_unlock(&svc->lock);
+                        egress_sandbox_unref(se);
+                        pthread_mutex_lock(&svc->lock);
+                        continue;
+                }
+                if (svc->stopping || timed_out)
+                        break;
+                struct timespec dl;
+                deadline_in(&dl, POOL_IDLE_MS);
+                svc->idle_workers++;
+                int r = pthread_cond_timedwait(&svc->work, &svc->lock, &dl);
+                svc->idle_workers--;
+                if (svc->wakeups > 0)
+                        svc->wakeups--;
+                timed_out = r == ETIMEDOUT;
+        }
+        svc->workers--;
+        pthread_cond_broadcast(&svc->idle);
         pthread_mutex_unlock(&svc->lock);
         return NULL;
 }
 
+static int thread_start(void *(*fn)(void *), void *arg) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
+        pthread_t t;
+        int r = pthread_create(&t, &attr, fn, arg);
+        pthread_attr_destroy(&attr);
+        return -r;
+}
+
+/* The sandbox side hears why, the audit log says so, and the proxy never
+ * reads a byte of it. */
+static void refuse(EgressService *svc, Conn *conn, unsigned unlogged) {
+        SandboxEgress *se = conn->se;
+        char reason[150]; /* leaves room in EgressRecord.reason for the count */
+        if (conn->over_total)
+                snprintf(reason, sizeof(reason),
+                         "too many connections: all %u egress workers are busy and %u connections wait",
+                         svc->max_workers, WAIT_TOTAL);
+        else
+                snprintf(reason, sizeof(reason),
+                         "too many connections from this sandbox: %u served (--egress-workers-per-sandbox) "
+                         "and %u waiting",
+                         svc->share, WAIT_PER_SANDBOX);
+        char body[320];
+        int bl = snprintf(body, sizeof(body), "runtime egress: %s\n", reason);
+        char msg[512];
+        int ml = snprintf(msg, sizeof(msg),
+                          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                          "Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s",
+                          bl, body);
+        (void)chan_stream_write(conn->s, msg, (size_t)ml, REFUSAL_WRITE_MS);
+        (void)chan_stream_close_write(conn->s);
+        chan_stream_finish(conn->s, NULL);
+        chan_stream_free(conn->s);
+        EgressRecord rec = { .allowed = false };
+        size_t n = strlen(reason);
+        memcpy(rec.reason, reason, n + 1);
+        if (unlogged)
+                snprintf(rec.reason + n, sizeof(rec.reason) - n, " (%u more refused unanswered)", unlogged);
+        audit_insert(svc, se->id, &rec);
+        log_warn(NULL, "egress %s refused: %s", se->id, rec.reason);
+}
+
+static void *refuser_main(void *arg) {
+        EgressService *svc = arg;
+        pthread_mutex_lock(&svc->lock);
+        for (;;) {
+                Conn *conn = svc->refusals;
+                if (conn) {
+                        svc->refusals = conn->next;
+                        if (!svc->refusals)
+                                svc->refusals_tail = NULL;
+                        svc->n_refusals--;
+                        unsigned unlogged = conn->se->unlogged;
+                        conn->se->unlogged = 0;
+                        pthread_mutex_unlock(&svc->lock);
+                        refuse(svc, conn, unlogged);
+                        egress_sandbox_unref(conn->se);
+                        free(conn);
+                        pthread_mutex_lock(&svc->lock);
+                        conn_done_locked(svc);
+                        continue;
+                }
+                if (svc->stopping)
+                        break;
+                struct timespec dl;
+                deadline_in(&dl, POOL_IDLE_MS);
+                if (pthread_cond_timedwait(&svc->refusal, &svc->lock, &dl) == ETIMEDOUT && !svc->refusals)
+                        break;
+        }
+        svc->refuser = false;
+        pthread_cond_broadcast(&svc->idle);
+        pthread_mutex_unlock(&svc->lock);
+        return NULL;
+}
+
+/* Under svc->lock. Returns false when the connection cannot even be refused
+ * with an answer (it is then the caller's to close). */
+static bool refusal_push(EgressService *svc, Conn *conn) {
+        if (svc->n_refusals >= REFUSALS_MAX)
+                return false;
+        if (!svc->refuser) {
+                if (thread_start(refuser_main, svc) < 0)
+                        return false;
+                svc->refuser = true;
+        }
+        if (svc->refusals_tail)
+                svc->refusals_tail->next = conn;
+        else
+                svc->refusals = conn;
+        svc->refusals_tail = conn;
+        svc->n_refusals++;
+        pthread_cond_signal(&svc->refusal);
+        return true;
+}
+
+/* Runs on the channel's reader thread: it queues and never blocks. */
 void egress_sandbox_accept(void *userdata, ChanStream *s, json_t *request) {
         SandboxEgress *se = userdata;
+        EgressService *svc = se->svc;
         const char *op = json_string_value(json_object_get(request, "op"));
         Conn *conn = op && strcmp(op, "connect") == 0 ? calloc(1, sizeof(*conn)) : NULL;
         json_decref(request);
@@ -1017,21 +1226,37 @@ void egress_sandbox_accept(void *userdata, ChanStream *s, json_t *request) {
         conn->se = se;
         conn->s = s;
         atomic_fetch_add(&se->refs, 1);
-        pthread_mutex_lock(&se->svc->lock);
-        se->svc->active++;
-        pthread_mutex_unlock(&se->svc->lock);
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&attr, 256 * 1024);
-        pthread_t t;
-        if (pthread_create(&t, &attr, serve_main, conn) != 0) {
-                pthread_mutex_lock(&se->svc->lock);
-                se->svc->active--;
-                pthread_mutex_unlock(&se->svc->lock);
-                egress_sandbox_unref(se);
-                chan_stream_free(s);
-                free(conn);
+        pthread_mutex_lock(&svc->lock);
+        svc->active++;
+        if (svc->stopping || se->waiting >= WAIT_PER_SANDBOX || svc->n_waiting >= WAIT_TOTAL) {
+                conn->over_total = se->waiting < WAIT_PER_SANDBOX;
+                if (!refusal_push(svc, conn)) {
+                        se->unlogged++;
+                        conn_done_locked(svc);
+                        pthread_mutex_unlock(&svc->lock);
+                        chan_stream_free(s);
+                        egress_sandbox_unref(se);
+                        free(conn);
+                }
+                else
+                        pthread_mutex_unlock(&svc->lock);
+                return;
         }
-        pthread_attr_destroy(&attr);
+        if (svc->queue_tail)
+                svc->queue_tail->next = conn;
+        else
+                svc->queue = conn;
+        svc->queue_tail = conn;
+        svc->n_waiting++;
+        se->waiting++;
+        if (se->serving < svc->share) {
+                /* Wake an idle worker not already woken, else add one. */
+                if (svc->idle_workers > svc->wakeups) {
+                        svc->wakeups++;
+                        pthread_cond_signal(&svc->work);
+                } else if (svc->workers < svc->max_workers && thread_start(worker_main, svc) == 0)
+                        svc->workers++;
+                /* Else a worker takes it when it ends its connection. */
+        }
+        pthread_mutex_unlock(&svc->lock);
 }

@@ -27,7 +27,15 @@ typedef struct EgressServiceConfig {
         const char *const *public_cidrs;
         size_t n_public_cidrs;
         const char *trust_ca_file;
+        /* The pool serving connections (docs/egress.md): threads in all, and
+         * a sandbox's share of them; 0: the defaults below. */
+        unsigned workers;
+        unsigned workers_per_sandbox;
 } EgressServiceConfig;
+
+#define EGRESS_DEFAULT_WORKERS 256u
+#define EGRESS_DEFAULT_WORKERS_PER_SANDBOX 64u
+#define EGRESS_MAX_WORKERS 4096u
 
 /* -EINVAL (or -EPERM for a range a sandbox may never reach) with err filled
  * for a bad test upstream, public range or CA file. */
@@ -57,7 +65,10 @@ int egress_sandbox_new(EgressService *svc, const char *sandbox_id, const char *o
 int egress_sandbox_set_network(SandboxEgress *se, const json_t *network);
 void egress_sandbox_unref(SandboxEgress *se);
 /* A ChannelAcceptFn; userdata is a SandboxEgress (it takes a reference per
- * connection). Serves each connection on a thread of its own. */
+ * connection). Queues the connection for the pool, which serves it on one of
+ * at most `workers` threads (plus one proxy thread each), no more than
+ * `workers_per_sandbox` of them for one sandbox; past the waiting room it is
+ * refused with a 503 and an audit entry. Never blocks. */
 void egress_sandbox_accept(void *userdata, ChanStream *s, json_t *request);
 
 /* The routes. Owners see only their own secrets; values are never answered. */

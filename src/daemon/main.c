@@ -64,6 +64,9 @@ static void usage(FILE *f) {
               "                               metadata or this host's own addresses)\n"
               "  --egress-trust-ca FILE       trust the CA certificates in FILE (PEM) for upstream\n"
               "                               TLS and inside every sandbox\n"
+              "  --egress-workers N           threads serving egress connections at once, each\n"
+              "                               with one more for a tunnel (256; 1..4096)\n"
+              "  --egress-workers-per-sandbox N  of those, at most N for one sandbox (64)\n"
               "  --egress-test-upstream NAME=127.0.0.1:PORT\n"
               "                               TESTS ONLY: the egress proxy sends NAME to this loopback\n"
               "                               server, past the address checks (repeatable)\n"
@@ -282,6 +285,8 @@ enum {
         OPT_EGRESS_EXTRA_CA,
         OPT_EGRESS_PUBLIC_CIDR,
         OPT_EGRESS_TRUST_CA,
+        OPT_EGRESS_WORKERS,
+        OPT_EGRESS_WORKERS_PER_SANDBOX,
         OPT_LOG_LEVEL,
         OPT_HEARTBEAT_INTERVAL,
         OPT_HEARTBEAT_TIMEOUT,
@@ -318,6 +323,8 @@ int main(int argc, char **argv) {
                 { "egress-extra-ca", required_argument, NULL, OPT_EGRESS_EXTRA_CA },
                 { "egress-public-cidr", required_argument, NULL, OPT_EGRESS_PUBLIC_CIDR },
                 { "egress-trust-ca", required_argument, NULL, OPT_EGRESS_TRUST_CA },
+                { "egress-workers", required_argument, NULL, OPT_EGRESS_WORKERS },
+                { "egress-workers-per-sandbox", required_argument, NULL, OPT_EGRESS_WORKERS_PER_SANDBOX },
                 { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
                 { "heartbeat-interval-ms", required_argument, NULL, OPT_HEARTBEAT_INTERVAL },
                 { "heartbeat-timeout-ms", required_argument, NULL, OPT_HEARTBEAT_TIMEOUT },
@@ -433,6 +440,17 @@ int main(int argc, char **argv) {
                         break;
                 case OPT_EGRESS_TRUST_CA:
                         cfg.egress_trust_ca = optarg;
+                        break;
+                case OPT_EGRESS_WORKERS:
+                case OPT_EGRESS_WORKERS_PER_SANDBOX:
+                        if ((r = parse_uint(option_name(opts, c), optarg, EGRESS_MAX_WORKERS, &v)) == 0 && v == 0) {
+                                fprintf(stderr, "runtimed: --%s wants at least 1\n", option_name(opts, c));
+                                r = -EINVAL;
+                        }
+                        if (r == 0 && c == OPT_EGRESS_WORKERS)
+                                cfg.egress_workers = (unsigned)v;
+                        else if (r == 0)
+                                cfg.egress_workers_per_sandbox = (unsigned)v;
                         break;
                 case OPT_LOG_LEVEL: {
                         LogLevel l;
@@ -590,7 +608,9 @@ int main(int argc, char **argv) {
                                            .extra_ca_file = cfg.egress_extra_ca,
                                            .public_cidrs = cfg.egress_public_cidrs,
                                            .n_public_cidrs = cfg.n_egress_public_cidrs,
-                                           .trust_ca_file = cfg.egress_trust_ca };
+                                           .trust_ca_file = cfg.egress_trust_ca,
+                                           .workers = cfg.egress_workers,
+                                           .workers_per_sandbox = cfg.egress_workers_per_sandbox };
                 if ((r = egress_service_new(&ec, &egress, why, sizeof(why))) < 0) {
                         log_error(NULL, "egress: %s", why);
                         return 1;
