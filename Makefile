@@ -32,7 +32,7 @@ LDFLAGS_PIE := -pie -Wl,-z,relro,-z,now -pthread $(SANITIZE)
 PROTO_SRC := $(wildcard src/proto/*.c)
 COMMON_SRC := $(wildcard src/common/*.c)
 DAEMON_LIB_SRC := $(filter-out src/daemon/main.c,$(wildcard src/daemon/*.c)) \
-                  $(wildcard src/driver/*.c) $(wildcard src/egress/*.c)
+                  $(wildcard src/driver/*.c) $(filter-out src/egress/main.c,$(wildcard src/egress/*.c))
 AGENT_LIB_SRC := $(filter-out src/agent/main.c,$(wildcard src/agent/*.c))
 CLI_LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/cli/*.c))
 
@@ -57,7 +57,7 @@ CLI_OBJ := $(call obj,cli,$(COMMON_SRC) $(CLI_LIB_SRC) src/agent/tar.c)
 
 .PHONY: all clean unit-build test-unit asan asan-build fuzz fuzz-run fuzz-replay
 all: $(BUILD)/runtimed $(BUILD)/runtime-agent $(BUILD)/runtime $(BUILD)/runtime-image-build \
-     $(BUILD)/runtime-microvm-build
+     $(BUILD)/runtime-microvm-build $(BUILD)/runtime-egress
 
 # The image builder is a shell script (debootstrap does the work); the daemon
 # looks for it next to its own binary.
@@ -86,6 +86,11 @@ $(BUILD)/obj/cli/%.o: src/%.c
 	$(CC) $(CLI_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/runtimed: $(DAEMON_OBJ) $(BUILD)/obj/daemon/daemon/main.o
+	$(CC) $(LDFLAGS_PIE) -o $@ $^ $(DAEMON_LIBS)
+# The egress proxy process: the egress library, the shared helpers and the log.
+EGRESS_OBJ := $(call obj,daemon,$(COMMON_SRC) $(filter-out src/egress/main.c,$(wildcard src/egress/*.c)) \
+                                src/daemon/log.c)
+$(BUILD)/runtime-egress: $(EGRESS_OBJ) $(BUILD)/obj/daemon/egress/main.o
 	$(CC) $(LDFLAGS_PIE) -o $@ $^ $(DAEMON_LIBS)
 $(BUILD)/runtime-agent: $(AGENT_OBJ) $(BUILD)/obj/agent/agent/main.o
 	$(CC) $(AGENT_LDFLAGS) -o $@ $^ $(AGENT_LIBS)
@@ -163,5 +168,6 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/runtime
 	install -m 0755 $(BUILD)/runtimed $(BUILD)/runtime $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/runtime-agent $(BUILD)/runtime-image-build $(BUILD)/runtime-microvm-build \
+	    $(BUILD)/runtime-egress \
 	    $(DESTDIR)$(PREFIX)/libexec/runtime/
 .PHONY: install

@@ -131,6 +131,12 @@ else
   echo "install-deps: no pinned runsc for $(dpkg --print-architecture); the gvisor driver needs one" >&2
 fi
 
+# The egress proxy process (runtime-egress) becomes this user once it has
+# loaded its CA: no home, no shell, no other group (docs/egress.md).
+if ! getent passwd runtime-egress >/dev/null; then
+  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin runtime-egress
+fi
+
 # Python: the SDK itself and what the tests drive it with. Whichever python3
 # is first on PATH is the one the tests use.
 PY=${PYTHON:-python3}

@@ -9,8 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,12 +25,12 @@
 #include "daemon/agent_client.h"
 #include "daemon/log.h"
 #include "daemon/sqldb.h"
-#include "egress/ca.h"
 #include "egress/cabundle.h"
 #include "egress/cidr.h"
 #include "egress/policy.h"
 #include "egress/proxy.h"
 #include "egress/secret.h"
+#include "egress/wire.h"
 
 #define MAX_TEST_UPSTREAMS 32
 #define MAX_SECRETS_PER_OWNER 100
@@ -72,13 +76,18 @@ struct EgressService {
         unsigned n_refusals;
         bool refuser;
         bool stopping;
-        EgressCa *ca;
-        SSL_CTX *upstream_ctx;
         EgressTestHost test_hosts[MAX_TEST_UPSTREAMS];
         size_t n_test_hosts;
         EgressCidr public_cidrs[EGRESS_MAX_PUBLIC_CIDRS];
         size_t n_public_cidrs;
         char *sandbox_ca_pem; /* the daemon's CA, then the operator's trusted CAs */
+        /* The proxy process (runtime-egress): started at start and again
+         * when a connection finds it gone. */
+        pthread_mutex_t proxy_lock;
+        char **proxy_argv;
+        pid_t proxy_pid;
+        int proxy_ctl; /* -1: none running */
+        char *ca_pem;  /* what the proxy's CA looks like, from its hello */
 };
 
 struct SandboxEgress {
@@ -133,6 +142,145 @@ static int public_cidrs_load(EgressService *svc, const EgressServiceConfig *cfg,
         return 0;
 }
 
+/* ---- the proxy process ---- */
+
+#define PROXY_HELLO_MS 30000
+#define PROXY_STOP_MS 5000
+
+static int argv_push(char ***argv, size_t *n, const char *a, const char *b) {
+        char **nv = realloc(*argv, (*n + 3) * sizeof(char *));
+        if (!nv)
+                return -ENOMEM;
+        *argv = nv;
+        nv[*n] = strdup(a);
+        nv[*n + 1] = b ? strdup(b) : NULL;
+        nv[*n + 1 + !!b] = NULL;
+        if (!nv[*n] || (b && !nv[*n + 1]))
+                return -ENOMEM;
+        *n += 1 + !!b;
+        return 0;
+}
+
+static int proxy_argv_new(EgressService *svc, const EgressServiceConfig *cfg) {
+        char **argv = NULL;
+        size_t n = 0;
+        char max[16];
+        snprintf(max, sizeof(max), "%u", svc->max_workers);
+        int r = argv_push(&argv, &n, cfg->proxy_path ? cfg->proxy_path : "runtime-egress", NULL);
+        if (r == 0)
+                r = argv_push(&argv, &n, "--state-dir", cfg->state_dir);
+        if (r == 0)
+                r = argv_push(&argv, &n, "--max-connections", max);
+        if (r == 0 && cfg->proxy_user)
+                r = argv_push(&argv, &n, "--user", cfg->proxy_user);
+        for (size_t i = 0; r == 0 && i < cfg->n_test_upstreams; i++)
+                r = argv_push(&argv, &n, "--test-upstream", cfg->test_upstreams[i]);
+        if (r == 0 && cfg->extra_ca_file)
+                r = argv_push(&argv, &n, "--extra-ca", cfg->extra_ca_file);
+        for (size_t i = 0; r == 0 && i < cfg->n_public_cidrs; i++)
+                r = argv_push(&argv, &n, "--public-cidr", cfg->public_cidrs[i]);
+        if (r == 0 && cfg->trust_ca_file)
+                r = argv_push(&argv, &n, "--trust-ca", cfg->trust_ca_file);
+        svc->proxy_argv = argv;
+        return r;
+}
+
+/* Under proxy_lock. */
+static void proxy_stop_locked(EgressService *svc, bool kill_now) {
+        if (svc->proxy_ctl >= 0)
+                close(svc->proxy_ctl);
+        svc->proxy_ctl = -1;
+        if (svc->proxy_pid <= 0)
+                return;
+        /* Without its control socket the proxy ends by itself. */
+        if (kill_now)
+                kill(svc->proxy_pid, SIGKILL);
+        for (int waited = 0;; waited += 10) {
+                pid_t w = waitpid(svc->proxy_pid, NULL, WNOHANG);
+                if (w == svc->proxy_pid || (w < 0 && errno != EINTR))
+                        break;
+                if (waited == PROXY_STOP_MS)
+                        kill(svc->proxy_pid, SIGKILL);
+                usleep(10000);
+        }
+        svc->proxy_pid = 0;
+}
+
+/* Under proxy_lock: forks and execs runtime-egress with its control socket
+ * on fd 3, and waits for its hello (the CA it loaded, after it dropped root
+ * and its capabilities). */
+static int proxy_start_locked(EgressService *svc) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return -errno;
+        char *const *argv = svc->proxy_argv;
+        pid_t pid = fork();
+        if (pid < 0) {
+                int r = -errno;
+                close(sv[0]);
+                close(sv[1]);
+                return r;
+        }
+        if (pid == 0) {
+                /* Async-signal-safe calls only, up to exec: other threads of
+                 * the daemon may have held any lock at the fork. */
+                sigset_t none;
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                signal(SIGPIPE, SIG_DFL);
+                if (sv[1] == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(sv[1], 3) < 0)
+                        _exit(127);
+                if (syscall(SYS_close_range, 4u, ~0u, 0u) < 0)
+                        for (int fd = 4; fd < 65536; fd++)
+                                close(fd);
+                execv(argv[0], argv);
+                _exit(127);
+        }
+        close(sv[1]);
+        struct pollfd pfd = { .fd = sv[0], .events = POLLIN };
+        int pr;
+        do
+                pr = poll(&pfd, 1, PROXY_HELLO_MS);
+        while (pr < 0 && errno == EINTR);
+        char *buf = pr > 0 ? malloc(EGRESS_WIRE_MAX_HELLO) : NULL;
+        ssize_t n = buf ? recv(sv[0], buf, EGRESS_WIRE_MAX_HELLO - 1, 0) : -1;
+        json_t *hello = n > 0 && json_depth_ok(buf, (size_t)n, 4) ? json_loadb(buf, (size_t)n, 0, NULL) : NULL;
+        free(buf);
+        const char *ca = json_string_value(json_object_get(hello, "ca"));
+        int r = 0;
+        if (!ca || strncmp(ca, "-----BEGIN CERTIFICATE-----", 27) != 0)
+                r = pr == 0 ? -ETIMEDOUT : -EPROTO;
+        else if (svc->ca_pem && strcmp(svc->ca_pem, ca) != 0)
+                r = -EPROTO; /* another CA than the sandboxes trust */
+        else if (!svc->ca_pem && !(svc->ca_pem = strdup(ca)))
+                r = -ENOMEM;
+        json_decref(hello);
+        svc->proxy_pid = pid;
+        svc->proxy_ctl = sv[0];
+        if (r < 0)
+                proxy_stop_locked(svc, true);
+        else
+                log_info(NULL, "egress proxy started (pid %d)", (int)pid);
+        return r;
+}
+
+/* Hands a connection's descriptors to the proxy, starting it again when it
+ * is gone. */
+static int proxy_send(EgressService *svc, int data, int meta) {
+        pthread_mutex_lock(&svc->proxy_lock);
+        int r = -EPIPE;
+        for (int attempt = 0; attempt < 2; attempt++) {
+                if (svc->proxy_ctl < 0 && (r = proxy_start_locked(svc)) < 0)
+                        break;
+                if ((r = egress_wire_send_conn(svc->proxy_ctl, data, meta)) != -EPIPE)
+                        break;
+                log_warn(NULL, "egress proxy (pid %d) is gone; starting another", (int)svc->proxy_pid);
+                proxy_stop_locked(svc, true);
+        }
+        pthread_mutex_unlock(&svc->proxy_lock);
+        return r;
+}
+
 int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char *err, size_t err_len) {
         EgressService *svc = calloc(1, sizeof(*svc));
         if (!svc)
@@ -141,6 +289,8 @@ int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char
         pthread_cond_init(&svc->idle, NULL);
         pthread_cond_init(&svc->work, NULL);
         pthread_cond_init(&svc->refusal, NULL);
+        pthread_mutex_init(&svc->proxy_lock, NULL);
+        svc->proxy_ctl = -1;
         svc->max_workers = cfg->workers ? cfg->workers : EGRESS_DEFAULT_WORKERS;
         svc->share = cfg->workers_per_sandbox ? cfg->workers_per_sandbox : EGRESS_DEFAULT_WORKERS_PER_SANDBOX;
         if (svc->share > svc->max_workers)
@@ -163,23 +313,22 @@ int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char
         }
         if ((r = public_cidrs_load(svc, cfg, err, err_len)) < 0)
                 goto fail;
-        if ((r = egress_ca_load_or_create(cfg->state_dir, &svc->ca)) < 0) {
-                snprintf(err, err_len, "cannot load or make the egress CA in the state directory: %s", strerror(-r));
-                goto fail;
-        }
-        if ((r = egress_upstream_ctx_new(cfg->extra_ca_file, &svc->upstream_ctx)) < 0) {
-                snprintf(err, err_len, "cannot load the trust store%s%.200s", cfg->extra_ca_file ? " or " : "",
-                         cfg->extra_ca_file ? cfg->extra_ca_file : "");
-                goto fail;
-        }
         if (cfg->trust_ca_file &&
-            ((r = egress_ca_bundle_load(cfg->trust_ca_file, &trusted, &n_trusted, err, err_len)) < 0 ||
-             (r = egress_ca_bundle_trust(svc->upstream_ctx, trusted)) < 0)) {
-                if (r == -EIO)
-                        snprintf(err, err_len, "cannot add %.200s to the upstream trust store", cfg->trust_ca_file);
+            (r = egress_ca_bundle_load(cfg->trust_ca_file, &trusted, &n_trusted, err, err_len)) < 0)
+                goto fail;
+        if ((r = proxy_argv_new(svc, cfg)) < 0) {
+                snprintf(err, err_len, "out of memory");
                 goto fail;
         }
-        if (asprintf(&svc->sandbox_ca_pem, "%s%s", egress_ca_pem(svc->ca), trusted ? trusted : "") < 0) {
+        pthread_mutex_lock(&svc->proxy_lock);
+        r = proxy_start_locked(svc);
+        pthread_mutex_unlock(&svc->proxy_lock);
+        if (r < 0) {
+                snprintf(err, err_len, "cannot start the egress proxy %.200s (see its messages above): %s",
+                         svc->proxy_argv[0], strerror(-r));
+                goto fail;
+        }
+        if (asprintf(&svc->sandbox_ca_pem, "%s%s", svc->ca_pem, trusted ? trusted : "") < 0) {
                 svc->sandbox_ca_pem = NULL;
                 r = -ENOMEM;
                 goto fail;
@@ -224,8 +373,15 @@ void egress_service_free(EgressService *svc) {
         if (busy)
                 return; /* leaked on purpose: a thread still uses it, and the process is ending */
         sqlite3_close(svc->sql);
-        egress_ca_free(svc->ca);
-        SSL_CTX_free(svc->upstream_ctx);
+        pthread_mutex_lock(&svc->proxy_lock);
+        proxy_stop_locked(svc, false);
+        pthread_mutex_unlock(&svc->proxy_lock);
+        pthread_mutex_destroy(&svc->proxy_lock);
+        if (svc->proxy_argv)
+                for (char **a = svc->proxy_argv; *a; a++)
+                        free(*a);
+        free(svc->proxy_argv);
+        free(svc->ca_pem);
         free(svc->sandbox_ca_pem);
         pthread_mutex_destroy(&svc->lock);
         pthread_cond_destroy(&svc->idle);
@@ -235,27 +391,6 @@ void egress_service_free(EgressService *svc) {
 }
 
 /* ---- secrets ---- */
-
-static void secrets_free(EgressSecret *s, size_t n) {
-        for (size_t i = 0; i < n; i++) {
-                if (s[i].value) {
-                        explicit_bzero(s[i].value, strlen(s[i].value));
-                        free(s[i].value);
-                }
-                egress_policy_free(s[i].hosts);
-                free(s[i].format);
-                egress_secret_rules_free(s[i].rules, s[i].n_rules);
-        }
-        free(s);
-}
-
-static int hosts_policy(const char *hosts_json, EgressPolicy **ret) {
-        _cleanup_json_ json_t *hosts = json_loads(hosts_json, 0, NULL);
-        _cleanup_json_ json_t *net = json_pack("{s:b,s:O}", "internet", 1, "allow", hosts ? hosts : json_null());
-        if (!hosts || !net)
-                return -EINVAL;
-        return egress_policy_parse(net, ret, NULL, 0);
-}
 
 /* Whether a sandbox whose create named `scope` (NULL: every secret) gets
  * the secret `name`. */
@@ -271,14 +406,12 @@ static bool in_scope(const json_t *scope, const char *name) {
         return false;
 }
 
-/* The owner's secrets within scope, for one connection. A row that no longer
- * parses is left out: it never reaches a request. */
-static int secrets_load(EgressService *svc, const char *owner, const json_t *scope, EgressSecret **ret,
-                        size_t *ret_n) {
-        EgressSecret *out = calloc(MAX_SECRETS_PER_OWNER, sizeof(EgressSecret));
+/* The owner's secrets within scope, values included, for one connection:
+ * what the proxy process gets, and nothing more of the database. */
+static int secrets_json(EgressService *svc, const char *owner, const json_t *scope, json_t **ret) {
+        json_t *out = json_array();
         if (!out)
                 return -ENOMEM;
-        size_t n = 0;
         pthread_mutex_lock(&svc->lock);
         sqlite3_stmt *st = NULL;
         int r = 0;
@@ -289,54 +422,30 @@ static int secrets_load(EgressService *svc, const char *owner, const json_t *sco
                 r = -EIO;
         else {
                 sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-                while (n < MAX_SECRETS_PER_OWNER && sqlite3_step(st) == SQLITE_ROW) {
-                        EgressSecret *s = &out[n];
+                while (sqlite3_step(st) == SQLITE_ROW) {
                         const char *name = (const char *)sqlite3_column_text(st, 0);
                         if (!in_scope(scope, name))
                                 continue;
-                        memset(s, 0, sizeof(*s));
-                        snprintf(s->name, sizeof(s->name), "%s", name);
-                        s->value = strdup((const char *)sqlite3_column_text(st, 1));
-                        snprintf(s->placeholder, sizeof(s->placeholder), "%s",
-                                 (const char *)sqlite3_column_text(st, 3));
-                        const char *header = (const char *)sqlite3_column_text(st, 4);
-                        const char *format = (const char *)sqlite3_column_text(st, 5);
-                        const char *rules = (const char *)sqlite3_column_text(st, 6);
-                        bool ok = s->value && hosts_policy((const char *)sqlite3_column_text(st, 2), &s->hosts) == 0;
-                        if (ok && header && egress_secret_header_valid(header))
-                                snprintf(s->header, sizeof(s->header), "%s", header);
-                        else if (ok && header)
-                                ok = false;
-                        if (ok && format && !(s->format = strdup(format)))
-                                ok = false;
-                        if (ok && rules) {
-                                _cleanup_json_ json_t *rj = json_loads(rules, 0, NULL);
-                                _cleanup_json_ json_t *norm = NULL;
-                                char err[64];
-                                ok = rj && egress_secret_rules_parse(rj, &norm, &s->rules, &s->n_rules, err,
-                                                                     sizeof(err)) == 0;
+                        json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s?,s:s?,s:s?}", "name", name, "value",
+                                              (const char *)sqlite3_column_text(st, 1), "hosts",
+                                              (const char *)sqlite3_column_text(st, 2), "placeholder",
+                                              (const char *)sqlite3_column_text(st, 3), "header",
+                                              (const char *)sqlite3_column_text(st, 4), "format",
+                                              (const char *)sqlite3_column_text(st, 5), "rules",
+                                              (const char *)sqlite3_column_text(st, 6));
+                        if (!o || json_array_append_new(out, o) < 0) {
+                                r = -ENOMEM;
+                                break;
                         }
-                        if (!ok) {
-                                if (s->value)
-                                        explicit_bzero(s->value, strlen(s->value));
-                                free(s->value);
-                                egress_policy_free(s->hosts);
-                                free(s->format);
-                                egress_secret_rules_free(s->rules, s->n_rules);
-                                memset(s, 0, sizeof(*s));
-                                continue;
-                        }
-                        n++;
                 }
         }
         sqlite3_finalize(st);
         pthread_mutex_unlock(&svc->lock);
         if (r < 0) {
-                secrets_free(out, n);
+                json_decref(out);
                 return r;
         }
         *ret = out;
-        *ret_n = n;
         return 0;
 }
 
@@ -926,57 +1035,6 @@ void egress_sandbox_unref(SandboxEgress *se) {
         free(se);
 }
 
-/* The sandbox side of one proxied connection, over its channel stream. */
-typedef struct StreamIo {
-        ChanStream *s;
-        ChanEvent pending; /* DATA not yet handed out */
-        size_t pending_off;
-        bool eof;
-} StreamIo;
-
-static ssize_t stream_read(void *ctx, uint8_t *buf, size_t len) {
-        StreamIo *io = ctx;
-        if (io->pending.data && io->pending_off < io->pending.len) {
-                size_t n = io->pending.len - io->pending_off;
-                if (n > len)
-                        n = len;
-                memcpy(buf, io->pending.data + io->pending_off, n);
-                io->pending_off += n;
-                if (io->pending_off == io->pending.len)
-                        chan_event_clear(&io->pending);
-                return (ssize_t)n;
-        }
-        if (io->eof)
-                return 0;
-        ChanEvent ev;
-        if (chan_stream_next(io->s, 1000, &ev) < 0)
-                return -EAGAIN;
-        switch (ev.type) {
-        case CHAN_EV_DATA:
-                io->pending = ev;
-                io->pending_off = 0;
-                return stream_read(ctx, buf, len);
-        case CHAN_EV_EOF:
-                io->eof = true;
-                return 0;
-        default:
-                /* The agent gave up on the connection, or the channel closed. */
-                chan_event_clear(&ev);
-                io->eof = true;
-                return -EPIPE;
-        }
-}
-
-static int stream_write(void *ctx, const uint8_t *buf, size_t len) {
-        StreamIo *io = ctx;
-        return chan_stream_write(io->s, buf, len, 60000);
-}
-
-static void stream_close_write(void *ctx) {
-        StreamIo *io = ctx;
-        (void)chan_stream_close_write(io->s);
-}
-
 struct Conn {
         SandboxEgress *se;
         ChanStream *s;
@@ -995,42 +1053,143 @@ struct Conn {
 #define REFUSALS_MAX 256u
 #define REFUSAL_WRITE_MS 1000
 
+/* The proxy's answers on the meta socket, and a connection's settings. */
+#define SETTINGS_MS 10000
+#define RECORD_MS 5000
+#define PUMP_CHUNK 65536
+
+/* The proxy towards the sandbox: its bytes on the data socket become the
+ * stream's, and its end the stream's EOF. */
+typedef struct Pump {
+        ChanStream *s;
+        int fd;
+        atomic_bool stop;
+        atomic_bool done;
+} Pump;
+
+static void *pump_to_sandbox(void *arg) {
+        Pump *p = arg;
+        uint8_t *buf = malloc(PUMP_CHUNK);
+        while (buf && !atomic_load(&p->stop)) {
+                struct pollfd pfd = { .fd = p->fd, .events = POLLIN };
+                int r = poll(&pfd, 1, 1000);
+                if (r < 0 && errno != EINTR)
+                        break;
+                if (r <= 0)
+                        continue;
+                ssize_t n = recv(p->fd, buf, PUMP_CHUNK, MSG_DONTWAIT);
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        continue;
+                if (n <= 0 || chan_stream_write(p->s, buf, (size_t)n, 60000) < 0)
+                        break;
+        }
+        free(buf);
+        (void)chan_stream_close_write(p->s);
+        atomic_store(&p->done, true);
+        return NULL;
+}
+
+static int send_all_fd(int fd, const uint8_t *p, size_t n) {
+        while (n > 0) {
+                ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w < 0)
+                        return -errno;
+                p += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+/* The sandbox towards the proxy, until the proxy is done with the
+ * connection (it closed the data socket) or the sandbox is gone. */
+static void pump_to_proxy(Pump *p) {
+        bool sandbox_eof = false;
+        while (!atomic_load(&p->done)) {
+                ChanEvent ev;
+                if (chan_stream_next(p->s, 1000, &ev) < 0)
+                        continue;
+                if (ev.type == CHAN_EV_DATA && !sandbox_eof) {
+                        int r = send_all_fd(p->fd, ev.data, ev.len);
+                        chan_event_clear(&ev);
+                        if (r < 0)
+                                break;
+                } else if (ev.type == CHAN_EV_EOF) {
+                        sandbox_eof = true;
+                        (void)shutdown(p->fd, SHUT_WR);
+                } else {
+                        chan_event_clear(&ev); /* the agent gave up, or the channel closed */
+                        break;
+                }
+        }
+}
+
 static void serve(EgressService *svc, Conn *conn) {
         SandboxEgress *se = conn->se;
-
-        EgressPolicy *policy = NULL;
-        pthread_mutex_lock(&se->lock);
-        int r = egress_policy_parse(se->network, &policy, NULL, 0);
-        pthread_mutex_unlock(&se->lock);
-        EgressSecret *secrets = NULL;
-        size_t n_secrets = 0;
-        if (r == 0 && secrets_load(svc, se->owner, se->scope, &secrets, &n_secrets) < 0)
-                n_secrets = 0;
-        if (r < 0)
-                (void)egress_policy_parse(NULL, &policy, NULL, 0); /* refuse everything */
-
-        EgressProxyConfig cfg = {
-                .test_hosts = svc->test_hosts,
-                .n_test_hosts = svc->n_test_hosts,
-                .public_cidrs = svc->public_cidrs,
-                .n_public_cidrs = svc->n_public_cidrs,
-                .web_ports_only = se->trial,
-                .secrets = secrets,
-                .n_secrets = n_secrets,
-                .ca = svc->ca,
-                .upstream_ctx = svc->upstream_ctx,
-        };
-        StreamIo sio = { .s = conn->s };
-        EgressIo io = { .ctx = &sio, .read = stream_read, .write = stream_write, .close_write = stream_close_write };
         EgressRecord rec;
-        if (policy)
-                (void)egress_proxy_serve(&io, policy, &cfg, &rec);
-        else
+        memset(&rec, 0, sizeof(rec));
+        int data[2] = { -1, -1 }, meta[2] = { -1, -1 };
+        json_t *settings = NULL;
+        int r;
+        pthread_mutex_lock(&se->lock);
+        bool internet = json_is_true(json_object_get(se->network, "internet"));
+        settings = json_pack("{s:s,s:O,s:b}", "sandbox", se->id, "network", se->network, "trial", se->trial);
+        pthread_mutex_unlock(&se->lock);
+        /* Secret values go to the proxy only for a sandbox that may reach a
+         * host at all; the proxy writes each only towards its own hosts. */
+        json_t *secrets = NULL;
+        if (settings && internet && secrets_json(svc, se->owner, se->scope, &secrets) == 0)
+                json_object_set_new(settings, "secrets", secrets);
+        if (!settings || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, data) < 0 ||
+            socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, meta) < 0) {
+                snprintf(rec.reason, sizeof(rec.reason), "the daemon is out of resources");
+                goto done;
+        }
+        r = proxy_send(svc, data[1], meta[1]);
+        close(data[1]);
+        close(meta[1]);
+        data[1] = meta[1] = -1;
+        if (r < 0) {
+                snprintf(rec.reason, sizeof(rec.reason), "the egress proxy is not running");
+                static const char msg[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n"
+                                          "Content-Length: 46\r\nConnection: close\r\n\r\n"
+                                          "runtime egress: the egress proxy is not running";
+                (void)chan_stream_write(conn->s, msg, sizeof(msg) - 1, 1000);
+                log_error(NULL, "egress %s: cannot hand the connection to the proxy: %s", se->id, strerror(-r));
+                goto done;
+        }
+        if (egress_wire_write(meta[0], settings, SETTINGS_MS) < 0) {
+                snprintf(rec.reason, sizeof(rec.reason), "the egress proxy ended during the connection");
+                goto done;
+        }
+        Pump pump = { .s = conn->s, .fd = data[0] };
+        pthread_t t;
+        if (pthread_create(&t, NULL, pump_to_sandbox, &pump) != 0) {
+                snprintf(rec.reason, sizeof(rec.reason), "the daemon is out of resources");
+                goto done;
+        }
+        pump_to_proxy(&pump);
+        atomic_store(&pump.stop, true);
+        (void)shutdown(data[0], SHUT_RDWR);
+        pthread_join(t, NULL);
+        json_t *rj = NULL;
+        if (egress_wire_read(meta[0], EGRESS_WIRE_MAX_RECORD, RECORD_MS, &rj) < 0 ||
+            egress_wire_record_parse(rj, &rec) < 0) {
                 memset(&rec, 0, sizeof(rec));
-        chan_event_clear(&sio.pending);
+                snprintf(rec.reason, sizeof(rec.reason), "the egress proxy ended during the connection");
+        }
+        json_decref(rj);
+done:
+        json_decref(settings);
+        for (int i = 0; i < 2; i++) {
+                if (data[i] >= 0)
+                        close(data[i]);
+                if (meta[i] >= 0)
+                        close(meta[i]);
+        }
         chan_stream_finish(conn->s, NULL);
         chan_stream_free(conn->s);
-
         if (rec.host[0] || rec.reason[0]) {
                 audit_insert(svc, se->id, &rec);
                 log_info(NULL, "egress %s %s %s:%u %s (%s; %llu bytes out, %llu in)", se->id,
@@ -1038,8 +1197,6 @@ static void serve(EgressService *svc, Conn *conn) {
                          rec.allowed ? "allowed" : "refused", rec.reason, (unsigned long long)rec.bytes_out,
                          (unsigned long long)rec.bytes_in);
         }
-        secrets_free(secrets, n_secrets);
-        egress_policy_free(policy);
 }
 
 /* Under svc->lock: the first waiting connection whose sandbox is within its

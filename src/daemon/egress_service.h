@@ -1,9 +1,11 @@
 #pragma once
 /*
- * The daemon's side of egress: the proxy serving each sandbox's relay
- * connections (src/egress), every sandbox's live policy, the owners'
- * secrets, the audit log of every decision, and what a sandbox needs to use
- * all of it (proxy variables, the CA in its trust store, placeholders).
+ * The daemon's side of egress: the pool that carries each sandbox's relay
+ * connections to the proxy process (runtime-egress, src/egress/main.c,
+ * which parses them without root or capabilities and holds the CA key),
+ * every sandbox's live policy, the owners' secrets, the audit log of every
+ * decision, and what a sandbox needs to use all of it (proxy variables, the
+ * CA in its trust store, placeholders).
  */
 #include <jansson.h>
 #include <stdbool.h>
@@ -31,6 +33,10 @@ typedef struct EgressServiceConfig {
          * a sandbox's share of them; 0: the defaults below. */
         unsigned workers;
         unsigned workers_per_sandbox;
+        /* The proxy process: the runtime-egress program, and the user it
+         * becomes (NULL: runtime-egress; see docs/egress.md). */
+        const char *proxy_path;
+        const char *proxy_user;
 } EgressServiceConfig;
 
 #define EGRESS_DEFAULT_WORKERS 256u

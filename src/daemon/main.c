@@ -44,6 +44,7 @@ static void usage(FILE *f) {
               "                               driver whose probe passes)\n"
               "  --agent PATH                 the runtime-agent binary\n"
               "  --image-builder PATH         the runtime-image-build program\n"
+              "  --egress-proxy PATH          the runtime-egress program\n"
               "  --cgroup-parent NAME         cgroup under which sandboxes live (default runtime)\n"
               "  --max-sandboxes N            (256)   --max-sandboxes-per-key N (128)\n"
               "  --max-vcpu N                 (8)     --max-memory-mib N        (16384)\n"
@@ -286,6 +287,7 @@ enum {
         OPT_EGRESS_PUBLIC_CIDR,
         OPT_EGRESS_TRUST_CA,
         OPT_EGRESS_WORKERS,
+        OPT_EGRESS_PROXY,
         OPT_EGRESS_WORKERS_PER_SANDBOX,
         OPT_LOG_LEVEL,
         OPT_HEARTBEAT_INTERVAL,
@@ -324,6 +326,7 @@ int main(int argc, char **argv) {
                 { "egress-public-cidr", required_argument, NULL, OPT_EGRESS_PUBLIC_CIDR },
                 { "egress-trust-ca", required_argument, NULL, OPT_EGRESS_TRUST_CA },
                 { "egress-workers", required_argument, NULL, OPT_EGRESS_WORKERS },
+                { "egress-proxy", required_argument, NULL, OPT_EGRESS_PROXY },
                 { "egress-workers-per-sandbox", required_argument, NULL, OPT_EGRESS_WORKERS_PER_SANDBOX },
                 { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
                 { "heartbeat-interval-ms", required_argument, NULL, OPT_HEARTBEAT_INTERVAL },
@@ -353,6 +356,7 @@ int main(int argc, char **argv) {
         };
         const char *driver_opt = "auto", *drivers_opt = NULL;
         char *state_dir = NULL, *image_dir = NULL, *agent = NULL, *builder = NULL, *microvm_builder = NULL;
+        const char *egress_proxy = NULL;
         bool doctor = false, json = false;
         int64_t hb_interval_ms = 0, hb_timeout_ms = 0;
         int c;
@@ -440,6 +444,9 @@ int main(int argc, char **argv) {
                         break;
                 case OPT_EGRESS_TRUST_CA:
                         cfg.egress_trust_ca = optarg;
+                        break;
+                case OPT_EGRESS_PROXY:
+                        egress_proxy = optarg;
                         break;
                 case OPT_EGRESS_WORKERS:
                 case OPT_EGRESS_WORKERS_PER_SANDBOX:
@@ -600,6 +607,7 @@ int main(int argc, char **argv) {
                 return 1;
         }
         EgressService *egress = NULL;
+        _cleanup_free_ char *egress_proxy_found = egress_proxy ? NULL : find_companion("runtime-egress");
         {
                 char why[256] = "";
                 EgressServiceConfig ec = { .state_dir = state_dir, .db_path = db_path,
@@ -610,7 +618,8 @@ int main(int argc, char **argv) {
                                            .n_public_cidrs = cfg.n_egress_public_cidrs,
                                            .trust_ca_file = cfg.egress_trust_ca,
                                            .workers = cfg.egress_workers,
-                                           .workers_per_sandbox = cfg.egress_workers_per_sandbox };
+                                           .workers_per_sandbox = cfg.egress_workers_per_sandbox,
+                                           .proxy_path = egress_proxy ? egress_proxy : egress_proxy_found };
                 if ((r = egress_service_new(&ec, &egress, why, sizeof(why))) < 0) {
                         log_error(NULL, "egress: %s", why);
                         return 1;

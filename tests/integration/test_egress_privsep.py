@@ -1,11 +1,18 @@
-"""The egress proxy's bounds: a pool of worker threads with a per-sandbox
-share (--egress-workers, --egress-workers-per-sandbox), connections past the
-share waiting, past the waiting room refused with a 503 and an audit entry.
+"""The egress proxy's privilege separation and bounds.
 
-A hostile sandbox opens as many relay connections as it likes; the daemon's
-thread count must stay under the documented bound throughout: its threads
-before the connections, plus two per worker (the worker and the proxy's
-helper for one direction of a tunnel), plus the refuser.
+The proxy runs as a process of its own (runtime-egress), started by the
+daemon, as a user other than root with no capability in any set, no way back
+to them (no_new_privs) and none of the daemon's files; killed, it is started
+again, its open connections end cleanly and new ones work.
+
+Connections come from a pool of worker threads with a per-sandbox share
+(--egress-workers, --egress-workers-per-sandbox): past the share they wait,
+past the waiting room they are refused with a 503 and an audit entry. A
+hostile sandbox opens as many relay connections as it likes; the thread
+counts must stay under the documented bound throughout: for the daemon, its
+threads before the connections plus two per worker (the worker and the pump
+towards the sandbox) plus the refuser; for the proxy, two per connection it
+serves (at most --egress-workers) plus its main thread.
 
 No traffic leaves the machine: the upstream is a server of this module on
 127.0.0.1, reached as echo.test through --egress-test-upstream.
@@ -67,6 +74,26 @@ async def main():
 
 asyncio.run(main())
 '''
+
+
+def proxy_pid(d: Daemon) -> int:
+    """The daemon's runtime-egress child."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                st = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if st.get("Name") == "runtime-egress" and int(st.get("PPid", "0")) == d.pid:
+            return int(entry)
+    raise AssertionError(f"runtimed {d.pid} has no runtime-egress child; log:\n{tail(d.log_path)}")
+
+
+def status_of(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
 
 
 def threads_of(pid: int) -> int:
@@ -168,15 +195,20 @@ def test_five_thousand_connections_stay_in_the_pool(eapi, edriver, env):
     assert sbx.run("echo ready").strip() == "ready"
     base = threads_of(d.pid)
     bound = base + 2 * WORKERS + 1 + EXEC_SLACK
+    pp = proxy_pid(d)
+    proxy_bound = 2 * WORKERS + 1
     n, conc = 5000, 100  # 100 at once: within the share and its waiting room
-    with Sampler(d.pid) as s:
+    with Sampler(d.pid) as s, Sampler(pp) as ps:
         counts = run_client(sbx, n, conc, "get", timeout_s=1500)
     assert counts == {"200": n}, counts
     assert len(echo.seen()) == n
-    assert s.samples > 10, "the sampler never ran"
+    assert s.samples > 10 and ps.samples > 10, "the samplers never ran"
     assert s.peak <= bound, (f"runtimed reached {s.peak} threads serving {conc} concurrent egress "
                              f"connections; the bound is {bound} ({base} before)")
-    print(f"runtimed threads: {base} before, peak {s.peak}, bound {bound} ({s.samples} samples)")
+    assert ps.peak <= proxy_bound, f"runtime-egress reached {ps.peak} threads; the bound is {proxy_bound}"
+    assert proxy_pid(d) == pp, "the proxy was restarted during the run"
+    print(f"runtimed threads: {base} before, peak {s.peak}, bound {bound} ({s.samples} samples); "
+          f"runtime-egress peak {ps.peak}, bound {proxy_bound}")
 
 
 def test_past_the_waiting_room_refused_with_an_audit_entry(eapi, edriver, env):
@@ -188,21 +220,24 @@ def test_past_the_waiting_room_refused_with_an_audit_entry(eapi, edriver, env):
     extra = 40
     n = SHARE + WAIT_PER_SANDBOX + extra
     base = threads_of(d.pid)
-    with Sampler(d.pid) as s:
+    pp = proxy_pid(d)
+    with Sampler(d.pid) as s, Sampler(pp) as ps:
         counts = run_client(sbx, n, n, "idle", timeout_s=600)
     assert counts.get("503", 0) >= extra, counts
     assert "503-other" not in counts, counts
     assert s.peak <= base + 2 * WORKERS + 1 + EXEC_SLACK, (s.peak, base)
+    assert ps.peak <= 2 * WORKERS + 1, ps.peak
     entries = wait_until(
         lambda: [e for e in egress_log(eapi, sbx.id) if "too many connections" in e["reason"]] or None,
         timeout=30, what="refusals in the audit log")
     e = entries[0]
     assert e["allowed"] is False and e["kind"] == "none", e
     assert "--egress-workers-per-sandbox" in e["reason"], e
-    # The sandbox and the pool are fine afterwards.
-    out = sbx.exec("curl -sS --max-time 60 -o /dev/null -w '%{http_code}' http://echo.test/after",
-                   timeoutMs=90000)
-    assert out["stdout"].strip() == "200", out
+    # The sandbox and the pool are fine afterwards, once the closed
+    # connections have left the waiting room.
+    wait_until(lambda: sbx.exec("curl -sS --max-time 60 -o /dev/null -w '%{http_code}' "
+                                "http://echo.test/after", timeoutMs=90000)["stdout"].strip() == "200",
+               timeout=120, interval=1, what="egress to work again")
 
 
 def test_pool_flags_are_validated(build_dir):
@@ -212,3 +247,71 @@ def test_pool_flags_are_validated(build_dir):
                            timeout=30)
         assert p.returncode == 2, (bad, p.returncode, p.stdout[-300:], p.stderr[-300:])
         assert "--egress-workers" in p.stderr, (bad, p.stderr)
+
+
+def test_proxy_runs_without_root_capabilities_or_the_database(env):
+    d, _ = env
+    pid = proxy_pid(d)
+    st = status_of(pid)
+    uids, gids = st["Uid"].split(), st["Gid"].split()
+    assert all(u != "0" for u in uids), st["Uid"]
+    assert all(g != "0" for g in gids), st["Gid"]
+    assert st["Groups"].strip() == "", st["Groups"]
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(st[cap], 16) == 0, f"{cap} {st[cap]}"
+    assert st["NoNewPrivs"].strip() == "1", st["NoNewPrivs"]
+    # Nothing of the daemon's state is open in it: no database, no CA key
+    # file (the key is in its memory alone), only its sockets and stdio.
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        assert target.startswith(("socket:", "pipe:", "/dev/null", "anon_inode:")) or int(fd) <= 2, \
+            (fd, target)
+    # And as its user it could not open them.
+    uid, gid = int(uids[0]), int(gids[0])
+    r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "cat",
+                        str(d.state_dir / "runtime.db")], capture_output=True, timeout=30)
+    assert r.returncode != 0 and b"SQLite" not in r.stdout, r
+
+
+def test_killed_proxy_is_restarted_open_connections_end(eapi, edriver, env):
+    d, echo = env
+    sbx = eapi.create_sandbox(driver=edriver, network={"internet": True, "allow": ["echo.test"]})
+    # A connection held open through the proxy: it waits for an answer to a
+    # request it has not finished.
+    sbx.write("/tmp/hold.py", b"""
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"GET http://echo.test/held HTTP/1.1\\r\\nHost: echo.test\\r\\n")
+open("/tmp/held", "w").write("open")
+s.settimeout(120)
+try:
+    data = s.recv(4096)
+    out = "eof" if data == b"" else "data:" + data[:40].decode("latin-1")
+except Exception as e:
+    out = "error:" + type(e).__name__
+open("/tmp/held.out", "w").write(out)
+""")
+    sbx.exec("nohup python3 /tmp/hold.py >/dev/null 2>&1 &")
+    wait_until(lambda: sbx.exec("cat /tmp/held 2>/dev/null")["stdout"] == "open", timeout=60,
+               what="the held connection")
+    old = proxy_pid(d)
+    # The held connection has reached the proxy: it is waiting on its head.
+    wait_until(lambda: any(os.readlink(f"/proc/{old}/fd/{fd}").startswith("socket:")
+                           for fd in os.listdir(f"/proc/{old}/fd") if int(fd) > 3),
+               timeout=30, what="the connection in the proxy")
+    os.kill(old, 9)
+    out = wait_until(lambda: sbx.exec("cat /tmp/held.out 2>/dev/null")["stdout"] or None, timeout=60,
+                     what="the held connection to end")
+    assert out in ("eof",) or out.startswith("error:"), out
+    # The next connection starts a new proxy, as unprivileged as the first.
+    res = sbx.exec("curl -sS --max-time 60 -o /dev/null -w '%{http_code}' http://echo.test/after",
+                   timeoutMs=90000)
+    assert res["stdout"].strip() == "200", res
+    new = proxy_pid(d)
+    assert new != old
+    st = status_of(new)
+    assert st["Uid"].split()[0] != "0" and int(st["CapEff"], 16) == 0 and int(st["CapBnd"], 16) == 0, st
+    assert [r["path"] for r in echo.seen()] == ["/after"], echo.seen()
+    entries = egress_log(eapi, sbx.id)
+    assert any("egress proxy ended" in e["reason"] for e in entries), entries
+

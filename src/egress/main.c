@@ -1,0 +1,350 @@
+/*
+ * runtime-egress: the egress proxy as a process of its own. runtimed starts
+ * it (and starts it again when it dies) with its control socket on fd 3.
+ * It loads the CA and the upstream trust store as root, then becomes an
+ * unprivileged user with no capabilities in any set, no_new_privs and no
+ * supplementary groups, before it reads a byte a sandbox sent. The key
+ * database and the state directory stay out of its reach: the daemon
+ * passes it each connection's descriptors and settings (src/egress/wire.h).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <poll.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/jsonutil.h"
+#include "common/macro.h"
+#include "daemon/log.h"
+#include "egress/ca.h"
+#include "egress/cabundle.h"
+#include "egress/cidr.h"
+#include "egress/policy.h"
+#include "egress/proxy.h"
+#include "egress/secret.h"
+#include "egress/wire.h"
+
+#define CTL_FD 3
+#define MAX_TEST_UPSTREAMS 32
+#define SETTINGS_TIMEOUT_MS 10000
+#define RECORD_TIMEOUT_MS 5000
+/* Without the system user (scripts/install-deps.sh makes it), this uid and
+ * gid, which no account of a Debian system uses. */
+#define FALLBACK_ID 64011
+
+typedef struct Proxy {
+        EgressCa *ca;
+        SSL_CTX *upstream_ctx;
+        EgressTestHost test_hosts[MAX_TEST_UPSTREAMS];
+        size_t n_test_hosts;
+        EgressCidr public_cidrs[EGRESS_MAX_PUBLIC_CIDRS];
+        size_t n_public_cidrs;
+        unsigned max_conns;
+        pthread_mutex_t lock;
+        pthread_cond_t freed;
+        unsigned active;
+} Proxy;
+
+typedef struct Conn {
+        Proxy *p;
+        int data, meta;
+} Conn;
+
+static ssize_t fd_read(void *ctx, uint8_t *buf, size_t len) {
+        int fd = *(int *)ctx;
+        struct pollfd pfd = { .fd = fd, .events = POLLIN };
+        int r = poll(&pfd, 1, 1000);
+        if (r < 0)
+                return errno == EINTR ? -EAGAIN : -errno;
+        if (r == 0)
+                return -EAGAIN;
+        ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);
+        if (n < 0)
+                return errno == EAGAIN || errno == EINTR ? -EAGAIN : -EPIPE;
+        return n;
+}
+
+static int fd_write(void *ctx, const uint8_t *buf, size_t len) {
+        int fd = *(int *)ctx;
+        while (len > 0) {
+                ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -EPIPE;
+                buf += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+static void fd_close_write(void *ctx) {
+        (void)shutdown(*(int *)ctx, SHUT_WR);
+}
+
+static void serve_conn(Proxy *p, int data, int meta) {
+        json_t *settings = NULL;
+        EgressRecord rec;
+        memset(&rec, 0, sizeof(rec));
+        EgressPolicy *policy = NULL;
+        EgressSecret *secrets = NULL;
+        size_t n_secrets = 0;
+        int r = egress_wire_read(meta, EGRESS_WIRE_MAX_SETTINGS, SETTINGS_TIMEOUT_MS, &settings);
+        if (r < 0) {
+                log_warn(NULL, "runtime-egress: a connection without its settings: %s", strerror(-r));
+                goto out;
+        }
+        if (egress_policy_parse(json_object_get(settings, "network"), &policy, NULL, 0) < 0)
+                (void)egress_policy_parse(NULL, &policy, NULL, 0); /* refuse everything */
+        if (egress_wire_secrets_parse(json_object_get(settings, "secrets"), &secrets, &n_secrets) < 0)
+                n_secrets = 0;
+        EgressProxyConfig cfg = {
+                .test_hosts = p->test_hosts,
+                .n_test_hosts = p->n_test_hosts,
+                .public_cidrs = p->public_cidrs,
+                .n_public_cidrs = p->n_public_cidrs,
+                .web_ports_only = json_is_true(json_object_get(settings, "trial")),
+                .secrets = secrets,
+                .n_secrets = n_secrets,
+                .ca = p->ca,
+                .upstream_ctx = p->upstream_ctx,
+        };
+        EgressIo io = { .ctx = &data, .read = fd_read, .write = fd_write, .close_write = fd_close_write };
+        if (policy)
+                (void)egress_proxy_serve(&io, policy, &cfg, &rec);
+        shutdown(data, SHUT_RDWR);
+        json_t *rj = egress_wire_record_json(&rec);
+        if (rj)
+                (void)egress_wire_write(meta, rj, RECORD_TIMEOUT_MS);
+        json_decref(rj);
+out:
+        egress_wire_secrets_free(secrets, n_secrets);
+        egress_policy_free(policy);
+        json_decref(settings);
+}
+
+static void *conn_main(void *arg) {
+        Conn *c = arg;
+        Proxy *p = c->p;
+        serve_conn(p, c->data, c->meta);
+        close(c->data);
+        close(c->meta);
+        free(c);
+        pthread_mutex_lock(&p->lock);
+        p->active--;
+        pthread_cond_signal(&p->freed);
+        pthread_mutex_unlock(&p->lock);
+        return NULL;
+}
+
+/* Root, capabilities and the ways back to them, gone for good. */
+static int drop_privileges(const char *user) {
+        uid_t uid = FALLBACK_ID;
+        gid_t gid = FALLBACK_ID;
+        struct passwd *pw = user ? getpwnam(user) : NULL;
+        if (pw) {
+                uid = pw->pw_uid;
+                gid = pw->pw_gid;
+        }
+        if (uid == 0 || gid == 0)
+                return -EPERM;
+        /* The bounding set first: dropping from it needs CAP_SETPCAP, which
+         * goes with root below. */
+        for (unsigned long cap = 0; cap <= 63; cap++)
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+                        return -errno;
+        if (prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) < 0)
+                return -errno;
+        if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)
+                return -errno;
+        struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+        struct __user_cap_data_struct data[2];
+        memset(data, 0, sizeof(data));
+        if (syscall(SYS_capset, &hdr, data) < 0)
+                return -errno;
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+                return -errno;
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                return -errno;
+        /* Checked, not assumed: a kernel or a setting that kept any of it
+         * ends the proxy before it serves. */
+        if (getuid() == 0 || geteuid() == 0 || getgid() == 0 || getegid() == 0 || setuid(0) == 0)
+                return -EPERM;
+        if (syscall(SYS_capget, &hdr, data) < 0)
+                return -errno;
+        for (int i = 0; i < 2; i++)
+                if (data[i].effective || data[i].permitted || data[i].inheritable)
+                        return -EPERM;
+        if (!pw)
+                log_warn(NULL, "runtime-egress: no user %s; running as uid and gid %d", user ? user : "-",
+                         FALLBACK_ID);
+        return 0;
+}
+
+static void usage(FILE *f) {
+        fputs("usage: runtime-egress --state-dir DIR [--user NAME] [--max-connections N]\n"
+              "         [--test-upstream NAME=127.0.0.1:PORT]... [--extra-ca FILE]\n"
+              "         [--public-cidr CIDR]... [--trust-ca FILE] [--log-level LEVEL]\n"
+              "Started by runtimed with its control socket on fd 3; not for direct use.\n",
+              f);
+}
+
+int main(int argc, char **argv) {
+        static const struct option opts[] = {
+                { "state-dir", required_argument, NULL, 's' },   { "user", required_argument, NULL, 'u' },
+                { "max-connections", required_argument, NULL, 'm' },
+                { "test-upstream", required_argument, NULL, 't' }, { "extra-ca", required_argument, NULL, 'e' },
+                { "public-cidr", required_argument, NULL, 'c' }, { "trust-ca", required_argument, NULL, 'a' },
+                { "log-level", required_argument, NULL, 'l' },   { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        static Proxy p = { .max_conns = 256, .lock = PTHREAD_MUTEX_INITIALIZER, .freed = PTHREAD_COND_INITIALIZER };
+        const char *state_dir = NULL, *user = "runtime-egress", *extra_ca = NULL, *trust_ca = NULL;
+        int c;
+        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                switch (c) {
+                case 's':
+                        state_dir = optarg;
+                        break;
+                case 'u':
+                        user = optarg;
+                        break;
+                case 'm': {
+                        char *end;
+                        unsigned long v = strtoul(optarg, &end, 10);
+                        if (*end || v < 1 || v > 65536) {
+                                usage(stderr);
+                                return 2;
+                        }
+                        p.max_conns = (unsigned)v;
+                        break;
+                }
+                case 't':
+                        if (p.n_test_hosts >= MAX_TEST_UPSTREAMS ||
+                            egress_test_host_parse(optarg, &p.test_hosts[p.n_test_hosts]) < 0) {
+                                fprintf(stderr, "runtime-egress: bad --test-upstream %s\n", optarg);
+                                return 2;
+                        }
+                        p.n_test_hosts++;
+                        break;
+                case 'e':
+                        extra_ca = optarg;
+                        break;
+                case 'c':
+                        /* runtimed checked the range against this host's
+                         * addresses before passing it on. */
+                        if (p.n_public_cidrs >= EGRESS_MAX_PUBLIC_CIDRS ||
+                            egress_cidr_parse(optarg, &p.public_cidrs[p.n_public_cidrs]) < 0) {
+                                fprintf(stderr, "runtime-egress: bad --public-cidr %s\n", optarg);
+                                return 2;
+                        }
+                        p.n_public_cidrs++;
+                        break;
+                case 'a':
+                        trust_ca = optarg;
+                        break;
+                case 'l': {
+                        LogLevel l;
+                        if (log_parse_level(optarg, &l) < 0) {
+                                usage(stderr);
+                                return 2;
+                        }
+                        log_set_level(l);
+                        break;
+                }
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        if (!state_dir || optind < argc) {
+                usage(stderr);
+                return 2;
+        }
+        int type = 0;
+        socklen_t tl = sizeof(type);
+        if (getsockopt(CTL_FD, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_SEQPACKET) {
+                fprintf(stderr, "runtime-egress: fd 3 is not runtimed's control socket\n");
+                return 2;
+        }
+        signal(SIGPIPE, SIG_IGN);
+        int r;
+        if ((r = egress_ca_load_or_create(state_dir, &p.ca)) < 0) {
+                log_error(NULL, "runtime-egress: cannot load or make the CA in the state directory: %s",
+                          strerror(-r));
+                return 1;
+        }
+        if ((r = egress_upstream_ctx_new(extra_ca, &p.upstream_ctx)) < 0) {
+                log_error(NULL, "runtime-egress: cannot load the upstream trust store");
+                return 1;
+        }
+        if (trust_ca) {
+                _cleanup_free_ char *trusted = NULL;
+                unsigned n_trusted = 0;
+                char err[256] = "";
+                if (egress_ca_bundle_load(trust_ca, &trusted, &n_trusted, err, sizeof(err)) < 0 ||
+                    egress_ca_bundle_trust(p.upstream_ctx, trusted) < 0) {
+                        log_error(NULL, "runtime-egress: cannot trust %s upstream %s", trust_ca, err);
+                        return 1;
+                }
+        }
+        if ((r = drop_privileges(user)) < 0) {
+                log_error(NULL, "runtime-egress: cannot drop root and capabilities: %s", strerror(-r));
+                return 1;
+        }
+        {
+                _cleanup_json_ json_t *hello = json_pack("{s:s}", "ca", egress_ca_pem(p.ca));
+                _cleanup_free_ char *text = hello ? json_dumps(hello, JSON_COMPACT) : NULL;
+                if (!text || send(CTL_FD, text, strlen(text), MSG_NOSIGNAL) < 0)
+                        return 1;
+        }
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
+        for (;;) {
+                int data = -1, meta = -1;
+                r = egress_wire_recv_conn(CTL_FD, &data, &meta);
+                if (r == -EBADMSG)
+                        continue;
+                if (r < 0)
+                        break; /* runtimed is gone, or closed us */
+                /* runtimed's pool bounds the connections it sends; this
+                 * holds the proxy to it however they arrive. */
+                pthread_mutex_lock(&p.lock);
+                while (p.active >= p.max_conns)
+                        pthread_cond_wait(&p.freed, &p.lock);
+                p.active++;
+                pthread_mutex_unlock(&p.lock);
+                Conn *conn = malloc(sizeof(*conn));
+                pthread_t t;
+                if (conn) {
+                        *conn = (Conn){ .p = &p, .data = data, .meta = meta };
+                        if (pthread_create(&t, &attr, conn_main, conn) == 0)
+                                continue;
+                        free(conn);
+                }
+                close(data);
+                close(meta);
+                pthread_mutex_lock(&p.lock);
+                p.active--;
+                pthread_mutex_unlock(&p.lock);
+        }
+        /* Connections in flight end with the process: their sockets close,
+         * and the daemon fails them cleanly. */
+        _exit(0);
+}
