@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <linux/capability.h>
 #include <limits.h>
 #include <netdb.h>
 #include <pwd.h>
@@ -11,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -139,6 +142,36 @@ static int make_state_dir(const char *path) {
         if ((st.st_mode & 07777) != 0700 && chmod(p, 0700) < 0)
                 return -errno;
         return 0;
+}
+
+/* Capabilities that neither runtimed nor anything it starts (bubblewrap,
+ * runsc, QEMU, the image builders) uses on any driver: see the table in
+ * docs/drivers.md. They leave the bounding set, so that no program runtimed
+ * executes can gain them, and runtimed's own sets. What stays is the union
+ * the drivers need; runtimed runs them all in one process. */
+static const unsigned caps_unused[] = {
+        CAP_LINUX_IMMUTABLE, CAP_NET_BROADCAST, CAP_SYS_MODULE,   CAP_SYS_RAWIO,     CAP_SYS_PACCT,
+        CAP_SYS_BOOT,        CAP_SYS_TIME,      CAP_SYS_TTY_CONFIG, CAP_LEASE,       CAP_AUDIT_CONTROL,
+        CAP_MAC_OVERRIDE,    CAP_MAC_ADMIN,     CAP_SYSLOG,       CAP_WAKE_ALARM,    CAP_BLOCK_SUSPEND,
+        CAP_AUDIT_READ,      CAP_PERFMON,       CAP_BPF,
+};
+
+static int drop_unused_capabilities(void) {
+        for (size_t i = 0; i < ELEMENTSOF(caps_unused); i++)
+                if (prctl(PR_CAPBSET_DROP, (unsigned long)caps_unused[i], 0, 0, 0) < 0 && errno != EINVAL)
+                        return -errno; /* EINVAL: a kernel older than the capability */
+        struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+        struct __user_cap_data_struct data[2];
+        if (syscall(SYS_capget, &hdr, data) < 0)
+                return -errno;
+        for (size_t i = 0; i < ELEMENTSOF(caps_unused); i++) {
+                unsigned c = caps_unused[i];
+                uint32_t bit = 1u << (c % 32);
+                data[c / 32].effective &= ~bit;
+                data[c / 32].permitted &= ~bit;
+                data[c / 32].inheritable &= ~bit;
+        }
+        return syscall(SYS_capset, &hdr, data) < 0 ? -errno : 0;
 }
 
 /* A companion program next to our own executable, else in ../libexec/runtime/. */
@@ -499,6 +532,14 @@ int main(int argc, char **argv) {
                 return doctor_run(json);
 
         signal(SIGPIPE, SIG_IGN);
+        /* Before any thread: capsets are per thread. */
+        if (geteuid() == 0) {
+                int cr = drop_unused_capabilities();
+                if (cr < 0) {
+                        log_error(NULL, "cannot drop the capabilities no driver needs: %s", strerror(-cr));
+                        return 1;
+                }
+        }
         /* Every thread inherits this mask; main alone waits for the signals. */
         sigset_t stop_signals;
         sigemptyset(&stop_signals);

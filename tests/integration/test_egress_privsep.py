@@ -29,7 +29,8 @@ import pytest
 
 from conftest import DRIVERS, MICROVM_SKIP, RUN_ALL, _finish_daemon, _need_root
 from egress_servers import EchoServer
-from helpers import Api, Daemon, DaemonError, skip_unless_driver, tail, wait_until
+from helpers import (Api, Daemon, DaemonError, host_pids, proc_comm, skip_unless_driver, tail,
+                     wait_until)
 
 WORKERS = 16
 SHARE = 8
@@ -315,3 +316,33 @@ open("/tmp/held.out", "w").write(out)
     entries = egress_log(eapi, sbx.id)
     assert any("egress proxy ended" in e["reason"] for e in entries), entries
 
+# Capabilities runtimed drops at start because no driver uses them
+# (docs/drivers.md#capabilities), by number (linux/capability.h).
+UNUSED_CAPS = {"CAP_LINUX_IMMUTABLE": 9, "CAP_NET_BROADCAST": 11, "CAP_SYS_MODULE": 16,
+               "CAP_SYS_RAWIO": 17, "CAP_SYS_PACCT": 20, "CAP_SYS_BOOT": 22, "CAP_SYS_TIME": 25,
+               "CAP_SYS_TTY_CONFIG": 26, "CAP_LEASE": 28, "CAP_AUDIT_CONTROL": 30,
+               "CAP_MAC_OVERRIDE": 32, "CAP_MAC_ADMIN": 33, "CAP_SYSLOG": 34, "CAP_WAKE_ALARM": 35,
+               "CAP_BLOCK_SUSPEND": 36, "CAP_AUDIT_READ": 37, "CAP_PERFMON": 38, "CAP_BPF": 39}
+
+
+def test_daemon_keeps_only_what_drivers_need(eapi, edriver, env):
+    d, _ = env
+    st = status_of(d.pid)
+    for field in ("CapBnd", "CapPrm", "CapEff"):
+        have = int(st[field], 16)
+        kept = [name for name, bit in UNUSED_CAPS.items() if have & (1 << bit)]
+        assert not kept, f"runtimed {field} still has {kept}"
+    # What the drivers do need is still there (mounts, namespaces, uid maps).
+    assert int(st["CapEff"], 16) & (1 << 21), "CAP_SYS_ADMIN gone: no driver could start"
+    # The bounding set reaches what runtimed starts: a sandbox's host processes.
+    sbx = eapi.create_sandbox(driver=edriver)
+    assert sbx.run("echo ok").strip() == "ok"
+    pids = host_pids(sbx.id)
+    assert pids, "no host process of the sandbox found"
+    for pid in pids:
+        try:
+            bnd = int(status_of(pid)["CapBnd"], 16)
+        except FileNotFoundError:
+            continue
+        kept = [name for name, bit in UNUSED_CAPS.items() if bnd & (1 << bit)]
+        assert not kept, f"pid {pid} ({proc_comm(pid)}) of the sandbox has {kept} in its bounding set"
