@@ -40,7 +40,7 @@
 #define SETTINGS_TIMEOUT_MS 10000
 #define RECORD_TIMEOUT_MS 5000
 /* Without the system user (scripts/install-deps.sh makes it), this uid and
- * gid, which no account of a Debian system uses. */
+ * gid, with no name: never root, never a user whose files it could touch. */
 #define FALLBACK_ID 64011
 
 typedef struct Proxy {
