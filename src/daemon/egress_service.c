@@ -1181,7 +1181,7 @@ static void serve(EgressService *svc, Conn *conn) {
         }
         json_decref(rj);
 done:
-        json_decref(settings);
+        egress_wire_settings_free(settings);
         for (int i = 0; i < 2; i++) {
                 if (data[i] >= 0)
                         close(data[i]);

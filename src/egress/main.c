@@ -131,7 +131,7 @@ static void serve_conn(Proxy *p, int data, int meta) {
 out:
         egress_wire_secrets_free(secrets, n_secrets);
         egress_policy_free(policy);
-        json_decref(settings);
+        egress_wire_settings_free(settings);
 }
 
 static void *conn_main(void *arg) {

@@ -83,16 +83,22 @@ static int read_full(int fd, uint8_t *p, size_t n, int64_t deadline) {
 }
 
 int egress_wire_write(int fd, const json_t *msg, int timeout_ms) {
-        _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT);
+        char *text = json_dumps(msg, JSON_COMPACT);
         if (!text)
                 return -ENOMEM;
         size_t len = strlen(text);
-        if (len > UINT32_MAX)
-                return -E2BIG;
-        int64_t deadline = timeout_ms >= 0 ? mono_ms() + timeout_ms : -1;
-        uint8_t head[4] = { (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len };
-        int r = write_full(fd, head, sizeof(head), deadline);
-        return r < 0 ? r : write_full(fd, (const uint8_t *)text, len, deadline);
+        int r = -E2BIG;
+        if (len <= UINT32_MAX) {
+                int64_t deadline = timeout_ms >= 0 ? mono_ms() + timeout_ms : -1;
+                uint8_t head[4] = { (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
+                                    (uint8_t)len };
+                r = write_full(fd, head, sizeof(head), deadline);
+                if (r == 0)
+                        r = write_full(fd, (const uint8_t *)text, len, deadline);
+        }
+        explicit_bzero(text, len); /* settings carry secret values */
+        free(text);
+        return r;
 }
 
 int egress_wire_read(int fd, size_t max, int timeout_ms, json_t **ret) {
@@ -107,12 +113,13 @@ int egress_wire_read(int fd, size_t max, int timeout_ms, json_t **ret) {
         _cleanup_free_ char *buf = malloc(len + 1);
         if (!buf)
                 return -ENOMEM;
-        if ((r = read_full(fd, (uint8_t *)buf, len, deadline)) < 0)
+        if ((r = read_full(fd, (uint8_t *)buf, len, deadline)) < 0) {
+                explicit_bzero(buf, len);
                 return r;
+        }
         buf[len] = '\0';
-        if (!json_depth_ok(buf, len, MAX_DEPTH))
-                return -EBADMSG;
-        json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, NULL);
+        json_t *j = json_depth_ok(buf, len, MAX_DEPTH) ? json_loadb(buf, len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+        explicit_bzero(buf, len); /* settings carry secret values */
         if (!j)
                 return -EBADMSG;
         *ret = j;
@@ -305,4 +312,17 @@ int egress_wire_secrets_parse(const json_t *arr, EgressSecret **ret, size_t *ret
         *ret = out;
         *ret_n = n;
         return 0;
+}
+
+void egress_wire_settings_free(json_t *settings) {
+        if (!settings)
+                return;
+        size_t i;
+        json_t *secret;
+        json_array_foreach(json_object_get(settings, "secrets"), i, secret) {
+                json_t *v = json_object_get(secret, "value");
+                if (json_is_string(v) && v->refcount == 1 && secret->refcount == 1)
+                        explicit_bzero((char *)json_string_value(v), json_string_length(v));
+        }
+        json_decref(settings);
 }

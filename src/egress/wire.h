@@ -50,3 +50,6 @@ int egress_wire_record_parse(const json_t *j, EgressRecord *ret);
  * secret that does not parse is left out, as it never reaches a request. */
 int egress_wire_secrets_parse(const json_t *arr, EgressSecret **ret, size_t *ret_n);
 void egress_wire_secrets_free(EgressSecret *s, size_t n);
+/* json_decref for a connection's settings, the secret values zeroed first
+ * (when nothing else holds them). */
+void egress_wire_settings_free(json_t *settings);
