@@ -14,6 +14,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <pwd.h>
+#include <sched.h>
+#include <seccomp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -192,6 +194,59 @@ static int drop_privileges(const char *user) {
         return 0;
 }
 
+static void seccomp_releasep(scmp_filter_ctx *ctx) {
+        if (*ctx)
+                seccomp_release(*ctx);
+}
+
+/* What a proxy never does, refused even if an attacker runs code in it: run
+ * another program, look into or change another process, make namespaces
+ * (the first step of most kernel privilege bugs), mount, load kernel code or
+ * BPF, and the kernel interfaces with a record of such bugs (io_uring,
+ * userfaultfd, keyrings, perf). Everything else stays: the proxy resolves
+ * names, connects, speaks TLS and runs threads, and a list of what that
+ * takes would break with the next libc or OpenSSL. */
+static int seccomp_load_denials(void) {
+        static const char *const denied[] = {
+                "execve",          "execveat",          "ptrace",           "process_vm_readv",
+                "process_vm_writev", "kcmp",            "pidfd_getfd",      "setns",
+                "mount",           "umount2",           "pivot_root",       "chroot",
+                "move_mount",      "open_tree",         "fsopen",           "fsmount",
+                "fsconfig",        "fspick",            "mount_setattr",    "open_by_handle_at",
+                "name_to_handle_at", "init_module",     "finit_module",     "delete_module",
+                "kexec_load",      "kexec_file_load",   "bpf",              "perf_event_open",
+                "userfaultfd",     "keyctl",            "add_key",          "request_key",
+                "io_uring_setup",  "io_uring_enter",    "io_uring_register", "mknod",
+                "mknodat",         "reboot",            "swapon",           "swapoff",
+                "acct",            "quotactl",          "syslog",           "fanotify_init",
+                "settimeofday",    "clock_settime",     "clock_adjtime",    "adjtimex",
+                "personality",     "uselib",            "vhangup",          "lookup_dcookie",
+        };
+        _cleanup_(seccomp_releasep) scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+        if (!ctx)
+                return -ENOMEM;
+        int r;
+        for (size_t i = 0; i < ELEMENTSOF(denied); i++) {
+                int nr = seccomp_syscall_resolve_name(denied[i]);
+                if (nr == __NR_SCMP_ERROR)
+                        continue; /* not on this architecture */
+                if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0)) < 0)
+                        return r;
+        }
+        /* Threads, yes; namespaces, no. clone3 keeps its flags where the
+         * filter cannot read them: ENOSYS, and libc falls back to clone. */
+        static const scmp_datum_t ns[] = { CLONE_NEWUSER, CLONE_NEWNS,  CLONE_NEWPID,   CLONE_NEWNET,
+                                           CLONE_NEWIPC,  CLONE_NEWUTS, CLONE_NEWCGROUP };
+        if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(unshare), 0)) < 0 ||
+            (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0)) < 0)
+                return r;
+        for (size_t i = 0; i < ELEMENTSOF(ns); i++)
+                if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                                          SCMP_A0(SCMP_CMP_MASKED_EQ, ns[i], ns[i]))) < 0)
+                        return r;
+        return seccomp_load(ctx);
+}
+
 static void usage(FILE *f) {
         fputs("usage: runtime-egress --state-dir DIR [--user NAME] [--max-connections N]\n"
               "         [--test-upstream NAME=127.0.0.1:PORT]... [--extra-ca FILE]\n"
@@ -304,6 +359,10 @@ int main(int argc, char **argv) {
         }
         if ((r = drop_privileges(user)) < 0) {
                 log_error(NULL, "runtime-egress: cannot drop root and capabilities: %s", strerror(-r));
+                return 1;
+        }
+        if ((r = seccomp_load_denials()) < 0) {
+                log_error(NULL, "runtime-egress: cannot load its seccomp filter: %s", strerror(-r));
                 return 1;
         }
         {

@@ -261,6 +261,7 @@ def test_proxy_runs_without_root_capabilities_or_the_database(env):
     for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
         assert int(st[cap], 16) == 0, f"{cap} {st[cap]}"
     assert st["NoNewPrivs"].strip() == "1", st["NoNewPrivs"]
+    assert st["Seccomp"].strip() == "2", st["Seccomp"]  # a filter: no exec, ptrace, namespaces, ...
     # Nothing of the daemon's state is open in it: no database, no CA key
     # file (the key is in its memory alone), only its sockets and stdio.
     for fd in os.listdir(f"/proc/{pid}/fd"):
