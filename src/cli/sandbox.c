@@ -11,6 +11,7 @@
 #include "cli/format.h"
 #include "cli/keys.h"
 #include "cli/parse.h"
+#include "cli/snapshot.h"
 #include "common/macro.h"
 
 /* Local sanity bounds: the daemon enforces its own (smaller) maxima and
@@ -72,9 +73,13 @@ static const char create_help[] =
         "                      the same\n"
         "  --on-lease-end WHAT stop (keep the files), pause (keep memory too) or delete, when\n"
         "                      the lease ends (default stop)\n"
+        "  --snapshot ID       start on a snapshot's files (see 'runtime sandbox snapshot'),\n"
+        "                      with its source's driver, image and sizes (--vcpu and --memory\n"
+        "                      may differ; another --driver, --image or --disk is refused)\n"
         "%s"
-        "\nExample:\n"
-        "  id=$(runtime sandbox create --lease 1h --memory 2G --label team=a)\n";
+        "\nExamples:\n"
+        "  id=$(runtime sandbox create --lease 1h --memory 2G --label team=a)\n"
+        "  runtime sandbox create --snapshot snp_4b1e9c0d2a7f3e5c8d10 --name attempt-2\n";
 
 static const char exec_help[] =
         "Runs CMD in the running sandbox ID as an argument vector, streams its output and\n"
@@ -108,6 +113,7 @@ enum {
         OPT_TRIAL,
         OPT_INTERNET,
         OPT_NO_INTERNET,
+        OPT_SNAPSHOT,
 };
 
 static bool option_allowed(SandboxVerb verb, int opt) {
@@ -123,6 +129,7 @@ static bool option_allowed(SandboxVerb verb, int opt) {
         case OPT_KEEP:
                 return verb == SANDBOX_VERB_RUN;
         case OPT_ON_LEASE_END:
+        case OPT_SNAPSHOT:
                 return verb == SANDBOX_VERB_CREATE;
         default:
                 return verb != SANDBOX_VERB_EXEC;
@@ -198,6 +205,7 @@ int sandbox_args_parse(SandboxVerb verb, int argc, char **argv, SandboxArgs *ret
                 {"trial", no_argument, NULL, OPT_TRIAL},
                 {"internet", no_argument, NULL, OPT_INTERNET},
                 {"no-internet", no_argument, NULL, OPT_NO_INTERNET},
+                {"snapshot", required_argument, NULL, OPT_SNAPSHOT},
                 {NULL, 0, NULL, 0},
         };
         SandboxArgs a = {.lease_s = -1, .timeout_ms = -1, .vcpu = -1, .memory_mib = -1, .disk_mib = -1,
@@ -299,6 +307,14 @@ int sandbox_args_parse(SandboxVerb verb, int argc, char **argv, SandboxArgs *ret
                                 r = -EINVAL;
                         }
                         a.on_lease_end = optarg;
+                        break;
+                case OPT_SNAPSHOT:
+                        if (!snapshot_id_valid(optarg)) {
+                                snprintf(err, errlen, "--snapshot: '%.64s' is not a snapshot id (snp_ and 20 hex digits)",
+                                         optarg);
+                                r = -EINVAL;
+                        }
+                        a.snapshot = optarg;
                         break;
                 case 'e':
                         if (!a.env && !(a.env = json_object()))
@@ -433,6 +449,7 @@ json_t *sandbox_create_body(const SandboxArgs *a, SandboxVerb verb) {
         r |= set_str(b, "driver", a->driver);
         r |= set_str(b, "image", a->image);
         r |= set_str(b, "name", a->name);
+        r |= set_str(b, "snapshot", a->snapshot);
         r |= set_int(b, "maxCostMicros", a->max_cost_micros);
         if (a->env)
                 r |= json_object_set(b, "env", a->env);

@@ -35,7 +35,7 @@ static const char *take_option(int *argc, char **argv, const char *opt) {
         return NULL;
 }
 
-static bool snapshot_id_ok(const char *s) {
+bool snapshot_id_valid(const char *s) {
         if (strncmp(s, "snp_", 4) != 0 || strlen(s) != 24)
                 return false;
         for (const char *p = s + 4; *p; p++)
@@ -219,7 +219,7 @@ int cmd_snapshot_get(CliContext *ctx, int argc, char **argv) {
         r = cli_simple_args(ctx, verb, usage, get_help, argc, argv, 1, 1, &pos, &npos);
         if (r != CLI_PROCEED)
                 return r;
-        if (!snapshot_id_ok(pos[0]))
+        if (!snapshot_id_valid(pos[0]))
                 return cli_usage_error(verb, usage, "'%.64s' is not a snapshot id (snp_ and 20 hex digits)", pos[0]);
         r = cli_connect(ctx, true, &c);
         if (r > 0)
@@ -248,7 +248,7 @@ int cmd_snapshot_rm(CliContext *ctx, int argc, char **argv) {
         if (r != CLI_PROCEED)
                 return r;
         for (int i = 0; i < npos; i++)
-                if (!snapshot_id_ok(pos[i]))
+                if (!snapshot_id_valid(pos[i]))
                         return cli_usage_error(verb, usage, "'%.64s' is not a snapshot id (snp_ and 20 hex digits)",
                                                pos[i]);
         r = cli_connect(ctx, true, &c);

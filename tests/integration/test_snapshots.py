@@ -359,3 +359,38 @@ def test_retention_is_enforced_and_storage_billed(api, any_driver):
     usage = api.get("/v1/usage", params={"since": "0"}).json()
     series = {s["sandboxId"] for s in usage["sandboxes"]}
     assert f"{keep['id']}:disk" in series and f"{gone['id']}:disk" in series, series
+
+
+def test_cli_create_from_snapshot(api, driver, build_dir, daemon):
+    """runtime sandbox create --snapshot ID starts a sandbox on the snapshot's files; an id that is
+    not a snapshot's is a usage error before any request, one of nobody's a 404 from the daemon."""
+    import json
+    import subprocess
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RUNTIME_")}
+        env.update(daemon.env())
+        return subprocess.run([str(build_dir / "runtime"), *args], env=env, capture_output=True, text=True,
+                              timeout=180)
+
+    sbx = api.create_sandbox(driver=driver)
+    sbx.exec("echo from-cli > /workspace/f")
+    sid = snapshot(api, sbx.id)["id"]
+    r = cli("--json", "sandbox", "create", "--snapshot", sid, "--name", "cli-copy", "--label", "k=v")
+    assert r.returncode == 0, r.stderr
+    copy = json.loads(r.stdout)
+    api.created.append(copy["id"])
+    assert copy["name"] == "cli-copy" and copy["labels"] == {"k": "v"} and copy["driver"] == driver, copy
+    assert api.exec(copy["id"], command="cat /workspace/f")["stdout"] == "from-cli\n"
+    r = cli("sandbox", "create", "--snapshot", sid)
+    assert r.returncode == 0 and r.stdout.strip().startswith("sbx_"), r.stderr
+    api.created.append(r.stdout.strip())
+    for bad in ("snp_nope", "sbx_9f2c4e1a7b3d5c6e8f01", "snp_4B1E9C0D2A7F3E5C8D10", ""):
+        r = cli("sandbox", "create", "--snapshot", bad)
+        assert r.returncode == 2 and "snapshot id" in r.stderr, (bad, r.stderr)
+    r = cli("sandbox", "run", "--snapshot", sid, "--", "true")
+    assert r.returncode == 2 and "--snapshot is not an option of sandbox run" in r.stderr, r.stderr
+    r = cli("sandbox", "create", "--snapshot", "snp_00000000000000000000")
+    assert r.returncode == 1 and "snapshot" in r.stderr, r.stderr
+    r = cli("sandbox", "create", "--help")
+    assert r.returncode == 0 and "--snapshot ID" in r.stdout, r.stdout
