@@ -68,23 +68,32 @@ static int retention_field(json_t *body, int64_t *ret, ApiError *e) {
         return 0;
 }
 
-enum MHD_Result handle_sandbox_snapshot(Req *r) {
+int snapshot_parse_body(json_t *body, SnapshotRequest *sr, json_t **ret_labels, ApiError *e) {
         static const char *const fields[] = { "mode", "name", "labels", "retentionDays", NULL };
-        ApiError e = { 0 };
-        SnapshotRequest sr = { 0 };
-        _cleanup_json_ json_t *labels = NULL;
-        if (check_fields(r->json, fields, &e) < 0 || retention_field(r->json, &sr.retention_days, &e) < 0 ||
-            request_parse_name_labels(r->json, &sr.name, &labels, &e) < 0)
-                return reply_error(r, &e);
-        json_t *mode = json_object_get(r->json, "mode");
+        *sr = (SnapshotRequest){ 0 };
+        *ret_labels = NULL;
+        if (check_fields(body, fields, e) < 0 || retention_field(body, &sr->retention_days, e) < 0 ||
+            request_parse_name_labels(body, &sr->name, ret_labels, e) < 0)
+                return -EINVAL;
+        json_t *mode = json_object_get(body, "mode");
         if (mode && !json_is_null(mode)) {
-                sr.mode = json_string_value(mode);
-                if (!sr.mode || (strcmp(sr.mode, "disk") != 0 && strcmp(sr.mode, "memory") != 0)) {
-                        api_error(&e, 400, "invalid_request", NULL, "mode must be \"disk\" or \"memory\"");
-                        return reply_error(r, &e);
+                sr->mode = json_string_value(mode);
+                if (!sr->mode || (strcmp(sr->mode, "disk") != 0 && strcmp(sr->mode, "memory") != 0)) {
+                        json_decref(*ret_labels);
+                        *ret_labels = NULL;
+                        return api_error(e, 400, "invalid_request", NULL, "mode must be \"disk\" or \"memory\"");
                 }
         }
-        sr.labels = labels;
+        sr->labels = *ret_labels;
+        return 0;
+}
+
+enum MHD_Result handle_sandbox_snapshot(Req *r) {
+        ApiError e = { 0 };
+        SnapshotRequest sr;
+        _cleanup_json_ json_t *labels = NULL;
+        if (snapshot_parse_body(r->json, &sr, &labels, &e) < 0)
+                return reply_error(r, &e);
         SandboxError se;
         SnapshotRow snap;
         if (sandbox_snapshot(r->app->manager, &r->key, r->route.sandbox_id, &sr, r->rid, &snap, &se) < 0) {
@@ -185,14 +194,23 @@ enum MHD_Result handle_snapshot_list(Req *r) {
         return j ? reply_json(r, 200, j) : reply_internal(r);
 }
 
-enum MHD_Result handle_snapshot_update(Req *r) {
+int snapshot_update_parse_body(json_t *body, const char **ret_name, json_t **ret_labels, int64_t *ret_days,
+                               ApiError *e) {
         static const char *const fields[] = { "name", "labels", "ifLabels", "retentionDays", NULL };
+        *ret_name = NULL;
+        *ret_labels = NULL;
+        if (check_fields(body, fields, e) < 0 || retention_field(body, ret_days, e) < 0 ||
+            request_parse_name_labels(body, ret_name, ret_labels, e) < 0)
+                return -EINVAL;
+        return 0;
+}
+
+enum MHD_Result handle_snapshot_update(Req *r) {
         ApiError e = { 0 };
         const char *name;
         _cleanup_json_ json_t *labels = NULL;
         int64_t days;
-        if (check_fields(r->json, fields, &e) < 0 || retention_field(r->json, &days, &e) < 0 ||
-            request_parse_name_labels(r->json, &name, &labels, &e) < 0)
+        if (snapshot_update_parse_body(r->json, &name, &labels, &days, &e) < 0)
                 return reply_error(r, &e);
         SnapshotRow cur;
         int rc = snapshot_store_get(r->app->snapshots, r->key.owner, r->route.snapshot_id, &cur);
@@ -225,16 +243,20 @@ enum MHD_Result handle_snapshot_update(Req *r) {
         return reply_snapshot(r, 200, &s);
 }
 
-enum MHD_Result handle_snapshot_extend(Req *r) {
+int snapshot_extend_parse_body(json_t *body, int64_t *ret_days, ApiError *e) {
         static const char *const fields[] = { "retentionDays", NULL };
+        if (check_fields(body, fields, e) < 0 || retention_field(body, ret_days, e) < 0)
+                return -EINVAL;
+        if (*ret_days == 0)
+                return api_error(e, 400, "invalid_request", NULL, "retentionDays is required");
+        return 0;
+}
+
+enum MHD_Result handle_snapshot_extend(Req *r) {
         ApiError e = { 0 };
         int64_t days;
-        if (check_fields(r->json, fields, &e) < 0 || retention_field(r->json, &days, &e) < 0)
+        if (snapshot_extend_parse_body(r->json, &days, &e) < 0)
                 return reply_error(r, &e);
-        if (days == 0) {
-                api_error(&e, 400, "invalid_request", NULL, "retentionDays is required");
-                return reply_error(r, &e);
-        }
         SnapshotRow s;
         int rc = snapshot_store_update(r->app->snapshots, r->key.owner, r->route.snapshot_id, false, NULL, NULL,
                                        time_now_unix() + days * 86400, &s);
@@ -276,23 +298,7 @@ int api_snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e) {
         if (rc < 0)
                 return api_error(e, 500, "internal", NULL, "could not read the snapshot");
         _cleanup_json_ json_t *spec = json_loads(s.spec, 0, NULL);
-        rc = 0;
-        for (size_t i = 0; inherited[i] && rc == 0; i++) {
-                json_t *mine = json_object_get(r->json, inherited[i]);
-                json_t *theirs = json_object_get(spec, inherited[i]);
-                if (!theirs)
-                        continue;
-                if (!mine || json_is_null(mine))
-                        rc = json_object_set(r->json, inherited[i], theirs);
-                else if ((strcmp(inherited[i], "driver") == 0 || strcmp(inherited[i], "image") == 0) &&
-                         !json_equal(mine, theirs))
-                        rc = api_error(e, 400, "invalid_request", "leave it out to take the snapshot's",
-                                       "%s must be the snapshot's (%.64s)", inherited[i], json_string_value(theirs));
-                else if (strcmp(inherited[i], "diskMiB") == 0 && json_is_integer(mine) &&
-                         json_integer_value(mine) != json_integer_value(theirs))
-                        rc = api_error(e, 400, "invalid_request", "leave it out to take the snapshot's",
-                                       "diskMiB must be the snapshot's (%lld)", (long long)json_integer_value(theirs));
-        }
+        rc = snapshot_merge_create_defaults(r->json, spec, e);
         if (rc == 0) {
                 *ret_dir = snapshot_store_dir(r->app->snapshots, s.id);
                 if (!*ret_dir)
@@ -304,31 +310,68 @@ int api_snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e) {
         return rc;
 }
 
-enum MHD_Result handle_sandbox_fork(Req *r) {
+int snapshot_merge_create_defaults(json_t *body, json_t *spec, ApiError *e) {
+        int rc = 0;
+        for (size_t i = 0; inherited[i] && rc == 0; i++) {
+                json_t *mine = json_object_get(body, inherited[i]);
+                json_t *theirs = json_object_get(spec, inherited[i]);
+                if (!theirs)
+                        continue;
+                if (!mine || json_is_null(mine))
+                        rc = json_object_set(body, inherited[i], theirs) < 0
+                                     ? api_error(e, 500, "internal", NULL, "out of memory")
+                                     : 0;
+                else if ((strcmp(inherited[i], "driver") == 0 || strcmp(inherited[i], "image") == 0) &&
+                         !json_equal(mine, theirs))
+                        rc = api_error(e, 400, "invalid_request", "leave it out to take the snapshot's",
+                                       "%s must be the snapshot's (%.64s)", inherited[i], json_string_value(theirs));
+                else if (strcmp(inherited[i], "diskMiB") == 0 && json_is_integer(mine) &&
+                         json_integer_value(mine) != json_integer_value(theirs))
+                        rc = api_error(e, 400, "invalid_request", "leave it out to take the snapshot's",
+                                       "diskMiB must be the snapshot's (%lld)", (long long)json_integer_value(theirs));
+        }
+        return rc;
+}
+
+int fork_parse_body(json_t *body, int64_t *ret_count, const char **ret_name, json_t **ret_labels, ApiError *e) {
         static const char *const fields[] = { "count", "name", "labels", "keepSnapshot", "secrets", "funding", NULL };
+        *ret_count = 1;
+        *ret_name = NULL;
+        *ret_labels = NULL;
+        if (check_fields(body, fields, e) < 0 || request_parse_name_labels(body, ret_name, ret_labels, e) < 0)
+                return -EINVAL;
+        json_t *cv = json_object_get(body, "count");
+        json_t *keep = json_object_get(body, "keepSnapshot");
+        json_t *secrets = json_object_get(body, "secrets");
+        int rc = 0;
+        if (cv && !json_is_null(cv)) {
+                if (!json_is_integer(cv) || json_integer_value(cv) < 1 || json_integer_value(cv) > FORK_MAX_COUNT)
+                        rc = api_error(e, 400, "invalid_request", NULL, "count must be an integer from 1 to %d",
+                                       FORK_MAX_COUNT);
+                else
+                        *ret_count = json_integer_value(cv);
+        }
+        if (rc == 0 && ((keep && !json_is_null(keep) && !json_is_boolean(keep)) ||
+                        (secrets && !json_is_null(secrets) && !json_is_array(secrets))))
+                rc = api_error(e, 400, "invalid_request", NULL,
+                               "keepSnapshot must be a boolean and secrets a list of names");
+        if (rc < 0) {
+                json_decref(*ret_labels);
+                *ret_labels = NULL;
+        }
+        return rc;
+}
+
+enum MHD_Result handle_sandbox_fork(Req *r) {
         const DaemonConfig *cfg = r->app->cfg;
         ApiError e = { 0 };
         const char *name;
         _cleanup_json_ json_t *labels = NULL;
-        if (check_fields(r->json, fields, &e) < 0 || request_parse_name_labels(r->json, &name, &labels, &e) < 0)
+        int64_t count;
+        if (fork_parse_body(r->json, &count, &name, &labels, &e) < 0)
                 return reply_error(r, &e);
-        json_t *cv = json_object_get(r->json, "count");
-        json_int_t count = 1;
-        if (cv && !json_is_null(cv)) {
-                if (!json_is_integer(cv) || json_integer_value(cv) < 1 || json_integer_value(cv) > FORK_MAX_COUNT) {
-                        api_error(&e, 400, "invalid_request", NULL, "count must be an integer from 1 to %d",
-                                  FORK_MAX_COUNT);
-                        return reply_error(r, &e);
-                }
-                count = json_integer_value(cv);
-        }
         json_t *keep = json_object_get(r->json, "keepSnapshot");
         json_t *secrets = json_object_get(r->json, "secrets");
-        if ((keep && !json_is_null(keep) && !json_is_boolean(keep)) ||
-            (secrets && !json_is_null(secrets) && !json_is_array(secrets))) {
-                api_error(&e, 400, "invalid_request", NULL, "keepSnapshot must be a boolean and secrets a list of names");
-                return reply_error(r, &e);
-        }
         /* The source's spec: what every copy is made of, and what it costs. */
         SandboxError se;
         SandboxRow src;

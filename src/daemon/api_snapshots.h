@@ -1,7 +1,12 @@
 #pragma once
 /* The snapshot routes: :snapshot and :fork of a sandbox, and
  * /v1/snapshots (list, get, update, extend, delete). */
+#include <stdint.h>
+
+#include <jansson.h>
+
 #include "daemon/http.h"
+#include "daemon/sandbox.h"
 
 enum MHD_Result handle_sandbox_snapshot(Req *r);
 enum MHD_Result handle_sandbox_fork(Req *r);
@@ -16,3 +21,16 @@ enum MHD_Result handle_snapshot_delete(Req *r);
  * create has no snapshot). A diskMiB smaller than the snapshot's, or
  * another driver or image, is a 400. */
 int api_snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e);
+
+/* The bodies' checks, apart from the store so they can be fuzzed. Labels
+ * come back owned by the caller (NULL when not given); names point into
+ * the body. Each answers -EINVAL with e set on a bad body. */
+int snapshot_parse_body(json_t *body, SnapshotRequest *sr, json_t **ret_labels, ApiError *e);
+int fork_parse_body(json_t *body, int64_t *ret_count, const char **ret_name, json_t **ret_labels, ApiError *e);
+int snapshot_update_parse_body(json_t *body, const char **ret_name, json_t **ret_labels, int64_t *ret_days,
+                               ApiError *e);
+/* retentionDays, required. */
+int snapshot_extend_parse_body(json_t *body, int64_t *ret_days, ApiError *e);
+/* Fills a create body's driver, image and shape from a snapshot's spec
+ * where the body leaves them out; another driver, image or diskMiB is a 400. */
+int snapshot_merge_create_defaults(json_t *body, json_t *spec, ApiError *e);
