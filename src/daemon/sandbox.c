@@ -1741,10 +1741,26 @@ static void idle_check(Manager *m, Sandbox *sb, int64_t now_ms) {
 static int op_update(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         const SandboxUpdate *u = arg;
         int64_t now = time_now_unix();
-        if (u->lease_end > 0) {
-                if (strcmp(row->state, "running") != 0)
+        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
+        if (!spec)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
+        /* A paused sandbox's lease does not run: the new one is what its
+         * wake gives it, counted from then and reserved then. */
+        int64_t paused_lease = 0;
+        if (u->lease_end > 0 && state_is(row, "paused")) {
+                paused_lease = u->lease_end > now ? u->lease_end - now : 1;
+                uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
+                json_t *max = json_object_get(spec, "maxTotalCostMicros");
+                int64_t life = row->run_seconds + paused_lease;
+                if (json_is_integer(max) && ledger_cost(per_hour, life) > (uint64_t)json_integer_value(max))
+                        return budget_refusal(e, per_hour, life, 0, (uint64_t)json_integer_value(max),
+                                              "maxTotalCostMicros", "sandbox with this lease");
+                if (json_object_set_new(spec, "leaseLeftSeconds", json_integer(paused_lease)) < 0)
+                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
+        } else if (u->lease_end > 0) {
+                if (!state_is(row, "running"))
                         return sandbox_error(e, SANDBOX_ERR_CONFLICT, "a lease runs only while the sandbox does",
-                                             "sandbox %s is %s, not running", row->id, row->state);
+                                             "sandbox %s is %s, not running or paused", row->id, row->state);
                 if (u->lease_end > row->lease_ends_at) {
                         /* Longer: reserved and capped as an extend is. */
                         ExtendArg a = { u->lease_end - (row->lease_ends_at > now ? row->lease_ends_at : now) };
@@ -1755,10 +1771,12 @@ static int op_update(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
                         /* Shorter: the timer acts on the new end; what was
                          * reserved for the longer one is settled when it ends. */
                         row->lease_ends_at = u->lease_end;
+                /* op_extend wrote the row: its spec as it is now. */
+                json_decref(spec);
+                spec = json_loads(row->spec, 0, NULL);
+                if (!spec)
+                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
         }
-        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
-        if (!spec)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
         if (u->on_lease_end && json_object_set_new(spec, "onLeaseEnd", json_string(u->on_lease_end)) < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
         if (u->on_lease_end || u->lease_end > 0) {

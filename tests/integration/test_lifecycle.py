@@ -11,6 +11,7 @@ import os
 import signal
 import time
 import uuid
+from datetime import datetime
 
 import pytest
 
@@ -449,3 +450,29 @@ def test_wake_reserves_its_lease_against_the_daily_limit(api, any_driver):
         assert wake(limited, sbx.id)["state"] == "running"  # what the pause left fits
     finally:
         limited.close()
+
+
+def test_update_lease_of_a_paused_sandbox_applies_at_the_wake(api, driver):
+    """:update with timeoutSeconds on a paused sandbox keeps it paused with no lease running, and
+    its wake gives it that lease counted from the wake; a lease past maxTotalCostMicros is refused
+    and changes nothing; a stopped sandbox has no lease to update."""
+    sbx = api.create_sandbox(driver=driver, timeoutSeconds=60, maxTotalCostMicros=2000, vcpu=1, memoryMiB=64)
+    pause(api, sbx.id)
+    r = api.post(f"/v1/sandboxes/{sbx.id}:update", json={"timeoutSeconds": 600, "labels": {"l": "1"}})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["state"] == "paused" and got["leaseEndsAt"] is None and got["labels"] == {"l": "1"}, got
+    # 2000 micro-dollars buy about 12 minutes of this sandbox: a day's lease does not fit.
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:update", json={"timeoutSeconds": 86400, "labels": {"l": "2"}}),
+                 409, "budget_exceeded", mentions="maxTotalCostMicros")
+    assert api.sandbox(sbx.id)["labels"] == {"l": "1"}
+    before = time.time()
+    woke = wake(api, sbx.id)
+    after = time.time()
+    assert woke["state"] == "running", woke
+    ends = datetime.fromisoformat(woke["leaseEndsAt"].replace("Z", "+00:00")).timestamp()
+    assert before + 600 - 2 <= ends <= after + 600 + 2, (before, ends, after)
+    assert sbx.run("echo ok") == "ok\n"
+    assert api.post(f"/v1/sandboxes/{sbx.id}:stop", json={}).status_code == 200
+    assert_error(api.post(f"/v1/sandboxes/{sbx.id}:update", json={"timeoutSeconds": 600}), 409, "conflict",
+                 mentions="stopped")
