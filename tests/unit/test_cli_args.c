@@ -196,6 +196,23 @@ static void test_create(void **state) {
         assert_int_equal(PARSE(SANDBOX_VERB_CREATE, &a, "create", "--lease", "0"), -ERANGE);
         assert_int_equal(PARSE(SANDBOX_VERB_CREATE, &a, "create", "--lease", "25h"), -ERANGE);
         assert_int_equal(PARSE(SANDBOX_VERB_CREATE, &a, "create", "--label", "novalue"), -EINVAL);
+
+        /* --snapshot: a snapshot id, sent as the create's snapshot; create only. */
+        assert_int_equal(PARSE(SANDBOX_VERB_CREATE, &a, "create", "--snapshot", "snp_4b1e9c0d2a7f3e5c8d10"), 0);
+        b = sandbox_create_body(&a, SANDBOX_VERB_CREATE);
+        assert_string_equal(json_string_value(json_object_get(b, "snapshot")), "snp_4b1e9c0d2a7f3e5c8d10");
+        assert_int_equal(json_object_size(b), 1);
+        json_decref(b);
+        sandbox_args_done(&a);
+        assert_int_equal(PARSE(SANDBOX_VERB_CREATE, &a, "create", "--snapshot", "snp_4b1e9c0d2a7f3e5c8d1"), -EINVAL);
+        assert_non_null(strstr(err, "not a snapshot id"));
+        assert_int_equal(PARSE(SANDBOX_VERB_CREATE, &a, "create", "--snapshot", "snp_4b1e9c0d2a7f3e5c8d1G"), -EINVAL);
+        assert_int_equal(PARSE(SANDBOX_VERB_CREATE, &a, "create", "--snapshot", "../../v1/keys"), -EINVAL);
+        assert_int_equal(PARSE(SANDBOX_VERB_RUN, &a, "run", "--snapshot", "snp_4b1e9c0d2a7f3e5c8d10", "true"), -EINVAL);
+        assert_non_null(strstr(err, "--snapshot is not an option of sandbox run"));
+        assert_int_equal(PARSE(SANDBOX_VERB_EXEC, &a, "exec", "--snapshot", "snp_4b1e9c0d2a7f3e5c8d10",
+                               "sbx_9f2c4e1a7b3d5c6e8f01", "true"),
+                         -EINVAL);
 }
 
 static void test_exec(void **state) {
