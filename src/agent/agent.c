@@ -28,8 +28,18 @@
 #include "common/macro.h"
 #include "proto/proto.h"
 
-/* Bytes read from a child's pipe per DATA frame (a pipe holds 64 KiB). */
+/* Bytes read from a relay socket per DATA frame. */
 #define CHUNK (64u * 1024u)
+/* A child's stdout and stderr pipes hold this much (F_SETPIPE_SZ; the
+ * default is 64 KiB): a program that writes a lot runs on while the agent
+ * waits for its turn on a loaded machine, and the agent then takes it in a
+ * few large reads instead of many wakeups of 64 KiB or less. Best effort:
+ * past /proc/sys/fs/pipe-max-size the default stays. */
+#define EXEC_PIPE_BYTES (1024u * 1024u)
+/* The channel's send buffer (SO_SNDBUF, or the pipe's size under gVisor):
+ * room for a whole window of output, so that a frame goes out in one write
+ * while the host's reader is not yet scheduled. Best effort as well. */
+#define CHANNEL_SEND_BYTES (2u * 1024u * 1024u)
 /* Bytes read from a file per DATA frame, and from the channel at once: a
  * whole largest frame, so that a file moves in few frames and syscalls. */
 #define BIG_CHUNK PROTO_MAX_PAYLOAD
@@ -168,15 +178,7 @@ static void agent_fatal(Agent *a, const char *why) {
         a->exit_status = 1;
 }
 
-static void send_frame(Agent *a, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
-                       size_t len) {
-        OutFrame *f = calloc(1, sizeof(OutFrame));
-        if (!f || proto_frame_build(type, flags, stream, payload, len, &f->buf, &f->len) < 0) {
-                free(f);
-                /* A frame we cannot queue would leave the host waiting for ever. */
-                agent_fatal(a, "cannot queue a frame");
-                return;
-        }
+static void queue_frame(Agent *a, OutFrame *f, uint8_t type, uint32_t stream) {
         if (a->out_tail)
                 a->out_tail->next = f;
         else
@@ -190,6 +192,18 @@ static void send_frame(Agent *a, uint8_t type, uint8_t flags, uint32_t stream, c
                         s->queued_out += f->len;
                 }
         }
+}
+
+static void send_frame(Agent *a, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
+                       size_t len) {
+        OutFrame *f = calloc(1, sizeof(OutFrame));
+        if (!f || proto_frame_build(type, flags, stream, payload, len, &f->buf, &f->len) < 0) {
+                free(f);
+                /* A frame we cannot queue would leave the host waiting for ever. */
+                agent_fatal(a, "cannot queue a frame");
+                return;
+        }
+        queue_frame(a, f, type, stream);
 }
 
 static void send_json(Agent *a, uint8_t type, uint32_t stream, json_t *j) {
@@ -408,6 +422,10 @@ static void exec_start(Agent *a, uint32_t id, AgentRequest *r) {
         s->fds[PIPE_OUT] = child.stdout_fd;
         s->fds[PIPE_ERR] = child.stderr_fd;
         s->pty = r->pty;
+        if (!s->pty)
+                for (int i = PIPE_OUT; i <= PIPE_ERR; i++)
+                        if (s->fds[i] >= 0)
+                                (void)fcntl(s->fds[i], F_SETPIPE_SZ, (int)EXEC_PIPE_BYTES);
         s->start_ms = now_ms();
         if (r->timeout_ms > 0)
                 s->deadline_ms = s->start_ms + (uint64_t)r->timeout_ms;
@@ -927,19 +945,54 @@ static void read_signals(Agent *a) {
         reap(a);
 }
 
+/* Reads up to `want` bytes from fd straight into a new DATA frame's buffer
+ * (no copy between the read and the channel) and queues it. The bytes read,
+ * or what read() said (0, -1 with errno). */
+static ssize_t read_into_frame(Agent *a, Stream *s, int fd, uint8_t flags, size_t want) {
+        OutFrame *f = calloc(1, sizeof(OutFrame));
+        uint8_t *buf = malloc(PROTO_HEADER_SIZE + want);
+        if (!f || !buf) {
+                free(f);
+                free(buf);
+                agent_fatal(a, "cannot queue a frame");
+                errno = ENOMEM;
+                return -1;
+        }
+        ssize_t n = read(fd, buf + PROTO_HEADER_SIZE, want);
+        if (n <= 0) {
+                int k = errno;
+                free(f);
+                free(buf);
+                errno = k;
+                return n;
+        }
+        ProtoHeader h = {.length = (uint32_t)n, .stream = s->id, .type = PROTO_DATA, .flags = flags};
+        (void)proto_header_encode(&h, buf);
+        /* A short read keeps only what it used: the queue's bounds count
+         * frame bytes, and so must its memory. */
+        if ((size_t)n < want / 2) {
+                uint8_t *small = realloc(buf, PROTO_HEADER_SIZE + (size_t)n);
+                if (small)
+                        buf = small;
+        }
+        f->buf = buf;
+        f->len = PROTO_HEADER_SIZE + (size_t)n;
+        queue_frame(a, f, PROTO_DATA, s->id);
+        s->credit -= (uint64_t)n;
+        return n;
+}
+
 static void pipe_readable(Agent *a, Stream *s, int which) {
-        size_t want = CHUNK;
+        /* A whole largest frame per read: what a big pipe holds goes out in
+         * few frames, few writes and few wakeups of the host. */
+        size_t want = BIG_CHUNK;
         if (s->credit < want)
                 want = (size_t)s->credit;
         if (want == 0)
                 return;
-        uint8_t buf[CHUNK];
-        ssize_t n = read(s->fds[which], buf, want);
-        if (n > 0) {
-                send_frame(a, PROTO_DATA, (uint8_t)which, s->id, buf, (size_t)n);
-                s->credit -= (uint64_t)n;
+        ssize_t n = read_into_frame(a, s, s->fds[which], (uint8_t)which, want);
+        if (n > 0 || a->quit)
                 return;
-        }
         if (n < 0 && (errno == EINTR || (errno == EAGAIN && !s->final_until_ms)))
                 return;
         /* EOF, an error, or nothing left once the group is dead. */
@@ -1286,9 +1339,18 @@ void agent_set_memory_limit(Agent *a, uint64_t bytes) {
         a->memory_limit = bytes;
 }
 
+/* Best effort: the kernel caps both at its own maxima (wmem_max,
+ * pipe-max-size) for a process without the capability to pass them. */
+static void grow_channel_buffer(int fd) {
+        int bytes = (int)CHANNEL_SEND_BYTES;
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes) < 0 && errno == ENOTSOCK)
+                (void)fcntl(fd, F_SETPIPE_SZ, bytes);
+}
+
 int agent_run(Agent *a) {
         set_nonblock(a->in_fd);
         set_nonblock(a->out_fd);
+        grow_channel_buffer(a->out_fd);
         send_hello(a);
         struct pollfd pfd[MAX_POLL];
         Stream *owner[MAX_POLL];
