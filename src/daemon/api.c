@@ -447,11 +447,9 @@ json_t *api_process_exit_event(const ProcExit *x) {
         return ev;
 }
 
-static char *base64_encode(const uint8_t *b, size_t len) {
+/* Base64 of len bytes into out ((len + 2) / 3 * 4 bytes); the length. */
+static size_t base64_encode_into(const uint8_t *b, size_t len, char *out) {
         static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        char *out = malloc((len + 2) / 3 * 4 + 1);
-        if (!out)
-                return NULL;
         size_t o = 0, i = 0;
         for (; i + 2 < len; i += 3) {
                 uint32_t v = (uint32_t)b[i] << 16 | (uint32_t)b[i + 1] << 8 | b[i + 2];
@@ -467,8 +465,7 @@ static char *base64_encode(const uint8_t *b, size_t len) {
                 out[o++] = i + 1 < len ? tab[(v >> 6) & 63] : '=';
                 out[o++] = '=';
         }
-        out[o] = '\0';
-        return out;
+        return o;
 }
 
 /* JSON string content for bytes: printable ASCII copied in runs, the JSON
@@ -492,17 +489,16 @@ static size_t json_text(const uint8_t *b, size_t len, char *out, bool *ret_exact
         size_t o = 0;
         bool exact = true;
         for (size_t i = 0; i < len;) {
-                size_t run = i;
-                for (uint64_t v; run + 8 <= len; run += 8) {
-                        memcpy(&v, b + run, 8);
+                /* One pass: a word with nothing to escape is copied as it is
+                 * looked at, so plain text is read once and written once. */
+                for (uint64_t v; i + 8 <= len; i += 8, o += 8) {
+                        memcpy(&v, b + i, 8);
                         if (word_needs_escape(v))
                                 break;
+                        memcpy(out + o, &v, 8);
                 }
-                while (run < len && b[run] >= 0x20 && b[run] < 0x80 && b[run] != '"' && b[run] != '\\')
-                        run++;
-                memcpy(out + o, b + i, run - i);
-                o += run - i;
-                i = run;
+                while (i < len && b[i] >= 0x20 && b[i] < 0x80 && b[i] != '"' && b[i] != '\\')
+                        out[o++] = (char)b[i++];
                 if (i >= len)
                         break;
                 uint8_t c = b[i];
@@ -542,40 +538,47 @@ static size_t json_text(const uint8_t *b, size_t len, char *out, bool *ret_exact
         return o;
 }
 
-/* Output bytes as an NDJSON line (without its newline). */
-static char *output_line(int fd, uint64_t off, const uint8_t *b, size_t len, bool base64, size_t *ret_len) {
-        char head[96];
-        int hn = snprintf(head, sizeof(head), "{\"type\":\"%s\",\"offset\":%llu,\"data\":\"",
+/* The most bytes output_line_into writes for len bytes of output: the
+ * head, every byte escaped as \u00XX, and the bytes again in base64. */
+#define OUTPUT_LINE_HEAD 96
+static size_t output_line_max(size_t len) {
+        return OUTPUT_LINE_HEAD + 6 * len + (len + 2) / 3 * 4 + 32;
+}
+
+/* The most output bytes whose line fits in room bytes (with its newline). */
+static size_t output_bytes_for(size_t room) {
+        return room > OUTPUT_LINE_HEAD + 64 ? (room - OUTPUT_LINE_HEAD - 64) * 3 / 22 : 0;
+}
+
+/* Output bytes as an NDJSON line (without its newline) into out, which holds
+ * output_line_max(len) bytes. Returns the line's length. */
+static size_t output_line_into(char *out, int fd, uint64_t off, const uint8_t *b, size_t len, bool base64) {
+        int hn = snprintf(out, OUTPUT_LINE_HEAD, "{\"type\":\"%s\",\"offset\":%llu,\"data\":\"",
                           fd == PROTO_FD_OUT ? "stdout" : "stderr", (unsigned long long)off);
-        size_t cap = (size_t)hn + 6 * len + (len + 2) / 3 * 4 + 32;
-        char *line = malloc(cap);
-        if (!line)
-                return NULL;
-        memcpy(line, head, (size_t)hn);
         bool exact;
-        size_t o = (size_t)hn + json_text(b, len, line + hn, &exact);
-        line[o++] = '"';
+        size_t o = (size_t)hn + json_text(b, len, out + hn, &exact);
+        out[o++] = '"';
         /* Text that is not the bytes themselves would move a reader's cursor
          * wrongly: the bytes go along. */
         if (base64 || !exact) {
-                _cleanup_free_ char *enc = base64_encode(b, len);
-                if (!enc) {
-                        free(line);
-                        return NULL;
-                }
-                memcpy(line + o, ",\"base64\":\"", 11);
+                memcpy(out + o, ",\"base64\":\"", 11);
                 o += 11;
-                size_t el = strlen(enc);
-                memcpy(line + o, enc, el);
-                o += el;
-                line[o++] = '"';
+                o += base64_encode_into(b, len, out + o);
+                out[o++] = '"';
         }
-        line[o++] = '}';
+        out[o++] = '}';
+        return o;
+}
+
+static char *output_line(int fd, uint64_t off, const uint8_t *b, size_t len, bool base64, size_t *ret_len) {
+        char *line = malloc(output_line_max(len) + 1);
+        if (!line)
+                return NULL;
+        size_t o = output_line_into(line, fd, off, b, len, base64);
         line[o] = '\0';
         *ret_len = o;
         return line;
 }
-
 
 static char *dump_line(json_t *j, size_t *ret_len) {
         char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -657,8 +660,12 @@ static int set_line(OutputStream *o, json_t *j) {
         return take_line(o, line, line ? strlen(line) : 0);
 }
 
-/* The next line to send: 0, -EAGAIN (nothing within wait_ms), -ENODATA (the end). */
-static int next_line(OutputStream *o, int wait_ms) {
+/* The next line to send: 0, -EAGAIN (nothing within wait_ms), -ENODATA (the
+ * end). With dst, an output event is written straight there (dst holds room
+ * bytes, and the cursor asks for no more than fits) and *ret_direct says how
+ * many bytes; any other line is kept in o->line. */
+static int next_line(OutputStream *o, int wait_ms, char *dst, size_t room, size_t *ret_direct) {
+        *ret_direct = 0;
         if (o->first)
                 return set_line(o, TAKE_PTR(o->first));
         if (o->done)
@@ -671,6 +678,7 @@ static int next_line(OutputStream *o, int wait_ms) {
         }
         ProcEvent ev;
         uint64_t before = o->cur.at;
+        o->cur.max_bytes = dst ? output_bytes_for(room) : 0;
         int r = proc_next_event(o->p, &o->cur, o->follow ? wait_ms : 0, &ev);
         if (r == -ENODATA) {
                 o->done = true;
@@ -688,13 +696,29 @@ static int next_line(OutputStream *o, int wait_ms) {
         o->sent_bytes += o->cur.at - before;
         if (o->cur.ended)
                 o->done = true;
+        if (dst && ev.kind == PROC_EV_OUTPUT) {
+                size_t n = output_line_into(dst, ev.fd, ev.offset, ev.data, ev.len, ev.base64);
+                dst[n++] = '\n';
+                free(ev.data);
+                *ret_direct = n;
+                return 0;
+        }
         size_t len = 0;
         char *line = event_line(&ev, &len);
         return take_line(o, line, len);
 }
 
+/* MHD's buffer per output reply: a whole event of 256 KiB, formatted
+ * there at its worst (every byte escaped, and in base64), fits. */
+#define OUTPUT_BLOCK (2u * 1024u * 1024u)
+
+/* Below this much room in MHD's buffer an output event is not written into
+ * it directly (it would be a small one): what is there goes out first. */
+#define DIRECT_MIN (64u * 1024u)
+
 /* Fills buf with as many lines as are ready: under load every hand-over
- * between threads costs a scheduling delay, so a write carries what there is. */
+ * between threads costs a scheduling delay, so a write carries what there is.
+ * Output events are formatted straight into buf, without a copy between. */
 static ssize_t output_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         OutputStream *o = cls;
         size_t filled = 0;
@@ -710,7 +734,15 @@ static ssize_t output_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                                 return (ssize_t)filled;
                         continue;
                 }
-                int r = next_line(o, filled ? 0 : READ_POLL_MS);
+                size_t room = max - filled, direct = 0;
+                if (filled && room < DIRECT_MIN)
+                        return (ssize_t)filled;
+                bool into = room >= DIRECT_MIN;
+                int r = next_line(o, filled ? 0 : READ_POLL_MS, into ? buf + filled : NULL, room, &direct);
+                if (r == 0 && direct) {
+                        filled += direct;
+                        continue;
+                }
                 if (filled && r < 0 && r != -ENOMEM)
                         return (ssize_t)filled;
                 if (r == -ENODATA)
@@ -742,7 +774,7 @@ enum MHD_Result api_process_output(Req *r, Proc *p, uint64_t cursor, bool follow
         o->t0 = time_now_mono_ms();
         o->max_bytes = stream_max_bytes();
         struct MHD_Response *resp =
-                MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024 * 1024, output_reader, o, output_stream_free);
+                MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, OUTPUT_BLOCK, output_reader, o, output_stream_free);
         if (!resp) {
                 output_stream_free(o);
                 return reply_internal(r);

@@ -766,8 +766,9 @@ int proc_next_event(Proc *p, ProcCursor *c, int timeout_ms, ProcEvent *ret) {
                         }
                         size_t from = (size_t)(c->at - k->off);
                         size_t n = k->len - from;
-                        if (n > EVENT_MAX)
-                                n = EVENT_MAX;
+                        size_t cap = c->max_bytes && c->max_bytes < EVENT_MAX ? c->max_bytes : EVENT_MAX;
+                        if (n > cap)
+                                n = cap;
                         const uint8_t *b = k->data + from;
                         /* A character cut by the end of what arrived so far
                          * waits for its last bytes, unless nothing more can come. */

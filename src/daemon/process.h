@@ -133,7 +133,9 @@ typedef struct ProcEvent {
 
 typedef struct ProcCursor {
         uint64_t at;
-        bool ended; /* exit or error given */
+        bool ended;       /* exit or error given */
+        size_t max_bytes; /* output bytes per event at most, for a reader with
+                           * that much room; 0 for the default (256 KiB) */
 } ProcCursor;
 
 /* The next event from the cursor: 0 and *ret, -EAGAIN when there is none
