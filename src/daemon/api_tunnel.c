@@ -22,7 +22,6 @@
 
 #define OUT_HIGH (1024u * 1024u)
 #define POLL_MS 250
-#define FLUSH_POLL_MS 10
 #define OPEN_TIMEOUT_MS 30000
 #define CLOSE_WAIT_MS 2000
 /* Credit goes back to the client in steps of this, or when nothing waits. */
@@ -119,6 +118,12 @@ static void wake(Tunnel *t) {
         (void)!write(t->wake[1], "x", 1);
 }
 
+/* A connection's stream has credit again: the session thread, asleep in
+ * its poll with the client's bytes waiting, moves them on at once. */
+static void credit_returned(void *userdata) {
+        wake(userdata);
+}
+
 static void send_frame_locked(Tunnel *t, char kind, uint32_t stream, const void *payload, size_t len) {
         uint8_t *m = malloc(5 + len);
         if (!m)
@@ -209,6 +214,7 @@ static void *conn_main(void *arg) {
                 return NULL;
         }
         send_frame_locked(t, TUNNEL_OPEN, c->id, NULL, 0);
+        chan_stream_on_credit(s, credit_returned, t);
         wake(t);
         pthread_mutex_unlock(&t->lock);
 
@@ -441,7 +447,7 @@ static void run(Tunnel *t) {
         uint64_t close_deadline = 0;
         bool gone = false, close_queued = false;
         for (;;) {
-                bool waiting = flush_locked(t);
+                (void)flush_locked(t);
                 reap_locked(t);
                 if ((refused || t->broken) && !close_queued && !ws_conn_want_write(t->ws)) {
                         (void)ws_conn_close(t->ws, refused ? (t->err.status >= 500 ? WS_CLOSE_INTERNAL : WS_CLOSE_POLICY)
@@ -459,7 +465,9 @@ static void run(Tunnel *t) {
                         { .fd = t->sock, .events = (short)((rd ? POLLIN : 0) | (wr ? POLLOUT : 0)) },
                         { .fd = t->wake[0], .events = POLLIN },
                 };
-                (void)poll(fds, 2, waiting ? FLUSH_POLL_MS : POLL_MS);
+                /* Bytes waiting for credit need no timer: the credit wakes
+                 * this poll (credit_returned). */
+                (void)poll(fds, 2, POLL_MS);
                 if (fds[1].revents & POLLIN) {
                         char buf[64];
                         while (read(t->wake[0], buf, sizeof buf) > 0)

@@ -58,6 +58,8 @@ struct ChanStream {
         bool result;               /* RESULT received (or, remote, sent): the stream is over */
         bool result_taken;
         bool cancel_sent;
+        ChanCreditFn on_credit; /* under c->lock */
+        void *on_credit_userdata;
         ChanStream *prev, *next;
 };
 
@@ -205,9 +207,12 @@ static const char *dispatch_stream_locked(Channel *c, const ProtoHeader *h, cons
                 return NULL; /* unknown or finished: may have been in flight */
         if (h->type == PROTO_WINDOW) {
                 uint32_t v = proto_get_u32(p);
+                bool had_none = s->credit == 0;
                 if (s->credit + v <= (1ull << 40))
                         s->credit += v;
                 pthread_cond_broadcast(&s->cond);
+                if (had_none && s->credit > 0 && s->on_credit)
+                        s->on_credit(s->on_credit_userdata);
                 return NULL;
         }
         if (h->type == PROTO_OPEN)
@@ -819,6 +824,13 @@ ssize_t chan_stream_write_some(ChanStream *s, const void *buf, size_t n, int tim
         if (chunk > 0 && send_frame(c, PROTO_DATA, PROTO_FD_IN, s->id, buf, chunk) < 0)
                 return -EPIPE;
         return (ssize_t)chunk;
+}
+
+void chan_stream_on_credit(ChanStream *s, ChanCreditFn fn, void *userdata) {
+        pthread_mutex_lock(&s->c->lock);
+        s->on_credit = fn;
+        s->on_credit_userdata = userdata;
+        pthread_mutex_unlock(&s->c->lock);
 }
 
 uint32_t chan_stream_id(ChanStream *s) {

@@ -64,6 +64,14 @@ int chan_stream_write(ChanStream *s, const void *buf, size_t n, int timeout_ms);
  * and says how much: the bytes sent (> 0), 0 when none could go in time,
  * -EPIPE. For a writer that must account for every byte it accepted. */
 ssize_t chan_stream_write_some(ChanStream *s, const void *buf, size_t n, int timeout_ms);
+/* fn(userdata) whenever a WINDOW from the agent gives the stream credit
+ * again after it had none: a writer that must not block (one thread serving
+ * many streams) sleeps in its own poll and is woken by this instead of
+ * looking again on a timer. Called from the channel's reader thread with the
+ * channel's lock held: it must not block nor call into the channel (writing
+ * a byte to a non-blocking pipe is what it is for). NULL turns it off. */
+typedef void (*ChanCreditFn)(void *userdata);
+void chan_stream_on_credit(ChanStream *s, ChanCreditFn fn, void *userdata);
 /* The stream's id on the channel (what a signal request names). */
 uint32_t chan_stream_id(ChanStream *s);
 /* EOF for PROTO_FD_IN. */
