@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, AsyncIterator, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Union
 
 import httpx
 
@@ -189,7 +189,10 @@ class SyncHTTP:
 
     def _lines(self, resp: httpx.Response) -> Iterator[str]:
         try:
-            yield from resp.iter_lines()
+            splitter = _LineSplitter()
+            for chunk in resp.iter_bytes():
+                yield from splitter.feed(chunk)
+            yield from splitter.end()
         except httpx.TransportError as e:
             raise transport_error(self.endpoint, e) from None
 
@@ -275,13 +278,42 @@ class AsyncHTTP:
 
     async def _lines(self, resp: httpx.Response) -> AsyncIterator[str]:
         try:
-            async for line in resp.aiter_lines():
+            splitter = _LineSplitter()
+            async for chunk in resp.aiter_bytes():
+                for line in splitter.feed(chunk):
+                    yield line
+            for line in splitter.end():
                 yield line
         except httpx.TransportError as e:
             raise transport_error(self.endpoint, e) from None
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+class _LineSplitter:
+    """NDJSON lines out of a body's chunks, in time linear in its size: httpx's iter_lines joins
+    the pieces of a long line again at every chunk (about 18 MB/s on the 256 KiB lines of process
+    output). Lines end at b"\\n" only; JSON text has no other line break of its own."""
+
+    def __init__(self) -> None:
+        self._pieces: List[bytes] = []
+
+    def feed(self, chunk: bytes) -> List[str]:
+        parts = chunk.split(b"\n")
+        if len(parts) == 1:
+            if chunk:
+                self._pieces.append(chunk)
+            return []
+        self._pieces.append(parts[0])
+        lines = [b"".join(self._pieces).decode("utf-8", "replace")]
+        lines += [p.decode("utf-8", "replace") for p in parts[1:-1]]
+        self._pieces = [parts[-1]] if parts[-1] else []
+        return lines
+
+    def end(self) -> List[str]:
+        rest, self._pieces = b"".join(self._pieces), []
+        return [rest.decode("utf-8", "replace")] if rest else []
 
 
 def _read_capped(chunks: Iterator[bytes]) -> bytes:
