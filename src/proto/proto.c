@@ -12,6 +12,7 @@ struct ProtoReader {
         uint8_t *buf;
         size_t len;      /* bytes held */
         size_t cap;      /* allocated */
+        size_t start;    /* bytes before it were handed out as frames */
         size_t consumed; /* bytes of the frame handed out by the last next() */
         int error;       /* sticky -EPROTO */
 };
@@ -96,20 +97,29 @@ void proto_reader_free(ProtoReader *r) {
         free(r);
 }
 
-static void reader_drop_consumed(ProtoReader *r) {
-        if (r->consumed == 0)
-                return;
-        memmove(r->buf, r->buf + r->consumed, r->len - r->consumed);
-        r->len -= r->consumed;
+/* The frame handed out last is done with: past it. Nothing moves here, so
+ * that a read holding many frames costs no copy per frame; once all is
+ * consumed the buffer simply starts over. */
+static void reader_skip_consumed(ProtoReader *r) {
+        r->start += r->consumed;
         r->consumed = 0;
+        if (r->start == r->len)
+                r->start = r->len = 0;
 }
 
 int proto_reader_feed(ProtoReader *r, const void *buf, size_t n) {
         if (r->error)
                 return r->error;
-        reader_drop_consumed(r);
+        reader_skip_consumed(r);
         if (n == 0)
                 return 0;
+        if (r->start > 0) {
+                /* What is left of the last read is at most part of one
+                 * frame: moved once, to the front. */
+                memmove(r->buf, r->buf + r->start, r->len - r->start);
+                r->len -= r->start;
+                r->start = 0;
+        }
         if (r->len + n > r->cap) {
                 size_t want = r->cap ? r->cap : 4096;
                 while (want < r->len + n)
@@ -128,19 +138,21 @@ int proto_reader_feed(ProtoReader *r, const void *buf, size_t n) {
 int proto_reader_next(ProtoReader *r, ProtoHeader *ret_header, const uint8_t **ret_payload) {
         if (r->error)
                 return r->error;
-        reader_drop_consumed(r);
-        if (r->len < PROTO_HEADER_SIZE)
+        reader_skip_consumed(r);
+        size_t avail = r->len - r->start;
+        const uint8_t *p = r->buf + r->start;
+        if (avail < PROTO_HEADER_SIZE)
                 return 0;
         ProtoHeader h;
-        if (proto_header_decode(r->buf, &h) < 0) {
+        if (proto_header_decode(p, &h) < 0) {
                 r->error = -EPROTO;
                 return r->error;
         }
-        if (r->len < PROTO_HEADER_SIZE + (size_t)h.length)
+        if (avail < PROTO_HEADER_SIZE + (size_t)h.length)
                 return 0;
         r->consumed = PROTO_HEADER_SIZE + h.length;
         *ret_header = h;
-        *ret_payload = r->buf + PROTO_HEADER_SIZE;
+        *ret_payload = p + PROTO_HEADER_SIZE;
         return 1;
 }
 
