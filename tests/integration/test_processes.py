@@ -149,7 +149,7 @@ for k in range(100):
     view = memoryview(block)
     while view:
         view = view[os.write(1, view):]
-open("/tmp/big.sha256", "w").write(h.hexdigest())
+open("/workspace/big.sha256", "w").write(h.hexdigest())
 """
 
 
@@ -210,7 +210,7 @@ def test_100_mib_through_the_cursor_complete_in_order_and_bounded(daemon, sandbo
         sampler.join()
     assert exits and exits[-1]["exitCode"] == 0, exits
     assert at == total, (at, dropped)
-    r = sandbox.api.post(f"/v1/sandboxes/{sandbox.id}:exec", json={"argv": ["cat", "/tmp/big.sha256"]})
+    r = sandbox.api.post(f"/v1/sandboxes/{sandbox.id}:exec", json={"argv": ["cat", "/workspace/big.sha256"]})
     if dropped == 0:
         assert h.hexdigest() == r.json()["stdout"], "the cursor's bytes are not what the program wrote"
     # The ring (8 MiB), a window of the channel (1 MiB), the reply's buffer (2 MiB) and the
