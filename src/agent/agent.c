@@ -28,8 +28,6 @@
 #include "common/macro.h"
 #include "proto/proto.h"
 
-/* Bytes read from a relay socket per DATA frame. */
-#define CHUNK (64u * 1024u)
 /* A child's stdout and stderr pipes hold this much (F_SETPIPE_SZ; the
  * default is 64 KiB): a program that writes a lot runs on while the agent
  * waits for its turn on a loaded machine, and the agent then takes it in a
@@ -40,8 +38,9 @@
  * room for a whole window of output, so that a frame goes out in one write
  * while the host's reader is not yet scheduled. Best effort as well. */
 #define CHANNEL_SEND_BYTES (2u * 1024u * 1024u)
-/* Bytes read from a file per DATA frame, and from the channel at once: a
- * whole largest frame, so that a file moves in few frames and syscalls. */
+/* Bytes read per DATA frame from a file, a child's pipe or a forwarded
+ * connection, and from the channel at once: a whole largest frame, so that
+ * bulk data moves in few frames and syscalls. */
 #define BIG_CHUNK PROTO_MAX_PAYLOAD
 /* Queued frames handed to one writev(). */
 #define FLUSH_IOV 64
@@ -1158,17 +1157,13 @@ static void relay_accept(Agent *a) {
 }
 
 static void relay_readable(Agent *a, Stream *s) {
-        size_t want = CHUNK < s->credit ? CHUNK : (size_t)s->credit;
+        size_t want = BIG_CHUNK < s->credit ? BIG_CHUNK : (size_t)s->credit;
         if (want == 0 || s->sock_eof)
                 return;
-        uint8_t buf[CHUNK];
-        ssize_t n = read(s->sock, buf, want);
         uint8_t fd = s->kind == STREAM_RELAY ? PROTO_FD_IN : PROTO_FD_OUT;
-        if (n > 0) {
-                send_frame(a, PROTO_DATA, fd, s->id, buf, (size_t)n);
-                s->credit -= (uint64_t)n;
+        ssize_t n = read_into_frame(a, s, s->sock, fd, want);
+        if (n > 0 || a->quit)
                 return;
-        }
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
                 return;
         s->sock_eof = true;
