@@ -252,27 +252,27 @@ def fresh_api(fresh_daemon):
 # Drivers and sandboxes
 
 
-_microvm_parts: dict[Path, str | None] = {}
+_microvm_parts: dict[tuple[Path, str], str | None] = {}
 
 
-def need_microvm_parts(build_dir: Path, image_dir: Path) -> None:
+def need_microvm_parts(build_dir: Path, image_dir: Path, image: str = "default") -> None:
     """The image's microVM parts (kernel, modules, root.ext4), made once per
     test run with runtime-microvm-build: a create never builds them. Skips
     when they cannot be made here."""
-    if image_dir not in _microvm_parts:
+    if (image_dir, image) not in _microvm_parts:
         tool = build_dir / "runtime-microvm-build"
         problem = None
         if not tool.exists():
             problem = "build/runtime-microvm-build is missing (the Makefile installs images/microvm/build.sh)"
-        elif subprocess.run([str(tool), "--check", str(image_dir), "default"],
+        elif subprocess.run([str(tool), "--check", str(image_dir), image],
                             capture_output=True).returncode != 0:
-            r = subprocess.run([str(tool), str(image_dir), "default"], capture_output=True, text=True,
+            r = subprocess.run([str(tool), str(image_dir), image], capture_output=True, text=True,
                                timeout=1800)
             if r.returncode != 0:
-                problem = f"runtime-microvm-build failed ({r.returncode}): {r.stderr[-2000:]}"
-        _microvm_parts[image_dir] = problem
-    if _microvm_parts[image_dir]:
-        pytest.skip(_microvm_parts[image_dir])
+                problem = f"runtime-microvm-build {image} failed ({r.returncode}): {r.stderr[-2000:]}"
+        _microvm_parts[(image_dir, image)] = problem
+    if _microvm_parts[(image_dir, image)]:
+        pytest.skip(_microvm_parts[(image_dir, image)])
 
 
 @pytest.fixture(params=DRIVERS)

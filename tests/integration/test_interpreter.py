@@ -19,8 +19,9 @@ import pytest
 from helpers import assert_error, wait_until
 
 
-def run(sbx, code: str, expect: int = 200, **body):
-    r = sbx.api.post(f"/v1/sandboxes/{sbx.id}/interpreter:run", json={"code": code, **body})
+def run(sbx, code: str, expect: int = 200, http_timeout: float | None = None, **body):
+    kw = {"timeout": http_timeout} if http_timeout else {}
+    r = sbx.api.post(f"/v1/sandboxes/{sbx.id}/interpreter:run", json={"code": code, **body}, **kw)
     assert r.status_code == expect, f"run {code!r}: {r.status_code} {r.text[:2000]}"
     return r.json()
 
@@ -37,6 +38,7 @@ def plain(execution) -> str:
     return mains[0]["data"]["text/plain"]
 
 
+@pytest.mark.microvm_subset
 def test_state_persists_between_cells(sandbox):
     first = run(sandbox, "x = 41\nprint('set')")
     assert first["status"] == "ok", first
@@ -255,19 +257,34 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
-@pytest.mark.parametrize("analysis_driver", ["namespace", "gvisor"])
-def test_analysis_image_tables_and_charts(api, daemon, analysis_image, analysis_driver):
+# The emulated microVM imports pandas and draws with matplotlib several times
+# slower than the others, more so under load: its cells get minutes.
+SLOW_CELL = {"timeoutMs": 600_000, "http_timeout": 660}
+
+
+@pytest.mark.parametrize("analysis_driver", ["namespace", "gvisor",
+                                             pytest.param("microvm", marks=pytest.mark.microvm_subset)])
+def test_analysis_image_tables_and_charts(api, daemon, build_dir, image_dir, analysis_image, analysis_driver):
+    """One cell defines a DataFrame, a later one shows it as a table and another draws it: the chart
+    comes back as a PNG that decodes."""
+    from conftest import need_microvm_parts
     from helpers import skip_unless_driver
     skip_unless_driver(daemon, analysis_driver)
+    slow = {}
+    if analysis_driver == "microvm":
+        need_microvm_parts(build_dir, image_dir, "analysis")
+        slow = SLOW_CELL
     sbx = api.create_sandbox(driver=analysis_driver, image="analysis")
-    run(sbx, "import pandas as pd\ndf = pd.DataFrame({'city': ['a', 'b', 'c'], 'sales': [3, 1, 2]})")
-    table = run(sbx, "df.sort_values('sales')")
+    made = run(sbx, "import pandas as pd\ndf = pd.DataFrame({'city': ['a', 'b', 'c'], 'sales': [3, 1, 2]})",
+               **slow)
+    assert made["status"] == "ok", made
+    table = run(sbx, "df.sort_values('sales')", **slow)
     data = [r for r in table["results"] if r["main"]][0]["data"]
     assert "<table" in data["text/html"]
     t = data["application/vnd.runtime.table+json"]
     assert t["columns"] == ["city", "sales"] and t["rows"] == [["b", 1], ["c", 2], ["a", 3]]
     assert t["totalRows"] == 3 and t["truncated"] is False
-    chart = run(sbx, "import matplotlib.pyplot as plt\ndf.plot.bar(x='city', y='sales')\nNone")
+    chart = run(sbx, "import matplotlib.pyplot as plt\ndf.plot.bar(x='city', y='sales')\nNone", **slow)
     assert chart["status"] == "ok", chart
     pngs = [r["data"]["image/png"] for r in chart["results"] if "image/png" in r["data"]]
     assert len(pngs) == 1

@@ -87,6 +87,7 @@ def drive(python: str, sandbox, which: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.microvm_subset
 def test_published_client_interpreter(published_python, sandbox):
     assert drive(str(published_python), sandbox, "published") == EXPECTED
 
