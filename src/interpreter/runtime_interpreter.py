@@ -12,17 +12,21 @@
 #   interrupt CTX                     SIGINT: the running cell stops, state stays
 #   remove CTX                        kill the context and delete its directory
 #
-# A context lives in ROOT/CTX: meta.json, pid, lock, the FIFOs `in` and `out`
-# and out/ for results too large to travel inline. A run (runtimed's
-# interpreter:run) writes one JSON request to `in` and reads JSON lines from
-# `out` until the context closes it: stdout, stderr, result, error, and
-# finally end. Every line is bounded; runtimed validates them again.
+# A context lives in ROOT/CTX: meta.json, pid, port and out/ for results too
+# large to travel inline. It listens on 127.0.0.1:PORT and serves one
+# connection at a time, so runs take turns in the listen queue. A run
+# (runtimed's interpreter:run) sends one JSON request line and reads JSON
+# lines until the context closes the connection: stdout, stderr, result,
+# error, and finally end. Every line is bounded; runtimed validates them
+# again. The port is reachable by every process of the sandbox, which are
+# all its owner's and run as the same user as the context.
 import ast
 import base64
 import json
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -31,6 +35,7 @@ import traceback
 ROOT = "/workspace/.runtime/interpreter"
 CTX_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 MAX_REQUEST = 4 * 1024 * 1024  # a cell's source, with its JSON envelope
+REQUEST_WAIT_S = 30  # a connection that sends no whole request by then is dropped
 STREAM_MAX = 1024 * 1024  # stdout + stderr bytes sent per cell; the rest is counted
 INLINE_MAX = 512 * 1024  # one MIME entry inline; larger ones go to out/ by reference
 RESULTS_MAX = 64  # results per cell (figures, display() calls)
@@ -115,10 +120,6 @@ def kill_context(d):
 def spawn(ctx, d, meta):
     """Starts the context's process, detached from the exec that asked, and
     waits until it serves."""
-    for name in ("req", "res"):
-        p = os.path.join(d, name)
-        if not os.path.exists(p):
-            os.mkfifo(p, 0o600)
     os.makedirs(os.path.join(d, "out"), mode=0o700, exist_ok=True)
     r, w = os.pipe()
     pid = os.fork()
@@ -569,27 +570,33 @@ def serve(ctx, d, meta, ready_fd):
     signal.signal(signal.SIGINT, on_sigint)
     signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    with open(os.path.join(d, "pid.tmp"), "w") as f:
-        f.write(str(os.getpid()))
-    os.rename(os.path.join(d, "pid.tmp"), os.path.join(d, "pid"))
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    for name, value in (("port", listener.getsockname()[1]), ("pid", os.getpid())):
+        with open(os.path.join(d, name + ".tmp"), "w") as f:
+            f.write(str(value))
+        os.rename(os.path.join(d, name + ".tmp"), os.path.join(d, name))
     os.write(ready_fd, b"ok")
     os.close(ready_fd)
-    in_path, out_path = os.path.join(d, "req"), os.path.join(d, "res")
     while True:
         try:
-            with open(in_path, "rb") as f:
-                raw = f.read(MAX_REQUEST + 1)
+            conn, _ = listener.accept()
         except KeyboardInterrupt:
+            continue
+        except OSError:
+            time.sleep(0.1)  # out of descriptors: let the cell's leftovers go
             continue
         try:
-            out = open_reader(out_path)
-        except KeyboardInterrupt:
+            raw = read_request(conn)
+        except (KeyboardInterrupt, OSError):
+            conn.close()
             continue
-        if out is None:
-            continue
+        conn.settimeout(None)
+        out = conn.makefile("wb")
         cell = Cell(out, ctx, state.count + 1)
         try:
-            req = json.loads(raw) if len(raw) <= MAX_REQUEST else None
+            req = json.loads(raw) if raw is not None else None
             code = req.get("code") if isinstance(req, dict) else None
             timeout_ms = req.get("timeoutMs", 0) if isinstance(req, dict) else 0
             if not isinstance(code, str) or not isinstance(timeout_ms, int) or timeout_ms < 0:
@@ -602,25 +609,32 @@ def serve(ctx, d, meta, ready_fd):
         except KeyboardInterrupt:
             state.cell = None
             cell.line({"k": "end", "status": "error", "executionCount": state.count, "dropped": cell.dropped})
+        except ValueError:
+            cell.line({"k": "end", "status": "rejected", "executionCount": state.count})
         finally:
             state.cell = None
-            try:
-                out.close()
-            except OSError:
-                pass
+            for f in (out, conn):
+                try:
+                    f.close()
+                except OSError:
+                    pass
 
 
-def open_reader(path):
-    """Opens the `out` FIFO once its reader is there; a run whose reader never
-    came (the exec was killed in between) is dropped after a few seconds."""
-    for _ in range(500):
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            time.sleep(0.01)
-            continue
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "wb")
+def read_request(conn):
+    """One request line, at most MAX_REQUEST bytes; None when it is longer or
+    the run went away before sending all of it."""
+    conn.settimeout(REQUEST_WAIT_S)
+    parts, size = [], 0
+    while size <= MAX_REQUEST:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        nl = chunk.find(b"\n")
+        if nl >= 0:
+            parts.append(chunk[:nl])
+            return b"".join(parts) if size + nl <= MAX_REQUEST else None
+        parts.append(chunk)
+        size += len(chunk)
     return None
 
 
