@@ -187,6 +187,45 @@ cell.out.flush()
     assert sandbox.api.daemon.alive()
 
 
+PORT_FILE = "/workspace/.runtime/interpreter/python/port"
+
+
+def test_port_file_from_the_sandbox_is_checked(sandbox):
+    """The daemon reaches a context at the port its directory names, a file the sandbox can
+    rewrite. Garbage there is a context that is not running (409, fixed by a restart); a port of
+    another server of the sandbox reaches that server, whose lines are checked like the
+    context's."""
+    assert plain(run(sandbox, "x = 1\nx")) == "1"
+    for bad in ("garbage", "0", "99999999", "-5", "1" * 40):
+        sandbox.exec(f"printf %s '{bad}' > {PORT_FILE}")
+        assert_error(sandbox.api.post(f"/v1/sandboxes/{sandbox.id}/interpreter:run", json={"code": "x"}),
+                     409, "conflict")
+    contexts(sandbox, "POST", "/python:restart", json={})
+    assert plain(run(sandbox, "x = 2\nx")) == "2"
+    # A server of the sandbox's own on the context's port file: what it says is filtered.
+    forged = (b'{"k":"result","main":true,"data":{"text/plain":"forged","no mime":1},'
+              b'"refs":{"image/png":{"path":"/etc/shadow","size":1}}}\n'
+              b'not json\n{"k":"end","status":"pwned","executionCount":"x"}\n')
+    server = f"""
+import os, socket, threading
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
+def serve():
+    while True:
+        c, _ = s.accept()
+        c.recv(65536)
+        c.sendall({forged!r})
+        c.close()
+threading.Thread(target=serve, daemon=True).start()
+open("{PORT_FILE}.tmp", "w").write(str(s.getsockname()[1]))
+os.rename("{PORT_FILE}.tmp", "{PORT_FILE}")
+"""
+    run(sandbox, server)
+    out = run(sandbox, "x")
+    assert out["results"] == [{"main": True, "data": {"text/plain": "forged"}, "refs": {}}], out
+    assert out["status"] == "error" and out["executionCount"] == 0, out
+    assert sandbox.api.daemon.alive()
+
+
 def test_bad_input(sandbox):
     base = f"/v1/sandboxes/{sandbox.id}/interpreter"
     api = sandbox.api
@@ -274,7 +313,8 @@ def test_analysis_image_tables_and_charts(api, daemon, build_dir, image_dir, ana
     if analysis_driver == "microvm":
         need_microvm_parts(build_dir, image_dir, "analysis")
         slow = SLOW_CELL
-    sbx = api.create_sandbox(driver=analysis_driver, image="analysis")
+    # Under load the emulated microVM's cells outlast the default lease of 5 minutes.
+    sbx = api.create_sandbox(driver=analysis_driver, image="analysis", timeoutSeconds=3600)
     made = run(sbx, "import pandas as pd\ndf = pd.DataFrame({'city': ['a', 'b', 'c'], 'sales': [3, 1, 2]})",
                **slow)
     assert made["status"] == "ok", made
