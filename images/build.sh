@@ -130,9 +130,31 @@ trap 'exit 130' INT TERM
 log "building $name from $mirror ($SUITE, minbase + $PACKAGES) into $work"
 mkdir -p "$work"
 inc=$(echo "$PACKAGES" | tr ' ' ',')
+# debootstrap's steps as progress on the build's output: the first line of
+# each phase (retrieving, validating, extracting, unpacking, configuring) and
+# every 25th package within one, so that a client sees the build move without
+# a line per package. Its whole log stays in the work directory. The filter
+# is shell builtins, which read a pipe line by line (awk would hold lines
+# back in its input buffer).
+run_debootstrap='set -o pipefail
+debootstrap "$@" 2>&1 | tee "$LOG" | while IFS= read -r line; do
+        case $line in
+        "I: "*) step=${line#I: } ;;
+        "W: "* | "E: "*) echo "debootstrap: $line"; continue ;;
+        *) continue ;;
+        esac
+        [ "${step%% *}" = "$phase" ] || { phase=${step%% *}; n=0; }
+        n=$((n + 1))
+        if [ "$n" = 1 ]; then
+                echo "debootstrap: $step"
+        elif [ $((n % 25)) = 0 ]; then
+                echo "debootstrap: $step ($n so far)"
+        fi
+done'
 # In its own process group and waited for in the background, so that a
 # signal to this script stops it at once and the trap takes debootstrap down.
-setsid debootstrap --variant=minbase --include="$inc" "$SUITE" "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 &
+LOG="$work/debootstrap.log" setsid bash -c "$run_debootstrap" debootstrap \
+        --variant=minbase --include="$inc" "$SUITE" "$work/rootfs" "$mirror" &
 helper=$!
 wait "$helper" || { helper=""; tail -n 20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
 helper=""

@@ -1,6 +1,6 @@
 """POST /v1/images/{name}:build runs the image builder for as long as its
-client listens: a client that disconnects stops the build, debootstrap and
-all, within seconds. The build goes into a scratch image directory, never
+client listens and streams its progress, debootstrap's steps included: a
+client that disconnects stops the build, debootstrap and all, within seconds. The build goes into a scratch image directory, never
 the suite's image."""
 from __future__ import annotations
 
@@ -87,18 +87,22 @@ def test_disconnect_stops_the_build(build_daemon):
 
         deadline = time.monotonic() + 120
         found = None
-        while found is None and time.monotonic() < deadline:
-            found = debootstrap()
-            if found is None:
-                s.settimeout(0.2)
-                try:
-                    data = s.recv(65536)
-                except socket.timeout:
-                    data = None
-                if data == b"" or (data and b'"type":"error"' in data):
-                    pytest.skip("the builder ended before debootstrap ran (no Debian mirror?): "
-                                + (data or b"connection closed").decode("utf-8", "replace")[-500:])
+        seen = b""
+        # The build shows progress while debootstrap runs: its steps reach
+        # the client as log events before the build ends.
+        while (found is None or b'"line":"debootstrap: ' not in seen) and time.monotonic() < deadline:
+            found = found or debootstrap()
+            s.settimeout(0.2)
+            try:
+                data = s.recv(65536)
+            except socket.timeout:
+                data = None
+            seen += data or b""
+            if data == b"" or (data and b'"type":"error"' in data):
+                pytest.skip("the builder ended before debootstrap ran (no Debian mirror?): "
+                            + (data or b"connection closed").decode("utf-8", "replace")[-500:])
         assert found, "no debootstrap process appeared within 120 s of the build request"
+        assert b'"line":"debootstrap: ' in seen, f"no debootstrap step reached the client: {seen[-2000:]!r}"
         _, ds_pgid = found
         builder = [pid for pid, _, cmd in _procs() if "runtime-image-build" in cmd and str(scratch) in cmd]
         assert builder, "the builder is not running"
