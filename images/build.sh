@@ -17,7 +17,13 @@ set -euo pipefail
 
 RUNTIME_UID_SHIFT=100000
 SUITE=bookworm
-PACKAGES="python3 python3-pip python3-venv bash coreutils ca-certificates curl git procps iproute2"
+PACKAGES="python3 python3-pip python3-venv bash coreutils ca-certificates curl git procps iproute2 sudo"
+# Commands run as this unprivileged user by default (docs/api.md, Users):
+# a fixed uid and gid, so that the drivers' id maps and the files API agree
+# on them, home /workspace, and passwordless sudo (the sandbox is the
+# boundary, not root inside it).
+SANDBOX_USER=sandbox
+SANDBOX_UID=1000
 # The analysis image: the default one plus the data stack the interpreter's
 # charts and tables use (docs/interpreter.md).
 ANALYSIS_PACKAGES="python3-numpy python3-pandas python3-matplotlib"
@@ -182,6 +188,12 @@ printf '127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\
 rm -f "$root"/usr/lib/python3*/EXTERNALLY-MANAGED
 printf '[global]\nbreak-system-packages = true\n' >"$root/etc/pip.conf"
 install -d -m 0755 "$root/workspace" "$root/.runtime"
+chroot "$root" groupadd --gid "$SANDBOX_UID" "$SANDBOX_USER"
+chroot "$root" useradd --uid "$SANDBOX_UID" --gid "$SANDBOX_UID" --groups sudo --home-dir /workspace \
+        --no-create-home --shell /bin/bash "$SANDBOX_USER"
+chown "$SANDBOX_UID:$SANDBOX_UID" "$root/workspace"
+printf '%s ALL=(ALL:ALL) NOPASSWD: ALL\n' "$SANDBOX_USER" >"$root/etc/sudoers.d/$SANDBOX_USER"
+chmod 0440 "$root/etc/sudoers.d/$SANDBOX_USER"
 # Bind-mount target of the agent binary.
 install -m 0755 /dev/null "$root/.runtime/agent"
 install -d -m 1777 "$root/tmp"

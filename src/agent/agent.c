@@ -24,6 +24,7 @@
 #include "agent/fsops.h"
 #include "agent/limits.h"
 #include "agent/request.h"
+#include "agent/user.h"
 #include "common/jsonutil.h"
 #include "common/macro.h"
 #include "proto/proto.h"
@@ -97,8 +98,9 @@ typedef struct Stream {
         int file_fd;
         uint64_t sent;
 
-        /* write */
+        /* write: committed as the user it was begun as (-1: root) */
         FsWrite *write;
+        int64_t write_uid, write_gid;
 
         /* relay: the client's socket; its bytes go out as DATA fd 0, the
          * host's DATA fd 1 is queued in in_head and written to it. */
@@ -396,7 +398,7 @@ static void exec_kill(Agent *a, Stream *s) {
         doom_group(a, s->pid);
 }
 
-static void exec_start(Agent *a, uint32_t id, AgentRequest *r) {
+static void exec_start(Agent *a, uint32_t id, AgentRequest *r, const char *as) {
         Stream *s = calloc(1, sizeof(Stream));
         if (!s) {
                 result_error(a, id, "internal", "out of memory");
@@ -429,7 +431,8 @@ static void exec_start(Agent *a, uint32_t id, AgentRequest *r) {
         if (r->timeout_ms > 0)
                 s->deadline_ms = s->start_ms + (uint64_t)r->timeout_ms;
         a->streams[a->n_streams++] = s;
-        send_json_new(a, PROTO_EVENT, id, json_pack("{s:s,s:i}", "event", "start", "pid", (int)child.pid));
+        send_json_new(a, PROTO_EVENT, id,
+                      json_pack("{s:s,s:i,s:s}", "event", "start", "pid", (int)child.pid, "user", as));
 }
 
 static void read_start(Agent *a, uint32_t id, AgentRequest *r) {
@@ -479,6 +482,8 @@ static void write_start(Agent *a, uint32_t id, AgentRequest *r) {
         s->kind = STREAM_WRITE;
         s->credit = PROTO_INITIAL_WINDOW;
         s->write = w;
+        s->write_uid = r->uid;
+        s->write_gid = r->gid;
         a->streams[a->n_streams++] = s;
 }
 
@@ -603,6 +608,49 @@ static void forward_check(Agent *a, Stream *s) {
         }
 }
 
+/* Who a request runs as, named by its user: looked up in the sandbox's own
+ * /etc/passwd each time (root inside may change it). An image without the
+ * "sandbox" user (an older one, a custom one) runs its requests as root
+ * instead, and an exec's start event says so; any other unknown name is an
+ * error. Root runs as the agent itself, with HOME and USER of its own. */
+static int resolve_user(AgentRequest *r, const char **ret_as, const char **ret_error) {
+        *ret_as = "root";
+        if (!r->user)
+                return 0;
+        AgentUser u;
+        int k = user_lookup("/etc/passwd", r->user, &u);
+        if (k == -ENOENT && strcmp(r->user, "sandbox") == 0) {
+                free(r->user);
+                r->user = strdup("root");
+                if (!r->user)
+                        return -ENOMEM;
+                k = user_lookup("/etc/passwd", "root", &u);
+                if (k == -ENOENT) {
+                        /* Not even root listed: the agent's own identity. */
+                        u = (AgentUser){ .name = "root", .home = "/root", .uid = 0, .gid = 0 };
+                        k = 0;
+                }
+        }
+        if (k == -ENOENT) {
+                *ret_error = "no such user in this sandbox";
+                return -EINVAL;
+        }
+        if (k == -ERANGE) {
+                *ret_error = "the user's entry in /etc/passwd is not usable (ids above 65533 or no home)";
+                return -EINVAL;
+        }
+        if (k < 0)
+                return k;
+        if (!(r->home = strdup(u.home)))
+                return -ENOMEM;
+        if (u.uid != 0) {
+                r->uid = u.uid;
+                r->gid = u.gid;
+        }
+        *ret_as = r->user;
+        return 0;
+}
+
 static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t len) {
         if ((id & 1u) == 0) {
                 log_msg("ignoring OPEN on even stream %u", id);
@@ -627,6 +675,21 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
         }
         int (*resume)(const AgentRequest *) = a->resume;
         a->resume = NULL;
+        const char *as;
+        k = resolve_user(r, &as, &msg);
+        if (k < 0) {
+                result_error(a, id, k == -EINVAL ? "invalid" : "internal", k == -EINVAL ? msg : strerror(-k));
+                agent_request_free(r);
+                return;
+        }
+        /* A file operation runs with the user's rights and makes its files
+         * the user's; a child (exec, archive, unarchive) sets its own ids. */
+        bool in_child = r->op == REQ_EXEC || r->op == REQ_ARCHIVE || r->op == REQ_UNARCHIVE;
+        if (r->uid >= 0 && !in_child && (k = user_enter((uid_t)r->uid, (gid_t)r->gid)) < 0) {
+                result_errno(a, id, k);
+                agent_request_free(r);
+                return;
+        }
         switch (r->op) {
         case REQ_RESUME:
                 if (!resume) {
@@ -644,7 +707,7 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
         case REQ_EXEC:
         case REQ_ARCHIVE:
         case REQ_UNARCHIVE:
-                exec_start(a, id, r);
+                exec_start(a, id, r, as);
                 break;
         case REQ_SIGNAL: {
                 /* Only a running exec of the host's own: a pid from the
@@ -714,6 +777,8 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                         send_json_new(a, PROTO_RESULT, id, json_object());
                 break;
         }
+        if (r->uid >= 0 && !in_child)
+                user_leave();
         agent_request_free(r);
 }
 
@@ -777,7 +842,13 @@ static void handle_eof(Agent *a, Stream *s, uint8_t fd) {
                 return;
         if (s->kind == STREAM_WRITE) {
                 uint64_t size = 0;
-                int k = fsops_write_commit(TAKE_PTR(s->write), &size);
+                int k = s->write_uid >= 0 ? user_enter((uid_t)s->write_uid, (gid_t)s->write_gid) : 0;
+                if (k >= 0) {
+                        k = fsops_write_commit(TAKE_PTR(s->write), &size);
+                        if (s->write_uid >= 0)
+                                user_leave();
+                } else
+                        fsops_write_abort(TAKE_PTR(s->write));
                 if (k < 0)
                         finish_error(a, s, fsops_error_code(k), strerror(-k));
                 else {

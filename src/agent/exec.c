@@ -26,21 +26,24 @@ const char *const exec_base_env[] = {
         NULL,
 };
 
-char **exec_build_env(char *const extra[], size_t n_extra) {
-        size_t n_base = ELEMENTSOF(exec_base_env) - 1;
-        char **env = calloc(n_base + n_extra + 1, sizeof(char *));
+char **exec_build_env(const char *const user_env[], char *const extra[], size_t n_extra) {
+        size_t n_base = ELEMENTSOF(exec_base_env) - 1, n_user = 0;
+        while (user_env && user_env[n_user])
+                n_user++;
+        char **env = calloc(n_base + n_user + n_extra + 1, sizeof(char *));
         if (!env)
                 return NULL;
         size_t n = 0;
         for (size_t i = 0; i < n_base; i++)
                 env[n++] = (char *)exec_base_env[i];
-        for (size_t i = 0; i < n_extra; i++) {
-                size_t klen = strcspn(extra[i], "=") + 1;
+        for (size_t i = 0; i < n_user + n_extra; i++) {
+                char *v = i < n_user ? (char *)user_env[i] : extra[i - n_user];
+                size_t klen = strcspn(v, "=") + 1;
                 size_t j;
                 for (j = 0; j < n; j++)
-                        if (strncmp(env[j], extra[i], klen) == 0)
+                        if (strncmp(env[j], v, klen) == 0)
                                 break;
-                env[j] = extra[i];
+                env[j] = v;
                 if (j == n)
                         n++;
         }
@@ -103,9 +106,19 @@ static void child_exec(const AgentRequest *r, char **env) {
         /* Whatever launched the agent may have leaked descriptors. */
         syscall(SYS_close_range, 3U, ~0U, 0U);
         /* Groups first: once the uid is not root, setgroups and
-         * setgid are refused. */
-        if (r->uid >= 0 && (setgroups(0, NULL) < 0 || setgid((gid_t)r->gid) < 0 || setuid((uid_t)r->uid) < 0))
-                child_fail("setuid", errno);
+         * setgid are refused. Each one checked: a child that kept root's
+         * groups or gid would run with more than it was given. */
+        if (r->uid >= 0) {
+                gid_t g = (gid_t)r->gid;
+                if (setgroups(1, &g) < 0)
+                        child_fail("setgroups", errno);
+                if (setgid(g) < 0)
+                        child_fail("setgid", errno);
+                if (setuid((uid_t)r->uid) < 0)
+                        child_fail("setuid", errno);
+                if (r->uid != 0 && (setuid(0) == 0 || geteuid() == 0))
+                        child_fail("setuid", EPERM);
+        }
         if (chdir(r->cwd) < 0)
                 child_fail_cwd(r->cwd, errno);
         if (r->op == REQ_ARCHIVE || r->op == REQ_UNARCHIVE) {
@@ -214,7 +227,15 @@ static int exec_spawn_pty(const AgentRequest *r, char **env, ExecChild *ret);
 int exec_spawn(const AgentRequest *r, ExecChild *ret) {
         int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
         int k;
-        _cleanup_free_ char **env = exec_build_env(r->env, r->envc);
+        /* The user's own HOME, USER and LOGNAME, as a login sets them; the
+         * request's env may still say otherwise. */
+        _cleanup_free_ char *home = NULL, *user = NULL, *logname = NULL;
+        if (r->user && r->home &&
+            (asprintf(&home, "HOME=%s", r->home) < 0 || asprintf(&user, "USER=%s", r->user) < 0 ||
+             asprintf(&logname, "LOGNAME=%s", r->user) < 0))
+                return -ENOMEM;
+        const char *const user_env[] = { home, user, logname, NULL };
+        _cleanup_free_ char **env = exec_build_env(home ? user_env : NULL, r->env, r->envc);
         if (!env)
                 return -ENOMEM;
         if (r->pty)

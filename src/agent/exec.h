@@ -18,9 +18,10 @@ typedef struct ExecChild {
 /* The environment every child starts from. */
 extern const char *const exec_base_env[];
 
-/* NULL-terminated environment: exec_base_env overridden/extended by `extra`
- * ("K=V" strings). Free with free() (the strings are borrowed). */
-char **exec_build_env(char *const extra[], size_t n_extra);
+/* NULL-terminated environment: exec_base_env overridden/extended by
+ * user_env (NULL-terminated, may be NULL: the user's HOME, USER, LOGNAME),
+ * then by `extra` ("K=V" strings). Free with free() (the strings are borrowed). */
+char **exec_build_env(const char *const user_env[], char *const extra[], size_t n_extra);
 
 /* Forks the child. A child that cannot chdir or exec reports it on its stderr
  * and exits 127 (126 when not executable), as a shell does. */

@@ -1,5 +1,7 @@
 #include "agent/request.h"
 
+#include "agent/user.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
@@ -31,6 +33,8 @@ void agent_request_free(AgentRequest *r) {
         free(r->to);
         free(r->glob);
         free(r->hostname);
+        free(r->user);
+        free(r->home);
         explicit_bzero(r->entropy, sizeof(r->entropy));
         free(r);
 }
@@ -439,6 +443,7 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
                 return -EINVAL;
         }
         r->op = ops[i].op;
+        r->uid = r->gid = -1;
 
         int k = 0;
         json_int_t v;
@@ -533,6 +538,21 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
         if (k < 0) {
                 *ret_error = "flags must be booleans";
                 return -EINVAL;
+        }
+        json_t *user = json_object_get(o, "user");
+        if (user && !json_is_null(user)) {
+                bool takes_user = r->op != REQ_RESUME && r->op != REQ_SIGNAL && r->op != REQ_FORWARD;
+                const char *u = json_string_value(user);
+                if (!takes_user || !u || json_string_length(user) != strlen(u) || !user_name_valid(u)) {
+                        *ret_error = "user must be a user name of 1 to 32 characters of a-z, 0-9, _ and -";
+                        return -EINVAL;
+                }
+                if (r->uid >= 0) {
+                        *ret_error = "user and uid exclude each other";
+                        return -EINVAL;
+                }
+                if (!(r->user = strdup(u)))
+                        return -ENOMEM;
         }
         *ret = TAKE_PTR(r);
         return 0;

@@ -56,6 +56,11 @@ typedef struct AgentRequest {
         int64_t timeout_ms; /* 0: none */
         bool stdin_stream;
         int64_t uid, gid; /* -1: the agent's own (root) */
+        /* A user by name (exec, archive, unarchive and the file ops), looked
+         * up in the sandbox's /etc/passwd when the request is run; NULL: the
+         * agent's own. The lookup fills uid, gid and home. */
+        char *user;
+        char *home;
         /* exec with a terminal: "pty": {"cols","rows"}; stdout and stdin are
          * its master side, there is no separate stderr. */
         bool pty;

@@ -277,6 +277,10 @@ bool image_name_valid(const char *name) {
         return true;
 }
 
+bool cli_user_valid(const char *user) {
+        return strcmp(user, "sandbox") == 0 || strcmp(user, "root") == 0;
+}
+
 int sandbox_path_check(const char *path, char *err, size_t errlen) {
         size_t n = path ? strlen(path) : 0;
 

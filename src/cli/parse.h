@@ -61,6 +61,10 @@ bool sandbox_id_valid(const char *id);
 /* An image name: [a-z0-9][a-z0-9._-]{0,63}. */
 bool image_name_valid(const char *name);
 
+/* A user a command runs as: "sandbox" (the default) or "root", the two every
+ * sandbox has. */
+bool cli_user_valid(const char *user);
+
 /* A path inside the sandbox: 1..4096 bytes. */
 int sandbox_path_check(const char *path, char *err, size_t errlen);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/client.h"
+#include "cli/parse.h"
 #include "common/macro.h"
 
 #define PROC_PATH_MAX 160
@@ -26,21 +27,25 @@ static int check_proc(const char *verb, const char *usage, const char *id) {
         return 0;
 }
 
-static const char spawn_usage[] = "ID [--stdin-pipe] -- COMMAND [ARG...]";
+static const char spawn_usage[] = "ID [--user USER] -- COMMAND [ARG...]";
 static const char spawn_help[] =
         "Starts a background process and prints its id at once. One argument runs\n"
         "under bash -c; more run as argv without a shell. Read its output with\n"
         "'sandbox logs', end it with 'sandbox kill'.\n\n"
+        "Options:\n"
+        "  --user USER  sandbox (the default, unprivileged, HOME=/workspace) or root\n\n"
         "Example:\n  runtime sandbox spawn sbx_9f2c4e1a7b3d5c6e8f01 -- 'python3 -m http.server 8000'\n";
 
 int cmd_sandbox_spawn(CliContext *ctx, int argc, char **argv) {
         static const struct option opts[] = {
                 {"help", no_argument, NULL, 'h'},
                 {"json", no_argument, NULL, 'j'},
+                {"user", required_argument, NULL, 'u'},
                 {NULL, 0, NULL, 0},
         };
         _cleanup_client_ Client *c = NULL;
         _cleanup_json_ json_t *body = NULL, *ans = NULL;
+        const char *user = NULL;
         char path[PROC_PATH_MAX];
         CliError e;
         int opt, r;
@@ -54,6 +59,13 @@ int cmd_sandbox_spawn(CliContext *ctx, int argc, char **argv) {
                         ctx->json = true;
                         continue;
                 }
+                if (opt == 'u' && cli_user_valid(optarg)) {
+                        user = optarg;
+                        continue;
+                }
+                if (opt == 'u')
+                        return cli_usage_error("sandbox spawn", spawn_usage, "--user: '%.32s' is not sandbox or root",
+                                               optarg);
                 return cli_usage_error("sandbox spawn", spawn_usage, "unknown option '%s'", argv[optind - 1]);
         }
         if (argc - optind < 2)
@@ -80,6 +92,8 @@ int cmd_sandbox_spawn(CliContext *ctx, int argc, char **argv) {
         }
         if (!body)
                 return cli_fail("an argument is not valid UTF-8");
+        if (user && json_object_set_new(body, "user", json_string(user)) < 0)
+                return cli_fail("out of memory");
         r = cli_connect(ctx, true, &c);
         if (r > 0)
                 return r;

@@ -56,6 +56,7 @@ static const char run_help[] =
         "  --lease DURATION    the sandbox's lease (default max(5m, timeout + 1m); without\n"
         "                      --timeout, 5m renewed while the command runs)\n"
         "  --cwd DIR           the command's working directory (default /workspace)\n"
+        "  --user USER         sandbox (the default, unprivileged, HOME=/workspace) or root\n"
         "  -i, --interactive   send this program's stdin (at most 16 MiB) to the command\n"
         "  --keep              keep the sandbox afterwards and print its id on stderr\n"
         "%s"
@@ -88,6 +89,7 @@ static const char exec_help[] =
         "  --timeout DURATION  kill the command after this long (default: the API's maximum of 24h);\n"
         "                      the exit code is then 124\n"
         "  --cwd DIR           the working directory (default /workspace)\n"
+        "  --user USER         sandbox (the default, unprivileged, HOME=/workspace) or root\n"
         "  -e, --env K=V       an environment variable for this command (repeatable)\n"
         "  -i, --interactive   send this program's stdin (at most 16 MiB) to the command\n"
         "\nExample:\n"
@@ -114,6 +116,7 @@ enum {
         OPT_INTERNET,
         OPT_NO_INTERNET,
         OPT_SNAPSHOT,
+        OPT_USER,
 };
 
 static bool option_allowed(SandboxVerb verb, int opt) {
@@ -125,6 +128,7 @@ static bool option_allowed(SandboxVerb verb, int opt) {
                 return true;
         case 'i':
         case OPT_CWD:
+        case OPT_USER:
                 return verb != SANDBOX_VERB_CREATE;
         case OPT_KEEP:
                 return verb == SANDBOX_VERB_RUN;
@@ -195,6 +199,7 @@ int sandbox_args_parse(SandboxVerb verb, int argc, char **argv, SandboxArgs *ret
                 {"name", required_argument, NULL, OPT_NAME},
                 {"label", required_argument, NULL, OPT_LABEL},
                 {"cwd", required_argument, NULL, OPT_CWD},
+                {"user", required_argument, NULL, OPT_USER},
                 {"keep", no_argument, NULL, OPT_KEEP},
                 {"interactive", no_argument, NULL, 'i'},
                 {"on-lease-end", required_argument, NULL, OPT_ON_LEASE_END},
@@ -283,6 +288,13 @@ int sandbox_args_parse(SandboxVerb verb, int argc, char **argv, SandboxArgs *ret
                 case OPT_CWD:
                         r = sandbox_path_check(optarg, err, errlen);
                         a.cwd = optarg;
+                        break;
+                case OPT_USER:
+                        if (!cli_user_valid(optarg)) {
+                                snprintf(err, errlen, "--user: '%.32s' is not sandbox or root", optarg);
+                                r = -EINVAL;
+                        }
+                        a.user = optarg;
                         break;
                 case OPT_KEEP:
                         a.keep = true;
@@ -483,6 +495,7 @@ json_t *sandbox_exec_body(const SandboxArgs *a, SandboxVerb verb) {
         r |= json_object_set_new(b, "timeoutMs",
                                  json_integer(a->timeout_ms > 0 ? a->timeout_ms : CLI_EXEC_TIMEOUT_MAX_MS));
         r |= set_str(b, "cwd", a->cwd);
+        r |= set_str(b, "user", a->user);
         /* run puts --env on the sandbox; exec on the command. */
         if (verb == SANDBOX_VERB_EXEC && a->env)
                 r |= json_object_set(b, "env", a->env);

@@ -19,6 +19,7 @@ typedef struct SandboxArgs {
         long long vcpu, memory_mib, disk_mib; /* -1: not given */
         const char *driver, *image, *name, *cwd, *on_lease_end;
         const char *snapshot; /* create: --snapshot, the snapshot to start from */
+        const char *user; /* run, exec: "sandbox" or "root" */
         json_t *env;          /* owned, NULL when none: the sandbox's (run, create) or the exec's */
         json_t *labels;       /* owned, NULL when none */
         json_t *allow, *deny; /* owned, NULL when none: egress host patterns */

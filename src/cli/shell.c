@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli/client.h"
+#include "cli/parse.h"
 #include "cli/wsclient.h"
 #include "common/macro.h"
 
@@ -21,13 +22,15 @@
 /* A message from the daemon is at most this: the terminal's output, in pieces. */
 #define MESSAGE_MAX (4u * 1024u * 1024u)
 
-static const char shell_usage[] = "ID [--cols N --rows N] [-- COMMAND]";
+static const char shell_usage[] = "ID [--cols N --rows N] [--user USER] [-- COMMAND]";
 static const char shell_help[] =
         "Opens an interactive terminal in the sandbox: a login shell, or COMMAND, on a\n"
         "terminal of this one's size. This terminal is in raw mode until the shell\n"
         "ends, so Ctrl-C, Ctrl-Z and the arrows go to the sandbox; its size follows\n"
         "this window's. The exit code is the shell's. Input that is not a terminal\n"
         "is sent as typed, then Ctrl-D.\n\n"
+        "Options:\n"
+        "  --user USER  sandbox (the default, unprivileged, HOME=/workspace) or root\n\n"
         "Example:\n  runtime sandbox shell sbx_9f2c4e1a7b3d5c6e8f01\n";
 
 static volatile sig_atomic_t winch;
@@ -103,8 +106,10 @@ int cmd_sandbox_shell(CliContext *ctx, int argc, char **argv) {
                 {"help", no_argument, NULL, 'h'},
                 {"cols", required_argument, NULL, 'c'},
                 {"rows", required_argument, NULL, 'r'},
+                {"user", required_argument, NULL, 'u'},
                 {NULL, 0, NULL, 0},
         };
+        const char *user = NULL;
         unsigned cols, rows;
         window_size(&cols, &rows);
         int opt;
@@ -120,6 +125,13 @@ int cmd_sandbox_shell(CliContext *ctx, int argc, char **argv) {
                                 return cli_usage_error("sandbox shell", shell_usage, "--%s must be 1 to 1000",
                                                        opt == 'c' ? "cols" : "rows");
                         *(opt == 'c' ? &cols : &rows) = (unsigned)v;
+                        continue;
+                }
+                if (opt == 'u') {
+                        if (!cli_user_valid(optarg))
+                                return cli_usage_error("sandbox shell", shell_usage,
+                                                       "--user: '%.32s' is not sandbox or root", optarg);
+                        user = optarg;
                         continue;
                 }
                 return cli_usage_error("sandbox shell", shell_usage, "unknown option '%s'", argv[optind - 1]);
@@ -138,8 +150,8 @@ int cmd_sandbox_shell(CliContext *ctx, int argc, char **argv) {
         if (optind < argc && !command)
                 return cli_fail("out of memory");
         _cleanup_free_ char *target = NULL;
-        if (asprintf(&target, "/v1/sandboxes/%s/terminal?cols=%u&rows=%u%s%s", id, cols, rows,
-                     command ? "&command=" : "", command ?: "") < 0)
+        if (asprintf(&target, "/v1/sandboxes/%s/terminal?cols=%u&rows=%u%s%s%s%s", id, cols, rows,
+                     command ? "&command=" : "", command ?: "", user ? "&user=" : "", user ?: "") < 0)
                 return cli_fail("out of memory");
 
         _cleanup_client_ Client *c = NULL;

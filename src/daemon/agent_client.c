@@ -27,6 +27,12 @@ json_t *agent_req_exec(const char *command, json_t *argv, const char *cwd, json_
         return req;
 }
 
+int agent_req_set_user(json_t *req, bool root) {
+        if (!req || json_object_set_new(req, "user", json_string(root ? "root" : "sandbox")) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
 json_t *agent_req_forward(unsigned port) {
         return json_pack("{s:s,s:i}", "op", "forward", "port", (int)port);
 }

@@ -21,6 +21,11 @@ typedef bool (*AgentGiveUpFn)(void *userdata);
  * exactly one of command and argv. */
 json_t *agent_req_exec(const char *command, json_t *argv, const char *cwd, json_t *env, int64_t timeout_ms,
                        bool has_stdin);
+/* Names the user the agent runs req as (exec, archive, unarchive and the
+ * file ops): "root" or "sandbox". A request without one runs as the agent's
+ * own root: the daemon's internal writes (the egress CA) leave it out. 0 or
+ * -ENOMEM. */
+int agent_req_set_user(json_t *req, bool root);
 json_t *agent_req_read(const char *path);
 json_t *agent_req_write(const char *path, unsigned mode, bool mkdirs);
 /* depth 0: as deep as the glob reaches (a glob is then required); glob NULL for every entry. */

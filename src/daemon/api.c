@@ -400,7 +400,7 @@ static const char *const proc_states[] = {
 
 json_t *api_process_json(const ProcInfo *i) {
         json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:b}", "id", i->id, "command", i->command, "user",
-                              "root", "state", proc_states[i->exit.state], "outputBytes", (json_int_t)i->output_bytes,
+                              i->user, "state", proc_states[i->exit.state], "outputBytes", (json_int_t)i->output_bytes,
                               "stdinOffset", (json_int_t)i->stdin_offset, "startedAt", (json_int_t)i->started_unix,
                               "outputEncoding", i->base64 ? "base64" : "utf8", "stdinOpen", i->stdin_open);
         if (!j)
@@ -612,6 +612,8 @@ json_t *api_exec_request(const ExecRequest *q, Sandbox *sb) {
         if (q->pty && !json_object_get(env, "TERM") && json_object_set_new(env, "TERM", json_string("xterm-256color")) < 0)
                 return NULL;
         json_t *req = agent_req_exec(q->command, q->argv, q->cwd, env, q->timeout_ms, q->has_stdin || q->stdin_pipe);
+        if (req && agent_req_set_user(req, q->root) < 0)
+                json_decref(TAKE_PTR(req));
         if (req && q->pty &&
             json_object_set_new(req, "pty", json_pack("{s:i,s:i}", "cols", (int)q->pty_cols, "rows", (int)q->pty_rows)) < 0)
                 json_decref(TAKE_PTR(req));
@@ -807,6 +809,7 @@ int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replay
         }
         ProcSpec spec = {
                 .owner = r->key.owner,
+                .user = q->root ? REQ_USER_ROOT : REQ_USER_SANDBOX,
                 .base64 = q->base64,
                 .stdin_pipe = q->stdin_pipe,
                 .pty = q->pty,

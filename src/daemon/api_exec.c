@@ -38,6 +38,7 @@ typedef struct ExecRun {
         size_t out_len, out_off, out_cap;
         bool done;
         bool result_seen;
+        char user[16]; /* who ran it, as the agent's start event says */
 } ExecRun;
 
 /* Feeds stdin to the agent. A command that never reads its stdin must not
@@ -167,6 +168,12 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
                         break;
                 }
                 switch (ev.type) {
+                case CHAN_EV_EVENT: {
+                        const char *u = json_string_value(json_object_get(ev.json, "user"));
+                        if (u && (strcmp(u, "root") == 0 || strcmp(u, "sandbox") == 0))
+                                snprintf(x->user, sizeof(x->user), "%s", u);
+                        break;
+                }
                 case CHAN_EV_DATA:
                         if (ev.fd == PROTO_FD_OUT || ev.fd == PROTO_FD_ERR)
                                 tailbuf_append(&bufs[ev.fd], ev.data, ev.len);
@@ -225,6 +232,8 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
                                          json_is_true(json_object_get(result, "timedOut")), "stdoutTruncated",
                                          bufs[1].truncated, "stderrTruncated", bufs[2].truncated, "durationMs",
                                          (json_int_t)json_integer_value(json_object_get(result, "durationMs")));
+                        if (body && x->user[0] && json_object_set_new(body, "user", json_string(x->user)) < 0)
+                                json_decref(TAKE_PTR(body));
                         if (body && add_out_of_memory(body, result, x->sb) < 0)
                                 json_decref(TAKE_PTR(body));
                 }
@@ -374,8 +383,9 @@ enum MHD_Result handle_exec(Req *r) {
                 proc_wait_started(p, 10000);
                 ProcInfo info;
                 proc_info(p, &info);
-                json_t *first = json_pack("{s:s,s:s,s:b,s:o}", "type", "start", "processId", info.id, "replayed",
-                                          replayed, "pid", info.pid > 0 ? json_integer(info.pid) : json_null());
+                json_t *first = json_pack("{s:s,s:s,s:b,s:o,s:s}", "type", "start", "processId", info.id, "replayed",
+                                          replayed, "pid", info.pid > 0 ? json_integer(info.pid) : json_null(),
+                                          "user", info.user);
                 return api_process_output(r, p, 0, true, first);
         }
         Sandbox *sb;

@@ -21,6 +21,18 @@
 #define WRITE_TIMEOUT_MS 120000
 #define UPLOAD_MAX_DISCARD (8u * 1024u * 1024u)
 
+
+/* Who a file route acts as, with that user's rights and as the owner of
+ * what it makes: ?user=sandbox (the default) or root. 0, a 400 in *e, or
+ * -ENOMEM. */
+static int with_user(Req *r, json_t *req, ApiError *e) {
+        bool root;
+        int rc = request_parse_user_text(req_query(r, "user"), &root, e);
+        if (rc < 0)
+                return rc;
+        return agent_req_set_user(req, root);
+}
+
 static bool client_left(void *userdata) {
         return socket_hung_up(*(int *)userdata);
 }
@@ -172,6 +184,8 @@ enum MHD_Result handle_files_list(Req *r) {
         _cleanup_json_ json_t *req = agent_req_list(path, depth, glob, hidden, limit);
         if (!req)
                 return reply_internal(r);
+        if (with_user(r, req, &e) < 0)
+                return e.code ? reply_error(r, &e) : reply_internal(r);
         json_t *result = NULL;
         enum MHD_Result m = op_reply(r, req, path, &result);
         if (!result)
@@ -198,6 +212,8 @@ enum MHD_Result handle_files_stat(Req *r) {
         _cleanup_json_ json_t *req = agent_req_stat(path);
         if (!req)
                 return reply_internal(r);
+        if (with_user(r, req, &e) < 0)
+                return e.code ? reply_error(r, &e) : reply_internal(r);
         Sandbox *sb;
         if (api_sandbox_acquire(r, &sb, &e) < 0)
                 return reply_error(r, &e);
@@ -256,6 +272,8 @@ static enum MHD_Result files_op(Req *r) {
                 return e.code ? reply_error(r, &e) : reply_internal(r);
         if (!req || !answer)
                 return reply_internal(r);
+        if (with_user(r, req, &e) < 0)
+                return e.code ? reply_error(r, &e) : reply_internal(r);
         json_t *result = NULL;
         enum MHD_Result m = op_reply(r, req, path, &result);
         if (!result)
@@ -366,6 +384,8 @@ enum MHD_Result handle_files_read(Req *r) {
         _cleanup_json_ json_t *req = agent_req_read(path);
         if (!req)
                 return reply_internal(r);
+        if (with_user(r, req, &e) < 0)
+                return e.code ? reply_error(r, &e) : reply_internal(r);
         FileRead *f = calloc(1, sizeof(*f));
         if (!f)
                 return reply_internal(r);
@@ -485,6 +505,8 @@ static enum MHD_Result files_upload_begin(Req *r) {
                 agent_req_write(u->path, mode, true);
         if (!req)
                 return reply_internal(r);
+        if (with_user(r, req, &e) < 0)
+                return e.code ? reply_error(r, &e) : reply_internal(r);
         if (api_open_stream(u->sb, req, &u->stream, &e) < 0)
                 return reply_error(r, &e);
         return MHD_YES;

@@ -95,7 +95,8 @@ static int agent_run_start(Sandbox *sb, json_t *argv, const char *in, size_t in_
         if (!env)
                 env = json_object();
         _cleanup_json_ json_t *req = env ? agent_req_exec(NULL, argv, "/", env, timeout_ms, true) : NULL;
-        if (!req)
+        /* Contexts run as the sandbox user, as commands do. */
+        if (!req || agent_req_set_user(req, false) < 0)
                 return -ENOMEM;
         AgentRun a = { .sb = sb, .exit_code = -1 };
         int r = api_open_stream(sb, req, &a.stream, e);

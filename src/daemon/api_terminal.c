@@ -101,10 +101,8 @@ int terminal_parse_query(const char *cols, const char *rows, const char *command
                 q.command = command;
                 q.command_len = command_len;
         }
-        if (user && strcmp(user, "root") != 0)
-                return api_error(e, 400, "invalid_request", NULL,
-                                 "user must be \"root\" (the only user this sandbox has)");
-        q.root = user != NULL;
+        if ((r = request_parse_user_text(user, &q.root, e)) < 0)
+                return r;
         if (process_id) {
                 size_t n = strlen(process_id);
                 bool ok = n == HTTP_PROCESS_ID_LEN && strncmp(process_id, "proc_", 5) == 0;

@@ -53,6 +53,7 @@ typedef struct Upload {
          * in order and the commit unpacks the whole into path. */
         bool archive;
         uint64_t max_parts;
+        bool root; /* unpacked as root rather than the sandbox user */
 } Upload;
 
 static pthread_mutex_t uploads_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -452,7 +453,7 @@ enum MHD_Result handle_upload_commit(Req *r) {
         }
         _cleanup_json_ json_t *req = agent_req_write(u->path, u->mode, true);
         ChanStream *s = NULL;
-        if (!req || api_open_stream(sb, req, &s, &e) < 0) {
+        if (!req || agent_req_set_user(req, u->root) < 0 || api_open_stream(sb, req, &s, &e) < 0) {
                 sandbox_release(sb);
                 upload_drop(cfg, u);
                 return e.code ? reply_error(r, &e) : reply_internal(r);
@@ -563,7 +564,7 @@ static enum MHD_Result archive_commit(Req *r, Upload *u) {
         uint64_t max = (uint64_t)cfg->max_file_mib * 1024u * 1024u;
         _cleanup_json_ json_t *req = agent_req_unarchive(u->path, max * UNPACK_RATIO, UNPACK_ENTRIES_MAX);
         ChanStream *s = NULL;
-        if (!req || api_open_stream(sb, req, &s, &e) < 0) {
+        if (!req || agent_req_set_user(req, u->root) < 0 || api_open_stream(sb, req, &s, &e) < 0) {
                 sandbox_release(sb);
                 upload_drop(cfg, u);
                 return e.code ? reply_error(r, &e) : reply_internal(r);
@@ -617,11 +618,9 @@ enum MHD_Result handle_archive_upload_begin(Req *r) {
                 api_error(&e, 400, "invalid_request", NULL, "gzip must be a boolean");
                 return reply_error(r, &e);
         }
-        const char *us = json_string_value(user);
-        if (user && !json_is_null(user) && (!us || (strcmp(us, "sandbox") != 0 && strcmp(us, "root") != 0))) {
-                api_error(&e, 400, "invalid_request", NULL, "user must be \"sandbox\" or \"root\"");
+        bool root;
+        if (request_parse_user(user, &root, &e) < 0)
                 return reply_error(r, &e);
-        }
         Sandbox *sb;
         if (api_sandbox_acquire(r, &sb, &e) < 0)
                 return reply_error(r, &e);
@@ -639,6 +638,6 @@ enum MHD_Result handle_archive_upload_begin(Req *r) {
                 return reply_internal(r);
         }
         Upload proto = { .used = true, .fd = fd, .mode = 0644, .received = received, .max_parts = max_parts,
-                         .archive = true, .path = TAKE_PTR(path) };
+                         .archive = true, .root = root, .path = TAKE_PTR(path) };
         return upload_register(r, &proto, id, staged);
 }

@@ -68,6 +68,7 @@ struct Proc {
         const ProcCursor *followers[MAX_FOLLOWERS];
 
         int pid;
+        char user[16]; /* as asked for, then as the agent's start event says */
         bool ended;
         uint64_t ended_mono;
         ProcExit exit;
@@ -426,9 +427,13 @@ static void *drain(void *userdata) {
                         append_output(p, ev.fd, ev.data, ev.len);
                 else if (ev.type == CHAN_EV_EVENT) {
                         json_t *pid = json_object_get(ev.json, "pid");
+                        const char *user = json_string_value(json_object_get(ev.json, "user"));
                         pthread_mutex_lock(&p->t->lock);
                         if (json_is_integer(pid))
                                 p->pid = (int)json_integer_value(pid);
+                        /* An image without the sandbox user runs it as root. */
+                        if (user && (strcmp(user, "root") == 0 || strcmp(user, "sandbox") == 0))
+                                snprintf(p->user, sizeof(p->user), "%s", user);
                         pthread_cond_broadcast(&p->t->cond);
                         pthread_mutex_unlock(&p->t->lock);
                 } else if (ev.type == CHAN_EV_RESULT) {
@@ -481,6 +486,7 @@ int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec,
         p->pty = spec->pty;
         p->pty_cols = spec->pty_cols;
         p->pty_rows = spec->pty_rows;
+        snprintf(p->user, sizeof(p->user), "%s", spec->user ? spec->user : "root");
         p->exit.state = PROC_RUNNING;
         p->created_mono = now;
         p->started_unix = time_now_unix();
@@ -544,6 +550,7 @@ static void snapshot_locked(Proc *p, ProcInfo *ret) {
                            .pty_rows = p->pty_rows };
         snprintf(ret->id, sizeof(ret->id), "%s", p->id);
         snprintf(ret->command, sizeof(ret->command), "%s", p->command);
+        snprintf(ret->user, sizeof(ret->user), "%s", p->user);
 }
 
 void proc_info(Proc *p, ProcInfo *ret) {

@@ -54,6 +54,7 @@ typedef struct ProcExit {
 typedef struct ProcInfo {
         char id[PROC_ID_LEN + 1];
         char command[1025];
+        char user[16]; /* who it runs as: asked for, or as the agent says it ran it */
         ProcExit exit;
         int pid; /* 0 until the agent said */
         int64_t started_unix, ended_unix;
@@ -71,6 +72,7 @@ void proc_table_free(ProcTable *t);
 typedef struct ProcSpec {
         const char *owner;
         const char *command; /* as listed: the command line or argv joined */
+        const char *user;    /* "sandbox" or "root", as asked for */
         bool base64;         /* every output event carries its bytes as base64 */
         bool stdin_pipe;     /* keep stdin open for proc_write */
         bool pty;            /* the request asks the agent for a terminal of pty_cols x pty_rows */

@@ -571,6 +571,30 @@ int request_path_field(json_t *body, const char *field, bool required, char **re
 
 static int parse_command(json_t *body, bool spawn, ExecRequest *ret, ApiError *e);
 
+int request_parse_user_text(const char *s, bool *ret_root, ApiError *e) {
+        if (!s || strcmp(s, REQ_USER_SANDBOX) == 0) {
+                *ret_root = false;
+                return 0;
+        }
+        if (strcmp(s, REQ_USER_ROOT) == 0) {
+                *ret_root = true;
+                return 0;
+        }
+        /* The value is not echoed: it is the client's, of any length. */
+        return INVALID(e, "user must be \"sandbox\" or \"root\" (the users every sandbox has)");
+}
+
+int request_parse_user(json_t *v, bool *ret_root, ApiError *e) {
+        if (!v || json_is_null(v))
+                return request_parse_user_text(NULL, ret_root, e);
+        if (!json_is_string(v))
+                return wrong_type(e, "user", "a string, \"sandbox\" or \"root\"", v);
+        /* jansson keeps a NUL inside a string: "root\0x" is not "root". */
+        if (json_string_length(v) != strlen(json_string_value(v)))
+                return INVALID(e, "user must not contain NUL bytes");
+        return request_parse_user_text(json_string_value(v), ret_root, e);
+}
+
 int request_parse_exec(json_t *body, ExecRequest *ret, ApiError *e) {
         return parse_command(body, false, ret, e);
 }
@@ -691,21 +715,8 @@ static int parse_command(json_t *body, bool spawn, ExecRequest *ret, ApiError *e
                 goto fail;
         if ((r = get_bool(body, "stream", false, &x.stream, e)) < 0)
                 goto fail;
-        json_t *user = json_object_get(body, "user");
-        if (user && !json_is_null(user)) {
-                const char *u = json_string_value(user);
-                if (!u) {
-                        r = wrong_type(e, "user", "a string", user);
-                        goto fail;
-                }
-                /* Commands run as root inside for now; the unprivileged
-                 * "sandbox" user comes with its image. */
-                if (strcmp(u, "root") != 0) {
-                        r = INVALID(e, "user must be \"root\" (the only user this sandbox has)");
-                        goto fail;
-                }
-                x.root = true;
-        }
+        if ((r = request_parse_user(json_object_get(body, "user"), &x.root, e)) < 0)
+                goto fail;
         json_t *enc = json_object_get(body, "outputEncoding");
         if (enc && !json_is_null(enc)) {
                 const char *v = json_string_value(enc);

@@ -52,7 +52,7 @@ typedef struct ExecRequest {
         int64_t timeout_ms;
         bool stream;
         size_t max_output_bytes;
-        bool root;        /* user "root" asked for by name (the only user for now) */
+        bool root;        /* user "root"; otherwise the unprivileged "sandbox" user */
         bool base64;      /* outputEncoding "base64": every output event carries its bytes */
         bool stdin_pipe;  /* spawn with stdinMode "pipe": input comes later through :write */
         bool pty;         /* spawn with pty {cols, rows}: a terminal; input stays open */
@@ -103,6 +103,14 @@ void exec_request_done(ExecRequest *r);
 int request_resolve_path(const char *in, size_t len, const char *field, char **ret, ApiError *e);
 /* The path of a JSON field (must be a string). */
 int request_path_field(json_t *body, const char *field, bool required, char **ret, ApiError *e);
+/* Who a command or file operation runs as: "sandbox" (absent or null: the
+ * default) or "root", the two users the published client names. 0 and
+ * *ret_root; a 400 for any other value, type, an embedded NUL or a long one. */
+#define REQ_USER_SANDBOX "sandbox"
+#define REQ_USER_ROOT "root"
+int request_parse_user(json_t *v, bool *ret_root, ApiError *e);
+/* The same from a query argument (NULL: the default). */
+int request_parse_user_text(const char *s, bool *ret_root, ApiError *e);
 
 int request_parse_mkdir(json_t *body, char **ret_path, bool *ret_parents, ApiError *e);
 int request_parse_remove(json_t *body, char **ret_path, bool *ret_recursive, ApiError *e);

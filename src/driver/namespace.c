@@ -505,7 +505,7 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
         r = launch_cgroup_layout(&layout);
         if (r < 0)
                 goto fail;
-        char *argv[ELEMENTSOF(argv_fixed) + 3 * ELEMENTSOF(lxcfs_files) + 3 * ELEMENTSOF(cgroup_views)];
+        char *argv[ELEMENTSOF(argv_fixed) + 3 * ELEMENTSOF(lxcfs_files) + 3 * ELEMENTSOF(cgroup_views) + 8];
         size_t argc = 0;
         for (size_t i = 0; i < ELEMENTSOF(argv_fixed); i++) {
                 argv[argc++] = argv_fixed[i];
@@ -516,6 +516,12 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                         argv[argc++] = (char *)lxcfs_sources[f];
                         argv[argc++] = (char *)lxcfs_files[f];
                 }
+                /* bwrap would make the mount points' parents 0700 (its
+                 * umask): the sandbox user reads its limits there too. */
+                static const char *const cgroup_parents[] = { "--perms", "0755", "--dir", "/sys/fs",
+                                                              "--perms", "0755", "--dir", "/sys/fs/cgroup" };
+                for (size_t k = 0; k < ELEMENTSOF(cgroup_parents); k++)
+                        argv[argc++] = (char *)cgroup_parents[k];
                 for (size_t c = 0; c < ELEMENTSOF(cgroup_views); c++) {
                         const char *dir = cgroup_dir(inst->cg, cgroup_views[c].hier);
                         if (!dir || (layout->v2 && cgroup_views[c].hier != CGROUP_UNIFIED))

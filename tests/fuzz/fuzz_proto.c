@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "agent/request.c"
+#include "agent/user.c"
 #include "proto/proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -38,14 +39,25 @@ static void check_request(const uint8_t *p, size_t n) {
                         abort();
                 if (r->op == REQ_LIST && (r->depth < 1 || r->depth > REQUEST_MAX_LIST_DEPTH))
                         abort();
+                if (r->user && !user_name_valid(r->user))
+                        abort();
                 agent_request_free(r);
         } else if (!msg || r) {
                 abort();
         }
 }
 
+/* The same bytes as a sandbox's /etc/passwd, which root inside may write. */
+static void check_passwd(const uint8_t *p, size_t n) {
+        AgentUser u;
+        if (user_parse_passwd((const char *)p, n, "sandbox", &u) == 0 &&
+            (u.uid > USER_ID_MAX || u.gid > USER_ID_MAX || u.home[0] != '/' || strlen(u.home) >= sizeof(u.home)))
+                abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_request(data, size);
+        check_passwd(data, size);
 
         ProtoReader *r = proto_reader_new();
         if (!r)

@@ -92,7 +92,7 @@ def test_cgroup_files_show_the_limits(api, driver, request):
                        "/sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu.max; "
                        "do [ -e $f ] && { echo -1 > $f && echo wrote $f; echo max > $f && echo wrote $f; }; done; "
                        "mount -o remount,rw /sys/fs/cgroup/memory 2>/dev/null && echo remounted; "
-                       "mkdir /sys/fs/cgroup/memory/escape 2>/dev/null && echo made; true")
+                       "mkdir /sys/fs/cgroup/memory/escape 2>/dev/null && echo made; true", user="root")
         assert "wrote" not in out["stdout"] and "remounted" not in out["stdout"] and "made" not in out["stdout"], out
         again = sbx.run("cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max")
         assert again.strip() == limit, (limit, again)

@@ -395,7 +395,7 @@ def search_sandbox(sbx, needle: str) -> str:
                    "env | f; grep -raF -f <(printf '%s\\n' \"$v\") /etc /root /workspace /tmp /run; "
                    "ps auxww | f; "
                    "for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null | tr '\\0' '\\n'; done | f; "
-                   "true", timeoutMs=120000)
+                   "true", timeoutMs=120000, user="root")  # root reads every file there
     return res["stdout"]
 
 

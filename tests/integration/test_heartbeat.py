@@ -228,10 +228,11 @@ def test_microvm_stopped_qemu_fails(mvm_api):
 
 def test_microvm_kernel_panic_leaves_console_tail(mvm_api):
     sbx = mvm_api.create_sandbox(driver="microvm", memoryMiB=256, diskMiB=64)
-    assert sbx.run("id -u").strip() == "0"
+    assert sbx.run("id -u", user="root").strip() == "0"
     # The exec may or may not come back before the guest is gone.
     r = mvm_api.post(f"/v1/sandboxes/{sbx.id}:exec",
-                     json={"command": "echo 1 > /proc/sys/kernel/sysrq; sync; echo c > /proc/sysrq-trigger"},
+                     json={"command": "echo 1 > /proc/sys/kernel/sysrq; sync; echo c > /proc/sysrq-trigger",
+                           "user": "root"},
                      timeout=60)
     assert r.status_code in (200, 409, 500, 503), r.text
     st = mvm_api.wait_state(sbx.id, "failed", 60)

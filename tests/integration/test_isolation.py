@@ -127,7 +127,9 @@ def test_cannot_reach_the_host(sandbox, daemon):
 
 
 def test_root_inside_is_not_root_outside(sandbox):
-    assert sandbox.run("id -u") == "0\n"
+    # Root inside, asked for: commands run as the sandbox user otherwise.
+    assert sandbox.run("id -u", user="root") == "0\n"
+    assert sandbox.run("id -u") == "1000\n"
     if sandbox.driver == "namespace":
         uid_map = sandbox.run("cat /proc/self/uid_map")
         rows = [list(map(int, line.split())) for line in uid_map.splitlines() if line.strip()]
@@ -169,7 +171,7 @@ def test_no_capabilities_to_escape(sandbox, image_dir):
             "blockdev --setrw $d 2>&1; "
             "dd if=/dev/urandom of=$d bs=4096 count=16 oflag=direct conv=notrunc 2>&1 && echo WROTE; "
             "mount -o remount,rw $d 2>&1; python3 -c \"import os; fd = os.open('$d', os.O_RDWR); "
-            "os.pwrite(fd, b'x' * 4096, 0); os.fsync(fd); print('WROTE')\" 2>&1; sync")
+            "os.pwrite(fd, b'x' * 4096, 0); os.fsync(fd); print('WROTE')\" 2>&1; sync", user="root")
         assert "disk /dev/vd" in res["stdout"], res
         assert "WROTE" not in res["stdout"], res
         with open(image, "rb") as f:
@@ -179,7 +181,7 @@ def test_no_capabilities_to_escape(sandbox, image_dir):
                        "test -e /dev/sda -o -e /dev/vda && echo DISK; "
                        "cat /proc/sys/kernel/hostname >/dev/null; "
                        "python3 -c \"import ctypes\nl = ctypes.CDLL(None, use_errno=True)\n"
-                       "print('USERNS' if l.unshare(0x10000000) == 0 else 'no userns')\"")
+                       "print('USERNS' if l.unshare(0x10000000) == 0 else 'no userns')\"", user="root")
     assert "MOUNTED" not in res["stdout"], res
     assert "DISK" not in res["stdout"], res
     assert "USERNS" not in res["stdout"], res
@@ -187,7 +189,7 @@ def test_no_capabilities_to_escape(sandbox, image_dir):
 
 def test_dotdot_path_reads_the_sandbox_etc(sandbox):
     marker = f"sandbox-marker-{uuid.uuid4().hex}"
-    sandbox.run(f"echo {marker} > /etc/runtime-itest-marker")
+    sandbox.run(f"echo {marker} > /etc/runtime-itest-marker", user="root")
     assert not Path("/etc/runtime-itest-marker").exists()
     assert sandbox.read("../../etc/runtime-itest-marker").decode() == marker + "\n"
     assert sandbox.read("/workspace/../../../../etc/runtime-itest-marker").decode() == marker + "\n"
@@ -226,7 +228,7 @@ def test_symlink_to_root_never_reaches_the_host(sandbox, host_marker):
 
 def test_symlink_to_root_resolves_inside(sandbox):
     marker = f"sandbox-marker-{uuid.uuid4().hex}"
-    sandbox.run(f"echo {marker} > /etc/runtime-itest-marker; ln -s / /workspace/rootlink")
+    sandbox.run(f"echo {marker} > /etc/runtime-itest-marker; ln -s / /workspace/rootlink", user="root")
     assert sandbox.read("/workspace/rootlink/etc/runtime-itest-marker").decode() == marker + "\n"
     # writes through it land in the sandbox
     name = f"runtime-itest-written-{uuid.uuid4().hex}"

@@ -317,7 +317,7 @@ def test_bad_input(sandbox):
     assert_error(sandbox.api.get(f"{procs(sandbox)}/{'a' * 500}"), 404, "not_found")
     for body in ({}, {"command": ""}, {"command": "true", "pty": {"cols": 0, "rows": 24}},
                  {"command": "true", "stdinMode": "file"}, {"command": "true", "stdin": "x", "stdinMode": "pipe"},
-                 {"command": "true", "user": "sandbox"}, {"command": "true", "user": 0},
+                 {"command": "true", "user": "nobody"}, {"command": "true", "user": 0},
                  {"command": "true", "outputEncoding": "latin1"}, {"command": "true", "stream": True}):
         assert_error(sandbox.api.post(procs(sandbox), json=body), 400, "invalid_request")
     for body in ({"base64": "!!"}, {"base64": 1}, {"data": "x", "base64": "eA=="}, {"offset": -2},

@@ -40,9 +40,14 @@ seen = []
 s = sbx.exec("echo a; sleep 0.5; echo b", on_stdout=seen.append, timeout_ms=90_000)
 events = list(sbx.exec_stream(["sh", "-c", "printf 'x\\\\377y'; echo e >&2"]))
 root = sbx.exec("id -u", user="root")
+mine = sbx.exec("id -un; echo $HOME", user="sandbox")
+default = sbx.exec("id -u")
+bg = sbx.spawn("id -u", user="root")
+bg_default = sbx.spawn("id -u")
 print(json.dumps({"buffered": [r.exit_code, r.stdout, r.stderr, r.timed_out],
                   "streamed": [s.exit_code, s.stdout, s.process_id, seen],
-                  "events": events, "root": root.stdout}))
+                  "events": events, "root": root.stdout, "mine": mine.stdout, "default": default.stdout,
+                  "spawned": [bg.user, bg.wait().stdout, bg_default.user, bg_default.wait().stdout]}))
 """, sandbox.id)
     assert got["buffered"] == [3, "out\n", "err\n", False]
     code, out, pid, seen = got["streamed"]
@@ -54,6 +59,9 @@ print(json.dumps({"buffered": [r.exit_code, r.stdout, r.stderr, r.timed_out],
     assert any("base64" in e for e in outs), outs  # bytes that are not UTF-8 travel exactly
     assert got["events"][-1]["exit_code"] == 0 and got["events"][-1]["timedOut"] is False
     assert got["root"] == "0\n"
+    # The unprivileged sandbox user by default, as the published product runs commands.
+    assert got["mine"] == "sandbox\n/workspace\n" and got["default"] == "1000\n", got
+    assert got["spawned"] == ["root", "0\n", "sandbox", "1000\n"], got["spawned"]
 
 
 def test_exec_check_and_timeout(pub, sandbox, driver):

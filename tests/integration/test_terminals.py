@@ -351,7 +351,7 @@ def test_cli_shell_is_interactive_and_restores_the_terminal(sdk, build_dir, sand
         return buf
 
     try:
-        read_until(b"# ")
+        read_until(b"$ ")  # the sandbox user's prompt
         raw = termios.tcgetattr(fd)
         assert not raw[3] & termios.ICANON and not raw[3] & termios.ECHO  # this side in raw mode
         os.write(fd, b"echo $((6*7)); tty\n")

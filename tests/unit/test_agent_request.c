@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "agent/request.h"
+#include "agent/user.h"
 #include "common/jsonutil.h"
 
 static int parse_str(const char *s, AgentRequest **ret, const char **ret_error) {
@@ -357,6 +358,62 @@ static void test_forward(void **state) {
         expect_invalid("{\"op\":\"forward\",\"port\":\"80\"}");
 }
 
+static void test_user_names(void **state) {
+        AgentRequest *r = NULL;
+        const char *msg = NULL;
+        assert_int_equal(parse_str("{\"op\":\"exec\",\"command\":\"id\",\"user\":\"sandbox\"}", &r, &msg), 0);
+        assert_string_equal(r->user, "sandbox");
+        assert_true(r->uid == -1 && r->gid == -1); /* looked up when it runs */
+        agent_request_free(r);
+        assert_int_equal(parse_str("{\"op\":\"write\",\"path\":\"/workspace/a\",\"user\":\"root\"}", &r, &msg), 0);
+        assert_string_equal(r->user, "root");
+        agent_request_free(r);
+        expect_invalid("{\"op\":\"exec\",\"command\":\"id\",\"user\":\"\"}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"id\",\"user\":\"Root\"}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"id\",\"user\":\"../x\"}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"id\",\"user\":\"a:b\"}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"id\",\"user\":\"root\\u0000x\"}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"id\",\"user\":0}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"id\",\"user\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"id\",\"user\":\"root\",\"uid\":0,\"gid\":0}");
+        expect_invalid("{\"op\":\"forward\",\"port\":80,\"user\":\"root\"}");
+        assert_true(user_name_valid("sandbox") && user_name_valid("_apt") && user_name_valid("a-b_1"));
+        assert_false(user_name_valid("1abc") || user_name_valid("-x") || user_name_valid("a b"));
+}
+
+static void test_passwd(void **state) {
+        static const char pw[] = "root:x:0:0:root:/root:/bin/bash\n"
+                                 "sandboxed:x:7:7::/nope:/bin/sh\n"
+                                 "sandbox:x:1000:1000::/workspace:/bin/bash\n"
+                                 "big:x:70000:70000::/home/big:/bin/sh\n"
+                                 "nohome:x:5:5::relative:/bin/sh\n"
+                                 "short:x:6\n"
+                                 "last:x:9:9::/last:/bin/sh";
+        AgentUser u;
+        assert_int_equal(user_parse_passwd(pw, sizeof pw - 1, "sandbox", &u), 0);
+        assert_true(u.uid == 1000 && u.gid == 1000);
+        assert_string_equal(u.home, "/workspace");
+        assert_string_equal(u.name, "sandbox");
+        assert_int_equal(user_parse_passwd(pw, sizeof pw - 1, "root", &u), 0);
+        assert_true(u.uid == 0 && strcmp(u.home, "/root") == 0);
+        /* The last line needs no newline; a prefix of a name is not the name. */
+        assert_int_equal(user_parse_passwd(pw, sizeof pw - 1, "last", &u), 0);
+        assert_int_equal(u.uid, 9);
+        assert_int_equal(user_parse_passwd(pw, sizeof pw - 1, "sand", &u), -ENOENT);
+        assert_int_equal(user_parse_passwd(pw, sizeof pw - 1, "nobody", &u), -ENOENT);
+        /* Ids past the map, a home that is not absolute, a short line. */
+        assert_int_equal(user_parse_passwd(pw, sizeof pw - 1, "big", &u), -ERANGE);
+        assert_int_equal(user_parse_passwd(pw, sizeof pw - 1, "nohome", &u), -ERANGE);
+        assert_int_equal(user_parse_passwd(pw, sizeof pw - 1, "short", &u), -ENOENT);
+        static const char odd[] = "x:x:-1:0::/x:/bin/sh\ny:x:1e3:0::/y:/bin/sh\nz:x::0::/z:/bin/sh\n";
+        assert_int_equal(user_parse_passwd(odd, sizeof odd - 1, "x", &u), -ERANGE);
+        assert_int_equal(user_parse_passwd(odd, sizeof odd - 1, "y", &u), -ERANGE);
+        assert_int_equal(user_parse_passwd(odd, sizeof odd - 1, "z", &u), -ERANGE);
+        assert_int_equal(user_parse_passwd("", 0, "root", &u), -ENOENT);
+        /* Only the bytes given are read: no NUL needed, none past len. */
+        assert_int_equal(user_parse_passwd(pw, 10, "root", &u), -ENOENT);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_depth),    cmocka_unit_test(test_paths),
@@ -364,6 +421,7 @@ int main(void) {
                 cmocka_unit_test(test_file_ops), cmocka_unit_test(test_envelope),
                 cmocka_unit_test(test_resume),   cmocka_unit_test(test_user_and_signal),
                 cmocka_unit_test(test_pty),      cmocka_unit_test(test_forward),
+                cmocka_unit_test(test_user_names), cmocka_unit_test(test_passwd),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

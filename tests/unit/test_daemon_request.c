@@ -461,7 +461,7 @@ static void test_process_parsers(void **state) {
         json_decref(j);
         static const char *const bad_spawn[] = {
                 "{\"command\":\"x\",\"stream\":true}", "{\"command\":\"x\",\"pty\":{\"cols\":0}}",
-                "{\"command\":\"x\",\"stdinMode\":\"tty\"}", "{\"command\":\"x\",\"user\":\"sandbox\"}",
+                "{\"command\":\"x\",\"stdinMode\":\"tty\"}", "{\"command\":\"x\",\"user\":\"nobody\"}",
                 "{\"command\":\"x\",\"stdin\":\"a\",\"stdinMode\":\"pipe\"}",
                 "{\"command\":\"x\",\"outputEncoding\":\"hex\"}", "{\"command\":\"x\",\"traceFiles\":true}",
         };
@@ -478,6 +478,45 @@ static void test_process_parsers(void **state) {
         j = parse("{\"command\":\"x\",\"stdinMode\":\"pipe\"}");
         assert_int_equal(request_parse_exec(j, &x, &e), -EINVAL);
         json_decref(j);
+        /* user: the sandbox user by default, root by name, nothing else. */
+        static const struct { const char *body; bool root; } users[] = {
+                { "{\"command\":\"x\"}", false }, { "{\"command\":\"x\",\"user\":null}", false },
+                { "{\"command\":\"x\",\"user\":\"sandbox\"}", false },
+                { "{\"command\":\"x\",\"user\":\"root\"}", true },
+        };
+        for (size_t i = 0; i < sizeof users / sizeof *users; i++) {
+                j = parse(users[i].body);
+                assert_int_equal(request_parse_exec(j, &x, &e), 0);
+                assert_true(x.root == users[i].root);
+                exec_request_done(&x);
+                json_decref(j);
+        }
+        static const char *const bad_users[] = {
+                "{\"command\":\"x\",\"user\":\"nobody\"}", "{\"command\":\"x\",\"user\":\"\"}",
+                "{\"command\":\"x\",\"user\":\"Root\"}", "{\"command\":\"x\",\"user\":0}",
+                "{\"command\":\"x\",\"user\":true}", "{\"command\":\"x\",\"user\":[\"root\"]}",
+                "{\"command\":\"x\",\"user\":{}}",
+        };
+        for (size_t i = 0; i < sizeof bad_users / sizeof *bad_users; i++) {
+                j = parse(bad_users[i]);
+                assert_int_equal(request_parse_exec(j, &x, &e), -EINVAL);
+                assert_int_equal(e.status, 400);
+                json_decref(j);
+        }
+        /* A NUL inside is refused by the body's parser already; the field's
+         * own check holds without it. */
+        json_t *nul = json_pack("{s:s,s:s%}", "command", "x", "user", "root\0x", (size_t)6);
+        assert_int_equal(request_parse_exec(nul, &x, &e), -EINVAL);
+        json_decref(nul);
+        char long_user[5000];
+        memset(long_user, 'a', sizeof long_user - 1);
+        long_user[sizeof long_user - 1] = '\0';
+        bool root;
+        assert_int_equal(request_parse_user_text(long_user, &root, &e), -EINVAL);
+        assert_int_equal(request_parse_user_text(NULL, &root, &e), 0);
+        assert_false(root);
+        assert_int_equal(request_parse_user_text("root", &root, &e), 0);
+        assert_true(root);
 
         uint64_t c;
         assert_int_equal(request_parse_cursor(NULL, &c, &e), 0);

@@ -165,6 +165,9 @@ static void test_query(void **state) {
         assert_int_equal(terminal_parse_query(NULL, NULL, NULL, 0, NULL, 0, NULL, "proc_0123456789abcdef", &q, &e), 0);
         assert_string_equal(q.process_id, "proc_0123456789abcdef");
         terminal_query_done(&q);
+        assert_int_equal(terminal_parse_query(NULL, NULL, NULL, 0, NULL, 0, "sandbox", NULL, &q, &e), 0);
+        assert_false(q.root);
+        terminal_query_done(&q);
 
         static const char *const sides[] = { "0", "1001", "-1", "", "12a", "00080", "99999999999" };
         for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {

@@ -109,7 +109,7 @@ export interface ExecOptions {
   timeoutSeconds?: number;
   /** The same bound in milliseconds, the published client's name; wins over `timeoutSeconds`. */
   timeoutMs?: number;
-  /** The user the command runs as (`"root"`, the only one the daemon offers for now). */
+  /** The user the command runs as: `"sandbox"` (the default: unprivileged, HOME=/workspace) or `"root"`. */
   user?: string;
   /** Throw `CommandError` when the command exits non-zero or times out (default false). */
   check?: boolean;
@@ -193,6 +193,8 @@ export interface CommandResult {
   processId: string | null;
   /** Set when the command used up the sandbox's memory and was killed: `{code, memoryMiB, message, hint, ...}`. */
   outOfMemory: Record<string, unknown> | null;
+  /** Who ran it, `"sandbox"` or `"root"` (root on an image without the sandbox user); null when not said. */
+  user: string | null;
   /** True when the command exited 0 within its timeout. */
   ok: boolean;
 }
@@ -220,7 +222,17 @@ export function parseExecResult(data: unknown): CommandResult {
     pid: Number.isInteger(data.pid) ? (data.pid as number) : null,
     processId: typeof data.processId === "string" ? data.processId : null,
     outOfMemory: isObject(data.outOfMemory) ? data.outOfMemory : null,
+    user: typeof data.user === "string" ? data.user : null,
   });
+}
+
+/** The files routes' `user` query argument: `"sandbox"` (the daemon's default) or `"root"`. */
+export function withUser(query: Record<string, string | number>, user: string | undefined): Record<string, string | number> {
+  if (user !== undefined) {
+    if (typeof user !== "string" || !user || user.length > 64) throw new InvalidRequestError("user must be a name of 1 to 64 characters");
+    query.user = user;
+  }
+  return query;
 }
 
 /**
@@ -229,7 +241,7 @@ export function parseExecResult(data: unknown): CommandResult {
  * not UTF-8 (or the process was spawned with `outputEncoding: "base64"`).
  */
 export type ExecEvent =
-  | { type: "start"; pid: number | null; processId: string | null; replayed: boolean; [k: string]: unknown }
+  | { type: "start"; pid: number | null; processId: string | null; replayed: boolean; user: string | null; [k: string]: unknown }
   | { type: "stdout" | "stderr"; data: string; offset: number | null; base64?: string }
   | { type: "truncated"; droppedBytes: number; resumeAt: number | null }
   | {
@@ -292,6 +304,7 @@ export function parseOutputLine(line: string): ExecEvent | ContinueMark | null {
         pid: Number.isInteger(ev.pid) ? (ev.pid as number) : null,
         processId: typeof ev.processId === "string" ? ev.processId : null,
         replayed: ev.replayed === true,
+        user: typeof ev.user === "string" ? ev.user : null,
       };
     case "exit":
       return {
@@ -356,6 +369,7 @@ export class ExecFold {
   readonly stderr: Tail;
   pid: number | null = null;
   processId: string | null = null;
+  user: string | null = null;
   /** Output the daemon no longer kept when it was read (a `truncated` event). */
   lost = false;
   result: CommandResult | null = null;
@@ -371,6 +385,7 @@ export class ExecFold {
     else if (ev.type === "start") {
       this.pid = ev.pid;
       this.processId = ev.processId;
+      this.user = ev.user;
     } else if (ev.type === "truncated") this.lost = true;
     else if (ev.type === "exit") {
       this.result = result({
@@ -384,6 +399,7 @@ export class ExecFold {
         pid: this.pid,
         processId: this.processId,
         outOfMemory: ev.outOfMemory,
+        user: this.user,
       });
     }
   }

@@ -34,6 +34,7 @@ import {
   type FileList,
   type NetworkPolicy,
   type WriteResult,
+  withUser,
 } from "./models.js";
 
 /** Where the daemon is and which key to use; left out, `RUNTIME_BASE_URL` and `RUNTIME_API_KEY`. */
@@ -414,9 +415,9 @@ export class Files {
   }
 
   /** The file's bytes. */
-  async read(path: string, opts: { signal?: AbortSignal } = {}): Promise<Buffer> {
+  async read(path: string, opts: { signal?: AbortSignal; user?: string } = {}): Promise<Buffer> {
     const p = checkPath(path);
-    return this.#sbx.http.request<Buffer>("GET", this.#url("/files/content"), { query: { path: p }, raw: true, signal: opts.signal, timeoutSeconds: 600 });
+    return this.#sbx.http.request<Buffer>("GET", this.#url("/files/content"), { query: withUser({ path: p }, opts.user), raw: true, signal: opts.signal, timeoutSeconds: 600 });
   }
 
   /** The file decoded as UTF-8. */
@@ -424,10 +425,13 @@ export class Files {
     return (await this.read(path)).toString("utf8");
   }
 
-  /** Write a whole file atomically, making parent directories. `mode` is the permission bits (e.g. 0o755). */
-  async write(path: string, data: FileData, opts: { mode?: number } = {}): Promise<WriteResult> {
+  /**
+   * Write a whole file atomically, making parent directories. `mode` is the permission bits (e.g. 0o755).
+   * The file is `user`'s (`"sandbox"`, the default, or `"root"`), written with that user's rights.
+   */
+  async write(path: string, data: FileData, opts: { mode?: number; user?: string } = {}): Promise<WriteResult> {
     const p = checkPath(path);
-    const query: Record<string, string> = { path: p };
+    const query = withUser({ path: p }, opts.user);
     if (opts.mode !== undefined) {
       if (!Number.isInteger(opts.mode) || opts.mode < 0 || opts.mode > 0o7777) throw new InvalidRequestError("mode must be permission bits from 0 to 0o7777");
       query.mode = opts.mode.toString(8);
@@ -477,9 +481,9 @@ export class Files {
     }
   }
 
-  async mkdir(path: string, opts: { parents?: boolean } = {}): Promise<void> {
+  async mkdir(path: string, opts: { parents?: boolean; user?: string } = {}): Promise<void> {
     const p = checkPath(path);
-    await this.#sbx.http.request("POST", this.#url("/files:mkdir"), { json: { path: p, parents: opts.parents ?? true } });
+    await this.#sbx.http.request("POST", this.#url("/files:mkdir"), { query: withUser({}, opts.user), json: { path: p, parents: opts.parents ?? true } });
   }
 
   /** Remove a file, an empty directory, or with `recursive: true` a whole tree. */
@@ -488,10 +492,10 @@ export class Files {
     await this.#sbx.http.request("POST", this.#url("/files:remove"), { json: { path: p, recursive: opts.recursive ?? false } });
   }
 
-  async rename(src: string, dst: string): Promise<void> {
+  async rename(src: string, dst: string, opts: { user?: string } = {}): Promise<void> {
     const s = checkPath(src, "src");
     const d = checkPath(dst, "dst");
-    await this.#sbx.http.request("POST", this.#url("/files:rename"), { json: { from: s, to: d } });
+    await this.#sbx.http.request("POST", this.#url("/files:rename"), { query: withUser({}, opts.user), json: { from: s, to: d } });
   }
 }
 

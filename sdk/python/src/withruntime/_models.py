@@ -88,6 +88,16 @@ def check_path(path: Any, what: str = "path") -> str:
     return path
 
 
+def with_user(params: Dict[str, Any], user: Optional[str]) -> Dict[str, Any]:
+    """``params`` with the files API's ``user`` query argument when one is named: "sandbox"
+    (what the daemon assumes when it is left out) or "root"; the daemon refuses others."""
+    if user is not None:
+        if not isinstance(user, str):
+            raise InvalidRequestError(f"user must be a string, not {type(user).__name__}")
+        params["user"] = user
+    return params
+
+
 def _suggest(name: str, valid: Sequence[str]) -> str:
     low = name.lower()
     for py, api in CREATE_FIELDS.items():
@@ -236,6 +246,9 @@ class CommandResult:
     #: The process the command ran as (a streamed exec or a spawned process); None for a
     #: buffered exec.
     process_id: Optional[str] = None
+    #: Who ran it, "sandbox" or "root" ("root" on an image without the sandbox user); None
+    #: from a daemon that does not say.
+    user: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -254,6 +267,7 @@ def parse_exec_result(data: Any) -> CommandResult:
         stdout_truncated=bool(data.get("stdoutTruncated", False)),
         stderr_truncated=bool(data.get("stderrTruncated", False)),
         duration_ms=int(data.get("durationMs") or 0),
+        user=data["user"] if isinstance(data.get("user"), str) else None,
     )
 
 
@@ -291,6 +305,7 @@ class ExecStream:
         self.result: Optional[CommandResult] = None
         self.pid: Optional[int] = None
         self.process_id: Optional[str] = None
+        self.user: Optional[str] = None
         self.cursor = 0
         self.lost = False
 
@@ -332,6 +347,8 @@ class ExecStream:
             self.pid = pid if isinstance(pid, int) else None
             pid_ = ev.get("processId")
             self.process_id = pid_ if isinstance(pid_, str) else None
+            user = ev.get("user")
+            self.user = user if isinstance(user, str) else None
         elif kind == "exit":
             code = ev.get("exitCode")
             self.result = CommandResult(
@@ -343,6 +360,7 @@ class ExecStream:
                 stderr_truncated=self.stderr.truncated or self.lost,
                 duration_ms=int(ev.get("durationMs") or 0),
                 process_id=self.process_id,
+                user=self.user,
             )
         elif kind == "error":
             err = ev.get("error")

@@ -47,6 +47,7 @@ from ._models import (
     parse_write,
     sandbox_path,
     wake_body,
+    with_user,
 )
 from ._process import AsyncProcess, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
 from ._tunnel import AsyncPortForward, check_port
@@ -513,10 +514,10 @@ class AsyncFiles:
     def _url(self, suffix: str) -> str:
         return sandbox_path(self._sbx.id, suffix)
 
-    async def read(self, path: str) -> bytes:
+    async def read(self, path: str, *, user: Optional[str] = None) -> bytes:
         p = check_path(path)
         data: bytes = await self._sbx._http.request(
-            "GET", self._url("/files/content"), params={"path": p}, raw=True
+            "GET", self._url("/files/content"), params=with_user({"path": p}, user), raw=True
         )
         return data
 
@@ -524,10 +525,11 @@ class AsyncFiles:
         return (await self.read(path)).decode(encoding, errors)
 
     async def write(
-        self, path: str, data: Union[str, bytes, bytearray, memoryview], *, mode: Optional[int] = None
+        self, path: str, data: Union[str, bytes, bytearray, memoryview], *, mode: Optional[int] = None,
+        user: Optional[str] = None
     ) -> WriteResult:
         p = check_path(path)
-        params: Dict[str, Union[str, int]] = {"path": p}
+        params: Dict[str, Union[str, int]] = with_user({"path": p}, user)
         if mode is not None:
             params["mode"] = format(int(mode), "o")
         content = encode_content(data)
@@ -553,9 +555,10 @@ class AsyncFiles:
         except NotFoundError:  # a daemon from before exists: false
             return False
 
-    async def mkdir(self, path: str, parents: bool = True) -> None:
+    async def mkdir(self, path: str, parents: bool = True, *, user: Optional[str] = None) -> None:
         p = check_path(path)
-        await self._sbx._http.request("POST", self._url("/files:mkdir"), json_body={"path": p, "parents": bool(parents)})
+        await self._sbx._http.request("POST", self._url("/files:mkdir"), params=with_user({}, user),
+                                json_body={"path": p, "parents": bool(parents)})
 
     async def remove(self, path: str, recursive: bool = False) -> bool:
         p = check_path(path)
@@ -564,23 +567,26 @@ class AsyncFiles:
         )
         return bool(out.get("removed", True)) if isinstance(out, Mapping) else True
 
-    async def rename(self, source: str, target: str, overwrite: bool = False) -> None:
+    async def rename(self, source: str, target: str, overwrite: bool = False, *, user: Optional[str] = None) -> None:
         s = check_path(source, "source")
         d = check_path(target, "target")
-        await self._sbx._http.request("POST", self._url("/files:rename"),
+        await self._sbx._http.request("POST", self._url("/files:rename"), params=with_user({}, user),
                                 json_body={"from": s, "to": d, "overwrite": bool(overwrite)})
 
 
-    async def archive(self, path: str, *, gzip: bool = True, exclude: Optional[Sequence[str]] = None) -> bytes:
+    async def archive(self, path: str, *, gzip: bool = True, exclude: Optional[Sequence[str]] = None,
+                user: Optional[str] = None) -> bytes:
         """The directory ``path`` as tar bytes, gzip-compressed by default; ``exclude`` holds
         relative paths (not patterns) left out with everything below them."""
         p = check_path(path)
         params: List[Any] = [("path", p), ("gzip", "true" if gzip else "false")]
         params += [("exclude", str(x)) for x in (exclude or [])]
+        params += list(with_user({}, user).items())
         data: bytes = await self._sbx._http.request("GET", self._url("/files/archive"), params=params, raw=True)
         return data
 
-    async def unarchive(self, path: str, data: bytes, *, gzip: Optional[bool] = None) -> Dict[str, Any]:
+    async def unarchive(self, path: str, data: bytes, *, gzip: Optional[bool] = None,
+                  user: Optional[str] = None) -> Dict[str, Any]:
         """Unpacks tar bytes (gzip or not, told by their first bytes) into the directory
         ``path``, merging; answers ``{"path", "entries", "bytes"}``. The sandbox refuses
         absolute names, "..", links that lead out and device files."""
@@ -588,19 +594,20 @@ class AsyncFiles:
         payload = bytes(data)
         if gzip is not None and gzip != payload.startswith(b"\x1f\x8b"):
             raise InvalidRequestError("gzip does not match the archive's first bytes")
-        out: Dict[str, Any] = await self._sbx._http.request("PUT", self._url("/files/archive"), params={"path": p},
+        out: Dict[str, Any] = await self._sbx._http.request("PUT", self._url("/files/archive"), params=with_user({"path": p}, user),
                                                          content=payload)
         return out
 
-    async def upload(self, local_path: str, remote_path: str) -> None:
-        """Copies a local file (its permissions kept) or directory (as one tar) in."""
+    async def upload(self, local_path: str, remote_path: str, *, user: Optional[str] = None) -> None:
+        """Copies a local file (its permissions kept) or directory (as one tar) in, owned by
+        ``user`` ("sandbox", the default, or "root")."""
         if os.path.isdir(local_path):
-            await self.unarchive(remote_path, pack_directory(local_path))
+            await self.unarchive(remote_path, pack_directory(local_path), user=user)
             return
         with open(local_path, "rb") as f:
-            await self.write(remote_path, f.read(), mode=os.stat(local_path).st_mode & 0o777)
+            await self.write(remote_path, f.read(), mode=os.stat(local_path).st_mode & 0o777, user=user)
 
-    async def download(self, remote_path: str, local_path: str) -> None:
+    async def download(self, remote_path: str, local_path: str, *, user: Optional[str] = None) -> None:
         """Copies a file or a directory out. A file lands under a temporary name beside
         ``local_path`` and is renamed into place once whole; a directory is unpacked into
         ``local_path`` (see unpack_directory's refusals)."""
@@ -608,9 +615,9 @@ class AsyncFiles:
         if not st.exists:
             raise NotFoundError(f"{remote_path} does not exist", code="not_found", status=404)
         if st.is_dir:
-            unpack_directory(await self.archive(remote_path, gzip=True), local_path)
+            unpack_directory(await self.archive(remote_path, gzip=True, user=user), local_path)
             return
-        data = await self.read(remote_path)
+        data = await self.read(remote_path, user=user)
         target = os.path.abspath(local_path)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         partial = f"{target}.partial-{os.getpid()}"

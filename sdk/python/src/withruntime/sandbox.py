@@ -45,6 +45,7 @@ from ._models import (
     parse_write,
     sandbox_path,
     wake_body,
+    with_user,
 )
 from ._process import Process, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
 from ._tunnel import PortForward, check_port
@@ -539,21 +540,25 @@ class Files:
     def _url(self, suffix: str) -> str:
         return sandbox_path(self._sbx.id, suffix)
 
-    def read(self, path: str) -> bytes:
-        """The file's bytes."""
+    def read(self, path: str, *, user: Optional[str] = None) -> bytes:
+        """The file's bytes, read with the rights of ``user`` ("sandbox", the default, or "root")."""
         p = check_path(path)
-        data: bytes = self._sbx._http.request("GET", self._url("/files/content"), params={"path": p}, raw=True)
+        data: bytes = self._sbx._http.request("GET", self._url("/files/content"), params=with_user({"path": p}, user),
+                                              raw=True)
         return data
 
     def read_text(self, path: str, encoding: str = "utf-8", errors: str = "strict") -> str:
         """The file decoded as text."""
         return self.read(path).decode(encoding, errors)
 
-    def write(self, path: str, data: FileData, *, mode: Optional[int] = None) -> WriteResult:
+    def write(self, path: str, data: FileData, *, mode: Optional[int] = None,
+              user: Optional[str] = None) -> WriteResult:
         """Write a whole file atomically, making parent directories. ``data`` is str (written as
-        UTF-8), bytes, or a binary file object. ``mode`` is the permission bits (e.g. 0o755)."""
+        UTF-8), bytes, or a binary file object. ``mode`` is the permission bits (e.g. 0o755).
+        The file and the directories made for it belong to ``user``: "sandbox" (the default)
+        or "root", whose rights the write has."""
         p = check_path(path)
-        params: Dict[str, Union[str, int]] = {"path": p}
+        params: Dict[str, Union[str, int]] = with_user({"path": p}, user)
         if mode is not None:
             params["mode"] = format(int(mode), "o")
         if hasattr(data, "read") and not isinstance(data, (str, bytes, bytearray, memoryview)):
@@ -599,11 +604,12 @@ class Files:
         except NotFoundError:  # a daemon from before exists: false
             return False
 
-    def mkdir(self, path: str, parents: bool = True) -> None:
+    def mkdir(self, path: str, parents: bool = True, *, user: Optional[str] = None) -> None:
         """Makes a directory; with ``parents`` (the default) its missing parents too, and an
         existing directory is fine."""
         p = check_path(path)
-        self._sbx._http.request("POST", self._url("/files:mkdir"), json_body={"path": p, "parents": bool(parents)})
+        self._sbx._http.request("POST", self._url("/files:mkdir"), params=with_user({}, user),
+                                json_body={"path": p, "parents": bool(parents)})
 
     def remove(self, path: str, recursive: bool = False) -> bool:
         """Removes a file, an empty directory, or with ``recursive=True`` a whole tree (links
@@ -615,25 +621,28 @@ class Files:
         )
         return bool(out.get("removed", True)) if isinstance(out, Mapping) else True
 
-    def rename(self, source: str, target: str, overwrite: bool = False) -> None:
+    def rename(self, source: str, target: str, overwrite: bool = False, *, user: Optional[str] = None) -> None:
         """Moves ``source`` to ``target``; an existing ``target`` is a ConflictError unless
         ``overwrite=True``."""
         s = check_path(source, "source")
         d = check_path(target, "target")
-        self._sbx._http.request("POST", self._url("/files:rename"),
+        self._sbx._http.request("POST", self._url("/files:rename"), params=with_user({}, user),
                                 json_body={"from": s, "to": d, "overwrite": bool(overwrite)})
 
 
-    def archive(self, path: str, *, gzip: bool = True, exclude: Optional[Sequence[str]] = None) -> bytes:
+    def archive(self, path: str, *, gzip: bool = True, exclude: Optional[Sequence[str]] = None,
+                user: Optional[str] = None) -> bytes:
         """The directory ``path`` as tar bytes, gzip-compressed by default; ``exclude`` holds
         relative paths (not patterns) left out with everything below them."""
         p = check_path(path)
         params: List[Any] = [("path", p), ("gzip", "true" if gzip else "false")]
         params += [("exclude", str(x)) for x in (exclude or [])]
+        params += list(with_user({}, user).items())
         data: bytes = self._sbx._http.request("GET", self._url("/files/archive"), params=params, raw=True)
         return data
 
-    def unarchive(self, path: str, data: bytes, *, gzip: Optional[bool] = None) -> Dict[str, Any]:
+    def unarchive(self, path: str, data: bytes, *, gzip: Optional[bool] = None,
+                  user: Optional[str] = None) -> Dict[str, Any]:
         """Unpacks tar bytes (gzip or not, told by their first bytes) into the directory
         ``path``, merging; answers ``{"path", "entries", "bytes"}``. The sandbox refuses
         absolute names, "..", links that lead out and device files."""
@@ -641,19 +650,20 @@ class Files:
         payload = bytes(data)
         if gzip is not None and gzip != payload.startswith(b"\x1f\x8b"):
             raise InvalidRequestError("gzip does not match the archive's first bytes")
-        out: Dict[str, Any] = self._sbx._http.request("PUT", self._url("/files/archive"), params={"path": p},
+        out: Dict[str, Any] = self._sbx._http.request("PUT", self._url("/files/archive"), params=with_user({"path": p}, user),
                                                          content=payload)
         return out
 
-    def upload(self, local_path: str, remote_path: str) -> None:
-        """Copies a local file (its permissions kept) or directory (as one tar) in."""
+    def upload(self, local_path: str, remote_path: str, *, user: Optional[str] = None) -> None:
+        """Copies a local file (its permissions kept) or directory (as one tar) in, owned by
+        ``user`` ("sandbox", the default, or "root")."""
         if os.path.isdir(local_path):
-            self.unarchive(remote_path, pack_directory(local_path))
+            self.unarchive(remote_path, pack_directory(local_path), user=user)
             return
         with open(local_path, "rb") as f:
-            self.write(remote_path, f.read(), mode=os.stat(local_path).st_mode & 0o777)
+            self.write(remote_path, f.read(), mode=os.stat(local_path).st_mode & 0o777, user=user)
 
-    def download(self, remote_path: str, local_path: str) -> None:
+    def download(self, remote_path: str, local_path: str, *, user: Optional[str] = None) -> None:
         """Copies a file or a directory out. A file lands under a temporary name beside
         ``local_path`` and is renamed into place once whole; a directory is unpacked into
         ``local_path`` (see unpack_directory's refusals)."""
@@ -661,9 +671,9 @@ class Files:
         if not st.exists:
             raise NotFoundError(f"{remote_path} does not exist", code="not_found", status=404)
         if st.is_dir:
-            unpack_directory(self.archive(remote_path, gzip=True), local_path)
+            unpack_directory(self.archive(remote_path, gzip=True, user=user), local_path)
             return
-        data = self.read(remote_path)
+        data = self.read(remote_path, user=user)
         target = os.path.abspath(local_path)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         partial = f"{target}.partial-{os.getpid()}"

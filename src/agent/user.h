@@ -1,0 +1,42 @@
+#pragma once
+/*
+ * The user a request runs as, by name, looked up in the sandbox's own
+ * /etc/passwd (the image says who "sandbox" is; a static agent has no NSS).
+ * The parser is pure, for the unit tests and the fuzzer; the agent applies
+ * the ids: a child with setgroups/setgid/setuid before its exec, the agent
+ * itself for a file operation with its effective ids (user_enter and
+ * user_leave: setfsuid is missing on gVisor).
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define USER_NAME_MAX 32
+#define USER_HOME_MAX 256
+/* /etc/passwd read at most this far: a sandbox's root may grow it. */
+#define USER_PASSWD_MAX (1024u * 1024u)
+/* The ids a user may have: the drivers map 0..65535, and 65534 and above are
+ * nobody and the overflow ids, never a command's on purpose. */
+#define USER_ID_MAX 65533u
+
+typedef struct AgentUser {
+        char name[USER_NAME_MAX + 1];
+        char home[USER_HOME_MAX];
+        uid_t uid;
+        gid_t gid;
+} AgentUser;
+
+/* A name the protocol accepts: 1..32 bytes of [a-z_][a-z0-9_-]*. */
+bool user_name_valid(const char *name);
+/* Finds name in the text of a passwd file (buf, len bytes, not necessarily
+ * NUL-terminated). 0 and *ret; -ENOENT when no line names it; -ERANGE when
+ * its ids are past USER_ID_MAX or its home is not an absolute path that fits. */
+int user_parse_passwd(const char *buf, size_t len, const char *name, AgentUser *ret);
+/* The same over the file at path (the sandbox's /etc/passwd). */
+int user_lookup(const char *path, const char *name, AgentUser *ret);
+/* The agent's own effective ids become the user's (its groups first), and
+ * back to root: the permissions and the owner of a file operation are then
+ * the user's. The agent is single-threaded, and its real and saved ids stay
+ * root, so no process of the user's can signal or trace it meanwhile. */
+int user_enter(uid_t uid, gid_t gid);
+void user_leave(void);
