@@ -36,7 +36,10 @@ int user_parse_passwd(const char *buf, size_t len, const char *name, AgentUser *
 int user_lookup(const char *path, const char *name, AgentUser *ret);
 /* The agent's own effective ids become the user's (its groups first), and
  * back to root: the permissions and the owner of a file operation are then
- * the user's. The agent is single-threaded, and its real and saved ids stay
- * root, so no process of the user's can signal or trace it meanwhile. */
+ * the user's. The agent is single-threaded and goes back before its next
+ * poll; its real and saved ids stay root, so no process of the user's can
+ * signal, trace or read it meanwhile (the kernel also clears its dumpable
+ * flag). What the user could reach in that window, a renice or an affinity
+ * of the agent by euid, costs only its own sandbox. */
 int user_enter(uid_t uid, gid_t gid);
 void user_leave(void);

@@ -27,7 +27,7 @@ static int check_proc(const char *verb, const char *usage, const char *id) {
         return 0;
 }
 
-static const char spawn_usage[] = "ID [--user USER] -- COMMAND [ARG...]";
+static const char spawn_usage[] = "[--user USER] ID -- COMMAND [ARG...]";
 static const char spawn_help[] =
         "Starts a background process and prints its id at once. One argument runs\n"
         "under bash -c; more run as argv without a shell. Read its output with\n"

@@ -22,7 +22,7 @@
 /* A message from the daemon is at most this: the terminal's output, in pieces. */
 #define MESSAGE_MAX (4u * 1024u * 1024u)
 
-static const char shell_usage[] = "ID [--cols N --rows N] [--user USER] [-- COMMAND]";
+static const char shell_usage[] = "[--cols N --rows N] [--user USER] ID [-- COMMAND]";
 static const char shell_help[] =
         "Opens an interactive terminal in the sandbox: a login shell, or COMMAND, on a\n"
         "terminal of this one's size. This terminal is in raw mode until the shell\n"

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from helpers import free_port
+from helpers import free_port, wait_until
 
 
 @pytest.fixture
@@ -195,3 +195,22 @@ def test_files_cp_directories_both_ways(cli, sandbox, tmp_path):
     assert r.returncode == 0 and sandbox.read("/workspace/one.txt") == b"hi", r.stderr
     r = cli("files", "cp", str(src), str(tmp_path / "x"))
     assert r.returncode == 2 and b"ID:PATH" in r.stderr
+
+
+def test_user_option(cli, sandbox):
+    """--user on exec, run, spawn and shell: the sandbox user by default, root when asked."""
+    r = cli("sandbox", "exec", sandbox.id, "--", "id", "-un")
+    assert r.returncode == 0 and r.stdout == b"sandbox\n", r
+    r = cli("sandbox", "exec", "--user", "root", sandbox.id, "--", "id", "-un")
+    assert r.returncode == 0 and r.stdout == b"root\n", r
+    r = cli("sandbox", "spawn", "--user", "root", sandbox.id, "--", "id -u > /tmp/spawned")
+    assert r.returncode == 0 and r.stdout.startswith(b"proc_"), r
+    wait_until(lambda: sandbox.exec("cat /tmp/spawned")["stdout"] == "0\n", timeout=60,
+               what="the spawned command's file")
+    r = cli("sandbox", "shell", "--user", "root", sandbox.id, "--", "id -u", input=b"")
+    assert r.returncode == 0 and b"0" in r.stdout, r
+    for argv in (("sandbox", "exec", "--user", "nobody", sandbox.id, "--", "true"),
+                 ("sandbox", "spawn", "--user", "nobody", sandbox.id, "--", "true"),
+                 ("sandbox", "shell", "--user", "", sandbox.id)):
+        r = cli(*argv)
+        assert r.returncode == 2 and b"--user" in r.stderr, (argv, r)

@@ -59,6 +59,30 @@ def test_sandbox_user_cannot_write_system_files(sandbox):
     assert_error(r, 403, "forbidden")
 
 
+def test_image_without_the_user_runs_as_root_and_says_so(sandbox):
+    """An older or custom image has no `sandbox` user: requests still run, as root, and the
+    answers say so. Made here by removing the user from this sandbox's /etc/passwd."""
+    sandbox.run("sed -i '/^sandbox:/d' /etc/passwd && ! grep -q '^sandbox:' /etc/passwd", user="root")
+    res = sandbox.exec("id -u; echo $HOME")
+    assert res["exitCode"] == 0 and res["stdout"] == "0\n/root\n", res
+    assert res["user"] == "root", res
+    events = [ev for _, ev in sandbox.exec_stream(command="id -u")]
+    assert events[0]["type"] == "start" and events[0]["user"] == "root", events
+    r = sandbox.api.post(f"/v1/sandboxes/{sandbox.id}/processes", json={"command": "true"})
+    pid = r.json()["id"]
+    info = wait_until(lambda: (lambda p: p if p.get("pid") else None)(
+        sandbox.api.get(f"/v1/sandboxes/{sandbox.id}/processes/{pid}").json()),
+        timeout=60, what="the process to start")
+    assert info["user"] == "root", info
+    # Files too: written as root, the owner root.
+    sandbox.write("/workspace/after.txt", b"x")
+    assert sandbox.run("stat -c %u /workspace/after.txt", user="root").strip() == "0"
+    # A passwd entry the agent cannot use is a clear 400, not a command run as someone else.
+    sandbox.run("echo 'sandbox:x:70000:70000::/workspace:/bin/bash' >> /etc/passwd", user="root")
+    assert_error(sandbox.api.post(f"/v1/sandboxes/{sandbox.id}:exec", json={"command": "id -u"}),
+                 400, "invalid_request")
+
+
 def test_user_values_refused(sandbox):
     for bad in ("nobody", "daemon", "Root", "root ", "", "sandbox\u0000", "root\u0000x", "a" * 5000, "0",
                 "../root"):

@@ -56,6 +56,11 @@ daemonTest("execStream gives the process id, offsets and the exit; exec's check,
     assert.equal(t.exitCode, 137);
     await assert.rejects(sbx.exec("sleep 30", { timeoutMs: 300, check: true }), (e) => e instanceof CommandError && /timed out/.test(e.message));
     assert.equal((await sbx.exec("id -u", { user: "root", check: true })).stdout, "0\n");
+    // The unprivileged sandbox user by default; the result says who ran it.
+    const mine = await sbx.exec("id -un; echo $HOME", { check: true });
+    assert.deepEqual([mine.stdout, mine.user], ["sandbox\n/workspace\n", "sandbox"]);
+    await sbx.files.write("/etc/js-root.conf", "x", { user: "root" });
+    assert.equal((await sbx.exec("stat -c %U /etc/js-root.conf")).stdout, "root\n");
 
     // The same idempotency key and command: the first run given back, not a second one.
     const key = `js-${Date.now()}`;
