@@ -42,7 +42,9 @@ def other_owner(api):
 @pytest.mark.microvm_subset
 def test_disk_snapshot_and_create_from_it(api, driver):
     sbx = api.create_sandbox(driver=driver)
-    sbx.exec("echo kept > /workspace/a.txt && mkdir -p /opt/x && echo root > /opt/x/b && rm -f /etc/issue")
+    # As root: the snapshot keeps the whole disk, the system's files too.
+    sbx.exec("echo kept > /workspace/a.txt && mkdir -p /opt/x && echo root > /opt/x/b && rm -f /etc/issue",
+             user="root")
     snap = snapshot(api, sbx.id, mode="disk", name="base", labels={"k": "v"}, retentionDays=2)
     assert snap["id"].startswith("snp_") and snap["state"] == "ready" and snap["mode"] == "disk", snap
     assert snap["sandboxId"] == sbx.id and snap["name"] == "base" and snap["labels"] == {"k": "v"}
