@@ -27,6 +27,7 @@
 #include "agent/user.h"
 #include "common/jsonutil.h"
 #include "common/macro.h"
+#include "common/timeutil.h"
 #include "proto/proto.h"
 
 /* A child's stdout and stderr pipes hold this much (F_SETPIPE_SZ; the
@@ -156,12 +157,6 @@ static void log_msg(const char *fmt, ...) {
         buf[n++] = '\n';
         (void)!write(STDERR_FILENO, "runtime-agent: ", 15);
         (void)!write(STDERR_FILENO, buf, (size_t)n);
-}
-
-static uint64_t now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* ---- outgoing frames ---- */
@@ -362,7 +357,7 @@ static void doom_group(Agent *a, pid_t pgid) {
                 a->n_doomed--;
         }
         if (a->n_doomed == 0)
-                a->next_rekill_ms = now_ms() + AGENT_REKILL_MS;
+                a->next_rekill_ms = time_now_mono_ms() + AGENT_REKILL_MS;
         a->doomed[a->n_doomed++] = pgid;
 }
 
@@ -427,7 +422,7 @@ static void exec_start(Agent *a, uint32_t id, AgentRequest *r, const char *as) {
                 for (int i = PIPE_OUT; i <= PIPE_ERR; i++)
                         if (s->fds[i] >= 0)
                                 (void)fcntl(s->fds[i], F_SETPIPE_SZ, (int)EXEC_PIPE_BYTES);
-        s->start_ms = now_ms();
+        s->start_ms = time_now_mono_ms();
         if (r->timeout_ms > 0)
                 s->deadline_ms = s->start_ms + (uint64_t)r->timeout_ms;
         a->streams[a->n_streams++] = s;
@@ -871,7 +866,7 @@ static void handle_cancel(Agent *a, Stream *s) {
                 exec_kill(a, s);
                 drop_stdin(a, s);
                 if (s->exited && !s->final_until_ms)
-                        s->final_until_ms = now_ms() + FINAL_DRAIN_MS;
+                        s->final_until_ms = time_now_mono_ms() + FINAL_DRAIN_MS;
                 break;
         case STREAM_READ:
                 finish_error(a, s, "io", "cancelled");
@@ -992,7 +987,7 @@ static void reap(Agent *a) {
                         if (s->kind == STREAM_EXEC && s->pid == pid && !s->exited) {
                                 s->exited = true;
                                 s->status = status;
-                                s->end_ms = now_ms();
+                                s->end_ms = time_now_mono_ms();
                                 break;
                         }
                 }
@@ -1423,7 +1418,7 @@ int agent_run(Agent *a) {
         int which[MAX_POLL];
 
         while (!a->quit) {
-                uint64_t now = now_ms();
+                uint64_t now = time_now_mono_ms();
                 int timeout = -1;
                 size_t n = 0;
                 bool same = a->in_fd == a->out_fd;
@@ -1528,7 +1523,7 @@ int agent_run(Agent *a) {
                         if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))
                                 read_channel(a);
                 }
-                now = now_ms();
+                now = time_now_mono_ms();
                 memory_watch(a, now);
                 rekill_groups(a, now);
                 for (size_t i = 0; i < a->n_streams && !a->quit; i++) {

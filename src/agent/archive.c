@@ -11,23 +11,10 @@
 
 #include "agent/fsops.h"
 #include "agent/tar.h"
+#include "common/io.h"
 #include "common/macro.h"
 
 #define IO_BUF (256u * 1024u)
-
-static int write_all(int fd, const void *buf, size_t n) {
-        const uint8_t *p = buf;
-        while (n > 0) {
-                ssize_t k = write(fd, p, n);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return k < 0 ? -errno : -EIO;
-                p += k;
-                n -= (size_t)k;
-        }
-        return 0;
-}
 
 typedef struct Sink {
         bool gzip;
@@ -42,7 +29,7 @@ static int sink_deflate(Sink *s, int flush) {
                 int z = deflate(&s->z, flush);
                 if (z == Z_STREAM_ERROR)
                         return -EIO;
-                int k = write_all(1, s->out, IO_BUF - s->z.avail_out);
+                int k = io_write_all(1, s->out, IO_BUF - s->z.avail_out);
                 if (k < 0)
                         return k;
         } while (s->z.avail_out == 0);
@@ -52,7 +39,7 @@ static int sink_deflate(Sink *s, int flush) {
 static int sink_write(void *userdata, const void *buf, size_t n) {
         Sink *s = userdata;
         if (!s->gzip)
-                return write_all(1, buf, n);
+                return io_write_all(1, buf, n);
         s->z.next_in = (Bytef *)buf;
         s->z.avail_in = (uInt)n;
         return sink_deflate(s, Z_NO_FLUSH);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/jsonutil.h"
 #include "common/macro.h"
 
@@ -599,18 +600,10 @@ int fsops_write_begin(const char *path, unsigned mode, bool mkdirs, FsWrite **re
 }
 
 int fsops_write_data(FsWrite *w, const void *buf, size_t n) {
-        const uint8_t *p = buf;
-        while (n > 0) {
-                ssize_t k = write(w->fd, p, n);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += k;
-                n -= (size_t)k;
-                w->size += (uint64_t)k;
-        }
+        int r = io_write_all(w->fd, buf, n);
+        if (r < 0)
+                return r;
+        w->size += n;
         if (w->size - w->flushed >= WRITEBACK_STEP) {
                 /* Starts it only (no wait flags): a hint, its failure is
                  * the fsync's to report. */

@@ -14,6 +14,7 @@
 #include "cli/format.h"
 #include "agent/tar.h"
 #include "cli/parse.h"
+#include "common/io.h"
 #include "common/macro.h"
 
 #define FILES_DEPTH_MAX 10
@@ -123,20 +124,10 @@ typedef struct FileSink {
 
 static int write_fd(const void *data, size_t len, void *userdata) {
         FileSink *sink = userdata;
-        const char *p = data;
-
-        while (len > 0) {
-                ssize_t n = write(sink->fd, p, len);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        sink->write_errno = errno;
-                        return -errno;
-                }
-                p += n;
-                len -= (size_t)n;
-        }
-        return 0;
+        int r = io_write_all(sink->fd, data, len);
+        if (r < 0)
+                sink->write_errno = -r;
+        return r;
 }
 
 int cmd_files_get(CliContext *ctx, int argc, char **argv) {
@@ -400,18 +391,7 @@ static int unpack_sink(const void *data, size_t len, void *userdata) {
 }
 
 static int fd_sink(void *userdata, const void *buf, size_t n) {
-        int fd = *(int *)userdata;
-        const char *p = buf;
-        while (n > 0) {
-                ssize_t k = write(fd, p, n);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return -errno;
-                p += k;
-                n -= (size_t)k;
-        }
-        return 0;
+        return io_write_all(*(int *)userdata, buf, n);
 }
 
 /* Bounds of a directory copied out: what a sandbox sends is its own. */

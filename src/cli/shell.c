@@ -15,6 +15,7 @@
 #include "cli/client.h"
 #include "cli/parse.h"
 #include "cli/wsclient.h"
+#include "common/io.h"
 #include "common/macro.h"
 
 /* Keys read at once; well under the daemon's bound on a message (64 KiB). */
@@ -46,22 +47,10 @@ typedef struct Shell {
         char error[1024];
 } Shell;
 
-static void write_all(int fd, const uint8_t *p, size_t n) {
-        while (n > 0) {
-                ssize_t k = write(fd, p, n);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return;
-                p += k;
-                n -= (size_t)k;
-        }
-}
-
 static void on_message(void *userdata, bool text, const uint8_t *data, size_t len) {
         Shell *s = userdata;
         if (!text) {
-                write_all(STDOUT_FILENO, data, len);
+                (void)io_write_all(STDOUT_FILENO, data, len);
                 return;
         }
         json_error_t jerr;

@@ -16,6 +16,30 @@ uint64_t time_now_mono_ms(void) {
         return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+void time_mono_deadline(struct timespec *ret, int64_t ms) {
+        clock_gettime(CLOCK_MONOTONIC, ret);
+        if (ms < 0)
+                ms = 0;
+        ret->tv_sec += (time_t)(ms / 1000);
+        ret->tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (ret->tv_nsec >= 1000000000L) {
+                ret->tv_sec++;
+                ret->tv_nsec -= 1000000000L;
+        }
+}
+
+int time_cond_init_mono(pthread_cond_t *cond) {
+        pthread_condattr_t attr;
+        int r = pthread_condattr_init(&attr);
+        if (r != 0)
+                return -r;
+        r = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        if (r == 0)
+                r = pthread_cond_init(cond, &attr);
+        pthread_condattr_destroy(&attr);
+        return -r;
+}
+
 int time_format_rfc3339(int64_t t, char out[RFC3339_LEN]) {
         /* Years 0000..9999 only: anything else cannot be written in the format. */
         if (t < -62167219200LL || t > 253402300799LL)

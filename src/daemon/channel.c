@@ -11,8 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/jsonutil.h"
 #include "common/macro.h"
+#include "common/timeutil.h"
 #include "proto/proto.h"
 
 /* JSON from the agent nests no deeper than this; deeper is a protocol error. */
@@ -107,31 +109,6 @@ static void channel_unref(Channel *c) {
         if (c->hello)
                 json_decref(c->hello);
         free(c);
-}
-
-static int cond_init(pthread_cond_t *cond) {
-        pthread_condattr_t attr;
-        pthread_condattr_init(&attr);
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        int r = pthread_cond_init(cond, &attr);
-        pthread_condattr_destroy(&attr);
-        return -r;
-}
-
-static int64_t mono_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void deadline_after(struct timespec *ts, int timeout_ms) {
-        clock_gettime(CLOCK_MONOTONIC, ts);
-        ts->tv_sec += timeout_ms / 1000;
-        ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (ts->tv_nsec >= 1000000000L) {
-                ts->tv_sec++;
-                ts->tv_nsec -= 1000000000L;
-        }
 }
 
 /* Waits on cond with c->lock held; -ETIMEDOUT once the deadline passed
@@ -325,7 +302,7 @@ static ChanStream *stream_alloc(void) {
         ChanStream *s = calloc(1, sizeof(ChanStream));
         if (!s)
                 return NULL;
-        if (cond_init(&s->cond) < 0) {
+        if (time_cond_init_mono(&s->cond) < 0) {
                 free(s);
                 return NULL;
         }
@@ -459,7 +436,7 @@ static void *reader_main(void *arg) {
                 }
                 /* Any byte is a sign of life, even a frame still incomplete:
                  * a busy sandbox that streams output is never taken for dead. */
-                atomic_store_explicit(&c->last_rx_ms, mono_ms(), memory_order_relaxed);
+                atomic_store_explicit(&c->last_rx_ms, (int64_t)time_now_mono_ms(), memory_order_relaxed);
                 if (proto_reader_feed(r, buf, (size_t)n) < 0) {
                         why = "malformed frame from the agent";
                         break;
@@ -512,10 +489,10 @@ Channel *channel_new(int fd, ChannelClosedFn on_closed, void *userdata) {
         c->next_id = 1;
         c->on_closed = on_closed;
         c->userdata = userdata;
-        atomic_init(&c->last_rx_ms, mono_ms());
+        atomic_init(&c->last_rx_ms, (int64_t)time_now_mono_ms());
         pthread_mutex_init(&c->lock, NULL);
         pthread_mutex_init(&c->write_lock, NULL);
-        if (cond_init(&c->cond) < 0 || pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+        if (time_cond_init_mono(&c->cond) < 0 || pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
                 pthread_mutex_destroy(&c->lock);
                 pthread_mutex_destroy(&c->write_lock);
                 close(fd);
@@ -544,7 +521,7 @@ Channel *channel_new(int fd, ChannelClosedFn on_closed, void *userdata) {
 int channel_wait_hello(Channel *c, int timeout_ms, json_t **ret_hello) {
         struct timespec dl;
         if (timeout_ms >= 0)
-                deadline_after(&dl, timeout_ms);
+                time_mono_deadline(&dl, timeout_ms);
         pthread_mutex_lock(&c->lock);
         int r = 0;
         while (!c->hello && c->open && r == 0)
@@ -561,7 +538,7 @@ int channel_wait_hello(Channel *c, int timeout_ms, json_t **ret_hello) {
 int channel_ping(Channel *c, int timeout_ms) {
         struct timespec dl;
         if (timeout_ms >= 0)
-                deadline_after(&dl, timeout_ms);
+                time_mono_deadline(&dl, timeout_ms);
         pthread_mutex_lock(&c->lock);
         if (!c->open) {
                 pthread_mutex_unlock(&c->lock);
@@ -617,19 +594,8 @@ static int try_send_small(Channel *c, uint8_t type, const void *payload, size_t 
                 /* Part of a frame is out: the rest must follow before any
                  * other frame, or the stream is garbage. Blocking here is
                  * bounded by the socket's send timeout. */
-                const uint8_t *p = buf + n;
-                size_t left = total - (size_t)n;
-                while (left > 0) {
-                        ssize_t k = write(c->fd, p, left);
-                        if (k < 0 && errno == EINTR)
-                                continue;
-                        if (k <= 0) {
-                                r = -EPIPE;
-                                break;
-                        }
-                        p += k;
-                        left -= (size_t)k;
-                }
+                if (io_write_all(c->fd, buf + n, total - (size_t)n) < 0)
+                        r = -EPIPE;
         }
         pthread_mutex_unlock(&c->write_lock);
         if (r == -EPIPE)
@@ -772,7 +738,7 @@ int chan_stream_write(ChanStream *s, const void *buf, size_t n, int timeout_ms) 
         Channel *c = s->c;
         struct timespec dl;
         if (timeout_ms >= 0)
-                deadline_after(&dl, timeout_ms);
+                time_mono_deadline(&dl, timeout_ms);
         const uint8_t *p = buf;
         while (n > 0) {
                 pthread_mutex_lock(&c->lock);
@@ -805,7 +771,7 @@ int chan_stream_write(ChanStream *s, const void *buf, size_t n, int timeout_ms) 
 ssize_t chan_stream_write_some(ChanStream *s, const void *buf, size_t n, int timeout_ms) {
         Channel *c = s->c;
         struct timespec dl;
-        deadline_after(&dl, timeout_ms);
+        time_mono_deadline(&dl, timeout_ms);
         pthread_mutex_lock(&c->lock);
         int r = 0;
         while (s->credit == 0 && c->open && !s->result && r == 0)
@@ -893,7 +859,7 @@ int chan_stream_next(ChanStream *s, int timeout_ms, ChanEvent *ret) {
         Channel *c = s->c;
         struct timespec dl;
         if (timeout_ms >= 0)
-                deadline_after(&dl, timeout_ms);
+                time_mono_deadline(&dl, timeout_ms);
         pthread_mutex_lock(&c->lock);
         int r = 0;
         while (!s->head && !s->result_taken && c->open && r == 0)

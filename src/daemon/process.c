@@ -91,11 +91,7 @@ ProcTable *proc_table_new(void) {
         if (!t)
                 return NULL;
         pthread_mutex_init(&t->lock, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&t->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        (void)time_cond_init_mono(&t->cond);
         atomic_init(&t->closing, false);
         return t;
 }
@@ -296,13 +292,7 @@ static void append_output(Proc *p, int fd, const uint8_t *data, size_t len) {
         /* Room is made from the start of this process's own ring; a reader
          * still behind that start gets a while to catch up first. */
         struct timespec dl;
-        clock_gettime(CLOCK_MONOTONIC, &dl);
-        dl.tv_sec += FOLLOWER_GRACE_MS / 1000;
-        dl.tv_nsec += (FOLLOWER_GRACE_MS % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-                dl.tv_sec++;
-                dl.tv_nsec -= 1000000000L;
-        }
+        time_mono_deadline(&dl, FOLLOWER_GRACE_MS);
         bool waited_out = false;
         while (p->head && over_bounds_locked(p, cap)) {
                 Chunk *h = p->head;
@@ -593,12 +583,7 @@ static bool wait_for(Proc *p, int timeout_ms, bool for_pid) {
         pthread_mutex_lock(&t->lock);
         while (!p->ended && !(for_pid && p->pid > 0) && time_now_mono_ms() < end) {
                 struct timespec dl;
-                clock_gettime(CLOCK_MONOTONIC, &dl);
-                dl.tv_nsec += 200 * 1000000L;
-                if (dl.tv_nsec >= 1000000000L) {
-                        dl.tv_sec++;
-                        dl.tv_nsec -= 1000000000L;
-                }
+                time_mono_deadline(&dl, 200);
                 pthread_cond_timedwait(&t->cond, &t->lock, &dl);
         }
         bool done = p->ended || (for_pid && p->pid > 0);
@@ -824,14 +809,7 @@ int proc_next_event(Proc *p, ProcCursor *c, int timeout_ms, ProcEvent *ret) {
                         break;
                 }
                 struct timespec dl;
-                clock_gettime(CLOCK_MONOTONIC, &dl);
-                uint64_t wait = end - now;
-                dl.tv_sec += (time_t)(wait / 1000);
-                dl.tv_nsec += (long)(wait % 1000) * 1000000L;
-                if (dl.tv_nsec >= 1000000000L) {
-                        dl.tv_sec++;
-                        dl.tv_nsec -= 1000000000L;
-                }
+                time_mono_deadline(&dl, (int64_t)(end - now));
                 pthread_cond_timedwait(&t->cond, &t->lock, &dl);
         }
         if (c->ended)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/macro.h"
+#include "common/path.h"
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/log.h"
@@ -164,7 +165,7 @@ int snapshot_store_begin(SnapshotStore *s, char ret_id[SNAPSHOT_ID_LEN + 1], cha
 void snapshot_store_abort(SnapshotStore *s, const char *id) {
         _cleanup_free_ char *tmp = part_of(s, id);
         if (tmp)
-                (void)rootfs_rm_tree(tmp);
+                (void)path_remove_tree_at(AT_FDCWD, tmp);
 }
 
 /* Syncs every regular file of dir and dir itself; adds the sizes of those
@@ -270,10 +271,10 @@ int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row) {
         snprintf(row->state, sizeof row->state, "ready");
         return 0;
 fail_final:
-        (void)rootfs_rm_tree(final);
+        (void)path_remove_tree_at(AT_FDCWD, final);
         return r;
 fail:
-        (void)rootfs_rm_tree(tmp);
+        (void)path_remove_tree_at(AT_FDCWD, tmp);
         return r;
 }
 
@@ -430,7 +431,7 @@ static int delete_one(SnapshotStore *s, const char *owner, const char *id) {
          * which recovery removes. */
         _cleanup_free_ char *dir = path_of(s, id);
         if (dir)
-                (void)rootfs_rm_tree(dir);
+                (void)path_remove_tree_at(AT_FDCWD, dir);
         return 0;
 }
 
@@ -463,7 +464,7 @@ int snapshot_store_recover(SnapshotStore *s) {
                 _cleanup_free_ char *p = path_of(s, de->d_name);
                 if (p) {
                         log_info(NULL, "removing %s snapshot files %s", partial ? "partial" : "unrecorded", de->d_name);
-                        (void)rootfs_rm_tree(p);
+                        (void)path_remove_tree_at(AT_FDCWD, p);
                 }
         }
         closedir(d);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/macro.h"
+#include "common/timeutil.h"
 
 #define CPU_PERIOD_US 100000u
 
@@ -485,12 +486,6 @@ static void kill_pid(pid_t pid) {
         (void)kill(pid, SIGKILL);
 }
 
-static int64_t now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void sleep_ms(long ms) {
         struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
@@ -522,9 +517,9 @@ int cgroup_freeze(Cgroup *cg, bool frozen, int timeout_ms) {
         int r = set_frozen(cg, frozen);
         if (r < 0 || !frozen)
                 return r;
-        int64_t deadline = now_ms() + timeout_ms;
+        int64_t deadline = (int64_t)time_now_mono_ms() + timeout_ms;
         for (unsigned round = 0; !is_frozen(cg); round++) {
-                if (now_ms() >= deadline) {
+                if ((int64_t)time_now_mono_ms() >= deadline) {
                         (void)set_frozen(cg, false);
                         return -ETIMEDOUT;
                 }
@@ -534,14 +529,14 @@ int cgroup_freeze(Cgroup *cg, bool frozen, int timeout_ms) {
 }
 
 int cgroup_kill_all(Cgroup *cg, int timeout_ms) {
-        int64_t deadline = now_ms() + timeout_ms;
+        int64_t deadline = (int64_t)time_now_mono_ms() + timeout_ms;
         const char *u = cg->dir[CGROUP_UNIFIED];
         bool have_kill = u && file_exists_in(u, "cgroup.kill");
 
         for (unsigned round = 0;; round++) {
                 if (cgroup_count_procs(cg) == 0)
                         return 0;
-                if (now_ms() >= deadline)
+                if ((int64_t)time_now_mono_ms() >= deadline)
                         return -ETIMEDOUT;
                 if (have_kill && write_in(u, "cgroup.kill", "1") >= 0) {
                         /* cgroup.kill reaches every member atomically,

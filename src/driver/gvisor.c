@@ -28,6 +28,7 @@
 
 #include "common/jsonutil.h"
 #include "common/macro.h"
+#include "common/path.h"
 #include "driver/cgroup.h"
 #include "driver/driver.h"
 #include "driver/gvisor.h"
@@ -132,7 +133,7 @@ static int runsc_do(const char *runsc, const char *platform, char *const cmd[]) 
                 argv[n++] = cmd[i];
         argv[n] = NULL;
         int r = run_runsc(argv, -1, PROBE_TIMEOUT_MS, NULL);
-        (void)rootfs_rm_tree(state);
+        (void)path_remove_tree_at(AT_FDCWD, state);
         return r;
 }
 
@@ -451,7 +452,7 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
 
         /* A container of the same id left by a daemon that died. */
         runsc_delete(state, spec->id);
-        (void)rootfs_rm_tree(state);
+        (void)path_remove_tree_at(AT_FDCWD, state);
         if ((mkdir(state, 0700) < 0 && errno != EEXIST) || (mkdir(bundle, 0700) < 0 && errno != EEXIST)) {
                 r = -errno;
                 goto fail;
@@ -531,7 +532,7 @@ fail:
         launch_kill_and_reap(inst);
         if (inst->runsc_root) {
                 runsc_delete(state, spec->id);
-                (void)rootfs_rm_tree(state);
+                (void)path_remove_tree_at(AT_FDCWD, state);
         }
         if (layer) {
                 rootfs_layer_done(layer);
@@ -551,7 +552,7 @@ static void gv_stop(DriverInstance *inst, const char **ret_reason) {
         launch_kill_and_reap(inst);
         if (inst->runsc_root) {
                 runsc_delete(inst->runsc_root, inst->id);
-                (void)rootfs_rm_tree(inst->runsc_root);
+                (void)path_remove_tree_at(AT_FDCWD, inst->runsc_root);
         }
         if (ret_reason)
                 *ret_reason = reason;
@@ -570,7 +571,7 @@ static int gv_reap_orphan(const DriverSpec *spec) {
          * cleans its state. */
         r = launch_reap_orphan(spec);
         runsc_delete(state, spec->id);
-        (void)rootfs_rm_tree(state);
+        (void)path_remove_tree_at(AT_FDCWD, state);
         return r;
 }
 

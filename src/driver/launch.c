@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/macro.h"
+#include "common/timeutil.h"
 #include "driver/rootfs.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -33,12 +34,6 @@
 #define MAX_VCPU 256u
 #define MAX_MEMORY_MIB (1024u * 1024u) /* 1 TiB */
 #define MAX_PIDS 1000000u
-
-int64_t launch_now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int launch_spec_check(const DriverSpec *spec) {
         if (!spec || !spec->id || !spec->image_dir || !spec->sandbox_dir || !spec->agent_path)
@@ -340,7 +335,7 @@ int launch_stage_mounts(void *userdata) {
 }
 
 int launch_wait(pid_t pid, int timeout_ms, int *ret_status) {
-        int64_t deadline = launch_now_ms() + timeout_ms;
+        int64_t deadline = (int64_t)time_now_mono_ms() + timeout_ms;
         for (;;) {
                 int st;
                 pid_t r = waitpid(pid, &st, WNOHANG);
@@ -351,7 +346,7 @@ int launch_wait(pid_t pid, int timeout_ms, int *ret_status) {
                 }
                 if (r < 0 && errno != EINTR)
                         return -errno;
-                if (launch_now_ms() >= deadline)
+                if ((int64_t)time_now_mono_ms() >= deadline)
                         return -ETIMEDOUT;
                 struct timespec ts = {0, 2000000};
                 nanosleep(&ts, NULL);

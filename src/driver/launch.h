@@ -133,4 +133,3 @@ int launch_reap_orphan(const DriverSpec *spec);
 int launch_snapshot_disk(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir);
 int launch_restore_disk(const DriverSpec *spec, const char *snap_dir);
 
-int64_t launch_now_ms(void);

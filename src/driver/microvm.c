@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/macro.h"
+#include "common/path.h"
 #include "common/timeutil.h"
 #include "driver/microvm_disk.h"
 #include "driver/microvm_initramfs.h"
@@ -33,11 +34,6 @@
  * this big, whatever diskMiB says. */
 #define MIN_DISK_MIB 16u
 #define MAX_DISK_MIB (1024u * 1024u)
-
-static int path_join(char *buf, size_t len, const char *a, const char *b) {
-        int n = snprintf(buf, len, "%s/%s", a, b);
-        return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
 
 static int read_text(const char *path, char *buf, size_t len) {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -236,7 +232,7 @@ static int microvm_destroy(const DriverSpec *spec) {
         if (r == -EINVAL)
                 return r;
         if (spec->sandbox_dir && spec->sandbox_dir[0] == '/') {
-                int q = rootfs_rm_tree(spec->sandbox_dir);
+                int q = path_remove_tree_at(AT_FDCWD, spec->sandbox_dir);
                 if (q < 0 && r >= 0)
                         r = q;
         }

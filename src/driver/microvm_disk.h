@@ -10,7 +10,5 @@
  * (a stopped sandbox starts again on its own files). mke2fs's output goes to
  * log_fd. */
 int microvm_disk_make(const char *path, unsigned disk_mib, int log_fd);
-/* Copies a sparse file's data from in to out, leaving its holes holes. */
-int microvm_disk_copy(int in, int out);
 /* Whether mke2fs is installed. */
 bool microvm_disk_tool_found(void);

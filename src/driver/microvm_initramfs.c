@@ -11,22 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/macro.h"
-
-static int write_all(int fd, const void *buf, size_t n) {
-        const uint8_t *p = buf;
-        while (n > 0) {
-                ssize_t w = write(fd, p, n);
-                if (w < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += w;
-                n -= (size_t)w;
-        }
-        return 0;
-}
 
 typedef struct CpioWriter {
         int fd;
@@ -40,7 +26,7 @@ static int cpio_pad(CpioWriter *w, size_t align) {
         if (pad == 0)
                 return 0;
         w->off += pad;
-        return write_all(w->fd, zeros, pad);
+        return io_write_all(w->fd, zeros, pad);
 }
 
 /* One newc entry; the body comes from body_fd (size bytes) or is empty. */
@@ -54,10 +40,10 @@ static int cpio_entry(CpioWriter *w, const char *name, uint32_t mode, uint32_t r
         char hdr[128];
         snprintf(hdr, sizeof(hdr), "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X", ++w->ino, mode, 0u,
                  0u, 1u, 0u, (uint32_t)size, 0u, 0u, rmaj, rmin, (uint32_t)namesize, 0u);
-        int r = write_all(w->fd, hdr, 110);
+        int r = io_write_all(w->fd, hdr, 110);
         if (r < 0)
                 return r;
-        r = write_all(w->fd, name, namesize);
+        r = io_write_all(w->fd, name, namesize);
         if (r < 0)
                 return r;
         w->off += 110 + namesize;
@@ -72,7 +58,7 @@ static int cpio_entry(CpioWriter *w, const char *name, uint32_t mode, uint32_t r
                         continue;
                 if (n <= 0)
                         return n < 0 ? -errno : -EIO; /* the file shrank under us */
-                r = write_all(w->fd, buf, (size_t)n);
+                r = io_write_all(w->fd, buf, (size_t)n);
                 if (r < 0)
                         return r;
                 left -= (uint64_t)n;

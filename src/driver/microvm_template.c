@@ -19,62 +19,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/macro.h"
+#include "common/path.h"
 #include "common/timeutil.h"
 #include "driver/microvm_disk.h"
 #include "driver/microvm_initramfs.h"
 #include "driver/microvm_qmp.h"
 #include "proto/proto.h"
-
-static int path_join(char *buf, size_t len, const char *a, const char *b) {
-        int n = snprintf(buf, len, "%s/%s", a, b);
-        return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
-static int write_all(int fd, const void *buf, size_t n) {
-        const uint8_t *p = buf;
-        while (n > 0) {
-                ssize_t w = write(fd, p, n);
-                if (w < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += w;
-                n -= (size_t)w;
-        }
-        return 0;
-}
-
-static int remove_tree_at(int dfd, const char *name, unsigned depth) {
-        if (depth > 16)
-                return -ELOOP;
-        if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
-                return 0;
-        if (errno != EISDIR)
-                return -errno;
-        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        DIR *d = fdopendir(fd);
-        if (!d) {
-                close(fd);
-                return -errno;
-        }
-        int r = 0;
-        struct dirent *de;
-        while ((de = readdir(d))) {
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                int q = remove_tree_at(dirfd(d), de->d_name, depth + 1);
-                if (q < 0 && r == 0)
-                        r = q;
-        }
-        closedir(d);
-        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
-                r = -errno;
-        return r;
-}
 
 /* Reads exactly n bytes by the deadline (a monotonic ms time). */
 static int read_exact(int fd, void *buf, size_t n, int64_t deadline) {
@@ -215,7 +167,7 @@ static int write_file_at(int dfd, const char *name, const char *text, mode_t mod
         _cleanup_close_ int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
         if (fd < 0)
                 return -errno;
-        int r = write_all(fd, text, strlen(text));
+        int r = io_write_all(fd, text, strlen(text));
         if (r == 0 && fsync(fd) < 0)
                 r = -errno;
         return r;
@@ -264,11 +216,11 @@ static void template_discard_locked(int tfd, const char *name, int dfd) {
         char dead[80];
         if (snprintf(dead, sizeof(dead), "%s.dead", name) >= (int)sizeof(dead))
                 return;
-        (void)remove_tree_at(tfd, dead, 0);
+        (void)path_remove_tree_at(tfd, dead);
         if (renameat(tfd, name, tfd, dead) < 0)
                 return;
         (void)fsync(tfd);
-        (void)remove_tree_at(tfd, dead, 0);
+        (void)path_remove_tree_at(tfd, dead);
 }
 
 static void template_discard(int tfd, const char *name, int dfd) {
@@ -499,7 +451,7 @@ static int template_get(const MicrovmStart *s, int tfd, char *name, size_t name_
         }
         flock(tfd, LOCK_UN);
 
-        (void)remove_tree_at(tfd, tmpname, 0);
+        (void)path_remove_tree_at(tfd, tmpname);
         if (mkdirat(tfd, tmpname, 0700) < 0)
                 return -errno;
         _cleanup_close_ int nfd = openat(tfd, tmpname, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -518,7 +470,7 @@ static int template_get(const MicrovmStart *s, int tfd, char *name, size_t name_
         if (r == 0)
                 r = lock_until(tfd, (int64_t)time_now_mono_ms() + TEMPLATE_LOCK_MS);
         if (r < 0) {
-                (void)remove_tree_at(tfd, tmpname, 0);
+                (void)path_remove_tree_at(tfd, tmpname);
                 template_failed(h);
                 return r;
         }
@@ -526,7 +478,7 @@ static int template_get(const MicrovmStart *s, int tfd, char *name, size_t name_
         if (renameat(tfd, tmpname, tfd, name) < 0) {
                 r = -errno;
                 flock(tfd, LOCK_UN);
-                (void)remove_tree_at(tfd, tmpname, 0);
+                (void)path_remove_tree_at(tfd, tmpname);
                 return r;
         }
         (void)fsync(tfd);
@@ -618,7 +570,7 @@ int microvm_template_start(const MicrovmStart *s, const char *p_upper, int *ret_
                 _cleanup_close_ int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
                 if (out < 0)
                         return -errno;
-                r = microvm_disk_copy(in, out);
+                r = io_copy_sparse(in, out);
                 /* Durable before it is named: a later start boots on it. */
                 if (r == 0 && fsync(out) < 0)
                         r = -errno;

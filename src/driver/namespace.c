@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "common/macro.h"
+#include "common/timeutil.h"
 #include "driver/cgroup.h"
 #include "driver/driver.h"
 #include "driver/launch.h"
@@ -187,7 +188,7 @@ static int lxcfs_start(char *why, size_t why_len) {
  * without the view and no start is tried for LXCFS_RETRY_AFTER_S: a host where
  * lxcfs cannot run must not make every create wait on it. */
 static pthread_mutex_t lxcfs_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct timespec lxcfs_failed_at;
+static uint64_t lxcfs_failed_at_ms; /* 0: no failure to wait out */
 static char lxcfs_failure[320];
 
 static bool lxcfs_ready(void) {
@@ -197,19 +198,18 @@ static bool lxcfs_ready(void) {
                 return false;
         pthread_mutex_lock(&lxcfs_lock);
         bool ok = lxcfs_answers();
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        bool may_try = lxcfs_failed_at.tv_sec == 0 || now.tv_sec - lxcfs_failed_at.tv_sec >= LXCFS_RETRY_AFTER_S;
+        bool may_try = lxcfs_failed_at_ms == 0 ||
+                       time_now_mono_ms() - lxcfs_failed_at_ms >= LXCFS_RETRY_AFTER_S * 1000u;
         if (!ok && may_try) {
                 char why[sizeof lxcfs_failure];
                 ok = lxcfs_start(why, sizeof why) == 0;
                 if (ok) {
-                        lxcfs_failed_at = (struct timespec){0};
+                        lxcfs_failed_at_ms = 0;
                         lxcfs_failure[0] = '\0';
                 } else {
-                        clock_gettime(CLOCK_MONOTONIC, &lxcfs_failed_at);
-                        if (lxcfs_failed_at.tv_sec == 0)
-                                lxcfs_failed_at.tv_sec = 1;
+                        lxcfs_failed_at_ms = time_now_mono_ms();
+                        if (lxcfs_failed_at_ms == 0)
+                                lxcfs_failed_at_ms = 1;
                         snprintf(lxcfs_failure, sizeof lxcfs_failure, "%s", why);
                 }
         }
@@ -292,9 +292,9 @@ static int write_id_map(pid_t pid, const char *file, uid_t shift) {
 static int read_child_pid(int fd, pid_t *ret) {
         char buf[2048];
         size_t got = 0;
-        int64_t deadline = launch_now_ms() + SETUP_TIMEOUT_MS;
+        int64_t deadline = (int64_t)time_now_mono_ms() + SETUP_TIMEOUT_MS;
         for (;;) {
-                int left = (int)(deadline - launch_now_ms());
+                int left = (int)(deadline - (int64_t)time_now_mono_ms());
                 if (left <= 0)
                         return -ETIMEDOUT;
                 struct pollfd pfd = {.fd = fd, .events = POLLIN};

@@ -21,17 +21,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/macro.h"
+#include "common/path.h"
 
 extern char **environ;
 
 #define LAYER_MIN_MIB 16u
 #define LAYER_MAX_MIB (1024u * 1024u)
-
-static int path_join(char *buf, size_t len, const char *a, const char *b) {
-        int n = snprintf(buf, len, "%s/%s", a, b);
-        return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
 
 /* A mount point's device differs from its parent's (or the kernel marks
  * it): enough to find our own mounts, which are never bind mounts of the
@@ -143,51 +140,12 @@ static int sparse_copy(const char *from, const char *to) {
         _cleanup_close_ int in = open(from, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (in < 0)
                 return -errno;
-        struct stat st;
-        if (fstat(in, &st) < 0)
-                return -errno;
         _cleanup_close_ int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (out < 0)
                 return -errno;
-        if (ftruncate(out, st.st_size) < 0)
-                return -errno;
-        _cleanup_free_ char *buf = malloc(1 << 20);
-        if (!buf)
-                return -ENOMEM;
-        off_t pos = 0;
-        while (pos < st.st_size) {
-                off_t data = lseek(in, pos, SEEK_DATA);
-                if (data < 0) {
-                        if (errno == ENXIO)
-                                break;
-                        return -errno;
-                }
-                off_t hole = lseek(in, data, SEEK_HOLE);
-                if (hole < 0)
-                        return -errno;
-                for (off_t o = data; o < hole;) {
-                        size_t want = (size_t)(hole - o) < (1u << 20) ? (size_t)(hole - o) : (1u << 20);
-                        ssize_t n = pread(in, buf, want, o);
-                        if (n < 0) {
-                                if (errno == EINTR)
-                                        continue;
-                                return -errno;
-                        }
-                        if (n == 0)
-                                return -EIO;
-                        for (ssize_t w = 0; w < n;) {
-                                ssize_t k = pwrite(out, buf + w, (size_t)(n - w), o + w);
-                                if (k < 0) {
-                                        if (errno == EINTR)
-                                                continue;
-                                        return -errno;
-                                }
-                                w += k;
-                        }
-                        o += n;
-                }
-                pos = hole;
-        }
+        int r = io_copy_sparse(in, out);
+        if (r < 0)
+                return r;
         if (fsync(out) < 0)
                 return -errno;
         return 0;
@@ -698,60 +656,6 @@ int rootfs_disk_used(pid_t pid, const char *sandbox_dir, uint64_t *ret) {
         return 0;
 }
 
-static int rm_at(int dfd, dev_t dev, unsigned depth) {
-        if (depth > 256)
-                return -ELOOP;
-        _cleanup_close_ int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
-        if (fd < 0)
-                return -errno;
-        DIR *d = fdopendir(fd);
-        if (!d)
-                return -errno;
-        TAKE_FD(fd);
-        int ret = 0;
-        struct dirent *de;
-        while ((de = readdir(d))) {
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                struct stat st;
-                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                        continue;
-                if (st.st_dev != dev) {
-                        ret = -EBUSY; /* a mount we do not remove through */
-                        continue;
-                }
-                if (S_ISDIR(st.st_mode)) {
-                        int cfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                        if (cfd < 0)
-                                continue;
-                        int r = rm_at(cfd, dev, depth + 1);
-                        close(cfd);
-                        if (r < 0 && ret == 0)
-                                ret = r;
-                        if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && ret == 0 && errno != ENOENT)
-                                ret = -errno;
-                } else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && ret == 0 && errno != ENOENT)
-                        ret = -errno;
-        }
-        closedir(d);
-        return ret;
-}
-
-int rootfs_rm_tree(const char *path) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return errno == ENOENT ? 0 : -errno;
-        struct stat st;
-        if (fstat(fd, &st) < 0)
-                return -errno;
-        int r = rm_at(fd, st.st_dev, 0);
-        if (r < 0)
-                return r;
-        if (rmdir(path) < 0 && errno != ENOENT)
-                return -errno;
-        return 0;
-}
-
 int rootfs_remove(const char *sandbox_dir) {
         int r = rootfs_unmount(sandbox_dir);
         if (r < 0)
@@ -761,7 +665,7 @@ int rootfs_remove(const char *sandbox_dir) {
                 return r;
         if (rootfs_is_mounted(sandbox_dir))
                 return -EBUSY;
-        return rootfs_rm_tree(sandbox_dir);
+        return path_remove_tree_at(AT_FDCWD, sandbox_dir);
 }
 
 static const char *find_e2fsck(void) {
@@ -884,7 +788,7 @@ int rootfs_restore(const char *snap_dir, const char *sandbox_dir) {
         /* All the layers appear at once (one rename of their directory) or
          * none: a daemon killed half way must not leave a disk missing a
          * layer, which would boot with files quietly gone. */
-        (void)rootfs_rm_tree(part);
+        (void)path_remove_tree_at(AT_FDCWD, part);
         if (mkdir(part, 0700) < 0)
                 return -errno;
         for (unsigned i = 0; i <= n; i++) {
@@ -906,7 +810,7 @@ int rootfs_restore(const char *snap_dir, const char *sandbox_dir) {
                         r = -errno;
         }
         if (r < 0) {
-                (void)rootfs_rm_tree(part);
+                (void)path_remove_tree_at(AT_FDCWD, part);
                 return r;
         }
         _cleanup_close_ int dfd = open(sandbox_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

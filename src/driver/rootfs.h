@@ -99,4 +99,3 @@ int rootfs_copy_sparse(const char *from, const char *to);
  * the sandbox has a layer already; -E2BIG past ROOTFS_MAX_BASES. */
 int rootfs_restore(const char *snap_dir, const char *sandbox_dir);
 /* Removes a directory tree without following symlinks or crossing mounts. */
-int rootfs_rm_tree(const char *path);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/timeutil.h"
 #include "egress/addr.h"
 #include "egress/httphead.h"
 
@@ -43,12 +44,6 @@ typedef struct Tls {
         char refused[192]; /* a request a secret's rules refused: "" if none */
 } Tls;
 
-static uint64_t now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* With client_lock held: TLS records OpenSSL produced go to the sandbox. */
 static int client_flush(Tls *t) {
         uint8_t buf[16384];
@@ -73,7 +68,7 @@ static int client_feed(Tls *t) {
 }
 
 static int client_handshake(Tls *t) {
-        uint64_t deadline = now_ms() + 30000;
+        uint64_t deadline = time_now_mono_ms() + 30000;
         for (;;) {
                 pthread_mutex_lock(&t->client_lock);
                 int r = SSL_do_handshake(t->client);
@@ -86,7 +81,7 @@ static int client_handshake(Tls *t) {
                         return -EPROTO;
                 int f;
                 while ((f = client_feed(t)) == -EAGAIN)
-                        if (now_ms() > deadline)
+                        if (time_now_mono_ms() > deadline)
                                 return -ETIMEDOUT;
                 if (f < 0)
                         return f;
@@ -152,7 +147,7 @@ static int up_write(Tls *t, const void *buf, size_t len) {
                         return -EPIPE;
         }
         t->bytes_out += len;
-        atomic_store(&t->last_activity, now_ms());
+        atomic_store(&t->last_activity, time_now_mono_ms());
         return 0;
 }
 
@@ -241,14 +236,14 @@ out:
 }
 
 static int upstream_handshake(Tls *t, char *why, size_t why_len) {
-        uint64_t deadline = now_ms() + 15000;
+        uint64_t deadline = time_now_mono_ms() + 15000;
         for (;;) {
                 int r = SSL_connect(t->up);
                 if (r == 1)
                         return 0;
                 int err = SSL_get_error(t->up, r);
                 if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-                        if (now_ms() > deadline) {
+                        if (time_now_mono_ms() > deadline) {
                                 snprintf(why, why_len, "the TLS handshake with %s timed out", t->host);
                                 return -ETIMEDOUT;
                         }
@@ -272,7 +267,7 @@ int egress_intercept(const EgressIo *io, int upstream, const char *host, uint16_
         Tls t = { .io = io, .cfg = cfg, .rec = rec, .host = host, .port = port, .upfd = upstream };
         pthread_mutex_init(&t.client_lock, NULL);
         pthread_mutex_init(&t.up_lock, NULL);
-        atomic_store(&t.last_activity, now_ms());
+        atomic_store(&t.last_activity, time_now_mono_ms());
         int ret = -EPROTO;
         SSL_CTX *sctx = NULL;
         if (egress_ca_server_ctx(cfg->ca, host, &sctx) < 0)
@@ -334,14 +329,14 @@ int egress_intercept(const EgressIo *io, int upstream, const char *host, uint16_
                 pthread_mutex_unlock(&t.up_lock);
                 if (n > 0) {
                         rec->bytes_in += (uint64_t)n;
-                        atomic_store(&t.last_activity, now_ms());
+                        atomic_store(&t.last_activity, time_now_mono_ms());
                         if (client_write(&t, buf, (size_t)n) < 0)
                                 break;
                         continue;
                 }
                 if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
                         int w = wait_fd(upstream, err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, 1000);
-                        if (w == 0 && now_ms() - atomic_load(&t.last_activity) > (uint64_t)idle_timeout)
+                        if (w == 0 && time_now_mono_ms() - atomic_load(&t.last_activity) > (uint64_t)idle_timeout)
                                 break;
                         continue;
                 }

@@ -16,18 +16,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/macro.h"
+#include "common/timeutil.h"
 #include "egress/addr.h"
 #include "egress/httphead.h"
 #include "egress/intercept.h"
 
 #define MAX_ADDRS 16
-
-static uint64_t now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 int egress_test_host_parse(const char *text, EgressTestHost *ret) {
         const char *eq = strchr(text, '=');
@@ -121,20 +117,6 @@ static int connect_with_timeout(const struct sockaddr *sa, socklen_t len, int ti
         return fd;
 }
 
-static int send_all(int fd, const uint8_t *p, size_t n) {
-        while (n > 0) {
-                ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-                if (w < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += w;
-                n -= (size_t)w;
-        }
-        return 0;
-}
-
 typedef struct Pump {
         const EgressIo *io;
         int upstream;
@@ -163,8 +145,8 @@ static int forward_up(Pump *p, const uint8_t *buf, size_t len) {
         if (len == 0)
                 return 0;
         p->bytes_out += len;
-        atomic_store(&p->last_activity, now_ms());
-        return send_all(p->upstream, buf, len);
+        atomic_store(&p->last_activity, time_now_mono_ms());
+        return io_send_all(p->upstream, buf, len);
 }
 
 static void *pump_up(void *arg) {
@@ -279,7 +261,7 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
         size_t len = 0, parsed = 0;
         int r = 0, ret = 0, upstream = -1;
         char err[160];
-        uint64_t started = now_ms();
+        uint64_t started = time_now_mono_ms();
         for (;;) {
                 if (len == cap) {
                         r = -E2BIG;
@@ -287,7 +269,7 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
                 }
                 ssize_t n = io->read(io->ctx, buf + len, cap - len);
                 if (n == -EAGAIN || n == -EINTR) {
-                        if (now_ms() - started > 30000) {
+                        if (time_now_mono_ms() - started > 30000) {
                                 record_refusal(rec, "%s", "no request within 30 s");
                                 respond(io, 408, "Request Timeout", "no request within 30 s");
                                 goto out;
@@ -368,7 +350,7 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
                 snprintf(rec->reason, sizeof(rec->reason), "%s", test_host ? "allowed (test upstream)" : "allowed");
 
         Pump pump = { .io = io, .upstream = upstream, .parser = head->is_connect ? NULL : parser };
-        atomic_store(&pump.last_activity, now_ms());
+        atomic_store(&pump.last_activity, time_now_mono_ms());
         if (head->is_connect) {
                 static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
                 if (io->write(io->ctx, (const uint8_t *)ok, sizeof(ok) - 1) < 0)
@@ -398,7 +380,7 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
                         goto out;
                 rec->secrets_used = (unsigned)n;
                 pump.bytes_out = fwd_len;
-                int w = send_all(upstream, (const uint8_t *)fwd, fwd_len);
+                int w = io_send_all(upstream, (const uint8_t *)fwd, fwd_len);
                 free(fwd);
                 if (w < 0)
                         goto out;
@@ -420,7 +402,7 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
                 if (atomic_load(&pump.sandbox_gone))
                         break;
                 if (pr == 0) {
-                        if (now_ms() - atomic_load(&pump.last_activity) > (uint64_t)idle_timeout)
+                        if (time_now_mono_ms() - atomic_load(&pump.last_activity) > (uint64_t)idle_timeout)
                                 break;
                         continue;
                 }
@@ -430,7 +412,7 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
                 if (got <= 0)
                         break;
                 rec->bytes_in += (uint64_t)got;
-                atomic_store(&pump.last_activity, now_ms());
+                atomic_store(&pump.last_activity, time_now_mono_ms());
                 if (io->write(io->ctx, buf, (size_t)got) < 0)
                         break;
         }

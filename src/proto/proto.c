@@ -8,6 +8,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "common/io.h"
+
 struct ProtoReader {
         uint8_t *buf;
         size_t len;      /* bytes held */
@@ -176,27 +178,6 @@ int proto_frame_build(uint8_t type, uint8_t flags, uint32_t stream, const void *
         return 0;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n) {
-        bool is_socket = true;
-        while (n > 0) {
-                /* On a socket, a peer that went away is EPIPE, not a SIGPIPE
-                 * that kills a daemon which forgot to ignore it. */
-                ssize_t w = is_socket ? send(fd, p, n, MSG_NOSIGNAL) : write(fd, p, n);
-                if (w < 0 && is_socket && errno == ENOTSOCK) {
-                        is_socket = false;
-                        continue;
-                }
-                if (w < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += w;
-                n -= (size_t)w;
-        }
-        return 0;
-}
-
 /* Header and payload in one system call; after a short write, the rest. */
 static int write_two(int fd, const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
         struct iovec iov[2] = {{.iov_base = (void *)a, .iov_len = an}, {.iov_base = (void *)b, .iov_len = bn}};
@@ -211,12 +192,12 @@ static int write_two(int fd, const uint8_t *a, size_t an, const uint8_t *b, size
                 return -errno;
         size_t done = (size_t)w;
         if (done < an) {
-                int r = write_all(fd, a + done, an - done);
+                int r = io_send_all(fd, a + done, an - done);
                 if (r < 0)
                         return r;
                 done = an;
         }
-        return write_all(fd, b + (done - an), bn - (done - an));
+        return io_send_all(fd, b + (done - an), bn - (done - an));
 }
 
 int proto_write_frame(int fd, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
@@ -235,7 +216,7 @@ int proto_write_frame(int fd, uint8_t type, uint8_t flags, uint32_t stream, cons
                 memcpy(one, hdr, PROTO_HEADER_SIZE);
                 if (len)
                         memcpy(one + PROTO_HEADER_SIZE, payload, len);
-                return write_all(fd, one, PROTO_HEADER_SIZE + len);
+                return io_send_all(fd, one, PROTO_HEADER_SIZE + len);
         }
         return write_two(fd, hdr, PROTO_HEADER_SIZE, payload, len);
 }

@@ -23,17 +23,12 @@
 
 #include <cmocka.h>
 
+#include "common/timeutil.h"
 #include "daemon/channel.h"
 #include "daemon/console_tail.h"
 #include "proto/proto.h"
 
 #define FFFD "\xef\xbf\xbd"
-
-static int64_t now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int ms) {
         struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
@@ -272,7 +267,7 @@ static bool peer_read(Peer *p, int timeout_ms, ProtoHeader *h, uint8_t *payload,
 
 static void test_hb_answered(void **state) {
         Peer *p = *state;
-        int64_t t0 = now_ms();
+        int64_t t0 = (int64_t)time_now_mono_ms();
         assert_int_equal(channel_heartbeat(p->c, t0, 5000, 1000), 0);
         ProtoHeader h;
         uint8_t buf[64];
@@ -299,7 +294,7 @@ static void test_hb_answered(void **state) {
 
 static void test_hb_any_frame_is_life(void **state) {
         Peer *p = *state;
-        int64_t t0 = now_ms();
+        int64_t t0 = (int64_t)time_now_mono_ms();
         assert_int_equal(channel_heartbeat(p->c, t0, 5000, 1000), 0);
         ProtoHeader h;
         uint8_t buf[64];
@@ -311,7 +306,7 @@ static void test_hb_any_frame_is_life(void **state) {
         uint8_t win[4] = {0, 0, 1, 0};
         assert_int_equal(proto_write_frame(p->fd, PROTO_WINDOW, 0, 7, win, 4), 0);
         sleep_ms(100);
-        int64_t t1 = now_ms();
+        int64_t t1 = (int64_t)time_now_mono_ms();
         assert_int_equal(channel_heartbeat(p->c, t0 + 1100, 5000, 1000), 0);
         assert_int_equal(channel_heartbeat(p->c, t1 + 1000, 5000, 1000), -ETIMEDOUT);
 }
@@ -330,12 +325,12 @@ static void test_hb_full_socket_never_blocks(void **state) {
                 filled += (size_t)n;
         }
         assert_true(filled > 0);
-        int64_t t0 = now_ms();
+        int64_t t0 = (int64_t)time_now_mono_ms();
         assert_int_equal(channel_heartbeat(p->c, t0, 5000, 1000), 0);
         assert_int_equal(channel_heartbeat(p->c, t0 + 999, 5000, 1000), 0);
         /* Not sent, yet due since t0: the silence counts. */
         assert_int_equal(channel_heartbeat(p->c, t0 + 1000, 5000, 1000), -ETIMEDOUT);
-        assert_true(now_ms() - t0 < 500);
+        assert_true((int64_t)time_now_mono_ms() - t0 < 500);
         assert_true(channel_is_open(p->c));
 }
 
@@ -343,10 +338,10 @@ static void test_hb_closed(void **state) {
         Peer *p = *state;
         close(p->fd);
         p->fd = -1;
-        int64_t t0 = now_ms();
+        int64_t t0 = (int64_t)time_now_mono_ms();
         int r = 0;
-        while (r == 0 && now_ms() - t0 < 5000) {
-                r = channel_heartbeat(p->c, now_ms(), 1, 100000);
+        while (r == 0 && (int64_t)time_now_mono_ms() - t0 < 5000) {
+                r = channel_heartbeat(p->c, (int64_t)time_now_mono_ms(), 1, 100000);
                 sleep_ms(20);
         }
         assert_int_equal(r, -EPIPE);

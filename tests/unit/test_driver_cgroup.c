@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "common/path.h"
 #include "driver/cgroup.h"
 #include "driver/rootfs.h"
 
@@ -68,7 +69,7 @@ static int tree_setup(void **state) {
 
 static int tree_teardown(void **state) {
         Tree *t = *state;
-        (void)rootfs_rm_tree(t->root);
+        (void)path_remove_tree_at(AT_FDCWD, t->root);
         free(t);
         return 0;
 }

@@ -29,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "common/path.h"
 #include "driver/driver.h"
 #include "driver/gvisor.h"
 #include "driver/rootfs.h"
@@ -111,7 +112,7 @@ static int harness_teardown(void **state) {
         Harness *h = *state;
         if (h->tmp[0]) {
                 (void)h->drv->destroy(&h->spec);
-                (void)rootfs_rm_tree(h->tmp);
+                (void)path_remove_tree_at(AT_FDCWD, h->tmp);
                 /* The tests' parent cgroup, once empty. */
                 static const char *const hier[] = {"memory/", "cpu/", "cpuacct/", "pids/", "freezer/", "unified/", ""};
                 for (size_t i = 0; i < sizeof hier / sizeof hier[0]; i++) {

@@ -27,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "common/timeutil.h"
 #include "common/jsonutil.h"
 #include "common/macro.h"
 #include "daemon/channel.h"
@@ -266,12 +267,6 @@ static void on_closed(void *userdata, const char *reason) {
         (void)reason;
 }
 
-static int64_t mono_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The agent is the guest's /init: it must not need a dynamic loader (the
  * sanitizer lane builds a dynamic one). */
 static bool is_static_elf(const char *path) {
@@ -358,7 +353,7 @@ static void vm_init(Vm *v, const char *name, unsigned disk_mib) {
 /* Starts the VM and waits for the agent's HELLO; returns the milliseconds
  * it took. */
 static int64_t vm_boot(Vm *v) {
-        int64_t t0 = mono_ms();
+        int64_t t0 = (int64_t)time_now_mono_ms();
         int fd = -1;
         int r = driver_microvm.start(&v->spec, &fd, &v->inst, NULL);
         if (r < 0)
@@ -375,7 +370,7 @@ static int64_t vm_boot(Vm *v) {
         }
         assert_int_equal(r, 0);
         assert_int_equal(json_integer_value(json_object_get(hello, "pid")), 1);
-        return mono_ms() - t0;
+        return (int64_t)time_now_mono_ms() - t0;
 }
 
 static void vm_halt(Vm *v, const char **ret_reason) {
@@ -532,18 +527,18 @@ static void test_live_lifecycle(void **state) {
         /* A guest kernel that panics ends its VMM (panic=-1, -no-reboot): the
          * stop reports it, and console.log keeps the trace. */
         /* A guest printing without end costs the host a bounded file. */
-        int64_t t_spam = mono_ms();
+        int64_t t_spam = (int64_t)time_now_mono_ms();
         assert_int_equal(vm_run(&v, "head -c 1100000 /dev/zero | tr '\\0' x > /dev/ttyS0", out, sizeof(out)), 0);
-        print_message("1.1 MB to the serial console in %lld ms\n", (long long)(mono_ms() - t_spam));
+        print_message("1.1 MB to the serial console in %lld ms\n", (long long)((int64_t)time_now_mono_ms() - t_spam));
         vm_run(&v, "echo c > /proc/sysrq-trigger", out, sizeof(out));
-        int64_t t_off = mono_ms();
-        while (procs_of_uid(uid) > 0 && mono_ms() - t_off < 60000)
+        int64_t t_off = (int64_t)time_now_mono_ms();
+        while (procs_of_uid(uid) > 0 && (int64_t)time_now_mono_ms() - t_off < 60000)
                 usleep(50000);
         if (procs_of_uid(uid) > 0) {
                 char cmd[2 * PATH_MAX + 64];
                 snprintf(cmd, sizeof(cmd), "tail -n 20 %s/console.log %s/vmm.log", v.sandbox_dir, v.sandbox_dir);
                 assert_true(system(cmd) >= 0);
-                fail_msg("QEMU still runs %lld ms after the guest's panic", (long long)(mono_ms() - t_off));
+                fail_msg("QEMU still runs %lld ms after the guest's panic", (long long)((int64_t)time_now_mono_ms() - t_off));
         }
         vm_halt(&v, &reason);
         assert_non_null(reason);
@@ -616,12 +611,12 @@ static void test_live_boots(void **state) {
                         char name[16];
                         snprintf(name, sizeof(name), "boot%d", i);
                         vm_init(&v, name, 64);
-                        int64_t t0 = mono_ms();
+                        int64_t t0 = (int64_t)time_now_mono_ms();
                         int64_t hello = vm_boot(&v);
                         char out[64];
                         assert_int_equal(vm_run(&v, "echo 42", out, sizeof(out)), 0);
                         assert_string_equal(out, "42\n");
-                        int64_t exec = mono_ms() - t0;
+                        int64_t exec = (int64_t)time_now_mono_ms() - t0;
                         print_message("%s %d: hello %lld ms, first exec %lld ms\n", round == 0 ? "cold boot" : "restore",
                                       i, (long long)hello, (long long)exec);
                         vm_halt(&v, NULL);

@@ -1,0 +1,80 @@
+#include "common/io.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+
+/* A heap buffer: a static or thread-local one would cost every thread. */
+#define COPY_BUF (1u << 20)
+
+/* off: where in the file (pwrite), or -1 for the descriptor's position. */
+static int write_loop(int fd, const uint8_t *p, size_t n, off_t off, bool is_socket) {
+        while (n > 0) {
+                ssize_t k = off >= 0 ? pwrite(fd, p, n, off)
+                            : is_socket ? send(fd, p, n, MSG_NOSIGNAL)
+                                        : write(fd, p, n);
+                if (k < 0 && is_socket && errno == ENOTSOCK) {
+                        is_socket = false;
+                        continue;
+                }
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return k < 0 ? -errno : -EIO;
+                p += k;
+                n -= (size_t)k;
+                if (off >= 0)
+                        off += k;
+        }
+        return 0;
+}
+
+int io_write_all(int fd, const void *buf, size_t n) {
+        return write_loop(fd, buf, n, -1, false);
+}
+
+int io_send_all(int fd, const void *buf, size_t n) {
+        return write_loop(fd, buf, n, -1, true);
+}
+
+int io_copy_sparse(int in, int out) {
+        struct stat st;
+        if (fstat(in, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode))
+                return -EINVAL;
+        if (ftruncate(out, st.st_size) < 0)
+                return -errno;
+        _cleanup_free_ uint8_t *buf = malloc(COPY_BUF);
+        if (!buf)
+                return -ENOMEM;
+        off_t pos = 0;
+        while (pos < st.st_size) {
+                off_t data = lseek(in, pos, SEEK_DATA);
+                if (data < 0)
+                        return errno == ENXIO ? 0 : -errno; /* only a hole is left */
+                off_t hole = lseek(in, data, SEEK_HOLE);
+                if (hole < 0)
+                        return -errno;
+                for (off_t o = data; o < hole;) {
+                        size_t want = (size_t)(hole - o) < COPY_BUF ? (size_t)(hole - o) : COPY_BUF;
+                        ssize_t k = pread(in, buf, want, o);
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k <= 0)
+                                return k < 0 ? -errno : -EIO; /* the file shrank under us */
+                        int r = write_loop(out, buf, (size_t)k, o, false);
+                        if (r < 0)
+                                return r;
+                        o += k;
+                }
+                pos = hole;
+        }
+        return 0;
+}

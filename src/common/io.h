@@ -1,0 +1,16 @@
+#pragma once
+/* Whole-buffer I/O over one descriptor, for every component (the agent
+ * links this too: libc only). */
+#include <stddef.h>
+
+/* Writes all n bytes, again after a short write or EINTR. 0, or a negative
+ * errno (-EIO when the kernel takes nothing). */
+int io_write_all(int fd, const void *buf, size_t n);
+/* io_write_all for a descriptor that may be a socket: there a peer that went
+ * away is -EPIPE rather than a SIGPIPE (MSG_NOSIGNAL); on anything else it
+ * writes as io_write_all does. */
+int io_send_all(int fd, const void *buf, size_t n);
+/* Copies the regular file in to out (both open; out is truncated to in's
+ * size first) by its data extents only, so that its holes stay holes in out.
+ * Does not sync. 0 or a negative errno. */
+int io_copy_sparse(int in, int out);

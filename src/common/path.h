@@ -1,0 +1,13 @@
+#pragma once
+/* Paths and trees on the host's filesystem, for every component (libc
+ * only). */
+#include <stddef.h>
+
+/* "a/b" into buf; -ENAMETOOLONG when it does not fit in len. */
+int path_join(char *buf, size_t len, const char *a, const char *b);
+/* Removes name under the directory dfd (AT_FDCWD: a path), a file or a whole
+ * tree, without following a symbolic link and without crossing into another
+ * filesystem (a mount inside is left, and the answer is -EBUSY). Nesting
+ * deeper than 256 levels is -ELOOP. A name that does not exist is 0. It goes
+ * on past a failure and returns the first. */
+int path_remove_tree_at(int dfd, const char *name);

@@ -1,0 +1,226 @@
+/* The shared helpers of src/common: the monotonic clock and its deadlines,
+ * whole-buffer writes, the sparse copy, path joining and tree removal (which
+ * must never follow a link or cross a mount out of the tree). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/io.h"
+#include "common/path.h"
+#include "common/timeutil.h"
+
+static char *tmpdir(void) {
+        char tmpl[] = "/tmp/runtime-test-common-XXXXXX";
+        char *d = mkdtemp(tmpl);
+        assert_non_null(d);
+        return strdup(d);
+}
+
+static void test_mono_deadline(void **state) {
+        struct timespec now, dl;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        time_mono_deadline(&dl, 1500);
+        int64_t diff = (int64_t)(dl.tv_sec - now.tv_sec) * 1000 + (dl.tv_nsec - now.tv_nsec) / 1000000;
+        assert_true(diff >= 1500 && diff < 2500);
+        assert_true(dl.tv_nsec >= 0 && dl.tv_nsec < 1000000000L);
+        /* A negative wait is now, not the past. */
+        time_mono_deadline(&dl, -5000);
+        assert_true(dl.tv_sec >= now.tv_sec);
+}
+
+static void test_cond_mono_times_out(void **state) {
+        pthread_cond_t c;
+        pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+        assert_int_equal(time_cond_init_mono(&c), 0);
+        uint64_t t0 = time_now_mono_ms();
+        struct timespec dl;
+        time_mono_deadline(&dl, 50);
+        pthread_mutex_lock(&m);
+        int r;
+        while ((r = pthread_cond_timedwait(&c, &m, &dl)) == 0)
+                ;
+        pthread_mutex_unlock(&m);
+        assert_int_equal(r, ETIMEDOUT);
+        assert_true(time_now_mono_ms() - t0 >= 49);
+        pthread_cond_destroy(&c);
+}
+
+static void test_write_all_pipe(void **state) {
+        int p[2];
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        /* More than a pipe holds at once: a reader drains it meanwhile. */
+        size_t n = 256 * 1024;
+        uint8_t *buf = malloc(n), *got = malloc(n);
+        for (size_t i = 0; i < n; i++)
+                buf[i] = (uint8_t)(i * 7);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                close(p[0]);
+                _exit(io_write_all(p[1], buf, n) == 0 ? 0 : 1);
+        }
+        close(p[1]);
+        size_t have = 0;
+        ssize_t k;
+        while ((k = read(p[0], got + have, n - have)) > 0)
+                have += (size_t)k;
+        close(p[0]);
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        assert_int_equal(have, n);
+        assert_memory_equal(buf, got, n);
+        free(buf);
+        free(got);
+}
+
+static void test_send_all_peer_gone(void **state) {
+        /* A peer that closed is -EPIPE, not a SIGPIPE that ends the process
+         * (the default action is left in place on purpose). */
+        signal(SIGPIPE, SIG_DFL);
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        close(sv[1]);
+        assert_int_equal(io_send_all(sv[0], "x", 1), -EPIPE);
+        close(sv[0]);
+        /* On a pipe it writes as io_write_all does. */
+        int p[2];
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        assert_int_equal(io_send_all(p[1], "abc", 3), 0);
+        char b[4] = {0};
+        assert_int_equal(read(p[0], b, 3), 3);
+        assert_string_equal(b, "abc");
+        close(p[0]);
+        close(p[1]);
+        assert_int_equal(io_write_all(-1, "x", 1), -EBADF);
+}
+
+static void test_copy_sparse(void **state) {
+        char *d = tmpdir(), a[PATH_MAX], b[PATH_MAX];
+        assert_int_equal(path_join(a, sizeof a, d, "in"), 0);
+        assert_int_equal(path_join(b, sizeof b, d, "out"), 0);
+        int in = open(a, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(in >= 0);
+        const off_t size = 64 << 20;
+        assert_int_equal(ftruncate(in, size), 0);
+        assert_int_equal(pwrite(in, "head", 4, 0), 4);
+        assert_int_equal(pwrite(in, "middle", 6, 32 << 20), 6);
+        assert_int_equal(pwrite(in, "tail", 4, size - 4), 4);
+        int out = open(b, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(out >= 0);
+        assert_int_equal(io_copy_sparse(in, out), 0);
+        struct stat st;
+        assert_int_equal(fstat(out, &st), 0);
+        assert_int_equal(st.st_size, size);
+        /* The holes stayed holes: far less than the size is allocated. */
+        assert_true((off_t)st.st_blocks * 512 < size / 4);
+        char buf[8] = {0};
+        assert_int_equal(pread(out, buf, 6, 32 << 20), 6);
+        assert_string_equal(buf, "middle");
+        memset(buf, 0, sizeof buf);
+        assert_int_equal(pread(out, buf, 4, size - 4), 4);
+        assert_string_equal(buf, "tail");
+        assert_int_equal(pread(out, buf, 4, 1 << 20), 4);
+        assert_memory_equal(buf, "\0\0\0\0", 4);
+        close(in);
+        close(out);
+        /* Only a regular file is copied. */
+        int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        out = open(b, O_RDWR | O_CLOEXEC);
+        assert_int_equal(io_copy_sparse(dfd, out), -EINVAL);
+        close(dfd);
+        close(out);
+        assert_int_equal(path_remove_tree_at(AT_FDCWD, d), 0);
+        free(d);
+}
+
+static void test_path_join(void **state) {
+        char buf[8];
+        assert_int_equal(path_join(buf, sizeof buf, "ab", "cd"), 0);
+        assert_string_equal(buf, "ab/cd");
+        assert_int_equal(path_join(buf, sizeof buf, "abcd", "efg"), -ENAMETOOLONG);
+        assert_int_equal(path_join(buf, sizeof buf, "abc", "efg"), 0);
+}
+
+static void write_file(int dfd, const char *name) {
+        int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, "x", 1), 1);
+        close(fd);
+}
+
+static void test_remove_tree(void **state) {
+        char *d = tmpdir(), *outside = tmpdir(), p[PATH_MAX];
+        int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(dfd >= 0);
+        assert_int_equal(mkdirat(dfd, "t", 0700), 0);
+        assert_int_equal(mkdirat(dfd, "t/a", 0700), 0);
+        assert_int_equal(mkdirat(dfd, "t/a/b", 0700), 0);
+        write_file(dfd, "t/f");
+        write_file(dfd, "t/a/b/g");
+        /* Links inside lead out: what they lead to must survive. */
+        int ofd = open(outside, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        write_file(ofd, "keep");
+        assert_int_equal(symlinkat(outside, dfd, "t/a/to-dir"), 0);
+        assert_int_equal(path_join(p, sizeof p, outside, "keep"), 0);
+        assert_int_equal(symlinkat(p, dfd, "t/to-file"), 0);
+        /* A directory that is itself a link is removed as a link. */
+        assert_int_equal(symlinkat(outside, dfd, "link-to-dir"), 0);
+        assert_int_equal(path_remove_tree_at(dfd, "link-to-dir"), 0);
+        assert_int_equal(path_remove_tree_at(dfd, "t"), 0);
+        struct stat st;
+        assert_int_equal(fstatat(dfd, "t", &st, AT_SYMLINK_NOFOLLOW), -1);
+        assert_int_equal(errno, ENOENT);
+        assert_int_equal(fstatat(ofd, "keep", &st, 0), 0);
+        /* Missing is done; a single file is removed too. */
+        assert_int_equal(path_remove_tree_at(dfd, "t"), 0);
+        write_file(dfd, "plain");
+        assert_int_equal(path_remove_tree_at(dfd, "plain"), 0);
+        assert_int_equal(fstatat(dfd, "plain", &st, 0), -1);
+        /* Nesting past the bound is refused, not recursed without end. */
+        assert_int_equal(mkdirat(dfd, "deep", 0700), 0);
+        int cur = openat(dfd, "deep", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        for (int i = 0; i < 300; i++) {
+                assert_int_equal(mkdirat(cur, "d", 0700), 0);
+                int next = openat(cur, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                assert_true(next >= 0);
+                close(cur);
+                cur = next;
+        }
+        close(cur);
+        assert_int_equal(path_remove_tree_at(dfd, "deep"), -ELOOP);
+        close(dfd);
+        close(ofd);
+        /* What is left (the deep tree) goes with a shell's help. */
+        char cmd[PATH_MAX + 16];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+        assert_int_equal(system(cmd), 0);
+        assert_int_equal(path_remove_tree_at(AT_FDCWD, outside), 0);
+        free(d);
+        free(outside);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_mono_deadline),     cmocka_unit_test(test_cond_mono_times_out),
+                cmocka_unit_test(test_write_all_pipe),    cmocka_unit_test(test_send_all_peer_gone),
+                cmocka_unit_test(test_copy_sparse),       cmocka_unit_test(test_path_join),
+                cmocka_unit_test(test_remove_tree),
+        };
+        return cmocka_run_group_tests_name("common", tests, NULL, NULL);
+}
