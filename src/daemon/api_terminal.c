@@ -21,32 +21,18 @@
 #include "daemon/process.h"
 #include "daemon/request.h"
 #include "daemon/websocket.h"
+#include "daemon/ws_session.h"
 
-/* Output queued for a client beyond this stops reading the process's ring
- * until it drains: a client that does not read holds up its own terminal
- * only (the ring, bounded, reports what it dropped). */
-#define OUT_HIGH (1024u * 1024u)
 #define POLL_MS 250
-/* How long a close handshake, or a hung-up process, is waited for. */
-#define CLOSE_WAIT_MS 2000
 
 typedef struct Terminal {
-        struct Terminal *next;
-        char rid[24];
+        WsSession s;     /* first: the session's callbacks get it */
         Proc *p;         /* NULL: err says why, sent after the upgrade */
         ApiError err;
         bool attached;   /* processId: the process outlives the terminal */
         unsigned cols, rows;
-        int sock;
-        struct MHD_UpgradeResponseHandle *urh;
-        uint8_t *extra;
-        size_t extra_len;
 
-        pthread_mutex_t lock; /* ws, stop, ended */
-        pthread_cond_t drained;
-        WsConn *ws;
-        int wake[2];
-        bool stop;  /* the session is ending: the pump stops */
+        /* Under s.lock: */
         bool ended; /* the process ended and its exit was queued */
         /* The close to send once every queued message is out: a close frame
          * would overtake them (control frames go first). */
@@ -56,11 +42,7 @@ typedef struct Terminal {
         pthread_t pump;
 } Terminal;
 
-static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t open_cond = PTHREAD_COND_INITIALIZER;
-static Terminal *open_list;
-static unsigned open_count;
-static bool closing_all;
+static WsSessionList open_terminals = WS_SESSION_LIST_INIT(TERMINAL_MAX_OPEN);
 
 /* ---- parsing ---- */
 
@@ -150,40 +132,14 @@ TerminalControlKind terminal_parse_control(const uint8_t *data, size_t len, unsi
 
 /* ---- the session ---- */
 
-static void terminal_free(Terminal *t) {
-        if (!t)
-                return;
+static void terminal_free(WsSession *s) {
+        Terminal *t = (Terminal *)s;
         proc_unref(t->p);
-        ws_conn_free(t->ws);
-        free(t->extra);
-        for (int i = 0; i < 2; i++)
-                if (t->wake[i] >= 0)
-                        close(t->wake[i]);
-        pthread_mutex_destroy(&t->lock);
-        pthread_cond_destroy(&t->drained);
+        ws_session_destroy(&t->s);
         free(t);
 }
 
-static void wake(Terminal *t) {
-        (void)!write(t->wake[1], "x", 1);
-}
-
-/* Under t->lock. */
-static void send_json_locked(Terminal *t, json_t *j) {
-        _cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        if (s)
-                (void)ws_conn_send(t->ws, true, s, strlen(s));
-}
-
-static void send_error_locked(Terminal *t, const ApiError *e) {
-        json_t *body = api_error_json(e, t->rid);
-        send_json_locked(t, body ? json_pack("{s:s,s:O}", "type", "error", "error", json_object_get(body, "error"))
-                                 : NULL);
-        json_decref(body);
-}
-
-/* Keys and resizes from the client, under t->lock (wslay calls this from
+/* Keys and resizes from the client, under t->s.lock (wslay calls this from
  * ws_conn_read). Input goes to the process at once: a process that does not
  * read its terminal holds up this one terminal's input for at most the
  * write's own bound. */
@@ -207,37 +163,37 @@ static void on_message(void *userdata, bool text, const uint8_t *data, size_t le
 static void *pump(void *arg) {
         Terminal *t = arg;
         ProcCursor cur = { 0 };
-        pthread_mutex_lock(&t->lock);
-        while (!t->stop) {
-                while (!t->stop && ws_conn_queued(t->ws) > OUT_HIGH)
-                        pthread_cond_wait(&t->drained, &t->lock);
-                if (t->stop)
+        pthread_mutex_lock(&t->s.lock);
+        while (!t->s.stop) {
+                while (!t->s.stop && ws_conn_queued(t->s.ws) > WS_SESSION_OUT_HIGH)
+                        pthread_cond_wait(&t->s.drained, &t->s.lock);
+                if (t->s.stop)
                         break;
-                pthread_mutex_unlock(&t->lock);
+                pthread_mutex_unlock(&t->s.lock);
                 ProcEvent ev;
                 int r = proc_next_event(t->p, &cur, POLL_MS, &ev);
-                pthread_mutex_lock(&t->lock);
+                pthread_mutex_lock(&t->s.lock);
                 if (r == -EAGAIN)
                         continue;
                 if (r < 0)
                         break;
                 if (ev.kind == PROC_EV_OUTPUT) {
-                        (void)ws_conn_send(t->ws, false, ev.data, ev.len);
+                        (void)ws_conn_send(t->s.ws, false, ev.data, ev.len);
                         free(ev.data);
                 } else if (ev.kind == PROC_EV_TRUNCATED) {
-                        send_json_locked(t, json_pack("{s:s,s:I,s:I}", "type", "truncated", "dropped",
+                        ws_session_send_json_locked(&t->s, json_pack("{s:s,s:I,s:I}", "type", "truncated", "dropped",
                                                       (json_int_t)ev.dropped, "resumeAt", (json_int_t)ev.resume_at));
                 } else {
-                        send_json_locked(t, api_process_exit_event(&ev.exit));
+                        ws_session_send_json_locked(&t->s, api_process_exit_event(&ev.exit));
                         t->close_code = WS_CLOSE_NORMAL;
                         t->close_reason = "the process ended";
                         t->ended = true;
                 }
-                wake(t);
+                ws_session_wake(&t->s);
                 if (t->ended)
                         break;
         }
-        pthread_mutex_unlock(&t->lock);
+        pthread_mutex_unlock(&t->s.lock);
         proc_cursor_done(t->p, &cur);
         return NULL;
 }
@@ -249,123 +205,65 @@ static void hang_up(Terminal *t) {
         SandboxError se;
         if (t->attached || !t->p || proc_ended(t->p))
                 return;
-        if (proc_signal(t->p, SIGHUP, &se) == 0 && proc_wait(t->p, CLOSE_WAIT_MS))
+        if (proc_signal(t->p, SIGHUP, &se) == 0 && proc_wait(t->p, WS_SESSION_CLOSE_WAIT_MS))
                 return;
         (void)proc_signal(t->p, SIGKILL, &se);
 }
 
-static void run(Terminal *t) {
-        pthread_mutex_lock(&t->lock);
-        if (t->extra_len)
-                (void)ws_conn_feed(t->ws, t->extra, t->extra_len);
+static void run(WsSession *s) {
+        Terminal *t = (Terminal *)s;
+        pthread_mutex_lock(&t->s.lock);
+        ws_session_start_locked(&t->s);
         if (!t->p) {
-                send_error_locked(t, &t->err);
+                ws_session_send_error_locked(&t->s, &t->err);
                 t->close_code = t->err.status >= 500 ? WS_CLOSE_INTERNAL : WS_CLOSE_POLICY;
         } else {
                 ProcInfo info;
                 proc_info(t->p, &info);
-                send_json_locked(t, json_pack("{s:s,s:s,s:i,s:i}", "type", "ready", "processId", info.id, "cols",
-                                              (int)info.pty_cols, "rows", (int)info.pty_rows));
+                ws_session_send_json_locked(&t->s, json_pack("{s:s,s:s,s:i,s:i}", "type", "ready", "processId",
+                                                             info.id, "cols", (int)info.pty_cols, "rows",
+                                                             (int)info.pty_rows));
                 if (pthread_create(&t->pump, NULL, pump, t) == 0)
                         t->pump_started = true;
                 else {
-                        (void)ws_conn_close(t->ws, WS_CLOSE_INTERNAL, NULL);
-                        t->stop = true;
+                        (void)ws_conn_close(t->s.ws, WS_CLOSE_INTERNAL, NULL);
+                        t->s.stop = true;
                 }
         }
-        uint64_t close_deadline = 0;
-        bool gone = false;
         for (;;) {
-                if (t->close_code && !ws_conn_want_write(t->ws) && !ws_conn_close_sent(t->ws)) {
-                        (void)ws_conn_close(t->ws, t->close_code, t->close_reason);
+                if (t->close_code && !ws_conn_want_write(t->s.ws) && !ws_conn_close_sent(t->s.ws)) {
+                        (void)ws_conn_close(t->s.ws, t->close_code, t->close_reason);
                         t->close_code = 0;
                 }
-                bool rd = ws_conn_want_read(t->ws), wr = ws_conn_want_write(t->ws);
-                if (ws_conn_close_sent(t->ws) && !close_deadline)
-                        close_deadline = time_now_mono_ms() + CLOSE_WAIT_MS;
-                if ((!rd && !wr) || gone || closing_all ||
-                    (close_deadline && time_now_mono_ms() >= close_deadline))
+                if (!ws_session_pump_locked(&t->s, POLL_MS))
                         break;
-                pthread_mutex_unlock(&t->lock);
-                struct pollfd fds[2] = {
-                        { .fd = t->sock, .events = (short)((rd ? POLLIN : 0) | (wr ? POLLOUT : 0)) },
-                        { .fd = t->wake[0], .events = POLLIN },
-                };
-                (void)poll(fds, 2, POLL_MS);
-                if (fds[1].revents & POLLIN) {
-                        char buf[64];
-                        while (read(t->wake[0], buf, sizeof buf) > 0)
-                                ;
-                }
-                pthread_mutex_lock(&t->lock);
-                if (fds[0].revents & (POLLIN | POLLHUP | POLLERR))
-                        gone = ws_conn_read(t->ws) < 0;
-                if (!gone && ws_conn_want_write(t->ws))
-                        gone = ws_conn_write(t->ws) < 0;
-                if (ws_conn_queued(t->ws) <= OUT_HIGH / 2)
-                        pthread_cond_broadcast(&t->drained);
         }
         bool ended = t->ended;
-        if (!gone)
-                ws_conn_linger(t->ws, 1000);
-        t->stop = true;
-        pthread_cond_broadcast(&t->drained);
-        pthread_mutex_unlock(&t->lock);
+        ws_session_end_locked(&t->s);
+        pthread_mutex_unlock(&t->s.lock);
         if (t->pump_started)
                 pthread_join(t->pump, NULL);
         if (!ended)
                 hang_up(t);
 }
 
-static void *session(void *arg) {
-        Terminal *t = arg;
-        run(t);
-        MHD_upgrade_action(t->urh, MHD_UPGRADE_ACTION_CLOSE);
-        pthread_mutex_lock(&open_lock);
-        for (Terminal **pp = &open_list; *pp; pp = &(*pp)->next)
-                if (*pp == t) {
-                        *pp = t->next;
-                        break;
-                }
-        open_count--;
-        pthread_cond_broadcast(&open_cond);
-        pthread_mutex_unlock(&open_lock);
-        terminal_free(t);
-        return NULL;
-}
-
-static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls, const char *extra_in,
-                     size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh) {
-        Terminal *t = cls;
-        t->sock = sock;
-        t->urh = urh;
-        if (extra_in_size && (t->extra = malloc(extra_in_size))) {
-                memcpy(t->extra, extra_in, extra_in_size);
-                t->extra_len = extra_in_size;
-        }
-        t->ws = ws_conn_new(sock, TERMINAL_MAX_MESSAGE, on_message, t);
-        pthread_attr_t attr;
-        pthread_t th;
-        bool started = false;
-        if (t->ws && pthread_attr_init(&attr) == 0) {
-                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-                started = pthread_create(&th, &attr, session, t) == 0;
-                pthread_attr_destroy(&attr);
-        }
-        if (started)
-                return;
-        log_warn(t->rid, "terminal: cannot start its thread");
-        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+/* A terminal that never ran: a process started for it goes. */
+static void abandon(WsSession *s) {
+        Terminal *t = (Terminal *)s;
         if (!t->attached && t->p) {
                 SandboxError se;
                 (void)proc_signal(t->p, SIGKILL, &se);
         }
-        pthread_mutex_lock(&open_lock);
-        open_count--;
-        pthread_cond_broadcast(&open_cond);
-        pthread_mutex_unlock(&open_lock);
-        terminal_free(t);
 }
+
+static const WsSessionOps terminal_ops = {
+        .what = "terminal",
+        .max_message = TERMINAL_MAX_MESSAGE,
+        .on_message = on_message,
+        .run = run,
+        .abandon = abandon,
+        .free = terminal_free,
+};
 
 /* ---- the route ---- */
 
@@ -428,21 +326,11 @@ enum MHD_Result handle_terminal(Req *r) {
         Terminal *t = calloc(1, sizeof(*t));
         if (!t)
                 return reply_internal(r);
-        t->wake[0] = t->wake[1] = -1;
-        t->sock = -1;
-        pthread_mutex_init(&t->lock, NULL);
-        pthread_cond_init(&t->drained, NULL);
-        snprintf(t->rid, sizeof t->rid, "%s", r->rid);
-        if (pipe2(t->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
-                terminal_free(t);
+        if (ws_session_init(&t->s, &terminal_ops, &open_terminals, r->rid) < 0) {
+                terminal_free(&t->s);
                 return reply_internal(r);
         }
-
-        pthread_mutex_lock(&open_lock);
-        bool room = open_count < TERMINAL_MAX_OPEN && !closing_all;
-        if (room)
-                open_count++;
-        pthread_mutex_unlock(&open_lock);
+        bool room = ws_session_admit(&t->s);
         /* Past the upgrade, errors go to the client as an error message and
          * a close: that is where the published client reads them. */
         if (!room)
@@ -464,51 +352,9 @@ enum MHD_Result handle_terminal(Req *r) {
                 if (rc < 0 && !t->err.code)
                         api_error(&t->err, 500, "internal", NULL, "the terminal could not be opened");
         }
-
-        struct MHD_Response *resp = MHD_create_response_for_upgrade(upgraded, t);
-        if (!resp || MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket") != MHD_YES ||
-            MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept) != MHD_YES) {
-                if (resp)
-                        MHD_destroy_response(resp);
-                goto fail;
-        }
-        if (room) {
-                pthread_mutex_lock(&open_lock);
-                t->next = open_list;
-                open_list = t;
-                pthread_mutex_unlock(&open_lock);
-        }
-        if (reply_response(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp, NULL) == MHD_YES)
-                return MHD_YES;
-        if (room) {
-                pthread_mutex_lock(&open_lock);
-                for (Terminal **pp = &open_list; *pp; pp = &(*pp)->next)
-                        if (*pp == t) {
-                                *pp = t->next;
-                                break;
-                        }
-                pthread_mutex_unlock(&open_lock);
-        }
-fail:
-        if (t->p && !t->attached) {
-                SandboxError se;
-                (void)proc_signal(t->p, SIGKILL, &se);
-        }
-        if (room) {
-                pthread_mutex_lock(&open_lock);
-                open_count--;
-                pthread_mutex_unlock(&open_lock);
-        }
-        terminal_free(t);
-        return reply_internal(r);
+        return ws_session_upgrade(r, &t->s, accept);
 }
 
 void terminal_close_all(void) {
-        pthread_mutex_lock(&open_lock);
-        closing_all = true;
-        for (Terminal *t = open_list; t; t = t->next)
-                wake(t);
-        while (open_count > 0)
-                pthread_cond_wait(&open_cond, &open_lock);
-        pthread_mutex_unlock(&open_lock);
+        ws_session_close_all(&open_terminals);
 }

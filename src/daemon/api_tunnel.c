@@ -19,11 +19,10 @@
 #include "daemon/log.h"
 #include "daemon/sandbox.h"
 #include "daemon/websocket.h"
+#include "daemon/ws_session.h"
 
-#define OUT_HIGH (1024u * 1024u)
 #define POLL_MS 250
 #define OPEN_TIMEOUT_MS 30000
-#define CLOSE_WAIT_MS 2000
 /* Credit goes back to the client in steps of this, or when nothing waits. */
 #define ACK_STEP (64u * 1024u)
 
@@ -45,20 +44,11 @@ typedef struct Conn {
 } Conn;
 
 struct Tunnel {
-        Tunnel *next;
-        char rid[24];
+        WsSession s;  /* first: the session's callbacks get it */
         Sandbox *sb;
         ApiError err; /* err.code: refused, sent after the upgrade */
-        int sock;
-        struct MHD_UpgradeResponseHandle *urh;
-        uint8_t *extra;
-        size_t extra_len;
 
-        pthread_mutex_t lock; /* everything below */
-        pthread_cond_t drained;
-        WsConn *ws;
-        int wake[2];
-        bool stop;
+        /* Under s.lock: */
         Conn *conns;
         unsigned n_conns;
         size_t buffered;           /* bytes in every Conn's in */
@@ -66,11 +56,7 @@ struct Tunnel {
         bool broken;               /* the client broke the protocol: the tunnel closes */
 };
 
-static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t open_cond = PTHREAD_COND_INITIALIZER;
-static Tunnel *open_list;
-static unsigned open_count;
-static bool closing_all;
+static WsSessionList open_tunnels = WS_SESSION_LIST_INIT(TUNNEL_MAX_OPEN);
 
 static uint32_t get_u32(const uint8_t *p) {
         return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
@@ -112,16 +98,13 @@ int tunnel_parse_frame(const uint8_t *msg, size_t len, TunnelFrame *ret) {
         return 0;
 }
 
-/* ---- frames to the client (under t->lock) ---- */
-
-static void wake(Tunnel *t) {
-        (void)!write(t->wake[1], "x", 1);
-}
+/* ---- frames to the client (under t->s.lock) ---- */
 
 /* A connection's stream has credit again: the session thread, asleep in
  * its poll with the client's bytes waiting, moves them on at once. */
 static void credit_returned(void *userdata) {
-        wake(userdata);
+        Tunnel *t = userdata;
+        ws_session_wake(&t->s);
 }
 
 static void send_frame_locked(Tunnel *t, char kind, uint32_t stream, const void *payload, size_t len) {
@@ -135,22 +118,8 @@ static void send_frame_locked(Tunnel *t, char kind, uint32_t stream, const void 
         m[4] = (uint8_t)stream;
         if (len)
                 memcpy(m + 5, payload, len);
-        (void)ws_conn_send(t->ws, false, m, 5 + len);
+        (void)ws_conn_send(t->s.ws, false, m, 5 + len);
         free(m);
-}
-
-static void send_json_locked(Tunnel *t, json_t *j) {
-        _cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        if (s)
-                (void)ws_conn_send(t->ws, true, s, strlen(s));
-}
-
-static void send_error_locked(Tunnel *t, const ApiError *e) {
-        json_t *body = api_error_json(e, t->rid);
-        send_json_locked(t, body ? json_pack("{s:s,s:O}", "type", "error", "error", json_object_get(body, "error"))
-                                 : NULL);
-        json_decref(body);
 }
 
 static void ack_locked(Tunnel *t, bool force) {
@@ -201,36 +170,36 @@ static void *conn_main(void *arg) {
                 if (k == 0)
                         chan_event_clear(&ev);
         }
-        pthread_mutex_lock(&t->lock);
+        pthread_mutex_lock(&t->s.lock);
         c->s = s;
-        if (!connected || t->stop || c->closed_by_client) {
+        if (!connected || t->s.stop || c->closed_by_client) {
                 /* Anything but "o" tells the client the open failed. */
-                if (!c->closed_by_client && !t->stop)
+                if (!c->closed_by_client && !t->s.stop)
                         send_frame_locked(t, TUNNEL_CLOSE, c->id, why, strlen(why));
                 drop_input_locked(t, c);
                 c->done = true;
-                wake(t);
-                pthread_mutex_unlock(&t->lock);
+                ws_session_wake(&t->s);
+                pthread_mutex_unlock(&t->s.lock);
                 return NULL;
         }
         send_frame_locked(t, TUNNEL_OPEN, c->id, NULL, 0);
         chan_stream_on_credit(s, credit_returned, t);
-        wake(t);
-        pthread_mutex_unlock(&t->lock);
+        ws_session_wake(&t->s);
+        pthread_mutex_unlock(&t->s.lock);
 
         bool closed_sent = false;
         for (;;) {
                 ChanEvent ev;
                 int k = chan_stream_next(s, POLL_MS, &ev);
-                pthread_mutex_lock(&t->lock);
-                if (t->stop || c->closed_by_client) {
-                        pthread_mutex_unlock(&t->lock);
+                pthread_mutex_lock(&t->s.lock);
+                if (t->s.stop || c->closed_by_client) {
+                        pthread_mutex_unlock(&t->s.lock);
                         if (k == 0)
                                 chan_event_clear(&ev);
                         break;
                 }
                 if (k == -ETIMEDOUT) {
-                        pthread_mutex_unlock(&t->lock);
+                        pthread_mutex_unlock(&t->s.lock);
                         continue;
                 }
                 bool end = k < 0 || ev.type == CHAN_EV_RESULT || ev.type == CHAN_EV_CLOSED;
@@ -238,8 +207,8 @@ static void *conn_main(void *arg) {
                         /* Taking the event hands its credit back to the agent:
                          * wait for the client first, so a slow one stalls
                          * this connection only. */
-                        while (!t->stop && ws_conn_queued(t->ws) > OUT_HIGH)
-                                pthread_cond_wait(&t->drained, &t->lock);
+                        while (!t->s.stop && ws_conn_queued(t->s.ws) > WS_SESSION_OUT_HIGH)
+                                pthread_cond_wait(&t->s.drained, &t->s.lock);
                         send_frame_locked(t, TUNNEL_DATA, c->id, ev.data, ev.len);
                 } else if (!end && ev.type == CHAN_EV_EOF)
                         send_frame_locked(t, TUNNEL_END, c->id, NULL, 0);
@@ -248,18 +217,18 @@ static void *conn_main(void *arg) {
                         closed_sent = true;
                         drop_input_locked(t, c);
                 }
-                wake(t);
-                pthread_mutex_unlock(&t->lock);
+                ws_session_wake(&t->s);
+                pthread_mutex_unlock(&t->s.lock);
                 if (k == 0)
                         chan_event_clear(&ev);
                 if (end)
                         break;
         }
         (void)closed_sent;
-        pthread_mutex_lock(&t->lock);
+        pthread_mutex_lock(&t->s.lock);
         c->done = true;
-        wake(t);
-        pthread_mutex_unlock(&t->lock);
+        ws_session_wake(&t->s);
+        pthread_mutex_unlock(&t->s.lock);
         return NULL;
 }
 
@@ -271,7 +240,7 @@ static void conn_free(Conn *c) {
         free(c);
 }
 
-/* ---- the client's frames (under t->lock, from ws_conn_read) ---- */
+/* ---- the client's frames (under t->s.lock, from ws_conn_read) ---- */
 
 static Conn *conn_find(Tunnel *t, uint32_t id) {
         for (Conn *c = t->conns; c; c = c->next)
@@ -411,87 +380,54 @@ static void reap_locked(Tunnel *t) {
                 }
                 *pp = c->next;
                 t->n_conns--;
-                pthread_mutex_unlock(&t->lock);
+                pthread_mutex_unlock(&t->s.lock);
                 conn_free(c);
-                pthread_mutex_lock(&t->lock);
+                pthread_mutex_lock(&t->s.lock);
                 pp = &t->conns; /* the list may have changed meanwhile */
         }
 }
 
 /* ---- the session ---- */
 
-static void tunnel_free(Tunnel *t) {
-        if (!t)
-                return;
+static void tunnel_free(WsSession *s) {
+        Tunnel *t = (Tunnel *)s;
         if (t->sb)
                 sandbox_release(t->sb);
-        ws_conn_free(t->ws);
-        free(t->extra);
-        for (int i = 0; i < 2; i++)
-                if (t->wake[i] >= 0)
-                        close(t->wake[i]);
-        pthread_mutex_destroy(&t->lock);
-        pthread_cond_destroy(&t->drained);
+        ws_session_destroy(&t->s);
         free(t);
 }
 
-static void run(Tunnel *t) {
-        pthread_mutex_lock(&t->lock);
-        if (t->extra_len)
-                (void)ws_conn_feed(t->ws, t->extra, t->extra_len);
+static void run(WsSession *s) {
+        Tunnel *t = (Tunnel *)s;
+        pthread_mutex_lock(&t->s.lock);
+        ws_session_start_locked(&t->s);
         bool refused = t->err.code != NULL;
         if (refused)
-                send_error_locked(t, &t->err);
+                ws_session_send_error_locked(&t->s, &t->err);
         else
-                send_json_locked(t, json_pack("{s:s}", "type", "ready"));
-        uint64_t close_deadline = 0;
-        bool gone = false, close_queued = false;
+                ws_session_send_json_locked(&t->s, json_pack("{s:s}", "type", "ready"));
+        bool close_queued = false;
         for (;;) {
                 (void)flush_locked(t);
                 reap_locked(t);
-                if ((refused || t->broken) && !close_queued && !ws_conn_want_write(t->ws)) {
-                        (void)ws_conn_close(t->ws, refused ? (t->err.status >= 500 ? WS_CLOSE_INTERNAL : WS_CLOSE_POLICY)
-                                                           : 1002,
-                                            refused ? NULL : "not a tunnel frame, or past the window");
+                if ((refused || t->broken) && !close_queued && !ws_conn_want_write(t->s.ws)) {
+                        uint16_t code = !refused ? 1002 : t->err.status >= 500 ? WS_CLOSE_INTERNAL : WS_CLOSE_POLICY;
+                        (void)ws_conn_close(t->s.ws, code, refused ? NULL : "not a tunnel frame, or past the window");
                         close_queued = true;
                 }
-                bool rd = ws_conn_want_read(t->ws), wr = ws_conn_want_write(t->ws);
-                if (ws_conn_close_sent(t->ws) && !close_deadline)
-                        close_deadline = time_now_mono_ms() + CLOSE_WAIT_MS;
-                if ((!rd && !wr) || gone || closing_all || (close_deadline && time_now_mono_ms() >= close_deadline))
-                        break;
-                pthread_mutex_unlock(&t->lock);
-                struct pollfd fds[2] = {
-                        { .fd = t->sock, .events = (short)((rd ? POLLIN : 0) | (wr ? POLLOUT : 0)) },
-                        { .fd = t->wake[0], .events = POLLIN },
-                };
                 /* Bytes waiting for credit need no timer: the credit wakes
                  * this poll (credit_returned). */
-                (void)poll(fds, 2, POLL_MS);
-                if (fds[1].revents & POLLIN) {
-                        char buf[64];
-                        while (read(t->wake[0], buf, sizeof buf) > 0)
-                                ;
-                }
-                pthread_mutex_lock(&t->lock);
-                if (fds[0].revents & (POLLIN | POLLHUP | POLLERR))
-                        gone = ws_conn_read(t->ws) < 0;
-                if (!gone && ws_conn_want_write(t->ws))
-                        gone = ws_conn_write(t->ws) < 0;
-                if (ws_conn_queued(t->ws) <= OUT_HIGH / 2)
-                        pthread_cond_broadcast(&t->drained);
+                if (!ws_session_pump_locked(&t->s, POLL_MS))
+                        break;
         }
-        if (!gone)
-                ws_conn_linger(t->ws, 1000);
+        ws_session_end_locked(&t->s);
         /* Every connection ends with the tunnel. */
-        t->stop = true;
-        pthread_cond_broadcast(&t->drained);
         for (Conn *c = t->conns; c; c = c->next)
                 if (c->s)
                         chan_stream_cancel(c->s);
         Conn *all = t->conns;
         t->conns = NULL;
-        pthread_mutex_unlock(&t->lock);
+        pthread_mutex_unlock(&t->s.lock);
         while (all) {
                 Conn *c = all;
                 all = c->next;
@@ -499,56 +435,13 @@ static void run(Tunnel *t) {
         }
 }
 
-static void *session(void *arg) {
-        Tunnel *t = arg;
-        run(t);
-        MHD_upgrade_action(t->urh, MHD_UPGRADE_ACTION_CLOSE);
-        pthread_mutex_lock(&open_lock);
-        for (Tunnel **pp = &open_list; *pp; pp = &(*pp)->next)
-                if (*pp == t) {
-                        *pp = t->next;
-                        break;
-                }
-        open_count--;
-        pthread_cond_broadcast(&open_cond);
-        pthread_mutex_unlock(&open_lock);
-        tunnel_free(t);
-        return NULL;
-}
-
-static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls, const char *extra_in,
-                     size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh) {
-        Tunnel *t = cls;
-        t->sock = sock;
-        t->urh = urh;
-        if (extra_in_size && (t->extra = malloc(extra_in_size))) {
-                memcpy(t->extra, extra_in, extra_in_size);
-                t->extra_len = extra_in_size;
-        }
-        t->ws = ws_conn_new(sock, TUNNEL_MAX_MESSAGE, on_message, t);
-        pthread_attr_t attr;
-        pthread_t th;
-        bool started = false;
-        if (t->ws && pthread_attr_init(&attr) == 0) {
-                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-                started = pthread_create(&th, &attr, session, t) == 0;
-                pthread_attr_destroy(&attr);
-        }
-        if (started)
-                return;
-        log_warn(t->rid, "tunnel: cannot start its thread");
-        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
-        pthread_mutex_lock(&open_lock);
-        for (Tunnel **pp = &open_list; *pp; pp = &(*pp)->next)
-                if (*pp == t) {
-                        *pp = t->next;
-                        break;
-                }
-        open_count--;
-        pthread_cond_broadcast(&open_cond);
-        pthread_mutex_unlock(&open_lock);
-        tunnel_free(t);
-}
+static const WsSessionOps tunnel_ops = {
+        .what = "tunnel",
+        .max_message = TUNNEL_MAX_MESSAGE,
+        .on_message = on_message,
+        .run = run,
+        .free = tunnel_free,
+};
 
 enum MHD_Result handle_tunnel(Req *r) {
         ApiError e = { 0 };
@@ -558,21 +451,11 @@ enum MHD_Result handle_tunnel(Req *r) {
         Tunnel *t = calloc(1, sizeof(*t));
         if (!t)
                 return reply_internal(r);
-        t->wake[0] = t->wake[1] = -1;
-        t->sock = -1;
-        pthread_mutex_init(&t->lock, NULL);
-        pthread_cond_init(&t->drained, NULL);
-        snprintf(t->rid, sizeof t->rid, "%s", r->rid);
-        if (pipe2(t->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
-                tunnel_free(t);
+        if (ws_session_init(&t->s, &tunnel_ops, &open_tunnels, r->rid) < 0) {
+                tunnel_free(&t->s);
                 return reply_internal(r);
         }
-        pthread_mutex_lock(&open_lock);
-        bool room = open_count < TUNNEL_MAX_OPEN && !closing_all;
-        open_count++;
-        t->next = open_list;
-        open_list = t;
-        pthread_mutex_unlock(&open_lock);
+        bool room = ws_session_admit(&t->s);
         /* Past the upgrade, refusals go to the client as an error message:
          * where the published client reads them. */
         if (!room)
@@ -580,36 +463,9 @@ enum MHD_Result handle_tunnel(Req *r) {
                           "this server has %d tunnels open", TUNNEL_MAX_OPEN);
         else if (api_sandbox_acquire(r, &t->sb, &t->err) < 0 && !t->err.code)
                 api_error(&t->err, 500, "internal", NULL, "the tunnel could not be opened");
-
-        struct MHD_Response *resp = MHD_create_response_for_upgrade(upgraded, t);
-        if (resp && (MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket") != MHD_YES ||
-                     MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept) != MHD_YES)) {
-                MHD_destroy_response(resp);
-                resp = NULL;
-        }
-        /* reply_response takes the response, also when it fails. */
-        if (resp && reply_response(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp, NULL) == MHD_YES)
-                return MHD_YES;
-        pthread_mutex_lock(&open_lock);
-        for (Tunnel **pp = &open_list; *pp; pp = &(*pp)->next)
-                if (*pp == t) {
-                        *pp = t->next;
-                        break;
-                }
-        open_count--;
-        pthread_cond_broadcast(&open_cond);
-        pthread_mutex_unlock(&open_lock);
-        tunnel_free(t);
-        return reply_internal(r);
+        return ws_session_upgrade(r, &t->s, accept);
 }
 
 void tunnel_close_all(void) {
-        pthread_mutex_lock(&open_lock);
-        closing_all = true;
-        for (Tunnel *t = open_list; t; t = t->next)
-                if (t->wake[1] >= 0)
-                        wake(t);
-        while (open_count > 0)
-                pthread_cond_wait(&open_cond, &open_lock);
-        pthread_mutex_unlock(&open_lock);
+        ws_session_close_all(&open_tunnels);
 }

@@ -13,9 +13,10 @@ SRC = REPO / "src"
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 # The HTTP layer of the daemon: the http module, the API's route table and
-# handlers, the parsing of request bodies, the error shape, and main (which
-# wires them to the manager).
-HTTP_LAYER = {"http", "apierror", "request", "main"}
+# handlers, the parsing of request bodies, the error shape, the WebSocket
+# sessions the upgraded routes share, and main (which wires them to the
+# manager).
+HTTP_LAYER = {"http", "apierror", "request", "ws_session", "main"}
 
 
 def _is_http_layer(path: Path) -> bool:
@@ -157,3 +158,4 @@ def test_one_sqlite_policy():
             if what in code:
                 bad.append(f"{path.relative_to(REPO)}: {what}")
     assert not bad, "\n".join(bad)
+
