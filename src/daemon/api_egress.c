@@ -5,6 +5,7 @@
 
 #include "common/jsonutil.h"
 #include "common/macro.h"
+#include "common/timeutil.h"
 #include "daemon/api.h"
 
 /* 503 when the daemon runs without egress. */
@@ -15,6 +16,45 @@ static bool egress_ready(Req *r) {
         api_error(&e, 503, "unavailable", NULL, "egress is not set up on this daemon");
         reply_error(r, &e);
         return false;
+}
+
+/* A JSON array of n items, each made by one; NULL when out of memory. */
+static json_t *json_list(const void *items, size_t n, size_t size, json_t *(*one)(const void *item)) {
+        json_t *list = json_array();
+        for (size_t i = 0; list && i < n; i++)
+                if (json_array_append_new(list, one((const char *)items + i * size)) < 0) {
+                        json_decref(list);
+                        list = NULL;
+                }
+        return list;
+}
+
+/* A secret (an EgressSecretInfo) in the API's shape; NULL when out of
+ * memory. */
+static json_t *secret_json(const void *item) {
+        const EgressSecretInfo *s = item;
+        char created[RFC3339_LEN] = "", updated[RFC3339_LEN] = "";
+        (void)time_format_rfc3339(s->created_at, created);
+        (void)time_format_rfc3339(s->updated_at, updated);
+        json_t *hosts = json_loads(s->hosts, 0, NULL);
+        json_t *rules = s->rules ? json_loads(s->rules, 0, NULL) : NULL;
+        return json_pack("{s:s,s:o,s:s,s:s,s:s,s:s?,s:s?,s:o,s:b}", "name", s->name, "hosts",
+                         hosts ? hosts : json_array(), "placeholder", s->placeholder, "createdAt", created,
+                         "updatedAt", updated, "header", s->header, "format",
+                         s->header ? (s->format ? s->format : "{value}") : NULL, "rules", rules ? rules : json_null(),
+                         "enforced", 1);
+}
+
+/* The answer of a call that gives one secret. */
+static enum MHD_Result reply_secret(Req *r, int rc, EgressSecretInfo *info, SandboxError *se) {
+        ApiError e = { 0 };
+        json_t *j = NULL;
+        if (rc < 0)
+                api_sandbox_error(se, &e);
+        else if (!(j = secret_json(info)))
+                rc = api_error(&e, 500, "internal", NULL, "out of memory");
+        egress_secret_info_done(info);
+        return reply_result(r, rc, j, &e, 200);
 }
 
 enum MHD_Result handle_secrets_list(Req *r) {
@@ -31,45 +71,49 @@ enum MHD_Result handle_secrets_list(Req *r) {
                 rc = api_error(&e, 400, "invalid_request", NULL, "limit must be 1..100");
         if (rc == 0 && after && !*after)
                 after = NULL;
-        if (rc == 0 && (rc = egress_secret_list(r->app->egress, r->key.owner, (unsigned)limit, after, &j, &se)) < 0)
+        EgressSecretInfo *list = NULL;
+        size_t n = 0;
+        bool more = false;
+        if (rc == 0 &&
+            (rc = egress_secret_list(r->app->egress, r->key.owner, (unsigned)limit, after, &list, &n, &more, &se)) < 0)
                 api_sandbox_error(&se, &e);
+        if (rc == 0) {
+                json_t *secrets = json_list(list, n, sizeof(*list), secret_json);
+                j = secrets ? json_pack("{s:o,s:s?}", "secrets", secrets, "next",
+                                        more && n ? list[n - 1].name : NULL)
+                            : NULL;
+                if (!j)
+                        rc = api_error(&e, 500, "internal", NULL, "out of memory");
+        }
+        egress_secret_infos_free(list, n);
         return reply_result(r, rc, j, &e, 200);
 }
 
 enum MHD_Result handle_secret_rotate(Req *r) {
         if (!egress_ready(r))
                 return MHD_YES;
-        ApiError e = { 0 };
         SandboxError se;
-        json_t *j = NULL;
-        int rc = egress_secret_rotate(r->app->egress, r->key.owner, r->route.secret, r->json, &j, &se);
-        if (rc < 0)
-                api_sandbox_error(&se, &e);
-        return reply_result(r, rc, j, &e, 200);
+        EgressSecretInfo info = { 0 };
+        int rc = egress_secret_rotate(r->app->egress, r->key.owner, r->route.secret, r->json, &info, &se);
+        return reply_secret(r, rc, &info, &se);
 }
 
 enum MHD_Result handle_secret_get(Req *r) {
         if (!egress_ready(r))
                 return MHD_YES;
-        ApiError e = { 0 };
         SandboxError se;
-        json_t *j = NULL;
-        int rc = egress_secret_get(r->app->egress, r->key.owner, r->route.secret, &j, &se);
-        if (rc < 0)
-                api_sandbox_error(&se, &e);
-        return reply_result(r, rc, j, &e, 200);
+        EgressSecretInfo info = { 0 };
+        int rc = egress_secret_get(r->app->egress, r->key.owner, r->route.secret, &info, &se);
+        return reply_secret(r, rc, &info, &se);
 }
 
 enum MHD_Result handle_secret_put(Req *r) {
         if (!egress_ready(r))
                 return MHD_YES;
-        ApiError e = { 0 };
         SandboxError se;
-        json_t *j = NULL;
-        int rc = egress_secret_put(r->app->egress, r->key.owner, r->route.secret, r->json, &j, &se);
-        if (rc < 0)
-                api_sandbox_error(&se, &e);
-        return reply_result(r, rc, j, &e, 200);
+        EgressSecretInfo info = { 0 };
+        int rc = egress_secret_put(r->app->egress, r->key.owner, r->route.secret, r->json, &info, &se);
+        return reply_secret(r, rc, &info, &se);
 }
 
 enum MHD_Result handle_secret_delete(Req *r) {
@@ -78,10 +122,24 @@ enum MHD_Result handle_secret_delete(Req *r) {
         ApiError e = { 0 };
         SandboxError se;
         json_t *j = NULL;
-        int rc = egress_secret_delete(r->app->egress, r->key.owner, r->route.secret, &j, &se);
+        int rc = egress_secret_delete(r->app->egress, r->key.owner, r->route.secret, &se);
         if (rc < 0)
                 api_sandbox_error(&se, &e);
+        else if (!(j = json_pack("{s:s,s:b,s:b}", "name", r->route.secret, "deleted", 1, "enforced", 1)))
+                rc = api_error(&e, 500, "internal", NULL, "out of memory");
         return reply_result(r, rc, j, &e, 200);
+}
+
+/* One audit entry (an EgressAuditEntry) in the API's shape. */
+static json_t *audit_json(const void *item) {
+        const EgressAuditEntry *a = item;
+        char at[RFC3339_LEN] = "";
+        (void)time_format_rfc3339(a->at, at);
+        return json_pack("{s:s,s:s,s:i,s:s,s:b,s:s,s:s?,s:I,s:I,s:b,s:i}", "at", at, "host", a->rec.host, "port",
+                         (int)a->rec.port, "kind", a->kind, "allowed", a->rec.allowed, "reason", a->rec.reason,
+                         "address", a->rec.addr[0] ? a->rec.addr : NULL, "bytesOut", (json_int_t)a->rec.bytes_out,
+                         "bytesIn", (json_int_t)a->rec.bytes_in, "intercepted", a->rec.intercepted, "secretsUsed",
+                         (int)a->rec.secrets_used);
 }
 
 enum MHD_Result handle_sandbox_egress(Req *r) {
@@ -102,8 +160,17 @@ enum MHD_Result handle_sandbox_egress(Req *r) {
         long limit = lim ? strtol(lim, &end, 10) : 1000;
         if (rc == 0 && (limit < 1 || limit > 10000 || (lim && *end)))
                 rc = api_error(&e, 400, "invalid_request", NULL, "limit must be 1..10000");
-        if (rc == 0 && (rc = egress_audit_list(r->app->egress, r->route.sandbox_id, (unsigned)limit, &j, &se)) < 0)
+        _cleanup_free_ EgressAuditEntry *entries = NULL;
+        size_t n = 0;
+        if (rc == 0 &&
+            (rc = egress_audit_list(r->app->egress, r->route.sandbox_id, (unsigned)limit, &entries, &n, &se)) < 0)
                 api_sandbox_error(&se, &e);
+        if (rc == 0) {
+                json_t *list = json_list(entries, n, sizeof(*entries), audit_json);
+                j = list ? json_pack("{s:s,s:o}", "sandboxId", r->route.sandbox_id, "entries", list) : NULL;
+                if (!j)
+                        rc = api_error(&e, 500, "internal", NULL, "out of memory");
+        }
         return reply_result(r, rc, j, &e, 200);
 }
 

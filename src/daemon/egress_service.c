@@ -343,9 +343,9 @@ int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char
         }
         /* Columns added after the table's first release: a database made
          * before them gains them; the error of one that has them is expected. */
-        (void)sqlite3_exec(svc->sql, "ALTER TABLE egress_secrets ADD COLUMN header TEXT", NULL, NULL, NULL);
-        (void)sqlite3_exec(svc->sql, "ALTER TABLE egress_secrets ADD COLUMN format TEXT", NULL, NULL, NULL);
-        (void)sqlite3_exec(svc->sql, "ALTER TABLE egress_secrets ADD COLUMN rules TEXT", NULL, NULL, NULL);
+        (void)sqldb_exec(svc->sql, "ALTER TABLE egress_secrets ADD COLUMN header TEXT");
+        (void)sqldb_exec(svc->sql, "ALTER TABLE egress_secrets ADD COLUMN format TEXT");
+        (void)sqldb_exec(svc->sql, "ALTER TABLE egress_secrets ADD COLUMN rules TEXT");
         *ret = svc;
         return 0;
 fail:
@@ -412,8 +412,8 @@ static int secrets_json(EgressService *svc, const char *owner, const json_t *sco
         json_t *out = json_array();
         if (!out)
                 return -ENOMEM;
-        pthread_mutex_lock(&svc->lock);
-        sqlite3_stmt *st = NULL;
+        LOCKED(svc);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int r = 0;
         if (sqlite3_prepare_v2(svc->sql,
                                "SELECT name, value, hosts, placeholder, header, format, rules FROM egress_secrets "
@@ -439,8 +439,6 @@ static int secrets_json(EgressService *svc, const char *owner, const json_t *sco
                         }
                 }
         }
-        sqlite3_finalize(st);
-        pthread_mutex_unlock(&svc->lock);
         if (r < 0) {
                 json_decref(out);
                 return r;
@@ -451,24 +449,52 @@ static int secrets_json(EgressService *svc, const char *owner, const json_t *sco
 
 #define SECRET_COLUMNS "name, hosts, placeholder, created_at, updated_at, header, format, rules"
 
-static json_t *secret_json(sqlite3_stmt *st) {
-        char created[40], updated[40];
-        time_format_rfc3339(sqlite3_column_int64(st, 3), created);
-        time_format_rfc3339(sqlite3_column_int64(st, 4), updated);
-        json_t *hosts = json_loads((const char *)sqlite3_column_text(st, 1), 0, NULL);
-        const char *header = (const char *)sqlite3_column_text(st, 5);
-        const char *format = (const char *)sqlite3_column_text(st, 6);
-        const char *rules = (const char *)sqlite3_column_text(st, 7);
-        json_t *rj = rules ? json_loads(rules, 0, NULL) : NULL;
-        return json_pack("{s:s,s:o,s:s,s:s,s:s,s:s?,s:s?,s:o,s:b}", "name", (const char *)sqlite3_column_text(st, 0),
-                         "hosts", hosts ? hosts : json_array(), "placeholder",
-                         (const char *)sqlite3_column_text(st, 2), "createdAt", created, "updatedAt", updated,
-                         "header", header, "format", header ? (format ? format : "{value}") : NULL, "rules",
-                         rj ? rj : json_null(), "enforced", 1);
+void egress_secret_info_done(EgressSecretInfo *s) {
+        if (!s)
+                return;
+        free(s->name);
+        free(s->hosts);
+        free(s->placeholder);
+        free(s->header);
+        free(s->format);
+        free(s->rules);
+        *s = (EgressSecretInfo){ 0 };
 }
 
-static int secret_query_one(EgressService *svc, const char *owner, const char *name, json_t **ret) {
-        sqlite3_stmt *st = NULL;
+void egress_secret_infos_free(EgressSecretInfo *s, size_t n) {
+        for (size_t i = 0; s && i < n; i++)
+                egress_secret_info_done(&s[i]);
+        free(s);
+}
+
+static char *column_dup(sqlite3_stmt *st, int col) {
+        const char *t = (const char *)sqlite3_column_text(st, col);
+        return t ? strdup(t) : NULL;
+}
+
+/* A row of SECRET_COLUMNS. */
+static int secret_info(sqlite3_stmt *st, EgressSecretInfo *ret) {
+        EgressSecretInfo s = {
+                .name = column_dup(st, 0),
+                .hosts = column_dup(st, 1),
+                .placeholder = column_dup(st, 2),
+                .created_at = sqlite3_column_int64(st, 3),
+                .updated_at = sqlite3_column_int64(st, 4),
+                .header = column_dup(st, 5),
+                .format = column_dup(st, 6),
+                .rules = column_dup(st, 7),
+        };
+        if (!s.name || !s.hosts || !s.placeholder || (sqlite3_column_text(st, 5) && !s.header) ||
+            (sqlite3_column_text(st, 6) && !s.format) || (sqlite3_column_text(st, 7) && !s.rules)) {
+                egress_secret_info_done(&s);
+                return -ENOMEM;
+        }
+        *ret = s;
+        return 0;
+}
+
+static int secret_query_one(EgressService *svc, const char *owner, const char *name, EgressSecretInfo *ret) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int r = -ENOENT;
         if (sqlite3_prepare_v2(svc->sql,
                                "SELECT " SECRET_COLUMNS " FROM egress_secrets WHERE owner = ?1 AND name = ?2", -1,
@@ -476,11 +502,8 @@ static int secret_query_one(EgressService *svc, const char *owner, const char *n
                 return -EIO;
         sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-        if (sqlite3_step(st) == SQLITE_ROW) {
-                *ret = secret_json(st);
-                r = *ret ? 0 : -ENOMEM;
-        }
-        sqlite3_finalize(st);
+        if (sqlite3_step(st) == SQLITE_ROW)
+                r = secret_info(st, ret);
         return r;
 }
 
@@ -511,8 +534,8 @@ static const struct {
         { "env", "another variable name than the secret's own; store it under that name" },
 };
 
-int egress_secret_put(EgressService *svc, const char *owner, const char *name, json_t *body, json_t **ret,
-                      SandboxError *e) {
+int egress_secret_put(EgressService *svc, const char *owner, const char *name, const json_t *body,
+                      EgressSecretInfo *ret, SandboxError *e) {
         if (!egress_secret_name_ok(name))
                 return name_error(e);
         if (!json_is_object(body))
@@ -520,7 +543,7 @@ int egress_secret_put(EgressService *svc, const char *owner, const char *name, j
                                      "the body must be an object {value, hosts, header, format, rules}");
         const char *key;
         json_t *v;
-        json_object_foreach(body, key, v) {
+        json_object_foreach((json_t *)body, key, v) {
                 if (!strcmp(key, "value") || !strcmp(key, "hosts") || !strcmp(key, "header") ||
                     !strcmp(key, "format") || !strcmp(key, "rules"))
                         continue;
@@ -592,25 +615,21 @@ int egress_secret_put(EgressService *svc, const char *owner, const char *name, j
         snprintf(placeholder, sizeof(placeholder), "%s%s-%s", EGRESS_PLACEHOLDER_PREFIX, name, rnd);
         int64_t now = time_now_unix();
 
-        pthread_mutex_lock(&svc->lock);
+        LOCKED(svc);
         int r = 0;
-        sqlite3_stmt *st = NULL;
+        _cleanup_stmt_ sqlite3_stmt *cst = NULL, *st = NULL;
         int64_t count = 0;
         if (sqlite3_prepare_v2(svc->sql,
-                               "SELECT COUNT(*) FROM egress_secrets WHERE owner = ?1 AND name != ?2", -1, &st,
+                               "SELECT COUNT(*) FROM egress_secrets WHERE owner = ?1 AND name != ?2", -1, &cst,
                                NULL) == SQLITE_OK) {
-                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-                if (sqlite3_step(st) == SQLITE_ROW)
-                        count = sqlite3_column_int64(st, 0);
+                sqlite3_bind_text(cst, 1, owner, -1, SQLITE_STATIC);
+                sqlite3_bind_text(cst, 2, name, -1, SQLITE_STATIC);
+                if (sqlite3_step(cst) == SQLITE_ROW)
+                        count = sqlite3_column_int64(cst, 0);
         }
-        sqlite3_finalize(st);
-        st = NULL;
-        if (count >= MAX_SECRETS_PER_OWNER) {
-                pthread_mutex_unlock(&svc->lock);
-                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "delete one you no longer use", "at most %d secrets per owner",
-                                 MAX_SECRETS_PER_OWNER);
-        }
+        if (count >= MAX_SECRETS_PER_OWNER)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "delete one you no longer use",
+                                     "at most %d secrets per owner", MAX_SECRETS_PER_OWNER);
         /* The placeholder is made once and kept across replaces and rotations:
          * running sandboxes hold it in their environment. A replace sets
          * every field but the placeholder: rules or a header left out are
@@ -638,17 +657,15 @@ int egress_secret_put(EgressService *svc, const char *owner, const char *name, j
                         sqlite3_bind_text(st, 9, rules_text, -1, SQLITE_STATIC);
                 r = sqlite3_step(st) == SQLITE_DONE ? 0 : -EIO;
         }
-        sqlite3_finalize(st);
         if (r == 0)
                 r = secret_query_one(svc, owner, name, ret);
-        pthread_mutex_unlock(&svc->lock);
         if (r < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not store the secret");
         return 0;
 }
 
-int egress_secret_rotate(EgressService *svc, const char *owner, const char *name, json_t *body, json_t **ret,
-                         SandboxError *e) {
+int egress_secret_rotate(EgressService *svc, const char *owner, const char *name, const json_t *body,
+                         EgressSecretInfo *ret, SandboxError *e) {
         if (!egress_secret_name_ok(name))
                 return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "list them with GET /v1/egress-secrets", "no secret %.64s",
                                      name);
@@ -656,7 +673,7 @@ int egress_secret_rotate(EgressService *svc, const char *owner, const char *name
         json_t *v;
         if (!json_is_object(body))
                 return sandbox_error(e, SANDBOX_ERR_INVALID, NULL, "the body must be an object {value}");
-        json_object_foreach(body, key, v) {
+        json_object_foreach((json_t *)body, key, v) {
                 if (strcmp(key, "value") != 0)
                         return sandbox_error(e, SANDBOX_ERR_INVALID,
                                              "a rotation changes the value alone; to change the rest, PUT the secret",
@@ -666,8 +683,8 @@ int egress_secret_rotate(EgressService *svc, const char *owner, const char *name
         if (!json_is_string(value) ||
             !egress_secret_value_valid(json_string_value(value), json_string_length(value)))
                 return value_error(e);
-        pthread_mutex_lock(&svc->lock);
-        sqlite3_stmt *st = NULL;
+        LOCKED(svc);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int changed = -1, r = 0;
         if (sqlite3_prepare_v2(svc->sql,
                                "UPDATE egress_secrets SET value = ?3, updated_at = ?4 WHERE owner = ?1 AND name = ?2",
@@ -679,10 +696,8 @@ int egress_secret_rotate(EgressService *svc, const char *owner, const char *name
                 if (sqlite3_step(st) == SQLITE_DONE)
                         changed = sqlite3_changes(svc->sql);
         }
-        sqlite3_finalize(st);
         if (changed > 0)
                 r = secret_query_one(svc, owner, name, ret);
-        pthread_mutex_unlock(&svc->lock);
         if (changed == 0)
                 return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "store it first with PUT /v1/egress-secrets/{name}",
                                      "no secret %s", name);
@@ -691,7 +706,8 @@ int egress_secret_rotate(EgressService *svc, const char *owner, const char *name
         return 0;
 }
 
-int egress_secret_get(EgressService *svc, const char *owner, const char *name, json_t **ret, SandboxError *e) {
+int egress_secret_get(EgressService *svc, const char *owner, const char *name, EgressSecretInfo *ret,
+                      SandboxError *e) {
         if (!egress_secret_name_ok(name))
                 return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "list them with GET /v1/egress-secrets", "no secret %.64s",
                                  name);
@@ -705,54 +721,56 @@ int egress_secret_get(EgressService *svc, const char *owner, const char *name, j
         return 0;
 }
 
-int egress_secret_list(EgressService *svc, const char *owner, unsigned limit, const char *after, json_t **ret,
-                       SandboxError *e) {
+int egress_secret_list(EgressService *svc, const char *owner, unsigned limit, const char *after,
+                       EgressSecretInfo **ret, size_t *ret_n, bool *ret_more, SandboxError *e) {
         if (after && !egress_secret_name_ok(after))
                 return sandbox_error(e, SANDBOX_ERR_INVALID, "pass the last name of the page before",
                                      "after must be a secret's name");
         if (limit == 0 || limit > MAX_SECRETS_PER_OWNER)
                 limit = MAX_SECRETS_PER_OWNER;
-        json_t *list = json_array();
+        EgressSecretInfo *list = calloc(limit, sizeof(*list));
         if (!list)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
-        pthread_mutex_lock(&svc->lock);
-        sqlite3_stmt *st = NULL;
-        int r = 0;
+        size_t n = 0;
         bool more = false;
-        if (sqlite3_prepare_v2(svc->sql,
-                               "SELECT " SECRET_COLUMNS " FROM egress_secrets WHERE owner = ?1 AND name > ?2 "
-                               "ORDER BY name LIMIT ?3",
-                               -1, &st, NULL) != SQLITE_OK)
-                r = -EIO;
-        else {
-                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 2, after ? after : "", -1, SQLITE_STATIC);
-                sqlite3_bind_int(st, 3, (int)limit + 1);
-                while (sqlite3_step(st) == SQLITE_ROW) {
-                        if (json_array_size(list) == limit) {
-                                more = true;
-                                break;
+        int r = 0;
+        {
+                LOCKED(svc);
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                if (sqlite3_prepare_v2(svc->sql,
+                                       "SELECT " SECRET_COLUMNS " FROM egress_secrets WHERE owner = ?1 AND name > ?2 "
+                                       "ORDER BY name LIMIT ?3",
+                                       -1, &st, NULL) != SQLITE_OK)
+                        r = -EIO;
+                else {
+                        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+                        sqlite3_bind_text(st, 2, after ? after : "", -1, SQLITE_STATIC);
+                        sqlite3_bind_int(st, 3, (int)limit + 1);
+                        while (r == 0 && sqlite3_step(st) == SQLITE_ROW) {
+                                if (n == limit) {
+                                        more = true;
+                                        break;
+                                }
+                                if ((r = secret_info(st, &list[n])) == 0)
+                                        n++;
                         }
-                        json_array_append_new(list, secret_json(st));
                 }
         }
-        sqlite3_finalize(st);
-        pthread_mutex_unlock(&svc->lock);
         if (r < 0) {
-                json_decref(list);
+                egress_secret_infos_free(list, n);
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not list the secrets");
         }
-        json_t *last = json_array_size(list) ? json_object_get(json_array_get(list, json_array_size(list) - 1), "name")
-                                              : NULL;
-        *ret = json_pack("{s:o,s:O?}", "secrets", list, "next", more ? last : NULL);
-        return *ret ? 0 : sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        *ret = list;
+        *ret_n = n;
+        *ret_more = more;
+        return 0;
 }
 
-int egress_secret_delete(EgressService *svc, const char *owner, const char *name, json_t **ret, SandboxError *e) {
+int egress_secret_delete(EgressService *svc, const char *owner, const char *name, SandboxError *e) {
         if (!egress_secret_name_ok(name))
                 return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, NULL, "no secret %.64s", name);
-        pthread_mutex_lock(&svc->lock);
-        sqlite3_stmt *st = NULL;
+        LOCKED(svc);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int changed = -1;
         if (sqlite3_prepare_v2(svc->sql, "DELETE FROM egress_secrets WHERE owner = ?1 AND name = ?2", -1, &st,
                                NULL) == SQLITE_OK) {
@@ -761,23 +779,20 @@ int egress_secret_delete(EgressService *svc, const char *owner, const char *name
                 if (sqlite3_step(st) == SQLITE_DONE)
                         changed = sqlite3_changes(svc->sql);
         }
-        sqlite3_finalize(st);
-        pthread_mutex_unlock(&svc->lock);
         if (changed < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not delete the secret");
         if (changed == 0)
                 return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, NULL, "no secret %s", name);
         /* Connections load the owner's secrets when they open: from now on no
          * new request carries the value. */
-        *ret = json_pack("{s:s,s:b,s:b}", "name", name, "deleted", 1, "enforced", 1);
         return 0;
 }
 
 /* ---- the audit log ---- */
 
 static void audit_insert(EgressService *svc, const char *sandbox_id, const EgressRecord *rec) {
-        pthread_mutex_lock(&svc->lock);
-        sqlite3_stmt *st = NULL;
+        LOCKED(svc);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(svc->sql,
                                "INSERT INTO egress_log (sandbox, at, host, port, kind, allowed, reason, addr, "
                                "bytes_out, bytes_in, intercepted, secrets_used) VALUES "
@@ -799,62 +814,68 @@ static void audit_insert(EgressService *svc, const char *sandbox_id, const Egres
                 sqlite3_bind_int(st, 12, (int)rec->secrets_used);
                 (void)sqlite3_step(st);
         }
-        sqlite3_finalize(st);
         /* Bounded per sandbox: a sandbox that opens connections without end
          * cannot grow the database without end. */
+        _cleanup_stmt_ sqlite3_stmt *trim = NULL;
         if (++svc->inserts % 256 == 0 &&
             sqlite3_prepare_v2(svc->sql,
                                "DELETE FROM egress_log WHERE sandbox = ?1 AND id <= (SELECT id FROM egress_log "
                                "WHERE sandbox = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
-                               -1, &st, NULL) == SQLITE_OK) {
-                sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-                sqlite3_bind_int(st, 2, AUDIT_KEEP_PER_SANDBOX);
-                (void)sqlite3_step(st);
-                sqlite3_finalize(st);
+                               -1, &trim, NULL) == SQLITE_OK) {
+                sqlite3_bind_text(trim, 1, sandbox_id, -1, SQLITE_STATIC);
+                sqlite3_bind_int(trim, 2, AUDIT_KEEP_PER_SANDBOX);
+                (void)sqlite3_step(trim);
         }
-        pthread_mutex_unlock(&svc->lock);
 }
 
-int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit, json_t **ret, SandboxError *e) {
-        json_t *list = json_array();
+static void column_copy(sqlite3_stmt *st, int col, char *buf, size_t len) {
+        const char *t = (const char *)sqlite3_column_text(st, col);
+        snprintf(buf, len, "%s", t ? t : "");
+}
+
+int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit, EgressAuditEntry **ret,
+                      size_t *ret_n, SandboxError *e) {
+        EgressAuditEntry *list = calloc(limit ? limit : 1, sizeof(*list));
         if (!list)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
-        pthread_mutex_lock(&svc->lock);
-        sqlite3_stmt *st = NULL;
+        size_t n = 0;
         int r = 0;
-        if (sqlite3_prepare_v2(svc->sql,
-                               "SELECT at, host, port, kind, allowed, reason, addr, bytes_out, bytes_in, "
-                               "intercepted, secrets_used FROM egress_log WHERE sandbox = ?1 ORDER BY id DESC "
-                               "LIMIT ?2",
-                               -1, &st, NULL) != SQLITE_OK)
-                r = -EIO;
-        else {
-                sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-                sqlite3_bind_int(st, 2, (int)limit);
-                while (sqlite3_step(st) == SQLITE_ROW) {
-                        char at[40];
-                        time_format_rfc3339(sqlite3_column_int64(st, 0), at);
-                        const char *addr = (const char *)sqlite3_column_text(st, 6);
-                        json_array_append_new(
-                                list, json_pack("{s:s,s:s,s:i,s:s,s:b,s:s,s:s?,s:I,s:I,s:b,s:i}", "at", at, "host",
-                                                (const char *)sqlite3_column_text(st, 1), "port",
-                                                sqlite3_column_int(st, 2), "kind",
-                                                (const char *)sqlite3_column_text(st, 3), "allowed",
-                                                sqlite3_column_int(st, 4), "reason",
-                                                (const char *)sqlite3_column_text(st, 5), "address", addr,
-                                                "bytesOut", (json_int_t)sqlite3_column_int64(st, 7), "bytesIn",
-                                                (json_int_t)sqlite3_column_int64(st, 8), "intercepted",
-                                                sqlite3_column_int(st, 9), "secretsUsed", sqlite3_column_int(st, 10)));
+        {
+                LOCKED(svc);
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                if (sqlite3_prepare_v2(svc->sql,
+                                       "SELECT at, host, port, kind, allowed, reason, addr, bytes_out, bytes_in, "
+                                       "intercepted, secrets_used FROM egress_log WHERE sandbox = ?1 ORDER BY id DESC "
+                                       "LIMIT ?2",
+                                       -1, &st, NULL) != SQLITE_OK)
+                        r = -EIO;
+                else {
+                        sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+                        sqlite3_bind_int(st, 2, (int)limit);
+                        while (n < limit && sqlite3_step(st) == SQLITE_ROW) {
+                                EgressAuditEntry *a = &list[n++];
+                                a->at = sqlite3_column_int64(st, 0);
+                                column_copy(st, 1, a->rec.host, sizeof a->rec.host);
+                                a->rec.port = (uint16_t)sqlite3_column_int(st, 2);
+                                column_copy(st, 3, a->kind, sizeof a->kind);
+                                a->rec.connect = strcmp(a->kind, "connect") == 0;
+                                a->rec.allowed = sqlite3_column_int(st, 4) != 0;
+                                column_copy(st, 5, a->rec.reason, sizeof a->rec.reason);
+                                column_copy(st, 6, a->rec.addr, sizeof a->rec.addr);
+                                a->rec.bytes_out = (uint64_t)sqlite3_column_int64(st, 7);
+                                a->rec.bytes_in = (uint64_t)sqlite3_column_int64(st, 8);
+                                a->rec.intercepted = sqlite3_column_int(st, 9) != 0;
+                                a->rec.secrets_used = (unsigned)sqlite3_column_int(st, 10);
+                        }
                 }
         }
-        sqlite3_finalize(st);
-        pthread_mutex_unlock(&svc->lock);
         if (r < 0) {
-                json_decref(list);
+                free(list);
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the egress log");
         }
-        *ret = json_pack("{s:s,s:o}", "sandboxId", sandbox_id, "entries", list);
-        return *ret ? 0 : sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        *ret = list;
+        *ret_n = n;
+        return 0;
 }
 
 /* ---- what a sandbox gets ---- */
@@ -868,8 +889,8 @@ json_t *egress_service_sandbox_env(EgressService *svc, const char *owner, const 
                                 "NODE_EXTRA_CA_CERTS", SANDBOX_CA_FILE);
         if (!env)
                 return NULL;
-        pthread_mutex_lock(&svc->lock);
-        sqlite3_stmt *st = NULL;
+        LOCKED(svc);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(svc->sql, "SELECT name, placeholder FROM egress_secrets WHERE owner = ?1", -1, &st,
                                NULL) == SQLITE_OK) {
                 sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
@@ -878,8 +899,6 @@ json_t *egress_service_sandbox_env(EgressService *svc, const char *owner, const 
                                 json_object_set_new(env, (const char *)sqlite3_column_text(st, 0),
                                                     json_string((const char *)sqlite3_column_text(st, 1)));
         }
-        sqlite3_finalize(st);
-        pthread_mutex_unlock(&svc->lock);
         return env;
 }
 

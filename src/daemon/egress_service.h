@@ -10,9 +10,11 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "daemon/sandbox_error.h"
 #include "daemon/channel.h"
+#include "egress/proxy.h"
 
 typedef struct EgressService EgressService;
 typedef struct SandboxEgress SandboxEgress;
@@ -77,18 +79,43 @@ void egress_sandbox_unref(SandboxEgress *se);
  * refused with a 503 and an audit entry. Never blocks. */
 void egress_sandbox_accept(void *userdata, ChanStream *s, json_t *request);
 
-/* The routes. Owners see only their own secrets; values are never answered. */
-int egress_secret_put(EgressService *svc, const char *owner, const char *name, json_t *body, json_t **ret,
+/* A stored secret as its owner may see it: everything but its value. */
+typedef struct EgressSecretInfo {
+        char *name;
+        char *hosts;       /* the host patterns it may go to: a JSON array of strings, as stored */
+        char *placeholder; /* what the sandbox sees in its environment */
+        int64_t created_at, updated_at;
+        char *header;      /* the header it goes into; NULL: wherever the placeholder stands */
+        char *format;      /* with a header: the header's value around {value} */
+        char *rules;       /* NULL: none; else the rules' normalised JSON array, as stored */
+} EgressSecretInfo;
+void egress_secret_info_done(EgressSecretInfo *s);
+void egress_secret_infos_free(EgressSecretInfo *s, size_t n);
+
+/* One decision of the proxy, as the audit log keeps it. */
+typedef struct EgressAuditEntry {
+        int64_t at;
+        char kind[8]; /* "connect", "http", or "none" (no request was read) */
+        EgressRecord rec;
+} EgressAuditEntry;
+
+/* The routes' calls. Owners see only their own secrets; values are never
+ * given out. `body` is the client's object {value, hosts, header, format,
+ * rules}, validated here. */
+int egress_secret_put(EgressService *svc, const char *owner, const char *name, const json_t *body,
+                      EgressSecretInfo *ret, SandboxError *e);
+int egress_secret_get(EgressService *svc, const char *owner, const char *name, EgressSecretInfo *ret,
                       SandboxError *e);
-int egress_secret_get(EgressService *svc, const char *owner, const char *name, json_t **ret, SandboxError *e);
-/* A rotation: a new value, with the placeholder, hosts, header and rules kept. */
-int egress_secret_rotate(EgressService *svc, const char *owner, const char *name, json_t *body, json_t **ret,
-                         SandboxError *e);
+/* A rotation: a new value ({value}), with the placeholder, hosts, header and
+ * rules kept. */
+int egress_secret_rotate(EgressService *svc, const char *owner, const char *name, const json_t *body,
+                         EgressSecretInfo *ret, SandboxError *e);
 /* One page by name: at most `limit` (0: all) named after `after` (NULL:
- * from the first), {"secrets", "next"}. */
-int egress_secret_list(EgressService *svc, const char *owner, unsigned limit, const char *after, json_t **ret,
-                       SandboxError *e);
-int egress_secret_delete(EgressService *svc, const char *owner, const char *name, json_t **ret, SandboxError *e);
+ * from the first); ret_more when more follow. */
+int egress_secret_list(EgressService *svc, const char *owner, unsigned limit, const char *after,
+                       EgressSecretInfo **ret, size_t *ret_n, bool *ret_more, SandboxError *e);
+int egress_secret_delete(EgressService *svc, const char *owner, const char *name, SandboxError *e);
 /* The newest decisions for one sandbox (the caller checked it is the
- * owner's), at most `limit`. */
-int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit, json_t **ret, SandboxError *e);
+ * owner's), at most `limit`, newest first. */
+int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit, EgressAuditEntry **ret,
+                      size_t *ret_n, SandboxError *e);

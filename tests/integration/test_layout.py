@@ -157,5 +157,30 @@ def test_one_sqlite_policy():
                      "static int sql_err", "stmt_finalizep", "sqlite3_finalizep", "define LOCKED"):
             if what in code:
                 bad.append(f"{path.relative_to(REPO)}: {what}")
+        # Statements are finalized by their attribute (_cleanup_stmt_) and
+        # SQL text runs through sqldb_exec, whose errors are errnos.
+        for call in ("sqlite3_finalize", "sqlite3_exec"):
+            if re.search(rf"\b{call}\s*\(", code):
+                bad.append(f"{path.relative_to(REPO)} calls {call}")
     assert not bad, "\n".join(bad)
 
+
+def test_egress_manager_returns_plain_data():
+    """The egress state (egress_service.c) answers the secrets and audit
+    routes with plain data and a SandboxError; api_egress.c makes the API's
+    JSON of them. No call of it hands back JSON for a client, and it names
+    none of the fields a client reads."""
+    header = _strip_comments((SRC / "daemon" / "egress_service.h").read_text())
+    bad = []
+    for decl in re.findall(r"^\s*int\s+(egress_(?:secret|audit)_\w+)\s*\(([^;]*)\)\s*;", header, re.M):
+        name, params = decl
+        if re.search(r"\bjson_t\s*\*\s*\*", params):
+            bad.append(f"{name} hands back JSON")
+    assert {"egress_secret_put", "egress_audit_list"} <= set(
+        n for n, _ in re.findall(r"^\s*int\s+(egress_(?:secret|audit)_\w+)\s*\(([^;]*)\)\s*;", header, re.M))
+    code = _strip_comments((SRC / "daemon" / "egress_service.c").read_text())
+    for field in ("createdAt", "updatedAt", "placeholder\", ", "enforced", "deleted", "sandboxId", "entries",
+                  "bytesOut", "bytesIn", "secretsUsed", "\"next\"", "\"secrets\""):
+        if field in code:
+            bad.append(f"egress_service.c names the API's {field}")
+    assert not bad, "\n".join(bad)
