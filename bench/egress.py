@@ -19,7 +19,6 @@ built tree (it runs `make`), the default image, httpx and cryptography.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -30,13 +29,10 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "bench"))
-
-from egress_servers import EchoServer, TestCa  # noqa: E402
-from helpers import Api, Daemon, remove_empty_cgroup_tree  # noqa: E402
-from sections import emit  # noqa: E402
+from _harness import bench_daemon, options, pct, prepare  # first: puts tests/integration on the path
+from egress_servers import EchoServer, TestCa
+from helpers import Api
+from sections import emit
 
 BEGIN = "<!-- egress benchmark: begin (bench/egress.py) -->"
 END = "<!-- egress benchmark: end -->"
@@ -127,31 +123,16 @@ print(json.dumps({"lat": lat, "rps": (n // conc) * conc / took, "errors": len(er
 '''
 
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
-
-
 def run(argv, **kw):
     return subprocess.run(argv, capture_output=True, text=True, **kw)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="100 requests per case instead of 400")
-    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"),
-                    help="the file whose egress section is replaced (appended when absent); - prints it")
-    ap.add_argument("--image-dir", default=os.environ.get("RUNTIME_TEST_IMAGE_DIR", "/var/cache/runtime/images"))
-    args = ap.parse_args()
-    if os.geteuid() != 0:
-        print("bench/egress.py: run as root (the daemon needs it)", file=sys.stderr)
-        return 2
+    args = options(__doc__, "egress", quick="100 requests per case instead of 400", drivers=False).parse_args()
+    if (rc := prepare("egress.py")) != 0:
+        return rc
     n = 100 if args.quick else 400
     conc = 4
-    mk = run(["make", "-j2"], cwd=REPO)
-    if mk.returncode != 0:
-        print(mk.stdout[-2000:], mk.stderr[-4000:], file=sys.stderr)
-        return 1
 
     tmp = Path(tempfile.mkdtemp(prefix="runtime-bench-egress-"))
     ca = TestCa(tmp / "ca", "runtime egress bench CA")
@@ -161,51 +142,52 @@ def main() -> int:
              "--egress-test-upstream", f"api.test=127.0.0.1:{tls.port}",
              "--egress-test-upstream", f"tunnel.test=127.0.0.1:{tls.port}",
              "--egress-extra-ca", str(ca.cert_path)]
-    cg = f"runtime-bench-egress-{os.getpid()}"
-    d = Daemon(REPO / "build", Path(args.image_dir), tmp / "state", cg, extra_args=extra)
-    d.start()
     results: dict[str, dict[str, dict]] = {}
     client_path = tmp / "client.py"
     client_path.write_text(CLIENT)
     try:
-        api = Api(d)
-        r = api.put("/v1/egress-secrets/BENCH_TOKEN", json={"value": "bench-secret", "hosts": ["api.test"]})
-        assert r.status_code in (200, 201), r.text
-        sbx = api.create_sandbox(driver="namespace", network={
-            "internet": True, "allow": ["echo.test", "api.test", "tunnel.test"]})
-        sbx.write("/tmp/client.py", CLIENT.encode())
-        cases = [("plain", "echo.test", f"127.0.0.1:{plain.port}", ""),
-                 ("tunnel", "tunnel.test", f"127.0.0.1:{tls.port}", ""),
-                 ("intercepted", "api.test", f"127.0.0.1:{tls.port}", str(ca.cert_path))]
-        for mode, host, target, cafile in cases:
-            cmode = "tls" if mode == "intercepted" else mode
-            # direct: the same client on the host, to the same server
-            h = run([sys.executable, str(client_path), cmode, host, str(n), str(conc), "direct", target,
-                     cafile], timeout=600, env={**os.environ, "BENCH_TOKEN": "bench-secret"})
-            if h.returncode != 0:
-                raise RuntimeError(f"direct {mode}: {h.stderr[-2000:]}")
-            # through the relay and the proxy, from inside the sandbox
-            # $BENCH_TOKEN in the sandbox is the placeholder the daemon set
-            res = sbx.exec(argv=["python3", "/tmp/client.py", cmode, host, str(n), str(conc), "proxy",
-                                 target, ""], timeoutMs=600000)
-            if res["exitCode"] != 0:
-                raise RuntimeError(f"sandbox {mode}: {res['stderr'][-2000:]}")
-            results[mode] = {"direct": json.loads(h.stdout), "proxy": json.loads(res["stdout"])}
-        # the intercepted requests carried the value upstream, the tunnels did not
-        seen = [dict((k.lower(), v) for k, v in e["headers"]).get("x-token") for e in tls.seen()]
-        assert "bench-secret" in seen, "interception did not substitute the secret"
-        api.delete(f"/v1/sandboxes/{sbx.id}")
-        api.delete("/v1/egress-secrets/BENCH_TOKEN")
-        api.close()
+        with bench_daemon("egress", args.image_dir, tmp, extra) as d:
+            run_cases(d, results, n, conc, client_path, plain, tls, ca)
     finally:
-        d.stop()
-        remove_empty_cgroup_tree(cg)
         plain.stop()
         tls.stop()
 
     section = render(results, n, conc, args)
     emit(args.out, BEGIN, END, section)
     return 0
+
+
+def run_cases(d, results, n, conc, client_path, plain, tls, ca) -> None:
+    """Each case's client on the host and in a sandbox, through the daemon's proxy."""
+    api = Api(d)
+    r = api.put("/v1/egress-secrets/BENCH_TOKEN", json={"value": "bench-secret", "hosts": ["api.test"]})
+    assert r.status_code in (200, 201), r.text
+    sbx = api.create_sandbox(driver="namespace", network={
+        "internet": True, "allow": ["echo.test", "api.test", "tunnel.test"]})
+    sbx.write("/tmp/client.py", CLIENT.encode())
+    cases = [("plain", "echo.test", f"127.0.0.1:{plain.port}", ""),
+             ("tunnel", "tunnel.test", f"127.0.0.1:{tls.port}", ""),
+             ("intercepted", "api.test", f"127.0.0.1:{tls.port}", str(ca.cert_path))]
+    for mode, host, target, cafile in cases:
+        cmode = "tls" if mode == "intercepted" else mode
+        # direct: the same client on the host, to the same server
+        h = run([sys.executable, str(client_path), cmode, host, str(n), str(conc), "direct", target,
+                 cafile], timeout=600, env={**os.environ, "BENCH_TOKEN": "bench-secret"})
+        if h.returncode != 0:
+            raise RuntimeError(f"direct {mode}: {h.stderr[-2000:]}")
+        # through the relay and the proxy, from inside the sandbox
+        # $BENCH_TOKEN in the sandbox is the placeholder the daemon set
+        res = sbx.exec(argv=["python3", "/tmp/client.py", cmode, host, str(n), str(conc), "proxy",
+                             target, ""], timeoutMs=600000)
+        if res["exitCode"] != 0:
+            raise RuntimeError(f"sandbox {mode}: {res['stderr'][-2000:]}")
+        results[mode] = {"direct": json.loads(h.stdout), "proxy": json.loads(res["stdout"])}
+    # the intercepted requests carried the value upstream, the tunnels did not
+    seen = [dict((k.lower(), v) for k, v in e["headers"]).get("x-token") for e in tls.seen()]
+    assert "bench-secret" in seen, "interception did not substitute the secret"
+    api.delete(f"/v1/sandboxes/{sbx.id}")
+    api.delete("/v1/egress-secrets/BENCH_TOKEN")
+    api.close()
 
 
 def render(results, n, conc, args) -> str:

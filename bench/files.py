@@ -12,24 +12,17 @@ Needs root, a built tree (it runs `make`), the default image and httpx.
 """
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import hashlib
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "bench"))
-
-from helpers import Api, Daemon, remove_empty_cgroup_tree  # noqa: E402
-from sections import emit  # noqa: E402
+from _harness import bench_daemon, options, per_driver, prepare
+from helpers import Api
+from sections import emit
 
 BEGIN = "<!-- files benchmark: begin (bench/files.py) -->"
 END = "<!-- files benchmark: end -->"
@@ -103,40 +96,17 @@ def render(results: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--drivers", default="namespace,gvisor,microvm")
-    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"),
-                    help="the file whose files section is replaced (appended when absent); - prints it")
-    ap.add_argument("--image-dir", default=os.environ.get("RUNTIME_TEST_IMAGE_DIR", "/var/cache/runtime/images"))
-    args = ap.parse_args()
-    if os.geteuid() != 0:
-        print("bench/files.py: run as root (the daemon needs it)", file=sys.stderr)
-        return 2
-    mk = subprocess.run(["make", "-j2"], cwd=REPO, capture_output=True, text=True)
-    if mk.returncode != 0:
-        print(mk.stdout[-2000:], mk.stderr[-4000:], file=sys.stderr)
-        return 1
-    tmp = Path(tempfile.mkdtemp(prefix="runtime-bench-files-"))
-    cg = f"runtime-bench-files-{os.getpid()}"
-    d = Daemon(REPO / "build", Path(args.image_dir), tmp / "state", cg)
-    d.start()
+    args = options(__doc__, "files").parse_args()
+    if (rc := prepare("files.py")) != 0:
+        return rc
     results: dict[str, dict] = {}
-    try:
+    with bench_daemon("files", args.image_dir) as d:
         api = Api(d, timeout=600)
-        for drv in [x for x in args.drivers.split(",") if x]:
-            try:
-                sbx = api.create_sandbox(driver=drv, timeoutSeconds=3600, diskMiB=4096)
-            except AssertionError as e:
-                results[drv] = {"error": str(e)[:120]}
-                continue
+        for drv, sbx in per_driver(api, args.drivers, results, diskMiB=4096):
             out_mbps, in_mbps, _ = archive_round_trip(api, sbx.id)
             results[drv] = {"parts": parts_write(api, sbx.id), "out": out_mbps, "in": in_mbps,
                             "glob": glob_ms(api, sbx.id)}
-            api.delete(f"/v1/sandboxes/{sbx.id}")
         api.close()
-    finally:
-        d.stop()
-        remove_empty_cgroup_tree(cg)
     emit(args.out, BEGIN, END, render(results))
     return 0
 

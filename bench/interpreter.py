@@ -13,32 +13,20 @@ image (with its microVM parts for the microvm row).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "bench"))
-
-from helpers import Api, Daemon, daemon_info, remove_empty_cgroup_tree  # noqa: E402
-from sections import emit  # noqa: E402
+from _harness import bench_daemon, options, pct, prepare
+from helpers import Api, daemon_info
+from sections import emit
 
 BEGIN = "<!-- interpreter benchmark: begin (bench/interpreter.py) -->"
 END = "<!-- interpreter benchmark: end -->"
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def measure(api: Api, driver: str, rounds: int) -> dict:
@@ -90,29 +78,15 @@ def relative(delays: list[float]) -> list[float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="20 rounds instead of 100")
-    ap.add_argument("--drivers", default="namespace,gvisor,microvm")
+    ap = options(__doc__, "interpreter", quick="20 rounds instead of 100")
     ap.add_argument("--microvm-rounds", type=int, default=20,
                     help="rounds on the microVM, emulated here and several times slower (default 20)")
-    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"),
-                    help="the file whose interpreter section is replaced (appended when absent); - prints it")
-    ap.add_argument("--image-dir", default=os.environ.get("RUNTIME_TEST_IMAGE_DIR", "/var/cache/runtime/images"))
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        print("bench/interpreter.py: run as root (the daemon needs it)", file=sys.stderr)
-        return 2
+    if (rc := prepare("interpreter.py")) != 0:
+        return rc
     rounds = 20 if args.quick else 100
-    mk = subprocess.run(["make", "-j2"], cwd=REPO, capture_output=True, text=True)
-    if mk.returncode != 0:
-        print(mk.stdout[-2000:], mk.stderr[-4000:], file=sys.stderr)
-        return 1
-    tmp = Path(tempfile.mkdtemp(prefix="runtime-bench-interpreter-"))
-    cg = f"runtime-bench-interpreter-{os.getpid()}"
-    d = Daemon(REPO / "build", Path(args.image_dir), tmp / "state", cg)
-    d.start()
     rows = []
-    try:
+    with bench_daemon("interpreter", args.image_dir) as d:
         available = {x["name"] for x in daemon_info(d).get("drivers", []) if x.get("available")}
         api = Api(d, timeout=600)
         for driver in args.drivers.split(","):
@@ -129,9 +103,6 @@ def main() -> int:
                         f"{statistics.median(st):.1f} ms (p90 {pct(st, 90):.1f}){' *' if driver == 'microvm' else ''} |")
             print(rows[-1], file=sys.stderr)
         api.close()
-    finally:
-        d.stop()
-        remove_empty_cgroup_tree(cg)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     section = "\n".join([
         BEGIN,

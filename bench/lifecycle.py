@@ -16,22 +16,17 @@ Needs root, a built tree (it runs `make`), the default image and httpx.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "bench"))
-
-from helpers import Api, Daemon, remove_empty_cgroup_tree, wait_until  # noqa: E402
-from sections import emit  # noqa: E402
+from _harness import bench_daemon, options, pct, per_driver, prepare
+from helpers import Api, wait_until
+from sections import emit
 
 BEGIN = "<!-- lifecycle benchmark: begin (bench/lifecycle.py) -->"
 END = "<!-- lifecycle benchmark: end -->"
@@ -39,11 +34,6 @@ SNAP_BEGIN = "<!-- snapshot benchmark: begin (bench/lifecycle.py) -->"
 SNAP_END = "<!-- snapshot benchmark: end -->"
 HOLDER = ("python3 -c \"import time; b = bytearray(256 << 20); b[::4096] = b'x' * len(b[::4096]); "
           "open('/workspace/held', 'w').write('1'); time.sleep(86400)\"")
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def timed(api: Api, sid: str, verb: str, want: str) -> float:
@@ -190,47 +180,29 @@ def render_snapshots(results: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="20 pauses and wakes of each instead of 100")
-    ap.add_argument("--drivers", default="namespace,gvisor,microvm")
-    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"),
-                    help="the file whose lifecycle section is replaced (appended when absent); - prints it")
-    ap.add_argument("--image-dir", default=os.environ.get("RUNTIME_TEST_IMAGE_DIR", "/var/cache/runtime/images"))
+    ap = options(__doc__, "lifecycle", quick="20 pauses and wakes of each instead of 100")
     ap.add_argument("--only", choices=("pause", "snapshots"), help="one section only")
     ap.add_argument("--microvm-written", default="10",
                     help="MiB written before the microVM's snapshots (comma-separated; default 10: writing "
                          "1 GiB in an emulated guest takes many minutes here)")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        print("bench/lifecycle.py: run as root (the daemon needs it)", file=sys.stderr)
-        return 2
+    if (rc := prepare("lifecycle.py")) != 0:
+        return rc
     n = 20 if args.quick else 100
-    mk = subprocess.run(["make", "-j2"], cwd=REPO, capture_output=True, text=True)
-    if mk.returncode != 0:
-        print(mk.stdout[-2000:], mk.stderr[-4000:], file=sys.stderr)
-        return 1
-    tmp = Path(tempfile.mkdtemp(prefix="runtime-bench-lifecycle-"))
-    cg = f"runtime-bench-lifecycle-{os.getpid()}"
-    d = Daemon(REPO / "build", Path(args.image_dir), tmp / "state", cg)
-    d.start()
     results: dict[str, dict] = {}
     snaps: dict[str, dict] = {}
-    try:
+    with bench_daemon("lifecycle", args.image_dir) as d:
         api = Api(d, timeout=600)
         for drv in [x for x in args.drivers.split(",") if x] if args.only != "pause" else []:
             snaps[drv] = {}
             sizes = [10, 1024] if drv != "microvm" else [int(x) for x in args.microvm_written.split(",") if x]
             for label, written in [(f"{w} MiB" if w < 1024 else f"{w // 1024} GiB", w) for w in sizes]:
                 try:
-                    snaps[drv][label] = snapshots_for(api, tmp / "state", drv, written)
+                    snaps[drv][label] = snapshots_for(api, d.state_dir, drv, written)
                 except AssertionError as e:
                     snaps[drv][label] = {"error": str(e)[:120]}
-        for drv in [x for x in args.drivers.split(",") if x] if args.only != "snapshots" else []:
-            try:
-                sbx = api.create_sandbox(driver=drv, timeoutSeconds=3600, autoWake=False)
-            except AssertionError as e:
-                results[drv] = {"error": str(e)[:120]}
-                continue
+        pause_drivers = args.drivers if args.only != "snapshots" else ""
+        for drv, sbx in per_driver(api, pause_drivers, results, autoWake=False):
             # The microVM is emulated here (TCG): fewer runs.
             runs = n if drv != "microvm" else max(10, n // 5)
             api.post(f"/v1/sandboxes/{sbx.id}/processes",
@@ -243,11 +215,7 @@ def main() -> int:
             res["held"] = pause_wake(api, sbx.id, runs)
             res["boot"] = boot_from_disk(api, sbx.id, 5 if drv != "microvm" else 2)
             results[drv] = res
-            api.delete(f"/v1/sandboxes/{sbx.id}")
         api.close()
-    finally:
-        d.stop()
-        remove_empty_cgroup_tree(cg)
     if args.only != "snapshots":
         emit(args.out, BEGIN, END, render(results, n))
     if args.only != "pause":

@@ -11,7 +11,6 @@ Needs root, a built tree (it runs `make`), the default image and httpx.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -19,17 +18,15 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
+
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "bench"))
-sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk" / "python" / "src"))
 
-from helpers import Api, Daemon, remove_empty_cgroup_tree  # noqa: E402
+from _harness import bench_daemon, options, pct, per_driver, prepare  # noqa: E402
+from helpers import Api  # noqa: E402
 from sections import emit  # noqa: E402
 
 BEGIN = "<!-- processes benchmark: begin (bench/processes.py) -->"
@@ -40,11 +37,6 @@ SIZE = 100 * 1024 * 1024
 # per write and runs at about 80 MB/s on its own here under load).
 WRITER = ("python3 -c \"import os\nb = b'a' * (1 << 20)\nfor _ in range(100):\n"
           "    v = memoryview(b)\n    while v: v = v[os.write(1, v):]\"")
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def round_trips(api: Api, sid: str, n: int) -> dict[str, list[float]]:
@@ -137,48 +129,24 @@ def render(results: dict, n: int, args) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="50 round trips of each instead of 300")
-    ap.add_argument("--drivers", default="namespace,gvisor,microvm")
-    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"),
-                    help="the file whose processes section is replaced (appended when absent); - prints it")
-    ap.add_argument("--image-dir", default=os.environ.get("RUNTIME_TEST_IMAGE_DIR", "/var/cache/runtime/images"))
-    args = ap.parse_args()
-    if os.geteuid() != 0:
-        print("bench/processes.py: run as root (the daemon needs it)", file=sys.stderr)
-        return 2
+    args = options(__doc__, "processes", quick="50 round trips of each instead of 300").parse_args()
+    if (rc := prepare("processes.py")) != 0:
+        return rc
     n = 50 if args.quick else 300
-    mk = subprocess.run(["make", "-j2"], cwd=REPO, capture_output=True, text=True)
-    if mk.returncode != 0:
-        print(mk.stdout[-2000:], mk.stderr[-4000:], file=sys.stderr)
-        return 1
-    tmp = Path(tempfile.mkdtemp(prefix="runtime-bench-processes-"))
-    cg = f"runtime-bench-processes-{os.getpid()}"
-    d = Daemon(REPO / "build", Path(args.image_dir), tmp / "state", cg)
-    d.start()
-    for k, v in d.env().items():
-        os.environ[k] = v
-    from withruntime import Sandbox
     results: dict[str, dict] = {}
-    try:
+    with bench_daemon("processes", args.image_dir) as d:
+        for k, v in d.env().items():
+            os.environ[k] = v
+        from withruntime import Sandbox
         api = Api(d, timeout=600)
-        for drv in [x for x in args.drivers.split(",") if x]:
-            try:
-                sbx = api.create_sandbox(driver=drv, timeoutSeconds=3600)
-            except AssertionError as e:
-                results[drv] = {"error": str(e)[:120]}
-                continue
+        for drv, sbx in per_driver(api, args.drivers, results):
             # The microVM is emulated here (TCG): fewer round trips.
             results[drv] = {"rt": round_trips(api, sbx.id, n if drv != "microvm" else max(20, n // 10)),
                             "load": os.getloadavg()[0], "alone": writer_alone(api, sbx.id),
                             "curl": throughput_curl(api, sbx.id)}
             with Sandbox.connect(sbx.id) as handle:
                 results[drv]["tp"] = throughput(handle)
-            api.delete(f"/v1/sandboxes/{sbx.id}")
         api.close()
-    finally:
-        d.stop()
-        remove_empty_cgroup_tree(cg)
     emit(args.out, BEGIN, END, render(results, n, args))
     return 0
 

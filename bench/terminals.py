@@ -11,23 +11,18 @@ Needs root, a built tree (it runs `make`) and the default image.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "bench"))
-sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk" / "python" / "src"))
 
-from helpers import Api, Daemon, remove_empty_cgroup_tree  # noqa: E402
+from _harness import bench_daemon, options, pct, per_driver, prepare  # noqa: E402
+from helpers import Api  # noqa: E402
 from sections import emit  # noqa: E402
 
 BEGIN = "<!-- terminals benchmark: begin (bench/terminals.py) -->"
@@ -59,11 +54,6 @@ a, b = listen(9100), listen(9101)
 threading.Thread(target=serve, args=(b, count), daemon=True).start()
 serve(a, send)
 """ % SIZE
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def key_round_trips(sbx, n: int) -> list[float]:
@@ -132,45 +122,21 @@ def render(results: dict, n: int) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="50 keys instead of 300")
-    ap.add_argument("--drivers", default="namespace,gvisor,microvm")
-    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"),
-                    help="the file whose terminals section is replaced (appended when absent); - prints it")
-    ap.add_argument("--image-dir", default=os.environ.get("RUNTIME_TEST_IMAGE_DIR", "/var/cache/runtime/images"))
-    args = ap.parse_args()
-    if os.geteuid() != 0:
-        print("bench/terminals.py: run as root (the daemon needs it)", file=sys.stderr)
-        return 2
+    args = options(__doc__, "terminals", quick="50 keys instead of 300").parse_args()
+    if (rc := prepare("terminals.py")) != 0:
+        return rc
     n = 50 if args.quick else 300
-    mk = subprocess.run(["make", "-j2"], cwd=REPO, capture_output=True, text=True)
-    if mk.returncode != 0:
-        print(mk.stdout[-2000:], mk.stderr[-4000:], file=sys.stderr)
-        return 1
-    tmp = Path(tempfile.mkdtemp(prefix="runtime-bench-terminals-"))
-    cg = f"runtime-bench-terminals-{os.getpid()}"
-    d = Daemon(REPO / "build", Path(args.image_dir), tmp / "state", cg)
-    d.start()
-    for k, v in d.env().items():
-        os.environ[k] = v
-    from withruntime import Sandbox
     results: dict[str, dict] = {}
-    try:
+    with bench_daemon("terminals", args.image_dir) as d:
+        for k, v in d.env().items():
+            os.environ[k] = v
+        from withruntime import Sandbox
         api = Api(d, timeout=600)
-        for drv in [x for x in args.drivers.split(",") if x]:
-            try:
-                info = api.create_sandbox(driver=drv, timeoutSeconds=3600)
-            except AssertionError as e:
-                results[drv] = {"error": str(e)[:120]}
-                continue
+        for drv, info in per_driver(api, args.drivers, results):
             with Sandbox.connect(info.id) as sbx:
                 results[drv] = {"keys": key_round_trips(sbx, n if drv != "microvm" else max(20, n // 10)),
                                 "fwd": forward(sbx)}
-            api.delete(f"/v1/sandboxes/{info.id}")
         api.close()
-    finally:
-        d.stop()
-        remove_empty_cgroup_tree(cg)
     emit(args.out, BEGIN, END, render(results, n))
     return 0
 
