@@ -15,10 +15,7 @@ from ._models import (
     snapshot_path,
     snapshot_update_body,
     CREATE_HTTP_TIMEOUT_SECONDS,
-    DEFAULT_STREAM_KEEP_BYTES,
-    MAX_EXEC_TIMEOUT_SECONDS,
     CommandResult,
-    ExecStream,
     FileEntry,
     FileList,
     SandboxInfo,
@@ -31,7 +28,6 @@ from ._models import (
     check_limit,
     parse_egress_log,
     secret_path,
-    build_exec_body,
     build_list_params,
     pack_directory,
     unpack_directory,
@@ -47,7 +43,8 @@ from ._models import (
     wake_body,
     with_user,
 )
-from ._process import Process, event_end, idempotency_headers, parse_event, spawn_body, with_aliases
+from . import _calls
+from ._process import Process, idempotency_headers
 from ._tunnel import PortForward, check_port
 from ._terminal import Terminal, terminal_target
 from ._ws import SyncWebSocket
@@ -174,10 +171,9 @@ class Sandbox(SandboxInfo):
         try:
             cursor: Optional[str] = None
             while True:
-                data = http.request("GET", "/v1/sandboxes", params=params + ([("cursor", cursor)] if cursor else []))
-                items = data.get("data", data.get("sandboxes")) if isinstance(data, dict) else None
-                out += [cls(http, d, keep=True, owns_http=False) for d in (items or [])]
-                cursor = data.get("nextCursor") if isinstance(data, dict) else None
+                page = http.request("GET", "/v1/sandboxes", params=_calls.page_params(params, cursor))
+                items, cursor = _calls.list_page(page)
+                out += [cls(http, d, keep=True, owns_http=False) for d in items]
                 if not cursor:
                     break
         except BaseException:
@@ -385,59 +381,38 @@ class Sandbox(SandboxInfo):
         key within ten minutes gives back the first run instead of running it again) and
         ``user`` (``"root"``).
         """
-        stream = on_stdout is not None or on_stderr is not None
-        body, wait = build_exec_body(
-            command,
-            cwd=cwd,
-            env=env,
-            stdin=stdin,
-            timeout_seconds=timeout_seconds,
-            stream=stream,
-            max_output_bytes=max_output_bytes,
-            timeout_ms=timeout_ms,
-            user=user,
-        )
-        headers = idempotency_headers(idempotency_key)
-        path = sandbox_path(self.id, ":exec")
-        if not stream:
+        call = _calls.ExecCall(self.id, command, cwd=cwd, env=env, stdin=stdin, timeout_seconds=timeout_seconds,
+                               stream=on_stdout is not None or on_stderr is not None,
+                               max_output_bytes=max_output_bytes, timeout_ms=timeout_ms, user=user,
+                               idempotency_key=idempotency_key)
+        if not call.stream:
             result = parse_exec_result(
-                self._http.request("POST", path, json_body=body, timeout=wait, headers=headers)
+                self._http.request("POST", call.path, json_body=call.body, timeout=call.wait, headers=call.headers)
             )
         else:
-            folded = ExecStream(max_output_bytes if max_output_bytes is not None else DEFAULT_STREAM_KEEP_BYTES)
-            for ev in self._exec_events(body, wait, headers):
-                kind, data = folded.feed_event(ev)
+            for ev in self._exec_events(call):
+                kind, data = call.folded.feed_event(ev)
                 if kind == "stdout" and on_stdout is not None:
                     on_stdout(data)
                 elif kind == "stderr" and on_stderr is not None:
                     on_stderr(data)
-            result = folded.finish()
+            result = call.folded.finish()
         if check and not result.ok:
             raise CommandError(result)
         return result
 
-    def _exec_events(self, body: Dict[str, Any], wait: float, headers: Optional[Dict[str, str]]) -> Iterator[Dict[str, Any]]:
-        body = {**body, "stream": True}
-        body.pop("maxOutputBytes", None)
-        process_id: Optional[str] = None
-        cursor = 0
-        resumed = False
-        with self._http.stream_lines("POST", sandbox_path(self.id, ":exec"), json_body=body, timeout=wait,
-                                     headers=headers) as lines:
+    def _exec_events(self, call: _calls.ExecCall) -> Iterator[Dict[str, Any]]:
+        events = _calls.ExecEvents(call.body)
+        with self._http.stream_lines("POST", call.path, json_body=events.body, timeout=call.wait,
+                                     headers=call.headers) as lines:
             for line in lines:
-                ev = parse_event(line)
-                if ev is None:
-                    continue
-                if ev.get("type") == "start":
-                    process_id = ev.get("processId")
-                if ev.get("type") == "continue":
-                    process_id, cursor, resumed = ev.get("processId"), int(ev.get("cursor") or 0), True
+                ev = events.feed(line)
+                if ev is not None:
+                    yield ev
+                if events.done:
                     break
-                cursor = event_end(ev, cursor)
-                yield with_aliases(ev)
-                if ev.get("type") in ("exit", "error"):
-                    return
-        if resumed and process_id:
+        if events.resume:
+            process_id, cursor = events.resume
             yield from Process(self._http, self.id, {"id": process_id}).output(cursor)
 
     def exec_stream(
@@ -456,11 +431,9 @@ class Sandbox(SandboxInfo):
         ``stderr``, ``truncated`` when output was lost, ``exit``. When the daemon ends a long
         stream (``continue``) it is followed on from the cursor. Events carry snake_case
         aliases beside their camelCase fields. The timeout defaults to a day."""
-        if timeout_ms is None and timeout_seconds is None:
-            timeout_seconds = MAX_EXEC_TIMEOUT_SECONDS
-        body, wait = build_exec_body(command, cwd=cwd, env=env, stdin=stdin, timeout_seconds=timeout_seconds,
-                                     stream=True, max_output_bytes=None, timeout_ms=timeout_ms, user=user)
-        return self._exec_events(body, wait, idempotency_headers(idempotency_key))
+        call = _calls.stream_exec_call(self.id, command, cwd=cwd, env=env, stdin=stdin, timeout_ms=timeout_ms,
+                                       timeout_seconds=timeout_seconds, user=user, idempotency_key=idempotency_key)
+        return self._exec_events(call)
 
     def spawn(
         self,
@@ -478,14 +451,8 @@ class Sandbox(SandboxInfo):
         """Starts a background process and returns at once. ``stdin="pipe"`` keeps its input
         open for :meth:`Process.write`; other text or bytes are its whole input. Without
         ``timeout_ms`` it may run for a day."""
-        body, _ = build_exec_body(command, cwd=cwd, env=env, stdin=None if stdin == "pipe" else stdin,
-                                  timeout_seconds=MAX_EXEC_TIMEOUT_SECONDS, stream=False, max_output_bytes=None,
-                                  timeout_ms=timeout_ms, user=user)
-        spawn_body(body, stdin, output_encoding)
-        if pty is not None:
-            # A terminal (pty={"cols": 120, "rows": 40}): its input stays open for write(), and
-            # terminal(process_id=...) attaches to it.
-            body["pty"] = {"cols": int(pty.get("cols", 80)), "rows": int(pty.get("rows", 24))}
+        body = _calls.spawn_request(command, cwd=cwd, env=env, stdin=stdin, timeout_ms=timeout_ms, user=user,
+                                    output_encoding=output_encoding, pty=pty)
         info = self._http.request("POST", sandbox_path(self.id, "/processes"), json_body=body,
                                   headers=idempotency_headers(idempotency_key))
         return Process(self._http, self.id, info)
@@ -646,10 +613,7 @@ class Files:
         """Unpacks tar bytes (gzip or not, told by their first bytes) into the directory
         ``path``, merging; answers ``{"path", "entries", "bytes"}``. The sandbox refuses
         absolute names, "..", links that lead out and device files."""
-        p = check_path(path)
-        payload = bytes(data)
-        if gzip is not None and gzip != payload.startswith(b"\x1f\x8b"):
-            raise InvalidRequestError("gzip does not match the archive's first bytes")
+        p, payload = _calls.unarchive_request(path, data, gzip)
         out: Dict[str, Any] = self._sbx._http.request("PUT", self._url("/files/archive"), params=with_user({"path": p}, user),
                                                          content=payload)
         return out
@@ -673,13 +637,7 @@ class Files:
         if st.is_dir:
             unpack_directory(self.archive(remote_path, gzip=True, user=user), local_path)
             return
-        data = self.read(remote_path, user=user)
-        target = os.path.abspath(local_path)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        partial = f"{target}.partial-{os.getpid()}"
-        with open(partial, "wb") as f:
-            f.write(data)
-        os.replace(partial, target)
+        _calls.save_local_file(local_path, self.read(remote_path, user=user))
 
 
 class Network(Dict[str, Any]):
