@@ -12,6 +12,7 @@
 #include "cli/endpoint.h"
 #include "cli/parse.h"
 #include "common/macro.h"
+#include "common/path.h"
 
 static const char doctor_help[] =
         "Runs 'runtimed --doctor' (the runtimed next to this program, else the one on PATH)\n"
@@ -21,23 +22,16 @@ static const char doctor_help[] =
         "Example:\n  runtime doctor\n";
 
 char *doctor_find_runtimed(void) {
-        char self[PATH_MAX], *slash, *r = NULL;
+        char self[PATH_MAX], *r = NULL;
         const char *path;
-        ssize_t n;
 
-        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n > 0) {
-                self[n] = '\0';
-                slash = strrchr(self, '/');
-                if (slash) {
-                        *slash = '\0';
-                        if (asprintf(&r, "%s/runtimed", self) < 0)
-                                return NULL;
-                        if (access(r, X_OK) == 0)
-                                return r;
-                        free(r);
-                        r = NULL;
-                }
+        if (path_self_dir(self, sizeof(self)) == 0) {
+                if (asprintf(&r, "%s/runtimed", self) < 0)
+                        return NULL;
+                if (access(r, X_OK) == 0)
+                        return r;
+                free(r);
+                r = NULL;
         }
         path = getenv("PATH");
         if (!path)

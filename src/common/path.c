@@ -19,6 +19,22 @@ int path_join(char *buf, size_t len, const char *a, const char *b) {
         return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
+int path_self_dir(char *buf, size_t len) {
+        if (len < 2)
+                return -ENAMETOOLONG;
+        ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+        if (n < 0)
+                return -errno;
+        if ((size_t)n >= len - 1)
+                return -ENAMETOOLONG; /* possibly cut short */
+        buf[n] = '\0';
+        char *slash = strrchr(buf, '/');
+        if (!slash)
+                return -ENOENT;
+        *(slash == buf ? slash + 1 : slash) = '\0';
+        return 0;
+}
+
 /* Empties the directory fd (on device dev); fd is closed. */
 static int empty_dir(int fd, dev_t dev, unsigned depth) {
         if (depth > TREE_MAX_DEPTH) {

@@ -2,6 +2,7 @@
 /* Paths and trees on the host's filesystem, for every component (libc
  * only). */
 #include <stddef.h>
+#include <sys/types.h>
 
 /* "a/b" into buf; -ENAMETOOLONG when it does not fit in len. */
 int path_join(char *buf, size_t len, const char *a, const char *b);
@@ -11,3 +12,7 @@ int path_join(char *buf, size_t len, const char *a, const char *b);
  * deeper than 256 levels is -ELOOP. A name that does not exist is 0. It goes
  * on past a failure and returns the first. */
 int path_remove_tree_at(int dfd, const char *name);
+/* The directory of the running program's own executable (/proc/self/exe)
+ * into buf: where its companion programs are looked for. -ENAMETOOLONG when
+ * it does not fit, another negative errno when it cannot be read. */
+int path_self_dir(char *buf, size_t len);

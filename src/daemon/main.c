@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/macro.h"
+#include "common/path.h"
 #include "common/random.h"
 #include "daemon/api.h"
 #include "daemon/api_terminal.h"
@@ -177,13 +178,8 @@ static int drop_unused_capabilities(void) {
 /* A companion program next to our own executable, else in ../libexec/runtime/. */
 static char *find_companion(const char *name) {
         char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n <= 0)
+        if (path_self_dir(self, sizeof self) < 0)
                 return strdup(name);
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash)
-                *slash = '\0';
         char *p = NULL;
         if (asprintf(&p, "%s/%s", self, name) < 0)
                 return NULL;

@@ -157,6 +157,20 @@ static void test_path_join(void **state) {
         assert_int_equal(path_join(buf, sizeof buf, "abc", "efg"), 0);
 }
 
+static void test_self_dir(void **state) {
+        char dir[PATH_MAX], exe[PATH_MAX];
+        assert_int_equal(path_self_dir(dir, sizeof dir), 0);
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        assert_true(n > 0);
+        exe[n] = '\0';
+        size_t len = strlen(dir);
+        assert_memory_equal(dir, exe, len);
+        assert_int_equal(exe[len], '/');
+        assert_null(strchr(exe + len + 1, '/'));
+        /* Too small a buffer is refused, never cut short. */
+        assert_int_equal(path_self_dir(dir, 4), -ENAMETOOLONG);
+}
+
 static void write_file(int dfd, const char *name) {
         int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         assert_true(fd >= 0);
@@ -220,7 +234,7 @@ int main(void) {
                 cmocka_unit_test(test_mono_deadline),     cmocka_unit_test(test_cond_mono_times_out),
                 cmocka_unit_test(test_write_all_pipe),    cmocka_unit_test(test_send_all_peer_gone),
                 cmocka_unit_test(test_copy_sparse),       cmocka_unit_test(test_path_join),
-                cmocka_unit_test(test_remove_tree),
+                cmocka_unit_test(test_remove_tree),       cmocka_unit_test(test_self_dir),
         };
         return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }
