@@ -30,6 +30,7 @@
 #include <linux/random.h>
 
 #include "agent/request.h"
+#include "common/io.h"
 #include "common/macro.h"
 
 #define NEWROOT "/newroot"
@@ -46,19 +47,6 @@ static void sleep_ms(unsigned ms) {
         struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
                 ;
-}
-
-static int read_small_file(const char *path, char *buf, size_t len) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        ssize_t n = read(fd, buf, len - 1);
-        if (n < 0)
-                return -errno;
-        buf[n] = 0;
-        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-                buf[--n] = 0;
-        return 0;
 }
 
 /* mkdir + mount; an already mounted target (EBUSY) is fine, so stage 2 can
@@ -153,7 +141,7 @@ static int find_disk(const char *serial, char *ret_path, size_t len) {
                                  * compiler, which cannot see it at -O1. */
                                 char p[64], s[64];
                                 snprintf(p, sizeof(p), "/sys/block/%.16s/serial", de->d_name);
-                                if (read_small_file(p, s, sizeof(s)) == 0 && strcmp(s, serial) == 0) {
+                                if (io_read_text(p, s, sizeof(s)) == 0 && strcmp(s, serial) == 0) {
                                         snprintf(ret_path, len, "/dev/%.16s", de->d_name);
                                         closedir(d);
                                         if (access(ret_path, F_OK) == 0)
@@ -288,7 +276,7 @@ static int set_hostname(void) {
         char cmdline[4096];
         const char *name = "sandbox";
         char buf[65];
-        if (read_small_file("/proc/cmdline", cmdline, sizeof(cmdline)) == 0) {
+        if (io_read_text("/proc/cmdline", cmdline, sizeof(cmdline)) == 0) {
                 char *save = NULL;
                 for (char *tok = strtok_r(cmdline, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
                         if (strncmp(tok, "runtime.hostname=", 17) != 0)
@@ -327,7 +315,7 @@ static int write_small_file(const char *path, const char *text) {
 
 static int pids_limit(void) {
         char cmdline[4096];
-        if (read_small_file("/proc/cmdline", cmdline, sizeof(cmdline)) < 0)
+        if (io_read_text("/proc/cmdline", cmdline, sizeof(cmdline)) < 0)
                 return 0;
         unsigned long n = 0;
         char *save = NULL;
@@ -366,7 +354,7 @@ static int pids_limit(void) {
          * limit (the JVM, Go) size themselves to it. */
         uint64_t total_kib = 0;
         char meminfo[256];
-        if (read_small_file("/proc/meminfo", meminfo, sizeof(meminfo)) == 0 &&
+        if (io_read_text("/proc/meminfo", meminfo, sizeof(meminfo)) == 0 &&
             sscanf(meminfo, "MemTotal: %" SCNu64 " kB", &total_kib) == 1 && total_kib > 2 * VM_AGENT_RESERVE_KIB &&
             write_small_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory") == 0) {
                 char max[32];
@@ -446,7 +434,7 @@ static int find_port(const char *name, char *ret_path, size_t len) {
                         continue;
                 char p[96], s[128];
                 snprintf(p, sizeof(p), "/sys/class/virtio-ports/%.32s/name", de->d_name);
-                if (read_small_file(p, s, sizeof(s)) == 0 && strcmp(s, name) == 0) {
+                if (io_read_text(p, s, sizeof(s)) == 0 && strcmp(s, name) == 0) {
                         snprintf(ret_path, len, "/dev/%.32s", de->d_name);
                         r = 0;
                         break;

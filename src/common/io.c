@@ -1,6 +1,7 @@
 #include "common/io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -76,5 +77,23 @@ int io_copy_sparse(int in, int out) {
                 }
                 pos = hole;
         }
+        return 0;
+}
+
+int io_read_text(const char *path, char *buf, size_t len) {
+        if (len == 0)
+                return -EINVAL;
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        ssize_t n;
+        do
+                n = read(fd, buf, len - 1);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return -errno;
+        buf[n] = '\0';
+        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+                buf[--n] = '\0';
         return 0;
 }

@@ -14,3 +14,7 @@ int io_send_all(int fd, const void *buf, size_t n);
  * size first) by its data extents only, so that its holes stay holes in out.
  * Does not sync. 0 or a negative errno. */
 int io_copy_sparse(int in, int out);
+/* Reads a small text file (a stamp, /proc/cmdline) into buf as one string:
+ * at most len - 1 bytes, trailing newlines and spaces dropped. 0 or a
+ * negative errno. */
+int io_read_text(const char *path, char *buf, size_t len);

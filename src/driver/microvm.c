@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/macro.h"
 #include "common/path.h"
 #include "common/timeutil.h"
@@ -34,19 +35,6 @@
  * this big, whatever diskMiB says. */
 #define MIN_DISK_MIB 16u
 #define MAX_DISK_MIB (1024u * 1024u)
-
-static int read_text(const char *path, char *buf, size_t len) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        ssize_t n = read(fd, buf, len - 1);
-        if (n < 0)
-                return -errno;
-        buf[n] = 0;
-        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-                buf[--n] = 0;
-        return 0;
-}
 
 /* The image's name (the last part of image_dir), for messages to clients;
  * "the image" when it is not a plain name. */
@@ -70,9 +58,9 @@ static bool image_parts_current(const char *image_dir) {
         for (size_t i = 0; i < ELEMENTSOF(parts); i++)
                 if (path_join(p, sizeof(p), image_dir, parts[i]) < 0 || access(p, R_OK) < 0)
                         return false;
-        if (path_join(p, sizeof(p), image_dir, "microvm/root.stamp") < 0 || read_text(p, stamp, sizeof(stamp)) < 0)
+        if (path_join(p, sizeof(p), image_dir, "microvm/root.stamp") < 0 || io_read_text(p, stamp, sizeof(stamp)) < 0)
                 return false;
-        if (path_join(p, sizeof(p), image_dir, "built-at") < 0 || read_text(p, built, sizeof(built)) < 0)
+        if (path_join(p, sizeof(p), image_dir, "built-at") < 0 || io_read_text(p, built, sizeof(built)) < 0)
                 return true; /* an image without a stamp: the builder's own check decides */
         size_t l = strlen(built);
         return strncmp(stamp, built, l) == 0 && (stamp[l] == ' ' || stamp[l] == 0);

@@ -149,6 +149,25 @@ static void test_copy_sparse(void **state) {
         free(d);
 }
 
+static void test_read_text(void **state) {
+        char *d = tmpdir(), p[PATH_MAX], buf[8];
+        assert_int_equal(path_join(p, sizeof p, d, "stamp"), 0);
+        int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, "abc \n\n", 6), 6);
+        close(fd);
+        assert_int_equal(io_read_text(p, buf, sizeof buf), 0);
+        assert_string_equal(buf, "abc");
+        /* A longer file is cut at the buffer, always terminated. */
+        assert_int_equal(io_read_text(p, buf, 3), 0);
+        assert_string_equal(buf, "ab");
+        assert_int_equal(io_read_text(p, buf, 0), -EINVAL);
+        assert_int_equal(path_join(p, sizeof p, d, "missing"), 0);
+        assert_int_equal(io_read_text(p, buf, sizeof buf), -ENOENT);
+        assert_int_equal(path_remove_tree_at(AT_FDCWD, d), 0);
+        free(d);
+}
+
 static void test_path_join(void **state) {
         char buf[8];
         assert_int_equal(path_join(buf, sizeof buf, "ab", "cd"), 0);
@@ -233,7 +252,8 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_mono_deadline),     cmocka_unit_test(test_cond_mono_times_out),
                 cmocka_unit_test(test_write_all_pipe),    cmocka_unit_test(test_send_all_peer_gone),
-                cmocka_unit_test(test_copy_sparse),       cmocka_unit_test(test_path_join),
+                cmocka_unit_test(test_copy_sparse),       cmocka_unit_test(test_read_text),
+                cmocka_unit_test(test_path_join),
                 cmocka_unit_test(test_remove_tree),       cmocka_unit_test(test_self_dir),
         };
         return cmocka_run_group_tests_name("common", tests, NULL, NULL);
