@@ -323,13 +323,9 @@ enum MHD_Result handle_terminal(Req *r) {
         char accept[29];
         if (api_websocket_handshake(r, "open it with a WebSocket client (withruntime's terminal())", accept, &e) < 0)
                 return reply_error(r, &e);
-        Terminal *t = calloc(1, sizeof(*t));
+        Terminal *t = (Terminal *)ws_session_new(sizeof(*t), &terminal_ops, &open_terminals, r->rid);
         if (!t)
                 return reply_internal(r);
-        if (ws_session_init(&t->s, &terminal_ops, &open_terminals, r->rid) < 0) {
-                terminal_free(&t->s);
-                return reply_internal(r);
-        }
         bool room = ws_session_admit(&t->s);
         /* Past the upgrade, errors go to the client as an error message and
          * a close: that is where the published client reads them. */

@@ -448,13 +448,9 @@ enum MHD_Result handle_tunnel(Req *r) {
         char accept[29];
         if (api_websocket_handshake(r, "open it with a WebSocket client (withruntime's forward_port())", accept, &e) < 0)
                 return reply_error(r, &e);
-        Tunnel *t = calloc(1, sizeof(*t));
+        Tunnel *t = (Tunnel *)ws_session_new(sizeof(*t), &tunnel_ops, &open_tunnels, r->rid);
         if (!t)
                 return reply_internal(r);
-        if (ws_session_init(&t->s, &tunnel_ops, &open_tunnels, r->rid) < 0) {
-                tunnel_free(&t->s);
-                return reply_internal(r);
-        }
         bool room = ws_session_admit(&t->s);
         /* Past the upgrade, refusals go to the client as an error message:
          * where the published client reads them. */

@@ -12,7 +12,10 @@
 #include "common/timeutil.h"
 #include "daemon/log.h"
 
-int ws_session_init(WsSession *s, const WsSessionOps *ops, WsSessionList *list, const char *rid) {
+WsSession *ws_session_new(size_t size, const WsSessionOps *ops, WsSessionList *list, const char *rid) {
+        WsSession *s = calloc(1, size);
+        if (!s)
+                return NULL;
         s->ops = ops;
         s->list = list;
         s->sock = -1;
@@ -20,9 +23,11 @@ int ws_session_init(WsSession *s, const WsSessionOps *ops, WsSessionList *list, 
         snprintf(s->rid, sizeof s->rid, "%s", rid);
         pthread_mutex_init(&s->lock, NULL);
         pthread_cond_init(&s->drained, NULL);
-        if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) < 0)
-                return -errno;
-        return 0;
+        if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+                ops->free(s);
+                return NULL;
+        }
+        return s;
 }
 
 void ws_session_destroy(WsSession *s) {

@@ -76,10 +76,11 @@ struct WsSession {
         uint64_t close_deadline;
 };
 
-/* Sets s up for a request (its lock, condition and wake pipe). On failure
- * the caller frees s with ws_session_destroy. */
-int ws_session_init(WsSession *s, const WsSessionOps *ops, WsSessionList *list, const char *rid);
-/* Releases what ws_session_init and the upgrade made; not s itself. */
+/* A new session of size bytes (the route's struct, its WsSession first,
+ * zeroed) set up for a request: its lock, condition and wake pipe. NULL when
+ * out of memory or descriptors. */
+WsSession *ws_session_new(size_t size, const WsSessionOps *ops, WsSessionList *list, const char *rid);
+/* Releases what ws_session_new and the upgrade made; not the memory. */
 void ws_session_destroy(WsSession *s);
 /* Lists s among the route's open sessions; false when the route is at its
  * bound or the daemon is closing (s is listed all the same, to answer its
