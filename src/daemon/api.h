@@ -163,6 +163,8 @@ enum MHD_Result api_process_output(Req *r, Proc *p, uint64_t cursor, bool follow
 json_t *api_process_exit_event(const ProcExit *x);
 /* The API's process object. */
 json_t *api_process_json(const ProcInfo *info);
+/* A sandbox's row as the API answers it (a new reference; NULL on ENOMEM). */
+json_t *api_sandbox_json(Manager *m, const SandboxRow *r);
 /* `outOfMemory` as the published client reads it: {code, processesKilled,
  * memoryMiB, message, hint}; NULL on allocation failure. */
 json_t *api_out_of_memory(int64_t processes_killed, unsigned memory_mib);

@@ -2,7 +2,7 @@
  * wake, restart. The manager answers rows; the API's sandbox object is made
  * here. */
 #include "daemon/api_sandboxes.h"
-#include "daemon/api_snapshots.h"
+#include "daemon/snapshot.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -14,56 +14,6 @@
 #include "common/timeutil.h"
 #include "daemon/api.h"
 #include "daemon/request.h"
-
-/* The API's sandbox object for a row. */
-json_t *api_sandbox_json(Manager *m, const SandboxRow *r) {
-        _cleanup_json_ json_t *spec = json_loads(r->spec, 0, NULL);
-        _cleanup_json_ json_t *labels = json_loads(r->labels, 0, NULL);
-        if (!spec || !labels)
-                return NULL;
-        unsigned vcpu = (unsigned)json_integer_value(json_object_get(spec, "vcpu"));
-        unsigned mem = (unsigned)json_integer_value(json_object_get(spec, "memoryMiB"));
-        unsigned disk = (unsigned)json_integer_value(json_object_get(spec, "diskMiB"));
-        const char *driver = json_string_value(json_object_get(spec, "driver"));
-        const char *image = json_string_value(json_object_get(spec, "image"));
-        const char *on_end = json_string_value(json_object_get(spec, "onLeaseEnd"));
-        uint64_t per_hour = sandbox_row_cost_per_hour(m, r);
-        int64_t run_seconds = sandbox_row_run_seconds(r, time_now_unix());
-        uint64_t cost = ledger_cost(per_hour, run_seconds);
-        json_t *max_cost = json_object_get(spec, "maxCostMicros");
-        json_t *max_total = json_object_get(spec, "maxTotalCostMicros");
-        json_t *network = json_object_get(spec, "network");
-        json_t *j = json_pack("{s:s,s:o,s:O,s:s,s:s,s:s,s:i,s:i,s:i,s:O,s:I,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:O,s:o}",
-                         "id", r->id, "name", r->name ? json_string(r->name) : json_null(), "labels", labels,
-                         "state", r->state, "driver", driver ? driver : "", "image", image ? image : "", "vcpu",
-                         (int)vcpu, "memoryMiB", (int)mem, "diskMiB", (int)disk, "network",
-                         network ? network : json_null(), "timeoutSeconds",
-                         (json_int_t)json_integer_value(json_object_get(spec, "timeoutSeconds")), "onLeaseEnd",
-                         on_end ? on_end : "stop", "createdAt", json_time_or_null(r->created_at), "startedAt",
-                         json_time_or_null(r->started_at), "stoppedAt", json_time_or_null(r->stopped_at), "leaseEndsAt",
-                         json_time_or_null(r->lease_ends_at), "costMicrosPerHour", (json_int_t)per_hour, "costMicros",
-                         (json_int_t)cost, "maxCostMicros", max_cost ? max_cost : json_null(), "failureReason",
-                         r->failure_reason ? json_string(r->failure_reason) : json_null());
-        /* The lifecycle's fields: a paused sandbox costs its disk only. */
-        json_t *idle = json_object_get(spec, "idlePauseSeconds");
-        json_t *paused_at = json_object_get(spec, "pausedAt");
-        uint64_t paused_cost = sandbox_row_paused_cost(m, r, time_now_unix());
-        if (j && (json_object_set_new(j, "costMicros", json_integer((json_int_t)(cost + paused_cost))) < 0 ||
-                  json_object_set_new(j, "pausedAt", json_time_or_null(json_integer_value(paused_at))) < 0 ||
-                  json_object_set_new(j, "idlePauseSeconds", json_integer(json_integer_value(idle))) < 0 ||
-                  json_object_set_new(j, "autoWake", json_boolean(!json_is_false(json_object_get(spec, "autoWake")))) < 0 ||
-                  json_object_set_new(j, "pausable", json_boolean(!json_is_false(json_object_get(spec, "pausable")))) < 0)) {
-                json_decref(j);
-                return NULL;
-        }
-        if (j && (json_object_set_new(j, "runSeconds", json_integer(run_seconds)) < 0 ||
-                  json_object_set(j, "maxTotalCostMicros", max_total ? max_total : json_null()) < 0 ||
-                  json_object_set(j, "secrets", json_object_get(spec, "secrets") ?: json_null()) < 0)) {
-                json_decref(j);
-                return NULL;
-        }
-        return j;
-}
 
 /* Answers a manager call's row (cleared here) with status, or its error. */
 static enum MHD_Result reply_row(Req *r, int rc, SandboxRow *row, const SandboxError *se, unsigned status) {
@@ -350,6 +300,40 @@ static enum MHD_Result reply_reused(Req *r, const char *id) {
         return reply_json(r, 200, j);
 }
 
+/* A create's `snapshot` field: takes it out of r->json, checks it is one of
+ * the key owner's snapshots, fills the fields the create left out (driver,
+ * image, shape) from it and answers its directory in *ret_dir (NULL when the
+ * create has no snapshot). A diskMiB smaller than the snapshot's, or
+ * another driver or image, is a 400. */
+static int snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e) {
+        *ret_dir = NULL;
+        json_t *v = json_object_get(r->json, "snapshot");
+        if (!v || json_is_null(v)) {
+                json_object_del(r->json, "snapshot");
+                return 0;
+        }
+        const char *id = json_string_value(v);
+        if (!id)
+                return api_error(e, 400, "invalid_request", NULL, "snapshot must be a snapshot's id");
+        SnapshotRow s;
+        int rc = snapshot_store_get(r->app->snapshots, r->key.owner, id, &s);
+        if (rc == -ENOENT)
+                return api_error(e, 404, "not_found", "GET /v1/snapshots lists yours", "no snapshot %.32s", id);
+        if (rc < 0)
+                return api_error(e, 500, "internal", NULL, "could not read the snapshot");
+        _cleanup_json_ json_t *spec = json_loads(s.spec, 0, NULL);
+        rc = snapshot_merge_create_defaults(r->json, spec, e);
+        if (rc == 0) {
+                *ret_dir = snapshot_store_dir(r->app->snapshots, s.id);
+                if (!*ret_dir)
+                        rc = api_error(e, 500, "internal", NULL, "out of memory");
+        }
+        snapshot_row_done(&s);
+        if (rc == 0)
+                json_object_del(r->json, "snapshot");
+        return rc;
+}
+
 enum MHD_Result handle_sandbox_create(Req *r) {
         const DaemonConfig *cfg = r->app->cfg;
         ApiError e = { 0 };
@@ -364,7 +348,7 @@ enum MHD_Result handle_sandbox_create(Req *r) {
         }
         bool get_or_create = json_is_true(goc);
         _cleanup_free_ char *snap_dir = NULL;
-        int rc = api_snapshot_create_defaults(r, &snap_dir, &e);
+        int rc = snapshot_create_defaults(r, &snap_dir, &e);
         if (rc < 0)
                 return reply_error(r, &e);
         rc = request_parse_create(r->json, &lim, &cr, &e);

@@ -4,8 +4,6 @@
 #include "daemon/http.h"
 #include "daemon/sandbox.h"
 
-/* A sandbox's row as the API answers it (a new reference; NULL on ENOMEM). */
-json_t *api_sandbox_json(Manager *m, const SandboxRow *r);
 enum MHD_Result handle_sandbox_list(Req *r);
 enum MHD_Result handle_sandbox_create(Req *r);
 enum MHD_Result handle_sandbox_get(Req *r);

@@ -9,7 +9,6 @@
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/api.h"
-#include "daemon/api_sandboxes.h"
 #include "daemon/log.h"
 #include "daemon/request.h"
 #include "daemon/snapshot.h"
@@ -275,62 +274,6 @@ enum MHD_Result handle_snapshot_delete(Req *r) {
                 return reply_internal(r);
         json_t *j = json_pack("{s:s,s:s}", "id", r->route.snapshot_id, "state", "deleted");
         return j ? reply_json(r, 200, j) : reply_internal(r);
-}
-
-/* The create body a copy of the snapshot gets: the snapshot's own fields
- * under what the caller gave. */
-static const char *const inherited[] = { "driver", "image", "vcpu", "memoryMiB", "diskMiB", NULL };
-
-int api_snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e) {
-        *ret_dir = NULL;
-        json_t *v = json_object_get(r->json, "snapshot");
-        if (!v || json_is_null(v)) {
-                json_object_del(r->json, "snapshot");
-                return 0;
-        }
-        const char *id = json_string_value(v);
-        if (!id)
-                return api_error(e, 400, "invalid_request", NULL, "snapshot must be a snapshot's id");
-        SnapshotRow s;
-        int rc = snapshot_store_get(r->app->snapshots, r->key.owner, id, &s);
-        if (rc == -ENOENT)
-                return api_error(e, 404, "not_found", "GET /v1/snapshots lists yours", "no snapshot %.32s", id);
-        if (rc < 0)
-                return api_error(e, 500, "internal", NULL, "could not read the snapshot");
-        _cleanup_json_ json_t *spec = json_loads(s.spec, 0, NULL);
-        rc = snapshot_merge_create_defaults(r->json, spec, e);
-        if (rc == 0) {
-                *ret_dir = snapshot_store_dir(r->app->snapshots, s.id);
-                if (!*ret_dir)
-                        rc = api_error(e, 500, "internal", NULL, "out of memory");
-        }
-        snapshot_row_done(&s);
-        if (rc == 0)
-                json_object_del(r->json, "snapshot");
-        return rc;
-}
-
-int snapshot_merge_create_defaults(json_t *body, json_t *spec, ApiError *e) {
-        int rc = 0;
-        for (size_t i = 0; inherited[i] && rc == 0; i++) {
-                json_t *mine = json_object_get(body, inherited[i]);
-                json_t *theirs = json_object_get(spec, inherited[i]);
-                if (!theirs)
-                        continue;
-                if (!mine || json_is_null(mine))
-                        rc = json_object_set(body, inherited[i], theirs) < 0
-                                     ? api_error(e, 500, "internal", NULL, "out of memory")
-                                     : 0;
-                else if ((strcmp(inherited[i], "driver") == 0 || strcmp(inherited[i], "image") == 0) &&
-                         !json_equal(mine, theirs))
-                        rc = api_error(e, 400, "invalid_request", "leave it out to take the snapshot's",
-                                       "%s must be the snapshot's (%.64s)", inherited[i], json_string_value(theirs));
-                else if (strcmp(inherited[i], "diskMiB") == 0 && json_is_integer(mine) &&
-                         json_integer_value(mine) != json_integer_value(theirs))
-                        rc = api_error(e, 400, "invalid_request", "leave it out to take the snapshot's",
-                                       "diskMiB must be the snapshot's (%lld)", (long long)json_integer_value(theirs));
-        }
-        return rc;
 }
 
 int fork_parse_body(json_t *body, int64_t *ret_count, const char **ret_name, json_t **ret_labels, ApiError *e) {

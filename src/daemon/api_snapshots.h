@@ -15,12 +15,6 @@ enum MHD_Result handle_snapshot_get(Req *r);
 enum MHD_Result handle_snapshot_update(Req *r);
 enum MHD_Result handle_snapshot_extend(Req *r);
 enum MHD_Result handle_snapshot_delete(Req *r);
-/* A create's `snapshot` field: takes it out of r->json, checks it is one of
- * the key owner's snapshots, fills the fields the create left out (driver,
- * image, shape) from it and answers its directory in *ret_dir (NULL when the
- * create has no snapshot). A diskMiB smaller than the snapshot's, or
- * another driver or image, is a 400. */
-int api_snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e);
 
 /* The bodies' checks, apart from the store so they can be fuzzed. Labels
  * come back owned by the caller (NULL when not given); names point into
@@ -31,6 +25,3 @@ int snapshot_update_parse_body(json_t *body, const char **ret_name, json_t **ret
                                ApiError *e);
 /* retentionDays, required. */
 int snapshot_extend_parse_body(json_t *body, int64_t *ret_days, ApiError *e);
-/* Fills a create body's driver, image and shape from a snapshot's spec
- * where the body leaves them out; another driver, image or diskMiB is a 400. */
-int snapshot_merge_create_defaults(json_t *body, json_t *spec, ApiError *e);

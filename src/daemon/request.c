@@ -1099,3 +1099,30 @@ int request_parse_name_labels(json_t *body, const char **ret_name, json_t **ret_
         *ret_labels = labels;
         return 0;
 }
+
+/* The create body a copy of the snapshot gets: the snapshot's own fields
+ * under what the caller gave. */
+static const char *const inherited[] = { "driver", "image", "vcpu", "memoryMiB", "diskMiB", NULL };
+
+int snapshot_merge_create_defaults(json_t *body, json_t *spec, ApiError *e) {
+        int rc = 0;
+        for (size_t i = 0; inherited[i] && rc == 0; i++) {
+                json_t *mine = json_object_get(body, inherited[i]);
+                json_t *theirs = json_object_get(spec, inherited[i]);
+                if (!theirs)
+                        continue;
+                if (!mine || json_is_null(mine))
+                        rc = json_object_set(body, inherited[i], theirs) < 0
+                                     ? api_error(e, 500, "internal", NULL, "out of memory")
+                                     : 0;
+                else if ((strcmp(inherited[i], "driver") == 0 || strcmp(inherited[i], "image") == 0) &&
+                         !json_equal(mine, theirs))
+                        rc = api_error(e, 400, "invalid_request", "leave it out to take the snapshot's",
+                                       "%s must be the snapshot's (%.64s)", inherited[i], json_string_value(theirs));
+                else if (strcmp(inherited[i], "diskMiB") == 0 && json_is_integer(mine) &&
+                         json_integer_value(mine) != json_integer_value(theirs))
+                        rc = api_error(e, 400, "invalid_request", "leave it out to take the snapshot's",
+                                       "diskMiB must be the snapshot's (%lld)", (long long)json_integer_value(theirs));
+        }
+        return rc;
+}

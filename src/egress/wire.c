@@ -11,22 +11,17 @@
 
 #include "common/jsonutil.h"
 #include "common/macro.h"
+#include "common/timeutil.h"
 #include "egress/policy.h"
 
 #define MAX_SECRETS 100
 #define MAX_DEPTH 32
 
-static int64_t mono_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int wait_fd(int fd, short events, int64_t deadline) {
         for (;;) {
                 int t = -1;
                 if (deadline >= 0) {
-                        int64_t left = deadline - mono_ms();
+                        int64_t left = deadline - (int64_t)time_now_mono_ms();
                         if (left <= 0)
                                 return -ETIMEDOUT;
                         t = left > 60000 ? 60000 : (int)left;
@@ -89,7 +84,7 @@ int egress_wire_write(int fd, const json_t *msg, int timeout_ms) {
         size_t len = strlen(text);
         int r = -E2BIG;
         if (len <= UINT32_MAX) {
-                int64_t deadline = timeout_ms >= 0 ? mono_ms() + timeout_ms : -1;
+                int64_t deadline = timeout_ms >= 0 ? (int64_t)time_now_mono_ms() + timeout_ms : -1;
                 uint8_t head[4] = { (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
                                     (uint8_t)len };
                 r = write_full(fd, head, sizeof(head), deadline);
@@ -102,7 +97,7 @@ int egress_wire_write(int fd, const json_t *msg, int timeout_ms) {
 }
 
 int egress_wire_read(int fd, size_t max, int timeout_ms, json_t **ret) {
-        int64_t deadline = timeout_ms >= 0 ? mono_ms() + timeout_ms : -1;
+        int64_t deadline = timeout_ms >= 0 ? (int64_t)time_now_mono_ms() + timeout_ms : -1;
         uint8_t head[4];
         int r = read_full(fd, head, sizeof(head), deadline);
         if (r < 0)
