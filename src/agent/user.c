@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/macro.h"
 
 bool user_name_valid(const char *name) {
@@ -92,16 +93,9 @@ int user_lookup(const char *path, const char *name, AgentUser *ret) {
         if (!buf)
                 return -ENOMEM;
         size_t len = 0;
-        while (len < cap) {
-                ssize_t n = read(fd, buf + len, cap - len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                if (n == 0)
-                        break;
-                len += (size_t)n;
-        }
+        int r = io_read_full(fd, buf, cap, &len);
+        if (r < 0)
+                return r;
         return user_parse_passwd(buf, len, name, ret);
 }
 

@@ -80,6 +80,22 @@ int io_copy_sparse(int in, int out) {
         return 0;
 }
 
+int io_read_full(int fd, void *buf, size_t cap, size_t *ret_len) {
+        size_t len = 0;
+        while (len < cap) {
+                ssize_t n = read(fd, (char *)buf + len, cap - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                if (n == 0)
+                        break;
+                len += (size_t)n;
+        }
+        *ret_len = len;
+        return 0;
+}
+
 int io_read_text(const char *path, char *buf, size_t len) {
         if (len == 0)
                 return -EINVAL;

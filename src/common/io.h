@@ -14,6 +14,10 @@ int io_send_all(int fd, const void *buf, size_t n);
  * size first) by its data extents only, so that its holes stay holes in out.
  * Does not sync. 0 or a negative errno. */
 int io_copy_sparse(int in, int out);
+/* Reads from fd until end of file or until cap bytes are in buf, again after
+ * a short read or EINTR; *ret_len says how many. 0 or a negative errno. A
+ * caller that must tell "exactly cap" from "more than cap" passes cap + 1. */
+int io_read_full(int fd, void *buf, size_t cap, size_t *ret_len);
 /* Reads a small text file (a stamp, /proc/cmdline) into buf as one string:
  * at most len - 1 bytes, trailing newlines and spaces dropped. 0 or a
  * negative errno. */

@@ -48,13 +48,9 @@ static const char schema[] =
 
 int ledger_open(const char *db_path, Ledger **ret) {
         sqlite3 *sql = NULL;
-        int r = sqldb_open(db_path, &sql);
+        int r = sqldb_open_schema(db_path, schema, &sql);
         if (r < 0)
                 return r;
-        if ((r = sqldb_exec_transaction(sql, schema)) < 0) {
-                sqlite3_close(sql);
-                return r;
-        }
         Ledger *l = calloc(1, sizeof(*l));
         if (!l) {
                 sqlite3_close(sql);

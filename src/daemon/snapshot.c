@@ -73,13 +73,9 @@ static void series(const char *id, char *buf, size_t n) {
 
 int snapshot_store_open(const char *db_path, const char *state_dir, uint64_t price, SnapshotStore **ret) {
         sqlite3 *sql = NULL;
-        int r = sqldb_open(db_path, &sql);
+        int r = sqldb_open_schema(db_path, schema, &sql);
         if (r < 0)
                 return r;
-        if ((r = sqldb_exec_transaction(sql, schema)) < 0) {
-                sqlite3_close(sql);
-                return r;
-        }
         SnapshotStore *s = calloc(1, sizeof(*s));
         if (!s || asprintf(&s->dir, "%s/snapshots", state_dir) < 0) {
                 free(s);

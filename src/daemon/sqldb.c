@@ -62,3 +62,16 @@ int sqldb_open(const char *path, sqlite3 **ret) {
         *ret = sql;
         return 0;
 }
+
+int sqldb_open_schema(const char *path, const char *schema, sqlite3 **ret) {
+        sqlite3 *sql = NULL;
+        int r = sqldb_open(path, &sql);
+        if (r < 0)
+                return r;
+        if ((r = sqldb_exec_transaction(sql, schema)) < 0) {
+                sqlite3_close(sql);
+                return r;
+        }
+        *ret = sql;
+        return 0;
+}

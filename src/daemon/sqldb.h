@@ -15,6 +15,9 @@
 
 /* Opens (and creates) the database at path. */
 int sqldb_open(const char *path, sqlite3 **ret);
+/* sqldb_open, then the schema's statements in one transaction (closed again
+ * when they fail). */
+int sqldb_open_schema(const char *path, const char *schema, sqlite3 **ret);
 /* A negative errno for an SQLite result code (0 for OK, DONE and ROW):
  * -EBUSY when locked, -ENOSPC, -EEXIST for a constraint, -EPERM, else -EIO. */
 int sqldb_errno(int rc);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/macro.h"
 
 static int read_bounded(const char *path, char **ret, size_t *ret_len) {
@@ -28,18 +29,11 @@ static int read_bounded(const char *path, char **ret, size_t *ret_len) {
         if (!buf)
                 return -ENOMEM;
         size_t len = 0;
-        for (;;) {
-                ssize_t n = read(fd, buf + len, EGRESS_CA_BUNDLE_MAX + 1 - len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                if (n == 0)
-                        break;
-                len += (size_t)n;
-                if (len > EGRESS_CA_BUNDLE_MAX)
-                        return -E2BIG; /* grew while we read */
-        }
+        int r = io_read_full(fd, buf, EGRESS_CA_BUNDLE_MAX + 1, &len);
+        if (r < 0)
+                return r;
+        if (len > EGRESS_CA_BUNDLE_MAX)
+                return -E2BIG; /* grew while we read */
         buf[len] = '\0';
         *ret = TAKE_PTR(buf);
         *ret_len = len;

@@ -89,6 +89,39 @@ static void test_write_all_pipe(void **state) {
         free(got);
 }
 
+static void test_read_full_short_reads_and_cap(void **state) {
+        int p[2];
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        /* Written in small pieces: the reader meets short reads. */
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                close(p[0]);
+                for (int i = 0; i < 100; i++)
+                        if (io_write_all(p[1], "0123456789", 10) < 0)
+                                _exit(1);
+                _exit(0);
+        }
+        close(p[1]);
+        char buf[2048];
+        size_t len = 0;
+        assert_int_equal(io_read_full(p[0], buf, sizeof(buf), &len), 0);
+        assert_int_equal(len, 1000);
+        assert_memory_equal(buf + 990, "0123456789", 10);
+        close(p[0]);
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        /* A source longer than the cap: exactly cap bytes, the rest left. */
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        assert_int_equal(io_write_all(p[1], "abcdefgh", 8), 0);
+        assert_int_equal(io_read_full(p[0], buf, 5, &len), 0);
+        assert_int_equal(len, 5);
+        assert_memory_equal(buf, "abcde", 5);
+        close(p[0]);
+        close(p[1]);
+        assert_int_equal(io_read_full(-1, buf, 5, &len), -EBADF);
+}
+
 static void test_send_all_peer_gone(void **state) {
         /* A peer that closed is -EPIPE, not a SIGPIPE that ends the process
          * (the default action is left in place on purpose). */
@@ -253,7 +286,7 @@ int main(void) {
                 cmocka_unit_test(test_mono_deadline),     cmocka_unit_test(test_cond_mono_times_out),
                 cmocka_unit_test(test_write_all_pipe),    cmocka_unit_test(test_send_all_peer_gone),
                 cmocka_unit_test(test_copy_sparse),       cmocka_unit_test(test_read_text),
-                cmocka_unit_test(test_path_join),
+                cmocka_unit_test(test_path_join),          cmocka_unit_test(test_read_full_short_reads_and_cap),
                 cmocka_unit_test(test_remove_tree),       cmocka_unit_test(test_self_dir),
         };
         return cmocka_run_group_tests_name("common", tests, NULL, NULL);
