@@ -21,6 +21,25 @@ static enum MHD_Result reply_rc(Req *r, int rc, const char *what) {
         return reply_error(r, &e);
 }
 
+/* The API's key object, in the order clients have always seen its fields. */
+static json_t *key_json(const KeyRecord *k) {
+        return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:o,s:o}", "id", k->id, "name", k->name, "owner", k->owner,
+                         "access", k->full ? "full" : "read", "dailyLimitMicros",
+                         k->daily_limit_micros >= 0 ? json_integer(k->daily_limit_micros) : json_null(), "trial",
+                         k->trial, "createdAt", json_time_or_null(k->created_at), "revokedAt",
+                         json_time_or_null(k->revoked_at));
+}
+
+/* A key just made: its object with the secret, shown this once. */
+static json_t *made_key_json(const KeyRecord *k, const char *secret) {
+        json_t *j = key_json(k);
+        if (j && json_object_set_new(j, "key", json_string(secret)) < 0) {
+                json_decref(j);
+                return NULL;
+        }
+        return j;
+}
+
 static int parse_create(Req *r, json_t *body, char **ret_name, char **ret_owner, bool *ret_full,
                         int64_t *ret_limit, ApiError *e) {
         const KeyInfo *me = &r->key;
@@ -102,8 +121,8 @@ enum MHD_Result handle_keys_create(Req *r) {
         if (rc < 0)
                 return e.code ? reply_error(r, &e) : reply_internal(r);
         char secret[64];
-        json_t *j = NULL;
-        rc = keystore_create(r->app->keys, name, owner, full, limit, false, 0, secret, &j);
+        _cleanup_(keystore_record_done) KeyRecord k = { 0 };
+        rc = keystore_create(r->app->keys, name, owner, full, limit, false, 0, secret, &k);
         if (rc == -EDQUOT) {
                 api_error(&e, 429, "rate_limited", "revoke keys you no longer use", "the owner %s has %d keys already",
                           owner, KEYS_MAX_PER_OWNER);
@@ -111,26 +130,37 @@ enum MHD_Result handle_keys_create(Req *r) {
         }
         if (rc < 0)
                 return reply_rc(r, rc, "make the key");
-        json_object_set_new(j, "key", json_string(secret));
+        json_t *j = made_key_json(&k, secret);
         explicit_bzero(secret, sizeof(secret));
-        log_info(r->rid, "key %s made for owner %s by %s", json_string_value(json_object_get(j, "id")), owner,
-                 r->key.id);
+        if (!j)
+                return reply_internal(r);
+        log_info(r->rid, "key %s made for owner %s by %s", k.id, owner, r->key.id);
         return reply_json(r, 201, j);
 }
 
 enum MHD_Result handle_keys_list(Req *r) {
-        json_t *j = NULL;
-        int rc = keystore_list(r->app->keys, keys_is_admin(&r->key) ? NULL : r->key.owner, &j);
+        KeyRecord *list = NULL;
+        size_t n = 0;
+        int rc = keystore_list(r->app->keys, keys_is_admin(&r->key) ? NULL : r->key.owner, &list, &n);
         if (rc < 0)
                 return reply_rc(r, rc, "list the keys");
+        json_t *arr = json_array();
+        for (size_t i = 0; arr && i < n; i++)
+                if (json_array_append_new(arr, key_json(&list[i])) < 0) {
+                        json_decref(arr);
+                        arr = NULL;
+                }
+        keystore_records_free(list, n);
+        json_t *j = arr ? json_pack("{s:o}", "keys", arr) : NULL;
+        if (!j)
+                return reply_internal(r);
         return reply_json(r, 200, j);
 }
 
 enum MHD_Result handle_key_revoke(Req *r) {
         ApiError e = { 0 };
-        json_t *j = NULL;
-        int rc = keystore_revoke(r->app->keys, r->route.key_id, keys_is_admin(&r->key) ? NULL : r->key.owner,
-                                 time_now_unix(), &j);
+        int64_t now = time_now_unix();
+        int rc = keystore_revoke(r->app->keys, r->route.key_id, keys_is_admin(&r->key) ? NULL : r->key.owner, now);
         if (rc == -ENOENT) {
                 api_error(&e, 404, "not_found", "list your keys with GET /v1/keys", "no key %s", r->route.key_id);
                 return reply_error(r, &e);
@@ -143,6 +173,9 @@ enum MHD_Result handle_key_revoke(Req *r) {
         if (rc < 0)
                 return reply_rc(r, rc, "revoke the key");
         log_info(r->rid, "key %s revoked by %s", r->route.key_id, r->key.id);
+        json_t *j = json_pack("{s:s,s:b,s:o}", "id", r->route.key_id, "revoked", 1, "revokedAt", json_time_or_null(now));
+        if (!j)
+                return reply_internal(r);
         return reply_json(r, 200, j);
 }
 
@@ -277,8 +310,8 @@ enum MHD_Result handle_trial(Req *r) {
         if (random_hex(idhex, 4) < 0)
                 return reply_internal(r);
         snprintf(owner, sizeof(owner), "trial_%s", idhex);
-        json_t *j = NULL;
-        int rc = keystore_create(r->app->keys, "trial", owner, true, -1, true, cfg->max_trial_keys, secret, &j);
+        _cleanup_(keystore_record_done) KeyRecord k = { 0 };
+        int rc = keystore_create(r->app->keys, "trial", owner, true, -1, true, cfg->max_trial_keys, secret, &k);
         if (rc == -EUSERS) {
                 api_error(&e, 429, "rate_limited", "ask the daemon's administrator for a full key",
                           "this daemon has handed out its %u trial keys", cfg->max_trial_keys);
@@ -286,10 +319,13 @@ enum MHD_Result handle_trial(Req *r) {
         }
         if (rc < 0)
                 return reply_rc(r, rc, "make a trial key");
-        json_object_set_new(j, "key", json_string(secret));
-        json_object_set_new(j, "trialAllowance",
-                            json_pack("{s:I}", "sandboxSeconds", (json_int_t)cfg->trial_allowance_seconds));
+        json_t *j = made_key_json(&k, secret);
         explicit_bzero(secret, sizeof(secret));
-        log_info(r->rid, "trial key %s made (owner %s)", json_string_value(json_object_get(j, "id")), owner);
+        if (!j || json_object_set_new(j, "trialAllowance", json_pack("{s:I}", "sandboxSeconds",
+                                                                      (json_int_t)cfg->trial_allowance_seconds)) < 0) {
+                json_decref(j);
+                return reply_internal(r);
+        }
+        log_info(r->rid, "trial key %s made (owner %s)", k.id, owner);
         return reply_json(r, 201, j);
 }

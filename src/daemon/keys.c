@@ -14,7 +14,6 @@
 #include "daemon/auth.h"
 #include "daemon/ledger.h"
 #include "daemon/log.h"
-#include "common/jsonutil.h"
 #include "daemon/sqldb.h"
 
 struct KeyStore {
@@ -65,15 +64,43 @@ bool keys_owner_ok(const char *s) {
         return true;
 }
 
-static json_t *key_row_json(sqlite3_stmt *st) {
-        /* id, name, owner, access, daily_limit_micros, trial, created_at, revoked_at */
-        return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:o,s:o}", "id", (const char *)sqlite3_column_text(st, 0), "name",
-                         (const char *)sqlite3_column_text(st, 1), "owner", (const char *)sqlite3_column_text(st, 2),
-                         "access", (const char *)sqlite3_column_text(st, 3), "dailyLimitMicros",
-                         sqlite3_column_type(st, 4) == SQLITE_NULL ? json_null()
-                                                                   : json_integer(sqlite3_column_int64(st, 4)),
-                         "trial", sqlite3_column_int(st, 5) != 0, "createdAt", json_time_or_null(sqlite3_column_int64(st, 6)),
-                         "revokedAt", json_time_or_null(sqlite3_column_int64(st, 7)));
+void keystore_record_done(KeyRecord *k) {
+        if (!k)
+                return;
+        free(k->id);
+        free(k->name);
+        free(k->owner);
+        *k = (KeyRecord){ 0 };
+}
+
+void keystore_records_free(KeyRecord *list, size_t n) {
+        for (size_t i = 0; list && i < n; i++)
+                keystore_record_done(&list[i]);
+        free(list);
+}
+
+/* A row of KEY_COLUMNS. */
+static int key_row_read(sqlite3_stmt *st, KeyRecord *ret) {
+        const char *id = (const char *)sqlite3_column_text(st, 0), *name = (const char *)sqlite3_column_text(st, 1),
+                   *owner = (const char *)sqlite3_column_text(st, 2), *access = (const char *)sqlite3_column_text(st, 3);
+        if (!id || !name || !owner || !access)
+                return -EIO;
+        KeyRecord k = {
+                .id = strdup(id),
+                .name = strdup(name),
+                .owner = strdup(owner),
+                .full = strcmp(access, "full") == 0,
+                .daily_limit_micros = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 4),
+                .trial = sqlite3_column_int(st, 5) != 0,
+                .created_at = sqlite3_column_int64(st, 6),
+                .revoked_at = sqlite3_column_int64(st, 7),
+        };
+        if (!k.id || !k.name || !k.owner) {
+                keystore_record_done(&k);
+                return -ENOMEM;
+        }
+        *ret = k;
+        return 0;
 }
 
 #define KEY_COLUMNS "id, name, owner, access, daily_limit_micros, trial, created_at, revoked_at"
@@ -90,13 +117,14 @@ static int64_t count(sqlite3 *sql, const char *text, const char *arg) {
 }
 
 int keystore_create(KeyStore *ks, const char *name, const char *owner, bool full, int64_t daily_limit_micros,
-                    bool trial, unsigned max_trial, char ret_secret[64], json_t **ret) {
+                    bool trial, unsigned max_trial, char ret_secret[64], KeyRecord *ret) {
         char secret[AUTH_KEY_LEN + 1], hash[AUTH_HASH_HEX_LEN + 1], idhex[17], id[24];
         int r;
         if ((r = auth_generate_key(secret)) < 0 || (r = auth_hash_key(secret, hash)) < 0 ||
             (r = random_hex(idhex, 8)) < 0)
                 return r;
         snprintf(id, sizeof(id), "key_%s", idhex);
+        KeyRecord made = { 0 };
         LOCKED(ks);
         if ((r = sqldb_exec(ks->sql, "BEGIN IMMEDIATE")) < 0)
                 return r;
@@ -147,52 +175,66 @@ int keystore_create(KeyStore *ks, const char *name, const char *owner, bool full
                         r = -EIO;
                         goto rollback;
                 }
-                *ret = key_row_json(st);
+                if ((r = key_row_read(st, &made)) < 0)
+                        goto rollback;
         }
-        if (!*ret) {
-                r = -ENOMEM;
+        if ((r = sqldb_exec(ks->sql, "COMMIT")) < 0)
                 goto rollback;
-        }
-        if ((r = sqldb_exec(ks->sql, "COMMIT")) < 0) {
-                json_decref(*ret);
-                *ret = NULL;
-                goto rollback;
-        }
         snprintf(ret_secret, 64, "%s", secret);
         explicit_bzero(secret, sizeof(secret));
+        *ret = made;
         return 0;
 rollback:
         sqldb_exec(ks->sql, "ROLLBACK");
+        keystore_record_done(&made);
         explicit_bzero(secret, sizeof(secret));
         return r;
 }
 
-int keystore_list(KeyStore *ks, const char *owner, json_t **ret) {
-        _cleanup_json_ json_t *arr = json_array();
-        if (!arr)
-                return -ENOMEM;
-        LOCKED(ks);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        const char *q = owner ? "SELECT " KEY_COLUMNS " FROM keys WHERE owner = ?1 ORDER BY created_at DESC, rowid DESC "
-                                "LIMIT 10000"
-                              : "SELECT " KEY_COLUMNS " FROM keys ORDER BY created_at DESC, rowid DESC LIMIT 10000";
-        if (sqlite3_prepare_v2(ks->sql, q, -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        if (owner)
-                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-        int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                json_t *k = key_row_json(st);
-                if (!k || json_array_append_new(arr, k) < 0)
-                        return -ENOMEM;
+int keystore_list(KeyStore *ks, const char *owner, KeyRecord **ret, size_t *ret_n) {
+        KeyRecord *list = NULL;
+        size_t n = 0, cap = 0;
+        int r = 0;
+        {
+                LOCKED(ks);
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                const char *q = owner ? "SELECT " KEY_COLUMNS " FROM keys WHERE owner = ?1 "
+                                        "ORDER BY created_at DESC, rowid DESC LIMIT ?2"
+                                      : "SELECT " KEY_COLUMNS " FROM keys ORDER BY created_at DESC, rowid DESC LIMIT ?2";
+                if (sqlite3_prepare_v2(ks->sql, q, -1, &st, NULL) != SQLITE_OK)
+                        return -EIO;
+                if (owner)
+                        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+                sqlite3_bind_int(st, 2, KEYS_MAX_LISTED);
+                int rc;
+                while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                        if (n == cap) {
+                                size_t want = cap ? cap * 2 : 16;
+                                KeyRecord *grown = reallocarray(list, want, sizeof(*list));
+                                if (!grown) {
+                                        r = -ENOMEM;
+                                        break;
+                                }
+                                list = grown;
+                                cap = want;
+                        }
+                        if ((r = key_row_read(st, &list[n])) < 0)
+                                break;
+                        n++;
+                }
+                if (r == 0 && rc != SQLITE_DONE)
+                        r = -EIO;
         }
-        if (rc != SQLITE_DONE)
-                return -EIO;
-        *ret = json_pack("{s:O}", "keys", arr);
-        return *ret ? 0 : -ENOMEM;
+        if (r < 0) {
+                keystore_records_free(list, n);
+                return r;
+        }
+        *ret = list;
+        *ret_n = n;
+        return 0;
 }
 
-int keystore_revoke(KeyStore *ks, const char *id, const char *owner, int64_t now, json_t **ret) {
+int keystore_revoke(KeyStore *ks, const char *id, const char *owner, int64_t now) {
         LOCKED(ks);
         int r = sqldb_exec(ks->sql, "BEGIN IMMEDIATE");
         if (r < 0)
@@ -244,8 +286,7 @@ int keystore_revoke(KeyStore *ks, const char *id, const char *owner, int64_t now
         }
         if ((r = sqldb_exec(ks->sql, "COMMIT")) < 0)
                 goto rollback;
-        *ret = json_pack("{s:s,s:b,s:o}", "id", id, "revoked", 1, "revokedAt", json_time_or_null(now));
-        return *ret ? 0 : -ENOMEM;
+        return 0;
 rollback:
         sqldb_exec(ks->sql, "ROLLBACK");
         return r;

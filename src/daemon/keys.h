@@ -13,14 +13,16 @@
  *   multiply its own limit by making keys);
  * - read and trial keys make none.
  */
-#include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "daemon/db.h"
 
 #define KEYS_ADMIN_OWNER "admin"
 #define KEYS_MAX_PER_OWNER 1000
+/* A listing's bound: revoked keys stay listed, so an owner may have more. */
+#define KEYS_MAX_LISTED 10000
 #define KEYS_MAX_NAME 64
 #define KEYS_MAX_OWNER 63
 /* $1e9 a day: anything above is a typo, not a limit. */
@@ -39,14 +41,32 @@ bool keys_is_admin(const KeyInfo *k);
 /* Owner names: [a-z0-9][a-z0-9_-]{0,62}. */
 bool keys_owner_ok(const char *s);
 
-/* A new key: the secret (once) in ret_secret and the key's public JSON.
+/* A key as its owner may see it: never its secret or its hash. */
+typedef struct KeyRecord {
+        char *id;
+        char *name;
+        char *owner;
+        bool full;                  /* full access, else read */
+        int64_t daily_limit_micros; /* -1: none */
+        bool trial;
+        int64_t created_at;
+        int64_t revoked_at; /* 0: in use */
+} KeyRecord;
+
+/* Frees what a record holds (not the record); NULL is fine. */
+void keystore_record_done(KeyRecord *k);
+/* Frees a listing of n records. */
+void keystore_records_free(KeyRecord *list, size_t n);
+
+/* A new key: the secret (once) in ret_secret and the key's record in ret.
  * -EUSERS when a trial key would pass max_trial; -EDQUOT when the owner has
  * KEYS_MAX_PER_OWNER keys. */
 int keystore_create(KeyStore *ks, const char *name, const char *owner, bool full, int64_t daily_limit_micros,
-                    bool trial, unsigned max_trial, char ret_secret[64], json_t **ret);
+                    bool trial, unsigned max_trial, char ret_secret[64], KeyRecord *ret);
 /* The keys of an owner (NULL: every owner), newest first, revoked ones
- * included; never a secret or a hash. */
-int keystore_list(KeyStore *ks, const char *owner, json_t **ret);
-/* Revokes a key of `owner` (NULL: any owner). -ENOENT when there is no such
- * unrevoked key; -EBUSY when it is the last full key of the admin owner. */
-int keystore_revoke(KeyStore *ks, const char *id, const char *owner, int64_t now, json_t **ret);
+ * included, at most KEYS_MAX_LISTED; free them with keystore_records_free. */
+int keystore_list(KeyStore *ks, const char *owner, KeyRecord **ret, size_t *ret_n);
+/* Revokes a key of `owner` (NULL: any owner) as of `now`. -ENOENT when there
+ * is no such unrevoked key; -EBUSY when it is the last full key of the admin
+ * owner. */
+int keystore_revoke(KeyStore *ks, const char *id, const char *owner, int64_t now);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -251,16 +252,22 @@ static void test_keystore(void **state) {
         Fixture *f = *state;
         KeyStore *ks;
         char secret[64], hash[AUTH_HASH_HEX_LEN + 1];
-        json_t *j = NULL;
+        KeyRecord rec;
         KeyInfo k;
         assert_int_equal(keystore_open(f->path, &ks), 0);
         /* key_a and key_b (full, of own_a and own_b) exist; make the admin's. */
-        assert_int_equal(keystore_create(ks, "admin", "admin", true, -1, false, 0, secret, &j), 0);
+        int64_t before = time(NULL);
+        assert_int_equal(keystore_create(ks, "admin", "admin", true, -1, false, 0, secret, &rec), 0);
         char admin_id[32];
-        snprintf(admin_id, sizeof(admin_id), "%s", json_string_value(json_object_get(j, "id")));
+        snprintf(admin_id, sizeof(admin_id), "%s", rec.id);
         assert_true(route_key_id_ok(admin_id));
-        assert_null(json_object_get(j, "hash"));
-        json_decref(j);
+        assert_string_equal(rec.name, "admin");
+        assert_string_equal(rec.owner, "admin");
+        assert_true(rec.full && !rec.trial);
+        assert_int_equal(rec.daily_limit_micros, -1);
+        assert_true(rec.created_at >= before && rec.created_at <= time(NULL));
+        assert_int_equal(rec.revoked_at, 0);
+        keystore_record_done(&rec);
         assert_true(auth_key_format_ok(secret));
         assert_int_equal(auth_hash_key(secret, hash), 0);
         assert_int_equal(db_key_by_hash(f->db, hash, &k), 0);
@@ -269,43 +276,48 @@ static void test_keystore(void **state) {
         limited_admin.daily_limit_micros = 5;
         assert_false(keys_is_admin(&limited_admin));
         /* The last full admin key stays. */
-        assert_int_equal(keystore_revoke(ks, admin_id, NULL, 1800000000, &j), -EBUSY);
+        assert_int_equal(keystore_revoke(ks, admin_id, NULL, 1800000000), -EBUSY);
         /* A limited read key of another owner. */
-        assert_int_equal(keystore_create(ks, "ro", "own_c", false, 25000000, false, 0, secret, &j), 0);
+        assert_int_equal(keystore_create(ks, "ro", "own_c", false, 25000000, false, 0, secret, &rec), 0);
         char ro_id[32];
-        snprintf(ro_id, sizeof(ro_id), "%s", json_string_value(json_object_get(j, "id")));
-        assert_string_equal(json_string_value(json_object_get(j, "access")), "read");
-        assert_int_equal(json_integer_value(json_object_get(j, "dailyLimitMicros")), 25000000);
-        json_decref(j);
+        snprintf(ro_id, sizeof(ro_id), "%s", rec.id);
+        assert_false(rec.full);
+        assert_int_equal(rec.daily_limit_micros, 25000000);
+        keystore_record_done(&rec);
         assert_int_equal(auth_hash_key(secret, hash), 0);
         assert_int_equal(db_key_by_hash(f->db, hash, &k), 0);
         assert_false(k.full);
         assert_int_equal(k.daily_limit_micros, 25000000);
         /* Only its owner (or any owner: NULL) revokes it, once. */
-        assert_int_equal(keystore_revoke(ks, ro_id, "own_a", 1800000000, &j), -ENOENT);
-        assert_int_equal(keystore_revoke(ks, ro_id, "own_c", 1800000000, &j), 0);
-        json_decref(j);
-        assert_int_equal(keystore_revoke(ks, ro_id, NULL, 1800000001, &j), -ENOENT);
+        assert_int_equal(keystore_revoke(ks, ro_id, "own_a", 1800000000), -ENOENT);
+        assert_int_equal(keystore_revoke(ks, ro_id, "own_c", 1800000000), 0);
+        assert_int_equal(keystore_revoke(ks, ro_id, NULL, 1800000001), -ENOENT);
         assert_int_equal(db_key_by_hash(f->db, hash, &k), -ENOENT);
-        /* Listings: one owner's, never a secret or a hash; revoked ones shown. */
-        assert_int_equal(keystore_list(ks, "own_c", &j), 0);
-        json_t *keys = json_object_get(j, "keys");
-        assert_int_equal(json_array_size(keys), 1);
-        assert_true(json_is_string(json_object_get(json_array_get(keys, 0), "revokedAt")));
-        char *text = json_dumps(j, 0);
-        assert_null(strstr(text, hash));
-        assert_null(strstr(text, "\"key\""));
-        free(text);
-        json_decref(j);
-        assert_int_equal(keystore_list(ks, NULL, &j), 0);
-        assert_int_equal(json_array_size(json_object_get(j, "keys")), 4);
-        json_decref(j);
+        /* Listings: one owner's, revoked ones shown with their time. */
+        KeyRecord *list = NULL;
+        size_t n = 0;
+        assert_int_equal(keystore_list(ks, "own_c", &list, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(list[0].id, ro_id);
+        assert_string_equal(list[0].name, "ro");
+        assert_int_equal(list[0].revoked_at, 1800000000);
+        keystore_records_free(list, n);
+        assert_int_equal(keystore_list(ks, NULL, &list, &n), 0);
+        assert_int_equal(n, 4);
+        /* Newest first. */
+        for (size_t i = 1; i < n; i++)
+                assert_true(list[i - 1].created_at >= list[i].created_at);
+        keystore_records_free(list, n);
+        assert_int_equal(keystore_list(ks, "nobody", &list, &n), 0);
+        assert_int_equal(n, 0);
+        keystore_records_free(list, n);
         /* Trial keys are bounded in all. */
-        assert_int_equal(keystore_create(ks, "trial", "trial_1", true, -1, true, 2, secret, &j), 0);
-        json_decref(j);
-        assert_int_equal(keystore_create(ks, "trial", "trial_2", true, -1, true, 2, secret, &j), 0);
-        json_decref(j);
-        assert_int_equal(keystore_create(ks, "trial", "trial_3", true, -1, true, 2, secret, &j), -EUSERS);
+        assert_int_equal(keystore_create(ks, "trial", "trial_1", true, -1, true, 2, secret, &rec), 0);
+        assert_true(rec.trial);
+        keystore_record_done(&rec);
+        assert_int_equal(keystore_create(ks, "trial", "trial_2", true, -1, true, 2, secret, &rec), 0);
+        keystore_record_done(&rec);
+        assert_int_equal(keystore_create(ks, "trial", "trial_3", true, -1, true, 2, secret, &rec), -EUSERS);
         assert_int_equal(auth_hash_key(secret, hash), 0);
         assert_int_equal(db_key_by_hash(f->db, hash, &k), 0); /* the second one, not a third */
         assert_true(k.trial && !keys_is_admin(&k));
