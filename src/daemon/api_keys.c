@@ -211,6 +211,31 @@ static int parse_time(const char *s, int64_t *ret) {
 /* Far enough for any real window, small enough that nothing overflows. */
 #define USAGE_MAX_TIME 253402300799LL /* 9999-12-31T23:59:59Z */
 
+/* GET /v1/usage's totals and lists, before the window and owner. */
+static json_t *usage_json(const LedgerUsage *u) {
+        _cleanup_json_ json_t *sandboxes = json_array(), *keys = json_array();
+        if (!sandboxes || !keys)
+                return NULL;
+        for (size_t i = 0; i < u->n_sandboxes; i++) {
+                const LedgerUsageSandbox *sb = &u->sandboxes[i];
+                if (json_array_append_new(sandboxes, json_pack("{s:s,s:I,s:I,s:s,s:b}", "sandboxId", sb->sandbox_id,
+                                                               "seconds", (json_int_t)sb->seconds, "micros",
+                                                               (json_int_t)sb->micros, "keyId", sb->key_id,
+                                                               "running", sb->running)) < 0)
+                        return NULL;
+        }
+        for (size_t i = 0; i < u->n_keys; i++) {
+                const LedgerUsageKey *k = &u->keys[i];
+                if (json_array_append_new(keys, json_pack("{s:s,s:I,s:I,s:s}", "keyId", k->key_id, "seconds",
+                                                          (json_int_t)k->seconds, "micros", (json_int_t)k->micros,
+                                                          "name", k->name)) < 0)
+                        return NULL;
+        }
+        return json_pack("{s:I,s:I,s:O,s:O,s:b}", "totalSeconds", (json_int_t)u->total_seconds, "totalMicros",
+                         (json_int_t)u->total_micros, "sandboxes", sandboxes, "keys", keys, "truncated",
+                         u->truncated);
+}
+
 enum MHD_Result handle_usage(Req *r) {
         ApiError e = { 0 };
         int64_t now = time_now_unix(), since = now - LEDGER_WINDOW_SECONDS, until = now;
@@ -229,13 +254,17 @@ enum MHD_Result handle_usage(Req *r) {
                 api_error(&e, 400, "invalid_request", NULL, "since must be before until");
                 return reply_error(r, &e);
         }
-        json_t *j = NULL;
-        int rc = ledger_usage(r->app->ledger, r->key.owner, since, until, now, &j);
+        _cleanup_(ledger_usage_done) LedgerUsage usage = { 0 };
+        int rc = ledger_usage(r->app->ledger, r->key.owner, since, until, now, &usage);
         if (rc < 0)
                 return reply_rc(r, rc, "read the usage");
-        json_object_set_new(j, "since", json_time_or_null(since));
-        json_object_set_new(j, "until", json_time_or_null(until));
-        json_object_set_new(j, "owner", json_string(r->key.owner));
+        json_t *j = usage_json(&usage);
+        if (!j || json_object_set_new(j, "since", json_time_or_null(since)) < 0 ||
+            json_object_set_new(j, "until", json_time_or_null(until)) < 0 ||
+            json_object_set_new(j, "owner", json_string(r->key.owner)) < 0) {
+                json_decref(j);
+                return reply_internal(r);
+        }
         return reply_json(r, 200, j);
 }
 

@@ -2,12 +2,12 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <search.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/macro.h"
-#include "common/jsonutil.h"
 #include "daemon/sqldb.h"
 
 struct Ledger {
@@ -405,37 +405,135 @@ static int64_t span_micros(int64_t price, int64_t prior, int64_t started, int64_
                          ledger_cost((uint64_t)price, prior + (a - started)));
 }
 
-#define USAGE_MAX_SANDBOXES 10000
-
-/* The entry of `id` in map (an object used as an index), made on first use. */
-static json_t *entry(json_t *map, const char *field, const char *id, bool *made) {
-        json_t *o = json_object_get(map, id);
-        *made = false;
-        if (o)
-                return o;
-        o = json_pack("{s:s,s:I,s:I}", field, id, "seconds", (json_int_t)0, "micros", (json_int_t)0);
-        if (!o || json_object_set_new(map, id, o) < 0)
-                return NULL;
-        *made = true;
-        return o;
+void ledger_usage_done(LedgerUsage *u) {
+        if (!u)
+                return;
+        for (size_t i = 0; i < u->n_sandboxes; i++) {
+                free(u->sandboxes[i].sandbox_id);
+                free(u->sandboxes[i].key_id);
+        }
+        for (size_t i = 0; i < u->n_keys; i++) {
+                free(u->keys[i].key_id);
+                free(u->keys[i].name);
+        }
+        free(u->sandboxes);
+        free(u->keys);
+        *u = (LedgerUsage){ 0 };
 }
 
-static int add_to(json_t *o, int64_t seconds, int64_t micros) {
-        int64_t s = json_integer_value(json_object_get(o, "seconds")) + seconds;
-        int64_t m = json_integer_value(json_object_get(o, "micros")) + micros;
-        if (json_object_set_new(o, "seconds", json_integer(s)) < 0 ||
-            json_object_set_new(o, "micros", json_integer(m)) < 0)
+/* An entry's place in its list, found by id: a window may hold thousands of
+ * sandboxes and many intervals of each, so no scan of the list per row. */
+typedef struct UsageSlot {
+        const char *id; /* the entry's own copy */
+        size_t at;
+} UsageSlot;
+
+static int slot_cmp(const void *a, const void *b) {
+        return strcmp(((const UsageSlot *)a)->id, ((const UsageSlot *)b)->id);
+}
+
+/* A usage as it is summed up, with the lists' capacities and indexes. */
+typedef struct UsageSum {
+        LedgerUsage u;
+        size_t cap_sandboxes, cap_keys;
+        void *sandbox_index, *key_index; /* tsearch trees of UsageSlot */
+} UsageSum;
+
+static void usage_sum_done(UsageSum *s) {
+        tdestroy(s->sandbox_index, free);
+        tdestroy(s->key_index, free);
+        ledger_usage_done(&s->u);
+}
+
+/* The index of id's entry in a list, or -ENOENT. */
+static ssize_t slot_find(void *const *index, const char *id) {
+        UsageSlot probe = { .id = id };
+        UsageSlot *const *found = tfind(&probe, index, slot_cmp);
+        return found ? (ssize_t)(*found)->at : -ENOENT;
+}
+
+static int slot_add(void **index, const char *id, size_t at) {
+        UsageSlot *slot = malloc(sizeof(*slot));
+        if (!slot)
                 return -ENOMEM;
+        *slot = (UsageSlot){ .id = id, .at = at };
+        if (!tsearch(slot, index, slot_cmp)) {
+                free(slot);
+                return -ENOMEM;
+        }
         return 0;
 }
 
-int ledger_usage(Ledger *l, const char *owner, int64_t since, int64_t until, int64_t now, json_t **ret) {
-        _cleanup_json_ json_t *sandboxes = json_array(), *keys = json_array(), *sb_map = json_object(),
-                              *key_map = json_object();
-        if (!sandboxes || !keys || !sb_map || !key_map)
+/* Room for one more of `size` bytes in *list of *cap. */
+static int grow(void **list, size_t *cap, size_t n, size_t size) {
+        if (n < *cap)
+                return 0;
+        size_t want = *cap ? *cap * 2 : 16;
+        void *p = reallocarray(*list, want, size);
+        if (!p)
                 return -ENOMEM;
-        int64_t total_s = 0, total_m = 0;
-        bool truncated = false;
+        *list = p;
+        *cap = want;
+        return 0;
+}
+
+static int add_key_share(UsageSum *s, const char *key_id, const char *name, int64_t seconds, int64_t micros) {
+        ssize_t at = slot_find(&s->key_index, key_id);
+        if (at < 0) {
+                int r = grow((void **)&s->u.keys, &s->cap_keys, s->u.n_keys, sizeof(*s->u.keys));
+                if (r < 0)
+                        return r;
+                LedgerUsageKey *k = &s->u.keys[s->u.n_keys];
+                *k = (LedgerUsageKey){ .key_id = strdup(key_id), .name = strdup(name) };
+                if (!k->key_id || !k->name || slot_add(&s->key_index, k->key_id, s->u.n_keys) < 0) {
+                        free(k->key_id);
+                        free(k->name);
+                        return -ENOMEM;
+                }
+                at = (ssize_t)s->u.n_keys++;
+        }
+        s->u.keys[at].seconds += seconds;
+        s->u.keys[at].micros += micros;
+        return 0;
+}
+
+static int add_sandbox_share(UsageSum *s, const char *sandbox_id, const char *key_id, bool open, int64_t seconds,
+                             int64_t micros) {
+        ssize_t at = slot_find(&s->sandbox_index, sandbox_id);
+        if (at < 0) {
+                if (s->u.n_sandboxes >= LEDGER_USAGE_MAX_SANDBOXES) {
+                        s->u.truncated = true;
+                        return 0;
+                }
+                int r = grow((void **)&s->u.sandboxes, &s->cap_sandboxes, s->u.n_sandboxes, sizeof(*s->u.sandboxes));
+                if (r < 0)
+                        return r;
+                LedgerUsageSandbox *sb = &s->u.sandboxes[s->u.n_sandboxes];
+                *sb = (LedgerUsageSandbox){ .sandbox_id = strdup(sandbox_id), .key_id = strdup(key_id) };
+                if (!sb->sandbox_id || !sb->key_id ||
+                    slot_add(&s->sandbox_index, sb->sandbox_id, s->u.n_sandboxes) < 0) {
+                        free(sb->sandbox_id);
+                        free(sb->key_id);
+                        return -ENOMEM;
+                }
+                at = (ssize_t)s->u.n_sandboxes++;
+        }
+        LedgerUsageSandbox *sb = &s->u.sandboxes[at];
+        if (strcmp(sb->key_id, key_id) != 0) {
+                char *k = strdup(key_id);
+                if (!k)
+                        return -ENOMEM;
+                free(sb->key_id);
+                sb->key_id = k;
+        }
+        sb->seconds += seconds;
+        sb->micros += micros;
+        sb->running = open;
+        return 0;
+}
+
+int ledger_usage(Ledger *l, const char *owner, int64_t since, int64_t until, int64_t now, LedgerUsage *ret) {
+        _cleanup_(usage_sum_done) UsageSum s = { 0 };
         {
                 LOCKED(l);
                 _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -473,34 +571,18 @@ int ledger_usage(Ledger *l, const char *owner, int64_t since, int64_t until, int
                         if (b < a)
                                 b = a;
                         int64_t secs = b - a, micros = span_micros(price, prior, started, a, b);
-                        total_s += secs;
-                        total_m += micros;
-                        bool made;
-                        json_t *ko = entry(key_map, "keyId", kid, &made);
-                        if (!ko || add_to(ko, secs, micros) < 0)
-                                return -ENOMEM;
-                        if (made && (json_object_set_new(ko, "name", json_string(kname ? kname : "")) < 0 ||
-                                     json_array_append(keys, ko) < 0))
-                                return -ENOMEM;
-                        if (!json_object_get(sb_map, sid) && json_array_size(sandboxes) >= USAGE_MAX_SANDBOXES) {
-                                truncated = true;
-                                continue;
-                        }
-                        json_t *so = entry(sb_map, "sandboxId", sid, &made);
-                        if (!so || add_to(so, secs, micros) < 0)
-                                return -ENOMEM;
-                        if (json_object_set_new(so, "keyId", json_string(kid)) < 0 ||
-                            json_object_set_new(so, "running", json_boolean(open)) < 0)
-                                return -ENOMEM;
-                        if (made && json_array_append(sandboxes, so) < 0)
-                                return -ENOMEM;
+                        s.u.total_seconds += secs;
+                        s.u.total_micros += micros;
+                        if ((r = add_key_share(&s, kid, kname ? kname : "", secs, micros)) < 0 ||
+                            (r = add_sandbox_share(&s, sid, kid, open, secs, micros)) < 0)
+                                return r;
                 }
                 if (rc != SQLITE_DONE)
                         return -EIO;
         }
-        *ret = json_pack("{s:I,s:I,s:O,s:O,s:b}", "totalSeconds", (json_int_t)total_s, "totalMicros",
-                         (json_int_t)total_m, "sandboxes", sandboxes, "keys", keys, "truncated", truncated);
-        return *ret ? 0 : -ENOMEM;
+        *ret = s.u;
+        s.u = (LedgerUsage){ 0 };
+        return 0;
 }
 
 int ledger_sandbox_total(Ledger *l, const char *sandbox_id, int64_t now, int64_t cap, int64_t *ret_seconds,

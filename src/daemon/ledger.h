@@ -16,8 +16,8 @@
  *   at stop, delete or failure. The check and the insert are one
  *   BEGIN IMMEDIATE transaction, so concurrent creates never overshoot.
  */
-#include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define LEDGER_HEARTBEAT_SECONDS 2
@@ -98,9 +98,44 @@ typedef struct LedgerKeyUse {
 
 int ledger_key_use(Ledger *l, const char *key_id, int64_t now, LedgerKeyUse *ret);
 
+/* A usage listing keeps at most this many sandboxes; the rest count in the
+ * totals and their keys' sums only. */
+#define LEDGER_USAGE_MAX_SANDBOXES 10000
+
+/* A series' (a sandbox's, or its paused disk's) share of a usage window. */
+typedef struct LedgerUsageSandbox {
+        char *sandbox_id;
+        char *key_id;   /* the key of its latest interval */
+        int64_t seconds;
+        int64_t micros;
+        bool running;   /* its latest interval is still open */
+} LedgerUsageSandbox;
+
+/* A key's share of a usage window. */
+typedef struct LedgerUsageKey {
+        char *key_id;
+        char *name;     /* "" when the key is gone from the keys table */
+        int64_t seconds;
+        int64_t micros;
+} LedgerUsageKey;
+
+/* Both lists are in the order of each one's first interval in the window. */
+typedef struct LedgerUsage {
+        int64_t total_seconds;
+        int64_t total_micros;
+        LedgerUsageSandbox *sandboxes;
+        size_t n_sandboxes;
+        LedgerUsageKey *keys;
+        size_t n_keys;
+        bool truncated; /* more than LEDGER_USAGE_MAX_SANDBOXES sandboxes */
+} LedgerUsage;
+
 /* Usage of an owner's sandboxes in [since, until): charges prorated to the
- * second, per sandbox and per key; open intervals count up to now. */
-int ledger_usage(Ledger *l, const char *owner, int64_t since, int64_t until, int64_t now, json_t **ret);
+ * second, per sandbox and per key; open intervals count up to now (and no
+ * further than their reservation). Free it with ledger_usage_done. */
+int ledger_usage(Ledger *l, const char *owner, int64_t since, int64_t until, int64_t now, LedgerUsage *ret);
+/* Frees what a usage holds (not the struct); a zeroed one is fine. */
+void ledger_usage_done(LedgerUsage *u);
 /* Seconds and micros billed to one sandbox so far (open interval up to now,
  * at most `cap` when cap > 0). */
 int ledger_sandbox_total(Ledger *l, const char *sandbox_id, int64_t now, int64_t cap, int64_t *ret_seconds,

@@ -23,6 +23,7 @@
 #include "daemon/ledger.h"
 #include "daemon/api.h"
 #include "daemon/request.h"
+#include "daemon/sqldb.h"
 
 typedef struct Fixture {
         char dir[64];
@@ -233,19 +234,69 @@ static void test_usage_window(void **state) {
         assert_int_equal(ledger_begin(f->l, "sbx_u", "key_a", "own_a", t, 3600, 0), 0);
         assert_int_equal(ledger_settle(f->l, "sbx_u", t + 100, t + 100), 0);
         assert_int_equal(ledger_begin(f->l, "sbx_v", "key_a", "own_a", t + 50, 3600, 0), 0); /* still open */
-        json_t *u = NULL;
+        LedgerUsage u;
         assert_int_equal(ledger_usage(f->l, "own_a", t + 40, t + 70, t + 60, &u), 0);
-        assert_int_equal(json_integer_value(json_object_get(u, "totalSeconds")), 30 + 10);
-        assert_int_equal(json_integer_value(json_object_get(u, "totalMicros")), 40);
-        assert_int_equal(json_array_size(json_object_get(u, "sandboxes")), 2);
-        assert_int_equal(json_array_size(json_object_get(u, "keys")), 1);
-        json_t *k = json_array_get(json_object_get(u, "keys"), 0);
-        assert_string_equal(json_string_value(json_object_get(k, "name")), "a");
-        json_decref(u);
+        assert_int_equal(u.total_seconds, 30 + 10);
+        assert_int_equal(u.total_micros, 40);
+        assert_false(u.truncated);
+        /* In the order of their first interval; the open one counts to now. */
+        assert_int_equal(u.n_sandboxes, 2);
+        assert_string_equal(u.sandboxes[0].sandbox_id, "sbx_u");
+        assert_int_equal(u.sandboxes[0].seconds, 30);
+        assert_int_equal(u.sandboxes[0].micros, 30);
+        assert_false(u.sandboxes[0].running);
+        assert_string_equal(u.sandboxes[1].sandbox_id, "sbx_v");
+        assert_string_equal(u.sandboxes[1].key_id, "key_a");
+        assert_int_equal(u.sandboxes[1].seconds, 10);
+        assert_true(u.sandboxes[1].running);
+        assert_int_equal(u.n_keys, 1);
+        assert_string_equal(u.keys[0].key_id, "key_a");
+        assert_string_equal(u.keys[0].name, "a");
+        assert_int_equal(u.keys[0].seconds, 40);
+        assert_int_equal(u.keys[0].micros, 40);
+        ledger_usage_done(&u);
         /* Another owner sees none of it. */
         assert_int_equal(ledger_usage(f->l, "own_b", t, t + 1000, t + 60, &u), 0);
-        assert_int_equal(json_array_size(json_object_get(u, "sandboxes")), 0);
-        json_decref(u);
+        assert_int_equal(u.n_sandboxes, 0);
+        assert_int_equal(u.n_keys, 0);
+        assert_int_equal(u.total_seconds, 0);
+        ledger_usage_done(&u);
+}
+
+/* Many intervals of many sandboxes: each sums into its own entry, and past
+ * LEDGER_USAGE_MAX_SANDBOXES the rest count in the totals and keys only. */
+static void test_usage_many_sandboxes(void **state) {
+        Fixture *f = *state;
+        int64_t t = 1800000000;
+        size_t n = LEDGER_USAGE_MAX_SANDBOXES + 5;
+        /* Two closed intervals of 1 s each per sandbox at 3600/h (1 micro a
+         * second), the sandboxes' first ones interleaved in time. */
+        char sql[1024];
+        snprintf(sql, sizeof(sql),
+                 "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < %zu), "
+                 "k(j) AS (VALUES (0), (1)) "
+                 "INSERT INTO ledger (sandbox_id, key_id, owner, started_at, ended_at, open, price_per_hour, "
+                 "prior_seconds, seconds, micros) "
+                 "SELECT printf('sbx_m%%05d', i), CASE i %% 2 WHEN 1 THEN 'key_a' ELSE 'key_b' END, 'own_m', "
+                 "%lld + 10 * j + i %% 7, %lld + 10 * j + i %% 7 + 1, 0, 3600, j, 1, 1 FROM n, k",
+                 n - 1, (long long)t, (long long)t);
+        sqlite3 *raw = NULL;
+        assert_int_equal(sqldb_open(f->path, &raw), 0);
+        assert_int_equal(sqldb_exec_transaction(raw, sql), 0);
+        sqlite3_close(raw);
+        LedgerUsage u;
+        assert_int_equal(ledger_usage(f->l, "own_m", t, t + 100, t + 100, &u), 0);
+        assert_int_equal(u.total_seconds, 2 * (int64_t)n);
+        assert_int_equal(u.total_micros, 2 * (int64_t)n);
+        assert_true(u.truncated);
+        assert_int_equal(u.n_sandboxes, LEDGER_USAGE_MAX_SANDBOXES);
+        for (size_t i = 0; i < u.n_sandboxes; i++) {
+                assert_int_equal(u.sandboxes[i].seconds, 2);
+                assert_int_equal(u.sandboxes[i].micros, 2);
+        }
+        assert_int_equal(u.n_keys, 2);
+        assert_int_equal(u.keys[0].seconds + u.keys[1].seconds, 2 * (int64_t)n);
+        ledger_usage_done(&u);
 }
 
 static void test_keystore(void **state) {
@@ -367,6 +418,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_orphans_settle, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_overshoot, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_usage_window, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_usage_many_sandboxes, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_keystore, setup, teardown),
                 cmocka_unit_test(test_owner_names_and_trial_shape),
         };
