@@ -184,3 +184,54 @@ def test_egress_manager_returns_plain_data():
         if field in code:
             bad.append(f"egress_service.c names the API's {field}")
     assert not bad, "\n".join(bad)
+
+
+# The stores and the manager: they hand their callers plain data and their
+# own errors; the handlers (api*.c) make the API's JSON of it.
+PLAIN_DATA_PARTS = ("keys", "ledger", "sandbox", "snapshot", "egress_service")
+# Parts that keep no JSON of any kind: not even a stored spec or a message to
+# another process.
+JSON_FREE_PARTS = ("keys", "ledger")
+# Fields that only the API's answers carry (keys, usage, limits, the sandbox,
+# snapshot and process objects, pages). The manager's own JSON (a sandbox's
+# stored spec, agent requests, the egress proxy's settings) names none of
+# them, so a part that does is building an answer.
+API_ANSWER_FIELDS = ("createdAt", "revokedAt", "revoked", "leaseEndsAt", "startedAt", "stoppedAt", "endedAt",
+                     "expiresAt", "builtAt", "costMicros", "costMicrosPerHour", "runSeconds", "failureReason",
+                     "keyId", "keyName", "sandboxId", "snapshotId", "sourceSandboxId", "dailyLimitMicros",
+                     "totalSeconds", "totalMicros", "usedMicros", "remainingMicros", "settledMicros",
+                     "reservedMicros", "limitMicros", "freesAt", "windowSeconds", "sizeBytes", "truncated",
+                     "hasMore", "nextCursor")
+
+
+def _plain_data_violations(src: Path) -> list[str]:
+    bad = []
+    for part in PLAIN_DATA_PARTS:
+        header = _strip_comments((src / "daemon" / f"{part}.h").read_text())
+        code = _strip_comments((src / "daemon" / f"{part}.c").read_text())
+        for name, params in re.findall(r"^[A-Za-z_][\w \*]*?\b(\w+)\s*\(([^;{]*)\)\s*;", header, re.M):
+            if re.search(r"\bjson_t\s*\*\s*\*", params):
+                bad.append(f"{part}.h: {name} hands back JSON")
+        for call in ("json_time_or_null",):
+            if re.search(rf"\b{call}\s*\(", code):
+                bad.append(f"{part}.c calls {call} (the API's times are the handlers')")
+        for field in API_ANSWER_FIELDS:
+            if f'"{field}"' in code:
+                bad.append(f"{part}.c names the API's {field}")
+        if part in JSON_FREE_PARTS:
+            for path, text in ((f"{part}.h", header), (f"{part}.c", code)):
+                if "jansson.h" in text or re.search(r"\bjson_\w+", text):
+                    bad.append(f"{path} uses JSON")
+    return bad
+
+
+def test_stores_and_manager_return_plain_data():
+    """The key store (keys.c), the ledger, the sandbox manager, the snapshot
+    store and the egress state return plain data (KeyRecord, LedgerUsage,
+    SandboxRow, ...) to the handlers, which make the API's JSON of it: no
+    call of theirs hands back JSON, none formats the API's times or names a
+    field only an answer carries, and the key store and the ledger use no
+    JSON at all. (json_pack itself stays with the manager for what is its
+    own: a sandbox's stored spec, agent requests, the proxy's settings.)"""
+    bad = _plain_data_violations(SRC)
+    assert not bad, "a store or the manager builds the API's JSON:\n" + "\n".join(bad)
