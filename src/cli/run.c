@@ -15,6 +15,7 @@
 #include "cli/parse.h"
 #include "cli/sandbox.h"
 #include "common/macro.h"
+#include "common/timeutil.h"
 
 /* Exit code for output that cannot be written (a reader that went away, as
  * in `runtime sandbox run -- yes | head`): what a shell reports for SIGPIPE. */
@@ -190,7 +191,7 @@ typedef struct LeaseKeeper {
         Client *client;
         const char *id;
         long long lease_s;
-        struct timespec ends; /* CLOCK_MONOTONIC */
+        int64_t ends_s; /* the lease's end, in seconds of the monotonic clock */
 } LeaseKeeper;
 
 static void *keeper_main(void *userdata) {
@@ -207,16 +208,15 @@ static void *keeper_main(void *userdata) {
         snprintf(path, sizeof(path), "/v1/sandboxes/%s:extend", k->id);
         pthread_mutex_lock(&k->lock);
         while (!k->stop) {
-                struct timespec now, wake;
+                struct timespec wake;
                 long long remaining, add;
 
-                clock_gettime(CLOCK_MONOTONIC, &wake);
-                wake.tv_sec += k->lease_s / 4 > 0 ? k->lease_s / 4 : 1;
+                time_mono_deadline(&wake, (k->lease_s / 4 > 0 ? k->lease_s / 4 : 1) * 1000LL);
                 pthread_cond_timedwait(&k->cond, &k->lock, &wake);
                 if (k->stop)
                         break;
-                clock_gettime(CLOCK_MONOTONIC, &now);
-                remaining = (long long)(k->ends.tv_sec - now.tv_sec);
+                int64_t now_s = (int64_t)(time_now_mono_ms() / 1000);
+                remaining = (long long)(k->ends_s - now_s);
                 if (remaining > k->lease_s / 2)
                         continue;
                 add = k->lease_s - (remaining > 0 ? remaining : 0);
@@ -227,7 +227,7 @@ static void *keeper_main(void *userdata) {
                         int r = body ? client_json(k->client, "POST", path, body, NULL, &e) : -ENOMEM;
                         pthread_mutex_lock(&k->lock);
                         if (r == 0)
-                                k->ends.tv_sec = (remaining > 0 ? k->ends.tv_sec : now.tv_sec) + add;
+                                k->ends_s = (remaining > 0 ? k->ends_s : now_s) + add;
                         else if (!k->warned && !k->stop) {
                                 k->warned = true;
                                 fprintf(stderr, "runtime: cannot renew the lease of %s: %s\n", k->id,
@@ -240,7 +240,6 @@ static void *keeper_main(void *userdata) {
 }
 
 static int keeper_start(LeaseKeeper *k, CliContext *ctx, const char *id, long long lease_s) {
-        pthread_condattr_t attr;
         int r;
 
         *k = (LeaseKeeper){.id = id, .lease_s = lease_s};
@@ -249,13 +248,14 @@ static int keeper_start(LeaseKeeper *k, CliContext *ctx, const char *id, long lo
                 return -EIO;
         /* Not Ctrl-C but keeper_stop() ends this thread's requests. */
         client_set_interrupt(k->client, &k->abort_request);
-        clock_gettime(CLOCK_MONOTONIC, &k->ends);
-        k->ends.tv_sec += lease_s;
+        k->ends_s = (int64_t)(time_now_mono_ms() / 1000) + lease_s;
         pthread_mutex_init(&k->lock, NULL);
-        pthread_condattr_init(&attr);
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        pthread_cond_init(&k->cond, &attr);
-        pthread_condattr_destroy(&attr);
+        r = time_cond_init_mono(&k->cond);
+        if (r < 0) {
+                pthread_mutex_destroy(&k->lock);
+                k->client = client_free(k->client);
+                return r;
+        }
         r = pthread_create(&k->thread, NULL, keeper_main, k);
         if (r != 0) {
                 k->client = client_free(k->client);

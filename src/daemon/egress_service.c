@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/random.h"
@@ -1108,19 +1109,6 @@ static void *pump_to_sandbox(void *arg) {
         return NULL;
 }
 
-static int send_all_fd(int fd, const uint8_t *p, size_t n) {
-        while (n > 0) {
-                ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w < 0)
-                        return -errno;
-                p += w;
-                n -= (size_t)w;
-        }
-        return 0;
-}
-
 /* The sandbox towards the proxy, until the proxy is done with the
  * connection (it closed the data socket) or the sandbox is gone. */
 static void pump_to_proxy(Pump *p) {
@@ -1130,7 +1118,7 @@ static void pump_to_proxy(Pump *p) {
                 if (chan_stream_next(p->s, 1000, &ev) < 0)
                         continue;
                 if (ev.type == CHAN_EV_DATA && !sandbox_eof) {
-                        int r = send_all_fd(p->fd, ev.data, ev.len);
+                        int r = io_send_all(p->fd, ev.data, ev.len);
                         chan_event_clear(&ev);
                         if (r < 0)
                                 break;
