@@ -102,9 +102,16 @@ def test_fork_bomb_is_contained(api, driver, daemon):
     assert_no_host_trace(sid, timeout=30)
 
 
-def test_pids_limit_is_set(sandbox):
+def test_pids_limit_is_set(sandbox, request):
     """A sandbox cannot start processes without end: forks are refused well
     before 6000."""
+    if sandbox.driver == "gvisor":
+        # Open bug, docs/drivers.md "Processes and CPU": on systrap each thread
+        # has a stub thread on the host, and thousands of threads end the
+        # Sentry before gVisor's own limit refuses one. The host stays
+        # contained; the sandbox is lost (409 "stopped while the command ran").
+        why = "gVisor on systrap: thousands of threads end the sandbox before gVisor refuses one (open bug)"
+        request.applymarker(pytest.mark.xfail(reason=why, strict=True))
     # Threads count against pids.max like processes do, and cost little
     # memory, so the memory limit does not end the count first.
     prog = ("import threading\n"
