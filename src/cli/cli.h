@@ -52,6 +52,9 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_connect(CliContext *ctx, bool need_key, Client **ret);
 /* Prints j on stdout, indented, with a newline. */
 void cli_print_json(json_t *j);
+/* Connects (with a key), POSTs body to path and answers the reply in *ret:
+ * CLI_EXIT_OK, or the exit code after the error is printed. */
+int cli_post(CliContext *ctx, const char *path, json_t *body, json_t **ret);
 /* Parses a verb that takes only --help, --json (as the global option) and
  * min..max positional arguments (options and arguments in any order; "--"
  * ends options). Returns CLI_PROCEED with the arguments in ret_pos/ret_npos,

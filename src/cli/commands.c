@@ -390,3 +390,14 @@ int cli_main(int argc, char **argv) {
         cli_signals_install();
         return sub->run(&ctx, argc - optind, argv + optind);
 }
+
+int cli_post(CliContext *ctx, const char *path, json_t *body, json_t **ret) {
+        _cleanup_client_ Client *c = NULL;
+        CliError e;
+        int r = cli_connect(ctx, true, &c);
+        if (r > 0)
+                return r;
+        if (client_json(c, "POST", path, body, ret, &e) < 0)
+                return cli_error_print(&e);
+        return CLI_EXIT_OK;
+}

@@ -43,11 +43,9 @@ int cmd_sandbox_spawn(CliContext *ctx, int argc, char **argv) {
                 {"user", required_argument, NULL, 'u'},
                 {NULL, 0, NULL, 0},
         };
-        _cleanup_client_ Client *c = NULL;
         _cleanup_json_ json_t *body = NULL, *ans = NULL;
         const char *user = NULL;
         char path[PROC_PATH_MAX];
-        CliError e;
         int opt, r;
 
         optind = 0;
@@ -94,13 +92,10 @@ int cmd_sandbox_spawn(CliContext *ctx, int argc, char **argv) {
                 return cli_fail("an argument is not valid UTF-8");
         if (user && json_object_set_new(body, "user", json_string(user)) < 0)
                 return cli_fail("out of memory");
-        r = cli_connect(ctx, true, &c);
-        if (r > 0)
-                return r;
         snprintf(path, sizeof(path), "/v1/sandboxes/%s/processes", id);
-        r = client_json(c, "POST", path, body, &ans, &e);
-        if (r < 0)
-                return cli_error_print(&e);
+        r = cli_post(ctx, path, body, &ans);
+        if (r != CLI_EXIT_OK)
+                return r;
         if (ctx->json)
                 cli_print_json(ans);
         else

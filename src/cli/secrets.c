@@ -327,11 +327,9 @@ static const char rotate_help[] =
         "Example:\n  runtime secrets rotate GITHUB_TOKEN < new-token.txt\n";
 
 int cmd_secrets_rotate(CliContext *ctx, int argc, char **argv) {
-        _cleanup_client_ Client *c = NULL;
         _cleanup_json_ json_t *body = json_object(), *ans = NULL;
         char **pos, path[160];
         int npos, r;
-        CliError e;
 
         r = cli_simple_args(ctx, "secrets rotate", rotate_usage, rotate_help, argc, argv, 1, 1, &pos, &npos);
         if (r != CLI_PROCEED)
@@ -342,13 +340,10 @@ int cmd_secrets_rotate(CliContext *ctx, int argc, char **argv) {
                 return cli_fail("out of memory");
         if ((r = body_add_value(body)) > 0)
                 return r;
-        r = cli_connect(ctx, true, &c);
-        if (r > 0)
-                return r;
         snprintf(path, sizeof(path), "/v1/egress-secrets/%s:rotate", pos[0]);
-        r = client_json(c, "POST", path, body, &ans, &e);
-        if (r < 0)
-                return cli_error_print(&e);
+        r = cli_post(ctx, path, body, &ans);
+        if (r != CLI_EXIT_OK)
+                return r;
         if (ctx->json)
                 cli_print_json(ans);
         else

@@ -65,11 +65,9 @@ static const char snapshot_help[] =
 
 int cmd_sandbox_snapshot(CliContext *ctx, int argc, char **argv) {
         static const char verb[] = "sandbox snapshot", usage[] = "[--mode disk|memory] [--name N] [--retention DAYS] ID";
-        _cleanup_client_ Client *c = NULL;
         _cleanup_json_ json_t *ans = NULL, *body = json_object();
         char **pos, path[160], err[CLI_ERR_MAX];
         int npos, r;
-        CliError e;
         const char *mode = take_option(&argc, argv, "--mode");
         const char *name = take_option(&argc, argv, "--name");
         const char *retention = take_option(&argc, argv, "--retention");
@@ -92,13 +90,10 @@ int cmd_sandbox_snapshot(CliContext *ctx, int argc, char **argv) {
             (name && json_object_set_new(body, "name", json_string(name)) < 0) ||
             (days && json_object_set_new(body, "retentionDays", json_integer(days)) < 0))
                 return cli_fail("out of memory");
-        r = cli_connect(ctx, true, &c);
-        if (r > 0)
-                return r;
         snprintf(path, sizeof path, "/v1/sandboxes/%s:snapshot", pos[0]);
-        r = client_json(c, "POST", path, body, &ans, &e);
-        if (r < 0)
-                return cli_error_print(&e);
+        r = cli_post(ctx, path, body, &ans);
+        if (r != CLI_EXIT_OK)
+                return r;
         if (ctx->json)
                 cli_print_json(ans);
         else
@@ -119,7 +114,6 @@ int cmd_sandbox_fork(CliContext *ctx, int argc, char **argv) {
         _cleanup_json_ json_t *ans = NULL, *body = json_object();
         char **pos, path[160], err[CLI_ERR_MAX];
         int npos, r;
-        CliError e;
         const char *count_s = take_option(&argc, argv, "--count");
         const char *name = take_option(&argc, argv, "--name");
         if (!body)
@@ -138,13 +132,10 @@ int cmd_sandbox_fork(CliContext *ctx, int argc, char **argv) {
         if ((count && json_object_set_new(body, "count", json_integer(count)) < 0) ||
             (name && json_object_set_new(body, "name", json_string(name)) < 0))
                 return cli_fail("out of memory");
-        r = cli_connect(ctx, true, &c);
-        if (r > 0)
-                return r;
         snprintf(path, sizeof path, "/v1/sandboxes/%s:fork", pos[0]);
-        r = client_json(c, "POST", path, body, &ans, &e);
-        if (r < 0)
-                return cli_error_print(&e);
+        r = cli_post(ctx, path, body, &ans);
+        if (r != CLI_EXIT_OK)
+                return r;
         if (ctx->json) {
                 cli_print_json(ans);
                 return CLI_EXIT_OK;
