@@ -316,6 +316,16 @@ int api_sandbox_acquire(Req *r, Sandbox **ret, ApiError *e) {
         return 0;
 }
 
+int api_req_set_user(json_t *req, Sandbox *sb, ReqUser u) {
+        return agent_req_set_user(req, sandbox_runs_as_root(sb, u));
+}
+
+int api_req_user(json_t *req, Sandbox *sb) {
+        if (json_object_get(req, "user"))
+                return 0;
+        return api_req_set_user(req, sb, REQ_AS_DEFAULT);
+}
+
 int api_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e) {
         SandboxError se;
         if (sandbox_open_stream(sb, request, ret, &se) < 0)
@@ -606,13 +616,14 @@ static char *event_line(ProcEvent *ev, size_t *ret_len) {
         return NULL;
 }
 json_t *api_exec_request(const ExecRequest *q, Sandbox *sb) {
-        _cleanup_json_ json_t *env = json_deep_copy(sandbox_env(sb));
+        _cleanup_json_ json_t *base = sandbox_env(sb);
+        _cleanup_json_ json_t *env = json_deep_copy(base);
         if (!env || json_object_update(env, q->env) < 0)
                 return NULL;
         if (q->pty && !json_object_get(env, "TERM") && json_object_set_new(env, "TERM", json_string("xterm-256color")) < 0)
                 return NULL;
         json_t *req = agent_req_exec(q->command, q->argv, q->cwd, env, q->timeout_ms, q->has_stdin || q->stdin_pipe);
-        if (req && agent_req_set_user(req, q->root) < 0)
+        if (req && agent_req_set_user(req, sandbox_runs_as_root(sb, q->user)) < 0)
                 json_decref(TAKE_PTR(req));
         if (req && q->pty &&
             json_object_set_new(req, "pty", json_pack("{s:i,s:i}", "cols", (int)q->pty_cols, "rows", (int)q->pty_rows)) < 0)
@@ -809,7 +820,7 @@ int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replay
         }
         ProcSpec spec = {
                 .owner = r->key.owner,
-                .user = q->root ? REQ_USER_ROOT : REQ_USER_SANDBOX,
+                .user = sandbox_runs_as_root(sb, q->user) ? REQ_USER_ROOT : REQ_USER_SANDBOX,
                 .base64 = q->base64,
                 .stdin_pipe = q->stdin_pipe,
                 .pty = q->pty,
@@ -872,7 +883,8 @@ json_t *api_sandbox_json(Manager *m, const SandboxRow *r) {
         }
         if (j && (json_object_set_new(j, "runSeconds", json_integer(run_seconds)) < 0 ||
                   json_object_set(j, "maxTotalCostMicros", max_total ? max_total : json_null()) < 0 ||
-                  json_object_set(j, "secrets", json_object_get(spec, "secrets") ?: json_null()) < 0)) {
+                  json_object_set(j, "secrets", json_object_get(spec, "secrets") ?: json_null()) < 0 ||
+                  json_object_set_new(j, "user", json_string(r->run_as_root ? REQ_USER_ROOT : REQ_USER_SANDBOX)) < 0)) {
                 json_decref(j);
                 return NULL;
         }

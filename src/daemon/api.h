@@ -148,6 +148,11 @@ int api_sandbox_error(const SandboxError *se, ApiError *e);
 int api_sandbox_acquire(Req *r, Sandbox **ret, ApiError *e);
 /* Opens a stream to the sandbox's agent; e filled on failure. */
 int api_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e);
+/* Who a client's request to the agent runs as: u when the client named a
+ * user, else the sandbox's own (its "user", set at create or :update). */
+int api_req_set_user(json_t *req, Sandbox *sb, ReqUser u);
+/* The sandbox's own user on req unless req names one already. */
+int api_req_user(json_t *req, Sandbox *sb);
 
 /* Processes, shared by the exec and process handlers. The agent's exec
  * request for an exec or spawn body on sb. */

@@ -51,8 +51,8 @@ static int query_dir(Req *r, char **ret, ApiError *e) {
 /* user: the published client sends "sandbox" (its default) or "root"; the
  * archive is read or unpacked with that user's rights, and what it unpacks
  * is that user's. */
-static int query_user(Req *r, bool *ret_root, ApiError *e) {
-        return request_parse_user_text(req_query(r, "user"), ret_root, e);
+static int query_user(Req *r, ReqUser *ret, ApiError *e) {
+        return request_parse_user_text(req_query(r, "user"), ret, e);
 }
 
 /* ---- GET: a directory out ---- */
@@ -166,8 +166,8 @@ static enum MHD_Result collect_exclude(void *cls, enum MHD_ValueKind kind, const
 enum MHD_Result handle_files_archive_get(Req *r) {
         ApiError e = { 0 };
         _cleanup_free_ char *path = NULL;
-        bool root;
-        if (query_dir(r, &path, &e) < 0 || query_user(r, &root, &e) < 0)
+        ReqUser user;
+        if (query_dir(r, &path, &e) < 0 || query_user(r, &user, &e) < 0)
                 return reply_error(r, &e);
         bool gzip = true;
         const char *g = req_query(r, "gzip");
@@ -192,7 +192,7 @@ enum MHD_Result handle_files_archive_get(Req *r) {
                 return reply_error(r, &e);
         }
         _cleanup_json_ json_t *req = agent_req_archive(path, gzip, list);
-        if (!req || agent_req_set_user(req, root) < 0)
+        if (!req)
                 return reply_internal(r);
         ArchiveRead *a = calloc(1, sizeof(*a));
         if (!a)
@@ -202,6 +202,10 @@ enum MHD_Result handle_files_archive_get(Req *r) {
         if (api_sandbox_acquire(r, &a->sb, &e) < 0) {
                 free(a);
                 return reply_error(r, &e);
+        }
+        if (api_req_set_user(req, a->sb, user) < 0) {
+                archive_read_free(a);
+                return reply_internal(r);
         }
         if (api_open_stream(a->sb, req, &a->stream, &e) < 0) {
                 archive_read_free(a);
@@ -256,8 +260,8 @@ static enum MHD_Result archive_write_begin(Req *r) {
         const DaemonConfig *cfg = r->app->cfg;
         ApiError e = { 0 };
         _cleanup_free_ char *path = NULL;
-        bool root;
-        if (query_dir(r, &path, &e) < 0 || query_user(r, &root, &e) < 0)
+        ReqUser user;
+        if (query_dir(r, &path, &e) < 0 || query_user(r, &user, &e) < 0)
                 return reply_error(r, &e);
         uint64_t max = (uint64_t)cfg->max_file_mib * 1024u * 1024u;
         const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -275,7 +279,7 @@ static enum MHD_Result archive_write_begin(Req *r) {
         if (api_sandbox_acquire(r, &w->sb, &e) < 0)
                 return reply_error(r, &e);
         _cleanup_json_ json_t *req = agent_req_unarchive(w->path, max * UNPACK_RATIO, UNPACK_ENTRIES_MAX);
-        if (!req || agent_req_set_user(req, root) < 0)
+        if (!req || api_req_set_user(req, w->sb, user) < 0)
                 return reply_internal(r);
         if (api_open_stream(w->sb, req, &w->stream, &e) < 0)
                 return reply_error(r, &e);

@@ -23,14 +23,15 @@
 
 
 /* Who a file route acts as, with that user's rights and as the owner of
- * what it makes: ?user=sandbox (the default) or root. 0, a 400 in *e, or
+ * what it makes: ?user=sandbox or root; left out, the sandbox's own user,
+ * filled in as the request is sent (api_req_user). 0, a 400 in *e, or
  * -ENOMEM. */
 static int with_user(Req *r, json_t *req, ApiError *e) {
-        bool root;
-        int rc = request_parse_user_text(req_query(r, "user"), &root, e);
-        if (rc < 0)
+        ReqUser u;
+        int rc = request_parse_user_text(req_query(r, "user"), &u, e);
+        if (rc < 0 || u == REQ_AS_DEFAULT)
                 return rc;
-        return agent_req_set_user(req, root);
+        return agent_req_set_user(req, u == REQ_AS_ROOT);
 }
 
 static bool client_left(void *userdata) {
@@ -41,6 +42,8 @@ static bool client_left(void *userdata) {
  * negative value with e filled. */
 static int run_op(Req *r, Sandbox *sb, json_t *request, json_t **ret, ApiError *e) {
         ChanStream *s = NULL;
+        if (api_req_user(request, sb) < 0)
+                return -ENOMEM;
         if (api_open_stream(sb, request, &s, e) < 0)
                 return -EINVAL;
         int sock = req_socket(r);
@@ -395,8 +398,10 @@ enum MHD_Result handle_files_read(Req *r) {
                 free(f);
                 return reply_error(r, &e);
         }
-        if (api_open_stream(f->sb, req, &f->stream, &e) < 0) {
+        if (api_req_user(req, f->sb) < 0 || api_open_stream(f->sb, req, &f->stream, &e) < 0) {
                 file_read_free(f);
+                if (!e.code)
+                        return reply_internal(r);
                 return reply_error(r, &e);
         }
         /* The first event says the size, or the RESULT says why not. */
@@ -505,7 +510,7 @@ static enum MHD_Result files_upload_begin(Req *r) {
                 agent_req_write(u->path, mode, true);
         if (!req)
                 return reply_internal(r);
-        if (with_user(r, req, &e) < 0)
+        if (with_user(r, req, &e) < 0 || api_req_user(req, u->sb) < 0)
                 return e.code ? reply_error(r, &e) : reply_internal(r);
         if (api_open_stream(u->sb, req, &u->stream, &e) < 0)
                 return reply_error(r, &e);

@@ -91,12 +91,14 @@ static void agent_run_done(AgentRun *a) {
 
 static int agent_run_start(Sandbox *sb, json_t *argv, const char *in, size_t in_len, int64_t timeout_ms,
                            AgentRun *ret, ApiError *e) {
-        _cleanup_json_ json_t *env = json_deep_copy(sandbox_env(sb));
+        _cleanup_json_ json_t *base = sandbox_env(sb);
+        _cleanup_json_ json_t *env = json_deep_copy(base);
         if (!env)
                 env = json_object();
         _cleanup_json_ json_t *req = env ? agent_req_exec(NULL, argv, "/", env, timeout_ms, true) : NULL;
-        /* Contexts run as the sandbox user, as commands do. */
-        if (!req || agent_req_set_user(req, false) < 0)
+        /* A context runs as the sandbox's own user when it starts, as a
+         * command that names none does. */
+        if (!req || api_req_user(req, sb) < 0)
                 return -ENOMEM;
         AgentRun a = { .sb = sb, .exit_code = -1 };
         int r = api_open_stream(sb, req, &a.stream, e);
@@ -707,8 +709,9 @@ static int run_open(InterpRun *x, const char *input, size_t input_len, int *ret_
          * env travels there too). */
         if (input_len <= ARG_REQUEST_MAX && !memchr(input, '\0', input_len)) {
                 _cleanup_json_ json_t *arg = json_stringn(input, input_len - 1);
+                _cleanup_json_ json_t *env = sandbox_env(x->sb);
                 size_t need = json_dumpb(arg, NULL, 0, JSON_ENCODE_ANY) +
-                              json_dumpb(sandbox_env(x->sb), NULL, 0, JSON_COMPACT) + sizeof(run_script) * 2 + 1024;
+                              json_dumpb(env, NULL, 0, JSON_COMPACT) + sizeof(run_script) * 2 + 1024;
                 if (arg && need <= PROTO_MAX_JSON) {
                         if (json_array_append(argv, arg) < 0)
                                 return -ENOMEM;

@@ -541,7 +541,10 @@ enum MHD_Result handle_sandbox_update(Req *r) {
                 return reply_result(r, -EINVAL, NULL, &e, 0);
         SandboxUpdate su = { .set_name = u.set_name, .name = u.name, .labels = u.labels, .network = u.network,
                              .on_lease_end = u.on_lease_end,
-                             .lease_end = u.timeout_seconds ? time_now_unix() + u.timeout_seconds : 0 };
+                             .lease_end = u.timeout_seconds ? time_now_unix() + u.timeout_seconds : 0,
+                             .env = u.env, .auto_wake = u.auto_wake, .idle_pause_seconds = u.idle_pause_seconds,
+                             .set_max_total = u.set_max_total, .max_total_cost_micros = u.max_total_cost_micros,
+                             .set_user = u.set_user, .run_as_root = u.run_as_root };
         int rc = sandbox_update(r->app->manager, &r->key, r->route.sandbox_id, &su, r->rid, &row, &se);
         update_request_done(&u);
         return reply_row(r, rc, &row, &se, 200);

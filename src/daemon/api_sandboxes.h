@@ -16,5 +16,6 @@ enum MHD_Result handle_sandbox_network_get(Req *r);
 enum MHD_Result handle_sandbox_pause(Req *r);
 enum MHD_Result handle_sandbox_wake(Req *r);
 enum MHD_Result handle_sandbox_restart(Req *r);
-/* POST .../{id}:update: name, labels, network, lease (timeoutSeconds from now) and its end. */
+/* POST .../{id}:update: name, labels, network, lease (timeoutSeconds from now) and its end, env, user,
+ * autoWake, idlePauseSeconds and maxTotalCostMicros, all or nothing. */
 enum MHD_Result handle_sandbox_update(Req *r);

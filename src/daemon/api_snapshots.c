@@ -324,6 +324,7 @@ enum MHD_Result handle_sandbox_fork(Req *r) {
         }
         _cleanup_json_ json_t *spec = json_loads(src.spec, 0, NULL);
         _cleanup_json_ json_t *src_labels = json_loads(src.labels, 0, NULL);
+        bool src_root = src.run_as_root; /* the copies run as their source does */
         sandbox_row_done(&src);
         if (!spec)
                 return reply_internal(r);
@@ -375,6 +376,8 @@ enum MHD_Result handle_sandbox_fork(Req *r) {
                         json_object_set(body, "onLeaseEnd", ole);
                 if (secrets && json_is_array(secrets))
                         json_object_set(body, "secrets", secrets);
+                if (src_root)
+                        json_object_set_new(body, "user", json_string(REQ_USER_ROOT));
                 json_object_set(body, "labels", labels ? labels : src_labels ? src_labels : json_object());
                 if (name) {
                         char nb[160];

@@ -83,7 +83,7 @@ int terminal_parse_query(const char *cols, const char *rows, const char *command
                 q.command = command;
                 q.command_len = command_len;
         }
-        if ((r = request_parse_user_text(user, &q.root, e)) < 0)
+        if ((r = request_parse_user_text(user, &q.user, e)) < 0)
                 return r;
         if (process_id) {
                 size_t n = strlen(process_id);
@@ -296,7 +296,7 @@ static int open_process(Req *r, const TerminalQuery *q, Terminal *t, ApiError *e
                 .cwd = q->cwd,
                 .env = json_object(),
                 .timeout_ms = REQ_MAX_EXEC_TIMEOUT_MS,
-                .root = q->root,
+                .user = q->user,
                 .stdin_pipe = true,
                 .pty = true,
                 .pty_cols = q->cols,

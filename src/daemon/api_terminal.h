@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "daemon/http.h"
+#include "daemon/sandbox_request.h"
 
 /* A client message is at most this big: a paste, never a file. A bigger one
  * closes that terminal (1009) and no other. */
@@ -24,7 +25,7 @@ typedef struct TerminalQuery {
         const char *command; /* NULL: a login shell */
         size_t command_len;
         char *cwd;           /* malloc'ed, absolute; /workspace by default */
-        bool root;
+        ReqUser user; /* DEFAULT: the sandbox's own */
         char process_id[HTTP_PROCESS_ID_LEN + 1]; /* empty: start a new one */
 } TerminalQuery;
 

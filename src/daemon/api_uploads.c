@@ -53,7 +53,7 @@ typedef struct Upload {
          * in order and the commit unpacks the whole into path. */
         bool archive;
         uint64_t max_parts;
-        bool root; /* unpacked as root rather than the sandbox user */
+        ReqUser user; /* who writes or unpacks it; DEFAULT: the sandbox's own user */
 } Upload;
 
 static pthread_mutex_t uploads_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -453,7 +453,7 @@ enum MHD_Result handle_upload_commit(Req *r) {
         }
         _cleanup_json_ json_t *req = agent_req_write(u->path, u->mode, true);
         ChanStream *s = NULL;
-        if (!req || agent_req_set_user(req, u->root) < 0 || api_open_stream(sb, req, &s, &e) < 0) {
+        if (!req || api_req_set_user(req, sb, u->user) < 0 || api_open_stream(sb, req, &s, &e) < 0) {
                 sandbox_release(sb);
                 upload_drop(cfg, u);
                 return e.code ? reply_error(r, &e) : reply_internal(r);
@@ -564,7 +564,7 @@ static enum MHD_Result archive_commit(Req *r, Upload *u) {
         uint64_t max = (uint64_t)cfg->max_file_mib * 1024u * 1024u;
         _cleanup_json_ json_t *req = agent_req_unarchive(u->path, max * UNPACK_RATIO, UNPACK_ENTRIES_MAX);
         ChanStream *s = NULL;
-        if (!req || agent_req_set_user(req, u->root) < 0 || api_open_stream(sb, req, &s, &e) < 0) {
+        if (!req || api_req_set_user(req, sb, u->user) < 0 || api_open_stream(sb, req, &s, &e) < 0) {
                 sandbox_release(sb);
                 upload_drop(cfg, u);
                 return e.code ? reply_error(r, &e) : reply_internal(r);
@@ -618,8 +618,8 @@ enum MHD_Result handle_archive_upload_begin(Req *r) {
                 api_error(&e, 400, "invalid_request", NULL, "gzip must be a boolean");
                 return reply_error(r, &e);
         }
-        bool root;
-        if (request_parse_user(user, &root, &e) < 0)
+        ReqUser as;
+        if (request_parse_user(user, &as, &e) < 0)
                 return reply_error(r, &e);
         Sandbox *sb;
         if (api_sandbox_acquire(r, &sb, &e) < 0)
@@ -638,6 +638,6 @@ enum MHD_Result handle_archive_upload_begin(Req *r) {
                 return reply_internal(r);
         }
         Upload proto = { .used = true, .fd = fd, .mode = 0644, .received = received, .max_parts = max_parts,
-                         .archive = true, .root = root, .path = TAKE_PTR(path) };
+                         .archive = true, .user = as, .path = TAKE_PTR(path) };
         return upload_register(r, &proto, id, staged);
 }

@@ -46,6 +46,10 @@ static const char *const migrations[] = {
         "  deleted_at INTEGER);"
         "CREATE INDEX sandboxes_owner ON sandboxes (owner, created_at);"
         "CREATE INDEX sandboxes_live ON sandboxes (deleted_at, state);",
+        /* Who a request that names no user runs as. Sandboxes made before
+         * it ran such requests as the sandbox user, which the default keeps. */
+        "ALTER TABLE sandboxes ADD COLUMN run_as TEXT NOT NULL DEFAULT 'sandbox'"
+        "  CHECK (run_as IN ('sandbox', 'root'));",
 };
 
 static int migrate(sqlite3 *sql) {
@@ -239,7 +243,7 @@ int db_sandbox_insert(Db *db, const SandboxRow *r, unsigned max_total, unsigned 
                 _cleanup_stmt_ sqlite3_stmt *st = NULL;
                 if (sqlite3_prepare_v2(db->sql,
                                        "INSERT INTO sandboxes (id, owner, key_id, name, labels, spec, state, "
-                                       "created_at, lease_ends_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                       "created_at, lease_ends_at, run_as) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                        -1, &st, NULL) != SQLITE_OK) {
                         rc = -EIO;
                         goto rollback;
@@ -253,6 +257,7 @@ int db_sandbox_insert(Db *db, const SandboxRow *r, unsigned max_total, unsigned 
                 sqlite3_bind_text(st, 7, r->state, -1, SQLITE_STATIC);
                 sqlite3_bind_int64(st, 8, r->created_at);
                 bind_opt_int(st, 9, r->lease_ends_at);
+                sqlite3_bind_text(st, 10, r->run_as_root ? "root" : "sandbox", -1, SQLITE_STATIC);
                 if ((rc = sqldb_errno(sqlite3_step(st))) < 0)
                         goto rollback;
         }
@@ -267,7 +272,8 @@ int db_sandbox_update(Db *db, const SandboxRow *r) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(db->sql,
                                "UPDATE sandboxes SET spec = ?, state = ?, failure_reason = ?, started_at = ?, "
-                               "stopped_at = ?, lease_ends_at = ?, run_seconds = ?, deleted_at = ? WHERE id = ?",
+                               "stopped_at = ?, lease_ends_at = ?, run_seconds = ?, deleted_at = ?, run_as = ? "
+                               "WHERE id = ?",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, r->spec, -1, SQLITE_STATIC);
@@ -278,7 +284,8 @@ int db_sandbox_update(Db *db, const SandboxRow *r) {
         bind_opt_int(st, 6, r->lease_ends_at);
         sqlite3_bind_int64(st, 7, r->run_seconds);
         bind_opt_int(st, 8, r->deleted_at);
-        sqlite3_bind_text(st, 9, r->id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 9, r->run_as_root ? "root" : "sandbox", -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 10, r->id, -1, SQLITE_STATIC);
         int rc = sqldb_errno(sqlite3_step(st));
         if (rc < 0)
                 return rc;
@@ -302,7 +309,7 @@ int db_sandbox_set_meta(Db *db, const char *id, const char *name, const char *la
 
 #define ROW_COLUMNS                                                                                         \
         "id, owner, key_id, name, labels, spec, state, failure_reason, created_at, started_at, stopped_at, " \
-        "lease_ends_at, run_seconds, deleted_at"
+        "lease_ends_at, run_seconds, deleted_at, run_as"
 
 static char *dup_col(sqlite3_stmt *st, int col) {
         const unsigned char *t = sqlite3_column_text(st, col);
@@ -325,6 +332,8 @@ static int read_row(sqlite3_stmt *st, SandboxRow *r) {
         r->lease_ends_at = sqlite3_column_int64(st, 11);
         r->run_seconds = sqlite3_column_int64(st, 12);
         r->deleted_at = sqlite3_column_int64(st, 13);
+        const unsigned char *run_as = sqlite3_column_text(st, 14);
+        r->run_as_root = run_as && strcmp((const char *)run_as, "root") == 0;
         if (!r->owner || !r->key_id || !r->labels || !r->spec) {
                 sandbox_row_done(r);
                 return -ENOMEM;

@@ -36,6 +36,7 @@ typedef struct SandboxRow {
         char state[16];
         char *failure_reason; /* may be NULL */
         int64_t created_at, started_at, stopped_at, lease_ends_at, run_seconds, deleted_at;
+        bool run_as_root; /* requests that name no user run as root, not the sandbox user */
 } SandboxRow;
 
 void sandbox_row_done(SandboxRow *r);
@@ -43,7 +44,7 @@ void sandbox_row_done(SandboxRow *r);
  * atomically: -EUSERS past max_total, -EDQUOT past max_owner. */
 int db_sandbox_insert(Db *db, const SandboxRow *r, unsigned max_total, unsigned max_owner);
 /* Writes the mutable fields: spec, state, failure_reason, started_at,
- * stopped_at, lease_ends_at, run_seconds, deleted_at. */
+ * stopped_at, lease_ends_at, run_seconds, deleted_at, run_as. */
 int db_sandbox_update(Db *db, const SandboxRow *r);
 /* Writes an undeleted sandbox's name (NULL: none) and labels (a JSON object). */
 int db_sandbox_set_meta(Db *db, const char *id, const char *name, const char *labels);

@@ -368,17 +368,59 @@ void create_request_done(CreateRequest *r) {
         *r = (CreateRequest){ 0 };
 }
 
+/* What a self-hosted daemon has no counterpart for, named with what to use
+ * instead rather than refused as an unknown field. `persistent: false` is
+ * what every sandbox here is, so it is taken. */
+static int refuse_unsupported(json_t *body, bool create, ApiError *e) {
+        static const struct {
+                const char *field, *why, *hint;
+        } fields[] = {
+                { "persistent", "this daemon gives every sandbox a lease, so that its cost is held against the key's "
+                                "daily limit before it runs",
+                  "set timeoutSeconds (up to 86400) and renew it with :extend (the published client's keep_alive())" },
+                { "funding", "this daemon has no credit or funding sources: sandboxes are billed to the key's daily "
+                             "limit", "leave it out" },
+                { "region", "this daemon runs every sandbox on its own host", "leave it out" },
+                { "spreadFrom", "this daemon runs every sandbox on its own host", "leave it out" },
+                { "cpu", "this daemon has one kind of CPU", "leave it out; vcpu sets the number of CPUs" },
+                { "cpuFloorMillis", "this daemon guarantees no CPU floor",
+                  "leave it out; vcpu sets the CPU limit" },
+                { "volumes", "this daemon has no volumes",
+                  "keep files in /workspace and carry them on with :snapshot, or copy them with the files routes" },
+                { "tailscale", "this daemon joins no tailnet", "leave it out; network.allow opens egress to hosts" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(fields); i++) {
+                json_t *v = json_object_get(body, fields[i].field);
+                if (!v || json_is_null(v))
+                        continue;
+                if (!create && strcmp(fields[i].field, "persistent") != 0)
+                        continue;
+                if (strcmp(fields[i].field, "persistent") == 0) {
+                        if (!json_is_boolean(v))
+                                return wrong_type(e, "persistent", "a boolean", v);
+                        if (json_is_false(v))
+                                continue;
+                }
+                return api_error(e, 501, "not_implemented", fields[i].hint, "%s: %s", fields[i].field, fields[i].why);
+        }
+        return 0;
+}
+
 int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret, ApiError *e) {
         static const char *const fields[] = { "timeoutSeconds", "onLeaseEnd", "vcpu",   "memoryMiB",
                                               "diskMiB",        "network",    "env",    "image",
                                               "driver",         "name",       "labels", "maxCostMicros",
                                               "maxTotalCostMicros", "secrets", "idlePauseSeconds", "autoWake",
-                                              "pausable", "getOrCreate", NULL };
+                                              "pausable", "getOrCreate", "user", "persistent", NULL };
         CreateRequest c = { 0 };
         int64_t n;
-        int r = check_fields(body, NULL, fields, e);
-        if (r < 0)
+        int r = refuse_unsupported(body, true, e);
+        if (r < 0 || (r = check_fields(body, NULL, fields, e)) < 0)
                 return r;
+        ReqUser who;
+        if ((r = request_parse_user(json_object_get(body, "user"), &who, e)) < 0)
+                return r;
+        c.run_as_root = who == REQ_AS_ROOT;
         if ((r = get_int(body, "timeoutSeconds", 1, REQ_MAX_TIMEOUT_SECONDS, 300, &c.timeout_seconds, e)) < 0)
                 return r;
         json_t *v = json_object_get(body, "onLeaseEnd");
@@ -571,28 +613,32 @@ int request_path_field(json_t *body, const char *field, bool required, char **re
 
 static int parse_command(json_t *body, bool spawn, ExecRequest *ret, ApiError *e);
 
-int request_parse_user_text(const char *s, bool *ret_root, ApiError *e) {
-        if (!s || strcmp(s, REQ_USER_SANDBOX) == 0) {
-                *ret_root = false;
+int request_parse_user_text(const char *s, ReqUser *ret, ApiError *e) {
+        if (!s) {
+                *ret = REQ_AS_DEFAULT;
+                return 0;
+        }
+        if (strcmp(s, REQ_USER_SANDBOX) == 0) {
+                *ret = REQ_AS_SANDBOX;
                 return 0;
         }
         if (strcmp(s, REQ_USER_ROOT) == 0) {
-                *ret_root = true;
+                *ret = REQ_AS_ROOT;
                 return 0;
         }
         /* The value is not echoed: it is the client's, of any length. */
         return INVALID(e, "user must be \"sandbox\" or \"root\" (the users every sandbox has)");
 }
 
-int request_parse_user(json_t *v, bool *ret_root, ApiError *e) {
+int request_parse_user(json_t *v, ReqUser *ret, ApiError *e) {
         if (!v || json_is_null(v))
-                return request_parse_user_text(NULL, ret_root, e);
+                return request_parse_user_text(NULL, ret, e);
         if (!json_is_string(v))
                 return wrong_type(e, "user", "a string, \"sandbox\" or \"root\"", v);
         /* jansson keeps a NUL inside a string: "root\0x" is not "root". */
         if (json_string_length(v) != strlen(json_string_value(v)))
                 return INVALID(e, "user must not contain NUL bytes");
-        return request_parse_user_text(json_string_value(v), ret_root, e);
+        return request_parse_user_text(json_string_value(v), ret, e);
 }
 
 int request_parse_exec(json_t *body, ExecRequest *ret, ApiError *e) {
@@ -715,7 +761,7 @@ static int parse_command(json_t *body, bool spawn, ExecRequest *ret, ApiError *e
                 goto fail;
         if ((r = get_bool(body, "stream", false, &x.stream, e)) < 0)
                 goto fail;
-        if ((r = request_parse_user(json_object_get(body, "user"), &x.root, e)) < 0)
+        if ((r = request_parse_user(json_object_get(body, "user"), &x.user, e)) < 0)
                 goto fail;
         json_t *enc = json_object_get(body, "outputEncoding");
         if (enc && !json_is_null(enc)) {
@@ -926,25 +972,48 @@ void update_request_done(UpdateRequest *u) {
         free(u->name);
         json_decref(u->labels);
         json_decref(u->network);
+        json_decref(u->env);
         *u = (UpdateRequest){ 0 };
+}
+
+/* The change an :update makes to the env: names as a create's, a string
+ * value (bounded as a create's) sets a variable, null removes it. Whether
+ * the whole env stays within its bounds depends on the sandbox's: the
+ * manager checks that. */
+static int parse_env_changes(json_t *v, json_t **ret, ApiError *e) {
+        if (!json_is_object(v))
+                return wrong_type(e, "env", "an object of strings (null removes a variable)", v);
+        if (json_object_size(v) > REQ_MAX_ENV)
+                return INVALID(e, "env has more than %u variables", REQ_MAX_ENV);
+        _cleanup_json_ json_t *set = json_object();
+        if (!set)
+                return -ENOMEM;
+        const char *key;
+        json_t *val;
+        json_object_foreach(v, key, val)
+                if (!json_is_null(val) && json_object_set(set, key, val) < 0)
+                        return -ENOMEM;
+        json_object_foreach(v, key, val) {
+                if (json_is_null(val) && !request_env_name_ok(key, strlen(key)))
+                        return INVALID(e, "env: variable names must match [A-Za-z_][A-Za-z0-9_]* and be at most %u bytes",
+                                       REQ_MAX_ENV_NAME);
+        }
+        _cleanup_json_ json_t *checked = NULL;
+        int r = parse_env(set, "env", &checked, e);
+        if (r < 0)
+                return r;
+        *ret = json_incref(v);
+        return 0;
 }
 
 int request_parse_update(json_t *body, UpdateRequest *ret, ApiError *e) {
         static const char *const fields[] = { "name", "labels", "network", "timeoutSeconds", "onTimeout", "onLeaseEnd",
                                               "env", "autoWake", "user", "idlePauseSeconds", "persistent",
                                               "maxTotalCostMicros", NULL };
-        /* The published client's other settings, which this server has no
-         * counterpart for yet: refused by name rather than ignored. */
-        static const char *const unsupported[] = { "env", "autoWake", "user", "idlePauseSeconds", "persistent",
-                                                   "maxTotalCostMicros", NULL };
-        UpdateRequest u = { 0 };
+        UpdateRequest u = { .auto_wake = -1, .idle_pause_seconds = -1 };
         int r = check_fields(body, NULL, fields, e);
-        if (r < 0)
+        if (r < 0 || (r = refuse_unsupported(body, false, e)) < 0)
                 return r;
-        for (size_t i = 0; unsupported[i]; i++)
-                if (json_object_get(body, unsupported[i]))
-                        return api_error(e, 400, "invalid_request", "leave it out; the other settings can change",
-                                         "%s cannot be changed on this server", unsupported[i]);
         json_t *v = json_object_get(body, "name");
         if (v) {
                 u.set_name = true;
@@ -960,15 +1029,24 @@ int request_parse_update(json_t *body, UpdateRequest *ret, ApiError *e) {
                 }
         }
         v = json_object_get(body, "labels");
-        if (v && json_is_null(v) && !(u.labels = json_object())) /* null: none */
-                return -ENOMEM;
+        if (v && json_is_null(v) && !(u.labels = json_object())) { /* null: none */
+                r = -ENOMEM;
+                goto fail;
+        }
         if (v && !json_is_null(v) && (r = parse_labels(v, &u.labels, e)) < 0)
                 goto fail;
         v = json_object_get(body, "network");
         if (v && !json_is_null(v) && (r = request_parse_network(v, "network", &u.network, e)) < 0)
                 goto fail;
-        if (json_object_get(body, "timeoutSeconds") &&
-            (r = get_int(body, "timeoutSeconds", 1, REQ_MAX_TIMEOUT_SECONDS, 0, &u.timeout_seconds, e)) < 0)
+        v = json_object_get(body, "timeoutSeconds");
+        if (json_is_integer(v) && json_integer_value(v) == 0) {
+                r = api_error(e, 400, "invalid_request",
+                              "give a lease of 1 to 86400 seconds, and renew it with :extend (the published client's "
+                              "keep_alive())",
+                              "timeoutSeconds: 0 (no time limit) is not taken: this daemon gives every sandbox a lease");
+                goto fail;
+        }
+        if (v && (r = get_int(body, "timeoutSeconds", 1, REQ_MAX_TIMEOUT_SECONDS, 0, &u.timeout_seconds, e)) < 0)
                 goto fail;
         const char *ends[] = { "onTimeout", "onLeaseEnd" };
         for (int i = 0; i < 2; i++) {
@@ -976,11 +1054,44 @@ int request_parse_update(json_t *body, UpdateRequest *ret, ApiError *e) {
                 if (!v || json_is_null(v))
                         continue;
                 const char *s = json_string_value(v);
-                if (!s || (strcmp(s, "stop") != 0 && strcmp(s, "delete") != 0)) {
-                        r = INVALID(e, "%s must be \"stop\" or \"delete\"", ends[i]);
+                if (!s || (strcmp(s, "stop") != 0 && strcmp(s, "pause") != 0 && strcmp(s, "delete") != 0)) {
+                        r = INVALID(e, "%s must be \"stop\", \"pause\" or \"delete\"", ends[i]);
                         goto fail;
                 }
-                u.on_lease_end = strcmp(s, "stop") == 0 ? "stop" : "delete";
+                const char *end = strcmp(s, "stop") == 0 ? "stop" : strcmp(s, "pause") == 0 ? "pause" : "delete";
+                if (u.on_lease_end && strcmp(u.on_lease_end, end) != 0) {
+                        r = INVALID(e, "onTimeout and onLeaseEnd say different things; send one");
+                        goto fail;
+                }
+                u.on_lease_end = end;
+        }
+        v = json_object_get(body, "env");
+        if (v && (r = parse_env_changes(v, &u.env, e)) < 0)
+                goto fail;
+        if (json_object_get(body, "autoWake")) {
+                bool b = true;
+                if ((r = get_bool(body, "autoWake", true, &b, e)) < 0)
+                        goto fail;
+                u.auto_wake = b;
+        }
+        if (json_object_get(body, "idlePauseSeconds") &&
+            (r = get_int(body, "idlePauseSeconds", 0, REQ_MAX_TIMEOUT_SECONDS, 0, &u.idle_pause_seconds, e)) < 0)
+                goto fail;
+        v = json_object_get(body, "maxTotalCostMicros");
+        if (v) {
+                u.set_max_total = true;
+                u.max_total_cost_micros = -1; /* null: no cap */
+                if (!json_is_null(v) &&
+                    (r = get_int(body, "maxTotalCostMicros", 0, INT64_MAX, -1, &u.max_total_cost_micros, e)) < 0)
+                        goto fail;
+        }
+        v = json_object_get(body, "user");
+        if (v) {
+                ReqUser who;
+                if ((r = request_parse_user(v, &who, e)) < 0)
+                        goto fail;
+                u.set_user = true;
+                u.run_as_root = who == REQ_AS_ROOT; /* null: back to the sandbox user */
         }
         *ret = u;
         return 0;

@@ -16,12 +16,10 @@
 #define REQ_MAX_EXEC_BODY (24u * 1024u * 1024u)
 #define REQ_MAX_DEPTH 32u
 #define REQ_MAX_PATH 4096u
-#define REQ_MAX_ENV 128u
+#define REQ_MAX_ENV SANDBOX_MAX_ENV
 #define REQ_MAX_ENV_NAME 255u
 #define REQ_MAX_ENV_VALUE (32u * 1024u)
-/* The env travels in every exec's OPEN frame, which is bounded by
- * PROTO_MAX_JSON (64 KiB); keep room for the command itself. */
-#define REQ_MAX_ENV_TOTAL (48u * 1024u)
+#define REQ_MAX_ENV_TOTAL SANDBOX_MAX_ENV_TOTAL
 #define REQ_MAX_LABELS 32u
 #define REQ_MAX_LABEL_KEY 63u
 #define REQ_MAX_LABEL_VALUE 256u
@@ -52,7 +50,7 @@ typedef struct ExecRequest {
         int64_t timeout_ms;
         bool stream;
         size_t max_output_bytes;
-        bool root;        /* user "root"; otherwise the unprivileged "sandbox" user */
+        ReqUser user;     /* the user asked for; DEFAULT: the sandbox's own */
         bool base64;      /* outputEncoding "base64": every output event carries its bytes */
         bool stdin_pipe;  /* spawn with stdinMode "pipe": input comes later through :write */
         bool pty;         /* spawn with pty {cols, rows}: a terminal; input stays open */
@@ -103,14 +101,15 @@ void exec_request_done(ExecRequest *r);
 int request_resolve_path(const char *in, size_t len, const char *field, char **ret, ApiError *e);
 /* The path of a JSON field (must be a string). */
 int request_path_field(json_t *body, const char *field, bool required, char **ret, ApiError *e);
-/* Who a command or file operation runs as: "sandbox" (absent or null: the
- * default) or "root", the two users the published client names. 0 and
- * *ret_root; a 400 for any other value, type, an embedded NUL or a long one. */
+/* Who a command or file operation runs as: "sandbox" or "root", the two
+ * users the published client names; absent or null is REQ_AS_DEFAULT (the
+ * sandbox's own user decides). 0 and *ret; a 400 for any other value, type,
+ * an embedded NUL or a long one. */
 #define REQ_USER_SANDBOX "sandbox"
 #define REQ_USER_ROOT "root"
-int request_parse_user(json_t *v, bool *ret_root, ApiError *e);
+int request_parse_user(json_t *v, ReqUser *ret, ApiError *e);
 /* The same from a query argument (NULL: the default). */
-int request_parse_user_text(const char *s, bool *ret_root, ApiError *e);
+int request_parse_user_text(const char *s, ReqUser *ret, ApiError *e);
 
 int request_parse_mkdir(json_t *body, char **ret_path, bool *ret_parents, ApiError *e);
 int request_parse_remove(json_t *body, char **ret_path, bool *ret_recursive, ApiError *e);
@@ -122,7 +121,14 @@ typedef struct UpdateRequest {
         char *name; /* NULL with set_name: clear it */
         json_t *labels, *network;
         int64_t timeout_seconds; /* 0: unchanged */
-        const char *on_lease_end; /* static; NULL: unchanged */
+        const char *on_lease_end; /* static: "stop", "pause" or "delete"; NULL: unchanged */
+        json_t *env;              /* NULL: unchanged; name -> string sets, name -> null removes */
+        int auto_wake;            /* -1: unchanged */
+        int64_t idle_pause_seconds; /* -1: unchanged */
+        bool set_max_total;
+        int64_t max_total_cost_micros; /* -1 with set_max_total: no cap */
+        bool set_user;
+        bool run_as_root; /* with set_user; null is back to the default, the sandbox user */
 } UpdateRequest;
 int request_parse_update(json_t *body, UpdateRequest *ret, ApiError *e);
 /* A name and labels as a create takes them (snapshots, fork): *ret_name

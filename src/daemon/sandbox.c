@@ -48,15 +48,16 @@ struct Sandbox {
         DriverInstance *inst; /* under lock */
         Channel *channel;     /* set before the sandbox is live; freed with the last reference */
         SandboxEgress *egress; /* its policy for the proxy; NULL without egress */
-        json_t *env;
+        json_t *env; /* under lock: replaced whole by an :update, never changed in place */
         unsigned memory_mib; /* the spec's, for exec results that ran out of it */
         bool running;  /* under lock: live and serving */
         bool stopping; /* under lock: being stopped on purpose */
         bool died;     /* under lock: queued as dead */
         bool paused;   /* under lock: frozen by driver->pause */
         int64_t paused_at_ms, paused_total_ms; /* under lock: monotonic, for sandbox_paused_ms */
-        bool auto_wake; /* a request to it while paused wakes it */
-        unsigned idle_pause_s; /* 0: never paused for idleness */
+        _Atomic bool auto_wake; /* a request to it while paused wakes it */
+        _Atomic unsigned idle_pause_s; /* 0: never paused for idleness */
+        _Atomic bool run_as_root; /* requests that name no user run as root */
         _Atomic int64_t active_ms; /* monotonic ms of the last request that used it */
         char closed_reason[128];
         /* Under lock: why the daemon itself failed the sandbox (heartbeat,
@@ -124,7 +125,16 @@ int64_t sandbox_paused_ms(Sandbox *sb) {
 }
 
 json_t *sandbox_env(Sandbox *sb) {
-        return sb->env;
+        pthread_mutex_lock(&sb->lock);
+        json_t *env = json_incref(sb->env);
+        pthread_mutex_unlock(&sb->lock);
+        return env;
+}
+
+bool sandbox_runs_as_root(Sandbox *sb, ReqUser u) {
+        if (u != REQ_AS_DEFAULT)
+                return u == REQ_AS_ROOT;
+        return atomic_load(&sb->run_as_root);
 }
 
 const char *sandbox_id(Sandbox *sb) {
@@ -948,6 +958,21 @@ static int spending_refusal(SandboxError *e, const LedgerRefusal *f, const char 
                          key_id, (long long)f->limit, l, (long long)f->used, u, (long long)f->wanted, w, when);
 }
 
+/* What every command of the sandbox gets in its environment: the egress
+ * proxy's variables and the placeholders of the secrets it may use, then the
+ * spec's env (the creator's, as :update left it) on top. A new object. */
+static json_t *spec_sandbox_env(Manager *m, const char *owner, json_t *spec) {
+        json_t *env = json_object_get(spec, "env");
+        if (!m->egress)
+                return env ? json_deep_copy(env) : json_object();
+        /* The egress secrets it may use: null in the spec is every one. */
+        json_t *secrets = json_object_get(spec, "secrets");
+        json_t *all = egress_service_sandbox_env(m->egress, owner, json_is_array(secrets) ? secrets : NULL);
+        if (all && env && json_object_update(all, env) < 0)
+                json_decref(TAKE_PTR(all));
+        return all;
+}
+
 /* Starts the sandbox of `row` on driver d, with a lease of lease_seconds:
  * a new one, or a stopped one again on its own files (its memory is not
  * kept). Everything it needs besides comes from the row. Under
@@ -979,7 +1004,6 @@ static int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lea
                 goto failed;
         }
         bool trial = json_is_true(json_object_get(spec, "trial"));
-        json_t *env = json_object_get(spec, "env");
         json_t *network = json_object_get(spec, "network");
         /* The egress secrets it may use: null in the spec is every one. */
         json_t *secrets = json_object_get(spec, "secrets");
@@ -992,16 +1016,10 @@ static int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lea
         snprintf(sb->id, sizeof(sb->id), "%s", row->id);
         snprintf(sb->owner, sizeof(sb->owner), "%s", row->owner);
         sb->driver = d;
-        sb->auto_wake = !json_is_false(json_object_get(spec, "autoWake"));
-        sb->idle_pause_s = spec_uint(spec, "idlePauseSeconds");
-        if (m->egress) {
-                /* The proxy's variables and the secrets' placeholders first;
-                 * the creator's own env on top. */
-                sb->env = egress_service_sandbox_env(m->egress, row->owner, scope);
-                if (sb->env && env)
-                        json_object_update(sb->env, env);
-        } else
-                sb->env = env ? json_incref(env) : json_object();
+        atomic_init(&sb->auto_wake, !json_is_false(json_object_get(spec, "autoWake")));
+        atomic_init(&sb->idle_pause_s, spec_uint(spec, "idlePauseSeconds"));
+        atomic_init(&sb->run_as_root, row->run_as_root);
+        sb->env = spec_sandbox_env(m, row->owner, spec);
         {
                 _cleanup_free_ char *parent = NULL;
                 if (asprintf(&parent, "%s/sandboxes", cfg->state_dir) >= 0)
@@ -1198,6 +1216,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         row.spec = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
         snprintf(row.state, sizeof(row.state), "starting");
         row.created_at = time_now_unix();
+        row.run_as_root = req->run_as_root;
         if (!row.owner || !row.key_id || !row.labels || !row.spec || (req->name && !row.name)) {
                 sandbox_row_done(&row);
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
@@ -1360,6 +1379,27 @@ int sandbox_delete(Manager *m, const KeyInfo *key, const char *id, const char *r
         return with_row(m, key, id, op_delete, NULL, rid, NULL, e);
 }
 
+/* Holds the running sandbox's whole life to new_end, priced as busy,
+ * against its key's daily limit (what :extend and a longer lease do). */
+static int reserve_life(Manager *m, SandboxRow *row, uint64_t per_hour, int64_t life, int64_t new_end, int64_t now,
+                        const char *rid, SandboxError *e) {
+        if (!m->ledger)
+                return 0;
+        LedgerBudget budget;
+        LedgerRefusal refusal;
+        int r = ledger_key_budget(m->ledger, row->key_id, m->cfg->trial_allowance_seconds, &budget);
+        if (r == 0)
+                r = ledger_reserve(m->ledger, row->key_id, row->owner, row->id, &budget,
+                                   (int64_t)ledger_cost_ceil(per_hour, life), life, new_end, now, &refusal);
+        if (r == -EDQUOT)
+                return spending_refusal(e, &refusal, row->key_id);
+        if (r < 0) {
+                log_error(rid, "sandbox %s: reserving its new lease: %s", row->id, strerror(-r));
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not reserve the new lease's cost");
+        }
+        return 0;
+}
+
 typedef struct ExtendArg {
         int64_t seconds;
 } ExtendArg;
@@ -1382,22 +1422,11 @@ static int op_extend(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
         if (json_is_integer(max) && ledger_cost(per_hour, life) > (uint64_t)json_integer_value(max))
                 return budget_refusal(e, per_hour, life, 0, (uint64_t)json_integer_value(max), "maxTotalCostMicros",
                                       "sandbox with this extension");
-        if (m->ledger) {
-                LedgerBudget budget;
-                LedgerRefusal refusal;
-                int r = ledger_key_budget(m->ledger, row->key_id, m->cfg->trial_allowance_seconds, &budget);
-                if (r == 0)
-                        r = ledger_reserve(m->ledger, row->key_id, row->owner, row->id, &budget,
-                                           (int64_t)ledger_cost_ceil(per_hour, life), life, new_end, now, &refusal);
-                if (r == -EDQUOT)
-                        return spending_refusal(e, &refusal, row->key_id);
-                if (r < 0) {
-                        log_error(rid, "extending %s: reserving: %s", row->id, strerror(-r));
-                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not reserve the new lease's cost");
-                }
-        }
+        int r = reserve_life(m, row, per_hour, life, new_end, now, rid, e);
+        if (r < 0)
+                return r;
         row->lease_ends_at = new_end;
-        int r = db_sandbox_update(m->db, row);
+        r = db_sandbox_update(m->db, row);
         if (r < 0) {
                 log_error(rid, "extending %s: %s", row->id, strerror(-r));
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the new lease");
@@ -1716,9 +1745,10 @@ static void pause_by_daemon(Manager *m, SandboxRow *row, const char *why) {
 
 static void idle_check(Manager *m, Sandbox *sb, int64_t now_ms) {
         pthread_mutex_lock(&sb->lock);
-        bool candidate = sb->idle_pause_s > 0 && sb->running && !sb->paused && !sb->stopping && !sb->died;
+        unsigned idle_s = atomic_load(&sb->idle_pause_s);
+        bool candidate = idle_s > 0 && sb->running && !sb->paused && !sb->stopping && !sb->died;
         pthread_mutex_unlock(&sb->lock);
-        if (!candidate || now_ms - atomic_load(&sb->active_ms) < (int64_t)sb->idle_pause_s * 1000)
+        if (!candidate || now_ms - atomic_load(&sb->active_ms) < (int64_t)idle_s * 1000)
                 return;
         /* An open stream (a command, a process, a transfer) is activity. */
         if (sb->channel && channel_stream_count(sb->channel) > 0) {
@@ -1729,7 +1759,8 @@ static void idle_check(Manager *m, Sandbox *sb, int64_t now_ms) {
         SandboxRow row;
         if (db_sandbox_get(m->db, sb->id, &row) == 0) {
                 if (state_is(&row, "running") &&
-                    (int64_t)time_now_mono_ms() - atomic_load(&sb->active_ms) >= (int64_t)sb->idle_pause_s * 1000)
+                    (int64_t)time_now_mono_ms() - atomic_load(&sb->active_ms) >=
+                            (int64_t)atomic_load(&sb->idle_pause_s) * 1000)
                         pause_by_daemon(m, &row, "idle");
                 sandbox_row_done(&row);
         }
@@ -1738,69 +1769,121 @@ static void idle_check(Manager *m, Sandbox *sb, int64_t now_ms) {
 
 /* ---- :update's settings (api_sandboxes.c) ---- */
 
+/* The spec's env with u's changes: a string sets a variable, null removes
+ * it. The whole must stay within a create's bounds, since it travels with
+ * every exec. */
+static int merged_env(json_t *spec, json_t *changes, json_t **ret, SandboxError *e) {
+        json_t *cur = json_object_get(spec, "env");
+        _cleanup_json_ json_t *env = json_is_object(cur) ? json_deep_copy(cur) : json_object();
+        if (!env)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        const char *k;
+        json_t *v;
+        json_object_foreach(changes, k, v) {
+                if (json_is_null(v))
+                        json_object_del(env, k);
+                else if (json_object_set(env, k, v) < 0)
+                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        }
+        size_t total = 0;
+        json_object_foreach(env, k, v)
+                total += strlen(k) + json_string_length(v);
+        if (json_object_size(env) > SANDBOX_MAX_ENV || total > SANDBOX_MAX_ENV_TOTAL)
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "remove variables with null, or pass large values in a file",
+                                     "env would have %zu variables of %zu bytes with this change; a sandbox's env "
+                                     "holds at most %u variables of %u bytes in total",
+                                     json_object_size(env), total, SANDBOX_MAX_ENV, SANDBOX_MAX_ENV_TOTAL);
+        *ret = TAKE_PTR(env);
+        return 0;
+}
+
 static int op_update(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         const SandboxUpdate *u = arg;
         int64_t now = time_now_unix();
         _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
         if (!spec)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
-        /* A paused sandbox's lease does not run: the new one is what its
-         * wake gives it, counted from then and reserved then. */
-        int64_t paused_lease = 0;
-        if (u->lease_end > 0 && state_is(row, "paused")) {
-                paused_lease = u->lease_end > now ? u->lease_end - now : 1;
-                uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
-                json_t *max = json_object_get(spec, "maxTotalCostMicros");
-                int64_t life = row->run_seconds + paused_lease;
-                if (json_is_integer(max) && ledger_cost(per_hour, life) > (uint64_t)json_integer_value(max))
-                        return budget_refusal(e, per_hour, life, 0, (uint64_t)json_integer_value(max),
-                                              "maxTotalCostMicros", "sandbox with this lease");
-                if (json_object_set_new(spec, "leaseLeftSeconds", json_integer(paused_lease)) < 0)
-                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
-        } else if (u->lease_end > 0) {
-                if (!state_is(row, "running"))
-                        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "a lease runs only while the sandbox does",
-                                             "sandbox %s is %s, not running or paused", row->id, row->state);
-                if (u->lease_end > row->lease_ends_at) {
-                        /* Longer: reserved and capped as an extend is. */
-                        ExtendArg a = { u->lease_end - (row->lease_ends_at > now ? row->lease_ends_at : now) };
-                        int r = op_extend(m, row, &a, rid, e);
-                        if (r < 0)
-                                return r;
-                } else
-                        /* Shorter: the timer acts on the new end; what was
-                         * reserved for the longer one is settled when it ends. */
-                        row->lease_ends_at = u->lease_end;
-                /* op_extend wrote the row: its spec as it is now. */
-                json_decref(spec);
-                spec = json_loads(row->spec, 0, NULL);
-                if (!spec)
-                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
-        }
-        if (u->on_lease_end && json_object_set_new(spec, "onLeaseEnd", json_string(u->on_lease_end)) < 0)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
-        if (u->on_lease_end || u->lease_end > 0) {
-                char *text = json_dumps(spec, JSON_COMPACT);
-                if (!text)
-                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
-                free(row->spec);
-                row->spec = text;
-                int r = db_sandbox_update(m->db, row);
-                if (r < 0) {
-                        log_error(rid, "updating %s: %s", row->id, strerror(-r));
-                        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the update");
-                }
-        }
-        if (u->network) {
-                /* Recorded, and a live sandbox's egress follows, as PUT .../network does. */
-                int r = op_network(m, row, u->network, rid, e);
+        bool running = state_is(row, "running"), paused = state_is(row, "paused");
+
+        /* Every check first: a refused field changes nothing. */
+        if (json_is_false(json_object_get(spec, "pausable")) &&
+            ((u->on_lease_end && strcmp(u->on_lease_end, "pause") == 0) || u->idle_pause_seconds > 0))
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "create a pausable sandbox for that",
+                                     "sandbox %s was created with pausable: false: it cannot pause at its lease end "
+                                     "or when idle", row->id);
+        _cleanup_json_ json_t *env = NULL;
+        if (u->env) {
+                int r = merged_env(spec, u->env, &env, e);
                 if (r < 0)
                         return r;
+        }
+        /* A paused sandbox's lease does not run: the new one is what its
+         * wake gives it, counted from then and reserved then. */
+        int64_t paused_lease = 0, new_end = row->lease_ends_at;
+        if (u->lease_end > 0 && paused)
+                paused_lease = u->lease_end > now ? u->lease_end - now : 1;
+        else if (u->lease_end > 0) {
+                if (!running)
+                        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "a lease runs only while the sandbox does",
+                                             "sandbox %s is %s, not running or paused", row->id, row->state);
+                new_end = u->lease_end;
+        }
+        uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
+        json_t *max = json_object_get(spec, "maxTotalCostMicros");
+        int64_t cap = u->set_max_total ? u->max_total_cost_micros : json_is_integer(max) ? json_integer_value(max) : -1;
+        /* The worst case of the sandbox's whole life as the update leaves it:
+         * what it ran, and a running one's lease to its end (what is held for
+         * it against the daily limit); a paused one's new lease counts from
+         * its wake, which checks the cap again. */
+        int64_t life = row->run_seconds;
+        if (running)
+                life += row->started_at ? new_end - row->started_at : (new_end > now ? new_end - now : 0);
+        else if (paused)
+                life += paused_lease;
+        if ((u->set_max_total || u->lease_end > 0) && cap >= 0 && ledger_cost(per_hour, life) > (uint64_t)cap)
+                return budget_refusal(e, per_hour, life, 0, (uint64_t)cap, "maxTotalCostMicros",
+                                      u->lease_end > 0 ? "sandbox with this lease" : "sandbox to the end of its lease");
+        /* Last, the one check that holds something: a longer lease of a
+         * running sandbox is reserved as an :extend is. */
+        if (running && u->lease_end > row->lease_ends_at) {
+                int r = reserve_life(m, row, per_hour, life, new_end, now, rid, e);
+                if (r < 0)
+                        return r;
+        }
+
+        /* Then every change, in one write of the row. A shorter lease: the
+         * timer acts on the new end; what was reserved for the longer one is
+         * settled when it ends. */
+        if (running && u->lease_end > 0)
+                row->lease_ends_at = new_end;
+        int64_t idle = u->idle_pause_seconds;
+        if (idle > 0 && idle < (int64_t)m->cfg->idle_pause_min_seconds)
+                idle = m->cfg->idle_pause_min_seconds;
+        if ((paused_lease > 0 && json_object_set_new(spec, "leaseLeftSeconds", json_integer(paused_lease)) < 0) ||
+            (u->on_lease_end && json_object_set_new(spec, "onLeaseEnd", json_string(u->on_lease_end)) < 0) ||
+            (env && json_object_set(spec, "env", env) < 0) ||
+            (u->auto_wake >= 0 && json_object_set_new(spec, "autoWake", json_boolean(u->auto_wake)) < 0) ||
+            (idle >= 0 && json_object_set_new(spec, "idlePauseSeconds", json_integer(idle)) < 0) ||
+            (u->set_max_total &&
+             json_object_set_new(spec, "maxTotalCostMicros", cap >= 0 ? json_integer(cap) : json_null()) < 0) ||
+            (u->network && json_object_set(spec, "network", u->network) < 0))
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
+        char *text = json_dumps(spec, JSON_COMPACT);
+        if (!text)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
+        free(row->spec);
+        row->spec = text;
+        if (u->set_user)
+                row->run_as_root = u->run_as_root;
+        int r = db_sandbox_update(m->db, row);
+        if (r < 0) {
+                log_error(rid, "updating %s: %s", row->id, strerror(-r));
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the update");
         }
         if (u->set_name || u->labels) {
                 char *labels = u->labels ? json_dumps(u->labels, JSON_COMPACT) : strdup(row->labels ? row->labels : "{}");
                 const char *name = u->set_name ? u->name : row->name;
-                int r = labels ? db_sandbox_set_meta(m->db, row->id, name, labels) : -ENOMEM;
+                r = labels ? db_sandbox_set_meta(m->db, row->id, name, labels) : -ENOMEM;
                 if (r == 0) {
                         char *n = name ? strdup(name) : NULL;
                         free(row->name);
@@ -1813,6 +1896,39 @@ static int op_update(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
                         log_error(rid, "updating %s: %s", row->id, strerror(-r));
                         return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the update");
                 }
+        }
+
+        /* A live sandbox follows: commands started from now on see the env
+         * and the user, the next connection the network, and its idle time
+         * counts from now. */
+        Sandbox *sb = live_get(m, row->id);
+        if (!sb)
+                return 0;
+        if (env) {
+                json_t *all = spec_sandbox_env(m, row->owner, spec);
+                if (all) {
+                        pthread_mutex_lock(&sb->lock);
+                        json_t *old = sb->env;
+                        sb->env = all;
+                        pthread_mutex_unlock(&sb->lock);
+                        json_decref(old);
+                } else
+                        r = -ENOMEM;
+        }
+        if (u->set_user)
+                atomic_store(&sb->run_as_root, u->run_as_root);
+        if (u->auto_wake >= 0)
+                atomic_store(&sb->auto_wake, u->auto_wake != 0);
+        if (idle >= 0) {
+                atomic_store(&sb->active_ms, (int64_t)time_now_mono_ms());
+                atomic_store(&sb->idle_pause_s, (unsigned)idle);
+        }
+        if (u->network && sb->egress && egress_sandbox_set_network(sb->egress, u->network) < 0)
+                r = -ENOMEM;
+        sandbox_unref(sb);
+        if (r < 0) {
+                log_error(rid, "updating %s: the live sandbox: out of memory", row->id);
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
         }
         return 0;
 }
@@ -1841,7 +1957,7 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
                         *ret = found;
                         return 0;
                 }
-                bool wake = found->auto_wake;
+                bool wake = atomic_load(&found->auto_wake);
                 sandbox_unref(found);
                 if (!wake)
                         return sandbox_error(e, SANDBOX_ERR_CONFLICT, "wake it: POST /v1/sandboxes/{id}:wake",

@@ -59,12 +59,22 @@ typedef struct SandboxUpdate {
         const char *name;     /* NULL with set_name: no name */
         json_t *labels;       /* NULL: unchanged; replaces them all */
         json_t *network;      /* NULL: unchanged; normalised */
-        const char *on_lease_end; /* "stop" or "delete"; NULL: unchanged */
+        const char *on_lease_end; /* "stop", "pause" or "delete"; NULL: unchanged */
         int64_t lease_end;    /* unix seconds; 0: unchanged */
+        json_t *env;          /* NULL: unchanged; name -> string sets it, name -> null removes it */
+        int auto_wake;        /* -1: unchanged; 0 or 1 */
+        int64_t idle_pause_seconds; /* -1: unchanged; 0: never; raised to the daemon's minimum */
+        bool set_max_total;
+        int64_t max_total_cost_micros; /* with set_max_total; -1: no cap */
+        bool set_user;
+        bool run_as_root;     /* with set_user: who requests naming no user run as */
 } SandboxUpdate;
-/* Applies u under the sandbox's lifecycle lock: the lease first (a longer
- * one reserved and capped as an extend; -EDQUOT-like refusals leave the rest
- * unchanged), then network and lease-end action, then name and labels. */
+/* Applies u under the sandbox's lifecycle lock, all or nothing: every
+ * check first (pausable, the merged env's bounds, the cap against the
+ * sandbox's life to its lease end, the state a lease needs, then a longer
+ * lease's reservation against the daily limit), then one write of the row,
+ * then name and labels; a live sandbox follows (env, user, autoWake, idle
+ * time counted from now, network). */
 int sandbox_update(Manager *m, const KeyInfo *key, const char *id, const SandboxUpdate *u, const char *rid,
                    SandboxRow *ret, SandboxError *e);
 int sandbox_stop(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxRow *ret,
@@ -126,8 +136,12 @@ int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxE
 /* How long the sandbox has been paused in all (monotonic ms, the current
  * pause included): a wait on its agent does not count that time against it. */
 int64_t sandbox_paused_ms(Sandbox *sb);
-/* The sandbox's env (borrowed; fixed for its life). */
+/* The sandbox's env, a new reference (json_decref it): an :update replaces
+ * the object whole, so the one handed out never changes under its reader. */
 json_t *sandbox_env(Sandbox *sb);
+/* Whether a request asking for u runs as root: u itself when it names a
+ * user, else the sandbox's own setting (its "user"). */
+bool sandbox_runs_as_root(Sandbox *sb, ReqUser u);
 const char *sandbox_id(Sandbox *sb);
 unsigned sandbox_memory_mib(Sandbox *sb);
 

@@ -7,6 +7,19 @@
 #include <stdint.h>
 
 #define SANDBOX_MAX_LEASE_SECONDS 86400
+/* A sandbox's env, whole (a create's, or after an :update merged into it):
+ * it travels in every exec's OPEN frame, bounded by PROTO_MAX_JSON (64
+ * KiB), with room kept for the command itself. */
+#define SANDBOX_MAX_ENV 128u
+#define SANDBOX_MAX_ENV_TOTAL (48u * 1024u)
+
+/* Who a request asks to run as: DEFAULT when it names no user, and the
+ * sandbox's own setting (its "user", "sandbox" unless set) decides. */
+typedef enum ReqUser {
+        REQ_AS_DEFAULT = 0,
+        REQ_AS_SANDBOX,
+        REQ_AS_ROOT,
+} ReqUser;
 
 typedef struct CreateRequest {
         int64_t timeout_seconds;
@@ -15,6 +28,7 @@ typedef struct CreateRequest {
         int64_t idle_pause_seconds; /* 0: never; the manager raises it to its minimum */
         bool auto_wake;             /* a request to a paused sandbox wakes it */
         bool pausable;              /* false: :pause and idle pause are refused */
+        bool run_as_root;           /* user "root": requests naming no user run as root */
         unsigned vcpu;
         unsigned memory_mib;
         unsigned disk_mib;

@@ -116,7 +116,7 @@ longer = dict(s.info)
 s.update(timeout_seconds=120)
 shorter = s.info["leaseEndsAt"]
 try:
-    s.update(env={"X": "1"})
+    s.update(env={"1X": "1"})  # not a variable's name: refused, nothing changed
     refused = "no error"
 except RuntimeAPIError as e:
     refused = [e.status, e.code, str(e)]
@@ -133,7 +133,7 @@ print(json.dumps({"longer": longer, "shorter": shorter, "refused": refused}))
     assert now["name"] == "after" and now["labels"] == {"b": "2"} and now["leaseEndsAt"] == got["shorter"]
     assert [s["id"] for s in api.get("/v1/sandboxes", params={"label": "b:2", "name": "after"}).json()["data"]] \
         == [sbx.id]
-    for bad in ({"labels": "x"}, {"name": ""}, {"timeoutSeconds": 0}, {"onTimeout": "pause"}, {"bogus": 1},
+    for bad in ({"labels": "x"}, {"name": ""}, {"timeoutSeconds": 0}, {"onTimeout": "later"}, {"bogus": 1},
                 {"network": {"internet": "yes"}}):
         assert_error(api.post(f"/v1/sandboxes/{sbx.id}:update", json=bad), 400, "invalid_request")
     assert api.post(f"/v1/sandboxes/{sbx.id}:stop", json={}).status_code == 200

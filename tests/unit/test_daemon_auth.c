@@ -15,6 +15,7 @@
 #include "common/timeutil.h"
 #include "daemon/auth.h"
 #include "daemon/db.h"
+#include "daemon/sqldb.h"
 
 static void test_key_format(void **state) {
         char key[AUTH_KEY_LEN + 1];
@@ -90,6 +91,66 @@ static void test_lookup(void **state) {
         assert_int_equal(system(cmd), 0);
 }
 
+/* A state directory of the first schema (before a sandbox had a user of
+ * its own) passes through the migration: its sandboxes keep running
+ * requests as the sandbox user, and the new column takes root and nothing
+ * else. */
+static void test_migration_adds_the_user(void **state) {
+        char dir[] = "/tmp/runtime-test-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        char path[256];
+        snprintf(path, sizeof(path), "%s/runtime.db", dir);
+        sqlite3 *raw = NULL;
+        assert_int_equal(sqldb_open(path, &raw), 0);
+        /* The first migration as it shipped, and a sandbox made under it. */
+        assert_int_equal(sqldb_exec(raw,
+                                    "CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                                    "INSERT INTO schema_version (version) VALUES (1);"
+                                    "CREATE TABLE keys (id TEXT PRIMARY KEY, name TEXT NOT NULL, owner TEXT NOT NULL,"
+                                    "  access TEXT NOT NULL CHECK (access IN ('full', 'read')), hash TEXT NOT NULL UNIQUE,"
+                                    "  daily_limit_micros INTEGER, trial INTEGER NOT NULL DEFAULT 0,"
+                                    "  created_at INTEGER NOT NULL, revoked_at INTEGER);"
+                                    "CREATE TABLE sandboxes (id TEXT PRIMARY KEY, owner TEXT NOT NULL,"
+                                    "  key_id TEXT NOT NULL REFERENCES keys(id), name TEXT, labels TEXT NOT NULL,"
+                                    "  spec TEXT NOT NULL, state TEXT NOT NULL, failure_reason TEXT,"
+                                    "  created_at INTEGER NOT NULL, started_at INTEGER, stopped_at INTEGER,"
+                                    "  lease_ends_at INTEGER, run_seconds INTEGER NOT NULL DEFAULT 0, deleted_at INTEGER);"
+                                    "CREATE INDEX sandboxes_owner ON sandboxes (owner, created_at);"
+                                    "CREATE INDEX sandboxes_live ON sandboxes (deleted_at, state);"
+                                    "INSERT INTO keys VALUES ('key_1', 'k', 'alice', 'full', '00', NULL, 0, 1, NULL);"
+                                    "INSERT INTO sandboxes (id, owner, key_id, labels, spec, state, created_at) VALUES"
+                                    "  ('sbx_old', 'alice', 'key_1', '{}', '{}', 'stopped', 1);"),
+                         0);
+        sqlite3_close(raw);
+        Db *db = NULL;
+        assert_int_equal(db_open(path, &db), 0);
+        SandboxRow row;
+        assert_int_equal(db_sandbox_get(db, "sbx_old", &row), 0);
+        assert_false(row.run_as_root);
+        row.run_as_root = true;
+        assert_int_equal(db_sandbox_update(db, &row), 0);
+        sandbox_row_done(&row);
+        db_close(db);
+        /* Reopened: kept, and the migration does not run again. */
+        assert_int_equal(db_open(path, &db), 0);
+        assert_int_equal(db_sandbox_get(db, "sbx_old", &row), 0);
+        assert_true(row.run_as_root);
+        sandbox_row_done(&row);
+        db_close(db);
+        assert_int_equal(sqldb_open(path, &raw), 0);
+        assert_int_not_equal(sqldb_exec(raw, "UPDATE sandboxes SET run_as = 'admin'"), 0);
+        assert_int_equal(sqldb_exec(raw, "SELECT 1 FROM schema_version WHERE version = 2"), 0);
+        sqlite3_stmt *st = NULL;
+        assert_int_equal(sqlite3_prepare_v2(raw, "SELECT count(*) FROM schema_version", -1, &st, NULL), SQLITE_OK);
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_int(st, 0), 2);
+        sqlite3_finalize(st);
+        sqlite3_close(raw);
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+}
+
 static void test_sandbox_limits(void **state) {
         char dir[] = "/tmp/runtime-test-XXXXXX";
         assert_non_null(mkdtemp(dir));
@@ -142,7 +203,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_key_format), cmocka_unit_test(test_hash),
                 cmocka_unit_test(test_lookup),     cmocka_unit_test(test_sandbox_limits),
-                cmocka_unit_test(test_time),
+                cmocka_unit_test(test_time),       cmocka_unit_test(test_migration_adds_the_user),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -136,6 +136,46 @@ static void test_create_lifecycle(void **state) {
         json_decref(j);
 }
 
+/* The published client's create fields: user and persistent: false are
+ * taken; the ones this daemon has no counterpart for are refused by name,
+ * with what to do instead, never as an unknown field or in silence. */
+static void test_create_client_fields(void **state) {
+        CreateRequest c;
+        ApiError e = { 0 };
+        json_t *j = parse("{\"user\":\"root\",\"persistent\":false}");
+        assert_int_equal(request_parse_create(j, &lim, &c, &e), 0);
+        assert_true(c.run_as_root);
+        create_request_done(&c);
+        json_decref(j);
+        const char *defaults[] = { "{}", "{\"user\":\"sandbox\"}", "{\"user\":null,\"persistent\":null}" };
+        for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++) {
+                j = parse(defaults[i]);
+                assert_int_equal(request_parse_create(j, &lim, &c, &e), 0);
+                assert_false(c.run_as_root);
+                create_request_done(&c);
+                json_decref(j);
+        }
+        create_refused("{\"user\":\"nobody\"}", "user");
+        create_refused("{\"user\":1}", "user");
+        create_refused("{\"persistent\":1}", "persistent");
+        static const char *const unsupported[][2] = {
+                { "{\"persistent\":true}", "persistent" },   { "{\"funding\":\"credit\"}", "funding" },
+                { "{\"region\":\"eu\"}", "region" },         { "{\"spreadFrom\":[\"sbx_1\"]}", "spreadFrom" },
+                { "{\"cpu\":\"fast\"}", "cpu" },             { "{\"cpuFloorMillis\":500}", "cpuFloorMillis" },
+                { "{\"volumes\":[]}", "volumes" },           { "{\"tailscale\":{}}", "tailscale" },
+        };
+        for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
+                j = parse(unsupported[i][0]);
+                e = (ApiError){ 0 };
+                assert_int_equal(request_parse_create(j, &lim, &c, &e), -EINVAL);
+                assert_int_equal(e.status, 501);
+                assert_string_equal(e.code, "not_implemented");
+                if (strncmp(e.message, unsupported[i][1], strlen(unsupported[i][1])) != 0 || !e.hint[0])
+                        fail_msg("%s: %s (hint %s)", unsupported[i][0], e.message, e.hint);
+                json_decref(j);
+        }
+}
+
 static void test_wake_body(void **state) {
         int64_t t = -1;
         ApiError e = { 0 };
@@ -400,13 +440,79 @@ static void test_file_ops(void **state) {
         assert_string_equal(u.on_lease_end, "delete");
         update_request_done(&u);
         json_decref(j);
-        const char *bad_updates[] = { "{\"env\":{}}", "{\"onTimeout\":\"pause\"}", "{\"timeoutSeconds\":0}",
-                                      "{\"name\":\"\"}", "{\"labels\":[]}", "{\"x\":1}" };
+        /* The published client's other settings. */
+        j = parse("{\"env\":{\"A\":\"1\",\"B\":null},\"autoWake\":false,\"user\":\"root\","
+                  "\"idlePauseSeconds\":5,\"maxTotalCostMicros\":null,\"onLeaseEnd\":\"pause\",\"persistent\":false}");
+        assert_int_equal(request_parse_update(j, &u, &e), 0);
+        assert_string_equal(json_string_value(json_object_get(u.env, "A")), "1");
+        assert_true(json_is_null(json_object_get(u.env, "B")));
+        assert_int_equal(u.auto_wake, 0);
+        assert_true(u.set_user && u.run_as_root);
+        assert_int_equal(u.idle_pause_seconds, 5);
+        assert_true(u.set_max_total);
+        assert_int_equal(u.max_total_cost_micros, -1);
+        assert_string_equal(u.on_lease_end, "pause");
+        assert_false(u.set_name);
+        assert_null(u.labels);
+        update_request_done(&u);
+        json_decref(j);
+        /* Left out: unchanged; user null: back to the sandbox user. */
+        j = parse("{\"user\":null,\"maxTotalCostMicros\":7}");
+        assert_int_equal(request_parse_update(j, &u, &e), 0);
+        assert_true(u.set_user && !u.run_as_root);
+        assert_int_equal(u.auto_wake, -1);
+        assert_int_equal(u.idle_pause_seconds, -1);
+        assert_null(u.env);
+        assert_int_equal(u.max_total_cost_micros, 7);
+        update_request_done(&u);
+        json_decref(j);
+        static const struct {
+                const char *body;
+                int status;
+                const char *mentions;
+        } bad_updates[] = {
+                { "{\"timeoutSeconds\":0}", 400, "lease" },
+                { "{\"timeoutSeconds\":86401}", 400, "timeoutSeconds" },
+                { "{\"name\":\"\"}", 400, "name" },
+                { "{\"labels\":[]}", 400, "labels" },
+                { "{\"x\":1}", 400, "unknown field x" },
+                { "{\"onTimeout\":\"explode\"}", 400, "onTimeout" },
+                { "{\"onTimeout\":\"stop\",\"onLeaseEnd\":\"delete\"}", 400, "onLeaseEnd" },
+                { "{\"env\":[]}", 400, "env" },
+                { "{\"env\":null}", 400, "env" },
+                { "{\"env\":{\"1A\":\"x\"}}", 400, "env" },
+                { "{\"env\":{\"A-B\":null}}", 400, "env" },
+                { "{\"env\":{\"A\":1}}", 400, "env.A" },
+                { "{\"autoWake\":\"yes\"}", 400, "autoWake" },
+                { "{\"autoWake\":null}", 400, "autoWake" },
+                { "{\"idlePauseSeconds\":-1}", 400, "idlePauseSeconds" },
+                { "{\"idlePauseSeconds\":86401}", 400, "idlePauseSeconds" },
+                { "{\"maxTotalCostMicros\":-5}", 400, "maxTotalCostMicros" },
+                { "{\"maxTotalCostMicros\":\"5\"}", 400, "maxTotalCostMicros" },
+                { "{\"user\":\"nobody\"}", 400, "user" },
+                { "{\"user\":0}", 400, "user" },
+                { "{\"persistent\":true}", 501, "persistent" },
+                { "{\"persistent\":\"yes\"}", 400, "persistent" },
+                /* A create-only field of the client is not an update's. */
+                { "{\"region\":\"x\"}", 400, "unknown field region" },
+        };
         for (size_t i = 0; i < sizeof(bad_updates) / sizeof(bad_updates[0]); i++) {
-                j = parse(bad_updates[i]);
+                j = parse(bad_updates[i].body);
+                e = (ApiError){ 0 };
                 assert_int_not_equal(request_parse_update(j, &u, &e), 0);
+                assert_int_equal(e.status, bad_updates[i].status);
+                if (!strstr(e.message, bad_updates[i].mentions))
+                        fail_msg("%s: %s", bad_updates[i].body, e.message);
                 json_decref(j);
         }
+        /* An env value past a create's bound. */
+        json_t *big = json_pack("{s:{s:s%}}", "env", "A", "", (size_t)0);
+        char *value = calloc(1, REQ_MAX_ENV_VALUE + 2);
+        memset(value, 'v', REQ_MAX_ENV_VALUE + 1);
+        json_object_set_new(json_object_get(big, "env"), "A", json_string(value));
+        free(value);
+        assert_int_equal(request_parse_update(big, &u, &e), -EINVAL);
+        json_decref(big);
         int64_t s;
         j = parse("{\"seconds\":60}");
         assert_int_equal(request_parse_extend(j, &s, &e), 0);
@@ -455,7 +561,7 @@ static void test_process_parsers(void **state) {
         ExecRequest x;
         json_t *j = parse("{\"command\":\"cat\",\"stdinMode\":\"pipe\",\"outputEncoding\":\"base64\",\"user\":\"root\"}");
         assert_int_equal(request_parse_spawn(j, &x, &e), 0);
-        assert_true(x.stdin_pipe && x.base64 && x.root);
+        assert_true(x.stdin_pipe && x.base64 && x.user == REQ_AS_ROOT);
         assert_int_equal(x.timeout_ms, REQ_MAX_EXEC_TIMEOUT_MS);
         exec_request_done(&x);
         json_decref(j);
@@ -478,16 +584,16 @@ static void test_process_parsers(void **state) {
         j = parse("{\"command\":\"x\",\"stdinMode\":\"pipe\"}");
         assert_int_equal(request_parse_exec(j, &x, &e), -EINVAL);
         json_decref(j);
-        /* user: the sandbox user by default, root by name, nothing else. */
-        static const struct { const char *body; bool root; } users[] = {
-                { "{\"command\":\"x\"}", false }, { "{\"command\":\"x\",\"user\":null}", false },
-                { "{\"command\":\"x\",\"user\":\"sandbox\"}", false },
-                { "{\"command\":\"x\",\"user\":\"root\"}", true },
+        /* user: the sandbox's own when left out or null, else the one named, nothing else. */
+        static const struct { const char *body; ReqUser user; } users[] = {
+                { "{\"command\":\"x\"}", REQ_AS_DEFAULT }, { "{\"command\":\"x\",\"user\":null}", REQ_AS_DEFAULT },
+                { "{\"command\":\"x\",\"user\":\"sandbox\"}", REQ_AS_SANDBOX },
+                { "{\"command\":\"x\",\"user\":\"root\"}", REQ_AS_ROOT },
         };
         for (size_t i = 0; i < sizeof users / sizeof *users; i++) {
                 j = parse(users[i].body);
                 assert_int_equal(request_parse_exec(j, &x, &e), 0);
-                assert_true(x.root == users[i].root);
+                assert_int_equal(x.user, users[i].user);
                 exec_request_done(&x);
                 json_decref(j);
         }
@@ -511,12 +617,12 @@ static void test_process_parsers(void **state) {
         char long_user[5000];
         memset(long_user, 'a', sizeof long_user - 1);
         long_user[sizeof long_user - 1] = '\0';
-        bool root;
-        assert_int_equal(request_parse_user_text(long_user, &root, &e), -EINVAL);
-        assert_int_equal(request_parse_user_text(NULL, &root, &e), 0);
-        assert_false(root);
-        assert_int_equal(request_parse_user_text("root", &root, &e), 0);
-        assert_true(root);
+        ReqUser who;
+        assert_int_equal(request_parse_user_text(long_user, &who, &e), -EINVAL);
+        assert_int_equal(request_parse_user_text(NULL, &who, &e), 0);
+        assert_int_equal(who, REQ_AS_DEFAULT);
+        assert_int_equal(request_parse_user_text("root", &who, &e), 0);
+        assert_int_equal(who, REQ_AS_ROOT);
 
         uint64_t c;
         assert_int_equal(request_parse_cursor(NULL, &c, &e), 0);
@@ -583,6 +689,7 @@ int main(void) {
                 cmocka_unit_test(test_body_too_large), cmocka_unit_test(test_create_defaults),
                 cmocka_unit_test(test_create_full),
                 cmocka_unit_test(test_create_lifecycle),
+                cmocka_unit_test(test_create_client_fields),
                 cmocka_unit_test(test_wake_body),  cmocka_unit_test(test_create_bounds),
                 cmocka_unit_test(test_create_counts), cmocka_unit_test(test_exec),
                 cmocka_unit_test(test_paths),        cmocka_unit_test(test_file_ops),

@@ -156,17 +156,17 @@ static void test_query(void **state) {
         TerminalQuery q;
         ApiError e = { 0 };
         assert_int_equal(terminal_parse_query(NULL, NULL, NULL, 0, NULL, 0, NULL, NULL, &q, &e), 0);
-        assert_true(q.cols == 80 && q.rows == 24 && !q.command && !q.root && !q.process_id[0]);
+        assert_true(q.cols == 80 && q.rows == 24 && !q.command && q.user == REQ_AS_DEFAULT && !q.process_id[0]);
         assert_string_equal(q.cwd, "/workspace");
         terminal_query_done(&q);
         assert_int_equal(terminal_parse_query("120", "40", "top", 3, "/tmp", 4, "root", NULL, &q, &e), 0);
-        assert_true(q.cols == 120 && q.rows == 40 && q.root && q.command_len == 3);
+        assert_true(q.cols == 120 && q.rows == 40 && q.user == REQ_AS_ROOT && q.command_len == 3);
         terminal_query_done(&q);
         assert_int_equal(terminal_parse_query(NULL, NULL, NULL, 0, NULL, 0, NULL, "proc_0123456789abcdef", &q, &e), 0);
         assert_string_equal(q.process_id, "proc_0123456789abcdef");
         terminal_query_done(&q);
         assert_int_equal(terminal_parse_query(NULL, NULL, NULL, 0, NULL, 0, "sandbox", NULL, &q, &e), 0);
-        assert_false(q.root);
+        assert_int_equal(q.user, REQ_AS_SANDBOX);
         terminal_query_done(&q);
 
         static const char *const sides[] = { "0", "1001", "-1", "", "12a", "00080", "99999999999" };
