@@ -1,7 +1,8 @@
 """Conformance: the published withruntime client (0.35.0, in a venv of its own) drives runtimed's
 lifecycle: pause(), wake() (also of a sandbox already awake, which it takes as done), stop()
 then restart() and wake(), create(on_lease_end="pause", idle_pause_seconds=..., auto_wake=...),
-and a paused sandbox woken by a command. The sandbox is made by the suite where the driver
+a paused sandbox woken by a command, and create(user="root") with update()'s user, env and
+settings. The sandbox is made by the suite where the driver
 matters (the published create has no driver field) and attached to with Sandbox.connect."""
 from __future__ import annotations
 
@@ -94,3 +95,55 @@ print(json.dumps(out))
     assert got["idle"] == 600 and got["autoWake"] is True, got
     assert got["paused"] == "paused" and got["echo"] == "woken\n" and got["after_exec"] == "running", got
     assert got["pause_stopped"] == ["conflict", 409, True], got
+
+
+def test_user_and_update_settings(pub, api):
+    """Sandbox.create(user="root") runs commands as root; update(user=...), update(env=...) (None
+    removes a variable), auto_wake, idle_pause_seconds and max_total_cost_micros change it; a bad
+    value or a field this daemon has no counterpart for raises with the status and changes
+    nothing."""
+    got = pub("""
+import json
+from withruntime import Sandbox, RuntimeError as RtError
+sbx = Sandbox.create(user="root", timeout_seconds=600)
+out = {"user": sbx.info.get("user"), "root": sbx.exec("id -u").stdout}
+sbx.update(user="sandbox")
+out["sandbox"] = sbx.exec("id -u").stdout
+out["asked"] = sbx.exec("id -u", user="root").stdout
+sbx.update(env={"A": "1"})
+out["set"] = sbx.exec("echo $A").stdout
+sbx.update(env={"A": None})
+out["removed"] = sbx.exec("echo ${A-unset}").stdout
+sbx.update(auto_wake=False, idle_pause_seconds=600, max_total_cost_micros=None)
+out["settings"] = [sbx.info["autoWake"], sbx.info["idlePauseSeconds"], sbx.info["maxTotalCostMicros"]]
+refused = {}
+for name, fields in (("user", {"user": "admin", "env": {"B": "1"}}),
+                     ("env", {"env": {"1B": "x"}, "user": "root"}),
+                     ("timeout", {"timeout_seconds": 0, "env": {"B": "1"}}),
+                     ("persistent", {"persistent": True, "env": {"B": "1"}}),
+                     ("cap", {"max_total_cost_micros": 1, "env": {"B": "1"}})):
+    try:
+        sbx.update(**fields)
+        refused[name] = "accepted"
+    except RtError as e:
+        refused[name] = [e.status, e.code]
+out["refused"] = refused
+sbx.refresh()
+out["after"] = [sbx.info["user"], sbx.exec("id -u; echo ${B-unset}").stdout]
+try:
+    Sandbox.create(region="eu-1")
+    out["region"] = "accepted"
+except RtError as e:
+    out["region"] = [e.status, e.code, "region" in str(e)]
+sbx.delete()
+print(json.dumps(out))
+""")
+    assert got["user"] == "root" and got["root"] == "0\n", got
+    assert got["sandbox"] == "1000\n" and got["asked"] == "0\n", got
+    assert got["set"] == "1\n" and got["removed"] == "unset\n", got
+    assert got["settings"] == [False, 600, None], got
+    assert got["refused"] == {"user": [400, "invalid_request"], "env": [400, "invalid_request"],
+                              "timeout": [400, "invalid_request"], "persistent": [501, "not_implemented"],
+                              "cap": [409, "budget_exceeded"]}, got
+    assert got["after"] == ["sandbox", "1000\nunset\n"], got
+    assert got["region"] == [501, "not_implemented", True], got
