@@ -360,3 +360,22 @@ def test_archives_upload_download(sbx, tmp_path):
     with pytest.raises(InvalidRequestError):
         f.download("/workspace/evil", str(tmp_path / "evil"))
     assert not (tmp_path / "evil" / "p").exists()
+
+
+def test_user_and_update_settings_sync_and_async(sdk_env):
+    """create(user=...) and update(...) take the published client's names, in both clients."""
+    with Sandbox.create(driver=DRIVER, user="root", timeout_seconds=600) as sbx:
+        assert sbx.user == "root" and sbx.exec("id -u").stdout == "0\n"
+        sbx.update(user="sandbox", env={"A": "1"}, auto_wake=False, idle_pause_seconds=0)
+        assert sbx.user == "sandbox" and sbx.data["autoWake"] is False
+        assert sbx.exec("id -u; echo $A").stdout == "1000\n1\n"
+        with pytest.raises(InvalidRequestError):
+            sbx.update(user="admin", env={"A": "2"})
+        assert sbx.exec("echo $A").stdout == "1\n"
+
+        async def via_async() -> tuple:
+            async with await AsyncSandbox.connect(sbx.id) as asbx:
+                await asbx.update(user="root", env={"A": None})
+                return asbx.user, (await asbx.exec("id -u; echo ${A-unset}")).stdout
+
+        assert asyncio.run(via_async()) == ("root", "0\nunset\n")

@@ -36,6 +36,17 @@ CREATE_FIELDS: Dict[str, str] = {
     "get_or_create": "getOrCreate",
     "snapshot": "snapshot",
     "snapshot_id": "snapshot",
+    "user": "user",
+    # The published client's names, so that code moves between the two unchanged; the daemon
+    # takes persistent=False and answers 501 naming the others (and persistent=True).
+    "persistent": "persistent",
+    "funding": "funding",
+    "region": "region",
+    "cpu": "cpu",
+    "cpu_floor_millis": "cpuFloorMillis",
+    "spread_from": "spreadFrom",
+    "volumes": "volumes",
+    "tailscale": "tailscale",
 }
 CLIENT_OPTIONS = ("keep", "api_key", "base_url", "http_timeout", "idempotency_key")
 
@@ -578,6 +589,12 @@ class SandboxInfo:
     @property
     def on_lease_end(self) -> Optional[str]:
         return self._data.get("onLeaseEnd")
+
+    @property
+    def user(self) -> Optional[str]:
+        """Who commands, processes and file operations run as when they name no user:
+        ``"sandbox"`` or ``"root"``."""
+        return self._data.get("user")
 
     @property
     def created_at(self) -> Optional[str]:

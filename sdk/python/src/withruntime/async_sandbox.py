@@ -282,10 +282,16 @@ class AsyncSandbox(SandboxInfo):
         return made if count is not None else made[0]
 
     async def update(self, **settings: Any) -> "AsyncSandbox":
-        """Changes its settings; what is left out stays: ``name`` (None removes it),
-        ``labels`` (replaces them all; None removes them), ``network``, ``timeout_seconds``
-        (a new lease counted from now, longer or shorter) and ``on_timeout`` (``"stop"`` or
-        ``"delete"``). The published client's other settings are refused by the daemon."""
+        """Changes its settings, all or nothing; what is left out stays: ``name`` (None
+        removes it), ``labels`` (replaces them all; None removes them), ``network``, ``env`` (a
+        value sets a variable, None removes it; commands started afterwards see it), ``user``
+        (``"sandbox"`` or ``"root"``: who later commands, processes, terminals and file
+        operations run as when they name none; None is back to ``"sandbox"``), ``auto_wake``,
+        ``idle_pause_seconds`` (counted from now; 0 never), ``max_total_cost_micros`` (None
+        removes the cap), ``timeout_seconds`` (a new lease counted from now, 1 to 86400) and
+        ``on_timeout`` (``"stop"``, ``"pause"`` or ``"delete"``). The same names as the
+        published client's ``update``; ``persistent=True`` and ``timeout_seconds=0`` are
+        refused (every sandbox here has a lease)."""
         body = {"".join(w.capitalize() if i else w for i, w in enumerate(k.split("_"))): v
                 for k, v in settings.items()}
         self._set_data(await self._http.request("POST", sandbox_path(self.id, ":update"), json_body=body))
