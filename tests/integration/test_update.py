@@ -12,11 +12,16 @@ import io
 import json
 import os
 import signal
+import sys
 import tarfile
+import time
+from pathlib import Path
 
 import pytest
 
 from helpers import assert_error, wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
 
 
 def update(api, sid: str, status: int = 200, **fields) -> dict:
@@ -79,6 +84,32 @@ def test_process_runs_as_the_sandbox_default(api, any_driver):
         evs = [json.loads(line) for line in out.iter_lines() if line.strip()]
     assert "".join(e["data"] for e in evs if e["type"] == "stdout") == "0\nroot\n", evs
     assert api.get(f"/v1/sandboxes/{sbx.id}/processes/{pid}").json()["user"] == "root"
+
+
+def test_terminal_and_interpreter_follow_the_sandbox_user(api, daemon, any_driver, monkeypatch):
+    """A terminal that names no user, and an interpreter context started after :update, run as
+    the sandbox's own user."""
+    from withruntime import Sandbox as SdkSandbox
+    for k, v in daemon.env().items():
+        monkeypatch.setenv(k, v)
+    sbx = api.create_sandbox(driver=any_driver)
+    update(api, sbx.id, user="root")
+    r = api.post(f"/v1/sandboxes/{sbx.id}/interpreter:run",
+                 json={"code": "import os; print(os.getuid())"}, timeout=180)
+    assert r.status_code == 200 and r.json()["stdout"] == "0\n", r.text
+    with SdkSandbox.connect(sbx.id) as s, s.terminal(command="id -u; exit 0") as term:
+        seen = b""
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, seen
+            try:
+                chunk = term.recv(timeout=deadline - time.monotonic())
+            except TimeoutError:
+                continue
+            if chunk is None:
+                break
+            seen += chunk
+    assert seen.split() == [b"0"], seen
 
 
 def test_create_refuses_bad_user(api, any_driver):
