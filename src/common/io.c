@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -44,12 +46,28 @@ int io_send_all(int fd, const void *buf, size_t n) {
         return write_loop(fd, buf, n, -1, true);
 }
 
+/* FICLONE refusals that mean "this filesystem (or this pair) cannot share
+ * blocks", after which a byte copy is the way: no reflink support, two
+ * filesystems or mounts, a file type or flag it will not clone. A full
+ * filesystem or an I/O error is the copy's own failure, not one of these. */
+static bool clone_refused(int err) {
+        return err == EOPNOTSUPP || err == ENOTTY || err == EXDEV || err == EINVAL || err == EPERM ||
+               err == ETXTBSY || err == EBADF || err == ENOSYS;
+}
+
 int io_copy_sparse(int in, int out) {
         struct stat st;
         if (fstat(in, &st) < 0)
                 return -errno;
         if (!S_ISREG(st.st_mode))
                 return -EINVAL;
+        /* Where the filesystem shares blocks between files (XFS with
+         * reflink, btrfs) the copy is a clone: no data is read or written,
+         * the two files share every extent until one of them writes it. */
+        if (ioctl(out, FICLONE, in) == 0)
+                return 0;
+        if (!clone_refused(errno))
+                return -errno;
         if (ftruncate(out, st.st_size) < 0)
                 return -errno;
         _cleanup_free_ uint8_t *buf = malloc(COPY_BUF);
@@ -112,4 +130,20 @@ int io_read_text(const char *path, char *buf, size_t len) {
         while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
                 buf[--n] = '\0';
         return 0;
+}
+
+int io_clone_probe(const char *dir) {
+        _cleanup_close_ int a = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (a < 0)
+                return -errno;
+        _cleanup_close_ int b = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (b < 0)
+                return -errno;
+        static const char block[4096];
+        int r = io_write_all(a, block, sizeof block);
+        if (r < 0)
+                return r;
+        if (fsync(a) < 0)
+                return -errno;
+        return ioctl(b, FICLONE, a) == 0 ? 0 : -errno;
 }

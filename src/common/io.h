@@ -10,10 +10,17 @@ int io_write_all(int fd, const void *buf, size_t n);
  * away is -EPIPE rather than a SIGPIPE (MSG_NOSIGNAL); on anything else it
  * writes as io_write_all does. */
 int io_send_all(int fd, const void *buf, size_t n);
-/* Copies the regular file in to out (both open; out is truncated to in's
- * size first) by its data extents only, so that its holes stay holes in out.
- * Does not sync. 0 or a negative errno. */
+/* Copies the regular file in to out (both open, out for writing and empty).
+ * Where their filesystem can share blocks (FICLONE: XFS with reflink, btrfs)
+ * out becomes a clone of in, sharing every extent; where it refuses, out is
+ * truncated to in's size and written from in's data extents only, so that
+ * its holes stay holes. Does not sync. 0 or a negative errno (-ENOSPC from a
+ * full filesystem either way). */
 int io_copy_sparse(int in, int out);
+/* Whether files in the directory dir can share blocks (FICLONE of one
+ * unnamed file into another there): 0, or the negative errno of the refusal
+ * (-EOPNOTSUPP on a filesystem without reflink). Leaves nothing behind. */
+int io_clone_probe(const char *dir);
 /* Reads from fd until end of file or until cap bytes are in buf, again after
  * a short read or EINTR; *ret_len says how many. 0 or a negative errno. A
  * caller that must tell "exactly cap" from "more than cap" passes cap + 1. */

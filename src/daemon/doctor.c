@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/jsonutil.h"
 #include "driver/driver.h"
 #include "driver/gvisor.h"
@@ -65,7 +67,44 @@ static char *tool_version(const char *cmd) {
         return strdup(line);
 }
 
-int doctor_run(bool json) {
+static const char *fs_name(const char *dir) {
+        struct statfs fs;
+        if (statfs(dir, &fs) < 0)
+                return "an unknown filesystem";
+        switch ((unsigned long)fs.f_type) {
+        case XFS_SUPER_MAGIC:
+                return "xfs";
+        case BTRFS_SUPER_MAGIC:
+                return "btrfs";
+        case EXT4_SUPER_MAGIC:
+                return "ext4";
+        case TMPFS_MAGIC:
+                return "tmpfs";
+        case OVERLAYFS_SUPER_MAGIC:
+                return "overlayfs";
+        default:
+                return "another filesystem";
+        }
+}
+
+bool doctor_layer_copies(const char *state_dir, char *why, size_t why_len) {
+        int r = io_clone_probe(state_dir);
+        if (r == 0) {
+                snprintf(why, why_len, "shared blocks (FICLONE on the %s of %s): a snapshot or fork copies no data",
+                         fs_name(state_dir), state_dir);
+                return true;
+        }
+        if (r == -ENOENT)
+                snprintf(why, why_len, "unknown: %s does not exist yet", state_dir);
+        else
+                snprintf(why, why_len,
+                         "sparse copies (the %s of %s refuses FICLONE: %s): a snapshot copies every written block; "
+                         "scripts/layer-pool.sh makes a pool that shares them",
+                         fs_name(state_dir), state_dir, strerror(-r));
+        return false;
+}
+
+int doctor_run(bool json, const char *state_dir) {
         json_t *drivers = json_array();
         for (const Driver *const *d = driver_all(); *d; d++) {
                 char why[512] = "";
@@ -85,13 +124,15 @@ int doctor_run(bool json) {
             asprintf(&runsc, "%s at %s, %s platform", runsc_version, runsc_path, runsc_platform) < 0)
                 runsc = NULL;
         char *bwrap = tool_version("bwrap --version 2>/dev/null");
+        char layer_why[PATH_MAX + 256] = "";
+        bool reflink = state_dir && doctor_layer_copies(state_dir, layer_why, sizeof layer_why);
         _cleanup_json_ json_t *out = json_pack(
-                "{s:s,s:o,s:{s:s?,s:s},s:s,s:{s:b,s:s},s:{s:b,s:s},s:s?,s:{s:s?,s:s?,s:s?},s:s?}", "version",
+                "{s:s,s:o,s:{s:s?,s:s},s:s,s:{s:b,s:s},s:{s:b,s:s},s:s?,s:{s:s?,s:s?,s:s?},s:s?,s:{s:b,s:s}}", "version",
                 RUNTIME_VERSION, "drivers", drivers, "auto", "driver", pick ? pick->name : NULL, "why", auto_why, "cgroups", cgroup_layout(),
                 "userNamespaces", "enabled", userns, "detail", userns_why, "kvm", "present", kvm, "detail",
                 kvm ? "/dev/kvm exists (whether KVM boots a guest is the microvm probe's answer)" : "/dev/kvm is missing",
                 "runsc", runsc, "gvisor", "runsc", runsc_path, "version", runsc_version, "platform", runsc_platform,
-                "bwrap", bwrap);
+                "bwrap", bwrap, "layerCopies", "reflink", reflink, "detail", layer_why);
         free(runsc);
         free(bwrap);
         if (!out)
@@ -116,5 +157,6 @@ int doctor_run(bool json) {
         const char *bv = json_string_value(json_object_get(out, "bwrap"));
         printf("runsc:            %s\n", rv ? rv : "none usable (see the gvisor driver above)");
         printf("bwrap:            %s\n", bv ? bv : "not found");
+        printf("layer copies:     %s\n", layer_why);
         return 0;
 }

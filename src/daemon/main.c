@@ -524,8 +524,10 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "runtimed: --max-vcpu >= 1, --max-memory-mib and --max-disk-mib >= 64\n");
                 return 2;
         }
-        if (doctor)
-                return doctor_run(json);
+        if (doctor) {
+                _cleanup_free_ char *dir = state_dir ? strdup(state_dir) : default_state_dir();
+                return doctor_run(json, dir);
+        }
 
         signal(SIGPIPE, SIG_IGN);
         /* Before any thread: capsets are per thread. */
@@ -553,6 +555,11 @@ int main(int argc, char **argv) {
         if (r < 0) {
                 log_error(NULL, "cannot use the state directory %s: %s", state_dir, strerror(-r));
                 return 1;
+        }
+        {
+                char why[PATH_MAX + 256];
+                (void)doctor_layer_copies(state_dir, why, sizeof why);
+                log_info(NULL, "layer copies (snapshots, forks, new layers): %s", why);
         }
         if (!image_dir && asprintf(&image_dir, "%s/images", state_dir) < 0)
                 return 1;

@@ -4,6 +4,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <cmocka.h>
 
@@ -15,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -182,6 +186,74 @@ static void test_copy_sparse(void **state) {
         free(d);
 }
 
+/* Whether every extent of fd that FIEMAP reports is shared with another
+ * file (FIEMAP_EXTENT_SHARED), and there is at least one. */
+static bool all_extents_shared(int fd) {
+        struct {
+                struct fiemap fm;
+                struct fiemap_extent ext[64];
+        } q;
+        memset(&q, 0, sizeof q);
+        q.fm.fm_length = FIEMAP_MAX_OFFSET;
+        q.fm.fm_flags = FIEMAP_FLAG_SYNC;
+        q.fm.fm_extent_count = 64;
+        assert_int_equal(ioctl(fd, FS_IOC_FIEMAP, &q.fm), 0);
+        if (q.fm.fm_mapped_extents == 0)
+                return false;
+        for (unsigned i = 0; i < q.fm.fm_mapped_extents; i++)
+                if (!(q.ext[i].fe_flags & FIEMAP_EXTENT_SHARED))
+                        return false;
+        return true;
+}
+
+/* On a filesystem that shares blocks the copy is a clone; where it refuses
+ * (the ext4 of most test hosts), the sparse copy above. RUNTIME_TEST_REFLINK_DIR
+ * names a directory on XFS with reflink or btrfs for the first half. */
+static void test_copy_clones_where_it_can(void **state) {
+        char *d = tmpdir();
+        int probe = io_clone_probe(d);
+        assert_true(probe == 0 || probe == -EOPNOTSUPP || probe == -EXDEV || probe == -EINVAL);
+        assert_int_equal(io_clone_probe("/nonexistent-dir-of-no-one"), -ENOENT);
+        const char *rd = getenv("RUNTIME_TEST_REFLINK_DIR");
+        if (!rd || !*rd) {
+                print_message("RUNTIME_TEST_REFLINK_DIR unset: the clone half is not run\n");
+                assert_int_equal(path_remove_tree_at(AT_FDCWD, d), 0);
+                free(d);
+                return;
+        }
+        assert_int_equal(io_clone_probe(rd), 0);
+        char a[PATH_MAX], b[PATH_MAX];
+        assert_true(snprintf(a, sizeof a, "%s/clone-in-%d", rd, (int)getpid()) < (int)sizeof a);
+        assert_true(snprintf(b, sizeof b, "%s/clone-out-%d", rd, (int)getpid()) < (int)sizeof b);
+        int in = open(a, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(in >= 0);
+        static char chunk[1 << 20];
+        memset(chunk, 'x', sizeof chunk);
+        for (int i = 0; i < 8; i++)
+                assert_int_equal(pwrite(in, chunk, sizeof chunk, (off_t)i << 20), (ssize_t)sizeof chunk);
+        assert_int_equal(fsync(in), 0);
+        int out = open(b, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(out >= 0);
+        assert_int_equal(io_copy_sparse(in, out), 0);
+        struct stat st;
+        assert_int_equal(fstat(out, &st), 0);
+        assert_int_equal(st.st_size, 8 << 20);
+        assert_true(all_extents_shared(out));
+        /* A write to the copy is its own: the source keeps its bytes. */
+        assert_int_equal(pwrite(out, "copy", 4, 0), 4);
+        char buf[4];
+        assert_int_equal(pread(in, buf, 4, 0), 4);
+        assert_memory_equal(buf, "xxxx", 4);
+        assert_int_equal(pread(out, buf, 4, 0), 4);
+        assert_memory_equal(buf, "copy", 4);
+        close(in);
+        close(out);
+        unlink(a);
+        unlink(b);
+        assert_int_equal(path_remove_tree_at(AT_FDCWD, d), 0);
+        free(d);
+}
+
 static void test_read_text(void **state) {
         char *d = tmpdir(), p[PATH_MAX], buf[8];
         assert_int_equal(path_join(p, sizeof p, d, "stamp"), 0);
@@ -285,7 +357,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_mono_deadline),     cmocka_unit_test(test_cond_mono_times_out),
                 cmocka_unit_test(test_write_all_pipe),    cmocka_unit_test(test_send_all_peer_gone),
-                cmocka_unit_test(test_copy_sparse),       cmocka_unit_test(test_read_text),
+                cmocka_unit_test(test_copy_sparse), cmocka_unit_test(test_copy_clones_where_it_can),       cmocka_unit_test(test_read_text),
                 cmocka_unit_test(test_path_join),          cmocka_unit_test(test_read_full_short_reads_and_cap),
                 cmocka_unit_test(test_remove_tree),       cmocka_unit_test(test_self_dir),
         };
