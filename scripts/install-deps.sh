@@ -7,7 +7,7 @@ DEBS=(
   build-essential pkg-config clang libclang-rt-14-dev
   libmicrohttpd-dev libjansson-dev libsqlite3-dev libseccomp-dev libssl-dev
   libcurl4-openssl-dev libcmocka-dev libhttp-parser-dev libwslay-dev zlib1g-dev
-  bubblewrap lxcfs debootstrap e2fsprogs qemu-system-x86 iproute2 procps
+  bubblewrap lxcfs debootstrap e2fsprogs xfsprogs qemu-system-x86 iproute2 procps
   python3 python3-pip python3-venv ca-certificates curl
 )
 

@@ -32,6 +32,10 @@ if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
   kill -TERM "$(cat "$PIDFILE")"
   for _ in $(seq 1 100); do kill -0 "$(cat "$PIDFILE")" 2>/dev/null || break; sleep 0.1; done
 fi
+# The state dir on a filesystem whose files share blocks (docs/lifecycle.md, "Snapshots and fork"):
+# a pool of RUNTIME_LAYER_POOL_MIB (default 64 GiB, sparse) where the host's has no reflink.
+scripts/layer-pool.sh "$STATE_DIR" ||
+  echo "no layer pool: snapshots and forks copy sparse (runtime doctor says so)"
 mkdir -p "$(dirname "$LOG")"
 nohup "$PREFIX/bin/runtimed" --state-dir "$STATE_DIR" --listen "$LISTEN" "${DAEMON_ARGS[@]}" >>"$LOG" 2>&1 &
 echo $! >"$PIDFILE"

@@ -217,6 +217,7 @@ static void queue_dead(Sandbox *sb) {
 
 static void handle_dead(Manager *m, Sandbox *sb);
 static void pause_by_daemon(Manager *m, SandboxRow *row, const char *why);
+static void guest_sync(Manager *m, const char *id, const char *rid, int timeout_ms, const char *before);
 static void idle_check(Manager *m, Sandbox *sb, int64_t now_ms);
 
 /* Synchronous, so that the caller's answer and the sandbox's state agree;
@@ -1566,6 +1567,11 @@ static int op_pause(Manager *m, SandboxRow *row, void *arg, const char *rid, San
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "stop it to keep its files",
                                      "the %s driver cannot pause a sandbox", sb->driver->name);
         }
+        /* A paused sandbox cannot sync any more, and a snapshot of it is
+         * taken as its disk is: what a guest kernel or the Sentry still held
+         * for its files must reach the disk first (the namespace driver's
+         * writes are in the host's page cache, which the snapshot syncs). */
+        guest_sync(m, row->id, rid, 20000, "pause");
         snprintf(row->state, sizeof(row->state), "pausing");
         int r = db_sandbox_update(m->db, row);
         if (r == 0) {
@@ -2011,20 +2017,21 @@ int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxE
 
 /* Has the sandbox write what it holds in memory for its files (a guest
  * kernel's page cache, the Sentry's) to its disk before it is frozen for a
- * snapshot. Best effort: a sandbox that does not answer in time is
- * snapshotted as its disk is; the driver's own sync follows either way. */
-static void guest_sync(Manager *m, const char *id, const char *rid) {
+ * snapshot or a pause, so that a snapshot taken then has them. Best effort:
+ * a sandbox that does not answer in time is frozen with its disk as it is;
+ * the driver's own sync follows either way. */
+static void guest_sync(Manager *m, const char *id, const char *rid, int timeout_ms, const char *before) {
         Sandbox *sb = live_get(m, id);
         if (!sb)
                 return;
         _cleanup_json_ json_t *argv = json_pack("[s]", "sync"), *env = json_object(), *res = NULL;
-        json_t *req = argv && env ? agent_req_exec(NULL, argv, "/", env, 60000, false) : NULL;
+        json_t *req = argv && env ? agent_req_exec(NULL, argv, "/", env, timeout_ms, false) : NULL;
         ChanStream *s = NULL;
         SandboxError e;
         if (req && sandbox_open_stream(sb, req, &s, &e) == 0) {
-                int r = agent_wait_result(s, 65000, NULL, NULL, &res);
+                int r = agent_wait_result(s, timeout_ms + 5000, NULL, NULL, &res);
                 if (r < 0)
-                        log_warn(rid, "sandbox %s: sync before its snapshot: %s", id, strerror(-r));
+                        log_warn(rid, "sandbox %s: sync before its %s: %s", id, before, strerror(-r));
                 chan_stream_free(s);
         }
         json_decref(req);
@@ -2076,7 +2083,7 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         }
         uint64_t t0 = time_now_mono_ms();
         if (live && state_is(row, "running"))
-                guest_sync(m, row->id, rid);
+                guest_sync(m, row->id, rid, 60000, "snapshot");
         if (live) {
                 Sandbox *sb = live_get(m, row->id);
                 if (!sb)

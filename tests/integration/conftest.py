@@ -182,6 +182,7 @@ def _finish_daemon(d: Daemon) -> None:
     finally:
         if d in LIVE_DAEMONS:
             LIVE_DAEMONS.remove(d)
+        d.release_layer_pool()
     left = cgroup_procs_under(cgroup_dirs(d.cgroup_parent))
     leftover_note = remove_empty_cgroup_tree(d.cgroup_parent) if not left else []
     if was_alive and rc != 0:

@@ -6,6 +6,7 @@ Everything here drives the real programs; nothing of ours is mocked.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -60,6 +61,26 @@ def wait_until(pred, timeout: float, interval: float = 0.1, what: str = "conditi
 
 
 LIVE_DAEMONS: list["Daemon"] = []
+POOLED_DAEMONS: list["Daemon"] = []
+LAYER_POOL_SCRIPT = REPO / "scripts" / "layer-pool.sh"
+
+
+def layer_pool_skip_reason() -> str | None:
+    """Why a test daemon gets no layer pool (its state dir stays on the host's filesystem and
+    snapshots copy sparse), or None: the suite runs on a pool unless RUNTIME_TEST_LAYER_POOL=0."""
+    if os.environ.get("RUNTIME_TEST_LAYER_POOL", "1") == "0":
+        return "RUNTIME_TEST_LAYER_POOL=0"
+    if os.geteuid() != 0:
+        return "a layer pool is mounted by root"
+    if shutil.which("mkfs.xfs") is None:
+        return "mkfs.xfs is missing (xfsprogs; scripts/install-deps.sh installs it)"
+    return None
+
+
+@atexit.register
+def _release_layer_pools() -> None:
+    for d in list(POOLED_DAEMONS):
+        d.release_layer_pool()
 
 
 class DaemonError(Exception):
@@ -86,6 +107,38 @@ class Daemon:
         self.proc: subprocess.Popen | None = None
         self.api_key: str | None = None
         self.starts = 0
+        self.layer_pool = False
+
+    # -- the layer pool ----------------------------------------------------
+
+    def make_layer_pool(self) -> None:
+        """Mounts a fresh XFS pool with reflink at the state dir before the first start, as
+        scripts/setup.sh does, so the daemon's snapshots and forks share blocks. A state dir that
+        already has files, or a host that cannot have a pool, keeps the sparse copy."""
+        if self.layer_pool or layer_pool_skip_reason():
+            return
+        if self.state_dir.exists() and any(self.state_dir.iterdir()):
+            return
+        mib = os.environ.get("RUNTIME_TEST_LAYER_POOL_MIB", "16384")
+        r = subprocess.run([str(LAYER_POOL_SCRIPT), str(self.state_dir), mib], capture_output=True,
+                           text=True, timeout=300)
+        if r.returncode == 3:
+            return
+        if r.returncode != 0:
+            raise DaemonError(f"layer-pool.sh {self.state_dir} failed ({r.returncode}): {r.stderr}")
+        if os.path.ismount(self.state_dir):
+            self.layer_pool = True
+            POOLED_DAEMONS.append(self)
+
+    def release_layer_pool(self) -> None:
+        """Unmounts the pool and deletes its image (the daemon stopped first)."""
+        if not self.layer_pool:
+            return
+        subprocess.run([str(LAYER_POOL_SCRIPT), "--release", str(self.state_dir)], capture_output=True,
+                       timeout=120)
+        self.layer_pool = False
+        if self in POOLED_DAEMONS:
+            POOLED_DAEMONS.remove(self)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -99,6 +152,8 @@ class Daemon:
 
     def start(self, timeout: float = 60.0) -> None:
         assert self.proc is None or self.proc.poll() is not None, "daemon already running"
+        if self.starts == 0:
+            self.make_layer_pool()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         log.write(f"\n==== start #{self.starts + 1}: {' '.join(self.argv())}\n".encode())

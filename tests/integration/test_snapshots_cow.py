@@ -1,0 +1,133 @@
+"""Copy-on-write snapshots and forks (docs/lifecycle.md, "Snapshots and fork"): on a layer store whose
+files share blocks (the XFS pool the fixtures mount at each daemon's state dir, as
+scripts/setup.sh does), a fork of a sandbox with a large file writes little new data on the host,
+each copy reads the same bytes and diverges on its own writes, and a snapshot taken under write
+load is consistent. The pool's allocated blocks are measured (statvfs), not apparent sizes."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from helpers import Sandbox, layer_pool_skip_reason
+
+MiB = 1 << 20
+
+
+def need_pool(daemon) -> None:
+    if not daemon.layer_pool:
+        pytest.skip(f"the daemon's state dir is no layer pool: {layer_pool_skip_reason() or 'see its log'}")
+
+
+def pool_used(daemon) -> int:
+    """Bytes allocated in the pool: a block shared by several files counts once."""
+    st = os.statvfs(daemon.state_dir)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def settle_used(daemon, quiet_s: float = 1.0, timeout: float = 60.0) -> int:
+    """The pool's usage once it has stopped moving for quiet_s (the daemon's database and the
+    sandboxes' logs write on their own), so a before and after compare like with like."""
+    deadline = time.monotonic() + timeout
+    last, since = pool_used(daemon), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = pool_used(daemon)
+        if abs(now - last) > 256 * 1024:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return now
+    return pool_used(daemon)
+
+
+def sha(sbx, path: str) -> str:
+    r = sbx.exec(f"sha256sum {path}", user="root", timeoutMs=600_000)
+    assert r["exitCode"] == 0, r
+    return r["stdout"].split()[0]
+
+
+@pytest.mark.microvm_subset
+def test_fork_shares_the_sources_blocks(api, driver, daemon):
+    need_pool(daemon)
+    # Under emulation the microVM writes a few MiB a second: a smaller file there.
+    mib = 64 if driver == "microvm" else 256
+    src = api.create_sandbox(driver=driver, diskMiB=2048)
+    r = src.exec(f"head -c {mib}M /dev/urandom > /workspace/big && sync", timeoutMs=900_000)
+    assert r["exitCode"] == 0, r
+    digest = sha(src, "/workspace/big")
+    before = settle_used(daemon)
+    t0 = time.monotonic()
+    r = api.post(f"/v1/sandboxes/{src.id}:fork", json={"count": 2}, timeout=900)
+    fork_s = time.monotonic() - t0
+    assert r.status_code == 201, r.text
+    copies = [api.sandbox(c["id"]) for c in r.json()["sandboxes"]]
+    api.created.extend(c["id"] for c in copies)
+    after = settle_used(daemon)
+    new = after - before
+    print(f"\nfork of 2 copies of a {driver} sandbox with {mib} MiB written: {fork_s:.2f} s, "
+          f"{new / MiB:.1f} MiB new in the pool")
+    # The source's blocks are shared, not written again: a copy of them would be `mib` MiB.
+    assert new < 10 * MiB, f"{new / MiB:.1f} MiB written for a fork of {mib} MiB"
+    for c in copies:
+        cs = api.sandbox(c["id"])
+        assert cs["state"] == "running", cs
+    a, b = (Sandbox(api, c) for c in copies)
+    assert sha(a, "/workspace/big") == digest and sha(b, "/workspace/big") == digest
+    # Each diverges on its own writes; the others keep the bytes they had.
+    head = src.exec("head -c 6 /workspace/big | od -An -tx1")["stdout"]
+    assert a.exec("printf copy-a | dd of=/workspace/big conv=notrunc status=none && sync")["exitCode"] == 0
+    assert src.exec("printf source | dd of=/workspace/big conv=notrunc status=none && sync")["exitCode"] == 0
+    assert a.exec("head -c 6 /workspace/big")["stdout"] == "copy-a"
+    assert src.exec("head -c 6 /workspace/big")["stdout"] == "source"
+    assert b.exec("head -c 6 /workspace/big | od -An -tx1")["stdout"] == head
+    assert sha(b, "/workspace/big") == digest
+
+
+WRITER = r"""
+import sqlite3, sys
+db = sqlite3.connect("/workspace/load.db", isolation_level=None)
+db.execute("PRAGMA journal_mode=%s" % sys.argv[1])
+db.execute("CREATE TABLE IF NOT EXISTS t (i INTEGER PRIMARY KEY, v BLOB)")
+i = 0
+while True:
+    db.execute("BEGIN")
+    for _ in range(50):
+        db.execute("INSERT INTO t (v) VALUES (randomblob(4096))")
+    db.execute("DELETE FROM t WHERE i % 7 = 0 AND i > ?", (i,))
+    db.execute("COMMIT")
+    i += 50
+    if i % 500 == 0:
+        print(i, flush=True)
+"""
+
+
+@pytest.mark.microvm_subset
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_snapshot_under_write_load_is_consistent(api, driver, journal):
+    src = api.create_sandbox(driver=driver)
+    src.write("/workspace/writer.py", WRITER.encode())
+    r = api.post(f"/v1/sandboxes/{src.id}/processes", json={"argv": ["python3", "/workspace/writer.py", journal]})
+    assert r.status_code == 201, r.text
+    proc = r.json()["id"]
+
+    def rows() -> int:
+        out = src.exec("python3 -c 'import sqlite3; print(sqlite3.connect(\"file:/workspace/load.db?mode=ro\", "
+                       "uri=True).execute(\"SELECT count(*) FROM t\").fetchone()[0])'")
+        return int(out["stdout"]) if out["exitCode"] == 0 and out["stdout"].strip().isdigit() else 0
+
+    deadline = time.monotonic() + (600 if driver == "microvm" else 120)
+    while rows() < 200:
+        assert time.monotonic() < deadline, "the writer made no rows"
+        time.sleep(0.5)
+    snap = api.post(f"/v1/sandboxes/{src.id}:snapshot", json={}, timeout=900)
+    assert snap.status_code == 201, snap.text
+    # The writer ran on through the snapshot.
+    assert api.get(f"/v1/sandboxes/{src.id}/processes/{proc}").json()["state"] == "running"
+    copy = api.create_sandbox(snapshot=snap.json()["id"])
+    out = copy.exec("python3 -c 'import sqlite3; db = sqlite3.connect(\"/workspace/load.db\"); "
+                    "print(db.execute(\"PRAGMA integrity_check\").fetchone()[0], "
+                    "db.execute(\"SELECT count(*) FROM t\").fetchone()[0])'", timeoutMs=600_000)
+    assert out["exitCode"] == 0, out
+    verdict, count = out["stdout"].split()
+    assert verdict == "ok" and int(count) >= 200, out
