@@ -2079,9 +2079,12 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         if (r < 0) {
                 spec_paths_done(&p);
                 log_error(rid, "snapshot of %s: %s", row->id, strerror(-r));
+                if (r == -ENOSPC || r == -EDQUOT)
+                        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "free disk space on the host, or delete snapshots",
+                                             "the host is out of disk space for snapshots; nothing was kept");
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not begin the snapshot");
         }
-        uint64_t t0 = time_now_mono_ms();
+        uint64_t t0 = time_now_mono_ms(), frozen_ms = 0;
         if (live && state_is(row, "running"))
                 guest_sync(m, row->id, rid, 60000, "snapshot");
         if (live) {
@@ -2091,6 +2094,7 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                 else {
                         pthread_mutex_lock(&sb->lock);
                         bool froze = false;
+                        uint64_t f0 = time_now_mono_ms();
                         if (!sb->running || sb->died || !sb->inst)
                                 r = -ESRCH;
                         else if (!sb->paused) {
@@ -2102,6 +2106,7 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                         if (r == 0)
                                 r = d->snapshot_disk(sb->inst, &ds, tmp);
                         if (froze) {
+                                frozen_ms = time_now_mono_ms() - f0;
                                 int rr = sb->driver->resume(sb->inst);
                                 if (rr < 0)
                                         log_error(rid, "sandbox %s: resuming after its snapshot: %s", row->id,
@@ -2138,8 +2143,9 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                 else
                         r = snapshot_store_commit(store, &snap);
                 if (r == 0) {
-                        log_info(rid, "snapshot %s of %s: %lld bytes in %llu ms", snap.id, row->id,
-                                 (long long)snap.size_bytes, (unsigned long long)(time_now_mono_ms() - t0));
+                        log_info(rid, "snapshot %s of %s: %lld bytes in %llu ms, %llu ms of them frozen", snap.id,
+                                 row->id, (long long)snap.size_bytes, (unsigned long long)(time_now_mono_ms() - t0),
+                                 (unsigned long long)frozen_ms);
                         *op->out = snap;
                         return 0;
                 }

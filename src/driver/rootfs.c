@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -676,6 +677,24 @@ static const char *find_e2fsck(void) {
         return NULL;
 }
 
+/* What a journal replay may need to write: at most a journal's worth
+ * (ext4's default for these layer sizes: 64 MiB). */
+#define REPLAY_ROOM_BYTES (64ull << 20)
+
+/* e2fsck says only that it failed. The replay writes into a clone, whose
+ * every rewritten block needs a new one in the store: where the store has
+ * no room for them left (a full layer pool) that is the cause, and the
+ * caller's answer is "out of disk space" (503), not an internal error. */
+static int replay_failure(const char *out) {
+        char dir[PATH_MAX];
+        if (snprintf(dir, sizeof dir, "%s", out) >= (int)sizeof dir)
+                return -EIO;
+        struct statvfs sv;
+        if (statvfs(dirname(dir), &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < REPLAY_ROOM_BYTES)
+                return -ENOSPC;
+        return -EIO;
+}
+
 /* Replays the committed transactions left in the journal of a copy of a
  * mounted ext4 (e2fsck -E journal_only; exit codes 0 and 1 are success), so
  * that it mounts clean, read-only too, anywhere; then syncs it. */
@@ -700,7 +719,7 @@ static int replay_journal(const char *out) {
                 if (errno != EINTR)
                         return -errno;
         if (!WIFEXITED(status) || WEXITSTATUS(status) > 1)
-                return -EIO;
+                return replay_failure(out);
         _cleanup_close_ int ofd = open(out, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (ofd < 0 || fsync(ofd) < 0)
                 return -errno;
