@@ -70,6 +70,7 @@ def bench_daemon(area: str, image_dir: str, tmp: Path | None = None,
         yield d
     finally:
         d.stop()
+        d.release_layer_pool()
         remove_empty_cgroup_tree(cg)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -102,25 +103,44 @@ def render(results: dict, n: int) -> str:
     return "\n".join(lines)
 
 
-def disk_bytes(state: Path) -> int:
-    """Bytes allocated under the daemon's sandboxes/ and snapshots/ (a file linked from both
-    counted once, as du does): the new data a step put on the host's disk is the difference.
-    The pre-made empty layers (.layer-templates) are left out: they are made ahead, in the
-    background, for creates to come."""
-    out = subprocess.run(["du", "-s", "-B1", str(state / "sandboxes"), str(state / "snapshots")],
+def disk_bytes(d) -> int:
+    """Bytes allocated for the daemon's sandboxes and snapshots: on a layer pool (the state dir is
+    its own XFS, as the bench's daemon gets one) the pool's used blocks, a block shared by several
+    files counted once; elsewhere what du finds under sandboxes/ and snapshots/ (a file linked
+    from both counted once). The new data a step put on the host's disk is the difference. On the
+    host's filesystem the pre-made empty layers (.layer-templates) are left out: they are made
+    ahead, in the background, for creates to come."""
+    if d.layer_pool:
+        st = os.statvfs(d.state_dir)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+    out = subprocess.run(["du", "-s", "-B1", str(d.state_dir / "sandboxes"), str(d.state_dir / "snapshots")],
                          capture_output=True, text=True)
     return sum(int(line.split()[0]) for line in out.stdout.splitlines() if line.strip())
 
 
-def measured(state: Path, fn) -> tuple[float, int, object]:
-    before = disk_bytes(state)
+def measured(d, fn) -> tuple[float, int, object]:
+    subprocess.run(["sync", "-f", str(d.state_dir)])
+    before = disk_bytes(d)
     t = time.perf_counter()
     got = fn()
     ms = (time.perf_counter() - t) * 1000
-    return ms, disk_bytes(state) - before, got
+    subprocess.run(["sync", "-f", str(d.state_dir)])
+    return ms, disk_bytes(d) - before, got
 
 
-def snapshots_for(api: Api, state: Path, drv: str, written_mib: int) -> dict:
+FROZEN = re.compile(r"snapshot (snp_\w+) of (\S+): \d+ bytes in \d+ ms, (\d+) ms of them frozen")
+
+
+def frozen_ms(d, sid: str) -> int | None:
+    """How long the source was frozen for its last snapshot, from the daemon's log."""
+    last = None
+    for m in FROZEN.finditer(d.log_path.read_text(errors="replace")):
+        if m.group(2) == sid:
+            last = int(m.group(3))
+    return last
+
+
+def snapshots_for(api: Api, d, drv: str, written_mib: int) -> dict:
     sbx = api.create_sandbox(driver=drv, timeoutSeconds=3600, diskMiB=max(2048, written_mib * 2 + 512))
     r = api.post(f"/v1/sandboxes/{sbx.id}:exec",
                  json={"command": f"head -c {written_mib}M /dev/urandom > /workspace/data && sync",
@@ -134,17 +154,17 @@ def snapshots_for(api: Api, state: Path, drv: str, written_mib: int) -> dict:
             raise RuntimeError(f"{r.status_code} {r.json().get('error', {}).get('message', r.text[:200])}")
         return r.json()
     try:
-        ms, b, snap = measured(state, lambda: post(f"/v1/sandboxes/{sbx.id}:snapshot", {"mode": "disk"}))
+        ms, b, snap = measured(d, lambda: post(f"/v1/sandboxes/{sbx.id}:snapshot", {"mode": "disk"}))
     except RuntimeError as e:
         api.delete(f"/v1/sandboxes/{sbx.id}")
         return {"error": str(e)[:160]}
-    res["snapshot"] = (ms, b)
-    ms, b, made = measured(state, lambda: post("/v1/sandboxes", {"snapshot": snap["id"]}))
-    res["create"] = (ms, b)
+    res["snapshot"] = (ms, b, frozen_ms(d, sbx.id))
+    ms, b, made = measured(d, lambda: post("/v1/sandboxes", {"snapshot": snap["id"]}))
+    res["create"] = (ms, b, None)
     api.delete(f"/v1/sandboxes/{made['id']}")
     for count in (1, 4):
-        ms, b, made = measured(state, lambda: post(f"/v1/sandboxes/{sbx.id}:fork", {"count": count}))
-        res[f"fork{count}"] = (ms, b)
+        ms, b, made = measured(d, lambda: post(f"/v1/sandboxes/{sbx.id}:fork", {"count": count}))
+        res[f"fork{count}"] = (ms, b, frozen_ms(d, sbx.id))
         for c in made["sandboxes"]:
             api.delete(f"/v1/sandboxes/{c['id']}")
     api.delete(f"/v1/snapshots/{snap['id']}")
@@ -152,7 +172,12 @@ def snapshots_for(api: Api, state: Path, drv: str, written_mib: int) -> dict:
     return res
 
 
-def render_snapshots(results: dict) -> str:
+def render_snapshots(results: dict, pooled: bool) -> str:
+    store = ("what the step added to the daemon's layer pool (an XFS image with reflink mounted at its "
+             "state dir, as scripts/setup.sh makes; its used blocks by statvfs, a shared block counted once)"
+             if pooled else
+             "what the step added to the daemon's sandboxes/ and snapshots/ on the host's disk (`du`, a "
+             "file linked from both counted once; no layer pool)")
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     mib = 1024 * 1024
     lines = [SNAP_BEGIN, "", "## Snapshots and fork", "",
@@ -160,9 +185,9 @@ def render_snapshots(results: dict) -> str:
              "cores, shared with other builds and tests while it ran). A sandbox writes 10 MiB or 1 GiB of "
              "random data to /workspace; then, one after the other: `:snapshot` (disk), a create from that "
              "snapshot, `:fork` of one copy and `:fork` of four. Time: the client's wall clock until the "
-             "answer (the copies running). New data: what the step added to the daemon's sandboxes/ and "
-             "snapshots/ on the host's disk (`du`, a file linked from both counted once). Target: a fork of "
-             "a sandbox with 1 GiB written writes < 10 MiB of new data.", "",
+             f"answer (the copies running), and in brackets how long the source was frozen (the daemon's "
+             f"log). New data: {store}. Target: a fork of a sandbox with 1 GiB written writes < 10 MiB of "
+             "new data.", "",
              "| driver | written | snapshot | create from it | fork (1 copy) | fork (4 copies) | fork target |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for drv, per in results.items():
@@ -170,7 +195,11 @@ def render_snapshots(results: dict) -> str:
             if "error" in r:
                 lines.append(f"| {drv} | {written} | not taken: {r['error']} | | | | |")
                 continue
-            cells = [f"{r[k][0]:.0f} ms, {r[k][1] / mib:.1f} MiB" for k in ("snapshot", "create", "fork1", "fork4")]
+
+            def cell(k: str) -> str:
+                ms, b, fz = r[k]
+                return f"{ms:.0f} ms" + (f" ({fz} ms frozen)" if fz is not None else "") + f", {b / mib:.1f} MiB"
+            cells = [cell(k) for k in ("snapshot", "create", "fork1", "fork4")]
             target = "-"
             if written == "1 GiB":
                 target = "met" if r["fork1"][1] < 10 * mib else "**not met**"
@@ -191,14 +220,16 @@ def main() -> int:
     n = 20 if args.quick else 100
     results: dict[str, dict] = {}
     snaps: dict[str, dict] = {}
+    pooled = False
     with bench_daemon("lifecycle", args.image_dir) as d:
         api = Api(d, timeout=600)
+        pooled = d.layer_pool
         for drv in [x for x in args.drivers.split(",") if x] if args.only != "pause" else []:
             snaps[drv] = {}
             sizes = [10, 1024] if drv != "microvm" else [int(x) for x in args.microvm_written.split(",") if x]
             for label, written in [(f"{w} MiB" if w < 1024 else f"{w // 1024} GiB", w) for w in sizes]:
                 try:
-                    snaps[drv][label] = snapshots_for(api, d.state_dir, drv, written)
+                    snaps[drv][label] = snapshots_for(api, d, drv, written)
                 except AssertionError as e:
                     snaps[drv][label] = {"error": str(e)[:120]}
         pause_drivers = args.drivers if args.only != "snapshots" else ""
@@ -219,7 +250,7 @@ def main() -> int:
     if args.only != "snapshots":
         emit(args.out, BEGIN, END, render(results, n))
     if args.only != "pause":
-        emit(args.out, SNAP_BEGIN, SNAP_END, render_snapshots(snaps))
+        emit(args.out, SNAP_BEGIN, SNAP_END, render_snapshots(snaps, pooled))
     return 0
 
 

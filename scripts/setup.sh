@@ -3,7 +3,9 @@
 # installs what is missing, builds and installs Runtime, builds the default
 # image when it is missing, starts runtimed, and runs
 #   runtime sandbox run -- python3 -c 'print(6 * 7)'
-# Safe to rerun: a rerun reuses the image and restarts the daemon it started.
+# Safe to rerun: a rerun reuses the image and restarts the daemon it started. The state dir is put
+# on a layer pool (scripts/layer-pool.sh, RUNTIME_LAYER_POOL_MIB) where its filesystem cannot share
+# blocks, so snapshots and forks copy no data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
