@@ -196,8 +196,12 @@ static int layer_template(const char *sandbox_dir, unsigned mib, uid_t owner, ch
         snprintf(owner_opt, sizeof owner_opt,
                  "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=%u:%u", (unsigned)owner,
                  (unsigned)owner);
-        /* -m 0: no blocks reserved for a root that does not exist here. */
-        char *const argv[] = {(char *)mkfs, "-q", "-F", "-m", "0", "-E", owner_opt, tmp, NULL};
+        /* -m 0: no blocks reserved for a root that does not exist here.
+         * -b 4096 also below 512 MiB, where mkfs would pick 1 KiB blocks: a
+         * layer cloned on XFS (reflink) takes direct I/O only in whole
+         * filesystem blocks, so its loop device gets 4 KiB sectors, on which
+         * an ext4 of 1 KiB blocks does not mount ("bad block size"). */
+        char *const argv[] = {(char *)mkfs, "-q", "-F", "-b", "4096", "-m", "0", "-E", owner_opt, tmp, NULL};
         r = run_wait(argv);
         if (r < 0) {
                 unlink(tmp);

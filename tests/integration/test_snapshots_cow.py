@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -147,21 +148,32 @@ def test_full_pool_fails_only_that_snapshot(fresh_daemon, any_driver):
         src = api.create_sandbox(driver=any_driver)
         assert src.exec("head -c 8M /dev/urandom > /workspace/f && sync")["exitCode"] == 0
         digest = sha(src, "/workspace/f")
-        filler = fresh_daemon.state_dir / "filler"
-        st = os.statvfs(fresh_daemon.state_dir)
-        # fallocate reserves the blocks without writing them: the pool's image does not grow.
-        # All that is free, or as near as the filesystem's own metadata lets it.
-        for spare in (0, 1, 4, 16):
-            size = st.f_bavail * st.f_frsize - spare * MiB
-            if subprocess.run(["fallocate", "-l", str(size), str(filler)], capture_output=True).returncode == 0:
-                break
+        fillers = fresh_daemon.state_dir / "fillers"
+        fillers.mkdir()
+        # posix_fallocate reserves blocks without writing them: the pool's image does not grow.
+        # Files of 1 GiB, then smaller ones, until the pool refuses even a block: a clone needs next
+        # to no room, so the pool must be quite full for the snapshot to fail.
+        n = 0
+        for chunk in (1024 * MiB, 64 * MiB, 4 * MiB, MiB, 64 << 10, 4096):
+            while True:
+                n += 1
+                try:
+                    fd = os.open(fillers / str(n), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                except OSError:
+                    break
+                try:
+                    os.posix_fallocate(fd, 0, chunk)
+                except OSError:
+                    break
+                finally:
+                    os.close(fd)
         left = os.statvfs(fresh_daemon.state_dir)
-        assert left.f_bavail * left.f_frsize < 8 * MiB, left
+        assert left.f_bavail * left.f_frsize < MiB, left
         r = api.post(f"/v1/sandboxes/{src.id}:snapshot", json={}, timeout=600)
         assert_error(r, 503, "unavailable", mentions="disk space")
         assert api.get("/v1/snapshots").json()["data"] == []
         assert [p.name for p in (fresh_daemon.state_dir / "snapshots").iterdir()] == []
-        filler.unlink()
+        shutil.rmtree(fillers)
         assert api.sandbox(src.id)["state"] == "running"
         assert sha(src, "/workspace/f") == digest
         r = api.post(f"/v1/sandboxes/{src.id}:snapshot", json={}, timeout=600)
