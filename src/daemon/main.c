@@ -145,6 +145,28 @@ static int make_state_dir(const char *path) {
         return 0;
 }
 
+/* A layer pool (scripts/layer-pool.sh) is an image beside the state dir,
+ * loop-mounted on it. After a reboot the mount is gone: a daemon started then
+ * would make a new, empty state on the filesystem under it and lose sight of
+ * every sandbox and snapshot. So an image without its mount stops the start.
+ * The mount is told by the directory being on another device than its parent. */
+static int check_layer_pool(const char *state_dir) {
+        _cleanup_free_ char *img = NULL, *parent = NULL;
+        if (asprintf(&img, "%s.layer-pool.img", state_dir) < 0 || asprintf(&parent, "%s/..", state_dir) < 0)
+                return -ENOMEM;
+        struct stat si, sd, sp;
+        if (stat(img, &si) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (stat(state_dir, &sd) < 0 || stat(parent, &sp) < 0)
+                return -errno;
+        if (sd.st_dev == sp.st_dev) {
+                log_error(NULL, "the layer pool %s is not mounted at %s (a reboot unmounts it): "
+                          "run scripts/layer-pool.sh %s, then start runtimed again", img, state_dir, state_dir);
+                return -ENOENT;
+        }
+        return 0;
+}
+
 /* Capabilities that neither runtimed nor anything it starts (bubblewrap,
  * runsc, QEMU, the image builders) uses on any driver: see the table in
  * docs/drivers.md. They leave the bounding set, so that no program runtimed
@@ -551,7 +573,14 @@ int main(int argc, char **argv) {
                 log_error(NULL, "out of memory");
                 return 1;
         }
-        int r = make_state_dir(state_dir);
+        int r = check_layer_pool(state_dir);
+        if (r == -ENOENT)
+                return 1;
+        if (r < 0) {
+                log_error(NULL, "cannot check the layer pool beside %s: %s", state_dir, strerror(-r));
+                return 1;
+        }
+        r = make_state_dir(state_dir);
         if (r < 0) {
                 log_error(NULL, "cannot use the state directory %s: %s", state_dir, strerror(-r));
                 return 1;

@@ -204,3 +204,17 @@ def test_daemon_says_which_copy_it_uses(daemon, build_dir, tmp_path):
     fs = subprocess.run(["stat", "-f", "-c", "%T", str(plain)], capture_output=True, text=True).stdout.strip()
     if fs in ("ext2/ext3", "ext4", "tmpfs"):
         assert got["reflink"] is False and "sparse copies" in got["detail"], got
+
+
+def test_daemon_refuses_a_pool_that_is_not_mounted(build_dir, tmp_path):
+    """After a reboot the pool's loop mount is gone but its image is still beside the state dir: a
+    daemon started then would make a fresh state under it and lose every sandbox and snapshot, so
+    it stops and says how to mount the pool again. Nothing is written to the bare directory."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (tmp_path / "state.layer-pool.img").write_bytes(b"")
+    r = subprocess.run([str(build_dir / "runtimed"), "--state-dir", str(state), "--listen", "127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "is not mounted at" in r.stderr and "layer-pool.sh" in r.stderr, r.stderr
+    assert list(state.iterdir()) == [], "the daemon wrote to the bare state dir"
