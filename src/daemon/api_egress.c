@@ -135,11 +135,15 @@ static json_t *audit_json(const void *item) {
         const EgressAuditEntry *a = item;
         char at[RFC3339_LEN] = "";
         (void)time_format_rfc3339(a->at, at);
-        return json_pack("{s:s,s:s,s:i,s:s,s:b,s:s,s:s?,s:I,s:I,s:b,s:i}", "at", at, "host", a->rec.host, "port",
-                         (int)a->rec.port, "kind", a->kind, "allowed", a->rec.allowed, "reason", a->rec.reason,
+        /* rule: null when no rule decided; end and durationMs: null while
+         * the connection is open. */
+        return json_pack("{s:s,s:s,s:i,s:s,s:b,s:s,s:s?,s:I,s:I,s:b,s:i,s:s?,s:s?,s:o}", "at", at, "host", a->rec.host,
+                         "port", (int)a->rec.port, "kind", a->kind, "allowed", a->rec.allowed, "reason", a->rec.reason,
                          "address", a->rec.addr[0] ? a->rec.addr : NULL, "bytesOut", (json_int_t)a->rec.bytes_out,
                          "bytesIn", (json_int_t)a->rec.bytes_in, "intercepted", a->rec.intercepted, "secretsUsed",
-                         (int)a->rec.secrets_used);
+                         (int)a->rec.secrets_used, "rule", a->rec.rule[0] ? a->rec.rule : NULL, "end",
+                         a->ended ? a->rec.end : NULL, "durationMs",
+                         a->ended ? json_integer((json_int_t)a->rec.duration_ms) : json_null());
 }
 
 enum MHD_Result handle_sandbox_egress(Req *r) {

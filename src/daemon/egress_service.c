@@ -51,7 +51,8 @@ static const char schema[] =
         " id INTEGER PRIMARY KEY AUTOINCREMENT, sandbox TEXT NOT NULL, at INTEGER NOT NULL,"
         " host TEXT NOT NULL, port INTEGER NOT NULL, kind TEXT NOT NULL, allowed INTEGER NOT NULL,"
         " reason TEXT NOT NULL, addr TEXT, bytes_out INTEGER NOT NULL, bytes_in INTEGER NOT NULL,"
-        " intercepted INTEGER NOT NULL, secrets_used INTEGER NOT NULL);"
+        " intercepted INTEGER NOT NULL, secrets_used INTEGER NOT NULL, rule TEXT, duration_ms INTEGER,"
+        " end_reason TEXT);"
         "CREATE INDEX IF NOT EXISTS egress_log_by_sandbox ON egress_log (sandbox, id);";
 
 typedef struct Conn Conn;
@@ -72,6 +73,7 @@ struct EgressService {
         Conn *queue, *queue_tail;
         unsigned n_waiting;
         unsigned max_workers, share;
+        unsigned wait_ms; /* the longest a connection waits for a worker */
         unsigned workers, idle_workers, wakeups;
         Conn *refusals, *refusals_tail;
         unsigned n_refusals;
@@ -296,6 +298,7 @@ int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char
         svc->share = cfg->workers_per_sandbox ? cfg->workers_per_sandbox : EGRESS_DEFAULT_WORKERS_PER_SANDBOX;
         if (svc->share > svc->max_workers)
                 svc->share = svc->max_workers;
+        svc->wait_ms = cfg->wait_timeout_ms ? cfg->wait_timeout_ms : EGRESS_DEFAULT_WAIT_TIMEOUT_MS;
         _cleanup_free_ char *trusted = NULL;
         unsigned n_trusted = 0;
         int r = -EINVAL;
@@ -347,6 +350,15 @@ int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char
         (void)sqldb_exec(svc->sql, "ALTER TABLE egress_secrets ADD COLUMN header TEXT");
         (void)sqldb_exec(svc->sql, "ALTER TABLE egress_secrets ADD COLUMN format TEXT");
         (void)sqldb_exec(svc->sql, "ALTER TABLE egress_secrets ADD COLUMN rules TEXT");
+        (void)sqldb_exec(svc->sql, "ALTER TABLE egress_log ADD COLUMN rule TEXT");
+        (void)sqldb_exec(svc->sql, "ALTER TABLE egress_log ADD COLUMN duration_ms INTEGER");
+        /* Entries from before the column were written when their connection
+         * ended; since then an entry is written at the decision, and one
+         * still open here was cut short by the daemon's own end. */
+        if (sqldb_exec(svc->sql, "ALTER TABLE egress_log ADD COLUMN end_reason TEXT") == 0)
+                (void)sqldb_exec(svc->sql, "UPDATE egress_log SET end_reason = 'closed' WHERE end_reason IS NULL");
+        (void)sqldb_exec(svc->sql, "UPDATE egress_log SET end_reason = 'the daemon stopped during the connection' "
+                                   "WHERE end_reason IS NULL");
         *ret = svc;
         return 0;
 fail:
@@ -791,20 +803,28 @@ int egress_secret_delete(EgressService *svc, const char *owner, const char *name
 
 /* ---- the audit log ---- */
 
-static void audit_insert(EgressService *svc, const char *sandbox_id, const EgressRecord *rec) {
+static const char *audit_kind(const EgressRecord *rec) {
+        return rec->host[0] ? (rec->connect ? "connect" : "http") : "none";
+}
+
+/* A new entry: at the decision (ended false: its end, duration and counts
+ * come later, into the same row), or whole, for a connection that ended
+ * before the proxy decided anything. Returns the row's id, or 0 when it
+ * could not be written. */
+static int64_t audit_insert(EgressService *svc, const char *sandbox_id, const EgressRecord *rec, bool ended) {
         LOCKED(svc);
+        int64_t id = 0;
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(svc->sql,
                                "INSERT INTO egress_log (sandbox, at, host, port, kind, allowed, reason, addr, "
-                               "bytes_out, bytes_in, intercepted, secrets_used) VALUES "
-                               "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                               "bytes_out, bytes_in, intercepted, secrets_used, rule, duration_ms, end_reason) VALUES "
+                               "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
                                -1, &st, NULL) == SQLITE_OK) {
                 sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
                 sqlite3_bind_int64(st, 2, time_now_unix());
                 sqlite3_bind_text(st, 3, rec->host, -1, SQLITE_STATIC);
                 sqlite3_bind_int(st, 4, rec->port);
-                sqlite3_bind_text(st, 5, rec->host[0] ? (rec->connect ? "connect" : "http") : "none", -1,
-                                  SQLITE_STATIC);
+                sqlite3_bind_text(st, 5, audit_kind(rec), -1, SQLITE_STATIC);
                 sqlite3_bind_int(st, 6, rec->allowed);
                 sqlite3_bind_text(st, 7, rec->reason, -1, SQLITE_STATIC);
                 if (rec->addr[0])
@@ -813,7 +833,14 @@ static void audit_insert(EgressService *svc, const char *sandbox_id, const Egres
                 sqlite3_bind_int64(st, 10, (sqlite3_int64)rec->bytes_in);
                 sqlite3_bind_int(st, 11, rec->intercepted);
                 sqlite3_bind_int(st, 12, (int)rec->secrets_used);
-                (void)sqlite3_step(st);
+                if (rec->rule[0])
+                        sqlite3_bind_text(st, 13, rec->rule, -1, SQLITE_STATIC);
+                if (ended) {
+                        sqlite3_bind_int64(st, 14, (sqlite3_int64)rec->duration_ms);
+                        sqlite3_bind_text(st, 15, rec->end[0] ? rec->end : "closed", -1, SQLITE_STATIC);
+                }
+                if (sqlite3_step(st) == SQLITE_DONE)
+                        id = sqlite3_last_insert_rowid(svc->sql);
         }
         /* Bounded per sandbox: a sandbox that opens connections without end
          * cannot grow the database without end. */
@@ -827,6 +854,35 @@ static void audit_insert(EgressService *svc, const char *sandbox_id, const Egres
                 sqlite3_bind_int(trim, 2, AUDIT_KEEP_PER_SANDBOX);
                 (void)sqlite3_step(trim);
         }
+        return id;
+}
+
+/* The same entry, in place: a later refusal of what was allowed (ended
+ * false), or its end. The host, port, kind, address and rule stay as
+ * decided. */
+static void audit_update(EgressService *svc, int64_t id, const char *sandbox_id, const EgressRecord *rec,
+                         bool ended) {
+        LOCKED(svc);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        const char *sql = ended ? "UPDATE egress_log SET allowed = ?3, reason = ?4, bytes_out = ?5, bytes_in = ?6, "
+                                  "intercepted = ?7, secrets_used = ?8, duration_ms = ?9, end_reason = ?10 "
+                                  "WHERE id = ?1 AND sandbox = ?2"
+                                : "UPDATE egress_log SET allowed = ?3, reason = ?4 WHERE id = ?1 AND sandbox = ?2";
+        if (sqlite3_prepare_v2(svc->sql, sql, -1, &st, NULL) != SQLITE_OK)
+                return;
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_text(st, 2, sandbox_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, rec->allowed);
+        sqlite3_bind_text(st, 4, rec->reason, -1, SQLITE_STATIC);
+        if (ended) {
+                sqlite3_bind_int64(st, 5, (sqlite3_int64)rec->bytes_out);
+                sqlite3_bind_int64(st, 6, (sqlite3_int64)rec->bytes_in);
+                sqlite3_bind_int(st, 7, rec->intercepted);
+                sqlite3_bind_int(st, 8, (int)rec->secrets_used);
+                sqlite3_bind_int64(st, 9, (sqlite3_int64)rec->duration_ms);
+                sqlite3_bind_text(st, 10, rec->end[0] ? rec->end : "closed", -1, SQLITE_STATIC);
+        }
+        (void)sqlite3_step(st);
 }
 
 static void column_copy(sqlite3_stmt *st, int col, char *buf, size_t len) {
@@ -846,8 +902,8 @@ int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit
                 _cleanup_stmt_ sqlite3_stmt *st = NULL;
                 if (sqlite3_prepare_v2(svc->sql,
                                        "SELECT at, host, port, kind, allowed, reason, addr, bytes_out, bytes_in, "
-                                       "intercepted, secrets_used FROM egress_log WHERE sandbox = ?1 ORDER BY id DESC "
-                                       "LIMIT ?2",
+                                       "intercepted, secrets_used, rule, duration_ms, end_reason FROM egress_log "
+                                       "WHERE sandbox = ?1 ORDER BY id DESC LIMIT ?2",
                                        -1, &st, NULL) != SQLITE_OK)
                         r = -EIO;
                 else {
@@ -867,6 +923,10 @@ int egress_audit_list(EgressService *svc, const char *sandbox_id, unsigned limit
                                 a->rec.bytes_in = (uint64_t)sqlite3_column_int64(st, 8);
                                 a->rec.intercepted = sqlite3_column_int(st, 9) != 0;
                                 a->rec.secrets_used = (unsigned)sqlite3_column_int(st, 10);
+                                column_copy(st, 11, a->rec.rule, sizeof a->rec.rule);
+                                a->ended = sqlite3_column_type(st, 13) != SQLITE_NULL;
+                                a->rec.duration_ms = (uint64_t)sqlite3_column_int64(st, 12);
+                                column_copy(st, 13, a->rec.end, sizeof a->rec.end);
                         }
                 }
         }
@@ -1059,7 +1119,9 @@ struct Conn {
         SandboxEgress *se;
         ChanStream *s;
         Conn *next;
-        bool over_total; /* refused for the pool's waiting room, not the sandbox's */
+        uint64_t queued_ms; /* when it joined the waiting room */
+        bool over_total;    /* refused for the pool's waiting room, not the sandbox's */
+        bool timed_out;     /* refused after waiting longer than wait_ms */
 };
 
 /* Idle workers and the refuser end after this long without work. */
@@ -1078,28 +1140,172 @@ struct Conn {
 #define RECORD_MS 5000
 #define PUMP_CHUNK 65536
 
+/* A connection's audit entry, made from the proxy's records as they come
+ * on the meta socket: written at the decision, completed at the end. Used
+ * by the pump towards the sandbox while it runs, then by the worker. */
+typedef struct Audit {
+        EgressService *svc;
+        SandboxEgress *se;
+        int fd;     /* meta */
+        int64_t id; /* the entry's row; 0 before the decision */
+        EgressRecord rec;
+        unsigned records;
+        bool ended; /* the end record came */
+        bool done;  /* no more records: ended, closed, or broken */
+        bool broken; /* a record over the bounds, or malformed */
+        uint64_t started_ms;
+} Audit;
+
+static void audit_log_decision(const Audit *a) {
+        log_info(NULL, "egress %s %s %s:%u %s (%s%s%s)", a->se->id, a->rec.connect ? "CONNECT" : "HTTP",
+                 a->rec.host[0] ? a->rec.host : "-", a->rec.port, a->rec.allowed ? "allowed" : "refused", a->rec.reason,
+                 a->rec.rule[0] ? "; rule: " : "", a->rec.rule);
+}
+
+/* One record from the proxy, into the audit log at once. -EPIPE once the
+ * proxy has nothing more to say (or is gone), -EBADMSG for a record out of
+ * its bounds (the connection is then ended). */
+static int audit_read(Audit *a, int timeout_ms) {
+        if (a->done)
+                return -EPIPE;
+        json_t *j = NULL;
+        EgressRecord rec;
+        EgressWireKind kind;
+        uint64_t decided_us = 0;
+        int r = egress_wire_read(a->fd, EGRESS_WIRE_MAX_RECORD, timeout_ms, &j);
+        if (r == 0 && (egress_wire_record_parse(j, &rec, &kind, &decided_us) < 0 ||
+                       ++a->records > EGRESS_WIRE_MAX_RECORDS || (a->ended && kind == EGRESS_WIRE_END)))
+                r = -EBADMSG;
+        json_decref(j);
+        if (r < 0) {
+                a->done = true;
+                a->broken = r == -EBADMSG;
+                return r == -EBADMSG ? r : -EPIPE;
+        }
+        if (kind == EGRESS_WIRE_DECISION) {
+                if (a->id == 0) {
+                        a->rec = rec;
+                        a->id = audit_insert(a->svc, a->se->id, &rec, false);
+                        /* How long the entry took from the proxy's decision
+                         * (both clocks are the host's CLOCK_MONOTONIC). */
+                        struct timespec ts;
+                        clock_gettime(CLOCK_MONOTONIC, &ts);
+                        uint64_t now_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+                        if (decided_us && now_us >= decided_us && now_us - decided_us < 60000000u)
+                                log_debug(NULL, "egress %s: audit entry %lld written %llu us after the decision",
+                                          a->se->id, (long long)a->id, (unsigned long long)(now_us - decided_us));
+                        audit_log_decision(a);
+                } else if (a->rec.allowed || !rec.allowed) {
+                        /* Only ever narrower: what was refused stays refused. */
+                        a->rec.allowed = rec.allowed;
+                        memcpy(a->rec.reason, rec.reason, sizeof(rec.reason));
+                        audit_update(a->svc, a->id, a->se->id, &a->rec, false);
+                        audit_log_decision(a);
+                }
+                return 0;
+        }
+        a->ended = true;
+        a->done = true;
+        if (a->id == 0) {
+                /* Nothing was decided before the end (the proxy could not
+                 * read the connection's settings, say): the end is the whole
+                 * entry, when it says anything. */
+                a->rec = rec;
+                if (rec.host[0] || rec.reason[0]) {
+                        a->id = audit_insert(a->svc, a->se->id, &rec, true);
+                        audit_log_decision(a);
+                }
+        } else {
+                if (!a->rec.allowed)
+                        rec.allowed = false;
+                if (!a->rec.allowed && !rec.allowed && rec.reason[0] == '\0')
+                        memcpy(rec.reason, a->rec.reason, sizeof(rec.reason));
+                a->rec.allowed = rec.allowed;
+                memcpy(a->rec.reason, rec.reason, sizeof(rec.reason));
+                a->rec.bytes_out = rec.bytes_out;
+                a->rec.bytes_in = rec.bytes_in;
+                a->rec.intercepted = rec.intercepted;
+                a->rec.secrets_used = rec.secrets_used;
+                a->rec.duration_ms = rec.duration_ms;
+                memcpy(a->rec.end, rec.end, sizeof(rec.end));
+                audit_update(a->svc, a->id, a->se->id, &a->rec, true);
+        }
+        log_debug(NULL, "egress %s %s:%u ended: %s (%llu bytes out, %llu in, %llu ms)", a->se->id,
+                  a->rec.host[0] ? a->rec.host : "-", a->rec.port, a->rec.end, (unsigned long long)a->rec.bytes_out,
+                  (unsigned long long)a->rec.bytes_in, (unsigned long long)a->rec.duration_ms);
+        return 0;
+}
+
+/* Every record the proxy has already sent, without waiting for more. */
+static int audit_drain(Audit *a) {
+        while (!a->done) {
+                struct pollfd pfd = { .fd = a->fd, .events = POLLIN };
+                int r = poll(&pfd, 1, 0);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r <= 0)
+                        return 0;
+                if ((r = audit_read(a, RECORD_MS)) == -EBADMSG)
+                        return r;
+        }
+        return 0;
+}
+
+/* The proxy gave no end (it died, or broke the protocol): the entry ends
+ * here with why, one entry all the same. */
+static void audit_finish(Audit *a, const char *why) {
+        if (a->ended)
+                return;
+        snprintf(a->rec.end, sizeof(a->rec.end), "%s", why);
+        a->rec.duration_ms = time_now_mono_ms() - a->started_ms;
+        if (a->id) {
+                audit_update(a->svc, a->id, a->se->id, &a->rec, true);
+        } else {
+                memset(&a->rec, 0, sizeof(a->rec));
+                snprintf(a->rec.reason, sizeof(a->rec.reason), "%s", why);
+                snprintf(a->rec.end, sizeof(a->rec.end), "%s", why);
+                a->rec.duration_ms = time_now_mono_ms() - a->started_ms;
+                a->id = audit_insert(a->svc, a->se->id, &a->rec, true);
+                audit_log_decision(a);
+        }
+        a->ended = a->done = true;
+}
+
 /* The proxy towards the sandbox: its bytes on the data socket become the
- * stream's, and its end the stream's EOF. */
+ * stream's, and its end the stream's EOF. The connection's records are
+ * read here too, and always before the bytes that came after them: the
+ * proxy writes a decision before it answers or relays, so a sandbox's
+ * client never has an answer whose audit entry is not written yet. */
 typedef struct Pump {
         ChanStream *s;
         int fd;
+        Audit *audit;
         atomic_bool stop;
         atomic_bool done;
 } Pump;
 
 static void *pump_to_sandbox(void *arg) {
         Pump *p = arg;
+        Audit *a = p->audit;
         uint8_t *buf = malloc(PUMP_CHUNK);
         while (buf && !atomic_load(&p->stop)) {
-                struct pollfd pfd = { .fd = p->fd, .events = POLLIN };
-                int r = poll(&pfd, 1, 1000);
+                struct pollfd pfd[2] = { { .fd = p->fd, .events = POLLIN }, { .fd = a->fd, .events = POLLIN } };
+                int r = poll(pfd, a->done ? 1 : 2, 1000);
                 if (r < 0 && errno != EINTR)
                         break;
                 if (r <= 0)
                         continue;
+                if (!a->done && pfd[1].revents && audit_read(a, RECORD_MS) == -EBADMSG)
+                        break;
+                if (!pfd[0].revents)
+                        continue;
                 ssize_t n = recv(p->fd, buf, PUMP_CHUNK, MSG_DONTWAIT);
                 if (n < 0 && (errno == EAGAIN || errno == EINTR))
                         continue;
+                /* A record sent before these bytes is readable now: it goes
+                 * into the log first. */
+                if (audit_drain(a) < 0)
+                        break;
                 if (n <= 0 || chan_stream_write(p->s, buf, (size_t)n, 60000) < 0)
                         break;
         }
@@ -1132,10 +1338,31 @@ static void pump_to_proxy(Pump *p) {
         }
 }
 
+/* A refusal the daemon answers itself, in the proxy's form: the entry is
+ * written first, then the sandbox hears why. */
+static void refuse_stream(EgressService *svc, SandboxEgress *se, ChanStream *s, int status, const char *title,
+                          const EgressRecord *rec) {
+        EgressRecord r = *rec;
+        if (!r.end[0])
+                snprintf(r.end, sizeof(r.end), "refused");
+        (void)audit_insert(svc, se->id, &r, true);
+        char body[320];
+        int bl = snprintf(body, sizeof(body), "runtime egress: %s\n", rec->reason);
+        if (bl < 0 || (size_t)bl >= sizeof(body))
+                bl = (int)sizeof(body) - 1;
+        char msg[640];
+        int ml = snprintf(msg, sizeof(msg),
+                          "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
+                          "%sConnection: close\r\nX-Runtime-Egress: refused\r\n\r\n%.*s",
+                          status, title, bl, status == 503 ? "Retry-After: 1\r\n" : "", bl, body);
+        if (ml > 0 && (size_t)ml < sizeof(msg))
+                (void)chan_stream_write(s, msg, (size_t)ml, REFUSAL_WRITE_MS);
+        (void)chan_stream_close_write(s);
+}
+
 static void serve(EgressService *svc, Conn *conn) {
         SandboxEgress *se = conn->se;
-        EgressRecord rec;
-        memset(&rec, 0, sizeof(rec));
+        Audit audit = { .svc = svc, .se = se, .fd = -1, .started_ms = time_now_mono_ms() };
         int data[2] = { -1, -1 }, meta[2] = { -1, -1 };
         json_t *settings = NULL;
         int r;
@@ -1150,7 +1377,9 @@ static void serve(EgressService *svc, Conn *conn) {
                 json_object_set_new(settings, "secrets", secrets);
         if (!settings || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, data) < 0 ||
             socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, meta) < 0) {
+                EgressRecord rec = { 0 };
                 snprintf(rec.reason, sizeof(rec.reason), "the daemon is out of resources");
+                refuse_stream(svc, se, conn->s, 503, "Service Unavailable", &rec);
                 goto done;
         }
         r = proxy_send(svc, data[1], meta[1]);
@@ -1158,35 +1387,35 @@ static void serve(EgressService *svc, Conn *conn) {
         close(meta[1]);
         data[1] = meta[1] = -1;
         if (r < 0) {
+                EgressRecord rec = { 0 };
                 snprintf(rec.reason, sizeof(rec.reason), "the egress proxy is not running");
-                static const char msg[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n"
-                                          "Content-Length: 46\r\nConnection: close\r\n\r\n"
-                                          "runtime egress: the egress proxy is not running";
-                (void)chan_stream_write(conn->s, msg, sizeof(msg) - 1, 1000);
+                refuse_stream(svc, se, conn->s, 502, "Bad Gateway", &rec);
                 log_error(NULL, "egress %s: cannot hand the connection to the proxy: %s", se->id, strerror(-r));
                 goto done;
         }
+        audit.fd = meta[0];
         if (egress_wire_write(meta[0], settings, SETTINGS_MS) < 0) {
-                snprintf(rec.reason, sizeof(rec.reason), "the egress proxy ended during the connection");
+                audit_finish(&audit, "the egress proxy ended during the connection");
                 goto done;
         }
-        Pump pump = { .s = conn->s, .fd = data[0] };
+        Pump pump = { .s = conn->s, .fd = data[0], .audit = &audit };
         pthread_t t;
         if (pthread_create(&t, NULL, pump_to_sandbox, &pump) != 0) {
-                snprintf(rec.reason, sizeof(rec.reason), "the daemon is out of resources");
+                audit_finish(&audit, "the daemon is out of resources");
                 goto done;
         }
         pump_to_proxy(&pump);
         atomic_store(&pump.stop, true);
         (void)shutdown(data[0], SHUT_RDWR);
         pthread_join(t, NULL);
-        json_t *rj = NULL;
-        if (egress_wire_read(meta[0], EGRESS_WIRE_MAX_RECORD, RECORD_MS, &rj) < 0 ||
-            egress_wire_record_parse(rj, &rec) < 0) {
-                memset(&rec, 0, sizeof(rec));
-                snprintf(rec.reason, sizeof(rec.reason), "the egress proxy ended during the connection");
-        }
-        json_decref(rj);
+        /* The end record follows the data socket's end. */
+        while (!audit.done)
+                (void)audit_read(&audit, RECORD_MS);
+        if (audit.broken) {
+                log_warn(NULL, "egress %s: the proxy sent a record out of bounds; the connection is ended", se->id);
+                audit_finish(&audit, "the egress proxy sent a malformed record");
+        } else
+                audit_finish(&audit, "the egress proxy ended during the connection");
 done:
         egress_wire_settings_free(settings);
         for (int i = 0; i < 2; i++) {
@@ -1197,13 +1426,6 @@ done:
         }
         chan_stream_finish(conn->s, NULL);
         chan_stream_free(conn->s);
-        if (rec.host[0] || rec.reason[0]) {
-                audit_insert(svc, se->id, &rec);
-                log_info(NULL, "egress %s %s %s:%u %s (%s; %llu bytes out, %llu in)", se->id,
-                         rec.connect ? "CONNECT" : "HTTP", rec.host[0] ? rec.host : "-", rec.port,
-                         rec.allowed ? "allowed" : "refused", rec.reason, (unsigned long long)rec.bytes_out,
-                         (unsigned long long)rec.bytes_in);
-        }
 }
 
 /* Under svc->lock: the first waiting connection whose sandbox is within its
@@ -1289,12 +1511,17 @@ static int thread_start(void *(*fn)(void *), void *arg) {
         return -r;
 }
 
-/* The sandbox side hears why, the audit log says so, and the proxy never
+/* The audit log says why, the sandbox side hears it, and the proxy never
  * reads a byte of it. */
 static void refuse(EgressService *svc, Conn *conn, unsigned unlogged) {
         SandboxEgress *se = conn->se;
         char reason[150]; /* leaves room in EgressRecord.reason for the count */
-        if (conn->over_total)
+        if (conn->timed_out)
+                snprintf(reason, sizeof(reason),
+                         "waited %u ms for an egress worker (--egress-wait-timeout-ms): %s", svc->wait_ms,
+                         conn->over_total ? "all egress workers are busy"
+                                          : "this sandbox's share is busy (--egress-workers-per-sandbox)");
+        else if (conn->over_total)
                 snprintf(reason, sizeof(reason),
                          "too many connections: all %u egress workers are busy and %u connections wait",
                          svc->max_workers, WAIT_TOTAL);
@@ -1303,30 +1530,52 @@ static void refuse(EgressService *svc, Conn *conn, unsigned unlogged) {
                          "too many connections from this sandbox: %u served (--egress-workers-per-sandbox) "
                          "and %u waiting",
                          svc->share, WAIT_PER_SANDBOX);
-        char body[320];
-        int bl = snprintf(body, sizeof(body), "runtime egress: %s\n", reason);
-        char msg[512];
-        int ml = snprintf(msg, sizeof(msg),
-                          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-                          "Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s",
-                          bl, body);
-        (void)chan_stream_write(conn->s, msg, (size_t)ml, REFUSAL_WRITE_MS);
-        (void)chan_stream_close_write(conn->s);
-        chan_stream_finish(conn->s, NULL);
-        chan_stream_free(conn->s);
         EgressRecord rec = { .allowed = false };
         size_t n = strlen(reason);
         memcpy(rec.reason, reason, n + 1);
         if (unlogged)
                 snprintf(rec.reason + n, sizeof(rec.reason) - n, " (%u more refused unanswered)", unlogged);
-        audit_insert(svc, se->id, &rec);
+        snprintf(rec.end, sizeof(rec.end), "refused");
+        if (conn->timed_out)
+                rec.duration_ms = time_now_mono_ms() - conn->queued_ms;
+        refuse_stream(svc, se, conn->s, 503, "Service Unavailable", &rec);
+        chan_stream_finish(conn->s, NULL);
+        chan_stream_free(conn->s);
         log_warn(NULL, "egress %s refused: %s", se->id, rec.reason);
+}
+
+/* Under svc->lock: waiting connections past their time move from the queue
+ * to the refusals. The queue is in the order connections came, so the
+ * oldest is first. Returns the time (monotonic ms) the next one expires,
+ * or 0 when none waits. */
+static uint64_t queue_expire_locked(EgressService *svc) {
+        uint64_t now = time_now_mono_ms();
+        while (svc->queue && now - svc->queue->queued_ms >= svc->wait_ms) {
+                Conn *c = svc->queue;
+                svc->queue = c->next;
+                if (!svc->queue)
+                        svc->queue_tail = NULL;
+                c->next = NULL;
+                svc->n_waiting--;
+                c->se->waiting--;
+                c->timed_out = true;
+                c->over_total = c->se->serving < svc->share;
+                if (svc->refusals_tail)
+                        svc->refusals_tail->next = c;
+                else
+                        svc->refusals = c;
+                svc->refusals_tail = c;
+                svc->n_refusals++;
+        }
+        return svc->queue ? svc->queue->queued_ms + svc->wait_ms : 0;
 }
 
 static void *refuser_main(void *arg) {
         EgressService *svc = arg;
         pthread_mutex_lock(&svc->lock);
+        uint64_t idle_since = time_now_mono_ms();
         for (;;) {
+                uint64_t next = queue_expire_locked(svc);
                 Conn *conn = svc->refusals;
                 if (conn) {
                         svc->refusals = conn->next;
@@ -1341,14 +1590,20 @@ static void *refuser_main(void *arg) {
                         free(conn);
                         pthread_mutex_lock(&svc->lock);
                         conn_done_locked(svc);
+                        idle_since = time_now_mono_ms();
                         continue;
                 }
                 if (svc->stopping)
                         break;
-                struct timespec dl;
-                deadline_in(&dl, POOL_IDLE_MS);
-                if (pthread_cond_timedwait(&svc->refusal, &svc->lock, &dl) == ETIMEDOUT && !svc->refusals)
+                /* It also times out the waiting room: it stays while anything
+                 * waits, and ends after a while with nothing to do. */
+                uint64_t now = time_now_mono_ms();
+                if (!next && now - idle_since >= POOL_IDLE_MS)
                         break;
+                uint64_t until = next ? next : idle_since + POOL_IDLE_MS;
+                struct timespec dl;
+                deadline_in(&dl, until > now ? (long)(until - now) : 0);
+                (void)pthread_cond_timedwait(&svc->refusal, &svc->lock, &dl);
         }
         svc->refuser = false;
         pthread_cond_broadcast(&svc->idle);
@@ -1356,16 +1611,22 @@ static void *refuser_main(void *arg) {
         return NULL;
 }
 
+/* Under svc->lock: the refuser runs (it answers refusals and times out the
+ * waiting room). false when no thread could be started. */
+static bool refuser_ensure(EgressService *svc) {
+        if (svc->refuser)
+                return true;
+        if (thread_start(refuser_main, svc) < 0)
+                return false;
+        svc->refuser = true;
+        return true;
+}
+
 /* Under svc->lock. Returns false when the connection cannot even be refused
  * with an answer (it is then the caller's to close). */
 static bool refusal_push(EgressService *svc, Conn *conn) {
-        if (svc->n_refusals >= REFUSALS_MAX)
+        if (svc->n_refusals >= REFUSALS_MAX || !refuser_ensure(svc))
                 return false;
-        if (!svc->refuser) {
-                if (thread_start(refuser_main, svc) < 0)
-                        return false;
-                svc->refuser = true;
-        }
         if (svc->refusals_tail)
                 svc->refusals_tail->next = conn;
         else
@@ -1406,13 +1667,19 @@ void egress_sandbox_accept(void *userdata, ChanStream *s, json_t *request) {
                         pthread_mutex_unlock(&svc->lock);
                 return;
         }
+        conn->queued_ms = time_now_mono_ms();
         if (svc->queue_tail)
                 svc->queue_tail->next = conn;
-        else
+        else {
                 svc->queue = conn;
+                pthread_cond_signal(&svc->refusal); /* the next to time out, now */
+        }
         svc->queue_tail = conn;
         svc->n_waiting++;
         se->waiting++;
+        /* Whoever waits is timed out by the refuser; should it not start,
+         * the connection waits as long as its client does. */
+        (void)refuser_ensure(svc);
         if (se->serving < svc->share) {
                 /* Wake an idle worker not already woken, else add one. */
                 if (svc->idle_workers > svc->wakeups) {

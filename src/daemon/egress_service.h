@@ -35,6 +35,9 @@ typedef struct EgressServiceConfig {
          * a sandbox's share of them; 0: the defaults below. */
         unsigned workers;
         unsigned workers_per_sandbox;
+        /* How long a connection waits for a worker before it is refused
+         * with a 503 and an audit entry; 0: the default below. */
+        unsigned wait_timeout_ms;
         /* The proxy process: the runtime-egress program, and the user it
          * becomes (NULL: runtime-egress; see docs/egress.md). */
         const char *proxy_path;
@@ -44,6 +47,9 @@ typedef struct EgressServiceConfig {
 #define EGRESS_DEFAULT_WORKERS 256u
 #define EGRESS_DEFAULT_WORKERS_PER_SANDBOX 64u
 #define EGRESS_MAX_WORKERS 4096u
+#define EGRESS_DEFAULT_WAIT_TIMEOUT_MS 30000u
+#define EGRESS_MIN_WAIT_TIMEOUT_MS 100u
+#define EGRESS_MAX_WAIT_TIMEOUT_MS 600000u
 
 /* -EINVAL (or -EPERM for a range a sandbox may never reach) with err filled
  * for a bad test upstream, public range or CA file. */
@@ -94,8 +100,11 @@ void egress_secret_infos_free(EgressSecretInfo *s, size_t n);
 
 /* One decision of the proxy, as the audit log keeps it. */
 typedef struct EgressAuditEntry {
-        int64_t at;
+        int64_t at; /* when the proxy decided (or the daemon refused) */
         char kind[8]; /* "connect", "http", or "none" (no request was read) */
+        /* false while the connection is open: its counts, rec.duration_ms
+         * and rec.end come when it ends, into this same entry */
+        bool ended;
         EgressRecord rec;
 } EgressAuditEntry;
 

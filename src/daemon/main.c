@@ -72,6 +72,8 @@ static void usage(FILE *f) {
               "  --egress-workers N           threads serving egress connections at once, each\n"
               "                               with one more for a tunnel (256; 1..4096)\n"
               "  --egress-workers-per-sandbox N  of those, at most N for one sandbox (64)\n"
+              "  --egress-wait-timeout-ms N   a connection waiting for a worker longer than this\n"
+              "                               is refused with a 503 (30000; 100..600000)\n"
               "  --egress-test-upstream NAME=127.0.0.1:PORT\n"
               "                               TESTS ONLY: the egress proxy sends NAME to this loopback\n"
               "                               server, past the address checks (repeatable)\n"
@@ -340,6 +342,7 @@ enum {
         OPT_EGRESS_WORKERS,
         OPT_EGRESS_PROXY,
         OPT_EGRESS_WORKERS_PER_SANDBOX,
+        OPT_EGRESS_WAIT_TIMEOUT,
         OPT_LOG_LEVEL,
         OPT_HEARTBEAT_INTERVAL,
         OPT_HEARTBEAT_TIMEOUT,
@@ -379,6 +382,7 @@ int main(int argc, char **argv) {
                 { "egress-workers", required_argument, NULL, OPT_EGRESS_WORKERS },
                 { "egress-proxy", required_argument, NULL, OPT_EGRESS_PROXY },
                 { "egress-workers-per-sandbox", required_argument, NULL, OPT_EGRESS_WORKERS_PER_SANDBOX },
+                { "egress-wait-timeout-ms", required_argument, NULL, OPT_EGRESS_WAIT_TIMEOUT },
                 { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
                 { "heartbeat-interval-ms", required_argument, NULL, OPT_HEARTBEAT_INTERVAL },
                 { "heartbeat-timeout-ms", required_argument, NULL, OPT_HEARTBEAT_TIMEOUT },
@@ -408,6 +412,7 @@ int main(int argc, char **argv) {
         const char *driver_opt = "auto", *drivers_opt = NULL;
         char *state_dir = NULL, *image_dir = NULL, *agent = NULL, *builder = NULL, *microvm_builder = NULL;
         const char *egress_proxy = NULL;
+        unsigned egress_wait_ms = 0;
         bool doctor = false, json = false;
         int64_t hb_interval_ms = 0, hb_timeout_ms = 0;
         int c;
@@ -509,6 +514,16 @@ int main(int argc, char **argv) {
                                 cfg.egress_workers = (unsigned)v;
                         else if (r == 0)
                                 cfg.egress_workers_per_sandbox = (unsigned)v;
+                        break;
+                case OPT_EGRESS_WAIT_TIMEOUT:
+                        if ((r = parse_uint(option_name(opts, c), optarg, EGRESS_MAX_WAIT_TIMEOUT_MS, &v)) == 0 &&
+                            v < EGRESS_MIN_WAIT_TIMEOUT_MS) {
+                                fprintf(stderr, "runtimed: --%s is %u..%u ms\n", option_name(opts, c),
+                                        EGRESS_MIN_WAIT_TIMEOUT_MS, EGRESS_MAX_WAIT_TIMEOUT_MS);
+                                r = -EINVAL;
+                        }
+                        if (r == 0)
+                                egress_wait_ms = (unsigned)v;
                         break;
                 case OPT_LOG_LEVEL: {
                         LogLevel l;
@@ -692,6 +707,7 @@ int main(int argc, char **argv) {
                                            .trust_ca_file = cfg.egress_trust_ca,
                                            .workers = cfg.egress_workers,
                                            .workers_per_sandbox = cfg.egress_workers_per_sandbox,
+                                           .wait_timeout_ms = egress_wait_ms,
                                            .proxy_path = egress_proxy ? egress_proxy : egress_proxy_found };
                 if ((r = egress_service_new(&ec, &egress, why, sizeof(why))) < 0) {
                         log_error(NULL, "egress: %s", why);

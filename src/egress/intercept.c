@@ -197,6 +197,16 @@ static void *pump_requests(void *arg) {
                                                                    &fwd_len, why, sizeof(why));
                                 if (n == -EACCES) {
                                         snprintf(t->refused, sizeof(t->refused), "%s", why);
+                                        /* The tunnel's entry says so before the
+                                         * sandbox hears it. Only fields no other
+                                         * thread writes are read here. */
+                                        EgressRecord d = { .port = t->port, .connect = true, .intercepted = true };
+                                        snprintf(d.host, sizeof(d.host), "%s", t->rec->host);
+                                        snprintf(d.addr, sizeof(d.addr), "%s", t->rec->addr);
+                                        snprintf(d.rule, sizeof(d.rule), "%s", t->rec->rule);
+                                        snprintf(d.reason, sizeof(d.reason), "%s", why);
+                                        if (t->cfg->decided)
+                                                t->cfg->decided(t->cfg->decided_ctx, &d);
                                         answer_error(t, 403, "Forbidden", why);
                                         goto out;
                                 }
@@ -287,6 +297,7 @@ int egress_intercept(const EgressIo *io, int upstream, const char *host, uint16_
         if (client_handshake(&t) < 0) {
                 snprintf(rec->reason, sizeof(rec->reason),
                          "the sandbox did not complete TLS with the egress CA (does it trust it?)");
+                snprintf(rec->end, sizeof(rec->end), "the sandbox did not complete TLS");
                 goto out;
         }
 
@@ -311,6 +322,9 @@ int egress_intercept(const EgressIo *io, int upstream, const char *host, uint16_
                 /* Fail closed, and say why in words the sandbox's client shows. */
                 rec->allowed = false;
                 snprintf(rec->reason, sizeof(rec->reason), "%.190s", why);
+                snprintf(rec->end, sizeof(rec->end), "refused");
+                if (cfg->decided)
+                        cfg->decided(cfg->decided_ctx, rec);
                 answer_error(&t, 502, "Bad Gateway", why);
                 ret = 0;
                 goto out;
@@ -322,6 +336,7 @@ int egress_intercept(const EgressIo *io, int upstream, const char *host, uint16_
                 goto out;
         int idle_timeout = cfg->idle_timeout_ms > 0 ? cfg->idle_timeout_ms : 300000;
         uint8_t buf[16384];
+        const char *end = "the upstream closed the connection";
         for (;;) {
                 pthread_mutex_lock(&t.up_lock);
                 int n = SSL_read(t.up, buf, sizeof(buf));
@@ -330,18 +345,23 @@ int egress_intercept(const EgressIo *io, int upstream, const char *host, uint16_
                 if (n > 0) {
                         rec->bytes_in += (uint64_t)n;
                         atomic_store(&t.last_activity, time_now_mono_ms());
-                        if (client_write(&t, buf, (size_t)n) < 0)
+                        if (client_write(&t, buf, (size_t)n) < 0) {
+                                end = "the sandbox closed the connection";
                                 break;
+                        }
                         continue;
                 }
                 if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
                         int w = wait_fd(upstream, err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, 1000);
-                        if (w == 0 && time_now_mono_ms() - atomic_load(&t.last_activity) > (uint64_t)idle_timeout)
+                        if (w == 0 && time_now_mono_ms() - atomic_load(&t.last_activity) > (uint64_t)idle_timeout) {
+                                end = "idle timeout";
                                 break;
+                        }
                         continue;
                 }
                 break;
         }
+        snprintf(rec->end, sizeof(rec->end), "%s", end);
         pthread_mutex_lock(&t.client_lock);
         SSL_shutdown(t.client);
         client_flush(&t);
@@ -355,6 +375,7 @@ int egress_intercept(const EgressIo *io, int upstream, const char *host, uint16_
         if (t.refused[0]) {
                 rec->allowed = false;
                 snprintf(rec->reason, sizeof(rec->reason), "%s", t.refused);
+                snprintf(rec->end, sizeof(rec->end), "refused");
         }
         ret = 0;
 out:

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -95,6 +96,34 @@ static void fd_close_write(void *ctx) {
         (void)shutdown(*(int *)ctx, SHUT_WR);
 }
 
+/* Where a connection's records go: its meta socket, written by whichever
+ * of its threads decided. */
+typedef struct Meta {
+        int fd;
+        pthread_mutex_t lock;
+        unsigned sent;
+} Meta;
+
+static void meta_send(Meta *m, const EgressRecord *rec, EgressWireKind kind) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+        json_t *j = egress_wire_record_json(rec, kind, now_us);
+        pthread_mutex_lock(&m->lock);
+        /* The daemon ends a connection that sends more than its bound: the
+         * end record always has room. */
+        if (j && (kind == EGRESS_WIRE_END || m->sent + 1 < EGRESS_WIRE_MAX_RECORDS)) {
+                (void)egress_wire_write(m->fd, j, RECORD_TIMEOUT_MS);
+                m->sent++;
+        }
+        pthread_mutex_unlock(&m->lock);
+        json_decref(j);
+}
+
+static void on_decided(void *ctx, const EgressRecord *rec) {
+        meta_send(ctx, rec, EGRESS_WIRE_DECISION);
+}
+
 static void serve_conn(Proxy *p, int data, int meta) {
         json_t *settings = NULL;
         EgressRecord rec;
@@ -122,14 +151,15 @@ static void serve_conn(Proxy *p, int data, int meta) {
                 .ca = p->ca,
                 .upstream_ctx = p->upstream_ctx,
         };
+        Meta m = { .fd = meta, .lock = PTHREAD_MUTEX_INITIALIZER };
+        cfg.decided = on_decided;
+        cfg.decided_ctx = &m;
         EgressIo io = { .ctx = &data, .read = fd_read, .write = fd_write, .close_write = fd_close_write };
         if (policy)
                 (void)egress_proxy_serve(&io, policy, &cfg, &rec);
         shutdown(data, SHUT_RDWR);
-        json_t *rj = egress_wire_record_json(&rec);
-        if (rj)
-                (void)egress_wire_write(meta, rj, RECORD_TIMEOUT_MS);
-        json_decref(rj);
+        meta_send(&m, &rec, EGRESS_WIRE_END);
+        pthread_mutex_destroy(&m.lock);
 out:
         egress_wire_secrets_free(secrets, n_secrets);
         egress_policy_free(policy);

@@ -269,9 +269,18 @@ static bool port_allowed(unsigned pattern_port, unsigned port) {
         return false;
 }
 
-EgressVerdict egress_policy_check(const EgressPolicy *p, const char *host, uint16_t port) {
-        if (!p->internet)
+static void rule_set(char *rule, size_t rule_len, const char *what, const Pattern *pat) {
+        if (rule && rule_len)
+                snprintf(rule, rule_len, "%s%s%s", what, pat ? " " : "", pat && pat->source ? pat->source : "");
+}
+
+EgressVerdict egress_policy_check_rule(const EgressPolicy *p, const char *host, uint16_t port, char *rule,
+                                       size_t rule_len) {
+        rule_set(rule, rule_len, "", NULL);
+        if (!p->internet) {
+                rule_set(rule, rule_len, "internet: false", NULL);
                 return EGRESS_DENY_NO_INTERNET;
+        }
         char norm[EGRESS_MAX_HOST + 1];
         if (port == 0 || egress_host_normalize(host, norm, sizeof(norm)) < 0)
                 return EGRESS_DENY_BAD_HOST;
@@ -279,21 +288,33 @@ EgressVerdict egress_policy_check(const EgressPolicy *p, const char *host, uint1
         bool is_ip = egress_parse_ip_literal(host, &ss) == 1;
 
         for (size_t i = 0; i < p->n_deny; i++)
-                if (host_matches(&p->deny[i], norm, is_ip) && (!p->deny[i].port || p->deny[i].port == port))
+                if (host_matches(&p->deny[i], norm, is_ip) && (!p->deny[i].port || p->deny[i].port == port)) {
+                        rule_set(rule, rule_len, "deny", &p->deny[i]);
                         return EGRESS_DENY_DENIED;
+                }
 
         /* IP literals pass only when the policy names that very address. */
-        if (!p->has_allow && !is_ip)
-                return port_allowed(0, port) ? EGRESS_ALLOW : EGRESS_DENY_PORT;
+        if (!p->has_allow && !is_ip) {
+                if (!port_allowed(0, port))
+                        return EGRESS_DENY_PORT;
+                rule_set(rule, rule_len, "internet: any public host on 80 and 443", NULL);
+                return EGRESS_ALLOW;
+        }
         bool host_seen = false;
         for (size_t i = 0; i < p->n_allow; i++) {
                 if (!host_matches(&p->allow[i], norm, is_ip))
                         continue;
                 host_seen = true;
-                if (port_allowed(p->allow[i].port, port))
+                if (port_allowed(p->allow[i].port, port)) {
+                        rule_set(rule, rule_len, "allow", &p->allow[i]);
                         return EGRESS_ALLOW;
+                }
         }
         return host_seen ? EGRESS_DENY_PORT : EGRESS_DENY_NOT_ALLOWED;
+}
+
+EgressVerdict egress_policy_check(const EgressPolicy *p, const char *host, uint16_t port) {
+        return egress_policy_check_rule(p, host, port, NULL, 0);
 }
 
 const char *egress_verdict_reason(EgressVerdict v) {

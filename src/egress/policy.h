@@ -13,6 +13,8 @@
 
 #define EGRESS_MAX_PATTERNS 256
 #define EGRESS_MAX_HOST 253
+/* "allow " or "deny " and a pattern as given (a host, "*.", ":port"). */
+#define EGRESS_MAX_RULE 288
 
 typedef struct EgressPolicy EgressPolicy;
 
@@ -36,6 +38,12 @@ json_t *egress_policy_to_json(const EgressPolicy *p);
 /* The decision for a connection to host:port. `host` is as the client wrote
  * it (a name or an IP literal, brackets allowed for IPv6). */
 EgressVerdict egress_policy_check(const EgressPolicy *p, const char *host, uint16_t port);
+/* The same, and the rule that decided into rule (rule_len bytes, at most
+ * EGRESS_MAX_RULE needed): "allow PATTERN", "deny PATTERN", "internet: any
+ * public host on 80 and 443", "internet: false", or "" when no rule matched
+ * (a host outside the allow list, a port no pattern of the host names). */
+EgressVerdict egress_policy_check_rule(const EgressPolicy *p, const char *host, uint16_t port, char *rule,
+                                       size_t rule_len);
 const char *egress_verdict_reason(EgressVerdict v);
 
 /* Normalises a host name into out (lower case, no trailing dot) and checks

@@ -78,6 +78,21 @@ static int respond(const EgressIo *io, int status, const char *title, const char
         return r < 0 ? r : 0;
 }
 
+/* The decision reaches its listener before anything else happens to the
+ * connection. */
+static void decide(const EgressProxyConfig *cfg, const EgressRecord *rec) {
+        if (cfg && cfg->decided)
+                cfg->decided(cfg->decided_ctx, rec);
+}
+
+/* A refusal: recorded first, then answered. */
+static int refuse(const EgressIo *io, const EgressProxyConfig *cfg, EgressRecord *rec, int status, const char *title,
+                  const char *message) {
+        snprintf(rec->end, sizeof(rec->end), "refused");
+        decide(cfg, rec);
+        return respond(io, status, title, message);
+}
+
 __attribute__((format(printf, 2, 3))) static void record_refusal(EgressRecord *rec, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
@@ -271,13 +286,15 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
                 if (n == -EAGAIN || n == -EINTR) {
                         if (time_now_mono_ms() - started > 30000) {
                                 record_refusal(rec, "%s", "no request within 30 s");
-                                respond(io, 408, "Request Timeout", "no request within 30 s");
+                                refuse(io, cfg, rec, 408, "Request Timeout", "no request within 30 s");
                                 goto out;
                         }
                         continue;
                 }
                 if (n <= 0) {
                         record_refusal(rec, "%s", "the connection closed before a request");
+                        snprintf(rec->end, sizeof(rec->end), "the sandbox closed the connection");
+                        decide(cfg, rec);
                         ret = n < 0 ? (int)n : 0;
                         goto out;
                 }
@@ -291,8 +308,8 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
         if (r < 0) {
                 const char *msg = r == -E2BIG ? "request head too large" : err;
                 record_refusal(rec, "%s", msg);
-                respond(io, r == -E2BIG ? 431 : 400, r == -E2BIG ? "Request Header Fields Too Large" : "Bad Request",
-                        msg);
+                refuse(io, cfg, rec, r == -E2BIG ? 431 : 400,
+                       r == -E2BIG ? "Request Header Fields Too Large" : "Bad Request", msg);
                 goto out;
         }
 
@@ -303,15 +320,15 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
 
         if (cfg && cfg->web_ports_only && head->port != 80 && head->port != 443) {
                 record_refusal(rec, "this sandbox reaches ports 80 and 443 only (a trial key)");
-                respond(io, 403, "Forbidden", rec->reason);
+                refuse(io, cfg, rec, 403, "Forbidden", rec->reason);
                 goto out;
         }
-        EgressVerdict v = egress_policy_check(policy, head->host, head->port);
+        EgressVerdict v = egress_policy_check_rule(policy, head->host, head->port, rec->rule, sizeof(rec->rule));
         if (v != EGRESS_ALLOW) {
                 char msg[320];
                 snprintf(msg, sizeof(msg), "%.200s:%u refused: %s", head->host, head->port, egress_verdict_reason(v));
                 record_refusal(rec, "%s", egress_verdict_reason(v));
-                respond(io, 403, "Forbidden", msg);
+                refuse(io, cfg, rec, 403, "Forbidden", msg);
                 goto out;
         }
 
@@ -322,7 +339,8 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
         const EgressCidr *ranges[MAX_ADDRS] = { 0 }, *range = NULL;
         r = resolve_checked(head->host, head->port, cfg, addrs, lens, &n_addrs, &test_host, ranges, rec);
         if (r < 0) {
-                respond(io, r == -EACCES ? 403 : 502, r == -EACCES ? "Forbidden" : "Bad Gateway", rec->reason);
+                refuse(io, cfg, rec, r == -EACCES ? 403 : 502, r == -EACCES ? "Forbidden" : "Bad Gateway",
+                       rec->reason);
                 goto out;
         }
         for (size_t i = 0; i < n_addrs && upstream < 0; i++) {
@@ -337,8 +355,8 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
                 snprintf(msg, sizeof(msg), "could not connect to %.200s:%u (%s)", head->host, head->port,
                          upstream == -ETIMEDOUT ? "timed out" : "refused or unreachable");
                 record_refusal(rec, "%s", msg);
-                respond(io, upstream == -ETIMEDOUT ? 504 : 502,
-                        upstream == -ETIMEDOUT ? "Gateway Timeout" : "Bad Gateway", msg);
+                refuse(io, cfg, rec, upstream == -ETIMEDOUT ? 504 : 502,
+                       upstream == -ETIMEDOUT ? "Gateway Timeout" : "Bad Gateway", msg);
                 goto out;
         }
         rec->allowed = true;
@@ -353,10 +371,18 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
         atomic_store(&pump.last_activity, time_now_mono_ms());
         if (head->is_connect) {
                 static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-                if (io->write(io->ctx, (const uint8_t *)ok, sizeof(ok) - 1) < 0)
+                /* The decision says whether the tunnel is to be intercepted;
+                 * the end says whether it was (both TLS handshakes done). */
+                bool intercept = cfg && cfg->ca && cfg->upstream_ctx &&
+                                 egress_any_secret_applies(cfg->secrets, cfg->n_secrets, head->host, head->port);
+                rec->intercepted = intercept;
+                decide(cfg, rec);
+                rec->intercepted = false;
+                if (io->write(io->ctx, (const uint8_t *)ok, sizeof(ok) - 1) < 0) {
+                        snprintf(rec->end, sizeof(rec->end), "the sandbox closed the connection");
                         goto out;
-                if (cfg && cfg->ca && cfg->upstream_ctx &&
-                    egress_any_secret_applies(cfg->secrets, cfg->n_secrets, head->host, head->port)) {
+                }
+                if (intercept) {
                         ret = egress_intercept(io, upstream, head->host, head->port, cfg, buf + parsed, len - parsed,
                                                rec);
                         goto out;
@@ -373,17 +399,22 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
                 if (n == -EACCES) {
                         rec->allowed = false;
                         record_refusal(rec, "%s", why);
-                        respond(io, 403, "Forbidden", why);
+                        refuse(io, cfg, rec, 403, "Forbidden", why);
                         goto out;
                 }
-                if (n < 0)
+                if (n < 0) {
+                        snprintf(rec->end, sizeof(rec->end), "the request head could not be rewritten");
                         goto out;
+                }
                 rec->secrets_used = (unsigned)n;
+                decide(cfg, rec);
                 pump.bytes_out = fwd_len;
                 int w = io_send_all(upstream, (const uint8_t *)fwd, fwd_len);
                 free(fwd);
-                if (w < 0)
+                if (w < 0) {
+                        snprintf(rec->end, sizeof(rec->end), "the upstream connection failed");
                         goto out;
+                }
                 pump.message_done = r == EGRESS_PARSE_DONE;
                 if (!pump.message_done && len > parsed && forward_up(&pump, buf + parsed, len - parsed) < 0)
                         goto out;
@@ -391,31 +422,42 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
 
         pthread_t up;
         if (pthread_create(&up, NULL, pump_up, &pump) != 0) {
+                snprintf(rec->end, sizeof(rec->end), "the egress proxy is out of resources");
                 ret = -EAGAIN;
                 goto out;
         }
+        const char *end = "the egress proxy failed";
         for (;;) {
                 struct pollfd pfd = { .fd = upstream, .events = POLLIN };
                 int pr = poll(&pfd, 1, 1000);
                 if (pr < 0 && errno == EINTR)
                         continue;
-                if (atomic_load(&pump.sandbox_gone))
+                if (atomic_load(&pump.sandbox_gone)) {
+                        end = "the sandbox closed the connection";
                         break;
+                }
                 if (pr == 0) {
-                        if (time_now_mono_ms() - atomic_load(&pump.last_activity) > (uint64_t)idle_timeout)
+                        if (time_now_mono_ms() - atomic_load(&pump.last_activity) > (uint64_t)idle_timeout) {
+                                end = "idle timeout";
                                 break;
+                        }
                         continue;
                 }
                 ssize_t got = recv(upstream, buf, cap, 0);
                 if (got < 0 && errno == EINTR)
                         continue;
-                if (got <= 0)
+                if (got <= 0) {
+                        end = got == 0 ? "the upstream closed the connection" : "the upstream connection failed";
                         break;
+                }
                 rec->bytes_in += (uint64_t)got;
                 atomic_store(&pump.last_activity, time_now_mono_ms());
-                if (io->write(io->ctx, buf, (size_t)got) < 0)
+                if (io->write(io->ctx, buf, (size_t)got) < 0) {
+                        end = "the sandbox closed the connection";
                         break;
+                }
         }
+        snprintf(rec->end, sizeof(rec->end), "%s", end);
         io->close_write(io->ctx);
         atomic_store(&pump.stop, true);
         shutdown(upstream, SHUT_RDWR);
@@ -426,6 +468,9 @@ out:
                 close(upstream);
         free(buf);
         egress_parser_free(parser);
+        rec->duration_ms = time_now_mono_ms() - started;
+        if (!rec->end[0])
+                snprintf(rec->end, sizeof(rec->end), "%s", ret < 0 ? "the egress proxy failed" : "closed");
         return ret;
 }
 

@@ -42,6 +42,24 @@ typedef struct EgressTestHost {
         socklen_t addr_len;
 } EgressTestHost;
 
+/* What happened, for the audit log. */
+typedef struct EgressRecord {
+        char host[EGRESS_MAX_HOST + 1];
+        uint16_t port;
+        bool connect; /* CONNECT tunnel, else plain HTTP */
+        bool allowed;
+        char reason[192];
+        char addr[64]; /* the address connected to */
+        uint64_t bytes_out, bytes_in;
+        bool intercepted;
+        unsigned secrets_used; /* placeholders replaced */
+        char rule[EGRESS_MAX_RULE]; /* the policy's rule that decided, "" when none matched */
+        /* Filled when the connection ends: how long it was open and why it
+         * ended. */
+        uint64_t duration_ms;
+        char end[96];
+} EgressRecord;
+
 typedef struct EgressProxyConfig {
         const EgressTestHost *test_hosts;
         size_t n_test_hosts;
@@ -59,24 +77,20 @@ typedef struct EgressProxyConfig {
          * tunnels are never intercepted. */
         /* Only ports 80 and 443, whatever the policy names (trial keys). */
         bool web_ports_only;
+        /* Called with the record as soon as the proxy decides (and again
+         * when a later step refuses what was allowed: an upstream that fails
+         * verification, a request a secret's rules refuse), before a byte
+         * goes upstream and before the sandbox hears a refusal, so that the
+         * audit entry exists by the time the sandbox's client has an answer.
+         * NULL: nobody listens. */
+        void (*decided)(void *ctx, const EgressRecord *rec);
+        void *decided_ctx;
         const EgressSecret *secrets;
         size_t n_secrets;
         EgressCa *ca;
         SSL_CTX *upstream_ctx;
 } EgressProxyConfig;
 
-/* What happened, for the audit log. */
-typedef struct EgressRecord {
-        char host[EGRESS_MAX_HOST + 1];
-        uint16_t port;
-        bool connect; /* CONNECT tunnel, else plain HTTP */
-        bool allowed;
-        char reason[192];
-        char addr[64]; /* the address connected to */
-        uint64_t bytes_out, bytes_in;
-        bool intercepted;
-        unsigned secrets_used; /* placeholders replaced */
-} EgressRecord;
 
 /* Parses "name=127.0.0.1:PORT" (the daemon's option). */
 int egress_test_host_parse(const char *text, EgressTestHost *ret);

@@ -180,11 +180,15 @@ int egress_wire_recv_conn(int ctl, int *ret_data, int *ret_meta) {
         return 0;
 }
 
-json_t *egress_wire_record_json(const EgressRecord *rec) {
-        return json_pack("{s:s,s:i,s:b,s:b,s:s,s:s,s:I,s:I,s:b,s:i}", "host", rec->host, "port", (int)rec->port,
-                         "connect", rec->connect, "allowed", rec->allowed, "reason", rec->reason, "addr", rec->addr,
-                         "bytesOut", (json_int_t)rec->bytes_out, "bytesIn", (json_int_t)rec->bytes_in, "intercepted",
-                         rec->intercepted, "secretsUsed", (int)rec->secrets_used);
+json_t *egress_wire_record_json(const EgressRecord *rec, EgressWireKind kind, uint64_t decided_us) {
+        json_t *j = json_pack("{s:s,s:s,s:i,s:b,s:b,s:s,s:s,s:s,s:I,s:I,s:b,s:i,s:I,s:s,s:I}", "type",
+                              kind == EGRESS_WIRE_DECISION ? "decision" : "end", "host", rec->host, "port",
+                              (int)rec->port, "connect", rec->connect, "allowed", rec->allowed, "reason", rec->reason,
+                              "addr", rec->addr, "rule", rec->rule, "bytesOut", (json_int_t)rec->bytes_out, "bytesIn",
+                              (json_int_t)rec->bytes_in, "intercepted", rec->intercepted, "secretsUsed",
+                              (int)rec->secrets_used, "durationMs", (json_int_t)rec->duration_ms, "end", rec->end,
+                              "decidedUs", (json_int_t)(kind == EGRESS_WIRE_DECISION ? decided_us : 0));
+        return j;
 }
 
 static int copy_string(const json_t *j, const char *key, char *out, size_t out_len) {
@@ -204,15 +208,21 @@ static int get_uint(const json_t *j, const char *key, uint64_t max, uint64_t *re
         return 0;
 }
 
-int egress_wire_record_parse(const json_t *j, EgressRecord *ret) {
+int egress_wire_record_parse(const json_t *j, EgressRecord *ret, EgressWireKind *ret_kind, uint64_t *ret_decided_us) {
         EgressRecord rec;
         memset(&rec, 0, sizeof(rec));
-        uint64_t port, used;
-        if (!json_is_object(j) || copy_string(j, "host", rec.host, sizeof(rec.host)) < 0 ||
+        uint64_t port, used, decided_us;
+        const char *type = json_string_value(json_object_get(j, "type"));
+        if (!json_is_object(j) || !type || (strcmp(type, "decision") != 0 && strcmp(type, "end") != 0) ||
+            copy_string(j, "host", rec.host, sizeof(rec.host)) < 0 ||
             copy_string(j, "reason", rec.reason, sizeof(rec.reason)) < 0 ||
-            copy_string(j, "addr", rec.addr, sizeof(rec.addr)) < 0 || get_uint(j, "port", 65535, &port) < 0 ||
+            copy_string(j, "addr", rec.addr, sizeof(rec.addr)) < 0 ||
+            copy_string(j, "rule", rec.rule, sizeof(rec.rule)) < 0 ||
+            copy_string(j, "end", rec.end, sizeof(rec.end)) < 0 || get_uint(j, "port", 65535, &port) < 0 ||
             get_uint(j, "bytesOut", INT64_MAX, &rec.bytes_out) < 0 ||
             get_uint(j, "bytesIn", INT64_MAX, &rec.bytes_in) < 0 || get_uint(j, "secretsUsed", 1u << 20, &used) < 0 ||
+            get_uint(j, "durationMs", INT64_MAX, &rec.duration_ms) < 0 ||
+            get_uint(j, "decidedUs", INT64_MAX, &decided_us) < 0 ||
             !json_is_boolean(json_object_get(j, "connect")) || !json_is_boolean(json_object_get(j, "allowed")) ||
             !json_is_boolean(json_object_get(j, "intercepted")))
                 return -EBADMSG;
@@ -222,6 +232,9 @@ int egress_wire_record_parse(const json_t *j, EgressRecord *ret) {
         rec.allowed = json_is_true(json_object_get(j, "allowed"));
         rec.intercepted = json_is_true(json_object_get(j, "intercepted"));
         *ret = rec;
+        *ret_kind = strcmp(type, "decision") == 0 ? EGRESS_WIRE_DECISION : EGRESS_WIRE_END;
+        if (ret_decided_us)
+                *ret_decided_us = decided_us;
         return 0;
 }
 

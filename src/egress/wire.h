@@ -12,7 +12,12 @@
  *
  *   meta (SOCK_STREAM): the daemon writes one message, the connection's
  *   settings {"sandbox", "network", "trial", "secrets": [...]}; the proxy
- *   answers one message, the audit record, when the connection ends.
+ *   answers a decision record ("type": "decision") as soon as it decides,
+ *   before a byte goes upstream or a refusal to the sandbox (and another
+ *   when a later step refuses what was allowed), and one end record ("type":
+ *   "end", with the byte counts, the duration and why it ended) when the
+ *   connection ends. The daemon writes the audit entry on the decision and
+ *   completes the same entry with the end.
  *
  * A message is a 4-byte big-endian length and that much JSON. Each side
  * treats the other's messages as hostile: lengths, depths and fields are
@@ -20,6 +25,7 @@
  */
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "egress/proxy.h"
 #include "egress/secret.h"
@@ -40,10 +46,22 @@ int egress_wire_send_conn(int ctl, int data, int meta);
  * without exactly two descriptors (any received are closed). */
 int egress_wire_recv_conn(int ctl, int *ret_data, int *ret_meta);
 
-/* The audit record both ways. From JSON, every field is checked and
- * bounded; -EBADMSG otherwise. */
-json_t *egress_wire_record_json(const EgressRecord *rec);
-int egress_wire_record_parse(const json_t *j, EgressRecord *ret);
+typedef enum EgressWireKind {
+        EGRESS_WIRE_DECISION,
+        EGRESS_WIRE_END,
+} EgressWireKind;
+
+/* At most this many records per connection: a decision, a later refusal
+ * of what was allowed, the end, and room to spare. A proxy that sends more
+ * is lying, and its connection is ended. */
+#define EGRESS_WIRE_MAX_RECORDS 8
+
+/* The audit record both ways. `decided_us` (decisions only; 0 otherwise) is
+ * the proxy's CLOCK_MONOTONIC in microseconds at the decision, which the
+ * daemon only measures with. From JSON, every field is checked and bounded;
+ * -EBADMSG otherwise. */
+json_t *egress_wire_record_json(const EgressRecord *rec, EgressWireKind kind, uint64_t decided_us);
+int egress_wire_record_parse(const json_t *j, EgressRecord *ret, EgressWireKind *ret_kind, uint64_t *ret_decided_us);
 
 /* A secret as the daemon stores it: {"name", "value", "hosts" (JSON array
  * as text), "placeholder", "header", "format", "rules" (JSON as text)}. A

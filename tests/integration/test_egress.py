@@ -23,7 +23,7 @@ import pytest
 
 from conftest import DRIVERS, _finish_daemon, _need_root
 from egress_servers import EchoServer, PackageIndex, TestCa
-from helpers import REPO, Api, Daemon, DaemonError, skip_unless_driver, tail
+from helpers import REPO, Api, Daemon, DaemonError, skip_unless_driver, tail, wait_until
 
 PLAIN_NAMES = ["echo.test", "other.test", "wild.test", "a.wild.test", "b.a.wild.test",
                "no.wild.test"]
@@ -451,12 +451,17 @@ def test_audit_log_lists_decisions(eapi, edriver, env):
     allowed(sbx, "http://echo.test/bytes/5000")
     refused(sbx, "http://other.test/")
     refused(sbx, "http://169.254.169.254/")
-    log = egress_log(eapi, sbx.id)
+    # The byte counts complete an entry when its connection ends, which
+    # the client's answer may beat by a moment: wait for the ends.
+    log = wait_until(lambda: (lambda l: len(l) == 3 and all(e["end"] for e in l) and l)(egress_log(eapi, sbx.id)),
+                     timeout=30, what="three entries with their ends")
     fields = {"at", "host", "port", "kind", "allowed", "reason", "address", "bytesOut", "bytesIn",
-              "intercepted", "secretsUsed"}
+              "intercepted", "secretsUsed", "rule", "end", "durationMs"}
     for e in log:
         assert fields <= set(e), e
+        assert isinstance(e["durationMs"], int) and e["durationMs"] >= 0, e
     ok = [e for e in log if e["host"] == "echo.test" and e["allowed"]]
+    assert ok[0]["rule"] == "allow echo.test" and ok[0]["end"] != "refused", ok
     assert ok and ok[0]["port"] == 80 and ok[0]["bytesIn"] >= 5000 and ok[0]["bytesOut"] > 0, log
     no = [e for e in log if e["host"] == "other.test"]
     assert no and not no[0]["allowed"] and no[0]["reason"], log
@@ -468,6 +473,43 @@ def test_audit_log_lists_decisions(eapi, edriver, env):
         r = eapi.get(f"/v1/sandboxes/{sbx.id}/egress", params={"limit": bad})
         assert r.status_code == 400, f"limit={bad}: {r.status_code} {r.text}"
     assert eapi.get("/v1/sandboxes/sbx_doesnotexist00000/egress").status_code == 404
+
+
+def test_audit_entry_exists_when_the_request_returns(eapi, edriver, env):
+    """The proxy sends its decision before it relays a byte upstream or
+    answers a refusal, and the daemon writes the entry before it passes on
+    anything the proxy sent after it: the log is read right after each exec,
+    without waiting, and holds the connection that exec used. Each
+    connection stays one entry, completed in place when it ends."""
+    sbx = eapi.create_sandbox(driver=edriver, network={"internet": True, "allow": ["echo.test", "api2.test"],
+                                                       "deny": ["other.test"]})
+    rounds = 5
+    for i in range(rounds):
+        allowed(sbx, f"http://echo.test/now/{i}")
+        log = egress_log(eapi, sbx.id)
+        ok = [e for e in log if e["host"] == "echo.test"]
+        assert len(ok) == i + 1 and ok[0]["allowed"] and ok[0]["kind"] == "http", log
+        assert ok[0]["rule"] == "allow echo.test" and ok[0]["address"], ok[0]
+
+        refused(sbx, f"http://other.test/now/{i}")
+        log = egress_log(eapi, sbx.id)
+        no = [e for e in log if e["host"] == "other.test"]
+        assert len(no) == i + 1 and not no[0]["allowed"] and "deny list" in no[0]["reason"], log
+        assert no[0]["rule"] == "deny other.test", no[0]
+
+        # A tunnel (no secret applies to api2.test): decided before its 200.
+        allowed(sbx, f"https://api2.test/now/{i}", "-k")
+        log = egress_log(eapi, sbx.id)
+        tun = [e for e in log if e["host"] == "api2.test"]
+        assert len(tun) == i + 1 and tun[0]["allowed"] and tun[0]["kind"] == "connect", log
+    log = wait_until(lambda: (lambda l: all(e["end"] for e in l) and l)(egress_log(eapi, sbx.id)),
+                     timeout=30, what="every entry's end")
+    assert len(log) == 3 * rounds, log
+    for e in log:
+        if e["allowed"]:
+            assert e["bytesIn"] > 0 and e["bytesOut"] > 0 and e["end"] != "refused", e
+        else:
+            assert e["end"] == "refused" and e["bytesOut"] == 0, e
 
 
 # ---------------------------------------------------------------------------

@@ -228,9 +228,10 @@ def test_past_the_waiting_room_refused_with_an_audit_entry(eapi, edriver, env):
     assert "503-other" not in counts, counts
     assert s.peak <= base + 2 * WORKERS + 1 + EXEC_SLACK, (s.peak, base)
     assert ps.peak <= 2 * WORKERS + 1, ps.peak
-    entries = wait_until(
-        lambda: [e for e in egress_log(eapi, sbx.id) if "too many connections" in e["reason"]] or None,
-        timeout=30, what="refusals in the audit log")
+    # Each refusal's entry is written before its 503: all there as the
+    # client returns.
+    entries = [e for e in egress_log(eapi, sbx.id) if "too many connections" in e["reason"]]
+    assert entries, egress_log(eapi, sbx.id)
     e = entries[0]
     assert e["allowed"] is False and e["kind"] == "none", e
     assert "--egress-workers-per-sandbox" in e["reason"], e
@@ -243,11 +244,91 @@ def test_past_the_waiting_room_refused_with_an_audit_entry(eapi, edriver, env):
 
 def test_pool_flags_are_validated(build_dir):
     for bad in (["--egress-workers", "0"], ["--egress-workers", "5000"],
-                ["--egress-workers-per-sandbox", "0"], ["--egress-workers", "x"]):
+                ["--egress-workers-per-sandbox", "0"], ["--egress-workers", "x"],
+                ["--egress-wait-timeout-ms", "0"], ["--egress-wait-timeout-ms", "99"],
+                ["--egress-wait-timeout-ms", "600001"], ["--egress-wait-timeout-ms", "-5"],
+                ["--egress-wait-timeout-ms", "x"]):
         p = subprocess.run([str(build_dir / "runtimed"), *bad, "--help"], capture_output=True, text=True,
                            timeout=30)
         assert p.returncode == 2, (bad, p.returncode, p.stdout[-300:], p.stderr[-300:])
-        assert "--egress-workers" in p.stderr, (bad, p.stderr)
+        assert bad[0] in p.stderr, (bad, p.stderr)
+
+
+WAIT_MS = 2000
+WAITER = r'''
+import json, socket, time
+# The first connection sends nothing: it holds the sandbox's one worker
+# until the proxy gives up on its head (30 s). The second is queued behind
+# it (the daemon takes a sandbox's connections in order) and waits.
+idle = socket.create_connection(("127.0.0.1", 3128))
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"GET http://echo.test/waited HTTP/1.1\r\nHost: echo.test\r\nConnection: close\r\n\r\n")
+s.settimeout(120)
+t0, data = time.monotonic(), b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    data += b
+print(json.dumps({"elapsed": time.monotonic() - t0, "answer": data.decode("latin-1")}))
+'''
+
+
+@pytest.fixture(scope="module")
+def small_pool(build_dir, image_dir, tmp_path_factory):
+    """A daemon whose sandboxes get one egress worker each, and whose
+    connections wait for one at most WAIT_MS."""
+    _need_root()
+    tmp = tmp_path_factory.mktemp("egress-wait")
+    echo = EchoServer().start()
+    d = Daemon(build_dir, image_dir, tmp / "state", f"runtime-test-{os.getpid()}-egress-wait",
+               extra_args=["--egress-test-upstream", f"echo.test=127.0.0.1:{echo.port}",
+                           "--egress-workers", "2", "--egress-workers-per-sandbox", "1",
+                           "--egress-wait-timeout-ms", str(WAIT_MS)])
+    try:
+        d.start()
+    except DaemonError as err:
+        echo.stop()
+        pytest.fail(str(err), pytrace=False)
+    yield d, echo
+    if d.alive():
+        with d.client() as c:
+            for s in c.get("/v1/sandboxes").json().get("sandboxes", []):
+                c.delete(f"/v1/sandboxes/{s['id']}")
+    _finish_daemon(d)
+    echo.stop()
+
+
+@pytest.mark.parametrize("wdriver", [d for d in DRIVERS if d != "microvm"] or ["namespace"])
+def test_waiting_connection_times_out_with_a_refusal(small_pool, wdriver):
+    d, echo = small_pool
+    skip_unless_driver(d, wdriver)
+    api = Api(d)
+    try:
+        sbx = api.create_sandbox(driver=wdriver, network={"internet": True, "allow": ["echo.test"]})
+        sbx.write("/tmp/waiter.py", WAITER.encode())
+        res = sbx.exec("python3 /tmp/waiter.py", timeoutMs=180000)
+        assert res["exitCode"] == 0, res
+        out = json.loads(res["stdout"].strip().splitlines()[-1])
+        head, _, body = out["answer"].partition("\r\n\r\n")
+        # The proxy's usual refusal, saying why, once the wait is over and
+        # well before the worker would have been free (30 s).
+        assert head.startswith("HTTP/1.1 503 "), out
+        assert "X-Runtime-Egress: refused" in head, out
+        assert body.startswith("runtime egress: waited") and "--egress-wait-timeout-ms" in body, out
+        assert WAIT_MS / 1000 * 0.9 <= out["elapsed"] < 25, out
+        assert echo.seen() == [], "the timed-out request reached the upstream"
+        # Its entry was written before the answer: read at once.
+        entries = [e for e in egress_log(api, sbx.id) if "--egress-wait-timeout-ms" in e["reason"]]
+        assert len(entries) == 1, egress_log(api, sbx.id)
+        e = entries[0]
+        assert e["allowed"] is False and e["kind"] == "none" and e["end"] == "refused", e
+        assert "this sandbox's share is busy" in e["reason"], e
+        assert e["durationMs"] >= WAIT_MS * 0.9, e
+    finally:
+        problems = api.delete_all()
+        api.close()
+    assert not problems, problems
 
 
 def test_proxy_runs_without_root_capabilities_or_the_database(env):
@@ -282,6 +363,13 @@ def test_killed_proxy_is_restarted_open_connections_end(eapi, edriver, env):
     # request it has not finished.
     sbx.write("/tmp/hold.py", b"""
 import socket, sys, time
+# A tunnel the proxy has decided on and opened, held open.
+t = socket.create_connection(("127.0.0.1", 3128))
+t.sendall(b"CONNECT echo.test:80 HTTP/1.1\\r\\nHost: echo.test:80\\r\\n\\r\\n")
+head = b""
+while b"\\r\\n\\r\\n" not in head:
+    head += t.recv(1)
+assert head.startswith(b"HTTP/1.1 200"), head
 s = socket.create_connection(("127.0.0.1", 3128))
 s.sendall(b"GET http://echo.test/held HTTP/1.1\\r\\nHost: echo.test\\r\\n")
 open("/tmp/held", "w").write("open")
@@ -298,9 +386,11 @@ open("/tmp/held.out", "w").write(out)
                what="the held connection")
     old = proxy_pid(d)
     # The held connection has reached the proxy: it is waiting on its head.
-    wait_until(lambda: any(os.readlink(f"/proc/{old}/fd/{fd}").startswith("socket:")
-                           for fd in os.listdir(f"/proc/{old}/fd") if int(fd) > 3),
-               timeout=30, what="the connection in the proxy")
+    # The tunnel holds its data, meta and upstream sockets, the held
+    # connection its data and meta.
+    wait_until(lambda: sum(os.readlink(f"/proc/{old}/fd/{fd}").startswith("socket:")
+                           for fd in os.listdir(f"/proc/{old}/fd") if int(fd) > 3) >= 5,
+               timeout=30, what="both connections in the proxy")
     os.kill(old, 9)
     out = wait_until(lambda: sbx.exec("cat /tmp/held.out 2>/dev/null")["stdout"] or None, timeout=60,
                      what="the held connection to end")
@@ -316,6 +406,13 @@ open("/tmp/held.out", "w").write(out)
     assert [r["path"] for r in echo.seen()] == ["/after"], echo.seen()
     entries = egress_log(eapi, sbx.id)
     assert any("egress proxy ended" in e["reason"] for e in entries), entries
+    # The decided tunnel keeps its one entry, allowed, and is marked as
+    # ended by the proxy's end (the mark follows the connection's close).
+    tunnels = wait_until(lambda: (lambda t: t if t and all(e["end"] for e in t) else None)(
+        [e for e in egress_log(eapi, sbx.id) if e["kind"] == "connect"]), timeout=30, what="the tunnel's end")
+    assert len(tunnels) == 1, tunnels
+    assert tunnels[0]["allowed"] and tunnels[0]["reason"] == "allowed (test upstream)", tunnels
+    assert tunnels[0]["end"] == "the egress proxy ended during the connection", tunnels
 
 # Capabilities runtimed drops at start because no driver uses them
 # (docs/drivers.md#capabilities), by number (linux/capability.h).
@@ -347,3 +444,4 @@ def test_daemon_keeps_only_what_drivers_need(eapi, edriver, env):
             continue
         kept = [name for name, bit in UNUSED_CAPS.items() if bnd & (1 << bit)]
         assert not kept, f"pid {pid} ({proc_comm(pid)}) of the sandbox has {kept} in its bounding set"
+

@@ -81,6 +81,9 @@ static ssize_t sock_read(void *ctx, uint8_t *buf, size_t len) {
         ssize_t n = recv(fd, buf, len, 0);
         return n < 0 ? -errno : n;
 }
+/* Bytes the proxy has answered the sandbox so far in this exchange. */
+static size_t answered;
+
 static int sock_write(void *ctx, const uint8_t *buf, size_t len) {
         int fd = *(int *)ctx;
         while (len) {
@@ -91,6 +94,11 @@ static int sock_write(void *ctx, const uint8_t *buf, size_t len) {
                 len -= (size_t)n;
         }
         return 0;
+}
+/* The proxy's writes towards the sandbox, counted. */
+static int proxy_write(void *ctx, const uint8_t *buf, size_t len) {
+        __atomic_add_fetch(&answered, len, __ATOMIC_SEQ_CST);
+        return sock_write(ctx, buf, len);
 }
 static void sock_close_write(void *ctx) {
         shutdown(*(int *)ctx, SHUT_WR);
@@ -106,11 +114,30 @@ typedef struct Served {
 
 static void *serve_main(void *arg) {
         Served *s = arg;
-        EgressIo io = { .ctx = &s->fd, .read = sock_read, .write = sock_write, .close_write = sock_close_write };
+        EgressIo io = { .ctx = &s->fd, .read = sock_read, .write = proxy_write, .close_write = sock_close_write };
         s->ret = egress_proxy_serve(&io, s->policy, &s->cfg, &s->rec);
         close(s->fd);
         return NULL;
 }
+
+/* What the proxy said when it decided: the first decision, how many there
+ * were, and how much the sandbox had been answered by then. */
+typedef struct Decisions {
+        int calls;
+        EgressRecord first, last;
+        size_t answered_at_first;
+} Decisions;
+
+static void on_decided(void *ctx, const EgressRecord *rec) {
+        Decisions *d = ctx;
+        if (d->calls++ == 0) {
+                d->first = *rec;
+                d->answered_at_first = __atomic_load_n(&answered, __ATOMIC_SEQ_CST);
+        }
+        d->last = *rec;
+}
+
+static Decisions decisions;
 
 static EgressPolicy *policy_of(const char *fmt) {
         char text[512];
@@ -142,7 +169,11 @@ static void exchange(const char *policy_fmt, const char *request, char *answer, 
                               .n_test_hosts = 1,
                               .connect_timeout_ms = 2000,
                               .public_cidrs = ranges,
-                              .n_public_cidrs = n_ranges } };
+                              .n_public_cidrs = n_ranges,
+                              .decided = on_decided,
+                              .decided_ctx = &decisions } };
+        memset(&decisions, 0, sizeof(decisions));
+        __atomic_store_n(&answered, 0, __ATOMIC_SEQ_CST);
         pthread_t t;
         pthread_create(&t, NULL, serve_main, &s);
         sock_write(&sv[0], (const uint8_t *)request, strlen(request));
@@ -163,6 +194,17 @@ static void exchange(const char *policy_fmt, const char *request, char *answer, 
         close(sv[0]);
         *rec = s.rec;
         egress_policy_free(s.policy);
+        /* Every exchange here gets a request and is decided once, before the
+         * sandbox hears a byte (a refusal, or the tunnel's 200), with what the
+         * end then completes. */
+        assert_int_equal(decisions.calls, 1);
+        assert_int_equal(decisions.answered_at_first, 0);
+        assert_int_equal(decisions.first.allowed, rec->allowed);
+        assert_string_equal(decisions.first.reason, rec->reason);
+        assert_string_equal(decisions.first.host, rec->host);
+        assert_string_equal(decisions.first.rule, rec->rule);
+        assert_true(rec->end[0] != '\0');
+        assert_true(rec->allowed || strcmp(rec->end, "refused") == 0);
 }
 
 static void test_plain_http_allowed(void **state) {
@@ -176,6 +218,10 @@ static void test_plain_http_allowed(void **state) {
         exchange("{\"internet\": true, \"allow\": [\"upstream.test:%u\"]}", req, ans, sizeof(ans), &rec);
         assert_true(rec.allowed);
         assert_non_null(strstr(ans, "200 OK"));
+        char rule[64];
+        snprintf(rule, sizeof(rule), "allow upstream.test:%u", upstream.port);
+        assert_string_equal(rec.rule, rule);
+        assert_int_equal(decisions.first.bytes_out, 0); /* decided before a byte went upstream */
         char host[64];
         snprintf(host, sizeof(host), "Host: upstream.test:%u\r\n", upstream.port);
         assert_non_null(strstr(upstream.seen, "GET /x?y=1 HTTP/1.1\r\n"));
@@ -208,9 +254,16 @@ static void test_refusals(void **state) {
         assert_false(rec.allowed);
         assert_non_null(strstr(ans, "403 Forbidden"));
         assert_non_null(strstr(ans, "allow list"));
+        assert_string_equal(rec.rule, ""); /* no rule matched */
 
         exchange("{\"internet\": false}", "CONNECT pypi.org:443 HTTP/1.1\r\n\r\n", ans, sizeof(ans), &rec);
         assert_non_null(strstr(ans, "no internet access"));
+        assert_string_equal(rec.rule, "internet: false");
+
+        exchange("{\"internet\": true, \"deny\": [\"*.test\"]}", "CONNECT upstream.test:443 HTTP/1.1\r\n\r\n", ans,
+                 sizeof(ans), &rec);
+        assert_non_null(strstr(ans, "deny list"));
+        assert_string_equal(rec.rule, "deny *.test");
 
         /* Named in the policy, but loopback: the SSRF rules are always on. */
         const char *spellings[] = { "127.0.0.1", "127.1", "2130706433", "0x7f000001", "[::1]",

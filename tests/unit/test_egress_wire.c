@@ -119,15 +119,32 @@ static void test_record(void **state) {
         snprintf(rec.host, sizeof(rec.host), "api.example.com");
         snprintf(rec.reason, sizeof(rec.reason), "allowed by api.example.com");
         snprintf(rec.addr, sizeof(rec.addr), "203.0.113.5:443");
-        json_t *j = egress_wire_record_json(&rec);
+        snprintf(rec.rule, sizeof(rec.rule), "allow api.example.com");
+        snprintf(rec.end, sizeof(rec.end), "the upstream closed the connection");
+        rec.duration_ms = 1234;
+        json_t *j = egress_wire_record_json(&rec, EGRESS_WIRE_END, 99);
         EgressRecord back;
-        assert_int_equal(egress_wire_record_parse(j, &back), 0);
+        EgressWireKind kind;
+        uint64_t decided_us = 1;
+        assert_int_equal(egress_wire_record_parse(j, &back, &kind, &decided_us), 0);
+        assert_int_equal(kind, EGRESS_WIRE_END);
+        assert_int_equal(decided_us, 0); /* an end carries no decision time */
         assert_string_equal(back.host, rec.host);
         assert_string_equal(back.reason, rec.reason);
+        assert_string_equal(back.rule, rec.rule);
+        assert_string_equal(back.end, rec.end);
+        assert_int_equal(back.duration_ms, 1234);
         assert_int_equal(back.port, 443);
         assert_true(back.connect && back.allowed && back.intercepted);
         assert_int_equal(back.bytes_in, 20);
         assert_int_equal(back.secrets_used, 2);
+
+        /* A decision, with the proxy's clock at the moment. */
+        json_t *d = egress_wire_record_json(&rec, EGRESS_WIRE_DECISION, 123456);
+        assert_int_equal(egress_wire_record_parse(d, &back, &kind, &decided_us), 0);
+        assert_int_equal(kind, EGRESS_WIRE_DECISION);
+        assert_int_equal(decided_us, 123456);
+        json_decref(d);
 
         /* What a compromised proxy might send instead. */
         char big[400];
@@ -135,25 +152,46 @@ static void test_record(void **state) {
         big[sizeof(big) - 1] = '\0';
         json_t *bad = json_deep_copy(j);
         json_object_set_new(bad, "reason", json_string(big));
-        assert_int_equal(egress_wire_record_parse(bad, &back), -EBADMSG);
+        assert_int_equal(egress_wire_record_parse(bad, &back, &kind, NULL), -EBADMSG);
         json_decref(bad);
         bad = json_deep_copy(j);
         json_object_set_new(bad, "port", json_integer(70000));
-        assert_int_equal(egress_wire_record_parse(bad, &back), -EBADMSG);
+        assert_int_equal(egress_wire_record_parse(bad, &back, &kind, NULL), -EBADMSG);
         json_decref(bad);
         bad = json_deep_copy(j);
         json_object_set_new(bad, "bytesIn", json_integer(-1));
-        assert_int_equal(egress_wire_record_parse(bad, &back), -EBADMSG);
+        assert_int_equal(egress_wire_record_parse(bad, &back, &kind, NULL), -EBADMSG);
         json_decref(bad);
         bad = json_deep_copy(j);
         json_object_set_new(bad, "host", json_stringn("a\0b", 3));
-        assert_int_equal(egress_wire_record_parse(bad, &back), -EBADMSG);
+        assert_int_equal(egress_wire_record_parse(bad, &back, &kind, NULL), -EBADMSG);
         json_decref(bad);
         bad = json_deep_copy(j);
         json_object_del(bad, "allowed");
-        assert_int_equal(egress_wire_record_parse(bad, &back), -EBADMSG);
+        assert_int_equal(egress_wire_record_parse(bad, &back, &kind, NULL), -EBADMSG);
         json_decref(bad);
-        assert_int_equal(egress_wire_record_parse(json_null(), &back), -EBADMSG);
+        /* Another type, a rule or an end past their bounds, no type. */
+        bad = json_deep_copy(j);
+        json_object_set_new(bad, "type", json_string("other"));
+        assert_int_equal(egress_wire_record_parse(bad, &back, &kind, NULL), -EBADMSG);
+        json_decref(bad);
+        bad = json_deep_copy(j);
+        json_object_del(bad, "type");
+        assert_int_equal(egress_wire_record_parse(bad, &back, &kind, NULL), -EBADMSG);
+        json_decref(bad);
+        bad = json_deep_copy(j);
+        json_object_set_new(bad, "rule", json_string(big));
+        assert_int_equal(egress_wire_record_parse(bad, &back, &kind, NULL), -EBADMSG);
+        json_decref(bad);
+        bad = json_deep_copy(j);
+        json_object_set_new(bad, "end", json_string(big));
+        assert_int_equal(egress_wire_record_parse(bad, &back, &kind, NULL), -EBADMSG);
+        json_decref(bad);
+        bad = json_deep_copy(j);
+        json_object_set_new(bad, "durationMs", json_integer(-5));
+        assert_int_equal(egress_wire_record_parse(bad, &back, &kind, NULL), -EBADMSG);
+        json_decref(bad);
+        assert_int_equal(egress_wire_record_parse(json_null(), &back, &kind, NULL), -EBADMSG);
         json_decref(j);
 }
 
