@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <linux/capability.h>
 #include <limits.h>
 #include <netdb.h>
 #include <pwd.h>
@@ -12,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -25,6 +23,7 @@
 #include "daemon/api_terminal.h"
 #include "daemon/api_tunnel.h"
 #include "daemon/auth.h"
+#include "daemon/caps.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
 #include "daemon/doctor.h"
@@ -169,34 +168,14 @@ static int check_layer_pool(const char *state_dir) {
         return 0;
 }
 
-/* Capabilities that neither runtimed nor anything it starts (bubblewrap,
- * runsc, QEMU, the image builders) uses on any driver: see the table in
- * docs/drivers.md. They leave the bounding set, so that no program runtimed
- * executes can gain them, and runtimed's own sets. What stays is the union
- * the drivers need; runtimed runs them all in one process. */
-static const unsigned caps_unused[] = {
-        CAP_LINUX_IMMUTABLE, CAP_NET_BROADCAST, CAP_SYS_MODULE,   CAP_SYS_RAWIO,     CAP_SYS_PACCT,
-        CAP_SYS_BOOT,        CAP_SYS_TIME,      CAP_SYS_TTY_CONFIG, CAP_LEASE,       CAP_AUDIT_CONTROL,
-        CAP_MAC_OVERRIDE,    CAP_MAC_ADMIN,     CAP_SYSLOG,       CAP_WAKE_ALARM,    CAP_BLOCK_SUSPEND,
-        CAP_AUDIT_READ,      CAP_PERFMON,       CAP_BPF,
-};
-
-static int drop_unused_capabilities(void) {
-        for (size_t i = 0; i < ELEMENTSOF(caps_unused); i++)
-                if (prctl(PR_CAPBSET_DROP, (unsigned long)caps_unused[i], 0, 0, 0) < 0 && errno != EINVAL)
-                        return -errno; /* EINVAL: a kernel older than the capability */
-        struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
-        struct __user_cap_data_struct data[2];
-        if (syscall(SYS_capget, &hdr, data) < 0)
-                return -errno;
-        for (size_t i = 0; i < ELEMENTSOF(caps_unused); i++) {
-                unsigned c = caps_unused[i];
-                uint32_t bit = 1u << (c % 32);
-                data[c / 32].effective &= ~bit;
-                data[c / 32].permitted &= ~bit;
-                data[c / 32].inheritable &= ~bit;
-        }
-        return syscall(SYS_capset, &hdr, data) < 0 ? -errno : 0;
+/* Whether the API's TCP port is one only NET_BIND_SERVICE may bind. */
+static bool listen_port_privileged(const DaemonConfig *cfg) {
+        if (cfg->socket_path)
+                return false;
+        const char *colon = strrchr(cfg->listen_addr, ':');
+        char *end;
+        unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
+        return colon && *end == '\0' && port < 1024;
 }
 
 /* A companion program next to our own executable, else in ../libexec/runtime/. */
@@ -567,9 +546,11 @@ int main(int argc, char **argv) {
         }
 
         signal(SIGPIPE, SIG_IGN);
-        /* Before any thread: capsets are per thread. */
+        /* Before any thread: capsets are per thread. What nothing ever
+         * uses goes first, before the drivers' probes run; the rest of what
+         * the offered drivers do not use once they are chosen, below. */
         if (geteuid() == 0) {
-                int cr = drop_unused_capabilities();
+                int cr = caps_keep_only(~caps_never_needed());
                 if (cr < 0) {
                         log_error(NULL, "cannot drop the capabilities no driver needs: %s", strerror(-cr));
                         return 1;
@@ -674,6 +655,24 @@ int main(int argc, char **argv) {
                 }
                 cfg.default_driver = o->driver;
                 log_info(NULL, "default driver: %s", driver_opt);
+        }
+
+        if (geteuid() == 0) {
+                const char *offered[CONFIG_MAX_DRIVERS];
+                size_t n_offered = 0;
+                for (unsigned i = 0; i < cfg.n_drivers; i++)
+                        if (cfg.drivers[i].offered)
+                                offered[n_offered++] = cfg.drivers[i].driver->name;
+                CapSet keep = caps_needed(offered, n_offered, listen_port_privileged(&cfg));
+                int cr = caps_keep_only(keep);
+                if (cr < 0) {
+                        log_error(NULL, "cannot drop the capabilities the offered drivers do not need: %s",
+                                  cr == -EBUSY ? "a thread started before the drop" : strerror(-cr));
+                        return 1;
+                }
+                char names[1024];
+                caps_format(keep, names, sizeof(names));
+                log_info(NULL, "capabilities kept for runtimed and the offered drivers: %s", names);
         }
 
         _cleanup_free_ char *db_path = NULL;

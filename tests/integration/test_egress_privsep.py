@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -29,7 +30,7 @@ import pytest
 
 from conftest import DRIVERS, MICROVM_SKIP, RUN_ALL, _finish_daemon, _need_root
 from egress_servers import EchoServer
-from helpers import (Api, Daemon, DaemonError, host_pids, proc_comm, skip_unless_driver, tail,
+from helpers import (REPO, Api, Daemon, DaemonError, host_pids, proc_comm, skip_unless_driver, tail,
                      wait_until)
 
 WORKERS = 16
@@ -445,3 +446,87 @@ def test_daemon_keeps_only_what_drivers_need(eapi, edriver, env):
         kept = [name for name, bit in UNUSED_CAPS.items() if bnd & (1 << bit)]
         assert not kept, f"pid {pid} ({proc_comm(pid)}) of the sandbox has {kept} in its bounding set"
 
+
+CAP_NUMBERS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "DAC_READ_SEARCH": 2, "FOWNER": 3, "FSETID": 4, "KILL": 5,
+               "SETGID": 6, "SETUID": 7, "SETPCAP": 8, "LINUX_IMMUTABLE": 9, "NET_BIND_SERVICE": 10,
+               "NET_BROADCAST": 11, "NET_ADMIN": 12, "NET_RAW": 13, "IPC_LOCK": 14, "IPC_OWNER": 15,
+               "SYS_MODULE": 16, "SYS_RAWIO": 17, "SYS_CHROOT": 18, "SYS_PTRACE": 19, "SYS_PACCT": 20,
+               "SYS_ADMIN": 21, "SYS_BOOT": 22, "SYS_NICE": 23, "SYS_RESOURCE": 24, "SYS_TIME": 25,
+               "SYS_TTY_CONFIG": 26, "MKNOD": 27, "LEASE": 28, "AUDIT_WRITE": 29, "AUDIT_CONTROL": 30,
+               "SETFCAP": 31, "MAC_OVERRIDE": 32, "MAC_ADMIN": 33, "SYSLOG": 34, "WAKE_ALARM": 35,
+               "BLOCK_SUSPEND": 36, "AUDIT_READ": 37, "PERFMON": 38, "BPF": 39, "CHECKPOINT_RESTORE": 40}
+
+
+def caps_table() -> dict[str, set[str]]:
+    """docs/drivers.md's capability table: for each column (runtimed and each
+    driver), the capabilities marked as needed there."""
+    text = (REPO / "docs" / "drivers.md").read_text()
+    section = text.split("## Capabilities", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| `")]
+    header = next(ln for ln in section.splitlines() if ln.startswith("| capability"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    need: dict[str, set[str]] = {c: set() for c in cols[1:-1]}
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        names = [n.strip("` ") for n in cells[0].split(",")]
+        for col, cell in zip(cols[1:-1], cells[1:-1]):
+            if cell == "yes":
+                need[col].update(names)
+    assert need.get("runtimed") and need.get("namespace"), f"no capability table in docs/drivers.md: {cols}"
+    return need
+
+
+def cap_names(mask: int) -> set[str]:
+    return {name for name, bit in CAP_NUMBERS.items() if mask & (1 << bit)}
+
+
+def test_namespace_only_daemon_keeps_its_drivers_capabilities(build_dir, image_dir, tmp_path):
+    """A daemon offering the namespace driver alone keeps what runtimed and
+    that driver need (docs/drivers.md's table), and no more: none of what
+    only gVisor or the microVM use, in its own sets or in what it starts."""
+    _need_root()
+    if shutil.which("bwrap") is None:
+        pytest.skip("the namespace driver needs bubblewrap")
+    table = caps_table()
+    # What the daemon can hold at all: what this process's bounding set
+    # passes on (a container may lack some, SYS_RESOURCE here).
+    available = cap_names(int(status_of(os.getpid())["CapBnd"], 16))
+    expected = (table["runtimed"] | table["namespace"]) & available
+    others = (table.get("gvisor", set()) | table.get("microvm", set())) - table["runtimed"] - table["namespace"]
+    assert others, "the table names nothing that only the other drivers use"
+    d = Daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-caps-ns",
+               extra_args=["--drivers", "namespace"])
+    try:
+        d.start()
+    except DaemonError as err:
+        pytest.fail(str(err), pytrace=False)
+    api = Api(d)
+    try:
+        st = status_of(d.pid)
+        for field in ("CapBnd", "CapPrm", "CapEff"):
+            have = cap_names(int(st[field], 16))
+            assert have == expected, (f"runtimed {field}: kept beyond the table {sorted(have - expected)}, "
+                                      f"missing {sorted(expected - have)}")
+        assert int(st["CapInh"], 16) == 0 and int(st["CapAmb"], 16) == 0, st
+        assert "capabilities kept for runtimed and the offered drivers" in d.log_path.read_text()
+        # The driver works with that set, and what runtimed started for the
+        # sandbox holds none of the rest either.
+        sbx = api.create_sandbox(driver="namespace")
+        assert sbx.run("echo ok").strip() == "ok"
+        # NET_BIND_SERVICE is kept for the sandbox's root: a server on port 80.
+        bind = sbx.exec(argv=["python3", "-c", "import socket; s = socket.socket(); "
+                              "s.bind(('127.0.0.1', 80)); print('bound')"], user="root")
+        assert bind["stdout"].strip() == "bound", bind
+        pids = host_pids(sbx.id)
+        assert pids, "no host process of the sandbox found"
+        for pid in pids:
+            try:
+                bnd = cap_names(int(status_of(pid)["CapBnd"], 16))
+            except FileNotFoundError:
+                continue
+            assert not bnd & others, f"pid {pid} ({proc_comm(pid)}) has {sorted(bnd & others)}"
+    finally:
+        problems = api.delete_all()
+        api.close()
+        _finish_daemon(d)
+    assert not problems, problems
