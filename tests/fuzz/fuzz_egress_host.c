@@ -49,7 +49,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 char err[256];
                 if (egress_policy_parse(j, &p, err, sizeof(err)) == 0) {
                         json_decref(egress_policy_to_json(p));
-                        egress_policy_check(p, "files.pythonhosted.org", 443);
+                        /* The rule that decided, into a buffer too small for most. */
+                        char rule[16];
+                        egress_policy_check_rule(p, "files.pythonhosted.org", 443, rule, sizeof(rule));
                         egress_policy_check(p, "127.1", 80);
                         egress_policy_free(p);
                 }
@@ -59,7 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 json_t *open = json_pack("{s:b, s:[s, s], s:[s]}", "internet", 1, "allow", "*.example.org",
                                          "10.0.0.1", "deny", "x.example.org");
                 if (open && egress_policy_parse(open, &p, NULL, 0) == 0) {
-                        egress_policy_check(p, s, 443);
+                        char rule[EGRESS_MAX_RULE];
+                        egress_policy_check_rule(p, s, 443, rule, sizeof(rule));
                         egress_policy_free(p);
                 }
                 json_decref(open);
