@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import threading
 import time
@@ -445,6 +446,53 @@ def test_daemon_keeps_only_what_drivers_need(eapi, edriver, env):
             continue
         kept = [name for name, bit in UNUSED_CAPS.items() if bnd & (1 << bit)]
         assert not kept, f"pid {pid} ({proc_comm(pid)}) of the sandbox has {kept} in its bounding set"
+
+
+TUNNEL_HOLD = b"""
+import socket
+t = socket.create_connection(("127.0.0.1", 3128))
+t.sendall(b"CONNECT echo.test:80 HTTP/1.1\\r\\nHost: echo.test:80\\r\\n\\r\\n")
+head = b""
+while b"\\r\\n\\r\\n" not in head:
+    head += t.recv(1)
+open("/tmp/tunnel", "w").write(head.split(b" ")[1].decode())
+t.settimeout(600)
+try:
+    t.recv(1)
+except Exception:
+    pass
+"""
+
+
+def test_open_entry_ended_at_the_next_start_after_a_crash(small_pool):
+    """An entry is open (end and durationMs null) while its connection is;
+    a daemon killed under it marks it at its next start."""
+    d, _ = small_pool
+    skip_unless_driver(d, "namespace")
+    api = Api(d)
+    sid = None
+    try:
+        sbx = api.create_sandbox(driver="namespace", network={"internet": True, "allow": ["echo.test"]})
+        sid = sbx.id
+        sbx.write("/tmp/tunnel.py", TUNNEL_HOLD)
+        sbx.exec("nohup python3 /tmp/tunnel.py >/dev/null 2>&1 &")
+        assert wait_until(lambda: sbx.exec("cat /tmp/tunnel 2>/dev/null")["stdout"], timeout=60,
+                          what="the tunnel") == "200"
+        open_ = [e for e in egress_log(api, sid) if e["kind"] == "connect"]
+        assert len(open_) == 1 and open_[0]["allowed"], open_
+        assert open_[0]["end"] is None and open_[0]["durationMs"] is None, open_
+        d.kill()  # as a crash would: its sandboxes and their connections left as they are
+        d.start()
+        # The restart may have removed the sandbox its crash left behind:
+        # its log is read from the store.
+        with sqlite3.connect(f"file:{d.state_dir / 'runtime.db'}?mode=ro", uri=True) as db:
+            rows = db.execute("SELECT kind, allowed, end_reason FROM egress_log WHERE sandbox = ?",
+                              (sid,)).fetchall()
+        assert rows == [("connect", 1, "the daemon stopped during the connection")], rows
+    finally:
+        problems = api.delete_all()
+        api.close()
+    assert not problems, problems
 
 
 CAP_NUMBERS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "DAC_READ_SEARCH": 2, "FOWNER": 3, "FSETID": 4, "KILL": 5,
