@@ -365,7 +365,13 @@ class Api(httpx.Client):
             raise AssertionError(f"{e}; last seen: {seen.get('last')!r}") from None
 
     def exec(self, sid: str, expect_status: int = 200, **body: Any) -> dict:
-        r = self.post(f"/v1/sandboxes/{sid}:exec", json=body)
+        # A command given longer than the client's own timeout gets an HTTP
+        # wait of its bound plus a minute: the answer comes when it ends.
+        t = body.get("timeoutMs")
+        kw: dict[str, Any] = {}
+        if isinstance(t, int) and not isinstance(t, bool) and t / 1000 + 60 > (self.timeout.read or 0):
+            kw["timeout"] = t / 1000 + 60
+        r = self.post(f"/v1/sandboxes/{sid}:exec", json=body, **kw)
         assert r.status_code == expect_status, f"exec {body!r}: {r.status_code} {r.text[:2000]}"
         return r.json()
 
