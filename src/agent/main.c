@@ -17,6 +17,8 @@
 #include "agent/agent.h"
 #include "agent/fsops.h"
 #include "agent/limits.h"
+#include "agent/sudo_front.h"
+#include "agent/sudo_gateway.h"
 #include "agent/vm.h"
 #include "common/macro.h"
 
@@ -53,6 +55,10 @@ static int serve(int in_fd, int out_fd, int sig_fd, bool vm, unsigned long memor
                 fprintf(stderr, "runtime-agent: out of memory\n");
                 return 1;
         }
+        pid_t gateway;
+        r = sudo_gateway_start(&gateway);
+        if (r < 0)
+                fprintf(stderr, "runtime-agent: no sudo gateway: %s\n", strerror(-r));
         if (vm)
                 agent_set_resume(a, vm_resume);
         if (memory_mib)
@@ -99,6 +105,11 @@ int main(int argc, char **argv) {
                 {"memory-limit-mib", required_argument, NULL, 'M'},
                 {},
         };
+        /* Run as sudo (the gateway's front, docs/drivers.md): nothing of
+         * the agent's own. */
+        const char *base = argc > 0 ? strrchr(argv[0], '/') : NULL;
+        if (argc > 0 && strcmp(base ? base + 1 : argv[0], "sudo") == 0)
+                return sudo_front_main(argc, argv);
         const char *channel = NULL;
         bool vm = false;
         unsigned long memory_mib = 0;
