@@ -433,8 +433,26 @@ static int place_front(void) {
         return symlink(self, SUDO_FRONT_PATH) < 0 ? -errno : 0;
 }
 
+/* A front and a socket an earlier start left in the sandbox's files (they
+ * outlive a stop) go when the gateway is off now: sudo is then the image's
+ * own again. Only a symlink to this binary is ours to remove. */
+static void remove_front(void) {
+        char self[PATH_MAX], link[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        ssize_t m = readlink(SUDO_FRONT_PATH, link, sizeof link - 1);
+        if (n > 0 && m > 0) {
+                self[n] = link[m] = '\0';
+                if (strcmp(self, link) == 0)
+                        (void)unlink(SUDO_FRONT_PATH);
+        }
+        struct stat st;
+        if (lstat(SUDO_SOCKET_PATH, &st) == 0 && S_ISSOCK(st.st_mode))
+                (void)unlink(SUDO_SOCKET_PATH);
+}
+
 int sudo_gateway_start(pid_t *ret_pid) {
         if (!gateway_wanted()) {
+                remove_front();
                 *ret_pid = 0;
                 return 0;
         }

@@ -248,3 +248,22 @@ def test_garbage_on_the_socket_harms_nothing(sandbox):
     assert "Traceback" not in res["stderr"], res
     assert sandbox.run("sudo id -u").strip() == "0"
     assert sandbox.exec("echo agent-alive")["stdout"] == "agent-alive\n"
+
+
+def test_an_image_or_operator_turns_the_gateway_off(api, sandbox):
+    if sandbox.driver == "microvm":
+        pytest.skip("the microVM runs the image's own sudo, no gateway")
+    # The switch is a file of the image (an image builder's `touch`); made here by root in
+    # the sandbox's own files, it takes effect at the next boot from that disk.
+    sandbox.exec("touch /.runtime/no-sudo-gateway", user="root")
+    r = api.post(f"/v1/sandboxes/{sandbox.id}:stop", json={})
+    assert r.status_code == 200, r.text
+    r = api.post(f"/v1/sandboxes/{sandbox.id}:restart", json={})
+    assert r.status_code == 200 and r.json()["state"] == "running", r.text
+    res = sandbox.exec("command -v sudo; test -e /.runtime/sudo.sock || echo no-socket; sudo id -u")
+    # The image's own sudo again, which no_new_privs stops.
+    assert res["stdout"].split() == ["/usr/bin/sudo", "no-socket"], res
+    assert res["exitCode"] == 1 and "no new privileges" in res["stderr"], res
+    sandbox.exec("rm /.runtime/no-sudo-gateway", user="root")
+    assert api.post(f"/v1/sandboxes/{sandbox.id}:restart", json={}).status_code == 200
+    assert sandbox.run("sudo id -u").strip() == "0"
