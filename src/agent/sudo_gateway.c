@@ -17,7 +17,9 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -180,6 +182,148 @@ static int read_header(int fd, SudoHeader *h, int fds[3], struct ucred *ret_cred
         return 0;
 }
 
+/* A terminal of the command's own, as Debian's sudoers asks (use_pty) when
+ * the caller's stdin, stdout or stderr is one: the command gets a
+ * controlling terminal (job control, /dev/tty) in its session, the caller's
+ * terminal is put in raw mode and relayed to it byte for byte, so Ctrl-C
+ * is the command's terminal's own interrupt. */
+typedef struct Pty {
+        int master;
+        int slave; /* the command's side, opened before the fork */
+        int in;  /* the caller's terminal as stdin, or -1 */
+        int out; /* where the command's terminal output goes */
+        int size_of; /* a caller's terminal to take the window size from */
+        bool slave_for[3];
+        bool have_termios, raw, master_gone;
+        struct termios termios;
+        char to_cmd[4096], to_user[4096];
+        size_t to_cmd_len, to_cmd_off, to_user_len, to_user_off;
+} Pty;
+
+static Pty *raw_pty;
+
+/* The caller's terminal back as it was: on every way out. */
+static void pty_restore(void) {
+        if (raw_pty && raw_pty->raw) {
+                (void)tcsetattr(raw_pty->in, TCSADRAIN, &raw_pty->termios);
+                raw_pty->raw = false;
+        }
+}
+
+static int pty_open(Pty *p, const int fds[3]) {
+        *p = (Pty){ .master = -1, .slave = -1, .in = -1, .out = -1, .size_of = -1 };
+        for (int i = 0; i < 3; i++)
+                p->slave_for[i] = isatty(fds[i]) == 1;
+        if (!p->slave_for[0] && !p->slave_for[1] && !p->slave_for[2])
+                return 0;
+        p->in = p->slave_for[0] ? fds[0] : -1;
+        p->out = p->slave_for[1] ? fds[1] : p->slave_for[2] ? fds[2] : fds[0];
+        p->size_of = p->slave_for[0] ? fds[0] : p->out;
+        p->have_termios = tcgetattr(p->size_of, &p->termios) == 0;
+        int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (m < 0)
+                return -errno;
+        char slave[64];
+        if (grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, slave, sizeof slave) != 0) {
+                int e = errno;
+                close(m);
+                return -e;
+        }
+        /* Opened here, before the command's fork: gVisor loses what a
+         * command writes first when its side is opened in the child. */
+        p->slave = open(slave, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (p->slave < 0) {
+                int e = errno;
+                close(m);
+                return -e;
+        }
+        struct winsize ws;
+        if (ioctl(p->size_of, TIOCGWINSZ, &ws) == 0)
+                (void)ioctl(m, TIOCSWINSZ, &ws);
+        int fl = fcntl(m, F_GETFL);
+        (void)fcntl(m, F_SETFL, fl | O_NONBLOCK);
+        p->master = m;
+        return 0;
+}
+
+static void pty_make_raw(Pty *p) {
+        if (p->in < 0 || !p->have_termios)
+                return;
+        struct termios raw = p->termios;
+        cfmakeraw(&raw);
+        raw_pty = p;
+        if (tcsetattr(p->in, TCSADRAIN, &raw) == 0)
+                p->raw = true;
+}
+
+/* Whatever the command's terminal still holds, to the caller's, once the
+ * command is gone. */
+static void pty_drain(Pty *p) {
+        if (p->master < 0 || p->master_gone)
+                return;
+        if (p->to_user_len > p->to_user_off)
+                (void)io_write_all(p->out, p->to_user + p->to_user_off, p->to_user_len - p->to_user_off);
+        for (int i = 0; i < 1024; i++) {
+                ssize_t k = read(p->master, p->to_user, sizeof p->to_user);
+                if (k <= 0)
+                        break;
+                if (io_write_all(p->out, p->to_user, (size_t)k) < 0)
+                        break;
+        }
+}
+
+/* One round of the relay after poll: fills its pollfds the next time. */
+static void pty_pollfds(const Pty *p, struct pollfd *in, struct pollfd *master, struct pollfd *out) {
+        *in = (struct pollfd){ .fd = -1 };
+        *master = (struct pollfd){ .fd = -1 };
+        *out = (struct pollfd){ .fd = -1 };
+        if (p->master < 0)
+                return;
+        if (p->in >= 0 && p->to_cmd_len == 0)
+                *in = (struct pollfd){ .fd = p->in, .events = POLLIN };
+        /* Once every holder of the command's side closed it, the master
+         * only says so again and again: left alone until the command ends. */
+        if (!p->master_gone) {
+                master->fd = p->master;
+                master->events = (p->to_user_len == 0 ? POLLIN : 0) | (p->to_cmd_len ? POLLOUT : 0);
+        }
+        if (p->to_user_len)
+                *out = (struct pollfd){ .fd = p->out, .events = POLLOUT };
+}
+
+static void pty_relay(Pty *p, const struct pollfd *in, const struct pollfd *master, const struct pollfd *out) {
+        if (in->fd >= 0 && (in->revents & (POLLIN | POLLHUP))) {
+                /* The caller's descriptor stays blocking (its file is shared with
+                 * the caller's shell); poll said it has bytes. */
+                ssize_t k = read(p->in, p->to_cmd, sizeof p->to_cmd);
+                if (k > 0) {
+                        p->to_cmd_len = (size_t)k;
+                        p->to_cmd_off = 0;
+                } else if (k == 0 || (errno != EINTR && errno != EAGAIN))
+                        p->in = -1;
+        }
+        if (master->fd >= 0 && (master->revents & POLLOUT) && p->to_cmd_len) {
+                ssize_t k = write(p->master, p->to_cmd + p->to_cmd_off, p->to_cmd_len - p->to_cmd_off);
+                if (k > 0 && (p->to_cmd_off += (size_t)k) == p->to_cmd_len)
+                        p->to_cmd_len = p->to_cmd_off = 0;
+        }
+        if (master->fd >= 0 && (master->revents & (POLLIN | POLLHUP | POLLERR)) && p->to_user_len == 0) {
+                ssize_t k = read(p->master, p->to_user, sizeof p->to_user);
+                if (k > 0) {
+                        p->to_user_len = (size_t)k;
+                        p->to_user_off = 0;
+                } else if (k == 0 || (errno != EINTR && errno != EAGAIN))
+                        p->master_gone = true;
+        }
+        if (out->fd >= 0 && (out->revents & (POLLOUT | POLLERR | POLLHUP)) && p->to_user_len) {
+                ssize_t k = write(p->out, p->to_user + p->to_user_off, p->to_user_len - p->to_user_off);
+                if (k > 0 && (p->to_user_off += (size_t)k) == p->to_user_len)
+                        p->to_user_len = p->to_user_off = 0;
+                else if (k < 0 && errno != EINTR && errno != EAGAIN)
+                        p->to_user_len = p->to_user_off = 0; /* the caller's terminal is gone */
+        }
+}
+
 static _Noreturn void command_fail(const char *what, const char *arg, int err) {
         char msg[512];
         int n = snprintf(msg, sizeof msg, "sudo: %s%s%s\n", arg ? arg : "", arg ? ": " : "",
@@ -194,8 +338,8 @@ static _Noreturn void command_fail(const char *what, const char *arg, int err) {
 
 /* In the command's child: the caller's descriptors, a session of its own,
  * the target's ids, the directory, the program. */
-static _Noreturn void command_exec(const int fds[3], const SudoTarget *t, const gid_t *gids, size_t n_gids,
-                                   const char *cwd, char **argv, char **env) {
+static _Noreturn void command_exec(const int fds[3], const Pty *pty, const SudoTarget *t,
+                                   const gid_t *gids, size_t n_gids, const char *cwd, char **argv, char **env) {
         sigset_t all;
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
@@ -206,8 +350,16 @@ static _Noreturn void command_exec(const int fds[3], const SudoTarget *t, const 
         limits_child_defaults();
         /* Moved above 2 first, so that dup2 never overwrites one not yet moved. */
         int hi[3];
+        int tty = pty->slave;
+        if (tty >= 0) {
+                /* A session leader without a terminal: this one becomes its own. */
+                if (ioctl(tty, TIOCSCTTY, 0) < 0)
+                        command_fail("terminal", NULL, errno);
+                if (pty->have_termios)
+                        (void)tcsetattr(tty, TCSANOW, &pty->termios);
+        }
         for (int i = 0; i < 3; i++)
-                if ((hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3)) < 0)
+                if ((hi[i] = fcntl(pty->slave_for[i] && tty >= 0 ? tty : fds[i], F_DUPFD_CLOEXEC, 3)) < 0)
                         command_fail("descriptor", NULL, errno);
         for (int i = 0; i < 3; i++)
                 if (dup2(hi[i], i) < 0)
@@ -322,30 +474,43 @@ static _Noreturn void serve_connection(int fd) {
         int sig_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
         if (sig_fd < 0)
                 refuse(fd, 1, "%s", "internal error");
+        Pty pty;
+        if ((r = pty_open(&pty, fds)) < 0)
+                refuse(fd, 1, "cannot make a terminal: %s", strerror(-r));
         pid_t pid = fork();
         if (pid < 0)
                 refuse(fd, 1, "%s", "cannot fork");
         if (pid == 0)
-                command_exec(fds, &t, gids, n_gids, cwd, argv, env);
-        for (int i = 0; i < 3; i++)
-                close(fds[i]);
+                command_exec(fds, &pty, &t, gids, n_gids, cwd, argv, env);
+        if (pty.master >= 0) {
+                close(pty.slave);
+                pty.slave = -1;
+                pty_make_raw(&pty);
+        }
+        else
+                for (int i = 0; i < 3; i++)
+                        close(fds[i]);
 
         /* Relay: a front's signal to the command's group; the front gone
          * (killed, its exec timed out) takes the command down with it, as
          * the group kill it was meant for would have. */
         for (;;) {
-                struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = sig_fd, .events = POLLIN } };
-                if (poll(p, 2, -1) < 0) {
+                struct pollfd p[5] = { { .fd = fd, .events = POLLIN }, { .fd = sig_fd, .events = POLLIN } };
+                pty_pollfds(&pty, &p[2], &p[3], &p[4]);
+                if (poll(p, 5, -1) < 0) {
                         if (errno == EINTR)
                                 continue;
                         break;
                 }
+                pty_relay(&pty, &p[2], &p[3], &p[4]);
                 int status;
                 if (p[1].revents) {
                         struct signalfd_siginfo si;
                         while (read(sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
                                 ;
                         if (waitpid(pid, &status, WNOHANG) == pid) {
+                                pty_drain(&pty);
+                                pty_restore();
                                 (void)send_frame(fd, SUDO_FRAME_EXIT, status, NULL);
                                 _exit(0);
                         }
@@ -359,14 +524,24 @@ static _Noreturn void serve_connection(int fd) {
                          * signal frame: the front is gone or broken. */
                         if (k != (ssize_t)sizeof f || f.type != SUDO_FRAME_SIGNAL || f.len != 0 || f.value <= 0 ||
                             f.value >= NSIG || f.value == SIGKILL || f.value == SIGSTOP) {
+                                pty_restore();
                                 kill_command(pid);
                                 (void)waitpid(pid, &status, 0);
                                 _exit(0);
+                        }
+                        /* A new window size is the command's terminal's, which
+                         * signals its foreground itself. */
+                        struct winsize ws;
+                        if (f.value == SIGWINCH && pty.master >= 0) {
+                                if (ioctl(pty.size_of, TIOCGWINSZ, &ws) == 0)
+                                        (void)ioctl(pty.master, TIOCSWINSZ, &ws);
+                                continue;
                         }
                         if (kill(-pid, f.value) < 0 && errno == ESRCH)
                                 (void)kill(pid, f.value);
                 }
         }
+        pty_restore();
         kill_command(pid);
         _exit(0);
 }
