@@ -205,7 +205,7 @@ static Pty *raw_pty;
 /* The caller's terminal back as it was: on every way out. */
 static void pty_restore(void) {
         if (raw_pty && raw_pty->raw) {
-                (void)tcsetattr(raw_pty->in, TCSADRAIN, &raw_pty->termios);
+                (void)tcsetattr(raw_pty->in, TCSANOW, &raw_pty->termios);
                 raw_pty->raw = false;
         }
 }
