@@ -40,6 +40,9 @@
 #define PROBE_TIMEOUT_MS 30000
 #define RUNSC_CMD_TIMEOUT_MS 10000
 #define GVISOR_MEMORY_HEADROOM_MIB 96
+/* RLIMIT_NPROC inside (see write_bundle): below systrap's 4095 task
+ * contexts per address space. */
+#define GVISOR_NPROC_MAX 4000
 
 /* runsc binaries in order of preference: the pinned build that
  * scripts/install-deps.sh installs, then the distribution's. RUNTIME_RUNSC
@@ -325,8 +328,16 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
                         return -ENOMEM;
 
         /* gVisor's tasks are goroutines of one host process, so the host's
-         * pids cgroup cannot count them: its own RLIMIT_NPROC does. */
+         * pids cgroup cannot count them: its own RLIMIT_NPROC does, per user.
+         * It stays below what one address space holds on systrap (4095 task
+         * contexts, a fixed table per stub process): the Sentry panics on
+         * the thread past that, ending the whole sandbox, where a thread
+         * refused at RLIMIT_NPROC fails alone (EAGAIN). The room below 4095
+         * covers threads that have exited but whose context the Sentry has
+         * not yet given back. */
         json_int_t nproc = spec->pids_max ? (json_int_t)spec->pids_max : 4096;
+        if (nproc > GVISOR_NPROC_MAX)
+                nproc = GVISOR_NPROC_MAX;
         _cleanup_json_ json_t *process = json_pack(
                 "{s:b, s:{s:i, s:i}, s:s, s:O, s:[{s:s, s:i, s:i}, {s:s, s:I, s:I}], s:b}", "terminal", 0, "user",
                 "uid", 0, "gid", 0, "cwd", "/", "capabilities", capabilities, "rlimits", "type", "RLIMIT_NOFILE",
