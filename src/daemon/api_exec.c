@@ -140,8 +140,14 @@ static void observe_result(json_t *res) {
 
 static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t timeout_ms) {
         /* The agent enforces timeoutMs; this deadline only guards against an
-         * agent that stopped answering. */
-        uint64_t deadline = time_now_mono_ms() + (uint64_t)timeout_ms + AGENT_GRACE_MS;
+         * agent that stopped answering. A slow driver's agent gets as long
+         * as its heartbeat gives it: gVisor's, killing a fork bomb of
+         * hundreds of tasks on a loaded host, has taken more than 15 s past
+         * the timeout to send the result, and recovers (docs/drivers.md). */
+        uint64_t grace = sandbox_driver_heartbeat_ms(x->sb);
+        if (grace < AGENT_GRACE_MS)
+                grace = AGENT_GRACE_MS;
+        uint64_t deadline = time_now_mono_ms() + (uint64_t)timeout_ms + grace;
         int64_t paused0 = sandbox_paused_ms(x->sb); /* a pause stops the agent's clock too */
         bool wedged = false;
         TailBuf bufs[3];

@@ -141,6 +141,10 @@ const char *sandbox_id(Sandbox *sb) {
         return sb->id;
 }
 
+unsigned sandbox_driver_heartbeat_ms(Sandbox *sb) {
+        return sb->driver->heartbeat_timeout_ms;
+}
+
 unsigned sandbox_memory_mib(Sandbox *sb) {
         return sb->memory_mib;
 }

@@ -600,6 +600,12 @@ static int gv_stats(DriverInstance *inst, DriverStats *ret) {
 
 const Driver driver_gvisor = {
         .name = "gvisor",
+        /* The agent is one task among the sandbox's in the Sentry, which
+         * schedules them alike (no priority of its own, nice is not
+         * honoured): beside a fork bomb being killed on a loaded host it
+         * took 20 s to answer a request (docs/drivers.md, "Processes and
+         * CPU"). */
+        .heartbeat_timeout_ms = 90000,
         .probe = gv_probe,
         .start = gv_start,
         .stop = gv_stop,
