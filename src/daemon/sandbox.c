@@ -141,8 +141,8 @@ const char *sandbox_id(Sandbox *sb) {
         return sb->id;
 }
 
-unsigned sandbox_driver_heartbeat_ms(Sandbox *sb) {
-        return sb->driver->heartbeat_timeout_ms;
+int64_t sandbox_driver_heartbeat_ms(Sandbox *sb) {
+        return sb->driver->heartbeat_timeout_ms ? (int64_t)sb->driver->heartbeat_timeout_ms : HEARTBEAT_TIMEOUT_MS;
 }
 
 unsigned sandbox_memory_mib(Sandbox *sb) {

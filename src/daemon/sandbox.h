@@ -136,9 +136,10 @@ int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxE
 /* How long the sandbox has been paused in all (monotonic ms, the current
  * pause included): a wait on its agent does not count that time against it. */
 int64_t sandbox_paused_ms(Sandbox *sb);
-/* The heartbeat deadline the sandbox's driver sets for itself (a slow
- * driver's), or 0 when it takes the daemon's default. */
-unsigned sandbox_driver_heartbeat_ms(Sandbox *sb);
+/* The heartbeat deadline of the sandbox's driver: its own (a slow
+ * driver's), else the default (30 s); not the daemon's override, which
+ * tests set to seconds. */
+int64_t sandbox_driver_heartbeat_ms(Sandbox *sb);
 /* The sandbox's env, a new reference (json_decref it): an :update replaces
  * the object whole, so the one handed out never changes under its reader. */
 json_t *sandbox_env(Sandbox *sb);

@@ -58,9 +58,9 @@ typedef struct Driver {
          * daemon's heartbeat ping waits for an answer before the sandbox is
          * failed; 0 means 30 s. A guest under software emulation on a loaded
          * host can stall for tens of seconds and still recover, and so can
-         * gVisor's agent beside a fork bomb's dying tasks. A driver that sets
-         * it also gives its agent that long past a command's timeout to send
-         * the command's result (api_exec.c). */
+         * gVisor's agent beside a fork bomb's dying tasks. It is also how long
+         * past a command's timeout the agent has to send the command's
+         * result (api_exec.c). */
         unsigned heartbeat_timeout_ms;
         /* A file in sandbox_dir where the driver keeps the sandbox's console
          * (a guest kernel's serial output), or NULL. Its last lines end the
