@@ -6,8 +6,11 @@ to stdout read through the cursor API (GET .../processes/{id}/output?follow=true
     sudo python3 bench/processes.py                       # writes its section of docs/benchmarks.md
     sudo python3 bench/processes.py --quick --out -       # fewer runs, print the section
     sudo python3 bench/processes.py --drivers namespace   # only these drivers
+    sudo python3 bench/processes.py --quick --drivers namespace --sdk-before ../before/sdk/python/src
 
-Needs root, a built tree (it runs `make`), the default image and httpx.
+The SDK's reads run in a process of their own each (blocking and asyncio, the same 100 MiB), so
+that --sdk-before can put another tree's SDK beside this one's, interleaved round by round, in one
+run. Needs root, a built tree (it runs `make`), the default image and httpx.
 """
 from __future__ import annotations
 
@@ -37,6 +40,43 @@ SIZE = 100 * 1024 * 1024
 # per write and runs at about 80 MB/s on its own here under load).
 WRITER = ("python3 -c \"import os\nb = b'a' * (1 << 20)\nfor _ in range(100):\n"
           "    v = memoryview(b)\n    while v: v = v[os.write(1, v):]\"")
+# The same 100 MiB as text lines of 64 bytes: every line's newline is an escape in the events'
+# JSON, so their text goes through the JSON scanner.
+WRITER_TEXT = WRITER.replace("b'a' * (1 << 20)", "(b'a' * 63 + b'\\\\n') * (1 << 14)")
+SDK = Path(__file__).resolve().parents[1] / "sdk" / "python" / "src"
+# One read through an SDK, in a process of its own: spawn the writer, follow its output to the end.
+READER = r"""
+import asyncio, json, sys, time
+sys.path.insert(0, sys.argv[1])
+from withruntime import AsyncSandbox, Sandbox
+sid, writer, mode = sys.argv[2], sys.argv[3], sys.argv[4]
+
+def tally(ev, n):
+    if ev["type"] in ("stdout", "stderr"):
+        return n + len(ev["data"])
+    assert ev["type"] != "exit" or ev["exitCode"] == 0, ev
+    return n
+
+def blocking():
+    with Sandbox.connect(sid) as sbx:
+        t0, c0, n = time.perf_counter(), time.process_time(), 0
+        for ev in sbx.spawn(writer).output():
+            n = tally(ev, n)
+        return n, time.perf_counter() - t0, time.process_time() - c0
+
+async def awaited():
+    sbx = await AsyncSandbox.connect(sid)
+    try:
+        t0, c0, n = time.perf_counter(), time.process_time(), 0
+        async for ev in (await sbx.spawn(writer)).output():
+            n = tally(ev, n)
+        return n, time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        await sbx.close()
+
+n, secs, cpu = blocking() if mode == "blocking" else asyncio.run(awaited())
+print(json.dumps({"bytes": n, "seconds": secs, "cpu": cpu}))
+"""
 
 
 def round_trips(api: Api, sid: str, n: int) -> dict[str, list[float]]:
@@ -63,21 +103,28 @@ def writer_alone(api: Api, sid: str) -> float:
     return SIZE / (int(r.json()["stdout"].strip()) / 1e9) / 1e6
 
 
-def throughput(sbx) -> dict:
-    """One client reading from cursor 0 as it runs, through the SDK's Process.output (every
-    NDJSON line parsed; a `continue` followed)."""
-    t0 = time.perf_counter()
-    p = sbx.spawn(WRITER)
-    got = dropped = 0
-    for ev in p.output():
-        if ev["type"] == "stdout":
-            got += len(ev["data"])
-        elif ev["type"] == "truncated":
-            dropped += ev["droppedBytes"]
-        elif ev["type"] == "exit":
-            assert ev["exitCode"] == 0, ev
-    secs = time.perf_counter() - t0
-    return {"bytes": got, "dropped": dropped, "seconds": secs, "mbps": got / secs / 1e6}
+def sdk_read(src: Path, sid: str, writer: str, mode: str) -> dict:
+    """MB/s of one read through the SDK at src (blocking or asyncio), spawn to exit event, and
+    the reader's CPU seconds."""
+    out = subprocess.run([sys.executable, "-c", READER, str(src), sid, writer, mode],
+                         capture_output=True, text=True, timeout=900, env=os.environ)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout)
+    assert r["bytes"] == SIZE, r
+    return {**r, "mbps": r["bytes"] / r["seconds"] / 1e6}
+
+
+def sdk_rounds(sid: str, before: Path | None, rounds: int) -> dict:
+    """Medians over rounds of each reader; with before, its reads interleaved with ours."""
+    sides = [("after", SDK)] + ([("before", before)] if before else [])
+    runs: dict[str, list[dict]] = {}
+    for _ in range(rounds):
+        for side, src in sides:
+            for mode, writer in (("blocking", WRITER), ("asyncio", WRITER), ("text", WRITER_TEXT)):
+                runs.setdefault(f"{side} {mode}", []).append(
+                    sdk_read(src, sid, writer, "blocking" if mode == "text" else mode))
+    return {k: {"mbps": statistics.median(r["mbps"] for r in v), "cpu": statistics.median(r["cpu"] for r in v),
+                "all": [round(r["mbps"]) for r in v]} for k, v in runs.items()}
 
 
 def throughput_curl(api: Api, sid: str) -> float | None:
@@ -111,17 +158,27 @@ def render(results: dict, n: int, args) -> str:
             lines.append(f"| {drv} | {pct(b, 50):.2f} | {pct(b, 95):.2f} | {pct(s, 50):.2f} | {pct(s, 95):.2f} |")
     lines += ["", "A process writing 100 MiB to stdout (100 writes of 1 MiB of `a` from Python), read from cursor 0 "
               "with `follow=true` as it runs, spawn to exit event (target: at least 100 MB/s on namespace). "
-              "Python client: the SDK's `Process.output()`, every NDJSON line parsed; curl: the same reply into "
-              "/dev/null, the server's side alone; the writer alone: the same program into /dev/null inside "
-              "the sandbox, the ceiling of both. Machine load (1-minute average) when each ran:", "",
-              "| driver | Python client MB/s | seconds | bytes read | bytes dropped | curl MB/s | writer alone MB/s | load |",
+              "SDK: `Process.output()` of the blocking and the asyncio client, each read in a process of its own, "
+              f"the median of {args.rounds} rounds (every round's figure in brackets), with the reader's CPU "
+              "seconds; text lines: the same 100 MiB as lines of 64 bytes, whose newlines are escapes in the "
+              "events (blocking client). curl: the same reply into /dev/null, the server's side alone; the "
+              "writer alone: the program into /dev/null inside the sandbox, the ceiling of all. Machine load "
+              "(1-minute average) when each ran:", "",
+              "| driver | SDK | blocking MB/s (CPU s) | asyncio MB/s (CPU s) | text lines MB/s (CPU s) | curl MB/s | "
+              "writer alone MB/s | load |",
               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for drv, r in results.items():
-        if "tp" in r:
-            t = r["tp"]
+        if "sdk" in r:
             c = f"{r['curl']:.0f}" if r.get("curl") else "-"
-            lines.append(f"| {drv} | {t['mbps']:.0f} | {t['seconds']:.2f} | {t['bytes']} | {t['dropped']} | {c} | "
-                         f"{r['alone']:.0f} | {r['load']:.1f} |")
+            for side in ("before", "after"):
+                if f"{side} blocking" not in r["sdk"]:
+                    continue
+                cells = []
+                for mode in ("blocking", "asyncio", "text"):
+                    m = r["sdk"][f"{side} {mode}"]
+                    cells.append(f"{m['mbps']:.0f} ({m['cpu']:.2f}) {m['all']}")
+                name = "this tree" if side == "after" else "--sdk-before"
+                lines.append(f"| {drv} | {name} | {' | '.join(cells)} | {c} | {r['alone']:.0f} | {r['load']:.1f} |")
         elif "error" in r:
             lines.append(f"| {drv} | not run: {r['error']} | | | | | | |")
     lines += ["", END]
@@ -129,7 +186,10 @@ def render(results: dict, n: int, args) -> str:
 
 
 def main() -> int:
-    args = options(__doc__, "processes", quick="50 round trips of each instead of 300").parse_args()
+    ap = options(__doc__, "processes", quick="50 round trips of each instead of 300")
+    ap.add_argument("--sdk-before", help="another tree's sdk/python/src, read beside this one's")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of SDK reads (default 3)")
+    args = ap.parse_args()
     if (rc := prepare("processes.py")) != 0:
         return rc
     n = 50 if args.quick else 300
@@ -137,15 +197,14 @@ def main() -> int:
     with bench_daemon("processes", args.image_dir) as d:
         for k, v in d.env().items():
             os.environ[k] = v
-        from withruntime import Sandbox
         api = Api(d, timeout=600)
         for drv, sbx in per_driver(api, args.drivers, results):
             # The microVM is emulated here (TCG): fewer round trips.
             results[drv] = {"rt": round_trips(api, sbx.id, n if drv != "microvm" else max(20, n // 10)),
                             "load": os.getloadavg()[0], "alone": writer_alone(api, sbx.id),
                             "curl": throughput_curl(api, sbx.id)}
-            with Sandbox.connect(sbx.id) as handle:
-                results[drv]["tp"] = throughput(handle)
+            results[drv]["sdk"] = sdk_rounds(sbx.id, Path(args.sdk_before) if args.sdk_before else None,
+                                             args.rounds if drv != "microvm" else 1)
         api.close()
     emit(args.out, BEGIN, END, render(results, n, args))
     return 0

@@ -16,7 +16,7 @@ from ._models import (
     event_end,
     sandbox_path,
 )
-from ._process import idempotency_headers, parse_event, spawn_body, with_aliases
+from ._process import idempotency_headers, spawn_body, with_aliases
 from .errors import InvalidRequestError
 
 
@@ -57,7 +57,7 @@ def stream_exec_call(sandbox_id: str, command: Union[str, Sequence[str]], *, tim
 
 
 class ExecEvents:
-    """Reads a streamed exec's NDJSON lines. :meth:`feed` answers the event to hand
+    """Reads a streamed exec's events. :meth:`feed` answers the event to hand
     out (with its aliases) or None; :attr:`done` once the stream ended, and
     :attr:`resume` (process id, cursor) when the daemon ended a long stream with
     ``continue`` and the rest is to be read from the process's output."""
@@ -70,9 +70,8 @@ class ExecEvents:
         self._process_id: Optional[str] = None
         self._cursor = 0
 
-    def feed(self, line: str) -> Optional[Dict[str, Any]]:
-        ev = parse_event(line)
-        if ev is None or self.done:
+    def feed(self, ev: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        if self.done:
             return None
         if ev.get("type") == "start":
             self._process_id = ev.get("processId")

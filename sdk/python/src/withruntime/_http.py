@@ -3,15 +3,22 @@ errors turned into :mod:`withruntime.errors` classes."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Union
+import socket
+from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from urllib.parse import urlsplit
 
 import httpx
 
 from ._config import Endpoint
+from ._stream import READ_SIZE, EventReader, ReplyError, ReplyReader, goes_direct, json_body as _json_bytes
+from ._stream import request_head, tls_context
 from ._version import __version__
 from .errors import APIConnectionError, APIError, APITimeoutError, error_from_response
+
+Event = Dict[str, Any]
 
 DEFAULT_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 10.0
@@ -64,15 +71,15 @@ def _timeout(seconds: Optional[float]) -> httpx.Timeout:
     return httpx.Timeout(seconds if seconds is not None else DEFAULT_TIMEOUT, connect=CONNECT_TIMEOUT)
 
 
-def transport_error(endpoint: Endpoint, exc: Exception) -> APIError:
-    """One clear error naming the address tried, whatever httpx raised underneath."""
+def transport_error(endpoint: Endpoint, exc: Exception, connecting: bool = False) -> APIError:
+    """One clear error naming the address tried, whatever httpx or the socket raised underneath."""
     reason = str(exc) or type(exc).__name__
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, (httpx.TimeoutException, socket.timeout, asyncio.TimeoutError)):
         return APITimeoutError(
             f"the Runtime daemon at {endpoint.display} did not answer in time ({reason})",
             hint="the daemon may be overloaded; retry, or pass a longer timeout",
         )
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, httpx.ConnectError) or connecting:
         return APIConnectionError(
             f"cannot connect to the Runtime daemon at {endpoint.display}: {reason}",
             hint="is runtimed running? Start it, or point RUNTIME_BASE_URL at it",
@@ -83,13 +90,80 @@ def transport_error(endpoint: Endpoint, exc: Exception) -> APIError:
     )
 
 
-def _decode_error(status: int, headers: httpx.Headers, raw: bytes) -> APIError:
+def _decode_error(status: int, headers: Mapping[str, str], raw: bytes) -> APIError:
     text = raw[:_MAX_ERROR_BODY].decode("utf-8", "replace")
     try:
         body: Any = json.loads(text)
     except ValueError:
         body = None
     return error_from_response(status, body, request_id=headers.get("x-request-id"), raw_text=text)
+
+
+class _Stream:
+    """A streamed request on a connection of its own (see _stream.py): the request's bytes, the
+    reply's reader, its events as the body's bytes are fed, and an error body gathered."""
+
+    def __init__(self, http: Any, method: str, path: str, params: Params, body: Any,
+                 headers: Optional[Dict[str, str]], timeout: Optional[float]) -> None:
+        self.endpoint = http.endpoint
+        self.timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
+        self.request = request_head(http.endpoint, method, path, params=params,
+                                    headers={**_headers(http.api_key), **(headers or {})}, body=_json_bytes(body))
+        self.reply = ReplyReader()
+        self.reply.on_head = self.head_read
+        self.events: List[Event] = []
+        self.error_body = bytearray()
+        self._reader = EventReader()
+
+    def address(self) -> Tuple[Any, Any]:
+        """(family, address) to connect to, and the TLS server name (None for plain)."""
+        if self.endpoint.uds:
+            return (socket.AF_UNIX, self.endpoint.uds), None
+        url = urlsplit(self.endpoint.url)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        return (None, (url.hostname or "127.0.0.1", port)), (url.hostname if url.scheme == "https" else None)
+
+    def head_read(self) -> None:
+        """Once the head is in: the body goes to the events, or, for an error, is gathered."""
+        if self.reply.status >= 400:
+            self.reply.on_body = self._gather_error
+        else:
+            self.reply.on_body = lambda buf, start, end: self.events.extend(self._reader.feed(buf, start, end))
+
+    def _gather_error(self, buf: Any, start: int, end: int) -> None:
+        room = _MAX_ERROR_BODY + 1 - len(self.error_body)
+        if room > 0:
+            self.error_body += memoryview(buf)[start:min(end, start + room)]
+
+    def error_gathered(self) -> bool:
+        return self.reply.done or len(self.error_body) > _MAX_ERROR_BODY
+
+    def error(self) -> APIError:
+        return _decode_error(self.reply.status, self.reply.headers, bytes(self.error_body))
+
+    def end(self) -> List[Event]:
+        return self._reader.end()
+
+    def failed(self, exc: Exception, connecting: bool = False) -> APIError:
+        if isinstance(exc, ReplyError):
+            return APIConnectionError(f"the connection to the Runtime daemon at {self.endpoint.display} failed: {exc}",
+                                      hint="the daemon may have restarted; retry")
+        return transport_error(self.endpoint, exc, connecting)
+
+
+def _tcp_socket(infos: List[Any]) -> Tuple[socket.socket, Any]:
+    """A non-blocking socket for the first address getaddrinfo gave, and that address."""
+    family, kind, proto, _, sockaddr = infos[0]
+    sock = socket.socket(family, kind | socket.SOCK_CLOEXEC, proto)
+    sock.setblocking(False)
+    return sock, sockaddr
+
+
+def _events_of(chunks: Iterator[bytes]) -> Iterator[Event]:
+    reader = EventReader()
+    for chunk in chunks:
+        yield from reader.feed(chunk)
+    yield from reader.end()
 
 
 def _decode_json(resp: httpx.Response) -> Any:
@@ -134,6 +208,9 @@ class SyncHTTP:
             transport=transport or _make_transport(endpoint, is_async=False),
             follow_redirects=False,
         )
+        # Streams go on a connection of their own (_stream.py) unless a transport of the
+        # caller's (a test's) or a proxy from the environment stands in the way.
+        self._direct = transport is None and goes_direct(endpoint)
 
     def request(
         self,
@@ -165,7 +242,7 @@ class SyncHTTP:
         return resp.content if raw else _decode_json(resp)
 
     @contextlib.contextmanager
-    def stream_lines(
+    def stream_events(
         self,
         method: str,
         path: str,
@@ -174,7 +251,12 @@ class SyncHTTP:
         timeout: Optional[float] = None,
         params: Params = None,
         headers: Optional[Dict[str, str]] = None,
-    ) -> Iterator[Iterator[str]]:
+    ) -> Iterator[Iterator[Event]]:
+        """A streamed reply's NDJSON events; an error reply raises on entering."""
+        if self._direct:
+            with self._raw_stream(_Stream(self, method, path, params, json_body, headers, timeout)) as events:
+                yield events
+            return
         try:
             with self._client.stream(
                 method, path, json=json_body, params=params, headers=headers, timeout=_timeout(timeout)
@@ -183,18 +265,66 @@ class SyncHTTP:
                     raise _decode_error(
                         resp.status_code, resp.headers, _read_capped(resp.iter_bytes())
                     )
-                yield self._lines(resp)
+                yield self._guarded(_events_of(resp.iter_bytes()))
         except httpx.TransportError as e:
             raise transport_error(self.endpoint, e) from None
 
-    def _lines(self, resp: httpx.Response) -> Iterator[str]:
+    def _guarded(self, events: Iterator[Event]) -> Iterator[Event]:
         try:
-            splitter = _LineSplitter()
-            for chunk in resp.iter_bytes():
-                yield from splitter.feed(chunk)
-            yield from splitter.end()
+            yield from events
         except httpx.TransportError as e:
             raise transport_error(self.endpoint, e) from None
+
+    @contextlib.contextmanager
+    def _raw_stream(self, st: _Stream) -> Iterator[Iterator[Event]]:
+        (family, address), tls_name = st.address()
+        try:
+            if family == socket.AF_UNIX:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+                sock.settimeout(CONNECT_TIMEOUT)
+                sock.connect(address)
+            else:
+                sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT)
+            if tls_name is not None:
+                sock = tls_context().wrap_socket(sock, server_hostname=tls_name)
+        except OSError as e:
+            raise st.failed(e, connecting=True) from None
+        with contextlib.closing(sock):
+            buf = bytearray(READ_SIZE)
+            view = memoryview(buf)
+
+            def fill() -> None:
+                n = sock.recv_into(view)
+                if n == 0:
+                    st.reply.eof()
+                else:
+                    st.reply.feed(buf, 0, n)
+
+            try:
+                sock.settimeout(st.timeout)
+                sock.sendall(st.request)
+                while not st.reply.head_done:
+                    fill()
+                while st.reply.status >= 400 and not st.error_gathered():
+                    fill()
+            except (OSError, ReplyError) as e:
+                raise st.failed(e) from None
+            if st.reply.status >= 400:
+                raise st.error()
+
+            def events() -> Iterator[Event]:
+                try:
+                    while True:
+                        batch, st.events = st.events, []
+                        yield from batch
+                        if st.reply.done:
+                            break
+                        fill()
+                except (OSError, ReplyError) as e:
+                    raise st.failed(e) from None
+                yield from st.end()
+
+            yield events()
 
     def close(self) -> None:
         self._client.close()
@@ -220,6 +350,9 @@ class AsyncHTTP:
             transport=transport or _make_transport(endpoint, is_async=True),
             follow_redirects=False,
         )
+        # Streams go on a connection of their own (_stream.py) unless a transport of the
+        # caller's (a test's) or a proxy from the environment stands in the way.
+        self._direct = transport is None and goes_direct(endpoint)
 
     async def request(
         self,
@@ -251,7 +384,7 @@ class AsyncHTTP:
         return resp.content if raw else _decode_json(resp)
 
     @contextlib.asynccontextmanager
-    async def stream_lines(
+    async def stream_events(
         self,
         method: str,
         path: str,
@@ -260,7 +393,12 @@ class AsyncHTTP:
         timeout: Optional[float] = None,
         params: Params = None,
         headers: Optional[Dict[str, str]] = None,
-    ) -> AsyncIterator[AsyncIterator[str]]:
+    ) -> AsyncIterator[AsyncIterator[Event]]:
+        """As :meth:`SyncHTTP.stream_events`."""
+        if self._direct:
+            async with self._raw_stream(_Stream(self, method, path, params, json_body, headers, timeout)) as events:
+                yield events
+            return
         try:
             async with self._client.stream(
                 method, path, json=json_body, params=params, headers=headers, timeout=_timeout(timeout)
@@ -272,48 +410,99 @@ class AsyncHTTP:
                         if len(body) > _MAX_ERROR_BODY:
                             break
                     raise _decode_error(resp.status_code, resp.headers, bytes(body))
-                yield self._lines(resp)
+                yield self._events(resp)
         except httpx.TransportError as e:
             raise transport_error(self.endpoint, e) from None
 
-    async def _lines(self, resp: httpx.Response) -> AsyncIterator[str]:
+    async def _events(self, resp: httpx.Response) -> AsyncIterator[Event]:
         try:
-            splitter = _LineSplitter()
+            reader = EventReader()
             async for chunk in resp.aiter_bytes():
-                for line in splitter.feed(chunk):
-                    yield line
-            for line in splitter.end():
-                yield line
+                for ev in reader.feed(chunk):
+                    yield ev
+            for ev in reader.end():
+                yield ev
         except httpx.TransportError as e:
             raise transport_error(self.endpoint, e) from None
+
+    @contextlib.asynccontextmanager
+    async def _raw_stream(self, st: _Stream) -> AsyncIterator[AsyncIterator[Event]]:
+        # Plain TCP and unix sockets are read straight into one buffer (loop.sock_recv_into);
+        # TLS goes through asyncio's streams, which copy each read once more.
+        (family, address), tls_name = st.address()
+        loop = asyncio.get_running_loop()
+        sock: Optional[socket.socket] = None
+        writer: Optional[asyncio.StreamWriter] = None
+        try:
+            if tls_name is not None:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                    address[0], address[1], limit=2 * READ_SIZE, ssl=tls_context(), server_hostname=tls_name),
+                    CONNECT_TIMEOUT)
+            else:
+                if family == socket.AF_UNIX:
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+                    sock.setblocking(False)
+                    await asyncio.wait_for(loop.sock_connect(sock, address), CONNECT_TIMEOUT)
+                else:
+                    sock, sockaddr = _tcp_socket(await loop.getaddrinfo(*address, type=socket.SOCK_STREAM))
+                    await asyncio.wait_for(loop.sock_connect(sock, sockaddr), CONNECT_TIMEOUT)
+        except (OSError, asyncio.TimeoutError) as e:
+            if sock is not None:
+                sock.close()
+            raise st.failed(e, connecting=True) from None
+        buf = bytearray(READ_SIZE)
+        view = memoryview(buf)
+
+        async def fill() -> None:
+            if writer is not None:
+                data = await asyncio.wait_for(reader.read(READ_SIZE), st.timeout)
+                n = len(data)
+            else:
+                data, n = buf, await asyncio.wait_for(loop.sock_recv_into(sock, view), st.timeout)
+            if n == 0:
+                st.reply.eof()
+            else:
+                st.reply.feed(data, 0, n)
+
+        try:
+            try:
+                if writer is not None:
+                    writer.write(st.request)
+                    await asyncio.wait_for(writer.drain(), st.timeout)
+                else:
+                    await asyncio.wait_for(loop.sock_sendall(sock, st.request), st.timeout)
+                while not st.reply.head_done:
+                    await fill()
+                while st.reply.status >= 400 and not st.error_gathered():
+                    await fill()
+            except (OSError, asyncio.TimeoutError, ReplyError) as e:
+                raise st.failed(e) from None
+            if st.reply.status >= 400:
+                raise st.error()
+
+            async def events() -> AsyncIterator[Event]:
+                try:
+                    while True:
+                        batch, st.events = st.events, []
+                        for ev in batch:
+                            yield ev
+                        if st.reply.done:
+                            break
+                        await fill()
+                except (OSError, asyncio.TimeoutError, ReplyError) as e:
+                    raise st.failed(e) from None
+                for ev in st.end():
+                    yield ev
+
+            yield events()
+        finally:
+            if writer is not None:
+                writer.close()
+            if sock is not None:
+                sock.close()
 
     async def aclose(self) -> None:
         await self._client.aclose()
-
-
-class _LineSplitter:
-    """NDJSON lines out of a body's chunks, in time linear in its size: httpx's iter_lines joins
-    the pieces of a long line again at every chunk (about 18 MB/s on the 256 KiB lines of process
-    output). Lines end at b"\\n" only; JSON text has no other line break of its own."""
-
-    def __init__(self) -> None:
-        self._pieces: List[bytes] = []
-
-    def feed(self, chunk: bytes) -> List[str]:
-        parts = chunk.split(b"\n")
-        if len(parts) == 1:
-            if chunk:
-                self._pieces.append(chunk)
-            return []
-        self._pieces.append(parts[0])
-        lines = [b"".join(self._pieces).decode("utf-8", "replace")]
-        lines += [p.decode("utf-8", "replace") for p in parts[1:-1]]
-        self._pieces = [parts[-1]] if parts[-1] else []
-        return lines
-
-    def end(self) -> List[str]:
-        rest, self._pieces = b"".join(self._pieces), []
-        return [rest.decode("utf-8", "replace")] if rest else []
 
 
 def _read_capped(chunks: Iterator[bytes]) -> bytes:

@@ -239,7 +239,8 @@ def event_end(ev: Mapping[str, Any], cursor: int) -> int:
         n = len(base64.b64decode(b64))
     else:
         data = ev.get("data")
-        n = len(data.encode()) if isinstance(data, str) else 0
+        # ASCII text (which str knows without a look) is its own length in bytes: no copy.
+        n = (len(data) if data.isascii() else len(data.encode())) if isinstance(data, str) else 0
     return max(cursor, off + n)
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import time
 from typing import Any, AsyncIterator, Dict, Iterator, Mapping, Optional, Union
 
 from ._http import AsyncHTTP, SyncHTTP
 from ._models import ExecStream, event_end, sandbox_path
-from .errors import APIConnectionError, InvalidRequestError
+from ._stream import parse_event  # noqa: F401  (the event of one line, for _calls and tests)
+from .errors import InvalidRequestError
 
 #: How long one output request may run; the daemon ends long ones with ``continue``.
 OUTPUT_READ_TIMEOUT_SECONDS = 600.0
@@ -20,25 +20,43 @@ SIGNALS = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2", "SIGT
            "SIGTSTP")
 
 
-def parse_event(line: str) -> Optional[Dict[str, Any]]:
-    line = line.strip()
-    if not line:
-        return None
-    try:
-        ev = json.loads(line)
-    except ValueError:
-        raise APIConnectionError("the daemon sent an output event that is not JSON") from None
-    if not isinstance(ev, dict):
-        raise APIConnectionError("the daemon sent an output event that is not an object")
-    return ev
-
-
 def with_aliases(ev: Dict[str, Any]) -> Dict[str, Any]:
     """snake_case aliases beside the camelCase fields, as the published client gives."""
-    names = {"processId": "process_id", "exitCode": "exit_code", "timedOut": "timed_out",
-             "durationMs": "duration_ms", "droppedBytes": "dropped_bytes", "resumeAt": "resume_at",
-             "outOfMemory": "out_of_memory"}
-    return {**ev, **{alias: ev[name] for name, alias in names.items() if name in ev}}
+    if ev.get("type") in ("stdout", "stderr"):
+        return ev  # none of the aliased fields: no copy per output event
+    return {**ev, **{alias: ev[name] for name, alias in _ALIASES.items() if name in ev}}
+
+
+_ALIASES = {"processId": "process_id", "exitCode": "exit_code", "timedOut": "timed_out",
+            "durationMs": "duration_ms", "droppedBytes": "dropped_bytes", "resumeAt": "resume_at",
+            "outOfMemory": "out_of_memory"}
+
+
+class OutputReading:
+    """Where a read of a process's output stands, across the requests it takes: ``params`` for
+    the next one, ``feed`` each event (the event to hand out, or None), and ``again`` when the
+    daemon ended a long reply with ``continue`` and the rest is to be read from ``cursor``."""
+
+    def __init__(self, cursor: int, follow: bool) -> None:
+        self.cursor = cursor
+        self.follow = follow
+        self.again = True
+        self.stop = False
+
+    def params(self) -> Dict[str, Any]:
+        self.again = False
+        return {"cursor": self.cursor, "follow": "true" if self.follow else "false"}
+
+    def feed(self, ev: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        kind = ev.get("type")
+        if kind == "continue":
+            self.cursor, self.again, self.stop = max(self.cursor, int(ev.get("cursor") or 0)), True, True
+            return None
+        if kind == "truncated" and isinstance(ev.get("resumeAt"), int):
+            self.cursor = max(self.cursor, ev["resumeAt"])
+        self.cursor = event_end(ev, self.cursor)
+        self.stop = kind in ("exit", "error")
+        return with_aliases(ev)
 
 
 def spawn_body(exec_body: Dict[str, Any], stdin: Union[str, bytes, None], output_encoding: Optional[str]) -> None:
@@ -121,27 +139,16 @@ class Process(_ProcessBase):
         ``stderr`` (``data``, and ``base64`` when the bytes are not UTF-8), ``truncated`` for
         output the daemon no longer kept, and at the end ``exit`` (or ``error`` when its sandbox
         stopped). With ``follow`` it waits for the end; without, it stops at what exists."""
-        while True:
-            resumed = False
-            with self._http.stream_lines(
-                "GET", self._path("/output"), params={"cursor": cursor, "follow": "true" if follow else "false"},
-                timeout=OUTPUT_READ_TIMEOUT_SECONDS,
-            ) as lines:
-                for line in lines:
-                    ev = parse_event(line)
-                    if ev is None:
-                        continue
-                    if ev.get("type") == "continue":
-                        cursor, resumed = max(cursor, int(ev.get("cursor") or 0)), True
+        reading = OutputReading(cursor, follow)
+        while reading.again:
+            with self._http.stream_events("GET", self._path("/output"), params=reading.params(),
+                                          timeout=OUTPUT_READ_TIMEOUT_SECONDS) as events:
+                for ev in events:
+                    out = reading.feed(ev)
+                    if out is not None:
+                        yield out
+                    if reading.stop:
                         break
-                    if ev.get("type") == "truncated" and isinstance(ev.get("resumeAt"), int):
-                        cursor = max(cursor, ev["resumeAt"])
-                    cursor = event_end(ev, cursor)
-                    yield with_aliases(ev)
-                    if ev.get("type") in ("exit", "error"):
-                        return
-            if not resumed:
-                return
 
     def wait(self) -> "CommandResult":
         """Follows the output to the end and returns it as a result."""
@@ -187,27 +194,16 @@ class AsyncProcess(_ProcessBase):
         return self
 
     async def output(self, cursor: int = 0, *, follow: bool = True) -> AsyncIterator[Dict[str, Any]]:
-        while True:
-            resumed = False
-            async with self._http.stream_lines(
-                "GET", self._path("/output"), params={"cursor": cursor, "follow": "true" if follow else "false"},
-                timeout=OUTPUT_READ_TIMEOUT_SECONDS,
-            ) as lines:
-                async for line in lines:
-                    ev = parse_event(line)
-                    if ev is None:
-                        continue
-                    if ev.get("type") == "continue":
-                        cursor, resumed = max(cursor, int(ev.get("cursor") or 0)), True
+        reading = OutputReading(cursor, follow)
+        while reading.again:
+            async with self._http.stream_events("GET", self._path("/output"), params=reading.params(),
+                                                timeout=OUTPUT_READ_TIMEOUT_SECONDS) as events:
+                async for ev in events:
+                    out = reading.feed(ev)
+                    if out is not None:
+                        yield out
+                    if reading.stop:
                         break
-                    if ev.get("type") == "truncated" and isinstance(ev.get("resumeAt"), int):
-                        cursor = max(cursor, ev["resumeAt"])
-                    cursor = event_end(ev, cursor)
-                    yield with_aliases(ev)
-                    if ev.get("type") in ("exit", "error"):
-                        return
-            if not resumed:
-                return
 
     async def wait(self) -> "CommandResult":
         folded = ExecStream()

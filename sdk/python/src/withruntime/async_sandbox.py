@@ -391,10 +391,10 @@ class AsyncSandbox(SandboxInfo):
 
     async def _exec_events(self, call: _calls.ExecCall) -> AsyncIterator[Dict[str, Any]]:
         events = _calls.ExecEvents(call.body)
-        async with self._http.stream_lines("POST", call.path, json_body=events.body, timeout=call.wait,
-                                           headers=call.headers) as lines:
-            async for line in lines:
-                ev = events.feed(line)
+        async with self._http.stream_events("POST", call.path, json_body=events.body, timeout=call.wait,
+                                           headers=call.headers) as stream:
+            async for event in stream:
+                ev = events.feed(event)
                 if ev is not None:
                     yield ev
                 if events.done:

@@ -8,7 +8,6 @@ The names and shapes are the published client's, so code moves between the two u
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from typing import Any, Callable, Dict, List, Optional, Union
 from urllib.parse import quote
@@ -114,12 +113,9 @@ class Interpreter:
         http = self._sandbox._http
         if not (on_stdout or on_stderr or on_result or on_error):
             return http.request("POST", f"{self._base()}:run", json_body=body, timeout=_wait(timeout_ms))
-        with http.stream_lines("POST", f"{self._base()}:run", json_body={**body, "stream": True},
-                               timeout=_wait(timeout_ms)) as lines:
-            for line in lines:
-                if not line.strip():
-                    continue
-                event = json.loads(line)
+        with http.stream_events("POST", f"{self._base()}:run", json_body={**body, "stream": True},
+                               timeout=_wait(timeout_ms)) as events:
+            for event in events:
                 kind = event.get("k")
                 if kind in ("stdout", "stderr"):
                     handler = on_stdout if kind == "stdout" else on_stderr
@@ -196,12 +192,9 @@ class AsyncInterpreter:
         http = self._sandbox._http
         if not (on_stdout or on_stderr or on_result or on_error):
             return await http.request("POST", f"{self._base()}:run", json_body=body, timeout=_wait(timeout_ms))
-        async with http.stream_lines("POST", f"{self._base()}:run", json_body={**body, "stream": True},
-                                     timeout=_wait(timeout_ms)) as lines:
-            async for line in lines:
-                if not line.strip():
-                    continue
-                event = json.loads(line)
+        async with http.stream_events("POST", f"{self._base()}:run", json_body={**body, "stream": True},
+                                     timeout=_wait(timeout_ms)) as events:
+            async for event in events:
                 kind = event.get("k")
                 if kind in ("stdout", "stderr"):
                     handler = on_stdout if kind == "stdout" else on_stderr

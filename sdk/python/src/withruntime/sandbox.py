@@ -413,10 +413,10 @@ class Sandbox(SandboxInfo):
 
     def _exec_events(self, call: _calls.ExecCall) -> Iterator[Dict[str, Any]]:
         events = _calls.ExecEvents(call.body)
-        with self._http.stream_lines("POST", call.path, json_body=events.body, timeout=call.wait,
-                                     headers=call.headers) as lines:
-            for line in lines:
-                ev = events.feed(line)
+        with self._http.stream_events("POST", call.path, json_body=events.body, timeout=call.wait,
+                                     headers=call.headers) as stream:
+            for event in stream:
+                ev = events.feed(event)
                 if ev is not None:
                     yield ev
                 if events.done:
