@@ -144,10 +144,17 @@ def throughput_curl(api: Api, sid: str) -> float | None:
     return SIZE / secs / 1e6
 
 
+def command(args) -> str:
+    """The command line that gives this section (the other tree named as BEFORE)."""
+    words = ["sudo python3 bench/processes.py"] + (["--quick"] if args.quick else [])
+    words += [f"--drivers {args.drivers}", f"--rounds {args.rounds}"]
+    return " ".join(words + (["--sdk-before BEFORE/sdk/python/src"] if args.sdk_before else []))
+
+
 def render(results: dict, n: int, args) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [BEGIN, "", "## Processes: streamed vs buffered exec, output through the cursor API", "",
-             f"`sudo python3 bench/processes.py` ({when}, {platform.node()}, {os.cpu_count()} cores, shared with "
+             f"`{command(args)}` ({when}, {platform.node()}, {os.cpu_count()} cores, shared with "
              "other builds and tests while it ran; figures move with that load).", "",
              f"Round trip of `true` in a running sandbox, {n} of each, interleaved (ms):", "",
              "| driver | buffered p50 | buffered p95 | streamed p50 | streamed p95 |",

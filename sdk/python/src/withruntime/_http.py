@@ -54,6 +54,21 @@ def _body_kwargs(content: Any, is_async: bool) -> Dict[str, Any]:
     return {"content": content, "headers": headers}
 
 
+def _request_kwargs(params: Params, json_body: Any, content: Any, timeout: Optional[float],
+                    headers: Optional[Dict[str, str]], is_async: bool) -> Dict[str, Any]:
+    """httpx's arguments for one request, the same for both clients."""
+    kwargs: Dict[str, Any] = {"params": params}
+    if headers:
+        kwargs["headers"] = headers
+    if json_body is not None:
+        kwargs["json"] = json_body
+    if content is not None:
+        kwargs.update(_body_kwargs(content, is_async=is_async))
+    if timeout is not None:
+        kwargs["timeout"] = _timeout(timeout)
+    return kwargs
+
+
 def _headers(api_key: str) -> Dict[str, str]:
     return {
         "Authorization": f"Bearer {api_key}",
@@ -224,15 +239,7 @@ class SyncHTTP:
         raw: bool = False,
         headers: Optional[Dict[str, str]] = None,
     ) -> Any:
-        kwargs: Dict[str, Any] = {"params": params}
-        if headers:
-            kwargs["headers"] = headers
-        if json_body is not None:
-            kwargs["json"] = json_body
-        if content is not None:
-            kwargs.update(_body_kwargs(content, is_async=False))
-        if timeout is not None:
-            kwargs["timeout"] = _timeout(timeout)
+        kwargs = _request_kwargs(params, json_body, content, timeout, headers, is_async=False)
         try:
             resp = self._client.request(method, path, **kwargs)
         except httpx.TransportError as e:
@@ -366,15 +373,7 @@ class AsyncHTTP:
         raw: bool = False,
         headers: Optional[Dict[str, str]] = None,
     ) -> Any:
-        kwargs: Dict[str, Any] = {"params": params}
-        if headers:
-            kwargs["headers"] = headers
-        if json_body is not None:
-            kwargs["json"] = json_body
-        if content is not None:
-            kwargs.update(_body_kwargs(content, is_async=True))
-        if timeout is not None:
-            kwargs["timeout"] = _timeout(timeout)
+        kwargs = _request_kwargs(params, json_body, content, timeout, headers, is_async=True)
         try:
             resp = await self._client.request(method, path, **kwargs)
         except httpx.TransportError as e:
@@ -503,6 +502,8 @@ class AsyncHTTP:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+    close = aclose  # the name the calls' bodies (_core.py) use for either client
 
 
 def _read_capped(chunks: Iterator[bytes]) -> bytes:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from typing import Any, AsyncIterator, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Union
 
+from ._drive import Call, Emit, Next, Open, Shut, awaitable, awaitable_iter, blocking, blocking_iter, relay
 from ._http import AsyncHTTP, SyncHTTP
 from ._models import ExecStream, event_end, sandbox_path
-from ._stream import parse_event  # noqa: F401  (the event of one line, for _calls and tests)
 from .errors import InvalidRequestError
 
 #: How long one output request may run; the daemon ends long ones with ``continue``.
@@ -123,15 +123,12 @@ class _ProcessBase:
         return f"{type(self).__name__}(id={self.id!r}, state={self.state!r}, exit_code={self.exit_code!r})"
 
 
-class Process(_ProcessBase):
-    """A process in a sandbox: its output from a cursor, its stdin, signals, its end."""
-
-    def __init__(self, http: SyncHTTP, sandbox_id: str, info: Mapping[str, Any]) -> None:
-        super().__init__(sandbox_id, info)
-        self._http = http
+class ProcessOps:
+    """The body of each call of :class:`Process` and :class:`AsyncProcess` (see _drive.py;
+    the annotations are the blocking client's)."""
 
     def refresh(self) -> "Process":
-        self.info = self._http.request("GET", self._path())
+        self.info = yield Call(self._http.request, "GET", self._path())
         return self
 
     def output(self, cursor: int = 0, *, follow: bool = True) -> Iterator[Dict[str, Any]]:
@@ -141,22 +138,23 @@ class Process(_ProcessBase):
         stopped). With ``follow`` it waits for the end; without, it stops at what exists."""
         reading = OutputReading(cursor, follow)
         while reading.again:
-            with self._http.stream_events("GET", self._path("/output"), params=reading.params(),
-                                          timeout=OUTPUT_READ_TIMEOUT_SECONDS) as events:
-                for ev in events:
-                    out = reading.feed(ev)
-                    if out is not None:
-                        yield out
-                    if reading.stop:
-                        break
+            events = yield Open(self._http.stream_events("GET", self._path("/output"), params=reading.params(),
+                                                         timeout=OUTPUT_READ_TIMEOUT_SECONDS))
+            while not reading.stop:
+                ev = yield Next(events)
+                if ev is None:
+                    break
+                out = reading.feed(ev)
+                if out is not None:
+                    yield Emit(out)
+            yield Shut(events)
 
     def wait(self) -> "CommandResult":
         """Follows the output to the end and returns it as a result."""
         folded = ExecStream()
         folded.process_id = self.id
-        for ev in self.output():
-            folded.feed_event(ev)
-        self.refresh()
+        yield from relay(ProcessOps.output(self), lambda ev: folded.feed_event(ev) and None)
+        yield from ProcessOps.refresh(self)
         return folded.finish()
 
     def write(self, data: Union[str, bytes], eof: bool = False) -> None:
@@ -167,71 +165,52 @@ class Process(_ProcessBase):
         while True:
             chunk = payload[sent : sent + 512 * 1024]
             last = sent + len(chunk) == len(payload)
-            reply = self._http.request("POST", self._path(":write"),
-                                       json_body=write_body(chunk, self._stdin_offset, eof and last))
+            reply = yield Call(self._http.request, "POST", self._path(":write"),
+                               json_body=write_body(chunk, self._stdin_offset, eof and last))
             took = int(reply.get("offset", self._stdin_offset)) - self._stdin_offset
             self._stdin_offset += took
             sent += took
             if sent >= len(payload) and (not eof or last):
                 return
             if took == 0:
-                time.sleep(0.05)  # the process has not read what it was sent yet
+                yield Call(self._sleep, 0.05)  # the process has not read what it was sent yet
 
     def kill(self, signal: Union[str, int] = "SIGTERM") -> None:
         """Sends ``signal`` to its whole process group."""
-        self.info = self._http.request("POST", self._path(":signal"), json_body={"signal": signal_name(signal)})
+        self.info = yield Call(self._http.request, "POST", self._path(":signal"),
+                               json_body={"signal": signal_name(signal)})
+
+
+class Process(_ProcessBase):
+    """A process in a sandbox: its output from a cursor, its stdin, signals, its end."""
+
+    _sleep = staticmethod(time.sleep)
+
+    def __init__(self, http: SyncHTTP, sandbox_id: str, info: Mapping[str, Any]) -> None:
+        super().__init__(sandbox_id, info)
+        self._http = http
+
+    refresh = blocking(ProcessOps.refresh)
+    output = blocking_iter(ProcessOps.output)
+    wait = blocking(ProcessOps.wait)
+    write = blocking(ProcessOps.write)
+    kill = blocking(ProcessOps.kill)
 
 
 class AsyncProcess(_ProcessBase):
     """As :class:`Process`, awaitable."""
 
+    _sleep = staticmethod(asyncio.sleep)
+
     def __init__(self, http: AsyncHTTP, sandbox_id: str, info: Mapping[str, Any]) -> None:
         super().__init__(sandbox_id, info)
         self._http = http
 
-    async def refresh(self) -> "AsyncProcess":
-        self.info = await self._http.request("GET", self._path())
-        return self
-
-    async def output(self, cursor: int = 0, *, follow: bool = True) -> AsyncIterator[Dict[str, Any]]:
-        reading = OutputReading(cursor, follow)
-        while reading.again:
-            async with self._http.stream_events("GET", self._path("/output"), params=reading.params(),
-                                                timeout=OUTPUT_READ_TIMEOUT_SECONDS) as events:
-                async for ev in events:
-                    out = reading.feed(ev)
-                    if out is not None:
-                        yield out
-                    if reading.stop:
-                        break
-
-    async def wait(self) -> "CommandResult":
-        folded = ExecStream()
-        folded.process_id = self.id
-        async for ev in self.output():
-            folded.feed_event(ev)
-        await self.refresh()
-        return folded.finish()
-
-    async def write(self, data: Union[str, bytes], eof: bool = False) -> None:
-        payload = data.encode() if isinstance(data, str) else bytes(data)
-        sent = 0
-        while True:
-            chunk = payload[sent : sent + 512 * 1024]
-            last = sent + len(chunk) == len(payload)
-            reply = await self._http.request("POST", self._path(":write"),
-                                             json_body=write_body(chunk, self._stdin_offset, eof and last))
-            took = int(reply.get("offset", self._stdin_offset)) - self._stdin_offset
-            self._stdin_offset += took
-            sent += took
-            if sent >= len(payload) and (not eof or last):
-                return
-            if took == 0:
-                await asyncio.sleep(0.05)
-
-    async def kill(self, signal: Union[str, int] = "SIGTERM") -> None:
-        self.info = await self._http.request("POST", self._path(":signal"),
-                                             json_body={"signal": signal_name(signal)})
+    refresh = awaitable(ProcessOps.refresh)
+    output = awaitable_iter(ProcessOps.output)
+    wait = awaitable(ProcessOps.wait)
+    write = awaitable(ProcessOps.write)
+    kill = awaitable(ProcessOps.kill)
 
 
 from ._models import CommandResult  # noqa: E402  (for the annotations above)

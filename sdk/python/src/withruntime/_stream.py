@@ -21,7 +21,7 @@ import json
 import re
 import ssl
 import urllib.request
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 from urllib.parse import quote, urlencode, urlsplit
 
 from ._config import Endpoint

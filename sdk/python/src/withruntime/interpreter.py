@@ -7,11 +7,11 @@ The names and shapes are the published client's, so code moves between the two u
 
 from __future__ import annotations
 
-import inspect
 import re
 from typing import Any, Callable, Dict, List, Optional, Union
 from urllib.parse import quote
 
+from ._drive import Call, Next, Open, awaitable, blocking
 from .errors import APIError, InvalidRequestError, error_from_response
 
 Callback = Optional[Callable[[Any], Any]]
@@ -59,45 +59,40 @@ def _failure(event: Dict[str, Any]) -> APIError:
         k: event.get(k) for k in ("code", "status", "message", "hint", "requestId")}})
 
 
-class InterpreterContexts:
+class ContextsOps:
     """``sbx.interpreter.contexts``: interpreters with their own state, directory and
     environment. ``"python"`` is the default context, started on first use."""
-
-    def __init__(self, sandbox: Any) -> None:
-        self._sandbox = sandbox
 
     def _base(self) -> str:
         return f"/v1/sandboxes/{quote(self._sandbox.id, safe='')}/interpreter/contexts"
 
     def list(self) -> List[Dict[str, Any]]:
-        return self._sandbox._http.request("GET", self._base())["data"]
+        return (yield Call(self._sandbox._http.request, "GET", ContextsOps._base(self)))["data"]
 
     def create(self, *, id: Optional[str] = None, language: Optional[str] = None,  # noqa: A002
                cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
         body = {k: v for k, v in {"id": id, "language": language, "cwd": cwd, "env": env}.items() if v is not None}
         if id is not None:
             _check_context(id)
-        return self._sandbox._http.request("POST", self._base(), json_body=body)
+        return (yield Call(self._sandbox._http.request, "POST", ContextsOps._base(self), json_body=body))
 
     def restart(self, context_id: str) -> Dict[str, Any]:
         """Start the context again with empty state."""
-        return self._sandbox._http.request("POST", f"{self._base()}/{_check_context(context_id)}:restart",
-                                           json_body={})
+        return (yield Call(self._sandbox._http.request, "POST",
+                           f"{ContextsOps._base(self)}/{_check_context(context_id)}:restart", json_body={}))
 
     def interrupt(self, context_id: str) -> bool:
         """Stop the running cell, as Ctrl-C would; the state stays."""
-        return bool(self._sandbox._http.request(
-            "POST", f"{self._base()}/{_check_context(context_id)}:interrupt", json_body={})["interrupted"])
+        return bool((yield Call(self._sandbox._http.request, "POST",
+                                f"{ContextsOps._base(self)}/{_check_context(context_id)}:interrupt",
+                                json_body={}))["interrupted"])
 
     def remove(self, context_id: str) -> bool:
-        return bool(self._sandbox._http.request("DELETE", f"{self._base()}/{_check_context(context_id)}")["deleted"])
+        return bool((yield Call(self._sandbox._http.request, "DELETE",
+                                f"{ContextsOps._base(self)}/{_check_context(context_id)}"))["deleted"])
 
 
-class Interpreter:
-    def __init__(self, sandbox: Any) -> None:
-        self._sandbox = sandbox
-        self.contexts = InterpreterContexts(sandbox)
-
+class InterpreterOps:
     def _base(self) -> str:
         return f"/v1/sandboxes/{quote(self._sandbox.id, safe='')}/interpreter"
 
@@ -108,32 +103,60 @@ class Interpreter:
         """Run a cell and return the execution: ``status`` (ok, error, timeout, lost),
         ``stdout``, ``stderr``, ``results`` (MIME bundles: text/plain, text/html, image/png as
         base64, application/json, :data:`TABLE_MIME`), ``error`` (name, value, traceback) and
-        ``executionCount``. With any ``on_*`` callback, output streams to it as it happens."""
+        ``executionCount``. With any ``on_*`` callback, output streams to it as it happens;
+        for the asyncio client the callbacks may be plain or async functions."""
         body = _run_body(code, language, context, timeout_ms, interrupt_on_disconnect)
         http = self._sandbox._http
+        path = f"{InterpreterOps._base(self)}:run"
         if not (on_stdout or on_stderr or on_result or on_error):
-            return http.request("POST", f"{self._base()}:run", json_body=body, timeout=_wait(timeout_ms))
-        with http.stream_events("POST", f"{self._base()}:run", json_body={**body, "stream": True},
-                               timeout=_wait(timeout_ms)) as events:
-            for event in events:
-                kind = event.get("k")
-                if kind in ("stdout", "stderr"):
-                    handler = on_stdout if kind == "stdout" else on_stderr
-                    if handler:
-                        handler(event["text"])
-                elif kind == "result" and on_result:
-                    on_result({"main": event["main"], "data": event["data"], "refs": event["refs"]})
-                elif kind == "error" and on_error:
-                    on_error({"name": event["name"], "value": event["value"], "traceback": event["traceback"]})
-                elif kind == "execution":
-                    return event["execution"]
-                elif kind == "failure":
-                    raise _failure(event)
+            return (yield Call(http.request, "POST", path, json_body=body, timeout=_wait(timeout_ms)))
+        events = yield Open(http.stream_events("POST", path, json_body={**body, "stream": True},
+                                               timeout=_wait(timeout_ms)))
+        while True:
+            event = yield Next(events)
+            if event is None:
+                break
+            kind = event.get("k")
+            if kind in ("stdout", "stderr"):
+                handler = on_stdout if kind == "stdout" else on_stderr
+                if handler:
+                    yield Call(handler, event["text"])
+            elif kind == "result" and on_result:
+                yield Call(on_result, {"main": event["main"], "data": event["data"], "refs": event["refs"]})
+            elif kind == "error" and on_error:
+                yield Call(on_error, {"name": event["name"], "value": event["value"], "traceback": event["traceback"]})
+            elif kind == "execution":
+                return event["execution"]
+            elif kind == "failure":
+                raise _failure(event)
         raise APIError("the interpreter stream ended without a result", code="stream_ended")
 
     def result(self, ref: Union[Dict[str, Any], str]) -> bytes:
         """The bytes of a result too large to travel inline (a ``refs`` entry or its path)."""
-        return self._sandbox._http.request("GET", f"{self._base()}/{_result_path(ref)}", raw=True)
+        return (yield Call(self._sandbox._http.request, "GET", f"{InterpreterOps._base(self)}/{_result_path(ref)}",
+                           raw=True))
+
+
+class InterpreterContexts:
+    __doc__ = ContextsOps.__doc__
+
+    def __init__(self, sandbox: Any) -> None:
+        self._sandbox = sandbox
+
+    list = blocking(ContextsOps.list)
+    create = blocking(ContextsOps.create)
+    restart = blocking(ContextsOps.restart)
+    interrupt = blocking(ContextsOps.interrupt)
+    remove = blocking(ContextsOps.remove)
+
+
+class Interpreter:
+    def __init__(self, sandbox: Any) -> None:
+        self._sandbox = sandbox
+        self.contexts = InterpreterContexts(sandbox)
+
+    run = blocking(InterpreterOps.run)
+    result = blocking(InterpreterOps.result)
 
 
 class AsyncInterpreterContexts:
@@ -142,36 +165,11 @@ class AsyncInterpreterContexts:
     def __init__(self, sandbox: Any) -> None:
         self._sandbox = sandbox
 
-    def _base(self) -> str:
-        return f"/v1/sandboxes/{quote(self._sandbox.id, safe='')}/interpreter/contexts"
-
-    async def list(self) -> List[Dict[str, Any]]:
-        return (await self._sandbox._http.request("GET", self._base()))["data"]
-
-    async def create(self, *, id: Optional[str] = None, language: Optional[str] = None,  # noqa: A002
-                     cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-        body = {k: v for k, v in {"id": id, "language": language, "cwd": cwd, "env": env}.items() if v is not None}
-        if id is not None:
-            _check_context(id)
-        return await self._sandbox._http.request("POST", self._base(), json_body=body)
-
-    async def restart(self, context_id: str) -> Dict[str, Any]:
-        return await self._sandbox._http.request("POST", f"{self._base()}/{_check_context(context_id)}:restart",
-                                                 json_body={})
-
-    async def interrupt(self, context_id: str) -> bool:
-        return bool((await self._sandbox._http.request(
-            "POST", f"{self._base()}/{_check_context(context_id)}:interrupt", json_body={}))["interrupted"])
-
-    async def remove(self, context_id: str) -> bool:
-        return bool((await self._sandbox._http.request(
-            "DELETE", f"{self._base()}/{_check_context(context_id)}"))["deleted"])
-
-
-async def _notify(handler: Callable[[Any], Any], value: Any) -> None:
-    outcome = handler(value)
-    if inspect.isawaitable(outcome):
-        await outcome
+    list = awaitable(ContextsOps.list)
+    create = awaitable(ContextsOps.create)
+    restart = awaitable(ContextsOps.restart)
+    interrupt = awaitable(ContextsOps.interrupt)
+    remove = awaitable(ContextsOps.remove)
 
 
 class AsyncInterpreter:
@@ -181,35 +179,5 @@ class AsyncInterpreter:
         self._sandbox = sandbox
         self.contexts = AsyncInterpreterContexts(sandbox)
 
-    def _base(self) -> str:
-        return f"/v1/sandboxes/{quote(self._sandbox.id, safe='')}/interpreter"
-
-    async def run(self, code: str, *, language: Optional[str] = None, context: Optional[str] = None,
-                  timeout_ms: Optional[int] = None, on_stdout: Callback = None, on_stderr: Callback = None,
-                  on_result: Callback = None, on_error: Callback = None,
-                  interrupt_on_disconnect: Optional[bool] = None) -> Dict[str, Any]:
-        body = _run_body(code, language, context, timeout_ms, interrupt_on_disconnect)
-        http = self._sandbox._http
-        if not (on_stdout or on_stderr or on_result or on_error):
-            return await http.request("POST", f"{self._base()}:run", json_body=body, timeout=_wait(timeout_ms))
-        async with http.stream_events("POST", f"{self._base()}:run", json_body={**body, "stream": True},
-                                     timeout=_wait(timeout_ms)) as events:
-            async for event in events:
-                kind = event.get("k")
-                if kind in ("stdout", "stderr"):
-                    handler = on_stdout if kind == "stdout" else on_stderr
-                    if handler:
-                        await _notify(handler, event["text"])
-                elif kind == "result" and on_result:
-                    await _notify(on_result, {"main": event["main"], "data": event["data"], "refs": event["refs"]})
-                elif kind == "error" and on_error:
-                    await _notify(on_error, {"name": event["name"], "value": event["value"],
-                                             "traceback": event["traceback"]})
-                elif kind == "execution":
-                    return event["execution"]
-                elif kind == "failure":
-                    raise _failure(event)
-        raise APIError("the interpreter stream ended without a result", code="stream_ended")
-
-    async def result(self, ref: Union[Dict[str, Any], str]) -> bytes:
-        return await self._sandbox._http.request("GET", f"{self._base()}/{_result_path(ref)}", raw=True)
+    run = awaitable(InterpreterOps.run)
+    result = awaitable(InterpreterOps.result)
