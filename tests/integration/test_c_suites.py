@@ -203,7 +203,10 @@ def test_fuzzers_over_their_corpora(build_dir):
         pytest.skip("clang is not installed: no libFuzzer")
     if not list((REPO / "tests" / "fuzz").glob("fuzz_*.c")):
         pytest.skip("no fuzz targets in tests/fuzz")
-    r = subprocess.run(["make", "-j2", "fuzz-run", "FUZZ_SECONDS=10"], cwd=REPO,
+    # A few seconds of new inputs per target by default; RUNTIME_TEST_ALL=1
+    # fuzzes each for longer.
+    seconds = 30 if RUN_ALL else 4
+    r = subprocess.run(["make", "-j2", "fuzz-run", f"FUZZ_SECONDS={seconds}"], cwd=REPO,
                        capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, f"make fuzz-run failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"
 
