@@ -52,6 +52,10 @@
 /* After the group was killed, an escaped process (its own session) can still
  * hold the pipes: stop draining them this long after. */
 #define FINAL_DRAIN_MS 2000
+/* The id a stream of a saved machine's earlier channel takes in a copy of
+ * that machine: never found by a frame's id, and whatever it would send is
+ * dropped (the copy's host never opened it). */
+#define ORPHAN_STREAM UINT32_MAX
 
 typedef struct Chunk {
         struct Chunk *next;
@@ -112,6 +116,7 @@ typedef struct Stream {
         /* forward: the same socket fields, the directions of an exec (the
          * host's bytes are DATA fd 0, the program's DATA fd 1). */
         bool connecting; /* the non-blocking connect has not finished */
+        bool orphan;     /* of the channel before a checkpoint; this is a copy */
 } Stream;
 
 typedef struct OutFrame {
@@ -133,6 +138,13 @@ struct Agent {
         int relay_fd; /* listening on 127.0.0.1:AGENT_RELAY_PORT, or -1 */
         uint32_t next_even;
         int (*resume)(const AgentRequest *r); /* until the first request */
+        int (*vm_resume)(const AgentRequest *r); /* what resume is armed with again by a checkpoint */
+        /* After a checkpoint's answer: nothing is read or sent but the
+         * channel until the host's next frame, so that a machine saved now
+         * holds no frame half-sent or half-read, and its copy's channel
+         * starts empty both ways. */
+        bool quiet;
+        bool checkpointed; /* a resume now comes from a copy of the saved machine */
         uint64_t memory_limit;   /* bytes, 0: the kernel enforces it alone */
         uint64_t next_memory_ms; /* when the watch looks again */
         bool memory_escalate;    /* killed at the last look: the next kills a group */
@@ -163,7 +175,7 @@ static void log_msg(const char *fmt, ...) {
 
 static Stream *stream_find(Agent *a, uint32_t id) {
         for (size_t i = 0; i < a->n_streams; i++)
-                if (a->streams[i]->id == id && !a->streams[i]->finished)
+                if (a->streams[i]->id == id && !a->streams[i]->finished && !a->streams[i]->orphan)
                         return a->streams[i];
         return NULL;
 }
@@ -175,6 +187,11 @@ static void agent_fatal(Agent *a, const char *why) {
 }
 
 static void queue_frame(Agent *a, OutFrame *f, uint8_t type, uint32_t stream) {
+        if (stream == ORPHAN_STREAM) {
+                free(f->buf);
+                free(f);
+                return;
+        }
         if (a->out_tail)
                 a->out_tail->next = f;
         else
@@ -646,26 +663,52 @@ static int resolve_user(AgentRequest *r, const char **ret_as, const char **ret_e
         return 0;
 }
 
+/* A copy of a saved machine: its host knows none of the streams of the
+ * channel before the checkpoint. A running command keeps running, its
+ * output read and dropped and its stdin closed; a transfer, a relay or a
+ * forwarded connection ends. */
+static void orphan_streams(Agent *a) {
+        for (size_t i = 0; i < a->n_streams; i++) {
+                Stream *s = a->streams[i];
+                s->id = ORPHAN_STREAM;
+                s->orphan = true;
+                s->credit = 1ull << 40;
+                if (s->kind == STREAM_EXEC)
+                        drop_stdin(a, s);
+                else
+                        s->finished = true;
+        }
+}
+
 static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t len) {
         if ((id & 1u) == 0) {
                 log_msg("ignoring OPEN on even stream %u", id);
                 return;
         }
-        for (size_t i = 0; i < a->n_streams; i++)
-                if (a->streams[i]->id == id) {
-                        log_msg("ignoring OPEN on stream %u which is in use", id);
-                        return;
-                }
-        if (a->n_streams >= AGENT_MAX_STREAMS) {
-                result_error(a, id, "busy", "too many concurrent operations");
-                return;
-        }
         AgentRequest *r = NULL;
         const char *msg = NULL;
         int k = agent_request_parse(payload, len, &r, &msg);
+        /* The first request after a checkpoint: a resume comes from a copy
+         * of the saved machine, whose host never saw the earlier streams. */
+        if (a->checkpointed) {
+                a->checkpointed = false;
+                if (k == 0 && r->op == REQ_RESUME && a->resume)
+                        orphan_streams(a);
+        }
+        for (size_t i = 0; i < a->n_streams; i++)
+                if (a->streams[i]->id == id && !a->streams[i]->orphan) {
+                        log_msg("ignoring OPEN on stream %u which is in use", id);
+                        agent_request_free(r);
+                        return;
+                }
         if (k < 0) {
                 result_error(a, id, k == -ENOMEM ? "internal" : "invalid",
                              k == -ENOMEM ? "out of memory" : msg);
+                return;
+        }
+        if (a->n_streams >= AGENT_MAX_STREAMS) {
+                result_error(a, id, "busy", "too many concurrent operations");
+                agent_request_free(r);
                 return;
         }
         int (*resume)(const AgentRequest *) = a->resume;
@@ -698,6 +741,16 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                 }
                 send_json_new(a, PROTO_RESULT, id, json_object());
                 send_hello(a);
+                break;
+        case REQ_CHECKPOINT:
+                if (!a->vm_resume) {
+                        result_error(a, id, "invalid", "checkpoint is only for a microVM's agent");
+                        break;
+                }
+                send_json_new(a, PROTO_RESULT, id, json_object());
+                a->quiet = true;
+                a->checkpointed = true;
+                a->resume = a->vm_resume;
                 break;
         case REQ_EXEC:
         case REQ_ARCHIVE:
@@ -886,6 +939,7 @@ static void handle_cancel(Agent *a, Stream *s) {
 }
 
 static void handle_frame(Agent *a, const ProtoHeader *h, const uint8_t *p) {
+        a->quiet = false;
         if (h->type == PROTO_PING) {
                 send_frame(a, PROTO_PONG, 0, 0, p, h->length);
                 return;
@@ -1340,6 +1394,7 @@ void agent_free(Agent *a) {
 
 void agent_set_resume(Agent *a, int (*fn)(const AgentRequest *r)) {
         a->resume = fn;
+        a->vm_resume = fn;
 }
 
 static void send_hello(Agent *a) {
@@ -1408,6 +1463,31 @@ static void grow_channel_buffer(int fd) {
                 (void)fcntl(fd, F_SETPIPE_SZ, bytes);
 }
 
+/* Quiet after a checkpoint: the answer goes out, then only the channel is
+ * read, until the host's next frame (the source carrying on, or a copy's
+ * resume) ends it. */
+static void quiet_wait(Agent *a) {
+        bool same = a->in_fd == a->out_fd;
+        short out_ev = a->out_head ? POLLOUT : 0;
+        struct pollfd pfd[2] = { { .fd = a->in_fd, .events = (short)(POLLIN | (same ? out_ev : 0)) },
+                                 { .fd = !same && out_ev ? a->out_fd : -1, .events = out_ev } };
+        if (poll(pfd, 2, -1) < 0) {
+                if (errno != EINTR) {
+                        log_msg("poll failed: %s", strerror(errno));
+                        a->quit = true;
+                        a->exit_status = 1;
+                }
+                return;
+        }
+        if (a->out_head && ((pfd[0].revents | pfd[1].revents) & POLLOUT))
+                flush_out(a);
+        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))
+                read_channel(a);
+        sweep(a);
+        if (a->out_head)
+                flush_out(a);
+}
+
 int agent_run(Agent *a) {
         set_nonblock(a->in_fd);
         set_nonblock(a->out_fd);
@@ -1418,6 +1498,10 @@ int agent_run(Agent *a) {
         int which[MAX_POLL];
 
         while (!a->quit) {
+                if (a->quiet) {
+                        quiet_wait(a);
+                        continue;
+                }
                 uint64_t now = time_now_mono_ms();
                 int timeout = -1;
                 size_t n = 0;
@@ -1522,6 +1606,13 @@ int agent_run(Agent *a) {
                         }
                         if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))
                                 read_channel(a);
+                }
+                if (a->quiet) {
+                        /* Nothing may follow the checkpoint's answer. */
+                        sweep(a);
+                        if (a->out_head)
+                                flush_out(a);
+                        continue;
                 }
                 now = time_now_mono_ms();
                 memory_watch(a, now);

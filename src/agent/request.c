@@ -304,7 +304,7 @@ static const struct {
         {"exec", REQ_EXEC}, {"read", REQ_READ},   {"write", REQ_WRITE},   {"list", REQ_LIST},
         {"stat", REQ_STAT}, {"mkdir", REQ_MKDIR}, {"remove", REQ_REMOVE}, {"rename", REQ_RENAME},
         {"resume", REQ_RESUME}, {"signal", REQ_SIGNAL}, {"forward", REQ_FORWARD},
-        {"archive", REQ_ARCHIVE}, {"unarchive", REQ_UNARCHIVE},
+        {"archive", REQ_ARCHIVE}, {"unarchive", REQ_UNARCHIVE}, {"checkpoint", REQ_CHECKPOINT},
 };
 
 /* {"op":"archive","path","gzip","exclude":[relative paths]} and
@@ -478,6 +478,8 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
                         return -EINVAL;
                 }
                 r->flag = !ow || json_is_null(ow) || json_is_true(ow);
+        } else if (r->op == REQ_CHECKPOINT) {
+                /* {"op":"checkpoint"}: nothing more. */
         } else {
                 if ((k = get_path(o, "path", &r->path)) < 0) {
                         *ret_error = "path must be an absolute path of at most 4096 bytes without NUL";
@@ -541,7 +543,8 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
         }
         json_t *user = json_object_get(o, "user");
         if (user && !json_is_null(user)) {
-                bool takes_user = r->op != REQ_RESUME && r->op != REQ_SIGNAL && r->op != REQ_FORWARD;
+                bool takes_user = r->op != REQ_RESUME && r->op != REQ_SIGNAL && r->op != REQ_FORWARD &&
+                                  r->op != REQ_CHECKPOINT;
                 const char *u = json_string_value(user);
                 if (!takes_user || !u || json_string_length(user) != strlen(u) || !user_name_valid(u)) {
                         *ret_error = "user must be a user name of 1 to 32 characters of a-z, 0-9, _ and -";

@@ -41,6 +41,7 @@ typedef enum AgentRequestOp {
         REQ_FORWARD, /* a TCP connection to a port on the sandbox's loopback (port forwarding) */
         REQ_ARCHIVE,   /* a directory out as a tar: an exec of the agent's own tar writer */
         REQ_UNARCHIVE, /* a tar (gzip or not) on stdin into a directory: its own reader */
+        REQ_CHECKPOINT, /* microVM about to be saved: answer, then send nothing until the host speaks */
 } AgentRequestOp;
 
 typedef struct AgentRequest {

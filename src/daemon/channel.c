@@ -695,7 +695,8 @@ void channel_free(Channel *c) {
         channel_unref(c);
 }
 
-int channel_open_stream(Channel *c, json_t *request, ChanStream **ret) {
+/* write_locked: the caller holds write_lock (a checkpoint). */
+static int open_stream(Channel *c, json_t *request, bool write_locked, ChanStream **ret) {
         _cleanup_free_ char *body = json_dumps(request, JSON_COMPACT);
         if (!body)
                 return -ENOMEM;
@@ -725,13 +726,60 @@ int channel_open_stream(Channel *c, json_t *request, ChanStream **ret) {
         pthread_mutex_unlock(&c->lock);
 
         /* Linked before the OPEN goes out, so that no reply can be missed. */
-        if (send_frame(c, PROTO_OPEN, 0, s->id, body, len) < 0) {
+        int w;
+        if (write_locked) {
+                w = c->fd < 0 ? -EPIPE : proto_write_frame(c->fd, PROTO_OPEN, 0, s->id, body, len);
+                if (w < 0) {
+                        mark_closed(c, "write to the agent failed");
+                        w = -EPIPE;
+                }
+        } else
+                w = send_frame(c, PROTO_OPEN, 0, s->id, body, len);
+        if (w < 0) {
                 s->result = true; /* nothing to cancel */
                 chan_stream_free(s);
                 return -EPIPE;
         }
         *ret = s;
         return 0;
+}
+
+int channel_open_stream(Channel *c, json_t *request, ChanStream **ret) {
+        return open_stream(c, request, false, ret);
+}
+
+int channel_checkpoint_begin(Channel *c, json_t *request, int timeout_ms) {
+        pthread_mutex_lock(&c->write_lock);
+        ChanStream *s = NULL;
+        int r = open_stream(c, request, true, &s);
+        if (r < 0) {
+                pthread_mutex_unlock(&c->write_lock);
+                return r;
+        }
+        /* Waited for by its flag, not taken with chan_stream_next: taking
+         * DATA (which a hostile agent may send) returns credit, a write,
+         * and the write lock is ours. */
+        struct timespec dl;
+        time_mono_deadline(&dl, timeout_ms);
+        pthread_mutex_lock(&c->lock);
+        int w = 0;
+        while (!s->result && c->open && w == 0)
+                w = wait_until(&s->cond, &c->lock, &dl);
+        bool answered = s->result, open = c->open;
+        bool ok = false;
+        for (QueuedEvent *q = s->head; q; q = q->next)
+                if (q->ev.type == CHAN_EV_RESULT)
+                        ok = json_is_object(q->ev.json) && !json_object_get(q->ev.json, "error");
+        pthread_mutex_unlock(&c->lock);
+        r = !answered ? (open ? -ETIMEDOUT : -EPIPE) : ok ? 0 : -EPROTO;
+        if (r < 0)
+                pthread_mutex_unlock(&c->write_lock); /* before the free: it may send CANCEL */
+        chan_stream_free(s);
+        return r;
+}
+
+void channel_checkpoint_end(Channel *c) {
+        pthread_mutex_unlock(&c->write_lock);
 }
 
 int chan_stream_write(ChanStream *s, const void *buf, size_t n, int timeout_ms) {

@@ -56,6 +56,16 @@ void channel_free(Channel *c);
 #define CHANNEL_MAX_STREAMS 1024
 int channel_open_stream(Channel *c, json_t *request, ChanStream **ret);
 
+/* A checkpoint of the agent (a microVM about to be saved): sends `request`
+ * (borrowed) and waits up to timeout_ms for its answer, after which the
+ * agent sends nothing until the daemon's next frame. On success (0) the
+ * channel's write lock stays held, so that nothing goes to the agent either:
+ * the channel is empty both ways until channel_checkpoint_end, and a machine
+ * saved meanwhile holds no frame half-sent. -ETIMEDOUT, -EPIPE, and
+ * -EPROTO when the agent refused; the lock is then released. */
+int channel_checkpoint_begin(Channel *c, json_t *request, int timeout_ms);
+void channel_checkpoint_end(Channel *c);
+
 /* Sends DATA on fd PROTO_FD_IN, split into frames, blocking while the stream
  * has no credit. timeout_ms < 0 waits for ever. 0, -ETIMEDOUT, -EPIPE (channel
  * closed or stream finished). */

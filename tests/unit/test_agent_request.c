@@ -279,6 +279,20 @@ static void test_resume(void **state) {
         }
 }
 
+/* checkpoint takes no fields that matter and no user: it is the daemon's,
+ * about the agent itself. */
+static void test_checkpoint(void **state) {
+        (void)state;
+        AgentRequest *r = NULL;
+        const char *msg = NULL;
+        assert_int_equal(parse_str("{\"op\":\"checkpoint\"}", &r, &msg), 0);
+        assert_int_equal(r->op, REQ_CHECKPOINT);
+        assert_null(r->path);
+        agent_request_free(r);
+        expect_invalid("{\"op\":\"checkpoint\",\"user\":\"root\"}");
+        expect_invalid("{\"op\":\"checkpoint\",\"user\":\"sandbox\"}");
+}
+
 static void test_user_and_signal(void **state) {
         AgentRequest *r = NULL;
         const char *msg = NULL;
@@ -419,7 +433,7 @@ int main(void) {
                 cmocka_unit_test(test_depth),    cmocka_unit_test(test_paths),
                 cmocka_unit_test(test_exec),     cmocka_unit_test(test_exec_limits),
                 cmocka_unit_test(test_file_ops), cmocka_unit_test(test_envelope),
-                cmocka_unit_test(test_resume),   cmocka_unit_test(test_user_and_signal),
+                cmocka_unit_test(test_resume),   cmocka_unit_test(test_checkpoint),   cmocka_unit_test(test_user_and_signal),
                 cmocka_unit_test(test_pty),      cmocka_unit_test(test_forward),
                 cmocka_unit_test(test_user_names), cmocka_unit_test(test_passwd),
         };
