@@ -67,6 +67,10 @@ json_t *agent_req_unarchive(const char *path, uint64_t max_bytes, uint64_t max_e
                          "maxEntries", (json_int_t)max_entries);
 }
 
+json_t *agent_req_checkpoint(void) {
+        return json_pack("{s:s}", "op", "checkpoint");
+}
+
 json_t *agent_req_stat(const char *path) {
         return json_pack("{s:s,s:s}", "op", "stat", "path", path);
 }

@@ -322,7 +322,7 @@ static int snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e) {
         if (rc < 0)
                 return api_error(e, 500, "internal", NULL, "could not read the snapshot");
         _cleanup_json_ json_t *spec = json_loads(s.spec, 0, NULL);
-        rc = snapshot_merge_create_defaults(r->json, spec, e);
+        rc = snapshot_merge_create_defaults(r->json, spec, strcmp(s.mode, "memory") == 0, e);
         if (rc == 0) {
                 *ret_dir = snapshot_store_dir(r->app->snapshots, s.id);
                 if (!*ret_dir)

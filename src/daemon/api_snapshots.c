@@ -67,22 +67,26 @@ static int retention_field(json_t *body, int64_t *ret, ApiError *e) {
         return 0;
 }
 
+/* mode: "disk" (the default) or "memory". */
+static int mode_field(json_t *body, const char **ret, ApiError *e) {
+        json_t *mode = json_object_get(body, "mode");
+        *ret = "disk";
+        if (!mode || json_is_null(mode))
+                return 0;
+        const char *m = json_string_value(mode);
+        if (!m || (strcmp(m, "disk") != 0 && strcmp(m, "memory") != 0))
+                return api_error(e, 400, "invalid_request", NULL, "mode must be \"disk\" or \"memory\"");
+        *ret = m;
+        return 0;
+}
+
 int snapshot_parse_body(json_t *body, SnapshotRequest *sr, json_t **ret_labels, ApiError *e) {
         static const char *const fields[] = { "mode", "name", "labels", "retentionDays", NULL };
         *sr = (SnapshotRequest){ 0 };
         *ret_labels = NULL;
         if (check_fields(body, fields, e) < 0 || retention_field(body, &sr->retention_days, e) < 0 ||
-            request_parse_name_labels(body, &sr->name, ret_labels, e) < 0)
+            mode_field(body, &sr->mode, e) < 0 || request_parse_name_labels(body, &sr->name, ret_labels, e) < 0)
                 return -EINVAL;
-        json_t *mode = json_object_get(body, "mode");
-        if (mode && !json_is_null(mode)) {
-                sr->mode = json_string_value(mode);
-                if (!sr->mode || (strcmp(sr->mode, "disk") != 0 && strcmp(sr->mode, "memory") != 0)) {
-                        json_decref(*ret_labels);
-                        *ret_labels = NULL;
-                        return api_error(e, 400, "invalid_request", NULL, "mode must be \"disk\" or \"memory\"");
-                }
-        }
         sr->labels = *ret_labels;
         return 0;
 }
@@ -276,12 +280,15 @@ enum MHD_Result handle_snapshot_delete(Req *r) {
         return j ? reply_json(r, 200, j) : reply_internal(r);
 }
 
-int fork_parse_body(json_t *body, int64_t *ret_count, const char **ret_name, json_t **ret_labels, ApiError *e) {
-        static const char *const fields[] = { "count", "name", "labels", "keepSnapshot", "secrets", "funding", NULL };
+int fork_parse_body(json_t *body, int64_t *ret_count, const char **ret_name, const char **ret_mode, json_t **ret_labels,
+                    ApiError *e) {
+        static const char *const fields[] = { "count", "name", "labels", "keepSnapshot", "secrets", "funding",
+                                              "mode", NULL };
         *ret_count = 1;
         *ret_name = NULL;
         *ret_labels = NULL;
-        if (check_fields(body, fields, e) < 0 || request_parse_name_labels(body, ret_name, ret_labels, e) < 0)
+        if (check_fields(body, fields, e) < 0 || mode_field(body, ret_mode, e) < 0 ||
+            request_parse_name_labels(body, ret_name, ret_labels, e) < 0)
                 return -EINVAL;
         json_t *cv = json_object_get(body, "count");
         json_t *keep = json_object_get(body, "keepSnapshot");
@@ -308,10 +315,10 @@ int fork_parse_body(json_t *body, int64_t *ret_count, const char **ret_name, jso
 enum MHD_Result handle_sandbox_fork(Req *r) {
         const DaemonConfig *cfg = r->app->cfg;
         ApiError e = { 0 };
-        const char *name;
+        const char *name, *mode;
         _cleanup_json_ json_t *labels = NULL;
         int64_t count;
-        if (fork_parse_body(r->json, &count, &name, &labels, &e) < 0)
+        if (fork_parse_body(r->json, &count, &name, &mode, &labels, &e) < 0)
                 return reply_error(r, &e);
         json_t *keep = json_object_get(r->json, "keepSnapshot");
         json_t *secrets = json_object_get(r->json, "secrets");
@@ -350,7 +357,7 @@ enum MHD_Result handle_sandbox_fork(Req *r) {
                         return reply_error(r, &e);
                 }
         }
-        SnapshotRequest sr = { .mode = "disk", .retention_days = 1 };
+        SnapshotRequest sr = { .mode = mode, .retention_days = 1 };
         SnapshotRow snap;
         if (sandbox_snapshot(r->app->manager, &r->key, r->route.sandbox_id, &sr, r->rid, &snap, &se) < 0) {
                 api_sandbox_error(&se, &e);

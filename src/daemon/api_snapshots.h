@@ -20,7 +20,8 @@ enum MHD_Result handle_snapshot_delete(Req *r);
  * come back owned by the caller (NULL when not given); names point into
  * the body. Each answers -EINVAL with e set on a bad body. */
 int snapshot_parse_body(json_t *body, SnapshotRequest *sr, json_t **ret_labels, ApiError *e);
-int fork_parse_body(json_t *body, int64_t *ret_count, const char **ret_name, json_t **ret_labels, ApiError *e);
+int fork_parse_body(json_t *body, int64_t *ret_count, const char **ret_name, const char **ret_mode, json_t **ret_labels,
+                    ApiError *e);
 int snapshot_update_parse_body(json_t *body, const char **ret_name, json_t **ret_labels, int64_t *ret_days,
                                ApiError *e);
 /* retentionDays, required. */

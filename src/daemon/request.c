@@ -1215,7 +1215,7 @@ int request_parse_name_labels(json_t *body, const char **ret_name, json_t **ret_
  * under what the caller gave. */
 static const char *const inherited[] = { "driver", "image", "vcpu", "memoryMiB", "diskMiB", NULL };
 
-int snapshot_merge_create_defaults(json_t *body, json_t *spec, ApiError *e) {
+int snapshot_merge_create_defaults(json_t *body, json_t *spec, bool memory, ApiError *e) {
         int rc = 0;
         for (size_t i = 0; inherited[i] && rc == 0; i++) {
                 json_t *mine = json_object_get(body, inherited[i]);
@@ -1230,10 +1230,15 @@ int snapshot_merge_create_defaults(json_t *body, json_t *spec, ApiError *e) {
                          !json_equal(mine, theirs))
                         rc = api_error(e, 400, "invalid_request", "leave it out to take the snapshot's",
                                        "%s must be the snapshot's (%.64s)", inherited[i], json_string_value(theirs));
-                else if (strcmp(inherited[i], "diskMiB") == 0 && json_is_integer(mine) &&
-                         json_integer_value(mine) != json_integer_value(theirs))
+                else if ((strcmp(inherited[i], "diskMiB") == 0 ||
+                          /* A saved machine resumes only with the CPUs and
+                           * memory it was saved with. */
+                          (memory && (strcmp(inherited[i], "vcpu") == 0 || strcmp(inherited[i], "memoryMiB") == 0))) &&
+                         !json_equal(mine, theirs))
                         rc = api_error(e, 400, "invalid_request", "leave it out to take the snapshot's",
-                                       "diskMiB must be the snapshot's (%lld)", (long long)json_integer_value(theirs));
+                                       "%s must be the snapshot's (%lld)%s", inherited[i],
+                                       (long long)json_integer_value(theirs),
+                                       memory && strcmp(inherited[i], "diskMiB") != 0 ? " for a memory snapshot" : "");
         }
         return rc;
 }

@@ -157,5 +157,6 @@ bool request_env_name_ok(const char *s, size_t len);
  * -E2BIG when the decoded size would pass max. */
 int base64_decode(const char *in, size_t len, size_t max, uint8_t **ret, size_t *ret_len);
 /* Fills a create body's driver, image and shape from a snapshot's spec
- * where the body leaves them out; another driver, image or diskMiB is a 400. */
-int snapshot_merge_create_defaults(json_t *body, json_t *spec, ApiError *e);
+ * where the body leaves them out; another driver, image or diskMiB is a
+ * 400, and of a memory snapshot another vcpu or memoryMiB too. */
+int snapshot_merge_create_defaults(json_t *body, json_t *spec, bool memory, ApiError *e);

@@ -2047,6 +2047,40 @@ typedef struct SnapshotOp {
         SnapshotRow *out;
 } SnapshotOp;
 
+/* How long the agent has to answer a checkpoint: a guest under software
+ * emulation on a loaded host can stall for tens of seconds. */
+#define CHECKPOINT_TIMEOUT_MS 60000
+
+/* A memory snapshot of a live sandbox, under its lock: its agent goes quiet
+ * (the channel empty both ways, nothing written to it until the end), the
+ * machine stops, the driver saves it with its disk, and it carries on (a
+ * paused one runs only for the checkpoint's answer, and stays paused). */
+static int snapshot_memory_locked(Sandbox *sb, const DriverSpec *ds, const char *dir, const char *rid) {
+        bool was_paused = sb->paused;
+        int r = was_paused ? sb->driver->resume(sb->inst) : 0;
+        _cleanup_json_ json_t *req = agent_req_checkpoint();
+        if (r == 0)
+                r = req ? channel_checkpoint_begin(sb->channel, req, CHECKPOINT_TIMEOUT_MS) : -ENOMEM;
+        bool quiet = r == 0;
+        if (r == 0)
+                r = sb->driver->pause(sb->inst);
+        bool stopped = r == 0;
+        if (r == 0)
+                r = sb->driver->snapshot_memory(sb->inst, ds, dir);
+        int rr = 0;
+        if (was_paused && !stopped)
+                rr = sb->driver->pause(sb->inst);
+        else if (!was_paused && stopped)
+                rr = sb->driver->resume(sb->inst);
+        if (rr < 0)
+                log_error(rid, "sandbox %s: %s after its memory snapshot: %s", sb->id, was_paused ? "pausing" : "resuming",
+                          strerror(-rr));
+        if (quiet)
+                channel_checkpoint_end(sb->channel);
+        channel_heartbeat_reset(sb->channel, (int64_t)time_now_mono_ms());
+        return r;
+}
+
 static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         SnapshotOp *op = arg;
         const SnapshotRequest *req = op->req;
@@ -2054,14 +2088,18 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         const Driver *d = spec ? driver_by_name(spec_str(spec, "driver", "")) : NULL;
         if (!d)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
-        if (req->mode && strcmp(req->mode, "memory") == 0)
+        bool memory = req->mode && strcmp(req->mode, "memory") == 0;
+        if (memory && !d->snapshot_memory)
                 return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED,
-                                     "take mode: \"disk\", which keeps its files and /workspace",
+                                     "take mode: \"disk\", which keeps its files and /workspace, or use the microvm driver",
                                      "the %s driver cannot keep a running sandbox's memory in a snapshot", d->name);
         if (!d->snapshot_disk)
                 return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, "snapshot a sandbox of the namespace or gvisor driver",
                                      "the %s driver cannot take disk snapshots yet", d->name);
         bool live = state_is(row, "running") || state_is(row, "paused");
+        if (memory && !live)
+                return conflict_state(e, row, "running or paused",
+                                      "wake it, or take mode: \"disk\": a stopped sandbox has no memory to keep");
         if (!live && !state_is(row, "stopped") && !state_is(row, "failed"))
                 return conflict_state(e, row, "running, paused, stopped or failed", "wait for it to settle");
         SnapshotStore *store = m->snapshots;
@@ -2089,7 +2127,9 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not begin the snapshot");
         }
         uint64_t t0 = time_now_mono_ms(), frozen_ms = 0;
-        if (live && state_is(row, "running"))
+        /* A memory snapshot keeps what the guest holds for its files in
+         * its memory: no sync needed. */
+        if (live && state_is(row, "running") && !memory)
                 guest_sync(m, row->id, rid, 60000, "snapshot");
         if (live) {
                 Sandbox *sb = live_get(m, row->id);
@@ -2101,13 +2141,16 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                         uint64_t f0 = time_now_mono_ms();
                         if (!sb->running || sb->died || !sb->inst)
                                 r = -ESRCH;
-                        else if (!sb->paused) {
+                        else if (memory) {
+                                r = snapshot_memory_locked(sb, &ds, tmp, rid);
+                                frozen_ms = time_now_mono_ms() - f0;
+                        } else if (!sb->paused) {
                                 /* Frozen only while its layer is synced
                                  * and copied: nothing writes to it meanwhile. */
                                 r = sb->driver->pause ? sb->driver->pause(sb->inst) : -EOPNOTSUPP;
                                 froze = r == 0;
                         }
-                        if (r == 0)
+                        if (r == 0 && !memory)
                                 r = d->snapshot_disk(sb->inst, &ds, tmp);
                         if (froze) {
                                 frozen_ms = time_now_mono_ms() - f0;
@@ -2138,7 +2181,7 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                 snap.labels = req->labels ? json_dumps(req->labels, JSON_COMPACT) : strdup("{}");
                 snap.spec = base ? json_dumps(base, JSON_COMPACT) : NULL;
                 json_decref(base);
-                snprintf(snap.mode, sizeof snap.mode, "disk");
+                snprintf(snap.mode, sizeof snap.mode, "%s", memory ? "memory" : "disk");
                 snap.created_at = time_now_unix();
                 snap.expires_at = snap.created_at + days * 86400;
                 if (!snap.owner || !snap.key_id || !snap.sandbox_id || !snap.labels || !snap.spec ||
@@ -2173,6 +2216,9 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         if (r == -ESRCH)
                 return sandbox_error(e, SANDBOX_ERR_CONFLICT, "try again", "sandbox %s stopped during the snapshot",
                                      row->id);
+        if (r == -EPROTO)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, "take mode: \"disk\"",
+                                     "the agent of sandbox %s refused its checkpoint; nothing was kept", row->id);
         return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "the snapshot failed");
 }
 

@@ -121,8 +121,17 @@ typedef struct Driver {
          * kept (a tmpfs layer). NULL where the driver cannot. */
         int (*snapshot_disk)(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir);
         /* Before the first start of a new sandbox: makes its writable layer
-         * from a snapshot's dest_dir, so that start boots on those files. */
+         * from a snapshot's dest_dir, so that start boots on those files
+         * (or, from a memory snapshot, resumes the saved machine on them). */
         int (*restore_disk)(const DriverSpec *spec, const char *snap_dir);
+        /* Memory snapshot: writes the running machine (its memory, its
+         * devices' state) and its disk, as they stand together, into
+         * dest_dir, a new empty directory, as files that restore_disk takes
+         * back and the next start resumes. inst is stopped by pause, and
+         * its agent's channel is empty both ways (a checkpoint, see
+         * channel_checkpoint_begin); it stays stopped. Errors as
+         * snapshot_disk's. NULL where the driver cannot. */
+        int (*snapshot_memory)(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir);
 } Driver;
 
 extern const Driver driver_namespace;

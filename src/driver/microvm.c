@@ -26,6 +26,7 @@
 #include "driver/microvm_disk.h"
 #include "driver/microvm_initramfs.h"
 #include "driver/microvm_kvm.h"
+#include "driver/microvm_snapshot.h"
 #include "driver/microvm_spawn.h"
 #include "driver/microvm_template.h"
 #include "driver/microvm_vmm.h"
@@ -189,6 +190,25 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
                 .p_modules = p_modules, .p_console = p_console,
         };
 
+        /* A copy of a memory snapshot resumes the saved guest once, on the
+         * disk restore_disk made; it fails rather than boot in its place:
+         * the processes asked for would not be there. */
+        if (microvm_snapshot_pending(spec->sandbox_dir)) {
+                char why[256] = "";
+                uint64_t t0 = time_now_mono_ms();
+                r = microvm_snapshot_start(&s, p_upper, ret_fd, ret, why, sizeof(why));
+                if (r == 0) {
+                        dprintf(log_fd, "runtimed: resumed from a memory snapshot in %llu ms\n",
+                                (unsigned long long)(time_now_mono_ms() - t0));
+                        return 0;
+                }
+                dprintf(log_fd, "runtimed: resuming the memory snapshot failed: %s\n", why[0] ? why : strerror(-r));
+                driver_error(err, r == -ESTALE ? "the memory snapshot was taken with another QEMU, kernel, image or "
+                                                 "shape than this host has now; take a new one"
+                                               : "the memory snapshot could not be resumed; the daemon's log has the "
+                                                 "details");
+                return r;
+        }
         /* The first start restores its shape's template; a stopped sandbox
          * starts again by booting on its own disk. */
         if (microvm_templates_enabled() && access(p_upper, F_OK) < 0 && errno == ENOENT) {
@@ -231,8 +251,12 @@ static int microvm_reap_orphan(const DriverSpec *spec) {
         int r = microvm_vmm_cgroup_kill(spec);
         if (r == -EINVAL)
                 return r;
-        if (spec->sandbox_dir)
+        if (spec->sandbox_dir) {
                 remove_start_files(spec->sandbox_dir);
+                /* A copy that never resumed its memory snapshot boots from
+                 * its disk, as every sandbox after a daemon's restart. */
+                microvm_snapshot_forget(spec->sandbox_dir);
+        }
         return r < 0 && r != -ENOENT ? r : 0;
 }
 
@@ -254,6 +278,23 @@ static int microvm_snapshot_disk(DriverInstance *inst, const DriverSpec *spec, c
         return rootfs_copy_image(from, to);
 }
 
+/* Memory snapshots: the daemon has stopped the VM with its agent's channel
+ * empty; the guest and its disk are saved together (microvm_snapshot.c). */
+static int microvm_snapshot_memory(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir) {
+        if (!inst || !microvm_vm_alive(inst))
+                return -ESRCH;
+        char why[256] = "";
+        int r = microvm_snapshot_save(inst, dest_dir, why, sizeof(why));
+        char p_log[PATH_MAX];
+        /* The reason goes where the start's do: the sandbox's vmm.log. */
+        if (r < 0 && path_join(p_log, sizeof(p_log), spec->sandbox_dir, "vmm.log") == 0) {
+                _cleanup_close_ int fd = open(p_log, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+                if (fd >= 0)
+                        dprintf(fd, "runtimed: memory snapshot failed: %s\n", why[0] ? why : strerror(-r));
+        }
+        return r;
+}
+
 static int microvm_restore_disk(const DriverSpec *spec, const char *snap_dir) {
         char from[PATH_MAX], to[PATH_MAX], part[PATH_MAX];
         if (!spec->sandbox_dir || path_join(from, sizeof(from), snap_dir, "upper.ext4") < 0 ||
@@ -270,6 +311,11 @@ static int microvm_restore_disk(const DriverSpec *spec, const char *snap_dir) {
                 r = -errno;
         if (r < 0)
                 (void)unlink(part);
+        if (r >= 0 && microvm_snapshot_has_memory(snap_dir)) {
+                r = microvm_snapshot_link(snap_dir, spec->sandbox_dir);
+                if (r < 0)
+                        (void)unlink(to);
+        }
         return r;
 }
 
@@ -289,4 +335,5 @@ const Driver driver_microvm = {
         .resume = microvm_vm_resume,
         .snapshot_disk = microvm_snapshot_disk,
         .restore_disk = microvm_restore_disk,
+        .snapshot_memory = microvm_snapshot_memory,
 };

@@ -13,6 +13,7 @@
  *   microvm_initramfs.c  the initramfs of a start (the agent and modules)
  *   microvm_qmp.c        a client of QEMU's monitor protocol
  *   microvm_template.c   the cache of saved guests a first start restores
+ *   microvm_snapshot.c   memory snapshots: a running guest saved with its disk, resumed by a copy
  *
  * This header has the types and limits those files share.
  */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <stdint.h>
 
 #include "common/timeutil.h"
 
@@ -87,4 +88,43 @@ int microvm_qmp_exec(MicrovmQmp *q, const char *cmd, int pass_fd, int64_t deadli
                 *ret = json_incref(json_object_get(o, "return"));
         json_decref(o);
         return 0;
+}
+
+int microvm_qmp_save(MicrovmQmp *q, int state_fd, int64_t deadline, char *why, size_t why_len) {
+        /* The default bandwidth cap (128 MiB/s) would make a big guest's
+         * save take seconds for nothing: it goes to a local file. */
+        int r = microvm_qmp_exec(q,
+                                 "{\"execute\":\"migrate-set-parameters\",\"arguments\":{\"max-bandwidth\":17179869184}}\n",
+                                 -1, deadline, NULL, why, why_len);
+        if (r == 0)
+                r = microvm_qmp_exec(q, "{\"execute\":\"getfd\",\"arguments\":{\"fdname\":\"state\"}}\n", state_fd,
+                                     deadline, NULL, why, why_len);
+        if (r == 0)
+                r = microvm_qmp_exec(q, "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:state\"}}\n", -1,
+                                     deadline, NULL, why, why_len);
+        while (r == 0) {
+                json_t *ret = NULL;
+                r = microvm_qmp_exec(q, "{\"execute\":\"query-migrate\"}\n", -1, deadline, &ret, why, why_len);
+                if (r < 0)
+                        break;
+                const char *status = json_string_value(json_object_get(ret, "status"));
+                if (status && strcmp(status, "completed") == 0) {
+                        json_decref(ret);
+                        return 0;
+                }
+                if (!status || strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0) {
+                        snprintf(why, why_len, "saving the guest: %s",
+                                 json_string_value(json_object_get(ret, "error-desc")) ?: status ?: "no status");
+                        r = -EIO;
+                }
+                json_decref(ret);
+                if (r == 0) {
+                        if ((int64_t)time_now_mono_ms() > deadline) {
+                                snprintf(why, why_len, "saving the guest ran past its deadline");
+                                r = -ETIMEDOUT;
+                        } else
+                                usleep(20000);
+                }
+        }
+        return r;
 }

@@ -21,3 +21,8 @@ typedef struct MicrovmQmp {
  * -EPROTO for what is not QMP. */
 int microvm_qmp_exec(MicrovmQmp *q, const char *cmd, int pass_fd, int64_t deadline, json_t **ret, char *why,
                      size_t why_len);
+
+/* Saves the guest (QMP migrate) into state_fd, a file, and waits for the
+ * save to complete: a running guest is saved live and left stopped, a
+ * stopped one in one pass. -EIO with the reason in why. */
+int microvm_qmp_save(MicrovmQmp *q, int state_fd, int64_t deadline, char *why, size_t why_len);

@@ -154,6 +154,11 @@ static int template_key(const char *qemu, const char *image_dir, const char *age
         return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
 }
 
+int microvm_saved_guest_key(const MicrovmStart *s, char *buf, size_t len) {
+        return template_key(s->qemu, s->spec->image_dir, s->spec->agent_path, s->accel, s->vcpu, s->mem, s->disk,
+                            s->pids, buf, len);
+}
+
 static uint64_t fnv1a64(const char *s) {
         uint64_t h = 14695981039346656037ull;
         for (; *s; s++) {
@@ -344,48 +349,13 @@ static int template_build(const MicrovmStart *s, const char *tmpdir, const char 
         if (r < 0)
                 snprintf(why, why_len, "the template's agent did not say HELLO: %s", strerror(-r));
         MicrovmQmp q = { .fd = mon_host };
-        json_t *ret = NULL;
         deadline = (int64_t)time_now_mono_ms() + TEMPLATE_MIGRATE_MS;
         if (r == 0)
                 r = microvm_qmp_exec(&q, "{\"execute\":\"qmp_capabilities\"}\n", -1, deadline, NULL, why, why_len);
-        /* The default bandwidth cap (128 MiB/s) would make a big guest's
-         * save take seconds for nothing: it goes to a local file. */
-        if (r == 0)
-                r = microvm_qmp_exec(&q,
-                             "{\"execute\":\"migrate-set-parameters\",\"arguments\":{\"max-bandwidth\":17179869184}}\n",
-                             -1, deadline, NULL, why, why_len);
-        if (r == 0)
-                r = microvm_qmp_exec(&q, "{\"execute\":\"getfd\",\"arguments\":{\"fdname\":\"state\"}}\n", state_fd, deadline,
-                             NULL, why, why_len);
-        if (r == 0)
-                r = microvm_qmp_exec(&q, "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:state\"}}\n", -1, deadline, NULL,
-                             why, why_len);
         /* Not stopped first: a guest saved while paused would stay paused
          * when restored. An idle guest's live save converges at once. */
-        while (r == 0) {
-                r = microvm_qmp_exec(&q, "{\"execute\":\"query-migrate\"}\n", -1, deadline, &ret, why, why_len);
-                if (r < 0)
-                        break;
-                const char *status = json_string_value(json_object_get(ret, "status"));
-                if (status && strcmp(status, "completed") == 0) {
-                        json_decref(ret);
-                        break;
-                }
-                if (!status || strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0) {
-                        snprintf(why, why_len, "saving the template: %s",
-                                 json_string_value(json_object_get(ret, "error-desc")) ?: status ?: "no status");
-                        r = -EIO;
-                }
-                json_decref(ret);
-                ret = NULL;
-                if (r == 0) {
-                        if ((int64_t)time_now_mono_ms() > deadline) {
-                                snprintf(why, why_len, "saving the template took over %d s", TEMPLATE_MIGRATE_MS / 1000);
-                                r = -ETIMEDOUT;
-                        } else
-                                usleep(20000);
-                }
-        }
+        if (r == 0)
+                r = microvm_qmp_save(&q, state_fd, deadline, why, why_len);
         if (r == -ETIMEDOUT && !why[0])
                 snprintf(why, why_len, "QMP did not answer in time");
         else if (r < 0 && !why[0])
@@ -495,9 +465,7 @@ static int template_get(const MicrovmStart *s, int tfd, char *name, size_t name_
         return *ret_dfd >= 0 ? 0 : -ENOENT;
 }
 
-/* The resume request: the guest's kernel gets fresh entropy and is reseeded,
- * its clock set, its hostname made the sandbox's. */
-static int vm_resume(int chan, const char *id, int64_t deadline, char *why, size_t why_len) {
+int microvm_agent_resume(int chan, const char *id, int64_t deadline, char *why, size_t why_len) {
         uint8_t seed[64];
         if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
                 return -EIO;
@@ -590,7 +558,7 @@ int microvm_template_start(const MicrovmStart *s, const char *p_upper, int *ret_
                 snprintf(why, why_len, "starting QEMU: %s", strerror(-r));
                 return r;
         }
-        r = vm_resume(chan, s->spec->id, (int64_t)time_now_mono_ms() + RESUME_TIMEOUT_MS, why, why_len);
+        r = microvm_agent_resume(chan, s->spec->id, (int64_t)time_now_mono_ms() + RESUME_TIMEOUT_MS, why, why_len);
         if (r < 0) {
                 microvm_vm_free(inst);
                 /* A template that does not come back (damaged, or from a

@@ -36,6 +36,7 @@
 #include "common/timeutil.h"
 #include "driver/microvm_kvm.h"
 #include "driver/microvm_qmp.h"
+#include "driver/microvm_template.h"
 #include "driver/microvm_spawn.h"
 
 #define KILL_TIMEOUT_MS 5000
@@ -67,6 +68,13 @@ struct DriverInstance {
          * the monitor (a template being made). qmp_ready once negotiated. */
         MicrovmQmp *qmp;
         bool qmp_ready;
+        /* What a memory snapshot of it must keep to be restored: the name
+         * on its kernel's command line, its initramfs (a descriptor of the
+         * file it started with) and the key of what the saved guest depends
+         * on (microvm_saved_guest_key). */
+        char *hostname;
+        int initrd_fd;
+        char *key;
 };
 
 const char *microvm_qemu_binary(void) {
@@ -297,8 +305,12 @@ static int vm_args(const VmLaunch *l, int chan_vmm, int console_w, Args *a) {
         r |= argf(a, "fd=%d,set=2", l->upper_fd);
         arg(a, "-add-fd");
         r |= argf(a, "fd=%d,set=2", l->upper_ro_fd);
+        /* No image locks: the daemon alone hands the disk to this one QEMU,
+         * and after a save QEMU takes its own locks again through the other
+         * descriptor of the set and fails ("Failed to get shared write
+         * lock"), which would keep the guest from running on. */
         arg(a, "-drive");
-        arg(a, "id=upper,if=none,file=/dev/fdset/2,format=raw,cache=none,aio=threads");
+        arg(a, "id=upper,if=none,file=/dev/fdset/2,format=raw,cache=none,aio=threads,file.locking=off");
         arg(a, "-device");
         arg(a, "virtio-blk-device,drive=upper,serial=upper");
         arg(a, "-device");
@@ -347,6 +359,10 @@ static void instance_release(DriverInstance *inst) {
                 close(inst->qmp->fd);
                 free(inst->qmp);
         }
+        if (inst->initrd_fd >= 0)
+                close(inst->initrd_fd);
+        free(inst->hostname);
+        free(inst->key);
         cgroup_free(inst->cg);
         free(inst->id);
         free(inst->sandbox_dir);
@@ -420,6 +436,7 @@ static int vm_launch(const VmLaunch *l, int *ret_fd, DriverInstance **ret) {
                 return -ENOMEM;
         inst->pid = -1;
         inst->pidfd = inst->console_fd = inst->console_log_fd = inst->vmm_err_fd = inst->vmm_log_fd = -1;
+        inst->initrd_fd = -1;
         inst->id = strdup(s->spec->id);
         inst->sandbox_dir = strdup(s->spec->sandbox_dir);
         inst->upper_path = strdup(l->upper_path);
@@ -526,6 +543,15 @@ int microvm_vm_start(const MicrovmStart *s, const char *hostname, int initrd_fd,
         r = vm_launch(&l, ret_fd, ret);
         if (mon[1] >= 0)
                 close(mon[1]);
+        if (r == 0) {
+                char key[4096];
+                DriverInstance *inst = *ret;
+                inst->hostname = strdup(hostname);
+                inst->initrd_fd = fcntl(initrd_fd, F_DUPFD_CLOEXEC, 3);
+                /* Without them it runs, but cannot be saved. */
+                if (microvm_saved_guest_key(s, key, sizeof(key)) == 0)
+                        inst->key = strdup(key);
+        }
         if (r < 0 || !qmp) {
                 if (mon[0] >= 0)
                         close(mon[0]);
@@ -541,20 +567,78 @@ int microvm_vm_start(const MicrovmStart *s, const char *hostname, int initrd_fd,
  * slow to answer its monitor. */
 #define QMP_TIMEOUT_MS 20000
 
-static int vm_qmp(DriverInstance *inst, const char *cmd) {
+/* The daemon's monitor of the VM, negotiated once. */
+static int vm_monitor(DriverInstance *inst, int64_t deadline, MicrovmQmp **ret, char *why, size_t why_len) {
         if (!inst || !inst->qmp || inst->exited)
                 return -EINVAL;
-        int64_t deadline = (int64_t)time_now_mono_ms() + QMP_TIMEOUT_MS;
-        char why[256] = "";
-        int r;
         if (!inst->qmp_ready) {
-                r = microvm_qmp_exec(inst->qmp, "{\"execute\":\"qmp_capabilities\"}\n", -1, deadline, NULL, why,
-                                     sizeof(why));
+                int r = microvm_qmp_exec(inst->qmp, "{\"execute\":\"qmp_capabilities\"}\n", -1, deadline, NULL, why,
+                                         why_len);
                 if (r < 0)
                         return r;
                 inst->qmp_ready = true;
         }
-        return microvm_qmp_exec(inst->qmp, cmd, -1, deadline, NULL, why, sizeof(why));
+        *ret = inst->qmp;
+        return 0;
+}
+
+static int vm_qmp(DriverInstance *inst, const char *cmd) {
+        int64_t deadline = (int64_t)time_now_mono_ms() + QMP_TIMEOUT_MS;
+        char why[256] = "";
+        MicrovmQmp *q;
+        int r = vm_monitor(inst, deadline, &q, why, sizeof(why));
+        return r < 0 ? r : microvm_qmp_exec(q, cmd, -1, deadline, NULL, why, sizeof(why));
+}
+
+int microvm_vm_save(DriverInstance *inst, int state_fd, int64_t deadline, char *why, size_t why_len) {
+        MicrovmQmp *q;
+        int r = vm_monitor(inst, deadline, &q, why, why_len);
+        return r < 0 ? r : microvm_qmp_save(q, state_fd, deadline, why, why_len);
+}
+
+int microvm_vm_finish_incoming(DriverInstance *inst, int64_t deadline, char *why, size_t why_len) {
+        MicrovmQmp *q;
+        int r = vm_monitor(inst, deadline, &q, why, why_len);
+        for (bool loading = true; r == 0 && loading;) {
+                json_t *ret = NULL;
+                r = microvm_qmp_exec(q, "{\"execute\":\"query-status\"}\n", -1, deadline, &ret, why, why_len);
+                if (r < 0)
+                        break;
+                const char *status = json_string_value(json_object_get(ret, "status"));
+                loading = status && strcmp(status, "inmigrate") == 0;
+                bool running = status && strcmp(status, "running") == 0;
+                if (!loading && !running && status && strcmp(status, "paused") != 0 &&
+                    strcmp(status, "postmigrate") != 0 && strcmp(status, "prelaunch") != 0) {
+                        snprintf(why, why_len, "the restored guest is %s", status);
+                        r = -EIO;
+                }
+                json_decref(ret);
+                if (r == 0 && loading) {
+                        if ((int64_t)time_now_mono_ms() > deadline) {
+                                snprintf(why, why_len, "loading the saved guest ran past its deadline");
+                                r = -ETIMEDOUT;
+                        } else
+                                usleep(20000);
+                } else if (r == 0 && !running)
+                        r = microvm_qmp_exec(q, "{\"execute\":\"cont\"}\n", -1, deadline, NULL, why, why_len);
+        }
+        return r;
+}
+
+const char *microvm_vm_hostname(const DriverInstance *inst) {
+        return inst->hostname;
+}
+
+int microvm_vm_initrd_fd(const DriverInstance *inst) {
+        return inst->initrd_fd;
+}
+
+const char *microvm_vm_key(const DriverInstance *inst) {
+        return inst->key;
+}
+
+const char *microvm_vm_upper_path(const DriverInstance *inst) {
+        return inst->upper_path;
 }
 
 int microvm_vm_pause(DriverInstance *inst) {

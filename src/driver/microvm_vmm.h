@@ -53,3 +53,17 @@ int microvm_vm_stats(DriverInstance *inst, DriverStats *ret);
  * keeps. -EINVAL for a VM whose monitor another part holds. */
 int microvm_vm_pause(DriverInstance *inst);
 int microvm_vm_resume(DriverInstance *inst);
+/* Saves the guest into state_fd (microvm_qmp_save) on the daemon's monitor;
+ * a stopped guest stays stopped. */
+int microvm_vm_save(DriverInstance *inst, int state_fd, int64_t deadline, char *why, size_t why_len);
+/* A VM started from a saved state (incoming_fd): waits until the state is
+ * loaded, then lets the guest run (a guest saved stopped stays so until
+ * told). */
+int microvm_vm_finish_incoming(DriverInstance *inst, int64_t deadline, char *why, size_t why_len);
+/* What a memory snapshot keeps of the VM's start: the name on its kernel's
+ * command line, a descriptor of its initramfs (-1 if none was kept), the
+ * key of what its saved guest would depend on (NULL if unknown), its disk. */
+const char *microvm_vm_hostname(const DriverInstance *inst);
+int microvm_vm_initrd_fd(const DriverInstance *inst);
+const char *microvm_vm_key(const DriverInstance *inst);
+const char *microvm_vm_upper_path(const DriverInstance *inst);

@@ -2,9 +2,11 @@
  * :fork, a snapshot's :update and :extend, and POST /v1/sandboxes with a
  * snapshot (its driver, image and shape filled from the snapshot's spec,
  * then the create's own parser). The first byte picks the body. */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "daemon/api.h"
 #include "daemon/api_snapshots.h"
@@ -26,10 +28,12 @@ static void snapshot_body(json_t *body) {
 
 static void fork_body(json_t *body) {
         int64_t count;
-        const char *name;
+        const char *name, *mode;
         json_t *labels = NULL;
         ApiError e = { 0 };
-        if (fork_parse_body(body, &count, &name, &labels, &e) == 0) {
+        if (fork_parse_body(body, &count, &name, &mode, &labels, &e) == 0) {
+                if (strcmp(mode, "disk") != 0 && strcmp(mode, "memory") != 0)
+                        abort();
                 if (count < 1 || count > 16)
                         abort(); /* the bound the copies are reserved by */
                 json_decref(labels);
@@ -47,13 +51,13 @@ static void update_bodies(json_t *body) {
                 abort();
 }
 
-static void create_body(json_t *body) {
+static void create_body(json_t *body, bool memory) {
         static json_t *spec;
         const ReqLimits lim = { 8, 16384, 65536 };
         ApiError e = { 0 };
         if (!spec && !(spec = json_loads(spec_text, 0, NULL)))
                 abort();
-        if (snapshot_merge_create_defaults(body, spec, &e) < 0)
+        if (snapshot_merge_create_defaults(body, spec, memory, &e) < 0)
                 return;
         json_object_del(body, "snapshot");
         CreateRequest c;
@@ -79,14 +83,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 update_bodies(body);
                 break;
         case 3:
-                create_body(body);
+                create_body(body, (data[0] & 0x80) != 0);
                 break;
         default:
                 /* Every check on the same body (the create last: it fills it in). */
                 snapshot_body(body);
                 fork_body(body);
                 update_bodies(body);
-                create_body(body);
+                create_body(body, (data[0] & 0x80) != 0);
                 break;
         }
         json_decref(body);

@@ -251,11 +251,13 @@ class SandboxOps:
 
     def fork(self, count: Optional[int] = None, *, name: Optional[str] = None,
              labels: Optional[Mapping[str, str]] = None, keep_snapshot: Optional[bool] = None,
-             secrets: Optional[Sequence[str]] = None, idempotency_key: Optional[str] = None) -> Any:
+             secrets: Optional[Sequence[str]] = None, mode: Optional[str] = None,
+             idempotency_key: Optional[str] = None) -> Any:
         """Copies of this sandbox's files as they are now, each running: one Sandbox without
         ``count``, a list with it (1 to 16, made all or none). ``keep_snapshot`` keeps the
-        snapshot they were made from."""
-        body = fork_body(count, name, labels, keep_snapshot, secrets)
+        snapshot they were made from. ``mode="memory"`` copies its memory and running
+        processes too, where its driver can (the microVM; 501 elsewhere)."""
+        body = fork_body(count, name, labels, keep_snapshot, secrets, mode)
         data = (yield Call(self._http.request, "POST", sandbox_path(self.id, ":fork"), json_body=body,
                                   headers=idempotency_headers(idempotency_key),
                                   timeout=CREATE_HTTP_TIMEOUT_SECONDS * (count or 1)))

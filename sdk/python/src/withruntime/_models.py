@@ -802,12 +802,15 @@ def snapshot_body(name: Optional[str], labels: Optional[Mapping[str, str]], rete
 
 
 def fork_body(count: Optional[int], name: Optional[str], labels: Optional[Mapping[str, str]],
-              keep_snapshot: Optional[bool], secrets: Optional[Sequence[str]]) -> Dict[str, Any]:
+              keep_snapshot: Optional[bool], secrets: Optional[Sequence[str]],
+              mode: Optional[str] = None) -> Dict[str, Any]:
+    if mode is not None and mode not in SNAPSHOT_MODES:
+        raise InvalidRequestError("mode must be 'disk' or 'memory'")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int)
                               or not 1 <= count <= MAX_FORK_COUNT):
         raise InvalidRequestError(f"count must be an integer from 1 to {MAX_FORK_COUNT}")
     body = {"count": count, "name": name, "labels": dict(labels) if labels is not None else None,
-            "keepSnapshot": keep_snapshot, "secrets": None if secrets is None else list(secrets)}
+            "keepSnapshot": keep_snapshot, "secrets": None if secrets is None else list(secrets), "mode": mode}
     return {k: v for k, v in body.items() if v is not None}
 
 
