@@ -14,6 +14,7 @@
 #include "common/io.h"
 #include "common/jsonutil.h"
 #include "common/macro.h"
+#include "common/path.h"
 
 /* Writeback of an incoming file is started every this many bytes, so that
  * the fsync at the end has little left to wait for: the disk works while
@@ -215,7 +216,7 @@ static json_t *entry_new(int dir_fd, const char *name, const char *full_path, co
         return e;
 }
 
-static char *path_join(const char *dir, const char *name) {
+static char *join_alloc(const char *dir, const char *name) {
         char *out;
         if (asprintf(&out, "%s%s%s", dir, (dir[0] && dir[strlen(dir) - 1] == '/') ? "" : "/", name) < 0)
                 return NULL;
@@ -326,8 +327,8 @@ static int list_dir(ListWalk *w, int dir_fd, const char *prefix, const char *rel
                 struct stat st;
                 if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                         continue; /* gone meanwhile */
-                _cleanup_free_ char *full = path_join(prefix, de->d_name);
-                _cleanup_free_ char *sub_rel = rel ? path_join(rel, de->d_name) : strdup(de->d_name);
+                _cleanup_free_ char *full = join_alloc(prefix, de->d_name);
+                _cleanup_free_ char *sub_rel = rel ? join_alloc(rel, de->d_name) : strdup(de->d_name);
                 if (!full || !sub_rel)
                         return -ENOMEM;
                 int match = 1;
@@ -422,50 +423,6 @@ int fsops_mkdir(const char *path, bool parents) {
         return 0;
 }
 
-static int remove_tree(int dir_fd, const char *name, dev_t dev, unsigned level, uint64_t *count) {
-        struct stat st;
-        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                return errno == ENOENT ? 0 : -errno;
-        if (!S_ISDIR(st.st_mode)) {
-                if (unlinkat(dir_fd, name, 0) < 0)
-                        return errno != ENOENT ? -errno : 0;
-                (*count)++;
-                return 0;
-        }
-        if (st.st_dev != dev)
-                return -EXDEV; /* a mount point: stay on one filesystem */
-        if (level >= FSOPS_MAX_REMOVE_DEPTH)
-                return -E2BIG;
-        for (int pass = 0; pass < 3; pass++) {
-                int fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (fd < 0)
-                        return -errno;
-                _cleanup_(closedirp) DIR *d = fdopendir(fd);
-                if (!d) {
-                        int k = -errno;
-                        close(fd);
-                        return k;
-                }
-                struct dirent *de;
-                while ((de = readdir(d))) {
-                        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                                continue;
-                        int r = remove_tree(dirfd(d), de->d_name, dev, level + 1, count);
-                        if (r < 0)
-                                return r;
-                }
-                if (unlinkat(dir_fd, name, AT_REMOVEDIR) == 0) {
-                        (*count)++;
-                        return 0;
-                }
-                if (errno == ENOENT)
-                        return 0;
-                if (errno != ENOTEMPTY && errno != EEXIST)
-                        return -errno;
-        }
-        return -ENOTEMPTY;
-}
-
 int fsops_remove(const char *path, bool recursive, uint64_t *ret_count) {
         _cleanup_close_ int dir_fd = -1;
         _cleanup_free_ char *name = NULL;
@@ -490,7 +447,12 @@ int fsops_remove(const char *path, bool recursive, uint64_t *ret_count) {
                         return errno == EEXIST ? -ENOTEMPTY : -errno;
                 count = 1;
         } else {
-                r = remove_tree(dir_fd, name, st.st_dev, 0, &count);
+                /* The files API stops at the first failure, answers EXDEV at
+                 * a mount inside and says how much it removed. */
+                PathRemove o = { .max_depth = FSOPS_MAX_REMOVE_DEPTH, .mount_error = -EXDEV,
+                                 .depth_error = -E2BIG, .stop_at_first_error = true };
+                r = path_remove_tree(dir_fd, name, &o);
+                count = o.removed;
                 if (r < 0)
                         return r;
         }

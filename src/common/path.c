@@ -35,12 +35,11 @@ int path_self_dir(char *buf, size_t len) {
         return 0;
 }
 
-/* Empties the directory fd (on device dev); fd is closed. */
-static int empty_dir(int fd, dev_t dev, unsigned depth) {
-        if (depth > TREE_MAX_DEPTH) {
-                close(fd);
-                return -ELOOP;
-        }
+static int remove_entry(int dfd, const char *name, dev_t dev, unsigned depth, PathRemove *o);
+
+/* Removes what the directory fd (on device dev) holds; fd is closed. Either
+ * stops at the first failure or goes on past it and returns the first. */
+static int remove_entries(int fd, dev_t dev, unsigned depth, PathRemove *o) {
         DIR *d = fdopendir(fd);
         if (!d) {
                 int r = -errno;
@@ -52,47 +51,65 @@ static int empty_dir(int fd, dev_t dev, unsigned depth) {
         while ((de = readdir(d))) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
-                struct stat st;
-                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                        continue;
-                if (st.st_dev != dev) {
-                        if (ret == 0)
-                                ret = -EBUSY; /* a mount we do not remove through */
-                        continue;
-                }
-                int r = 0;
-                if (S_ISDIR(st.st_mode)) {
-                        int cfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                        r = cfd < 0 ? -errno : empty_dir(cfd, dev, depth + 1);
-                        if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
-                                r = -errno;
-                } else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT)
-                        r = -errno;
+                int r = remove_entry(dirfd(d), de->d_name, dev, depth, o);
                 if (r < 0 && ret == 0)
                         ret = r;
+                if (r < 0 && o->stop_at_first_error)
+                        break;
         }
         closedir(d);
         return ret;
 }
 
-int path_remove_tree_at(int dfd, const char *name) {
-        if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
-                return 0;
-        if (errno != EISDIR)
-                return -errno;
-        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return errno == ENOENT ? 0 : -errno;
+/* One entry of a tree: a file is unlinked, a directory emptied then removed
+ * (emptied again, up to three times, when something appeared in it
+ * meanwhile). Never follows a link, never enters another filesystem. */
+static int remove_entry(int dfd, const char *name, dev_t dev, unsigned depth, PathRemove *o) {
         struct stat st;
-        if (fstat(fd, &st) < 0) {
-                int r = -errno;
-                close(fd);
-                return r;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (!S_ISDIR(st.st_mode)) {
+                /* Only a directory's device tells a mount: overlayfs gives
+                 * a file the device of the layer it lives on. A file that is
+                 * a mount point fails its unlink (EBUSY). */
+                if (unlinkat(dfd, name, 0) < 0)
+                        return errno == ENOENT ? 0 : -errno;
+                o->removed++;
+                return 0;
         }
-        int r = empty_dir(fd, st.st_dev, 0);
-        if (r < 0)
-                return r;
-        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-                return -errno;
-        return 0;
+        if (st.st_dev != dev)
+                return o->mount_error; /* a mount we do not remove through */
+        if (depth >= o->max_depth)
+                return o->depth_error;
+        for (int pass = 0; pass < 3; pass++) {
+                int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0)
+                        return errno == ENOENT ? 0 : -errno;
+                int r = remove_entries(fd, dev, depth + 1, o);
+                if (r < 0)
+                        return r;
+                if (unlinkat(dfd, name, AT_REMOVEDIR) == 0) {
+                        o->removed++;
+                        return 0;
+                }
+                if (errno == ENOENT)
+                        return 0;
+                if (errno != ENOTEMPTY && errno != EEXIST)
+                        return -errno;
+        }
+        return -ENOTEMPTY;
+}
+
+int path_remove_tree(int dfd, const char *name, PathRemove *o) {
+        if (o->max_depth == 0 || o->mount_error >= 0 || o->depth_error >= 0)
+                return -EINVAL;
+        struct stat st;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        return remove_entry(dfd, name, st.st_dev, 0, o);
+}
+
+int path_remove_tree_at(int dfd, const char *name) {
+        PathRemove o = { .max_depth = TREE_MAX_DEPTH, .mount_error = -EBUSY, .depth_error = -ELOOP };
+        return path_remove_tree(dfd, name, &o);
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -353,13 +354,70 @@ static void test_remove_tree(void **state) {
         free(outside);
 }
 
+/* The files API's choices: count what goes, stop at the first failure or go
+ * on past it, and answer with the errors asked for. */
+static void make_tree_with_deep_branch(int dfd) {
+        assert_int_equal(mkdirat(dfd, "t", 0700), 0);
+        assert_int_equal(mkdirat(dfd, "t/deep", 0700), 0);
+        assert_int_equal(mkdirat(dfd, "t/deep/a", 0700), 0);
+        assert_int_equal(mkdirat(dfd, "t/deep/a/b", 0700), 0);
+        for (int i = 0; i < 20; i++) {
+                char name[16];
+                snprintf(name, sizeof name, "t/f%02d", i);
+                write_file(dfd, name);
+        }
+}
+
+static unsigned count_entries(int dfd, const char *name) {
+        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        DIR *dir = fdopendir(fd);
+        assert_non_null(dir);
+        unsigned n = 0;
+        for (struct dirent *de; (de = readdir(dir));)
+                n += strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+        closedir(dir);
+        return n;
+}
+
+static void test_remove_tree_options(void **state) {
+        char *d = tmpdir();
+        int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(dfd >= 0);
+        PathRemove bad = { .max_depth = 0, .mount_error = -EXDEV, .depth_error = -E2BIG };
+        assert_int_equal(path_remove_tree(dfd, "t", &bad), -EINVAL);
+        /* Within the bound: everything, counted (directories too). */
+        make_tree_with_deep_branch(dfd);
+        PathRemove all = { .max_depth = 8, .mount_error = -EXDEV, .depth_error = -E2BIG, .stop_at_first_error = true };
+        assert_int_equal(path_remove_tree(dfd, "t", &all), 0);
+        assert_int_equal(all.removed, 24);
+        /* A branch past the bound: going on removes every file beside it and
+         * answers the bound's error; the branch stays. */
+        make_tree_with_deep_branch(dfd);
+        PathRemove go_on = { .max_depth = 2, .mount_error = -EBUSY, .depth_error = -ELOOP };
+        assert_int_equal(path_remove_tree(dfd, "t", &go_on), -ELOOP);
+        assert_int_equal(go_on.removed, 20);
+        assert_int_equal(count_entries(dfd, "t"), 1);
+        assert_int_equal(path_remove_tree_at(dfd, "t"), 0);
+        /* Stopping at it leaves what came after it in the directory's order. */
+        make_tree_with_deep_branch(dfd);
+        PathRemove stop = { .max_depth = 2, .mount_error = -EXDEV, .depth_error = -E2BIG, .stop_at_first_error = true };
+        assert_int_equal(path_remove_tree(dfd, "t", &stop), -E2BIG);
+        assert_true(stop.removed <= 20);
+        assert_int_equal(count_entries(dfd, "t"), 21 - stop.removed);
+        assert_int_equal(path_remove_tree_at(dfd, "t"), 0);
+        close(dfd);
+        assert_int_equal(path_remove_tree_at(AT_FDCWD, d), 0);
+        free(d);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_mono_deadline),     cmocka_unit_test(test_cond_mono_times_out),
                 cmocka_unit_test(test_write_all_pipe),    cmocka_unit_test(test_send_all_peer_gone),
                 cmocka_unit_test(test_copy_sparse), cmocka_unit_test(test_copy_clones_where_it_can),       cmocka_unit_test(test_read_text),
                 cmocka_unit_test(test_path_join),          cmocka_unit_test(test_read_full_short_reads_and_cap),
-                cmocka_unit_test(test_remove_tree),       cmocka_unit_test(test_self_dir),
+                cmocka_unit_test(test_remove_tree),       cmocka_unit_test(test_remove_tree_options),       cmocka_unit_test(test_self_dir),
         };
         return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }
