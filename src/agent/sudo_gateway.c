@@ -49,27 +49,6 @@ __attribute__((format(printf, 1, 3))) static void gw_log(const char *fmt, int er
         fputc('\n', stderr);
 }
 
-static int read_etc(const char *path, char **ret, size_t *ret_len) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-        if (fd < 0)
-                return -errno;
-        struct stat st;
-        if (fstat(fd, &st) < 0)
-                return -errno;
-        if (!S_ISREG(st.st_mode))
-                return -EINVAL;
-        _cleanup_free_ char *buf = malloc(USER_PASSWD_MAX);
-        if (!buf)
-                return -ENOMEM;
-        size_t len = 0;
-        int r = io_read_full(fd, buf, USER_PASSWD_MAX, &len);
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(buf);
-        *ret_len = len;
-        return 0;
-}
-
 /* The target user: its passwd entry and shell, and its groups. */
 static int target_lookup(const char *name, SudoTarget *t, gid_t *gids, size_t *n_gids) {
         AgentUser u;
@@ -81,13 +60,13 @@ static int target_lookup(const char *name, SudoTarget *t, gid_t *gids, size_t *n
         snprintf(t->home, sizeof t->home, "%s", u.home);
         _cleanup_free_ char *buf = NULL;
         size_t len = 0;
-        if (read_etc("/etc/passwd", &buf, &len) < 0 || sudo_parse_shell(buf, len, name, t->shell, sizeof t->shell) < 0)
+        if (user_read_db("/etc/passwd", &buf, &len) < 0 || sudo_parse_shell(buf, len, name, t->shell, sizeof t->shell) < 0)
                 snprintf(t->shell, sizeof t->shell, "/bin/sh");
         free(buf);
         buf = NULL;
         *n_gids = 1;
         gids[0] = u.gid;
-        if (read_etc("/etc/group", &buf, &len) == 0)
+        if (user_read_db("/etc/group", &buf, &len) == 0)
                 *n_gids = sudo_parse_groups(buf, len, name, u.gid, gids, GATEWAY_GROUPS_MAX);
         return 0;
 }

@@ -79,7 +79,7 @@ int user_parse_passwd(const char *buf, size_t len, const char *name, AgentUser *
         return -ENOENT;
 }
 
-int user_lookup(const char *path, const char *name, AgentUser *ret) {
+int user_read_db(const char *path, char **ret, size_t *ret_len) {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd < 0)
                 return errno == ENOENT ? -ENOENT : -errno;
@@ -94,6 +94,17 @@ int user_lookup(const char *path, const char *name, AgentUser *ret) {
                 return -ENOMEM;
         size_t len = 0;
         int r = io_read_full(fd, buf, cap, &len);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(buf);
+        *ret_len = len;
+        return 0;
+}
+
+int user_lookup(const char *path, const char *name, AgentUser *ret) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len = 0;
+        int r = user_read_db(path, &buf, &len);
         if (r < 0)
                 return r;
         return user_parse_passwd(buf, len, name, ret);

@@ -32,6 +32,10 @@ bool user_name_valid(const char *name);
  * NUL-terminated). 0 and *ret; -ENOENT when no line names it; -ERANGE when
  * its ids are past USER_ID_MAX or its home is not an absolute path that fits. */
 int user_parse_passwd(const char *buf, size_t len, const char *name, AgentUser *ret);
+/* The text of a user database of the sandbox (/etc/passwd, /etc/group): a
+ * regular file, its first USER_PASSWD_MAX bytes, into *ret (the caller's to
+ * free). -ENOENT when it is missing or not a regular file. */
+int user_read_db(const char *path, char **ret, size_t *ret_len);
 /* The same over the file at path (the sandbox's /etc/passwd). */
 int user_lookup(const char *path, const char *name, AgentUser *ret);
 /* The agent's own effective ids become the user's (its groups first), and
