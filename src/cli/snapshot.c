@@ -104,20 +104,25 @@ int cmd_sandbox_snapshot(CliContext *ctx, int argc, char **argv) {
 static const char fork_help[] =
         "Makes copies of a sandbox's files as they are now, each a running sandbox, and\n"
         "prints their ids. All are made or none (a daily limit is checked for all at once).\n\n"
-        "  --count N    how many copies (1 to 16; default 1)\n"
-        "  --name NAME  their name (NAME-1, NAME-2, ... with --count)\n\n"
+        "  --count N            how many copies (1 to 16; default 1)\n"
+        "  --mode disk|memory   disk (the default); memory copies the running machine too,\n"
+        "                       its processes carrying on in each copy (microvm only)\n"
+        "  --name NAME          their name (NAME-1, NAME-2, ... with --count)\n\n"
         "Example:\n  runtime sandbox fork --count 3 sbx_9f2c4e1a7b3d5c6e8f01\n";
 
 int cmd_sandbox_fork(CliContext *ctx, int argc, char **argv) {
-        static const char verb[] = "sandbox fork", usage[] = "[--count N] [--name N] ID";
+        static const char verb[] = "sandbox fork", usage[] = "[--count N] [--mode disk|memory] [--name N] ID";
         _cleanup_client_ Client *c = NULL;
         _cleanup_json_ json_t *ans = NULL, *body = json_object();
         char **pos, path[160], err[CLI_ERR_MAX];
         int npos, r;
         const char *count_s = take_option(&argc, argv, "--count");
+        const char *mode = take_option(&argc, argv, "--mode");
         const char *name = take_option(&argc, argv, "--name");
         if (!body)
                 return cli_fail("out of memory");
+        if (mode && strcmp(mode, "disk") != 0 && strcmp(mode, "memory") != 0)
+                return cli_usage_error(verb, usage, "--mode: '%.32s' is not disk or memory", mode);
         long long count = 0;
         if (count_s && parse_uint_bounded("--count", count_s, 1, FORK_COUNT_MAX, &count, err, sizeof err) < 0)
                 return cli_usage_error(verb, usage, "%s", err);
@@ -130,6 +135,7 @@ int cmd_sandbox_fork(CliContext *ctx, int argc, char **argv) {
         if (r > 0)
                 return r;
         if ((count && json_object_set_new(body, "count", json_integer(count)) < 0) ||
+            (mode && json_object_set_new(body, "mode", json_string(mode)) < 0) ||
             (name && json_object_set_new(body, "name", json_string(name)) < 0))
                 return cli_fail("out of memory");
         snprintf(path, sizeof path, "/v1/sandboxes/%s:fork", pos[0]);

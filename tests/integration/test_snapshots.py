@@ -305,7 +305,10 @@ def test_cli_verbs(api, any_driver, build_dir, daemon):
     if any_driver != "microvm":
         r = cli("sandbox", "snapshot", "--mode", "memory", sbx.id)
         assert r.returncode == 1 and "memory" in r.stderr, r.stderr
+        r = cli("sandbox", "fork", "--mode", "memory", sbx.id)
+        assert r.returncode == 1 and "memory" in r.stderr, r.stderr
     for bad in (("sandbox", "fork", "--count", "17", sbx.id), ("sandbox", "snapshot", "--mode", "x", sbx.id),
+                ("sandbox", "fork", "--mode", "x", sbx.id),
                 ("snapshot", "get", "snp_nope")):
         r = cli(*bad)
         assert r.returncode == 2, (bad, r.stderr)
