@@ -108,7 +108,6 @@ while True:
 """
 
 
-@pytest.mark.microvm_subset
 @pytest.mark.parametrize("journal", ["wal", "delete"])
 def test_snapshot_under_write_load_is_consistent(api, driver, journal):
     src = api.create_sandbox(driver=driver, timeoutSeconds=3600)
