@@ -135,15 +135,14 @@ class Sampler:
         self._thread.join()
 
 
-@pytest.fixture(scope="module")
-def env(build_dir, image_dir, tmp_path_factory):
+def _daemon_with_echo(build_dir, image_dir, tmp_path_factory, name: str, pool_args: list[str]):
+    """A daemon of its own whose echo.test reaches a local echo server, with
+    the egress pool flags given; yields (daemon, echo), then ends both."""
     _need_root()
-    tmp = tmp_path_factory.mktemp("egress-privsep")
+    tmp = tmp_path_factory.mktemp(name)
     echo = EchoServer().start()
-    d = Daemon(build_dir, image_dir, tmp / "state", f"runtime-test-{os.getpid()}-egress-privsep",
-               extra_args=["--egress-test-upstream", f"echo.test=127.0.0.1:{echo.port}",
-                           "--egress-workers", str(WORKERS),
-                           "--egress-workers-per-sandbox", str(SHARE)])
+    d = Daemon(build_dir, image_dir, tmp / "state", f"runtime-test-{os.getpid()}-{name}",
+               extra_args=["--egress-test-upstream", f"echo.test=127.0.0.1:{echo.port}", *pool_args])
     try:
         d.start()
     except DaemonError as err:
@@ -156,6 +155,12 @@ def env(build_dir, image_dir, tmp_path_factory):
                 c.delete(f"/v1/sandboxes/{s['id']}")
     _finish_daemon(d)
     echo.stop()
+
+
+@pytest.fixture(scope="module")
+def env(build_dir, image_dir, tmp_path_factory):
+    yield from _daemon_with_echo(build_dir, image_dir, tmp_path_factory, "egress-privsep",
+                                 ["--egress-workers", str(WORKERS), "--egress-workers-per-sandbox", str(SHARE)])
 
 
 @pytest.fixture
@@ -280,25 +285,9 @@ print(json.dumps({"elapsed": time.monotonic() - t0, "answer": data.decode("latin
 def small_pool(build_dir, image_dir, tmp_path_factory):
     """A daemon whose sandboxes get one egress worker each, and whose
     connections wait for one at most WAIT_MS."""
-    _need_root()
-    tmp = tmp_path_factory.mktemp("egress-wait")
-    echo = EchoServer().start()
-    d = Daemon(build_dir, image_dir, tmp / "state", f"runtime-test-{os.getpid()}-egress-wait",
-               extra_args=["--egress-test-upstream", f"echo.test=127.0.0.1:{echo.port}",
-                           "--egress-workers", "2", "--egress-workers-per-sandbox", "1",
-                           "--egress-wait-timeout-ms", str(WAIT_MS)])
-    try:
-        d.start()
-    except DaemonError as err:
-        echo.stop()
-        pytest.fail(str(err), pytrace=False)
-    yield d, echo
-    if d.alive():
-        with d.client() as c:
-            for s in c.get("/v1/sandboxes").json().get("sandboxes", []):
-                c.delete(f"/v1/sandboxes/{s['id']}")
-    _finish_daemon(d)
-    echo.stop()
+    yield from _daemon_with_echo(build_dir, image_dir, tmp_path_factory, "egress-wait",
+                                 ["--egress-workers", "2", "--egress-workers-per-sandbox", "1",
+                                  "--egress-wait-timeout-ms", str(WAIT_MS)])
 
 
 @pytest.mark.parametrize("wdriver", [d for d in DRIVERS if d != "microvm"] or ["namespace"])

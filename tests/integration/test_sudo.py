@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import wait_until
+from helpers import read_until, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
@@ -150,23 +150,6 @@ def test_a_terminal_of_its_own(sandbox, daemon, monkeypatch):
             term.write(b"kill %1; exit 5\r")
             seen += read_until(term, b"back:5", seconds)
             assert b"no job control" not in seen, seen
-
-
-def read_until(term, needle: bytes, seconds: float) -> bytes:
-    seen = b""
-    deadline = time.monotonic() + seconds
-    while needle not in seen:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"{needle!r} not seen in {seconds}s; got {seen[-400:]!r}")
-        try:
-            chunk = term.recv(timeout=left)
-        except TimeoutError:
-            continue
-        if chunk is None:
-            raise AssertionError(f"terminal ended before {needle!r}; got {seen[-400:]!r}")
-        seen += chunk
-    return seen
 
 
 # A client of the gateway's own, run as `nobody`: it claims root's credentials (the kernel

@@ -21,6 +21,7 @@ sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
 
 from withruntime import AsyncSandbox, Sandbox  # noqa: E402
 from withruntime.errors import APIError, ConflictError, InvalidRequestError, NotFoundError  # noqa: E402
+from helpers import read_until  # noqa: E402
 
 
 @pytest.fixture
@@ -39,23 +40,6 @@ def sbx(sdk, sandbox):
 def bound(driver: str) -> float:
     """Seconds a step may take: the emulated microVM needs far longer under load."""
     return 240.0 if driver == "microvm" else 60.0
-
-
-def read_until(term, needle: bytes, seconds: float) -> bytes:
-    seen = b""
-    deadline = time.monotonic() + seconds
-    while needle not in seen:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"{needle!r} not seen in {seconds}s; got {seen[-400:]!r}")
-        try:
-            chunk = term.recv(timeout=left)
-        except TimeoutError:
-            continue
-        if chunk is None:
-            raise AssertionError(f"terminal ended before {needle!r}; got {seen[-400:]!r}")
-        seen += chunk
-    return seen
 
 
 def wait_ended(sbx, pid: str, seconds: float) -> dict:

@@ -626,3 +626,22 @@ def remove_empty_cgroup_tree(name: str) -> list[str]:
             except OSError as e:
                 left.append(f"{dirpath}: {e.strerror}")
     return left
+
+
+def read_until(term, needle: bytes, seconds: float) -> bytes:
+    """Reads a terminal (anything with recv(timeout=) answering bytes, or None
+    at its end) until needle has been seen; fails with what it got."""
+    seen = b""
+    deadline = time.monotonic() + seconds
+    while needle not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"{needle!r} not seen in {seconds}s; got {seen[-400:]!r}")
+        try:
+            chunk = term.recv(timeout=left)
+        except TimeoutError:
+            continue
+        if chunk is None:
+            raise AssertionError(f"terminal ended before {needle!r}; got {seen[-400:]!r}")
+        seen += chunk
+    return seen
