@@ -744,7 +744,7 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                 break;
         case REQ_CHECKPOINT:
                 if (!a->vm_resume) {
-                        result_error(a, id, "invalid", "checkpoint is only for a microVM's agent");
+                        result_error(a, id, "invalid", "checkpoint is only for a microVM's or gVisor's agent");
                         break;
                 }
                 send_json_new(a, PROTO_RESULT, id, json_object());
@@ -1394,6 +1394,10 @@ void agent_free(Agent *a) {
 
 void agent_set_resume(Agent *a, int (*fn)(const AgentRequest *r)) {
         a->resume = fn;
+        a->vm_resume = fn;
+}
+
+void agent_set_checkpoint(Agent *a, int (*fn)(const AgentRequest *r)) {
         a->vm_resume = fn;
 }
 

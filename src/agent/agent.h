@@ -52,6 +52,10 @@ int agent_relay_listen(Agent *a, uint16_t port);
  * after any other first request, `resume` is refused. */
 struct AgentRequest;
 void agent_set_resume(Agent *a, int (*fn)(const struct AgentRequest *r));
+/* An agent whose machine the host may save and copy while it runs (gVisor's
+ * runsc checkpoint): `checkpoint` is accepted, and only after it does a
+ * first `resume` (a copy's) apply fn. A fresh start refuses `resume`. */
+void agent_set_checkpoint(Agent *a, int (*fn)(const struct AgentRequest *r));
 /* Makes the agent end the largest process whenever the sandbox's memory in
  * use (limits_memory_used) reaches `bytes`, for a driver whose kernel does
  * not do it inside the sandbox (gVisor). */

@@ -17,16 +17,18 @@
 #include "agent/agent.h"
 #include "agent/fsops.h"
 #include "agent/limits.h"
+#include "agent/request.h"
 #include "agent/sudo_front.h"
 #include "agent/sudo_gateway.h"
 #include "agent/vm.h"
 #include "common/macro.h"
 
 static void usage(FILE *f) {
-        fprintf(f, "Usage: runtime-agent [--channel PATH] [--vm] [--memory-limit-mib N]\n"
+        fprintf(f, "Usage: runtime-agent [--channel PATH] [--vm] [--restorable] [--memory-limit-mib N]\n"
                    "  --channel PATH  speak the protocol on this device instead of stdin/stdout\n"
                    "  --memory-limit-mib N  end the largest process when the sandbox uses N MiB\n"
                    "  --vm            init of a microVM: build the root, then use the virtio-serial port\n"
+                   "  --restorable    the host may checkpoint this sandbox and resume copies of it (gVisor)\n"
                    "  --version       print the version\n");
 }
 
@@ -45,7 +47,15 @@ static int signals_setup(void) {
         return fd < 0 ? -errno : fd;
 }
 
-static int serve(int in_fd, int out_fd, int sig_fd, bool vm, unsigned long memory_mib) {
+/* A copy of a gVisor sandbox restored by runsc: the Sentry reads the host's
+ * clock and takes its entropy from the host afresh after a restore, and the
+ * hostname is the OCI spec's, the same in every copy; only the channel is
+ * new, which the agent's resume handles. */
+static int sentry_resume(const AgentRequest *r) {
+        return r && r->op == REQ_RESUME ? 0 : -EINVAL;
+}
+
+static int serve(int in_fd, int out_fd, int sig_fd, bool vm, bool restorable, unsigned long memory_mib) {
         limits_protect_agent();
         int r = fsops_mkdir_p("/workspace", 0755);
         if (r < 0)
@@ -61,6 +71,8 @@ static int serve(int in_fd, int out_fd, int sig_fd, bool vm, unsigned long memor
                 fprintf(stderr, "runtime-agent: no sudo gateway: %s\n", strerror(-r));
         if (vm)
                 agent_set_resume(a, vm_resume);
+        else if (restorable)
+                agent_set_checkpoint(a, sentry_resume);
         if (memory_mib)
                 agent_set_memory_limit(a, (uint64_t)memory_mib << 20);
         r = agent_relay_listen(a, AGENT_RELAY_PORT);
@@ -92,7 +104,7 @@ static int main_vm(char **argv, const char *channel) {
                 fprintf(stderr, "runtime-agent: channel: %s\n", strerror(-r));
                 vm_poweroff();
         }
-        (void)serve(fd, fd, sig_fd, true, 0);
+        (void)serve(fd, fd, sig_fd, true, false, 0);
         vm_poweroff();
 }
 
@@ -103,6 +115,7 @@ int main(int argc, char **argv) {
                 {"version", no_argument, NULL, 'V'},
                 {"vm", no_argument, NULL, 'm'},
                 {"memory-limit-mib", required_argument, NULL, 'M'},
+                {"restorable", no_argument, NULL, 'R'},
                 {},
         };
         /* Run as sudo (the gateway's front, docs/drivers.md): nothing of
@@ -111,7 +124,7 @@ int main(int argc, char **argv) {
         if (argc > 0 && strcmp(base ? base + 1 : argv[0], "sudo") == 0)
                 return sudo_front_main(argc, argv);
         const char *channel = NULL;
-        bool vm = false;
+        bool vm = false, restorable = false;
         unsigned long memory_mib = 0;
         char *end;
         int c;
@@ -122,6 +135,9 @@ int main(int argc, char **argv) {
                         break;
                 case 'm':
                         vm = true;
+                        break;
+                case 'R':
+                        restorable = true;
                         break;
                 case 'M':
                         errno = 0;
@@ -169,5 +185,5 @@ int main(int argc, char **argv) {
                 }
                 in_fd = out_fd = dev_fd;
         }
-        return serve(in_fd, out_fd, sig_fd, false, memory_mib);
+        return serve(in_fd, out_fd, sig_fd, false, restorable, memory_mib);
 }

@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +30,13 @@
 #include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/path.h"
+#include "common/timeutil.h"
 #include "driver/cgroup.h"
 #include "driver/driver.h"
 #include "driver/gvisor.h"
+#include "driver/gvisor_snapshot.h"
 #include "driver/launch.h"
+#include "driver/microvm_template.h"
 #include "driver/rootfs.h"
 
 /* A probe boots a real sandbox; a loaded host of two cores has been seen to
@@ -317,7 +321,7 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
          * would end the whole sandbox). */
         char memory[16];
         snprintf(memory, sizeof memory, "%u", spec->memory_mib);
-        const char *const args[] = {"/.runtime/agent", "--memory-limit-mib", memory};
+        const char *const args[] = {"/.runtime/agent", "--restorable", "--memory-limit-mib", memory};
 
         _cleanup_json_ json_t *capabilities = json_object();
         if (!capabilities)
@@ -405,6 +409,66 @@ static void runsc_delete(const char *state, const char *id) {
         (void)run_runsc(argv, -1, RUNSC_CMD_TIMEOUT_MS, NULL);
 }
 
+/* A line in the sandbox's runsc.log (beside its layer, out of its sight):
+ * what a memory snapshot or a restore ran into, for whoever reads the
+ * daemon's log about it. */
+static void gv_note(const char *sandbox_dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void gv_note(const char *sandbox_dir, const char *fmt, ...) {
+        char p[PATH_MAX];
+        if (path_join(p, sizeof p, sandbox_dir, "runsc.log") < 0)
+                return;
+        _cleanup_close_ int fd = open(p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return;
+        va_list ap;
+        va_start(ap, fmt);
+        (void)vdprintf(fd, fmt, ap);
+        va_end(ap);
+}
+
+/* How long a restored sandbox's agent has to answer its resume: the Sentry
+ * loads the saved kernel first (seconds for a few hundred MiB on a loaded
+ * host). */
+#define RESTORE_TIMEOUT_MS (120 * 1000)
+
+/* Whether this start restores a memory snapshot (*ret_restore, the image
+ * in ret_dir): only one taken with the runsc, agent, image and shape there
+ * are now. */
+static int gv_restore_check(const DriverSpec *spec, char *ret_dir, size_t len, bool *ret_restore, DriverError *err) {
+        *ret_restore = false;
+        if (!gvisor_snapshot_pending(spec->sandbox_dir, ret_dir, len))
+                return 0;
+        GvisorRunsc rs = {.path = chosen_runsc, .version = chosen_version, .platform = chosen_platform};
+        char why[256] = "";
+        int r = gvisor_snapshot_check(spec, &rs, why, sizeof why);
+        if (r < 0) {
+                gv_note(spec->sandbox_dir, "runtimed: restoring the memory snapshot: %s\n", why[0] ? why : strerror(-r));
+                /* Tried once: a later start boots on the disk. */
+                gvisor_snapshot_forget(spec->sandbox_dir);
+                driver_error(err, r == -ESTALE ? "the memory snapshot was taken with another runsc, agent, image or "
+                                                 "shape than this host has now; take a new one"
+                                               : "the memory snapshot could not be restored");
+                return r;
+        }
+        *ret_restore = true;
+        return 0;
+}
+
+/* The restored agent's first request is resume, on its new channel: it
+ * drops the streams of the source's channel and says HELLO again. The saved
+ * image goes whatever happens. */
+static int gv_restore_finish(const DriverSpec *spec, int chan, DriverError *err) {
+        char why[256] = "";
+        int r = microvm_agent_resume(chan, spec->id, (int64_t)time_now_mono_ms() + RESTORE_TIMEOUT_MS, why, sizeof why);
+        gvisor_snapshot_forget(spec->sandbox_dir);
+        if (r < 0) {
+                gv_note(spec->sandbox_dir, "runtimed: restoring the memory snapshot: %s\n", why);
+                driver_error(err, "the memory snapshot could not be restored; the sandbox's runsc.log and "
+                                  "agent.log have the details");
+        }
+        return r;
+}
+
 static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
         int r = launch_spec_check(spec);
         if (r < 0)
@@ -418,6 +482,11 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 return -errno;
         uid_t shift;
         r = launch_image_owner(spec, &shift);
+        if (r < 0)
+                return r;
+        char restore_dir[PATH_MAX];
+        bool restore = false;
+        r = gv_restore_check(spec, restore_dir, sizeof restore_dir, &restore, err);
         if (r < 0)
                 return r;
 
@@ -504,9 +573,12 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
          * it ask the gofer again. It costs no measurable start time of
          * python3 (docs/drivers.md). runsc refuses it with an overlay on the
          * root, hence only together with --overlay2=none. */
+        /* A copy of a memory snapshot is restored instead of booted, with
+         * the same flags and bundle: its saved kernel runs on. */
         char *const argv[] = {
                 (char *)runsc, "--root", state, platform, "--network=none", "--ignore-cgroups", "--overlay2=none",
-                "--file-access=shared", "--oci-seccomp", "run", "--bundle", bundle, (char *)spec->id, NULL,
+                "--file-access=shared", "--oci-seccomp", restore ? "restore" : "run", "--bundle", bundle,
+                restore ? "--image-path" : (char *)spec->id, restore ? restore_dir : NULL, (char *)spec->id, NULL,
         };
         char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
         LaunchStage stage = {.layer = layer, .agent_src = spec->agent_path};
@@ -529,12 +601,19 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
         /* The next fresh sandbox of this size takes a ready copy of the layer. */
         if (layer_created)
                 rootfs_replenish_async(spec->sandbox_dir, spec->disk_mib, shift);
+        if (restore) {
+                r = gv_restore_finish(spec, sv[0], err);
+                if (r < 0)
+                        goto fail;
+        }
 
         *ret_fd = sv[0];
         *ret = inst;
         return 0;
 
 fail:
+        if (restore)
+                gvisor_snapshot_forget(spec->sandbox_dir);
         if (sv[0] >= 0)
                 close(sv[0]);
         if (sv[1] >= 0)
@@ -583,6 +662,9 @@ static int gv_reap_orphan(const DriverSpec *spec) {
         r = launch_reap_orphan(spec);
         runsc_delete(state, spec->id);
         (void)path_remove_tree_at(AT_FDCWD, state);
+        /* A copy that never restored its memory snapshot boots from its
+         * disk, as every sandbox after a daemon's restart. */
+        gvisor_snapshot_forget(spec->sandbox_dir);
         return r;
 }
 
@@ -596,6 +678,28 @@ static int gv_destroy(const DriverSpec *spec) {
 
 static int gv_stats(DriverInstance *inst, DriverStats *ret) {
         return launch_stats(inst, ret);
+}
+
+/* Memory snapshots: the daemon has frozen the sandbox with its agent's
+ * channel empty; its disk and its Sentry's kernel are saved together
+ * (gvisor_snapshot.c). */
+static int gv_snapshot_memory(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir) {
+        const char *runsc = find_runsc();
+        if (!runsc)
+                return -ENOENT;
+        GvisorRunsc rs = {.path = runsc, .version = chosen_version, .platform = chosen_platform};
+        char why[256] = "";
+        int r = gvisor_snapshot_save(inst, spec, &rs, dest_dir, why, sizeof why);
+        if (r < 0)
+                gv_note(spec->sandbox_dir, "runtimed: memory snapshot failed: %s\n", why[0] ? why : strerror(-r));
+        return r;
+}
+
+static int gv_restore_disk(const DriverSpec *spec, const char *snap_dir) {
+        int r = launch_restore_disk(spec, snap_dir);
+        if (r < 0 || !gvisor_snapshot_has_memory(snap_dir))
+                return r;
+        return gvisor_snapshot_link(snap_dir, spec->sandbox_dir);
 }
 
 const Driver driver_gvisor = {
@@ -616,5 +720,6 @@ const Driver driver_gvisor = {
         .pause = launch_pause,
         .resume = launch_resume,
         .snapshot_disk = launch_snapshot_disk,
-        .restore_disk = launch_restore_disk,
+        .restore_disk = gv_restore_disk,
+        .snapshot_memory = gv_snapshot_memory,
 };

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "daemon/channel.h"
+#include "driver/microvm_template.h"
 #include "proto/proto.h"
 
 typedef struct Fixture {
@@ -1320,8 +1321,9 @@ static void test_fake_bad_json(void **state) {
         chan_stream_free(s);
 }
 
-/* Only a microVM's agent takes a checkpoint: this one refuses it, and the
- * channel's write lock is not left held. */
+/* Only a microVM's agent, or one started --restorable (gVisor's), takes a
+ * checkpoint: this one refuses it, and the channel's write lock is not left
+ * held. */
 static void test_checkpoint_refused_outside_vm(void **state) {
         Fixture *f = *state;
         json_t *req = parse("{\"op\":\"checkpoint\"}");
@@ -1329,6 +1331,80 @@ static void test_checkpoint_refused_outside_vm(void **state) {
         json_decref(req);
         assert_int_equal(channel_ping(f->c, 5000), 0);
         assert_true(channel_is_open(f->c));
+}
+
+/* The next frame from a raw agent that is not a WINDOW or a PING. */
+static void raw_next(int fd, ProtoReader *rd, ProtoHeader *h, char *payload, size_t cap) {
+        for (;;) {
+                const uint8_t *p;
+                int r = proto_reader_next(rd, h, &p);
+                assert_true(r >= 0);
+                if (r == 1) {
+                        if (h->type == PROTO_WINDOW || h->type == PROTO_PING)
+                                continue;
+                        assert_true(h->length < cap);
+                        memcpy(payload, p, h->length);
+                        payload[h->length] = '\0';
+                        return;
+                }
+                struct pollfd pfd = {.fd = fd, .events = POLLIN};
+                assert_int_equal(poll(&pfd, 1, 10000), 1);
+                uint8_t buf[65536];
+                ssize_t n = read(fd, buf, sizeof buf);
+                assert_true(n > 0);
+                assert_int_equal(proto_reader_feed(rd, buf, (size_t)n), 0);
+        }
+}
+
+/* gVisor's agent (--restorable): a fresh start refuses resume (a client
+ * of the channel cannot make it drop its streams); after a checkpoint it
+ * sends nothing, and a copy's first request, resume, is answered and
+ * followed by a new HELLO on which the copy's channel starts. */
+static void test_restorable_checkpoint_and_resume(void **state) {
+        (void)state;
+        if (!agent_path[0])
+                find_agent();
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                dup2(sv[1], 0);
+                dup2(sv[1], 1);
+                int null_fd = open("/dev/null", O_WRONLY);
+                dup2(null_fd, 2);
+                execl(agent_path, agent_path, "--restorable", (char *)NULL);
+                _exit(127);
+        }
+        close(sv[1]);
+        int fd = sv[0];
+        ProtoReader *rd = proto_reader_new();
+        assert_non_null(rd);
+        ProtoHeader h;
+        char payload[4096], why[256] = "";
+        raw_next(fd, rd, &h, payload, sizeof payload);
+        assert_int_equal(h.type, PROTO_HELLO);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        assert_int_equal(microvm_agent_resume(fd, "copy-1", now_ms + 10000, why, sizeof why), -EIO);
+        assert_non_null(strstr(why, "resume"));
+        const char ck[] = "{\"op\":\"checkpoint\"}";
+        assert_int_equal(proto_write_frame(fd, PROTO_OPEN, 0, 3, ck, sizeof ck - 1), 0);
+        raw_next(fd, rd, &h, payload, sizeof payload);
+        assert_int_equal(h.type, PROTO_RESULT);
+        assert_int_equal(h.stream, 3);
+        assert_null(strstr(payload, "error"));
+        /* Quiet now: nothing comes until the host's next frame. */
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        assert_int_equal(poll(&pfd, 1, 200), 0);
+        assert_int_equal(microvm_agent_resume(fd, "copy-1", now_ms + 10000, why, sizeof why), 0);
+        raw_next(fd, rd, &h, payload, sizeof payload);
+        assert_int_equal(h.type, PROTO_HELLO);
+        proto_reader_free(rd);
+        close(fd);
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
 }
 
 typedef struct CheckpointCall {
@@ -1417,6 +1493,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_fake_event_flood, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_bad_json, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_checkpoint_refused_outside_vm, setup, teardown),
+                cmocka_unit_test(test_restorable_checkpoint_and_resume),
                 cmocka_unit_test_setup_teardown(test_fake_checkpoint, fake_setup, fake_teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
