@@ -2219,6 +2219,13 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         if (r == -EPROTO)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, "take mode: \"disk\"",
                                      "the agent of sandbox %s refused its checkpoint; nothing was kept", row->id);
+        if (r == -ESTALE && memory)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT,
+                                     "close deleted files the sandbox's processes hold open (a temporary file), "
+                                     "or take mode: \"disk\"",
+                                     "a process in sandbox %s holds a deleted file open, which gVisor cannot keep "
+                                     "in a memory snapshot; nothing was kept",
+                                     row->id);
         return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "the snapshot failed");
 }
 

@@ -37,8 +37,13 @@ static const char *const image_files[] = { "checkpoint.img", "pages_meta.img", "
 #define RUNSC_QUICK_MS 30000
 #define RUNSC_CHECKPOINT_MS (300 * 1000)
 
+/* What runsc checkpoint says of a file a process holds open after it was
+ * deleted: the Sentry cannot save it (its restore opens files by name). */
+#define RUNSC_DELETED_OPEN "deleted and invalidated dentries can't be restored"
+
 /* `runsc --root state args...` with a deadline; on failure why gets the
- * last line runsc printed. */
+ * first line runsc printed (its error; a stack trace may follow), and
+ * -ESTALE is a deleted file held open. */
 static int runsc_cmd(const GvisorRunsc *rs, const char *state, const char *const args[], int timeout_ms, char *why,
                      size_t why_len) {
         char *argv[16];
@@ -72,16 +77,13 @@ static int runsc_cmd(const GvisorRunsc *rs, const char *state, const char *const
         if (r == 0)
                 r = -EIO;
         char buf[2048];
-        off_t end = lseek(out, 0, SEEK_END);
-        off_t from = end > (off_t)sizeof(buf) - 1 ? end - (off_t)sizeof(buf) + 1 : 0;
-        ssize_t got = end > 0 ? pread(out, buf, sizeof(buf) - 1, from) : 0;
+        ssize_t got = pread(out, buf, sizeof(buf) - 1, 0);
         buf[got > 0 ? got : 0] = '\0';
-        size_t len = strlen(buf);
-        while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
-                buf[--len] = '\0';
-        const char *last = strrchr(buf, '\n');
+        buf[strcspn(buf, "\n")] = '\0';
+        if (r != -ETIMEDOUT && strstr(buf, RUNSC_DELETED_OPEN))
+                r = -ESTALE;
         snprintf(why, why_len, "runsc %s: %s", args[0],
-                 r == -ETIMEDOUT ? "did not finish in time" : last ? last + 1 : buf[0] ? buf : "failed");
+                 r == -ETIMEDOUT ? "did not finish in time" : buf[0] ? buf : "failed");
         return r;
 }
 

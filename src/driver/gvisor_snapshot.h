@@ -25,7 +25,8 @@ typedef struct GvisorRunsc {
  * dest_dir (new, empty): it leaves the freezer for runsc, is stopped inside
  * its Sentry (runsc pause) while its disk is copied and its kernel saved
  * (runsc checkpoint --leave-running), then frozen again. why says what
- * failed, for the daemon's log. */
+ * failed, for the daemon's log. -ESTALE when a process holds a deleted
+ * file open, which the Sentry cannot save; the sandbox carries on. */
 int gvisor_snapshot_save(DriverInstance *inst, const DriverSpec *spec, const GvisorRunsc *rs, const char *dest_dir,
                          char *why, size_t why_len);
 /* Whether a snapshot's directory holds a saved kernel. */

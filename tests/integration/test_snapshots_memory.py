@@ -205,3 +205,29 @@ def test_memory_snapshot_survives_a_daemon_restart(fresh_daemon, fresh_api, driv
     copy = api.create_sandbox(snapshot=snap["id"])
     counting_on(api, copy.id, 3)
     assert copy.exec("cat /workspace/kept")["stdout"] == "kept\n"
+
+
+def test_gvisor_refuses_a_deleted_file_held_open(api, driver, counting):
+    """runsc cannot save a file a process holds open after it was deleted (its restore opens files
+    by name): the snapshot is a 409 saying so, nothing is kept, the sandbox carries on, and once
+    the file is closed the snapshot is taken."""
+    if driver != "gvisor":
+        pytest.skip("a limit of runsc checkpoint")
+    sbx = counting
+    holder = ("exec python3 -c \"import tempfile, time; f = tempfile.TemporaryFile(dir='/workspace'); "
+              "f.write(b'x' * 4096); f.flush(); open('/workspace/held', 'w').close(); time.sleep(3600)\"")
+    r = api.post(f"/v1/sandboxes/{sbx.id}/processes", json={"command": holder})
+    assert r.status_code == 201, r.text
+    pid = r.json()["id"]
+    wait_until(lambda: sbx.exec("test -e /workspace/held && echo y")["stdout"] == "y\n", BOUND, 0.5,
+               what="the deleted file held open")
+    err = assert_error(api.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={"mode": "memory"}), 409, "conflict",
+                       mentions="deleted file")
+    assert "disk" in err["hint"], err
+    assert api.get("/v1/snapshots", params={"sandboxId": sbx.id}).json()["data"] == []
+    counting_on(api, sbx.id, count(api, sbx.id))
+    r = api.post(f"/v1/sandboxes/{sbx.id}/processes/{pid}:signal", json={"signal": "KILL"})
+    assert r.status_code == 200, r.text
+    r = api.post(f"/v1/sandboxes/{sbx.id}/processes/{pid}:wait", json={"timeoutMs": 60000})
+    assert r.status_code == 200 and r.json()["state"] != "running", r.text
+    assert snapshot(api, sbx.id, mode="memory")["mode"] == "memory"
