@@ -242,8 +242,8 @@ class SandboxOps:
         """Keep its disk (files and /workspace) as a snapshot; returns the snapshot's dict
         (``id``, ``state`` "ready", ``mode``, ``sizeBytes``, ``expiresAt``...). A running
         sandbox is frozen only while its disk is copied. ``retention_days`` (1 to 365, 7 by
-        default) is how long the daemon keeps it. ``mode="memory"`` is refused
-        (:class:`UnavailableError`, 501) on every driver of this daemon."""
+        default) is how long the daemon keeps it. ``mode="memory"`` keeps the
+        running machine too on the microVM and gVisor, and is refused (501) on namespace."""
         body = snapshot_body(name, labels, retention_days, mode)
         return dict((yield Call(self._http.request, "POST", sandbox_path(self.id, ":snapshot"), json_body=body,
                                        headers=idempotency_headers(idempotency_key),
@@ -256,7 +256,7 @@ class SandboxOps:
         """Copies of this sandbox's files as they are now, each running: one Sandbox without
         ``count``, a list with it (1 to 16, made all or none). ``keep_snapshot`` keeps the
         snapshot they were made from. ``mode="memory"`` copies its memory and running
-        processes too, where its driver can (the microVM; 501 elsewhere)."""
+        processes too, where its driver can (the microVM and gVisor; 501 on namespace)."""
         body = fork_body(count, name, labels, keep_snapshot, secrets, mode)
         data = (yield Call(self._http.request, "POST", sandbox_path(self.id, ":fork"), json_body=body,
                                   headers=idempotency_headers(idempotency_key),
