@@ -231,3 +231,24 @@ def test_gvisor_refuses_a_deleted_file_held_open(api, driver, counting):
     r = api.post(f"/v1/sandboxes/{sbx.id}/processes/{pid}:wait", json={"timeoutMs": 60000})
     assert r.status_code == 200 and r.json()["state"] != "running", r.text
     assert snapshot(api, sbx.id, mode="memory")["mode"] == "memory"
+
+
+def test_gvisor_memory_snapshot_of_another_runsc_is_not_restored(api, driver, counting):
+    """A saved kernel is restored only by the runsc, agent, image and shape it was saved with
+    (its snapshot's machine file says which): one that does not match fails the create with the
+    reason, and the copy is recorded failed rather than booted without its processes."""
+    if driver != "gvisor":
+        pytest.skip("gVisor's description of a saved kernel")
+    snap = snapshot(api, counting.id, mode="memory")
+    machine = api.daemon.state_dir / "snapshots" / snap["id"] / "machine"
+    machine.write_text(machine.read_text().replace("version=", "version=0.0~19700101."))
+    err = assert_error(api.post("/v1/sandboxes", json={"snapshot": snap["id"]}), 503, "unavailable",
+                       mentions="another runsc")
+    failed = [s for s in api.get("/v1/sandboxes", params={"state": "failed"}).json()["data"]
+              if "another runsc" in (s.get("failureReason") or "")]
+    assert failed, err
+    api.created.extend(s["id"] for s in failed)
+    # The snapshot as it was taken still restores.
+    machine.write_text(machine.read_text().replace("version=0.0~19700101.", "version="))
+    copy = api.create_sandbox(snapshot=snap["id"])
+    counting_on(api, copy.id, 3)
