@@ -58,7 +58,7 @@ static const char snapshot_help[] =
         "Keeps a sandbox's disk (its files and /workspace) as a snapshot and prints its id.\n"
         "A running sandbox is frozen only while its disk is copied. A sandbox starts from it\n"
         "with the API's or the SDK's create (snapshot: ID); `runtime sandbox fork` does both.\n\n"
-        "  --mode disk|memory   disk (the default); memory keeps the running machine too (microvm only)\n"
+        "  --mode disk|memory   disk (the default); memory keeps the running machine too (microvm, gvisor)\n"
         "  --name NAME          a name for it\n"
         "  --retention DAYS     how long the daemon keeps it (1 to 365; default 7)\n\n"
         "Example:\n  runtime sandbox snapshot --name prepared sbx_9f2c4e1a7b3d5c6e8f01\n";
@@ -106,7 +106,7 @@ static const char fork_help[] =
         "prints their ids. All are made or none (a daily limit is checked for all at once).\n\n"
         "  --count N            how many copies (1 to 16; default 1)\n"
         "  --mode disk|memory   disk (the default); memory copies the running machine too,\n"
-        "                       its processes carrying on in each copy (microvm only)\n"
+        "                       its processes carrying on in each copy (microvm, gvisor)\n"
         "  --name NAME          their name (NAME-1, NAME-2, ... with --count)\n\n"
         "Example:\n  runtime sandbox fork --count 3 sbx_9f2c4e1a7b3d5c6e8f01\n";
 

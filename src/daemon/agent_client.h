@@ -41,7 +41,7 @@ json_t *agent_req_rename(const char *from, const char *to, bool overwrite);
 /* A TCP connection to 127.0.0.1:port inside the sandbox (port forwarding):
  * EVENT {"event":"connected"}, then DATA both ways; RESULT ends it. */
 json_t *agent_req_forward(unsigned port);
-/* A microVM's agent goes quiet before its machine is saved (channel_checkpoint_begin). */
+/* A microVM's or gVisor's agent goes quiet before its machine is saved (channel_checkpoint_begin). */
 json_t *agent_req_checkpoint(void);
 /* A signal to the process group of the exec running on host stream `stream`. */
 json_t *agent_req_signal(uint32_t stream, int signo);
