@@ -463,8 +463,7 @@ static int gv_restore_finish(const DriverSpec *spec, int chan, DriverError *err)
         gvisor_snapshot_forget(spec->sandbox_dir);
         if (r < 0) {
                 gv_note(spec->sandbox_dir, "runtimed: restoring the memory snapshot: %s\n", why);
-                driver_error(err, "the memory snapshot could not be restored; the sandbox's runsc.log and "
-                                  "agent.log have the details");
+                driver_error(err, "the memory snapshot could not be restored; take a new one");
         }
         return r;
 }

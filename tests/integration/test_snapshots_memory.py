@@ -233,10 +233,11 @@ def test_gvisor_refuses_a_deleted_file_held_open(api, driver, counting):
     assert snapshot(api, sbx.id, mode="memory")["mode"] == "memory"
 
 
-def test_gvisor_memory_snapshot_of_another_runsc_is_not_restored(api, driver, counting):
+def test_gvisor_memory_snapshot_of_another_runsc_or_damaged_is_not_restored(api, driver, counting):
     """A saved kernel is restored only by the runsc, agent, image and shape it was saved with
     (its snapshot's machine file says which): one that does not match fails the create with the
-    reason, and the copy is recorded failed rather than booted without its processes."""
+    reason, and the copy is recorded failed rather than booted without its processes; so does a
+    damaged image, without waiting."""
     if driver != "gvisor":
         pytest.skip("gVisor's description of a saved kernel")
     snap = snapshot(api, counting.id, mode="memory")
@@ -248,7 +249,17 @@ def test_gvisor_memory_snapshot_of_another_runsc_is_not_restored(api, driver, co
               if "another runsc" in (s.get("failureReason") or "")]
     assert failed, err
     api.created.extend(s["id"] for s in failed)
-    # The snapshot as it was taken still restores.
     machine.write_text(machine.read_text().replace("version=0.0~19700101.", "version="))
+    # A damaged image: runsc restore fails, and the create with it, at once.
+    image = machine.parent / "checkpoint.img"
+    saved = image.read_bytes()
+    with open(image, "r+b") as f:
+        f.truncate(len(saved) // 2)
+    assert_error(api.post("/v1/sandboxes", json={"snapshot": snap["id"]}), 503, "unavailable",
+                 mentions="could not be restored")
+    api.created.extend(s["id"] for s in api.get("/v1/sandboxes", params={"state": "failed"}).json()["data"])
+    with open(image, "r+b") as f:
+        f.write(saved)
+    # The snapshot as it was taken still restores.
     copy = api.create_sandbox(snapshot=snap["id"])
     counting_on(api, copy.id, 3)
