@@ -33,10 +33,10 @@
 #include "common/timeutil.h"
 #include "driver/cgroup.h"
 #include "driver/driver.h"
+#include "driver/driver_agent.h"
 #include "driver/gvisor.h"
 #include "driver/gvisor_snapshot.h"
 #include "driver/launch.h"
-#include "driver/microvm_template.h"
 #include "driver/rootfs.h"
 
 /* A probe boots a real sandbox; a loaded host of two cores has been seen to
@@ -459,7 +459,7 @@ static int gv_restore_check(const DriverSpec *spec, char *ret_dir, size_t len, b
  * image goes whatever happens. */
 static int gv_restore_finish(const DriverSpec *spec, int chan, DriverError *err) {
         char why[256] = "";
-        int r = microvm_agent_resume(chan, spec->id, (int64_t)time_now_mono_ms() + RESTORE_TIMEOUT_MS, why, sizeof why);
+        int r = driver_agent_resume(chan, spec->id, (int64_t)time_now_mono_ms() + RESTORE_TIMEOUT_MS, why, sizeof why);
         gvisor_snapshot_forget(spec->sandbox_dir);
         if (r < 0) {
                 gv_note(spec->sandbox_dir, "runtimed: restoring the memory snapshot: %s\n", why);

@@ -14,6 +14,7 @@
 #include "common/macro.h"
 #include "common/path.h"
 #include "common/timeutil.h"
+#include "driver/driver_agent.h"
 #include "driver/microvm_template.h"
 #include "driver/rootfs.h"
 
@@ -206,7 +207,7 @@ int microvm_snapshot_start(const MicrovmStart *s, const char *p_upper, int *ret_
         int64_t deadline = (int64_t)time_now_mono_ms() + SAVE_TIMEOUT_MS;
         r = microvm_vm_finish_incoming(inst, deadline, why, why_len);
         if (r == 0)
-                r = microvm_agent_resume(chan, s->spec->id, (int64_t)time_now_mono_ms() + RESUME_TIMEOUT_MS, why,
+                r = driver_agent_resume(chan, s->spec->id, (int64_t)time_now_mono_ms() + RESUME_TIMEOUT_MS, why,
                                          why_len);
         if (r < 0) {
                 microvm_vm_free(inst);

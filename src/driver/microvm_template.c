@@ -3,16 +3,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <limits.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -23,61 +20,11 @@
 #include "common/macro.h"
 #include "common/path.h"
 #include "common/timeutil.h"
+#include "driver/driver_agent.h"
 #include "driver/microvm_disk.h"
 #include "driver/microvm_initramfs.h"
 #include "driver/microvm_qmp.h"
 #include "proto/proto.h"
-
-/* Reads exactly n bytes by the deadline (a monotonic ms time). */
-static int read_exact(int fd, void *buf, size_t n, int64_t deadline) {
-        uint8_t *p = buf;
-        while (n > 0) {
-                int64_t left = deadline - (int64_t)time_now_mono_ms();
-                if (left <= 0)
-                        return -ETIMEDOUT;
-                struct pollfd pf = { .fd = fd, .events = POLLIN };
-                int k = poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
-                if (k < 0 && errno != EINTR)
-                        return -errno;
-                if (k <= 0)
-                        continue;
-                ssize_t got = read(fd, p, n);
-                if (got < 0 && (errno == EINTR || errno == EAGAIN))
-                        continue;
-                if (got < 0)
-                        return -errno;
-                if (got == 0)
-                        return -EPIPE;
-                p += got;
-                n -= (size_t)got;
-        }
-        return 0;
-}
-
-/* Reads exactly one frame of the channel (never a byte more: what follows is
- * the daemon's), which must be of type `type` on `stream`. Its JSON payload,
- * when ret is not NULL. */
-static int read_frame(int fd, uint8_t type, uint32_t stream, int64_t deadline, json_t **ret) {
-        uint8_t hdr[PROTO_HEADER_SIZE];
-        ProtoHeader h;
-        int r = read_exact(fd, hdr, sizeof(hdr), deadline);
-        if (r < 0)
-                return r;
-        if (proto_header_decode(hdr, &h) < 0 || h.type != type || h.stream != stream || h.length > PROTO_MAX_JSON)
-                return -EPROTO;
-        _cleanup_free_ char *payload = malloc(h.length + 1);
-        if (!payload)
-                return -ENOMEM;
-        r = read_exact(fd, payload, h.length, deadline);
-        if (r < 0)
-                return r;
-        if (ret) {
-                *ret = json_loadb(payload, h.length, 0, NULL);
-                if (!*ret)
-                        return -EPROTO;
-        }
-        return 0;
-}
 
 #define TEMPLATE_FORMAT 1
 #define TEMPLATE_MAX 16        /* per image */
@@ -345,7 +292,7 @@ static int template_build(const MicrovmStart *s, const char *tmpdir, const char 
         closep(&mon_vmm);
         mon_vmm = -1;
         int64_t deadline = (int64_t)time_now_mono_ms() + (int64_t)driver_microvm.hello_timeout_ms;
-        r = read_frame(chan, PROTO_HELLO, 0, deadline, NULL);
+        r = driver_agent_read_frame(chan, PROTO_HELLO, 0, deadline, NULL);
         if (r < 0)
                 snprintf(why, why_len, "the template's agent did not say HELLO: %s", strerror(-r));
         MicrovmQmp q = { .fd = mon_host };
@@ -465,45 +412,6 @@ static int template_get(const MicrovmStart *s, int tfd, char *name, size_t name_
         return *ret_dfd >= 0 ? 0 : -ENOENT;
 }
 
-int microvm_agent_resume(int chan, const char *id, int64_t deadline, char *why, size_t why_len) {
-        uint8_t seed[64];
-        if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
-                return -EIO;
-        char hex[2 * sizeof(seed) + 1];
-        for (size_t i = 0; i < sizeof(seed); i++)
-                snprintf(hex + 2 * i, 3, "%02x", seed[i]);
-        explicit_bzero(seed, sizeof(seed));
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        char req[512];
-        int n = snprintf(req, sizeof(req), "{\"op\":\"resume\",\"entropy\":\"%s\",\"timeNs\":%lld,\"hostname\":\"%s\"}",
-                         hex, (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, id);
-        explicit_bzero(hex, sizeof(hex));
-        if (n < 0 || (size_t)n >= sizeof(req))
-                return -ENOBUFS;
-        int r = proto_write_frame(chan, PROTO_OPEN, 0, 1, req, (size_t)n);
-        explicit_bzero(req, sizeof(req));
-        if (r < 0) {
-                snprintf(why, why_len, "sending resume: %s", strerror(-r));
-                return r;
-        }
-        json_t *res = NULL;
-        r = read_frame(chan, PROTO_RESULT, 1, deadline, &res);
-        if (r < 0) {
-                snprintf(why, why_len, "the restored agent did not answer resume: %s", strerror(-r));
-                return r;
-        }
-        json_t *err = json_object_get(res, "error");
-        if (err) {
-                snprintf(why, why_len, "resume refused: %s",
-                         json_string_value(json_object_get(err, "message")) ?: "no message");
-                json_decref(res);
-                return -EIO;
-        }
-        json_decref(res);
-        return 0;
-}
-
 /* A sandbox's first start from its shape's template: its disk a copy of the
  * template's, its memory the template's saved guest, then `resume`. */
 int microvm_template_start(const MicrovmStart *s, const char *p_upper, int *ret_fd, DriverInstance **ret, char *why,
@@ -558,7 +466,7 @@ int microvm_template_start(const MicrovmStart *s, const char *p_upper, int *ret_
                 snprintf(why, why_len, "starting QEMU: %s", strerror(-r));
                 return r;
         }
-        r = microvm_agent_resume(chan, s->spec->id, (int64_t)time_now_mono_ms() + RESUME_TIMEOUT_MS, why, why_len);
+        r = driver_agent_resume(chan, s->spec->id, (int64_t)time_now_mono_ms() + RESUME_TIMEOUT_MS, why, why_len);
         if (r < 0) {
                 microvm_vm_free(inst);
                 /* A template that does not come back (damaged, or from a

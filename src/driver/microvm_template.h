@@ -27,9 +27,3 @@ int microvm_template_start(const MicrovmStart *s, const char *p_upper, int *ret_
  * root, modules, agent, shape, accelerator, and under KVM the host's CPU):
  * a saved guest is restored only where it is the same. -ENOBUFS past len. */
 int microvm_saved_guest_key(const MicrovmStart *s, char *buf, size_t len);
-
-/* The agent's resume on a restored guest's channel (the first request it
- * takes): its kernel gets fresh entropy and is reseeded, its clock set, its
- * hostname made `id`; reads exactly the answer, so that what follows (its
- * HELLO) is the daemon's. why says what failed. */
-int microvm_agent_resume(int chan, const char *id, int64_t deadline, char *why, size_t why_len);

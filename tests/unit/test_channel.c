@@ -28,7 +28,7 @@
 #include <cmocka.h>
 
 #include "daemon/channel.h"
-#include "driver/microvm_template.h"
+#include "driver/driver_agent.h"
 #include "proto/proto.h"
 
 typedef struct Fixture {
@@ -1387,7 +1387,7 @@ static void test_restorable_checkpoint_and_resume(void **state) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-        assert_int_equal(microvm_agent_resume(fd, "copy-1", now_ms + 10000, why, sizeof why), -EIO);
+        assert_int_equal(driver_agent_resume(fd, "copy-1", now_ms + 10000, why, sizeof why), -EIO);
         assert_non_null(strstr(why, "resume"));
         const char ck[] = "{\"op\":\"checkpoint\"}";
         assert_int_equal(proto_write_frame(fd, PROTO_OPEN, 0, 3, ck, sizeof ck - 1), 0);
@@ -1398,7 +1398,7 @@ static void test_restorable_checkpoint_and_resume(void **state) {
         /* Quiet now: nothing comes until the host's next frame. */
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         assert_int_equal(poll(&pfd, 1, 200), 0);
-        assert_int_equal(microvm_agent_resume(fd, "copy-1", now_ms + 10000, why, sizeof why), 0);
+        assert_int_equal(driver_agent_resume(fd, "copy-1", now_ms + 10000, why, sizeof why), 0);
         raw_next(fd, rd, &h, payload, sizeof payload);
         assert_int_equal(h.type, PROTO_HELLO);
         proto_reader_free(rd);
