@@ -113,3 +113,13 @@ int path_remove_tree_at(int dfd, const char *name) {
         PathRemove o = { .max_depth = TREE_MAX_DEPTH, .mount_error = -EBUSY, .depth_error = -ELOOP };
         return path_remove_tree(dfd, name, &o);
 }
+
+int path_identity(const char *path, char *buf, size_t len) {
+        struct stat st;
+        if (stat(path, &st) < 0)
+                return -errno;
+        int n = snprintf(buf, len, "%llu:%llu:%lld:%lld.%09ld", (unsigned long long)st.st_dev,
+                         (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+                         (long)st.st_mtim.tv_nsec);
+        return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
+}

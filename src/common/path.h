@@ -31,3 +31,10 @@ int path_remove_tree(int dfd, const char *name, PathRemove *o);
  * into buf: where its companion programs are looked for. -ENAMETOOLONG when
  * it does not fit, another negative errno when it cannot be read. */
 int path_self_dir(char *buf, size_t len);
+/* What tells one version of a file from another without reading it: its
+ * device, inode, size and modification time, as "dev:ino:size:sec.nsec" into
+ * buf (PATH_IDENTITY_MAX fits any). A saved machine records the identities of
+ * the programs and images it depends on. A negative errno when path cannot
+ * be stat'ed; -ENOBUFS when it does not fit in len. */
+#define PATH_IDENTITY_MAX 96
+int path_identity(const char *path, char *buf, size_t len);

@@ -87,31 +87,23 @@ static int runsc_cmd(const GvisorRunsc *rs, const char *state, const char *const
         return r;
 }
 
-static int stat_of(const char *path, struct stat *st) {
-        return stat(path, st) < 0 ? -errno : 0;
-}
-
 /* Everything a saved kernel needs to be the same where it is restored: the
  * runsc that saved it (its state format) and its platform, the agent that
  * runs in it (its pages are mapped from the host's file), the image (every
  * program's are), and the sandbox's shape. */
 static int machine_key(const DriverSpec *spec, const GvisorRunsc *rs, char *buf, size_t len) {
-        char rootfs[PATH_MAX];
-        struct stat bin, agent, root;
+        char rootfs[PATH_MAX], bin[PATH_IDENTITY_MAX], agent[PATH_IDENTITY_MAX], root[PATH_IDENTITY_MAX];
         int r;
         if ((r = path_join(rootfs, sizeof(rootfs), spec->image_dir, "rootfs")) < 0 ||
-            (r = stat_of(rs->path, &bin)) < 0 || (r = stat_of(spec->agent_path, &agent)) < 0 ||
-            (r = stat_of(rootfs, &root)) < 0)
+            (r = path_identity(rs->path, bin, sizeof(bin))) < 0 ||
+            (r = path_identity(spec->agent_path, agent, sizeof(agent))) < 0 ||
+            (r = path_identity(rootfs, root, sizeof(root))) < 0)
                 return r;
-#define ST(s) (unsigned long long)(s).st_dev, (unsigned long long)(s).st_ino, (long long)(s).st_size, \
-              (long long)(s).st_mtim.tv_sec, (long)(s).st_mtim.tv_nsec
         int n = snprintf(buf, len,
                          "format=%d platform=%s version=%s vcpu=%u mem=%u disk=%u pids=%u\n"
-                         "runsc=%llu:%llu:%lld:%lld.%09ld\nagent=%llu:%llu:%lld:%lld.%09ld\n"
-                         "image=%llu:%llu:%lld:%lld.%09ld\n",
+                         "runsc=%s\nagent=%s\nimage=%s\n",
                          FORMAT, rs->platform, rs->version, spec->vcpu, spec->memory_mib, spec->disk_mib,
-                         spec->pids_max, ST(bin), ST(agent), ST(root));
-#undef ST
+                         spec->pids_max, bin, agent, root);
         return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
 }
 

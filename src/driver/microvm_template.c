@@ -39,10 +39,6 @@ bool microvm_templates_enabled(void) {
         return !e || strcmp(e, "0") != 0;
 }
 
-static int stat_of(const char *path, struct stat *st) {
-        return stat(path, st) < 0 ? -errno : 0;
-}
-
 /* The host's kernel release and a hash of its CPU's feature flags: under
  * KVM a restored guest keeps the code paths its kernel chose for the CPU it
  * booted on. */
@@ -72,13 +68,16 @@ static int host_cpu_id(char *buf, size_t len) {
  * the same devices, command line, kernel, root, modules, agent and QEMU. */
 static int template_key(const char *qemu, const char *image_dir, const char *agent, MicrovmAccel accel, unsigned vcpu,
                         unsigned mem, unsigned disk, unsigned pids, char *buf, size_t len) {
-        char p[PATH_MAX];
-        struct stat q, k, root, mods, ag;
+        char p[PATH_MAX], q[PATH_IDENTITY_MAX], k[PATH_IDENTITY_MAX], root[PATH_IDENTITY_MAX],
+                mods[PATH_IDENTITY_MAX], ag[PATH_IDENTITY_MAX];
         int r;
-        if ((r = stat_of(qemu, &q)) < 0 || (r = path_join(p, sizeof(p), image_dir, "microvm/vmlinuz")) < 0 ||
-            (r = stat_of(p, &k)) < 0 || (r = path_join(p, sizeof(p), image_dir, "microvm/root.ext4")) < 0 ||
-            (r = stat_of(p, &root)) < 0 || (r = path_join(p, sizeof(p), image_dir, "microvm/modules")) < 0 ||
-            (r = stat_of(p, &mods)) < 0 || (r = stat_of(agent, &ag)) < 0)
+        if ((r = path_identity(qemu, q, sizeof(q))) < 0 ||
+            (r = path_join(p, sizeof(p), image_dir, "microvm/vmlinuz")) < 0 ||
+            (r = path_identity(p, k, sizeof(k))) < 0 ||
+            (r = path_join(p, sizeof(p), image_dir, "microvm/root.ext4")) < 0 ||
+            (r = path_identity(p, root, sizeof(root))) < 0 ||
+            (r = path_join(p, sizeof(p), image_dir, "microvm/modules")) < 0 ||
+            (r = path_identity(p, mods, sizeof(mods))) < 0 || (r = path_identity(agent, ag, sizeof(ag))) < 0)
                 return r;
         /* The command line as a template's (its name aside: it derives
          * from the key) and, under KVM, the host's CPU. */
@@ -87,17 +86,11 @@ static int template_key(const char *qemu, const char *image_dir, const char *age
                 return r;
         if (accel == MICROVM_ACCEL_KVM && (r = host_cpu_id(cpu, sizeof(cpu))) < 0)
                 return r;
-#define ST(s) (unsigned long long)(s).st_dev, (unsigned long long)(s).st_ino, (long long)(s).st_size, \
-              (long long)(s).st_mtim.tv_sec, (long)(s).st_mtim.tv_nsec
         int n = snprintf(buf, len,
                          "format=%d accel=%s vcpu=%u mem=%u disk=%u pids=%u\n"
-                         "cmdline=%s\ncpu=%s\n"
-                         "qemu=%llu:%llu:%lld:%lld.%09ld\nkernel=%llu:%llu:%lld:%lld.%09ld\n"
-                         "root=%llu:%llu:%lld:%lld.%09ld\nmodules=%llu:%llu:%lld:%lld.%09ld\n"
-                         "agent=%llu:%llu:%lld:%lld.%09ld\n",
+                         "cmdline=%s\ncpu=%s\nqemu=%s\nkernel=%s\nroot=%s\nmodules=%s\nagent=%s\n",
                          TEMPLATE_FORMAT, accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg", vcpu, mem, disk, pids, cmdline,
-                         cpu, ST(q), ST(k), ST(root), ST(mods), ST(ag));
-#undef ST
+                         cpu, q, k, root, mods, ag);
         return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
 }
 

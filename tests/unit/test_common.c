@@ -282,6 +282,26 @@ static void test_path_join(void **state) {
         assert_int_equal(path_join(buf, sizeof buf, "abc", "efg"), 0);
 }
 
+static void test_path_identity(void **state) {
+        char *d = tmpdir(), p[PATH_MAX], a[PATH_IDENTITY_MAX], b[PATH_IDENTITY_MAX];
+        assert_int_equal(path_join(p, sizeof p, d, "f"), 0);
+        int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        assert_int_equal(path_identity(p, a, sizeof a), 0);
+        assert_int_equal(path_identity(p, b, sizeof b), 0);
+        assert_string_equal(a, b);
+        /* Another version of the file (its size) is another identity. */
+        assert_int_equal(write(fd, "x", 1), 1);
+        close(fd);
+        assert_int_equal(path_identity(p, b, sizeof b), 0);
+        assert_string_not_equal(a, b);
+        assert_int_equal(path_identity(p, b, 4), -ENOBUFS);
+        assert_int_equal(path_join(p, sizeof p, d, "missing"), 0);
+        assert_int_equal(path_identity(p, b, sizeof b), -ENOENT);
+        assert_int_equal(path_remove_tree_at(AT_FDCWD, d), 0);
+        free(d);
+}
+
 static void test_self_dir(void **state) {
         char dir[PATH_MAX], exe[PATH_MAX];
         assert_int_equal(path_self_dir(dir, sizeof dir), 0);
@@ -418,6 +438,7 @@ int main(void) {
                 cmocka_unit_test(test_copy_sparse), cmocka_unit_test(test_copy_clones_where_it_can),       cmocka_unit_test(test_read_text),
                 cmocka_unit_test(test_path_join),          cmocka_unit_test(test_read_full_short_reads_and_cap),
                 cmocka_unit_test(test_remove_tree),       cmocka_unit_test(test_remove_tree_options),       cmocka_unit_test(test_self_dir),
+                cmocka_unit_test(test_path_identity),
         };
         return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }
