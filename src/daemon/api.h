@@ -119,6 +119,7 @@ struct App {
         ProcTable *procs;      /* every sandbox's processes */
         atomic_bool building;  /* one image build at a time */
         SnapshotStore *snapshots;
+        Uploads *uploads; /* uploads in parts */
 };
 
 /* The route table. */

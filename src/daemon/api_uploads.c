@@ -1,13 +1,12 @@
-/* Uploads in parts (api_uploads.h). The registry is in memory: an upload is
- * a client's few minutes of work, and one the daemon forgets across a
- * restart is begun again by the client, whose parts are idempotent. */
+/* Uploads in parts (api_uploads.h): the routes. The registry, its staging
+ * files and its rows are uploads.c's; an upload survives a daemon restart,
+ * and the sandbox it belongs to decides only at the commit. */
 #include "daemon/api_uploads.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,76 +15,16 @@
 
 #include "common/jsonutil.h"
 #include "common/macro.h"
-#include "common/random.h"
-#include "common/timeutil.h"
 #include "daemon/agent_client.h"
 #include "daemon/api.h"
 #include "daemon/config.h"
 #include "daemon/log.h"
 #include "daemon/request.h"
+#include "daemon/uploads.h"
 
-/* The published client's part size; a part is one request body. */
-#define UPLOAD_CHUNK (1024u * 1024u)
-/* Uploads in progress: per sandbox, in all, and their declared bytes in all
- * (staged files are sparse, but a client may fill every one). */
-#define UPLOADS_PER_SANDBOX 8
-#define UPLOADS_MAX 64
-#define UPLOADS_MAX_TOTAL_MIB 4096u
-/* An upload left this long without a part is dropped. */
-#define UPLOAD_IDLE_S 3600
 #define COMMIT_TIMEOUT_MS 120000
 
-typedef struct Upload {
-        bool used;
-        bool busy; /* a part or the commit is at work on it */
-        char id[HTTP_UPLOAD_ID_LEN + 1];
-        char sandbox_id[ROUTE_ID_LEN + 1];
-        char owner[128];
-        char *path;
-        unsigned mode;
-        uint64_t size;
-        uint8_t sha256[32];
-        int fd;
-        uint8_t *received; /* per part: 0 missing, 1 whole, 2 short (the last) */
-        size_t parts;
-        int64_t touched;
-        /* An archive upload: its size is not said up front; its parts come
-         * in order and the commit unpacks the whole into path. */
-        bool archive;
-        uint64_t max_parts;
-        ReqUser user; /* who writes or unpacks it; DEFAULT: the sandbox's own user */
-} Upload;
-
-static pthread_mutex_t uploads_lock = PTHREAD_MUTEX_INITIALIZER;
-static Upload uploads[UPLOADS_MAX];
-
-static void upload_clear(Upload *u) {
-        if (u->fd >= 0)
-                close(u->fd);
-        free(u->path);
-        free(u->received);
-        *u = (Upload){ .fd = -1 };
-}
-
-static char *staging_path(const DaemonConfig *cfg, const char *id) {
-        char *p;
-        if (asprintf(&p, "%s/uploads/%s", cfg->state_dir, id) < 0)
-                return NULL;
-        return p;
-}
-
-/* Drops idle uploads; the lock is held. */
-static void sweep_locked(const DaemonConfig *cfg, int64_t now) {
-        for (size_t i = 0; i < UPLOADS_MAX; i++) {
-                Upload *u = &uploads[i];
-                if (u->used && !u->busy && now - u->touched > UPLOAD_IDLE_S) {
-                        _cleanup_free_ char *p = staging_path(cfg, u->id);
-                        if (p)
-                                unlink(p);
-                        upload_clear(u);
-                }
-        }
-}
+_Static_assert(UPLOAD_ID_LEN == HTTP_UPLOAD_ID_LEN, "an upload id is what the route takes");
 
 static int hex_digest(const char *s, uint8_t out[32]) {
         if (!s || strlen(s) != 64)
@@ -101,77 +40,32 @@ static int hex_digest(const char *s, uint8_t out[32]) {
         return 0;
 }
 
-/* Puts a staged upload in a free slot, within the bounds, and answers its
- * begin; on refusal its file goes. */
-static enum MHD_Result upload_register(Req *r, Upload *proto, const char *id, const char *staged) {
-        const DaemonConfig *cfg = r->app->cfg;
+/* Begins the upload and answers it. */
+static enum MHD_Result upload_register(Req *r, const UploadSpec *spec) {
         ApiError e = { 0 };
-        int64_t now = time_now_unix();
-        pthread_mutex_lock(&uploads_lock);
-        sweep_locked(cfg, now);
-        size_t mine = 0, free_slot = UPLOADS_MAX;
-        uint64_t total = 0;
-        for (size_t i = 0; i < UPLOADS_MAX; i++) {
-                if (!uploads[i].used) {
-                        if (free_slot == UPLOADS_MAX)
-                                free_slot = i;
-                        continue;
-                }
-                total += uploads[i].archive ? uploads[i].max_parts * UPLOAD_CHUNK : uploads[i].size;
-                if (strcmp(uploads[i].sandbox_id, r->route.sandbox_id) == 0)
-                        mine++;
-        }
-        uint64_t declared = proto->archive ? proto->max_parts * UPLOAD_CHUNK : proto->size;
-        if (mine >= UPLOADS_PER_SANDBOX || free_slot == UPLOADS_MAX ||
-            total + declared > (uint64_t)UPLOADS_MAX_TOTAL_MIB * 1024u * 1024u) {
-                pthread_mutex_unlock(&uploads_lock);
-                close(proto->fd);
-                unlink(staged);
-                free(proto->received);
-                free(proto->path);
+        char id[UPLOAD_ID_LEN + 1];
+        int rc = uploads_begin(r->app->uploads, spec, id);
+        if (rc == -EUSERS) {
                 api_error(&e, 429, "rate_limited", "finish or abort the uploads in progress, or try again later",
                           "too many uploads in progress");
                 return reply_error(r, &e);
         }
-        Upload *u = &uploads[free_slot];
-        *u = *proto;
-        u->touched = now;
-        memcpy(u->id, id, sizeof(u->id));
-        snprintf(u->sandbox_id, sizeof(u->sandbox_id), "%s", r->route.sandbox_id);
-        snprintf(u->owner, sizeof(u->owner), "%s", r->key.owner);
-        char octal[8];
-        snprintf(octal, sizeof(octal), "%03o", u->mode);
-        json_t *j = u->archive ? json_pack("{s:s,s:s,s:i}", "uploadId", id, "path", u->path, "chunkBytes",
-                                           (int)UPLOAD_CHUNK)
-                               : json_pack("{s:s,s:s,s:I,s:i,s:s}", "uploadId", id, "path", u->path, "size",
-                                           (json_int_t)u->size, "chunkBytes", (int)UPLOAD_CHUNK, "mode", octal);
-        pthread_mutex_unlock(&uploads_lock);
-        return j ? reply_json(r, 200, j) : reply_internal(r);
-}
-
-/* A sparse staging file of its own for a new upload; the id in id. */
-static int stage_new(Req *r, uint64_t size, char id[HTTP_UPLOAD_ID_LEN + 1], char **ret_staged, int *ret_fd) {
-        const DaemonConfig *cfg = r->app->cfg;
-        memcpy(id, "upl_", 5);
-        if (random_hex(id + 4, 8) < 0)
-                return -EIO;
-        _cleanup_free_ char *dir = NULL, *staged = staging_path(cfg, id);
-        if (asprintf(&dir, "%s/uploads", cfg->state_dir) < 0 || !staged)
-                return -ENOMEM;
-        (void)mkdir(dir, 0700);
-        int fd = open(staged, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0 || ftruncate(fd, (off_t)size) < 0) {
-                int k = -errno;
-                log_error(r->rid, "staging an upload in %s: %s", dir, strerror(errno));
-                if (fd >= 0) {
-                        close(fd);
-                        unlink(staged);
+        if (rc < 0) {
+                log_error(r->rid, "beginning an upload: %s", strerror(-rc));
+                if (rc == -ENOSPC || rc == -EDQUOT) {
+                        api_error(&e, 503, "unavailable", "try again later, or send a smaller file",
+                                  "the host has no room to stage the upload");
+                        return reply_error(r, &e);
                 }
-                return k;
+                return reply_internal(r);
         }
-        *ret_fd = fd;
-        *ret_staged = TAKE_PTR(staged);
-        return 0;
+        char octal[8];
+        snprintf(octal, sizeof(octal), "%03o", spec->mode);
+        json_t *j = spec->archive ? json_pack("{s:s,s:s,s:i}", "uploadId", id, "path", spec->path, "chunkBytes",
+                                              (int)UPLOAD_CHUNK)
+                                  : json_pack("{s:s,s:s,s:I,s:i,s:s}", "uploadId", id, "path", spec->path, "size",
+                                              (json_int_t)spec->size, "chunkBytes", (int)UPLOAD_CHUNK, "mode", octal);
+        return j ? reply_json(r, 200, j) : reply_internal(r);
 }
 
 enum MHD_Result handle_upload_begin(Req *r) {
@@ -202,81 +96,45 @@ enum MHD_Result handle_upload_begin(Req *r) {
                           "the file is larger than %u MiB", cfg->max_file_mib);
                 return reply_error(r, &e);
         }
-        uint8_t digest[32];
-        if (hex_digest(json_string_value(json_object_get(r->json, "sha256")), digest) < 0) {
+        UploadSpec spec = { .sandbox_id = r->route.sandbox_id, .owner = r->key.owner, .mode = 0644,
+                            .size = (uint64_t)json_integer_value(size) };
+        if (hex_digest(json_string_value(json_object_get(r->json, "sha256")), spec.sha256) < 0) {
                 api_error(&e, 400, "invalid_request", NULL, "sha256 must be the file's SHA-256 in 64 hex digits");
                 return reply_error(r, &e);
         }
-        unsigned mode = 0644;
         json_t *m = json_object_get(r->json, "mode");
-        if (m && !json_is_null(m) && request_parse_mode(json_string_value(m), &mode, &e) < 0)
+        if (m && !json_is_null(m) && request_parse_mode(json_string_value(m), &spec.mode, &e) < 0)
                 return reply_error(r, &e);
         Sandbox *sb;
         if (api_sandbox_acquire(r, &sb, &e) < 0)
                 return reply_error(r, &e);
         sandbox_release(sb);
-
-        uint64_t n = (uint64_t)json_integer_value(size);
-        char id[HTTP_UPLOAD_ID_LEN + 1];
-        _cleanup_free_ char *staged = NULL;
-        int fd = -1;
-        if (stage_new(r, n, id, &staged, &fd) < 0)
-                return reply_internal(r);
-        size_t parts = (size_t)((n + UPLOAD_CHUNK - 1) / UPLOAD_CHUNK);
-        uint8_t *received = calloc(parts ? parts : 1, 1);
-        if (!received) {
-                close(fd);
-                unlink(staged);
-                return reply_internal(r);
-        }
-        Upload proto = { .used = true, .fd = fd, .mode = mode, .size = n, .received = received, .parts = parts,
-                         .max_parts = parts, .path = TAKE_PTR(path) };
-        memcpy(proto.sha256, digest, 32);
-        return upload_register(r, &proto, id, staged);
+        spec.path = path;
+        return upload_register(r, &spec);
 }
 
-/* Takes the named upload of the caller's sandbox for a part or the commit:
- * only one at a time works on a slot's bookkeeping, but parts write their
- * own bytes with pwrite, so the lock is held only to look. NULL: 404, or 409
- * while the commit runs. */
-static Upload *upload_take(Req *r, bool exclusive, ApiError *e) {
-        pthread_mutex_lock(&uploads_lock);
-        for (size_t i = 0; i < UPLOADS_MAX; i++) {
-                Upload *u = &uploads[i];
-                if (!u->used || strcmp(u->id, r->route.upload_id) != 0 ||
-                    strcmp(u->sandbox_id, r->route.sandbox_id) != 0 || strcmp(u->owner, r->key.owner) != 0)
-                        continue;
-                if (u->busy && exclusive) {
-                        pthread_mutex_unlock(&uploads_lock);
-                        api_error(e, 409, "conflict", "wait for the parts in flight", "the upload is busy");
-                        return NULL;
-                }
-                if (exclusive)
-                        u->busy = true;
-                u->touched = time_now_unix();
-                pthread_mutex_unlock(&uploads_lock);
-                return u;
+/* The route's upload of the caller's sandbox: NULL and e filled (404, or
+ * 409 while its commit runs). */
+static int upload_take(Req *r, bool exclusive, UploadRef *ret, ApiError *e) {
+        int rc = uploads_take(r->app->uploads, r->route.upload_id, r->route.sandbox_id, r->key.owner, exclusive, ret);
+        if (rc == -EBUSY)
+                return api_error(e, 409, "conflict", "wait for the parts in flight", "the upload is busy");
+        if (rc == -ENOENT)
+                return api_error(e, 404, "not_found", "begin the upload again", "no upload %s in progress",
+                                 r->route.upload_id);
+        if (rc < 0) {
+                log_error(r->rid, "taking upload %s: %s", r->route.upload_id, strerror(-rc));
+                return api_error(e, 500, "internal", NULL, "could not open the upload");
         }
-        pthread_mutex_unlock(&uploads_lock);
-        api_error(e, 404, "not_found", "begin the upload again", "no upload %s in progress", r->route.upload_id);
-        return NULL;
-}
-
-static void upload_drop(const DaemonConfig *cfg, Upload *u) {
-        pthread_mutex_lock(&uploads_lock);
-        _cleanup_free_ char *p = staging_path(cfg, u->id);
-        if (p)
-                unlink(p);
-        upload_clear(u);
-        pthread_mutex_unlock(&uploads_lock);
+        return 0;
 }
 
 /* ---- a part ---- */
 
 typedef struct Part {
-        Upload *u;
+        UploadRef ref;
         uint64_t offset, want, got;
-        int fd;
+        bool taken;
         bool failed;
         ApiError e;
 } Part;
@@ -285,8 +143,8 @@ static void part_free(void *p) {
         Part *pt = p;
         if (!pt)
                 return;
-        if (pt->fd >= 0)
-                close(pt->fd);
+        if (pt->taken)
+                upload_ref_done(&pt->ref);
         free(pt);
 }
 
@@ -294,7 +152,6 @@ static enum MHD_Result part_begin(Req *r) {
         Part *pt = calloc(1, sizeof(*pt));
         if (!pt)
                 return MHD_NO;
-        pt->fd = -1;
         r->upload = pt;
         const char *o = req_query(r, "offset");
         char *end = NULL;
@@ -305,13 +162,14 @@ static enum MHD_Result part_begin(Req *r) {
                 api_error(&pt->e, 400, "invalid_request", NULL, "offset must be the part's byte offset");
                 return MHD_YES;
         }
-        Upload *u = upload_take(r, false, &pt->e);
-        if (!u) {
+        if (upload_take(r, false, &pt->ref, &pt->e) < 0) {
                 pt->failed = true;
                 return MHD_YES;
         }
+        pt->taken = true;
+        const UploadRef *u = &pt->ref;
         if (u->archive) {
-                if (off % UPLOAD_CHUNK != 0 || off / UPLOAD_CHUNK >= u->max_parts) {
+                if (off % UPLOAD_CHUNK != 0 || off / UPLOAD_CHUNK >= u->parts) {
                         pt->failed = true;
                         api_error(&pt->e, 413, "payload_too_large", "archives are limited by the daemon's --max-file-mib",
                                   "offset must be a multiple of %u within the archive bound", UPLOAD_CHUNK);
@@ -323,15 +181,8 @@ static enum MHD_Result part_begin(Req *r) {
                           "offset must be a multiple of %u below the size", UPLOAD_CHUNK);
                 return MHD_YES;
         }
-        pt->u = u;
         pt->offset = off;
         pt->want = u->archive || u->size - off >= UPLOAD_CHUNK ? UPLOAD_CHUNK : u->size - off;
-        /* A descriptor of its own: the commit or an abort may close the slot's. */
-        pt->fd = fcntl(u->fd, F_DUPFD_CLOEXEC, 3);
-        if (pt->fd < 0) {
-                pt->failed = true;
-                api_error(&pt->e, 500, "internal", NULL, "could not stage the part");
-        }
         return MHD_YES;
 }
 
@@ -345,12 +196,17 @@ static enum MHD_Result part_data(Req *r, const char *data, size_t len) {
                 return MHD_YES;
         }
         while (len > 0) {
-                ssize_t k = pwrite(pt->fd, data, len, (off_t)(pt->offset + pt->got));
+                ssize_t k = pwrite(pt->ref.fd, data, len, (off_t)(pt->offset + pt->got));
                 if (k < 0 && errno == EINTR)
                         continue;
                 if (k <= 0) {
                         pt->failed = true;
-                        api_error(&pt->e, 500, "internal", NULL, "could not stage the part");
+                        log_error(r->rid, "staging a part of %s: %s", pt->ref.id, k < 0 ? strerror(errno) : "short write");
+                        if (k < 0 && (errno == ENOSPC || errno == EDQUOT))
+                                api_error(&pt->e, 503, "unavailable", "send the part again later",
+                                          "the host has no room for the part");
+                        else
+                                api_error(&pt->e, 500, "internal", NULL, "could not stage the part");
                         return MHD_YES;
                 }
                 data += k;
@@ -366,16 +222,27 @@ enum MHD_Result handle_upload_part(Req *r) {
                 return reply_internal(r);
         if (pt->failed)
                 return reply_error(r, &pt->e);
-        if (pt->got != pt->want && !(pt->u->archive && pt->got > 0)) {
+        if (pt->got != pt->want && !(pt->ref.archive && pt->got > 0)) {
                 api_error(&pt->e, 400, "invalid_request", NULL, "the part at %" PRIu64 " must be %" PRIu64 " bytes",
                           pt->offset, pt->want);
                 return reply_error(r, &pt->e);
         }
-        pthread_mutex_lock(&uploads_lock);
-        /* The slot may have been aborted meanwhile: only mark the same upload. */
-        if (pt->u->used && strcmp(pt->u->id, r->route.upload_id) == 0)
-                pt->u->received[pt->offset / UPLOAD_CHUNK] = pt->got == UPLOAD_CHUNK ? 1 : 2;
-        pthread_mutex_unlock(&uploads_lock);
+        /* Answered only once kept: the bytes on the disk and the part recorded. */
+        int rc = uploads_part_arrived(r->app->uploads, &pt->ref, pt->offset / UPLOAD_CHUNK, pt->got);
+        if (rc == -ENOENT) {
+                api_error(&pt->e, 404, "not_found", "begin the upload again", "no upload %s in progress",
+                          r->route.upload_id);
+                return reply_error(r, &pt->e);
+        }
+        if (rc < 0) {
+                log_error(r->rid, "keeping a part of %s: %s", pt->ref.id, strerror(-rc));
+                if (rc == -ENOSPC || rc == -EDQUOT) {
+                        api_error(&pt->e, 503, "unavailable", "send the part again later",
+                                  "the host has no room for the part");
+                        return reply_error(r, &pt->e);
+                }
+                return reply_internal(r);
+        }
         return reply_json(r, 200, json_pack("{s:I,s:I}", "offset", (json_int_t)pt->offset, "size",
                                             (json_int_t)pt->got));
 }
@@ -417,97 +284,6 @@ static bool client_left(void *userdata) {
         return socket_hung_up(*(int *)userdata);
 }
 
-static enum MHD_Result archive_commit(Req *r, Upload *u);
-
-enum MHD_Result handle_upload_commit(Req *r) {
-        const DaemonConfig *cfg = r->app->cfg;
-        ApiError e = { 0 };
-        Upload *u = upload_take(r, true, &e);
-        if (!u)
-                return reply_error(r, &e);
-        if (u->archive)
-                return archive_commit(r, u);
-        for (size_t i = 0; i < u->parts; i++)
-                if (!u->received[i]) {
-                        pthread_mutex_lock(&uploads_lock);
-                        u->busy = false;
-                        pthread_mutex_unlock(&uploads_lock);
-                        api_error(&e, 409, "conflict", "send every part, then commit", "the part at %zu is missing",
-                                  i * (size_t)UPLOAD_CHUNK);
-                        return reply_error(r, &e);
-                }
-        uint8_t got[32];
-        int rc = staged_digest(u->fd, u->size, got);
-        if (rc < 0 || memcmp(got, u->sha256, 32) != 0) {
-                upload_drop(cfg, u);
-                if (rc < 0)
-                        return reply_internal(r);
-                api_error(&e, 400, "invalid_request", "begin the upload again",
-                          "the parts do not have the SHA-256 given at the start");
-                return reply_error(r, &e);
-        }
-        Sandbox *sb;
-        if (api_sandbox_acquire(r, &sb, &e) < 0) {
-                upload_drop(cfg, u);
-                return reply_error(r, &e);
-        }
-        _cleanup_json_ json_t *req = agent_req_write(u->path, u->mode, true);
-        ChanStream *s = NULL;
-        if (!req || api_req_set_user(req, sb, u->user) < 0 || api_open_stream(sb, req, &s, &e) < 0) {
-                sandbox_release(sb);
-                upload_drop(cfg, u);
-                return e.code ? reply_error(r, &e) : reply_internal(r);
-        }
-        _cleanup_free_ uint8_t *buf = malloc(256 * 1024);
-        uint64_t off = 0;
-        rc = buf ? 0 : -ENOMEM;
-        while (rc == 0 && off < u->size) {
-                ssize_t k = pread(u->fd, buf, 256 * 1024, (off_t)off);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0) {
-                        rc = -EIO;
-                        break;
-                }
-                rc = chan_stream_write(s, buf, (size_t)k, COMMIT_TIMEOUT_MS);
-                off += (uint64_t)k;
-        }
-        _cleanup_json_ json_t *res = NULL;
-        if (rc == 0) {
-                chan_stream_close_write(s);
-                int sock = req_socket(r);
-                rc = agent_wait_result(s, COMMIT_TIMEOUT_MS, client_left, &sock, &res);
-        }
-        chan_stream_free(s); /* a write without its RESULT is cancelled: the target stays as it was */
-        sandbox_release(sb);
-        char path[REQ_MAX_PATH + 1];
-        snprintf(path, sizeof(path), "%s", u->path);
-        uint64_t size = u->size;
-        upload_drop(cfg, u);
-        if (rc == -ECANCELED)
-                return MHD_NO;
-        if (rc < 0) {
-                api_error(&e, 409, "conflict", "begin the upload again", "the sandbox did not take the file");
-                return reply_error(r, &e);
-        }
-        if (agent_result_error(res, NULL)) {
-                api_agent_error(res, path, &e);
-                return reply_error(r, &e);
-        }
-        return reply_json(r, 200, json_pack("{s:s,s:I}", "path", path, "size", (json_int_t)size));
-}
-
-enum MHD_Result handle_upload_abort(Req *r) {
-        ApiError e = { 0 };
-        Upload *u = upload_take(r, true, &e);
-        if (!u)
-                return reply_error(r, &e);
-        upload_drop(r->app->cfg, u);
-        return reply_json(r, 200, json_pack("{s:s,s:b}", "uploadId", r->route.upload_id, "aborted", true));
-}
-
-/* ---- archives in parts ---- */
-
 /* Streams the staged file into s; 0 or a negative errno. */
 static int send_staged(int fd, uint64_t size, ChanStream *s) {
         _cleanup_free_ uint8_t *buf = malloc(256 * 1024);
@@ -528,64 +304,164 @@ static int send_staged(int fd, uint64_t size, ChanStream *s) {
         return chan_stream_close_write(s);
 }
 
+/* The sandbox for a commit. One that is not running (stopped by a daemon
+ * restart or a :stop, still starting) keeps the upload: a :wake, then the
+ * commit again writes it. One that is gone drops it. */
+static int commit_acquire(Req *r, UploadRef *u, Sandbox **ret, ApiError *e) {
+        if (api_sandbox_acquire(r, ret, e) == 0)
+                return 0;
+        if (e->status == 409) {
+                snprintf(e->hint, sizeof(e->hint), "%s",
+                         "the upload's parts are kept: wake the sandbox (POST /v1/sandboxes/{id}:wake), then commit "
+                         "again");
+                uploads_release(r->app->uploads, u);
+        } else
+                uploads_drop(r->app->uploads, u);
+        return -EINVAL;
+}
+
+/* A commit that the sandbox did not see through (its channel ended, it
+ * stopped): the target is as it was, and the upload is kept for another. */
+static enum MHD_Result commit_cut(Req *r, UploadRef *u, int rc, const char *what) {
+        ApiError e = { 0 };
+        uploads_release(r->app->uploads, u);
+        if (rc == -ECANCELED)
+                return MHD_NO;
+        api_error(&e, 409, "conflict", "commit again once the sandbox runs: the upload's parts are kept",
+                  "the sandbox did not take the %s", what);
+        return reply_error(r, &e);
+}
+
+static enum MHD_Result archive_commit(Req *r, UploadRef *u);
+
+enum MHD_Result handle_upload_commit(Req *r) {
+        ApiError e = { 0 };
+        UploadRef u;
+        if (upload_take(r, true, &u, &e) < 0)
+                return reply_error(r, &e);
+        if (u.archive)
+                return archive_commit(r, &u);
+        _cleanup_free_ uint8_t *received = NULL;
+        if (uploads_received(r->app->uploads, &u, &received) < 0) {
+                uploads_release(r->app->uploads, &u);
+                return reply_internal(r);
+        }
+        for (size_t i = 0; i < u.parts; i++)
+                if (!received[i]) {
+                        uploads_release(r->app->uploads, &u);
+                        api_error(&e, 409, "conflict", "send every part, then commit", "the part at %zu is missing",
+                                  i * (size_t)UPLOAD_CHUNK);
+                        return reply_error(r, &e);
+                }
+        uint8_t got[32];
+        int rc = staged_digest(u.fd, u.size, got);
+        if (rc < 0 || memcmp(got, u.sha256, 32) != 0) {
+                uploads_drop(r->app->uploads, &u);
+                if (rc < 0)
+                        return reply_internal(r);
+                api_error(&e, 400, "invalid_request", "begin the upload again",
+                          "the parts do not have the SHA-256 given at the start");
+                return reply_error(r, &e);
+        }
+        Sandbox *sb;
+        if (commit_acquire(r, &u, &sb, &e) < 0)
+                return reply_error(r, &e);
+        _cleanup_json_ json_t *req = agent_req_write(u.path, u.mode, true);
+        ChanStream *s = NULL;
+        if (!req || api_req_set_user(req, sb, u.user) < 0 || api_open_stream(sb, req, &s, &e) < 0) {
+                sandbox_release(sb);
+                uploads_release(r->app->uploads, &u);
+                return e.status ? reply_error(r, &e) : reply_internal(r);
+        }
+        rc = send_staged(u.fd, u.size, s);
+        _cleanup_json_ json_t *res = NULL;
+        if (rc == 0) {
+                int sock = req_socket(r);
+                rc = agent_wait_result(s, COMMIT_TIMEOUT_MS, client_left, &sock, &res);
+        }
+        chan_stream_free(s); /* a write without its RESULT is cancelled: the target stays as it was */
+        sandbox_release(sb);
+        if (rc < 0)
+                return commit_cut(r, &u, rc, "file");
+        char path[REQ_MAX_PATH + 1];
+        snprintf(path, sizeof(path), "%s", u.path);
+        uint64_t size = u.size;
+        uploads_drop(r->app->uploads, &u);
+        if (agent_result_error(res, NULL)) {
+                api_agent_error(res, path, &e);
+                return reply_error(r, &e);
+        }
+        return reply_json(r, 200, json_pack("{s:s,s:I}", "path", path, "size", (json_int_t)size));
+}
+
+enum MHD_Result handle_upload_abort(Req *r) {
+        ApiError e = { 0 };
+        UploadRef u;
+        if (upload_take(r, true, &u, &e) < 0)
+                return reply_error(r, &e);
+        uploads_drop(r->app->uploads, &u);
+        return reply_json(r, 200, json_pack("{s:s,s:b}", "uploadId", r->route.upload_id, "aborted", true));
+}
+
+/* ---- archives in parts ---- */
+
 #define UNPACK_RATIO 4u
 #define UNPACK_ENTRIES_MAX 100000u
 
-static enum MHD_Result archive_commit(Req *r, Upload *u) {
+static enum MHD_Result archive_commit(Req *r, UploadRef *u) {
         const DaemonConfig *cfg = r->app->cfg;
         ApiError e = { 0 };
+        _cleanup_free_ uint8_t *received = NULL;
+        if (uploads_received(r->app->uploads, u, &received) < 0) {
+                uploads_release(r->app->uploads, u);
+                return reply_internal(r);
+        }
         /* Every part up to the last, each whole but the last. */
         size_t n = 0;
-        for (size_t i = 0; i < u->max_parts; i++)
-                if (u->received[i])
+        for (size_t i = 0; i < u->parts; i++)
+                if (received[i])
                         n = i + 1;
         for (size_t i = 0; i < n; i++)
-                if (u->received[i] != 1 && !(i + 1 == n && u->received[i] == 2)) {
-                        pthread_mutex_lock(&uploads_lock);
-                        u->busy = false;
-                        pthread_mutex_unlock(&uploads_lock);
+                if (received[i] != 1 && !(i + 1 == n && received[i] == 2)) {
+                        uploads_release(r->app->uploads, u);
                         api_error(&e, 409, "conflict", "send every part in order, then commit",
                                   "the part at %zu is missing or short", i * (size_t)UPLOAD_CHUNK);
                         return reply_error(r, &e);
                 }
         struct stat st;
         if (n == 0 || fstat(u->fd, &st) < 0) {
-                pthread_mutex_lock(&uploads_lock);
-                u->busy = false;
-                pthread_mutex_unlock(&uploads_lock);
+                uploads_release(r->app->uploads, u);
                 api_error(&e, 409, "conflict", "send the archive's parts, then commit", "no part has arrived");
                 return reply_error(r, &e);
         }
+        /* A part sent again shorter leaves the longer one's tail in the
+         * file: the archive ends where its last part does. */
+        uint64_t last = (n - 1) * (uint64_t)UPLOAD_CHUNK;
+        uint64_t length = (uint64_t)st.st_size < last + UPLOAD_CHUNK ? (uint64_t)st.st_size : last + UPLOAD_CHUNK;
         Sandbox *sb;
-        if (api_sandbox_acquire(r, &sb, &e) < 0) {
-                upload_drop(cfg, u);
+        if (commit_acquire(r, u, &sb, &e) < 0)
                 return reply_error(r, &e);
-        }
         uint64_t max = (uint64_t)cfg->max_file_mib * 1024u * 1024u;
         _cleanup_json_ json_t *req = agent_req_unarchive(u->path, max * UNPACK_RATIO, UNPACK_ENTRIES_MAX);
         ChanStream *s = NULL;
         if (!req || api_req_set_user(req, sb, u->user) < 0 || api_open_stream(sb, req, &s, &e) < 0) {
                 sandbox_release(sb);
-                upload_drop(cfg, u);
-                return e.code ? reply_error(r, &e) : reply_internal(r);
+                uploads_release(r->app->uploads, u);
+                return e.status ? reply_error(r, &e) : reply_internal(r);
         }
         /* A refused member ends the unpack before all is sent: its answer
          * still comes, so a failed send is not the error. */
-        (void)send_staged(u->fd, (uint64_t)st.st_size, s);
+        (void)send_staged(u->fd, length, s);
         _cleanup_json_ json_t *res = NULL;
         int sock = req_socket(r);
         int rc = agent_wait_result(s, COMMIT_TIMEOUT_MS, client_left, &sock, &res);
         chan_stream_free(s);
         sandbox_release(sb);
+        if (rc < 0)
+                return commit_cut(r, u, rc, "archive");
         char path[REQ_MAX_PATH + 1];
         snprintf(path, sizeof(path), "%s", u->path);
-        upload_drop(cfg, u);
-        if (rc == -ECANCELED)
-                return MHD_NO;
-        if (rc < 0) {
-                api_error(&e, 409, "conflict", "begin the upload again", "the sandbox did not take the archive");
-                return reply_error(r, &e);
-        }
+        uploads_drop(r->app->uploads, u);
         json_t *code = json_object_get(res, "exitCode");
         if (agent_result_error(res, NULL) || !json_is_integer(code) || json_integer_value(code) != 0) {
                 const char *why = json_string_value(json_object_get(res, "stderrHead"));
@@ -618,26 +494,15 @@ enum MHD_Result handle_archive_upload_begin(Req *r) {
                 api_error(&e, 400, "invalid_request", NULL, "gzip must be a boolean");
                 return reply_error(r, &e);
         }
-        ReqUser as;
-        if (request_parse_user(user, &as, &e) < 0)
+        UploadSpec spec = { .archive = true, .sandbox_id = r->route.sandbox_id, .owner = r->key.owner,
+                            .mode = 0644 };
+        if (request_parse_user(user, &spec.user, &e) < 0)
                 return reply_error(r, &e);
         Sandbox *sb;
         if (api_sandbox_acquire(r, &sb, &e) < 0)
                 return reply_error(r, &e);
         sandbox_release(sb);
-        size_t max_parts = (size_t)(((uint64_t)cfg->max_file_mib * 1024u * 1024u + UPLOAD_CHUNK - 1) / UPLOAD_CHUNK);
-        char id[HTTP_UPLOAD_ID_LEN + 1];
-        _cleanup_free_ char *staged = NULL;
-        int fd = -1;
-        if (stage_new(r, 0, id, &staged, &fd) < 0)
-                return reply_internal(r);
-        uint8_t *received = calloc(max_parts ? max_parts : 1, 1);
-        if (!received) {
-                close(fd);
-                unlink(staged);
-                return reply_internal(r);
-        }
-        Upload proto = { .used = true, .fd = fd, .mode = 0644, .received = received, .max_parts = max_parts,
-                         .archive = true, .user = as, .path = TAKE_PTR(path) };
-        return upload_register(r, &proto, id, staged);
+        spec.max_parts = ((uint64_t)cfg->max_file_mib * 1024u * 1024u + UPLOAD_CHUNK - 1) / UPLOAD_CHUNK;
+        spec.path = path;
+        return upload_register(r, &spec);
 }

@@ -50,6 +50,29 @@ static const char *const migrations[] = {
          * it ran such requests as the sandbox user, which the default keeps. */
         "ALTER TABLE sandboxes ADD COLUMN run_as TEXT NOT NULL DEFAULT 'sandbox'"
         "  CHECK (run_as IN ('sandbox', 'root'));",
+        /* Uploads in parts (uploads.c), kept across a restart: parts is a
+         * file's part count or an archive's bound; a row of upload_parts
+         * for each part whose bytes are on the disk. */
+        "CREATE TABLE uploads ("
+        "  id TEXT PRIMARY KEY,"
+        "  sandbox_id TEXT NOT NULL,"
+        "  owner TEXT NOT NULL,"
+        "  kind TEXT NOT NULL CHECK (kind IN ('file', 'archive')),"
+        "  path TEXT NOT NULL,"
+        "  user TEXT NOT NULL CHECK (user IN ('default', 'sandbox', 'root')),"
+        "  mode INTEGER NOT NULL,"
+        "  size INTEGER,"
+        "  sha256 BLOB,"
+        "  chunk_bytes INTEGER NOT NULL,"
+        "  parts INTEGER NOT NULL,"
+        "  created_at INTEGER NOT NULL,"
+        "  touched_at INTEGER NOT NULL);"
+        "CREATE INDEX uploads_sandbox ON uploads (sandbox_id);"
+        "CREATE TABLE upload_parts ("
+        "  upload_id TEXT NOT NULL REFERENCES uploads(id) ON DELETE CASCADE,"
+        "  part INTEGER NOT NULL,"
+        "  bytes INTEGER NOT NULL,"
+        "  PRIMARY KEY (upload_id, part));",
 };
 
 static int migrate(sqlite3 *sql) {

@@ -733,12 +733,28 @@ int main(int argc, char **argv) {
         snapshot_store_set_ledger(snapshots, ledger);
         if ((r = snapshot_store_recover(snapshots)) < 0)
                 log_error(NULL, "recovering snapshots: %s", strerror(-r));
+        Uploads *uploads = NULL;
+        if ((r = uploads_open(db_path, state_dir, &uploads)) < 0) {
+                log_error(NULL, "cannot open the uploads in %s: %s", db_path, strerror(-r));
+                return 1;
+        }
         Manager *m = NULL;
         if ((r = manager_new(&cfg, db, &m)) < 0 ||
             (manager_set_heartbeat(m, hb_interval_ms, hb_timeout_ms), manager_set_ledger(m, ledger),
-             manager_set_egress(m, egress), manager_set_snapshots(m, snapshots), r = manager_recover(m)) < 0) {
+             manager_set_egress(m, egress), manager_set_snapshots(m, snapshots), manager_set_uploads(m, uploads), r = manager_recover(m)) < 0) {
                 log_error(NULL, "recovering sandboxes: %s", strerror(-r));
                 return 1;
+        }
+        {
+                /* After the sandboxes: a lease end with onLeaseEnd delete
+                 * during recovery has dropped its uploads already. */
+                unsigned kept = 0, dropped = 0;
+                if ((r = uploads_restore(uploads, (uint64_t)cfg.max_file_mib << 20, &kept, &dropped)) < 0)
+                        log_error(NULL, "restoring the uploads in progress: %s", strerror(-r));
+                else if (kept || dropped)
+                        log_info(NULL, "uploads in progress: %u kept, %u dropped (sandbox deleted, idle an hour, "
+                                       "past the bounds or their staging file missing)",
+                                 kept, dropped);
         }
         char desc[512];
         int fd = cfg.socket_path ? listen_unix(cfg.socket_path, desc, sizeof(desc))
@@ -754,7 +770,7 @@ int main(int argc, char **argv) {
                 return 1;
         }
         App app = { .cfg = &cfg, .db = db, .manager = m, .ledger = ledger, .keys = keys, .egress = egress,
-                    .procs = procs, .snapshots = snapshots };
+                    .procs = procs, .snapshots = snapshots, .uploads = uploads };
         HttpServer *srv = NULL;
         if ((r = http_server_new(api_routes, api_n_routes, &app, db, cfg.max_connections, &srv)) < 0 ||
             (r = http_server_start(srv, fd)) < 0) {
@@ -763,6 +779,10 @@ int main(int argc, char **argv) {
         }
         if ((r = snapshot_store_start(snapshots)) < 0) {
                 log_error(NULL, "cannot start the snapshot expiry: %s", strerror(-r));
+                return 1;
+        }
+        if ((r = uploads_start(uploads)) < 0) {
+                log_error(NULL, "cannot start the upload expiry: %s", strerror(-r));
                 return 1;
         }
         if ((r = manager_start(m)) < 0) {
@@ -788,6 +808,7 @@ int main(int argc, char **argv) {
          * ended, and its thread is joined here. */
         proc_table_free(procs);
         manager_free(m);
+        uploads_close(uploads);
         snapshot_store_close(snapshots);
         egress_service_free(egress);
         keystore_close(keys);

@@ -81,6 +81,7 @@ struct Manager {
         Ledger *ledger; /* metering, reservations; NULL: nothing is billed */
         EgressService *egress; /* NULL: sandboxes have no egress at all */
         SnapshotStore *snapshots; /* NULL: no snapshots */
+        Uploads *uploads;         /* NULL: none kept */
         pthread_mutex_t lock; /* live, dead, busy, quit */
         pthread_cond_t cond;  /* busy ids released; the maintenance thread woken */
         Sandbox *live;
@@ -472,7 +473,12 @@ static int do_delete_locked(Manager *m, SandboxRow *row, const char *rid) {
         spec_paths_done(&p);
         snprintf(row->state, sizeof(row->state), "deleted");
         row->deleted_at = time_now_unix();
-        return db_sandbox_update(m->db, row);
+        r = db_sandbox_update(m->db, row);
+        /* After the row: an upload the next start finds of a deleted
+         * sandbox goes then. */
+        if (r == 0)
+                uploads_drop_sandbox(m->uploads, row->id);
+        return r;
 }
 
 /* Appends the last lines of the driver's console log, if it keeps one, to a
@@ -792,6 +798,10 @@ void manager_set_heartbeat(Manager *m, int64_t interval_ms, int64_t timeout_ms) 
 
 void manager_set_snapshots(Manager *m, SnapshotStore *snapshots) {
         m->snapshots = snapshots;
+}
+
+void manager_set_uploads(Manager *m, Uploads *uploads) {
+        m->uploads = uploads;
 }
 
 void manager_set_egress(Manager *m, EgressService *egress) {

@@ -18,6 +18,7 @@
 #include "daemon/sandbox_request.h"
 #include "daemon/ledger.h"
 #include "daemon/snapshot.h"
+#include "daemon/uploads.h"
 
 typedef struct Manager Manager;
 typedef struct Sandbox Sandbox;
@@ -34,6 +35,8 @@ void manager_set_ledger(Manager *m, Ledger *ledger);
 void manager_set_egress(Manager *m, EgressService *egress);
 /* Where snapshots are kept (before manager_start). */
 void manager_set_snapshots(Manager *m, SnapshotStore *snapshots);
+/* The uploads in parts, dropped with their sandbox (before manager_start). */
+void manager_set_uploads(Manager *m, Uploads *uploads);
 /* The agent heartbeat (before manager_start): a ping every interval_ms
  * (default 5 s); timeout_ms of silence fails a sandbox, for every driver
  * (default: each driver's heartbeat_timeout_ms). 0 keeps a default. */

@@ -63,6 +63,19 @@ int sqldb_open(const char *path, sqlite3 **ret) {
         return 0;
 }
 
+int sqldb_open_durable(const char *path, sqlite3 **ret) {
+        sqlite3 *sql = NULL;
+        int r = sqldb_open(path, &sql);
+        if (r < 0)
+                return r;
+        if ((r = sqldb_exec(sql, "PRAGMA synchronous=FULL;")) < 0) {
+                sqlite3_close(sql);
+                return r;
+        }
+        *ret = sql;
+        return 0;
+}
+
 int sqldb_open_schema(const char *path, const char *schema, sqlite3 **ret) {
         sqlite3 *sql = NULL;
         int r = sqldb_open(path, &sql);

@@ -15,6 +15,10 @@
 
 /* Opens (and creates) the database at path. */
 int sqldb_open(const char *path, sqlite3 **ret);
+/* sqldb_open, with synchronous=FULL: each commit of this connection is on
+ * the disk before it returns, not only in the WAL's page cache (which a
+ * host's crash or power loss can take), at the cost of a sync per commit. */
+int sqldb_open_durable(const char *path, sqlite3 **ret);
 /* sqldb_open, then the schema's statements in one transaction (closed again
  * when they fail). */
 int sqldb_open_schema(const char *path, const char *schema, sqlite3 **ret);

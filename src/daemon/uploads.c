@@ -1,0 +1,624 @@
+/* The registry of uploads in parts: the slots in memory (who works on which
+ * upload now, its staging file, the parts that arrived) mirror the rows of
+ * the tables uploads and upload_parts, which are the truth across a restart.
+ * Order of writes: a staging file is made and synced before its row; a part's
+ * bytes are synced before its row; a row goes before its file. A crash
+ * between two steps leaves a file without a row or a row without a file,
+ * which the next start removes. */
+#include "daemon/uploads.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/macro.h"
+#include "common/random.h"
+#include "common/timeutil.h"
+#include "daemon/sqldb.h"
+
+#define SWEEP_SECONDS 60
+#define UPLOAD_PATH_MAX 4096
+/* A sandbox id and an owner as the database holds them. */
+#define SANDBOX_ID_MAX 32
+#define OWNER_MAX 128
+
+typedef struct Slot {
+        bool used;
+        bool busy;   /* a commit or an abort is at work on it */
+        bool doomed; /* its sandbox was deleted while busy: dropped when given back */
+        char id[UPLOAD_ID_LEN + 1];
+        char sandbox_id[SANDBOX_ID_MAX];
+        char owner[OWNER_MAX];
+        char *path;
+        unsigned mode;
+        uint64_t size;
+        uint8_t sha256[32];
+        int fd;
+        uint8_t *received; /* per part: 0 missing, 1 whole, 2 short (the last) */
+        uint64_t parts;    /* a file's part count, or an archive's bound */
+        int64_t touched;
+        bool archive;
+        ReqUser user;
+} Slot;
+
+struct Uploads {
+        sqlite3 *sql;
+        pthread_mutex_t lock; /* the slots and the connection */
+        char *dir;            /* state_dir/uploads */
+        Slot slots[UPLOADS_MAX];
+        pthread_mutex_t quit_lock;
+        pthread_cond_t quit_cond;
+        bool quit, started;
+        pthread_t thread;
+};
+
+static const char *const user_names[] = { [REQ_AS_DEFAULT] = "default", [REQ_AS_SANDBOX] = "sandbox",
+                                          [REQ_AS_ROOT] = "root" };
+
+static bool id_ok(const char *s) {
+        if (!s || strlen(s) != UPLOAD_ID_LEN || strncmp(s, "upl_", 4) != 0)
+                return false;
+        for (const char *p = s + 4; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
+static char *staging_path(Uploads *u, const char *id) {
+        char *p = NULL;
+        return asprintf(&p, "%s/%s", u->dir, id) < 0 ? NULL : p;
+}
+
+static uint64_t declared(const Slot *s) {
+        return s->archive ? s->parts * UPLOAD_CHUNK : s->size;
+}
+
+static void slot_clear(Slot *s) {
+        if (s->fd >= 0)
+                close(s->fd);
+        free(s->path);
+        free(s->received);
+        *s = (Slot){ .fd = -1 };
+}
+
+static int fsync_dir(const char *dir) {
+        _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0 || fsync(fd) < 0)
+                return -errno;
+        return 0;
+}
+
+int uploads_open(const char *db_path, const char *state_dir, Uploads **ret) {
+        /* Each commit reaches the disk before it returns: a part is
+         * acknowledged only once it would survive the host. */
+        sqlite3 *sql = NULL;
+        int r = sqldb_open_durable(db_path, &sql);
+        if (r < 0)
+                return r;
+        Uploads *u = calloc(1, sizeof(*u));
+        if (!u || asprintf(&u->dir, "%s/uploads", state_dir) < 0) {
+                free(u);
+                sqlite3_close(sql);
+                return -ENOMEM;
+        }
+        if (mkdir(u->dir, 0700) < 0 && errno != EEXIST) {
+                r = -errno;
+                free(u->dir);
+                free(u);
+                sqlite3_close(sql);
+                return r;
+        }
+        for (size_t i = 0; i < UPLOADS_MAX; i++)
+                u->slots[i].fd = -1;
+        u->sql = sql;
+        pthread_mutex_init(&u->lock, NULL);
+        pthread_mutex_init(&u->quit_lock, NULL);
+        pthread_cond_init(&u->quit_cond, NULL);
+        *ret = u;
+        return 0;
+}
+
+void uploads_close(Uploads *u) {
+        if (!u)
+                return;
+        if (u->started) {
+                pthread_mutex_lock(&u->quit_lock);
+                u->quit = true;
+                pthread_cond_broadcast(&u->quit_cond);
+                pthread_mutex_unlock(&u->quit_lock);
+                pthread_join(u->thread, NULL);
+        }
+        for (size_t i = 0; i < UPLOADS_MAX; i++)
+                slot_clear(&u->slots[i]);
+        sqlite3_close(u->sql);
+        pthread_mutex_destroy(&u->lock);
+        pthread_mutex_destroy(&u->quit_lock);
+        pthread_cond_destroy(&u->quit_cond);
+        free(u->dir);
+        free(u);
+}
+
+/* Deletes the row (its parts go with it); the lock is held. */
+static int row_delete_locked(Uploads *u, const char *id) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(u->sql, "DELETE FROM uploads WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        return sqldb_errno(sqlite3_step(st));
+}
+
+/* Drops a slot's upload: the row first, so that nothing more is recorded for
+ * it, then its file. The lock is held. */
+static void drop_locked(Uploads *u, Slot *s) {
+        (void)row_delete_locked(u, s->id);
+        _cleanup_free_ char *p = staging_path(u, s->id);
+        if (p)
+                (void)unlink(p);
+        slot_clear(s);
+}
+
+static void sweep_locked(Uploads *u, int64_t now) {
+        for (size_t i = 0; i < UPLOADS_MAX; i++) {
+                Slot *s = &u->slots[i];
+                if (s->used && !s->busy && now - s->touched > UPLOAD_IDLE_S)
+                        drop_locked(u, s);
+        }
+}
+
+static void *sweep_thread(void *arg) {
+        Uploads *u = arg;
+        pthread_mutex_lock(&u->quit_lock);
+        while (!u->quit) {
+                pthread_mutex_unlock(&u->quit_lock);
+                pthread_mutex_lock(&u->lock);
+                sweep_locked(u, time_now_unix());
+                pthread_mutex_unlock(&u->lock);
+                pthread_mutex_lock(&u->quit_lock);
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += SWEEP_SECONDS;
+                if (!u->quit)
+                        pthread_cond_timedwait(&u->quit_cond, &u->quit_lock, &ts);
+        }
+        pthread_mutex_unlock(&u->quit_lock);
+        return NULL;
+}
+
+int uploads_start(Uploads *u) {
+        int r = pthread_create(&u->thread, NULL, sweep_thread, u);
+        if (r != 0)
+                return -r;
+        u->started = true;
+        return 0;
+}
+
+/* A free slot within the bounds for an upload of sandbox_id declaring
+ * bytes; the lock is held. -EUSERS past them. */
+static int slot_find_locked(Uploads *u, const char *sandbox_id, uint64_t bytes, Slot **ret) {
+        size_t mine = 0;
+        uint64_t total = 0;
+        Slot *free_slot = NULL;
+        for (size_t i = 0; i < UPLOADS_MAX; i++) {
+                Slot *s = &u->slots[i];
+                if (!s->used) {
+                        if (!free_slot)
+                                free_slot = s;
+                        continue;
+                }
+                total += declared(s);
+                if (strcmp(s->sandbox_id, sandbox_id) == 0)
+                        mine++;
+        }
+        if (mine >= UPLOADS_PER_SANDBOX || !free_slot || total + bytes > (uint64_t)UPLOADS_MAX_TOTAL_MIB << 20)
+                return -EUSERS;
+        *ret = free_slot;
+        return 0;
+}
+
+static int row_insert_locked(Uploads *u, const Slot *s, int64_t now) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(u->sql,
+                               "INSERT INTO uploads (id, sandbox_id, owner, kind, path, user, mode, size, sha256, "
+                               "chunk_bytes, parts, created_at, touched_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, s->id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, s->sandbox_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, s->owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, s->archive ? "archive" : "file", -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, s->path, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 6, user_names[s->user], -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 7, (int)s->mode);
+        if (s->archive) {
+                sqlite3_bind_null(st, 8);
+                sqlite3_bind_null(st, 9);
+        } else {
+                sqlite3_bind_int64(st, 8, (sqlite3_int64)s->size);
+                sqlite3_bind_blob(st, 9, s->sha256, 32, SQLITE_STATIC);
+        }
+        sqlite3_bind_int(st, 10, (int)UPLOAD_CHUNK);
+        sqlite3_bind_int64(st, 11, (sqlite3_int64)s->parts);
+        sqlite3_bind_int64(st, 12, now);
+        sqlite3_bind_int64(st, 13, now);
+        return sqldb_errno(sqlite3_step(st));
+}
+
+int uploads_begin(Uploads *u, const UploadSpec *spec, char ret_id[UPLOAD_ID_LEN + 1]) {
+        if (strlen(spec->sandbox_id) >= SANDBOX_ID_MAX || strlen(spec->owner) >= OWNER_MAX ||
+            strlen(spec->path) > UPLOAD_PATH_MAX || (unsigned)spec->user >= ELEMENTSOF(user_names))
+                return -EINVAL;
+        uint64_t parts = spec->archive ? spec->max_parts : (spec->size + UPLOAD_CHUNK - 1) / UPLOAD_CHUNK;
+        Slot s = { .used = true, .fd = -1, .mode = spec->mode, .size = spec->archive ? 0 : spec->size,
+                   .parts = parts, .archive = spec->archive, .user = spec->user };
+        memcpy(s.id, "upl_", 5);
+        int r = random_hex(s.id + 4, 8);
+        if (r < 0)
+                return r;
+        snprintf(s.sandbox_id, sizeof(s.sandbox_id), "%s", spec->sandbox_id);
+        snprintf(s.owner, sizeof(s.owner), "%s", spec->owner);
+        memcpy(s.sha256, spec->sha256, 32);
+        s.path = strdup(spec->path);
+        s.received = calloc(parts ? parts : 1, 1);
+        _cleanup_free_ char *staged = staging_path(u, s.id);
+        if (!s.path || !s.received || !staged) {
+                slot_clear(&s);
+                return -ENOMEM;
+        }
+        s.fd = open(staged, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        /* The file and its name durable before the row that names it. */
+        if (s.fd < 0 || ftruncate(s.fd, (off_t)s.size) < 0 || fsync(s.fd) < 0 || (r = fsync_dir(u->dir)) < 0) {
+                r = s.fd < 0 || r == 0 ? -errno : r;
+                if (s.fd >= 0)
+                        (void)unlink(staged);
+                slot_clear(&s);
+                return r;
+        }
+        int64_t now = time_now_unix();
+        s.touched = now;
+        pthread_mutex_lock(&u->lock);
+        sweep_locked(u, now);
+        Slot *slot = NULL;
+        r = slot_find_locked(u, s.sandbox_id, declared(&s), &slot);
+        if (r == 0)
+                r = row_insert_locked(u, &s, now);
+        if (r < 0) {
+                pthread_mutex_unlock(&u->lock);
+                (void)unlink(staged);
+                slot_clear(&s);
+                return r;
+        }
+        *slot = s;
+        memcpy(ret_id, s.id, UPLOAD_ID_LEN + 1);
+        pthread_mutex_unlock(&u->lock);
+        return 0;
+}
+
+int uploads_take(Uploads *u, const char *id, const char *sandbox_id, const char *owner, bool exclusive,
+                 UploadRef *ret) {
+        pthread_mutex_lock(&u->lock);
+        for (size_t i = 0; i < UPLOADS_MAX; i++) {
+                Slot *s = &u->slots[i];
+                if (!s->used || s->doomed || strcmp(s->id, id) != 0 || strcmp(s->sandbox_id, sandbox_id) != 0 ||
+                    strcmp(s->owner, owner) != 0)
+                        continue;
+                if (s->busy && exclusive) {
+                        pthread_mutex_unlock(&u->lock);
+                        return -EBUSY;
+                }
+                /* A descriptor of its own: a commit or an abort may close the slot's. */
+                UploadRef r = { .slot = i, .archive = s->archive, .exclusive = exclusive, .mode = s->mode,
+                                .size = s->size, .parts = s->parts, .user = s->user,
+                                .fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 3) };
+                r.path = strdup(s->path);
+                if (r.fd < 0 || !r.path) {
+                        int k = r.fd < 0 ? -errno : -ENOMEM;
+                        pthread_mutex_unlock(&u->lock);
+                        upload_ref_done(&r);
+                        return k;
+                }
+                memcpy(r.id, s->id, sizeof(r.id));
+                memcpy(r.sha256, s->sha256, 32);
+                if (exclusive)
+                        s->busy = true;
+                s->touched = time_now_unix();
+                pthread_mutex_unlock(&u->lock);
+                *ret = r;
+                return 0;
+        }
+        pthread_mutex_unlock(&u->lock);
+        return -ENOENT;
+}
+
+void upload_ref_done(UploadRef *r) {
+        if (!r)
+                return;
+        if (r->fd >= 0)
+                close(r->fd);
+        free(r->path);
+        *r = (UploadRef){ .fd = -1 };
+}
+
+/* The ref's slot, if it still holds the same upload; the lock is held. */
+static Slot *slot_of_locked(Uploads *u, const UploadRef *r) {
+        Slot *s = r->slot < UPLOADS_MAX ? &u->slots[r->slot] : NULL;
+        return s && s->used && strcmp(s->id, r->id) == 0 ? s : NULL;
+}
+
+int uploads_part_arrived(Uploads *u, const UploadRef *r, uint64_t index, uint64_t bytes) {
+        if (index >= r->parts || bytes == 0 || bytes > UPLOAD_CHUNK)
+                return -EINVAL;
+        /* The bytes first: a recorded part must never read back as zeros. */
+        if (fdatasync(r->fd) < 0)
+                return -errno;
+        int64_t now = time_now_unix();
+        pthread_mutex_lock(&u->lock);
+        Slot *s = slot_of_locked(u, r);
+        if (!s || s->doomed) {
+                pthread_mutex_unlock(&u->lock);
+                return -ENOENT;
+        }
+        int rc = sqldb_exec(u->sql, "BEGIN IMMEDIATE");
+        _cleanup_stmt_ sqlite3_stmt *part = NULL, *touch = NULL;
+        if (rc == 0 &&
+            (sqlite3_prepare_v2(u->sql, "INSERT OR REPLACE INTO upload_parts (upload_id, part, bytes) VALUES (?,?,?)",
+                                -1, &part, NULL) != SQLITE_OK ||
+             sqlite3_prepare_v2(u->sql, "UPDATE uploads SET touched_at = ? WHERE id = ?", -1, &touch, NULL) !=
+                     SQLITE_OK))
+                rc = -EIO;
+        if (rc == 0) {
+                sqlite3_bind_text(part, 1, r->id, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(part, 2, (sqlite3_int64)index);
+                sqlite3_bind_int64(part, 3, (sqlite3_int64)bytes);
+                sqlite3_bind_int64(touch, 1, now);
+                sqlite3_bind_text(touch, 2, r->id, -1, SQLITE_STATIC);
+                if ((rc = sqldb_errno(sqlite3_step(part))) == 0)
+                        rc = sqldb_errno(sqlite3_step(touch));
+        }
+        if (rc == 0)
+                rc = sqldb_exec(u->sql, "COMMIT");
+        if (rc < 0)
+                (void)sqldb_exec(u->sql, "ROLLBACK");
+        else {
+                s->received[index] = bytes == UPLOAD_CHUNK ? 1 : 2;
+                s->touched = now;
+        }
+        pthread_mutex_unlock(&u->lock);
+        return rc;
+}
+
+int uploads_received(Uploads *u, const UploadRef *r, uint8_t **ret) {
+        pthread_mutex_lock(&u->lock);
+        Slot *s = slot_of_locked(u, r);
+        uint8_t *copy = s ? malloc(s->parts ? s->parts : 1) : NULL;
+        if (copy && s->parts)
+                memcpy(copy, s->received, s->parts);
+        pthread_mutex_unlock(&u->lock);
+        if (!copy)
+                return s ? -ENOMEM : -ENOENT;
+        *ret = copy;
+        return 0;
+}
+
+void uploads_release(Uploads *u, UploadRef *r) {
+        pthread_mutex_lock(&u->lock);
+        Slot *s = slot_of_locked(u, r);
+        if (s && r->exclusive) {
+                s->busy = false;
+                if (s->doomed)
+                        drop_locked(u, s);
+        }
+        pthread_mutex_unlock(&u->lock);
+        upload_ref_done(r);
+}
+
+void uploads_drop(Uploads *u, UploadRef *r) {
+        pthread_mutex_lock(&u->lock);
+        Slot *s = slot_of_locked(u, r);
+        if (s)
+                drop_locked(u, s);
+        pthread_mutex_unlock(&u->lock);
+        upload_ref_done(r);
+}
+
+void uploads_drop_sandbox(Uploads *u, const char *sandbox_id) {
+        if (!u)
+                return;
+        pthread_mutex_lock(&u->lock);
+        for (size_t i = 0; i < UPLOADS_MAX; i++) {
+                Slot *s = &u->slots[i];
+                if (!s->used || strcmp(s->sandbox_id, sandbox_id) != 0)
+                        continue;
+                if (!s->busy)
+                        drop_locked(u, s);
+                else {
+                        /* Its commit holds it: no longer found, and gone
+                         * when given back. The row goes now. */
+                        s->doomed = true;
+                        (void)row_delete_locked(u, s->id);
+                }
+        }
+        /* Rows no slot holds (none should) go as well. */
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(u->sql, "DELETE FROM uploads WHERE sandbox_id = ?", -1, &st, NULL) == SQLITE_OK) {
+                sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+                (void)sqlite3_step(st);
+        }
+        pthread_mutex_unlock(&u->lock);
+}
+
+unsigned uploads_count(Uploads *u) {
+        unsigned n = 0;
+        pthread_mutex_lock(&u->lock);
+        for (size_t i = 0; i < UPLOADS_MAX; i++)
+                n += u->slots[i].used;
+        pthread_mutex_unlock(&u->lock);
+        return n;
+}
+
+/* ---- after a restart ---- */
+
+static const char *col_text(sqlite3_stmt *st, int col) {
+        const unsigned char *t = sqlite3_column_text(st, col);
+        return t ? (const char *)t : "";
+}
+
+/* The parts recorded for s, checked against its shape; -EINVAL for one that
+ * cannot be (past its end, of a wrong length). The lock is held. */
+static int parts_load_locked(Uploads *u, Slot *s) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(u->sql, "SELECT part, bytes FROM upload_parts WHERE upload_id = ?", -1, &st, NULL) !=
+            SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, s->id, -1, SQLITE_STATIC);
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                sqlite3_int64 i = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
+                if (i < 0 || (uint64_t)i >= s->parts || n <= 0 || n > (sqlite3_int64)UPLOAD_CHUNK)
+                        return -EINVAL;
+                uint64_t want = UPLOAD_CHUNK;
+                if (!s->archive && s->size - (uint64_t)i * UPLOAD_CHUNK < UPLOAD_CHUNK)
+                        want = s->size - (uint64_t)i * UPLOAD_CHUNK;
+                if (!s->archive && (uint64_t)n != want)
+                        return -EINVAL;
+                s->received[i] = n == (sqlite3_int64)UPLOAD_CHUNK ? 1 : 2;
+        }
+        return sqldb_errno(rc);
+}
+
+/* One row into a slot, or a reason to drop it; the lock is held. */
+static int restore_one_locked(Uploads *u, sqlite3_stmt *st, uint64_t max_bytes, int64_t now) {
+        const char *id = col_text(st, 0), *sandbox = col_text(st, 1), *owner = col_text(st, 2),
+                   *kind = col_text(st, 3), *path = col_text(st, 4), *user = col_text(st, 5);
+        bool sandbox_live = sqlite3_column_int(st, 13) != 0;
+        bool archive = strcmp(kind, "archive") == 0;
+        sqlite3_int64 size = sqlite3_column_int64(st, 7), chunk = sqlite3_column_int64(st, 9),
+                      parts = sqlite3_column_int64(st, 10), touched = sqlite3_column_int64(st, 12);
+        if (!id_ok(id) || !sandbox_live || !*path || strlen(path) > UPLOAD_PATH_MAX || *path != '/' ||
+            strlen(sandbox) >= SANDBOX_ID_MAX || strlen(owner) >= OWNER_MAX || chunk != (sqlite3_int64)UPLOAD_CHUNK ||
+            now - touched > UPLOAD_IDLE_S || size < 0 || parts < 0)
+                return -EINVAL;
+        uint64_t bound = (max_bytes + UPLOAD_CHUNK - 1) / UPLOAD_CHUNK;
+        Slot s = { .used = true, .fd = -1, .archive = archive, .touched = touched,
+                   .mode = (unsigned)sqlite3_column_int(st, 6) & 07777 };
+        if (archive) {
+                /* The bound of the daemon now: a lower --max-file-mib holds
+                 * for the parts still to come. */
+                s.parts = (uint64_t)parts < bound ? (uint64_t)parts : bound;
+        } else {
+                if (strcmp(kind, "file") != 0 || (uint64_t)size > max_bytes ||
+                    sqlite3_column_bytes(st, 8) != 32)
+                        return -EINVAL;
+                s.size = (uint64_t)size;
+                s.parts = (s.size + UPLOAD_CHUNK - 1) / UPLOAD_CHUNK;
+                if ((uint64_t)parts != s.parts)
+                        return -EINVAL;
+                memcpy(s.sha256, sqlite3_column_blob(st, 8), 32);
+        }
+        s.user = strcmp(user, "root") == 0 ? REQ_AS_ROOT : strcmp(user, "sandbox") == 0 ? REQ_AS_SANDBOX : REQ_AS_DEFAULT;
+        Slot *slot = NULL;
+        if (slot_find_locked(u, sandbox, declared(&s), &slot) < 0)
+                return -EUSERS;
+        memcpy(s.id, id, UPLOAD_ID_LEN + 1);
+        snprintf(s.sandbox_id, sizeof(s.sandbox_id), "%s", sandbox);
+        snprintf(s.owner, sizeof(s.owner), "%s", owner);
+        s.path = strdup(path);
+        s.received = calloc(s.parts ? s.parts : 1, 1);
+        _cleanup_free_ char *staged = staging_path(u, id);
+        int r = !s.path || !s.received || !staged ? -ENOMEM : 0;
+        struct stat sb = { 0 };
+        if (r == 0) {
+                s.fd = open(staged, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+                if (s.fd < 0 || fstat(s.fd, &sb) < 0 || !S_ISREG(sb.st_mode))
+                        r = -ENOENT;
+                else if (!archive && (uint64_t)sb.st_size != s.size)
+                        r = -EINVAL;
+        }
+        if (r == 0)
+                r = parts_load_locked(u, &s);
+        /* An archive's parts come in order: one past a lowered bound is
+         * already more than the daemon takes now. */
+        if (r == 0 && archive && (uint64_t)sb.st_size > s.parts * UPLOAD_CHUNK)
+                r = -EFBIG;
+        if (r < 0) {
+                slot_clear(&s);
+                return r;
+        }
+        *slot = s;
+        return 0;
+}
+
+int uploads_restore(Uploads *u, uint64_t max_bytes, unsigned *ret_kept, unsigned *ret_dropped) {
+        unsigned kept = 0, dropped = 0;
+        int64_t now = time_now_unix();
+        char **gone = NULL;
+        size_t n_gone = 0;
+        pthread_mutex_lock(&u->lock);
+        {
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                /* Oldest first: past a bound, the newest go. */
+                if (sqlite3_prepare_v2(u->sql,
+                                       "SELECT u.id, u.sandbox_id, u.owner, u.kind, u.path, u.user, u.mode, u.size, "
+                                       "u.sha256, u.chunk_bytes, u.parts, u.created_at, u.touched_at, "
+                                       "s.id IS NOT NULL AND s.deleted_at IS NULL "
+                                       "FROM uploads u LEFT JOIN sandboxes s ON s.id = u.sandbox_id "
+                                       "ORDER BY u.created_at, u.id",
+                                       -1, &st, NULL) != SQLITE_OK) {
+                        pthread_mutex_unlock(&u->lock);
+                        return -EIO;
+                }
+                int rc;
+                while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                        if (restore_one_locked(u, st, max_bytes, now) == 0) {
+                                kept++;
+                                continue;
+                        }
+                        dropped++;
+                        char **grown = realloc(gone, (n_gone + 1) * sizeof(*gone));
+                        if (!grown)
+                                continue;
+                        gone = grown;
+                        if ((gone[n_gone] = strdup(col_text(st, 0))))
+                                n_gone++;
+                }
+                if (rc != SQLITE_DONE) {
+                        pthread_mutex_unlock(&u->lock);
+                        for (size_t i = 0; i < n_gone; i++)
+                                free(gone[i]);
+                        free(gone);
+                        return sqldb_errno(rc) ?: -EIO;
+                }
+        }
+        for (size_t i = 0; i < n_gone; i++) {
+                (void)row_delete_locked(u, gone[i]);
+                free(gone[i]);
+        }
+        free(gone);
+        /* What the directory holds beyond the kept uploads: a begin or a drop
+         * cut by the crash. */
+        DIR *d = opendir(u->dir);
+        if (d) {
+                struct dirent *de;
+                while ((de = readdir(d))) {
+                        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                                continue;
+                        bool known = false;
+                        for (size_t i = 0; i < UPLOADS_MAX && !known; i++)
+                                known = u->slots[i].used && strcmp(u->slots[i].id, de->d_name) == 0;
+                        if (!known)
+                                (void)unlinkat(dirfd(d), de->d_name, 0);
+                }
+                closedir(d);
+        }
+        pthread_mutex_unlock(&u->lock);
+        *ret_kept = kept;
+        *ret_dropped = dropped;
+        return 0;
+}
