@@ -357,7 +357,7 @@ enum MHD_Result handle_sandbox_fork(Req *r) {
                         return reply_error(r, &e);
                 }
         }
-        SnapshotRequest sr = { .mode = mode, .retention_days = 1 };
+        SnapshotRequest sr = { .mode = mode, .retention_days = 1, .transient = !json_is_true(keep) };
         SnapshotRow snap;
         if (sandbox_snapshot(r->app->manager, &r->key, r->route.sandbox_id, &sr, r->rid, &snap, &se) < 0) {
                 api_sandbox_error(&se, &e);

@@ -2184,6 +2184,8 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                                          json_object_get(spec, "memoryMiB"), "diskMiB", json_object_get(spec, "diskMiB"),
                                          "timeoutSeconds", json_object_get(spec, "timeoutSeconds"), "env",
                                          json_object_get(spec, "env"), "network", json_object_get(spec, "network"));
+                if (base && req->transient && json_object_set_new(base, SNAPSHOT_TRANSIENT, json_true()) < 0)
+                        json_decref(TAKE_PTR(base));
                 snap.owner = strdup(row->owner);
                 snap.key_id = strdup(row->key_id);
                 snap.sandbox_id = strdup(row->id);

@@ -279,6 +279,8 @@ static char *dup_col(sqlite3_stmt *st, int col) {
         return t ? strdup((const char *)t) : NULL;
 }
 
+/* Rows a client may see: a transient one is a fork's working copy. */
+#define NOT_TRANSIENT "json_extract(spec, '$." SNAPSHOT_TRANSIENT "') IS NULL"
 #define COLUMNS "id, owner, key_id, sandbox_id, name, labels, spec, mode, size_bytes, created_at, expires_at"
 
 static int read_row(sqlite3_stmt *st, SnapshotRow *r) {
@@ -309,7 +311,7 @@ int snapshot_store_get(SnapshotStore *s, const char *owner, const char *id, Snap
                 return -ENOENT;
         LOCKED(s);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(s->sql, "SELECT " COLUMNS " FROM snapshots WHERE id = ? AND owner = ?", -1, &st,
+        if (sqlite3_prepare_v2(s->sql, "SELECT " COLUMNS " FROM snapshots WHERE id = ? AND owner = ? AND " NOT_TRANSIENT, -1, &st,
                                NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
@@ -333,7 +335,7 @@ int snapshot_store_list(SnapshotStore *s, const char *owner, const char *sandbox
                 LOCKED(s);
                 _cleanup_stmt_ sqlite3_stmt *st = NULL;
                 if (sqlite3_prepare_v2(s->sql,
-                                       "SELECT " COLUMNS " FROM snapshots WHERE owner = ?1 "
+                                       "SELECT " COLUMNS " FROM snapshots WHERE owner = ?1 AND " NOT_TRANSIENT " "
                                        "AND (?2 IS NULL OR sandbox_id = ?2) AND (?3 IS NULL OR name = ?3) "
                                        "AND (?5 IS NULL OR created_at > ?4 OR (created_at = ?4 AND id > ?5)) "
                                        "ORDER BY created_at, id LIMIT ?6",
@@ -437,6 +439,26 @@ int snapshot_store_delete(SnapshotStore *s, const char *owner, const char *id) {
         return delete_one(s, owner, id);
 }
 
+/* The ids of the transient snapshots (a fork's, cut by a crash); NULL-ended. */
+static char **transient_ids(SnapshotStore *s) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(s->sql, "SELECT id FROM snapshots WHERE NOT " NOT_TRANSIENT, -1, &st, NULL) != SQLITE_OK)
+                return NULL;
+        char **ids = calloc(1, sizeof(*ids));
+        size_t n = 0;
+        while (ids && sqlite3_step(st) == SQLITE_ROW) {
+                char **grown = realloc(ids, (n + 2) * sizeof(*ids));
+                if (!grown)
+                        break;
+                ids = grown;
+                if ((ids[n] = dup_col(st, 0)))
+                        n++;
+                ids[n] = NULL;
+        }
+        return ids;
+}
+
 static bool row_exists(SnapshotStore *s, const char *id) {
         LOCKED(s);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -447,6 +469,20 @@ static bool row_exists(SnapshotStore *s, const char *id) {
 }
 
 int snapshot_store_recover(SnapshotStore *s) {
+        char **cut = transient_ids(s);
+        for (size_t i = 0; cut && cut[i]; i++) {
+                log_info(NULL, "removing snapshot %s, made for a fork that the daemon's stop cut", cut[i]);
+                if (s->ledger) {
+                        /* Billed up to the last heartbeat before the crash. */
+                        char ser[48];
+                        int64_t end, now = time_now_unix();
+                        series(cut[i], ser, sizeof ser);
+                        (void)ledger_settle_at_heartbeat(s->ledger, ser, now, now, &end);
+                }
+                (void)delete_one(s, NULL, cut[i]);
+                free(cut[i]);
+        }
+        free(cut);
         DIR *d = opendir(s->dir);
         if (!d)
                 return -errno;

@@ -12,6 +12,11 @@
  * daemon killed between the rename and the insert) and every .part are
  * removed by snapshot_store_recover. Storage is billed as a ledger series
  * of its own, "<id>:disk", at the disk rate, from the commit to the delete.
+ *
+ * A fork's snapshot that no one asked to keep (keepSnapshot false) is
+ * transient: its spec says SNAPSHOT_TRANSIENT, get and list never show it,
+ * the fork deletes it once its copies are made, and recovery deletes one
+ * that a daemon killed in the middle of the fork left.
  */
 #include <jansson.h>
 #include <stdbool.h>
@@ -26,6 +31,8 @@ typedef struct SnapshotStore SnapshotStore;
 #define SNAPSHOT_DEFAULT_RETENTION_DAYS 7
 /* Snapshots one owner may keep at once: each holds disk on the host. */
 #define SNAPSHOT_MAX_PER_OWNER 256
+/* The key of a transient snapshot's spec. */
+#define SNAPSHOT_TRANSIENT "transient"
 
 typedef struct SnapshotRow {
         char id[SNAPSHOT_ID_LEN + 1];
@@ -50,8 +57,8 @@ int snapshot_store_open(const char *db_path, const char *state_dir, uint64_t pri
                         SnapshotStore **ret);
 void snapshot_store_close(SnapshotStore *s);
 void snapshot_store_set_ledger(SnapshotStore *s, Ledger *ledger);
-/* After a crash: removes partial and row-less snapshot directories and
- * closes each snapshot's storage charge at the last heartbeat, opening it
+/* After a crash: removes transient snapshots, partial and row-less
+ * snapshot directories, and closes each snapshot's storage charge at the last heartbeat, opening it
  * again from now. */
 int snapshot_store_recover(SnapshotStore *s);
 /* Starts the thread that deletes snapshots whose retention has passed. */
