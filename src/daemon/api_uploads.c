@@ -4,7 +4,6 @@
 #include "daemon/api_uploads.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -305,18 +304,20 @@ static int send_staged(int fd, uint64_t size, ChanStream *s) {
 }
 
 /* The sandbox for a commit. One that is not running (stopped by a daemon
- * restart or a :stop, still starting) keeps the upload: a :wake, then the
- * commit again writes it. One that is gone drops it. */
+ * restart or a :stop, still starting, a wake that failed) keeps the upload:
+ * a :wake, then the commit again writes it. One that is gone drops it. */
 static int commit_acquire(Req *r, UploadRef *u, Sandbox **ret, ApiError *e) {
         if (api_sandbox_acquire(r, ret, e) == 0)
                 return 0;
-        if (e->status == 409) {
+        if (e->status == 404) {
+                uploads_drop(r->app->uploads, u);
+                return -EINVAL;
+        }
+        if (e->status == 409)
                 snprintf(e->hint, sizeof(e->hint), "%s",
                          "the upload's parts are kept: wake the sandbox (POST /v1/sandboxes/{id}:wake), then commit "
                          "again");
-                uploads_release(r->app->uploads, u);
-        } else
-                uploads_drop(r->app->uploads, u);
+        uploads_release(r->app->uploads, u);
         return -EINVAL;
 }
 

@@ -507,7 +507,7 @@ static int restore_one_locked(Uploads *u, sqlite3_stmt *st, uint64_t max_bytes, 
                 return -EINVAL;
         uint64_t bound = (max_bytes + UPLOAD_CHUNK - 1) / UPLOAD_CHUNK;
         Slot s = { .used = true, .fd = -1, .archive = archive, .touched = touched,
-                   .mode = (unsigned)sqlite3_column_int(st, 6) & 07777 };
+                   .mode = (unsigned)sqlite3_column_int(st, 6) & 0777 };
         if (archive) {
                 /* The bound of the daemon now: a lower --max-file-mib holds
                  * for the parts still to come. */
