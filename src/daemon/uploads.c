@@ -50,8 +50,11 @@ typedef struct Slot {
 } Slot;
 
 struct Uploads {
-        sqlite3 *sql;
-        pthread_mutex_t lock; /* the slots and the connection */
+        pthread_mutex_t lock; /* the slots; taken before db.lock */
+        struct {
+                sqlite3 *sql;
+                pthread_mutex_t lock; /* a part's transaction runs under it alone */
+        } db;
         char *dir;            /* state_dir/uploads */
         Slot slots[UPLOADS_MAX];
         pthread_mutex_t quit_lock;
@@ -118,8 +121,9 @@ int uploads_open(const char *db_path, const char *state_dir, Uploads **ret) {
         }
         for (size_t i = 0; i < UPLOADS_MAX; i++)
                 u->slots[i].fd = -1;
-        u->sql = sql;
+        u->db.sql = sql;
         pthread_mutex_init(&u->lock, NULL);
+        pthread_mutex_init(&u->db.lock, NULL);
         pthread_mutex_init(&u->quit_lock, NULL);
         pthread_cond_init(&u->quit_cond, NULL);
         *ret = u;
@@ -138,18 +142,20 @@ void uploads_close(Uploads *u) {
         }
         for (size_t i = 0; i < UPLOADS_MAX; i++)
                 slot_clear(&u->slots[i]);
-        sqlite3_close(u->sql);
+        sqlite3_close(u->db.sql);
         pthread_mutex_destroy(&u->lock);
+        pthread_mutex_destroy(&u->db.lock);
         pthread_mutex_destroy(&u->quit_lock);
         pthread_cond_destroy(&u->quit_cond);
         free(u->dir);
         free(u);
 }
 
-/* Deletes the row (its parts go with it); the lock is held. */
-static int row_delete_locked(Uploads *u, const char *id) {
+/* Deletes the row (its parts go with it). */
+static int row_delete(Uploads *u, const char *id) {
+        LOCKED(&u->db);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(u->sql, "DELETE FROM uploads WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
+        if (sqlite3_prepare_v2(u->db.sql, "DELETE FROM uploads WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         return sqldb_errno(sqlite3_step(st));
@@ -158,7 +164,7 @@ static int row_delete_locked(Uploads *u, const char *id) {
 /* Drops a slot's upload: the row first, so that nothing more is recorded for
  * it, then its file. The lock is held. */
 static void drop_locked(Uploads *u, Slot *s) {
-        (void)row_delete_locked(u, s->id);
+        (void)row_delete(u, s->id);
         _cleanup_free_ char *p = staging_path(u, s->id);
         if (p)
                 (void)unlink(p);
@@ -223,9 +229,10 @@ static int slot_find_locked(Uploads *u, const char *sandbox_id, uint64_t bytes, 
         return 0;
 }
 
-static int row_insert_locked(Uploads *u, const Slot *s, int64_t now) {
+static int row_insert(Uploads *u, const Slot *s, int64_t now) {
+        LOCKED(&u->db);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(u->sql,
+        if (sqlite3_prepare_v2(u->db.sql,
                                "INSERT INTO uploads (id, sandbox_id, owner, kind, path, user, mode, size, sha256, "
                                "chunk_bytes, parts, created_at, touched_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                                -1, &st, NULL) != SQLITE_OK)
@@ -288,7 +295,7 @@ int uploads_begin(Uploads *u, const UploadSpec *spec, char ret_id[UPLOAD_ID_LEN 
         Slot *slot = NULL;
         r = slot_find_locked(u, s.sandbox_id, declared(&s), &slot);
         if (r == 0)
-                r = row_insert_locked(u, &s, now);
+                r = row_insert(u, &s, now);
         if (r < 0) {
                 pthread_mutex_unlock(&u->lock);
                 (void)unlink(staged);
@@ -352,6 +359,8 @@ static Slot *slot_of_locked(Uploads *u, const UploadRef *r) {
         return s && s->used && strcmp(s->id, r->id) == 0 ? s : NULL;
 }
 
+static int part_record(Uploads *u, const char *id, uint64_t index, uint64_t bytes, int64_t now);
+
 int uploads_part_arrived(Uploads *u, const UploadRef *r, uint64_t index, uint64_t bytes) {
         if (index >= r->parts || bytes == 0 || bytes > UPLOAD_CHUNK)
                 return -EINVAL;
@@ -359,38 +368,50 @@ int uploads_part_arrived(Uploads *u, const UploadRef *r, uint64_t index, uint64_
         if (fdatasync(r->fd) < 0)
                 return -errno;
         int64_t now = time_now_unix();
+        int rc = part_record(u, r->id, index, bytes, now);
+        if (rc < 0)
+                return rc;
+        /* Recorded: the upload may have gone meanwhile (its parts with it). */
         pthread_mutex_lock(&u->lock);
         Slot *s = slot_of_locked(u, r);
-        if (!s || s->doomed) {
-                pthread_mutex_unlock(&u->lock);
-                return -ENOENT;
-        }
-        int rc = sqldb_exec(u->sql, "BEGIN IMMEDIATE");
+        if (s && !s->doomed) {
+                s->received[index] = bytes == UPLOAD_CHUNK ? 1 : 2;
+                s->touched = now;
+        } else
+                rc = -ENOENT;
+        pthread_mutex_unlock(&u->lock);
+        return rc;
+}
+
+/* The part's row and the upload's time, in one transaction; -ENOENT when
+ * the upload's row is gone. Without the slots' lock: the sync of the
+ * commit holds up no other part's start. */
+static int part_record(Uploads *u, const char *id, uint64_t index, uint64_t bytes, int64_t now) {
+        LOCKED(&u->db);
+        int rc = sqldb_exec(u->db.sql, "BEGIN IMMEDIATE");
         _cleanup_stmt_ sqlite3_stmt *part = NULL, *touch = NULL;
         if (rc == 0 &&
-            (sqlite3_prepare_v2(u->sql, "INSERT OR REPLACE INTO upload_parts (upload_id, part, bytes) VALUES (?,?,?)",
+            (sqlite3_prepare_v2(u->db.sql, "INSERT OR REPLACE INTO upload_parts (upload_id, part, bytes) VALUES (?,?,?)",
                                 -1, &part, NULL) != SQLITE_OK ||
-             sqlite3_prepare_v2(u->sql, "UPDATE uploads SET touched_at = ? WHERE id = ?", -1, &touch, NULL) !=
+             sqlite3_prepare_v2(u->db.sql, "UPDATE uploads SET touched_at = ? WHERE id = ?", -1, &touch, NULL) !=
                      SQLITE_OK))
                 rc = -EIO;
         if (rc == 0) {
-                sqlite3_bind_text(part, 1, r->id, -1, SQLITE_STATIC);
+                sqlite3_bind_text(part, 1, id, -1, SQLITE_STATIC);
                 sqlite3_bind_int64(part, 2, (sqlite3_int64)index);
                 sqlite3_bind_int64(part, 3, (sqlite3_int64)bytes);
                 sqlite3_bind_int64(touch, 1, now);
-                sqlite3_bind_text(touch, 2, r->id, -1, SQLITE_STATIC);
-                if ((rc = sqldb_errno(sqlite3_step(part))) == 0)
+                sqlite3_bind_text(touch, 2, id, -1, SQLITE_STATIC);
+                /* The foreign key refuses a part of an upload that went. */
+                if ((rc = sqldb_errno(sqlite3_step(part))) == -EEXIST)
+                        rc = -ENOENT;
+                if (rc == 0)
                         rc = sqldb_errno(sqlite3_step(touch));
         }
         if (rc == 0)
-                rc = sqldb_exec(u->sql, "COMMIT");
+                rc = sqldb_exec(u->db.sql, "COMMIT");
         if (rc < 0)
-                (void)sqldb_exec(u->sql, "ROLLBACK");
-        else {
-                s->received[index] = bytes == UPLOAD_CHUNK ? 1 : 2;
-                s->touched = now;
-        }
-        pthread_mutex_unlock(&u->lock);
+                (void)sqldb_exec(u->db.sql, "ROLLBACK");
         return rc;
 }
 
@@ -442,14 +463,18 @@ void uploads_drop_sandbox(Uploads *u, const char *sandbox_id) {
                         /* Its commit holds it: no longer found, and gone
                          * when given back. The row goes now. */
                         s->doomed = true;
-                        (void)row_delete_locked(u, s->id);
+                        (void)row_delete(u, s->id);
                 }
         }
-        /* Rows no slot holds (none should) go as well. */
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(u->sql, "DELETE FROM uploads WHERE sandbox_id = ?", -1, &st, NULL) == SQLITE_OK) {
-                sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-                (void)sqlite3_step(st);
+        /* Rows no slot holds (before the restore took them) go as well. */
+        {
+                LOCKED(&u->db);
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                if (sqlite3_prepare_v2(u->db.sql, "DELETE FROM uploads WHERE sandbox_id = ?", -1, &st, NULL) ==
+                    SQLITE_OK) {
+                        sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+                        (void)sqlite3_step(st);
+                }
         }
         pthread_mutex_unlock(&u->lock);
 }
@@ -471,10 +496,10 @@ static const char *col_text(sqlite3_stmt *st, int col) {
 }
 
 /* The parts recorded for s, checked against its shape; -EINVAL for one that
- * cannot be (past its end, of a wrong length). The lock is held. */
+ * cannot be (past its end, of a wrong length). Both locks are held. */
 static int parts_load_locked(Uploads *u, Slot *s) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(u->sql, "SELECT part, bytes FROM upload_parts WHERE upload_id = ?", -1, &st, NULL) !=
+        if (sqlite3_prepare_v2(u->db.sql, "SELECT part, bytes FROM upload_parts WHERE upload_id = ?", -1, &st, NULL) !=
             SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, s->id, -1, SQLITE_STATIC);
@@ -493,7 +518,7 @@ static int parts_load_locked(Uploads *u, Slot *s) {
         return sqldb_errno(rc);
 }
 
-/* One row into a slot, or a reason to drop it; the lock is held. */
+/* One row into a slot, or a reason to drop it; both locks are held. */
 static int restore_one_locked(Uploads *u, sqlite3_stmt *st, uint64_t max_bytes, int64_t now) {
         const char *id = col_text(st, 0), *sandbox = col_text(st, 1), *owner = col_text(st, 2),
                    *kind = col_text(st, 3), *path = col_text(st, 4), *user = col_text(st, 5);
@@ -562,9 +587,10 @@ int uploads_restore(Uploads *u, uint64_t max_bytes, unsigned *ret_kept, unsigned
         size_t n_gone = 0;
         pthread_mutex_lock(&u->lock);
         {
+                LOCKED(&u->db);
                 _cleanup_stmt_ sqlite3_stmt *st = NULL;
                 /* Oldest first: past a bound, the newest go. */
-                if (sqlite3_prepare_v2(u->sql,
+                if (sqlite3_prepare_v2(u->db.sql,
                                        "SELECT u.id, u.sandbox_id, u.owner, u.kind, u.path, u.user, u.mode, u.size, "
                                        "u.sha256, u.chunk_bytes, u.parts, u.created_at, u.touched_at, "
                                        "s.id IS NOT NULL AND s.deleted_at IS NULL "
@@ -597,7 +623,7 @@ int uploads_restore(Uploads *u, uint64_t max_bytes, unsigned *ret_kept, unsigned
                 }
         }
         for (size_t i = 0; i < n_gone; i++) {
-                (void)row_delete_locked(u, gone[i]);
+                (void)row_delete(u, gone[i]);
                 free(gone[i]);
         }
         free(gone);
