@@ -47,10 +47,15 @@ typedef struct Slot {
         int64_t touched;
         bool archive;
         ReqUser user;
+        /* Syncs of the staging file, shared by the parts that finish while
+         * one runs (each sync a flush down to the host's disk). */
+        uint64_t sync_asked, sync_done;
+        bool syncing;
 } Slot;
 
 struct Uploads {
         pthread_mutex_t lock; /* the slots; taken before db.lock */
+        pthread_cond_t synced; /* a slot's sync ended */
         struct {
                 sqlite3 *sql;
                 pthread_mutex_t lock; /* a part's transaction runs under it alone */
@@ -124,6 +129,7 @@ int uploads_open(const char *db_path, const char *state_dir, Uploads **ret) {
         u->db.sql = sql;
         pthread_mutex_init(&u->lock, NULL);
         pthread_mutex_init(&u->db.lock, NULL);
+        pthread_cond_init(&u->synced, NULL);
         pthread_mutex_init(&u->quit_lock, NULL);
         pthread_cond_init(&u->quit_cond, NULL);
         *ret = u;
@@ -145,6 +151,7 @@ void uploads_close(Uploads *u) {
         sqlite3_close(u->db.sql);
         pthread_mutex_destroy(&u->lock);
         pthread_mutex_destroy(&u->db.lock);
+        pthread_cond_destroy(&u->synced);
         pthread_mutex_destroy(&u->quit_lock);
         pthread_cond_destroy(&u->quit_cond);
         free(u->dir);
@@ -361,14 +368,46 @@ static Slot *slot_of_locked(Uploads *u, const UploadRef *r) {
 
 static int part_record(Uploads *u, const char *id, uint64_t index, uint64_t bytes, int64_t now);
 
+/* Makes what was written through r->fd durable: a sync that starts after
+ * the call covers it, so parts that finish while one runs wait for the next
+ * and share it. -ENOENT when the upload went meanwhile. */
+static int part_sync(Uploads *u, const UploadRef *r) {
+        int rc = 0;
+        pthread_mutex_lock(&u->lock);
+        Slot *s = slot_of_locked(u, r);
+        uint64_t mine = s ? ++s->sync_asked : 0;
+        while ((s = slot_of_locked(u, r)) && s->sync_done < mine) {
+                if (s->syncing) {
+                        pthread_cond_wait(&u->synced, &u->lock);
+                        continue;
+                }
+                s->syncing = true;
+                uint64_t covers = s->sync_asked;
+                pthread_mutex_unlock(&u->lock);
+                rc = fdatasync(r->fd) < 0 ? -errno : 0;
+                pthread_mutex_lock(&u->lock);
+                if ((s = slot_of_locked(u, r))) {
+                        s->syncing = false;
+                        if (rc == 0)
+                                s->sync_done = covers;
+                }
+                pthread_cond_broadcast(&u->synced);
+                if (rc < 0)
+                        break;
+        }
+        pthread_mutex_unlock(&u->lock);
+        return rc < 0 ? rc : s ? 0 : -ENOENT;
+}
+
 int uploads_part_arrived(Uploads *u, const UploadRef *r, uint64_t index, uint64_t bytes) {
         if (index >= r->parts || bytes == 0 || bytes > UPLOAD_CHUNK)
                 return -EINVAL;
         /* The bytes first: a recorded part must never read back as zeros. */
-        if (fdatasync(r->fd) < 0)
-                return -errno;
+        int rc = part_sync(u, r);
+        if (rc < 0)
+                return rc;
         int64_t now = time_now_unix();
-        int rc = part_record(u, r->id, index, bytes, now);
+        rc = part_record(u, r->id, index, bytes, now);
         if (rc < 0)
                 return rc;
         /* Recorded: the upload may have gone meanwhile (its parts with it). */
