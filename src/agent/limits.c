@@ -20,6 +20,33 @@ static void write_text(const char *path, const char *text) {
         close(fd);
 }
 
+/* The work leaf's join files from the namespace driver (--cgroup-fds). */
+static int child_cgroup_fds[LIMITS_CGROUP_FDS_MAX];
+static size_t n_child_cgroup_fds;
+
+int limits_set_child_cgroup_fds(const char *list) {
+        int fds[LIMITS_CGROUP_FDS_MAX];
+        size_t n = 0;
+        for (const char *c = list; *c;) {
+                char *end;
+                errno = 0;
+                long fd = strtol(c, &end, 10);
+                if (errno || end == c || fd < 3 || fd > 1023 || (*end && (*end != ',' || !end[1])) ||
+                    n >= ELEMENTSOF(fds))
+                        return -EINVAL;
+                /* Open, and not passed on to what the children exec. */
+                if (fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0)
+                        return -EBADF;
+                fds[n++] = (int)fd;
+                c = *end ? end + 1 : end;
+        }
+        if (n == 0)
+                return -EINVAL;
+        memcpy(child_cgroup_fds, fds, n * sizeof fds[0]);
+        n_child_cgroup_fds = n;
+        return 0;
+}
+
 void limits_protect_agent(void) {
         write_text("/proc/self/oom_score_adj", "-1000");
 }
@@ -33,6 +60,12 @@ void limits_child_defaults(void) {
          * sandbox. */
         write_text("/proc/self/oom_score_adj", LIMITS_CHILD_OOM_SCORE_ADJ);
         write_text(LIMITS_CHILD_CGROUP "/cgroup.procs", "0");
+        /* "0" is the writer itself: this child, one thread, which a v1
+         * tasks file moves alone. A command never runs in the agent's leaf:
+         * a child that cannot leave it does not exec. */
+        for (size_t i = 0; i < n_child_cgroup_fds; i++)
+                if (write(child_cgroup_fds[i], "0", 1) != 1)
+                        _exit(126);
 }
 
 uint64_t limits_oom_kills(void) {

@@ -22,8 +22,20 @@ void limits_protect_agent(void);
  * agent even where the agent could not lower its own. */
 #define LIMITS_CHILD_OOM_SCORE_ADJ "500"
 
+/* At most this many hierarchies (v1 controllers and the v2 mount). */
+#define LIMITS_CGROUP_FDS_MAX 16
+
+/* The namespace driver's "work" cgroup leaf, as fds of its join files open
+ * for writing (one per hierarchy, "N,N,..." from --cgroup-fds): every child
+ * joins it before it exec's, and the agent stays in its own leaf
+ * (docs/drivers.md). Marks them close-on-exec. -EINVAL for a malformed
+ * list, -EBADF for an fd that is not open. */
+int limits_set_child_cgroup_fds(const char *list);
+
 /* In a forked child before exec (async-signal-safe): oom_score_adj
- * LIMITS_CHILD_OOM_SCORE_ADJ, and into LIMITS_CHILD_CGROUP where it exists. */
+ * LIMITS_CHILD_OOM_SCORE_ADJ, into LIMITS_CHILD_CGROUP where it exists, and
+ * into the work leaf where the agent was given one (_exit(126) when that
+ * fails). */
 void limits_child_defaults(void);
 
 /* The kernel's count of OOM kills (/proc/vmstat oom_kill), or UINT64_MAX

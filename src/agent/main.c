@@ -25,8 +25,10 @@
 
 static void usage(FILE *f) {
         fprintf(f, "Usage: runtime-agent [--channel PATH] [--vm] [--restorable] [--memory-limit-mib N]\n"
+                   "                     [--cgroup-fds N,...]\n"
                    "  --channel PATH  speak the protocol on this device instead of stdin/stdout\n"
                    "  --memory-limit-mib N  end the largest process when the sandbox uses N MiB\n"
+                   "  --cgroup-fds N,...  fds of the cgroup every command joins before it execs\n"
                    "  --vm            init of a microVM: build the root, then use the virtio-serial port\n"
                    "  --restorable    the host may checkpoint this sandbox and resume copies of it (gVisor)\n"
                    "  --version       print the version\n");
@@ -116,6 +118,7 @@ int main(int argc, char **argv) {
                 {"vm", no_argument, NULL, 'm'},
                 {"memory-limit-mib", required_argument, NULL, 'M'},
                 {"restorable", no_argument, NULL, 'R'},
+                {"cgroup-fds", required_argument, NULL, 'G'},
                 {},
         };
         /* Run as sudo (the gateway's front, docs/drivers.md): nothing of
@@ -144,6 +147,13 @@ int main(int argc, char **argv) {
                         memory_mib = strtoul(optarg, &end, 10);
                         if (errno || *end || memory_mib < 16 || memory_mib > (1ul << 22)) {
                                 fprintf(stderr, "runtime-agent: --memory-limit-mib: 16..4194304\n");
+                                return 2;
+                        }
+                        break;
+                case 'G':
+                        if (limits_set_child_cgroup_fds(optarg) < 0) {
+                                fprintf(stderr, "runtime-agent: --cgroup-fds: open fds N,N,... (at most %d)\n",
+                                        LIMITS_CGROUP_FDS_MAX);
                                 return 2;
                         }
                         break;

@@ -626,3 +626,84 @@ bool cgroup_exists(Cgroup *cg) {
 const char *cgroup_dir(const Cgroup *cg, CgroupHier h) {
         return h >= 0 && h < _CGROUP_HIER_MAX ? cg->dir[h] : NULL;
 }
+
+int cgroup_new_child(const Cgroup *cg, const char *name, bool create, Cgroup **ret) {
+        if (!cgroup_name_valid(name, false))
+                return -EINVAL;
+        Cgroup *child = calloc(1, sizeof *child);
+        if (!child)
+                return -ENOMEM;
+        child->v2 = cg->v2;
+        for (size_t i = 0; i < _CGROUP_HIER_MAX; i++) {
+                if (!cg->dir[i])
+                        continue;
+                if (asprintf(&child->dir[i], "%s/%s", cg->dir[i], name) < 0) {
+                        child->dir[i] = NULL;
+                        cgroup_free(child);
+                        return -ENOMEM;
+                }
+                if (!create)
+                        continue;
+                int r = mkdir(child->dir[i], 0755) < 0 && errno != EEXIST ? -errno : 0;
+                if (r >= 0 && i == CGROUP_CPUSET)
+                        r = cpuset_inherit(cg->dir[i], child->dir[i]);
+                if (r < 0) {
+                        (void)cgroup_remove(child);
+                        cgroup_free(child);
+                        return r;
+                }
+        }
+        *ret = child;
+        return 0;
+}
+
+int cgroup_enable_children(Cgroup *cg) {
+        if (!cg->v2)
+                return 0;
+        static const char *const ctrls[] = {"+memory", "+cpu", "+pids"};
+        for (size_t k = 0; k < ELEMENTSOF(ctrls); k++) {
+                int r = write_in(cg->dir[CGROUP_UNIFIED], "cgroup.subtree_control", ctrls[k]);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int cgroup_set_cpu_weight(Cgroup *cg, unsigned v1_shares, unsigned v2_weight) {
+        char buf[32];
+        if (cg->v2) {
+                snprintf(buf, sizeof buf, "%u", v2_weight);
+                return write_in(cg->dir[CGROUP_UNIFIED], "cpu.weight", buf);
+        }
+        snprintf(buf, sizeof buf, "%u", v1_shares);
+        return write_in(cg->dir[CGROUP_CPU], "cpu.shares", buf);
+}
+
+int cgroup_open_join(Cgroup *cg, int *fds, size_t n) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+                fds[i] = -1;
+        for (size_t i = 0; i < _CGROUP_HIER_MAX; i++) {
+                if (!cg->dir[i])
+                        continue;
+                if (k >= n) {
+                        cgroup_close_fds(fds, n);
+                        return -ENOBUFS;
+                }
+                /* The v2 tree, or a hybrid host's v2 mount, has no tasks file. */
+                const char *file = i == CGROUP_UNIFIED ? "cgroup.procs" : "tasks";
+                char p[PATH_MAX];
+                if (snprintf(p, sizeof p, "%s/%s", cg->dir[i], file) >= (int)sizeof p) {
+                        cgroup_close_fds(fds, n);
+                        return -ENAMETOOLONG;
+                }
+                fds[k] = open(p, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+                if (fds[k] < 0) {
+                        int r = -errno;
+                        cgroup_close_fds(fds, n);
+                        return r;
+                }
+                k++;
+        }
+        return 0;
+}

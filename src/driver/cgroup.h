@@ -109,3 +109,28 @@ int cgroup_format_cpu_max(unsigned vcpu, char *buf, size_t len);
 /* Parses "key value" lines (cpu.stat, memory.events, memory.oom_control) for
  * `key`. -ENOENT when absent. */
 int cgroup_parse_keyed(const char *text, const char *key, uint64_t *ret);
+
+/*
+ * Child cgroups of a sandbox's cgroup (the namespace driver's "agent" and
+ * "work" leaves, docs/drivers.md). The sandbox's cgroup keeps its limits and
+ * is what stats, freeze and the views read; kill and removal take the leaves
+ * first, since a parent's cgroup.procs does not list its children's
+ * processes and a parent with children cannot be removed.
+ */
+/* The child `name` of cg in every hierarchy cg has. With create, made (a v1
+ * cpuset child gets its parent's cpuset.cpus and cpuset.mems); an existing
+ * one is not an error. Without, a Cgroup whose operations find nothing to do
+ * when it is absent. */
+int cgroup_new_child(const Cgroup *cg, const char *name, bool create, Cgroup **ret);
+/* v2: lets children of cg have their own memory, cpu and pids limits (cg's
+ * cgroup.subtree_control), which the kernel allows only while cg itself
+ * holds no process. v1: nothing to do. */
+int cgroup_enable_children(Cgroup *cg);
+/* The CPU weight of cg against its siblings: v1 cpu.shares (default 1024),
+ * v2 cpu.weight (default 100). */
+int cgroup_set_cpu_weight(Cgroup *cg, unsigned v1_shares, unsigned v2_weight);
+/* Opens, for a process that joins cg by writing "0" from a single thread
+ * (a child between fork and exec), each v1 hierarchy's "tasks" (which moves
+ * the calling thread without the kernel's global threadgroup lock) and the
+ * v2 cgroup.procs, O_CLOEXEC, into fds (up to n; -1 padded). */
+int cgroup_open_join(Cgroup *cg, int *fds, size_t n);

@@ -36,6 +36,106 @@
 /* bwrap must hand over its child's pid within this time. */
 #define SETUP_TIMEOUT_MS 5000
 
+/*
+ * The sandbox's cgroup has two leaves. "agent" holds bwrap and the agent,
+ * with a CPU weight ten times the default, so a fork bomb or spinners in the
+ * sandbox cannot starve the agent's answers to execs and heartbeats.
+ * "work" holds every process the agent starts (each writes "0" to the fds
+ * the agent gets with --cgroup-fds between its fork and its exec); its pids
+ * and memory limits are the sandbox's less a reserve for the agent, so a
+ * bomb fills work and the agent can still fork the next command, and an
+ * OOM kill happens in work. The sandbox's own cgroup keeps the spec's
+ * limits over both, and is the one stats, pause and the view inside read.
+ */
+#define NS_LEAF_AGENT "agent"
+#define NS_LEAF_WORK "work"
+#define NS_AGENT_CPU_SHARES 10240u /* v1; the default is 1024 */
+#define NS_AGENT_CPU_WEIGHT 1000u  /* v2; the default is 100 */
+
+/* What the work leaf leaves to the agent's: a sixteenth of the sandbox's
+ * pids and memory, within bounds (the agent, bwrap, the sudo gateway and
+ * its connections, and a child between its fork and its move to work). */
+static uint64_t ns_pids_reserve(uint64_t pids) {
+        uint64_t r = pids / 16;
+        return r < 8 ? 8 : r > 64 ? 64 : r;
+}
+
+static uint64_t ns_memory_reserve(uint64_t bytes) {
+        uint64_t r = bytes / 16;
+        return r < (16u << 20) ? (16u << 20) : r > (64u << 20) ? (64u << 20) : r;
+}
+
+/* Moves bwrap and its child (the agent-to-be, still waiting for its uid
+ * map) into the agent leaf, then gives the leaves their limits. The move
+ * comes after bwrap made the cgroup namespace, whose root is then the
+ * sandbox's cgroup: the agent sees itself at /agent and its commands at
+ * /work, under the read-only view of the sandbox's cgroup. On v2 the
+ * sandbox's cgroup may hand controllers to its children only once empty. */
+static int ns_leaves_enter(Cgroup *cg, Cgroup *agent, Cgroup *work, const DriverSpec *spec, pid_t bwrap,
+                           pid_t child) {
+        int r = cgroup_add_pid(agent, bwrap);
+        if (r >= 0)
+                r = cgroup_add_pid(agent, child);
+        if (r >= 0)
+                r = cgroup_enable_children(cg);
+        if (r < 0)
+                return r;
+        uint64_t pids = spec->pids_max ? spec->pids_max : LAUNCH_DEFAULT_PIDS_MAX;
+        uint64_t mem = (uint64_t)spec->memory_mib << 20;
+        CgroupLimits lim = {
+                .memory_bytes = mem && mem > 2 * ns_memory_reserve(mem) ? mem - ns_memory_reserve(mem) : mem,
+                .vcpu = spec->vcpu,
+                .pids_max = pids > 2 * ns_pids_reserve(pids) ? pids - ns_pids_reserve(pids) : pids,
+        };
+        /* lxcfs computes a sandbox's /proc view from the cgroup of PID 1 of
+         * the reader's pid namespace, the agent: its leaf has the sandbox's
+         * CPU quota too, and no memory or pids limit of its own (lxcfs
+         * takes the lowest memory limit above it, the sandbox's). */
+        CgroupLimits agent_lim = {.vcpu = spec->vcpu};
+        r = cgroup_set_limits(work, &lim);
+        if (r >= 0)
+                r = cgroup_set_limits(agent, &agent_lim);
+        if (r >= 0)
+                r = cgroup_set_cpu_weight(agent, NS_AGENT_CPU_SHARES, NS_AGENT_CPU_WEIGHT);
+        return r;
+}
+
+/* Kills (kill) or removes the leaves of the sandbox's cgroup: a kill of the
+ * sandbox's own cgroup finds none of their processes in its cgroup.procs,
+ * and it cannot be removed while they exist. Work first: its bomb, if any. */
+static int ns_leaves_end(Cgroup *cg, bool kill) {
+        static const char *const leaves[] = {NS_LEAF_WORK, NS_LEAF_AGENT};
+        int ret = 0;
+        for (size_t i = 0; cg && i < ELEMENTSOF(leaves); i++) {
+                Cgroup *leaf;
+                int r = cgroup_new_child(cg, leaves[i], false, &leaf);
+                if (r >= 0) {
+                        r = kill ? cgroup_kill_all(leaf, 10000) : cgroup_remove(leaf);
+                        cgroup_free(leaf);
+                }
+                if (r < 0 && ret == 0)
+                        ret = r;
+        }
+        return ret;
+}
+
+/* The OOM kills of the leaves: a v1 memory cgroup counts a kill in the
+ * victim's own cgroup only. */
+static uint64_t ns_leaves_oom_kills(Cgroup *cg) {
+        static const char *const leaves[] = {NS_LEAF_WORK, NS_LEAF_AGENT};
+        uint64_t n = 0;
+        for (size_t i = 0; cg && i < ELEMENTSOF(leaves); i++) {
+                Cgroup *leaf;
+                CgroupStats cs;
+                if (cgroup_new_child(cg, leaves[i], false, &leaf) < 0)
+                        continue;
+                if (cgroup_read_stats(leaf, &cs) >= 0)
+                        n += cs.oom_kills;
+                cgroup_free(leaf);
+        }
+        return n;
+}
+
 static const char *find_bwrap(void) {
         static const char *const cands[] = {"/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"};
         for (size_t i = 0; i < ELEMENTSOF(cands); i++)
@@ -409,9 +509,10 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 return -ENOMEM;
 
         int sv[2] = {-1, -1}, info[2] = {-1, -1}, block[2] = {-1, -1};
-        int cg_fds[_CGROUP_HIER_MAX];
+        int cg_fds[_CGROUP_HIER_MAX], work_fds[_CGROUP_HIER_MAX];
         for (size_t i = 0; i < ELEMENTSOF(cg_fds); i++)
-                cg_fds[i] = -1;
+                cg_fds[i] = work_fds[i] = -1;
+        Cgroup *agent_cg = NULL, *work_cg = NULL;
         int seccomp_fd = -1;
         RootfsLayer *layer = NULL;
         char rootfs[PATH_MAX];
@@ -422,6 +523,10 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
         }
 
         r = launch_cgroup(spec, true, &inst->cg);
+        if (r >= 0)
+                r = cgroup_new_child(inst->cg, NS_LEAF_AGENT, true, &agent_cg);
+        if (r >= 0)
+                r = cgroup_new_child(inst->cg, NS_LEAF_WORK, true, &work_cg);
         if (r < 0)
                 goto fail;
         layer = malloc(sizeof *layer);
@@ -453,8 +558,21 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                         goto fail;
         }
         r = cgroup_open_procs(inst->cg, cg_fds, ELEMENTSOF(cg_fds));
+        if (r >= 0)
+                r = cgroup_open_join(work_cg, work_fds, ELEMENTSOF(work_fds));
         if (r < 0)
                 goto fail;
+        /* The agent's list of them: "N,N,...". */
+        char s_work[ELEMENTSOF(work_fds) * 12 + 1] = "";
+        size_t n_work = 0;
+        for (size_t i = 0; i < ELEMENTSOF(work_fds) && work_fds[i] >= 0; i++) {
+                r = launch_fd_above_stdio(&work_fds[i]);
+                if (r < 0)
+                        goto fail;
+                size_t used = strlen(s_work);
+                snprintf(s_work + used, sizeof s_work - used, "%s%d", n_work ? "," : "", work_fds[i]);
+                n_work++;
+        }
 
         char s_block[16], s_info[16], s_seccomp[16];
         snprintf(s_block, sizeof s_block, "%d", block[0]);
@@ -484,7 +602,7 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 "--setenv", "HOME", "/root",
                 "--setenv", "LANG", "C.UTF-8",
                 "--chdir", "/",
-                "--", "/.runtime/agent",
+                "--", "/.runtime/agent", "--cgroup-fds", s_work,
                 NULL,
         };
         /* lxcfs's files over /proc's, right after bwrap mounts /proc; the
@@ -532,12 +650,15 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 }
         }
         char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-        const int keep[] = {block[0], info[1], seccomp_fd};
+        int keep[3 + ELEMENTSOF(work_fds)] = {block[0], info[1], seccomp_fd};
+        size_t n_keep = 3;
+        for (size_t i = 0; i < n_work; i++)
+                keep[n_keep++] = work_fds[i];
         NsChild child_setup = {.stage = {.layer = layer, .agent_src = spec->agent_path}};
         child_setup.pin = ns_pick_cpus(spec->vcpu, &child_setup.cpus);
         LaunchFds lf = {
                 .stdin_fd = sv[1], .stdout_fd = sv[1], .stderr_fd = -1,
-                .keep = keep, .n_keep = ELEMENTSOF(keep),
+                .keep = keep, .n_keep = n_keep,
                 .cgroup_fds = cg_fds, .n_cgroup_fds = ELEMENTSOF(cg_fds),
                 /* bwrap itself runs as the sandbox's unprivileged host uid:
                  * the user namespace it makes is owned by that uid, and its
@@ -559,9 +680,12 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
         closep_all(child_ends, ELEMENTSOF(child_ends));
         sv[1] = info[1] = block[0] = seccomp_fd = -1;
         cgroup_close_fds(cg_fds, ELEMENTSOF(cg_fds));
+        cgroup_close_fds(work_fds, ELEMENTSOF(work_fds));
 
         pid_t child = -1;
         r = read_child_pid(info[0], &child);
+        if (r >= 0)
+                r = ns_leaves_enter(inst->cg, agent_cg, work_cg, spec, inst->pid, child);
         if (r < 0)
                 goto fail;
         r = write_id_map(child, "uid_map", shift);
@@ -577,6 +701,8 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
         close(block[1]);
         if (layer_created)
                 rootfs_replenish_async(spec->sandbox_dir, spec->disk_mib, shift);
+        cgroup_free(agent_cg);
+        cgroup_free(work_cg);
         *ret_fd = sv[0];
         *ret = inst;
         return 0;
@@ -585,7 +711,12 @@ fail: {
         int fds[] = {sv[0], sv[1], info[0], info[1], block[0], block[1], seccomp_fd};
         closep_all(fds, ELEMENTSOF(fds));
         cgroup_close_fds(cg_fds, ELEMENTSOF(cg_fds));
+        cgroup_close_fds(work_fds, ELEMENTSOF(work_fds));
+        cgroup_free(agent_cg);
+        cgroup_free(work_cg);
+        (void)ns_leaves_end(inst->cg, true);
         launch_kill_and_reap(inst);
+        (void)ns_leaves_end(inst->cg, false);
         if (layer) {
                 rootfs_layer_done(layer);
                 free(layer);
@@ -602,27 +733,47 @@ static void ns_stop(DriverInstance *inst, const char **ret_reason) {
                 return;
         bool exited = launch_instance_exited(inst);
         const char *reason = launch_stop_reason(inst, exited);
+        if (reason && strcmp(reason, "oom") != 0 && ns_leaves_oom_kills(inst->cg) > 0)
+                reason = "oom";
+        (void)ns_leaves_end(inst->cg, true);
         launch_kill_and_reap(inst);
+        (void)ns_leaves_end(inst->cg, false);
         if (ret_reason)
                 *ret_reason = reason;
         launch_release(inst);
 }
 
 static int ns_reap_orphan(const DriverSpec *spec) {
-        return launch_reap_orphan(spec);
+        int r = launch_spec_check(spec);
+        if (r < 0)
+                return r;
+        Cgroup *cg;
+        int ret = 0;
+        if (launch_cgroup(spec, false, &cg) >= 0) {
+                ret = ns_leaves_end(cg, true);
+                r = ns_leaves_end(cg, false);
+                if (ret == 0)
+                        ret = r;
+                cgroup_free(cg);
+        }
+        r = launch_reap_orphan(spec);
+        return r < 0 ? r : ret;
 }
 
 static int ns_destroy(const DriverSpec *spec) {
         int r = launch_spec_check(spec);
         if (r < 0)
                 return r;
-        r = launch_reap_orphan(spec);
+        r = ns_reap_orphan(spec);
         int r2 = rootfs_remove(spec->sandbox_dir);
         return r < 0 ? r : r2;
 }
 
 static int ns_stats(DriverInstance *inst, DriverStats *ret) {
-        return launch_stats(inst, ret);
+        int r = launch_stats(inst, ret);
+        if (r >= 0 && !ret->oom_killed)
+                ret->oom_killed = ns_leaves_oom_kills(inst->cg) > 0;
+        return r;
 }
 
 const Driver driver_namespace = {

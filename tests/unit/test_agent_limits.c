@@ -1,5 +1,6 @@
 /* The agent's own protection and its memory watch (src/agent/limits.c). */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -31,6 +32,64 @@ static int status_of(int how) {
 
 /* Only a SIGKILL that the agent did not send, with the kernel's count of
  * OOM kills gone up since the start, is an OOM kill. */
+/* --cgroup-fds: a list of open fds, each marked close-on-exec; a child
+ * writes "0" (itself) to each before it execs. */
+static void test_child_cgroup_fds(void **state) {
+        (void)state;
+        assert_int_equal(limits_set_child_cgroup_fds(""), -EINVAL);
+        assert_int_equal(limits_set_child_cgroup_fds("x"), -EINVAL);
+        assert_int_equal(limits_set_child_cgroup_fds("2"), -EINVAL);      /* stdio */
+        assert_int_equal(limits_set_child_cgroup_fds("1024"), -EINVAL);   /* past the bound */
+        assert_int_equal(limits_set_child_cgroup_fds("99999999999999999999"), -EINVAL);
+        assert_int_equal(limits_set_child_cgroup_fds("1000"), -EBADF);    /* not open */
+
+        int a[2], b[2];
+        assert_int_equal(pipe(a), 0);
+        assert_int_equal(pipe(b), 0);
+        char list[32];
+        snprintf(list, sizeof list, "%d,,%d", a[1], b[1]);
+        assert_int_equal(limits_set_child_cgroup_fds(list), -EINVAL);
+        snprintf(list, sizeof list, "%d,", a[1]);
+        assert_int_equal(limits_set_child_cgroup_fds(list), -EINVAL);
+        char many[256] = "";
+        for (int i = 0; i <= LIMITS_CGROUP_FDS_MAX; i++)
+                snprintf(many + strlen(many), sizeof many - strlen(many), "%s%d", i ? "," : "", a[1]);
+        assert_int_equal(limits_set_child_cgroup_fds(many), -EINVAL);
+        snprintf(list, sizeof list, "%d,%d", a[1], b[1]);
+        assert_int_equal(limits_set_child_cgroup_fds(list), 0);
+        assert_true(fcntl(a[1], F_GETFD) & FD_CLOEXEC);
+        assert_true(fcntl(b[1], F_GETFD) & FD_CLOEXEC);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                limits_child_defaults();
+                _exit(0);
+        }
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        char c[4] = "";
+        assert_int_equal(read(a[0], c, sizeof c), 1);
+        assert_int_equal(c[0], '0');
+        assert_int_equal(read(b[0], c, sizeof c), 1);
+        assert_int_equal(c[0], '0');
+
+        /* A join that fails: the child does not go on to exec. */
+        close(b[0]);
+        signal(SIGPIPE, SIG_IGN);
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                limits_child_defaults();
+                _exit(0);
+        }
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 126);
+        close(a[0]);
+        close(a[1]);
+        close(b[1]);
+}
+
 static void test_was_oom_kill(void **state) {
         uint64_t now = limits_oom_kills();
         if (now == UINT64_MAX)
@@ -84,6 +143,7 @@ static void test_largest_process(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_child_cgroup_fds),
                 cmocka_unit_test(test_was_oom_kill),
                 cmocka_unit_test(test_memory_used),
                 cmocka_unit_test(test_largest_process),

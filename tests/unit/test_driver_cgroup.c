@@ -191,6 +191,93 @@ static void test_v1_limits_and_stats(void **state) {
         cgroup_layout_done(&l);
 }
 
+/* The namespace driver's leaves: made in every hierarchy the sandbox has,
+ * limits and CPU weight where the kernel keeps them, join files opened
+ * (v1 "tasks", the v2 mount's cgroup.procs). */
+static void test_children(void **state) {
+        Tree *t = *state;
+        make_v1(t, true);
+        CgroupLayout l;
+        assert_int_equal(cgroup_layout_detect(t->root, &l), 0);
+        Cgroup *cg, *work, *agent;
+        assert_int_equal(cgroup_new(&l, "runtime", "sbx1", true, &cg), 0);
+        assert_int_equal(cgroup_new_child(cg, "..", true, &work), -EINVAL);
+        assert_int_equal(cgroup_new_child(cg, "a/b", true, &work), -EINVAL);
+        assert_int_equal(cgroup_new_child(cg, "work", true, &work), 0);
+        assert_int_equal(cgroup_new_child(cg, "agent", true, &agent), 0);
+        static const char *const ctrls[] = {"memory", "cpu", "cpuacct", "pids", "freezer", "unified"};
+        char d[PATH_MAX], buf[128];
+        for (size_t i = 0; i < sizeof ctrls / sizeof ctrls[0]; i++) {
+                snprintf(d, sizeof d, "%s/%s/runtime/sbx1/work", t->root, ctrls[i]);
+                struct stat st;
+                assert_int_equal(stat(d, &st), 0);
+                assert_true(S_ISDIR(st.st_mode));
+                put(d, strcmp(ctrls[i], "unified") == 0 ? "cgroup.procs" : "tasks", "");
+        }
+        /* What the kernel would show in the leaves. */
+        snprintf(d, sizeof d, "%s/memory/runtime/sbx1/work", t->root);
+        put(d, "memory.limit_in_bytes", "");
+        put(d, "memory.oom_control", "");
+        snprintf(d, sizeof d, "%s/cpu/runtime/sbx1/work", t->root);
+        put(d, "cpu.cfs_period_us", "");
+        put(d, "cpu.cfs_quota_us", "");
+        snprintf(d, sizeof d, "%s/pids/runtime/sbx1/work", t->root);
+        put(d, "pids.max", "");
+        snprintf(d, sizeof d, "%s/cpu/runtime/sbx1/agent", t->root);
+        put(d, "cpu.shares", "1024");
+
+        CgroupLimits lim = {.memory_bytes = 480ull << 20, .vcpu = 1, .pids_max = 4032};
+        assert_int_equal(cgroup_set_limits(work, &lim), 0);
+        snprintf(d, sizeof d, "%s/pids/runtime/sbx1/work", t->root);
+        get(d, "pids.max", buf, sizeof buf);
+        assert_string_equal(buf, "4032");
+        assert_int_equal(cgroup_set_cpu_weight(agent, 10240, 1000), 0);
+        snprintf(d, sizeof d, "%s/cpu/runtime/sbx1/agent", t->root);
+        get(d, "cpu.shares", buf, sizeof buf);
+        assert_string_equal(buf, "10240");
+        /* v1: children need nothing enabled. */
+        assert_int_equal(cgroup_enable_children(cg), 0);
+
+        int fds[_CGROUP_HIER_MAX];
+        assert_int_equal(cgroup_open_join(work, fds, 2), -ENOBUFS);
+        assert_int_equal(cgroup_open_join(work, fds, _CGROUP_HIER_MAX), 0);
+        size_t n = 0;
+        for (size_t i = 0; i < _CGROUP_HIER_MAX; i++)
+                if (fds[i] >= 0) {
+                        assert_int_equal(write(fds[i], "0", 1), 1);
+                        n++;
+                }
+        assert_int_equal(n, 6);
+        cgroup_close_fds(fds, _CGROUP_HIER_MAX);
+        snprintf(d, sizeof d, "%s/pids/runtime/sbx1/work", t->root);
+        get(d, "tasks", buf, sizeof buf);
+        assert_string_equal(buf, "0");
+        snprintf(d, sizeof d, "%s/unified/runtime/sbx1/work", t->root);
+        get(d, "cgroup.procs", buf, sizeof buf);
+        assert_string_equal(buf, "0");
+        /* The agent leaf lacks tasks files: refused, nothing left open. */
+        assert_int_equal(cgroup_open_join(agent, fds, _CGROUP_HIER_MAX), -ENOENT);
+        for (size_t i = 0; i < _CGROUP_HIER_MAX; i++)
+                assert_int_equal(fds[i], -1);
+
+        snprintf(d, sizeof d, "%s/memory/runtime/sbx1/work", t->root);
+        get(d, "memory.limit_in_bytes", buf, sizeof buf);
+        assert_string_equal(buf, "503316480");
+        put(d, "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
+        CgroupStats s;
+        assert_int_equal(cgroup_read_stats(work, &s), 0);
+        assert_int_equal(s.oom_kills, 3);
+        /* Opened without create: the same directories. */
+        Cgroup *again;
+        assert_int_equal(cgroup_new_child(cg, "work", false, &again), 0);
+        assert_string_equal(cgroup_dir(again, CGROUP_PIDS), cgroup_dir(work, CGROUP_PIDS));
+        cgroup_free(again);
+        cgroup_free(work);
+        cgroup_free(agent);
+        cgroup_free(cg);
+        cgroup_layout_done(&l);
+}
+
 static void test_v2_limits_and_stats(void **state) {
         Tree *t = *state;
         put(t->root, "cgroup.controllers", "cpu memory pids\n");
@@ -371,6 +458,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_detect_v1_plain_and_missing, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_v1_limits_and_stats, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_v2_limits_and_stats, tree_setup, tree_teardown),
+                cmocka_unit_test_setup_teardown(test_children, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_open_missing_and_remove, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_freeze, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_freeze_v2_timeout, tree_setup, tree_teardown),

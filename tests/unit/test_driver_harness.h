@@ -286,20 +286,30 @@ static void harness_check_limits(Harness *h) {
 }
 
 /* Pids in the sandbox's cgroup, or -1 when the cgroup is gone. */
+/* The processes of the sandbox's cgroup and of its leaves (namespace's
+ * "agent" and "work"); -1 when the sandbox's cgroup is gone. */
 static int harness_cgroup_procs(Harness *h, pid_t *pids, int max) {
-        char p[PATH_MAX];
-        if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0)
-                snprintf(p, sizeof p, "/sys/fs/cgroup/%s/%s/cgroup.procs", HARNESS_CGROUP_PARENT, h->id);
-        else
-                snprintf(p, sizeof p, "/sys/fs/cgroup/pids/%s/%s/cgroup.procs", HARNESS_CGROUP_PARENT, h->id);
-        FILE *f = fopen(p, "re");
-        if (!f)
-                return -1;
+        static const char *const leaves[] = {"", "/agent", "/work"};
         int n = 0;
-        long v;
-        while (n < max && fscanf(f, "%ld", &v) == 1)
-                pids[n++] = (pid_t)v;
-        fclose(f);
+        for (size_t i = 0; i < sizeof leaves / sizeof leaves[0]; i++) {
+                char p[PATH_MAX];
+                if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0)
+                        snprintf(p, sizeof p, "/sys/fs/cgroup/%s/%s%s/cgroup.procs", HARNESS_CGROUP_PARENT, h->id,
+                                 leaves[i]);
+                else
+                        snprintf(p, sizeof p, "/sys/fs/cgroup/pids/%s/%s%s/cgroup.procs", HARNESS_CGROUP_PARENT,
+                                 h->id, leaves[i]);
+                FILE *f = fopen(p, "re");
+                if (!f) {
+                        if (i == 0)
+                                return -1;
+                        continue;
+                }
+                long v;
+                while (n < max && fscanf(f, "%ld", &v) == 1)
+                        pids[n++] = (pid_t)v;
+                fclose(f);
+        }
         return n;
 }
 
