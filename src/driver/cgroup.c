@@ -707,3 +707,9 @@ int cgroup_open_join(Cgroup *cg, int *fds, size_t n) {
         }
         return 0;
 }
+
+void cgroup_kill_once(Cgroup *cg) {
+        const char *u = cg->dir[CGROUP_UNIFIED];
+        if (!(u && file_exists_in(u, "cgroup.kill") && write_in(u, "cgroup.kill", "1") >= 0) || !cg->v2)
+                (void)for_each_proc(cg, kill_pid);
+}

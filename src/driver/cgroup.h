@@ -134,3 +134,7 @@ int cgroup_set_cpu_weight(Cgroup *cg, unsigned v1_shares, unsigned v2_weight);
  * the calling thread without the kernel's global threadgroup lock) and the
  * v2 cgroup.procs, O_CLOEXEC, into fds (up to n; -1 padded). */
 int cgroup_open_join(Cgroup *cg, int *fds, size_t n);
+/* One SIGKILL to every process of cg (cgroup.kill where the kernel has it,
+ * else each pid of cgroup.procs), without waiting or thawing: a frozen
+ * process dies once its freezer lets it go. */
+void cgroup_kill_once(Cgroup *cg);

@@ -47,6 +47,15 @@
 /* RLIMIT_NPROC inside (see write_bundle): below systrap's 4095 task
  * contexts per address space. */
 #define GVISOR_NPROC_MAX 4000
+/* What one process of the sandbox costs on the host beyond what gVisor
+ * counts inside: its systrap stub processes (two host processes each) and
+ * the Sentry's structures. Measured 0.62-0.65 MiB per sleeping process as
+ * the host cgroup's memory.usage_in_bytes over 200 and 400 of them
+ * (docs/drivers.md, "Processes and CPU"); with room. */
+#define GVISOR_TASK_HOST_KIB 704u
+/* Host pids the Sentry, gofer and runsc take before the sandbox runs
+ * anything (25-40 seen), with room. */
+#define GVISOR_HOST_PIDS_BASE 128u
 
 /* runsc binaries in order of preference: the pinned build that
  * scripts/install-deps.sh installs, then the distribution's. RUNTIME_RUNSC
@@ -256,8 +265,25 @@ int gvisor_runsc_info(const char **ret_path, const char **ret_version, const cha
         return 0;
 }
 
-unsigned gvisor_host_memory_mib(unsigned memory_mib) {
-        return memory_mib + GVISOR_MEMORY_HEADROOM_MIB + memory_mib / 8;
+unsigned gvisor_nproc(unsigned memory_mib, unsigned pids_max) {
+        unsigned pids = pids_max ? pids_max : LAUNCH_DEFAULT_PIDS_MAX;
+        unsigned n = pids < GVISOR_NPROC_MAX ? pids : GVISOR_NPROC_MAX;
+        /* Each process is two host processes in the sandbox's cgroup, whose
+         * pids.max is the spec's: past it the Sentry cannot start the stub
+         * of a new address space and panics. */
+        unsigned host = pids > 2 * GVISOR_HOST_PIDS_BASE ? (pids - GVISOR_HOST_PIDS_BASE) / 2 : pids / 4;
+        if (n > host)
+                n = host;
+        /* One task per MiB of the sandbox: the host memory held for the
+         * tasks' own cost (gvisor_host_memory_mib) stays below memoryMiB. */
+        if (memory_mib && n > memory_mib)
+                n = memory_mib;
+        return n < 64 ? 64 : n;
+}
+
+unsigned gvisor_host_memory_mib(unsigned memory_mib, unsigned pids_max) {
+        uint64_t tasks = (uint64_t)gvisor_nproc(memory_mib, pids_max) * GVISOR_TASK_HOST_KIB / 1024;
+        return memory_mib + GVISOR_MEMORY_HEADROOM_MIB + memory_mib / 8 + (unsigned)tasks;
 }
 
 /* The runsc the probe chose, or NULL when none works here. */
@@ -339,9 +365,7 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
          * refused at RLIMIT_NPROC fails alone (EAGAIN). The room below 4095
          * covers threads that have exited but whose context the Sentry has
          * not yet given back. */
-        json_int_t nproc = spec->pids_max ? (json_int_t)spec->pids_max : 4096;
-        if (nproc > GVISOR_NPROC_MAX)
-                nproc = GVISOR_NPROC_MAX;
+        json_int_t nproc = gvisor_nproc(spec->memory_mib, spec->pids_max);
         _cleanup_json_ json_t *process = json_pack(
                 "{s:b, s:{s:i, s:i}, s:s, s:O, s:[{s:s, s:i, s:i}, {s:s, s:I, s:I}], s:b}", "terminal", 0, "user",
                 "uid", 0, "gid", 0, "cwd", "/", "capabilities", capabilities, "rlimits", "type", "RLIMIT_NOFILE",
@@ -511,7 +535,7 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
          * memoryMiB, and the host's OOM killer, which would end the whole
          * sandbox, stays the last resort. */
         DriverSpec host_spec = *spec;
-        host_spec.memory_mib = gvisor_host_memory_mib(spec->memory_mib);
+        host_spec.memory_mib = gvisor_host_memory_mib(spec->memory_mib, spec->pids_max);
         r = launch_cgroup(&host_spec, true, &inst->cg);
         if (r < 0)
                 goto fail;

@@ -8,7 +8,15 @@
  * works here (the driver's probe says why). */
 int gvisor_runsc_info(const char **ret_path, const char **ret_version, const char **ret_platform);
 
-/* The host cgroup's memory limit of a gVisor sandbox of memory_mib: room
- * above the sandbox's own for the Sentry, the gofer and what the agent's
- * memory watch lets through between two looks (docs/drivers.md). */
-unsigned gvisor_host_memory_mib(unsigned memory_mib);
+/* RLIMIT_NPROC inside a gVisor sandbox of memory_mib and pids_max (0: the
+ * default): the pids limit, but below systrap's 4095 tasks per address
+ * space, below what the host's pids.max holds of two host processes per
+ * process, and at most one task per MiB, since every process also costs
+ * host memory outside what gVisor counts (docs/drivers.md). */
+unsigned gvisor_nproc(unsigned memory_mib, unsigned pids_max);
+
+/* The host cgroup's memory limit of a gVisor sandbox: room above the
+ * sandbox's own for the Sentry, the gofer, what the agent's memory watch
+ * lets through between two looks, and the host cost of gvisor_nproc()
+ * processes (docs/drivers.md). */
+unsigned gvisor_host_memory_mib(unsigned memory_mib, unsigned pids_max);

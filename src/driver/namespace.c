@@ -102,10 +102,26 @@ static int ns_leaves_enter(Cgroup *cg, Cgroup *agent, Cgroup *work, const Driver
 
 /* Kills (kill) or removes the leaves of the sandbox's cgroup: a kill of the
  * sandbox's own cgroup finds none of their processes in its cgroup.procs,
- * and it cannot be removed while they exist. Work first: its bomb, if any. */
+ * and it cannot be removed while they exist. The agent first: a command
+ * killed before it would be reported as ended by a signal instead of lost
+ * with its sandbox (and the agent's death, as the pid namespace's init,
+ * already takes every process of the sandbox). */
 static int ns_leaves_end(Cgroup *cg, bool kill) {
-        static const char *const leaves[] = {NS_LEAF_WORK, NS_LEAF_AGENT};
+        static const char *const leaves[] = {NS_LEAF_AGENT, NS_LEAF_WORK};
         int ret = 0;
+        /* A paused sandbox: every process gets its SIGKILL while still
+         * frozen, so none runs on between the thaw and its kill; the thaw
+         * of the sandbox's own cgroup (the leaves' freezer follows it) lets
+         * them die. */
+        for (size_t i = 0; cg && kill && i < ELEMENTSOF(leaves); i++) {
+                Cgroup *leaf;
+                if (cgroup_new_child(cg, leaves[i], false, &leaf) >= 0) {
+                        cgroup_kill_once(leaf);
+                        cgroup_free(leaf);
+                }
+        }
+        if (cg && kill)
+                (void)cgroup_freeze(cg, false, 0);
         for (size_t i = 0; cg && i < ELEMENTSOF(leaves); i++) {
                 Cgroup *leaf;
                 int r = cgroup_new_child(cg, leaves[i], false, &leaf);

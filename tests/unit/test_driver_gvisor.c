@@ -8,6 +8,26 @@ static int setup(void **state) {
         return harness_setup(state, &driver_gvisor, "gvtest");
 }
 
+/* RLIMIT_NPROC and the host's memory limit: the pids limit, held below
+ * systrap's 4095 tasks, below half the host's pids.max (two host processes
+ * per process), and at one task per MiB; the host limit grows with it. */
+static void test_task_bounds(void **state) {
+        (void)state;
+        assert_int_equal(gvisor_nproc(512, 0), 512);
+        assert_int_equal(gvisor_nproc(1024, 4096), 1024);
+        assert_int_equal(gvisor_nproc(8192, 4096), (4096 - 128) / 2);
+        assert_int_equal(gvisor_nproc(16384, 100000), 4000);
+        assert_int_equal(gvisor_nproc(2048, 300), (300 - 128) / 2);
+        assert_int_equal(gvisor_nproc(2048, 200), 64); /* 200/4, raised to the floor */
+        assert_int_equal(gvisor_nproc(64, 0), 64);
+        assert_int_equal(gvisor_nproc(0, 0), (4096 - 128) / 2);
+        /* 512 MiB: 96 + 64 MiB for the Sentry and the watch, 512 tasks at
+         * 704 KiB. */
+        assert_int_equal(gvisor_host_memory_mib(512, 0), 512 + 96 + 64 + 352);
+        assert_true(gvisor_host_memory_mib(1024, 0) > 1024 + 96 + 128);
+        assert_true(gvisor_host_memory_mib(1u << 20, 0) > (1u << 20));
+}
+
 static void test_lifecycle(void **state) {
         Harness *h = *state;
         if (harness_skip(h))
@@ -71,6 +91,7 @@ static void test_bench(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_task_bounds),
                 cmocka_unit_test_setup_teardown(test_lifecycle, setup, harness_teardown),
                 cmocka_unit_test_setup_teardown(test_orphan, setup, harness_teardown),
                 cmocka_unit_test_setup_teardown(test_user_space_kernel, setup, harness_teardown),

@@ -261,7 +261,7 @@ static bool read_small(const char *path, char *buf, size_t len) {
 static void harness_check_limits(Harness *h) {
         char p[PATH_MAX], v[64], mem[32];
         snprintf(mem, sizeof mem, "%llu",
-                 (unsigned long long)(h->drv == &driver_gvisor ? gvisor_host_memory_mib(512) : 512) << 20);
+                 (unsigned long long)(h->drv == &driver_gvisor ? gvisor_host_memory_mib(512, 200) : 512) << 20);
         if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0) {
                 snprintf(p, sizeof p, "/sys/fs/cgroup/%s/%s/memory.max", HARNESS_CGROUP_PARENT, h->id);
                 assert_true(read_small(p, v, sizeof v));
