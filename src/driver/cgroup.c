@@ -383,7 +383,10 @@ int cgroup_set_limits(Cgroup *cg, const CgroupLimits *lim) {
         return write_in(cg->dir[CGROUP_PIDS], "pids.max", buf);
 }
 
-int cgroup_open_procs(Cgroup *cg, int *fds, size_t n) {
+/* Opens for writing, in each hierarchy of cg, the file that takes a pid:
+ * cgroup.procs, or with tasks set the v1 hierarchies' tasks file (the v2
+ * tree, or a hybrid host's v2 mount, has none). */
+static int open_in_each(Cgroup *cg, int *fds, size_t n, bool tasks) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++)
                 fds[i] = -1;
@@ -394,8 +397,9 @@ int cgroup_open_procs(Cgroup *cg, int *fds, size_t n) {
                         cgroup_close_fds(fds, n);
                         return -ENOBUFS;
                 }
+                const char *file = tasks && i != CGROUP_UNIFIED ? "tasks" : "cgroup.procs";
                 char p[PATH_MAX];
-                if (snprintf(p, sizeof p, "%s/cgroup.procs", cg->dir[i]) >= (int)sizeof p) {
+                if (snprintf(p, sizeof p, "%s/%s", cg->dir[i], file) >= (int)sizeof p) {
                         cgroup_close_fds(fds, n);
                         return -ENAMETOOLONG;
                 }
@@ -408,6 +412,10 @@ int cgroup_open_procs(Cgroup *cg, int *fds, size_t n) {
                 k++;
         }
         return 0;
+}
+
+int cgroup_open_procs(Cgroup *cg, int *fds, size_t n) {
+        return open_in_each(cg, fds, n, false);
 }
 
 int cgroup_join_fds(const int *fds, size_t n) {
@@ -680,32 +688,7 @@ int cgroup_set_cpu_weight(Cgroup *cg, unsigned v1_shares, unsigned v2_weight) {
 }
 
 int cgroup_open_join(Cgroup *cg, int *fds, size_t n) {
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++)
-                fds[i] = -1;
-        for (size_t i = 0; i < _CGROUP_HIER_MAX; i++) {
-                if (!cg->dir[i])
-                        continue;
-                if (k >= n) {
-                        cgroup_close_fds(fds, n);
-                        return -ENOBUFS;
-                }
-                /* The v2 tree, or a hybrid host's v2 mount, has no tasks file. */
-                const char *file = i == CGROUP_UNIFIED ? "cgroup.procs" : "tasks";
-                char p[PATH_MAX];
-                if (snprintf(p, sizeof p, "%s/%s", cg->dir[i], file) >= (int)sizeof p) {
-                        cgroup_close_fds(fds, n);
-                        return -ENAMETOOLONG;
-                }
-                fds[k] = open(p, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-                if (fds[k] < 0) {
-                        int r = -errno;
-                        cgroup_close_fds(fds, n);
-                        return r;
-                }
-                k++;
-        }
-        return 0;
+        return open_in_each(cg, fds, n, true);
 }
 
 void cgroup_kill_once(Cgroup *cg) {
