@@ -146,12 +146,15 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_OBJ)
 	@mkdir -p $(dir $@)
 	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(DAEMON_LIBS)
 fuzz: $(FUZZ_BIN)
-# Runs every target over its corpus plus FUZZ_SECONDS of new inputs.
+# Runs every target over its corpus plus FUZZ_SECONDS of new inputs; each
+# target is a job of its own, so `make -j2 fuzz-run` fuzzes two at a time.
 FUZZ_SECONDS ?= 20
-fuzz-run: $(FUZZ_BIN)
-	@set -e; for f in $(FUZZ_BIN); do n=$$(basename $$f); n=$${n#fuzz_}; \
-	    mkdir -p $(BUILD)/fuzz/scratch/$$n; \
-	    echo "== $$f"; $$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/scratch/$$n tests/fuzz/corpus/$$n; done
+FUZZ_RUN := $(patsubst tests/fuzz/fuzz_%.c,fuzz-run-%,$(FUZZ_SRC))
+.PHONY: $(FUZZ_RUN)
+fuzz-run: $(FUZZ_RUN)
+$(FUZZ_RUN): fuzz-run-%: $(BUILD)/fuzz/fuzz_%
+	@mkdir -p $(BUILD)/fuzz/scratch/$*
+	@echo "== $<"; $< -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/scratch/$* tests/fuzz/corpus/$*
 # Runs every target once over each input of its corpus, nothing new: the
 # sanitizer lane's replay.
 fuzz-replay: $(FUZZ_BIN)

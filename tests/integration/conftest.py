@@ -1,7 +1,10 @@
 """Fixtures of the integration suite. They drive the real runtimed,
 runtime-agent and runtime CLI over loopback; nothing of ours is mocked.
 
-  build_dir      (session)  `make -j2` at the repo root once; the build/ path
+  build_dir      (session)  `make -j2` at the repo root once; the build/ path. When
+                            the run holds sanitizer_lane items, it then starts their
+                            build in the background at low priority (helpers/prebuild.py)
+  sanitizer_build (session) that build: .wait() before the lane's own `make`
   image_dir      (session)  $RUNTIME_TEST_IMAGE_DIR or /var/cache/runtime/images,
                             with the `default` image built if missing or stale
   daemon         (session)  one runtimed for the whole run
@@ -26,6 +29,10 @@ differs in a VM), unless RUNTIME_TEST_ALL=1, which runs every case everywhere.
 Tests written for the microVM alone (test_microvm_basic.py, the microVM faults
 in test_heartbeat.py) always run.
 
+Items marked `sanitizer_lane` (the ASan+UBSan unit tests and the fuzzers of
+test_c_suites.py) run after all others, so that their build overlaps the rest
+of the run.
+
 Every xfail is strict with a reason (pytest.ini sets xfail_strict; a test
 marked otherwise fails).
 """
@@ -44,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import (LIVE_DAEMONS, REPO, Api, Daemon, DaemonError, cgroup_dirs,  # noqa: E402
                      cgroup_procs_under, remove_empty_cgroup_tree, skip_unless_driver, tail,
                      first_driver)
+from helpers.prebuild import Prebuild  # noqa: E402
 
 # RUNTIME_TEST_DRIVERS=namespace narrows the driver-parametrized tests.
 DRIVERS = [d for d in os.environ.get("RUNTIME_TEST_DRIVERS", "namespace,gvisor,microvm").split(",") if d]
@@ -52,6 +60,7 @@ DEFAULT_IMAGE_DIR = "/var/cache/runtime/images"
 RUN_ALL = os.environ.get("RUNTIME_TEST_ALL") == "1"
 MICROVM_SKIP = ("microvm (TCG here) runs only the tests marked microvm_subset; "
                 "RUNTIME_TEST_ALL=1 runs this one too")
+PREBUILD = Prebuild(REPO)
 
 
 def pytest_configure(config):
@@ -59,6 +68,8 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    # The sanitizer lane runs last: its build runs beside everything before it.
+    items.sort(key=lambda item: item.get_closest_marker("sanitizer_lane") is not None)
     if RUN_ALL:
         return
     for item in items:
@@ -101,7 +112,7 @@ def _need_root():
 
 
 @pytest.fixture(scope="session")
-def build_dir() -> Path:
+def build_dir(request, tmp_path_factory) -> Path:
     r = subprocess.run(["make", "-j2"], cwd=REPO, capture_output=True, text=True)
     if r.returncode != 0:
         pytest.fail(f"`make -j2` failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-8000:]}",
@@ -110,7 +121,17 @@ def build_dir() -> Path:
     for prog in ("runtimed", "runtime-agent", "runtime", "runtime-image-build"):
         if not (build / prog).exists():
             pytest.fail(f"`make` did not produce build/{prog}", pytrace=False)
+    if any(item.get_closest_marker("sanitizer_lane") for item in request.session.items):
+        PREBUILD.start(tmp_path_factory.getbasetemp() / "sanitizer-prebuild.log")
+        request.addfinalizer(PREBUILD.stop)
     return build
+
+
+@pytest.fixture(scope="session")
+def sanitizer_build(build_dir) -> Prebuild:
+    """The sanitizer lane's background build (helpers/prebuild.py), waited
+    for by the items that need it before their own `make`."""
+    return PREBUILD
 
 
 @pytest.fixture(scope="session")

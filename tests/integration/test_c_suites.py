@@ -6,7 +6,9 @@ so a C test that skips reaches pytest's summary as a skip with the reason it
 printed. A binary that ran zero tests, stopped early, leaked or tripped a
 sanitizer fails its `test_unit_binary` item. The sanitizer lane runs the same
 binaries built with ASan+UBSan (`make asan-build`, in build/asan) and replays
-every fuzz corpus under the sanitizers (`make fuzz-replay`).
+every fuzz corpus under the sanitizers (`make fuzz-replay`). Its items are
+marked sanitizer_lane: they run after all others, their build having started
+in the background once the release build was done (conftest.py).
 """
 from __future__ import annotations
 
@@ -37,9 +39,12 @@ def _cases() -> dict[str, list[str]]:
 
 
 CASES = _cases()
-CASE_PARAMS = [pytest.param(lane, binary, case, id=f"{lane}-{binary}::{case}")
+# The sanitizer lane's items run last, after their build has run beside the
+# rest of the suite (conftest.py, helpers/prebuild.py).
+LANE_MARKS = {"release": (), "asan": (pytest.mark.sanitizer_lane,)}
+CASE_PARAMS = [pytest.param(lane, binary, case, id=f"{lane}-{binary}::{case}", marks=LANE_MARKS[lane])
                for lane in LANES for binary, cases in CASES.items() for case in cases]
-BINARY_PARAMS = [pytest.param(lane, binary, id=f"{lane}-{binary}")
+BINARY_PARAMS = [pytest.param(lane, binary, id=f"{lane}-{binary}", marks=LANE_MARKS[lane])
                  for lane in LANES for binary in CASES]
 
 # ---------------------------------------------------------------------------
@@ -128,7 +133,8 @@ def release_unit_build(build_dir):
 
 
 @pytest.fixture(scope="module")
-def asan_unit_build(build_dir):
+def asan_unit_build(build_dir, sanitizer_build):
+    sanitizer_build.wait()
     _build(LANES["asan"][0])
 
 
@@ -175,12 +181,14 @@ def test_unit_binary(request, lane, binary):
     assert not unknown, f"{binary} ({lane}) ran tests its source does not register: {unknown}"
 
 
+@pytest.mark.sanitizer_lane
 @pytest.mark.timeout(1800)
-def test_fuzz_corpora_under_sanitizers(build_dir):
+def test_fuzz_corpora_under_sanitizers(build_dir, sanitizer_build):
     """The sanitizer lane's other half: every fuzz target (ASan+UBSan) over
     each input of its corpus, nothing new."""
     if shutil.which("clang") is None:
         pytest.skip("clang is not installed: no libFuzzer")
+    sanitizer_build.wait()
     targets = sorted((REPO / "tests" / "fuzz").glob("fuzz_*.c"))
     assert targets, "no fuzz targets in tests/fuzz"
     r = subprocess.run(["make", "-j2", "fuzz-replay"], cwd=REPO, stdout=subprocess.PIPE,
@@ -196,17 +204,20 @@ def test_fuzz_corpora_under_sanitizers(build_dir):
         f"a target replayed no input ({read} of {len(targets)} targets):\n{r.stdout[-4000:]}"
 
 
+@pytest.mark.sanitizer_lane
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
-def test_fuzzers_over_their_corpora(build_dir):
+def test_fuzzers_over_their_corpora(build_dir, sanitizer_build):
     if shutil.which("clang") is None:
         pytest.skip("clang is not installed: no libFuzzer")
     if not list((REPO / "tests" / "fuzz").glob("fuzz_*.c")):
         pytest.skip("no fuzz targets in tests/fuzz")
+    sanitizer_build.wait()
     # A few seconds of new inputs per target by default; RUNTIME_TEST_ALL=1
-    # fuzzes each for longer.
+    # fuzzes each for longer. Two targets at a time, each one's output kept
+    # whole (-Otarget).
     seconds = 30 if RUN_ALL else 4
-    r = subprocess.run(["make", "-j2", "fuzz-run", f"FUZZ_SECONDS={seconds}"], cwd=REPO,
+    r = subprocess.run(["make", "-j2", "-Otarget", "fuzz-run", f"FUZZ_SECONDS={seconds}"], cwd=REPO,
                        capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, f"make fuzz-run failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"
 

@@ -1,0 +1,72 @@
+"""The sanitizer lane's build, started beside the other tests.
+
+`make asan-build` and `make fuzz` compile every library source again with
+ASan+UBSan (and, for the fuzzers, clang's coverage): minutes of CPU on two
+cores that no other test needs. The suite starts them at low priority as
+soon as the release build is done, so that they use what the other tests
+leave idle, and runs the sanitizer lane's items last. Those items wait for
+this build (at normal priority from then on) and then run their own `make`
+as before, which finds everything made or, if the background build failed,
+makes it again and reports the failure itself: this build only warms the
+tree, it never decides a result.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+# Niceness of the background build while other tests run.
+NICE = 15
+
+
+class Prebuild:
+    def __init__(self, repo: Path):
+        self.repo = repo
+        self.proc: subprocess.Popen | None = None
+
+    def targets(self) -> list[str]:
+        out = ["asan-build"]
+        if shutil.which("clang") is not None:
+            out.append("fuzz")
+        return out
+
+    def start(self, log_path: Path) -> None:
+        if self.proc is not None:
+            return
+        with open(log_path, "wb") as log:
+            # A session of its own: its process group is renice'd and, at the
+            # end of a run that never waited for it, killed as one.
+            self.proc = subprocess.Popen(["nice", "-n", str(NICE), "make", "-j2", *self.targets()],
+                                         cwd=self.repo, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def wait(self, timeout: float = 1800) -> None:
+        """Waits for the build, raising its priority first: from here on
+        the suite waits for nothing else. Its result is not read here; the
+        caller's own `make` decides."""
+        if self.proc is None:
+            return
+        try:
+            os.setpriority(os.PRIO_PGRP, self.proc.pid, 0)
+        except (PermissionError, ProcessLookupError):
+            pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
