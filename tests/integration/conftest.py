@@ -27,7 +27,12 @@ a test parametrized over drivers runs its microvm case only when marked
 `microvm_subset` (isolation, faults, limits, exec, files and egress basics: what
 differs in a VM), unless RUNTIME_TEST_ALL=1, which runs every case everywhere.
 Tests written for the microVM alone (test_microvm_basic.py, the microVM faults
-in test_heartbeat.py) always run.
+in test_heartbeat.py) always run. A driver-parametrized test marked
+`driver_independent` checks a client or a wire contract whose answers do not
+depend on the driver (the drivers' own behaviour is checked per driver by the
+tests it calls on): by default it runs on the first driver under test other
+than the microVM, namespace unless RUNTIME_TEST_DRIVERS says otherwise; its
+microvm case still follows `microvm_subset`. RUNTIME_TEST_ALL=1 runs them all.
 
 Items marked `sanitizer_lane` (the ASan+UBSan unit tests and the fuzzers of
 test_c_suites.py) run after all others, so that their build overlaps the rest
@@ -60,6 +65,12 @@ DEFAULT_IMAGE_DIR = "/var/cache/runtime/images"
 RUN_ALL = os.environ.get("RUNTIME_TEST_ALL") == "1"
 MICROVM_SKIP = ("microvm (TCG here) runs only the tests marked microvm_subset; "
                 "RUNTIME_TEST_ALL=1 runs this one too")
+# Where a `driver_independent` test runs by default: the first driver under
+# test other than the emulated microVM (namespace unless RUNTIME_TEST_DRIVERS
+# says otherwise).
+HOME_DRIVER = next((d for d in DRIVERS if d != "microvm"), None)
+INDEPENDENT_SKIP = (f"what this test checks does not depend on the driver: by default it runs on "
+                    f"{HOME_DRIVER} only; RUNTIME_TEST_ALL=1 runs it on every driver")
 PREBUILD = Prebuild(REPO)
 
 
@@ -74,8 +85,12 @@ def pytest_collection_modifyitems(config, items):
         return
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if "microvm" in params.values() and item.get_closest_marker("microvm_subset") is None:
-            item.add_marker(pytest.mark.skip(reason=MICROVM_SKIP))
+        if "microvm" in params.values():
+            if item.get_closest_marker("microvm_subset") is None:
+                item.add_marker(pytest.mark.skip(reason=MICROVM_SKIP))
+        elif (item.get_closest_marker("driver_independent") is not None and HOME_DRIVER is not None
+              and any(v in DRIVERS and v != HOME_DRIVER for v in params.values())):
+            item.add_marker(pytest.mark.skip(reason=INDEPENDENT_SKIP))
 
 
 # ---------------------------------------------------------------------------

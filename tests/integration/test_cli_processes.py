@@ -9,6 +9,11 @@ import pytest
 from helpers import wait_until
 
 
+# A client's calls, whose answers do not depend on the driver: by default on namespace only
+# (conftest.py, driver_independent); each driver's own behaviour is checked by the tests of it.
+pytestmark = pytest.mark.driver_independent
+
+
 @pytest.fixture
 def cli(build_dir, daemon):
     def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

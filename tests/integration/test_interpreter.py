@@ -301,8 +301,9 @@ def _png_size(data: bytes) -> tuple[int, int]:
 SLOW_CELL = {"timeoutMs": 600_000, "http_timeout": 660}
 
 
-@pytest.mark.parametrize("analysis_driver", ["namespace", "gvisor",
-                                             pytest.param("microvm", marks=pytest.mark.microvm_subset)])
+# The tables and charts are the interpreter's, alike on every driver; under TCG the microVM
+# imports pandas and draws for close to a minute, so its case runs with RUNTIME_TEST_ALL=1.
+@pytest.mark.parametrize("analysis_driver", ["namespace", "gvisor", "microvm"])
 def test_analysis_image_tables_and_charts(api, daemon, build_dir, image_dir, analysis_image, analysis_driver):
     """One cell defines a DataFrame, a later one shows it as a table and another draws it: the chart
     comes back as a PNG that decodes."""

@@ -15,6 +15,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHED = "withruntime==0.35.0"
 
+# A client's calls, whose answers do not depend on the driver: by default on namespace only
+# (conftest.py, driver_independent); each driver's own behaviour is checked by the tests of it.
+pytestmark = pytest.mark.driver_independent
+
 SCRIPT = r'''
 import json, sys, threading, time
 sid, url, key = sys.argv[1:4]
@@ -87,7 +91,8 @@ def drive(python: str, sandbox, which: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.microvm_subset
+# The microVM's interpreter is test_interpreter.py's microvm case; the published client's calls
+# on it repeat the same cells under TCG (16 s): RUNTIME_TEST_ALL=1 runs them.
 def test_published_client_interpreter(published_python, sandbox):
     assert drive(str(published_python), sandbox, "published") == EXPECTED
 

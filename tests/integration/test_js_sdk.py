@@ -6,9 +6,9 @@ sdk/js/test against the suite's daemon, with its URL and key in the environment.
 per node test file (and driver): node's runner already reports each subtest by name, so a failure
 here shows node's whole output rather than a second, lossy copy of it parsed from TAP.
 
-  sdk.test.mjs    the SDK on every driver (the microVM, emulated here, runs the smoke subset)
+  sdk.test.mjs    the SDK (on namespace by default, every driver with RUNTIME_TEST_ALL=1)
   processes.test.mjs  processes (execStream, spawn, Process) and the interpreter, likewise
-  cli.test.mjs    the `withruntime` bin and the C CLI `runtime` against the same expectations
+  cli.test.mjs    the `withruntime` bin and the C CLI `runtime` against the same expectations, likewise
   agent.test.mjs  a LlamaIndex.TS agent driving the four tools against the scripted LLM server
 
 and, from here: the tools' schemas against the Python tools', `npm pack` + install + the README's
@@ -112,25 +112,24 @@ def run_node(test_file: str, env: dict[str, str], timeout: float) -> str:
     return out
 
 
+# The SDK's and the CLIs' answers do not depend on the driver (each driver's
+# behaviour is checked by the suite's own tests of it): by default these run
+# on namespace (gVisor's cases of the three took 128 s); RUNTIME_TEST_ALL=1
+# runs them on every driver.
+@pytest.mark.driver_independent
 def test_js_sdk(js_build, daemon, driver):
-    smoke = "1" if driver == "microvm" and not os.environ.get("RUNTIME_TEST_ALL") else "0"
-    run_node("sdk.test.mjs", _env(daemon, driver, RUNTIME_JS_SMOKE=smoke), FILE_TIMEOUT[driver])
+    run_node("sdk.test.mjs", _env(daemon, driver), FILE_TIMEOUT[driver])
 
 
+@pytest.mark.driver_independent
 def test_js_sdk_processes_interpreter(js_build, daemon, driver):
-    smoke = "1" if driver == "microvm" and not os.environ.get("RUNTIME_TEST_ALL") else "0"
-    run_node("processes.test.mjs", _env(daemon, driver, RUNTIME_JS_SMOKE=smoke), FILE_TIMEOUT[driver])
+    run_node("processes.test.mjs", _env(daemon, driver), FILE_TIMEOUT[driver])
 
 
+@pytest.mark.driver_independent
 def test_js_cli_same_as_c_cli(js_build, build_dir, daemon, driver):
-    # The two CLIs' answers do not depend on the driver; gVisor's exec
-    # latency makes this file its slowest case (75 s), so by default it runs
-    # on namespace and the microVM's smoke subset.
-    if driver == "gvisor" and not os.environ.get("RUNTIME_TEST_ALL"):
-        pytest.skip("the CLIs are compared on namespace and the microVM; RUNTIME_TEST_ALL=1 runs gVisor too")
-    smoke = "1" if driver == "microvm" and not os.environ.get("RUNTIME_TEST_ALL") else "0"
     clis = [["runtime", str(build_dir / "runtime")], ["withruntime", NODE, str(JS / "dist" / "cli.js")]]
-    run_node("cli.test.mjs", _env(daemon, driver, RUNTIME_JS_SMOKE=smoke, RUNTIME_TEST_CLIS=json.dumps(clis)),
+    run_node("cli.test.mjs", _env(daemon, driver, RUNTIME_TEST_CLIS=json.dumps(clis)),
              FILE_TIMEOUT[driver] * 2)
 
 

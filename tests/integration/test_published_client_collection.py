@@ -14,6 +14,10 @@ import pytest
 
 from helpers import assert_error
 
+# A client's calls, whose answers do not depend on the driver: by default on namespace only
+# (conftest.py, driver_independent); each driver's own behaviour is checked by the tests of it.
+pytestmark = pytest.mark.driver_independent
+
 PRELUDE = """
 import json, sys
 from withruntime import Runtime, Sandbox, RuntimeAPIError

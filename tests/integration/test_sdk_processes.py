@@ -1,4 +1,5 @@
-"""Our SDK's process calls against the real daemon, on every driver: exec_stream with process
+"""Our SDK's process calls against the real daemon (on namespace; on every driver with
+RUNTIME_TEST_ALL=1, like the other tests of a client): exec_stream with process
 ids, spawn returning a Process (output, write, kill, wait), processes(), and exec's published
 names (check=, timeout_ms=, idempotency_key=, user=), sync and async."""
 from __future__ import annotations
@@ -15,6 +16,11 @@ sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
 
 from withruntime import AsyncProcess, AsyncSandbox, CommandError, Process, Sandbox  # noqa: E402
 from withruntime.errors import InvalidRequestError  # noqa: E402
+
+
+# A client's calls, whose answers do not depend on the driver: by default on namespace only
+# (conftest.py, driver_independent); each driver's own behaviour is checked by the tests of it.
+pytestmark = pytest.mark.driver_independent
 
 
 @pytest.fixture
