@@ -7,9 +7,10 @@ nothing of it is left on the host. A sandbox that is busy (streaming output,
 or running a long command in silence) is never taken for dead. A guest
 kernel that panics leaves the last lines of its console in failureReason.
 
-Each test runs a daemon of its own with a short heartbeat
+The tests run on daemons of this module with a short heartbeat
 (--heartbeat-interval-ms, --heartbeat-timeout-ms) so that a verdict comes in
-seconds.
+seconds: one for namespace and gVisor, one for the microVM with a longer
+deadline. A test deletes its sandboxes at its end; none restarts the daemon.
 """
 from __future__ import annotations
 
@@ -34,10 +35,10 @@ REASON = "the agent stopped answering"
 _count = 0
 
 
-def _start(build_dir, image_dir, tmp_path, timeout_ms: int) -> Daemon:
+def _start(build_dir, image_dir, tmp_path_factory, timeout_ms: int) -> Daemon:
     global _count
     _count += 1
-    return _start_daemon(build_dir, image_dir, tmp_path / f"hb-state-{_count}",
+    return _start_daemon(build_dir, image_dir, tmp_path_factory.mktemp("hb") / f"hb-state-{_count}",
                          f"runtime-test-{os.getpid()}-hb{_count}",
                          extra_args=["--heartbeat-interval-ms", str(INTERVAL_MS),
                                      "--heartbeat-timeout-ms", str(timeout_ms)])
@@ -51,9 +52,9 @@ def _finish(d: Daemon) -> None:
     _finish_daemon(d)
 
 
-@pytest.fixture
-def hb_daemon(build_dir, image_dir, tmp_path):
-    d = _start(build_dir, image_dir, tmp_path, TIMEOUT_MS)
+@pytest.fixture(scope="module")
+def hb_daemon(build_dir, image_dir, tmp_path_factory):
+    d = _start(build_dir, image_dir, tmp_path_factory, TIMEOUT_MS)
     yield d
     _finish(d)
 
@@ -62,7 +63,8 @@ def hb_daemon(build_dir, image_dir, tmp_path):
 def hb_api(hb_daemon):
     c = hb_daemon.client()
     yield c
-    c.close()
+    c.close()  # deletes what the test made
+    assert hb_daemon.alive(), f"runtimed died during the test; log:\n{tail(hb_daemon.log_path)}"
 
 
 @pytest.fixture(params=DRIVERS)
@@ -193,20 +195,24 @@ def test_flag_bounds(build_dir):
 # microvm: a stopped QEMU and a guest kernel panic
 
 
-@pytest.fixture
-def mvm_api(build_dir, image_dir, tmp_path):
+@pytest.fixture(scope="module")
+def mvm_daemon(build_dir, image_dir, tmp_path_factory):
     if not (build_dir / "runtime-microvm-build").exists():
         pytest.skip("build/runtime-microvm-build is missing (the Makefile installs images/microvm/build.sh)")
-    d = _start(build_dir, image_dir, tmp_path, MVM_TIMEOUT_MS)
-    c = None
+    d = _start(build_dir, image_dir, tmp_path_factory, MVM_TIMEOUT_MS)
     try:
         skip_unless_driver(d, "microvm")
-        c = d.client()
-        yield c
+        yield d
     finally:
-        if c is not None:
-            c.close()
         _finish(d)
+
+
+@pytest.fixture
+def mvm_api(mvm_daemon):
+    c = mvm_daemon.client()
+    yield c
+    c.close()  # deletes what the test made
+    assert mvm_daemon.alive(), f"runtimed died during the test; log:\n{tail(mvm_daemon.log_path)}"
 
 
 def test_microvm_stopped_qemu_fails(mvm_api):
