@@ -268,6 +268,10 @@ def test_without_trust_ca_only_the_daemons_ca_is_added(api, driver):
 # PEP 668
 
 
+# pip's settings are the image's and its connections are decided by the proxy on the host, the
+# same on namespace and gVisor: the pip tests run on namespace by default (gVisor's cases took
+# 27 s) and on every driver with RUNTIME_TEST_ALL=1 (conftest.py, driver_independent).
+@pytest.mark.driver_independent
 def test_pep668_does_not_stop_pip(oapi, odriver):
     # oapi: its client waits as long as pip takes on the microVM under TCG.
     sbx = oapi.create_sandbox(driver=odriver)
@@ -302,6 +306,7 @@ def test_host_without_settings_refused(api, driver, index):
     assert log and not log[0]["allowed"] and "pypi.org resolves to" in log[0]["reason"], log
 
 
+@pytest.mark.driver_independent
 def test_pip_install_through_allow_list(oapi, odriver, index):
     microvm = {x.get("name"): x for x in daemon_info(index.daemon).get("drivers", [])}.get("microvm", {})
     if odriver == "microvm" and "TCG" in (microvm.get("reason") or ""):
@@ -326,6 +331,7 @@ def test_pip_install_through_allow_list(oapi, odriver, index):
             assert all("operator public range" in e["reason"] for e in ok), ok
 
 
+@pytest.mark.driver_independent
 @pytest.mark.parametrize("missing", INDEX_HOSTS)
 def test_pip_refused_without_either_host(oapi, odriver, index, missing):
     allow = [h for h in INDEX_HOSTS if h != missing]
