@@ -15,10 +15,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHED = "withruntime==0.35.0"
 
-# A client's calls, whose answers do not depend on the driver: by default on namespace only
-# (conftest.py, driver_independent); each driver's own behaviour is checked by the tests of it.
-pytestmark = pytest.mark.driver_independent
-
 SCRIPT = r'''
 import json, sys, threading, time
 sid, url, key = sys.argv[1:4]

@@ -19,11 +19,6 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "llm"))
 
 
-# A client's calls, whose answers do not depend on the driver: by default on namespace only
-# (conftest.py, driver_independent); each driver's own behaviour is checked by the tests of it.
-pytestmark = pytest.mark.driver_independent
-
-
 @pytest.fixture
 def pub(published_client, daemon):
     def run(script: str, sid: str, *args: str, **kw):

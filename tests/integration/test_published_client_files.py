@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import pytest
 
-# A client's calls, whose answers do not depend on the driver: by default on namespace only
-# (conftest.py, driver_independent); each driver's own behaviour is checked by the tests of it.
-pytestmark = pytest.mark.driver_independent
-
 PRELUDE = """
 import json, os, sys
 from withruntime import Sandbox

@@ -9,11 +9,6 @@ from __future__ import annotations
 import pytest
 
 
-# A client's calls, whose answers do not depend on the driver: by default on namespace only
-# (conftest.py, driver_independent); each driver's own behaviour is checked by the tests of it.
-pytestmark = pytest.mark.driver_independent
-
-
 @pytest.fixture
 def pub(published_client, daemon):
     def run(script: str, *args: str, **kw):
