@@ -383,6 +383,62 @@ int cgroup_set_limits(Cgroup *cg, const CgroupLimits *lim) {
         return write_in(cg->dir[CGROUP_PIDS], "pids.max", buf);
 }
 
+/* v2: "+cpuset" in cgroup.subtree_control of every level above dir that is
+ * in the cgroup tree (has cgroup.controllers), from the top down. */
+static int v2_enable_cpuset_above(const char *dir) {
+        size_t len = strlen(dir);
+        if (len >= PATH_MAX)
+                return -ENAMETOOLONG;
+        int ret = -ENOENT;
+        for (size_t i = 1; i < len; i++) {
+                if (dir[i] != '/')
+                        continue;
+                char level[PATH_MAX];
+                memcpy(level, dir, i);
+                level[i] = '\0';
+                if (!file_exists_in(level, "cgroup.controllers"))
+                        continue;
+                int r = write_in(level, "cgroup.subtree_control", "+cpuset");
+                if (r < 0)
+                        return r;
+                ret = 0;
+        }
+        return ret;
+}
+
+int cgroup_set_cpus(Cgroup *cg, const char *cpus) {
+        const char *d = cg->v2 ? cg->dir[CGROUP_UNIFIED] : cg->dir[CGROUP_CPUSET];
+        if (!d)
+                return -ENOENT;
+        if (cg->v2) {
+                int r = v2_enable_cpuset_above(d);
+                if (r < 0)
+                        return r;
+        }
+        char parent_cpus[1024];
+        if (!cpus) {
+                char parent[PATH_MAX];
+                const char *slash = strrchr(d, '/');
+                if (!slash || slash == d || (size_t)(slash - d) >= sizeof parent)
+                        return -EINVAL;
+                memcpy(parent, d, (size_t)(slash - d));
+                parent[slash - d] = '\0';
+                /* v2's cpuset.cpus of a level may be empty (all of its
+                 * parent's); the effective set is what its members get. */
+                int r = read_in(parent, cg->v2 ? "cpuset.cpus.effective" : "cpuset.cpus", parent_cpus,
+                                sizeof parent_cpus);
+                if (r < 0)
+                        return r;
+                parent_cpus[strcspn(parent_cpus, "\n")] = '\0';
+                if (!parent_cpus[0])
+                        return -ENOENT;
+                cpus = parent_cpus;
+        }
+        if (!cpus[0] || strspn(cpus, "0123456789,-") != strlen(cpus))
+                return -EINVAL;
+        return write_in(d, "cpuset.cpus", cpus);
+}
+
 /* Opens for writing, in each hierarchy of cg, the file that takes a pid:
  * cgroup.procs, or with tasks set the v1 hierarchies' tasks file (the v2
  * tree, or a hybrid host's v2 mount, has none). */

@@ -20,7 +20,9 @@ typedef enum CgroupHier {
         CGROUP_CPUACCT,
         CGROUP_PIDS,
         CGROUP_FREEZER,
-        CGROUP_CPUSET, /* v1 only: at the cpu cgroup's path, for lxcfs's CPU view (namespace.c) */
+        /* v1 only: at the cpu cgroup's path, for lxcfs's CPU view (namespace.c)
+         * and gVisor's CPU count (gvisor.c) */
+        CGROUP_CPUSET,
         CGROUP_UNIFIED, /* v2: the whole tree; hybrid v1: the controller-less v2 mount */
         _CGROUP_HIER_MAX,
 } CgroupHier;
@@ -70,6 +72,14 @@ void cgroup_free(Cgroup *cg);
  * when present, so no swap), cpu.cfs_period_us/cpu.cfs_quota_us, pids.max;
  * v2 memory.max, memory.swap.max=0, cpu.max, pids.max. */
 int cgroup_set_limits(Cgroup *cg, const CgroupLimits *lim);
+
+/* The CPUs the cgroup's tasks may run on, `cpus` a list ("0", "0,2-3") or
+ * NULL for all of its parent's: v1 cpuset.cpus, v2 cpuset.cpus with the
+ * cpuset controller enabled on every level above first. The kernel sets the
+ * affinity of every member to the new set at once (v1 and v2), so a widening
+ * also undoes any pinning the members did themselves. -ENOENT without a
+ * cpuset controller. */
+int cgroup_set_cpus(Cgroup *cg, const char *cpus);
 
 /* Opens every cgroup.procs of the cgroup for writing (O_CLOEXEC) into fds
  * (up to n; -1 padded). A forked child joins with cgroup_join_fds(), which is

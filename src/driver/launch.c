@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,25 @@ int launch_cgroup(const DriverSpec *spec, bool create, Cgroup **ret) {
         }
         *ret = cg;
         return 0;
+}
+
+bool launch_pick_cpus(unsigned vcpu, cpu_set_t *ret) {
+        static _Atomic unsigned next;
+        cpu_set_t mine;
+        if (vcpu == 0 || sched_getaffinity(0, sizeof mine, &mine) < 0)
+                return false;
+        int allowed[CPU_SETSIZE];
+        unsigned n = 0;
+        for (int i = 0; i < CPU_SETSIZE; i++)
+                if (CPU_ISSET(i, &mine))
+                        allowed[n++] = i;
+        if (vcpu >= n)
+                return false;
+        unsigned first = atomic_fetch_add(&next, vcpu);
+        CPU_ZERO(ret);
+        for (unsigned k = 0; k < vcpu; k++)
+                CPU_SET(allowed[(first + k) % n], ret);
+        return true;
 }
 
 int launch_image_owner(const DriverSpec *spec, uid_t *ret) {

@@ -5,6 +5,7 @@
  * daemon, and the fork that puts a child into the sandbox's cgroup before it
  * execs.
  */
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -41,6 +42,14 @@ int launch_cgroup_layout(const CgroupLayout **ret);
 /* Creates (or opens) the sandbox's cgroup and, when creating, writes the
  * limits of the spec. */
 int launch_cgroup(const DriverSpec *spec, bool create, Cgroup **ret);
+/* The CPUs a sandbox of `vcpu` CPUs runs on: `vcpu` of the daemon's own,
+ * taken in turn so that sandboxes spread over the host. This is the CPU
+ * count the sandbox sees (namespace: nproc and sched_getaffinity, with
+ * lxcfs's view of the cgroup's quota in /proc/cpuinfo and /proc/stat;
+ * gVisor: the CPUs its kernel is made with). The quota, not the affinity,
+ * bounds the CPU time. false: no pinning (vcpu 0, or at least as many as
+ * the host has). */
+bool launch_pick_cpus(unsigned vcpu, cpu_set_t *ret);
 /* The host uid that owns image_dir/rootfs: root inside maps to it. */
 int launch_image_owner(const DriverSpec *spec, uid_t *ret);
 

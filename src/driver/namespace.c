@@ -478,32 +478,6 @@ static int ns_pre_exec(void *userdata) {
         return launch_stage_mounts(&c->stage);
 }
 
-/* The CPUs a sandbox of `vcpu` CPUs runs on: `vcpu` of the daemon's own,
- * taken in turn so that sandboxes spread over the host. This is the CPU
- * count the sandbox sees (nproc, sched_getaffinity); lxcfs shows the same
- * count from the cgroup's quota in /proc/cpuinfo and /proc/stat (what
- * os.cpu_count() reads here). The quota, not the affinity, bounds the CPU
- * time: the sandbox may widen its own affinity and gains nothing by it.
- * false: no pinning (vcpu 0, or at least as many as the host has). */
-static bool ns_pick_cpus(unsigned vcpu, cpu_set_t *ret) {
-        static _Atomic unsigned next;
-        cpu_set_t mine;
-        if (vcpu == 0 || sched_getaffinity(0, sizeof mine, &mine) < 0)
-                return false;
-        int allowed[CPU_SETSIZE];
-        unsigned n = 0;
-        for (int i = 0; i < CPU_SETSIZE; i++)
-                if (CPU_ISSET(i, &mine))
-                        allowed[n++] = i;
-        if (vcpu >= n)
-                return false;
-        unsigned first = atomic_fetch_add(&next, vcpu);
-        CPU_ZERO(ret);
-        for (unsigned k = 0; k < vcpu; k++)
-                CPU_SET(allowed[(first + k) % n], ret);
-        return true;
-}
-
 static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
         int r = launch_spec_check(spec);
         if (r < 0)
@@ -671,7 +645,7 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
         for (size_t i = 0; i < n_work; i++)
                 keep[n_keep++] = work_fds[i];
         NsChild child_setup = {.stage = {.layer = layer, .agent_src = spec->agent_path}};
-        child_setup.pin = ns_pick_cpus(spec->vcpu, &child_setup.cpus);
+        child_setup.pin = launch_pick_cpus(spec->vcpu, &child_setup.cpus);
         LaunchFds lf = {
                 .stdin_fd = sv[1], .stdout_fd = sv[1], .stderr_fd = -1,
                 .keep = keep, .n_keep = n_keep,

@@ -407,6 +407,94 @@ static void test_open_missing_and_remove(void **state) {
         cgroup_layout_done(&l);
 }
 
+/* The CPUs of a sandbox's cgroup (gVisor's start, gvisor.c): v1 writes
+ * the cpuset directory made with the parent's CPUs and memory nodes, NULL
+ * gives back all of the parent's; v2 enables the cpuset controller above
+ * and takes the parent's effective set; anything but a CPU list is
+ * refused before it reaches the kernel. */
+static void test_set_cpus(void **state) {
+        Tree *t = *state;
+        make_v1(t, true);
+        CgroupLayout l;
+        Cgroup *cg;
+        char d[PATH_MAX], buf[64];
+
+        /* No cpuset hierarchy: nothing to pin with. */
+        assert_int_equal(cgroup_layout_detect(t->root, &l), 0);
+        assert_int_equal(cgroup_new(&l, "runtime", "sbx1", true, &cg), 0);
+        assert_int_equal(cgroup_set_cpus(cg, "0"), -ENOENT);
+        cgroup_free(cg);
+        cgroup_layout_done(&l);
+
+        static const char *const cpuset[] = {"cpuset.cpus", "cpuset.mems", NULL};
+        v1_hier(t, "cpuset", cpuset);
+        snprintf(d, sizeof d, "%s/cpuset", t->root);
+        put(d, "cpuset.cpus", "0-3\n");
+        put(d, "cpuset.mems", "0\n");
+        snprintf(d, sizeof d, "%s/cpuset/runtime", t->root);
+        put(d, "cpuset.cpus", "");
+        put(d, "cpuset.mems", "");
+        assert_int_equal(cgroup_layout_detect(t->root, &l), 0);
+        assert_int_equal(cgroup_new(&l, "runtime", "sbx1", true, &cg), 0);
+        snprintf(d, sizeof d, "%s/cpuset/runtime/sbx1", t->root);
+        get(d, "cpuset.cpus", buf, sizeof buf);
+        assert_string_equal(buf, "0-3\n");
+        assert_int_equal(cgroup_set_cpus(cg, "1,3"), 0);
+        get(d, "cpuset.cpus", buf, sizeof buf);
+        assert_string_equal(buf, "1,3");
+        assert_int_equal(cgroup_set_cpus(cg, NULL), 0);
+        get(d, "cpuset.cpus", buf, sizeof buf);
+        assert_string_equal(buf, "0-3");
+        assert_int_equal(cgroup_set_cpus(cg, ""), -EINVAL);
+        assert_int_equal(cgroup_set_cpus(cg, "0\n1"), -EINVAL);
+        assert_int_equal(cgroup_set_cpus(cg, "max"), -EINVAL);
+        get(d, "cpuset.cpus", buf, sizeof buf);
+        assert_string_equal(buf, "0-3");
+        /* A parent with no CPUs to give. */
+        snprintf(d, sizeof d, "%s/cpuset/runtime", t->root);
+        put(d, "cpuset.cpus", "\n");
+        assert_int_equal(cgroup_set_cpus(cg, NULL), -ENOENT);
+        cgroup_free(cg);
+        cgroup_layout_done(&l);
+}
+
+static void test_set_cpus_v2(void **state) {
+        Tree *t = *state;
+        put(t->root, "cgroup.controllers", "cpuset cpu memory pids\n");
+        put(t->root, "cgroup.procs", "");
+        put(t->root, "cgroup.subtree_control", "");
+        char d[PATH_MAX], buf[64];
+        snprintf(d, sizeof d, "%s/runtime", t->root);
+        mkdirs("%s", d);
+        put(d, "cgroup.controllers", "cpuset cpu memory pids\n");
+        put(d, "cgroup.subtree_control", "");
+        put(d, "cpuset.cpus.effective", "0-7\n");
+        snprintf(d, sizeof d, "%s/runtime/sbx1", t->root);
+        mkdirs("%s", d);
+        put(d, "cgroup.controllers", "");
+        put(d, "cgroup.procs", "");
+        put(d, "cpuset.cpus", "");
+
+        CgroupLayout l;
+        assert_int_equal(cgroup_layout_detect(t->root, &l), 0);
+        Cgroup *cg;
+        assert_int_equal(cgroup_new(&l, "runtime", "sbx1", false, &cg), 0);
+        assert_int_equal(cgroup_set_cpus(cg, "2"), 0);
+        get(d, "cpuset.cpus", buf, sizeof buf);
+        assert_string_equal(buf, "2");
+        get(t->root, "cgroup.subtree_control", buf, sizeof buf);
+        assert_string_equal(buf, "+cpuset");
+        snprintf(d, sizeof d, "%s/runtime", t->root);
+        get(d, "cgroup.subtree_control", buf, sizeof buf);
+        assert_string_equal(buf, "+cpuset");
+        assert_int_equal(cgroup_set_cpus(cg, NULL), 0);
+        snprintf(d, sizeof d, "%s/runtime/sbx1", t->root);
+        get(d, "cpuset.cpus", buf, sizeof buf);
+        assert_string_equal(buf, "0-7");
+        cgroup_free(cg);
+        cgroup_layout_done(&l);
+}
+
 static void test_names(void **state) {
         (void)state;
         assert_true(cgroup_name_valid("sbx_abc-1", false));
@@ -462,6 +550,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_open_missing_and_remove, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_freeze, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_freeze_v2_timeout, tree_setup, tree_teardown),
+                cmocka_unit_test_setup_teardown(test_set_cpus, tree_setup, tree_teardown),
+                cmocka_unit_test_setup_teardown(test_set_cpus_v2, tree_setup, tree_teardown),
                 cmocka_unit_test(test_names),
                 cmocka_unit_test(test_helpers),
         };
