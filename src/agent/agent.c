@@ -148,6 +148,8 @@ struct Agent {
         uint64_t memory_limit;   /* bytes, 0: the kernel enforces it alone */
         uint64_t next_memory_ms; /* when the watch looks again */
         bool memory_escalate;    /* killed at the last look: the next kills a group */
+        uint64_t memory_at_kill; /* in use when the watch last killed */
+        uint64_t memory_hold_ms; /* until then, no second kill while the count is not up since */
         pid_t doomed[AGENT_MAX_STREAMS]; /* killed process groups not yet seen gone */
         size_t n_doomed;
         uint64_t next_rekill_ms;
@@ -1425,7 +1427,12 @@ static void set_nonblock(int fd) {
  * the agent does, choosing as the kernel would: the largest resident set,
  * never itself. Still over the limit at the next look, soon after, it kills
  * that process's whole group: a fork bomb's thousands of small processes
- * outgrow one kill at a time. */
+ * outgrow one kill at a time. A victim's memory comes back a while after
+ * its death (gVisor gives freed pages back from a goroutine of its own,
+ * later with few CPUs: in a 1-vCPU sandbox a second look found the count
+ * still over the limit and took an innocent process): so while the count is
+ * not up since the kill by more than a sixteenth of the limit, the watch
+ * waits for it, AGENT_MEMORY_RELEASE_MS at most. A bomb's count goes up. */
 static void memory_watch(Agent *a, uint64_t now) {
         if (!a->memory_limit || now < a->next_memory_ms)
                 return;
@@ -1437,6 +1444,9 @@ static void memory_watch(Agent *a, uint64_t now) {
                 a->memory_escalate = false;
                 return;
         }
+        if (a->memory_escalate && now < a->memory_hold_ms &&
+            used <= a->memory_at_kill + (a->memory_limit >> 4))
+                return;
         pid_t pid, pgid;
         if (limits_largest_process(&pid, &pgid) < 0)
                 return;
@@ -1452,6 +1462,8 @@ static void memory_watch(Agent *a, uint64_t now) {
                 if (a->streams[i]->kind == STREAM_EXEC && a->streams[i]->pid == pgid)
                         a->streams[i]->oom_killed++;
         a->memory_escalate = true;
+        a->memory_at_kill = used;
+        a->memory_hold_ms = now + AGENT_MEMORY_RELEASE_MS;
         a->next_memory_ms = now + AGENT_MEMORY_SETTLE_MS;
 }
 

@@ -31,10 +31,12 @@
 #define AGENT_RELAY_PORT 3128
 
 /* The memory watch looks this often, and waits this long after a kill for
- * the memory to be freed before it looks again (gVisor frees a killed
- * process's memory within a few milliseconds). */
+ * the memory to be freed before it looks again; at most RELEASE for a count
+ * that is not going up (gVisor gives a killed process's memory back from a
+ * goroutine: within ~200 ms here, later under load with one vCPU). */
 #define AGENT_MEMORY_POLL_MS 50
 #define AGENT_MEMORY_SETTLE_MS 250
+#define AGENT_MEMORY_RELEASE_MS 1500
 
 typedef struct Agent Agent;
 

@@ -148,3 +148,64 @@ int limits_largest_process(pid_t *ret_pid, pid_t *ret_pgid) {
         *ret_pgid = pgid;
         return 0;
 }
+
+static int parse_field(const char **p, char stop, uint64_t min, uint64_t max, uint64_t *ret) {
+        const char *s = *p;
+        if (*s < '0' || *s > '9')
+                return -EINVAL;
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno || *end != stop || v < min || v > max)
+                return -EINVAL;
+        *ret = v;
+        *p = stop ? end + 1 : end;
+        return 0;
+}
+
+int limits_parse_cgroup_view(const char *text, LimitsView *ret) {
+        uint64_t mem, vcpu, pids;
+        const char *p = text;
+        if (!text || parse_field(&p, ':', 16, 1ull << 22, &mem) < 0 ||
+            parse_field(&p, ':', 0, 256, &vcpu) < 0 || parse_field(&p, '\0', 1, 1ull << 22, &pids) < 0)
+                return -EINVAL;
+        *ret = (LimitsView){.memory_mib = mem, .vcpu = (unsigned)vcpu, .pids_max = pids};
+        return 0;
+}
+
+static int write_file_at(const char *root, const char *file, const char *text) {
+        char path[512];
+        if (snprintf(path, sizeof path, "%s/%s", root, file) >= (int)sizeof path)
+                return -ENAMETOOLONG;
+        /* No O_CREAT: a missing file is a cgroupfs without that controller. */
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return -errno;
+        size_t n = strlen(text);
+        ssize_t w = write(fd, text, n);
+        if (w < 0)
+                return -errno;
+        return (size_t)w == n ? 0 : -EIO;
+}
+
+int limits_write_cgroup_view(const char *root, const LimitsView *v) {
+        char mem[32], quota[32], pids[32];
+        snprintf(mem, sizeof mem, "%llu", (unsigned long long)(v->memory_mib << 20));
+        if (v->vcpu)
+                snprintf(quota, sizeof quota, "%u", v->vcpu * 100000u);
+        else
+                snprintf(quota, sizeof quota, "-1");
+        snprintf(pids, sizeof pids, "%llu", (unsigned long long)v->pids_max);
+        const char *const files[][2] = {
+                {"memory/memory.limit_in_bytes", mem},
+                {"cpu/cpu.cfs_period_us", "100000"},
+                {"cpu/cpu.cfs_quota_us", quota},
+                {"pids/pids.max", pids},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(files); i++) {
+                int r = write_file_at(root, files[i][0], files[i][1]);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}

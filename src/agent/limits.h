@@ -54,3 +54,23 @@ int limits_memory_used(uint64_t *ret);
 /* The process with the largest resident set, other than the agent (pid 1
  * and the caller), and its process group; -ESRCH when there is none. */
 int limits_largest_process(pid_t *ret_pid, pid_t *ret_pgid);
+
+/* The limits a gVisor sandbox shows in gVisor's own cgroupfs, from the
+ * driver's --cgroup-view "MEMORY_MIB:VCPU:PIDS" (vcpu 0: no quota). */
+typedef struct LimitsView {
+        uint64_t memory_mib;
+        unsigned vcpu;
+        uint64_t pids_max;
+} LimitsView;
+
+/* -EINVAL unless `text` is three decimal fields within bounds (memory
+ * 16..4194304 MiB, vcpu 0..256, pids 1..4194304). */
+int limits_parse_cgroup_view(const char *text, LimitsView *ret);
+
+/* Writes the view into the cgroup directories under `root`
+ * ("/sys/fs/cgroup", the container's own cgroups in gVisor's cgroupfs):
+ * memory/memory.limit_in_bytes, cpu/cpu.cfs_period_us and cpu.cfs_quota_us,
+ * pids/pids.max. What programs read there (the JVM, Go's runtime) is then
+ * the sandbox's size; the files are the Sentry's bookkeeping and reach no
+ * host cgroup. The first error (-ENOENT where a file is missing). */
+int limits_write_cgroup_view(const char *root, const LimitsView *v);

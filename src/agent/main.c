@@ -25,10 +25,11 @@
 
 static void usage(FILE *f) {
         fprintf(f, "Usage: runtime-agent [--channel PATH] [--vm] [--restorable] [--memory-limit-mib N]\n"
-                   "                     [--cgroup-fds N,...]\n"
+                   "                     [--cgroup-fds N,...] [--cgroup-view M:C:P]\n"
                    "  --channel PATH  speak the protocol on this device instead of stdin/stdout\n"
                    "  --memory-limit-mib N  end the largest process when the sandbox uses N MiB\n"
                    "  --cgroup-fds N,...  fds of the cgroup every command joins before it execs\n"
+                   "  --cgroup-view M:C:P  write M MiB, C CPUs, P pids into /sys/fs/cgroup (gVisor's own)\n"
                    "  --vm            init of a microVM: build the root, then use the virtio-serial port\n"
                    "  --restorable    the host may checkpoint this sandbox and resume copies of it (gVisor)\n"
                    "  --version       print the version\n");
@@ -57,8 +58,16 @@ static int sentry_resume(const AgentRequest *r) {
         return r && r->op == REQ_RESUME ? 0 : -EINVAL;
 }
 
-static int serve(int in_fd, int out_fd, int sig_fd, bool vm, bool restorable, unsigned long memory_mib) {
+static int serve(int in_fd, int out_fd, int sig_fd, bool vm, bool restorable, unsigned long memory_mib,
+                 const LimitsView *view) {
         limits_protect_agent();
+        /* Before any command runs: every program sees the view from its
+         * start. */
+        if (view) {
+                int vr = limits_write_cgroup_view("/sys/fs/cgroup", view);
+                if (vr < 0)
+                        fprintf(stderr, "runtime-agent: cannot write the cgroup view: %s\n", strerror(-vr));
+        }
         int r = fsops_mkdir_p("/workspace", 0755);
         if (r < 0)
                 fprintf(stderr, "runtime-agent: cannot create /workspace: %s\n", strerror(-r));
@@ -106,7 +115,7 @@ static int main_vm(char **argv, const char *channel) {
                 fprintf(stderr, "runtime-agent: channel: %s\n", strerror(-r));
                 vm_poweroff();
         }
-        (void)serve(fd, fd, sig_fd, true, false, 0);
+        (void)serve(fd, fd, sig_fd, true, false, 0, NULL);
         vm_poweroff();
 }
 
@@ -119,6 +128,7 @@ int main(int argc, char **argv) {
                 {"memory-limit-mib", required_argument, NULL, 'M'},
                 {"restorable", no_argument, NULL, 'R'},
                 {"cgroup-fds", required_argument, NULL, 'G'},
+                {"cgroup-view", required_argument, NULL, 'W'},
                 {},
         };
         /* Run as sudo (the gateway's front, docs/drivers.md): nothing of
@@ -129,6 +139,8 @@ int main(int argc, char **argv) {
         const char *channel = NULL;
         bool vm = false, restorable = false;
         unsigned long memory_mib = 0;
+        LimitsView view;
+        bool have_view = false;
         char *end;
         int c;
         while ((c = getopt_long(argc, argv, "c:hV", opts, NULL)) >= 0) {
@@ -156,6 +168,13 @@ int main(int argc, char **argv) {
                                         LIMITS_CGROUP_FDS_MAX);
                                 return 2;
                         }
+                        break;
+                case 'W':
+                        if (limits_parse_cgroup_view(optarg, &view) < 0) {
+                                fprintf(stderr, "runtime-agent: --cgroup-view: MEMORY_MIB:VCPU:PIDS\n");
+                                return 2;
+                        }
+                        have_view = true;
                         break;
                 case 'h':
                         usage(stdout);
@@ -195,5 +214,5 @@ int main(int argc, char **argv) {
                 }
                 in_fd = out_fd = dev_fd;
         }
-        return serve(in_fd, out_fd, sig_fd, false, restorable, memory_mib);
+        return serve(in_fd, out_fd, sig_fd, false, restorable, memory_mib, have_view ? &view : NULL);
 }

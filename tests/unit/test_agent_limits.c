@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -141,12 +143,81 @@ static void test_largest_process(void **state) {
                 assert_int_equal(pgid, getpgid(0));
 }
 
+/* gVisor's cgroup view: the driver's argument parsed strictly, and the
+ * files written where gVisor's cgroupfs keeps them (a plain tree here). */
+static void test_cgroup_view(void **state) {
+        (void)state;
+        LimitsView v;
+        assert_int_equal(limits_parse_cgroup_view("512:1:4000", &v), 0);
+        assert_int_equal(v.memory_mib, 512);
+        assert_int_equal(v.vcpu, 1);
+        assert_int_equal(v.pids_max, 4000);
+        assert_int_equal(limits_parse_cgroup_view("64:0:1", &v), 0);
+        assert_int_equal(v.vcpu, 0);
+        static const char *const bad[] = {
+                "", "512", "512:1", "512:1:", ":1:1", "512:1:4000:1", "512:1:4000x", "-512:1:1", "512:-1:1",
+                "512: 1:1", "15:1:1", "4194305:1:1", "512:257:1", "512:1:0", "512:1:99999999999999999999999",
+                "18446744073709551617:1:1", "0x200:1:1",
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+                assert_int_equal(limits_parse_cgroup_view(bad[i], &v), -EINVAL);
+        assert_int_equal(limits_parse_cgroup_view(NULL, &v), -EINVAL);
+
+        char root[] = "/tmp/runtime-viewtest-XXXXXX";
+        assert_non_null(mkdtemp(root));
+        char p[PATH_MAX];
+        static const char *const dirs[] = {"memory", "cpu", "pids"};
+        static const char *const files[] = {"memory/memory.limit_in_bytes", "cpu/cpu.cfs_period_us",
+                                            "cpu/cpu.cfs_quota_us", "pids/pids.max"};
+        for (size_t i = 0; i < 3; i++) {
+                snprintf(p, sizeof p, "%s/%s", root, dirs[i]);
+                assert_int_equal(mkdir(p, 0755), 0);
+        }
+        /* A controller missing: an error, and no file made. */
+        assert_int_equal(limits_write_cgroup_view(root, &(LimitsView){512, 2, 100}), -ENOENT);
+        for (size_t i = 0; i < 4; i++) {
+                snprintf(p, sizeof p, "%s/%s", root, files[i]);
+                FILE *f = fopen(p, "w");
+                assert_non_null(f);
+                fputs("9223372036854771712\n", f);
+                fclose(f);
+        }
+        assert_int_equal(limits_write_cgroup_view(root, &(LimitsView){512, 2, 100}), 0);
+        static const char *const want[] = {"536870912", "100000", "200000", "100"};
+        for (size_t i = 0; i < 4; i++) {
+                char buf[64] = {0};
+                snprintf(p, sizeof p, "%s/%s", root, files[i]);
+                FILE *f = fopen(p, "r");
+                assert_non_null(f);
+                assert_non_null(fgets(buf, sizeof buf, f));
+                fclose(f);
+                assert_string_equal(buf, want[i]);
+        }
+        assert_int_equal(limits_write_cgroup_view(root, &(LimitsView){64, 0, 1}), 0);
+        char buf[64] = {0};
+        snprintf(p, sizeof p, "%s/cpu/cpu.cfs_quota_us", root);
+        FILE *f = fopen(p, "r");
+        assert_non_null(fgets(buf, sizeof buf, f));
+        fclose(f);
+        assert_string_equal(buf, "-1");
+        for (size_t i = 0; i < 4; i++) {
+                snprintf(p, sizeof p, "%s/%s", root, files[i]);
+                unlink(p);
+        }
+        for (size_t i = 0; i < 3; i++) {
+                snprintf(p, sizeof p, "%s/%s", root, dirs[i]);
+                rmdir(p);
+        }
+        rmdir(root);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_child_cgroup_fds),
                 cmocka_unit_test(test_was_oom_kill),
                 cmocka_unit_test(test_memory_used),
                 cmocka_unit_test(test_largest_process),
+                cmocka_unit_test(test_cgroup_view),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
