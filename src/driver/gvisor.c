@@ -2,9 +2,10 @@
  * driver_gvisor: runsc (gVisor), a user-space kernel between the sandbox and
  * the host. The sandbox's syscalls are served by the Sentry; the host kernel
  * sees only the Sentry's own, seccomp-filtered calls. Platform systrap (no KVM
- * needed), no network device (--network=none), and --ignore-cgroups: the
- * daemon puts runsc and everything it starts into the sandbox's cgroup
- * itself, on v1 and v2 alike.
+ * needed), no network device (--network=none). The daemon puts runsc and
+ * everything it starts into the sandbox's cgroup itself, on v1 and v2
+ * alike, and names that cgroup to runsc, which reads the sandbox's memory
+ * and CPUs from it (gv_view_prepare) and otherwise uses it as it is.
  *
  * The root is the same overlay as the namespace driver's (rootfs.c), mapped
  * through an OCI user namespace so that root inside owns the shifted image.
@@ -15,7 +16,9 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,6 +47,9 @@
 #define PROBE_TIMEOUT_MS 30000
 #define RUNSC_CMD_TIMEOUT_MS 10000
 #define GVISOR_MEMORY_HEADROOM_MIB 96
+/* How long a start waits for the agent's first frame: the daemon's own
+ * wait for its hello. */
+#define GVISOR_START_WAIT_MS 30000
 /* RLIMIT_NPROC inside (see write_bundle): below systrap's 4095 task
  * contexts per address space. */
 #define GVISOR_NPROC_MAX 4000
@@ -286,6 +292,73 @@ unsigned gvisor_host_memory_mib(unsigned memory_mib, unsigned pids_max) {
         return memory_mib + GVISOR_MEMORY_HEADROOM_MIB + memory_mib / 8 + (unsigned)tasks;
 }
 
+/* runsc reads the sandbox's cgroup once, as it starts (without
+ * --ignore-cgroups, with linux.cgroupsPath naming the cgroup the daemon
+ * made, which runsc then uses as it is): the Sentry is made with
+ * --total-memory from its memory limit (MemTotal in /proc/meminfo, free)
+ * and --cpu-num from its cpuset (the CPUs of /proc/cpuinfo, nproc,
+ * sched_getaffinity, /sys/devices/system/cpu, and the Sentry's GOMAXPROCS).
+ * So the cgroup starts at memoryMiB and on `vcpu` of the host's CPUs, and
+ * once the agent is up (gv_started) its limit is raised by the Sentry's
+ * headroom and its cpuset widened to all of the parent's: the Sentry's own
+ * memory is not charged against memoryMiB (the host's OOM killer would end
+ * the whole sandbox), and nothing stays pinned (a 1-vCPU sandbox pinned for
+ * good answered python3 3-7x slower on a loaded 2-CPU host). The kernel
+ * sets every member's affinity when the cpuset changes, stubs and threads
+ * made later included. The quota, not the affinity, bounds the CPU time.
+ * false: the cgroup has no cpuset (runsc then fails to read it), so runsc
+ * runs with --ignore-cgroups and the sandbox sees the host's size. */
+static bool gv_view_prepare(Cgroup *cg, unsigned vcpu) {
+        cpu_set_t set;
+        if (!launch_pick_cpus(vcpu, &set))
+                return cgroup_set_cpus(cg, NULL) >= 0;
+        char list[1024];
+        size_t n = 0;
+        list[0] = '\0';
+        for (int i = 0; i < CPU_SETSIZE && n + 16 < sizeof list; i++)
+                if (CPU_ISSET(i, &set))
+                        n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", n ? "," : "", i);
+        return cgroup_set_cpus(cg, list) >= 0;
+}
+
+/* Waits until the agent has written its first frame (its hello, left in
+ * the socket for the daemon to read) or runsc exited, which the daemon finds
+ * out on the channel; -ETIMEDOUT after timeout_ms. */
+static int gv_wait_started(int channel_fd, int pidfd, int timeout_ms) {
+        int64_t deadline = (int64_t)time_now_mono_ms() + timeout_ms;
+        for (;;) {
+                struct pollfd p[2] = {{.fd = channel_fd, .events = POLLIN}, {.fd = pidfd, .events = POLLIN}};
+                int64_t left = deadline - (int64_t)time_now_mono_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                int n = poll(p, pidfd >= 0 ? 2 : 1, (int)left);
+                if (n < 0 && errno != EINTR)
+                        return -errno;
+                if (n > 0)
+                        return 0;
+        }
+}
+
+/* The host's limits of a running sandbox: memory with the Sentry's
+ * headroom (gv_start). */
+static int gv_set_host_limits(const DriverSpec *spec, Cgroup *cg) {
+        CgroupLimits lim = {
+                .memory_bytes = (uint64_t)gvisor_host_memory_mib(spec->memory_mib, spec->pids_max) << 20,
+                .vcpu = spec->vcpu,
+                .pids_max = spec->pids_max ? spec->pids_max : LAUNCH_DEFAULT_PIDS_MAX,
+        };
+        return cgroup_set_limits(cg, &lim);
+}
+
+/* The sandbox runs: the host limit gets the Sentry's headroom, the cpuset
+ * all of the parent's CPUs. */
+static int gv_started(const DriverSpec *spec, Cgroup *cg) {
+        int r = gv_set_host_limits(spec, cg);
+        if (r < 0)
+                return r;
+        return cgroup_set_cpus(cg, NULL);
+}
+
 /* The runsc the probe chose, or NULL when none works here. */
 static const char *find_runsc(void) {
         return gv_probe(NULL, 0) == 0 ? chosen_runsc : NULL;
@@ -332,7 +405,7 @@ static json_t *oci_seccomp(void) {
 
 /* Writes bundle/config.json: the OCI spec of the sandbox. */
 static int write_bundle(const DriverSpec *spec, const char *bundle, const char *root, const char *agent,
-                        uid_t shift) {
+                        uid_t shift, const char *cgroups_path) {
         static const char *const caps[] = {
                 "CAP_CHOWN",  "CAP_DAC_OVERRIDE", "CAP_FOWNER",  "CAP_FSETID",           "CAP_KILL",
                 "CAP_SETGID", "CAP_SETUID",       "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
@@ -347,7 +420,14 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
          * would end the whole sandbox). */
         char memory[16];
         snprintf(memory, sizeof memory, "%u", spec->memory_mib);
-        const char *const args[] = {"/.runtime/agent", "--restorable", "--memory-limit-mib", memory};
+        /* gVisor's RLIMIT_NPROC below. */
+        json_int_t nproc = gvisor_nproc(spec->memory_mib, spec->pids_max);
+        /* The limits the agent writes into gVisor's own cgroupfs at start,
+         * where programs look for them (see the /sys/fs/cgroup mount). */
+        char view[64];
+        snprintf(view, sizeof view, "%u:%u:%lld", spec->memory_mib, spec->vcpu, (long long)nproc);
+        const char *const args[] = {"/.runtime/agent", "--restorable", "--memory-limit-mib", memory, "--cgroup-view",
+                                    view};
 
         _cleanup_json_ json_t *capabilities = json_object();
         if (!capabilities)
@@ -365,7 +445,6 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
          * refused at RLIMIT_NPROC fails alone (EAGAIN). The room below 4095
          * covers threads that have exited but whose context the Sentry has
          * not yet given back. */
-        json_int_t nproc = gvisor_nproc(spec->memory_mib, spec->pids_max);
         _cleanup_json_ json_t *process = json_pack(
                 "{s:b, s:{s:i, s:i}, s:s, s:O, s:[{s:s, s:i, s:i}, {s:s, s:I, s:I}], s:b}", "terminal", 0, "user",
                 "uid", 0, "gid", 0, "cwd", "/", "capabilities", capabilities, "rlimits", "type", "RLIMIT_NOFILE",
@@ -377,14 +456,21 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
             json_add_str_array(process, "env", env, ELEMENTSOF(env)) < 0)
                 return -ENOMEM;
 
+        /* /sys/fs/cgroup: gVisor's own cgroupfs (every controller, the
+         * container's cgroup bound at /sys/fs/cgroup/<controller>), a view
+         * kept by the Sentry alone: nothing written there reaches the host's
+         * cgroups. */
         _cleanup_json_ json_t *mounts = json_pack(
                 "[{s:s, s:s, s:s},"
                 " {s:s, s:s, s:s, s:[s,s,s]},"
-                " {s:s, s:s, s:s, s:[s,s,s,s]}]",
+                " {s:s, s:s, s:s, s:[s,s,s,s]},"
+                " {s:s, s:s, s:s, s:[s,s,s]}]",
                 "destination", "/proc", "type", "proc", "source", "proc",
                 "destination", "/dev", "type", "tmpfs", "source", "tmpfs", "options", "nosuid", "strictatime", "mode=755",
                 "destination", "/.runtime/agent", "type", "bind", "source", agent, "options", "bind", "ro",
-                "nosuid", "nodev");
+                "nosuid", "nodev",
+                "destination", "/sys/fs/cgroup", "type", "cgroup", "source", "cgroup", "options", "nosuid", "noexec",
+                "nodev");
         if (!mounts)
                 return -ENOMEM;
 
@@ -401,6 +487,9 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
                 return -ENOMEM;
         json_t *seccomp = oci_seccomp();
         if (!seccomp || json_object_set_new(json_object_get(config, "linux"), "seccomp", seccomp) < 0)
+                return -ENOMEM;
+        if (cgroups_path &&
+            json_object_set_new(json_object_get(config, "linux"), "cgroupsPath", json_string(cgroups_path)) < 0)
                 return -ENOMEM;
 
         char path[PATH_MAX], tmp[PATH_MAX];
@@ -533,12 +622,28 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
          * Sentry and gofer and for what the agent's memory watch lets through
          * between two looks: the sandbox's processes are ended inside at
          * memoryMiB, and the host's OOM killer, which would end the whole
-         * sandbox, stays the last resort. */
-        DriverSpec host_spec = *spec;
-        host_spec.memory_mib = gvisor_host_memory_mib(spec->memory_mib, spec->pids_max);
-        r = launch_cgroup(&host_spec, true, &inst->cg);
+         * sandbox, stays the last resort. It is memoryMiB until the agent is
+         * up (gv_view_prepare), unless runsc cannot read the cgroup. */
+        r = launch_cgroup(spec, true, &inst->cg);
         if (r < 0)
                 goto fail;
+        /* A restored copy's kernel is the saved one, its memory loaded at
+         * once: it starts with the headroom, and under --ignore-cgroups. */
+        bool view = !restore && gv_view_prepare(inst->cg, spec->vcpu);
+        if (!view) {
+                r = gv_set_host_limits(spec, inst->cg);
+                if (r < 0)
+                        goto fail;
+        }
+        /* runsc takes an absolute cgroupsPath as the same path under every
+         * hierarchy's root, as the daemon makes it. */
+        char cgroups_path[PATH_MAX];
+        const char *parent = spec->cgroup_parent ? spec->cgroup_parent : "";
+        if (snprintf(cgroups_path, sizeof cgroups_path, "/%s%s%s", parent, *parent ? "/" : "", spec->id) >=
+            (int)sizeof cgroups_path) {
+                r = -ENAMETOOLONG;
+                goto fail;
+        }
         layer = malloc(sizeof *layer);
         if (!layer) {
                 r = -ENOMEM;
@@ -565,7 +670,7 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 r = -ENOMEM;
                 goto fail;
         }
-        r = write_bundle(spec, bundle, LAUNCH_STAGE_ROOT, LAUNCH_STAGE_AGENT, shift);
+        r = write_bundle(spec, bundle, LAUNCH_STAGE_ROOT, LAUNCH_STAGE_AGENT, shift, view ? cgroups_path : NULL);
         if (r < 0)
                 goto fail;
 
@@ -598,11 +703,20 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
          * root, hence only together with --overlay2=none. */
         /* A copy of a memory snapshot is restored instead of booted, with
          * the same flags and bundle: its saved kernel runs on. */
-        char *const argv[] = {
-                (char *)runsc, "--root", state, platform, "--network=none", "--ignore-cgroups", "--overlay2=none",
-                "--file-access=shared", "--oci-seccomp", restore ? "restore" : "run", "--bundle", bundle,
-                restore ? "--image-path" : (char *)spec->id, restore ? restore_dir : NULL, (char *)spec->id, NULL,
-        };
+        char *argv[20] = {(char *)runsc, "--root", state, platform, "--network=none"};
+        size_t argc = 5;
+        if (!view)
+                argv[argc++] = "--ignore-cgroups";
+        char *const flags[] = {"--overlay2=none", "--file-access=shared", "--oci-seccomp",
+                               restore ? "restore" : "run", "--bundle", bundle};
+        for (size_t i = 0; i < ELEMENTSOF(flags); i++)
+                argv[argc++] = flags[i];
+        if (restore) {
+                argv[argc++] = "--image-path";
+                argv[argc++] = restore_dir;
+        }
+        argv[argc++] = (char *)spec->id;
+        argv[argc] = NULL;
         char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
         LaunchStage stage = {.layer = layer, .agent_src = spec->agent_path};
         LaunchFds lf = {
@@ -626,6 +740,14 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 rootfs_replenish_async(spec->sandbox_dir, spec->disk_mib, shift);
         if (restore) {
                 r = gv_restore_finish(spec, sv[0], err);
+                if (r < 0)
+                        goto fail;
+        } else if (view) {
+                r = gv_wait_started(sv[0], inst->pidfd, GVISOR_START_WAIT_MS);
+                if (r == -ETIMEDOUT)
+                        driver_error(err, "the sandbox's agent did not answer in time");
+                if (r >= 0)
+                        r = gv_started(spec, inst->cg);
                 if (r < 0)
                         goto fail;
         }
