@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +46,28 @@ int limits_set_child_cgroup_fds(const char *list) {
         memcpy(child_cgroup_fds, fds, n * sizeof fds[0]);
         n_child_cgroup_fds = n;
         return 0;
+}
+
+void limits_close_fds_keeping_cgroup(int from, int also) {
+        /* Ascending, as the gaps between them are closed in turn. */
+        int keep[LIMITS_CGROUP_FDS_MAX + 1];
+        size_t n = 0;
+        for (size_t i = 0; i <= n_child_cgroup_fds; i++) {
+                int fd = i < n_child_cgroup_fds ? child_cgroup_fds[i] : also;
+                if (fd < from)
+                        continue;
+                size_t j = n++;
+                for (; j > 0 && keep[j - 1] > fd; j--)
+                        keep[j] = keep[j - 1];
+                keep[j] = fd;
+        }
+        unsigned lo = (unsigned)from;
+        for (size_t i = 0; i < n; i++) {
+                if ((unsigned)keep[i] > lo)
+                        syscall(SYS_close_range, lo, (unsigned)keep[i] - 1, 0U);
+                lo = (unsigned)keep[i] + 1;
+        }
+        syscall(SYS_close_range, lo, ~0U, 0U);
 }
 
 void limits_protect_agent(void) {

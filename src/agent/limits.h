@@ -32,6 +32,12 @@ void limits_protect_agent(void);
  * list, -EBADF for an fd that is not open. */
 int limits_set_child_cgroup_fds(const char *list);
 
+/* In a forked process that keeps running commands (the sudo gateway):
+ * closes every descriptor from `from` up but `keep` (-1: none) and the work
+ * leaf's join files, which its own children still need
+ * (async-signal-safe). */
+void limits_close_fds_keeping_cgroup(int from, int keep);
+
 /* In a forked child before exec (async-signal-safe): oom_score_adj
  * LIMITS_CHILD_OOM_SCORE_ADJ, into LIMITS_CHILD_CGROUP where it exists, and
  * into the work leaf where the agent was given one (_exit(126) when that

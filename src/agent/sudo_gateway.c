@@ -640,9 +640,8 @@ int sudo_gateway_start(pid_t *ret_pid) {
                 int lfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
                 if (lfd < 0)
                         _exit(1);
-                if (lfd != 3 && dup3(lfd, 3, O_CLOEXEC) < 0)
-                        _exit(1);
-                syscall(SYS_close_range, 4U, ~0U, 0U);
+                /* Its commands join the work leaf as every command does. */
+                limits_close_fds_keeping_cgroup(3, lfd);
                 sigset_t all;
                 sigemptyset(&all);
                 sigprocmask(SIG_SETMASK, &all, NULL);
@@ -652,7 +651,7 @@ int sudo_gateway_start(pid_t *ret_pid) {
                 signal(SIGPIPE, SIG_IGN);
                 setsid();
                 (void)prctl(PR_SET_NAME, "sudo-gateway", 0, 0, 0);
-                gateway_loop(3);
+                gateway_loop(lfd);
         }
         *ret_pid = pid;
         return 0;

@@ -60,7 +60,11 @@ static const struct {
         /* rlimits and OOM scores of sandbox processes (oom_score_adj below
          * the parent's needs it); runsc's and QEMU's memory settings. */
         { CAP_SYS_RESOURCE, USER_DRIVERS },
-        { CAP_SYS_NICE, USER_GVISOR | USER_MICROVM },
+        /* runsc's and QEMU's scheduling; namespace: moving bwrap and its
+         * child (more capabilities than runtimed, in their user namespace)
+         * into the agent's cgroup leaf, whose cpuset's attach asks the
+         * kernel's setscheduler check (cap_safe_nice). */
+        { CAP_SYS_NICE, USER_DRIVERS },
         { CAP_IPC_LOCK, USER_GVISOR | USER_MICROVM },
         /* Image builds: /dev nodes, file capabilities, apt's helpers. */
         { CAP_MKNOD, USER_DAEMON },

@@ -92,6 +92,45 @@ static void test_child_cgroup_fds(void **state) {
         close(b[1]);
 }
 
+/* What the sudo gateway keeps when it closes the rest: the join files (its
+ * commands still join the work leaf: they wrote to closed ones and exited
+ * 126 before) and its own socket. */
+static void test_close_keeping_cgroup_fds(void **state) {
+        (void)state;
+        int a[2], b[2], other = open("/dev/null", O_RDONLY | O_CLOEXEC), mine = open("/dev/null", O_RDONLY);
+        assert_int_equal(pipe(a), 0);
+        assert_int_equal(pipe(b), 0);
+        assert_true(other >= 0 && mine >= 0);
+        char list[32];
+        /* Out of order, as the daemon may pass them. */
+        snprintf(list, sizeof list, "%d,%d", b[1], a[1]);
+        assert_int_equal(limits_set_child_cgroup_fds(list), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                limits_close_fds_keeping_cgroup(3, mine);
+                int bad = fcntl(a[1], F_GETFD) < 0 || fcntl(b[1], F_GETFD) < 0 || fcntl(mine, F_GETFD) < 0 ||
+                          fcntl(other, F_GETFD) >= 0 || fcntl(a[0], F_GETFD) >= 0 || fcntl(b[0], F_GETFD) >= 0;
+                if (bad)
+                        _exit(2);
+                limits_child_defaults();
+                _exit(0);
+        }
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+        char c[4] = "";
+        assert_int_equal(read(a[0], c, sizeof c), 1);
+        assert_int_equal(read(b[0], c, sizeof c), 1);
+        close(a[0]);
+        close(a[1]);
+        close(b[0]);
+        close(b[1]);
+        close(other);
+        close(mine);
+}
+
 static void test_was_oom_kill(void **state) {
         uint64_t now = limits_oom_kills();
         if (now == UINT64_MAX)
@@ -214,6 +253,7 @@ static void test_cgroup_view(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_child_cgroup_fds),
+                cmocka_unit_test(test_close_keeping_cgroup_fds),
                 cmocka_unit_test(test_was_oom_kill),
                 cmocka_unit_test(test_memory_used),
                 cmocka_unit_test(test_largest_process),
