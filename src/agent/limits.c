@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/macro.h"
 
 static void write_text(const char *path, const char *text) {
@@ -196,21 +197,6 @@ int limits_parse_cgroup_view(const char *text, LimitsView *ret) {
         return 0;
 }
 
-static int write_file_at(const char *root, const char *file, const char *text) {
-        char path[512];
-        if (snprintf(path, sizeof path, "%s/%s", root, file) >= (int)sizeof path)
-                return -ENAMETOOLONG;
-        /* No O_CREAT: a missing file is a cgroupfs without that controller. */
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0)
-                return -errno;
-        size_t n = strlen(text);
-        ssize_t w = write(fd, text, n);
-        if (w < 0)
-                return -errno;
-        return (size_t)w == n ? 0 : -EIO;
-}
-
 int limits_write_cgroup_view(const char *root, const LimitsView *v) {
         char mem[32], quota[32], pids[32];
         snprintf(mem, sizeof mem, "%llu", (unsigned long long)(v->memory_mib << 20));
@@ -226,7 +212,7 @@ int limits_write_cgroup_view(const char *root, const LimitsView *v) {
                 {"pids/pids.max", pids},
         };
         for (size_t i = 0; i < ELEMENTSOF(files); i++) {
-                int r = write_file_at(root, files[i][0], files[i][1]);
+                int r = io_write_knob(root, files[i][0], files[i][1]);
                 if (r < 0)
                         return r;
         }

@@ -3,8 +3,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -146,4 +149,31 @@ int io_clone_probe(const char *dir) {
         if (fsync(a) < 0)
                 return -errno;
         return ioctl(b, FICLONE, a) == 0 ? 0 : -errno;
+}
+
+int io_write_text_at(int dfd, const char *name, const char *text, bool excl, unsigned mode) {
+        int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (excl ? O_EXCL : O_TRUNC);
+        _cleanup_close_ int fd = openat(dfd, name, flags, (mode_t)mode);
+        if (fd < 0)
+                return -errno;
+        int r = io_write_all(fd, text, strlen(text));
+        if (r == 0 && fsync(fd) < 0)
+                r = -errno;
+        return r;
+}
+
+int io_write_knob(const char *dir, const char *name, const char *value) {
+        char p[PATH_MAX];
+        if (!dir)
+                return -ENOENT;
+        if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p)
+                return -ENAMETOOLONG;
+        _cleanup_close_ int fd = open(p, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_TRUNC);
+        if (fd < 0)
+                return -errno;
+        size_t n = strlen(value);
+        ssize_t w = write(fd, value, n);
+        if (w < 0)
+                return -errno;
+        return (size_t)w == n ? 0 : -EIO;
 }

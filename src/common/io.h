@@ -1,6 +1,7 @@
 #pragma once
 /* Whole-buffer I/O over one descriptor, for every component (the agent
  * links this too: libc only). */
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Writes all n bytes, again after a short write or EINTR. 0, or a negative
@@ -29,3 +30,13 @@ int io_read_full(int fd, void *buf, size_t cap, size_t *ret_len);
  * at most len - 1 bytes, trailing newlines and spaces dropped. 0 or a
  * negative errno. */
 int io_read_text(const char *path, char *buf, size_t len);
+/* Writes text as the whole of the file name under dfd, made with mode
+ * (never following a symbolic link; O_EXCL with excl, else truncated), and
+ * syncs it: a small record (a key, a snapshot's description) that must be
+ * on disk before what depends on it is. 0 or a negative errno. */
+int io_write_text_at(int dfd, const char *name, const char *text, bool excl, unsigned mode);
+/* Writes value, in one write, into the existing control file dir/name (a
+ * cgroupfs knob): never created (a missing file means the kernel lacks the
+ * knob, and a plain file would hide that), never through a symbolic link.
+ * 0, -ENOENT for a NULL dir, -EIO for a short write, or a negative errno. */
+int io_write_knob(const char *dir, const char *name, const char *value);

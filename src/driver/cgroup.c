@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/macro.h"
 #include "common/timeutil.h"
 
@@ -37,23 +38,7 @@ static bool file_exists_in(const char *dir, const char *name) {
 }
 
 static int write_in(const char *dir, const char *name, const char *value) {
-        char p[PATH_MAX];
-        if (!dir)
-                return -ENOENT;
-        if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p)
-                return -ENAMETOOLONG;
-        /* No O_CREAT: in a real cgroupfs a missing file means the kernel lacks
-         * the knob, and creating a plain file would hide that. */
-        _cleanup_close_ int fd = open(p, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_TRUNC);
-        if (fd < 0)
-                return -errno;
-        size_t n = strlen(value);
-        ssize_t w = write(fd, value, n);
-        if (w < 0)
-                return -errno;
-        if ((size_t)w != n)
-                return -EIO;
-        return 0;
+        return io_write_knob(dir, name, value);
 }
 
 /* Reads a small control file (at most len-1 bytes), NUL-terminated. */

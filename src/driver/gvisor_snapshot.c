@@ -107,16 +107,6 @@ static int machine_key(const DriverSpec *spec, const GvisorRunsc *rs, char *buf,
         return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
 }
 
-static int write_file_at(int dfd, const char *name, const char *text) {
-        _cleanup_close_ int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0)
-                return -errno;
-        int r = io_write_all(fd, text, strlen(text));
-        if (r == 0 && fsync(fd) < 0)
-                r = -errno;
-        return r;
-}
-
 /* runsc writes its image as root, readable by all; the snapshot's files are
  * the daemon's alone, and synced before the snapshot is recorded. */
 static int seal_image(int dfd) {
@@ -183,7 +173,7 @@ int gvisor_snapshot_save(DriverInstance *inst, const DriverSpec *spec, const Gvi
         if (r == 0)
                 r = seal_image(dfd);
         if (r == 0)
-                r = write_file_at(dfd, SNAP_MACHINE, machine);
+                r = io_write_text_at(dfd, SNAP_MACHINE, machine, true, 0600);
         /* Left as it was found: frozen, for the daemon to thaw. */
         int rr = 0;
         if (paused) {

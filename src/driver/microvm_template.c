@@ -108,16 +108,6 @@ static uint64_t fnv1a64(const char *s) {
         return h;
 }
 
-static int write_file_at(int dfd, const char *name, const char *text, mode_t mode) {
-        _cleanup_close_ int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-        if (fd < 0)
-                return -errno;
-        int r = io_write_all(fd, text, strlen(text));
-        if (r == 0 && fsync(fd) < 0)
-                r = -errno;
-        return r;
-}
-
 /* templates/<name>, opened, when its key file says exactly `key` (a
  * directory is renamed into place only once complete); -1 when not. Every
  * part of a template is then opened through this one descriptor, so that
@@ -374,7 +364,7 @@ static int template_get(const MicrovmStart *s, int tfd, char *name, size_t name_
         int64_t t0 = (int64_t)time_now_mono_ms();
         r = template_build(s, p_tmp, tpl_name, why, why_len);
         if (r == 0)
-                r = write_file_at(nfd, "key", key, 0600);
+                r = io_write_text_at(nfd, "key", key, false, 0600);
         if (r == 0 && fsync(nfd) < 0)
                 r = -errno;
         if (r == 0)

@@ -302,6 +302,29 @@ static void test_path_identity(void **state) {
         free(d);
 }
 
+static void test_write_text_at(void **state) {
+        char *d = tmpdir(), buf[16];
+        int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(dfd >= 0);
+        assert_int_equal(io_write_text_at(dfd, "k", "first", true, 0600), 0);
+        /* O_EXCL: never over a file already there; else the file is replaced whole. */
+        assert_int_equal(io_write_text_at(dfd, "k", "x", true, 0600), -EEXIST);
+        assert_int_equal(io_write_text_at(dfd, "k", "two", false, 0600), 0);
+        char p[PATH_MAX];
+        assert_int_equal(path_join(p, sizeof p, d, "k"), 0);
+        assert_int_equal(io_read_text(p, buf, sizeof buf), 0);
+        assert_string_equal(buf, "two");
+        struct stat st;
+        assert_int_equal(stat(p, &st), 0);
+        assert_int_equal(st.st_mode & 07777, 0600);
+        /* A symbolic link in its place is not followed. */
+        assert_int_equal(symlinkat("k", dfd, "l"), 0);
+        assert_int_equal(io_write_text_at(dfd, "l", "x", false, 0600), -ELOOP);
+        close(dfd);
+        assert_int_equal(path_remove_tree_at(AT_FDCWD, d), 0);
+        free(d);
+}
+
 static void test_self_dir(void **state) {
         char dir[PATH_MAX], exe[PATH_MAX];
         assert_int_equal(path_self_dir(dir, sizeof dir), 0);
@@ -438,7 +461,7 @@ int main(void) {
                 cmocka_unit_test(test_copy_sparse), cmocka_unit_test(test_copy_clones_where_it_can),       cmocka_unit_test(test_read_text),
                 cmocka_unit_test(test_path_join),          cmocka_unit_test(test_read_full_short_reads_and_cap),
                 cmocka_unit_test(test_remove_tree),       cmocka_unit_test(test_remove_tree_options),       cmocka_unit_test(test_self_dir),
-                cmocka_unit_test(test_path_identity),
+                cmocka_unit_test(test_path_identity),         cmocka_unit_test(test_write_text_at),
         };
         return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }
