@@ -10,7 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
+#include <sched.h>
+#include <stdint.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <termios.h>
 #include <unistd.h>
@@ -67,17 +70,21 @@ static void child_fail_cwd(const char *cwd, int err) {
         _exit(127);
 }
 
-/* The child's defaults: signals, its own session, the agent's limits. */
+/* The child's defaults: signals, its own session, the agent's limits. The
+ * dispositions first, with the agent's mask still blocking everything it
+ * takes from its signalfd: a command's child runs on the agent's memory
+ * until its execve (spawn_vm below). */
 static void child_reset(void) {
-        /* The agent blocks and ignores signals for its own loop; a child
-         * must start with defaults (ignored signals survive execve). */
-        sigset_t all;
-        sigemptyset(&all);
-        sigprocmask(SIG_SETMASK, &all, NULL);
+        /* The agent ignores some signals and blocks the rest for its own
+         * loop; a child must start with defaults (ignored signals and the
+         * mask survive execve). */
         signal(SIGPIPE, SIG_DFL);
         signal(SIGCHLD, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         signal(SIGINT, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         setsid();
         limits_child_defaults();
 }
@@ -109,14 +116,17 @@ static void child_exec(const AgentRequest *r, char **env) {
          * setgid are refused. Each one checked: a child that kept root's
          * groups or gid would run with more than it was given. */
         if (r->uid >= 0) {
+                /* The system calls themselves: libc's wrappers may signal
+                 * every thread they believe the process has, and this child
+                 * shares the agent's memory until its execve. */
                 gid_t g = (gid_t)r->gid;
-                if (setgroups(1, &g) < 0)
+                if (syscall(SYS_setgroups, 1, &g) < 0)
                         child_fail("setgroups", errno);
-                if (setgid(g) < 0)
+                if (syscall(SYS_setgid, g) < 0)
                         child_fail("setgid", errno);
-                if (setuid((uid_t)r->uid) < 0)
+                if (syscall(SYS_setuid, (uid_t)r->uid) < 0)
                         child_fail("setuid", errno);
-                if (r->uid != 0 && (setuid(0) == 0 || geteuid() == 0))
+                if (r->uid != 0 && (syscall(SYS_setuid, 0) == 0 || geteuid() == 0))
                         child_fail("setuid", EPERM);
         }
         if (chdir(r->cwd) < 0)
@@ -221,6 +231,79 @@ static void pty_child(int fd, const AgentRequest *r) {
                 (void)!fchown(0, (uid_t)r->uid, (gid_t)r->gid);
 }
 
+/* What a child needs to start: it reads it from the agent's memory. */
+typedef struct SpawnArgs {
+        const AgentRequest *r;
+        char **env;
+        int stdio[3];  /* onto fds 0..2; stdin -1: /dev/null */
+        int pty_slave; /* >= 0: a pty exec, its terminal instead */
+} SpawnArgs;
+
+static int spawn_child(void *p) {
+        const SpawnArgs *a = p;
+        child_reset();
+        if (a->pty_slave >= 0)
+                pty_child(a->pty_slave, a->r);
+        else {
+                int in = a->stdio[0];
+                if (in < 0 && (in = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+                        _exit(126);
+                /* dup2 over fds 0..2 (the agent's own channel when it uses stdio). */
+                if (dup2(in, 0) < 0 || dup2(a->stdio[1], 1) < 0 || dup2(a->stdio[2], 2) < 0)
+                        _exit(126);
+        }
+        child_exec(a->r, a->env);
+        _exit(126);
+}
+
+/* The stack of a command's child until its execve: one mapping, made at the
+ * first command and kept, above a guard page. */
+#define SPAWN_STACK_BYTES (256u * 1024u)
+
+/* Under AddressSanitizer (the test build) a child's frames leave their
+ * markings in the shadow of that stack, shared with the agent, when it
+ * execs; the next child starts on a clean one. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define SPAWN_STACK_CLEAN(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define SPAWN_STACK_CLEAN(p, n) ((void)(p), (void)(n))
+#endif
+
+/* Starts the child: the pid, or -errno. A command's child runs on the agent's
+ * memory, the agent stopped, until its execve or _exit (CLONE_VM |
+ * CLONE_VFORK, as posix_spawn does): a fork copies the agent's address space
+ * and then takes a fault for each page either side writes, which costs a
+ * gVisor sandbox ~20 ms a command on a host with nested paging
+ * (docs/benchmarks.md). The child makes only system calls and writes only
+ * its own stack; its libc calls are ones posix_spawn's child makes too. An
+ * archive's child does its work before exiting, so it forks. */
+static pid_t spawn(SpawnArgs *a) {
+        static uint8_t *stack;
+        if (a->r->op != REQ_EXEC) {
+                pid_t pid = fork();
+                if (pid == 0)
+                        spawn_child(a);
+                return pid < 0 ? -errno : pid;
+        }
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        if (!stack) {
+                void *m = mmap(NULL, page + SPAWN_STACK_BYTES, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+                if (m == MAP_FAILED)
+                        return -errno;
+                if (mprotect(m, page, PROT_NONE) < 0) {
+                        int k = -errno;
+                        munmap(m, page + SPAWN_STACK_BYTES);
+                        return k;
+                }
+                stack = m;
+        }
+        SPAWN_STACK_CLEAN(stack + page, SPAWN_STACK_BYTES);
+        pid_t pid = clone(spawn_child, stack + page + SPAWN_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD, a);
+        return pid < 0 ? -errno : pid;
+}
+
 static int exec_spawn_pty(const AgentRequest *r, char **env, ExecChild *ret);
 
 
@@ -252,26 +335,13 @@ int exec_spawn(const AgentRequest *r, ExecChild *ret) {
                 return k;
         }
 
-        pid_t pid = fork();
+        SpawnArgs args = {.r = r, .env = env, .stdio = {in[0], out[1], err[1]}, .pty_slave = -1};
+        pid_t pid = spawn(&args);
         if (pid < 0) {
-                k = -errno;
                 close_pair(in);
                 close_pair(out);
                 close_pair(err);
-                return k;
-        }
-        if (pid == 0) {
-                child_reset();
-                int null_fd = -1;
-                if (in[0] < 0) {
-                        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                        if (null_fd < 0)
-                                _exit(126);
-                }
-                /* dup2 over fds 0..2 (the agent's own channel when it uses stdio). */
-                if (dup2(in[0] >= 0 ? in[0] : null_fd, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
-                        _exit(126);
-                child_exec(r, env);
+                return pid;
         }
 
         if (in[0] >= 0)
@@ -287,18 +357,13 @@ static int exec_spawn_pty(const AgentRequest *r, char **env, ExecChild *ret) {
         int k = pty_open(r, master, &slave);
         if (k < 0)
                 return k;
-        pid_t pid = fork();
+        SpawnArgs args = {.r = r, .env = env, .stdio = {-1, -1, -1}, .pty_slave = slave};
+        pid_t pid = spawn(&args);
         if (pid < 0) {
-                k = -errno;
                 close(master[0]);
                 close(master[1]);
                 close(slave);
-                return k;
-        }
-        if (pid == 0) {
-                child_reset();
-                pty_child(slave, r);
-                child_exec(r, env);
+                return pid;
         }
         close(slave);
         *ret = (ExecChild){.pid = pid, .stdin_fd = master[0], .stdout_fd = master[1], .stderr_fd = -1};

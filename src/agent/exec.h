@@ -23,7 +23,7 @@ extern const char *const exec_base_env[];
  * then by `extra` ("K=V" strings). Free with free() (the strings are borrowed). */
 char **exec_build_env(const char *const user_env[], char *const extra[], size_t n_extra);
 
-/* Forks the child. A child that cannot chdir or exec reports it on its stderr
+/* Starts the child (see spawn in exec.c). A child that cannot chdir or exec reports it on its stderr
  * and exits 127 (126 when not executable), as a shell does. */
 int exec_spawn(const AgentRequest *r, ExecChild *ret);
 

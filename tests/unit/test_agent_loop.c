@@ -220,6 +220,51 @@ static void test_exec_as_user(void **state) {
         assert_string_equal(out, "1234:4321:4321\n");
 }
 
+/* One exec to its result: the exit code, and what it wrote to stderr. */
+static int exec_stderr(Host *h, uint32_t id, const char *open_json, char *err, size_t cap) {
+        send_json(h, PROTO_OPEN, id, open_json);
+        ProtoHeader hdr;
+        static uint8_t buf[4096];
+        err[0] = 0;
+        for (;;) {
+                next_frame(h, &hdr, buf, sizeof buf);
+                assert_int_equal(hdr.stream, id);
+                if (hdr.type == PROTO_DATA && hdr.flags == PROTO_FD_ERR && strlen(err) + hdr.length < cap)
+                        strcat(err, (char *)buf);
+                if (hdr.type == PROTO_RESULT)
+                        break;
+        }
+        json_t *j = json_loads((char *)buf, 0, NULL);
+        assert_non_null(j);
+        int code = (int)json_integer_value(json_object_get(j, "exitCode"));
+        json_decref(j);
+        return code;
+}
+
+/* A child that cannot start says why and exits as a shell would, while the
+ * agent (whose memory it ran on until then) goes on: a missing program,
+ * a missing directory, a directory as the program. */
+static void test_exec_that_cannot_start(void **state) {
+        Host *h = *state;
+        char err[1024];
+        assert_int_equal(exec_stderr(h, 1, "{\"op\":\"exec\",\"argv\":[\"no-such-program-here\"],\"cwd\":\"/\"}",
+                                     err, sizeof err),
+                         127);
+        assert_non_null(strstr(err, "no-such-program-here"));
+        assert_int_equal(exec_stderr(h, 3, "{\"op\":\"exec\",\"argv\":[\"true\"],\"cwd\":\"/no/such/dir\"}", err,
+                                     sizeof err),
+                         127);
+        assert_non_null(strstr(err, "cd: /no/such/dir"));
+        assert_int_equal(exec_stderr(h, 5, "{\"op\":\"exec\",\"argv\":[\"/tmp\"],\"cwd\":\"/\"}", err, sizeof err),
+                         126);
+        assert_int_equal(exec_stderr(h, 7,
+                                     "{\"op\":\"exec\",\"argv\":[\"/bin/sh\",\"-c\",\"echo ok >&2; exit 7\"],"
+                                     "\"cwd\":\"/\"}",
+                                     err, sizeof err),
+                         7);
+        assert_string_equal(err, "ok\n");
+}
+
 static void test_file_round_trip_within_window(void **state) {
         Host *h = *state;
         const size_t size = 3 * 1024 * 1024 + 12345;
@@ -301,6 +346,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_many_execs, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_signal_running_exec, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_exec_as_user, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_exec_that_cannot_start, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_file_round_trip_within_window, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
