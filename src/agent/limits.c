@@ -3,10 +3,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,7 +24,9 @@ static void write_text(const char *path, const char *text) {
         close(fd);
 }
 
-/* The work leaf's join files from the namespace driver (--cgroup-fds). */
+/* The join files of the cgroup every command runs in: the namespace
+ * driver's work leaf (--cgroup-fds), or gVisor's commands cgroup
+ * (limits_make_command_cgroup). */
 static int child_cgroup_fds[LIMITS_CGROUP_FDS_MAX];
 static size_t n_child_cgroup_fds;
 
@@ -197,7 +201,9 @@ int limits_parse_cgroup_view(const char *text, LimitsView *ret) {
         return 0;
 }
 
-int limits_write_cgroup_view(const char *root, const LimitsView *v) {
+/* The view's files under root/<controller>/<sub>/ (sub "" for the
+ * controllers' own directories). */
+static int write_view(const char *root, const char *sub, const LimitsView *v) {
         char mem[32], quota[32], pids[32];
         snprintf(mem, sizeof mem, "%llu", (unsigned long long)(v->memory_mib << 20));
         if (v->vcpu)
@@ -205,16 +211,59 @@ int limits_write_cgroup_view(const char *root, const LimitsView *v) {
         else
                 snprintf(quota, sizeof quota, "-1");
         snprintf(pids, sizeof pids, "%llu", (unsigned long long)v->pids_max);
-        const char *const files[][2] = {
-                {"memory/memory.limit_in_bytes", mem},
-                {"cpu/cpu.cfs_period_us", "100000"},
-                {"cpu/cpu.cfs_quota_us", quota},
-                {"pids/pids.max", pids},
+        const char *const files[][3] = {
+                {"memory", "memory.limit_in_bytes", mem},
+                {"cpu", "cpu.cfs_period_us", "100000"},
+                {"cpu", "cpu.cfs_quota_us", quota},
+                {"pids", "pids.max", pids},
         };
         for (size_t i = 0; i < ELEMENTSOF(files); i++) {
-                int r = io_write_knob(root, files[i][0], files[i][1]);
+                char name[PATH_MAX];
+                int n = snprintf(name, sizeof name, "%s/%s%s%s", files[i][0], sub, *sub ? "/" : "", files[i][1]);
+                if (n < 0 || (size_t)n >= sizeof name)
+                        return -ENAMETOOLONG;
+                int r = io_write_knob(root, name, files[i][2]);
                 if (r < 0)
                         return r;
         }
+        return 0;
+}
+
+int limits_write_cgroup_view(const char *root, const LimitsView *v) {
+        return write_view(root, "", v);
+}
+
+int limits_make_command_cgroup(const char *root, const LimitsView *v) {
+        static const char *const controllers[] = {"memory", "cpu", "pids"};
+        if (n_child_cgroup_fds + ELEMENTSOF(controllers) > LIMITS_CGROUP_FDS_MAX)
+                return -E2BIG;
+        char path[PATH_MAX];
+        for (size_t i = 0; i < ELEMENTSOF(controllers); i++) {
+                int n = snprintf(path, sizeof path, "%s/%s/%s", root, controllers[i], LIMITS_VIEW_COMMANDS);
+                if (n < 0 || (size_t)n >= sizeof path)
+                        return -ENAMETOOLONG;
+                /* A copy restored from a memory snapshot has it already. */
+                if (mkdir(path, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+        }
+        LimitsView commands = *v;
+        uint64_t keep = LIMITS_VIEW_AGENT_PIDS(v->pids_max);
+        commands.pids_max = v->pids_max > keep ? v->pids_max - keep : 1;
+        int r = write_view(root, LIMITS_VIEW_COMMANDS, &commands);
+        if (r < 0)
+                return r;
+        int fds[ELEMENTSOF(controllers)];
+        for (size_t i = 0; i < ELEMENTSOF(controllers); i++) {
+                snprintf(path, sizeof path, "%s/%s/%s/cgroup.procs", root, controllers[i], LIMITS_VIEW_COMMANDS);
+                fds[i] = open(path, O_WRONLY | O_CLOEXEC);
+                if (fds[i] < 0) {
+                        r = -errno;
+                        while (i > 0)
+                                close(fds[--i]);
+                        return r;
+                }
+        }
+        for (size_t i = 0; i < ELEMENTSOF(controllers); i++)
+                child_cgroup_fds[n_child_cgroup_fds++] = fds[i];
         return 0;
 }

@@ -80,3 +80,15 @@ int limits_parse_cgroup_view(const char *text, LimitsView *ret);
  * the sandbox's size; the files are the Sentry's bookkeeping and reach no
  * host cgroup. The first error (-ENOENT where a file is missing). */
 int limits_write_cgroup_view(const char *root, const LimitsView *v);
+
+/* gVisor's cgroupfs counts every task of the sandbox against pids.max, the
+ * agent's among them: commands run in a cgroup of their own below the view
+ * (root/<controller>/LIMITS_VIEW_COMMANDS for memory, cpu and pids, made
+ * here), with the view's limits but pids, of which the agent keeps
+ * LIMITS_VIEW_AGENT_PIDS for itself and the sudo gateway. A fork bomb at the
+ * limit then leaves the agent a fork for the next command. Every child
+ * joins it before it execs (limits_child_defaults). The first error; -E2BIG
+ * when the join files would not fit. */
+#define LIMITS_VIEW_COMMANDS "sandbox"
+#define LIMITS_VIEW_AGENT_PIDS(pids) ((pids) / 16 > 16 ? (pids) / 16 : 16)
+int limits_make_command_cgroup(const char *root, const LimitsView *v);

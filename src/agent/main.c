@@ -67,6 +67,8 @@ static int serve(int in_fd, int out_fd, int sig_fd, bool vm, bool restorable, un
                 int vr = limits_write_cgroup_view("/sys/fs/cgroup", view);
                 if (vr < 0)
                         fprintf(stderr, "runtime-agent: cannot write the cgroup view: %s\n", strerror(-vr));
+                else if ((vr = limits_make_command_cgroup("/sys/fs/cgroup", view)) < 0)
+                        fprintf(stderr, "runtime-agent: cannot make the commands' cgroup: %s\n", strerror(-vr));
         }
         int r = fsops_mkdir_p("/workspace", 0755);
         if (r < 0)

@@ -136,11 +136,19 @@ static void test_was_oom_kill(void **state) {
         if (now == UINT64_MAX)
                 skip();
         int killed = status_of(-SIGKILL), exited = status_of(137), term = status_of(-SIGTERM);
-        assert_false(limits_was_oom_kill(killed, false, now));     /* count did not move */
-        assert_true(limits_was_oom_kill(killed, false, now - 1));  /* it did */
-        assert_false(limits_was_oom_kill(killed, true, now - 1));  /* the agent's own kill */
-        assert_false(limits_was_oom_kill(exited, false, now - 1)); /* exit 137 is a choice */
-        assert_false(limits_was_oom_kill(term, false, now - 1));
+        assert_false(limits_was_oom_kill(killed, false, now)); /* count did not move */
+        /* A count that went up by one since `before`: on a host that never
+         * OOM-killed anything (a count of 0) there is no earlier count to
+         * give (0 - 1 is the "unreadable" UINT64_MAX). */
+        if (now == 0) {
+                assert_false(limits_was_oom_kill(killed, true, 0));
+                return;
+        }
+        uint64_t before = now - 1;
+        assert_true(limits_was_oom_kill(killed, false, before));  /* it did */
+        assert_false(limits_was_oom_kill(killed, true, before));  /* the agent's own kill */
+        assert_false(limits_was_oom_kill(exited, false, before)); /* exit 137 is a choice */
+        assert_false(limits_was_oom_kill(term, false, before));
         assert_false(limits_was_oom_kill(killed, false, UINT64_MAX));
 }
 
@@ -250,6 +258,100 @@ static void test_cgroup_view(void **state) {
         rmdir(root);
 }
 
+/* gVisor's commands cgroup: made below each controller with the view's
+ * limits less the agent's pids, and joined by every child. Checked in a
+ * process of its own, as the join files are the agent's global state. */
+static int command_cgroup_in_child(const char *root) {
+        int keep[2];
+        if (pipe(keep) < 0)
+                return 10;
+        char one[16];
+        snprintf(one, sizeof one, "%d", keep[1]);
+        if (limits_set_child_cgroup_fds(one) < 0)
+                return 11;
+        /* A controller's directory missing: an error. */
+        if (limits_make_command_cgroup(root, &(LimitsView){512, 2, 1000}) != -ENOENT)
+                return 12;
+        static const char *const ctl[] = {"memory", "cpu", "pids"};
+        static const char *const knobs[] = {"memory/sandbox/memory.limit_in_bytes", "cpu/sandbox/cpu.cfs_period_us",
+                                            "cpu/sandbox/cpu.cfs_quota_us", "pids/sandbox/pids.max"};
+        char p[PATH_MAX];
+        for (size_t i = 0; i < 3; i++) {
+                snprintf(p, sizeof p, "%s/%s", root, ctl[i]);
+                if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                        return 13;
+                /* cgroupfs makes a new cgroup's files with it; a copy
+                 * restored from a snapshot finds the directory there. */
+                snprintf(p, sizeof p, "%s/%s/sandbox", root, ctl[i]);
+                if (mkdir(p, 0755) < 0)
+                        return 14;
+                snprintf(p, sizeof p, "%s/%s/sandbox/cgroup.procs", root, ctl[i]);
+                if (close(open(p, O_WRONLY | O_CREAT, 0644)) < 0)
+                        return 15;
+        }
+        for (size_t i = 0; i < 4; i++) {
+                snprintf(p, sizeof p, "%s/%s", root, knobs[i]);
+                if (close(open(p, O_WRONLY | O_CREAT, 0644)) < 0)
+                        return 16;
+        }
+        if (limits_make_command_cgroup(root, &(LimitsView){512, 2, 1000}) != 0)
+                return 17;
+        static const char *const want[] = {"536870912", "100000", "200000", "938"}; /* 1000 - 1000/16 */
+        for (size_t i = 0; i < 4; i++) {
+                char buf[64] = {0};
+                snprintf(p, sizeof p, "%s/%s", root, knobs[i]);
+                FILE *f = fopen(p, "r");
+                if (!f || !fgets(buf, sizeof buf, f) || strcmp(buf, want[i]) != 0)
+                        return 20 + (int)i;
+                fclose(f);
+        }
+        /* Small limits keep 16. */
+        if (limits_make_command_cgroup(root, &(LimitsView){64, 1, 64}) != 0)
+                return 30;
+        snprintf(p, sizeof p, "%s/pids/sandbox/pids.max", root);
+        char buf[64] = {0};
+        FILE *f = fopen(p, "r");
+        if (!f || !fgets(buf, sizeof buf, f) || strcmp(buf, "48") != 0)
+                return 31;
+        fclose(f);
+        pid_t pid = fork();
+        if (pid < 0)
+                return 32;
+        if (pid == 0) {
+                limits_child_defaults();
+                _exit(0);
+        }
+        int st;
+        if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                return 33;
+        for (size_t i = 0; i < 3; i++) {
+                char c[8] = "";
+                snprintf(p, sizeof p, "%s/%s/sandbox/cgroup.procs", root, ctl[i]);
+                int fd = open(p, O_RDONLY);
+                if (fd < 0 || read(fd, c, sizeof c) != 1 || c[0] != '0')
+                        return 40 + (int)i;
+                close(fd);
+        }
+        return 0;
+}
+
+static void test_command_cgroup(void **state) {
+        (void)state;
+        char root[] = "/tmp/runtime-cmdcg-XXXXXX";
+        assert_non_null(mkdtemp(root));
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0)
+                _exit(command_cgroup_in_child(root));
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+        assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_child_cgroup_fds),
@@ -258,6 +360,7 @@ int main(void) {
                 cmocka_unit_test(test_memory_used),
                 cmocka_unit_test(test_largest_process),
                 cmocka_unit_test(test_cgroup_view),
+                cmocka_unit_test(test_command_cgroup),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
