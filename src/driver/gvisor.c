@@ -825,7 +825,25 @@ static int gv_stats(DriverInstance *inst, DriverStats *ret) {
         return launch_stats(inst, ret);
 }
 
-/* Memory snapshots: the daemon has frozen the sandbox with its agent's
+/* A pause stops every task inside the Sentry (gvisor_runsc_pause); the
+ * Sentry and its gofer stay idle, not frozen. */
+static int gv_pause_or_resume(DriverInstance *inst, bool pause) {
+        const char *runsc = find_runsc();
+        if (!runsc)
+                return -ENOENT;
+        GvisorRunsc rs = {.path = runsc, .version = chosen_version, .platform = chosen_platform};
+        return gvisor_runsc_pause(inst, &rs, pause);
+}
+
+static int gv_pause(DriverInstance *inst) {
+        return gv_pause_or_resume(inst, true);
+}
+
+static int gv_resume(DriverInstance *inst) {
+        return gv_pause_or_resume(inst, false);
+}
+
+/* Memory snapshots: the daemon has stopped the sandbox with its agent's
  * channel empty; its disk and its Sentry's kernel are saved together
  * (gvisor_snapshot.c). */
 static int gv_snapshot_memory(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir) {
@@ -862,8 +880,8 @@ const Driver driver_gvisor = {
         .reap_orphan = gv_reap_orphan,
         .stats = gv_stats,
         .alive = launch_alive,
-        .pause = launch_pause,
-        .resume = launch_resume,
+        .pause = gv_pause,
+        .resume = gv_resume,
         .snapshot_disk = launch_snapshot_disk,
         .restore_disk = gv_restore_disk,
         .snapshot_memory = gv_snapshot_memory,

@@ -140,26 +140,15 @@ int gvisor_snapshot_save(DriverInstance *inst, const DriverSpec *spec, const Gvi
         _cleanup_close_ int dfd = open(dest_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         if (dfd < 0)
                 return -errno;
-        /* runsc talks to the Sentry, which the freezer holds: it is stopped
-         * inside instead (every task at its next stop point, the Sentry
-         * still answering), with the channel still quiet. */
-        r = launch_resume(inst);
-        if (r < 0) {
-                snprintf(why, why_len, "thawing: %s", strerror(-r));
-                return r;
-        }
-        const char *const pause[] = { "pause", inst->id, NULL };
-        r = runsc_cmd(rs, inst->runsc_root, pause, RUNSC_QUICK_MS, why, why_len);
-        bool paused = r == 0;
-        /* The disk first, then the kernel, both at the same stop: every
-         * write the Sentry made went to the layer through the gofer
-         * (--overlay2=none, shared file access), so the layer synced now
-         * holds the files the saved kernel has open, at their sizes. */
-        if (r == 0) {
-                r = launch_snapshot_disk(inst, spec, dest_dir);
-                if (r < 0)
-                        snprintf(why, why_len, "copying the disk: %s", strerror(-r));
-        }
+        /* Stopped inside its Sentry by the daemon (gvisor_runsc_pause), with
+         * the channel quiet. The disk first, then the kernel, both at the
+         * same stop: every write the Sentry made went to the layer through
+         * the gofer (--overlay2=none, shared file access), so the layer
+         * synced now holds the files the saved kernel has open, at their
+         * sizes. */
+        r = launch_snapshot_disk(inst, spec, dest_dir);
+        if (r < 0)
+                snprintf(why, why_len, "copying the disk: %s", strerror(-r));
         if (r == 0) {
                 const char *const ck[] = { "checkpoint", "--leave-running", "--image-path", dest_dir, inst->id, NULL };
                 r = runsc_cmd(rs, inst->runsc_root, ck, RUNSC_CHECKPOINT_MS, why, why_len);
@@ -174,23 +163,16 @@ int gvisor_snapshot_save(DriverInstance *inst, const DriverSpec *spec, const Gvi
                 r = seal_image(dfd);
         if (r == 0)
                 r = io_write_text_at(dfd, SNAP_MACHINE, machine, true, 0600);
-        /* Left as it was found: frozen, for the daemon to thaw. */
-        int rr = 0;
-        if (paused) {
-                const char *const resume[] = { "resume", inst->id, NULL };
-                char why2[256];
-                rr = runsc_cmd(rs, inst->runsc_root, resume, RUNSC_QUICK_MS, why2, sizeof(why2));
-                if (rr < 0 && r == 0)
-                        snprintf(why, why_len, "%s", why2);
-        }
-        int rf = launch_pause(inst);
-        if (r == 0 && rr < 0)
-                r = rr;
-        if (r == 0 && rf < 0) {
-                snprintf(why, why_len, "freezing again: %s", strerror(-rf));
-                r = rf;
-        }
+        /* Left as it was found: stopped, for the daemon to resume. */
         return r;
+}
+
+int gvisor_runsc_pause(DriverInstance *inst, const GvisorRunsc *rs, bool pause) {
+        if (!inst || !inst->runsc_root || !launch_alive(inst))
+                return -ESRCH;
+        const char *const args[] = { pause ? "pause" : "resume", inst->id, NULL };
+        char why[256];
+        return runsc_cmd(rs, inst->runsc_root, args, RUNSC_QUICK_MS, why, sizeof(why));
 }
 
 bool gvisor_snapshot_has_memory(const char *snap_dir) {

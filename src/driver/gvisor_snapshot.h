@@ -21,14 +21,21 @@ typedef struct GvisorRunsc {
         const char *platform;
 } GvisorRunsc;
 
-/* Saves inst, frozen by the daemon with its agent's channel empty, into
- * dest_dir (new, empty): it leaves the freezer for runsc, is stopped inside
- * its Sentry (runsc pause) while its disk is copied and its kernel saved
- * (runsc checkpoint --leave-running), then frozen again. why says what
- * failed, for the daemon's log. -ESTALE when a process holds a deleted
- * file open, which the Sentry cannot save; the sandbox carries on. */
+/* Saves inst, stopped by the daemon (gvisor_runsc_pause) with its agent's
+ * channel empty, into dest_dir (new, empty): its disk is copied and its
+ * kernel saved (runsc checkpoint --leave-running) at that stop, and it is
+ * left stopped. why says what failed, for the daemon's log. -ESTALE when a
+ * process holds a deleted file open, which the Sentry could not save
+ * before runsc 2025; the sandbox carries on. */
 int gvisor_snapshot_save(DriverInstance *inst, const DriverSpec *spec, const GvisorRunsc *rs, const char *dest_dir,
                          char *why, size_t why_len);
+/* Stops every task of inst inside its Sentry (runsc pause), or lets them run
+ * on (runsc resume): a gVisor sandbox's pause. Not the host's cgroup
+ * freezer: systrap's stubs wait for the Sentry in a seccomp user
+ * notification, which a freeze interrupts, and the runsc pinned here then
+ * takes the stub for dead and kills it (the next process of that address
+ * space dies of SIGSEGV or SIGKILL; docs/drivers.md). */
+int gvisor_runsc_pause(DriverInstance *inst, const GvisorRunsc *rs, bool pause);
 /* Whether a snapshot's directory holds a saved kernel. */
 bool gvisor_snapshot_has_memory(const char *snap_dir);
 /* A new sandbox from a memory snapshot: the saved kernel linked into its

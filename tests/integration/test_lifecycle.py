@@ -7,8 +7,11 @@ the emulated microVM)."""
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
+import shutil
 import signal
+import subprocess
 import time
 import uuid
 from datetime import datetime
@@ -73,6 +76,14 @@ def cpu_usage_ns(sid: str) -> int | None:
     return None
 
 
+def runsc_state(api, sid: str) -> str:
+    """runsc's word on a gVisor sandbox: running, paused, ..."""
+    state = api.daemon.state_dir / "sandboxes" / sid / "runsc-state"
+    runsc = os.environ.get("RUNTIME_RUNSC") or shutil.which("runsc", path="/usr/local/bin:/usr/bin:/usr/sbin")
+    out = subprocess.run([runsc, "--root", str(state), "state", sid], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)["status"]
+
+
 def steady_for(seconds: float, read, what: str):
     """Observes read() for `seconds` and asserts it never changes: the subject here is that
     nothing happens over a stretch of time, so the test watches it rather than sleeping."""
@@ -95,11 +106,22 @@ def test_pause_keeps_processes_and_wake_carries_on(api, driver):
     got = pause(api, sbx.id)
     assert got["state"] == "paused" and got["pausedAt"] and got["leaseEndsAt"] is None, got
     assert api.sandbox(sbx.id)["state"] == "paused"
-    if driver in ("namespace", "gvisor"):
+    if driver == "namespace":
         assert freezer_frozen(sbx.id) is True, "the sandbox's cgroup is not frozen"
         usage = cpu_usage_ns(sbx.id)
         if usage is not None:
             steady_for(1.0, lambda: cpu_usage_ns(sbx.id), "CPU time of a paused sandbox")
+    if driver == "gvisor":
+        # Stopped inside its Sentry (runsc pause), not frozen: the Sentry and
+        # its gofer idle, their housekeeping all the CPU they take.
+        assert runsc_state(api, sbx.id) == "paused"
+        assert freezer_frozen(sbx.id) is not True
+        usage = cpu_usage_ns(sbx.id)
+        if usage is not None:
+            t0 = time.monotonic()
+            time.sleep(2.0)
+            used = (cpu_usage_ns(sbx.id) - usage) / 1e9 / (time.monotonic() - t0)
+            assert used < 0.05, f"a paused gVisor sandbox took {used:.1%} of a CPU"
     # Paused, without auto-wake: a command is refused with the state, nothing runs.
     assert_error(api.post(f"/v1/sandboxes/{sbx.id}:exec", json={"command": "true"}), 409, "conflict",
                  mentions="paused")
@@ -107,8 +129,10 @@ def test_pause_keeps_processes_and_wake_carries_on(api, driver):
     woke = wake(api, sbx.id)
     assert woke["state"] == "running" and woke["pausedAt"] is None and woke["leaseEndsAt"], woke
     assert woke["runSeconds"] == run_before
-    if driver in ("namespace", "gvisor"):
+    if driver == "namespace":
         assert freezer_frozen(sbx.id) is False
+    if driver == "gvisor":
+        assert runsc_state(api, sbx.id) == "running"
     after = count(sbx)
     # The same loop: its count carries on from where it stood (a new one would start at 1).
     assert after >= before, (before, after)

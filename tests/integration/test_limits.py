@@ -137,6 +137,60 @@ def test_pids_limit_is_set(api, sandbox, user):
     assert sandbox.run("echo alive") == "alive\n"
 
 
+def test_root_gathering_threads_of_many_users_is_refused_and_the_sandbox_goes_on(api, sandbox):
+    """Root inside may change the uid of one thread at a time (setresuid by
+    system call, not through libc) and so gather threads of many users in one
+    process, past any per-user limit (RLIMIT_NPROC), after lifting what it
+    may lift (on gVisor the pids.max of its own cgroupfs, a view root inside
+    can write). The sandbox survives it: the host's pids limit refuses the
+    thread (namespace), or the process past systrap's 4095 tasks is killed
+    alone (gVisor; the Sentry of runsc 20240729 panicked there, ending the
+    sandbox)."""
+    # First lift what root may lift: on gVisor its own cgroupfs is a view
+    # that root inside can write (pids.max with it).
+    prog = ("import ctypes, resource, threading\n"
+            "for f in ('/sys/fs/cgroup/pids/pids.max', '/sys/fs/cgroup/pids.max'):\n"
+            "    try:\n"
+            "        open(f, 'w').write('4194304\\n')\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "SYS_setresuid = 117\n"
+            "soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]\n"
+            "batch = 1000 if soft == resource.RLIM_INFINITY else max(50, min(1000, soft - 64))\n"
+            "threading.stack_size(65536)\n"
+            "ev = threading.Event()\n"
+            "n = 0\n"
+            "try:\n"
+            "    for uid in range(3000, 3100):\n"
+            "        assert libc.syscall(SYS_setresuid, uid, uid, 0) == 0\n"
+            "        for i in range(batch):\n"
+            "            threading.Thread(target=ev.wait, daemon=True).start()\n"
+            "            n += 1\n"
+            "        assert libc.syscall(SYS_setresuid, 0, 0, 0) == 0\n"
+            "        print('threads', n, flush=True)\n"
+            "        if n >= 5000:\n"
+            "            break\n"
+            "except RuntimeError as e:\n"
+            "    print('refused', e, flush=True)\n"
+            "ev.set()\n"
+            "print('started', n, flush=True)\n")
+    r = api.post(f"/v1/sandboxes/{sandbox.id}:exec",
+                 json={"argv": ["python3", "-c", prog], "timeoutMs": 180000, "user": "root"}, timeout=300)
+    assert r.status_code == 200, r.text
+    res = r.json()
+    assert res["timedOut"] is False, res
+    if res["exitCode"] == 0:
+        # Refused: the process went on and said how far it got.
+        assert "refused" in res["stdout"], res
+        assert int(res["stdout"].split()[-1]) < 5000, res
+    else:
+        # Killed: that process alone, by SIGKILL (gVisor past 4095 tasks).
+        assert res["exitCode"] == 128 + 9 and res["signal"] == 9, res
+    assert api.sandbox(sandbox.id)["state"] == "running"
+    assert sandbox.run("echo alive") == "alive\n"
+
+
 def _memory_hog(api, driver, daemon) -> tuple["object", httpx.Response]:
     """Runs a hog in a 128 MiB sandbox beside another sandbox and checks the
     containment, which holds on every driver: the hog is stopped well before
