@@ -60,8 +60,17 @@
  * (docs/drivers.md, "Processes and CPU"); with room. */
 #define GVISOR_TASK_HOST_KIB 704u
 /* Host pids the Sentry, gofer and runsc take before the sandbox runs
- * anything (25-40 seen), with room. */
-#define GVISOR_HOST_PIDS_BASE 128u
+ * anything (25-40 seen), with room for the Go threads the Sentry adds
+ * under load. */
+#define GVISOR_HOST_PIDS_BASE 256u
+/* Host pids one process of the sandbox takes at most: a fork bomb in a
+ * 1024 MiB sandbox of the pinned runsc (960 tasks inside) peaked at 3121
+ * host pids, 3.25 a task with the base (systrap's stub process and its
+ * threads, the Sentry's threads); with room. Past the host's pids.max the
+ * Sentry's Go runtime cannot start a thread and dies ("fatal error:
+ * newosproc"), ending the sandbox: seen in a 2048 MiB one, 1984 tasks
+ * inside against 4096 host pids. */
+#define GVISOR_HOST_PIDS_PER_TASK 4u
 
 /* runsc binaries in order of preference: the pinned build that
  * scripts/install-deps.sh installs, then the distribution's. RUNTIME_RUNSC
@@ -274,10 +283,11 @@ int gvisor_runsc_info(const char **ret_path, const char **ret_version, const cha
 unsigned gvisor_nproc(unsigned memory_mib, unsigned pids_max) {
         unsigned pids = pids_max ? pids_max : LAUNCH_DEFAULT_PIDS_MAX;
         unsigned n = pids < GVISOR_NPROC_MAX ? pids : GVISOR_NPROC_MAX;
-        /* Each process is two host processes in the sandbox's cgroup, whose
-         * pids.max is the spec's: past it the Sentry cannot start the stub
-         * of a new address space and panics. */
-        unsigned host = pids > 2 * GVISOR_HOST_PIDS_BASE ? (pids - GVISOR_HOST_PIDS_BASE) / 2 : pids / 4;
+        /* Each process takes up to GVISOR_HOST_PIDS_PER_TASK host pids in the
+         * sandbox's cgroup, whose pids.max is the spec's: past it the Sentry
+         * cannot start a stub or a thread and dies. */
+        unsigned host = pids > 2 * GVISOR_HOST_PIDS_BASE ? (pids - GVISOR_HOST_PIDS_BASE) / GVISOR_HOST_PIDS_PER_TASK
+                                                         : pids / (2 * GVISOR_HOST_PIDS_PER_TASK);
         if (n > host)
                 n = host;
         /* One task per MiB of the sandbox: the host memory held for the

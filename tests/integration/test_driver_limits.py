@@ -286,13 +286,11 @@ def test_agent_answers_beside_a_fork_bomb_and_spinners(api, driver):
         pytest.skip("the emulated microVM's bombs are test_fork_bomb_leaves_the_agent_answering's; "
                     "RUNTIME_TEST_ALL=1 runs this one there too")
     vcpu = 2
-    # namespace: room for thousands of the bomb's shells, so that its leader
-    # is not the OOM killer's victim before the timeout. gVisor: 512 tasks
-    # (one per MiB); at 2048 MiB (1984 tasks) its agent, one goroutine among
-    # the bomb's in the Sentry, once answered a stat after 58 s and the
-    # bomb's result came past the 90 s grace (docs/drivers.md, "gVisor under
-    # load"): not solved here.
-    sbx = api.create_sandbox(driver=driver, vcpu=vcpu, memoryMiB=512 if driver == "gvisor" else 2048)
+    # Room for thousands of the bomb's shells, so that its leader is not the
+    # OOM killer's victim before the timeout. gVisor: 960 tasks (a quarter
+    # of the host's pids.max less 256); with 1984 the Sentry once died at the
+    # host's pids.max (docs/drivers.md, "gVisor under load").
+    sbx = api.create_sandbox(driver=driver, vcpu=vcpu, memoryMiB=2048)
     bomb_s = 45
     bomb = ("for i in $(seq %d); do (while :; do :; done) & done; :(){ :|:& };:; sleep 600" % vcpu)
     result: dict = {}

@@ -14,13 +14,15 @@ static int setup(void **state) {
 static void test_task_bounds(void **state) {
         (void)state;
         assert_int_equal(gvisor_nproc(512, 0), 512);
-        assert_int_equal(gvisor_nproc(1024, 4096), 1024);
-        assert_int_equal(gvisor_nproc(8192, 4096), (4096 - 128) / 2);
+        assert_int_equal(gvisor_nproc(1024, 4096), (4096 - 256) / 4);
+        assert_int_equal(gvisor_nproc(8192, 4096), (4096 - 256) / 4);
+        assert_int_equal(gvisor_nproc(2048, 0), (4096 - 256) / 4); /* a bomb at 1984 ended the Sentry */
         assert_int_equal(gvisor_nproc(16384, 100000), 4000);
-        assert_int_equal(gvisor_nproc(2048, 300), (300 - 128) / 2);
-        assert_int_equal(gvisor_nproc(2048, 200), 64); /* 200/4, raised to the floor */
+        assert_int_equal(gvisor_nproc(2048, 600), (600 - 256) / 4);
+        assert_int_equal(gvisor_nproc(2048, 300), 64); /* 300/8, raised to the floor */
+        assert_int_equal(gvisor_nproc(2048, 200), 64);
         assert_int_equal(gvisor_nproc(64, 0), 64);
-        assert_int_equal(gvisor_nproc(0, 0), (4096 - 128) / 2);
+        assert_int_equal(gvisor_nproc(0, 0), (4096 - 256) / 4);
         /* 512 MiB: 96 + 64 MiB for the Sentry and the watch, 512 tasks at
          * 704 KiB. */
         assert_int_equal(gvisor_host_memory_mib(512, 0), 512 + 96 + 64 + 352);
