@@ -73,7 +73,7 @@ static void child_fail_cwd(const char *cwd, int err) {
 /* The child's defaults: signals, its own session, the agent's limits. The
  * dispositions first, with the agent's mask still blocking everything it
  * takes from its signalfd: a command's child runs on the agent's memory
- * until its execve (spawn_vm below). */
+ * until its execve (spawn below). */
 static void child_reset(void) {
         /* The agent ignores some signals and blocks the rest for its own
          * loop; a child must start with defaults (ignored signals and the

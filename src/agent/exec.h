@@ -23,8 +23,9 @@ extern const char *const exec_base_env[];
  * then by `extra` ("K=V" strings). Free with free() (the strings are borrowed). */
 char **exec_build_env(const char *const user_env[], char *const extra[], size_t n_extra);
 
-/* Starts the child (see spawn in exec.c). A child that cannot chdir or exec reports it on its stderr
- * and exits 127 (126 when not executable), as a shell does. */
+/* Starts the child (spawn in exec.c: on the agent's memory until its execve).
+ * A child that cannot chdir or exec reports it on its stderr and exits 127
+ * (126 when not executable), as a shell does. */
 int exec_spawn(const AgentRequest *r, ExecChild *ret);
 
 /* Sets a terminal's window size (the kernel sends SIGWINCH to its

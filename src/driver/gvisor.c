@@ -374,6 +374,16 @@ static const char *find_runsc(void) {
         return gv_probe(NULL, 0) == 0 ? chosen_runsc : NULL;
 }
 
+/* The same, with its version and platform, for gvisor_snapshot.c's runsc
+ * commands; -ENOENT when none works here. */
+static int chosen(GvisorRunsc *ret) {
+        const char *runsc = find_runsc();
+        if (!runsc)
+                return -ENOENT;
+        *ret = (GvisorRunsc){.path = runsc, .version = chosen_version, .platform = chosen_platform};
+        return 0;
+}
+
 static int json_add_str_array(json_t *obj, const char *key, const char *const *v, size_t n) {
         json_t *a = json_array();
         if (!a)
@@ -838,11 +848,9 @@ static int gv_stats(DriverInstance *inst, DriverStats *ret) {
 /* A pause stops every task inside the Sentry (gvisor_runsc_pause); the
  * Sentry and its gofer stay idle, not frozen. */
 static int gv_pause_or_resume(DriverInstance *inst, bool pause) {
-        const char *runsc = find_runsc();
-        if (!runsc)
-                return -ENOENT;
-        GvisorRunsc rs = {.path = runsc, .version = chosen_version, .platform = chosen_platform};
-        return gvisor_runsc_pause(inst, &rs, pause);
+        GvisorRunsc rs;
+        int r = chosen(&rs);
+        return r < 0 ? r : gvisor_runsc_pause(inst, &rs, pause);
 }
 
 static int gv_pause(DriverInstance *inst) {
@@ -857,12 +865,12 @@ static int gv_resume(DriverInstance *inst) {
  * channel empty; its disk and its Sentry's kernel are saved together
  * (gvisor_snapshot.c). */
 static int gv_snapshot_memory(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir) {
-        const char *runsc = find_runsc();
-        if (!runsc)
-                return -ENOENT;
-        GvisorRunsc rs = {.path = runsc, .version = chosen_version, .platform = chosen_platform};
+        GvisorRunsc rs;
+        int r = chosen(&rs);
+        if (r < 0)
+                return r;
         char why[256] = "";
-        int r = gvisor_snapshot_save(inst, spec, &rs, dest_dir, why, sizeof why);
+        r = gvisor_snapshot_save(inst, spec, &rs, dest_dir, why, sizeof why);
         if (r < 0)
                 gv_note(spec->sandbox_dir, "runtimed: memory snapshot failed: %s\n", why[0] ? why : strerror(-r));
         return r;
