@@ -137,7 +137,7 @@ def test_pids_limit_is_set(api, sandbox, user):
     assert sandbox.run("echo alive") == "alive\n"
 
 
-def test_root_gathering_threads_of_many_users_is_refused_and_the_sandbox_goes_on(api, sandbox):
+def test_root_gathering_threads_of_many_users_cannot_end_the_sandbox(api, sandbox):
     """Root inside may change the uid of one thread at a time (setresuid by
     system call, not through libc) and so gather threads of many users in one
     process, past any per-user limit (RLIMIT_NPROC), after lifting what it
