@@ -222,30 +222,43 @@ def _frame(opcode: int, payload: bytes, masked: bool = True) -> bytes:
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
+class _Frames:
+    """A socket's frames as they come; the bytes of a frame not yet whole
+    stay for the next read."""
+
+    def __init__(self, s: socket.socket):
+        self.s, self.buf = s, b""
+
+    def until(self, seconds: float, stop) -> list[tuple[int, bytes]]:
+        """Frames up to the first whose opcode stop() takes, the server's
+        close frame, or EOF."""
+        self.s.settimeout(seconds)
+        out: list[tuple[int, bytes]] = []
+        try:
+            while True:
+                while len(self.buf) >= 2:
+                    n, at = self.buf[1] & 0x7F, 2
+                    if n == 126:
+                        n, at = struct.unpack("!H", self.buf[2:4])[0], 4
+                    elif n == 127:
+                        n, at = struct.unpack("!Q", self.buf[2:10])[0], 10
+                    if len(self.buf) < at + n:
+                        break
+                    out.append((self.buf[0] & 0x0F, self.buf[at:at + n]))
+                    self.buf = self.buf[at + n:]
+                    if out[-1][0] == 0x8 or stop(out[-1][0]):
+                        return out
+                chunk = self.s.recv(65536)
+                if not chunk:
+                    return out
+                self.buf += chunk
+        except socket.timeout:
+            raise AssertionError(f"no such frame and no close from the server in {seconds}s: {out[-5:]!r}")
+
+
 def _read_frames(s: socket.socket, seconds: float) -> list[tuple[int, bytes]]:
     """Frames until the server closes (its close frame or EOF)."""
-    s.settimeout(seconds)
-    buf, out = b"", []
-    try:
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return out
-            buf += chunk
-            while len(buf) >= 2:
-                n, at = buf[1] & 0x7F, 2
-                if n == 126:
-                    n, at = struct.unpack("!H", buf[2:4])[0], 4
-                elif n == 127:
-                    n, at = struct.unpack("!Q", buf[2:10])[0], 10
-                if len(buf) < at + n:
-                    break
-                out.append((buf[0] & 0x0F, buf[at:at + n]))
-                buf = buf[at + n:]
-                if out[-1][0] == 0x8:
-                    return out
-    except socket.timeout:
-        raise AssertionError(f"the server did not close in {seconds}s: {out[-5:]!r}")
+    return _Frames(s).until(seconds, lambda op: False)
 
 
 def test_over_long_frame_closes_that_terminal_only(sdk, sbx, sandbox, driver):
@@ -253,8 +266,13 @@ def test_over_long_frame_closes_that_terminal_only(sdk, sbx, sandbox, driver):
     read_until(other, b"OTHER", bound(driver))
     s, head = _connect(sdk, f"/v1/sandboxes/{sandbox.id}/terminal?command=sleep%20600")
     assert b" 101 " in head.split(b"\r\n", 1)[0], head
+    # Its process running first (the ready message), so that there is one to
+    # see end.
+    frames = _Frames(s)
+    got = frames.until(bound(driver), lambda op: op == 0x1)
+    assert got and got[-1][0] == 0x1, got
     s.sendall(_frame(0x2, b"x" * (64 * 1024 + 1)))
-    frames = _read_frames(s, bound(driver))
+    frames = got + frames.until(bound(driver), lambda op: False)
     s.close()
     assert frames and frames[-1][0] == 0x8
     assert struct.unpack("!H", frames[-1][1][:2])[0] == 1009
