@@ -267,7 +267,8 @@ def test_client_disconnect_leaves_the_process_to_be_followed(sandbox, daemon):
         "command": "sleep 1000 & echo $! > /workspace/dc.pid; echo $$ > /workspace/dc.sh; "
                    "echo ready; wait", "stream": True}, b"ready")
     assert b" 200 " in got.split(b"\r\n", 1)[0], got[:200]
-    pid_id = json.loads(next(line for line in got.split(b"\r\n")
+    # Lines, whatever chunks the events came in (one chunk may hold several).
+    pid_id = json.loads(next(line for line in got.replace(b"\r\n", b"\n").split(b"\n")
                              if line.startswith(b'{"type":"start"')))["processId"]
     s.close()
     info = sandbox.api.get(f"/v1/sandboxes/{sandbox.id}/processes/{pid_id}").json()
