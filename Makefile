@@ -31,7 +31,7 @@ LDFLAGS_PIE := -pie -Wl,-z,relro,-z,now -pthread $(SANITIZE)
 # Source sets.
 PROTO_SRC := $(wildcard src/proto/*.c)
 COMMON_SRC := $(wildcard src/common/*.c)
-DAEMON_LIB_SRC := $(filter-out src/daemon/main.c,$(wildcard src/daemon/*.c)) \
+DAEMON_LIB_SRC := $(filter-out src/daemon/main.c,$(wildcard src/daemon/*.c src/daemon/*/*.c)) \
                   $(wildcard src/driver/*.c) $(filter-out src/egress/main.c,$(wildcard src/egress/*.c))
 AGENT_LIB_SRC := $(filter-out src/agent/main.c,$(wildcard src/agent/*.c))
 CLI_LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/cli/*.c))
@@ -53,7 +53,7 @@ AGENT_LIBS = -ljansson -lz
 
 DAEMON_OBJ := $(call obj,daemon,$(PROTO_SRC) $(COMMON_SRC) $(DAEMON_LIB_SRC))
 AGENT_OBJ := $(call obj,agent,$(PROTO_SRC) $(COMMON_SRC) $(AGENT_LIB_SRC))
-CLI_OBJ := $(call obj,cli,$(COMMON_SRC) $(CLI_LIB_SRC) src/agent/tar.c)
+CLI_OBJ := $(call obj,cli,$(COMMON_SRC) $(CLI_LIB_SRC))
 
 .PHONY: all clean unit-build test-unit asan asan-build fuzz fuzz-run fuzz-replay
 all: $(BUILD)/runtimed $(BUILD)/runtime-agent $(BUILD)/runtime $(BUILD)/runtime-image-build \
@@ -87,9 +87,8 @@ $(BUILD)/obj/cli/%.o: src/%.c
 
 $(BUILD)/runtimed: $(DAEMON_OBJ) $(BUILD)/obj/daemon/daemon/main.o
 	$(CC) $(LDFLAGS_PIE) -o $@ $^ $(DAEMON_LIBS)
-# The egress proxy process: the egress library, the shared helpers and the log.
-EGRESS_OBJ := $(call obj,daemon,$(COMMON_SRC) $(filter-out src/egress/main.c,$(wildcard src/egress/*.c)) \
-                                src/daemon/log.c)
+# The egress proxy process: the egress library and the shared helpers (the log among them).
+EGRESS_OBJ := $(call obj,daemon,$(COMMON_SRC) $(filter-out src/egress/main.c,$(wildcard src/egress/*.c)))
 $(BUILD)/runtime-egress: $(EGRESS_OBJ) $(BUILD)/obj/daemon/egress/main.o
 	$(CC) $(LDFLAGS_PIE) -o $@ $^ $(DAEMON_LIBS)
 $(BUILD)/runtime-agent: $(AGENT_OBJ) $(BUILD)/obj/agent/agent/main.o
@@ -137,7 +136,7 @@ FUZZ_CFLAGS = -std=gnu17 -O1 -g -Isrc -D_GNU_SOURCE -pthread -fsanitize=address,
               $(shell pkg-config --cflags $(PKGS_DAEMON))
 # The library sources are compiled once, with coverage but without
 # libFuzzer's main, into objects every target links.
-FUZZ_OBJ := $(call obj,fuzz,$(PROTO_SRC) $(COMMON_SRC) $(DAEMON_LIB_SRC) src/agent/tar.c)
+FUZZ_OBJ := $(call obj,fuzz,$(PROTO_SRC) $(COMMON_SRC) $(DAEMON_LIB_SRC))
 .SECONDARY: $(FUZZ_OBJ)
 $(BUILD)/obj/fuzz/%.o: src/%.c
 	@mkdir -p $(dir $@)

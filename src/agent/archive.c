@@ -10,7 +10,7 @@
 #include <zlib.h>
 
 #include "agent/fsops.h"
-#include "agent/tar.h"
+#include "common/tar.h"
 #include "common/io.h"
 #include "common/macro.h"
 

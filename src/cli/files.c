@@ -12,7 +12,7 @@
 
 #include "cli/client.h"
 #include "cli/format.h"
-#include "agent/tar.h"
+#include "common/tar.h"
 #include "cli/parse.h"
 #include "common/io.h"
 #include "common/macro.h"

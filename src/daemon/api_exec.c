@@ -11,7 +11,7 @@
 #include "daemon/agent_client.h"
 #include "daemon/api.h"
 #include "daemon/api_exec.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/metrics.h"
 #include "daemon/output.h"
 #include "daemon/request.h"

@@ -20,7 +20,7 @@
 #include "daemon/api.h"
 #include "daemon/images.h"
 #include "daemon/api_images.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/request.h"
 
 #define MAX_LINE 4096

@@ -20,7 +20,7 @@
 #include "daemon/api.h"
 #include "daemon/api_interpreter.h"
 #include "daemon/db.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/output.h"
 #include "daemon/request.h"
 #include "proto/proto.h"

@@ -12,7 +12,7 @@
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/api.h"
-#include "daemon/log.h"
+#include "common/log.h"
 
 static enum MHD_Result reply_rc(Req *r, int rc, const char *what) {
         ApiError e;

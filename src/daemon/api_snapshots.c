@@ -9,7 +9,7 @@
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/api.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/request.h"
 #include "daemon/snapshot.h"
 

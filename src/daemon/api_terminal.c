@@ -17,7 +17,7 @@
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/api.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/process.h"
 #include "daemon/request.h"
 #include "daemon/websocket.h"

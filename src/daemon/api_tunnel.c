@@ -16,7 +16,7 @@
 #include "common/timeutil.h"
 #include "daemon/agent_client.h"
 #include "daemon/api.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/sandbox.h"
 #include "daemon/websocket.h"
 #include "daemon/ws_session.h"

@@ -17,7 +17,7 @@
 #include "daemon/agent_client.h"
 #include "daemon/api.h"
 #include "daemon/config.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/request.h"
 #include "daemon/uploads.h"
 

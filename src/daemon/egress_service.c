@@ -24,7 +24,7 @@
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/agent_client.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/sqldb.h"
 #include "egress/cabundle.h"
 #include "egress/cidr.h"

@@ -16,7 +16,7 @@
 #include "common/timeutil.h"
 #include "daemon/auth.h"
 #include "daemon/images.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/metrics.h"
 #include "daemon/request.h"
 #include "daemon/snapshot.h"

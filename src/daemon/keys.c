@@ -13,7 +13,7 @@
 #include "common/timeutil.h"
 #include "daemon/auth.h"
 #include "daemon/ledger.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/sqldb.h"
 
 struct KeyStore {

@@ -29,7 +29,7 @@
 #include "daemon/doctor.h"
 #include "daemon/keys.h"
 #include "daemon/ledger.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/sandbox.h"
 
 static void usage(FILE *f) {

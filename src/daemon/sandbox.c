@@ -16,7 +16,7 @@
 #include "daemon/agent_client.h"
 #include "daemon/console_tail.h"
 #include "daemon/ledger.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/metrics.h"
 
 #define HELLO_TIMEOUT_MS 30000

@@ -14,7 +14,7 @@
 #include "common/path.h"
 #include "common/random.h"
 #include "common/timeutil.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/sqldb.h"
 #include "driver/rootfs.h"
 

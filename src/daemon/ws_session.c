@@ -10,7 +10,7 @@
 
 #include "common/macro.h"
 #include "common/timeutil.h"
-#include "daemon/log.h"
+#include "common/log.h"
 
 WsSession *ws_session_new(size_t size, const WsSessionOps *ops, WsSessionList *list, const char *rid) {
         WsSession *s = calloc(1, size);

@@ -29,7 +29,7 @@
 
 #include "common/jsonutil.h"
 #include "common/macro.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "egress/ca.h"
 #include "egress/cabundle.h"
 #include "egress/cidr.h"

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent/tar.h"
+#include "common/tar.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

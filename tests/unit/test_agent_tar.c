@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "agent/tar.h"
+#include "common/tar.h"
 
 typedef struct Dir {
         char path[PATH_MAX];

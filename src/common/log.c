@@ -1,4 +1,4 @@
-#include "daemon/log.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <stdarg.h>

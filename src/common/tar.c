@@ -1,4 +1,4 @@
-#include "agent/tar.h"
+#include "common/tar.h"
 
 #include <dirent.h>
 #include <errno.h>

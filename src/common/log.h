@@ -1,5 +1,5 @@
 #pragma once
-/* The daemon's log: one line per event on stderr, with the request id when
+/* The log of the daemon and the egress process: one line per event on stderr, with the request id when
  * there is one. Only the edges (main, handlers, supervisors) log. */
 typedef enum LogLevel { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG } LogLevel;
 
