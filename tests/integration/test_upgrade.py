@@ -16,7 +16,6 @@ from helpers.baseline import BaselineUnavailable, baseline_build
 BASELINE = "7f6fcf458d53365f048380fbacdb0daee23b85e9"
 
 
-
 @pytest.fixture
 def old_build() -> os.PathLike:
     try:
