@@ -20,6 +20,7 @@
 #include "common/path.h"
 #include "common/random.h"
 #include "daemon/api.h"
+#include "daemon/routes.h"
 #include "daemon/api_terminal.h"
 #include "daemon/api_tunnel.h"
 #include "daemon/auth.h"

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "daemon/api.h"
+#include "daemon/routes.h"
 
 #define ID "sbx_0123456789abcdef0123"
 
