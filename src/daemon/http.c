@@ -372,8 +372,49 @@ static int body_too_large(ApiError *e, const HttpRoute *d) {
                          "the request body is over %u MiB", mib);
 }
 
-/* The first call for a request: route, auth, access. Fills e on refusal. */
+/* The first header whose value no handler may see: one with a control
+ * byte (RFC 9110 allows none but a tab) or over HTTP_MAX_HEADER_VALUE bytes.
+ * libmicrohttpd bounds the whole head by its connection memory. */
+typedef struct BadHeader {
+        char name[64];
+        const char *why;
+} BadHeader;
+
+static enum MHD_Result header_check(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                    const char *value, size_t value_size) {
+        BadHeader *bad = cls;
+        const char *why = NULL;
+        /* Authorization is judged whole by the key check: any value that is
+         * not a key, however long, is a 401. */
+        if (value_size > HTTP_MAX_HEADER_VALUE &&
+            !(key && strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0))
+                why = "is too long";
+        for (size_t i = 0; !why && value && i < value_size; i++) {
+                unsigned char c = (unsigned char)value[i];
+                if ((c < 0x20 && c != '\t') || c == 0x7f)
+                        why = "has a control character";
+        }
+        if (!why)
+                return MHD_YES;
+        /* The name goes into the error: keep it short and printable. */
+        size_t n = 0;
+        for (size_t i = 0; key && i < key_size && n + 1 < sizeof bad->name; i++)
+                if (key[i] > 0x20 && key[i] < 0x7f)
+                        bad->name[n++] = key[i];
+        bad->name[n] = '\0';
+        bad->why = why;
+        return MHD_NO;
+}
+
+/* The first call for a request: headers, route, auth, access. Fills e on
+ * refusal. */
 static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
+        BadHeader bad = { .why = NULL };
+        MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, header_check, &bad);
+        if (bad.why)
+                return api_error(e, 400, "invalid_request", "send header values of visible characters, spaces and tabs",
+                                 "the header %s %s (at most %u bytes of visible characters)", bad.name, bad.why,
+                                 (unsigned)HTTP_MAX_HEADER_VALUE);
         int rc = http_route_match(s->routes, s->n_routes, r->method, url, &r->route);
         if (rc == -ENOENT || rc == -EMSGSIZE)
                 return api_error(e, 404, "not_found", "see docs/api.md for the routes", "no route %s %.200s",

@@ -19,6 +19,9 @@
 #define ROUTE_ID_LEN 24 /* "sbx_" + 20 hex */
 #define ROUTE_KEY_ID_LEN 20 /* "key_" + 16 hex */
 #define ROUTE_MAX_URL 1024
+/* The longest header value a request may carry: no header we read needs
+ * more (a key is 43 bytes, an Idempotency-Key 128). */
+#define HTTP_MAX_HEADER_VALUE 8192u
 #define HTTP_PROCESS_ID_LEN 21 /* "proc_" + 16 hex */
 #define HTTP_UPLOAD_ID_LEN 20  /* "upl_" + 16 hex */
 

@@ -345,3 +345,59 @@ def test_metrics(api):
     for name in ("runtime_sandboxes", "runtime_sandboxes_created_total", "runtime_execs_total",
                  "runtime_exec_duration_seconds", "runtime_http_requests_total"):
         assert name in r.text, f"/metrics lacks {name}"
+
+
+def _raw_request(daemon, head: bytes) -> tuple[int, dict]:
+    """One request written as bytes (httpx refuses to send the headers these
+    tests need); answers the status and the JSON body."""
+    s = socket.create_connection(("127.0.0.1", daemon.port), timeout=10)
+    try:
+        s.sendall(head)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            head_end = data.find(b"\r\n\r\n")
+            if head_end >= 0:
+                length = [int(l.split(b":", 1)[1]) for l in data[:head_end].split(b"\r\n")
+                          if l.lower().startswith(b"content-length:")]
+                if length and len(data) >= head_end + 4 + length[0]:
+                    break
+    finally:
+        s.close()
+    status = int(data.split(b" ", 2)[1])
+    return status, json.loads(data.split(b"\r\n\r\n", 1)[1] or b"{}")
+
+
+def _create_with_headers(daemon, extra: bytes) -> tuple[int, dict]:
+    body = b'{"timeoutSeconds": 60}'
+    return _raw_request(daemon, b"POST /v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                b"Authorization: Bearer " + daemon.api_key.encode() + b"\r\n"
+                                b"Content-Type: application/json\r\nConnection: close\r\n" + extra +
+                                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+@pytest.mark.parametrize("value", [b"a\x01b", b"a\x1bb", b"tab\x7f"])
+def test_idempotency_key_with_a_control_byte_is_400(daemon, count_sandboxes, value):
+    before = count_sandboxes()
+    status, body = _create_with_headers(daemon, b"Idempotency-Key: " + value + b"\r\n")
+    assert status == 400 and body["error"]["code"] == "invalid_request", body
+    assert "Idempotency-Key" in body["error"]["message"], body
+    assert count_sandboxes() == before
+
+
+def test_any_header_with_a_control_byte_or_too_long_is_400(daemon, count_sandboxes):
+    before = count_sandboxes()
+    status, body = _create_with_headers(daemon, b"X-Trace: ok\x01hidden\r\n")
+    assert status == 400 and "X-Trace" in body["error"]["message"], body
+    status, body = _create_with_headers(daemon, b"X-Long: " + b"a" * 8193 + b"\r\n")
+    assert status == 400 and "X-Long" in body["error"]["message"] and "too long" in body["error"]["message"], body
+    # A tab and bytes past ASCII are allowed in a value (RFC 9110's obs-text).
+    status, body = _create_with_headers(daemon, b"X-Note: a\tb \xc3\xa9\r\n" + b"X-Long: " + b"a" * 8192 + b"\r\n")
+    assert status == 201, body
+    assert count_sandboxes() == before + 1
+    r = httpx.delete(f"{daemon.base_url}/v1/sandboxes/{body['id']}",
+                     headers={"Authorization": f"Bearer {daemon.api_key}"}, timeout=60)
+    assert r.status_code == 200, r.text
