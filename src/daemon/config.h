@@ -1,6 +1,8 @@
 #pragma once
-/* The daemon's settings, fixed once main has parsed the command line and
- * probed the drivers; read-only afterwards, so threads share it unlocked. */
+/* The daemon's settings, fixed once the options are read (options.c: the
+ * command line and the config file) and the wiring (daemon.c) has worked out
+ * the paths and probed the drivers; read-only afterwards, so threads share
+ * it unlocked. */
 #include <stdbool.h>
 #include <stdint.h>
 

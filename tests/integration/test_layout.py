@@ -14,9 +14,9 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 # The HTTP layer of the daemon: the http module, the API's route table and
 # handlers, the parsing of request bodies, the error shape, the WebSocket
-# sessions the upgraded routes share, and main (which wires them to the
-# manager).
-HTTP_LAYER = {"http", "apierror", "request", "ws_session", "routes", "main"}
+# sessions the upgraded routes share, and the entry point: main and the
+# wiring (daemon.c), which hands the route table and the manager to the server.
+HTTP_LAYER = {"http", "apierror", "request", "ws_session", "routes", "main", "daemon"}
 
 
 def _is_http_layer(path: Path) -> bool:

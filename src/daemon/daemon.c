@@ -1,0 +1,599 @@
+/* The wiring of runtimed's parts, in one place: each step a function, each
+ * failure logged with what was being done. main.c only reads the options
+ * and calls daemon_run. */
+#include "daemon/daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/macro.h"
+#include "common/path.h"
+#include "common/random.h"
+#include "daemon/api.h"
+#include "daemon/api_terminal.h"
+#include "daemon/api_tunnel.h"
+#include "daemon/auth.h"
+#include "daemon/caps.h"
+#include "daemon/doctor.h"
+#include "daemon/routes.h"
+
+typedef struct Daemon {
+        DaemonConfig cfg; /* the options' settings, with the paths worked out below */
+        /* What the wiring works out and owns. */
+        char *state_dir, *image_dir, *agent, *builder, *microvm_builder, *egress_proxy, *db_path;
+        Db *db;
+        Ledger *ledger;
+        KeyStore *keys;
+        EgressService *egress;
+        SnapshotStore *snapshots;
+        Uploads *uploads;
+        Manager *manager;
+        ProcTable *procs;
+        HttpServer *http;
+        App app;
+        char listening[512]; /* "http://ADDR:PORT" or "unix:PATH" */
+} Daemon;
+
+char *daemon_default_state_dir(void) {
+        const char *env = getenv("RUNTIME_STATE_DIR");
+        char *s = NULL;
+        if (env && *env)
+                return strdup(env);
+        if (geteuid() == 0)
+                return strdup("/var/lib/runtime");
+        const char *xdg = getenv("XDG_STATE_HOME");
+        if (xdg && *xdg && asprintf(&s, "%s/runtime", xdg) >= 0)
+                return s;
+        const char *home = getenv("HOME");
+        if (!home || !*home) {
+                struct passwd *pw = getpwuid(geteuid());
+                home = pw ? pw->pw_dir : "/";
+        }
+        if (asprintf(&s, "%s/.local/state/runtime", home) < 0)
+                return NULL;
+        return s;
+}
+
+/* mkdir -p, with the last component 0700 and owned by us. */
+static int make_state_dir(const char *path) {
+        _cleanup_free_ char *p = strdup(path);
+        if (!p)
+                return -ENOMEM;
+        for (char *s = p + 1; *s; s++)
+                if (*s == '/') {
+                        *s = '\0';
+                        if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                                return -errno;
+                        *s = '/';
+                }
+        if (mkdir(p, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        struct stat st;
+        if (lstat(p, &st) < 0)
+                return -errno;
+        if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+                return -EPERM;
+        if ((st.st_mode & 07777) != 0700 && chmod(p, 0700) < 0)
+                return -errno;
+        return 0;
+}
+
+/* A layer pool (scripts/layer-pool.sh) is an image beside the state dir,
+ * loop-mounted on it. After a reboot the mount is gone: a daemon started then
+ * would make a new, empty state on the filesystem under it and lose sight of
+ * every sandbox and snapshot. So an image without its mount stops the start.
+ * The mount is told by the directory being on another device than its parent.
+ * -ENOENT (logged here, with what to do) for a pool that is not mounted. */
+static int check_layer_pool(const char *state_dir) {
+        _cleanup_free_ char *img = NULL, *parent = NULL;
+        if (asprintf(&img, "%s.layer-pool.img", state_dir) < 0 || asprintf(&parent, "%s/..", state_dir) < 0)
+                return -ENOMEM;
+        struct stat si, sd, sp;
+        if (stat(img, &si) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (stat(state_dir, &sd) < 0 || stat(parent, &sp) < 0)
+                return -errno;
+        if (sd.st_dev == sp.st_dev) {
+                log_error(NULL, "the layer pool %s is not mounted at %s (a reboot unmounts it): "
+                          "run scripts/layer-pool.sh %s, then start runtimed again", img, state_dir, state_dir);
+                return -ENOENT;
+        }
+        return 0;
+}
+
+/* Whether the API's TCP port is one only NET_BIND_SERVICE may bind. */
+static bool listen_port_privileged(const DaemonConfig *cfg) {
+        if (cfg->socket_path)
+                return false;
+        const char *colon = strrchr(cfg->listen_addr, ':');
+        char *end;
+        unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
+        return colon && *end == '\0' && port < 1024;
+}
+
+/* A companion program next to our own executable, else in ../libexec/runtime/. */
+static char *find_companion(const char *name) {
+        char self[PATH_MAX];
+        if (path_self_dir(self, sizeof self) < 0)
+                return strdup(name);
+        char *p = NULL;
+        if (asprintf(&p, "%s/%s", self, name) < 0)
+                return NULL;
+        if (access(p, X_OK) == 0)
+                return p;
+        free(p);
+        if (asprintf(&p, "%s/../libexec/runtime/%s", self, name) < 0)
+                return NULL;
+        return p;
+}
+
+static int ensure_admin_key(Db *db, const char *state_dir) {
+        int64_t n;
+        int r = db_key_count(db, &n);
+        if (r < 0 || n > 0)
+                return r;
+        char key[AUTH_KEY_LEN + 1], hash[AUTH_HASH_HEX_LEN + 1], idhex[17], id[24];
+        if ((r = auth_generate_key(key)) < 0 || (r = auth_hash_key(key, hash)) < 0 || (r = random_hex(idhex, 8)) < 0)
+                return r;
+        snprintf(id, sizeof(id), "key_%s", idhex);
+        _cleanup_close_ int dfd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return -errno;
+        _cleanup_close_ int fd = -1;
+        for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+                fd = openat(dfd, "admin.key", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                if (fd < 0 && errno == EEXIST && attempt == 0) {
+                        /* A key file without any key in the database is stale: it opens nothing. */
+                        log_warn(NULL, "replacing a stale admin.key (the database has no keys)");
+                        if (unlinkat(dfd, "admin.key", 0) < 0)
+                                return -errno;
+                } else if (fd < 0)
+                        return -errno;
+        }
+        char line[AUTH_KEY_LEN + 2];
+        snprintf(line, sizeof(line), "%s\n", key);
+        if (write(fd, line, strlen(line)) != (ssize_t)strlen(line) || fsync(fd) < 0)
+                return -EIO;
+        if ((r = db_key_insert(db, id, "admin", "admin", true, hash, false)) < 0) {
+                unlinkat(dfd, "admin.key", 0);
+                return r;
+        }
+        log_info(NULL, "made the admin key: %s/admin.key", state_dir);
+        return 0;
+}
+
+static int listen_tcp(const char *spec, char *desc, size_t desc_len) {
+        _cleanup_free_ char *s = strdup(spec);
+        if (!s)
+                return -ENOMEM;
+        char *host = s, *port = strrchr(s, ':');
+        if (!port)
+                return -EINVAL;
+        *port++ = '\0';
+        if (host[0] == '[') {
+                host++;
+                char *end = strchr(host, ']');
+                if (!end)
+                        return -EINVAL;
+                *end = '\0';
+        }
+        struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                                  .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE };
+        struct addrinfo *ai = NULL;
+        if (getaddrinfo(host, port, &hints, &ai) != 0 || !ai)
+                return -EINVAL;
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+                freeaddrinfo(ai);
+                return -errno;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 512) < 0) {
+                int r = -errno;
+                close(fd);
+                freeaddrinfo(ai);
+                return r;
+        }
+        freeaddrinfo(ai);
+        snprintf(desc, desc_len, "http://%s", spec);
+        return fd;
+}
+
+static int listen_unix(const char *path, char *desc, size_t desc_len) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        if (strlen(path) >= sizeof(sa.sun_path))
+                return -ENAMETOOLONG;
+        strcpy(sa.sun_path, path);
+        struct stat st;
+        /* Replace a socket left by an earlier run, never any other file. */
+        if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+                unlink(path);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        mode_t old = umask(0117);
+        int r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+        umask(old);
+        if (r < 0 || listen(fd, 512) < 0) {
+                r = -errno;
+                close(fd);
+                return r;
+        }
+        snprintf(desc, desc_len, "unix:%s", path);
+        return fd;
+}
+
+/* The state directory (made, ours, 0700) and the paths that default to
+ * places in it or beside runtimed. */
+static int prepare_paths(Daemon *d, const DaemonOptions *o) {
+        d->state_dir = o->cfg.state_dir ? strdup(o->cfg.state_dir) : daemon_default_state_dir();
+        if (!d->state_dir) {
+                log_error(NULL, "working out the state directory: out of memory");
+                return 1;
+        }
+        int r = check_layer_pool(d->state_dir);
+        if (r == -ENOENT)
+                return 1;
+        if (r < 0) {
+                log_error(NULL, "cannot check the layer pool beside %s: %s", d->state_dir, strerror(-r));
+                return 1;
+        }
+        if ((r = make_state_dir(d->state_dir)) < 0) {
+                log_error(NULL, "cannot use the state directory %s: %s", d->state_dir, strerror(-r));
+                return 1;
+        }
+        char why[PATH_MAX + 256];
+        (void)doctor_layer_copies(d->state_dir, why, sizeof why);
+        log_info(NULL, "layer copies (snapshots, forks, new layers): %s", why);
+
+        if (o->cfg.image_dir)
+                d->image_dir = strdup(o->cfg.image_dir);
+        else if (asprintf(&d->image_dir, "%s/images", d->state_dir) < 0)
+                d->image_dir = NULL;
+        d->agent = o->cfg.agent_path ? strdup(o->cfg.agent_path) : find_companion("runtime-agent");
+        d->builder = o->cfg.image_builder ? strdup(o->cfg.image_builder) : find_companion("runtime-image-build");
+        d->egress_proxy = o->egress_proxy ? strdup(o->egress_proxy) : find_companion("runtime-egress");
+        if (asprintf(&d->db_path, "%s/runtime.db", d->state_dir) < 0)
+                d->db_path = NULL;
+        if (!d->image_dir || !d->agent || !d->builder || !d->egress_proxy || !d->db_path) {
+                log_error(NULL, "working out the paths in %s: out of memory", d->state_dir);
+                return 1;
+        }
+        d->cfg.state_dir = d->state_dir;
+        d->cfg.image_dir = d->image_dir;
+        d->cfg.agent_path = d->agent;
+        d->cfg.image_builder = d->builder;
+        /* Beside the image builder, so that --image-builder carries both. */
+        const char *slash = strrchr(d->builder, '/');
+        if (slash && asprintf(&d->microvm_builder, "%.*s/runtime-microvm-build", (int)(slash - d->builder),
+                              d->builder) < 0)
+                d->microvm_builder = NULL;
+        if (d->microvm_builder && access(d->microvm_builder, X_OK) == 0)
+                d->cfg.microvm_builder = d->microvm_builder;
+        if (access(d->agent, X_OK) < 0)
+                log_warn(NULL, "the agent %s is not executable: sandboxes will not start", d->agent);
+        return 0;
+}
+
+/* Probes each driver once; --drivers narrows what is offered, --driver
+ * picks the default among them. */
+static int choose_drivers(Daemon *d, const DaemonOptions *o) {
+        DaemonConfig *cfg = &d->cfg;
+        for (const Driver *const *drv = driver_all(); *drv && cfg->n_drivers < CONFIG_MAX_DRIVERS; drv++) {
+                DriverOffer *offer = &cfg->drivers[cfg->n_drivers++];
+                offer->driver = *drv;
+                offer->available = (*drv)->probe(offer->reason, sizeof(offer->reason)) >= 0;
+                offer->offered = offer->available;
+                log_info(NULL, "driver %s: %s (%s)", (*drv)->name, offer->available ? "available" : "unavailable",
+                         offer->reason);
+        }
+        if (o->drivers) {
+                _cleanup_free_ char *list = strdup(o->drivers);
+                if (!list) {
+                        log_error(NULL, "reading --drivers: out of memory");
+                        return 1;
+                }
+                for (unsigned i = 0; i < cfg->n_drivers; i++)
+                        cfg->drivers[i].offered = false;
+                char *save = NULL;
+                for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                        DriverOffer *offer = (DriverOffer *)config_driver_offer(cfg, tok);
+                        if (!offer) {
+                                log_error(NULL, "--drivers: no driver named %s", tok);
+                                return 2;
+                        }
+                        if (!offer->available)
+                                log_warn(NULL, "--drivers: %s cannot run here: %s", tok, offer->reason);
+                        offer->offered = offer->available;
+                }
+        }
+        if (strcmp(o->driver, "auto") != 0) {
+                const DriverOffer *offer = config_driver_offer(cfg, o->driver);
+                if (!offer) {
+                        log_error(NULL, "--driver: no driver named %s", o->driver);
+                        return 2;
+                }
+                if (!offer->offered) {
+                        log_error(NULL, "--driver %s cannot run on this host: %s", o->driver, offer->reason);
+                        return 1;
+                }
+                cfg->default_driver = offer->driver;
+                log_info(NULL, "default driver: %s", o->driver);
+                return 0;
+        }
+        char why[1024] = "";
+        const Driver *pick = driver_pick_auto(why, sizeof(why));
+        const DriverOffer *offer = pick ? config_driver_offer(cfg, pick->name) : NULL;
+        if (offer && offer->offered)
+                cfg->default_driver = pick;
+        else
+                for (unsigned i = 0; i < cfg->n_drivers && !cfg->default_driver; i++)
+                        if (cfg->drivers[i].offered)
+                                cfg->default_driver = cfg->drivers[i].driver;
+        if (cfg->default_driver)
+                log_info(NULL, "default driver (auto): %s; %s", cfg->default_driver->name, why);
+        else
+                log_warn(NULL, "no driver can run sandboxes on this host: %s", why);
+        return 0;
+}
+
+/* As root, keeps only the capabilities runtimed and the offered drivers
+ * use (docs/drivers.md's table). Before any thread: capsets are per thread. */
+static int keep_capabilities(const Daemon *d) {
+        if (geteuid() != 0)
+                return 0;
+        const char *offered[CONFIG_MAX_DRIVERS];
+        size_t n_offered = 0;
+        for (unsigned i = 0; i < d->cfg.n_drivers; i++)
+                if (d->cfg.drivers[i].offered)
+                        offered[n_offered++] = d->cfg.drivers[i].driver->name;
+        CapSet keep = caps_needed(offered, n_offered, listen_port_privileged(&d->cfg));
+        int r = caps_keep_only(keep);
+        if (r < 0) {
+                log_error(NULL, "cannot drop the capabilities the offered drivers do not need: %s",
+                          r == -EBUSY ? "a thread started before the drop" : strerror(-r));
+                return 1;
+        }
+        char names[1024];
+        caps_format(keep, names, sizeof(names));
+        log_info(NULL, "capabilities kept for runtimed and the offered drivers: %s", names);
+        return 0;
+}
+
+/* The store: the database with the sandboxes and keys, the key store and
+ * the ledger over it. Every durable part opens here, and the admin key is
+ * made on the first start. */
+static int open_store(Daemon *d) {
+        int r;
+        if ((r = db_open(d->db_path, &d->db)) < 0) {
+                log_error(NULL, "cannot open the database %s: %s", d->db_path, strerror(-r));
+                return 1;
+        }
+        if ((r = ensure_admin_key(d->db, d->state_dir)) < 0) {
+                log_error(NULL, "cannot make the admin key in %s: %s", d->state_dir, strerror(-r));
+                return 1;
+        }
+        if ((r = ledger_open(d->db_path, &d->ledger)) < 0) {
+                log_error(NULL, "cannot open the ledger in %s: %s", d->db_path, strerror(-r));
+                return 1;
+        }
+        if ((r = keystore_open(d->db_path, &d->keys)) < 0) {
+                log_error(NULL, "cannot open the key store in %s: %s", d->db_path, strerror(-r));
+                return 1;
+        }
+        return 0;
+}
+
+/* The egress service and its proxy process (docs/egress.md). */
+static int open_egress(Daemon *d, const DaemonOptions *o) {
+        const DaemonConfig *cfg = &d->cfg;
+        char why[256] = "";
+        EgressServiceConfig ec = { .state_dir = d->state_dir, .db_path = d->db_path,
+                                   .test_upstreams = cfg->egress_test_upstreams,
+                                   .n_test_upstreams = cfg->n_egress_test_upstreams,
+                                   .extra_ca_file = cfg->egress_extra_ca,
+                                   .public_cidrs = cfg->egress_public_cidrs,
+                                   .n_public_cidrs = cfg->n_egress_public_cidrs,
+                                   .trust_ca_file = cfg->egress_trust_ca,
+                                   .workers = cfg->egress_workers,
+                                   .workers_per_sandbox = cfg->egress_workers_per_sandbox,
+                                   .wait_timeout_ms = o->egress_wait_timeout_ms,
+                                   .proxy_path = d->egress_proxy };
+        if (egress_service_new(&ec, &d->egress, why, sizeof(why)) < 0) {
+                log_error(NULL, "egress: %s", why);
+                return 1;
+        }
+        for (unsigned i = 0; i < cfg->n_egress_test_upstreams; i++)
+                log_warn(NULL, "TEST SETTING: egress to %s bypasses the address checks; never use "
+                               "--egress-test-upstream outside a test suite", cfg->egress_test_upstreams[i]);
+        if (cfg->egress_extra_ca)
+                log_warn(NULL, "TEST SETTING: upstream certificates signed by %s are trusted", cfg->egress_extra_ca);
+        for (unsigned i = 0; i < cfg->n_egress_public_cidrs; i++)
+                log_info(NULL, "egress: addresses in %s count as public upstreams (--egress-public-cidr)",
+                         cfg->egress_public_cidrs[i]);
+        if (cfg->egress_trust_ca)
+                log_info(NULL, "egress: the CAs in %s are trusted upstream and in every sandbox", cfg->egress_trust_ca);
+        return 0;
+}
+
+/* The snapshots, the uploads in parts and the manager, each recovering what
+ * an earlier run left. */
+static int open_manager(Daemon *d, const DaemonOptions *o) {
+        int r;
+        if ((r = snapshot_store_open(d->db_path, d->state_dir, d->cfg.price_disk_gib_hour_micros, &d->snapshots)) < 0) {
+                log_error(NULL, "cannot open the snapshot store in %s: %s", d->db_path, strerror(-r));
+                return 1;
+        }
+        snapshot_store_set_ledger(d->snapshots, d->ledger);
+        if ((r = snapshot_store_recover(d->snapshots)) < 0)
+                log_error(NULL, "recovering snapshots: %s", strerror(-r));
+        if ((r = uploads_open(d->db_path, d->state_dir, &d->uploads)) < 0) {
+                log_error(NULL, "cannot open the uploads in %s: %s", d->db_path, strerror(-r));
+                return 1;
+        }
+        if ((r = manager_new(&d->cfg, d->db, &d->manager)) < 0) {
+                log_error(NULL, "cannot make the sandbox manager: %s", strerror(-r));
+                return 1;
+        }
+        manager_set_heartbeat(d->manager, o->heartbeat_interval_ms, o->heartbeat_timeout_ms);
+        manager_set_ledger(d->manager, d->ledger);
+        manager_set_egress(d->manager, d->egress);
+        manager_set_snapshots(d->manager, d->snapshots);
+        manager_set_uploads(d->manager, d->uploads);
+        if ((r = manager_recover(d->manager)) < 0) {
+                log_error(NULL, "recovering sandboxes: %s", strerror(-r));
+                return 1;
+        }
+        /* After the sandboxes: a lease end with onLeaseEnd delete during
+         * recovery has dropped its uploads already. */
+        unsigned kept = 0, dropped = 0;
+        if ((r = uploads_restore(d->uploads, (uint64_t)d->cfg.max_file_mib << 20, &kept, &dropped)) < 0)
+                log_error(NULL, "restoring the uploads in progress: %s", strerror(-r));
+        else if (kept || dropped)
+                log_info(NULL, "uploads in progress: %u kept, %u dropped (sandbox deleted, idle an hour, "
+                               "past the bounds or their staging file missing)",
+                         kept, dropped);
+        return 0;
+}
+
+/* The listening socket, the HTTP server over the route table, and the
+ * timers (snapshot and upload expiry, leases). */
+static int serve(Daemon *d) {
+        const DaemonConfig *cfg = &d->cfg;
+        int fd = cfg->socket_path ? listen_unix(cfg->socket_path, d->listening, sizeof(d->listening))
+                                  : listen_tcp(cfg->listen_addr, d->listening, sizeof(d->listening));
+        if (fd < 0) {
+                log_error(NULL, "cannot listen on %s: %s", cfg->socket_path ? cfg->socket_path : cfg->listen_addr,
+                          fd == -EINVAL ? "not ADDR:PORT" : strerror(-fd));
+                return 1;
+        }
+        d->procs = proc_table_new();
+        if (!d->procs) {
+                close(fd);
+                log_error(NULL, "making the process table: out of memory");
+                return 1;
+        }
+        d->app = (App){ .cfg = cfg, .db = d->db, .manager = d->manager, .ledger = d->ledger, .keys = d->keys,
+                        .egress = d->egress, .procs = d->procs, .snapshots = d->snapshots, .uploads = d->uploads };
+        int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, cfg->max_connections, &d->http);
+        if (r < 0 || (r = http_server_start(d->http, fd)) < 0) {
+                log_error(NULL, "cannot start the HTTP server on %s: %s", d->listening, strerror(-r));
+                return 1;
+        }
+        if ((r = snapshot_store_start(d->snapshots)) < 0) {
+                log_error(NULL, "cannot start the snapshot expiry: %s", strerror(-r));
+                return 1;
+        }
+        if ((r = uploads_start(d->uploads)) < 0) {
+                log_error(NULL, "cannot start the upload expiry: %s", strerror(-r));
+                return 1;
+        }
+        if ((r = manager_start(d->manager)) < 0) {
+                log_error(NULL, "cannot start the lease timer: %s", strerror(-r));
+                return 1;
+        }
+        return 0;
+}
+
+/* The parts in reverse: no new connection, every sandbox stopped (its
+ * supervisor told), the upgraded connections (ours, not the HTTP server's)
+ * ended, then the server, the processes (each ended with its channel, its
+ * thread joined here) and the stores. */
+static void stop(Daemon *d) {
+        http_server_quiesce(d->http);
+        manager_shutdown(d->manager);
+        terminal_close_all();
+        tunnel_close_all();
+        http_server_stop(d->http);
+        http_server_free(d->http);
+        proc_table_free(d->procs);
+        manager_free(d->manager);
+        uploads_close(d->uploads);
+        snapshot_store_close(d->snapshots);
+        egress_service_free(d->egress);
+        keystore_close(d->keys);
+        ledger_close(d->ledger);
+        db_close(d->db);
+        if (d->cfg.socket_path)
+                unlink(d->cfg.socket_path);
+}
+
+static void daemon_free(Daemon *d) {
+        if (!d)
+                return;
+        free(d->state_dir);
+        free(d->image_dir);
+        free(d->agent);
+        free(d->builder);
+        free(d->microvm_builder);
+        free(d->egress_proxy);
+        free(d->db_path);
+        free(d);
+}
+
+int daemon_run(const DaemonOptions *opts) {
+        signal(SIGPIPE, SIG_IGN);
+        /* Before any thread: capsets are per thread. What nothing ever uses
+         * goes first, before the drivers' probes run; the rest of what the
+         * offered drivers do not use once they are chosen. */
+        if (geteuid() == 0) {
+                int r = caps_keep_only(~caps_never_needed());
+                if (r < 0) {
+                        log_error(NULL, "cannot drop the capabilities no driver needs: %s", strerror(-r));
+                        return 1;
+                }
+        }
+        /* Every thread inherits this mask; this thread alone waits for the signals. */
+        sigset_t stop_signals;
+        sigemptyset(&stop_signals);
+        sigaddset(&stop_signals, SIGTERM);
+        sigaddset(&stop_signals, SIGINT);
+        pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+
+        Daemon *d = calloc(1, sizeof *d);
+        if (!d) {
+                log_error(NULL, "out of memory");
+                return 1;
+        }
+        d->cfg = opts->cfg;
+        int status = prepare_paths(d, opts);
+        if (status == 0)
+                status = choose_drivers(d, opts);
+        if (status == 0)
+                status = keep_capabilities(d);
+        if (status != 0) {
+                daemon_free(d);
+                return status;
+        }
+        /* From here a failure leaves the parts as they are: the process is
+         * about to end, and stopping the manager would stop every sandbox
+         * it recovered, which the next start re-attaches instead. */
+        if ((status = open_store(d)) != 0 || (status = open_egress(d, opts)) != 0 ||
+            (status = open_manager(d, opts)) != 0 || (status = serve(d)) != 0)
+                return status;
+        printf("runtimed listening on %s\n", d->listening);
+        fflush(stdout);
+        log_info(NULL, "runtimed %s listening on %s (state %s)", RUNTIME_VERSION, d->listening, d->state_dir);
+
+        int sig = 0;
+        while (sigwait(&stop_signals, &sig) != 0)
+                ;
+        log_info(NULL, "signal %d: stopping", sig);
+        stop(d);
+        log_info(NULL, "stopped");
+        daemon_free(d);
+        return 0;
+}

@@ -1,0 +1,60 @@
+#pragma once
+/* runtimed's options. One table (options.c) names each option, its argument,
+ * its default, its help and where its value goes; the command line, a config
+ * file (--config FILE) and --help all read it, so no setting exists in one
+ * and not the others. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/log.h"
+#include "daemon/config.h"
+
+/* A config file's line, and the file's lines, are bounded: the daemon reads
+ * it as root before anything else runs. */
+#define OPTIONS_MAX_LINE 4096u
+#define OPTIONS_MAX_LINES 10000u
+/* Room for the table's rows (options.c checks it at compile time). */
+#define OPTIONS_MAX 64u
+
+typedef enum OptionsAction {
+        OPTIONS_RUN,     /* serve the API */
+        OPTIONS_HELP,    /* --help: print options_help(), exit 0 */
+        OPTIONS_VERSION, /* --version */
+} OptionsAction;
+
+typedef struct DaemonOptions {
+        /* The settings the daemon's parts read. Its strings belong to the
+         * options (options_done frees them); paths left NULL are resolved by
+         * the wiring (daemon.c): the state directory, images, companions. */
+        DaemonConfig cfg;
+        char *driver;  /* "auto" or a driver's name */
+        char *drivers; /* driver names, comma-separated; NULL: every driver whose probe passes */
+        char *egress_proxy;
+        unsigned egress_wait_timeout_ms;                     /* 0: the egress service's default */
+        int64_t heartbeat_interval_ms, heartbeat_timeout_ms; /* 0: the manager's defaults */
+        LogLevel log_level;
+        char *config_path;
+        bool doctor, json;
+        OptionsAction action;
+        /* Which rows of the table the command line set: the config file
+         * does not override them. */
+        bool given[OPTIONS_MAX];
+} DaemonOptions;
+
+/* The table's defaults; -ENOMEM. options_done() afterwards either way. */
+int options_init(DaemonOptions *o);
+void options_done(DaemonOptions *o);
+
+/* The command line, then the file --config names, whose keys the command
+ * line's flags override. -EINVAL (or a negative errno of the file) with a
+ * message in why, to be printed after "runtimed: ". On --help or --version,
+ * parsing stops there and o->action says which. */
+int options_parse(DaemonOptions *o, int argc, char **argv, char *why, size_t why_len);
+/* A config file alone: "key = value" lines, "#" comments. Keys the command
+ * line set are checked but not applied. */
+int options_load_file(DaemonOptions *o, const char *path, char *why, size_t why_len);
+
+/* --help: every option with its argument, default and bounds. */
+void options_help(FILE *f);
