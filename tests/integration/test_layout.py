@@ -235,3 +235,21 @@ def test_stores_and_manager_return_plain_data():
     own: a sandbox's stored spec, agent requests, the proxy's settings.)"""
     bad = _plain_data_violations(SRC)
     assert not bad, "a store or the manager builds the API's JSON:\n" + "\n".join(bad)
+
+
+def test_daemon_entry_point_is_thin():
+    """runtimed's options live in one table (options.c), the one place in the
+    daemon that parses a flag or a config file; main.c only reads them and
+    hands over to the wiring (daemon.c), which alone opens the parts."""
+    bad = []
+    for path in sorted((SRC / "daemon").rglob("*.[ch]")):
+        code = _strip_comments(path.read_text())
+        if path.name != "options.c" and re.search(r"\bgetopt(_long)?\s*\(", code):
+            bad.append(f"{path.relative_to(REPO)} parses flags itself")
+    main = _strip_comments((SRC / "daemon" / "main.c").read_text())
+    if len(main.splitlines()) > 150:
+        bad.append(f"src/daemon/main.c has {len(main.splitlines())} lines")
+    for call in ("db_open", "manager_new", "egress_service_new", "http_server_new", "driver_all"):
+        if re.search(rf"\b{call}\s*\(", main):
+            bad.append(f"src/daemon/main.c calls {call}: the wiring is daemon.c's")
+    assert not bad, "\n".join(bad)
