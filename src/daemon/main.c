@@ -39,7 +39,8 @@ int main(int argc, char **argv) {
         }
         log_set_level(opts.log_level);
         if (opts.doctor) {
-                _cleanup_free_ char *dir = opts.cfg.state_dir ? strdup(opts.cfg.state_dir) : daemon_default_state_dir();
+                _cleanup_free_ char *dir =
+                        opts.cfg.state_dir ? strdup(opts.cfg.state_dir) : daemon_default_state_dir();
                 return doctor_run(opts.json, dir);
         }
         return daemon_run(&opts);
