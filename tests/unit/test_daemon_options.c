@@ -21,8 +21,8 @@
 #include "daemon/keys.h"
 
 typedef struct Fixture {
-        char dir[64];
-        char path[128]; /* the config file of the test */
+        char dir[256];
+        char path[320]; /* the config file of the test */
         DaemonOptions o;
         char why[2048];
 } Fixture;
@@ -31,7 +31,8 @@ static int setup(void **state) {
         Fixture *f = calloc(1, sizeof *f);
         if (!f)
                 return -1;
-        snprintf(f->dir, sizeof f->dir, "/tmp/options-test-XXXXXX");
+        const char *tmp = getenv("TMPDIR");
+        snprintf(f->dir, sizeof f->dir, "%s/options-test-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
         if (!mkdtemp(f->dir))
                 return -1;
         snprintf(f->path, sizeof f->path, "%s/runtimed.conf", f->dir);
@@ -286,7 +287,7 @@ static void test_flags_win_over_the_file(void **state) {
 static void test_overridden_value_still_checked(void **state) {
         Fixture *f = *state;
         write_text(f, "listen = 127.0.0.1:8123\nmax-vcpu = lots\n");
-        char want[256];
+        char want[512];
         snprintf(want, sizeof want, "%s:2: max-vcpu wants a number 1..1024, not 'lots'", f->path);
         assert_refused(f, parse(f, "--max-vcpu", "5", "--config", f->path, NULL), want);
 }
@@ -379,7 +380,7 @@ static void test_line_count_bound(void **state) {
 
 static void test_missing_file(void **state) {
         Fixture *f = *state;
-        char missing[160];
+        char missing[300];
         snprintf(missing, sizeof missing, "%s/absent.conf", f->dir);
         int r = parse(f, "--config", missing, NULL);
         assert_int_equal(r, -ENOENT);
