@@ -122,18 +122,6 @@ struct App {
         Uploads *uploads; /* uploads in parts */
 };
 
-/* The route table. */
-extern const HttpRoute api_routes[];
-extern const size_t api_n_routes;
-
-/* Routing over the table (for tests and tools); see http_route_match. */
-int route_parse(const char *method, const char *url, Route *ret);
-bool route_needs_auth(RouteKind k);
-/* Whether a `read` key is refused on this route: it creates, runs, writes,
- * deletes, extends or spends. */
-bool route_needs_full_access(RouteKind k);
-const char *route_name(RouteKind k);
-
 /* Maps an agent {"error":{code,message}} to the API's error; path, when
  * given, prefixes the message. */
 void api_agent_error(json_t *result, const char *path, ApiError *e);
