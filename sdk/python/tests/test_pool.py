@@ -317,3 +317,24 @@ def test_https_makes_one_ssl_context_per_process(monkeypatch: pytest.MonkeyPatch
     assert not http._direct
     assert http._client is not None and len(made) == 1
     http.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_of_fork_never_uses_its_parents_connections(server: KeepAliveServer) -> None:
+    sbx = Sandbox.create()
+    assert server.accepted == 1
+    pid = os.fork()
+    if pid == 0:  # the child: its request goes on a connection of its own
+        code = 0
+        try:
+            sbx.exec("true")
+            code = 0 if sbx._http._pool.pid == os.getpid() else 3
+        except BaseException:  # noqa: BLE001
+            code = 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert server.accepted == 2
+    assert sbx.exec("true").exit_code == 0  # the parent's connection still works
+    assert server.accepted == 2
+    sbx.close()

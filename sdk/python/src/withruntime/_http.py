@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import sys
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Tuple, Union
@@ -366,7 +367,8 @@ class SyncHTTP:
         return self._httpx
 
     def _connections(self) -> _pool.Pool:
-        if self._pool is None:
+        # A child made by fork uses a pool of its own, never its parent's connections.
+        if self._pool is None or self._pool.pid != os.getpid():
             pool = _pool.pool_for(self.endpoint, is_async=False)
             pool.join()
             self._pool = pool
@@ -658,7 +660,8 @@ class AsyncHTTP:
         return self._httpx
 
     def _connections(self) -> _pool.Pool:
-        if self._pool is None:
+        # A child made by fork uses a pool of its own, never its parent's connections.
+        if self._pool is None or self._pool.pid != os.getpid():
             pool = _pool.pool_for(self.endpoint, is_async=True)
             pool.join()
             self._pool = pool
