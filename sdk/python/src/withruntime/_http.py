@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import sys
+import threading
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
@@ -357,6 +358,7 @@ class SyncHTTP:
         # caller's (a test's) or a proxy from the environment stands in the way (then httpx).
         self._direct = transport is None and goes_direct(endpoint)
         self._pool: Optional[_pool.Pool] = None
+        self._joining = threading.Lock()
         self._httpx: Any = None
         self._closed = False
 
@@ -368,11 +370,15 @@ class SyncHTTP:
 
     def _connections(self) -> _pool.Pool:
         # A child made by fork uses a pool of its own, never its parent's connections.
-        if self._pool is None or self._pool.pid != os.getpid():
-            pool = _pool.pool_for(self.endpoint, is_async=False)
-            pool.join()
-            self._pool = pool
-        return self._pool
+        pool = self._pool
+        if pool is None or pool.pid != os.getpid():
+            with self._joining:  # two threads' first requests join the pool once
+                if self._pool is None or self._pool.pid != os.getpid():
+                    joined = _pool.pool_for(self.endpoint, is_async=False)
+                    joined.join()
+                    self._pool = joined
+                pool = self._pool
+        return pool
 
     def _connect(self) -> socket.socket:
         family, address, tls_name = _pool.address(self.endpoint)
@@ -650,6 +656,7 @@ class AsyncHTTP:
         # caller's (a test's) or a proxy from the environment stands in the way (then httpx).
         self._direct = transport is None and goes_direct(endpoint)
         self._pool: Optional[_pool.Pool] = None
+        self._joining = threading.Lock()
         self._httpx: Any = None
         self._closed = False
 
@@ -661,11 +668,15 @@ class AsyncHTTP:
 
     def _connections(self) -> _pool.Pool:
         # A child made by fork uses a pool of its own, never its parent's connections.
-        if self._pool is None or self._pool.pid != os.getpid():
-            pool = _pool.pool_for(self.endpoint, is_async=True)
-            pool.join()
-            self._pool = pool
-        return self._pool
+        pool = self._pool
+        if pool is None or pool.pid != os.getpid():
+            with self._joining:  # two threads' first requests join the pool once
+                if self._pool is None or self._pool.pid != os.getpid():
+                    joined = _pool.pool_for(self.endpoint, is_async=True)
+                    joined.join()
+                    self._pool = joined
+                pool = self._pool
+        return pool
 
     async def _connect(self) -> _AsyncConnection:
         import asyncio
