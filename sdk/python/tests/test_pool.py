@@ -35,9 +35,11 @@ class KeepAliveServer:
     replies, without saying so). Records each request as (method, target, headers, body) and
     how many connections were accepted and are open."""
 
-    def __init__(self, handler: Optional[Callable[[str, str, bytes], Reply]] = None, close_after: int = 0) -> None:
+    def __init__(self, handler: Optional[Callable[[str, str, bytes], Reply]] = None, close_after: int = 0,
+                 tls: Any = None) -> None:
         self.handler = handler or sandbox_api
         self.close_after = close_after
+        self.tls = tls  # a server-side ssl.SSLContext, or None for plain HTTP
         self.requests: List[Tuple[str, str, Dict[str, str], bytes]] = []
         self.accepted = 0
         self.open = 0
@@ -48,7 +50,7 @@ class KeepAliveServer:
 
     @property
     def endpoint(self) -> Endpoint:
-        url = f"http://127.0.0.1:{self.port}"
+        url = f"https://localhost:{self.port}" if self.tls else f"http://127.0.0.1:{self.port}"
         return Endpoint(url=url, uds=None, display=url)
 
     def _accept(self) -> None:
@@ -63,6 +65,14 @@ class KeepAliveServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        if self.tls is not None:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except OSError:
+                conn.close()
+                with self.lock:
+                    self.open -= 1
+                return
         f = conn.makefile("rb")
         served = 0
         try:
@@ -338,3 +348,46 @@ def test_a_child_of_fork_never_uses_its_parents_connections(server: KeepAliveSer
     assert sbx.exec("true").exit_code == 0  # the parent's connection still works
     assert server.accepted == 2
     sbx.close()
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A keep-alive server over TLS with a certificate for localhost that SSL_CERT_FILE trusts,
+    and the process's SSL context cleared so that the test makes it."""
+    import shutil
+    import ssl
+
+    if not shutil.which("openssl"):
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                        "-keyout", str(key), "-out", str(cert)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"openssl could not make a certificate: {r.stderr[-300:]}")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    monkeypatch.setattr(_stream, "_tls", [])
+    s = KeepAliveServer(tls=ctx)
+    monkeypatch.setenv("RUNTIME_BASE_URL", s.endpoint.url)
+    yield s
+    s.close()
+
+
+def test_https_requests_share_one_context_and_one_connection(tls_server: KeepAliveServer) -> None:
+    boxes = [Sandbox.create() for _ in range(5)]
+    for b in boxes:
+        assert b.exec("true").exit_code == 0
+
+    async def main() -> None:
+        async with AsyncSandbox.create() as sbx:
+            assert (await sbx.exec("true")).exit_code == 0
+            assert (await sbx.exec("true")).exit_code == 0
+
+    asyncio.run(main())
+    assert len(_stream._tls) == 1
+    # One connection for the blocking sandboxes, one for the asyncio one.
+    assert tls_server.accepted == 2 and len(tls_server.requests) == 10 + 4
+    for b in boxes:
+        b.close()
