@@ -51,15 +51,10 @@ console.log(JSON.stringify(out));
 
 PY_LOOP = r"""
 import json, sys, time
-import httpx
 from withruntime import Sandbox
 n, driver = int(sys.argv[1]), sys.argv[2]
 out = []
-client = []
 for _ in range(n):
-    t = time.perf_counter()
-    httpx.Client().close()
-    client.append((time.perf_counter() - t) * 1000)
     t = time.perf_counter()
     sbx = Sandbox.create(driver=driver)
     r = sbx.exec(["true"])
@@ -67,7 +62,6 @@ for _ in range(n):
     assert r.exit_code == 0, r
     sbx.delete()
     sbx.close()
-print(json.dumps(client))
 print(json.dumps(out))
 """
 
@@ -109,7 +103,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="runtime-bench-js-"))
     cg = f"runtime-bench-js-{os.getpid()}"
     d = Daemon(REPO / "build", Path(args.image_dir), tmp / "state", cg)
-    results: dict[str, list[float]] = {"node": [], "python": [], "httpx": []}
+    results: dict[str, list[float]] = {"node": [], "python": []}
     load0 = os.getloadavg()[0]
     try:
         d.start()
@@ -123,9 +117,7 @@ def main() -> int:
         loop(py_cmd[:3] + ["1", args.driver], env, REPO)
         for _ in range(rounds):
             results["node"] += loop(node_cmd, env, REPO / "sdk" / "js")[-1]
-            client, create = loop(py_cmd, env, REPO)
-            results["python"] += create
-            results["httpx"] += client
+            results["python"] += loop(py_cmd, env, REPO)[-1]
     finally:
         if d.alive():
             d.stop()
@@ -156,10 +148,9 @@ def main() -> int:
         label = "Node (`withruntime`, sdk/js)" if name == "node" else "Python (`withruntime`, sdk/python)"
         lines.append(f"| {label} | {pct(xs, 50):.1f} ms | {pct(xs, 90):.1f} ms | {statistics.mean(xs):.1f} ms |")
     lines += ["", f"Node / Python at p50: {pct(results['node'], 50) / pct(results['python'], 50):.2f}x. "
-              f"The Python SDK builds an `httpx.Client` for every `Sandbox.create`, and building one "
-              f"(an SSL context with the CA bundle, even for an http:// daemon) took "
-              f"{pct(results['httpx'], 50):.1f} ms at p50 in the same processes; the Node SDK's "
-              f"`node:http` agent costs next to nothing to make.", END]
+              "Both keep their connections to the daemon alive between calls; the Python SDK's pool is "
+              "the process's, made on the first request without an SSL context for an http:// daemon "
+              "(bench/sdk_start.py measures a whole new process of each).", END]
     emit(args.out, BEGIN, END, "\n".join(lines))
     return 0
 

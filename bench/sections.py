@@ -1,5 +1,5 @@
 """docs/benchmarks.md is written by several scripts: bench/run.py owns the file,
-bench/egress.py, bench/microvm.py, bench/js.py, bench/processes.py and bench/lifecycle.py each own a section between
+bench/egress.py, bench/microvm.py, bench/js.py, bench/processes.py, bench/lifecycle.py and bench/sdk_start.py each own a section between
 markers, and so does run.py's comparison of runsc builds (--only gvisor_runsc).
 These helpers keep each one's part when another rewrites the file."""
 from __future__ import annotations
@@ -15,6 +15,7 @@ SECTIONS = [
     ("<!-- processes benchmark: begin", "<!-- processes benchmark: end -->"),
     ("<!-- interpreter benchmark: begin", "<!-- interpreter benchmark: end -->"),
     ("<!-- lifecycle benchmark: begin", "<!-- lifecycle benchmark: end -->"),
+    ("<!-- sdk start benchmark: begin", "<!-- sdk start benchmark: end -->"),
 ]
 
 

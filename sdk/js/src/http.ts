@@ -3,7 +3,8 @@
  * never followed and no proxy from the environment ever sees the key.
  */
 import http from "node:http";
-import https from "node:https";
+import type * as HttpsModule from "node:https";
+import { createRequire } from "node:module";
 import { Readable } from "node:stream";
 
 import type { Endpoint } from "./config.js";
@@ -15,6 +16,17 @@ import {
   errorFromResponse,
 } from "./errors.js";
 import { VERSION } from "./version.js";
+
+/*
+ * node:https, and TLS under it, is loaded on the first client of an https:// daemon: a process
+ * that talks to an http:// or unix-socket daemon never pays for it (about 2.5 ms of a start).
+ * A builtin loads synchronously through require, so the client's constructor stays synchronous.
+ */
+const requireBuiltin = createRequire(import.meta.url);
+let httpsLoaded: typeof HttpsModule | undefined;
+function https(): typeof HttpsModule {
+  return (httpsLoaded ??= requireBuiltin("node:https") as typeof HttpsModule);
+}
 
 export const DEFAULT_TIMEOUT_SECONDS = 60;
 const CONNECT_TIMEOUT_MS = 10_000;
@@ -54,7 +66,7 @@ export class HttpClient {
     this.#key = apiKey;
     this.#timeoutSeconds = timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS;
     const opts = { keepAlive: true, maxSockets: 16 };
-    this.#agent = endpoint.protocol === "https:" ? new https.Agent(opts) : new http.Agent(opts);
+    this.#agent = endpoint.protocol === "https:" ? new (https().Agent)(opts) : new http.Agent(opts);
   }
 
   /** Release pooled connections. */
@@ -96,7 +108,7 @@ export class HttpClient {
     if (payload) headers["Content-Length"] = String(payload.byteLength);
     else if (!stream && method !== "GET" && method !== "HEAD") headers["Content-Length"] = "0";
     const timeoutMs = Math.max(1, (opts.timeoutSeconds ?? this.#timeoutSeconds) * 1000);
-    const mod = ep.protocol === "https:" ? https : http;
+    const mod = ep.protocol === "https:" ? https() : http;
 
     return new Promise((resolve, reject) => {
       let settled = false;

@@ -11,13 +11,11 @@ the daemon's own admin key file on the same machine. ``withruntime.tools.sandbox
 sandbox into four functions for LlamaIndex's ``FunctionTool.from_defaults``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._models import CommandResult, FileEntry, FileList, WriteResult
 from ._process import AsyncProcess, Process
-from ._terminal import AsyncTerminal, Terminal
-from ._tunnel import AsyncPortForward, PortForward
 from ._version import __version__
-from .async_sandbox import AsyncFiles, AsyncNetwork, AsyncSandbox, AsyncSecrets, AsyncSnapshots
-from .client import AsyncRuntime, Runtime
 from .errors import (
     APIConnectionError,
     APIError,
@@ -37,7 +35,43 @@ from .errors import (
     SpendingLimitError,
     UnavailableError,
 )
-from .sandbox import Files, Network, Sandbox, Secrets, Snapshots
+from .sandbox import Files, Network, Runtime, Sandbox, Secrets, Snapshots
+
+# What a first call of the blocking client does not need is imported when first named:
+# ``withruntime.AsyncSandbox`` or ``from withruntime import AsyncSandbox`` loads it then.
+_LAZY = {
+    "AsyncSandbox": "async_sandbox",
+    "AsyncFiles": "async_sandbox",
+    "AsyncNetwork": "async_sandbox",
+    "AsyncSecrets": "async_sandbox",
+    "AsyncSnapshots": "async_sandbox",
+    "AsyncRuntime": "async_sandbox",
+    "Terminal": "_terminal",
+    "AsyncTerminal": "_terminal",
+    "PortForward": "_tunnel",
+    "AsyncPortForward": "_tunnel",
+}
+
+if TYPE_CHECKING:
+    from ._terminal import AsyncTerminal, Terminal
+    from ._tunnel import AsyncPortForward, PortForward
+    from .async_sandbox import AsyncFiles, AsyncNetwork, AsyncRuntime, AsyncSandbox, AsyncSecrets, AsyncSnapshots
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'withruntime' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> "list[str]":
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "__version__",

@@ -4,7 +4,6 @@ clients share, so the two differ only in how they wait."""
 from __future__ import annotations
 
 import base64
-import difflib
 import json
 import os
 import re
@@ -117,6 +116,8 @@ def _suggest(name: str, valid: Sequence[str]) -> str:
     starts = [v for v in valid if v.startswith(low)]
     if starts:
         return starts[0]
+    import difflib
+
     # The sandbox's own fields first: a near miss is more likely one of them.
     for group in (list(CREATE_FIELDS), list(valid)):
         close = difflib.get_close_matches(low, group, n=1, cutoff=0.6)

@@ -4,15 +4,16 @@ daemon and read from a cursor (docs/api.md, Processes). :class:`Process` and
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import time
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Mapping, Optional, Union
 
 from ._drive import Call, Emit, Next, Open, Shut, awaitable, awaitable_iter, blocking, blocking_iter, relay
-from ._http import AsyncHTTP, SyncHTTP
 from ._models import ExecStream, event_end, sandbox_path
 from .errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from ._http import AsyncHTTP, SyncHTTP
 
 #: How long one output request may run; the daemon ends long ones with ``continue``.
 OUTPUT_READ_TIMEOUT_SECONDS = 600.0
@@ -200,7 +201,11 @@ class Process(_ProcessBase):
 class AsyncProcess(_ProcessBase):
     """As :class:`Process`, awaitable."""
 
-    _sleep = staticmethod(asyncio.sleep)
+    @staticmethod
+    async def _sleep(seconds: float) -> None:
+        import asyncio  # here, not at the top: the blocking client never needs it
+
+        await asyncio.sleep(seconds)
 
     def __init__(self, http: AsyncHTTP, sandbox_id: str, info: Mapping[str, Any]) -> None:
         super().__init__(sandbox_id, info)

@@ -18,14 +18,17 @@ and asyncio clients in _http.py only move the bytes."""
 from __future__ import annotations
 
 import json
+import os
 import re
-import ssl
-import urllib.request
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Union
 from urllib.parse import quote, urlencode, urlsplit
 
 from ._config import Endpoint
 from .errors import APIConnectionError, InvalidRequestError
+
+if TYPE_CHECKING:
+    import ssl
 
 #: One read of a streamed reply takes up to this much.
 READ_SIZE = 1024 * 1024
@@ -134,18 +137,34 @@ def _header_value(name: str, value: str) -> str:
     return value
 
 
+def _query_value(value: Any) -> str:
+    if value is True or value is False:
+        return "true" if value else "false"
+    return str(value)
+
+
 def request_head(endpoint: Endpoint, method: str, path: str, *, params: Any, headers: Mapping[str, str],
-                 body: Optional[bytes]) -> bytes:
-    """An HTTP/1.1 request's head (and JSON body), for a reply read on its own connection."""
+                 body: Optional[bytes], keep_alive: bool = False, content_type: str = "application/json",
+                 chunked: bool = False, body_length: Optional[int] = None) -> bytes:
+    """An HTTP/1.1 request's head, and its body when ``body`` is given: with ``keep_alive`` for a
+    connection of the pool (_pool.py), else for a reply read on a connection of its own. The
+    caller sends the body itself after the head when it gives its ``body_length``, or with
+    ``chunked`` (Transfer-Encoding: chunked) when its length is not known."""
     url = urlsplit(endpoint.url)
     target = url.path.rstrip("/") + quote(path, safe=_PATH_SAFE)
     if params:
         items = params.items() if isinstance(params, Mapping) else params
-        target += "?" + urlencode([(k, v) for k, v in items if v is not None], quote_via=quote)
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {url.netloc or 'runtimed'}", "Connection: close"]
+        target += "?" + urlencode([(k, _query_value(v)) for k, v in items if v is not None], quote_via=quote)
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {url.netloc or 'runtimed'}",
+             "Connection: keep-alive" if keep_alive else "Connection: close"]
     lines += [f"{k}: {_header_value(k, v)}" for k, v in headers.items()]
-    if body is not None:
-        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    if chunked:
+        lines += [f"Content-Type: {content_type}", "Transfer-Encoding: chunked"]
+    elif body is not None or body_length is not None:
+        length = len(body) if body is not None else body_length
+        lines += [f"Content-Type: {content_type}", f"Content-Length: {length}"]
+    elif method in ("POST", "PUT", "PATCH"):
+        lines.append("Content-Length: 0")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (body or b"")
 
 
@@ -154,10 +173,13 @@ def json_body(value: Any) -> Optional[bytes]:
 
 
 def goes_direct(endpoint: Endpoint) -> bool:
-    """False when the environment names a proxy for the daemon's address (then streams go
-    through httpx, which honours it, like every other request)."""
-    if endpoint.uds:
+    """False when the environment names a proxy for the daemon's address (then requests go
+    through httpx, which honours it). urllib's proxy reading is imported only when the
+    environment names one at all."""
+    if endpoint.uds or not any(k.lower().endswith("_proxy") for k in os.environ):
         return True
+    import urllib.request
+
     url = urlsplit(endpoint.url)
     proxies = urllib.request.getproxies_environment()
     if not (proxies.get(url.scheme) or proxies.get("all")):
@@ -165,11 +187,21 @@ def goes_direct(endpoint: Endpoint) -> bool:
     return bool(urllib.request.proxy_bypass_environment(url.netloc, proxies))
 
 
-def tls_context() -> ssl.SSLContext:
-    """The trust httpx's client has (its CA bundle, SSL_CERT_FILE), for an https daemon."""
-    import httpx
+_tls: List["ssl.SSLContext"] = []
+_tls_lock = threading.Lock()
 
-    return httpx.create_ssl_context()
+
+def tls_context() -> "ssl.SSLContext":
+    """The trust httpx's client has (its CA bundle, SSL_CERT_FILE), for an https daemon: made
+    once in a process, on the first https connection, and shared by every connection after it
+    (loading the CA bundle costs tens of milliseconds). An http:// or unix: daemon never makes
+    one."""
+    with _tls_lock:
+        if not _tls:
+            import httpx
+
+            _tls.append(httpx.create_ssl_context())
+        return _tls[0]
 
 
 class ReplyError(Exception):
@@ -191,6 +223,7 @@ class ReplyReader:
         self.on_body: Callable[[Buffer, int, int], None] = lambda buf, start, end: None
         self._head = bytearray()
         self._mode = ""  # "chunked", "length" or "close"
+        self._http10 = False
         self._state = "size"  # chunked: "size", "data", "data_end", "trailer"
         self._left = 0
         self._line = bytearray()
@@ -207,6 +240,13 @@ class ReplyReader:
                 start += take
                 self._left -= take
                 self.done = self._mode == "length" and self._left == 0
+
+    @property
+    def keeps_connection(self) -> bool:
+        """Whether the connection may carry another request once this reply has ended."""
+        if not self.done or self._mode == "close" or self._http10:
+            return False
+        return "close" not in self.headers.get("connection", "").lower()
 
     def eof(self) -> None:
         """The connection closed: the end of a reply that runs to it, else too soon."""
@@ -240,7 +280,10 @@ class ReplyReader:
                 raise ReplyError("the daemon's reply has a header line without a colon")
             headers[name.strip().lower()] = value.strip()
         self.status, self.headers, self.head_done = status, headers, True
-        if "chunked" in headers.get("transfer-encoding", "").lower():
+        self._http10 = parts[0] == "HTTP/1.0"
+        if status in (204, 304):  # never a body, whatever the headers say (RFC 9112, 6.3)
+            self._mode, self._left, self.done = "length", 0, True
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
             self._mode = "chunked"
         elif "content-length" in headers:
             length = headers["content-length"]

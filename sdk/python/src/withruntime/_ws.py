@@ -9,12 +9,12 @@ import base64
 import hashlib
 import os
 import socket
-import ssl
 import struct
 from typing import Dict, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 from ._config import Endpoint
+from ._stream import tls_context
 from .errors import APIConnectionError, error_from_response
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -128,7 +128,7 @@ class SyncWebSocket:
                 # Keys are a few bytes each: no Nagle delay on them.
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if url.scheme == "https":
-                    sock = ssl.create_default_context().wrap_socket(sock, server_hostname=url.hostname)
+                    sock = tls_context().wrap_socket(sock, server_hostname=url.hostname)
         except OSError as e:
             raise APIConnectionError(f"cannot connect to the Runtime daemon at {endpoint.display}: {e}") from e
         self._sock = sock
@@ -214,7 +214,7 @@ class AsyncWebSocket:
             if self.endpoint.uds:
                 opened = asyncio.open_unix_connection(self.endpoint.uds)
             else:
-                tls = ssl.create_default_context() if url.scheme == "https" else None
+                tls = tls_context() if url.scheme == "https" else None
                 port = url.port or (443 if url.scheme == "https" else 80)
                 opened = asyncio.open_connection(url.hostname or "127.0.0.1", port, ssl=tls)
             self._reader, self._writer = await asyncio.wait_for(opened, self._timeout)

@@ -4,7 +4,7 @@ driven here by blocking I/O (_drive.py)."""
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Dict, Mapping, Optional, Type
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Type
 
 from ._config import resolve_api_key, resolve_endpoint
 from ._core import FilesOps, NetworkOps, RuntimeOps, SandboxOps, SecretsOps, SnapshotsOps
@@ -12,10 +12,11 @@ from ._drive import blocking, blocking_iter, run
 from ._http import SyncHTTP, websocket_headers
 from ._models import SandboxInfo
 from ._process import Process
-from ._terminal import Terminal, terminal_target
-from ._tunnel import PortForward, check_port
-from ._ws import SyncWebSocket
 from .interpreter import Interpreter
+
+if TYPE_CHECKING:
+    from ._terminal import Terminal
+    from ._tunnel import PortForward
 
 
 def _connect(
@@ -89,6 +90,9 @@ class Sandbox(SandboxInfo):
         """Listens on ``host``:``local_port`` (``port`` unless given; 0 for any free one) and
         carries each connection to ``port`` on the sandbox's loopback over one authenticated
         WebSocket, until ``close()``. Nothing listens beyond loopback unless ``host`` says so."""
+        from ._tunnel import PortForward, check_port
+        from ._ws import SyncWebSocket
+
         check_port(port)
         if local_port is not None:
             check_port(local_port, "local_port", zero_ok=True)
@@ -114,6 +118,9 @@ class Sandbox(SandboxInfo):
         ``cols`` x ``rows``; or, with ``process_id``, the running process spawned with ``pty=``.
         ``write()`` types, ``recv()`` reads, ``resize()``; ``close()`` hangs up a process it
         started."""
+        from ._terminal import Terminal, terminal_target
+        from ._ws import SyncWebSocket
+
         target = terminal_target(self.id, cols, rows, command, cwd, user, process_id)
         return Terminal(SyncWebSocket(self._http.endpoint, target, websocket_headers(self._http.api_key)))
 
