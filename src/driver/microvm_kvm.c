@@ -15,7 +15,7 @@
 #include "common/macro.h"
 #include "driver/launch.h"
 #include "driver/microvm_spawn.h"
-#include "driver/microvm_vmm.h"
+
 
 /* The kernel probe: a guest kernel gets this long under KVM to boot and
  * panic for want of a root (which, with panic=-1 and -no-reboot, ends QEMU).

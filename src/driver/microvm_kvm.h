@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "driver/microvm.h"
+#include "driver/microvm-internal.h"
 
 /* Decides, once per process, whether KVM really runs a guest: QEMU boots the
  * guest kernel `kernel` (or, when NULL or missing, a few bytes of firmware)

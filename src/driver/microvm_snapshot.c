@@ -15,7 +15,7 @@
 #include "common/path.h"
 #include "common/timeutil.h"
 #include "driver/driver_agent.h"
-#include "driver/microvm_template.h"
+#include "driver/microvm_guest.h"
 #include "driver/rootfs.h"
 
 /* A snapshot's files (in its directory) and, until the start that resumes

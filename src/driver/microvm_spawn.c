@@ -101,3 +101,12 @@ int microvm_vmm_cgroup_kill(const DriverSpec *spec) {
 int microvm_spec_check(const DriverSpec *spec) {
         return launch_spec_check(spec);
 }
+
+const char *microvm_qemu_binary(void) {
+        static const char *const candidates[] = { "/usr/bin/qemu-system-x86_64",
+                                                  "/usr/local/bin/qemu-system-x86_64" };
+        for (size_t i = 0; i < ELEMENTSOF(candidates); i++)
+                if (access(candidates[i], X_OK) == 0)
+                        return candidates[i];
+        return NULL;
+}

@@ -11,10 +11,13 @@
 #include <sys/types.h>
 
 #include "driver/cgroup.h"
-#include "driver/microvm.h"
+#include "driver/microvm-internal.h"
 
 /* The VMM uid of sandbox `id` (MICROVM_UID_BASE + a hash). */
 uint32_t microvm_uid_for(const char *id);
+
+/* The QEMU binary, or NULL when none is installed. */
+const char *microvm_qemu_binary(void);
 
 /* A QEMU to start: no_new_privs, the sandbox seccomp policy, no
  * supplementary group but extra_gid, every descriptor closed but keep. */

@@ -22,11 +22,11 @@
 #include "common/timeutil.h"
 #include "driver/driver_agent.h"
 #include "driver/microvm_disk.h"
+#include "driver/microvm_guest.h"
 #include "driver/microvm_initramfs.h"
 #include "driver/microvm_qmp.h"
 #include "proto/proto.h"
 
-#define TEMPLATE_FORMAT 1
 #define TEMPLATE_MAX 16        /* per image */
 #define TEMPLATE_IDLE_S 600    /* a template restored within this is in use: never evicted */
 #define TEMPLATE_RETRY_S 600   /* a build that failed is not tried again before this */
@@ -37,66 +37,6 @@
 bool microvm_templates_enabled(void) {
         const char *e = getenv("RUNTIME_MICROVM_SNAPSHOTS");
         return !e || strcmp(e, "0") != 0;
-}
-
-/* The host's kernel release and a hash of its CPU's feature flags: under
- * KVM a restored guest keeps the code paths its kernel chose for the CPU it
- * booted on. */
-static int host_cpu_id(char *buf, size_t len) {
-        struct utsname u;
-        if (uname(&u) < 0)
-                return -errno;
-        _cleanup_close_ int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        char text[16384];
-        ssize_t n = read(fd, text, sizeof(text) - 1);
-        if (n < 0)
-                return -errno;
-        text[n] = 0;
-        char *flags = strstr(text, "\nflags");
-        uint64_t h = 14695981039346656037ull;
-        for (const char *p = flags; p && *p && (p == flags || *p != '\n'); p++) {
-                h ^= (uint8_t)*p;
-                h *= 1099511628211ull;
-        }
-        int m = snprintf(buf, len, "%s:%016llx", u.release, (unsigned long long)h);
-        return m < 0 || (size_t)m >= len ? -ENOBUFS : 0;
-}
-
-/* The description of everything a saved guest depends on; equal keys mean
- * the same devices, command line, kernel, root, modules, agent and QEMU. */
-static int template_key(const char *qemu, const char *image_dir, const char *agent, MicrovmAccel accel, unsigned vcpu,
-                        unsigned mem, unsigned disk, unsigned pids, char *buf, size_t len) {
-        char p[PATH_MAX], q[PATH_IDENTITY_MAX], k[PATH_IDENTITY_MAX], root[PATH_IDENTITY_MAX],
-                mods[PATH_IDENTITY_MAX], ag[PATH_IDENTITY_MAX];
-        int r;
-        if ((r = path_identity(qemu, q, sizeof(q))) < 0 ||
-            (r = path_join(p, sizeof(p), image_dir, "microvm/vmlinuz")) < 0 ||
-            (r = path_identity(p, k, sizeof(k))) < 0 ||
-            (r = path_join(p, sizeof(p), image_dir, "microvm/root.ext4")) < 0 ||
-            (r = path_identity(p, root, sizeof(root))) < 0 ||
-            (r = path_join(p, sizeof(p), image_dir, "microvm/modules")) < 0 ||
-            (r = path_identity(p, mods, sizeof(mods))) < 0 || (r = path_identity(agent, ag, sizeof(ag))) < 0)
-                return r;
-        /* The command line as a template's (its name aside: it derives
-         * from the key) and, under KVM, the host's CPU. */
-        char cmdline[1024], cpu[128] = "-";
-        if ((r = microvm_kernel_cmdline("tpl", accel, pids, cmdline, sizeof(cmdline))) < 0)
-                return r;
-        if (accel == MICROVM_ACCEL_KVM && (r = host_cpu_id(cpu, sizeof(cpu))) < 0)
-                return r;
-        int n = snprintf(buf, len,
-                         "format=%d accel=%s vcpu=%u mem=%u disk=%u pids=%u\n"
-                         "cmdline=%s\ncpu=%s\nqemu=%s\nkernel=%s\nroot=%s\nmodules=%s\nagent=%s\n",
-                         TEMPLATE_FORMAT, accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg", vcpu, mem, disk, pids, cmdline,
-                         cpu, q, k, root, mods, ag);
-        return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
-}
-
-int microvm_saved_guest_key(const MicrovmStart *s, char *buf, size_t len) {
-        return template_key(s->qemu, s->spec->image_dir, s->spec->agent_path, s->accel, s->vcpu, s->mem, s->disk,
-                            s->pids, buf, len);
 }
 
 static uint64_t fnv1a64(const char *s) {
@@ -308,8 +248,7 @@ static int template_build(const MicrovmStart *s, const char *tmpdir, const char 
 static int template_get(const MicrovmStart *s, int tfd, char *name, size_t name_len, char *tpl_name, size_t tpl_len,
                         int *ret_dfd, char *why, size_t why_len) {
         char key[4096];
-        int r = template_key(s->qemu, s->spec->image_dir, s->spec->agent_path, s->accel, s->vcpu, s->mem, s->disk,
-                             s->pids, key, sizeof(key));
+        int r = microvm_saved_guest_key(s, key, sizeof(key));
         if (r < 0) {
                 snprintf(why, why_len, "template key: %s", strerror(-r));
                 return r;

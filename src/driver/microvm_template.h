@@ -22,8 +22,3 @@ bool microvm_templates_enabled(void);
  * what went wrong, for the sandbox's log: the caller boots instead. */
 int microvm_template_start(const MicrovmStart *s, const char *p_upper, int *ret_fd, DriverInstance **ret, char *why,
                            size_t why_len);
-
-/* The description of everything a saved guest depends on (QEMU, kernel,
- * root, modules, agent, shape, accelerator, and under KVM the host's CPU):
- * a saved guest is restored only where it is the same. -ENOBUFS past len. */
-int microvm_saved_guest_key(const MicrovmStart *s, char *buf, size_t len);

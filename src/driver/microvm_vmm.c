@@ -36,14 +36,10 @@
 #include "common/timeutil.h"
 #include "driver/microvm_kvm.h"
 #include "driver/microvm_qmp.h"
-#include "driver/microvm_template.h"
+#include "driver/microvm_guest.h"
 #include "driver/microvm_spawn.h"
 
 #define KILL_TIMEOUT_MS 5000
-/* Under TCG, with tsc_early_khz and lpj (microvm_kernel_cmdline): with no
- * calibration reference on microvm (no PIT, HPET or PM timer to calibrate
- * against) the kernel would otherwise spin. */
-#define TCG_KERNEL_OPTS "tsc=reliable no_timer_check"
 /* QEMU's own messages (stderr) kept in vmm.log: a guest may be able to make
  * QEMU complain repeatedly; what is past this is dropped. */
 #define VMM_LOG_MAX (64u * 1024u)
@@ -76,15 +72,6 @@ struct DriverInstance {
         int initrd_fd;
         char *key;
 };
-
-const char *microvm_qemu_binary(void) {
-        static const char *const candidates[] = { "/usr/bin/qemu-system-x86_64",
-                                                  "/usr/local/bin/qemu-system-x86_64" };
-        for (size_t i = 0; i < ELEMENTSOF(candidates); i++)
-                if (access(candidates[i], X_OK) == 0)
-                        return candidates[i];
-        return NULL;
-}
 
 /* ---- the console ----------------------------------------------------------- */
 
@@ -164,67 +151,6 @@ static void *console_main(void *userdata) {
 }
 
 /* ---- the QEMU command line --------------------------------------------------- */
-
-/* The host's TSC rate in kHz, rounded to whole MHz so that it reads the same
- * at every start of the daemon (a template's command line depends on it).
- * Under TCG the guest's TSC is the host's own counter: a guest told another
- * rate runs its clock that much fast or slow. 0 when it cannot be measured. */
-unsigned microvm_host_tsc_khz(void) {
-#if defined(__x86_64__)
-        static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-        static unsigned khz;
-        pthread_mutex_lock(&lock);
-        if (khz == 0) {
-                unsigned best = 0;
-                /* Three 20 ms samples, the median: a preempted sample is off. */
-                unsigned samples[3];
-                for (int i = 0; i < 3; i++) {
-                        struct timespec a, b, d = { .tv_nsec = 20 * 1000 * 1000 };
-                        unsigned lo, hi, lo2, hi2;
-                        clock_gettime(CLOCK_MONOTONIC_RAW, &a);
-                        __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
-                        nanosleep(&d, NULL);
-                        __asm__ volatile("rdtsc" : "=a"(lo2), "=d"(hi2));
-                        clock_gettime(CLOCK_MONOTONIC_RAW, &b);
-                        uint64_t ticks = ((uint64_t)hi2 << 32 | lo2) - ((uint64_t)hi << 32 | lo);
-                        int64_t ns = (int64_t)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
-                        samples[i] = ns > 0 ? (unsigned)((double)ticks / (double)ns * 1000.0 + 0.5) : 0; /* MHz */
-                }
-                unsigned x = samples[0], y = samples[1], z = samples[2];
-                best = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
-                /* Plausible rates only; anything else keeps the old guess. */
-                khz = best >= 100 && best <= 10000 ? best * 1000 : 2000000;
-        }
-        unsigned r = khz;
-        pthread_mutex_unlock(&lock);
-        return r;
-#else
-        return 0;
-#endif
-}
-
-int microvm_kernel_cmdline(const char *id, MicrovmAccel accel, unsigned pids_max, char *buf, size_t len) {
-        /* quiet: every console byte costs a VM exit (or, under TCG, an
-         * emulated UART write); errors and panics still print. panic=-1 and
-         * QEMU's -no-reboot turn a guest panic into QEMU's exit, which the
-         * daemon sees as the channel's end. Under TCG the guest is told the
-         * TSC's rate (there is nothing on microvm to calibrate it against)
-         * and the delay loop's (lpj at the kernel's HZ=250). */
-        char tcg[160] = "";
-        unsigned khz = microvm_host_tsc_khz();
-        if (khz == 0)
-                khz = 2000000;
-        if (accel == MICROVM_ACCEL_TCG)
-                snprintf(tcg, sizeof(tcg), " tsc_early_khz=%u lpj=%u " TCG_KERNEL_OPTS, khz, khz * 4);
-        char pids[32] = "";
-        if (pids_max > 0)
-                snprintf(pids, sizeof(pids), " runtime.pids=%u", pids_max);
-        int n = snprintf(buf, len,
-                         "console=ttyS0 quiet panic=-1 reboot=t 8250.nr_uarts=1 rdinit=/init "
-                         "runtime.hostname=%s%s%s -- --vm --channel %s",
-                         id, pids, tcg, MICROVM_CHANNEL_PATH);
-        return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
-}
 
 typedef struct Args {
         char *v[96];

@@ -10,27 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "driver/microvm.h"
-
-/* The QEMU binary, or NULL when none is installed. */
-const char *microvm_qemu_binary(void);
-
-/* The host's TSC rate in kHz, rounded to whole MHz; 0 when unknown. */
-unsigned microvm_host_tsc_khz(void);
-
-/* The kernel command line of a sandbox: `id` names the guest host.
- * -ENOBUFS when it does not fit. */
-int microvm_kernel_cmdline(const char *id, MicrovmAccel accel, unsigned pids_max, char *buf, size_t len);
-
-/* Everything a start needs that does not depend on the way it starts. */
-typedef struct MicrovmStart {
-        const DriverSpec *spec;
-        const char *qemu;
-        MicrovmAccel accel;
-        unsigned vcpu, mem, disk, pids;
-        int log_fd; /* sandbox_dir/vmm.log */
-        const char *p_kernel, *p_root, *p_modules, *p_console;
-} MicrovmStart;
+#include "driver/microvm-internal.h"
 
 /* One QEMU process of a start, the same devices whichever way it starts:
  * a cold boot, a template (monitor_fd: QMP) or a restore (incoming_fd: the

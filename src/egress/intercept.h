@@ -5,7 +5,7 @@
  * between with their placeholders replaced. */
 #include <stdint.h>
 
-#include "egress/proxy.h"
+#include "egress/conn.h"
 
 /* Called after "200 Connection established" was sent; `upstream` is the
  * connected, checked TCP socket (blocking; left open for the caller to close).

@@ -36,6 +36,8 @@
 #include "driver/microvm_initramfs.h"
 #include "driver/microvm_spawn.h"
 #include "driver/microvm_vmm.h"
+#include "driver/microvm_guest.h"
+#include "driver/microvm_spawn.h"
 
 #define CG_PARENT "runtime-test-microvm"
 #define HELLO_MS 120000

@@ -1,0 +1,52 @@
+#pragma once
+/*
+ * The types and limits the files of the microVM driver share (microvm.h has
+ * the map of those files). Every file of the driver includes this header
+ * and the headers of the files it calls; none includes microvm.h.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "driver/driver.h"
+
+typedef enum MicrovmAccel {
+        MICROVM_ACCEL_TCG,
+        MICROVM_ACCEL_KVM,
+} MicrovmAccel;
+
+/* The virtio-serial port that carries the agent channel. */
+#define MICROVM_CHANNEL_PORT "org.runtime.agent.0"
+#define MICROVM_CHANNEL_PATH "/dev/virtio-ports/" MICROVM_CHANNEL_PORT
+
+/* The uid QEMU runs as for sandbox `id`: one of MICROVM_UID_COUNT unprivileged
+ * uids from MICROVM_UID_BASE, far above the image uid shift and any login
+ * user, so that one VMM cannot signal or trace another's (see docs). */
+#define MICROVM_UID_BASE 1500000000u
+#define MICROVM_UID_COUNT 1000000u
+
+/* Host memory the QEMU process may use beyond the guest's RAM (its own code,
+ * device state, and under TCG the translation cache): the cgroup's limit is
+ * guest RAM plus this. */
+#define MICROVM_OVERHEAD_MIB_KVM 96u
+#define MICROVM_OVERHEAD_MIB_TCG 192u
+/* The smallest guest that boots the cloud kernel and the default image. */
+#define MICROVM_MIN_MEMORY_MIB 128u
+#define MICROVM_MAX_VCPU 64u
+/* Threads of one QEMU (vCPUs, I/O workers, RCU): the host pids limit of the
+ * VMM's cgroup. The guest's own processes are not host tasks. */
+#define MICROVM_PIDS_MAX 256u
+/* Bytes of the guest's serial console kept in sandbox_dir/console.log: the
+ * file is rewritten from its last CONSOLE_KEEP bytes when it reaches MAX. */
+#define MICROVM_CONSOLE_MAX (1024u * 1024u)
+#define MICROVM_CONSOLE_KEEP (64u * 1024u)
+
+/* Everything a start needs that does not depend on the way it starts. */
+typedef struct MicrovmStart {
+        const DriverSpec *spec;
+        const char *qemu;
+        MicrovmAccel accel;
+        unsigned vcpu, mem, disk, pids;
+        int log_fd; /* sandbox_dir/vmm.log */
+        const char *p_kernel, *p_root, *p_modules, *p_console;
+} MicrovmStart;
