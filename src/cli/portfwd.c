@@ -196,6 +196,127 @@ static int listen_on(const char *address, unsigned port, unsigned *ret_port) {
         return fd;
 }
 
+/* One turn of a local connection: its pending bytes out, the sandbox's
+ * next bytes in while the window has room, and its half-close. */
+static void conn_io(Forward *f, Conn *k, short re) {
+        if (re & POLLOUT) {
+                ssize_t w = send(k->fd, k->out + k->out_off, k->out_len - k->out_off, MSG_NOSIGNAL);
+                if (w > 0) {
+                        k->out_off += (size_t)w;
+                        f->out_total -= (size_t)w;
+                } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+                        frame(f, 'c', k->id, NULL, 0);
+                        k->remote_closed = true;
+                        f->out_total -= k->out_len - k->out_off;
+                        k->out_off = k->out_len;
+                }
+        }
+        /* The window may have filled with an earlier connection's
+         * bytes in this same turn: a read of 0 would look like EOF. */
+        if ((re & (POLLIN | POLLHUP | POLLERR)) && f->sent - f->credited < WINDOW) {
+                uint8_t buf[CHUNK];
+                size_t want = WINDOW - (size_t)(f->sent - f->credited);
+                ssize_t got = recv(k->fd, buf, want < sizeof buf ? want : sizeof buf, 0);
+                if (got > 0) {
+                        frame(f, 'd', k->id, buf, (size_t)got);
+                        f->sent += (uint64_t)got;
+                } else if (got == 0) {
+                        frame(f, 'e', k->id, NULL, 0);
+                        k->in_eof = true;
+                } else if (errno != EAGAIN && errno != EINTR) {
+                        frame(f, 'c', k->id, NULL, 0);
+                        k->remote_closed = true;
+                }
+        }
+        if (k->remote_eof && k->out_off == k->out_len) {
+                shutdown(k->fd, SHUT_WR);
+                k->remote_eof = false;
+        }
+}
+
+/* A new local connection: opened towards `remote` in the sandbox. */
+static void conn_accept(Forward *f, int lfd, unsigned remote) {
+        int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        Conn *k = cfd >= 0 ? calloc(1, sizeof(*k)) : NULL;
+        if (k) {
+                int one = 1;
+                setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                k->fd = cfd;
+                k->id = f->next_id++;
+                f->conns[f->n++] = k;
+                char spec[16];
+                int len = snprintf(spec, sizeof spec, "tcp %u", remote);
+                frame(f, 'o', k->id, spec, (size_t)len);
+        } else if (cfd >= 0)
+                close(cfd);
+}
+
+/* Serves the listening socket and the tunnel until either ends or the user
+ * interrupts: the command's exit code. */
+static int forward_loop(Forward *f, int lfd, unsigned remote) {
+        int wfd = ws_client_fd(f->w);
+        int rc = CLI_EXIT_OK;
+        for (;;) {
+                if (cli_interrupted)
+                        break;
+                if (f->failed) {
+                        fprintf(stderr, "runtime: %s\n", f->error);
+                        rc = CLI_EXIT_FAILURE;
+                        break;
+                }
+                /* Finished connections: their bytes written, or the daemon closed them. */
+                for (size_t i = 0; i < f->n;) {
+                        Conn *k = f->conns[i];
+                        if (k->remote_closed && (k->out_off == k->out_len || !k->open)) {
+                                conn_drop(f, k);
+                                continue;
+                        }
+                        i++;
+                }
+                struct pollfd p[2 + MAX_CONNS];
+                size_t np = 0;
+                p[np++] = (struct pollfd){ .fd = wfd, .events = (short)((f->out_total < OUT_MAX ? POLLIN : 0) |
+                                                                         (ws_client_want_write(f->w) ? POLLOUT : 0)) };
+                p[np++] = (struct pollfd){ .fd = f->n < MAX_CONNS ? lfd : -1, .events = POLLIN };
+                bool room = f->sent - f->credited < WINDOW;
+                for (size_t i = 0; i < f->n; i++) {
+                        Conn *k = f->conns[i];
+                        short ev = (short)((k->open && !k->in_eof && !k->remote_closed && room ? POLLIN : 0) |
+                                           (k->out_off < k->out_len ? POLLOUT : 0));
+                        p[np++] = (struct pollfd){ .fd = ev ? k->fd : -1, .events = ev };
+                }
+                size_t n_conns = f->n;
+                if (!ws_client_want_read(f->w) && !ws_client_want_write(f->w)) {
+                        fprintf(stderr, "runtime: the daemon closed the tunnel\n");
+                        rc = CLI_EXIT_FAILURE;
+                        break;
+                }
+                int n = ws_client_pending(f->w) ? 0 : poll(p, np, 1000);
+                if (n < 0 && errno != EINTR)
+                        break;
+                if (ws_client_pending(f->w) || (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+                        if (ws_client_read(f->w) < 0) {
+                                fprintf(stderr, "runtime: the connection to the daemon closed\n");
+                                rc = CLI_EXIT_FAILURE;
+                                break;
+                        }
+                }
+                for (size_t i = 0; i < n_conns && i < f->n; i++) {
+                        Conn *k = f->conns[i];
+                        short re = p[2 + i].fd == k->fd ? p[2 + i].revents : 0;
+                        conn_io(f, k, re);
+                }
+                if (p[1].revents & POLLIN)
+                        conn_accept(f, lfd, remote);
+                if (ws_client_want_write(f->w) && ws_client_write(f->w) < 0) {
+                        fprintf(stderr, "runtime: the connection to the daemon closed\n");
+                        rc = CLI_EXIT_FAILURE;
+                        break;
+                }
+        }
+        return rc;
+}
+
 int cmd_sandbox_port_forward(CliContext *ctx, int argc, char **argv) {
         static const struct option opts[] = {
                 {"help", no_argument, NULL, 'h'},
@@ -262,110 +383,7 @@ int cmd_sandbox_port_forward(CliContext *ctx, int argc, char **argv) {
         printf("Forwarding %s:%u -> port %u in %s\n", address, bound_port, remote, id);
         fflush(stdout);
 
-        int rc = CLI_EXIT_OK;
-        for (;;) {
-                if (cli_interrupted)
-                        break;
-                if (f.failed) {
-                        fprintf(stderr, "runtime: %s\n", f.error);
-                        rc = CLI_EXIT_FAILURE;
-                        break;
-                }
-                /* Finished connections: their bytes written, or the daemon closed them. */
-                for (size_t i = 0; i < f.n;) {
-                        Conn *k = f.conns[i];
-                        if (k->remote_closed && (k->out_off == k->out_len || !k->open)) {
-                                conn_drop(&f, k);
-                                continue;
-                        }
-                        i++;
-                }
-                struct pollfd p[2 + MAX_CONNS];
-                size_t np = 0;
-                p[np++] = (struct pollfd){ .fd = wfd, .events = (short)((f.out_total < OUT_MAX ? POLLIN : 0) |
-                                                                         (ws_client_want_write(f.w) ? POLLOUT : 0)) };
-                p[np++] = (struct pollfd){ .fd = f.n < MAX_CONNS ? lfd : -1, .events = POLLIN };
-                bool room = f.sent - f.credited < WINDOW;
-                for (size_t i = 0; i < f.n; i++) {
-                        Conn *k = f.conns[i];
-                        short ev = (short)((k->open && !k->in_eof && !k->remote_closed && room ? POLLIN : 0) |
-                                           (k->out_off < k->out_len ? POLLOUT : 0));
-                        p[np++] = (struct pollfd){ .fd = ev ? k->fd : -1, .events = ev };
-                }
-                size_t n_conns = f.n;
-                if (!ws_client_want_read(f.w) && !ws_client_want_write(f.w)) {
-                        fprintf(stderr, "runtime: the daemon closed the tunnel\n");
-                        rc = CLI_EXIT_FAILURE;
-                        break;
-                }
-                int n = ws_client_pending(f.w) ? 0 : poll(p, np, 1000);
-                if (n < 0 && errno != EINTR)
-                        break;
-                if (ws_client_pending(f.w) || (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-                        if (ws_client_read(f.w) < 0) {
-                                fprintf(stderr, "runtime: the connection to the daemon closed\n");
-                                rc = CLI_EXIT_FAILURE;
-                                break;
-                        }
-                }
-                for (size_t i = 0; i < n_conns && i < f.n; i++) {
-                        Conn *k = f.conns[i];
-                        short re = p[2 + i].fd == k->fd ? p[2 + i].revents : 0;
-                        if (re & POLLOUT) {
-                                ssize_t w = send(k->fd, k->out + k->out_off, k->out_len - k->out_off, MSG_NOSIGNAL);
-                                if (w > 0) {
-                                        k->out_off += (size_t)w;
-                                        f.out_total -= (size_t)w;
-                                } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
-                                        frame(&f, 'c', k->id, NULL, 0);
-                                        k->remote_closed = true;
-                                        f.out_total -= k->out_len - k->out_off;
-                                        k->out_off = k->out_len;
-                                }
-                        }
-                        /* The window may have filled with an earlier connection's
-                         * bytes in this same turn: a read of 0 would look like EOF. */
-                        if ((re & (POLLIN | POLLHUP | POLLERR)) && f.sent - f.credited < WINDOW) {
-                                uint8_t buf[CHUNK];
-                                size_t want = WINDOW - (size_t)(f.sent - f.credited);
-                                ssize_t got = recv(k->fd, buf, want < sizeof buf ? want : sizeof buf, 0);
-                                if (got > 0) {
-                                        frame(&f, 'd', k->id, buf, (size_t)got);
-                                        f.sent += (uint64_t)got;
-                                } else if (got == 0) {
-                                        frame(&f, 'e', k->id, NULL, 0);
-                                        k->in_eof = true;
-                                } else if (errno != EAGAIN && errno != EINTR) {
-                                        frame(&f, 'c', k->id, NULL, 0);
-                                        k->remote_closed = true;
-                                }
-                        }
-                        if (k->remote_eof && k->out_off == k->out_len) {
-                                shutdown(k->fd, SHUT_WR);
-                                k->remote_eof = false;
-                        }
-                }
-                if (p[1].revents & POLLIN) {
-                        int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-                        Conn *k = cfd >= 0 ? calloc(1, sizeof(*k)) : NULL;
-                        if (k) {
-                                int one = 1;
-                                setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                                k->fd = cfd;
-                                k->id = f.next_id++;
-                                f.conns[f.n++] = k;
-                                char spec[16];
-                                int len = snprintf(spec, sizeof spec, "tcp %u", remote);
-                                frame(&f, 'o', k->id, spec, (size_t)len);
-                        } else if (cfd >= 0)
-                                close(cfd);
-                }
-                if (ws_client_want_write(f.w) && ws_client_write(f.w) < 0) {
-                        fprintf(stderr, "runtime: the connection to the daemon closed\n");
-                        rc = CLI_EXIT_FAILURE;
-                        break;
-                }
-        }
+        int rc = forward_loop(&f, lfd, remote);
         while (f.n > 0)
                 conn_drop(&f, f.conns[0]);
         close(lfd);

@@ -185,6 +185,169 @@ static int check_text(const char *what, const char *s, size_t max, char *err, si
         return 0;
 }
 
+/* One option of run, create or exec, checked and put in a. */
+static int apply_option(SandboxVerb verb, int c, const char *arg, SandboxArgs *a, char *err, size_t errlen) {
+        int r = 0;
+        switch (c) {
+        case 'h':
+                a->help = true;
+                break;
+        case OPT_LEASE:
+                r = parse_duration_s("--lease", arg, 1, CLI_LEASE_MAX_S, &a->lease_s, err, errlen);
+                break;
+        case OPT_TIMEOUT:
+                if (verb == SANDBOX_VERB_CREATE)
+                        r = parse_duration_s("--timeout", arg, 1, CLI_LEASE_MAX_S, &a->lease_s,
+                                             err, errlen);
+                else
+                        r = parse_duration_ms("--timeout", arg, 1, CLI_EXEC_TIMEOUT_MAX_MS,
+                                              &a->timeout_ms, err, errlen);
+                break;
+        case OPT_VCPU:
+                r = parse_uint_bounded("--vcpu", arg, 1, VCPU_MAX, &a->vcpu, err, errlen);
+                break;
+        case OPT_MEMORY:
+                r = parse_size_mib("--memory", arg, MEMORY_MIB_MIN, SIZE_MIB_MAX, &a->memory_mib,
+                                   err, errlen);
+                break;
+        case OPT_DISK:
+                r = parse_size_mib("--disk", arg, MEMORY_MIB_MIN, SIZE_MIB_MAX, &a->disk_mib, err,
+                                   errlen);
+                break;
+        case OPT_DRIVER:
+                r = check_text("--driver", arg, 32, err, errlen);
+                a->driver = arg;
+                break;
+        case OPT_IMAGE:
+                if (!image_name_valid(arg)) {
+                        snprintf(err, errlen, "--image: '%.80s' is not an image name", arg);
+                        r = -EINVAL;
+                }
+                a->image = arg;
+                break;
+        case OPT_NAME:
+                r = check_text("--name", arg, CLI_NAME_MAX, err, errlen);
+                a->name = arg;
+                break;
+        case OPT_CWD:
+                r = sandbox_path_check(arg, err, errlen);
+                a->cwd = arg;
+                break;
+        case OPT_USER:
+                if (!cli_user_valid(arg)) {
+                        snprintf(err, errlen, "--user: '%.32s' is not sandbox or root", arg);
+                        r = -EINVAL;
+                }
+                a->user = arg;
+                break;
+        case OPT_KEEP:
+                a->keep = true;
+                break;
+        case OPT_JSON:
+                a->json = true;
+                break;
+        case OPT_MAX_COST:
+                r = parse_dollars("--max-cost", arg, &a->max_cost_micros, err, errlen);
+                break;
+        case OPT_TRIAL:
+                a->trial = true;
+                break;
+        case 'i':
+                a->interactive = true;
+                break;
+        case OPT_ON_LEASE_END:
+                if (strcmp(arg, "stop") != 0 && strcmp(arg, "delete") != 0 &&
+                    strcmp(arg, "pause") != 0) {
+                        snprintf(err, errlen, "--on-lease-end: '%.32s' is not stop, pause or delete",
+                                 arg);
+                        r = -EINVAL;
+                }
+                a->on_lease_end = arg;
+                break;
+        case OPT_SNAPSHOT:
+                if (!snapshot_id_valid(arg)) {
+                        snprintf(err, errlen, "--snapshot: '%.64s' is not a snapshot id (snp_ and 20 hex digits)",
+                                 arg);
+                        r = -EINVAL;
+                }
+                a->snapshot = arg;
+                break;
+        case 'e':
+                if (!a->env && !(a->env = json_object()))
+                        r = -ENOMEM;
+                else
+                        r = parse_kv_into(KV_ENV, arg, a->env, err, errlen);
+                break;
+        case OPT_LABEL:
+                if (!a->labels && !(a->labels = json_object()))
+                        r = -ENOMEM;
+                else
+                        r = parse_kv_into(KV_LABEL, arg, a->labels, err, errlen);
+                break;
+        case OPT_ALLOW:
+                r = add_host(&a->allow, "--allow", arg, err, errlen);
+                break;
+        case OPT_DENY:
+                r = add_host(&a->deny, "--deny", arg, err, errlen);
+                break;
+        case OPT_INTERNET:
+        case OPT_NO_INTERNET:
+                if (a->internet >= 0 && a->internet != (c == OPT_INTERNET)) {
+                        snprintf(err, errlen, "--internet and --no-internet contradict each other");
+                        r = -EINVAL;
+                } else
+                        a->internet = c == OPT_INTERNET;
+                break;
+        }
+        return r;
+}
+
+/* The arguments after the options: exec's sandbox id, and the command of
+ * run and exec. */
+static int take_arguments(SandboxVerb verb, int argc, char **argv, SandboxArgs *a, char *err, size_t errlen) {
+        int r = 0;
+        int rest = argc - optind;
+        char **pos = argv + optind;
+
+        if (verb == SANDBOX_VERB_CREATE && rest > 0) {
+                snprintf(err, errlen, "unexpected argument '%.80s'", pos[0]);
+                r = -EINVAL;
+        } else if (verb == SANDBOX_VERB_EXEC) {
+                if (rest < 1) {
+                        snprintf(err, errlen, "a sandbox id and a command are required");
+                        r = -EINVAL;
+                } else {
+                        a->id = pos[0];
+                        pos++;
+                        rest--;
+                        if (rest > 0 && strcmp(pos[0], "--") == 0) {
+                                pos++;
+                                rest--;
+                        } else if (rest > 0 && pos[0][0] == '-') {
+                                snprintf(err, errlen, "options go before the sandbox id ('%.80s')",
+                                         pos[0]);
+                                r = -EINVAL;
+                        }
+                        if (r == 0 && !sandbox_id_valid(a->id)) {
+                                snprintf(err, errlen, "'%.80s' is not a sandbox id", a->id);
+                                r = -EINVAL;
+                        }
+                }
+        }
+        if (r == 0 && verb != SANDBOX_VERB_CREATE) {
+                if (rest < 1) {
+                        snprintf(err, errlen, "a command is required");
+                        r = -EINVAL;
+                } else if (!pos[0][0]) {
+                        snprintf(err, errlen, "the command is an empty string");
+                        r = -EINVAL;
+                }
+                a->command = pos;
+                a->command_len = rest;
+        }
+        return r;
+}
+
 int sandbox_args_parse(SandboxVerb verb, int argc, char **argv, SandboxArgs *ret, char *err, size_t errlen) {
         static const struct option opts[] = {
                 {"help", no_argument, NULL, 'h'},
@@ -244,163 +407,14 @@ int sandbox_args_parse(SandboxVerb verb, int argc, char **argv, SandboxArgs *ret
                         r = -EINVAL;
                         break;
                 }
-                switch (c) {
-                case 'h':
-                        a.help = true;
-                        break;
-                case OPT_LEASE:
-                        r = parse_duration_s("--lease", optarg, 1, CLI_LEASE_MAX_S, &a.lease_s, err, errlen);
-                        break;
-                case OPT_TIMEOUT:
-                        if (verb == SANDBOX_VERB_CREATE)
-                                r = parse_duration_s("--timeout", optarg, 1, CLI_LEASE_MAX_S, &a.lease_s,
-                                                     err, errlen);
-                        else
-                                r = parse_duration_ms("--timeout", optarg, 1, CLI_EXEC_TIMEOUT_MAX_MS,
-                                                      &a.timeout_ms, err, errlen);
-                        break;
-                case OPT_VCPU:
-                        r = parse_uint_bounded("--vcpu", optarg, 1, VCPU_MAX, &a.vcpu, err, errlen);
-                        break;
-                case OPT_MEMORY:
-                        r = parse_size_mib("--memory", optarg, MEMORY_MIB_MIN, SIZE_MIB_MAX, &a.memory_mib,
-                                           err, errlen);
-                        break;
-                case OPT_DISK:
-                        r = parse_size_mib("--disk", optarg, MEMORY_MIB_MIN, SIZE_MIB_MAX, &a.disk_mib, err,
-                                           errlen);
-                        break;
-                case OPT_DRIVER:
-                        r = check_text("--driver", optarg, 32, err, errlen);
-                        a.driver = optarg;
-                        break;
-                case OPT_IMAGE:
-                        if (!image_name_valid(optarg)) {
-                                snprintf(err, errlen, "--image: '%.80s' is not an image name", optarg);
-                                r = -EINVAL;
-                        }
-                        a.image = optarg;
-                        break;
-                case OPT_NAME:
-                        r = check_text("--name", optarg, CLI_NAME_MAX, err, errlen);
-                        a.name = optarg;
-                        break;
-                case OPT_CWD:
-                        r = sandbox_path_check(optarg, err, errlen);
-                        a.cwd = optarg;
-                        break;
-                case OPT_USER:
-                        if (!cli_user_valid(optarg)) {
-                                snprintf(err, errlen, "--user: '%.32s' is not sandbox or root", optarg);
-                                r = -EINVAL;
-                        }
-                        a.user = optarg;
-                        break;
-                case OPT_KEEP:
-                        a.keep = true;
-                        break;
-                case OPT_JSON:
-                        a.json = true;
-                        break;
-                case OPT_MAX_COST:
-                        r = parse_dollars("--max-cost", optarg, &a.max_cost_micros, err, errlen);
-                        break;
-                case OPT_TRIAL:
-                        a.trial = true;
-                        break;
-                case 'i':
-                        a.interactive = true;
-                        break;
-                case OPT_ON_LEASE_END:
-                        if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "delete") != 0 &&
-                            strcmp(optarg, "pause") != 0) {
-                                snprintf(err, errlen, "--on-lease-end: '%.32s' is not stop, pause or delete",
-                                         optarg);
-                                r = -EINVAL;
-                        }
-                        a.on_lease_end = optarg;
-                        break;
-                case OPT_SNAPSHOT:
-                        if (!snapshot_id_valid(optarg)) {
-                                snprintf(err, errlen, "--snapshot: '%.64s' is not a snapshot id (snp_ and 20 hex digits)",
-                                         optarg);
-                                r = -EINVAL;
-                        }
-                        a.snapshot = optarg;
-                        break;
-                case 'e':
-                        if (!a.env && !(a.env = json_object()))
-                                r = -ENOMEM;
-                        else
-                                r = parse_kv_into(KV_ENV, optarg, a.env, err, errlen);
-                        break;
-                case OPT_LABEL:
-                        if (!a.labels && !(a.labels = json_object()))
-                                r = -ENOMEM;
-                        else
-                                r = parse_kv_into(KV_LABEL, optarg, a.labels, err, errlen);
-                        break;
-                case OPT_ALLOW:
-                        r = add_host(&a.allow, "--allow", optarg, err, errlen);
-                        break;
-                case OPT_DENY:
-                        r = add_host(&a.deny, "--deny", optarg, err, errlen);
-                        break;
-                case OPT_INTERNET:
-                case OPT_NO_INTERNET:
-                        if (a.internet >= 0 && a.internet != (c == OPT_INTERNET)) {
-                                snprintf(err, errlen, "--internet and --no-internet contradict each other");
-                                r = -EINVAL;
-                        } else
-                                a.internet = c == OPT_INTERNET;
-                        break;
-                }
+                r = apply_option(verb, c, optarg, &a, err, errlen);
         }
         if (r == 0 && a.internet == 0 && a.allow) {
                 snprintf(err, errlen, "--no-internet and --allow contradict each other");
                 r = -EINVAL;
         }
-        if (r == 0 && !a.help) {
-                int rest = argc - optind;
-                char **pos = argv + optind;
-
-                if (verb == SANDBOX_VERB_CREATE && rest > 0) {
-                        snprintf(err, errlen, "unexpected argument '%.80s'", pos[0]);
-                        r = -EINVAL;
-                } else if (verb == SANDBOX_VERB_EXEC) {
-                        if (rest < 1) {
-                                snprintf(err, errlen, "a sandbox id and a command are required");
-                                r = -EINVAL;
-                        } else {
-                                a.id = pos[0];
-                                pos++;
-                                rest--;
-                                if (rest > 0 && strcmp(pos[0], "--") == 0) {
-                                        pos++;
-                                        rest--;
-                                } else if (rest > 0 && pos[0][0] == '-') {
-                                        snprintf(err, errlen, "options go before the sandbox id ('%.80s')",
-                                                 pos[0]);
-                                        r = -EINVAL;
-                                }
-                                if (r == 0 && !sandbox_id_valid(a.id)) {
-                                        snprintf(err, errlen, "'%.80s' is not a sandbox id", a.id);
-                                        r = -EINVAL;
-                                }
-                        }
-                }
-                if (r == 0 && verb != SANDBOX_VERB_CREATE) {
-                        if (rest < 1) {
-                                snprintf(err, errlen, "a command is required");
-                                r = -EINVAL;
-                        } else if (!pos[0][0]) {
-                                snprintf(err, errlen, "the command is an empty string");
-                                r = -EINVAL;
-                        }
-                        a.command = pos;
-                        a.command_len = rest;
-                }
-        }
+        if (r == 0 && !a.help)
+                r = take_arguments(verb, argc, argv, &a, err, errlen);
         if (r < 0) {
                 if (r == -ENOMEM)
                         snprintf(err, errlen, "out of memory");
