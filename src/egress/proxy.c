@@ -258,106 +258,114 @@ static int resolve_checked(const char *host, uint16_t port, const EgressProxyCon
         return 0;
 }
 
-int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const EgressProxyConfig *cfg,
-                       EgressRecord *rec) {
-        memset(rec, 0, sizeof(*rec));
-        int connect_timeout = cfg && cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 10000;
-        int idle_timeout = cfg && cfg->idle_timeout_ms > 0 ? cfg->idle_timeout_ms : 300000;
+/* One connection being served: what each step of egress_proxy_serve
+ * hands the next. A step answers < 0 (the connection failed: that is the
+ * result), SERVE_DONE (it ended, answered or refused) or 0 (go on). */
+typedef struct Serve {
+        const EgressIo *io;
+        const EgressProxyConfig *cfg;
+        EgressRecord *rec;
+        EgressParser *parser;
+        uint8_t *buf;
+        size_t cap, len, parsed; /* buf[parsed, len) came after the request's head */
+        int parse_result;        /* EGRESS_PARSE_DONE: the whole request is in buf */
+        int upstream;
+        uint64_t started;
+} Serve;
 
-        EgressParser *parser = egress_parser_new();
-        if (!parser)
-                return -ENOMEM;
-        size_t cap = EGRESS_MAX_HEAD + 64 * 1024;
-        uint8_t *buf = malloc(cap);
-        if (!buf) {
-                egress_parser_free(parser);
-                return -ENOMEM;
-        }
-        size_t len = 0, parsed = 0;
-        int r = 0, ret = 0, upstream = -1;
+#define SERVE_DONE 1
+
+/* Reads until the request's head is parsed, refusing a slow, oversized or
+ * malformed one with an answer. */
+static int read_head(Serve *s) {
         char err[160];
-        uint64_t started = time_now_mono_ms();
+        int r = 0;
         for (;;) {
-                if (len == cap) {
+                if (s->len == s->cap) {
                         r = -E2BIG;
                         break;
                 }
-                ssize_t n = io->read(io->ctx, buf + len, cap - len);
+                ssize_t n = s->io->read(s->io->ctx, s->buf + s->len, s->cap - s->len);
                 if (n == -EAGAIN || n == -EINTR) {
-                        if (time_now_mono_ms() - started > 30000) {
-                                record_refusal(rec, "%s", "no request within 30 s");
-                                refuse(io, cfg, rec, 408, "Request Timeout", "no request within 30 s");
-                                goto out;
+                        if (time_now_mono_ms() - s->started > 30000) {
+                                record_refusal(s->rec, "%s", "no request within 30 s");
+                                refuse(s->io, s->cfg, s->rec, 408, "Request Timeout", "no request within 30 s");
+                                return SERVE_DONE;
                         }
                         continue;
                 }
                 if (n <= 0) {
-                        record_refusal(rec, "%s", "the connection closed before a request");
-                        snprintf(rec->end, sizeof(rec->end), "the sandbox closed the connection");
-                        decide(cfg, rec);
-                        ret = n < 0 ? (int)n : 0;
-                        goto out;
+                        record_refusal(s->rec, "%s", "the connection closed before a request");
+                        snprintf(s->rec->end, sizeof(s->rec->end), "the sandbox closed the connection");
+                        decide(s->cfg, s->rec);
+                        return n < 0 ? (int)n : SERVE_DONE;
                 }
-                len += (size_t)n;
+                s->len += (size_t)n;
                 size_t used = 0;
-                r = egress_parser_feed(parser, buf + parsed, len - parsed, &used, err, sizeof(err));
-                parsed += used;
+                r = egress_parser_feed(s->parser, s->buf + s->parsed, s->len - s->parsed, &used, err, sizeof(err));
+                s->parsed += used;
                 if (r != EGRESS_PARSE_MORE)
                         break;
         }
         if (r < 0) {
                 const char *msg = r == -E2BIG ? "request head too large" : err;
-                record_refusal(rec, "%s", msg);
-                refuse(io, cfg, rec, r == -E2BIG ? 431 : 400,
+                record_refusal(s->rec, "%s", msg);
+                refuse(s->io, s->cfg, s->rec, r == -E2BIG ? 431 : 400,
                        r == -E2BIG ? "Request Header Fields Too Large" : "Bad Request", msg);
-                goto out;
+                return SERVE_DONE;
         }
+        s->parse_result = r;
+        return 0;
+}
 
-        const EgressHead *head = egress_parser_head(parser);
+/* Decides on the request (ports, the policy), resolves its host once,
+ * refuses what a sandbox must not reach, and connects to an address it
+ * checked. */
+static int connect_upstream(Serve *s, const EgressPolicy *policy, int connect_timeout) {
+        const EgressHead *head = egress_parser_head(s->parser);
+        EgressRecord *rec = s->rec;
         snprintf(rec->host, sizeof(rec->host), "%.253s", head->host);
         rec->port = head->port;
         rec->connect = head->is_connect;
-
-        if (cfg && cfg->web_ports_only && head->port != 80 && head->port != 443) {
+        if (s->cfg && s->cfg->web_ports_only && head->port != 80 && head->port != 443) {
                 record_refusal(rec, "this sandbox reaches ports 80 and 443 only (a trial key)");
-                refuse(io, cfg, rec, 403, "Forbidden", rec->reason);
-                goto out;
+                refuse(s->io, s->cfg, rec, 403, "Forbidden", rec->reason);
+                return SERVE_DONE;
         }
         EgressVerdict v = egress_policy_check_rule(policy, head->host, head->port, rec->rule, sizeof(rec->rule));
         if (v != EGRESS_ALLOW) {
                 char msg[320];
                 snprintf(msg, sizeof(msg), "%.200s:%u refused: %s", head->host, head->port, egress_verdict_reason(v));
                 record_refusal(rec, "%s", egress_verdict_reason(v));
-                refuse(io, cfg, rec, 403, "Forbidden", msg);
-                goto out;
+                refuse(s->io, s->cfg, rec, 403, "Forbidden", msg);
+                return SERVE_DONE;
         }
-
         struct sockaddr_storage addrs[MAX_ADDRS];
         socklen_t lens[MAX_ADDRS];
         size_t n_addrs = 0;
         bool test_host = false;
         const EgressCidr *ranges[MAX_ADDRS] = { 0 }, *range = NULL;
-        r = resolve_checked(head->host, head->port, cfg, addrs, lens, &n_addrs, &test_host, ranges, rec);
+        int r = resolve_checked(head->host, head->port, s->cfg, addrs, lens, &n_addrs, &test_host, ranges, rec);
         if (r < 0) {
-                refuse(io, cfg, rec, r == -EACCES ? 403 : 502, r == -EACCES ? "Forbidden" : "Bad Gateway",
+                refuse(s->io, s->cfg, rec, r == -EACCES ? 403 : 502, r == -EACCES ? "Forbidden" : "Bad Gateway",
                        rec->reason);
-                goto out;
+                return SERVE_DONE;
         }
-        for (size_t i = 0; i < n_addrs && upstream < 0; i++) {
-                upstream = connect_with_timeout((struct sockaddr *)&addrs[i], lens[i], connect_timeout);
-                if (upstream >= 0) {
+        for (size_t i = 0; i < n_addrs && s->upstream < 0; i++) {
+                s->upstream = connect_with_timeout((struct sockaddr *)&addrs[i], lens[i], connect_timeout);
+                if (s->upstream >= 0) {
                         egress_addr_format((struct sockaddr *)&addrs[i], rec->addr, sizeof(rec->addr));
                         range = ranges[i];
                 }
         }
-        if (upstream < 0) {
+        if (s->upstream < 0) {
                 char msg[320];
                 snprintf(msg, sizeof(msg), "could not connect to %.200s:%u (%s)", head->host, head->port,
-                         upstream == -ETIMEDOUT ? "timed out" : "refused or unreachable");
+                         s->upstream == -ETIMEDOUT ? "timed out" : "refused or unreachable");
                 record_refusal(rec, "%s", msg);
-                refuse(io, cfg, rec, upstream == -ETIMEDOUT ? 504 : 502,
-                       upstream == -ETIMEDOUT ? "Gateway Timeout" : "Bad Gateway", msg);
-                goto out;
+                refuse(s->io, s->cfg, rec, s->upstream == -ETIMEDOUT ? 504 : 502,
+                       s->upstream == -ETIMEDOUT ? "Gateway Timeout" : "Bad Gateway", msg);
+                return SERVE_DONE;
         }
         rec->allowed = true;
         if (range) {
@@ -366,109 +374,146 @@ int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const Egr
                 snprintf(rec->reason, sizeof(rec->reason), "allowed (operator public range %s)", text);
         } else
                 snprintf(rec->reason, sizeof(rec->reason), "%s", test_host ? "allowed (test upstream)" : "allowed");
+        return 0;
+}
 
-        Pump pump = { .io = io, .upstream = upstream, .parser = head->is_connect ? NULL : parser };
-        atomic_store(&pump.last_activity, time_now_mono_ms());
-        if (head->is_connect) {
-                static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-                /* The decision says whether the tunnel is to be intercepted;
-                 * the end says whether it was (both TLS handshakes done). */
-                bool intercept = cfg && cfg->ca && cfg->upstream_ctx &&
-                                 egress_any_secret_applies(cfg->secrets, cfg->n_secrets, head->host, head->port);
-                rec->intercepted = intercept;
-                decide(cfg, rec);
-                rec->intercepted = false;
-                if (io->write(io->ctx, (const uint8_t *)ok, sizeof(ok) - 1) < 0) {
-                        snprintf(rec->end, sizeof(rec->end), "the sandbox closed the connection");
-                        goto out;
-                }
-                if (intercept) {
-                        ret = egress_intercept(io, upstream, head->host, head->port, cfg, buf + parsed, len - parsed,
-                                               rec);
-                        goto out;
-                }
-                if (len > parsed && forward_up(&pump, buf + parsed, len - parsed) < 0)
-                        goto out;
-        } else {
-                char *fwd = NULL;
-                size_t fwd_len = 0;
-                char why[160] = "";
-                int n = egress_secret_prepare_head(head->forward, head->forward_len, cfg ? cfg->secrets : NULL,
-                                                   cfg ? cfg->n_secrets : 0, head->host, head->port, &fwd, &fwd_len,
-                                                   why, sizeof(why));
-                if (n == -EACCES) {
-                        rec->allowed = false;
-                        record_refusal(rec, "%s", why);
-                        refuse(io, cfg, rec, 403, "Forbidden", why);
-                        goto out;
-                }
-                if (n < 0) {
-                        snprintf(rec->end, sizeof(rec->end), "the request head could not be rewritten");
-                        goto out;
-                }
-                rec->secrets_used = (unsigned)n;
-                decide(cfg, rec);
-                pump.bytes_out = fwd_len;
-                int w = io_send_all(upstream, (const uint8_t *)fwd, fwd_len);
-                free(fwd);
-                if (w < 0) {
-                        snprintf(rec->end, sizeof(rec->end), "the upstream connection failed");
-                        goto out;
-                }
-                pump.message_done = r == EGRESS_PARSE_DONE;
-                if (!pump.message_done && len > parsed && forward_up(&pump, buf + parsed, len - parsed) < 0)
-                        goto out;
+/* A CONNECT: the sandbox is told the tunnel is open, then it is either
+ * intercepted (a secret applies: served to its end here) or pumped. */
+static int open_tunnel(Serve *s, Pump *pump) {
+        static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+        const EgressHead *head = egress_parser_head(s->parser);
+        const EgressProxyConfig *cfg = s->cfg;
+        /* The decision says whether the tunnel is to be intercepted; the end
+         * says whether it was (both TLS handshakes done). */
+        bool intercept = cfg && cfg->ca && cfg->upstream_ctx &&
+                         egress_any_secret_applies(cfg->secrets, cfg->n_secrets, head->host, head->port);
+        s->rec->intercepted = intercept;
+        decide(cfg, s->rec);
+        s->rec->intercepted = false;
+        if (s->io->write(s->io->ctx, (const uint8_t *)ok, sizeof(ok) - 1) < 0) {
+                snprintf(s->rec->end, sizeof(s->rec->end), "the sandbox closed the connection");
+                return SERVE_DONE;
         }
+        if (intercept) {
+                int r = egress_intercept(s->io, s->upstream, head->host, head->port, cfg, s->buf + s->parsed,
+                                         s->len - s->parsed, s->rec);
+                return r < 0 ? r : SERVE_DONE;
+        }
+        if (s->len > s->parsed && forward_up(pump, s->buf + s->parsed, s->len - s->parsed) < 0)
+                return SERVE_DONE;
+        return 0;
+}
 
+/* A plain HTTP request: its head with the placeholders of the secrets that
+ * apply replaced (or refused by their rules) goes upstream, then what
+ * follows of the one request. */
+static int send_request(Serve *s, Pump *pump) {
+        const EgressHead *head = egress_parser_head(s->parser);
+        const EgressProxyConfig *cfg = s->cfg;
+        char *fwd = NULL;
+        size_t fwd_len = 0;
+        char why[160] = "";
+        int n = egress_secret_prepare_head(head->forward, head->forward_len, cfg ? cfg->secrets : NULL,
+                                           cfg ? cfg->n_secrets : 0, head->host, head->port, &fwd, &fwd_len, why,
+                                           sizeof(why));
+        if (n == -EACCES) {
+                s->rec->allowed = false;
+                record_refusal(s->rec, "%s", why);
+                refuse(s->io, cfg, s->rec, 403, "Forbidden", why);
+                return SERVE_DONE;
+        }
+        if (n < 0) {
+                snprintf(s->rec->end, sizeof(s->rec->end), "the request head could not be rewritten");
+                return SERVE_DONE;
+        }
+        s->rec->secrets_used = (unsigned)n;
+        decide(cfg, s->rec);
+        pump->bytes_out = fwd_len;
+        int w = io_send_all(s->upstream, (const uint8_t *)fwd, fwd_len);
+        free(fwd);
+        if (w < 0) {
+                snprintf(s->rec->end, sizeof(s->rec->end), "the upstream connection failed");
+                return SERVE_DONE;
+        }
+        pump->message_done = s->parse_result == EGRESS_PARSE_DONE;
+        if (!pump->message_done && s->len > s->parsed &&
+            forward_up(pump, s->buf + s->parsed, s->len - s->parsed) < 0)
+                return SERVE_DONE;
+        return 0;
+}
+
+/* Both directions until one ends or the connection idles: the sandbox's
+ * bytes go up on a thread of their own, the upstream's come down here. */
+static int pump_both(Serve *s, Pump *pump, int idle_timeout) {
         pthread_t up;
-        if (pthread_create(&up, NULL, pump_up, &pump) != 0) {
-                snprintf(rec->end, sizeof(rec->end), "the egress proxy is out of resources");
-                ret = -EAGAIN;
-                goto out;
+        if (pthread_create(&up, NULL, pump_up, pump) != 0) {
+                snprintf(s->rec->end, sizeof(s->rec->end), "the egress proxy is out of resources");
+                return -EAGAIN;
         }
         const char *end = "the egress proxy failed";
         for (;;) {
-                struct pollfd pfd = { .fd = upstream, .events = POLLIN };
+                struct pollfd pfd = { .fd = s->upstream, .events = POLLIN };
                 int pr = poll(&pfd, 1, 1000);
                 if (pr < 0 && errno == EINTR)
                         continue;
-                if (atomic_load(&pump.sandbox_gone)) {
+                if (atomic_load(&pump->sandbox_gone)) {
                         end = "the sandbox closed the connection";
                         break;
                 }
                 if (pr == 0) {
-                        if (time_now_mono_ms() - atomic_load(&pump.last_activity) > (uint64_t)idle_timeout) {
+                        if (time_now_mono_ms() - atomic_load(&pump->last_activity) > (uint64_t)idle_timeout) {
                                 end = "idle timeout";
                                 break;
                         }
                         continue;
                 }
-                ssize_t got = recv(upstream, buf, cap, 0);
+                ssize_t got = recv(s->upstream, s->buf, s->cap, 0);
                 if (got < 0 && errno == EINTR)
                         continue;
                 if (got <= 0) {
                         end = got == 0 ? "the upstream closed the connection" : "the upstream connection failed";
                         break;
                 }
-                rec->bytes_in += (uint64_t)got;
-                atomic_store(&pump.last_activity, time_now_mono_ms());
-                if (io->write(io->ctx, buf, (size_t)got) < 0) {
+                s->rec->bytes_in += (uint64_t)got;
+                atomic_store(&pump->last_activity, time_now_mono_ms());
+                if (s->io->write(s->io->ctx, s->buf, (size_t)got) < 0) {
                         end = "the sandbox closed the connection";
                         break;
                 }
         }
-        snprintf(rec->end, sizeof(rec->end), "%s", end);
-        io->close_write(io->ctx);
-        atomic_store(&pump.stop, true);
-        shutdown(upstream, SHUT_RDWR);
+        snprintf(s->rec->end, sizeof(s->rec->end), "%s", end);
+        s->io->close_write(s->io->ctx);
+        atomic_store(&pump->stop, true);
+        shutdown(s->upstream, SHUT_RDWR);
         pthread_join(up, NULL);
-        rec->bytes_out = pump.bytes_out;
-out:
-        if (upstream >= 0)
-                close(upstream);
-        free(buf);
-        egress_parser_free(parser);
-        rec->duration_ms = time_now_mono_ms() - started;
+        s->rec->bytes_out = pump->bytes_out;
+        return SERVE_DONE;
+}
+
+int egress_proxy_serve(const EgressIo *io, const EgressPolicy *policy, const EgressProxyConfig *cfg,
+                       EgressRecord *rec) {
+        memset(rec, 0, sizeof(*rec));
+        int connect_timeout = cfg && cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 10000;
+        int idle_timeout = cfg && cfg->idle_timeout_ms > 0 ? cfg->idle_timeout_ms : 300000;
+        Serve s = { .io = io, .cfg = cfg, .rec = rec, .cap = EGRESS_MAX_HEAD + 64 * 1024, .upstream = -1,
+                    .started = time_now_mono_ms() };
+        int r = -ENOMEM;
+        s.parser = egress_parser_new();
+        s.buf = s.parser ? malloc(s.cap) : NULL;
+        if (s.buf && (r = read_head(&s)) == 0 && (r = connect_upstream(&s, policy, connect_timeout)) == 0) {
+                const EgressHead *head = egress_parser_head(s.parser);
+                Pump pump = { .io = io, .upstream = s.upstream, .parser = head->is_connect ? NULL : s.parser };
+                atomic_store(&pump.last_activity, time_now_mono_ms());
+                r = head->is_connect ? open_tunnel(&s, &pump) : send_request(&s, &pump);
+                if (r == 0)
+                        r = pump_both(&s, &pump, idle_timeout);
+        }
+        int ret = r < 0 ? r : 0;
+        if (s.upstream >= 0)
+                close(s.upstream);
+        free(s.buf);
+        egress_parser_free(s.parser);
+        rec->duration_ms = time_now_mono_ms() - s.started;
         if (!rec->end[0])
                 snprintf(rec->end, sizeof(rec->end), "%s", ret < 0 ? "the egress proxy failed" : "closed");
         return ret;
