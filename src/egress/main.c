@@ -277,88 +277,212 @@ static int seccomp_load_denials(void) {
         return seccomp_load(ctx);
 }
 
-static void usage(FILE *f) {
-        fputs("usage: runtime-egress --state-dir DIR [--user NAME] [--max-connections N]\n"
-              "         [--test-upstream NAME=127.0.0.1:PORT]... [--extra-ca FILE]\n"
-              "         [--public-cidr CIDR]... [--trust-ca FILE] [--log-level LEVEL]\n"
-              "Started by runtimed with its control socket on fd 3; not for direct use.\n",
-              f);
+/* What the command line sets besides the proxy's own settings. */
+typedef struct Options {
+        const char *state_dir, *user, *extra_ca, *trust_ca;
+        bool help;
+} Options;
+
+static int opt_state_dir(Proxy *p, Options *o, const char *arg) {
+        o->state_dir = arg;
+        return 0;
 }
 
-int main(int argc, char **argv) {
-        static const struct option opts[] = {
-                { "state-dir", required_argument, NULL, 's' },   { "user", required_argument, NULL, 'u' },
-                { "max-connections", required_argument, NULL, 'm' },
-                { "test-upstream", required_argument, NULL, 't' }, { "extra-ca", required_argument, NULL, 'e' },
-                { "public-cidr", required_argument, NULL, 'c' }, { "trust-ca", required_argument, NULL, 'a' },
-                { "log-level", required_argument, NULL, 'l' },   { "help", no_argument, NULL, 'h' },
-                {},
-        };
-        static Proxy p = { .max_conns = 256, .lock = PTHREAD_MUTEX_INITIALIZER, .freed = PTHREAD_COND_INITIALIZER };
-        const char *state_dir = NULL, *user = "runtime-egress", *extra_ca = NULL, *trust_ca = NULL;
-        int c;
-        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-                switch (c) {
-                case 's':
-                        state_dir = optarg;
-                        break;
-                case 'u':
-                        user = optarg;
-                        break;
-                case 'm': {
-                        char *end;
-                        unsigned long v = strtoul(optarg, &end, 10);
-                        if (*end || v < 1 || v > 65536) {
-                                usage(stderr);
-                                return 2;
-                        }
-                        p.max_conns = (unsigned)v;
-                        break;
-                }
-                case 't':
-                        if (p.n_test_hosts >= MAX_TEST_UPSTREAMS ||
-                            egress_test_host_parse(optarg, &p.test_hosts[p.n_test_hosts]) < 0) {
-                                fprintf(stderr, "runtime-egress: bad --test-upstream %s\n", optarg);
-                                return 2;
-                        }
-                        p.n_test_hosts++;
-                        break;
-                case 'e':
-                        extra_ca = optarg;
-                        break;
-                case 'c':
-                        /* runtimed checked the range against this host's
-                         * addresses before passing it on. */
-                        if (p.n_public_cidrs >= EGRESS_MAX_PUBLIC_CIDRS ||
-                            egress_cidr_parse(optarg, &p.public_cidrs[p.n_public_cidrs]) < 0) {
-                                fprintf(stderr, "runtime-egress: bad --public-cidr %s\n", optarg);
-                                return 2;
-                        }
-                        p.n_public_cidrs++;
-                        break;
-                case 'a':
-                        trust_ca = optarg;
-                        break;
-                case 'l': {
-                        LogLevel l;
-                        if (log_parse_level(optarg, &l) < 0) {
-                                usage(stderr);
-                                return 2;
-                        }
-                        log_set_level(l);
-                        break;
-                }
-                case 'h':
-                        usage(stdout);
-                        return 0;
-                default:
+static int opt_user(Proxy *p, Options *o, const char *arg) {
+        o->user = arg;
+        return 0;
+}
+
+static int opt_max_connections(Proxy *p, Options *o, const char *arg) {
+        char *end;
+        unsigned long v = strtoul(arg, &end, 10);
+        if (*end || v < 1 || v > 65536)
+                return -EINVAL;
+        p->max_conns = (unsigned)v;
+        return 0;
+}
+
+static int opt_test_upstream(Proxy *p, Options *o, const char *arg) {
+        if (p->n_test_hosts >= MAX_TEST_UPSTREAMS || egress_test_host_parse(arg, &p->test_hosts[p->n_test_hosts]) < 0)
+                return -EINVAL;
+        p->n_test_hosts++;
+        return 0;
+}
+
+static int opt_extra_ca(Proxy *p, Options *o, const char *arg) {
+        o->extra_ca = arg;
+        return 0;
+}
+
+static int opt_public_cidr(Proxy *p, Options *o, const char *arg) {
+        /* runtimed checked the range against this host's addresses before
+         * passing it on. */
+        if (p->n_public_cidrs >= EGRESS_MAX_PUBLIC_CIDRS || egress_cidr_parse(arg, &p->public_cidrs[p->n_public_cidrs]) < 0)
+                return -EINVAL;
+        p->n_public_cidrs++;
+        return 0;
+}
+
+static int opt_trust_ca(Proxy *p, Options *o, const char *arg) {
+        o->trust_ca = arg;
+        return 0;
+}
+
+static int opt_log_level(Proxy *p, Options *o, const char *arg) {
+        LogLevel l;
+        if (log_parse_level(arg, &l) < 0)
+                return -EINVAL;
+        log_set_level(l);
+        return 0;
+}
+
+static int opt_help(Proxy *p, Options *o, const char *arg) {
+        o->help = true;
+        return 0;
+}
+
+/* Every option, read by the parser and by --help. */
+static const struct EgressOption {
+        const char *name;
+        const char *value; /* NULL: takes none */
+        const char *help;
+        int (*apply)(Proxy *p, Options *o, const char *arg);
+} egress_options[] = {
+        { "state-dir", "DIR", "the daemon's state directory (the CA lives there); required", opt_state_dir },
+        { "user", "NAME", "the user it becomes once the CA is loaded (default runtime-egress)", opt_user },
+        { "max-connections", "N", "connections served at once, 1-65536 (default 256)", opt_max_connections },
+        { "test-upstream", "NAME=127.0.0.1:PORT", "tests only: NAME resolves there (repeatable)", opt_test_upstream },
+        { "extra-ca", "FILE", "more CAs the upstreams are verified against", opt_extra_ca },
+        { "public-cidr", "CIDR", "an operator range counted as public (repeatable)", opt_public_cidr },
+        { "trust-ca", "FILE", "a CA bundle trusted for upstreams besides the host's", opt_trust_ca },
+        { "log-level", "LEVEL", "error, warn, info or debug", opt_log_level },
+        { "help", NULL, "this help", opt_help },
+};
+
+static void usage(FILE *f) {
+        fputs("usage: runtime-egress --state-dir DIR [OPTION]...\n"
+              "Started by runtimed with its control socket on fd 3; not for direct use.\n",
+              f);
+        for (size_t i = 0; i < ELEMENTSOF(egress_options); i++) {
+                const struct EgressOption *o = &egress_options[i];
+                char left[64];
+                snprintf(left, sizeof(left), "--%s%s%s", o->name, o->value ? " " : "", o->value ? o->value : "");
+                fprintf(f, "  %-36s %s\n", left, o->help);
+        }
+}
+
+/* The command line into p and o: 0, or the exit code of a usage error. */
+static int parse_options(int argc, char **argv, Proxy *p, Options *o) {
+        struct option opts[ELEMENTSOF(egress_options) + 1] = { 0 };
+        for (size_t i = 0; i < ELEMENTSOF(egress_options); i++)
+                opts[i] = (struct option){ egress_options[i].name,
+                                           egress_options[i].value ? required_argument : no_argument, NULL, (int)i };
+        int c, longidx;
+        opterr = 0;
+        while ((longidx = -1, c = getopt_long(argc, argv, "h", opts, &longidx)) != -1) {
+                if (c == 'h')
+                        c = (int)ELEMENTSOF(egress_options) - 1;
+                if (c < 0 || (size_t)c >= ELEMENTSOF(egress_options)) {
                         usage(stderr);
                         return 2;
                 }
+                if (egress_options[c].apply(p, o, optarg) < 0) {
+                        fprintf(stderr, "runtime-egress: bad --%s %s\n", egress_options[c].name, optarg ? optarg : "");
+                        return 2;
+                }
         }
-        if (!state_dir || optind < argc) {
+        if (!o->help && (!o->state_dir || optind < argc)) {
                 usage(stderr);
                 return 2;
+        }
+        return 0;
+}
+
+/* As root: the CA and the upstream trust; then the privileges dropped and
+ * the filter loaded, before a byte of a sandbox is read; then the CA's
+ * certificate to runtimed. */
+static int prepare(Proxy *p, const Options *o) {
+        int r;
+        if ((r = egress_ca_load_or_create(o->state_dir, &p->ca)) < 0) {
+                log_error(NULL, "runtime-egress: cannot load or make the CA in the state directory: %s",
+                          strerror(-r));
+                return r;
+        }
+        if ((r = egress_upstream_ctx_new(o->extra_ca, &p->upstream_ctx)) < 0) {
+                log_error(NULL, "runtime-egress: cannot load the upstream trust store");
+                return r;
+        }
+        if (o->trust_ca) {
+                _cleanup_free_ char *trusted = NULL;
+                unsigned n_trusted = 0;
+                char err[256] = "";
+                if ((r = egress_ca_bundle_load(o->trust_ca, &trusted, &n_trusted, err, sizeof(err))) < 0 ||
+                    (r = egress_ca_bundle_trust(p->upstream_ctx, trusted)) < 0) {
+                        log_error(NULL, "runtime-egress: cannot trust %s upstream %s", o->trust_ca, err);
+                        return r;
+                }
+        }
+        if ((r = drop_privileges(o->user)) < 0) {
+                log_error(NULL, "runtime-egress: cannot drop root and capabilities: %s", strerror(-r));
+                return r;
+        }
+        if ((r = seccomp_load_denials()) < 0) {
+                log_error(NULL, "runtime-egress: cannot load its seccomp filter: %s", strerror(-r));
+                return r;
+        }
+        _cleanup_json_ json_t *hello = json_pack("{s:s}", "ca", egress_ca_pem(p->ca));
+        _cleanup_free_ char *text = hello ? json_dumps(hello, JSON_COMPACT) : NULL;
+        if (!text || send(CTL_FD, text, strlen(text), MSG_NOSIGNAL) < 0)
+                return -EIO;
+        return 0;
+}
+
+/* Each connection runtimed sends, on a thread of its own, until runtimed
+ * closes the control socket. */
+static void serve(Proxy *p) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
+        for (;;) {
+                int data = -1, meta = -1;
+                int r = egress_wire_recv_conn(CTL_FD, &data, &meta);
+                if (r == -EBADMSG)
+                        continue;
+                if (r < 0)
+                        break; /* runtimed is gone, or closed us */
+                /* runtimed's pool bounds the connections it sends; this
+                 * holds the proxy to it however they arrive. */
+                pthread_mutex_lock(&p->lock);
+                while (p->active >= p->max_conns)
+                        pthread_cond_wait(&p->freed, &p->lock);
+                p->active++;
+                pthread_mutex_unlock(&p->lock);
+                Conn *conn = malloc(sizeof(*conn));
+                pthread_t t;
+                if (conn) {
+                        *conn = (Conn){ .p = p, .data = data, .meta = meta };
+                        if (pthread_create(&t, &attr, conn_main, conn) == 0)
+                                continue;
+                        free(conn);
+                }
+                close(data);
+                close(meta);
+                pthread_mutex_lock(&p->lock);
+                p->active--;
+                pthread_mutex_unlock(&p->lock);
+        }
+}
+
+int main(int argc, char **argv) {
+        static Proxy p = { .max_conns = 256, .lock = PTHREAD_MUTEX_INITIALIZER, .freed = PTHREAD_COND_INITIALIZER };
+        Options o = { .user = "runtime-egress" };
+        int r = parse_options(argc, argv, &p, &o);
+        if (r != 0)
+                return r;
+        if (o.help) {
+                usage(stdout);
+                return 0;
         }
         int type = 0;
         socklen_t tl = sizeof(type);
@@ -367,72 +491,9 @@ int main(int argc, char **argv) {
                 return 2;
         }
         signal(SIGPIPE, SIG_IGN);
-        int r;
-        if ((r = egress_ca_load_or_create(state_dir, &p.ca)) < 0) {
-                log_error(NULL, "runtime-egress: cannot load or make the CA in the state directory: %s",
-                          strerror(-r));
+        if (prepare(&p, &o) < 0)
                 return 1;
-        }
-        if ((r = egress_upstream_ctx_new(extra_ca, &p.upstream_ctx)) < 0) {
-                log_error(NULL, "runtime-egress: cannot load the upstream trust store");
-                return 1;
-        }
-        if (trust_ca) {
-                _cleanup_free_ char *trusted = NULL;
-                unsigned n_trusted = 0;
-                char err[256] = "";
-                if (egress_ca_bundle_load(trust_ca, &trusted, &n_trusted, err, sizeof(err)) < 0 ||
-                    egress_ca_bundle_trust(p.upstream_ctx, trusted) < 0) {
-                        log_error(NULL, "runtime-egress: cannot trust %s upstream %s", trust_ca, err);
-                        return 1;
-                }
-        }
-        if ((r = drop_privileges(user)) < 0) {
-                log_error(NULL, "runtime-egress: cannot drop root and capabilities: %s", strerror(-r));
-                return 1;
-        }
-        if ((r = seccomp_load_denials()) < 0) {
-                log_error(NULL, "runtime-egress: cannot load its seccomp filter: %s", strerror(-r));
-                return 1;
-        }
-        {
-                _cleanup_json_ json_t *hello = json_pack("{s:s}", "ca", egress_ca_pem(p.ca));
-                _cleanup_free_ char *text = hello ? json_dumps(hello, JSON_COMPACT) : NULL;
-                if (!text || send(CTL_FD, text, strlen(text), MSG_NOSIGNAL) < 0)
-                        return 1;
-        }
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&attr, 256 * 1024);
-        for (;;) {
-                int data = -1, meta = -1;
-                r = egress_wire_recv_conn(CTL_FD, &data, &meta);
-                if (r == -EBADMSG)
-                        continue;
-                if (r < 0)
-                        break; /* runtimed is gone, or closed us */
-                /* runtimed's pool bounds the connections it sends; this
-                 * holds the proxy to it however they arrive. */
-                pthread_mutex_lock(&p.lock);
-                while (p.active >= p.max_conns)
-                        pthread_cond_wait(&p.freed, &p.lock);
-                p.active++;
-                pthread_mutex_unlock(&p.lock);
-                Conn *conn = malloc(sizeof(*conn));
-                pthread_t t;
-                if (conn) {
-                        *conn = (Conn){ .p = &p, .data = data, .meta = meta };
-                        if (pthread_create(&t, &attr, conn_main, conn) == 0)
-                                continue;
-                        free(conn);
-                }
-                close(data);
-                close(meta);
-                pthread_mutex_lock(&p.lock);
-                p.active--;
-                pthread_mutex_unlock(&p.lock);
-        }
+        serve(&p);
         /* Connections in flight end with the process: their sockets close,
          * and the daemon fails them cleanly. */
         _exit(0);
