@@ -1,4 +1,4 @@
-#include "agent/agent.h"
+#include "agent/agent-internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,135 +30,9 @@
 #include "common/timeutil.h"
 #include "proto/proto.h"
 
-/* A child's stdout and stderr pipes hold this much (F_SETPIPE_SZ; the
- * default is 64 KiB): a program that writes a lot runs on while the agent
- * waits for its turn on a loaded machine, and the agent then takes it in a
- * few large reads instead of many wakeups of 64 KiB or less. Best effort:
- * past /proc/sys/fs/pipe-max-size the default stays. */
-#define EXEC_PIPE_BYTES (1024u * 1024u)
-/* The channel's send buffer (SO_SNDBUF, or the pipe's size under gVisor):
- * room for a whole window of output, so that a frame goes out in one write
- * while the host's reader is not yet scheduled. Best effort as well. */
-#define CHANNEL_SEND_BYTES (2u * 1024u * 1024u)
-/* Bytes read per DATA frame from a file, a child's pipe or a forwarded
- * connection, and from the channel at once: a whole largest frame, so that
- * bulk data moves in few frames and syscalls. */
-#define BIG_CHUNK PROTO_MAX_PAYLOAD
-/* Queued frames handed to one writev(). */
-#define FLUSH_IOV 64
-/* Credit is returned to the host in batches of at least this much, or when the
- * stdin queue runs empty. */
-#define WINDOW_BATCH (64u * 1024u)
-/* After the group was killed, an escaped process (its own session) can still
- * hold the pipes: stop draining them this long after. */
-#define FINAL_DRAIN_MS 2000
-/* The id a stream of a saved machine's earlier channel takes in a copy of
- * that machine: never found by a frame's id, and whatever it would send is
- * dropped (the copy's host never opened it). */
-#define ORPHAN_STREAM UINT32_MAX
-
-typedef struct Chunk {
-        struct Chunk *next;
-        size_t len, off;
-        uint8_t data[];
-} Chunk;
-
-typedef enum StreamKind {
-        STREAM_EXEC,
-        STREAM_READ,
-        STREAM_WRITE,
-        STREAM_RELAY, /* a connection to the egress relay, opened by us */
-        STREAM_FORWARD, /* a connection to a port inside, opened by the host (port forwarding) */
-} StreamKind;
-
-enum { PIPE_IN, PIPE_OUT, PIPE_ERR, RELAY_SOCK };
-
-typedef struct Stream {
-        uint32_t id;
-        StreamKind kind;
-        bool finished;     /* RESULT queued; freed at the end of the loop iteration */
-        uint64_t credit;   /* DATA bytes the host still accepts from us */
-        uint64_t in_held;  /* DATA bytes from the host not yet credited back */
-        uint64_t in_ack;   /* consumed, waiting to go out as WINDOW */
-        size_t queued_out; /* bytes of our DATA frames still in the channel queue */
-
-        /* exec */
-        pid_t pid;
-        int fds[3]; /* stdin (write end), stdout, stderr (read ends); -1 closed */
-        Chunk *in_head, *in_tail;
-        bool in_eof;
-        bool exited;
-        int status;
-        bool timed_out;
-        bool group_killed;
-        bool pty; /* fds[PIPE_IN] and fds[PIPE_OUT] are its master; no stderr */
-        uint64_t oom_kills_before; /* limits_oom_kills() when it started */
-        unsigned oom_killed;       /* processes of its group the agent's memory watch killed */
-        uint64_t start_ms, end_ms;
-        uint64_t deadline_ms;    /* timeout, 0 for none */
-        uint64_t drain_until_ms; /* leader exited, pipes still open */
-        uint64_t final_until_ms; /* group killed, last drain */
-
-        /* read */
-        int file_fd;
-        uint64_t sent;
-
-        /* write: committed as the user it was begun as (-1: root) */
-        FsWrite *write;
-        int64_t write_uid, write_gid;
-
-        /* relay: the client's socket; its bytes go out as DATA fd 0, the
-         * host's DATA fd 1 is queued in in_head and written to it. */
-        int sock;
-        bool sock_eof;  /* the client sent everything (EOF fd 0 sent) */
-        bool wr_shut;   /* the host sent everything and it was written */
-        bool host_done; /* the proxy answered RESULT: finished once in_head is written */
-        /* forward: the same socket fields, the directions of an exec (the
-         * host's bytes are DATA fd 0, the program's DATA fd 1). */
-        bool connecting; /* the non-blocking connect has not finished */
-        bool orphan;     /* of the channel before a checkpoint; this is a copy */
-} Stream;
-
-typedef struct OutFrame {
-        struct OutFrame *next;
-        uint32_t data_stream; /* a DATA frame's stream, for its queued_out; else 0 */
-        size_t len, off;
-        uint8_t *buf;
-} OutFrame;
-
-struct Agent {
-        int in_fd, out_fd, sig_fd;
-        ProtoReader *reader;
-        OutFrame *out_head, *out_tail;
-        size_t out_bytes;
-        Stream *streams[AGENT_MAX_STREAMS];
-        size_t n_streams;
-        bool quit;
-        int exit_status;
-        int relay_fd; /* listening on 127.0.0.1:AGENT_RELAY_PORT, or -1 */
-        uint32_t next_even;
-        int (*resume)(const AgentRequest *r); /* until the first request */
-        int (*vm_resume)(const AgentRequest *r); /* what resume is armed with again by a checkpoint */
-        /* After a checkpoint's answer: nothing is read or sent but the
-         * channel until the host's next frame, so that a machine saved now
-         * holds no frame half-sent or half-read, and its copy's channel
-         * starts empty both ways. */
-        bool quiet;
-        bool checkpointed; /* a resume now comes from a copy of the saved machine */
-        uint64_t memory_limit;   /* bytes, 0: the kernel enforces it alone */
-        uint64_t next_memory_ms; /* when the watch looks again */
-        bool memory_escalate;    /* killed at the last look: the next kills a group */
-        uint64_t memory_at_kill; /* in use when the watch last killed */
-        uint64_t memory_hold_ms; /* until then, no second kill while the count is not up since */
-        pid_t doomed[AGENT_MAX_STREAMS]; /* killed process groups not yet seen gone */
-        size_t n_doomed;
-        uint64_t next_rekill_ms;
-};
-
 static void send_hello(Agent *a);
 
-static void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void log_msg(const char *fmt, ...) {
+void agent_log_msg(const char *fmt, ...) {
         char buf[1024];
         va_list ap;
         va_start(ap, fmt);
@@ -175,20 +49,20 @@ static void log_msg(const char *fmt, ...) {
 
 /* ---- outgoing frames ---- */
 
-static Stream *stream_find(Agent *a, uint32_t id) {
+Stream *agent_stream_find(Agent *a, uint32_t id) {
         for (size_t i = 0; i < a->n_streams; i++)
                 if (a->streams[i]->id == id && !a->streams[i]->finished && !a->streams[i]->orphan)
                         return a->streams[i];
         return NULL;
 }
 
-static void agent_fatal(Agent *a, const char *why) {
-        log_msg("%s; closing the channel", why);
+void agent_fatal(Agent *a, const char *why) {
+        agent_log_msg("%s; closing the channel", why);
         a->quit = true;
         a->exit_status = 1;
 }
 
-static void queue_frame(Agent *a, OutFrame *f, uint8_t type, uint32_t stream) {
+void agent_queue_frame(Agent *a, OutFrame *f, uint8_t type, uint32_t stream) {
         if (stream == ORPHAN_STREAM) {
                 free(f->buf);
                 free(f);
@@ -201,7 +75,7 @@ static void queue_frame(Agent *a, OutFrame *f, uint8_t type, uint32_t stream) {
         a->out_tail = f;
         a->out_bytes += f->len;
         if (type == PROTO_DATA) {
-                Stream *s = stream_find(a, stream);
+                Stream *s = agent_stream_find(a, stream);
                 if (s) {
                         f->data_stream = stream;
                         s->queued_out += f->len;
@@ -209,7 +83,7 @@ static void queue_frame(Agent *a, OutFrame *f, uint8_t type, uint32_t stream) {
         }
 }
 
-static void send_frame(Agent *a, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
+void agent_send_frame(Agent *a, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
                        size_t len) {
         OutFrame *f = calloc(1, sizeof(OutFrame));
         if (!f || proto_frame_build(type, flags, stream, payload, len, &f->buf, &f->len) < 0) {
@@ -218,7 +92,7 @@ static void send_frame(Agent *a, uint8_t type, uint8_t flags, uint32_t stream, c
                 agent_fatal(a, "cannot queue a frame");
                 return;
         }
-        queue_frame(a, f, type, stream);
+        agent_queue_frame(a, f, type, stream);
 }
 
 static void send_json(Agent *a, uint8_t type, uint32_t stream, json_t *j) {
@@ -237,22 +111,22 @@ static void send_json(Agent *a, uint8_t type, uint32_t stream, json_t *j) {
                 json_decref(e);
                 return;
         }
-        send_frame(a, type, 0, stream, s, n);
+        agent_send_frame(a, type, 0, stream, s, n);
 }
 
-static void send_json_new(Agent *a, uint8_t type, uint32_t stream, json_t *j) {
+void agent_send_json_new(Agent *a, uint8_t type, uint32_t stream, json_t *j) {
         send_json(a, type, stream, j);
         json_decref(j);
 }
 
-static void finish_error(Agent *a, Stream *s, const char *code, const char *message) {
-        send_json_new(a, PROTO_RESULT, s->id,
+void agent_finish_error(Agent *a, Stream *s, const char *code, const char *message) {
+        agent_send_json_new(a, PROTO_RESULT, s->id,
                       json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message));
         s->finished = true;
 }
 
 static void result_error(Agent *a, uint32_t id, const char *code, const char *message) {
-        send_json_new(a, PROTO_RESULT, id,
+        agent_send_json_new(a, PROTO_RESULT, id,
                       json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message));
 }
 
@@ -276,7 +150,7 @@ static void flush_out(Agent *a) {
                                 continue;
                         if (errno == EAGAIN)
                                 return;
-                        log_msg("channel write failed: %s", strerror(errno));
+                        agent_log_msg("channel write failed: %s", strerror(errno));
                         a->quit = true;
                         a->exit_status = 1;
                         return;
@@ -296,7 +170,7 @@ static void flush_out(Agent *a) {
                         if (f->data_stream) {
                                 /* Clamped: a host may reuse a finished stream's id
                                  * while that stream's last frames are still queued. */
-                                Stream *s = stream_find(a, f->data_stream);
+                                Stream *s = agent_stream_find(a, f->data_stream);
                                 if (s)
                                         s->queued_out -= f->len < s->queued_out ? f->len : s->queued_out;
                         }
@@ -308,19 +182,19 @@ static void flush_out(Agent *a) {
 
 /* ---- streams ---- */
 
-static void close_fd(int *fd) {
+void agent_close_fd(int *fd) {
         if (*fd >= 0) {
                 close(*fd);
                 *fd = -1;
         }
 }
 
-static void stream_free(Stream *s) {
+void agent_stream_free(Stream *s) {
         for (int i = 0; i < 3; i++)
-                close_fd(&s->fds[i]);
-        close_fd(&s->file_fd);
+                agent_close_fd(&s->fds[i]);
+        agent_close_fd(&s->file_fd);
         if (s->kind == STREAM_RELAY || s->kind == STREAM_FORWARD)
-                close_fd(&s->sock);
+                agent_close_fd(&s->sock);
         while (s->in_head) {
                 Chunk *c = s->in_head;
                 s->in_head = c->next;
@@ -330,22 +204,22 @@ static void stream_free(Stream *s) {
         free(s);
 }
 
-static void send_window(Agent *a, Stream *s, bool force) {
+void agent_send_window(Agent *a, Stream *s, bool force) {
         if (s->in_ack == 0 || (!force && s->in_ack < WINDOW_BATCH))
                 return;
         uint8_t p[4];
         proto_put_u32(p, (uint32_t)s->in_ack);
-        send_frame(a, PROTO_WINDOW, 0, s->id, p, 4);
+        agent_send_frame(a, PROTO_WINDOW, 0, s->id, p, 4);
         s->in_held -= s->in_ack;
         s->in_ack = 0;
 }
 
-static void consumed(Agent *a, Stream *s, size_t n, bool force) {
+void agent_consumed(Agent *a, Stream *s, size_t n, bool force) {
         s->in_ack += n;
-        send_window(a, s, force);
+        agent_send_window(a, s, force);
 }
 
-static void drop_stdin(Agent *a, Stream *s) {
+void agent_drop_stdin(Agent *a, Stream *s) {
         size_t n = 0;
         while (s->in_head) {
                 Chunk *c = s->in_head;
@@ -354,8 +228,8 @@ static void drop_stdin(Agent *a, Stream *s) {
                 free(c);
         }
         s->in_tail = NULL;
-        close_fd(&s->fds[PIPE_IN]);
-        consumed(a, s, n, true);
+        agent_close_fd(&s->fds[PIPE_IN]);
+        agent_consumed(a, s, n, true);
 }
 
 /* A killed process group is killed again every AGENT_REKILL_MS until
@@ -401,7 +275,7 @@ static void rekill_groups(Agent *a, uint64_t now) {
         a->n_doomed = j;
 }
 
-static void exec_kill(Agent *a, Stream *s) {
+void agent_exec_kill(Agent *a, Stream *s) {
         if (s->group_killed)
                 return;
         s->group_killed = true;
@@ -425,7 +299,7 @@ static void exec_start(Agent *a, uint32_t id, AgentRequest *r, const char *as) {
         int k = exec_spawn(r, &child);
         if (k < 0) {
                 free(s);
-                log_msg("exec: cannot start a child: %s", strerror(-k));
+                agent_log_msg("exec: cannot start a child: %s", strerror(-k));
                 result_errno(a, id, k);
                 return;
         }
@@ -445,7 +319,7 @@ static void exec_start(Agent *a, uint32_t id, AgentRequest *r, const char *as) {
         if (r->timeout_ms > 0)
                 s->deadline_ms = s->start_ms + (uint64_t)r->timeout_ms;
         a->streams[a->n_streams++] = s;
-        send_json_new(a, PROTO_EVENT, id,
+        agent_send_json_new(a, PROTO_EVENT, id,
                       json_pack("{s:s,s:i,s:s}", "event", "start", "pid", (int)child.pid, "user", as));
 }
 
@@ -472,7 +346,7 @@ static void read_start(Agent *a, uint32_t id, AgentRequest *r) {
         s->credit = PROTO_INITIAL_WINDOW;
         s->file_fd = fd;
         a->streams[a->n_streams++] = s;
-        send_json_new(
+        agent_send_json_new(
                 a, PROTO_EVENT, id,
                 json_pack("{s:I,s:i}", "size", (json_int_t)st.st_size, "mode", (int)(st.st_mode & 07777)));
 }
@@ -527,7 +401,7 @@ static void list_reply(Agent *a, uint32_t id, json_t *entries, bool truncated) {
                         break;
                 }
                 if (batch_bytes + n > LIST_FRAME_BUDGET) {
-                        send_json_new(a, PROTO_EVENT, id, json_pack("{s:O}", "entries", batch));
+                        agent_send_json_new(a, PROTO_EVENT, id, json_pack("{s:O}", "entries", batch));
                         json_decref(batch);
                         batch = json_array();
                         batch_bytes = 0;
@@ -546,7 +420,7 @@ static void list_reply(Agent *a, uint32_t id, json_t *entries, bool truncated) {
                 result_error(a, id, "internal", "out of memory");
                 return;
         }
-        send_json_new(a, PROTO_RESULT, id,
+        agent_send_json_new(a, PROTO_RESULT, id,
                       json_pack("{s:O,s:b,s:I}", "entries", batch, "truncated", truncated, "total",
                                 (json_int_t)total));
 }
@@ -592,7 +466,7 @@ static void forward_start(Agent *a, uint32_t id, AgentRequest *r) {
         s->pid = r->port; /* for the refusal's message only */
         a->streams[a->n_streams++] = s;
         if (!pending)
-                send_json_new(a, PROTO_EVENT, id, json_pack("{s:s}", "event", "connected"));
+                agent_send_json_new(a, PROTO_EVENT, id, json_pack("{s:s}", "event", "connected"));
 }
 
 static void forward_connected(Agent *a, Stream *s) {
@@ -607,17 +481,17 @@ static void forward_connected(Agent *a, Stream *s) {
                 char msg[96];
                 snprintf(msg, sizeof msg, "nothing accepts connections on port %d in the sandbox: %s", (int)s->pid,
                          strerror(err));
-                finish_error(a, s, "refused", msg);
+                agent_finish_error(a, s, "refused", msg);
                 return;
         }
-        send_json_new(a, PROTO_EVENT, s->id, json_pack("{s:s}", "event", "connected"));
+        agent_send_json_new(a, PROTO_EVENT, s->id, json_pack("{s:s}", "event", "connected"));
 }
 
 /* A forward ends once both directions have: the program's EOF sent and the
  * host's written and shut. */
 static void forward_check(Agent *a, Stream *s) {
         if (!s->connecting && s->sock_eof && s->wr_shut && !s->in_head) {
-                send_json_new(a, PROTO_RESULT, s->id, json_object());
+                agent_send_json_new(a, PROTO_RESULT, s->id, json_object());
                 s->finished = true;
         }
 }
@@ -676,7 +550,7 @@ static void orphan_streams(Agent *a) {
                 s->orphan = true;
                 s->credit = 1ull << 40;
                 if (s->kind == STREAM_EXEC)
-                        drop_stdin(a, s);
+                        agent_drop_stdin(a, s);
                 else
                         s->finished = true;
         }
@@ -684,7 +558,7 @@ static void orphan_streams(Agent *a) {
 
 static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t len) {
         if ((id & 1u) == 0) {
-                log_msg("ignoring OPEN on even stream %u", id);
+                agent_log_msg("ignoring OPEN on even stream %u", id);
                 return;
         }
         AgentRequest *r = NULL;
@@ -699,7 +573,7 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
         }
         for (size_t i = 0; i < a->n_streams; i++)
                 if (a->streams[i]->id == id && !a->streams[i]->orphan) {
-                        log_msg("ignoring OPEN on stream %u which is in use", id);
+                        agent_log_msg("ignoring OPEN on stream %u which is in use", id);
                         agent_request_free(r);
                         return;
                 }
@@ -741,7 +615,7 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                         result_errno(a, id, k);
                         break;
                 }
-                send_json_new(a, PROTO_RESULT, id, json_object());
+                agent_send_json_new(a, PROTO_RESULT, id, json_object());
                 send_hello(a);
                 break;
         case REQ_CHECKPOINT:
@@ -749,7 +623,7 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                         result_error(a, id, "invalid", "checkpoint is only for a microVM's or gVisor's agent");
                         break;
                 }
-                send_json_new(a, PROTO_RESULT, id, json_object());
+                agent_send_json_new(a, PROTO_RESULT, id, json_object());
                 a->quiet = true;
                 a->checkpointed = true;
                 a->resume = a->vm_resume;
@@ -762,17 +636,17 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
         case REQ_SIGNAL: {
                 /* Only a running exec of the host's own: a pid from the
                  * request could name any process in the sandbox. */
-                Stream *t = stream_find(a, r->target);
+                Stream *t = agent_stream_find(a, r->target);
                 if (!t || t->kind != STREAM_EXEC || t->group_killed || (t->exited && r->signo != SIGKILL))
                         result_error(a, id, "not_found", "no running process on that stream");
                 else {
                         if (r->signo == SIGKILL)
-                                exec_kill(a, t);
+                                agent_exec_kill(a, t);
                         else if (kill(-t->pid, r->signo) < 0 && errno == ESRCH)
                                 /* The child has not reached its setsid() yet:
                                  * there is no group, only the leader. */
                                 kill(t->pid, r->signo);
-                        send_json_new(a, PROTO_RESULT, id, json_object());
+                        agent_send_json_new(a, PROTO_RESULT, id, json_object());
                 }
                 break;
         }
@@ -791,7 +665,7 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                 if (k < 0)
                         result_errno(a, id, k);
                 else
-                        send_json_new(a, PROTO_RESULT, id, e);
+                        agent_send_json_new(a, PROTO_RESULT, id, e);
                 break;
         }
         case REQ_LIST: {
@@ -815,7 +689,7 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                 if (k < 0)
                         result_errno(a, id, k);
                 else
-                        send_json_new(a, PROTO_RESULT, id, json_pack("{s:I}", "removed", (json_int_t)removed));
+                        agent_send_json_new(a, PROTO_RESULT, id, json_pack("{s:I}", "removed", (json_int_t)removed));
                 break;
         }
         case REQ_MKDIR:
@@ -824,7 +698,7 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                 if (k < 0)
                         result_errno(a, id, k);
                 else
-                        send_json_new(a, PROTO_RESULT, id, json_object());
+                        agent_send_json_new(a, PROTO_RESULT, id, json_object());
                 break;
         }
         if (r->uid >= 0 && !in_child)
@@ -844,16 +718,16 @@ static void handle_data(Agent *a, Stream *s, uint8_t fd, const uint8_t *p, size_
                 int k = fsops_write_data(s->write, p, n);
                 if (k < 0) {
                         fsops_write_abort(TAKE_PTR(s->write));
-                        finish_error(a, s, fsops_error_code(k), strerror(-k));
+                        agent_finish_error(a, s, fsops_error_code(k), strerror(-k));
                         return;
                 }
-                consumed(a, s, n, true);
+                agent_consumed(a, s, n, true);
                 return;
         }
         bool writable = s->kind == STREAM_EXEC ? s->fds[PIPE_IN] >= 0
                                                : (s->kind == STREAM_RELAY || s->kind == STREAM_FORWARD) && !s->wr_shut;
         if (!writable || s->in_eof || n == 0) {
-                consumed(a, s, n, true);
+                agent_consumed(a, s, n, true);
                 return;
         }
         Chunk *c = malloc(sizeof(Chunk) + n);
@@ -872,7 +746,7 @@ static void handle_data(Agent *a, Stream *s, uint8_t fd, const uint8_t *p, size_
         s->in_tail = c;
 }
 
-static void relay_shut_write(Stream *s) {
+void agent_relay_shut_write(Stream *s) {
         if (!s->wr_shut) {
                 shutdown(s->sock, SHUT_WR);
                 s->wr_shut = true;
@@ -884,7 +758,7 @@ static void handle_eof(Agent *a, Stream *s, uint8_t fd) {
                 if (fd == (s->kind == STREAM_RELAY ? PROTO_FD_OUT : PROTO_FD_IN)) {
                         s->in_eof = true;
                         if (!s->in_head)
-                                relay_shut_write(s);
+                                agent_relay_shut_write(s);
                 }
                 return;
         }
@@ -900,9 +774,9 @@ static void handle_eof(Agent *a, Stream *s, uint8_t fd) {
                 } else
                         fsops_write_abort(TAKE_PTR(s->write));
                 if (k < 0)
-                        finish_error(a, s, fsops_error_code(k), strerror(-k));
+                        agent_finish_error(a, s, fsops_error_code(k), strerror(-k));
                 else {
-                        send_json_new(a, PROTO_RESULT, s->id, json_pack("{s:I}", "size", (json_int_t)size));
+                        agent_send_json_new(a, PROTO_RESULT, s->id, json_pack("{s:I}", "size", (json_int_t)size));
                         s->finished = true;
                 }
                 return;
@@ -910,7 +784,7 @@ static void handle_eof(Agent *a, Stream *s, uint8_t fd) {
         if (s->kind == STREAM_EXEC) {
                 s->in_eof = true;
                 if (!s->in_head)
-                        close_fd(&s->fds[PIPE_IN]);
+                        agent_close_fd(&s->fds[PIPE_IN]);
         }
 }
 
@@ -918,23 +792,23 @@ static void handle_cancel(Agent *a, Stream *s) {
         switch (s->kind) {
         case STREAM_EXEC:
                 /* The RESULT follows once the group is gone and the pipes drained. */
-                exec_kill(a, s);
-                drop_stdin(a, s);
+                agent_exec_kill(a, s);
+                agent_drop_stdin(a, s);
                 if (s->exited && !s->final_until_ms)
                         s->final_until_ms = time_now_mono_ms() + FINAL_DRAIN_MS;
                 break;
         case STREAM_READ:
-                finish_error(a, s, "io", "cancelled");
+                agent_finish_error(a, s, "io", "cancelled");
                 break;
         case STREAM_WRITE:
                 fsops_write_abort(TAKE_PTR(s->write));
-                finish_error(a, s, "io", "cancelled");
+                agent_finish_error(a, s, "io", "cancelled");
                 break;
         case STREAM_RELAY:
                 break; /* ours to cancel, not the host's */
         case STREAM_FORWARD:
                 /* The client is gone: the connection inside closes at once. */
-                send_json_new(a, PROTO_RESULT, s->id, json_object());
+                agent_send_json_new(a, PROTO_RESULT, s->id, json_object());
                 s->finished = true;
                 break;
         }
@@ -943,14 +817,14 @@ static void handle_cancel(Agent *a, Stream *s) {
 static void handle_frame(Agent *a, const ProtoHeader *h, const uint8_t *p) {
         a->quiet = false;
         if (h->type == PROTO_PING) {
-                send_frame(a, PROTO_PONG, 0, 0, p, h->length);
+                agent_send_frame(a, PROTO_PONG, 0, 0, p, h->length);
                 return;
         }
         if (h->type == PROTO_OPEN) {
                 handle_open(a, h->stream, p, h->length);
                 return;
         }
-        Stream *s = stream_find(a, h->stream);
+        Stream *s = agent_stream_find(a, h->stream);
         if (!s)
                 return; /* unknown or finished stream: frames may have been in flight */
         switch (h->type) {
@@ -999,13 +873,13 @@ static void read_channel(Agent *a) {
         if (n < 0) {
                 if (errno == EINTR || errno == EAGAIN)
                         return;
-                log_msg("channel read failed: %s", strerror(errno));
+                agent_log_msg("channel read failed: %s", strerror(errno));
                 a->quit = true;
                 a->exit_status = 1;
                 return;
         }
         if (n == 0) {
-                log_msg("channel closed by the host");
+                agent_log_msg("channel closed by the host");
                 a->quit = true;
                 a->exit_status = 0;
                 return;
@@ -1028,335 +902,6 @@ static void read_channel(Agent *a) {
                 if (a->quit)
                         return;
         }
-}
-
-/* ---- children ---- */
-
-static void reap(Agent *a) {
-        for (;;) {
-                int status;
-                pid_t pid = waitpid(-1, &status, WNOHANG);
-                if (pid <= 0)
-                        return;
-                for (size_t i = 0; i < a->n_streams; i++) {
-                        Stream *s = a->streams[i];
-                        if (s->kind == STREAM_EXEC && s->pid == pid && !s->exited) {
-                                s->exited = true;
-                                s->status = status;
-                                s->end_ms = time_now_mono_ms();
-                                break;
-                        }
-                }
-                /* Anything else is an orphan re-parented to us: reaped, forgotten. */
-        }
-}
-
-static void read_signals(Agent *a) {
-        struct signalfd_siginfo si;
-        while (read(a->sig_fd, &si, sizeof si) == (ssize_t)sizeof si) {
-                if (si.ssi_signo == SIGCHLD)
-                        reap(a);
-                else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
-                        log_msg("signal %u: stopping", si.ssi_signo);
-                        a->quit = true;
-                        a->exit_status = 0;
-                }
-        }
-        /* SIGCHLDs coalesce; a reap pass costs one syscall. */
-        reap(a);
-}
-
-/* Reads up to `want` bytes from fd straight into a new DATA frame's buffer
- * (no copy between the read and the channel) and queues it. The bytes read,
- * or what read() said (0, -1 with errno). */
-static ssize_t read_into_frame(Agent *a, Stream *s, int fd, uint8_t flags, size_t want) {
-        OutFrame *f = calloc(1, sizeof(OutFrame));
-        uint8_t *buf = malloc(PROTO_HEADER_SIZE + want);
-        if (!f || !buf) {
-                free(f);
-                free(buf);
-                agent_fatal(a, "cannot queue a frame");
-                errno = ENOMEM;
-                return -1;
-        }
-        ssize_t n = read(fd, buf + PROTO_HEADER_SIZE, want);
-        if (n <= 0) {
-                int k = errno;
-                free(f);
-                free(buf);
-                errno = k;
-                return n;
-        }
-        ProtoHeader h = {.length = (uint32_t)n, .stream = s->id, .type = PROTO_DATA, .flags = flags};
-        (void)proto_header_encode(&h, buf);
-        /* A short read keeps only what it used: the queue's bounds count
-         * frame bytes, and so must its memory. */
-        if ((size_t)n < want / 2) {
-                uint8_t *small = realloc(buf, PROTO_HEADER_SIZE + (size_t)n);
-                if (small)
-                        buf = small;
-        }
-        f->buf = buf;
-        f->len = PROTO_HEADER_SIZE + (size_t)n;
-        queue_frame(a, f, PROTO_DATA, s->id);
-        s->credit -= (uint64_t)n;
-        return n;
-}
-
-static void pipe_readable(Agent *a, Stream *s, int which) {
-        /* A whole largest frame per read: what a big pipe holds goes out in
-         * few frames, few writes and few wakeups of the host. */
-        size_t want = BIG_CHUNK;
-        if (s->credit < want)
-                want = (size_t)s->credit;
-        if (want == 0)
-                return;
-        ssize_t n = read_into_frame(a, s, s->fds[which], (uint8_t)which, want);
-        if (n > 0 || a->quit)
-                return;
-        if (n < 0 && (errno == EINTR || (errno == EAGAIN && !s->final_until_ms)))
-                return;
-        /* EOF, an error, or nothing left once the group is dead. */
-        close_fd(&s->fds[which]);
-        send_frame(a, PROTO_EOF, (uint8_t)which, s->id, NULL, 0);
-        /* A child closes its pipes as it exits: reaped now, its RESULT
-         * leaves with these EOFs instead of after another turn of the loop
-         * for the SIGCHLD. */
-        if (!s->exited && s->fds[PIPE_OUT] < 0 && s->fds[PIPE_ERR] < 0)
-                reap(a);
-}
-
-static void stdin_writable(Agent *a, Stream *s) {
-        while (s->in_head) {
-                Chunk *c = s->in_head;
-                ssize_t n = write(s->fds[PIPE_IN], c->data + c->off, c->len - c->off);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno == EAGAIN)
-                                break;
-                        /* EPIPE: the child closed its stdin; the rest is dropped
-                         * but credited, so the host is not left waiting. */
-                        drop_stdin(a, s);
-                        return;
-                }
-                c->off += (size_t)n;
-                consumed(a, s, (size_t)n, false);
-                if (c->off == c->len) {
-                        s->in_head = c->next;
-                        if (!s->in_head)
-                                s->in_tail = NULL;
-                        free(c);
-                }
-        }
-        if (!s->in_head) {
-                send_window(a, s, true);
-                if (s->in_eof)
-                        close_fd(&s->fds[PIPE_IN]);
-        }
-}
-
-static void exec_check(Agent *a, Stream *s, uint64_t now) {
-        if (!s->exited) {
-                if (s->deadline_ms && now >= s->deadline_ms && !s->timed_out) {
-                        s->timed_out = true;
-                        exec_kill(a, s);
-                }
-                return;
-        }
-        bool pipes_open = s->fds[PIPE_OUT] >= 0 || s->fds[PIPE_ERR] >= 0;
-        if (pipes_open) {
-                if (!s->drain_until_ms)
-                        s->drain_until_ms = s->end_ms + AGENT_DRAIN_MS;
-                if (now >= s->drain_until_ms && !s->final_until_ms) {
-                        exec_kill(a, s);
-                        s->final_until_ms = now + FINAL_DRAIN_MS;
-                }
-                /* Past the last drain, an escaped writer is cut off; a host
-                 * that has not taken the output yet is waited for. */
-                if (s->final_until_ms && now >= s->final_until_ms && s->credit > 0) {
-                        for (int i = PIPE_OUT; i <= PIPE_ERR; i++)
-                                if (s->fds[i] >= 0) {
-                                        close_fd(&s->fds[i]);
-                                        send_frame(a, PROTO_EOF, (uint8_t)i, s->id, NULL, 0);
-                                }
-                        pipes_open = false;
-                }
-                if (pipes_open)
-                        return;
-        }
-        drop_stdin(a, s);
-        int code, sig = 0;
-        if (WIFSIGNALED(s->status)) {
-                sig = WTERMSIG(s->status);
-                code = 128 + sig;
-        } else
-                code = WEXITSTATUS(s->status);
-        unsigned oom = s->oom_killed;
-        if (!oom && limits_was_oom_kill(s->status, s->timed_out, s->oom_kills_before))
-                oom = 1;
-        json_t *res = json_pack("{s:i,s:o,s:b,s:i,s:I}", "exitCode", code, "signal",
-                                sig ? json_integer(sig) : json_null(), "timedOut", s->timed_out, "outOfMemory",
-                                (int)oom, "durationMs", (json_int_t)(s->end_ms - s->start_ms));
-        send_json_new(a, PROTO_RESULT, s->id, res);
-        s->finished = true;
-}
-
-static void read_pump(Agent *a, Stream *s) {
-        size_t want = BIG_CHUNK;
-        if (s->credit < want)
-                want = (size_t)s->credit;
-        if (want == 0)
-                return;
-        static uint8_t buf[BIG_CHUNK];
-        ssize_t n = read(s->file_fd, buf, want);
-        if (n < 0) {
-                if (errno == EINTR || errno == EAGAIN)
-                        return;
-                int k = -errno;
-                close_fd(&s->file_fd);
-                finish_error(a, s, fsops_error_code(k), strerror(-k));
-                return;
-        }
-        if (n == 0) {
-                close_fd(&s->file_fd);
-                send_frame(a, PROTO_EOF, PROTO_FD_OUT, s->id, NULL, 0);
-                send_json_new(a, PROTO_RESULT, s->id, json_pack("{s:I}", "size", (json_int_t)s->sent));
-                s->finished = true;
-                return;
-        }
-        send_frame(a, PROTO_DATA, PROTO_FD_OUT, s->id, buf, (size_t)n);
-        s->credit -= (uint64_t)n;
-        s->sent += (uint64_t)n;
-}
-
-static void sweep(Agent *a) {
-        size_t j = 0;
-        for (size_t i = 0; i < a->n_streams; i++) {
-                if (a->streams[i]->finished)
-                        stream_free(a->streams[i]);
-                else
-                        a->streams[j++] = a->streams[i];
-        }
-        a->n_streams = j;
-}
-
-/* ---- the egress relay ---- */
-
-/* A program in the sandbox connected to the relay: the connection becomes a
- * stream of ours, and the proxy in the daemon decides what it may reach. */
-static void relay_accept(Agent *a) {
-        int c = accept4(a->relay_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (c < 0)
-                return;
-        /* What arrives from the proxy is written as it comes, often a TLS
-         * record at a time: Nagle would hold the second small write for the
-         * client's delayed ACK, 40 ms a round trip. */
-        int one = 1;
-        (void)setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (a->n_streams >= AGENT_MAX_STREAMS) {
-                close(c);
-                return;
-        }
-        Stream *s = calloc(1, sizeof(Stream));
-        if (!s) {
-                close(c);
-                return;
-        }
-        s->fds[0] = s->fds[1] = s->fds[2] = -1;
-        s->file_fd = -1;
-        s->sock = c;
-        s->kind = STREAM_RELAY;
-        s->credit = PROTO_INITIAL_WINDOW;
-        do {
-                s->id = a->next_even;
-                a->next_even += 2;
-                if (a->next_even == 0)
-                        a->next_even = 2;
-        } while (stream_find(a, s->id));
-        a->streams[a->n_streams++] = s;
-        send_json_new(a, PROTO_OPEN, s->id, json_pack("{s:s}", "op", "connect"));
-}
-
-static void relay_readable(Agent *a, Stream *s) {
-        size_t want = BIG_CHUNK < s->credit ? BIG_CHUNK : (size_t)s->credit;
-        if (want == 0 || s->sock_eof)
-                return;
-        uint8_t fd = s->kind == STREAM_RELAY ? PROTO_FD_IN : PROTO_FD_OUT;
-        ssize_t n = read_into_frame(a, s, s->sock, fd, want);
-        if (n > 0 || a->quit)
-                return;
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-                return;
-        s->sock_eof = true;
-        send_frame(a, PROTO_EOF, fd, s->id, NULL, 0);
-        if (n < 0 && s->kind == STREAM_FORWARD) {
-                /* Reset by the program: nothing more goes either way. */
-                drop_stdin(a, s);
-                s->wr_shut = true;
-                return;
-        }
-        if (n < 0) {
-                /* The client is gone: nothing more can be written to it either. */
-                send_frame(a, PROTO_CANCEL, 0, s->id, NULL, 0);
-                s->finished = true;
-        }
-}
-
-static void relay_writable(Agent *a, Stream *s) {
-        while (s->in_head) {
-                Chunk *c = s->in_head;
-                ssize_t n = write(s->sock, c->data + c->off, c->len - c->off);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno == EAGAIN)
-                                return;
-                        if (s->kind == STREAM_FORWARD) {
-                                /* The program closed its side: the rest is
-                                 * dropped but credited, the host told by the
-                                 * end of the stream. */
-                                drop_stdin(a, s);
-                                s->wr_shut = true;
-                                return;
-                        }
-                        /* The client went away: tell the proxy, forget the stream. */
-                        send_frame(a, PROTO_CANCEL, 0, s->id, NULL, 0);
-                        s->finished = true;
-                        return;
-                }
-                c->off += (size_t)n;
-                consumed(a, s, (size_t)n, false);
-                if (c->off == c->len) {
-                        s->in_head = c->next;
-                        if (!s->in_head)
-                                s->in_tail = NULL;
-                        free(c);
-                }
-        }
-        send_window(a, s, true);
-        if (s->in_eof)
-                relay_shut_write(s);
-        if (s->host_done)
-                s->finished = true;
-}
-
-int agent_relay_listen(Agent *a, uint16_t port) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-                return -errno;
-        int one = 1;
-        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
-                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 128) < 0) {
-                int e = -errno;
-                close(fd);
-                return e;
-        }
-        close_fd(&a->relay_fd);
-        a->relay_fd = fd;
-        return 0;
 }
 
 /* ---- the loop ---- */
@@ -1382,7 +927,7 @@ void agent_free(Agent *a) {
         if (!a)
                 return;
         for (size_t i = 0; i < a->n_streams; i++)
-                stream_free(a->streams[i]);
+                agent_stream_free(a->streams[i]);
         while (a->out_head) {
                 OutFrame *f = a->out_head;
                 a->out_head = f->next;
@@ -1390,7 +935,7 @@ void agent_free(Agent *a) {
                 free(f);
         }
         proto_reader_free(a->reader);
-        close_fd(&a->relay_fd);
+        agent_close_fd(&a->relay_fd);
         free(a);
 }
 
@@ -1406,7 +951,7 @@ void agent_set_checkpoint(Agent *a, int (*fn)(const AgentRequest *r)) {
 static void send_hello(Agent *a) {
         struct utsname u;
         const char *kernel = uname(&u) == 0 ? u.release : "unknown";
-        send_json_new(a, PROTO_HELLO, 0,
+        agent_send_json_new(a, PROTO_HELLO, 0,
                       json_pack("{s:i,s:i,s:s}", "version", PROTO_VERSION, "pid", (int)getpid(), "kernel",
                                 kernel));
 }
@@ -1453,7 +998,7 @@ static void memory_watch(Agent *a, uint64_t now) {
         bool group = a->memory_escalate && pgid > 1;
         if (kill(group ? -pgid : pid, SIGKILL) < 0)
                 return;
-        log_msg("memory: %llu MiB in use of %llu: killed %s %d", (unsigned long long)(used >> 20),
+        agent_log_msg("memory: %llu MiB in use of %llu: killed %s %d", (unsigned long long)(used >> 20),
                 (unsigned long long)(a->memory_limit >> 20), group ? "process group" : "pid",
                 group ? (int)pgid : (int)pid);
         if (group)
@@ -1489,7 +1034,7 @@ static void quiet_wait(Agent *a) {
                                  { .fd = !same && out_ev ? a->out_fd : -1, .events = out_ev } };
         if (poll(pfd, 2, -1) < 0) {
                 if (errno != EINTR) {
-                        log_msg("poll failed: %s", strerror(errno));
+                        agent_log_msg("poll failed: %s", strerror(errno));
                         a->quit = true;
                         a->exit_status = 1;
                 }
@@ -1499,9 +1044,47 @@ static void quiet_wait(Agent *a) {
                 flush_out(a);
         if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))
                 read_channel(a);
-        sweep(a);
+        agent_sweep(a);
         if (a->out_head)
                 flush_out(a);
+}
+
+/* In how many ms an exec stream has something due (its deadline, the end
+ * of its drain), at most a minute; -1: nothing. Past the final drain with no
+ * credit, the host's WINDOW wakes the loop, not a timer. */
+static int exec_due_ms(const Stream *s, uint64_t now) {
+        uint64_t due = 0;
+        if (!s->exited) {
+                if (s->deadline_ms && !s->timed_out)
+                        due = s->deadline_ms;
+        } else if (!s->final_until_ms)
+                due = s->drain_until_ms ? s->drain_until_ms : now;
+        else if (s->final_until_ms > now)
+                due = s->final_until_ms;
+        if (!due)
+                return -1;
+        return due > now ? (int)(due - now < 60000 ? due - now : 60000) : 0;
+}
+
+/* A stream's descriptor `which` is ready with `revents`. */
+static void stream_ready(Agent *a, Stream *s, int which, short revents) {
+        if (which == RELAY_SOCK && s->connecting) {
+                forward_connected(a, s);
+                return;
+        }
+        if (which == RELAY_SOCK) {
+                if (revents & POLLOUT)
+                        agent_relay_writable(a, s);
+                if (!s->finished && (revents & (POLLIN | POLLHUP | POLLERR)))
+                        agent_relay_readable(a, s);
+                return;
+        }
+        if (s->fds[which] < 0)
+                return;
+        if (which == PIPE_IN)
+                agent_stdin_writable(a, s);
+        else
+                agent_pipe_readable(a, s, which);
 }
 
 int agent_run(Agent *a) {
@@ -1560,21 +1143,9 @@ int agent_run(Agent *a) {
                                 which[n] = k;
                                 pfd[n++] = (struct pollfd){.fd = fd, .events = ev};
                         }
-                        uint64_t due = 0;
-                        if (!s->exited) {
-                                if (s->deadline_ms && !s->timed_out)
-                                        due = s->deadline_ms;
-                        } else if (!s->final_until_ms)
-                                due = s->drain_until_ms ? s->drain_until_ms : now;
-                        else if (s->final_until_ms > now)
-                                due = s->final_until_ms;
-                        /* Past the final drain with no credit: the host's WINDOW
-                         * wakes the loop, not a timer. */
-                        if (due) {
-                                int ms = due > now ? (int)(due - now < 60000 ? due - now : 60000) : 0;
-                                if (timeout < 0 || ms < timeout)
-                                        timeout = ms;
-                        }
+                        int ms = exec_due_ms(s, now);
+                        if (ms >= 0 && (timeout < 0 || ms < timeout))
+                                timeout = ms;
                 }
                 if (a->memory_limit) {
                         int ms = a->next_memory_ms > now ? (int)(a->next_memory_ms - now) : 0;
@@ -1588,44 +1159,26 @@ int agent_run(Agent *a) {
                 }
                 int k = poll(pfd, n, timeout);
                 if (k < 0 && errno != EINTR) {
-                        log_msg("poll failed: %s", strerror(errno));
+                        agent_log_msg("poll failed: %s", strerror(errno));
                         a->exit_status = 1;
                         break;
                 }
                 if (k > 0) {
                         size_t sig_slot = same ? 1 : 2;
                         if (pfd[sig_slot].revents)
-                                read_signals(a);
+                                agent_read_signals(a);
                         if (pfd[relay_slot].revents & POLLIN)
-                                relay_accept(a);
+                                agent_relay_accept(a);
                         for (size_t i = first_stream; i < n; i++) {
-                                Stream *s = owner[i];
-                                if (!pfd[i].revents || s->finished)
-                                        continue;
-                                if (which[i] == RELAY_SOCK && s->connecting) {
-                                        forward_connected(a, s);
-                                        continue;
-                                }
-                                if (which[i] == RELAY_SOCK) {
-                                        if (pfd[i].revents & POLLOUT)
-                                                relay_writable(a, s);
-                                        if (!s->finished && (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                                                relay_readable(a, s);
-                                        continue;
-                                }
-                                if (s->fds[which[i]] < 0)
-                                        continue;
-                                if (which[i] == PIPE_IN)
-                                        stdin_writable(a, s);
-                                else
-                                        pipe_readable(a, s, which[i]);
+                                if (pfd[i].revents && !owner[i]->finished)
+                                        stream_ready(a, owner[i], which[i], pfd[i].revents);
                         }
                         if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))
                                 read_channel(a);
                 }
                 if (a->quiet) {
                         /* Nothing may follow the checkpoint's answer. */
-                        sweep(a);
+                        agent_sweep(a);
                         if (a->out_head)
                                 flush_out(a);
                         continue;
@@ -1638,14 +1191,14 @@ int agent_run(Agent *a) {
                         if (s->finished)
                                 continue;
                         if (s->kind == STREAM_EXEC)
-                                exec_check(a, s, now);
+                                agent_exec_check(a, s, now);
                         else if (s->kind == STREAM_FORWARD)
                                 forward_check(a, s);
                         else if (s->kind == STREAM_READ && a->out_bytes < AGENT_OUT_SOFT_LIMIT &&
                                  s->queued_out < AGENT_STREAM_QUEUE_LIMIT)
-                                read_pump(a, s);
+                                agent_read_pump(a, s);
                 }
-                sweep(a);
+                agent_sweep(a);
                 if (a->out_head)
                         flush_out(a);
         }
@@ -1653,7 +1206,7 @@ int agent_run(Agent *a) {
         for (size_t i = 0; i < a->n_streams; i++) {
                 Stream *s = a->streams[i];
                 if (s->kind == STREAM_EXEC)
-                        exec_kill(a, s);
+                        agent_exec_kill(a, s);
         }
         return a->exit_status;
 }

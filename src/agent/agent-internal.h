@@ -1,0 +1,168 @@
+#pragma once
+/*
+ * What the files of the agent's loop share: the streams, the agent's state
+ * and the functions one file calls in another. agent.c holds the channel
+ * (frames in and out, requests), agent_io.c the streams' descriptors (a
+ * child's pipes, its end, and the egress relay's connections).
+ */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "agent/agent.h"
+#include "agent/exec.h"
+#include "agent/fsops.h"
+#include "agent/limits.h"
+#include "agent/request.h"
+#include "proto/proto.h"
+
+/* A child's stdout and stderr pipes hold this much (F_SETPIPE_SZ; the
+ * default is 64 KiB): a program that writes a lot runs on while the agent
+ * waits for its turn on a loaded machine, and the agent then takes it in a
+ * few large reads instead of many wakeups of 64 KiB or less. Best effort:
+ * past /proc/sys/fs/pipe-max-size the default stays. */
+#define EXEC_PIPE_BYTES (1024u * 1024u)
+/* The channel's send buffer (SO_SNDBUF, or the pipe's size under gVisor):
+ * room for a whole window of output, so that a frame goes out in one write
+ * while the host's reader is not yet scheduled. Best effort as well. */
+#define CHANNEL_SEND_BYTES (2u * 1024u * 1024u)
+/* Bytes read per DATA frame from a file, a child's pipe or a forwarded
+ * connection, and from the channel at once: a whole largest frame, so that
+ * bulk data moves in few frames and syscalls. */
+#define BIG_CHUNK PROTO_MAX_PAYLOAD
+/* Queued frames handed to one writev(). */
+#define FLUSH_IOV 64
+/* Credit is returned to the host in batches of at least this much, or when the
+ * stdin queue runs empty. */
+#define WINDOW_BATCH (64u * 1024u)
+/* After the group was killed, an escaped process (its own session) can still
+ * hold the pipes: stop draining them this long after. */
+#define FINAL_DRAIN_MS 2000
+/* The id a stream of a saved machine's earlier channel takes in a copy of
+ * that machine: never found by a frame's id, and whatever it would send is
+ * dropped (the copy's host never opened it). */
+#define ORPHAN_STREAM UINT32_MAX
+
+typedef struct Chunk {
+        struct Chunk *next;
+        size_t len, off;
+        uint8_t data[];
+} Chunk;
+
+typedef enum StreamKind {
+        STREAM_EXEC,
+        STREAM_READ,
+        STREAM_WRITE,
+        STREAM_RELAY, /* a connection to the egress relay, opened by us */
+        STREAM_FORWARD, /* a connection to a port inside, opened by the host (port forwarding) */
+} StreamKind;
+
+enum { PIPE_IN, PIPE_OUT, PIPE_ERR, RELAY_SOCK };
+
+typedef struct Stream {
+        uint32_t id;
+        StreamKind kind;
+        bool finished;     /* RESULT queued; freed at the end of the loop iteration */
+        uint64_t credit;   /* DATA bytes the host still accepts from us */
+        uint64_t in_held;  /* DATA bytes from the host not yet credited back */
+        uint64_t in_ack;   /* consumed, waiting to go out as WINDOW */
+        size_t queued_out; /* bytes of our DATA frames still in the channel queue */
+
+        /* exec */
+        pid_t pid;
+        int fds[3]; /* stdin (write end), stdout, stderr (read ends); -1 closed */
+        Chunk *in_head, *in_tail;
+        bool in_eof;
+        bool exited;
+        int status;
+        bool timed_out;
+        bool group_killed;
+        bool pty; /* fds[PIPE_IN] and fds[PIPE_OUT] are its master; no stderr */
+        uint64_t oom_kills_before; /* limits_oom_kills() when it started */
+        unsigned oom_killed;       /* processes of its group the agent's memory watch killed */
+        uint64_t start_ms, end_ms;
+        uint64_t deadline_ms;    /* timeout, 0 for none */
+        uint64_t drain_until_ms; /* leader exited, pipes still open */
+        uint64_t final_until_ms; /* group killed, last drain */
+
+        /* read */
+        int file_fd;
+        uint64_t sent;
+
+        /* write: committed as the user it was begun as (-1: root) */
+        FsWrite *write;
+        int64_t write_uid, write_gid;
+
+        /* relay: the client's socket; its bytes go out as DATA fd 0, the
+         * host's DATA fd 1 is queued in in_head and written to it. */
+        int sock;
+        bool sock_eof;  /* the client sent everything (EOF fd 0 sent) */
+        bool wr_shut;   /* the host sent everything and it was written */
+        bool host_done; /* the proxy answered RESULT: finished once in_head is written */
+        /* forward: the same socket fields, the directions of an exec (the
+         * host's bytes are DATA fd 0, the program's DATA fd 1). */
+        bool connecting; /* the non-blocking connect has not finished */
+        bool orphan;     /* of the channel before a checkpoint; this is a copy */
+} Stream;
+
+typedef struct OutFrame {
+        struct OutFrame *next;
+        uint32_t data_stream; /* a DATA frame's stream, for its queued_out; else 0 */
+        size_t len, off;
+        uint8_t *buf;
+} OutFrame;
+
+struct Agent {
+        int in_fd, out_fd, sig_fd;
+        ProtoReader *reader;
+        OutFrame *out_head, *out_tail;
+        size_t out_bytes;
+        Stream *streams[AGENT_MAX_STREAMS];
+        size_t n_streams;
+        bool quit;
+        int exit_status;
+        int relay_fd; /* listening on 127.0.0.1:AGENT_RELAY_PORT, or -1 */
+        uint32_t next_even;
+        int (*resume)(const AgentRequest *r); /* until the first request */
+        int (*vm_resume)(const AgentRequest *r); /* what resume is armed with again by a checkpoint */
+        /* After a checkpoint's answer: nothing is read or sent but the
+         * channel until the host's next frame, so that a machine saved now
+         * holds no frame half-sent or half-read, and its copy's channel
+         * starts empty both ways. */
+        bool quiet;
+        bool checkpointed; /* a resume now comes from a copy of the saved machine */
+        uint64_t memory_limit;   /* bytes, 0: the kernel enforces it alone */
+        uint64_t next_memory_ms; /* when the watch looks again */
+        bool memory_escalate;    /* killed at the last look: the next kills a group */
+        uint64_t memory_at_kill; /* in use when the watch last killed */
+        uint64_t memory_hold_ms; /* until then, no second kill while the count is not up since */
+        pid_t doomed[AGENT_MAX_STREAMS]; /* killed process groups not yet seen gone */
+        size_t n_doomed;
+        uint64_t next_rekill_ms;
+};
+
+void agent_fatal(Agent *a, const char *why);
+void agent_close_fd(int *fd);
+void agent_consumed(Agent *a, Stream *s, size_t n, bool force);
+void agent_drop_stdin(Agent *a, Stream *s);
+void agent_exec_check(Agent *a, Stream *s, uint64_t now);
+void agent_exec_kill(Agent *a, Stream *s);
+void agent_finish_error(Agent *a, Stream *s, const char *code, const char *message);
+void agent_log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void agent_pipe_readable(Agent *a, Stream *s, int which);
+void agent_queue_frame(Agent *a, OutFrame *f, uint8_t type, uint32_t stream);
+void agent_read_pump(Agent *a, Stream *s);
+void agent_read_signals(Agent *a);
+void agent_relay_accept(Agent *a);
+void agent_relay_readable(Agent *a, Stream *s);
+void agent_relay_shut_write(Stream *s);
+void agent_relay_writable(Agent *a, Stream *s);
+void agent_send_frame(Agent *a, uint8_t type, uint8_t flags, uint32_t stream, const void *payload, size_t len);
+void agent_send_json_new(Agent *a, uint8_t type, uint32_t stream, json_t *j);
+void agent_send_window(Agent *a, Stream *s, bool force);
+void agent_stdin_writable(Agent *a, Stream *s);
+Stream *agent_stream_find(Agent *a, uint32_t id);
+void agent_stream_free(Stream *s);
+void agent_sweep(Agent *a);
