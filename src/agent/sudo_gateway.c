@@ -317,7 +317,7 @@ static _Noreturn void command_fail(const char *what, const char *arg, int err) {
 
 /* In the command's child: the caller's descriptors, a session of its own,
  * the target's ids, the directory, the program. */
-static _Noreturn void command_exec(const int fds[3], const Pty *pty, const SudoTarget *t,
+static _Noreturn void command_exec(const int fds[3], const Pty *pty, int ready, const SudoTarget *t,
                                    const gid_t *gids, size_t n_gids, const char *cwd, char **argv, char **env) {
         sigset_t all;
         sigemptyset(&all);
@@ -337,6 +337,9 @@ static _Noreturn void command_exec(const int fds[3], const Pty *pty, const SudoT
                 if (pty->have_termios)
                         (void)tcsetattr(tty, TCSANOW, &pty->termios);
         }
+        /* The terminal has its session and foreground group now: a ^C
+         * relayed from here on reaches this process (command_wait_ready). */
+        close(ready);
         for (int i = 0; i < 3; i++)
                 if ((hi[i] = fcntl(pty->slave_for[i] && tty >= 0 ? tty : fds[i], F_DUPFD_CLOEXEC, 3)) < 0)
                         command_fail("descriptor", NULL, errno);
@@ -373,6 +376,20 @@ static _Noreturn void command_exec(const int fds[3], const Pty *pty, const SudoT
         }
         execvpe(prog, argv, env);
         command_fail("", prog, errno);
+}
+
+/* Waits until the command's child has its session and, with a terminal,
+ * that terminal as its controlling one with its group in the foreground:
+ * it closes its end of the pipe then (or ends). Until then the terminal
+ * has no foreground group, and a ^C relayed to it would signal nobody and
+ * be lost: the caller's bytes (typed as early as the command's start) are
+ * left in the caller's terminal until this returns. */
+static void command_wait_ready(int ready) {
+        char c;
+        ssize_t k;
+        do
+                k = read(ready, &c, 1);
+        while (k < 0 && errno == EINTR);
 }
 
 /* Kills the command's group until nothing of it is left (gVisor's kill of
@@ -456,11 +473,19 @@ static _Noreturn void serve_connection(int fd) {
         Pty pty;
         if ((r = pty_open(&pty, fds)) < 0)
                 refuse(fd, 1, "cannot make a terminal: %s", strerror(-r));
+        int ready[2];
+        if (pipe2(ready, O_CLOEXEC) < 0)
+                refuse(fd, 1, "%s", "internal error");
         pid_t pid = fork();
         if (pid < 0)
                 refuse(fd, 1, "%s", "cannot fork");
-        if (pid == 0)
-                command_exec(fds, &pty, &t, gids, n_gids, cwd, argv, env);
+        if (pid == 0) {
+                close(ready[0]);
+                command_exec(fds, &pty, ready[1], &t, gids, n_gids, cwd, argv, env);
+        }
+        close(ready[1]);
+        command_wait_ready(ready[0]);
+        close(ready[0]);
         if (pty.master >= 0) {
                 close(pty.slave);
                 pty.slave = -1;
