@@ -161,25 +161,7 @@ static int read_header(int fd, SudoHeader *h, int fds[3], struct ucred *ret_cred
         return 0;
 }
 
-/* A terminal of the command's own, as Debian's sudoers asks (use_pty) when
- * the caller's stdin, stdout or stderr is one: the command gets a
- * controlling terminal (job control, /dev/tty) in its session, the caller's
- * terminal is put in raw mode and relayed to it byte for byte, so Ctrl-C
- * is the command's terminal's own interrupt. */
-typedef struct Pty {
-        int master;
-        int slave; /* the command's side, opened before the fork */
-        int in;  /* the caller's terminal as stdin, or -1 */
-        int out; /* where the command's terminal output goes */
-        int size_of; /* a caller's terminal to take the window size from */
-        bool slave_for[3];
-        bool have_termios, raw, master_gone;
-        struct termios termios;
-        char to_cmd[4096], to_user[4096];
-        size_t to_cmd_len, to_cmd_off, to_user_len, to_user_off;
-} Pty;
-
-static Pty *raw_pty;
+static SudoPty *raw_pty;
 
 /* The caller's terminal back as it was: on every way out. */
 static void pty_restore(void) {
@@ -189,8 +171,8 @@ static void pty_restore(void) {
         }
 }
 
-static int pty_open(Pty *p, const int fds[3]) {
-        *p = (Pty){ .master = -1, .slave = -1, .in = -1, .out = -1, .size_of = -1 };
+int sudo_pty_open(SudoPty *p, const int fds[3]) {
+        *p = (SudoPty){ .master = -1, .slave = -1, .in = -1, .out = -1, .size_of = -1 };
         for (int i = 0; i < 3; i++)
                 p->slave_for[i] = isatty(fds[i]) == 1;
         if (!p->slave_for[0] && !p->slave_for[1] && !p->slave_for[2])
@@ -225,7 +207,7 @@ static int pty_open(Pty *p, const int fds[3]) {
         return 0;
 }
 
-static void pty_make_raw(Pty *p) {
+static void pty_make_raw(SudoPty *p) {
         if (p->in < 0 || !p->have_termios)
                 return;
         struct termios raw = p->termios;
@@ -237,7 +219,7 @@ static void pty_make_raw(Pty *p) {
 
 /* Whatever the command's terminal still holds, to the caller's, once the
  * command is gone. */
-static void pty_drain(Pty *p) {
+static void pty_drain(SudoPty *p) {
         if (p->master < 0 || p->master_gone)
                 return;
         if (p->to_user_len > p->to_user_off)
@@ -252,7 +234,7 @@ static void pty_drain(Pty *p) {
 }
 
 /* One round of the relay after poll: fills its pollfds the next time. */
-static void pty_pollfds(const Pty *p, struct pollfd *in, struct pollfd *master, struct pollfd *out) {
+static void pty_pollfds(const SudoPty *p, struct pollfd *in, struct pollfd *master, struct pollfd *out) {
         *in = (struct pollfd){ .fd = -1 };
         *master = (struct pollfd){ .fd = -1 };
         *out = (struct pollfd){ .fd = -1 };
@@ -270,7 +252,7 @@ static void pty_pollfds(const Pty *p, struct pollfd *in, struct pollfd *master, 
                 *out = (struct pollfd){ .fd = p->out, .events = POLLOUT };
 }
 
-static void pty_relay(Pty *p, const struct pollfd *in, const struct pollfd *master, const struct pollfd *out) {
+static void pty_relay(SudoPty *p, const struct pollfd *in, const struct pollfd *master, const struct pollfd *out) {
         if (in->fd >= 0 && (in->revents & (POLLIN | POLLHUP))) {
                 /* The caller's descriptor stays blocking (its file is shared with
                  * the caller's shell); poll said it has bytes. */
@@ -317,7 +299,7 @@ static _Noreturn void command_fail(const char *what, const char *arg, int err) {
 
 /* In the command's child: the caller's descriptors, a session of its own,
  * the target's ids, the directory, the program. */
-static _Noreturn void command_exec(const int fds[3], const Pty *pty, const SudoTarget *t,
+static _Noreturn void command_exec(const int fds[3], const SudoPty *pty, int ready, const SudoTarget *t,
                                    const gid_t *gids, size_t n_gids, const char *cwd, char **argv, char **env) {
         sigset_t all;
         sigemptyset(&all);
@@ -337,6 +319,9 @@ static _Noreturn void command_exec(const int fds[3], const Pty *pty, const SudoT
                 if (pty->have_termios)
                         (void)tcsetattr(tty, TCSANOW, &pty->termios);
         }
+        /* The terminal has its session and foreground group now: a ^C
+         * relayed from here on reaches this process (command_wait_ready). */
+        close(ready);
         for (int i = 0; i < 3; i++)
                 if ((hi[i] = fcntl(pty->slave_for[i] && tty >= 0 ? tty : fds[i], F_DUPFD_CLOEXEC, 3)) < 0)
                         command_fail("descriptor", NULL, errno);
@@ -373,6 +358,47 @@ static _Noreturn void command_exec(const int fds[3], const Pty *pty, const SudoT
         }
         execvpe(prog, argv, env);
         command_fail("", prog, errno);
+}
+
+/* Waits until the command's child has its session and, with a terminal,
+ * that terminal as its controlling one with its group in the foreground:
+ * it closes its end of the pipe then (or ends). Until then the terminal
+ * has no foreground group, and a ^C relayed to it would signal nobody and
+ * be lost: the caller's bytes (typed as early as the command's start) are
+ * left in the caller's terminal until this returns. */
+static void command_wait_ready(int ready) {
+        char c;
+        ssize_t k;
+        do
+                k = read(ready, &c, 1);
+        while (k < 0 && errno == EINTR);
+}
+
+int sudo_command_start(const int fds[3], SudoPty *pty, const SudoTarget *t, const gid_t *gids, size_t n_gids,
+                       const char *cwd, char **argv, char **env, pid_t *ret_pid) {
+        int ready[2];
+        if (pipe2(ready, O_CLOEXEC) < 0)
+                return -errno;
+        pid_t pid = fork();
+        if (pid < 0) {
+                int e = errno;
+                close(ready[0]);
+                close(ready[1]);
+                return -e;
+        }
+        if (pid == 0) {
+                close(ready[0]);
+                command_exec(fds, pty, ready[1], t, gids, n_gids, cwd, argv, env);
+        }
+        close(ready[1]);
+        command_wait_ready(ready[0]);
+        close(ready[0]);
+        if (pty->master >= 0) {
+                close(pty->slave);
+                pty->slave = -1;
+        }
+        *ret_pid = pid;
+        return 0;
 }
 
 /* Kills the command's group until nothing of it is left (gVisor's kill of
@@ -453,19 +479,14 @@ static _Noreturn void serve_connection(int fd) {
         int sig_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
         if (sig_fd < 0)
                 refuse(fd, 1, "%s", "internal error");
-        Pty pty;
-        if ((r = pty_open(&pty, fds)) < 0)
+        SudoPty pty;
+        if ((r = sudo_pty_open(&pty, fds)) < 0)
                 refuse(fd, 1, "cannot make a terminal: %s", strerror(-r));
-        pid_t pid = fork();
-        if (pid < 0)
-                refuse(fd, 1, "%s", "cannot fork");
-        if (pid == 0)
-                command_exec(fds, &pty, &t, gids, n_gids, cwd, argv, env);
-        if (pty.master >= 0) {
-                close(pty.slave);
-                pty.slave = -1;
+        pid_t pid;
+        if ((r = sudo_command_start(fds, &pty, &t, gids, n_gids, cwd, argv, env, &pid)) < 0)
+                refuse(fd, 1, "cannot start the command: %s", strerror(-r));
+        if (pty.master >= 0)
                 pty_make_raw(&pty);
-        }
         else
                 for (int i = 0; i < 3; i++)
                         close(fds[i]);

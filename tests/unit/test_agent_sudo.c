@@ -1,17 +1,25 @@
 /* The sudo gateway's wire and policy (src/agent/sudo_wire.c): the front's
  * command line, a request both ways and its bounds, and what the command
- * gets (environment, argv, groups, shell). */
+ * gets (environment, argv, groups, shell); and the command's start with a
+ * terminal of its own (src/agent/sudo_gateway.c). */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "agent/sudo_gateway.h"
 #include "agent/sudo_wire.h"
 
 static int parse(SudoOptions *o, char *err, ...) {
@@ -279,6 +287,64 @@ static void test_groups_and_shell(void **state) {
         assert_int_equal(sudo_parse_shell(passwd, sizeof passwd - 1, "roo", shell, sizeof shell), -ENOENT);
 }
 
+/* The child's status once it ended, or -1 when it is still running after
+ * the deadline (then killed and reaped). */
+static int wait_status(pid_t pid, int timeout_ms) {
+        int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        assert_true(pidfd >= 0);
+        struct pollfd p = { .fd = pidfd, .events = POLLIN };
+        int ended = poll(&p, 1, timeout_ms);
+        close(pidfd);
+        int status;
+        if (ended <= 0) {
+                kill(pid, SIGKILL);
+                (void)waitpid(pid, &status, 0);
+                return -1;
+        }
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        return status;
+}
+
+/* A ^C that reaches the command's terminal at once after the start, as
+ * when the caller typed it while sudo was starting: the command's group
+ * must already be that terminal's foreground, or the ^C signals nobody and
+ * the command runs on (the gateway once relayed before the child had its
+ * session and terminal, and lost such a ^C). */
+static void test_ctrl_c_at_once_reaches_the_command(void **state) {
+        (void)state;
+        if (geteuid() != 0)
+                skip(); /* the command's start sets its groups and ids */
+        for (int round = 0; round < 20; round++) {
+                int caller = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+                assert_true(caller >= 0);
+                assert_int_equal(grantpt(caller), 0);
+                assert_int_equal(unlockpt(caller), 0);
+                char name[64];
+                assert_int_equal(ptsname_r(caller, name, sizeof name), 0);
+                int tty = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+                assert_true(tty >= 0);
+                int fds[3] = { tty, tty, tty };
+                SudoPty pty;
+                assert_int_equal(sudo_pty_open(&pty, fds), 0);
+                assert_true(pty.master >= 0);
+                SudoTarget t = { .uid = 0, .gid = 0, .name = "root", .home = "/", .shell = "/bin/sh" };
+                gid_t gids[1] = { 0 };
+                char *argv[] = { "cat", NULL };
+                char *env[] = { "PATH=/usr/bin:/bin", NULL };
+                pid_t pid;
+                assert_int_equal(sudo_command_start(fds, &pty, &t, gids, 1, "/", argv, env, &pid), 0);
+                assert_int_equal(pty.slave, -1);
+                assert_int_equal(write(pty.master, "\x03", 1), 1);
+                int status = wait_status(pid, 10000);
+                assert_true(status != -1); /* cat still running: the ^C was lost */
+                assert_true(WIFSIGNALED(status));
+                assert_int_equal(WTERMSIG(status), SIGINT);
+                close(pty.master);
+                close(tty);
+                close(caller);
+        }
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_options),
@@ -287,6 +353,7 @@ int main(void) {
                 cmocka_unit_test(test_environment),
                 cmocka_unit_test(test_argv),
                 cmocka_unit_test(test_groups_and_shell),
+                cmocka_unit_test(test_ctrl_c_at_once_reaches_the_command),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
