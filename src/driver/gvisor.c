@@ -601,200 +601,139 @@ static int gv_restore_finish(const DriverSpec *spec, int chan, DriverError *err)
         return r;
 }
 
-static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
-        int r = launch_spec_check(spec);
-        if (r < 0)
-                return r;
-        const char *runsc = find_runsc();
-        if (!runsc) {
-                driver_error(err, "gVisor (runsc) is not installed on this host");
-                return -ENOENT;
-        }
-        if (access(spec->agent_path, X_OK) < 0)
-                return -errno;
-        uid_t shift;
-        r = launch_image_owner(spec, &shift);
-        if (r < 0)
-                return r;
+/* What a gVisor start adds to the launch plan: a restore of a memory
+ * snapshot or a boot, the cgroup view runsc is given, its state and bundle
+ * directories. */
+typedef struct GvStart {
+        bool restore;
         char restore_dir[PATH_MAX];
-        bool restore = false;
-        r = gv_restore_check(spec, restore_dir, sizeof restore_dir, &restore, err);
-        if (r < 0)
-                return r;
+        bool view;
+        char state[PATH_MAX], bundle[PATH_MAX];
+        char cgroups_path[PATH_MAX];
+        char platform[32];
+} GvStart;
 
-        DriverInstance *inst = launch_instance_new(&driver_gvisor, spec);
-        if (!inst)
-                return -ENOMEM;
-
-        int sv[2] = {-1, -1};
-        int cg_fds[_CGROUP_HIER_MAX];
-        for (size_t i = 0; i < ELEMENTSOF(cg_fds); i++)
-                cg_fds[i] = -1;
-        RootfsLayer *layer = NULL;
-        char rootfs[PATH_MAX], state[PATH_MAX], bundle[PATH_MAX];
-
-        if (snprintf(rootfs, sizeof rootfs, "%s/rootfs", spec->image_dir) >= (int)sizeof rootfs ||
-            state_paths(spec->sandbox_dir, state, sizeof state, bundle, sizeof bundle) < 0) {
-                r = -ENAMETOOLONG;
-                goto fail;
-        }
-        /* The host's limit leaves room above the sandbox's own for the
-         * Sentry and gofer and for what the agent's memory watch lets through
-         * between two looks: the sandbox's processes are ended inside at
-         * memoryMiB, and the host's OOM killer, which would end the whole
-         * sandbox, stays the last resort. It is memoryMiB until the agent is
-         * up (gv_view_prepare), unless runsc cannot read the cgroup. */
-        r = launch_cgroup(spec, true, &inst->cg);
-        if (r < 0)
-                goto fail;
-        /* A restored copy's kernel is the saved one, its memory loaded at
-         * once: it starts with the headroom, and under --ignore-cgroups. */
-        bool view = !restore && gv_view_prepare(inst->cg, spec->vcpu);
-        if (!view) {
-                r = gv_set_host_limits(spec, inst->cg);
+/* The host's limit leaves room above the sandbox's own for the Sentry and
+ * gofer and for what the agent's memory watch lets through between two
+ * looks: the sandbox's processes are ended inside at memoryMiB, and the
+ * host's OOM killer, which would end the whole sandbox, stays the last
+ * resort. It is memoryMiB until the agent is up (gv_view_prepare), unless
+ * runsc cannot read the cgroup. A restored copy's kernel is the saved one,
+ * its memory loaded at once: it starts with the headroom, and under
+ * --ignore-cgroups. */
+static int gv_plan_cgroup(GvStart *g, LaunchPlan *p) {
+        const DriverSpec *spec = p->spec;
+        g->view = !g->restore && gv_view_prepare(p->inst->cg, spec->vcpu);
+        if (!g->view) {
+                int r = gv_set_host_limits(spec, p->inst->cg);
                 if (r < 0)
-                        goto fail;
+                        return r;
         }
         /* runsc takes an absolute cgroupsPath as the same path under every
          * hierarchy's root, as the daemon makes it. */
-        char cgroups_path[PATH_MAX];
         const char *parent = spec->cgroup_parent ? spec->cgroup_parent : "";
-        if (snprintf(cgroups_path, sizeof cgroups_path, "/%s%s%s", parent, *parent ? "/" : "", spec->id) >=
-            (int)sizeof cgroups_path) {
-                r = -ENAMETOOLONG;
-                goto fail;
-        }
-        layer = malloc(sizeof *layer);
-        if (!layer) {
-                r = -ENOMEM;
-                goto fail;
-        }
-        r = rootfs_prepare(rootfs, spec->sandbox_dir, spec->disk_mib, shift, layer);
-        if (r < 0) {
-                free(layer);
-                layer = NULL;
-                goto fail;
-        }
-        inst->tmpfs_layer = layer->tmpfs;
-        bool layer_created = layer->created && !layer->tmpfs;
+        if (snprintf(g->cgroups_path, sizeof g->cgroups_path, "/%s%s%s", parent, *parent ? "/" : "", spec->id) >=
+            (int)sizeof g->cgroups_path)
+                return -ENAMETOOLONG;
+        return 0;
+}
 
-        /* A container of the same id left by a daemon that died. */
-        runsc_delete(state, spec->id);
-        (void)path_remove_tree_at(AT_FDCWD, state);
-        if ((mkdir(state, 0700) < 0 && errno != EEXIST) || (mkdir(bundle, 0700) < 0 && errno != EEXIST)) {
-                r = -errno;
-                goto fail;
-        }
-        inst->runsc_root = strdup(state);
-        if (!inst->runsc_root) {
-                r = -ENOMEM;
-                goto fail;
-        }
-        r = write_bundle(spec, bundle, LAUNCH_STAGE_ROOT, LAUNCH_STAGE_AGENT, shift, view ? cgroups_path : NULL);
-        if (r < 0)
-                goto fail;
+/* runsc's state directory (a container of the same id left by a daemon
+ * that died goes first) and the OCI bundle. */
+static int gv_plan_bundle(GvStart *g, LaunchPlan *p) {
+        runsc_delete(g->state, p->spec->id);
+        (void)path_remove_tree_at(AT_FDCWD, g->state);
+        if ((mkdir(g->state, 0700) < 0 && errno != EEXIST) || (mkdir(g->bundle, 0700) < 0 && errno != EEXIST))
+                return -errno;
+        p->inst->runsc_root = strdup(g->state);
+        if (!p->inst->runsc_root)
+                return -ENOMEM;
+        return write_bundle(p->spec, g->bundle, LAUNCH_STAGE_ROOT, LAUNCH_STAGE_AGENT, p->shift,
+                            g->view ? g->cgroups_path : NULL);
+}
 
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-                r = -errno;
-                goto fail;
-        }
-        int *movable[] = {&sv[0], &sv[1]};
-        for (size_t i = 0; i < ELEMENTSOF(movable); i++) {
-                r = launch_fd_above_stdio(movable[i]);
-                if (r < 0)
-                        goto fail;
-        }
-        r = cgroup_open_procs(inst->cg, cg_fds, ELEMENTSOF(cg_fds));
-        if (r < 0)
-                goto fail;
-
-        char platform[32];
-        snprintf(platform, sizeof platform, "--platform=%s", chosen_platform);
-        /* --overlay2=none: runsc since 2023 keeps writes to the root in an
-         * overlay of its own (a file it creates beside the root) unless told
-         * not to; the sandbox's files belong in its bounded layer, which
-         * outlives a stop.
-         * --file-access=shared: with the default (exclusive) the Sentry
-         * keeps a file's attributes per name, so after `ln a b` a chmod,
-         * chown, touch or rm through one name is not seen through the other
-         * and `cp -a` copies stale modes, owners and link counts; shared has
-         * it ask the gofer again. It costs no measurable start time of
-         * python3 (docs/drivers.md). runsc refuses it with an overlay on the
-         * root, hence only together with --overlay2=none. */
-        /* A copy of a memory snapshot is restored instead of booted, with
-         * the same flags and bundle: its saved kernel runs on. */
-        char *argv[20] = {(char *)runsc, "--root", state, platform, "--network=none"};
-        size_t argc = 5;
-        if (!view)
+/* runsc's command line: run (or restore) the bundle.
+ * --overlay2=none: runsc since 2023 keeps writes to the root in an overlay
+ * of its own (a file it creates beside the root) unless told not to; the
+ * sandbox's files belong in its bounded layer, which outlives a stop.
+ * --file-access=shared: with the default (exclusive) the Sentry keeps a
+ * file's attributes per name, so after `ln a b` a chmod, chown, touch or rm
+ * through one name is not seen through the other and `cp -a` copies stale
+ * modes, owners and link counts; shared has it ask the gofer again. It costs
+ * no measurable start time of python3 (docs/drivers.md). runsc refuses it
+ * with an overlay on the root, hence only together with --overlay2=none.
+ * A copy of a memory snapshot is restored instead of booted, with the same
+ * flags and bundle: its saved kernel runs on. */
+static void gv_argv(GvStart *g, const char *runsc, const char *id, char **argv) {
+        snprintf(g->platform, sizeof g->platform, "--platform=%s", chosen_platform);
+        size_t argc = 0;
+        char *const head[] = { (char *)runsc, "--root", g->state, g->platform, "--network=none" };
+        for (size_t i = 0; i < ELEMENTSOF(head); i++)
+                argv[argc++] = head[i];
+        if (!g->view)
                 argv[argc++] = "--ignore-cgroups";
-        char *const flags[] = {"--overlay2=none", "--file-access=shared", "--oci-seccomp",
-                               restore ? "restore" : "run", "--bundle", bundle};
+        char *const flags[] = { "--overlay2=none", "--file-access=shared", "--oci-seccomp",
+                                g->restore ? "restore" : "run", "--bundle", g->bundle };
         for (size_t i = 0; i < ELEMENTSOF(flags); i++)
                 argv[argc++] = flags[i];
-        if (restore) {
+        if (g->restore) {
                 argv[argc++] = "--image-path";
-                argv[argc++] = restore_dir;
+                argv[argc++] = g->restore_dir;
         }
-        argv[argc++] = (char *)spec->id;
+        argv[argc++] = (char *)id;
         argv[argc] = NULL;
-        char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-        LaunchStage stage = {.layer = layer, .agent_src = spec->agent_path};
-        LaunchFds lf = {
-                .stdin_fd = sv[1], .stdout_fd = sv[1], .stderr_fd = -1,
-                .cgroup_fds = cg_fds, .n_cgroup_fds = ELEMENTSOF(cg_fds),
-                .pre_exec = launch_stage_mounts, .userdata = &stage,
-        };
-        r = launch_spawn(argv, envp, &lf, &inst->pid);
-        if (r < 0)
-                goto fail;
-        /* The child holds the loop device until its mount is made. */
-        rootfs_layer_done(layer);
-        free(layer);
-        layer = NULL;
-        inst->pidfd = (int)syscall(SYS_pidfd_open, inst->pid, 0);
-        close(sv[1]);
-        sv[1] = -1;
-        cgroup_close_fds(cg_fds, ELEMENTSOF(cg_fds));
-        /* The next fresh sandbox of this size takes a ready copy of the layer. */
-        if (layer_created)
-                rootfs_replenish_async(spec->sandbox_dir, spec->disk_mib, shift);
-        if (restore) {
-                r = gv_restore_finish(spec, sv[0], err);
-                if (r < 0)
-                        goto fail;
-        } else if (view) {
-                r = gv_wait_started(sv[0], inst->pidfd, GVISOR_START_WAIT_MS);
-                if (r == -ETIMEDOUT)
-                        driver_error(err, "the sandbox's agent did not answer in time");
-                if (r >= 0)
-                        r = gv_started(spec, inst->cg);
-                if (r < 0)
-                        goto fail;
-        }
+}
 
-        *ret_fd = sv[0];
-        *ret = inst;
+/* After runsc is started: a restored copy resumes its agent; a boot with
+ * the cgroup view waits for the agent, then lifts the host's limits. */
+static int gv_started_plan(GvStart *g, LaunchPlan *p, DriverError *err) {
+        if (g->restore)
+                return gv_restore_finish(p->spec, p->channel[0], err);
+        if (!g->view)
+                return 0;
+        int r = gv_wait_started(p->channel[0], p->inst->pidfd, GVISOR_START_WAIT_MS);
+        if (r == -ETIMEDOUT)
+                driver_error(err, "the sandbox's agent did not answer in time");
+        return r < 0 ? r : gv_started(p->spec, p->inst->cg);
+}
+
+static void gv_after_kill(LaunchPlan *p, void *userdata) {
+        GvStart *g = userdata;
+        if (p->inst && p->inst->runsc_root) {
+                runsc_delete(g->state, p->spec->id);
+                (void)path_remove_tree_at(AT_FDCWD, g->state);
+        }
+}
+
+static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
+        LaunchPlan p;
+        GvStart g = { .restore = false };
+        char *argv[20];
+        const char *runsc = find_runsc();
+        int r = launch_plan_new(&p, &driver_gvisor, spec, runsc, "gVisor (runsc) is not installed on this host", err);
+        if (r >= 0)
+                r = gv_restore_check(spec, g.restore_dir, sizeof g.restore_dir, &g.restore, err);
+        if (r >= 0 && state_paths(spec->sandbox_dir, g.state, sizeof g.state, g.bundle, sizeof g.bundle) < 0)
+                r = -ENAMETOOLONG;
+        if (r >= 0 && (r = launch_plan_cgroup(&p)) >= 0 && (r = gv_plan_cgroup(&g, &p)) >= 0 &&
+            (r = launch_plan_layer(&p)) >= 0 && (r = gv_plan_bundle(&g, &p)) >= 0 &&
+            (r = launch_plan_channel(&p)) >= 0) {
+                gv_argv(&g, runsc, spec->id, argv);
+                LaunchFds lf = { .stderr_fd = -1 };
+                r = launch_plan_spawn(&p, argv, &lf);
+        }
+        if (r >= 0)
+                r = gv_started_plan(&g, &p, err);
+        if (r < 0) {
+                if (g.restore)
+                        gvisor_snapshot_forget(spec->sandbox_dir);
+                p.after_kill = gv_after_kill;
+                p.userdata = &g;
+                launch_plan_abort(&p);
+                return r;
+        }
+        launch_plan_done(&p, ret_fd, ret);
         return 0;
-
-fail:
-        if (restore)
-                gvisor_snapshot_forget(spec->sandbox_dir);
-        if (sv[0] >= 0)
-                close(sv[0]);
-        if (sv[1] >= 0)
-                close(sv[1]);
-        cgroup_close_fds(cg_fds, ELEMENTSOF(cg_fds));
-        launch_kill_and_reap(inst);
-        if (inst->runsc_root) {
-                runsc_delete(state, spec->id);
-                (void)path_remove_tree_at(AT_FDCWD, state);
-        }
-        if (layer) {
-                rootfs_layer_done(layer);
-                free(layer);
-        }
-        launch_release(inst);
-        return r;
 }
 
 static void gv_stop(DriverInstance *inst, const char **ret_reason) {

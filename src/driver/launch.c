@@ -18,6 +18,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -559,4 +560,112 @@ int launch_restore_disk(const DriverSpec *spec, const char *snap_dir) {
         if (r < 0)
                 return r;
         return rootfs_restore(snap_dir, spec->sandbox_dir);
+}
+
+int launch_plan_new(LaunchPlan *p, const Driver *d, const DriverSpec *spec, const char *tool, const char *missing,
+                    DriverError *err) {
+        *p = (LaunchPlan){ .spec = spec, .channel = { -1, -1 } };
+        for (size_t i = 0; i < ELEMENTSOF(p->cg_fds); i++)
+                p->cg_fds[i] = -1;
+        int r = launch_spec_check(spec);
+        if (r < 0)
+                return r;
+        if (!tool) {
+                driver_error(err, "%s", missing);
+                return -ENOENT;
+        }
+        if (access(spec->agent_path, X_OK) < 0)
+                return -errno;
+        r = launch_image_owner(spec, &p->shift);
+        if (r < 0)
+                return r;
+        if (snprintf(p->rootfs, sizeof p->rootfs, "%s/rootfs", spec->image_dir) >= (int)sizeof p->rootfs)
+                return -ENAMETOOLONG;
+        p->inst = launch_instance_new(d, spec);
+        return p->inst ? 0 : -ENOMEM;
+}
+
+int launch_plan_cgroup(LaunchPlan *p) {
+        return launch_cgroup(p->spec, true, &p->inst->cg);
+}
+
+int launch_plan_layer(LaunchPlan *p) {
+        RootfsLayer *layer = malloc(sizeof *layer);
+        if (!layer)
+                return -ENOMEM;
+        int r = rootfs_prepare(p->rootfs, p->spec->sandbox_dir, p->spec->disk_mib, p->shift, layer);
+        if (r < 0) {
+                free(layer);
+                return r;
+        }
+        p->layer = layer;
+        p->inst->tmpfs_layer = layer->tmpfs;
+        p->layer_created = layer->created && !layer->tmpfs;
+        return 0;
+}
+
+int launch_plan_channel(LaunchPlan *p) {
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p->channel) < 0)
+                return -errno;
+        int r;
+        for (size_t i = 0; i < ELEMENTSOF(p->channel); i++)
+                if ((r = launch_fd_above_stdio(&p->channel[i])) < 0)
+                        return r;
+        return cgroup_open_procs(p->inst->cg, p->cg_fds, ELEMENTSOF(p->cg_fds));
+}
+
+static void plan_drop_layer(LaunchPlan *p) {
+        if (p->layer) {
+                rootfs_layer_done(p->layer);
+                free(p->layer);
+                p->layer = NULL;
+        }
+}
+
+int launch_plan_spawn(LaunchPlan *p, char *const argv[], LaunchFds *lf) {
+        static char *const envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
+        LaunchStage stage = { .layer = p->layer, .agent_src = p->spec->agent_path };
+        lf->stdin_fd = lf->stdout_fd = p->channel[1];
+        lf->stderr_fd = -1;
+        lf->cgroup_fds = p->cg_fds;
+        lf->n_cgroup_fds = ELEMENTSOF(p->cg_fds);
+        if (!lf->pre_exec) {
+                lf->pre_exec = launch_stage_mounts;
+                lf->userdata = &stage;
+        }
+        int r = launch_spawn(argv, envp, lf, &p->inst->pid);
+        if (r < 0)
+                return r;
+        /* The child holds the loop device until its mount is made. */
+        plan_drop_layer(p);
+        p->inst->pidfd = (int)syscall(SYS_pidfd_open, p->inst->pid, 0);
+        /* Only the child holds its end now. */
+        close(p->channel[1]);
+        p->channel[1] = -1;
+        cgroup_close_fds(p->cg_fds, ELEMENTSOF(p->cg_fds));
+        return 0;
+}
+
+void launch_plan_done(LaunchPlan *p, int *ret_fd, DriverInstance **ret) {
+        /* The next fresh sandbox of this size takes a ready copy of the layer. */
+        if (p->layer_created)
+                rootfs_replenish_async(p->spec->sandbox_dir, p->spec->disk_mib, p->shift);
+        *ret_fd = TAKE_FD(p->channel[0]);
+        *ret = TAKE_PTR(p->inst);
+}
+
+void launch_plan_abort(LaunchPlan *p) {
+        for (size_t i = 0; i < ELEMENTSOF(p->channel); i++)
+                if (p->channel[i] >= 0) {
+                        close(p->channel[i]);
+                        p->channel[i] = -1;
+                }
+        cgroup_close_fds(p->cg_fds, ELEMENTSOF(p->cg_fds));
+        if (p->inst)
+                launch_kill_and_reap(p->inst);
+        if (p->after_kill)
+                p->after_kill(p, p->userdata);
+        plan_drop_layer(p);
+        if (p->inst)
+                launch_release(TAKE_PTR(p->inst));
 }

@@ -5,6 +5,7 @@
  * daemon, and the fork that puts a child into the sandbox's cgroup before it
  * execs.
  */
+#include <limits.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -142,3 +143,52 @@ int launch_reap_orphan(const DriverSpec *spec);
 int launch_snapshot_disk(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir);
 int launch_restore_disk(const DriverSpec *spec, const char *snap_dir);
 
+/*
+ * A start on the shared launcher, as the namespace and gVisor drivers make
+ * it: the plan is built first (launch_plan_new: the checks, the image's
+ * owner and the instance; launch_plan_cgroup: the sandbox's cgroup;
+ * launch_plan_layer: its writable layer; launch_plan_channel: the agent
+ * channel and the cgroup files the child joins through), then carried out
+ * by each driver with its own program (bubblewrap's arguments, runsc's
+ * bundle) through launch_plan_spawn, and ended by launch_plan_done or, at
+ * any step, launch_plan_abort. A driver adds what is its own between the
+ * steps (namespace: the agent's cgroup leaves and the user namespace's
+ * maps; gVisor: the cgroup view, the bundle and the runsc state).
+ */
+typedef struct LaunchPlan {
+        const DriverSpec *spec;
+        DriverInstance *inst;      /* its cg once launch_plan_cgroup ran */
+        uid_t shift;               /* the image's owner: root inside maps to it */
+        char rootfs[PATH_MAX];     /* the image's root, image_dir/rootfs */
+        struct RootfsLayer *layer; /* the writable layer, until the child has mounted it */
+        bool layer_created;        /* a new layer: the next one is made ahead, after the start */
+        int channel[2];            /* [0] the daemon's end, [1] the child's stdin and stdout */
+        int cg_fds[_CGROUP_HIER_MAX]; /* the cgroup's procs files, for the child to join */
+        /* Run by launch_plan_abort once the sandbox's processes are killed,
+         * before the cgroup and the instance go: the driver's own undoing. */
+        void (*after_kill)(struct LaunchPlan *p, void *userdata);
+        void *userdata;
+} LaunchPlan;
+
+/* The checks a start makes before it touches anything: the spec, the
+ * driver's program (`tool`, NULL when not installed: the client is told
+ * `missing`), the agent binary, the image's owner; then the instance. */
+int launch_plan_new(LaunchPlan *p, const Driver *d, const DriverSpec *spec, const char *tool, const char *missing,
+                    DriverError *err);
+/* The sandbox's cgroup, made with the spec's limits. */
+int launch_plan_cgroup(LaunchPlan *p);
+/* The sandbox's writable layer over the image's root. */
+int launch_plan_layer(LaunchPlan *p);
+/* The agent channel (a socketpair, both ends above stdio) and the cgroup's
+ * procs files the child joins through. */
+int launch_plan_channel(LaunchPlan *p);
+/* Carries the plan out: argv's program, started as lf says with the
+ * channel on its stdin and stdout in the sandbox's cgroup, staging the
+ * layer and the agent unless lf has a pre_exec of its own; then the
+ * daemon's holds on the layer and on the child's ends let go. */
+int launch_plan_spawn(LaunchPlan *p, char *const argv[], LaunchFds *lf);
+/* A start that succeeded: the channel's end and the instance go to the
+ * caller, and the next layer is made ahead. */
+void launch_plan_done(LaunchPlan *p, int *ret_fd, DriverInstance **ret);
+/* A start that failed at any step: everything the plan made is undone. */
+void launch_plan_abort(LaunchPlan *p);

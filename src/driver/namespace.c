@@ -478,129 +478,67 @@ static int ns_pre_exec(void *userdata) {
         return launch_stage_mounts(&c->stage);
 }
 
-static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
-        int r = launch_spec_check(spec);
-        if (r < 0)
-                return r;
-        const char *bwrap = find_bwrap();
-        if (!bwrap) {
-                driver_error(err, "bubblewrap (bwrap) is not installed on this host");
-                return -ENOENT;
-        }
-        if (access(spec->agent_path, X_OK) < 0)
-                return -errno;
-        uid_t shift;
-        r = launch_image_owner(spec, &shift);
-        if (r < 0)
-                return r;
-
-        DriverInstance *inst = launch_instance_new(&driver_namespace, spec);
-        if (!inst)
-                return -ENOMEM;
-
-        int sv[2] = {-1, -1}, info[2] = {-1, -1}, block[2] = {-1, -1};
-        int cg_fds[_CGROUP_HIER_MAX], work_fds[_CGROUP_HIER_MAX];
-        for (size_t i = 0; i < ELEMENTSOF(cg_fds); i++)
-                cg_fds[i] = work_fds[i] = -1;
-        Cgroup *agent_cg = NULL, *work_cg = NULL;
-        int seccomp_fd = -1;
-        RootfsLayer *layer = NULL;
-        char rootfs[PATH_MAX];
-
-        if (snprintf(rootfs, sizeof rootfs, "%s/rootfs", spec->image_dir) >= (int)sizeof rootfs) {
-                r = -ENAMETOOLONG;
-                goto fail;
-        }
-
-        r = launch_cgroup(spec, true, &inst->cg);
-        if (r >= 0)
-                r = cgroup_new_child(inst->cg, NS_LEAF_AGENT, true, &agent_cg);
-        if (r >= 0)
-                r = cgroup_new_child(inst->cg, NS_LEAF_WORK, true, &work_cg);
-        if (r < 0)
-                goto fail;
-        layer = malloc(sizeof *layer);
-        if (!layer) {
-                r = -ENOMEM;
-                goto fail;
-        }
-        r = rootfs_prepare(rootfs, spec->sandbox_dir, spec->disk_mib, shift, layer);
-        if (r < 0) {
-                free(layer);
-                layer = NULL;
-                goto fail;
-        }
-        inst->tmpfs_layer = layer->tmpfs;
-        bool layer_created = layer->created && !layer->tmpfs;
-
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 || pipe2(info, O_CLOEXEC) < 0 ||
-            pipe2(block, O_CLOEXEC) < 0) {
-                r = -errno;
-                goto fail;
-        }
-        r = seccomp_policy_export_fd(&seccomp_fd);
-        if (r < 0)
-                goto fail;
-        int *movable[] = {&sv[0], &sv[1], &info[0], &info[1], &block[0], &block[1], &seccomp_fd};
-        for (size_t i = 0; i < ELEMENTSOF(movable); i++) {
-                r = launch_fd_above_stdio(movable[i]);
-                if (r < 0)
-                        goto fail;
-        }
-        r = cgroup_open_procs(inst->cg, cg_fds, ELEMENTSOF(cg_fds));
-        if (r >= 0)
-                r = cgroup_open_join(work_cg, work_fds, ELEMENTSOF(work_fds));
-        if (r < 0)
-                goto fail;
-        /* The agent's list of them: "N,N,...". */
-        char s_work[ELEMENTSOF(work_fds) * 12 + 1] = "";
-        size_t n_work = 0;
-        for (size_t i = 0; i < ELEMENTSOF(work_fds) && work_fds[i] >= 0; i++) {
-                r = launch_fd_above_stdio(&work_fds[i]);
-                if (r < 0)
-                        goto fail;
-                size_t used = strlen(s_work);
-                snprintf(s_work + used, sizeof s_work - used, "%s%d", n_work ? "," : "", work_fds[i]);
-                n_work++;
-        }
-
+/* What a namespace start adds to the launch plan: the agent's and the
+ * commands' cgroup leaves, bwrap's info and user-namespace pipes, the
+ * seccomp policy it installs, and the leaf's join files the agent keeps. */
+typedef struct NsStart {
+        Cgroup *agent_cg, *work_cg;
+        int info[2], block[2], seccomp_fd;
+        int work_fds[_CGROUP_HIER_MAX];
+        size_t n_work;
+        /* bwrap's and the agent's arguments that name descriptors. */
         char s_block[16], s_info[16], s_seccomp[16];
-        snprintf(s_block, sizeof s_block, "%d", block[0]);
-        snprintf(s_info, sizeof s_info, "%d", info[1]);
-        snprintf(s_seccomp, sizeof s_seccomp, "%d", seccomp_fd);
-        /* Capabilities root inside keeps: the ones that act only on objects
-         * its user namespace owns (its files, its processes). No
-         * CAP_SYS_ADMIN, NET_ADMIN, NET_RAW, MKNOD, SYS_PTRACE. */
-        char *const argv_fixed[] = {
-                (char *)bwrap,
-                "--unshare-user", "--userns-block-fd", s_block, "--info-fd", s_info, "--uid", "0", "--gid", "0",
-                "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                "--hostname", "sandbox",
-                "--as-pid-1", "--new-session",
-                "--bind", LAUNCH_STAGE_ROOT, "/",
-                "--proc", "/proc",
-                "--dev", "/dev",
-                "--ro-bind", LAUNCH_STAGE_AGENT, "/.runtime/agent",
-                "--cap-drop", "ALL",
-                "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_DAC_OVERRIDE", "--cap-add", "CAP_FOWNER",
-                "--cap-add", "CAP_FSETID", "--cap-add", "CAP_KILL", "--cap-add", "CAP_SETGID",
-                "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_NET_BIND_SERVICE",
-                "--cap-add", "CAP_SYS_CHROOT",
-                "--seccomp", s_seccomp,
-                "--clearenv",
-                "--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                "--setenv", "HOME", "/root",
-                "--setenv", "LANG", "C.UTF-8",
-                "--chdir", "/",
-                "--", "/.runtime/agent", "--cgroup-fds", s_work,
-                NULL,
-        };
-        /* lxcfs's files over /proc's, right after bwrap mounts /proc; the
-         * sandbox's own cgroup directories, read-only, where programs look
-         * for their limits (the JVM, Go's runtime, nproc-like sizing): on v2
-         * the one tree at /sys/fs/cgroup, on v1 one directory a controller.
-         * The cgroup namespace bwrap makes roots /proc/self/cgroup there. */
-        bool lxcfs = lxcfs_ready();
+        char s_work[_CGROUP_HIER_MAX * 12 + 1]; /* the agent's "N,N,..." */
+} NsStart;
+
+static void ns_start_close(NsStart *n) {
+        int fds[] = { n->info[0], n->info[1], n->block[0], n->block[1], n->seccomp_fd };
+        closep_all(fds, ELEMENTSOF(fds));
+        n->info[0] = n->info[1] = n->block[0] = n->block[1] = n->seccomp_fd = -1;
+        cgroup_close_fds(n->work_fds, ELEMENTSOF(n->work_fds));
+}
+
+/* The leaves under the sandbox's cgroup: the agent's and its commands'. */
+static int ns_plan_leaves(NsStart *n, LaunchPlan *p) {
+        int r = cgroup_new_child(p->inst->cg, NS_LEAF_AGENT, true, &n->agent_cg);
+        return r < 0 ? r : cgroup_new_child(p->inst->cg, NS_LEAF_WORK, true, &n->work_cg);
+}
+
+/* bwrap's pipes, the seccomp policy and the work leaf's join files, each
+ * above stdio, and the arguments that name them. */
+static int ns_plan_fds(NsStart *n) {
+        if (pipe2(n->info, O_CLOEXEC) < 0 || pipe2(n->block, O_CLOEXEC) < 0)
+                return -errno;
+        int r = seccomp_policy_export_fd(&n->seccomp_fd);
+        if (r < 0)
+                return r;
+        int *movable[] = { &n->info[0], &n->info[1], &n->block[0], &n->block[1], &n->seccomp_fd };
+        for (size_t i = 0; i < ELEMENTSOF(movable); i++)
+                if ((r = launch_fd_above_stdio(movable[i])) < 0)
+                        return r;
+        r = cgroup_open_join(n->work_cg, n->work_fds, ELEMENTSOF(n->work_fds));
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < ELEMENTSOF(n->work_fds) && n->work_fds[i] >= 0; i++) {
+                r = launch_fd_above_stdio(&n->work_fds[i]);
+                if (r < 0)
+                        return r;
+                size_t used = strlen(n->s_work);
+                snprintf(n->s_work + used, sizeof n->s_work - used, "%s%d", n->n_work ? "," : "", n->work_fds[i]);
+                n->n_work++;
+        }
+        snprintf(n->s_block, sizeof n->s_block, "%d", n->block[0]);
+        snprintf(n->s_info, sizeof n->s_info, "%d", n->info[1]);
+        snprintf(n->s_seccomp, sizeof n->s_seccomp, "%d", n->seccomp_fd);
+        return 0;
+}
+
+/* lxcfs's files over /proc's, right after bwrap mounts /proc; the
+ * sandbox's own cgroup directories, read-only, where programs look for
+ * their limits (the JVM, Go's runtime, nproc-like sizing): on v2 the one
+ * tree at /sys/fs/cgroup, on v1 one directory a controller. The cgroup
+ * namespace bwrap makes roots /proc/self/cgroup there. */
+static size_t ns_proc_views(const Cgroup *cg, const CgroupLayout *layout, char **argv) {
         static const struct {
                 CgroupHier hier;
                 const char *v1_at;
@@ -609,111 +547,150 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 {CGROUP_CPUACCT, "/sys/fs/cgroup/cpuacct"}, {CGROUP_PIDS, "/sys/fs/cgroup/pids"},
                 {CGROUP_UNIFIED, "/sys/fs/cgroup/unified"},
         };
-        const CgroupLayout *layout;
-        r = launch_cgroup_layout(&layout);
-        if (r < 0)
-                goto fail;
-        char *argv[ELEMENTSOF(argv_fixed) + 3 * ELEMENTSOF(lxcfs_files) + 3 * ELEMENTSOF(cgroup_views) + 8];
+        /* bwrap would make the mount points' parents 0700 (its umask): the
+         * sandbox user reads its limits there too. */
+        static const char *const cgroup_parents[] = { "--perms", "0755", "--dir", "/sys/fs",
+                                                      "--perms", "0755", "--dir", "/sys/fs/cgroup" };
         size_t argc = 0;
-        for (size_t i = 0; i < ELEMENTSOF(argv_fixed); i++) {
-                argv[argc++] = argv_fixed[i];
-                if (i == 0 || !argv_fixed[i] || strcmp(argv_fixed[i - 1], "--proc") != 0)
+        for (size_t f = 0; lxcfs_ready() && f < ELEMENTSOF(lxcfs_files); f++) {
+                argv[argc++] = "--ro-bind";
+                argv[argc++] = (char *)lxcfs_sources[f];
+                argv[argc++] = (char *)lxcfs_files[f];
+        }
+        for (size_t k = 0; k < ELEMENTSOF(cgroup_parents); k++)
+                argv[argc++] = (char *)cgroup_parents[k];
+        for (size_t c = 0; c < ELEMENTSOF(cgroup_views); c++) {
+                const char *dir = cgroup_dir(cg, cgroup_views[c].hier);
+                if (!dir || (layout->v2 && cgroup_views[c].hier != CGROUP_UNIFIED))
                         continue;
-                for (size_t f = 0; lxcfs && f < ELEMENTSOF(lxcfs_files); f++) {
-                        argv[argc++] = "--ro-bind";
-                        argv[argc++] = (char *)lxcfs_sources[f];
-                        argv[argc++] = (char *)lxcfs_files[f];
-                }
-                /* bwrap would make the mount points' parents 0700 (its
-                 * umask): the sandbox user reads its limits there too. */
-                static const char *const cgroup_parents[] = { "--perms", "0755", "--dir", "/sys/fs",
-                                                              "--perms", "0755", "--dir", "/sys/fs/cgroup" };
-                for (size_t k = 0; k < ELEMENTSOF(cgroup_parents); k++)
-                        argv[argc++] = (char *)cgroup_parents[k];
-                for (size_t c = 0; c < ELEMENTSOF(cgroup_views); c++) {
-                        const char *dir = cgroup_dir(inst->cg, cgroup_views[c].hier);
-                        if (!dir || (layout->v2 && cgroup_views[c].hier != CGROUP_UNIFIED))
-                                continue;
-                        argv[argc++] = "--ro-bind";
-                        argv[argc++] = (char *)dir;
-                        argv[argc++] = layout->v2 ? "/sys/fs/cgroup" : (char *)cgroup_views[c].v1_at;
-                }
+                argv[argc++] = "--ro-bind";
+                argv[argc++] = (char *)dir;
+                argv[argc++] = layout->v2 ? "/sys/fs/cgroup" : (char *)cgroup_views[c].v1_at;
         }
-        char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-        int keep[3 + ELEMENTSOF(work_fds)] = {block[0], info[1], seccomp_fd};
-        size_t n_keep = 3;
-        for (size_t i = 0; i < n_work; i++)
-                keep[n_keep++] = work_fds[i];
-        NsChild child_setup = {.stage = {.layer = layer, .agent_src = spec->agent_path}};
-        child_setup.pin = launch_pick_cpus(spec->vcpu, &child_setup.cpus);
-        LaunchFds lf = {
-                .stdin_fd = sv[1], .stdout_fd = sv[1], .stderr_fd = -1,
-                .keep = keep, .n_keep = n_keep,
-                .cgroup_fds = cg_fds, .n_cgroup_fds = ELEMENTSOF(cg_fds),
-                /* bwrap itself runs as the sandbox's unprivileged host uid:
-                 * the user namespace it makes is owned by that uid, and its
-                 * creds map to root inside once the daemon writes the map. */
-                .set_ids = true, .uid = shift, .gid = shift,
-                .pre_exec = ns_pre_exec, .userdata = &child_setup,
-        };
-        r = launch_spawn(argv, envp, &lf, &inst->pid);
-        if (r < 0)
-                goto fail;
-        /* The child holds the loop device until its mount is made. */
-        rootfs_layer_done(layer);
-        free(layer);
-        layer = NULL;
-        inst->pidfd = (int)syscall(SYS_pidfd_open, inst->pid, 0);
-
-        /* Only the child holds these now; EOF on info means bwrap is gone. */
-        int child_ends[] = {sv[1], info[1], block[0], seccomp_fd};
-        closep_all(child_ends, ELEMENTSOF(child_ends));
-        sv[1] = info[1] = block[0] = seccomp_fd = -1;
-        cgroup_close_fds(cg_fds, ELEMENTSOF(cg_fds));
-        cgroup_close_fds(work_fds, ELEMENTSOF(work_fds));
-
-        pid_t child = -1;
-        r = read_child_pid(info[0], &child);
-        if (r >= 0)
-                r = ns_leaves_enter(inst->cg, agent_cg, work_cg, spec, inst->pid, child);
-        if (r < 0)
-                goto fail;
-        r = write_id_map(child, "uid_map", shift);
-        if (r >= 0)
-                r = write_id_map(child, "gid_map", shift);
-        if (r < 0)
-                goto fail;
-        if (write(block[1], "1", 1) != 1) {
-                r = -EPIPE;
-                goto fail;
-        }
-        close(info[0]);
-        close(block[1]);
-        if (layer_created)
-                rootfs_replenish_async(spec->sandbox_dir, spec->disk_mib, shift);
-        cgroup_free(agent_cg);
-        cgroup_free(work_cg);
-        *ret_fd = sv[0];
-        *ret = inst;
-        return 0;
-
-fail: {
-        int fds[] = {sv[0], sv[1], info[0], info[1], block[0], block[1], seccomp_fd};
-        closep_all(fds, ELEMENTSOF(fds));
-        cgroup_close_fds(cg_fds, ELEMENTSOF(cg_fds));
-        cgroup_close_fds(work_fds, ELEMENTSOF(work_fds));
-        cgroup_free(agent_cg);
-        cgroup_free(work_cg);
-        (void)ns_leaves_end(inst->cg, true);
-        launch_kill_and_reap(inst);
-        (void)ns_leaves_end(inst->cg, false);
-        if (layer) {
-                rootfs_layer_done(layer);
-                free(layer);
-        }
-        launch_release(inst);
-        return r;
+        return argc;
 }
+
+/* Room for ns_proc_views' arguments. */
+#define NS_PROC_VIEW_ARGS (3 * ELEMENTSOF(lxcfs_files) + 8 + 3 * 5)
+
+/* bubblewrap's command line for the plan: its namespaces, the staged root
+ * and agent, the capabilities root inside keeps, the seccomp policy, and the
+ * agent as its PID 1. argv has room for NS_ARGV_MAX. */
+#define NS_ARGV_MAX (96 + NS_PROC_VIEW_ARGS)
+static int ns_argv(const NsStart *n, const LaunchPlan *p, const char *bwrap, char **argv) {
+        /* Capabilities root inside keeps: the ones that act only on objects
+         * its user namespace owns (its files, its processes). No
+         * CAP_SYS_ADMIN, NET_ADMIN, NET_RAW, MKNOD, SYS_PTRACE. */
+        const char *const head[] = {
+                bwrap,
+                "--unshare-user", "--userns-block-fd", n->s_block, "--info-fd", n->s_info, "--uid", "0", "--gid", "0",
+                "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                "--hostname", "sandbox",
+                "--as-pid-1", "--new-session",
+                "--bind", LAUNCH_STAGE_ROOT, "/",
+                "--proc", "/proc",
+        };
+        const char *const tail[] = {
+                "--dev", "/dev",
+                "--ro-bind", LAUNCH_STAGE_AGENT, "/.runtime/agent",
+                "--cap-drop", "ALL",
+                "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_DAC_OVERRIDE", "--cap-add", "CAP_FOWNER",
+                "--cap-add", "CAP_FSETID", "--cap-add", "CAP_KILL", "--cap-add", "CAP_SETGID",
+                "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_NET_BIND_SERVICE",
+                "--cap-add", "CAP_SYS_CHROOT",
+                "--seccomp", n->s_seccomp,
+                "--clearenv",
+                "--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "--setenv", "HOME", "/root",
+                "--setenv", "LANG", "C.UTF-8",
+                "--chdir", "/",
+                "--", "/.runtime/agent", "--cgroup-fds", n->s_work,
+        };
+        const CgroupLayout *layout;
+        int r = launch_cgroup_layout(&layout);
+        if (r < 0)
+                return r;
+        size_t argc = 0;
+        for (size_t i = 0; i < ELEMENTSOF(head); i++)
+                argv[argc++] = (char *)head[i];
+        argc += ns_proc_views(p->inst->cg, layout, argv + argc);
+        for (size_t i = 0; i < ELEMENTSOF(tail); i++)
+                argv[argc++] = (char *)tail[i];
+        argv[argc] = NULL;
+        return 0;
+}
+
+/* bwrap is started and waits on its block pipe: its child's cgroup
+ * leaves, then the user namespace's uid and gid maps, then go. */
+static int ns_userns(NsStart *n, LaunchPlan *p) {
+        /* Only the child holds these now; EOF on info means bwrap is gone. */
+        int child_ends[] = { n->info[1], n->block[0], n->seccomp_fd };
+        closep_all(child_ends, ELEMENTSOF(child_ends));
+        n->info[1] = n->block[0] = n->seccomp_fd = -1;
+        cgroup_close_fds(n->work_fds, ELEMENTSOF(n->work_fds));
+        pid_t child = -1;
+        int r = read_child_pid(n->info[0], &child);
+        if (r >= 0)
+                r = ns_leaves_enter(p->inst->cg, n->agent_cg, n->work_cg, p->spec, p->inst->pid, child);
+        if (r >= 0)
+                r = write_id_map(child, "uid_map", p->shift);
+        if (r >= 0)
+                r = write_id_map(child, "gid_map", p->shift);
+        if (r < 0)
+                return r;
+        return write(n->block[1], "1", 1) == 1 ? 0 : -EPIPE;
+}
+
+static void ns_after_kill(LaunchPlan *p, void *userdata) {
+        if (p->inst)
+                (void)ns_leaves_end(p->inst->cg, false);
+}
+
+static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
+        LaunchPlan p;
+        NsStart n = { .info = { -1, -1 }, .block = { -1, -1 }, .seccomp_fd = -1 };
+        for (size_t i = 0; i < ELEMENTSOF(n.work_fds); i++)
+                n.work_fds[i] = -1;
+        char *argv[NS_ARGV_MAX];
+        const char *bwrap = find_bwrap();
+        int r = launch_plan_new(&p, &driver_namespace, spec, bwrap, "bubblewrap (bwrap) is not installed on this host",
+                                err);
+        if (r >= 0 && (r = launch_plan_cgroup(&p)) >= 0 && (r = ns_plan_leaves(&n, &p)) >= 0 &&
+            (r = launch_plan_layer(&p)) >= 0 && (r = launch_plan_channel(&p)) >= 0 && (r = ns_plan_fds(&n)) >= 0)
+                r = ns_argv(&n, &p, bwrap, argv);
+        if (r >= 0) {
+                int keep[3 + _CGROUP_HIER_MAX] = { n.block[0], n.info[1], n.seccomp_fd };
+                size_t n_keep = 3;
+                for (size_t i = 0; i < n.n_work; i++)
+                        keep[n_keep++] = n.work_fds[i];
+                NsChild child_setup = { .stage = { .layer = p.layer, .agent_src = spec->agent_path } };
+                child_setup.pin = launch_pick_cpus(spec->vcpu, &child_setup.cpus);
+                LaunchFds lf = {
+                        .keep = keep, .n_keep = n_keep,
+                        /* bwrap itself runs as the sandbox's unprivileged
+                         * host uid: the user namespace it makes is owned by
+                         * that uid, and its creds map to root inside once
+                         * the daemon writes the map. */
+                        .set_ids = true, .uid = p.shift, .gid = p.shift,
+                        .pre_exec = ns_pre_exec, .userdata = &child_setup,
+                };
+                r = launch_plan_spawn(&p, argv, &lf);
+        }
+        if (r >= 0)
+                r = ns_userns(&n, &p);
+        ns_start_close(&n);
+        if (r < 0 && p.inst) {
+                (void)ns_leaves_end(p.inst->cg, true);
+                p.after_kill = ns_after_kill;
+        }
+        cgroup_free(n.agent_cg);
+        cgroup_free(n.work_cg);
+        if (r < 0) {
+                launch_plan_abort(&p);
+                return r;
+        }
+        launch_plan_done(&p, ret_fd, ret);
+        return 0;
 }
 
 static void ns_stop(DriverInstance *inst, const char **ret_reason) {
