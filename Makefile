@@ -12,7 +12,7 @@
 CC ?= cc
 CLANG ?= clang
 BUILD ?= build
-PKGS_DAEMON := libmicrohttpd jansson sqlite3 libseccomp openssl
+PKGS_DAEMON := libmicrohttpd jansson sqlite3 libseccomp openssl libsystemd
 PKGS_CLI := libcurl jansson
 
 WARN := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes -Wmissing-prototypes \
@@ -23,7 +23,13 @@ OPT ?= -O2 -g
 # release build.
 SANITIZE ?=
 VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
-CFLAGS_COMMON := -std=gnu17 $(OPT) $(SANITIZE) $(WARN) -Isrc -D_GNU_SOURCE -pthread -DRUNTIME_VERSION=\"$(VERSION)\"
+# Where `make install` puts things. runtimed looks for its companions beside
+# itself, then in ../libexec/runtime, then in LIBEXECDIR (compiled in), so the
+# source tree's build/, a PREFIX install and the package all find them.
+PREFIX ?= /usr/local
+LIBEXECDIR ?= $(PREFIX)/libexec/runtime
+DEFINES := -DRUNTIME_VERSION=\"$(VERSION)\" -DRUNTIME_LIBEXECDIR=\"$(LIBEXECDIR)\"
+CFLAGS_COMMON := -std=gnu17 $(OPT) $(SANITIZE) $(WARN) -Isrc -D_GNU_SOURCE -pthread $(DEFINES)
 CFLAGS_PIE := $(CFLAGS_COMMON) $(HARDEN) -fPIE
 LDFLAGS_PIE := -pie -Wl,-z,relro,-z,now -pthread $(SANITIZE)
 
@@ -132,7 +138,7 @@ asan-build: $(BUILD)/runtime-agent
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 FUZZ_CFLAGS = -std=gnu17 -O1 -g -Isrc -D_GNU_SOURCE -pthread -fsanitize=address,undefined -fno-sanitize-recover=all \
-              -DRUNTIME_VERSION=\"$(VERSION)\" -I$(BUILD)/gen \
+              $(DEFINES) -I$(BUILD)/gen \
               $(shell pkg-config --cflags $(PKGS_DAEMON))
 # The library sources are compiled once, with coverage but without
 # libFuzzer's main, into objects every target links.
