@@ -368,3 +368,54 @@ def test_runtimed_without_notify_socket_sends_nothing(build_dir, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_watchdog_pings_only_while_the_http_server_answers(build_dir, tmp_path):
+    """With its one connection held by an idle client, the daemon accepts no
+    other, /healthz cannot answer, and the pings stop; they resume once the
+    client goes."""
+    if os.geteuid() != 0:
+        pytest.skip("the daemon needs root (cgroups, namespaces, mounts)")
+    port = free_port()
+    with notify_socket(tmp_path) as (s, path):
+        env = dict(os.environ, NOTIFY_SOCKET=str(path), WATCHDOG_USEC="1000000")
+        env.pop("WATCHDOG_PID", None)
+        log = (tmp_path / "runtimed.log").open("w")
+        proc = subprocess.Popen([str(build_dir / "runtimed"), "--state-dir", str(tmp_path / "state"),
+                                 "--listen", f"127.0.0.1:{port}", "--drivers", "namespace",
+                                 "--max-connections", "1",
+                                 "--cgroup-parent", f"runtime-test-pkg-{os.getpid()}-wd"],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            seen: list[str] = []
+            wait_message(s, "READY=1", time.monotonic() + 60, seen)
+            wait_message(s, "WATCHDOG=1", time.monotonic() + 5, seen)
+            hog = socket.create_connection(("127.0.0.1", port))
+            # Once the daemon logs a failed probe, every ping sent before it
+            # is in the socket: drain them; after that, none for three
+            # intervals.
+            logged = tmp_path / "runtimed.log"
+            deadline = time.monotonic() + 10
+            while "did not answer 200; no ping" not in logged.read_text():
+                assert time.monotonic() < deadline, "the watchdog's probe never failed"
+                time.sleep(0.05)
+            s.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    s.recv(4096)
+            s.setblocking(True)
+            quiet: list[str] = []
+            s.settimeout(3)
+            with contextlib.suppress(socket.timeout):
+                while True:
+                    quiet.append(s.recv(4096).decode())
+            assert not [m for m in quiet if "WATCHDOG=1" in m.split("\n")], quiet
+            hog.close()
+            wait_message(s, "WATCHDOG=1", time.monotonic() + 5, seen)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
