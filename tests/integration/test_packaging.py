@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("RUNTIME_PACKAGING_CACHE", "/var/cache/runtime/packaging"))
 SUITE = "bookworm"
 # What the package is made from; a change to any of these makes a new .deb.
-PACKAGE_INPUTS = ("Makefile", "VERSION", "debian", "packaging", "src", "images")
+PACKAGE_INPUTS = ("Makefile", "VERSION", "debian", "packaging", "src", "images", "scripts/install-runsc.sh",
+                  "scripts/runsc")
 BINARIES = ("/usr/bin/runtimed", "/usr/bin/runtime", "/usr/libexec/runtime/runtime-agent",
             "/usr/libexec/runtime/runtime-egress")
 
