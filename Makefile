@@ -12,7 +12,7 @@
 CC ?= cc
 CLANG ?= clang
 BUILD ?= build
-PKGS_DAEMON := libmicrohttpd jansson sqlite3 libseccomp openssl
+PKGS_DAEMON := libmicrohttpd jansson sqlite3 libseccomp openssl libsystemd
 PKGS_CLI := libcurl jansson
 
 WARN := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes -Wmissing-prototypes \
@@ -23,7 +23,13 @@ OPT ?= -O2 -g
 # release build.
 SANITIZE ?=
 VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
-CFLAGS_COMMON := -std=gnu17 $(OPT) $(SANITIZE) $(WARN) -Isrc -D_GNU_SOURCE -pthread -DRUNTIME_VERSION=\"$(VERSION)\"
+# Where `make install` puts things. runtimed looks for its companions beside
+# itself, then in ../libexec/runtime, then in LIBEXECDIR (compiled in), so the
+# source tree's build/, a PREFIX install and the package all find them.
+PREFIX ?= /usr/local
+LIBEXECDIR ?= $(PREFIX)/libexec/runtime
+DEFINES := -DRUNTIME_VERSION=\"$(VERSION)\" -DRUNTIME_LIBEXECDIR=\"$(LIBEXECDIR)\"
+CFLAGS_COMMON := -std=gnu17 $(OPT) $(SANITIZE) $(WARN) -Isrc -D_GNU_SOURCE -pthread $(DEFINES)
 CFLAGS_PIE := $(CFLAGS_COMMON) $(HARDEN) -fPIE
 LDFLAGS_PIE := -pie -Wl,-z,relro,-z,now -pthread $(SANITIZE)
 
@@ -132,7 +138,7 @@ asan-build: $(BUILD)/runtime-agent
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 FUZZ_CFLAGS = -std=gnu17 -O1 -g -Isrc -D_GNU_SOURCE -pthread -fsanitize=address,undefined -fno-sanitize-recover=all \
-              -DRUNTIME_VERSION=\"$(VERSION)\" -I$(BUILD)/gen \
+              $(DEFINES) -I$(BUILD)/gen \
               $(shell pkg-config --cflags $(PKGS_DAEMON))
 # The library sources are compiled once, with coverage but without
 # libFuzzer's main, into objects every target links.
@@ -165,11 +171,56 @@ clean:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-PREFIX ?= /usr/local
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/runtime
+# Manual pages and completions, made by the programs from their own tables
+# (the daemon's options, the CLI's commands), so they never drift.
+MAN_PAGES := $(BUILD)/man/runtimed.8 $(BUILD)/man/runtimed.conf.5 $(BUILD)/man/runtime.1
+COMPLETIONS := $(BUILD)/completion/runtime.bash $(BUILD)/completion/_runtime
+$(BUILD)/man/runtimed.8: $(BUILD)/runtimed
+	@mkdir -p $(dir $@)
+	$< --help-man >$@.tmp && mv $@.tmp $@
+$(BUILD)/man/runtimed.conf.5: $(BUILD)/runtimed
+	@mkdir -p $(dir $@)
+	$< --help-man-conf >$@.tmp && mv $@.tmp $@
+$(BUILD)/man/runtime.1: $(BUILD)/runtime
+	@mkdir -p $(dir $@)
+	$< --help-man >$@.tmp && mv $@.tmp $@
+$(BUILD)/completion/runtime.bash: $(BUILD)/runtime
+	@mkdir -p $(dir $@)
+	$< --completion bash >$@.tmp && mv $@.tmp $@
+$(BUILD)/completion/_runtime: $(BUILD)/runtime
+	@mkdir -p $(dir $@)
+	$< --completion zsh >$@.tmp && mv $@.tmp $@
+man: $(MAN_PAGES)
+completion: $(COMPLETIONS)
+
+MANDIR ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
+install: all man completion
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBEXECDIR)
 	install -m 0755 $(BUILD)/runtimed $(BUILD)/runtime $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/runtime-agent $(BUILD)/runtime-image-build $(BUILD)/runtime-microvm-build \
 	    $(BUILD)/runtime-egress \
-	    $(DESTDIR)$(PREFIX)/libexec/runtime/
-.PHONY: install
+	    $(DESTDIR)$(LIBEXECDIR)/
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	install -m 0644 $(BUILD)/man/runtime.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 $(BUILD)/man/runtimed.conf.5 $(DESTDIR)$(MANDIR)/man5/
+	install -m 0644 $(BUILD)/man/runtimed.8 $(DESTDIR)$(MANDIR)/man8/
+	install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
+	install -m 0644 $(BUILD)/completion/runtime.bash $(DESTDIR)$(BASHCOMPDIR)/runtime
+	install -m 0644 $(BUILD)/completion/_runtime $(DESTDIR)$(ZSHCOMPDIR)/_runtime
+	install -m 0755 scripts/install-runsc.sh $(DESTDIR)$(LIBEXECDIR)/runtime-install-runsc
+	install -d $(DESTDIR)$(PREFIX)/share/runtime/runsc
+	install -m 0644 scripts/runsc/go.mod scripts/runsc/go.sum $(DESTDIR)$(PREFIX)/share/runtime/runsc/
+
+# The Debian package (debian/, docs/install.md): dpkg-buildpackage in a copy
+# of the tree's committed and working files, so that the checkout's build/
+# stays as it is; the .deb lands in DEB_OUT. The package's own make runs
+# without this one's variables (MAKEFLAGS carries them), so its BUILD is its own.
+DEB_JOBS ?= 2
+DEB_OUT ?= $(BUILD)/deb
+deb:
+	rm -rf $(DEB_OUT) && mkdir -p $(DEB_OUT)/src
+	git ls-files -co --exclude-standard -z | grep -zv '^build/' | xargs -0 cp --parents -t $(DEB_OUT)/src
+	cd $(DEB_OUT)/src && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL dpkg-buildpackage -b -us -uc -j$(DEB_JOBS)
+.PHONY: install man completion deb

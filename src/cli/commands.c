@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/doctor.h"
 #include "cli/files.h"
+#include "cli/generate.h"
 #include "cli/image.h"
 #include "cli/keys.h"
 #include "cli/parse.h"
@@ -323,7 +324,8 @@ int cli_main(int argc, char **argv) {
         static const struct option opts[] = {
                 {"url", required_argument, NULL, 'u'}, {"key", required_argument, NULL, 'k'},
                 {"json", no_argument, NULL, 'j'},      {"help", no_argument, NULL, 'h'},
-                {"version", no_argument, NULL, 'V'},   {NULL, 0, NULL, 0},
+                {"version", no_argument, NULL, 'V'},   {"help-man", no_argument, NULL, 'M'},
+                {"completion", required_argument, NULL, 'C'}, {NULL, 0, NULL, 0},
         };
         CliContext ctx = {0};
         const Command *cmd, *sub;
@@ -346,6 +348,14 @@ int cli_main(int argc, char **argv) {
                         return print_global_help();
                 case 'V':
                         printf("runtime %s\n", RUNTIME_VERSION);
+                        return CLI_EXIT_OK;
+                /* What the build makes from the command table: runtime(1) and the completions. */
+                case 'M':
+                        cli_generate_man(stdout, commands);
+                        return CLI_EXIT_OK;
+                case 'C':
+                        if (cli_generate_completion(stdout, optarg, commands) < 0)
+                                return cli_usage_error(NULL, NULL, "--completion is bash or zsh, not '%.32s'", optarg);
                         return CLI_EXIT_OK;
                 case ':':
                         return cli_usage_error(NULL, NULL, "%s needs a value", argv[optind - 1]);

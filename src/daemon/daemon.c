@@ -28,6 +28,7 @@
 #include "daemon/caps.h"
 #include "daemon/doctor.h"
 #include "daemon/routes.h"
+#include "daemon/sdnotify.h"
 
 typedef struct Daemon {
         DaemonConfig cfg; /* the options' settings, with the paths worked out below */
@@ -123,18 +124,27 @@ static bool listen_port_privileged(const DaemonConfig *cfg) {
         return colon && *end == '\0' && port < 1024;
 }
 
-/* A companion program next to our own executable, else in ../libexec/runtime/. */
+/* A companion program next to our own executable (the source tree's
+ * build/), else in ../libexec/runtime/ beside it (PREFIX/bin and
+ * PREFIX/libexec/runtime), else in the libexec directory the build names
+ * (RUNTIME_LIBEXECDIR: the package's /usr/libexec/runtime, wherever runtimed
+ * itself was started from). */
 static char *find_companion(const char *name) {
         char self[PATH_MAX];
-        if (path_self_dir(self, sizeof self) < 0)
-                return strdup(name);
         char *p = NULL;
-        if (asprintf(&p, "%s/%s", self, name) < 0)
-                return NULL;
-        if (access(p, X_OK) == 0)
-                return p;
-        free(p);
-        if (asprintf(&p, "%s/../libexec/runtime/%s", self, name) < 0)
+        if (path_self_dir(self, sizeof self) == 0) {
+                if (asprintf(&p, "%s/%s", self, name) < 0)
+                        return NULL;
+                if (access(p, X_OK) == 0)
+                        return p;
+                free(p);
+                if (asprintf(&p, "%s/../libexec/runtime/%s", self, name) < 0)
+                        return NULL;
+                if (access(p, X_OK) == 0)
+                        return p;
+                free(p);
+        }
+        if (asprintf(&p, "%s/%s", RUNTIME_LIBEXECDIR, name) < 0)
                 return NULL;
         return p;
 }
@@ -587,11 +597,13 @@ int daemon_run(const DaemonOptions *opts) {
         printf("runtimed listening on %s\n", d->listening);
         fflush(stdout);
         log_info(NULL, "runtimed %s listening on %s (state %s)", RUNTIME_VERSION, d->listening, d->state_dir);
+        sdnotify_ready(d->listening);
 
         int sig = 0;
         while (sigwait(&stop_signals, &sig) != 0)
                 ;
         log_info(NULL, "signal %d: stopping", sig);
+        sdnotify_stopping();
         stop(d);
         log_info(NULL, "stopped");
         daemon_free(d);

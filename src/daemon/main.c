@@ -31,6 +31,12 @@ int main(int argc, char **argv) {
         case OPTIONS_HELP:
                 options_help(stdout);
                 return 0;
+        case OPTIONS_HELP_MAN:
+                options_man(stdout, OPTIONS_MAN_DAEMON);
+                return 0;
+        case OPTIONS_HELP_MAN_CONF:
+                options_man(stdout, OPTIONS_MAN_CONF);
+                return 0;
         case OPTIONS_VERSION:
                 printf("runtimed %s\n", RUNTIME_VERSION);
                 return 0;

@@ -151,6 +151,10 @@ static const OptionSpec options[] = {
           .help = "print this and exit" },
         { .name = "version", .kind = OPTION_ACTION, .action = OPTIONS_VERSION, .command_line_only = true,
           .help = "print the version and exit" },
+        { .name = "help-man", .kind = OPTION_ACTION, .action = OPTIONS_HELP_MAN, .command_line_only = true,
+          .help = "print the manual page runtimed(8) in roff and exit" },
+        { .name = "help-man-conf", .kind = OPTION_ACTION, .action = OPTIONS_HELP_MAN_CONF,
+          .command_line_only = true, .help = "print the manual page runtimed.conf(5) in roff and exit" },
 };
 
 _Static_assert(ELEMENTSOF(options) <= OPTIONS_MAX, "OPTIONS_MAX is too small for the table");
@@ -530,4 +534,164 @@ void options_help(FILE *f) {
                         snprintf(text + n, sizeof text - n, ")");
                 wrap(f, text, col, INDENT, WIDTH);
         }
+}
+
+/* Text for roff: backslashes and hyphens escaped (a "-" is a hyphen to
+ * groff, "\-" the minus an option is typed with), and a line never starts
+ * with a control character. */
+static void roff(FILE *f, const char *text) {
+        if (*text == '.' || *text == '\'')
+                fputs("\\&", f);
+        for (const char *p = text; *p; p++) {
+                if (*p == '\\')
+                        fputs("\\e", f);
+                else if (*p == '-')
+                        fputs("\\-", f);
+                else if (*p == '\n') {
+                        fputc('\n', f);
+                        if (p[1] == '.' || p[1] == '\'')
+                                fputs("\\&", f);
+                } else
+                        fputc(*p, f);
+        }
+}
+
+/* The help of one row, with its default and bounds, as --help says it. */
+static void man_row_text(FILE *f, const OptionSpec *s) {
+        roff(f, s->help);
+        char text[512] = "";
+        int n = 0;
+        if (s->def_text)
+                n = snprintf(text, sizeof text, " (default %s", s->def_text);
+        else if (s->kind == OPTION_STRING && s->def_str)
+                n = snprintf(text, sizeof text, " (default %s", s->def_str);
+        else if (s->kind == OPTION_UINT)
+                n = snprintf(text, sizeof text, " (default %llu", s->def);
+        if (s->kind == OPTION_UINT)
+                snprintf(text + n, sizeof text - n, "; %llu..%llu)", s->min, s->max);
+        else if (n > 0)
+                snprintf(text + n, sizeof text - n, ")");
+        if (s->kind == OPTION_LIST && !strstr(s->help, "repeatable"))
+                snprintf(text + strlen(text), sizeof text - strlen(text), " (repeatable)");
+        roff(f, text);
+        fputs(".\n", f);
+}
+
+static void man_options(FILE *f, OptionsManPage page) {
+        const char *heading = NULL;
+        for (size_t i = 0; i < ELEMENTSOF(options); i++) {
+                const OptionSpec *s = &options[i];
+                if (s->kind == OPTION_HEADING) {
+                        heading = s->help;
+                        continue;
+                }
+                if (page == OPTIONS_MAN_CONF && s->command_line_only)
+                        continue;
+                if (heading) {
+                        fputs(".SS ", f);
+                        roff(f, heading);
+                        fputc('\n', f);
+                        heading = NULL;
+                }
+                if (page == OPTIONS_MAN_DAEMON) {
+                        fputs(".TP\n\\fB\\-\\-", f);
+                        roff(f, s->name);
+                        fputs("\\fR", f);
+                } else {
+                        fputs(".TP\n\\fB", f);
+                        roff(f, s->name);
+                        fputs("\\fR =", f);
+                }
+                if (s->arg) {
+                        fputs(" \\fI", f);
+                        roff(f, s->arg);
+                        fputs("\\fR", f);
+                }
+                fputc('\n', f);
+                man_row_text(f, s);
+        }
+}
+
+void options_man(FILE *f, OptionsManPage page) {
+        if (page == OPTIONS_MAN_DAEMON) {
+                fprintf(f, ".TH RUNTIMED 8 \"\" \"runtime %s\" \"System Administration\"\n", RUNTIME_VERSION);
+                fputs(".SH NAME\n"
+                      "runtimed \\- the Runtime daemon: secure sandboxes for AI agents\n"
+                      ".SH SYNOPSIS\n"
+                      ".B runtimed\n"
+                      "[\\fIOPTIONS\\fR]\n"
+                      ".br\n"
+                      ".B runtimed \\-\\-doctor\n"
+                      "[\\fB\\-\\-json\\fR]\n"
+                      ".SH DESCRIPTION\n"
+                      ".B runtimed\n"
+                      "serves the Runtime HTTP API: it creates sandboxes (throwaway Linux machines behind a\n"
+                      "microVM, gVisor or namespace boundary), runs commands and file operations in them for\n"
+                      "API clients, and enforces the guard rails around them: egress policy, leases, costs,\n"
+                      "keys and secrets.\n"
+                      ".PP\n"
+                      "Every option but those marked as given on the command line only is also a key of the\n"
+                      "configuration file that \\fB\\-\\-config\\fR names (see \\fBruntimed.conf\\fR(5));\n"
+                      "an option on the command line wins over the file.\n"
+                      ".PP\n"
+                      "Started by systemd (\\fBType=notify\\fR), it reports readiness once its HTTP server\n"
+                      "listens, pings the watchdog while \\fBGET /healthz\\fR answers, and reports stopping\n"
+                      "on \\fBSIGTERM\\fR; logs go to standard error, which the journal keeps.\n"
+                      ".SH OPTIONS\n",
+                      f);
+                man_options(f, page);
+                fputs(".SH SIGNALS\n"
+                      ".TP\n.B SIGTERM\\fR, \\fBSIGINT\n"
+                      "stop: no new connection, every sandbox's supervisor told, the stores closed.\n"
+                      ".SH ENVIRONMENT\n"
+                      ".TP\n.B RUNTIME_STATE_DIR\n"
+                      "the state directory when \\fB\\-\\-state\\-dir\\fR is not given.\n"
+                      ".TP\n.B NOTIFY_SOCKET\\fR, \\fBWATCHDOG_USEC\n"
+                      "set by systemd: readiness and watchdog notifications (\\fBsd_notify\\fR(3)).\n"
+                      ".SH FILES\n"
+                      ".TP\n.I /etc/runtime/runtimed.conf\n"
+                      "the packaged service's configuration file.\n"
+                      ".TP\n.I /var/lib/runtime\n"
+                      "the state directory of a daemon run as root: the database, \\fIadmin.key\\fR,\n"
+                      "images, layers and snapshots.\n"
+                      ".TP\n.I /usr/libexec/runtime\n"
+                      "the companion programs: runtime\\-agent, runtime\\-egress, runtime\\-image\\-build,\n"
+                      "runtime\\-microvm\\-build.\n"
+                      ".SH SEE ALSO\n"
+                      "\\fBruntime\\fR(1), \\fBruntimed.conf\\fR(5), \\fBsystemd.service\\fR(5)\n",
+                      f);
+                return;
+        }
+        fprintf(f, ".TH RUNTIMED.CONF 5 \"\" \"runtime %s\" \"File Formats\"\n", RUNTIME_VERSION);
+        fputs(".SH NAME\n"
+              "runtimed.conf \\- the configuration file of runtimed\n"
+              ".SH SYNOPSIS\n"
+              ".I /etc/runtime/runtimed.conf\n"
+              ".SH DESCRIPTION\n"
+              "\\fBruntimed\\fR(8) reads the file its \\fB\\-\\-config\\fR option names; the packaged\n"
+              "service passes \\fI/etc/runtime/runtimed.conf\\fR. Each line is\n"
+              ".IP\n"
+              ".I key\n"
+              "=\n"
+              ".I value\n"
+              ".PP\n"
+              "where \\fIkey\\fR is the name of one of runtimed's options without its dashes. Blanks\n"
+              "around either are ignored; a \\fB#\\fR at the start of a line or after a blank starts a\n"
+              "comment. A key may be set once, but for the repeatable ones, which are given on a line\n"
+              "each. An unknown key, a value out of its bounds or a line longer than 4096 bytes stops\n"
+              "the daemon's start with the file's name and the line's number. An option given on the\n"
+              "command line wins over the file; the file's value is still checked.\n"
+              ".SH KEYS\n",
+              f);
+        man_options(f, page);
+        fputs(".SH EXAMPLE\n"
+              ".nf\n"
+              "# serve on every interface, at most 64 sandboxes\n"
+              "listen = 0.0.0.0:7878\n"
+              "max\\-sandboxes = 64\n"
+              "egress\\-public\\-cidr = 203.0.113.80/32\n"
+              ".fi\n"
+              ".SH SEE ALSO\n"
+              "\\fBruntimed\\fR(8), \\fBruntime\\fR(1)\n",
+              f);
 }

@@ -22,6 +22,8 @@ typedef enum OptionsAction {
         OPTIONS_RUN,     /* serve the API */
         OPTIONS_HELP,    /* --help: print options_help(), exit 0 */
         OPTIONS_VERSION, /* --version */
+        OPTIONS_HELP_MAN,      /* --help-man: print options_man(.., OPTIONS_MAN_DAEMON), exit 0 */
+        OPTIONS_HELP_MAN_CONF, /* --help-man-conf: the same for OPTIONS_MAN_CONF */
 } OptionsAction;
 
 typedef struct DaemonOptions {
@@ -58,3 +60,13 @@ int options_load_file(DaemonOptions *o, const char *path, char *why, size_t why_
 
 /* --help: every option with its argument, default and bounds. */
 void options_help(FILE *f);
+
+/* The manual pages, in roff, from the same table: runtimed(8) (every
+ * option) and runtimed.conf(5) (every key of the config file). The build
+ * writes them with --help-man and --help-man-conf, so they never drift from
+ * what the daemon accepts. */
+typedef enum OptionsManPage {
+        OPTIONS_MAN_DAEMON,
+        OPTIONS_MAN_CONF,
+} OptionsManPage;
+void options_man(FILE *f, OptionsManPage page);

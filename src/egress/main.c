@@ -280,7 +280,7 @@ static int seccomp_load_denials(void) {
 /* What the command line sets besides the proxy's own settings. */
 typedef struct Options {
         const char *state_dir, *user, *extra_ca, *trust_ca;
-        bool help;
+        bool help, version;
 } Options;
 
 static int opt_state_dir(Proxy *p, Options *o, const char *arg) {
@@ -341,6 +341,11 @@ static int opt_help(Proxy *p, Options *o, const char *arg) {
         return 0;
 }
 
+static int opt_version(Proxy *p, Options *o, const char *arg) {
+        o->version = true;
+        return 0;
+}
+
 /* Every option, read by the parser and by --help. */
 static const struct EgressOption {
         const char *name;
@@ -356,6 +361,8 @@ static const struct EgressOption {
         { "public-cidr", "CIDR", "an operator range counted as public (repeatable)", opt_public_cidr },
         { "trust-ca", "FILE", "a CA bundle trusted for upstreams besides the host's", opt_trust_ca },
         { "log-level", "LEVEL", "error, warn, info or debug", opt_log_level },
+        { "version", NULL, "print the version", opt_version },
+        /* Last: -h is its row. */
         { "help", NULL, "this help", opt_help },
 };
 
@@ -391,7 +398,7 @@ static int parse_options(int argc, char **argv, Proxy *p, Options *o) {
                         return 2;
                 }
         }
-        if (!o->help && (!o->state_dir || optind < argc)) {
+        if (!o->help && !o->version && (!o->state_dir || optind < argc)) {
                 usage(stderr);
                 return 2;
         }
@@ -482,6 +489,10 @@ int main(int argc, char **argv) {
                 return r;
         if (o.help) {
                 usage(stdout);
+                return 0;
+        }
+        if (o.version) {
+                printf("runtime-egress %s\n", RUNTIME_VERSION);
                 return 0;
         }
         int type = 0;
