@@ -7,7 +7,12 @@
 #include <time.h>
 
 static LogLevel max_level = LOG_INFO;
+static LogSink sink;
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
+
+void log_set_sink(LogSink s) {
+        sink = s;
+}
 
 void log_set_level(LogLevel l) {
         max_level = l;
@@ -34,6 +39,10 @@ void log_msg(LogLevel l, const char *rid, const char *fmt, ...) {
         for (char *p = msg; *p; p++)
                 if (*p == '\n' || *p == '\r')
                         *p = ' ';
+        if (sink) {
+                sink(l, rid, msg);
+                return;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         struct tm tm;

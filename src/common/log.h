@@ -12,3 +12,9 @@ void log_msg(LogLevel l, const char *rid, const char *fmt, ...) __attribute__((f
 #define log_warn(rid, ...) log_msg(LOG_WARN, rid, __VA_ARGS__)
 #define log_info(rid, ...) log_msg(LOG_INFO, rid, __VA_ARGS__)
 #define log_debug(rid, ...) log_msg(LOG_DEBUG, rid, __VA_ARGS__)
+
+/* Where the log's lines go instead of stderr, once formatted (one line,
+ * no newline): the daemon's journal sink under systemd. NULL: stderr. Set
+ * before any thread logs. */
+typedef void (*LogSink)(LogLevel l, const char *rid, const char *msg);
+void log_set_sink(LogSink sink);

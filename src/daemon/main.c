@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "daemon/journal.h"
 #include "common/macro.h"
 #include "daemon/daemon.h"
 #include "daemon/doctor.h"
@@ -44,6 +45,7 @@ int main(int argc, char **argv) {
                 break;
         }
         log_set_level(opts.log_level);
+        (void)journal_log_setup();
         if (opts.doctor) {
                 _cleanup_free_ char *dir =
                         opts.cfg.state_dir ? strdup(opts.cfg.state_dir) : daemon_default_state_dir();
