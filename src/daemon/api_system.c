@@ -1,6 +1,7 @@
 /* GET /healthz, GET /v1/info, GET /metrics. */
 #include "daemon/api_system.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,8 +45,34 @@ enum MHD_Result handle_info(Req *r) {
                                     (json_int_t)cfg->price_gib_hour_micros));
 }
 
+/* One of the owner's sandboxes counted under its state. */
+static int count_state(void *userdata, SandboxRow *row) {
+        MetricsStates *m = userdata;
+        for (size_t i = 0; i < m->n; i++)
+                if (strcmp(m->state[i], row->state) == 0) {
+                        m->count[i]++;
+                        return 0;
+                }
+        if (m->n < METRICS_MAX_STATES) {
+                snprintf(m->state[m->n], sizeof m->state[m->n], "%s", row->state);
+                m->count[m->n++] = 1;
+        }
+        return 0;
+}
+
+/* The admin key sees the daemon's figures; any other key its owner's
+ * sandboxes only: another owner's counts and the daemon's traffic are not
+ * its to see. */
 enum MHD_Result handle_metrics(Req *r) {
-        char *text = metrics_render(r->app->db);
+        char *text = NULL;
+        if (keys_is_admin(&r->key))
+                text = metrics_render(r->app->db);
+        else {
+                MetricsStates m = { .n = 0 };
+                SandboxError se;
+                if (sandbox_list(r->app->manager, &r->key, count_state, &m, &se) == 0)
+                        text = metrics_render_owner(&m);
+        }
         if (!text)
                 return reply_internal(r);
         struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);

@@ -16,6 +16,7 @@
 #include "common/timeutil.h"
 #include "daemon/auth.h"
 #include "daemon/images.h"
+#include "daemon/keys.h"
 #include "common/log.h"
 #include "daemon/metrics.h"
 #include "daemon/request.h"
@@ -437,6 +438,9 @@ static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
                 log_error(r->rid, "looking up a key: %s", strerror(-rc));
                 return api_error(e, 500, "internal", NULL, "could not check the key");
         }
+        if (d->access == HTTP_ACCESS_ADMIN && !keys_is_admin(&r->key))
+                return api_error(e, 403, "forbidden", "ask the daemon's administrator",
+                                 "this changes what every owner uses: only the admin key may");
         if (d->access == HTTP_ACCESS_FULL && !r->key.full)
                 return api_error(e, 403, "forbidden", "use a key with full access",
                                  "this key has read access only");

@@ -34,6 +34,7 @@ typedef enum HttpAccess {
         HTTP_ACCESS_PUBLIC, /* no key: the handler decides (healthz, trial) */
         HTTP_ACCESS_READ,   /* any valid key */
         HTTP_ACCESS_FULL,   /* creates, runs, writes, deletes, extends or spends */
+        HTTP_ACCESS_ADMIN,  /* changes what every owner uses: the admin key only */
 } HttpAccess;
 
 typedef enum HttpBody {

@@ -43,22 +43,19 @@ static void state_count(void *userdata, const char *state, int64_t n) {
                 fprintf(o->f, "runtime_sandboxes{state=\"%s\"} %lld\n", state, (long long)n);
 }
 
-char *metrics_render(Db *db) {
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&buf, &len);
-        if (!f)
-                return NULL;
+/* The gauge of sandboxes by state, its API states shown even at zero;
+ * counts(fn) calls fn for each state and its number. */
+static void write_state_gauge(FILE *f, void (*counts)(void *userdata, DbStateCountFn fn, void *out),
+                              void *userdata) {
         fputs("# HELP runtime_sandboxes Sandboxes that are not deleted, by state.\n"
               "# TYPE runtime_sandboxes gauge\n", f);
-        /* Always show the API's states, even at zero. */
         static const char *const states[] = { "running", "stopped", "failed" };
         char *tmp = NULL;
         size_t tmp_len = 0;
         FILE *tf = open_memstream(&tmp, &tmp_len);
         if (tf) {
                 Out t = { tf };
-                db_sandbox_state_counts(db, state_count, &t);
+                counts(userdata, state_count, &t);
                 fclose(tf);
         }
         for (size_t i = 0; i < 3; i++) {
@@ -70,6 +67,39 @@ char *metrics_render(Db *db) {
         if (tmp)
                 fputs(tmp, f);
         free(tmp);
+}
+
+static void db_counts(void *userdata, DbStateCountFn fn, void *out) {
+        db_sandbox_state_counts(userdata, fn, out);
+}
+
+static void given_counts(void *userdata, DbStateCountFn fn, void *out) {
+        const MetricsStates *m = userdata;
+        for (size_t i = 0; i < m->n; i++)
+                fn(out, m->state[i], m->count[i]);
+}
+
+char *metrics_render_owner(const MetricsStates *states) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        if (!f)
+                return NULL;
+        write_state_gauge(f, given_counts, (void *)states);
+        if (fclose(f) != 0) {
+                free(buf);
+                return NULL;
+        }
+        return buf;
+}
+
+char *metrics_render(Db *db) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        if (!f)
+                return NULL;
+        write_state_gauge(f, db_counts, db);
         fprintf(f, "# HELP runtime_sandboxes_created_total Sandboxes created.\n"
                    "# TYPE runtime_sandboxes_created_total counter\n"
                    "runtime_sandboxes_created_total %llu\n",

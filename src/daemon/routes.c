@@ -65,7 +65,7 @@ const HttpRoute api_routes[] = {
         R(ROUTE_USAGE_EXPORT, "usage_export", "GET", "/v1/usage/export", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_not_offered),
         R(ROUTE_IMAGES, "images", "GET", "/v1/images", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_images),
-        R(ROUTE_IMAGE_BUILD, "image_build", "POST", "/v1/images/{image}:build", HTTP_ACCESS_FULL, HTTP_BODY_NONE,
+        R(ROUTE_IMAGE_BUILD, "image_build", "POST", "/v1/images/{image}:build", HTTP_ACCESS_ADMIN, HTTP_BODY_NONE,
           handle_image_build),
         R(ROUTE_SANDBOX_LIST, "sandbox_list", "GET", "/v1/sandboxes", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_sandbox_list),
@@ -217,5 +217,5 @@ bool route_needs_auth(RouteKind k) {
 
 bool route_needs_full_access(RouteKind k) {
         const HttpRoute *d = route_def(k);
-        return !d || d->access == HTTP_ACCESS_FULL;
+        return !d || d->access == HTTP_ACCESS_FULL || d->access == HTTP_ACCESS_ADMIN;
 }
