@@ -49,13 +49,32 @@ static void say(const char *what, const char *why) {
         dprintf(2, "%s: %s\n", what, why);
 }
 
+/* The exit code of a failure that is the filesystem's answer (errno e):
+ * the classes a client can act on, else FAILED. */
+static int errno_code(int e) {
+        switch (e) {
+        case EACCES:
+                return ARCHIVE_EXIT_PERMISSION;
+        case ENOSPC:
+        case EDQUOT:
+                return ARCHIVE_EXIT_NO_SPACE;
+        case ENOENT:
+                return ARCHIVE_EXIT_NOT_FOUND;
+        case ENOTDIR:
+        case ELOOP:
+        case EEXIST:
+                return ARCHIVE_EXIT_NOT_A_DIRECTORY;
+        default:
+                return ARCHIVE_EXIT_FAILED;
+        }
+}
+
 static int create(const AgentRequest *r) {
         _cleanup_close_ int fd = open(r->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0) {
                 int e = errno;
                 say(r->path, strerror(e));
-                return e == ENOENT ? ARCHIVE_EXIT_NOT_FOUND : e == ENOTDIR ? ARCHIVE_EXIT_NOT_A_DIRECTORY
-                                                                            : ARCHIVE_EXIT_FAILED;
+                return errno_code(e);
         }
         Sink s = { .gzip = r->gzip };
         if (s.gzip) {
@@ -83,6 +102,10 @@ static int create(const AgentRequest *r) {
 
 static int code_of(int k) {
         switch (k) {
+        case -EACCES:
+        case -ENOSPC:
+        case -EDQUOT:
+                return errno_code(-k);
         case -EBADMSG:
                 return ARCHIVE_EXIT_MALFORMED;
         case -EPERM:
@@ -98,12 +121,13 @@ static int extract(const AgentRequest *r) {
         int k = fsops_mkdir_p(r->path, 0755);
         if (k < 0) {
                 say(r->path, strerror(-k));
-                return k == -EEXIST || k == -ENOTDIR ? ARCHIVE_EXIT_NOT_A_DIRECTORY : ARCHIVE_EXIT_FAILED;
+                return errno_code(-k);
         }
         _cleanup_close_ int fd = open(r->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) {
-                say(r->path, strerror(errno));
-                return errno == ENOTDIR || errno == ELOOP ? ARCHIVE_EXIT_NOT_A_DIRECTORY : ARCHIVE_EXIT_FAILED;
+                int e = errno;
+                say(r->path, strerror(e));
+                return errno_code(e);
         }
         TarLimits lim = { .max_bytes = r->max_bytes, .max_entries = r->max_entries };
         TarExtract *x = NULL;

@@ -17,6 +17,8 @@ enum {
         ARCHIVE_EXIT_MALFORMED = 4,
         ARCHIVE_EXIT_REFUSED = 5,
         ARCHIVE_EXIT_TOO_LARGE = 6,
+        ARCHIVE_EXIT_PERMISSION = 7, /* EACCES: the user it runs as may not */
+        ARCHIVE_EXIT_NO_SPACE = 8,   /* ENOSPC, EDQUOT: the sandbox's disk is full */
 };
 
 /* In the forked child; returns its exit code. */

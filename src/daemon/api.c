@@ -48,7 +48,15 @@ void api_agent_error(json_t *result, const char *path, ApiError *e) {
 }
 
 /* The agent's archive child's exit codes (src/agent/archive.h). */
-enum { EXIT_NOT_FOUND = 2, EXIT_NOT_A_DIRECTORY = 3, EXIT_MALFORMED = 4, EXIT_REFUSED = 5, EXIT_TOO_LARGE = 6 };
+enum {
+        EXIT_NOT_FOUND = 2,
+        EXIT_NOT_A_DIRECTORY = 3,
+        EXIT_MALFORMED = 4,
+        EXIT_REFUSED = 5,
+        EXIT_TOO_LARGE = 6,
+        EXIT_PERMISSION = 7,
+        EXIT_NO_SPACE = 8,
+};
 
 int api_archive_error(int code, const char *path, const char *why, ApiError *e) {
         switch (code) {
@@ -65,6 +73,14 @@ int api_archive_error(int code, const char *path, const char *why, ApiError *e) 
                                  "%.240s", why);
         case EXIT_TOO_LARGE:
                 return api_error(e, 413, "payload_too_large", "split it, or copy fewer files at once", "%.240s", why);
+        case EXIT_PERMISSION:
+                return api_error(e, 403, "forbidden", "use a place the user may write, or run as root",
+                                 "%.180s: permission denied", path);
+        case EXIT_NO_SPACE:
+                /* As a full disk on every other file route: 413, the
+                 * sandbox's diskMiB is the bound that was reached. */
+                return api_error(e, 413, "payload_too_large", "free space in the sandbox, or create it with more diskMiB",
+                                 "%.180s: the sandbox's disk is full", path);
         default:
                 return api_error(e, 500, "internal", NULL, "%.180s: %.100s", path, why);
         }

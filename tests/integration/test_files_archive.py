@@ -139,3 +139,29 @@ def test_malformed_archives(sandbox):
     assert_error(put_archive(sandbox, "/workspace/m", good, user="mallory"), 400, "invalid_request")
     sandbox.write("/workspace/file", b"x")
     assert_error(put_archive(sandbox, "/workspace/file", good), 400, "invalid_request")
+
+
+def test_unarchive_where_the_user_may_not_write_is_403(sandbox):
+    # The filesystem's answer, by class: the sandbox user may not make a directory in /usr.
+    data = make_tar([(info("a.txt", size=5), b"hello")])
+    err = assert_error(put_archive(sandbox, "/usr/share/not-mine", data), 403, "forbidden")
+    assert "/usr/share/not-mine" in err["message"], err
+    # As root it may.
+    r = put_archive(sandbox, "/usr/share/not-mine", data, user="root")
+    assert r.status_code == 200, r.text
+    assert sandbox.run("cat /usr/share/not-mine/a.txt") == "hello"
+
+
+def test_unarchive_that_fills_the_disk_is_413(api, driver):
+    sbx = api.create_sandbox(driver=driver, diskMiB=512)
+    # Fill the sandbox's disk (dd ends on ENOSPC), then unpack a little more than is left.
+    sbx.exec("dd if=/dev/zero of=/workspace/fill bs=1M 2>/dev/null; sync", timeoutMs=300000)
+    free = int(sbx.run("df --output=avail -B1 /workspace | tail -1").strip())
+    blob = bytes(range(256)) * (4 * 1024 + (free // 256) + 1)  # not zeros: no sparse write saves room
+    data = make_tar([(info("big.bin", size=len(blob)), blob)])
+    err = assert_error(put_archive(sbx, "/workspace/more", data), 413, "payload_too_large")
+    assert "disk is full" in err["message"], err
+    # The sandbox goes on: freeing the space lets the same archive in.
+    sbx.run("rm -f /workspace/fill /workspace/more/big.bin")
+    r = put_archive(sbx, "/workspace/more", data)
+    assert r.status_code == 200, r.text
