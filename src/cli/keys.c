@@ -14,6 +14,7 @@
 #include "cli/endpoint.h"
 #include "cli/parse.h"
 #include "common/macro.h"
+#include "common/path.h"
 
 #define KEY_NAME_MAX 64
 #define TRIAL_KEY_FILE "trial.key"
@@ -75,22 +76,6 @@ static void money(char *buf, size_t len, json_t *v) {
 
 /* ---- trial ---- */
 
-static int mkdir_p(const char *path) {
-        _cleanup_free_ char *p = strdup(path);
-        if (!p)
-                return -ENOMEM;
-        for (char *s = p + 1; *s; s++)
-                if (*s == '/') {
-                        *s = '\0';
-                        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-                                return -errno;
-                        *s = '/';
-                }
-        if (mkdir(p, 0700) < 0 && errno != EEXIST)
-                return -errno;
-        return 0;
-}
-
 static int read_small(const char *path, char *buf, size_t len) {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
         struct stat st;
@@ -145,7 +130,7 @@ int cli_use_trial_key(CliContext *ctx) {
                 return cli_fail("the daemon answered no trial key");
         snprintf(key, sizeof(key), "%s", k);
 
-        r = mkdir_p(dir);
+        r = path_mkdir_private(dir);
         _cleanup_close_ int fd = r < 0 ? -1 : open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0) {
                 fprintf(stderr, "runtime: warning: could not keep the trial key in %s: %s\n", path,

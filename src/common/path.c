@@ -123,3 +123,19 @@ int path_identity(const char *path, char *buf, size_t len) {
                          (long)st.st_mtim.tv_nsec);
         return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
 }
+
+int path_mkdir_private(const char *path) {
+        _cleanup_free_ char *p = strdup(path);
+        if (!p)
+                return -ENOMEM;
+        for (char *s = p + 1; *s; s++)
+                if (*s == '/') {
+                        *s = '\0';
+                        if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                                return -errno;
+                        *s = '/';
+                }
+        if (mkdir(p, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        return 0;
+}

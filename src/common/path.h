@@ -8,6 +8,10 @@
 
 /* "a/b" into buf; -ENAMETOOLONG when it does not fit in len. */
 int path_join(char *buf, size_t len, const char *a, const char *b);
+
+/* Makes path's missing parents (0755) and path itself (0700), as `mkdir -p`
+ * with a private last directory; an existing one is left as it is. */
+int path_mkdir_private(const char *path);
 /* Removes name under the directory dfd (AT_FDCWD: a path), a file or a whole
  * tree, without following a symbolic link and without crossing into another
  * filesystem (a mount inside is left, and the answer is -EBUSY). Nesting

@@ -68,19 +68,10 @@ char *daemon_default_state_dir(void) {
 }
 
 /* mkdir -p, with the last component 0700 and owned by us. */
-static int make_state_dir(const char *path) {
-        _cleanup_free_ char *p = strdup(path);
-        if (!p)
-                return -ENOMEM;
-        for (char *s = p + 1; *s; s++)
-                if (*s == '/') {
-                        *s = '\0';
-                        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-                                return -errno;
-                        *s = '/';
-                }
-        if (mkdir(p, 0700) < 0 && errno != EEXIST)
-                return -errno;
+static int make_state_dir(const char *p) {
+        int r = path_mkdir_private(p);
+        if (r < 0)
+                return r;
         struct stat st;
         if (lstat(p, &st) < 0)
                 return -errno;

@@ -454,6 +454,32 @@ static void test_remove_tree_options(void **state) {
         free(d);
 }
 
+static void test_mkdir_private(void **state) {
+        mode_t old = umask(0022);
+        char base[] = "/tmp/runtime-mkdir-XXXXXX";
+        assert_non_null(mkdtemp(base));
+        char deep[PATH_MAX], file[PATH_MAX];
+        snprintf(deep, sizeof deep, "%s/a/b/c", base);
+        assert_int_equal(path_mkdir_private(deep), 0);
+        struct stat st;
+        assert_int_equal(stat(deep, &st), 0);
+        assert_int_equal(st.st_mode & 0777, 0700);
+        char mid[PATH_MAX];
+        snprintf(mid, sizeof mid, "%s/a/b", base);
+        assert_int_equal(stat(mid, &st), 0);
+        assert_int_equal(st.st_mode & 0777, 0755 & ~(mode_t)0022);
+        /* Again: nothing to do. Through a file: ENOTDIR. */
+        assert_int_equal(path_mkdir_private(deep), 0);
+        snprintf(file, sizeof file, "%s/f", base);
+        int fd = open(file, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        close(fd);
+        snprintf(deep, sizeof deep, "%s/f/x", base);
+        assert_int_equal(path_mkdir_private(deep), -ENOTDIR);
+        assert_int_equal(path_remove_tree_at(AT_FDCWD, base), 0);
+        umask(old);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_mono_deadline),     cmocka_unit_test(test_cond_mono_times_out),
@@ -461,7 +487,7 @@ int main(void) {
                 cmocka_unit_test(test_copy_sparse), cmocka_unit_test(test_copy_clones_where_it_can),       cmocka_unit_test(test_read_text),
                 cmocka_unit_test(test_path_join),          cmocka_unit_test(test_read_full_short_reads_and_cap),
                 cmocka_unit_test(test_remove_tree),       cmocka_unit_test(test_remove_tree_options),       cmocka_unit_test(test_self_dir),
-                cmocka_unit_test(test_path_identity),         cmocka_unit_test(test_write_text_at),
+                cmocka_unit_test(test_path_identity), cmocka_unit_test(test_mkdir_private),         cmocka_unit_test(test_write_text_at),
         };
         return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }
