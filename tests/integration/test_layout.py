@@ -441,3 +441,22 @@ def test_no_file_or_function_over_the_limits():
     assert not new, f"over the limits ({FILE_MAX_LINES} lines a file, {FUNCTION_MAX_LINES} a function):\n" + \
         "\n".join(f"src/{f}: {why}" for f, why in sorted(new.items()))
     assert not fixed, f"within the limits now: remove from OVER_THE_LIMITS: {fixed}"
+
+
+def test_cli_and_egress_take_nothing_of_the_agent_or_the_daemon():
+    """The CLI and the egress process are programs of their own: no header of
+    the agent or the daemon is reached from their sources, and the Makefile
+    links no object of those folders into them."""
+    bad = []
+    for folder in ("cli", "egress"):
+        for path in sorted((SRC / folder).rglob("*.[ch]")):
+            for inc in sorted(_closure(path)):
+                if inc.startswith(("agent/", "daemon/")):
+                    bad.append(f"{path.relative_to(REPO)} reaches {inc}")
+    make = (REPO / "Makefile").read_text()
+    for var in ("CLI_OBJ", "EGRESS_OBJ"):
+        m = re.search(rf"^{var} :=(.*?)(?<!\\)$", make, re.M | re.S)
+        assert m, f"the Makefile has no {var}"
+        if re.search(r"src/(agent|daemon)/", m.group(1)):
+            bad.append(f"the Makefile's {var} takes {m.group(1).strip()}")
+    assert not bad, "\n".join(bad)
