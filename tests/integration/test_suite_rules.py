@@ -34,3 +34,17 @@ def test_pytest_ini_makes_xfails_strict_and_reports_durations():
     ini = (REPO / "pytest.ini").read_text()
     assert re.search(r"^xfail_strict\s*=\s*true\s*$", ini, re.M), ini
     assert re.search(r"^addopts\s*=.*--durations=\d+", ini, re.M), ini
+
+
+def test_test_modules_have_unique_names():
+    # pytest imports test files by their base name (rootdir-relative imports, no packages):
+    # two files of one name stop the whole run at collection.
+    seen: dict[str, str] = {}
+    clash = []
+    for root in ("tests", "sdk/python/tests"):
+        for p in sorted((REPO / root).rglob("test_*.py")):
+            rel = str(p.relative_to(REPO))
+            if p.name in seen:
+                clash.append(f"{seen[p.name]} and {rel}")
+            seen.setdefault(p.name, rel)
+    assert not clash, "test files of the same name:\n" + "\n".join(clash)
