@@ -8,7 +8,7 @@ load of a shared machine falls on both alike. For a change's before and after:
 Per round and build, on one driver (namespace unless --driver): a create to its first exec result
 (`true`), then exec `true` in that running sandbox after a quiet spell of --quiet-ms (20 ms: an
 agent's calls come between its model's turns, not back to back) and once back to back, then the
-delete. Prints the p50 and p90 of each figure per build and the ratio B/A of the p50s. Needs root,
+delete. The builds take turns going first (A B, B A, ...). Prints the p50 and p90 of each figure per build and the ratio B/A of the p50s. Needs root,
 the default image and each build's runtimed, runtime-agent and runtime-egress.
 """
 from __future__ import annotations
@@ -86,8 +86,10 @@ def main() -> int:
             s.round(args.quiet_ms / 1000)
             for f in FIGURES:
                 s.samples[f].clear()
-        for _ in range(args.rounds):
-            for s in sides:
+        for i in range(args.rounds):
+            # A B, then B A: whichever goes second runs just after the other's round (its
+            # delete, its layer's replenishing), so each build takes each place as often.
+            for s in (sides if i % 2 == 0 else sides[::-1]):
                 s.round(args.quiet_ms / 1000)
     finally:
         for s in sides:

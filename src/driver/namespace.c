@@ -552,7 +552,9 @@ static size_t ns_proc_views(const Cgroup *cg, const CgroupLayout *layout, char *
         static const char *const cgroup_parents[] = { "--perms", "0755", "--dir", "/sys/fs",
                                                       "--perms", "0755", "--dir", "/sys/fs/cgroup" };
         size_t argc = 0;
-        for (size_t f = 0; lxcfs_ready() && f < ELEMENTSOF(lxcfs_files); f++) {
+        /* Once a start: each look reads lxcfs's files through FUSE. */
+        bool lxcfs = lxcfs_ready();
+        for (size_t f = 0; lxcfs && f < ELEMENTSOF(lxcfs_files); f++) {
                 argv[argc++] = "--ro-bind";
                 argv[argc++] = (char *)lxcfs_sources[f];
                 argv[argc++] = (char *)lxcfs_files[f];
