@@ -25,7 +25,7 @@
 #include "common/timeutil.h"
 #include "daemon/agent_client.h"
 #include "common/log.h"
-#include "daemon/sqldb.h"
+#include "daemon/store/sqldb.h"
 #include "egress/cabundle.h"
 #include "egress/cidr.h"
 #include "egress/policy.h"

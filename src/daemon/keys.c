@@ -14,7 +14,7 @@
 #include "daemon/auth.h"
 #include "daemon/ledger.h"
 #include "common/log.h"
-#include "daemon/sqldb.h"
+#include "daemon/store/sqldb.h"
 
 struct KeyStore {
         sqlite3 *sql;

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/macro.h"
-#include "daemon/sqldb.h"
+#include "daemon/store/sqldb.h"
 
 struct Ledger {
         sqlite3 *sql;

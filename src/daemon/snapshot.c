@@ -15,7 +15,7 @@
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "common/log.h"
-#include "daemon/sqldb.h"
+#include "daemon/store/sqldb.h"
 #include "driver/rootfs.h"
 
 #define EXPIRY_CHECK_SECONDS 5

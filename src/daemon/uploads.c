@@ -22,7 +22,7 @@
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"
-#include "daemon/sqldb.h"
+#include "daemon/store/sqldb.h"
 
 #define SWEEP_SECONDS 60
 #define UPLOAD_PATH_MAX 4096

@@ -15,7 +15,7 @@
 #include "common/timeutil.h"
 #include "daemon/auth.h"
 #include "daemon/db.h"
-#include "daemon/sqldb.h"
+#include "daemon/store/sqldb.h"
 
 static void test_key_format(void **state) {
         char key[AUTH_KEY_LEN + 1];

@@ -23,7 +23,7 @@
 #include "daemon/ledger.h"
 #include "daemon/api.h"
 #include "daemon/request.h"
-#include "daemon/sqldb.h"
+#include "daemon/store/sqldb.h"
 
 typedef struct Fixture {
         char dir[64];

@@ -20,7 +20,7 @@
 
 #include "common/timeutil.h"
 #include "daemon/db.h"
-#include "daemon/sqldb.h"
+#include "daemon/store/sqldb.h"
 #include "daemon/uploads.h"
 
 #define MIB (1024u * 1024u)

@@ -1,4 +1,4 @@
-#include "daemon/sqldb.h"
+#include "daemon/store/sqldb.h"
 
 #include <errno.h>
 
