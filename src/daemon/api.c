@@ -47,36 +47,26 @@ void api_agent_error(json_t *result, const char *path, ApiError *e) {
         api_error(e, 500, "internal", NULL, "%s", text);
 }
 
-/* The agent's archive child's exit codes (src/agent/archive.h). */
-enum {
-        EXIT_NOT_FOUND = 2,
-        EXIT_NOT_A_DIRECTORY = 3,
-        EXIT_MALFORMED = 4,
-        EXIT_REFUSED = 5,
-        EXIT_TOO_LARGE = 6,
-        EXIT_PERMISSION = 7,
-        EXIT_NO_SPACE = 8,
-};
 
 int api_archive_error(int code, const char *path, const char *why, ApiError *e) {
         switch (code) {
-        case EXIT_NOT_FOUND:
+        case ARCHIVE_EXIT_NOT_FOUND:
                 return api_error(e, 404, "not_found", NULL, "%.180s: no such directory", path);
-        case EXIT_NOT_A_DIRECTORY:
+        case ARCHIVE_EXIT_NOT_A_DIRECTORY:
                 return api_error(e, 400, "invalid_request", NULL, "%.180s: not a directory", path);
-        case EXIT_MALFORMED:
+        case ARCHIVE_EXIT_MALFORMED:
                 return api_error(e, 400, "invalid_request", "send a tar, gzip-compressed or not",
                                  "the archive is malformed: %.200s", why);
-        case EXIT_REFUSED:
+        case ARCHIVE_EXIT_REFUSED:
                 return api_error(e, 400, "invalid_request",
                                  "archives may hold files, directories and links that stay inside the target",
                                  "%.240s", why);
-        case EXIT_TOO_LARGE:
+        case ARCHIVE_EXIT_TOO_LARGE:
                 return api_error(e, 413, "payload_too_large", "split it, or copy fewer files at once", "%.240s", why);
-        case EXIT_PERMISSION:
+        case ARCHIVE_EXIT_PERMISSION:
                 return api_error(e, 403, "forbidden", "use a place the user may write, or run as root",
                                  "%.180s: permission denied", path);
-        case EXIT_NO_SPACE:
+        case ARCHIVE_EXIT_NO_SPACE:
                 /* As a full disk on every other file route: 413, the
                  * sandbox's diskMiB is the bound that was reached. */
                 return api_error(e, 413, "payload_too_large", "free space in the sandbox, or create it with more diskMiB",

@@ -97,3 +97,17 @@ void proto_put_u32(uint8_t out[4], uint32_t v);
 uint32_t proto_get_u32(const uint8_t in[4]);
 
 const char *proto_type_name(uint8_t type);
+
+/* The exit codes of the agent's archive child (REQ_ARCHIVE, REQ_UNARCHIVE),
+ * which the daemon maps onto the API's errors. */
+enum {
+        ARCHIVE_EXIT_OK = 0,
+        ARCHIVE_EXIT_FAILED = 1,
+        ARCHIVE_EXIT_NOT_FOUND = 2,
+        ARCHIVE_EXIT_NOT_A_DIRECTORY = 3,
+        ARCHIVE_EXIT_MALFORMED = 4,
+        ARCHIVE_EXIT_REFUSED = 5,
+        ARCHIVE_EXIT_TOO_LARGE = 6,
+        ARCHIVE_EXIT_PERMISSION = 7, /* EACCES: the user it runs as may not */
+        ARCHIVE_EXIT_NO_SPACE = 8,   /* ENOSPC, EDQUOT: the sandbox's disk is full */
+};
