@@ -1,0 +1,49 @@
+#pragma once
+/*
+ * The daemon's durable state behind one interface, as the drivers are
+ * behind theirs: a backend is a table of tables, one per kind of record.
+ * The manager's modules (keys, ledger, uploads, sandboxes, snapshots, the
+ * egress control) hold a backend's handle for their kind and call through
+ * its table; SQL, and any other way of reaching a database, lives only in
+ * this folder (the layout test checks it).
+ *
+ * What every backend keeps, so that a second one (a server database shared
+ * by many hosts) is a new file and not a change to the manager:
+ *  - Every record names its owner; what a client drives is scoped by it.
+ *  - A record that two writers may change carries a version, bumped by each
+ *    write; a conditional write of a version that is no longer current
+ *    returns -ESTALE and changes nothing.
+ *  - What a table calls atomic (an insert under a count limit, a reservation
+ *    against a budget, an idempotency claim) is atomic for every process
+ *    that shares the store, by the backend's own means (a transaction),
+ *    never by a lock of this process.
+ *  - Errors are negative errnos: -ENOENT (no such record), -EEXIST, -ESTALE,
+ *    -EDQUOT and -EUSERS (a limit), -ENOSPC, -EBUSY, -EPROTONOSUPPORT (a
+ *    newer daemon wrote it), -EIO.
+ *  - A backend's open makes or migrates what it needs (versioned, forward
+ *    only) and refuses a store written by a newer version.
+ */
+#include <stdbool.h>
+
+typedef struct StoreKeyOps StoreKeyOps;
+typedef struct StoreLedgerOps StoreLedgerOps;
+typedef struct StoreUploadOps StoreUploadOps;
+typedef struct StoreSandboxOps StoreSandboxOps;
+typedef struct StoreSnapshotOps StoreSnapshotOps;
+typedef struct StoreEgressOps StoreEgressOps;
+
+typedef struct StoreBackend {
+        const char *name;
+        const StoreKeyOps *keys;
+        const StoreLedgerOps *ledger;
+        const StoreUploadOps *uploads;
+        const StoreSandboxOps *sandboxes; /* with the idempotency records */
+        const StoreSnapshotOps *snapshots;
+        const StoreEgressOps *egress; /* egress secrets and the egress audit log */
+} StoreBackend;
+
+/* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */
+extern const StoreBackend store_sqlite;
+
+/* The backend for a location: today every location is a SQLite file's path. */
+const StoreBackend *store_backend_for(const char *location);
