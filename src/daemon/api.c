@@ -630,48 +630,37 @@ int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replay
 
 /* The API's sandbox object for a row. */
 json_t *api_sandbox_json(Manager *m, const SandboxRow *r) {
-        _cleanup_json_ json_t *spec = json_loads(r->spec, 0, NULL);
+        const SandboxSpec *spec = &r->spec;
         _cleanup_json_ json_t *labels = json_loads(r->labels, 0, NULL);
-        if (!spec || !labels)
+        if (!labels)
                 return NULL;
-        unsigned vcpu = (unsigned)json_integer_value(json_object_get(spec, "vcpu"));
-        unsigned mem = (unsigned)json_integer_value(json_object_get(spec, "memoryMiB"));
-        unsigned disk = (unsigned)json_integer_value(json_object_get(spec, "diskMiB"));
-        const char *driver = json_string_value(json_object_get(spec, "driver"));
-        const char *image = json_string_value(json_object_get(spec, "image"));
-        const char *on_end = json_string_value(json_object_get(spec, "onLeaseEnd"));
         uint64_t per_hour = sandbox_row_cost_per_hour(m, r);
-        int64_t run_seconds = sandbox_row_run_seconds(r, time_now_unix());
-        uint64_t cost = ledger_cost(per_hour, run_seconds);
-        json_t *max_cost = json_object_get(spec, "maxCostMicros");
-        json_t *max_total = json_object_get(spec, "maxTotalCostMicros");
-        json_t *network = json_object_get(spec, "network");
-        json_t *j = json_pack("{s:s,s:o,s:O,s:s,s:s,s:s,s:i,s:i,s:i,s:O,s:I,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:O,s:o}",
-                         "id", r->id, "name", r->name ? json_string(r->name) : json_null(), "labels", labels,
-                         "state", r->state, "driver", driver ? driver : "", "image", image ? image : "", "vcpu",
-                         (int)vcpu, "memoryMiB", (int)mem, "diskMiB", (int)disk, "network",
-                         network ? network : json_null(), "timeoutSeconds",
-                         (json_int_t)json_integer_value(json_object_get(spec, "timeoutSeconds")), "onLeaseEnd",
-                         on_end ? on_end : "stop", "createdAt", json_time_or_null(r->created_at), "startedAt",
-                         json_time_or_null(r->started_at), "stoppedAt", json_time_or_null(r->stopped_at), "leaseEndsAt",
-                         json_time_or_null(r->lease_ends_at), "costMicrosPerHour", (json_int_t)per_hour, "costMicros",
-                         (json_int_t)cost, "maxCostMicros", max_cost ? max_cost : json_null(), "failureReason",
-                         r->failure_reason ? json_string(r->failure_reason) : json_null());
+        int64_t now = time_now_unix();
+        int64_t run_seconds = sandbox_row_run_seconds(r, now);
+        uint64_t cost = ledger_cost(per_hour, run_seconds) + sandbox_row_paused_cost(m, r, now);
+        json_t *j = json_pack("{s:s,s:o,s:O,s:s,s:s,s:s,s:i,s:i,s:i,s:O,s:I,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:o,s:o}",
+                              "id", r->id, "name", r->name ? json_string(r->name) : json_null(), "labels", labels,
+                              "state", sandbox_state_name(r->state), "driver", spec->driver ? spec->driver : "",
+                              "image", spec->image ? spec->image : "", "vcpu", (int)spec->vcpu, "memoryMiB",
+                              (int)spec->memory_mib, "diskMiB", (int)spec->disk_mib, "network",
+                              spec->network ? spec->network : json_null(), "timeoutSeconds",
+                              (json_int_t)spec->timeout_seconds, "onLeaseEnd", lease_end_name(spec->on_lease_end),
+                              "createdAt", json_time_or_null(r->created_at), "startedAt",
+                              json_time_or_null(r->started_at), "stoppedAt", json_time_or_null(r->stopped_at),
+                              "leaseEndsAt", json_time_or_null(r->lease_ends_at), "costMicrosPerHour",
+                              (json_int_t)per_hour, "costMicros", (json_int_t)cost, "maxCostMicros",
+                              spec->max_cost_micros >= 0 ? json_integer(spec->max_cost_micros) : json_null(),
+                              "failureReason", r->failure_reason ? json_string(r->failure_reason) : json_null());
         /* The lifecycle's fields: a paused sandbox costs its disk only. */
-        json_t *idle = json_object_get(spec, "idlePauseSeconds");
-        json_t *paused_at = json_object_get(spec, "pausedAt");
-        uint64_t paused_cost = sandbox_row_paused_cost(m, r, time_now_unix());
-        if (j && (json_object_set_new(j, "costMicros", json_integer((json_int_t)(cost + paused_cost))) < 0 ||
-                  json_object_set_new(j, "pausedAt", json_time_or_null(json_integer_value(paused_at))) < 0 ||
-                  json_object_set_new(j, "idlePauseSeconds", json_integer(json_integer_value(idle))) < 0 ||
-                  json_object_set_new(j, "autoWake", json_boolean(!json_is_false(json_object_get(spec, "autoWake")))) < 0 ||
-                  json_object_set_new(j, "pausable", json_boolean(!json_is_false(json_object_get(spec, "pausable")))) < 0)) {
-                json_decref(j);
-                return NULL;
-        }
-        if (j && (json_object_set_new(j, "runSeconds", json_integer(run_seconds)) < 0 ||
-                  json_object_set(j, "maxTotalCostMicros", max_total ? max_total : json_null()) < 0 ||
-                  json_object_set(j, "secrets", json_object_get(spec, "secrets") ?: json_null()) < 0 ||
+        if (j && (json_object_set_new(j, "pausedAt", json_time_or_null(spec->paused_at)) < 0 ||
+                  json_object_set_new(j, "idlePauseSeconds", json_integer(spec->idle_pause_seconds)) < 0 ||
+                  json_object_set_new(j, "autoWake", json_boolean(spec->auto_wake)) < 0 ||
+                  json_object_set_new(j, "pausable", json_boolean(spec->pausable)) < 0 ||
+                  json_object_set_new(j, "runSeconds", json_integer(run_seconds)) < 0 ||
+                  json_object_set_new(j, "maxTotalCostMicros",
+                                      spec->max_total_cost_micros >= 0 ? json_integer(spec->max_total_cost_micros)
+                                                                       : json_null()) < 0 ||
+                  json_object_set(j, "secrets", spec->secrets ? spec->secrets : json_null()) < 0 ||
                   json_object_set_new(j, "user", json_string(r->run_as_root ? REQ_USER_ROOT : REQ_USER_SANDBOX)) < 0)) {
                 json_decref(j);
                 return NULL;

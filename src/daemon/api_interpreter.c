@@ -234,12 +234,10 @@ static void memory_cap(Req *r, char *buf, size_t len) {
         SandboxError se;
         if (sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se) < 0)
                 return;
-        json_error_t jerr;
-        _cleanup_json_ json_t *spec = row.spec ? json_loads(row.spec, 0, &jerr) : NULL;
-        const char *driver = json_string_value(json_object_get(spec, "driver"));
-        json_int_t mib = json_integer_value(json_object_get(spec, "memoryMiB"));
+        const char *driver = row.spec.driver;
+        unsigned mib = row.spec.memory_mib;
         if (driver && strcmp(driver, "gvisor") == 0 && mib > 0)
-                snprintf(buf, len, "%lld", (long long)(mib * 3 / 4));
+                snprintf(buf, len, "%u", mib * 3 / 4);
         sandbox_row_done(&row);
 }
 

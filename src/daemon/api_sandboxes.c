@@ -101,10 +101,10 @@ static int list_one(void *userdata, SandboxRow *row) {
         if (c->q->n_states > 0) {
                 bool hit = false;
                 for (size_t i = 0; i < c->q->n_states && !hit; i++)
-                        hit = strcmp(c->q->states[i], row->state) == 0;
+                        hit = strcmp(c->q->states[i], sandbox_state_name(row->state)) == 0;
                 if (!hit)
                         return 0;
-        } else if (!c->include_stopped && (strcmp(row->state, "stopped") == 0 || strcmp(row->state, "failed") == 0))
+        } else if (!c->include_stopped && (row->state == SANDBOX_STOPPED || row->state == SANDBOX_FAILED))
                 return 0;
         if (c->name && (!row->name || strcmp(c->name, row->name) != 0))
                 return 0;
@@ -262,7 +262,7 @@ enum MHD_Result handle_sandbox_list(Req *r) {
 typedef struct NamedCtx {
         const char *name;
         char id[32];
-        char state[16];
+        SandboxState state;
         int64_t created_at;
 } NamedCtx;
 
@@ -274,7 +274,7 @@ static int find_named(void *userdata, SandboxRow *row) {
         if (c->id[0] && row->created_at > c->created_at)
                 return 0;
         snprintf(c->id, sizeof(c->id), "%s", row->id);
-        snprintf(c->state, sizeof(c->state), "%s", row->state);
+        c->state = row->state;
         c->created_at = row->created_at;
         return 0;
 }
@@ -370,7 +370,7 @@ enum MHD_Result handle_sandbox_create(Req *r) {
                 rc = sandbox_list(r->app->manager, &r->key, find_named, &c, &se);
                 if (rc == 0 && c.id[0]) {
                         create_request_done(&cr);
-                        if (strcmp(c.state, "failed") == 0) {
+                        if (c.state == SANDBOX_FAILED) {
                                 pthread_mutex_unlock(&get_or_create_lock);
                                 api_error(&e, 409, "conflict", "delete it, or create one under another name",
                                           "sandbox %s of that name has failed", c.id);
@@ -382,9 +382,9 @@ enum MHD_Result handle_sandbox_create(Req *r) {
                          * do not restart it twice. */
                         SandboxRow woken;
                         int wrc = 1;
-                        if (strcmp(c.state, "paused") == 0)
+                        if (c.state == SANDBOX_PAUSED)
                                 wrc = sandbox_wake(r->app->manager, &r->key, c.id, 0, r->rid, &woken, &se);
-                        else if (strcmp(c.state, "stopped") == 0)
+                        else if (c.state == SANDBOX_STOPPED)
                                 wrc = sandbox_restart(r->app->manager, &r->key, c.id, r->rid, &woken, &se);
                         pthread_mutex_unlock(&get_or_create_lock);
                         if (wrc < 0) {
@@ -425,7 +425,7 @@ enum MHD_Result handle_sandbox_get(Req *r) {
         if (wait_for) {
                 /* The published client waits for a state server-side. */
                 ApiError e = { 0 };
-                const char *state;
+                SandboxState state;
                 int64_t timeout_ms;
                 if (request_parse_wait_for(wait_for, req_query(r, "timeoutSeconds"), &state, &timeout_ms, &e) < 0)
                         return reply_error(r, &e);
@@ -524,12 +524,11 @@ enum MHD_Result handle_sandbox_network_get(Req *r) {
                 api_sandbox_error(&se, &e);
                 return reply_error(r, &e);
         }
-        _cleanup_json_ json_t *spec = json_loads(row.spec, 0, NULL);
+        json_t *net = json_incref(row.spec.network);
         sandbox_row_done(&row);
-        json_t *net = spec ? json_object_get(spec, "network") : NULL;
         if (!net)
                 return reply_internal(r);
-        return reply_json(r, 200, json_incref(net));
+        return reply_json(r, 200, net);
 }
 
 enum MHD_Result handle_sandbox_update(Req *r) {

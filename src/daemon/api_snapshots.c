@@ -313,131 +313,30 @@ int fork_parse_body(json_t *body, int64_t *ret_count, const char **ret_name, con
 }
 
 enum MHD_Result handle_sandbox_fork(Req *r) {
-        const DaemonConfig *cfg = r->app->cfg;
         ApiError e = { 0 };
-        const char *name, *mode;
-        _cleanup_json_ json_t *labels = NULL;
-        int64_t count;
-        if (fork_parse_body(r->json, &count, &name, &mode, &labels, &e) < 0)
+        ForkRequest fr = { 0 };
+        _cleanup_json_ json_t *labels = NULL, *secrets = NULL;
+        if (fork_parse_body(r->json, &fr.count, &fr.name, &fr.mode, &labels, &e) < 0)
                 return reply_error(r, &e);
-        json_t *keep = json_object_get(r->json, "keepSnapshot");
-        json_t *secrets = json_object_get(r->json, "secrets");
-        /* The source's spec: what every copy is made of, and what it costs. */
+        json_t *s = json_object_get(r->json, "secrets");
+        if (json_is_array(s) && request_parse_secret_scope(s, "secrets", &secrets, &e) < 0)
+                return reply_error(r, &e);
+        fr.labels = labels;
+        fr.secrets = secrets;
+        fr.keep_snapshot = json_is_true(json_object_get(r->json, "keepSnapshot"));
         SandboxError se;
-        SandboxRow src;
-        if (sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &src, &se) < 0) {
+        ForkResult out;
+        if (sandbox_fork(r->app->manager, &r->key, r->route.sandbox_id, &fr, r->rid, &out, &se) < 0) {
                 api_sandbox_error(&se, &e);
                 return reply_error(r, &e);
         }
-        _cleanup_json_ json_t *spec = json_loads(src.spec, 0, NULL);
-        _cleanup_json_ json_t *src_labels = json_loads(src.labels, 0, NULL);
-        bool src_root = src.run_as_root; /* the copies run as their source does */
-        sandbox_row_done(&src);
-        if (!spec)
-                return reply_internal(r);
-        /* All or none against the daily limit: every copy's first lease
-         * together, before any is made (each create reserves its own as
-         * well, so a race can only refuse more, never overshoot). */
-        int64_t lease = json_integer_value(json_object_get(spec, "timeoutSeconds"));
-        if (lease <= 0)
-                lease = 300;
-        uint64_t per_hour = config_cost_per_hour(cfg, (unsigned)json_integer_value(json_object_get(spec, "vcpu")),
-                                                 (unsigned)json_integer_value(json_object_get(spec, "memoryMiB")));
-        uint64_t each = ledger_cost_ceil(per_hour, lease);
-        if (r->app->ledger && r->key.daily_limit_micros >= 0) {
-                LedgerKeyUse use;
-                if (ledger_key_use(r->app->ledger, r->key.id, time_now_unix(), &use) < 0)
-                        return reply_internal(r);
-                if (use.used_micros + (int64_t)(each * (uint64_t)count) > r->key.daily_limit_micros) {
-                        api_error(&e, 402, "spending_limit_reached", "fork fewer copies, or raise the key's daily limit",
-                                  "%lld copies would cost up to %llu micro-dollars for their first lease; the key has "
-                                  "%lld of its daily limit left; no copy was made",
-                                  (long long)count, (unsigned long long)(each * (uint64_t)count),
-                                  (long long)(r->key.daily_limit_micros - use.used_micros));
-                        return reply_error(r, &e);
-                }
-        }
-        SnapshotRequest sr = { .mode = mode, .retention_days = 1, .transient = !json_is_true(keep) };
-        SnapshotRow snap;
-        if (sandbox_snapshot(r->app->manager, &r->key, r->route.sandbox_id, &sr, r->rid, &snap, &se) < 0) {
-                api_sandbox_error(&se, &e);
-                return reply_error(r, &e);
-        }
-        _cleanup_free_ char *dir = snapshot_store_dir(r->app->snapshots, snap.id);
         json_t *made = json_array();
-        ReqLimits lim = { cfg->max_vcpu, cfg->max_memory_mib, cfg->max_disk_mib };
-        int rc = dir && made ? 0 : -ENOMEM;
-        for (json_int_t i = 0; i < count && rc == 0; i++) {
-                _cleanup_json_ json_t *body = json_object();
-                static const char *const copied[] = { "driver", "image", "vcpu", "memoryMiB", "diskMiB",
-                                                      "timeoutSeconds", "env", "network", "idlePauseSeconds",
-                                                      "autoWake", NULL };
-                for (size_t k = 0; body && copied[k]; k++) {
-                        json_t *v = json_object_get(spec, copied[k]);
-                        if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 0 &&
-                                                       strcmp(copied[k], "idlePauseSeconds") == 0))
-                                json_object_set(body, copied[k], v);
-                }
-                json_t *ole = json_object_get(spec, "onLeaseEnd");
-                if (json_is_string(ole))
-                        json_object_set(body, "onLeaseEnd", ole);
-                if (secrets && json_is_array(secrets))
-                        json_object_set(body, "secrets", secrets);
-                if (src_root)
-                        json_object_set_new(body, "user", json_string(REQ_USER_ROOT));
-                json_object_set(body, "labels", labels ? labels : src_labels ? src_labels : json_object());
-                if (name) {
-                        char nb[160];
-                        if (count > 1)
-                                snprintf(nb, sizeof nb, "%s-%lld", name, (long long)i + 1);
-                        else
-                                snprintf(nb, sizeof nb, "%s", name);
-                        json_object_set_new(body, "name", json_string(nb));
-                }
-                CreateRequest cr;
-                ApiError pe = { 0 };
-                if (!body || request_parse_create(body, &lim, &cr, &pe) < 0) {
-                        log_error(r->rid, "fork of %s: the source's spec does not make a create: %s",
-                                  r->route.sandbox_id, pe.message);
-                        rc = -EINVAL;
-                        api_error(&e, 500, "internal", NULL, "could not make the copy's request");
-                        break;
-                }
-                cr.restore_dir = dir;
-                SandboxRow row;
-                if (sandbox_create(r->app->manager, &r->key, &cr, r->rid, &row, &se) < 0) {
-                        create_request_done(&cr);
-                        api_sandbox_error(&se, &e);
-                        rc = -EIO;
-                        break;
-                }
-                create_request_done(&cr);
-                json_t *j = api_sandbox_json(r->app->manager, &row);
-                sandbox_row_done(&row);
-                if (!j || json_array_append_new(made, j) < 0)
-                        rc = -ENOMEM;
-        }
-        if (rc < 0) {
-                /* None or all: the copies made so far go. */
-                for (size_t i = 0; made && i < json_array_size(made); i++) {
-                        const char *id = json_string_value(json_object_get(json_array_get(made, i), "id"));
-                        SandboxError de;
-                        if (id && sandbox_delete(r->app->manager, &r->key, id, r->rid, &de) < 0)
-                                log_error(r->rid, "fork of %s: deleting copy %s: %s", r->route.sandbox_id, id,
-                                          de.message);
-                }
-        }
-        bool keep_snapshot = json_is_true(keep) && rc == 0;
-        if (!keep_snapshot)
-                (void)snapshot_store_delete(r->app->snapshots, r->key.owner, snap.id);
-        if (rc < 0) {
-                json_decref(made);
-                snapshot_row_done(&snap);
-                if (!e.status)
-                        return reply_internal(r);
-                return reply_error(r, &e);
-        }
-        json_t *j = json_pack("{s:o,s:s?}", "sandboxes", made, "snapshotId", keep_snapshot ? snap.id : NULL);
-        snapshot_row_done(&snap);
+        for (size_t i = 0; made && i < out.n; i++)
+                if (json_array_append_new(made, api_sandbox_json(r->app->manager, &out.copies[i])) < 0)
+                        json_decref(TAKE_PTR(made));
+        json_t *j = made ? json_pack("{s:o,s:s?}", "sandboxes", made, "snapshotId",
+                                     out.snapshot_id[0] ? out.snapshot_id : NULL)
+                         : NULL;
+        fork_result_done(&out);
         return j ? reply_json(r, 201, j) : reply_internal(r);
 }

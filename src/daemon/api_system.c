@@ -48,14 +48,9 @@ enum MHD_Result handle_info(Req *r) {
 /* One of the owner's sandboxes counted under its state. */
 static int count_state(void *userdata, SandboxRow *row) {
         MetricsStates *m = userdata;
-        for (size_t i = 0; i < m->n; i++)
-                if (strcmp(m->state[i], row->state) == 0) {
-                        m->count[i]++;
-                        return 0;
-                }
-        if (m->n < METRICS_MAX_STATES) {
-                snprintf(m->state[m->n], sizeof m->state[m->n], "%s", row->state);
-                m->count[m->n++] = 1;
+        if ((size_t)row->state < _SANDBOX_STATE_MAX) {
+                m->count[row->state]++;
+                m->seen[row->state] = true;
         }
         return 0;
 }
@@ -68,7 +63,7 @@ enum MHD_Result handle_metrics(Req *r) {
         if (keys_is_admin(&r->key))
                 text = metrics_render(r->app->db);
         else {
-                MetricsStates m = { .n = 0 };
+                MetricsStates m = { 0 };
                 SandboxError se;
                 if (sandbox_list(r->app->manager, &r->key, count_state, &m, &se) == 0)
                         text = metrics_render_owner(&m);

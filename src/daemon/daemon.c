@@ -379,8 +379,23 @@ static int keep_capabilities(const Daemon *d) {
  * made on the first start. */
 static int open_store(Daemon *d) {
         int r;
-        if ((r = db_open(d->db_path, &d->db)) < 0) {
-                log_error(NULL, "cannot open the database %s: %s", d->db_path, strerror(-r));
+        if ((r = db_open(store_backend_for(d->db_path), d->db_path, &d->db)) < 0) {
+                if (r == -EPROTONOSUPPORT)
+                        log_error(NULL, "cannot open the database %s: a newer runtimed wrote it; run that version",
+                                  d->db_path);
+                else
+                        log_error(NULL, "cannot open the database %s: %s", d->db_path, strerror(-r));
+                return 1;
+        }
+        /* A row this daemon cannot read (a spec of a newer version, a
+         * corrupt row) is refused here, by id, rather than found later. */
+        if ((r = db_sandbox_check(d->db)) != 0) {
+                if (r > 0)
+                        log_error(NULL, "refusing to start: %d sandbox row%s in %s cannot be read (named above); "
+                                  "run the runtimed that wrote them, or restore the database from a backup",
+                                  r, r == 1 ? "" : "s", d->db_path);
+                else
+                        log_error(NULL, "cannot read the sandboxes in %s: %s", d->db_path, strerror(-r));
                 return 1;
         }
         if ((r = ensure_admin_key(d->db, d->state_dir)) < 0) {

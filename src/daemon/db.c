@@ -1,133 +1,26 @@
 #include "daemon/db.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/macro.h"
-#include "common/timeutil.h"
-#include "daemon/auth.h"
-#include "daemon/store/sqldb.h"
+#include "common/log.h"
 
 struct Db {
-        sqlite3 *sql;
-        pthread_mutex_t lock;
+        const StoreSandboxOps *ops;
+        StoreSandboxes *h;
 };
 
-/* Migrations, in order; the schema_version table says how many ran. Never
- * edit one that shipped: append. */
-static const char *const migrations[] = {
-        "CREATE TABLE keys ("
-        "  id TEXT PRIMARY KEY,"
-        "  name TEXT NOT NULL,"
-        "  owner TEXT NOT NULL,"
-        "  access TEXT NOT NULL CHECK (access IN ('full', 'read')),"
-        "  hash TEXT NOT NULL UNIQUE,"
-        "  daily_limit_micros INTEGER,"
-        "  trial INTEGER NOT NULL DEFAULT 0,"
-        "  created_at INTEGER NOT NULL,"
-        "  revoked_at INTEGER);"
-        "CREATE TABLE sandboxes ("
-        "  id TEXT PRIMARY KEY,"
-        "  owner TEXT NOT NULL,"
-        "  key_id TEXT NOT NULL REFERENCES keys(id),"
-        "  name TEXT,"
-        "  labels TEXT NOT NULL,"
-        "  spec TEXT NOT NULL,"
-        "  state TEXT NOT NULL,"
-        "  failure_reason TEXT,"
-        "  created_at INTEGER NOT NULL,"
-        "  started_at INTEGER,"
-        "  stopped_at INTEGER,"
-        "  lease_ends_at INTEGER,"
-        "  run_seconds INTEGER NOT NULL DEFAULT 0,"
-        "  deleted_at INTEGER);"
-        "CREATE INDEX sandboxes_owner ON sandboxes (owner, created_at);"
-        "CREATE INDEX sandboxes_live ON sandboxes (deleted_at, state);",
-        /* Who a request that names no user runs as. Sandboxes made before
-         * it ran such requests as the sandbox user, which the default keeps. */
-        "ALTER TABLE sandboxes ADD COLUMN run_as TEXT NOT NULL DEFAULT 'sandbox'"
-        "  CHECK (run_as IN ('sandbox', 'root'));",
-        /* Uploads in parts (uploads.c), kept across a restart: parts is a
-         * file's part count or an archive's bound; a row of upload_parts
-         * for each part whose bytes are on the disk. */
-        "CREATE TABLE uploads ("
-        "  id TEXT PRIMARY KEY,"
-        "  sandbox_id TEXT NOT NULL,"
-        "  owner TEXT NOT NULL,"
-        "  kind TEXT NOT NULL CHECK (kind IN ('file', 'archive')),"
-        "  path TEXT NOT NULL,"
-        "  user TEXT NOT NULL CHECK (user IN ('default', 'sandbox', 'root')),"
-        "  mode INTEGER NOT NULL,"
-        "  size INTEGER,"
-        "  sha256 BLOB,"
-        "  chunk_bytes INTEGER NOT NULL,"
-        "  parts INTEGER NOT NULL,"
-        "  created_at INTEGER NOT NULL,"
-        "  touched_at INTEGER NOT NULL);"
-        "CREATE INDEX uploads_sandbox ON uploads (sandbox_id);"
-        "CREATE TABLE upload_parts ("
-        "  upload_id TEXT NOT NULL REFERENCES uploads(id) ON DELETE CASCADE,"
-        "  part INTEGER NOT NULL,"
-        "  bytes INTEGER NOT NULL,"
-        "  PRIMARY KEY (upload_id, part));",
-};
-
-static int migrate(sqlite3 *sql) {
-        int r = sqldb_exec(sql, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);");
-        if (r < 0)
-                return r;
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(sql, "SELECT max(version) FROM schema_version", -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        int64_t version = 0;
-        if (sqlite3_step(st) == SQLITE_ROW)
-                version = sqlite3_column_int64(st, 0);
-        if (version > (int64_t)ELEMENTSOF(migrations))
-                return -EPROTONOSUPPORT; /* a newer daemon wrote this database */
-        for (size_t i = (size_t)version; i < ELEMENTSOF(migrations); i++) {
-                if ((r = sqldb_exec(sql, "BEGIN IMMEDIATE")) < 0)
-                        return r;
-                char bump[96];
-                snprintf(bump, sizeof(bump), "INSERT INTO schema_version (version) VALUES (%zu);", i + 1);
-                if ((r = sqldb_exec(sql, migrations[i])) < 0 || (r = sqldb_exec(sql, bump)) < 0) {
-                        sqldb_exec(sql, "ROLLBACK");
-                        return r;
-                }
-                if ((r = sqldb_exec(sql, "COMMIT")) < 0)
-                        return r;
-        }
-        return 0;
-}
-
-int db_open(const char *path, Db **ret) {
-        sqlite3 *sql = NULL;
-        int r = sqldb_open(path, &sql);
-        if (r < 0)
-                return r;
-        if ((r = migrate(sql)) < 0) {
-                sqlite3_close(sql);
-                return r;
-        }
+int db_open(const StoreBackend *b, const char *location, Db **ret) {
+        if (!b || !b->sandboxes)
+                return -EOPNOTSUPP;
         Db *db = calloc(1, sizeof(*db));
-        if (!db) {
-                sqlite3_close(sql);
+        if (!db)
                 return -ENOMEM;
-        }
-        db->sql = sql;
-        pthread_mutex_init(&db->lock, NULL);
-        /* Kept outside the numbered migrations: a table of short-lived
-         * records that any version may make. A claim still pending belongs
-         * to a request of a daemon that is gone. */
-        if ((r = sqldb_exec(sql, "CREATE TABLE IF NOT EXISTS idempotency ("
-                                 "  owner TEXT NOT NULL, key TEXT NOT NULL, hash TEXT NOT NULL,"
-                                 "  status INTEGER NOT NULL, body TEXT, created_at INTEGER NOT NULL,"
-                                 "  PRIMARY KEY (owner, key));"
-                                 "CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (created_at);"
-                                 "DELETE FROM idempotency WHERE status = 0;")) < 0) {
-                db_close(db);
+        db->ops = b->sandboxes;
+        int r = db->ops->open(location, &db->h);
+        if (r < 0) {
+                free(db);
                 return r;
         }
         *ret = db;
@@ -137,401 +30,64 @@ int db_open(const char *path, Db **ret) {
 void db_close(Db *db) {
         if (!db)
                 return;
-        sqlite3_close(db->sql);
-        pthread_mutex_destroy(&db->lock);
+        db->ops->close(db->h);
         free(db);
 }
 
 int db_key_count(Db *db, int64_t *ret) {
-        LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql, "SELECT count(*) FROM keys", -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        if (sqlite3_step(st) != SQLITE_ROW)
-                return -EIO;
-        *ret = sqlite3_column_int64(st, 0);
-        return 0;
+        return db->ops->key_count(db->h, ret);
 }
 
 int db_key_insert(Db *db, const char *id, const char *name, const char *owner, bool full, const char *hash_hex,
                   bool trial) {
-        LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql,
-                               "INSERT INTO keys (id, name, owner, access, hash, trial, created_at) "
-                               "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                               -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, full ? "full" : "read", -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 5, hash_hex, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 6, trial);
-        sqlite3_bind_int64(st, 7, time_now_unix());
-        return sqldb_errno(sqlite3_step(st));
-}
-
-static void copy_text(char *dst, size_t n, sqlite3_stmt *st, int col) {
-        const unsigned char *t = sqlite3_column_text(st, col);
-        snprintf(dst, n, "%s", t ? (const char *)t : "");
+        return db->ops->key_insert(db->h, id, name, owner, full, hash_hex, trial);
 }
 
 int db_key_by_hash(Db *db, const char *hash_hex, KeyInfo *ret) {
-        LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql,
-                               "SELECT id, name, owner, access, daily_limit_micros, trial, hash FROM keys "
-                               "WHERE hash = ? AND revoked_at IS NULL",
-                               -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(st, 1, hash_hex, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-                return -ENOENT;
-        if (rc != SQLITE_ROW)
-                return sqldb_errno(rc) ? sqldb_errno(rc) : -EIO;
-        /* The index found it; compare again in constant time so that nothing
-         * about the stored hash leaks through timing. */
-        const char *stored = (const char *)sqlite3_column_text(st, 6);
-        if (!stored || !auth_hash_equal(stored, hash_hex))
-                return -ENOENT;
-        KeyInfo k = { 0 };
-        copy_text(k.id, sizeof(k.id), st, 0);
-        copy_text(k.name, sizeof(k.name), st, 1);
-        copy_text(k.owner, sizeof(k.owner), st, 2);
-        const unsigned char *access = sqlite3_column_text(st, 3);
-        k.full = access && strcmp((const char *)access, "full") == 0;
-        k.daily_limit_micros = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 4);
-        k.trial = sqlite3_column_int(st, 5) != 0;
-        *ret = k;
-        return 0;
+        return db->ops->key_by_hash(db->h, hash_hex, ret);
 }
 
-void sandbox_row_done(SandboxRow *r) {
-        free(r->owner);
-        free(r->key_id);
-        free(r->name);
-        free(r->labels);
-        free(r->spec);
-        free(r->failure_reason);
-        *r = (SandboxRow){ 0 };
+int db_sandbox_insert(Db *db, SandboxRow *r, unsigned max_total, unsigned max_owner) {
+        return db->ops->insert(db->h, r, max_total, max_owner);
 }
 
-static void bind_opt_int(sqlite3_stmt *st, int i, int64_t v) {
-        if (v)
-                sqlite3_bind_int64(st, i, v);
-        else
-                sqlite3_bind_null(st, i);
-}
-
-static void bind_opt_text(sqlite3_stmt *st, int i, const char *v) {
-        if (v)
-                sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
-        else
-                sqlite3_bind_null(st, i);
-}
-
-static int count_where(sqlite3 *sql, const char *owner, int64_t *ret) {
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        const char *q = owner ? "SELECT count(*) FROM sandboxes WHERE deleted_at IS NULL AND owner = ?"
-                              : "SELECT count(*) FROM sandboxes WHERE deleted_at IS NULL";
-        if (sqlite3_prepare_v2(sql, q, -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        if (owner)
-                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-        if (sqlite3_step(st) != SQLITE_ROW)
-                return -EIO;
-        *ret = sqlite3_column_int64(st, 0);
-        return 0;
-}
-
-int db_sandbox_insert(Db *db, const SandboxRow *r, unsigned max_total, unsigned max_owner) {
-        LOCKED(db);
-        int rc = sqldb_exec(db->sql, "BEGIN IMMEDIATE");
-        if (rc < 0)
-                return rc;
-        int64_t total, mine;
-        if ((rc = count_where(db->sql, NULL, &total)) < 0 || (rc = count_where(db->sql, r->owner, &mine)) < 0)
-                goto rollback;
-        if (total >= max_total) {
-                rc = -EUSERS;
-                goto rollback;
-        }
-        if (mine >= max_owner) {
-                rc = -EDQUOT;
-                goto rollback;
-        }
-        {
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                if (sqlite3_prepare_v2(db->sql,
-                                       "INSERT INTO sandboxes (id, owner, key_id, name, labels, spec, state, "
-                                       "created_at, lease_ends_at, run_as) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                       -1, &st, NULL) != SQLITE_OK) {
-                        rc = -EIO;
-                        goto rollback;
-                }
-                sqlite3_bind_text(st, 1, r->id, -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 2, r->owner, -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 3, r->key_id, -1, SQLITE_STATIC);
-                bind_opt_text(st, 4, r->name);
-                sqlite3_bind_text(st, 5, r->labels, -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 6, r->spec, -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 7, r->state, -1, SQLITE_STATIC);
-                sqlite3_bind_int64(st, 8, r->created_at);
-                bind_opt_int(st, 9, r->lease_ends_at);
-                sqlite3_bind_text(st, 10, r->run_as_root ? "root" : "sandbox", -1, SQLITE_STATIC);
-                if ((rc = sqldb_errno(sqlite3_step(st))) < 0)
-                        goto rollback;
-        }
-        return sqldb_exec(db->sql, "COMMIT");
-rollback:
-        sqldb_exec(db->sql, "ROLLBACK");
+int db_sandbox_update(Db *db, SandboxRow *r) {
+        int rc = db->ops->update(db->h, r);
+        if (rc == -ESTALE)
+                log_error(NULL, "sandbox %s: another writer changed it first; this change is not kept", r->id);
         return rc;
 }
 
-int db_sandbox_update(Db *db, const SandboxRow *r) {
-        LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql,
-                               "UPDATE sandboxes SET spec = ?, state = ?, failure_reason = ?, started_at = ?, "
-                               "stopped_at = ?, lease_ends_at = ?, run_seconds = ?, deleted_at = ?, run_as = ? "
-                               "WHERE id = ?",
-                               -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(st, 1, r->spec, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, r->state, -1, SQLITE_STATIC);
-        bind_opt_text(st, 3, r->failure_reason);
-        bind_opt_int(st, 4, r->started_at);
-        bind_opt_int(st, 5, r->stopped_at);
-        bind_opt_int(st, 6, r->lease_ends_at);
-        sqlite3_bind_int64(st, 7, r->run_seconds);
-        bind_opt_int(st, 8, r->deleted_at);
-        sqlite3_bind_text(st, 9, r->run_as_root ? "root" : "sandbox", -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 10, r->id, -1, SQLITE_STATIC);
-        int rc = sqldb_errno(sqlite3_step(st));
-        if (rc < 0)
-                return rc;
-        return sqlite3_changes(db->sql) == 1 ? 0 : -ENOENT;
-}
-
 int db_sandbox_set_meta(Db *db, const char *id, const char *name, const char *labels) {
-        LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql, "UPDATE sandboxes SET name = ?, labels = ? WHERE id = ? AND deleted_at IS NULL",
-                               -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        bind_opt_text(st, 1, name);
-        sqlite3_bind_text(st, 2, labels, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
-        int rc = sqldb_errno(sqlite3_step(st));
-        if (rc < 0)
-                return rc;
-        return sqlite3_changes(db->sql) == 1 ? 0 : -ENOENT;
-}
-
-#define ROW_COLUMNS                                                                                         \
-        "id, owner, key_id, name, labels, spec, state, failure_reason, created_at, started_at, stopped_at, " \
-        "lease_ends_at, run_seconds, deleted_at, run_as"
-
-static char *dup_col(sqlite3_stmt *st, int col) {
-        const unsigned char *t = sqlite3_column_text(st, col);
-        return t ? strdup((const char *)t) : NULL;
-}
-
-static int read_row(sqlite3_stmt *st, SandboxRow *r) {
-        *r = (SandboxRow){ 0 };
-        copy_text(r->id, sizeof(r->id), st, 0);
-        r->owner = dup_col(st, 1);
-        r->key_id = dup_col(st, 2);
-        r->name = dup_col(st, 3);
-        r->labels = dup_col(st, 4);
-        r->spec = dup_col(st, 5);
-        copy_text(r->state, sizeof(r->state), st, 6);
-        r->failure_reason = dup_col(st, 7);
-        r->created_at = sqlite3_column_int64(st, 8);
-        r->started_at = sqlite3_column_int64(st, 9);
-        r->stopped_at = sqlite3_column_int64(st, 10);
-        r->lease_ends_at = sqlite3_column_int64(st, 11);
-        r->run_seconds = sqlite3_column_int64(st, 12);
-        r->deleted_at = sqlite3_column_int64(st, 13);
-        const unsigned char *run_as = sqlite3_column_text(st, 14);
-        r->run_as_root = run_as && strcmp((const char *)run_as, "root") == 0;
-        if (!r->owner || !r->key_id || !r->labels || !r->spec) {
-                sandbox_row_done(r);
-                return -ENOMEM;
-        }
-        return 0;
+        return db->ops->set_meta(db->h, id, name, labels);
 }
 
 int db_sandbox_get(Db *db, const char *id, SandboxRow *ret) {
-        LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql, "SELECT " ROW_COLUMNS " FROM sandboxes WHERE id = ? AND deleted_at IS NULL",
-                               -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-                return -ENOENT;
-        if (rc != SQLITE_ROW)
-                return -EIO;
-        return read_row(st, ret);
+        return db->ops->get(db->h, id, ret);
 }
 
-int db_sandbox_query(Db *db, DbSandboxQuery q, const char *owner, int64_t now, DbSandboxFn fn, void *userdata) {
-        const char *sql;
-        switch (q) {
-        case DB_SANDBOXES_OF_OWNER:
-                sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL AND owner = ?1 "
-                      "ORDER BY created_at DESC, rowid DESC";
-                break;
-        case DB_SANDBOXES_ACTIVE:
-                sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL "
-                      "AND state IN ('starting', 'running', 'pausing', 'paused', 'resuming', 'stopping')";
-                break;
-        case DB_SANDBOXES_LEASE_DUE:
-                /* A running sandbox whose lease is over, or one of any state
-                 * that is to be deleted at lease end. */
-                sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL "
-                      "AND lease_ends_at IS NOT NULL AND lease_ends_at <= ?2 "
-                      "AND (state = 'running' OR (state != 'starting' AND "
-                      "json_extract(spec, '$.onLeaseEnd') = 'delete'))";
-                break;
-        default:
-                return -EINVAL;
-        }
-        /* Collect first, call later: fn may write to the database. */
-        SandboxRow *rows = NULL;
-        size_t n = 0;
-        int rc = 0;
-        {
-                LOCKED(db);
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                if (sqlite3_prepare_v2(db->sql, sql, -1, &st, NULL) != SQLITE_OK)
-                        return -EIO;
-                if (owner)
-                        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-                sqlite3_bind_int64(st, 2, now);
-                while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                        SandboxRow *nr = realloc(rows, (n + 1) * sizeof(*rows));
-                        if (!nr) {
-                                rc = -ENOMEM;
-                                break;
-                        }
-                        rows = nr;
-                        if (read_row(st, &rows[n]) < 0) {
-                                rc = -ENOMEM;
-                                break;
-                        }
-                        n++;
-                }
-                rc = rc == SQLITE_DONE ? 0 : (rc < 0 ? rc : -EIO);
-        }
-        for (size_t i = 0; i < n; i++) {
-                if (rc == 0)
-                        rc = fn(userdata, &rows[i]);
-                sandbox_row_done(&rows[i]);
-        }
-        free(rows);
-        return rc < 0 ? rc : 0;
+int db_sandbox_query(Db *db, StoreSandboxQuery q, const char *owner, int64_t now, StoreSandboxFn fn,
+                     void *userdata) {
+        return db->ops->query(db->h, q, owner, now, fn, userdata);
 }
 
-int db_sandbox_state_counts(Db *db, DbStateCountFn fn, void *userdata) {
-        LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql,
-                               "SELECT state, count(*) FROM sandboxes WHERE deleted_at IS NULL GROUP BY state", -1,
-                               &st, NULL) != SQLITE_OK)
-                return -EIO;
-        while (sqlite3_step(st) == SQLITE_ROW)
-                fn(userdata, (const char *)sqlite3_column_text(st, 0), sqlite3_column_int64(st, 1));
-        return 0;
+int db_sandbox_state_counts(Db *db, StoreStateCountFn fn, void *userdata) {
+        return db->ops->state_counts(db->h, fn, userdata);
 }
 
-/* ---- Idempotency-Key records ---- */
+static void log_bad_row(void *userdata, const char *id, int error, const char *why) {
+        log_error(NULL, "sandbox %s: its stored row cannot be read: %s (%s)", id, why, strerror(-error));
+}
 
-static int idem_trim(Db *db, const char *owner, int64_t now) {
-        _cleanup_stmt_ sqlite3_stmt *age = NULL, *count = NULL;
-        if (sqlite3_prepare_v2(db->sql, "DELETE FROM idempotency WHERE created_at < ?1", -1, &age, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_int64(age, 1, now - DB_IDEM_MAX_AGE_SECONDS);
-        if (sqlite3_step(age) != SQLITE_DONE)
-                return -EIO;
-        /* Per owner, so one owner's flood of keys never pushes out another's. */
-        if (sqlite3_prepare_v2(db->sql,
-                               "DELETE FROM idempotency WHERE owner = ?1 AND rowid IN (SELECT rowid FROM idempotency "
-                               "WHERE owner = ?1 ORDER BY created_at DESC, rowid DESC LIMIT -1 OFFSET ?2)",
-                               -1, &count, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(count, 1, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_int(count, 2, DB_IDEM_MAX_PER_OWNER - 1); /* and the one about to be added */
-        return sqlite3_step(count) == SQLITE_DONE ? 0 : -EIO;
+int db_sandbox_check(Db *db) {
+        return db->ops->check(db->h, log_bad_row, NULL);
 }
 
 int db_idem_claim(Db *db, const char *owner, const char *key, const char *hash, int64_t now, unsigned *ret_status,
                   char **ret_body) {
-        LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *get = NULL, *put = NULL;
-        if (sqlite3_prepare_v2(db->sql,
-                               "SELECT hash, status, body FROM idempotency WHERE owner = ?1 AND key = ?2 "
-                               "AND created_at >= ?3",
-                               -1, &get, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(get, 1, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_text(get, 2, key, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(get, 3, now - DB_IDEM_MAX_AGE_SECONDS);
-        int rc = sqlite3_step(get);
-        if (rc == SQLITE_ROW) {
-                if (strcmp((const char *)sqlite3_column_text(get, 0), hash) != 0)
-                        return DB_IDEM_MISMATCH;
-                int status = sqlite3_column_int(get, 1);
-                if (status == 0)
-                        return DB_IDEM_PENDING;
-                const char *body = (const char *)sqlite3_column_text(get, 2);
-                char *copy = strdup(body ? body : "");
-                if (!copy)
-                        return -ENOMEM;
-                *ret_status = (unsigned)status;
-                *ret_body = copy;
-                return DB_IDEM_REPLAY;
-        }
-        if (rc != SQLITE_DONE)
-                return sqldb_errno(rc);
-        /* Only a new record grows the table: the bounds are kept here (an
-         * aged record of this key goes too, before the insert). */
-        int r = idem_trim(db, owner, now);
-        if (r < 0)
-                return r;
-        if (sqlite3_prepare_v2(db->sql,
-                               "INSERT INTO idempotency (owner, key, hash, status, created_at) VALUES (?1, ?2, ?3, 0, ?4)",
-                               -1, &put, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(put, 1, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_text(put, 2, key, -1, SQLITE_STATIC);
-        sqlite3_bind_text(put, 3, hash, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(put, 4, now);
-        rc = sqlite3_step(put);
-        return rc == SQLITE_DONE ? DB_IDEM_CLAIMED : sqldb_errno(rc);
+        return db->ops->idem_claim(db->h, owner, key, hash, now, ret_status, ret_body);
 }
 
 int db_idem_finish(Db *db, const char *owner, const char *key, unsigned status, const char *body) {
-        LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        /* A 408 or 429 asks for a retry: never replayed. */
-        bool keep = status >= 200 && status < 500 && status != 408 && status != 429 && body &&
-                    strlen(body) <= DB_IDEM_MAX_BODY;
-        if (sqlite3_prepare_v2(db->sql,
-                               keep ? "UPDATE idempotency SET status = ?3, body = ?4 WHERE owner = ?1 AND key = ?2"
-                                    : "DELETE FROM idempotency WHERE owner = ?1 AND key = ?2",
-                               -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
-        if (keep) {
-                sqlite3_bind_int(st, 3, (int)status);
-                sqlite3_bind_text(st, 4, body, -1, SQLITE_STATIC);
-        }
-        int rc = sqlite3_step(st);
-        return rc == SQLITE_DONE ? 0 : sqldb_errno(rc);
+        return db->ops->idem_finish(db->h, owner, key, status, body);
 }

@@ -507,13 +507,13 @@ static int idem_begin(HttpServer *s, Req *r, bool *ret_answered, enum MHD_Result
                 int rc = db_idem_claim(s->db, r->key.owner, key, hash, time_now_unix(), &status, &body);
                 if (rc < 0)
                         return rc;
-                if (rc == DB_IDEM_CLAIMED) {
+                if (rc == STORE_IDEM_CLAIMED) {
                         if (!(r->idem_key = strdup(key)))
                                 return -ENOMEM;
                         r->idem_db = s->db;
                         return 0;
                 }
-                if (rc == DB_IDEM_MISMATCH) {
+                if (rc == STORE_IDEM_MISMATCH) {
                         if (r->route.def->idem_to_handler)
                                 api_error(&e, 409, "conflict", "use a new Idempotency-Key for another request",
                                           "Idempotency-Key was used with a different request");
@@ -523,11 +523,11 @@ static int idem_begin(HttpServer *s, Req *r, bool *ret_answered, enum MHD_Result
                                           "this Idempotency-Key was used with a different request");
                         goto answer;
                 }
-                if (rc == DB_IDEM_REPLAY && status == 202 && r->route.def->idem_to_handler) {
+                if (rc == STORE_IDEM_REPLAY && status == 202 && r->route.def->idem_to_handler) {
                         r->idem_replay = TAKE_PTR(body);
                         return 0;
                 }
-                if (rc == DB_IDEM_REPLAY) {
+                if (rc == STORE_IDEM_REPLAY) {
                         _cleanup_json_ json_t *j = json_loads(body, 0, NULL);
                         if (json_is_object(j) && status < 300)
                                 json_object_set_new(j, "replayed", json_true());
@@ -543,7 +543,7 @@ static int idem_begin(HttpServer *s, Req *r, bool *ret_answered, enum MHD_Result
                         *ret = reply_response(r, status, resp, "application/json");
                         return 0;
                 }
-                /* DB_IDEM_PENDING: the first send is still being served. */
+                /* STORE_IDEM_PENDING: the first send is still being served. */
                 if (time_now_mono_ms() >= until || socket_hung_up(req_socket(r))) {
                         api_error(&e, 409, "conflict", "send it again with the same key once it is done",
                                   "a request with this Idempotency-Key is still being served");

@@ -37,7 +37,8 @@ typedef struct Out {
         FILE *f;
 } Out;
 
-static void state_count(void *userdata, const char *state, int64_t n) {
+static void state_count(void *userdata, SandboxState st, int64_t n) {
+        const char *state = sandbox_state_name(st);
         Out *o = userdata;
         if (state)
                 fprintf(o->f, "runtime_sandboxes{state=\"%s\"} %lld\n", state, (long long)n);
@@ -45,7 +46,7 @@ static void state_count(void *userdata, const char *state, int64_t n) {
 
 /* The gauge of sandboxes by state, its API states shown even at zero;
  * counts(fn) calls fn for each state and its number. */
-static void write_state_gauge(FILE *f, void (*counts)(void *userdata, DbStateCountFn fn, void *out),
+static void write_state_gauge(FILE *f, void (*counts)(void *userdata, StoreStateCountFn fn, void *out),
                               void *userdata) {
         fputs("# HELP runtime_sandboxes Sandboxes that are not deleted, by state.\n"
               "# TYPE runtime_sandboxes gauge\n", f);
@@ -69,14 +70,15 @@ static void write_state_gauge(FILE *f, void (*counts)(void *userdata, DbStateCou
         free(tmp);
 }
 
-static void db_counts(void *userdata, DbStateCountFn fn, void *out) {
+static void db_counts(void *userdata, StoreStateCountFn fn, void *out) {
         db_sandbox_state_counts(userdata, fn, out);
 }
 
-static void given_counts(void *userdata, DbStateCountFn fn, void *out) {
+static void given_counts(void *userdata, StoreStateCountFn fn, void *out) {
         const MetricsStates *m = userdata;
-        for (size_t i = 0; i < m->n; i++)
-                fn(out, m->state[i], m->count[i]);
+        for (size_t i = 0; i < _SANDBOX_STATE_MAX; i++)
+                if (m->seen[i])
+                        fn(out, (SandboxState)i, m->count[i]);
 }
 
 char *metrics_render_owner(const MetricsStates *states) {

@@ -12,10 +12,8 @@ void metrics_http_response(unsigned status);
 char *metrics_render(Db *db);
 
 /* One owner's sandboxes by state: what a key that is not the admin's sees. */
-#define METRICS_MAX_STATES 16
 typedef struct MetricsStates {
-        char state[METRICS_MAX_STATES][16];
-        int64_t count[METRICS_MAX_STATES];
-        size_t n;
+        int64_t count[_SANDBOX_STATE_MAX]; /* by SandboxState; a state counted 0 is shown as 0 */
+        bool seen[_SANDBOX_STATE_MAX];
 } MetricsStates;
 char *metrics_render_owner(const MetricsStates *states);

@@ -357,17 +357,6 @@ int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *
         return 0;
 }
 
-void create_request_done(CreateRequest *r) {
-        json_decref(r->network);
-        json_decref(r->secrets);
-        json_decref(r->env);
-        json_decref(r->labels);
-        free(r->image);
-        free(r->driver);
-        free(r->name);
-        *r = (CreateRequest){ 0 };
-}
-
 /* What a self-hosted daemon has no counterpart for, named with what to use
  * instead rather than refused as an unknown field. `persistent: false` is
  * what every sandbox here is, so it is taken. */
@@ -413,6 +402,7 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
                                               "maxTotalCostMicros", "secrets", "idlePauseSeconds", "autoWake",
                                               "pausable", "getOrCreate", "user", "persistent", NULL };
         CreateRequest c = { 0 };
+        sandbox_spec_init(&c.spec);
         int64_t n;
         int r = refuse_unsupported(body, true, e);
         if (r < 0 || (r = check_fields(body, NULL, fields, e)) < 0)
@@ -421,39 +411,35 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
         if ((r = request_parse_user(json_object_get(body, "user"), &who, e)) < 0)
                 return r;
         c.run_as_root = who == REQ_AS_ROOT;
-        if ((r = get_int(body, "timeoutSeconds", 1, REQ_MAX_TIMEOUT_SECONDS, 300, &c.timeout_seconds, e)) < 0)
+        if ((r = get_int(body, "timeoutSeconds", 1, REQ_MAX_TIMEOUT_SECONDS, SANDBOX_DEFAULT_TIMEOUT_SECONDS, &c.spec.timeout_seconds, e)) < 0)
                 return r;
         json_t *v = json_object_get(body, "onLeaseEnd");
         if (v) {
                 if (!json_is_string(v))
                         return wrong_type(e, "onLeaseEnd", "\"stop\", \"pause\" or \"delete\"", v);
-                if (strcmp(json_string_value(v), "delete") == 0)
-                        c.delete_on_lease_end = true;
-                else if (strcmp(json_string_value(v), "pause") == 0)
-                        c.pause_on_lease_end = true;
-                else if (strcmp(json_string_value(v), "stop") != 0)
+                if (lease_end_from_name(json_string_value(v), &c.spec.on_lease_end) < 0)
                         return INVALID(e, "onLeaseEnd must be \"stop\", \"pause\" or \"delete\"");
         }
-        if ((r = get_int(body, "idlePauseSeconds", 0, REQ_MAX_TIMEOUT_SECONDS, 0, &c.idle_pause_seconds, e)) < 0)
+        if ((r = get_int(body, "idlePauseSeconds", 0, REQ_MAX_TIMEOUT_SECONDS, 0, &c.spec.idle_pause_seconds, e)) < 0)
                 return r;
-        if ((r = get_bool(body, "autoWake", true, &c.auto_wake, e)) < 0)
+        if ((r = get_bool(body, "autoWake", true, &c.spec.auto_wake, e)) < 0)
                 return r;
-        if ((r = get_bool(body, "pausable", true, &c.pausable, e)) < 0)
+        if ((r = get_bool(body, "pausable", true, &c.spec.pausable, e)) < 0)
                 return r;
-        if (!c.pausable && (c.pause_on_lease_end || c.idle_pause_seconds > 0))
+        if (!c.spec.pausable && (c.spec.on_lease_end == LEASE_END_PAUSE || c.spec.idle_pause_seconds > 0))
                 return INVALID(e, "a sandbox created with pausable: false cannot pause at its lease end or when idle");
         if ((r = get_int(body, "vcpu", 1, lim->max_vcpu, 1, &n, e)) < 0)
                 return r;
-        c.vcpu = (unsigned)n;
+        c.spec.vcpu = (unsigned)n;
         if ((r = get_int(body, "memoryMiB", 64, lim->max_memory_mib, 1024, &n, e)) < 0)
                 return r;
-        c.memory_mib = (unsigned)n;
+        c.spec.memory_mib = (unsigned)n;
         if ((r = get_int(body, "diskMiB", 64, lim->max_disk_mib, 2048, &n, e)) < 0)
                 return r;
-        c.disk_mib = (unsigned)n;
-        if ((r = get_int(body, "maxCostMicros", 0, INT64_MAX, -1, &c.max_cost_micros, e)) < 0)
+        c.spec.disk_mib = (unsigned)n;
+        if ((r = get_int(body, "maxCostMicros", 0, INT64_MAX, -1, &c.spec.max_cost_micros, e)) < 0)
                 return r;
-        if ((r = get_int(body, "maxTotalCostMicros", 0, INT64_MAX, -1, &c.max_total_cost_micros, e)) < 0)
+        if ((r = get_int(body, "maxTotalCostMicros", 0, INT64_MAX, -1, &c.spec.max_total_cost_micros, e)) < 0)
                 return r;
 
         v = json_object_get(body, "image");
@@ -465,7 +451,7 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
                         return INVALID(e, "image must be an image name ([a-z0-9][a-z0-9_-]*, at most 64 bytes)");
         } else
                 s = "default";
-        c.image = strdup(s);
+        c.spec.image = strdup(s);
         v = json_object_get(body, "driver");
         if (v && !json_is_null(v)) {
                 if ((r = get_string(v, "driver", 32, &s, NULL, e)) < 0)
@@ -474,7 +460,7 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
                         r = INVALID(e, "driver must be one of namespace, gvisor, microvm");
                         goto fail;
                 }
-                c.driver = strdup(s);
+                c.spec.driver = strdup(s);
         }
         v = json_object_get(body, "name");
         if (v && !json_is_null(v)) {
@@ -487,16 +473,16 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
                 }
                 c.name = strdup(s);
         }
-        if ((r = request_parse_network(json_object_get(body, "network"), "network", &c.network, e)) < 0)
+        if ((r = request_parse_network(json_object_get(body, "network"), "network", &c.spec.network, e)) < 0)
                 goto fail;
-        if ((r = parse_env(json_object_get(body, "env"), "env", &c.env, e)) < 0)
+        if ((r = parse_env(json_object_get(body, "env"), "env", &c.spec.env, e)) < 0)
                 goto fail;
         if ((r = parse_labels(json_object_get(body, "labels"), &c.labels, e)) < 0)
                 goto fail;
-        if ((r = request_parse_secret_scope(json_object_get(body, "secrets"), "secrets", &c.secrets, e)) < 0)
+        if ((r = request_parse_secret_scope(json_object_get(body, "secrets"), "secrets", &c.spec.secrets, e)) < 0)
                 goto fail;
-        if (!c.image || (json_object_get(body, "driver") && !json_is_null(json_object_get(body, "driver")) &&
-                         !c.driver)) {
+        if (!c.spec.image || (json_object_get(body, "driver") && !json_is_null(json_object_get(body, "driver")) &&
+                         !c.spec.driver)) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -1118,15 +1104,10 @@ int request_parse_wake(json_t *body, int64_t *ret_timeout_seconds, ApiError *e) 
         return get_int(body, "timeoutSeconds", 1, REQ_MAX_TIMEOUT_SECONDS, 0, ret_timeout_seconds, e);
 }
 
-int request_parse_wait_for(const char *state, const char *timeout, const char **ret_state, int64_t *ret_timeout_ms,
+int request_parse_wait_for(const char *state, const char *timeout, SandboxState *ret_state, int64_t *ret_timeout_ms,
                            ApiError *e) {
-        static const char *const states[] = { "starting", "running", "pausing", "paused", "resuming",
-                                               "stopping", "stopped", "failed", NULL };
-        const char *found = NULL;
-        for (size_t i = 0; state && states[i]; i++)
-                if (strcmp(state, states[i]) == 0)
-                        found = states[i];
-        if (!found)
+        SandboxState found;
+        if (sandbox_state_from_name(state, &found) < 0 || found == SANDBOX_DELETED)
                 return INVALID(e, "waitFor must be a state: starting, running, pausing, paused, resuming, stopping, "
                                   "stopped or failed");
         int64_t secs = 60;
@@ -1181,11 +1162,11 @@ int request_apply_trial_shape(bool trial, json_t *body, CreateRequest *req, ApiE
                 return 0;
         const char *hint = "a trial sandbox is small; ask the daemon's administrator for a full key for more";
         if (!json_object_get(body, "memoryMiB"))
-                req->memory_mib = KEYS_TRIAL_MEMORY_DEFAULT_MIB;
-        if (req->vcpu > KEYS_TRIAL_VCPU_MAX)
+                req->spec.memory_mib = KEYS_TRIAL_MEMORY_DEFAULT_MIB;
+        if (req->spec.vcpu > KEYS_TRIAL_VCPU_MAX)
                 return api_error(e, 400, "invalid_request", hint, "vcpu must be at most %u with a trial key",
                                  KEYS_TRIAL_VCPU_MAX);
-        if (req->memory_mib > KEYS_TRIAL_MEMORY_MAX_MIB)
+        if (req->spec.memory_mib > KEYS_TRIAL_MEMORY_MAX_MIB)
                 return api_error(e, 400, "invalid_request", hint, "memoryMiB must be at most %u with a trial key",
                                  KEYS_TRIAL_MEMORY_MAX_MIB);
         return 0;

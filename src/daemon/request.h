@@ -81,7 +81,6 @@ bool request_idempotency_key_ok(const char *s);
 int request_body_parse(const char *buf, size_t len, bool empty_ok, json_t **ret, ApiError *e);
 
 int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret, ApiError *e);
-void create_request_done(CreateRequest *r);
 /* The network object of a create or of PUT .../network, normalized. */
 int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *e);
 /* A create's "secrets": the names of the egress secrets the sandbox may use.
@@ -143,7 +142,7 @@ int request_parse_wake(json_t *body, int64_t *ret_timeout_seconds, ApiError *e);
  * (one of the lifecycle's; *ret_state is a static string) and N seconds,
  * 0 .. REQ_MAX_WAIT_FOR_SECONDS, 60 when left out. */
 #define REQ_MAX_WAIT_FOR_SECONDS 120
-int request_parse_wait_for(const char *state, const char *timeout, const char **ret_state, int64_t *ret_timeout_ms,
+int request_parse_wait_for(const char *state, const char *timeout, SandboxState *ret_state, int64_t *ret_timeout_ms,
                            ApiError *e);
 /* A body that takes no fields ({} or none): :pause, :restart. */
 int request_parse_no_fields(json_t *body, ApiError *e);

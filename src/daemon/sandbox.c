@@ -281,22 +281,13 @@ static int spec_paths(Manager *m, const char *id, const char *image, SpecPaths *
         return 0;
 }
 
-static unsigned spec_uint(json_t *spec, const char *k) {
-        json_int_t v = json_integer_value(json_object_get(spec, k));
-        return v > 0 && v < UINT32_MAX ? (unsigned)v : 0;
-}
-
-static const char *spec_str(json_t *spec, const char *k, const char *def) {
-        const char *s = json_string_value(json_object_get(spec, k));
-        return s ? s : def;
-}
-
-static void driver_spec_from(Manager *m, const char *id, json_t *spec, const SpecPaths *p, DriverSpec *ds) {
+static void driver_spec_from(Manager *m, const char *id, const SandboxSpec *spec, const SpecPaths *p,
+                             DriverSpec *ds) {
         *ds = (DriverSpec){
                 .id = id,
-                .vcpu = spec_uint(spec, "vcpu"),
-                .memory_mib = spec_uint(spec, "memoryMiB"),
-                .disk_mib = spec_uint(spec, "diskMiB"),
+                .vcpu = spec->vcpu,
+                .memory_mib = spec->memory_mib,
+                .disk_mib = spec->disk_mib,
                 .pids_max = SANDBOX_PIDS_MAX,
                 .image_dir = p->image_dir,
                 .sandbox_dir = p->sandbox_dir,
@@ -306,15 +297,14 @@ static void driver_spec_from(Manager *m, const char *id, json_t *spec, const Spe
 }
 
 uint64_t sandbox_row_cost_per_hour(Manager *m, const SandboxRow *r) {
-        _cleanup_json_ json_t *spec = json_loads(r->spec, 0, NULL);
-        return config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
+        return config_cost_per_hour(m->cfg, r->spec.vcpu, r->spec.memory_mib);
 }
 
 int64_t sandbox_row_run_seconds(const SandboxRow *r, int64_t now) {
         int64_t s = r->run_seconds;
         if (r->lease_ends_at && now > r->lease_ends_at)
                 now = r->lease_ends_at; /* never billed past its lease */
-        if ((strcmp(r->state, "running") == 0) && r->started_at && now > r->started_at)
+        if (r->state == SANDBOX_RUNNING && r->started_at && now > r->started_at)
                 s += now - r->started_at;
         return s;
 }
@@ -349,30 +339,10 @@ static void disk_series(const char *id, char *buf, size_t n) {
         snprintf(buf, n, "%s" LEDGER_DISK_SUFFIX, id);
 }
 
-/* The lifecycle fields a row keeps in its spec (no column of their own):
- * pausedAt, leaseLeftSeconds (the lease a paused sandbox carries on with
- * at wake) and pausedSeconds (its paused time so far, billed at the disk
- * rate). */
-static int64_t spec_int(json_t *spec, const char *k) {
-        return json_integer_value(json_object_get(spec, k));
-}
-
-static int row_spec_update(SandboxRow *r, json_t *spec) {
-        char *s = json_dumps(spec, JSON_COMPACT);
-        if (!s)
-                return -ENOMEM;
-        free(r->spec);
-        r->spec = s;
-        return 0;
-}
-
 /* Closes a paused sandbox's disk charge at `end` and adds its paused time to
  * the row; the row's pausedAt goes. */
 static void row_end_pause(Manager *m, SandboxRow *r, int64_t end, int64_t now) {
-        _cleanup_json_ json_t *spec = json_loads(r->spec, 0, NULL);
-        if (!spec)
-                return;
-        int64_t at = spec_int(spec, "pausedAt");
+        int64_t at = r->spec.paused_at;
         if (m->ledger) {
                 char series[48];
                 disk_series(r->id, series, sizeof(series));
@@ -381,23 +351,18 @@ static void row_end_pause(Manager *m, SandboxRow *r, int64_t end, int64_t now) {
                         log_error(NULL, "sandbox %s: settling its paused disk: %s", r->id, strerror(-lr));
         }
         if (at > 0 && end > at)
-                json_object_set_new(spec, "pausedSeconds", json_integer(spec_int(spec, "pausedSeconds") + end - at));
-        json_object_del(spec, "pausedAt");
-        json_object_del(spec, "leaseLeftSeconds");
-        (void)row_spec_update(r, spec);
-}
-
-static bool state_is(const SandboxRow *r, const char *s) {
-        return strcmp(r->state, s) == 0;
+                r->spec.paused_seconds += end - at;
+        r->spec.paused_at = 0;
+        r->spec.lease_left_seconds = 0;
 }
 
 /* Accounts run time and writes a stopped or failed state. */
-static int row_finish(Manager *m, SandboxRow *r, const char *state, const char *reason) {
+static int row_finish(Manager *m, SandboxRow *r, SandboxState state, const char *reason) {
         int64_t now = time_now_unix();
         int64_t end = now;
-        if (state_is(r, "paused") || state_is(r, "resuming"))
+        if (r->state == SANDBOX_PAUSED || r->state == SANDBOX_RESUMING)
                 row_end_pause(m, r, now, now);
-        if (strcmp(r->state, "running") == 0 && r->started_at) {
+        if (r->state == SANDBOX_RUNNING && r->started_at) {
                 /* Never billed past its lease: the reservation covers the
                  * lease and no more. */
                 if (r->lease_ends_at && end > r->lease_ends_at)
@@ -411,7 +376,7 @@ static int row_finish(Manager *m, SandboxRow *r, const char *state, const char *
                 if (lr < 0)
                         log_error(NULL, "sandbox %s: settling its charge: %s", r->id, strerror(-lr));
         }
-        snprintf(r->state, sizeof(r->state), "%s", state);
+        r->state = state;
         r->stopped_at = now;
         set_reason(r, reason);
         return db_sandbox_update(m->db, r);
@@ -443,35 +408,34 @@ static const char *failure_text(const char *driver_why, const char *fail_reason,
 
 /* ---- lifecycle, every step under busy_begin(id) ---- */
 
-static int do_stop_locked(Manager *m, SandboxRow *row, const char *state, const char *reason) {
+static int do_stop_locked(Manager *m, SandboxRow *row, SandboxState state, const char *reason) {
         Sandbox *sb = live_take(m, row->id);
         if (sb) {
                 live_stop(sb);
                 sandbox_unref(sb);
         }
-        if (!state_is(row, "running") && !state_is(row, "starting") && !state_is(row, "paused") &&
-            !state_is(row, "pausing") && !state_is(row, "resuming") && !state_is(row, "stopping"))
+        if (row->state != SANDBOX_RUNNING && row->state != SANDBOX_STARTING && row->state != SANDBOX_PAUSED &&
+            row->state != SANDBOX_PAUSING && row->state != SANDBOX_RESUMING && row->state != SANDBOX_STOPPING)
                 return 0;
         return row_finish(m, row, state, reason);
 }
 
 static int do_delete_locked(Manager *m, SandboxRow *row, const char *rid) {
-        int r = do_stop_locked(m, row, "stopped", row->failure_reason);
+        int r = do_stop_locked(m, row, SANDBOX_STOPPED, row->failure_reason);
         if (r < 0)
                 return r;
-        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
-        const Driver *d = spec ? driver_by_name(spec_str(spec, "driver", "")) : NULL;
+        const Driver *d = driver_by_name(row->spec.driver);
         SpecPaths p = { 0 };
-        if (d && spec && spec_paths(m, row->id, spec_str(spec, "image", "default"), &p) == 0) {
+        if (d && spec_paths(m, row->id, row->spec.image, &p) == 0) {
                 DriverSpec ds;
-                driver_spec_from(m, row->id, spec, &p, &ds);
+                driver_spec_from(m, row->id, &row->spec, &p, &ds);
                 int dr = d->destroy(&ds);
                 if (dr < 0)
                         log_error(rid, "destroying sandbox %s left files behind: %s", row->id, strerror(-dr));
         } else
                 log_error(rid, "cannot destroy sandbox %s: unknown driver or spec", row->id);
         spec_paths_done(&p);
-        snprintf(row->state, sizeof(row->state), "deleted");
+        row->state = SANDBOX_DELETED;
         row->deleted_at = time_now_unix();
         r = db_sandbox_update(m->db, row);
         /* After the row: an upload the next start finds of a deleted
@@ -511,8 +475,8 @@ static void handle_dead(Manager *m, Sandbox *sb) {
                 append_console_tail(sb, text, sizeof(text));
                 SandboxRow row;
                 if (db_sandbox_get(m->db, sb->id, &row) == 0) {
-                        if (strcmp(row.state, "running") == 0) {
-                                int r = row_finish(m, &row, "failed", text);
+                        if (row.state == SANDBOX_RUNNING) {
+                                int r = row_finish(m, &row, SANDBOX_FAILED, text);
                                 if (r < 0)
                                         log_error(NULL, "recording the failure of %s: %s", sb->id, strerror(-r));
                         }
@@ -533,17 +497,16 @@ static int lease_due(void *userdata, SandboxRow *row) {
         SandboxRow cur;
         /* Re-read under the id's lock: an :extend may have won the race. */
         if (db_sandbox_get(m->db, id, &cur) == 0) {
-                _cleanup_json_ json_t *spec = json_loads(cur.spec, 0, NULL);
-                bool del = spec && strcmp(spec_str(spec, "onLeaseEnd", "stop"), "delete") == 0;
-                bool pause = spec && strcmp(spec_str(spec, "onLeaseEnd", "stop"), "pause") == 0;
-                if (pause && cur.lease_ends_at && cur.lease_ends_at <= time_now_unix() && state_is(&cur, "running")) {
+                bool del = cur.spec.on_lease_end == LEASE_END_DELETE;
+                bool pause = cur.spec.on_lease_end == LEASE_END_PAUSE;
+                if (pause && cur.lease_ends_at && cur.lease_ends_at <= time_now_unix() && cur.state == SANDBOX_RUNNING) {
                         pause_by_daemon(m, &cur, "its lease ended");
                         /* One that cannot pause is stopped, as a lease end must end its spending. */
-                        if (state_is(&cur, "running") && do_stop_locked(m, &cur, "stopped", NULL) == 0)
+                        if (cur.state == SANDBOX_RUNNING && do_stop_locked(m, &cur, SANDBOX_STOPPED, NULL) == 0)
                                 log_info(NULL, "lease of sandbox %s ended: stopped", id);
                 } else if (cur.lease_ends_at && cur.lease_ends_at <= time_now_unix() &&
-                    (strcmp(cur.state, "running") == 0 || (del && strcmp(cur.state, "starting") != 0))) {
-                        int r = del ? do_delete_locked(m, &cur, NULL) : do_stop_locked(m, &cur, "stopped", NULL);
+                    (cur.state == SANDBOX_RUNNING || (del && cur.state != SANDBOX_STARTING))) {
+                        int r = del ? do_delete_locked(m, &cur, NULL) : do_stop_locked(m, &cur, SANDBOX_STOPPED, NULL);
                         if (r < 0)
                                 log_error(NULL, "lease end of %s: %s", id, strerror(-r));
                         else
@@ -650,7 +613,7 @@ static void *maintenance_thread(void *userdata) {
                         dead = next;
                 }
                 check_live(m);
-                int r = db_sandbox_query(m->db, DB_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
+                int r = db_sandbox_query(m->db, STORE_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
                 if (r < 0)
                         log_error(NULL, "checking leases: %s", strerror(-r));
                 pthread_mutex_lock(&m->lock);
@@ -685,12 +648,11 @@ int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret) {
 
 static int recover_one(void *userdata, SandboxRow *row) {
         Manager *m = userdata;
-        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
-        const Driver *d = spec ? driver_by_name(spec_str(spec, "driver", "")) : NULL;
+        const Driver *d = driver_by_name(row->spec.driver);
         SpecPaths p = { 0 };
-        if (d && spec_paths(m, row->id, spec_str(spec, "image", "default"), &p) == 0) {
+        if (d && spec_paths(m, row->id, row->spec.image, &p) == 0) {
                 DriverSpec ds;
-                driver_spec_from(m, row->id, spec, &p, &ds);
+                driver_spec_from(m, row->id, &row->spec, &p, &ds);
                 int r = d->reap_orphan(&ds);
                 if (r < 0)
                         log_error(NULL, "cleaning up after sandbox %s: %s", row->id, strerror(-r));
@@ -712,14 +674,14 @@ static int recover_one(void *userdata, SandboxRow *row) {
                         log_error(NULL, "sandbox %s: settling its charge: %s", row->id, strerror(-lr));
         } else
                 end = cap;
-        if (row->started_at && (state_is(row, "running") || state_is(row, "pausing"))) {
+        if (row->started_at && (row->state == SANDBOX_RUNNING || row->state == SANDBOX_PAUSING)) {
                 if (end > row->started_at)
                         row->run_seconds += end - row->started_at;
         }
         /* A paused one (or one between pause and wake) had its disk's charge
          * open: closed at the same heartbeat. Its memory is gone with its
          * processes; it boots again from its files. */
-        if (state_is(row, "paused") || state_is(row, "resuming")) {
+        if (row->state == SANDBOX_PAUSED || row->state == SANDBOX_RESUMING) {
                 int64_t disk_end = now;
                 if (m->ledger) {
                         char series[48];
@@ -730,17 +692,12 @@ static int recover_one(void *userdata, SandboxRow *row) {
                         if (lr == -ENOENT)
                                 disk_end = now;
                 }
-                _cleanup_json_ json_t *spec2 = json_loads(row->spec, 0, NULL);
-                if (spec2) {
-                        int64_t at = spec_int(spec2, "pausedAt");
-                        if (at > 0 && disk_end > at)
-                                json_object_set_new(spec2, "pausedSeconds",
-                                                    json_integer(spec_int(spec2, "pausedSeconds") + disk_end - at));
-                        json_object_del(spec2, "pausedAt");
-                        (void)row_spec_update(row, spec2);
-                }
+                int64_t at = row->spec.paused_at;
+                if (at > 0 && disk_end > at)
+                        row->spec.paused_seconds += disk_end - at;
+                row->spec.paused_at = 0;
         }
-        snprintf(row->state, sizeof(row->state), "stopped");
+        row->state = SANDBOX_STOPPED;
         row->stopped_at = time_now_unix();
         set_reason(row, "daemon restarted");
         int r = db_sandbox_update(m->db, row);
@@ -749,12 +706,12 @@ static int recover_one(void *userdata, SandboxRow *row) {
 }
 
 int manager_recover(Manager *m) {
-        int r = db_sandbox_query(m->db, DB_SANDBOXES_ACTIVE, NULL, 0, recover_one, m);
+        int r = db_sandbox_query(m->db, STORE_SANDBOXES_ACTIVE, NULL, 0, recover_one, m);
         if (r < 0)
                 return r;
         if (m->ledger && (r = ledger_settle_orphans(m->ledger, time_now_unix())) < 0)
                 log_error(NULL, "settling reservations left by a crash: %s", strerror(-r));
-        return db_sandbox_query(m->db, DB_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
+        return db_sandbox_query(m->db, STORE_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
 }
 
 /* Moves the ledger's heartbeat every LEDGER_HEARTBEAT_SECONDS: after a
@@ -847,7 +804,7 @@ void manager_shutdown(Manager *m) {
                 busy_begin(m, id);
                 SandboxRow row;
                 if (db_sandbox_get(m->db, id, &row) == 0) {
-                        do_stop_locked(m, &row, "stopped", NULL);
+                        do_stop_locked(m, &row, SANDBOX_STOPPED, NULL);
                         sandbox_row_done(&row);
                 } else {
                         Sandbox *t = live_take(m, id);
@@ -892,19 +849,6 @@ static int check_image(Manager *m, const char *image, SandboxError *e) {
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "build it with: runtime image build",
                                  "the image %s is not built", image);
         return 0;
-}
-
-static json_t *spec_json(const CreateRequest *req, const char *driver) {
-        return json_pack("{s:i,s:i,s:i,s:O,s:O,s:s,s:s,s:I,s:s,s:o,s:o,s:o}", "vcpu", (int)req->vcpu, "memoryMiB",
-                         (int)req->memory_mib, "diskMiB", (int)req->disk_mib, "network", req->network, "env",
-                         req->env, "image", req->image, "driver", driver, "timeoutSeconds",
-                         (json_int_t)req->timeout_seconds, "onLeaseEnd",
-                         req->delete_on_lease_end ? "delete" : req->pause_on_lease_end ? "pause" : "stop",
-                         "maxCostMicros",
-                         req->max_cost_micros >= 0 ? json_integer(req->max_cost_micros) : json_null(),
-                         "maxTotalCostMicros",
-                         req->max_total_cost_micros >= 0 ? json_integer(req->max_total_cost_micros) : json_null(),
-                         "secrets", req->secrets ? json_incref(req->secrets) : json_null());
 }
 
 static void dollars(char *buf, size_t n, int64_t micros) {
@@ -976,13 +920,12 @@ static int spending_refusal(SandboxError *e, const LedgerRefusal *f, const char 
 /* What every command of the sandbox gets in its environment: the egress
  * proxy's variables and the placeholders of the secrets it may use, then the
  * spec's env (the creator's, as :update left it) on top. A new object. */
-static json_t *spec_sandbox_env(Manager *m, const char *owner, json_t *spec) {
-        json_t *env = json_object_get(spec, "env");
+static json_t *spec_sandbox_env(Manager *m, const char *owner, const SandboxSpec *spec) {
+        json_t *env = spec->env;
         if (!m->egress)
                 return env ? json_deep_copy(env) : json_object();
-        /* The egress secrets it may use: null in the spec is every one. */
-        json_t *secrets = json_object_get(spec, "secrets");
-        json_t *all = egress_service_sandbox_env(m->egress, owner, json_is_array(secrets) ? secrets : NULL);
+        /* The egress secrets it may use: none named in the spec is every one. */
+        json_t *all = egress_service_sandbox_env(m->egress, owner, spec->secrets);
         if (all && env && json_object_update(all, env) < 0)
                 json_decref(TAKE_PTR(all));
         return all;
@@ -996,14 +939,15 @@ static json_t *spec_sandbox_env(Manager *m, const char *owner, json_t *spec) {
 static int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lease_seconds, const char *rid,
                        SandboxError *e) {
         const DaemonConfig *cfg = m->cfg;
-        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL), *hello = NULL;
+        const SandboxSpec *spec = &row->spec;
+        _cleanup_json_ json_t *hello = NULL;
         Sandbox *sb = calloc(1, sizeof(*sb));
         const char *fail = NULL;
         DriverError start_err = { .reason = "" }; /* the driver's words, for failureReason */
         int fail_status = 503;
         int r;
-        snprintf(row->state, sizeof(row->state), "starting");
-        if (!spec || !sb || spec_paths(m, row->id, spec_str(spec, "image", "default"), &sb->paths) < 0) {
+        row->state = SANDBOX_STARTING;
+        if (!sb || spec_paths(m, row->id, spec->image, &sb->paths) < 0) {
                 free(sb);
                 sb = NULL;
                 fail = "out of memory";
@@ -1018,12 +962,11 @@ static int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lea
                 fail_status = 500;
                 goto failed;
         }
-        bool trial = json_is_true(json_object_get(spec, "trial"));
-        json_t *network = json_object_get(spec, "network");
-        /* The egress secrets it may use: null in the spec is every one. */
-        json_t *secrets = json_object_get(spec, "secrets");
-        const json_t *scope = json_is_array(secrets) ? secrets : NULL;
-        uint64_t per_hour = config_cost_per_hour(cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
+        bool trial = spec->trial;
+        json_t *network = spec->network;
+        /* The egress secrets it may use: none named in the spec is every one. */
+        const json_t *scope = spec->secrets;
+        uint64_t per_hour = config_cost_per_hour(cfg, spec->vcpu, spec->memory_mib);
         sb->m = m;
         atomic_init(&sb->refs, 1);
         atomic_init(&sb->active_ms, (int64_t)time_now_mono_ms());
@@ -1031,8 +974,9 @@ static int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lea
         snprintf(sb->id, sizeof(sb->id), "%s", row->id);
         snprintf(sb->owner, sizeof(sb->owner), "%s", row->owner);
         sb->driver = d;
-        atomic_init(&sb->auto_wake, !json_is_false(json_object_get(spec, "autoWake")));
-        atomic_init(&sb->idle_pause_s, spec_uint(spec, "idlePauseSeconds"));
+        atomic_init(&sb->auto_wake, spec->auto_wake);
+        atomic_init(&sb->idle_pause_s, spec->idle_pause_seconds > 0 && spec->idle_pause_seconds < UINT32_MAX
+                                               ? (unsigned)spec->idle_pause_seconds : 0);
         atomic_init(&sb->run_as_root, row->run_as_root);
         sb->env = spec_sandbox_env(m, row->owner, spec);
         {
@@ -1089,7 +1033,7 @@ static int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lea
         row->started_at = now;
         row->lease_ends_at = now + lease_seconds;
         set_reason(row, NULL);
-        snprintf(row->state, sizeof(row->state), "running");
+        row->state = SANDBOX_RUNNING;
         if ((r = db_sandbox_update(m->db, row)) < 0) {
                 log_error(rid, "sandbox %s: recording the start: %s", row->id, strerror(-r));
                 fail = "could not record the sandbox";
@@ -1130,7 +1074,7 @@ failed:;
                 append_console_tail(sb, text, sizeof(text));
                 sandbox_unref(sb);
         }
-        int fr = row_finish(m, row, "failed", text);
+        int fr = row_finish(m, row, SANDBOX_FAILED, text);
         if (fr < 0)
                 log_error(rid, "sandbox %s: recording the failure: %s", row->id, strerror(-fr));
         if (fail_status == 500)
@@ -1144,9 +1088,9 @@ static int restore_disk(Manager *m, SandboxRow *row, const Driver *d, const char
         if (!d->restore_disk)
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "create it on a driver that keeps disk snapshots",
                                      "the %s driver cannot start from a snapshot", d->name);
-        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
+        const SandboxSpec *spec = &row->spec;
         SpecPaths p = { 0 };
-        if (!spec || spec_paths(m, row->id, spec_str(spec, "image", "default"), &p) < 0)
+        if (spec_paths(m, row->id, spec->image, &p) < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
         {
                 _cleanup_free_ char *parent = NULL;
@@ -1173,66 +1117,58 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                    SandboxError *e) {
         const DaemonConfig *cfg = m->cfg;
         const Driver *d;
-        if (req->driver) {
-                const DriverOffer *o = config_driver_offer(cfg, req->driver);
+        if (req->spec.driver) {
+                const DriverOffer *o = config_driver_offer(cfg, req->spec.driver);
                 if (!o)
                         return sandbox_error(e, SANDBOX_ERR_INVALID, "GET /v1/info lists the drivers",
-                                         "driver must be one of the daemon's drivers; %s is not", req->driver);
+                                         "driver must be one of the daemon's drivers; %s is not", req->spec.driver);
                 if (!o->available)
                         return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
-                                         "driver %s cannot run on this host: %s", req->driver, o->reason);
+                                         "driver %s cannot run on this host: %s", req->spec.driver, o->reason);
                 if (!o->offered)
                         return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
-                                         "driver %s is not offered by this daemon", req->driver);
+                                         "driver %s is not offered by this daemon", req->spec.driver);
                 d = o->driver;
         } else if (!(d = cfg->default_driver))
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "run runtimed --doctor to see what this host lacks",
                                  "no driver can run sandboxes on this host");
-        int r = check_image(m, req->image, e);
+        int r = check_image(m, req->spec.image, e);
         if (r < 0)
                 return r;
-        uint64_t per_hour = config_cost_per_hour(cfg, req->vcpu, req->memory_mib);
-        uint64_t lease_cost = ledger_cost(per_hour, req->timeout_seconds);
-        int64_t cap = req->max_cost_micros;
+        uint64_t per_hour = config_cost_per_hour(cfg, req->spec.vcpu, req->spec.memory_mib);
+        uint64_t lease_cost = ledger_cost(per_hour, req->spec.timeout_seconds);
+        int64_t cap = req->spec.max_cost_micros;
         const char *cap_name = "maxCostMicros";
-        if (req->max_total_cost_micros >= 0 && (cap < 0 || req->max_total_cost_micros < cap)) {
-                cap = req->max_total_cost_micros;
+        if (req->spec.max_total_cost_micros >= 0 && (cap < 0 || req->spec.max_total_cost_micros < cap)) {
+                cap = req->spec.max_total_cost_micros;
                 cap_name = "maxTotalCostMicros";
         }
         if (cap >= 0 && lease_cost > (uint64_t)cap)
-                return budget_refusal(e, per_hour, req->timeout_seconds, 0, (uint64_t)cap, cap_name, "first lease");
+                return budget_refusal(e, per_hour, req->spec.timeout_seconds, 0, (uint64_t)cap, cap_name, "first lease");
 
         char hex[21];
         if ((r = random_hex(hex, 10)) < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not make an id");
         SandboxRow row = { 0 };
         snprintf(row.id, sizeof(row.id), "sbx_%s", hex);
-        _cleanup_json_ json_t *spec = spec_json(req, d->name);
-        if (spec) {
-                int64_t idle = req->idle_pause_seconds;
-                if (idle > 0 && idle < (int64_t)cfg->idle_pause_min_seconds)
-                        idle = cfg->idle_pause_min_seconds;
-                if (json_object_set_new(spec, "idlePauseSeconds", json_integer(idle)) < 0 ||
-                    json_object_set_new(spec, "autoWake", json_boolean(req->auto_wake)) < 0 ||
-                    json_object_set_new(spec, "pausable", json_boolean(req->pausable)) < 0) {
-                        json_decref(spec);
-                        spec = NULL;
-                }
-        }
-        /* A trial key's sandbox says so: its egress is to be narrower. */
-        if (spec && key->trial && json_object_set_new(spec, "trial", json_true()) < 0) {
-                json_decref(spec);
-                spec = NULL;
-        }
         row.owner = strdup(key->owner);
         row.key_id = strdup(key->id);
         row.name = req->name ? strdup(req->name) : NULL;
         row.labels = json_dumps(req->labels, JSON_COMPACT);
-        row.spec = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
-        snprintf(row.state, sizeof(row.state), "starting");
+        r = sandbox_spec_copy(&req->spec, &row.spec);
+        if (r == 0) {
+                free(row.spec.driver);
+                row.spec.driver = strdup(d->name);
+                if (row.spec.idle_pause_seconds > 0 && row.spec.idle_pause_seconds < (int64_t)cfg->idle_pause_min_seconds)
+                        row.spec.idle_pause_seconds = cfg->idle_pause_min_seconds;
+                /* A trial key's sandbox says so: its egress is to be narrower. */
+                row.spec.trial = key->trial;
+                row.spec.paused_at = row.spec.lease_left_seconds = row.spec.paused_seconds = 0;
+        }
+        row.state = SANDBOX_STARTING;
         row.created_at = time_now_unix();
         row.run_as_root = req->run_as_root;
-        if (!row.owner || !row.key_id || !row.labels || !row.spec || (req->name && !row.name)) {
+        if (r < 0 || !row.owner || !row.key_id || !row.labels || !row.spec.driver || (req->name && !row.name)) {
                 sandbox_row_done(&row);
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
         }
@@ -1243,8 +1179,8 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                                         key->trial ? cfg->trial_allowance_seconds : -1 };
                 LedgerRefusal refusal;
                 r = ledger_reserve(m->ledger, key->id, key->owner, row.id, &budget,
-                                   (int64_t)ledger_cost_ceil(per_hour, req->timeout_seconds), req->timeout_seconds,
-                                   row.created_at + req->timeout_seconds + HELLO_TIMEOUT_MS / 1000, row.created_at,
+                                   (int64_t)ledger_cost_ceil(per_hour, req->spec.timeout_seconds), req->spec.timeout_seconds,
+                                   row.created_at + req->spec.timeout_seconds + HELLO_TIMEOUT_MS / 1000, row.created_at,
                                    &refusal);
                 if (r == -EDQUOT) {
                         sandbox_row_done(&row);
@@ -1282,7 +1218,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                  * start, which then finds a layer and keeps it. */
                 r = restore_disk(m, &row, d, req->restore_dir, rid, e);
                 if (r < 0) {
-                        (void)row_finish(m, &row, "failed", "its disk could not be made from the snapshot");
+                        (void)row_finish(m, &row, SANDBOX_FAILED, "its disk could not be made from the snapshot");
                         if (m->ledger)
                                 ledger_release(m->ledger, row.id, time_now_unix());
                         busy_end(m, row.id);
@@ -1290,7 +1226,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                         return r;
                 }
         }
-        r = boot_locked(m, &row, d, req->timeout_seconds, rid, e);
+        r = boot_locked(m, &row, d, req->spec.timeout_seconds, rid, e);
         busy_end(m, row.id);
         if (r < 0) {
                 sandbox_row_done(&row);
@@ -1304,7 +1240,7 @@ int sandbox_get(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret,
         return own_row(m, key, id, ret, e);
 }
 
-int sandbox_wait_state(Manager *m, const KeyInfo *key, const char *id, const char *state, int64_t timeout_ms,
+int sandbox_wait_state(Manager *m, const KeyInfo *key, const char *id, SandboxState state, int64_t timeout_ms,
                        SandboxRow *ret, SandboxError *e) {
         int64_t deadline = (int64_t)time_now_mono_ms() + timeout_ms;
         for (;;) {
@@ -1312,7 +1248,7 @@ int sandbox_wait_state(Manager *m, const KeyInfo *key, const char *id, const cha
                 int r = own_row(m, key, id, &row, e);
                 if (r < 0)
                         return r;
-                if (state_is(&row, state) || (int64_t)time_now_mono_ms() >= deadline) {
+                if (row.state == state || (int64_t)time_now_mono_ms() >= deadline) {
                         *ret = row;
                         return 0;
                 }
@@ -1332,8 +1268,8 @@ int sandbox_wait_state(Manager *m, const KeyInfo *key, const char *id, const cha
         }
 }
 
-int sandbox_list(Manager *m, const KeyInfo *key, DbSandboxFn fn, void *userdata, SandboxError *e) {
-        int r = db_sandbox_query(m->db, DB_SANDBOXES_OF_OWNER, key->owner, 0, fn, userdata);
+int sandbox_list(Manager *m, const KeyInfo *key, StoreSandboxFn fn, void *userdata, SandboxError *e) {
+        int r = db_sandbox_query(m->db, STORE_SANDBOXES_OF_OWNER, key->owner, 0, fn, userdata);
         if (r < 0) {
                 log_error(NULL, "listing sandboxes: %s", strerror(-r));
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not list sandboxes");
@@ -1364,9 +1300,9 @@ static int with_row(Manager *m, const KeyInfo *key, const char *id, RowOp op, vo
 }
 
 static int op_stop(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
-        if (!state_is(row, "running") && !state_is(row, "paused"))
+        if (row->state != SANDBOX_RUNNING && row->state != SANDBOX_PAUSED)
                 return 0; /* stopping a stopped or failed sandbox is a no-op */
-        int r = do_stop_locked(m, row, "stopped", NULL);
+        int r = do_stop_locked(m, row, SANDBOX_STOPPED, NULL);
         if (r < 0) {
                 log_error(rid, "stopping %s: %s", row->id, strerror(-r));
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the stop");
@@ -1421,21 +1357,18 @@ typedef struct ExtendArg {
 
 static int op_extend(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         int64_t seconds = ((const ExtendArg *)arg)->seconds;
-        if (strcmp(row->state, "running") != 0)
+        if (row->state != SANDBOX_RUNNING)
                 return sandbox_error(e, SANDBOX_ERR_CONFLICT, "create a new sandbox", "sandbox %s is %s, not running",
-                                 row->id, row->state);
+                                 row->id, sandbox_state_name(row->state));
         int64_t now = time_now_unix();
         int64_t base = row->lease_ends_at > now ? row->lease_ends_at : now;
         int64_t new_end = base + seconds;
-        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
-        if (!spec)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
-        uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
+        uint64_t per_hour = config_cost_per_hour(m->cfg, row->spec.vcpu, row->spec.memory_mib);
         /* The worst case of the sandbox's whole life with the new lease. */
         int64_t life = row->run_seconds + (row->started_at ? new_end - row->started_at : seconds);
-        json_t *max = json_object_get(spec, "maxTotalCostMicros");
-        if (json_is_integer(max) && ledger_cost(per_hour, life) > (uint64_t)json_integer_value(max))
-                return budget_refusal(e, per_hour, life, 0, (uint64_t)json_integer_value(max), "maxTotalCostMicros",
+        int64_t max = row->spec.max_total_cost_micros;
+        if (max >= 0 && ledger_cost(per_hour, life) > (uint64_t)max)
+                return budget_refusal(e, per_hour, life, 0, (uint64_t)max, "maxTotalCostMicros",
                                       "sandbox with this extension");
         int r = reserve_life(m, row, per_hour, life, new_end, now, rid, e);
         if (r < 0)
@@ -1456,14 +1389,8 @@ int sandbox_extend(Manager *m, const KeyInfo *key, const char *id, int64_t secon
 }
 
 static int op_network(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
-        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
-        if (!spec || json_object_set(spec, "network", (json_t *)arg) < 0)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
-        char *s = json_dumps(spec, JSON_COMPACT);
-        if (!s)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
-        free(row->spec);
-        row->spec = s;
+        json_decref(row->spec.network);
+        row->spec.network = json_incref((json_t *)arg);
         int r = db_sandbox_update(m->db, row);
         if (r < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the network policy");
@@ -1498,42 +1425,37 @@ static Sandbox *live_get(Manager *m, const char *id) {
         return found;
 }
 
-static uint64_t disk_cost_per_hour(Manager *m, json_t *spec) {
-        return ledger_cost(m->cfg->price_disk_gib_hour_micros * 3600u, (int64_t)spec_uint(spec, "diskMiB")) / 1024u;
+static uint64_t disk_cost_per_hour(Manager *m, const SandboxSpec *spec) {
+        return ledger_cost(m->cfg->price_disk_gib_hour_micros * 3600u, (int64_t)spec->disk_mib) / 1024u;
 }
 
 uint64_t sandbox_row_paused_cost(Manager *m, const SandboxRow *r, int64_t now) {
-        _cleanup_json_ json_t *spec = json_loads(r->spec, 0, NULL);
-        if (!spec)
-                return 0;
-        int64_t secs = spec_int(spec, "pausedSeconds");
-        int64_t at = spec_int(spec, "pausedAt");
-        if (state_is(r, "paused") && at > 0 && now > at)
+        int64_t secs = r->spec.paused_seconds;
+        int64_t at = r->spec.paused_at;
+        if (r->state == SANDBOX_PAUSED && at > 0 && now > at)
                 secs += now - at;
-        return ledger_cost(disk_cost_per_hour(m, spec), secs);
+        return ledger_cost(disk_cost_per_hour(m, &r->spec), secs);
 }
 
 /* The lease a woken or restarted sandbox gets: the one asked for, else
  * what its pause left of the old one, else its timeoutSeconds afresh. */
-static int64_t next_lease(json_t *spec, int64_t asked) {
+static int64_t next_lease(const SandboxSpec *spec, int64_t asked) {
         if (asked > 0)
                 return asked;
-        int64_t left = spec_int(spec, "leaseLeftSeconds");
-        if (left > 0)
-                return left;
-        int64_t t = spec_int(spec, "timeoutSeconds");
-        return t > 0 ? t : 300;
+        if (spec->lease_left_seconds > 0)
+                return spec->lease_left_seconds;
+        return spec->timeout_seconds;
 }
 
 /* Holds the next lease's worst case against the key's budget: a woken or
  * restarted sandbox spends again. */
-static int reserve_lease(Manager *m, SandboxRow *row, json_t *spec, int64_t lease, const char *rid,
-                         SandboxError *e) {
-        uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
-        json_t *max = json_object_get(spec, "maxTotalCostMicros");
+static int reserve_lease(Manager *m, SandboxRow *row, int64_t lease, const char *rid, SandboxError *e) {
+        const SandboxSpec *spec = &row->spec;
+        uint64_t per_hour = config_cost_per_hour(m->cfg, spec->vcpu, spec->memory_mib);
+        int64_t max = spec->max_total_cost_micros;
         int64_t life = row->run_seconds + lease;
-        if (json_is_integer(max) && ledger_cost(per_hour, life) > (uint64_t)json_integer_value(max))
-                return budget_refusal(e, per_hour, life, 0, (uint64_t)json_integer_value(max), "maxTotalCostMicros",
+        if (max >= 0 && ledger_cost(per_hour, life) > (uint64_t)max)
+                return budget_refusal(e, per_hour, life, 0, (uint64_t)max, "maxTotalCostMicros",
                                       "sandbox with this lease");
         if (!m->ledger)
                 return 0;
@@ -1555,21 +1477,18 @@ static int reserve_lease(Manager *m, SandboxRow *row, json_t *spec, int64_t leas
 }
 
 static int conflict_state(SandboxError *e, const SandboxRow *row, const char *wanted, const char *hint) {
-        return sandbox_error(e, SANDBOX_ERR_CONFLICT, hint, "sandbox %s is %s, not %s", row->id, row->state, wanted);
+        return sandbox_error(e, SANDBOX_ERR_CONFLICT, hint, "sandbox %s is %s, not %s", row->id, sandbox_state_name(row->state), wanted);
 }
 
 static int op_pause(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
-        if (state_is(row, "paused"))
+        if (row->state == SANDBOX_PAUSED)
                 return 0; /* already where it was asked to be */
-        if (!state_is(row, "running"))
+        if (row->state != SANDBOX_RUNNING)
                 return conflict_state(e, row, "running",
-                                      state_is(row, "stopped") || state_is(row, "failed")
+                                      row->state == SANDBOX_STOPPED || row->state == SANDBOX_FAILED
                                               ? "a stopped sandbox keeps no memory to pause; :wake or :restart boots it"
                                               : NULL);
-        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
-        if (!spec)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
-        if (json_is_false(json_object_get(spec, "pausable")))
+        if (!row->spec.pausable)
                 return sandbox_error(e, SANDBOX_ERR_CONFLICT, "stop it instead, or create it with pausable: true",
                                      "sandbox %s was created with pausable: false", row->id);
         Sandbox *sb = live_get(m, row->id);
@@ -1586,7 +1505,7 @@ static int op_pause(Manager *m, SandboxRow *row, void *arg, const char *rid, San
          * for its files must reach the disk first (the namespace driver's
          * writes are in the host's page cache, which the snapshot syncs). */
         guest_sync(m, row->id, rid, 20000, "pause");
-        snprintf(row->state, sizeof(row->state), "pausing");
+        row->state = SANDBOX_PAUSING;
         int r = db_sandbox_update(m->db, row);
         if (r == 0) {
                 pthread_mutex_lock(&sb->lock);
@@ -1598,7 +1517,7 @@ static int op_pause(Manager *m, SandboxRow *row, void *arg, const char *rid, San
                 pthread_mutex_unlock(&sb->lock);
         }
         if (r < 0) {
-                snprintf(row->state, sizeof(row->state), "running");
+                row->state = SANDBOX_RUNNING;
                 (void)db_sandbox_update(m->db, row);
                 log_error(rid, "pausing %s: %s", row->id, strerror(-r));
                 sandbox_unref(sb);
@@ -1623,17 +1542,15 @@ static int op_pause(Manager *m, SandboxRow *row, void *arg, const char *rid, San
                         log_error(rid, "sandbox %s: settling its charge: %s", row->id, strerror(-lr));
                 char series[48];
                 disk_series(row->id, series, sizeof(series));
-                lr = ledger_begin(m->ledger, series, row->key_id, row->owner, now, disk_cost_per_hour(m, spec), 0);
+                lr = ledger_begin(m->ledger, series, row->key_id, row->owner, now, disk_cost_per_hour(m, &row->spec), 0);
                 if (lr < 0)
                         log_error(rid, "sandbox %s: opening its paused disk's charge: %s", row->id, strerror(-lr));
         }
-        json_object_set_new(spec, "pausedAt", json_integer(now));
-        json_object_set_new(spec, "leaseLeftSeconds", json_integer(left));
-        if (row_spec_update(row, spec) < 0)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        row->spec.paused_at = now;
+        row->spec.lease_left_seconds = left;
         /* A paused sandbox's lease does not run: no timer fires on it. */
         row->lease_ends_at = 0;
-        snprintf(row->state, sizeof(row->state), "paused");
+        row->state = SANDBOX_PAUSED;
         if ((r = db_sandbox_update(m->db, row)) < 0) {
                 log_error(rid, "pausing %s: %s", row->id, strerror(-r));
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the pause");
@@ -1649,51 +1566,45 @@ int sandbox_pause(Manager *m, const KeyInfo *key, const char *id, const char *ri
 /* A stopped or failed sandbox again, on its own files; a running or paused
  * one is stopped first (restart). */
 static int reboot_locked(Manager *m, SandboxRow *row, int64_t asked_lease, const char *rid, SandboxError *e) {
-        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
-        const Driver *d = spec ? driver_by_name(spec_str(spec, "driver", "")) : NULL;
+        const Driver *d = driver_by_name(row->spec.driver);
         if (!d)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
         const DriverOffer *o = config_driver_offer(m->cfg, d->name);
         if (!o || !o->available || !o->offered)
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
                                      "driver %s cannot run on this host now", d->name);
-        int64_t lease = next_lease(spec, asked_lease);
-        if (state_is(row, "running") || state_is(row, "paused")) {
+        int64_t lease = next_lease(&row->spec, asked_lease);
+        if (row->state == SANDBOX_RUNNING || row->state == SANDBOX_PAUSED) {
                 /* The budget first, so that a refusal leaves it as it was;
                  * the stop settles this reservation, the one below opens it
                  * again. */
-                int r = reserve_lease(m, row, spec, lease, rid, e);
+                int r = reserve_lease(m, row, lease, rid, e);
                 if (r < 0)
                         return r;
-                r = do_stop_locked(m, row, "stopped", NULL);
+                r = do_stop_locked(m, row, SANDBOX_STOPPED, NULL);
                 if (r < 0)
                         return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the stop");
         }
-        int r = reserve_lease(m, row, spec, lease, rid, e);
+        int r = reserve_lease(m, row, lease, rid, e);
         if (r < 0)
                 return r;
-        json_object_del(spec, "leaseLeftSeconds");
-        if (row_spec_update(row, spec) < 0)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        row->spec.lease_left_seconds = 0;
         return boot_locked(m, row, d, lease, rid, e);
 }
 
 static int op_wake(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         int64_t asked = *(const int64_t *)arg;
-        if (state_is(row, "stopped") || state_is(row, "failed"))
+        if (row->state == SANDBOX_STOPPED || row->state == SANDBOX_FAILED)
                 return reboot_locked(m, row, asked, rid, e);
-        if (!state_is(row, "paused"))
+        if (row->state != SANDBOX_PAUSED)
                 return sandbox_error(e, SANDBOX_ERR_NOT_PAUSED, NULL, "sandbox %s is %s, not paused", row->id,
-                                     row->state);
-        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
-        if (!spec)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
-        int64_t lease = next_lease(spec, asked);
-        int r = reserve_lease(m, row, spec, lease, rid, e);
+                                     sandbox_state_name(row->state));
+        int64_t lease = next_lease(&row->spec, asked);
+        int r = reserve_lease(m, row, lease, rid, e);
         if (r < 0)
                 return r;
         Sandbox *sb = live_get(m, row->id);
-        snprintf(row->state, sizeof(row->state), "resuming");
+        row->state = SANDBOX_RESUMING;
         r = sb ? db_sandbox_update(m->db, row) : -ESRCH;
         if (r == 0) {
                 pthread_mutex_lock(&sb->lock);
@@ -1713,7 +1624,7 @@ static int op_wake(Manager *m, SandboxRow *row, void *arg, const char *rid, Sand
                 log_error(rid, "resuming %s: %s; booting it again from its disk", row->id, strerror(-r));
                 if (sb)
                         sandbox_unref(sb);
-                snprintf(row->state, sizeof(row->state), "paused");
+                row->state = SANDBOX_PAUSED;
                 return reboot_locked(m, row, asked, rid, e);
         }
         sandbox_unref(sb);
@@ -1721,13 +1632,13 @@ static int op_wake(Manager *m, SandboxRow *row, void *arg, const char *rid, Sand
         row_end_pause(m, row, now, now);
         row->started_at = now;
         row->lease_ends_at = now + lease;
-        snprintf(row->state, sizeof(row->state), "running");
+        row->state = SANDBOX_RUNNING;
         if ((r = db_sandbox_update(m->db, row)) < 0) {
                 log_error(rid, "waking %s: %s", row->id, strerror(-r));
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the wake");
         }
         if (m->ledger) {
-                uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
+                uint64_t per_hour = config_cost_per_hour(m->cfg, row->spec.vcpu, row->spec.memory_mib);
                 int lr = ledger_begin(m->ledger, row->id, row->key_id, row->owner, now, per_hour, row->lease_ends_at);
                 if (lr < 0)
                         log_error(rid, "sandbox %s: opening its charge: %s", row->id, strerror(-lr));
@@ -1742,8 +1653,8 @@ int sandbox_wake(Manager *m, const KeyInfo *key, const char *id, int64_t timeout
 }
 
 static int op_restart(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
-        if (!state_is(row, "running") && !state_is(row, "paused") && !state_is(row, "stopped") &&
-            !state_is(row, "failed"))
+        if (row->state != SANDBOX_RUNNING && row->state != SANDBOX_PAUSED && row->state != SANDBOX_STOPPED &&
+            row->state != SANDBOX_FAILED)
                 return conflict_state(e, row, "running, paused, stopped or failed", NULL);
         return reboot_locked(m, row, 0, rid, e);
 }
@@ -1778,7 +1689,7 @@ static void idle_check(Manager *m, Sandbox *sb, int64_t now_ms) {
         busy_begin(m, sb->id);
         SandboxRow row;
         if (db_sandbox_get(m->db, sb->id, &row) == 0) {
-                if (state_is(&row, "running") &&
+                if (row.state == SANDBOX_RUNNING &&
                     (int64_t)time_now_mono_ms() - atomic_load(&sb->active_ms) >=
                             (int64_t)atomic_load(&sb->idle_pause_s) * 1000)
                         pause_by_daemon(m, &row, "idle");
@@ -1792,8 +1703,8 @@ static void idle_check(Manager *m, Sandbox *sb, int64_t now_ms) {
 /* The spec's env with u's changes: a string sets a variable, null removes
  * it. The whole must stay within a create's bounds, since it travels with
  * every exec. */
-static int merged_env(json_t *spec, json_t *changes, json_t **ret, SandboxError *e) {
-        json_t *cur = json_object_get(spec, "env");
+static int merged_env(const SandboxSpec *spec, json_t *changes, json_t **ret, SandboxError *e) {
+        json_t *cur = spec->env;
         _cleanup_json_ json_t *env = json_is_object(cur) ? json_deep_copy(cur) : json_object();
         if (!env)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
@@ -1820,14 +1731,14 @@ static int merged_env(json_t *spec, json_t *changes, json_t **ret, SandboxError 
 static int op_update(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         const SandboxUpdate *u = arg;
         int64_t now = time_now_unix();
-        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
-        if (!spec)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
-        bool running = state_is(row, "running"), paused = state_is(row, "paused");
+        SandboxSpec *spec = &row->spec;
+        bool running = row->state == SANDBOX_RUNNING, paused = row->state == SANDBOX_PAUSED;
 
         /* Every check first: a refused field changes nothing. */
-        if (json_is_false(json_object_get(spec, "pausable")) &&
-            ((u->on_lease_end && strcmp(u->on_lease_end, "pause") == 0) || u->idle_pause_seconds > 0))
+        LeaseEnd on_end = spec->on_lease_end;
+        if (u->on_lease_end && lease_end_from_name(u->on_lease_end, &on_end) < 0)
+                return sandbox_error(e, SANDBOX_ERR_INVALID, NULL, "onLeaseEnd must be \"stop\", \"pause\" or \"delete\"");
+        if (!spec->pausable && ((u->on_lease_end && on_end == LEASE_END_PAUSE) || u->idle_pause_seconds > 0))
                 return sandbox_error(e, SANDBOX_ERR_INVALID, "create a pausable sandbox for that",
                                      "sandbox %s was created with pausable: false: it cannot pause at its lease end "
                                      "or when idle", row->id);
@@ -1845,12 +1756,11 @@ static int op_update(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
         else if (u->lease_end > 0) {
                 if (!running)
                         return sandbox_error(e, SANDBOX_ERR_CONFLICT, "a lease runs only while the sandbox does",
-                                             "sandbox %s is %s, not running or paused", row->id, row->state);
+                                             "sandbox %s is %s, not running or paused", row->id, sandbox_state_name(row->state));
                 new_end = u->lease_end;
         }
-        uint64_t per_hour = config_cost_per_hour(m->cfg, spec_uint(spec, "vcpu"), spec_uint(spec, "memoryMiB"));
-        json_t *max = json_object_get(spec, "maxTotalCostMicros");
-        int64_t cap = u->set_max_total ? u->max_total_cost_micros : json_is_integer(max) ? json_integer_value(max) : -1;
+        uint64_t per_hour = config_cost_per_hour(m->cfg, spec->vcpu, spec->memory_mib);
+        int64_t cap = u->set_max_total ? u->max_total_cost_micros : spec->max_total_cost_micros;
         /* The worst case of the sandbox's whole life as the update leaves it:
          * what it ran, and a running one's lease to its end (what is held for
          * it against the daily limit); a paused one's new lease counts from
@@ -1879,20 +1789,23 @@ static int op_update(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
         int64_t idle = u->idle_pause_seconds;
         if (idle > 0 && idle < (int64_t)m->cfg->idle_pause_min_seconds)
                 idle = m->cfg->idle_pause_min_seconds;
-        if ((paused_lease > 0 && json_object_set_new(spec, "leaseLeftSeconds", json_integer(paused_lease)) < 0) ||
-            (u->on_lease_end && json_object_set_new(spec, "onLeaseEnd", json_string(u->on_lease_end)) < 0) ||
-            (env && json_object_set(spec, "env", env) < 0) ||
-            (u->auto_wake >= 0 && json_object_set_new(spec, "autoWake", json_boolean(u->auto_wake)) < 0) ||
-            (idle >= 0 && json_object_set_new(spec, "idlePauseSeconds", json_integer(idle)) < 0) ||
-            (u->set_max_total &&
-             json_object_set_new(spec, "maxTotalCostMicros", cap >= 0 ? json_integer(cap) : json_null()) < 0) ||
-            (u->network && json_object_set(spec, "network", u->network) < 0))
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
-        char *text = json_dumps(spec, JSON_COMPACT);
-        if (!text)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not update the sandbox");
-        free(row->spec);
-        row->spec = text;
+        if (paused_lease > 0)
+                spec->lease_left_seconds = paused_lease;
+        spec->on_lease_end = on_end;
+        if (env) {
+                json_decref(spec->env);
+                spec->env = json_incref(env);
+        }
+        if (u->auto_wake >= 0)
+                spec->auto_wake = u->auto_wake != 0;
+        if (idle >= 0)
+                spec->idle_pause_seconds = idle;
+        if (u->set_max_total)
+                spec->max_total_cost_micros = cap >= 0 ? cap : -1;
+        if (u->network) {
+                json_decref(spec->network);
+                spec->network = json_incref(u->network);
+        }
         if (u->set_user)
                 row->run_as_root = u->run_as_root;
         int r = db_sandbox_update(m->db, row);
@@ -2003,13 +1916,13 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
                 return r;
         /* Recorded as running but no longer live: it ended a moment ago and
          * its failure is being recorded. Never "is running, not running". */
-        if (strcmp(row.state, "running") == 0)
+        if (row.state == SANDBOX_RUNNING)
                 sandbox_error(e, SANDBOX_ERR_CONFLICT, "create a new sandbox",
                               "sandbox %s has stopped; its failure is being recorded", id);
         else
                 sandbox_error(e, SANDBOX_ERR_CONFLICT,
-                              strcmp(row.state, "starting") == 0 ? "wait for it to start" : "create a new sandbox",
-                              "sandbox %s is %s, not running", id, row.state);
+                              row.state == SANDBOX_STARTING ? "wait for it to start" : "create a new sandbox",
+                              "sandbox %s is %s, not running", id, sandbox_state_name(row.state));
         sandbox_row_done(&row);
         return -EINVAL;
 }
@@ -2094,8 +2007,8 @@ static int snapshot_memory_locked(Sandbox *sb, const DriverSpec *ds, const char 
 static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         SnapshotOp *op = arg;
         const SnapshotRequest *req = op->req;
-        _cleanup_json_ json_t *spec = json_loads(row->spec, 0, NULL);
-        const Driver *d = spec ? driver_by_name(spec_str(spec, "driver", "")) : NULL;
+        const SandboxSpec *spec = &row->spec;
+        const Driver *d = driver_by_name(spec->driver);
         if (!d)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
         bool memory = req->mode && strcmp(req->mode, "memory") == 0;
@@ -2106,11 +2019,11 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         if (!d->snapshot_disk)
                 return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, "snapshot a sandbox of the namespace or gvisor driver",
                                      "the %s driver cannot take disk snapshots yet", d->name);
-        bool live = state_is(row, "running") || state_is(row, "paused");
+        bool live = row->state == SANDBOX_RUNNING || row->state == SANDBOX_PAUSED;
         if (memory && !live)
                 return conflict_state(e, row, "running or paused",
                                       "wake it, or take mode: \"disk\": a stopped sandbox has no memory to keep");
-        if (!live && !state_is(row, "stopped") && !state_is(row, "failed"))
+        if (!live && row->state != SANDBOX_STOPPED && row->state != SANDBOX_FAILED)
                 return conflict_state(e, row, "running, paused, stopped or failed", "wait for it to settle");
         SnapshotStore *store = m->snapshots;
         if (!store)
@@ -2121,7 +2034,7 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                                      "you keep %d snapshots, the most this daemon keeps for one owner",
                                      SNAPSHOT_MAX_PER_OWNER);
         SpecPaths p = { 0 };
-        if (spec_paths(m, row->id, spec_str(spec, "image", "default"), &p) < 0)
+        if (spec_paths(m, row->id, spec->image, &p) < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
         DriverSpec ds;
         driver_spec_from(m, row->id, spec, &p, &ds);
@@ -2139,7 +2052,7 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         uint64_t t0 = time_now_mono_ms(), frozen_ms = 0;
         /* A memory snapshot keeps what the guest holds for its files in
          * its memory: no sync needed. */
-        if (live && state_is(row, "running") && !memory)
+        if (live && row->state == SANDBOX_RUNNING && !memory)
                 guest_sync(m, row->id, rid, 60000, "snapshot");
         if (live) {
                 Sandbox *sb = live_get(m, row->id);
@@ -2178,12 +2091,10 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         spec_paths_done(&p);
         if (r == 0) {
                 int64_t days = req->retention_days > 0 ? req->retention_days : SNAPSHOT_DEFAULT_RETENTION_DAYS;
-                json_t *base = json_pack("{s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?}", "driver",
-                                         json_object_get(spec, "driver"), "image", json_object_get(spec, "image"),
-                                         "vcpu", json_object_get(spec, "vcpu"), "memoryMiB",
-                                         json_object_get(spec, "memoryMiB"), "diskMiB", json_object_get(spec, "diskMiB"),
-                                         "timeoutSeconds", json_object_get(spec, "timeoutSeconds"), "env",
-                                         json_object_get(spec, "env"), "network", json_object_get(spec, "network"));
+                json_t *base = json_pack("{s:s,s:s,s:i,s:i,s:i,s:I,s:O?,s:O?}", "driver", spec->driver, "image",
+                                         spec->image, "vcpu", (int)spec->vcpu, "memoryMiB", (int)spec->memory_mib,
+                                         "diskMiB", (int)spec->disk_mib, "timeoutSeconds",
+                                         (json_int_t)spec->timeout_seconds, "env", spec->env, "network", spec->network);
                 if (base && req->transient && json_object_set_new(base, SNAPSHOT_TRANSIENT, json_true()) < 0)
                         json_decref(TAKE_PTR(base));
                 snap.owner = strdup(row->owner);
@@ -2245,4 +2156,120 @@ int sandbox_snapshot(Manager *m, const KeyInfo *key, const char *id, const Snaps
                      SnapshotRow *ret, SandboxError *e) {
         SnapshotOp op = { .req = req, .out = ret };
         return with_row(m, key, id, op_snapshot, &op, rid, NULL, e);
+}
+
+void fork_result_done(ForkResult *f) {
+        for (size_t i = 0; f->copies && i < f->n; i++)
+                sandbox_row_done(&f->copies[i]);
+        free(f->copies);
+        *f = (ForkResult){ 0 };
+}
+
+/* The create a copy of `src` is made with: the source's spec (its lease,
+ * shape, env, network and lease-end policy; no cost caps), its user, and
+ * the fork's name, labels and secrets. */
+static int fork_create_request(const SandboxRow *src, const ForkRequest *req, int64_t i, const char *dir,
+                               CreateRequest *ret) {
+        CreateRequest cr = { .run_as_root = src->run_as_root, .restore_dir = dir };
+        int r = sandbox_spec_copy(&src->spec, &cr.spec);
+        if (r < 0)
+                return r;
+        cr.spec.max_cost_micros = -1;
+        cr.spec.max_total_cost_micros = -1;
+        cr.spec.pausable = true;
+        cr.spec.trial = false; /* the key's own, set by sandbox_create */
+        cr.spec.paused_at = cr.spec.lease_left_seconds = cr.spec.paused_seconds = 0;
+        json_decref(cr.spec.secrets);
+        cr.spec.secrets = req->secrets ? json_incref(req->secrets) : NULL;
+        cr.labels = req->labels ? json_incref(req->labels) : json_loads(src->labels, 0, NULL);
+        if (!cr.labels)
+                cr.labels = json_object();
+        if (req->name) {
+                char nb[160];
+                if (req->count > 1)
+                        snprintf(nb, sizeof nb, "%s-%lld", req->name, (long long)i + 1);
+                else
+                        snprintf(nb, sizeof nb, "%s", req->name);
+                cr.name = strdup(nb);
+        }
+        if (!cr.labels || (req->name && !cr.name)) {
+                create_request_done(&cr);
+                return -ENOMEM;
+        }
+        *ret = cr;
+        return 0;
+}
+
+/* All or none against the daily limit: every copy's first lease together,
+ * before any is made (each create reserves its own as well, so a race can
+ * only refuse more, never overshoot). */
+static int fork_check_spending(Manager *m, const KeyInfo *key, const SandboxSpec *spec, int64_t count,
+                               SandboxError *e) {
+        uint64_t per_hour = config_cost_per_hour(m->cfg, spec->vcpu, spec->memory_mib);
+        uint64_t each = ledger_cost_ceil(per_hour, spec->timeout_seconds);
+        if (!m->ledger || key->daily_limit_micros < 0)
+                return 0;
+        LedgerKeyUse use;
+        if (ledger_key_use(m->ledger, key->id, time_now_unix(), &use) < 0)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the key's spending");
+        if (use.used_micros + (int64_t)(each * (uint64_t)count) > key->daily_limit_micros)
+                return sandbox_error(e, SANDBOX_ERR_SPENDING, "fork fewer copies, or raise the key's daily limit",
+                                     "%lld copies would cost up to %llu micro-dollars for their first lease; the key "
+                                     "has %lld of its daily limit left; no copy was made",
+                                     (long long)count, (unsigned long long)(each * (uint64_t)count),
+                                     (long long)(key->daily_limit_micros - use.used_micros));
+        return 0;
+}
+
+int sandbox_fork(Manager *m, const KeyInfo *key, const char *id, const ForkRequest *req, const char *rid,
+                 ForkResult *ret, SandboxError *e) {
+        *ret = (ForkResult){ 0 };
+        if (!m->snapshots)
+                return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, NULL, "this daemon keeps no snapshots");
+        SandboxRow src;
+        int r = sandbox_get(m, key, id, &src, e);
+        if (r < 0)
+                return r;
+        if ((r = fork_check_spending(m, key, &src.spec, req->count, e)) < 0) {
+                sandbox_row_done(&src);
+                return r;
+        }
+        SnapshotRequest sr = { .mode = req->mode, .retention_days = 1, .transient = !req->keep_snapshot };
+        SnapshotRow snap;
+        if ((r = sandbox_snapshot(m, key, id, &sr, rid, &snap, e)) < 0) {
+                sandbox_row_done(&src);
+                return r;
+        }
+        _cleanup_free_ char *dir = snapshot_store_dir(m->snapshots, snap.id);
+        ForkResult out = { .copies = calloc((size_t)req->count, sizeof(SandboxRow)) };
+        r = dir && out.copies ? 0 : sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        for (int64_t i = 0; i < req->count && r == 0; i++) {
+                CreateRequest cr;
+                if (fork_create_request(&src, req, i, dir, &cr) < 0) {
+                        r = sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+                        break;
+                }
+                r = sandbox_create(m, key, &cr, rid, &out.copies[out.n], e);
+                create_request_done(&cr);
+                if (r == 0)
+                        out.n++;
+        }
+        sandbox_row_done(&src);
+        if (r < 0) {
+                /* None or all: the copies made so far go. */
+                for (size_t i = 0; i < out.n; i++) {
+                        SandboxError de;
+                        if (sandbox_delete(m, key, out.copies[i].id, rid, &de) < 0)
+                                log_error(rid, "fork of %s: deleting copy %s: %s", id, out.copies[i].id, de.message);
+                }
+                fork_result_done(&out);
+        }
+        if (r == 0 && req->keep_snapshot)
+                snprintf(out.snapshot_id, sizeof(out.snapshot_id), "%s", snap.id);
+        else
+                (void)snapshot_store_delete(m->snapshots, key->owner, snap.id);
+        snapshot_row_done(&snap);
+        if (r == 0)
+                *ret = out;
+        return r;
 }

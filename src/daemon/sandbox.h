@@ -54,7 +54,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                    SandboxError *e);
 int sandbox_get(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret, SandboxError *e);
 /* fn for each undeleted sandbox of the key's owner, newest first. */
-int sandbox_list(Manager *m, const KeyInfo *key, DbSandboxFn fn, void *userdata, SandboxError *e);
+int sandbox_list(Manager *m, const KeyInfo *key, StoreSandboxFn fn, void *userdata, SandboxError *e);
 
 /* What :update changes; what is left unset stays. */
 typedef struct SandboxUpdate {
@@ -99,7 +99,7 @@ int sandbox_restart(Manager *m, const KeyInfo *key, const char *id, const char *
                     SandboxError *e);
 /* sandbox_get once the sandbox is in `state` (woken by every lifecycle
  * step), or as it is when timeout_ms passes or it is deleted meanwhile. */
-int sandbox_wait_state(Manager *m, const KeyInfo *key, const char *id, const char *state, int64_t timeout_ms,
+int sandbox_wait_state(Manager *m, const KeyInfo *key, const char *id, SandboxState state, int64_t timeout_ms,
                        SandboxRow *ret, SandboxError *e);
 /* What a row's paused time has cost at the disk rate, up to now. */
 uint64_t sandbox_row_paused_cost(Manager *m, const SandboxRow *row, int64_t now);
@@ -125,6 +125,28 @@ typedef struct SnapshotRequest {
  * driver cannot keep a running machine (every driver of this daemon now). */
 int sandbox_snapshot(Manager *m, const KeyInfo *key, const char *id, const SnapshotRequest *req, const char *rid,
                      SnapshotRow *ret, SandboxError *e);
+
+/* What :fork asks for. */
+typedef struct ForkRequest {
+        int64_t count;      /* copies, 1..FORK_MAX_COUNT */
+        const char *name;   /* NULL: none; with count > 1, NAME-1, NAME-2, ... */
+        json_t *labels;     /* NULL: the source's */
+        json_t *secrets;    /* the egress secrets the copies may use (validated); NULL: every one */
+        const char *mode;   /* the snapshot's: "disk" or "memory"; NULL: disk */
+        bool keep_snapshot; /* else the snapshot goes once the copies are made */
+} ForkRequest;
+typedef struct ForkResult {
+        SandboxRow *copies;
+        size_t n;
+        char snapshot_id[SNAPSHOT_ID_LEN + 1]; /* empty unless kept */
+} ForkResult;
+void fork_result_done(ForkResult *f);
+/* Copies of a sandbox: a snapshot of it, then `count` sandboxes made from
+ * the snapshot with the source's spec. All or none against the key's daily
+ * limit (every copy's first lease together, checked before any is made),
+ * and all or none in the end: when one copy fails, those made go. */
+int sandbox_fork(Manager *m, const KeyInfo *key, const char *id, const ForkRequest *req, const char *rid,
+                 ForkResult *ret, SandboxError *e);
 
 /* A running sandbox of this key's owner, with a reference: 404 when there is
  * none, 409 when it is not running. A paused one created with autoWake

@@ -6,7 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define SANDBOX_MAX_LEASE_SECONDS 86400
+#include "daemon/model/sandbox_spec.h"
+
 /* A sandbox's env, whole (a create's, or after an :update merged into it):
  * it travels in every exec's OPEN frame, bounded by PROTO_MAX_JSON (64
  * KiB), with room kept for the command itself. */
@@ -22,24 +23,10 @@ typedef enum ReqUser {
 } ReqUser;
 
 typedef struct CreateRequest {
-        int64_t timeout_seconds;
-        bool delete_on_lease_end;
-        bool pause_on_lease_end;
-        int64_t idle_pause_seconds; /* 0: never; the manager raises it to its minimum */
-        bool auto_wake;             /* a request to a paused sandbox wakes it */
-        bool pausable;              /* false: :pause and idle pause are refused */
-        bool run_as_root;           /* user "root": requests naming no user run as root */
-        unsigned vcpu;
-        unsigned memory_mib;
-        unsigned disk_mib;
-        json_t *network; /* normalized {"internet","allow","deny"} */
-        json_t *env;     /* object string->string */
-        json_t *labels;  /* object string->string */
-        json_t *secrets; /* names of the egress secrets it may use; NULL: every one */
-        char *image;
-        char *driver; /* NULL: the daemon's default */
-        char *name;   /* NULL: none */
-        int64_t max_cost_micros; /* -1: none */
-        int64_t max_total_cost_micros; /* -1: none; caps the sandbox across extends */
+        SandboxSpec spec; /* spec.driver NULL: the daemon's default */
+        bool run_as_root; /* user "root": requests naming no user run as root */
+        json_t *labels;   /* object string->string */
+        char *name;       /* NULL: none */
         const char *restore_dir; /* borrowed: a snapshot's files its disk starts from; NULL: a fresh disk */
 } CreateRequest;
+void create_request_done(CreateRequest *r);

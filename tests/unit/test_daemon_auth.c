@@ -52,7 +52,7 @@ static void test_lookup(void **state) {
         char path[256];
         snprintf(path, sizeof(path), "%s/runtime.db", dir);
         Db *db = NULL;
-        assert_int_equal(db_open(path, &db), 0);
+        assert_int_equal(db_open(&store_sqlite, path, &db), 0);
         int64_t n = -1;
         assert_int_equal(db_key_count(db, &n), 0);
         assert_int_equal(n, 0);
@@ -83,7 +83,7 @@ static void test_lookup(void **state) {
         assert_int_equal(n, 2);
         db_close(db);
         /* Reopening keeps the keys and does not re-run migrations. */
-        assert_int_equal(db_open(path, &db), 0);
+        assert_int_equal(db_open(&store_sqlite, path, &db), 0);
         assert_int_equal(db_key_by_hash(db, hash, &k), 0);
         db_close(db);
         char cmd[300];
@@ -119,20 +119,25 @@ static void test_migration_adds_the_user(void **state) {
                                     "CREATE INDEX sandboxes_live ON sandboxes (deleted_at, state);"
                                     "INSERT INTO keys VALUES ('key_1', 'k', 'alice', 'full', '00', NULL, 0, 1, NULL);"
                                     "INSERT INTO sandboxes (id, owner, key_id, labels, spec, state, created_at) VALUES"
-                                    "  ('sbx_old', 'alice', 'key_1', '{}', '{}', 'stopped', 1);"),
+                                    "  ('sbx_old', 'alice', 'key_1', '{}',"
+                                    "   '{\"image\":\"default\",\"driver\":\"namespace\",\"vcpu\":1}',"
+                                    "   'stopped', 1);"),
                          0);
         sqlite3_close(raw);
         Db *db = NULL;
-        assert_int_equal(db_open(path, &db), 0);
+        assert_int_equal(db_open(&store_sqlite, path, &db), 0);
         SandboxRow row;
         assert_int_equal(db_sandbox_get(db, "sbx_old", &row), 0);
         assert_false(row.run_as_root);
+        assert_int_equal(row.version, 1);
+        assert_int_equal(row.spec.vcpu, 1);
+        assert_int_equal(row.spec.timeout_seconds, SANDBOX_DEFAULT_TIMEOUT_SECONDS);
         row.run_as_root = true;
         assert_int_equal(db_sandbox_update(db, &row), 0);
         sandbox_row_done(&row);
         db_close(db);
         /* Reopened: kept, and the migration does not run again. */
-        assert_int_equal(db_open(path, &db), 0);
+        assert_int_equal(db_open(&store_sqlite, path, &db), 0);
         assert_int_equal(db_sandbox_get(db, "sbx_old", &row), 0);
         assert_true(row.run_as_root);
         sandbox_row_done(&row);
@@ -143,7 +148,8 @@ static void test_migration_adds_the_user(void **state) {
         sqlite3_stmt *st = NULL;
         assert_int_equal(sqlite3_prepare_v2(raw, "SELECT count(*) FROM schema_version", -1, &st, NULL), SQLITE_OK);
         assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-        assert_int_equal(sqlite3_column_int(st, 0), 3); /* each migration once: run_as, then uploads */
+        /* each migration once: run_as, uploads, then the versions */
+        assert_int_equal(sqlite3_column_int(st, 0), 4);
         sqlite3_finalize(st);
         sqlite3_close(raw);
         char cmd[300];
@@ -157,11 +163,14 @@ static void test_sandbox_limits(void **state) {
         char path[256];
         snprintf(path, sizeof(path), "%s/runtime.db", dir);
         Db *db = NULL;
-        assert_int_equal(db_open(path, &db), 0);
+        assert_int_equal(db_open(&store_sqlite, path, &db), 0);
         assert_int_equal(db_key_insert(db, "key_1", "k", "alice", true, "00", false), 0);
-        SandboxRow row = { .owner = "alice", .key_id = "key_1", .labels = "{}",
-                           .spec = "{\"onLeaseEnd\":\"delete\"}", .created_at = 1 };
-        snprintf(row.state, sizeof(row.state), "running");
+        SandboxRow row = { .owner = "alice", .key_id = "key_1", .labels = "{}", .created_at = 1,
+                           .state = SANDBOX_RUNNING };
+        sandbox_spec_init(&row.spec);
+        row.spec.image = "default";
+        row.spec.driver = "namespace";
+        row.spec.on_lease_end = LEASE_END_DELETE;
         for (int i = 0; i < 3; i++) {
                 snprintf(row.id, sizeof(row.id), "sbx_%020d", i);
                 assert_int_equal(db_sandbox_insert(db, &row, 10, 3), 0);
@@ -171,7 +180,8 @@ static void test_sandbox_limits(void **state) {
         assert_int_equal(db_sandbox_insert(db, &row, 3, 10), -EUSERS);
         SandboxRow got;
         assert_int_equal(db_sandbox_get(db, "sbx_00000000000000000001", &got), 0);
-        assert_string_equal(got.state, "running");
+        assert_int_equal(got.state, SANDBOX_RUNNING);
+        assert_int_equal(got.spec.on_lease_end, LEASE_END_DELETE);
         got.deleted_at = 5;
         assert_int_equal(db_sandbox_update(db, &got), 0);
         sandbox_row_done(&got);

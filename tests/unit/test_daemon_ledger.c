@@ -38,7 +38,7 @@ static int setup(void **state) {
         if (!mkdtemp(f->dir))
                 return -1;
         snprintf(f->path, sizeof(f->path), "%s/runtime.db", f->dir);
-        if (db_open(f->path, &f->db) < 0 || ledger_open(f->path, &f->l) < 0)
+        if (db_open(&store_sqlite, f->path, &f->db) < 0 || ledger_open(f->path, &f->l) < 0)
                 return -1;
         db_key_insert(f->db, "key_a", "a", "own_a", true, "1111111111111111111111111111111111111111111111111111111111111111",
                       false);
@@ -392,17 +392,17 @@ static void test_owner_names_and_trial_shape(void **state) {
         KeyInfo full = { .full = true, .daily_limit_micros = -1 };
         ApiError e;
         json_t *body = json_pack("{s:i}", "vcpu", 1);
-        CreateRequest req = { .vcpu = 1, .memory_mib = 1024 };
+        CreateRequest req = { .spec = { .vcpu = 1, .memory_mib = 1024 } };
         assert_int_equal(request_apply_trial_shape(full.trial, body, &req, &e), 0);
-        assert_int_equal(req.memory_mib, 1024);
+        assert_int_equal(req.spec.memory_mib, 1024);
         assert_int_equal(request_apply_trial_shape(trial.trial, body, &req, &e), 0);
-        assert_int_equal(req.memory_mib, KEYS_TRIAL_MEMORY_DEFAULT_MIB);
-        req.vcpu = 4;
+        assert_int_equal(req.spec.memory_mib, KEYS_TRIAL_MEMORY_DEFAULT_MIB);
+        req.spec.vcpu = 4;
         assert_int_equal(request_apply_trial_shape(trial.trial, body, &req, &e), -EINVAL);
         assert_int_equal(e.status, 400);
         assert_non_null(strstr(e.message, "vcpu"));
         json_object_set_new(body, "memoryMiB", json_integer(4096));
-        req = (CreateRequest){ .vcpu = 1, .memory_mib = 4096 };
+        req = (CreateRequest){ .spec = { .vcpu = 1, .memory_mib = 4096 } };
         assert_int_equal(request_apply_trial_shape(trial.trial, body, &req, &e), -EINVAL);
         assert_non_null(strstr(e.message, "memoryMiB"));
         json_decref(body);

@@ -104,21 +104,21 @@ static void test_create_defaults(void **state) {
         CreateRequest c;
         ApiError e = { 0 };
         assert_int_equal(request_parse_create(j, &lim, &c, &e), 0);
-        assert_int_equal(c.timeout_seconds, 300);
-        assert_false(c.delete_on_lease_end);
-        assert_false(c.pause_on_lease_end);
-        assert_int_equal(c.idle_pause_seconds, 0);
-        assert_true(c.auto_wake);
-        assert_true(c.pausable);
-        assert_int_equal(c.vcpu, 1);
-        assert_int_equal(c.memory_mib, 1024);
-        assert_int_equal(c.disk_mib, 2048);
-        assert_string_equal(c.image, "default");
-        assert_null(c.driver);
+        assert_int_equal(c.spec.timeout_seconds, 300);
+        assert_true(c.spec.on_lease_end != LEASE_END_DELETE);
+        assert_true(c.spec.on_lease_end != LEASE_END_PAUSE);
+        assert_int_equal(c.spec.idle_pause_seconds, 0);
+        assert_true(c.spec.auto_wake);
+        assert_true(c.spec.pausable);
+        assert_int_equal(c.spec.vcpu, 1);
+        assert_int_equal(c.spec.memory_mib, 1024);
+        assert_int_equal(c.spec.disk_mib, 2048);
+        assert_string_equal(c.spec.image, "default");
+        assert_null(c.spec.driver);
         assert_null(c.name);
-        assert_int_equal(c.max_cost_micros, -1);
-        assert_false(json_is_true(json_object_get(c.network, "internet")));
-        assert_int_equal(json_array_size(json_object_get(c.network, "allow")), 0);
+        assert_int_equal(c.spec.max_cost_micros, -1);
+        assert_false(json_is_true(json_object_get(c.spec.network, "internet")));
+        assert_int_equal(json_array_size(json_object_get(c.spec.network, "allow")), 0);
         create_request_done(&c);
         json_decref(j);
 }
@@ -128,10 +128,10 @@ static void test_create_lifecycle(void **state) {
         CreateRequest c;
         ApiError e = { 0 };
         assert_int_equal(request_parse_create(j, &lim, &c, &e), 0);
-        assert_true(c.pause_on_lease_end);
-        assert_false(c.delete_on_lease_end);
-        assert_int_equal(c.idle_pause_seconds, 600);
-        assert_false(c.auto_wake);
+        assert_int_equal(c.spec.on_lease_end, LEASE_END_PAUSE);
+        assert_true(c.spec.on_lease_end != LEASE_END_DELETE);
+        assert_int_equal(c.spec.idle_pause_seconds, 600);
+        assert_false(c.spec.auto_wake);
         create_request_done(&c);
         json_decref(j);
 }
@@ -195,14 +195,14 @@ static void test_wake_body(void **state) {
                 assert_int_equal(e.status, 400);
                 json_decref(j);
         }
-        const char *wstate = NULL;
+        SandboxState wstate;
         int64_t ms = 0;
         assert_int_equal(request_parse_wait_for("paused", NULL, &wstate, &ms, &e), 0);
-        assert_string_equal(wstate, "paused");
+        assert_int_equal(wstate, SANDBOX_PAUSED);
         assert_int_equal(ms, 60000);
         assert_int_equal(request_parse_wait_for("running", "0", &wstate, &ms, &e), 0);
         assert_int_equal(ms, 0);
-        const char *bad_wait[][2] = { { "asleep", NULL }, { NULL, NULL }, { "paused", "121" }, { "paused", "" },
+        const char *bad_wait[][2] = { { "asleep", NULL }, { NULL, NULL }, { "deleted", NULL }, { "paused", "121" }, { "paused", "" },
                                       { "paused", "-1" }, { "paused", "1e3" }, { "paused", "99999999999999999999" } };
         for (size_t i = 0; i < sizeof(bad_wait) / sizeof(bad_wait[0]); i++) {
                 assert_int_not_equal(request_parse_wait_for(bad_wait[i][0], bad_wait[i][1], &wstate, &ms, &e), 0);
@@ -222,12 +222,12 @@ static void test_create_full(void **state) {
         CreateRequest c;
         ApiError e = { 0 };
         assert_int_equal(request_parse_create(j, &lim, &c, &e), 0);
-        assert_true(c.delete_on_lease_end);
-        assert_int_equal(c.vcpu, 8);
-        assert_string_equal(c.driver, "namespace");
+        assert_int_equal(c.spec.on_lease_end, LEASE_END_DELETE);
+        assert_int_equal(c.spec.vcpu, 8);
+        assert_string_equal(c.spec.driver, "namespace");
         assert_string_equal(c.name, "demo");
-        assert_int_equal(c.max_cost_micros, 0);
-        assert_string_equal(json_string_value(json_array_get(json_object_get(c.network, "allow"), 0)), "pypi.org");
+        assert_int_equal(c.spec.max_cost_micros, 0);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(c.spec.network, "allow"), 0)), "pypi.org");
         create_request_done(&c);
         json_decref(j);
 }

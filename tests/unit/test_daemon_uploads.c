@@ -45,7 +45,7 @@ static int setup(void **state) {
         if (!f || !mkdtemp(f->dir))
                 return -1;
         snprintf(f->db_path, sizeof(f->db_path), "%s/runtime.db", f->dir);
-        if (db_open(f->db_path, &f->db) < 0 || uploads_open(f->db_path, f->dir, &f->u) < 0)
+        if (db_open(&store_sqlite, f->db_path, &f->db) < 0 || uploads_open(f->db_path, f->dir, &f->u) < 0)
                 return -1;
         sql(f, "INSERT INTO keys (id, name, owner, access, hash, created_at) VALUES ('key_a', 'a', 'own_a', 'full', "
                "'11', 0);"

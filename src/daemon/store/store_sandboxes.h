@@ -1,0 +1,93 @@
+#pragma once
+/* The store's table for sandboxes (and the Idempotency-Key records, which
+ * are kept with them): see store.h for what every backend keeps. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/model/sandbox_spec.h"
+#include "daemon/store/store.h"
+
+typedef struct StoreSandboxes StoreSandboxes;
+
+typedef enum StoreSandboxQuery {
+        STORE_SANDBOXES_OF_OWNER,  /* undeleted, of `owner`, newest first */
+        STORE_SANDBOXES_ACTIVE,    /* undeleted with processes: starting, running, paused or between */
+        STORE_SANDBOXES_LEASE_DUE, /* lease over at `now` and still to act on */
+} StoreSandboxQuery;
+
+/* Calls fn for each row (the row is cleared after the call). A negative
+ * return from fn stops the walk and is returned. */
+typedef int (*StoreSandboxFn)(void *userdata, SandboxRow *row);
+/* For a row that cannot be read: its id and why. */
+typedef void (*StoreBadRowFn)(void *userdata, const char *id, int error, const char *why);
+typedef void (*StoreStateCountFn)(void *userdata, SandboxState state, int64_t n);
+
+/* The Idempotency-Key records: one table for the JSON routes that take a
+ * key. A record belongs to an owner, lives STORE_IDEM_MAX_AGE_SECONDS and an
+ * owner keeps at most STORE_IDEM_MAX_PER_OWNER, the newest. */
+#define STORE_IDEM_MAX_AGE_SECONDS 86400
+#define STORE_IDEM_MAX_PER_OWNER 1000
+#define STORE_IDEM_MAX_BODY (64u * 1024u) /* a larger answer is not kept: its retry runs again */
+typedef enum StoreIdem {
+        STORE_IDEM_CLAIMED,  /* new: the caller runs the request, then finishes the record */
+        STORE_IDEM_REPLAY,   /* answered before: *ret_status and *ret_body (malloc'ed) */
+        STORE_IDEM_PENDING,  /* the same request is being served now */
+        STORE_IDEM_MISMATCH, /* the key was used with another request */
+} StoreIdem;
+
+/* A key, as authentication needs it. */
+typedef struct KeyInfo {
+        char id[40];
+        char name[128];
+        char owner[128];
+        bool full;
+        int64_t daily_limit_micros; /* -1: unlimited */
+        bool trial;
+} KeyInfo;
+
+struct StoreSandboxOps {
+        int (*open)(const char *location, StoreSandboxes **ret);
+        void (*close)(StoreSandboxes *h);
+        /* Inserts while the number of undeleted sandboxes stays under the
+         * limits, atomically: -EUSERS past max_total, -EDQUOT past
+         * max_owner, -EEXIST for a taken id. The row is then at version 1. */
+        int (*insert)(StoreSandboxes *h, SandboxRow *r, unsigned max_total, unsigned max_owner);
+        /* Writes the mutable fields (spec, state, failure_reason, times,
+         * run_seconds, deleted_at, run_as) if the stored version is still
+         * r->version, and bumps r->version; -ESTALE if another write came
+         * first, -ENOENT for no such row. */
+        int (*update)(StoreSandboxes *h, SandboxRow *r);
+        /* Writes an undeleted sandbox's name (NULL: none) and labels (a JSON
+         * object's text). These columns no other write touches, so this is
+         * not conditional and keeps the version. -ENOENT. */
+        int (*set_meta)(StoreSandboxes *h, const char *id, const char *name, const char *labels);
+        /* An undeleted sandbox: -ENOENT; -EBADMSG or -EPROTONOSUPPORT when
+         * its spec cannot be read. */
+        int (*get)(StoreSandboxes *h, const char *id, SandboxRow *ret);
+        int (*query)(StoreSandboxes *h, StoreSandboxQuery q, const char *owner, int64_t now, StoreSandboxFn fn,
+                     void *userdata);
+        /* Number of undeleted sandboxes per state, for metrics. */
+        int (*state_counts)(StoreSandboxes *h, StoreStateCountFn fn, void *userdata);
+        /* Reads every undeleted row and calls bad for each that cannot be
+         * read (a spec of a newer version, a corrupt row); the number of
+         * those, or a negative errno. */
+        int (*check)(StoreSandboxes *h, StoreBadRowFn bad, void *userdata);
+        /* A StoreIdem, or a negative errno; atomic. `hash` is a digest of
+         * the request. */
+        int (*idem_claim)(StoreSandboxes *h, const char *owner, const char *key, const char *hash, int64_t now,
+                          unsigned *ret_status, char **ret_body);
+        /* The claimed request's answer: kept for replays when 2xx..4xx (and
+         * at most STORE_IDEM_MAX_BODY), else the claim is dropped so that a
+         * retry runs again. */
+        int (*idem_finish)(StoreSandboxes *h, const char *owner, const char *key, unsigned status,
+                           const char *body);
+        /* The keys as authentication reads them. */
+        int (*key_count)(StoreSandboxes *h, int64_t *ret);
+        int (*key_insert)(StoreSandboxes *h, const char *id, const char *name, const char *owner, bool full,
+                          const char *hash_hex, bool trial);
+        /* A key that is not revoked, by hash (compared in constant time); -ENOENT. */
+        int (*key_by_hash)(StoreSandboxes *h, const char *hash_hex, KeyInfo *ret);
+};
+
+extern const StoreSandboxOps store_sqlite_sandboxes;
