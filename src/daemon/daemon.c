@@ -29,6 +29,7 @@
 #include "daemon/doctor.h"
 #include "daemon/routes.h"
 #include "daemon/sdnotify.h"
+#include "daemon/store/store.h"
 
 typedef struct Daemon {
         DaemonConfig cfg; /* the options' settings, with the paths worked out below */
@@ -403,6 +404,7 @@ static int open_egress(Daemon *d, const DaemonOptions *o) {
         const DaemonConfig *cfg = &d->cfg;
         char why[256] = "";
         EgressServiceConfig ec = { .state_dir = d->state_dir, .db_path = d->db_path,
+                                   .store = store_backend_for(d->db_path),
                                    .test_upstreams = cfg->egress_test_upstreams,
                                    .n_test_upstreams = cfg->n_egress_test_upstreams,
                                    .extra_ca_file = cfg->egress_extra_ca,
