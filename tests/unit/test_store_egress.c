@@ -424,6 +424,39 @@ static void test_migrate_unversioned_schema(void **state) {
         free(log);
 }
 
+/* A database between the two: some of the later columns, not all. */
+static void test_migrate_partial_schema(void **state) {
+        Fixture *f = *state;
+        raw_sql(f->path,
+                "CREATE TABLE egress_secrets (owner TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL,"
+                " hosts TEXT NOT NULL, placeholder TEXT NOT NULL, created_at INTEGER NOT NULL,"
+                " updated_at INTEGER NOT NULL, header TEXT, PRIMARY KEY (owner, name));"
+                "CREATE TABLE egress_log (id INTEGER PRIMARY KEY AUTOINCREMENT, sandbox TEXT NOT NULL,"
+                " at INTEGER NOT NULL, host TEXT NOT NULL, port INTEGER NOT NULL, kind TEXT NOT NULL,"
+                " allowed INTEGER NOT NULL, reason TEXT NOT NULL, addr TEXT, bytes_out INTEGER NOT NULL,"
+                " bytes_in INTEGER NOT NULL, intercepted INTEGER NOT NULL, secrets_used INTEGER NOT NULL, rule TEXT);"
+                "INSERT INTO egress_secrets VALUES ('own_a', 'K', 'v', '[\"a.example.com\"]', 'PH-K', 1, 2, 'X-Key');"
+                "INSERT INTO egress_log (sandbox, at, host, port, kind, allowed, reason, bytes_out, bytes_in,"
+                " intercepted, secrets_used, rule) VALUES ('sb_p', 3, 'a.example.com', 80, 'http', 0, 'no', 0, 0, 0,"
+                " 0, 'a.example.com');");
+        open_store(f);
+        StoreEgressSecret out = { 0 };
+        assert_int_equal(f->ops->secret_get(f->h, "own_a", "K", &out), 0);
+        assert_string_equal(out.header, "X-Key");
+        assert_null(out.format);
+        assert_int_equal(out.version, 1);
+        store_egress_secret_done(&out);
+        StoreEgressAudit *log = NULL;
+        size_t n = 0;
+        assert_int_equal(f->ops->audit_list(f->h, "sb_p", 10, &log, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(log[0].rec.rule, "a.example.com");
+        assert_string_equal(log[0].kind, "http");
+        assert_true(log[0].ended);
+        assert_string_equal(log[0].rec.end, "closed");
+        free(log);
+}
+
 static void test_refuses_newer_version(void **state) {
         Fixture *f = *state;
         open_store(f);
@@ -445,6 +478,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_audit_log, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_migrate_first_schema, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_migrate_unversioned_schema, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_migrate_partial_schema, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_refuses_newer_version, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
