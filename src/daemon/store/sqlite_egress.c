@@ -155,8 +155,9 @@ static void sqlite_egress_close(StoreEgress *h) {
         free(h);
 }
 
-/* A transaction around fn's statements, which are finalized before the
- * COMMIT. */
+/* Ends a transaction begun with BEGIN IMMEDIATE: COMMIT when r is not an
+ * error, else ROLLBACK. The statements inside run in functions of their own,
+ * so they are finalized before the COMMIT. */
 static int transaction_end(StoreEgress *h, int r) {
         if (r >= 0 && (r = sqldb_exec(h->sql, "COMMIT")) >= 0)
                 return r;
