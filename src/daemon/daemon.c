@@ -29,6 +29,7 @@
 #include "daemon/doctor.h"
 #include "daemon/routes.h"
 #include "daemon/sdnotify.h"
+#include "daemon/store/store.h"
 
 typedef struct Daemon {
         DaemonConfig cfg; /* the options' settings, with the paths worked out below */
@@ -391,7 +392,7 @@ static int open_store(Daemon *d) {
                 log_error(NULL, "cannot open the ledger in %s: %s", d->db_path, strerror(-r));
                 return 1;
         }
-        if ((r = keystore_open(d->db_path, &d->keys)) < 0) {
+        if ((r = keystore_open(store_backend_for(d->db_path), d->db_path, &d->keys)) < 0) {
                 log_error(NULL, "cannot open the key store in %s: %s", d->db_path, strerror(-r));
                 return 1;
         }

@@ -305,7 +305,7 @@ static void test_keystore(void **state) {
         char secret[64], hash[AUTH_HASH_HEX_LEN + 1];
         KeyRecord rec;
         KeyInfo k;
-        assert_int_equal(keystore_open(f->path, &ks), 0);
+        assert_int_equal(keystore_open(&store_sqlite, f->path, &ks), 0);
         /* key_a and key_b (full, of own_a and own_b) exist; make the admin's. */
         int64_t before = time(NULL);
         assert_int_equal(keystore_create(ks, "admin", "admin", true, -1, false, 0, secret, &rec), 0);

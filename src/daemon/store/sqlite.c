@@ -1,9 +1,11 @@
 /* The SQLite backend's table of tables. Each kind's table is in its own
  * file of this folder (sqlite_<kind>.c). */
 #include "daemon/store/store.h"
+#include "daemon/store/store_keys.h"
 
 const StoreBackend store_sqlite = {
         .name = "sqlite",
+        .keys = &store_sqlite_keys,
 };
 
 const StoreBackend *store_backend_for(const char *location) {
