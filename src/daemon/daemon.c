@@ -388,7 +388,7 @@ static int open_store(Daemon *d) {
                 log_error(NULL, "cannot make the admin key in %s: %s", d->state_dir, strerror(-r));
                 return 1;
         }
-        if ((r = ledger_open(d->db_path, &d->ledger)) < 0) {
+        if ((r = ledger_open(store_backend_for(d->db_path), d->db_path, &d->ledger)) < 0) {
                 log_error(NULL, "cannot open the ledger in %s: %s", d->db_path, strerror(-r));
                 return 1;
         }

@@ -2,10 +2,12 @@
  * file of this folder (sqlite_<kind>.c). */
 #include "daemon/store/store.h"
 #include "daemon/store/store_keys.h"
+#include "daemon/store/store_ledger.h"
 
 const StoreBackend store_sqlite = {
         .name = "sqlite",
         .keys = &store_sqlite_keys,
+        .ledger = &store_sqlite_ledger,
 };
 
 const StoreBackend *store_backend_for(const char *location) {

@@ -16,7 +16,7 @@ struct StoreKeys {
         pthread_mutex_t lock; /* one transaction at a time on this connection */
 };
 
-static int keys_open(const char *location, StoreKeys **ret) {
+static int sqlite_keys_open(const char *location, StoreKeys **ret) {
         sqlite3 *sql = NULL;
         int r = sqldb_open(location, &sql);
         if (r < 0)
@@ -32,7 +32,7 @@ static int keys_open(const char *location, StoreKeys **ret) {
         return 0;
 }
 
-static void keys_close(StoreKeys *h) {
+static void sqlite_keys_close(StoreKeys *h) {
         if (!h)
                 return;
         sqlite3_close(h->sql);
@@ -109,7 +109,7 @@ static int insert_locked(StoreKeys *h, const StoreKeyNew *k, KeyRecord *ret) {
         return key_row_read(st, ret);
 }
 
-static int keys_insert(StoreKeys *h, const StoreKeyNew *k, unsigned max_trial, unsigned max_per_owner,
+static int sqlite_keys_insert(StoreKeys *h, const StoreKeyNew *k, unsigned max_trial, unsigned max_per_owner,
                        KeyRecord *ret) {
         KeyRecord made = { 0 };
         LOCKED(h);
@@ -136,7 +136,7 @@ static int keys_insert(StoreKeys *h, const StoreKeyNew *k, unsigned max_trial, u
         return 0;
 }
 
-static int keys_list(StoreKeys *h, const char *owner, size_t max, KeyRecord **ret, size_t *ret_n) {
+static int sqlite_keys_list(StoreKeys *h, const char *owner, size_t max, KeyRecord **ret, size_t *ret_n) {
         KeyRecord *list = NULL;
         size_t n = 0, cap = 0;
         int r = 0;
@@ -214,7 +214,7 @@ static int revoke_locked(StoreKeys *h, const char *id, const char *owner, const 
         return sqlite3_step(up) == SQLITE_DONE ? 0 : -EIO;
 }
 
-static int keys_revoke(StoreKeys *h, const char *id, const char *owner, const char *keep_owner, int64_t now) {
+static int sqlite_keys_revoke(StoreKeys *h, const char *id, const char *owner, const char *keep_owner, int64_t now) {
         LOCKED(h);
         int r = sqldb_exec(h->sql, "BEGIN IMMEDIATE");
         if (r < 0)
@@ -227,9 +227,9 @@ static int keys_revoke(StoreKeys *h, const char *id, const char *owner, const ch
 }
 
 const StoreKeyOps store_sqlite_keys = {
-        .open = keys_open,
-        .close = keys_close,
-        .insert = keys_insert,
-        .list = keys_list,
-        .revoke = keys_revoke,
+        .open = sqlite_keys_open,
+        .close = sqlite_keys_close,
+        .insert = sqlite_keys_insert,
+        .list = sqlite_keys_list,
+        .revoke = sqlite_keys_revoke,
 };
