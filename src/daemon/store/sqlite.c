@@ -3,11 +3,13 @@
 #include "daemon/store/store.h"
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
+#include "daemon/store/store_uploads.h"
 
 const StoreBackend store_sqlite = {
         .name = "sqlite",
         .keys = &store_sqlite_keys,
         .ledger = &store_sqlite_ledger,
+        .uploads = &store_sqlite_uploads,
 };
 
 const StoreBackend *store_backend_for(const char *location) {
