@@ -314,7 +314,7 @@ static void test_ledger_charges_round_trip(void **state) {
 
 typedef struct Racer {
         const char *path;
-        char sandbox[16];
+        char sandbox[24];
         int result;
 } Racer;
 
@@ -397,7 +397,8 @@ static int see(const StoreUploadListed *l, void *userdata) {
                 s->first.id = s->first.sandbox_id = s->first.owner = s->first.path = NULL;
                 s->first_live = l->sandbox_live;
                 s->n_parts = l->n_parts < 8 ? l->n_parts : 8;
-                memcpy(s->parts, l->parts, s->n_parts * sizeof(*l->parts));
+                if (s->n_parts)
+                        memcpy(s->parts, l->parts, s->n_parts * sizeof(*l->parts));
         }
         if (s->n < 8)
                 snprintf(s->ids[s->n++], sizeof(s->ids[0]), "%s", l->row.id);
