@@ -2,9 +2,15 @@
  * file of this folder (sqlite_<kind>.c). */
 #include "daemon/store/store.h"
 #include "daemon/store/store_egress.h"
+#include "daemon/store/store_keys.h"
+#include "daemon/store/store_ledger.h"
+#include "daemon/store/store_uploads.h"
 
 const StoreBackend store_sqlite = {
         .name = "sqlite",
+        .keys = &store_sqlite_keys,
+        .ledger = &store_sqlite_ledger,
+        .uploads = &store_sqlite_uploads,
         .egress = &store_sqlite_egress,
 };
 
