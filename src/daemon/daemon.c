@@ -29,6 +29,7 @@
 #include "daemon/doctor.h"
 #include "daemon/routes.h"
 #include "daemon/sdnotify.h"
+#include "daemon/store/store.h"
 
 typedef struct Daemon {
         DaemonConfig cfg; /* the options' settings, with the paths worked out below */
@@ -402,11 +403,11 @@ static int open_store(Daemon *d) {
                 log_error(NULL, "cannot make the admin key in %s: %s", d->state_dir, strerror(-r));
                 return 1;
         }
-        if ((r = ledger_open(d->db_path, &d->ledger)) < 0) {
+        if ((r = ledger_open(store_backend_for(d->db_path), d->db_path, &d->ledger)) < 0) {
                 log_error(NULL, "cannot open the ledger in %s: %s", d->db_path, strerror(-r));
                 return 1;
         }
-        if ((r = keystore_open(d->db_path, &d->keys)) < 0) {
+        if ((r = keystore_open(store_backend_for(d->db_path), d->db_path, &d->keys)) < 0) {
                 log_error(NULL, "cannot open the key store in %s: %s", d->db_path, strerror(-r));
                 return 1;
         }
@@ -418,6 +419,7 @@ static int open_egress(Daemon *d, const DaemonOptions *o) {
         const DaemonConfig *cfg = &d->cfg;
         char why[256] = "";
         EgressServiceConfig ec = { .state_dir = d->state_dir, .db_path = d->db_path,
+                                   .store = store_backend_for(d->db_path),
                                    .test_upstreams = cfg->egress_test_upstreams,
                                    .n_test_upstreams = cfg->n_egress_test_upstreams,
                                    .extra_ca_file = cfg->egress_extra_ca,
@@ -456,7 +458,7 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         snapshot_store_set_ledger(d->snapshots, d->ledger);
         if ((r = snapshot_store_recover(d->snapshots)) < 0)
                 log_error(NULL, "recovering snapshots: %s", strerror(-r));
-        if ((r = uploads_open(d->db_path, d->state_dir, &d->uploads)) < 0) {
+        if ((r = uploads_open(store_backend_for(d->db_path), d->db_path, d->state_dir, &d->uploads)) < 0) {
                 log_error(NULL, "cannot open the uploads in %s: %s", d->db_path, strerror(-r));
                 return 1;
         }

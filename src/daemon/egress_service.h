@@ -14,6 +14,7 @@
 
 #include "daemon/sandbox_error.h"
 #include "daemon/channel.h"
+#include "daemon/store/store_egress.h"
 #include "egress/proxy.h"
 
 typedef struct EgressService EgressService;
@@ -22,6 +23,8 @@ typedef struct SandboxEgress SandboxEgress;
 typedef struct EgressServiceConfig {
         const char *state_dir; /* the CA lives here */
         const char *db_path;   /* secrets and the audit log */
+        /* The store that keeps them at db_path; NULL: store_backend_for(db_path). */
+        const StoreBackend *store;
         /* Test-only "name=127.0.0.1:port" mappings (see docs/egress.md). */
         const char *const *test_upstreams;
         size_t n_test_upstreams;
@@ -98,15 +101,9 @@ typedef struct EgressSecretInfo {
 void egress_secret_info_done(EgressSecretInfo *s);
 void egress_secret_infos_free(EgressSecretInfo *s, size_t n);
 
-/* One decision of the proxy, as the audit log keeps it. */
-typedef struct EgressAuditEntry {
-        int64_t at; /* when the proxy decided (or the daemon refused) */
-        char kind[8]; /* "connect", "http", or "none" (no request was read) */
-        /* false while the connection is open: its counts, rec.duration_ms
-         * and rec.end come when it ends, into this same entry */
-        bool ended;
-        EgressRecord rec;
-} EgressAuditEntry;
+/* One decision of the proxy, as the audit log keeps it (the store's record:
+ * when, the kind, whether it ended, and the proxy's EgressRecord). */
+typedef StoreEgressAudit EgressAuditEntry;
 
 /* The routes' calls. Owners see only their own secrets; values are never
  * given out. `body` is the client's object {value, hosts, header, format,

@@ -1,7 +1,7 @@
 #pragma once
 /*
  * API keys as the guard rails see them: making, listing and revoking keys
- * (on a database connection of their own), the trial key, and the shape a
+ * (in the store's keys, store/store_keys.h, on a handle of their own), the trial key, and the shape a
  * trial key's sandboxes take. Its routes are in api_keys.c.
  *
  * Who may make which key:
@@ -18,6 +18,8 @@
 #include <stdint.h>
 
 #include "daemon/db.h"
+#include "daemon/store/store.h"
+#include "daemon/store/store_keys.h"
 
 #define KEYS_ADMIN_OWNER "admin"
 #define KEYS_MAX_PER_OWNER 1000
@@ -34,24 +36,13 @@
 
 typedef struct KeyStore KeyStore;
 
-int keystore_open(const char *db_path, KeyStore **ret);
+/* Opens the key store of backend b at location. */
+int keystore_open(const StoreBackend *b, const char *location, KeyStore **ret);
 void keystore_close(KeyStore *k);
 
 bool keys_is_admin(const KeyInfo *k);
 /* Owner names: [a-z0-9][a-z0-9_-]{0,62}. */
 bool keys_owner_ok(const char *s);
-
-/* A key as its owner may see it: never its secret or its hash. */
-typedef struct KeyRecord {
-        char *id;
-        char *name;
-        char *owner;
-        bool full;                  /* full access, else read */
-        int64_t daily_limit_micros; /* -1: none */
-        bool trial;
-        int64_t created_at;
-        int64_t revoked_at; /* 0: in use */
-} KeyRecord;
 
 /* Frees what a record holds (not the record); NULL is fine. */
 void keystore_record_done(KeyRecord *k);

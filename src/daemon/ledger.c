@@ -1,63 +1,29 @@
 #include "daemon/ledger.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <search.h>
-#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/macro.h"
-#include "daemon/store/sqldb.h"
 
 struct Ledger {
-        sqlite3 *sql;
-        pthread_mutex_t lock; /* one transaction at a time on this connection */
+        const StoreLedgerOps *ops;
+        StoreLedger *h;
 };
 
-/* The ledger's tables live in the daemon's database but are the ledger's
- * alone; IF NOT EXISTS keeps this independent of the daemon's migrations. */
-static const char schema[] =
-        "CREATE TABLE IF NOT EXISTS ledger ("
-        "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-        "  sandbox_id TEXT NOT NULL,"
-        "  key_id TEXT NOT NULL,"
-        "  owner TEXT NOT NULL,"
-        "  started_at INTEGER NOT NULL,"
-        "  ended_at INTEGER NOT NULL," /* the heartbeat while open */
-        "  open INTEGER NOT NULL DEFAULT 1,"
-        "  price_per_hour INTEGER NOT NULL CHECK (price_per_hour >= 0),"
-        "  prior_seconds INTEGER NOT NULL DEFAULT 0 CHECK (prior_seconds >= 0),"
-        "  seconds INTEGER NOT NULL DEFAULT 0 CHECK (seconds >= 0),"
-        "  micros INTEGER NOT NULL DEFAULT 0 CHECK (micros >= 0),"
-        "  CHECK (ended_at >= started_at));"
-        "CREATE INDEX IF NOT EXISTS ledger_key ON ledger (key_id, ended_at);"
-        "CREATE INDEX IF NOT EXISTS ledger_owner ON ledger (owner, ended_at);"
-        "CREATE INDEX IF NOT EXISTS ledger_sandbox ON ledger (sandbox_id);"
-        "CREATE INDEX IF NOT EXISTS ledger_open ON ledger (open) WHERE open = 1;"
-        "CREATE TABLE IF NOT EXISTS reservations ("
-        "  sandbox_id TEXT PRIMARY KEY,"
-        "  key_id TEXT NOT NULL,"
-        "  owner TEXT NOT NULL,"
-        "  amount_micros INTEGER NOT NULL CHECK (amount_micros >= 0),"
-        "  seconds INTEGER NOT NULL CHECK (seconds >= 0),"
-        "  created_at INTEGER NOT NULL,"
-        "  expires_at INTEGER NOT NULL,"
-        "  settled_at INTEGER);"
-        "CREATE INDEX IF NOT EXISTS reservations_key ON reservations (key_id, settled_at);";
-
-int ledger_open(const char *db_path, Ledger **ret) {
-        sqlite3 *sql = NULL;
-        int r = sqldb_open_schema(db_path, schema, &sql);
-        if (r < 0)
-                return r;
+int ledger_open(const StoreBackend *b, const char *location, Ledger **ret) {
+        if (!b || !b->ledger)
+                return -EPROTONOSUPPORT;
         Ledger *l = calloc(1, sizeof(*l));
-        if (!l) {
-                sqlite3_close(sql);
+        if (!l)
                 return -ENOMEM;
+        l->ops = b->ledger;
+        int r = l->ops->open(location, &l->h);
+        if (r < 0) {
+                free(l);
+                return r;
         }
-        l->sql = sql;
-        pthread_mutex_init(&l->lock, NULL);
         *ret = l;
         return 0;
 }
@@ -65,8 +31,7 @@ int ledger_open(const char *db_path, Ledger **ret) {
 void ledger_close(Ledger *l) {
         if (!l)
                 return;
-        sqlite3_close(l->sql);
-        pthread_mutex_destroy(&l->lock);
+        l->ops->close(l->h);
         free(l);
 }
 
@@ -84,74 +49,15 @@ uint64_t ledger_cost_ceil(uint64_t per_hour, int64_t seconds) {
         return v > INT64_MAX ? INT64_MAX : (uint64_t)v;
 }
 
-static int prepare(Ledger *l, const char *text, sqlite3_stmt **ret) {
-        return sqlite3_prepare_v2(l->sql, text, -1, ret, NULL) == SQLITE_OK ? 0 : -EIO;
-}
-
-static int64_t query_int(Ledger *l, const char *text, const char *s1, int64_t i2, int *err) {
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (prepare(l, text, &st) < 0) {
-                *err = -EIO;
-                return 0;
-        }
-        sqlite3_bind_text(st, 1, s1, -1, SQLITE_STATIC);
-        if (sqlite3_bind_parameter_count(st) >= 2)
-                sqlite3_bind_int64(st, 2, i2);
-        int rc = sqlite3_step(st);
-        if (rc != SQLITE_ROW) {
-                *err = -EIO;
-                return 0;
-        }
-        return sqlite3_column_int64(st, 0);
-}
-
-/* What the key has used, inside a transaction. `except` is a sandbox whose
- * reservation is left out (it is being replaced). */
-static int key_use_locked(Ledger *l, const char *key_id, const char *except, int64_t now, LedgerKeyUse *ret) {
-        int err = 0;
-        LedgerKeyUse u = { 0 };
-        int64_t since = now - LEDGER_WINDOW_SECONDS;
-        u.settled_micros = query_int(l,
-                                     "SELECT coalesce(sum(micros), 0) FROM ledger "
-                                     "WHERE key_id = ?1 AND open = 0 AND ended_at > ?2",
-                                     key_id, since, &err);
-        u.frees_at = query_int(l,
-                               "SELECT coalesce(min(ended_at), 0) FROM ledger "
-                               "WHERE key_id = ?1 AND open = 0 AND ended_at > ?2 AND micros > 0",
-                               key_id, since, &err);
-        if (u.frees_at)
-                u.frees_at += LEDGER_WINDOW_SECONDS;
-        int64_t settled_seconds = query_int(l,
-                                            "SELECT coalesce(sum(seconds), 0) FROM ledger "
-                                            "WHERE key_id = ?1 AND open = 0 AND sandbox_id NOT LIKE '%" LEDGER_DISK_SUFFIX "'",
-                                            key_id, 0, &err);
-        {
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                if (prepare(l,
-                            "SELECT coalesce(sum(amount_micros), 0), coalesce(sum(seconds), 0) FROM reservations "
-                            "WHERE key_id = ?1 AND settled_at IS NULL AND sandbox_id != ?2",
-                            &st) < 0)
-                        return -EIO;
-                sqlite3_bind_text(st, 1, key_id, -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 2, except ? except : "", -1, SQLITE_STATIC);
-                if (sqlite3_step(st) != SQLITE_ROW)
-                        return -EIO;
-                u.reserved_micros = sqlite3_column_int64(st, 0);
-                u.used_seconds = settled_seconds + sqlite3_column_int64(st, 1);
-        }
-        if (err < 0)
-                return err;
-        u.used_micros = u.settled_micros + u.reserved_micros;
-        *ret = u;
-        return 0;
-}
-
-static int64_t earliest_reservation_end(Ledger *l, const char *key_id) {
-        int err = 0;
-        return query_int(l,
-                         "SELECT coalesce(min(expires_at), 0) FROM reservations "
-                         "WHERE key_id = ?1 AND settled_at IS NULL",
-                         key_id, 0, &err);
+/* A key's use as the API tells it, from what the store counted. */
+static LedgerKeyUse key_use_of(const StoreLedgerUse *s) {
+        return (LedgerKeyUse){
+                .settled_micros = s->settled_micros,
+                .reserved_micros = s->reserved_micros,
+                .used_micros = s->settled_micros + s->reserved_micros,
+                .used_seconds = s->settled_seconds + s->reserved_seconds,
+                .frees_at = s->oldest_charge_end ? s->oldest_charge_end + LEDGER_WINDOW_SECONDS : 0,
+        };
 }
 
 int ledger_reserve(Ledger *l, const char *key_id, const char *owner, const char *sandbox_id,
@@ -159,242 +65,69 @@ int ledger_reserve(Ledger *l, const char *key_id, const char *owner, const char 
                    LedgerRefusal *ret_refusal) {
         if (amount < 0 || seconds < 0)
                 return -EINVAL;
-        LOCKED(l);
-        int r = sqldb_exec(l->sql, "BEGIN IMMEDIATE");
-        if (r < 0)
+        StoreReservation res = { .sandbox_id = sandbox_id, .key_id = key_id, .owner = owner,
+                                 .amount_micros = amount, .seconds = seconds, .expires_at = expires_at };
+        StoreLedgerUse used;
+        int r = l->ops->reserve(l->h, &res, budget, now - LEDGER_WINDOW_SECONDS, now, &used);
+        if (r != -EDQUOT)
                 return r;
-        LedgerKeyUse u;
-        if ((r = key_use_locked(l, key_id, sandbox_id, now, &u)) < 0)
-                goto rollback;
-        LedgerRefusal refusal = { 0 };
-        bool refused = false;
-        if (budget->daily_limit_micros >= 0 && u.used_micros + amount > budget->daily_limit_micros) {
+        /* The store refused it against one of the two limits: say which. */
+        LedgerKeyUse u = key_use_of(&used);
+        LedgerRefusal refusal;
+        if (budget->daily_limit_micros >= 0 && u.used_micros + amount > budget->daily_limit_micros)
                 refusal = (LedgerRefusal){ .limit = budget->daily_limit_micros, .used = u.used_micros,
                                            .wanted = amount, .frees_at = u.frees_at };
-                refused = true;
-        } else if (budget->allowance_seconds >= 0 && u.used_seconds + seconds > budget->allowance_seconds) {
+        else
                 refusal = (LedgerRefusal){ .allowance = true, .limit = budget->allowance_seconds,
                                            .used = u.used_seconds, .wanted = seconds };
-                refused = true;
-        }
-        if (refused) {
-                refusal.reservations_end = earliest_reservation_end(l, key_id);
-                sqldb_exec(l->sql, "ROLLBACK");
-                *ret_refusal = refusal;
-                return -EDQUOT;
-        }
-        {
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                if ((r = prepare(l,
-                                 "INSERT INTO reservations (sandbox_id, key_id, owner, amount_micros, seconds, "
-                                 "created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
-                                 "ON CONFLICT (sandbox_id) DO UPDATE SET amount_micros = ?4, seconds = ?5, "
-                                 "expires_at = ?7, created_at = CASE WHEN settled_at IS NULL THEN created_at "
-                                 "ELSE ?6 END, settled_at = NULL",
-                                 &st)) < 0)
-                        goto rollback;
-                sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 2, key_id, -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
-                sqlite3_bind_int64(st, 4, amount);
-                sqlite3_bind_int64(st, 5, seconds);
-                sqlite3_bind_int64(st, 6, now);
-                sqlite3_bind_int64(st, 7, expires_at);
-                if ((r = sqldb_errno(sqlite3_step(st))) < 0)
-                        goto rollback;
-        }
-        return sqldb_exec(l->sql, "COMMIT");
-rollback:
-        sqldb_exec(l->sql, "ROLLBACK");
-        return r;
-}
-
-static int release_locked(Ledger *l, const char *sandbox_id, int64_t now) {
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r = prepare(l, "UPDATE reservations SET settled_at = ?2 WHERE sandbox_id = ?1 AND settled_at IS NULL",
-                        &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, now);
-        return sqldb_errno(sqlite3_step(st));
+        refusal.reservations_end = used.reservations_end;
+        *ret_refusal = refusal;
+        return -EDQUOT;
 }
 
 int ledger_release(Ledger *l, const char *sandbox_id, int64_t now) {
-        LOCKED(l);
-        return release_locked(l, sandbox_id, now);
+        return l->ops->release(l->h, sandbox_id, now);
 }
-
-static int begin_locked(Ledger *l, const char *sandbox_id, const char *key_id, const char *owner, int64_t started_at,
-                        uint64_t per_hour, int64_t lease_ends_at);
 
 int ledger_begin(Ledger *l, const char *sandbox_id, const char *key_id, const char *owner, int64_t started_at,
                  uint64_t per_hour, int64_t lease_ends_at) {
-        LOCKED(l);
-        int r = sqldb_exec(l->sql, "BEGIN IMMEDIATE");
-        if (r < 0)
-                return r;
-        if ((r = begin_locked(l, sandbox_id, key_id, owner, started_at, per_hour, lease_ends_at)) < 0) {
-                sqldb_exec(l->sql, "ROLLBACK");
-                return r;
-        }
-        if ((r = sqldb_exec(l->sql, "COMMIT")) < 0)
-                sqldb_exec(l->sql, "ROLLBACK");
-        return r;
-}
-
-static int begin_locked(Ledger *l, const char *sandbox_id, const char *key_id, const char *owner, int64_t started_at,
-                        uint64_t per_hour, int64_t lease_ends_at) {
-        /* The reservation now ends with the lease, which starts only now. */
-        {
-                _cleanup_stmt_ sqlite3_stmt *up = NULL;
-                int r = prepare(l, "UPDATE reservations SET expires_at = ?2 WHERE sandbox_id = ?1 AND settled_at IS NULL",
-                                &up);
-                if (r < 0)
-                        return r;
-                sqlite3_bind_text(up, 1, sandbox_id, -1, SQLITE_STATIC);
-                sqlite3_bind_int64(up, 2, lease_ends_at);
-                if ((r = sqldb_errno(sqlite3_step(up))) < 0)
-                        return r;
-        }
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r = prepare(l,
-                        "INSERT INTO ledger (sandbox_id, key_id, owner, started_at, ended_at, price_per_hour, "
-                        "prior_seconds) VALUES (?1, ?2, ?3, ?4, ?4, ?5, (SELECT coalesce(sum(seconds), 0) "
-                        "FROM ledger WHERE sandbox_id = ?1 AND open = 0))",
-                        &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, key_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, started_at);
-        sqlite3_bind_int64(st, 5, (int64_t)(per_hour > INT64_MAX ? INT64_MAX : per_hour));
-        return sqldb_errno(sqlite3_step(st));
-}
-
-/* Closes the open interval of a sandbox at `end` (or at its heartbeat when
- * at_heartbeat), inside a transaction. */
-static int close_locked(Ledger *l, const char *sandbox_id, int64_t end, bool at_heartbeat, int64_t *ret_end) {
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r = prepare(l,
-                        "SELECT id, started_at, ended_at, price_per_hour, prior_seconds FROM ledger "
-                        "WHERE sandbox_id = ?1 AND open = 1 ORDER BY id",
-                        &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-        bool found = false;
-        int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                int64_t id = sqlite3_column_int64(st, 0), started = sqlite3_column_int64(st, 1),
-                        beat = sqlite3_column_int64(st, 2), price = sqlite3_column_int64(st, 3),
-                        prior = sqlite3_column_int64(st, 4);
-                int64_t stop = at_heartbeat ? (beat < end ? beat : end) : end;
-                if (stop < started)
-                        stop = started;
-                int64_t secs = stop - started;
-                int64_t micros = (int64_t)(ledger_cost((uint64_t)price, prior + secs) -
-                                           ledger_cost((uint64_t)price, prior));
-                _cleanup_stmt_ sqlite3_stmt *up = NULL;
-                if ((r = prepare(l,
-                                 "UPDATE ledger SET open = 0, ended_at = ?2, seconds = ?3, micros = ?4 "
-                                 "WHERE id = ?1",
-                                 &up)) < 0)
-                        return r;
-                sqlite3_bind_int64(up, 1, id);
-                sqlite3_bind_int64(up, 2, stop);
-                sqlite3_bind_int64(up, 3, secs);
-                sqlite3_bind_int64(up, 4, micros);
-                if ((r = sqldb_errno(sqlite3_step(up))) < 0)
-                        return r;
-                found = true;
-                if (ret_end)
-                        *ret_end = stop;
-        }
-        if (rc != SQLITE_DONE)
-                return -EIO;
-        return found ? 0 : -ENOENT;
-}
-
-static int settle(Ledger *l, const char *sandbox_id, int64_t end, bool at_heartbeat, int64_t now,
-                  int64_t *ret_end) {
-        LOCKED(l);
-        int r = sqldb_exec(l->sql, "BEGIN IMMEDIATE");
-        if (r < 0)
-                return r;
-        int closed = close_locked(l, sandbox_id, end, at_heartbeat, ret_end);
-        if (closed < 0 && closed != -ENOENT) {
-                r = closed;
-                goto rollback;
-        }
-        if ((r = release_locked(l, sandbox_id, now)) < 0)
-                goto rollback;
-        if ((r = sqldb_exec(l->sql, "COMMIT")) < 0)
-                goto rollback;
-        return closed;
-rollback:
-        sqldb_exec(l->sql, "ROLLBACK");
-        return r;
+        return l->ops->begin(l->h, sandbox_id, key_id, owner, started_at, per_hour, lease_ends_at);
 }
 
 int ledger_settle(Ledger *l, const char *sandbox_id, int64_t end, int64_t now) {
-        int r = settle(l, sandbox_id, end, false, now, NULL);
+        int r = l->ops->settle(l->h, sandbox_id, end, false, now, ledger_cost, NULL);
         return r == -ENOENT ? 0 : r;
 }
 
 int ledger_settle_at_heartbeat(Ledger *l, const char *sandbox_id, int64_t cap, int64_t now, int64_t *ret_end) {
-        return settle(l, sandbox_id, cap, true, now, ret_end);
+        return l->ops->settle(l->h, sandbox_id, cap, true, now, ledger_cost, ret_end);
 }
 
 int ledger_heartbeat(Ledger *l, int64_t now) {
-        LOCKED(l);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r = prepare(l, "UPDATE ledger SET ended_at = ?1 WHERE open = 1 AND ended_at < ?1", &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, now);
-        return sqldb_errno(sqlite3_step(st));
+        return l->ops->heartbeat(l->h, now);
 }
 
 int ledger_settle_orphans(Ledger *l, int64_t now) {
-        LOCKED(l);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r = prepare(l,
-                        "UPDATE reservations SET settled_at = ?1 WHERE settled_at IS NULL AND sandbox_id NOT IN "
-                        "(SELECT id FROM sandboxes WHERE deleted_at IS NULL AND state IN ('starting', 'running'))",
-                        &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, now);
-        return sqldb_errno(sqlite3_step(st));
+        return l->ops->settle_orphans(l->h, now);
 }
 
 int ledger_key_budget(Ledger *l, const char *key_id, int64_t trial_allowance_seconds, LedgerBudget *ret) {
-        LOCKED(l);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r = prepare(l, "SELECT daily_limit_micros, trial FROM keys WHERE id = ?1", &st);
+        StoreLedgerKey k;
+        int r = l->ops->key_budget(l->h, key_id, &k);
         if (r < 0)
                 return r;
-        sqlite3_bind_text(st, 1, key_id, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-                return -ENOENT;
-        if (rc != SQLITE_ROW)
-                return -EIO;
-        ret->daily_limit_micros = sqlite3_column_type(st, 0) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 0);
-        ret->allowance_seconds = sqlite3_column_int(st, 1) ? trial_allowance_seconds : -1;
+        ret->daily_limit_micros = k.daily_limit_micros;
+        ret->allowance_seconds = k.trial ? trial_allowance_seconds : -1;
         return 0;
 }
 
 int ledger_key_use(Ledger *l, const char *key_id, int64_t now, LedgerKeyUse *ret) {
-        LOCKED(l);
-        int r = sqldb_exec(l->sql, "BEGIN");
+        StoreLedgerUse used;
+        int r = l->ops->key_use(l->h, key_id, now - LEDGER_WINDOW_SECONDS, &used);
         if (r < 0)
                 return r;
-        r = key_use_locked(l, key_id, NULL, now, ret);
-        sqldb_exec(l->sql, "COMMIT");
-        return r;
+        *ret = key_use_of(&used);
+        return 0;
 }
 
 /* Micros of an interval between two of its instants, exact on totals. */
@@ -532,90 +265,74 @@ static int add_sandbox_share(UsageSum *s, const char *sandbox_id, const char *ke
         return 0;
 }
 
+/* What a usage listing sums each charge of the owner into. */
+typedef struct UsageWalk {
+        UsageSum *sum;
+        int64_t since, until, now;
+} UsageWalk;
+
+static int usage_add(const StoreLedgerInterval *iv, void *userdata) {
+        UsageWalk *w = userdata;
+        int64_t ended = iv->ended_at;
+        if (iv->open) {
+                ended = w->now;
+                if (iv->reservation_expires_at && ended > iv->reservation_expires_at)
+                        ended = iv->reservation_expires_at;
+        }
+        int64_t a = iv->started_at > w->since ? iv->started_at : w->since;
+        int64_t b = ended < w->until ? ended : w->until;
+        if (b < a)
+                b = a;
+        int64_t secs = b - a, micros = span_micros(iv->price_per_hour, iv->prior_seconds, iv->started_at, a, b);
+        w->sum->u.total_seconds += secs;
+        w->sum->u.total_micros += micros;
+        int r = add_key_share(w->sum, iv->key_id, iv->key_name, secs, micros);
+        if (r == 0)
+                r = add_sandbox_share(w->sum, iv->sandbox_id, iv->key_id, iv->open, secs, micros);
+        return r;
+}
+
 int ledger_usage(Ledger *l, const char *owner, int64_t since, int64_t until, int64_t now, LedgerUsage *ret) {
         _cleanup_(usage_sum_done) UsageSum s = { 0 };
-        {
-                LOCKED(l);
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                int r = prepare(l,
-                                "SELECT l.sandbox_id, l.key_id, l.started_at, l.ended_at, l.open, l.price_per_hour, "
-                                "l.prior_seconds, coalesce(k.name, ''), "
-                                "(SELECT r.expires_at FROM reservations r WHERE r.sandbox_id = l.sandbox_id) "
-                                "FROM ledger l LEFT JOIN keys k ON k.id = l.key_id "
-                                "WHERE l.owner = ?1 AND (l.open = 1 OR l.ended_at >= ?2) AND l.started_at <= ?3 "
-                                "ORDER BY l.started_at, l.id",
-                                &st);
-                if (r < 0)
-                        return r;
-                sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-                sqlite3_bind_int64(st, 2, since);
-                sqlite3_bind_int64(st, 3, until);
-                int rc;
-                while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                        const char *sid = (const char *)sqlite3_column_text(st, 0);
-                        const char *kid = (const char *)sqlite3_column_text(st, 1);
-                        int64_t started = sqlite3_column_int64(st, 2), ended = sqlite3_column_int64(st, 3);
-                        bool open = sqlite3_column_int(st, 4) != 0;
-                        int64_t price = sqlite3_column_int64(st, 5), prior = sqlite3_column_int64(st, 6);
-                        const char *kname = (const char *)sqlite3_column_text(st, 7);
-                        int64_t expires = sqlite3_column_int64(st, 8);
-                        if (!sid || !kid)
-                                continue;
-                        if (open) {
-                                ended = now;
-                                if (expires && ended > expires)
-                                        ended = expires;
-                        }
-                        int64_t a = started > since ? started : since;
-                        int64_t b = ended < until ? ended : until;
-                        if (b < a)
-                                b = a;
-                        int64_t secs = b - a, micros = span_micros(price, prior, started, a, b);
-                        s.u.total_seconds += secs;
-                        s.u.total_micros += micros;
-                        if ((r = add_key_share(&s, kid, kname ? kname : "", secs, micros)) < 0 ||
-                            (r = add_sandbox_share(&s, sid, kid, open, secs, micros)) < 0)
-                                return r;
-                }
-                if (rc != SQLITE_DONE)
-                        return -EIO;
-        }
+        UsageWalk w = { .sum = &s, .since = since, .until = until, .now = now };
+        int r = l->ops->owner_intervals(l->h, owner, since, until, usage_add, &w);
+        if (r < 0)
+                return r;
         *ret = s.u;
         s.u = (LedgerUsage){ 0 };
         return 0;
 }
 
+/* A series' total as it is summed up. */
+typedef struct TotalWalk {
+        int64_t now, cap;
+        int64_t seconds, micros;
+} TotalWalk;
+
+static int total_add(const StoreLedgerInterval *iv, void *userdata) {
+        TotalWalk *w = userdata;
+        if (!iv->open) {
+                w->seconds += iv->seconds;
+                w->micros += iv->micros;
+                return 0;
+        }
+        int64_t end = w->now;
+        if (w->cap > 0 && end > w->cap)
+                end = w->cap;
+        if (end < iv->started_at)
+                end = iv->started_at;
+        w->seconds += end - iv->started_at;
+        w->micros += span_micros(iv->price_per_hour, iv->prior_seconds, iv->started_at, iv->started_at, end);
+        return 0;
+}
+
 int ledger_sandbox_total(Ledger *l, const char *sandbox_id, int64_t now, int64_t cap, int64_t *ret_seconds,
                          int64_t *ret_micros) {
-        LOCKED(l);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r = prepare(l,
-                        "SELECT started_at, ended_at, open, price_per_hour, prior_seconds, seconds, micros "
-                        "FROM ledger WHERE sandbox_id = ?1",
-                        &st);
+        TotalWalk w = { .now = now, .cap = cap };
+        int r = l->ops->sandbox_intervals(l->h, sandbox_id, total_add, &w);
         if (r < 0)
                 return r;
-        sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-        int64_t secs = 0, micros = 0;
-        int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                if (sqlite3_column_int(st, 2)) {
-                        int64_t started = sqlite3_column_int64(st, 0), end = now;
-                        if (cap > 0 && end > cap)
-                                end = cap;
-                        if (end < started)
-                                end = started;
-                        secs += end - started;
-                        micros += span_micros(sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 4), started,
-                                              started, end);
-                } else {
-                        secs += sqlite3_column_int64(st, 5);
-                        micros += sqlite3_column_int64(st, 6);
-                }
-        }
-        if (rc != SQLITE_DONE)
-                return -EIO;
-        *ret_seconds = secs;
-        *ret_micros = micros;
+        *ret_seconds = w.seconds;
+        *ret_micros = w.micros;
         return 0;
 }

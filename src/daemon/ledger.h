@@ -1,6 +1,7 @@
 #pragma once
 /*
- * The ledger: what sandboxes cost, in SQLite, on a connection of its own.
+ * The ledger: what sandboxes cost, in the store's ledger (store/store_ledger.h)
+ * on a handle of its own.
  *
  * - A charge is one run interval of a sandbox (started, ended, seconds,
  *   micros). While it runs the interval is open and its `ended_at` is a
@@ -13,36 +14,30 @@
  *   charges of a sandbox always add up to floor(p * seconds / 3600).
  * - A reservation holds a sandbox's worst case (its whole lease, priced as
  *   busy) against its key's daily limit and trial allowance until it settles
- *   at stop, delete or failure. The check and the insert are one
- *   BEGIN IMMEDIATE transaction, so concurrent creates never overshoot.
+ *   at stop, delete or failure. The check and the insert are one atomic
+ *   operation of the store, so concurrent creates never overshoot, also
+ *   across processes sharing it.
  */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/store/store.h"
+#include "daemon/store/store_ledger.h"
+
 #define LEDGER_HEARTBEAT_SECONDS 2
 #define LEDGER_WINDOW_SECONDS 86400
-/* A paused sandbox's disk is charged as a series of its own, "<id>:disk",
- * priced at the disk rate: every series prices its seconds at one rate.
- * Its seconds are not sandbox-seconds of a trial's allowance. */
-#define LEDGER_DISK_SUFFIX ":disk"
 
 typedef struct Ledger Ledger;
 
-int ledger_open(const char *db_path, Ledger **ret);
+/* Opens the ledger of backend b at location. */
+int ledger_open(const StoreBackend *b, const char *location, Ledger **ret);
 void ledger_close(Ledger *l);
 
 /* floor(per_hour * seconds / 3600) and its ceiling, without overflow for any
  * price the daemon accepts. */
 uint64_t ledger_cost(uint64_t per_hour, int64_t seconds);
 uint64_t ledger_cost_ceil(uint64_t per_hour, int64_t seconds);
-
-/* What a key may spend: a rolling daily limit (-1: none) and, for a trial key,
- * a lifetime allowance of sandbox-seconds (-1: none). */
-typedef struct LedgerBudget {
-        int64_t daily_limit_micros;
-        int64_t allowance_seconds;
-} LedgerBudget;
 
 /* The budget of a key as the keys table has it (revoked or not: a sandbox
  * outlives its key's revocation until its lease ends). -ENOENT. */

@@ -1,6 +1,7 @@
 /* The registry of uploads in parts: the slots in memory (who works on which
- * upload now, its staging file, the parts that arrived) mirror the rows of
- * the tables uploads and upload_parts, which are the truth across a restart.
+ * upload now, its staging file, the parts that arrived) mirror the store's
+ * uploads and their parts (store/store_uploads.h), which are the truth
+ * across a restart.
  * Order of writes: a staging file is made and synced before its row; a part's
  * bytes are synced before its row; a row goes before its file. A crash
  * between two steps leaves a file without a row or a row without a file,
@@ -11,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +22,7 @@
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"
-#include "daemon/store/sqldb.h"
+#include "daemon/store/store_uploads.h"
 
 #define SWEEP_SECONDS 60
 #define UPLOAD_PATH_MAX 4096
@@ -54,12 +54,10 @@ typedef struct Slot {
 } Slot;
 
 struct Uploads {
-        pthread_mutex_t lock; /* the slots; taken before db.lock */
+        pthread_mutex_t lock; /* the slots; taken before the store's own */
         pthread_cond_t synced; /* a slot's sync ended */
-        struct {
-                sqlite3 *sql;
-                pthread_mutex_t lock; /* a part's transaction runs under it alone */
-        } db;
+        const StoreUploadOps *ops;
+        StoreUploads *h;
         char *dir;            /* state_dir/uploads */
         Slot slots[UPLOADS_MAX];
         pthread_mutex_t quit_lock;
@@ -67,9 +65,6 @@ struct Uploads {
         bool quit, started;
         pthread_t thread;
 };
-
-static const char *const user_names[] = { [REQ_AS_DEFAULT] = "default", [REQ_AS_SANDBOX] = "sandbox",
-                                          [REQ_AS_ROOT] = "root" };
 
 static bool id_ok(const char *s) {
         if (!s || strlen(s) != UPLOAD_ID_LEN || strncmp(s, "upl_", 4) != 0)
@@ -104,31 +99,28 @@ static int fsync_dir(const char *dir) {
         return 0;
 }
 
-int uploads_open(const char *db_path, const char *state_dir, Uploads **ret) {
-        /* Each commit reaches the disk before it returns: a part is
-         * acknowledged only once it would survive the host. */
-        sqlite3 *sql = NULL;
-        int r = sqldb_open_durable(db_path, &sql);
-        if (r < 0)
-                return r;
+int uploads_open(const StoreBackend *b, const char *location, const char *state_dir, Uploads **ret) {
+        if (!b || !b->uploads)
+                return -EPROTONOSUPPORT;
         Uploads *u = calloc(1, sizeof(*u));
         if (!u || asprintf(&u->dir, "%s/uploads", state_dir) < 0) {
                 free(u);
-                sqlite3_close(sql);
                 return -ENOMEM;
         }
-        if (mkdir(u->dir, 0700) < 0 && errno != EEXIST) {
+        int r = 0;
+        if (mkdir(u->dir, 0700) < 0 && errno != EEXIST)
                 r = -errno;
+        u->ops = b->uploads;
+        if (r == 0)
+                r = u->ops->open(location, &u->h);
+        if (r < 0) {
                 free(u->dir);
                 free(u);
-                sqlite3_close(sql);
                 return r;
         }
         for (size_t i = 0; i < UPLOADS_MAX; i++)
                 u->slots[i].fd = -1;
-        u->db.sql = sql;
         pthread_mutex_init(&u->lock, NULL);
-        pthread_mutex_init(&u->db.lock, NULL);
         pthread_cond_init(&u->synced, NULL);
         pthread_mutex_init(&u->quit_lock, NULL);
         pthread_cond_init(&u->quit_cond, NULL);
@@ -148,9 +140,8 @@ void uploads_close(Uploads *u) {
         }
         for (size_t i = 0; i < UPLOADS_MAX; i++)
                 slot_clear(&u->slots[i]);
-        sqlite3_close(u->db.sql);
+        u->ops->close(u->h);
         pthread_mutex_destroy(&u->lock);
-        pthread_mutex_destroy(&u->db.lock);
         pthread_cond_destroy(&u->synced);
         pthread_mutex_destroy(&u->quit_lock);
         pthread_cond_destroy(&u->quit_cond);
@@ -158,20 +149,10 @@ void uploads_close(Uploads *u) {
         free(u);
 }
 
-/* Deletes the row (its parts go with it). */
-static int row_delete(Uploads *u, const char *id) {
-        LOCKED(&u->db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(u->db.sql, "DELETE FROM uploads WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        return sqldb_errno(sqlite3_step(st));
-}
-
 /* Drops a slot's upload: the row first, so that nothing more is recorded for
  * it, then its file. The lock is held. */
 static void drop_locked(Uploads *u, Slot *s) {
-        (void)row_delete(u, s->id);
+        (void)u->ops->remove(u->h, s->id);
         _cleanup_free_ char *p = staging_path(u, s->id);
         if (p)
                 (void)unlink(p);
@@ -237,37 +218,18 @@ static int slot_find_locked(Uploads *u, const char *sandbox_id, uint64_t bytes, 
 }
 
 static int row_insert(Uploads *u, const Slot *s, int64_t now) {
-        LOCKED(&u->db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(u->db.sql,
-                               "INSERT INTO uploads (id, sandbox_id, owner, kind, path, user, mode, size, sha256, "
-                               "chunk_bytes, parts, created_at, touched_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                               -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(st, 1, s->id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, s->sandbox_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, s->owner, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, s->archive ? "archive" : "file", -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 5, s->path, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 6, user_names[s->user], -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 7, (int)s->mode);
-        if (s->archive) {
-                sqlite3_bind_null(st, 8);
-                sqlite3_bind_null(st, 9);
-        } else {
-                sqlite3_bind_int64(st, 8, (sqlite3_int64)s->size);
-                sqlite3_bind_blob(st, 9, s->sha256, 32, SQLITE_STATIC);
-        }
-        sqlite3_bind_int(st, 10, (int)UPLOAD_CHUNK);
-        sqlite3_bind_int64(st, 11, (sqlite3_int64)s->parts);
-        sqlite3_bind_int64(st, 12, now);
-        sqlite3_bind_int64(st, 13, now);
-        return sqldb_errno(sqlite3_step(st));
+        StoreUpload row = { .id = s->id, .sandbox_id = s->sandbox_id, .owner = s->owner, .path = s->path,
+                            .archive = s->archive, .user = s->user, .mode = s->mode,
+                            .size = s->archive ? 0 : (int64_t)s->size, .has_sha256 = !s->archive,
+                            .chunk_bytes = UPLOAD_CHUNK, .parts = (int64_t)s->parts, .created_at = now,
+                            .touched_at = now };
+        memcpy(row.sha256, s->sha256, 32);
+        return u->ops->insert(u->h, &row);
 }
 
 int uploads_begin(Uploads *u, const UploadSpec *spec, char ret_id[UPLOAD_ID_LEN + 1]) {
         if (strlen(spec->sandbox_id) >= SANDBOX_ID_MAX || strlen(spec->owner) >= OWNER_MAX ||
-            strlen(spec->path) > UPLOAD_PATH_MAX || (unsigned)spec->user >= ELEMENTSOF(user_names))
+            strlen(spec->path) > UPLOAD_PATH_MAX || (unsigned)spec->user > REQ_AS_ROOT)
                 return -EINVAL;
         uint64_t parts = spec->archive ? spec->max_parts : (spec->size + UPLOAD_CHUNK - 1) / UPLOAD_CHUNK;
         Slot s = { .used = true, .fd = -1, .mode = spec->mode, .size = spec->archive ? 0 : spec->size,
@@ -366,8 +328,6 @@ static Slot *slot_of_locked(Uploads *u, const UploadRef *r) {
         return s && s->used && strcmp(s->id, r->id) == 0 ? s : NULL;
 }
 
-static int part_record(Uploads *u, const char *id, uint64_t index, uint64_t bytes, int64_t now);
-
 /* Makes what was written through r->fd durable: a sync that starts after
  * the call covers it, so parts that finish while one runs wait for the next
  * and share it. -ENOENT when the upload went meanwhile. */
@@ -407,7 +367,10 @@ int uploads_part_arrived(Uploads *u, const UploadRef *r, uint64_t index, uint64_
         if (rc < 0)
                 return rc;
         int64_t now = time_now_unix();
-        rc = part_record(u, r->id, index, bytes, now);
+        /* The part's row and the upload's time, in one transaction of the
+         * store; without the slots' lock: the sync of the commit holds up
+         * no other part's start. */
+        rc = u->ops->record_part(u->h, r->id, index, bytes, now);
         if (rc < 0)
                 return rc;
         /* Recorded: the upload may have gone meanwhile (its parts with it). */
@@ -419,38 +382,6 @@ int uploads_part_arrived(Uploads *u, const UploadRef *r, uint64_t index, uint64_
         } else
                 rc = -ENOENT;
         pthread_mutex_unlock(&u->lock);
-        return rc;
-}
-
-/* The part's row and the upload's time, in one transaction; -ENOENT when
- * the upload's row is gone. Without the slots' lock: the sync of the
- * commit holds up no other part's start. */
-static int part_record(Uploads *u, const char *id, uint64_t index, uint64_t bytes, int64_t now) {
-        LOCKED(&u->db);
-        int rc = sqldb_exec(u->db.sql, "BEGIN IMMEDIATE");
-        _cleanup_stmt_ sqlite3_stmt *part = NULL, *touch = NULL;
-        if (rc == 0 &&
-            (sqlite3_prepare_v2(u->db.sql, "INSERT OR REPLACE INTO upload_parts (upload_id, part, bytes) VALUES (?,?,?)",
-                                -1, &part, NULL) != SQLITE_OK ||
-             sqlite3_prepare_v2(u->db.sql, "UPDATE uploads SET touched_at = ? WHERE id = ?", -1, &touch, NULL) !=
-                     SQLITE_OK))
-                rc = -EIO;
-        if (rc == 0) {
-                sqlite3_bind_text(part, 1, id, -1, SQLITE_STATIC);
-                sqlite3_bind_int64(part, 2, (sqlite3_int64)index);
-                sqlite3_bind_int64(part, 3, (sqlite3_int64)bytes);
-                sqlite3_bind_int64(touch, 1, now);
-                sqlite3_bind_text(touch, 2, id, -1, SQLITE_STATIC);
-                /* The foreign key refuses a part of an upload that went. */
-                if ((rc = sqldb_errno(sqlite3_step(part))) == -EEXIST)
-                        rc = -ENOENT;
-                if (rc == 0)
-                        rc = sqldb_errno(sqlite3_step(touch));
-        }
-        if (rc == 0)
-                rc = sqldb_exec(u->db.sql, "COMMIT");
-        if (rc < 0)
-                (void)sqldb_exec(u->db.sql, "ROLLBACK");
         return rc;
 }
 
@@ -502,19 +433,11 @@ void uploads_drop_sandbox(Uploads *u, const char *sandbox_id) {
                         /* Its commit holds it: no longer found, and gone
                          * when given back. The row goes now. */
                         s->doomed = true;
-                        (void)row_delete(u, s->id);
+                        (void)u->ops->remove(u->h, s->id);
                 }
         }
         /* Rows no slot holds (before the restore took them) go as well. */
-        {
-                LOCKED(&u->db);
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                if (sqlite3_prepare_v2(u->db.sql, "DELETE FROM uploads WHERE sandbox_id = ?", -1, &st, NULL) ==
-                    SQLITE_OK) {
-                        sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-                        (void)sqlite3_step(st);
-                }
-        }
+        (void)u->ops->remove_sandbox(u->h, sandbox_id);
         pthread_mutex_unlock(&u->lock);
 }
 
@@ -529,64 +452,51 @@ unsigned uploads_count(Uploads *u) {
 
 /* ---- after a restart ---- */
 
-static const char *col_text(sqlite3_stmt *st, int col) {
-        const unsigned char *t = sqlite3_column_text(st, col);
-        return t ? (const char *)t : "";
-}
-
 /* The parts recorded for s, checked against its shape; -EINVAL for one that
- * cannot be (past its end, of a wrong length). Both locks are held. */
-static int parts_load_locked(Uploads *u, Slot *s) {
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(u->db.sql, "SELECT part, bytes FROM upload_parts WHERE upload_id = ?", -1, &st, NULL) !=
-            SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(st, 1, s->id, -1, SQLITE_STATIC);
-        int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                sqlite3_int64 i = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
-                if (i < 0 || (uint64_t)i >= s->parts || n <= 0 || n > (sqlite3_int64)UPLOAD_CHUNK)
+ * cannot be (past its end, of a wrong length). The lock is held. */
+static int parts_load_locked(Slot *s, const StoreUploadListed *l) {
+        for (size_t k = 0; k < l->n_parts; k++) {
+                int64_t i = l->parts[k].index, n = l->parts[k].bytes;
+                if (i < 0 || (uint64_t)i >= s->parts || n <= 0 || n > (int64_t)UPLOAD_CHUNK)
                         return -EINVAL;
                 uint64_t want = UPLOAD_CHUNK;
                 if (!s->archive && s->size - (uint64_t)i * UPLOAD_CHUNK < UPLOAD_CHUNK)
                         want = s->size - (uint64_t)i * UPLOAD_CHUNK;
                 if (!s->archive && (uint64_t)n != want)
                         return -EINVAL;
-                s->received[i] = n == (sqlite3_int64)UPLOAD_CHUNK ? 1 : 2;
+                s->received[i] = n == (int64_t)UPLOAD_CHUNK ? 1 : 2;
         }
-        return sqldb_errno(rc);
+        return 0;
 }
 
-/* One row into a slot, or a reason to drop it; both locks are held. */
-static int restore_one_locked(Uploads *u, sqlite3_stmt *st, uint64_t max_bytes, int64_t now) {
-        const char *id = col_text(st, 0), *sandbox = col_text(st, 1), *owner = col_text(st, 2),
-                   *kind = col_text(st, 3), *path = col_text(st, 4), *user = col_text(st, 5);
-        bool sandbox_live = sqlite3_column_int(st, 13) != 0;
-        bool archive = strcmp(kind, "archive") == 0;
-        sqlite3_int64 size = sqlite3_column_int64(st, 7), chunk = sqlite3_column_int64(st, 9),
-                      parts = sqlite3_column_int64(st, 10), touched = sqlite3_column_int64(st, 12);
-        if (!id_ok(id) || !sandbox_live || !*path || strlen(path) > UPLOAD_PATH_MAX || *path != '/' ||
-            strlen(sandbox) >= SANDBOX_ID_MAX || strlen(owner) >= OWNER_MAX || chunk != (sqlite3_int64)UPLOAD_CHUNK ||
-            now - touched > UPLOAD_IDLE_S || size < 0 || parts < 0)
+/* One upload of the store into a slot, or a reason to drop it; the lock is
+ * held. */
+static int restore_one_locked(Uploads *u, const StoreUploadListed *l, uint64_t max_bytes, int64_t now) {
+        const StoreUpload *row = &l->row;
+        const char *id = row->id, *sandbox = row->sandbox_id, *owner = row->owner, *path = row->path;
+        bool archive = row->archive;
+        int64_t size = row->size, parts = row->parts;
+        if (!id_ok(id) || !l->sandbox_live || !*path || strlen(path) > UPLOAD_PATH_MAX || *path != '/' ||
+            strlen(sandbox) >= SANDBOX_ID_MAX || strlen(owner) >= OWNER_MAX ||
+            row->chunk_bytes != (int64_t)UPLOAD_CHUNK || now - row->touched_at > UPLOAD_IDLE_S || size < 0 ||
+            parts < 0)
                 return -EINVAL;
         uint64_t bound = (max_bytes + UPLOAD_CHUNK - 1) / UPLOAD_CHUNK;
-        Slot s = { .used = true, .fd = -1, .archive = archive, .touched = touched,
-                   .mode = (unsigned)sqlite3_column_int(st, 6) & 0777 };
+        Slot s = { .used = true, .fd = -1, .archive = archive, .touched = row->touched_at,
+                   .mode = row->mode & 0777, .user = row->user };
         if (archive) {
                 /* The bound of the daemon now: a lower --max-file-mib holds
                  * for the parts still to come. */
                 s.parts = (uint64_t)parts < bound ? (uint64_t)parts : bound;
         } else {
-                if (strcmp(kind, "file") != 0 || (uint64_t)size > max_bytes ||
-                    sqlite3_column_bytes(st, 8) != 32)
+                if ((uint64_t)size > max_bytes || !row->has_sha256)
                         return -EINVAL;
                 s.size = (uint64_t)size;
                 s.parts = (s.size + UPLOAD_CHUNK - 1) / UPLOAD_CHUNK;
                 if ((uint64_t)parts != s.parts)
                         return -EINVAL;
-                memcpy(s.sha256, sqlite3_column_blob(st, 8), 32);
+                memcpy(s.sha256, row->sha256, 32);
         }
-        s.user = strcmp(user, "root") == 0 ? REQ_AS_ROOT : strcmp(user, "sandbox") == 0 ? REQ_AS_SANDBOX : REQ_AS_DEFAULT;
         Slot *slot = NULL;
         if (slot_find_locked(u, sandbox, declared(&s), &slot) < 0)
                 return -EUSERS;
@@ -606,7 +516,7 @@ static int restore_one_locked(Uploads *u, sqlite3_stmt *st, uint64_t max_bytes, 
                         r = -EINVAL;
         }
         if (r == 0)
-                r = parts_load_locked(u, &s);
+                r = parts_load_locked(&s, l);
         /* An archive's parts come in order: one past a lowered bound is
          * already more than the daemon takes now. */
         if (r == 0 && archive && (uint64_t)sb.st_size > s.parts * UPLOAD_CHUNK)
@@ -619,53 +529,47 @@ static int restore_one_locked(Uploads *u, sqlite3_stmt *st, uint64_t max_bytes, 
         return 0;
 }
 
+/* What a restore walks the store's uploads with. */
+typedef struct RestoreWalk {
+        Uploads *u;
+        uint64_t max_bytes;
+        int64_t now;
+        unsigned kept, dropped;
+        char **gone; /* the ids of the dropped, whose rows go after the walk */
+        size_t n_gone;
+} RestoreWalk;
+
+static int restore_each(const StoreUploadListed *l, void *userdata) {
+        RestoreWalk *w = userdata;
+        if (restore_one_locked(w->u, l, w->max_bytes, w->now) == 0) {
+                w->kept++;
+                return 0;
+        }
+        w->dropped++;
+        char **grown = realloc(w->gone, (w->n_gone + 1) * sizeof(*w->gone));
+        if (!grown)
+                return 0;
+        w->gone = grown;
+        if ((w->gone[w->n_gone] = strdup(l->row.id)))
+                w->n_gone++;
+        return 0;
+}
+
 int uploads_restore(Uploads *u, uint64_t max_bytes, unsigned *ret_kept, unsigned *ret_dropped) {
-        unsigned kept = 0, dropped = 0;
-        int64_t now = time_now_unix();
-        char **gone = NULL;
-        size_t n_gone = 0;
+        RestoreWalk w = { .u = u, .max_bytes = max_bytes, .now = time_now_unix() };
         pthread_mutex_lock(&u->lock);
-        {
-                LOCKED(&u->db);
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                /* Oldest first: past a bound, the newest go. */
-                if (sqlite3_prepare_v2(u->db.sql,
-                                       "SELECT u.id, u.sandbox_id, u.owner, u.kind, u.path, u.user, u.mode, u.size, "
-                                       "u.sha256, u.chunk_bytes, u.parts, u.created_at, u.touched_at, "
-                                       "s.id IS NOT NULL AND s.deleted_at IS NULL "
-                                       "FROM uploads u LEFT JOIN sandboxes s ON s.id = u.sandbox_id "
-                                       "ORDER BY u.created_at, u.id",
-                                       -1, &st, NULL) != SQLITE_OK) {
-                        pthread_mutex_unlock(&u->lock);
-                        return -EIO;
-                }
-                int rc;
-                while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                        if (restore_one_locked(u, st, max_bytes, now) == 0) {
-                                kept++;
-                                continue;
-                        }
-                        dropped++;
-                        char **grown = realloc(gone, (n_gone + 1) * sizeof(*gone));
-                        if (!grown)
-                                continue;
-                        gone = grown;
-                        if ((gone[n_gone] = strdup(col_text(st, 0))))
-                                n_gone++;
-                }
-                if (rc != SQLITE_DONE) {
-                        pthread_mutex_unlock(&u->lock);
-                        for (size_t i = 0; i < n_gone; i++)
-                                free(gone[i]);
-                        free(gone);
-                        return sqldb_errno(rc) ?: -EIO;
-                }
+        /* Oldest first: past a bound, the newest go. */
+        int r = u->ops->list(u->h, restore_each, &w);
+        for (size_t i = 0; i < w.n_gone; i++) {
+                if (r == 0)
+                        (void)u->ops->remove(u->h, w.gone[i]);
+                free(w.gone[i]);
         }
-        for (size_t i = 0; i < n_gone; i++) {
-                (void)row_delete(u, gone[i]);
-                free(gone[i]);
+        free(w.gone);
+        if (r < 0) {
+                pthread_mutex_unlock(&u->lock);
+                return r;
         }
-        free(gone);
         /* What the directory holds beyond the kept uploads: a begin or a drop
          * cut by the crash. */
         DIR *d = opendir(u->dir);
@@ -683,7 +587,7 @@ int uploads_restore(Uploads *u, uint64_t max_bytes, unsigned *ret_kept, unsigned
                 closedir(d);
         }
         pthread_mutex_unlock(&u->lock);
-        *ret_kept = kept;
-        *ret_dropped = dropped;
+        *ret_kept = w.kept;
+        *ret_dropped = w.dropped;
         return 0;
 }

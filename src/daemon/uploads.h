@@ -1,10 +1,10 @@
 #pragma once
 /*
  * The registry of uploads in parts (api_uploads.c serves their routes): each
- * upload's staging file under state_dir/uploads and its row in the daemon's
- * database (tables uploads and upload_parts), so that an upload survives a
- * daemon restart. A part is recorded only once its bytes are on the disk
- * (fdatasync of the staging file, then the row's commit with
+ * upload's staging file under state_dir/uploads and its record in the store
+ * (store/store_uploads.h), so that an upload survives a daemon restart. A
+ * part is recorded only once its bytes are on the disk (fdatasync of the
+ * staging file, then the record's durable write: in SQLite a commit with
  * synchronous=FULL): a part acknowledged is a part kept, through a crash of
  * the daemon or of the host.
  */
@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "daemon/sandbox_request.h"
+#include "daemon/store/store.h"
 
 #define UPLOAD_ID_LEN 20 /* "upl_" + 16 hex */
 /* The published client's part size; a part is one request body. */
@@ -57,9 +58,10 @@ typedef struct UploadRef {
         int fd;
 } UploadRef;
 
-/* Opens the registry's tables in the database at db_path (made by
- * db_open's migrations) and its staging directory under state_dir. */
-int uploads_open(const char *db_path, const char *state_dir, Uploads **ret);
+/* Opens the registry: the uploads of backend b at location (for SQLite,
+ * tables made by db_open's migrations) and its staging directory under
+ * state_dir. */
+int uploads_open(const StoreBackend *b, const char *location, const char *state_dir, Uploads **ret);
 /* Takes back what the database and the staging directory hold after a
  * restart: an upload is kept with the parts recorded for it when its
  * sandbox is not deleted, it has had a part within the idle time, it fits

@@ -38,7 +38,7 @@ static int setup(void **state) {
         if (!mkdtemp(f->dir))
                 return -1;
         snprintf(f->path, sizeof(f->path), "%s/runtime.db", f->dir);
-        if (db_open(&store_sqlite, f->path, &f->db) < 0 || ledger_open(f->path, &f->l) < 0)
+        if (db_open(&store_sqlite, f->path, &f->db) < 0 || ledger_open(&store_sqlite, f->path, &f->l) < 0)
                 return -1;
         db_key_insert(f->db, "key_a", "a", "own_a", true, "1111111111111111111111111111111111111111111111111111111111111111",
                       false);
@@ -206,7 +206,7 @@ static void test_concurrent_reservations_never_overshoot(void **state) {
         Fixture *f = *state;
         /* Another connection on the same file, as a second writer would be. */
         Ledger *other;
-        assert_int_equal(ledger_open(f->path, &other), 0);
+        assert_int_equal(ledger_open(&store_sqlite, f->path, &other), 0);
         Racer r[20];
         pthread_t th[20];
         for (int i = 0; i < 20; i++) {
@@ -305,7 +305,7 @@ static void test_keystore(void **state) {
         char secret[64], hash[AUTH_HASH_HEX_LEN + 1];
         KeyRecord rec;
         KeyInfo k;
-        assert_int_equal(keystore_open(f->path, &ks), 0);
+        assert_int_equal(keystore_open(&store_sqlite, f->path, &ks), 0);
         /* key_a and key_b (full, of own_a and own_b) exist; make the admin's. */
         int64_t before = time(NULL);
         assert_int_equal(keystore_create(ks, "admin", "admin", true, -1, false, 0, secret, &rec), 0);

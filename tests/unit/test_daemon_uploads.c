@@ -45,7 +45,8 @@ static int setup(void **state) {
         if (!f || !mkdtemp(f->dir))
                 return -1;
         snprintf(f->db_path, sizeof(f->db_path), "%s/runtime.db", f->dir);
-        if (db_open(&store_sqlite, f->db_path, &f->db) < 0 || uploads_open(f->db_path, f->dir, &f->u) < 0)
+        if (db_open(&store_sqlite, f->db_path, &f->db) < 0 ||
+            uploads_open(&store_sqlite, f->db_path, f->dir, &f->u) < 0)
                 return -1;
         sql(f, "INSERT INTO keys (id, name, owner, access, hash, created_at) VALUES ('key_a', 'a', 'own_a', 'full', "
                "'11', 0);"
@@ -72,7 +73,7 @@ static int teardown(void **state) {
 static void restart(Fixture *f, uint64_t max_bytes, unsigned want_kept, unsigned want_dropped) {
         uploads_close(f->u);
         f->u = NULL;
-        assert_int_equal(uploads_open(f->db_path, f->dir, &f->u), 0);
+        assert_int_equal(uploads_open(&store_sqlite, f->db_path, f->dir, &f->u), 0);
         unsigned kept = 99, dropped = 99;
         assert_int_equal(uploads_restore(f->u, max_bytes, &kept, &dropped), 0);
         assert_int_equal(kept, want_kept);

@@ -1,11 +1,19 @@
 /* The SQLite backend's table of tables. Each kind's table is in its own
  * file of this folder (sqlite_<kind>.c). */
 #include "daemon/store/store.h"
+#include "daemon/store/store_egress.h"
+#include "daemon/store/store_keys.h"
+#include "daemon/store/store_ledger.h"
 #include "daemon/store/store_sandboxes.h"
+#include "daemon/store/store_uploads.h"
 
 const StoreBackend store_sqlite = {
         .name = "sqlite",
+        .keys = &store_sqlite_keys,
+        .ledger = &store_sqlite_ledger,
+        .uploads = &store_sqlite_uploads,
         .sandboxes = &store_sqlite_sandboxes,
+        .egress = &store_sqlite_egress,
 };
 
 const StoreBackend *store_backend_for(const char *location) {

@@ -1,0 +1,235 @@
+/* The keys in SQLite. The table keys is made by the daemon's migrations
+ * (db.c's migrations[], which has shipped: a change to it is a migration
+ * appended there); this file holds only the statements. */
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/macro.h"
+#include "daemon/store/sqldb.h"
+#include "daemon/store/store_keys.h"
+
+struct StoreKeys {
+        sqlite3 *sql;
+        pthread_mutex_t lock; /* one transaction at a time on this connection */
+};
+
+static int sqlite_keys_open(const char *location, StoreKeys **ret) {
+        sqlite3 *sql = NULL;
+        int r = sqldb_open(location, &sql);
+        if (r < 0)
+                return r;
+        StoreKeys *h = calloc(1, sizeof(*h));
+        if (!h) {
+                sqlite3_close(sql);
+                return -ENOMEM;
+        }
+        h->sql = sql;
+        pthread_mutex_init(&h->lock, NULL);
+        *ret = h;
+        return 0;
+}
+
+static void sqlite_keys_close(StoreKeys *h) {
+        if (!h)
+                return;
+        sqlite3_close(h->sql);
+        pthread_mutex_destroy(&h->lock);
+        free(h);
+}
+
+#define KEY_COLUMNS "id, name, owner, access, daily_limit_micros, trial, created_at, revoked_at"
+
+/* A row of KEY_COLUMNS. */
+static int key_row_read(sqlite3_stmt *st, KeyRecord *ret) {
+        const char *id = (const char *)sqlite3_column_text(st, 0), *name = (const char *)sqlite3_column_text(st, 1),
+                   *owner = (const char *)sqlite3_column_text(st, 2), *access = (const char *)sqlite3_column_text(st, 3);
+        if (!id || !name || !owner || !access)
+                return -EIO;
+        KeyRecord k = {
+                .id = strdup(id),
+                .name = strdup(name),
+                .owner = strdup(owner),
+                .full = strcmp(access, "full") == 0,
+                .daily_limit_micros = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 4),
+                .trial = sqlite3_column_int(st, 5) != 0,
+                .created_at = sqlite3_column_int64(st, 6),
+                .revoked_at = sqlite3_column_int64(st, 7),
+        };
+        if (!k.id || !k.name || !k.owner) {
+                store_key_record_clear(&k);
+                return -ENOMEM;
+        }
+        *ret = k;
+        return 0;
+}
+
+static int64_t count(sqlite3 *sql, const char *text, const char *arg) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(sql, text, -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        if (arg)
+                sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_ROW)
+                return -EIO;
+        return sqlite3_column_int64(st, 0);
+}
+
+/* The insert and the read back, inside the transaction. */
+static int insert_locked(StoreKeys *h, const StoreKeyNew *k, KeyRecord *ret) {
+        {
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                if (sqlite3_prepare_v2(h->sql,
+                                       "INSERT INTO keys (id, name, owner, access, hash, daily_limit_micros, trial, "
+                                       "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                       -1, &st, NULL) != SQLITE_OK)
+                        return -EIO;
+                sqlite3_bind_text(st, 1, k->id, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 2, k->name, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 3, k->owner, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 4, k->full ? "full" : "read", -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 5, k->hash, -1, SQLITE_STATIC);
+                if (k->daily_limit_micros >= 0)
+                        sqlite3_bind_int64(st, 6, k->daily_limit_micros);
+                else
+                        sqlite3_bind_null(st, 6);
+                sqlite3_bind_int(st, 7, k->trial);
+                sqlite3_bind_int64(st, 8, k->created_at);
+                if (sqlite3_step(st) != SQLITE_DONE)
+                        return -EIO;
+        }
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql, "SELECT " KEY_COLUMNS " FROM keys WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, k->id, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_ROW)
+                return -EIO;
+        return key_row_read(st, ret);
+}
+
+static int sqlite_keys_insert(StoreKeys *h, const StoreKeyNew *k, unsigned max_trial, unsigned max_per_owner,
+                       KeyRecord *ret) {
+        KeyRecord made = { 0 };
+        LOCKED(h);
+        int r = sqldb_exec(h->sql, "BEGIN IMMEDIATE");
+        if (r < 0)
+                return r;
+        int64_t n = k->trial ? count(h->sql, "SELECT count(*) FROM keys WHERE trial = 1", NULL)
+                             : count(h->sql, "SELECT count(*) FROM keys WHERE owner = ?1 AND revoked_at IS NULL",
+                                     k->owner);
+        if (n < 0)
+                r = (int)n;
+        else if (k->trial && n >= (int64_t)max_trial)
+                r = -EUSERS;
+        else if (!k->trial && n >= (int64_t)max_per_owner)
+                r = -EDQUOT;
+        else if ((r = insert_locked(h, k, &made)) == 0)
+                r = sqldb_exec(h->sql, "COMMIT");
+        if (r < 0) {
+                sqldb_exec(h->sql, "ROLLBACK");
+                store_key_record_clear(&made);
+                return r;
+        }
+        *ret = made;
+        return 0;
+}
+
+static int sqlite_keys_list(StoreKeys *h, const char *owner, size_t max, KeyRecord **ret, size_t *ret_n) {
+        KeyRecord *list = NULL;
+        size_t n = 0, cap = 0;
+        int r = 0;
+        {
+                LOCKED(h);
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                const char *q = owner ? "SELECT " KEY_COLUMNS " FROM keys WHERE owner = ?1 "
+                                        "ORDER BY created_at DESC, rowid DESC LIMIT ?2"
+                                      : "SELECT " KEY_COLUMNS " FROM keys ORDER BY created_at DESC, rowid DESC LIMIT ?2";
+                if (sqlite3_prepare_v2(h->sql, q, -1, &st, NULL) != SQLITE_OK)
+                        return -EIO;
+                if (owner)
+                        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+                int rc;
+                while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                        if (n == cap) {
+                                size_t want = cap ? cap * 2 : 16;
+                                KeyRecord *grown = reallocarray(list, want, sizeof(*list));
+                                if (!grown) {
+                                        r = -ENOMEM;
+                                        break;
+                                }
+                                list = grown;
+                                cap = want;
+                        }
+                        if ((r = key_row_read(st, &list[n])) < 0)
+                                break;
+                        n++;
+                }
+                if (r == 0 && rc != SQLITE_DONE)
+                        r = -EIO;
+        }
+        if (r < 0) {
+                for (size_t i = 0; i < n; i++)
+                        store_key_record_clear(&list[i]);
+                free(list);
+                return r;
+        }
+        *ret = list;
+        *ret_n = n;
+        return 0;
+}
+
+/* The check and the update, inside the transaction. */
+static int revoke_locked(StoreKeys *h, const char *id, const char *owner, const char *keep_owner, int64_t now) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "SELECT owner, access FROM keys WHERE id = ?1 AND revoked_at IS NULL "
+                               "AND (?2 IS NULL OR owner = ?2)",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        if (owner)
+                sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+        else
+                sqlite3_bind_null(st, 2);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -ENOENT;
+        if (rc != SQLITE_ROW)
+                return -EIO;
+        const char *key_owner = (const char *)sqlite3_column_text(st, 0),
+                   *access = (const char *)sqlite3_column_text(st, 1);
+        if (keep_owner && key_owner && access && strcmp(key_owner, keep_owner) == 0 && strcmp(access, "full") == 0 &&
+            count(h->sql,
+                  "SELECT count(*) FROM keys WHERE owner = ?1 AND access = 'full' AND trial = 0 AND revoked_at IS NULL",
+                  keep_owner) <= 1)
+                return -EBUSY;
+        _cleanup_stmt_ sqlite3_stmt *up = NULL;
+        if (sqlite3_prepare_v2(h->sql, "UPDATE keys SET revoked_at = ?2 WHERE id = ?1", -1, &up, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(up, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(up, 2, now);
+        return sqlite3_step(up) == SQLITE_DONE ? 0 : -EIO;
+}
+
+static int sqlite_keys_revoke(StoreKeys *h, const char *id, const char *owner, const char *keep_owner, int64_t now) {
+        LOCKED(h);
+        int r = sqldb_exec(h->sql, "BEGIN IMMEDIATE");
+        if (r < 0)
+                return r;
+        if ((r = revoke_locked(h, id, owner, keep_owner, now)) == 0)
+                r = sqldb_exec(h->sql, "COMMIT");
+        if (r < 0)
+                sqldb_exec(h->sql, "ROLLBACK");
+        return r;
+}
+
+const StoreKeyOps store_sqlite_keys = {
+        .open = sqlite_keys_open,
+        .close = sqlite_keys_close,
+        .insert = sqlite_keys_insert,
+        .list = sqlite_keys_list,
+        .revoke = sqlite_keys_revoke,
+};
