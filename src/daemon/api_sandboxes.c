@@ -259,46 +259,7 @@ enum MHD_Result handle_sandbox_list(Req *r) {
         return j ? reply_json(r, 200, j) : reply_internal(r);
 }
 
-typedef struct NamedCtx {
-        const char *name;
-        char id[32];
-        SandboxState state;
-        int64_t created_at;
-} NamedCtx;
 
-/* The oldest undeleted sandbox of the owner with the name. */
-static int find_named(void *userdata, SandboxRow *row) {
-        NamedCtx *c = userdata;
-        if (!row->name || strcmp(row->name, c->name) != 0)
-                return 0;
-        if (c->id[0] && row->created_at > c->created_at)
-                return 0;
-        snprintf(c->id, sizeof(c->id), "%s", row->id);
-        c->state = row->state;
-        c->created_at = row->created_at;
-        return 0;
-}
-
-/* getOrCreate calls are serialised, so that two of them with one name
- * make one sandbox; plain creates do not wait on them. */
-static pthread_mutex_t get_or_create_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static enum MHD_Result reply_reused(Req *r, const char *id) {
-        ApiError e = { 0 };
-        SandboxError se;
-        SandboxRow row;
-        if (sandbox_get(r->app->manager, &r->key, id, &row, &se) < 0) {
-                api_sandbox_error(&se, &e);
-                return reply_error(r, &e);
-        }
-        json_t *j = api_sandbox_json(r->app->manager, &row);
-        sandbox_row_done(&row);
-        if (!j || json_object_set_new(j, "reused", json_true()) < 0) {
-                json_decref(j);
-                return reply_internal(r);
-        }
-        return reply_json(r, 200, j);
-}
 
 /* A create's `snapshot` field: takes it out of r->json, checks it is one of
  * the key owner's snapshots, fills the fields the create left out (driver,
@@ -359,62 +320,21 @@ enum MHD_Result handle_sandbox_create(Req *r) {
                 create_request_done(&cr);
                 return reply_result(r, rc, NULL, &e, 0);
         }
-        if (get_or_create && !cr.name) {
-                create_request_done(&cr);
-                api_error(&e, 400, "invalid_request", "give the sandbox a name to find it by", "getOrCreate needs a name");
-                return reply_error(r, &e);
-        }
-        if (get_or_create) {
-                pthread_mutex_lock(&get_or_create_lock);
-                NamedCtx c = { .name = cr.name };
-                rc = sandbox_list(r->app->manager, &r->key, find_named, &c, &se);
-                if (rc == 0 && c.id[0]) {
-                        create_request_done(&cr);
-                        if (c.state == SANDBOX_FAILED) {
-                                pthread_mutex_unlock(&get_or_create_lock);
-                                api_error(&e, 409, "conflict", "delete it, or create one under another name",
-                                          "sandbox %s of that name has failed", c.id);
-                                return reply_error(r, &e);
-                        }
-                        /* Ready to use, as the published client promises: a
-                         * paused one woken, a stopped one booted again from
-                         * its disk, still under the lock so that racing calls
-                         * do not restart it twice. */
-                        SandboxRow woken;
-                        int wrc = 1;
-                        if (c.state == SANDBOX_PAUSED)
-                                wrc = sandbox_wake(r->app->manager, &r->key, c.id, 0, r->rid, &woken, &se);
-                        else if (c.state == SANDBOX_STOPPED)
-                                wrc = sandbox_restart(r->app->manager, &r->key, c.id, r->rid, &woken, &se);
-                        pthread_mutex_unlock(&get_or_create_lock);
-                        if (wrc < 0) {
-                                api_sandbox_error(&se, &e);
-                                return reply_error(r, &e);
-                        }
-                        if (wrc == 0)
-                                sandbox_row_done(&woken);
-                        return reply_reused(r, c.id);
-                }
-                if (rc < 0) {
-                        pthread_mutex_unlock(&get_or_create_lock);
-                        create_request_done(&cr);
-                        api_sandbox_error(&se, &e);
-                        return reply_error(r, &e);
-                }
-        }
-        rc = sandbox_create(r->app->manager, &r->key, &cr, r->rid, &row, &se);
+        bool reused = false;
         if (get_or_create)
-                pthread_mutex_unlock(&get_or_create_lock);
+                rc = sandbox_get_or_create(r->app->manager, &r->key, &cr, r->rid, &row, &reused, &se);
+        else
+                rc = sandbox_create(r->app->manager, &r->key, &cr, r->rid, &row, &se);
         create_request_done(&cr);
         if (rc < 0)
                 return reply_row(r, rc, &row, &se, 201);
         json_t *j = api_sandbox_json(r->app->manager, &row);
         sandbox_row_done(&row);
-        if (!j || json_object_set_new(j, "reused", json_false()) < 0) {
+        if (!j || json_object_set_new(j, "reused", json_boolean(reused)) < 0) {
                 json_decref(j);
                 return reply_internal(r);
         }
-        return reply_json(r, 201, j);
+        return reply_json(r, reused ? 200 : 201, j);
 }
 
 enum MHD_Result handle_sandbox_get(Req *r) {

@@ -59,7 +59,7 @@ struct Sandbox {
 /* Ids with a lifecycle operation in progress: operations on one sandbox run
  * one at a time, on different sandboxes concurrently. */
 typedef struct BusyId {
-        char id[32];
+        char id[160]; /* a sandbox's id, or "owner/<owner>" for a get-or-create of that owner */
         struct BusyId *next;
 } BusyId;
 

@@ -769,6 +769,55 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         return 0;
 }
 
+typedef struct Named {
+        const char *name;
+        char id[32];
+        SandboxState state;
+        int64_t created_at;
+} Named;
+
+/* The oldest undeleted sandbox of the owner with the name. */
+static int find_named(void *userdata, SandboxRow *row) {
+        Named *c = userdata;
+        if (!row->name || strcmp(row->name, c->name) != 0)
+                return 0;
+        if (c->id[0] && row->created_at > c->created_at)
+                return 0;
+        snprintf(c->id, sizeof(c->id), "%s", row->id);
+        c->state = row->state;
+        c->created_at = row->created_at;
+        return 0;
+}
+
+int sandbox_get_or_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid,
+                          SandboxRow *ret, bool *ret_reused, SandboxError *e) {
+        if (!req->name)
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "give the sandbox a name to find it by",
+                                     "getOrCreate needs a name");
+        char lock[160];
+        snprintf(lock, sizeof(lock), "owner/%s", key->owner);
+        busy_begin(m, lock);
+        Named c = { .name = req->name };
+        int r = sandbox_list(m, key, find_named, &c, e);
+        if (r == 0 && !c.id[0]) {
+                *ret_reused = false;
+                r = sandbox_create(m, key, req, rid, ret, e);
+        } else if (r == 0) {
+                *ret_reused = true;
+                if (c.state == SANDBOX_FAILED)
+                        r = sandbox_error(e, SANDBOX_ERR_CONFLICT, "delete it, or create one under another name",
+                                          "sandbox %s of that name has failed", c.id);
+                else if (c.state == SANDBOX_PAUSED)
+                        r = sandbox_wake(m, key, c.id, 0, rid, ret, e);
+                else if (c.state == SANDBOX_STOPPED)
+                        r = sandbox_restart(m, key, c.id, rid, ret, e);
+                else
+                        r = sandbox_get(m, key, c.id, ret, e);
+        }
+        busy_end(m, lock);
+        return r;
+}
+
 int sandbox_get(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret, SandboxError *e) {
         return own_row(m, key, id, ret, e);
 }

@@ -48,6 +48,15 @@ int manager_start(Manager *m);
 void manager_shutdown(Manager *m);
 void manager_free(Manager *m);
 
+/* A create with getOrCreate: the oldest undeleted sandbox of the key's
+ * owner with req->name, made ready to use (a paused one woken, a stopped
+ * one booted again from its disk; a failed one is a conflict), or else a
+ * new one as sandbox_create makes it. Calls of one owner run one at a time,
+ * so that two with one name make one sandbox; other owners' and plain
+ * creates do not wait on them. *ret_reused says which it was. */
+int sandbox_get_or_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid,
+                          SandboxRow *ret, bool *ret_reused, SandboxError *e);
+
 /* Each call below answers the sandbox's row as it is afterwards (plain
  * data, cleared with sandbox_row_done) or fills e. */
 int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, SandboxRow *ret,
