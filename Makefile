@@ -79,7 +79,7 @@ $(BUILD)/runtime-microvm-build: images/microvm/build.sh
 $(BUILD)/gen/interpreter_program.inc: src/interpreter/runtime_interpreter.py
 	@mkdir -p $(dir $@)
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< >$@
-$(BUILD)/obj/daemon/daemon/api_interpreter.o $(BUILD)/obj/fuzz/daemon/api_interpreter.o: $(BUILD)/gen/interpreter_program.inc
+$(BUILD)/obj/daemon/daemon/api/api_interpreter.o $(BUILD)/obj/fuzz/daemon/api/api_interpreter.o: $(BUILD)/gen/interpreter_program.inc
 
 $(BUILD)/obj/daemon/%.o: src/%.c
 	@mkdir -p $(dir $@)

@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "common/macro.h"
-#include "daemon/egress_service.h"
-#include "daemon/keys.h"
+#include "daemon/egress/egress_service.h"
+#include "daemon/manager/keys.h"
 #include "driver/driver.h"
 
 typedef enum OptionKind {

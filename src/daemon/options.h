@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "common/log.h"
-#include "daemon/config.h"
+#include "daemon/manager/config.h"
 
 /* A config file's line, and the file's lines, are bounded: the daemon reads
  * it as root before anything else runs. */

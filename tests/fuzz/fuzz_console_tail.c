@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/console_tail.h"
+#include "daemon/manager/console_tail.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/request.h"
-#include "daemon/api.h"
+#include "daemon/http/request.h"
+#include "daemon/api/api.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "common/jsonutil.h"
-#include "daemon/request.h"
-#include "daemon/api.h"
-#include "daemon/images.h"
+#include "daemon/http/request.h"
+#include "daemon/api/api.h"
+#include "daemon/manager/images.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/api.h"
-#include "daemon/api_snapshots.h"
-#include "daemon/request.h"
+#include "daemon/api/api.h"
+#include "daemon/api/api_snapshots.h"
+#include "daemon/http/request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/api_terminal.h"
-#include "daemon/api_tunnel.h"
-#include "daemon/request.h"
-#include "daemon/websocket.h"
+#include "daemon/api/api_terminal.h"
+#include "daemon/api/api_tunnel.h"
+#include "daemon/http/request.h"
+#include "daemon/http/websocket.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

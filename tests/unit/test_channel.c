@@ -27,7 +27,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/channel.h"
+#include "daemon/manager/channel.h"
 #include "driver/driver_agent.h"
 #include "proto/proto.h"
 

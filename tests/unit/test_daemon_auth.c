@@ -13,8 +13,8 @@
 #include <cmocka.h>
 
 #include "common/timeutil.h"
-#include "daemon/auth.h"
-#include "daemon/db.h"
+#include "daemon/model/auth.h"
+#include "daemon/manager/db.h"
 #include "daemon/store/sqldb.h"
 
 static void test_key_format(void **state) {

@@ -24,8 +24,8 @@
 #include <cmocka.h>
 
 #include "common/timeutil.h"
-#include "daemon/channel.h"
-#include "daemon/console_tail.h"
+#include "daemon/manager/channel.h"
+#include "daemon/manager/console_tail.h"
 #include "proto/proto.h"
 
 #define FFFD "\xef\xbf\xbd"

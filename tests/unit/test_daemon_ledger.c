@@ -17,12 +17,12 @@
 
 #include <cmocka.h>
 
-#include "daemon/auth.h"
-#include "daemon/db.h"
-#include "daemon/keys.h"
-#include "daemon/ledger.h"
-#include "daemon/api.h"
-#include "daemon/request.h"
+#include "daemon/model/auth.h"
+#include "daemon/manager/db.h"
+#include "daemon/manager/keys.h"
+#include "daemon/manager/ledger.h"
+#include "daemon/api/api.h"
+#include "daemon/http/request.h"
 #include "daemon/store/sqldb.h"
 
 typedef struct Fixture {

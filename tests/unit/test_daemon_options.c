@@ -18,7 +18,7 @@
 
 #include "daemon/options.h"
 #include "driver/driver.h"
-#include "daemon/keys.h"
+#include "daemon/manager/keys.h"
 
 typedef struct Fixture {
         char dir[256];

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/output.h"
+#include "daemon/manager/output.h"
 
 static void assert_sanitized(const char *in, size_t len, const char *want) {
         size_t out_len;

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "common/jsonutil.h"
-#include "daemon/request.h"
+#include "daemon/http/request.h"
 
 static const ReqLimits lim = { .max_vcpu = 8, .max_memory_mib = 16384, .max_disk_mib = 65536 };
 

@@ -8,8 +8,8 @@
 
 #include <cmocka.h>
 
-#include "daemon/api.h"
-#include "daemon/routes.h"
+#include "daemon/api/api.h"
+#include "daemon/api/routes.h"
 
 #define ID "sbx_0123456789abcdef0123"
 

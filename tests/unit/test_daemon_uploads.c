@@ -19,9 +19,9 @@
 #include <cmocka.h>
 
 #include "common/timeutil.h"
-#include "daemon/db.h"
+#include "daemon/manager/db.h"
 #include "daemon/store/sqldb.h"
-#include "daemon/uploads.h"
+#include "daemon/manager/uploads.h"
 
 #define MIB (1024u * 1024u)
 

@@ -12,10 +12,10 @@
 
 #include <cmocka.h>
 
-#include "daemon/api_terminal.h"
-#include "daemon/api_tunnel.h"
-#include "daemon/request.h"
-#include "daemon/websocket.h"
+#include "daemon/api/api_terminal.h"
+#include "daemon/api/api_tunnel.h"
+#include "daemon/http/request.h"
+#include "daemon/http/websocket.h"
 
 typedef struct Got {
         int n;

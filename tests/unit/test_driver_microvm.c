@@ -30,7 +30,7 @@
 #include "common/timeutil.h"
 #include "common/jsonutil.h"
 #include "common/macro.h"
-#include "daemon/channel.h"
+#include "daemon/manager/channel.h"
 #include "driver/driver.h"
 #include "driver/microvm.h"
 #include "driver/microvm_initramfs.h"

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/db.h"
+#include "daemon/manager/db.h"
 #include "daemon/store/sqldb.h"
 #include "daemon/store/store.h"
 #include "daemon/store/store_keys.h"

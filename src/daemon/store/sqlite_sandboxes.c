@@ -9,7 +9,7 @@
 
 #include "common/macro.h"
 #include "common/timeutil.h"
-#include "daemon/auth.h"
+#include "daemon/model/auth.h"
 #include "daemon/store/sqldb.h"
 
 struct StoreSandboxes {

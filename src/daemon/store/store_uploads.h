@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/sandbox_request.h"
+#include "daemon/model/sandbox_request.h"
 #include "daemon/store/store.h"
 
 /* An upload's row. */

@@ -1,0 +1,171 @@
+#pragma once
+/*
+ * The HTTP API v1: one table of routes (method, path, access, body kind,
+ * handler) served by the http module, and what the handlers (api_*.c) share:
+ * the daemon's parts and the mapping of the agent's errors onto the API's
+ * error shape. Handlers depend on http and on the manager; nothing below
+ * them (the manager, the drivers, the channel) includes this header.
+ */
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "daemon/http/apierror.h"
+#include "daemon/manager/config.h"
+#include "daemon/manager/db.h"
+#include "daemon/egress/egress_service.h"
+#include "daemon/http/http.h"
+#include "daemon/manager/images.h"
+#include "daemon/manager/keys.h"
+#include "daemon/manager/ledger.h"
+#include "daemon/manager/process.h"
+#include "daemon/http/request.h"
+#include "daemon/manager/sandbox.h"
+
+typedef enum RouteKind {
+        ROUTE_HEALTHZ,
+        ROUTE_METRICS,
+        ROUTE_INFO,
+        ROUTE_LIMITS,
+        ROUTE_IMAGES,
+        ROUTE_IMAGE_BUILD,
+        ROUTE_SANDBOX_LIST,
+        ROUTE_SANDBOX_CREATE,
+        ROUTE_SANDBOX_GET,
+        ROUTE_SANDBOX_DELETE,
+        ROUTE_SANDBOX_EXEC,
+        ROUTE_SANDBOX_STOP,
+        ROUTE_SANDBOX_EXTEND,
+        ROUTE_SANDBOX_NETWORK,
+        ROUTE_SANDBOX_PAUSE,
+        ROUTE_SANDBOX_WAKE,
+        ROUTE_SANDBOX_RESTART,
+        ROUTE_SANDBOX_UPDATE,
+        ROUTE_FILES_READ,
+        ROUTE_FILES_WRITE,
+        ROUTE_FILES_LIST,
+        ROUTE_FILES_STAT,
+        ROUTE_FILES_MKDIR,
+        ROUTE_FILES_REMOVE,
+        ROUTE_FILES_RENAME,
+        ROUTE_FILES_ARCHIVE_GET,
+        ROUTE_FILES_ARCHIVE_PUT,
+        ROUTE_ARCHIVE_UPLOAD_BEGIN,
+        ROUTE_ARCHIVE_UPLOAD_PART,
+        ROUTE_ARCHIVE_UPLOAD_COMMIT,
+        ROUTE_ARCHIVE_UPLOAD_ABORT,
+        ROUTE_UPLOAD_BEGIN,
+        ROUTE_UPLOAD_PART,
+        ROUTE_UPLOAD_COMMIT,
+        ROUTE_UPLOAD_ABORT,
+        ROUTE_KEYS_LIST,
+        ROUTE_KEYS_CREATE,
+        ROUTE_KEY_REVOKE,
+        ROUTE_USAGE,
+        ROUTE_TRIAL,
+        ROUTE_SECRETS_LIST,
+        ROUTE_SECRET_GET,
+        ROUTE_SECRET_PUT,
+        ROUTE_SECRET_DELETE,
+        ROUTE_SANDBOX_EGRESS,
+        ROUTE_PROC_LIST,
+        ROUTE_PROC_SPAWN,
+        ROUTE_PROC_GET,
+        ROUTE_PROC_OUTPUT,
+        ROUTE_PROC_WRITE,
+        ROUTE_PROC_SIGNAL,
+        ROUTE_PROC_WAIT,
+        ROUTE_TERMINAL,
+        ROUTE_TUNNEL,
+        ROUTE_INTERP_RUN,
+        ROUTE_INTERP_CONTEXT_LIST,
+        ROUTE_INTERP_CONTEXT_CREATE,
+        ROUTE_INTERP_CONTEXT_RESTART,
+        ROUTE_INTERP_CONTEXT_INTERRUPT,
+        ROUTE_INTERP_CONTEXT_DELETE,
+        ROUTE_INTERP_RESULT,
+        ROUTE_SECRET_ROTATE,
+        ROUTE_ME,
+        ROUTE_SANDBOX_NETWORK_GET,
+        ROUTE_JOB_SECRETS,
+        ROUTE_JOB_SECRET_CREATE,
+        ROUTE_SECRET_SCOPE,
+        ROUTE_SECRET_NARROW,
+        ROUTE_ACCOUNT_CLOSE,
+        ROUTE_ACCOUNT_EMAILS,
+        ROUTE_ACCOUNT_EMAILS_UPDATE,
+        ROUTE_USAGE_REQUESTS,
+        ROUTE_USAGE_EXPORT,
+        ROUTE_SANDBOX_SNAPSHOT,
+        ROUTE_SANDBOX_FORK,
+        ROUTE_SNAPSHOT_LIST,
+        ROUTE_SNAPSHOT_GET,
+        ROUTE_SNAPSHOT_UPDATE,
+        ROUTE_SNAPSHOT_EXTEND,
+        ROUTE_SNAPSHOT_DELETE,
+        ROUTE_SNAPSHOT_DELETE_POST,
+        _ROUTE_MAX,
+} RouteKind;
+
+/* The daemon's parts, as every handler sees them (r->app). */
+struct App {
+        const DaemonConfig *cfg;
+        Db *db;
+        Manager *manager;
+        Ledger *ledger;
+        KeyStore *keys;
+        EgressService *egress; /* NULL: no egress routes */
+        ProcTable *procs;      /* every sandbox's processes */
+        atomic_bool building;  /* one image build at a time */
+        SnapshotStore *snapshots;
+        Uploads *uploads; /* uploads in parts */
+};
+
+/* Maps an agent {"error":{code,message}} to the API's error; path, when
+ * given, prefixes the message. */
+void api_agent_error(json_t *result, const char *path, ApiError *e);
+
+/* The API's error for a manager's: its kind becomes a status and a code. */
+/* An unarchive's or archive's exit code (src/agent/archive.h) and its
+ * reason as the API's error. */
+int api_archive_error(int code, const char *path, const char *why, ApiError *e);
+int api_sandbox_error(const SandboxError *se, ApiError *e);
+/* A running sandbox of the route's id and the request's key, with a
+ * reference (sandbox_release): 404 when there is none, 409 when it is not
+ * running. */
+int api_sandbox_acquire(Req *r, Sandbox **ret, ApiError *e);
+/* Opens a stream to the sandbox's agent; e filled on failure. */
+int api_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e);
+/* Who a client's request to the agent runs as: u when the client named a
+ * user, else the sandbox's own (its "user", set at create or :update). */
+int api_req_set_user(json_t *req, Sandbox *sb, ReqUser u);
+/* The sandbox's own user on req unless req names one already. */
+int api_req_user(json_t *req, Sandbox *sb);
+
+/* Processes, shared by the exec and process handlers. The agent's exec
+ * request for an exec or spawn body on sb. */
+json_t *api_exec_request(const ExecRequest *q, Sandbox *sb);
+/* Starts a process for the body q on the route's sandbox, with the
+ * request's Idempotency-Key. */
+int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replayed, ApiError *e);
+/* The NDJSON response of a process's output from cursor (takes the
+ * reference p and first, an event sent before the output, may be NULL). */
+enum MHD_Result api_process_output(Req *r, Proc *p, uint64_t cursor, bool follow, json_t *first);
+/* The last event of a process's output: its exit, or an error event saying
+ * why it has none. */
+json_t *api_process_exit_event(const ProcExit *x);
+/* The API's process object. */
+json_t *api_process_json(const ProcInfo *info);
+/* A sandbox's row as the API answers it (a new reference; NULL on ENOMEM). */
+json_t *api_sandbox_json(Manager *m, const SandboxRow *r);
+/* `outOfMemory` as the published client reads it: {code, processesKilled,
+ * memoryMiB, message, hint}; NULL on allocation failure. */
+json_t *api_out_of_memory(int64_t processes_killed, unsigned memory_mib);
+
+/* {"name","built","builtAt","sizeBytes"}: one image, and every image. */
+/* The request side of a WebSocket handshake; a 400 (hint: client) when it
+ * is not one. */
+int api_websocket_handshake(Req *r, const char *client, char accept[29], ApiError *e);
+json_t *api_image_json(const ImageInfo *info);
+json_t *api_images_json(const DaemonConfig *cfg);

@@ -1,0 +1,79 @@
+/* GET /healthz, GET /v1/info, GET /metrics. */
+#include "daemon/api/api_system.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/api/api.h"
+#include "daemon/manager/metrics.h"
+
+enum MHD_Result handle_healthz(Req *r) {
+        const Driver *d = r->app->cfg->default_driver;
+        return reply_json(r, 200, json_pack("{s:s,s:s,s:s?}", "status", "ok", "version", RUNTIME_VERSION,
+                                            "defaultDriver", d ? d->name : NULL));
+}
+
+static json_t *drivers_json(const DaemonConfig *cfg) {
+        json_t *arr = json_array();
+        for (unsigned i = 0; arr && i < cfg->n_drivers; i++) {
+                const DriverOffer *o = &cfg->drivers[i];
+                json_array_append_new(arr, json_pack("{s:s,s:b,s:b,s:s}", "name", o->driver->name, "available",
+                                                     o->available && o->offered, "probe", o->available,
+                                                     "reason", o->reason));
+        }
+        return arr;
+}
+
+enum MHD_Result handle_info(Req *r) {
+        const DaemonConfig *cfg = r->app->cfg;
+        const Driver *d = cfg->default_driver;
+        json_t *images = api_images_json(cfg);
+        json_t *drivers = drivers_json(cfg);
+        if (!images || !drivers) {
+                json_decref(images);
+                json_decref(drivers);
+                return reply_internal(r);
+        }
+        return reply_json(r, 200,
+                          json_pack("{s:s,s:s?,s:o,s:o,s:{s:i,s:i,s:i,s:i,s:i,s:I,s:I}}", "version", RUNTIME_VERSION,
+                                    "defaultDriver", d ? d->name : NULL, "drivers", drivers, "images", images,
+                                    "limits", "maxVcpu", (int)cfg->max_vcpu, "maxMemoryMiB", (int)cfg->max_memory_mib,
+                                    "maxDiskMiB", (int)cfg->max_disk_mib, "maxFileMiB", (int)cfg->max_file_mib,
+                                    "maxSandboxesPerKey", (int)cfg->max_sandboxes_per_key, "priceVcpuHourMicros",
+                                    (json_int_t)cfg->price_vcpu_hour_micros, "priceGibHourMicros",
+                                    (json_int_t)cfg->price_gib_hour_micros));
+}
+
+/* One of the owner's sandboxes counted under its state. */
+static int count_state(void *userdata, SandboxRow *row) {
+        MetricsStates *m = userdata;
+        if ((size_t)row->state < _SANDBOX_STATE_MAX) {
+                m->count[row->state]++;
+                m->seen[row->state] = true;
+        }
+        return 0;
+}
+
+/* The admin key sees the daemon's figures; any other key its owner's
+ * sandboxes only: another owner's counts and the daemon's traffic are not
+ * its to see. */
+enum MHD_Result handle_metrics(Req *r) {
+        char *text = NULL;
+        if (keys_is_admin(&r->key))
+                text = metrics_render(r->app->db);
+        else {
+                MetricsStates m = { 0 };
+                SandboxError se;
+                if (sandbox_list(r->app->manager, &r->key, count_state, &m, &se) == 0)
+                        text = metrics_render_owner(&m);
+        }
+        if (!text)
+                return reply_internal(r);
+        struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+                free(text);
+                return MHD_NO;
+        }
+        return reply_response(r, 200, resp, "text/plain; version=0.0.4");
+}

@@ -1,0 +1,221 @@
+#include "daemon/api/routes.h"
+
+#include "common/macro.h"
+#include "daemon/api/api_egress.h"
+#include "daemon/api/api_exec.h"
+#include "daemon/api/api_archive.h"
+#include "daemon/api/api_files.h"
+#include "daemon/api/api_uploads.h"
+#include "daemon/api/api_images.h"
+#include "daemon/api/api_interpreter.h"
+#include "daemon/api/api_keys.h"
+#include "daemon/api/api_processes.h"
+#include "daemon/api/api_sandboxes.h"
+#include "daemon/api/api_snapshots.h"
+#include "daemon/api/api_terminal.h"
+#include "daemon/api/api_tunnel.h"
+#include "daemon/api/api_system.h"
+
+#define R(k, n, m, p, a, b, h) { .kind = (k), .name = (n), .method = (m), .path = (p), .access = (a), .body = (b), .handler = (h) }
+/* The same, for a route whose answer an Idempotency-Key replays. */
+#define RI(k, n, m, p, a, b, h) { .kind = (k), .name = (n), .method = (m), .path = (p), .access = (a), .body = (b), .handler = (h), .idempotent = true }
+#define SBX "/v1/sandboxes/{sandbox}"
+
+/* Every route of the API. For one path, the order of its methods here is the
+ * order of a 405's Allow header. */
+const HttpRoute api_routes[] = {
+        R(ROUTE_HEALTHZ, "healthz", "GET", "/healthz", HTTP_ACCESS_PUBLIC, HTTP_BODY_NONE, handle_healthz),
+        R(ROUTE_METRICS, "metrics", "GET", "/metrics", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_metrics),
+        R(ROUTE_INFO, "info", "GET", "/v1/info", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_info),
+        R(ROUTE_LIMITS, "limits", "GET", "/v1/limits", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_limits),
+        R(ROUTE_KEYS_LIST, "keys_list", "GET", "/v1/keys", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_keys_list),
+        R(ROUTE_KEYS_CREATE, "keys_create", "POST", "/v1/keys", HTTP_ACCESS_FULL, HTTP_BODY_JSON, handle_keys_create),
+        RI(ROUTE_KEY_REVOKE, "key_revoke", "DELETE", "/v1/keys/{key}", HTTP_ACCESS_FULL, HTTP_BODY_NONE,
+          handle_key_revoke),
+        R(ROUTE_USAGE, "usage", "GET", "/v1/usage", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_usage),
+        /* POST /v1/trial mints a key: its handler refuses it but on loopback. */
+        R(ROUTE_TRIAL, "trial", "POST", "/v1/trial", HTTP_ACCESS_PUBLIC, HTTP_BODY_NONE, handle_trial),
+        R(ROUTE_SECRETS_LIST, "secrets_list", "GET", "/v1/egress-secrets", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_secrets_list),
+        R(ROUTE_SECRET_GET, "secret_get", "GET", "/v1/egress-secrets/{secret}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_secret_get),
+        RI(ROUTE_SECRET_PUT, "secret_put", "PUT", "/v1/egress-secrets/{secret}", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_secret_put),
+        RI(ROUTE_SECRET_DELETE, "secret_delete", "DELETE", "/v1/egress-secrets/{secret}", HTTP_ACCESS_FULL,
+          HTTP_BODY_NONE, handle_secret_delete),
+        RI(ROUTE_SECRET_ROTATE, "secret_rotate", "POST", "/v1/egress-secrets/{secret}:rotate", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON, handle_secret_rotate),
+        R(ROUTE_SECRET_SCOPE, "secret_scope", "PUT", "/v1/egress-secrets/{secret}/sandboxes", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_not_offered),
+        R(ROUTE_SECRET_NARROW, "secret_narrow", "PUT", "/v1/egress-secrets/{secret}/rules", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_not_offered),
+        R(ROUTE_JOB_SECRETS, "job_secrets", "GET", "/v1/secrets", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_not_offered),
+        R(ROUTE_JOB_SECRET_CREATE, "job_secret_create", "POST", "/v1/secrets", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_not_offered),
+        R(ROUTE_ME, "me", "GET", "/v1/me", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_me),
+        R(ROUTE_ACCOUNT_CLOSE, "account_close", "POST", "/v1/account:close", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_not_offered),
+        R(ROUTE_ACCOUNT_EMAILS, "account_emails", "GET", "/v1/account/emails", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_not_offered),
+        R(ROUTE_ACCOUNT_EMAILS_UPDATE, "account_emails_update", "POST", "/v1/account/emails:update",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_not_offered),
+        R(ROUTE_USAGE_REQUESTS, "usage_requests", "GET", "/v1/usage/requests", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_not_offered),
+        R(ROUTE_USAGE_EXPORT, "usage_export", "GET", "/v1/usage/export", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_not_offered),
+        R(ROUTE_IMAGES, "images", "GET", "/v1/images", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_images),
+        R(ROUTE_IMAGE_BUILD, "image_build", "POST", "/v1/images/{image}:build", HTTP_ACCESS_ADMIN, HTTP_BODY_NONE,
+          handle_image_build),
+        R(ROUTE_SANDBOX_LIST, "sandbox_list", "GET", "/v1/sandboxes", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_sandbox_list),
+        RI(ROUTE_SANDBOX_CREATE, "sandbox_create", "POST", "/v1/sandboxes", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+          handle_sandbox_create),
+        R(ROUTE_SANDBOX_GET, "sandbox_get", "GET", SBX, HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_sandbox_get),
+        RI(ROUTE_SANDBOX_DELETE, "sandbox_delete", "DELETE", SBX, HTTP_ACCESS_FULL, HTTP_BODY_NONE,
+          handle_sandbox_delete),
+        { .kind = ROUTE_SANDBOX_EXEC, .name = "exec", .method = "POST", .path = SBX ":exec",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_exec,
+          .idempotent = true, .idem_to_handler = true,
+          /* JSON bodies are small, but for an exec's stdin (16 MiB, 4/3 of
+           * that in base64). */
+          .max_body = REQ_MAX_EXEC_BODY,
+          .too_large_hint = "send large inputs as a file (PUT .../files/content) and redirect" },
+        RI(ROUTE_SANDBOX_STOP, "stop", "POST", SBX ":stop", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+          handle_sandbox_stop),
+        RI(ROUTE_SANDBOX_EXTEND, "extend", "POST", SBX ":extend", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_sandbox_extend),
+        RI(ROUTE_SANDBOX_PAUSE, "pause", "POST", SBX ":pause", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+          handle_sandbox_pause),
+        RI(ROUTE_SANDBOX_WAKE, "wake", "POST", SBX ":wake", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+          handle_sandbox_wake),
+        RI(ROUTE_SANDBOX_RESTART, "restart", "POST", SBX ":restart", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+          handle_sandbox_restart),
+        RI(ROUTE_SANDBOX_UPDATE, "update", "POST", SBX ":update", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_sandbox_update),
+        RI(ROUTE_SANDBOX_SNAPSHOT, "snapshot", "POST", SBX ":snapshot", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+           handle_sandbox_snapshot),
+        RI(ROUTE_SANDBOX_FORK, "fork", "POST", SBX ":fork", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+           handle_sandbox_fork),
+        R(ROUTE_SNAPSHOT_LIST, "snapshot_list", "GET", "/v1/snapshots", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_snapshot_list),
+        R(ROUTE_SNAPSHOT_GET, "snapshot_get", "GET", "/v1/snapshots/{snapshot}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_snapshot_get),
+        RI(ROUTE_SNAPSHOT_DELETE, "snapshot_delete", "DELETE", "/v1/snapshots/{snapshot}", HTTP_ACCESS_FULL,
+           HTTP_BODY_NONE, handle_snapshot_delete),
+        RI(ROUTE_SNAPSHOT_UPDATE, "snapshot_update", "POST", "/v1/snapshots/{snapshot}:update", HTTP_ACCESS_FULL,
+           HTTP_BODY_JSON, handle_snapshot_update),
+        RI(ROUTE_SNAPSHOT_EXTEND, "snapshot_extend", "POST", "/v1/snapshots/{snapshot}:extend", HTTP_ACCESS_FULL,
+           HTTP_BODY_JSON, handle_snapshot_extend),
+        RI(ROUTE_SNAPSHOT_DELETE_POST, "snapshot_delete_post", "POST", "/v1/snapshots/{snapshot}:delete",
+           HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_snapshot_delete),
+        R(ROUTE_SANDBOX_NETWORK_GET, "network_get", "GET", SBX "/network", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_sandbox_network_get),
+        RI(ROUTE_SANDBOX_NETWORK, "network", "PUT", SBX "/network", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_sandbox_network),
+        R(ROUTE_SANDBOX_EGRESS, "sandbox_egress", "GET", SBX "/egress", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_sandbox_egress),
+        R(ROUTE_FILES_READ, "files_read", "GET", SBX "/files/content", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_files_read),
+        { .kind = ROUTE_FILES_WRITE, .name = "files_write", .method = "PUT", .path = SBX "/files/content",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM, .handler = handle_files_write,
+          .upload = &files_upload },
+        R(ROUTE_FILES_LIST, "files_list", "GET", SBX "/files/list", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_files_list),
+        R(ROUTE_FILES_STAT, "files_stat", "GET", SBX "/files/stat", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_files_stat),
+        R(ROUTE_FILES_MKDIR, "files_mkdir", "POST", SBX "/files:mkdir", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_files_mkdir),
+        R(ROUTE_FILES_REMOVE, "files_remove", "POST", SBX "/files:remove", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_files_remove),
+        R(ROUTE_FILES_RENAME, "files_rename", "POST", SBX "/files:rename", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_files_rename),
+        R(ROUTE_FILES_ARCHIVE_GET, "files_archive_get", "GET", SBX "/files/archive", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_files_archive_get),
+        { .kind = ROUTE_FILES_ARCHIVE_PUT, .name = "files_archive_put", .method = "PUT", .path = SBX "/files/archive",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM, .handler = handle_files_archive_put,
+          .upload = &archive_upload },
+        R(ROUTE_ARCHIVE_UPLOAD_BEGIN, "archive_upload_begin", "POST", SBX "/files/archive/uploads", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON, handle_archive_upload_begin),
+        { .kind = ROUTE_ARCHIVE_UPLOAD_PART, .name = "archive_upload_part", .method = "PUT",
+          .path = SBX "/files/archive/uploads/{upload}", .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM,
+          .handler = handle_upload_part, .upload = &upload_part_stream },
+        R(ROUTE_ARCHIVE_UPLOAD_COMMIT, "archive_upload_commit", "POST", SBX "/files/archive/uploads/{upload}:commit",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_upload_commit),
+        R(ROUTE_ARCHIVE_UPLOAD_ABORT, "archive_upload_abort", "POST", SBX "/files/archive/uploads/{upload}:abort",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_upload_abort),
+        R(ROUTE_UPLOAD_BEGIN, "upload_begin", "POST", SBX "/uploads", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_upload_begin),
+        { .kind = ROUTE_UPLOAD_PART, .name = "upload_part", .method = "PUT", .path = SBX "/uploads/{upload}",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM, .handler = handle_upload_part,
+          .upload = &upload_part_stream },
+        R(ROUTE_UPLOAD_COMMIT, "upload_commit", "POST", SBX "/uploads/{upload}:commit", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_upload_commit),
+        R(ROUTE_UPLOAD_ABORT, "upload_abort", "POST", SBX "/uploads/{upload}:abort", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_upload_abort),
+        R(ROUTE_PROC_LIST, "proc_list", "GET", SBX "/processes", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_proc_list),
+        { .kind = ROUTE_PROC_SPAWN, .name = "proc_spawn", .method = "POST", .path = SBX "/processes",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_proc_spawn,
+          .idempotent = true, .idem_to_handler = true,
+          .max_body = REQ_MAX_EXEC_BODY,
+          .too_large_hint = "send large inputs as a file (PUT .../files/content) and redirect" },
+        R(ROUTE_PROC_GET, "proc_get", "GET", SBX "/processes/{process}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_proc_get),
+        R(ROUTE_PROC_OUTPUT, "proc_output", "GET", SBX "/processes/{process}/output", HTTP_ACCESS_READ,
+          HTTP_BODY_NONE, handle_proc_output),
+        { .kind = ROUTE_PROC_WRITE, .name = "proc_write", .method = "POST", .path = SBX "/processes/{process}:write",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_proc_write,
+          /* 1 MiB of input, in base64. */
+          .max_body = 2 * REQ_MAX_BODY },
+        R(ROUTE_PROC_SIGNAL, "proc_signal", "POST", SBX "/processes/{process}:signal", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_proc_signal),
+        R(ROUTE_PROC_WAIT, "proc_wait", "POST", SBX "/processes/{process}:wait", HTTP_ACCESS_READ,
+          HTTP_BODY_JSON_OR_EMPTY, handle_proc_wait),
+        /* A WebSocket: the handshake is a GET, the terminal runs past it. */
+        R(ROUTE_TERMINAL, "terminal", "GET", SBX "/terminal", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_terminal),
+        /* Port forwarding: a WebSocket too, each connection a stream of it. */
+        R(ROUTE_TUNNEL, "tunnel", "GET", SBX "/tunnel", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_tunnel),
+        R(ROUTE_INTERP_RUN, "interpreter_run", "POST", SBX "/interpreter:run", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_interpreter_run),
+        R(ROUTE_INTERP_CONTEXT_LIST, "interpreter_context_list", "GET", SBX "/interpreter/contexts",
+          HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_interpreter_contexts),
+        R(ROUTE_INTERP_CONTEXT_CREATE, "interpreter_context_create", "POST", SBX "/interpreter/contexts",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_interpreter_contexts),
+        R(ROUTE_INTERP_CONTEXT_RESTART, "interpreter_context_restart", "POST",
+          SBX "/interpreter/contexts/{context}:restart", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+          handle_interpreter_contexts),
+        R(ROUTE_INTERP_CONTEXT_INTERRUPT, "interpreter_context_interrupt", "POST",
+          SBX "/interpreter/contexts/{context}:interrupt", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+          handle_interpreter_contexts),
+        R(ROUTE_INTERP_CONTEXT_DELETE, "interpreter_context_delete", "DELETE", SBX "/interpreter/contexts/{context}",
+          HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_interpreter_contexts),
+        R(ROUTE_INTERP_RESULT, "interpreter_result", "GET", SBX "/interpreter/contexts/{context}/results/{result}",
+          HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_interpreter_result),
+};
+const size_t api_n_routes = ELEMENTSOF(api_routes);
+
+int route_parse(const char *method, const char *url, Route *ret) {
+        return http_route_match(api_routes, api_n_routes, method, url, ret);
+}
+
+static const HttpRoute *route_def(RouteKind k) {
+        for (size_t i = 0; i < api_n_routes; i++)
+                if (api_routes[i].kind == (int)k)
+                        return &api_routes[i];
+        return NULL;
+}
+
+const char *route_name(RouteKind k) {
+        const HttpRoute *d = route_def(k);
+        return d ? d->name : "unknown";
+}
+
+bool route_needs_auth(RouteKind k) {
+        const HttpRoute *d = route_def(k);
+        return !d || d->access != HTTP_ACCESS_PUBLIC;
+}
+
+bool route_needs_full_access(RouteKind k) {
+        const HttpRoute *d = route_def(k);
+        return !d || d->access == HTTP_ACCESS_FULL || d->access == HTTP_ACCESS_ADMIN;
+}

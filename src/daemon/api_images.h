@@ -1,6 +1,0 @@
-#pragma once
-/* GET /v1/images and POST /v1/images/{name}:build. */
-#include "daemon/http.h"
-
-enum MHD_Result handle_images(Req *r);
-enum MHD_Result handle_image_build(Req *r);

@@ -1,0 +1,727 @@
+#include "daemon/http/http.h"
+
+#include <errno.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <openssl/evp.h>
+
+#include "common/jsonutil.h"
+#include "common/macro.h"
+#include "common/random.h"
+#include "common/timeutil.h"
+#include "daemon/model/auth.h"
+#include "daemon/manager/images.h"
+#include "daemon/manager/keys.h"
+#include "common/log.h"
+#include "daemon/manager/metrics.h"
+#include "daemon/http/request.h"
+#include "daemon/manager/snapshot.h"
+
+/* Bytes of a refused body read and thrown away before the connection is cut. */
+#define MAX_DISCARD (2u * 1024u * 1024u)
+
+/* ---- routing ---- */
+
+bool route_sandbox_id_ok(const char *s) {
+        if (strncmp(s, "sbx_", 4) != 0 || strlen(s) != ROUTE_ID_LEN)
+                return false;
+        for (const char *p = s + 4; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
+bool route_key_id_ok(const char *s) {
+        if (strncmp(s, "key_", 4) != 0 || strlen(s) != ROUTE_KEY_ID_LEN)
+                return false;
+        for (const char *p = s + 4; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
+static bool proc_id_ok(const char *s) {
+        if (strncmp(s, "proc_", 5) != 0 || strlen(s) != HTTP_PROCESS_ID_LEN)
+                return false;
+        for (const char *p = s + 5; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
+static bool upload_id_ok(const char *s) {
+        if (strncmp(s, "upl_", 4) != 0 || strlen(s) != HTTP_UPLOAD_ID_LEN)
+                return false;
+        for (const char *p = s + 4; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
+bool route_context_id_ok(const char *s) {
+        size_t len = strlen(s);
+        if (len == 0 || len > 63)
+                return false;
+        for (size_t i = 0; i < len; i++) {
+                char c = s[i];
+                if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && c == '-')))
+                        return false;
+        }
+        return true;
+}
+
+/* A kept result's name: no '/', no leading dot, so never "." or "..". */
+static bool result_name_ok(const char *s) {
+        size_t len = strlen(s);
+        if (len == 0 || len > 128)
+                return false;
+        for (size_t i = 0; i < len; i++) {
+                char c = s[i];
+                bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                          (i > 0 && (c == '_' || c == '.' || c == '-'));
+                if (!ok)
+                        return false;
+        }
+        return true;
+}
+
+/* Stores one path parameter into r after checking its shape. */
+static bool param_set(const char *name, size_t name_len, const char *v, size_t len, Route *r) {
+#define IS(lit) (name_len == sizeof(lit) - 1 && memcmp(name, lit, name_len) == 0)
+        char *dst;
+        size_t cap;
+        if (IS("sandbox")) {
+                dst = r->sandbox_id;
+                cap = sizeof(r->sandbox_id);
+        } else if (IS("key")) {
+                dst = r->key_id;
+                cap = sizeof(r->key_id);
+        } else if (IS("image")) {
+                dst = r->image;
+                cap = sizeof(r->image);
+        } else if (IS("secret")) {
+                dst = r->secret;
+                cap = sizeof(r->secret);
+        } else if (IS("process")) {
+                dst = r->proc_id;
+                cap = sizeof(r->proc_id);
+        } else if (IS("upload")) {
+                dst = r->upload_id;
+                cap = sizeof(r->upload_id);
+        } else if (IS("snapshot")) {
+                dst = r->snapshot_id;
+                cap = sizeof(r->snapshot_id);
+        } else if (IS("context")) {
+                dst = r->context;
+                cap = sizeof(r->context);
+        } else if (IS("result")) {
+                dst = r->result;
+                cap = sizeof(r->result);
+        } else
+                return false;
+        if (len == 0 || len >= cap || memchr(v, '/', len))
+                return false;
+        memcpy(dst, v, len);
+        dst[len] = '\0';
+        if (IS("sandbox"))
+                return route_sandbox_id_ok(dst);
+        if (IS("key"))
+                return route_key_id_ok(dst);
+        if (IS("image"))
+                return image_name_ok(dst);
+        if (IS("process"))
+                return proc_id_ok(dst);
+        if (IS("upload"))
+                return upload_id_ok(dst);
+        if (IS("snapshot"))
+                return snapshot_id_ok(dst);
+        if (IS("context"))
+                return route_context_id_ok(dst);
+        if (IS("result"))
+                return result_name_ok(dst);
+        return true;
+#undef IS
+}
+
+/* Whether url has the shape of pattern; fills its parameters into r. */
+static bool path_match(const char *pattern, const char *url, Route *r) {
+        for (;;) {
+                const char *open = strchr(pattern, '{');
+                if (!open)
+                        return strcmp(pattern, url) == 0;
+                size_t lit = (size_t)(open - pattern);
+                if (strncmp(pattern, url, lit) != 0)
+                        return false;
+                const char *close = strchr(open, '}');
+                if (!close)
+                        return false;
+                const char *v = url + lit, *rest = close + 1;
+                const char *end = *rest ? strchr(v, *rest) : v + strlen(v);
+                if (!end)
+                        return false;
+                if (!param_set(open + 1, (size_t)(close - open - 1), v, (size_t)(end - v), r))
+                        return false;
+                pattern = rest;
+                url = end;
+        }
+}
+
+int http_route_match(const HttpRoute *routes, size_t n, const char *method, const char *url, Route *ret) {
+        if (!method || !url)
+                return -ENOENT;
+        if (strlen(url) > ROUTE_MAX_URL)
+                return -EMSGSIZE;
+        Route r = { 0 };
+        bool path_known = false;
+        for (size_t i = 0; i < n; i++) {
+                Route cand = { 0 };
+                if (!path_match(routes[i].path, url, &cand))
+                        continue;
+                if (strcmp(method, routes[i].method) == 0) {
+                        cand.def = &routes[i];
+                        cand.kind = routes[i].kind;
+                        *ret = cand;
+                        return 0;
+                }
+                if (!path_known)
+                        r = cand;
+                path_known = true;
+                size_t used = strlen(r.allow);
+                snprintf(r.allow + used, sizeof(r.allow) - used, "%s%s", used ? ", " : "", routes[i].method);
+        }
+        if (!path_known)
+                return -ENOENT;
+        *ret = r;
+        return -EOPNOTSUPP;
+}
+
+/* ---- answering ---- */
+
+enum MHD_Result reply_response(Req *r, unsigned status, struct MHD_Response *resp, const char *content_type) {
+        if (!resp)
+                return MHD_NO;
+        MHD_add_response_header(resp, "X-Request-Id", r->rid);
+        MHD_add_response_header(resp, "Cache-Control", "no-store");
+        if (content_type)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+        enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+        MHD_destroy_response(resp);
+        if (ret == MHD_YES) {
+                r->answered = true;
+                r->status = status;
+        }
+        return ret;
+}
+
+enum MHD_Result reply_json(Req *r, unsigned status, json_t *body) {
+        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        json_decref(body);
+        if (!text)
+                return MHD_NO;
+        size_t len = strlen(text);
+        text[len] = '\0';
+        /* Append a newline: friendlier for curl users. */
+        char *t2 = realloc(text, len + 2);
+        if (!t2) {
+                free(text);
+                return MHD_NO;
+        }
+        t2[len] = '\n';
+        t2[len + 1] = '\0';
+        if (r->idem_key) {
+                int rc = db_idem_finish(r->idem_db, r->key.owner, r->idem_key, status, t2);
+                if (rc < 0)
+                        log_warn(r->rid, "keeping the answer for Idempotency-Key: %s", strerror(-rc));
+                free(TAKE_PTR(r->idem_key));
+        }
+        struct MHD_Response *resp = MHD_create_response_from_buffer(len + 1, t2, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+                free(t2);
+                return MHD_NO;
+        }
+        return reply_response(r, status, resp, "application/json");
+}
+
+enum MHD_Result reply_error(Req *r, const ApiError *e) {
+        if (e->status >= 500)
+                log_warn(r->rid, "%s %s: %d %s: %s", r->method, r->path, e->status, e->code, e->message);
+        else
+                log_debug(r->rid, "%s %s: %d %s: %s", r->method, r->path, e->status, e->code, e->message);
+        struct MHD_Response *resp;
+        json_t *j = api_error_json(e, r->rid);
+        if (e->status == 401) {
+                char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+                json_decref(j);
+                if (!text)
+                        return MHD_NO;
+                resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+                if (!resp) {
+                        free(text);
+                        return MHD_NO;
+                }
+                MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+                return reply_response(r, 401, resp, "application/json");
+        }
+        if (e->status == 405 && r->route.allow[0]) {
+                char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+                json_decref(j);
+                if (!text)
+                        return MHD_NO;
+                resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+                if (!resp) {
+                        free(text);
+                        return MHD_NO;
+                }
+                MHD_add_response_header(resp, "Allow", r->route.allow);
+                return reply_response(r, 405, resp, "application/json");
+        }
+        return reply_json(r, (unsigned)e->status, j);
+}
+
+enum MHD_Result reply_internal(Req *r) {
+        ApiError e;
+        api_error(&e, 500, "internal", "the daemon's log has details", "internal error");
+        return reply_error(r, &e);
+}
+
+int req_socket(Req *r) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        return ci ? ci->connect_fd : -1;
+}
+
+bool socket_hung_up(int fd) {
+        if (fd < 0)
+                return false;
+        struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+        if (poll(&p, 1, 0) <= 0)
+                return false;
+        return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+enum MHD_Result reply_result(Req *r, int rc, json_t *j, const ApiError *e, unsigned status) {
+        if (rc < 0) {
+                json_decref(j);
+                if (!e->code)
+                        return reply_internal(r);
+                return reply_error(r, e);
+        }
+        return reply_json(r, status, j);
+}
+
+bool req_query_n(Req *r, const char *name, const char **ret, size_t *ret_len) {
+        const char *p = NULL;
+        size_t len = 0;
+        if (MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, name, strlen(name), &p, &len) != MHD_YES ||
+            !p)
+                return false;
+        *ret = p;
+        *ret_len = len;
+        return true;
+}
+
+bool req_from_this_host(Req *r, bool unix_socket) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (!ci || !ci->client_addr)
+                return unix_socket;
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_UNIX)
+                return true;
+        if (sa->sa_family == AF_INET) {
+                const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+                return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+        }
+        if (sa->sa_family == AF_INET6) {
+                const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+                if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
+                        return true;
+                return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127;
+        }
+        return unix_socket;
+}
+
+const char *req_query(Req *r, const char *name) {
+        return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+/* ---- the MHD callbacks ---- */
+
+struct HttpServer {
+        const HttpRoute *routes;
+        size_t n_routes;
+        App *app;
+        Db *db;
+        unsigned max_connections;
+        struct MHD_Daemon *mhd;
+};
+
+static bool has_body(const HttpRoute *d) {
+        return d->body != HTTP_BODY_NONE;
+}
+
+static size_t body_limit(const HttpRoute *d) {
+        return d->max_body ? d->max_body : REQ_MAX_BODY;
+}
+
+static int body_too_large(ApiError *e, const HttpRoute *d) {
+        unsigned mib = (unsigned)(body_limit(d) >> 20);
+        return api_error(e, 413, "payload_too_large", d->too_large_hint ? d->too_large_hint : "send at most 1 MiB of JSON",
+                         "the request body is over %u MiB", mib);
+}
+
+/* The first header whose value no handler may see: one with a control
+ * byte (RFC 9110 allows none but a tab) or over HTTP_MAX_HEADER_VALUE bytes.
+ * libmicrohttpd bounds the whole head by its connection memory. */
+typedef struct BadHeader {
+        char name[64];
+        const char *why;
+} BadHeader;
+
+static enum MHD_Result header_check(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                    const char *value, size_t value_size) {
+        BadHeader *bad = cls;
+        const char *why = NULL;
+        /* Authorization is judged whole by the key check: any value that is
+         * not a key, however long, is a 401. */
+        if (value_size > HTTP_MAX_HEADER_VALUE &&
+            !(key && strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0))
+                why = "is too long";
+        for (size_t i = 0; !why && value && i < value_size; i++) {
+                unsigned char c = (unsigned char)value[i];
+                if ((c < 0x20 && c != '\t') || c == 0x7f)
+                        why = "has a control character";
+        }
+        if (!why)
+                return MHD_YES;
+        /* The name goes into the error: keep it short and printable. */
+        size_t n = 0;
+        for (size_t i = 0; key && i < key_size && n + 1 < sizeof bad->name; i++)
+                if (key[i] > 0x20 && key[i] < 0x7f)
+                        bad->name[n++] = key[i];
+        bad->name[n] = '\0';
+        bad->why = why;
+        return MHD_NO;
+}
+
+/* The first call for a request: headers, route, auth, access. Fills e on
+ * refusal. */
+static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
+        BadHeader bad = { .why = NULL };
+        MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, header_check, &bad);
+        if (bad.why)
+                return api_error(e, 400, "invalid_request", "send header values of visible characters, spaces and tabs",
+                                 "the header %s %s (at most %u bytes of visible characters)", bad.name, bad.why,
+                                 (unsigned)HTTP_MAX_HEADER_VALUE);
+        int rc = http_route_match(s->routes, s->n_routes, r->method, url, &r->route);
+        if (rc == -ENOENT || rc == -EMSGSIZE)
+                return api_error(e, 404, "not_found", "see docs/api.md for the routes", "no route %s %.200s",
+                                 r->method, url);
+        if (rc == -EOPNOTSUPP)
+                return api_error(e, 405, "invalid_request", NULL, "%s is not allowed here; allowed: %s", r->method,
+                                 r->route.allow);
+        const HttpRoute *d = r->route.def;
+        if (d->access == HTTP_ACCESS_PUBLIC)
+                return 0;
+        const char *hdr = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *key = auth_parse_bearer(hdr);
+        if (!key)
+                return api_error(e, 401, "unauthorized", "send Authorization: Bearer <key>", "an API key is required");
+        char hash[AUTH_HASH_HEX_LEN + 1];
+        if (!auth_key_format_ok(key) || auth_hash_key(key, hash) < 0 ||
+            (rc = db_key_by_hash(s->db, hash, &r->key)) == -ENOENT)
+                return api_error(e, 401, "unauthorized", "check RUNTIME_API_KEY", "the API key is not valid");
+        if (rc < 0) {
+                log_error(r->rid, "looking up a key: %s", strerror(-rc));
+                return api_error(e, 500, "internal", NULL, "could not check the key");
+        }
+        if (d->access == HTTP_ACCESS_ADMIN && !keys_is_admin(&r->key))
+                return api_error(e, 403, "forbidden", "ask the daemon's administrator",
+                                 "this changes what every owner uses: only the admin key may");
+        if (d->access == HTTP_ACCESS_FULL && !r->key.full)
+                return api_error(e, 403, "forbidden", "use a key with full access",
+                                 "this key has read access only");
+        if (d->body == HTTP_BODY_JSON || d->body == HTTP_BODY_JSON_OR_EMPTY) {
+                const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+                if (cl && strtoull(cl, NULL, 10) > body_limit(d))
+                        return body_too_large(e, d);
+        }
+        return 0;
+}
+
+/* The request's digest for its Idempotency-Key: the route, its parameters
+ * and the body, so that the key reused for anything else is told apart. */
+static int idem_digest(const Req *r, char out[65]) {
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned len = 0;
+        EVP_MD_CTX *c = EVP_MD_CTX_new();
+        const char *parts[] = { r->route.def->name, r->route.sandbox_id, r->route.secret, r->route.key_id };
+        int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL);
+        for (size_t i = 0; ok && i < ELEMENTSOF(parts); i++)
+                ok = EVP_DigestUpdate(c, parts[i], strlen(parts[i]) + 1);
+        ok = ok && EVP_DigestUpdate(c, r->body ? r->body : "", r->body_len) && EVP_DigestFinal_ex(c, md, &len);
+        EVP_MD_CTX_free(c);
+        if (!ok)
+                return -EIO;
+        for (unsigned i = 0; i < len && i < 32; i++)
+                snprintf(out + 2 * i, 3, "%02x", md[i]);
+        return 0;
+}
+
+void req_idem_record(Req *r, const char *body) {
+        if (!r->idem_key)
+                return;
+        int rc = db_idem_finish(r->idem_db, r->key.owner, r->idem_key, 202, body);
+        if (rc < 0)
+                log_warn(r->rid, "keeping the record of Idempotency-Key: %s", strerror(-rc));
+        free(TAKE_PTR(r->idem_key));
+}
+
+/* How long a retry waits for the first request with its key to finish. */
+#define IDEM_WAIT_MS 120000u
+
+/* An Idempotency-Key on an idempotent route: claims it (0, the handler
+ * runs), or answers: the first answer again, 409 while the first is still
+ * served past IDEM_WAIT_MS, 422 idempotency_conflict for another request. */
+static int idem_begin(HttpServer *s, Req *r, bool *ret_answered, enum MHD_Result *ret) {
+        const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
+        *ret_answered = false;
+        if (!key)
+                return 0;
+        ApiError e = { 0 };
+        if (!request_idempotency_key_ok(key)) {
+                api_error(&e, 400, "invalid_request", NULL,
+                          "Idempotency-Key must be 1-128 characters of A-Z a-z 0-9 _ . : -");
+                goto answer;
+        }
+        char hash[65];
+        if (idem_digest(r, hash) < 0)
+                return -EIO;
+        uint64_t until = time_now_mono_ms() + IDEM_WAIT_MS;
+        for (;;) {
+                unsigned status = 0;
+                _cleanup_free_ char *body = NULL;
+                int rc = db_idem_claim(s->db, r->key.owner, key, hash, time_now_unix(), &status, &body);
+                if (rc < 0)
+                        return rc;
+                if (rc == STORE_IDEM_CLAIMED) {
+                        if (!(r->idem_key = strdup(key)))
+                                return -ENOMEM;
+                        r->idem_db = s->db;
+                        return 0;
+                }
+                if (rc == STORE_IDEM_MISMATCH) {
+                        if (r->route.def->idem_to_handler)
+                                api_error(&e, 409, "conflict", "use a new Idempotency-Key for another request",
+                                          "Idempotency-Key was used with a different request");
+                        else
+                                api_error(&e, 422, "idempotency_conflict",
+                                          "use a new Idempotency-Key for another request",
+                                          "this Idempotency-Key was used with a different request");
+                        goto answer;
+                }
+                if (rc == STORE_IDEM_REPLAY && status == 202 && r->route.def->idem_to_handler) {
+                        r->idem_replay = TAKE_PTR(body);
+                        return 0;
+                }
+                if (rc == STORE_IDEM_REPLAY) {
+                        _cleanup_json_ json_t *j = json_loads(body, 0, NULL);
+                        if (json_is_object(j) && status < 300)
+                                json_object_set_new(j, "replayed", json_true());
+                        char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+                        struct MHD_Response *resp =
+                                text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE) : NULL;
+                        if (!resp) {
+                                free(text);
+                                return -ENOMEM;
+                        }
+                        MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+                        *ret_answered = true;
+                        *ret = reply_response(r, status, resp, "application/json");
+                        return 0;
+                }
+                /* STORE_IDEM_PENDING: the first send is still being served. */
+                if (time_now_mono_ms() >= until || socket_hung_up(req_socket(r))) {
+                        api_error(&e, 409, "conflict", "send it again with the same key once it is done",
+                                  "a request with this Idempotency-Key is still being served");
+                        goto answer;
+                }
+                struct timespec ts = { .tv_sec = 0, .tv_nsec = 100 * 1000 * 1000 };
+                nanosleep(&ts, NULL);
+        }
+answer:
+        *ret_answered = true;
+        *ret = reply_error(r, &e);
+        return 0;
+}
+
+/* The whole request is in: parse a JSON body, then the route's handler. */
+static enum MHD_Result dispatch(HttpServer *s, Req *r) {
+        const HttpRoute *d = r->route.def;
+        if (d->body == HTTP_BODY_JSON || d->body == HTTP_BODY_JSON_OR_EMPTY) {
+                ApiError e = { 0 };
+                if (request_body_parse(r->body ? r->body : "", r->body_len, d->body == HTTP_BODY_JSON_OR_EMPTY,
+                                       &r->json, &e) < 0)
+                        return e.code ? reply_error(r, &e) : reply_internal(r);
+        }
+        if (d->idempotent && r->key.id[0]) {
+                bool answered = false;
+                enum MHD_Result ret = MHD_YES;
+                int rc = idem_begin(s, r, &answered, &ret);
+                if (rc < 0) {
+                        log_error(r->rid, "Idempotency-Key: %s", strerror(-rc));
+                        return reply_internal(r);
+                }
+                if (answered)
+                        return ret;
+        }
+        return d->handler(r);
+}
+
+static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                      const char *version, const char *upload_data, size_t *upload_data_size,
+                                      void **con_cls) {
+        HttpServer *s = cls;
+        Req *r = *con_cls;
+        if (!r) {
+                r = calloc(1, sizeof(*r));
+                if (!r)
+                        return MHD_NO;
+                *con_cls = r;
+                r->app = s->app;
+                r->conn = conn;
+                r->method = method;
+                r->t0 = time_now_mono_ms();
+                char hex[17];
+                if (random_hex(hex, 8) < 0)
+                        snprintf(hex, sizeof(hex), "0000000000000000");
+                snprintf(r->rid, sizeof(r->rid), "req_%s", hex);
+                snprintf(r->path, sizeof(r->path), "%s", url);
+                ApiError e = { 0 };
+                if (admit(s, r, url, &e) < 0)
+                        return reply_error(r, &e);
+                if (r->route.def->body == HTTP_BODY_STREAM)
+                        return r->route.def->upload->begin(r);
+                return MHD_YES;
+        }
+        const HttpRoute *d = r->route.def;
+        if (*upload_data_size > 0) {
+                size_t n = *upload_data_size;
+                *upload_data_size = 0;
+                if (r->answered || r->refused) {
+                        /* Refused already: drop the body, up to a point. */
+                        r->discarded += n;
+                        return r->discarded > MAX_DISCARD ? MHD_NO : MHD_YES;
+                }
+                if (d->body == HTTP_BODY_STREAM)
+                        return d->upload->data(r, upload_data, n);
+                /* MHD cannot answer before the body is read: note the
+                 * refusal, drop the rest, answer at the end. */
+                if (!has_body(d)) {
+                        r->refused = true;
+                        r->discarded = n;
+                        api_error(&r->refusal, 400, "invalid_request", NULL, "this route takes no body");
+                        return MHD_YES;
+                }
+                if (r->body_len + n > body_limit(d)) {
+                        r->refused = true;
+                        r->discarded = n;
+                        body_too_large(&r->refusal, d);
+                        return MHD_YES;
+                }
+                char *b = realloc(r->body, r->body_len + n + 1);
+                if (!b)
+                        return MHD_NO;
+                memcpy(b + r->body_len, upload_data, n);
+                r->body = b;
+                r->body_len += n;
+                r->body[r->body_len] = '\0';
+                return MHD_YES;
+        }
+        if (r->answered)
+                return MHD_YES;
+        if (r->refused)
+                return reply_error(r, &r->refusal);
+        return dispatch(s, r);
+}
+
+static void request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                              enum MHD_RequestTerminationCode toe) {
+        Req *r = *con_cls;
+        if (!r)
+                return;
+        *con_cls = NULL;
+        unsigned status = r->answered ? r->status : 0;
+        metrics_http_response(status);
+        uint64_t ms = time_now_mono_ms() - r->t0;
+        if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+                log_info(r->rid, "%s %s %u %llums", r->method, r->path, status, (unsigned long long)ms);
+        else
+                log_info(r->rid, "%s %s %u %llums (connection ended early, code %d)", r->method, r->path, status,
+                         (unsigned long long)ms, (int)toe);
+        if (r->upload && r->route.def && r->route.def->upload)
+                r->route.def->upload->free(r->upload);
+        if (r->idem_key) /* no JSON answer was made: a retry runs again */
+                (void)db_idem_finish(r->idem_db, r->key.owner, r->idem_key, 0, NULL);
+        free(r->idem_key);
+        free(r->idem_replay);
+        json_decref(r->json);
+        free(r->body);
+        free(r);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+        char buf[512];
+        vsnprintf(buf, sizeof(buf), fmt, ap);
+        log_debug(NULL, "http: %s", buf);
+}
+
+int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, unsigned max_connections,
+                    HttpServer **ret) {
+        HttpServer *s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->routes = routes;
+        s->n_routes = n_routes;
+        s->app = app;
+        s->db = db;
+        s->max_connections = max_connections;
+        *ret = s;
+        return 0;
+}
+
+int http_server_start(HttpServer *s, int listen_fd) {
+        s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                                          MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE,
+                                  0, NULL, NULL, access_handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                                  MHD_OPTION_LISTEN_SOCKET, listen_fd,
+                                  MHD_OPTION_CONNECTION_LIMIT, s->max_connections,
+                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_NOTIFY_COMPLETED,
+                                  request_completed, s, MHD_OPTION_END);
+        return s->mhd ? 0 : -EIO;
+}
+
+void http_server_quiesce(HttpServer *s) {
+        if (s->mhd) {
+                MHD_socket fd = MHD_quiesce_daemon(s->mhd);
+                if (fd != MHD_INVALID_SOCKET)
+                        close(fd);
+        }
+}
+
+void http_server_stop(HttpServer *s) {
+        if (s->mhd)
+                MHD_stop_daemon(s->mhd);
+        s->mhd = NULL;
+}
+
+void http_server_free(HttpServer *s) {
+        if (!s)
+                return;
+        http_server_stop(s);
+        free(s);
+}

@@ -1,0 +1,163 @@
+#pragma once
+/*
+ * The HTTP edge of the daemon: libmicrohttpd with a thread per connection
+ * (exec and file transfers block their thread), strict routing over one
+ * table of routes, authentication and access, request bodies and their
+ * limits, and the one error shape of the API. It knows nothing of sandboxes:
+ * the handlers a route table names (api_*.c) translate between JSON and the
+ * manager.
+ */
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/http/apierror.h"
+#include "daemon/manager/db.h"
+
+#define ROUTE_ID_LEN 24 /* "sbx_" + 20 hex */
+#define ROUTE_KEY_ID_LEN 20 /* "key_" + 16 hex */
+#define ROUTE_MAX_URL 1024
+/* The longest header value a request may carry: no header we read needs
+ * more (a key is 43 bytes, an Idempotency-Key 128). */
+#define HTTP_MAX_HEADER_VALUE 8192u
+#define HTTP_PROCESS_ID_LEN 21 /* "proc_" + 16 hex */
+#define HTTP_UPLOAD_ID_LEN 20  /* "upl_" + 16 hex */
+
+/* What the handlers share (the daemon's parts); opaque to this layer. */
+typedef struct App App;
+typedef struct Req Req;
+typedef enum MHD_Result (*HttpHandler)(Req *r);
+
+typedef enum HttpAccess {
+        HTTP_ACCESS_PUBLIC, /* no key: the handler decides (healthz, trial) */
+        HTTP_ACCESS_READ,   /* any valid key */
+        HTTP_ACCESS_FULL,   /* creates, runs, writes, deletes, extends or spends */
+        HTTP_ACCESS_ADMIN,  /* changes what every owner uses: the admin key only */
+} HttpAccess;
+
+typedef enum HttpBody {
+        HTTP_BODY_NONE,          /* a body is a 400 */
+        HTTP_BODY_JSON,          /* a JSON object, parsed into r->json */
+        HTTP_BODY_JSON_OR_EMPTY, /* the same, an empty body being {} */
+        HTTP_BODY_STREAM,        /* raw bytes handed to the route's upload as they come */
+} HttpBody;
+
+/* A route whose body streams: begin on the request's first call (after
+ * access), data for each piece, the route's handler at the end. free
+ * releases r->upload however the request ended. */
+typedef struct HttpUpload {
+        HttpHandler begin;
+        enum MHD_Result (*data)(Req *r, const char *data, size_t len);
+        void (*free)(void *upload);
+} HttpUpload;
+
+/* Path patterns are literal but for their parameters: {sandbox} (sbx_ + 20
+ * hex), {key} (key_ + 16 hex), {image} (an image name), {secret} (1..64
+ * bytes, no '/', checked by its handler), {process} (proc_ + 16 hex),
+ * {context} (an interpreter context id), {result} (a kept result's file
+ * name) and {upload} (upl_ + 16 hex). A parameter ends at the pattern's next literal character, or at
+ * the end of the path. */
+typedef struct HttpRoute {
+        int kind;
+        const char *name; /* for logs and metrics */
+        const char *method;
+        const char *path;
+        HttpAccess access;
+        HttpBody body;
+        size_t max_body;            /* 0: REQ_MAX_BODY */
+        const char *too_large_hint; /* NULL: "send at most 1 MiB of JSON" */
+        HttpHandler handler;
+        const HttpUpload *upload; /* HTTP_BODY_STREAM only */
+        /* A JSON route whose answer an Idempotency-Key replays: the same key
+         * and request within the key's life get the first answer again, and
+         * the change happens once (http.c; the records are the db's). */
+        bool idempotent;
+        /* With idempotent: the answer streams, so the handler keeps what a
+         * replay needs (req_idem_record, status 202) and gets it back in
+         * r->idem_replay; a reuse with another request is 409 conflict. */
+        bool idem_to_handler;
+} HttpRoute;
+
+typedef struct Route {
+        const HttpRoute *def;
+        int kind;
+        char sandbox_id[ROUTE_ID_LEN + 1];
+        char image[65];
+        char key_id[ROUTE_KEY_ID_LEN + 1];
+        char secret[65];
+        char proc_id[HTTP_PROCESS_ID_LEN + 1];
+        char upload_id[HTTP_UPLOAD_ID_LEN + 1];
+        char snapshot_id[32]; /* snp_ and 20 hex digits */
+        char context[64]; /* an interpreter context: [a-z0-9][a-z0-9-]{0,62} */
+        char result[129]; /* a kept interpreter result: [A-Za-z0-9][A-Za-z0-9_.-]{0,127} */
+        char allow[48]; /* for a 405: the methods the path has */
+} Route;
+
+/* 0 and *ret; -ENOENT for an unknown path; -EMSGSIZE for an over-long one;
+ * -EOPNOTSUPP for a known path and a method it does not have (ret->allow is
+ * set). Pure. */
+int http_route_match(const HttpRoute *routes, size_t n, const char *method, const char *url, Route *ret);
+bool route_sandbox_id_ok(const char *s);
+bool route_key_id_ok(const char *s);
+bool route_context_id_ok(const char *s);
+
+struct Req {
+        App *app;
+        struct MHD_Connection *conn;
+        char rid[24];
+        const char *method;
+        char path[128]; /* for the log, cut */
+        uint64_t t0;
+        Route route;
+        KeyInfo key;
+        char *body;
+        size_t body_len;
+        size_t discarded;
+        json_t *json; /* the parsed body, for routes that take one */
+        bool refused; /* the body broke a limit: drop the rest, answer `refusal` at the end */
+        ApiError refusal;
+        bool answered; /* a response is queued */
+        unsigned status;
+        void *upload; /* a streamed body's state (HttpUpload) */
+        Db *idem_db;    /* with idem_key: this request claimed that key */
+        char *idem_key;
+        char *idem_replay; /* idem_to_handler routes: what the first request recorded */
+};
+
+/* Queue a response; the reply functions add X-Request-Id. */
+enum MHD_Result reply_json(Req *r, unsigned status, json_t *body); /* steals body */
+enum MHD_Result reply_error(Req *r, const ApiError *e);
+enum MHD_Result reply_response(Req *r, unsigned status, struct MHD_Response *resp, const char *content_type);
+enum MHD_Result reply_internal(Req *r);
+/* rc < 0: e (or a 500 when e has no code); else j with status. */
+enum MHD_Result reply_result(Req *r, int rc, json_t *j, const ApiError *e, unsigned status);
+
+/* For an idem_to_handler route that claimed its key: records what a retry
+ * with the key gets back in r->idem_replay (JSON text). No-op without a claim. */
+void req_idem_record(Req *r, const char *body);
+
+/* The socket of the request's connection, to notice a client that left. */
+int req_socket(Req *r);
+/* Whether the client hung up (POLLRDHUP / POLLHUP / POLLERR on the socket). */
+bool socket_hung_up(int fd);
+const char *req_query(Req *r, const char *name);
+/* A query argument with its real length (a %00 does not cut it short). */
+bool req_query_n(Req *r, const char *name, const char **ret, size_t *ret_len);
+/* Whether the request came over loopback or a unix socket. */
+bool req_from_this_host(Req *r, bool unix_socket);
+
+typedef struct HttpServer HttpServer;
+
+/* Serves `routes` (kept, not copied) with `app` handed to each request;
+ * keys are checked against db. */
+int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, unsigned max_connections,
+                    HttpServer **ret);
+/* Serves on listen_fd (bound and listening; the server takes it). */
+int http_server_start(HttpServer *s, int listen_fd);
+/* Stops accepting new connections; running requests go on. */
+void http_server_quiesce(HttpServer *s);
+/* Closes every connection and joins their threads. */
+void http_server_stop(HttpServer *s);
+void http_server_free(HttpServer *s);

@@ -1,0 +1,128 @@
+#pragma once
+/* The manager's own parts, shared by its files (sandbox.c: live objects,
+ * create, get, stop, delete; sandbox_lifecycle.c: pause, wake, restart,
+ * :update, acquire; sandbox_snapshot.c: snapshots and fork;
+ * sandbox_maintenance.c: the maintenance and heartbeat threads, recovery).
+ * Nothing outside those files includes it. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon/manager/sandbox.h"
+
+#define HELLO_TIMEOUT_MS 30000
+/* The agent heartbeat: a ping every interval; a sandbox whose agent sends
+ * nothing at all for the timeout while a ping waits is failed. */
+#define HEARTBEAT_INTERVAL_MS 5000
+#define HEARTBEAT_TIMEOUT_MS 30000
+#define SANDBOX_PIDS_MAX 4096
+
+/* Strings of a DriverSpec, made from a sandbox's row. */
+typedef struct SpecPaths {
+        char *sandbox_dir;
+        char *image_dir;
+} SpecPaths;
+
+struct Sandbox {
+        Manager *m;
+        SpecPaths paths; /* the driver may keep pointers into its spec */
+        char id[32];
+        char owner[128];
+        atomic_int refs;
+        pthread_mutex_t lock;
+        const Driver *driver;
+        DriverInstance *inst; /* under lock */
+        Channel *channel;     /* set before the sandbox is live; freed with the last reference */
+        SandboxEgress *egress; /* its policy for the proxy; NULL without egress */
+        json_t *env; /* under lock: replaced whole by an :update, never changed in place */
+        unsigned memory_mib; /* the spec's, for exec results that ran out of it */
+        bool running;  /* under lock: live and serving */
+        bool stopping; /* under lock: being stopped on purpose */
+        bool died;     /* under lock: queued as dead */
+        bool paused;   /* under lock: frozen by driver->pause */
+        int64_t paused_at_ms, paused_total_ms; /* under lock: monotonic, for sandbox_paused_ms */
+        _Atomic bool auto_wake; /* a request to it while paused wakes it */
+        _Atomic unsigned idle_pause_s; /* 0: never paused for idleness */
+        _Atomic bool run_as_root; /* requests that name no user run as root */
+        _Atomic int64_t active_ms; /* monotonic ms of the last request that used it */
+        char closed_reason[128];
+        /* Under lock: why the daemon itself failed the sandbox (heartbeat,
+         * an exec that found its agent silent); shown to the client, and
+         * never overwritten by the channel closing afterwards. */
+        char fail_reason[128];
+        Sandbox *next;      /* live list, under m->lock */
+        Sandbox *next_dead; /* dead queue, under m->lock */
+};
+
+
+/* Ids with a lifecycle operation in progress: operations on one sandbox run
+ * one at a time, on different sandboxes concurrently. */
+typedef struct BusyId {
+        char id[160]; /* a sandbox's id, or "owner/<owner>" for a get-or-create of that owner */
+        struct BusyId *next;
+} BusyId;
+
+
+struct Manager {
+        const DaemonConfig *cfg;
+        Db *db;
+        Ledger *ledger; /* metering, reservations; NULL: nothing is billed */
+        EgressService *egress; /* NULL: sandboxes have no egress at all */
+        SnapshotStore *snapshots; /* NULL: no snapshots */
+        Uploads *uploads;         /* NULL: none kept */
+        pthread_mutex_t lock; /* live, dead, busy, quit */
+        pthread_cond_t cond;  /* busy ids released; the maintenance thread woken */
+        Sandbox *live;
+        Sandbox *dead;
+        BusyId *busy;
+        bool quit;
+        bool thread_started;
+        pthread_t thread;
+        bool beat_started;
+        pthread_t beat_thread; /* the ledger's heartbeat, apart so that no slow stop delays it */
+        int64_t hb_interval_ms;
+        int64_t hb_timeout_ms; /* 0: each driver's own */
+};
+
+
+/* Runs op on the row of an owned sandbox under the id's lifecycle lock and
+ * answers the sandbox afterwards. */
+typedef int (*RowOp)(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e);
+void spec_paths_done(SpecPaths *p);
+void sandbox_unref(Sandbox *sb);
+Sandbox *live_take(Manager *m, const char *id);
+void busy_begin(Manager *m, const char *id);
+void busy_end(Manager *m, const char *id);
+void queue_dead(Sandbox *sb);
+const char *live_stop(Sandbox *sb);
+int spec_paths(Manager *m, const char *id, const char *image, SpecPaths *ret);
+void driver_spec_from(Manager *m, const char *id, const SandboxSpec *spec, const SpecPaths *p,
+        DriverSpec *ds);
+int own_row(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret, SandboxError *e);
+int set_reason(SandboxRow *r, const char *reason);
+void disk_series(const char *id, char *buf, size_t n);
+void row_end_pause(Manager *m, SandboxRow *r, int64_t end, int64_t now);
+int row_finish(Manager *m, SandboxRow *r, SandboxState state, const char *reason);
+const char *failure_text(const char *driver_why, const char *fail_reason, const char *channel_reason,
+        char *buf, size_t n);
+int do_stop_locked(Manager *m, SandboxRow *row, SandboxState state, const char *reason);
+int do_delete_locked(Manager *m, SandboxRow *row, const char *rid);
+void dollars(char *buf, size_t n, int64_t micros);
+int budget_refusal(SandboxError *e, uint64_t per_hour, int64_t seconds, uint64_t spent, uint64_t cap,
+        const char *cap_name, const char *what);
+int spending_refusal(SandboxError *e, const LedgerRefusal *f, const char *key_id);
+json_t *spec_sandbox_env(Manager *m, const char *owner, const SandboxSpec *spec);
+int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lease_seconds, const char *rid,
+        SandboxError *e);
+int with_row(Manager *m, const KeyInfo *key, const char *id, RowOp op, void *arg, const char *rid,
+        SandboxRow *ret, SandboxError *e);
+int reserve_life(Manager *m, SandboxRow *row, uint64_t per_hour, int64_t life, int64_t new_end, int64_t now,
+        const char *rid, SandboxError *e);
+void append_console_tail(const Sandbox *sb, char *text, size_t n);
+void handle_dead(Manager *m, Sandbox *sb);
+Sandbox *live_get(Manager *m, const char *id);
+int conflict_state(SandboxError *e, const SandboxRow *row, const char *wanted, const char *hint);
+void pause_by_daemon(Manager *m, SandboxRow *row, const char *why);
+void idle_check(Manager *m, Sandbox *sb, int64_t now_ms);
+void guest_sync(Manager *m, const char *id, const char *rid, int timeout_ms, const char *before);

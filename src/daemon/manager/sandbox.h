@@ -1,0 +1,186 @@
+#pragma once
+/*
+ * The sandbox manager: lifecycle (create, stop, delete, extend), the live
+ * sandboxes in memory, lease timers and recovery after a restart. The DB is
+ * the truth about every sandbox; a live Sandbox exists only while one runs,
+ * and is reference counted: request threads hold a reference while they use
+ * its channel, so a stop never frees a channel under them.
+ */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon/manager/channel.h"
+#include "daemon/manager/config.h"
+#include "daemon/manager/db.h"
+#include "daemon/egress/egress_service.h"
+#include "daemon/manager/sandbox_error.h"
+#include "daemon/model/sandbox_request.h"
+#include "daemon/manager/ledger.h"
+#include "daemon/manager/snapshot.h"
+#include "daemon/manager/uploads.h"
+
+typedef struct Manager Manager;
+typedef struct Sandbox Sandbox;
+
+int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret);
+/* After a daemon died: every sandbox the DB says was starting or running
+ * gets driver->reap_orphan and becomes stopped ("daemon restarted"); then
+ * leases already due are acted on. */
+int manager_recover(Manager *m);
+/* Meters running time into the ledger and holds reservations there (before
+ * manager_recover). */
+void manager_set_ledger(Manager *m, Ledger *ledger);
+/* Gives sandboxes egress through the proxy (before manager_start). */
+void manager_set_egress(Manager *m, EgressService *egress);
+/* Where snapshots are kept (before manager_start). */
+void manager_set_snapshots(Manager *m, SnapshotStore *snapshots);
+/* The uploads in parts, dropped with their sandbox (before manager_start). */
+void manager_set_uploads(Manager *m, Uploads *uploads);
+/* The agent heartbeat (before manager_start): a ping every interval_ms
+ * (default 5 s); timeout_ms of silence fails a sandbox, for every driver
+ * (default: each driver's heartbeat_timeout_ms). 0 keeps a default. */
+void manager_set_heartbeat(Manager *m, int64_t interval_ms, int64_t timeout_ms);
+/* Starts the thread that acts on lease ends, on sandboxes that died, and on
+ * those whose supervisor or agent stopped answering. */
+int manager_start(Manager *m);
+/* Stops the thread and every running sandbox (state stopped, files kept). */
+void manager_shutdown(Manager *m);
+void manager_free(Manager *m);
+
+/* A create with getOrCreate: the oldest undeleted sandbox of the key's
+ * owner with req->name, made ready to use (a paused one woken, a stopped
+ * one booted again from its disk; a failed one is a conflict), or else a
+ * new one as sandbox_create makes it. Calls of one owner run one at a time,
+ * so that two with one name make one sandbox; other owners' and plain
+ * creates do not wait on them. *ret_reused says which it was. */
+int sandbox_get_or_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid,
+                          SandboxRow *ret, bool *ret_reused, SandboxError *e);
+
+/* Each call below answers the sandbox's row as it is afterwards (plain
+ * data, cleared with sandbox_row_done) or fills e. */
+int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, SandboxRow *ret,
+                   SandboxError *e);
+int sandbox_get(Manager *m, const KeyInfo *key, const char *id, SandboxRow *ret, SandboxError *e);
+/* fn for each undeleted sandbox of the key's owner, newest first. */
+int sandbox_list(Manager *m, const KeyInfo *key, StoreSandboxFn fn, void *userdata, SandboxError *e);
+
+/* What :update changes; what is left unset stays. */
+typedef struct SandboxUpdate {
+        bool set_name;
+        const char *name;     /* NULL with set_name: no name */
+        json_t *labels;       /* NULL: unchanged; replaces them all */
+        json_t *network;      /* NULL: unchanged; normalised */
+        const char *on_lease_end; /* "stop", "pause" or "delete"; NULL: unchanged */
+        int64_t lease_end;    /* unix seconds; 0: unchanged */
+        json_t *env;          /* NULL: unchanged; name -> string sets it, name -> null removes it */
+        int auto_wake;        /* -1: unchanged; 0 or 1 */
+        int64_t idle_pause_seconds; /* -1: unchanged; 0: never; raised to the daemon's minimum */
+        bool set_max_total;
+        int64_t max_total_cost_micros; /* with set_max_total; -1: no cap */
+        bool set_user;
+        bool run_as_root;     /* with set_user: who requests naming no user run as */
+} SandboxUpdate;
+/* Applies u under the sandbox's lifecycle lock, all or nothing: every
+ * check first (pausable, the merged env's bounds, the cap against the
+ * sandbox's life to its lease end, the state a lease needs, then a longer
+ * lease's reservation against the daily limit), then one write of the row,
+ * then name and labels; a live sandbox follows (env, user, autoWake, idle
+ * time counted from now, network). */
+int sandbox_update(Manager *m, const KeyInfo *key, const char *id, const SandboxUpdate *u, const char *rid,
+                   SandboxRow *ret, SandboxError *e);
+int sandbox_stop(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxRow *ret,
+                 SandboxError *e);
+int sandbox_delete(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxError *e);
+int sandbox_extend(Manager *m, const KeyInfo *key, const char *id, int64_t seconds, SandboxRow *ret,
+                   SandboxError *e);
+/* :pause keeps memory and processes (driver->pause), ends the running
+ * charge and opens the disk's; a paused sandbox's lease stands still.
+ * :wake carries a paused one on (or boots a stopped or failed one again),
+ * with a lease of timeout_seconds (0: what its pause left, else its
+ * timeoutSeconds). :restart boots it again from its disk, stopping it
+ * first when it runs or is paused. Not-allowed transitions fill e with a
+ * conflict that names the state (a wake of one not paused: NOT_PAUSED). */
+int sandbox_pause(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxRow *ret, SandboxError *e);
+int sandbox_wake(Manager *m, const KeyInfo *key, const char *id, int64_t timeout_seconds, const char *rid,
+                 SandboxRow *ret, SandboxError *e);
+int sandbox_restart(Manager *m, const KeyInfo *key, const char *id, const char *rid, SandboxRow *ret,
+                    SandboxError *e);
+/* sandbox_get once the sandbox is in `state` (woken by every lifecycle
+ * step), or as it is when timeout_ms passes or it is deleted meanwhile. */
+int sandbox_wait_state(Manager *m, const KeyInfo *key, const char *id, SandboxState state, int64_t timeout_ms,
+                       SandboxRow *ret, SandboxError *e);
+/* What a row's paused time has cost at the disk rate, up to now. */
+uint64_t sandbox_row_paused_cost(Manager *m, const SandboxRow *row, int64_t now);
+int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *network, SandboxRow *ret,
+                        SandboxError *e);
+/* What a sandbox of this row costs an hour, and its running time so far
+ * (never past its lease). */
+uint64_t sandbox_row_cost_per_hour(Manager *m, const SandboxRow *row);
+int64_t sandbox_row_run_seconds(const SandboxRow *row, int64_t now);
+
+/* What :snapshot asks for. */
+typedef struct SnapshotRequest {
+        const char *mode;   /* "disk" or "memory"; NULL: disk */
+        const char *name;   /* NULL: none */
+        json_t *labels;     /* NULL: {} */
+        int64_t retention_days; /* 0: SNAPSHOT_DEFAULT_RETENTION_DAYS */
+        bool transient; /* a fork's, dropped after its copies (snapshot.h: SNAPSHOT_TRANSIENT) */
+} SnapshotRequest;
+/* A disk snapshot of the sandbox's writable layer, under its lifecycle
+ * lock: a running one is frozen (driver->pause) only while its layer is
+ * synced and copied, then carries on; a paused one stays paused; a stopped
+ * or failed one is copied as it lies. mode "memory" is refused where the
+ * driver cannot keep a running machine (every driver of this daemon now). */
+int sandbox_snapshot(Manager *m, const KeyInfo *key, const char *id, const SnapshotRequest *req, const char *rid,
+                     SnapshotRow *ret, SandboxError *e);
+
+/* What :fork asks for. */
+typedef struct ForkRequest {
+        int64_t count;      /* copies, 1..FORK_MAX_COUNT */
+        const char *name;   /* NULL: none; with count > 1, NAME-1, NAME-2, ... */
+        json_t *labels;     /* NULL: the source's */
+        json_t *secrets;    /* the egress secrets the copies may use (validated); NULL: every one */
+        const char *mode;   /* the snapshot's: "disk" or "memory"; NULL: disk */
+        bool keep_snapshot; /* else the snapshot goes once the copies are made */
+} ForkRequest;
+typedef struct ForkResult {
+        SandboxRow *copies;
+        size_t n;
+        char snapshot_id[SNAPSHOT_ID_LEN + 1]; /* empty unless kept */
+} ForkResult;
+void fork_result_done(ForkResult *f);
+/* Copies of a sandbox: a snapshot of it, then `count` sandboxes made from
+ * the snapshot with the source's spec. All or none against the key's daily
+ * limit (every copy's first lease together, checked before any is made),
+ * and all or none in the end: when one copy fails, those made go. */
+int sandbox_fork(Manager *m, const KeyInfo *key, const char *id, const ForkRequest *req, const char *rid,
+                 ForkResult *ret, SandboxError *e);
+
+/* A running sandbox of this key's owner, with a reference: 404 when there is
+ * none, 409 when it is not running. A paused one created with autoWake
+ * (the default) is woken first; without, 409. Marks it active (idle
+ * pause). */
+int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **ret, SandboxError *e);
+void sandbox_release(Sandbox *sb);
+/* The sandbox stopped answering (its agent is starved or stuck): it becomes
+ * failed with this reason and is stopped, as if its agent had died. */
+void sandbox_fail(Sandbox *sb, const char *reason);
+/* Opens a stream on the sandbox's channel; fills e on failure. */
+int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxError *e);
+/* How long the sandbox has been paused in all (monotonic ms, the current
+ * pause included): a wait on its agent does not count that time against it. */
+int64_t sandbox_paused_ms(Sandbox *sb);
+/* The heartbeat deadline of the sandbox's driver: its own (a slow
+ * driver's), else the default (30 s); not the daemon's override, which
+ * tests set to seconds. */
+int64_t sandbox_driver_heartbeat_ms(Sandbox *sb);
+/* The sandbox's env, a new reference (json_decref it): an :update replaces
+ * the object whole, so the one handed out never changes under its reader. */
+json_t *sandbox_env(Sandbox *sb);
+/* Whether a request asking for u runs as root: u itself when it names a
+ * user, else the sandbox's own setting (its "user"). */
+bool sandbox_runs_as_root(Sandbox *sb, ReqUser u);
+const char *sandbox_id(Sandbox *sb);
+unsigned sandbox_memory_mib(Sandbox *sb);
+

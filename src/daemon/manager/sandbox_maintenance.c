@@ -1,0 +1,413 @@
+#include "daemon/manager/sandbox.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/jsonutil.h"
+#include "common/macro.h"
+#include "common/random.h"
+#include "common/timeutil.h"
+#include "daemon/manager/agent_client.h"
+#include "daemon/manager/console_tail.h"
+#include "daemon/manager/ledger.h"
+#include "common/log.h"
+#include "daemon/manager/metrics.h"
+
+#include "daemon/manager/manager-internal.h"
+
+/* Appends the last lines of the driver's console log, if it keeps one, to a
+ * failure text: what a guest kernel printed as it died (a panic, an oops) is
+ * the first thing anyone debugging it needs. text stays as it is otherwise. */
+void append_console_tail(const Sandbox *sb, char *text, size_t n) {
+        if (!sb->driver->console_log || !sb->paths.sandbox_dir)
+                return;
+        char tail[CONSOLE_TAIL_MAX + 1];
+        if (console_tail_read(sb->paths.sandbox_dir, sb->driver->console_log, tail, sizeof(tail)) < 0 || !*tail)
+                return;
+        size_t len = strlen(text);
+        if (len + 1 < n)
+                snprintf(text + len, n - len, "; console:\n%s", tail);
+}
+
+void handle_dead(Manager *m, Sandbox *sb) {
+        busy_begin(m, sb->id);
+        Sandbox *was_live = live_take(m, sb->id);
+        if (was_live) {
+                const char *why = live_stop(sb);
+                char buf[160], reason[128], fail[128];
+                pthread_mutex_lock(&sb->lock);
+                snprintf(reason, sizeof(reason), "%s", sb->closed_reason);
+                snprintf(fail, sizeof(fail), "%s", sb->fail_reason);
+                pthread_mutex_unlock(&sb->lock);
+                /* After driver->stop: the console's writer is done with it. */
+                char text[sizeof(buf) + 16 + CONSOLE_TAIL_MAX];
+                snprintf(text, sizeof(text), "%s", failure_text(why, fail, reason, buf, sizeof(buf)));
+                append_console_tail(sb, text, sizeof(text));
+                SandboxRow row;
+                if (db_sandbox_get(m->db, sb->id, &row) == 0) {
+                        if (row.state == SANDBOX_RUNNING) {
+                                int r = row_finish(m, &row, SANDBOX_FAILED, text);
+                                if (r < 0)
+                                        log_error(NULL, "recording the failure of %s: %s", sb->id, strerror(-r));
+                        }
+                        sandbox_row_done(&row);
+                }
+                log_warn(NULL, "sandbox %s failed: %s (driver: %s, channel: %s)", sb->id, text, why ? why : "alive",
+                         reason);
+                sandbox_unref(was_live);
+        }
+        busy_end(m, sb->id);
+}
+
+static int lease_due(void *userdata, SandboxRow *row) {
+        Manager *m = userdata;
+        char id[32];
+        snprintf(id, sizeof(id), "%s", row->id);
+        busy_begin(m, id);
+        SandboxRow cur;
+        /* Re-read under the id's lock: an :extend may have won the race. */
+        if (db_sandbox_get(m->db, id, &cur) == 0) {
+                bool del = cur.spec.on_lease_end == LEASE_END_DELETE;
+                bool pause = cur.spec.on_lease_end == LEASE_END_PAUSE;
+                if (pause && cur.lease_ends_at && cur.lease_ends_at <= time_now_unix() && cur.state == SANDBOX_RUNNING) {
+                        pause_by_daemon(m, &cur, "its lease ended");
+                        /* One that cannot pause is stopped, as a lease end must end its spending. */
+                        if (cur.state == SANDBOX_RUNNING && do_stop_locked(m, &cur, SANDBOX_STOPPED, NULL) == 0)
+                                log_info(NULL, "lease of sandbox %s ended: stopped", id);
+                } else if (cur.lease_ends_at && cur.lease_ends_at <= time_now_unix() &&
+                    (cur.state == SANDBOX_RUNNING || (del && cur.state != SANDBOX_STARTING))) {
+                        int r = del ? do_delete_locked(m, &cur, NULL) : do_stop_locked(m, &cur, SANDBOX_STOPPED, NULL);
+                        if (r < 0)
+                                log_error(NULL, "lease end of %s: %s", id, strerror(-r));
+                        else
+                                log_info(NULL, "lease of sandbox %s ended: %s", id, del ? "deleted" : "stopped");
+                }
+                sandbox_row_done(&cur);
+        }
+        busy_end(m, id);
+        return 0;
+}
+
+static void format_seconds(char *buf, size_t n, int64_t ms) {
+        if (ms % 1000 == 0)
+                snprintf(buf, n, "%lld s", (long long)(ms / 1000));
+        else
+                snprintf(buf, n, "%.1f s", (double)ms / 1000.0);
+}
+
+/* One live sandbox's health: its driver's supervisor still there (one killed
+ * from outside leaves an agent that may answer but is no longer contained as
+ * started), and its agent still answering the heartbeat (a hung guest kernel,
+ * a stopped agent, a frozen cgroup: alive processes, nothing said). */
+static void check_one(Manager *m, Sandbox *sb, int64_t now_ms) {
+        pthread_mutex_lock(&sb->lock);
+        bool live = sb->running && !sb->stopping && !sb->died;
+        bool paused = sb->paused;
+        bool gone = live && sb->inst && sb->driver->alive && !sb->driver->alive(sb->inst);
+        if (gone)
+                snprintf(sb->closed_reason, sizeof(sb->closed_reason), "%s",
+                         "the sandbox's supervisor process was killed");
+        pthread_mutex_unlock(&sb->lock);
+        if (gone) {
+                log_warn(NULL, "sandbox %s: its %s supervisor exited; marking it failed", sb->id, sb->driver->name);
+                queue_dead(sb);
+                return;
+        }
+        /* A paused agent is silent on purpose. */
+        if (!live || !sb->channel || paused)
+                return;
+        int64_t timeout = m->hb_timeout_ms ? m->hb_timeout_ms
+                          : sb->driver->heartbeat_timeout_ms ? (int64_t)sb->driver->heartbeat_timeout_ms
+                                                              : HEARTBEAT_TIMEOUT_MS;
+        /* -EPIPE: the channel closed, and its reader queues the sandbox. */
+        if (channel_heartbeat(sb->channel, now_ms, m->hb_interval_ms, timeout) != -ETIMEDOUT)
+                return;
+        char secs[32];
+        format_seconds(secs, sizeof(secs), timeout);
+        pthread_mutex_lock(&sb->lock);
+        /* Unless it died, was stopped or paused meanwhile. */
+        live = sb->running && !sb->stopping && !sb->died && !sb->paused;
+        if (live) {
+                snprintf(sb->fail_reason, sizeof(sb->fail_reason), "the agent stopped answering (no reply for %s)",
+                         secs);
+                snprintf(sb->closed_reason, sizeof(sb->closed_reason), "%s", sb->fail_reason);
+        }
+        pthread_mutex_unlock(&sb->lock);
+        if (!live)
+                return;
+        log_warn(NULL, "sandbox %s: its agent sent nothing for %s while a ping waited; marking it failed", sb->id,
+                 secs);
+        queue_dead(sb);
+}
+
+static void check_live(Manager *m) {
+        enum { BATCH = 64 };
+        Sandbox *stack[BATCH];
+        pthread_mutex_lock(&m->lock);
+        size_t count = 0;
+        for (Sandbox *sb = m->live; sb; sb = sb->next)
+                count++;
+        /* Every live sandbox, every round: a heartbeat skipped is a sandbox
+         * never found dead. Without memory, the first BATCH this round. */
+        Sandbox **held = count > BATCH ? malloc(count * sizeof(*held)) : NULL;
+        size_t cap = held ? count : BATCH;
+        if (!held)
+                held = stack;
+        size_t n = 0;
+        for (Sandbox *sb = m->live; sb && n < cap; sb = sb->next) {
+                atomic_fetch_add(&sb->refs, 1);
+                held[n++] = sb;
+        }
+        pthread_mutex_unlock(&m->lock);
+        int64_t now = (int64_t)time_now_mono_ms();
+        for (size_t i = 0; i < n; i++) {
+                check_one(m, held[i], now);
+                idle_check(m, held[i], now);
+                sandbox_unref(held[i]);
+        }
+        if (held != stack)
+                free(held);
+}
+
+static void *maintenance_thread(void *userdata) {
+        Manager *m = userdata;
+        pthread_mutex_lock(&m->lock);
+        while (!m->quit) {
+                Sandbox *dead = m->dead;
+                m->dead = NULL;
+                pthread_mutex_unlock(&m->lock);
+                while (dead) {
+                        Sandbox *next = dead->next_dead;
+                        handle_dead(m, dead);
+                        sandbox_unref(dead);
+                        dead = next;
+                }
+                check_live(m);
+                int r = db_sandbox_query(m->db, STORE_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
+                if (r < 0)
+                        log_error(NULL, "checking leases: %s", strerror(-r));
+                pthread_mutex_lock(&m->lock);
+                if (m->quit || m->dead)
+                        continue;
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 1;
+                pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+        }
+        pthread_mutex_unlock(&m->lock);
+        return NULL;
+}
+
+/* ---- manager ---- */
+
+int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret) {
+        Manager *m = calloc(1, sizeof(*m));
+        if (!m)
+                return -ENOMEM;
+        m->cfg = cfg;
+        m->db = db;
+        m->hb_interval_ms = HEARTBEAT_INTERVAL_MS;
+        pthread_mutex_init(&m->lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_cond_init(&m->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        *ret = m;
+        return 0;
+}
+
+static int recover_one(void *userdata, SandboxRow *row) {
+        Manager *m = userdata;
+        const Driver *d = driver_by_name(row->spec.driver);
+        SpecPaths p = { 0 };
+        if (d && spec_paths(m, row->id, row->spec.image, &p) == 0) {
+                DriverSpec ds;
+                driver_spec_from(m, row->id, &row->spec, &p, &ds);
+                int r = d->reap_orphan(&ds);
+                if (r < 0)
+                        log_error(NULL, "cleaning up after sandbox %s: %s", row->id, strerror(-r));
+        } else
+                log_error(NULL, "sandbox %s: unknown driver, nothing to clean up", row->id);
+        spec_paths_done(&p);
+        /* Nobody could use the sandbox once the daemon was gone: bill it up
+         * to the last heartbeat the ledger has (at most the lease end), the
+         * same seconds in the ledger and in the row. Without an open charge
+         * there is nothing to bill. */
+        int64_t now = time_now_unix();
+        int64_t cap = row->lease_ends_at && row->lease_ends_at < now ? row->lease_ends_at : now;
+        int64_t end = row->started_at;
+        if (m->ledger) {
+                int lr = ledger_settle_at_heartbeat(m->ledger, row->id, cap, now, &end);
+                if (lr == -ENOENT)
+                        end = row->started_at;
+                else if (lr < 0)
+                        log_error(NULL, "sandbox %s: settling its charge: %s", row->id, strerror(-lr));
+        } else
+                end = cap;
+        if (row->started_at && (row->state == SANDBOX_RUNNING || row->state == SANDBOX_PAUSING)) {
+                if (end > row->started_at)
+                        row->run_seconds += end - row->started_at;
+        }
+        /* A paused one (or one between pause and wake) had its disk's charge
+         * open: closed at the same heartbeat. Its memory is gone with its
+         * processes; it boots again from its files. */
+        if (row->state == SANDBOX_PAUSED || row->state == SANDBOX_RESUMING) {
+                int64_t disk_end = now;
+                if (m->ledger) {
+                        char series[48];
+                        disk_series(row->id, series, sizeof(series));
+                        int lr = ledger_settle_at_heartbeat(m->ledger, series, now, now, &disk_end);
+                        if (lr < 0 && lr != -ENOENT)
+                                log_error(NULL, "sandbox %s: settling its paused disk: %s", row->id, strerror(-lr));
+                        if (lr == -ENOENT)
+                                disk_end = now;
+                }
+                int64_t at = row->spec.paused_at;
+                if (at > 0 && disk_end > at)
+                        row->spec.paused_seconds += disk_end - at;
+                row->spec.paused_at = 0;
+        }
+        row->state = SANDBOX_STOPPED;
+        row->stopped_at = time_now_unix();
+        set_reason(row, "daemon restarted");
+        int r = db_sandbox_update(m->db, row);
+        log_info(NULL, "sandbox %s was running when the daemon stopped: now stopped", row->id);
+        return r;
+}
+
+int manager_recover(Manager *m) {
+        int r = db_sandbox_query(m->db, STORE_SANDBOXES_ACTIVE, NULL, 0, recover_one, m);
+        if (r < 0)
+                return r;
+        if (m->ledger && (r = ledger_settle_orphans(m->ledger, time_now_unix())) < 0)
+                log_error(NULL, "settling reservations left by a crash: %s", strerror(-r));
+        return db_sandbox_query(m->db, STORE_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
+}
+
+/* Moves the ledger's heartbeat every LEDGER_HEARTBEAT_SECONDS: after a
+ * crash, running sandboxes are billed up to the last beat. */
+static void *heartbeat_thread(void *userdata) {
+        Manager *m = userdata;
+        int64_t last = 0;
+        pthread_mutex_lock(&m->lock);
+        while (!m->quit) {
+                int64_t now = time_now_unix();
+                if (now - last >= LEDGER_HEARTBEAT_SECONDS || now < last) {
+                        pthread_mutex_unlock(&m->lock);
+                        int r = ledger_heartbeat(m->ledger, now);
+                        if (r < 0)
+                                log_error(NULL, "ledger heartbeat: %s", strerror(-r));
+                        last = now;
+                        pthread_mutex_lock(&m->lock);
+                        continue;
+                }
+                /* m->cond is also broadcast by every lifecycle step: wake,
+                 * check the time, sleep again. */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 1;
+                pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+        }
+        pthread_mutex_unlock(&m->lock);
+        return NULL;
+}
+
+void manager_set_ledger(Manager *m, Ledger *ledger) {
+        m->ledger = ledger;
+}
+
+void manager_set_heartbeat(Manager *m, int64_t interval_ms, int64_t timeout_ms) {
+        if (interval_ms > 0)
+                m->hb_interval_ms = interval_ms;
+        if (timeout_ms > 0)
+                m->hb_timeout_ms = timeout_ms;
+}
+
+void manager_set_snapshots(Manager *m, SnapshotStore *snapshots) {
+        m->snapshots = snapshots;
+}
+
+void manager_set_uploads(Manager *m, Uploads *uploads) {
+        m->uploads = uploads;
+}
+
+void manager_set_egress(Manager *m, EgressService *egress) {
+        m->egress = egress;
+}
+
+int manager_start(Manager *m) {
+        int r = pthread_create(&m->thread, NULL, maintenance_thread, m);
+        if (r != 0)
+                return -r;
+        m->thread_started = true;
+        if (m->ledger) {
+                r = pthread_create(&m->beat_thread, NULL, heartbeat_thread, m);
+                if (r != 0)
+                        return -r;
+                m->beat_started = true;
+        }
+        return 0;
+}
+
+void manager_shutdown(Manager *m) {
+        pthread_mutex_lock(&m->lock);
+        m->quit = true;
+        pthread_cond_broadcast(&m->cond);
+        pthread_mutex_unlock(&m->lock);
+        if (m->thread_started) {
+                pthread_join(m->thread, NULL);
+                m->thread_started = false;
+        }
+        if (m->beat_started) {
+                pthread_join(m->beat_thread, NULL);
+                m->beat_started = false;
+        }
+        for (;;) {
+                pthread_mutex_lock(&m->lock);
+                Sandbox *sb = m->live;
+                char id[32] = "";
+                if (sb)
+                        snprintf(id, sizeof(id), "%s", sb->id);
+                pthread_mutex_unlock(&m->lock);
+                if (!sb)
+                        break;
+                busy_begin(m, id);
+                SandboxRow row;
+                if (db_sandbox_get(m->db, id, &row) == 0) {
+                        do_stop_locked(m, &row, SANDBOX_STOPPED, NULL);
+                        sandbox_row_done(&row);
+                } else {
+                        Sandbox *t = live_take(m, id);
+                        if (t) {
+                                live_stop(t);
+                                sandbox_unref(t);
+                        }
+                }
+                busy_end(m, id);
+                log_info(NULL, "sandbox %s stopped for shutdown", id);
+        }
+        /* Sandboxes that died while shutting down. */
+        pthread_mutex_lock(&m->lock);
+        Sandbox *dead = m->dead;
+        m->dead = NULL;
+        pthread_mutex_unlock(&m->lock);
+        while (dead) {
+                Sandbox *next = dead->next_dead;
+                sandbox_unref(dead);
+                dead = next;
+        }
+}
+
+void manager_free(Manager *m) {
+        if (!m)
+                return;
+        pthread_mutex_destroy(&m->lock);
+        pthread_cond_destroy(&m->cond);
+        free(m);
+}

@@ -1,0 +1,93 @@
+#pragma once
+/*
+ * Snapshots: what a sandbox's disk held at a moment, kept apart from the
+ * sandbox, owned by the owner of the key that took it. The store keeps one
+ * row per snapshot in SQLite (a table of its own, IF NOT EXISTS like the
+ * ledger's) and its files under state_dir/snapshots/<id>/, written by the
+ * driver's snapshot_disk.
+ *
+ * Crash safety: files are written under a temporary name (.<id>.part),
+ * synced, renamed into place and the directory synced, and only then is
+ * the row inserted. A row always has its files; files without a row (a
+ * daemon killed between the rename and the insert) and every .part are
+ * removed by snapshot_store_recover. Storage is billed as a ledger series
+ * of its own, "<id>:disk", at the disk rate, from the commit to the delete.
+ *
+ * A fork's snapshot that no one asked to keep (keepSnapshot false) is
+ * transient: its spec says SNAPSHOT_TRANSIENT, get and list never show it,
+ * the fork deletes it once its copies are made, and recovery deletes one
+ * that a daemon killed in the middle of the fork left.
+ */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon/manager/ledger.h"
+
+typedef struct SnapshotStore SnapshotStore;
+
+#define SNAPSHOT_ID_LEN 24 /* "snp_" + 20 hex digits */
+#define SNAPSHOT_MAX_RETENTION_DAYS 365
+#define SNAPSHOT_DEFAULT_RETENTION_DAYS 7
+/* Snapshots one owner may keep at once: each holds disk on the host. */
+#define SNAPSHOT_MAX_PER_OWNER 256
+/* The key of a transient snapshot's spec. */
+#define SNAPSHOT_TRANSIENT "transient"
+
+typedef struct SnapshotRow {
+        char id[SNAPSHOT_ID_LEN + 1];
+        char *owner;
+        char *key_id;
+        char *sandbox_id; /* the source */
+        char *name;       /* NULL: none */
+        char *labels;     /* JSON object text */
+        char *spec;       /* the source's spec (JSON text): shape, image, driver, env, network */
+        char mode[16];    /* "disk" */
+        char state[16];   /* "ready" */
+        int64_t size_bytes;
+        int64_t created_at;
+        int64_t expires_at; /* 0: never */
+} SnapshotRow;
+
+void snapshot_row_done(SnapshotRow *r);
+bool snapshot_id_ok(const char *s);
+
+/* price_disk_gib_hour_micros: the storage rate per GiB-hour. */
+int snapshot_store_open(const char *db_path, const char *state_dir, uint64_t price_disk_gib_hour_micros,
+                        SnapshotStore **ret);
+void snapshot_store_close(SnapshotStore *s);
+void snapshot_store_set_ledger(SnapshotStore *s, Ledger *ledger);
+/* After a crash: removes transient snapshots, partial and row-less
+ * snapshot directories, and closes each snapshot's storage charge at the last heartbeat, opening it
+ * again from now. */
+int snapshot_store_recover(SnapshotStore *s);
+/* Starts the thread that deletes snapshots whose retention has passed. */
+int snapshot_store_start(SnapshotStore *s);
+
+/* A new id and its temporary directory (made, empty). */
+int snapshot_store_begin(SnapshotStore *s, char ret_id[SNAPSHOT_ID_LEN + 1], char **ret_tmpdir);
+/* The files in the temporary directory become the snapshot of row (its
+ * size measured here): synced, renamed, then the row inserted and its
+ * storage charge opened. On failure nothing is left. */
+int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row);
+/* Removes a begun snapshot's temporary directory. */
+void snapshot_store_abort(SnapshotStore *s, const char *id);
+/* The directory of a committed snapshot (a new string). */
+char *snapshot_store_dir(SnapshotStore *s, const char *id);
+
+/* The snapshot if it is owner's: -ENOENT otherwise (another owner's is not
+ * told apart from none). */
+int snapshot_store_get(SnapshotStore *s, const char *owner, const char *id, SnapshotRow *ret);
+typedef int (*SnapshotFn)(void *userdata, SnapshotRow *row);
+/* owner's snapshots oldest first, after the cursor (created_at, id) when
+ * cursor_id is given; filters may be NULL; at most limit rows. */
+int snapshot_store_list(SnapshotStore *s, const char *owner, const char *sandbox_id, const char *name,
+                        int64_t cursor_at, const char *cursor_id, unsigned limit, SnapshotFn fn, void *userdata);
+/* Replaces name (set_name; NULL clears), labels (non-NULL) and expiry
+ * (expires_at > 0). */
+int snapshot_store_update(SnapshotStore *s, const char *owner, const char *id, bool set_name, const char *name,
+                          const char *labels, int64_t expires_at, SnapshotRow *ret);
+/* How many snapshots owner keeps. */
+int snapshot_store_count(SnapshotStore *s, const char *owner, int64_t *ret);
+/* Deletes the row, closes its charge and removes its files. -ENOENT. */
+int snapshot_store_delete(SnapshotStore *s, const char *owner, const char *id);
