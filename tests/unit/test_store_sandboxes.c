@@ -223,12 +223,47 @@ static void test_unreadable_rows_are_named(void **state) {
         assert_int_equal(ops->get(f->h, "sbx_corrupt", &got), -EBADMSG);
 }
 
+/* The per-kind versions every SQLite table of the store migrates by. */
+static void test_kind_migrations(void **state) {
+        Fixture *f = *state;
+        sqlite3 *raw = NULL;
+        assert_int_equal(sqldb_open(f->path, &raw), 0);
+        /* A table as an older daemon left it, with one of the later columns. */
+        assert_int_equal(sqldb_exec(raw, "CREATE TABLE t (a TEXT); ALTER TABLE t ADD COLUMN c TEXT;"
+                                         "INSERT INTO t (a, c) VALUES ('kept', 'x');"),
+                         0);
+        static const SqlMigration steps[] = {
+                { NULL, NULL, "CREATE TABLE IF NOT EXISTS t (a TEXT)" },
+                { "t", "b", "ALTER TABLE t ADD COLUMN b TEXT" },
+                { "t", "c", "ALTER TABLE t ADD COLUMN c TEXT" },
+                { NULL, NULL, "UPDATE t SET b = 'new'" },
+        };
+        assert_int_equal(sqldb_migrate(raw, "test", steps, 4), 0);
+        assert_int_equal(sqldb_exec(raw, "SELECT a, b, c FROM t"), 0);
+        /* Done once: the UPDATE of step 4 is not run again. */
+        assert_int_equal(sqldb_exec(raw, "UPDATE t SET b = 'later'"), 0);
+        assert_int_equal(sqldb_migrate(raw, "test", steps, 4), 0);
+        sqlite3_stmt *st = NULL;
+        assert_int_equal(sqlite3_prepare_v2(raw, "SELECT a, b, c FROM t", -1, &st, NULL), SQLITE_OK);
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        assert_string_equal((const char *)sqlite3_column_text(st, 0), "kept");
+        assert_string_equal((const char *)sqlite3_column_text(st, 1), "later");
+        assert_string_equal((const char *)sqlite3_column_text(st, 2), "x");
+        sqlite3_finalize(st);
+        /* A daemon that knows fewer steps than the file has: refused. */
+        assert_int_equal(sqldb_migrate(raw, "test", steps, 3), -EPROTONOSUPPORT);
+        /* Another kind's version is its own. */
+        assert_int_equal(sqldb_migrate(raw, "other", steps, 1), 0);
+        sqlite3_close(raw);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_codec_round_trip),
                 cmocka_unit_test(test_codec_refuses),
                 cmocka_unit_test_setup_teardown(test_conditional_update, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unreadable_rows_are_named, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_kind_migrations, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

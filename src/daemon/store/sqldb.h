@@ -8,6 +8,7 @@
  * (BEGIN IMMEDIATE ... COMMIT) never interleave on it.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <sqlite3.h>
 
 /* How long a writer waits for another connection's write lock. */
@@ -44,3 +45,17 @@ static inline void sqldb_unlockp(pthread_mutex_t **m) {
 #define LOCKED(x)                                                                                           \
         pthread_mutex_lock(&(x)->lock);                                                                     \
         __attribute__((cleanup(sqldb_unlockp), unused)) pthread_mutex_t *_held_ = &(x)->lock
+
+/* One step of a kind's schema history. A step that adds a column names it
+ * (table, column) and is skipped when the column is there already, for
+ * databases that gained it before the versions were kept. */
+typedef struct SqlMigration {
+        const char *table, *column; /* the column the step adds, or NULL */
+        const char *sql;
+} SqlMigration;
+/* Brings a kind's tables to the last of its n steps, in one transaction
+ * (another process opening the file at once waits, then finds them done):
+ * the table store_versions keeps each kind's version. -EPROTONOSUPPORT when
+ * the database is of a later version than the steps know (a newer daemon
+ * wrote it). Steps are only ever appended. */
+int sqldb_migrate(sqlite3 *sql, const char *kind, const SqlMigration *steps, size_t n);

@@ -15,8 +15,11 @@ struct StoreLedger {
         pthread_mutex_t lock; /* one transaction at a time on this connection */
 };
 
-/* IF NOT EXISTS keeps this independent of the daemon's migrations. */
-static const char schema[] =
+/* The ledger's history, step by step (sqldb_migrate, kind "ledger"). The
+ * first step is the schema as it shipped before the versions were kept: IF
+ * NOT EXISTS, so that a database that has it already takes it as done. */
+static const SqlMigration migrations[] = {
+        { NULL, NULL,
         "CREATE TABLE IF NOT EXISTS ledger ("
         "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
         "  sandbox_id TEXT NOT NULL,"
@@ -43,13 +46,18 @@ static const char schema[] =
         "  created_at INTEGER NOT NULL,"
         "  expires_at INTEGER NOT NULL,"
         "  settled_at INTEGER);"
-        "CREATE INDEX IF NOT EXISTS reservations_key ON reservations (key_id, settled_at);";
+        "CREATE INDEX IF NOT EXISTS reservations_key ON reservations (key_id, settled_at);" },
+};
 
 static int sqlite_ledger_open(const char *location, StoreLedger **ret) {
         sqlite3 *sql = NULL;
-        int r = sqldb_open_schema(location, schema, &sql);
+        int r = sqldb_open(location, &sql);
         if (r < 0)
                 return r;
+        if ((r = sqldb_migrate(sql, "ledger", migrations, ELEMENTSOF(migrations))) < 0) {
+                sqlite3_close(sql);
+                return r;
+        }
         StoreLedger *l = calloc(1, sizeof(*l));
         if (!l) {
                 sqlite3_close(sql);
