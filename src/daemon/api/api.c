@@ -637,7 +637,7 @@ json_t *api_sandbox_json(Manager *m, const SandboxRow *r) {
         uint64_t per_hour = sandbox_row_cost_per_hour(m, r);
         int64_t now = time_now_unix();
         int64_t run_seconds = sandbox_row_run_seconds(r, now);
-        uint64_t cost = ledger_cost(per_hour, run_seconds) + sandbox_row_paused_cost(m, r, now);
+        uint64_t cost = sandbox_row_cost(m, r, now);
         json_t *j = json_pack("{s:s,s:o,s:O,s:s,s:s,s:s,s:i,s:i,s:i,s:O,s:I,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:o,s:o}",
                               "id", r->id, "name", r->name ? json_string(r->name) : json_null(), "labels", labels,
                               "state", sandbox_state_name(r->state), "driver", spec->driver ? spec->driver : "",

@@ -118,6 +118,9 @@ int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *
  * (never past its lease). */
 uint64_t sandbox_row_cost_per_hour(Manager *m, const SandboxRow *row);
 int64_t sandbox_row_run_seconds(const SandboxRow *row, int64_t now);
+/* What the sandbox has cost up to now: its running time at its rate and
+ * its paused time at the disk rate. */
+uint64_t sandbox_row_cost(Manager *m, const SandboxRow *row, int64_t now);
 
 /* What :snapshot asks for. */
 typedef struct SnapshotRequest {

@@ -40,6 +40,11 @@ static uint64_t disk_cost_per_hour(Manager *m, const SandboxSpec *spec) {
         return ledger_cost(m->cfg->price_disk_gib_hour_micros * 3600u, (int64_t)spec->disk_mib) / 1024u;
 }
 
+uint64_t sandbox_row_cost(Manager *m, const SandboxRow *r, int64_t now) {
+        return ledger_cost(sandbox_row_cost_per_hour(m, r), sandbox_row_run_seconds(r, now)) +
+               sandbox_row_paused_cost(m, r, now);
+}
+
 uint64_t sandbox_row_paused_cost(Manager *m, const SandboxRow *r, int64_t now) {
         int64_t secs = r->spec.paused_seconds;
         int64_t at = r->spec.paused_at;
