@@ -458,7 +458,9 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         snapshot_store_set_ledger(d->snapshots, d->ledger);
         if ((r = snapshot_store_recover(d->snapshots)) < 0)
                 log_error(NULL, "recovering snapshots: %s", strerror(-r));
-        if ((r = uploads_open(store_backend_for(d->db_path), d->db_path, d->state_dir, &d->uploads)) < 0) {
+        if ((r = uploads_open(store_backend_for(d->db_path), d->db_path, d->state_dir, &d->uploads)) == 0)
+                uploads_set_owner_bounds(d->uploads, d->cfg.max_uploads_per_owner, d->cfg.max_upload_mib_per_owner);
+        if (r < 0) {
                 log_error(NULL, "cannot open the uploads in %s: %s", d->db_path, strerror(-r));
                 return 1;
         }

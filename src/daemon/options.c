@@ -17,6 +17,7 @@
 #include "common/macro.h"
 #include "daemon/egress/egress_service.h"
 #include "daemon/manager/keys.h"
+#include "daemon/manager/uploads.h"
 #include "driver/driver.h"
 
 typedef enum OptionKind {
@@ -102,6 +103,10 @@ static const OptionSpec options[] = {
         NUMBER("max-disk-mib", cfg.max_disk_mib, 64, 64u * 1024 * 1024, 65536, "disk of one sandbox"),
         NUMBER("max-file-mib", cfg.max_file_mib, 0, 1024u * 1024, 1024,
                "the largest file or archive one files call moves"),
+        NUMBER("max-uploads-per-owner", cfg.max_uploads_per_owner, 1, UPLOADS_MAX, UPLOADS_PER_OWNER_DEFAULT,
+               "uploads in parts one owner has in progress"),
+        NUMBER("max-upload-mib-per-owner", cfg.max_upload_mib_per_owner, 1, UPLOADS_MAX_TOTAL_MIB,
+               UPLOADS_PER_OWNER_MIB_DEFAULT, "the declared bytes of one owner's uploads in progress"),
         NUMBER("max-connections", cfg.max_connections, 1, 65536, 512,
                "HTTP connections at once; past it the daemon does not accept"),
 

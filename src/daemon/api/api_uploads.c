@@ -44,9 +44,26 @@ static enum MHD_Result upload_register(Req *r, const UploadSpec *spec) {
         ApiError e = { 0 };
         char id[UPLOAD_ID_LEN + 1];
         int rc = uploads_begin(r->app->uploads, spec, id);
+        if (rc == -EMFILE) {
+                unsigned max;
+                uint64_t mib;
+                uploads_owner_bounds(r->app->uploads, &max, &mib);
+                api_error(&e, 429, "rate_limited", "finish or abort your uploads in progress, or try again later",
+                          "your uploads in progress are at this daemon's bound for one owner (%u uploads, %llu MiB "
+                          "declared in all: --max-uploads-per-owner, --max-upload-mib-per-owner)",
+                          max, (unsigned long long)mib);
+                return reply_error(r, &e);
+        }
+        if (rc == -EMLINK) {
+                api_error(&e, 429, "rate_limited", "finish or abort this sandbox's uploads in progress",
+                          "this sandbox has %d uploads in progress, the most one sandbox may have",
+                          UPLOADS_PER_SANDBOX);
+                return reply_error(r, &e);
+        }
         if (rc == -EUSERS) {
-                api_error(&e, 429, "rate_limited", "finish or abort the uploads in progress, or try again later",
-                          "too many uploads in progress");
+                api_error(&e, 429, "rate_limited", "try again later",
+                          "the host has as many uploads in progress as it takes (%d, %u MiB declared in all)",
+                          UPLOADS_MAX, UPLOADS_MAX_TOTAL_MIB);
                 return reply_error(r, &e);
         }
         if (rc < 0) {

@@ -60,6 +60,8 @@ struct Uploads {
         StoreUploads *h;
         char *dir;            /* state_dir/uploads */
         Slot slots[UPLOADS_MAX];
+        unsigned owner_max;       /* under lock */
+        uint64_t owner_max_bytes; /* under lock */
         pthread_mutex_t quit_lock;
         pthread_cond_t quit_cond;
         bool quit, started;
@@ -120,6 +122,8 @@ int uploads_open(const StoreBackend *b, const char *location, const char *state_
         }
         for (size_t i = 0; i < UPLOADS_MAX; i++)
                 u->slots[i].fd = -1;
+        u->owner_max = UPLOADS_PER_OWNER_DEFAULT;
+        u->owner_max_bytes = (uint64_t)UPLOADS_PER_OWNER_MIB_DEFAULT << 20;
         pthread_mutex_init(&u->lock, NULL);
         pthread_cond_init(&u->synced, NULL);
         pthread_mutex_init(&u->quit_lock, NULL);
@@ -194,11 +198,27 @@ int uploads_start(Uploads *u) {
         return 0;
 }
 
-/* A free slot within the bounds for an upload of sandbox_id declaring
- * bytes; the lock is held. -EUSERS past them. */
-static int slot_find_locked(Uploads *u, const char *sandbox_id, uint64_t bytes, Slot **ret) {
-        size_t mine = 0;
-        uint64_t total = 0;
+void uploads_set_owner_bounds(Uploads *u, unsigned max_uploads, uint64_t max_mib) {
+        pthread_mutex_lock(&u->lock);
+        u->owner_max = max_uploads;
+        u->owner_max_bytes = max_mib << 20;
+        pthread_mutex_unlock(&u->lock);
+}
+
+void uploads_owner_bounds(Uploads *u, unsigned *ret_max_uploads, uint64_t *ret_max_mib) {
+        pthread_mutex_lock(&u->lock);
+        *ret_max_uploads = u->owner_max;
+        *ret_max_mib = u->owner_max_bytes >> 20;
+        pthread_mutex_unlock(&u->lock);
+}
+
+/* A free slot within the bounds for an upload of owner's sandbox_id
+ * declaring bytes; the lock is held. The owner's bounds are checked before
+ * the host's, so that an owner at its own bound is told so. -EMFILE past
+ * the owner's, -EMLINK past the sandbox's, -EUSERS past the host's. */
+static int slot_find_locked(Uploads *u, const char *owner, const char *sandbox_id, uint64_t bytes, Slot **ret) {
+        size_t mine = 0, owners = 0;
+        uint64_t total = 0, owners_bytes = 0;
         Slot *free_slot = NULL;
         for (size_t i = 0; i < UPLOADS_MAX; i++) {
                 Slot *s = &u->slots[i];
@@ -210,8 +230,16 @@ static int slot_find_locked(Uploads *u, const char *sandbox_id, uint64_t bytes, 
                 total += declared(s);
                 if (strcmp(s->sandbox_id, sandbox_id) == 0)
                         mine++;
+                if (strcmp(s->owner, owner) == 0) {
+                        owners++;
+                        owners_bytes += declared(s);
+                }
         }
-        if (mine >= UPLOADS_PER_SANDBOX || !free_slot || total + bytes > (uint64_t)UPLOADS_MAX_TOTAL_MIB << 20)
+        if (owners >= u->owner_max || owners_bytes + bytes > u->owner_max_bytes)
+                return -EMFILE;
+        if (mine >= UPLOADS_PER_SANDBOX)
+                return -EMLINK;
+        if (!free_slot || total + bytes > (uint64_t)UPLOADS_MAX_TOTAL_MIB << 20)
                 return -EUSERS;
         *ret = free_slot;
         return 0;
@@ -262,7 +290,7 @@ int uploads_begin(Uploads *u, const UploadSpec *spec, char ret_id[UPLOAD_ID_LEN 
         pthread_mutex_lock(&u->lock);
         sweep_locked(u, now);
         Slot *slot = NULL;
-        r = slot_find_locked(u, s.sandbox_id, declared(&s), &slot);
+        r = slot_find_locked(u, s.owner, s.sandbox_id, declared(&s), &slot);
         if (r == 0)
                 r = row_insert(u, &s, now);
         if (r < 0) {
@@ -498,7 +526,7 @@ static int restore_one_locked(Uploads *u, const StoreUploadListed *l, uint64_t m
                 memcpy(s.sha256, row->sha256, 32);
         }
         Slot *slot = NULL;
-        if (slot_find_locked(u, sandbox, declared(&s), &slot) < 0)
+        if (slot_find_locked(u, owner, sandbox, declared(&s), &slot) < 0)
                 return -EUSERS;
         memcpy(s.id, id, UPLOAD_ID_LEN + 1);
         snprintf(s.sandbox_id, sizeof(s.sandbox_id), "%s", sandbox);

@@ -73,9 +73,18 @@ int uploads_restore(Uploads *u, uint64_t max_bytes, unsigned *ret_kept, unsigned
 int uploads_start(Uploads *u);
 void uploads_close(Uploads *u);
 
+/* An owner's share of the bounds: uploads in progress and their declared
+ * bytes (--max-uploads-per-owner, --max-upload-mib-per-owner), so that one
+ * owner's uploads never make another's wait. Defaults until set. */
+#define UPLOADS_PER_OWNER_DEFAULT 16
+#define UPLOADS_PER_OWNER_MIB_DEFAULT 1024u
+void uploads_set_owner_bounds(Uploads *u, unsigned max_uploads, uint64_t max_mib);
+void uploads_owner_bounds(Uploads *u, unsigned *ret_max_uploads, uint64_t *ret_max_mib);
+
 /* A new upload: its staging file (sparse, the declared size) and row, both
- * durable before it returns. -EUSERS past the bounds (per sandbox, in all,
- * the declared bytes), else a negative errno. */
+ * durable before it returns. Past a bound: -EMFILE the owner's (uploads or
+ * bytes), -EMLINK the sandbox's, -EUSERS the host's (in all, the declared
+ * bytes); else a negative errno. */
 int uploads_begin(Uploads *u, const UploadSpec *spec, char ret_id[UPLOAD_ID_LEN + 1]);
 /* The upload `id` of that sandbox and owner, for a part (shared) or for its
  * commit or abort (exclusive: one at a time). -ENOENT: no such upload for
