@@ -76,3 +76,39 @@ def test_metrics_show_a_key_its_owners_sandboxes_only(api, owners, any_driver):
     assert full.post(f"/v1/sandboxes/{theirs.id}:stop").status_code == 200
     gauge = _gauge(owners["read"].get("/metrics").text)
     assert gauge["running"] == 0 and gauge["stopped"] == 1, gauge
+
+
+def _begin(sbx, path: str, size: int) -> httpx.Response:
+    return sbx.api.post(f"/v1/sandboxes/{sbx.id}/uploads",
+                        json={"path": path, "size": size, "sha256": "0" * 64})
+
+
+def test_one_owners_uploads_never_refuse_anothers(api, owners, any_driver):
+    # Owner A at its own bounds (--max-uploads-per-owner 16, --max-upload-mib-per-owner 1024):
+    # its next upload is refused naming its own bound, and owner B's uploads go on.
+    a = [api.create_sandbox(driver=any_driver, timeoutSeconds=300) for _ in range(3)]
+    b = owners["full"].create_sandbox(driver=any_driver, timeoutSeconds=300)
+    # The bytes: one upload declaring 1 GiB (its staging file is sparse) takes A's share.
+    r = _begin(a[0], "/workspace/big", 1024 << 20)
+    assert r.status_code == 200, r.text
+    big = r.json()["uploadId"]
+    err = assert_error(_begin(a[1], "/workspace/one", 1), 429, "rate_limited")
+    assert "one owner" in err["message"] and "max-upload-mib-per-owner" in err["message"], err
+    r = _begin(b, "/workspace/one", 1)
+    assert r.status_code == 200, r.text
+    assert b.api.post(f"/v1/sandboxes/{b.id}/uploads/{r.json()['uploadId']}:abort", json={}).status_code == 200
+    assert a[0].api.post(f"/v1/sandboxes/{a[0].id}/uploads/{big}:abort", json={}).status_code == 200
+    # The count: 16 uploads over two sandboxes (8 each, the sandbox's own bound), then a 17th in a third.
+    ids = []
+    for s in a[:2]:
+        for i in range(8):
+            r = _begin(s, f"/workspace/f{i}", 1)
+            assert r.status_code == 200, r.text
+            ids.append((s, r.json()["uploadId"]))
+    err = assert_error(_begin(a[2], "/workspace/f", 1), 429, "rate_limited")
+    assert "one owner" in err["message"], err
+    r = _begin(b, "/workspace/two", 1)
+    assert r.status_code == 200, r.text
+    for s, uid in ids:
+        assert s.api.post(f"/v1/sandboxes/{s.id}/uploads/{uid}:abort", json={}).status_code == 200
+    assert _begin(a[2], "/workspace/f", 1).status_code == 200

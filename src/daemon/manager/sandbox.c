@@ -40,8 +40,6 @@ void sandbox_unref(Sandbox *sb) {
 }
 
 void sandbox_release(Sandbox *sb) {
-        if (sb)
-                atomic_store(&sb->active_ms, (int64_t)time_now_mono_ms());
         sandbox_unref(sb);
 }
 

@@ -162,8 +162,9 @@ int sandbox_fork(Manager *m, const KeyInfo *key, const char *id, const ForkReque
 
 /* A running sandbox of this key's owner, with a reference: 404 when there is
  * none, 409 when it is not running. A paused one created with autoWake
- * (the default) is woken first; without, 409. Marks it active (idle
- * pause). */
+ * (the default) is woken first (a full key's request; a read key gets
+ * 409); without, 409. A full key's request marks it active (idle pause), a
+ * read key's does not. */
 int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **ret, SandboxError *e);
 void sandbox_release(Sandbox *sb);
 /* The sandbox stopped answering (its agent is starved or stuck): it becomes

@@ -501,7 +501,12 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
                 pthread_mutex_lock(&found->lock);
                 bool paused = found->paused;
                 pthread_mutex_unlock(&found->lock);
-                atomic_store(&found->active_ms, (int64_t)time_now_mono_ms());
+                /* Activity is what a full key does: a read key (a dashboard
+                 * that polls) never keeps a sandbox from its idle pause. A
+                 * request that runs long holds a stream open, which the
+                 * idle check counts while it lasts. */
+                if (key->full)
+                        atomic_store(&found->active_ms, (int64_t)time_now_mono_ms());
                 if (!paused) {
                         *ret = found;
                         return 0;
