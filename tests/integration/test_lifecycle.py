@@ -337,6 +337,36 @@ def test_idle_pause_and_the_heartbeat(quick_daemon, any_driver):
         api.delete(f"/v1/sandboxes/{sid}")
 
 
+def test_a_read_keys_requests_do_not_keep_it_awake(quick_daemon, any_driver):
+    """A dashboard that polls with a read key (files, the sandbox) never keeps a sandbox from its
+    idle pause; a full key's commands do."""
+    with quick_daemon.client() as api:
+        r = api.post("/v1/keys", json={"name": "dashboard", "access": "read"})
+        assert r.status_code == 201, r.text
+        read_key = r.json()["key"]
+        r = api.post("/v1/sandboxes", json={"driver": any_driver, "idlePauseSeconds": 3})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        # A full key's commands every half second: still running after twice the idle time.
+        deadline = time.monotonic() + 6.0
+        while time.monotonic() < deadline:
+            r = api.post(f"/v1/sandboxes/{sid}:exec", json={"command": "true"})
+            assert r.status_code == 200, r.text
+            time.sleep(0.5)
+        assert api.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+        # The read key polls as often: the sandbox pauses all the same.
+        headers = {"Authorization": f"Bearer {read_key}"}
+        deadline = time.monotonic() + 30.0
+        state = "running"
+        while time.monotonic() < deadline and state != "paused":
+            r = api.get(f"/v1/sandboxes/{sid}/files/list", params={"path": "/"}, headers=headers)
+            assert r.status_code in (200, 409), r.text
+            state = api.get(f"/v1/sandboxes/{sid}", headers=headers).json()["state"]
+            time.sleep(0.5)
+        assert state == "paused", "a read key's polling kept the sandbox awake"
+        api.delete(f"/v1/sandboxes/{sid}")
+
+
 def test_daemon_killed_while_paused(fresh_daemon, fresh_api, any_driver):
     sbx = fresh_api.create_sandbox(driver=any_driver)
     sbx.write("/workspace/kept.txt", b"still here")
