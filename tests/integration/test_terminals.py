@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
 
 from withruntime import AsyncSandbox, Sandbox  # noqa: E402
 from withruntime.errors import APIError, ConflictError, InvalidRequestError, NotFoundError  # noqa: E402
-from helpers import read_until  # noqa: E402
+from helpers import Api, read_until  # noqa: E402
 
 
 @pytest.fixture
@@ -424,3 +424,35 @@ def test_daemon_stops_cleanly_with_a_terminal_and_a_tunnel_open(fresh_daemon, fr
             pass
         s.close()
     fresh_daemon.start()
+
+
+def test_one_owner_has_at_most_its_share_of_terminals(sdk, api, sandbox, any_driver):
+    # 16 terminals of one owner (its share of the daemon's 64): the 17th is refused naming the
+    # owner's own bound, and another owner's terminal opens all the same.
+    r = api.post("/v1/keys", json={"name": "other-owner", "owner": "terminals-b"})
+    assert r.status_code == 201, r.text
+    other_key = r.json()["key"]
+    other = Api(sdk, key=other_key)
+    theirs = other.create_sandbox(driver=any_driver, timeoutSeconds=300)
+    held = []
+    try:
+        for _ in range(16):
+            s, head = _connect(sdk, f"/v1/sandboxes/{sandbox.id}/terminal?command=sleep%20600")
+            assert head.startswith(b"HTTP/1.1 101"), head
+            held.append(s)
+        s, head = _connect(sdk, f"/v1/sandboxes/{sandbox.id}/terminal?command=sleep%20600")
+        assert head.startswith(b"HTTP/1.1 101"), head
+        frames = _read_frames(s, 30)
+        s.close()
+        text = b"".join(p for op, p in frames if op == 0x1)
+        assert b"rate_limited" in text and b"the most one owner may" in text, frames
+        s, head = _connect(sdk, f"/v1/sandboxes/{theirs.id}/terminal?command=echo%20theirs", key=other_key)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        frames = _read_frames(s, 60)
+        s.close()
+        assert not any(op == 0x1 and b"rate_limited" in p for op, p in frames), frames
+        assert b"theirs" in b"".join(p for _, p in frames), frames
+    finally:
+        for s in held:
+            s.close()
+        other.close()

@@ -42,7 +42,7 @@ typedef struct Terminal {
         pthread_t pump;
 } Terminal;
 
-static WsSessionList open_terminals = WS_SESSION_LIST_INIT(TERMINAL_MAX_OPEN);
+static WsSessionList open_terminals = WS_SESSION_LIST_INIT(TERMINAL_MAX_OPEN, TERMINAL_MAX_OPEN_PER_OWNER);
 
 /* ---- parsing ---- */
 
@@ -323,13 +323,16 @@ enum MHD_Result handle_terminal(Req *r) {
         char accept[29];
         if (api_websocket_handshake(r, "open it with a WebSocket client (withruntime's terminal())", accept, &e) < 0)
                 return reply_error(r, &e);
-        Terminal *t = (Terminal *)ws_session_new(sizeof(*t), &terminal_ops, &open_terminals, r->rid);
+        Terminal *t = (Terminal *)ws_session_new(sizeof(*t), &terminal_ops, &open_terminals, r->key.owner, r->rid);
         if (!t)
                 return reply_internal(r);
-        bool room = ws_session_admit(&t->s);
+        WsAdmit room = ws_session_admit(&t->s);
         /* Past the upgrade, errors go to the client as an error message and
          * a close: that is where the published client reads them. */
-        if (!room)
+        if (room == WS_REFUSED_OWNER)
+                api_error(&t->err, 429, "rate_limited", "close one of your terminals first",
+                          "you have %d terminals open, the most one owner may", TERMINAL_MAX_OPEN_PER_OWNER);
+        else if (room != WS_ADMITTED)
                 api_error(&t->err, 429, "rate_limited", "close a terminal first", "this server has %d terminals open",
                           TERMINAL_MAX_OPEN);
         else {

@@ -18,6 +18,7 @@
 #define TERMINAL_MAX_MESSAGE (64u * 1024u)
 /* Terminals open at once in this daemon. */
 #define TERMINAL_MAX_OPEN 64
+#define TERMINAL_MAX_OPEN_PER_OWNER 16 /* one owner's share: never all of the host's */
 #define TERMINAL_MAX_COMMAND 4096
 
 typedef struct TerminalQuery {

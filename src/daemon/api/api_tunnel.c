@@ -56,7 +56,7 @@ struct Tunnel {
         bool broken;               /* the client broke the protocol: the tunnel closes */
 };
 
-static WsSessionList open_tunnels = WS_SESSION_LIST_INIT(TUNNEL_MAX_OPEN);
+static WsSessionList open_tunnels = WS_SESSION_LIST_INIT(TUNNEL_MAX_OPEN, TUNNEL_MAX_OPEN_PER_OWNER);
 
 static uint32_t get_u32(const uint8_t *p) {
         return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
@@ -448,13 +448,16 @@ enum MHD_Result handle_tunnel(Req *r) {
         char accept[29];
         if (api_websocket_handshake(r, "open it with a WebSocket client (withruntime's forward_port())", accept, &e) < 0)
                 return reply_error(r, &e);
-        Tunnel *t = (Tunnel *)ws_session_new(sizeof(*t), &tunnel_ops, &open_tunnels, r->rid);
+        Tunnel *t = (Tunnel *)ws_session_new(sizeof(*t), &tunnel_ops, &open_tunnels, r->key.owner, r->rid);
         if (!t)
                 return reply_internal(r);
-        bool room = ws_session_admit(&t->s);
+        WsAdmit room = ws_session_admit(&t->s);
         /* Past the upgrade, refusals go to the client as an error message:
          * where the published client reads them. */
-        if (!room)
+        if (room == WS_REFUSED_OWNER)
+                api_error(&t->err, 429, "rate_limited", "close one of your port forwards first",
+                          "you have %d tunnels open, the most one owner may", TUNNEL_MAX_OPEN_PER_OWNER);
+        else if (room != WS_ADMITTED)
                 api_error(&t->err, 429, "rate_limited", "close a port forward first",
                           "this server has %d tunnels open", TUNNEL_MAX_OPEN);
         else if (api_sandbox_acquire(r, &t->sb, &t->err) < 0 && !t->err.code)

@@ -15,6 +15,7 @@
 
 /* Open tunnels in this daemon, and connections in one tunnel. */
 #define TUNNEL_MAX_OPEN 64
+#define TUNNEL_MAX_OPEN_PER_OWNER 16 /* one owner's share: never all of the host's */
 #define TUNNEL_MAX_CONNS 64
 /* What a client may send past the last credit it got (the published
  * client's window), and what it may have waiting here at most: beyond that

@@ -12,7 +12,8 @@
 #include "common/timeutil.h"
 #include "common/log.h"
 
-WsSession *ws_session_new(size_t size, const WsSessionOps *ops, WsSessionList *list, const char *rid) {
+WsSession *ws_session_new(size_t size, const WsSessionOps *ops, WsSessionList *list, const char *owner,
+                          const char *rid) {
         WsSession *s = calloc(1, size);
         if (!s)
                 return NULL;
@@ -21,6 +22,7 @@ WsSession *ws_session_new(size_t size, const WsSessionOps *ops, WsSessionList *l
         s->sock = -1;
         s->wake[0] = s->wake[1] = -1;
         snprintf(s->rid, sizeof s->rid, "%s", rid);
+        snprintf(s->owner, sizeof s->owner, "%s", owner);
         pthread_mutex_init(&s->lock, NULL);
         pthread_cond_init(&s->drained, NULL);
         if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
@@ -40,17 +42,24 @@ void ws_session_destroy(WsSession *s) {
         pthread_cond_destroy(&s->drained);
 }
 
-bool ws_session_admit(WsSession *s) {
+WsAdmit ws_session_admit(WsSession *s) {
         WsSessionList *l = s->list;
         pthread_mutex_lock(&l->lock);
-        s->admitted = l->admitted < l->max && !atomic_load(&l->closing);
+        unsigned mine = 0;
+        for (WsSession *x = l->head; x; x = x->next)
+                if (x->admitted && strcmp(x->owner, s->owner) == 0)
+                        mine++;
+        WsAdmit a = mine >= l->max_owner ? WS_REFUSED_OWNER
+                    : l->admitted >= l->max || atomic_load(&l->closing) ? WS_REFUSED_HOST
+                                                                        : WS_ADMITTED;
+        s->admitted = a == WS_ADMITTED;
         if (s->admitted)
                 l->admitted++;
         l->count++;
         s->next = l->head;
         l->head = s;
         pthread_mutex_unlock(&l->lock);
-        return s->admitted;
+        return a;
 }
 
 static void unlist(WsSession *s) {

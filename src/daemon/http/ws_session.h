@@ -48,19 +48,22 @@ typedef struct WsSessionList {
         pthread_mutex_t lock;
         pthread_cond_t cond;
         WsSession *head;
-        unsigned count;    /* listed: what close_all waits for */
-        unsigned admitted; /* of them, within the bound */
-        unsigned max;
+        unsigned count;     /* listed: what close_all waits for */
+        unsigned admitted;  /* of them, within the bound */
+        unsigned max;       /* the host's bound */
+        unsigned max_owner; /* one owner's share of it */
         atomic_bool closing;
 } WsSessionList;
-#define WS_SESSION_LIST_INIT(bound)                                                                         \
-        { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .max = (bound) }
+#define WS_SESSION_LIST_INIT(bound, owner_bound)                                                            \
+        { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .max = (bound),             \
+          .max_owner = (owner_bound) }
 
 struct WsSession {
         WsSession *next;
         const WsSessionOps *ops;
         WsSessionList *list;
         bool admitted;
+        char owner[64]; /* the owner of the key that opened it */
         char rid[24];
         int sock;
         struct MHD_UpgradeResponseHandle *urh;
@@ -79,13 +82,20 @@ struct WsSession {
 /* A new session of size bytes (the route's struct, its WsSession first,
  * zeroed) set up for a request: its lock, condition and wake pipe. NULL when
  * out of memory or descriptors. */
-WsSession *ws_session_new(size_t size, const WsSessionOps *ops, WsSessionList *list, const char *rid);
+WsSession *ws_session_new(size_t size, const WsSessionOps *ops, WsSessionList *list, const char *owner,
+                          const char *rid);
 /* Releases what ws_session_new and the upgrade made; not the memory. */
 void ws_session_destroy(WsSession *s);
-/* Lists s among the route's open sessions; false when the route is at its
- * bound or the daemon is closing (s is listed all the same, to answer its
- * client with the refusal after the upgrade). */
-bool ws_session_admit(WsSession *s);
+typedef enum WsAdmit {
+        WS_ADMITTED = 0,
+        WS_REFUSED_OWNER,   /* its owner has max_owner of the route's sessions open */
+        WS_REFUSED_HOST,    /* the route has max open, or the daemon is closing */
+} WsAdmit;
+/* Lists s among the route's open sessions, admitted unless its owner or
+ * the route is at its bound (the owner's is checked first, so that an owner
+ * at its own is told so) or the daemon is closing; s is listed all the same,
+ * to answer its client with the refusal after the upgrade. */
+WsAdmit ws_session_admit(WsSession *s);
 /* Answers 101 with the accept value and hands the socket to a thread of its
  * own running ops->run. On failure the session is abandoned, unlisted and
  * freed, and the request answered 500. */
