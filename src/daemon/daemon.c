@@ -508,7 +508,8 @@ static int serve(Daemon *d) {
         }
         d->app = (App){ .cfg = cfg, .db = d->db, .manager = d->manager, .ledger = d->ledger, .keys = d->keys,
                         .egress = d->egress, .procs = d->procs, .snapshots = d->snapshots, .uploads = d->uploads };
-        int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, cfg->max_connections, &d->http);
+        int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, cfg->max_connections,
+                                cfg->max_connections_per_peer, &d->http);
         if (r < 0 || (r = http_server_start(d->http, fd)) < 0) {
                 log_error(NULL, "cannot start the HTTP server on %s: %s", d->listening, strerror(-r));
                 return 1;

@@ -109,6 +109,8 @@ static const OptionSpec options[] = {
                UPLOADS_PER_OWNER_MIB_DEFAULT, "the declared bytes of one owner's uploads in progress"),
         NUMBER("max-connections", cfg.max_connections, 1, 65536, 512,
                "HTTP connections at once; past it the daemon does not accept"),
+        NUMBER("max-connections-per-peer", cfg.max_connections_per_peer, 1, 65536, 256,
+               "HTTP connections at once from one peer address"),
 
         HEADING("Prices (micro-dollars) and trials"),
         NUMBER("price-vcpu-hour-micros", cfg.price_vcpu_hour_micros, 0, PRICE_MAX, 9375,

@@ -401,3 +401,63 @@ def test_any_header_with_a_control_byte_or_too_long_is_400(daemon, count_sandbox
     r = httpx.delete(f"{daemon.base_url}/v1/sandboxes/{body['id']}",
                      headers={"Authorization": f"Bearer {daemon.api_key}"}, timeout=60)
     assert r.status_code == 200, r.text
+
+
+def _median_ms(api, n: int = 20) -> float:
+    times = []
+    for _ in range(n):
+        t = time.monotonic()
+        assert api.get("/v1/info").status_code == 200
+        times.append((time.monotonic() - t) * 1000)
+    times.sort()
+    return times[n // 2]
+
+
+def test_a_slow_peer_does_not_hold_up_others(daemon, api):
+    """A slowloris: 1,000 sockets from one peer address (127.0.0.2) that send part of their headers
+    and stop. The daemon takes --max-connections-per-peer (256) of them, refuses the rest at once,
+    closes each it took once its 15 s to send its headers are over, and serves a client from
+    another address meanwhile as fast as before."""
+    import resource
+    import selectors
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    before = _median_ms(api)
+    socks = []
+    try:
+        for _ in range(1000):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.2", 0))
+            s.settimeout(5)
+            try:
+                s.connect(("127.0.0.1", daemon.port))
+                s.sendall(b"GET /v1/sandboxes HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+        during = _median_ms(api)
+        assert during < before * 3 + 20, f"p50 of GET /v1/info went from {before:.1f} ms to {during:.1f} ms"
+        # The ones past the peer's bound were closed at once, the rest once their time was up:
+        # wait for every one to read EOF (or a reset).
+        sel = selectors.DefaultSelector()
+        for s in socks:
+            sel.register(s, selectors.EVENT_READ)
+        left = len(socks)
+        deadline = time.monotonic() + 60
+        while left and time.monotonic() < deadline:
+            for key, _ in sel.select(1.0):
+                try:
+                    data = key.fileobj.recv(4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    sel.unregister(key.fileobj)
+                    left -= 1
+        sel.close()
+        assert not left, f"{left} slow connections still open after 60 s"
+    finally:
+        for s in socks:
+            s.close()
+    assert _median_ms(api) < before * 3 + 20

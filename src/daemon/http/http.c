@@ -356,6 +356,7 @@ struct HttpServer {
         App *app;
         Db *db;
         unsigned max_connections;
+        unsigned max_per_peer;
         struct MHD_Daemon *mhd;
 };
 
@@ -591,6 +592,8 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
                 if (!r)
                         return MHD_NO;
                 *con_cls = r;
+                /* Its headers are in: the request has the long timeout. */
+                MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)HTTP_REQUEST_TIMEOUT_S);
                 r->app = s->app;
                 r->conn = conn;
                 r->method = method;
@@ -673,6 +676,15 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
         free(r);
 }
 
+/* A new connection has HTTP_HEADER_TIMEOUT_S to send its first request's
+ * headers: one that opens and waits, or trickles, is closed long before
+ * the request timeout, and holds its thread that long only. */
+static void connection_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                              enum MHD_ConnectionNotificationCode code) {
+        if (code == MHD_CONNECTION_NOTIFY_STARTED)
+                MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)HTTP_HEADER_TIMEOUT_S);
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
         char buf[512];
         vsnprintf(buf, sizeof(buf), fmt, ap);
@@ -680,7 +692,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 }
 
 int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, unsigned max_connections,
-                    HttpServer **ret) {
+                    unsigned max_per_peer, HttpServer **ret) {
         HttpServer *s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
@@ -689,6 +701,7 @@ int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, 
         s->app = app;
         s->db = db;
         s->max_connections = max_connections;
+        s->max_per_peer = max_per_peer;
         *ret = s;
         return 0;
 }
@@ -699,8 +712,10 @@ int http_server_start(HttpServer *s, int listen_fd) {
                                   0, NULL, NULL, access_handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                                   MHD_OPTION_LISTEN_SOCKET, listen_fd,
                                   MHD_OPTION_CONNECTION_LIMIT, s->max_connections,
+                                  MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->max_per_peer,
                                   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
-                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_NOTIFY_COMPLETED,
+                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_REQUEST_TIMEOUT_S,
+                                  MHD_OPTION_NOTIFY_CONNECTION, connection_notify, s, MHD_OPTION_NOTIFY_COMPLETED,
                                   request_completed, s, MHD_OPTION_END);
         return s->mhd ? 0 : -EIO;
 }

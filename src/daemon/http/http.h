@@ -152,8 +152,13 @@ typedef struct HttpServer HttpServer;
 
 /* Serves `routes` (kept, not copied) with `app` handed to each request;
  * keys are checked against db. */
+/* How long a new connection has to send its first request's headers, and
+ * how long a connection may then be silent (a request, or between two). */
+#define HTTP_HEADER_TIMEOUT_S 15
+#define HTTP_REQUEST_TIMEOUT_S 600
+/* max_connections in all, max_per_peer from one peer address. */
 int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, unsigned max_connections,
-                    HttpServer **ret);
+                    unsigned max_per_peer, HttpServer **ret);
 /* Serves on listen_fd (bound and listening; the server takes it). */
 int http_server_start(HttpServer *s, int listen_fd);
 /* Stops accepting new connections; running requests go on. */

@@ -39,6 +39,7 @@ typedef struct DaemonConfig {
         unsigned max_disk_mib;
         unsigned max_file_mib;
         unsigned max_connections;
+        unsigned max_connections_per_peer; /* of them, from one peer address */
         unsigned max_uploads_per_owner;    /* uploads in progress of one owner */
         unsigned max_upload_mib_per_owner; /* their declared bytes */
         uint64_t price_vcpu_hour_micros;
