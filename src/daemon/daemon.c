@@ -141,15 +141,14 @@ static char *find_companion(const char *name) {
         return p;
 }
 
-static int ensure_admin_key(Db *db, const char *state_dir) {
+static int ensure_admin_key(KeyStore *keys, const char *state_dir) {
         int64_t n;
-        int r = db_key_count(db, &n);
+        int r = keystore_count(keys, &n);
         if (r < 0 || n > 0)
                 return r;
-        char key[AUTH_KEY_LEN + 1], hash[AUTH_HASH_HEX_LEN + 1], idhex[17], id[24];
-        if ((r = auth_generate_key(key)) < 0 || (r = auth_hash_key(key, hash)) < 0 || (r = random_hex(idhex, 8)) < 0)
+        char key[AUTH_KEY_LEN + 1], hash[AUTH_HASH_HEX_LEN + 1];
+        if ((r = auth_generate_key(key)) < 0 || (r = auth_hash_key(key, hash)) < 0)
                 return r;
-        snprintf(id, sizeof(id), "key_%s", idhex);
         _cleanup_close_ int dfd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0)
                 return -errno;
@@ -168,10 +167,14 @@ static int ensure_admin_key(Db *db, const char *state_dir) {
         snprintf(line, sizeof(line), "%s\n", key);
         if (write(fd, line, strlen(line)) != (ssize_t)strlen(line) || fsync(fd) < 0)
                 return -EIO;
-        if ((r = db_key_insert(db, id, "admin", "admin", true, hash, false)) < 0) {
+        explicit_bzero(key, sizeof(key));
+        explicit_bzero(line, sizeof(line));
+        KeyRecord made = { 0 };
+        if ((r = keystore_add_admin(keys, hash, &made)) < 0) {
                 unlinkat(dfd, "admin.key", 0);
                 return r;
         }
+        keystore_record_done(&made);
         log_info(NULL, "made the admin key: %s/admin.key", state_dir);
         return 0;
 }
@@ -399,16 +402,16 @@ static int open_store(Daemon *d) {
                         log_error(NULL, "cannot read the sandboxes in %s: %s", d->db_path, strerror(-r));
                 return 1;
         }
-        if ((r = ensure_admin_key(d->db, d->state_dir)) < 0) {
+        if ((r = keystore_open(store_backend_for(d->db_path), d->db_path, &d->keys)) < 0) {
+                log_error(NULL, "cannot open the key store in %s: %s", d->db_path, strerror(-r));
+                return 1;
+        }
+        if ((r = ensure_admin_key(d->keys, d->state_dir)) < 0) {
                 log_error(NULL, "cannot make the admin key in %s: %s", d->state_dir, strerror(-r));
                 return 1;
         }
         if ((r = ledger_open(store_backend_for(d->db_path), d->db_path, &d->ledger)) < 0) {
                 log_error(NULL, "cannot open the ledger in %s: %s", d->db_path, strerror(-r));
-                return 1;
-        }
-        if ((r = keystore_open(store_backend_for(d->db_path), d->db_path, &d->keys)) < 0) {
-                log_error(NULL, "cannot open the key store in %s: %s", d->db_path, strerror(-r));
                 return 1;
         }
         return 0;
@@ -508,7 +511,7 @@ static int serve(Daemon *d) {
         }
         d->app = (App){ .cfg = cfg, .db = d->db, .manager = d->manager, .ledger = d->ledger, .keys = d->keys,
                         .egress = d->egress, .procs = d->procs, .snapshots = d->snapshots, .uploads = d->uploads };
-        int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, cfg->max_connections,
+        int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, d->keys, cfg->max_connections,
                                 cfg->max_connections_per_peer, &d->http);
         if (r < 0 || (r = http_server_start(d->http, fd)) < 0) {
                 log_error(NULL, "cannot start the HTTP server on %s: %s", d->listening, strerror(-r));

@@ -15,6 +15,7 @@
 #include "common/timeutil.h"
 #include "daemon/model/auth.h"
 #include "daemon/manager/db.h"
+#include "test_store_keys_helper.h"
 #include "daemon/store/sqldb.h"
 
 static void test_key_format(void **state) {
@@ -54,37 +55,37 @@ static void test_lookup(void **state) {
         Db *db = NULL;
         assert_int_equal(db_open(&store_sqlite, path, &db), 0);
         int64_t n = -1;
-        assert_int_equal(db_key_count(db, &n), 0);
+        assert_int_equal(test_key_count(path, &n), 0);
         assert_int_equal(n, 0);
         char key[AUTH_KEY_LEN + 1], hash[AUTH_HASH_HEX_LEN + 1];
         auth_generate_key(key);
         auth_hash_key(key, hash);
-        assert_int_equal(db_key_insert(db, "key_1", "admin", "alice", true, hash, false), 0);
+        assert_int_equal(test_key_insert(path, "key_1", "admin", "alice", true, hash, false), 0);
         /* The same hash twice is refused. */
-        assert_int_not_equal(db_key_insert(db, "key_2", "dup", "bob", false, hash, false), 0);
+        assert_int_not_equal(test_key_insert(path, "key_2", "dup", "bob", false, hash, false), 0);
         char rkey[AUTH_KEY_LEN + 1], rhash[AUTH_HASH_HEX_LEN + 1];
         auth_generate_key(rkey);
         auth_hash_key(rkey, rhash);
-        assert_int_equal(db_key_insert(db, "key_3", "viewer", "alice", false, rhash, true), 0);
+        assert_int_equal(test_key_insert(path, "key_3", "viewer", "alice", false, rhash, true), 0);
         KeyInfo k;
-        assert_int_equal(db_key_by_hash(db, hash, &k), 0);
+        assert_int_equal(test_key_by_hash(path, hash, &k), 0);
         assert_string_equal(k.id, "key_1");
         assert_string_equal(k.owner, "alice");
         assert_true(k.full);
         assert_false(k.trial);
         assert_int_equal(k.daily_limit_micros, -1);
-        assert_int_equal(db_key_by_hash(db, rhash, &k), 0);
+        assert_int_equal(test_key_by_hash(path, rhash, &k), 0);
         assert_false(k.full);
         assert_true(k.trial);
         char unknown[AUTH_HASH_HEX_LEN + 1];
         auth_hash_key("rt_0000000000000000000000000000000000000000", unknown);
-        assert_int_equal(db_key_by_hash(db, unknown, &k), -ENOENT);
-        assert_int_equal(db_key_count(db, &n), 0);
+        assert_int_equal(test_key_by_hash(path, unknown, &k), -ENOENT);
+        assert_int_equal(test_key_count(path, &n), 0);
         assert_int_equal(n, 2);
         db_close(db);
         /* Reopening keeps the keys and does not re-run migrations. */
         assert_int_equal(db_open(&store_sqlite, path, &db), 0);
-        assert_int_equal(db_key_by_hash(db, hash, &k), 0);
+        assert_int_equal(test_key_by_hash(path, hash, &k), 0);
         db_close(db);
         char cmd[300];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
@@ -164,7 +165,7 @@ static void test_sandbox_limits(void **state) {
         snprintf(path, sizeof(path), "%s/runtime.db", dir);
         Db *db = NULL;
         assert_int_equal(db_open(&store_sqlite, path, &db), 0);
-        assert_int_equal(db_key_insert(db, "key_1", "k", "alice", true, "00", false), 0);
+        assert_int_equal(test_key_insert(path, "key_1", "k", "alice", true, "00", false), 0);
         SandboxRow row = { .owner = "alice", .key_id = "key_1", .labels = "{}", .created_at = 1,
                            .state = SANDBOX_RUNNING };
         sandbox_spec_init(&row.spec);

@@ -19,6 +19,7 @@
 
 #include "daemon/model/auth.h"
 #include "daemon/manager/db.h"
+#include "test_store_keys_helper.h"
 #include "daemon/manager/keys.h"
 #include "daemon/manager/ledger.h"
 #include "daemon/api/api.h"
@@ -40,9 +41,9 @@ static int setup(void **state) {
         snprintf(f->path, sizeof(f->path), "%s/runtime.db", f->dir);
         if (db_open(&store_sqlite, f->path, &f->db) < 0 || ledger_open(&store_sqlite, f->path, &f->l) < 0)
                 return -1;
-        db_key_insert(f->db, "key_a", "a", "own_a", true, "1111111111111111111111111111111111111111111111111111111111111111",
+        test_key_insert(f->path, "key_a", "a", "own_a", true, "1111111111111111111111111111111111111111111111111111111111111111",
                       false);
-        db_key_insert(f->db, "key_b", "b", "own_b", true, "2222222222222222222222222222222222222222222222222222222222222222",
+        test_key_insert(f->path, "key_b", "b", "own_b", true, "2222222222222222222222222222222222222222222222222222222222222222",
                       false);
         *state = f;
         return 0;
@@ -321,7 +322,7 @@ static void test_keystore(void **state) {
         keystore_record_done(&rec);
         assert_true(auth_key_format_ok(secret));
         assert_int_equal(auth_hash_key(secret, hash), 0);
-        assert_int_equal(db_key_by_hash(f->db, hash, &k), 0);
+        assert_int_equal(test_key_by_hash(f->path, hash, &k), 0);
         assert_true(k.full && !k.trial && keys_is_admin(&k));
         KeyInfo limited_admin = k;
         limited_admin.daily_limit_micros = 5;
@@ -336,14 +337,14 @@ static void test_keystore(void **state) {
         assert_int_equal(rec.daily_limit_micros, 25000000);
         keystore_record_done(&rec);
         assert_int_equal(auth_hash_key(secret, hash), 0);
-        assert_int_equal(db_key_by_hash(f->db, hash, &k), 0);
+        assert_int_equal(test_key_by_hash(f->path, hash, &k), 0);
         assert_false(k.full);
         assert_int_equal(k.daily_limit_micros, 25000000);
         /* Only its owner (or any owner: NULL) revokes it, once. */
         assert_int_equal(keystore_revoke(ks, ro_id, "own_a", 1800000000), -ENOENT);
         assert_int_equal(keystore_revoke(ks, ro_id, "own_c", 1800000000), 0);
         assert_int_equal(keystore_revoke(ks, ro_id, NULL, 1800000001), -ENOENT);
-        assert_int_equal(db_key_by_hash(f->db, hash, &k), -ENOENT);
+        assert_int_equal(test_key_by_hash(f->path, hash, &k), -ENOENT);
         /* Listings: one owner's, revoked ones shown with their time. */
         KeyRecord *list = NULL;
         size_t n = 0;
@@ -370,7 +371,7 @@ static void test_keystore(void **state) {
         keystore_record_done(&rec);
         assert_int_equal(keystore_create(ks, "trial", "trial_3", true, -1, true, 2, secret, &rec), -EUSERS);
         assert_int_equal(auth_hash_key(secret, hash), 0);
-        assert_int_equal(db_key_by_hash(f->db, hash, &k), 0); /* the second one, not a third */
+        assert_int_equal(test_key_by_hash(f->path, hash, &k), 0); /* the second one, not a third */
         assert_true(k.trial && !keys_is_admin(&k));
         keystore_close(ks);
 }

@@ -204,14 +204,24 @@ static void test_bounds_hold_across_a_restart(void **state) {
         char ids[UPLOADS_PER_SANDBOX][UPLOAD_ID_LEN + 1], extra[UPLOAD_ID_LEN + 1];
         for (int i = 0; i < UPLOADS_PER_SANDBOX; i++)
                 begin_file(f, "sbx_a", MIB, ids[i]);
+        /* The sandbox's bound. */
         UploadSpec s = { .sandbox_id = "sbx_a", .owner = "own_a", .path = "/w", .size = 1 };
-        assert_int_equal(uploads_begin(f->u, &s, extra), -EUSERS);
+        assert_int_equal(uploads_begin(f->u, &s, extra), -EMLINK);
         restart(f, 8 * MIB, UPLOADS_PER_SANDBOX, 0);
-        assert_int_equal(uploads_begin(f->u, &s, extra), -EUSERS);
+        assert_int_equal(uploads_begin(f->u, &s, extra), -EMLINK);
         assert_int_equal(uploads_count(f->u), UPLOADS_PER_SANDBOX);
-        /* The declared bytes in all: 4 GiB. */
-        UploadSpec huge = { .sandbox_id = "sbx_b", .owner = "own_a", .path = "/w",
-                            .size = (uint64_t)UPLOADS_MAX_TOTAL_MIB * MIB };
+        /* The owner's bytes (1 GiB by default): own_a has 8 MiB declared;
+         * another owner's upload is not counted against it. */
+        UploadSpec mine = { .sandbox_id = "sbx_b", .owner = "own_a", .path = "/w",
+                            .size = (uint64_t)UPLOADS_PER_OWNER_MIB_DEFAULT * MIB };
+        assert_int_equal(uploads_begin(f->u, &mine, extra), -EMFILE);
+        UploadSpec theirs = { .sandbox_id = "sbx_c", .owner = "own_b", .path = "/w",
+                              .size = (uint64_t)UPLOADS_PER_OWNER_MIB_DEFAULT * MIB };
+        assert_int_equal(uploads_begin(f->u, &theirs, extra), 0);
+        /* The declared bytes in all: 4 GiB, whatever the owners' shares. */
+        uploads_set_owner_bounds(f->u, UPLOADS_MAX, UPLOADS_MAX_TOTAL_MIB);
+        UploadSpec huge = { .sandbox_id = "sbx_d", .owner = "own_a", .path = "/w",
+                            .size = (uint64_t)(UPLOADS_MAX_TOTAL_MIB - UPLOADS_PER_OWNER_MIB_DEFAULT) * MIB };
         assert_int_equal(uploads_begin(f->u, &huge, extra), -EUSERS);
         huge.size -= UPLOADS_PER_SANDBOX * MIB;
         assert_int_equal(uploads_begin(f->u, &huge, extra), 0);

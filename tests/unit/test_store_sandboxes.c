@@ -15,6 +15,7 @@
 #include "daemon/model/sandbox_spec.h"
 #include "daemon/store/sqldb.h"
 #include "daemon/store/store_sandboxes.h"
+#include "test_store_keys_helper.h"
 
 static void test_codec_round_trip(void **state) {
         SandboxSpec s;
@@ -115,7 +116,7 @@ static int setup(void **state) {
         snprintf(f->path, sizeof f->path, "%s/runtime.db", f->dir);
         if (store_sqlite.sandboxes->open(f->path, &f->h) < 0)
                 return -1;
-        if (store_sqlite.sandboxes->key_insert(f->h, "key_1", "k", "alice", true, "00", false) < 0)
+        if (test_key_insert(f->path, "key_1", "k", "alice", true, "00", false) < 0)
                 return -1;
         *state = f;
         return 0;

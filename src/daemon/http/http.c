@@ -354,7 +354,8 @@ struct HttpServer {
         const HttpRoute *routes;
         size_t n_routes;
         App *app;
-        Db *db;
+        Db *db;         /* the idempotency records */
+        KeyStore *keys; /* authentication */
         unsigned max_connections;
         unsigned max_per_peer;
         struct MHD_Daemon *mhd;
@@ -433,7 +434,7 @@ static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
                 return api_error(e, 401, "unauthorized", "send Authorization: Bearer <key>", "an API key is required");
         char hash[AUTH_HASH_HEX_LEN + 1];
         if (!auth_key_format_ok(key) || auth_hash_key(key, hash) < 0 ||
-            (rc = db_key_by_hash(s->db, hash, &r->key)) == -ENOENT)
+            (rc = keystore_by_hash(s->keys, hash, &r->key)) == -ENOENT)
                 return api_error(e, 401, "unauthorized", "check RUNTIME_API_KEY", "the API key is not valid");
         if (rc < 0) {
                 log_error(r->rid, "looking up a key: %s", strerror(-rc));
@@ -691,7 +692,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
         log_debug(NULL, "http: %s", buf);
 }
 
-int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, unsigned max_connections,
+int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, KeyStore *keys,
+                    unsigned max_connections,
                     unsigned max_per_peer, HttpServer **ret) {
         HttpServer *s = calloc(1, sizeof(*s));
         if (!s)
@@ -700,6 +702,7 @@ int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, 
         s->n_routes = n_routes;
         s->app = app;
         s->db = db;
+        s->keys = keys;
         s->max_connections = max_connections;
         s->max_per_peer = max_per_peer;
         *ret = s;

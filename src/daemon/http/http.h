@@ -15,6 +15,7 @@
 
 #include "daemon/http/apierror.h"
 #include "daemon/manager/db.h"
+#include "daemon/manager/keys.h"
 
 #define ROUTE_ID_LEN 24 /* "sbx_" + 20 hex */
 #define ROUTE_KEY_ID_LEN 20 /* "key_" + 16 hex */
@@ -157,7 +158,8 @@ typedef struct HttpServer HttpServer;
 #define HTTP_HEADER_TIMEOUT_S 15
 #define HTTP_REQUEST_TIMEOUT_S 600
 /* max_connections in all, max_per_peer from one peer address. */
-int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, unsigned max_connections,
+int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, KeyStore *keys,
+                    unsigned max_connections,
                     unsigned max_per_peer, HttpServer **ret);
 /* Serves on listen_fd (bound and listening; the server takes it). */
 int http_server_start(HttpServer *s, int listen_fd);

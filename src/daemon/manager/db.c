@@ -34,19 +34,6 @@ void db_close(Db *db) {
         free(db);
 }
 
-int db_key_count(Db *db, int64_t *ret) {
-        return db->ops->key_count(db->h, ret);
-}
-
-int db_key_insert(Db *db, const char *id, const char *name, const char *owner, bool full, const char *hash_hex,
-                  bool trial) {
-        return db->ops->key_insert(db->h, id, name, owner, full, hash_hex, trial);
-}
-
-int db_key_by_hash(Db *db, const char *hash_hex, KeyInfo *ret) {
-        return db->ops->key_by_hash(db->h, hash_hex, ret);
-}
-
 int db_sandbox_insert(Db *db, SandboxRow *r, unsigned max_total, unsigned max_owner) {
         return db->ops->insert(db->h, r, max_total, max_owner);
 }

@@ -1,7 +1,6 @@
 #pragma once
 /* The manager's handle on the sandboxes' records (and the Idempotency-Key
- * records, and the keys as authentication reads them): the store's
- * sandboxes table (store/store_sandboxes.h) of one backend, behind the
+ * records): the store's sandboxes table (store/store_sandboxes.h) of one backend, behind the
  * names the daemon calls. */
 #include <stdbool.h>
 #include <stddef.h>
@@ -14,12 +13,6 @@ typedef struct Db Db;
 
 int db_open(const StoreBackend *b, const char *location, Db **ret);
 void db_close(Db *db);
-
-int db_key_count(Db *db, int64_t *ret);
-int db_key_insert(Db *db, const char *id, const char *name, const char *owner, bool full, const char *hash_hex,
-                  bool trial);
-/* A key that is not revoked, by hash; -ENOENT. */
-int db_key_by_hash(Db *db, const char *hash_hex, KeyInfo *ret);
 
 /* See StoreSandboxOps for each one's contract. */
 int db_sandbox_insert(Db *db, SandboxRow *r, unsigned max_total, unsigned max_owner);

@@ -93,6 +93,25 @@ int keystore_list(KeyStore *ks, const char *owner, KeyRecord **ret, size_t *ret_
         return ks->ops->list(ks->h, owner, KEYS_MAX_LISTED, ret, ret_n);
 }
 
+int keystore_count(KeyStore *ks, int64_t *ret) {
+        return ks->ops->count(ks->h, ret);
+}
+
+int keystore_add_admin(KeyStore *ks, const char *hash_hex, KeyRecord *ret) {
+        char idhex[17], id[24];
+        int r = random_hex(idhex, 8);
+        if (r < 0)
+                return r;
+        snprintf(id, sizeof(id), "key_%s", idhex);
+        StoreKeyNew k = { .id = id, .name = "admin", .owner = KEYS_ADMIN_OWNER, .hash = hash_hex, .full = true,
+                          .daily_limit_micros = -1, .created_at = time_now_unix() };
+        return ks->ops->insert(ks->h, &k, 0, KEYS_MAX_PER_OWNER, ret);
+}
+
+int keystore_by_hash(KeyStore *ks, const char *hash_hex, KeyInfo *ret) {
+        return ks->ops->by_hash(ks->h, hash_hex, ret);
+}
+
 int keystore_revoke(KeyStore *ks, const char *id, const char *owner, int64_t now) {
         /* Never lock the installation out: the admin owner keeps a full key. */
         return ks->ops->revoke(ks->h, id, owner, KEYS_ADMIN_OWNER, now);

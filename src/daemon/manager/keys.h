@@ -17,7 +17,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/manager/db.h"
 #include "daemon/store/store.h"
 #include "daemon/store/store_keys.h"
 
@@ -61,3 +60,11 @@ int keystore_list(KeyStore *ks, const char *owner, KeyRecord **ret, size_t *ret_
  * is no such unrevoked key; -EBUSY when it is the last full key of the admin
  * owner. */
 int keystore_revoke(KeyStore *ks, const char *id, const char *owner, int64_t now);
+/* How many keys there are, revoked ones included (0: the first start). */
+int keystore_count(KeyStore *ks, int64_t *ret);
+/* The admin key of a first start, whose secret the caller made and keeps
+ * (its hash here). */
+int keystore_add_admin(KeyStore *ks, const char *hash_hex, KeyRecord *ret);
+/* The unrevoked key whose secret hashes to hash_hex: authentication.
+ * -ENOENT. */
+int keystore_by_hash(KeyStore *ks, const char *hash_hex, KeyInfo *ret);

@@ -13,6 +13,7 @@
 #include "daemon/manager/channel.h"
 #include "daemon/manager/config.h"
 #include "daemon/manager/db.h"
+#include "daemon/store/store_keys.h"
 #include "daemon/egress/egress_service.h"
 #include "daemon/manager/sandbox_error.h"
 #include "daemon/model/sandbox_request.h"

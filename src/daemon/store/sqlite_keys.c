@@ -5,9 +5,11 @@
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/macro.h"
+#include "daemon/model/auth.h"
 #include "daemon/store/sqldb.h"
 #include "daemon/store/store_keys.h"
 
@@ -226,7 +228,56 @@ static int sqlite_keys_revoke(StoreKeys *h, const char *id, const char *owner, c
         return r;
 }
 
+static int sqlite_keys_count(StoreKeys *db, int64_t *ret) {
+        LOCKED(db);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db->sql, "SELECT count(*) FROM keys", -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        if (sqlite3_step(st) != SQLITE_ROW)
+                return -EIO;
+        *ret = sqlite3_column_int64(st, 0);
+        return 0;
+}
+
+static void copy_text(char *dst, size_t n, sqlite3_stmt *st, int col) {
+        const unsigned char *t = sqlite3_column_text(st, col);
+        snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+static int sqlite_keys_by_hash(StoreKeys *db, const char *hash_hex, KeyInfo *ret) {
+        LOCKED(db);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db->sql,
+                               "SELECT id, name, owner, access, daily_limit_micros, trial, hash FROM keys "
+                               "WHERE hash = ? AND revoked_at IS NULL",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, hash_hex, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -ENOENT;
+        if (rc != SQLITE_ROW)
+                return sqldb_errno(rc) ? sqldb_errno(rc) : -EIO;
+        /* The index found it; compare again in constant time so that nothing
+         * about the stored hash leaks through timing. */
+        const char *stored = (const char *)sqlite3_column_text(st, 6);
+        if (!stored || !auth_hash_equal(stored, hash_hex))
+                return -ENOENT;
+        KeyInfo k = { 0 };
+        copy_text(k.id, sizeof(k.id), st, 0);
+        copy_text(k.name, sizeof(k.name), st, 1);
+        copy_text(k.owner, sizeof(k.owner), st, 2);
+        const unsigned char *access = sqlite3_column_text(st, 3);
+        k.full = access && strcmp((const char *)access, "full") == 0;
+        k.daily_limit_micros = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 4);
+        k.trial = sqlite3_column_int(st, 5) != 0;
+        *ret = k;
+        return 0;
+}
+
 const StoreKeyOps store_sqlite_keys = {
+        .count = sqlite_keys_count,
+        .by_hash = sqlite_keys_by_hash,
         .open = sqlite_keys_open,
         .close = sqlite_keys_close,
         .insert = sqlite_keys_insert,

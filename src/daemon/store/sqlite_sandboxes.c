@@ -9,7 +9,6 @@
 
 #include "common/macro.h"
 #include "common/timeutil.h"
-#include "daemon/model/auth.h"
 #include "daemon/store/sqldb.h"
 
 struct StoreSandboxes {
@@ -150,70 +149,9 @@ static void sq_close(StoreSandboxes *db) {
         free(db);
 }
 
-static int sq_key_count(StoreSandboxes *db, int64_t *ret) {
-        LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql, "SELECT count(*) FROM keys", -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        if (sqlite3_step(st) != SQLITE_ROW)
-                return -EIO;
-        *ret = sqlite3_column_int64(st, 0);
-        return 0;
-}
-
-static int sq_key_insert(StoreSandboxes *db, const char *id, const char *name, const char *owner, bool full, const char *hash_hex,
-                  bool trial) {
-        LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql,
-                               "INSERT INTO keys (id, name, owner, access, hash, trial, created_at) "
-                               "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                               -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, full ? "full" : "read", -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 5, hash_hex, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 6, trial);
-        sqlite3_bind_int64(st, 7, time_now_unix());
-        return sqldb_errno(sqlite3_step(st));
-}
-
 static void copy_text(char *dst, size_t n, sqlite3_stmt *st, int col) {
         const unsigned char *t = sqlite3_column_text(st, col);
         snprintf(dst, n, "%s", t ? (const char *)t : "");
-}
-
-static int sq_key_by_hash(StoreSandboxes *db, const char *hash_hex, KeyInfo *ret) {
-        LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql,
-                               "SELECT id, name, owner, access, daily_limit_micros, trial, hash FROM keys "
-                               "WHERE hash = ? AND revoked_at IS NULL",
-                               -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(st, 1, hash_hex, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-                return -ENOENT;
-        if (rc != SQLITE_ROW)
-                return sqldb_errno(rc) ? sqldb_errno(rc) : -EIO;
-        /* The index found it; compare again in constant time so that nothing
-         * about the stored hash leaks through timing. */
-        const char *stored = (const char *)sqlite3_column_text(st, 6);
-        if (!stored || !auth_hash_equal(stored, hash_hex))
-                return -ENOENT;
-        KeyInfo k = { 0 };
-        copy_text(k.id, sizeof(k.id), st, 0);
-        copy_text(k.name, sizeof(k.name), st, 1);
-        copy_text(k.owner, sizeof(k.owner), st, 2);
-        const unsigned char *access = sqlite3_column_text(st, 3);
-        k.full = access && strcmp((const char *)access, "full") == 0;
-        k.daily_limit_micros = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 4);
-        k.trial = sqlite3_column_int(st, 5) != 0;
-        *ret = k;
-        return 0;
 }
 
 static void bind_opt_int(sqlite3_stmt *st, int i, int64_t v) {
@@ -613,7 +551,4 @@ const StoreSandboxOps store_sqlite_sandboxes = {
         .check = sq_check,
         .idem_claim = sq_idem_claim,
         .idem_finish = sq_idem_finish,
-        .key_count = sq_key_count,
-        .key_insert = sq_key_insert,
-        .key_by_hash = sq_key_by_hash,
 };

@@ -46,6 +46,16 @@ typedef struct StoreKeyNew {
         int64_t created_at;
 } StoreKeyNew;
 
+/* A key, as authentication needs it. */
+typedef struct KeyInfo {
+        char id[40];
+        char name[128];
+        char owner[128];
+        bool full;
+        int64_t daily_limit_micros; /* -1: unlimited */
+        bool trial;
+} KeyInfo;
+
 typedef struct StoreKeys StoreKeys;
 
 struct StoreKeyOps {
@@ -67,6 +77,11 @@ struct StoreKeyOps {
          * (revoked already included); -EBUSY when it is the last full, non-trial,
          * unrevoked key of keep_owner. */
         int (*revoke)(StoreKeys *h, const char *id, const char *owner, const char *keep_owner, int64_t now);
+        /* The number of keys, revoked ones included (none: the first start). */
+        int (*count)(StoreKeys *h, int64_t *ret);
+        /* The unrevoked key whose secret hashes to hash_hex (compared in
+         * constant time); -ENOENT. */
+        int (*by_hash)(StoreKeys *h, const char *hash_hex, KeyInfo *ret);
 };
 
 /* The SQLite backend's keys (sqlite_keys.c). */

@@ -36,15 +36,6 @@ typedef enum StoreIdem {
         STORE_IDEM_MISMATCH, /* the key was used with another request */
 } StoreIdem;
 
-/* A key, as authentication needs it. */
-typedef struct KeyInfo {
-        char id[40];
-        char name[128];
-        char owner[128];
-        bool full;
-        int64_t daily_limit_micros; /* -1: unlimited */
-        bool trial;
-} KeyInfo;
 
 struct StoreSandboxOps {
         int (*open)(const char *location, StoreSandboxes **ret);
@@ -82,12 +73,6 @@ struct StoreSandboxOps {
          * retry runs again. */
         int (*idem_finish)(StoreSandboxes *h, const char *owner, const char *key, unsigned status,
                            const char *body);
-        /* The keys as authentication reads them. */
-        int (*key_count)(StoreSandboxes *h, int64_t *ret);
-        int (*key_insert)(StoreSandboxes *h, const char *id, const char *name, const char *owner, bool full,
-                          const char *hash_hex, bool trial);
-        /* A key that is not revoked, by hash (compared in constant time); -ENOENT. */
-        int (*key_by_hash)(StoreSandboxes *h, const char *hash_hex, KeyInfo *ret);
 };
 
 extern const StoreSandboxOps store_sqlite_sandboxes;
