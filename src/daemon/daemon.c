@@ -29,12 +29,13 @@
 #include "daemon/doctor.h"
 #include "daemon/api/routes.h"
 #include "daemon/sdnotify.h"
+#include "daemon/store/pgdb.h"
 #include "daemon/store/store.h"
 
 typedef struct Daemon {
         DaemonConfig cfg; /* the options' settings, with the paths worked out below */
         /* What the wiring works out and owns. */
-        char *state_dir, *image_dir, *agent, *builder, *microvm_builder, *egress_proxy, *db_path;
+        char *state_dir, *image_dir, *agent, *builder, *microvm_builder, *egress_proxy, *db_path, *db_label;
         Db *db;
         Ledger *ledger;
         KeyStore *keys;
@@ -271,9 +272,26 @@ static int prepare_paths(Daemon *d, const DaemonOptions *o) {
         d->agent = o->cfg.agent_path ? strdup(o->cfg.agent_path) : find_companion("runtime-agent");
         d->builder = o->cfg.image_builder ? strdup(o->cfg.image_builder) : find_companion("runtime-image-build");
         d->egress_proxy = o->egress_proxy ? strdup(o->egress_proxy) : find_companion("runtime-egress");
-        if (asprintf(&d->db_path, "%s/runtime.db", d->state_dir) < 0)
+        /* The store: the state directory's SQLite file, or the database the
+         * options name (whose URL may hold a password: never logged). */
+        if (o->cfg.database) {
+                if (!pgdb_is_url(o->cfg.database)) {
+                        log_error(NULL, "--database must be a postgresql:// URL");
+                        return 2;
+                }
+                d->db_path = strdup(o->cfg.database);
+                d->db_label = strdup("the database of --database");
+        } else if (asprintf(&d->db_path, "%s/runtime.db", d->state_dir) < 0)
                 d->db_path = NULL;
-        if (!d->image_dir || !d->agent || !d->builder || !d->egress_proxy || !d->db_path) {
+        else
+                d->db_label = strdup(d->db_path);
+        char missing[128];
+        if (d->db_path && store_backend_missing(store_backend_for(d->db_path), missing, sizeof(missing))) {
+                log_error(NULL, "--database: the PostgreSQL store does not keep %s yet; leave --database out to "
+                          "use the state directory's database", missing);
+                return 2;
+        }
+        if (!d->image_dir || !d->agent || !d->builder || !d->egress_proxy || !d->db_path || !d->db_label) {
                 log_error(NULL, "working out the paths in %s: out of memory", d->state_dir);
                 return 1;
         }
@@ -386,9 +404,9 @@ static int open_store(Daemon *d) {
         if ((r = db_open(store_backend_for(d->db_path), d->db_path, &d->db)) < 0) {
                 if (r == -EPROTONOSUPPORT)
                         log_error(NULL, "cannot open the database %s: a newer runtimed wrote it; run that version",
-                                  d->db_path);
+                                  d->db_label);
                 else
-                        log_error(NULL, "cannot open the database %s: %s", d->db_path, strerror(-r));
+                        log_error(NULL, "cannot open the database %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
         /* A row this daemon cannot read (a spec of a newer version, a
@@ -397,13 +415,13 @@ static int open_store(Daemon *d) {
                 if (r > 0)
                         log_error(NULL, "refusing to start: %d sandbox row%s in %s cannot be read (named above); "
                                   "run the runtimed that wrote them, or restore the database from a backup",
-                                  r, r == 1 ? "" : "s", d->db_path);
+                                  r, r == 1 ? "" : "s", d->db_label);
                 else
-                        log_error(NULL, "cannot read the sandboxes in %s: %s", d->db_path, strerror(-r));
+                        log_error(NULL, "cannot read the sandboxes in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
         if ((r = keystore_open(store_backend_for(d->db_path), d->db_path, &d->keys)) < 0) {
-                log_error(NULL, "cannot open the key store in %s: %s", d->db_path, strerror(-r));
+                log_error(NULL, "cannot open the key store in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
         if ((r = ensure_admin_key(d->keys, d->state_dir)) < 0) {
@@ -411,7 +429,7 @@ static int open_store(Daemon *d) {
                 return 1;
         }
         if ((r = ledger_open(store_backend_for(d->db_path), d->db_path, &d->ledger)) < 0) {
-                log_error(NULL, "cannot open the ledger in %s: %s", d->db_path, strerror(-r));
+                log_error(NULL, "cannot open the ledger in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
         return 0;
@@ -455,7 +473,7 @@ static int open_egress(Daemon *d, const DaemonOptions *o) {
 static int open_manager(Daemon *d, const DaemonOptions *o) {
         int r;
         if ((r = snapshot_store_open(d->db_path, d->state_dir, d->cfg.price_disk_gib_hour_micros, &d->snapshots)) < 0) {
-                log_error(NULL, "cannot open the snapshot store in %s: %s", d->db_path, strerror(-r));
+                log_error(NULL, "cannot open the snapshot store in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
         snapshot_store_set_ledger(d->snapshots, d->ledger);
@@ -464,7 +482,7 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         if ((r = uploads_open(store_backend_for(d->db_path), d->db_path, d->state_dir, &d->uploads)) == 0)
                 uploads_set_owner_bounds(d->uploads, d->cfg.max_uploads_per_owner, d->cfg.max_upload_mib_per_owner);
         if (r < 0) {
-                log_error(NULL, "cannot open the uploads in %s: %s", d->db_path, strerror(-r));
+                log_error(NULL, "cannot open the uploads in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
         if ((r = manager_new(&d->cfg, d->db, &d->manager)) < 0) {
@@ -565,6 +583,7 @@ static void daemon_free(Daemon *d) {
         free(d->microvm_builder);
         free(d->egress_proxy);
         free(d->db_path);
+        free(d->db_label);
         free(d);
 }
 

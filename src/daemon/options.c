@@ -66,6 +66,8 @@ static const OptionSpec options[] = {
         HEADING("Where it serves and keeps its state"),
         STRING("listen", "ADDR:PORT", cfg.listen_addr, "127.0.0.1:7878", "the TCP address of the API"),
         STRING("socket", "PATH", cfg.socket_path, NULL, "serve on a unix socket instead"),
+        STRING("database", "URL", cfg.database, NULL,
+               "a PostgreSQL database (postgresql://...) instead of runtime.db in the state directory"),
         { .name = "state-dir", .kind = OPTION_STRING, .arg = "DIR", FIELD(cfg.state_dir),
           .def_text = "/var/lib/runtime as root, else $XDG_STATE_HOME/runtime or ~/.local/state/runtime; "
                       "env RUNTIME_STATE_DIR",

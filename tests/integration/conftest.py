@@ -150,6 +150,18 @@ def sanitizer_build(build_dir) -> Prebuild:
 
 
 @pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server for the suite (helpers/postgres.py); skips where none can run."""
+    from helpers.postgres import PostgresServer, available
+    why = available()
+    if why:
+        pytest.skip(why)
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def image_dir(build_dir: Path) -> Path:
     d = Path(os.environ.get("RUNTIME_TEST_IMAGE_DIR") or DEFAULT_IMAGE_DIR)
     tool = build_dir / "runtime-image-build"

@@ -108,6 +108,9 @@ def run_binary(request, lane: str, binary: str) -> Run:
         if binary.startswith("test_driver_"):
             # The driver tests start real sandboxes from the suite's image.
             env["RUNTIME_TEST_IMAGE_DIR"] = str(request.getfixturevalue("image_dir"))
+        if binary.startswith("test_store_postgres"):
+            # The PostgreSQL backend's tests run against a real server.
+            env["RUNTIME_TEST_PG_URL"] = request.getfixturevalue("postgres").url()
         path = LANES[lane][1] / binary
         try:
             r = subprocess.run([str(path)], cwd=REPO, env=env, stdout=subprocess.PIPE,

@@ -22,6 +22,7 @@ typedef struct DaemonConfig {
         uint16_t listen_port;
         const char *socket_path; /* instead of TCP when set */
         const char *state_dir;
+        const char *database; /* a postgresql:// URL; NULL: runtime.db in the state directory */
         const char *image_dir;
         const char *agent_path;
         const char *image_builder;

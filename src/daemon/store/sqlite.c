@@ -15,8 +15,3 @@ const StoreBackend store_sqlite = {
         .sandboxes = &store_sqlite_sandboxes,
         .egress = &store_sqlite_egress,
 };
-
-const StoreBackend *store_backend_for(const char *location) {
-        (void)location;
-        return &store_sqlite;
-}

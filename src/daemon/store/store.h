@@ -24,6 +24,7 @@
  *    only) and refuses a store written by a newer version.
  */
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef struct StoreKeyOps StoreKeyOps;
 typedef struct StoreLedgerOps StoreLedgerOps;
@@ -44,6 +45,13 @@ typedef struct StoreBackend {
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */
 extern const StoreBackend store_sqlite;
+/* The PostgreSQL backend: a database many hosts share (store/postgres_*.c);
+ * a kind it does not have yet is NULL. */
+extern const StoreBackend store_postgres;
 
-/* The backend for a location: today every location is a SQLite file's path. */
+/* The backend for a location: a postgresql:// (or postgres://) URL is
+ * PostgreSQL, anything else a SQLite file's path. */
 const StoreBackend *store_backend_for(const char *location);
+/* The kinds backend b lacks, comma-separated, in buf; false when it has
+ * every one. */
+bool store_backend_missing(const StoreBackend *b, char *buf, size_t n);

@@ -86,3 +86,5 @@ struct StoreKeyOps {
 
 /* The SQLite backend's keys (sqlite_keys.c). */
 extern const StoreKeyOps store_sqlite_keys;
+/* The PostgreSQL backend's keys (postgres_keys.c). */
+extern const StoreKeyOps store_postgres_keys;

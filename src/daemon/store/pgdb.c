@@ -1,0 +1,168 @@
+#include "daemon/store/pgdb.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+bool pgdb_is_url(const char *location) {
+        return location && (strncmp(location, "postgresql://", 13) == 0 || strncmp(location, "postgres://", 11) == 0);
+}
+
+int pgdb_errno(const PGresult *res) {
+        if (!res)
+                return -ENOMEM;
+        ExecStatusType st = PQresultStatus(res);
+        if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK || st == PGRES_EMPTY_QUERY)
+                return 0;
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        if (!state)
+                return -ENOTCONN; /* no server answer: the connection is gone */
+        if (strcmp(state, "23505") == 0)
+                return -EEXIST;
+        if (strncmp(state, "23", 2) == 0)
+                return -EINVAL;
+        if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0)
+                return -EAGAIN;
+        if (strncmp(state, "08", 2) == 0 || strcmp(state, "57P01") == 0 || strcmp(state, "57P02") == 0 ||
+            strcmp(state, "57P03") == 0 || strcmp(state, "25006") == 0)
+                return -ENOTCONN; /* connection, shutdown, or a standby that cannot write */
+        if (strcmp(state, "53100") == 0)
+                return -ENOSPC;
+        if (strcmp(state, "57014") == 0)
+                return -ETIMEDOUT;
+        return -EIO;
+}
+
+int pgdb_open(const char *url, PgConn *ret) {
+        PGconn *pg = PQconnectdb(url);
+        if (!pg)
+                return -ENOMEM;
+        if (PQstatus(pg) != CONNECTION_OK) {
+                log_error(NULL, "connecting to the database: %s", PQerrorMessage(pg));
+                PQfinish(pg);
+                return -ENOTCONN;
+        }
+        int r = pgdb_schema(pg);
+        if (r < 0) {
+                PQfinish(pg);
+                return r;
+        }
+        ret->pg = pg;
+        pthread_mutex_init(&ret->lock, NULL);
+        return 0;
+}
+
+void pgdb_close(PgConn *c) {
+        if (!c || !c->pg)
+                return;
+        PQfinish(c->pg);
+        c->pg = NULL;
+        pthread_mutex_destroy(&c->lock);
+}
+
+static void add(PgParams *p, const char *v) {
+        if (p->n < PGDB_MAX_PARAMS)
+                p->v[p->n] = v;
+        p->n++;
+}
+
+void pgp_text(PgParams *p, const char *s) {
+        add(p, s);
+}
+
+void pgp_int(PgParams *p, int64_t v) {
+        if (p->n < PGDB_MAX_PARAMS) {
+                snprintf(p->num[p->n], sizeof(p->num[p->n]), "%" PRId64, v);
+                add(p, p->num[p->n]);
+        } else
+                p->n++;
+}
+
+void pgp_opt_int(PgParams *p, int64_t v) {
+        if (v)
+                pgp_int(p, v);
+        else
+                add(p, NULL);
+}
+
+void pgp_bool(PgParams *p, bool v) {
+        add(p, v ? "true" : "false");
+}
+
+int pgdb_run_locked(PgConn *c, const char *sql, const PgParams *p, PGresult **ret) {
+        if (p && p->n > PGDB_MAX_PARAMS)
+                return -E2BIG;
+        PGresult *res = PQexecParams(c->pg, sql, p ? p->n : 0, NULL, p ? p->v : NULL, NULL, NULL, 0);
+        int r = pgdb_errno(res);
+        if (r < 0) {
+                if (r != -EEXIST && r != -EAGAIN)
+                        log_debug(NULL, "database: %s", res ? PQresultErrorMessage(res) : "out of memory");
+                PQclear(res);
+                return r;
+        }
+        if (ret)
+                *ret = res;
+        else
+                PQclear(res);
+        return 0;
+}
+
+int pgdb_exec_locked(PgConn *c, const char *sql, const PgParams *p) {
+        return pgdb_run_locked(c, sql, p, NULL);
+}
+
+int pgdb_run(PgConn *c, const char *sql, const PgParams *p, PGresult **ret) {
+        pthread_mutex_lock(&c->lock);
+        int r = pgdb_run_locked(c, sql, p, ret);
+        /* A lost connection (the server restarted, a failover): reset once
+         * and run it again, for a single statement is whole or not at all. */
+        if (r == -ENOTCONN && PQstatus(c->pg) == CONNECTION_BAD) {
+                PQreset(c->pg);
+                if (PQstatus(c->pg) == CONNECTION_OK)
+                        r = pgdb_run_locked(c, sql, p, ret);
+        }
+        pthread_mutex_unlock(&c->lock);
+        return r;
+}
+
+int pgdb_exec(PgConn *c, const char *sql, const PgParams *p) {
+        return pgdb_run(c, sql, p, NULL);
+}
+
+#define PGDB_TX_TRIES 8
+
+int pgdb_transaction(PgConn *c, PgTxFn fn, void *userdata) {
+        pthread_mutex_lock(&c->lock);
+        int r = -EAGAIN;
+        for (int i = 0; i < PGDB_TX_TRIES && r == -EAGAIN; i++) {
+                if (PQstatus(c->pg) == CONNECTION_BAD)
+                        PQreset(c->pg);
+                r = pgdb_exec_locked(c, "BEGIN ISOLATION LEVEL SERIALIZABLE", NULL);
+                if (r < 0)
+                        continue;
+                r = fn(c, userdata);
+                if (r >= 0)
+                        r = pgdb_exec_locked(c, "COMMIT", NULL);
+                else
+                        (void)pgdb_exec_locked(c, "ROLLBACK", NULL);
+        }
+        pthread_mutex_unlock(&c->lock);
+        return r;
+}
+
+const char *pgv(const PGresult *r, int row, int col) {
+        return PQgetisnull(r, row, col) ? NULL : PQgetvalue(r, row, col);
+}
+
+int64_t pgi(const PGresult *r, int row, int col) {
+        const char *v = pgv(r, row, col);
+        return v ? strtoll(v, NULL, 10) : 0;
+}
+
+bool pgnull(const PGresult *r, int row, int col) {
+        return PQgetisnull(r, row, col);
+}

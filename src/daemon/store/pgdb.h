@@ -1,0 +1,80 @@
+#pragma once
+/*
+ * The one way the daemon uses PostgreSQL (libpq), as sqldb.h is for SQLite:
+ * every kind of the PostgreSQL backend opens its connection here, with one
+ * policy: the URL as given (libpq's multi-host strings with
+ * target_session_attrs=read-write follow a primary after a failover), the
+ * schema made or migrated once per process (versioned, under an advisory
+ * lock, so that hosts starting at once take turns), a mutex per connection
+ * so that its transactions never interleave, and SQLSTATEs turned into
+ * negative errnos.
+ */
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct PgConn {
+        PGconn *pg;
+        pthread_mutex_t lock; /* one statement or transaction at a time */
+} PgConn;
+
+/* Connects to url and makes or migrates the schema (pgdb_schema). */
+int pgdb_open(const char *url, PgConn *ret);
+void pgdb_close(PgConn *c);
+/* The schema of every kind, version by version (postgres_schema.c). */
+int pgdb_schema(PGconn *pg);
+
+/* A negative errno for a result: 0 for a command or tuples; -EEXIST for a
+ * unique violation, -EINVAL for another constraint, -EAGAIN for a
+ * serialization failure or deadlock (run the transaction again),
+ * -ENOTCONN when the connection is lost (the host answers 503), -ENOSPC for
+ * a full disk, -ETIMEDOUT, else -EIO. */
+int pgdb_errno(const PGresult *res);
+
+/* Parameters of a statement, as text. */
+#define PGDB_MAX_PARAMS 24
+typedef struct PgParams {
+        const char *v[PGDB_MAX_PARAMS];
+        char num[PGDB_MAX_PARAMS][24];
+        int n;
+} PgParams;
+void pgp_text(PgParams *p, const char *s); /* NULL: SQL NULL */
+void pgp_int(PgParams *p, int64_t v);
+void pgp_opt_int(PgParams *p, int64_t v); /* 0: SQL NULL */
+void pgp_bool(PgParams *p, bool v);
+
+/* Runs sql with p (NULL: none); *ret the result when it has tuples or is a
+ * command (cleared by the caller), else a negative errno and no result. A
+ * lost connection is reset once before the error is returned. */
+int pgdb_run(PgConn *c, const char *sql, const PgParams *p, PGresult **ret);
+/* pgdb_run for a statement whose result is not wanted. */
+int pgdb_exec(PgConn *c, const char *sql, const PgParams *p);
+
+/* A transaction: fn runs between BEGIN (SERIALIZABLE) and COMMIT with the
+ * connection's lock held, and the whole runs again on a serialization
+ * failure, up to a few times; fn's negative return rolls back and is
+ * returned. */
+typedef int (*PgTxFn)(PgConn *c, void *userdata);
+int pgdb_transaction(PgConn *c, PgTxFn fn, void *userdata);
+
+/* Inside a transaction (the lock held): pgdb_run without taking it. */
+int pgdb_run_locked(PgConn *c, const char *sql, const PgParams *p, PGresult **ret);
+int pgdb_exec_locked(PgConn *c, const char *sql, const PgParams *p);
+
+/* Column helpers: a text column (NULL for SQL NULL), an integer (0 for
+ * NULL), and whether it is NULL. */
+const char *pgv(const PGresult *r, int row, int col);
+int64_t pgi(const PGresult *r, int row, int col);
+bool pgnull(const PGresult *r, int row, int col);
+
+static inline void pgdb_clearp(PGresult **r) {
+        if (*r)
+                PQclear(*r);
+}
+#define _cleanup_pgres_ __attribute__((cleanup(pgdb_clearp)))
+
+/* Whether location names a PostgreSQL database (a postgresql:// or
+ * postgres:// URL). */
+bool pgdb_is_url(const char *location);

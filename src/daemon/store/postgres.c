@@ -1,0 +1,10 @@
+/* The PostgreSQL backend's table of tables. Each kind's table is in its own
+ * file of this folder (postgres_<kind>.c); the schema of all of them is
+ * postgres_schema.c's. */
+#include "daemon/store/store.h"
+#include "daemon/store/store_keys.h"
+
+const StoreBackend store_postgres = {
+        .name = "postgresql",
+        .keys = &store_postgres_keys,
+};

@@ -1,0 +1,126 @@
+/* The PostgreSQL backend's schema: one versioned history for every kind's
+ * tables (the same tables and columns as the SQLite backend's; seq, a
+ * serial, orders rows where SQLite's rowid does), run by the
+ * first connection of a process, under an advisory lock held for the
+ * transaction so that hosts starting at once on an empty or older database
+ * take turns, and refused when a newer daemon wrote it. Steps are only ever
+ * appended. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "common/log.h"
+#include "common/macro.h"
+#include "daemon/store/pgdb.h"
+
+static const char *const steps[] = {
+        /* 1: the tables as the SQLite backend has them at its version of
+         * 2026-12 (keys, sandboxes with their spec's and their own version,
+         * uploads, idempotency, the ledger, snapshots, the egress state) */
+        "CREATE TABLE keys ("
+        "  id TEXT PRIMARY KEY, name TEXT NOT NULL, owner TEXT NOT NULL,"
+        "  access TEXT NOT NULL CHECK (access IN ('full', 'read')), hash TEXT NOT NULL UNIQUE,"
+        "  daily_limit_micros BIGINT, trial INTEGER NOT NULL DEFAULT 0,"
+        "  created_at BIGINT NOT NULL, revoked_at BIGINT, seq BIGSERIAL);"
+        "CREATE TABLE sandboxes ("
+        "  id TEXT PRIMARY KEY, owner TEXT NOT NULL, key_id TEXT NOT NULL REFERENCES keys(id),"
+        "  name TEXT, labels TEXT NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL, failure_reason TEXT,"
+        "  created_at BIGINT NOT NULL, started_at BIGINT, stopped_at BIGINT, lease_ends_at BIGINT,"
+        "  run_seconds BIGINT NOT NULL DEFAULT 0, deleted_at BIGINT,"
+        "  run_as TEXT NOT NULL DEFAULT 'sandbox' CHECK (run_as IN ('sandbox', 'root')),"
+        "  spec_version BIGINT NOT NULL DEFAULT 1, version BIGINT NOT NULL DEFAULT 1, seq BIGSERIAL);"
+        "CREATE INDEX sandboxes_owner ON sandboxes (owner, created_at);"
+        "CREATE INDEX sandboxes_live ON sandboxes (deleted_at, state);"
+        "CREATE TABLE uploads ("
+        "  id TEXT PRIMARY KEY, sandbox_id TEXT NOT NULL, owner TEXT NOT NULL,"
+        "  kind TEXT NOT NULL CHECK (kind IN ('file', 'archive')), path TEXT NOT NULL,"
+        "  \"user\" TEXT NOT NULL CHECK (\"user\" IN ('default', 'sandbox', 'root')), mode BIGINT NOT NULL,"
+        "  size BIGINT, sha256 BYTEA, chunk_bytes BIGINT NOT NULL, parts BIGINT NOT NULL,"
+        "  created_at BIGINT NOT NULL, touched_at BIGINT NOT NULL);"
+        "CREATE INDEX uploads_sandbox ON uploads (sandbox_id);"
+        "CREATE TABLE upload_parts ("
+        "  upload_id TEXT NOT NULL REFERENCES uploads(id) ON DELETE CASCADE, part BIGINT NOT NULL,"
+        "  bytes BIGINT NOT NULL, PRIMARY KEY (upload_id, part));"
+        "CREATE TABLE idempotency ("
+        "  owner TEXT NOT NULL, key TEXT NOT NULL, hash TEXT NOT NULL, status INTEGER NOT NULL, body TEXT,"
+        "  created_at BIGINT NOT NULL, seq BIGSERIAL, PRIMARY KEY (owner, key));"
+        "CREATE INDEX idempotency_age ON idempotency (created_at);"
+        "CREATE TABLE ledger ("
+        "  id BIGSERIAL PRIMARY KEY, sandbox_id TEXT NOT NULL, key_id TEXT NOT NULL, owner TEXT NOT NULL,"
+        "  started_at BIGINT NOT NULL, ended_at BIGINT NOT NULL, open INTEGER NOT NULL DEFAULT 1,"
+        "  price_per_hour BIGINT NOT NULL CHECK (price_per_hour >= 0),"
+        "  prior_seconds BIGINT NOT NULL DEFAULT 0 CHECK (prior_seconds >= 0),"
+        "  seconds BIGINT NOT NULL DEFAULT 0 CHECK (seconds >= 0),"
+        "  micros BIGINT NOT NULL DEFAULT 0 CHECK (micros >= 0), CHECK (ended_at >= started_at));"
+        "CREATE INDEX ledger_key ON ledger (key_id, ended_at);"
+        "CREATE INDEX ledger_owner ON ledger (owner, ended_at);"
+        "CREATE INDEX ledger_sandbox ON ledger (sandbox_id);"
+        "CREATE INDEX ledger_open ON ledger (open) WHERE open = 1;"
+        "CREATE TABLE reservations ("
+        "  sandbox_id TEXT PRIMARY KEY, key_id TEXT NOT NULL, owner TEXT NOT NULL,"
+        "  amount_micros BIGINT NOT NULL CHECK (amount_micros >= 0), seconds BIGINT NOT NULL CHECK (seconds >= 0),"
+        "  created_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, settled_at BIGINT);"
+        "CREATE INDEX reservations_key ON reservations (key_id, settled_at);"
+        "CREATE TABLE snapshots ("
+        "  id TEXT PRIMARY KEY, owner TEXT NOT NULL, key_id TEXT NOT NULL, sandbox_id TEXT NOT NULL, name TEXT,"
+        "  labels TEXT NOT NULL, spec TEXT NOT NULL, mode TEXT NOT NULL, size_bytes BIGINT NOT NULL,"
+        "  created_at BIGINT NOT NULL, expires_at BIGINT NOT NULL DEFAULT 0, version BIGINT NOT NULL DEFAULT 1);"
+        "CREATE INDEX snapshots_owner ON snapshots (owner, created_at, id);"
+        "CREATE TABLE egress_secrets ("
+        "  owner TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, hosts TEXT NOT NULL,"
+        "  placeholder TEXT NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,"
+        "  header TEXT, format TEXT, rules TEXT, version BIGINT NOT NULL DEFAULT 1, PRIMARY KEY (owner, name));"
+        "CREATE TABLE egress_log ("
+        "  id BIGSERIAL PRIMARY KEY, sandbox TEXT NOT NULL, at BIGINT NOT NULL, host TEXT NOT NULL,"
+        "  port INTEGER NOT NULL, kind TEXT NOT NULL, allowed INTEGER NOT NULL, reason TEXT NOT NULL, addr TEXT,"
+        "  bytes_out BIGINT NOT NULL, bytes_in BIGINT NOT NULL, intercepted INTEGER NOT NULL,"
+        "  secrets_used INTEGER NOT NULL, rule TEXT, duration_ms BIGINT, end_reason TEXT, owner TEXT);"
+        "CREATE INDEX egress_log_by_sandbox ON egress_log (sandbox, id);",
+};
+
+#define KIND "postgres"
+
+static int migrate(PGconn *pg) {
+        PgConn c = { .pg = pg };
+        int r;
+        /* Every host takes the same lock: one migrates, the others wait and
+         * find the schema done. Released with the transaction. */
+        if ((r = pgdb_exec_locked(&c, "SELECT pg_advisory_xact_lock(7346921)", NULL)) < 0 ||
+            (r = pgdb_exec_locked(&c, "CREATE TABLE IF NOT EXISTS store_versions ("
+                                      " kind TEXT PRIMARY KEY, version BIGINT NOT NULL)",
+                                  NULL)) < 0)
+                return r;
+        PgParams p = { 0 };
+        pgp_text(&p, KIND);
+        _cleanup_pgres_ PGresult *res = NULL;
+        if ((r = pgdb_run_locked(&c, "SELECT version FROM store_versions WHERE kind = $1", &p, &res)) < 0)
+                return r;
+        int64_t version = PQntuples(res) > 0 ? pgi(res, 0, 0) : 0;
+        if (version > (int64_t)ELEMENTSOF(steps))
+                return -EPROTONOSUPPORT; /* a newer daemon wrote this database */
+        for (size_t i = (size_t)version; i < ELEMENTSOF(steps); i++)
+                if ((r = pgdb_exec_locked(&c, steps[i], NULL)) < 0)
+                        return r;
+        if (version == (int64_t)ELEMENTSOF(steps))
+                return 0;
+        PgParams q = { 0 };
+        pgp_text(&q, KIND);
+        pgp_int(&q, (int64_t)ELEMENTSOF(steps));
+        return pgdb_exec_locked(&c,
+                                "INSERT INTO store_versions (kind, version) VALUES ($1, $2) "
+                                "ON CONFLICT (kind) DO UPDATE SET version = excluded.version",
+                                &q);
+}
+
+int pgdb_schema(PGconn *pg) {
+        PgConn c = { .pg = pg };
+        int r = pgdb_exec_locked(&c, "BEGIN", NULL);
+        if (r < 0)
+                return r;
+        if ((r = migrate(pg)) < 0 || (r = pgdb_exec_locked(&c, "COMMIT", NULL)) < 0) {
+                (void)pgdb_exec_locked(&c, "ROLLBACK", NULL);
+                if (r == -EPROTONOSUPPORT)
+                        log_error(NULL, "the database's schema is of a newer runtimed than this one");
+                return r;
+        }
+        return 0;
+}

@@ -1,0 +1,26 @@
+/* Which backend a location names, and what a backend lacks. */
+#include <stdio.h>
+
+#include "daemon/store/pgdb.h"
+#include "daemon/store/store.h"
+
+const StoreBackend *store_backend_for(const char *location) {
+        return pgdb_is_url(location) ? &store_postgres : &store_sqlite;
+}
+
+bool store_backend_missing(const StoreBackend *b, char *buf, size_t n) {
+        const struct {
+                const char *name;
+                bool have;
+        } kinds[] = {
+                { "keys", b->keys },           { "ledger", b->ledger },       { "uploads", b->uploads },
+                { "sandboxes", b->sandboxes }, { "snapshots", b->snapshots }, { "egress", b->egress },
+        };
+        size_t at = 0;
+        if (n)
+                buf[0] = '\0';
+        for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+                if (!kinds[i].have && at < n)
+                        at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? ", " : "", kinds[i].name);
+        return at > 0;
+}

@@ -1,0 +1,195 @@
+/* The PostgreSQL backend's tables through the store's interface, against a
+ * real server: the schema and its version, and the keys. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "daemon/model/auth.h"
+#include "daemon/store/pgdb.h"
+#include "daemon/store/store.h"
+#include "daemon/store/store_keys.h"
+#include "test_pg_harness.h"
+
+static void test_schema_is_made_once_and_a_newer_one_refused(void **state) {
+        char *url = pg_fresh("t_schema");
+        PgConn a, b;
+        assert_int_equal(pgdb_open(url, &a), 0);
+        /* A second connection finds it done. */
+        assert_int_equal(pgdb_open(url, &b), 0);
+        PGresult *res = NULL;
+        assert_int_equal(pgdb_run(&b, "SELECT version FROM store_versions WHERE kind = 'postgres'", NULL, &res), 0);
+        assert_int_equal(PQntuples(res), 1);
+        PQclear(res);
+        /* A database a newer daemon migrated: refused, never guessed at. */
+        assert_int_equal(pgdb_exec(&a, "UPDATE store_versions SET version = version + 1", NULL), 0);
+        PgConn c;
+        assert_int_equal(pgdb_open(url, &c), -EPROTONOSUPPORT);
+        pgdb_close(&a);
+        pgdb_close(&b);
+        free(url);
+        assert_true(pgdb_is_url("postgresql://h/db"));
+        assert_true(pgdb_is_url("postgres:///db"));
+        assert_false(pgdb_is_url("/var/lib/runtime/runtime.db"));
+        assert_ptr_equal(store_backend_for("postgresql:///x"), &store_postgres);
+        assert_ptr_equal(store_backend_for("/x/runtime.db"), &store_sqlite);
+}
+
+static void test_errors_are_errnos(void **state) {
+        char *url = pg_fresh("t_errors");
+        PgConn c;
+        assert_int_equal(pgdb_open(url, &c), 0);
+        assert_int_equal(pgdb_exec(&c, "INSERT INTO keys (id, name, owner, access, hash, created_at) "
+                                       "VALUES ('k1', 'n', 'o', 'full', 'h', 1)", NULL), 0);
+        assert_int_equal(pgdb_exec(&c, "INSERT INTO keys (id, name, owner, access, hash, created_at) "
+                                       "VALUES ('k2', 'n', 'o', 'full', 'h', 1)", NULL), -EEXIST);
+        assert_int_equal(pgdb_exec(&c, "INSERT INTO keys (id, name, owner, access, hash, created_at) "
+                                       "VALUES ('k3', 'n', 'o', 'admin', 'h3', 1)", NULL), -EINVAL);
+        assert_int_equal(pgdb_exec(&c, "SELECT * FROM no_such_table", NULL), -EIO);
+        /* Parameters travel as text, never spliced into the statement. */
+        PgParams p = { 0 };
+        pgp_text(&p, "'); DROP TABLE keys; --");
+        PGresult *res = NULL;
+        assert_int_equal(pgdb_run(&c, "SELECT count(*) FROM keys WHERE owner = $1", &p, &res), 0);
+        assert_string_equal(pgv(res, 0, 0), "0");
+        PQclear(res);
+        pgdb_close(&c);
+        free(url);
+}
+
+static StoreKeyNew key(const char *id, const char *owner, const char *hash, bool full, bool trial) {
+        return (StoreKeyNew){ .id = id, .name = id, .owner = owner, .hash = hash, .full = full,
+                              .daily_limit_micros = -1, .trial = trial, .created_at = 100 };
+}
+
+static void test_keys(void **state) {
+        char *url = pg_fresh("t_keys");
+        const StoreKeyOps *ops = store_postgres.keys;
+        StoreKeys *h;
+        assert_int_equal(ops->open(url, &h), 0);
+        int64_t n = -1;
+        assert_int_equal(ops->count(h, &n), 0);
+        assert_int_equal(n, 0);
+        char secret[AUTH_KEY_LEN + 1], hash[AUTH_HASH_HEX_LEN + 1];
+        assert_int_equal(auth_generate_key(secret), 0);
+        assert_int_equal(auth_hash_key(secret, hash), 0);
+        KeyRecord rec = { 0 };
+        StoreKeyNew k = key("key_admin", "admin", hash, true, false);
+        assert_int_equal(ops->insert(h, &k, 10, 10, &rec), 0);
+        assert_string_equal(rec.id, "key_admin");
+        assert_true(rec.full);
+        assert_int_equal(rec.daily_limit_micros, -1);
+        store_key_record_clear(&rec);
+        /* The same secret's hash twice: refused. */
+        k = key("key_dup", "bob", hash, true, false);
+        assert_int_equal(ops->insert(h, &k, 10, 10, &rec), -EEXIST);
+        KeyInfo info;
+        assert_int_equal(ops->by_hash(h, hash, &info), 0);
+        assert_string_equal(info.owner, "admin");
+        assert_true(info.full);
+        assert_int_equal(ops->by_hash(h, "0000000000000000000000000000000000000000000000000000000000000000", &info),
+                         -ENOENT);
+        /* An owner's bound and the trials' bound. */
+        k = key("key_b1", "bob", "h_b1", false, false);
+        assert_int_equal(ops->insert(h, &k, 1, 2, &rec), 0);
+        store_key_record_clear(&rec);
+        k = key("key_b2", "bob", "h_b2", true, false);
+        assert_int_equal(ops->insert(h, &k, 1, 2, &rec), 0);
+        store_key_record_clear(&rec);
+        k = key("key_b3", "bob", "h_b3", true, false);
+        assert_int_equal(ops->insert(h, &k, 1, 2, &rec), -EDQUOT);
+        k = key("key_t1", "trial-1", "h_t1", true, true);
+        assert_int_equal(ops->insert(h, &k, 1, 2, &rec), 0);
+        store_key_record_clear(&rec);
+        k = key("key_t2", "trial-2", "h_t2", true, true);
+        assert_int_equal(ops->insert(h, &k, 1, 2, &rec), -EUSERS);
+        /* A listing, newest first, one owner's or all. */
+        KeyRecord *list = NULL;
+        size_t len = 0;
+        assert_int_equal(ops->list(h, "bob", 100, &list, &len), 0);
+        assert_int_equal(len, 2);
+        assert_string_equal(list[0].id, "key_b2");
+        for (size_t i = 0; i < len; i++)
+                store_key_record_clear(&list[i]);
+        free(list);
+        assert_int_equal(ops->list(h, NULL, 100, &list, &len), 0);
+        assert_int_equal(len, 4);
+        for (size_t i = 0; i < len; i++)
+                store_key_record_clear(&list[i]);
+        free(list);
+        /* Revocation: another owner's is not found, the admin owner's last full key stays. */
+        assert_int_equal(ops->revoke(h, "key_b1", "alice", NULL, 200), -ENOENT);
+        assert_int_equal(ops->revoke(h, "key_b1", "bob", "admin", 200), 0);
+        assert_int_equal(ops->revoke(h, "key_b1", "bob", "admin", 201), -ENOENT);
+        assert_int_equal(ops->revoke(h, "key_admin", NULL, "admin", 200), -EBUSY);
+        assert_int_equal(ops->count(h, &n), 0);
+        assert_int_equal(n, 4);
+        ops->close(h);
+        free(url);
+}
+
+typedef struct Race {
+        const char *url;
+        int index;
+        int result;
+} Race;
+
+static void *race_one(void *userdata) {
+        Race *a = userdata;
+        StoreKeys *h;
+        a->result = store_postgres.keys->open(a->url, &h);
+        if (a->result < 0)
+                return NULL;
+        char id[32], hash[32];
+        snprintf(id, sizeof id, "key_r%d", a->index);
+        snprintf(hash, sizeof hash, "h_r%d", a->index);
+        StoreKeyNew k = key(id, "racer", hash, true, false);
+        KeyRecord rec = { 0 };
+        a->result = store_postgres.keys->insert(h, &k, 0, 5, &rec);
+        store_key_record_clear(&rec);
+        store_postgres.keys->close(h);
+        return NULL;
+}
+
+/* Twelve connections (as many hosts) race for an owner's bound of 5:
+ * exactly 5 win, by the serializable transactions, with no lock of this
+ * process between them. */
+static void test_keys_race_across_connections(void **state) {
+        char *url = pg_fresh("t_race");
+        StoreKeys *h;
+        assert_int_equal(store_postgres.keys->open(url, &h), 0); /* the schema, before the race */
+        Race races[12];
+        pthread_t t[12];
+        for (int i = 0; i < 12; i++) {
+                races[i] = (Race){ .url = url, .index = i };
+                assert_int_equal(pthread_create(&t[i], NULL, race_one, &races[i]), 0);
+        }
+        int won = 0;
+        for (int i = 0; i < 12; i++) {
+                pthread_join(t[i], NULL);
+                if (races[i].result == 0)
+                        won++;
+                else
+                        assert_int_equal(races[i].result, -EDQUOT);
+        }
+        assert_int_equal(won, 5);
+        store_postgres.keys->close(h);
+        free(url);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_schema_is_made_once_and_a_newer_one_refused),
+                cmocka_unit_test(test_errors_are_errnos),
+                cmocka_unit_test(test_keys),
+                cmocka_unit_test(test_keys_race_across_connections),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
