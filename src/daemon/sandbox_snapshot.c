@@ -204,6 +204,10 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                 snapshot_store_abort(store, snap.id);
         snapshot_row_done(&snap);
         log_error(rid, "snapshot of %s failed: %s", row->id, strerror(-r));
+        if (r == -EDQUOT) /* another snapshot of the owner's came first */
+                return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "delete snapshots you no longer need",
+                                     "you keep %d snapshots, the most this daemon keeps for one owner",
+                                     SNAPSHOT_MAX_PER_OWNER);
         if (r == -ENOSPC)
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "free disk space on the host, or delete snapshots",
                                      "the host ran out of disk space while taking the snapshot; nothing was kept");

@@ -1,6 +1,9 @@
 #include "daemon/store/sqldb.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 
 int sqldb_errno(int rc) {
         switch (rc & 0xff) {
@@ -86,5 +89,71 @@ int sqldb_open_schema(const char *path, const char *schema, sqlite3 **ret) {
                 return r;
         }
         *ret = sql;
+        return 0;
+}
+
+static bool column_exists(sqlite3 *sql, const char *table, const char *column) {
+        char q[160];
+        snprintf(q, sizeof(q), "SELECT %s FROM %s LIMIT 0", column, table);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        return sqlite3_prepare_v2(sql, q, -1, &st, NULL) == SQLITE_OK;
+}
+
+static int kind_version(sqlite3 *sql, const char *kind, int64_t *ret) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int rc = sqlite3_prepare_v2(sql, "SELECT version FROM store_versions WHERE kind = ?1", -1, &st, NULL);
+        if (rc != SQLITE_OK)
+                return sqldb_errno(rc) ?: -EIO;
+        sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+                return sqldb_errno(rc) ?: -EIO;
+        *ret = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+        return 0;
+}
+
+static int kind_set_version(sqlite3 *sql, const char *kind, int64_t version) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int rc = sqlite3_prepare_v2(sql,
+                                    "INSERT INTO store_versions (kind, version) VALUES (?1, ?2) "
+                                    "ON CONFLICT (kind) DO UPDATE SET version = excluded.version",
+                                    -1, &st, NULL);
+        if (rc != SQLITE_OK)
+                return sqldb_errno(rc) ?: -EIO;
+        sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, version);
+        rc = sqlite3_step(st);
+        return rc == SQLITE_DONE ? 0 : sqldb_errno(rc) ?: -EIO;
+}
+
+/* Inside the migration's transaction. */
+static int migrate_locked(sqlite3 *sql, const char *kind, const SqldbMigration *steps, size_t n) {
+        int r = sqldb_exec(sql, "CREATE TABLE IF NOT EXISTS store_versions ("
+                                " kind TEXT PRIMARY KEY, version INTEGER NOT NULL)");
+        int64_t version = 0;
+        if (r < 0 || (r = kind_version(sql, kind, &version)) < 0)
+                return r;
+        if (version > (int64_t)n)
+                return -EPROTONOSUPPORT;
+        if (version == (int64_t)n)
+                return 0;
+        for (size_t i = (size_t)version; i < n; i++) {
+                const SqldbMigration *m = &steps[i];
+                if (m->column && column_exists(sql, m->table, m->column))
+                        continue;
+                if ((r = sqldb_exec(sql, m->sql)) < 0)
+                        return r;
+        }
+        return kind_set_version(sql, kind, (int64_t)n);
+}
+
+int sqldb_migrate(sqlite3 *sql, const char *kind, const SqldbMigration *steps, size_t n) {
+        int r = sqldb_exec(sql, "BEGIN IMMEDIATE");
+        if (r < 0)
+                return r;
+        if ((r = migrate_locked(sql, kind, steps, n)) < 0 || (r = sqldb_exec(sql, "COMMIT")) < 0) {
+                (void)sqldb_exec(sql, "ROLLBACK");
+                return r;
+        }
         return 0;
 }

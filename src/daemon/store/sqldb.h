@@ -9,6 +9,7 @@
  */
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stddef.h>
 
 /* How long a writer waits for another connection's write lock. */
 #define SQLDB_BUSY_TIMEOUT_MS 10000
@@ -29,6 +30,21 @@ int sqldb_errno(int rc);
 int sqldb_exec(sqlite3 *sql, const char *text);
 /* Runs SQL text inside BEGIN IMMEDIATE ... COMMIT (rolled back on failure). */
 int sqldb_exec_transaction(sqlite3 *sql, const char *text);
+
+/* One step of a kind's schema history. A step that adds a column is skipped
+ * when the column is there already: tables from before the versions were
+ * kept gained their columns one ad-hoc ALTER TABLE at a time, so one may
+ * have any of them. */
+typedef struct SqldbMigration {
+        const char *table, *column; /* the column the step adds, or NULL */
+        const char *sql;
+} SqldbMigration;
+/* Brings the tables of kind to version n (the number of steps) and records
+ * it in store_versions (kind TEXT PRIMARY KEY, version INTEGER), every step
+ * in one transaction: another daemon opening the same file at once waits,
+ * then finds the tables at their version. -EPROTONOSUPPORT when a newer
+ * version wrote them. */
+int sqldb_migrate(sqlite3 *sql, const char *kind, const SqldbMigration *steps, size_t n);
 
 static inline void sqldb_finalizep(sqlite3_stmt **s) {
         if (*s)

@@ -17,16 +17,8 @@ struct StoreEgress {
 
 /* ---- the schema, version by version ---- */
 
-/* One step of the egress tables' history. A step that adds a column is
- * skipped when the column is there already: databases from before the
- * versions were kept gained their columns one ad-hoc ALTER TABLE at a time,
- * so one may have any of them. */
-typedef struct Migration {
-        const char *table, *column; /* the column the step adds, or NULL */
-        const char *sql;
-} Migration;
-
-static const Migration migrations[] = {
+/* The egress tables' history (sqldb.h's SqldbMigration). */
+static const SqldbMigration migrations[] = {
         /* 1: the tables as first released */
         { NULL, NULL,
           "CREATE TABLE IF NOT EXISTS egress_secrets ("
@@ -58,74 +50,8 @@ static const Migration migrations[] = {
         { "egress_log", "owner", "ALTER TABLE egress_log ADD COLUMN owner TEXT" },
 };
 
-#define SCHEMA_KIND "egress"
-
-static bool column_exists(sqlite3 *sql, const char *table, const char *column) {
-        char q[160];
-        snprintf(q, sizeof(q), "SELECT %s FROM %s LIMIT 0", column, table);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        return sqlite3_prepare_v2(sql, q, -1, &st, NULL) == SQLITE_OK;
-}
-
-static int schema_version(sqlite3 *sql, int64_t *ret) {
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int rc = sqlite3_prepare_v2(sql, "SELECT version FROM store_versions WHERE kind = ?1", -1, &st, NULL);
-        if (rc != SQLITE_OK)
-                return sqldb_errno(rc) ?: -EIO;
-        sqlite3_bind_text(st, 1, SCHEMA_KIND, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st);
-        if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-                return sqldb_errno(rc) ?: -EIO;
-        *ret = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-        return 0;
-}
-
-static int schema_set_version(sqlite3 *sql, int64_t version) {
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int rc = sqlite3_prepare_v2(sql,
-                                    "INSERT INTO store_versions (kind, version) VALUES (?1, ?2) "
-                                    "ON CONFLICT (kind) DO UPDATE SET version = excluded.version",
-                                    -1, &st, NULL);
-        if (rc != SQLITE_OK)
-                return sqldb_errno(rc) ?: -EIO;
-        sqlite3_bind_text(st, 1, SCHEMA_KIND, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, version);
-        rc = sqlite3_step(st);
-        return rc == SQLITE_DONE ? 0 : sqldb_errno(rc) ?: -EIO;
-}
-
-/* Inside the migration's transaction. */
-static int migrate_locked(sqlite3 *sql) {
-        int r = sqldb_exec(sql, "CREATE TABLE IF NOT EXISTS store_versions ("
-                                " kind TEXT PRIMARY KEY, version INTEGER NOT NULL)");
-        int64_t version = 0;
-        if (r < 0 || (r = schema_version(sql, &version)) < 0)
-                return r;
-        if (version > (int64_t)ELEMENTSOF(migrations))
-                return -EPROTONOSUPPORT;
-        if (version == (int64_t)ELEMENTSOF(migrations))
-                return 0;
-        for (size_t i = (size_t)version; i < ELEMENTSOF(migrations); i++) {
-                const Migration *m = &migrations[i];
-                if (m->column && column_exists(sql, m->table, m->column))
-                        continue;
-                if ((r = sqldb_exec(sql, m->sql)) < 0)
-                        return r;
-        }
-        return schema_set_version(sql, (int64_t)ELEMENTSOF(migrations));
-}
-
-/* Every step in one transaction: another daemon opening the same file at
- * once waits, then finds the tables at their version. */
 static int migrate(sqlite3 *sql) {
-        int r = sqldb_exec(sql, "BEGIN IMMEDIATE");
-        if (r < 0)
-                return r;
-        if ((r = migrate_locked(sql)) < 0 || (r = sqldb_exec(sql, "COMMIT")) < 0) {
-                (void)sqldb_exec(sql, "ROLLBACK");
-                return r;
-        }
-        return 0;
+        return sqldb_migrate(sql, "egress", migrations, ELEMENTSOF(migrations));
 }
 
 static int sqlite_egress_open(const char *location, StoreEgress **ret) {
