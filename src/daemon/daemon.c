@@ -472,7 +472,8 @@ static int open_egress(Daemon *d, const DaemonOptions *o) {
  * an earlier run left. */
 static int open_manager(Daemon *d, const DaemonOptions *o) {
         int r;
-        if ((r = snapshot_store_open(d->db_path, d->state_dir, d->cfg.price_disk_gib_hour_micros, &d->snapshots)) < 0) {
+        if ((r = snapshot_store_open(store_backend_for(d->db_path), d->db_path, d->state_dir,
+                                     d->cfg.price_disk_gib_hour_micros, &d->snapshots)) < 0) {
                 log_error(NULL, "cannot open the snapshot store in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }

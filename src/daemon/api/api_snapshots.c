@@ -208,6 +208,10 @@ int snapshot_update_parse_body(json_t *body, const char **ret_name, json_t **ret
         return 0;
 }
 
+/* How often an update reads the snapshot again when another update came
+ * between its read and its write. */
+#define SNAPSHOT_UPDATE_TRIES 3
+
 enum MHD_Result handle_snapshot_update(Req *r) {
         ApiError e = { 0 };
         const char *name;
@@ -215,32 +219,43 @@ enum MHD_Result handle_snapshot_update(Req *r) {
         int64_t days;
         if (snapshot_update_parse_body(r->json, &name, &labels, &days, &e) < 0)
                 return reply_error(r, &e);
-        SnapshotRow cur;
-        int rc = snapshot_store_get(r->app->snapshots, r->key.owner, r->route.snapshot_id, &cur);
-        if (rc == -ENOENT)
-                return reply_not_found(r, r->route.snapshot_id);
-        if (rc < 0)
+        _cleanup_free_ char *ltext = labels ? json_dumps(labels, JSON_COMPACT) : NULL;
+        if (labels && !ltext)
                 return reply_internal(r);
         /* ifLabels fences a replacement: it applies only over the labels the
-         * caller saw. */
+         * caller saw. The write is conditional on the version of the row
+         * the fence was checked against, so a write between the two is
+         * seen and the check made again. */
         json_t *if_labels = json_object_get(r->json, "ifLabels");
-        if (if_labels && !json_is_null(if_labels)) {
-                _cleanup_json_ json_t *now = json_loads(cur.labels, 0, NULL);
-                if (!json_equal(now, if_labels)) {
-                        snapshot_row_done(&cur);
-                        api_error(&e, 409, "conflict", "read the snapshot again and retry",
-                                  "the snapshot's labels changed since they were read");
-                        return reply_error(r, &e);
-                }
-        }
-        int64_t expires = days > 0 ? cur.created_at + days * 86400 : 0;
-        snapshot_row_done(&cur);
-        _cleanup_free_ char *ltext = labels ? json_dumps(labels, JSON_COMPACT) : NULL;
+        int rc = -ESTALE;
         SnapshotRow s;
-        rc = snapshot_store_update(r->app->snapshots, r->key.owner, r->route.snapshot_id,
-                                   json_object_get(r->json, "name") != NULL, name, ltext, expires, &s);
+        for (int tries = 0; rc == -ESTALE && tries < SNAPSHOT_UPDATE_TRIES; tries++) {
+                SnapshotRow cur;
+                rc = snapshot_store_get(r->app->snapshots, r->key.owner, r->route.snapshot_id, &cur);
+                if (rc < 0)
+                        break;
+                if (if_labels && !json_is_null(if_labels)) {
+                        _cleanup_json_ json_t *now = json_loads(cur.labels, 0, NULL);
+                        if (!json_equal(now, if_labels)) {
+                                snapshot_row_done(&cur);
+                                api_error(&e, 409, "conflict", "read the snapshot again and retry",
+                                          "the snapshot's labels changed since they were read");
+                                return reply_error(r, &e);
+                        }
+                }
+                int64_t expires = days > 0 ? cur.created_at + days * 86400 : 0;
+                uint64_t version = cur.version;
+                snapshot_row_done(&cur);
+                rc = snapshot_store_update(r->app->snapshots, r->key.owner, r->route.snapshot_id, version,
+                                           json_object_get(r->json, "name") != NULL, name, ltext, expires, &s);
+        }
         if (rc == -ENOENT)
                 return reply_not_found(r, r->route.snapshot_id);
+        if (rc == -ESTALE) {
+                api_error(&e, 409, "conflict", "retry",
+                          "the snapshot was changed by other requests while this one was written");
+                return reply_error(r, &e);
+        }
         if (rc < 0)
                 return reply_internal(r);
         return reply_snapshot(r, 200, &s);
@@ -261,8 +276,9 @@ enum MHD_Result handle_snapshot_extend(Req *r) {
         if (snapshot_extend_parse_body(r->json, &days, &e) < 0)
                 return reply_error(r, &e);
         SnapshotRow s;
-        int rc = snapshot_store_update(r->app->snapshots, r->key.owner, r->route.snapshot_id, false, NULL, NULL,
-                                       time_now_unix() + days * 86400, &s);
+        int rc = snapshot_store_update(r->app->snapshots, r->key.owner, r->route.snapshot_id,
+                                       STORE_SNAPSHOT_ANY_VERSION, false, NULL, NULL, time_now_unix() + days * 86400,
+                                       &s);
         if (rc == -ENOENT)
                 return reply_not_found(r, r->route.snapshot_id);
         if (rc < 0)

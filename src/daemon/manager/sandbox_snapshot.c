@@ -85,6 +85,12 @@ static int snapshot_memory_locked(Sandbox *sb, const DriverSpec *ds, const char 
         return r;
 }
 
+static int too_many_snapshots(SandboxError *e) {
+        return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "delete snapshots you no longer need",
+                             "you keep %d snapshots, the most this daemon keeps for one owner",
+                             SNAPSHOT_MAX_PER_OWNER);
+}
+
 static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         SnapshotOp *op = arg;
         const SnapshotRequest *req = op->req;
@@ -111,9 +117,7 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, NULL, "this daemon keeps no snapshots");
         int64_t kept = 0;
         if (snapshot_store_count(store, row->owner, &kept) == 0 && kept >= SNAPSHOT_MAX_PER_OWNER)
-                return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "delete snapshots you no longer need",
-                                     "you keep %d snapshots, the most this daemon keeps for one owner",
-                                     SNAPSHOT_MAX_PER_OWNER);
+                return too_many_snapshots(e);
         SpecPaths p = { 0 };
         if (spec_paths(m, row->id, spec->image, &p) < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
@@ -204,6 +208,8 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                 snapshot_store_abort(store, snap.id);
         snapshot_row_done(&snap);
         log_error(rid, "snapshot of %s failed: %s", row->id, strerror(-r));
+        if (r == -EDQUOT) /* another snapshot of the owner's came first */
+                return too_many_snapshots(e);
         if (r == -ENOSPC)
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "free disk space on the host, or delete snapshots",
                                      "the host ran out of disk space while taking the snapshot; nothing was kept");

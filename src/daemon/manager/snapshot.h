@@ -2,9 +2,9 @@
 /*
  * Snapshots: what a sandbox's disk held at a moment, kept apart from the
  * sandbox, owned by the owner of the key that took it. The store keeps one
- * row per snapshot in SQLite (a table of its own, IF NOT EXISTS like the
- * ledger's) and its files under state_dir/snapshots/<id>/, written by the
- * driver's snapshot_disk.
+ * record per snapshot in the store's backend (store/store_snapshots.h) and
+ * its files under state_dir/snapshots/<id>/, written by the driver's
+ * snapshot_disk.
  *
  * Crash safety: files are written under a temporary name (.<id>.part),
  * synced, renamed into place and the directory synced, and only then is
@@ -23,38 +23,24 @@
 #include <stdint.h>
 
 #include "daemon/manager/ledger.h"
+#include "daemon/store/store.h"
+#include "daemon/store/store_snapshots.h"
 
 typedef struct SnapshotStore SnapshotStore;
 
-#define SNAPSHOT_ID_LEN 24 /* "snp_" + 20 hex digits */
 #define SNAPSHOT_MAX_RETENTION_DAYS 365
 #define SNAPSHOT_DEFAULT_RETENTION_DAYS 7
 /* Snapshots one owner may keep at once: each holds disk on the host. */
 #define SNAPSHOT_MAX_PER_OWNER 256
-/* The key of a transient snapshot's spec. */
-#define SNAPSHOT_TRANSIENT "transient"
-
-typedef struct SnapshotRow {
-        char id[SNAPSHOT_ID_LEN + 1];
-        char *owner;
-        char *key_id;
-        char *sandbox_id; /* the source */
-        char *name;       /* NULL: none */
-        char *labels;     /* JSON object text */
-        char *spec;       /* the source's spec (JSON text): shape, image, driver, env, network */
-        char mode[16];    /* "disk" */
-        char state[16];   /* "ready" */
-        int64_t size_bytes;
-        int64_t created_at;
-        int64_t expires_at; /* 0: never */
-} SnapshotRow;
 
 void snapshot_row_done(SnapshotRow *r);
 bool snapshot_id_ok(const char *s);
 
-/* price_disk_gib_hour_micros: the storage rate per GiB-hour. */
-int snapshot_store_open(const char *db_path, const char *state_dir, uint64_t price_disk_gib_hour_micros,
-                        SnapshotStore **ret);
+/* The records in backend b's store at location, the files under
+ * state_dir/snapshots; price_disk_gib_hour_micros: the storage rate per
+ * GiB-hour. */
+int snapshot_store_open(const StoreBackend *b, const char *location, const char *state_dir,
+                        uint64_t price_disk_gib_hour_micros, SnapshotStore **ret);
 void snapshot_store_close(SnapshotStore *s);
 void snapshot_store_set_ledger(SnapshotStore *s, Ledger *ledger);
 /* After a crash: removes transient snapshots, partial and row-less
@@ -68,7 +54,8 @@ int snapshot_store_start(SnapshotStore *s);
 int snapshot_store_begin(SnapshotStore *s, char ret_id[SNAPSHOT_ID_LEN + 1], char **ret_tmpdir);
 /* The files in the temporary directory become the snapshot of row (its
  * size measured here): synced, renamed, then the row inserted and its
- * storage charge opened. On failure nothing is left. */
+ * storage charge opened. On failure nothing is left; -EDQUOT when its owner
+ * keeps SNAPSHOT_MAX_PER_OWNER snapshots already. */
 int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row);
 /* Removes a begun snapshot's temporary directory. */
 void snapshot_store_abort(SnapshotStore *s, const char *id);
@@ -84,9 +71,11 @@ typedef int (*SnapshotFn)(void *userdata, SnapshotRow *row);
 int snapshot_store_list(SnapshotStore *s, const char *owner, const char *sandbox_id, const char *name,
                         int64_t cursor_at, const char *cursor_id, unsigned limit, SnapshotFn fn, void *userdata);
 /* Replaces name (set_name; NULL clears), labels (non-NULL) and expiry
- * (expires_at > 0). */
-int snapshot_store_update(SnapshotStore *s, const char *owner, const char *id, bool set_name, const char *name,
-                          const char *labels, int64_t expires_at, SnapshotRow *ret);
+ * (expires_at > 0), if the snapshot's version is still `version` (the
+ * version of a row read before; STORE_SNAPSHOT_ANY_VERSION: any): -ESTALE
+ * when another update came first, -ENOENT. */
+int snapshot_store_update(SnapshotStore *s, const char *owner, const char *id, uint64_t version, bool set_name,
+                          const char *name, const char *labels, int64_t expires_at, SnapshotRow *ret);
 /* How many snapshots owner keeps. */
 int snapshot_store_count(SnapshotStore *s, const char *owner, int64_t *ret);
 /* Deletes the row, closes its charge and removes its files. -ENOENT. */

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <sqlite3.h>
+#include <stddef.h>
 
 /* How long a writer waits for another connection's write lock. */
 #define SQLDB_BUSY_TIMEOUT_MS 10000

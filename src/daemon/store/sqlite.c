@@ -5,6 +5,7 @@
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
 #include "daemon/store/store_sandboxes.h"
+#include "daemon/store/store_snapshots.h"
 #include "daemon/store/store_uploads.h"
 
 const StoreBackend store_sqlite = {
@@ -13,5 +14,6 @@ const StoreBackend store_sqlite = {
         .ledger = &store_sqlite_ledger,
         .uploads = &store_sqlite_uploads,
         .sandboxes = &store_sqlite_sandboxes,
+        .snapshots = &store_sqlite_snapshots,
         .egress = &store_sqlite_egress,
 };
