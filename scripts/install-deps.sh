@@ -5,7 +5,9 @@ set -euo pipefail
 
 DEBS=(
   build-essential pkg-config clang libclang-rt-14-dev
-  libmicrohttpd-dev libjansson-dev libsqlite3-dev libseccomp-dev libssl-dev
+  libmicrohttpd-dev libjansson-dev libsqlite3-dev libpq-dev libseccomp-dev libssl-dev
+  # The PostgreSQL store's tests start a server of their own (tests/integration/helpers/postgres.py).
+  postgresql-15
   libcurl4-openssl-dev libcmocka-dev libhttp-parser-dev libwslay-dev zlib1g-dev
   bubblewrap lxcfs debootstrap e2fsprogs xfsprogs qemu-system-x86 iproute2 procps
   python3 python3-pip python3-venv ca-certificates curl

@@ -19,6 +19,8 @@ static inline char *pg_fresh(const char *name) {
         }
         PGconn *c = PQconnectdb(base);
         assert_int_equal(PQstatus(c), CONNECTION_OK);
+        PGresult *quiet = PQexec(c, "SET client_min_messages = warning");
+        PQclear(quiet);
         char sql[256];
         snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s", name, name);
         PGresult *r = PQexec(c, sql);

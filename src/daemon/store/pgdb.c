@@ -37,6 +37,10 @@ int pgdb_errno(const PGresult *res) {
         return -EIO;
 }
 
+/* The server's notices ("already exists, skipping") are not the log's. */
+static void quiet(void *arg, const char *message) {
+}
+
 int pgdb_open(const char *url, PgConn *ret) {
         PGconn *pg = PQconnectdb(url);
         if (!pg)
@@ -46,6 +50,7 @@ int pgdb_open(const char *url, PgConn *ret) {
                 PQfinish(pg);
                 return -ENOTCONN;
         }
+        PQsetNoticeProcessor(pg, quiet, NULL);
         int r = pgdb_schema(pg);
         if (r < 0) {
                 PQfinish(pg);
@@ -96,7 +101,9 @@ void pgp_bool(PgParams *p, bool v) {
 int pgdb_run_locked(PgConn *c, const char *sql, const PgParams *p, PGresult **ret) {
         if (p && p->n > PGDB_MAX_PARAMS)
                 return -E2BIG;
-        PGresult *res = PQexecParams(c->pg, sql, p ? p->n : 0, NULL, p ? p->v : NULL, NULL, NULL, 0);
+        /* Without parameters, the simple protocol: a migration's step is
+         * several statements, which the extended protocol refuses. */
+        PGresult *res = p ? PQexecParams(c->pg, sql, p->n, NULL, p->v, NULL, NULL, 0) : PQexec(c->pg, sql);
         int r = pgdb_errno(res);
         if (r < 0) {
                 if (r != -EEXIST && r != -EAGAIN)

@@ -45,7 +45,8 @@ void pgp_int(PgParams *p, int64_t v);
 void pgp_opt_int(PgParams *p, int64_t v); /* 0: SQL NULL */
 void pgp_bool(PgParams *p, bool v);
 
-/* Runs sql with p (NULL: none); *ret the result when it has tuples or is a
+/* Runs sql with p (NULL: none, and then sql may be several statements);
+ * *ret the result when it has tuples or is a
  * command (cleared by the caller), else a negative errno and no result. A
  * lost connection is reset once before the error is returned. */
 int pgdb_run(PgConn *c, const char *sql, const PgParams *p, PGresult **ret);
