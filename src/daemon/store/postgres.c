@@ -3,8 +3,12 @@
  * postgres_schema.c's. */
 #include "daemon/store/store.h"
 #include "daemon/store/store_keys.h"
+#include "daemon/store/store_ledger.h"
+#include "daemon/store/store_uploads.h"
 
 const StoreBackend store_postgres = {
         .name = "postgresql",
         .keys = &store_postgres_keys,
+        .ledger = &store_postgres_ledger,
+        .uploads = &store_postgres_uploads,
 };

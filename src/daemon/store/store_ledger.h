@@ -120,3 +120,5 @@ struct StoreLedgerOps {
 
 /* The SQLite backend's ledger (sqlite_ledger.c). */
 extern const StoreLedgerOps store_sqlite_ledger;
+/* The PostgreSQL backend's ledger (postgres_ledger.c). */
+extern const StoreLedgerOps store_postgres_ledger;

@@ -76,3 +76,5 @@ struct StoreUploadOps {
 
 /* The SQLite backend's uploads (sqlite_uploads.c). */
 extern const StoreUploadOps store_sqlite_uploads;
+/* The PostgreSQL backend's uploads (postgres_uploads.c). */
+extern const StoreUploadOps store_postgres_uploads;
