@@ -170,7 +170,7 @@ static void test_sandbox_limits(void **state) {
                            .state = SANDBOX_RUNNING };
         sandbox_spec_init(&row.spec);
         row.spec.image = "default";
-        row.spec.driver = "namespace";
+        row.spec.driver = SANDBOX_DRIVER_NAMESPACE;
         row.spec.on_lease_end = LEASE_END_DELETE;
         for (int i = 0; i < 3; i++) {
                 snprintf(row.id, sizeof(row.id), "sbx_%020d", i);

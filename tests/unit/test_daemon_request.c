@@ -114,7 +114,7 @@ static void test_create_defaults(void **state) {
         assert_int_equal(c.spec.memory_mib, 1024);
         assert_int_equal(c.spec.disk_mib, 2048);
         assert_string_equal(c.spec.image, "default");
-        assert_null(c.spec.driver);
+        assert_int_equal(c.spec.driver, SANDBOX_DRIVER_NONE);
         assert_null(c.name);
         assert_int_equal(c.spec.max_cost_micros, -1);
         assert_false(json_is_true(json_object_get(c.spec.network, "internet")));
@@ -224,7 +224,7 @@ static void test_create_full(void **state) {
         assert_int_equal(request_parse_create(j, &lim, &c, &e), 0);
         assert_int_equal(c.spec.on_lease_end, LEASE_END_DELETE);
         assert_int_equal(c.spec.vcpu, 8);
-        assert_string_equal(c.spec.driver, "namespace");
+        assert_int_equal(c.spec.driver, SANDBOX_DRIVER_NAMESPACE);
         assert_string_equal(c.name, "demo");
         assert_int_equal(c.spec.max_cost_micros, 0);
         assert_string_equal(json_string_value(json_array_get(json_object_get(c.spec.network, "allow"), 0)), "pypi.org");

@@ -22,7 +22,7 @@ static void test_codec_round_trip(void **state) {
         sandbox_spec_init(&s);
         assert_int_equal(s.timeout_seconds, SANDBOX_DEFAULT_TIMEOUT_SECONDS);
         s.image = strdup("default");
-        s.driver = strdup("gvisor");
+        s.driver = SANDBOX_DRIVER_GVISOR;
         s.vcpu = 2;
         s.memory_mib = 512;
         s.disk_mib = 4096;
@@ -44,7 +44,7 @@ static void test_codec_round_trip(void **state) {
         char why[128];
         assert_int_equal(sandbox_spec_decode(text, SANDBOX_SPEC_VERSION, &d, why, sizeof why), 0);
         assert_string_equal(d.image, "default");
-        assert_string_equal(d.driver, "gvisor");
+        assert_int_equal(d.driver, SANDBOX_DRIVER_GVISOR);
         assert_int_equal(d.vcpu, 2);
         assert_int_equal(d.memory_mib, 512);
         assert_int_equal(d.disk_mib, 4096);
@@ -85,11 +85,12 @@ static void test_codec_refuses(void **state) {
         assert_int_equal(sandbox_spec_decode("{}", SANDBOX_SPEC_VERSION + 1, &d, why, sizeof why), -EPROTONOSUPPORT);
         assert_non_null(strstr(why, "newer"));
         static const char *const bad[] = {
-                "", "not json", "[]", "{\"driver\":\"namespace\"}", "{\"image\":\"d\",\"driver\":\"n\",\"vcpu\":-1}",
-                "{\"image\":\"d\",\"driver\":\"n\",\"onLeaseEnd\":\"explode\"}",
-                "{\"image\":\"d\",\"driver\":\"n\",\"env\":[1]}", "{\"image\":\"d\",\"driver\":\"n\",\"autoWake\":1}",
-                "{\"image\":\"d\",\"driver\":\"n\",\"timeoutSeconds\":0}",
-                "{\"image\":\"d\",\"driver\":\"n\",\"image\":\"e\"}",
+                "", "not json", "[]", "{\"driver\":\"namespace\"}", "{\"image\":\"d\",\"driver\":\"namespace\",\"vcpu\":-1}",
+                "{\"image\":\"d\",\"driver\":\"namespace\",\"onLeaseEnd\":\"explode\"}",
+                "{\"image\":\"d\",\"driver\":\"namespace\",\"env\":[1]}", "{\"image\":\"d\",\"driver\":\"namespace\",\"autoWake\":1}",
+                "{\"image\":\"d\",\"driver\":\"namespace\",\"timeoutSeconds\":0}",
+                "{\"image\":\"d\",\"driver\":\"namespace\",\"image\":\"e\"}",
+                "{\"image\":\"d\",\"driver\":\"firecracker\"}",
         };
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
                 assert_int_equal(sandbox_spec_decode(bad[i], 1, &d, why, sizeof why), -EBADMSG);
@@ -138,7 +139,7 @@ static void make_row(SandboxRow *r, const char *id) {
         snprintf(r->id, sizeof r->id, "%s", id);
         sandbox_spec_init(&r->spec);
         r->spec.image = "default";
-        r->spec.driver = "namespace";
+        r->spec.driver = SANDBOX_DRIVER_NAMESPACE;
 }
 
 static void test_conditional_update(void **state) {

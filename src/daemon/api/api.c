@@ -640,7 +640,7 @@ json_t *api_sandbox_json(Manager *m, const SandboxRow *r) {
         uint64_t cost = sandbox_row_cost(m, r, now);
         json_t *j = json_pack("{s:s,s:o,s:O,s:s,s:s,s:s,s:i,s:i,s:i,s:O,s:I,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:o,s:o}",
                               "id", r->id, "name", r->name ? json_string(r->name) : json_null(), "labels", labels,
-                              "state", sandbox_state_name(r->state), "driver", spec->driver ? spec->driver : "",
+                              "state", sandbox_state_name(r->state), "driver", sandbox_driver_name(spec->driver) ?: "",
                               "image", spec->image ? spec->image : "", "vcpu", (int)spec->vcpu, "memoryMiB",
                               (int)spec->memory_mib, "diskMiB", (int)spec->disk_mib, "network",
                               spec->network ? spec->network : json_null(), "timeoutSeconds",

@@ -234,9 +234,8 @@ static void memory_cap(Req *r, char *buf, size_t len) {
         SandboxError se;
         if (sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se) < 0)
                 return;
-        const char *driver = row.spec.driver;
         unsigned mib = row.spec.memory_mib;
-        if (driver && strcmp(driver, "gvisor") == 0 && mib > 0)
+        if (row.spec.driver == SANDBOX_DRIVER_GVISOR && mib > 0)
                 snprintf(buf, len, "%u", mib * 3 / 4);
         sandbox_row_done(&row);
 }

@@ -460,7 +460,11 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
                         r = INVALID(e, "driver must be one of namespace, gvisor, microvm");
                         goto fail;
                 }
-                c.spec.driver = strdup(s);
+                if (sandbox_driver_from_name(s, &c.spec.driver) < 0) {
+                        r = api_error(e, 400, "invalid_request", "GET /v1/info lists the drivers",
+                                      "driver must be one of the daemon's drivers; %s is not", s);
+                        goto fail;
+                }
         }
         v = json_object_get(body, "name");
         if (v && !json_is_null(v)) {
@@ -481,8 +485,7 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
                 goto fail;
         if ((r = request_parse_secret_scope(json_object_get(body, "secrets"), "secrets", &c.spec.secrets, e)) < 0)
                 goto fail;
-        if (!c.spec.image || (json_object_get(body, "driver") && !json_is_null(json_object_get(body, "driver")) &&
-                         !c.spec.driver)) {
+        if (!c.spec.image) {
                 r = -ENOMEM;
                 goto fail;
         }

@@ -346,7 +346,7 @@ int do_delete_locked(Manager *m, SandboxRow *row, const char *rid) {
         int r = do_stop_locked(m, row, SANDBOX_STOPPED, row->failure_reason);
         if (r < 0)
                 return r;
-        const Driver *d = driver_by_name(row->spec.driver);
+        const Driver *d = driver_by_name(sandbox_driver_name(row->spec.driver));
         SpecPaths p = { 0 };
         if (d && spec_paths(m, row->id, row->spec.image, &p) == 0) {
                 DriverSpec ds;
@@ -648,17 +648,18 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                    SandboxError *e) {
         const DaemonConfig *cfg = m->cfg;
         const Driver *d;
-        if (req->spec.driver) {
-                const DriverOffer *o = config_driver_offer(cfg, req->spec.driver);
+        const char *asked = sandbox_driver_name(req->spec.driver);
+        if (asked) {
+                const DriverOffer *o = config_driver_offer(cfg, asked);
                 if (!o)
                         return sandbox_error(e, SANDBOX_ERR_INVALID, "GET /v1/info lists the drivers",
-                                         "driver must be one of the daemon's drivers; %s is not", req->spec.driver);
+                                         "driver must be one of the daemon's drivers; %s is not", asked);
                 if (!o->available)
                         return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
-                                         "driver %s cannot run on this host: %s", req->spec.driver, o->reason);
+                                         "driver %s cannot run on this host: %s", asked, o->reason);
                 if (!o->offered)
                         return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
-                                         "driver %s is not offered by this daemon", req->spec.driver);
+                                         "driver %s is not offered by this daemon", asked);
                 d = o->driver;
         } else if (!(d = cfg->default_driver))
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "run runtimed --doctor to see what this host lacks",
@@ -688,8 +689,8 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         row.labels = json_dumps(req->labels, JSON_COMPACT);
         r = sandbox_spec_copy(&req->spec, &row.spec);
         if (r == 0) {
-                free(row.spec.driver);
-                row.spec.driver = strdup(d->name);
+                if (sandbox_driver_from_name(d->name, &row.spec.driver) < 0)
+                        r = -EINVAL;
                 if (row.spec.idle_pause_seconds > 0 && row.spec.idle_pause_seconds < (int64_t)cfg->idle_pause_min_seconds)
                         row.spec.idle_pause_seconds = cfg->idle_pause_min_seconds;
                 /* A trial key's sandbox says so: its egress is to be narrower. */
@@ -699,7 +700,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         row.state = SANDBOX_STARTING;
         row.created_at = time_now_unix();
         row.run_as_root = req->run_as_root;
-        if (r < 0 || !row.owner || !row.key_id || !row.labels || !row.spec.driver || (req->name && !row.name)) {
+        if (r < 0 || !row.owner || !row.key_id || !row.labels || (req->name && !row.name)) {
                 sandbox_row_done(&row);
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
         }

@@ -182,7 +182,7 @@ int sandbox_pause(Manager *m, const KeyInfo *key, const char *id, const char *ri
 /* A stopped or failed sandbox again, on its own files; a running or paused
  * one is stopped first (restart). */
 static int reboot_locked(Manager *m, SandboxRow *row, int64_t asked_lease, const char *rid, SandboxError *e) {
-        const Driver *d = driver_by_name(row->spec.driver);
+        const Driver *d = driver_by_name(sandbox_driver_name(row->spec.driver));
         if (!d)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
         const DriverOffer *o = config_driver_offer(m->cfg, d->name);

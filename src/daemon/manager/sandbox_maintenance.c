@@ -224,7 +224,7 @@ int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret) {
 
 static int recover_one(void *userdata, SandboxRow *row) {
         Manager *m = userdata;
-        const Driver *d = driver_by_name(row->spec.driver);
+        const Driver *d = driver_by_name(sandbox_driver_name(row->spec.driver));
         SpecPaths p = { 0 };
         if (d && spec_paths(m, row->id, row->spec.image, &p) == 0) {
                 DriverSpec ds;

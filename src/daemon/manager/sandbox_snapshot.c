@@ -95,7 +95,7 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         SnapshotOp *op = arg;
         const SnapshotRequest *req = op->req;
         const SandboxSpec *spec = &row->spec;
-        const Driver *d = driver_by_name(spec->driver);
+        const Driver *d = driver_by_name(sandbox_driver_name(spec->driver));
         if (!d)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
         bool memory = req->mode && strcmp(req->mode, "memory") == 0;
@@ -176,7 +176,7 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         spec_paths_done(&p);
         if (r == 0) {
                 int64_t days = req->retention_days > 0 ? req->retention_days : SNAPSHOT_DEFAULT_RETENTION_DAYS;
-                json_t *base = json_pack("{s:s,s:s,s:i,s:i,s:i,s:I,s:O?,s:O?}", "driver", spec->driver, "image",
+                json_t *base = json_pack("{s:s,s:s,s:i,s:i,s:i,s:I,s:O?,s:O?}", "driver", sandbox_driver_name(spec->driver), "image",
                                          spec->image, "vcpu", (int)spec->vcpu, "memoryMiB", (int)spec->memory_mib,
                                          "diskMiB", (int)spec->disk_mib, "timeoutSeconds",
                                          (json_int_t)spec->timeout_seconds, "env", spec->env, "network", spec->network);

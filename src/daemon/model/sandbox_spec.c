@@ -28,6 +28,25 @@ int lease_end_from_name(const char *s, LeaseEnd *ret) {
         return -EINVAL;
 }
 
+static const char *const driver_names[] = {
+        [SANDBOX_DRIVER_NAMESPACE] = "namespace",
+        [SANDBOX_DRIVER_GVISOR] = "gvisor",
+        [SANDBOX_DRIVER_MICROVM] = "microvm",
+};
+
+const char *sandbox_driver_name(SandboxDriver d) {
+        return d > SANDBOX_DRIVER_NONE && (size_t)d < ELEMENTSOF(driver_names) ? driver_names[d] : NULL;
+}
+
+int sandbox_driver_from_name(const char *s, SandboxDriver *ret) {
+        for (size_t i = SANDBOX_DRIVER_NONE + 1; s && i < ELEMENTSOF(driver_names); i++)
+                if (strcmp(s, driver_names[i]) == 0) {
+                        *ret = (SandboxDriver)i;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
 static const char *const state_names[] = {
         [SANDBOX_STARTING] = "starting", [SANDBOX_RUNNING] = "running",   [SANDBOX_PAUSING] = "pausing",
         [SANDBOX_PAUSED] = "paused",     [SANDBOX_RESUMING] = "resuming", [SANDBOX_STOPPING] = "stopping",
@@ -62,7 +81,6 @@ void sandbox_spec_done(SandboxSpec *s) {
         if (!s)
                 return;
         free(s->image);
-        free(s->driver);
         json_decref(s->network);
         json_decref(s->env);
         json_decref(s->secrets);
@@ -72,11 +90,10 @@ void sandbox_spec_done(SandboxSpec *s) {
 int sandbox_spec_copy(const SandboxSpec *s, SandboxSpec *ret) {
         SandboxSpec c = *s;
         c.image = s->image ? strdup(s->image) : NULL;
-        c.driver = s->driver ? strdup(s->driver) : NULL;
         c.network = s->network ? json_deep_copy(s->network) : NULL;
         c.env = s->env ? json_deep_copy(s->env) : NULL;
         c.secrets = s->secrets ? json_deep_copy(s->secrets) : NULL;
-        if ((s->image && !c.image) || (s->driver && !c.driver) || (s->network && !c.network) ||
+        if ((s->image && !c.image) || (s->network && !c.network) ||
             (s->env && !c.env) || (s->secrets && !c.secrets)) {
                 sandbox_spec_done(&c);
                 return -ENOMEM;
@@ -96,7 +113,7 @@ char *sandbox_spec_encode(const SandboxSpec *s) {
                 "{s:i,s:i,s:i,s:O,s:O,s:s,s:s,s:I,s:s,s:o,s:o,s:O,s:I,s:b,s:b}", "vcpu", (int)s->vcpu, "memoryMiB",
                 (int)s->memory_mib, "diskMiB", (int)s->disk_mib, "network", s->network ? s->network : json_null(),
                 "env", s->env ? s->env : json_null(), "image", s->image ? s->image : "", "driver",
-                s->driver ? s->driver : "", "timeoutSeconds", (json_int_t)s->timeout_seconds, "onLeaseEnd",
+                sandbox_driver_name(s->driver) ?: "", "timeoutSeconds", (json_int_t)s->timeout_seconds, "onLeaseEnd",
                 lease_end_name(s->on_lease_end), "maxCostMicros", int_or_null(s->max_cost_micros),
                 "maxTotalCostMicros", int_or_null(s->max_total_cost_micros), "secrets",
                 s->secrets ? s->secrets : json_null(), "idlePauseSeconds", (json_int_t)s->idle_pause_seconds,
@@ -188,7 +205,7 @@ static int decode_v1(json_t *j, SandboxSpec *s, char *err, size_t n) {
             (r = get_bool(j, "pausable", true, &s->pausable, err, n)) < 0 ||
             (r = get_bool(j, "trial", false, &s->trial, err, n)) < 0 ||
             (r = get_string(j, "image", &s->image, err, n)) < 0 ||
-            (r = get_string(j, "driver", &s->driver, err, n)) < 0 ||
+
             (r = get_json(j, "network", false, &s->network, err, n)) < 0 ||
             (r = get_json(j, "env", false, &s->env, err, n)) < 0 ||
             (r = get_json(j, "secrets", true, &s->secrets, err, n)) < 0)
@@ -196,6 +213,11 @@ static int decode_v1(json_t *j, SandboxSpec *s, char *err, size_t n) {
         s->vcpu = (unsigned)vcpu;
         s->memory_mib = (unsigned)mem;
         s->disk_mib = (unsigned)disk;
+        const char *driver = json_string_value(json_object_get(j, "driver"));
+        if (!driver || !*driver)
+                return bad(err, n, "driver is missing");
+        if (sandbox_driver_from_name(driver, &s->driver) < 0)
+                return bad(err, n, "driver %.32s is none this daemon knows", driver);
         json_t *ole = json_object_get(j, "onLeaseEnd");
         if (ole && !json_is_null(ole) && lease_end_from_name(json_string_value(ole), &s->on_lease_end) < 0)
                 return bad(err, n, "onLeaseEnd is none of \"stop\", \"pause\", \"delete\"");

@@ -26,6 +26,20 @@ const char *lease_end_name(LeaseEnd e);
 /* -EINVAL for a name that is none of "stop", "pause", "delete". */
 int lease_end_from_name(const char *s, LeaseEnd *ret);
 
+/* The driver a sandbox runs on (docs/drivers.md). NONE only in a create
+ * that names none: the daemon's default is taken. */
+typedef enum SandboxDriver {
+        SANDBOX_DRIVER_NONE = 0,
+        SANDBOX_DRIVER_NAMESPACE,
+        SANDBOX_DRIVER_GVISOR,
+        SANDBOX_DRIVER_MICROVM,
+        _SANDBOX_DRIVER_MAX,
+} SandboxDriver;
+/* The driver's name as the API and the drivers' table say it; NULL for NONE. */
+const char *sandbox_driver_name(SandboxDriver d);
+/* -EINVAL for a name that is no driver's. */
+int sandbox_driver_from_name(const char *s, SandboxDriver *ret);
+
 /* A sandbox's state, as the API names it. */
 typedef enum SandboxState {
         SANDBOX_STARTING = 0,
@@ -45,7 +59,7 @@ int sandbox_state_from_name(const char *s, SandboxState *ret);
 
 typedef struct SandboxSpec {
         char *image;
-        char *driver; /* the driver's name, as GET /v1/info lists it */
+        SandboxDriver driver;
         unsigned vcpu;
         unsigned memory_mib;
         unsigned disk_mib;
