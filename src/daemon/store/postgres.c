@@ -2,9 +2,11 @@
  * file of this folder (postgres_<kind>.c); the schema of all of them is
  * postgres_schema.c's. */
 #include "daemon/store/store.h"
+#include "daemon/store/store_egress.h"
 #include "daemon/store/store_keys.h"
 
 const StoreBackend store_postgres = {
         .name = "postgresql",
         .keys = &store_postgres_keys,
+        .egress = &store_postgres_egress,
 };
