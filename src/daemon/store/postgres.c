@@ -2,6 +2,7 @@
  * file of this folder (postgres_<kind>.c); the schema of all of them is
  * postgres_schema.c's. */
 #include "daemon/store/store.h"
+#include "daemon/store/store_egress.h"
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
 #include "daemon/store/store_uploads.h"
@@ -11,4 +12,5 @@ const StoreBackend store_postgres = {
         .keys = &store_postgres_keys,
         .ledger = &store_postgres_ledger,
         .uploads = &store_postgres_uploads,
+        .egress = &store_postgres_egress,
 };

@@ -118,3 +118,5 @@ struct StoreEgressOps {
 };
 
 extern const StoreEgressOps store_sqlite_egress;
+/* The PostgreSQL backend's egress records (postgres_egress.c). */
+extern const StoreEgressOps store_postgres_egress;
