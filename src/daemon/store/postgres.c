@@ -3,8 +3,12 @@
  * postgres_schema.c's. */
 #include "daemon/store/store.h"
 #include "daemon/store/store_keys.h"
+#include "daemon/store/store_sandboxes.h"
+#include "daemon/store/store_snapshots.h"
 
 const StoreBackend store_postgres = {
         .name = "postgresql",
         .keys = &store_postgres_keys,
+        .sandboxes = &store_postgres_sandboxes,
+        .snapshots = &store_postgres_snapshots,
 };
