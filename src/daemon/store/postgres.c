@@ -6,6 +6,8 @@
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
 #include "daemon/store/store_uploads.h"
+#include "daemon/store/store_sandboxes.h"
+#include "daemon/store/store_snapshots.h"
 
 const StoreBackend store_postgres = {
         .name = "postgresql",
@@ -13,4 +15,6 @@ const StoreBackend store_postgres = {
         .ledger = &store_postgres_ledger,
         .uploads = &store_postgres_uploads,
         .egress = &store_postgres_egress,
+        .sandboxes = &store_postgres_sandboxes,
+        .snapshots = &store_postgres_snapshots,
 };

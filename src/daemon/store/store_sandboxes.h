@@ -76,3 +76,4 @@ struct StoreSandboxOps {
 };
 
 extern const StoreSandboxOps store_sqlite_sandboxes;
+extern const StoreSandboxOps store_postgres_sandboxes;

@@ -118,3 +118,5 @@ struct StoreSnapshotOps {
 
 /* The SQLite backend's snapshots (sqlite_snapshots.c). */
 extern const StoreSnapshotOps store_sqlite_snapshots;
+/* The PostgreSQL backend's snapshots (postgres_snapshots.c). */
+extern const StoreSnapshotOps store_postgres_snapshots;
