@@ -55,7 +55,7 @@ static void make_row(SandboxRow *r, const char *id, const char *owner) {
         snprintf(r->id, sizeof r->id, "%s", id);
         sandbox_spec_init(&r->spec);
         r->spec.image = "default";
-        r->spec.driver = "namespace";
+        r->spec.driver = SANDBOX_DRIVER_NAMESPACE;
 }
 
 static void test_sandboxes_round_trip_and_conditional_update(void **state) {
@@ -81,7 +81,7 @@ static void test_sandboxes_round_trip_and_conditional_update(void **state) {
         assert_string_equal(a.name, "first");
         assert_string_equal(a.labels, "{\"team\":\"x\"}");
         assert_string_equal(a.spec.image, "default");
-        assert_string_equal(a.spec.driver, "namespace");
+        assert_int_equal(a.spec.driver, SANDBOX_DRIVER_NAMESPACE);
         assert_int_equal(a.spec.vcpu, 2);
         assert_int_equal(a.spec.on_lease_end, LEASE_END_PAUSE);
         assert_int_equal(a.state, SANDBOX_STARTING);
