@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -47,6 +48,8 @@ typedef struct Daemon {
         HttpServer *http;
         App app;
         char listening[512]; /* "http://ADDR:PORT" or "unix:PATH" */
+        int state_lock;       /* runtimed.lock in the state directory, held while it runs */
+        PgConn db_lock;       /* with --database: the connection that holds the database's lock */
 } Daemon;
 
 char *daemon_default_state_dir(void) {
@@ -244,6 +247,22 @@ static int listen_unix(const char *path, char *desc, size_t desc_len) {
 
 /* The state directory (made, ours, 0700) and the paths that default to
  * places in it or beside runtimed. */
+static int lock_state_dir(Daemon *d) {
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "%s/runtimed.lock", d->state_dir) < 0)
+                return -ENOMEM;
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return -errno;
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                int r = -errno;
+                close(fd);
+                return r;
+        }
+        d->state_lock = fd;
+        return 0;
+}
+
 static int prepare_paths(Daemon *d, const DaemonOptions *o) {
         d->state_dir = o->cfg.state_dir ? strdup(o->cfg.state_dir) : daemon_default_state_dir();
         if (!d->state_dir) {
@@ -259,6 +278,16 @@ static int prepare_paths(Daemon *d, const DaemonOptions *o) {
         }
         if ((r = make_state_dir(d->state_dir)) < 0) {
                 log_error(NULL, "cannot use the state directory %s: %s", d->state_dir, strerror(-r));
+                return 1;
+        }
+        /* One runtimed a state directory: a second would reap the first's
+         * sandboxes as its own leftovers. */
+        if ((r = lock_state_dir(d)) < 0) {
+                if (r == -EWOULDBLOCK)
+                        log_error(NULL, "another runtimed uses the state directory %s; stop it first, or give "
+                                  "this one --state-dir", d->state_dir);
+                else
+                        log_error(NULL, "cannot lock the state directory %s: %s", d->state_dir, strerror(-r));
                 return 1;
         }
         char why[PATH_MAX + 256];
@@ -401,6 +430,16 @@ static int keep_capabilities(const Daemon *d) {
  * made on the first start. */
 static int open_store(Daemon *d) {
         int r;
+        /* One runtimed a database, until hosts share one (they will
+         * register and fence each other first): a second would take the
+         * first's running sandboxes for a crashed daemon's. */
+        if (pgdb_is_url(d->db_path) && (r = pgdb_hold_exclusive(d->db_path, &d->db_lock)) < 0) {
+                if (r == -EWOULDBLOCK)
+                        log_error(NULL, "another runtimed uses %s; one runtimed a database for now", d->db_label);
+                else
+                        log_error(NULL, "cannot reach %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
         if ((r = db_open(store_backend_for(d->db_path), d->db_path, &d->db)) < 0) {
                 if (r == -EPROTONOSUPPORT)
                         log_error(NULL, "cannot open the database %s: a newer runtimed wrote it; run that version",
@@ -585,6 +624,9 @@ static void daemon_free(Daemon *d) {
         free(d->egress_proxy);
         free(d->db_path);
         free(d->db_label);
+        pgdb_close(&d->db_lock);
+        if (d->state_lock >= 0)
+                close(d->state_lock);
         free(d);
 }
 
@@ -612,6 +654,7 @@ int daemon_run(const DaemonOptions *opts) {
                 log_error(NULL, "out of memory");
                 return 1;
         }
+        d->state_lock = -1;
         d->cfg = opts->cfg;
         int status = prepare_paths(d, opts);
         if (status == 0)
