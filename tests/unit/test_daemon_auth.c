@@ -71,11 +71,11 @@ static void test_lookup(void **state) {
         assert_int_equal(test_key_by_hash(path, hash, &k), 0);
         assert_string_equal(k.id, "key_1");
         assert_string_equal(k.owner, "alice");
-        assert_true(k.full);
+        assert_int_equal(k.access, KEY_ACCESS_FULL);
         assert_false(k.trial);
         assert_int_equal(k.daily_limit_micros, -1);
         assert_int_equal(test_key_by_hash(path, rhash, &k), 0);
-        assert_false(k.full);
+        assert_int_equal(k.access, KEY_ACCESS_READ);
         assert_true(k.trial);
         char unknown[AUTH_HASH_HEX_LEN + 1];
         auth_hash_key("rt_0000000000000000000000000000000000000000", unknown);

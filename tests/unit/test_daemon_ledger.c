@@ -315,7 +315,7 @@ static void test_keystore(void **state) {
         assert_true(route_key_id_ok(admin_id));
         assert_string_equal(rec.name, "admin");
         assert_string_equal(rec.owner, "admin");
-        assert_true(rec.full && !rec.trial);
+        assert_true(rec.access == KEY_ACCESS_FULL && !rec.trial);
         assert_int_equal(rec.daily_limit_micros, -1);
         assert_true(rec.created_at >= before && rec.created_at <= time(NULL));
         assert_int_equal(rec.revoked_at, 0);
@@ -323,7 +323,7 @@ static void test_keystore(void **state) {
         assert_true(auth_key_format_ok(secret));
         assert_int_equal(auth_hash_key(secret, hash), 0);
         assert_int_equal(test_key_by_hash(f->path, hash, &k), 0);
-        assert_true(k.full && !k.trial && keys_is_admin(&k));
+        assert_true(k.access == KEY_ACCESS_FULL && !k.trial && keys_is_admin(&k));
         KeyInfo limited_admin = k;
         limited_admin.daily_limit_micros = 5;
         assert_false(keys_is_admin(&limited_admin));
@@ -333,12 +333,12 @@ static void test_keystore(void **state) {
         assert_int_equal(keystore_create(ks, "ro", "own_c", false, 25000000, false, 0, secret, &rec), 0);
         char ro_id[32];
         snprintf(ro_id, sizeof(ro_id), "%s", rec.id);
-        assert_false(rec.full);
+        assert_int_equal(rec.access, KEY_ACCESS_READ);
         assert_int_equal(rec.daily_limit_micros, 25000000);
         keystore_record_done(&rec);
         assert_int_equal(auth_hash_key(secret, hash), 0);
         assert_int_equal(test_key_by_hash(f->path, hash, &k), 0);
-        assert_false(k.full);
+        assert_int_equal(k.access, KEY_ACCESS_READ);
         assert_int_equal(k.daily_limit_micros, 25000000);
         /* Only its owner (or any owner: NULL) revokes it, once. */
         assert_int_equal(keystore_revoke(ks, ro_id, "own_a", 1800000000), -ENOENT);
@@ -389,8 +389,8 @@ static void test_owner_names_and_trial_shape(void **state) {
         long_name[sizeof(long_name) - 1] = '\0';
         assert_false(keys_owner_ok(long_name));
 
-        KeyInfo trial = { .full = true, .trial = true, .daily_limit_micros = -1 };
-        KeyInfo full = { .full = true, .daily_limit_micros = -1 };
+        KeyInfo trial = { .access = KEY_ACCESS_FULL, .trial = true, .daily_limit_micros = -1 };
+        KeyInfo full = { .access = KEY_ACCESS_FULL, .daily_limit_micros = -1 };
         ApiError e;
         json_t *body = json_pack("{s:i}", "vcpu", 1);
         CreateRequest req = { .spec = { .vcpu = 1, .memory_mib = 1024 } };

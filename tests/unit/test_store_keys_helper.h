@@ -13,7 +13,7 @@ static inline int test_key_insert(const char *path, const char *id, const char *
         int r = store_sqlite.keys->open(path, &h);
         if (r < 0)
                 return r;
-        StoreKeyNew k = { .id = id, .name = name, .owner = owner, .hash = hash, .full = full,
+        StoreKeyNew k = { .id = id, .name = name, .owner = owner, .hash = hash, .access = full ? KEY_ACCESS_FULL : KEY_ACCESS_READ,
                           .daily_limit_micros = -1, .trial = trial, .created_at = 1 };
         KeyRecord rec = { 0 };
         r = store_sqlite.keys->insert(h, &k, 1000, 1000, &rec);

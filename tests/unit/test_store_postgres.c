@@ -65,7 +65,7 @@ static void test_errors_are_errnos(void **state) {
 }
 
 static StoreKeyNew key(const char *id, const char *owner, const char *hash, bool full, bool trial) {
-        return (StoreKeyNew){ .id = id, .name = id, .owner = owner, .hash = hash, .full = full,
+        return (StoreKeyNew){ .id = id, .name = id, .owner = owner, .hash = hash, .access = full ? KEY_ACCESS_FULL : KEY_ACCESS_READ,
                               .daily_limit_micros = -1, .trial = trial, .created_at = 100 };
 }
 
@@ -84,7 +84,7 @@ static void test_keys(void **state) {
         StoreKeyNew k = key("key_admin", "admin", hash, true, false);
         assert_int_equal(ops->insert(h, &k, 10, 10, &rec), 0);
         assert_string_equal(rec.id, "key_admin");
-        assert_true(rec.full);
+        assert_int_equal(rec.access, KEY_ACCESS_FULL);
         assert_int_equal(rec.daily_limit_micros, -1);
         store_key_record_clear(&rec);
         /* The same secret's hash twice: refused. */
@@ -93,7 +93,7 @@ static void test_keys(void **state) {
         KeyInfo info;
         assert_int_equal(ops->by_hash(h, hash, &info), 0);
         assert_string_equal(info.owner, "admin");
-        assert_true(info.full);
+        assert_int_equal(info.access, KEY_ACCESS_FULL);
         assert_int_equal(ops->by_hash(h, "0000000000000000000000000000000000000000000000000000000000000000", &info),
                          -ENOENT);
         /* An owner's bound and the trials' bound. */

@@ -34,7 +34,7 @@ static void key_insert(const char *url, const char *id, const char *owner, int64
         assert_int_equal(store_postgres.keys->open(url, &h), 0);
         char hash[64];
         snprintf(hash, sizeof hash, "hash_%s", id);
-        StoreKeyNew k = { .id = id, .name = id, .owner = owner, .hash = hash, .full = true,
+        StoreKeyNew k = { .id = id, .name = id, .owner = owner, .hash = hash, .access = KEY_ACCESS_FULL,
                           .daily_limit_micros = daily_limit, .trial = trial, .created_at = 0 };
         KeyRecord rec = { 0 };
         assert_int_equal(store_postgres.keys->insert(h, &k, 100, 100, &rec), 0);

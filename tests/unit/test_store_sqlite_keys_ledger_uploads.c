@@ -74,7 +74,7 @@ static void test_backend_table(void **state) {
 /* ---- keys ---- */
 
 static StoreKeyNew key(const char *id, const char *owner, const char *hash, bool full, bool trial) {
-        return (StoreKeyNew){ .id = id, .name = id, .owner = owner, .hash = hash, .full = full,
+        return (StoreKeyNew){ .id = id, .name = id, .owner = owner, .hash = hash, .access = full ? KEY_ACCESS_FULL : KEY_ACCESS_READ,
                               .daily_limit_micros = trial ? 5 : -1, .trial = trial, .created_at = 1800000000 };
 }
 
@@ -94,7 +94,7 @@ static void test_keys_round_trip_and_limits(void **state) {
         assert_int_equal(ops->insert(h, &k, 0, 2, &rec), 0);
         assert_string_equal(rec.id, "key_1");
         assert_string_equal(rec.owner, "own_a");
-        assert_true(rec.full);
+        assert_int_equal(rec.access, KEY_ACCESS_FULL);
         assert_false(rec.trial);
         assert_int_equal(rec.daily_limit_micros, -1);
         assert_int_equal(rec.created_at, 1800000000);
@@ -120,7 +120,7 @@ static void test_keys_round_trip_and_limits(void **state) {
         assert_int_equal(ops->list(h, "own_a", 100, &list, &n), 0);
         assert_int_equal(n, 2);
         assert_string_equal(list[0].id, "key_2"); /* newest first */
-        assert_false(list[0].full);
+        assert_int_equal(list[0].access, KEY_ACCESS_READ);
         free_list(list, n);
         assert_int_equal(ops->list(h, NULL, 100, &list, &n), 0);
         assert_int_equal(n, 3);

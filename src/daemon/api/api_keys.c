@@ -24,7 +24,7 @@ static enum MHD_Result reply_rc(Req *r, int rc, const char *what) {
 /* The API's key object, in the order clients have always seen its fields. */
 static json_t *key_json(const KeyRecord *k) {
         return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:o,s:o}", "id", k->id, "name", k->name, "owner", k->owner,
-                         "access", k->full ? "full" : "read", "dailyLimitMicros",
+                         "access", key_access_name(k->access), "dailyLimitMicros",
                          k->daily_limit_micros >= 0 ? json_integer(k->daily_limit_micros) : json_null(), "trial",
                          k->trial, "createdAt", json_time_or_null(k->created_at), "revokedAt",
                          json_time_or_null(k->revoked_at));
@@ -122,7 +122,8 @@ enum MHD_Result handle_keys_create(Req *r) {
                 return e.code ? reply_error(r, &e) : reply_internal(r);
         char secret[64];
         _cleanup_(keystore_record_done) KeyRecord k = { 0 };
-        rc = keystore_create(r->app->keys, name, owner, full, limit, false, 0, secret, &k);
+        rc = keystore_create(r->app->keys, name, owner, full ? KEY_ACCESS_FULL : KEY_ACCESS_READ, limit, false, 0,
+                             secret, &k);
         if (rc == -EDQUOT) {
                 api_error(&e, 429, "rate_limited", "revoke keys you no longer use", "the owner %s has %d keys already",
                           owner, KEYS_MAX_PER_OWNER);
@@ -289,7 +290,7 @@ static int limits_json(Req *r, json_t **ret) {
                 trial = json_pack("{s:I,s:I,s:I}", "sandboxSeconds", (json_int_t)allowance, "usedSandboxSeconds",
                                   (json_int_t)u.used_seconds, "remainingSandboxSeconds", (json_int_t)(left > 0 ? left : 0));
         }
-        *ret = json_pack("{s:s,s:s,s:s,s:b,s:{s:o,s:I,s:o,s:I,s:I,s:i,s:o},s:o}", "access", k->full ? "full" : "read",
+        *ret = json_pack("{s:s,s:s,s:s,s:b,s:{s:o,s:I,s:o,s:I,s:I,s:i,s:o},s:o}", "access", key_access_name(k->access),
                          "keyId", k->id, "owner", k->owner, "trial", k->trial, "daily", "limitMicros", limit,
                          "usedMicros", (json_int_t)u.used_micros, "remainingMicros", remaining, "settledMicros",
                          (json_int_t)u.settled_micros, "reservedMicros", (json_int_t)u.reserved_micros,
@@ -318,7 +319,7 @@ enum MHD_Result handle_me(Req *r) {
         return reply_json(r, 200,
                           json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:b,s:b,s:o}", "orgId", k->owner, "orgName",
                                     k->owner, "owner", k->owner, "principal_id", k->id, "keyId", k->id, "keyName",
-                                    k->name, "access", k->full ? "full" : "read", "trial", k->trial, "selfHosted", 1,
+                                    k->name, "access", key_access_name(k->access), "trial", k->trial, "selfHosted", 1,
                                     "limits", limits));
 }
 
@@ -340,7 +341,8 @@ enum MHD_Result handle_trial(Req *r) {
                 return reply_internal(r);
         snprintf(owner, sizeof(owner), "trial_%s", idhex);
         _cleanup_(keystore_record_done) KeyRecord k = { 0 };
-        int rc = keystore_create(r->app->keys, "trial", owner, true, -1, true, cfg->max_trial_keys, secret, &k);
+        int rc = keystore_create(r->app->keys, "trial", owner, KEY_ACCESS_FULL, -1, true, cfg->max_trial_keys, secret,
+                                 &k);
         if (rc == -EUSERS) {
                 api_error(&e, 429, "rate_limited", "ask the daemon's administrator for a full key",
                           "this daemon has handed out its %u trial keys", cfg->max_trial_keys);

@@ -443,7 +443,7 @@ static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
         if (d->access == HTTP_ACCESS_ADMIN && !keys_is_admin(&r->key))
                 return api_error(e, 403, "forbidden", "ask the daemon's administrator",
                                  "this changes what every owner uses: only the admin key may");
-        if (d->access == HTTP_ACCESS_FULL && !r->key.full)
+        if (d->access == HTTP_ACCESS_FULL && r->key.access != KEY_ACCESS_FULL)
                 return api_error(e, 403, "forbidden", "use a key with full access",
                                  "this key has read access only");
         if (d->body == HTTP_BODY_JSON || d->body == HTTP_BODY_JSON_OR_EMPTY) {

@@ -40,7 +40,7 @@ void keystore_close(KeyStore *k) {
 bool keys_is_admin(const KeyInfo *k) {
         /* A limited key of the admin owner is no admin: it could otherwise
          * mint an unlimited key for itself. */
-        return k->full && !k->trial && k->daily_limit_micros < 0 && strcmp(k->owner, KEYS_ADMIN_OWNER) == 0;
+        return k->access == KEY_ACCESS_FULL && !k->trial && k->daily_limit_micros < 0 && strcmp(k->owner, KEYS_ADMIN_OWNER) == 0;
 }
 
 bool keys_owner_ok(const char *s) {
@@ -66,7 +66,7 @@ void keystore_records_free(KeyRecord *list, size_t n) {
         free(list);
 }
 
-int keystore_create(KeyStore *ks, const char *name, const char *owner, bool full, int64_t daily_limit_micros,
+int keystore_create(KeyStore *ks, const char *name, const char *owner, KeyAccess access, int64_t daily_limit_micros,
                     bool trial, unsigned max_trial, char ret_secret[64], KeyRecord *ret) {
         char secret[AUTH_KEY_LEN + 1], hash[AUTH_HASH_HEX_LEN + 1], idhex[17], id[24];
         int r;
@@ -74,7 +74,7 @@ int keystore_create(KeyStore *ks, const char *name, const char *owner, bool full
             (r = random_hex(idhex, 8)) < 0)
                 return r;
         snprintf(id, sizeof(id), "key_%s", idhex);
-        StoreKeyNew k = { .id = id, .name = name, .owner = owner, .hash = hash, .full = full,
+        StoreKeyNew k = { .id = id, .name = name, .owner = owner, .hash = hash, .access = access,
                           .daily_limit_micros = daily_limit_micros, .trial = trial,
                           .created_at = time_now_unix() };
         KeyRecord made = { 0 };
@@ -103,7 +103,7 @@ int keystore_add_admin(KeyStore *ks, const char *hash_hex, KeyRecord *ret) {
         if (r < 0)
                 return r;
         snprintf(id, sizeof(id), "key_%s", idhex);
-        StoreKeyNew k = { .id = id, .name = "admin", .owner = KEYS_ADMIN_OWNER, .hash = hash_hex, .full = true,
+        StoreKeyNew k = { .id = id, .name = "admin", .owner = KEYS_ADMIN_OWNER, .hash = hash_hex, .access = KEY_ACCESS_FULL,
                           .daily_limit_micros = -1, .created_at = time_now_unix() };
         return ks->ops->insert(ks->h, &k, 0, KEYS_MAX_PER_OWNER, ret);
 }

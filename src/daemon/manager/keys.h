@@ -51,7 +51,7 @@ void keystore_records_free(KeyRecord *list, size_t n);
 /* A new key: the secret (once) in ret_secret and the key's record in ret.
  * -EUSERS when a trial key would pass max_trial; -EDQUOT when the owner has
  * KEYS_MAX_PER_OWNER keys. */
-int keystore_create(KeyStore *ks, const char *name, const char *owner, bool full, int64_t daily_limit_micros,
+int keystore_create(KeyStore *ks, const char *name, const char *owner, KeyAccess access, int64_t daily_limit_micros,
                     bool trial, unsigned max_trial, char ret_secret[64], KeyRecord *ret);
 /* The keys of an owner (NULL: every owner), newest first, revoked ones
  * included, at most KEYS_MAX_LISTED; free them with keystore_records_free. */

@@ -505,7 +505,7 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
                  * that polls) never keeps a sandbox from its idle pause. A
                  * request that runs long holds a stream open, which the
                  * idle check counts while it lasts. */
-                if (key->full)
+                if (key->access == KEY_ACCESS_FULL)
                         atomic_store(&found->active_ms, (int64_t)time_now_mono_ms());
                 if (!paused) {
                         *ret = found;
@@ -517,7 +517,7 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
                         return sandbox_error(e, SANDBOX_ERR_CONFLICT, "wake it: POST /v1/sandboxes/{id}:wake",
                                              "sandbox %s is paused (created with autoWake: false)", id);
                 /* A wake spends: a read key looks but never wakes. */
-                if (!key->full)
+                if (key->access != KEY_ACCESS_FULL)
                         return sandbox_error(e, SANDBOX_ERR_CONFLICT, "wake it with a full key",
                                              "sandbox %s is paused, and a read key cannot wake it", id);
                 /* Woken first, then served; one more look at the live list. */

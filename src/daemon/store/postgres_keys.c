@@ -44,7 +44,7 @@ static int key_row_read(const PGresult *res, int i, KeyRecord *ret) {
                 .id = strdup(id),
                 .name = strdup(name),
                 .owner = strdup(owner),
-                .full = strcmp(access, "full") == 0,
+                .access = strcmp(access, "full") == 0 ? KEY_ACCESS_FULL : KEY_ACCESS_READ,
                 .daily_limit_micros = pgnull(res, i, 4) ? -1 : pgi(res, i, 4),
                 .trial = pgi(res, i, 5) != 0,
                 .created_at = pgi(res, i, 6),
@@ -93,7 +93,7 @@ static int insert_tx(PgConn *c, void *userdata) {
         pgp_text(&p, k->id);
         pgp_text(&p, k->name);
         pgp_text(&p, k->owner);
-        pgp_text(&p, k->full ? "full" : "read");
+        pgp_text(&p, key_access_name(k->access));
         pgp_text(&p, k->hash);
         if (k->daily_limit_micros >= 0)
                 pgp_int(&p, k->daily_limit_micros);
@@ -223,7 +223,7 @@ static int pg_keys_by_hash(StoreKeys *h, const char *hash_hex, KeyInfo *ret) {
         snprintf(k.name, sizeof(k.name), "%s", pgv(res, 0, 1) ?: "");
         snprintf(k.owner, sizeof(k.owner), "%s", pgv(res, 0, 2) ?: "");
         const char *access = pgv(res, 0, 3);
-        k.full = access && strcmp(access, "full") == 0;
+        k.access = access && strcmp(access, "full") == 0 ? KEY_ACCESS_FULL : KEY_ACCESS_READ;
         k.daily_limit_micros = pgnull(res, 0, 4) ? -1 : pgi(res, 0, 4);
         k.trial = pgi(res, 0, 5) != 0;
         *ret = k;

@@ -54,7 +54,7 @@ static int key_row_read(sqlite3_stmt *st, KeyRecord *ret) {
                 .id = strdup(id),
                 .name = strdup(name),
                 .owner = strdup(owner),
-                .full = strcmp(access, "full") == 0,
+                .access = strcmp(access, "full") == 0 ? KEY_ACCESS_FULL : KEY_ACCESS_READ,
                 .daily_limit_micros = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 4),
                 .trial = sqlite3_column_int(st, 5) != 0,
                 .created_at = sqlite3_column_int64(st, 6),
@@ -91,7 +91,7 @@ static int insert_locked(StoreKeys *h, const StoreKeyNew *k, KeyRecord *ret) {
                 sqlite3_bind_text(st, 1, k->id, -1, SQLITE_STATIC);
                 sqlite3_bind_text(st, 2, k->name, -1, SQLITE_STATIC);
                 sqlite3_bind_text(st, 3, k->owner, -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 4, k->full ? "full" : "read", -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 4, key_access_name(k->access), -1, SQLITE_STATIC);
                 sqlite3_bind_text(st, 5, k->hash, -1, SQLITE_STATIC);
                 if (k->daily_limit_micros >= 0)
                         sqlite3_bind_int64(st, 6, k->daily_limit_micros);
@@ -268,7 +268,7 @@ static int sqlite_keys_by_hash(StoreKeys *db, const char *hash_hex, KeyInfo *ret
         copy_text(k.name, sizeof(k.name), st, 1);
         copy_text(k.owner, sizeof(k.owner), st, 2);
         const unsigned char *access = sqlite3_column_text(st, 3);
-        k.full = access && strcmp((const char *)access, "full") == 0;
+        k.access = access && strcmp((const char *)access, "full") == 0 ? KEY_ACCESS_FULL : KEY_ACCESS_READ;
         k.daily_limit_micros = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 4);
         k.trial = sqlite3_column_int(st, 5) != 0;
         *ret = k;

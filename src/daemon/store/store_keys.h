@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "daemon/model/access.h"
 #include "daemon/store/store.h"
 
 /* A key as its owner may see it: never its secret or its hash. */
@@ -17,7 +18,7 @@ typedef struct KeyRecord {
         char *id;
         char *name;
         char *owner;
-        bool full;                  /* full access, else read */
+        KeyAccess access;
         int64_t daily_limit_micros; /* -1: none */
         bool trial;
         int64_t created_at;
@@ -40,7 +41,7 @@ typedef struct StoreKeyNew {
         const char *name;
         const char *owner;
         const char *hash;
-        bool full;
+        KeyAccess access;
         int64_t daily_limit_micros; /* -1: none */
         bool trial;
         int64_t created_at;
@@ -51,7 +52,7 @@ typedef struct KeyInfo {
         char id[40];
         char name[128];
         char owner[128];
-        bool full;
+        KeyAccess access;
         int64_t daily_limit_micros; /* -1: unlimited */
         bool trial;
 } KeyInfo;
