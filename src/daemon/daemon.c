@@ -448,6 +448,8 @@ static int open_store(Daemon *d) {
                         log_error(NULL, "cannot open the database %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
+        if ((r = db_idem_drop_pending(d->db)) < 0)
+                log_warn(NULL, "dropping the idempotency claims a stopped daemon left: %s", strerror(-r));
         /* A row this daemon cannot read (a spec of a newer version, a
          * corrupt row) is refused here, by id, rather than found later. */
         if ((r = db_sandbox_check(d->db)) != 0) {

@@ -76,8 +76,13 @@ def test_a_daemon_keeps_its_state_in_postgresql(pg_daemon, postgres, any_driver)
         assert int(postgres.psql(f"SELECT count(*) FROM ledger WHERE sandbox_id = '{sbx.id}'", db)) >= 1
         # A restart: the daemon finds its sandbox (stopped, as a stop of the daemon leaves it),
         # wakes it on its files, and the secret and the snapshot are still there.
+        # A claim a daemon left pending (it died serving the request) is dropped at the next
+        # start, which holds the database alone: a retry then runs again.
+        postgres.psql("INSERT INTO idempotency (owner, key, hash, status, created_at) "
+                      "VALUES ('admin', 'left-pending', 'h', 0, 1)", db)
         d.stop()
         d.start()
+        assert postgres.psql("SELECT count(*) FROM idempotency WHERE status = 0", db).strip() == "0"
         st = api.get(f"/v1/sandboxes/{sbx.id}").json()
         assert st["state"] == "stopped", st
         r = api.post(f"/v1/sandboxes/{sbx.id}:wake", json={})

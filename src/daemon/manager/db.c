@@ -78,3 +78,7 @@ int db_idem_claim(Db *db, const char *owner, const char *key, const char *hash, 
 int db_idem_finish(Db *db, const char *owner, const char *key, unsigned status, const char *body) {
         return db->ops->idem_finish(db->h, owner, key, status, body);
 }
+
+int db_idem_drop_pending(Db *db) {
+        return db->ops->idem_drop_pending(db->h);
+}

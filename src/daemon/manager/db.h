@@ -29,3 +29,6 @@ int db_sandbox_check(Db *db);
 int db_idem_claim(Db *db, const char *owner, const char *key, const char *hash, int64_t now, unsigned *ret_status,
                   char **ret_body);
 int db_idem_finish(Db *db, const char *owner, const char *key, unsigned status, const char *body);
+/* At the start of the daemon that holds the store alone: a claim still
+ * pending belongs to a request of a daemon that is gone. */
+int db_idem_drop_pending(Db *db);

@@ -410,6 +410,10 @@ static int pg_sandboxes_idem_finish(StoreSandboxes *h, const char *owner, const 
                          &p);
 }
 
+static int pg_sandboxes_idem_drop_pending(StoreSandboxes *h) {
+        return pgdb_exec(&h->c, "DELETE FROM idempotency WHERE status = 0", NULL);
+}
+
 const StoreSandboxOps store_postgres_sandboxes = {
         .open = pg_sandboxes_open,
         .close = pg_sandboxes_close,
@@ -422,4 +426,5 @@ const StoreSandboxOps store_postgres_sandboxes = {
         .check = pg_sandboxes_check,
         .idem_claim = pg_sandboxes_idem_claim,
         .idem_finish = pg_sandboxes_idem_finish,
+        .idem_drop_pending = pg_sandboxes_idem_drop_pending,
 };

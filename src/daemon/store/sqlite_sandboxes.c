@@ -539,6 +539,11 @@ static int sq_idem_finish(StoreSandboxes *db, const char *owner, const char *key
         return rc == SQLITE_DONE ? 0 : sqldb_errno(rc);
 }
 
+static int sq_idem_drop_pending(StoreSandboxes *db) {
+        LOCKED(db);
+        return sqldb_exec(db->sql, "DELETE FROM idempotency WHERE status = 0");
+}
+
 const StoreSandboxOps store_sqlite_sandboxes = {
         .open = sq_open,
         .close = sq_close,
@@ -550,5 +555,6 @@ const StoreSandboxOps store_sqlite_sandboxes = {
         .state_counts = sq_state_counts,
         .check = sq_check,
         .idem_claim = sq_idem_claim,
+        .idem_drop_pending = sq_idem_drop_pending,
         .idem_finish = sq_idem_finish,
 };

@@ -73,6 +73,9 @@ struct StoreSandboxOps {
          * retry runs again. */
         int (*idem_finish)(StoreSandboxes *h, const char *owner, const char *key, unsigned status,
                            const char *body);
+        /* Drops every claim still pending: called by a daemon that holds
+         * the store alone, at its start, when no request can be in flight. */
+        int (*idem_drop_pending)(StoreSandboxes *h);
 };
 
 extern const StoreSandboxOps store_sqlite_sandboxes;
