@@ -85,6 +85,26 @@ int pgdb_hold_exclusive(const char *url, PgConn *ret) {
         return 0;
 }
 
+int pgdb_handle_open(const char *url, size_t size, void **ret) {
+        PgConn *h = calloc(1, size);
+        if (!h)
+                return -ENOMEM;
+        int r = pgdb_open(url, h);
+        if (r < 0) {
+                free(h);
+                return r;
+        }
+        *ret = h;
+        return 0;
+}
+
+void pgdb_handle_close(void *h) {
+        if (!h)
+                return;
+        pgdb_close(h);
+        free(h);
+}
+
 void pgdb_close(PgConn *c) {
         if (!c || !c->pg)
                 return;

@@ -23,6 +23,10 @@ typedef struct PgConn {
 /* Connects to url and makes or migrates the schema (pgdb_schema). */
 int pgdb_open(const char *url, PgConn *ret);
 void pgdb_close(PgConn *c);
+/* A kind's handle: size bytes, zeroed, whose first member is a PgConn,
+ * connected to url (pgdb_open); freed by pgdb_handle_close (NULL is fine). */
+int pgdb_handle_open(const char *url, size_t size, void **ret);
+void pgdb_handle_close(void *h);
 /* The schema of every kind, version by version (postgres_schema.c). */
 int pgdb_schema(PGconn *pg);
 

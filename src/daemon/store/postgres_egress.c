@@ -15,24 +15,13 @@ struct StoreEgress {
         PgConn c;
 };
 
+/* The handle is its connection: pgdb_handle_open's (c is first). */
 static int pg_egress_open(const char *location, StoreEgress **ret) {
-        StoreEgress *h = calloc(1, sizeof(*h));
-        if (!h)
-                return -ENOMEM;
-        int r = pgdb_open(location, &h->c);
-        if (r < 0) {
-                free(h);
-                return r;
-        }
-        *ret = h;
-        return 0;
+        return pgdb_handle_open(location, sizeof(**ret), (void **)ret);
 }
 
 static void pg_egress_close(StoreEgress *h) {
-        if (!h)
-                return;
-        pgdb_close(&h->c);
-        free(h);
+        pgdb_handle_close(h);
 }
 
 /* ---- secrets ---- */

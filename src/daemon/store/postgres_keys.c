@@ -14,24 +14,13 @@ struct StoreKeys {
         PgConn c;
 };
 
+/* The handle is its connection: pgdb_handle_open's (c is first). */
 static int pg_keys_open(const char *location, StoreKeys **ret) {
-        StoreKeys *h = calloc(1, sizeof(*h));
-        if (!h)
-                return -ENOMEM;
-        int r = pgdb_open(location, &h->c);
-        if (r < 0) {
-                free(h);
-                return r;
-        }
-        *ret = h;
-        return 0;
+        return pgdb_handle_open(location, sizeof(**ret), (void **)ret);
 }
 
 static void pg_keys_close(StoreKeys *h) {
-        if (!h)
-                return;
-        pgdb_close(&h->c);
-        free(h);
+        pgdb_handle_close(h);
 }
 
 #define KEY_COLUMNS "id, name, owner, access, daily_limit_micros, trial, created_at, revoked_at"

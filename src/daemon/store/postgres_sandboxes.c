@@ -18,24 +18,13 @@ struct StoreSandboxes {
 
 /* Unlike the SQLite backend, open leaves pending claims alone: in a shared
  * database a pending claim may be a request another host is serving now. */
+/* The handle is its connection: pgdb_handle_open's (c is first). */
 static int pg_sandboxes_open(const char *location, StoreSandboxes **ret) {
-        StoreSandboxes *h = calloc(1, sizeof(*h));
-        if (!h)
-                return -ENOMEM;
-        int r = pgdb_open(location, &h->c);
-        if (r < 0) {
-                free(h);
-                return r;
-        }
-        *ret = h;
-        return 0;
+        return pgdb_handle_open(location, sizeof(**ret), (void **)ret);
 }
 
 static void pg_sandboxes_close(StoreSandboxes *h) {
-        if (!h)
-                return;
-        pgdb_close(&h->c);
-        free(h);
+        pgdb_handle_close(h);
 }
 
 static int64_t affected(const PGresult *res) {

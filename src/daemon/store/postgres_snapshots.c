@@ -20,24 +20,13 @@ struct StoreSnapshots {
 #define NOT_TRANSIENT "(spec::jsonb ->> '" SNAPSHOT_TRANSIENT "') IS NULL"
 #define COLUMNS "id, owner, key_id, sandbox_id, name, labels, spec, mode, size_bytes, created_at, expires_at, version"
 
+/* The handle is its connection: pgdb_handle_open's (c is first). */
 static int pg_snapshots_open(const char *location, StoreSnapshots **ret) {
-        StoreSnapshots *h = calloc(1, sizeof(*h));
-        if (!h)
-                return -ENOMEM;
-        int r = pgdb_open(location, &h->c);
-        if (r < 0) {
-                free(h);
-                return r;
-        }
-        *ret = h;
-        return 0;
+        return pgdb_handle_open(location, sizeof(**ret), (void **)ret);
 }
 
 static void pg_snapshots_close(StoreSnapshots *h) {
-        if (!h)
-                return;
-        pgdb_close(&h->c);
-        free(h);
+        pgdb_handle_close(h);
 }
 
 static char *dup_col(const PGresult *res, int i, int col) {

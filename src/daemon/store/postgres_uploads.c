@@ -18,24 +18,13 @@ struct StoreUploads {
 static const char *const user_names[] = { [REQ_AS_DEFAULT] = "default", [REQ_AS_SANDBOX] = "sandbox",
                                           [REQ_AS_ROOT] = "root" };
 
+/* The handle is its connection: pgdb_handle_open's (c is first). */
 static int pg_uploads_open(const char *location, StoreUploads **ret) {
-        StoreUploads *h = calloc(1, sizeof(*h));
-        if (!h)
-                return -ENOMEM;
-        int r = pgdb_open(location, &h->c);
-        if (r < 0) {
-                free(h);
-                return r;
-        }
-        *ret = h;
-        return 0;
+        return pgdb_handle_open(location, sizeof(**ret), (void **)ret);
 }
 
 static void pg_uploads_close(StoreUploads *h) {
-        if (!h)
-                return;
-        pgdb_close(&h->c);
-        free(h);
+        pgdb_handle_close(h);
 }
 
 static int pg_uploads_insert(StoreUploads *h, const StoreUpload *u) {
