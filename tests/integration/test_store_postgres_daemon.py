@@ -104,8 +104,11 @@ def test_a_database_of_a_newer_daemon_is_refused(build_dir, image_dir, tmp_path,
     from helpers import Daemon, DaemonError
     d = Daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-pgnew",
                ["--database", postgres.url(db)])
-    with pytest.raises(DaemonError) as e:
-        d.start()
+    try:
+        with pytest.raises(DaemonError) as e:
+            d.start()
+    finally:
+        d.release_layer_pool()
     assert "newer runtimed" in str(e.value) or "newer" in d.log_path.read_text(), e.value
     # The URL (it may hold a password) is never in runtimed's own lines (the harness's "===="
     # line names its command line).
@@ -120,8 +123,11 @@ def test_one_runtimed_a_database(pg_daemon, build_dir, image_dir, tmp_path, post
     from helpers import Daemon, DaemonError
     other = Daemon(build_dir, image_dir, tmp_path / "other", f"runtime-test-{os.getpid()}-pg2",
                    ["--database", postgres.url(db)])
-    with pytest.raises(DaemonError):
-        other.start()
+    try:
+        with pytest.raises(DaemonError):
+            other.start()
+    finally:
+        other.release_layer_pool()
     assert "another runtimed uses the database of --database" in other.log_path.read_text()
     assert Api(d).get("/healthz").status_code == 200
 
@@ -129,6 +135,9 @@ def test_one_runtimed_a_database(pg_daemon, build_dir, image_dir, tmp_path, post
 def test_one_runtimed_a_state_directory(fresh_daemon, build_dir, image_dir):
     from helpers import Daemon, DaemonError
     other = Daemon(build_dir, image_dir, fresh_daemon.state_dir, f"runtime-test-{os.getpid()}-state2")
-    with pytest.raises(DaemonError):
-        other.start()
+    try:
+        with pytest.raises(DaemonError):
+            other.start()
+    finally:
+        other.release_layer_pool()
     assert "another runtimed uses the state directory" in other.log_path.read_text()
