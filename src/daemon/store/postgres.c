@@ -3,6 +3,7 @@
  * postgres_schema.c's. */
 #include "daemon/store/store.h"
 #include "daemon/store/store_egress.h"
+#include "daemon/store/store_hosts.h"
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
 #include "daemon/store/store_uploads.h"
@@ -15,6 +16,7 @@ const StoreBackend store_postgres = {
         .ledger = &store_postgres_ledger,
         .uploads = &store_postgres_uploads,
         .egress = &store_postgres_egress,
+        .hosts = &store_postgres_hosts,
         .sandboxes = &store_postgres_sandboxes,
         .snapshots = &store_postgres_snapshots,
 };

@@ -75,6 +75,11 @@ static const char *const steps[] = {
         "  bytes_out BIGINT NOT NULL, bytes_in BIGINT NOT NULL, intercepted INTEGER NOT NULL,"
         "  secrets_used INTEGER NOT NULL, rule TEXT, duration_ms BIGINT, end_reason TEXT, owner TEXT);"
         "CREATE INDEX egress_log_by_sandbox ON egress_log (sandbox, id);",
+        /* 2: the hosts that registered themselves (store_hosts.h) */
+        "CREATE TABLE hosts ("
+        "  id TEXT PRIMARY KEY, url TEXT NOT NULL, drivers TEXT NOT NULL, version TEXT NOT NULL,"
+        "  vcpu BIGINT NOT NULL, memory_mib BIGINT NOT NULL, epoch BIGINT NOT NULL,"
+        "  started_at BIGINT NOT NULL, heartbeat_at BIGINT NOT NULL);",
 };
 
 #define KIND "postgres"

@@ -2,6 +2,7 @@
  * file of this folder (sqlite_<kind>.c). */
 #include "daemon/store/store.h"
 #include "daemon/store/store_egress.h"
+#include "daemon/store/store_hosts.h"
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
 #include "daemon/store/store_sandboxes.h"
@@ -16,4 +17,5 @@ const StoreBackend store_sqlite = {
         .sandboxes = &store_sqlite_sandboxes,
         .snapshots = &store_sqlite_snapshots,
         .egress = &store_sqlite_egress,
+        .hosts = &store_sqlite_hosts,
 };

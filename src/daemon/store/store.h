@@ -32,6 +32,7 @@ typedef struct StoreUploadOps StoreUploadOps;
 typedef struct StoreSandboxOps StoreSandboxOps;
 typedef struct StoreSnapshotOps StoreSnapshotOps;
 typedef struct StoreEgressOps StoreEgressOps;
+typedef struct StoreHostOps StoreHostOps;
 
 typedef struct StoreBackend {
         const char *name;
@@ -41,6 +42,7 @@ typedef struct StoreBackend {
         const StoreSandboxOps *sandboxes; /* with the idempotency records */
         const StoreSnapshotOps *snapshots;
         const StoreEgressOps *egress; /* egress secrets and the egress audit log */
+        const StoreHostOps *hosts;    /* the runtimed hosts that registered themselves */
 } StoreBackend;
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */

@@ -1,0 +1,117 @@
+/* The host records of the PostgreSQL backend, through its table
+ * (store_postgres.hosts), against a real server: the contract
+ * (test_store_hosts_helper.h), and several hosts registering one id at
+ * once, each on its own connection, getting distinct epochs. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "daemon/store/store.h"
+#include "test_pg_harness.h"
+#include "test_store_hosts_helper.h"
+
+typedef struct Fixture {
+        char *url;
+        const StoreHostOps *ops;
+        StoreHosts *h;
+} Fixture;
+
+static int setup(void **state) {
+        Fixture *f = calloc(1, sizeof(*f));
+        if (!f)
+                return -1;
+        f->ops = store_postgres.hosts;
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state) {
+        Fixture *f = *state;
+        if (f->h)
+                f->ops->close(f->h);
+        free(f->url);
+        free(f);
+        return 0;
+}
+
+static void test_contract(void **state) {
+        Fixture *f = *state;
+        assert_non_null(f->ops);
+        f->url = pg_fresh("hosts_contract");
+        assert_int_equal(f->ops->open(f->url, &f->h), 0);
+        hosts_test_contract(f->ops, f->h);
+}
+
+#define RACERS 8
+#define ROUNDS 5
+
+typedef struct Race {
+        const StoreHostOps *ops;
+        StoreHosts *h;
+        pthread_barrier_t *start;
+        int64_t epochs[ROUNDS];
+        int failed;
+} Race;
+
+static void *race_one(void *userdata) {
+        Race *a = userdata;
+        HostRecord rec = hosts_test_record("host_racedracedraced", "http://10.0.0.1:7878");
+        pthread_barrier_wait(a->start);
+        for (int i = 0; i < ROUNDS; i++)
+                if (a->ops->register_host(a->h, &rec, 100 + i, &a->epochs[i]) < 0)
+                        a->failed++;
+        return NULL;
+}
+
+static int cmp_epoch(const void *x, const void *y) {
+        int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+        return (a > b) - (a < b);
+}
+
+static void test_register_race(void **state) {
+        Fixture *f = *state;
+        f->url = pg_fresh("hosts_race");
+        Race races[RACERS] = { 0 };
+        pthread_t t[RACERS];
+        pthread_barrier_t start;
+        assert_int_equal(pthread_barrier_init(&start, NULL, RACERS), 0);
+        for (int i = 0; i < RACERS; i++) {
+                races[i] = (Race){ .ops = f->ops, .start = &start };
+                assert_int_equal(f->ops->open(f->url, &races[i].h), 0);
+        }
+        for (int i = 0; i < RACERS; i++)
+                assert_int_equal(pthread_create(&t[i], NULL, race_one, &races[i]), 0);
+        for (int i = 0; i < RACERS; i++)
+                pthread_join(t[i], NULL);
+        int64_t all[RACERS * ROUNDS];
+        for (int i = 0; i < RACERS; i++) {
+                assert_int_equal(races[i].failed, 0);
+                memcpy(&all[i * ROUNDS], races[i].epochs, sizeof(races[i].epochs));
+                f->ops->close(races[i].h);
+        }
+        pthread_barrier_destroy(&start);
+        /* Every registration got its own epoch: exactly 1 .. RACERS * ROUNDS. */
+        qsort(all, RACERS * ROUNDS, sizeof(all[0]), cmp_epoch);
+        for (int i = 0; i < RACERS * ROUNDS; i++)
+                assert_int_equal(all[i], i + 1);
+        /* Only the last one's heartbeat is not fenced. */
+        assert_int_equal(f->ops->open(f->url, &f->h), 0);
+        assert_int_equal(f->ops->heartbeat(f->h, "host_racedracedraced", RACERS * ROUNDS, 200), 0);
+        assert_int_equal(f->ops->heartbeat(f->h, "host_racedracedraced", RACERS * ROUNDS - 1, 200), -ESTALE);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_register_race, setup, teardown),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
