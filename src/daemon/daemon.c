@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include "common/macro.h"
 #include "common/path.h"
 #include "common/random.h"
+#include "common/timeutil.h"
 #include "daemon/api/api.h"
 #include "daemon/api/api_terminal.h"
 #include "daemon/api/api_tunnel.h"
@@ -32,6 +34,7 @@
 #include "daemon/sdnotify.h"
 #include "daemon/store/pgdb.h"
 #include "daemon/store/store.h"
+#include "daemon/store/store_hosts.h"
 
 typedef struct Daemon {
         DaemonConfig cfg; /* the options' settings, with the paths worked out below */
@@ -50,7 +53,21 @@ typedef struct Daemon {
         char listening[512]; /* "http://ADDR:PORT" or "unix:PATH" */
         int state_lock;       /* runtimed.lock in the state directory, held while it runs */
         PgConn db_lock;       /* with --database: the connection that holds the database's lock */
+        /* This host's record among the hosts (store_hosts.h) and the
+         * thread that keeps it alive. */
+        const StoreHostOps *host_ops;
+        StoreHosts *hosts;
+        char host_id[64];
+        int64_t host_epoch;
+        pthread_t heartbeat;
+        bool heartbeat_running, heartbeat_stop;
+        pthread_mutex_t heartbeat_lock;
+        pthread_cond_t heartbeat_wake;
 } Daemon;
+
+/* How often this host's record is marked alive (GET /v1/hosts calls a host
+ * dead after 30 s without it: several missed beats, not one slow one). */
+#define HOST_HEARTBEAT_MS 5000
 
 char *daemon_default_state_dir(void) {
         const char *env = getenv("RUNTIME_STATE_DIR");
@@ -180,6 +197,54 @@ static int ensure_admin_key(KeyStore *keys, const char *state_dir) {
         }
         keystore_record_done(&made);
         log_info(NULL, "made the admin key: %s/admin.key", state_dir);
+        return 0;
+}
+
+/* Whether id may name a host: what the host.id file and --host-id hold. */
+static bool host_id_valid(const char *id) {
+        size_t n = strlen(id);
+        if (n == 0 || n >= sizeof(((HostRecord *)0)->id))
+                return false;
+        for (const char *c = id; *c; c++)
+                if (!(*c >= 'a' && *c <= 'z') && !(*c >= 'A' && *c <= 'Z') && !(*c >= '0' && *c <= '9') &&
+                    *c != '_' && *c != '-' && *c != '.')
+                        return false;
+        return true;
+}
+
+/* The id kept in the state directory's host.id, made on the first start
+ * ("host_" and 16 hex digits) so that a restart registers the same host. */
+static int load_host_id(const char *state_dir, char *ret, size_t n) {
+        _cleanup_close_ int dfd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return -errno;
+        char buf[128];
+        _cleanup_close_ int fd = openat(dfd, "host.id", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+                ssize_t len = read(fd, buf, sizeof(buf) - 1);
+                if (len < 0)
+                        return -errno;
+                buf[len] = '\0';
+                buf[strcspn(buf, "\r\n")] = '\0';
+                if (!host_id_valid(buf) || strlen(buf) >= n)
+                        return -EINVAL;
+                snprintf(ret, n, "%s", buf);
+                return 0;
+        }
+        if (errno != ENOENT)
+                return -errno;
+        char hex[17];
+        int r = random_hex(hex, 8);
+        if (r < 0)
+                return r;
+        snprintf(buf, sizeof(buf), "host_%s\n", hex);
+        if ((fd = openat(dfd, "host.id", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+                return -errno;
+        if (write(fd, buf, strlen(buf)) != (ssize_t)strlen(buf) || fsync(fd) < 0) {
+                (void)unlinkat(dfd, "host.id", 0);
+                return -EIO;
+        }
+        snprintf(ret, n, "host_%s", hex);
         return 0;
 }
 
@@ -473,7 +538,97 @@ static int open_store(Daemon *d) {
                 log_error(NULL, "cannot open the ledger in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
+        d->host_ops = store_backend_for(d->db_path)->hosts;
+        if ((r = d->host_ops->open(d->db_path, &d->hosts)) < 0) {
+                log_error(NULL, "cannot open the hosts in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
         return 0;
+}
+
+/* Marks this host alive every HOST_HEARTBEAT_MS until the daemon stops. A
+ * refused heartbeat (-ESTALE) means another runtimed registered this host's
+ * id since: this one is fenced, and says so once. */
+static void *heartbeat_run(void *userdata) {
+        Daemon *d = userdata;
+        bool fenced = false;
+        pthread_mutex_lock(&d->heartbeat_lock);
+        while (!d->heartbeat_stop) {
+                struct timespec deadline;
+                time_mono_deadline(&deadline, HOST_HEARTBEAT_MS);
+                while (!d->heartbeat_stop &&
+                       pthread_cond_timedwait(&d->heartbeat_wake, &d->heartbeat_lock, &deadline) != ETIMEDOUT)
+                        ;
+                if (d->heartbeat_stop)
+                        break;
+                pthread_mutex_unlock(&d->heartbeat_lock);
+                int r = d->host_ops->heartbeat(d->hosts, d->host_id, d->host_epoch, time_now_unix());
+                if (r == -ESTALE && !fenced) {
+                        log_error(NULL, "host %s: another runtimed registered this host's id since (epoch %lld "
+                                  "is fenced): its heartbeats are refused",
+                                  d->host_id, (long long)d->host_epoch);
+                        fenced = true;
+                } else if (r < 0 && r != -ESTALE)
+                        log_warn(NULL, "host %s: heartbeat: %s", d->host_id, strerror(-r));
+                pthread_mutex_lock(&d->heartbeat_lock);
+        }
+        pthread_mutex_unlock(&d->heartbeat_lock);
+        return NULL;
+}
+
+/* This host's record: its id, where it is reached, what it offers; then
+ * the heartbeat thread that keeps the record alive. */
+static int register_host(Daemon *d, const DaemonOptions *o) {
+        int r;
+        if (o->host_id) {
+                if (!host_id_valid(o->host_id)) {
+                        log_error(NULL, "--host-id: up to 63 letters, digits, '_', '-' or '.'");
+                        return 2;
+                }
+                snprintf(d->host_id, sizeof d->host_id, "%s", o->host_id);
+        } else if ((r = load_host_id(d->state_dir, d->host_id, sizeof d->host_id)) < 0) {
+                log_error(NULL, "cannot read or make the host id in %s/host.id: %s", d->state_dir, strerror(-r));
+                return 1;
+        }
+        char drivers[256] = "";
+        size_t at = 0;
+        for (unsigned i = 0; i < d->cfg.n_drivers; i++) {
+                const DriverOffer *offer = &d->cfg.drivers[i];
+                if (offer->offered && offer->available && at < sizeof drivers)
+                        at += (size_t)snprintf(drivers + at, sizeof drivers - at, "%s%s", at ? "," : "",
+                                               offer->driver->name);
+        }
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        HostRecord rec = { .url = o->advertise ? o->advertise : d->listening,
+                           .drivers = drivers,
+                           .version = (char *)RUNTIME_VERSION,
+                           .vcpu = cpus > 0 ? cpus : 0,
+                           .memory_mib = pages > 0 && page > 0 ? (int64_t)pages * page / (1024 * 1024) : 0 };
+        snprintf(rec.id, sizeof rec.id, "%s", d->host_id);
+        if ((r = d->host_ops->register_host(d->hosts, &rec, time_now_unix(), &d->host_epoch)) < 0) {
+                log_error(NULL, "cannot register host %s in %s: %s", d->host_id, d->db_label, strerror(-r));
+                return 1;
+        }
+        log_info(NULL, "registered as host %s (epoch %lld) at %s", d->host_id, (long long)d->host_epoch, rec.url);
+        pthread_mutex_init(&d->heartbeat_lock, NULL);
+        if ((r = time_cond_init_mono(&d->heartbeat_wake)) < 0 ||
+            (r = -pthread_create(&d->heartbeat, NULL, heartbeat_run, d)) < 0) {
+                log_error(NULL, "cannot start the host heartbeat: %s", strerror(-r));
+                return 1;
+        }
+        d->heartbeat_running = true;
+        return 0;
+}
+
+static void heartbeat_stop(Daemon *d) {
+        if (!d->heartbeat_running)
+                return;
+        pthread_mutex_lock(&d->heartbeat_lock);
+        d->heartbeat_stop = true;
+        pthread_cond_signal(&d->heartbeat_wake);
+        pthread_mutex_unlock(&d->heartbeat_lock);
+        pthread_join(d->heartbeat, NULL);
+        d->heartbeat_running = false;
 }
 
 /* The egress service and its proxy process (docs/egress.md). */
@@ -570,7 +725,8 @@ static int serve(Daemon *d) {
                 return 1;
         }
         d->app = (App){ .cfg = cfg, .db = d->db, .manager = d->manager, .ledger = d->ledger, .keys = d->keys,
-                        .egress = d->egress, .procs = d->procs, .snapshots = d->snapshots, .uploads = d->uploads };
+                        .egress = d->egress, .procs = d->procs, .snapshots = d->snapshots, .uploads = d->uploads,
+                        .host_ops = d->host_ops, .hosts = d->hosts };
         int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, d->keys, cfg->max_connections,
                                 cfg->max_connections_per_peer, &d->http);
         if (r < 0 || (r = http_server_start(d->http, fd)) < 0) {
@@ -597,6 +753,7 @@ static int serve(Daemon *d) {
  * ended, then the server, the processes (each ended with its channel, its
  * thread joined here) and the stores. */
 static void stop(Daemon *d) {
+        heartbeat_stop(d);
         http_server_quiesce(d->http);
         manager_shutdown(d->manager);
         terminal_close_all();
@@ -610,6 +767,8 @@ static void stop(Daemon *d) {
         egress_service_free(d->egress);
         keystore_close(d->keys);
         ledger_close(d->ledger);
+        if (d->host_ops)
+                d->host_ops->close(d->hosts);
         db_close(d->db);
         if (d->cfg.socket_path)
                 unlink(d->cfg.socket_path);
@@ -671,7 +830,8 @@ int daemon_run(const DaemonOptions *opts) {
          * about to end, and stopping the manager would stop every sandbox
          * it recovered, which the next start re-attaches instead. */
         if ((status = open_store(d)) != 0 || (status = open_egress(d, opts)) != 0 ||
-            (status = open_manager(d, opts)) != 0 || (status = serve(d)) != 0)
+            (status = open_manager(d, opts)) != 0 || (status = serve(d)) != 0 ||
+            (status = register_host(d, opts)) != 0)
                 return status;
         printf("runtimed listening on %s\n", d->listening);
         fflush(stdout);

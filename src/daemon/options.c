@@ -74,6 +74,11 @@ static const OptionSpec options[] = {
           .help = "the database, the keys, the sandboxes' layers and snapshots" },
         { .name = "image-dir", .kind = OPTION_STRING, .arg = "DIR", FIELD(cfg.image_dir),
           .def_text = "<state-dir>/images", .help = "the images" },
+        { .name = "advertise", .kind = OPTION_STRING, .arg = "URL", FIELD(advertise),
+          .def_text = "what it listens on", .help = "the URL other hosts reach this one at" },
+        { .name = "host-id", .kind = OPTION_STRING, .arg = "ID", FIELD(host_id),
+          .def_text = "the id kept in <state-dir>/host.id, made at the first start",
+          .help = "this host's id among the hosts that share a database" },
         { .name = "config", .kind = OPTION_STRING, .arg = "FILE", FIELD(config_path), .command_line_only = true,
           .help = "read settings from FILE: one `key = value` a line, the keys these options' names, "
                   "`#` comments; an option given here wins over the file" },

@@ -22,6 +22,7 @@
 #include "daemon/manager/process.h"
 #include "daemon/http/request.h"
 #include "daemon/manager/sandbox.h"
+#include "daemon/store/store_hosts.h"
 
 typedef enum RouteKind {
         ROUTE_HEALTHZ,
@@ -59,6 +60,7 @@ typedef enum RouteKind {
         ROUTE_UPLOAD_PART,
         ROUTE_UPLOAD_COMMIT,
         ROUTE_UPLOAD_ABORT,
+        ROUTE_HOSTS,
         ROUTE_KEYS_LIST,
         ROUTE_KEYS_CREATE,
         ROUTE_KEY_REVOKE,
@@ -120,6 +122,8 @@ struct App {
         atomic_bool building;  /* one image build at a time */
         SnapshotStore *snapshots;
         Uploads *uploads; /* uploads in parts */
+        const StoreHostOps *host_ops; /* the hosts sharing the store, this one among them */
+        StoreHosts *hosts;
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when

@@ -5,6 +5,7 @@
 #include "daemon/api/api_exec.h"
 #include "daemon/api/api_archive.h"
 #include "daemon/api/api_files.h"
+#include "daemon/api/api_hosts.h"
 #include "daemon/api/api_uploads.h"
 #include "daemon/api/api_images.h"
 #include "daemon/api/api_interpreter.h"
@@ -28,6 +29,7 @@ const HttpRoute api_routes[] = {
         R(ROUTE_METRICS, "metrics", "GET", "/metrics", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_metrics),
         R(ROUTE_INFO, "info", "GET", "/v1/info", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_info),
         R(ROUTE_LIMITS, "limits", "GET", "/v1/limits", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_limits),
+        R(ROUTE_HOSTS, "hosts", "GET", "/v1/hosts", HTTP_ACCESS_ADMIN, HTTP_BODY_NONE, handle_hosts),
         R(ROUTE_KEYS_LIST, "keys_list", "GET", "/v1/keys", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_keys_list),
         R(ROUTE_KEYS_CREATE, "keys_create", "POST", "/v1/keys", HTTP_ACCESS_FULL, HTTP_BODY_JSON, handle_keys_create),
         RI(ROUTE_KEY_REVOKE, "key_revoke", "DELETE", "/v1/keys/{key}", HTTP_ACCESS_FULL, HTTP_BODY_NONE,

@@ -1,0 +1,63 @@
+"""GET /v1/hosts (docs/api.md): a runtimed registers itself in its store at start-up, under the
+id kept in <state-dir>/host.id, and heartbeats; a restart registers again at the next epoch.
+Only the admin key sees the hosts."""
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+from helpers import Api, assert_error, wait_until
+
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
+def _this_host(daemon) -> dict:
+    host_id = (daemon.state_dir / "host.id").read_text().strip()
+    with Api(daemon) as c:
+        r = c.get("/v1/hosts")
+        assert r.status_code == 200, r.text
+        hosts = {h["id"]: h for h in r.json()["hosts"]}
+    assert host_id in hosts, hosts
+    return hosts[host_id]
+
+
+def test_a_daemon_registers_itself(fresh_daemon):
+    path = fresh_daemon.state_dir / "host.id"
+    assert re.fullmatch(r"host_[0-9a-f]{16}", path.read_text().strip())
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    h = _this_host(fresh_daemon)
+    assert h["url"] == fresh_daemon.base_url
+    assert h["state"] == "live"
+    assert h["epoch"] == 1
+    assert h["version"]
+    assert isinstance(h["drivers"], list) and h["drivers"], h
+    assert h["vcpu"] >= 1 and h["memoryMiB"] >= 1
+    assert RFC3339.match(h["startedAt"]) and RFC3339.match(h["heartbeatAt"]), h
+    first = h["heartbeatAt"]
+    # Heartbeats every 5 s move heartbeatAt on (RFC 3339 compares as text).
+    wait_until(lambda: _this_host(fresh_daemon)["heartbeatAt"] > first, 20, interval=0.5,
+               what="a later heartbeatAt")
+
+
+def test_a_restart_registers_the_same_id_at_the_next_epoch(fresh_daemon):
+    before = _this_host(fresh_daemon)
+    assert before["epoch"] == 1
+    assert fresh_daemon.stop() == 0
+    fresh_daemon.start()
+    after = _this_host(fresh_daemon)
+    assert after["id"] == before["id"]
+    assert after["epoch"] == 2
+    assert after["state"] == "live"
+
+
+def test_the_hosts_are_the_admin_keys(api, daemon):
+    r = api.post("/v1/keys", json={"name": "hosts-other", "owner": "hosts-other"})
+    assert r.status_code == 201, r.text
+    with Api(daemon, key=r.json()["key"]) as full:
+        assert_error(full.get("/v1/hosts"), 403, "forbidden")
+        r = full.post("/v1/keys", json={"name": "hosts-other-read", "access": "read"})
+        assert r.status_code == 201, r.text
+        with Api(daemon, key=r.json()["key"]) as read:
+            assert_error(read.get("/v1/hosts"), 403, "forbidden")
+    assert api.get("/v1/hosts").status_code == 200
