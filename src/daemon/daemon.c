@@ -226,9 +226,10 @@ static int load_host_id(const char *state_dir, char *ret, size_t n) {
                         return -errno;
                 buf[len] = '\0';
                 buf[strcspn(buf, "\r\n")] = '\0';
-                if (!host_id_valid(buf) || strlen(buf) >= n)
+                size_t idlen = strlen(buf);
+                if (!host_id_valid(buf) || idlen >= n)
                         return -EINVAL;
-                snprintf(ret, n, "%s", buf);
+                memcpy(ret, buf, idlen + 1);
                 return 0;
         }
         if (errno != ENOENT)
