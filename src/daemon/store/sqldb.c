@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 int sqldb_errno(int rc) {
         switch (rc & 0xff) {
@@ -154,4 +155,34 @@ int sqldb_migrate(sqlite3 *sql, const char *kind, const SqlMigration *steps, siz
                 return r;
         }
         return 0;
+}
+
+int sqldb_handle_open(const char *path, const char *kind, const SqlMigration *steps, size_t n, size_t size,
+                      void **ret) {
+        sqlite3 *sql = NULL;
+        int r = sqldb_open(path, &sql);
+        if (r < 0)
+                return r;
+        if (n > 0 && (r = sqldb_migrate(sql, kind, steps, n)) < 0) {
+                sqlite3_close(sql);
+                return r;
+        }
+        SqlHandle *h = calloc(1, size);
+        if (!h) {
+                sqlite3_close(sql);
+                return -ENOMEM;
+        }
+        h->sql = sql;
+        pthread_mutex_init(&h->lock, NULL);
+        *ret = h;
+        return 0;
+}
+
+void sqldb_handle_close(void *p) {
+        SqlHandle *h = p;
+        if (!h)
+                return;
+        sqlite3_close(h->sql);
+        pthread_mutex_destroy(&h->lock);
+        free(h);
 }

@@ -60,3 +60,16 @@ typedef struct SqlMigration {
  * the database is of a later version than the steps know (a newer daemon
  * wrote it). Steps are only ever appended. */
 int sqldb_migrate(sqlite3 *sql, const char *kind, const SqlMigration *steps, size_t n);
+
+/* What every SQLite kind's handle starts with: its connection and the lock
+ * that keeps its statements from interleaving. */
+typedef struct SqlHandle {
+        sqlite3 *sql;
+        pthread_mutex_t lock;
+} SqlHandle;
+/* A kind's handle of size bytes (zeroed, a SqlHandle first), its
+ * connection opened at path and its kind's steps run (n 0: none). */
+int sqldb_handle_open(const char *path, const char *kind, const SqlMigration *steps, size_t n, size_t size,
+                      void **ret);
+/* Closes and frees what sqldb_handle_open made; NULL is fine. */
+void sqldb_handle_close(void *h);

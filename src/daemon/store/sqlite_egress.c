@@ -72,11 +72,7 @@ static int sqlite_egress_open(const char *location, StoreEgress **ret) {
 }
 
 static void sqlite_egress_close(StoreEgress *h) {
-        if (!h)
-                return;
-        sqlite3_close(h->sql);
-        pthread_mutex_destroy(&h->lock);
-        free(h);
+        sqldb_handle_close(h);
 }
 
 /* Ends a transaction begun with BEGIN IMMEDIATE: COMMIT when r is not an

@@ -33,31 +33,12 @@ static const SqlMigration migrations[] = {
 };
 
 static int sqlite_hosts_open(const char *location, StoreHosts **ret) {
-        sqlite3 *sql = NULL;
-        int r = sqldb_open(location, &sql);
-        if (r < 0)
-                return r;
-        if ((r = sqldb_migrate(sql, "hosts", migrations, ELEMENTSOF(migrations))) < 0) {
-                sqlite3_close(sql);
-                return r;
-        }
-        StoreHosts *h = calloc(1, sizeof(*h));
-        if (!h) {
-                sqlite3_close(sql);
-                return -ENOMEM;
-        }
-        h->sql = sql;
-        pthread_mutex_init(&h->lock, NULL);
-        *ret = h;
-        return 0;
+        return sqldb_handle_open(location, "hosts", migrations, ELEMENTSOF(migrations), sizeof(**ret),
+                                 (void **)ret);
 }
 
 static void sqlite_hosts_close(StoreHosts *h) {
-        if (!h)
-                return;
-        sqlite3_close(h->sql);
-        pthread_mutex_destroy(&h->lock);
-        free(h);
+        sqldb_handle_close(h);
 }
 
 static int sqlite_hosts_register(StoreHosts *h, const HostRecord *in, int64_t now, int64_t *ret_epoch) {

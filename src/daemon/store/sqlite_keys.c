@@ -35,11 +35,7 @@ static int sqlite_keys_open(const char *location, StoreKeys **ret) {
 }
 
 static void sqlite_keys_close(StoreKeys *h) {
-        if (!h)
-                return;
-        sqlite3_close(h->sql);
-        pthread_mutex_destroy(&h->lock);
-        free(h);
+        sqldb_handle_close(h);
 }
 
 #define KEY_COLUMNS "id, name, owner, access, daily_limit_micros, trial, created_at, revoked_at"

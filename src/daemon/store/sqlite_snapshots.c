@@ -46,31 +46,12 @@ static const SqlMigration migrations[] = {
 #define COLUMNS "id, owner, key_id, sandbox_id, name, labels, spec, mode, size_bytes, created_at, expires_at, version"
 
 static int sqlite_snapshots_open(const char *location, StoreSnapshots **ret) {
-        sqlite3 *sql = NULL;
-        int r = sqldb_open(location, &sql);
-        if (r < 0)
-                return r;
-        if ((r = sqldb_migrate(sql, "snapshots", migrations, ELEMENTSOF(migrations))) < 0) {
-                sqlite3_close(sql);
-                return r;
-        }
-        StoreSnapshots *h = calloc(1, sizeof(*h));
-        if (!h) {
-                sqlite3_close(sql);
-                return -ENOMEM;
-        }
-        h->sql = sql;
-        pthread_mutex_init(&h->lock, NULL);
-        *ret = h;
-        return 0;
+        return sqldb_handle_open(location, "snapshots", migrations, ELEMENTSOF(migrations), sizeof(**ret),
+                                 (void **)ret);
 }
 
 static void sqlite_snapshots_close(StoreSnapshots *h) {
-        if (!h)
-                return;
-        sqlite3_close(h->sql);
-        pthread_mutex_destroy(&h->lock);
-        free(h);
+        sqldb_handle_close(h);
 }
 
 /* Ends a transaction begun with BEGIN IMMEDIATE: COMMIT when r is not an

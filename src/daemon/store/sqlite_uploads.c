@@ -40,11 +40,7 @@ static int sqlite_uploads_open(const char *location, StoreUploads **ret) {
 }
 
 static void sqlite_uploads_close(StoreUploads *h) {
-        if (!h)
-                return;
-        sqlite3_close(h->sql);
-        pthread_mutex_destroy(&h->lock);
-        free(h);
+        sqldb_handle_close(h);
 }
 
 static int sqlite_uploads_insert(StoreUploads *h, const StoreUpload *u) {
