@@ -10,6 +10,7 @@
 #include "cli/files.h"
 #include "cli/generate.h"
 #include "cli/image.h"
+#include "cli/hosts.h"
 #include "cli/keys.h"
 #include "cli/parse.h"
 #include "cli/process.h"
@@ -78,6 +79,13 @@ static const Command keys_commands[] = {
         {NULL, NULL, NULL, NULL},
 };
 
+static const Command hosts_commands[] = {
+        {"ls", "list the hosts that share the store", cmd_hosts_ls, NULL},
+        {"drain", "stop a host from starting new sandboxes", cmd_hosts_drain, NULL},
+        {"undrain", "let a drained host start sandboxes again", cmd_hosts_undrain, NULL},
+        {NULL, NULL, NULL, NULL},
+};
+
 static const Command secrets_commands[] = {
         {"set", "store a secret for the egress proxy (value from stdin)", cmd_secrets_set, NULL},
         {"rotate", "give a secret a new value (from stdin), keeping its placeholder", cmd_secrets_rotate, NULL},
@@ -94,6 +102,7 @@ static const Command commands[] = {
         {"keys", "make, list and revoke API keys", NULL, keys_commands},
         {"secrets", "secrets sandboxes use through the egress proxy, never holding them", NULL,
          secrets_commands},
+        {"hosts", "the hosts that share the store: list, drain, undrain (admin)", NULL, hosts_commands},
         {"usage", "what your sandboxes were billed", cmd_usage, NULL},
         {"limits", "the key's daily limit and what is left", cmd_limits, NULL},
         {"doctor", "check this host, the daemon and the key", cmd_doctor, NULL},

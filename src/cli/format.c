@@ -367,3 +367,11 @@ void format_file_entries(FILE *f, json_t *entries) {
         table_print(f, &t);
         table_free(&t);
 }
+
+void format_put_safe(FILE *f, const char *s, int width) {
+        int n = 0;
+        for (; s && *s; s++, n++)
+                fputc((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s, f);
+        for (; n < width; n++)
+                fputc(' ', f);
+}

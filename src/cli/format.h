@@ -16,6 +16,8 @@ void format_span(char *buf, size_t len, long long seconds);
 void format_relative(char *buf, size_t len, const char *rfc3339, time_t now);
 /* "$0.031250". */
 void format_money(char *buf, size_t len, long long micros);
+/* A string from the daemon, control characters replaced, padded to width. */
+void format_put_safe(FILE *f, const char *s, int width);
 /* "512 B", "1.5 KiB", "270.3 MiB". */
 void format_bytes(char *buf, size_t len, long long bytes);
 

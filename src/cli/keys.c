@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/client.h"
+#include "cli/format.h"
 #include "cli/endpoint.h"
 #include "cli/parse.h"
 #include "common/macro.h"
@@ -56,14 +57,6 @@ too_big:
         return -ERANGE;
 }
 
-/* Strings from the daemon go to the terminal with control characters replaced. */
-static void put_safe(FILE *f, const char *s, int width) {
-        int n = 0;
-        for (; s && *s; s++, n++)
-                fputc((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s, f);
-        for (; n < width; n++)
-                fputc(' ', f);
-}
 
 static void money(char *buf, size_t len, json_t *v) {
         if (!json_is_integer(v)) {
@@ -236,12 +229,12 @@ int cmd_keys_create(CliContext *ctx, int argc, char **argv) {
         char lim[48];
         money(lim, sizeof(lim), json_object_get(ans, "dailyLimitMicros"));
         fputs("id: ", stdout);
-        put_safe(stdout, json_string_value(json_object_get(ans, "id")), 0);
+        format_put_safe(stdout, json_string_value(json_object_get(ans, "id")), 0);
         fputs("\nowner: ", stdout);
-        put_safe(stdout, json_string_value(json_object_get(ans, "owner")), 0);
+        format_put_safe(stdout, json_string_value(json_object_get(ans, "owner")), 0);
         printf("\naccess: %s\ndaily limit: %s\n", read_only ? "read" : "full", lim);
         fputs("key: ", stdout);
-        put_safe(stdout, json_string_value(json_object_get(ans, "key")), 0);
+        format_put_safe(stdout, json_string_value(json_object_get(ans, "key")), 0);
         fputs("\n", stdout);
         fprintf(stderr, "This is the only time the key is shown: keep it (export RUNTIME_API_KEY=...).\n");
         return CLI_EXIT_OK;
@@ -262,11 +255,11 @@ int cmd_keys_ls(CliContext *ctx, int argc, char **argv) {
         json_array_foreach (json_object_get(ans, "keys"), i, k) {
                 char lim[48];
                 money(lim, sizeof(lim), json_object_get(k, "dailyLimitMicros"));
-                put_safe(stdout, json_string_value(json_object_get(k, "id")), 22);
-                put_safe(stdout, json_string_value(json_object_get(k, "name")), 18);
-                put_safe(stdout, json_string_value(json_object_get(k, "owner")), 18);
-                put_safe(stdout, json_string_value(json_object_get(k, "access")), 8);
-                put_safe(stdout, lim, 16);
+                format_put_safe(stdout, json_string_value(json_object_get(k, "id")), 22);
+                format_put_safe(stdout, json_string_value(json_object_get(k, "name")), 18);
+                format_put_safe(stdout, json_string_value(json_object_get(k, "owner")), 18);
+                format_put_safe(stdout, json_string_value(json_object_get(k, "access")), 8);
+                format_put_safe(stdout, lim, 16);
                 const char *state = json_is_string(json_object_get(k, "revokedAt")) ? "revoked"
                                     : json_is_true(json_object_get(k, "trial"))    ? "trial"
                                                                                   : "active";

@@ -18,16 +18,7 @@
 #define HOST_PATTERN_MAX 260 /* a 253-byte name and ":65535" */
 #define EGRESS_LIMIT_MAX 10000
 #define SECRET_RULES_MAX 16
-#define SECRET_RULE_MAX 2048 /* one --rule's bytes */
-
-static void put_safe(FILE *f, const char *s, int width) {
-        int n = 0;
-        for (; s && *s; s++, n++)
-                fputc((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s, f);
-        for (; n < width; n++)
-                fputc(' ', f);
-}
-
+#define SECRET_RULE_MAX 2048 
 /* [A-Za-z_][A-Za-z0-9_]{0,63}: the name is an environment variable in every
  * sandbox, and a path segment of the API. */
 static bool secret_name_valid(const char *s) {
@@ -313,7 +304,7 @@ int cmd_secrets_set(CliContext *ctx, int argc, char **argv) {
                 return CLI_EXIT_OK;
         }
         printf("%s set; sandboxes see $%s = ", name, name);
-        put_safe(stdout, json_string_value(json_object_get(ans, "placeholder")), 0);
+        format_put_safe(stdout, json_string_value(json_object_get(ans, "placeholder")), 0);
         fputc('\n', stdout);
         return CLI_EXIT_OK;
 }
@@ -364,7 +355,7 @@ int cmd_secrets_ls(CliContext *ctx, int argc, char **argv) {
         size_t i, j;
         json_t *s, *h;
         json_array_foreach(json_object_get(ans, "secrets"), i, s) {
-                put_safe(stdout, json_string_value(json_object_get(s, "name")), 24);
+                format_put_safe(stdout, json_string_value(json_object_get(s, "name")), 24);
                 fputc(' ', stdout);
                 int w = 0;
                 json_array_foreach(json_object_get(s, "hosts"), j, h) {
@@ -373,13 +364,13 @@ int cmd_secrets_ls(CliContext *ctx, int argc, char **argv) {
                                 fputc(',', stdout);
                                 w++;
                         }
-                        put_safe(stdout, hs, 0);
+                        format_put_safe(stdout, hs, 0);
                         w += hs ? (int)strlen(hs) : 0;
                 }
                 for (; w < 30; w++)
                         fputc(' ', stdout);
                 fputc(' ', stdout);
-                put_safe(stdout, json_string_value(json_object_get(s, "placeholder")), 0);
+                format_put_safe(stdout, json_string_value(json_object_get(s, "placeholder")), 0);
                 fputc('\n', stdout);
         }
         return CLI_EXIT_OK;
@@ -501,18 +492,18 @@ int cmd_sandbox_egress(CliContext *ctx, int argc, char **argv) {
                 format_bytes(out, sizeof(out),
                              (long long)json_integer_value(json_object_get(en, "bytesOut")));
                 format_bytes(in, sizeof(in), (long long)json_integer_value(json_object_get(en, "bytesIn")));
-                put_safe(stdout, json_string_value(json_object_get(en, "at")), 21);
+                format_put_safe(stdout, json_string_value(json_object_get(en, "at")), 21);
                 fputc(' ', stdout);
-                put_safe(stdout, json_string_value(json_object_get(en, "kind")), 8);
+                format_put_safe(stdout, json_string_value(json_object_get(en, "kind")), 8);
                 fputc(' ', stdout);
-                put_safe(stdout, hp, 32);
+                format_put_safe(stdout, hp, 32);
                 fputc(' ', stdout);
                 const char *result =
                         json_is_true(json_object_get(en, "allowed"))
                                 ? (json_is_true(json_object_get(en, "intercepted")) ? "allowed*" : "allowed")
                                 : "refused";
                 printf("%-8s %9s %9s  ", result, out, in);
-                put_safe(stdout, json_string_value(json_object_get(en, "reason")), 0);
+                format_put_safe(stdout, json_string_value(json_object_get(en, "reason")), 0);
                 fputc('\n', stdout);
         }
         if (json_array_size(json_object_get(ans, "entries")) == 0)

@@ -8,18 +8,12 @@
 #include <time.h>
 
 #include "cli/client.h"
+#include "cli/format.h"
 #include "cli/parse.h"
 #include "common/macro.h"
 
 #define USAGE_SINCE_MAX_S (400LL * 86400)
 
-static void put_safe(FILE *f, const char *s, int width) {
-        int n = 0;
-        for (; s && *s; s++, n++)
-                fputc((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s, f);
-        for (; n < width; n++)
-                fputc(' ', f);
-}
 
 static void money(char *buf, size_t len, json_t *v) {
         if (!json_is_integer(v)) {
@@ -121,9 +115,9 @@ int cmd_usage(CliContext *ctx, int argc, char **argv) {
         char total[48];
         money(total, sizeof(total), json_object_get(ans, "totalMicros"));
         fputs("window: ", stdout);
-        put_safe(stdout, json_string_value(json_object_get(ans, "since")), 0);
+        format_put_safe(stdout, json_string_value(json_object_get(ans, "since")), 0);
         fputs(" .. ", stdout);
-        put_safe(stdout, json_string_value(json_object_get(ans, "until")), 0);
+        format_put_safe(stdout, json_string_value(json_object_get(ans, "until")), 0);
         printf("\ntotal: %s for %lld sandbox-seconds\n\n", total,
                (long long)json_integer_value(json_object_get(ans, "totalSeconds")));
         printf("%-26s%-22s%-10s%-16s%s\n", "SANDBOX", "KEY", "SECONDS", "COST", "");
@@ -133,10 +127,10 @@ int cmd_usage(CliContext *ctx, int argc, char **argv) {
                 char m[48], secs[32];
                 money(m, sizeof(m), json_object_get(s, "micros"));
                 snprintf(secs, sizeof(secs), "%lld", (long long)json_integer_value(json_object_get(s, "seconds")));
-                put_safe(stdout, json_string_value(json_object_get(s, "sandboxId")), 26);
-                put_safe(stdout, json_string_value(json_object_get(s, "keyId")), 22);
-                put_safe(stdout, secs, 10);
-                put_safe(stdout, m, 16);
+                format_put_safe(stdout, json_string_value(json_object_get(s, "sandboxId")), 26);
+                format_put_safe(stdout, json_string_value(json_object_get(s, "keyId")), 22);
+                format_put_safe(stdout, secs, 10);
+                format_put_safe(stdout, m, 16);
                 printf("%s\n", json_is_true(json_object_get(s, "running")) ? "running" : "");
         }
         printf("\n%-22s%-18s%-10s%s\n", "KEY", "NAME", "SECONDS", "COST");
@@ -144,10 +138,10 @@ int cmd_usage(CliContext *ctx, int argc, char **argv) {
                 char m[48], secs[32];
                 money(m, sizeof(m), json_object_get(s, "micros"));
                 snprintf(secs, sizeof(secs), "%lld", (long long)json_integer_value(json_object_get(s, "seconds")));
-                put_safe(stdout, json_string_value(json_object_get(s, "keyId")), 22);
-                put_safe(stdout, json_string_value(json_object_get(s, "name")), 18);
-                put_safe(stdout, secs, 10);
-                put_safe(stdout, m, 0);
+                format_put_safe(stdout, json_string_value(json_object_get(s, "keyId")), 22);
+                format_put_safe(stdout, json_string_value(json_object_get(s, "name")), 18);
+                format_put_safe(stdout, secs, 10);
+                format_put_safe(stdout, m, 0);
                 fputc('\n', stdout);
         }
         return CLI_EXIT_OK;
@@ -170,16 +164,16 @@ int cmd_limits(CliContext *ctx, int argc, char **argv) {
         money(settled, sizeof(settled), json_object_get(d, "settledMicros"));
         money(reserved, sizeof(reserved), json_object_get(d, "reservedMicros"));
         fputs("key: ", stdout);
-        put_safe(stdout, json_string_value(json_object_get(ans, "keyId")), 0);
+        format_put_safe(stdout, json_string_value(json_object_get(ans, "keyId")), 0);
         fputs("\nowner: ", stdout);
-        put_safe(stdout, json_string_value(json_object_get(ans, "owner")), 0);
+        format_put_safe(stdout, json_string_value(json_object_get(ans, "owner")), 0);
         fputs("\naccess: ", stdout);
-        put_safe(stdout, json_string_value(json_object_get(ans, "access")), 0);
+        format_put_safe(stdout, json_string_value(json_object_get(ans, "access")), 0);
         printf("\ndaily limit: %s\nused (24h): %s (%s settled, %s reserved)\nremaining: %s\n", lim, used, settled,
                reserved, json_is_integer(json_object_get(d, "remainingMicros")) ? left : "unlimited");
         if (json_is_string(json_object_get(d, "freesAt"))) {
                 fputs("oldest charge leaves the window: ", stdout);
-                put_safe(stdout, json_string_value(json_object_get(d, "freesAt")), 0);
+                format_put_safe(stdout, json_string_value(json_object_get(d, "freesAt")), 0);
                 fputc('\n', stdout);
         }
         json_t *t = json_object_get(ans, "trialAllowance");

@@ -34,6 +34,7 @@
 #include "daemon/sdnotify.h"
 #include "daemon/store/pgdb.h"
 #include "daemon/store/store.h"
+#include "daemon/manager/fleet.h"
 #include "daemon/store/store_hosts.h"
 
 typedef struct Daemon {
@@ -52,22 +53,13 @@ typedef struct Daemon {
         App app;
         char listening[512]; /* "http://ADDR:PORT" or "unix:PATH" */
         int state_lock;       /* runtimed.lock in the state directory, held while it runs */
-        PgConn db_lock;       /* with --database: the connection that holds the database's lock */
-        /* This host's record among the hosts (store_hosts.h) and the
-         * thread that keeps it alive. */
+        int listen_fd;        /* bound before the store opens: the URL other hosts reach */
+        /* This host's record among the hosts (store_hosts.h) and what keeps
+         * it alive (manager/fleet.h). */
         const StoreHostOps *host_ops;
         StoreHosts *hosts;
-        char host_id[64];
-        int64_t host_epoch;
-        pthread_t heartbeat;
-        bool heartbeat_running, heartbeat_stop;
-        pthread_mutex_t heartbeat_lock;
-        pthread_cond_t heartbeat_wake;
+        Fleet *fleet;
 } Daemon;
-
-/* How often this host's record is marked alive (GET /v1/hosts calls a host
- * dead after 30 s without it: several missed beats, not one slow one). */
-#define HOST_HEARTBEAT_MS 5000
 
 char *daemon_default_state_dir(void) {
         const char *env = getenv("RUNTIME_STATE_DIR");
@@ -496,16 +488,8 @@ static int keep_capabilities(const Daemon *d) {
  * made on the first start. */
 static int open_store(Daemon *d) {
         int r;
-        /* One runtimed a database, until hosts share one (they will
-         * register and fence each other first): a second would take the
-         * first's running sandboxes for a crashed daemon's. */
-        if (pgdb_is_url(d->db_path) && (r = pgdb_hold_exclusive(d->db_path, &d->db_lock)) < 0) {
-                if (r == -EWOULDBLOCK)
-                        log_error(NULL, "another runtimed uses %s; one runtimed a database for now", d->db_label);
-                else
-                        log_error(NULL, "cannot reach %s: %s", d->db_label, strerror(-r));
-                return 1;
-        }
+        /* Many hosts may share a database: each works on its own sandboxes
+         * (manager/fleet.h); one runtimed a state directory (runtimed.lock). */
         if ((r = db_open(store_backend_for(d->db_path), d->db_path, &d->db)) < 0) {
                 if (r == -EPROTONOSUPPORT)
                         log_error(NULL, "cannot open the database %s: a newer runtimed wrote it; run that version",
@@ -514,8 +498,6 @@ static int open_store(Daemon *d) {
                         log_error(NULL, "cannot open the database %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
-        if ((r = db_idem_drop_pending(d->db)) < 0)
-                log_warn(NULL, "dropping the idempotency claims a stopped daemon left: %s", strerror(-r));
         /* A row this daemon cannot read (a spec of a newer version, a
          * corrupt row) is refused here, by id, rather than found later. */
         if ((r = db_sandbox_check(d->db)) != 0) {
@@ -547,47 +529,19 @@ static int open_store(Daemon *d) {
         return 0;
 }
 
-/* Marks this host alive every HOST_HEARTBEAT_MS until the daemon stops. A
- * refused heartbeat (-ESTALE) means another runtimed registered this host's
- * id since: this one is fenced, and says so once. */
-static void *heartbeat_run(void *userdata) {
-        Daemon *d = userdata;
-        bool fenced = false;
-        pthread_mutex_lock(&d->heartbeat_lock);
-        while (!d->heartbeat_stop) {
-                struct timespec deadline;
-                time_mono_deadline(&deadline, HOST_HEARTBEAT_MS);
-                while (!d->heartbeat_stop &&
-                       pthread_cond_timedwait(&d->heartbeat_wake, &d->heartbeat_lock, &deadline) != ETIMEDOUT)
-                        ;
-                if (d->heartbeat_stop)
-                        break;
-                pthread_mutex_unlock(&d->heartbeat_lock);
-                int r = d->host_ops->heartbeat(d->hosts, d->host_id, d->host_epoch, time_now_unix());
-                if (r == -ESTALE && !fenced) {
-                        log_error(NULL, "host %s: another runtimed registered this host's id since (epoch %lld "
-                                  "is fenced): its heartbeats are refused",
-                                  d->host_id, (long long)d->host_epoch);
-                        fenced = true;
-                } else if (r < 0 && r != -ESTALE)
-                        log_warn(NULL, "host %s: heartbeat: %s", d->host_id, strerror(-r));
-                pthread_mutex_lock(&d->heartbeat_lock);
-        }
-        pthread_mutex_unlock(&d->heartbeat_lock);
-        return NULL;
-}
-
-/* This host's record: its id, where it is reached, what it offers; then
- * the heartbeat thread that keeps the record alive. */
-static int register_host(Daemon *d, const DaemonOptions *o) {
+/* This host's record among the hosts: its id, where it is reached, what
+ * it offers. Joining registers it (a new epoch) before its own sandboxes
+ * are recovered, so that every write of theirs is this epoch's. */
+static int join_fleet(Daemon *d, const DaemonOptions *o) {
         int r;
+        char host_id[64];
         if (o->host_id) {
                 if (!host_id_valid(o->host_id)) {
                         log_error(NULL, "--host-id: up to 63 letters, digits, '_', '-' or '.'");
                         return 2;
                 }
-                snprintf(d->host_id, sizeof d->host_id, "%s", o->host_id);
-        } else if ((r = load_host_id(d->state_dir, d->host_id, sizeof d->host_id)) < 0) {
+                snprintf(host_id, sizeof host_id, "%s", o->host_id);
+        } else if ((r = load_host_id(d->state_dir, host_id, sizeof host_id)) < 0) {
                 log_error(NULL, "cannot read or make the host id in %s/host.id: %s", d->state_dir, strerror(-r));
                 return 1;
         }
@@ -605,31 +559,22 @@ static int register_host(Daemon *d, const DaemonOptions *o) {
                            .version = (char *)RUNTIME_VERSION,
                            .vcpu = cpus > 0 ? cpus : 0,
                            .memory_mib = pages > 0 && page > 0 ? (int64_t)pages * page / (1024 * 1024) : 0 };
-        snprintf(rec.id, sizeof rec.id, "%s", d->host_id);
-        if ((r = d->host_ops->register_host(d->hosts, &rec, time_now_unix(), &d->host_epoch)) < 0) {
-                log_error(NULL, "cannot register host %s in %s: %s", d->host_id, d->db_label, strerror(-r));
+        snprintf(rec.id, sizeof rec.id, "%s", host_id);
+        FleetConfig fc = { .ops = d->host_ops,
+                           .hosts = d->hosts,
+                           .db = d->db,
+                           .ledger = d->ledger,
+                           .manager = d->manager,
+                           .self = &rec,
+                           .dead_after_seconds = o->host_dead_after_seconds ? o->host_dead_after_seconds
+                                                                            : FLEET_DEAD_AFTER_DEFAULT_SECONDS };
+        if ((r = fleet_join(&fc, &d->fleet)) < 0) {
+                log_error(NULL, "cannot register host %s in %s: %s", host_id, d->db_label, strerror(-r));
                 return 1;
         }
-        log_info(NULL, "registered as host %s (epoch %lld) at %s", d->host_id, (long long)d->host_epoch, rec.url);
-        pthread_mutex_init(&d->heartbeat_lock, NULL);
-        if ((r = time_cond_init_mono(&d->heartbeat_wake)) < 0 ||
-            (r = -pthread_create(&d->heartbeat, NULL, heartbeat_run, d)) < 0) {
-                log_error(NULL, "cannot start the host heartbeat: %s", strerror(-r));
-                return 1;
-        }
-        d->heartbeat_running = true;
+        log_info(NULL, "registered as host %s (epoch %lld) at %s", host_id, (long long)fleet_epoch(d->fleet),
+                 rec.url);
         return 0;
-}
-
-static void heartbeat_stop(Daemon *d) {
-        if (!d->heartbeat_running)
-                return;
-        pthread_mutex_lock(&d->heartbeat_lock);
-        d->heartbeat_stop = true;
-        pthread_cond_signal(&d->heartbeat_wake);
-        pthread_mutex_unlock(&d->heartbeat_lock);
-        pthread_join(d->heartbeat, NULL);
-        d->heartbeat_running = false;
 }
 
 /* The egress service and its proxy process (docs/egress.md). */
@@ -692,6 +637,8 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         manager_set_egress(d->manager, d->egress);
         manager_set_snapshots(d->manager, d->snapshots);
         manager_set_uploads(d->manager, d->uploads);
+        if ((r = join_fleet(d, o)) != 0)
+                return r;
         if ((r = manager_recover(d->manager)) < 0) {
                 log_error(NULL, "recovering sandboxes: %s", strerror(-r));
                 return 1;
@@ -710,7 +657,7 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
 
 /* The listening socket, the HTTP server over the route table, and the
  * timers (snapshot and upload expiry, leases). */
-static int serve(Daemon *d) {
+static int open_listener(Daemon *d) {
         const DaemonConfig *cfg = &d->cfg;
         int fd = cfg->socket_path ? listen_unix(cfg->socket_path, d->listening, sizeof(d->listening))
                                   : listen_tcp(cfg->listen_addr, d->listening, sizeof(d->listening));
@@ -719,6 +666,14 @@ static int serve(Daemon *d) {
                           fd == -EINVAL ? "not ADDR:PORT" : strerror(-fd));
                 return 1;
         }
+        d->listen_fd = fd;
+        return 0;
+}
+
+static int serve(Daemon *d) {
+        const DaemonConfig *cfg = &d->cfg;
+        int fd = d->listen_fd;
+        d->listen_fd = -1;
         d->procs = proc_table_new();
         if (!d->procs) {
                 close(fd);
@@ -727,9 +682,11 @@ static int serve(Daemon *d) {
         }
         d->app = (App){ .cfg = cfg, .db = d->db, .manager = d->manager, .ledger = d->ledger, .keys = d->keys,
                         .egress = d->egress, .procs = d->procs, .snapshots = d->snapshots, .uploads = d->uploads,
-                        .host_ops = d->host_ops, .hosts = d->hosts };
+                        .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet };
         int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, d->keys, cfg->max_connections,
                                 cfg->max_connections_per_peer, &d->http);
+        if (r == 0)
+                http_server_set_fleet(d->http, d->fleet);
         if (r < 0 || (r = http_server_start(d->http, fd)) < 0) {
                 log_error(NULL, "cannot start the HTTP server on %s: %s", d->listening, strerror(-r));
                 return 1;
@@ -746,6 +703,10 @@ static int serve(Daemon *d) {
                 log_error(NULL, "cannot start the lease timer: %s", strerror(-r));
                 return 1;
         }
+        if ((r = fleet_start(d->fleet)) < 0) {
+                log_error(NULL, "cannot start the host heartbeat: %s", strerror(-r));
+                return 1;
+        }
         return 0;
 }
 
@@ -754,7 +715,7 @@ static int serve(Daemon *d) {
  * ended, then the server, the processes (each ended with its channel, its
  * thread joined here) and the stores. */
 static void stop(Daemon *d) {
-        heartbeat_stop(d);
+        fleet_stop(d->fleet);
         http_server_quiesce(d->http);
         manager_shutdown(d->manager);
         terminal_close_all();
@@ -762,6 +723,7 @@ static void stop(Daemon *d) {
         http_server_stop(d->http);
         http_server_free(d->http);
         proc_table_free(d->procs);
+        fleet_free(d->fleet);
         manager_free(d->manager);
         uploads_close(d->uploads);
         snapshot_store_close(d->snapshots);
@@ -786,7 +748,8 @@ static void daemon_free(Daemon *d) {
         free(d->egress_proxy);
         free(d->db_path);
         free(d->db_label);
-        pgdb_close(&d->db_lock);
+        if (d->listen_fd >= 0)
+                close(d->listen_fd);
         if (d->state_lock >= 0)
                 close(d->state_lock);
         free(d);
@@ -817,6 +780,7 @@ int daemon_run(const DaemonOptions *opts) {
                 return 1;
         }
         d->state_lock = -1;
+        d->listen_fd = -1;
         d->cfg = opts->cfg;
         int status = prepare_paths(d, opts);
         if (status == 0)
@@ -830,9 +794,9 @@ int daemon_run(const DaemonOptions *opts) {
         /* From here a failure leaves the parts as they are: the process is
          * about to end, and stopping the manager would stop every sandbox
          * it recovered, which the next start re-attaches instead. */
-        if ((status = open_store(d)) != 0 || (status = open_egress(d, opts)) != 0 ||
-            (status = open_manager(d, opts)) != 0 || (status = serve(d)) != 0 ||
-            (status = register_host(d, opts)) != 0)
+        if ((status = open_listener(d)) != 0 || (status = open_store(d)) != 0 ||
+            (status = open_egress(d, opts)) != 0 || (status = open_manager(d, opts)) != 0 ||
+            (status = serve(d)) != 0)
                 return status;
         printf("runtimed listening on %s\n", d->listening);
         fflush(stdout);

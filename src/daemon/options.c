@@ -16,6 +16,7 @@
 
 #include "common/macro.h"
 #include "daemon/egress/egress_service.h"
+#include "daemon/manager/fleet.h"
 #include "daemon/manager/keys.h"
 #include "daemon/manager/uploads.h"
 #include "driver/driver.h"
@@ -79,6 +80,10 @@ static const OptionSpec options[] = {
         { .name = "host-id", .kind = OPTION_STRING, .arg = "ID", FIELD(host_id),
           .def_text = "the id kept in <state-dir>/host.id, made at the first start",
           .help = "this host's id among the hosts that share a database" },
+        NUMBER("host-dead-after-seconds", host_dead_after_seconds, FLEET_DEAD_AFTER_MIN_SECONDS,
+               FLEET_DEAD_AFTER_MAX_SECONDS, FLEET_DEAD_AFTER_DEFAULT_SECONDS,
+               "a host whose heartbeat is this old is declared dead and its sandboxes lost; a host that "
+               "cannot renew its own for this long fences itself"),
         { .name = "config", .kind = OPTION_STRING, .arg = "FILE", FIELD(config_path), .command_line_only = true,
           .help = "read settings from FILE: one `key = value` a line, the keys these options' names, "
                   "`#` comments; an option given here wins over the file" },

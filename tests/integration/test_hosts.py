@@ -61,3 +61,47 @@ def test_the_hosts_are_the_admin_keys(api, daemon):
         with Api(daemon, key=r.json()["key"]) as read:
             assert_error(read.get("/v1/hosts"), 403, "forbidden")
     assert api.get("/v1/hosts").status_code == 200
+
+
+def test_a_drained_host_starts_nothing_new(fresh_daemon, build_dir):
+    # Drained (through the CLI), the host refuses a create with the published client's
+    # capacity error (which its create waits out), keeps the sandbox it has, stays drained
+    # across a restart, and takes creates again once undrained.
+    import subprocess
+    host_id = _this_host(fresh_daemon)["id"]
+
+    def cli(*args):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RUNTIME_")}
+        env.update(fresh_daemon.env())
+        return subprocess.run([str(build_dir / "runtime"), *args], env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    with Api(fresh_daemon) as c:
+        kept = c.create_sandbox(timeoutSeconds=120)
+        r = cli("hosts", "drain", host_id)
+        assert r.returncode == 0 and "draining" in r.stdout, (r.stdout, r.stderr)
+        assert_error(c.post("/v1/sandboxes", json={}), 503, "no_capacity")
+        assert kept.run("echo on") == "on\n"
+        r = cli("hosts", "ls")
+        assert r.returncode == 0 and host_id in r.stdout and "draining" in r.stdout, r.stdout
+        r = cli("hosts", "drain", "no/such")
+        assert r.returncode != 0 and "not a host id" in r.stderr, r.stderr
+        assert_error(c.post("/v1/hosts/host-none:drain", json={}), 404, "not_found")
+    assert fresh_daemon.stop() == 0
+    fresh_daemon.start()
+    assert _this_host(fresh_daemon)["state"] == "draining"
+    with Api(fresh_daemon) as c:
+        assert_error(c.post("/v1/sandboxes", json={}), 503, "no_capacity")
+        r = cli("--json", "hosts", "undrain", host_id)
+        assert r.returncode == 0, r.stderr
+        assert '"live"' in r.stdout, r.stdout
+        assert c.create_sandbox(timeoutSeconds=60).run("echo again") == "again\n"
+
+
+def test_draining_is_the_admin_keys(api, daemon):
+    r = api.post("/v1/keys", json={"name": "drain-other", "owner": "drain-other"})
+    assert r.status_code == 201, r.text
+    host_id = (daemon.state_dir / "host.id").read_text().strip()
+    with Api(daemon, key=r.json()["key"]) as full:
+        assert_error(full.post(f"/v1/hosts/{host_id}:drain", json={}), 403, "forbidden")
+    assert _this_host(daemon)["state"] == "live"

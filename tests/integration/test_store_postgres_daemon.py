@@ -116,20 +116,64 @@ def test_a_database_of_a_newer_daemon_is_refused(build_dir, image_dir, tmp_path,
     assert not any(postgres.url(db) in line for line in own), own
 
 
-def test_one_runtimed_a_database(pg_daemon, build_dir, image_dir, tmp_path, postgres):
-    # A second runtimed on the same database (another state directory) refuses to start: it would
-    # take the first's running sandboxes for a crashed daemon's.
-    d, db = pg_daemon
-    from helpers import Daemon, DaemonError
-    other = Daemon(build_dir, image_dir, tmp_path / "other", f"runtime-test-{os.getpid()}-pg2",
-                   ["--database", postgres.url(db)])
+def test_two_hosts_share_a_database(build_dir, image_dir, tmp_path, postgres, any_driver):
+    # Two runtimed on one database (each its own state directory): each works on its own
+    # sandboxes only. A second host's start, its recovery and its stop leave the first's running
+    # sandbox alone; a host killed is declared dead after --host-dead-after-seconds, and its
+    # sandbox becomes lost, with the reason, for every host; restarted, it comes back with a new
+    # epoch and brings none of it back.
+    db = f"rt_{uuid.uuid4().hex[:12]}"
+    postgres.psql(f"CREATE DATABASE {db}")
+    args = ["--database", postgres.url(db), "--host-dead-after-seconds", "3"]
+    a = _start_daemon(build_dir, image_dir, tmp_path / "a", f"runtime-test-{os.getpid()}-pga",
+                      extra_args=[*args, "--host-id", "host-a"])
+    # The admin key is made once, by the first host on an empty database; the operator hands the
+    # same file to the others (keys are the database's: one works on every host).
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "admin.key").write_text((a.state_dir / "admin.key").read_text())
+    b = _start_daemon(build_dir, image_dir, tmp_path / "b", f"runtime-test-{os.getpid()}-pgb",
+                      extra_args=[*args, "--host-id", "host-b"])
+    api_a, api_b = Api(a), Api(b)
     try:
-        with pytest.raises(DaemonError):
-            other.start()
+        on_a = api_a.create_sandbox(driver=any_driver, timeoutSeconds=300)
+        on_b = api_b.create_sandbox(driver=any_driver, timeoutSeconds=300)
+        hosts = {h["id"]: h for h in api_b.get("/v1/hosts").json()["hosts"]}
+        assert hosts["host-a"]["state"] == "live" and hosts["host-b"]["state"] == "live", hosts
+        assert postgres.psql(f"SELECT host_id FROM sandboxes WHERE id = '{on_a.id}'", db).strip() == "host-a"
+        assert postgres.psql(f"SELECT host_id FROM sandboxes WHERE id = '{on_b.id}'", db).strip() == "host-b"
+        # b's restart recovers b's sandboxes only: a's keeps running and answering.
+        b.restart()
+        assert on_a.run("echo still") == "still\n"
+        assert api_a.get(f"/v1/sandboxes/{on_a.id}").json()["state"] == "running"
+        assert api_a.get(f"/v1/sandboxes/{on_b.id}").json()["state"] == "stopped"
+        r = api_b.post(f"/v1/sandboxes/{on_b.id}:wake", json={})
+        assert r.status_code == 200 and r.json()["state"] == "running", r.text
+        epoch_before = {h["id"]: h["epoch"] for h in api_a.get("/v1/hosts").json()["hosts"]}["host-b"]
+        # b dies: a, the only other host, declares it dead and its sandbox lost.
+        b.kill()
+        st = api_a.wait_state(on_b.id, "lost", timeout=30)
+        assert "host-b" in (st.get("failureReason") or ""), st
+        assert st["stoppedAt"], st
+        hosts = {h["id"]: h for h in api_a.get("/v1/hosts").json()["hosts"]}
+        assert hosts["host-b"]["state"] == "dead", hosts
+        assert on_a.run("echo alive") == "alive\n"
+        # Its charge was settled (closed) by a, not left open.
+        assert postgres.psql(f"SELECT count(*) FROM ledger WHERE sandbox_id = '{on_b.id}' AND open = 1",
+                             db).strip() == "0"
+        # A lost sandbox does not boot again; it can be deleted.
+        r = api_a.post(f"/v1/sandboxes/{on_b.id}:wake", json={})
+        assert_error(r, 409, r.json()["error"]["code"])
+        # b comes back: a new epoch, live again, and its lost sandbox stays lost.
+        b.start()
+        hosts = {h["id"]: h for h in api_a.get("/v1/hosts").json()["hosts"]}
+        assert hosts["host-b"]["state"] == "live" and hosts["host-b"]["epoch"] > epoch_before, hosts
+        assert api_a.get(f"/v1/sandboxes/{on_b.id}").json()["state"] == "lost"
+        assert api_a.delete(f"/v1/sandboxes/{on_b.id}").status_code in (200, 204)
     finally:
-        other.release_layer_pool()
-    assert "another runtimed uses the database of --database" in other.log_path.read_text()
-    assert Api(d).get("/healthz").status_code == 200
+        api_a.close()
+        api_b.close()
+        _finish_daemon(b)
+        _finish_daemon(a)
 
 
 def test_one_runtimed_a_state_directory(fresh_daemon, build_dir, image_dir):

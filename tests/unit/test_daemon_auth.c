@@ -149,8 +149,8 @@ static void test_migration_adds_the_user(void **state) {
         sqlite3_stmt *st = NULL;
         assert_int_equal(sqlite3_prepare_v2(raw, "SELECT count(*) FROM schema_version", -1, &st, NULL), SQLITE_OK);
         assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-        /* each migration once: run_as, uploads, then the versions */
-        assert_int_equal(sqlite3_column_int(st, 0), 4);
+        /* each migration once: run_as, uploads, the versions, then the hosts */
+        assert_int_equal(sqlite3_column_int(st, 0), 5);
         sqlite3_finalize(st);
         sqlite3_close(raw);
         char cmd[300];

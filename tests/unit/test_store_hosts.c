@@ -65,10 +65,10 @@ static void test_epoch_survives_reopen(void **state) {
         f->ops->close(f->h);
         f->h = NULL;
         assert_int_equal(f->ops->open(f->path, &f->h), 0);
-        assert_int_equal(f->ops->heartbeat(f->h, a.id, 1, 101), 0);
+        assert_int_equal(f->ops->heartbeat(f->h, a.id, 1, 101, NULL), 0);
         assert_int_equal(f->ops->register_host(f->h, &a, 102, &epoch), 0);
         assert_int_equal(epoch, 2);
-        assert_int_equal(f->ops->heartbeat(f->h, a.id, 1, 103), -ESTALE);
+        assert_int_equal(f->ops->heartbeat(f->h, a.id, 1, 103, NULL), -ESTALE);
 }
 
 int main(void) {

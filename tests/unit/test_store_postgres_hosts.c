@@ -104,8 +104,8 @@ static void test_register_race(void **state) {
                 assert_int_equal(all[i], i + 1);
         /* Only the last one's heartbeat is not fenced. */
         assert_int_equal(f->ops->open(f->url, &f->h), 0);
-        assert_int_equal(f->ops->heartbeat(f->h, "host_racedracedraced", RACERS * ROUNDS, 200), 0);
-        assert_int_equal(f->ops->heartbeat(f->h, "host_racedracedraced", RACERS * ROUNDS - 1, 200), -ESTALE);
+        assert_int_equal(f->ops->heartbeat(f->h, "host_racedracedraced", RACERS * ROUNDS, 200, NULL), 0);
+        assert_int_equal(f->ops->heartbeat(f->h, "host_racedracedraced", RACERS * ROUNDS - 1, 200, NULL), -ESTALE);
 }
 
 int main(void) {

@@ -18,7 +18,9 @@
 #include "daemon/store/store.h"
 #include "daemon/store/store_sandboxes.h"
 #include "daemon/store/store_snapshots.h"
+#include "daemon/store/store_hosts.h"
 #include "test_pg_harness.h"
+#include "test_store_fleet_helper.h"
 
 /* ---- sandboxes ---- */
 
@@ -782,10 +784,21 @@ static void test_snapshots_race_across_connections(void **state) {
         free(url);
 }
 
+static void test_sandboxes_fleet(void **state) {
+        Fixture f = { 0 };
+        open_fixture(&f, "t_sbx_fleet");
+        StoreHosts *hosts = NULL;
+        assert_int_equal(store_postgres.hosts->open(f.url, &hosts), 0);
+        fleet_test_contract(store_postgres.sandboxes, f.h, store_postgres.hosts, hosts);
+        store_postgres.hosts->close(hosts);
+        close_fixture(&f);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_sandboxes_round_trip_and_conditional_update),
                 cmocka_unit_test(test_sandboxes_limits),
+                cmocka_unit_test(test_sandboxes_fleet),
                 cmocka_unit_test(test_sandboxes_queries),
                 cmocka_unit_test(test_sandboxes_unreadable_rows_are_named),
                 cmocka_unit_test(test_idempotency),

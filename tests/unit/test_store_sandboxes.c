@@ -15,6 +15,7 @@
 #include "daemon/model/sandbox_spec.h"
 #include "daemon/store/sqldb.h"
 #include "daemon/store/store_sandboxes.h"
+#include "test_store_fleet_helper.h"
 #include "test_store_keys_helper.h"
 
 static void test_codec_round_trip(void **state) {
@@ -259,11 +260,20 @@ static void test_kind_migrations(void **state) {
         sqlite3_close(raw);
 }
 
+static void test_fleet(void **state) {
+        Fixture *f = *state;
+        StoreHosts *hosts = NULL;
+        assert_int_equal(store_sqlite.hosts->open(f->path, &hosts), 0);
+        fleet_test_contract(store_sqlite.sandboxes, f->h, store_sqlite.hosts, hosts);
+        store_sqlite.hosts->close(hosts);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_codec_round_trip),
                 cmocka_unit_test(test_codec_refuses),
                 cmocka_unit_test_setup_teardown(test_conditional_update, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_fleet, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unreadable_rows_are_named, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_kind_migrations, setup, teardown),
         };

@@ -303,10 +303,14 @@ static void test_ledger_charges_round_trip(void **state) {
         assert_int_equal(got.n, 0);
         assert_int_equal(ops->sandbox_intervals(h, "sbx_none", collect, &got), 0);
         assert_int_equal(got.n, 0);
-        /* A reservation whose sandbox is not running settles as an orphan. */
+        /* A reservation of no sandbox settles as an orphan, once it is too
+         * old to be a create in flight on another host. */
         r = reservation("sbx_o", 100, 60);
         assert_int_equal(ops->reserve(h, &r, &b, t - 86400, t, &u), 0);
         assert_int_equal(ops->settle_orphans(h, t + 1), 0);
+        assert_int_equal(ops->key_use(h, "key_a", t - 86400, &u), 0);
+        assert_int_equal(u.reserved_micros, 100);
+        assert_int_equal(ops->settle_orphans(h, t + LEDGER_ORPHAN_GRACE_SECONDS), 0);
         assert_int_equal(ops->key_use(h, "key_a", t - 86400, &u), 0);
         assert_int_equal(u.reserved_micros, 0);
         ops->close(h);

@@ -14,6 +14,7 @@
 #include "daemon/http/apierror.h"
 #include "daemon/manager/config.h"
 #include "daemon/manager/db.h"
+#include "daemon/manager/fleet.h"
 #include "daemon/egress/egress_service.h"
 #include "daemon/http/http.h"
 #include "daemon/manager/images.h"
@@ -61,6 +62,8 @@ typedef enum RouteKind {
         ROUTE_UPLOAD_COMMIT,
         ROUTE_UPLOAD_ABORT,
         ROUTE_HOSTS,
+        ROUTE_HOST_DRAIN,
+        ROUTE_HOST_UNDRAIN,
         ROUTE_KEYS_LIST,
         ROUTE_KEYS_CREATE,
         ROUTE_KEY_REVOKE,
@@ -124,6 +127,7 @@ struct App {
         Uploads *uploads; /* uploads in parts */
         const StoreHostOps *host_ops; /* the hosts sharing the store, this one among them */
         StoreHosts *hosts;
+        Fleet *fleet;                 /* this host's standing among them */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when

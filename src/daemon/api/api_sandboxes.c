@@ -104,7 +104,8 @@ static int list_one(void *userdata, SandboxRow *row) {
                         hit = strcmp(c->q->states[i], sandbox_state_name(row->state)) == 0;
                 if (!hit)
                         return 0;
-        } else if (!c->include_stopped && (row->state == SANDBOX_STOPPED || row->state == SANDBOX_FAILED))
+        } else if (!c->include_stopped &&
+                   (row->state == SANDBOX_STOPPED || row->state == SANDBOX_FAILED || row->state == SANDBOX_LOST))
                 return 0;
         if (c->name && (!row->name || strcmp(c->name, row->name) != 0))
                 return 0;
@@ -308,6 +309,13 @@ enum MHD_Result handle_sandbox_create(Req *r) {
                 return reply_error(r, &e);
         }
         bool get_or_create = json_is_true(goc);
+        /* A draining host starts nothing new; no_capacity is what the
+         * published client waits out (its wait_for_capacity). */
+        if (!get_or_create && fleet_draining(r->app->fleet)) {
+                api_error(&e, 503, "no_capacity", "try again shortly, or send it to another host",
+                          "this host is draining: it starts no new sandboxes");
+                return reply_error(r, &e);
+        }
         _cleanup_free_ char *snap_dir = NULL;
         int rc = snapshot_create_defaults(r, &snap_dir, &e);
         if (rc < 0)

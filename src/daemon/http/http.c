@@ -15,6 +15,7 @@
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/model/auth.h"
+#include "daemon/manager/fleet.h"
 #include "daemon/manager/images.h"
 #include "daemon/manager/keys.h"
 #include "common/log.h"
@@ -90,6 +91,17 @@ static bool result_name_ok(const char *s) {
         return true;
 }
 
+/* A host id: what --host-id and host.id may hold. */
+static bool host_id_ok(const char *s) {
+        for (const char *p = s; *p; p++) {
+                char c = *p;
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                      c == '-' || c == '.'))
+                        return false;
+        }
+        return *s != '\0' && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
 /* Stores one path parameter into r after checking its shape. */
 static bool param_set(const char *name, size_t name_len, const char *v, size_t len, Route *r) {
 #define IS(lit) (name_len == sizeof(lit) - 1 && memcmp(name, lit, name_len) == 0)
@@ -122,6 +134,9 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("result")) {
                 dst = r->result;
                 cap = sizeof(r->result);
+        } else if (IS("host")) {
+                dst = r->host_id;
+                cap = sizeof(r->host_id);
         } else
                 return false;
         if (len == 0 || len >= cap || memchr(v, '/', len))
@@ -144,6 +159,8 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return route_context_id_ok(dst);
         if (IS("result"))
                 return result_name_ok(dst);
+        if (IS("host"))
+                return host_id_ok(dst);
         return true;
 #undef IS
 }
@@ -358,8 +375,13 @@ struct HttpServer {
         KeyStore *keys; /* authentication */
         unsigned max_connections;
         unsigned max_per_peer;
+        Fleet *fleet;   /* this host's standing: fenced, it serves nothing but metrics */
         struct MHD_Daemon *mhd;
 };
+
+void http_server_set_fleet(HttpServer *s, Fleet *fleet) {
+        s->fleet = fleet;
+}
 
 static bool has_body(const HttpRoute *d) {
         return d->body != HTTP_BODY_NONE;
@@ -563,6 +585,15 @@ answer:
 /* The whole request is in: parse a JSON body, then the route's handler. */
 static enum MHD_Result dispatch(HttpServer *s, Req *r) {
         const HttpRoute *d = r->route.def;
+        /* A fenced host cannot prove its sandboxes are still its own: it
+         * answers nothing that reads or writes them (its health says so
+         * too, for a balancer in front) until it registers again. */
+        if (fleet_fenced(s->fleet) && strcmp(d->name, "metrics") != 0) {
+                ApiError e = { 0 };
+                api_error(&e, 503, "host_fenced", "try again, or another host of the service",
+                          "this host is cut off from the service's store and serves nothing until it rejoins");
+                return reply_error(r, &e);
+        }
         if (d->body == HTTP_BODY_JSON || d->body == HTTP_BODY_JSON_OR_EMPTY) {
                 ApiError e = { 0 };
                 if (request_body_parse(r->body ? r->body : "", r->body_len, d->body == HTTP_BODY_JSON_OR_EMPTY,

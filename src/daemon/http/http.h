@@ -93,6 +93,7 @@ typedef struct Route {
         char snapshot_id[32]; /* snp_ and 20 hex digits */
         char context[64]; /* an interpreter context: [a-z0-9][a-z0-9-]{0,62} */
         char result[129]; /* a kept interpreter result: [A-Za-z0-9][A-Za-z0-9_.-]{0,127} */
+        char host_id[64]; /* a host of the fleet: [A-Za-z0-9_.-]{1,63} */
         char allow[48]; /* for a 405: the methods the path has */
 } Route;
 
@@ -158,9 +159,13 @@ typedef struct HttpServer HttpServer;
 #define HTTP_HEADER_TIMEOUT_S 15
 #define HTTP_REQUEST_TIMEOUT_S 600
 /* max_connections in all, max_per_peer from one peer address. */
+typedef struct Fleet Fleet;
 int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, KeyStore *keys,
                     unsigned max_connections,
                     unsigned max_per_peer, HttpServer **ret);
+/* This host's standing among the hosts (NULL: none): a fenced host answers
+ * 503 host_fenced to everything but /metrics. */
+void http_server_set_fleet(HttpServer *s, Fleet *fleet);
 /* Serves on listen_fd (bound and listening; the server takes it). */
 int http_server_start(HttpServer *s, int listen_fd);
 /* Stops accepting new connections; running requests go on. */

@@ -53,9 +53,17 @@ int db_sandbox_get(Db *db, const char *id, SandboxRow *ret) {
         return db->ops->get(db->h, id, ret);
 }
 
-int db_sandbox_query(Db *db, StoreSandboxQuery q, const char *owner, int64_t now, StoreSandboxFn fn,
+int db_sandbox_query(Db *db, StoreSandboxQuery q, const char *scope, int64_t now, StoreSandboxFn fn,
                      void *userdata) {
-        return db->ops->query(db->h, q, owner, now, fn, userdata);
+        return db->ops->query(db->h, q, scope, now, fn, userdata);
+}
+
+int db_set_writer(Db *db, const char *host_id, int64_t epoch) {
+        return db->ops->set_writer(db->h, host_id, epoch);
+}
+
+int db_adopt(Db *db, const char *host_id) {
+        return db->ops->adopt(db->h, host_id);
 }
 
 int db_sandbox_state_counts(Db *db, StoreStateCountFn fn, void *userdata) {
@@ -79,6 +87,6 @@ int db_idem_finish(Db *db, const char *owner, const char *key, unsigned status, 
         return db->ops->idem_finish(db->h, owner, key, status, body);
 }
 
-int db_idem_drop_pending(Db *db) {
-        return db->ops->idem_drop_pending(db->h);
+int db_idem_drop_pending(Db *db, const char *host_id) {
+        return db->ops->idem_drop_pending(db->h, host_id);
 }

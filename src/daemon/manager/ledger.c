@@ -107,6 +107,10 @@ int ledger_heartbeat(Ledger *l, int64_t now) {
         return l->ops->heartbeat(l->h, now);
 }
 
+int ledger_set_host(Ledger *l, const char *host_id) {
+        return l->ops->set_host(l->h, host_id);
+}
+
 int ledger_settle_orphans(Ledger *l, int64_t now) {
         return l->ops->settle_orphans(l->h, now);
 }

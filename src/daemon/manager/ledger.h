@@ -77,10 +77,12 @@ int ledger_settle(Ledger *l, const char *sandbox_id, int64_t end, int64_t now);
  * `cap`), settles the reservation; *ret_end is where the interval was closed
  * (-ENOENT when none was open). */
 int ledger_settle_at_heartbeat(Ledger *l, const char *sandbox_id, int64_t cap, int64_t now, int64_t *ret_end);
-/* Moves the heartbeat of every open interval to now. */
+/* The host this daemon is: its charges are its own (store_ledger.h). */
+int ledger_set_host(Ledger *l, const char *host_id);
+/* Moves the heartbeat of this host's open intervals to now. */
 int ledger_heartbeat(Ledger *l, int64_t now);
-/* Settles reservations whose sandbox is not starting or running any more
- * (left by a crash between two steps). */
+/* Settles reservations of this host's sandboxes that are not starting or
+ * running any more (left by a crash between two steps). */
 int ledger_settle_orphans(Ledger *l, int64_t now);
 
 typedef struct LedgerKeyUse {

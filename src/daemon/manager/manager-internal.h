@@ -37,6 +37,7 @@ struct Sandbox {
         SandboxEgress *egress; /* its policy for the proxy; NULL without egress */
         json_t *env; /* under lock: replaced whole by an :update, never changed in place */
         unsigned memory_mib; /* the spec's, for exec results that ran out of it */
+        unsigned vcpu;       /* the spec's, for the host's reported use */
         bool running;  /* under lock: live and serving */
         bool stopping; /* under lock: being stopped on purpose */
         bool died;     /* under lock: queued as dead */
@@ -83,6 +84,7 @@ struct Manager {
         pthread_t beat_thread; /* the ledger's heartbeat, apart so that no slow stop delays it */
         int64_t hb_interval_ms;
         int64_t hb_timeout_ms; /* 0: each driver's own */
+        char host_id[64];      /* the host whose sandboxes these are (manager_set_host) */
 };
 
 

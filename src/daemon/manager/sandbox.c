@@ -520,6 +520,7 @@ int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lease_seco
         DriverSpec ds;
         driver_spec_from(m, sb->id, spec, &sb->paths, &ds);
         sb->memory_mib = ds.memory_mib;
+        sb->vcpu = ds.vcpu;
         uint64_t t0 = time_now_mono_ms();
         int fd = -1;
         r = d->start(&ds, &fd, &sb->inst, &start_err);
@@ -700,6 +701,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         row.state = SANDBOX_STARTING;
         row.created_at = time_now_unix();
         row.run_as_root = req->run_as_root;
+        snprintf(row.host_id, sizeof(row.host_id), "%s", m->host_id);
         if (r < 0 || !row.owner || !row.key_id || !row.labels || (req->name && !row.name)) {
                 sandbox_row_done(&row);
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
@@ -737,6 +739,12 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "delete sandboxes you no longer need",
                                  "this key has its maximum of %u sandboxes (stopped ones count until deleted)",
                                  cfg->max_sandboxes_per_key);
+        }
+        if (r == -EOWNERDEAD || r == -ENOTCONN || r == -ETIMEDOUT) {
+                busy_end(m, row.id);
+                sandbox_row_done(&row);
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "try again, or another host of the service",
+                                     "this host is cut off from the service's store");
         }
         if (r < 0) {
                 busy_end(m, row.id);
@@ -803,9 +811,10 @@ int sandbox_get_or_create(Manager *m, const KeyInfo *key, const CreateRequest *r
                 r = sandbox_create(m, key, req, rid, ret, e);
         } else if (r == 0) {
                 *ret_reused = true;
-                if (c.state == SANDBOX_FAILED)
+                if (c.state == SANDBOX_FAILED || c.state == SANDBOX_LOST)
                         r = sandbox_error(e, SANDBOX_ERR_CONFLICT, "delete it, or create one under another name",
-                                          "sandbox %s of that name has failed", c.id);
+                                          "sandbox %s of that name has %s", c.id,
+                                          c.state == SANDBOX_LOST ? "been lost with its host" : "failed");
                 else if (c.state == SANDBOX_PAUSED)
                         r = sandbox_wake(m, key, c.id, 0, rid, ret, e);
                 else if (c.state == SANDBOX_STOPPED)

@@ -29,6 +29,21 @@ int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret);
  * gets driver->reap_orphan and becomes stopped ("daemon restarted"); then
  * leases already due are acted on. */
 int manager_recover(Manager *m);
+/* The host this manager runs sandboxes for: stamped on each new row; the
+ * recovery and the lease timer see only its rows. Before manager_recover. */
+void manager_set_host(Manager *m, const char *host_id);
+/* What this host's live sandboxes hold, for its heartbeat. */
+void manager_use(Manager *m, int64_t *ret_vcpu, int64_t *ret_memory_mib, int64_t *ret_sandboxes);
+/* Stops every sandbox of this host without writing the store (which is
+ * out of reach, or no longer this host's to write); the number stopped. */
+int manager_fence(Manager *m);
+/* After a fenced host registered again: its rows that still say they hold
+ * processes become lost with reason; the number. */
+int manager_recover_fenced(Manager *m, const char *reason);
+/* The rows of another host (declared dead) that still say they hold
+ * processes become lost with reason, billed up to last_seen, its last
+ * heartbeat; the number this call marked (another may have marked some). */
+int manager_lose_host(Manager *m, const char *host_id, int64_t last_seen, const char *reason);
 /* Meters running time into the ledger and holds reservations there (before
  * manager_recover). */
 void manager_set_ledger(Manager *m, Ledger *ledger);

@@ -208,8 +208,17 @@ static int reboot_locked(Manager *m, SandboxRow *row, int64_t asked_lease, const
         return boot_locked(m, row, d, lease, rid, e);
 }
 
+/* A lost sandbox's files stayed with the host that was lost: nothing of it
+ * can boot here, and its host, if it comes back, does not bring it back. */
+static int lost_refusal(SandboxError *e, const SandboxRow *row) {
+        return conflict_state(e, row, "running, paused, stopped or failed",
+                              "its host was lost with its files: create a new sandbox, or one from a snapshot");
+}
+
 static int op_wake(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         int64_t asked = *(const int64_t *)arg;
+        if (row->state == SANDBOX_LOST)
+                return lost_refusal(e, row);
         if (row->state == SANDBOX_STOPPED || row->state == SANDBOX_FAILED)
                 return reboot_locked(m, row, asked, rid, e);
         if (row->state != SANDBOX_PAUSED)
@@ -269,6 +278,8 @@ int sandbox_wake(Manager *m, const KeyInfo *key, const char *id, int64_t timeout
 }
 
 static int op_restart(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
+        if (row->state == SANDBOX_LOST)
+                return lost_refusal(e, row);
         if (row->state != SANDBOX_RUNNING && row->state != SANDBOX_PAUSED && row->state != SANDBOX_STOPPED &&
             row->state != SANDBOX_FAILED)
                 return conflict_state(e, row, "running, paused, stopped or failed", NULL);

@@ -189,7 +189,7 @@ static void *maintenance_thread(void *userdata) {
                         dead = next;
                 }
                 check_live(m);
-                int r = db_sandbox_query(m->db, STORE_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
+                int r = db_sandbox_query(m->db, STORE_SANDBOXES_LEASE_DUE, m->host_id, time_now_unix(), lease_due, m);
                 if (r < 0)
                         log_error(NULL, "checking leases: %s", strerror(-r));
                 pthread_mutex_lock(&m->lock);
@@ -222,25 +222,15 @@ int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret) {
         return 0;
 }
 
-static int recover_one(void *userdata, SandboxRow *row) {
-        Manager *m = userdata;
-        const Driver *d = driver_by_name(sandbox_driver_name(row->spec.driver));
-        SpecPaths p = { 0 };
-        if (d && spec_paths(m, row->id, row->spec.image, &p) == 0) {
-                DriverSpec ds;
-                driver_spec_from(m, row->id, &row->spec, &p, &ds);
-                int r = d->reap_orphan(&ds);
-                if (r < 0)
-                        log_error(NULL, "cleaning up after sandbox %s: %s", row->id, strerror(-r));
-        } else
-                log_error(NULL, "sandbox %s: unknown driver, nothing to clean up", row->id);
-        spec_paths_done(&p);
-        /* Nobody could use the sandbox once the daemon was gone: bill it up
-         * to the last heartbeat the ledger has (at most the lease end), the
-         * same seconds in the ledger and in the row. Without an open charge
-         * there is nothing to bill. */
+/* A sandbox whose processes are gone without its row being told (the daemon
+ * stopped, or its host was lost): billed up to the last heartbeat the
+ * ledger has (at most `cap`), the same seconds in the ledger and in the
+ * row, and left in `state` with `reason`. Without an open charge there is
+ * nothing to bill. */
+static int row_gone(Manager *m, SandboxRow *row, int64_t cap, SandboxState state, const char *reason) {
         int64_t now = time_now_unix();
-        int64_t cap = row->lease_ends_at && row->lease_ends_at < now ? row->lease_ends_at : now;
+        if (row->lease_ends_at && row->lease_ends_at < cap)
+                cap = row->lease_ends_at;
         int64_t end = row->started_at;
         if (m->ledger) {
                 int lr = ledger_settle_at_heartbeat(m->ledger, row->id, cap, now, &end);
@@ -258,36 +248,161 @@ static int recover_one(void *userdata, SandboxRow *row) {
          * open: closed at the same heartbeat. Its memory is gone with its
          * processes; it boots again from its files. */
         if (row->state == SANDBOX_PAUSED || row->state == SANDBOX_RESUMING) {
-                int64_t disk_end = now;
+                int64_t disk_end = cap;
                 if (m->ledger) {
                         char series[48];
                         disk_series(row->id, series, sizeof(series));
-                        int lr = ledger_settle_at_heartbeat(m->ledger, series, now, now, &disk_end);
+                        int lr = ledger_settle_at_heartbeat(m->ledger, series, cap, now, &disk_end);
                         if (lr < 0 && lr != -ENOENT)
                                 log_error(NULL, "sandbox %s: settling its paused disk: %s", row->id, strerror(-lr));
                         if (lr == -ENOENT)
-                                disk_end = now;
+                                disk_end = cap;
                 }
                 int64_t at = row->spec.paused_at;
                 if (at > 0 && disk_end > at)
                         row->spec.paused_seconds += disk_end - at;
                 row->spec.paused_at = 0;
         }
-        row->state = SANDBOX_STOPPED;
-        row->stopped_at = time_now_unix();
-        set_reason(row, "daemon restarted");
-        int r = db_sandbox_update(m->db, row);
+        row->state = state;
+        row->stopped_at = state == SANDBOX_LOST ? cap : now;
+        set_reason(row, reason);
+        return db_sandbox_update(m->db, row);
+}
+
+static int recover_one(void *userdata, SandboxRow *row) {
+        Manager *m = userdata;
+        const Driver *d = driver_by_name(sandbox_driver_name(row->spec.driver));
+        SpecPaths p = { 0 };
+        if (d && spec_paths(m, row->id, row->spec.image, &p) == 0) {
+                DriverSpec ds;
+                driver_spec_from(m, row->id, &row->spec, &p, &ds);
+                int r = d->reap_orphan(&ds);
+                if (r < 0)
+                        log_error(NULL, "cleaning up after sandbox %s: %s", row->id, strerror(-r));
+        } else
+                log_error(NULL, "sandbox %s: unknown driver, nothing to clean up", row->id);
+        spec_paths_done(&p);
+        int r = row_gone(m, row, time_now_unix(), SANDBOX_STOPPED, "daemon restarted");
         log_info(NULL, "sandbox %s was running when the daemon stopped: now stopped", row->id);
         return r;
 }
 
-int manager_recover(Manager *m) {
-        int r = db_sandbox_query(m->db, STORE_SANDBOXES_ACTIVE, NULL, 0, recover_one, m);
+typedef struct LoseHost {
+        Manager *m;
+        int64_t last_seen;
+        const char *reason;
+        int done;
+} LoseHost;
+
+static int lose_one(void *userdata, SandboxRow *row) {
+        LoseHost *a = userdata;
+        int r = row_gone(a->m, row, a->last_seen, SANDBOX_LOST, a->reason);
+        /* Another leader, or the host itself coming back, got there first. */
+        if (r == -ESTALE || r == -ENOENT)
+                return 0;
         if (r < 0)
+                return r;
+        log_info(NULL, "sandbox %s is lost: %s", row->id, a->reason);
+        a->done++;
+        return 0;
+}
+
+int manager_lose_host(Manager *m, const char *host_id, int64_t last_seen, const char *reason) {
+        LoseHost a = { .m = m, .last_seen = last_seen, .reason = reason };
+        int r = db_sandbox_query(m->db, STORE_SANDBOXES_ACTIVE, host_id, 0, lose_one, &a);
+        return r < 0 ? r : a.done;
+}
+
+void manager_set_host(Manager *m, const char *host_id) {
+        snprintf(m->host_id, sizeof(m->host_id), "%s", host_id);
+}
+
+void manager_use(Manager *m, int64_t *ret_vcpu, int64_t *ret_memory_mib, int64_t *ret_sandboxes) {
+        int64_t vcpu = 0, mem = 0, n = 0;
+        pthread_mutex_lock(&m->lock);
+        for (Sandbox *sb = m->live; sb; sb = sb->next) {
+                vcpu += sb->vcpu;
+                mem += sb->memory_mib;
+                n++;
+        }
+        pthread_mutex_unlock(&m->lock);
+        *ret_vcpu = vcpu;
+        *ret_memory_mib = mem;
+        *ret_sandboxes = n;
+}
+
+/* The id of a live sandbox, if there is one: for loops that end each in
+ * turn (and take it off the live list). */
+static bool first_live_id(Manager *m, char *id, size_t n) {
+        pthread_mutex_lock(&m->lock);
+        Sandbox *sb = m->live;
+        if (sb)
+                snprintf(id, n, "%s", sb->id);
+        pthread_mutex_unlock(&m->lock);
+        return sb != NULL;
+}
+
+int manager_fence(Manager *m) {
+        int n = 0;
+        char id[32];
+        while (first_live_id(m, id, sizeof(id))) {
+                /* The store is out of reach or no longer this host's to
+                 * write: the processes go, the rows are the fleet's to mark
+                 * (the leader's sweep, or this host's own recovery when it
+                 * registers again). */
+                busy_begin(m, id);
+                Sandbox *t = live_take(m, id);
+                if (t) {
+                        live_stop(t);
+                        sandbox_unref(t);
+                        n++;
+                }
+                busy_end(m, id);
+                log_info(NULL, "sandbox %s stopped: this host is fenced", id);
+        }
+        return n;
+}
+
+/* A lost sandbox of this host whose files are still here (the host was
+ * killed, or fenced, and its sandboxes declared lost): nothing brings it
+ * back, so what is left of it goes: processes that outlived the daemon,
+ * then its files. Once they are gone this is one stat per lost row. */
+static int reap_lost(void *userdata, SandboxRow *row) {
+        Manager *m = userdata;
+        const Driver *d = driver_by_name(sandbox_driver_name(row->spec.driver));
+        SpecPaths p = { 0 };
+        struct stat st;
+        if (d && spec_paths(m, row->id, row->spec.image, &p) == 0 && stat(p.sandbox_dir, &st) == 0) {
+                DriverSpec ds;
+                driver_spec_from(m, row->id, &row->spec, &p, &ds);
+                int r = d->destroy(&ds);
+                if (r < 0)
+                        log_error(NULL, "removing what is left of lost sandbox %s: %s", row->id, strerror(-r));
+                else
+                        log_info(NULL, "lost sandbox %s: what was left of it here is removed", row->id);
+        }
+        spec_paths_done(&p);
+        return 0;
+}
+
+int manager_recover_fenced(Manager *m, const char *reason) {
+        LoseHost a = { .m = m, .last_seen = time_now_unix(), .reason = reason };
+        int r = db_sandbox_query(m->db, STORE_SANDBOXES_ACTIVE, m->host_id, 0, lose_one, &a);
+        if (r < 0)
+                return r;
+        r = db_sandbox_query(m->db, STORE_SANDBOXES_LOST, m->host_id, 0, reap_lost, m);
+        return r < 0 ? r : a.done;
+}
+
+int manager_recover(Manager *m) {
+        int r = db_sandbox_query(m->db, STORE_SANDBOXES_ACTIVE, m->host_id, 0, recover_one, m);
+        if (r < 0)
+                return r;
+        if ((r = db_sandbox_query(m->db, STORE_SANDBOXES_LOST, m->host_id, 0, reap_lost, m)) < 0)
                 return r;
         if (m->ledger && (r = ledger_settle_orphans(m->ledger, time_now_unix())) < 0)
                 log_error(NULL, "settling reservations left by a crash: %s", strerror(-r));
-        return db_sandbox_query(m->db, STORE_SANDBOXES_LEASE_DUE, NULL, time_now_unix(), lease_due, m);
+        return db_sandbox_query(m->db, STORE_SANDBOXES_LEASE_DUE, m->host_id, time_now_unix(), lease_due, m);
 }
 
 /* Moves the ledger's heartbeat every LEDGER_HEARTBEAT_SECONDS: after a
@@ -368,15 +483,8 @@ void manager_shutdown(Manager *m) {
                 pthread_join(m->beat_thread, NULL);
                 m->beat_started = false;
         }
-        for (;;) {
-                pthread_mutex_lock(&m->lock);
-                Sandbox *sb = m->live;
-                char id[32] = "";
-                if (sb)
-                        snprintf(id, sizeof(id), "%s", sb->id);
-                pthread_mutex_unlock(&m->lock);
-                if (!sb)
-                        break;
+        char id[32];
+        while (first_live_id(m, id, sizeof(id))) {
                 busy_begin(m, id);
                 SandboxRow row;
                 if (db_sandbox_get(m->db, id, &row) == 0) {

@@ -50,7 +50,7 @@ int sandbox_driver_from_name(const char *s, SandboxDriver *ret) {
 static const char *const state_names[] = {
         [SANDBOX_STARTING] = "starting", [SANDBOX_RUNNING] = "running",   [SANDBOX_PAUSING] = "pausing",
         [SANDBOX_PAUSED] = "paused",     [SANDBOX_RESUMING] = "resuming", [SANDBOX_STOPPING] = "stopping",
-        [SANDBOX_STOPPED] = "stopped",   [SANDBOX_FAILED] = "failed",     [SANDBOX_DELETED] = "deleted",
+        [SANDBOX_STOPPED] = "stopped",   [SANDBOX_FAILED] = "failed",     [SANDBOX_LOST] = "lost",     [SANDBOX_DELETED] = "deleted",
 };
 
 const char *sandbox_state_name(SandboxState s) {

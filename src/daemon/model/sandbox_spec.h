@@ -50,6 +50,7 @@ typedef enum SandboxState {
         SANDBOX_STOPPING,
         SANDBOX_STOPPED,
         SANDBOX_FAILED,
+        SANDBOX_LOST,    /* its host stopped answering (or cut itself off): nothing of it runs */
         SANDBOX_DELETED, /* kept as history; never listed */
         _SANDBOX_STATE_MAX,
 } SandboxState;
@@ -112,6 +113,7 @@ typedef struct SandboxRow {
         char *failure_reason; /* may be NULL */
         int64_t created_at, started_at, stopped_at, lease_ends_at, run_seconds, deleted_at;
         bool run_as_root; /* requests that name no user run as root, not the sandbox user */
+        char host_id[64]; /* the host whose drivers run it ("" in rows of before hosts) */
         int64_t version;  /* the store's: each write bumps it; a write of a stale one is refused */
 } SandboxRow;
 

@@ -61,30 +61,6 @@ int pgdb_open(const char *url, PgConn *ret) {
         return 0;
 }
 
-int pgdb_hold_exclusive(const char *url, PgConn *ret) {
-        PgConn c = { 0 };
-        c.pg = PQconnectdb(url);
-        if (!c.pg)
-                return -ENOMEM;
-        if (PQstatus(c.pg) != CONNECTION_OK) {
-                log_error(NULL, "connecting to the database: %s", PQerrorMessage(c.pg));
-                PQfinish(c.pg);
-                return -ENOTCONN;
-        }
-        PQsetNoticeProcessor(c.pg, quiet, NULL);
-        _cleanup_pgres_ PGresult *res = NULL;
-        int r = pgdb_run_locked(&c, "SELECT pg_try_advisory_lock(7346922)", NULL, &res);
-        if (r == 0 && strcmp(pgv(res, 0, 0) ?: "f", "t") != 0)
-                r = -EWOULDBLOCK;
-        if (r < 0) {
-                PQfinish(c.pg);
-                return r;
-        }
-        pthread_mutex_init(&c.lock, NULL);
-        *ret = c;
-        return 0;
-}
-
 int pgdb_handle_open(const char *url, size_t size, void **ret) {
         PgConn *h = calloc(1, size);
         if (!h)

@@ -80,11 +80,6 @@ static inline void pgdb_clearp(PGresult **r) {
 }
 #define _cleanup_pgres_ __attribute__((cleanup(pgdb_clearp)))
 
-/* A connection to url that holds the database's one lock for runtimed (a
- * session advisory lock) until it is closed: -EWOULDBLOCK when another
- * process holds it. */
-int pgdb_hold_exclusive(const char *url, PgConn *ret);
-
 /* Whether location names a PostgreSQL database (a postgresql:// or
  * postgres:// URL). */
 bool pgdb_is_url(const char *location);

@@ -5,6 +5,8 @@
  * together: the server refuses all but one of two that read each other's
  * rows, and the loser runs again and sees the winner's. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +15,7 @@
 
 struct StoreLedger {
         PgConn c;
+        char host[64]; /* set_host's; "" until then */
 };
 
 /* The handle is its connection: pgdb_handle_open's (c is first). */
@@ -137,6 +140,7 @@ static int pg_ledger_release(StoreLedger *h, const char *sandbox_id, int64_t now
 
 typedef struct Begin {
         const char *sandbox_id, *key_id, *owner;
+        const char *host_id;
         int64_t started_at, per_hour, lease_ends_at;
 } Begin;
 
@@ -157,16 +161,18 @@ static int begin_tx(PgConn *c, void *userdata) {
         pgp_text(&p, a->owner);
         pgp_int(&p, a->started_at);
         pgp_int(&p, a->per_hour);
+        pgp_text(&p, a->host_id);
         return pgdb_exec_locked(c,
                                 "INSERT INTO ledger (sandbox_id, key_id, owner, started_at, ended_at, price_per_hour, "
-                                "prior_seconds) VALUES ($1, $2, $3, $4, $4, $5, (SELECT COALESCE(sum(seconds), 0) "
-                                "FROM ledger WHERE sandbox_id = $1 AND open = 0))",
+                                "prior_seconds, host_id) VALUES ($1, $2, $3, $4, $4, $5, (SELECT COALESCE(sum(seconds), 0) "
+                                "FROM ledger WHERE sandbox_id = $1 AND open = 0), $6)",
                                 &p);
 }
 
 static int pg_ledger_begin(StoreLedger *h, const char *sandbox_id, const char *key_id, const char *owner,
                            int64_t started_at, uint64_t per_hour, int64_t lease_ends_at) {
         Begin a = { .sandbox_id = sandbox_id,
+                    .host_id = h->host,
                     .key_id = key_id,
                     .owner = owner,
                     .started_at = started_at,
@@ -244,15 +250,31 @@ static int pg_ledger_settle(StoreLedger *h, const char *sandbox_id, int64_t end,
 static int pg_ledger_heartbeat(StoreLedger *h, int64_t now) {
         PgParams p = { 0 };
         pgp_int(&p, now);
-        return pgdb_exec(&h->c, "UPDATE ledger SET ended_at = $1 WHERE open = 1 AND ended_at < $1", &p);
+        pgp_text(&p, h->host);
+        return pgdb_exec(&h->c,
+                         "UPDATE ledger SET ended_at = $1 WHERE open = 1 AND ended_at < $1 AND host_id IN ($2, '')",
+                         &p);
+}
+
+static int pg_ledger_set_host(StoreLedger *h, const char *host_id) {
+        if (strlen(host_id) >= sizeof(h->host))
+                return -EINVAL;
+        pthread_mutex_lock(&h->c.lock);
+        snprintf(h->host, sizeof(h->host), "%s", host_id);
+        pthread_mutex_unlock(&h->c.lock);
+        return 0;
 }
 
 static int pg_ledger_settle_orphans(StoreLedger *h, int64_t now) {
         PgParams p = { 0 };
         pgp_int(&p, now);
+        pgp_text(&p, h->host);
+        pgp_int(&p, now - LEDGER_ORPHAN_GRACE_SECONDS);
         return pgdb_exec(&h->c,
-                         "UPDATE reservations SET settled_at = $1 WHERE settled_at IS NULL AND sandbox_id NOT IN "
-                         "(SELECT id FROM sandboxes WHERE deleted_at IS NULL AND state IN ('starting', 'running'))",
+                         "UPDATE reservations SET settled_at = $1 WHERE settled_at IS NULL AND ("
+                         "sandbox_id IN (SELECT id FROM sandboxes WHERE host_id IN ($2, '') AND NOT "
+                         "(deleted_at IS NULL AND state IN ('starting', 'running'))) OR "
+                         "(created_at <= $3 AND sandbox_id NOT IN (SELECT id FROM sandboxes)))",
                          &p);
 }
 
@@ -359,6 +381,7 @@ const StoreLedgerOps store_postgres_ledger = {
         .settle = pg_ledger_settle,
         .heartbeat = pg_ledger_heartbeat,
         .settle_orphans = pg_ledger_settle_orphans,
+        .set_host = pg_ledger_set_host,
         .key_use = pg_ledger_key_use,
         .owner_intervals = pg_ledger_owner_intervals,
         .sandbox_intervals = pg_ledger_sandbox_intervals,

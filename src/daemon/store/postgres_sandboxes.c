@@ -4,6 +4,7 @@
  * a claim) is one serializable transaction, run again when another host's
  * write came between; a conditional update is one statement. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,21 @@
 
 struct StoreSandboxes {
         PgConn c;
+        char writer[64]; /* set_writer's host; "" until then */
+        int64_t writer_epoch;
 };
+
+/* The condition every write of a writer's is made under (set_writer), with
+ * the writer and its epoch as parameters $W and $E: a host declared dead,
+ * or whose id registered again, writes nothing. */
+#define WRITER_LIVE(W, E)                                                                                   \
+        "(" W "::text IS NULL OR EXISTS (SELECT 1 FROM hosts WHERE hosts.id = " W " AND hosts.epoch = " E \
+        "::bigint AND hosts.state <> 'dead'))"
+
+static void pgp_writer(PgParams *p, const StoreSandboxes *h) {
+        pgp_text(p, h->writer[0] ? h->writer : NULL);
+        pgp_int(p, h->writer_epoch);
+}
 
 /* Unlike the SQLite backend, open leaves pending claims alone: in a shared
  * database a pending claim may be a request another host is serving now. */
@@ -31,13 +46,15 @@ static int64_t affected(const PGresult *res) {
         return strtoll(PQcmdTuples((PGresult *)res), NULL, 10);
 }
 
-static int count_locked(PgConn *c, const char *owner, int64_t *ret) {
+/* The undeleted sandboxes of an owner, or (owner NULL) of a host. */
+static int count_locked(PgConn *c, const char *owner, const char *host_id, int64_t *ret) {
         PgParams p = { 0 };
         pgp_text(&p, owner);
+        pgp_text(&p, host_id);
         _cleanup_pgres_ PGresult *res = NULL;
         int r = pgdb_run_locked(c,
                                 "SELECT count(*) FROM sandboxes WHERE deleted_at IS NULL "
-                                "AND ($1::text IS NULL OR owner = $1)",
+                                "AND ($1::text IS NULL OR owner = $1) AND ($1::text IS NOT NULL OR host_id = $2)",
                                 &p, &res);
         if (r < 0)
                 return r;
@@ -46,6 +63,7 @@ static int count_locked(PgConn *c, const char *owner, int64_t *ret) {
 }
 
 typedef struct Insert {
+        const StoreSandboxes *h;
         const SandboxRow *row;
         const char *spec;
         unsigned max_total, max_owner;
@@ -56,7 +74,8 @@ static int insert_tx(PgConn *c, void *userdata) {
         const SandboxRow *s = a->row;
         int64_t total, mine;
         int r;
-        if ((r = count_locked(c, NULL, &total)) < 0 || (r = count_locked(c, s->owner, &mine)) < 0)
+        /* The host's bound counts its own sandboxes; an owner's, the fleet's. */
+        if ((r = count_locked(c, NULL, s->host_id, &total)) < 0 || (r = count_locked(c, s->owner, NULL, &mine)) < 0)
                 return r;
         if (total >= (int64_t)a->max_total)
                 return -EUSERS;
@@ -74,18 +93,24 @@ static int insert_tx(PgConn *c, void *userdata) {
         pgp_opt_int(&p, s->lease_ends_at);
         pgp_text(&p, s->run_as_root ? "root" : "sandbox");
         pgp_int(&p, SANDBOX_SPEC_VERSION);
-        return pgdb_exec_locked(c,
-                                "INSERT INTO sandboxes (id, owner, key_id, name, labels, spec, state, created_at, "
-                                "lease_ends_at, run_as, spec_version, version) "
-                                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1)",
-                                &p);
+        pgp_text(&p, s->host_id);
+        pgp_writer(&p, a->h);
+        _cleanup_pgres_ PGresult *res = NULL;
+        if ((r = pgdb_run_locked(c,
+                                 "INSERT INTO sandboxes (id, owner, key_id, name, labels, spec, state, created_at, "
+                                 "lease_ends_at, run_as, spec_version, version, host_id) "
+                                 "SELECT $1, $2, $3, $4, $5, $6, $7, $8::bigint, $9::bigint, $10, $11::bigint, 1, $12 "
+                                 "WHERE " WRITER_LIVE("$13", "$14"),
+                                 &p, &res)) < 0)
+                return r;
+        return affected(res) == 1 ? 0 : -EOWNERDEAD;
 }
 
 static int pg_sandboxes_insert(StoreSandboxes *h, SandboxRow *row, unsigned max_total, unsigned max_owner) {
         _cleanup_free_ char *spec = sandbox_spec_encode(&row->spec);
         if (!spec)
                 return -ENOMEM;
-        Insert a = { .row = row, .spec = spec, .max_total = max_total, .max_owner = max_owner };
+        Insert a = { .h = h, .row = row, .spec = spec, .max_total = max_total, .max_owner = max_owner };
         int r = pgdb_transaction(&h->c, insert_tx, &a);
         if (r < 0)
                 return r;
@@ -112,13 +137,15 @@ static int pg_sandboxes_update(StoreSandboxes *h, SandboxRow *row) {
         pgp_int(&p, SANDBOX_SPEC_VERSION);
         pgp_text(&p, row->id);
         pgp_int(&p, row->version);
+        pgp_writer(&p, h);
         _cleanup_pgres_ PGresult *res = NULL;
         int r = pgdb_run(&h->c,
                          "WITH u AS (UPDATE sandboxes SET spec = $1, state = $2, failure_reason = $3, "
                          "started_at = $4, stopped_at = $5, lease_ends_at = $6, run_seconds = $7, deleted_at = $8, "
                          "run_as = $9, spec_version = $10, version = version + 1 "
-                         "WHERE id = $11 AND version = $12 RETURNING 1) "
-                         "SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM sandboxes WHERE id = $11)",
+                         "WHERE id = $11 AND version = $12 AND " WRITER_LIVE("$13", "$14") " RETURNING 1) "
+                         "SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM sandboxes WHERE id = $11), "
+                         WRITER_LIVE("$13", "$14"),
                          &p, &res);
         if (r < 0)
                 return r;
@@ -126,7 +153,9 @@ static int pg_sandboxes_update(StoreSandboxes *h, SandboxRow *row) {
                 row->version++;
                 return 0;
         }
-        const char *found = pgv(res, 0, 1);
+        const char *live = pgv(res, 0, 2), *found = pgv(res, 0, 1);
+        if (!live || strcmp(live, "t") != 0)
+                return -EOWNERDEAD;
         return found && strcmp(found, "t") == 0 ? -ESTALE : -ENOENT;
 }
 
@@ -145,7 +174,7 @@ static int pg_sandboxes_set_meta(StoreSandboxes *h, const char *id, const char *
 
 #define ROW_COLUMNS                                                                                         \
         "id, owner, key_id, name, labels, spec, state, failure_reason, created_at, started_at, stopped_at, " \
-        "lease_ends_at, run_seconds, deleted_at, run_as, spec_version, version"
+        "lease_ends_at, run_seconds, deleted_at, run_as, spec_version, version, host_id"
 
 static char *dup_col(const PGresult *res, int i, int col) {
         const char *t = pgv(res, i, col);
@@ -171,6 +200,7 @@ static int read_row(const PGresult *res, int i, SandboxRow *r, char *err, size_t
         const char *run_as = pgv(res, i, 14);
         r->run_as_root = run_as && strcmp(run_as, "root") == 0;
         r->version = pgi(res, i, 16);
+        snprintf(r->host_id, sizeof(r->host_id), "%s", pgv(res, i, 17) ?: "");
         if (!r->owner || !r->key_id || !r->labels || (!pgnull(res, i, 3) && !r->name) ||
             (!pgnull(res, i, 7) && !r->failure_reason)) {
                 sandbox_row_done(r);
@@ -204,7 +234,7 @@ static int pg_sandboxes_get(StoreSandboxes *h, const char *id, SandboxRow *ret) 
         return read_row(res, 0, ret, why, sizeof(why));
 }
 
-static int pg_sandboxes_query(StoreSandboxes *h, StoreSandboxQuery q, const char *owner, int64_t now,
+static int pg_sandboxes_query(StoreSandboxes *h, StoreSandboxQuery q, const char *scope, int64_t now,
                               StoreSandboxFn fn, void *userdata) {
         PgParams p = { 0 };
         const char *sql;
@@ -212,26 +242,35 @@ static int pg_sandboxes_query(StoreSandboxes *h, StoreSandboxQuery q, const char
         case STORE_SANDBOXES_OF_OWNER:
                 sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL AND owner = $1 "
                       "ORDER BY created_at DESC, seq DESC";
-                pgp_text(&p, owner);
+                pgp_text(&p, scope);
                 break;
         case STORE_SANDBOXES_ACTIVE:
                 sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL "
+                      "AND ($1::text IS NULL OR host_id = $1) "
                       "AND state IN ('starting', 'running', 'pausing', 'paused', 'resuming', 'stopping')";
+                pgp_text(&p, scope);
                 break;
         case STORE_SANDBOXES_LEASE_DUE:
                 /* A running sandbox whose lease is over, or one of any state
                  * that is to be deleted at lease end. */
                 sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL "
-                      "AND lease_ends_at IS NOT NULL AND lease_ends_at <= $1 "
+                      "AND ($1::text IS NULL OR host_id = $1) "
+                      "AND lease_ends_at IS NOT NULL AND lease_ends_at <= $2 "
                       "AND (state = 'running' OR (state != 'starting' AND "
                       "(spec::jsonb ->> 'onLeaseEnd') = 'delete'))";
+                pgp_text(&p, scope);
                 pgp_int(&p, now);
+                break;
+        case STORE_SANDBOXES_LOST:
+                sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL "
+                      "AND ($1::text IS NULL OR host_id = $1) AND state = 'lost'";
+                pgp_text(&p, scope);
                 break;
         default:
                 return -EINVAL;
         }
         _cleanup_pgres_ PGresult *res = NULL;
-        int r = pgdb_run(&h->c, sql, p.n ? &p : NULL, &res);
+        int r = pgdb_run(&h->c, sql, &p, &res);
         if (r < 0)
                 return r;
         /* Every row read before fn runs: a row that cannot be read fails
@@ -310,7 +349,7 @@ static int idem_trim_locked(PgConn *c, const char *owner, int64_t now) {
 /* The transaction's outcome is kept here, not returned: a transaction's
  * non-negative return is its COMMIT's. */
 typedef struct Claim {
-        const char *owner, *key, *hash;
+        const char *owner, *key, *hash, *host_id;
         int64_t now;
         StoreIdem outcome;
         unsigned status;
@@ -356,9 +395,10 @@ static int claim_tx(PgConn *c, void *userdata) {
         pgp_text(&put, a->key);
         pgp_text(&put, a->hash);
         pgp_int(&put, a->now);
+        pgp_text(&put, a->host_id);
         if ((r = pgdb_exec_locked(c,
-                                  "INSERT INTO idempotency (owner, key, hash, status, created_at) "
-                                  "VALUES ($1, $2, $3, 0, $4)",
+                                  "INSERT INTO idempotency (owner, key, hash, status, created_at, host_id) "
+                                  "VALUES ($1, $2, $3, 0, $4, $5)",
                                   &put)) < 0)
                 return r;
         a->outcome = STORE_IDEM_CLAIMED;
@@ -367,7 +407,7 @@ static int claim_tx(PgConn *c, void *userdata) {
 
 static int pg_sandboxes_idem_claim(StoreSandboxes *h, const char *owner, const char *key, const char *hash,
                                    int64_t now, unsigned *ret_status, char **ret_body) {
-        Claim a = { .owner = owner, .key = key, .hash = hash, .now = now };
+        Claim a = { .owner = owner, .key = key, .hash = hash, .host_id = h->writer, .now = now };
         int r = pgdb_transaction(&h->c, claim_tx, &a);
         if (r < 0) {
                 free(a.body);
@@ -399,13 +439,33 @@ static int pg_sandboxes_idem_finish(StoreSandboxes *h, const char *owner, const 
                          &p);
 }
 
-static int pg_sandboxes_idem_drop_pending(StoreSandboxes *h) {
-        return pgdb_exec(&h->c, "DELETE FROM idempotency WHERE status = 0", NULL);
+static int pg_sandboxes_idem_drop_pending(StoreSandboxes *h, const char *host_id) {
+        PgParams p = { 0 };
+        pgp_text(&p, host_id);
+        return pgdb_exec(&h->c, "DELETE FROM idempotency WHERE status = 0 AND host_id IN ($1, '')", &p);
+}
+
+static int pg_sandboxes_set_writer(StoreSandboxes *h, const char *host_id, int64_t epoch) {
+        if (strlen(host_id) >= sizeof(h->writer))
+                return -EINVAL;
+        pthread_mutex_lock(&h->c.lock);
+        snprintf(h->writer, sizeof(h->writer), "%s", host_id);
+        h->writer_epoch = epoch;
+        pthread_mutex_unlock(&h->c.lock);
+        return 0;
+}
+
+static int pg_sandboxes_adopt(StoreSandboxes *h, const char *host_id) {
+        PgParams p = { 0 };
+        pgp_text(&p, host_id);
+        return pgdb_exec(&h->c, "UPDATE sandboxes SET host_id = $1 WHERE host_id = ''", &p);
 }
 
 const StoreSandboxOps store_postgres_sandboxes = {
         .open = pg_sandboxes_open,
         .close = pg_sandboxes_close,
+        .set_writer = pg_sandboxes_set_writer,
+        .adopt = pg_sandboxes_adopt,
         .insert = pg_sandboxes_insert,
         .update = pg_sandboxes_update,
         .set_meta = pg_sandboxes_set_meta,

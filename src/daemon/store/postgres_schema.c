@@ -80,6 +80,20 @@ static const char *const steps[] = {
         "  id TEXT PRIMARY KEY, url TEXT NOT NULL, drivers TEXT NOT NULL, version TEXT NOT NULL,"
         "  vcpu BIGINT NOT NULL, memory_mib BIGINT NOT NULL, epoch BIGINT NOT NULL,"
         "  started_at BIGINT NOT NULL, heartbeat_at BIGINT NOT NULL);",
+        /* 3: the fleet: the host that runs a sandbox, claimed an
+         * Idempotency-Key or opened a charge; a host's standing and use;
+         * the leases of the timed work done once for the fleet */
+        "ALTER TABLE sandboxes ADD COLUMN host_id TEXT NOT NULL DEFAULT '';"
+        "CREATE INDEX sandboxes_host ON sandboxes (host_id, state);"
+        "ALTER TABLE idempotency ADD COLUMN host_id TEXT NOT NULL DEFAULT '';"
+        "ALTER TABLE ledger ADD COLUMN host_id TEXT NOT NULL DEFAULT '';"
+        "ALTER TABLE hosts ADD COLUMN state TEXT NOT NULL DEFAULT 'live'"
+        "  CHECK (state IN ('live', 'draining', 'dead')),"
+        "  ADD COLUMN used_vcpu BIGINT NOT NULL DEFAULT 0, ADD COLUMN used_memory_mib BIGINT NOT NULL DEFAULT 0,"
+        "  ADD COLUMN sandboxes BIGINT NOT NULL DEFAULT 0, ADD COLUMN dead_at BIGINT;"
+        "CREATE TABLE fleet_leases ("
+        "  name TEXT PRIMARY KEY, holder TEXT NOT NULL, holder_epoch BIGINT NOT NULL,"
+        "  epoch BIGINT NOT NULL, expires_at BIGINT NOT NULL);",
 };
 
 #define KIND "postgres"

@@ -30,6 +30,17 @@ static const SqlMigration migrations[] = {
           "  epoch INTEGER NOT NULL,"
           "  started_at INTEGER NOT NULL,"
           "  heartbeat_at INTEGER NOT NULL)" },
+        /* 2: standing, use, and the leases of the fleet's timed work */
+        { NULL, NULL,
+          "ALTER TABLE hosts ADD COLUMN state TEXT NOT NULL DEFAULT 'live'"
+          "  CHECK (state IN ('live', 'draining', 'dead'));"
+          "ALTER TABLE hosts ADD COLUMN used_vcpu INTEGER NOT NULL DEFAULT 0;"
+          "ALTER TABLE hosts ADD COLUMN used_memory_mib INTEGER NOT NULL DEFAULT 0;"
+          "ALTER TABLE hosts ADD COLUMN sandboxes INTEGER NOT NULL DEFAULT 0;"
+          "ALTER TABLE hosts ADD COLUMN dead_at INTEGER;"
+          "CREATE TABLE fleet_leases ("
+          "  name TEXT PRIMARY KEY, holder TEXT NOT NULL, holder_epoch INTEGER NOT NULL,"
+          "  epoch INTEGER NOT NULL, expires_at INTEGER NOT NULL)" },
 };
 
 static int sqlite_hosts_open(const char *location, StoreHosts **ret) {
@@ -50,7 +61,9 @@ static int sqlite_hosts_register(StoreHosts *h, const HostRecord *in, int64_t no
                                "ON CONFLICT (id) DO UPDATE SET url = excluded.url, drivers = excluded.drivers, "
                                "version = excluded.version, vcpu = excluded.vcpu, memory_mib = excluded.memory_mib, "
                                "epoch = hosts.epoch + 1, started_at = excluded.started_at, "
-                               "heartbeat_at = excluded.heartbeat_at RETURNING epoch",
+                               "heartbeat_at = excluded.heartbeat_at, dead_at = NULL, "
+                               "state = CASE hosts.state WHEN 'draining' THEN 'draining' ELSE 'live' END "
+                               "RETURNING epoch",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, in->id, -1, SQLITE_STATIC);
@@ -82,22 +95,28 @@ static int exists_locked(StoreHosts *h, const char *id) {
         return rc == SQLITE_DONE ? -ENOENT : (sqldb_errno(rc) ?: -EIO);
 }
 
-static int sqlite_hosts_heartbeat(StoreHosts *h, const char *id, int64_t epoch, int64_t now) {
+static int sqlite_hosts_heartbeat(StoreHosts *h, const char *id, int64_t epoch, int64_t now, const HostUse *use) {
         LOCKED(h);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(h->sql, "UPDATE hosts SET heartbeat_at = ? WHERE id = ? AND epoch = ?", -1, &st,
-                               NULL) != SQLITE_OK)
+        if (sqlite3_prepare_v2(h->sql,
+                               "UPDATE hosts SET heartbeat_at = ?1, used_vcpu = ?4, used_memory_mib = ?5, "
+                               "sandboxes = ?6 WHERE id = ?2 AND epoch = ?3 AND state <> 'dead'",
+                               -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_int64(st, 1, now);
         sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, epoch);
+        sqlite3_bind_int64(st, 4, use ? use->vcpu : 0);
+        sqlite3_bind_int64(st, 5, use ? use->memory_mib : 0);
+        sqlite3_bind_int64(st, 6, use ? use->sandboxes : 0);
         int rc = sqlite3_step(st);
         if (rc != SQLITE_DONE)
                 return sqldb_errno(rc) ?: -EIO;
         if (sqlite3_changes(h->sql) > 0)
                 return 0;
-        /* No row of this epoch: a record of another epoch means a later
-         * registration took the id. Records are never deleted, so the
+        /* No live row of this epoch: a record of another epoch means a
+         * later registration took the id, a dead one that the fleet gave
+         * this host up. Records are never deleted, so the
          * answer cannot turn stale between the two statements. */
         int r = exists_locked(h, id);
         return r == 0 ? -ESTALE : r;
@@ -112,8 +131,8 @@ static int sqlite_hosts_list(StoreHosts *h, HostRecord **ret, size_t *ret_n) {
         LOCKED(h);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(h->sql,
-                               "SELECT id, url, drivers, version, vcpu, memory_mib, epoch, started_at, heartbeat_at "
-                               "FROM hosts ORDER BY id",
+                               "SELECT id, url, drivers, version, vcpu, memory_mib, epoch, started_at, heartbeat_at, "
+                               "state, used_vcpu, used_memory_mib, sandboxes, dead_at FROM hosts ORDER BY id",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         HostRecord *list = NULL;
@@ -142,6 +161,12 @@ static int sqlite_hosts_list(StoreHosts *h, HostRecord **ret, size_t *ret_n) {
                 rec->epoch = sqlite3_column_int64(st, 6);
                 rec->started_at = sqlite3_column_int64(st, 7);
                 rec->heartbeat_at = sqlite3_column_int64(st, 8);
+                const unsigned char *state = sqlite3_column_text(st, 9);
+                rec->state = host_state_from_name(state ? (const char *)state : "");
+                rec->used.vcpu = sqlite3_column_int64(st, 10);
+                rec->used.memory_mib = sqlite3_column_int64(st, 11);
+                rec->used.sandboxes = sqlite3_column_int64(st, 12);
+                rec->dead_at = sqlite3_column_int64(st, 13);
                 n++;
                 if (!rec->url || !rec->drivers || !rec->version) {
                         r = -ENOMEM;
@@ -163,7 +188,79 @@ static int sqlite_hosts_list(StoreHosts *h, HostRecord **ret, size_t *ret_n) {
         return 0;
 }
 
+static int sqlite_hosts_declare_dead(StoreHosts *h, const char *id, int64_t epoch, int64_t heartbeat_at,
+                                     int64_t now) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "UPDATE hosts SET state = 'dead', dead_at = ?4 WHERE id = ?1 AND epoch = ?2 "
+                               "AND heartbeat_at = ?3 AND state <> 'dead'",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, epoch);
+        sqlite3_bind_int64(st, 3, heartbeat_at);
+        sqlite3_bind_int64(st, 4, now);
+        int rc = sqlite3_step(st);
+        if (rc != SQLITE_DONE)
+                return sqldb_errno(rc) ?: -EIO;
+        return sqlite3_changes(h->sql) > 0 ? 0 : -ESTALE;
+}
+
+static int sqlite_hosts_set_draining(StoreHosts *h, const char *id, bool draining) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql, "UPDATE hosts SET state = ?2 WHERE id = ?1 AND state <> 'dead'", -1, &st,
+                               NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, draining ? "draining" : "live", -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        if (rc != SQLITE_DONE)
+                return sqldb_errno(rc) ?: -EIO;
+        if (sqlite3_changes(h->sql) > 0)
+                return 0;
+        int r = exists_locked(h, id);
+        return r == 0 ? -ESTALE : r;
+}
+
+static int sqlite_hosts_lease(StoreHosts *h, const char *name, const char *holder, int64_t holder_epoch,
+                              int64_t ttl_seconds, int64_t now, int64_t *ret_epoch) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        /* One statement: taken when missing or expired (its epoch bumped),
+         * renewed by its holder at the same holder epoch (kept). */
+        if (sqlite3_prepare_v2(h->sql,
+                               "INSERT INTO fleet_leases (name, holder, holder_epoch, epoch, expires_at) "
+                               "VALUES (?1, ?2, ?3, 1, ?4 + ?5) ON CONFLICT (name) DO UPDATE SET "
+                               "epoch = fleet_leases.epoch + (fleet_leases.holder <> excluded.holder OR "
+                               "fleet_leases.holder_epoch <> excluded.holder_epoch), holder = excluded.holder, "
+                               "holder_epoch = excluded.holder_epoch, expires_at = excluded.expires_at "
+                               "WHERE fleet_leases.expires_at < ?4 OR (fleet_leases.holder = excluded.holder AND "
+                               "fleet_leases.holder_epoch = excluded.holder_epoch) RETURNING epoch",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, holder, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, holder_epoch);
+        sqlite3_bind_int64(st, 4, now);
+        sqlite3_bind_int64(st, 5, ttl_seconds);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -EBUSY;
+        if (rc != SQLITE_ROW)
+                return sqldb_errno(rc) ?: -EIO;
+        int64_t epoch = sqlite3_column_int64(st, 0);
+        if ((rc = sqlite3_step(st)) != SQLITE_DONE)
+                return sqldb_errno(rc) ?: -EIO;
+        *ret_epoch = epoch;
+        return 0;
+}
+
 const StoreHostOps store_sqlite_hosts = {
+        .declare_dead = sqlite_hosts_declare_dead,
+        .set_draining = sqlite_hosts_set_draining,
+        .lease = sqlite_hosts_lease,
         .open = sqlite_hosts_open,
         .close = sqlite_hosts_close,
         .register_host = sqlite_hosts_register,

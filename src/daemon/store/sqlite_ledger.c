@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 struct StoreLedger {
         sqlite3 *sql;
         pthread_mutex_t lock; /* one transaction at a time on this connection */
+        char host[64];        /* set_host's; "" until then */
 };
 
 /* The ledger's history, step by step (sqldb_migrate, kind "ledger"). The
@@ -47,6 +49,8 @@ static const SqlMigration migrations[] = {
         "  expires_at INTEGER NOT NULL,"
         "  settled_at INTEGER);"
         "CREATE INDEX IF NOT EXISTS reservations_key ON reservations (key_id, settled_at);" },
+        /* 2: the host that opened a charge (heartbeats move only its own) */
+        { "ledger", "host_id", "ALTER TABLE ledger ADD COLUMN host_id TEXT NOT NULL DEFAULT ''" },
 };
 
 static int sqlite_ledger_open(const char *location, StoreLedger **ret) {
@@ -230,11 +234,12 @@ static int begin_locked(StoreLedger *l, const char *sandbox_id, const char *key_
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int r = prepare(l,
                         "INSERT INTO ledger (sandbox_id, key_id, owner, started_at, ended_at, price_per_hour, "
-                        "prior_seconds) VALUES (?1, ?2, ?3, ?4, ?4, ?5, (SELECT coalesce(sum(seconds), 0) "
-                        "FROM ledger WHERE sandbox_id = ?1 AND open = 0))",
+                        "prior_seconds, host_id) VALUES (?1, ?2, ?3, ?4, ?4, ?5, (SELECT coalesce(sum(seconds), 0) "
+                        "FROM ledger WHERE sandbox_id = ?1 AND open = 0), ?6)",
                         &st);
         if (r < 0)
                 return r;
+        sqlite3_bind_text(st, 6, l->host, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, key_id, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, owner, -1, SQLITE_STATIC);
@@ -326,23 +331,37 @@ rollback:
 static int sqlite_ledger_heartbeat(StoreLedger *l, int64_t now) {
         LOCKED(l);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r = prepare(l, "UPDATE ledger SET ended_at = ?1 WHERE open = 1 AND ended_at < ?1", &st);
+        int r = prepare(l, "UPDATE ledger SET ended_at = ?1 WHERE open = 1 AND ended_at < ?1 AND host_id IN (?2, '')",
+                        &st);
         if (r < 0)
                 return r;
         sqlite3_bind_int64(st, 1, now);
+        sqlite3_bind_text(st, 2, l->host, -1, SQLITE_STATIC);
         return sqldb_errno(sqlite3_step(st));
+}
+
+static int sqlite_ledger_set_host(StoreLedger *l, const char *host_id) {
+        if (strlen(host_id) >= sizeof(l->host))
+                return -EINVAL;
+        LOCKED(l);
+        snprintf(l->host, sizeof(l->host), "%s", host_id);
+        return 0;
 }
 
 static int sqlite_ledger_settle_orphans(StoreLedger *l, int64_t now) {
         LOCKED(l);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int r = prepare(l,
-                        "UPDATE reservations SET settled_at = ?1 WHERE settled_at IS NULL AND sandbox_id NOT IN "
-                        "(SELECT id FROM sandboxes WHERE deleted_at IS NULL AND state IN ('starting', 'running'))",
+                        "UPDATE reservations SET settled_at = ?1 WHERE settled_at IS NULL AND ("
+                        "sandbox_id IN (SELECT id FROM sandboxes WHERE host_id IN (?2, '') AND NOT "
+                        "(deleted_at IS NULL AND state IN ('starting', 'running'))) OR "
+                        "(created_at <= ?3 AND sandbox_id NOT IN (SELECT id FROM sandboxes)))",
                         &st);
         if (r < 0)
                 return r;
         sqlite3_bind_int64(st, 1, now);
+        sqlite3_bind_text(st, 2, l->host, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, now - LEDGER_ORPHAN_GRACE_SECONDS);
         return sqldb_errno(sqlite3_step(st));
 }
 
@@ -459,6 +478,7 @@ const StoreLedgerOps store_sqlite_ledger = {
         .begin = sqlite_ledger_begin,
         .settle = sqlite_ledger_settle,
         .heartbeat = sqlite_ledger_heartbeat,
+        .set_host = sqlite_ledger_set_host,
         .settle_orphans = sqlite_ledger_settle_orphans,
         .key_use = sqlite_ledger_key_use,
         .owner_intervals = sqlite_ledger_owner_intervals,

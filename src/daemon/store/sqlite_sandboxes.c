@@ -14,7 +14,36 @@
 struct StoreSandboxes {
         sqlite3 *sql;
         pthread_mutex_t lock;
+        char writer[64]; /* set_writer's host; "" until then */
+        int64_t writer_epoch;
 };
+
+/* The condition every write of a writer's is made under (set_writer); ?30
+ * and ?31 are the writer and its epoch. Only named once a writer is set:
+ * the hosts table is another kind's, which a database of the sandboxes
+ * alone (a test's) does not have. */
+#define WRITER_LIVE                                                                                 \
+        "EXISTS (SELECT 1 FROM hosts WHERE hosts.id = ?30 AND hosts.epoch = ?31 "                 \
+        "AND hosts.state <> 'dead')"
+
+static void bind_writer(StoreSandboxes *db, sqlite3_stmt *st) {
+        if (db->writer[0]) {
+                sqlite3_bind_text(st, 30, db->writer, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(st, 31, db->writer_epoch);
+        }
+}
+
+/* 0 while the writer may write (or none is set), -EOWNERDEAD when not. */
+static int writer_check(StoreSandboxes *db) {
+        if (!db->writer[0])
+                return 0;
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db->sql, "SELECT 1 WHERE " WRITER_LIVE, -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        bind_writer(db, st);
+        int rc = sqlite3_step(st);
+        return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -EOWNERDEAD : sqldb_errno(rc);
+}
 
 /* Migrations, in order; the schema_version table says how many ran. Never
  * edit one that shipped: append. */
@@ -78,6 +107,18 @@ static const char *const migrations[] = {
          * bumps and a conditional write checks. */
         "ALTER TABLE sandboxes ADD COLUMN spec_version INTEGER NOT NULL DEFAULT 1;"
         "ALTER TABLE sandboxes ADD COLUMN version INTEGER NOT NULL DEFAULT 1;",
+        /* The host whose drivers run a sandbox, and the host that claimed
+         * an Idempotency-Key (whose pending claims go when it is gone). The
+         * idempotency table was made outside these steps before: made here
+         * if missing, then given its column. */
+        "ALTER TABLE sandboxes ADD COLUMN host_id TEXT NOT NULL DEFAULT '';"
+        "CREATE INDEX sandboxes_host ON sandboxes (host_id, state);"
+        "CREATE TABLE IF NOT EXISTS idempotency ("
+        "  owner TEXT NOT NULL, key TEXT NOT NULL, hash TEXT NOT NULL,"
+        "  status INTEGER NOT NULL, body TEXT, created_at INTEGER NOT NULL,"
+        "  PRIMARY KEY (owner, key));"
+        "CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (created_at);"
+        "ALTER TABLE idempotency ADD COLUMN host_id TEXT NOT NULL DEFAULT '';",
 };
 
 static int migrate(sqlite3 *sql) {
@@ -125,18 +166,6 @@ static int sq_open(const char *path, StoreSandboxes **ret) {
         }
         db->sql = sql;
         pthread_mutex_init(&db->lock, NULL);
-        /* Kept outside the numbered migrations: a table of short-lived
-         * records that any version may make. A claim still pending belongs
-         * to a request of a daemon that is gone. */
-        if ((r = sqldb_exec(sql, "CREATE TABLE IF NOT EXISTS idempotency ("
-                                 "  owner TEXT NOT NULL, key TEXT NOT NULL, hash TEXT NOT NULL,"
-                                 "  status INTEGER NOT NULL, body TEXT, created_at INTEGER NOT NULL,"
-                                 "  PRIMARY KEY (owner, key));"
-                                 "CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (created_at);"
-                                 "DELETE FROM idempotency WHERE status = 0;")) < 0) {
-                sq_close(db);
-                return r;
-        }
         *ret = db;
         return 0;
 }
@@ -198,6 +227,8 @@ static int sq_insert(StoreSandboxes *db, SandboxRow *r, unsigned max_total, unsi
                 rc = -EDQUOT;
                 goto rollback;
         }
+        if ((rc = writer_check(db)) < 0)
+                goto rollback;
         {
                 _cleanup_stmt_ sqlite3_stmt *st = NULL;
                 _cleanup_free_ char *spec = sandbox_spec_encode(&r->spec);
@@ -207,8 +238,8 @@ static int sq_insert(StoreSandboxes *db, SandboxRow *r, unsigned max_total, unsi
                 }
                 if (sqlite3_prepare_v2(db->sql,
                                        "INSERT INTO sandboxes (id, owner, key_id, name, labels, spec, state, "
-                                       "created_at, lease_ends_at, run_as, spec_version, version) "
-                                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                                       "created_at, lease_ends_at, run_as, spec_version, version, host_id) "
+                                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
                                        -1, &st, NULL) != SQLITE_OK) {
                         rc = -EIO;
                         goto rollback;
@@ -224,6 +255,7 @@ static int sq_insert(StoreSandboxes *db, SandboxRow *r, unsigned max_total, unsi
                 bind_opt_int(st, 9, r->lease_ends_at);
                 sqlite3_bind_text(st, 10, r->run_as_root ? "root" : "sandbox", -1, SQLITE_STATIC);
                 sqlite3_bind_int(st, 11, SANDBOX_SPEC_VERSION);
+                sqlite3_bind_text(st, 12, r->host_id, -1, SQLITE_STATIC);
                 if ((rc = sqldb_errno(sqlite3_step(st))) < 0)
                         goto rollback;
         }
@@ -250,11 +282,12 @@ static int sq_update(StoreSandboxes *db, SandboxRow *r) {
                 return -ENOMEM;
         LOCKED(db);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql,
-                               "UPDATE sandboxes SET spec = ?, state = ?, failure_reason = ?, started_at = ?, "
-                               "stopped_at = ?, lease_ends_at = ?, run_seconds = ?, deleted_at = ?, run_as = ?, "
-                               "spec_version = ?, version = version + 1 WHERE id = ? AND version = ?",
-                               -1, &st, NULL) != SQLITE_OK)
+#define UPDATE_ROW                                                                                    \
+        "UPDATE sandboxes SET spec = ?, state = ?, failure_reason = ?, started_at = ?, stopped_at = ?, "      \
+        "lease_ends_at = ?, run_seconds = ?, deleted_at = ?, run_as = ?, spec_version = ?, "                  \
+        "version = version + 1 WHERE id = ? AND version = ?"
+        if (sqlite3_prepare_v2(db->sql, db->writer[0] ? UPDATE_ROW " AND " WRITER_LIVE : UPDATE_ROW, -1, &st,
+                               NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, spec, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, sandbox_state_name(r->state), -1, SQLITE_STATIC);
@@ -268,6 +301,7 @@ static int sq_update(StoreSandboxes *db, SandboxRow *r) {
         sqlite3_bind_int(st, 10, SANDBOX_SPEC_VERSION);
         sqlite3_bind_text(st, 11, r->id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 12, r->version);
+        bind_writer(db, st);
         int rc = sqldb_errno(sqlite3_step(st));
         if (rc < 0)
                 return rc;
@@ -275,6 +309,8 @@ static int sq_update(StoreSandboxes *db, SandboxRow *r) {
                 r->version++;
                 return 0;
         }
+        if ((rc = writer_check(db)) < 0)
+                return rc;
         rc = exists(db, r->id);
         return rc < 0 ? rc : rc ? -ESTALE : -ENOENT;
 }
@@ -296,7 +332,7 @@ static int sq_set_meta(StoreSandboxes *db, const char *id, const char *name, con
 
 #define ROW_COLUMNS                                                                                         \
         "id, owner, key_id, name, labels, spec, state, failure_reason, created_at, started_at, stopped_at, " \
-        "lease_ends_at, run_seconds, deleted_at, run_as, spec_version, version"
+        "lease_ends_at, run_seconds, deleted_at, run_as, spec_version, version, host_id"
 
 static char *dup_col(sqlite3_stmt *st, int col) {
         const unsigned char *t = sqlite3_column_text(st, col);
@@ -322,6 +358,7 @@ static int read_row(sqlite3_stmt *st, SandboxRow *r, char *err, size_t err_len) 
         const unsigned char *run_as = sqlite3_column_text(st, 14);
         r->run_as_root = run_as && strcmp((const char *)run_as, "root") == 0;
         r->version = sqlite3_column_int64(st, 16);
+        copy_text(r->host_id, sizeof(r->host_id), st, 17);
         if (!r->owner || !r->key_id || !r->labels) {
                 sandbox_row_done(r);
                 return -ENOMEM;
@@ -357,7 +394,8 @@ static int sq_get(StoreSandboxes *db, const char *id, SandboxRow *ret) {
         return read_row(st, ret, why, sizeof(why));
 }
 
-static int sq_query(StoreSandboxes *db, StoreSandboxQuery q, const char *owner, int64_t now, StoreSandboxFn fn, void *userdata) {
+static int sq_query(StoreSandboxes *db, StoreSandboxQuery q, const char *scope, int64_t now, StoreSandboxFn fn,
+                    void *userdata) {
         const char *sql;
         switch (q) {
         case STORE_SANDBOXES_OF_OWNER:
@@ -366,15 +404,21 @@ static int sq_query(StoreSandboxes *db, StoreSandboxQuery q, const char *owner, 
                 break;
         case STORE_SANDBOXES_ACTIVE:
                 sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL "
+                      "AND (?1 IS NULL OR host_id = ?1) "
                       "AND state IN ('starting', 'running', 'pausing', 'paused', 'resuming', 'stopping')";
                 break;
         case STORE_SANDBOXES_LEASE_DUE:
                 /* A running sandbox whose lease is over, or one of any state
                  * that is to be deleted at lease end. */
                 sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL "
+                      "AND (?1 IS NULL OR host_id = ?1) "
                       "AND lease_ends_at IS NOT NULL AND lease_ends_at <= ?2 "
                       "AND (state = 'running' OR (state != 'starting' AND "
                       "json_extract(spec, '$.onLeaseEnd') = 'delete'))";
+                break;
+        case STORE_SANDBOXES_LOST:
+                sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL "
+                      "AND (?1 IS NULL OR host_id = ?1) AND state = 'lost'";
                 break;
         default:
                 return -EINVAL;
@@ -388,8 +432,8 @@ static int sq_query(StoreSandboxes *db, StoreSandboxQuery q, const char *owner, 
                 _cleanup_stmt_ sqlite3_stmt *st = NULL;
                 if (sqlite3_prepare_v2(db->sql, sql, -1, &st, NULL) != SQLITE_OK)
                         return -EIO;
-                if (owner)
-                        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+                if (scope)
+                        sqlite3_bind_text(st, 1, scope, -1, SQLITE_STATIC);
                 sqlite3_bind_int64(st, 2, now);
                 while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
                         SandboxRow *nr = realloc(rows, (n + 1) * sizeof(*rows));
@@ -507,9 +551,11 @@ static int sq_idem_claim(StoreSandboxes *db, const char *owner, const char *key,
         if (r < 0)
                 return r;
         if (sqlite3_prepare_v2(db->sql,
-                               "INSERT INTO idempotency (owner, key, hash, status, created_at) VALUES (?1, ?2, ?3, 0, ?4)",
+                               "INSERT INTO idempotency (owner, key, hash, status, created_at, host_id) "
+                               "VALUES (?1, ?2, ?3, 0, ?4, ?5)",
                                -1, &put, NULL) != SQLITE_OK)
                 return -EIO;
+        sqlite3_bind_text(put, 5, db->writer, -1, SQLITE_STATIC);
         sqlite3_bind_text(put, 1, owner, -1, SQLITE_STATIC);
         sqlite3_bind_text(put, 2, key, -1, SQLITE_STATIC);
         sqlite3_bind_text(put, 3, hash, -1, SQLITE_STATIC);
@@ -539,14 +585,42 @@ static int sq_idem_finish(StoreSandboxes *db, const char *owner, const char *key
         return rc == SQLITE_DONE ? 0 : sqldb_errno(rc);
 }
 
-static int sq_idem_drop_pending(StoreSandboxes *db) {
+static int sq_idem_drop_pending(StoreSandboxes *db, const char *host_id) {
         LOCKED(db);
-        return sqldb_exec(db->sql, "DELETE FROM idempotency WHERE status = 0");
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db->sql, "DELETE FROM idempotency WHERE status = 0 AND host_id IN (?1, '')", -1, &st,
+                               NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, host_id, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        return rc == SQLITE_DONE ? 0 : sqldb_errno(rc);
+}
+
+static int sq_set_writer(StoreSandboxes *db, const char *host_id, int64_t epoch) {
+        if (strlen(host_id) >= sizeof(db->writer))
+                return -EINVAL;
+        LOCKED(db);
+        snprintf(db->writer, sizeof(db->writer), "%s", host_id);
+        db->writer_epoch = epoch;
+        return 0;
+}
+
+static int sq_adopt(StoreSandboxes *db, const char *host_id) {
+        LOCKED(db);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db->sql, "UPDATE sandboxes SET host_id = ?1 WHERE host_id = ''", -1, &st, NULL) !=
+            SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, host_id, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        return rc == SQLITE_DONE ? 0 : sqldb_errno(rc);
 }
 
 const StoreSandboxOps store_sqlite_sandboxes = {
         .open = sq_open,
         .close = sq_close,
+        .set_writer = sq_set_writer,
+        .adopt = sq_adopt,
         .insert = sq_insert,
         .update = sq_update,
         .set_meta = sq_set_meta,

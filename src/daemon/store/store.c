@@ -1,8 +1,10 @@
 /* Which backend a location names, and what a backend lacks. */
 #include <stdio.h>
+#include <string.h>
 
 #include "daemon/store/pgdb.h"
 #include "daemon/store/store.h"
+#include "daemon/store/store_hosts.h"
 
 const StoreBackend *store_backend_for(const char *location) {
         return pgdb_is_url(location) ? &store_postgres : &store_sqlite;
@@ -24,4 +26,21 @@ bool store_backend_missing(const StoreBackend *b, char *buf, size_t n) {
                 if (!kinds[i].have && at < n)
                         at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? ", " : "", kinds[i].name);
         return at > 0;
+}
+
+static const char *const host_states[] = {
+        [HOST_LIVE] = "live",
+        [HOST_DRAINING] = "draining",
+        [HOST_DEAD] = "dead",
+};
+
+const char *host_state_name(HostState s) {
+        return (size_t)s < sizeof(host_states) / sizeof(host_states[0]) ? host_states[s] : "dead";
+}
+
+HostState host_state_from_name(const char *s) {
+        for (size_t i = 0; i < sizeof(host_states) / sizeof(host_states[0]); i++)
+                if (s && strcmp(s, host_states[i]) == 0)
+                        return (HostState)i;
+        return HOST_DEAD;
 }

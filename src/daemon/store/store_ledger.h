@@ -19,6 +19,7 @@
  * priced at the disk rate: every series prices its seconds at one rate.
  * Its seconds are not sandbox-seconds of a trial's allowance. */
 #define LEDGER_DISK_SUFFIX ":disk"
+#define LEDGER_ORPHAN_GRACE_SECONDS 600
 
 /* What a key may spend: a rolling daily limit (-1: none) and, for a trial key,
  * a lifetime allowance of sandbox-seconds (-1: none). */
@@ -81,6 +82,10 @@ struct StoreLedgerOps {
         /* Opens the ledger at location, making its tables when missing. */
         int (*open)(const char *location, StoreLedger **ret);
         void (*close)(StoreLedger *h);
+        /* The host this handle writes for: charges it opens name it, and
+         * heartbeat and settle_orphans touch only its own (with those that
+         * name no host, written before hosts were kept). "" until set. */
+        int (*set_host)(StoreLedger *h, const char *host_id);
         /* The limits of a key, revoked or not. -ENOENT when there is none. */
         int (*key_budget)(StoreLedger *h, const char *key_id, StoreLedgerKey *ret);
         /* Atomically: counts what res->key_id used (its charges ended after
@@ -103,10 +108,13 @@ struct StoreLedgerOps {
          * -ENOENT when none was open (the reservation settled all the same). */
         int (*settle)(StoreLedger *h, const char *sandbox_id, int64_t end, bool at_heartbeat, int64_t now,
                       StoreLedgerCost cost, int64_t *ret_end);
-        /* Moves the heartbeat of every open charge forward to now. */
+        /* Moves the heartbeat of the host's open charges forward to now:
+         * another host's charges stop at its own last beat if it dies. */
         int (*heartbeat)(StoreLedger *h, int64_t now);
-        /* Settles the reservations of sandboxes that are not starting or
-         * running in the store's sandboxes. */
+        /* Settles the reservations of the host's sandboxes that are not
+         * starting or running, and those of no sandbox at all that are
+         * older than LEDGER_ORPHAN_GRACE_SECONDS (a create that never got
+         * its row; younger ones may be another host's create in flight). */
         int (*settle_orphans)(StoreLedger *h, int64_t now);
         /* What key_id used (see reserve), read in one snapshot. */
         int (*key_use)(StoreLedger *h, const char *key_id, int64_t since, StoreLedgerUse *ret);

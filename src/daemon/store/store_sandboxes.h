@@ -10,10 +10,13 @@
 
 typedef struct StoreSandboxes StoreSandboxes;
 
+/* What a query selects; `scope` narrows it: the owner for OF_OWNER, the
+ * host whose drivers run the sandboxes for the others (NULL: every host). */
 typedef enum StoreSandboxQuery {
-        STORE_SANDBOXES_OF_OWNER,  /* undeleted, of `owner`, newest first */
+        STORE_SANDBOXES_OF_OWNER,  /* undeleted, of the owner, newest first */
         STORE_SANDBOXES_ACTIVE,    /* undeleted with processes: starting, running, paused or between */
         STORE_SANDBOXES_LEASE_DUE, /* lease over at `now` and still to act on */
+        STORE_SANDBOXES_LOST,      /* undeleted and lost */
 } StoreSandboxQuery;
 
 /* Calls fn for each row (the row is cleared after the call). A negative
@@ -40,9 +43,20 @@ typedef enum StoreIdem {
 struct StoreSandboxOps {
         int (*open)(const char *location, StoreSandboxes **ret);
         void (*close)(StoreSandboxes *h);
+        /* From now on every insert and update through h is made for host
+         * host_id at epoch, and only while the hosts table still has that
+         * host at that epoch and not declared dead: else -EOWNERDEAD and
+         * nothing written. A host declared dead, or whose id registered
+         * again since, cannot write over what the fleet decided without it.
+         * Until it is called, writes are not conditional. */
+        int (*set_writer)(StoreSandboxes *h, const char *host_id, int64_t epoch);
+        /* Rows that name no host (written before hosts were kept) become
+         * host_id's: the one host that ran them. */
+        int (*adopt)(StoreSandboxes *h, const char *host_id);
         /* Inserts while the number of undeleted sandboxes stays under the
          * limits, atomically: -EUSERS past max_total, -EDQUOT past
-         * max_owner, -EEXIST for a taken id. The row is then at version 1. */
+         * max_owner, -EEXIST for a taken id. The row is then at version 1.
+         * r->host_id is kept as given. */
         int (*insert)(StoreSandboxes *h, SandboxRow *r, unsigned max_total, unsigned max_owner);
         /* Writes the mutable fields (spec, state, failure_reason, times,
          * run_seconds, deleted_at, run_as) if the stored version is still
@@ -56,7 +70,7 @@ struct StoreSandboxOps {
         /* An undeleted sandbox: -ENOENT; -EBADMSG or -EPROTONOSUPPORT when
          * its spec cannot be read. */
         int (*get)(StoreSandboxes *h, const char *id, SandboxRow *ret);
-        int (*query)(StoreSandboxes *h, StoreSandboxQuery q, const char *owner, int64_t now, StoreSandboxFn fn,
+        int (*query)(StoreSandboxes *h, StoreSandboxQuery q, const char *scope, int64_t now, StoreSandboxFn fn,
                      void *userdata);
         /* Number of undeleted sandboxes per state, for metrics. */
         int (*state_counts)(StoreSandboxes *h, StoreStateCountFn fn, void *userdata);
@@ -65,7 +79,8 @@ struct StoreSandboxOps {
          * those, or a negative errno. */
         int (*check)(StoreSandboxes *h, StoreBadRowFn bad, void *userdata);
         /* A StoreIdem, or a negative errno; atomic. `hash` is a digest of
-         * the request. */
+         * the request. A new claim names the writer's host (set_writer), so
+         * that only that host's pending claims go when it is gone. */
         int (*idem_claim)(StoreSandboxes *h, const char *owner, const char *key, const char *hash, int64_t now,
                           unsigned *ret_status, char **ret_body);
         /* The claimed request's answer: kept for replays when 2xx..4xx (and
@@ -73,9 +88,10 @@ struct StoreSandboxOps {
          * retry runs again. */
         int (*idem_finish)(StoreSandboxes *h, const char *owner, const char *key, unsigned status,
                            const char *body);
-        /* Drops every claim still pending: called by a daemon that holds
-         * the store alone, at its start, when no request can be in flight. */
-        int (*idem_drop_pending)(StoreSandboxes *h);
+        /* Drops the claims still pending of host_id (and those that name no
+         * host): called at its start, when none of its requests can be in
+         * flight, and for a host declared dead. */
+        int (*idem_drop_pending)(StoreSandboxes *h, const char *host_id);
 };
 
 extern const StoreSandboxOps store_sqlite_sandboxes;

@@ -1,0 +1,405 @@
+/* This host among the hosts that share a store: see fleet.h. */
+#include "daemon/manager/fleet.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "daemon/manager/db.h"
+#include "daemon/manager/ledger.h"
+#include "daemon/manager/sandbox.h"
+
+#define SWEEPER_LEASE "sweeper"
+
+typedef enum FenceCause {
+        FENCE_NONE = 0,
+        FENCE_CUT_OFF,  /* no beat got through in time */
+        FENCE_DECLARED, /* the fleet declared this host dead */
+        FENCE_TAKEN,    /* another runtimed registered this host's id: for good */
+} FenceCause;
+
+struct Fleet {
+        FleetConfig c;
+        HostRecord self; /* strings owned */
+        int64_t beat_ms;
+        pthread_mutex_t lock; /* epoch, cause, stop */
+        pthread_cond_t wake;
+        int64_t epoch;
+        FenceCause cause;
+        bool stop, running;
+        pthread_t thread;
+        uint64_t last_beat_ms; /* monotonic: the last beat that got through */
+        bool draining;         /* this host's state at the last look */
+        HostRecord *view;      /* every host at the last look; strings owned */
+        size_t n_view;
+};
+
+static void view_free(HostRecord *v, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                store_host_record_clear(&v[i]);
+        free(v);
+}
+
+static int record_copy(const HostRecord *in, HostRecord *out) {
+        *out = *in;
+        out->url = strdup(in->url ? in->url : "");
+        out->drivers = strdup(in->drivers ? in->drivers : "");
+        out->version = strdup(in->version ? in->version : "");
+        if (!out->url || !out->drivers || !out->version) {
+                store_host_record_clear(out);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+int64_t fleet_beat_ms(int64_t dead_after_seconds) {
+        int64_t ms = dead_after_seconds * 1000 / 6;
+        return ms < 500 ? 500 : ms > 5000 ? 5000 : ms;
+}
+
+static void fleet_self_clear(Fleet *f) {
+        free(f->self.url);
+        free(f->self.drivers);
+        free(f->self.version);
+}
+
+void fleet_free(Fleet *f) {
+        if (!f)
+                return;
+        fleet_stop(f);
+        fleet_self_clear(f);
+        view_free(f->view, f->n_view);
+        pthread_mutex_destroy(&f->lock);
+        pthread_cond_destroy(&f->wake);
+        free(f);
+}
+
+/* Writes from now on are this epoch's; the ledger's charges this host's. */
+static int take_epoch(Fleet *f, int64_t epoch) {
+        int r = db_set_writer(f->c.db, f->self.id, epoch);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&f->lock);
+        f->epoch = epoch;
+        pthread_mutex_unlock(&f->lock);
+        return 0;
+}
+
+int fleet_join(const FleetConfig *c, Fleet **ret) {
+        Fleet *f = calloc(1, sizeof(*f));
+        if (!f)
+                return -ENOMEM;
+        f->c = *c;
+        f->c.self = NULL;
+        f->beat_ms = fleet_beat_ms(c->dead_after_seconds);
+        pthread_mutex_init(&f->lock, NULL);
+        int r = time_cond_init_mono(&f->wake);
+        if (r < 0) {
+                pthread_mutex_destroy(&f->lock);
+                free(f);
+                return r;
+        }
+        snprintf(f->self.id, sizeof(f->self.id), "%s", c->self->id);
+        f->self.url = strdup(c->self->url ? c->self->url : "");
+        f->self.drivers = strdup(c->self->drivers ? c->self->drivers : "");
+        f->self.version = strdup(c->self->version ? c->self->version : "");
+        f->self.vcpu = c->self->vcpu;
+        f->self.memory_mib = c->self->memory_mib;
+        if (!f->self.url || !f->self.drivers || !f->self.version) {
+                fleet_free(f);
+                return -ENOMEM;
+        }
+        int64_t epoch = 0;
+        if ((r = c->ops->register_host(c->hosts, &f->self, time_now_unix(), &epoch)) < 0 ||
+            (r = take_epoch(f, epoch)) < 0 || (r = db_adopt(c->db, f->self.id)) < 0 ||
+            (r = db_idem_drop_pending(c->db, f->self.id)) < 0 ||
+            (c->ledger && (r = ledger_set_host(c->ledger, f->self.id)) < 0)) {
+                fleet_free(f);
+                return r;
+        }
+        manager_set_host(c->manager, f->self.id);
+        f->last_beat_ms = time_now_mono_ms();
+        (void)fleet_refresh(f);
+        *ret = f;
+        return 0;
+}
+
+bool fleet_fenced(Fleet *f) {
+        if (!f)
+                return false;
+        pthread_mutex_lock(&f->lock);
+        bool fenced = f->cause != FENCE_NONE;
+        pthread_mutex_unlock(&f->lock);
+        return fenced;
+}
+
+const char *fleet_host_id(const Fleet *f) {
+        return f->self.id;
+}
+
+int64_t fleet_epoch(Fleet *f) {
+        pthread_mutex_lock(&f->lock);
+        int64_t e = f->epoch;
+        pthread_mutex_unlock(&f->lock);
+        return e;
+}
+
+bool fleet_draining(Fleet *f) {
+        if (!f)
+                return false;
+        pthread_mutex_lock(&f->lock);
+        bool d = f->draining;
+        pthread_mutex_unlock(&f->lock);
+        return d;
+}
+
+int fleet_refresh(Fleet *f) {
+        HostRecord *list = NULL;
+        size_t n = 0;
+        int r = f->c.ops->list(f->c.hosts, &list, &n);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&f->lock);
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(list[i].id, f->self.id) == 0)
+                        f->draining = list[i].state == HOST_DRAINING;
+        HostRecord *old = f->view;
+        size_t old_n = f->n_view;
+        f->view = list;
+        f->n_view = n;
+        pthread_mutex_unlock(&f->lock);
+        view_free(old, old_n);
+        return 0;
+}
+
+int fleet_host_url(Fleet *f, const char *host_id, char *buf, size_t n) {
+        int r = -ENOENT;
+        int64_t now = time_now_unix();
+        pthread_mutex_lock(&f->lock);
+        for (size_t i = 0; i < f->n_view; i++) {
+                const HostRecord *h = &f->view[i];
+                if (strcmp(h->id, host_id) != 0)
+                        continue;
+                if (h->state == HOST_DEAD || now - h->heartbeat_at > f->c.dead_after_seconds)
+                        r = -EHOSTDOWN;
+                else if (snprintf(buf, n, "%s", h->url) >= (int)n)
+                        r = -ENAMETOOLONG;
+                else
+                        r = 0;
+                break;
+        }
+        pthread_mutex_unlock(&f->lock);
+        return r;
+}
+
+int fleet_view(Fleet *f, HostRecord **ret, size_t *ret_n) {
+        pthread_mutex_lock(&f->lock);
+        size_t n = f->n_view;
+        HostRecord *copy = calloc(n ? n : 1, sizeof(*copy));
+        int r = copy ? 0 : -ENOMEM;
+        size_t done = 0;
+        for (; r == 0 && done < n; done++)
+                r = record_copy(&f->view[done], &copy[done]);
+        pthread_mutex_unlock(&f->lock);
+        if (r < 0) {
+                view_free(copy, done ? done - 1 : 0);
+                return r;
+        }
+        *ret = copy;
+        *ret_n = n;
+        return 0;
+}
+
+int64_t fleet_dead_after_seconds(const Fleet *f) {
+        return f->c.dead_after_seconds;
+}
+
+static void fence(Fleet *f, FenceCause cause) {
+        pthread_mutex_lock(&f->lock);
+        bool already = f->cause != FENCE_NONE;
+        if (!already || cause == FENCE_TAKEN)
+                f->cause = cause;
+        pthread_mutex_unlock(&f->lock);
+        if (already)
+                return;
+        const char *why = cause == FENCE_TAKEN      ? "another runtimed registered this host's id"
+                          : cause == FENCE_DECLARED ? "the fleet declared this host dead"
+                                                    : "no heartbeat reached the store in time";
+        log_error(NULL, "host %s is fenced: %s; its sandboxes are stopped and the API answers 503 until it "
+                        "registers again",
+                  f->self.id, why);
+        int n = manager_fence(f->c.manager);
+        log_info(NULL, "host %s: %d sandbox%s stopped by the fence", f->self.id, n, n == 1 ? "" : "es");
+}
+
+/* Why a beat with epoch was refused: another registration of this id, or
+ * the fleet's verdict. */
+static FenceCause refused_why(Fleet *f, int64_t epoch) {
+        HostRecord *list = NULL;
+        size_t n = 0;
+        FenceCause cause = FENCE_DECLARED;
+        if (f->c.ops->list(f->c.hosts, &list, &n) < 0)
+                return cause;
+        for (size_t i = 0; i < n; i++) {
+                if (strcmp(list[i].id, f->self.id) == 0 && list[i].epoch != epoch && list[i].state != HOST_DEAD)
+                        cause = FENCE_TAKEN;
+                store_host_record_clear(&list[i]);
+        }
+        free(list);
+        return cause;
+}
+
+/* A fenced host (not for good) registers again once the store answers. */
+static void rejoin(Fleet *f) {
+        int64_t epoch = 0;
+        int r = f->c.ops->register_host(f->c.hosts, &f->self, time_now_unix(), &epoch);
+        if (r < 0)
+                return;
+        if ((r = take_epoch(f, epoch)) < 0) {
+                log_error(NULL, "host %s: taking epoch %lld: %s", f->self.id, (long long)epoch, strerror(-r));
+                return;
+        }
+        (void)db_idem_drop_pending(f->c.db, f->self.id);
+        int lost = manager_recover_fenced(f->c.manager, "its host was cut off from the service's store and stopped it");
+        if (lost < 0)
+                log_error(NULL, "host %s: marking its own sandboxes lost: %s", f->self.id, strerror(-lost));
+        pthread_mutex_lock(&f->lock);
+        f->cause = FENCE_NONE;
+        f->last_beat_ms = time_now_mono_ms();
+        pthread_mutex_unlock(&f->lock);
+        log_info(NULL, "host %s registered again (epoch %lld); %d sandbox%s of its own marked lost", f->self.id,
+                 (long long)epoch, lost > 0 ? lost : 0, lost == 1 ? "" : "es");
+}
+
+static void beat(Fleet *f) {
+        HostUse use;
+        manager_use(f->c.manager, &use.vcpu, &use.memory_mib, &use.sandboxes);
+        int64_t epoch = fleet_epoch(f);
+        int r = f->c.ops->heartbeat(f->c.hosts, f->self.id, epoch, time_now_unix(), &use);
+        uint64_t now = time_now_mono_ms();
+        if (r == 0) {
+                pthread_mutex_lock(&f->lock);
+                f->last_beat_ms = now;
+                pthread_mutex_unlock(&f->lock);
+                return;
+        }
+        if (r == -ESTALE || r == -ENOENT) {
+                fence(f, r == -ENOENT ? FENCE_DECLARED : refused_why(f, epoch));
+                return;
+        }
+        pthread_mutex_lock(&f->lock);
+        uint64_t last = f->last_beat_ms;
+        pthread_mutex_unlock(&f->lock);
+        log_warn(NULL, "host %s: heartbeat: %s", f->self.id, strerror(-r));
+        /* A beat before the others may call it dead: never acting on a
+         * store this host can no longer prove it still belongs to. */
+        if (now - last + (uint64_t)f->beat_ms >= (uint64_t)f->c.dead_after_seconds * 1000)
+                fence(f, FENCE_CUT_OFF);
+}
+
+static void format_time(int64_t t, char *buf, size_t n) {
+        time_t tt = (time_t)t;
+        struct tm tm;
+        if (!gmtime_r(&tt, &tm) || strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+                snprintf(buf, n, "%lld", (long long)t);
+}
+
+/* The lease holder's round: hosts silent past the dead-after time are
+ * declared dead, and the sandboxes of every dead host that still claim
+ * processes are marked lost. */
+static void sweep(Fleet *f) {
+        HostRecord *list = NULL;
+        size_t n = 0;
+        int r = f->c.ops->list(f->c.hosts, &list, &n);
+        if (r < 0) {
+                log_warn(NULL, "host %s: listing the hosts: %s", f->self.id, strerror(-r));
+                return;
+        }
+        int64_t now = time_now_unix();
+        for (size_t i = 0; i < n; i++) {
+                HostRecord *h = &list[i];
+                if (strcmp(h->id, f->self.id) != 0 && h->state != HOST_DEAD &&
+                    now - h->heartbeat_at > f->c.dead_after_seconds) {
+                        r = f->c.ops->declare_dead(f->c.hosts, h->id, h->epoch, h->heartbeat_at, now);
+                        if (r == 0) {
+                                h->state = HOST_DEAD;
+                                log_error(NULL, "host %s (epoch %lld) declared dead: no heartbeat for %lld s",
+                                          h->id, (long long)h->epoch, (long long)(now - h->heartbeat_at));
+                        } else if (r != -ESTALE)
+                                log_warn(NULL, "declaring host %s dead: %s", h->id, strerror(-r));
+                }
+                if (h->state == HOST_DEAD && strcmp(h->id, f->self.id) != 0) {
+                        char when[32], reason[160];
+                        format_time(h->heartbeat_at, when, sizeof(when));
+                        snprintf(reason, sizeof(reason), "its host %s stopped answering (last heartbeat %s)", h->id,
+                                 when);
+                        int lost = manager_lose_host(f->c.manager, h->id, h->heartbeat_at, reason);
+                        if (lost < 0)
+                                log_warn(NULL, "marking the sandboxes of host %s lost: %s", h->id, strerror(-lost));
+                        else if (lost > 0) {
+                                log_error(NULL, "host %s: %d sandbox%s marked lost", h->id, lost,
+                                          lost == 1 ? "" : "es");
+                                (void)db_idem_drop_pending(f->c.db, h->id);
+                        }
+                }
+        }
+        for (size_t i = 0; i < n; i++)
+                store_host_record_clear(&list[i]);
+        free(list);
+}
+
+static void *fleet_run(void *userdata) {
+        Fleet *f = userdata;
+        pthread_mutex_lock(&f->lock);
+        while (!f->stop) {
+                struct timespec deadline;
+                time_mono_deadline(&deadline, f->beat_ms);
+                while (!f->stop && pthread_cond_timedwait(&f->wake, &f->lock, &deadline) != ETIMEDOUT)
+                        ;
+                if (f->stop)
+                        break;
+                FenceCause cause = f->cause;
+                pthread_mutex_unlock(&f->lock);
+                if (cause == FENCE_NONE) {
+                        beat(f);
+                        (void)fleet_refresh(f);
+                }
+                else if (cause != FENCE_TAKEN)
+                        rejoin(f);
+                if (!fleet_fenced(f)) {
+                        int64_t lease_epoch;
+                        int r = f->c.ops->lease(f->c.hosts, SWEEPER_LEASE, f->self.id, fleet_epoch(f),
+                                                f->c.dead_after_seconds, time_now_unix(), &lease_epoch);
+                        if (r == 0)
+                                sweep(f);
+                        else if (r != -EBUSY)
+                                log_warn(NULL, "host %s: the sweeper lease: %s", f->self.id, strerror(-r));
+                }
+                pthread_mutex_lock(&f->lock);
+        }
+        pthread_mutex_unlock(&f->lock);
+        return NULL;
+}
+
+int fleet_start(Fleet *f) {
+        int r = -pthread_create(&f->thread, NULL, fleet_run, f);
+        if (r == 0)
+                f->running = true;
+        return r;
+}
+
+void fleet_stop(Fleet *f) {
+        if (!f || !f->running)
+                return;
+        pthread_mutex_lock(&f->lock);
+        f->stop = true;
+        pthread_cond_signal(&f->wake);
+        pthread_mutex_unlock(&f->lock);
+        pthread_join(f->thread, NULL);
+        f->running = false;
+}

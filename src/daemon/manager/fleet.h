@@ -1,0 +1,81 @@
+#pragma once
+/*
+ * This host among the hosts that share a store (docs/fleet.md): its
+ * registration with an epoch, the heartbeat that keeps it alive, the fence
+ * it puts up when it cannot renew it, and the sweep of dead hosts that one
+ * of the hosts (the holder of the "sweeper" lease) does for all.
+ *
+ * - Every beat renews this host's record with what it has in use. A beat
+ *   refused because the fleet declared this host dead, or none that got
+ *   through for the dead-after time less a beat, fences it: its sandboxes
+ *   are stopped, the API answers 503, and it registers again (a new epoch)
+ *   as soon as the store answers, marking its own rows that still claimed
+ *   processes as lost. A beat refused because another runtimed registered
+ *   this host's id since fences it for good: two daemons must not share one.
+ * - The lease holder declares a host dead once its heartbeat is older than
+ *   the dead-after time, conditionally on the record it read, and marks the
+ *   dead host's sandboxes lost, billed up to its last heartbeat; every step
+ *   is conditional and so idempotent: two holders for a moment do no harm.
+ * With a single host (the SQLite store) the same code runs and finds no
+ * other host to sweep.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon/store/store_hosts.h"
+
+/* Opaque here, so that the HTTP edge, which asks only whether this host is
+ * fenced, includes nothing of the manager's sandboxes. */
+typedef struct Db Db;
+typedef struct Ledger Ledger;
+typedef struct Manager Manager;
+
+#define FLEET_DEAD_AFTER_DEFAULT_SECONDS 30
+#define FLEET_DEAD_AFTER_MIN_SECONDS 3
+#define FLEET_DEAD_AFTER_MAX_SECONDS 3600
+
+typedef struct FleetConfig {
+        const StoreHostOps *ops;
+        StoreHosts *hosts;
+        Db *db;
+        Ledger *ledger; /* may be NULL */
+        Manager *manager;
+        /* This host: id, url, drivers, version, vcpu and memory_mib are read
+         * (and copied). */
+        const HostRecord *self;
+        int64_t dead_after_seconds;
+} FleetConfig;
+
+typedef struct Fleet Fleet;
+
+/* Registers this host and makes every write of the store's sandboxes
+ * conditional on its epoch; rows of before hosts become its own, and the
+ * Idempotency-Key claims a previous run of it left pending go. Before
+ * manager_recover. */
+int fleet_join(const FleetConfig *c, Fleet **ret);
+/* The heartbeat and the sweep, on a thread of their own. */
+int fleet_start(Fleet *f);
+/* Stops the thread; the record stays (its heartbeat ages). */
+void fleet_stop(Fleet *f);
+void fleet_free(Fleet *f);
+
+/* Whether this host is fenced now: it serves nothing that needs the store.
+ * NULL: no fleet, never fenced. */
+bool fleet_fenced(Fleet *f);
+/* Whether this host is draining, as of its last look at the hosts. */
+bool fleet_draining(Fleet *f);
+/* Reads the hosts again now (after a drain, say) rather than at the next
+ * beat. */
+int fleet_refresh(Fleet *f);
+/* Where host_id is reached (its advertised URL) as of the last look, in
+ * buf: 0; -ENOENT for a host not seen; -EHOSTDOWN for one that is dead or
+ * silent past the dead-after time. */
+int fleet_host_url(Fleet *f, const char *host_id, char *buf, size_t n);
+/* The hosts as of the last look: a copy the caller clears record by record
+ * and frees (store_host_record_clear). */
+int fleet_view(Fleet *f, HostRecord **ret, size_t *ret_n);
+const char *fleet_host_id(const Fleet *f);
+int64_t fleet_epoch(Fleet *f);
+int64_t fleet_dead_after_seconds(const Fleet *f);
+/* How often a host beats for a dead-after time: six beats within it. */
+int64_t fleet_beat_ms(int64_t dead_after_seconds);
