@@ -610,6 +610,19 @@ static int open_egress(Daemon *d, const DaemonOptions *o) {
         return 0;
 }
 
+/* An upload in parts is this host's when its sandbox is (or is gone: then
+ * it is dropped wherever its row is read). */
+static bool upload_is_ours(void *userdata, const char *sandbox_id) {
+        Daemon *d = userdata;
+        SandboxRow row;
+        int r = db_sandbox_get(d->db, sandbox_id, &row);
+        if (r < 0)
+                return r == -ENOENT; /* unread: left for the next start */
+        bool ours = !row.host_id[0] || strcmp(row.host_id, fleet_host_id(d->fleet)) == 0;
+        sandbox_row_done(&row);
+        return ours;
+}
+
 /* The snapshots, the uploads in parts and the manager, each recovering what
  * an earlier run left. */
 static int open_manager(Daemon *d, const DaemonOptions *o) {
@@ -620,8 +633,6 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 return 1;
         }
         snapshot_store_set_ledger(d->snapshots, d->ledger);
-        if ((r = snapshot_store_recover(d->snapshots)) < 0)
-                log_error(NULL, "recovering snapshots: %s", strerror(-r));
         if ((r = uploads_open(store_backend_for(d->db_path), d->db_path, d->state_dir, &d->uploads)) == 0)
                 uploads_set_owner_bounds(d->uploads, d->cfg.max_uploads_per_owner, d->cfg.max_upload_mib_per_owner);
         if (r < 0) {
@@ -639,6 +650,9 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         manager_set_uploads(d->manager, d->uploads);
         if ((r = join_fleet(d, o)) != 0)
                 return r;
+        snapshot_store_set_host(d->snapshots, fleet_host_id(d->fleet));
+        if ((r = snapshot_store_recover(d->snapshots)) < 0)
+                log_error(NULL, "recovering snapshots: %s", strerror(-r));
         if ((r = manager_recover(d->manager)) < 0) {
                 log_error(NULL, "recovering sandboxes: %s", strerror(-r));
                 return 1;
@@ -646,7 +660,8 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         /* After the sandboxes: a lease end with onLeaseEnd delete during
          * recovery has dropped its uploads already. */
         unsigned kept = 0, dropped = 0;
-        if ((r = uploads_restore(d->uploads, (uint64_t)d->cfg.max_file_mib << 20, &kept, &dropped)) < 0)
+        if ((r = uploads_restore(d->uploads, (uint64_t)d->cfg.max_file_mib << 20, upload_is_ours, d, &kept,
+                                 &dropped)) < 0)
                 log_error(NULL, "restoring the uploads in progress: %s", strerror(-r));
         else if (kept || dropped)
                 log_info(NULL, "uploads in progress: %u kept, %u dropped (sandbox deleted, idle an hour, "

@@ -141,8 +141,22 @@ def test_two_hosts_share_a_database(build_dir, image_dir, tmp_path, postgres, an
         assert hosts["host-a"]["state"] == "live" and hosts["host-b"]["state"] == "live", hosts
         assert postgres.psql(f"SELECT host_id FROM sandboxes WHERE id = '{on_a.id}'", db).strip() == "host-a"
         assert postgres.psql(f"SELECT host_id FROM sandboxes WHERE id = '{on_b.id}'", db).strip() == "host-b"
-        # b's restart recovers b's sandboxes only: a's keeps running and answering.
+        # A snapshot's home is the host that made it; an Idempotency-Key is the fleet's: the
+        # same create sent to the other host answers the first's sandbox.
+        r = api_a.post(f"/v1/sandboxes/{on_a.id}:snapshot", json={"name": "home-a"})
+        assert r.status_code in (200, 201), r.text
+        snap = r.json()["id"]
+        assert postgres.psql(f"SELECT host_id FROM snapshots WHERE id = '{snap}'", db).strip() == "host-a"
+        key = f"fleet-{uuid.uuid4().hex}"
+        first = api_a.post("/v1/sandboxes", json={"driver": any_driver}, headers={"Idempotency-Key": key})
+        assert first.status_code == 201, first.text
+        again = api_b.post("/v1/sandboxes", json={"driver": any_driver}, headers={"Idempotency-Key": key})
+        assert again.status_code == 201 and again.json()["id"] == first.json()["id"], again.text
+        api_a.delete(f"/v1/sandboxes/{first.json()['id']}")
+        # b's restart recovers b's sandboxes only: a's keeps running and answering, and a's
+        # snapshot (its files on a) is neither removed nor charged twice.
         b.restart()
+        assert api_b.get(f"/v1/snapshots/{snap}").status_code == 200
         assert on_a.run("echo still") == "still\n"
         assert api_a.get(f"/v1/sandboxes/{on_a.id}").json()["state"] == "running"
         assert api_a.get(f"/v1/sandboxes/{on_b.id}").json()["state"] == "stopped"

@@ -69,13 +69,25 @@ static int teardown(void **state) {
         return 0;
 }
 
-/* Closes the registry and opens it again as a restarted daemon does. */
+/* Closes the registry and opens it again as a restarted daemon does, taking
+ * the uploads ours says are its own. */
+static void restart_ours(Fixture *f, uint64_t max_bytes, UploadsOurs ours, unsigned want_kept,
+                         unsigned want_dropped) {
+        uploads_close(f->u);
+        f->u = NULL;
+        assert_int_equal(uploads_open(&store_sqlite, f->db_path, f->dir, &f->u), 0);
+        unsigned kept = 99, dropped = 99;
+        assert_int_equal(uploads_restore(f->u, max_bytes, ours, NULL, &kept, &dropped), 0);
+        assert_int_equal(kept, want_kept);
+        assert_int_equal(dropped, want_dropped);
+}
+
 static void restart(Fixture *f, uint64_t max_bytes, unsigned want_kept, unsigned want_dropped) {
         uploads_close(f->u);
         f->u = NULL;
         assert_int_equal(uploads_open(&store_sqlite, f->db_path, f->dir, &f->u), 0);
         unsigned kept = 99, dropped = 99;
-        assert_int_equal(uploads_restore(f->u, max_bytes, &kept, &dropped), 0);
+        assert_int_equal(uploads_restore(f->u, max_bytes, NULL, NULL, &kept, &dropped), 0);
         assert_int_equal(kept, want_kept);
         assert_int_equal(dropped, want_dropped);
 }
@@ -106,6 +118,24 @@ static bool staged(Fixture *f, const char *id) {
         char p[160];
         snprintf(p, sizeof(p), "%s/uploads/%s", f->dir, id);
         return access(p, F_OK) == 0;
+}
+
+static bool not_sbx_b(void *userdata, const char *sandbox_id) {
+        return strcmp(sandbox_id, "sbx_b") != 0;
+}
+
+/* In a shared store, another host's uploads are neither taken nor dropped. */
+static void test_another_hosts_uploads_are_left_alone(void **state) {
+        Fixture *f = *state;
+        char a[UPLOAD_ID_LEN + 1], b[UPLOAD_ID_LEN + 1];
+        begin_file(f, "sbx_a", MIB, a);
+        begin_file(f, "sbx_b", MIB, b);
+        restart_ours(f, 8 * MIB, not_sbx_b, 1, 0);
+        UploadRef r;
+        assert_int_equal(uploads_take(f->u, b, "sbx_b", "own_a", true, &r), -ENOENT);
+        /* Its row is still there: a restart that takes every upload finds it
+         * (without the staging file this host never had, so it goes). */
+        restart(f, 8 * MIB, 1, 1);
 }
 
 static void test_parts_survive_a_restart(void **state) {
@@ -280,6 +310,7 @@ static void test_archive_restored_within_a_lowered_bound(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_parts_survive_a_restart, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_another_hosts_uploads_are_left_alone, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_restart_drops_what_cannot_be_kept, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_bounds_hold_across_a_restart, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_sandbox_deletion_and_a_late_part, setup, teardown),

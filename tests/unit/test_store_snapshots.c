@@ -238,11 +238,11 @@ static void test_transient_hidden(void **state) {
         assert_int_equal(f->ops->count(f->h, "own_a", &count), 0);
         assert_int_equal(count, 2);
         char(*ids)[SNAPSHOT_ID_LEN + 1] = NULL;
-        assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_TRANSIENT, 0, SIZE_MAX, &ids, &n), 0);
+        assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_TRANSIENT, NULL, 0, SIZE_MAX, &ids, &n), 0);
         assert_int_equal(n, 1);
         assert_string_equal(ids[0], ID_T);
         free(ids);
-        assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_ALL, 0, SIZE_MAX, &ids, &n), 0);
+        assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_ALL, NULL, 0, SIZE_MAX, &ids, &n), 0);
         assert_int_equal(n, 2);
         free(ids);
         assert_int_equal(f->ops->get_any(f->h, ID_T, &out), 0);
@@ -263,14 +263,14 @@ static void test_expired_ids(void **state) {
         assert_int_equal(f->ops->insert(f->h, &never, 10), 0);
         char(*ids)[SNAPSHOT_ID_LEN + 1] = NULL;
         size_t n = 0;
-        assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_EXPIRED, 1100, 64, &ids, &n), 0);
+        assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_EXPIRED, NULL, 1100, 64, &ids, &n), 0);
         assert_int_equal(n, 1);
         assert_string_equal(ids[0], ID_A);
         free(ids);
-        assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_EXPIRED, 1000000, 1, &ids, &n), 0);
+        assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_EXPIRED, NULL, 1000000, 1, &ids, &n), 0);
         assert_int_equal(n, 1);
         free(ids);
-        assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_EXPIRED, 1000000, 64, &ids, &n), 0);
+        assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_EXPIRED, NULL, 1000000, 64, &ids, &n), 0);
         assert_int_equal(n, 2);
         free(ids);
 }
@@ -348,7 +348,7 @@ static void test_migrate_unversioned_schema(void **state) {
         assert_int_equal(f->ops->get(f->h, "own_a", ID_T, &out), -ENOENT);
         char(*ids)[SNAPSHOT_ID_LEN + 1] = NULL;
         size_t n = 0;
-        assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_TRANSIENT, 0, SIZE_MAX, &ids, &n), 0);
+        assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_TRANSIENT, NULL, 0, SIZE_MAX, &ids, &n), 0);
         assert_int_equal(n, 1);
         assert_string_equal(ids[0], ID_T);
         free(ids);

@@ -26,6 +26,7 @@ struct SnapshotStore {
         char *dir; /* state_dir/snapshots */
         uint64_t price_gib_hour;
         Ledger *ledger;
+        char host_id[64]; /* this host: the home of the snapshots it makes */
         pthread_mutex_t quit_lock;
         pthread_cond_t quit_cond;
         bool quit, started;
@@ -94,6 +95,10 @@ void snapshot_store_close(SnapshotStore *s) {
         pthread_cond_destroy(&s->quit_cond);
         free(s->dir);
         free(s);
+}
+
+void snapshot_store_set_host(SnapshotStore *s, const char *host_id) {
+        snprintf(s->host_id, sizeof(s->host_id), "%s", host_id);
 }
 
 void snapshot_store_set_ledger(SnapshotStore *s, Ledger *ledger) {
@@ -211,6 +216,7 @@ int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row) {
         }
         if ((r = fsync_path(s->dir)) < 0)
                 goto fail_final;
+        snprintf(row->host_id, sizeof(row->host_id), "%s", s->host_id);
         if ((r = s->ops->insert(s->h, row, SNAPSHOT_MAX_PER_OWNER)) < 0)
                 goto fail_final;
         if (s->ledger) {
@@ -308,7 +314,7 @@ typedef char SnapshotId[SNAPSHOT_ID_LEN + 1];
 static void recover_transient(SnapshotStore *s) {
         SnapshotId *cut = NULL;
         size_t n = 0;
-        int r = s->ops->ids(s->h, STORE_SNAPSHOT_IDS_TRANSIENT, 0, SIZE_MAX, &cut, &n);
+        int r = s->ops->ids(s->h, STORE_SNAPSHOT_IDS_TRANSIENT, s->host_id, 0, SIZE_MAX, &cut, &n);
         if (r < 0) {
                 log_error(NULL, "listing the transient snapshots: %s", strerror(-r));
                 return;
@@ -354,7 +360,7 @@ static int recover_files(SnapshotStore *s) {
 static int recover_charges(SnapshotStore *s) {
         SnapshotId *ids = NULL;
         size_t n = 0;
-        int r = s->ops->ids(s->h, STORE_SNAPSHOT_IDS_ALL, 0, SIZE_MAX, &ids, &n);
+        int r = s->ops->ids(s->h, STORE_SNAPSHOT_IDS_ALL, s->host_id, 0, SIZE_MAX, &ids, &n);
         if (r < 0)
                 return r;
         int64_t now = time_now_unix();
@@ -387,7 +393,7 @@ int snapshot_store_recover(SnapshotStore *s) {
 static void expire_due(SnapshotStore *s) {
         SnapshotId *ids = NULL;
         size_t n = 0;
-        if (s->ops->ids(s->h, STORE_SNAPSHOT_IDS_EXPIRED, time_now_unix(), 64, &ids, &n) < 0)
+        if (s->ops->ids(s->h, STORE_SNAPSHOT_IDS_EXPIRED, s->host_id, time_now_unix(), 64, &ids, &n) < 0)
                 return;
         for (size_t i = 0; i < n; i++)
                 if (delete_one(s, NULL, ids[i]) == 0)

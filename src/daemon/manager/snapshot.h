@@ -43,6 +43,9 @@ int snapshot_store_open(const StoreBackend *b, const char *location, const char 
                         uint64_t price_disk_gib_hour_micros, SnapshotStore **ret);
 void snapshot_store_close(SnapshotStore *s);
 void snapshot_store_set_ledger(SnapshotStore *s, Ledger *ledger);
+/* This host: the snapshots it makes are kept here (their home), and its
+ * recovery, charges and expiry see only those. Before snapshot_store_recover. */
+void snapshot_store_set_host(SnapshotStore *s, const char *host_id);
 /* After a crash: removes transient snapshots, partial and row-less
  * snapshot directories, and closes each snapshot's storage charge at the last heartbeat, opening it
  * again from now. */

@@ -565,10 +565,14 @@ typedef struct RestoreWalk {
         unsigned kept, dropped;
         char **gone; /* the ids of the dropped, whose rows go after the walk */
         size_t n_gone;
+        UploadsOurs ours;
+        void *ours_data;
 } RestoreWalk;
 
 static int restore_each(const StoreUploadListed *l, void *userdata) {
         RestoreWalk *w = userdata;
+        if (w->ours && !w->ours(w->ours_data, l->row.sandbox_id))
+                return 0;
         if (restore_one_locked(w->u, l, w->max_bytes, w->now) == 0) {
                 w->kept++;
                 return 0;
@@ -583,8 +587,9 @@ static int restore_each(const StoreUploadListed *l, void *userdata) {
         return 0;
 }
 
-int uploads_restore(Uploads *u, uint64_t max_bytes, unsigned *ret_kept, unsigned *ret_dropped) {
-        RestoreWalk w = { .u = u, .max_bytes = max_bytes, .now = time_now_unix() };
+int uploads_restore(Uploads *u, uint64_t max_bytes, UploadsOurs ours, void *userdata, unsigned *ret_kept,
+                    unsigned *ret_dropped) {
+        RestoreWalk w = { .u = u, .max_bytes = max_bytes, .now = time_now_unix(), .ours = ours, .ours_data = userdata };
         pthread_mutex_lock(&u->lock);
         /* Oldest first: past a bound, the newest go. */
         int r = u->ops->list(u->h, restore_each, &w);

@@ -67,8 +67,13 @@ int uploads_open(const StoreBackend *b, const char *location, const char *state_
  * sandbox is not deleted, it has had a part within the idle time, it fits
  * max_bytes (--max-file-mib now) and the bounds, and its staging file is
  * there; a staging file without a kept row, and a row without its file, go.
- * ret_kept and ret_dropped count uploads. */
-int uploads_restore(Uploads *u, uint64_t max_bytes, unsigned *ret_kept, unsigned *ret_dropped);
+ * ret_kept and ret_dropped count uploads. In a store that several hosts
+ * share, an upload whose sandbox another host runs is that host's (its
+ * staging file is there): ours (may be NULL: every one is) says which are
+ * this host's, and the others are left alone. */
+typedef bool (*UploadsOurs)(void *userdata, const char *sandbox_id);
+int uploads_restore(Uploads *u, uint64_t max_bytes, UploadsOurs ours, void *userdata, unsigned *ret_kept,
+                    unsigned *ret_dropped);
 /* Starts the sweep that drops uploads idle for UPLOAD_IDLE_S. */
 int uploads_start(Uploads *u);
 void uploads_close(Uploads *u);

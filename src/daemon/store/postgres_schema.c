@@ -81,7 +81,7 @@ static const char *const steps[] = {
         "  vcpu BIGINT NOT NULL, memory_mib BIGINT NOT NULL, epoch BIGINT NOT NULL,"
         "  started_at BIGINT NOT NULL, heartbeat_at BIGINT NOT NULL);",
         /* 3: the fleet: the host that runs a sandbox, claimed an
-         * Idempotency-Key or opened a charge; a host's standing and use;
+         * Idempotency-Key, opened a charge or keeps a snapshot; a host's standing and use;
          * the leases of the timed work done once for the fleet */
         "ALTER TABLE sandboxes ADD COLUMN host_id TEXT NOT NULL DEFAULT '';"
         "CREATE INDEX sandboxes_host ON sandboxes (host_id, state);"
@@ -93,7 +93,8 @@ static const char *const steps[] = {
         "  ADD COLUMN sandboxes BIGINT NOT NULL DEFAULT 0, ADD COLUMN dead_at BIGINT;"
         "CREATE TABLE fleet_leases ("
         "  name TEXT PRIMARY KEY, holder TEXT NOT NULL, holder_epoch BIGINT NOT NULL,"
-        "  epoch BIGINT NOT NULL, expires_at BIGINT NOT NULL);",
+        "  epoch BIGINT NOT NULL, expires_at BIGINT NOT NULL);"
+        "ALTER TABLE snapshots ADD COLUMN host_id TEXT NOT NULL DEFAULT '';",
 };
 
 #define KIND "postgres"

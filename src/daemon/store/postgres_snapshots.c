@@ -18,7 +18,9 @@ struct StoreSnapshots {
 /* Records a client may see: the spec says whether a snapshot is transient
  * (sqlite_snapshots.c says why it is not a column). */
 #define NOT_TRANSIENT "(spec::jsonb ->> '" SNAPSHOT_TRANSIENT "') IS NULL"
-#define COLUMNS "id, owner, key_id, sandbox_id, name, labels, spec, mode, size_bytes, created_at, expires_at, version"
+#define COLUMNS                                                                                             \
+        "id, owner, key_id, sandbox_id, name, labels, spec, mode, size_bytes, created_at, expires_at, version, " \
+        "host_id"
 
 /* The handle is its connection: pgdb_handle_open's (c is first). */
 static int pg_snapshots_open(const char *location, StoreSnapshots **ret) {
@@ -50,6 +52,7 @@ static int read_row(const PGresult *res, int i, SnapshotRow *ret) {
         r.created_at = pgi(res, i, 9);
         r.expires_at = pgi(res, i, 10);
         r.version = (uint64_t)pgi(res, i, 11);
+        snprintf(r.host_id, sizeof r.host_id, "%s", pgv(res, i, 12) ?: "");
         if (!r.owner || !r.key_id || !r.sandbox_id || !r.labels || !r.spec || (!pgnull(res, i, 4) && !r.name)) {
                 store_snapshot_row_clear(&r);
                 return -ENOMEM;
@@ -96,10 +99,11 @@ static int insert_tx(PgConn *c, void *userdata) {
         pgp_int(&p, s->size_bytes);
         pgp_int(&p, s->created_at);
         pgp_int(&p, s->expires_at);
+        pgp_text(&p, s->host_id);
         return pgdb_exec_locked(c,
                                 "INSERT INTO snapshots (id, owner, key_id, sandbox_id, name, labels, spec, mode, "
-                                "size_bytes, created_at, expires_at, version) "
-                                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1)",
+                                "size_bytes, created_at, expires_at, version, host_id) "
+                                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12)",
                                 &p);
 }
 
@@ -240,20 +244,22 @@ static int pg_snapshots_count(StoreSnapshots *h, const char *owner, int64_t *ret
         return count_run(&h->c, false, owner, ret);
 }
 
-static int pg_snapshots_ids(StoreSnapshots *h, StoreSnapshotIds which, int64_t now, size_t max,
+#define OF_HOST "($2::text IS NULL OR host_id IN ($2, ''))"
+static int pg_snapshots_ids(StoreSnapshots *h, StoreSnapshotIds which, const char *host, int64_t now, size_t max,
                             char (**ret)[SNAPSHOT_ID_LEN + 1], size_t *ret_n) {
-        /* $1 the bound; $2, for the expired ones, `now`. */
+        /* $1 the bound; $2 the host; $3, for the expired ones, `now`. */
         static const char *const queries[] = {
-                [STORE_SNAPSHOT_IDS_ALL] = "SELECT id FROM snapshots ORDER BY id LIMIT $1",
-                [STORE_SNAPSHOT_IDS_TRANSIENT] = "SELECT id FROM snapshots WHERE NOT " NOT_TRANSIENT
+                [STORE_SNAPSHOT_IDS_ALL] = "SELECT id FROM snapshots WHERE " OF_HOST " ORDER BY id LIMIT $1",
+                [STORE_SNAPSHOT_IDS_TRANSIENT] = "SELECT id FROM snapshots WHERE NOT " NOT_TRANSIENT " AND " OF_HOST
                                                  " ORDER BY id LIMIT $1",
-                [STORE_SNAPSHOT_IDS_EXPIRED] = "SELECT id FROM snapshots WHERE expires_at > 0 AND expires_at <= $2 "
-                                               "ORDER BY expires_at, id LIMIT $1",
+                [STORE_SNAPSHOT_IDS_EXPIRED] = "SELECT id FROM snapshots WHERE expires_at > 0 AND expires_at <= $3 "
+                                               "AND " OF_HOST " ORDER BY expires_at, id LIMIT $1",
         };
         if ((size_t)which >= ELEMENTSOF(queries))
                 return -EINVAL;
         PgParams p = { 0 };
         pgp_int(&p, max > INT64_MAX ? INT64_MAX : (int64_t)max);
+        pgp_text(&p, host);
         if (which == STORE_SNAPSHOT_IDS_EXPIRED)
                 pgp_int(&p, now);
         _cleanup_pgres_ PGresult *res = NULL;

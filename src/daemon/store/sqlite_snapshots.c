@@ -36,6 +36,8 @@ static const SqlMigration migrations[] = {
           "CREATE INDEX IF NOT EXISTS snapshots_owner ON snapshots (owner, created_at, id);" },
         /* 2: a record's version, for conditional updates */
         { "snapshots", "version", "ALTER TABLE snapshots ADD COLUMN version INTEGER NOT NULL DEFAULT 1" },
+        /* 3: its home host */
+        { "snapshots", "host_id", "ALTER TABLE snapshots ADD COLUMN host_id TEXT NOT NULL DEFAULT ''" },
 };
 
 /* Records a client may see. Whether a snapshot is transient is read from
@@ -43,7 +45,9 @@ static const SqlMigration migrations[] = {
  * column of its own: the spec stays the one place that says it, and the
  * rows it hides are few (a fork's, for the time of the fork). */
 #define NOT_TRANSIENT "json_extract(spec, '$." SNAPSHOT_TRANSIENT "') IS NULL"
-#define COLUMNS "id, owner, key_id, sandbox_id, name, labels, spec, mode, size_bytes, created_at, expires_at, version"
+#define COLUMNS                                                                                             \
+        "id, owner, key_id, sandbox_id, name, labels, spec, mode, size_bytes, created_at, expires_at, version, " \
+        "host_id"
 
 static int sqlite_snapshots_open(const char *location, StoreSnapshots **ret) {
         return sqldb_handle_open(location, "snapshots", migrations, ELEMENTSOF(migrations), sizeof(**ret),
@@ -92,6 +96,8 @@ static int read_row(sqlite3_stmt *st, SnapshotRow *ret) {
         r.created_at = sqlite3_column_int64(st, 9);
         r.expires_at = sqlite3_column_int64(st, 10);
         r.version = (uint64_t)sqlite3_column_int64(st, 11);
+        const unsigned char *host = sqlite3_column_text(st, 12);
+        snprintf(r.host_id, sizeof r.host_id, "%s", host ? (const char *)host : "");
         if (!r.owner || !r.key_id || !r.sandbox_id || !r.labels || !r.spec ||
             (sqlite3_column_type(st, 4) != SQLITE_NULL && !r.name)) {
                 store_snapshot_row_clear(&r);
@@ -117,7 +123,8 @@ static int insert_locked(StoreSnapshots *h, const SnapshotRow *row) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(h->sql,
                                "INSERT INTO snapshots (id, owner, key_id, sandbox_id, name, labels, spec, mode, "
-                               "size_bytes, created_at, expires_at, version) VALUES (?,?,?,?,?,?,?,?,?,?,?,1)",
+                               "size_bytes, created_at, expires_at, version, host_id) "
+                               "VALUES (?,?,?,?,?,?,?,?,?,?,?,1,?)",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, row->id, -1, SQLITE_STATIC);
@@ -131,6 +138,7 @@ static int insert_locked(StoreSnapshots *h, const SnapshotRow *row) {
         sqlite3_bind_int64(st, 9, row->size_bytes);
         sqlite3_bind_int64(st, 10, row->created_at);
         sqlite3_bind_int64(st, 11, row->expires_at);
+        sqlite3_bind_text(st, 12, row->host_id, -1, SQLITE_STATIC);
         return sqldb_errno(sqlite3_step(st));
 }
 
@@ -285,14 +293,15 @@ static int sqlite_snapshots_count(StoreSnapshots *h, const char *owner, int64_t 
         return count_locked(h, owner, ret);
 }
 
-static int sqlite_snapshots_ids(StoreSnapshots *h, StoreSnapshotIds which, int64_t now, size_t max,
-                                char (**ret)[SNAPSHOT_ID_LEN + 1], size_t *ret_n) {
+#define OF_HOST "(?3 IS NULL OR host_id IN (?3, ''))"
+static int sqlite_snapshots_ids(StoreSnapshots *h, StoreSnapshotIds which, const char *host, int64_t now,
+                                size_t max, char (**ret)[SNAPSHOT_ID_LEN + 1], size_t *ret_n) {
         static const char *const queries[] = {
-                [STORE_SNAPSHOT_IDS_ALL] = "SELECT id FROM snapshots ORDER BY id LIMIT ?2",
-                [STORE_SNAPSHOT_IDS_TRANSIENT] = "SELECT id FROM snapshots WHERE NOT " NOT_TRANSIENT
+                [STORE_SNAPSHOT_IDS_ALL] = "SELECT id FROM snapshots WHERE " OF_HOST " ORDER BY id LIMIT ?2",
+                [STORE_SNAPSHOT_IDS_TRANSIENT] = "SELECT id FROM snapshots WHERE NOT " NOT_TRANSIENT " AND " OF_HOST
                                                  " ORDER BY id LIMIT ?2",
                 [STORE_SNAPSHOT_IDS_EXPIRED] = "SELECT id FROM snapshots WHERE expires_at > 0 AND expires_at <= ?1 "
-                                               "ORDER BY expires_at, id LIMIT ?2",
+                                               "AND " OF_HOST " ORDER BY expires_at, id LIMIT ?2",
         };
         if ((size_t)which >= ELEMENTSOF(queries))
                 return -EINVAL;
@@ -305,6 +314,8 @@ static int sqlite_snapshots_ids(StoreSnapshots *h, StoreSnapshotIds which, int64
                 return -EIO;
         sqlite3_bind_int64(st, 1, now);
         sqlite3_bind_int64(st, 2, max > INT64_MAX ? INT64_MAX : (sqlite3_int64)max);
+        if (host)
+                sqlite3_bind_text(st, 3, host, -1, SQLITE_STATIC);
         int rc;
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
                 if (n == cap) {

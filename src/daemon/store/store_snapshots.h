@@ -35,6 +35,7 @@ typedef struct SnapshotRow {
         int64_t created_at;
         int64_t expires_at; /* 0: never */
         uint64_t version;   /* 1 when inserted, bumped by every update */
+        char host_id[64];   /* its home: the host whose disk holds its files ("" before hosts) */
 } SnapshotRow;
 
 /* Frees what a row holds (not the row) and zeroes it; NULL is fine. */
@@ -110,9 +111,10 @@ struct StoreSnapshotOps {
         int (*delete)(StoreSnapshots *h, const char *owner, const char *id);
         /* How many snapshots owner keeps, transient ones included. */
         int (*count)(StoreSnapshots *h, const char *owner, int64_t *ret);
-        /* The ids of which (at `now`, for STORE_SNAPSHOT_IDS_EXPIRED), at
-         * most max: an array of ids the caller frees. */
-        int (*ids)(StoreSnapshots *h, StoreSnapshotIds which, int64_t now, size_t max,
+        /* The ids of which (at `now`, for STORE_SNAPSHOT_IDS_EXPIRED) whose
+         * home is host (NULL: any; rows of before hosts count as every
+         * host's), at most max: an array of ids the caller frees. */
+        int (*ids)(StoreSnapshots *h, StoreSnapshotIds which, const char *host, int64_t now, size_t max,
                    char (**ret)[SNAPSHOT_ID_LEN + 1], size_t *ret_n);
 };
 
