@@ -153,6 +153,19 @@ def test_two_hosts_share_a_database(build_dir, image_dir, tmp_path, postgres, an
         again = api_b.post("/v1/sandboxes", json={"driver": any_driver}, headers={"Idempotency-Key": key})
         assert again.status_code == 201 and again.json()["id"] == first.json()["id"], again.text
         api_a.delete(f"/v1/sandboxes/{first.json()['id']}")
+        # getOrCreate of one name sent to both hosts at once makes one sandbox.
+        from concurrent.futures import ThreadPoolExecutor
+
+        def goc(d):
+            with Api(d, key=a.api_key) as c:
+                r = c.post("/v1/sandboxes", json={"driver": any_driver, "name": "one-of-a-kind",
+                                                  "getOrCreate": True})
+                assert r.status_code in (200, 201), r.text
+                return r.json()["id"]
+        with ThreadPoolExecutor(6) as pool:
+            ids = set(pool.map(goc, [a, b] * 3))
+        assert len(ids) == 1, ids
+        api_a.delete(f"/v1/sandboxes/{ids.pop()}")
         # b's restart recovers b's sandboxes only: a's keeps running and answering, and a's
         # snapshot (its files on a) is neither removed nor charged twice.
         b.restart()

@@ -12,6 +12,9 @@
 #include "daemon/manager/sandbox.h"
 
 #define HELLO_TIMEOUT_MS 30000
+/* How long a getOrCreate waits for another of the same name (any host's):
+ * longer than a create takes, shorter than a client's patience. */
+#define GET_OR_CREATE_WAIT_MS 120000
 /* The agent heartbeat: a ping every interval; a sandbox whose agent sends
  * nothing at all for the timeout while a ping waits is failed. */
 #define HEARTBEAT_INTERVAL_MS 5000

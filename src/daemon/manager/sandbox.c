@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include "common/jsonutil.h"
@@ -804,8 +805,35 @@ int sandbox_get_or_create(Manager *m, const KeyInfo *key, const CreateRequest *r
         char lock[160];
         snprintf(lock, sizeof(lock), "owner/%s", key->owner);
         busy_begin(m, lock);
+        /* The same name asked of two hosts at once: one claim in the shared
+         * store (a record no client key can name: theirs have no '/') lets
+         * one find-or-create run at a time for the owner's name, fleet-wide;
+         * a host that dies holding it has it dropped with its claims. */
+        char claim[300];
+        snprintf(claim, sizeof(claim), "get-or-create/%s", req->name);
+        uint64_t until = time_now_mono_ms() + GET_OR_CREATE_WAIT_MS;
+        int r;
+        for (;;) {
+                unsigned status = 0;
+                char *body = NULL;
+                r = db_idem_claim(m->db, key->owner, claim, "get-or-create", time_now_unix(), &status, &body);
+                free(body);
+                if (r != STORE_IDEM_PENDING || time_now_mono_ms() >= until)
+                        break;
+                struct timespec ts = { .tv_sec = 0, .tv_nsec = 50 * 1000 * 1000 };
+                nanosleep(&ts, NULL);
+        }
+        if (r != STORE_IDEM_CLAIMED) {
+                busy_end(m, lock);
+                if (r < 0)
+                        log_error(rid, "claiming the name %s: %s", req->name, strerror(-r));
+                return r == STORE_IDEM_PENDING
+                               ? sandbox_error(e, SANDBOX_ERR_CONFLICT, "send it again once it is done",
+                                               "a getOrCreate of this name is still being served")
+                               : sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "try again", "the store did not answer");
+        }
         Named c = { .name = req->name };
-        int r = sandbox_list(m, key, find_named, &c, e);
+        r = sandbox_list(m, key, find_named, &c, e);
         if (r == 0 && !c.id[0]) {
                 *ret_reused = false;
                 r = sandbox_create(m, key, req, rid, ret, e);
@@ -822,6 +850,8 @@ int sandbox_get_or_create(Manager *m, const KeyInfo *key, const CreateRequest *r
                 else
                         r = sandbox_get(m, key, c.id, ret, e);
         }
+        /* An answer of 500 is never kept: the claim goes. */
+        (void)db_idem_finish(m->db, key->owner, claim, 500, NULL);
         busy_end(m, lock);
         return r;
 }
@@ -876,7 +906,15 @@ int with_row(Manager *m, const KeyInfo *key, const char *id, RowOp op, void *arg
                 busy_end(m, id);
                 return r;
         }
-        r = op(m, &row, arg, rid, e);
+        /* Another host's drivers run it: a request about it reaches this
+         * host only past the forwarding (a get-or-create that found it, an
+         * old client of a moved sandbox). A lost one is the fleet's: its
+         * row can be read and deleted anywhere. */
+        if (row.host_id[0] && m->host_id[0] && strcmp(row.host_id, m->host_id) != 0 && row.state != SANDBOX_LOST)
+                r = sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "send it to that host, or to any host with "
+                                  "forwarding on (docs/fleet.md)", "sandbox %s runs on host %s", row.id, row.host_id);
+        else
+                r = op(m, &row, arg, rid, e);
         busy_end(m, id);
         if (r == 0 && ret)
                 *ret = row;
