@@ -9,6 +9,8 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "common/macro.h"
+#include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/manager/db.h"
 #include "daemon/manager/ledger.h"
@@ -217,6 +219,56 @@ int fleet_view(Fleet *f, HostRecord **ret, size_t *ret_n) {
 
 int64_t fleet_dead_after_seconds(const Fleet *f) {
         return f->c.dead_after_seconds;
+}
+
+/* Whether a comma-separated list names driver. */
+static bool offers(const char *list, const char *driver) {
+        size_t len = strlen(driver);
+        for (const char *p = list; p && *p;) {
+                size_t n = strcspn(p, ",");
+                if (n == len && strncmp(p, driver, n) == 0)
+                        return true;
+                p += n + (p[n] == ',');
+        }
+        return false;
+}
+
+int fleet_choose(const HostRecord *view, size_t n, const FleetNeed *need, int64_t now, int64_t dead_after,
+                 uint64_t draw, size_t *ret_index) {
+        size_t fit[64], k = 0;
+        for (size_t i = 0; i < n && k < ELEMENTSOF(fit); i++) {
+                const HostRecord *h = &view[i];
+                if (h->state != HOST_LIVE || now - h->heartbeat_at > dead_after)
+                        continue;
+                if (need->driver && !offers(h->drivers, need->driver))
+                        continue;
+                if (h->memory_mib - h->used.memory_mib < need->memory_mib)
+                        continue;
+                fit[k++] = i;
+        }
+        if (k == 0)
+                return -ENOSPC;
+        /* Two distinct draws when there are two to draw from. */
+        size_t ia = draw % k, ib = k > 1 ? (ia + 1 + (draw / k) % (k - 1)) % k : ia;
+        size_t a = fit[ia], b = fit[ib];
+        int64_t free_a = view[a].memory_mib - view[a].used.memory_mib;
+        int64_t free_b = view[b].memory_mib - view[b].used.memory_mib;
+        *ret_index = free_b > free_a ? b : a;
+        return 0;
+}
+
+int fleet_place(Fleet *f, const FleetNeed *need, char *ret_id, size_t id_len, char *ret_url, size_t url_len) {
+        uint64_t draw;
+        if (random_bytes(&draw, sizeof(draw)) < 0)
+                draw = time_now_mono_ms();
+        pthread_mutex_lock(&f->lock);
+        size_t i;
+        int r = fleet_choose(f->view, f->n_view, need, time_now_unix(), f->c.dead_after_seconds, draw, &i);
+        if (r == 0 && (snprintf(ret_id, id_len, "%s", f->view[i].id) >= (int)id_len ||
+                       snprintf(ret_url, url_len, "%s", f->view[i].url) >= (int)url_len))
+                r = -ENAMETOOLONG;
+        pthread_mutex_unlock(&f->lock);
+        return r;
 }
 
 static void fence(Fleet *f, FenceCause cause) {

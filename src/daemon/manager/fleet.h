@@ -77,5 +77,23 @@ int fleet_view(Fleet *f, HostRecord **ret, size_t *ret_n);
 const char *fleet_host_id(const Fleet *f);
 int64_t fleet_epoch(Fleet *f);
 int64_t fleet_dead_after_seconds(const Fleet *f);
+/* What a new sandbox needs of a host. */
+typedef struct FleetNeed {
+        const char *driver; /* a driver's name the host must offer */
+        int64_t vcpu, memory_mib;
+} FleetNeed;
+
+/* Placement over a view of the hosts (pure, for tests): the index of a
+ * host that is live (not draining, not dead, its heartbeat younger than
+ * dead_after at now), offers the driver and has the memory free; of two
+ * such drawn by `draw` (any random number), the one with more memory free,
+ * so load spreads without every host piling onto the emptiest. -ENOSPC
+ * when none has room. */
+int fleet_choose(const HostRecord *view, size_t n, const FleetNeed *need, int64_t now, int64_t dead_after,
+                 uint64_t draw, size_t *ret_index);
+/* fleet_choose over this host's last look at the hosts: the chosen host's
+ * id and URL; -ENOSPC when no host has room. */
+int fleet_place(Fleet *f, const FleetNeed *need, char *ret_id, size_t id_len, char *ret_url, size_t url_len);
+
 /* How often a host beats for a dead-after time: six beats within it. */
 int64_t fleet_beat_ms(int64_t dead_after_seconds);
