@@ -212,3 +212,72 @@ def test_one_runtimed_a_state_directory(fresh_daemon, build_dir, image_dir):
     finally:
         other.release_layer_pool()
     assert "another runtimed uses the state directory" in other.log_path.read_text()
+
+
+def _postgres_down(server) -> None:
+    """Stops the server as a lost link would look from runtimed: every connection gone, no new
+    one taken. Its data directory stays for _postgres_up."""
+    server.proc.terminate()
+    server.proc.wait(30)
+
+
+def _postgres_up(server) -> None:
+    import subprocess
+    import time
+    from helpers.postgres import PG_BIN
+    server.proc = subprocess.Popen(
+        ["runuser", "-u", "postgres", "--", str(PG_BIN / "postgres"), "-D", str(server.data),
+         "-k", str(server.sock), "-c", "listen_addresses=", "-c", "fsync=off", "-p", str(server.port)],
+        stdout=open(server.dir / "log", "ab"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while subprocess.run([str(PG_BIN / "pg_isready"), "-h", str(server.sock), "-p", str(server.port)],
+                         capture_output=True).returncode != 0:
+        assert time.monotonic() < deadline, "postgres did not come back"
+        time.sleep(0.1)
+
+
+def test_a_host_cut_off_from_the_database_fences_itself(build_dir, image_dir, tmp_path, any_driver):
+    # The database goes away under a host: within the dead-after time it stops its sandboxes and
+    # answers 503 host_fenced; when the database is back it registers at a new epoch and its
+    # sandbox is lost, not running again. A server of the test's own: the suite's is shared.
+    import subprocess
+    from helpers import wait_until
+    from helpers.postgres import PostgresServer
+    server = PostgresServer().start()
+    d = None
+    try:
+        server.psql("CREATE DATABASE fence")
+        d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-fence",
+                          extra_args=["--database", server.url("fence"), "--host-dead-after-seconds", "3",
+                                      "--host-id", "host-cut"])
+        api = Api(d)
+        sbx = api.create_sandbox(driver=any_driver, timeoutSeconds=300)
+        marker = f"sleep {31000 + os.getpid() % 1000}.5"
+        r = api.post(f"/v1/sandboxes/{sbx.id}/processes", json={"command": marker})
+        assert r.status_code in (200, 201), r.text
+
+        def running() -> bool:
+            return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
+        wait_until(running, 10, what="the sandbox's process")
+        epoch = next(h["epoch"] for h in api.get("/v1/hosts").json()["hosts"] if h["id"] == "host-cut")
+
+        _postgres_down(server)
+        wait_until(lambda: api.get("/healthz").status_code == 503, 15, interval=0.2, what="the fence")
+        assert_error(api.get(f"/v1/sandboxes/{sbx.id}"), 503, "host_fenced")
+        # /metrics is not fenced, but its key is checked in the store, which is gone.
+        assert_error(api.get("/metrics"), 503, "unavailable")
+        wait_until(lambda: not running(), 15, interval=0.2, what="the sandbox's process to be stopped")
+        assert "is fenced" in d.log_path.read_text()
+
+        _postgres_up(server)
+        wait_until(lambda: api.get("/healthz").status_code == 200, 30, interval=0.2, what="the host to rejoin")
+        st = api.get(f"/v1/sandboxes/{sbx.id}").json()
+        assert st["state"] == "lost" and "cut off" in st["failureReason"], st
+        again = next(h for h in api.get("/v1/hosts").json()["hosts"] if h["id"] == "host-cut")
+        assert again["epoch"] > epoch and again["state"] == "live", again
+        assert api.create_sandbox(driver=any_driver, timeoutSeconds=60).run("echo back") == "back\n"
+        api.close()
+    finally:
+        if d is not None:
+            _finish_daemon(d)
+        server.stop()

@@ -448,6 +448,13 @@ static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
                 return api_error(e, 405, "invalid_request", NULL, "%s is not allowed here; allowed: %s", r->method,
                                  r->route.allow);
         const HttpRoute *d = r->route.def;
+        /* A fenced host cannot prove its sandboxes are still its own: it
+         * answers nothing that reads or writes them (its health says so
+         * too, for a balancer in front) until it registers again; not even
+         * a key check, which needs the store it lost. */
+        if (fleet_fenced(s->fleet) && strcmp(d->name, "metrics") != 0)
+                return api_error(e, 503, "host_fenced", "try again, or another host of the service",
+                                 "this host is cut off from the service's store and serves nothing until it rejoins");
         if (d->access == HTTP_ACCESS_PUBLIC)
                 return 0;
         const char *hdr = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -460,6 +467,8 @@ static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
                 return api_error(e, 401, "unauthorized", "check RUNTIME_API_KEY", "the API key is not valid");
         if (rc < 0) {
                 log_error(r->rid, "looking up a key: %s", strerror(-rc));
+                if (rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -EAGAIN)
+                        return api_error(e, 503, "unavailable", "try again", "the store did not answer");
                 return api_error(e, 500, "internal", NULL, "could not check the key");
         }
         if (d->access == HTTP_ACCESS_ADMIN && !keys_is_admin(&r->key))
@@ -585,15 +594,6 @@ answer:
 /* The whole request is in: parse a JSON body, then the route's handler. */
 static enum MHD_Result dispatch(HttpServer *s, Req *r) {
         const HttpRoute *d = r->route.def;
-        /* A fenced host cannot prove its sandboxes are still its own: it
-         * answers nothing that reads or writes them (its health says so
-         * too, for a balancer in front) until it registers again. */
-        if (fleet_fenced(s->fleet) && strcmp(d->name, "metrics") != 0) {
-                ApiError e = { 0 };
-                api_error(&e, 503, "host_fenced", "try again, or another host of the service",
-                          "this host is cut off from the service's store and serves nothing until it rejoins");
-                return reply_error(r, &e);
-        }
         if (d->body == HTTP_BODY_JSON || d->body == HTTP_BODY_JSON_OR_EMPTY) {
                 ApiError e = { 0 };
                 if (request_body_parse(r->body ? r->body : "", r->body_len, d->body == HTTP_BODY_JSON_OR_EMPTY,

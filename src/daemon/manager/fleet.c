@@ -17,6 +17,7 @@
 #include "daemon/manager/sandbox.h"
 
 #define SWEEPER_LEASE "sweeper"
+#define WATCHDOG_MS 200
 
 typedef enum FenceCause {
         FENCE_NONE = 0,
@@ -34,7 +35,7 @@ struct Fleet {
         int64_t epoch;
         FenceCause cause;
         bool stop, running;
-        pthread_t thread;
+        pthread_t thread, watchdog;
         uint64_t last_beat_ms; /* monotonic: the last beat that got through */
         bool draining;         /* this host's state at the last look */
         HostRecord *view;      /* every host at the last look; strings owned */
@@ -332,11 +333,13 @@ static void beat(Fleet *f) {
         HostUse use;
         manager_use(f->c.manager, &use.vcpu, &use.memory_mib, &use.sandboxes);
         int64_t epoch = fleet_epoch(f);
+        uint64_t sent = time_now_mono_ms();
         int r = f->c.ops->heartbeat(f->c.hosts, f->self.id, epoch, time_now_unix(), &use);
-        uint64_t now = time_now_mono_ms();
         if (r == 0) {
                 pthread_mutex_lock(&f->lock);
-                f->last_beat_ms = now;
+                /* As of when it was sent: a beat that took long to land
+                 * proves the record fresh only from then. */
+                f->last_beat_ms = sent;
                 pthread_mutex_unlock(&f->lock);
                 return;
         }
@@ -344,14 +347,32 @@ static void beat(Fleet *f) {
                 fence(f, r == -ENOENT ? FENCE_DECLARED : refused_why(f, epoch));
                 return;
         }
-        pthread_mutex_lock(&f->lock);
-        uint64_t last = f->last_beat_ms;
-        pthread_mutex_unlock(&f->lock);
         log_warn(NULL, "host %s: heartbeat: %s", f->self.id, strerror(-r));
-        /* A beat before the others may call it dead: never acting on a
-         * store this host can no longer prove it still belongs to. */
-        if (now - last + (uint64_t)f->beat_ms >= (uint64_t)f->c.dead_after_seconds * 1000)
-                fence(f, FENCE_CUT_OFF);
+}
+
+/* The fence's clock, on a thread of its own: a beat can hang on a dead
+ * link (up to the store's timeouts), and the fence must not wait for it. A
+ * beat before the others may call this host dead, it stops acting on a
+ * store it can no longer prove it still belongs to. */
+static void *watchdog_run(void *userdata) {
+        Fleet *f = userdata;
+        uint64_t limit = (uint64_t)f->c.dead_after_seconds * 1000 - (uint64_t)f->beat_ms;
+        pthread_mutex_lock(&f->lock);
+        while (!f->stop) {
+                struct timespec deadline;
+                time_mono_deadline(&deadline, WATCHDOG_MS);
+                while (!f->stop && pthread_cond_timedwait(&f->wake, &f->lock, &deadline) != ETIMEDOUT)
+                        ;
+                if (f->stop)
+                        break;
+                bool stale = f->cause == FENCE_NONE && time_now_mono_ms() - f->last_beat_ms >= limit;
+                pthread_mutex_unlock(&f->lock);
+                if (stale)
+                        fence(f, FENCE_CUT_OFF);
+                pthread_mutex_lock(&f->lock);
+        }
+        pthread_mutex_unlock(&f->lock);
+        return NULL;
 }
 
 static void format_time(int64_t t, char *buf, size_t n) {
@@ -440,9 +461,18 @@ static void *fleet_run(void *userdata) {
 
 int fleet_start(Fleet *f) {
         int r = -pthread_create(&f->thread, NULL, fleet_run, f);
-        if (r == 0)
-                f->running = true;
-        return r;
+        if (r < 0)
+                return r;
+        if ((r = -pthread_create(&f->watchdog, NULL, watchdog_run, f)) < 0) {
+                pthread_mutex_lock(&f->lock);
+                f->stop = true;
+                pthread_cond_broadcast(&f->wake);
+                pthread_mutex_unlock(&f->lock);
+                pthread_join(f->thread, NULL);
+                return r;
+        }
+        f->running = true;
+        return 0;
 }
 
 void fleet_stop(Fleet *f) {
@@ -450,8 +480,9 @@ void fleet_stop(Fleet *f) {
                 return;
         pthread_mutex_lock(&f->lock);
         f->stop = true;
-        pthread_cond_signal(&f->wake);
+        pthread_cond_broadcast(&f->wake);
         pthread_mutex_unlock(&f->lock);
         pthread_join(f->thread, NULL);
+        pthread_join(f->watchdog, NULL);
         f->running = false;
 }

@@ -41,8 +41,19 @@ int pgdb_errno(const PGresult *res) {
 static void quiet(void *arg, const char *message) {
 }
 
+/* A connection to url, with bounds on how long a dead server or a cut link
+ * can hold it: libpq waits forever by default, for a connect and for an
+ * answer. The URL's own settings come after these and win. */
+static PGconn *connect_bounded(const char *url) {
+        static const char *const keys[] = { "connect_timeout", "keepalives", "keepalives_idle",
+                                             "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+                                             "dbname", NULL };
+        const char *values[] = { PGDB_CONNECT_TIMEOUT_S, "1", "5", "2", "3", PGDB_TCP_USER_TIMEOUT_MS, url, NULL };
+        return PQconnectdbParams(keys, values, 1);
+}
+
 int pgdb_open(const char *url, PgConn *ret) {
-        PGconn *pg = PQconnectdb(url);
+        PGconn *pg = connect_bounded(url);
         if (!pg)
                 return -ENOMEM;
         if (PQstatus(pg) != CONNECTION_OK) {
@@ -124,7 +135,9 @@ int pgdb_run_locked(PgConn *c, const char *sql, const PgParams *p, PGresult **re
         /* Without parameters, the simple protocol: a migration's step is
          * several statements, which the extended protocol refuses. */
         PGresult *res = p ? PQexecParams(c->pg, sql, p->n, NULL, p->v, NULL, NULL, 0) : PQexec(c->pg, sql);
-        int r = pgdb_errno(res);
+        /* No result at all from a connection that is gone is that, not a
+         * lack of memory. */
+        int r = !res && PQstatus(c->pg) == CONNECTION_BAD ? -ENOTCONN : pgdb_errno(res);
         if (r < 0) {
                 if (r != -EEXIST && r != -EAGAIN)
                         log_debug(NULL, "database: %s", res ? PQresultErrorMessage(res) : "out of memory");
@@ -144,10 +157,14 @@ int pgdb_exec_locked(PgConn *c, const char *sql, const PgParams *p) {
 
 int pgdb_run(PgConn *c, const char *sql, const PgParams *p, PGresult **ret) {
         pthread_mutex_lock(&c->lock);
+        /* Lost before (the server was away): try it anew, once. */
+        bool was_lost = PQstatus(c->pg) == CONNECTION_BAD;
+        if (was_lost)
+                PQreset(c->pg);
         int r = pgdb_run_locked(c, sql, p, ret);
-        /* A lost connection (the server restarted, a failover): reset once
-         * and run it again, for a single statement is whole or not at all. */
-        if (r == -ENOTCONN && PQstatus(c->pg) == CONNECTION_BAD) {
+        /* Lost now (the server restarted, a failover): reset once and run
+         * it again, for a single statement is whole or not at all. */
+        if (r == -ENOTCONN && !was_lost && PQstatus(c->pg) == CONNECTION_BAD) {
                 PQreset(c->pg);
                 if (PQstatus(c->pg) == CONNECTION_OK)
                         r = pgdb_run_locked(c, sql, p, ret);

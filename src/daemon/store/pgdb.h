@@ -15,6 +15,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* How long a connect may take, and how long sent data may go unacknowledged
+ * on a cut link, before the connection counts as lost (its call answers
+ * -ENOTCONN): the fleet's fence must not wait on a dead socket. */
+#define PGDB_CONNECT_TIMEOUT_S "5"
+#define PGDB_TCP_USER_TIMEOUT_MS "10000"
+
 typedef struct PgConn {
         PGconn *pg;
         pthread_mutex_t lock; /* one statement or transaction at a time */
