@@ -184,6 +184,12 @@ def test_two_hosts_share_a_database(build_dir, image_dir, tmp_path, postgres, an
         hosts = {h["id"]: h for h in api_a.get("/v1/hosts").json()["hosts"]}
         assert hosts["host-b"]["state"] == "dead", hosts
         assert on_a.run("echo alive") == "alive\n"
+        # a swept: its metrics say so, and what it sees of the fleet.
+        metrics = api_a.get("/metrics").text
+        assert "runtime_host_sweeper 1" in metrics
+        assert 'runtime_fleet_hosts{state="dead"} 1' in metrics
+        assert "runtime_fleet_sandboxes_lost_total 1" in metrics
+        assert 'runtime_host_epoch{host="host-a"} 1' in metrics
         # Its charge was settled (closed) by a, not left open.
         assert postgres.psql(f"SELECT count(*) FROM ledger WHERE sandbox_id = '{on_b.id}' AND open = 1",
                              db).strip() == "0"

@@ -61,7 +61,7 @@ static int count_state(void *userdata, SandboxRow *row) {
 enum MHD_Result handle_metrics(Req *r) {
         char *text = NULL;
         if (keys_is_admin(&r->key))
-                text = metrics_render(r->app->db);
+                text = metrics_render(r->app->db, r->app->fleet);
         else {
                 MetricsStates m = { 0 };
                 SandboxError se;

@@ -38,6 +38,9 @@ struct Fleet {
         pthread_t thread, watchdog;
         uint64_t last_beat_ms; /* monotonic: the last beat that got through */
         bool draining;         /* this host's state at the last look */
+        bool sweeper;          /* holds the sweeper lease, as of the last beat */
+        uint64_t lost_total;   /* sandboxes this host's sweeps marked lost */
+        uint64_t declared_total; /* hosts this host's sweeps declared dead */
         HostRecord *view;      /* every host at the last look; strings owned */
         size_t n_view;
 };
@@ -401,6 +404,9 @@ static void sweep(Fleet *f) {
                         r = f->c.ops->declare_dead(f->c.hosts, h->id, h->epoch, h->heartbeat_at, now);
                         if (r == 0) {
                                 h->state = HOST_DEAD;
+                                pthread_mutex_lock(&f->lock);
+                                f->declared_total++;
+                                pthread_mutex_unlock(&f->lock);
                                 log_error(NULL, "host %s (epoch %lld) declared dead: no heartbeat for %lld s",
                                           h->id, (long long)h->epoch, (long long)(now - h->heartbeat_at));
                         } else if (r != -ESTALE)
@@ -415,15 +421,23 @@ static void sweep(Fleet *f) {
                         if (lost < 0)
                                 log_warn(NULL, "marking the sandboxes of host %s lost: %s", h->id, strerror(-lost));
                         else if (lost > 0) {
+                                pthread_mutex_lock(&f->lock);
+                                f->lost_total += (uint64_t)lost;
+                                pthread_mutex_unlock(&f->lock);
                                 log_error(NULL, "host %s: %d sandbox%s marked lost", h->id, lost,
                                           lost == 1 ? "" : "es");
                                 (void)db_idem_drop_pending(f->c.db, h->id);
                         }
                 }
         }
-        for (size_t i = 0; i < n; i++)
+        bool declared = false;
+        for (size_t i = 0; i < n; i++) {
+                declared |= list[i].dead_at == 0 && list[i].state == HOST_DEAD;
                 store_host_record_clear(&list[i]);
+        }
         free(list);
+        if (declared)
+                (void)fleet_refresh(f); /* the view shows what this sweep decided */
 }
 
 static void *fleet_run(void *userdata) {
@@ -448,6 +462,9 @@ static void *fleet_run(void *userdata) {
                         int64_t lease_epoch;
                         int r = f->c.ops->lease(f->c.hosts, SWEEPER_LEASE, f->self.id, fleet_epoch(f),
                                                 f->c.dead_after_seconds, time_now_unix(), &lease_epoch);
+                        pthread_mutex_lock(&f->lock);
+                        f->sweeper = r == 0;
+                        pthread_mutex_unlock(&f->lock);
                         if (r == 0)
                                 sweep(f);
                         else if (r != -EBUSY)
@@ -457,6 +474,46 @@ static void *fleet_run(void *userdata) {
         }
         pthread_mutex_unlock(&f->lock);
         return NULL;
+}
+
+void fleet_metrics(Fleet *f, FILE *out) {
+        if (!f)
+                return;
+        int64_t now = time_now_unix();
+        pthread_mutex_lock(&f->lock);
+        int64_t by_state[3] = { 0 }, silent = 0;
+        for (size_t i = 0; i < f->n_view; i++) {
+                const HostRecord *h = &f->view[i];
+                if ((size_t)h->state < ELEMENTSOF(by_state))
+                        by_state[h->state]++;
+                if (h->state != HOST_DEAD && now - h->heartbeat_at > f->c.dead_after_seconds)
+                        silent++;
+        }
+        fprintf(out,
+                "# HELP runtime_host_epoch This host's epoch: one more at each registration.\n"
+                "# TYPE runtime_host_epoch gauge\nruntime_host_epoch{host=\"%s\"} %lld\n"
+                "# HELP runtime_host_fenced 1 while this host is fenced (cut off from the store).\n"
+                "# TYPE runtime_host_fenced gauge\nruntime_host_fenced %d\n"
+                "# HELP runtime_host_draining 1 while this host is draining.\n"
+                "# TYPE runtime_host_draining gauge\nruntime_host_draining %d\n"
+                "# HELP runtime_host_sweeper 1 while this host holds the sweeper lease.\n"
+                "# TYPE runtime_host_sweeper gauge\nruntime_host_sweeper %d\n"
+                "# HELP runtime_fleet_hosts The hosts sharing the store, by state, as this host last saw them.\n"
+                "# TYPE runtime_fleet_hosts gauge\n"
+                "runtime_fleet_hosts{state=\"live\"} %lld\nruntime_fleet_hosts{state=\"draining\"} %lld\n"
+                "runtime_fleet_hosts{state=\"dead\"} %lld\n"
+                "# HELP runtime_fleet_hosts_silent Hosts not declared dead whose heartbeat is older than the "
+                "dead-after time.\n"
+                "# TYPE runtime_fleet_hosts_silent gauge\nruntime_fleet_hosts_silent %lld\n"
+                "# HELP runtime_fleet_hosts_declared_dead_total Hosts this host's sweeps declared dead.\n"
+                "# TYPE runtime_fleet_hosts_declared_dead_total counter\n"
+                "runtime_fleet_hosts_declared_dead_total %llu\n"
+                "# HELP runtime_fleet_sandboxes_lost_total Sandboxes this host's sweeps marked lost.\n"
+                "# TYPE runtime_fleet_sandboxes_lost_total counter\nruntime_fleet_sandboxes_lost_total %llu\n",
+                f->self.id, (long long)f->epoch, f->cause != FENCE_NONE, f->draining, f->sweeper,
+                (long long)by_state[HOST_LIVE], (long long)by_state[HOST_DRAINING], (long long)by_state[HOST_DEAD],
+                (long long)silent, (unsigned long long)f->declared_total, (unsigned long long)f->lost_total);
+        pthread_mutex_unlock(&f->lock);
 }
 
 int fleet_start(Fleet *f) {

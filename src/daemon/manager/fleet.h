@@ -21,6 +21,7 @@
  */
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "daemon/store/store_hosts.h"
 
@@ -94,6 +95,10 @@ int fleet_choose(const HostRecord *view, size_t n, const FleetNeed *need, int64_
 /* fleet_choose over this host's last look at the hosts: the chosen host's
  * id and URL; -ENOSPC when no host has room. */
 int fleet_place(Fleet *f, const FleetNeed *need, char *ret_id, size_t id_len, char *ret_url, size_t url_len);
+
+/* This host's figures and the fleet's as it last saw it, in the Prometheus
+ * text format (GET /metrics, the admin key's). */
+void fleet_metrics(Fleet *f, FILE *out);
 
 /* How often a host beats for a dead-after time: six beats within it. */
 int64_t fleet_beat_ms(int64_t dead_after_seconds);

@@ -1,5 +1,7 @@
 #include "daemon/manager/metrics.h"
 
+#include "daemon/manager/fleet.h"
+
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,7 +97,7 @@ char *metrics_render_owner(const MetricsStates *states) {
         return buf;
 }
 
-char *metrics_render(Db *db) {
+char *metrics_render(Db *db, Fleet *fleet) {
         char *buf = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&buf, &len);
@@ -129,6 +131,7 @@ char *metrics_render(Db *db) {
                 if (n)
                         fprintf(f, "runtime_http_requests_total{code=\"%u\"} %llu\n", s, (unsigned long long)n);
         }
+        fleet_metrics(fleet, f);
         if (fclose(f) != 0) {
                 free(buf);
                 return NULL;

@@ -9,7 +9,8 @@ void metrics_exec_done(uint64_t duration_ms);
 void metrics_http_response(unsigned status);
 /* The whole exposition, malloc'ed; sandboxes per state come from the DB. */
 /* The whole daemon's figures (the admin key's view). */
-char *metrics_render(Db *db);
+typedef struct Fleet Fleet;
+char *metrics_render(Db *db, Fleet *fleet);
 
 /* One owner's sandboxes by state: what a key that is not the admin's sees. */
 typedef struct MetricsStates {
