@@ -34,6 +34,7 @@
 #include "daemon/sdnotify.h"
 #include "daemon/store/pgdb.h"
 #include "daemon/store/store.h"
+#include "daemon/manager/events.h"
 #include "daemon/manager/fleet.h"
 #include "daemon/store/store_hosts.h"
 
@@ -59,6 +60,7 @@ typedef struct Daemon {
         const StoreHostOps *host_ops;
         StoreHosts *hosts;
         Fleet *fleet;
+        Events *events;
 } Daemon;
 
 char *daemon_default_state_dir(void) {
@@ -521,6 +523,10 @@ static int open_store(Daemon *d) {
                 log_error(NULL, "cannot open the ledger in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
+        if ((r = events_open(store_backend_for(d->db_path), d->db_path, &d->events)) < 0) {
+                log_error(NULL, "cannot open the events in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
         d->host_ops = store_backend_for(d->db_path)->hosts;
         if ((r = d->host_ops->open(d->db_path, &d->hosts)) < 0) {
                 log_error(NULL, "cannot open the hosts in %s: %s", d->db_label, strerror(-r));
@@ -566,6 +572,9 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                            .ledger = d->ledger,
                            .manager = d->manager,
                            .self = &rec,
+                           .events = d->events,
+                           .event_retention_days = o->event_retention_days ? o->event_retention_days
+                                                                           : EVENTS_RETENTION_DAYS_DEFAULT,
                            .dead_after_seconds = o->host_dead_after_seconds ? o->host_dead_after_seconds
                                                                             : FLEET_DEAD_AFTER_DEFAULT_SECONDS };
         if ((r = fleet_join(&fc, &d->fleet)) < 0) {
@@ -651,6 +660,8 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         if ((r = join_fleet(d, o)) != 0)
                 return r;
         snapshot_store_set_host(d->snapshots, fleet_host_id(d->fleet));
+        events_set_host(d->events, fleet_host_id(d->fleet));
+        manager_set_events(d->manager, d->events);
         if ((r = snapshot_store_recover(d->snapshots)) < 0)
                 log_error(NULL, "recovering snapshots: %s", strerror(-r));
         if ((r = manager_recover(d->manager)) < 0) {
@@ -697,7 +708,7 @@ static int serve(Daemon *d) {
         }
         d->app = (App){ .cfg = cfg, .db = d->db, .manager = d->manager, .ledger = d->ledger, .keys = d->keys,
                         .egress = d->egress, .procs = d->procs, .snapshots = d->snapshots, .uploads = d->uploads,
-                        .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet };
+                        .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events };
         int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, d->keys, cfg->max_connections,
                                 cfg->max_connections_per_peer, &d->http);
         if (r == 0)
@@ -747,6 +758,7 @@ static void stop(Daemon *d) {
         ledger_close(d->ledger);
         if (d->host_ops)
                 d->host_ops->close(d->hosts);
+        events_close(d->events);
         db_close(d->db);
         if (d->cfg.socket_path)
                 unlink(d->cfg.socket_path);

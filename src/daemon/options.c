@@ -16,6 +16,7 @@
 
 #include "common/macro.h"
 #include "daemon/egress/egress_service.h"
+#include "daemon/manager/events.h"
 #include "daemon/manager/fleet.h"
 #include "daemon/manager/keys.h"
 #include "daemon/manager/uploads.h"
@@ -84,6 +85,8 @@ static const OptionSpec options[] = {
                FLEET_DEAD_AFTER_MAX_SECONDS, FLEET_DEAD_AFTER_DEFAULT_SECONDS,
                "a host whose heartbeat is this old is declared dead and its sandboxes lost; a host that "
                "cannot renew its own for this long fences itself"),
+        NUMBER("event-retention-days", event_retention_days, 1, 3650, EVENTS_RETENTION_DAYS_DEFAULT,
+               "lifecycle events (GET /v1/events) older than this are dropped"),
         { .name = "config", .kind = OPTION_STRING, .arg = "FILE", FIELD(config_path), .command_line_only = true,
           .help = "read settings from FILE: one `key = value` a line, the keys these options' names, "
                   "`#` comments; an option given here wins over the file" },

@@ -190,6 +190,12 @@ def test_two_hosts_share_a_database(build_dir, image_dir, tmp_path, postgres, an
         assert 'runtime_fleet_hosts{state="dead"} 1' in metrics
         assert "runtime_fleet_sandboxes_lost_total 1" in metrics
         assert 'runtime_host_epoch{host="host-a"} 1' in metrics
+        # The loss is an event of the sandbox's owner, and the host's death one of the admin's.
+        lost = api_a.get("/v1/events", params={"resourceId": on_b.id, "type": "sandbox.lost"}).json()["data"]
+        assert len(lost) == 1 and "host-b" in lost[0]["data"]["reason"], lost
+        assert lost[0]["keyId"] is None and lost[0]["hostId"] == "host-a"
+        dead = api_a.get("/v1/events", params={"resourceId": "host-b", "type": "host.dead"}).json()["data"]
+        assert len(dead) == 1 and dead[0]["resourceType"] == "host", dead
         # Its charge was settled (closed) by a, not left open.
         assert postgres.psql(f"SELECT count(*) FROM ledger WHERE sandbox_id = '{on_b.id}' AND open = 1",
                              db).strip() == "0"

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "daemon/store/store.h"
+#include "test_store_events_helper.h"
 #include "test_store_hosts_helper.h"
 
 typedef struct Fixture {
@@ -54,6 +55,15 @@ static void test_contract(void **state) {
         hosts_test_contract(f->ops, f->h);
 }
 
+/* The events kind of the same backend, on its own file. */
+static void test_events_contract(void **state) {
+        Fixture *f = *state;
+        StoreEvents *ev = NULL;
+        assert_int_equal(store_sqlite.events->open(f->path, &ev), 0);
+        events_test_contract(store_sqlite.events, ev);
+        store_sqlite.events->close(ev);
+}
+
 /* A restart reopens the file: the epoch goes on from the stored one. */
 static void test_epoch_survives_reopen(void **state) {
         Fixture *f = *state;
@@ -74,6 +84,7 @@ static void test_epoch_survives_reopen(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_events_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_epoch_survives_reopen, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

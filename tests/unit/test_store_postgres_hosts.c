@@ -16,6 +16,7 @@
 
 #include "daemon/store/store.h"
 #include "test_pg_harness.h"
+#include "test_store_events_helper.h"
 #include "test_store_hosts_helper.h"
 
 typedef struct Fixture {
@@ -48,6 +49,16 @@ static void test_contract(void **state) {
         f->url = pg_fresh("hosts_contract");
         assert_int_equal(f->ops->open(f->url, &f->h), 0);
         hosts_test_contract(f->ops, f->h);
+}
+
+/* The events kind of the same backend. */
+static void test_events_contract(void **state) {
+        Fixture *f = *state;
+        f->url = pg_fresh("events_contract");
+        StoreEvents *ev = NULL;
+        assert_int_equal(store_postgres.events->open(f->url, &ev), 0);
+        events_test_contract(store_postgres.events, ev);
+        store_postgres.events->close(ev);
 }
 
 #define RACERS 8
@@ -111,6 +122,7 @@ static void test_register_race(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_events_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_register_race, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,6 +14,7 @@
 #include "daemon/http/apierror.h"
 #include "daemon/manager/config.h"
 #include "daemon/manager/db.h"
+#include "daemon/manager/events.h"
 #include "daemon/manager/fleet.h"
 #include "daemon/egress/egress_service.h"
 #include "daemon/http/http.h"
@@ -62,6 +63,7 @@ typedef enum RouteKind {
         ROUTE_UPLOAD_COMMIT,
         ROUTE_UPLOAD_ABORT,
         ROUTE_HOSTS,
+        ROUTE_EVENTS,
         ROUTE_HOST_DRAIN,
         ROUTE_HOST_UNDRAIN,
         ROUTE_KEYS_LIST,
@@ -128,6 +130,7 @@ struct App {
         const StoreHostOps *host_ops; /* the hosts sharing the store, this one among them */
         StoreHosts *hosts;
         Fleet *fleet;                 /* this host's standing among them */
+        Events *events;               /* the lifecycle events */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when

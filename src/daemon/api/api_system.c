@@ -58,10 +58,14 @@ static int count_state(void *userdata, SandboxRow *row) {
 /* The admin key sees the daemon's figures; any other key its owner's
  * sandboxes only: another owner's counts and the daemon's traffic are not
  * its to see. */
+static void fleet_metrics_extra(void *userdata, FILE *out) {
+        fleet_metrics(userdata, out);
+}
+
 enum MHD_Result handle_metrics(Req *r) {
         char *text = NULL;
         if (keys_is_admin(&r->key))
-                text = metrics_render(r->app->db, r->app->fleet);
+                text = metrics_render(r->app->db, fleet_metrics_extra, r->app->fleet);
         else {
                 MetricsStates m = { 0 };
                 SandboxError se;

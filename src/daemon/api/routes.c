@@ -2,6 +2,7 @@
 
 #include "common/macro.h"
 #include "daemon/api/api_egress.h"
+#include "daemon/api/api_events.h"
 #include "daemon/api/api_exec.h"
 #include "daemon/api/api_archive.h"
 #include "daemon/api/api_files.h"
@@ -30,6 +31,7 @@ const HttpRoute api_routes[] = {
         R(ROUTE_INFO, "info", "GET", "/v1/info", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_info),
         R(ROUTE_LIMITS, "limits", "GET", "/v1/limits", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_limits),
         R(ROUTE_HOSTS, "hosts", "GET", "/v1/hosts", HTTP_ACCESS_ADMIN, HTTP_BODY_NONE, handle_hosts),
+        R(ROUTE_EVENTS, "events", "GET", "/v1/events", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_events),
         RI(ROUTE_HOST_DRAIN, "host_drain", "POST", "/v1/hosts/{host}:drain", HTTP_ACCESS_ADMIN,
            HTTP_BODY_JSON_OR_EMPTY, handle_host_drain),
         RI(ROUTE_HOST_UNDRAIN, "host_undrain", "POST", "/v1/hosts/{host}:undrain", HTTP_ACCESS_ADMIN,

@@ -13,6 +13,8 @@
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/manager/db.h"
+#include "daemon/manager/events.h"
+#include "daemon/manager/keys.h"
 #include "daemon/manager/ledger.h"
 #include "daemon/manager/sandbox.h"
 
@@ -41,6 +43,7 @@ struct Fleet {
         bool sweeper;          /* holds the sweeper lease, as of the last beat */
         uint64_t lost_total;   /* sandboxes this host's sweeps marked lost */
         uint64_t declared_total; /* hosts this host's sweeps declared dead */
+        uint64_t last_prune_ms;  /* monotonic: when the sweeper last dropped old events */
         HostRecord *view;      /* every host at the last look; strings owned */
         size_t n_view;
 };
@@ -409,6 +412,9 @@ static void sweep(Fleet *f) {
                                 pthread_mutex_unlock(&f->lock);
                                 log_error(NULL, "host %s (epoch %lld) declared dead: no heartbeat for %lld s",
                                           h->id, (long long)h->epoch, (long long)(now - h->heartbeat_at));
+                                events_emit(f->c.events, KEYS_ADMIN_OWNER, "host.dead", "host", h->id, NULL,
+                                            json_pack("{s:I,s:I}", "epoch", (json_int_t)h->epoch, "lastHeartbeat",
+                                                      (json_int_t)h->heartbeat_at));
                         } else if (r != -ESTALE)
                                 log_warn(NULL, "declaring host %s dead: %s", h->id, strerror(-r));
                 }
@@ -440,6 +446,21 @@ static void sweep(Fleet *f) {
                 (void)fleet_refresh(f); /* the view shows what this sweep decided */
 }
 
+/* Retention, once for the fleet (the sweeper's), at most once a minute. */
+static void prune_events(Fleet *f) {
+        uint64_t now = time_now_mono_ms();
+        if (!f->c.events || (f->last_prune_ms && now - f->last_prune_ms < 60000))
+                return;
+        f->last_prune_ms = now;
+        int64_t n = 0;
+        int r = events_prune(f->c.events, f->c.event_retention_days, &n);
+        if (r < 0)
+                log_warn(NULL, "dropping old events: %s", strerror(-r));
+        else if (n > 0)
+                log_info(NULL, "%lld event%s older than %lld days dropped", (long long)n, n == 1 ? "" : "s",
+                         (long long)f->c.event_retention_days);
+}
+
 static void *fleet_run(void *userdata) {
         Fleet *f = userdata;
         pthread_mutex_lock(&f->lock);
@@ -465,8 +486,10 @@ static void *fleet_run(void *userdata) {
                         pthread_mutex_lock(&f->lock);
                         f->sweeper = r == 0;
                         pthread_mutex_unlock(&f->lock);
-                        if (r == 0)
+                        if (r == 0) {
                                 sweep(f);
+                                prune_events(f);
+                        }
                         else if (r != -EBUSY)
                                 log_warn(NULL, "host %s: the sweeper lease: %s", f->self.id, strerror(-r));
                 }

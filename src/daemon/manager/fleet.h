@@ -30,6 +30,7 @@
 typedef struct Db Db;
 typedef struct Ledger Ledger;
 typedef struct Manager Manager;
+typedef struct Events Events;
 
 #define FLEET_DEAD_AFTER_DEFAULT_SECONDS 30
 #define FLEET_DEAD_AFTER_MIN_SECONDS 3
@@ -45,6 +46,8 @@ typedef struct FleetConfig {
          * (and copied). */
         const HostRecord *self;
         int64_t dead_after_seconds;
+        Events *events;               /* may be NULL; pruned by the sweeper */
+        int64_t event_retention_days;
 } FleetConfig;
 
 typedef struct Fleet Fleet;

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "daemon/manager/events.h"
 #include "daemon/manager/sandbox.h"
 
 #define HELLO_TIMEOUT_MS 30000
@@ -88,6 +89,7 @@ struct Manager {
         int64_t hb_interval_ms;
         int64_t hb_timeout_ms; /* 0: each driver's own */
         char host_id[64];      /* the host whose sandboxes these are (manager_set_host) */
+        Events *events;        /* NULL: none recorded */
 };
 
 

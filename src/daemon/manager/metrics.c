@@ -1,7 +1,5 @@
 #include "daemon/manager/metrics.h"
 
-#include "daemon/manager/fleet.h"
-
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,7 +95,7 @@ char *metrics_render_owner(const MetricsStates *states) {
         return buf;
 }
 
-char *metrics_render(Db *db, Fleet *fleet) {
+char *metrics_render(Db *db, MetricsExtra extra, void *userdata) {
         char *buf = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&buf, &len);
@@ -131,7 +129,8 @@ char *metrics_render(Db *db, Fleet *fleet) {
                 if (n)
                         fprintf(f, "runtime_http_requests_total{code=\"%u\"} %llu\n", s, (unsigned long long)n);
         }
-        fleet_metrics(fleet, f);
+        if (extra)
+                extra(userdata, f);
         if (fclose(f) != 0) {
                 free(buf);
                 return NULL;

@@ -754,6 +754,10 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the sandbox");
         }
         metrics_sandbox_created();
+        events_emit(m->events, row.owner, "sandbox.created", "sandbox", row.id, key->id,
+                    json_pack("{s:s,s:s,s:I}", "driver", sandbox_driver_name(row.spec.driver), "image",
+                              row.spec.image, "timeoutSeconds", (json_int_t)row.spec.timeout_seconds));
+        SandboxFacts created = sandbox_facts(&row);
         if (req->restore_dir) {
                 /* Its disk starts as the snapshot's: made before the first
                  * start, which then finds a layer and keeps it. */
@@ -768,6 +772,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 }
         }
         r = boot_locked(m, &row, d, req->spec.timeout_seconds, rid, e);
+        events_sandbox_change(m->events, &created, &row, key->id, NULL);
         busy_end(m, row.id);
         if (r < 0) {
                 sandbox_row_done(&row);
@@ -913,8 +918,12 @@ int with_row(Manager *m, const KeyInfo *key, const char *id, RowOp op, void *arg
         if (row.host_id[0] && m->host_id[0] && strcmp(row.host_id, m->host_id) != 0 && row.state != SANDBOX_LOST)
                 r = sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "send it to that host, or to any host with "
                                   "forwarding on (docs/fleet.md)", "sandbox %s runs on host %s", row.id, row.host_id);
-        else
+        else {
+                SandboxFacts before = sandbox_facts(&row);
                 r = op(m, &row, arg, rid, e);
+                if (r == 0)
+                        events_sandbox_change(m->events, &before, &row, key->id, NULL);
+        }
         busy_end(m, id);
         if (r == 0 && ret)
                 *ret = row;

@@ -24,6 +24,7 @@
 typedef struct Manager Manager;
 typedef struct Sandbox Sandbox;
 
+typedef struct Events Events;
 int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret);
 /* After a daemon died: every sandbox the DB says was starting or running
  * gets driver->reap_orphan and becomes stopped ("daemon restarted"); then
@@ -32,6 +33,8 @@ int manager_recover(Manager *m);
 /* The host this manager runs sandboxes for: stamped on each new row; the
  * recovery and the lease timer see only its rows. Before manager_recover. */
 void manager_set_host(Manager *m, const char *host_id);
+/* Where the lifecycle events go (NULL: nowhere). */
+void manager_set_events(Manager *m, Events *events);
 /* What this host's live sandboxes hold, for its heartbeat. */
 void manager_use(Manager *m, int64_t *ret_vcpu, int64_t *ret_memory_mib, int64_t *ret_sandboxes);
 /* Stops every sandbox of this host without writing the store (which is

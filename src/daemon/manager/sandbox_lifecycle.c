@@ -295,10 +295,16 @@ int sandbox_restart(Manager *m, const KeyInfo *key, const char *id, const char *
  * time), under busy_begin(id). */
 void pause_by_daemon(Manager *m, SandboxRow *row, const char *why) {
         SandboxError e;
+        SandboxFacts before = sandbox_facts(row);
         if (op_pause(m, row, NULL, NULL, &e) < 0)
                 log_warn(NULL, "sandbox %s: no pause at %s: %s", row->id, why, e.message);
-        else
+        else {
                 log_info(NULL, "sandbox %s paused: %s", row->id, why);
+                /* A lease end's pause is recorded with the lease end's own
+                 * change (lease_due): once. */
+                if (strcmp(why, "idle") == 0)
+                        events_sandbox_change(m->events, &before, row, NULL, why);
+        }
 }
 
 void idle_check(Manager *m, Sandbox *sb, int64_t now_ms) {

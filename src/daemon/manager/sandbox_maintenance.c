@@ -52,9 +52,12 @@ void handle_dead(Manager *m, Sandbox *sb) {
                 SandboxRow row;
                 if (db_sandbox_get(m->db, sb->id, &row) == 0) {
                         if (row.state == SANDBOX_RUNNING) {
+                                SandboxFacts before = sandbox_facts(&row);
                                 int r = row_finish(m, &row, SANDBOX_FAILED, text);
                                 if (r < 0)
                                         log_error(NULL, "recording the failure of %s: %s", sb->id, strerror(-r));
+                                else
+                                        events_sandbox_change(m->events, &before, &row, NULL, NULL);
                         }
                         sandbox_row_done(&row);
                 }
@@ -73,6 +76,7 @@ static int lease_due(void *userdata, SandboxRow *row) {
         SandboxRow cur;
         /* Re-read under the id's lock: an :extend may have won the race. */
         if (db_sandbox_get(m->db, id, &cur) == 0) {
+                SandboxFacts before = sandbox_facts(&cur);
                 bool del = cur.spec.on_lease_end == LEASE_END_DELETE;
                 bool pause = cur.spec.on_lease_end == LEASE_END_PAUSE;
                 if (pause && cur.lease_ends_at && cur.lease_ends_at <= time_now_unix() && cur.state == SANDBOX_RUNNING) {
@@ -88,6 +92,7 @@ static int lease_due(void *userdata, SandboxRow *row) {
                         else
                                 log_info(NULL, "lease of sandbox %s ended: %s", id, del ? "deleted" : "stopped");
                 }
+                events_sandbox_change(m->events, &before, &cur, NULL, "its lease ended");
                 sandbox_row_done(&cur);
         }
         busy_end(m, id);
@@ -228,6 +233,7 @@ int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret) {
  * row, and left in `state` with `reason`. Without an open charge there is
  * nothing to bill. */
 static int row_gone(Manager *m, SandboxRow *row, int64_t cap, SandboxState state, const char *reason) {
+        SandboxFacts before = sandbox_facts(row);
         int64_t now = time_now_unix();
         if (row->lease_ends_at && row->lease_ends_at < cap)
                 cap = row->lease_ends_at;
@@ -266,7 +272,10 @@ static int row_gone(Manager *m, SandboxRow *row, int64_t cap, SandboxState state
         row->state = state;
         row->stopped_at = state == SANDBOX_LOST ? cap : now;
         set_reason(row, reason);
-        return db_sandbox_update(m->db, row);
+        int r = db_sandbox_update(m->db, row);
+        if (r == 0)
+                events_sandbox_change(m->events, &before, row, NULL, reason);
+        return r;
 }
 
 static int recover_one(void *userdata, SandboxRow *row) {
@@ -311,6 +320,10 @@ int manager_lose_host(Manager *m, const char *host_id, int64_t last_seen, const 
         LoseHost a = { .m = m, .last_seen = last_seen, .reason = reason };
         int r = db_sandbox_query(m->db, STORE_SANDBOXES_ACTIVE, host_id, 0, lose_one, &a);
         return r < 0 ? r : a.done;
+}
+
+void manager_set_events(Manager *m, Events *events) {
+        m->events = events;
 }
 
 void manager_set_host(Manager *m, const char *host_id) {

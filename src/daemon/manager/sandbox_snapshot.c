@@ -242,7 +242,12 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
 int sandbox_snapshot(Manager *m, const KeyInfo *key, const char *id, const SnapshotRequest *req, const char *rid,
                      SnapshotRow *ret, SandboxError *e) {
         SnapshotOp op = { .req = req, .out = ret };
-        return with_row(m, key, id, op_snapshot, &op, rid, NULL, e);
+        int r = with_row(m, key, id, op_snapshot, &op, rid, NULL, e);
+        if (r == 0)
+                events_emit(m->events, ret->owner, "snapshot.created", "snapshot", ret->id, key->id,
+                            json_pack("{s:s,s:s,s:I}", "sandboxId", id, "mode", ret->mode, "sizeBytes",
+                                      (json_int_t)ret->size_bytes));
+        return r;
 }
 
 void fork_result_done(ForkResult *f) {

@@ -3,6 +3,7 @@
  * postgres_schema.c's. */
 #include "daemon/store/store.h"
 #include "daemon/store/store_egress.h"
+#include "daemon/store/store_events.h"
 #include "daemon/store/store_hosts.h"
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
@@ -17,6 +18,7 @@ const StoreBackend store_postgres = {
         .uploads = &store_postgres_uploads,
         .egress = &store_postgres_egress,
         .hosts = &store_postgres_hosts,
+        .events = &store_postgres_events,
         .sandboxes = &store_postgres_sandboxes,
         .snapshots = &store_postgres_snapshots,
 };

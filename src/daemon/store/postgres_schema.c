@@ -95,6 +95,14 @@ static const char *const steps[] = {
         "  name TEXT PRIMARY KEY, holder TEXT NOT NULL, holder_epoch BIGINT NOT NULL,"
         "  epoch BIGINT NOT NULL, expires_at BIGINT NOT NULL);"
         "ALTER TABLE snapshots ADD COLUMN host_id TEXT NOT NULL DEFAULT '';",
+        /* 4: the lifecycle events (store_events.h) */
+        "CREATE TABLE events ("
+        "  seq BIGSERIAL PRIMARY KEY, id TEXT NOT NULL UNIQUE, owner TEXT NOT NULL, type TEXT NOT NULL,"
+        "  resource_type TEXT NOT NULL, resource_id TEXT NOT NULL, key_id TEXT, host_id TEXT NOT NULL,"
+        "  data TEXT, at BIGINT NOT NULL);"
+        "CREATE INDEX events_owner ON events (owner, seq);"
+        "CREATE INDEX events_resource ON events (resource_id, seq);"
+        "CREATE INDEX events_at ON events (at);",
 };
 
 #define KIND "postgres"

@@ -2,6 +2,7 @@
  * file of this folder (sqlite_<kind>.c). */
 #include "daemon/store/store.h"
 #include "daemon/store/store_egress.h"
+#include "daemon/store/store_events.h"
 #include "daemon/store/store_hosts.h"
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
@@ -18,4 +19,5 @@ const StoreBackend store_sqlite = {
         .snapshots = &store_sqlite_snapshots,
         .egress = &store_sqlite_egress,
         .hosts = &store_sqlite_hosts,
+        .events = &store_sqlite_events,
 };

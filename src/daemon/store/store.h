@@ -33,6 +33,7 @@ typedef struct StoreSandboxOps StoreSandboxOps;
 typedef struct StoreSnapshotOps StoreSnapshotOps;
 typedef struct StoreEgressOps StoreEgressOps;
 typedef struct StoreHostOps StoreHostOps;
+typedef struct StoreEventOps StoreEventOps;
 
 typedef struct StoreBackend {
         const char *name;
@@ -43,6 +44,7 @@ typedef struct StoreBackend {
         const StoreSnapshotOps *snapshots;
         const StoreEgressOps *egress; /* egress secrets and the egress audit log */
         const StoreHostOps *hosts;    /* the runtimed hosts that registered themselves */
+        const StoreEventOps *events;  /* the lifecycle events */
 } StoreBackend;
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */

@@ -1,0 +1,102 @@
+/* GET /v1/events (docs/api.md, "Events"): the key's owner's lifecycle events
+ * (the admin key's: every owner's), newest first, in pages by cursor, with
+ * the published client's filters (resourceId, type). */
+#include "daemon/api/api_events.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/jsonutil.h"
+#include "daemon/api/api.h"
+#include "daemon/manager/events.h"
+
+#define EVENTS_LIST_DEFAULT 50
+
+typedef struct Page {
+        json_t *data;
+        unsigned limit;
+        int64_t last_seq; /* of the page's last event: the next page's cursor */
+} Page;
+
+static int add_one(void *userdata, const EventRecord *ev) {
+        Page *p = userdata;
+        json_t *data = ev->data ? json_loads(ev->data, 0, NULL) : NULL;
+        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s?,s:s,s:o,s:o}", "id", ev->id, "type", ev->type, "resourceType",
+                              ev->resource_type, "resourceId", ev->resource_id, "keyId", ev->key_id, "hostId",
+                              ev->host_id ? ev->host_id : "", "time", json_time_or_null(ev->at), "data",
+                              data ? data : json_object());
+        if (!j || json_array_append_new(p->data, j) < 0)
+                return -ENOMEM;
+        if (json_array_size(p->data) == p->limit)
+                p->last_seq = ev->seq;
+        return 0;
+}
+
+/* Letters, digits and "._-", at most 64: what ids and types are made of. */
+static bool filter_ok(const char *s) {
+        size_t n = strlen(s);
+        if (n == 0 || n > 64)
+                return false;
+        for (const char *c = s; *c; c++)
+                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
+                      *c == '_' || *c == '-'))
+                        return false;
+        return true;
+}
+
+enum MHD_Result handle_events(Req *r) {
+        ApiError e = { 0 };
+        EventFilter f = { .limit = EVENTS_LIST_DEFAULT };
+        const char *l = req_query(r, "limit");
+        if (l) {
+                char *end;
+                long v = strtol(l, &end, 10);
+                if (*l == '\0' || *end || v < 1 || v > EVENTS_LIST_MAX) {
+                        api_error(&e, 400, "invalid_request", NULL, "limit must be an integer from 1 to %d",
+                                  EVENTS_LIST_MAX);
+                        return reply_error(r, &e);
+                }
+                f.limit = (unsigned)v;
+        }
+        const char *cursor = req_query(r, "cursor");
+        if (cursor) {
+                char *end;
+                long long v = strtoll(cursor, &end, 10);
+                if (*cursor == '\0' || *end || v < 1 || strlen(cursor) > 19) {
+                        api_error(&e, 400, "invalid_request", "pass back the nextCursor of the page before",
+                                  "cursor is not one this server gave");
+                        return reply_error(r, &e);
+                }
+                f.before = v;
+        }
+        f.resource_id = req_query(r, "resourceId");
+        f.type = req_query(r, "type");
+        if ((f.resource_id && !filter_ok(f.resource_id)) || (f.type && !filter_ok(f.type))) {
+                api_error(&e, 400, "invalid_request", NULL,
+                          "resourceId and type are 1 to 64 letters, digits, '.', '_' or '-'");
+                return reply_error(r, &e);
+        }
+        /* The admin key sees every owner's; any other key its owner's. */
+        f.owner = keys_is_admin(&r->key) ? NULL : r->key.owner;
+        Page p = { .data = json_array(), .limit = f.limit };
+        f.limit += 1; /* one past the page says whether there is a next one */
+        int rc = p.data ? events_list(r->app->events, &f, add_one, &p) : -ENOMEM;
+        if (rc < 0) {
+                json_decref(p.data);
+                if (rc == -ENOTCONN || rc == -ETIMEDOUT) {
+                        api_error(&e, 503, "unavailable", "try again", "the store did not answer");
+                        return reply_error(r, &e);
+                }
+                return reply_internal(r);
+        }
+        json_t *next = json_null();
+        if (json_array_size(p.data) > p.limit) {
+                json_array_remove(p.data, p.limit);
+                char buf[24];
+                snprintf(buf, sizeof buf, "%lld", (long long)p.last_seq);
+                next = json_string(buf);
+        }
+        json_t *j = json_pack("{s:o,s:o,s:b}", "data", p.data, "nextCursor", next, "hasMore", !json_is_null(next));
+        return j ? reply_json(r, 200, j) : reply_internal(r);
+}

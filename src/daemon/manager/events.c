@@ -1,0 +1,130 @@
+#include "daemon/manager/events.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/macro.h"
+#include "common/random.h"
+#include "common/timeutil.h"
+
+struct Events {
+        const StoreEventOps *ops;
+        StoreEvents *h;
+        char host_id[64];
+};
+
+static atomic_uint_fast64_t dropped;
+
+int events_open(const StoreBackend *b, const char *location, Events **ret) {
+        Events *ev = calloc(1, sizeof(*ev));
+        if (!ev)
+                return -ENOMEM;
+        ev->ops = b->events;
+        int r = ev->ops->open(location, &ev->h);
+        if (r < 0) {
+                free(ev);
+                return r;
+        }
+        *ret = ev;
+        return 0;
+}
+
+void events_close(Events *ev) {
+        if (!ev)
+                return;
+        ev->ops->close(ev->h);
+        free(ev);
+}
+
+void events_set_host(Events *ev, const char *host_id) {
+        snprintf(ev->host_id, sizeof(ev->host_id), "%s", host_id);
+}
+
+uint64_t events_dropped(void) {
+        return atomic_load(&dropped);
+}
+
+void events_emit(Events *ev, const char *owner, const char *type, const char *resource_type,
+                 const char *resource_id, const char *key_id, json_t *data) {
+        if (!ev) {
+                json_decref(data);
+                return;
+        }
+        char hex[21];
+        _cleanup_free_ char *text = data ? json_dumps(data, JSON_COMPACT) : NULL;
+        json_decref(data);
+        EventRecord e = { .owner = owner, .type = type, .resource_type = resource_type, .resource_id = resource_id,
+                          .key_id = key_id, .host_id = ev->host_id, .data = text, .at = time_now_unix() };
+        int r = random_hex(hex, 10);
+        if (r == 0) {
+                snprintf(e.id, sizeof(e.id), "evt_%s", hex);
+                r = ev->ops->append(ev->h, &e);
+        }
+        if (r < 0) {
+                atomic_fetch_add(&dropped, 1);
+                log_warn(NULL, "event %s of %s not recorded: %s", type, resource_id, strerror(-r));
+        }
+}
+
+SandboxFacts sandbox_facts(const SandboxRow *r) {
+        return (SandboxFacts){ .state = r->state, .started_at = r->started_at, .lease_ends_at = r->lease_ends_at,
+                               .deleted_at = r->deleted_at };
+}
+
+/* The name of the change, or NULL when it is none an event is kept for. */
+static const char *change_type(const SandboxFacts *b, const SandboxRow *a) {
+        if (a->deleted_at && !b->deleted_at)
+                return "sandbox.deleted";
+        if (a->state == b->state) {
+                if (a->state == SANDBOX_RUNNING && a->started_at != b->started_at)
+                        return "sandbox.restarted";
+                if (a->lease_ends_at > b->lease_ends_at && b->lease_ends_at)
+                        return "sandbox.extended";
+                return NULL;
+        }
+        switch (a->state) {
+        case SANDBOX_STOPPED:
+                return "sandbox.stopped";
+        case SANDBOX_PAUSED:
+                return "sandbox.paused";
+        case SANDBOX_FAILED:
+                return "sandbox.failed";
+        case SANDBOX_LOST:
+                return "sandbox.lost";
+        case SANDBOX_RUNNING:
+                return b->state == SANDBOX_PAUSED || b->state == SANDBOX_RESUMING ? "sandbox.woken"
+                       : b->state == SANDBOX_STARTING                            ? "sandbox.started"
+                                                                                 : "sandbox.restarted";
+        default:
+                return NULL;
+        }
+}
+
+void events_sandbox_change(Events *ev, const SandboxFacts *before, const SandboxRow *after, const char *key_id,
+                           const char *why) {
+        const char *type = change_type(before, after);
+        if (!ev || !type)
+                return;
+        json_t *data = json_pack("{s:s,s:s}", "state", sandbox_state_name(after->state), "from",
+                                 sandbox_state_name(before->state));
+        const char *reason = why ? why : after->state == SANDBOX_FAILED || after->state == SANDBOX_LOST
+                                                 ? after->failure_reason
+                                                 : NULL;
+        if (data && reason)
+                json_object_set_new(data, "reason", json_string(reason));
+        if (data && after->lease_ends_at)
+                json_object_set_new(data, "leaseEndsAt", json_integer(after->lease_ends_at));
+        events_emit(ev, after->owner, type, "sandbox", after->id, key_id, data);
+}
+
+int events_list(Events *ev, const EventFilter *f, StoreEventFn fn, void *userdata) {
+        return ev->ops->list(ev->h, f, fn, userdata);
+}
+
+int events_prune(Events *ev, int64_t days, int64_t *ret_n) {
+        return ev->ops->prune(ev->h, time_now_unix() - days * 86400, ret_n);
+}
