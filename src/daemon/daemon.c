@@ -30,6 +30,7 @@
 #include "daemon/model/auth.h"
 #include "daemon/caps.h"
 #include "daemon/doctor.h"
+#include "daemon/http/forward.h"
 #include "daemon/api/routes.h"
 #include "daemon/sdnotify.h"
 #include "daemon/store/pgdb.h"
@@ -61,6 +62,7 @@ typedef struct Daemon {
         StoreHosts *hosts;
         Fleet *fleet;
         Events *events;
+        char fleet_secret[FORWARD_MAX_SECRET + 1]; /* "" : none */
 } Daemon;
 
 char *daemon_default_state_dir(void) {
@@ -204,6 +206,37 @@ static bool host_id_valid(const char *id) {
                     *c != '_' && *c != '-' && *c != '.')
                         return false;
         return true;
+}
+
+/* The fleet's secret from FILE: a regular file of runtimed's user that no
+ * one else may read or write (mode 0600 or stricter), holding 16 to 256
+ * printable bytes (a final newline dropped). */
+static int load_fleet_secret(const char *path, char *ret, size_t n, const char **why) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        *why = "cannot be read";
+        if (fd < 0 || fstat(fd, &st) < 0)
+                return -errno;
+        *why = "is not a regular file of runtimed's user with mode 0600";
+        if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 0077))
+                return -EPERM;
+        char buf[FORWARD_MAX_SECRET + 3];
+        ssize_t len = read(fd, buf, sizeof(buf) - 1);
+        *why = "cannot be read";
+        if (len < 0)
+                return -errno;
+        buf[len] = '\0';
+        if (len > 0 && buf[len - 1] == '\n')
+                buf[--len] = '\0';
+        *why = "must hold 16 to 256 printable bytes";
+        if (len < 16 || len > FORWARD_MAX_SECRET || (size_t)len >= n)
+                return -EINVAL;
+        for (ssize_t i = 0; i < len; i++)
+                if ((unsigned char)buf[i] < 0x21 || (unsigned char)buf[i] > 0x7e)
+                        return -EINVAL;
+        memcpy(ret, buf, (size_t)len + 1);
+        explicit_bzero(buf, sizeof(buf));
+        return 0;
 }
 
 /* The id kept in the state directory's host.id, made on the first start
@@ -577,6 +610,13 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                                                                            : EVENTS_RETENTION_DAYS_DEFAULT,
                            .dead_after_seconds = o->host_dead_after_seconds ? o->host_dead_after_seconds
                                                                             : FLEET_DEAD_AFTER_DEFAULT_SECONDS };
+        if (o->fleet_secret_file) {
+                const char *why = "";
+                if ((r = load_fleet_secret(o->fleet_secret_file, d->fleet_secret, sizeof d->fleet_secret, &why)) < 0) {
+                        log_error(NULL, "--fleet-secret-file %s %s", o->fleet_secret_file, why);
+                        return 2;
+                }
+        }
         if ((r = fleet_join(&fc, &d->fleet)) < 0) {
                 log_error(NULL, "cannot register host %s in %s: %s", host_id, d->db_label, strerror(-r));
                 return 1;
@@ -711,8 +751,10 @@ static int serve(Daemon *d) {
                         .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events };
         int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, d->keys, cfg->max_connections,
                                 cfg->max_connections_per_peer, &d->http);
-        if (r == 0)
+        if (r == 0) {
                 http_server_set_fleet(d->http, d->fleet);
+                http_server_set_fleet_secret(d->http, d->fleet_secret[0] ? d->fleet_secret : NULL);
+        }
         if (r < 0 || (r = http_server_start(d->http, fd)) < 0) {
                 log_error(NULL, "cannot start the HTTP server on %s: %s", d->listening, strerror(-r));
                 return 1;

@@ -81,6 +81,10 @@ static const OptionSpec options[] = {
         { .name = "host-id", .kind = OPTION_STRING, .arg = "ID", FIELD(host_id),
           .def_text = "the id kept in <state-dir>/host.id, made at the first start",
           .help = "this host's id among the hosts that share a database" },
+        { .name = "fleet-secret-file", .kind = OPTION_STRING, .arg = "FILE", FIELD(fleet_secret_file),
+          .def_text = "none: this host forwards nothing",
+          .help = "the secret every host of the fleet shares (16 to 256 printable bytes, the file mode 0600): "
+                  "with it, a request about a sandbox another host runs is forwarded to that host" },
         NUMBER("host-dead-after-seconds", host_dead_after_seconds, FLEET_DEAD_AFTER_MIN_SECONDS,
                FLEET_DEAD_AFTER_MAX_SECONDS, FLEET_DEAD_AFTER_DEFAULT_SECONDS,
                "a host whose heartbeat is this old is declared dead and its sandboxes lost; a host that "

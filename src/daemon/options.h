@@ -38,6 +38,7 @@ typedef struct DaemonOptions {
         char *host_id;   /* NULL: the one kept in the state directory's host.id */
         unsigned host_dead_after_seconds; /* a host silent this long is declared dead */
         unsigned event_retention_days;    /* events older than this are dropped */
+        char *fleet_secret_file;          /* the hosts' shared secret for forwarding; NULL: none */
         unsigned egress_wait_timeout_ms;                     /* 0: the egress service's default */
         int64_t heartbeat_interval_ms, heartbeat_timeout_ms; /* 0: the manager's defaults */
         LogLevel log_level;

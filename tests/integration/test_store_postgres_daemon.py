@@ -186,7 +186,7 @@ def test_two_hosts_share_a_database(build_dir, image_dir, tmp_path, postgres, an
         assert on_a.run("echo alive") == "alive\n"
         # a swept: its metrics say so, and what it sees of the fleet.
         metrics = api_a.get("/metrics").text
-        assert "runtime_host_sweeper 1" in metrics
+        assert "\nruntime_host_sweeper 1\n" in metrics
         assert 'runtime_fleet_hosts{state="dead"} 1' in metrics
         assert "runtime_fleet_sandboxes_lost_total 1" in metrics
         assert 'runtime_host_epoch{host="host-a"} 1' in metrics

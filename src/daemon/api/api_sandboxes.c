@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/jsonutil.h"
+#include "common/log.h"
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
@@ -296,6 +297,52 @@ static int snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e) {
         return rc;
 }
 
+/* Where a create runs, when other hosts share the store (docs/fleet.md,
+ * "Placement"): one from a snapshot on the snapshot's home, any other on a
+ * live host that offers the driver and has the memory free (best of two).
+ * 1: the request went on to that host (*ret its answer); 0: it runs here;
+ * -1: refused (e). A request that came placed, or a getOrCreate (whose
+ * claim is fleet-wide already), runs here. */
+static int place_create(Req *r, bool get_or_create, enum MHD_Result *ret, ApiError *e) {
+        Fleet *fleet = r->app->fleet;
+        if (r->forwarded || get_or_create || fleet_alone(fleet))
+                return 0;
+        const char *self = fleet_host_id(fleet);
+        char host[64] = "", url[512];
+        json_t *snap = json_object_get(r->json, "snapshot");
+        if (json_is_string(snap)) {
+                SnapshotRow s;
+                if (snapshot_store_get(r->app->snapshots, r->key.owner, json_string_value(snap), &s) < 0)
+                        return 0; /* not found: the create says so */
+                snprintf(host, sizeof host, "%s", s.host_id);
+                snapshot_row_done(&s);
+                if (!host[0] || strcmp(host, self) == 0)
+                        return 0;
+                if (fleet_host_url(fleet, host, url, sizeof url) < 0)
+                        return api_error(e, 503, "host_unavailable", "try again, or create it without the snapshot",
+                                         "host %s, which keeps the snapshot, does not answer", host);
+        } else {
+                SandboxSpec defaults;
+                sandbox_spec_init(&defaults);
+                json_t *drv = json_object_get(r->json, "driver"), *mem = json_object_get(r->json, "memoryMiB");
+                const Driver *d = r->app->cfg->default_driver;
+                FleetNeed need = { .driver = json_is_string(drv) ? json_string_value(drv) : d ? d->name : NULL,
+                                   .memory_mib = json_is_integer(mem) ? json_integer_value(mem)
+                                                                      : (int64_t)defaults.memory_mib };
+                sandbox_spec_done(&defaults);
+                int rc = fleet_place(fleet, &need, host, sizeof host, url, sizeof url);
+                if (rc == -ENOSPC)
+                        return api_error(e, 503, "no_capacity", "try again shortly: sandboxes end and hosts free room",
+                                         "no host has room for the sandbox (%s, %lld MiB)",
+                                         need.driver ? need.driver : "no driver", (long long)need.memory_mib);
+                if (rc < 0 || strcmp(host, self) == 0)
+                        return 0;
+        }
+        log_info(r->rid, "create placed on host %s", host);
+        *ret = http_forward_whole(r, url);
+        return 1;
+}
+
 enum MHD_Result handle_sandbox_create(Req *r) {
         const DaemonConfig *cfg = r->app->cfg;
         ApiError e = { 0 };
@@ -309,6 +356,12 @@ enum MHD_Result handle_sandbox_create(Req *r) {
                 return reply_error(r, &e);
         }
         bool get_or_create = json_is_true(goc);
+        enum MHD_Result placed = MHD_NO;
+        int pr = place_create(r, get_or_create, &placed, &e);
+        if (pr < 0)
+                return reply_error(r, &e);
+        if (pr > 0)
+                return placed;
         /* A draining host starts nothing new; no_capacity is what the
          * published client waits out (its wait_for_capacity). */
         if (!get_or_create && fleet_draining(r->app->fleet)) {

@@ -20,6 +20,7 @@
 #include "daemon/manager/keys.h"
 #include "common/log.h"
 #include "daemon/manager/metrics.h"
+#include "daemon/http/forward.h"
 #include "daemon/http/request.h"
 #include "daemon/manager/snapshot.h"
 
@@ -376,11 +377,87 @@ struct HttpServer {
         unsigned max_connections;
         unsigned max_per_peer;
         Fleet *fleet;   /* this host's standing: fenced, it serves nothing but metrics */
+        const char *fleet_secret; /* NULL: no forwarding */
         struct MHD_Daemon *mhd;
 };
 
 void http_server_set_fleet(HttpServer *s, Fleet *fleet) {
         s->fleet = fleet;
+}
+
+void http_server_set_fleet_secret(HttpServer *s, const char *secret) {
+        s->fleet_secret = secret;
+}
+
+/* Whether r is about a sandbox another live host runs, and so goes on to
+ * it: 1 (r->fwd open), 0 (served here), or a refusal in e (-1). Asked only
+ * when there are other hosts: one host alone pays nothing for it. */
+static int forward_decide(HttpServer *s, Req *r, ApiError *e) {
+        if (r->forwarded || !r->route.sandbox_id[0] || !s->fleet || fleet_alone(s->fleet))
+                return 0;
+        SandboxRow row;
+        int rc = db_sandbox_get(s->db, r->route.sandbox_id, &row);
+        if (rc < 0)
+                return 0; /* not found, or unreadable: the handler says so */
+        const char *self = fleet_host_id(s->fleet);
+        bool here = !row.host_id[0] || strcmp(row.host_id, self) == 0 || row.state == SANDBOX_LOST;
+        char host[64], url[512];
+        snprintf(host, sizeof host, "%s", row.host_id);
+        sandbox_row_done(&row);
+        if (here)
+                return 0;
+        rc = fleet_host_url(s->fleet, host, url, sizeof url);
+        if (rc < 0)
+                return api_error(e, 503, "host_unavailable", "try again; once the host is declared dead the sandbox "
+                                 "shows as lost", "host %s, which runs sandbox %s, does not answer", host,
+                                 r->route.sandbox_id);
+        if (!s->fleet_secret)
+                return api_error(e, 503, "unavailable", "send it to that host, or give the hosts a fleet secret "
+                                 "(docs/fleet.md)", "sandbox %s runs on host %s, and this host does not forward",
+                                 r->route.sandbox_id, host);
+        ForwardRequest q = { .conn = r->conn, .method = r->method, .url = r->url, .rid = r->rid,
+                             .sandbox_id = r->route.sandbox_id, .client_fd = req_socket(r), .body_len = -1 };
+        if (forward_open(&q, url, s->fleet_secret, self, &r->fwd, e) < 0)
+                return -1;
+        log_info(r->rid, "%s %s goes on to host %s", r->method, r->path, host);
+        return 1;
+}
+
+/* The owner's answer to a request that went on, for the client. */
+static enum MHD_Result forward_reply(Forward *f, Req *r) {
+        ApiError e = { 0 };
+        unsigned status = 0;
+        struct MHD_Response *resp = NULL;
+        int rc = forward_answer(f, &status, &resp, &e);
+        if (rc == -ECONNRESET)
+                return MHD_NO;
+        if (rc < 0)
+                return reply_error(r, &e);
+        /* The owner answered, and with its answer finished the claim this
+         * host held (kept, or dropped for a retry): nothing left to do. */
+        free(TAKE_PTR(r->idem_key));
+        return reply_response(r, status, resp, NULL);
+}
+
+enum MHD_Result http_forward_whole(Req *r, const char *base_url) {
+        HttpServer *s = r->server;
+        ApiError e = { 0 };
+        Forward *f = NULL;
+        if (!s->fleet_secret || !s->fleet) {
+                api_error(&e, 503, "unavailable", NULL, "this host does not forward");
+                return reply_error(r, &e);
+        }
+        ForwardRequest q = { .conn = r->conn, .method = r->method, .url = r->url, .rid = r->rid,
+                             .sandbox_id = r->route.sandbox_id, .claimed = r->idem_key != NULL,
+                             .client_fd = req_socket(r), .body_len = (long long)r->body_len };
+        if (forward_open(&q, base_url, s->fleet_secret, fleet_host_id(s->fleet), &f, &e) < 0)
+                return reply_error(r, &e);
+        if (r->body_len && forward_body(f, r->body, r->body_len) < 0) {
+                forward_free(f);
+                api_error(&e, 503, "host_unavailable", "try again", "the chosen host hung up");
+                return reply_error(r, &e);
+        }
+        return forward_reply(f, r);
 }
 
 static bool has_body(const HttpRoute *d) {
@@ -448,6 +525,17 @@ static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
                 return api_error(e, 405, "invalid_request", NULL, "%s is not allowed here; allowed: %s", r->method,
                                  r->route.allow);
         const HttpRoute *d = r->route.def;
+        /* A hop from another host carries the fleet's secret: a wrong one
+         * (or one this host has none to compare with) is refused. */
+        const char *hop = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, FORWARD_SECRET_HEADER);
+        if (hop) {
+                if (!forward_secret_ok(s->fleet_secret, hop)) {
+                        log_warn(r->rid, "a request with a wrong fleet secret (from host %.64s)",
+                                 MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, FORWARD_BY_HEADER) ?: "?");
+                        return api_error(e, 403, "forbidden", NULL, "the fleet secret is not this host's");
+                }
+                r->forwarded = true;
+        }
         /* A fenced host cannot prove its sandboxes are still its own: it
          * answers nothing that reads or writes them (its health says so
          * too, for a balancer in front) until it registers again; not even
@@ -529,6 +617,14 @@ static int idem_begin(HttpServer *s, Req *r, bool *ret_answered, enum MHD_Result
                 api_error(&e, 400, "invalid_request", NULL,
                           "Idempotency-Key must be 1-128 characters of A-Z a-z 0-9 _ . : -");
                 goto answer;
+        }
+        /* A create another host placed here: that host holds the claim
+         * for it, and this one finishes it with its answer. */
+        if (r->forwarded && MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, FORWARD_CLAIM_HEADER)) {
+                if (!(r->idem_key = strdup(key)))
+                        return -ENOMEM;
+                r->idem_db = s->db;
+                return 0;
         }
         char hash[65];
         if (idem_digest(r, hash) < 0)
@@ -635,14 +731,32 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
                         snprintf(hex, sizeof(hex), "0000000000000000");
                 snprintf(r->rid, sizeof(r->rid), "req_%s", hex);
                 snprintf(r->path, sizeof(r->path), "%s", url);
+                r->server = s;
+                if (!(r->url = strdup(url)))
+                        return MHD_NO;
                 ApiError e = { 0 };
                 if (admit(s, r, url, &e) < 0)
                         return reply_error(r, &e);
+                int fr = forward_decide(s, r, &e);
+                if (fr < 0)
+                        return reply_error(r, &e);
+                if (fr > 0)
+                        return MHD_YES;
                 if (r->route.def->body == HTTP_BODY_STREAM)
                         return r->route.def->upload->begin(r);
                 return MHD_YES;
         }
         const HttpRoute *d = r->route.def;
+        if (r->fwd) {
+                if (*upload_data_size > 0) {
+                        size_t n = *upload_data_size;
+                        *upload_data_size = 0;
+                        return forward_body(r->fwd, upload_data, n) == 0 ? MHD_YES : MHD_NO;
+                }
+                Forward *f = r->fwd;
+                r->fwd = NULL;
+                return forward_reply(f, r);
+        }
         if (*upload_data_size > 0) {
                 size_t n = *upload_data_size;
                 *upload_data_size = 0;
@@ -701,6 +815,8 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
                 r->route.def->upload->free(r->upload);
         if (r->idem_key) /* no JSON answer was made: a retry runs again */
                 (void)db_idem_finish(r->idem_db, r->key.owner, r->idem_key, 0, NULL);
+        forward_free(r->fwd);
+        free(r->url);
         free(r->idem_key);
         free(r->idem_replay);
         json_decref(r->json);

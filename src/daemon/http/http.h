@@ -126,6 +126,10 @@ struct Req {
         Db *idem_db;    /* with idem_key: this request claimed that key */
         char *idem_key;
         char *idem_replay; /* idem_to_handler routes: what the first request recorded */
+        char *url;          /* the path as sent (no query), whole */
+        bool forwarded;     /* came from another host of the fleet, with the fleet's secret */
+        struct Forward *fwd; /* going on to the host that runs its sandbox */
+        struct HttpServer *server;
 };
 
 /* Queue a response; the reply functions add X-Request-Id. */
@@ -166,6 +170,14 @@ int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, 
 /* This host's standing among the hosts (NULL: none): a fenced host answers
  * 503 host_fenced to everything but /metrics. */
 void http_server_set_fleet(HttpServer *s, Fleet *fleet);
+/* The fleet's secret (NULL: forwarding off): a request about another host's
+ * sandbox is forwarded to it with the secret; a request that carries it
+ * came forwarded and is served here. Kept, not copied. */
+void http_server_set_fleet_secret(HttpServer *s, const char *secret);
+/* Forwards r, whose body (if any) is whole in r->body, to the host at
+ * base_url (the placement of a create); answers the client with what it
+ * answers. */
+enum MHD_Result http_forward_whole(Req *r, const char *base_url);
 /* Serves on listen_fd (bound and listening; the server takes it). */
 int http_server_start(HttpServer *s, int listen_fd);
 /* Stops accepting new connections; running requests go on. */

@@ -158,6 +158,17 @@ int64_t fleet_epoch(Fleet *f) {
         return e;
 }
 
+bool fleet_alone(Fleet *f) {
+        if (!f)
+                return true;
+        pthread_mutex_lock(&f->lock);
+        size_t others = 0;
+        for (size_t i = 0; i < f->n_view; i++)
+                others += f->view[i].state != HOST_DEAD && strcmp(f->view[i].id, f->self.id) != 0;
+        pthread_mutex_unlock(&f->lock);
+        return others == 0;
+}
+
 bool fleet_draining(Fleet *f) {
         if (!f)
                 return false;

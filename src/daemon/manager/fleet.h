@@ -66,6 +66,9 @@ void fleet_free(Fleet *f);
 /* Whether this host is fenced now: it serves nothing that needs the store.
  * NULL: no fleet, never fenced. */
 bool fleet_fenced(Fleet *f);
+/* Whether no other host than this one is live, as of the last look: a
+ * host alone never forwards. NULL: alone. */
+bool fleet_alone(Fleet *f);
 /* Whether this host is draining, as of its last look at the hosts. */
 bool fleet_draining(Fleet *f);
 /* Reads the hosts again now (after a drain, say) rather than at the next

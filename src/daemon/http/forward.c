@@ -1,0 +1,621 @@
+/* Forwarding a request to the host that runs its sandbox: see forward.h. */
+#include "daemon/http/forward.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <http_parser.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+
+#include "common/log.h"
+#include "common/macro.h"
+
+#define MAX_HEADERS 64
+#define MAX_HEADER_BYTES 8192
+#define HEAD_MAX (64 * 1024)
+#define RAW_BUF (64 * 1024)
+#define POLL_MS 250
+#define SEND_TIMEOUT_S 30
+
+struct Forward {
+        int fd;
+        bool chunked_out; /* the body goes on in chunks (the client's length unknown) */
+        bool ws;          /* a WebSocket upgrade */
+        int client_fd;    /* the client's connection: its hang-up ends the hop */
+        http_parser hp;
+        http_parser_settings hs;
+        /* The answer's head. */
+        char *names[MAX_HEADERS], *values[MAX_HEADERS];
+        size_t n_headers;
+        bool in_value, head_done, head_bad;
+        size_t head_bytes;
+        /* Bytes read from the owner and not yet parsed. */
+        char raw[RAW_BUF];
+        size_t raw_off, raw_len;
+        /* The body being handed to the client. */
+        char *out;
+        size_t out_len, out_max;
+        bool complete;
+};
+
+void forward_free(Forward *f) {
+        if (!f)
+                return;
+        if (f->fd >= 0)
+                close(f->fd);
+        for (size_t i = 0; i < MAX_HEADERS; i++) {
+                free(f->names[i]);
+                free(f->values[i]);
+        }
+        free(f);
+}
+
+bool forward_secret_ok(const char *secret, const char *value) {
+        if (!secret || !*secret || !value)
+                return false;
+        size_t a = strlen(secret), b = strlen(value);
+        /* The lengths' difference is not the secret's. */
+        return a == b && CRYPTO_memcmp(secret, value, a) == 0;
+}
+
+/* ---- the owner's answer head ---- */
+
+static Forward *of(http_parser *hp) {
+        return hp->data;
+}
+
+/* Appends piece to *s (NULL: empty), within MAX_HEADER_BYTES. */
+static int append(char **s, const char *at, size_t n) {
+        size_t have = *s ? strlen(*s) : 0;
+        if (have + n > MAX_HEADER_BYTES)
+                return -1;
+        char *g = realloc(*s, have + n + 1);
+        if (!g)
+                return -1;
+        memcpy(g + have, at, n);
+        g[have + n] = '\0';
+        *s = g;
+        return 0;
+}
+
+static int on_header_field(http_parser *hp, const char *at, size_t n) {
+        Forward *f = of(hp);
+        if (f->in_value) {
+                f->in_value = false;
+                f->n_headers++;
+        }
+        f->head_bytes += n;
+        if (f->n_headers >= MAX_HEADERS || f->head_bytes > HEAD_MAX || append(&f->names[f->n_headers], at, n) < 0) {
+                f->head_bad = true;
+                return -1;
+        }
+        return 0;
+}
+
+static int on_header_value(http_parser *hp, const char *at, size_t n) {
+        Forward *f = of(hp);
+        f->in_value = true;
+        f->head_bytes += n;
+        if (f->n_headers >= MAX_HEADERS || f->head_bytes > HEAD_MAX || append(&f->values[f->n_headers], at, n) < 0) {
+                f->head_bad = true;
+                return -1;
+        }
+        return 0;
+}
+
+static int on_headers_complete(http_parser *hp) {
+        Forward *f = of(hp);
+        if (f->in_value) {
+                f->in_value = false;
+                f->n_headers++;
+        }
+        f->head_done = true;
+        /* Stop here: the body is read as the client takes it. */
+        http_parser_pause(hp, 1);
+        return 0;
+}
+
+static int on_body(http_parser *hp, const char *at, size_t n) {
+        Forward *f = of(hp);
+        /* Never more than fits: the reader feeds no more raw bytes than the
+         * room left, and a body is never longer than its raw bytes. */
+        if (!f->out || f->out_len + n > f->out_max)
+                return -1;
+        memcpy(f->out + f->out_len, at, n);
+        f->out_len += n;
+        return 0;
+}
+
+static int on_message_complete(http_parser *hp) {
+        of(hp)->complete = true;
+        return 0;
+}
+
+/* ---- the connection ---- */
+
+static int write_all(int fd, const char *p, size_t n) {
+        while (n > 0) {
+                ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w <= 0)
+                        return w < 0 ? -errno : -EPIPE;
+                p += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+static bool client_left(int fd) {
+        if (fd < 0)
+                return false;
+        struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+        return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Waits until fd can be read, watching the client: -ECONNRESET when the
+ * client left (the hop ends, and the owner sees it end). */
+static int wait_readable(Forward *f) {
+        for (;;) {
+                struct pollfd p = { .fd = f->fd, .events = POLLIN };
+                int n = poll(&p, 1, POLL_MS);
+                if (n > 0)
+                        return 0;
+                if (n < 0 && errno != EINTR)
+                        return -errno;
+                if (client_left(f->client_fd))
+                        return -ECONNRESET;
+        }
+}
+
+/* http://HOST:PORT (HOST a name, an IPv4 address or [IPv6]); no path. */
+static int parse_url(const char *url, char *host, size_t host_len, char *port, size_t port_len) {
+        if (strncmp(url, "http://", 7) != 0)
+                return -EPROTONOSUPPORT;
+        const char *h = url + 7, *end = h + strcspn(h, "/");
+        const char *colon;
+        if (*h == '[') {
+                const char *close = memchr(h, ']', (size_t)(end - h));
+                if (!close)
+                        return -EINVAL;
+                if ((size_t)(close - h - 1) >= host_len)
+                        return -ENAMETOOLONG;
+                memcpy(host, h + 1, (size_t)(close - h - 1));
+                host[close - h - 1] = '\0';
+                colon = close + 1 < end && close[1] == ':' ? close + 1 : NULL;
+        } else {
+                colon = memrchr(h, ':', (size_t)(end - h));
+                size_t n = (size_t)((colon ? colon : end) - h);
+                if (n == 0 || n >= host_len)
+                        return -EINVAL;
+                memcpy(host, h, n);
+                host[n] = '\0';
+        }
+        size_t pn = colon ? (size_t)(end - colon - 1) : 2;
+        if (pn == 0 || pn >= port_len)
+                return -EINVAL;
+        if (colon) {
+                memcpy(port, colon + 1, pn);
+                port[pn] = '\0';
+        } else
+                snprintf(port, port_len, "80");
+        return 0;
+}
+
+static int connect_to(const char *url) {
+        char host[256], port[8];
+        int r = parse_url(url, host, sizeof host, port, sizeof port);
+        if (r < 0)
+                return r;
+        struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai = NULL;
+        if (getaddrinfo(host, port, &hints, &ai) != 0 || !ai)
+                return -EHOSTUNREACH;
+        int fd = -1;
+        r = -EHOSTUNREACH;
+        for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+                fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+                if (fd < 0)
+                        continue;
+                if (connect(fd, a->ai_addr, a->ai_addrlen) < 0 && errno != EINPROGRESS) {
+                        r = -errno;
+                        close(fd);
+                        fd = -1;
+                        continue;
+                }
+                struct pollfd p = { .fd = fd, .events = POLLOUT };
+                int err = 0;
+                socklen_t len = sizeof(err);
+                if (poll(&p, 1, FORWARD_CONNECT_TIMEOUT_MS) != 1 ||
+                    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err) {
+                        r = err ? -err : -ETIMEDOUT;
+                        close(fd);
+                        fd = -1;
+                }
+        }
+        freeaddrinfo(ai);
+        if (fd < 0)
+                return r;
+        int flags = fcntl(fd, F_GETFL);
+        (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        struct timeval tv = { .tv_sec = SEND_TIMEOUT_S };
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        return fd;
+}
+
+/* ---- the request head ---- */
+
+typedef struct Head {
+        FILE *f;
+        bool ws;
+} Head;
+
+/* Headers of the hop, and the framing this end decides, are not copied. */
+static bool hop_header(const char *name, bool ws) {
+        static const char *const hop[] = { "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization",
+                                           "Transfer-Encoding", "TE", "Trailer", "Host", "Content-Length",
+                                           "Expect", FORWARD_SECRET_HEADER, FORWARD_BY_HEADER,
+                                           FORWARD_CLAIM_HEADER };
+        for (size_t i = 0; i < ELEMENTSOF(hop); i++)
+                if (strcasecmp(name, hop[i]) == 0)
+                        return true;
+        return strcasecmp(name, "Upgrade") == 0 && !ws;
+}
+
+static enum MHD_Result copy_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                   const char *value, size_t value_size) {
+        Head *h = cls;
+        if (!key || hop_header(key, h->ws))
+                return MHD_YES;
+        fprintf(h->f, "%.*s: %.*s\r\n", (int)key_size, key, (int)value_size, value ? value : "");
+        return MHD_YES;
+}
+
+static void put_encoded(FILE *f, const char *s, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                unsigned char c = (unsigned char)s[i];
+                if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '_' || c == '.' || c == '~')
+                        fputc(c, f);
+                else
+                        fprintf(f, "%%%02X", c);
+        }
+}
+
+typedef struct Query {
+        FILE *f;
+        bool first;
+} Query;
+
+static enum MHD_Result copy_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                const char *value, size_t value_size) {
+        Query *q = cls;
+        fputc(q->first ? '?' : '&', q->f);
+        q->first = false;
+        put_encoded(q->f, key, key_size);
+        if (value) {
+                fputc('=', q->f);
+                put_encoded(q->f, value, value_size);
+        }
+        return MHD_YES;
+}
+
+int forward_open(const ForwardRequest *q, const char *base_url, const char *secret, const char *by, Forward **ret,
+                 ApiError *e) {
+        Forward *f = calloc(1, sizeof(*f));
+        if (!f)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        f->fd = connect_to(base_url);
+        if (f->fd < 0) {
+                int rc = f->fd;
+                f->fd = -1;
+                forward_free(f);
+                log_warn(q->rid, "forwarding to %s: %s", base_url, strerror(-rc));
+                return api_error(e, 503, "host_unavailable", "try again; the host may be restarting",
+                                 "the host that runs sandbox %s does not answer", q->sandbox_id);
+        }
+        f->client_fd = q->client_fd;
+        const char *upgrade = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Upgrade");
+        f->ws = upgrade && strcasecmp(upgrade, "websocket") == 0;
+        char *text = NULL;
+        size_t len = 0;
+        FILE *out = open_memstream(&text, &len);
+        if (!out) {
+                forward_free(f);
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        }
+        fprintf(out, "%s %s", q->method, q->url);
+        Query qs = { .f = out, .first = true };
+        MHD_get_connection_values_n(q->conn, MHD_GET_ARGUMENT_KIND, copy_arg, &qs);
+        char host[300];
+        snprintf(host, sizeof host, "%s", base_url + 7);
+        host[strcspn(host, "/")] = '\0';
+        fprintf(out, " HTTP/1.1\r\nHost: %s\r\n", host);
+        Head h = { .f = out, .ws = f->ws };
+        MHD_get_connection_values_n(q->conn, MHD_HEADER_KIND, copy_header, &h);
+        fprintf(out, "%s: %s\r\n%s: %s\r\n", FORWARD_SECRET_HEADER, secret, FORWARD_BY_HEADER, by);
+        if (q->claimed)
+                fprintf(out, "%s: 1\r\n", FORWARD_CLAIM_HEADER);
+        const char *cl = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Content-Length");
+        const char *te = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Transfer-Encoding");
+        if (q->body_len >= 0)
+                fprintf(out, "Content-Length: %lld\r\n", q->body_len);
+        else if (cl)
+                fprintf(out, "Content-Length: %s\r\n", cl);
+        else if (te) {
+                fputs("Transfer-Encoding: chunked\r\n", out);
+                f->chunked_out = true;
+        }
+        fputs(f->ws ? "Connection: Upgrade\r\n\r\n" : "Connection: close\r\n\r\n", out);
+        if (fclose(out) != 0) {
+                free(text);
+                forward_free(f);
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        }
+        int rc = write_all(f->fd, text, len);
+        free(text);
+        if (rc < 0) {
+                forward_free(f);
+                return api_error(e, 503, "host_unavailable", "try again", "the host that runs sandbox %s hung up",
+                                 q->sandbox_id);
+        }
+        http_parser_init(&f->hp, HTTP_RESPONSE);
+        f->hp.data = f;
+        http_parser_settings_init(&f->hs);
+        f->hs.on_header_field = on_header_field;
+        f->hs.on_header_value = on_header_value;
+        f->hs.on_headers_complete = on_headers_complete;
+        f->hs.on_body = on_body;
+        f->hs.on_message_complete = on_message_complete;
+        *ret = f;
+        return 0;
+}
+
+int forward_body(Forward *f, const char *data, size_t n) {
+        if (!f->chunked_out)
+                return write_all(f->fd, data, n);
+        char size[24];
+        int m = snprintf(size, sizeof size, "%zx\r\n", n);
+        int r = write_all(f->fd, size, (size_t)m);
+        if (r == 0)
+                r = write_all(f->fd, data, n);
+        return r == 0 ? write_all(f->fd, "\r\n", 2) : r;
+}
+
+/* ---- the answer ---- */
+
+/* Parses what is read, up to room bytes of it. */
+static int parse_some(Forward *f, size_t room) {
+        size_t take = f->raw_len - f->raw_off;
+        if (take > room)
+                take = room;
+        size_t n = http_parser_execute(&f->hp, &f->hs, f->raw + f->raw_off, take);
+        f->raw_off += n;
+        enum http_errno err = HTTP_PARSER_ERRNO(&f->hp);
+        if (err == HPE_PAUSED)
+                return 0;
+        return err == HPE_OK ? 0 : -EBADMSG;
+}
+
+static int read_more(Forward *f, size_t max) {
+        int r = wait_readable(f);
+        if (r < 0)
+                return r;
+        if (max > sizeof f->raw)
+                max = sizeof f->raw;
+        ssize_t n;
+        do
+                n = recv(f->fd, f->raw, max, 0);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return -errno;
+        f->raw_off = 0;
+        f->raw_len = (size_t)n;
+        return (int)(n > 0);
+}
+
+static ssize_t read_body(void *cls, uint64_t pos, char *buf, size_t max) {
+        Forward *f = cls;
+        f->out = buf;
+        f->out_len = 0;
+        f->out_max = max;
+        for (;;) {
+                if (f->complete)
+                        return f->out_len ? (ssize_t)f->out_len : MHD_CONTENT_READER_END_OF_STREAM;
+                if (f->raw_off < f->raw_len) {
+                        if (parse_some(f, max - f->out_len) < 0)
+                                return MHD_CONTENT_READER_END_WITH_ERROR;
+                        if (f->out_len == max)
+                                return (ssize_t)f->out_len;
+                        continue;
+                }
+                if (f->out_len > 0)
+                        return (ssize_t)f->out_len;
+                int r = read_more(f, max);
+                if (r < 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                if (r == 0) {
+                        /* The owner closed: whole only if its framing says so. */
+                        (void)http_parser_execute(&f->hp, &f->hs, NULL, 0);
+                        return f->complete ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+                }
+        }
+}
+
+static void free_body(void *cls) {
+        forward_free(cls);
+}
+
+/* Headers of the answer that go back to the client: not the hop's, not
+ * the framing (MHD's), not those reply_response sets. */
+static bool relayed(const char *name) {
+        static const char *const dropped[] = { "Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length",
+                                               "Upgrade", "Date", "Cache-Control", "X-Request-Id", "Trailer" };
+        for (size_t i = 0; i < ELEMENTSOF(dropped); i++)
+                if (strcasecmp(name, dropped[i]) == 0)
+                        return false;
+        return true;
+}
+
+static const char *answer_header(const Forward *f, const char *name) {
+        for (size_t i = 0; i < f->n_headers; i++)
+                if (f->names[i] && strcasecmp(f->names[i], name) == 0)
+                        return f->values[i];
+        return NULL;
+}
+
+static void add_headers(const Forward *f, struct MHD_Response *resp) {
+        for (size_t i = 0; i < f->n_headers; i++)
+                if (f->names[i] && f->values[i] && relayed(f->names[i]))
+                        MHD_add_response_header(resp, f->names[i], f->values[i]);
+        const char *rid = answer_header(f, "X-Request-Id");
+        if (rid)
+                MHD_add_response_header(resp, "X-Forwarded-Request-Id", rid);
+}
+
+/* ---- a WebSocket, spliced ---- */
+
+typedef struct Splice {
+        Forward *f;
+        int sock;
+        struct MHD_UpgradeResponseHandle *urh;
+        char *extra;
+        size_t extra_len;
+} Splice;
+
+static void *splice_main(void *arg) {
+        Splice *s = arg;
+        Forward *f = s->f;
+        /* What came after each side's head goes first. */
+        bool ok = write_all(s->sock, f->raw + f->raw_off, f->raw_len - f->raw_off) == 0 &&
+                  write_all(f->fd, s->extra, s->extra_len) == 0;
+        char buf[16384];
+        while (ok) {
+                struct pollfd p[2] = { { .fd = s->sock, .events = POLLIN }, { .fd = f->fd, .events = POLLIN } };
+                if (poll(p, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        break;
+                }
+                for (int i = 0; i < 2 && ok; i++) {
+                        if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                                continue;
+                        ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        ok = n > 0 && write_all(p[1 - i].fd, buf, (size_t)n) == 0;
+                }
+        }
+        MHD_upgrade_action(s->urh, MHD_UPGRADE_ACTION_CLOSE);
+        forward_free(f);
+        free(s->extra);
+        free(s);
+        return NULL;
+}
+
+static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls, const char *extra_in,
+                     size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh) {
+        Splice *s = calloc(1, sizeof(*s));
+        Forward *f = cls;
+        pthread_t th;
+        pthread_attr_t attr;
+        bool started = false;
+        if (s) {
+                s->f = f;
+                s->sock = sock;
+                s->urh = urh;
+                if (extra_in_size && (s->extra = malloc(extra_in_size))) {
+                        memcpy(s->extra, extra_in, extra_in_size);
+                        s->extra_len = extra_in_size;
+                }
+                if (pthread_attr_init(&attr) == 0) {
+                        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                        started = pthread_create(&th, &attr, splice_main, s) == 0;
+                        pthread_attr_destroy(&attr);
+                }
+        }
+        if (started)
+                return;
+        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+        forward_free(f);
+        if (s)
+                free(s->extra);
+        free(s);
+}
+
+int forward_answer(Forward *f, unsigned *ret_status, struct MHD_Response **ret, ApiError *e) {
+        int rc = f->chunked_out ? write_all(f->fd, "0\r\n\r\n", 5) : 0;
+        while (rc >= 0 && !f->head_done) {
+                if (f->raw_off < f->raw_len) {
+                        if (parse_some(f, f->raw_len - f->raw_off) < 0 || f->head_bad)
+                                rc = -EBADMSG;
+                        continue;
+                }
+                rc = read_more(f, sizeof f->raw);
+                if (rc == 0)
+                        rc = -EPIPE;
+        }
+        if (rc < 0) {
+                bool left = rc == -ECONNRESET;
+                forward_free(f);
+                if (left)
+                        return -ECONNRESET; /* the client left: nobody to answer */
+                log_warn(NULL, "a forwarded request's answer: %s", strerror(-rc));
+                return api_error(e, 502, "host_unavailable", "try again", "the host that runs the sandbox gave no answer");
+        }
+        unsigned status = f->hp.status_code;
+        http_parser_pause(&f->hp, 0);
+        struct MHD_Response *resp;
+        if (f->ws && status == 101) {
+                /* A pause in on_headers_complete leaves the head's last
+                 * byte unparsed; parsing on, an upgrade stops where the
+                 * new protocol's bytes begin. */
+                f->raw_off += http_parser_execute(&f->hp, &f->hs, f->raw + f->raw_off, f->raw_len - f->raw_off);
+                const char *accept = answer_header(f, "Sec-WebSocket-Accept");
+                const char *proto = answer_header(f, "Sec-WebSocket-Protocol");
+                if (!(resp = MHD_create_response_for_upgrade(upgraded, f))) {
+                        forward_free(f);
+                        return api_error(e, 500, "internal", NULL, "out of memory");
+                }
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket");
+                if (accept)
+                        MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept);
+                if (proto)
+                        MHD_add_response_header(resp, "Sec-WebSocket-Protocol", proto);
+                *ret_status = 101;
+                *ret = resp;
+                return 0;
+        }
+        if (status < 200 || status > 599) {
+                forward_free(f);
+                return api_error(e, 502, "host_unavailable", "try again", "the host that runs the sandbox answered %u",
+                                 status);
+        }
+        /* A known length is kept; otherwise MHD chunks the answer. An
+         * answer that has no body by its status has none here either. */
+        uint64_t size = status == 204 || status == 304                                     ? 0
+                        : (f->hp.flags & F_CHUNKED) || f->hp.content_length == ULLONG_MAX ? MHD_SIZE_UNKNOWN
+                                                                                          : f->hp.content_length;
+        if (!(resp = MHD_create_response_from_callback(size, 32 * 1024, read_body, f, free_body))) {
+                forward_free(f);
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        }
+        add_headers(f, resp);
+        *ret_status = status;
+        *ret = resp;
+        return 0;
+}

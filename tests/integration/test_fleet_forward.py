@@ -1,0 +1,256 @@
+"""Any host answers for any sandbox (docs/fleet.md): two runtimed on one PostgreSQL on loopback,
+sharing a fleet secret; a request sent to the host that does not run the sandbox goes on to the
+one that does, and comes back as it came: JSON calls, an NDJSON stream, files both ways, a
+download larger than any buffer, a terminal and a port forward (WebSockets), and a client's hang-up
+that ends the command on the owner. A forged or wrong secret is refused; without a secret the
+other host says where the sandbox runs; a dead owner answers 503 at once."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import _finish_daemon, _start_daemon
+from helpers import Api, assert_error, read_until, wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
+
+SECRET = "fleet-" + uuid.uuid4().hex
+
+
+@pytest.fixture
+def pair(build_dir, image_dir, tmp_path, postgres):
+    db = f"rt_{uuid.uuid4().hex[:12]}"
+    postgres.psql(f"CREATE DATABASE {db}")
+    secret = tmp_path / "fleet.secret"
+    secret.write_text(SECRET + "\n")
+    os.chmod(secret, 0o600)
+    args = ["--database", postgres.url(db), "--fleet-secret-file", str(secret), "--host-dead-after-seconds", "3"]
+    hosts = []
+    try:
+        a = _start_daemon(build_dir, image_dir, tmp_path / "a", f"runtime-test-{os.getpid()}-fwa",
+                          extra_args=[*args, "--host-id", "fwd-a"])
+        hosts.append(a)
+        (tmp_path / "b").mkdir()
+        (tmp_path / "b" / "admin.key").write_text((a.state_dir / "admin.key").read_text())
+        b = _start_daemon(build_dir, image_dir, tmp_path / "b", f"runtime-test-{os.getpid()}-fwb",
+                          extra_args=[*args, "--host-id", "fwd-b"])
+        hosts.append(b)
+        # Each host sees the other live before a request is sent through it.
+        for h in hosts:
+            with Api(h) as c:
+                wait_until(lambda: len([x for x in c.get("/v1/hosts").json()["hosts"] if x["state"] == "live"]) == 2,
+                           20, what="both hosts live")
+        yield a, b
+    finally:
+        for h in reversed(hosts):
+            _finish_daemon(h)
+
+
+def test_requests_go_on_to_the_owner(pair, monkeypatch):
+    a, b = pair
+    with Api(a) as on_a, Api(b, key=a.api_key) as via_b:
+        sbx = on_a.create_sandbox(driver="namespace", timeoutSeconds=300)
+        # JSON: a read and an exec through the other host.
+        r = via_b.get(f"/v1/sandboxes/{sbx.id}")
+        assert r.status_code == 200 and r.json()["id"] == sbx.id, r.text
+        res = via_b.exec(sbx.id, command="hostname; echo $((6*7))")
+        assert res["stdout"].endswith("42\n"), res
+        assert "X-Forwarded-Request-Id" in via_b.post(f"/v1/sandboxes/{sbx.id}:exec",
+                                                       json={"command": "true"}).headers
+        # An NDJSON stream arrives as it is made, not at the end.
+        t0 = time.monotonic()
+        seen = []
+        for at, ev in via_b.exec_stream(sbx.id, command="echo one; sleep 1.5; echo two"):
+            seen.append((at - t0, ev))
+        lines = [(t, e) for t, e in seen if e.get("type") == "stdout"]
+        assert [e["data"] for _, e in lines] in (["one\n", "two\n"], ["one\ntwo\n"]) or len(lines) >= 2, seen
+        assert lines[0][0] < 1.2, "the first line waited for the last"
+        # Files both ways, and a download larger than any buffer of the hop.
+        blob = os.urandom(3 * 1024 * 1024 + 17)
+        r = via_b.put(f"/v1/sandboxes/{sbx.id}/files/content", params={"path": "/workspace/blob"}, content=blob)
+        assert r.status_code in (200, 201, 204), r.text
+        r = via_b.get(f"/v1/sandboxes/{sbx.id}/files/content", params={"path": "/workspace/blob"})
+        assert r.status_code == 200 and hashlib.sha256(r.content).digest() == hashlib.sha256(blob).digest()
+        on_a.exec(sbx.id, command="head -c 60000000 /dev/zero > /workspace/big")
+        with via_b.stream("GET", f"/v1/sandboxes/{sbx.id}/files/content", params={"path": "/workspace/big"}) as resp:
+            assert resp.status_code == 200
+            got = sum(len(c) for c in resp.iter_bytes())
+        assert got == 60000000
+        # A process list and a lifecycle call.
+        assert via_b.get(f"/v1/sandboxes/{sbx.id}/processes").status_code == 200
+        r = via_b.post(f"/v1/sandboxes/{sbx.id}:extend", json={"seconds": 60})
+        assert r.status_code == 200, r.text
+
+
+def test_a_terminal_and_a_port_forward_through_the_other_host(pair, monkeypatch):
+    a, b = pair
+    with Api(a) as on_a:
+        sbx = on_a.create_sandbox(driver="namespace", timeoutSeconds=300)
+    monkeypatch.setenv("RUNTIME_BASE_URL", b.base_url)
+    monkeypatch.setenv("RUNTIME_API_KEY", a.api_key)
+    from withruntime import Sandbox
+    with Sandbox.connect(sbx.id) as s:
+        with s.terminal(cols=90, rows=20) as term:
+            term.write("stty size; echo FROM-$((40+2))\n")
+            out = read_until(term, b"FROM-42", 30)
+            assert b"20 90" in out
+            term.write("exit 3\n")
+            deadline = time.monotonic() + 30
+            while term.recv(timeout=max(0.1, deadline - time.monotonic())) is not None:
+                pass
+            assert term.exit_code == 3
+        s.exec("mkdir -p /workspace/www && head -c 2000000 /dev/urandom > /workspace/www/blob")
+        want = s.files.read("/workspace/www/blob")
+        p = s.spawn("cd /workspace/www && exec python3 -m http.server 8000 --bind 127.0.0.1")
+        wait_until(lambda: s.exec("python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8000))\"")
+                   .exit_code == 0, 30, interval=0.3, what="the server in the sandbox")
+        with s.forward_port(8000, local_port=0) as fwd:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{fwd.local_port}/blob", timeout=30).read()
+        assert body == want
+
+
+def test_a_hang_up_reaches_the_owner(pair):
+    # A client that drops a streamed exec sent through the other host: the owner sees its own
+    # request end early, as from a direct client, and the command is left to be followed or
+    # signalled (docs/api.md), which works through the other host too.
+    a, b = pair
+    with Api(a) as on_a, Api(b, key=a.api_key) as via_b:
+        sbx = on_a.create_sandbox(driver="namespace", timeoutSeconds=300)
+        with httpx.Client(base_url=b.base_url, headers={"Authorization": f"Bearer {a.api_key}"}, timeout=30) as c:
+            with c.stream("POST", f"/v1/sandboxes/{sbx.id}:exec",
+                          json={"command": "echo started; sleep 600", "stream": True}) as resp:
+                assert resp.status_code == 200
+                pid = None
+                for line in resp.iter_lines():
+                    if '"type":"start"' in line:
+                        pid = json.loads(line)["processId"]
+                    if "started" in line:
+                        break
+        assert pid
+        wait_until(lambda: "POST /v1/sandboxes/" in a.log_path.read_text() and
+                   ":exec 200" in a.log_path.read_text() and "connection ended early" in a.log_path.read_text(),
+                   15, interval=0.2, what="the owner to see the hop end")
+        info = via_b.get(f"/v1/sandboxes/{sbx.id}/processes/{pid}").json()
+        assert info["state"] == "running", info
+        r = via_b.post(f"/v1/sandboxes/{sbx.id}/processes/{pid}:signal", json={"signal": "SIGKILL"})
+        assert r.status_code == 200, r.text
+        wait_until(lambda: via_b.get(f"/v1/sandboxes/{sbx.id}/processes/{pid}").json()["state"] != "running",
+                   15, interval=0.2, what="the command to end")
+
+
+def test_secrets_are_checked(pair, build_dir, image_dir, tmp_path, postgres):
+    a, b = pair
+    with Api(a) as on_a:
+        sbx = on_a.create_sandbox(driver="namespace", timeoutSeconds=120)
+        # A forged hop with a wrong secret is refused, and so is one to a host with no secret.
+        for bad in ("wrong", "", SECRET + "x"):
+            r = httpx.get(f"{b.base_url}/v1/sandboxes/{sbx.id}",
+                          headers={"Authorization": f"Bearer {a.api_key}", "Runtime-Fleet-Secret": bad})
+            assert_error(r, 403, "forbidden")
+        # A client that sends the forwarding host's name without the secret changes nothing.
+        r = httpx.get(f"{b.base_url}/v1/sandboxes/{sbx.id}",
+                      headers={"Authorization": f"Bearer {a.api_key}", "Runtime-Forwarded-By": "fwd-a"})
+        assert r.status_code == 200
+        # The secret alone grants nothing: the owner checks the client's key.
+        r = httpx.get(f"{b.base_url}/v1/sandboxes/{sbx.id}", headers={"Authorization": "Bearer nope"})
+        assert_error(r, 401, "unauthorized")
+
+
+def test_a_dead_owner_answers_at_once(pair):
+    a, b = pair
+    with Api(a) as on_a:
+        sbx = on_a.create_sandbox(driver="namespace", timeoutSeconds=120)
+    b_api = Api(b, key=a.api_key)
+    try:
+        a.kill()
+        t0 = time.monotonic()
+        r = b_api.get(f"/v1/sandboxes/{sbx.id}/processes")
+        assert time.monotonic() - t0 < 5, "a call to a dead owner hung"
+        assert r.status_code in (502, 503) and r.json()["error"]["code"] == "host_unavailable", r.text
+        # Once declared dead its sandbox reads as lost, from the host that is left.
+        st = b_api.wait_state(sbx.id, "lost", timeout=30)
+        assert "fwd-a" in st["failureReason"]
+    finally:
+        b_api.close()
+
+
+def test_creates_are_placed_across_hosts(pair, postgres):
+    # Creates sent to one host land on both (best of two by free memory; on one machine both
+    # have the same, so the draw decides); one from a snapshot lands on its home; a retry with
+    # the same Idempotency-Key, sent to either host, answers the first create; a drained host
+    # sends every create to the other.
+    a, b = pair
+    with Api(a) as on_a, Api(b, key=a.api_key) as via_b:
+        ids = [via_b.create_sandbox(driver="namespace", timeoutSeconds=120).id for _ in range(12)]
+        homes = {postgres_home(postgres, a, i) for i in ids}
+        assert homes == {"fwd-a", "fwd-b"}, homes
+        # A sandbox made on a: its snapshot's creates, sent to b, run on a.
+        src = next(i for i in ids if postgres_home(postgres, a, i) == "fwd-a")
+        on_a.exec(src, command="echo kept > /workspace/k")
+        r = via_b.post(f"/v1/sandboxes/{src}:snapshot", json={})
+        assert r.status_code in (200, 201), r.text
+        snap = r.json()["id"]
+        for _ in range(3):
+            r = via_b.post("/v1/sandboxes", json={"snapshot": snap})
+            assert r.status_code == 201, r.text
+            assert postgres_home(postgres, a, r.json()["id"]) == "fwd-a"
+        # Idempotency across hosts and a placement hop.
+        key = f"place-{uuid.uuid4().hex}"
+        first = via_b.post("/v1/sandboxes", json={"driver": "namespace"}, headers={"Idempotency-Key": key})
+        assert first.status_code == 201, first.text
+        for c in (on_a, via_b):
+            again = c.post("/v1/sandboxes", json={"driver": "namespace"}, headers={"Idempotency-Key": key})
+            assert again.status_code == 201 and again.json()["id"] == first.json()["id"], again.text
+        # b drained: creates sent to it run on a.
+        assert on_a.post("/v1/hosts/fwd-b:drain", json={}).status_code == 200
+        # b's own view of the hosts catches up at its next beat.
+        wait_until(lambda: "\nruntime_host_draining 1\n" in via_b.get("/metrics").text, 10, what="b to see it drains")
+        for _ in range(4):
+            r = via_b.post("/v1/sandboxes", json={"driver": "namespace", "timeoutSeconds": 60})
+            assert r.status_code == 201, r.text
+            assert postgres_home(postgres, a, r.json()["id"]) == "fwd-a"
+
+
+def postgres_home(postgres, daemon_obj, sandbox_id: str) -> str:
+    db = next(arg.split("/")[3].split("?")[0] for arg in daemon_obj.extra_args if arg.startswith("postgresql://"))
+    return postgres.psql(f"SELECT host_id FROM sandboxes WHERE id = '{sandbox_id}'", db).strip()
+
+
+class _Via:
+    """A daemon as the published client's harness sees one: host b's URL with a's key."""
+
+    def __init__(self, host, key):
+        self.base_url, self.api_key = host.base_url, key
+
+
+def test_the_published_client_through_either_host(pair, published_client):
+    # The published client, pointed at b, makes sandboxes wherever placement puts them and
+    # drives them (commands, files, a background process, the lifecycle) without knowing.
+    a, b = pair
+    got = published_client.run_json(_Via(b, a.api_key), """
+import json
+from withruntime import Sandbox
+seen = []
+for i in range(4):
+    s = Sandbox.create(timeout_seconds=120)
+    r = s.exec("echo $((20+22))")
+    s.files.write("/workspace/f.txt", "hello %d" % i)
+    back = s.files.read("/workspace/f.txt")
+    p = s.spawn("sleep 30")
+    s.pause()
+    s.wake()
+    running = [q["id"] for q in s.processes() if q["state"] == "running"]
+    seen.append([r.stdout, back if isinstance(back, str) else back.decode(), s.state, p.id in running])
+    s.delete()
+print(json.dumps(seen))
+""", timeout=240)
+    assert got == [["42\n", "hello %d" % i, "running", True] for i in range(4)], got
