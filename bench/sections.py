@@ -1,5 +1,5 @@
 """docs/benchmarks.md is written by several scripts: bench/run.py owns the file,
-bench/egress.py, bench/microvm.py, bench/js.py, bench/processes.py, bench/lifecycle.py, bench/sdk_start.py, bench/create_exec.py, bench/tenants.py and bench/fleet_creates.py (their figures written by hand) each own a section between
+bench/egress.py, bench/microvm.py, bench/js.py, bench/processes.py, bench/lifecycle.py, bench/sdk_start.py, bench/create_exec.py, bench/tenants.py, bench/fleet_creates.py and bench/fleet_forward.py (their figures written by hand) each own a section between
 markers, and so does run.py's comparison of runsc builds (--only gvisor_runsc).
 These helpers keep each one's part when another rewrites the file."""
 from __future__ import annotations
@@ -19,6 +19,7 @@ SECTIONS = [
     ("<!-- create exec before after: begin", "<!-- create exec before after: end -->"),
     ("<!-- tenants benchmark: begin", "<!-- tenants benchmark: end -->"),
     ("<!-- fleet creates benchmark: begin", "<!-- fleet creates benchmark: end -->"),
+    ("<!-- fleet forward benchmark: begin", "<!-- fleet forward benchmark: end -->"),
 ]
 
 

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""What forwarding costs: exec round trip and a 100 MiB download through the host that runs the
+sandbox and through another host of the fleet, side by side in one run.
+
+    sudo python3 bench/fleet_forward.py --rounds 200
+
+Two runtimed of this tree's build on one PostgreSQL the bench starts (helpers/postgres.py: a unix
+socket, no TCP), both on loopback, sharing a fleet secret; one namespace sandbox on host A. Each
+round runs `true` through A and through B in turn (20 ms of quiet before each call, as an agent's
+calls come), timed from request to answer over a kept-alive connection; then the download of a
+100 MiB file, five times each way. Writes its section of docs/benchmarks.md (--out - prints it).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from _harness import pct, prepare  # noqa: E402
+from helpers import Api, Daemon, remove_empty_cgroup_tree, wait_until  # noqa: E402
+from helpers.postgres import PostgresServer, available  # noqa: E402
+from sections import replace_section  # noqa: E402
+
+BEGIN = "<!-- fleet forward benchmark: begin"
+END = "<!-- fleet forward benchmark: end -->"
+MIB = 1024 * 1024
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--downloads", type=int, default=5)
+    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
+    ap.add_argument("--image-dir", default=os.environ.get("RUNTIME_TEST_IMAGE_DIR", "/var/cache/runtime/images"))
+    a = ap.parse_args()
+    rc = prepare("fleet_forward.py")
+    if rc:
+        return rc
+    why = available()
+    if why:
+        print(f"bench/fleet_forward.py: no PostgreSQL: {why}", file=sys.stderr)
+        return 2
+    tmp = Path(tempfile.mkdtemp(prefix="runtime-bench-forward-"))
+    secret = tmp / "fleet.secret"
+    secret.write_text(os.urandom(24).hex() + "\n")
+    os.chmod(secret, 0o600)
+    pg = PostgresServer().start()
+    hosts: list[Daemon] = []
+    try:
+        pg.psql("CREATE DATABASE bench_forward")
+        for name in ("a", "b"):
+            state = tmp / name
+            if hosts:
+                state.mkdir()
+                (state / "admin.key").write_text((hosts[0].state_dir / "admin.key").read_text())
+            d = Daemon(REPO / "build", Path(a.image_dir), state, f"runtime-bench-fwd-{name}-{os.getpid()}",
+                       extra_args=["--database", pg.url("bench_forward"), "--host-id", f"bench-{name}",
+                                   "--fleet-secret-file", str(secret)])
+            d.start()
+            hosts.append(d)
+        owner, other = Api(hosts[0]), Api(hosts[1], key=hosts[0].api_key)
+        wait_until(lambda: sum(h["state"] == "live" for h in other.get("/v1/hosts").json()["hosts"]) == 2, 20)
+        sbx = owner.create_sandbox(driver="namespace", timeoutSeconds=3600)
+        times: dict[str, list[float]] = {"owner": [], "other": []}
+        for c in (owner, other):  # warm both paths
+            for _ in range(5):
+                c.exec(sbx.id, command="true")
+        for _ in range(a.rounds):
+            for label, c in (("owner", owner), ("other", other)):
+                time.sleep(0.02)
+                t0 = time.perf_counter()
+                c.exec(sbx.id, command="true")
+                times[label].append((time.perf_counter() - t0) * 1000)
+        owner.exec(sbx.id, command="head -c 104857600 /dev/urandom > /workspace/big")
+        rates: dict[str, list[float]] = {"owner": [], "other": []}
+        for _ in range(a.downloads):
+            for label, c in (("owner", owner), ("other", other)):
+                t0 = time.perf_counter()
+                n = 0
+                with c.stream("GET", f"/v1/sandboxes/{sbx.id}/files/content", params={"path": "/workspace/big"}) as r:
+                    assert r.status_code == 200
+                    for chunk in r.iter_bytes(1 << 20):
+                        n += len(chunk)
+                assert n == 100 * MIB, n
+                rates[label].append(n / MIB / (time.perf_counter() - t0))
+        owner.close()
+        other.close()
+    finally:
+        for d in reversed(hosts):
+            d.stop()
+            d.release_layer_pool()
+            remove_empty_cgroup_tree(d.cgroup_parent)
+        pg.stop()
+    p50 = {k: statistics.median(v) for k, v in times.items()}
+    p95 = {k: pct(v, 95) for k, v in times.items()}
+    mbs = {k: statistics.median(v) for k, v in rates.items()}
+    lines = [
+        f"{BEGIN} (bench/fleet_forward.py) -->",
+        "## Fleet: a request through another host",
+        "",
+        f"`sudo python3 bench/fleet_forward.py --rounds {a.rounds}`: two hosts on one PostgreSQL on this "
+        "machine (loopback), one namespace sandbox on host A; `exec true` through A and through B in "
+        f"turn, {a.rounds} rounds, 20 ms of quiet before each call, and a 100 MiB download "
+        f"{a.downloads} times each way (median).",
+        "",
+        "| path | exec `true` p50 | p95 | 100 MiB download |",
+        "| --- | --- | --- | --- |",
+        f"| through the owner | {p50['owner']:.2f} ms | {p95['owner']:.2f} ms | {mbs['owner']:.0f} MiB/s |",
+        f"| through another host | {p50['other']:.2f} ms | {p95['other']:.2f} ms | {mbs['other']:.0f} MiB/s |",
+        f"| forwarding adds | {p50['other'] - p50['owner']:+.2f} ms | | "
+        f"{mbs['other'] / mbs['owner'] * 100:.0f}% of the throughput |",
+        "",
+        "Targets: at most 1 ms added at p50, at least 80% of the throughput. The hop opens a connection "
+        "per request (no pool yet) and parses the owner's answer with http_parser; both hosts share this "
+        "machine's 2 cores, so the download's copy through B competes with A's for them.",
+        "",
+        END,
+    ]
+    section = "\n".join(lines)
+    if a.out == "-":
+        print(section)
+    else:
+        replace_section(Path(a.out), BEGIN, END, section)
+    print(section, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
