@@ -176,6 +176,11 @@ def test_a_dead_owner_answers_at_once(pair):
         r = b_api.get(f"/v1/sandboxes/{sbx.id}/processes")
         assert time.monotonic() - t0 < 5, "a call to a dead owner hung"
         assert r.status_code in (502, 503) and r.json()["error"]["code"] == "host_unavailable", r.text
+        # New creates avoid it at once: placed on the dead host, a create runs where it was sent.
+        for _ in range(4):
+            t0 = time.monotonic()
+            r = b_api.post("/v1/sandboxes", json={"driver": "namespace", "timeoutSeconds": 60})
+            assert r.status_code == 201 and time.monotonic() - t0 < 5, r.text
         # Once declared dead its sandbox reads as lost, from the host that is left.
         st = b_api.wait_state(sbx.id, "lost", timeout=30)
         assert "fwd-a" in st["failureReason"]

@@ -338,9 +338,17 @@ static int place_create(Req *r, bool get_or_create, enum MHD_Result *ret, ApiErr
                 if (rc < 0 || strcmp(host, self) == 0)
                         return 0;
         }
-        log_info(r->rid, "create placed on host %s", host);
-        *ret = http_forward_whole(r, url);
-        return 1;
+        if (http_forward_whole(r, url, ret) == 0) {
+                log_info(r->rid, "create placed on host %s", host);
+                return 1;
+        }
+        /* The chosen host did not answer (it may have died within a beat):
+         * a create without a snapshot runs here if this host may take it. */
+        if (json_is_string(snap) || fleet_draining(fleet))
+                return api_error(e, 503, "host_unavailable", "try again", "host %s, chosen for the sandbox, does not "
+                                 "answer", host);
+        log_warn(r->rid, "host %s, chosen for a create, does not answer: it runs here", host);
+        return 0;
 }
 
 enum MHD_Result handle_sandbox_create(Req *r) {

@@ -439,25 +439,25 @@ static enum MHD_Result forward_reply(Forward *f, Req *r) {
         return reply_response(r, status, resp, NULL);
 }
 
-enum MHD_Result http_forward_whole(Req *r, const char *base_url) {
+int http_forward_whole(Req *r, const char *base_url, enum MHD_Result *ret) {
         HttpServer *s = r->server;
         ApiError e = { 0 };
         Forward *f = NULL;
-        if (!s->fleet_secret || !s->fleet) {
-                api_error(&e, 503, "unavailable", NULL, "this host does not forward");
-                return reply_error(r, &e);
-        }
+        if (!s->fleet_secret || !s->fleet)
+                return -EHOSTUNREACH;
         ForwardRequest q = { .conn = r->conn, .method = r->method, .url = r->url, .rid = r->rid,
                              .sandbox_id = r->route.sandbox_id, .claimed = r->idem_key != NULL,
                              .client_fd = req_socket(r), .body_len = (long long)r->body_len };
         if (forward_open(&q, base_url, s->fleet_secret, fleet_host_id(s->fleet), &f, &e) < 0)
-                return reply_error(r, &e);
+                return -EHOSTUNREACH; /* nothing sent: the caller may run it elsewhere */
         if (r->body_len && forward_body(f, r->body, r->body_len) < 0) {
                 forward_free(f);
                 api_error(&e, 503, "host_unavailable", "try again", "the chosen host hung up");
-                return reply_error(r, &e);
+                *ret = reply_error(r, &e);
+                return 0;
         }
-        return forward_reply(f, r);
+        *ret = forward_reply(f, r);
+        return 0;
 }
 
 static bool has_body(const HttpRoute *d) {

@@ -175,9 +175,10 @@ void http_server_set_fleet(HttpServer *s, Fleet *fleet);
  * came forwarded and is served here. Kept, not copied. */
 void http_server_set_fleet_secret(HttpServer *s, const char *secret);
 /* Forwards r, whose body (if any) is whole in r->body, to the host at
- * base_url (the placement of a create); answers the client with what it
- * answers. */
-enum MHD_Result http_forward_whole(Req *r, const char *base_url);
+ * base_url (the placement of a create): 0 and *ret the client's answer (the
+ * host's); -EHOSTUNREACH when it could not be reached and nothing was sent
+ * (or this host does not forward): the caller may run it elsewhere. */
+int http_forward_whole(Req *r, const char *base_url, enum MHD_Result *ret);
 /* Serves on listen_fd (bound and listening; the server takes it). */
 int http_server_start(HttpServer *s, int listen_fd);
 /* Stops accepting new connections; running requests go on. */
