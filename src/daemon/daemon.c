@@ -19,6 +19,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <openssl/rand.h>
+
 #include "common/log.h"
 #include "common/macro.h"
 #include "common/path.h"
@@ -30,6 +32,7 @@
 #include "daemon/model/auth.h"
 #include "daemon/caps.h"
 #include "daemon/doctor.h"
+#include "daemon/egress/egress_seal.h"
 #include "daemon/http/forward.h"
 #include "daemon/api/routes.h"
 #include "daemon/sdnotify.h"
@@ -237,6 +240,56 @@ static int load_fleet_secret(const char *path, char *ret, size_t n, const char *
         memcpy(ret, buf, (size_t)len + 1);
         explicit_bzero(buf, sizeof(buf));
         return 0;
+}
+
+/* The key egress secrets are sealed with: from `path` (which must be there,
+ * a regular file of runtimed's user, mode 0600 or stricter), or the state
+ * directory's secrets.key, made with a fresh key at the first start. Never
+ * the database's: a copy of the database alone opens no secret. */
+static int load_secrets_key(const char *state_dir, const char *path, uint8_t ret[SEAL_KEY_LEN], const char **why) {
+        _cleanup_close_ int dfd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (!path && dfd < 0)
+                return -errno;
+        _cleanup_close_ int fd = path ? open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+                                      : openat(dfd, "secrets.key", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        char text[2 * SEAL_KEY_LEN + 2];
+        if (fd < 0 && errno == ENOENT && !path) {
+                uint8_t k[SEAL_KEY_LEN];
+                if (RAND_bytes(k, sizeof(k)) != 1)
+                        return -EIO;
+                for (size_t i = 0; i < SEAL_KEY_LEN; i++)
+                        snprintf(text + 2 * i, 3, "%02x", k[i]);
+                text[2 * SEAL_KEY_LEN] = '\n';
+                explicit_bzero(k, sizeof(k));
+                _cleanup_close_ int wfd = openat(dfd, "secrets.key", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                                                 0600);
+                *why = "cannot be made";
+                if (wfd < 0)
+                        return -errno;
+                if (write(wfd, text, 2 * SEAL_KEY_LEN + 1) != 2 * SEAL_KEY_LEN + 1 || fsync(wfd) < 0) {
+                        (void)unlinkat(dfd, "secrets.key", 0);
+                        return -EIO;
+                }
+                text[2 * SEAL_KEY_LEN + 1] = '\0';
+                int r = seal_key_parse(text, ret);
+                explicit_bzero(text, sizeof(text));
+                return r;
+        }
+        struct stat st;
+        *why = "cannot be read";
+        if (fd < 0 || fstat(fd, &st) < 0)
+                return -errno;
+        *why = "is not a regular file of runtimed's user with mode 0600";
+        if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 0077))
+                return -EPERM;
+        ssize_t len = read(fd, text, sizeof(text) - 1);
+        *why = "must hold 64 hex digits";
+        if (len < 0)
+                return -errno;
+        text[len] = '\0';
+        int r = seal_key_parse(text, ret);
+        explicit_bzero(text, sizeof(text));
+        return r;
 }
 
 /* The id kept in the state directory's host.id, made on the first start
@@ -629,8 +682,16 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
 /* The egress service and its proxy process (docs/egress.md). */
 static int open_egress(Daemon *d, const DaemonOptions *o) {
         const DaemonConfig *cfg = &d->cfg;
-        char why[256] = "";
-        EgressServiceConfig ec = { .state_dir = d->state_dir, .db_path = d->db_path,
+        char err[256] = "";
+        uint8_t seal_key[SEAL_KEY_LEN];
+        const char *why = "";
+        int kr = load_secrets_key(d->state_dir, o->secrets_key_file, seal_key, &why);
+        if (kr < 0) {
+                log_error(NULL, "the secrets key %s %s", o->secrets_key_file ? o->secrets_key_file : "<state-dir>/secrets.key",
+                          why);
+                return 2;
+        }
+        EgressServiceConfig ec = { .state_dir = d->state_dir, .db_path = d->db_path, .seal_key = seal_key,
                                    .store = store_backend_for(d->db_path),
                                    .test_upstreams = cfg->egress_test_upstreams,
                                    .n_test_upstreams = cfg->n_egress_test_upstreams,
@@ -642,8 +703,10 @@ static int open_egress(Daemon *d, const DaemonOptions *o) {
                                    .workers_per_sandbox = cfg->egress_workers_per_sandbox,
                                    .wait_timeout_ms = o->egress_wait_timeout_ms,
                                    .proxy_path = d->egress_proxy };
-        if (egress_service_new(&ec, &d->egress, why, sizeof(why)) < 0) {
-                log_error(NULL, "egress: %s", why);
+        int er = egress_service_new(&ec, &d->egress, err, sizeof(err));
+        explicit_bzero(seal_key, sizeof(seal_key));
+        if (er < 0) {
+                log_error(NULL, "egress: %s", err);
                 return 1;
         }
         for (unsigned i = 0; i < cfg->n_egress_test_upstreams; i++)

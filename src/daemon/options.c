@@ -81,6 +81,10 @@ static const OptionSpec options[] = {
         { .name = "host-id", .kind = OPTION_STRING, .arg = "ID", FIELD(host_id),
           .def_text = "the id kept in <state-dir>/host.id, made at the first start",
           .help = "this host's id among the hosts that share a database" },
+        { .name = "secrets-key-file", .kind = OPTION_STRING, .arg = "FILE", FIELD(secrets_key_file),
+          .def_text = "<state-dir>/secrets.key, made at the first start",
+          .help = "the key egress secrets are sealed with in the database (64 hex digits, the file mode 0600); "
+                  "every host of a fleet needs the same" },
         { .name = "fleet-secret-file", .kind = OPTION_STRING, .arg = "FILE", FIELD(fleet_secret_file),
           .def_text = "none: this host forwards nothing",
           .help = "the secret every host of the fleet shares (16 to 256 printable bytes, the file mode 0600): "

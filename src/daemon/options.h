@@ -39,6 +39,7 @@ typedef struct DaemonOptions {
         unsigned host_dead_after_seconds; /* a host silent this long is declared dead */
         unsigned event_retention_days;    /* events older than this are dropped */
         char *fleet_secret_file;          /* the hosts' shared secret for forwarding; NULL: none */
+        char *secrets_key_file;           /* the key egress secrets are sealed with; NULL: the state dir's */
         unsigned egress_wait_timeout_ms;                     /* 0: the egress service's default */
         int64_t heartbeat_interval_ms, heartbeat_timeout_ms; /* 0: the manager's defaults */
         LogLevel log_level;

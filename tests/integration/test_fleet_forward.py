@@ -40,7 +40,9 @@ def pair(build_dir, image_dir, tmp_path, postgres):
                           extra_args=[*args, "--host-id", "fwd-a"])
         hosts.append(a)
         (tmp_path / "b").mkdir()
-        (tmp_path / "b" / "admin.key").write_text((a.state_dir / "admin.key").read_text())
+        for name in ("admin.key", "secrets.key"):
+            (tmp_path / "b" / name).write_text((a.state_dir / name).read_text())
+            os.chmod(tmp_path / "b" / name, 0o600)
         b = _start_daemon(build_dir, image_dir, tmp_path / "b", f"runtime-test-{os.getpid()}-fwb",
                           extra_args=[*args, "--host-id", "fwd-b"])
         hosts.append(b)

@@ -26,6 +26,8 @@ struct EgressService {
         /* The secrets and the audit log, in the store's egress records. */
         const StoreEgressOps *store;
         StoreEgress *records;
+        bool sealed;             /* values are sealed with seal_key in the store */
+        uint8_t seal_key[32];
         atomic_uint audit_inserts; /* entries written since the last prune */
         pthread_mutex_t lock; /* the counters and the pool below */
         pthread_cond_t idle;

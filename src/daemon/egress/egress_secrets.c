@@ -7,9 +7,11 @@
 #include <string.h>
 
 #include "common/jsonutil.h"
+#include "common/log.h"
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"
+#include "daemon/egress/egress_seal.h"
 #include "daemon/egress/egress_internal.h"
 #include "egress/policy.h"
 #include "egress/secret.h"
@@ -28,6 +30,22 @@ bool egress_secret_in_scope(const json_t *scope, const char *name) {
         return false;
 }
 
+/* What a value is sealed with besides the key: its row, so that a sealed
+ * value copied into another owner's or name's row does not open there. */
+static void seal_aad(const char *owner, const char *name, char *buf, size_t n) {
+        snprintf(buf, n, "egress-secret/%s/%s", owner, name);
+}
+
+/* The value the store is to keep (malloc'ed): sealed when the service has a
+ * key. */
+static int seal_value(EgressService *svc, const char *owner, const char *name, const char *value, char **ret) {
+        if (!svc->sealed)
+                return (*ret = strdup(value)) ? 0 : -ENOMEM;
+        char aad[256];
+        seal_aad(owner, name, aad, sizeof(aad));
+        return seal_encrypt(svc->seal_key, aad, value, ret);
+}
+
 int egress_secrets_for_proxy(EgressService *svc, const char *owner, const json_t *scope, json_t **ret) {
         StoreEgressSecret *list = NULL;
         size_t n = 0;
@@ -40,9 +58,29 @@ int egress_secrets_for_proxy(EgressService *svc, const char *owner, const json_t
                 const StoreEgressSecret *s = &list[i];
                 if (!egress_secret_in_scope(scope, s->name))
                         continue;
-                json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s?,s:s?,s:s?}", "name", s->name, "value", s->value, "hosts",
-                                      s->hosts, "placeholder", s->placeholder, "header", s->header, "format",
-                                      s->format, "rules", s->rules);
+                /* Sealed values open with the service's key and their row;
+                 * one written before values were sealed is read as it is
+                 * (and sealed at its next write). One that does not open (a
+                 * key other than the one that sealed it, a row tampered
+                 * with) is left out: the sandbox sees its placeholder only. */
+                char *plain = NULL;
+                if (seal_is_sealed(s->value)) {
+                        char aad[256];
+                        seal_aad(owner, s->name, aad, sizeof(aad));
+                        if (!svc->sealed || seal_decrypt(svc->seal_key, aad, s->value, &plain) < 0) {
+                                log_error(NULL, "egress secret %s of %s does not open with this host's secrets key; "
+                                                "it is left out (are the hosts' --secrets-key-file the same?)",
+                                          s->name, owner);
+                                continue;
+                        }
+                }
+                json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s?,s:s?,s:s?}", "name", s->name, "value",
+                                      plain ? plain : s->value, "hosts", s->hosts, "placeholder", s->placeholder,
+                                      "header", s->header, "format", s->format, "rules", s->rules);
+                if (plain) {
+                        explicit_bzero(plain, strlen(plain));
+                        free(plain);
+                }
                 if (!o || json_array_append_new(out, o) < 0) {
                         json_decref(out);
                         out = NULL;
@@ -236,9 +274,14 @@ int egress_secret_put(EgressService *svc, const char *owner, const char *name, c
          * running sandboxes hold it in their environment. A replace sets
          * every field but the placeholder: rules or a header left out are
          * cleared, never kept from the old value's time. */
+        _cleanup_free_ char *sealed = NULL;
+        if (seal_value(svc, owner, name, in.value, &sealed) < 0) {
+                secret_input_done(&in);
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not seal the secret");
+        }
         StoreEgressSecret row = {
                 .name = (char *)name,
-                .value = (char *)in.value,
+                .value = sealed,
                 .hosts = in.hosts,
                 .placeholder = placeholder,
                 .header = (char *)in.header,
@@ -282,7 +325,10 @@ int egress_secret_rotate(EgressService *svc, const char *owner, const char *name
             !egress_secret_value_valid(json_string_value(value), json_string_length(value)))
                 return value_error(e);
         StoreEgressSecret stored = { 0 };
-        int r = svc->store->secret_rotate(svc->records, owner, name, json_string_value(value), time_now_unix(),
+        _cleanup_free_ char *sealed = NULL;
+        if (seal_value(svc, owner, name, json_string_value(value), &sealed) < 0)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not seal the secret");
+        int r = svc->store->secret_rotate(svc->records, owner, name, sealed, time_now_unix(),
                                           STORE_EGRESS_ANY_VERSION, &stored);
         if (r == -ENOENT)
                 return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "store it first with PUT /v1/egress-secrets/{name}",

@@ -277,6 +277,10 @@ int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char
                 goto fail;
         }
         svc->store = backend->egress;
+        if (cfg->seal_key) {
+                memcpy(svc->seal_key, cfg->seal_key, sizeof(svc->seal_key));
+                svc->sealed = true;
+        }
         /* An entry still open was cut short by the daemon's own end. */
         (void)svc->store->audit_end_open(svc->records, "the daemon stopped during the connection");
         *ret = svc;

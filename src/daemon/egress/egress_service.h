@@ -45,6 +45,10 @@ typedef struct EgressServiceConfig {
          * becomes (NULL: runtime-egress; see docs/egress.md). */
         const char *proxy_path;
         const char *proxy_user;
+        /* The key egress secrets' values are sealed with in the store
+         * (egress_seal.h); copied. NULL: stored as given (tests of other
+         * parts only). */
+        const uint8_t *seal_key;
 } EgressServiceConfig;
 
 #define EGRESS_DEFAULT_WORKERS 256u

@@ -197,7 +197,11 @@ class FleetNet:
                 state = tmp / f"host{i}"
                 if made:
                     state.mkdir(parents=True, exist_ok=True)
-                    (state / "admin.key").write_text((made[0].state_dir / "admin.key").read_text())
+                    # The keys an operator hands every host: the admin's, and the
+                    # one egress secrets are sealed with.
+                    for name in ("admin.key", "secrets.key"):
+                        (state / name).write_text((made[0].state_dir / name).read_text())
+                        os.chmod(state / name, 0o600)
                 h = FleetHost(self, i, build_dir, image_dir, state, f"runtime-test-{os.getpid()}-{cgroup_tag}{i}",
                               extra_args=["--database", database, "--host-id", f"node{i}",
                                           "--advertise", f"http://{self.host_addresses[i]}:7878", *(extra or [])])
