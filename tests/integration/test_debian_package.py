@@ -250,7 +250,7 @@ def test_the_man_pages_name_every_option_and_command(pages, build_dir):
     for line in cli_help.split("Commands:")[1].split("Global options")[0].splitlines():
         if line.strip():
             words = line.split()
-            cmd = " ".join(words[:2]) if words[0] in ("sandbox", "files", "snapshot", "image", "keys", "secrets") \
+            cmd = " ".join(words[:2]) if words[0] in ("sandbox", "files", "snapshot", "image", "keys", "hosts", "secrets") \
                 else words[0]
             assert f"\\fBruntime {cmd}\\fR" in man1, cmd
 
