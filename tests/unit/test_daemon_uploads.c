@@ -83,13 +83,7 @@ static void restart_ours(Fixture *f, uint64_t max_bytes, UploadsOurs ours, unsig
 }
 
 static void restart(Fixture *f, uint64_t max_bytes, unsigned want_kept, unsigned want_dropped) {
-        uploads_close(f->u);
-        f->u = NULL;
-        assert_int_equal(uploads_open(&store_sqlite, f->db_path, f->dir, &f->u), 0);
-        unsigned kept = 99, dropped = 99;
-        assert_int_equal(uploads_restore(f->u, max_bytes, NULL, NULL, &kept, &dropped), 0);
-        assert_int_equal(kept, want_kept);
-        assert_int_equal(dropped, want_dropped);
+        restart_ours(f, max_bytes, NULL, want_kept, want_dropped);
 }
 
 static void begin_file(Fixture *f, const char *sandbox, uint64_t size, char id[UPLOAD_ID_LEN + 1]) {

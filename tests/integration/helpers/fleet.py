@@ -15,14 +15,12 @@ from __future__ import annotations
 import ipaddress
 import os
 import pwd
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 from helpers import Daemon
-from helpers.postgres import PG_BIN
+from helpers.postgres import PG_BIN, PostgresServer
 
 PREFIX = "rtf"  # every name this module makes starts so; stale ones of a killed run are removed
 
@@ -60,20 +58,15 @@ def clean_stale() -> None:
             _ip("link", "del", name, check=False)
 
 
-class FleetPostgres:
+class FleetPostgres(PostgresServer):
     """A PostgreSQL of the test's own that listens on the bridge address (and a unix socket), with
-    a password role, reachable from the hosts' namespaces only through the bridge."""
+    a password role, reachable from the hosts' namespaces only through the bridge. Stopped as the
+    suite's own is (PostgresServer.stop)."""
 
     def __init__(self, address: str, subnet: str):
+        super().__init__()
         self.address, self.subnet = address, subnet
-        self.dir = Path(tempfile.mkdtemp(prefix="runtime-fleetpg-"))
-        self.data, self.sock = self.dir / "data", self.dir / "sock"
-        self.port = 5432
         self.password = os.urandom(12).hex()
-        self.proc: subprocess.Popen | None = None
-
-    def _as_postgres(self, argv, **kw):
-        return subprocess.run(["runuser", "-u", "postgres", "--", *argv], **kw)
 
     def start(self) -> "FleetPostgres":
         pw = pwd.getpwnam("postgres")
@@ -114,17 +107,6 @@ class FleetPostgres:
     def url(self, db: str) -> str:
         """What a host gives --database: over TCP to the bridge address, with the password."""
         return f"postgresql://runtime:{self.password}@{self.address}:{self.port}/{db}"
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
 
 class FleetHost(Daemon):
     """A runtimed in network namespace `ns`, listening on `address`:7878."""
