@@ -105,3 +105,23 @@ def test_draining_is_the_admin_keys(api, daemon):
     with Api(daemon, key=r.json()["key"]) as full:
         assert_error(full.post(f"/v1/hosts/{host_id}:drain", json={}), 403, "forbidden")
     assert _this_host(daemon)["state"] == "live"
+
+
+def test_a_single_host_keeps_its_sandboxes_under_a_new_id(fresh_daemon):
+    # A SQLite store is one host's: given another --host-id, the daemon still owns every sandbox
+    # of its file (it wakes and answers), and its snapshots stay its own.
+    with Api(fresh_daemon) as c:
+        sbx = c.create_sandbox(timeoutSeconds=120)
+        sbx.run("echo kept > /workspace/k")
+        r = c.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={})
+        assert r.status_code in (200, 201), r.text
+        snap = r.json()["id"]
+    assert fresh_daemon.stop() == 0
+    fresh_daemon.extra_args += ["--host-id", "renamed-host"]
+    fresh_daemon.start()
+    with Api(fresh_daemon) as c:
+        r = c.post(f"/v1/sandboxes/{sbx.id}:wake", json={})
+        assert r.status_code == 200 and r.json()["state"] == "running", r.text
+        assert c.exec(sbx.id, command="cat /workspace/k")["stdout"] == "kept\n"
+        copy = c.create_sandbox(snapshot=snap)
+        assert c.exec(copy.id, command="cat /workspace/k")["stdout"] == "kept\n"

@@ -605,15 +605,30 @@ static int sq_set_writer(StoreSandboxes *db, const char *host_id, int64_t epoch)
         return 0;
 }
 
+/* A SQLite file is one host's store (its state directory's, under its
+ * lock): every row is this host's, whatever id an earlier run had (its
+ * host.id replaced, --host-id changed), snapshots' homes included. */
 static int sq_adopt(StoreSandboxes *db, const char *host_id) {
+        static const char *const adopt[] = {
+                "UPDATE sandboxes SET host_id = ?1 WHERE host_id <> ?1",
+                "UPDATE snapshots SET host_id = ?1 WHERE host_id <> ?1 AND "
+                "EXISTS (SELECT 1 FROM pragma_table_info('snapshots') WHERE name = 'host_id')",
+        };
         LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql, "UPDATE sandboxes SET host_id = ?1 WHERE host_id = ''", -1, &st, NULL) !=
-            SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_text(st, 1, host_id, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        return rc == SQLITE_DONE ? 0 : sqldb_errno(rc);
+        for (size_t i = 0; i < ELEMENTSOF(adopt); i++) {
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                /* A file without the snapshots' table (a test's) has none to adopt. */
+                if (sqlite3_prepare_v2(db->sql, adopt[i], -1, &st, NULL) != SQLITE_OK) {
+                        if (i > 0)
+                                continue;
+                        return -EIO;
+                }
+                sqlite3_bind_text(st, 1, host_id, -1, SQLITE_STATIC);
+                int rc = sqlite3_step(st);
+                if (rc != SQLITE_DONE)
+                        return sqldb_errno(rc);
+        }
+        return 0;
 }
 
 const StoreSandboxOps store_sqlite_sandboxes = {

@@ -51,7 +51,9 @@ struct StoreSandboxOps {
          * Until it is called, writes are not conditional. */
         int (*set_writer)(StoreSandboxes *h, const char *host_id, int64_t epoch);
         /* Rows that name no host (written before hosts were kept) become
-         * host_id's: the one host that ran them. */
+         * host_id's: the one host that ran them. A store only one host can
+         * hold (SQLite's file, under its state directory's lock) gives it
+         * every row, snapshots' homes too, whatever id ran them before. */
         int (*adopt)(StoreSandboxes *h, const char *host_id);
         /* Inserts while the number of undeleted sandboxes stays under the
          * limits, atomically: -EUSERS past max_total, -EDQUOT past
