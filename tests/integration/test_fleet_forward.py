@@ -51,16 +51,32 @@ def pair(build_dir, image_dir, tmp_path, postgres):
             with Api(h) as c:
                 wait_until(lambda: len([x for x in c.get("/v1/hosts").json()["hosts"] if x["state"] == "live"]) == 2,
                            20, what="both hosts live")
+        POSTGRES[:] = [postgres]
         yield a, b
     finally:
         for h in reversed(hosts):
             _finish_daemon(h)
 
 
+def _on_a(pair, c: Api, **create):
+    """A sandbox that host a runs: creates are placed on either host, so create until one lands on a
+    (the others are deleted)."""
+    a, _ = pair
+    for _ in range(30):
+        sbx = c.create_sandbox(**create)
+        if postgres_home(POSTGRES[0], a, sbx.id) == "fwd-a":
+            return sbx
+        c.delete(f"/v1/sandboxes/{sbx.id}")
+    raise AssertionError("no create landed on host a in 30")
+
+
+POSTGRES: list = []
+
+
 def test_requests_go_on_to_the_owner(pair, monkeypatch):
     a, b = pair
     with Api(a) as on_a, Api(b, key=a.api_key) as via_b:
-        sbx = on_a.create_sandbox(driver="namespace", timeoutSeconds=300)
+        sbx = _on_a(pair, on_a, driver="namespace", timeoutSeconds=300)
         # JSON: a read and an exec through the other host.
         r = via_b.get(f"/v1/sandboxes/{sbx.id}")
         assert r.status_code == 200 and r.json()["id"] == sbx.id, r.text
@@ -96,7 +112,7 @@ def test_requests_go_on_to_the_owner(pair, monkeypatch):
 def test_a_terminal_and_a_port_forward_through_the_other_host(pair, monkeypatch):
     a, b = pair
     with Api(a) as on_a:
-        sbx = on_a.create_sandbox(driver="namespace", timeoutSeconds=300)
+        sbx = _on_a(pair, on_a, driver="namespace", timeoutSeconds=300)
     monkeypatch.setenv("RUNTIME_BASE_URL", b.base_url)
     monkeypatch.setenv("RUNTIME_API_KEY", a.api_key)
     from withruntime import Sandbox
@@ -126,7 +142,7 @@ def test_a_hang_up_reaches_the_owner(pair):
     # signalled (docs/api.md), which works through the other host too.
     a, b = pair
     with Api(a) as on_a, Api(b, key=a.api_key) as via_b:
-        sbx = on_a.create_sandbox(driver="namespace", timeoutSeconds=300)
+        sbx = _on_a(pair, on_a, driver="namespace", timeoutSeconds=300)
         with httpx.Client(base_url=b.base_url, headers={"Authorization": f"Bearer {a.api_key}"}, timeout=30) as c:
             with c.stream("POST", f"/v1/sandboxes/{sbx.id}:exec",
                           json={"command": "echo started; sleep 600", "stream": True}) as resp:
@@ -152,7 +168,7 @@ def test_a_hang_up_reaches_the_owner(pair):
 def test_secrets_are_checked(pair, build_dir, image_dir, tmp_path, postgres):
     a, b = pair
     with Api(a) as on_a:
-        sbx = on_a.create_sandbox(driver="namespace", timeoutSeconds=120)
+        sbx = _on_a(pair, on_a, driver="namespace", timeoutSeconds=120)
         # A forged hop with a wrong secret is refused, and so is one to a host with no secret.
         for bad in ("wrong", "", SECRET + "x"):
             r = httpx.get(f"{b.base_url}/v1/sandboxes/{sbx.id}",
@@ -170,7 +186,7 @@ def test_secrets_are_checked(pair, build_dir, image_dir, tmp_path, postgres):
 def test_a_dead_owner_answers_at_once(pair):
     a, b = pair
     with Api(a) as on_a:
-        sbx = on_a.create_sandbox(driver="namespace", timeoutSeconds=120)
+        sbx = _on_a(pair, on_a, driver="namespace", timeoutSeconds=120)
     b_api = Api(b, key=a.api_key)
     try:
         a.kill()

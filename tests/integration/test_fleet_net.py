@@ -62,10 +62,13 @@ def test_three_hosts_in_their_namespaces(fleet):
         for c in apis:
             wait_until(lambda c=c: '\nruntime_fleet_hosts{state="live"} 3\n' in c.get("/metrics").text, 20,
                        what="three live hosts in each host's view")
-        # Creates through one host land on all three; each answers through any host.
-        made = [apis[0].create_sandbox(driver="namespace", timeoutSeconds=300).id for _ in range(12)]
+        # Creates through one host land on all three (best of two by free memory, as each host
+        # last reported it: two of each within a bounded number); each answers through any host.
+        made: list[str] = []
+        while len(made) < 40 and min(sum(_home(pg, m) == n for m in made) for n in ("node0", "node1", "node2")) < 2:
+            made.append(apis[0].create_sandbox(driver="namespace", timeoutSeconds=300).id)
         homes = {_home(pg, s) for s in made}
-        assert homes == {"node0", "node1", "node2"}, homes
+        assert homes == {"node0", "node1", "node2"}, (homes, len(made))
         for i, sid in enumerate(made[:6]):
             assert apis[(i + 1) % 3].exec(sid, command="echo ok")["stdout"] == "ok\n"
 
@@ -103,7 +106,8 @@ def test_three_hosts_in_their_namespaces(fleet):
             net_host.link_up()
         wait_until(lambda: _states(apis[0])["node2"]["state"] == "live", 30, interval=0.5,
                    what="node2 to rejoin")
-        assert apis[2].get("/healthz").status_code == 200
+        # Registered again, it lifts its fence once it has marked what was its own.
+        wait_until(lambda: apis[2].get("/healthz").status_code == 200, 30, interval=0.2, what="node2 to serve")
     finally:
         for c in apis:
             c.close()

@@ -305,7 +305,7 @@ static int snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e) {
  * claim is fleet-wide already), runs here. */
 static int place_create(Req *r, bool get_or_create, enum MHD_Result *ret, ApiError *e) {
         Fleet *fleet = r->app->fleet;
-        if (r->forwarded || get_or_create || fleet_alone(fleet))
+        if (r->forwarded || get_or_create || fleet_alone(fleet) || !http_forwards(r))
                 return 0;
         const char *self = fleet_host_id(fleet);
         char host[64] = "", url[512];

@@ -179,6 +179,8 @@ void http_server_set_fleet_secret(HttpServer *s, const char *secret);
  * host's); -EHOSTUNREACH when it could not be reached and nothing was sent
  * (or this host does not forward): the caller may run it elsewhere. */
 int http_forward_whole(Req *r, const char *base_url, enum MHD_Result *ret);
+/* Whether this host forwards (it has the fleet's secret). */
+bool http_forwards(const Req *r);
 /* Serves on listen_fd (bound and listening; the server takes it). */
 int http_server_start(HttpServer *s, int listen_fd);
 /* Stops accepting new connections; running requests go on. */
