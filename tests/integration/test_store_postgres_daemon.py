@@ -131,8 +131,12 @@ def test_two_hosts_share_a_database(build_dir, image_dir, tmp_path, postgres, an
     # same file to the others (keys are the database's: one works on every host).
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "admin.key").write_text((a.state_dir / "admin.key").read_text())
-    b = _start_daemon(build_dir, image_dir, tmp_path / "b", f"runtime-test-{os.getpid()}-pgb",
-                      extra_args=[*args, "--host-id", "host-b"])
+    try:
+        b = _start_daemon(build_dir, image_dir, tmp_path / "b", f"runtime-test-{os.getpid()}-pgb",
+                          extra_args=[*args, "--host-id", "host-b"])
+    except BaseException:
+        _finish_daemon(a)
+        raise
     api_a, api_b = Api(a), Api(b)
     try:
         on_a = api_a.create_sandbox(driver=any_driver, timeoutSeconds=300)
