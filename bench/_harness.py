@@ -86,3 +86,33 @@ def per_driver(api: Api, drivers: str, results: dict, **create) -> Iterator[tupl
             continue
         yield drv, sbx
         api.delete(f"/v1/sandboxes/{sbx.id}")
+
+
+def start_hosts(tmp: Path, image_dir: str, n: int, tag: str, extra_args: list[str]) -> list[Daemon]:
+    """n daemons of this tree's build, host ids <tag>-<i>, each with a state directory under tmp
+    and a cgroup of its own. The first makes the admin key and the secrets key; the others get
+    them as an operator hands them every host of a fleet."""
+    hosts: list[Daemon] = []
+    try:
+        for i in range(n):
+            state = tmp / f"{tag}-{i}"
+            if hosts:
+                state.mkdir(parents=True)
+                for name in ("admin.key", "secrets.key"):
+                    (state / name).write_text((hosts[0].state_dir / name).read_text())
+                    os.chmod(state / name, 0o600)
+            d = Daemon(REPO / "build", Path(image_dir), state, f"runtime-bench-{tag}-{i}-{os.getpid()}",
+                       extra_args=[*extra_args, "--host-id", f"{tag}-{i}"])
+            d.start()
+            hosts.append(d)
+    except BaseException:
+        stop_hosts(hosts)
+        raise
+    return hosts
+
+
+def stop_hosts(hosts: list[Daemon]) -> None:
+    for d in reversed(hosts):
+        d.stop()
+        d.release_layer_pool()
+        remove_empty_cgroup_tree(d.cgroup_parent)

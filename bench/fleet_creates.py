@@ -27,37 +27,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from _harness import pct, prepare  # noqa: E402
-from helpers import Api, Daemon, remove_empty_cgroup_tree  # noqa: E402
+from _harness import pct, prepare, start_hosts, stop_hosts  # noqa: E402
+from helpers import Api, Daemon  # noqa: E402
 from helpers.postgres import PostgresServer, available  # noqa: E402
 from sections import replace_section  # noqa: E402
 
 BEGIN = "<!-- fleet creates benchmark: begin"
 END = "<!-- fleet creates benchmark: end -->"
-
-
-def start_hosts(tmp: Path, image_dir: str, n: int, database: str | None, tag: str) -> list[Daemon]:
-    hosts: list[Daemon] = []
-    for i in range(n):
-        state = tmp / f"{tag}-{i}"
-        if hosts:
-            state.mkdir(parents=True)
-            (state / "admin.key").write_text((hosts[0].state_dir / "admin.key").read_text())
-        args = ["--max-sandboxes", "1000", "--max-sandboxes-per-key", "1000", "--host-id", f"{tag}-{i}"]
-        if database:
-            args += ["--database", database]
-        d = Daemon(REPO / "build", Path(image_dir), state, f"runtime-bench-fleet-{tag}-{i}-{os.getpid()}",
-                   extra_args=args)
-        d.start()
-        hosts.append(d)
-    return hosts
-
-
-def stop_hosts(hosts: list[Daemon]) -> None:
-    for d in reversed(hosts):
-        d.stop()
-        d.release_layer_pool()
-        remove_empty_cgroup_tree(d.cgroup_parent)
 
 
 def round_of_creates(hosts: list[Daemon], creates: int, concurrency: int) -> dict:
@@ -114,7 +90,9 @@ def main() -> int:
                 db = f"bench_{n}_{os.getpid()}"
                 pg.psql(f"CREATE DATABASE {db}")
                 database = pg.url(db)
-            hosts = start_hosts(tmp, a.image_dir, n, database, f"{n}{'pg' if use_pg else 'sq'}")
+            args = ["--max-sandboxes", "1000", "--max-sandboxes-per-key", "1000"]
+            hosts = start_hosts(tmp, a.image_dir, n, f"fleet{n}{'pg' if use_pg else 'sq'}",
+                                [*args, "--database", database] if database else args)
             try:
                 rows.append((label, round_of_creates(hosts, a.creates, a.concurrency)))
             finally:

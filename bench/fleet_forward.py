@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from _harness import pct, prepare  # noqa: E402
-from helpers import Api, Daemon, remove_empty_cgroup_tree, wait_until  # noqa: E402
+from _harness import pct, prepare, start_hosts, stop_hosts  # noqa: E402
+from helpers import Api, Daemon, wait_until  # noqa: E402
 from helpers.postgres import PostgresServer, available  # noqa: E402
 from sections import replace_section  # noqa: E402
 
@@ -56,16 +56,8 @@ def main() -> int:
     hosts: list[Daemon] = []
     try:
         pg.psql("CREATE DATABASE bench_forward")
-        for name in ("a", "b"):
-            state = tmp / name
-            if hosts:
-                state.mkdir()
-                (state / "admin.key").write_text((hosts[0].state_dir / "admin.key").read_text())
-            d = Daemon(REPO / "build", Path(a.image_dir), state, f"runtime-bench-fwd-{name}-{os.getpid()}",
-                       extra_args=["--database", pg.url("bench_forward"), "--host-id", f"bench-{name}",
-                                   "--fleet-secret-file", str(secret)])
-            d.start()
-            hosts.append(d)
+        hosts = start_hosts(tmp, a.image_dir, 2, "fwd", ["--database", pg.url("bench_forward"),
+                                                          "--fleet-secret-file", str(secret)])
         owner, other = Api(hosts[0]), Api(hosts[1], key=hosts[0].api_key)
         wait_until(lambda: sum(h["state"] == "live" for h in other.get("/v1/hosts").json()["hosts"]) == 2, 20)
         sbx = owner.create_sandbox(driver="namespace", timeoutSeconds=3600)
@@ -94,10 +86,7 @@ def main() -> int:
         owner.close()
         other.close()
     finally:
-        for d in reversed(hosts):
-            d.stop()
-            d.release_layer_pool()
-            remove_empty_cgroup_tree(d.cgroup_parent)
+        stop_hosts(hosts)
         pg.stop()
     p50 = {k: statistics.median(v) for k, v in times.items()}
     p95 = {k: pct(v, 95) for k, v in times.items()}

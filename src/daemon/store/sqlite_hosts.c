@@ -52,6 +52,21 @@ static void sqlite_hosts_close(StoreHosts *h) {
         sqldb_handle_close(h);
 }
 
+/* Runs an upsert ... RETURNING epoch: the epoch in *ret; -ENOENT when the
+ * statement returned no row (its WHERE kept the row as it was). */
+static int step_epoch(sqlite3_stmt *st, int64_t *ret) {
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -ENOENT;
+        if (rc != SQLITE_ROW)
+                return sqldb_errno(rc) ?: -EIO;
+        int64_t epoch = sqlite3_column_int64(st, 0);
+        if ((rc = sqlite3_step(st)) != SQLITE_DONE)
+                return sqldb_errno(rc) ?: -EIO;
+        *ret = epoch;
+        return 0;
+}
+
 static int sqlite_hosts_register(StoreHosts *h, const HostRecord *in, int64_t now, int64_t *ret_epoch) {
         LOCKED(h);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -73,14 +88,7 @@ static int sqlite_hosts_register(StoreHosts *h, const HostRecord *in, int64_t no
         sqlite3_bind_int64(st, 5, in->vcpu);
         sqlite3_bind_int64(st, 6, in->memory_mib);
         sqlite3_bind_int64(st, 7, now);
-        int rc = sqlite3_step(st);
-        if (rc != SQLITE_ROW)
-                return sqldb_errno(rc) ?: -EIO;
-        int64_t epoch = sqlite3_column_int64(st, 0);
-        if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-                return sqldb_errno(rc) ?: -EIO;
-        *ret_epoch = epoch;
-        return 0;
+        return step_epoch(st, ret_epoch);
 }
 
 /* Whether id is stored: 0, -ENOENT, or an error. */
@@ -245,16 +253,8 @@ static int sqlite_hosts_lease(StoreHosts *h, const char *name, const char *holde
         sqlite3_bind_int64(st, 3, holder_epoch);
         sqlite3_bind_int64(st, 4, now);
         sqlite3_bind_int64(st, 5, ttl_seconds);
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-                return -EBUSY;
-        if (rc != SQLITE_ROW)
-                return sqldb_errno(rc) ?: -EIO;
-        int64_t epoch = sqlite3_column_int64(st, 0);
-        if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-                return sqldb_errno(rc) ?: -EIO;
-        *ret_epoch = epoch;
-        return 0;
+        int r = step_epoch(st, ret_epoch);
+        return r == -ENOENT ? -EBUSY : r; /* no row: another holds it */
 }
 
 const StoreHostOps store_sqlite_hosts = {
