@@ -216,8 +216,10 @@ download:
                 unlink(tmp);
         if (r == -EINTR)
                 return cli_interrupted_exit();
-        if (sink.write_errno == EPIPE)
-                return 141; /* the reader went away, as with SIGPIPE */
+        /* The reader went away, as with SIGPIPE: a pipe says EPIPE, a socket
+         * closed with output unread ECONNRESET. */
+        if (sink.write_errno == EPIPE || (!target && sink.write_errno == ECONNRESET))
+                return 141;
         if (sink.write_errno)
                 return cli_fail("cannot write %s: %s", target ? target : "stdout",
                                 strerror(sink.write_errno));

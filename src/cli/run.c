@@ -39,11 +39,19 @@ int run_exit_code(long long exit_code, bool timed_out) {
         return (int)exit_code;
 }
 
+/* A reader that went away is -EPIPE whatever the output is: a pipe says
+ * EPIPE, a socket (what many supervisors hand a child as its stdout) says
+ * ECONNRESET when its reader closed with output still unread. */
+static int write_errno(void) {
+        int e = errno ?: EIO;
+        return e == ECONNRESET ? -EPIPE : -e;
+}
+
 static int write_all(FILE *f, const char *data, size_t len) {
         if (len > 0 && fwrite(data, 1, len, f) != len)
-                return -errno ?: -EIO;
+                return write_errno();
         if (fflush(f) != 0)
-                return -errno ?: -EIO;
+                return write_errno();
         return 0;
 }
 

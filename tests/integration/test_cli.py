@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -58,6 +60,48 @@ def test_run_timeout_is_124(cli, any_driver):
     r = cli("sandbox", "run", "--driver", any_driver, "--timeout", "1s", "--", "sleep", "30", timeout=60)
     assert r.returncode == 124, (r.returncode, r.stderr)
     assert _sandbox_ids(cli) == before
+
+
+@pytest.mark.parametrize("kind", ["pipe", "socket"])
+def test_run_reader_that_goes_away_is_141(build_dir, daemon, kind):
+    # A reader that stops reading and closes its end: a pipe makes the writer's next write fail
+    # with EPIPE; a socket (what many supervisors give a child as its stdout) fails a writer that
+    # waits for room with ECONNRESET. Both are the shell's 141, and the run's sandbox is deleted.
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RUNTIME_")}, **daemon.env()}
+
+    def ids() -> set[str]:
+        r = subprocess.run([str(build_dir / "runtime"), "--json", "sandbox", "ls"], env=env,
+                           capture_output=True, check=True)
+        return {s["id"] for s in json.loads(r.stdout)["sandboxes"]}
+
+    def waits_for_room(pid: int) -> bool:
+        for w in Path(f"/proc/{pid}/task").glob("*/wchan"):
+            try:
+                if w.read_text() in ("sock_alloc_send_pskb", "pipe_write", "anon_pipe_write",
+                                     "pipe_wait_writable"):
+                    return True
+            except OSError:
+                pass
+        return False
+
+    before = ids()
+    if kind == "pipe":
+        ours, theirs = os.pipe()
+    else:
+        a, b = socket.socketpair()
+        ours, theirs = a.detach(), b.detach()
+    p = subprocess.Popen([str(build_dir / "runtime"), "sandbox", "run", "--driver", "namespace", "--",
+                          "sh", "-c", "while :; do echo y; done"], stdout=theirs, stderr=subprocess.PIPE,
+                         env=env)
+    os.close(theirs)
+    try:
+        assert os.read(ours, 4096), p.stderr.read()
+        wait_until(lambda: waits_for_room(p.pid), 30, interval=0.05, what="the CLI to wait for its reader")
+    finally:
+        os.close(ours)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 141, err.decode()
+    wait_until(lambda: ids() == before, 30, what="the run's sandbox to be deleted")
 
 
 def test_run_argv_is_not_a_shell(cli, any_driver):
