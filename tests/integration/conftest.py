@@ -219,6 +219,17 @@ def _start_daemon(build_dir: Path, image_dir: Path, state_dir: Path, cgroup_pare
     return d
 
 
+def _describe_pid(pid: int) -> str:
+    """A leftover process as a reader of a failure needs it: its pid, parent and command line."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        ppid = next(l.split()[1] for l in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if l.startswith("PPid:"))
+        return f"{pid} (parent {ppid}): {cmd[:200]}"
+    except (OSError, StopIteration):
+        return f"{pid} (gone)"
+
+
 def _finish_daemon(d: Daemon) -> None:
     """Stops a daemon at teardown and checks that it went cleanly: exit 0 on
     SIGTERM and no process left in its cgroups."""
@@ -236,8 +247,13 @@ def _finish_daemon(d: Daemon) -> None:
     if was_alive and rc != 0:
         pytest.fail(f"runtimed exited with {rc} on SIGTERM; log:\n{tail(d.log_path)}",
                     pytrace=False)
+    if not was_alive and d.proc is not None and not getattr(d, "killed", False):
+        # Nothing the test did ended it: it died on its own (a crash, an abort).
+        pytest.fail(f"runtimed died during the test (exit status {rc}); log:\n{tail(d.log_path)}",
+                    pytrace=False)
     if left:
-        pytest.fail(f"processes left in cgroup {d.cgroup_parent} after runtimed stopped: {left}",
+        pytest.fail(f"processes left in cgroup {d.cgroup_parent} after runtimed stopped: "
+                    f"{[_describe_pid(p) for p in left]}; runtimed exit status {rc}; log:\n{tail(d.log_path)}",
                     pytrace=False)
     if leftover_note:
         print(f"cgroup dirs left under {d.cgroup_parent}: {leftover_note}", file=sys.stderr)

@@ -7,6 +7,7 @@ other host says where the sandbox runs; a dead owner answers 503 at once."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -26,6 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / 
 SECRET = "fleet-" + uuid.uuid4().hex
 
 
+_PAIRS = itertools.count()
+
+
 @pytest.fixture
 def pair(build_dir, image_dir, tmp_path, postgres):
     db = f"rt_{uuid.uuid4().hex[:12]}"
@@ -35,15 +39,17 @@ def pair(build_dir, image_dir, tmp_path, postgres):
     os.chmod(secret, 0o600)
     args = ["--database", postgres.url(db), "--fleet-secret-file", str(secret), "--host-dead-after-seconds", "3"]
     hosts = []
+    # Cgroup names of this test alone: what one test leaves cannot fail the next ones.
+    n = next(_PAIRS)
     try:
-        a = _start_daemon(build_dir, image_dir, tmp_path / "a", f"runtime-test-{os.getpid()}-fwa",
+        a = _start_daemon(build_dir, image_dir, tmp_path / "a", f"runtime-test-{os.getpid()}-fwa{n}",
                           extra_args=[*args, "--host-id", "fwd-a"])
         hosts.append(a)
         (tmp_path / "b").mkdir()
         for name in ("admin.key", "secrets.key"):
             (tmp_path / "b" / name).write_text((a.state_dir / name).read_text())
             os.chmod(tmp_path / "b" / name, 0o600)
-        b = _start_daemon(build_dir, image_dir, tmp_path / "b", f"runtime-test-{os.getpid()}-fwb",
+        b = _start_daemon(build_dir, image_dir, tmp_path / "b", f"runtime-test-{os.getpid()}-fwb{n}",
                           extra_args=[*args, "--host-id", "fwd-b"])
         hosts.append(b)
         # Each host sees the other live before a request is sent through it.

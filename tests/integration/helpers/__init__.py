@@ -159,6 +159,7 @@ class Daemon:
         log.write(f"\n==== start #{self.starts + 1}: {' '.join(self.argv())}\n".encode())
         log.flush()
         env = {**os.environ, **self.extra_env} if self.extra_env else None
+        self.killed = False
         self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log,
                                      stderr=subprocess.STDOUT, start_new_session=True, env=env)
         log.close()
@@ -215,6 +216,7 @@ class Daemon:
     def kill(self) -> None:
         """SIGKILL, as a crash would: the sandboxes are left as they are."""
         if self.proc is not None and self.proc.poll() is None:
+            self.killed = True
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
