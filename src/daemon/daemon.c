@@ -39,6 +39,7 @@
 #include "daemon/store/pgdb.h"
 #include "daemon/store/store.h"
 #include "daemon/manager/events.h"
+#include "daemon/manager/webhooks.h"
 #include "daemon/manager/fleet.h"
 #include "daemon/store/store_hosts.h"
 
@@ -65,6 +66,7 @@ typedef struct Daemon {
         StoreHosts *hosts;
         Fleet *fleet;
         Events *events;
+        Webhooks *webhooks;
         char fleet_secret[FORWARD_MAX_SECRET + 1]; /* "" : none */
 } Daemon;
 
@@ -659,6 +661,7 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                            .manager = d->manager,
                            .self = &rec,
                            .events = d->events,
+                           .webhooks = d->webhooks,
                            .event_retention_days = o->event_retention_days ? o->event_retention_days
                                                                            : EVENTS_RETENTION_DAYS_DEFAULT,
                            .dead_after_seconds = o->host_dead_after_seconds ? o->host_dead_after_seconds
@@ -676,6 +679,33 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
         }
         log_info(NULL, "registered as host %s (epoch %lld) at %s", host_id, (long long)fleet_epoch(d->fleet),
                  rec.url);
+        return 0;
+}
+
+/* The webhooks (docs/api.md, "Webhooks"): their secrets are sealed with the
+ * egress secrets' key. */
+static int open_webhooks(Daemon *d, const DaemonOptions *o, const uint8_t *seal_key) {
+        EgressCidr allow[WEBHOOK_MAX_ALLOW_CIDRS];
+        for (unsigned i = 0; i < o->n_webhook_allow_cidrs && i < WEBHOOK_MAX_ALLOW_CIDRS; i++)
+                if (egress_cidr_parse(o->webhook_allow_cidrs[i], &allow[i]) < 0) {
+                        log_error(NULL, "--webhook-allow-cidr %s: not a range (a.b.c.d/n or x:y::/n, host bits zero)",
+                                  o->webhook_allow_cidrs[i]);
+                        return 2;
+                }
+        WebhooksConfig wc = { .store = store_backend_for(d->db_path),
+                              .location = d->db_path,
+                              .seal_key = seal_key,
+                              .allow = allow,
+                              .n_allow = o->n_webhook_allow_cidrs,
+                              .retry_seconds = o->webhook_retry_seconds,
+                              .workers = o->webhook_workers };
+        int r = webhooks_open(&wc, &d->webhooks);
+        if (r < 0) {
+                log_error(NULL, "cannot open the webhooks in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
+        for (unsigned i = 0; i < o->n_webhook_allow_cidrs; i++)
+                log_info(NULL, "webhooks: receivers in %s are allowed (--webhook-allow-cidr)", o->webhook_allow_cidrs[i]);
         return 0;
 }
 
@@ -704,11 +734,14 @@ static int open_egress(Daemon *d, const DaemonOptions *o) {
                                    .wait_timeout_ms = o->egress_wait_timeout_ms,
                                    .proxy_path = d->egress_proxy };
         int er = egress_service_new(&ec, &d->egress, err, sizeof(err));
+        int wr = er < 0 ? 0 : open_webhooks(d, o, seal_key);
         explicit_bzero(seal_key, sizeof(seal_key));
         if (er < 0) {
                 log_error(NULL, "egress: %s", err);
                 return 1;
         }
+        if (wr != 0)
+                return wr;
         for (unsigned i = 0; i < cfg->n_egress_test_upstreams; i++)
                 log_warn(NULL, "TEST SETTING: egress to %s bypasses the address checks; never use "
                                "--egress-test-upstream outside a test suite", cfg->egress_test_upstreams[i]);
@@ -764,6 +797,8 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 return r;
         snapshot_store_set_host(d->snapshots, fleet_host_id(d->fleet));
         events_set_host(d->events, fleet_host_id(d->fleet));
+        webhooks_set_host(d->webhooks, fleet_host_id(d->fleet));
+        events_set_webhooks(d->events, d->webhooks);
         manager_set_events(d->manager, d->events);
         if ((r = snapshot_store_recover(d->snapshots)) < 0)
                 log_error(NULL, "recovering snapshots: %s", strerror(-r));
@@ -811,7 +846,8 @@ static int serve(Daemon *d) {
         }
         d->app = (App){ .cfg = cfg, .db = d->db, .manager = d->manager, .ledger = d->ledger, .keys = d->keys,
                         .egress = d->egress, .procs = d->procs, .snapshots = d->snapshots, .uploads = d->uploads,
-                        .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events };
+                        .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events,
+                        .webhooks = d->webhooks };
         int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, d->keys, cfg->max_connections,
                                 cfg->max_connections_per_peer, &d->http);
         if (r == 0) {
@@ -838,6 +874,10 @@ static int serve(Daemon *d) {
                 log_error(NULL, "cannot start the host heartbeat: %s", strerror(-r));
                 return 1;
         }
+        if ((r = webhooks_start(d->webhooks)) < 0) {
+                log_error(NULL, "cannot start the webhook deliveries: %s", strerror(-r));
+                return 1;
+        }
         return 0;
 }
 
@@ -847,6 +887,7 @@ static int serve(Daemon *d) {
  * thread joined here) and the stores. */
 static void stop(Daemon *d) {
         fleet_stop(d->fleet);
+        webhooks_stop(d->webhooks);
         http_server_quiesce(d->http);
         manager_shutdown(d->manager);
         terminal_close_all();
@@ -856,6 +897,7 @@ static void stop(Daemon *d) {
         proc_table_free(d->procs);
         fleet_free(d->fleet);
         manager_free(d->manager);
+        webhooks_close(d->webhooks);
         uploads_close(d->uploads);
         snapshot_store_close(d->snapshots);
         egress_service_free(d->egress);

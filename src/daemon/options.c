@@ -20,6 +20,7 @@
 #include "daemon/manager/fleet.h"
 #include "daemon/manager/keys.h"
 #include "daemon/manager/uploads.h"
+#include "daemon/manager/webhooks.h"
 #include "driver/driver.h"
 
 typedef enum OptionKind {
@@ -94,7 +95,15 @@ static const OptionSpec options[] = {
                "a host whose heartbeat is this old is declared dead and its sandboxes lost; a host that "
                "cannot renew its own for this long fences itself"),
         NUMBER("event-retention-days", event_retention_days, 1, 3650, EVENTS_RETENTION_DAYS_DEFAULT,
-               "lifecycle events (GET /v1/events) older than this are dropped"),
+               "lifecycle events (GET /v1/events) older than this are dropped, and webhook deliveries with them"),
+        LIST("webhook-allow-cidr", "CIDR", webhook_allow_cidrs, n_webhook_allow_cidrs,
+             "webhook receivers may be at addresses in CIDR although they are not public, loopback and private "
+             "ranges among them (repeatable; link-local, metadata and multicast addresses never)"),
+        NUMBER("webhook-retry-seconds", webhook_retry_seconds, 1, WEBHOOK_RETRY_MAX_SECONDS,
+               WEBHOOK_RETRY_SECONDS_DEFAULT,
+               "the wait after a webhook delivery's first failed attempt; it doubles after each, up to an hour"),
+        NUMBER("webhook-workers", webhook_workers, 1, WEBHOOK_WORKERS_MAX, WEBHOOK_WORKERS_DEFAULT,
+               "webhook deliveries this host sends at once"),
         { .name = "config", .kind = OPTION_STRING, .arg = "FILE", FIELD(config_path), .command_line_only = true,
           .help = "read settings from FILE: one `key = value` a line, the keys these options' names, "
                   "`#` comments; an option given here wins over the file" },

@@ -38,6 +38,10 @@ typedef struct DaemonOptions {
         char *host_id;   /* NULL: the one kept in the state directory's host.id */
         unsigned host_dead_after_seconds; /* a host silent this long is declared dead */
         unsigned event_retention_days;    /* events older than this are dropped */
+        const char *webhook_allow_cidrs[32]; /* ranges a webhook's receiver may be in although not public */
+        unsigned n_webhook_allow_cidrs;
+        unsigned webhook_retry_seconds; /* the wait after a delivery's first failed attempt */
+        unsigned webhook_workers;       /* deliveries sent at once by this host */
         char *fleet_secret_file;          /* the hosts' shared secret for forwarding; NULL: none */
         char *secrets_key_file;           /* the key egress secrets are sealed with; NULL: the state dir's */
         unsigned egress_wait_timeout_ms;                     /* 0: the egress service's default */

@@ -64,6 +64,16 @@ typedef enum RouteKind {
         ROUTE_UPLOAD_ABORT,
         ROUTE_HOSTS,
         ROUTE_EVENTS,
+        ROUTE_WEBHOOKS_LIST,
+        ROUTE_WEBHOOKS_CREATE,
+        ROUTE_WEBHOOK_GET,
+        ROUTE_WEBHOOK_DELETE,
+        ROUTE_WEBHOOK_UPDATE,
+        ROUTE_WEBHOOK_ROTATE,
+        ROUTE_WEBHOOK_DELETE_POST,
+        ROUTE_WEBHOOK_TEST,
+        ROUTE_WEBHOOK_DELIVERIES,
+        ROUTE_DELIVERY_RETRY,
         ROUTE_HOST_DRAIN,
         ROUTE_HOST_UNDRAIN,
         ROUTE_KEYS_LIST,
@@ -131,6 +141,7 @@ struct App {
         StoreHosts *hosts;
         Fleet *fleet;                 /* this host's standing among them */
         Events *events;               /* the lifecycle events */
+        struct Webhooks *webhooks;    /* the owners' webhooks; NULL: not offered */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when

@@ -7,6 +7,7 @@
 
 #include "daemon/api/api.h"
 #include "daemon/manager/metrics.h"
+#include "daemon/manager/webhooks.h"
 
 enum MHD_Result handle_healthz(Req *r) {
         const Driver *d = r->app->cfg->default_driver;
@@ -60,6 +61,17 @@ static int count_state(void *userdata, SandboxRow *row) {
  * its to see. */
 static void fleet_metrics_extra(void *userdata, FILE *out) {
         fleet_metrics(userdata, out);
+        uint64_t delivered, failed, given_up;
+        webhooks_counts(&delivered, &failed, &given_up);
+        fprintf(out,
+                "# HELP runtime_webhook_deliveries_total Webhook deliveries this host made.\n"
+                "# TYPE runtime_webhook_deliveries_total counter\nruntime_webhook_deliveries_total %llu\n"
+                "# HELP runtime_webhook_attempts_failed_total Webhook delivery attempts of this host that failed.\n"
+                "# TYPE runtime_webhook_attempts_failed_total counter\nruntime_webhook_attempts_failed_total %llu\n"
+                "# HELP runtime_webhook_deliveries_given_up_total Webhook deliveries this host gave up.\n"
+                "# TYPE runtime_webhook_deliveries_given_up_total counter\n"
+                "runtime_webhook_deliveries_given_up_total %llu\n",
+                (unsigned long long)delivered, (unsigned long long)failed, (unsigned long long)given_up);
 }
 
 enum MHD_Result handle_metrics(Req *r) {

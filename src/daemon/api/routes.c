@@ -17,6 +17,7 @@
 #include "daemon/api/api_terminal.h"
 #include "daemon/api/api_tunnel.h"
 #include "daemon/api/api_system.h"
+#include "daemon/api/api_webhooks.h"
 
 #define R(k, n, m, p, a, b, h) { .kind = (k), .name = (n), .method = (m), .path = (p), .access = (a), .body = (b), .handler = (h) }
 /* The same, for a route whose answer an Idempotency-Key replays. */
@@ -32,6 +33,28 @@ const HttpRoute api_routes[] = {
         R(ROUTE_LIMITS, "limits", "GET", "/v1/limits", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_limits),
         R(ROUTE_HOSTS, "hosts", "GET", "/v1/hosts", HTTP_ACCESS_ADMIN, HTTP_BODY_NONE, handle_hosts),
         R(ROUTE_EVENTS, "events", "GET", "/v1/events", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_events),
+        /* A create's and a rotation's answers carry a secret, which an
+         * Idempotency-Key's record would keep: those two are not replayed. */
+        R(ROUTE_WEBHOOKS_LIST, "webhooks_list", "GET", "/v1/webhooks", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_webhooks_list),
+        R(ROUTE_WEBHOOKS_CREATE, "webhooks_create", "POST", "/v1/webhooks", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_webhooks_create),
+        R(ROUTE_WEBHOOK_GET, "webhook_get", "GET", "/v1/webhooks/{webhook}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_webhook_get),
+        RI(ROUTE_WEBHOOK_DELETE, "webhook_delete", "DELETE", "/v1/webhooks/{webhook}", HTTP_ACCESS_FULL,
+           HTTP_BODY_NONE, handle_webhook_delete),
+        RI(ROUTE_WEBHOOK_UPDATE, "webhook_update", "POST", "/v1/webhooks/{webhook}:update", HTTP_ACCESS_FULL,
+           HTTP_BODY_JSON, handle_webhook_update),
+        R(ROUTE_WEBHOOK_ROTATE, "webhook_rotate", "POST", "/v1/webhooks/{webhook}:rotate-secret", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_webhook_rotate),
+        RI(ROUTE_WEBHOOK_DELETE_POST, "webhook_delete_post", "POST", "/v1/webhooks/{webhook}:delete",
+           HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_webhook_delete),
+        R(ROUTE_WEBHOOK_TEST, "webhook_test", "POST", "/v1/webhooks/{webhook}:test", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_webhook_test),
+        R(ROUTE_WEBHOOK_DELIVERIES, "webhook_deliveries", "GET", "/v1/webhooks/{webhook}/deliveries",
+          HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_webhook_deliveries),
+        R(ROUTE_DELIVERY_RETRY, "delivery_retry", "POST", "/v1/webhook-deliveries/{delivery}:retry",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_delivery_retry),
         RI(ROUTE_HOST_DRAIN, "host_drain", "POST", "/v1/hosts/{host}:drain", HTTP_ACCESS_ADMIN,
            HTTP_BODY_JSON_OR_EMPTY, handle_host_drain),
         RI(ROUTE_HOST_UNDRAIN, "host_undrain", "POST", "/v1/hosts/{host}:undrain", HTTP_ACCESS_ADMIN,

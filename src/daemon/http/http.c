@@ -103,6 +103,17 @@ static bool host_id_ok(const char *s) {
         return *s != '\0' && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
+/* A record's id: prefix and then exactly `hex` lowercase hex digits. */
+static bool hex_id_ok(const char *s, const char *prefix, size_t hex) {
+        size_t pl = strlen(prefix);
+        if (strncmp(s, prefix, pl) != 0 || strlen(s) != pl + hex)
+                return false;
+        for (const char *p = s + pl; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
 /* Stores one path parameter into r after checking its shape. */
 static bool param_set(const char *name, size_t name_len, const char *v, size_t len, Route *r) {
 #define IS(lit) (name_len == sizeof(lit) - 1 && memcmp(name, lit, name_len) == 0)
@@ -138,6 +149,12 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("host")) {
                 dst = r->host_id;
                 cap = sizeof(r->host_id);
+        } else if (IS("webhook")) {
+                dst = r->webhook_id;
+                cap = sizeof(r->webhook_id);
+        } else if (IS("delivery")) {
+                dst = r->delivery_id;
+                cap = sizeof(r->delivery_id);
         } else
                 return false;
         if (len == 0 || len >= cap || memchr(v, '/', len))
@@ -162,6 +179,10 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return result_name_ok(dst);
         if (IS("host"))
                 return host_id_ok(dst);
+        if (IS("webhook"))
+                return hex_id_ok(dst, "wh_", 20);
+        if (IS("delivery"))
+                return hex_id_ok(dst, "whd_", 20);
         return true;
 #undef IS
 }

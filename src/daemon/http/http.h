@@ -58,7 +58,8 @@ typedef struct HttpUpload {
  * hex), {key} (key_ + 16 hex), {image} (an image name), {secret} (1..64
  * bytes, no '/', checked by its handler), {process} (proc_ + 16 hex),
  * {context} (an interpreter context id), {result} (a kept result's file
- * name) and {upload} (upl_ + 16 hex). A parameter ends at the pattern's next literal character, or at
+ * name), {upload} (upl_ + 16 hex), {host} (a host id), {webhook} (wh_ + 20
+ * hex) and {delivery} (whd_ + 20 hex). A parameter ends at the pattern's next literal character, or at
  * the end of the path. */
 typedef struct HttpRoute {
         int kind;
@@ -94,6 +95,8 @@ typedef struct Route {
         char context[64]; /* an interpreter context: [a-z0-9][a-z0-9-]{0,62} */
         char result[129]; /* a kept interpreter result: [A-Za-z0-9][A-Za-z0-9_.-]{0,127} */
         char host_id[64]; /* a host of the fleet: [A-Za-z0-9_.-]{1,63} */
+        char webhook_id[24];  /* wh_ and 20 hex digits */
+        char delivery_id[25]; /* whd_ and 20 hex digits */
         char allow[48]; /* for a 405: the methods the path has */
 } Route;
 

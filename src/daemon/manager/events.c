@@ -1,4 +1,5 @@
 #include "daemon/manager/events.h"
+#include "daemon/manager/webhooks.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -15,6 +16,7 @@ struct Events {
         const StoreEventOps *ops;
         StoreEvents *h;
         char host_id[64];
+        Webhooks *webhooks; /* told of each event recorded; NULL: none */
 };
 
 static atomic_uint_fast64_t dropped;
@@ -38,6 +40,10 @@ void events_close(Events *ev) {
                 return;
         ev->ops->close(ev->h);
         free(ev);
+}
+
+void events_set_webhooks(Events *ev, Webhooks *w) {
+        ev->webhooks = w;
 }
 
 void events_set_host(Events *ev, const char *host_id) {
@@ -67,7 +73,9 @@ void events_emit(Events *ev, const char *owner, const char *type, const char *re
         if (r < 0) {
                 atomic_fetch_add(&dropped, 1);
                 log_warn(NULL, "event %s of %s not recorded: %s", type, resource_id, strerror(-r));
+                return;
         }
+        webhooks_event(ev->webhooks, &e);
 }
 
 SandboxFacts sandbox_facts(const SandboxRow *r) {

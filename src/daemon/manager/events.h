@@ -16,6 +16,9 @@ typedef struct Events Events;
 
 int events_open(const StoreBackend *b, const char *location, Events **ret);
 void events_close(Events *ev);
+struct Webhooks;
+/* Each event recorded is handed on to w's webhooks (webhooks.h). */
+void events_set_webhooks(Events *ev, struct Webhooks *w);
 /* The host the events are seen on. */
 void events_set_host(Events *ev, const char *host_id);
 

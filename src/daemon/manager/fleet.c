@@ -14,6 +14,7 @@
 #include "common/timeutil.h"
 #include "daemon/manager/db.h"
 #include "daemon/manager/events.h"
+#include "daemon/manager/webhooks.h"
 #include "daemon/manager/keys.h"
 #include "daemon/manager/ledger.h"
 #include "daemon/manager/sandbox.h"
@@ -470,6 +471,9 @@ static void prune_events(Fleet *f) {
         else if (n > 0)
                 log_info(NULL, "%lld event%s older than %lld days dropped", (long long)n, n == 1 ? "" : "s",
                          (long long)f->c.event_retention_days);
+        /* Finished deliveries go with the events they carried. */
+        if (f->c.webhooks && (r = webhooks_prune(f->c.webhooks, f->c.event_retention_days, &n)) < 0)
+                log_warn(NULL, "dropping old webhook deliveries: %s", strerror(-r));
 }
 
 static void *fleet_run(void *userdata) {

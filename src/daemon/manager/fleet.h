@@ -48,6 +48,7 @@ typedef struct FleetConfig {
         int64_t dead_after_seconds;
         Events *events;               /* may be NULL; pruned by the sweeper */
         int64_t event_retention_days;
+        struct Webhooks *webhooks;    /* may be NULL; its finished deliveries pruned with the events */
 } FleetConfig;
 
 typedef struct Fleet Fleet;

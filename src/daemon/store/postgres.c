@@ -10,6 +10,7 @@
 #include "daemon/store/store_uploads.h"
 #include "daemon/store/store_sandboxes.h"
 #include "daemon/store/store_snapshots.h"
+#include "daemon/store/store_webhooks.h"
 
 const StoreBackend store_postgres = {
         .name = "postgresql",
@@ -21,4 +22,5 @@ const StoreBackend store_postgres = {
         .events = &store_postgres_events,
         .sandboxes = &store_postgres_sandboxes,
         .snapshots = &store_postgres_snapshots,
+        .webhooks = &store_postgres_webhooks,
 };

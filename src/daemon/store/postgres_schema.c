@@ -103,6 +103,23 @@ static const char *const steps[] = {
         "CREATE INDEX events_owner ON events (owner, seq);"
         "CREATE INDEX events_resource ON events (resource_id, seq);"
         "CREATE INDEX events_at ON events (at);",
+        /* 5: webhooks and their deliveries (store_webhooks.h) */
+        "CREATE TABLE webhooks ("
+        "  id TEXT PRIMARY KEY, owner TEXT NOT NULL, url TEXT NOT NULL, events TEXT NOT NULL, description TEXT,"
+        "  enabled INTEGER NOT NULL, secret TEXT NOT NULL, previous_secret TEXT,"
+        "  previous_until BIGINT NOT NULL DEFAULT 0, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,"
+        "  version BIGINT NOT NULL);"
+        "CREATE INDEX webhooks_owner ON webhooks (owner, created_at);"
+        "CREATE TABLE webhook_deliveries ("
+        "  seq BIGSERIAL PRIMARY KEY, id TEXT NOT NULL UNIQUE, webhook_id TEXT NOT NULL, owner TEXT NOT NULL,"
+        "  event_id TEXT NOT NULL, event_type TEXT NOT NULL, body TEXT NOT NULL,"
+        "  state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')),"
+        "  attempts INTEGER NOT NULL DEFAULT 0, next_at BIGINT NOT NULL DEFAULT 0,"
+        "  response_status INTEGER NOT NULL DEFAULT 0, last_error TEXT, claimed_by TEXT,"
+        "  claimed_until BIGINT NOT NULL DEFAULT 0, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL);"
+        "CREATE INDEX webhook_deliveries_hook ON webhook_deliveries (webhook_id, seq);"
+        "CREATE INDEX webhook_deliveries_due ON webhook_deliveries (state, next_at);"
+        "CREATE INDEX webhook_deliveries_updated ON webhook_deliveries (updated_at);",
 };
 
 #define KIND "postgres"

@@ -9,6 +9,7 @@
 #include "daemon/store/store_sandboxes.h"
 #include "daemon/store/store_snapshots.h"
 #include "daemon/store/store_uploads.h"
+#include "daemon/store/store_webhooks.h"
 
 const StoreBackend store_sqlite = {
         .name = "sqlite",
@@ -20,4 +21,5 @@ const StoreBackend store_sqlite = {
         .egress = &store_sqlite_egress,
         .hosts = &store_sqlite_hosts,
         .events = &store_sqlite_events,
+        .webhooks = &store_sqlite_webhooks,
 };

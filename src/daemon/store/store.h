@@ -34,6 +34,7 @@ typedef struct StoreSnapshotOps StoreSnapshotOps;
 typedef struct StoreEgressOps StoreEgressOps;
 typedef struct StoreHostOps StoreHostOps;
 typedef struct StoreEventOps StoreEventOps;
+typedef struct StoreWebhookOps StoreWebhookOps;
 
 typedef struct StoreBackend {
         const char *name;
@@ -45,6 +46,7 @@ typedef struct StoreBackend {
         const StoreEgressOps *egress; /* egress secrets and the egress audit log */
         const StoreHostOps *hosts;    /* the runtimed hosts that registered themselves */
         const StoreEventOps *events;  /* the lifecycle events */
+        const StoreWebhookOps *webhooks; /* the owners' webhooks and their deliveries */
 } StoreBackend;
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */
