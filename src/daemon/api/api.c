@@ -667,3 +667,38 @@ json_t *api_sandbox_json(Manager *m, const SandboxRow *r) {
         }
         return j;
 }
+
+int api_page_query(Req *r, unsigned def, unsigned max, unsigned *ret_limit, int64_t *ret_before, ApiError *e) {
+        *ret_limit = def;
+        *ret_before = 0;
+        const char *l = req_query(r, "limit");
+        if (l) {
+                char *end;
+                long v = strtol(l, &end, 10);
+                if (*l == '\0' || *end || v < 1 || v > (long)max)
+                        return api_error(e, 400, "invalid_request", NULL, "limit must be an integer from 1 to %u",
+                                         max);
+                *ret_limit = (unsigned)v;
+        }
+        const char *cursor = req_query(r, "cursor");
+        if (cursor) {
+                char *end;
+                long long v = strtoll(cursor, &end, 10);
+                if (*cursor == '\0' || *end || v < 1 || strlen(cursor) > 19)
+                        return api_error(e, 400, "invalid_request", "pass back the nextCursor of the page before",
+                                         "cursor is not one this server gave");
+                *ret_before = v;
+        }
+        return 0;
+}
+
+json_t *api_page_json(json_t *data, unsigned limit, int64_t last_seq) {
+        json_t *next = json_null();
+        if (json_array_size(data) > limit) {
+                json_array_remove(data, limit);
+                char buf[24];
+                snprintf(buf, sizeof buf, "%lld", (long long)last_seq);
+                next = json_string(buf);
+        }
+        return json_pack("{s:o,s:o,s:b}", "data", data, "nextCursor", next, "hasMore", !json_is_null(next));
+}

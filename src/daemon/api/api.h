@@ -190,4 +190,13 @@ json_t *api_out_of_memory(int64_t processes_killed, unsigned memory_mib);
  * is not one. */
 int api_websocket_handshake(Req *r, const char *client, char accept[29], ApiError *e);
 json_t *api_image_json(const ImageInfo *info);
+
+/* A listing in pages by cursor (events, webhook deliveries): its `limit`
+ * (1..max, def when absent) and `cursor` (a record's place, 0 when absent)
+ * from the query; -EINVAL with e filled for bad ones. */
+int api_page_query(Req *r, unsigned def, unsigned max, unsigned *ret_limit, int64_t *ret_before, ApiError *e);
+/* The page's answer {data, nextCursor, hasMore}: data holds up to limit + 1
+ * records (one past the page says there is a next one, whose cursor is
+ * last_seq, the place of the page's last record); steals data. */
+json_t *api_page_json(json_t *data, unsigned limit, int64_t last_seq);
 json_t *api_images_json(const DaemonConfig *cfg);

@@ -47,29 +47,9 @@ static bool filter_ok(const char *s) {
 
 enum MHD_Result handle_events(Req *r) {
         ApiError e = { 0 };
-        EventFilter f = { .limit = EVENTS_LIST_DEFAULT };
-        const char *l = req_query(r, "limit");
-        if (l) {
-                char *end;
-                long v = strtol(l, &end, 10);
-                if (*l == '\0' || *end || v < 1 || v > EVENTS_LIST_MAX) {
-                        api_error(&e, 400, "invalid_request", NULL, "limit must be an integer from 1 to %d",
-                                  EVENTS_LIST_MAX);
-                        return reply_error(r, &e);
-                }
-                f.limit = (unsigned)v;
-        }
-        const char *cursor = req_query(r, "cursor");
-        if (cursor) {
-                char *end;
-                long long v = strtoll(cursor, &end, 10);
-                if (*cursor == '\0' || *end || v < 1 || strlen(cursor) > 19) {
-                        api_error(&e, 400, "invalid_request", "pass back the nextCursor of the page before",
-                                  "cursor is not one this server gave");
-                        return reply_error(r, &e);
-                }
-                f.before = v;
-        }
+        EventFilter f = { 0 };
+        if (api_page_query(r, EVENTS_LIST_DEFAULT, EVENTS_LIST_MAX, &f.limit, &f.before, &e) < 0)
+                return reply_error(r, &e);
         f.resource_id = req_query(r, "resourceId");
         f.type = req_query(r, "type");
         if ((f.resource_id && !filter_ok(f.resource_id)) || (f.type && !filter_ok(f.type))) {
@@ -90,13 +70,6 @@ enum MHD_Result handle_events(Req *r) {
                 }
                 return reply_internal(r);
         }
-        json_t *next = json_null();
-        if (json_array_size(p.data) > p.limit) {
-                json_array_remove(p.data, p.limit);
-                char buf[24];
-                snprintf(buf, sizeof buf, "%lld", (long long)p.last_seq);
-                next = json_string(buf);
-        }
-        json_t *j = json_pack("{s:o,s:o,s:b}", "data", p.data, "nextCursor", next, "hasMore", !json_is_null(next));
+        json_t *j = api_page_json(p.data, p.limit, p.last_seq);
         return j ? reply_json(r, 200, j) : reply_internal(r);
 }

@@ -314,23 +314,10 @@ static int add_delivery(void *userdata, const DeliveryRecord *d) {
 enum MHD_Result handle_webhook_deliveries(Req *r) {
         if (!r->app->webhooks)
                 return unavailable(r);
-        DeliveryFilter f = { .limit = DELIVERIES_LIST_DEFAULT };
-        const char *l = req_query(r, "limit");
-        if (l) {
-                char *end;
-                long v = strtol(l, &end, 10);
-                if (*l == '\0' || *end || v < 1 || v > DELIVERIES_LIST_MAX)
-                        return invalid(r, "limit must be an integer from 1 to 100");
-                f.limit = (unsigned)v;
-        }
-        const char *cursor = req_query(r, "cursor");
-        if (cursor) {
-                char *end;
-                long long v = strtoll(cursor, &end, 10);
-                if (*cursor == '\0' || *end || v < 1 || strlen(cursor) > 19)
-                        return invalid(r, "cursor is not one this server gave: pass back the nextCursor of the page before");
-                f.before = v;
-        }
+        DeliveryFilter f = { 0 };
+        ApiError e;
+        if (api_page_query(r, DELIVERIES_LIST_DEFAULT, DELIVERIES_LIST_MAX, &f.limit, &f.before, &e) < 0)
+                return reply_error(r, &e);
         f.state = req_query(r, "state");
         if (f.state && strcmp(f.state, "pending") != 0 && strcmp(f.state, "delivered") != 0 &&
             strcmp(f.state, "failed") != 0)
@@ -343,14 +330,7 @@ enum MHD_Result handle_webhook_deliveries(Req *r) {
                 json_decref(p.data);
                 return refusal(r, rc, "list the deliveries");
         }
-        json_t *next = json_null();
-        if (json_array_size(p.data) > p.limit) {
-                json_array_remove(p.data, p.limit);
-                char buf[24];
-                snprintf(buf, sizeof buf, "%lld", (long long)p.last_seq);
-                next = json_string(buf);
-        }
-        json_t *j = json_pack("{s:o,s:o,s:b}", "data", p.data, "nextCursor", next, "hasMore", !json_is_null(next));
+        json_t *j = api_page_json(p.data, p.limit, p.last_seq);
         return j ? reply_json(r, 200, j) : reply_internal(r);
 }
 
