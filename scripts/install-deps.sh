@@ -43,6 +43,22 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
 
+# The fleet's database failover drill (tests/integration/test_fleet_failover.py) runs PostgreSQL
+# under Patroni with etcd; it is among the slow tests that RUNTIME_TEST_ALL=1 runs, and only then
+# are its packages installed. Their services are not started here (the drill starts its own).
+if [ "${RUNTIME_TEST_ALL:-}" = 1 ]; then
+  drill=()
+  for p in patroni etcd-server etcd-client; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || drill+=("$p")
+  done
+  if [ "${#drill[@]}" -gt 0 ]; then
+    echo "install-deps: installing ${drill[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${drill[@]}" >/dev/null
+  fi
+fi
+
 # gVisor's runsc, from its pinned source or a pinned package: install-runsc.sh says how.
 "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/install-runsc.sh"
 

@@ -111,3 +111,53 @@ def test_three_hosts_in_their_namespaces(fleet):
     finally:
         for c in apis:
             c.close()
+
+
+def _sweeper(apis: list[Api]) -> int | None:
+    """The index of the host that holds the sweeper lease, as each host's metrics say."""
+    held = [i for i, c in enumerate(apis) if "\nruntime_host_sweeper 1\n" in c.get("/metrics").text]
+    return held[0] if len(held) == 1 else None
+
+
+def test_the_sweeper_killed(fleet):
+    # The host holding the sweeper lease (the fleet's timed work: dead hosts, retention) killed: another
+    # host takes the lease within the dead-after time and declares the killed one dead, its sandbox
+    # lost; a lease that ends on a surviving host ends on time and once (lease ends are each owner
+    # host's own work, not the sweeper's).
+    net, pg, hosts = fleet
+    key = hosts[0].api_key
+    apis = [Api(h, key=key) for h in hosts]
+    try:
+        wait_until(lambda: _sweeper(apis) is not None, 20, interval=0.2, what="one sweeper")
+        s = _sweeper(apis)
+        others = [i for i in range(3) if i != s]
+        # A sandbox on the sweeper, one on another host with a lease of 15 s: creates land anywhere,
+        # so create until each has its own.
+        on_s = on_t = None
+        t = others[0]
+        for _ in range(40):
+            sid = apis[t].create_sandbox(driver="namespace", timeoutSeconds=15 if on_t is None else 300).id
+            home = _home(pg, sid)
+            if home == f"node{s}" and on_s is None:
+                on_s = sid
+            elif home == f"node{t}" and on_t is None:
+                on_t = sid
+            else:
+                apis[t].delete(f"/v1/sandboxes/{sid}")
+            if on_s and on_t:
+                break
+        assert on_s and on_t, "no create landed on the sweeper and on the other host in 40"
+        hosts[s].kill()
+        wait_until(lambda: _sweeper([apis[i] for i in others]) is not None, 20, interval=0.2,
+                   what="another host to take the sweeper lease")
+        st = apis[t].wait_state(on_s, "lost", timeout=20)
+        assert f"node{s}" in st["failureReason"], st
+        # The 15 s lease of the sandbox on the surviving host ends (by its owner), once.
+        st = apis[others[1]].wait_state(on_t, "stopped", timeout=30)
+        stops = [e for e in apis[t].get("/v1/events", params={"resourceId": on_t}).json()["data"]
+                 if e["type"] == "sandbox.stopped"]
+        assert len(stops) == 1, stops
+        hosts[s].start()
+    finally:
+        for c in apis:
+            c.close()
