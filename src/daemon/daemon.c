@@ -38,6 +38,7 @@
 #include "daemon/sdnotify.h"
 #include "daemon/store/pgdb.h"
 #include "daemon/store/store.h"
+#include "daemon/manager/audit.h"
 #include "daemon/manager/events.h"
 #include "daemon/manager/webhooks.h"
 #include "daemon/manager/fleet.h"
@@ -67,6 +68,7 @@ typedef struct Daemon {
         Fleet *fleet;
         Events *events;
         Webhooks *webhooks;
+        Audit *audit;
         char fleet_secret[FORWARD_MAX_SECRET + 1]; /* "" : none */
 } Daemon;
 
@@ -615,6 +617,10 @@ static int open_store(Daemon *d) {
                 log_error(NULL, "cannot open the events in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
+        if ((r = audit_open(store_backend_for(d->db_path), d->db_path, &d->audit)) < 0) {
+                log_error(NULL, "cannot open the audit trail in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
         d->host_ops = store_backend_for(d->db_path)->hosts;
         if ((r = d->host_ops->open(d->db_path, &d->hosts)) < 0) {
                 log_error(NULL, "cannot open the hosts in %s: %s", d->db_label, strerror(-r));
@@ -662,6 +668,9 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                            .self = &rec,
                            .events = d->events,
                            .webhooks = d->webhooks,
+                           .audit = d->audit,
+                           .audit_retention_days = o->audit_retention_days ? o->audit_retention_days
+                                                                           : AUDIT_RETENTION_DAYS_DEFAULT,
                            .event_retention_days = o->event_retention_days ? o->event_retention_days
                                                                            : EVENTS_RETENTION_DAYS_DEFAULT,
                            .dead_after_seconds = o->host_dead_after_seconds ? o->host_dead_after_seconds
@@ -798,6 +807,7 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         snapshot_store_set_host(d->snapshots, fleet_host_id(d->fleet));
         events_set_host(d->events, fleet_host_id(d->fleet));
         webhooks_set_host(d->webhooks, fleet_host_id(d->fleet));
+        audit_set_host(d->audit, fleet_host_id(d->fleet));
         events_set_webhooks(d->events, d->webhooks);
         manager_set_events(d->manager, d->events);
         if ((r = snapshot_store_recover(d->snapshots)) < 0)
@@ -847,11 +857,12 @@ static int serve(Daemon *d) {
         d->app = (App){ .cfg = cfg, .db = d->db, .manager = d->manager, .ledger = d->ledger, .keys = d->keys,
                         .egress = d->egress, .procs = d->procs, .snapshots = d->snapshots, .uploads = d->uploads,
                         .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events,
-                        .webhooks = d->webhooks };
+                        .webhooks = d->webhooks, .audit = d->audit };
         int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, d->keys, cfg->max_connections,
                                 cfg->max_connections_per_peer, &d->http);
         if (r == 0) {
                 http_server_set_fleet(d->http, d->fleet);
+                http_server_set_audit(d->http, d->audit);
                 http_server_set_fleet_secret(d->http, d->fleet_secret[0] ? d->fleet_secret : NULL);
         }
         if (r < 0 || (r = http_server_start(d->http, fd)) < 0) {
@@ -906,6 +917,7 @@ static void stop(Daemon *d) {
         if (d->host_ops)
                 d->host_ops->close(d->hosts);
         events_close(d->events);
+        audit_close(d->audit);
         db_close(d->db);
         if (d->cfg.socket_path)
                 unlink(d->cfg.socket_path);

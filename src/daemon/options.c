@@ -16,6 +16,7 @@
 
 #include "common/macro.h"
 #include "daemon/egress/egress_service.h"
+#include "daemon/manager/audit.h"
 #include "daemon/manager/events.h"
 #include "daemon/manager/fleet.h"
 #include "daemon/manager/keys.h"
@@ -96,6 +97,8 @@ static const OptionSpec options[] = {
                "cannot renew its own for this long fences itself"),
         NUMBER("event-retention-days", event_retention_days, 1, 3650, EVENTS_RETENTION_DAYS_DEFAULT,
                "lifecycle events (GET /v1/events) older than this are dropped, and webhook deliveries with them"),
+        NUMBER("audit-retention-days", audit_retention_days, 1, 3650, AUDIT_RETENTION_DAYS_DEFAULT,
+               "audit records (GET /v1/audit) older than this are dropped"),
         LIST("webhook-allow-cidr", "CIDR", webhook_allow_cidrs, n_webhook_allow_cidrs,
              "webhook receivers may be at addresses in CIDR although they are not public, loopback and private "
              "ranges among them (repeatable; link-local, metadata and multicast addresses never)"),

@@ -38,6 +38,7 @@ typedef struct DaemonOptions {
         char *host_id;   /* NULL: the one kept in the state directory's host.id */
         unsigned host_dead_after_seconds; /* a host silent this long is declared dead */
         unsigned event_retention_days;    /* events older than this are dropped */
+        unsigned audit_retention_days;    /* audit records older than this are dropped */
         const char *webhook_allow_cidrs[32]; /* ranges a webhook's receiver may be in although not public */
         unsigned n_webhook_allow_cidrs;
         unsigned webhook_retry_seconds; /* the wait after a delivery's first failed attempt */

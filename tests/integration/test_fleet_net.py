@@ -80,6 +80,9 @@ def test_three_hosts_in_their_namespaces(fleet):
         for sid in on1:
             st = apis[2].wait_state(sid, "lost", timeout=20)
             assert "node1" in st["failureReason"], st
+        # The death is in the admin's audit trail (and events), with the epoch it died at.
+        dead = apis[0].get("/v1/audit", params={"action": "host.dead"}).json()["events"]
+        assert any(e["detail"].get("host") == "node1" and e["detail"].get("epoch") == epoch for e in dead), dead
         for _ in range(4):
             sid = apis[0].create_sandbox(driver="namespace", timeoutSeconds=120).id
             assert _home(pg, sid) != "node1"

@@ -10,6 +10,7 @@
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/manager/agent_client.h"
+#include "daemon/manager/audit.h"
 #include "daemon/manager/output.h"
 #include "daemon/http/websocket.h"
 #include "daemon/http/request.h"
@@ -701,4 +702,27 @@ json_t *api_page_json(json_t *data, unsigned limit, int64_t last_seq) {
                 next = json_string(buf);
         }
         return json_pack("{s:o,s:o,s:b}", "data", data, "nextCursor", next, "hasMore", !json_is_null(next));
+}
+
+void api_audit_command(Req *r, const ExecRequest *q) {
+        if (q->command) {
+                req_audit_note(r, "command", q->command);
+                return;
+        }
+        char *line = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&line, &len);
+        if (!f)
+                return;
+        size_t i;
+        json_t *v;
+        json_array_foreach(q->argv, i, v) {
+                if (len > 4 * AUDIT_DETAIL_MAX)
+                        break;
+                fprintf(f, "%s%s", i ? " " : "", json_string_value(v) ? json_string_value(v) : "");
+                fflush(f);
+        }
+        if (fclose(f) == 0)
+                req_audit_note(r, "command", line);
+        free(line);
 }

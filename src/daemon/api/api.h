@@ -64,6 +64,7 @@ typedef enum RouteKind {
         ROUTE_UPLOAD_ABORT,
         ROUTE_HOSTS,
         ROUTE_EVENTS,
+        ROUTE_AUDIT,
         ROUTE_WEBHOOKS_LIST,
         ROUTE_WEBHOOKS_CREATE,
         ROUTE_WEBHOOK_GET,
@@ -142,6 +143,7 @@ struct App {
         Fleet *fleet;                 /* this host's standing among them */
         Events *events;               /* the lifecycle events */
         struct Webhooks *webhooks;    /* the owners' webhooks; NULL: not offered */
+        struct Audit *audit;          /* the audit trail; NULL: none */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when
@@ -190,6 +192,11 @@ json_t *api_out_of_memory(int64_t processes_killed, unsigned memory_mib);
  * is not one. */
 int api_websocket_handshake(Req *r, const char *client, char accept[29], ApiError *e);
 json_t *api_image_json(const ImageInfo *info);
+
+/* Names the command line of an exec or a spawn for its audit record: the
+ * command, or argv joined by spaces (bounded by req_audit_note); never its
+ * environment or its stdin. */
+void api_audit_command(Req *r, const ExecRequest *q);
 
 /* A listing in pages by cursor (events, webhook deliveries): its `limit`
  * (1..max, def when absent) and `cursor` (a record's place, 0 when absent)

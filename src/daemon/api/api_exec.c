@@ -373,6 +373,7 @@ enum MHD_Result handle_exec(Req *r) {
         ExecRequest q;
         if (request_parse_exec(r->json, &q, &e) < 0)
                 return e.code ? reply_error(r, &e) : reply_internal(r);
+        api_audit_command(r, &q);
         if (q.stream) {
                 /* A streamed exec is a process read from its start. */
                 Proc *p;

@@ -70,6 +70,7 @@ enum MHD_Result handle_proc_spawn(Req *r) {
         ExecRequest q;
         if (request_parse_spawn(r->json, &q, &e) < 0)
                 return e.code ? reply_error(r, &e) : reply_internal(r);
+        api_audit_command(r, &q);
         Proc *p = NULL;
         bool replayed = false;
         int rc = api_process_start(r, &q, &p, &replayed, &e);

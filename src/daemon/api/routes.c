@@ -5,6 +5,7 @@
 #include "daemon/api/api_events.h"
 #include "daemon/api/api_exec.h"
 #include "daemon/api/api_archive.h"
+#include "daemon/api/api_audit.h"
 #include "daemon/api/api_files.h"
 #include "daemon/api/api_hosts.h"
 #include "daemon/api/api_uploads.h"
@@ -33,6 +34,7 @@ const HttpRoute api_routes[] = {
         R(ROUTE_LIMITS, "limits", "GET", "/v1/limits", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_limits),
         R(ROUTE_HOSTS, "hosts", "GET", "/v1/hosts", HTTP_ACCESS_ADMIN, HTTP_BODY_NONE, handle_hosts),
         R(ROUTE_EVENTS, "events", "GET", "/v1/events", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_events),
+        R(ROUTE_AUDIT, "audit", "GET", "/v1/audit", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_audit),
         /* A create's and a rotation's answers carry a secret, which an
          * Idempotency-Key's record would keep: those two are not replayed. */
         R(ROUTE_WEBHOOKS_LIST, "webhooks_list", "GET", "/v1/webhooks", HTTP_ACCESS_READ, HTTP_BODY_NONE,

@@ -15,6 +15,7 @@
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/model/auth.h"
+#include "daemon/manager/audit.h"
 #include "daemon/manager/fleet.h"
 #include "daemon/manager/images.h"
 #include "daemon/manager/keys.h"
@@ -398,12 +399,96 @@ struct HttpServer {
         unsigned max_connections;
         unsigned max_per_peer;
         Fleet *fleet;   /* this host's standing: fenced, it serves nothing but metrics */
+        Audit *audit;   /* NULL: no audit trail */
         const char *fleet_secret; /* NULL: no forwarding */
         struct MHD_Daemon *mhd;
 };
 
 void http_server_set_fleet(HttpServer *s, Fleet *fleet) {
         s->fleet = fleet;
+}
+
+void http_server_set_audit(HttpServer *s, Audit *audit) {
+        s->audit = audit;
+}
+
+/* The text of at most AUDIT_DETAIL_MAX bytes of value, cut on a UTF-8
+ * character's boundary; the cut is said. */
+static json_t *bounded_text(const char *value) {
+        size_t n = strlen(value);
+        if (n <= AUDIT_DETAIL_MAX)
+                return json_stringn(value, n);
+        n = AUDIT_DETAIL_MAX;
+        while (n > 0 && ((unsigned char)value[n] & 0xC0) == 0x80)
+                n--;
+        char *cut = NULL;
+        if (asprintf(&cut, "%.*s... (%zu bytes)", (int)n, value, strlen(value)) < 0)
+                return NULL;
+        json_t *j = json_string(cut);
+        free(cut);
+        return j;
+}
+
+void req_audit_note(Req *r, const char *field, const char *value) {
+        if (!value)
+                return;
+        if (!r->audit_detail && !(r->audit_detail = json_object()))
+                return;
+        json_t *v = bounded_text(value);
+        if (v)
+                json_object_set_new(r->audit_detail, field, v);
+}
+
+/* The action of a route: its name with its first '_' a '.' and the
+ * resource singular ("keys_create": key.create, "proc_spawn":
+ * process.spawn); a one-word name is a sandbox's ("stop": sandbox.stop). */
+static void audit_action(const char *name, char *buf, size_t n) {
+        const char *us = strchr(name, '_');
+        if (!us) {
+                snprintf(buf, n, "sandbox.%s", name);
+                return;
+        }
+        size_t head = (size_t)(us - name);
+        if (head == 4 && strncmp(name, "proc", 4) == 0)
+                snprintf(buf, n, "process.%s", us + 1);
+        else if (head > 1 && name[head - 1] == 's' && strncmp(name, "sandboxes", head) != 0)
+                snprintf(buf, n, "%.*s.%s", (int)head - 1, name, us + 1);
+        else
+                snprintf(buf, n, "%.*s.%s", (int)head, name, us + 1);
+}
+
+static void client_text(Req *r, char *buf, size_t n) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        snprintf(buf, n, "unix");
+        if (!ci || !ci->client_addr)
+                return;
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, buf, (socklen_t)n);
+        else if (sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buf, (socklen_t)n);
+}
+
+/* The audit record of an answered request: one that changes something or
+ * opens a WebSocket, of a known key, served here (one forwarded on is the
+ * owner host's to record). */
+static void audit_request(HttpServer *s, Req *r, unsigned status) {
+        if (!s->audit || !r->route.def || !r->key.id[0] || r->fwd || !status)
+                return;
+        if (strcmp(r->method, "GET") == 0 && status != 101)
+                return;
+        char action[96], client[INET6_ADDRSTRLEN + 1], path[257];
+        audit_action(r->route.def->name, action, sizeof action);
+        client_text(r, client, sizeof client);
+        snprintf(path, sizeof path, "%s", r->url ? r->url : r->path);
+        const char *named = req_query(r, "path");
+        if (named)
+                req_audit_note(r, "path", named);
+        _cleanup_free_ char *detail = r->audit_detail ? json_dumps(r->audit_detail, JSON_COMPACT) : NULL;
+        AuditRecord rec = { .owner = r->key.owner, .action = action, .key_id = r->key.id, .method = r->method,
+                            .path = path, .sandbox_id = r->route.sandbox_id, .detail = detail, .status = (int)status,
+                            .client = client, .request_id = r->rid };
+        audit_record(s->audit, &rec);
 }
 
 void http_server_set_fleet_secret(HttpServer *s, const char *secret) {
@@ -835,6 +920,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
         *con_cls = NULL;
         unsigned status = r->answered ? r->status : 0;
         metrics_http_response(status);
+        audit_request(cls, r, status);
         uint64_t ms = time_now_mono_ms() - r->t0;
         if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
                 log_info(r->rid, "%s %s %u %llums", r->method, r->path, status, (unsigned long long)ms);
@@ -846,6 +932,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
         if (r->idem_key) /* no JSON answer was made: a retry runs again */
                 (void)db_idem_finish(r->idem_db, r->key.owner, r->idem_key, 0, NULL);
         forward_free(r->fwd);
+        json_decref(r->audit_detail);
         free(r->url);
         free(r->idem_key);
         free(r->idem_replay);

@@ -132,8 +132,15 @@ struct Req {
         char *url;          /* the path as sent (no query), whole */
         bool forwarded;     /* came from another host of the fleet, with the fleet's secret */
         struct Forward *fwd; /* going on to the host that runs its sandbox */
+        json_t *audit_detail; /* what the handler named for the audit trail (req_audit_note) */
         struct HttpServer *server;
 };
+
+/* Names one detail of the request for its audit record ("command": the
+ * command line), cut to AUDIT_DETAIL_MAX bytes (on a character's boundary,
+ * the cut said). Never a secret: a handler names what a reader of the trail
+ * may see. */
+void req_audit_note(Req *r, const char *field, const char *value);
 
 /* Queue a response; the reply functions add X-Request-Id. */
 enum MHD_Result reply_json(Req *r, unsigned status, json_t *body); /* steals body */
@@ -173,6 +180,10 @@ int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, 
 /* This host's standing among the hosts (NULL: none): a fenced host answers
  * 503 host_fenced to everything but /metrics. */
 void http_server_set_fleet(HttpServer *s, Fleet *fleet);
+/* Each request that changes something (and each WebSocket opened) gets an
+ * audit record once answered (manager/audit.h). */
+struct Audit;
+void http_server_set_audit(HttpServer *s, struct Audit *audit);
 /* The fleet's secret (NULL: forwarding off): a request about another host's
  * sandbox is forwarded to it with the secret; a request that carries it
  * came forwarded and is served here. Kept, not copied. */

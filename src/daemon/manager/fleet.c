@@ -13,6 +13,7 @@
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/manager/db.h"
+#include "daemon/manager/audit.h"
 #include "daemon/manager/events.h"
 #include "daemon/manager/webhooks.h"
 #include "daemon/manager/keys.h"
@@ -427,6 +428,11 @@ static void sweep(Fleet *f) {
                                 events_emit(f->c.events, KEYS_ADMIN_OWNER, "host.dead", "host", h->id, NULL,
                                             json_pack("{s:I,s:I}", "epoch", (json_int_t)h->epoch, "lastHeartbeat",
                                                       (json_int_t)h->heartbeat_at));
+                                char detail[160];
+                                snprintf(detail, sizeof detail, "{\"host\":\"%s\",\"epoch\":%lld,\"lastHeartbeat\":%lld}",
+                                         h->id, (long long)h->epoch, (long long)h->heartbeat_at);
+                                AuditRecord rec = { .owner = KEYS_ADMIN_OWNER, .action = "host.dead", .detail = detail };
+                                audit_record(f->c.audit, &rec);
                         } else if (r != -ESTALE)
                                 log_warn(NULL, "declaring host %s dead: %s", h->id, strerror(-r));
                 }
@@ -474,6 +480,8 @@ static void prune_events(Fleet *f) {
         /* Finished deliveries go with the events they carried. */
         if (f->c.webhooks && (r = webhooks_prune(f->c.webhooks, f->c.event_retention_days, &n)) < 0)
                 log_warn(NULL, "dropping old webhook deliveries: %s", strerror(-r));
+        if (f->c.audit && (r = audit_prune(f->c.audit, f->c.audit_retention_days, &n)) < 0)
+                log_warn(NULL, "dropping old audit records: %s", strerror(-r));
 }
 
 static void *fleet_run(void *userdata) {

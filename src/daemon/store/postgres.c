@@ -2,6 +2,7 @@
  * file of this folder (postgres_<kind>.c); the schema of all of them is
  * postgres_schema.c's. */
 #include "daemon/store/store.h"
+#include "daemon/store/store_audit.h"
 #include "daemon/store/store_egress.h"
 #include "daemon/store/store_events.h"
 #include "daemon/store/store_hosts.h"
@@ -23,4 +24,5 @@ const StoreBackend store_postgres = {
         .sandboxes = &store_postgres_sandboxes,
         .snapshots = &store_postgres_snapshots,
         .webhooks = &store_postgres_webhooks,
+        .audit = &store_postgres_audit,
 };

@@ -120,6 +120,13 @@ static const char *const steps[] = {
         "CREATE INDEX webhook_deliveries_hook ON webhook_deliveries (webhook_id, seq);"
         "CREATE INDEX webhook_deliveries_due ON webhook_deliveries (state, next_at);"
         "CREATE INDEX webhook_deliveries_updated ON webhook_deliveries (updated_at);",
+        /* 6: the audit trail (store_audit.h) */
+        "CREATE TABLE audit ("
+        "  seq BIGSERIAL PRIMARY KEY, id TEXT NOT NULL UNIQUE, owner TEXT NOT NULL, action TEXT NOT NULL,"
+        "  key_id TEXT, method TEXT, path TEXT, sandbox_id TEXT, detail TEXT, status INTEGER NOT NULL DEFAULT 0,"
+        "  client TEXT, request_id TEXT, host_id TEXT NOT NULL, at BIGINT NOT NULL);"
+        "CREATE INDEX audit_owner ON audit (owner, seq);"
+        "CREATE INDEX audit_at ON audit (at);",
 };
 
 #define KIND "postgres"

@@ -1,6 +1,7 @@
 /* The SQLite backend's table of tables. Each kind's table is in its own
  * file of this folder (sqlite_<kind>.c). */
 #include "daemon/store/store.h"
+#include "daemon/store/store_audit.h"
 #include "daemon/store/store_egress.h"
 #include "daemon/store/store_events.h"
 #include "daemon/store/store_hosts.h"
@@ -22,4 +23,5 @@ const StoreBackend store_sqlite = {
         .hosts = &store_sqlite_hosts,
         .events = &store_sqlite_events,
         .webhooks = &store_sqlite_webhooks,
+        .audit = &store_sqlite_audit,
 };

@@ -35,6 +35,7 @@ typedef struct StoreEgressOps StoreEgressOps;
 typedef struct StoreHostOps StoreHostOps;
 typedef struct StoreEventOps StoreEventOps;
 typedef struct StoreWebhookOps StoreWebhookOps;
+typedef struct StoreAuditOps StoreAuditOps;
 
 typedef struct StoreBackend {
         const char *name;
@@ -47,6 +48,7 @@ typedef struct StoreBackend {
         const StoreHostOps *hosts;    /* the runtimed hosts that registered themselves */
         const StoreEventOps *events;  /* the lifecycle events */
         const StoreWebhookOps *webhooks; /* the owners' webhooks and their deliveries */
+        const StoreAuditOps *audit;      /* the audit trail */
 } StoreBackend;
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */

@@ -1,0 +1,96 @@
+/* The audit trail in PostgreSQL (store_audit.h): the SQLite backend's
+ * statements in PostgreSQL's words; seq, a serial, the cursor. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/store/pgdb.h"
+#include "daemon/store/store_audit.h"
+
+struct StoreAudit {
+        PgConn c;
+};
+
+/* The handle is its connection: pgdb_handle_open's (c is first). */
+static int pg_audit_open(const char *location, StoreAudit **ret) {
+        return pgdb_handle_open(location, sizeof(**ret), (void **)ret);
+}
+
+static void pg_audit_close(StoreAudit *h) {
+        pgdb_handle_close(h);
+}
+
+static const char *opt(const char *v) {
+        return v && *v ? v : NULL;
+}
+
+static int pg_audit_append(StoreAudit *h, const AuditRecord *a) {
+        PgParams p = { 0 };
+        pgp_text(&p, a->id);
+        pgp_text(&p, a->owner);
+        pgp_text(&p, a->action);
+        pgp_text(&p, opt(a->key_id));
+        pgp_text(&p, opt(a->method));
+        pgp_text(&p, opt(a->path));
+        pgp_text(&p, opt(a->sandbox_id));
+        pgp_text(&p, opt(a->detail));
+        pgp_int(&p, a->status);
+        pgp_text(&p, opt(a->client));
+        pgp_text(&p, opt(a->request_id));
+        pgp_text(&p, a->host_id ? a->host_id : "");
+        pgp_int(&p, a->at);
+        return pgdb_exec(&h->c,
+                         "INSERT INTO audit (id, owner, action, key_id, method, path, sandbox_id, detail, status, client, "
+                         "request_id, host_id, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                         &p);
+}
+
+static int pg_audit_list(StoreAudit *h, const AuditFilter *f, StoreAuditFn fn, void *userdata) {
+        PgParams p = { 0 };
+        pgp_text(&p, opt(f->owner));
+        pgp_text(&p, opt(f->action));
+        pgp_int(&p, f->before);
+        pgp_int(&p, f->limit);
+        _cleanup_pgres_ PGresult *res = NULL;
+        /* $2 an action, or a group when it ends in '.': a prefix compared as
+         * text (left), so that no character of it is a pattern. */
+        int r = pgdb_run(&h->c,
+                         "SELECT seq, id, owner, action, key_id, method, path, sandbox_id, detail, status, client, "
+                         "request_id, host_id, at FROM audit WHERE ($1::text IS NULL OR owner = $1) "
+                         "AND ($2::text IS NULL OR (right($2, 1) = '.' AND left(action, length($2)) = $2) OR action = $2) "
+                         "AND ($3::bigint = 0 OR seq < $3) ORDER BY seq DESC LIMIT $4",
+                         &p, &res);
+        if (r < 0)
+                return r;
+        for (int i = 0; i < PQntuples(res); i++) {
+                AuditRecord a = { .seq = pgi(res, i, 0), .owner = pgv(res, i, 2), .action = pgv(res, i, 3),
+                                  .key_id = pgv(res, i, 4), .method = pgv(res, i, 5), .path = pgv(res, i, 6),
+                                  .sandbox_id = pgv(res, i, 7), .detail = pgv(res, i, 8), .status = (int)pgi(res, i, 9),
+                                  .client = pgv(res, i, 10), .request_id = pgv(res, i, 11), .host_id = pgv(res, i, 12),
+                                  .at = pgi(res, i, 13) };
+                snprintf(a.id, sizeof a.id, "%s", pgv(res, i, 1) ?: "");
+                if ((r = fn(userdata, &a)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int pg_audit_prune(StoreAudit *h, int64_t before, int64_t *ret_n) {
+        PgParams p = { 0 };
+        pgp_int(&p, before);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run(&h->c, "DELETE FROM audit WHERE at < $1", &p, &res);
+        if (r < 0)
+                return r;
+        *ret_n = strtoll(PQcmdTuples(res), NULL, 10);
+        return 0;
+}
+
+const StoreAuditOps store_postgres_audit = {
+        .open = pg_audit_open,
+        .close = pg_audit_close,
+        .append = pg_audit_append,
+        .list = pg_audit_list,
+        .prune = pg_audit_prune,
+};

@@ -1,0 +1,136 @@
+/* The audit trail in the SQLite backend (store_audit.h): one table, rowid
+ * the cursor. */
+#include "daemon/store/store_audit.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/macro.h"
+#include "daemon/store/sqldb.h"
+
+struct StoreAudit {
+        sqlite3 *sql;
+        pthread_mutex_t lock; /* the connection: its statements never interleave */
+};
+
+/* The audit table's history (sqldb.h's SqlMigration). */
+static const SqlMigration migrations[] = {
+        /* 1: the table as first released */
+        { NULL, NULL,
+          "CREATE TABLE IF NOT EXISTS audit ("
+          "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+          "  id TEXT NOT NULL UNIQUE,"
+          "  owner TEXT NOT NULL,"
+          "  action TEXT NOT NULL,"
+          "  key_id TEXT,"
+          "  method TEXT,"
+          "  path TEXT,"
+          "  sandbox_id TEXT,"
+          "  detail TEXT,"
+          "  status INTEGER NOT NULL DEFAULT 0,"
+          "  client TEXT,"
+          "  request_id TEXT,"
+          "  host_id TEXT NOT NULL,"
+          "  at INTEGER NOT NULL);"
+          "CREATE INDEX IF NOT EXISTS audit_owner ON audit (owner, seq);"
+          "CREATE INDEX IF NOT EXISTS audit_at ON audit (at);" },
+};
+
+static int sqlite_audit_open(const char *location, StoreAudit **ret) {
+        return sqldb_handle_open(location, "audit", migrations, ELEMENTSOF(migrations), sizeof(**ret), (void **)ret);
+}
+
+static void sqlite_audit_close(StoreAudit *h) {
+        sqldb_handle_close(h);
+}
+
+static void bind_opt(sqlite3_stmt *st, int i, const char *v) {
+        if (v && *v)
+                sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+        else
+                sqlite3_bind_null(st, i);
+}
+
+static int sqlite_audit_append(StoreAudit *h, const AuditRecord *a) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "INSERT INTO audit (id, owner, action, key_id, method, path, sandbox_id, detail, "
+                               "status, client, request_id, host_id, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, a->id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, a->owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, a->action, -1, SQLITE_STATIC);
+        bind_opt(st, 4, a->key_id);
+        bind_opt(st, 5, a->method);
+        bind_opt(st, 6, a->path);
+        bind_opt(st, 7, a->sandbox_id);
+        bind_opt(st, 8, a->detail);
+        sqlite3_bind_int(st, 9, a->status);
+        bind_opt(st, 10, a->client);
+        bind_opt(st, 11, a->request_id);
+        sqlite3_bind_text(st, 12, a->host_id ? a->host_id : "", -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 13, a->at);
+        return sqldb_errno(sqlite3_step(st));
+}
+
+static const char *col(sqlite3_stmt *st, int i) {
+        const unsigned char *t = sqlite3_column_text(st, i);
+        return t ? (const char *)t : NULL;
+}
+
+static int sqlite_audit_list(StoreAudit *h, const AuditFilter *f, StoreAuditFn fn, void *userdata) {
+        /* ?2 an action, or a group when it ends in '.': matched as a prefix
+         * (instr, so that no character of it is a pattern). */
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "SELECT seq, id, owner, action, key_id, method, path, sandbox_id, detail, status, client, "
+                               "request_id, host_id, at FROM audit WHERE (?1 IS NULL OR owner = ?1) "
+                               "AND (?2 IS NULL OR (substr(?2, -1) = '.' AND instr(action, ?2) = 1) OR action = ?2) "
+                               "AND (?3 = 0 OR seq < ?3) ORDER BY seq DESC LIMIT ?4",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        bind_opt(st, 1, f->owner);
+        bind_opt(st, 2, f->action);
+        sqlite3_bind_int64(st, 3, f->before);
+        sqlite3_bind_int64(st, 4, f->limit);
+        int rc, r = 0;
+        while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+                AuditRecord a = { .seq = sqlite3_column_int64(st, 0), .owner = col(st, 2), .action = col(st, 3),
+                                  .key_id = col(st, 4), .method = col(st, 5), .path = col(st, 6),
+                                  .sandbox_id = col(st, 7), .detail = col(st, 8), .status = sqlite3_column_int(st, 9),
+                                  .client = col(st, 10), .request_id = col(st, 11), .host_id = col(st, 12),
+                                  .at = sqlite3_column_int64(st, 13) };
+                snprintf(a.id, sizeof a.id, "%s", col(st, 1) ?: "");
+                r = fn(userdata, &a);
+        }
+        if (r < 0)
+                return r;
+        return rc == SQLITE_DONE ? 0 : (sqldb_errno(rc) ?: -EIO);
+}
+
+static int sqlite_audit_prune(StoreAudit *h, int64_t before, int64_t *ret_n) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql, "DELETE FROM audit WHERE at < ?", -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_int64(st, 1, before);
+        int rc = sqlite3_step(st);
+        if (rc != SQLITE_DONE)
+                return sqldb_errno(rc) ?: -EIO;
+        *ret_n = sqlite3_changes(h->sql);
+        return 0;
+}
+
+const StoreAuditOps store_sqlite_audit = {
+        .open = sqlite_audit_open,
+        .close = sqlite_audit_close,
+        .append = sqlite_audit_append,
+        .list = sqlite_audit_list,
+        .prune = sqlite_audit_prune,
+};
