@@ -15,6 +15,7 @@
 #include "daemon/store/store.h"
 #include "test_store_events_helper.h"
 #include "test_store_hosts_helper.h"
+#include "test_store_webhooks_helper.h"
 
 typedef struct Fixture {
         char dir[64];
@@ -64,6 +65,23 @@ static void test_events_contract(void **state) {
         store_sqlite.events->close(ev);
 }
 
+/* The webhooks and the audit trail of the same backend, on its own file. */
+static void test_webhooks_contract(void **state) {
+        Fixture *f = *state;
+        StoreWebhooks *wh = NULL;
+        assert_int_equal(store_sqlite.webhooks->open(f->path, &wh), 0);
+        hooks_test_contract(store_sqlite.webhooks, wh);
+        store_sqlite.webhooks->close(wh);
+}
+
+static void test_audit_contract(void **state) {
+        Fixture *f = *state;
+        StoreAudit *a = NULL;
+        assert_int_equal(store_sqlite.audit->open(f->path, &a), 0);
+        audit_test_contract(store_sqlite.audit, a);
+        store_sqlite.audit->close(a);
+}
+
 /* A restart reopens the file: the epoch goes on from the stored one. */
 static void test_epoch_survives_reopen(void **state) {
         Fixture *f = *state;
@@ -85,6 +103,8 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_events_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_webhooks_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_audit_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_epoch_survives_reopen, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,6 +17,7 @@
 #include "daemon/store/store.h"
 #include "test_pg_harness.h"
 #include "test_store_events_helper.h"
+#include "test_store_webhooks_helper.h"
 #include "test_store_hosts_helper.h"
 
 typedef struct Fixture {
@@ -59,6 +60,25 @@ static void test_events_contract(void **state) {
         assert_int_equal(store_postgres.events->open(f->url, &ev), 0);
         events_test_contract(store_postgres.events, ev);
         store_postgres.events->close(ev);
+}
+
+/* The webhooks and the audit trail of the same backend. */
+static void test_webhooks_contract(void **state) {
+        Fixture *f = *state;
+        f->url = pg_fresh("webhooks_contract");
+        StoreWebhooks *wh = NULL;
+        assert_int_equal(store_postgres.webhooks->open(f->url, &wh), 0);
+        hooks_test_contract(store_postgres.webhooks, wh);
+        store_postgres.webhooks->close(wh);
+}
+
+static void test_audit_contract(void **state) {
+        Fixture *f = *state;
+        f->url = pg_fresh("audit_contract");
+        StoreAudit *a = NULL;
+        assert_int_equal(store_postgres.audit->open(f->url, &a), 0);
+        audit_test_contract(store_postgres.audit, a);
+        store_postgres.audit->close(a);
 }
 
 #define RACERS 8
@@ -123,6 +143,8 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_events_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_webhooks_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_audit_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_register_race, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,227 @@
+#pragma once
+/* The contract of a backend's webhooks (store_webhooks.h) and audit trail
+ * (store_audit.h), shared by the SQLite and PostgreSQL tests: the per-owner
+ * limit, owner scoping, versions, removal with the deliveries, claims that
+ * two hosts never share, finishing by the claim's holder only, listing by
+ * state and cursor, pruning; the audit trail's filters and cursor. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "daemon/store/store_audit.h"
+#include "daemon/store/store_webhooks.h"
+
+typedef struct HooksSeen {
+        char ids[16][DELIVERY_ID_LEN + 1];
+        char states[16][16];
+        char claimed_by[16][16];
+        int64_t seqs[16], versions[16];
+        int attempts[16];
+        int n;
+} HooksSeen;
+
+static inline int hooks_test_seen_hook(void *userdata, const WebhookRecord *w) {
+        HooksSeen *s = userdata;
+        if (s->n >= 16)
+                return -E2BIG;
+        snprintf(s->ids[s->n], sizeof s->ids[0], "%s", w->id);
+        s->versions[s->n++] = w->version;
+        return 0;
+}
+
+static inline int hooks_test_seen_delivery(void *userdata, const DeliveryRecord *d) {
+        HooksSeen *s = userdata;
+        if (s->n >= 16)
+                return -E2BIG;
+        snprintf(s->ids[s->n], sizeof s->ids[0], "%s", d->id);
+        snprintf(s->states[s->n], sizeof s->states[0], "%s", d->state);
+        snprintf(s->claimed_by[s->n], sizeof s->claimed_by[0], "%s", d->claimed_by ? d->claimed_by : "");
+        s->attempts[s->n] = d->attempts;
+        s->seqs[s->n++] = d->seq;
+        return 0;
+}
+
+static inline WebhookRecord hooks_test_hook(const char *id, const char *owner) {
+        WebhookRecord w = { .owner = owner, .url = "https://hooks.example.com/x", .events = "[]", .enabled = true,
+                            .secret = "sealed:v1:abc", .created_at = 100, .updated_at = 100 };
+        snprintf(w.id, sizeof w.id, "%s", id);
+        return w;
+}
+
+static inline void hooks_test_enqueue(const StoreWebhookOps *ops, StoreWebhooks *h, const char *id, const char *hook,
+                                      int64_t next_at) {
+        DeliveryRecord d = { .webhook_id = hook, .owner = "alice", .event_id = "evt_1", .event_type = "sandbox.stopped",
+                             .body = "{}", .state = "pending", .next_at = next_at, .created_at = 100,
+                             .updated_at = 100 };
+        snprintf(d.id, sizeof d.id, "%s", id);
+        assert_int_equal(ops->enqueue(h, &d), 0);
+}
+
+static inline void hooks_test_contract(const StoreWebhookOps *ops, StoreWebhooks *h) {
+        HooksSeen s = { 0 };
+        WebhookRecord a = hooks_test_hook("wh_00000000000000000001", "alice");
+        WebhookRecord b = hooks_test_hook("wh_00000000000000000002", "alice");
+        WebhookRecord c = hooks_test_hook("wh_00000000000000000003", "alice");
+        WebhookRecord bob = hooks_test_hook("wh_00000000000000000004", "bob");
+        assert_int_equal(ops->put(h, &a, 2), 0);
+        assert_int_equal(ops->put(h, &a, 2), -EEXIST);
+        assert_int_equal(ops->put(h, &b, 2), 0);
+        assert_int_equal(ops->put(h, &c, 2), -EDQUOT);
+        assert_int_equal(ops->put(h, &bob, 2), 0);
+        /* Owner scoping. */
+        assert_int_equal(ops->get(h, a.id, "bob", hooks_test_seen_hook, &s), -ENOENT);
+        assert_int_equal(ops->get(h, a.id, "alice", hooks_test_seen_hook, &s), 0);
+        assert_int_equal(s.n, 1);
+        assert_int_equal(s.versions[0], 1);
+        s = (HooksSeen){ 0 };
+        assert_int_equal(ops->list(h, "alice", hooks_test_seen_hook, &s), 0);
+        assert_int_equal(s.n, 2);
+        s = (HooksSeen){ 0 };
+        assert_int_equal(ops->list(h, NULL, hooks_test_seen_hook, &s), 0);
+        assert_int_equal(s.n, 3);
+        /* Versions: a write of a stale version changes nothing. */
+        a.version = 1;
+        a.enabled = false;
+        assert_int_equal(ops->update(h, &a), 0);
+        assert_int_equal(ops->update(h, &a), -ESTALE);
+        WebhookRecord ghost = hooks_test_hook("wh_00000000000000000009", "alice");
+        ghost.version = 1;
+        assert_int_equal(ops->update(h, &ghost), -ENOENT);
+        WebhookRecord stolen = a;
+        stolen.owner = "bob";
+        stolen.version = 2;
+        assert_int_equal(ops->update(h, &stolen), -ENOENT);
+
+        /* Deliveries: only due and unclaimed ones are claimed, by one host. */
+        hooks_test_enqueue(ops, h, "whd_00000000000000000001", a.id, 100);
+        hooks_test_enqueue(ops, h, "whd_00000000000000000002", a.id, 100);
+        hooks_test_enqueue(ops, h, "whd_00000000000000000003", a.id, 500);
+        assert_int_equal(ops->enqueue(h, &(DeliveryRecord){ .id = "whd_00000000000000000001", .webhook_id = a.id,
+                                                            .owner = "alice", .event_id = "e", .event_type = "t",
+                                                            .body = "{}", .state = "pending" }),
+                         -EEXIST);
+        s = (HooksSeen){ 0 };
+        assert_int_equal(ops->claim(h, "h1", 200, 260, 1, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 1);
+        assert_string_equal(s.ids[0], "whd_00000000000000000001");
+        assert_string_equal(s.claimed_by[0], "h1");
+        s = (HooksSeen){ 0 };
+        assert_int_equal(ops->claim(h, "h2", 200, 260, 10, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 1); /* the second due one; the first is h1's, the third not due */
+        assert_string_equal(s.ids[0], "whd_00000000000000000002");
+        s = (HooksSeen){ 0 };
+        assert_int_equal(ops->claim(h, "h2", 200, 260, 10, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 0);
+        /* A claim of a host that died ends: the delivery is due again. */
+        assert_int_equal(ops->claim(h, "h3", 261, 320, 1, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 1);
+        assert_string_equal(s.ids[0], "whd_00000000000000000001");
+        /* Only the claim's holder records an attempt. */
+        DeliveryRecord done = { .state = "delivered", .attempts = 1, .response_status = 204, .claimed_by = "h1",
+                                .updated_at = 262 };
+        snprintf(done.id, sizeof done.id, "whd_00000000000000000001");
+        assert_int_equal(ops->finish(h, &done), -ESTALE);
+        done.claimed_by = "h3";
+        assert_int_equal(ops->finish(h, &done), 0);
+        assert_int_equal(ops->finish(h, &done), -ESTALE); /* released */
+        /* claim_one: busy while another claim lives, any state otherwise. */
+        assert_int_equal(ops->claim_one(h, "whd_00000000000000000002", NULL, "h1", 210, 270, hooks_test_seen_delivery,
+                                        &s),
+                         -EBUSY);
+        s = (HooksSeen){ 0 };
+        assert_int_equal(ops->claim_one(h, "whd_00000000000000000001", "alice", "h1", 300, 360,
+                                        hooks_test_seen_delivery, &s),
+                         0);
+        assert_int_equal(s.n, 1);
+        assert_string_equal(s.states[0], "delivered");
+        assert_int_equal(ops->claim_one(h, "whd_00000000000000000001", "bob", "h1", 300, 360, NULL, NULL), -ENOENT);
+        assert_int_equal(ops->claim_one(h, "whd_00000000000000000009", NULL, "h1", 300, 360, NULL, NULL), -ENOENT);
+        /* Listing: newest first, by state, by cursor. */
+        s = (HooksSeen){ 0 };
+        DeliveryFilter f = { .webhook_id = a.id, .limit = 10 };
+        assert_int_equal(ops->deliveries(h, &f, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 3);
+        assert_string_equal(s.ids[0], "whd_00000000000000000003");
+        f.before = s.seqs[0];
+        s = (HooksSeen){ 0 };
+        assert_int_equal(ops->deliveries(h, &f, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 2);
+        f = (DeliveryFilter){ .webhook_id = a.id, .state = "delivered", .limit = 10 };
+        s = (HooksSeen){ 0 };
+        assert_int_equal(ops->deliveries(h, &f, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 1);
+        assert_int_equal(s.attempts[0], 1);
+        /* Pruning takes what is finished and old only. */
+        int64_t n = -1;
+        assert_int_equal(ops->prune(h, 1000, &n), 0);
+        assert_int_equal(n, 1);
+        /* Removal takes the webhook and its deliveries, of its owner only. */
+        assert_int_equal(ops->remove(h, a.id, "bob"), -ENOENT);
+        assert_int_equal(ops->remove(h, a.id, "alice"), 0);
+        assert_int_equal(ops->remove(h, a.id, "alice"), -ENOENT);
+        s = (HooksSeen){ 0 };
+        f = (DeliveryFilter){ .webhook_id = a.id, .limit = 10 };
+        assert_int_equal(ops->deliveries(h, &f, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 0);
+        assert_int_equal(ops->get_delivery(h, "whd_00000000000000000002", NULL, hooks_test_seen_delivery, &s),
+                         -ENOENT);
+}
+
+typedef struct AuditSeen {
+        char actions[16][32];
+        int64_t seqs[16];
+        int n;
+} AuditSeen;
+
+static inline int audit_test_collect(void *userdata, const AuditRecord *a) {
+        AuditSeen *s = userdata;
+        if (s->n >= 16)
+                return -E2BIG;
+        snprintf(s->actions[s->n], sizeof s->actions[0], "%s", a->action);
+        s->seqs[s->n++] = a->seq;
+        return 0;
+}
+
+static inline void audit_test_contract(const StoreAuditOps *ops, StoreAudit *h) {
+        static const char *const actions[] = { "sandbox.create", "sandbox.exec", "key.create", "sandbox.stop" };
+        for (int i = 0; i < 4; i++) {
+                AuditRecord a = { .owner = i == 2 ? "bob" : "alice", .action = actions[i], .key_id = "key_1",
+                                  .method = "POST", .path = "/v1/x", .detail = "{\"command\":\"true\"}", .status = 200,
+                                  .client = "127.0.0.1", .request_id = "req_1", .host_id = "h1", .at = 100 + i };
+                snprintf(a.id, sizeof a.id, "aud_%020d", i);
+                assert_int_equal(ops->append(h, &a), 0);
+                assert_int_equal(ops->append(h, &a), -EEXIST);
+        }
+        AuditSeen s = { 0 };
+        AuditFilter f = { .owner = "alice", .limit = 10 };
+        assert_int_equal(ops->list(h, &f, audit_test_collect, &s), 0);
+        assert_int_equal(s.n, 3);
+        assert_string_equal(s.actions[0], "sandbox.stop");
+        s = (AuditSeen){ 0 };
+        f = (AuditFilter){ .action = "sandbox.", .limit = 10 };
+        assert_int_equal(ops->list(h, &f, audit_test_collect, &s), 0);
+        assert_int_equal(s.n, 3);
+        s = (AuditSeen){ 0 };
+        f = (AuditFilter){ .action = "sandbox.exec", .limit = 10 };
+        assert_int_equal(ops->list(h, &f, audit_test_collect, &s), 0);
+        assert_int_equal(s.n, 1);
+        s = (AuditSeen){ 0 };
+        f = (AuditFilter){ .action = "%", .limit = 10 };
+        assert_int_equal(ops->list(h, &f, audit_test_collect, &s), 0);
+        assert_int_equal(s.n, 0); /* no character of a filter is a pattern */
+        f = (AuditFilter){ .limit = 2 };
+        s = (AuditSeen){ 0 };
+        assert_int_equal(ops->list(h, &f, audit_test_collect, &s), 0);
+        assert_int_equal(s.n, 2);
+        f.before = s.seqs[1];
+        s = (AuditSeen){ 0 };
+        assert_int_equal(ops->list(h, &f, audit_test_collect, &s), 0);
+        assert_int_equal(s.n, 2);
+        assert_string_equal(s.actions[1], "sandbox.create");
+        int64_t n = -1;
+        assert_int_equal(ops->prune(h, 102, &n), 0);
+        assert_int_equal(n, 2);
+}
