@@ -57,7 +57,7 @@ static inline void hooks_test_enqueue(const StoreWebhookOps *ops, StoreWebhooks 
                              .body = "{}", .state = "pending", .next_at = next_at, .created_at = 100,
                              .updated_at = 100 };
         snprintf(d.id, sizeof d.id, "%s", id);
-        assert_int_equal(ops->enqueue(h, &d), 0);
+        assert_int_equal(ops->enqueue(h, &d, 1), 0);
 }
 
 static inline void hooks_test_contract(const StoreWebhookOps *ops, StoreWebhooks *h) {
@@ -99,10 +99,15 @@ static inline void hooks_test_contract(const StoreWebhookOps *ops, StoreWebhooks
         hooks_test_enqueue(ops, h, "whd_00000000000000000001", a.id, 100);
         hooks_test_enqueue(ops, h, "whd_00000000000000000002", a.id, 100);
         hooks_test_enqueue(ops, h, "whd_00000000000000000003", a.id, 500);
-        assert_int_equal(ops->enqueue(h, &(DeliveryRecord){ .id = "whd_00000000000000000001", .webhook_id = a.id,
-                                                            .owner = "alice", .event_id = "e", .event_type = "t",
-                                                            .body = "{}", .state = "pending" }),
-                         -EEXIST);
+        /* A batch with a taken id adds none of it. */
+        DeliveryRecord batch[2] = {
+                { .id = "whd_00000000000000000007", .webhook_id = a.id, .owner = "alice", .event_id = "e",
+                  .event_type = "t", .body = "{}", .state = "pending", .next_at = 100 },
+                { .id = "whd_00000000000000000001", .webhook_id = a.id, .owner = "alice", .event_id = "e",
+                  .event_type = "t", .body = "{}", .state = "pending", .next_at = 100 },
+        };
+        assert_int_equal(ops->enqueue(h, batch, 2), -EEXIST);
+        assert_int_equal(ops->get_delivery(h, "whd_00000000000000000007", NULL, NULL, NULL), -ENOENT);
         s = (HooksSeen){ 0 };
         assert_int_equal(ops->claim(h, "h1", 200, 260, 1, hooks_test_seen_delivery, &s), 0);
         assert_int_equal(s.n, 1);

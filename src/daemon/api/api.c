@@ -726,3 +726,14 @@ void api_audit_command(Req *r, const ExecRequest *q) {
                 req_audit_note(r, "command", line);
         free(line);
 }
+
+bool api_filter_ok(const char *s) {
+        size_t n = strlen(s);
+        if (n == 0 || n > 64)
+                return false;
+        for (const char *c = s; *c; c++)
+                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
+                      *c == '_' || *c == '-'))
+                        return false;
+        return true;
+}

@@ -198,6 +198,11 @@ json_t *api_image_json(const ImageInfo *info);
  * environment or its stdin. */
 void api_audit_command(Req *r, const ExecRequest *q);
 
+/* Whether a listing's filter (an id, a type, an action) is 1 to 64 letters,
+ * digits, '.', '_' or '-': what they are made of, and nothing a store could
+ * read as a pattern. */
+bool api_filter_ok(const char *s);
+
 /* A listing in pages by cursor (events, webhook deliveries): its `limit`
  * (1..max, def when absent) and `cursor` (a record's place, 0 when absent)
  * from the query; -EINVAL with e filled for bad ones. */

@@ -35,18 +35,6 @@ static int add_one(void *userdata, const AuditRecord *a) {
         return 0;
 }
 
-/* Letters, digits and "._-", at most 64: what actions are made of. */
-static bool action_ok(const char *s) {
-        size_t n = strlen(s);
-        if (n == 0 || n > 64)
-                return false;
-        for (const char *c = s; *c; c++)
-                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
-                      *c == '_' || *c == '-'))
-                        return false;
-        return true;
-}
-
 enum MHD_Result handle_audit(Req *r) {
         ApiError e = { 0 };
         AuditFilter f = { .limit = AUDIT_LIST_DEFAULT };
@@ -77,7 +65,7 @@ enum MHD_Result handle_audit(Req *r) {
                 f.before = v;
         }
         f.action = req_query(r, "action");
-        if (f.action && !action_ok(f.action)) {
+        if (f.action && !api_filter_ok(f.action)) {
                 api_error(&e, 400, "invalid_request", NULL, "action is 1 to 64 letters, digits, '.', '_' or '-'");
                 return reply_error(r, &e);
         }

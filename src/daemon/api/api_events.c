@@ -33,18 +33,6 @@ static int add_one(void *userdata, const EventRecord *ev) {
         return 0;
 }
 
-/* Letters, digits and "._-", at most 64: what ids and types are made of. */
-static bool filter_ok(const char *s) {
-        size_t n = strlen(s);
-        if (n == 0 || n > 64)
-                return false;
-        for (const char *c = s; *c; c++)
-                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
-                      *c == '_' || *c == '-'))
-                        return false;
-        return true;
-}
-
 enum MHD_Result handle_events(Req *r) {
         ApiError e = { 0 };
         EventFilter f = { 0 };
@@ -52,7 +40,7 @@ enum MHD_Result handle_events(Req *r) {
                 return reply_error(r, &e);
         f.resource_id = req_query(r, "resourceId");
         f.type = req_query(r, "type");
-        if ((f.resource_id && !filter_ok(f.resource_id)) || (f.type && !filter_ok(f.type))) {
+        if ((f.resource_id && !api_filter_ok(f.resource_id)) || (f.type && !api_filter_ok(f.type))) {
                 api_error(&e, 400, "invalid_request", NULL,
                           "resourceId and type are 1 to 64 letters, digits, '.', '_' or '-'");
                 return reply_error(r, &e);

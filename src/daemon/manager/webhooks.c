@@ -30,6 +30,10 @@
  * time, another host's queue); one queued here wakes it at once. */
 #define IDLE_POLL_MS 1000
 #define CONNECT_TIMEOUT_SECONDS 5
+/* Deliveries a worker claims at once: fewer writes of the store while many
+ * are due, and within the claim's time however slow each attempt is
+ * (CLAIM_BATCH attempts of WEBHOOK_TIMEOUT_SECONDS < CLAIM_SECONDS). */
+#define CLAIM_BATCH 4
 
 struct Webhooks {
         const StoreWebhookOps *ops;
@@ -279,19 +283,25 @@ void webhooks_event(Webhooks *w, const EventRecord *e) {
         _cleanup_free_ char *body = event_body(e);
         if (!body)
                 return;
+        /* One write for them all: an event costs its act one round trip to
+         * the store, however many webhooks take it. */
         int64_t now = time_now_unix();
+        DeliveryRecord d[WEBHOOKS_MAX_PER_OWNER];
         for (size_t i = 0; i < t.n; i++) {
                 char hex[21];
-                DeliveryRecord d = { .webhook_id = ids[i], .owner = e->owner, .event_id = e->id,
-                                     .event_type = e->type, .body = body, .state = "pending", .next_at = now,
-                                     .created_at = now, .updated_at = now };
-                if ((r = random_hex(hex, 10)) == 0) {
-                        snprintf(d.id, sizeof d.id, "whd_%s", hex);
-                        r = w->ops->enqueue(w->h, &d);
-                }
-                if (r < 0)
-                        log_warn(NULL, "event %s: its delivery to webhook %s not queued: %s", e->id, ids[i],
-                                 strerror(-r));
+                d[i] = (DeliveryRecord){ .webhook_id = ids[i], .owner = e->owner, .event_id = e->id,
+                                         .event_type = e->type, .body = body, .state = "pending", .next_at = now,
+                                         .created_at = now, .updated_at = now };
+                if ((r = random_hex(hex, 10)) < 0)
+                        break;
+                snprintf(d[i].id, sizeof d[i].id, "whd_%s", hex);
+        }
+        if (r == 0)
+                r = w->ops->enqueue(w->h, d, t.n);
+        if (r < 0) {
+                log_warn(NULL, "event %s: its %zu deliver%s not queued: %s", e->id, t.n, t.n == 1 ? "y" : "ies",
+                         strerror(-r));
+                return;
         }
         kick(w);
 }
@@ -489,10 +499,27 @@ static void job_done(Job *j) {
         *j = (Job){ 0 };
 }
 
+static int job_fill(Job *j, const DeliveryRecord *d);
+
 static int take_job(void *userdata, const DeliveryRecord *d) {
         Job *j = userdata;
         if (j->taken)
                 return 0;
+        return job_fill(j, d);
+}
+
+/* A claim's deliveries, each into the next free Job of the batch. */
+typedef struct Batch {
+        Job jobs[CLAIM_BATCH];
+        unsigned n;
+} Batch;
+
+static int take_batch(void *userdata, const DeliveryRecord *d) {
+        Batch *b = userdata;
+        return b->n < CLAIM_BATCH ? job_fill(&b->jobs[b->n++], d) : 0;
+}
+
+static int job_fill(Job *j, const DeliveryRecord *d) {
         snprintf(j->id, sizeof j->id, "%s", d->id);
         j->webhook_id = strdup(d->webhook_id);
         j->owner = strdup(d->owner);
@@ -579,16 +606,18 @@ static void *worker(void *userdata) {
                 pthread_mutex_unlock(&w->lock);
                 if (stop)
                         break;
-                Job j = { 0 };
+                Batch b = { 0 };
                 int64_t now = time_now_unix();
-                int r = w->ops->claim(w->h, w->host_id, now, now + CLAIM_SECONDS, 1, take_job, &j);
-                if (r == 0 && j.taken) {
+                int r = w->ops->claim(w->h, w->host_id, now, now + CLAIM_SECONDS, CLAIM_BATCH, take_batch, &b);
+                for (unsigned i = 0; i < b.n; i++) {
+                        if (r == 0)
+                                run_job(w, &b.jobs[i], false);
+                        job_done(&b.jobs[i]);
+                }
+                if (r == 0 && b.n > 0) {
                         failures = 0;
-                        run_job(w, &j, false);
-                        job_done(&j);
                         continue;
                 }
-                job_done(&j);
                 if (r < 0 && failures++ % 60 == 0)
                         log_warn(NULL, "webhooks: claiming deliveries: %s", strerror(-r));
                 struct timespec ts;

@@ -201,7 +201,7 @@ static int walk_deliveries(const PGresult *res, StoreDeliveryFn fn, void *userda
         return 0;
 }
 
-static int pg_webhooks_enqueue(StoreWebhooks *h, const DeliveryRecord *d) {
+static int insert_delivery(PgConn *c, const DeliveryRecord *d, bool locked) {
         PgParams p = { 0 };
         pgp_text(&p, d->id);
         pgp_text(&p, d->webhook_id);
@@ -216,11 +216,30 @@ static int pg_webhooks_enqueue(StoreWebhooks *h, const DeliveryRecord *d) {
         pgp_text(&p, opt(d->last_error));
         pgp_int(&p, d->created_at);
         pgp_int(&p, d->updated_at);
-        return pgdb_exec(&h->c,
-                         "INSERT INTO webhook_deliveries (id, webhook_id, owner, event_id, event_type, body, state, "
-                         "attempts, next_at, response_status, last_error, created_at, updated_at) "
-                         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-                         &p);
+        static const char sql[] = "INSERT INTO webhook_deliveries (id, webhook_id, owner, event_id, event_type, body, "
+                                  "state, attempts, next_at, response_status, last_error, created_at, updated_at) "
+                                  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+        return locked ? pgdb_exec_locked(c, sql, &p) : pgdb_exec(c, sql, &p);
+}
+
+typedef struct Batch {
+        const DeliveryRecord *d;
+        size_t n;
+} Batch;
+
+static int enqueue_tx(PgConn *c, void *userdata) {
+        const Batch *b = userdata;
+        int r = 0;
+        for (size_t i = 0; r == 0 && i < b->n; i++)
+                r = insert_delivery(c, &b->d[i], true);
+        return r;
+}
+
+static int pg_webhooks_enqueue(StoreWebhooks *h, const DeliveryRecord *d, size_t n) {
+        if (n == 1)
+                return insert_delivery(&h->c, d, false);
+        Batch b = { .d = d, .n = n };
+        return pgdb_transaction(&h->c, enqueue_tx, &b);
 }
 
 static int pg_webhooks_claim(StoreWebhooks *h, const char *host, int64_t now, int64_t until, unsigned max,

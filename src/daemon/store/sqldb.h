@@ -38,6 +38,20 @@ static inline void sqldb_finalizep(sqlite3_stmt **s) {
 }
 #define _cleanup_stmt_ __attribute__((cleanup(sqldb_finalizep)))
 
+/* Binds v, or NULL when v is NULL or empty (an optional text column). */
+static inline void sqldb_bind_opt(sqlite3_stmt *st, int i, const char *v) {
+        if (v && *v)
+                sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+        else
+                sqlite3_bind_null(st, i);
+}
+
+/* A text column, NULL for SQL NULL. */
+static inline const char *sqldb_col(sqlite3_stmt *st, int i) {
+        const unsigned char *t = sqlite3_column_text(st, i);
+        return t ? (const char *)t : NULL;
+}
+
 static inline void sqldb_unlockp(pthread_mutex_t **m) {
         if (*m)
                 pthread_mutex_unlock(*m);

@@ -47,13 +47,6 @@ static void sqlite_audit_close(StoreAudit *h) {
         sqldb_handle_close(h);
 }
 
-static void bind_opt(sqlite3_stmt *st, int i, const char *v) {
-        if (v && *v)
-                sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
-        else
-                sqlite3_bind_null(st, i);
-}
-
 static int sqlite_audit_append(StoreAudit *h, const AuditRecord *a) {
         LOCKED(h);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -65,22 +58,17 @@ static int sqlite_audit_append(StoreAudit *h, const AuditRecord *a) {
         sqlite3_bind_text(st, 1, a->id, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, a->owner, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, a->action, -1, SQLITE_STATIC);
-        bind_opt(st, 4, a->key_id);
-        bind_opt(st, 5, a->method);
-        bind_opt(st, 6, a->path);
-        bind_opt(st, 7, a->sandbox_id);
-        bind_opt(st, 8, a->detail);
+        sqldb_bind_opt(st, 4, a->key_id);
+        sqldb_bind_opt(st, 5, a->method);
+        sqldb_bind_opt(st, 6, a->path);
+        sqldb_bind_opt(st, 7, a->sandbox_id);
+        sqldb_bind_opt(st, 8, a->detail);
         sqlite3_bind_int(st, 9, a->status);
-        bind_opt(st, 10, a->client);
-        bind_opt(st, 11, a->request_id);
+        sqldb_bind_opt(st, 10, a->client);
+        sqldb_bind_opt(st, 11, a->request_id);
         sqlite3_bind_text(st, 12, a->host_id ? a->host_id : "", -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 13, a->at);
         return sqldb_errno(sqlite3_step(st));
-}
-
-static const char *col(sqlite3_stmt *st, int i) {
-        const unsigned char *t = sqlite3_column_text(st, i);
-        return t ? (const char *)t : NULL;
 }
 
 static int sqlite_audit_list(StoreAudit *h, const AuditFilter *f, StoreAuditFn fn, void *userdata) {
@@ -95,18 +83,18 @@ static int sqlite_audit_list(StoreAudit *h, const AuditFilter *f, StoreAuditFn f
                                "AND (?3 = 0 OR seq < ?3) ORDER BY seq DESC LIMIT ?4",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
-        bind_opt(st, 1, f->owner);
-        bind_opt(st, 2, f->action);
+        sqldb_bind_opt(st, 1, f->owner);
+        sqldb_bind_opt(st, 2, f->action);
         sqlite3_bind_int64(st, 3, f->before);
         sqlite3_bind_int64(st, 4, f->limit);
         int rc, r = 0;
         while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-                AuditRecord a = { .seq = sqlite3_column_int64(st, 0), .owner = col(st, 2), .action = col(st, 3),
-                                  .key_id = col(st, 4), .method = col(st, 5), .path = col(st, 6),
-                                  .sandbox_id = col(st, 7), .detail = col(st, 8), .status = sqlite3_column_int(st, 9),
-                                  .client = col(st, 10), .request_id = col(st, 11), .host_id = col(st, 12),
+                AuditRecord a = { .seq = sqlite3_column_int64(st, 0), .owner = sqldb_col(st, 2), .action = sqldb_col(st, 3),
+                                  .key_id = sqldb_col(st, 4), .method = sqldb_col(st, 5), .path = sqldb_col(st, 6),
+                                  .sandbox_id = sqldb_col(st, 7), .detail = sqldb_col(st, 8), .status = sqlite3_column_int(st, 9),
+                                  .client = sqldb_col(st, 10), .request_id = sqldb_col(st, 11), .host_id = sqldb_col(st, 12),
                                   .at = sqlite3_column_int64(st, 13) };
-                snprintf(a.id, sizeof a.id, "%s", col(st, 1) ?: "");
+                snprintf(a.id, sizeof a.id, "%s", sqldb_col(st, 1) ?: "");
                 r = fn(userdata, &a);
         }
         if (r < 0)

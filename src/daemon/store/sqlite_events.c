@@ -45,13 +45,6 @@ static void sqlite_events_close(StoreEvents *h) {
         sqldb_handle_close(h);
 }
 
-static void bind_opt(sqlite3_stmt *st, int i, const char *v) {
-        if (v && *v)
-                sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
-        else
-                sqlite3_bind_null(st, i);
-}
-
 static int sqlite_events_append(StoreEvents *h, const EventRecord *e) {
         LOCKED(h);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -65,16 +58,11 @@ static int sqlite_events_append(StoreEvents *h, const EventRecord *e) {
         sqlite3_bind_text(st, 3, e->type, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 4, e->resource_type, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 5, e->resource_id, -1, SQLITE_STATIC);
-        bind_opt(st, 6, e->key_id);
+        sqldb_bind_opt(st, 6, e->key_id);
         sqlite3_bind_text(st, 7, e->host_id ? e->host_id : "", -1, SQLITE_STATIC);
-        bind_opt(st, 8, e->data);
+        sqldb_bind_opt(st, 8, e->data);
         sqlite3_bind_int64(st, 9, e->at);
         return sqldb_errno(sqlite3_step(st));
-}
-
-static const char *col(sqlite3_stmt *st, int i) {
-        const unsigned char *t = sqlite3_column_text(st, i);
-        return t ? (const char *)t : NULL;
 }
 
 static int sqlite_events_list(StoreEvents *h, const EventFilter *f, StoreEventFn fn, void *userdata) {
@@ -89,17 +77,17 @@ static int sqlite_events_list(StoreEvents *h, const EventFilter *f, StoreEventFn
                                "AND (?4 = 0 OR seq < ?4) ORDER BY seq DESC LIMIT ?5",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
-        bind_opt(st, 1, f->owner);
-        bind_opt(st, 2, f->resource_id);
-        bind_opt(st, 3, f->type);
+        sqldb_bind_opt(st, 1, f->owner);
+        sqldb_bind_opt(st, 2, f->resource_id);
+        sqldb_bind_opt(st, 3, f->type);
         sqlite3_bind_int64(st, 4, f->before);
         sqlite3_bind_int64(st, 5, f->limit);
         int rc, r = 0;
         while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-                EventRecord e = { .seq = sqlite3_column_int64(st, 0), .owner = col(st, 2), .type = col(st, 3),
-                                  .resource_type = col(st, 4), .resource_id = col(st, 5), .key_id = col(st, 6),
-                                  .host_id = col(st, 7), .data = col(st, 8), .at = sqlite3_column_int64(st, 9) };
-                snprintf(e.id, sizeof e.id, "%s", col(st, 1) ?: "");
+                EventRecord e = { .seq = sqlite3_column_int64(st, 0), .owner = sqldb_col(st, 2), .type = sqldb_col(st, 3),
+                                  .resource_type = sqldb_col(st, 4), .resource_id = sqldb_col(st, 5), .key_id = sqldb_col(st, 6),
+                                  .host_id = sqldb_col(st, 7), .data = sqldb_col(st, 8), .at = sqlite3_column_int64(st, 9) };
+                snprintf(e.id, sizeof e.id, "%s", sqldb_col(st, 1) ?: "");
                 r = fn(userdata, &e);
         }
         if (r < 0)

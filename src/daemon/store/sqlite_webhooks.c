@@ -67,18 +67,6 @@ static void sqlite_webhooks_close(StoreWebhooks *h) {
         sqldb_handle_close(h);
 }
 
-static void bind_opt(sqlite3_stmt *st, int i, const char *v) {
-        if (v && *v)
-                sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
-        else
-                sqlite3_bind_null(st, i);
-}
-
-static const char *col(sqlite3_stmt *st, int i) {
-        const unsigned char *t = sqlite3_column_text(st, i);
-        return t ? (const char *)t : NULL;
-}
-
 static int step_errno(int rc) {
         return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : sqldb_errno(rc) ?: -EIO;
 }
@@ -99,12 +87,12 @@ static int transaction_end(StoreWebhooks *h, int r) {
         "updated_at, version"
 
 static WebhookRecord hook_row(sqlite3_stmt *st) {
-        WebhookRecord w = { .owner = col(st, 1), .url = col(st, 2), .events = col(st, 3), .description = col(st, 4),
-                            .enabled = sqlite3_column_int(st, 5) != 0, .secret = col(st, 6),
-                            .previous_secret = col(st, 7), .previous_until = sqlite3_column_int64(st, 8),
+        WebhookRecord w = { .owner = sqldb_col(st, 1), .url = sqldb_col(st, 2), .events = sqldb_col(st, 3), .description = sqldb_col(st, 4),
+                            .enabled = sqlite3_column_int(st, 5) != 0, .secret = sqldb_col(st, 6),
+                            .previous_secret = sqldb_col(st, 7), .previous_until = sqlite3_column_int64(st, 8),
                             .created_at = sqlite3_column_int64(st, 9), .updated_at = sqlite3_column_int64(st, 10),
                             .version = sqlite3_column_int64(st, 11) };
-        snprintf(w.id, sizeof w.id, "%s", col(st, 0) ?: "");
+        snprintf(w.id, sizeof w.id, "%s", sqldb_col(st, 0) ?: "");
         return w;
 }
 
@@ -129,10 +117,10 @@ static int hook_insert(StoreWebhooks *h, const WebhookRecord *w) {
         sqlite3_bind_text(st, 2, w->owner, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, w->url, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 4, w->events ? w->events : "[]", -1, SQLITE_STATIC);
-        bind_opt(st, 5, w->description);
+        sqldb_bind_opt(st, 5, w->description);
         sqlite3_bind_int(st, 6, w->enabled ? 1 : 0);
         sqlite3_bind_text(st, 7, w->secret, -1, SQLITE_STATIC);
-        bind_opt(st, 8, w->previous_secret);
+        sqldb_bind_opt(st, 8, w->previous_secret);
         sqlite3_bind_int64(st, 9, w->previous_until);
         sqlite3_bind_int64(st, 10, w->created_at);
         sqlite3_bind_int64(st, 11, w->updated_at);
@@ -182,7 +170,7 @@ static int sqlite_webhooks_get(StoreWebhooks *h, const char *id, const char *own
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        bind_opt(st, 2, owner);
+        sqldb_bind_opt(st, 2, owner);
         return walk_hooks(st, fn, userdata, true);
 }
 
@@ -194,7 +182,7 @@ static int sqlite_webhooks_list(StoreWebhooks *h, const char *owner, StoreWebhoo
                                "ORDER BY created_at, id",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
-        bind_opt(st, 1, owner);
+        sqldb_bind_opt(st, 1, owner);
         return walk_hooks(st, fn, userdata, false);
 }
 
@@ -220,10 +208,10 @@ static int sqlite_webhooks_update(StoreWebhooks *h, const WebhookRecord *w) {
                 return -EIO;
         sqlite3_bind_text(st, 1, w->url, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, w->events ? w->events : "[]", -1, SQLITE_STATIC);
-        bind_opt(st, 3, w->description);
+        sqldb_bind_opt(st, 3, w->description);
         sqlite3_bind_int(st, 4, w->enabled ? 1 : 0);
         sqlite3_bind_text(st, 5, w->secret, -1, SQLITE_STATIC);
-        bind_opt(st, 6, w->previous_secret);
+        sqldb_bind_opt(st, 6, w->previous_secret);
         sqlite3_bind_int64(st, 7, w->previous_until);
         sqlite3_bind_int64(st, 8, w->updated_at);
         sqlite3_bind_text(st, 9, w->id, -1, SQLITE_STATIC);
@@ -273,14 +261,14 @@ static int sqlite_webhooks_remove(StoreWebhooks *h, const char *id, const char *
         "last_error, claimed_by, claimed_until, created_at, updated_at"
 
 static DeliveryRecord delivery_row(sqlite3_stmt *st) {
-        DeliveryRecord d = { .seq = sqlite3_column_int64(st, 0), .webhook_id = col(st, 2), .owner = col(st, 3),
-                             .event_id = col(st, 4), .event_type = col(st, 5), .body = col(st, 6),
-                             .state = col(st, 7), .attempts = sqlite3_column_int(st, 8),
+        DeliveryRecord d = { .seq = sqlite3_column_int64(st, 0), .webhook_id = sqldb_col(st, 2), .owner = sqldb_col(st, 3),
+                             .event_id = sqldb_col(st, 4), .event_type = sqldb_col(st, 5), .body = sqldb_col(st, 6),
+                             .state = sqldb_col(st, 7), .attempts = sqlite3_column_int(st, 8),
                              .next_at = sqlite3_column_int64(st, 9), .response_status = sqlite3_column_int(st, 10),
-                             .last_error = col(st, 11), .claimed_by = col(st, 12),
+                             .last_error = sqldb_col(st, 11), .claimed_by = sqldb_col(st, 12),
                              .claimed_until = sqlite3_column_int64(st, 13), .created_at = sqlite3_column_int64(st, 14),
                              .updated_at = sqlite3_column_int64(st, 15) };
-        snprintf(d.id, sizeof d.id, "%s", col(st, 1) ?: "");
+        snprintf(d.id, sizeof d.id, "%s", sqldb_col(st, 1) ?: "");
         return d;
 }
 
@@ -299,8 +287,7 @@ static int walk_deliveries(sqlite3_stmt *st, StoreDeliveryFn fn, void *userdata,
         return one && !any ? -ENOENT : 0;
 }
 
-static int sqlite_webhooks_enqueue(StoreWebhooks *h, const DeliveryRecord *d) {
-        LOCKED(h);
+static int insert_delivery(StoreWebhooks *h, const DeliveryRecord *d) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(h->sql,
                                "INSERT INTO webhook_deliveries (id, webhook_id, owner, event_id, event_type, body, "
@@ -318,10 +305,27 @@ static int sqlite_webhooks_enqueue(StoreWebhooks *h, const DeliveryRecord *d) {
         sqlite3_bind_int(st, 8, d->attempts);
         sqlite3_bind_int64(st, 9, d->next_at);
         sqlite3_bind_int(st, 10, d->response_status);
-        bind_opt(st, 11, d->last_error);
+        sqldb_bind_opt(st, 11, d->last_error);
         sqlite3_bind_int64(st, 12, d->created_at);
         sqlite3_bind_int64(st, 13, d->updated_at);
         return step_errno(sqlite3_step(st));
+}
+
+static int enqueue_tx(StoreWebhooks *h, const DeliveryRecord *d, size_t n) {
+        int r = 0;
+        for (size_t i = 0; r == 0 && i < n; i++)
+                r = insert_delivery(h, &d[i]);
+        return r;
+}
+
+static int sqlite_webhooks_enqueue(StoreWebhooks *h, const DeliveryRecord *d, size_t n) {
+        LOCKED(h);
+        if (n == 1)
+                return insert_delivery(h, d);
+        int r = sqldb_exec(h->sql, "BEGIN IMMEDIATE");
+        if (r < 0)
+                return r;
+        return transaction_end(h, enqueue_tx(h, d, n));
 }
 
 /* The ids of up to max deliveries due at now that no live claim holds. */
@@ -337,7 +341,7 @@ static int due_ids(StoreWebhooks *h, int64_t now, unsigned max, char (*ids)[DELI
         int rc = SQLITE_DONE;
         *n = 0;
         while (*n < max && (rc = sqlite3_step(st)) == SQLITE_ROW)
-                snprintf(ids[(*n)++], DELIVERY_ID_LEN + 1, "%s", col(st, 0) ?: "");
+                snprintf(ids[(*n)++], DELIVERY_ID_LEN + 1, "%s", sqldb_col(st, 0) ?: "");
         return *n == max ? 0 : step_errno(rc);
 }
 
@@ -360,7 +364,7 @@ static int read_delivery(StoreWebhooks *h, const char *id, const char *owner, St
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        bind_opt(st, 2, owner);
+        sqldb_bind_opt(st, 2, owner);
         return walk_deliveries(st, fn, userdata, true);
 }
 
@@ -440,7 +444,7 @@ static int sqlite_webhooks_finish(StoreWebhooks *h, const DeliveryRecord *d) {
         sqlite3_bind_int(st, 2, d->attempts);
         sqlite3_bind_int64(st, 3, d->next_at);
         sqlite3_bind_int(st, 4, d->response_status);
-        bind_opt(st, 5, d->last_error);
+        sqldb_bind_opt(st, 5, d->last_error);
         sqlite3_bind_int64(st, 6, d->updated_at);
         sqlite3_bind_text(st, 7, d->id, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 8, d->claimed_by ? d->claimed_by : "", -1, SQLITE_STATIC);
@@ -466,7 +470,7 @@ static int sqlite_webhooks_deliveries(StoreWebhooks *h, const DeliveryFilter *f,
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, f->webhook_id, -1, SQLITE_STATIC);
-        bind_opt(st, 2, f->state);
+        sqldb_bind_opt(st, 2, f->state);
         sqlite3_bind_int64(st, 3, f->before);
         sqlite3_bind_int64(st, 4, f->limit);
         return walk_deliveries(st, fn, userdata, false);

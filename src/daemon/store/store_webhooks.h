@@ -92,8 +92,9 @@ struct StoreWebhookOps {
         /* Removes the webhook id of owner and its deliveries; -ENOENT. */
         int (*remove)(StoreWebhooks *h, const char *id, const char *owner);
 
-        /* Adds a delivery (its seq is the store's). -EEXIST for a taken id. */
-        int (*enqueue)(StoreWebhooks *h, const DeliveryRecord *d);
+        /* Adds n deliveries (their seq is the store's), all or none, in one
+         * write. -EEXIST for a taken id. */
+        int (*enqueue)(StoreWebhooks *h, const DeliveryRecord *d, size_t n);
         /* Claims up to max pending deliveries due at now (next_at <= now)
          * that no live claim holds (claimed_until < now), oldest due first,
          * for host until `until`, and calls fn with each as claimed. */
