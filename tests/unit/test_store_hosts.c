@@ -74,6 +74,11 @@ static void test_webhooks_contract(void **state) {
         store_sqlite.webhooks->close(wh);
 }
 
+static void test_webhooks_races(void **state) {
+        Fixture *f = *state;
+        hooks_test_races(store_sqlite.webhooks, f->path);
+}
+
 static void test_audit_contract(void **state) {
         Fixture *f = *state;
         StoreAudit *a = NULL;
@@ -104,6 +109,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_events_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_webhooks_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_webhooks_races, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_audit_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_epoch_survives_reopen, setup, teardown),
         };

@@ -72,6 +72,12 @@ static void test_webhooks_contract(void **state) {
         store_postgres.webhooks->close(wh);
 }
 
+static void test_webhooks_races(void **state) {
+        Fixture *f = *state;
+        f->url = pg_fresh("webhooks_races");
+        hooks_test_races(store_postgres.webhooks, f->url);
+}
+
 static void test_audit_contract(void **state) {
         Fixture *f = *state;
         f->url = pg_fresh("audit_contract");
@@ -144,6 +150,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_events_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_webhooks_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_webhooks_races, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_audit_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_register_race, setup, teardown),
         };

@@ -5,8 +5,10 @@
  * two hosts never share, finishing by the claim's holder only, listing by
  * state and cursor, pruning; the audit trail's filters and cursor. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -173,6 +175,95 @@ static inline void hooks_test_contract(const StoreWebhookOps *ops, StoreWebhooks
         assert_int_equal(s.n, 0);
         assert_int_equal(ops->get_delivery(h, "whd_00000000000000000002", NULL, hooks_test_seen_delivery, &s),
                          -ENOENT);
+}
+
+/* ---- races between handles (each its own connection, as another
+ * process's would be) ---- */
+
+#define HOOKS_RACERS 6
+#define HOOKS_RACE_DELIVERIES 60
+#define HOOKS_RACE_LIMIT 4
+
+typedef struct HooksRace {
+        const StoreWebhookOps *ops;
+        StoreWebhooks *h;
+        pthread_barrier_t *start;
+        int index;
+        int put_result;
+        int claimed[HOOKS_RACE_DELIVERIES];
+        int n, failed;
+} HooksRace;
+
+static inline int hooks_race_collect(void *userdata, const DeliveryRecord *d) {
+        HooksRace *a = userdata;
+        int i = atoi(d->id + 4); /* "whd_" and its number */
+        if (a->n >= HOOKS_RACE_DELIVERIES || i < 0 || i >= HOOKS_RACE_DELIVERIES)
+                return -E2BIG;
+        a->claimed[a->n++] = i;
+        return 0;
+}
+
+static inline void *hooks_race_one(void *userdata) {
+        HooksRace *a = userdata;
+        char host[16], id[WEBHOOK_ID_LEN + 1];
+        snprintf(host, sizeof host, "host-%d", a->index);
+        snprintf(id, sizeof id, "wh_%020d", 100 + a->index);
+        WebhookRecord w = hooks_test_hook(id, "carol");
+        pthread_barrier_wait(a->start);
+        a->put_result = a->ops->put(a->h, &w, HOOKS_RACE_LIMIT);
+        for (;;) {
+                int before = a->n;
+                if (a->ops->claim(a->h, host, 1000, 1060, 3, hooks_race_collect, a) < 0) {
+                        a->failed++;
+                        break;
+                }
+                if (a->n == before)
+                        break;
+        }
+        return NULL;
+}
+
+/* Several handles at once: the owner's limit holds exactly, and every due
+ * delivery is claimed by exactly one of them. */
+static inline void hooks_test_races(const StoreWebhookOps *ops, const char *location) {
+        StoreWebhooks *setup = NULL;
+        assert_int_equal(ops->open(location, &setup), 0);
+        for (int i = 0; i < HOOKS_RACE_DELIVERIES; i++) {
+                DeliveryRecord d = { .webhook_id = "wh_race", .owner = "carol", .event_id = "evt_race",
+                                     .event_type = "sandbox.created", .body = "{}", .state = "pending",
+                                     .next_at = i, .created_at = 1, .updated_at = 1 };
+                snprintf(d.id, sizeof d.id, "whd_%020d", i);
+                assert_int_equal(ops->enqueue(setup, &d, 1), 0);
+        }
+        HooksRace races[HOOKS_RACERS] = { 0 };
+        pthread_t t[HOOKS_RACERS];
+        pthread_barrier_t start;
+        assert_int_equal(pthread_barrier_init(&start, NULL, HOOKS_RACERS), 0);
+        for (int i = 0; i < HOOKS_RACERS; i++) {
+                races[i] = (HooksRace){ .ops = ops, .start = &start, .index = i };
+                assert_int_equal(ops->open(location, &races[i].h), 0);
+        }
+        for (int i = 0; i < HOOKS_RACERS; i++)
+                assert_int_equal(pthread_create(&t[i], NULL, hooks_race_one, &races[i]), 0);
+        for (int i = 0; i < HOOKS_RACERS; i++)
+                pthread_join(t[i], NULL);
+        pthread_barrier_destroy(&start);
+        int seen[HOOKS_RACE_DELIVERIES] = { 0 }, puts = 0;
+        for (int i = 0; i < HOOKS_RACERS; i++) {
+                assert_int_equal(races[i].failed, 0);
+                assert_true(races[i].put_result == 0 || races[i].put_result == -EDQUOT);
+                puts += races[i].put_result == 0;
+                for (int j = 0; j < races[i].n; j++)
+                        seen[races[i].claimed[j]]++;
+                ops->close(races[i].h);
+        }
+        assert_int_equal(puts, HOOKS_RACE_LIMIT);
+        for (int i = 0; i < HOOKS_RACE_DELIVERIES; i++)
+                assert_int_equal(seen[i], 1);
+        HooksSeen s = { 0 };
+        assert_int_equal(ops->list(setup, "carol", hooks_test_seen_hook, &s), 0);
+        assert_int_equal(s.n, HOOKS_RACE_LIMIT);
+        ops->close(setup);
 }
 
 typedef struct AuditSeen {

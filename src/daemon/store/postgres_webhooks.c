@@ -253,7 +253,7 @@ static int pg_webhooks_claim(StoreWebhooks *h, const char *host, int64_t now, in
         /* READ COMMITTED: a row another host claimed and committed meanwhile
          * is checked again after its lock and left; one it holds is skipped. */
         int r = pgdb_run(&h->c,
-                         "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2 WHERE id IN ("
+                         "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2, updated_at = $3 WHERE id IN ("
                          " SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_at <= $3"
                          " AND claimed_until < $3 ORDER BY next_at, seq LIMIT $4 FOR UPDATE SKIP LOCKED) "
                          "RETURNING " DELIVERY_COLUMNS,
@@ -271,7 +271,7 @@ static int pg_webhooks_claim_one(StoreWebhooks *h, const char *id, const char *o
         pgp_int(&p, now);
         _cleanup_pgres_ PGresult *res = NULL;
         int r = pgdb_run(&h->c,
-                         "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2 WHERE id = $3 "
+                         "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2, updated_at = $5 WHERE id = $3 "
                          "AND ($4::text IS NULL OR owner = $4) "
                          "AND NOT (coalesce(claimed_by, '') <> '' AND claimed_until >= $5) "
                          "RETURNING " DELIVERY_COLUMNS,

@@ -345,14 +345,18 @@ static int due_ids(StoreWebhooks *h, int64_t now, unsigned max, char (*ids)[DELI
         return *n == max ? 0 : step_errno(rc);
 }
 
-static int set_claim(StoreWebhooks *h, const char *id, const char *host, int64_t until) {
+/* A claim is a write: the delivery's updated_at moves too, so that pruning
+ * never takes one while an attempt of it is in flight. */
+static int set_claim(StoreWebhooks *h, const char *id, const char *host, int64_t now, int64_t until) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(h->sql, "UPDATE webhook_deliveries SET claimed_by = ?, claimed_until = ? WHERE id = ?", -1,
-                               &st, NULL) != SQLITE_OK)
+        if (sqlite3_prepare_v2(h->sql,
+                               "UPDATE webhook_deliveries SET claimed_by = ?, claimed_until = ?, updated_at = ? WHERE id = ?",
+                               -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, host, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, until);
-        sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, now);
+        sqlite3_bind_text(st, 4, id, -1, SQLITE_STATIC);
         return step_errno(sqlite3_step(st));
 }
 
@@ -376,7 +380,7 @@ static int claim_tx(StoreWebhooks *h, const char *host, int64_t now, int64_t unt
         unsigned n = 0;
         int r = due_ids(h, now, max > CLAIM_MAX ? CLAIM_MAX : max, ids, &n);
         for (unsigned i = 0; r == 0 && i < n; i++)
-                r = set_claim(h, ids[i], host, until);
+                r = set_claim(h, ids[i], host, now, until);
         for (unsigned i = 0; r == 0 && i < n; i++)
                 r = read_delivery(h, ids[i], NULL, fn, userdata);
         return r;
@@ -417,7 +421,7 @@ static int claim_one_tx(StoreWebhooks *h, const char *id, const char *owner, con
                 return r;
         if (c.busy)
                 return -EBUSY;
-        if ((r = set_claim(h, id, host, until)) < 0)
+        if ((r = set_claim(h, id, host, now, until)) < 0)
                 return r;
         return read_delivery(h, id, owner, fn, userdata);
 }
