@@ -670,6 +670,11 @@ json_t *api_sandbox_json(Manager *m, const SandboxRow *r) {
 }
 
 int api_page_query(Req *r, unsigned def, unsigned max, unsigned *ret_limit, int64_t *ret_before, ApiError *e) {
+        return api_page_query_as(r, "cursor", def, max, ret_limit, ret_before, e);
+}
+
+int api_page_query_as(Req *r, const char *cursor_name, unsigned def, unsigned max, unsigned *ret_limit,
+                      int64_t *ret_before, ApiError *e) {
         *ret_limit = def;
         *ret_before = 0;
         const char *l = req_query(r, "limit");
@@ -681,13 +686,13 @@ int api_page_query(Req *r, unsigned def, unsigned max, unsigned *ret_limit, int6
                                          max);
                 *ret_limit = (unsigned)v;
         }
-        const char *cursor = req_query(r, "cursor");
+        const char *cursor = req_query(r, cursor_name);
         if (cursor) {
                 char *end;
                 long long v = strtoll(cursor, &end, 10);
                 if (*cursor == '\0' || *end || v < 1 || strlen(cursor) > 19)
-                        return api_error(e, 400, "invalid_request", "pass back the nextCursor of the page before",
-                                         "cursor is not one this server gave");
+                        return api_error(e, 400, "invalid_request", "pass back what the page before gave for it",
+                                         "%s is not one this server gave", cursor_name);
                 *ret_before = v;
         }
         return 0;

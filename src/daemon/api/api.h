@@ -207,6 +207,10 @@ bool api_filter_ok(const char *s);
  * (1..max, def when absent) and `cursor` (a record's place, 0 when absent)
  * from the query; -EINVAL with e filled for bad ones. */
 int api_page_query(Req *r, unsigned def, unsigned max, unsigned *ret_limit, int64_t *ret_before, ApiError *e);
+/* The same with the cursor under another name (the audit trail's `before`,
+ * as the published client sends it). */
+int api_page_query_as(Req *r, const char *cursor_name, unsigned def, unsigned max, unsigned *ret_limit,
+                      int64_t *ret_before, ApiError *e);
 /* The page's answer {data, nextCursor, hasMore}: data holds up to limit + 1
  * records (one past the page says there is a next one, whose cursor is
  * last_seq, the place of the page's last record); steals data. */

@@ -42,28 +42,8 @@ enum MHD_Result handle_audit(Req *r) {
                 api_error(&e, 503, "unavailable", NULL, "this daemon keeps no audit trail");
                 return reply_error(r, &e);
         }
-        const char *l = req_query(r, "limit");
-        if (l) {
-                char *end;
-                long v = strtol(l, &end, 10);
-                if (*l == '\0' || *end || v < 1 || v > AUDIT_LIST_MAX) {
-                        api_error(&e, 400, "invalid_request", NULL, "limit must be an integer from 1 to %d",
-                                  AUDIT_LIST_MAX);
-                        return reply_error(r, &e);
-                }
-                f.limit = (unsigned)v;
-        }
-        const char *before = req_query(r, "before");
-        if (before) {
-                char *end;
-                long long v = strtoll(before, &end, 10);
-                if (*before == '\0' || *end || v < 1 || strlen(before) > 19) {
-                        api_error(&e, 400, "invalid_request", "pass back the next of the page before",
-                                  "before is not one this server gave");
-                        return reply_error(r, &e);
-                }
-                f.before = v;
-        }
+        if (api_page_query_as(r, "before", AUDIT_LIST_DEFAULT, AUDIT_LIST_MAX, &f.limit, &f.before, &e) < 0)
+                return reply_error(r, &e);
         f.action = req_query(r, "action");
         if (f.action && !api_filter_ok(f.action)) {
                 api_error(&e, 400, "invalid_request", NULL, "action is 1 to 64 letters, digits, '.', '_' or '-'");
