@@ -376,7 +376,10 @@ def test_secret_substituted_for_its_host_only(eapi, edriver, env, secret):
                   "print(json.load(urllib.request.urlopen(req))['path'])\nEOF")
     assert out.strip() == "/py"
     assert dict((k.lower(), v) for k, v in env.tls.seen()[-1]["headers"])["x-key"] == SECRET_VALUE
-    log = egress_log(eapi, sbx.id)
+    # A connection's entry gets its counts when the proxy reports its end,
+    # which can come after the client has its answer and exits.
+    log = wait_until(lambda: (lambda l: all(e["end"] for e in l) and l)(egress_log(eapi, sbx.id)),
+                     timeout=20, what="every connection's end in the egress log")
     used = [e for e in log if e["host"] == "api.test" and e["allowed"]]
     assert used and all(e["intercepted"] for e in used), log
     assert any(e["secretsUsed"] >= 1 for e in used), used
