@@ -40,6 +40,7 @@
 #include "daemon/store/store.h"
 #include "daemon/manager/audit.h"
 #include "daemon/manager/events.h"
+#include "daemon/manager/samples.h"
 #include "daemon/manager/webhooks.h"
 #include "daemon/manager/fleet.h"
 #include "daemon/store/store_hosts.h"
@@ -69,6 +70,8 @@ typedef struct Daemon {
         Events *events;
         Webhooks *webhooks;
         Audit *audit;
+        Samples *samples;
+        int64_t sample_interval_s;
         char fleet_secret[FORWARD_MAX_SECRET + 1]; /* "" : none */
 } Daemon;
 
@@ -621,6 +624,10 @@ static int open_store(Daemon *d) {
                 log_error(NULL, "cannot open the audit trail in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
+        if ((r = samples_open(store_backend_for(d->db_path), d->db_path, &d->samples)) < 0) {
+                log_error(NULL, "cannot open the sandbox metrics in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
         d->host_ops = store_backend_for(d->db_path)->hosts;
         if ((r = d->host_ops->open(d->db_path, &d->hosts)) < 0) {
                 log_error(NULL, "cannot open the hosts in %s: %s", d->db_label, strerror(-r));
@@ -669,6 +676,10 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                            .events = d->events,
                            .webhooks = d->webhooks,
                            .audit = d->audit,
+                           .samples = d->samples,
+                           .sample_retention_days = o->sandbox_metrics_retention_days
+                                                            ? o->sandbox_metrics_retention_days
+                                                            : SAMPLES_RETENTION_DAYS_DEFAULT,
                            .audit_retention_days = o->audit_retention_days ? o->audit_retention_days
                                                                            : AUDIT_RETENTION_DAYS_DEFAULT,
                            .event_retention_days = o->event_retention_days ? o->event_retention_days
@@ -810,6 +821,9 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         audit_set_host(d->audit, fleet_host_id(d->fleet));
         events_set_webhooks(d->events, d->webhooks);
         manager_set_events(d->manager, d->events);
+        d->sample_interval_s = o->sandbox_metrics_interval_seconds ? o->sandbox_metrics_interval_seconds
+                                                                   : SAMPLES_INTERVAL_SECONDS_DEFAULT;
+        manager_set_samples(d->manager, d->samples, d->sample_interval_s);
         if ((r = snapshot_store_recover(d->snapshots)) < 0)
                 log_error(NULL, "recovering snapshots: %s", strerror(-r));
         if ((r = manager_recover(d->manager)) < 0) {
@@ -857,7 +871,8 @@ static int serve(Daemon *d) {
         d->app = (App){ .cfg = cfg, .db = d->db, .manager = d->manager, .ledger = d->ledger, .keys = d->keys,
                         .egress = d->egress, .procs = d->procs, .snapshots = d->snapshots, .uploads = d->uploads,
                         .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events,
-                        .webhooks = d->webhooks, .audit = d->audit };
+                        .webhooks = d->webhooks, .audit = d->audit, .samples = d->samples,
+                        .sample_interval_s = d->sample_interval_s };
         int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, d->keys, cfg->max_connections,
                                 cfg->max_connections_per_peer, &d->http);
         if (r == 0) {
@@ -918,6 +933,7 @@ static void stop(Daemon *d) {
                 d->host_ops->close(d->hosts);
         events_close(d->events);
         audit_close(d->audit);
+        samples_close(d->samples);
         db_close(d->db);
         if (d->cfg.socket_path)
                 unlink(d->cfg.socket_path);

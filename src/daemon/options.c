@@ -20,6 +20,7 @@
 #include "daemon/manager/events.h"
 #include "daemon/manager/fleet.h"
 #include "daemon/manager/keys.h"
+#include "daemon/manager/samples.h"
 #include "daemon/manager/uploads.h"
 #include "daemon/manager/webhooks.h"
 #include "driver/driver.h"
@@ -99,6 +100,12 @@ static const OptionSpec options[] = {
                "lifecycle events (GET /v1/events) older than this are dropped, and webhook deliveries with them"),
         NUMBER("audit-retention-days", audit_retention_days, 1, 3650, AUDIT_RETENTION_DAYS_DEFAULT,
                "audit records (GET /v1/audit) older than this are dropped"),
+        NUMBER("sandbox-metrics-interval-seconds", sandbox_metrics_interval_seconds, 1, SAMPLES_INTERVAL_SECONDS_MAX,
+               SAMPLES_INTERVAL_SECONDS_DEFAULT,
+               "every live sandbox's CPU, memory, disk and network use is read this often "
+               "(GET /v1/sandboxes/{id}/metrics, and its series on /metrics)"),
+        NUMBER("sandbox-metrics-retention-days", sandbox_metrics_retention_days, 1, 3650,
+               SAMPLES_RETENTION_DAYS_DEFAULT, "sandbox metrics readings older than this are dropped"),
         LIST("webhook-allow-cidr", "CIDR", webhook_allow_cidrs, n_webhook_allow_cidrs,
              "webhook receivers may be at addresses in CIDR although they are not public, loopback and private "
              "ranges among them (repeatable; link-local, metadata and multicast addresses never)"),

@@ -39,6 +39,8 @@ typedef struct DaemonOptions {
         unsigned host_dead_after_seconds; /* a host silent this long is declared dead */
         unsigned event_retention_days;    /* events older than this are dropped */
         unsigned audit_retention_days;    /* audit records older than this are dropped */
+        unsigned sandbox_metrics_interval_seconds; /* how often a live sandbox is read */
+        unsigned sandbox_metrics_retention_days;   /* readings older than this are dropped */
         const char *webhook_allow_cidrs[32]; /* ranges a webhook's receiver may be in although not public */
         unsigned n_webhook_allow_cidrs;
         unsigned webhook_retry_seconds; /* the wait after a delivery's first failed attempt */

@@ -15,6 +15,7 @@
 #include "daemon/store/store.h"
 #include "test_store_events_helper.h"
 #include "test_store_hosts_helper.h"
+#include "test_store_samples_helper.h"
 #include "test_store_webhooks_helper.h"
 
 typedef struct Fixture {
@@ -87,6 +88,15 @@ static void test_audit_contract(void **state) {
         store_sqlite.audit->close(a);
 }
 
+/* The sandboxes' readings of the same backend, on its own file. */
+static void test_samples_contract(void **state) {
+        Fixture *f = *state;
+        StoreSamples *h = NULL;
+        assert_int_equal(store_sqlite.samples->open(f->path, &h), 0);
+        samples_test_contract(store_sqlite.samples, h);
+        store_sqlite.samples->close(h);
+}
+
 /* A restart reopens the file: the epoch goes on from the stored one. */
 static void test_epoch_survives_reopen(void **state) {
         Fixture *f = *state;
@@ -111,6 +121,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_webhooks_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_webhooks_races, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_audit_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_samples_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_epoch_survives_reopen, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

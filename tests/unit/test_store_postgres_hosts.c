@@ -19,6 +19,7 @@
 #include "test_store_events_helper.h"
 #include "test_store_webhooks_helper.h"
 #include "test_store_hosts_helper.h"
+#include "test_store_samples_helper.h"
 
 typedef struct Fixture {
         char *url;
@@ -87,6 +88,15 @@ static void test_audit_contract(void **state) {
         store_postgres.audit->close(a);
 }
 
+static void test_samples_contract(void **state) {
+        Fixture *f = *state;
+        f->url = pg_fresh("samples_contract");
+        StoreSamples *h = NULL;
+        assert_int_equal(store_postgres.samples->open(f->url, &h), 0);
+        samples_test_contract(store_postgres.samples, h);
+        store_postgres.samples->close(h);
+}
+
 #define RACERS 8
 #define ROUNDS 5
 
@@ -152,6 +162,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_webhooks_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_webhooks_races, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_audit_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_samples_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_register_race, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

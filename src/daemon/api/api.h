@@ -87,6 +87,7 @@ typedef enum RouteKind {
         ROUTE_SECRET_PUT,
         ROUTE_SECRET_DELETE,
         ROUTE_SANDBOX_EGRESS,
+        ROUTE_SANDBOX_METRICS,
         ROUTE_PROC_LIST,
         ROUTE_PROC_SPAWN,
         ROUTE_PROC_GET,
@@ -144,6 +145,8 @@ struct App {
         Events *events;               /* the lifecycle events */
         struct Webhooks *webhooks;    /* the owners' webhooks; NULL: not offered */
         struct Audit *audit;          /* the audit trail; NULL: none */
+        struct Samples *samples;      /* the sandboxes' readings; NULL: none kept */
+        int64_t sample_interval_s;    /* how often a live sandbox is read */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when

@@ -74,15 +74,29 @@ static void fleet_metrics_extra(void *userdata, FILE *out) {
                 (unsigned long long)delivered, (unsigned long long)failed, (unsigned long long)given_up);
 }
 
+/* The admin key's extra figures: the fleet's, and every live sandbox's
+ * newest reading. */
+static void admin_extra(void *userdata, FILE *out) {
+        Req *r = userdata;
+        fleet_metrics_extra(r->app->fleet, out);
+        manager_render_samples(r->app->manager, NULL, out);
+}
+
+/* Another key's: its owner's live sandboxes' newest readings. */
+static void owner_extra(void *userdata, FILE *out) {
+        Req *r = userdata;
+        manager_render_samples(r->app->manager, r->key.owner, out);
+}
+
 enum MHD_Result handle_metrics(Req *r) {
         char *text = NULL;
         if (keys_is_admin(&r->key))
-                text = metrics_render(r->app->db, fleet_metrics_extra, r->app->fleet);
+                text = metrics_render(r->app->db, admin_extra, r);
         else {
                 MetricsStates m = { 0 };
                 SandboxError se;
                 if (sandbox_list(r->app->manager, &r->key, count_state, &m, &se) == 0)
-                        text = metrics_render_owner(&m);
+                        text = metrics_render_owner(&m, owner_extra, r);
         }
         if (!text)
                 return reply_internal(r);

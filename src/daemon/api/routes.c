@@ -13,6 +13,7 @@
 #include "daemon/api/api_interpreter.h"
 #include "daemon/api/api_keys.h"
 #include "daemon/api/api_processes.h"
+#include "daemon/api/api_sandbox_metrics.h"
 #include "daemon/api/api_sandboxes.h"
 #include "daemon/api/api_snapshots.h"
 #include "daemon/api/api_terminal.h"
@@ -148,6 +149,8 @@ const HttpRoute api_routes[] = {
           handle_sandbox_network),
         R(ROUTE_SANDBOX_EGRESS, "sandbox_egress", "GET", SBX "/egress", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_sandbox_egress),
+        R(ROUTE_SANDBOX_METRICS, "sandbox_metrics", "GET", SBX "/metrics", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_sandbox_metrics),
         R(ROUTE_FILES_READ, "files_read", "GET", SBX "/files/content", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_files_read),
         { .kind = ROUTE_FILES_WRITE, .name = "files_write", .method = "PUT", .path = SBX "/files/content",

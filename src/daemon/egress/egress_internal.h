@@ -76,6 +76,9 @@ struct SandboxEgress {
          * was full) since the last one that was logged. */
         unsigned serving, waiting;
         unsigned unlogged;
+        /* What its connections carried, added as each ends (the metrics'
+         * network figures). */
+        _Atomic uint64_t bytes_in, bytes_out;
 };
 
 /* egress_secrets.c: whether a sandbox whose create named `scope` (NULL:

@@ -115,6 +115,11 @@ void egress_sandbox_unref(SandboxEgress *se) {
         free(se);
 }
 
+void egress_sandbox_bytes(SandboxEgress *se, uint64_t *ret_in, uint64_t *ret_out) {
+        *ret_in = se ? atomic_load(&se->bytes_in) : 0;
+        *ret_out = se ? atomic_load(&se->bytes_out) : 0;
+}
+
 struct Conn {
         SandboxEgress *se;
         ChanStream *s;
@@ -230,6 +235,8 @@ static int audit_read(Audit *a, int timeout_ms) {
                 memcpy(a->rec.end, rec.end, sizeof(rec.end));
                 audit_update(a->svc, a->id, a->se, &a->rec, true);
         }
+        atomic_fetch_add(&a->se->bytes_in, rec.bytes_in);
+        atomic_fetch_add(&a->se->bytes_out, rec.bytes_out);
         log_debug(NULL, "egress %s %s:%u ended: %s (%llu bytes out, %llu in, %llu ms)", a->se->id,
                   a->rec.host[0] ? a->rec.host : "-", a->rec.port, a->rec.end, (unsigned long long)a->rec.bytes_out,
                   (unsigned long long)a->rec.bytes_in, (unsigned long long)a->rec.duration_ms);

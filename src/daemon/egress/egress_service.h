@@ -85,6 +85,9 @@ int egress_sandbox_new(EgressService *svc, const char *sandbox_id, const char *o
 /* New connections from now on follow this policy. */
 int egress_sandbox_set_network(SandboxEgress *se, const json_t *network);
 void egress_sandbox_unref(SandboxEgress *se);
+/* What the sandbox's connections carried so far, counted as each ends:
+ * bytes received from their destinations and sent to them. NULL se: 0. */
+void egress_sandbox_bytes(SandboxEgress *se, uint64_t *ret_in, uint64_t *ret_out);
 /* A ChannelAcceptFn; userdata is a SandboxEgress (it takes a reference per
  * connection). Queues the connection for the pool, which serves it on one of
  * at most `workers` threads (plus one proxy thread each), no more than

@@ -498,8 +498,14 @@ void http_server_set_fleet_secret(HttpServer *s, const char *secret) {
 /* Whether r is about a sandbox another live host runs, and so goes on to
  * it: 1 (r->fwd open), 0 (served here), or a refusal in e (-1). Asked only
  * when there are other hosts: one host alone pays nothing for it. */
+/* Routes about a sandbox that read only the store: any host answers them,
+ * its own host down or not. */
+static bool store_only(const Req *r) {
+        return strcmp(r->route.def->name, "sandbox_metrics") == 0;
+}
+
 static int forward_decide(HttpServer *s, Req *r, ApiError *e) {
-        if (r->forwarded || !r->route.sandbox_id[0] || !s->fleet || fleet_alone(s->fleet))
+        if (r->forwarded || !r->route.sandbox_id[0] || !s->fleet || fleet_alone(s->fleet) || store_only(r))
                 return 0;
         SandboxRow row;
         int rc = db_sandbox_get(s->db, r->route.sandbox_id, &row);

@@ -51,6 +51,8 @@ typedef struct FleetConfig {
         struct Webhooks *webhooks;    /* may be NULL; its finished deliveries pruned with the events */
         struct Audit *audit;          /* may be NULL; host deaths recorded, pruned by the sweeper */
         int64_t audit_retention_days;
+        struct Samples *samples;      /* may be NULL; pruned by the sweeper */
+        int64_t sample_retention_days;
 } FleetConfig;
 
 typedef struct Fleet Fleet;

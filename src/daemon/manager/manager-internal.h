@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "daemon/manager/events.h"
+#include "daemon/manager/samples.h"
 #include "daemon/manager/sandbox.h"
 
 #define HELLO_TIMEOUT_MS 30000
@@ -56,6 +57,13 @@ struct Sandbox {
          * an exec that found its agent silent); shown to the client, and
          * never overwritten by the channel closing afterwards. */
         char fail_reason[128];
+        /* The sampler's, touched by the maintenance thread alone: its
+         * reading before (sample_mono_ms 0: none yet). */
+        int64_t sample_mono_ms;
+        uint64_t sample_cpu_ns, sample_net_in, sample_net_out;
+        /* Its newest reading, for /metrics (sampled: there is one). */
+        _Atomic bool sampled;
+        _Atomic uint64_t last_cpu_ns, last_memory, last_disk, last_net_in, last_net_out;
         Sandbox *next;      /* live list, under m->lock */
         Sandbox *next_dead; /* dead queue, under m->lock */
 };
@@ -90,6 +98,9 @@ struct Manager {
         int64_t hb_timeout_ms; /* 0: each driver's own */
         char host_id[64];      /* the host whose sandboxes these are (manager_set_host) */
         Events *events;        /* NULL: none recorded */
+        Samples *samples;      /* NULL: no readings kept */
+        int64_t sample_interval_ms;
+        int64_t last_sample_ms; /* monotonic; the maintenance thread's */
 };
 
 

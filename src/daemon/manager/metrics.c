@@ -81,13 +81,15 @@ static void given_counts(void *userdata, StoreStateCountFn fn, void *out) {
                         fn(out, (SandboxState)i, m->count[i]);
 }
 
-char *metrics_render_owner(const MetricsStates *states) {
+char *metrics_render_owner(const MetricsStates *states, MetricsExtra extra, void *userdata) {
         char *buf = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&buf, &len);
         if (!f)
                 return NULL;
         write_state_gauge(f, given_counts, (void *)states);
+        if (extra)
+                extra(userdata, f);
         if (fclose(f) != 0) {
                 free(buf);
                 return NULL;

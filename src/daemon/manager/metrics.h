@@ -20,4 +20,4 @@ typedef struct MetricsStates {
         int64_t count[_SANDBOX_STATE_MAX]; /* by SandboxState; a state counted 0 is shown as 0 */
         bool seen[_SANDBOX_STATE_MAX];
 } MetricsStates;
-char *metrics_render_owner(const MetricsStates *states);
+char *metrics_render_owner(const MetricsStates *states, MetricsExtra extra, void *userdata);

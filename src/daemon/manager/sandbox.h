@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "daemon/manager/channel.h"
 #include "daemon/manager/config.h"
@@ -25,6 +26,7 @@ typedef struct Manager Manager;
 typedef struct Sandbox Sandbox;
 
 typedef struct Events Events;
+typedef struct Samples Samples;
 int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret);
 /* After a daemon died: every sandbox the DB says was starting or running
  * gets driver->reap_orphan and becomes stopped ("daemon restarted"); then
@@ -35,6 +37,12 @@ int manager_recover(Manager *m);
 void manager_set_host(Manager *m, const char *host_id);
 /* Where the lifecycle events go (NULL: nowhere). */
 void manager_set_events(Manager *m, Events *events);
+/* Every live sandbox is read every interval_s seconds and its readings
+ * kept in samples (manager/samples.h). */
+void manager_set_samples(Manager *m, Samples *samples, int64_t interval_s);
+/* The newest reading of each live sandbox of the owner's (NULL: of every
+ * owner), at most SAMPLES_SERIES_MAX of them, in Prometheus' text format. */
+void manager_render_samples(Manager *m, const char *owner, FILE *f);
 /* What this host's live sandboxes hold, for its heartbeat. */
 void manager_use(Manager *m, int64_t *ret_vcpu, int64_t *ret_memory_mib, int64_t *ret_sandboxes);
 /* Stops every sandbox of this host without writing the store (which is

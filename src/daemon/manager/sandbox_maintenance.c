@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +152,54 @@ static void check_one(Manager *m, Sandbox *sb, int64_t now_ms) {
         queue_dead(sb);
 }
 
+/* One live sandbox's reading into rec: false when it has none now (it is
+ * not running, or its driver reads nothing). The deltas are from its
+ * reading before; its first has none (interval_ms 0). */
+static bool sample_one(Sandbox *sb, int64_t now_ms, int64_t now_unix, SampleRecord *rec) {
+        DriverStats st = { 0 };
+        pthread_mutex_lock(&sb->lock);
+        bool live = sb->running && !sb->stopping && !sb->died && sb->inst && sb->driver->stats;
+        int r = live ? sb->driver->stats(sb->inst, &st) : -ENOENT;
+        pthread_mutex_unlock(&sb->lock);
+        if (r < 0)
+                return false;
+        uint64_t in, out;
+        egress_sandbox_bytes(sb->egress, &in, &out);
+        *rec = (SampleRecord){ .sandbox_id = sb->id, .owner = sb->owner, .at = now_unix,
+                               .memory_bytes = (int64_t)st.memory_bytes, .disk_bytes = (int64_t)st.disk_used_bytes };
+        if (sb->sample_mono_ms && now_ms > sb->sample_mono_ms) {
+                rec->interval_ms = now_ms - sb->sample_mono_ms;
+                rec->cpu_ns = st.cpu_usage_ns > sb->sample_cpu_ns ? (int64_t)(st.cpu_usage_ns - sb->sample_cpu_ns) : 0;
+                rec->net_in_bytes = in > sb->sample_net_in ? (int64_t)(in - sb->sample_net_in) : 0;
+                rec->net_out_bytes = out > sb->sample_net_out ? (int64_t)(out - sb->sample_net_out) : 0;
+        }
+        sb->sample_mono_ms = now_ms;
+        sb->sample_cpu_ns = st.cpu_usage_ns;
+        sb->sample_net_in = in;
+        sb->sample_net_out = out;
+        atomic_store(&sb->last_cpu_ns, st.cpu_usage_ns);
+        atomic_store(&sb->last_memory, st.memory_bytes);
+        atomic_store(&sb->last_disk, st.disk_used_bytes);
+        atomic_store(&sb->last_net_in, in);
+        atomic_store(&sb->last_net_out, out);
+        atomic_store(&sb->sampled, true);
+        return true;
+}
+
+/* A round of readings of the n held sandboxes, kept in one write. */
+static void sample_round(Manager *m, Sandbox **held, size_t n, int64_t now_ms) {
+        SampleRecord *recs = n ? calloc(n, sizeof(*recs)) : NULL;
+        if (!recs)
+                return;
+        int64_t now_unix = time_now_unix();
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+                if (sample_one(held[i], now_ms, now_unix, &recs[k]))
+                        k++;
+        (void)samples_append(m->samples, recs, k);
+        free(recs);
+}
+
 static void check_live(Manager *m) {
         enum { BATCH = 64 };
         Sandbox *stack[BATCH];
@@ -174,8 +223,13 @@ static void check_live(Manager *m) {
         for (size_t i = 0; i < n; i++) {
                 check_one(m, held[i], now);
                 idle_check(m, held[i], now);
-                sandbox_unref(held[i]);
         }
+        if (m->samples && (!m->last_sample_ms || now - m->last_sample_ms >= m->sample_interval_ms)) {
+                m->last_sample_ms = now;
+                sample_round(m, held, n, now);
+        }
+        for (size_t i = 0; i < n; i++)
+                sandbox_unref(held[i]);
         if (held != stack)
                 free(held);
 }
@@ -324,6 +378,69 @@ int manager_lose_host(Manager *m, const char *host_id, int64_t last_seen, const 
 
 void manager_set_events(Manager *m, Events *events) {
         m->events = events;
+}
+
+void manager_set_samples(Manager *m, Samples *samples, int64_t interval_s) {
+        m->samples = samples;
+        m->sample_interval_ms = (interval_s > 0 ? interval_s : SAMPLES_INTERVAL_SECONDS_DEFAULT) * 1000;
+}
+
+typedef struct SeriesRow {
+        char id[32];
+        uint64_t cpu_ns, memory, disk, net_in, net_out;
+} SeriesRow;
+
+static void series_family(FILE *f, const SeriesRow *rows, size_t n, const char *name, const char *type,
+                          const char *help, size_t field, bool seconds) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+        for (size_t i = 0; i < n; i++) {
+                uint64_t v = *(const uint64_t *)((const char *)&rows[i] + field);
+                if (seconds) /* the field counts nanoseconds */
+                        fprintf(f, "%s{sandbox=\"%s\"} %.3f\n", name, rows[i].id, (double)v / 1e9);
+                else
+                        fprintf(f, "%s{sandbox=\"%s\"} %llu\n", name, rows[i].id, (unsigned long long)v);
+        }
+}
+
+void manager_render_samples(Manager *m, const char *owner, FILE *f) {
+        SeriesRow *rows = calloc(SAMPLES_SERIES_MAX, sizeof(*rows));
+        if (!rows)
+                return;
+        size_t n = 0, omitted = 0;
+        pthread_mutex_lock(&m->lock);
+        for (Sandbox *sb = m->live; sb; sb = sb->next) {
+                if ((owner && strcmp(sb->owner, owner) != 0) || !atomic_load(&sb->sampled))
+                        continue;
+                if (n == SAMPLES_SERIES_MAX) {
+                        omitted++;
+                        continue;
+                }
+                SeriesRow *r = &rows[n++];
+                snprintf(r->id, sizeof r->id, "%s", sb->id);
+                r->cpu_ns = atomic_load(&sb->last_cpu_ns);
+                r->memory = atomic_load(&sb->last_memory);
+                r->disk = atomic_load(&sb->last_disk);
+                r->net_in = atomic_load(&sb->last_net_in);
+                r->net_out = atomic_load(&sb->last_net_out);
+        }
+        pthread_mutex_unlock(&m->lock);
+        series_family(f, rows, n, "runtime_sandbox_cpu_seconds_total", "counter",
+                      "CPU time a live sandbox has used, at its newest reading.", offsetof(SeriesRow, cpu_ns), true);
+        series_family(f, rows, n, "runtime_sandbox_memory_bytes", "gauge",
+                      "Memory a live sandbox holds, at its newest reading.", offsetof(SeriesRow, memory), false);
+        series_family(f, rows, n, "runtime_sandbox_disk_bytes", "gauge",
+                      "What a live sandbox's writable layer holds, at its newest reading.", offsetof(SeriesRow, disk), false);
+        series_family(f, rows, n, "runtime_sandbox_network_receive_bytes_total", "counter",
+                      "Bytes a live sandbox received through the egress proxy, at its newest reading.",
+                      offsetof(SeriesRow, net_in), false);
+        series_family(f, rows, n, "runtime_sandbox_network_transmit_bytes_total", "counter",
+                      "Bytes a live sandbox sent through the egress proxy, at its newest reading.",
+                      offsetof(SeriesRow, net_out), false);
+        fprintf(f, "# HELP runtime_sandbox_series_omitted Live sandboxes left out of the per-sandbox series "
+                   "(at most %d are shown).\n# TYPE runtime_sandbox_series_omitted gauge\n"
+                   "runtime_sandbox_series_omitted %zu\n",
+                SAMPLES_SERIES_MAX, omitted);
+        free(rows);
 }
 
 void manager_set_host(Manager *m, const char *host_id) {

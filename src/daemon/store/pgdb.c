@@ -177,6 +177,17 @@ int pgdb_exec(PgConn *c, const char *sql, const PgParams *p) {
         return pgdb_run(c, sql, p, NULL);
 }
 
+int pgdb_delete_before(PgConn *c, const char *sql, int64_t before, int64_t *ret_n) {
+        PgParams p = { 0 };
+        pgp_int(&p, before);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run(c, sql, &p, &res);
+        if (r < 0)
+                return r;
+        *ret_n = strtoll(PQcmdTuples(res), NULL, 10);
+        return 0;
+}
+
 #define PGDB_TX_TRIES 8
 
 int pgdb_transaction(PgConn *c, PgTxFn fn, void *userdata) {

@@ -62,6 +62,9 @@ void pgp_bool(PgParams *p, bool v);
 int pgdb_run(PgConn *c, const char *sql, const PgParams *p, PGresult **ret);
 /* pgdb_run for a statement whose result is not wanted. */
 int pgdb_exec(PgConn *c, const char *sql, const PgParams *p);
+/* Runs a DELETE whose one parameter is a time (a retention's pruning);
+ * how many rows went in *ret_n. */
+int pgdb_delete_before(PgConn *c, const char *sql, int64_t before, int64_t *ret_n);
 
 /* A transaction: fn runs between BEGIN (SERIALIZABLE) and COMMIT with the
  * connection's lock held, and the whole runs again on a serialization

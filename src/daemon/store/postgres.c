@@ -9,6 +9,7 @@
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
 #include "daemon/store/store_uploads.h"
+#include "daemon/store/store_samples.h"
 #include "daemon/store/store_sandboxes.h"
 #include "daemon/store/store_snapshots.h"
 #include "daemon/store/store_webhooks.h"
@@ -25,4 +26,5 @@ const StoreBackend store_postgres = {
         .snapshots = &store_postgres_snapshots,
         .webhooks = &store_postgres_webhooks,
         .audit = &store_postgres_audit,
+        .samples = &store_postgres_samples,
 };

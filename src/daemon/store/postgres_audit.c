@@ -77,14 +77,7 @@ static int pg_audit_list(StoreAudit *h, const AuditFilter *f, StoreAuditFn fn, v
 }
 
 static int pg_audit_prune(StoreAudit *h, int64_t before, int64_t *ret_n) {
-        PgParams p = { 0 };
-        pgp_int(&p, before);
-        _cleanup_pgres_ PGresult *res = NULL;
-        int r = pgdb_run(&h->c, "DELETE FROM audit WHERE at < $1", &p, &res);
-        if (r < 0)
-                return r;
-        *ret_n = strtoll(PQcmdTuples(res), NULL, 10);
-        return 0;
+        return pgdb_delete_before(&h->c, "DELETE FROM audit WHERE at < $1", before, ret_n);
 }
 
 const StoreAuditOps store_postgres_audit = {

@@ -73,14 +73,7 @@ static int pg_events_list(StoreEvents *h, const EventFilter *f, StoreEventFn fn,
 }
 
 static int pg_events_prune(StoreEvents *h, int64_t before, int64_t *ret_n) {
-        PgParams p = { 0 };
-        pgp_int(&p, before);
-        _cleanup_pgres_ PGresult *res = NULL;
-        int r = pgdb_run(&h->c, "DELETE FROM events WHERE at < $1", &p, &res);
-        if (r < 0)
-                return r;
-        *ret_n = strtoll(PQcmdTuples(res), NULL, 10);
-        return 0;
+        return pgdb_delete_before(&h->c, "DELETE FROM events WHERE at < $1", before, ret_n);
 }
 
 const StoreEventOps store_postgres_events = {

@@ -127,6 +127,13 @@ static const char *const steps[] = {
         "  client TEXT, request_id TEXT, host_id TEXT NOT NULL, at BIGINT NOT NULL);"
         "CREATE INDEX audit_owner ON audit (owner, seq);"
         "CREATE INDEX audit_at ON audit (at);",
+        /* 7: the sandboxes' resource readings (store_samples.h) */
+        "CREATE TABLE sandbox_samples ("
+        "  seq BIGSERIAL PRIMARY KEY, sandbox_id TEXT NOT NULL, owner TEXT NOT NULL, at BIGINT NOT NULL,"
+        "  interval_ms BIGINT NOT NULL, cpu_ns BIGINT NOT NULL, memory_bytes BIGINT NOT NULL,"
+        "  disk_bytes BIGINT NOT NULL, net_in_bytes BIGINT NOT NULL, net_out_bytes BIGINT NOT NULL);"
+        "CREATE INDEX sandbox_samples_sandbox ON sandbox_samples (sandbox_id, at);"
+        "CREATE INDEX sandbox_samples_at ON sandbox_samples (at);",
 };
 
 #define KIND "postgres"

@@ -340,14 +340,8 @@ static int pg_webhooks_deliveries(StoreWebhooks *h, const DeliveryFilter *f, Sto
 }
 
 static int pg_webhooks_prune(StoreWebhooks *h, int64_t before, int64_t *ret_n) {
-        PgParams p = { 0 };
-        pgp_int(&p, before);
-        _cleanup_pgres_ PGresult *res = NULL;
-        int r = pgdb_run(&h->c, "DELETE FROM webhook_deliveries WHERE state <> 'pending' AND updated_at < $1", &p, &res);
-        if (r < 0)
-                return r;
-        *ret_n = strtoll(PQcmdTuples(res), NULL, 10);
-        return 0;
+        return pgdb_delete_before(&h->c, "DELETE FROM webhook_deliveries WHERE state <> 'pending' AND updated_at < $1",
+                                  before, ret_n);
 }
 
 const StoreWebhookOps store_postgres_webhooks = {

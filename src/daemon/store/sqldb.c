@@ -45,6 +45,18 @@ int sqldb_exec_transaction(sqlite3 *sql, const char *text) {
         return 0;
 }
 
+int sqldb_delete_before(sqlite3 *sql, const char *text, int64_t before, int64_t *ret_n) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(sql, text, -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_int64(st, 1, before);
+        int rc = sqlite3_step(st);
+        if (rc != SQLITE_DONE)
+                return sqldb_errno(rc) ?: -EIO;
+        *ret_n = sqlite3_changes(sql);
+        return 0;
+}
+
 int sqldb_open(const char *path, sqlite3 **ret) {
         sqlite3 *sql = NULL;
         int rc = sqlite3_open_v2(path, &sql,

@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <sqlite3.h>
-#include <stddef.h>
+#include <stdint.h>
 
 /* How long a writer waits for another connection's write lock. */
 #define SQLDB_BUSY_TIMEOUT_MS 10000
@@ -31,6 +31,9 @@ int sqldb_errno(int rc);
 int sqldb_exec(sqlite3 *sql, const char *text);
 /* Runs SQL text inside BEGIN IMMEDIATE ... COMMIT (rolled back on failure). */
 int sqldb_exec_transaction(sqlite3 *sql, const char *text);
+/* Runs a DELETE whose one parameter is a time (a retention's pruning);
+ * how many rows went in *ret_n. */
+int sqldb_delete_before(sqlite3 *sql, const char *text, int64_t before, int64_t *ret_n);
 
 static inline void sqldb_finalizep(sqlite3_stmt **s) {
         if (*s)

@@ -7,6 +7,7 @@
 #include "daemon/store/store_hosts.h"
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
+#include "daemon/store/store_samples.h"
 #include "daemon/store/store_sandboxes.h"
 #include "daemon/store/store_snapshots.h"
 #include "daemon/store/store_uploads.h"
@@ -24,4 +25,5 @@ const StoreBackend store_sqlite = {
         .events = &store_sqlite_events,
         .webhooks = &store_sqlite_webhooks,
         .audit = &store_sqlite_audit,
+        .samples = &store_sqlite_samples,
 };

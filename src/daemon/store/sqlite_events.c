@@ -97,15 +97,7 @@ static int sqlite_events_list(StoreEvents *h, const EventFilter *f, StoreEventFn
 
 static int sqlite_events_prune(StoreEvents *h, int64_t before, int64_t *ret_n) {
         LOCKED(h);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(h->sql, "DELETE FROM events WHERE at < ?", -1, &st, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_int64(st, 1, before);
-        int rc = sqlite3_step(st);
-        if (rc != SQLITE_DONE)
-                return sqldb_errno(rc) ?: -EIO;
-        *ret_n = sqlite3_changes(h->sql);
-        return 0;
+        return sqldb_delete_before(h->sql, "DELETE FROM events WHERE at < ?", before, ret_n);
 }
 
 const StoreEventOps store_sqlite_events = {

@@ -482,16 +482,8 @@ static int sqlite_webhooks_deliveries(StoreWebhooks *h, const DeliveryFilter *f,
 
 static int sqlite_webhooks_prune(StoreWebhooks *h, int64_t before, int64_t *ret_n) {
         LOCKED(h);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(h->sql, "DELETE FROM webhook_deliveries WHERE state <> 'pending' AND updated_at < ?", -1,
-                               &st, NULL) != SQLITE_OK)
-                return -EIO;
-        sqlite3_bind_int64(st, 1, before);
-        int r = step_errno(sqlite3_step(st));
-        if (r < 0)
-                return r;
-        *ret_n = sqlite3_changes(h->sql);
-        return 0;
+        return sqldb_delete_before(h->sql, "DELETE FROM webhook_deliveries WHERE state <> 'pending' AND updated_at < ?",
+                                   before, ret_n);
 }
 
 const StoreWebhookOps store_sqlite_webhooks = {

@@ -18,7 +18,7 @@ bool store_backend_missing(const StoreBackend *b, char *buf, size_t n) {
                 { "keys", b->keys },           { "ledger", b->ledger },       { "uploads", b->uploads },
                 { "sandboxes", b->sandboxes }, { "snapshots", b->snapshots }, { "egress", b->egress },
                 { "hosts", b->hosts },         { "events", b->events },       { "webhooks", b->webhooks },
-                { "audit", b->audit },
+                { "audit", b->audit },         { "samples", b->samples },
         };
         size_t at = 0;
         if (n)

@@ -36,6 +36,7 @@ typedef struct StoreHostOps StoreHostOps;
 typedef struct StoreEventOps StoreEventOps;
 typedef struct StoreWebhookOps StoreWebhookOps;
 typedef struct StoreAuditOps StoreAuditOps;
+typedef struct StoreSampleOps StoreSampleOps;
 
 typedef struct StoreBackend {
         const char *name;
@@ -49,6 +50,7 @@ typedef struct StoreBackend {
         const StoreEventOps *events;  /* the lifecycle events */
         const StoreWebhookOps *webhooks; /* the owners' webhooks and their deliveries */
         const StoreAuditOps *audit;      /* the audit trail */
+        const StoreSampleOps *samples;   /* the sandboxes' resource readings */
 } StoreBackend;
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */

@@ -1,0 +1,87 @@
+#pragma once
+/* The contract of a backend's sandbox readings (store_samples.h), shared by
+ * the SQLite and PostgreSQL tests: a round appended in one write, steps
+ * that sum time, CPU and network and take the largest memory and disk, the
+ * range's start, one sandbox's readings only, the newest reading (and none
+ * for a sandbox without), pruning by age. */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "daemon/store/store_samples.h"
+
+typedef struct SamplesSeen {
+        SampleStep steps[16];
+        int n;
+} SamplesSeen;
+
+static inline int samples_test_collect(void *userdata, const SampleStep *s) {
+        SamplesSeen *seen = userdata;
+        if (seen->n >= 16)
+                return -E2BIG;
+        seen->steps[seen->n++] = *s;
+        return 0;
+}
+
+static inline void samples_test_contract(const StoreSampleOps *ops, StoreSamples *h) {
+        /* Two sandboxes, a reading of each every 10 s from 1000 to 1050. */
+        SampleRecord round[12];
+        for (int i = 0; i < 6; i++) {
+                for (int k = 0; k < 2; k++) {
+                        SampleRecord *r = &round[i * 2 + k];
+                        *r = (SampleRecord){ .sandbox_id = k ? "sbx_bbbbbbbbbbbbbbbbbbbb" : "sbx_aaaaaaaaaaaaaaaaaaaa",
+                                             .owner = k ? "bob" : "alice", .at = 1000 + i * 10,
+                                             .interval_ms = i ? 10000 : 0, .cpu_ns = i ? 5000000000LL : 0,
+                                             .memory_bytes = 100 + i, .disk_bytes = 200 - i, .net_in_bytes = i,
+                                             .net_out_bytes = 2 * i };
+                }
+        }
+        assert_int_equal(ops->append(h, round, 12), 0);
+        assert_int_equal(ops->append(h, round, 0), 0);
+
+        /* Steps of 20 s from 1000: [1000, 1020) [1020, 1040) [1040, 1060). */
+        SamplesSeen s = { 0 };
+        assert_int_equal(ops->series(h, "sbx_aaaaaaaaaaaaaaaaaaaa", 1000, 20, samples_test_collect, &s), 0);
+        assert_int_equal(s.n, 3);
+        assert_int_equal(s.steps[0].at, 1000);
+        assert_int_equal(s.steps[0].n, 2);
+        assert_int_equal(s.steps[0].interval_ms, 10000);
+        assert_int_equal(s.steps[0].cpu_ns, 5000000000LL);
+        assert_int_equal(s.steps[0].memory_bytes, 101); /* the largest */
+        assert_int_equal(s.steps[0].disk_bytes, 200);
+        assert_int_equal(s.steps[0].net_in_bytes, 1);
+        assert_int_equal(s.steps[2].at, 1040);
+        assert_int_equal(s.steps[2].cpu_ns, 10000000000LL); /* summed past 32 bits */
+        assert_int_equal(s.steps[2].net_out_bytes, 18);
+
+        /* The range's start; another sandbox's readings never; none at all. */
+        s = (SamplesSeen){ 0 };
+        assert_int_equal(ops->series(h, "sbx_aaaaaaaaaaaaaaaaaaaa", 1030, 10, samples_test_collect, &s), 0);
+        assert_int_equal(s.n, 3);
+        assert_int_equal(s.steps[0].at, 1030);
+        s = (SamplesSeen){ 0 };
+        assert_int_equal(ops->series(h, "sbx_cccccccccccccccccccc", 0, 60, samples_test_collect, &s), 0);
+        assert_int_equal(s.n, 0);
+        assert_int_equal(ops->series(h, "sbx_aaaaaaaaaaaaaaaaaaaa", 0, 0, samples_test_collect, &s), -EINVAL);
+
+        /* The newest reading. */
+        s = (SamplesSeen){ 0 };
+        assert_int_equal(ops->latest(h, "sbx_bbbbbbbbbbbbbbbbbbbb", samples_test_collect, &s), 0);
+        assert_int_equal(s.n, 1);
+        assert_int_equal(s.steps[0].at, 1050);
+        assert_int_equal(s.steps[0].memory_bytes, 105);
+        assert_int_equal(s.steps[0].n, 1);
+        assert_int_equal(ops->latest(h, "sbx_cccccccccccccccccccc", samples_test_collect, &s), -ENOENT);
+
+        /* Pruning by age, every sandbox's. */
+        int64_t n = -1;
+        assert_int_equal(ops->prune(h, 1020, &n), 0);
+        assert_int_equal(n, 4);
+        s = (SamplesSeen){ 0 };
+        assert_int_equal(ops->series(h, "sbx_aaaaaaaaaaaaaaaaaaaa", 0, 3600, samples_test_collect, &s), 0);
+        assert_int_equal(s.n, 1);
+        assert_int_equal(s.steps[0].at, 0);
+        assert_int_equal(s.steps[0].n, 4);
+}
