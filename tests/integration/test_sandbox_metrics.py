@@ -119,3 +119,21 @@ def test_metrics_refusals_and_owners(sampled):
             every = admin.get("/metrics").text
         assert sbx.id in every and theirs.id in every
         assert "# TYPE runtime_sandbox_network_receive_bytes_total counter" in every
+
+
+def test_every_driver_is_read(sampled, driver):
+    """Each driver's sandbox has readings: its cgroup's CPU time and memory (gVisor's Sentry, the
+    microVM's VMM, guest memory and all)."""
+    key = _owner_key(sampled, f"mx-{uuid.uuid4().hex[:8]}")
+    with Api(sampled, key=key) as c:
+        sbx = c.create_sandbox(driver=driver, timeoutSeconds=120)
+        url = f"/v1/sandboxes/{sbx.id}/metrics"
+        first = wait_until(lambda: c.get(url).json()["latest"], timeout=60, what=f"a {driver} sandbox's first reading")
+        assert first["memoryBytes"] > 1 << 20, first
+        # Work after the first reading: the next one's CPU time holds it.
+        assert sbx.exec("i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")["exitCode"] == 0
+
+        def busy():
+            m = c.get(url, params={"range": "15m"}).json()
+            return m if any(p["cpuPercent"] and p["cpuPercent"] > 0 for p in m["points"]) else None
+        wait_until(busy, timeout=60, interval=0.5, what=f"the CPU time of a {driver} sandbox's command")
