@@ -40,6 +40,7 @@
 #include "daemon/store/store.h"
 #include "daemon/manager/audit.h"
 #include "daemon/manager/events.h"
+#include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
 #include "daemon/manager/webhooks.h"
 #include "daemon/manager/fleet.h"
@@ -71,6 +72,7 @@ typedef struct Daemon {
         Webhooks *webhooks;
         Audit *audit;
         Samples *samples;
+        RequestCounts *requests;
         int64_t sample_interval_s;
         char fleet_secret[FORWARD_MAX_SECRET + 1]; /* "" : none */
 } Daemon;
@@ -628,6 +630,10 @@ static int open_store(Daemon *d) {
                 log_error(NULL, "cannot open the sandbox metrics in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
+        if ((r = request_counts_open(store_backend_for(d->db_path), d->db_path, &d->requests)) < 0) {
+                log_error(NULL, "cannot open the request counts in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
         d->host_ops = store_backend_for(d->db_path)->hosts;
         if ((r = d->host_ops->open(d->db_path, &d->hosts)) < 0) {
                 log_error(NULL, "cannot open the hosts in %s: %s", d->db_label, strerror(-r));
@@ -677,6 +683,7 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                            .webhooks = d->webhooks,
                            .audit = d->audit,
                            .samples = d->samples,
+                           .requests = d->requests,
                            .sample_retention_days = o->sandbox_metrics_retention_days
                                                             ? o->sandbox_metrics_retention_days
                                                             : SAMPLES_RETENTION_DAYS_DEFAULT,
@@ -872,12 +879,13 @@ static int serve(Daemon *d) {
                         .egress = d->egress, .procs = d->procs, .snapshots = d->snapshots, .uploads = d->uploads,
                         .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events,
                         .webhooks = d->webhooks, .audit = d->audit, .samples = d->samples,
-                        .sample_interval_s = d->sample_interval_s };
+                        .sample_interval_s = d->sample_interval_s, .requests = d->requests };
         int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, d->keys, cfg->max_connections,
                                 cfg->max_connections_per_peer, &d->http);
         if (r == 0) {
                 http_server_set_fleet(d->http, d->fleet);
                 http_server_set_audit(d->http, d->audit);
+                http_server_set_requests(d->http, d->requests);
                 http_server_set_fleet_secret(d->http, d->fleet_secret[0] ? d->fleet_secret : NULL);
         }
         if (r < 0 || (r = http_server_start(d->http, fd)) < 0) {
@@ -934,6 +942,7 @@ static void stop(Daemon *d) {
         events_close(d->events);
         audit_close(d->audit);
         samples_close(d->samples);
+        request_counts_close(d->requests);
         db_close(d->db);
         if (d->cfg.socket_path)
                 unlink(d->cfg.socket_path);

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import uuid
 
 import pytest
 
 from conftest import _finish_daemon, _start_daemon
-from helpers import Api, assert_error, wait_until
+from helpers import REPO, Api, assert_error, wait_until
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -107,6 +108,16 @@ def test_metrics_refusals_and_owners(sampled):
                    what="a first reading")
         wait_until(lambda: o.get(f"/v1/sandboxes/{theirs.id}/metrics").json()["latest"], timeout=30,
                    what="their first reading")
+        # Our SDK reads the same, and refuses a range not offered before any request.
+        sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
+        from withruntime import Sandbox as SdkSandbox
+        from withruntime.errors import InvalidRequestError
+        with SdkSandbox.connect(sbx.id, api_key=key, base_url=sampled.base_url) as s:
+            m = s.metrics(range="15m")
+            assert m["sandboxId"] == sbx.id and m["latest"] and m["points"]
+            assert s.metrics()["range"] == "1h"
+            with pytest.raises(InvalidRequestError):
+                s.metrics(range="2h")
         # /metrics: a key's own sandboxes' series; the admin key's, every one's.
         mine = c.get("/metrics").text
         assert f'runtime_sandbox_memory_bytes{{sandbox="{sbx.id}"}}' in mine

@@ -170,10 +170,21 @@ def test_two_hosts_share_a_database(build_dir, image_dir, tmp_path, postgres, an
             ids = set(pool.map(goc, [a, b] * 3))
         assert len(ids) == 1, ids
         api_a.delete(f"/v1/sandboxes/{ids.pop()}")
+        # Each host counts the answers it gave, and the database sums them: b writes its counts
+        # as it stops.
+        r = api_a.post("/v1/keys", json={"name": "counted", "owner": "counted"})
+        assert r.status_code == 201, r.text
+        counted = r.json()["key"]
+        for d, n in ((a, 2), (b, 3)):
+            with Api(d, key=counted) as c:
+                for _ in range(n):
+                    assert c.get("/v1/sandboxes").status_code == 200
         # b's restart recovers b's sandboxes only: a's keeps running and answering, and a's
         # snapshot (its files on a) is neither removed nor charged twice.
         b.restart()
         assert api_b.get(f"/v1/snapshots/{snap}").status_code == 200
+        with Api(a, key=counted) as c:
+            assert c.get("/v1/usage/requests").json()["requests"] == "5"
         assert on_a.run("echo still") == "still\n"
         assert api_a.get(f"/v1/sandboxes/{on_a.id}").json()["state"] == "running"
         assert api_a.get(f"/v1/sandboxes/{on_b.id}").json()["state"] == "stopped"

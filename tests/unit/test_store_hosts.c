@@ -97,6 +97,14 @@ static void test_samples_contract(void **state) {
         store_sqlite.samples->close(h);
 }
 
+static void test_requests_contract(void **state) {
+        Fixture *f = *state;
+        StoreRequests *h = NULL;
+        assert_int_equal(store_sqlite.requests->open(f->path, &h), 0);
+        requests_test_contract(store_sqlite.requests, h);
+        store_sqlite.requests->close(h);
+}
+
 /* A restart reopens the file: the epoch goes on from the stored one. */
 static void test_epoch_survives_reopen(void **state) {
         Fixture *f = *state;
@@ -122,6 +130,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_webhooks_races, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_audit_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_samples_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_requests_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_epoch_survives_reopen, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

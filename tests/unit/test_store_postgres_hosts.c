@@ -97,6 +97,15 @@ static void test_samples_contract(void **state) {
         store_postgres.samples->close(h);
 }
 
+static void test_requests_contract(void **state) {
+        Fixture *f = *state;
+        f->url = pg_fresh("requests_contract");
+        StoreRequests *h = NULL;
+        assert_int_equal(store_postgres.requests->open(f->url, &h), 0);
+        requests_test_contract(store_postgres.requests, h);
+        store_postgres.requests->close(h);
+}
+
 #define RACERS 8
 #define ROUNDS 5
 
@@ -163,6 +172,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_webhooks_races, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_audit_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_samples_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_requests_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_register_race, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

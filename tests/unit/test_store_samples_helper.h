@@ -1,15 +1,18 @@
 #pragma once
-/* The contract of a backend's sandbox readings (store_samples.h), shared by
- * the SQLite and PostgreSQL tests: a round appended in one write, steps
- * that sum time, CPU and network and take the largest memory and disk, the
- * range's start, one sandbox's readings only, the newest reading (and none
- * for a sandbox without), pruning by age. */
+/* The contract of a backend's sandbox readings (store_samples.h) and API
+ * answer counts (store_requests.h), shared by the SQLite and PostgreSQL
+ * tests: a round appended in one write, steps that sum time, CPU and
+ * network and take the largest memory and disk, the range's start, one
+ * sandbox's readings only, the newest reading (and none for a sandbox
+ * without), pruning by age; counts that add up per owner, key and hour,
+ * listed by hour then key, an owner's own, pruned by age. */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "daemon/store/store_requests.h"
 #include "daemon/store/store_samples.h"
 
 typedef struct SamplesSeen {
@@ -84,4 +87,62 @@ static inline void samples_test_contract(const StoreSampleOps *ops, StoreSamples
         assert_int_equal(s.n, 1);
         assert_int_equal(s.steps[0].at, 0);
         assert_int_equal(s.steps[0].n, 4);
+}
+
+typedef struct CountsSeen {
+        char keys[8][24];
+        int64_t hours[8], requests[8], client[8], server[8];
+        int n;
+} CountsSeen;
+
+static inline int requests_test_collect(void *userdata, const RequestCount *c) {
+        CountsSeen *s = userdata;
+        if (s->n >= 8)
+                return -E2BIG;
+        snprintf(s->keys[s->n], sizeof s->keys[0], "%s", c->key_id);
+        s->hours[s->n] = c->hour;
+        s->requests[s->n] = c->requests;
+        s->client[s->n] = c->client_errors;
+        s->server[s->n++] = c->server_errors;
+        return 0;
+}
+
+static inline void requests_test_contract(const StoreRequestOps *ops, StoreRequests *h) {
+        RequestCount first[] = {
+                { .owner = "alice", .key_id = "key_b", .hour = 7200, .requests = 5, .client_errors = 1 },
+                { .owner = "alice", .key_id = "key_a", .hour = 7200, .requests = 2, .server_errors = 2 },
+                { .owner = "alice", .key_id = "key_a", .hour = 3600, .requests = 1 },
+                { .owner = "bob", .key_id = "key_c", .hour = 7200, .requests = 9 },
+        };
+        assert_int_equal(ops->add(h, first, 4), 0);
+        assert_int_equal(ops->add(h, first, 0), 0);
+        /* A second host's counts of the same hour and key add up. */
+        RequestCount more = { .owner = "alice", .key_id = "key_b", .hour = 7200, .requests = 3, .client_errors = 2,
+                              .server_errors = 1 };
+        assert_int_equal(ops->add(h, &more, 1), 0);
+
+        CountsSeen s = { 0 };
+        assert_int_equal(ops->list(h, "alice", 0, requests_test_collect, &s), 0);
+        assert_int_equal(s.n, 3);
+        assert_string_equal(s.keys[0], "key_a");
+        assert_int_equal(s.hours[0], 3600);
+        assert_string_equal(s.keys[1], "key_a");
+        assert_int_equal(s.server[1], 2);
+        assert_string_equal(s.keys[2], "key_b");
+        assert_int_equal(s.requests[2], 8);
+        assert_int_equal(s.client[2], 3);
+        assert_int_equal(s.server[2], 1);
+        s = (CountsSeen){ 0 };
+        assert_int_equal(ops->list(h, "alice", 7200, requests_test_collect, &s), 0);
+        assert_int_equal(s.n, 2);
+        s = (CountsSeen){ 0 };
+        assert_int_equal(ops->list(h, "carol", 0, requests_test_collect, &s), 0);
+        assert_int_equal(s.n, 0);
+
+        int64_t n = -1;
+        assert_int_equal(ops->prune(h, 7200, &n), 0);
+        assert_int_equal(n, 1);
+        s = (CountsSeen){ 0 };
+        assert_int_equal(ops->list(h, "alice", 0, requests_test_collect, &s), 0);
+        assert_int_equal(s.n, 2);
 }

@@ -11,7 +11,7 @@
  * `withruntime/tools` turns a sandbox into four LlamaIndex.TS tools.
  */
 export { Sandbox, Files, Network, Secrets } from "./sandbox.js";
-export type { ClientOptions, CreateOptions, SandboxData, FileData, ExecStreamOptions, SpawnOptions } from "./sandbox.js";
+export type { ClientOptions, CreateOptions, SandboxData, FileData, ExecStreamOptions, SpawnOptions, MetricsRange } from "./sandbox.js";
 export { Process } from "./process.js";
 export type { ProcessInfo } from "./process.js";
 export { Interpreter, InterpreterContexts, TABLE_MIME } from "./interpreter.js";

@@ -53,6 +53,10 @@ export interface CreateOptions extends CreateFields, ClientOptions {
 /** The sandbox object as the API answers it (camelCase names). */
 export type SandboxData = Record<string, unknown> & { id: string; state?: string };
 
+/** The ranges a sandbox's metrics are read over. */
+export const METRICS_RANGES = ["15m", "1h", "6h", "24h", "7d", "30d"] as const;
+export type MetricsRange = (typeof METRICS_RANGES)[number];
+
 function connect(opts: ClientOptions): HttpClient {
   const endpoint = resolveEndpoint(opts.baseUrl);
   return new HttpClient(endpoint, resolveApiKey(opts.apiKey), opts.httpTimeoutSeconds);
@@ -223,6 +227,21 @@ export class Sandbox implements AsyncDisposable {
     });
     if (!data || !Array.isArray(data.entries)) throw new APIConnectionError("the daemon's answer is not an egress log");
     return data.entries.filter((e): e is Record<string, unknown> => typeof e === "object" && e !== null);
+  }
+
+  /**
+   * Its CPU, memory, disk and network use over `range` (15m, 1h (the default), 6h, 24h, 7d or
+   * 30d): `points` in steps of `stepSeconds`, and `latest`, its newest reading.
+   */
+  async metrics(range?: MetricsRange): Promise<Record<string, unknown>> {
+    if (range !== undefined && !(METRICS_RANGES as readonly string[]).includes(range)) {
+      throw new InvalidRequestError(`range must be one of ${METRICS_RANGES.join(", ")}`);
+    }
+    const data = await this.http.request<{ points?: unknown }>("GET", sandboxPath(this.id, "/metrics"), {
+      query: range === undefined ? {} : { range },
+    });
+    if (!data || !Array.isArray(data.points)) throw new APIConnectionError("the daemon's answer is not a sandbox's metrics");
+    return data as Record<string, unknown>;
   }
 
   /** Stop the sandbox and remove its files and everything it had on the host. */

@@ -288,3 +288,18 @@ daemonTest("a daemon that is not there is a connection error naming the address"
 });
 
 void SLOW;
+
+daemonTest("metrics: the sandbox's readings, and a range not offered refused before any request", async () => {
+  const sbx = await create();
+  try {
+    const m = await sbx.metrics("15m");
+    assert.equal(m.sandboxId, sbx.id);
+    assert.equal(m.range, "15m");
+    assert.ok(Array.isArray(m.points));
+    assert.ok(Number.isInteger(m.stepSeconds) && m.stepSeconds >= 1);
+    assert.equal((await sbx.metrics()).range, "1h");
+    await assert.rejects(sbx.metrics("2h"), InvalidRequestError);
+  } finally {
+    await sbx.delete();
+  }
+});

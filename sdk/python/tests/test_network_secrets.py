@@ -176,3 +176,17 @@ def test_network_get_off_on(fake) -> None:
         assert sbx.network.off()["internet"] is False
         assert json.loads(fake.requests[-1].content) == {"internet": False}
         assert sbx.network.on() == {"internet": True, "allow": [], "deny": []}
+
+
+def test_metrics(fake) -> None:
+    body = {"sandboxId": "sbx_1", "range": "6h", "stepSeconds": 72, "points": [], "latest": None}
+    fake.routes[("GET", "/v1/sandboxes/sbx_1/metrics")] = lambda req: httpx.Response(200, json=body)
+    with Sandbox.create(_transport=fake.transport()) as sbx:
+        assert sbx.metrics(range="6h") == body
+        assert fake.requests[-1].url.params["range"] == "6h"
+        sbx.metrics()
+        assert "range" not in fake.requests[-1].url.params
+        n = len(fake.requests)
+        with pytest.raises(InvalidRequestError):
+            sbx.metrics(range="2h")
+        assert len(fake.requests) == n

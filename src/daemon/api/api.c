@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "common/jsonutil.h"
+#include "common/log.h"
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/manager/agent_client.h"
@@ -667,6 +668,16 @@ json_t *api_sandbox_json(Manager *m, const SandboxRow *r) {
                 return NULL;
         }
         return j;
+}
+
+enum MHD_Result api_reply_store_error(Req *r, int rc, const char *what) {
+        ApiError e;
+        log_error(r->rid, "%s: %s", what, strerror(-rc));
+        if (rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -EBUSY)
+                api_error(&e, 503, "unavailable", "try again", "the store did not answer");
+        else
+                api_error(&e, 500, "internal", "the daemon's log has details", "could not %s", what);
+        return reply_error(r, &e);
 }
 
 int api_page_query(Req *r, unsigned def, unsigned max, unsigned *ret_limit, int64_t *ret_before, ApiError *e) {

@@ -147,6 +147,7 @@ struct App {
         struct Audit *audit;          /* the audit trail; NULL: none */
         struct Samples *samples;      /* the sandboxes' readings; NULL: none kept */
         int64_t sample_interval_s;    /* how often a live sandbox is read */
+        struct RequestCounts *requests; /* the API answers counted; NULL: not counted */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when
@@ -206,6 +207,9 @@ void api_audit_command(Req *r, const ExecRequest *q);
  * read as a pattern. */
 bool api_filter_ok(const char *s);
 
+/* The answer to a store call that failed for `what` ("read the usage"):
+ * 503 when the store did not answer (try again), else 500, logged. */
+enum MHD_Result api_reply_store_error(Req *r, int rc, const char *what);
 /* A listing in pages by cursor (events, webhook deliveries): its `limit`
  * (1..max, def when absent) and `cursor` (a record's place, 0 when absent)
  * from the query; -EINVAL with e filled for bad ones. */

@@ -198,8 +198,6 @@ static const struct {
         { ROUTE_ACCOUNT_CLOSE, "accounts to close", "stop the daemon and remove its state directory" },
         { ROUTE_ACCOUNT_EMAILS, "emails", "read the daemon's log instead" },
         { ROUTE_ACCOUNT_EMAILS_UPDATE, "emails", "read the daemon's log instead" },
-        { ROUTE_USAGE_REQUESTS, "per-request usage counts", "read GET /metrics" },
-        { ROUTE_USAGE_EXPORT, "usage exports", "read GET /v1/usage" },
 };
 
 enum MHD_Result handle_not_offered(Req *r) {

@@ -38,23 +38,13 @@ static json_t *host_json(const HostRecord *h, const char *self) {
                          (json_int_t)h->used.sandboxes, "self", self && strcmp(self, h->id) == 0);
 }
 
-static enum MHD_Result store_refusal(Req *r, int rc, const char *what) {
-        ApiError e;
-        log_error(r->rid, "%s: %s", what, strerror(-rc));
-        if (rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -EBUSY)
-                api_error(&e, 503, "unavailable", "try again", "the store did not answer");
-        else
-                api_error(&e, 500, "internal", "the daemon's log has details", "could not %s", what);
-        return reply_error(r, &e);
-}
-
 enum MHD_Result handle_hosts(Req *r) {
         const App *app = r->app;
         HostRecord *list = NULL;
         size_t n = 0;
         int rc = app->host_ops->list(app->hosts, &list, &n);
         if (rc < 0)
-                return store_refusal(r, rc, "list the hosts");
+                return api_reply_store_error(r, rc, "list the hosts");
         const char *self = app->fleet ? fleet_host_id(app->fleet) : NULL;
         json_t *arr = json_array();
         for (size_t i = 0; arr && i < n; i++)
@@ -89,14 +79,14 @@ enum MHD_Result handle_host_drain(Req *r) {
                 return reply_error(r, &e);
         }
         if (rc < 0)
-                return store_refusal(r, rc, drain ? "drain the host" : "undrain the host");
+                return api_reply_store_error(r, rc, drain ? "drain the host" : "undrain the host");
         if (app->fleet)
                 (void)fleet_refresh(app->fleet);
         log_info(r->rid, "host %s %s by key %s", r->route.host_id, drain ? "drained" : "undrained", r->key.id);
         HostRecord *list = NULL;
         size_t n = 0;
         if ((rc = app->host_ops->list(app->hosts, &list, &n)) < 0)
-                return store_refusal(r, rc, "list the hosts");
+                return api_reply_store_error(r, rc, "list the hosts");
         json_t *j = NULL;
         for (size_t i = 0; i < n; i++) {
                 if (!j && strcmp(list[i].id, r->route.host_id) == 0)

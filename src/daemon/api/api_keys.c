@@ -1,4 +1,4 @@
-/* The guard rails' routes: keys, usage, limits, trial. */
+/* The guard rails' routes: keys, limits, trial. */
 #include "daemon/api/api_keys.h"
 
 #include <errno.h>
@@ -13,13 +13,6 @@
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
 #include "common/log.h"
-
-static enum MHD_Result reply_rc(Req *r, int rc, const char *what) {
-        ApiError e;
-        log_error(r->rid, "%s: %s", what, strerror(-rc));
-        api_error(&e, 500, "internal", "the daemon's log has details", "could not %s", what);
-        return reply_error(r, &e);
-}
 
 /* The API's key object, in the order clients have always seen its fields. */
 static json_t *key_json(const KeyRecord *k) {
@@ -130,7 +123,7 @@ enum MHD_Result handle_keys_create(Req *r) {
                 return reply_error(r, &e);
         }
         if (rc < 0)
-                return reply_rc(r, rc, "make the key");
+                return api_reply_store_error(r, rc, "make the key");
         json_t *j = made_key_json(&k, secret);
         explicit_bzero(secret, sizeof(secret));
         if (!j)
@@ -144,7 +137,7 @@ enum MHD_Result handle_keys_list(Req *r) {
         size_t n = 0;
         int rc = keystore_list(r->app->keys, keys_is_admin(&r->key) ? NULL : r->key.owner, &list, &n);
         if (rc < 0)
-                return reply_rc(r, rc, "list the keys");
+                return api_reply_store_error(r, rc, "list the keys");
         json_t *arr = json_array();
         for (size_t i = 0; arr && i < n; i++)
                 if (json_array_append_new(arr, key_json(&list[i])) < 0) {
@@ -172,100 +165,11 @@ enum MHD_Result handle_key_revoke(Req *r) {
                 return reply_error(r, &e);
         }
         if (rc < 0)
-                return reply_rc(r, rc, "revoke the key");
+                return api_reply_store_error(r, rc, "revoke the key");
         log_info(r->rid, "key %s revoked by %s", r->route.key_id, r->key.id);
         json_t *j = json_pack("{s:s,s:b,s:o}", "id", r->route.key_id, "revoked", 1, "revokedAt", json_time_or_null(now));
         if (!j)
                 return reply_internal(r);
-        return reply_json(r, 200, j);
-}
-
-/* Unix seconds, or an RFC 3339 UTC time "2026-11-30T09:00:00Z". */
-static int parse_time(const char *s, int64_t *ret) {
-        if (!s || !*s || strlen(s) > 32)
-                return -EINVAL;
-        char *end;
-        if (s[0] >= '0' && s[0] <= '9' && !strchr(s, '-')) {
-                errno = 0;
-                long long v = strtoll(s, &end, 10);
-                if (errno || *end || v < 0)
-                        return -EINVAL;
-                *ret = v;
-                return 0;
-        }
-        struct tm tm = { 0 };
-        int n = 0;
-        if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
-                   &tm.tm_sec, &n) != 6 ||
-            s[n] != '\0' || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
-            tm.tm_min > 59 || tm.tm_sec > 60 || tm.tm_year < 1970)
-                return -EINVAL;
-        tm.tm_year -= 1900;
-        tm.tm_mon -= 1;
-        time_t t = timegm(&tm);
-        if (t < 0)
-                return -EINVAL;
-        *ret = t;
-        return 0;
-}
-
-/* Far enough for any real window, small enough that nothing overflows. */
-#define USAGE_MAX_TIME 253402300799LL /* 9999-12-31T23:59:59Z */
-
-/* GET /v1/usage's totals and lists, before the window and owner. */
-static json_t *usage_json(const LedgerUsage *u) {
-        _cleanup_json_ json_t *sandboxes = json_array(), *keys = json_array();
-        if (!sandboxes || !keys)
-                return NULL;
-        for (size_t i = 0; i < u->n_sandboxes; i++) {
-                const LedgerUsageSandbox *sb = &u->sandboxes[i];
-                if (json_array_append_new(sandboxes, json_pack("{s:s,s:I,s:I,s:s,s:b}", "sandboxId", sb->sandbox_id,
-                                                               "seconds", (json_int_t)sb->seconds, "micros",
-                                                               (json_int_t)sb->micros, "keyId", sb->key_id,
-                                                               "running", sb->running)) < 0)
-                        return NULL;
-        }
-        for (size_t i = 0; i < u->n_keys; i++) {
-                const LedgerUsageKey *k = &u->keys[i];
-                if (json_array_append_new(keys, json_pack("{s:s,s:I,s:I,s:s}", "keyId", k->key_id, "seconds",
-                                                          (json_int_t)k->seconds, "micros", (json_int_t)k->micros,
-                                                          "name", k->name)) < 0)
-                        return NULL;
-        }
-        return json_pack("{s:I,s:I,s:O,s:O,s:b}", "totalSeconds", (json_int_t)u->total_seconds, "totalMicros",
-                         (json_int_t)u->total_micros, "sandboxes", sandboxes, "keys", keys, "truncated",
-                         u->truncated);
-}
-
-enum MHD_Result handle_usage(Req *r) {
-        ApiError e = { 0 };
-        int64_t now = time_now_unix(), since = now - LEDGER_WINDOW_SECONDS, until = now;
-        const char *s = req_query(r, "since"), *u = req_query(r, "until");
-        if (s && (parse_time(s, &since) < 0 || since > USAGE_MAX_TIME)) {
-                api_error(&e, 400, "invalid_request", "give since as unix seconds or 2026-11-30T09:00:00Z",
-                          "since is not a time");
-                return reply_error(r, &e);
-        }
-        if (u && (parse_time(u, &until) < 0 || until > USAGE_MAX_TIME)) {
-                api_error(&e, 400, "invalid_request", "give until as unix seconds or 2026-11-30T09:00:00Z",
-                          "until is not a time");
-                return reply_error(r, &e);
-        }
-        if (since >= until) {
-                api_error(&e, 400, "invalid_request", NULL, "since must be before until");
-                return reply_error(r, &e);
-        }
-        _cleanup_(ledger_usage_done) LedgerUsage usage = { 0 };
-        int rc = ledger_usage(r->app->ledger, r->key.owner, since, until, now, &usage);
-        if (rc < 0)
-                return reply_rc(r, rc, "read the usage");
-        json_t *j = usage_json(&usage);
-        if (!j || json_object_set_new(j, "since", json_time_or_null(since)) < 0 ||
-            json_object_set_new(j, "until", json_time_or_null(until)) < 0 ||
-            json_object_set_new(j, "owner", json_string(r->key.owner)) < 0) {
-                json_decref(j);
-                return reply_internal(r);
-        }
         return reply_json(r, 200, j);
 }
 
@@ -303,7 +207,7 @@ enum MHD_Result handle_limits(Req *r) {
         json_t *j = NULL;
         int rc = limits_json(r, &j);
         if (rc < 0)
-                return reply_rc(r, rc, "read the key's spending");
+                return api_reply_store_error(r, rc, "read the key's spending");
         return reply_json(r, 200, j);
 }
 
@@ -315,7 +219,7 @@ enum MHD_Result handle_me(Req *r) {
         json_t *limits = NULL;
         int rc = limits_json(r, &limits);
         if (rc < 0)
-                return reply_rc(r, rc, "read the key's spending");
+                return api_reply_store_error(r, rc, "read the key's spending");
         return reply_json(r, 200,
                           json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:b,s:b,s:o}", "orgId", k->owner, "orgName",
                                     k->owner, "owner", k->owner, "principal_id", k->id, "keyId", k->id, "keyName",
@@ -349,7 +253,7 @@ enum MHD_Result handle_trial(Req *r) {
                 return reply_error(r, &e);
         }
         if (rc < 0)
-                return reply_rc(r, rc, "make a trial key");
+                return api_reply_store_error(r, rc, "make a trial key");
         json_t *j = made_key_json(&k, secret);
         explicit_bzero(secret, sizeof(secret));
         if (!j || json_object_set_new(j, "trialAllowance", json_pack("{s:I}", "sandboxSeconds",

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "daemon/api/api.h"
+#include "daemon/manager/request_counts.h"
+#include "daemon/manager/samples.h"
 #include "daemon/manager/metrics.h"
 #include "daemon/manager/webhooks.h"
 
@@ -80,6 +82,12 @@ static void admin_extra(void *userdata, FILE *out) {
         Req *r = userdata;
         fleet_metrics_extra(r->app->fleet, out);
         manager_render_samples(r->app->manager, NULL, out);
+        fprintf(out, "# HELP runtime_sandbox_reading_rounds_dropped_total Rounds of sandbox readings the store "
+                     "refused.\n# TYPE runtime_sandbox_reading_rounds_dropped_total counter\n"
+                     "runtime_sandbox_reading_rounds_dropped_total %llu\n"
+                     "# HELP runtime_requests_uncounted_total API answers left out of the request counts.\n"
+                     "# TYPE runtime_requests_uncounted_total counter\nruntime_requests_uncounted_total %llu\n",
+                (unsigned long long)samples_dropped(), (unsigned long long)request_counts_lost());
 }
 
 /* Another key's: its owner's live sandboxes' newest readings. */

@@ -9,6 +9,7 @@
 #include "daemon/api/api_files.h"
 #include "daemon/api/api_hosts.h"
 #include "daemon/api/api_uploads.h"
+#include "daemon/api/api_usage.h"
 #include "daemon/api/api_images.h"
 #include "daemon/api/api_interpreter.h"
 #include "daemon/api/api_keys.h"
@@ -95,9 +96,9 @@ const HttpRoute api_routes[] = {
         R(ROUTE_ACCOUNT_EMAILS_UPDATE, "account_emails_update", "POST", "/v1/account/emails:update",
           HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_not_offered),
         R(ROUTE_USAGE_REQUESTS, "usage_requests", "GET", "/v1/usage/requests", HTTP_ACCESS_READ, HTTP_BODY_NONE,
-          handle_not_offered),
+          handle_usage_requests),
         R(ROUTE_USAGE_EXPORT, "usage_export", "GET", "/v1/usage/export", HTTP_ACCESS_READ, HTTP_BODY_NONE,
-          handle_not_offered),
+          handle_usage_export),
         R(ROUTE_IMAGES, "images", "GET", "/v1/images", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_images),
         R(ROUTE_IMAGE_BUILD, "image_build", "POST", "/v1/images/{image}:build", HTTP_ACCESS_ADMIN, HTTP_BODY_NONE,
           handle_image_build),

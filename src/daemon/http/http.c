@@ -15,6 +15,7 @@
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/model/auth.h"
+#include "daemon/manager/request_counts.h"
 #include "daemon/manager/audit.h"
 #include "daemon/manager/fleet.h"
 #include "daemon/manager/images.h"
@@ -400,12 +401,17 @@ struct HttpServer {
         unsigned max_per_peer;
         Fleet *fleet;   /* this host's standing: fenced, it serves nothing but metrics */
         Audit *audit;   /* NULL: no audit trail */
+        RequestCounts *requests; /* NULL: answers not counted */
         const char *fleet_secret; /* NULL: no forwarding */
         struct MHD_Daemon *mhd;
 };
 
 void http_server_set_fleet(HttpServer *s, Fleet *fleet) {
         s->fleet = fleet;
+}
+
+void http_server_set_requests(HttpServer *s, RequestCounts *requests) {
+        s->requests = requests;
 }
 
 void http_server_set_audit(HttpServer *s, Audit *audit) {
@@ -495,15 +501,15 @@ void http_server_set_fleet_secret(HttpServer *s, const char *secret) {
         s->fleet_secret = secret;
 }
 
-/* Whether r is about a sandbox another live host runs, and so goes on to
- * it: 1 (r->fwd open), 0 (served here), or a refusal in e (-1). Asked only
- * when there are other hosts: one host alone pays nothing for it. */
 /* Routes about a sandbox that read only the store: any host answers them,
  * its own host down or not. */
 static bool store_only(const Req *r) {
         return strcmp(r->route.def->name, "sandbox_metrics") == 0;
 }
 
+/* Whether r is about a sandbox another live host runs, and so goes on to
+ * it: 1 (r->fwd open), 0 (served here), or a refusal in e (-1). Asked only
+ * when there are other hosts: one host alone pays nothing for it. */
 static int forward_decide(HttpServer *s, Req *r, ApiError *e) {
         if (r->forwarded || !r->route.sandbox_id[0] || !s->fleet || fleet_alone(s->fleet) || store_only(r))
                 return 0;
@@ -927,6 +933,9 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
         unsigned status = r->answered ? r->status : 0;
         metrics_http_response(status);
         audit_request(cls, r, status);
+        /* Counted where the client asked: a call forwarded here was counted there. */
+        if (status && r->key.id[0] && !r->forwarded)
+                request_counts_note(((HttpServer *)cls)->requests, r->key.owner, r->key.id, status);
         uint64_t ms = time_now_mono_ms() - r->t0;
         if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
                 log_info(r->rid, "%s %s %u %llums", r->method, r->path, status, (unsigned long long)ms);

@@ -183,7 +183,10 @@ void http_server_set_fleet(HttpServer *s, Fleet *fleet);
 /* Each request that changes something (and each WebSocket opened) gets an
  * audit record once answered (manager/audit.h). */
 struct Audit;
+struct RequestCounts;
 void http_server_set_audit(HttpServer *s, struct Audit *audit);
+/* Every answer to a known key is counted there (docs/api.md, "GET /v1/usage/requests"). */
+void http_server_set_requests(HttpServer *s, struct RequestCounts *requests);
 /* The fleet's secret (NULL: forwarding off): a request about another host's
  * sandbox is forwarded to it with the secret; a request that carries it
  * came forwarded and is served here. Kept, not copied. */

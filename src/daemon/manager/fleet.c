@@ -14,6 +14,7 @@
 #include "common/timeutil.h"
 #include "daemon/manager/db.h"
 #include "daemon/manager/audit.h"
+#include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
 #include "daemon/manager/events.h"
 #include "daemon/manager/webhooks.h"
@@ -485,6 +486,8 @@ static void prune_events(Fleet *f) {
                 log_warn(NULL, "dropping old audit records: %s", strerror(-r));
         if (f->c.samples && (r = samples_prune(f->c.samples, f->c.sample_retention_days, &n)) < 0)
                 log_warn(NULL, "dropping old sandbox metrics: %s", strerror(-r));
+        if (f->c.requests && (r = request_counts_prune(f->c.requests, REQUEST_COUNTS_RETENTION_DAYS, &n)) < 0)
+                log_warn(NULL, "dropping old request counts: %s", strerror(-r));
 }
 
 static void *fleet_run(void *userdata) {

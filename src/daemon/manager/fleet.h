@@ -53,6 +53,7 @@ typedef struct FleetConfig {
         int64_t audit_retention_days;
         struct Samples *samples;      /* may be NULL; pruned by the sweeper */
         int64_t sample_retention_days;
+        struct RequestCounts *requests; /* may be NULL; pruned by the sweeper */
 } FleetConfig;
 
 typedef struct Fleet Fleet;

@@ -340,3 +340,78 @@ int ledger_sandbox_total(Ledger *l, const char *sandbox_id, int64_t now, int64_t
         *ret_micros = w.micros;
         return 0;
 }
+
+/* Places of an export compared: by end, then series, then start. */
+static int place_cmp(const LedgerExportPlace *a, const LedgerExportPlace *b) {
+        if (a->ended_at != b->ended_at)
+                return a->ended_at < b->ended_at ? -1 : 1;
+        int c = strcmp(a->series, b->series);
+        if (c)
+                return c;
+        return a->started_at < b->started_at ? -1 : a->started_at > b->started_at;
+}
+
+/* The page as it is found: the `limit` first rows after the cursor, kept
+ * in order as the charges come in another one (their start's), and
+ * whether any came past them. */
+typedef struct ExportWalk {
+        int64_t since, until, final_through;
+        const LedgerExportPlace *after;
+        LedgerExportRow *rows;
+        size_t n, limit;
+        bool more;
+} ExportWalk;
+
+static int export_add(const StoreLedgerInterval *iv, void *userdata) {
+        ExportWalk *w = userdata;
+        if (iv->open) {
+                if (iv->ended_at < w->final_through)
+                        w->final_through = iv->ended_at;
+                return 0;
+        }
+        if (iv->ended_at < w->since || iv->ended_at >= w->until)
+                return 0;
+        LedgerExportRow row = { .at = { .ended_at = iv->ended_at, .started_at = iv->started_at },
+                                .seconds = iv->seconds, .micros = iv->micros, .price_per_hour = iv->price_per_hour };
+        snprintf(row.at.series, sizeof row.at.series, "%s", iv->sandbox_id);
+        snprintf(row.key_id, sizeof row.key_id, "%s", iv->key_id);
+        snprintf(row.key_name, sizeof row.key_name, "%s", iv->key_name ? iv->key_name : "");
+        if (w->after && place_cmp(&row.at, w->after) <= 0)
+                return 0;
+        /* Where it goes among the rows kept (binary search), if anywhere. */
+        size_t lo = 0, hi = w->n;
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (place_cmp(&w->rows[mid].at, &row.at) < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        if (lo == w->limit) {
+                w->more = true;
+                return 0;
+        }
+        if (w->n == w->limit)
+                w->more = true; /* the last one kept goes */
+        else
+                w->n++;
+        memmove(&w->rows[lo + 1], &w->rows[lo], (w->n - 1 - lo) * sizeof(*w->rows));
+        w->rows[lo] = row;
+        return 0;
+}
+
+int ledger_export(Ledger *l, const char *owner, int64_t since, int64_t until, const LedgerExportPlace *after,
+                  size_t limit, int64_t now, LedgerExportRow *rows, size_t *ret_n, bool *ret_more,
+                  int64_t *ret_final_through) {
+        if (limit < 1 || limit > LEDGER_EXPORT_MAX_ROWS || since >= until)
+                return -EINVAL;
+        ExportWalk w = { .since = since, .until = until, .final_through = now < until ? now : until, .after = after,
+                         .rows = rows, .limit = limit };
+        int r = l->ops->owner_intervals(l->h, owner, since, until, export_add, &w);
+        if (r < 0)
+                return r;
+        *ret_n = w.n;
+        *ret_more = w.more;
+        *ret_final_through = w.final_through;
+        return 0;
+}

@@ -133,6 +133,35 @@ typedef struct LedgerUsage {
 int ledger_usage(Ledger *l, const char *owner, int64_t since, int64_t until, int64_t now, LedgerUsage *ret);
 /* Frees what a usage holds (not the struct); a zeroed one is fine. */
 void ledger_usage_done(LedgerUsage *u);
+/* An export's rows: the owner's settled (closed) charges, one row each, in
+ * the order of their end, their series and their start. */
+#define LEDGER_EXPORT_MAX_ROWS 1000
+#define LEDGER_SERIES_MAX 48 /* a series' id: a sandbox's, or "<id>:disk" */
+
+typedef struct LedgerExportPlace {
+        int64_t ended_at;
+        char series[LEDGER_SERIES_MAX];
+        int64_t started_at;
+} LedgerExportPlace;
+
+typedef struct LedgerExportRow {
+        LedgerExportPlace at;
+        char key_id[32];
+        char key_name[128]; /* "" when the key is gone */
+        int64_t seconds;
+        int64_t micros;
+        int64_t price_per_hour;
+} LedgerExportRow;
+
+/* One page of the owner's charges settled in [since, until) after `after`
+ * (NULL: from the first), at most limit (1..LEDGER_EXPORT_MAX_ROWS) of them
+ * into rows; *ret_more when more follow. *ret_final_through: no charge
+ * that ends before it can still appear or change (now, or the earliest
+ * heartbeat of an open charge, no later than until). */
+int ledger_export(Ledger *l, const char *owner, int64_t since, int64_t until, const LedgerExportPlace *after,
+                  size_t limit, int64_t now, LedgerExportRow *rows, size_t *ret_n, bool *ret_more,
+                  int64_t *ret_final_through);
+
 /* Seconds and micros billed to one sandbox so far (open interval up to now,
  * at most `cap` when cap > 0). */
 int ledger_sandbox_total(Ledger *l, const char *sandbox_id, int64_t now, int64_t cap, int64_t *ret_seconds,

@@ -9,6 +9,7 @@
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
 #include "daemon/store/store_uploads.h"
+#include "daemon/store/store_requests.h"
 #include "daemon/store/store_samples.h"
 #include "daemon/store/store_sandboxes.h"
 #include "daemon/store/store_snapshots.h"
@@ -27,4 +28,5 @@ const StoreBackend store_postgres = {
         .webhooks = &store_postgres_webhooks,
         .audit = &store_postgres_audit,
         .samples = &store_postgres_samples,
+        .requests = &store_postgres_requests,
 };

@@ -134,6 +134,11 @@ static const char *const steps[] = {
         "  disk_bytes BIGINT NOT NULL, net_in_bytes BIGINT NOT NULL, net_out_bytes BIGINT NOT NULL);"
         "CREATE INDEX sandbox_samples_sandbox ON sandbox_samples (sandbox_id, at);"
         "CREATE INDEX sandbox_samples_at ON sandbox_samples (at);",
+        /* 8: the API answers counted per key and hour (store_requests.h) */
+        "CREATE TABLE request_counts ("
+        "  owner TEXT NOT NULL, key_id TEXT NOT NULL, hour BIGINT NOT NULL, requests BIGINT NOT NULL,"
+        "  client_errors BIGINT NOT NULL, server_errors BIGINT NOT NULL, PRIMARY KEY (owner, hour, key_id));"
+        "CREATE INDEX request_counts_hour ON request_counts (hour);",
 };
 
 #define KIND "postgres"

@@ -45,6 +45,16 @@ int sqldb_exec_transaction(sqlite3 *sql, const char *text) {
         return 0;
 }
 
+int sqldb_transaction(sqlite3 *sql, SqlTxFn fn, void *userdata) {
+        int r = sqldb_exec(sql, "BEGIN IMMEDIATE");
+        if (r < 0)
+                return r;
+        if ((r = fn(userdata)) >= 0 && (r = sqldb_exec(sql, "COMMIT")) >= 0)
+                return 0;
+        (void)sqldb_exec(sql, "ROLLBACK");
+        return r;
+}
+
 int sqldb_delete_before(sqlite3 *sql, const char *text, int64_t before, int64_t *ret_n) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(sql, text, -1, &st, NULL) != SQLITE_OK)

@@ -31,6 +31,10 @@ int sqldb_errno(int rc);
 int sqldb_exec(sqlite3 *sql, const char *text);
 /* Runs SQL text inside BEGIN IMMEDIATE ... COMMIT (rolled back on failure). */
 int sqldb_exec_transaction(sqlite3 *sql, const char *text);
+/* Runs fn(userdata) between BEGIN IMMEDIATE and COMMIT; a negative return
+ * (or a failed commit) rolls back and is returned. */
+typedef int (*SqlTxFn)(void *userdata);
+int sqldb_transaction(sqlite3 *sql, SqlTxFn fn, void *userdata);
 /* Runs a DELETE whose one parameter is a time (a retention's pruning);
  * how many rows went in *ret_n. */
 int sqldb_delete_before(sqlite3 *sql, const char *text, int64_t before, int64_t *ret_n);

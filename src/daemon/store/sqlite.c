@@ -7,6 +7,7 @@
 #include "daemon/store/store_hosts.h"
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
+#include "daemon/store/store_requests.h"
 #include "daemon/store/store_samples.h"
 #include "daemon/store/store_sandboxes.h"
 #include "daemon/store/store_snapshots.h"
@@ -26,4 +27,5 @@ const StoreBackend store_sqlite = {
         .webhooks = &store_sqlite_webhooks,
         .audit = &store_sqlite_audit,
         .samples = &store_sqlite_samples,
+        .requests = &store_sqlite_requests,
 };

@@ -43,7 +43,17 @@ static void sqlite_samples_close(StoreSamples *h) {
         sqldb_handle_close(h);
 }
 
-static int append_all(StoreSamples *h, const SampleRecord *s, size_t n) {
+typedef struct Batch {
+        StoreSamples *h;
+        const SampleRecord *s;
+        size_t n;
+} Batch;
+
+static int append_all(void *userdata) {
+        const Batch *b = userdata;
+        StoreSamples *h = b->h;
+        const SampleRecord *s = b->s;
+        size_t n = b->n;
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(h->sql,
                                "INSERT INTO sandbox_samples (sandbox_id, owner, at, interval_ms, cpu_ns, memory_bytes, "
@@ -72,13 +82,8 @@ static int sqlite_samples_append(StoreSamples *h, const SampleRecord *s, size_t 
         if (n == 0)
                 return 0;
         LOCKED(h);
-        int r = sqldb_exec(h->sql, "BEGIN IMMEDIATE");
-        if (r < 0)
-                return r;
-        if ((r = append_all(h, s, n)) >= 0 && (r = sqldb_exec(h->sql, "COMMIT")) >= 0)
-                return 0;
-        (void)sqldb_exec(h->sql, "ROLLBACK");
-        return r;
+        Batch b = { .h = h, .s = s, .n = n };
+        return sqldb_transaction(h->sql, append_all, &b);
 }
 
 static int walk_steps(sqlite3_stmt *st, StoreSampleFn fn, void *userdata, bool one) {

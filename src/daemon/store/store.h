@@ -37,6 +37,7 @@ typedef struct StoreEventOps StoreEventOps;
 typedef struct StoreWebhookOps StoreWebhookOps;
 typedef struct StoreAuditOps StoreAuditOps;
 typedef struct StoreSampleOps StoreSampleOps;
+typedef struct StoreRequestOps StoreRequestOps;
 
 typedef struct StoreBackend {
         const char *name;
@@ -51,6 +52,7 @@ typedef struct StoreBackend {
         const StoreWebhookOps *webhooks; /* the owners' webhooks and their deliveries */
         const StoreAuditOps *audit;      /* the audit trail */
         const StoreSampleOps *samples;   /* the sandboxes' resource readings */
+        const StoreRequestOps *requests; /* the API answers counted per key and hour */
 } StoreBackend;
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */

@@ -47,6 +47,9 @@ from ._models import (
 from ._process import idempotency_headers
 from .errors import APIError, CommandError, InvalidRequestError, NotFoundError, NotPausedError
 
+# The ranges a sandbox's metrics are read over (the daemon's, and the published client's).
+METRICS_RANGES = ("15m", "1h", "6h", "24h", "7d", "30d")
+
 OutputCallback = Callable[[str], Any]
 FileData = Union[str, bytes, bytearray, memoryview, IO[bytes]]
 _UPLOAD_CHUNK = 1024 * 1024
@@ -300,6 +303,19 @@ class SandboxOps:
         return parse_egress_log(
             (yield Call(self._http.request, "GET", sandbox_path(self.id, "/egress"), params={"limit": check_limit(limit)}))
         )
+
+    def metrics(self, range: Optional[str] = None) -> Dict[str, Any]:
+        """Its CPU, memory, disk and network use over ``range`` (15m, 1h (the default), 6h, 24h,
+        7d or 30d): ``points`` (``at``, ``cpuPercent`` of its vCPUs, ``cpuCores``,
+        ``memoryBytes``, ``diskBytes``, ``networkInBytes``, ``networkOutBytes``) in steps of
+        ``stepSeconds``, and ``latest``, its newest reading."""
+        if range is not None and range not in METRICS_RANGES:
+            raise InvalidRequestError(f"range must be one of {', '.join(METRICS_RANGES)}")
+        params = {} if range is None else {"range": range}
+        data = yield Call(self._http.request, "GET", sandbox_path(self.id, "/metrics"), params=params)
+        if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+            raise APIError("the daemon's answer is not a sandbox's metrics")
+        return data
 
     def delete(self, idempotency_key: Optional[str] = None) -> None:
         """Stop the sandbox and remove its files and everything it had on the host."""

@@ -99,6 +99,7 @@ class AsyncSandbox(SandboxInfo):
     extend = awaitable(SandboxOps.extend)
     set_network = awaitable(SandboxOps.set_network)
     egress_log = awaitable(SandboxOps.egress_log)
+    metrics = awaitable(SandboxOps.metrics)
     delete = awaitable(SandboxOps.delete)
     close = awaitable(SandboxOps.close)
     exec = awaitable(SandboxOps.exec)

@@ -62,6 +62,7 @@ class Sandbox(SandboxInfo):
     extend = blocking(SandboxOps.extend)
     set_network = blocking(SandboxOps.set_network)
     egress_log = blocking(SandboxOps.egress_log)
+    metrics = blocking(SandboxOps.metrics)
     delete = blocking(SandboxOps.delete)
     close = blocking(SandboxOps.close)
     exec = blocking(SandboxOps.exec)
