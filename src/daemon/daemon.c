@@ -40,6 +40,7 @@
 #include "daemon/store/store.h"
 #include "daemon/manager/audit.h"
 #include "daemon/manager/events.h"
+#include "daemon/manager/otel.h"
 #include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
 #include "daemon/manager/webhooks.h"
@@ -73,6 +74,7 @@ typedef struct Daemon {
         Audit *audit;
         Samples *samples;
         RequestCounts *requests;
+        Otel *otel;
         int64_t sample_interval_s;
         char fleet_secret[FORWARD_MAX_SECRET + 1]; /* "" : none */
 } Daemon;
@@ -733,6 +735,19 @@ static int open_webhooks(Daemon *d, const DaemonOptions *o, const uint8_t *seal_
         }
         for (unsigned i = 0; i < o->n_webhook_allow_cidrs; i++)
                 log_info(NULL, "webhooks: receivers in %s are allowed (--webhook-allow-cidr)", o->webhook_allow_cidrs[i]);
+        /* The OpenTelemetry exports push under the webhooks' rules, their
+         * headers sealed with the same key. */
+        OtelConfig oc = { .store = store_backend_for(d->db_path),
+                          .location = d->db_path,
+                          .seal_key = seal_key,
+                          .poster = d->webhooks,
+                          .events = d->events,
+                          .samples = d->samples,
+                          .interval_seconds = o->otel_interval_seconds };
+        if ((r = otel_open(&oc, &d->otel)) < 0) {
+                log_error(NULL, "cannot open the OpenTelemetry exports in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
         return 0;
 }
 
@@ -826,6 +841,7 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         events_set_host(d->events, fleet_host_id(d->fleet));
         webhooks_set_host(d->webhooks, fleet_host_id(d->fleet));
         audit_set_host(d->audit, fleet_host_id(d->fleet));
+        otel_set_host(d->otel, fleet_host_id(d->fleet));
         events_set_webhooks(d->events, d->webhooks);
         manager_set_events(d->manager, d->events);
         d->sample_interval_s = o->sandbox_metrics_interval_seconds ? o->sandbox_metrics_interval_seconds
@@ -879,7 +895,8 @@ static int serve(Daemon *d) {
                         .egress = d->egress, .procs = d->procs, .snapshots = d->snapshots, .uploads = d->uploads,
                         .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events,
                         .webhooks = d->webhooks, .audit = d->audit, .samples = d->samples,
-                        .sample_interval_s = d->sample_interval_s, .requests = d->requests };
+                        .sample_interval_s = d->sample_interval_s, .requests = d->requests,
+                        .otel = d->otel };
         int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, d->keys, cfg->max_connections,
                                 cfg->max_connections_per_peer, &d->http);
         if (r == 0) {
@@ -912,6 +929,10 @@ static int serve(Daemon *d) {
                 log_error(NULL, "cannot start the webhook deliveries: %s", strerror(-r));
                 return 1;
         }
+        if ((r = otel_start(d->otel)) < 0) {
+                log_error(NULL, "cannot start the OpenTelemetry exports: %s", strerror(-r));
+                return 1;
+        }
         return 0;
 }
 
@@ -921,6 +942,7 @@ static int serve(Daemon *d) {
  * thread joined here) and the stores. */
 static void stop(Daemon *d) {
         fleet_stop(d->fleet);
+        otel_stop(d->otel);
         webhooks_stop(d->webhooks);
         http_server_quiesce(d->http);
         manager_shutdown(d->manager);
@@ -931,6 +953,7 @@ static void stop(Daemon *d) {
         proc_table_free(d->procs);
         fleet_free(d->fleet);
         manager_free(d->manager);
+        otel_close(d->otel);
         webhooks_close(d->webhooks);
         uploads_close(d->uploads);
         snapshot_store_close(d->snapshots);

@@ -20,6 +20,7 @@
 #include "daemon/manager/events.h"
 #include "daemon/manager/fleet.h"
 #include "daemon/manager/keys.h"
+#include "daemon/manager/otel.h"
 #include "daemon/manager/samples.h"
 #include "daemon/manager/uploads.h"
 #include "daemon/manager/webhooks.h"
@@ -112,6 +113,10 @@ static const OptionSpec options[] = {
         NUMBER("webhook-retry-seconds", webhook_retry_seconds, 1, WEBHOOK_RETRY_MAX_SECONDS,
                WEBHOOK_RETRY_SECONDS_DEFAULT,
                "the wait after a webhook delivery's first failed attempt; it doubles after each, up to an hour"),
+        NUMBER("otel-interval-seconds", otel_interval_seconds, 1, OTEL_INTERVAL_SECONDS_MAX,
+               OTEL_INTERVAL_SECONDS_DEFAULT,
+               "an OpenTelemetry export's new events and sandbox metrics are pushed this often (a full batch "
+               "sooner)"),
         NUMBER("webhook-workers", webhook_workers, 1, WEBHOOK_WORKERS_MAX, WEBHOOK_WORKERS_DEFAULT,
                "webhook deliveries this host sends at once"),
         { .name = "config", .kind = OPTION_STRING, .arg = "FILE", FIELD(config_path), .command_line_only = true,

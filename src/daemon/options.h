@@ -41,6 +41,7 @@ typedef struct DaemonOptions {
         unsigned audit_retention_days;    /* audit records older than this are dropped */
         unsigned sandbox_metrics_interval_seconds; /* how often a live sandbox is read */
         unsigned sandbox_metrics_retention_days;   /* readings older than this are dropped */
+        unsigned otel_interval_seconds;            /* how often an OpenTelemetry export is pushed */
         const char *webhook_allow_cidrs[32]; /* ranges a webhook's receiver may be in although not public */
         unsigned n_webhook_allow_cidrs;
         unsigned webhook_retry_seconds; /* the wait after a delivery's first failed attempt */

@@ -80,6 +80,18 @@ static inline void events_test_contract(const StoreEventOps *ops, StoreEvents *h
         assert_int_equal(ops->list(h, &f, events_test_collect, &more), 0);
         assert_int_equal(more.n, 2);
         assert_string_equal(more.types[1], "sandbox.created");
+        /* Oldest first after a cursor, up to a time (what an export reads). */
+        s = (EventsSeen){ 0 };
+        f = (EventFilter){ .owner = "alice", .oldest_first = true, .after = more.seqs[1], .until = 400, .limit = 10 };
+        assert_int_equal(ops->list(h, &f, events_test_collect, &s), 0);
+        assert_int_equal(s.n, 2);
+        assert_string_equal(s.types[0], "sandbox.stopped");
+        assert_string_equal(s.types[1], "snapshot.created");
+        s = (EventsSeen){ 0 };
+        f = (EventFilter){ .owner = "alice", .oldest_first = true, .limit = 1 };
+        assert_int_equal(ops->list(h, &f, events_test_collect, &s), 0);
+        assert_int_equal(s.n, 1);
+        assert_string_equal(s.types[0], "sandbox.created");
         /* Every owner's (the admin's view). */
         s = (EventsSeen){ 0 };
         f = (EventFilter){ .limit = 10 };

@@ -105,6 +105,14 @@ static void test_requests_contract(void **state) {
         store_sqlite.requests->close(h);
 }
 
+static void test_otel_contract(void **state) {
+        Fixture *f = *state;
+        StoreOtel *h = NULL;
+        assert_int_equal(store_sqlite.otel->open(f->path, &h), 0);
+        otel_test_contract(store_sqlite.otel, h);
+        store_sqlite.otel->close(h);
+}
+
 /* A restart reopens the file: the epoch goes on from the stored one. */
 static void test_epoch_survives_reopen(void **state) {
         Fixture *f = *state;
@@ -131,6 +139,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_audit_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_samples_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_requests_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_otel_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_epoch_survives_reopen, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

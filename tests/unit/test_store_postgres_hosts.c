@@ -106,6 +106,15 @@ static void test_requests_contract(void **state) {
         store_postgres.requests->close(h);
 }
 
+static void test_otel_contract(void **state) {
+        Fixture *f = *state;
+        f->url = pg_fresh("otel_contract");
+        StoreOtel *h = NULL;
+        assert_int_equal(store_postgres.otel->open(f->url, &h), 0);
+        otel_test_contract(store_postgres.otel, h);
+        store_postgres.otel->close(h);
+}
+
 #define RACERS 8
 #define ROUNDS 5
 
@@ -173,6 +182,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_audit_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_samples_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_requests_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_otel_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_register_race, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,13 +5,16 @@
  * network and take the largest memory and disk, the range's start, one
  * sandbox's readings only, the newest reading (and none for a sandbox
  * without), pruning by age; counts that add up per owner, key and hour,
- * listed by hour then key, an owner's own, pruned by age. */
+ * listed by hour then key, an owner's own, pruned by age; OpenTelemetry
+ * exports under an owner's limit, read by owner, written only at the
+ * version read (a claim two hosts never both win), removed. */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "daemon/store/store_otel.h"
 #include "daemon/store/store_requests.h"
 #include "daemon/store/store_samples.h"
 
@@ -145,4 +148,71 @@ static inline void requests_test_contract(const StoreRequestOps *ops, StoreReque
         s = (CountsSeen){ 0 };
         assert_int_equal(ops->list(h, "alice", 0, requests_test_collect, &s), 0);
         assert_int_equal(s.n, 2);
+}
+
+typedef struct OtelSeen {
+        char ids[8][OTEL_EXPORT_ID_LEN + 1];
+        int64_t versions[8], events_after[8];
+        char claimed_by[8][16];
+        int n;
+} OtelSeen;
+
+static inline int otel_test_collect(void *userdata, const OtelExportRecord *x) {
+        OtelSeen *s = userdata;
+        if (s->n >= 8)
+                return -E2BIG;
+        snprintf(s->ids[s->n], sizeof s->ids[0], "%s", x->id);
+        snprintf(s->claimed_by[s->n], sizeof s->claimed_by[0], "%s", x->claimed_by ? x->claimed_by : "");
+        s->events_after[s->n] = x->events_after;
+        s->versions[s->n++] = x->version;
+        return 0;
+}
+
+static inline void otel_test_contract(const StoreOtelOps *ops, StoreOtel *h) {
+        OtelExportRecord x = { .owner = "alice", .endpoint = "https://otel.example.com", .signals = "[\"logs\"]",
+                               .enabled = true, .created_at = 100, .updated_at = 100 };
+        for (int i = 0; i < 2; i++) {
+                snprintf(x.id, sizeof x.id, "otx_%020d", i);
+                assert_int_equal(ops->put(h, &x, 2), 0);
+        }
+        snprintf(x.id, sizeof x.id, "otx_%020d", 9);
+        assert_int_equal(ops->put(h, &x, 2), -EDQUOT);
+        x.owner = "bob";
+        snprintf(x.id, sizeof x.id, "otx_%020d", 0);
+        assert_int_equal(ops->put(h, &x, 2), -EEXIST);
+
+        OtelSeen s = { 0 };
+        assert_int_equal(ops->list(h, "alice", otel_test_collect, &s), 0);
+        assert_int_equal(s.n, 2);
+        assert_int_equal(s.versions[0], 1);
+        s = (OtelSeen){ 0 };
+        assert_int_equal(ops->list(h, "bob", otel_test_collect, &s), 0);
+        assert_int_equal(s.n, 0);
+        assert_int_equal(ops->get(h, "otx_00000000000000000000", "bob", otel_test_collect, &s), -ENOENT);
+
+        /* Two hosts claim with the version they read: one wins. */
+        OtelExportRecord a = x, b = x;
+        a.owner = b.owner = "alice";
+        a.version = b.version = 1;
+        a.claimed_by = "host-a";
+        b.claimed_by = "host-b";
+        a.claimed_until = b.claimed_until = 200;
+        assert_int_equal(ops->update(h, &a), 0);
+        assert_int_equal(ops->update(h, &b), -ESTALE);
+        a.version = 2;
+        a.claimed_by = NULL;
+        a.claimed_until = 0;
+        a.events_after = 42;
+        assert_int_equal(ops->update(h, &a), 0);
+        s = (OtelSeen){ 0 };
+        assert_int_equal(ops->get(h, a.id, NULL, otel_test_collect, &s), 0);
+        assert_int_equal(s.versions[0], 3);
+        assert_int_equal(s.events_after[0], 42);
+        assert_string_equal(s.claimed_by[0], "");
+        a.owner = "bob";
+        assert_int_equal(ops->update(h, &a), -ENOENT);
+
+        assert_int_equal(ops->remove(h, "otx_00000000000000000000", "bob"), -ENOENT);
+        assert_int_equal(ops->remove(h, "otx_00000000000000000000", "alice"), 0);
+        assert_int_equal(ops->remove(h, "otx_00000000000000000000", "alice"), -ENOENT);
 }

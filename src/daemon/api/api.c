@@ -680,6 +680,18 @@ enum MHD_Result api_reply_store_error(Req *r, int rc, const char *what) {
         return reply_error(r, &e);
 }
 
+enum MHD_Result api_reply_invalid(Req *r, const char *hint, const char *msg) {
+        ApiError e;
+        api_error(&e, 400, "invalid_request", hint, "%s", msg);
+        return reply_error(r, &e);
+}
+
+enum MHD_Result api_reply_not_offered(Req *r, const char *what) {
+        ApiError e;
+        api_error(&e, 503, "unavailable", NULL, "%s not offered by this daemon", what);
+        return reply_error(r, &e);
+}
+
 int api_page_query(Req *r, unsigned def, unsigned max, unsigned *ret_limit, int64_t *ret_before, ApiError *e) {
         return api_page_query_as(r, "cursor", def, max, ret_limit, ret_before, e);
 }

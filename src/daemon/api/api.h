@@ -75,6 +75,13 @@ typedef enum RouteKind {
         ROUTE_WEBHOOK_TEST,
         ROUTE_WEBHOOK_DELIVERIES,
         ROUTE_DELIVERY_RETRY,
+        ROUTE_OTEL_LIST,
+        ROUTE_OTEL_CREATE,
+        ROUTE_OTEL_GET,
+        ROUTE_OTEL_UPDATE,
+        ROUTE_OTEL_FLUSH,
+        ROUTE_OTEL_DELETE_POST,
+        ROUTE_OTEL_DELETE,
         ROUTE_HOST_DRAIN,
         ROUTE_HOST_UNDRAIN,
         ROUTE_KEYS_LIST,
@@ -148,6 +155,7 @@ struct App {
         struct Samples *samples;      /* the sandboxes' readings; NULL: none kept */
         int64_t sample_interval_s;    /* how often a live sandbox is read */
         struct RequestCounts *requests; /* the API answers counted; NULL: not counted */
+        struct Otel *otel;              /* the OpenTelemetry exports; NULL: not offered */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when
@@ -210,6 +218,10 @@ bool api_filter_ok(const char *s);
 /* The answer to a store call that failed for `what` ("read the usage"):
  * 503 when the store did not answer (try again), else 500, logged. */
 enum MHD_Result api_reply_store_error(Req *r, int rc, const char *what);
+/* 400 invalid_request with msg (and hint, NULL for none). */
+enum MHD_Result api_reply_invalid(Req *r, const char *hint, const char *msg);
+/* 503 unavailable: `what` is not offered by this daemon (its store). */
+enum MHD_Result api_reply_not_offered(Req *r, const char *what);
 /* A listing in pages by cursor (events, webhook deliveries): its `limit`
  * (1..max, def when absent) and `cursor` (a record's place, 0 when absent)
  * from the query; -EINVAL with e filled for bad ones. */

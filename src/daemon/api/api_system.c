@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "daemon/api/api.h"
+#include "daemon/manager/otel.h"
 #include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
 #include "daemon/manager/metrics.h"
@@ -88,6 +89,15 @@ static void admin_extra(void *userdata, FILE *out) {
                      "# HELP runtime_requests_uncounted_total API answers left out of the request counts.\n"
                      "# TYPE runtime_requests_uncounted_total counter\nruntime_requests_uncounted_total %llu\n",
                 (unsigned long long)samples_dropped(), (unsigned long long)request_counts_lost());
+        uint64_t pushes, failed, dropped;
+        otel_counts(&pushes, &failed, &dropped);
+        fprintf(out, "# HELP runtime_otel_pushes_total OTLP pushes made to the exports' collectors.\n"
+                     "# TYPE runtime_otel_pushes_total counter\nruntime_otel_pushes_total %llu\n"
+                     "# HELP runtime_otel_push_failures_total OTLP pushes a collector did not take.\n"
+                     "# TYPE runtime_otel_push_failures_total counter\nruntime_otel_push_failures_total %llu\n"
+                     "# HELP runtime_otel_dropped_total Events and readings too old to push when their turn came.\n"
+                     "# TYPE runtime_otel_dropped_total counter\nruntime_otel_dropped_total %llu\n",
+                (unsigned long long)pushes, (unsigned long long)failed, (unsigned long long)dropped);
 }
 
 /* Another key's: its owner's live sandboxes' newest readings. */

@@ -196,12 +196,6 @@ static json_t *export_row(Req *r, const LedgerExportRow *x, FILE *csv) {
                          "amountMicros", amount, "final", final);
 }
 
-static enum MHD_Result invalid(Req *r, const char *hint, const char *msg) {
-        ApiError e = { 0 };
-        api_error(&e, 400, "invalid_request", hint, "%s", msg);
-        return reply_error(r, &e);
-}
-
 /* The longest range one export covers: a year and a day. */
 #define EXPORT_MAX_RANGE_SECONDS (367LL * 86400)
 
@@ -211,23 +205,23 @@ enum MHD_Result handle_usage_export(Req *r) {
         const char *lim = req_query(r, "limit");
         static const char when[] = "give it as 2026-11-30T09:00:00Z (UTC) or unix seconds";
         if (!s || parse_time(s, &since) < 0 || since > USAGE_MAX_TIME)
-                return invalid(r, when, "since is required and must be a time");
+                return api_reply_invalid(r, when, "since is required and must be a time");
         if (!u || parse_time(u, &until) < 0 || until > USAGE_MAX_TIME)
-                return invalid(r, when, "until is required and must be a time");
+                return api_reply_invalid(r, when, "until is required and must be a time");
         if (since >= until)
-                return invalid(r, NULL, "since must be before until");
+                return api_reply_invalid(r, NULL, "since must be before until");
         if (until - since > EXPORT_MAX_RANGE_SECONDS)
-                return invalid(r, "export a year at a time", "the range is longer than 367 days");
+                return api_reply_invalid(r, "export a year at a time", "the range is longer than 367 days");
         long limit = 100;
         if (lim) {
                 char *end = NULL;
                 limit = strtol(lim, &end, 10);
                 if (!*lim || *end || limit < 1 || limit > LEDGER_EXPORT_MAX_ROWS)
-                        return invalid(r, NULL, "limit must be 1..1000");
+                        return api_reply_invalid(r, NULL, "limit must be 1..1000");
         }
         LedgerExportPlace after;
         if (cursor && parse_place(cursor, &after) < 0)
-                return invalid(r, "pass the nextCursor of the page before, with the same range", "cursor is not one");
+                return api_reply_invalid(r, "pass the nextCursor of the page before, with the same range", "cursor is not one");
         LedgerExportRow *rows = calloc((size_t)limit, sizeof(*rows));
         if (!rows)
                 return reply_internal(r);
@@ -347,7 +341,7 @@ enum MHD_Result handle_usage_requests(Req *r) {
         while (i < ELEMENTSOF(ranges) && strcmp(ranges[i].name, name) != 0)
                 i++;
         if (i == ELEMENTSOF(ranges))
-                return invalid(r, "use 24h, 7d, 30d or 90d", "range must be one of 24h, 7d, 30d, 90d");
+                return api_reply_invalid(r, "use 24h, 7d, 30d or 90d", "range must be one of 24h, 7d, 30d, 90d");
         RequestCounts *counts = r->app->requests;
         if (!counts) {
                 ApiError e = { 0 };

@@ -87,18 +87,6 @@ static enum MHD_Result refusal(Req *r, int rc, const char *what) {
         return reply_error(r, &e);
 }
 
-static enum MHD_Result invalid(Req *r, const char *msg) {
-        ApiError e;
-        api_error(&e, 400, "invalid_request", NULL, "%s", msg);
-        return reply_error(r, &e);
-}
-
-static enum MHD_Result unavailable(Req *r) {
-        ApiError e;
-        api_error(&e, 503, "unavailable", NULL, "webhooks are not offered by this daemon's store");
-        return reply_error(r, &e);
-}
-
 /* The fields of a create or an update, checked: what the manager takes.
  * events_text is malloc'ed (the caller frees it). */
 static int parse_input(Req *r, bool create, WebhookInput *in, char **events_text, char *why, size_t n) {
@@ -165,7 +153,7 @@ static int add_webhook(void *userdata, const WebhookRecord *w) {
 
 enum MHD_Result handle_webhooks_list(Req *r) {
         if (!r->app->webhooks)
-                return unavailable(r);
+                return api_reply_not_offered(r, "webhooks are");
         json_t *arr = json_array();
         int rc = arr ? webhooks_list(r->app->webhooks, r->key.owner, add_webhook, arr) : -ENOMEM;
         if (rc < 0) {
@@ -189,13 +177,13 @@ static enum MHD_Result with_secret(Req *r, unsigned status, json_t *j, char *sec
 
 enum MHD_Result handle_webhooks_create(Req *r) {
         if (!r->app->webhooks)
-                return unavailable(r);
+                return api_reply_not_offered(r, "webhooks are");
         WebhookInput in;
         char why[256], secret[WEBHOOK_SECRET_LEN + 1];
         _cleanup_free_ char *events = NULL;
         int rc = parse_input(r, true, &in, &events, why, sizeof why);
         if (rc == -EINVAL)
-                return invalid(r, why);
+                return api_reply_invalid(r, NULL, why);
         if (rc < 0)
                 return reply_internal(r);
         One o = { 0 };
@@ -211,7 +199,7 @@ enum MHD_Result handle_webhooks_create(Req *r) {
 
 enum MHD_Result handle_webhook_get(Req *r) {
         if (!r->app->webhooks)
-                return unavailable(r);
+                return api_reply_not_offered(r, "webhooks are");
         One o = { 0 };
         int rc = webhooks_get(r->app->webhooks, r->route.webhook_id, r->key.owner, one_webhook, &o);
         if (rc < 0) {
@@ -223,13 +211,13 @@ enum MHD_Result handle_webhook_get(Req *r) {
 
 enum MHD_Result handle_webhook_update(Req *r) {
         if (!r->app->webhooks)
-                return unavailable(r);
+                return api_reply_not_offered(r, "webhooks are");
         WebhookInput in;
         char why[256];
         _cleanup_free_ char *events = NULL;
         int rc = parse_input(r, false, &in, &events, why, sizeof why);
         if (rc == -EINVAL)
-                return invalid(r, why);
+                return api_reply_invalid(r, NULL, why);
         if (rc < 0)
                 return reply_internal(r);
         One o = { 0 };
@@ -243,19 +231,19 @@ enum MHD_Result handle_webhook_update(Req *r) {
 
 enum MHD_Result handle_webhook_rotate(Req *r) {
         if (!r->app->webhooks)
-                return unavailable(r);
+                return api_reply_not_offered(r, "webhooks are");
         int64_t keep = WEBHOOK_KEEP_PREVIOUS_DEFAULT;
         if (r->json) {
                 const char *k;
                 json_t *v;
                 json_object_foreach(r->json, k, v) {
                         if (strcmp(k, "keepPreviousSeconds") != 0)
-                                return invalid(r, "the body takes keepPreviousSeconds alone");
+                                return api_reply_invalid(r, NULL, "the body takes keepPreviousSeconds alone");
                         if (json_is_null(v))
                                 continue;
                         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
                             json_integer_value(v) > WEBHOOK_KEEP_PREVIOUS_MAX)
-                                return invalid(r, "keepPreviousSeconds must be an integer from 0 to 604800 (a week)");
+                                return api_reply_invalid(r, NULL, "keepPreviousSeconds must be an integer from 0 to 604800 (a week)");
                         keep = json_integer_value(v);
                 }
         }
@@ -273,7 +261,7 @@ enum MHD_Result handle_webhook_rotate(Req *r) {
 
 enum MHD_Result handle_webhook_delete(Req *r) {
         if (!r->app->webhooks)
-                return unavailable(r);
+                return api_reply_not_offered(r, "webhooks are");
         int rc = webhooks_delete(r->app->webhooks, r->route.webhook_id, r->key.owner);
         if (rc < 0)
                 return refusal(r, rc, "delete the webhook");
@@ -284,7 +272,7 @@ enum MHD_Result handle_webhook_delete(Req *r) {
 
 enum MHD_Result handle_webhook_test(Req *r) {
         if (!r->app->webhooks)
-                return unavailable(r);
+                return api_reply_not_offered(r, "webhooks are");
         WebhookAttempt a;
         int rc = webhooks_test(r->app->webhooks, r->route.webhook_id, r->key.owner, &a);
         if (rc < 0)
@@ -313,7 +301,7 @@ static int add_delivery(void *userdata, const DeliveryRecord *d) {
 
 enum MHD_Result handle_webhook_deliveries(Req *r) {
         if (!r->app->webhooks)
-                return unavailable(r);
+                return api_reply_not_offered(r, "webhooks are");
         DeliveryFilter f = { 0 };
         ApiError e;
         if (api_page_query(r, DELIVERIES_LIST_DEFAULT, DELIVERIES_LIST_MAX, &f.limit, &f.before, &e) < 0)
@@ -321,7 +309,7 @@ enum MHD_Result handle_webhook_deliveries(Req *r) {
         f.state = req_query(r, "state");
         if (f.state && strcmp(f.state, "pending") != 0 && strcmp(f.state, "delivered") != 0 &&
             strcmp(f.state, "failed") != 0)
-                return invalid(r, "state must be pending, delivered or failed");
+                return api_reply_invalid(r, NULL, "state must be pending, delivered or failed");
         Page p = { .data = json_array(), .limit = f.limit };
         f.limit += 1; /* one past the page says whether there is a next one */
         int rc = p.data ? webhooks_deliveries(r->app->webhooks, r->route.webhook_id, r->key.owner, &f, add_delivery, &p)
@@ -336,7 +324,7 @@ enum MHD_Result handle_webhook_deliveries(Req *r) {
 
 enum MHD_Result handle_delivery_retry(Req *r) {
         if (!r->app->webhooks)
-                return unavailable(r);
+                return api_reply_not_offered(r, "webhooks are");
         One o = { 0 };
         int rc = webhooks_retry(r->app->webhooks, r->route.delivery_id, r->key.owner, one_delivery, &o);
         if (rc < 0) {

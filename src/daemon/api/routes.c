@@ -13,6 +13,7 @@
 #include "daemon/api/api_images.h"
 #include "daemon/api/api_interpreter.h"
 #include "daemon/api/api_keys.h"
+#include "daemon/api/api_otel.h"
 #include "daemon/api/api_processes.h"
 #include "daemon/api/api_sandbox_metrics.h"
 #include "daemon/api/api_sandboxes.h"
@@ -59,6 +60,19 @@ const HttpRoute api_routes[] = {
           HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_webhook_deliveries),
         R(ROUTE_DELIVERY_RETRY, "delivery_retry", "POST", "/v1/webhook-deliveries/{delivery}:retry",
           HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_delivery_retry),
+        R(ROUTE_OTEL_LIST, "otel_list", "GET", "/v1/otel-exports", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_otel_list),
+        RI(ROUTE_OTEL_CREATE, "otel_create", "POST", "/v1/otel-exports", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+           handle_otel_create),
+        R(ROUTE_OTEL_GET, "otel_get", "GET", "/v1/otel-exports/{export}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_otel_get),
+        RI(ROUTE_OTEL_UPDATE, "otel_update", "POST", "/v1/otel-exports/{export}:update", HTTP_ACCESS_FULL,
+           HTTP_BODY_JSON, handle_otel_update),
+        R(ROUTE_OTEL_FLUSH, "otel_flush", "POST", "/v1/otel-exports/{export}:flush", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_otel_flush),
+        RI(ROUTE_OTEL_DELETE_POST, "otel_delete_post", "POST", "/v1/otel-exports/{export}:delete", HTTP_ACCESS_FULL,
+           HTTP_BODY_JSON_OR_EMPTY, handle_otel_delete),
+        RI(ROUTE_OTEL_DELETE, "otel_delete", "DELETE", "/v1/otel-exports/{export}", HTTP_ACCESS_FULL, HTTP_BODY_NONE,
+           handle_otel_delete),
         RI(ROUTE_HOST_DRAIN, "host_drain", "POST", "/v1/hosts/{host}:drain", HTTP_ACCESS_ADMIN,
            HTTP_BODY_JSON_OR_EMPTY, handle_host_drain),
         RI(ROUTE_HOST_UNDRAIN, "host_undrain", "POST", "/v1/hosts/{host}:undrain", HTTP_ACCESS_ADMIN,

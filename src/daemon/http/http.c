@@ -157,6 +157,9 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("delivery")) {
                 dst = r->delivery_id;
                 cap = sizeof(r->delivery_id);
+        } else if (IS("export")) {
+                dst = r->export_id;
+                cap = sizeof(r->export_id);
         } else
                 return false;
         if (len == 0 || len >= cap || memchr(v, '/', len))
@@ -185,6 +188,8 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return hex_id_ok(dst, "wh_", 20);
         if (IS("delivery"))
                 return hex_id_ok(dst, "whd_", 20);
+        if (IS("export"))
+                return hex_id_ok(dst, "otx_", 20);
         return true;
 #undef IS
 }

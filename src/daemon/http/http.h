@@ -59,7 +59,7 @@ typedef struct HttpUpload {
  * bytes, no '/', checked by its handler), {process} (proc_ + 16 hex),
  * {context} (an interpreter context id), {result} (a kept result's file
  * name), {upload} (upl_ + 16 hex), {host} (a host id), {webhook} (wh_ + 20
- * hex) and {delivery} (whd_ + 20 hex). A parameter ends at the pattern's next literal character, or at
+ * hex), {delivery} (whd_ + 20 hex) and {export} (otx_ + 20 hex). A parameter ends at the pattern's next literal character, or at
  * the end of the path. */
 typedef struct HttpRoute {
         int kind;
@@ -97,6 +97,7 @@ typedef struct Route {
         char host_id[64]; /* a host of the fleet: [A-Za-z0-9_.-]{1,63} */
         char webhook_id[24];  /* wh_ and 20 hex digits */
         char delivery_id[25]; /* whd_ and 20 hex digits */
+        char export_id[25];   /* otx_ and 20 hex digits */
         char allow[48]; /* for a 405: the methods the path has */
 } Route;
 

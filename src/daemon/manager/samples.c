@@ -63,6 +63,11 @@ int samples_latest(Samples *s, const char *sandbox_id, StoreSampleFn fn, void *u
         return s->ops->latest(s->h, sandbox_id, fn, userdata);
 }
 
+int samples_readings(Samples *s, const char *owner, int64_t after, int64_t until, unsigned limit, StoreReadingFn fn,
+                     void *userdata) {
+        return s->ops->readings(s->h, owner, after, until, limit, fn, userdata);
+}
+
 int samples_prune(Samples *s, int64_t days, int64_t *ret_n) {
         return s->ops->prune(s->h, time_now_unix() - days * 86400, ret_n);
 }

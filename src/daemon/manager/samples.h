@@ -30,6 +30,10 @@ int samples_append(Samples *s, const SampleRecord *rec, size_t n);
 int samples_series(Samples *s, const char *sandbox_id, int64_t since, int64_t step, StoreSampleFn fn,
                    void *userdata);
 int samples_latest(Samples *s, const char *sandbox_id, StoreSampleFn fn, void *userdata);
+/* The readings of the owner's sandboxes after `after` and at `until` or
+ * before, oldest first, at most limit. */
+int samples_readings(Samples *s, const char *owner, int64_t after, int64_t until, unsigned limit, StoreReadingFn fn,
+                     void *userdata);
 /* Drops what is older than days; how many went. */
 int samples_prune(Samples *s, int64_t days, int64_t *ret_n);
 /* Rounds the store refused since the start. */

@@ -412,7 +412,7 @@ static void slist_freep(struct curl_slist **l) {
 static void attempt(Webhooks *w, const Target *t, const char *webhook_id, const char *delivery_id,
                     const char *type, const char *body, WebhookAttempt *out) {
         *out = (WebhookAttempt){ 0 };
-        char stamp[24], sig[65], prev[65] = "", header[256], errbuf[CURL_ERROR_SIZE] = "";
+        char stamp[24], sig[65], prev[65] = "", header[256];
         snprintf(stamp, sizeof stamp, "%lld", (long long)time_now_unix());
         hmac_hex(t->secret, stamp, body, sig);
         if (t->previous)
@@ -430,7 +430,21 @@ static void attempt(Webhooks *w, const Target *t, const char *webhook_id, const 
         hs = hs ? curl_slist_append(hs, header) : NULL;
         snprintf(header, sizeof header, "Runtime-Event-Type: %s", type);
         hs = hs ? curl_slist_append(hs, header) : NULL;
-        hs = hs ? curl_slist_append(hs, "Content-Type: application/json") : NULL;
+        if (!hs) {
+                snprintf(out->error, sizeof out->error, "out of memory");
+                return;
+        }
+        webhooks_post(w, t->url, hs, body, out);
+}
+
+void webhooks_post(Webhooks *w, const char *url, struct curl_slist *headers, const char *body, WebhookAttempt *out) {
+        *out = (WebhookAttempt){ 0 };
+        char errbuf[CURL_ERROR_SIZE] = "";
+        __attribute__((cleanup(slist_freep))) struct curl_slist *hs = NULL;
+        for (struct curl_slist *h = headers; h; h = h->next)
+                if (!(hs = curl_slist_append(hs, h->data)))
+                        break;
+        hs = hs || !headers ? curl_slist_append(hs, "Content-Type: application/json") : NULL;
         hs = hs ? curl_slist_append(hs, "Expect:") : NULL;
         CURL *c = hs ? curl_easy_init() : NULL;
         if (!c) {
@@ -438,7 +452,7 @@ static void attempt(Webhooks *w, const Target *t, const char *webhook_id, const 
                 return;
         }
         Check k = { .w = w };
-        curl_easy_setopt(c, CURLOPT_URL, t->url);
+        curl_easy_setopt(c, CURLOPT_URL, url);
         curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
         /* Never a proxy of the daemon's environment: the address check is

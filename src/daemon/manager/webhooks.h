@@ -60,6 +60,14 @@ typedef struct WebhooksConfig {
 } WebhooksConfig;
 
 int webhooks_open(const WebhooksConfig *c, Webhooks **ret);
+/* One POST of the JSON body to url with the header lines given (and
+ * Content-Type), under a webhook's rules: only an address a receiver may
+ * be at, checked as it is connected to; no redirect, no proxy;
+ * WEBHOOK_TIMEOUT_SECONDS; stopped when the webhooks stop. delivered when
+ * it was answered 2xx. (The OpenTelemetry exports push with it too.) */
+struct curl_slist;
+typedef struct WebhookAttempt WebhookAttempt;
+void webhooks_post(Webhooks *w, const char *url, struct curl_slist *headers, const char *body, WebhookAttempt *out);
 void webhooks_set_host(Webhooks *w, const char *host_id);
 /* The worker threads; webhooks_stop ends them (an attempt in flight ends
  * with its timeout at most). */
@@ -101,13 +109,13 @@ int webhooks_rotate(Webhooks *w, const char *id, const char *owner, int64_t keep
 int webhooks_delete(Webhooks *w, const char *id, const char *owner);
 
 /* How one attempt went. */
-typedef struct WebhookAttempt {
+struct WebhookAttempt {
         bool delivered;
         bool interrupted; /* the daemon stopped during it: it does not count */
         int status;       /* the receiver's HTTP status; 0: none */
         char error[256];  /* why it failed; "" when delivered */
         int64_t duration_ms;
-} WebhookAttempt;
+};
 
 /* Sends a signed webhook.test event to the webhook now. */
 int webhooks_test(Webhooks *w, const char *id, const char *owner, WebhookAttempt *ret);

@@ -7,6 +7,7 @@
 #include "daemon/store/store_events.h"
 #include "daemon/store/store_hosts.h"
 #include "daemon/store/store_keys.h"
+#include "daemon/store/store_otel.h"
 #include "daemon/store/store_ledger.h"
 #include "daemon/store/store_uploads.h"
 #include "daemon/store/store_requests.h"
@@ -29,4 +30,5 @@ const StoreBackend store_postgres = {
         .audit = &store_postgres_audit,
         .samples = &store_postgres_samples,
         .requests = &store_postgres_requests,
+        .otel = &store_postgres_otel,
 };

@@ -49,6 +49,9 @@ static int pg_events_list(StoreEvents *h, const EventFilter *f, StoreEventFn fn,
         pgp_text(&p, opt(f->type));
         pgp_int(&p, f->before);
         pgp_int(&p, f->limit);
+        pgp_bool(&p, f->oldest_first);
+        pgp_int(&p, f->after);
+        pgp_int(&p, f->until);
         _cleanup_pgres_ PGresult *res = NULL;
         /* $3 a type, or a group when it ends in '.': a prefix compared as
          * text (left), so that no character of it is a pattern. */
@@ -56,7 +59,8 @@ static int pg_events_list(StoreEvents *h, const EventFilter *f, StoreEventFn fn,
                          "SELECT seq, id, owner, type, resource_type, resource_id, key_id, host_id, data, at "
                          "FROM events WHERE ($1::text IS NULL OR owner = $1) AND ($2::text IS NULL OR resource_id = $2) "
                          "AND ($3::text IS NULL OR (right($3, 1) = '.' AND left(type, length($3)) = $3) OR type = $3) "
-                         "AND ($4::bigint = 0 OR seq < $4) ORDER BY seq DESC LIMIT $5",
+                         "AND ($6::boolean OR $4::bigint = 0 OR seq < $4) AND (NOT $6::boolean OR seq > $7) "
+                         "AND ($8::bigint = 0 OR at <= $8) ORDER BY CASE WHEN $6::boolean THEN seq ELSE -seq END LIMIT $5",
                          &p, &res);
         if (r < 0)
                 return r;

@@ -102,6 +102,32 @@ static int pg_samples_latest(StoreSamples *h, const char *sandbox_id, StoreSampl
         return r < 0 ? r : walk_steps(res, fn, userdata, true);
 }
 
+static int pg_samples_readings(StoreSamples *h, const char *owner, int64_t after, int64_t until, unsigned limit,
+                               StoreReadingFn fn, void *userdata) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        pgp_int(&p, after);
+        pgp_int(&p, until);
+        pgp_int(&p, limit);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run(&h->c,
+                         "SELECT sandbox_id, at, interval_ms, cpu_ns, memory_bytes, disk_bytes, net_in_bytes, "
+                         "net_out_bytes FROM sandbox_samples WHERE owner = $1 AND at > $2 AND at <= $3 "
+                         "ORDER BY at, sandbox_id LIMIT $4",
+                         &p, &res);
+        if (r < 0)
+                return r;
+        for (int i = 0; i < PQntuples(res); i++) {
+                SampleRecord s = { .sandbox_id = pgv(res, i, 0), .owner = owner, .at = pgi(res, i, 1),
+                                   .interval_ms = pgi(res, i, 2), .cpu_ns = pgi(res, i, 3),
+                                   .memory_bytes = pgi(res, i, 4), .disk_bytes = pgi(res, i, 5),
+                                   .net_in_bytes = pgi(res, i, 6), .net_out_bytes = pgi(res, i, 7) };
+                if ((r = fn(userdata, &s)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
 static int pg_samples_prune(StoreSamples *h, int64_t before, int64_t *ret_n) {
         return pgdb_delete_before(&h->c, "DELETE FROM sandbox_samples WHERE at < $1", before, ret_n);
 }
@@ -112,5 +138,6 @@ const StoreSampleOps store_postgres_samples = {
         .append = pg_samples_append,
         .series = pg_samples_series,
         .latest = pg_samples_latest,
+        .readings = pg_samples_readings,
         .prune = pg_samples_prune,
 };

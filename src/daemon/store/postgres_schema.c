@@ -133,12 +133,22 @@ static const char *const steps[] = {
         "  interval_ms BIGINT NOT NULL, cpu_ns BIGINT NOT NULL, memory_bytes BIGINT NOT NULL,"
         "  disk_bytes BIGINT NOT NULL, net_in_bytes BIGINT NOT NULL, net_out_bytes BIGINT NOT NULL);"
         "CREATE INDEX sandbox_samples_sandbox ON sandbox_samples (sandbox_id, at);"
-        "CREATE INDEX sandbox_samples_at ON sandbox_samples (at);",
+        "CREATE INDEX sandbox_samples_at ON sandbox_samples (at);"
+        "CREATE INDEX sandbox_samples_owner ON sandbox_samples (owner, at);",
         /* 8: the API answers counted per key and hour (store_requests.h) */
         "CREATE TABLE request_counts ("
         "  owner TEXT NOT NULL, key_id TEXT NOT NULL, hour BIGINT NOT NULL, requests BIGINT NOT NULL,"
         "  client_errors BIGINT NOT NULL, server_errors BIGINT NOT NULL, PRIMARY KEY (owner, hour, key_id));"
         "CREATE INDEX request_counts_hour ON request_counts (hour);",
+        /* 9: the owners' OpenTelemetry exports (store_otel.h) */
+        "CREATE TABLE otel_exports ("
+        "  id TEXT PRIMARY KEY, owner TEXT NOT NULL, endpoint TEXT NOT NULL, headers TEXT, signals TEXT NOT NULL,"
+        "  enabled INTEGER NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,"
+        "  events_after BIGINT NOT NULL, metrics_after BIGINT NOT NULL, next_at BIGINT NOT NULL, claimed_by TEXT,"
+        "  claimed_until BIGINT NOT NULL, last_push_at BIGINT NOT NULL, last_status INTEGER NOT NULL,"
+        "  last_error TEXT, sent_logs BIGINT NOT NULL, sent_points BIGINT NOT NULL, dropped BIGINT NOT NULL,"
+        "  version BIGINT NOT NULL);"
+        "CREATE INDEX otel_exports_owner ON otel_exports (owner, created_at);",
 };
 
 #define KIND "postgres"

@@ -6,6 +6,7 @@
 #include "daemon/store/store_events.h"
 #include "daemon/store/store_hosts.h"
 #include "daemon/store/store_keys.h"
+#include "daemon/store/store_otel.h"
 #include "daemon/store/store_ledger.h"
 #include "daemon/store/store_requests.h"
 #include "daemon/store/store_samples.h"
@@ -28,4 +29,5 @@ const StoreBackend store_sqlite = {
         .audit = &store_sqlite_audit,
         .samples = &store_sqlite_samples,
         .requests = &store_sqlite_requests,
+        .otel = &store_sqlite_otel,
 };

@@ -74,7 +74,8 @@ static int sqlite_events_list(StoreEvents *h, const EventFilter *f, StoreEventFn
                                "SELECT seq, id, owner, type, resource_type, resource_id, key_id, host_id, data, at "
                                "FROM events WHERE (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR resource_id = ?2) "
                                "AND (?3 IS NULL OR (substr(?3, -1) = '.' AND instr(type, ?3) = 1) OR type = ?3) "
-                               "AND (?4 = 0 OR seq < ?4) ORDER BY seq DESC LIMIT ?5",
+                               "AND (?6 OR ?4 = 0 OR seq < ?4) AND (NOT ?6 OR seq > ?7) AND (?8 = 0 OR at <= ?8) "
+                               "ORDER BY CASE WHEN ?6 THEN seq ELSE -seq END LIMIT ?5",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqldb_bind_opt(st, 1, f->owner);
@@ -82,6 +83,9 @@ static int sqlite_events_list(StoreEvents *h, const EventFilter *f, StoreEventFn
         sqldb_bind_opt(st, 3, f->type);
         sqlite3_bind_int64(st, 4, f->before);
         sqlite3_bind_int64(st, 5, f->limit);
+        sqlite3_bind_int(st, 6, f->oldest_first ? 1 : 0);
+        sqlite3_bind_int64(st, 7, f->after);
+        sqlite3_bind_int64(st, 8, f->until);
         int rc, r = 0;
         while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
                 EventRecord e = { .seq = sqlite3_column_int64(st, 0), .owner = sqldb_col(st, 2), .type = sqldb_col(st, 3),

@@ -31,7 +31,8 @@ static const SqlMigration migrations[] = {
           "  net_in_bytes INTEGER NOT NULL,"
           "  net_out_bytes INTEGER NOT NULL);"
           "CREATE INDEX IF NOT EXISTS sandbox_samples_sandbox ON sandbox_samples (sandbox_id, at);"
-          "CREATE INDEX IF NOT EXISTS sandbox_samples_at ON sandbox_samples (at);" },
+          "CREATE INDEX IF NOT EXISTS sandbox_samples_at ON sandbox_samples (at);"
+          "CREATE INDEX IF NOT EXISTS sandbox_samples_owner ON sandbox_samples (owner, at);" },
 };
 
 static int sqlite_samples_open(const char *location, StoreSamples **ret) {
@@ -134,6 +135,34 @@ static int sqlite_samples_latest(StoreSamples *h, const char *sandbox_id, StoreS
         return walk_steps(st, fn, userdata, true);
 }
 
+static int sqlite_samples_readings(StoreSamples *h, const char *owner, int64_t after, int64_t until, unsigned limit,
+                                   StoreReadingFn fn, void *userdata) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "SELECT sandbox_id, at, interval_ms, cpu_ns, memory_bytes, disk_bytes, net_in_bytes, "
+                               "net_out_bytes FROM sandbox_samples WHERE owner = ? AND at > ? AND at <= ? "
+                               "ORDER BY at, sandbox_id LIMIT ?",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, after);
+        sqlite3_bind_int64(st, 3, until);
+        sqlite3_bind_int64(st, 4, limit);
+        int rc, r = 0;
+        while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+                SampleRecord s = { .sandbox_id = sqldb_col(st, 0), .owner = owner, .at = sqlite3_column_int64(st, 1),
+                                   .interval_ms = sqlite3_column_int64(st, 2), .cpu_ns = sqlite3_column_int64(st, 3),
+                                   .memory_bytes = sqlite3_column_int64(st, 4), .disk_bytes = sqlite3_column_int64(st, 5),
+                                   .net_in_bytes = sqlite3_column_int64(st, 6),
+                                   .net_out_bytes = sqlite3_column_int64(st, 7) };
+                r = fn(userdata, &s);
+        }
+        if (r < 0)
+                return r;
+        return rc == SQLITE_DONE ? 0 : (sqldb_errno(rc) ?: -EIO);
+}
+
 static int sqlite_samples_prune(StoreSamples *h, int64_t before, int64_t *ret_n) {
         LOCKED(h);
         return sqldb_delete_before(h->sql, "DELETE FROM sandbox_samples WHERE at < ?", before, ret_n);
@@ -145,5 +174,6 @@ const StoreSampleOps store_sqlite_samples = {
         .append = sqlite_samples_append,
         .series = sqlite_samples_series,
         .latest = sqlite_samples_latest,
+        .readings = sqlite_samples_readings,
         .prune = sqlite_samples_prune,
 };

@@ -19,7 +19,7 @@ bool store_backend_missing(const StoreBackend *b, char *buf, size_t n) {
                 { "sandboxes", b->sandboxes }, { "snapshots", b->snapshots }, { "egress", b->egress },
                 { "hosts", b->hosts },         { "events", b->events },       { "webhooks", b->webhooks },
                 { "audit", b->audit },         { "samples", b->samples },
-                { "requests", b->requests },
+                { "requests", b->requests },   { "otel", b->otel },
         };
         size_t at = 0;
         if (n)

@@ -38,6 +38,7 @@ typedef struct StoreWebhookOps StoreWebhookOps;
 typedef struct StoreAuditOps StoreAuditOps;
 typedef struct StoreSampleOps StoreSampleOps;
 typedef struct StoreRequestOps StoreRequestOps;
+typedef struct StoreOtelOps StoreOtelOps;
 
 typedef struct StoreBackend {
         const char *name;
@@ -53,6 +54,7 @@ typedef struct StoreBackend {
         const StoreAuditOps *audit;      /* the audit trail */
         const StoreSampleOps *samples;   /* the sandboxes' resource readings */
         const StoreRequestOps *requests; /* the API answers counted per key and hour */
+        const StoreOtelOps *otel;        /* the owners' OpenTelemetry exports */
 } StoreBackend;
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */

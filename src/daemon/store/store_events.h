@@ -7,6 +7,7 @@
  * table, and pruned by age. Nothing is ever updated, so nothing carries a
  * version.
  */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,10 @@ typedef struct EventFilter {
         const char *type;
         int64_t before;
         unsigned limit;
+        /* Oldest first instead, from the event after the cursor `after` (0:
+         * the first), at `until` or before (0: any time); `before` unused. */
+        bool oldest_first;
+        int64_t after, until;
 } EventFilter;
 
 /* Called per event of a listing, newest first; the record's strings live

@@ -35,6 +35,8 @@ typedef struct SampleStep {
 /* Called per step of a series, oldest first, or for the newest reading
  * (a step of one). A negative return stops it and is returned. */
 typedef int (*StoreSampleFn)(void *userdata, const SampleStep *s);
+/* Called per reading of a listing; its strings live until it returns. */
+typedef int (*StoreReadingFn)(void *userdata, const SampleRecord *r);
 
 typedef struct StoreSamples StoreSamples;
 
@@ -49,6 +51,10 @@ struct StoreSampleOps {
                       void *userdata);
         /* The sandbox's newest reading; -ENOENT when it has none. */
         int (*latest)(StoreSamples *h, const char *sandbox_id, StoreSampleFn fn, void *userdata);
+        /* The readings of every sandbox of owner taken after `after` and at
+         * `until` or before (unix seconds), oldest first, at most limit. */
+        int (*readings)(StoreSamples *h, const char *owner, int64_t after, int64_t until, unsigned limit,
+                        StoreReadingFn fn, void *userdata);
         /* Drops the readings older than `before` (unix seconds); how many went. */
         int (*prune)(StoreSamples *h, int64_t before, int64_t *ret_n);
 };
