@@ -8,7 +8,9 @@ load of a shared machine falls on both alike. For a change's before and after:
 Per round and build, on one driver (namespace unless --driver): a create to its first exec result
 (`true`), then exec `true` in that running sandbox after a quiet spell of --quiet-ms (20 ms: an
 agent's calls come between its model's turns, not back to back) and once back to back, then the
-delete. The builds take turns going first (A B, B A, ...). Prints the p50 and p90 of each figure per build and the ratio B/A of the p50s. Needs root,
+delete. The builds take turns going first (A B, B A, ...). With --otel-b, B pushes an OpenTelemetry
+export to a collector on loopback every second (and with --readings-every-second reads its
+sandboxes every second, not every minute). Prints the p50 and p90 of each figure per build and the ratio B/A of the p50s. Needs root,
 the default image and each build's runtimed, runtime-agent and runtime-egress.
 """
 from __future__ import annotations
@@ -18,7 +20,9 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,13 +33,45 @@ from helpers import Api, Daemon, remove_empty_cgroup_tree  # noqa: E402
 FIGURES = ("create to first exec", "exec true after quiet", "exec true back to back", "delete")
 
 
+class Collector:
+    """An OTLP/HTTP receiver on loopback that takes every push and counts it."""
+
+    def __init__(self):
+        self.pushes = 0
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.pushes += 1
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
 class Side:
-    def __init__(self, build: Path, image_dir: Path, tag: str, driver: str):
+    def __init__(self, build: Path, image_dir: Path, tag: str, driver: str, otel: Collector | None = None,
+                 every_second: bool = False):
         self.tmp = Path(tempfile.mkdtemp(prefix=f"runtime-bench-ce-{tag}-"))
         self.cg = f"runtime-bench-ce-{os.getpid()}-{tag}"
-        self.d = Daemon(build, image_dir, self.tmp / "state", self.cg)
+        # With a collector: the export pushes each second (its default is 10), and with
+        # every_second the daemon reads every sandbox each second too (its default is 60).
+        extra = ["--webhook-allow-cidr", "127.0.0.0/8", "--otel-interval-seconds", "1"] if otel else []
+        if otel and every_second:
+            extra += ["--sandbox-metrics-interval-seconds", "1"]
+        self.d = Daemon(build, image_dir, self.tmp / "state", self.cg, extra_args=extra)
         self.d.start()
         self.api = Api(self.d, timeout=600)
+        if otel:
+            r = self.api.post("/v1/otel-exports", json={"endpoint": otel.url, "headers": {"Authorization": "x"}})
+            assert r.status_code == 201, r.text
         self.driver = driver
         self.samples: dict[str, list[float]] = {f: [] for f in FIGURES}
 
@@ -76,11 +112,17 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--driver", default="namespace")
     ap.add_argument("--quiet-ms", type=float, default=20.0)
+    ap.add_argument("--otel-b", action="store_true",
+                    help="B with an OpenTelemetry export to a collector on loopback, pushed every second (events "
+                         "and the audit trail are always on where the build has them)")
+    ap.add_argument("--readings-every-second", action="store_true",
+                    help="with --otel-b: B reads every sandbox every second, not every minute")
     ap.add_argument("--image-dir", type=Path,
                     default=Path(os.environ.get("RUNTIME_TEST_IMAGE_DIR", "/var/cache/runtime/images")))
     args = ap.parse_args()
+    collector = Collector() if args.otel_b else None
     sides = [Side(args.build_a.resolve(), args.image_dir, "a", args.driver),
-             Side(args.build_b.resolve(), args.image_dir, "b", args.driver)]
+             Side(args.build_b.resolve(), args.image_dir, "b", args.driver, collector, args.readings_every_second)]
     try:
         for s in sides:  # a warm-up round each, not counted
             s.round(args.quiet_ms / 1000)
@@ -95,7 +137,8 @@ def main() -> int:
         for s in sides:
             s.close()
     print(f"{args.rounds} rounds, driver {args.driver}, quiet {args.quiet_ms:g} ms; "
-          f"A = {args.build_a}, B = {args.build_b}")
+          f"A = {args.build_a}, B = {args.build_b}"
+          + (f" with an OpenTelemetry export ({collector.pushes} pushes taken)" if collector else ""))
     print(f"{'figure':<26} {'A p50 ms':>9} {'A p90 ms':>9} {'B p50 ms':>9} {'B p90 ms':>9} {'B/A p50':>8}")
     for f in FIGURES:
         a, b = sides[0].samples[f], sides[1].samples[f]
