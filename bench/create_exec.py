@@ -20,9 +20,8 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
+import subprocess
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,37 +32,54 @@ from helpers import Api, Daemon, remove_empty_cgroup_tree  # noqa: E402
 FIGURES = ("create to first exec", "exec true after quiet", "exec true back to back", "delete")
 
 
+COLLECTOR = r"""
+import signal, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+pushes = 0
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def do_POST(self):
+        global pushes
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        pushes += 1
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(httpd.server_address[1], flush=True)
+def done(*_):
+    print(pushes, flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, done)
+httpd.serve_forever()
+"""
+
+
 class Collector:
-    """An OTLP/HTTP receiver on loopback that takes every push and counts it."""
+    """An OTLP/HTTP receiver on loopback that takes every push and counts it: a process of its own,
+    so that serving a push never holds this one's interpreter while it times a call."""
 
     def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", COLLECTOR], stdout=subprocess.PIPE, text=True)
+        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
         self.pushes = 0
-        outer = self
 
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                outer.pushes += 1
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def close(self) -> None:
+        self.proc.terminate()
+        out = self.proc.stdout.readline().strip()
+        self.proc.wait(timeout=10)
+        self.pushes = int(out) if out.isdigit() else -1
 
 
 class Side:
     def __init__(self, build: Path, image_dir: Path, tag: str, driver: str, otel: Collector | None = None,
-                 every_second: bool = False):
+                 every_second: bool = False, otel_interval: int = 1):
         self.tmp = Path(tempfile.mkdtemp(prefix=f"runtime-bench-ce-{tag}-"))
         self.cg = f"runtime-bench-ce-{os.getpid()}-{tag}"
         # With a collector: the export pushes each second (its default is 10), and with
         # every_second the daemon reads every sandbox each second too (its default is 60).
-        extra = ["--webhook-allow-cidr", "127.0.0.0/8", "--otel-interval-seconds", "1"] if otel else []
+        extra = ["--webhook-allow-cidr", "127.0.0.0/8", "--otel-interval-seconds", str(otel_interval)] if otel else []
         if otel and every_second:
             extra += ["--sandbox-metrics-interval-seconds", "1"]
         self.d = Daemon(build, image_dir, self.tmp / "state", self.cg, extra_args=extra)
@@ -115,6 +131,7 @@ def main() -> int:
     ap.add_argument("--otel-b", action="store_true",
                     help="B with an OpenTelemetry export to a collector on loopback, pushed every second (events "
                          "and the audit trail are always on where the build has them)")
+    ap.add_argument("--otel-interval", type=int, default=1, help="with --otel-b: seconds between pushes")
     ap.add_argument("--readings-every-second", action="store_true",
                     help="with --otel-b: B reads every sandbox every second, not every minute")
     ap.add_argument("--image-dir", type=Path,
@@ -122,7 +139,8 @@ def main() -> int:
     args = ap.parse_args()
     collector = Collector() if args.otel_b else None
     sides = [Side(args.build_a.resolve(), args.image_dir, "a", args.driver),
-             Side(args.build_b.resolve(), args.image_dir, "b", args.driver, collector, args.readings_every_second)]
+             Side(args.build_b.resolve(), args.image_dir, "b", args.driver, collector, args.readings_every_second,
+                  args.otel_interval)]
     try:
         for s in sides:  # a warm-up round each, not counted
             s.round(args.quiet_ms / 1000)
@@ -136,6 +154,8 @@ def main() -> int:
     finally:
         for s in sides:
             s.close()
+        if collector:
+            collector.close()
     print(f"{args.rounds} rounds, driver {args.driver}, quiet {args.quiet_ms:g} ms; "
           f"A = {args.build_a}, B = {args.build_b}"
           + (f" with an OpenTelemetry export ({collector.pushes} pushes taken)" if collector else ""))
