@@ -27,7 +27,9 @@ sbx = Sandbox.connect(sys.argv[1])
 def test_pause_wake_keeps_the_process(pub, api, driver):
     sbx = api.create_sandbox(driver=driver, timeoutSeconds=900)
     got = pub(PRELUDE + """
-p = sbx.spawn("i=0; while :; do i=$((i+1)); echo $i > /workspace/n; sleep 0.05; done")
+# Each count lands whole (written aside, then renamed over): a read never finds the file emptied.
+p = sbx.spawn("i=0; while :; do i=$((i+1)); echo $i > /workspace/n.new; mv /workspace/n.new /workspace/n; "
+              "sleep 0.05; done")
 import time
 deadline = time.monotonic() + 240
 while sbx.exec("cat /workspace/n 2>/dev/null || echo 0").stdout.strip() in ("", "0"):

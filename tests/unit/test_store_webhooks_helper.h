@@ -282,14 +282,26 @@ static inline int audit_test_collect(void *userdata, const AuditRecord *a) {
 }
 
 static inline void audit_test_contract(const StoreAuditOps *ops, StoreAudit *h) {
+        /* Several in one write: all or none. */
+        AuditRecord two[2] = { { .owner = "carol", .action = "key.create", .host_id = "h1", .at = 50 },
+                               { .owner = "carol", .action = "key.revoke", .host_id = "h1", .at = 51 } };
+        snprintf(two[0].id, sizeof two[0].id, "aud_%020d", 10);
+        snprintf(two[1].id, sizeof two[1].id, "aud_%020d", 10); /* the same id twice */
+        assert_int_equal(ops->append(h, two, 2), -EEXIST);
+        snprintf(two[1].id, sizeof two[1].id, "aud_%020d", 11);
+        assert_int_equal(ops->append(h, two, 2), 0);
+        AuditSeen c = { 0 };
+        AuditFilter cf = { .owner = "carol", .limit = 10 };
+        assert_int_equal(ops->list(h, &cf, audit_test_collect, &c), 0);
+        assert_int_equal(c.n, 2);
         static const char *const actions[] = { "sandbox.create", "sandbox.exec", "key.create", "sandbox.stop" };
         for (int i = 0; i < 4; i++) {
                 AuditRecord a = { .owner = i == 2 ? "bob" : "alice", .action = actions[i], .key_id = "key_1",
                                   .method = "POST", .path = "/v1/x", .detail = "{\"command\":\"true\"}", .status = 200,
                                   .client = "127.0.0.1", .request_id = "req_1", .host_id = "h1", .at = 100 + i };
                 snprintf(a.id, sizeof a.id, "aud_%020d", i);
-                assert_int_equal(ops->append(h, &a), 0);
-                assert_int_equal(ops->append(h, &a), -EEXIST);
+                assert_int_equal(ops->append(h, &a, 1), 0);
+                assert_int_equal(ops->append(h, &a, 1), -EEXIST);
         }
         AuditSeen s = { 0 };
         AuditFilter f = { .owner = "alice", .limit = 10 };
@@ -319,5 +331,5 @@ static inline void audit_test_contract(const StoreAuditOps *ops, StoreAudit *h) 
         assert_string_equal(s.actions[1], "sandbox.create");
         int64_t n = -1;
         assert_int_equal(ops->prune(h, 102, &n), 0);
-        assert_int_equal(n, 2);
+        assert_int_equal(n, 4); /* alice's and bob's first two, and carol's */
 }

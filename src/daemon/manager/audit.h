@@ -21,6 +21,9 @@
 #define AUDIT_DETAIL_MAX 1024
 /* Records waiting for the writer at most. */
 #define AUDIT_QUEUE_MAX 10000
+/* The nice value of the daemon's background writers (this one, the request
+ * counts', the OpenTelemetry pushes): behind the threads that serve calls. */
+#define AUDIT_WRITER_NICE 10
 
 typedef struct Audit Audit;
 

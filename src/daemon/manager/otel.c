@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "common/jsonutil.h"
 #include "common/log.h"
@@ -16,6 +18,7 @@
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/egress/egress_seal.h"
+#include "daemon/manager/audit.h"
 #include "daemon/manager/events.h"
 #include "daemon/manager/samples.h"
 #include "daemon/manager/webhooks.h"
@@ -597,6 +600,8 @@ static void round_of_pushes(Otel *o) {
 
 static void *worker(void *userdata) {
         Otel *o = userdata;
+        /* Background work: a call being served comes first. */
+        (void)setpriority(PRIO_PROCESS, (id_t)gettid(), AUDIT_WRITER_NICE);
         pthread_mutex_lock(&o->lock);
         while (!o->stop) {
                 pthread_mutex_unlock(&o->lock);

@@ -7,9 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "daemon/manager/audit.h"
 
 typedef struct Pending {
         char owner[128];
@@ -121,6 +124,8 @@ int request_counts_flush(RequestCounts *rc) {
 
 static void *flusher(void *userdata) {
         RequestCounts *rc = userdata;
+        /* Background work: a call being served comes first. */
+        (void)setpriority(PRIO_PROCESS, (id_t)gettid(), AUDIT_WRITER_NICE);
         pthread_mutex_lock(&rc->lock);
         while (!rc->stop) {
                 struct timespec deadline;

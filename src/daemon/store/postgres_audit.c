@@ -1,6 +1,7 @@
 /* The audit trail in PostgreSQL (store_audit.h): the SQLite backend's
  * statements in PostgreSQL's words; seq, a serial, the cursor. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,7 @@ static const char *opt(const char *v) {
         return v && *v ? v : NULL;
 }
 
-static int pg_audit_append(StoreAudit *h, const AuditRecord *a) {
+static int insert_one(PgConn *c, const AuditRecord *a, bool locked) {
         PgParams p = { 0 };
         pgp_text(&p, a->id);
         pgp_text(&p, a->owner);
@@ -40,10 +41,30 @@ static int pg_audit_append(StoreAudit *h, const AuditRecord *a) {
         pgp_text(&p, opt(a->request_id));
         pgp_text(&p, a->host_id ? a->host_id : "");
         pgp_int(&p, a->at);
-        return pgdb_exec(&h->c,
-                         "INSERT INTO audit (id, owner, action, key_id, method, path, sandbox_id, detail, status, client, "
-                         "request_id, host_id, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-                         &p);
+        static const char sql[] =
+                "INSERT INTO audit (id, owner, action, key_id, method, path, sandbox_id, detail, status, client, "
+                "request_id, host_id, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+        return locked ? pgdb_exec_locked(c, sql, &p) : pgdb_exec(c, sql, &p);
+}
+
+typedef struct Batch {
+        const AuditRecord *a;
+        size_t n;
+} Batch;
+
+static int append_tx(PgConn *c, void *userdata) {
+        const Batch *b = userdata;
+        int r = 0;
+        for (size_t i = 0; r == 0 && i < b->n; i++)
+                r = insert_one(c, &b->a[i], true);
+        return r;
+}
+
+static int pg_audit_append(StoreAudit *h, const AuditRecord *a, size_t n) {
+        if (n == 1)
+                return insert_one(&h->c, a, false);
+        Batch b = { .a = a, .n = n };
+        return n ? pgdb_transaction(&h->c, append_tx, &b) : 0;
 }
 
 static int pg_audit_list(StoreAudit *h, const AuditFilter *f, StoreAuditFn fn, void *userdata) {

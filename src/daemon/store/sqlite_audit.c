@@ -47,8 +47,7 @@ static void sqlite_audit_close(StoreAudit *h) {
         sqldb_handle_close(h);
 }
 
-static int sqlite_audit_append(StoreAudit *h, const AuditRecord *a) {
-        LOCKED(h);
+static int insert_one(StoreAudit *h, const AuditRecord *a) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(h->sql,
                                "INSERT INTO audit (id, owner, action, key_id, method, path, sandbox_id, detail, "
@@ -69,6 +68,28 @@ static int sqlite_audit_append(StoreAudit *h, const AuditRecord *a) {
         sqlite3_bind_text(st, 12, a->host_id ? a->host_id : "", -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 13, a->at);
         return sqldb_errno(sqlite3_step(st));
+}
+
+typedef struct Batch {
+        StoreAudit *h;
+        const AuditRecord *a;
+        size_t n;
+} Batch;
+
+static int append_tx(void *userdata) {
+        const Batch *b = userdata;
+        int r = 0;
+        for (size_t i = 0; r == 0 && i < b->n; i++)
+                r = insert_one(b->h, &b->a[i]);
+        return r;
+}
+
+static int sqlite_audit_append(StoreAudit *h, const AuditRecord *a, size_t n) {
+        LOCKED(h);
+        if (n == 1)
+                return insert_one(h, a);
+        Batch b = { .h = h, .a = a, .n = n };
+        return n ? sqldb_transaction(h->sql, append_tx, &b) : 0;
 }
 
 static int sqlite_audit_list(StoreAudit *h, const AuditFilter *f, StoreAuditFn fn, void *userdata) {

@@ -49,8 +49,9 @@ typedef struct StoreAudit StoreAudit;
 struct StoreAuditOps {
         int (*open)(const char *location, StoreAudit **ret);
         void (*close)(StoreAudit *h);
-        /* Appends a (its seq is the store's). -EEXIST for a taken id. */
-        int (*append)(StoreAudit *h, const AuditRecord *a);
+        /* Appends the n records of a in one write, all or none (their seq
+         * is the store's). -EEXIST for a taken id. */
+        int (*append)(StoreAudit *h, const AuditRecord *a, size_t n);
         int (*list)(StoreAudit *h, const AuditFilter *f, StoreAuditFn fn, void *userdata);
         /* Drops the records older than `before` (unix seconds); how many went. */
         int (*prune)(StoreAudit *h, int64_t before, int64_t *ret_n);
