@@ -80,6 +80,12 @@ $(BUILD)/gen/interpreter_program.inc: src/interpreter/runtime_interpreter.py
 	@mkdir -p $(dir $@)
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< >$@
 $(BUILD)/obj/daemon/daemon/api/api_interpreter.o $(BUILD)/obj/fuzz/daemon/api/api_interpreter.o: $(BUILD)/gen/interpreter_program.inc
+# So do the dashboard's page, script and style sheet (docs/dashboard.md).
+DASHBOARD_INC := $(patsubst src/dashboard/%,$(BUILD)/gen/dashboard/%.inc,$(wildcard src/dashboard/*.html src/dashboard/*.js src/dashboard/*.css))
+$(BUILD)/gen/dashboard/%.inc: src/dashboard/%
+	@mkdir -p $(dir $@)
+	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< >$@
+$(BUILD)/obj/daemon/daemon/api/api_dashboard.o $(BUILD)/obj/fuzz/daemon/api/api_dashboard.o: $(DASHBOARD_INC)
 
 $(BUILD)/obj/daemon/%.o: src/%.c
 	@mkdir -p $(dir $@)

@@ -16,6 +16,8 @@ DEBS=(
   # unit's check (the systemd package's tools; systemd-sysv, which would make
   # it init, is not installed), the manual pages' rendering.
   git debhelper lintian systemd groff-base man-db
+  # The dashboard's tests drive a real headless Chromium over WebDriver (tests/integration/test_dashboard.py).
+  chromium chromium-driver
 )
 
 if [ "$(id -u)" -ne 0 ]; then

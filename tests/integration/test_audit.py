@@ -85,3 +85,31 @@ def test_an_owners_own_and_refusals_recorded(daemon):
         for params in ({"limit": 0}, {"limit": 101}, {"before": "x"}, {"before": "-1"}, {"action": "%"},
                        {"action": "a" * 65}):
             assert_error(c.get("/v1/audit", params=params), 400, "invalid_request")
+
+
+def test_one_sandboxes_commands_with_their_exit_codes(daemon):
+    """sandboxId= lists one sandbox's records (the dashboard's commands); an exec's record says the
+    command's exit code once it ran to its end."""
+    owner, key = _owner(daemon)
+    with Api(daemon, key=key) as c:
+        a = c.create_sandbox(driver="namespace", timeoutSeconds=60)
+        b = c.create_sandbox(driver="namespace", timeoutSeconds=60)
+        assert c.post(f"/v1/sandboxes/{a.id}:exec", json={"command": "exit 3"}).json()["exitCode"] == 3
+        assert c.post(f"/v1/sandboxes/{b.id}:exec", json={"command": "true"}).json()["exitCode"] == 0
+        assert c.post(f"/v1/sandboxes/{a.id}:exec", json={"command": "echo ok"}).json()["exitCode"] == 0
+
+        def of(sid):
+            r = c.get("/v1/audit", params={"sandboxId": sid})
+            assert r.status_code == 200, r.text
+            return [(e["action"], e["detail"].get("command"), e["detail"].get("exitCode"))
+                    for e in r.json()["events"]]
+        assert of(a.id) == [("sandbox.exec", "echo ok", 0), ("sandbox.exec", "exit 3", 3),
+                            ("sandbox.create", None, None)]
+        assert of(b.id) == [("sandbox.exec", "true", 0), ("sandbox.create", None, None)]
+        # Another owner's sandbox: nothing, not an error that says it exists.
+        _, other = _owner(daemon)
+        with Api(daemon, key=other) as o:
+            r = o.get("/v1/audit", params={"sandboxId": a.id})
+            assert r.status_code == 200 and r.json()["events"] == []
+        for bad in ("", "a" * 65, "sbx_%", "x y"):
+            assert_error(c.get("/v1/audit", params={"sandboxId": bad}), 400, "invalid_request")

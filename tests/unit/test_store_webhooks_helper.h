@@ -298,6 +298,7 @@ static inline void audit_test_contract(const StoreAuditOps *ops, StoreAudit *h) 
         for (int i = 0; i < 4; i++) {
                 AuditRecord a = { .owner = i == 2 ? "bob" : "alice", .action = actions[i], .key_id = "key_1",
                                   .method = "POST", .path = "/v1/x", .detail = "{\"command\":\"true\"}", .status = 200,
+                                  .sandbox_id = i % 2 ? "sbx_odd" : "sbx_even",
                                   .client = "127.0.0.1", .request_id = "req_1", .host_id = "h1", .at = 100 + i };
                 snprintf(a.id, sizeof a.id, "aud_%020d", i);
                 assert_int_equal(ops->append(h, &a, 1), 0);
@@ -316,6 +317,18 @@ static inline void audit_test_contract(const StoreAuditOps *ops, StoreAudit *h) 
         f = (AuditFilter){ .action = "sandbox.exec", .limit = 10 };
         assert_int_equal(ops->list(h, &f, audit_test_collect, &s), 0);
         assert_int_equal(s.n, 1);
+        s = (AuditSeen){ 0 };
+        /* One sandbox's: alice's exec and stop, newest first. */
+        s = (AuditSeen){ 0 };
+        f = (AuditFilter){ .owner = "alice", .sandbox_id = "sbx_odd", .limit = 10 };
+        assert_int_equal(ops->list(h, &f, audit_test_collect, &s), 0);
+        assert_int_equal(s.n, 2);
+        assert_string_equal(s.actions[0], "sandbox.stop");
+        assert_string_equal(s.actions[1], "sandbox.exec");
+        s = (AuditSeen){ 0 };
+        f = (AuditFilter){ .sandbox_id = "sbx_%", .limit = 10 };
+        assert_int_equal(ops->list(h, &f, audit_test_collect, &s), 0);
+        assert_int_equal(s.n, 0);
         s = (AuditSeen){ 0 };
         f = (AuditFilter){ .action = "%", .limit = 10 };
         assert_int_equal(ops->list(h, &f, audit_test_collect, &s), 0);

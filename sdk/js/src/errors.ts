@@ -114,6 +114,15 @@ export class CommandError extends APIError {
   }
 }
 
+/**
+ * A webhook delivery that `verifyWebhook` refused: no signature of the secret matches its body,
+ * its signature is older (or newer) than the tolerance, or its header or body is malformed.
+ * Thrown by the SDK, never a daemon's answer: `status` is null.
+ */
+export class WebhookVerificationError extends APIError {
+  static override defaultCode = "webhook_verification_failed";
+}
+
 type ErrorClass = typeof APIError;
 
 const BY_CODE: Record<string, ErrorClass> = {

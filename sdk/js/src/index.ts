@@ -12,6 +12,10 @@
  */
 export { Sandbox, Files, Network, Secrets } from "./sandbox.js";
 export type { ClientOptions, CreateOptions, SandboxData, FileData, ExecStreamOptions, SpawnOptions, MetricsRange } from "./sandbox.js";
+export { Runtime, Events, Webhooks, Otel, Audit } from "./runtime.js";
+export type { AuditListOptions, EventsListOptions, OtelFields, WebhookFields } from "./runtime.js";
+export { verifyWebhook, DEFAULT_TOLERANCE_SECONDS } from "./webhooks.js";
+export type { VerifyWebhookOptions } from "./webhooks.js";
 export { Process } from "./process.js";
 export type { ProcessInfo } from "./process.js";
 export { Interpreter, InterpreterContexts, TABLE_MIME } from "./interpreter.js";
@@ -44,6 +48,7 @@ export {
   InternalServerError,
   UnavailableError,
   CommandError,
+  WebhookVerificationError,
 } from "./errors.js";
 export { resolveEndpoint, resolveApiKey, defaultStateDir } from "./config.js";
 export { VERSION } from "./version.js";

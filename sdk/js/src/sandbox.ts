@@ -57,7 +57,8 @@ export type SandboxData = Record<string, unknown> & { id: string; state?: string
 export const METRICS_RANGES = ["15m", "1h", "6h", "24h", "7d", "30d"] as const;
 export type MetricsRange = (typeof METRICS_RANGES)[number];
 
-function connect(opts: ClientOptions): HttpClient {
+/** @internal A client of the daemon the options name (Runtime shares this). */
+export function connect(opts: ClientOptions): HttpClient {
   const endpoint = resolveEndpoint(opts.baseUrl);
   return new HttpClient(endpoint, resolveApiKey(opts.apiKey), opts.httpTimeoutSeconds);
 }

@@ -28,6 +28,10 @@
 
 typedef enum RouteKind {
         ROUTE_HEALTHZ,
+        ROUTE_DASHBOARD_ROOT,
+        ROUTE_DASHBOARD,
+        ROUTE_DASHBOARD_JS,
+        ROUTE_DASHBOARD_CSS,
         ROUTE_METRICS,
         ROUTE_INFO,
         ROUTE_LIMITS,

@@ -1,7 +1,7 @@
 /* GET /v1/audit (docs/api.md, "Audit"): the key's owner's audit trail (the
  * admin key's: every owner's), newest first, in pages: the published
  * client's {"events": [...], "next": ...} with its filters (action, a group
- * ending in '.', limit, before). */
+ * ending in '.', limit, before) and ours (sandboxId: one sandbox's). */
 #include "daemon/api/api_audit.h"
 
 #include <errno.h>
@@ -50,6 +50,11 @@ enum MHD_Result handle_audit(Req *r) {
                 return reply_error(r, &e);
         }
         /* The admin key sees every owner's; any other key its owner's. */
+        f.sandbox_id = req_query(r, "sandboxId");
+        if (f.sandbox_id && !api_filter_ok(f.sandbox_id)) {
+                api_error(&e, 400, "invalid_request", NULL, "sandboxId is 1 to 64 letters, digits, '.', '_' or '-'");
+                return reply_error(r, &e);
+        }
         f.owner = keys_is_admin(&r->key) ? NULL : r->key.owner;
         Page p = { .data = json_array(), .limit = f.limit };
         f.limit += 1; /* one past the page says whether there is a next one */

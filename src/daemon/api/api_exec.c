@@ -230,6 +230,8 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
                 json_t *body = NULL;
                 if (out && err) {
                         json_t *ec = json_object_get(result, "exitCode");
+                        if (json_is_integer(ec))
+                                req_audit_note_json(r, "exitCode", json_copy(ec));
                         body = json_pack("{s:O,s:s%,s:s%,s:b,s:b,s:b,s:I}", "exitCode", ec ? ec : json_null(),
                                          "stdout", out, ol, "stderr", err, el, "timedOut",
                                          json_is_true(json_object_get(result, "timedOut")), "stdoutTruncated",

@@ -397,6 +397,8 @@ enum MHD_Result handle_sandbox_create(Req *r) {
         create_request_done(&cr);
         if (rc < 0)
                 return reply_row(r, rc, &row, &se, 201);
+        /* The audit trail's record of the create names the sandbox made. */
+        snprintf(r->audit_sandbox_id, sizeof r->audit_sandbox_id, "%.*s", ROUTE_ID_LEN, row.id);
         json_t *j = api_sandbox_json(r->app->manager, &row);
         sandbox_row_done(&row);
         if (!j || json_object_set_new(j, "reused", json_boolean(reused)) < 0) {

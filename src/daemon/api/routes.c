@@ -6,6 +6,7 @@
 #include "daemon/api/api_exec.h"
 #include "daemon/api/api_archive.h"
 #include "daemon/api/api_audit.h"
+#include "daemon/api/api_dashboard.h"
 #include "daemon/api/api_files.h"
 #include "daemon/api/api_hosts.h"
 #include "daemon/api/api_uploads.h"
@@ -32,6 +33,13 @@
  * order of a 405's Allow header. */
 const HttpRoute api_routes[] = {
         R(ROUTE_HEALTHZ, "healthz", "GET", "/healthz", HTTP_ACCESS_PUBLIC, HTTP_BODY_NONE, handle_healthz),
+        R(ROUTE_DASHBOARD_ROOT, "dashboard_root", "GET", "/dashboard", HTTP_ACCESS_PUBLIC, HTTP_BODY_NONE,
+          handle_dashboard_root),
+        R(ROUTE_DASHBOARD, "dashboard", "GET", "/dashboard/", HTTP_ACCESS_PUBLIC, HTTP_BODY_NONE, handle_dashboard),
+        R(ROUTE_DASHBOARD_JS, "dashboard_js", "GET", "/dashboard/app.js", HTTP_ACCESS_PUBLIC, HTTP_BODY_NONE,
+          handle_dashboard_js),
+        R(ROUTE_DASHBOARD_CSS, "dashboard_css", "GET", "/dashboard/app.css", HTTP_ACCESS_PUBLIC, HTTP_BODY_NONE,
+          handle_dashboard_css),
         R(ROUTE_METRICS, "metrics", "GET", "/metrics", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_metrics),
         R(ROUTE_INFO, "info", "GET", "/v1/info", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_info),
         R(ROUTE_LIMITS, "limits", "GET", "/v1/limits", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_limits),

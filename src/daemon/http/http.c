@@ -450,10 +450,27 @@ void req_audit_note(Req *r, const char *field, const char *value) {
                 json_object_set_new(r->audit_detail, field, v);
 }
 
+void req_audit_note_json(Req *r, const char *field, json_t *v) {
+        if (!v)
+                return;
+        if (!r->audit_detail && !(r->audit_detail = json_object())) {
+                json_decref(v);
+                return;
+        }
+        json_object_set_new(r->audit_detail, field, v);
+}
+
 /* The action of a route: its name with its first '_' a '.' and the
  * resource singular ("keys_create": key.create, "proc_spawn":
- * process.spawn); a one-word name is a sandbox's ("stop": sandbox.stop). */
-static void audit_action(const char *name, char *buf, size_t n) {
+ * process.spawn); a one-word name is a sandbox's ("stop": sandbox.stop).
+ * The POST twin of a DELETE ("webhook_delete_post") is the same act:
+ * webhook.delete. */
+static void audit_action(const char *route_name, char *buf, size_t n) {
+        char name[64];
+        size_t len = strlen(route_name);
+        if (len > 5 && strcmp(route_name + len - 5, "_post") == 0)
+                len -= 5;
+        snprintf(name, sizeof name, "%.*s", (int)len, route_name);
         const char *us = strchr(name, '_');
         if (!us) {
                 snprintf(buf, n, "sandbox.%s", name);
@@ -497,7 +514,9 @@ static void audit_request(HttpServer *s, Req *r, unsigned status) {
                 req_audit_note(r, "path", named);
         _cleanup_free_ char *detail = r->audit_detail ? json_dumps(r->audit_detail, JSON_COMPACT) : NULL;
         AuditRecord rec = { .owner = r->key.owner, .action = action, .key_id = r->key.id, .method = r->method,
-                            .path = path, .sandbox_id = r->route.sandbox_id, .detail = detail, .status = (int)status,
+                            .path = path,
+                            .sandbox_id = r->route.sandbox_id[0] ? r->route.sandbox_id : r->audit_sandbox_id,
+                            .detail = detail, .status = (int)status,
                             .client = client, .request_id = r->rid };
         audit_record(s->audit, &rec);
 }

@@ -134,6 +134,9 @@ struct Req {
         bool forwarded;     /* came from another host of the fleet, with the fleet's secret */
         struct Forward *fwd; /* going on to the host that runs its sandbox */
         json_t *audit_detail; /* what the handler named for the audit trail (req_audit_note) */
+        /* The sandbox a route without one in its path acted on (a create's
+         * new one), for the audit trail; "" when none. */
+        char audit_sandbox_id[ROUTE_ID_LEN + 1];
         struct HttpServer *server;
 };
 
@@ -142,6 +145,8 @@ struct Req {
  * the cut said). Never a secret: a handler names what a reader of the trail
  * may see. */
 void req_audit_note(Req *r, const char *field, const char *value);
+/* The same for a JSON value (a number); takes v. */
+void req_audit_note_json(Req *r, const char *field, json_t *v);
 
 /* Queue a response; the reply functions add X-Request-Id. */
 enum MHD_Result reply_json(Req *r, unsigned status, json_t *body); /* steals body */

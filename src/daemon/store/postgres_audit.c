@@ -73,6 +73,7 @@ static int pg_audit_list(StoreAudit *h, const AuditFilter *f, StoreAuditFn fn, v
         pgp_text(&p, opt(f->action));
         pgp_int(&p, f->before);
         pgp_int(&p, f->limit);
+        pgp_text(&p, opt(f->sandbox_id));
         _cleanup_pgres_ PGresult *res = NULL;
         /* $2 an action, or a group when it ends in '.': a prefix compared as
          * text (left), so that no character of it is a pattern. */
@@ -80,7 +81,8 @@ static int pg_audit_list(StoreAudit *h, const AuditFilter *f, StoreAuditFn fn, v
                          "SELECT seq, id, owner, action, key_id, method, path, sandbox_id, detail, status, client, "
                          "request_id, host_id, at FROM audit WHERE ($1::text IS NULL OR owner = $1) "
                          "AND ($2::text IS NULL OR (right($2, 1) = '.' AND left(action, length($2)) = $2) OR action = $2) "
-                         "AND ($3::bigint = 0 OR seq < $3) ORDER BY seq DESC LIMIT $4",
+                         "AND ($3::bigint = 0 OR seq < $3) AND ($5::text IS NULL OR sandbox_id = $5) "
+                         "ORDER BY seq DESC LIMIT $4",
                          &p, &res);
         if (r < 0)
                 return r;

@@ -149,6 +149,8 @@ static const char *const steps[] = {
         "  last_error TEXT, sent_logs BIGINT NOT NULL, sent_points BIGINT NOT NULL, dropped BIGINT NOT NULL,"
         "  version BIGINT NOT NULL);"
         "CREATE INDEX otel_exports_owner ON otel_exports (owner, created_at);",
+        /* 10: the audit trail of one sandbox (the dashboard's commands) */
+        "CREATE INDEX audit_sandbox ON audit (sandbox_id, seq);",
 };
 
 #define KIND "postgres"

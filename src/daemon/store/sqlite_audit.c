@@ -36,7 +36,8 @@ static const SqlMigration migrations[] = {
           "  host_id TEXT NOT NULL,"
           "  at INTEGER NOT NULL);"
           "CREATE INDEX IF NOT EXISTS audit_owner ON audit (owner, seq);"
-          "CREATE INDEX IF NOT EXISTS audit_at ON audit (at);" },
+          "CREATE INDEX IF NOT EXISTS audit_at ON audit (at);"
+          "CREATE INDEX IF NOT EXISTS audit_sandbox ON audit (sandbox_id, seq);" },
 };
 
 static int sqlite_audit_open(const char *location, StoreAudit **ret) {
@@ -101,13 +102,15 @@ static int sqlite_audit_list(StoreAudit *h, const AuditFilter *f, StoreAuditFn f
                                "SELECT seq, id, owner, action, key_id, method, path, sandbox_id, detail, status, client, "
                                "request_id, host_id, at FROM audit WHERE (?1 IS NULL OR owner = ?1) "
                                "AND (?2 IS NULL OR (substr(?2, -1) = '.' AND instr(action, ?2) = 1) OR action = ?2) "
-                               "AND (?3 = 0 OR seq < ?3) ORDER BY seq DESC LIMIT ?4",
+                               "AND (?3 = 0 OR seq < ?3) AND (?5 IS NULL OR sandbox_id = ?5) "
+                               "ORDER BY seq DESC LIMIT ?4",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqldb_bind_opt(st, 1, f->owner);
         sqldb_bind_opt(st, 2, f->action);
         sqlite3_bind_int64(st, 3, f->before);
         sqlite3_bind_int64(st, 4, f->limit);
+        sqldb_bind_opt(st, 5, f->sandbox_id);
         int rc, r = 0;
         while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
                 AuditRecord a = { .seq = sqlite3_column_int64(st, 0), .owner = sqldb_col(st, 2), .action = sqldb_col(st, 3),

@@ -31,11 +31,12 @@ typedef struct AuditRecord {
 } AuditRecord;
 
 /* Which records a listing takes: of one owner (NULL: every owner's), of one
- * action or, ending in '.', a group of actions (NULL: any), older than the
- * cursor `before` (0: the newest). */
+ * action or, ending in '.', a group of actions (NULL: any), of one sandbox
+ * (NULL: any), older than the cursor `before` (0: the newest). */
 typedef struct AuditFilter {
         const char *owner;
         const char *action;
+        const char *sandbox_id;
         int64_t before;
         unsigned limit;
 } AuditFilter;

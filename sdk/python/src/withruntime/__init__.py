@@ -34,8 +34,9 @@ from .errors import (
     RateLimitError,
     SpendingLimitError,
     UnavailableError,
+    WebhookVerificationError,
 )
-from .sandbox import Files, Network, Runtime, Sandbox, Secrets, Snapshots
+from .sandbox import Audit, Events, Files, Network, Otel, Runtime, Sandbox, Secrets, Snapshots, Webhooks
 
 # What a first call of the blocking client does not need is imported when first named:
 # ``withruntime.AsyncSandbox`` or ``from withruntime import AsyncSandbox`` loads it then.
@@ -46,6 +47,11 @@ _LAZY = {
     "AsyncSecrets": "async_sandbox",
     "AsyncSnapshots": "async_sandbox",
     "AsyncRuntime": "async_sandbox",
+    "AsyncEvents": "async_sandbox",
+    "AsyncWebhooks": "async_sandbox",
+    "AsyncOtel": "async_sandbox",
+    "AsyncAudit": "async_sandbox",
+    "verify_webhook": "webhooks",
     "Terminal": "_terminal",
     "AsyncTerminal": "_terminal",
     "PortForward": "_tunnel",
@@ -55,7 +61,9 @@ _LAZY = {
 if TYPE_CHECKING:
     from ._terminal import AsyncTerminal, Terminal
     from ._tunnel import AsyncPortForward, PortForward
-    from .async_sandbox import AsyncFiles, AsyncNetwork, AsyncRuntime, AsyncSandbox, AsyncSecrets, AsyncSnapshots
+    from .async_sandbox import (AsyncAudit, AsyncEvents, AsyncFiles, AsyncNetwork, AsyncOtel, AsyncRuntime,
+                                AsyncSandbox, AsyncSecrets, AsyncSnapshots, AsyncWebhooks)
+    from .webhooks import verify_webhook
 
 
 def __getattr__(name: str) -> Any:
@@ -87,6 +95,16 @@ __all__ = [
     "AsyncSnapshots",
     "Runtime",
     "AsyncRuntime",
+    "Events",
+    "AsyncEvents",
+    "Webhooks",
+    "AsyncWebhooks",
+    "Otel",
+    "AsyncOtel",
+    "Audit",
+    "AsyncAudit",
+    "verify_webhook",
+    "WebhookVerificationError",
     "CommandResult",
     "CommandError",
     "Process",

@@ -44,6 +44,7 @@ from ._models import (
     wake_body,
     with_user,
 )
+from ._observability import Moment, moment
 from ._process import idempotency_headers
 from .errors import APIError, CommandError, InvalidRequestError, NotFoundError, NotPausedError
 
@@ -731,7 +732,7 @@ class SnapshotsOps:
 
 
 class RuntimeOps:
-    """``runtime.me()`` and ``runtime.limits()``."""
+    """``runtime.me()``, ``runtime.limits()`` and ``runtime.usage_export()``."""
 
     def me(self) -> Dict[str, Any]:
         """Who this key is: ``owner`` (also ``orgId``/``orgName``: a self-hosted daemon is one
@@ -741,6 +742,17 @@ class RuntimeOps:
     def limits(self) -> Dict[str, Any]:
         """The key's access and its daily spending: ``GET /v1/limits``."""
         return dict((yield Call(self._http.request, "GET", "/v1/limits")))
+
+    def usage_export(self, since: Moment, until: Moment, *, cursor: Optional[str] = None,
+                     limit: Optional[int] = None) -> Dict[str, Any]:
+        """One page of the owner's settled charges that ended at ``since`` or later and before
+        ``until`` (RFC 3339 UTC text such as ``"2026-12-05T00:00:00Z"``, unix seconds, or an
+        aware datetime): ``{"csv", "rows", "nextCursor", "hasMore", "finalThrough", ...}``.
+        Follow ``nextCursor`` with the same range until it is None and join each page's ``csv``
+        (the header is on the first only); ``limit`` is 1 to 1000 (100)."""
+        params = {"since": moment(since, "since"), "until": moment(until, "until")}
+        params.update({k: v for k, v in (("cursor", cursor), ("limit", limit)) if v is not None})
+        return dict((yield Call(self._http.request, "GET", "/v1/usage/export", params=params)))
 
     def close(self) -> None:
         yield from SecretsOps.close(self.secrets)

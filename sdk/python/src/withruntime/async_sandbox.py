@@ -14,6 +14,7 @@ from ._core import FilesOps, NetworkOps, RuntimeOps, SandboxOps, SecretsOps, Sna
 from ._drive import arun, awaitable, awaitable_iter
 from ._http import AsyncHTTP, websocket_headers
 from ._models import CLIENT_OPTIONS, SandboxInfo, build_create_body
+from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
 from ._process import AsyncProcess, idempotency_headers
 from ._terminal import AsyncTerminal, terminal_target
 from ._tunnel import AsyncPortForward, check_port
@@ -230,6 +231,55 @@ class AsyncSnapshots:
     delete = awaitable(SnapshotsOps.delete)
 
 
+class AsyncEvents:
+    """The awaitable twin of :class:`withruntime.sandbox.Events`."""
+
+    def __init__(self, http: AsyncHTTP) -> None:
+        self._http = http
+
+    list = awaitable(EventsOps.list)
+
+
+class AsyncWebhooks:
+    """The awaitable twin of :class:`withruntime.sandbox.Webhooks`."""
+
+    def __init__(self, http: AsyncHTTP) -> None:
+        self._http = http
+
+    create = awaitable(WebhooksOps.create)
+    list = awaitable(WebhooksOps.list)
+    get = awaitable(WebhooksOps.get)
+    update = awaitable(WebhooksOps.update)
+    rotate_secret = awaitable(WebhooksOps.rotate_secret)
+    delete = awaitable(WebhooksOps.delete)
+    test = awaitable(WebhooksOps.test)
+    deliveries = awaitable(WebhooksOps.deliveries)
+    retry = awaitable(WebhooksOps.retry)
+
+
+class AsyncOtel:
+    """The awaitable twin of :class:`withruntime.sandbox.Otel`."""
+
+    def __init__(self, http: AsyncHTTP) -> None:
+        self._http = http
+
+    create = awaitable(OtelOps.create)
+    list = awaitable(OtelOps.list)
+    get = awaitable(OtelOps.get)
+    update = awaitable(OtelOps.update)
+    flush = awaitable(OtelOps.flush)
+    delete = awaitable(OtelOps.delete)
+
+
+class AsyncAudit:
+    """The awaitable twin of :class:`withruntime.sandbox.Audit`."""
+
+    def __init__(self, http: AsyncHTTP) -> None:
+        self._http = http
+
+    list = awaitable(AuditOps.list)
+
+
 class AsyncRuntime:
     """The awaitable twin of :class:`Runtime`."""
 
@@ -239,9 +289,14 @@ class AsyncRuntime:
                                     _transport=_transport)
         self._http = self.secrets._http
         self.snapshots = AsyncSnapshots(self._http)
+        self.events = AsyncEvents(self._http)
+        self.webhooks = AsyncWebhooks(self._http)
+        self.otel = AsyncOtel(self._http)
+        self.audit = AsyncAudit(self._http)
 
     me = awaitable(RuntimeOps.me)
     limits = awaitable(RuntimeOps.limits)
+    usage_export = awaitable(RuntimeOps.usage_export)
     close = awaitable(RuntimeOps.close)
 
     async def __aenter__(self) -> "AsyncRuntime":

@@ -1,6 +1,8 @@
 """``Runtime``: the calls about the key and its owner rather than one sandbox, under the
-published client's names (``runtime.secrets``, ``runtime.me()``), sync and async. Their bodies
-are in _core.py; the classes are in sandbox.py and async_sandbox.py beside the others."""
+published client's names (``runtime.secrets``, ``runtime.me()``, ``runtime.events``,
+``runtime.webhooks``, ``runtime.otel``, ``runtime.audit``, ``runtime.usage_export()``), sync and
+async. Their bodies are in _core.py and _observability.py; the classes are in sandbox.py and
+async_sandbox.py beside the others."""
 
 from typing import TYPE_CHECKING, Any
 

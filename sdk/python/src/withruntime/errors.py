@@ -27,6 +27,7 @@ __all__ = [
     "RateLimitError",
     "InternalServerError",
     "UnavailableError",
+    "WebhookVerificationError",
     "error_from_response",
 ]
 
@@ -176,6 +177,14 @@ class UnavailableError(APIError):
     """503: no driver can run the request, the image is not built, the sandbox failed to start."""
 
     default_code = "unavailable"
+
+
+class WebhookVerificationError(APIError):
+    """A webhook delivery that :func:`withruntime.verify_webhook` refused: no signature of the
+    secret matches its body, its signature is older (or newer) than the tolerance, or its
+    header or body is malformed. Never a daemon's answer: ``status`` is None."""
+
+    default_code = "webhook_verification_failed"
 
 
 _BY_CODE: Dict[str, Type[APIError]] = {

@@ -11,6 +11,7 @@ from ._core import FilesOps, NetworkOps, RuntimeOps, SandboxOps, SecretsOps, Sna
 from ._drive import blocking, blocking_iter, run
 from ._http import SyncHTTP, websocket_headers
 from ._models import SandboxInfo
+from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
 from ._process import Process
 from .interpreter import Interpreter
 
@@ -208,8 +209,61 @@ class Snapshots:
     delete = blocking(SnapshotsOps.delete)
 
 
+class Events:
+    """The key owner's lifecycle events (``runtime.events``)."""
+
+    def __init__(self, http: SyncHTTP) -> None:
+        self._http = http
+
+    list = blocking(EventsOps.list)
+
+
+class Webhooks:
+    """The key owner's webhooks (``runtime.webhooks``); check each delivery with
+    :func:`withruntime.verify_webhook`."""
+
+    def __init__(self, http: SyncHTTP) -> None:
+        self._http = http
+
+    create = blocking(WebhooksOps.create)
+    list = blocking(WebhooksOps.list)
+    get = blocking(WebhooksOps.get)
+    update = blocking(WebhooksOps.update)
+    rotate_secret = blocking(WebhooksOps.rotate_secret)
+    delete = blocking(WebhooksOps.delete)
+    test = blocking(WebhooksOps.test)
+    deliveries = blocking(WebhooksOps.deliveries)
+    retry = blocking(WebhooksOps.retry)
+
+
+class Otel:
+    """The key owner's OpenTelemetry exports (``runtime.otel``)."""
+
+    def __init__(self, http: SyncHTTP) -> None:
+        self._http = http
+
+    create = blocking(OtelOps.create)
+    list = blocking(OtelOps.list)
+    get = blocking(OtelOps.get)
+    update = blocking(OtelOps.update)
+    flush = blocking(OtelOps.flush)
+    delete = blocking(OtelOps.delete)
+
+
+class Audit:
+    """The key owner's audit log (``runtime.audit``)."""
+
+    def __init__(self, http: SyncHTTP) -> None:
+        self._http = http
+
+    list = blocking(AuditOps.list)
+
+
 class Runtime:
-    """``runtime.secrets`` (:class:`Secrets`), ``runtime.snapshots`` (:class:`Snapshots`), ``runtime.me()`` and ``runtime.limits()``.
+    """The calls about the key and its owner rather than one sandbox: ``runtime.secrets``
+    (:class:`Secrets`), ``runtime.snapshots`` (:class:`Snapshots`), ``runtime.events``,
+    ``runtime.webhooks``, ``runtime.otel``, ``runtime.audit``, ``runtime.me()``,
+    ``runtime.limits()`` and ``runtime.usage_export()``. They share one connection pool.
     ``api_key`` and ``base_url`` override ``RUNTIME_API_KEY`` and ``RUNTIME_BASE_URL``."""
 
     def __init__(self, *, api_key: Optional[str] = None, base_url: Optional[str] = None,
@@ -218,9 +272,14 @@ class Runtime:
                                _transport=_transport)
         self._http = self.secrets._http
         self.snapshots = Snapshots(self._http)
+        self.events = Events(self._http)
+        self.webhooks = Webhooks(self._http)
+        self.otel = Otel(self._http)
+        self.audit = Audit(self._http)
 
     me = blocking(RuntimeOps.me)
     limits = blocking(RuntimeOps.limits)
+    usage_export = blocking(RuntimeOps.usage_export)
     close = blocking(RuntimeOps.close)
 
     def __enter__(self) -> "Runtime":
