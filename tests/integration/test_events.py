@@ -79,3 +79,55 @@ print(json.dumps({"types": [e["type"] for e in page["data"]], "typed": len(typed
 """, args=[sbx.id])
     assert got["types"] == ["sandbox.stopped", "sandbox.started", "sandbox.created"], got
     assert got["typed"] == 1
+
+
+def test_processes_forks_memory_egress_and_spending_are_recorded(daemon):
+    """The events beyond a sandbox's states: a process's end with its code, a fork, a kill for
+    memory, a refused connection (at most one per sandbox every 10 s, the egress log has each) and
+    a key at its daily limit (at most one a minute)."""
+    import uuid
+    from helpers import wait_until
+    owner = f"ev-{uuid.uuid4().hex[:8]}"
+    with Api(daemon) as admin:
+        key = admin.post("/v1/keys", json={"name": "ev", "owner": owner}).json()["key"]
+        poor = admin.post("/v1/keys", json={"name": "poor", "owner": owner, "dailyLimitMicros": 1}).json()
+    with Api(daemon, key=key) as c:
+        sbx = c.create_sandbox(driver="namespace", timeoutSeconds=120, memoryMiB=256)
+        p = c.post(f"/v1/sandboxes/{sbx.id}/processes", json={"argv": ["sh", "-c", "exit 7"]}).json()
+
+        def of(type_):
+            return [e for e in _events(c, resourceId=sbx.id, type=type_)]
+        ended = wait_until(lambda: of("process.exited"), 30, what="the process's end")
+        assert ended[0]["data"]["processId"] == p["id"] and ended[0]["data"]["exitCode"] == 7, ended
+        assert ended[0]["data"]["state"] == "exited" and ended[0]["keyId"] is None
+
+        hog = "python3 -c \"b=[bytearray(1<<20) for _ in range(1<<16)]\""
+        r = c.post(f"/v1/sandboxes/{sbx.id}:exec", json={"command": hog, "timeoutMs": 120000})
+        assert r.status_code == 200 and r.json().get("outOfMemory"), r.text[:500]
+        oom = of("sandbox.oom_killed")
+        assert len(oom) == 1 and oom[0]["data"]["processesKilled"] >= 1 and oom[0]["data"]["memoryMiB"] == 256
+
+        for _ in range(3):
+            out = sbx.exec("env -u NO_PROXY -u no_proxy curl -sS -o /dev/null -w '%{http_code}' "
+                           "http://blocked.test/ || true")["stdout"]
+            assert out.startswith("403"), out
+        refused = of("egress.refused")
+        assert len(refused) == 1, refused
+        assert refused[0]["data"]["host"] == "blocked.test" and refused[0]["data"]["reason"], refused
+
+        r = c.post(f"/v1/sandboxes/{sbx.id}:fork", json={"count": 1})
+        assert r.status_code in (200, 201), r.text[:500]
+        forked = of("sandbox.forked")
+        assert len(forked) == 1 and forked[0]["keyId"] and forked[0]["data"]["count"] == 1, forked
+        copy = forked[0]["data"]["copies"][0]
+        assert c.get(f"/v1/sandboxes/{copy}").status_code == 200
+        c.created.append(copy)
+
+    with Api(daemon, key=poor["key"]) as pc:
+        for _ in range(2):
+            r = pc.post("/v1/sandboxes", json={"driver": "namespace", "timeoutSeconds": 60})
+            assert r.status_code == 402, r.text[:300]
+        got = _events(pc, resourceId=poor["id"], type="key.")
+        assert [e["type"] for e in got] == ["key.spending_limit_reached"], got
+        assert got[0]["data"]["limitMicros"] == 1 and got[0]["data"]["wantedMicros"] > 1, got
+        assert got[0]["keyId"] == poor["id"]

@@ -193,14 +193,9 @@ static uint64_t stream_max_bytes(void) {
         return v && *end == '\0' && n > 0 ? n : STREAM_MAX_BYTES;
 }
 
-static const char *const proc_states[] = {
-        [PROC_RUNNING] = "running", [PROC_EXITED] = "exited", [PROC_KILLED] = "killed",
-        [PROC_TIMED_OUT] = "timed_out", [PROC_LOST] = "lost", [PROC_FAILED] = "failed",
-};
-
 json_t *api_process_json(const ProcInfo *i) {
         json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:b}", "id", i->id, "command", i->command, "user",
-                              i->user, "state", proc_states[i->exit.state], "outputBytes", (json_int_t)i->output_bytes,
+                              i->user, "state", proc_state_name(i->exit.state), "outputBytes", (json_int_t)i->output_bytes,
                               "stdinOffset", (json_int_t)i->stdin_offset, "startedAt", (json_int_t)i->started_unix,
                               "outputEncoding", i->base64 ? "base64" : "utf8", "stdinOpen", i->stdin_open);
         if (!j)
@@ -238,7 +233,7 @@ json_t *api_process_exit_event(const ProcExit *x) {
         json_t *ev = json_pack("{s:s,s:o,s:b,s:I,s:n,s:s}", "type", "exit", "exitCode",
                                x->has_exit_code ? json_integer(x->exit_code) : json_null(), "timedOut", x->timed_out,
                                "durationMs", (json_int_t)x->duration_ms, "outOfMemory", "state",
-                               proc_states[x->state]);
+                               proc_state_name(x->state));
         if (ev && x->oom_killed > 0) {
                 json_t *oom = api_out_of_memory(x->oom_killed, x->memory_mib);
                 if (!oom || json_object_set_new(ev, "outOfMemory", oom) < 0)

@@ -96,11 +96,14 @@ static void exec_run_free(ExecRun *x) {
 /* The agent's RESULT says how many of the command's processes were killed
  * for memory; the API's answer carries it as the published client reads it:
  * `outOfMemory` {code, processesKilled, memoryMiB, message, hint}, absent
- * when none was. */
+ * when none was. It is an event of the sandbox too. */
 static int add_out_of_memory(json_t *body, json_t *result, Sandbox *sb) {
         json_int_t killed = json_integer_value(json_object_get(result, "outOfMemory"));
         if (killed <= 0 || killed > 1000000)
                 return 0;
+        sandbox_emit(sb, "sandbox.oom_killed", NULL,
+                     json_pack("{s:I,s:I}", "processesKilled", killed, "memoryMiB",
+                               (json_int_t)sandbox_memory_mib(sb)));
         json_t *oom = api_out_of_memory(killed, sandbox_memory_mib(sb));
         return oom && json_object_set_new(body, "outOfMemory", oom) == 0 ? 0 : -ENOMEM;
 }

@@ -29,6 +29,7 @@ struct EgressService {
         bool sealed;             /* values are sealed with seal_key in the store */
         uint8_t seal_key[32];
         atomic_uint audit_inserts; /* entries written since the last prune */
+        struct Events *events;     /* refusals told as events; NULL: none */
         pthread_mutex_t lock; /* the counters and the pool below */
         pthread_cond_t idle;
         unsigned active;      /* connections served, waiting or being refused */

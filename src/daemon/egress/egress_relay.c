@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "daemon/egress/egress_internal.h"
+#include "daemon/manager/events.h"
 #include "egress/wire.h"
 
 #define AUDIT_KEEP_PER_SANDBOX 10000
@@ -165,6 +166,15 @@ static void audit_log_decision(const Audit *a) {
         log_info(NULL, "egress %s %s %s:%u %s (%s%s%s)", a->se->id, a->rec.connect ? "CONNECT" : "HTTP",
                  a->rec.host[0] ? a->rec.host : "-", a->rec.port, a->rec.allowed ? "allowed" : "refused", a->rec.reason,
                  a->rec.rule[0] ? "; rule: " : "", a->rec.rule);
+        /* A refusal is an event of the sandbox too, bounded in rate: a
+         * sandbox that retries a refused host in a loop makes one now and
+         * then, with the egress log keeping each. */
+        if (!a->rec.allowed && a->svc->events &&
+            events_rate_ok("egress.refused", a->se->id, EGRESS_REFUSED_EVENT_EVERY_S))
+                events_emit(a->svc->events, a->se->owner, "egress.refused", "sandbox", a->se->id, NULL,
+                            json_pack("{s:s,s:i,s:s,s:s,s:s?}", "host", a->rec.host[0] ? a->rec.host : "", "port",
+                                      (int)a->rec.port, "kind", audit_kind(&a->rec), "reason", a->rec.reason, "rule",
+                                      a->rec.rule[0] ? a->rec.rule : NULL));
 }
 
 /* One record from the proxy, into the audit log at once. -EPIPE once the

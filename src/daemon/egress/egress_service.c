@@ -290,6 +290,10 @@ fail:
         return r;
 }
 
+void egress_service_set_events(EgressService *svc, struct Events *ev) {
+        svc->events = ev;
+}
+
 void egress_service_free(EgressService *svc) {
         if (!svc)
                 return;

@@ -63,6 +63,12 @@ typedef struct EgressServiceConfig {
 int egress_service_new(const EgressServiceConfig *cfg, EgressService **ret, char *err, size_t err_len);
 /* Waits (bounded) for connections still being served, then frees. */
 void egress_service_free(EgressService *svc);
+struct Events;
+/* Where a refused connection is told as an `egress.refused` event of its
+ * sandbox (at most one every EGRESS_REFUSED_EVENT_EVERY_S seconds per
+ * sandbox; the egress log has every one). NULL (or never set): nowhere. */
+#define EGRESS_REFUSED_EVENT_EVERY_S 10
+void egress_service_set_events(EgressService *svc, struct Events *ev);
 
 /* The environment every exec in a sandbox of `owner` gets: the proxy, the
  * trust store, a placeholder per secret in `scope` (an array of names; NULL:

@@ -2,6 +2,7 @@
 #include "daemon/manager/webhooks.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,42 @@ void events_emit(Events *ev, const char *owner, const char *type, const char *re
                 return;
         }
         webhooks_event(ev->webhooks, &e);
+}
+
+void events_spending_reached(Events *ev, const char *owner, const char *key_id, bool trial, int64_t limit,
+                             int64_t used, int64_t wanted, const char *sandbox_id) {
+        events_emit(ev, owner, "key.spending_limit_reached", "key", key_id, key_id,
+                    json_pack("{s:s,s:I,s:I,s:I,s:s?}", "limit", trial ? "trial" : "daily", "limitMicros",
+                              (json_int_t)limit, "usedMicros", (json_int_t)used, "wantedMicros", (json_int_t)wanted,
+                              "sandboxId", sandbox_id));
+}
+
+#define RATE_SLOTS 1024
+
+static struct {
+        uint64_t hash;
+        int64_t at;
+} rate_slots[RATE_SLOTS];
+static pthread_mutex_t rate_lock = PTHREAD_MUTEX_INITIALIZER;
+
+bool events_rate_ok(const char *kind, const char *who, int64_t every_s) {
+        /* FNV-1a of kind and who. */
+        uint64_t h = 1469598103934665603ull;
+        for (const char *s = kind; s && *s; s++)
+                h = (h ^ (uint8_t)*s) * 1099511628211ull;
+        h = (h ^ 0xff) * 1099511628211ull;
+        for (const char *s = who; s && *s; s++)
+                h = (h ^ (uint8_t)*s) * 1099511628211ull;
+        int64_t now = time_now_mono_ms() / 1000;
+        pthread_mutex_lock(&rate_lock);
+        size_t i = (size_t)(h % RATE_SLOTS);
+        bool ok = rate_slots[i].hash != h || now - rate_slots[i].at >= every_s;
+        if (ok) {
+                rate_slots[i].hash = h;
+                rate_slots[i].at = now;
+        }
+        pthread_mutex_unlock(&rate_lock);
+        return ok;
 }
 
 SandboxFacts sandbox_facts(const SandboxRow *r) {

@@ -4,6 +4,7 @@
  * newest first. Recording never fails the act it records: an event the store
  * refuses is logged and counted, and the act goes on. */
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "daemon/model/sandbox_spec.h"
@@ -43,5 +44,15 @@ void events_sandbox_change(Events *ev, const SandboxFacts *before, const Sandbox
 int events_list(Events *ev, const EventFilter *f, StoreEventFn fn, void *userdata);
 /* Drops what is older than days; how many went. */
 int events_prune(Events *ev, int64_t days, int64_t *ret_n);
+/* Whether an event of a kind that can come in floods (a key's spending
+ * refusals, a sandbox's refused connections) may be recorded now for `who`:
+ * at most one per `every_s` seconds per kind and who, as far as a small
+ * table of recent ones tells (a collision in it only lets one more through). */
+bool events_rate_ok(const char *kind, const char *who, int64_t every_s);
+/* A key's key.spending_limit_reached: its daily limit (or a trial's
+ * allowance), what is used and what was wanted, for sandbox_id (NULL: a new
+ * one). */
+void events_spending_reached(Events *ev, const char *owner, const char *key_id, bool trial, int64_t limit,
+                             int64_t used, int64_t wanted, const char *sandbox_id);
 /* Events the store refused since the start. */
 uint64_t events_dropped(void);

@@ -14,6 +14,8 @@
 #include "daemon/manager/sandbox.h"
 
 #define HELLO_TIMEOUT_MS 30000
+/* A key's key.spending_limit_reached events: at most one this often. */
+#define SPENDING_EVENT_EVERY_S 60
 /* How long a getOrCreate waits for another of the same name (any host's):
  * longer than a create takes, shorter than a client's patience. */
 #define GET_OR_CREATE_WAIT_MS 120000
@@ -129,7 +131,11 @@ int do_delete_locked(Manager *m, SandboxRow *row, const char *rid);
 void dollars(char *buf, size_t n, int64_t micros);
 int budget_refusal(SandboxError *e, uint64_t per_hour, int64_t seconds, uint64_t spent, uint64_t cap,
         const char *cap_name, const char *what);
-int spending_refusal(SandboxError *e, const LedgerRefusal *f, const char *key_id);
+/* The 402 of a refused reservation, and the key's event that it reached its
+ * limit (at most one a minute per key: a client retrying in a loop makes
+ * no flood of them). sandbox_id: what it was for, or NULL. */
+int spending_refusal(Manager *m, SandboxError *e, const LedgerRefusal *f, const char *owner, const char *key_id,
+                     const char *sandbox_id);
 json_t *spec_sandbox_env(Manager *m, const char *owner, const SandboxSpec *spec);
 int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lease_seconds, const char *rid,
         SandboxError *e);

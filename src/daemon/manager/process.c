@@ -354,11 +354,36 @@ static void finish(Proc *p, const ProcExit *x) {
         p->ended_mono = time_now_mono_ms();
         p->ended_unix = time_now_unix();
         Sandbox *sb = TAKE_PTR(p->sb);
+        ProcExit end = p->exit;
         pthread_cond_broadcast(&t->cond);
         pthread_mutex_unlock(&t->lock);
+        /* Its end is an event of its sandbox (after the readers are woken:
+         * the store's write is not theirs to wait for); one killed for
+         * memory is one more. */
+        if (sb) {
+                sandbox_emit(sb, "process.exited", NULL,
+                             json_pack("{s:s,s:s,s:o,s:b,s:I,s:I}", "processId", p->id, "state",
+                                       proc_state_name(end.state), "exitCode",
+                                       end.has_exit_code ? json_integer(end.exit_code) : json_null(), "timedOut",
+                                       end.timed_out, "durationMs", (json_int_t)end.duration_ms, "outOfMemory",
+                                       (json_int_t)end.oom_killed));
+                if (end.oom_killed > 0)
+                        sandbox_emit(sb, "sandbox.oom_killed", NULL,
+                                     json_pack("{s:s,s:I,s:I}", "processId", p->id, "processesKilled",
+                                               (json_int_t)end.oom_killed, "memoryMiB", (json_int_t)end.memory_mib));
+        }
         /* The sandbox's reference goes with the process's end: a stop or a
          * delete need not wait for readers of its output. */
         sandbox_release(sb);
+}
+
+static const char *const proc_states[] = {
+        [PROC_RUNNING] = "running", [PROC_EXITED] = "exited", [PROC_KILLED] = "killed",
+        [PROC_TIMED_OUT] = "timed_out", [PROC_LOST] = "lost", [PROC_FAILED] = "failed",
+};
+
+const char *proc_state_name(ProcState s) {
+        return (size_t)s < ELEMENTSOF(proc_states) ? proc_states[s] : "unknown";
 }
 
 static void exit_from_result(json_t *res, ProcExit *x) {

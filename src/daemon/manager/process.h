@@ -38,6 +38,9 @@ typedef enum ProcState {
         PROC_FAILED,    /* the agent could not run it; reason says why */
 } ProcState;
 
+/* "running", "exited", "killed", "timed_out", "lost", "failed". */
+const char *proc_state_name(ProcState s);
+
 /* How a process ended (state PROC_RUNNING while it runs). */
 typedef struct ProcExit {
         ProcState state;

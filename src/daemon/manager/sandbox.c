@@ -70,6 +70,10 @@ const char *sandbox_id(Sandbox *sb) {
         return sb->id;
 }
 
+void sandbox_emit(Sandbox *sb, const char *type, const char *key_id, json_t *data) {
+        events_emit(sb->m->events, sb->owner, type, "sandbox", sb->id, key_id, data);
+}
+
 int64_t sandbox_driver_heartbeat_ms(Sandbox *sb) {
         return sb->driver->heartbeat_timeout_ms ? (int64_t)sb->driver->heartbeat_timeout_ms : HEARTBEAT_TIMEOUT_MS;
 }
@@ -417,8 +421,12 @@ int budget_refusal(SandboxError *e, uint64_t per_hour, int64_t seconds, uint64_t
 }
 
 /* 402 spending_limit_reached: the limit, what is used and when room frees up. */
-int spending_refusal(SandboxError *e, const LedgerRefusal *f, const char *key_id) {
+int spending_refusal(Manager *m, SandboxError *e, const LedgerRefusal *f, const char *owner, const char *key_id,
+                     const char *sandbox_id) {
         char when[160] = "";
+        if (events_rate_ok("spending", key_id, SPENDING_EVENT_EVERY_S))
+                events_spending_reached(m->events, owner, key_id, f->allowance, f->limit, f->used, f->wanted,
+                                        sandbox_id);
         if (f->allowance) {
                 return sandbox_error(e, SANDBOX_ERR_SPENDING,
                                  "this was a trial key: ask the daemon's administrator for a full key (runtime keys "
@@ -719,7 +727,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                                    &refusal);
                 if (r == -EDQUOT) {
                         sandbox_row_done(&row);
-                        return spending_refusal(e, &refusal, key->id);
+                        return spending_refusal(m, e, &refusal, key->owner, key->id, NULL);
                 }
                 if (r < 0) {
                         log_error(rid, "reserving for sandbox %s: %s", row.id, strerror(-r));
@@ -976,7 +984,7 @@ int reserve_life(Manager *m, SandboxRow *row, uint64_t per_hour, int64_t life, i
                 r = ledger_reserve(m->ledger, row->key_id, row->owner, row->id, &budget,
                                    (int64_t)ledger_cost_ceil(per_hour, life), life, new_end, now, &refusal);
         if (r == -EDQUOT)
-                return spending_refusal(e, &refusal, row->key_id);
+                return spending_refusal(m, e, &refusal, row->owner, row->key_id, row->id);
         if (r < 0) {
                 log_error(rid, "sandbox %s: reserving its new lease: %s", row->id, strerror(-r));
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not reserve the new lease's cost");

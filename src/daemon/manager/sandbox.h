@@ -214,4 +214,7 @@ json_t *sandbox_env(Sandbox *sb);
 bool sandbox_runs_as_root(Sandbox *sb, ReqUser u);
 const char *sandbox_id(Sandbox *sb);
 unsigned sandbox_memory_mib(Sandbox *sb);
+/* Records an event of the sandbox (resource "sandbox", its owner's): a
+ * process's end, a kill for memory. data is stolen; key_id may be NULL. */
+void sandbox_emit(Sandbox *sb, const char *type, const char *key_id, json_t *data);
 

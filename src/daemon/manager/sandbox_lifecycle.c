@@ -84,7 +84,7 @@ static int reserve_lease(Manager *m, SandboxRow *row, int64_t lease, const char 
                                    (int64_t)ledger_cost_ceil(per_hour, lease), lease,
                                    now + lease + HELLO_TIMEOUT_MS / 1000, now, &refusal);
         if (r == -EDQUOT)
-                return spending_refusal(e, &refusal, row->key_id);
+                return spending_refusal(m, e, &refusal, row->owner, row->key_id, row->id);
         if (r < 0) {
                 log_error(rid, "sandbox %s: reserving its lease: %s", row->id, strerror(-r));
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not reserve the lease's cost");

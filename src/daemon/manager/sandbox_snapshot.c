@@ -304,12 +304,16 @@ static int fork_check_spending(Manager *m, const KeyInfo *key, const SandboxSpec
         LedgerKeyUse use;
         if (ledger_key_use(m->ledger, key->id, time_now_unix(), &use) < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the key's spending");
-        if (use.used_micros + (int64_t)(each * (uint64_t)count) > key->daily_limit_micros)
+        if (use.used_micros + (int64_t)(each * (uint64_t)count) > key->daily_limit_micros) {
+                LedgerRefusal f = { .limit = key->daily_limit_micros, .used = use.used_micros,
+                                    .wanted = (int64_t)(each * (uint64_t)count) };
+                (void)spending_refusal(m, e, &f, key->owner, key->id, NULL);
                 return sandbox_error(e, SANDBOX_ERR_SPENDING, "fork fewer copies, or raise the key's daily limit",
                                      "%lld copies would cost up to %llu micro-dollars for their first lease; the key "
                                      "has %lld of its daily limit left; no copy was made",
                                      (long long)count, (unsigned long long)(each * (uint64_t)count),
                                      (long long)(key->daily_limit_micros - use.used_micros));
+        }
         return 0;
 }
 
@@ -361,7 +365,13 @@ int sandbox_fork(Manager *m, const KeyInfo *key, const char *id, const ForkReque
         else
                 (void)snapshot_store_delete(m->snapshots, key->owner, snap.id);
         snapshot_row_done(&snap);
-        if (r == 0)
+        if (r == 0) {
+                json_t *ids = json_array();
+                for (size_t i = 0; ids && i < out.n; i++)
+                        json_array_append_new(ids, json_string(out.copies[i].id));
+                events_emit(m->events, key->owner, "sandbox.forked", "sandbox", id, key->id,
+                            ids ? json_pack("{s:o,s:I}", "copies", ids, "count", (json_int_t)out.n) : NULL);
                 *ret = out;
+        }
         return r;
 }

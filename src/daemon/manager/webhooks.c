@@ -64,8 +64,9 @@ void webhooks_counts(uint64_t *delivered, uint64_t *failed_attempts, uint64_t *g
 static const char *const TYPES[] = {
         "sandbox.created", "sandbox.started", "sandbox.paused", "sandbox.woken",   "sandbox.restarted",
         "sandbox.extended", "sandbox.stopped", "sandbox.failed", "sandbox.lost",   "sandbox.deleted",
+        "sandbox.forked",  "sandbox.oom_killed", "process.exited", "egress.refused", "key.spending_limit_reached",
         "snapshot.created", "host.dead",      "webhook.test",   "sandbox.",        "snapshot.",
-        "host.",
+        "host.",           "process.",       "egress.",        "key.",
 };
 
 static bool type_known(const char *t) {
