@@ -136,6 +136,55 @@ static void test_settle_is_exact(void **state) {
         assert_int_equal(secs, 3);
 }
 
+/* An export has a row per charge and UTC day: a charge across two
+ * midnights is three rows, their seconds and micros the charge's whole. */
+static void test_export_cuts_at_midnight(void **state) {
+        Fixture *f = *state;
+        int64_t day = 1800057600; /* a UTC midnight */
+        int64_t start = day - 100, end = day + 86400 + 50;
+        assert_int_equal(ledger_begin(f->l, "sbx_d", "key_a", "own_a", start, 9570, 0), 0);
+        assert_int_equal(ledger_settle(f->l, "sbx_d", end, end), 0);
+        int64_t secs, micros;
+        assert_int_equal(ledger_sandbox_total(f->l, "sbx_d", end + 10, 0, &secs, &micros), 0);
+        LedgerExportRow rows[4];
+        size_t n = 0;
+        bool more = true;
+        int64_t final_through = 0;
+        assert_int_equal(ledger_export(f->l, "own_a", start, end + 1, NULL, 4, end + 10, rows, &n, &more,
+                                       &final_through),
+                         0);
+        assert_int_equal(n, 3);
+        assert_false(more);
+        static const int64_t want_start[] = { 1800057500, 1800057600, 1800144000 };
+        static const int64_t want_end[] = { 1800057600, 1800144000, 1800144050 };
+        static const int64_t want_secs[] = { 100, 86400, 50 };
+        int64_t sum = 0;
+        for (size_t i = 0; i < 3; i++) {
+                assert_int_equal(rows[i].at.ended_at, end); /* settled at the charge's end */
+                assert_int_equal(rows[i].at.started_at, want_start[i]);
+                assert_int_equal(rows[i].ended_at, want_end[i]);
+                assert_int_equal(rows[i].seconds, want_secs[i]);
+                assert_string_equal(rows[i].at.series, "sbx_d");
+                sum += rows[i].micros;
+        }
+        assert_int_equal(secs, 86550);
+        assert_int_equal(sum, micros);
+        assert_int_equal(rows[1].micros, (int64_t)ledger_cost(9570, 86500) - (int64_t)ledger_cost(9570, 100));
+        /* Pages go on from a row inside a charge. */
+        LedgerExportRow page[2];
+        assert_int_equal(ledger_export(f->l, "own_a", start, end + 1, NULL, 2, end + 10, page, &n, &more,
+                                       &final_through),
+                         0);
+        assert_int_equal(n, 2);
+        assert_true(more);
+        assert_int_equal(ledger_export(f->l, "own_a", start, end + 1, &page[1].at, 2, end + 10, page, &n, &more,
+                                       &final_through),
+                         0);
+        assert_int_equal(n, 1);
+        assert_false(more);
+        assert_int_equal(page[0].at.started_at, 1800144000);
+}
+
 static void test_heartbeat_and_crash(void **state) {
         Fixture *f = *state;
         int64_t t = 1800000000, end = 0, secs, micros;
@@ -418,6 +467,7 @@ int main(void) {
                 cmocka_unit_test(test_cost_arithmetic),
                 cmocka_unit_test_setup_teardown(test_reserve_against_daily_limit, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_settle_is_exact, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_export_cuts_at_midnight, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_heartbeat_and_crash, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_trial_allowance, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_orphans_settle, setup, teardown),

@@ -171,10 +171,12 @@ static bool sandbox_final(Req *r, const char *series) {
 /* One row, in JSON and as a line of CSV: money and quantities are decimal
  * strings. */
 static json_t *export_row(Req *r, const LedgerExportRow *x, FILE *csv) {
-        /* A charge is settled as it ends: settledAt and endedAt are one time. */
-        char settled[RFC3339_LEN], started[RFC3339_LEN], qty[24], price[24], amount[24];
+        /* A charge is settled as it ends: its last day's row ends then; a
+         * row of an earlier day of it ends at that day's midnight. */
+        char settled[RFC3339_LEN], started[RFC3339_LEN], ended[RFC3339_LEN], qty[24], price[24], amount[24];
         time_format_rfc3339(x->at.ended_at, settled);
         time_format_rfc3339(x->at.started_at, started);
+        time_format_rfc3339(x->ended_at, ended);
         snprintf(qty, sizeof qty, "%lld", (long long)x->seconds);
         snprintf(price, sizeof price, "%lld", (long long)x->price_per_hour);
         snprintf(amount, sizeof amount, "%lld", (long long)x->micros);
@@ -186,13 +188,13 @@ static json_t *export_row(Req *r, const LedgerExportRow *x, FILE *csv) {
                 resource[len - suffix] = '\0';
         const char *product = disk ? "sandbox_disk" : "sandbox";
         bool final = sandbox_final(r, resource);
-        const char *fields[] = { settled, product, resource, x->key_id, x->key_name, started, settled, qty,
+        const char *fields[] = { settled, product, resource, x->key_id, x->key_name, started, ended, qty,
                                  "second", price, amount, final ? "true" : "false" };
         for (size_t i = 0; i < ELEMENTSOF(fields); i++)
                 csv_field(csv, fields[i], i + 1 == ELEMENTSOF(fields));
         return json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:b}", "settledAt", settled, "product", product,
                          "resourceId", resource, "keyId", x->key_id, "keyName", x->key_name, "startedAt", started,
-                         "endedAt", settled, "quantity", qty, "unit", "second", "unitPriceMicros", price,
+                         "endedAt", ended, "quantity", qty, "unit", "second", "unitPriceMicros", price,
                          "amountMicros", amount, "final", final);
 }
 

@@ -362,6 +362,34 @@ typedef struct ExportWalk {
         bool more;
 } ExportWalk;
 
+/* Keeps one row if it belongs on the page. */
+static void export_keep(ExportWalk *w, const LedgerExportRow *row) {
+        if (w->after && place_cmp(&row->at, w->after) <= 0)
+                return;
+        /* Where it goes among the rows kept (binary search), if anywhere. */
+        size_t lo = 0, hi = w->n;
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (place_cmp(&w->rows[mid].at, &row->at) < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        if (lo == w->limit) {
+                w->more = true;
+                return;
+        }
+        if (w->n == w->limit)
+                w->more = true; /* the last one kept goes */
+        else
+                w->n++;
+        memmove(&w->rows[lo + 1], &w->rows[lo], (w->n - 1 - lo) * sizeof(*w->rows));
+        w->rows[lo] = *row;
+}
+
+/* A settled charge, as rows: one per UTC day it ran in (a charge across
+ * midnight is cut there), each with its seconds and its part of the
+ * charge's micros, exact on the charge's total. */
 static int export_add(const StoreLedgerInterval *iv, void *userdata) {
         ExportWalk *w = userdata;
         if (iv->open) {
@@ -371,32 +399,32 @@ static int export_add(const StoreLedgerInterval *iv, void *userdata) {
         }
         if (iv->ended_at < w->since || iv->ended_at >= w->until)
                 return 0;
-        LedgerExportRow row = { .at = { .ended_at = iv->ended_at, .started_at = iv->started_at },
-                                .seconds = iv->seconds, .micros = iv->micros, .price_per_hour = iv->price_per_hour };
+        LedgerExportRow row = { .at = { .ended_at = iv->ended_at }, .price_per_hour = iv->price_per_hour };
         snprintf(row.at.series, sizeof row.at.series, "%s", iv->sandbox_id);
         snprintf(row.key_id, sizeof row.key_id, "%s", iv->key_id);
         snprintf(row.key_name, sizeof row.key_name, "%s", iv->key_name ? iv->key_name : "");
-        if (w->after && place_cmp(&row.at, w->after) <= 0)
-                return 0;
-        /* Where it goes among the rows kept (binary search), if anywhere. */
-        size_t lo = 0, hi = w->n;
-        while (lo < hi) {
-                size_t mid = (lo + hi) / 2;
-                if (place_cmp(&w->rows[mid].at, &row.at) < 0)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
-        if (lo == w->limit) {
-                w->more = true;
-                return 0;
-        }
-        if (w->n == w->limit)
-                w->more = true; /* the last one kept goes */
-        else
-                w->n++;
-        memmove(&w->rows[lo + 1], &w->rows[lo], (w->n - 1 - lo) * sizeof(*w->rows));
-        w->rows[lo] = row;
+        int64_t a = iv->started_at, before = 0;
+        do {
+                int64_t midnight = (a / 86400 + 1) * 86400;
+                int64_t b = midnight < iv->ended_at ? midnight : iv->ended_at;
+                row.at.started_at = a;
+                row.ended_at = b;
+                if (b == iv->ended_at) {
+                        /* The last piece takes what is left of the total. */
+                        row.seconds = iv->seconds - (a - iv->started_at);
+                        row.micros = iv->micros - before;
+                } else {
+                        row.seconds = b - a;
+                        row.micros = span_micros(iv->price_per_hour, iv->prior_seconds, iv->started_at, a, b);
+                }
+                if (row.seconds < 0)
+                        row.seconds = 0;
+                if (row.micros < 0)
+                        row.micros = 0;
+                before += row.micros;
+                export_keep(w, &row);
+                a = b;
+        } while (a < iv->ended_at);
         return 0;
 }
 

@@ -144,8 +144,12 @@ typedef struct LedgerExportPlace {
         int64_t started_at;
 } LedgerExportPlace;
 
+/* A row of an export: a settled charge's part in one UTC day. at.ended_at
+ * is when the charge settled, at.started_at the part's start, ended_at its
+ * end (the charge's end, or the midnight that cut it). */
 typedef struct LedgerExportRow {
         LedgerExportPlace at;
+        int64_t ended_at;
         char key_id[32];
         char key_name[128]; /* "" when the key is gone */
         int64_t seconds;
