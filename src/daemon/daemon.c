@@ -844,8 +844,10 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         otel_set_host(d->otel, fleet_host_id(d->fleet));
         events_set_webhooks(d->events, d->webhooks);
         manager_set_events(d->manager, d->events);
-        if (d->egress)
+        if (d->egress) {
                 egress_service_set_events(d->egress, d->events);
+                egress_service_set_audit(d->egress, d->audit);
+        }
         d->sample_interval_s = o->sandbox_metrics_interval_seconds ? o->sandbox_metrics_interval_seconds
                                                                    : SAMPLES_INTERVAL_SECONDS_DEFAULT;
         manager_set_samples(d->manager, d->samples, d->sample_interval_s);

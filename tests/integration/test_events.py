@@ -114,6 +114,12 @@ def test_processes_forks_memory_egress_and_spending_are_recorded(daemon):
         refused = of("egress.refused")
         assert len(refused) == 1, refused
         assert refused[0]["data"]["host"] == "blocked.test" and refused[0]["data"]["reason"], refused
+        assert refused[0]["data"]["refusals"] == 1, refused
+        # The audit trail has it too, bounded the same way.
+        audited = wait_until(lambda: c.get("/v1/audit", params={"sandboxId": sbx.id, "action": "egress."})
+                             .json()["events"], 10, what="the refusal's audit record")
+        assert len(audited) == 1 and audited[0]["action"] == "egress.refused", audited
+        assert audited[0]["detail"]["host"] == "blocked.test" and audited[0]["keyId"] is None, audited
 
         r = c.post(f"/v1/sandboxes/{sbx.id}:fork", json={"count": 1})
         assert r.status_code in (200, 201), r.text[:500]

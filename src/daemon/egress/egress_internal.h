@@ -30,6 +30,7 @@ struct EgressService {
         uint8_t seal_key[32];
         atomic_uint audit_inserts; /* entries written since the last prune */
         struct Events *events;     /* refusals told as events; NULL: none */
+        struct Audit *audit;       /* and as records of the audit trail; NULL: none */
         pthread_mutex_t lock; /* the counters and the pool below */
         pthread_cond_t idle;
         unsigned active;      /* connections served, waiting or being refused */
@@ -77,6 +78,8 @@ struct SandboxEgress {
          * was full) since the last one that was logged. */
         unsigned serving, waiting;
         unsigned unlogged;
+        /* Refusals not yet told as an event (egress_relay.c's tell_refusal). */
+        atomic_uint refusals_untold;
         /* What its connections carried, added as each ends (the metrics'
          * network figures). */
         _Atomic uint64_t bytes_in, bytes_out;

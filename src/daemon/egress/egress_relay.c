@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "daemon/egress/egress_internal.h"
+#include "daemon/manager/audit.h"
 #include "daemon/manager/events.h"
 #include "egress/wire.h"
 
@@ -149,7 +150,7 @@ struct Conn {
 /* A connection's audit entry, made from the proxy's records as they come
  * on the meta socket: written at the decision, completed at the end. Used
  * by the pump towards the sandbox while it runs, then by the worker. */
-typedef struct Audit {
+typedef struct ConnAudit {
         EgressService *svc;
         SandboxEgress *se;
         int fd;     /* meta */
@@ -160,27 +161,46 @@ typedef struct Audit {
         bool done;  /* no more records: ended, closed, or broken */
         bool broken; /* a record over the bounds, or malformed */
         uint64_t started_ms;
-} Audit;
+} ConnAudit;
 
-static void audit_log_decision(const Audit *a) {
+/* A refusal is an event of the sandbox and a record of the audit trail
+ * too, bounded in rate: a sandbox that retries a refused host in a loop
+ * makes one now and then, which counts the refusals since the last one
+ * (the egress log keeps each). */
+static void tell_refusal(const ConnAudit *a) {
+        EgressService *svc = a->svc;
+        unsigned n = atomic_fetch_add(&a->se->refusals_untold, 1) + 1;
+        if ((!svc->events && !svc->audit) ||
+            !events_rate_ok("egress.refused", a->se->id, EGRESS_REFUSED_EVENT_EVERY_S))
+                return;
+        n = atomic_exchange(&a->se->refusals_untold, 0) ?: n;
+        json_t *d = json_pack("{s:s,s:i,s:s,s:s,s:s?,s:i}", "host", a->rec.host[0] ? a->rec.host : "", "port",
+                              (int)a->rec.port, "kind", audit_kind(&a->rec), "reason", a->rec.reason, "rule",
+                              a->rec.rule[0] ? a->rec.rule : NULL, "refusals", (int)n);
+        if (!d)
+                return;
+        char *text = svc->audit ? json_dumps(d, JSON_COMPACT) : NULL;
+        if (text) {
+                AuditRecord rec = { .owner = a->se->owner, .action = "egress.refused", .sandbox_id = a->se->id,
+                                    .detail = text };
+                audit_record(svc->audit, &rec);
+                free(text);
+        }
+        events_emit(svc->events, a->se->owner, "egress.refused", "sandbox", a->se->id, NULL, d);
+}
+
+static void audit_log_decision(const ConnAudit *a) {
         log_info(NULL, "egress %s %s %s:%u %s (%s%s%s)", a->se->id, a->rec.connect ? "CONNECT" : "HTTP",
                  a->rec.host[0] ? a->rec.host : "-", a->rec.port, a->rec.allowed ? "allowed" : "refused", a->rec.reason,
                  a->rec.rule[0] ? "; rule: " : "", a->rec.rule);
-        /* A refusal is an event of the sandbox too, bounded in rate: a
-         * sandbox that retries a refused host in a loop makes one now and
-         * then, with the egress log keeping each. */
-        if (!a->rec.allowed && a->svc->events &&
-            events_rate_ok("egress.refused", a->se->id, EGRESS_REFUSED_EVENT_EVERY_S))
-                events_emit(a->svc->events, a->se->owner, "egress.refused", "sandbox", a->se->id, NULL,
-                            json_pack("{s:s,s:i,s:s,s:s,s:s?}", "host", a->rec.host[0] ? a->rec.host : "", "port",
-                                      (int)a->rec.port, "kind", audit_kind(&a->rec), "reason", a->rec.reason, "rule",
-                                      a->rec.rule[0] ? a->rec.rule : NULL));
+        if (!a->rec.allowed)
+                tell_refusal(a);
 }
 
 /* One record from the proxy, into the audit log at once. -EPIPE once the
  * proxy has nothing more to say (or is gone), -EBADMSG for a record out of
  * its bounds (the connection is then ended). */
-static int audit_read(Audit *a, int timeout_ms) {
+static int audit_read(ConnAudit *a, int timeout_ms) {
         if (a->done)
                 return -EPIPE;
         json_t *j = NULL;
@@ -254,7 +274,7 @@ static int audit_read(Audit *a, int timeout_ms) {
 }
 
 /* Every record the proxy has already sent, without waiting for more. */
-static int audit_drain(Audit *a) {
+static int audit_drain(ConnAudit *a) {
         while (!a->done) {
                 struct pollfd pfd = { .fd = a->fd, .events = POLLIN };
                 int r = poll(&pfd, 1, 0);
@@ -270,7 +290,7 @@ static int audit_drain(Audit *a) {
 
 /* The proxy gave no end (it died, or broke the protocol): the entry ends
  * here with why, one entry all the same. */
-static void audit_finish(Audit *a, const char *why) {
+static void audit_finish(ConnAudit *a, const char *why) {
         if (a->ended)
                 return;
         snprintf(a->rec.end, sizeof(a->rec.end), "%s", why);
@@ -296,14 +316,14 @@ static void audit_finish(Audit *a, const char *why) {
 typedef struct Pump {
         ChanStream *s;
         int fd;
-        Audit *audit;
+        ConnAudit *audit;
         atomic_bool stop;
         atomic_bool done;
 } Pump;
 
 static void *pump_to_sandbox(void *arg) {
         Pump *p = arg;
-        Audit *a = p->audit;
+        ConnAudit *a = p->audit;
         uint8_t *buf = malloc(PUMP_CHUNK);
         while (buf && !atomic_load(&p->stop)) {
                 struct pollfd pfd[2] = { { .fd = p->fd, .events = POLLIN }, { .fd = a->fd, .events = POLLIN } };
@@ -379,7 +399,7 @@ static void refuse_stream(EgressService *svc, SandboxEgress *se, ChanStream *s, 
 
 static void serve(EgressService *svc, Conn *conn) {
         SandboxEgress *se = conn->se;
-        Audit audit = { .svc = svc, .se = se, .fd = -1, .started_ms = time_now_mono_ms() };
+        ConnAudit audit = { .svc = svc, .se = se, .fd = -1, .started_ms = time_now_mono_ms() };
         int data[2] = { -1, -1 }, meta[2] = { -1, -1 };
         json_t *settings = NULL;
         int r;

@@ -294,6 +294,10 @@ void egress_service_set_events(EgressService *svc, struct Events *ev) {
         svc->events = ev;
 }
 
+void egress_service_set_audit(EgressService *svc, struct Audit *a) {
+        svc->audit = a;
+}
+
 void egress_service_free(EgressService *svc) {
         if (!svc)
                 return;

@@ -69,6 +69,9 @@ struct Events;
  * sandbox; the egress log has every one). NULL (or never set): nowhere. */
 #define EGRESS_REFUSED_EVENT_EVERY_S 10
 void egress_service_set_events(EgressService *svc, struct Events *ev);
+/* The same refusals as records of the audit trail (action egress.refused). */
+struct Audit;
+void egress_service_set_audit(EgressService *svc, struct Audit *a);
 
 /* The environment every exec in a sandbox of `owner` gets: the proxy, the
  * trust store, a placeholder per secret in `scope` (an array of names; NULL:
