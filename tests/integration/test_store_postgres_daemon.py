@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from conftest import _finish_daemon, _start_daemon
-from helpers import Api, assert_error
+from helpers import Api, assert_error, wait_until
 
 
 @pytest.fixture
@@ -124,7 +124,8 @@ def test_two_hosts_share_a_database(build_dir, image_dir, tmp_path, postgres, an
     # epoch and brings none of it back.
     db = f"rt_{uuid.uuid4().hex[:12]}"
     postgres.psql(f"CREATE DATABASE {db}")
-    args = ["--database", postgres.url(db), "--host-dead-after-seconds", "3"]
+    args = ["--database", postgres.url(db), "--host-dead-after-seconds", "3",
+            "--sandbox-metrics-interval-seconds", "1"]
     a = _start_daemon(build_dir, image_dir, tmp_path / "a", f"runtime-test-{os.getpid()}-pga",
                       extra_args=[*args, "--host-id", "host-a"])
     # The admin key is made once, by the first host on an empty database; the operator hands the
@@ -179,6 +180,14 @@ def test_two_hosts_share_a_database(build_dir, image_dir, tmp_path, postgres, an
             with Api(d, key=counted) as c:
                 for _ in range(n):
                     assert c.get("/v1/sandboxes").status_code == 200
+        # A sandbox's readings are the store's: the other host answers them itself (each
+        # reads its own sandboxes).
+        def readings(api, sid):
+            r = api.get(f"/v1/sandboxes/{sid}/metrics", params={"range": "15m"})
+            assert r.status_code == 200, r.text
+            return r.json()["points"]
+        wait_until(lambda: readings(api_b, on_a.id) and readings(api_a, on_b.id), 30,
+                   what="each host's readings seen from the other")
         # b's restart recovers b's sandboxes only: a's keeps running and answering, and a's
         # snapshot (its files on a) is neither removed nor charged twice.
         b.restart()
@@ -198,6 +207,9 @@ def test_two_hosts_share_a_database(build_dir, image_dir, tmp_path, postgres, an
         assert st["stoppedAt"], st
         hosts = {h["id"]: h for h in api_a.get("/v1/hosts").json()["hosts"]}
         assert hosts["host-b"]["state"] == "dead", hosts
+        assert readings(api_a, on_b.id), "a lost sandbox's readings, from the host that is left"
+        assert api_a.get(f"/v1/sandboxes/{on_b.id}/metrics").json()["latest"], "its newest reading"
+
         assert on_a.run("echo alive") == "alive\n"
         # a swept: its metrics say so, and what it sees of the fleet.
         metrics = api_a.get("/metrics").text
