@@ -171,6 +171,20 @@ static void pty_restore(void) {
         }
 }
 
+/* The caller's window size onto the command's terminal, when it changed
+ * (setting it signals the command's foreground group). */
+static void pty_sync_size(SudoPty *p) {
+        struct winsize ws;
+        if (p->master < 0 || p->size_of < 0 || ioctl(p->size_of, TIOCGWINSZ, &ws) < 0)
+                return;
+        if (p->have_ws && memcmp(&ws, &p->ws, sizeof ws) == 0)
+                return;
+        if (ioctl(p->master, TIOCSWINSZ, &ws) == 0) {
+                p->ws = ws;
+                p->have_ws = true;
+        }
+}
+
 int sudo_pty_open(SudoPty *p, const int fds[3]) {
         *p = (SudoPty){ .master = -1, .slave = -1, .in = -1, .out = -1, .size_of = -1 };
         for (int i = 0; i < 3; i++)
@@ -198,12 +212,10 @@ int sudo_pty_open(SudoPty *p, const int fds[3]) {
                 close(m);
                 return -e;
         }
-        struct winsize ws;
-        if (ioctl(p->size_of, TIOCGWINSZ, &ws) == 0)
-                (void)ioctl(m, TIOCSWINSZ, &ws);
         int fl = fcntl(m, F_GETFL);
         (void)fcntl(m, F_SETFL, fl | O_NONBLOCK);
         p->master = m;
+        pty_sync_size(p);
         return 0;
 }
 
@@ -252,12 +264,16 @@ static void pty_pollfds(const SudoPty *p, struct pollfd *in, struct pollfd *mast
                 *out = (struct pollfd){ .fd = p->out, .events = POLLOUT };
 }
 
-static void pty_relay(SudoPty *p, const struct pollfd *in, const struct pollfd *master, const struct pollfd *out) {
+void sudo_pty_relay(SudoPty *p, const struct pollfd *in, const struct pollfd *master, const struct pollfd *out) {
         if (in->fd >= 0 && (in->revents & (POLLIN | POLLHUP))) {
                 /* The caller's descriptor stays blocking (its file is shared with
                  * the caller's shell); poll said it has bytes. */
                 ssize_t k = read(p->in, p->to_cmd, sizeof p->to_cmd);
                 if (k > 0) {
+                        /* Bytes typed after a resize must find the command's
+                         * terminal at the new size: the front's SIGWINCH frame
+                         * that says so can come after them. */
+                        pty_sync_size(p);
                         p->to_cmd_len = (size_t)k;
                         p->to_cmd_off = 0;
                 } else if (k == 0 || (errno != EINTR && errno != EAGAIN))
@@ -502,7 +518,7 @@ static _Noreturn void serve_connection(int fd) {
                                 continue;
                         break;
                 }
-                pty_relay(&pty, &p[2], &p[3], &p[4]);
+                sudo_pty_relay(&pty, &p[2], &p[3], &p[4]);
                 int status;
                 if (p[1].revents) {
                         struct signalfd_siginfo si;
@@ -531,10 +547,8 @@ static _Noreturn void serve_connection(int fd) {
                         }
                         /* A new window size is the command's terminal's, which
                          * signals its foreground itself. */
-                        struct winsize ws;
                         if (f.value == SIGWINCH && pty.master >= 0) {
-                                if (ioctl(pty.size_of, TIOCGWINSZ, &ws) == 0)
-                                        (void)ioctl(pty.master, TIOCSWINSZ, &ws);
+                                pty_sync_size(&pty);
                                 continue;
                         }
                         if (kill(-pid, f.value) < 0 && errno == ESRCH)

@@ -12,6 +12,7 @@
  */
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/ioctl.h>
 #include <sys/types.h>
 #include <termios.h>
 
@@ -37,10 +38,19 @@ typedef struct SudoPty {
         int size_of; /* a caller's terminal to take the window size from */
         bool slave_for[3];
         bool have_termios, raw, master_gone;
+        bool have_ws;       /* ws is the size last set on master */
+        struct winsize ws;
         struct termios termios;
         char to_cmd[4096], to_user[4096];
         size_t to_cmd_len, to_cmd_off, to_user_len, to_user_off;
 } SudoPty;
+
+struct pollfd;
+/* One step of the relay between the caller's terminal and the command's,
+ * after poll said which of in (the caller's input), master and out are
+ * ready. Input read from the caller carries the caller's window size onto
+ * the command's terminal first. */
+void sudo_pty_relay(SudoPty *p, const struct pollfd *in, const struct pollfd *master, const struct pollfd *out);
 
 /* A terminal for the command when one of the caller's fds is one (else
  * master -1), with the caller's modes and window size. 0 or a negative

@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/ioctl.h>
+
 #include <cmocka.h>
 
 #include "agent/sudo_gateway.h"
@@ -345,6 +347,46 @@ static void test_ctrl_c_at_once_reaches_the_command(void **state) {
         }
 }
 
+/* A resize then bytes typed at once: the bytes find the command's terminal
+ * at the new size, whether or not the front's SIGWINCH frame came first
+ * (stty size typed right after a resize once printed the old size). */
+static void test_input_after_a_resize_finds_the_new_size(void **state) {
+        (void)state;
+        int caller = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+        assert_true(caller >= 0);
+        assert_int_equal(grantpt(caller), 0);
+        assert_int_equal(unlockpt(caller), 0);
+        char name[64];
+        assert_int_equal(ptsname_r(caller, name, sizeof name), 0);
+        int tty = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        assert_true(tty >= 0);
+        struct winsize ws = { .ws_row = 33, .ws_col = 101 };
+        assert_int_equal(ioctl(caller, TIOCSWINSZ, &ws), 0);
+        int fds[3] = { tty, tty, tty };
+        SudoPty pty;
+        assert_int_equal(sudo_pty_open(&pty, fds), 0);
+        assert_true(pty.master >= 0);
+        struct winsize got;
+        assert_int_equal(ioctl(pty.master, TIOCGWINSZ, &got), 0);
+        assert_int_equal(got.ws_col, 101);
+        assert_int_equal(got.ws_row, 33);
+        /* The caller's terminal grows, and a line is typed at once. */
+        ws = (struct winsize){ .ws_row = 40, .ws_col = 120 };
+        assert_int_equal(ioctl(caller, TIOCSWINSZ, &ws), 0);
+        assert_int_equal(write(caller, "stty size\n", 10), 10);
+        struct pollfd in = { .fd = pty.in, .revents = POLLIN }, master = { .fd = -1 }, out = { .fd = -1 };
+        sudo_pty_relay(&pty, &in, &master, &out);
+        assert_true(pty.to_cmd_len > 0);
+        assert_int_equal(ioctl(pty.master, TIOCGWINSZ, &got), 0);
+        assert_int_equal(got.ws_col, 120);
+        assert_int_equal(got.ws_row, 40);
+        close(pty.master);
+        if (pty.slave >= 0)
+                close(pty.slave);
+        close(tty);
+        close(caller);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_options),
@@ -354,6 +396,7 @@ int main(void) {
                 cmocka_unit_test(test_argv),
                 cmocka_unit_test(test_groups_and_shell),
                 cmocka_unit_test(test_ctrl_c_at_once_reaches_the_command),
+                cmocka_unit_test(test_input_after_a_resize_finds_the_new_size),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
