@@ -4,6 +4,7 @@
  * ownership on. Every destructor accepts NULL / -1. */
 #include <errno.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/types.h>
@@ -53,3 +54,15 @@ static inline void sigkill_waitp(pid_t *pid) {
 #define _cleanup_fclose_ _cleanup_(fclosep)
 #define _cleanup_sigkill_wait_ _cleanup_(sigkill_waitp)
 
+
+/* FNV-1a, 64 bits: a string's is fnv1a64_str(FNV1A64_INIT, s); chain calls
+ * for several. Not for anything a client could aim collisions at with harm. */
+#define FNV1A64_INIT 14695981039346656037ull
+static inline uint64_t fnv1a64_byte(uint64_t h, uint8_t b) {
+        return (h ^ b) * 1099511628211ull;
+}
+static inline uint64_t fnv1a64_str(uint64_t h, const char *s) {
+        for (; s && *s; s++)
+                h = fnv1a64_byte(h, (uint8_t)*s);
+        return h;
+}

@@ -106,11 +106,9 @@ static int host_cpu_id(char *buf, size_t len) {
                 return -errno;
         text[n] = 0;
         char *flags = strstr(text, "\nflags");
-        uint64_t h = 14695981039346656037ull;
-        for (const char *p = flags; p && *p && (p == flags || *p != '\n'); p++) {
-                h ^= (uint8_t)*p;
-                h *= 1099511628211ull;
-        }
+        uint64_t h = FNV1A64_INIT;
+        for (const char *p = flags; p && *p && (p == flags || *p != '\n'); p++)
+                h = fnv1a64_byte(h, (uint8_t)*p);
         int m = snprintf(buf, len, "%s:%016llx", u.release, (unsigned long long)h);
         return m < 0 || (size_t)m >= len ? -ENOBUFS : 0;
 }

@@ -39,14 +39,6 @@ bool microvm_templates_enabled(void) {
         return !e || strcmp(e, "0") != 0;
 }
 
-static uint64_t fnv1a64(const char *s) {
-        uint64_t h = 14695981039346656037ull;
-        for (; *s; s++) {
-                h ^= (uint8_t)*s;
-                h *= 1099511628211ull;
-        }
-        return h;
-}
 
 /* templates/<name>, opened, when its key file says exactly `key` (a
  * directory is renamed into place only once complete); -1 when not. Every
@@ -253,7 +245,7 @@ static int template_get(const MicrovmStart *s, int tfd, char *name, size_t name_
                 snprintf(why, why_len, "template key: %s", strerror(-r));
                 return r;
         }
-        uint64_t h = fnv1a64(key);
+        uint64_t h = fnv1a64_str(FNV1A64_INIT, key);
         snprintf(name, name_len, "%016llx", (unsigned long long)h);
         snprintf(tpl_name, tpl_len, "tpl-%016llx", (unsigned long long)h);
         if ((*ret_dfd = template_open(tfd, name, key)) >= 0)

@@ -307,6 +307,21 @@ static int wait_status(pid_t pid, int timeout_ms) {
         return status;
 }
 
+/* A caller's terminal: its master (the caller's side of the test) and the
+ * terminal the command's fds are. */
+static void caller_terminal(int *ret_master, int *ret_tty) {
+        int caller = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+        assert_true(caller >= 0);
+        assert_int_equal(grantpt(caller), 0);
+        assert_int_equal(unlockpt(caller), 0);
+        char name[64];
+        assert_int_equal(ptsname_r(caller, name, sizeof name), 0);
+        int tty = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        assert_true(tty >= 0);
+        *ret_master = caller;
+        *ret_tty = tty;
+}
+
 /* A ^C that reaches the command's terminal at once after the start, as
  * when the caller typed it while sudo was starting: the command's group
  * must already be that terminal's foreground, or the ^C signals nobody and
@@ -317,14 +332,8 @@ static void test_ctrl_c_at_once_reaches_the_command(void **state) {
         if (geteuid() != 0)
                 skip(); /* the command's start sets its groups and ids */
         for (int round = 0; round < 20; round++) {
-                int caller = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-                assert_true(caller >= 0);
-                assert_int_equal(grantpt(caller), 0);
-                assert_int_equal(unlockpt(caller), 0);
-                char name[64];
-                assert_int_equal(ptsname_r(caller, name, sizeof name), 0);
-                int tty = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
-                assert_true(tty >= 0);
+                int caller, tty;
+                caller_terminal(&caller, &tty);
                 int fds[3] = { tty, tty, tty };
                 SudoPty pty;
                 assert_int_equal(sudo_pty_open(&pty, fds), 0);
@@ -352,14 +361,8 @@ static void test_ctrl_c_at_once_reaches_the_command(void **state) {
  * (stty size typed right after a resize once printed the old size). */
 static void test_input_after_a_resize_finds_the_new_size(void **state) {
         (void)state;
-        int caller = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-        assert_true(caller >= 0);
-        assert_int_equal(grantpt(caller), 0);
-        assert_int_equal(unlockpt(caller), 0);
-        char name[64];
-        assert_int_equal(ptsname_r(caller, name, sizeof name), 0);
-        int tty = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
-        assert_true(tty >= 0);
+        int caller, tty;
+        caller_terminal(&caller, &tty);
         struct winsize ws = { .ws_row = 33, .ws_col = 101 };
         assert_int_equal(ioctl(caller, TIOCSWINSZ, &ws), 0);
         int fds[3] = { tty, tty, tty };

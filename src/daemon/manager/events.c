@@ -96,13 +96,7 @@ static struct {
 static pthread_mutex_t rate_lock = PTHREAD_MUTEX_INITIALIZER;
 
 bool events_rate_ok(const char *kind, const char *who, int64_t every_s) {
-        /* FNV-1a of kind and who. */
-        uint64_t h = 1469598103934665603ull;
-        for (const char *s = kind; s && *s; s++)
-                h = (h ^ (uint8_t)*s) * 1099511628211ull;
-        h = (h ^ 0xff) * 1099511628211ull;
-        for (const char *s = who; s && *s; s++)
-                h = (h ^ (uint8_t)*s) * 1099511628211ull;
+        uint64_t h = fnv1a64_str(fnv1a64_byte(fnv1a64_str(FNV1A64_INIT, kind), 0xff), who);
         int64_t now = time_now_mono_ms() / 1000;
         pthread_mutex_lock(&rate_lock);
         size_t i = (size_t)(h % RATE_SLOTS);

@@ -47,7 +47,7 @@ int events_prune(Events *ev, int64_t days, int64_t *ret_n);
 /* Whether an event of a kind that can come in floods (a key's spending
  * refusals, a sandbox's refused connections) may be recorded now for `who`:
  * at most one per `every_s` seconds per kind and who, as far as a small
- * table of recent ones tells (a collision in it only lets one more through). */
+ * table of recent ones tells (two that share a slot may pass more often). */
 bool events_rate_ok(const char *kind, const char *who, int64_t every_s);
 /* A key's key.spending_limit_reached: its daily limit (or a trial's
  * allowance), what is used and what was wanted, for sandbox_id (NULL: a new

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/manager/audit.h"
 
@@ -43,9 +44,7 @@ uint64_t request_counts_lost(void) {
 
 /* FNV-1a of the key and the hour: the table's slot to start from. */
 static size_t slot_of(const char *key_id, int64_t hour) {
-        uint64_t h = 1469598103934665603ULL;
-        for (const char *p = key_id; *p; p++)
-                h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+        uint64_t h = fnv1a64_str(FNV1A64_INIT, key_id);
         h = (h ^ (uint64_t)hour) * 1099511628211ULL;
         return (size_t)(h % REQUEST_COUNTS_PENDING_MAX);
 }
