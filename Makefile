@@ -37,8 +37,10 @@ LDFLAGS_PIE := -pie -Wl,-z,relro,-z,now -pthread $(SANITIZE)
 # Source sets.
 PROTO_SRC := $(wildcard src/proto/*.c)
 COMMON_SRC := $(wildcard src/common/*.c)
+SUPERVISOR_LIB_SRC := $(filter-out src/supervisor/main.c,$(wildcard src/supervisor/*.c))
 DAEMON_LIB_SRC := $(filter-out src/daemon/main.c,$(wildcard src/daemon/*.c src/daemon/*/*.c)) \
-                  $(wildcard src/driver/*.c) $(filter-out src/egress/main.c,$(wildcard src/egress/*.c))
+                  $(wildcard src/driver/*.c) $(filter-out src/egress/main.c,$(wildcard src/egress/*.c)) \
+                  $(SUPERVISOR_LIB_SRC)
 AGENT_LIB_SRC := $(filter-out src/agent/main.c,$(wildcard src/agent/*.c))
 CLI_LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/cli/*.c))
 
@@ -63,7 +65,7 @@ CLI_OBJ := $(call obj,cli,$(COMMON_SRC) $(CLI_LIB_SRC))
 
 .PHONY: all clean unit-build test-unit asan asan-build fuzz fuzz-run fuzz-replay
 all: $(BUILD)/runtimed $(BUILD)/runtime-agent $(BUILD)/runtime $(BUILD)/runtime-image-build \
-     $(BUILD)/runtime-microvm-build $(BUILD)/runtime-egress
+     $(BUILD)/runtime-microvm-build $(BUILD)/runtime-egress $(BUILD)/runtime-supervisor
 
 # The image builder is a shell script (debootstrap does the work); the daemon
 # looks for it next to its own binary.
@@ -103,6 +105,11 @@ $(BUILD)/runtimed: $(DAEMON_OBJ) $(BUILD)/obj/daemon/daemon/main.o
 EGRESS_OBJ := $(call obj,daemon,$(COMMON_SRC) $(filter-out src/egress/main.c,$(wildcard src/egress/*.c)))
 $(BUILD)/runtime-egress: $(EGRESS_OBJ) $(BUILD)/obj/daemon/egress/main.o
 	$(CC) $(LDFLAGS_PIE) -o $@ $^ $(DAEMON_LIBS)
+# Each running sandbox's supervisor (docs/lifecycle.md, "Live restore"): the
+# relay, the channel's framing and libseccomp, nothing of the daemon's.
+SUPERVISOR_OBJ := $(call obj,daemon,$(PROTO_SRC) src/common/io.c src/common/timeutil.c $(SUPERVISOR_LIB_SRC))
+$(BUILD)/runtime-supervisor: $(SUPERVISOR_OBJ) $(BUILD)/obj/daemon/supervisor/main.o
+	$(CC) $(LDFLAGS_PIE) -o $@ $^ -lseccomp
 $(BUILD)/runtime-agent: $(AGENT_OBJ) $(BUILD)/obj/agent/agent/main.o
 	$(CC) $(AGENT_LDFLAGS) -o $@ $^ $(AGENT_LIBS)
 $(BUILD)/runtime: $(CLI_OBJ) $(BUILD)/obj/cli/cli/main.o
@@ -206,7 +213,7 @@ install: all man completion
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBEXECDIR)
 	install -m 0755 $(BUILD)/runtimed $(BUILD)/runtime $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/runtime-agent $(BUILD)/runtime-image-build $(BUILD)/runtime-microvm-build \
-	    $(BUILD)/runtime-egress \
+	    $(BUILD)/runtime-egress $(BUILD)/runtime-supervisor \
 	    $(DESTDIR)$(LIBEXECDIR)/
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
 	install -m 0644 $(BUILD)/man/runtime.1 $(DESTDIR)$(MANDIR)/man1/

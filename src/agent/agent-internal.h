@@ -3,7 +3,9 @@
  * What the files of the agent's loop share: the streams, the agent's state
  * and the functions one file calls in another. agent.c holds the channel
  * (frames in and out, requests), agent_io.c the streams' descriptors (a
- * child's pipes, its end, and the egress relay's connections).
+ * child's pipes, its end, and the egress relay's connections), agent_hold.c
+ * what happens to them while the host's daemon is away (DETACH, ATTACH and
+ * the output held in between).
  */
 #include <jansson.h>
 #include <stdbool.h>
@@ -44,6 +46,21 @@
  * that machine: never found by a frame's id, and whatever it would send is
  * dropped (the copy's host never opened it). */
 #define ORPHAN_STREAM UINT32_MAX
+/* Held output (AGENT_HOLD_*) is kept in chunks of at most this many bytes of
+ * one fd: a partly dropped chunk is compacted, so what a stream holds in
+ * memory is what it is charged for. */
+#define HELD_CHUNK_BYTES (64u * 1024u)
+/* What a held chunk costs beyond its bytes (its header and the allocator's):
+ * charged to the bounds as well, so that a program alternating one-byte
+ * writes to stdout and stderr cannot grow the agent past them. */
+#define HELD_CHUNK_OVERHEAD 64u
+/* The most one exec's entry in an ATTACH's HELLO takes without its tag
+ * ("tag":null included): every number at its widest. */
+#define HELLO_ENTRY_BYTES 200u
+/* What the HELLO's entries may take in all: the rest of the frame is the
+ * usual members (the kernel's release at most 64 bytes). An exec whose entry
+ * would not fit is refused, so that the list always fits one frame. */
+#define HELLO_LIST_BUDGET (PROTO_MAX_JSON - 1024u)
 
 typedef struct Chunk {
         struct Chunk *next;
@@ -60,6 +77,21 @@ typedef enum StreamKind {
 } StreamKind;
 
 enum { PIPE_IN, PIPE_OUT, PIPE_ERR, RELAY_SOCK };
+
+/* An exec across a daemon's restart (docs/protocol.md, "Detach and attach"). */
+typedef enum HoldState {
+        HOLD_NONE,     /* output goes to the channel as credit allows */
+        HOLD_DETACHED, /* no host: the pipes are read whatever the credit, into the held queue */
+        HOLD_LISTED,   /* in an ATTACH's HELLO: silent, pipes unread, until the host's first WINDOW */
+        HOLD_REPLAY,   /* the held bytes go out first; then HOLD_NONE */
+} HoldState;
+
+typedef struct HeldChunk {
+        struct HeldChunk *next;
+        uint8_t fd;
+        size_t len, off; /* off: the bytes of it already sent */
+        uint8_t data[];
+} HeldChunk;
 
 typedef struct Stream {
         uint32_t id;
@@ -86,6 +118,20 @@ typedef struct Stream {
         uint64_t deadline_ms;    /* timeout, 0 for none */
         uint64_t drain_until_ms; /* leader exited, pipes still open */
         uint64_t final_until_ms; /* group killed, last drain */
+        json_t *tag;             /* the request's "tag", listed unread after an ATTACH; NULL for none */
+        size_t list_cost;        /* of its entry in that list, counted in Agent.list_bytes */
+        uint64_t out_sent;       /* DATA payload (fd 1 and 2) queued to the channel since the OPEN */
+        uint64_t in_total;       /* DATA fd 0 bytes received from the host since the OPEN */
+        uint64_t in_stale;       /* stdin queued for a host before an ATTACH: written, never credited */
+        HoldState hold;
+        /* Held output, oldest first: the newest bytes the process wrote,
+         * from offset out_sent + held_dropped on. held_prev is the chunk
+         * before held_tail (NULL when the tail is the head). */
+        HeldChunk *held_head, *held_tail, *held_prev;
+        uint64_t held_bytes;
+        uint64_t held_cost;    /* held_bytes and the chunks' overhead: what the bounds count */
+        uint64_t held_dropped; /* dropped for the bounds since the OPEN, over every detach */
+        uint8_t held_eof;      /* bit per fd: its EOF waits for the held bytes to be out */
 
         /* read */
         int file_fd;
@@ -141,8 +187,14 @@ struct Agent {
         pid_t doomed[AGENT_MAX_STREAMS]; /* killed process groups not yet seen gone */
         size_t n_doomed;
         uint64_t next_rekill_ms;
+        /* Between a DETACH and an ATTACH: the host's daemon is away. */
+        bool detached;
+        uint64_t held_total; /* the held_cost of every stream */
+        size_t list_bytes;   /* the list_cost of every exec */
 };
 
+json_t *agent_attach(Agent *a);
+void agent_detach(Agent *a);
 void agent_fatal(Agent *a, const char *why);
 void agent_close_fd(int *fd);
 void agent_consumed(Agent *a, Stream *s, size_t n, bool force);
@@ -150,7 +202,12 @@ void agent_drop_stdin(Agent *a, Stream *s);
 void agent_exec_check(Agent *a, Stream *s, uint64_t now);
 void agent_exec_kill(Agent *a, Stream *s);
 void agent_finish_error(Agent *a, Stream *s, const char *code, const char *message);
+ssize_t agent_hold_read(Agent *a, Stream *s, int which);
+void agent_hold_pump(Agent *a, Stream *s);
+void agent_hold_release(Agent *a, Stream *s);
+void agent_hold_window(Agent *a, Stream *s);
 void agent_log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void agent_pipe_ended(Agent *a, Stream *s, int which);
 void agent_pipe_readable(Agent *a, Stream *s, int which);
 void agent_queue_frame(Agent *a, OutFrame *f, uint8_t type, uint32_t stream);
 void agent_read_pump(Agent *a, Stream *s);

@@ -30,7 +30,7 @@
 #include "common/timeutil.h"
 #include "proto/proto.h"
 
-static void send_hello(Agent *a);
+static void send_hello(Agent *a, json_t *attached);
 
 void agent_log_msg(const char *fmt, ...) {
         char buf[1024];
@@ -200,12 +200,19 @@ void agent_stream_free(Stream *s) {
                 s->in_head = c->next;
                 free(c);
         }
+        while (s->held_head) {
+                HeldChunk *c = s->held_head;
+                s->held_head = c->next;
+                free(c);
+        }
         fsops_write_abort(s->write);
+        json_decref(s->tag);
         free(s);
 }
 
 void agent_send_window(Agent *a, Stream *s, bool force) {
-        if (s->in_ack == 0 || (!force && s->in_ack < WINDOW_BATCH))
+        /* Detached, no host waits for credit: the next one starts afresh. */
+        if (s->in_ack == 0 || (!force && s->in_ack < WINDOW_BATCH) || s->hold == HOLD_DETACHED)
                 return;
         uint8_t p[4];
         proto_put_u32(p, (uint32_t)s->in_ack);
@@ -215,7 +222,10 @@ void agent_send_window(Agent *a, Stream *s, bool force) {
 }
 
 void agent_consumed(Agent *a, Stream *s, size_t n, bool force) {
-        s->in_ack += n;
+        /* The bytes of a host before the attach come first in the queue. */
+        uint64_t stale = n < s->in_stale ? n : s->in_stale;
+        s->in_stale -= stale;
+        s->in_ack += n - stale;
         agent_send_window(a, s, force);
 }
 
@@ -287,6 +297,12 @@ void agent_exec_kill(Agent *a, Stream *s) {
 }
 
 static void exec_start(Agent *a, uint32_t id, AgentRequest *r, const char *as) {
+        /* Every exec may have to be listed in one HELLO after an ATTACH. */
+        size_t list_cost = HELLO_ENTRY_BYTES + r->tag_len;
+        if (a->list_bytes + list_cost > HELLO_LIST_BUDGET) {
+                result_error(a, id, "busy", "too many running commands with tags to list after a restart");
+                return;
+        }
         Stream *s = calloc(1, sizeof(Stream));
         if (!s) {
                 result_error(a, id, "internal", "out of memory");
@@ -318,6 +334,9 @@ static void exec_start(Agent *a, uint32_t id, AgentRequest *r, const char *as) {
         s->start_ms = time_now_mono_ms();
         if (r->timeout_ms > 0)
                 s->deadline_ms = s->start_ms + (uint64_t)r->timeout_ms;
+        s->tag = TAKE_PTR(r->tag);
+        s->list_cost = list_cost;
+        a->list_bytes += list_cost;
         a->streams[a->n_streams++] = s;
         agent_send_json_new(a, PROTO_EVENT, id,
                       json_pack("{s:s,s:i,s:s}", "event", "start", "pid", (int)child.pid, "user", as));
@@ -549,6 +568,7 @@ static void orphan_streams(Agent *a) {
                 s->id = ORPHAN_STREAM;
                 s->orphan = true;
                 s->credit = 1ull << 40;
+                agent_hold_release(a, s);
                 if (s->kind == STREAM_EXEC)
                         agent_drop_stdin(a, s);
                 else
@@ -616,7 +636,7 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                         break;
                 }
                 agent_send_json_new(a, PROTO_RESULT, id, json_object());
-                send_hello(a);
+                send_hello(a, NULL);
                 break;
         case REQ_CHECKPOINT:
                 if (!a->vm_resume) {
@@ -714,6 +734,7 @@ static void handle_data(Agent *a, Stream *s, uint8_t fd, const uint8_t *p, size_
                 return;
         }
         s->in_held += n;
+        s->in_total += n;
         if (s->kind == STREAM_WRITE) {
                 int k = fsops_write_data(s->write, p, n);
                 if (k < 0) {
@@ -824,6 +845,23 @@ static void handle_frame(Agent *a, const ProtoHeader *h, const uint8_t *p) {
                 handle_open(a, h->stream, p, h->length);
                 return;
         }
+        if (h->type == PROTO_DETACH) {
+                agent_detach(a);
+                return;
+        }
+        if (h->type == PROTO_ATTACH) {
+                if (agent_request_parse_attach(p, h->length) < 0) {
+                        agent_fatal(a, "malformed ATTACH");
+                        return;
+                }
+                json_t *kept = agent_attach(a);
+                if (!kept) {
+                        agent_fatal(a, "out of memory");
+                        return;
+                }
+                send_hello(a, kept);
+                return;
+        }
         Stream *s = agent_stream_find(a, h->stream);
         if (!s)
                 return; /* unknown or finished stream: frames may have been in flight */
@@ -840,6 +878,7 @@ static void handle_frame(Agent *a, const ProtoHeader *h, const uint8_t *p) {
                  * the counter far from overflow. */
                 if (s->credit + v <= (1ull << 40))
                         s->credit += v;
+                agent_hold_window(a, s);
                 break;
         }
         case PROTO_CANCEL:
@@ -948,12 +987,19 @@ void agent_set_checkpoint(Agent *a, int (*fn)(const AgentRequest *r)) {
         a->vm_resume = fn;
 }
 
-static void send_hello(Agent *a) {
+/* attached (taken): the list of the execs kept, in the HELLO that answers
+ * an ATTACH; NULL at a start and after a resume. */
+static void send_hello(Agent *a, json_t *attached) {
         struct utsname u;
         const char *kernel = uname(&u) == 0 ? u.release : "unknown";
-        agent_send_json_new(a, PROTO_HELLO, 0,
-                      json_pack("{s:i,s:i,s:s}", "version", PROTO_VERSION, "pid", (int)getpid(), "kernel",
-                                kernel));
+        json_t *hello = json_pack("{s:i,s:i,s:s}", "version", PROTO_VERSION, "pid", (int)getpid(), "kernel",
+                                  kernel);
+        if (!hello)
+                json_decref(attached);
+        else if (attached &&
+                 json_object_set_new(hello, "attached", json_pack("{s:o}", "processes", attached)) < 0)
+                json_decref(TAKE_PTR(hello));
+        agent_send_json_new(a, PROTO_HELLO, 0, hello);
 }
 
 static void set_nonblock(int fd) {
@@ -1051,15 +1097,17 @@ static void quiet_wait(Agent *a) {
 
 /* In how many ms an exec stream has something due (its deadline, the end
  * of its drain), at most a minute; -1: nothing. Past the final drain with no
- * credit, the host's WINDOW wakes the loop, not a timer. */
+ * credit, the host's WINDOW wakes the loop, not a timer; so does it for the
+ * RESULT of a process that ended while its output was held. */
 static int exec_due_ms(const Stream *s, uint64_t now) {
         uint64_t due = 0;
+        bool pipes_open = s->fds[PIPE_OUT] >= 0 || s->fds[PIPE_ERR] >= 0;
         if (!s->exited) {
                 if (s->deadline_ms && !s->timed_out)
                         due = s->deadline_ms;
-        } else if (!s->final_until_ms)
+        } else if (pipes_open && !s->final_until_ms)
                 due = s->drain_until_ms ? s->drain_until_ms : now;
-        else if (s->final_until_ms > now)
+        else if (pipes_open && s->final_until_ms > now)
                 due = s->final_until_ms;
         if (!due)
                 return -1;
@@ -1091,7 +1139,7 @@ int agent_run(Agent *a) {
         set_nonblock(a->in_fd);
         set_nonblock(a->out_fd);
         grow_channel_buffer(a->out_fd);
-        send_hello(a);
+        send_hello(a, NULL);
         struct pollfd pfd[MAX_POLL];
         Stream *owner[MAX_POLL];
         int which[MAX_POLL];
@@ -1119,8 +1167,12 @@ int agent_run(Agent *a) {
                 for (size_t i = 0; i < a->n_streams; i++) {
                         Stream *s = a->streams[i];
                         bool produce = room && s->queued_out < AGENT_STREAM_QUEUE_LIMIT && s->credit > 0;
-                        if (s->kind == STREAM_READ && produce)
+                        if ((s->kind == STREAM_READ || s->hold == HOLD_REPLAY) && produce)
                                 timeout = 0;
+                        /* Detached, the pipes are read whatever the credit;
+                         * listed or with held bytes to send, not at all. */
+                        if (s->hold != HOLD_NONE)
+                                produce = s->hold == HOLD_DETACHED;
                         if (s->kind == STREAM_RELAY || s->kind == STREAM_FORWARD) {
                                 short ev = s->connecting ? POLLOUT
                                                          : (short)((produce && !s->sock_eof ? POLLIN : 0) |
@@ -1190,9 +1242,11 @@ int agent_run(Agent *a) {
                         Stream *s = a->streams[i];
                         if (s->finished)
                                 continue;
-                        if (s->kind == STREAM_EXEC)
+                        if (s->kind == STREAM_EXEC) {
+                                if (s->hold == HOLD_REPLAY)
+                                        agent_hold_pump(a, s);
                                 agent_exec_check(a, s, now);
-                        else if (s->kind == STREAM_FORWARD)
+                        } else if (s->kind == STREAM_FORWARD)
                                 forward_check(a, s);
                         else if (s->kind == STREAM_READ && a->out_bytes < AGENT_OUT_SOFT_LIMIT &&
                                  s->queued_out < AGENT_STREAM_QUEUE_LIMIT)

@@ -25,6 +25,14 @@
  * left (gVisor's kill of a group can miss a child being forked). */
 #define AGENT_REKILL_MS 10
 
+/* Between a DETACH and the next ATTACH (the host's daemon is away) every
+ * exec's output is held in the agent, newest bytes kept: at most this much
+ * per exec and in all. The held bytes are the sandbox's memory, charged to
+ * it like any process's: the bounds keep a process that prints without end
+ * from costing more. */
+#define AGENT_HOLD_STREAM_BYTES (4u * 1024u * 1024u)
+#define AGENT_HOLD_TOTAL_BYTES (16u * 1024u * 1024u)
+
 /* Inside every sandbox, programs reach the network only through this relay
  * (HTTP_PROXY points at it); each connection is carried over the channel to
  * the daemon's egress proxy. */

@@ -99,25 +99,42 @@ static ssize_t read_into_frame(Agent *a, Stream *s, int fd, uint8_t flags, size_
         f->len = PROTO_HEADER_SIZE + (size_t)n;
         agent_queue_frame(a, f, PROTO_DATA, s->id);
         s->credit -= (uint64_t)n;
+        s->out_sent += (uint64_t)n;
         return n;
 }
 
 void agent_pipe_readable(Agent *a, Stream *s, int which) {
-        /* A whole largest frame per read: what a big pipe holds goes out in
-         * few frames, few writes and few wakeups of the host. */
-        size_t want = BIG_CHUNK;
-        if (s->credit < want)
-                want = (size_t)s->credit;
-        if (want == 0)
-                return;
-        ssize_t n = read_into_frame(a, s, s->fds[which], (uint8_t)which, want);
+        ssize_t n;
+        if (s->hold == HOLD_DETACHED)
+                /* No host to wait for: the pipe is read whatever the credit,
+                 * so that the process never blocks on its output. */
+                n = agent_hold_read(a, s, which);
+        else {
+                /* A whole largest frame per read: what a big pipe holds goes
+                 * out in few frames, few writes and few wakeups of the host. */
+                size_t want = BIG_CHUNK;
+                if (s->credit < want)
+                        want = (size_t)s->credit;
+                if (want == 0)
+                        return;
+                n = read_into_frame(a, s, s->fds[which], (uint8_t)which, want);
+        }
         if (n > 0 || a->quit)
                 return;
         if (n < 0 && (errno == EINTR || (errno == EAGAIN && !s->final_until_ms)))
                 return;
         /* EOF, an error, or nothing left once the group is dead. */
+        agent_pipe_ended(a, s, which);
+}
+
+/* A child's pipe `which` is done: its EOF goes out, or waits for the bytes
+ * held before it. */
+void agent_pipe_ended(Agent *a, Stream *s, int which) {
         agent_close_fd(&s->fds[which]);
-        agent_send_frame(a, PROTO_EOF, (uint8_t)which, s->id, NULL, 0);
+        if (s->hold != HOLD_NONE)
+                s->held_eof |= (uint8_t)(1u << which);
+        else
+                agent_send_frame(a, PROTO_EOF, (uint8_t)which, s->id, NULL, 0);
         /* A child closes its pipes as it exits: reaped now, its RESULT
          * leaves with these EOFs instead of after another turn of the loop
          * for the SIGCHLD. */
@@ -172,18 +189,23 @@ void agent_exec_check(Agent *a, Stream *s, uint64_t now) {
                         s->final_until_ms = now + FINAL_DRAIN_MS;
                 }
                 /* Past the last drain, an escaped writer is cut off; a host
-                 * that has not taken the output yet is waited for. */
-                if (s->final_until_ms && now >= s->final_until_ms && s->credit > 0) {
+                 * that has not taken the output yet is waited for (none is
+                 * while detached: the pipes were read all along; after an
+                 * attach, not before the held bytes are out). */
+                if (s->final_until_ms && now >= s->final_until_ms &&
+                    (s->hold == HOLD_DETACHED || (s->hold == HOLD_NONE && s->credit > 0))) {
                         for (int i = PIPE_OUT; i <= PIPE_ERR; i++)
-                                if (s->fds[i] >= 0) {
-                                        agent_close_fd(&s->fds[i]);
-                                        agent_send_frame(a, PROTO_EOF, (uint8_t)i, s->id, NULL, 0);
-                                }
+                                if (s->fds[i] >= 0)
+                                        agent_pipe_ended(a, s, i);
                         pipes_open = false;
                 }
                 if (pipes_open)
                         return;
         }
+        /* Its end waits for the host's attach and for the output held
+         * before it: reported then as it would have been now. */
+        if (s->hold != HOLD_NONE)
+                return;
         agent_drop_stdin(a, s);
         int code, sig = 0;
         if (WIFSIGNALED(s->status)) {
@@ -232,9 +254,12 @@ void agent_read_pump(Agent *a, Stream *s) {
 void agent_sweep(Agent *a) {
         size_t j = 0;
         for (size_t i = 0; i < a->n_streams; i++) {
-                if (a->streams[i]->finished)
-                        agent_stream_free(a->streams[i]);
-                else
+                Stream *s = a->streams[i];
+                if (s->finished) {
+                        agent_hold_release(a, s);
+                        a->list_bytes -= s->list_cost;
+                        agent_stream_free(s);
+                } else
                         a->streams[j++] = a->streams[i];
         }
         a->n_streams = j;
@@ -253,7 +278,9 @@ void agent_relay_accept(Agent *a) {
          * client's delayed ACK, 40 ms a round trip. */
         int one = 1;
         (void)setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (a->n_streams >= AGENT_MAX_STREAMS) {
+        /* Detached, no proxy would answer: the program sees its connection
+         * end at once, not hang until a daemon comes back. */
+        if (a->n_streams >= AGENT_MAX_STREAMS || a->detached) {
                 close(c);
                 return;
         }

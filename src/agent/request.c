@@ -35,6 +35,7 @@ void agent_request_free(AgentRequest *r) {
         free(r->hostname);
         free(r->user);
         free(r->home);
+        json_decref(r->tag);
         explicit_bzero(r->entropy, sizeof(r->entropy));
         free(r);
 }
@@ -244,7 +245,27 @@ static int parse_exec(json_t *o, AgentRequest *r, const char **ret_error) {
                 r->pty_cols = (unsigned)cols;
                 r->pty_rows = (unsigned)rows;
         }
+        json_t *tag = json_object_get(o, "tag");
+        if (tag && !json_is_null(tag)) {
+                /* Bounded: the agent holds it as long as the process runs,
+                 * and every tag must fit in one HELLO's list. */
+                size_t n = json_is_object(tag) ? json_dumpb(tag, NULL, 0, JSON_COMPACT) : 0;
+                if (n == 0 || n > REQUEST_MAX_TAG) {
+                        *ret_error = "tag must be a JSON object of at most 4096 bytes";
+                        return -EINVAL;
+                }
+                r->tag = json_incref(tag);
+                r->tag_len = n;
+        }
         return 0;
+}
+
+int agent_request_parse_attach(const uint8_t *buf, size_t len) {
+        if (!json_depth_ok(buf, len, REQUEST_MAX_DEPTH))
+                return -EINVAL;
+        json_error_t err;
+        _cleanup_json_ json_t *o = json_loadb((const char *)buf, len, JSON_REJECT_DUPLICATES, &err);
+        return json_is_object(o) ? 0 : -EINVAL;
 }
 
 int agent_request_parse_resize(const uint8_t *buf, size_t len, unsigned *ret_cols, unsigned *ret_rows) {

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct json_t;
+
 #define REQUEST_MAX_DEPTH 32
 #define REQUEST_MAX_PATH 4096
 #define REQUEST_MAX_ARGV 4096
@@ -26,6 +28,9 @@
 #define REQUEST_MAX_PTY_SIDE 1000
 #define REQUEST_RESUME_ENTROPY 64
 #define REQUEST_MAX_HOSTNAME 64
+/* An exec's "tag", dumped compactly: the host's own record of what it
+ * started, which the agent keeps and lists after an ATTACH. */
+#define REQUEST_MAX_TAG 4096
 
 typedef enum AgentRequestOp {
         REQ_EXEC,
@@ -66,6 +71,11 @@ typedef struct AgentRequest {
          * its master side, there is no separate stderr. */
         bool pty;
         unsigned pty_cols, pty_rows;
+        /* exec: "tag", a JSON object the agent never reads, returned as it
+         * came when it lists the exec after an ATTACH; NULL for none.
+         * tag_len is its compact dump's length. */
+        struct json_t *tag;
+        size_t tag_len;
         /* file ops */
         char *path;
         char *to; /* rename destination; path holds "from" */
@@ -100,5 +110,8 @@ void agent_request_free(AgentRequest *r);
 /* A resize EVENT on an exec stream, {"event":"resize","cols","rows"}: 0 and the
  * size, -EINVAL for anything else. Pure, like the parser above. */
 int agent_request_parse_resize(const uint8_t *buf, size_t len, unsigned *ret_cols, unsigned *ret_rows);
+/* An ATTACH frame's payload: 0 for a JSON object (its members are for
+ * later versions), -EINVAL for anything else. */
+int agent_request_parse_attach(const uint8_t *buf, size_t len);
 /* The signals a host may send to an exec's process group. */
 bool agent_request_signal_allowed(int signo);

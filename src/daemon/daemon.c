@@ -50,7 +50,7 @@
 typedef struct Daemon {
         DaemonConfig cfg; /* the options' settings, with the paths worked out below */
         /* What the wiring works out and owns. */
-        char *state_dir, *image_dir, *agent, *builder, *microvm_builder, *egress_proxy, *db_path, *db_label;
+        char *state_dir, *image_dir, *agent, *supervisor, *builder, *microvm_builder, *egress_proxy, *db_path, *db_label;
         Db *db;
         Ledger *ledger;
         KeyStore *keys;
@@ -457,6 +457,16 @@ static int prepare_paths(Daemon *d, const DaemonOptions *o) {
                 d->image_dir = NULL;
         d->agent = o->cfg.agent_path ? strdup(o->cfg.agent_path) : find_companion("runtime-agent");
         d->builder = o->cfg.image_builder ? strdup(o->cfg.image_builder) : find_companion("runtime-image-build");
+        if (!o->cfg.no_live_restore) {
+                d->supervisor = o->cfg.supervisor_path ? strdup(o->cfg.supervisor_path)
+                                                       : find_companion("runtime-supervisor");
+                if (d->supervisor && access(d->supervisor, X_OK) < 0) {
+                        log_warn(NULL, "the supervisor %s is not executable: sandboxes will end with the daemon",
+                                 d->supervisor);
+                        free(d->supervisor);
+                        d->supervisor = NULL;
+                }
+        }
         d->egress_proxy = o->egress_proxy ? strdup(o->egress_proxy) : find_companion("runtime-egress");
         /* The store: the state directory's SQLite file, or the database the
          * options name (whose URL may hold a password: never logged). */
@@ -484,6 +494,7 @@ static int prepare_paths(Daemon *d, const DaemonOptions *o) {
         d->cfg.state_dir = d->state_dir;
         d->cfg.image_dir = d->image_dir;
         d->cfg.agent_path = d->agent;
+        d->cfg.supervisor_path = d->supervisor;
         d->cfg.image_builder = d->builder;
         /* Beside the image builder, so that --image-builder carries both. */
         const char *slash = strrchr(d->builder, '/');
@@ -810,6 +821,12 @@ static bool upload_is_ours(void *userdata, const char *sandbox_id) {
         return ours;
 }
 
+/* A process the agent of a re-attached sandbox kept running. */
+static int adopt_process(void *userdata, Sandbox *sb, json_t *kept) {
+        Daemon *d = userdata;
+        return proc_adopt(d->procs, sb, kept);
+}
+
 /* The snapshots, the uploads in parts and the manager, each recovering what
  * an earlier run left. */
 static int open_manager(Daemon *d, const DaemonOptions *o) {
@@ -853,6 +870,12 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         manager_set_samples(d->manager, d->samples, d->sample_interval_s);
         if ((r = snapshot_store_recover(d->snapshots)) < 0)
                 log_error(NULL, "recovering snapshots: %s", strerror(-r));
+        /* Before the recovery: the processes of re-attached sandboxes go in it. */
+        if (!(d->procs = proc_table_new())) {
+                log_error(NULL, "making the process table: out of memory");
+                return 1;
+        }
+        manager_set_adopter(d->manager, adopt_process, d);
         if ((r = manager_recover(d->manager)) < 0) {
                 log_error(NULL, "recovering sandboxes: %s", strerror(-r));
                 return 1;
@@ -889,7 +912,6 @@ static int serve(Daemon *d) {
         const DaemonConfig *cfg = &d->cfg;
         int fd = d->listen_fd;
         d->listen_fd = -1;
-        d->procs = proc_table_new();
         if (!d->procs) {
                 close(fd);
                 log_error(NULL, "making the process table: out of memory");
@@ -984,6 +1006,7 @@ static void daemon_free(Daemon *d) {
         free(d->builder);
         free(d->microvm_builder);
         free(d->egress_proxy);
+        free(d->supervisor);
         free(d->db_path);
         free(d->db_label);
         if (d->listen_fd >= 0)

@@ -135,9 +135,18 @@ static const OptionSpec options[] = {
           .min = 1000, .max = 600000, .def_text = "per driver: 30000, microvm 90000",
           .help = "fail a sandbox whose agent is silent this long while a ping waits" },
 
+        { .name = "no-live-restore", .kind = OPTION_SWITCH, FIELD(cfg.no_live_restore),
+          .help = "start sandboxes without a supervisor: they end with the daemon (a crash or a stop) and are "
+                  "recorded stopped at the next start, as the microVM's always are" },
+        { .name = "stop-sandboxes-on-exit", .kind = OPTION_SWITCH, FIELD(cfg.stop_sandboxes_on_exit),
+          .help = "stop every sandbox when the daemon stops; without it they keep running and the next start "
+                  "re-attaches them" },
+
         HEADING("Companion programs (default: beside runtimed, else in ../libexec/runtime/)"),
         { .name = "agent", .kind = OPTION_STRING, .arg = "PATH", FIELD(cfg.agent_path),
           .help = "the runtime-agent binary" },
+        { .name = "supervisor", .kind = OPTION_STRING, .arg = "PATH", FIELD(cfg.supervisor_path),
+          .help = "the runtime-supervisor program" },
         { .name = "image-builder", .kind = OPTION_STRING, .arg = "PATH", FIELD(cfg.image_builder),
           .help = "the runtime-image-build program; runtime-microvm-build is looked for beside it" },
         STRING("egress-proxy", "PATH", egress_proxy, NULL, "the runtime-egress program"),

@@ -16,7 +16,7 @@
 #define OPTIONS_MAX_LINE 4096u
 #define OPTIONS_MAX_LINES 10000u
 /* Room for the table's rows (options.c checks it at compile time). */
-#define OPTIONS_MAX 64u
+#define OPTIONS_MAX 80u
 
 typedef enum OptionsAction {
         OPTIONS_RUN,     /* serve the API */

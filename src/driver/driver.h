@@ -132,7 +132,25 @@ typedef struct Driver {
          * channel_checkpoint_begin); it stays stopped. Errors as
          * snapshot_disk's. NULL where the driver cannot. */
         int (*snapshot_memory)(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir);
+        /* Live restore (docs/lifecycle.md). What the sandbox's supervisor
+         * keeps for a later daemon: up to *n fds (new ones, the caller's to
+         * close; the instance keeps its own; *n becomes the count) and a
+         * short printable state without spaces. NULL where the driver cannot
+         * hand a running sandbox over: its sandboxes stop with the daemon. */
+        int (*handles)(DriverInstance *inst, int *fds, size_t *n, char *state, size_t state_len);
+        /* A later daemon's instance of a sandbox that kept running, from its
+         * spec and what handles gave (the fds are taken over, also on
+         * failure). -ESRCH when the sandbox is gone after all, -EBADMSG for
+         * a state that is not the driver's. */
+        int (*adopt)(const DriverSpec *spec, const char *state, int *fds, size_t n, DriverInstance **ret);
+        /* Frees the daemon's part of the instance and leaves the sandbox
+         * running, for a later daemon to adopt. */
+        void (*release)(DriverInstance *inst);
 } Driver;
+
+/* The most fds a driver's handles gives. */
+#define DRIVER_MAX_HANDLES 4
+#define DRIVER_STATE_MAX 256
 
 extern const Driver driver_namespace;
 extern const Driver driver_gvisor;

@@ -772,6 +772,28 @@ static int gv_reap_orphan(const DriverSpec *spec) {
         return r;
 }
 
+static int gv_adopt(const DriverSpec *spec, const char *state, int *fds, size_t n, DriverInstance **ret) {
+        char root[PATH_MAX], bundle[PATH_MAX];
+        int r = launch_spec_check(spec);
+        if (r == 0)
+                r = state_paths(spec->sandbox_dir, root, sizeof root, bundle, sizeof bundle);
+        if (r < 0) {
+                for (size_t i = 0; i < n; i++)
+                        if (fds[i] >= 0)
+                                close(fds[i]);
+                return r;
+        }
+        DriverInstance *inst;
+        if ((r = launch_adopt(&driver_gvisor, spec, state, fds, n, &inst)) < 0)
+                return r;
+        if (!(inst->runsc_root = strdup(root))) {
+                launch_let_go(inst);
+                return -ENOMEM;
+        }
+        *ret = inst;
+        return 0;
+}
+
 static int gv_destroy(const DriverSpec *spec) {
         int r = gv_reap_orphan(spec);
         if (r == -EINVAL)
@@ -837,6 +859,9 @@ const Driver driver_gvisor = {
         .reap_orphan = gv_reap_orphan,
         .stats = gv_stats,
         .alive = launch_alive,
+        .handles = launch_handles,
+        .adopt = gv_adopt,
+        .release = launch_let_go,
         .pause = gv_pause,
         .resume = gv_resume,
         .snapshot_disk = launch_snapshot_disk,

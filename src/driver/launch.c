@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
@@ -412,11 +413,30 @@ void launch_instance_free(DriverInstance *inst) {
         free(inst);
 }
 
+/* A pidfd's process has ended (a zombie counts). */
+static bool pidfd_ended(int pidfd, int timeout_ms) {
+        struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
+        int r;
+        while ((r = poll(&pfd, 1, timeout_ms)) < 0 && errno == EINTR)
+                ;
+        return r != 0;
+}
+
 bool launch_instance_exited(DriverInstance *inst) {
         if (inst->reaped)
                 return true;
         if (inst->pid <= 0)
                 return true;
+        if (inst->adopted) {
+                /* Not our child: whoever adopted it reaps it; its status is
+                 * not ours to know. */
+                if (inst->pidfd < 0 || pidfd_ended(inst->pidfd, 0)) {
+                        inst->reaped = true;
+                        inst->status = 0;
+                        return true;
+                }
+                return false;
+        }
         int st;
         pid_t r = waitpid(inst->pid, &st, WNOHANG);
         if (r == inst->pid) {
@@ -450,6 +470,13 @@ void launch_kill_and_reap(DriverInstance *inst) {
          * the layer, the overlay and the loop device. */
         if (inst->cg)
                 (void)cgroup_kill_all(inst->cg, 10000);
+        if (inst->pid > 0 && !inst->reaped && inst->adopted) {
+                if (inst->pidfd >= 0 && !pidfd_ended(inst->pidfd, 2000)) {
+                        (void)syscall(SYS_pidfd_send_signal, inst->pidfd, SIGKILL, NULL, 0);
+                        (void)pidfd_ended(inst->pidfd, 2000);
+                }
+                inst->reaped = true;
+        }
         if (inst->pid > 0 && !inst->reaped) {
                 /* Normally dead already: it was in the cgroup. The pidfd
                  * says when without polling waitpid. */
@@ -513,6 +540,80 @@ int launch_stats(DriverInstance *inst, DriverStats *ret) {
                 s.disk_used_bytes = used;
         *ret = s;
         return 0;
+}
+
+int launch_handles(DriverInstance *inst, int *fds, size_t *n, char *state, size_t state_len) {
+        if (!inst || *n < 1 || inst->pidfd < 0 || inst->pid <= 0 || inst->reaped)
+                return -EOPNOTSUPP;
+        int fd = fcntl(inst->pidfd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return -errno;
+        int w = snprintf(state, state_len, "pid=%d,tmpfs=%d", (int)inst->pid, inst->tmpfs_layer ? 1 : 0);
+        if (w < 0 || (size_t)w >= state_len) {
+                close(fd);
+                return -ENAMETOOLONG;
+        }
+        fds[0] = fd;
+        *n = 1;
+        return 0;
+}
+
+/* The pid a pidfd refers to, from its fdinfo: -1 once the process is gone. */
+static int pidfd_pid(int pidfd, pid_t *ret) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return -errno;
+        char line[128];
+        int r = -EBADF;
+        while (fgets(line, sizeof line, f))
+                if (strncmp(line, "Pid:", 4) == 0) {
+                        *ret = (pid_t)strtol(line + 4, NULL, 10);
+                        r = 0;
+                        break;
+                }
+        fclose(f);
+        return r;
+}
+
+int launch_adopt(const Driver *d, const DriverSpec *spec, const char *state, int *fds, size_t n,
+                 DriverInstance **ret) {
+        int pidfd = n >= 1 ? fds[0] : -1;
+        for (size_t i = 1; i < n; i++)
+                if (fds[i] >= 0)
+                        close(fds[i]);
+        int pid = 0, tmpfs = 0, used = 0;
+        int r = launch_spec_check(spec);
+        if (r == 0 && (pidfd < 0 || !state || sscanf(state, "pid=%d,tmpfs=%d%n", &pid, &tmpfs, &used) != 2 ||
+                       state[used] != '\0' || pid <= 1 || (tmpfs != 0 && tmpfs != 1)))
+                r = -EBADMSG;
+        pid_t now = 0;
+        if (r == 0 && (pidfd_pid(pidfd, &now) < 0 || now != pid || pidfd_ended(pidfd, 0)))
+                r = -ESRCH;
+        DriverInstance *inst = r == 0 ? launch_instance_new(d, spec) : NULL;
+        if (r == 0 && !inst)
+                r = -ENOMEM;
+        if (r == 0) {
+                inst->pid = pid;
+                inst->pidfd = TAKE_FD(pidfd);
+                inst->adopted = true;
+                inst->tmpfs_layer = tmpfs == 1;
+                if (launch_cgroup(spec, false, &inst->cg) < 0)
+                        r = -ESRCH;
+        }
+        if (pidfd >= 0)
+                close(pidfd);
+        if (r < 0) {
+                launch_instance_free(inst);
+                return r;
+        }
+        *ret = inst;
+        return 0;
+}
+
+void launch_let_go(DriverInstance *inst) {
+        launch_instance_free(inst);
 }
 
 int launch_reap_orphan(const DriverSpec *spec) {

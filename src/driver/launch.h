@@ -34,6 +34,7 @@ struct DriverInstance {
         int status;  /* wait status once reaped */
         bool tmpfs_layer;
         char *runsc_root; /* gVisor: the --root state dir */
+        bool adopted; /* started by an earlier daemon: pid is not our child, pidfd says when it ends */
 };
 
 /* -EINVAL unless the spec is complete and within bounds. */
@@ -137,6 +138,14 @@ int launch_resume(DriverInstance *inst);
 /* The launched process (bwrap, runsc) has not exited: its pidfd is not
  * readable. */
 bool launch_alive(DriverInstance *inst);
+/* Driver.handles, adopt and release for the launched process (bwrap,
+ * runsc): its pidfd, its pid and whether the layer is a tmpfs. adopt checks
+ * that the pidfd is still that process's, alive, and that the cgroup is
+ * there. */
+int launch_handles(DriverInstance *inst, int *fds, size_t *n, char *state, size_t state_len);
+int launch_adopt(const Driver *d, const DriverSpec *spec, const char *state, int *fds, size_t n,
+                 DriverInstance **ret);
+void launch_let_go(DriverInstance *inst);
 /* Kills what is left in the spec's cgroup, removes it, unmounts. */
 int launch_reap_orphan(const DriverSpec *spec);
 /* The driver table's snapshot_disk and restore_disk over rootfs.c's layer. */

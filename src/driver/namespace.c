@@ -745,6 +745,10 @@ static int ns_stats(DriverInstance *inst, DriverStats *ret) {
         return r;
 }
 
+static int ns_adopt(const DriverSpec *spec, const char *state, int *fds, size_t n, DriverInstance **ret) {
+        return launch_adopt(&driver_namespace, spec, state, fds, n, ret);
+}
+
 const Driver driver_namespace = {
         .name = "namespace",
         .probe = ns_probe,
@@ -754,6 +758,9 @@ const Driver driver_namespace = {
         .reap_orphan = ns_reap_orphan,
         .stats = ns_stats,
         .alive = launch_alive,
+        .handles = launch_handles,
+        .adopt = ns_adopt,
+        .release = launch_let_go,
         .pause = launch_pause,
         .resume = launch_resume,
         .snapshot_disk = launch_snapshot_disk,

@@ -38,6 +38,7 @@ static uint32_t max_length_for(uint8_t type) {
                 return 4;
         case PROTO_EOF:
         case PROTO_CANCEL:
+        case PROTO_DETACH:
                 return 0;
         default:
                 return PROTO_MAX_JSON;
@@ -57,7 +58,8 @@ static int header_valid(const ProtoHeader *h) {
                         return 0;
         } else if (h->flags != 0)
                 return 0;
-        int channel_level = h->type == PROTO_HELLO || h->type == PROTO_PING || h->type == PROTO_PONG;
+        int channel_level = h->type == PROTO_HELLO || h->type == PROTO_PING || h->type == PROTO_PONG ||
+                            h->type == PROTO_DETACH || h->type == PROTO_ATTACH;
         if (channel_level != (h->stream == 0))
                 return 0;
         return 1;
@@ -226,7 +228,7 @@ const char *proto_type_name(uint8_t type) {
                 [PROTO_HELLO] = "HELLO",   [PROTO_OPEN] = "OPEN",     [PROTO_DATA] = "DATA",
                 [PROTO_EOF] = "EOF",       [PROTO_WINDOW] = "WINDOW", [PROTO_EVENT] = "EVENT",
                 [PROTO_RESULT] = "RESULT", [PROTO_CANCEL] = "CANCEL", [PROTO_PING] = "PING",
-                [PROTO_PONG] = "PONG",
+                [PROTO_PONG] = "PONG",     [PROTO_DETACH] = "DETACH", [PROTO_ATTACH] = "ATTACH",
         };
         if (type == 0 || type >= _PROTO_TYPE_MAX)
                 return "?";

@@ -43,6 +43,15 @@ typedef enum ProtoType {
         PROTO_CANCEL = 8, /* abort the stream (kills an exec's process group) */
         PROTO_PING = 9,   /* stream 0; payload echoed back in PONG */
         PROTO_PONG = 10,
+        /* stream 0, no payload: the host's side of the channel (the sandbox's
+         * supervisor) says the daemon went away. The agent keeps its
+         * processes running and holds their output (bounded) until an
+         * ATTACH; every other stream ends without a frame. */
+        PROTO_DETACH = 11,
+        /* host -> agent, stream 0, JSON {}: a daemon takes the channel over.
+         * The agent answers a HELLO whose "attached" lists the processes it
+         * kept; each sends nothing until the host's first WINDOW on it. */
+        PROTO_ATTACH = 12,
         _PROTO_TYPE_MAX,
 } ProtoType;
 

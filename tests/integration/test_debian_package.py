@@ -31,7 +31,7 @@ SUITE = "bookworm"
 PACKAGE_INPUTS = ("Makefile", "VERSION", "debian", "packaging", "src", "images", "scripts/install-runsc.sh",
                   "scripts/runsc")
 BINARIES = ("/usr/bin/runtimed", "/usr/bin/runtime", "/usr/libexec/runtime/runtime-agent",
-            "/usr/libexec/runtime/runtime-egress")
+            "/usr/libexec/runtime/runtime-egress", "/usr/libexec/runtime/runtime-supervisor")
 
 
 def need(*tools: str) -> None:
@@ -209,7 +209,7 @@ def test_systemd_accepts_the_unit(unpacked):
                        text=True, timeout=120, env=env)
     assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
     text = unit.read_text()
-    for directive in ("Type=notify", "WatchdogSec=", "Restart=on-failure", "KillMode=mixed",
+    for directive in ("Type=notify", "WatchdogSec=", "Restart=on-failure", "KillMode=process",
                       "ExecStart=/usr/bin/runtimed --config /etc/runtime/runtimed.conf"):
         assert directive in text
 

@@ -1,6 +1,7 @@
 """The daemon killed (SIGKILL) in the middle of a pause or a fork leaves nothing half-made: no
 snapshot listed that no one asked to keep, no snapshot files on the host that no row names, and
-the sandbox it worked on `stopped` with its files, ready to wake. (A kill in the middle of a
+the sandbox it worked on `stopped` with its files, ready to wake. They run without live restore
+(test_live_restore.py is the kill of a daemon whose sandboxes have supervisors). (A kill in the middle of a
 snapshot is test_snapshots.py's test_restart_mid_snapshot_leaves_no_half_snapshot; one while
 paused, test_lifecycle.py's test_daemon_killed_while_paused.)"""
 from __future__ import annotations
@@ -41,6 +42,7 @@ def _nothing_half_made(daemon, api) -> None:
 def test_daemon_killed_in_the_middle_of_a_pause(fresh_daemon, fresh_api):
     """Killed while :pause has the sandbox sync its files (the step before the freeze)."""
     skip_unless_driver(fresh_daemon, "namespace")
+    fresh_daemon.without_live_restore()
     sbx = fresh_api.create_sandbox(driver="namespace", diskMiB=2048)
     sbx.exec("head -c 64 /dev/urandom > /workspace/kept && sync && "
              "head -c 400M /dev/zero > /workspace/dirty", timeoutMs=300000)
@@ -69,6 +71,7 @@ def test_daemon_killed_in_the_middle_of_a_fork(fresh_daemon, fresh_api, keep):
     snapshot, which only keepSnapshot asks to keep, is not listed after the restart, and no
     file of it is left; with keepSnapshot it is whole and usable."""
     skip_unless_driver(fresh_daemon, "namespace")
+    fresh_daemon.without_live_restore()
     src = fresh_api.create_sandbox(driver="namespace")
     src.write("/workspace/f.txt", b"forked")
     t = _in_flight(fresh_api, f"/v1/sandboxes/{src.id}:fork", {"count": 16, "keepSnapshot": keep})

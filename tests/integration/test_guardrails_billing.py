@@ -236,6 +236,8 @@ def test_sigkill_accounting(fresh_daemon, fresh_api):
     twice; a lease that ended while it was down is acted on at once; the
     ledger adds up to the sandboxes' recorded run times."""
     drv = first_driver(fresh_daemon)
+    # The sandboxes end with the daemon (test_live_restore.py bills the ones that outlive it).
+    fresh_daemon.without_live_restore()
     a = fresh_api.create_sandbox(driver=drv, timeoutSeconds=300, **SMALL)
     b = fresh_api.create_sandbox(driver=drv, timeoutSeconds=6, onLeaseEnd="delete", **SMALL)
     c = fresh_api.create_sandbox(driver=drv, timeoutSeconds=300, vcpu=2, memoryMiB=4096)

@@ -367,18 +367,32 @@ def test_a_read_keys_requests_do_not_keep_it_awake(quick_daemon, any_driver):
         api.delete(f"/v1/sandboxes/{sid}")
 
 
-def test_daemon_killed_while_paused(fresh_daemon, fresh_api, any_driver):
+@pytest.mark.parametrize("live", [True, False], ids=["live-restore", "no-live-restore"])
+def test_daemon_killed_while_paused(fresh_daemon, fresh_api, any_driver, live):
+    """With live restore a paused sandbox is still paused after the daemon's kill and start, and
+    its wake carries on the same processes; without, it is recorded stopped and its wake boots it
+    from its files."""
+    if not live:
+        fresh_daemon.without_live_restore()
     sbx = fresh_api.create_sandbox(driver=any_driver)
     sbx.write("/workspace/kept.txt", b"still here")
+    proc = fresh_api.post(f"/v1/sandboxes/{sbx.id}/processes", json={"command": "sleep 100000"}).json()
     pause(fresh_api, sbx.id)
     os.kill(fresh_daemon.pid, signal.SIGKILL)
     fresh_daemon.proc.wait(30)
     fresh_daemon.start()
     st = fresh_api.sandbox(sbx.id)
-    assert st["state"] == "stopped" and st["failureReason"] == "daemon restarted", st
-    assert not host_pids(sbx.id)
-    woke = wake(fresh_api, sbx.id)
-    assert woke["state"] == "running", woke
+    if live and any_driver != "microvm":
+        assert st["state"] == "paused", st
+        woke = wake(fresh_api, sbx.id)
+        assert woke["state"] == "running", woke
+        p = fresh_api.get(f"/v1/sandboxes/{sbx.id}/processes/{proc['id']}").json()
+        assert p["state"] == "running", p
+    else:
+        assert st["state"] == "stopped" and st["failureReason"] == "daemon restarted", st
+        assert not host_pids(sbx.id)
+        woke = wake(fresh_api, sbx.id)
+        assert woke["state"] == "running", woke
     assert sbx.read("/workspace/kept.txt") == b"still here"
 
 

@@ -501,6 +501,11 @@ static int next_line(OutputStream *o, int wait_ms, char *dst, size_t room, size_
                 *ret_direct = n;
                 return 0;
         }
+        /* The daemon is stopping and leaves the process running for the
+         * next start: the reader is told to read on from here then. */
+        if (ev.kind == PROC_EV_EXIT && ev.exit.detached)
+                return set_line(o, json_pack("{s:s,s:s,s:I}", "type", "continue", "processId", proc_id(o->p),
+                                             "cursor", (json_int_t)o->cur.at));
         size_t len = 0;
         char *line = event_line(&ev, &len);
         return take_line(o, line, len);

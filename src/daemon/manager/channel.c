@@ -535,6 +535,50 @@ int channel_wait_hello(Channel *c, int timeout_ms, json_t **ret_hello) {
         return r;
 }
 
+int channel_attach(Channel *c, int timeout_ms, json_t **ret_hello) {
+        static const char body[] = "{}";
+        int r = send_frame(c, PROTO_ATTACH, 0, 0, body, sizeof(body) - 1);
+        if (r < 0)
+                return -EPIPE;
+        return channel_wait_hello(c, timeout_ms, ret_hello);
+}
+
+int channel_adopt_stream(Channel *c, uint32_t id, ChanStream **ret) {
+        if ((id & 1u) == 0 || id == UINT32_MAX)
+                return -EINVAL;
+        ChanStream *s = stream_alloc();
+        if (!s)
+                return -ENOMEM;
+        pthread_mutex_lock(&c->lock);
+        int r = !c->open                              ? -EPIPE
+                : find_stream(c, id)                  ? -EEXIST
+                : c->n_streams >= CHANNEL_MAX_STREAMS ? -EMFILE
+                                                      : 0;
+        if (r == 0) {
+                s->id = id;
+                stream_link_locked(c, s);
+                /* The ids the daemon opens from now on start past it. */
+                if (c->next_id <= id && id + 2 > id)
+                        c->next_id = id + 2;
+        }
+        pthread_mutex_unlock(&c->lock);
+        if (r < 0) {
+                pthread_cond_destroy(&s->cond);
+                free(s);
+                return r;
+        }
+        /* Its first credit: what the agent held for it may now come. */
+        uint8_t credit[4];
+        proto_put_u32(credit, PROTO_INITIAL_WINDOW);
+        if (send_frame(c, PROTO_WINDOW, 0, id, credit, sizeof credit) < 0) {
+                s->result = true; /* nothing to cancel */
+                chan_stream_free(s);
+                return -EPIPE;
+        }
+        *ret = s;
+        return 0;
+}
+
 int channel_ping(Channel *c, int timeout_ms) {
         struct timespec dl;
         if (timeout_ms >= 0)
@@ -671,6 +715,16 @@ bool channel_is_open(Channel *c) {
         bool open = c->open;
         pthread_mutex_unlock(&c->lock);
         return open;
+}
+
+void channel_shutdown(Channel *c) {
+        if (!c)
+                return;
+        mark_closed(c, "closed by the host");
+        pthread_mutex_lock(&c->write_lock);
+        if (c->fd >= 0)
+                shutdown(c->fd, SHUT_RDWR);
+        pthread_mutex_unlock(&c->write_lock);
 }
 
 void channel_free(Channel *c) {

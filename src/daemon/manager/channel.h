@@ -28,6 +28,16 @@ Channel *channel_new(int fd, ChannelClosedFn on_closed, void *userdata);
 /* Waits for the agent's HELLO. 0 and *ret_hello (a new reference), -ETIMEDOUT,
  * -EPIPE when the channel closed first. */
 int channel_wait_hello(Channel *c, int timeout_ms, json_t **ret_hello);
+/* A daemon taking over the channel of a sandbox it did not start (after a
+ * restart, through the sandbox's supervisor): sends ATTACH and waits for the
+ * agent's HELLO, whose "attached" member lists the processes the agent kept
+ * (docs/protocol.md). As channel_wait_hello otherwise. */
+int channel_attach(Channel *c, int timeout_ms, json_t **ret_hello);
+/* One of those processes' streams, linked under its old id (odd; the ids
+ * opened from now on start past it). Sends the WINDOW after which the agent
+ * sends what it held. -EINVAL for an id the daemon could not have opened,
+ * -EEXIST, -EMFILE, -EPIPE. */
+int channel_adopt_stream(Channel *c, uint32_t id, ChanStream **ret);
 /* Round trip of a PING; 0 or -ETIMEDOUT / -EPIPE. */
 int channel_ping(Channel *c, int timeout_ms);
 /* One step of the heartbeat, for a caller that runs it periodically (every
@@ -45,6 +55,9 @@ void channel_heartbeat_reset(Channel *c, int64_t now_ms);
 /* Streams open on the channel (execs, processes, files, tunnels). */
 size_t channel_stream_count(Channel *c);
 bool channel_is_open(Channel *c);
+/* Ends the channel without freeing it: the fd is shut down both ways, every
+ * waiter gets CHAN_EV_CLOSED, on_closed is called. */
+void channel_shutdown(Channel *c);
 /* Shuts the fd down, wakes every waiter with CHAN_EV_CLOSED, joins the reader
  * thread, frees. Streams still held must be freed by their owners afterwards
  * (they stay valid until chan_stream_free). NULL is fine. */

@@ -25,6 +25,11 @@ typedef struct DaemonConfig {
         const char *database; /* a postgresql:// URL; NULL: runtime.db in the state directory */
         const char *image_dir;
         const char *agent_path;
+        /* runtime-supervisor: each sandbox's, so that it outlives the daemon
+         * (docs/lifecycle.md, "Live restore"); NULL when live restore is off. */
+        const char *supervisor_path;
+        bool no_live_restore;        /* --no-live-restore */
+        bool stop_sandboxes_on_exit; /* a stop of the daemon stops its sandboxes */
         const char *image_builder;
         /* runtime-microvm-build beside image_builder, run after it by an image
          * build when the microvm driver is offered; NULL when absent. */

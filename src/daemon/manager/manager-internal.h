@@ -54,6 +54,8 @@ struct Sandbox {
         _Atomic unsigned idle_pause_s; /* 0: never paused for idleness */
         _Atomic bool run_as_root; /* requests that name no user run as root */
         _Atomic int64_t active_ms; /* monotonic ms of the last request that used it */
+        pid_t sup_pid;      /* its supervisor's, 0 without one */
+        _Atomic bool left;  /* let go at the daemon's stop: running on without it */
         char closed_reason[128];
         /* Under lock: why the daemon itself failed the sandbox (heartbeat,
          * an exec that found its agent silent); shown to the client, and
@@ -101,6 +103,8 @@ struct Manager {
         char host_id[64];      /* the host whose sandboxes these are (manager_set_host) */
         Events *events;        /* NULL: none recorded */
         Samples *samples;      /* NULL: no readings kept */
+        ManagerAdoptFn adopt_fn; /* the kept processes of re-attached sandboxes */
+        void *adopt_userdata;
         int64_t sample_interval_ms;
         int64_t last_sample_ms; /* monotonic; the maintenance thread's */
 };
@@ -150,3 +154,13 @@ int conflict_state(SandboxError *e, const SandboxRow *row, const char *wanted, c
 void pause_by_daemon(Manager *m, SandboxRow *row, const char *why);
 void idle_check(Manager *m, Sandbox *sb, int64_t now_ms);
 void guest_sync(Manager *m, const char *id, const char *rid, int timeout_ms, const char *before);
+/* Sandbox objects made the same way by a boot and a re-attach. */
+Sandbox *sandbox_alloc(Manager *m, const SandboxRow *row, const Driver *d);
+void live_add(Manager *m, Sandbox *sb);
+void on_channel_closed(void *userdata, const char *reason);
+/* sandbox_restore.c: takes a sandbox an earlier daemon left running over
+ * from its supervisor (0), or says why not (and leaves nothing of it live);
+ * lets a supervised sandbox go at the daemon's stop (false: it is stopped
+ * instead). */
+int sandbox_reattach(Manager *m, SandboxRow *row, const Driver *d, char *why, size_t why_len);
+bool sandbox_let_go(Manager *m, Sandbox *sb);

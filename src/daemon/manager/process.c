@@ -350,6 +350,8 @@ static void finish(Proc *p, const ProcExit *x) {
         p->exit = *x;
         if (p->sb)
                 p->exit.memory_mib = sandbox_memory_mib(p->sb);
+        if (p->exit.state == PROC_LOST && sandbox_left(p->sb))
+                p->exit.detached = true;
         p->ended = true;
         p->ended_mono = time_now_mono_ms();
         p->ended_unix = time_now_unix();
@@ -360,7 +362,9 @@ static void finish(Proc *p, const ProcExit *x) {
         /* Its end is an event of its sandbox (after the readers are woken:
          * the store's write is not theirs to wait for); one killed for
          * memory is one more. */
-        if (sb) {
+        /* A sandbox let go at the daemon's stop runs on: its processes did
+         * not end, whatever the channel's end made of them here. */
+        if (sb && !sandbox_left(sb)) {
                 sandbox_emit(sb, "process.exited", NULL,
                              json_pack("{s:s,s:s,s:o,s:b,s:I,s:I}", "processId", p->id, "state",
                                        proc_state_name(end.state), "exitCode",
@@ -465,6 +469,22 @@ static void *drain(void *userdata) {
 
 /* ---- start, find, list ---- */
 
+/* A new process holding the table's reference and sb's (released when the
+ * allocation fails). */
+static Proc *proc_alloc(ProcTable *t, Sandbox *sb) {
+        Proc *p = calloc(1, sizeof(*p));
+        if (!p) {
+                sandbox_release(sb);
+                return NULL;
+        }
+        p->t = t;
+        p->tail_link = &p->head;
+        p->refs = 1; /* the table's */
+        p->sb = sb;
+        pthread_mutex_init(&p->write_lock, NULL);
+        return p;
+}
+
 int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec, Proc **ret, SandboxError *e) {
         const char *sid = sandbox_id(sb);
         pthread_mutex_lock(&t->lock);
@@ -483,16 +503,9 @@ int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec,
                 return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "wait for a process to end, or kill one",
                                      "sandbox %s already runs %d processes", sid, PROC_MAX_RUNNING);
         }
-        Proc *p = calloc(1, sizeof(*p));
-        if (!p) {
-                sandbox_release(sb);
+        Proc *p = proc_alloc(t, sb);
+        if (!p)
                 return -ENOMEM;
-        }
-        p->t = t;
-        p->tail_link = &p->head;
-        p->refs = 1; /* the table's */
-        p->sb = sb;
-        pthread_mutex_init(&p->write_lock, NULL);
         memcpy(p->id, "proc_", 5);
         snprintf(p->sandbox_id, sizeof(p->sandbox_id), "%s", sid);
         snprintf(p->owner, sizeof(p->owner), "%s", spec->owner);
@@ -521,7 +534,17 @@ int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec,
                 proc_free(p);
                 return r;
         }
-        if ((r = sandbox_open_stream(sb, request, &p->stream, e)) < 0) {
+        /* What a later daemon makes it again from, should this one end
+         * while it runs: the agent keeps it and gives it back, unread. */
+        _cleanup_json_ json_t *tagged = json_copy(request);
+        json_t *tag = json_pack("{s:s,s:s,s:s,s:b,s:b,s:b,s:i,s:i,s:I}", "id", p->id, "command", p->command, "user",
+                                p->user, "base64", p->base64, "stdinPipe", p->stdin_pipe, "pty", p->pty, "cols",
+                                (int)p->pty_cols, "rows", (int)p->pty_rows, "started", (json_int_t)p->started_unix);
+        if (!tagged || !tag || json_object_set_new(tagged, "tag", tag) < 0) {
+                proc_free(p);
+                return -ENOMEM;
+        }
+        if ((r = sandbox_open_stream(sb, tagged, &p->stream, e)) < 0) {
                 proc_free(p);
                 return r;
         }
@@ -540,6 +563,89 @@ int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec,
         p->refs++; /* the caller's */
         pthread_mutex_unlock(&t->lock);
         *ret = p;
+        return 0;
+}
+
+static bool tag_string(json_t *tag, const char *key, size_t max, const char **ret) {
+        const char *v = json_string_value(json_object_get(tag, key));
+        if (!v || strlen(v) > max)
+                return false;
+        *ret = v;
+        return true;
+}
+
+int proc_adopt(ProcTable *t, Sandbox *sb, json_t *kept) {
+        /* The listing comes from the sandbox: every member is checked, and
+         * the owner is the sandbox's, never the listing's. */
+        json_t *tag = json_object_get(kept, "tag");
+        json_t *jstream = json_object_get(kept, "stream"), *jsent = json_object_get(kept, "sent"),
+               *jdropped = json_object_get(kept, "dropped"), *jstdin = json_object_get(kept, "stdin"),
+               *jpid = json_object_get(kept, "pid");
+        const char *id = NULL, *command = NULL, *user = NULL;
+        json_int_t stream = json_integer_value(jstream), sent = json_integer_value(jsent),
+                   dropped = json_integer_value(jdropped), stdin_bytes = json_integer_value(jstdin),
+                   pid = json_integer_value(jpid), started = json_integer_value(json_object_get(tag, "started"));
+        json_int_t cols = json_integer_value(json_object_get(tag, "cols")),
+                   rows = json_integer_value(json_object_get(tag, "rows"));
+        bool ok = json_is_object(tag) && json_is_integer(jstream) && stream > 0 && stream < UINT32_MAX &&
+                  json_is_integer(jsent) && sent >= 0 && json_is_integer(jdropped) && dropped >= 0 &&
+                  sent <= INT64_MAX / 2 && dropped <= INT64_MAX / 2 && json_is_integer(jstdin) && stdin_bytes >= 0 &&
+                  json_is_integer(jpid) && pid >= 0 && pid <= INT32_MAX && tag_string(tag, "id", PROC_ID_LEN, &id) &&
+                  strlen(id) == PROC_ID_LEN && strncmp(id, "proc_", 5) == 0 &&
+                  strspn(id + 5, "0123456789abcdef") == PROC_ID_LEN - 5 && tag_string(tag, "command", 1024, &command) &&
+                  tag_string(tag, "user", 15, &user) && cols >= 0 && cols <= 10000 && rows >= 0 && rows <= 10000 &&
+                  started >= 0;
+        if (!ok) {
+                sandbox_release(sb);
+                return -EBADMSG;
+        }
+        const char *sid = sandbox_id(sb);
+        pthread_mutex_lock(&t->lock);
+        bool taken = false;
+        for (Proc *q = t->procs; q; q = q->next)
+                if (strcmp(q->id, id) == 0)
+                        taken = true;
+        pthread_mutex_unlock(&t->lock);
+        if (taken) {
+                sandbox_release(sb);
+                return -EEXIST;
+        }
+        Proc *p = proc_alloc(t, sb);
+        if (!p)
+                return -ENOMEM;
+        snprintf(p->id, sizeof(p->id), "%s", id);
+        snprintf(p->sandbox_id, sizeof(p->sandbox_id), "%s", sid);
+        snprintf(p->owner, sizeof(p->owner), "%s", sandbox_owner(sb));
+        snprintf(p->user, sizeof(p->user), "%s", user);
+        p->command = strdup(command);
+        p->base64 = json_is_true(json_object_get(tag, "base64"));
+        p->stdin_pipe = json_is_true(json_object_get(tag, "stdinPipe"));
+        p->pty = json_is_true(json_object_get(tag, "pty"));
+        p->pty_cols = (unsigned)cols;
+        p->pty_rows = (unsigned)rows;
+        p->pid = (int)pid;
+        p->exit.state = PROC_RUNNING;
+        p->created_mono = time_now_mono_ms();
+        p->started_unix = started;
+        /* What came before the gap was in the old daemon's ring: a reader
+         * from there is told it was dropped. */
+        p->start = p->end = (uint64_t)sent + (uint64_t)dropped;
+        p->stdin_off = (uint64_t)stdin_bytes;
+        p->stdin_closed = !json_is_true(json_object_get(kept, "stdinOpen"));
+        int r = p->command ? sandbox_adopt_stream(sb, (uint32_t)stream, &p->stream) : -ENOMEM;
+        if (r == 0)
+                r = -pthread_create(&p->thread, NULL, drain, p);
+        if (r < 0) {
+                proc_free(p);
+                return r;
+        }
+        p->thread_started = true;
+        pthread_mutex_lock(&t->lock);
+        Proc **pp = &t->procs;
+        while (*pp)
+                pp = &(*pp)->next;
+        *pp = p;
+        pthread_mutex_unlock(&t->lock);
         return 0;
 }
 

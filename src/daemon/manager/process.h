@@ -50,6 +50,7 @@ typedef struct ProcExit {
         int64_t duration_ms;
         int64_t oom_killed;  /* processes of the command the kernel or the agent killed for memory */
         unsigned memory_mib; /* the sandbox's memory, for the report of an OOM kill */
+        bool detached;       /* PROC_LOST because the daemon let its sandbox go: it runs on */
         char reason[256];
 } ProcExit;
 
@@ -90,6 +91,13 @@ typedef struct ProcSpec {
  * an Idempotency-Key finds its first process through the daemon's one store
  * of keys (http.c) and proc_find. */
 int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec, Proc **ret, SandboxError *e);
+/* A process the agent kept while no daemon was attached (docs/lifecycle.md,
+ * "Live restore"), made again from `kept` (one member of the agent's
+ * attached.processes, borrowed) on its old stream of sb's channel (sb's
+ * reference is taken over, also on failure). Its output from before the gap
+ * was in the old daemon's ring: its ring starts at the first byte the agent
+ * held. -EBADMSG for a listing no tag of this daemon's makes, -EEXIST. */
+int proc_adopt(ProcTable *t, Sandbox *sb, json_t *kept);
 /* A reference to the process, or NULL (unknown to this owner and sandbox). */
 Proc *proc_find(ProcTable *t, const char *owner, const char *sandbox_id, const char *id);
 void proc_unref(Proc *p);

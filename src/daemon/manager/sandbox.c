@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/jsonutil.h"
 #include "common/macro.h"
@@ -19,6 +20,8 @@
 #include "daemon/manager/ledger.h"
 #include "common/log.h"
 #include "daemon/manager/metrics.h"
+
+#include "daemon/manager/supervise.h"
 
 #include "daemon/manager/manager-internal.h"
 
@@ -68,6 +71,10 @@ bool sandbox_runs_as_root(Sandbox *sb, ReqUser u) {
 
 const char *sandbox_id(Sandbox *sb) {
         return sb->id;
+}
+
+const char *sandbox_owner(Sandbox *sb) {
+        return sb->owner;
 }
 
 void sandbox_emit(Sandbox *sb, const char *type, const char *key_id, json_t *data) {
@@ -167,7 +174,7 @@ void sandbox_fail(Sandbox *sb, const char *reason) {
                 handle_dead(sb->m, sb);
 }
 
-static void on_channel_closed(void *userdata, const char *reason) {
+void on_channel_closed(void *userdata, const char *reason) {
         Sandbox *sb = userdata;
         pthread_mutex_lock(&sb->lock);
         snprintf(sb->closed_reason, sizeof(sb->closed_reason), "%s", reason ? reason : "closed");
@@ -187,8 +194,78 @@ const char *live_stop(Sandbox *sb) {
                 sb->driver->stop(sb->inst, &why);
                 sb->inst = NULL;
         }
+        pid_t sup = sb->sup_pid;
+        sb->sup_pid = 0;
         pthread_mutex_unlock(&sb->lock);
+        /* Its supervisor ends with its agent's end of the channel. */
+        if (sup)
+                supervise_wait_end(sup, 2000, true);
         return why;
+}
+
+Sandbox *sandbox_alloc(Manager *m, const SandboxRow *row, const Driver *d) {
+        const SandboxSpec *spec = &row->spec;
+        Sandbox *sb = calloc(1, sizeof(*sb));
+        if (!sb)
+                return NULL;
+        if (spec_paths(m, row->id, spec->image, &sb->paths) < 0) {
+                free(sb);
+                return NULL;
+        }
+        sb->m = m;
+        atomic_init(&sb->refs, 1);
+        atomic_init(&sb->active_ms, (int64_t)time_now_mono_ms());
+        pthread_mutex_init(&sb->lock, NULL);
+        snprintf(sb->id, sizeof(sb->id), "%s", row->id);
+        snprintf(sb->owner, sizeof(sb->owner), "%s", row->owner);
+        sb->driver = d;
+        atomic_init(&sb->auto_wake, spec->auto_wake);
+        atomic_init(&sb->idle_pause_s, spec->idle_pause_seconds > 0 && spec->idle_pause_seconds < UINT32_MAX
+                                               ? (unsigned)spec->idle_pause_seconds : 0);
+        atomic_init(&sb->run_as_root, row->run_as_root);
+        sb->env = spec_sandbox_env(m, row->owner, spec);
+        return sb;
+}
+
+void live_add(Manager *m, Sandbox *sb) {
+        pthread_mutex_lock(&sb->lock);
+        sb->running = true;
+        pthread_mutex_unlock(&sb->lock);
+        atomic_fetch_add(&sb->refs, 1); /* the live list's */
+        pthread_mutex_lock(&m->lock);
+        sb->next = m->live;
+        m->live = sb;
+        pthread_mutex_unlock(&m->lock);
+        /* The agent may have gone between its hello and now. */
+        if (!channel_is_open(sb->channel))
+                queue_dead(sb);
+}
+
+/* The supervisor between the daemon and the agent: *fd (the driver's end
+ * of the channel) goes to it, and becomes the daemon's connection to it. */
+static int supervise(Manager *m, Sandbox *sb, const SandboxRow *row, int *fd) {
+        SuperviseHandles h = { .n = 0 };
+        for (size_t i = 0; i < DRIVER_MAX_HANDLES; i++)
+                h.fds[i] = -1;
+        size_t n = DRIVER_MAX_HANDLES;
+        pthread_mutex_lock(&sb->lock);
+        int r = sb->driver->handles(sb->inst, h.fds, &n, h.state, sizeof h.state);
+        pthread_mutex_unlock(&sb->lock);
+        if (r < 0) {
+                close(*fd);
+                *fd = -1;
+                return r;
+        }
+        h.n = n;
+        int conn = -1;
+        r = supervise_start(m->cfg->supervisor_path, sb->paths.sandbox_dir, sb->id, row->spec.supervisor_nonce, *fd,
+                            &h, &conn);
+        *fd = -1;
+        if (r < 0)
+                return r;
+        sb->sup_pid = h.pid;
+        *fd = conn;
+        return 0;
 }
 
 /* ---- rows and JSON ---- */
@@ -481,44 +558,36 @@ int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lease_seco
         const DaemonConfig *cfg = m->cfg;
         const SandboxSpec *spec = &row->spec;
         _cleanup_json_ json_t *hello = NULL;
-        Sandbox *sb = calloc(1, sizeof(*sb));
+        Sandbox *sb = NULL;
         const char *fail = NULL;
         DriverError start_err = { .reason = "" }; /* the driver's words, for failureReason */
         int fail_status = 503;
         int r;
         row->state = SANDBOX_STARTING;
-        if (!sb || spec_paths(m, row->id, spec->image, &sb->paths) < 0) {
-                free(sb);
-                sb = NULL;
+        /* Each boot its own nonce: a supervisor of an earlier boot never
+         * passes for this one's. */
+        bool supervised = cfg->supervisor_path && d->handles && d->adopt;
+        row->spec.supervisor_nonce[0] = '\0';
+        if (supervised && supervise_nonce(row->spec.supervisor_nonce) < 0) {
                 fail = "out of memory";
-                goto failed;
+                goto failed_early;
+        }
+        sb = sandbox_alloc(m, row, d);
+        if (!sb) {
+                fail = "out of memory";
+                goto failed_early;
         }
         if ((r = db_sandbox_update(m->db, row)) < 0) {
-                free(sb->paths.sandbox_dir);
-                free(sb->paths.image_dir);
-                free(sb);
-                sb = NULL;
+                sandbox_unref(sb);
                 fail = "could not record the sandbox";
                 fail_status = 500;
-                goto failed;
+                goto failed_early;
         }
         bool trial = spec->trial;
         json_t *network = spec->network;
         /* The egress secrets it may use: none named in the spec is every one. */
         const json_t *scope = spec->secrets;
         uint64_t per_hour = config_cost_per_hour(cfg, spec->vcpu, spec->memory_mib);
-        sb->m = m;
-        atomic_init(&sb->refs, 1);
-        atomic_init(&sb->active_ms, (int64_t)time_now_mono_ms());
-        pthread_mutex_init(&sb->lock, NULL);
-        snprintf(sb->id, sizeof(sb->id), "%s", row->id);
-        snprintf(sb->owner, sizeof(sb->owner), "%s", row->owner);
-        sb->driver = d;
-        atomic_init(&sb->auto_wake, spec->auto_wake);
-        atomic_init(&sb->idle_pause_s, spec->idle_pause_seconds > 0 && spec->idle_pause_seconds < UINT32_MAX
-                                               ? (unsigned)spec->idle_pause_seconds : 0);
-        atomic_init(&sb->run_as_root, row->run_as_root);
-        sb->env = spec_sandbox_env(m, row->owner, spec);
         {
                 _cleanup_free_ char *parent = NULL;
                 if (asprintf(&parent, "%s/sandboxes", cfg->state_dir) >= 0)
@@ -542,6 +611,11 @@ int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lease_seco
                        : r == -EPERM || r == -EACCES ? "the driver lacks a privilege it needs on this host"
                                                     : "the sandbox failed to start";
                 sb->inst = NULL;
+                goto failed;
+        }
+        if (supervised && (r = supervise(m, sb, row, &fd)) < 0) {
+                log_error(rid, "sandbox %s: starting its supervisor: %s", row->id, strerror(-r));
+                fail = "the sandbox's supervisor could not start";
                 goto failed;
         }
         sb->channel = channel_new(fd, on_channel_closed, sb);
@@ -589,22 +663,14 @@ int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lease_seco
                 fail_status = 500;
                 goto failed;
         }
-        pthread_mutex_lock(&sb->lock);
-        sb->running = true;
-        pthread_mutex_unlock(&sb->lock);
-        atomic_fetch_add(&sb->refs, 1); /* the live list's */
-        pthread_mutex_lock(&m->lock);
-        sb->next = m->live;
-        m->live = sb;
-        pthread_mutex_unlock(&m->lock);
-        /* The agent may have gone between its hello and now. */
-        if (!channel_is_open(sb->channel))
-                queue_dead(sb);
-        log_info(rid, "sandbox %s running (driver %s, %llu ms)", row->id, d->name,
-                 (unsigned long long)(time_now_mono_ms() - t0));
+        live_add(m, sb);
+        log_info(rid, "sandbox %s running (driver %s, %llu ms%s)", row->id, d->name,
+                 (unsigned long long)(time_now_mono_ms() - t0), sb->sup_pid ? ", supervised" : "");
         sandbox_unref(sb);
         return 0;
 
+failed_early:
+        sb = NULL;
 failed:;
         /* The row's reason gets the console's last lines (a guest that never
          * reached its agent says why there); the client's 503 does not. */

@@ -28,10 +28,19 @@ typedef struct Sandbox Sandbox;
 typedef struct Events Events;
 typedef struct Samples Samples;
 int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret);
-/* After a daemon died: every sandbox the DB says was starting or running
- * gets driver->reap_orphan and becomes stopped ("daemon restarted"); then
- * leases already due are acted on. */
+/* After a daemon ended: every sandbox the store says was running or paused
+ * on this host is re-attached through its supervisor (docs/lifecycle.md,
+ * "Live restore"), with the processes its agent kept; one that cannot be
+ * (no supervisor, its supervisor or sandbox gone, a wrong answer), and every
+ * one caught starting or between states, gets driver->reap_orphan and
+ * becomes stopped ("daemon restarted", and why); then leases already due are
+ * acted on. */
 int manager_recover(Manager *m);
+/* Called by manager_recover for each process an agent kept: `kept` is one
+ * member of its HELLO's attached.processes (borrowed); sb a reference the
+ * callee takes over. */
+typedef int (*ManagerAdoptFn)(void *userdata, Sandbox *sb, json_t *kept);
+void manager_set_adopter(Manager *m, ManagerAdoptFn fn, void *userdata);
 /* The host this manager runs sandboxes for: stamped on each new row; the
  * recovery and the lease timer see only its rows. Before manager_recover. */
 void manager_set_host(Manager *m, const char *host_id);
@@ -213,6 +222,13 @@ json_t *sandbox_env(Sandbox *sb);
  * user, else the sandbox's own setting (its "user"). */
 bool sandbox_runs_as_root(Sandbox *sb, ReqUser u);
 const char *sandbox_id(Sandbox *sb);
+const char *sandbox_owner(Sandbox *sb);
+/* Let go at the daemon's stop, running on for the next start: its channel's
+ * end is no end of its processes. */
+bool sandbox_left(Sandbox *sb);
+/* A stream of a process the agent kept across a daemon's restart
+ * (channel_adopt_stream). */
+int sandbox_adopt_stream(Sandbox *sb, uint32_t id, ChanStream **ret);
 unsigned sandbox_memory_mib(Sandbox *sb);
 /* Records an event of the sandbox (resource "sandbox", its owner's): a
  * process's end, a kill for memory. data is stolen; key_id may be NULL. */

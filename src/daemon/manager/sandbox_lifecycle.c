@@ -559,10 +559,18 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
                               "sandbox %s has stopped; its failure is being recorded", id);
         else
                 sandbox_error(e, SANDBOX_ERR_CONFLICT,
-                              row.state == SANDBOX_STARTING ? "wait for it to start" : "create a new sandbox",
+                              row.state == SANDBOX_STARTING ? "wait for it to start"
+                              : row.state == SANDBOX_STOPPED || row.state == SANDBOX_FAILED ||
+                                              row.state == SANDBOX_PAUSED
+                                      ? ":wake boots it again on its files"
+                                      : "create a new sandbox",
                               "sandbox %s is %s, not running", id, sandbox_state_name(row.state));
         sandbox_row_done(&row);
         return -EINVAL;
+}
+
+int sandbox_adopt_stream(Sandbox *sb, uint32_t id, ChanStream **ret) {
+        return sb->channel ? channel_adopt_stream(sb->channel, id, ret) : -EPIPE;
 }
 
 int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxError *e) {

@@ -335,6 +335,15 @@ static int row_gone(Manager *m, SandboxRow *row, int64_t cap, SandboxState state
 static int recover_one(void *userdata, SandboxRow *row) {
         Manager *m = userdata;
         const Driver *d = driver_by_name(sandbox_driver_name(row->spec.driver));
+        char why[160] = "";
+        if (d && d->adopt && row->spec.supervisor_nonce[0] &&
+            (row->state == SANDBOX_RUNNING || row->state == SANDBOX_PAUSED)) {
+                if (!m->cfg->supervisor_path)
+                        snprintf(why, sizeof why, "live restore is off");
+                else if (sandbox_reattach(m, row, d, why, sizeof why) == 0)
+                        return 0;
+                log_warn(NULL, "sandbox %s could not be re-attached: %s", row->id, why);
+        }
         SpecPaths p = { 0 };
         if (d && spec_paths(m, row->id, row->spec.image, &p) == 0) {
                 DriverSpec ds;
@@ -345,7 +354,9 @@ static int recover_one(void *userdata, SandboxRow *row) {
         } else
                 log_error(NULL, "sandbox %s: unknown driver, nothing to clean up", row->id);
         spec_paths_done(&p);
-        int r = row_gone(m, row, time_now_unix(), SANDBOX_STOPPED, "daemon restarted");
+        char reason[200];
+        snprintf(reason, sizeof reason, "daemon restarted%s%s", why[0] ? "; " : "", why);
+        int r = row_gone(m, row, time_now_unix(), SANDBOX_STOPPED, reason);
         log_info(NULL, "sandbox %s was running when the daemon stopped: now stopped", row->id);
         return r;
 }
@@ -616,6 +627,16 @@ void manager_shutdown(Manager *m) {
         char id[32];
         while (first_live_id(m, id, sizeof(id))) {
                 busy_begin(m, id);
+                /* A supervised sandbox runs on for the next start. */
+                Sandbox *kept = live_get(m, id);
+                bool let_go = kept && sandbox_let_go(m, kept);
+                sandbox_unref(kept);
+                if (let_go) {
+                        sandbox_unref(live_take(m, id));
+                        busy_end(m, id);
+                        log_info(NULL, "sandbox %s left running for the next start", id);
+                        continue;
+                }
                 SandboxRow row;
                 if (db_sandbox_get(m->db, id, &row) == 0) {
                         do_stop_locked(m, &row, SANDBOX_STOPPED, NULL);

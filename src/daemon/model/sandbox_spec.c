@@ -124,7 +124,9 @@ char *sandbox_spec_encode(const SandboxSpec *s) {
             (s->paused_at > 0 && json_object_set_new(j, "pausedAt", json_integer(s->paused_at)) < 0) ||
             (s->lease_left_seconds > 0 &&
              json_object_set_new(j, "leaseLeftSeconds", json_integer(s->lease_left_seconds)) < 0) ||
-            (s->paused_seconds > 0 && json_object_set_new(j, "pausedSeconds", json_integer(s->paused_seconds)) < 0))
+            (s->paused_seconds > 0 && json_object_set_new(j, "pausedSeconds", json_integer(s->paused_seconds)) < 0) ||
+            (s->supervisor_nonce[0] &&
+             json_object_set_new(j, "supervisorNonce", json_string(s->supervisor_nonce)) < 0))
                 return NULL;
         return json_dumps(j, JSON_COMPACT);
 }
@@ -210,6 +212,14 @@ static int decode_v1(json_t *j, SandboxSpec *s, char *err, size_t n) {
             (r = get_json(j, "env", false, &s->env, err, n)) < 0 ||
             (r = get_json(j, "secrets", true, &s->secrets, err, n)) < 0)
                 return r;
+        json_t *nonce = json_object_get(j, "supervisorNonce");
+        if (nonce) {
+                const char *t = json_string_value(nonce);
+                size_t len = t ? strlen(t) : 0;
+                if (len != sizeof(s->supervisor_nonce) - 1 || strspn(t, "0123456789abcdef") != len)
+                        return bad(err, n, "supervisorNonce is not 32 hex digits");
+                memcpy(s->supervisor_nonce, t, len + 1);
+        }
         s->vcpu = (unsigned)vcpu;
         s->memory_mib = (unsigned)mem;
         s->disk_mib = (unsigned)disk;

@@ -79,6 +79,9 @@ typedef struct SandboxSpec {
         int64_t paused_at;          /* unix seconds; 0: not paused */
         int64_t lease_left_seconds; /* the lease a paused sandbox carries on with at wake */
         int64_t paused_seconds;     /* paused time so far, billed at the disk rate */
+        /* What a restarted daemon proves to the sandbox's supervisor that it
+         * is the same sandbox's (32 hex digits); "" when it has none. */
+        char supervisor_nonce[33];
 } SandboxSpec;
 
 /* A spec with the defaults a create starts from (no JSON members). */

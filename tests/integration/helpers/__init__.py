@@ -94,8 +94,12 @@ class Daemon:
     api_key stay valid (the admin key is made once, on first start)."""
 
     def __init__(self, build_dir: Path, image_dir: Path, state_dir: Path, cgroup_parent: str,
-                 extra_args: list[str] | None = None, extra_env: dict[str, str] | None = None):
+                 extra_args: list[str] | None = None, extra_env: dict[str, str] | None = None,
+                 keep_sandboxes: bool = False):
         self.build_dir = Path(build_dir)
+        # runtimed leaves its sandboxes running when it stops (for the next start to re-attach);
+        # a test daemon stops them unless the test is about that, so that none outlives the test.
+        self.keep_sandboxes = keep_sandboxes
         self.image_dir = Path(image_dir)
         self.state_dir = Path(state_dir)
         self.cgroup_parent = cgroup_parent
@@ -148,6 +152,7 @@ class Daemon:
                 "--listen", f"127.0.0.1:{self.port}",
                 "--image-dir", str(self.image_dir),
                 "--cgroup-parent", self.cgroup_parent,
+                *([] if self.keep_sandboxes else ["--stop-sandboxes-on-exit"]),
                 *self.extra_args]
 
     def start(self, timeout: float = 60.0) -> None:
@@ -225,6 +230,14 @@ class Daemon:
         if rc != 0:
             raise DaemonError(f"runtimed exited with {rc} on SIGTERM; log:\n{tail(self.log_path)}")
         self.start(timeout)
+
+    def without_live_restore(self) -> None:
+        """Starts it again with --no-live-restore: its sandboxes then end with it, and a kill
+        leaves them to be recorded stopped at the next start (the path of the microVM, and of a
+        sandbox whose supervisor is gone)."""
+        if "--no-live-restore" not in self.extra_args:
+            self.extra_args.append("--no-live-restore")
+            self.restart()
 
     def env(self) -> dict[str, str]:
         return {"RUNTIME_BASE_URL": self.base_url,

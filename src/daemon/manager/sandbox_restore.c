@@ -1,0 +1,176 @@
+/*
+ * Live restore (docs/lifecycle.md): a daemon that starts finds the sandboxes
+ * an earlier one left running, each held by its supervisor, and takes them
+ * over: the driver's instance from the handles the supervisor kept, the
+ * channel through the supervisor's socket, the agent's kept processes on
+ * their old streams. The charge a running sandbox had open stays open: the
+ * time the daemon was away is billed once, when the charge is settled.
+ */
+#include "daemon/manager/sandbox.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/jsonutil.h"
+#include "common/log.h"
+#include "common/macro.h"
+#include "common/timeutil.h"
+#include "daemon/manager/supervise.h"
+
+#include "daemon/manager/manager-internal.h"
+
+/* How long a restarting daemon waits for a supervisor's answer, and for the
+ * agent's to the ATTACH; a silent one is not taken over. */
+#define RESTORE_SUPERVISOR_TIMEOUT_MS 5000
+
+void manager_set_adopter(Manager *m, ManagerAdoptFn fn, void *userdata) {
+        m->adopt_fn = fn;
+        m->adopt_userdata = userdata;
+}
+
+static int kept_processes(Manager *m, Sandbox *sb, json_t *hello, size_t *ret_kept) {
+        json_t *attached = json_object_get(hello, "attached");
+        json_t *list = json_object_get(attached, "processes");
+        if (!json_is_object(attached) || !json_is_array(list))
+                return -EBADMSG;
+        size_t i, kept = 0;
+        json_t *p;
+        json_array_foreach(list, i, p) {
+                if (!m->adopt_fn)
+                        break;
+                atomic_fetch_add(&sb->refs, 1); /* the process's */
+                int r = m->adopt_fn(m->adopt_userdata, sb, p);
+                if (r < 0)
+                        log_warn(NULL, "sandbox %s: a process its agent kept was not taken back: %s", sb->id,
+                                 strerror(-r));
+                else
+                        kept++;
+        }
+        *ret_kept = kept;
+        return 0;
+}
+
+int sandbox_reattach(Manager *m, SandboxRow *row, const Driver *d, char *why, size_t why_len) {
+        bool paused = row->state == SANDBOX_PAUSED;
+        Sandbox *sb = sandbox_alloc(m, row, d);
+        if (!sb || !sb->env) {
+                sandbox_unref(sb);
+                snprintf(why, why_len, "out of memory");
+                return -ENOMEM;
+        }
+        DriverSpec ds;
+        driver_spec_from(m, sb->id, &row->spec, &sb->paths, &ds);
+        sb->memory_mib = ds.memory_mib;
+        sb->vcpu = ds.vcpu;
+        int conn = -1;
+        SuperviseHandles h;
+        int r = supervise_attach(sb->paths.sandbox_dir, row->id, row->spec.supervisor_nonce,
+                                 RESTORE_SUPERVISOR_TIMEOUT_MS, &conn, &h, why, why_len);
+        if (r < 0) {
+                sandbox_unref(sb);
+                return r;
+        }
+        sb->sup_pid = h.pid;
+        r = d->adopt(&ds, h.state, h.fds, h.n, &sb->inst);
+        h.n = 0; /* taken by adopt */
+        if (r < 0) {
+                close(conn);
+                snprintf(why, why_len, "%s", r == -ESRCH ? "its processes are gone" : "its supervisor kept no handles of its driver's");
+                sb->inst = NULL;
+                live_stop(sb);
+                sandbox_unref(sb);
+                return r;
+        }
+        sb->channel = channel_new(conn, on_channel_closed, sb);
+        if (!sb->channel) {
+                snprintf(why, why_len, "out of memory");
+                live_stop(sb);
+                sandbox_unref(sb);
+                return -ENOMEM;
+        }
+        if (m->egress) {
+                if (egress_sandbox_new(m->egress, sb->id, row->owner, row->spec.network, row->spec.secrets,
+                                       row->spec.trial, &sb->egress) < 0) {
+                        snprintf(why, why_len, "out of memory");
+                        live_stop(sb);
+                        sandbox_unref(sb);
+                        return -ENOMEM;
+                }
+                channel_set_acceptor(sb->channel, egress_sandbox_accept, sb->egress);
+        }
+        /* A paused sandbox's agent is frozen: it answers once thawed, and is
+         * frozen again at once. A running one may be frozen too: the daemon
+         * died in the middle of a snapshot's copy (resume of one that is not
+         * frozen does nothing). */
+        if (d->resume && d->resume(sb->inst) < 0 && paused) {
+                snprintf(why, why_len, "it could not be thawed to be re-attached");
+                live_stop(sb);
+                sandbox_unref(sb);
+                return -EIO;
+        }
+        _cleanup_json_ json_t *hello = NULL;
+        int hello_ms = d->hello_timeout_ms ? (int)d->hello_timeout_ms : HELLO_TIMEOUT_MS;
+        if (hello_ms > RESTORE_SUPERVISOR_TIMEOUT_MS * 2)
+                hello_ms = RESTORE_SUPERVISOR_TIMEOUT_MS * 2;
+        r = channel_attach(sb->channel, hello_ms, &hello);
+        if (r == 0 && !json_is_object(json_object_get(hello, "attached")))
+                r = -EBADMSG;
+        if (r == 0 && paused) {
+                pthread_mutex_lock(&sb->lock);
+                r = d->pause(sb->inst);
+                if (r == 0) {
+                        sb->paused = true;
+                        sb->paused_at_ms = (int64_t)time_now_mono_ms();
+                }
+                pthread_mutex_unlock(&sb->lock);
+                if (r < 0)
+                        snprintf(why, why_len, "it could not be paused again");
+        } else if (r < 0)
+                snprintf(why, why_len, "%s",
+                         r == -EBADMSG    ? "its agent answered without the processes it kept"
+                         : r == -ETIMEDOUT ? "its agent did not answer"
+                                           : "its agent's channel closed");
+        if (r < 0) {
+                live_stop(sb);
+                sandbox_unref(sb);
+                return r;
+        }
+        channel_heartbeat_reset(sb->channel, (int64_t)time_now_mono_ms());
+        live_add(m, sb);
+        size_t kept = 0;
+        if (kept_processes(m, sb, hello, &kept) < 0)
+                log_warn(NULL, "sandbox %s: its agent listed no processes", sb->id);
+        log_info(NULL, "sandbox %s re-attached (driver %s, supervisor %d, %zu process%s kept%s)", sb->id, d->name,
+                 (int)sb->sup_pid, kept, kept == 1 ? "" : "es", paused ? ", paused" : "");
+        sandbox_unref(sb);
+        return 0;
+}
+
+/* At the daemon's stop: a supervised sandbox is let go, not stopped. Its
+ * channel is shut so that its supervisor detaches the agent at once (the
+ * processes keep running, their output held); no process of it is
+ * recorded ended, and its row stays as it is for the next start. */
+bool sandbox_let_go(Manager *m, Sandbox *sb) {
+        pthread_mutex_lock(&sb->lock);
+        bool can = sb->sup_pid && sb->inst && sb->driver->release && !sb->died && !m->cfg->stop_sandboxes_on_exit;
+        if (can) {
+                atomic_store(&sb->left, true);
+                sb->stopping = true; /* the channel's end is not a death */
+                sb->running = false;
+                sb->driver->release(sb->inst);
+                sb->inst = NULL;
+                sb->sup_pid = 0;
+        }
+        pthread_mutex_unlock(&sb->lock);
+        if (can)
+                channel_shutdown(sb->channel);
+        return can;
+}
+
+bool sandbox_left(Sandbox *sb) {
+        return sb && atomic_load(&sb->left);
+}
