@@ -195,6 +195,10 @@ static int take_fds(size_t n_keep) {
 }
 
 int main(int argc, char *argv[]) {
+        if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+                printf("runtime-supervisor %s\n", RUNTIME_VERSION);
+                return 0;
+        }
         Args args = { 0 };
         int r = parse_args(argc, argv, &args);
         if (r != 0)

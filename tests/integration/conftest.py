@@ -209,9 +209,10 @@ def analysis_image(build_dir: Path, image_dir: Path) -> str:
 
 
 def _start_daemon(build_dir: Path, image_dir: Path, state_dir: Path, cgroup_parent: str,
-                  extra_args: list[str] | None = None, extra_env: dict[str, str] | None = None) -> Daemon:
+                  extra_args: list[str] | None = None, extra_env: dict[str, str] | None = None,
+                  keep_sandboxes: bool = False) -> Daemon:
     _need_root()
-    d = Daemon(build_dir, image_dir, state_dir, cgroup_parent, extra_args, extra_env)
+    d = Daemon(build_dir, image_dir, state_dir, cgroup_parent, extra_args, extra_env, keep_sandboxes)
     try:
         d.start()
     except DaemonError as e:

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from conftest import _finish_daemon, _start_daemon
-from helpers import Api, assert_error, read_until, wait_until
+from helpers import Api, assert_error, host_pids, read_until, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
 
@@ -208,6 +208,10 @@ def test_a_dead_owner_answers_at_once(pair):
         # Once declared dead its sandbox reads as lost, from the host that is left.
         st = b_api.wait_state(sbx.id, "lost", timeout=30)
         assert "fwd-a" in st["failureReason"]
+        # Its sandbox ran on without it (live restore); the host's next start, finding it lost,
+        # ends it.
+        a.start()
+        wait_until(lambda: not host_pids(sbx.id), 30, what="the lost sandbox ended by its host's start")
     finally:
         b_api.close()
 

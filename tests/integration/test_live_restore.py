@@ -267,3 +267,197 @@ def test_a_second_daemon_on_the_same_state_dir_refuses_to_start(keeping_daemon):
     assert "state directory" in (proc.stdout + proc.stderr), proc.stderr[-2000:]
     with d.client() as api:
         assert api.get("/healthz").status_code == 200
+
+
+FOLLOWER = """
+import json, sys
+from withruntime import Sandbox
+sbx = Sandbox.connect(sys.argv[1])
+for ev in sbx.process(sys.argv[2]).output():
+    print(json.dumps(ev), flush=True)
+"""
+
+
+def test_the_published_client_follows_across_a_kill(keeping_daemon, published_client, any_driver, tmp_path):
+    """The published client following a process's output while runtimed is killed and started
+    again: its reconnect from the cursor carries on with the lines the process wrote meanwhile,
+    and ends with the process's exit."""
+    import queue
+    import subprocess
+    import threading
+    d = keeping_daemon
+    if any_driver == "microvm":
+        pytest.skip("the microVM has no supervisor")
+    with d.client() as api:
+        sid = api.post("/v1/sandboxes", json={"driver": any_driver}).json()["id"]
+        proc = start_ticker(api, sid)
+    script = tmp_path / "follow.py"
+    script.write_text(FOLLOWER)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",) and not k.startswith("RUNTIME_")}
+    env.update({"RUNTIME_API_URL": d.base_url, "RUNTIME_API_KEY": d.api_key or ""})
+    follower = subprocess.Popen([str(published_client.python), "-I", str(script), sid, proc["id"]], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    events: "queue.Queue[dict]" = queue.Queue()
+    threading.Thread(target=lambda: [events.put(json.loads(l)) for l in follower.stdout], daemon=True).start()
+    got: list[dict] = []
+
+    def take_until(pred, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while not pred():
+            left = end - time.monotonic()
+            assert left > 0, f"the follower saw {got[-5:]}; stderr: {follower.stderr.read() if follower.poll() is not None else ''}"
+            try:
+                got.append(events.get(timeout=left))
+            except queue.Empty:
+                pass
+    try:
+        take_until(lambda: len(lines_of(got)) >= 3, 60)
+        last = lines_of(got)[-1]
+        d.kill()
+        time.sleep(2.0)
+        d.start()
+        take_until(lambda: lines_of(got) and lines_of(got)[-1] >= last + 6, 120)
+        with d.client() as api:
+            r = api.post(f"/v1/sandboxes/{sid}/processes/{proc['id']}:signal", json={"signal": "TERM"})
+            assert r.status_code == 200, r.text
+        take_until(lambda: got and got[-1]["type"] == "exit", 60)
+        assert follower.wait(30) == 0, follower.stderr.read()
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    numbers = lines_of(got)
+    # In order, and without a hole but where the client was told of one.
+    gaps = [(a, b) for a, b in zip(numbers, numbers[1:]) if b != a + 1]
+    truncated = [e for e in got if e["type"] == "truncated"]
+    assert len(gaps) <= len(truncated) <= 1, (gaps, truncated)
+    assert all(b - a <= 3 for a, b in gaps), gaps
+
+
+def _build_of(commit: str, dest) -> "Path":
+    """runtimed and its companions built from `commit` of this repository, in dest."""
+    import subprocess
+    from pathlib import Path
+    from helpers import REPO
+    src = Path(dest) / "tree"
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", commit], capture_output=True,
+                             timeout=120, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True, timeout=120)
+    targets = ["build/runtimed", "build/runtime-agent", "build/runtime-supervisor", "build/runtime-egress",
+               "build/runtime-image-build"]
+    mk = subprocess.run(["make", "-j2", *targets], cwd=src, capture_output=True, text=True, timeout=1800)
+    assert mk.returncode == 0, mk.stderr[-4000:]
+    return src / "build"
+
+
+def test_an_upgrade_keeps_the_sandboxes(build_dir, image_dir, tmp_path):
+    """The daemon of the first commit that had live restore (built here from its tree) runs a
+    sandbox with a process; it is stopped and this tree's daemon started on its state directory:
+    the sandbox is re-attached through the older supervisor, its process never stopped."""
+    import subprocess
+    from conftest import _finish_daemon, _need_root
+    from helpers import REPO, skip_unless_driver
+    _need_root()
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: no earlier commit to build")
+    first = subprocess.run(["git", "-C", str(REPO), "log", "--format=%H", "--diff-filter=A", "--",
+                            "src/supervisor/main.c"], capture_output=True, text=True, timeout=60).stdout.split()
+    if not first:
+        pytest.skip("no commit of this history has a supervisor yet")
+    old_build = _build_of(first[-1], tmp_path / "old")
+    state = tmp_path / "state"
+    old = Daemon(old_build, image_dir, state, f"runtime-test-{os.getpid()}-upgrade", keep_sandboxes=True)
+    old.start()
+    try:
+        skip_unless_driver(old, "namespace")
+        with old.client() as api:
+            sid = api.post("/v1/sandboxes", json={"driver": "namespace", "timeoutSeconds": 600}).json()["id"]
+            assert api.put_file(sid, "/workspace/kept.txt", b"still here").status_code in (200, 201, 204)
+            proc = start_ticker(api, sid)
+            wait_lines(api, sid, proc["id"], 3)
+            proc = api.get(f"/v1/sandboxes/{sid}/processes/{proc['id']}").json()
+            before = read_output(api, sid, proc["id"])
+            cursor = sum(len(e.get("data", "").encode()) for e in before if e["type"] == "stdout")
+            last = lines_of(before)[-1]
+        sups = supervisor_pids(sid)
+        t0 = time.monotonic()
+        assert old.stop() == 0
+    finally:
+        if old.alive():
+            old.kill()
+    new = Daemon(build_dir, image_dir, state, old.cgroup_parent, keep_sandboxes=True)
+    new.start()
+    try:
+        time.sleep(1.0)
+        check_survived(new, sid, proc, last, cursor, time.monotonic() - t0)
+        assert supervisor_pids(sid) == sups, "the older supervisor is the one kept"
+        with new.client() as api:
+            assert api.delete(f"/v1/sandboxes/{sid}").status_code in (200, 204)
+        wait_until(lambda: not host_pids(sid), 20, what="the sandbox's processes and supervisor gone")
+    finally:
+        _finish_daemon(new)
+        old.release_layer_pool()
+
+
+@pytest.mark.parametrize("fault", ["wrong-nonce", "garbage"])
+def test_a_supervisor_that_does_not_prove_itself_is_refused(keeping_daemon, any_driver, fault):
+    """A supervisor that refuses the nonce the store has (the row's nonce changed while the daemon
+    was down), or a socket answering garbage in its place: the sandbox is not taken over but
+    stopped, with the reason, its processes killed and its supervisor gone; :wake boots it."""
+    import sqlite3
+    import threading
+    d = keeping_daemon
+    if any_driver == "microvm":
+        pytest.skip("the microVM has no supervisor")
+    with d.client() as api:
+        sid = api.post("/v1/sandboxes", json={"driver": any_driver}).json()["id"]
+        assert api.put_file(sid, "/workspace/kept.txt", b"still here").status_code in (200, 201, 204)
+    d.kill()
+    sock = d.state_dir / "sandboxes" / sid / "supervisor.sock"
+    fake = None
+    if fault == "wrong-nonce":
+        with sqlite3.connect(d.state_dir / "runtime.db") as db:
+            spec = json.loads(db.execute("SELECT spec FROM sandboxes WHERE id = ?", (sid,)).fetchone()[0])
+            assert len(spec["supervisorNonce"]) == 32
+            spec["supervisorNonce"] = "0" * 32
+            db.execute("UPDATE sandboxes SET spec = ? WHERE id = ?", (json.dumps(spec), sid))
+        why = "refused"
+    else:
+        # The supervisor is killed (its sandbox's channel with it) and something else answers on
+        # its socket.
+        for pid in supervisor_pids(sid):
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not supervisor_pids(sid), 10, what="the supervisor gone")
+        dirfd = os.open(sock.parent, os.O_PATH | os.O_DIRECTORY)
+        try:
+            sock.unlink(missing_ok=True)
+            fake = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            fake.bind(f"/proc/self/fd/{dirfd}/{sock.name}")
+        finally:
+            os.close(dirfd)
+        fake.listen(4)
+
+        def answer():
+            while True:
+                try:
+                    c, _ = fake.accept()
+                except OSError:
+                    return
+                c.recv(512)
+                c.sendall(b"OK 1 1 9 \x01\x02garbage\n")
+                c.close()
+        threading.Thread(target=answer, daemon=True).start()
+        why = "garbage"
+    try:
+        d.start()
+    finally:
+        if fake:
+            fake.close()
+    with d.client() as api:
+        st = api.sandbox(sid)
+        assert st["state"] == "stopped", st
+        assert st["failureReason"].startswith("daemon restarted; ") and why in st["failureReason"], st
+        wait_until(lambda: not host_pids(sid), 20, what="the sandbox's processes and supervisor gone")
+        r = api.post(f"/v1/sandboxes/{sid}:wake", json={})
+        assert r.status_code == 200, r.text
+        assert api.get_file(sid, "/workspace/kept.txt").content == b"still here"

@@ -33,7 +33,9 @@ def _states(api: Api, ids: list[str]) -> dict[str, dict]:
 
 
 def test_a_state_dir_of_the_last_release_opens_and_works(old_build, build_dir, image_dir, tmp_path):
-    d = _start_daemon(old_build, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-upgrade")
+    # The last release knows no --stop-sandboxes-on-exit: it stops its sandboxes on SIGTERM anyway.
+    d = _start_daemon(old_build, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-upgrade",
+                      keep_sandboxes=True)
     admin = d.client()
     try:
         skip_unless_driver(d, "namespace")
@@ -71,6 +73,7 @@ def test_a_state_dir_of_the_last_release_opens_and_works(old_build, build_dir, i
         # The upgrade: the old daemon stops, the new one starts on the same state dir and port.
         assert d.stop() == 0, "the old runtimed did not stop cleanly"
         d.build_dir = build_dir
+        d.keep_sandboxes = False
         d.start()
 
         # Every sandbox with its name, labels, spec and files; each one works again.
