@@ -972,6 +972,9 @@ static void stop(Daemon *d) {
         webhooks_stop(d->webhooks);
         http_server_quiesce(d->http);
         manager_shutdown(d->manager);
+        /* Readers of the processes left running get their `continue`. */
+        if (!api_output_streams_wait(2000))
+                log_warn(NULL, "stopping with output streams still open");
         terminal_close_all();
         tunnel_close_all();
         http_server_stop(d->http);

@@ -195,9 +195,11 @@ def test_a_terminal_and_a_forward_end_with_a_resume_hint(keeping_daemon, driver)
             what="the terminal's shell answering after the restart")
 
 
-def test_a_dead_supervisor_means_stopped_with_the_wake_hint(keeping_daemon, driver):
-    """A supervisor that died while the daemon was away: the sandbox is recorded stopped, its
-    processes killed, and an exec's hint says to wake it (which works)."""
+@pytest.mark.parametrize("what", ["supervisor", "sandbox"])
+def test_a_dead_supervisor_means_stopped_with_the_wake_hint(keeping_daemon, driver, what):
+    """A supervisor that died while the daemon was away, or a sandbox that ended then (its
+    supervisor ends with it): the sandbox is recorded stopped, nothing of it is left on the host,
+    and an exec's hint says to wake it (which works)."""
     d = keeping_daemon
     live_driver(d, driver)
     with d.client() as api:
@@ -206,7 +208,16 @@ def test_a_dead_supervisor_means_stopped_with_the_wake_hint(keeping_daemon, driv
     sups = supervisor_pids(sid)
     assert len(sups) == 1
     d.kill()
-    os.kill(sups[0], signal.SIGKILL)
+    if what == "supervisor":
+        os.kill(sups[0], signal.SIGKILL)
+    else:
+        for pid in host_pids(sid):
+            if pid not in sups:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        wait_until(lambda: not supervisor_pids(sid), 20, what="the supervisor ending with its sandbox")
     d.start()
     with d.client() as api:
         st = api.sandbox(sid)
@@ -461,3 +472,44 @@ def test_a_supervisor_that_does_not_prove_itself_is_refused(keeping_daemon, any_
         r = api.post(f"/v1/sandboxes/{sid}:wake", json={})
         assert r.status_code == 200, r.text
         assert api.get_file(sid, "/workspace/kept.txt").content == b"still here"
+
+
+def test_an_output_stream_ends_with_continue_at_a_stop(keeping_daemon, any_driver):
+    """A reader following a process's output when runtimed stops (SIGTERM) gets a `continue`
+    event with its cursor, not an error: the process runs on, and reading on from that cursor
+    after the start finds the lines that followed."""
+    import threading
+    d = keeping_daemon
+    if any_driver == "microvm":
+        pytest.skip("the microVM has no supervisor")
+    with d.client() as api:
+        sid = api.post("/v1/sandboxes", json={"driver": any_driver}).json()["id"]
+        proc = start_ticker(api, sid)
+        wait_lines(api, sid, proc["id"], 2)
+    lines: list[dict] = []
+    started = threading.Event()
+
+    def follow():
+        with httpx.Client(base_url=d.base_url, headers={"Authorization": f"Bearer {d.api_key}"},
+                          timeout=60) as c:
+            with c.stream("GET", f"/v1/sandboxes/{sid}/processes/{proc['id']}/output",
+                          params={"cursor": 0, "follow": "true"}) as r:
+                started.set()
+                for line in r.iter_lines():
+                    if line.strip():
+                        lines.append(json.loads(line))
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    assert started.wait(30)
+    wait_until(lambda: len(lines_of(lines)) >= 3, 30, what="the follower reading lines")
+    assert d.stop() == 0
+    t.join(30)
+    assert not t.is_alive(), "the output stream did not end with the daemon's stop"
+    assert lines[-1]["type"] == "continue" and lines[-1]["processId"] == proc["id"], lines[-3:]
+    cursor = lines[-1]["cursor"]
+    before = lines_of(lines)
+    d.start()
+    with d.client() as api:
+        more = wait_until(lambda: (lambda l: l if l else None)(lines_of(read_output(api, sid, proc["id"], cursor))),
+                          30, what="lines after the continue's cursor")
+        assert more[0] == before[-1] + 1, (before[-3:], more[:3])

@@ -1,9 +1,11 @@
 #include "daemon/api/api.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <strings.h>
 
 #include "common/jsonutil.h"
@@ -429,10 +431,26 @@ typedef struct OutputStream {
         size_t line_len, line_off;
 } OutputStream;
 
+/* Output responses open now: a daemon's stop waits for them to send their
+ * last event (api_output_streams_wait). */
+static atomic_int open_output_streams;
+
+bool api_output_streams_wait(int timeout_ms) {
+        int64_t end = (int64_t)time_now_mono_ms() + timeout_ms;
+        while (atomic_load(&open_output_streams) > 0) {
+                if ((int64_t)time_now_mono_ms() >= end)
+                        return false;
+                struct timespec ts = { .tv_nsec = 10 * 1000 * 1000 };
+                nanosleep(&ts, NULL);
+        }
+        return true;
+}
+
 static void output_stream_free(void *cls) {
         OutputStream *o = cls;
         if (!o)
                 return;
+        atomic_fetch_sub(&open_output_streams, 1);
         proc_cursor_done(o->p, &o->cur);
         proc_unref(o->p);
         json_decref(o->first);
@@ -568,6 +586,7 @@ enum MHD_Result api_process_output(Req *r, Proc *p, uint64_t cursor, bool follow
                 json_decref(first);
                 return reply_internal(r);
         }
+        atomic_fetch_add(&open_output_streams, 1);
         snprintf(o->rid, sizeof(o->rid), "%s", r->rid);
         o->p = p;
         o->cur.at = cursor;

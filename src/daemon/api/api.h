@@ -195,6 +195,10 @@ enum MHD_Result api_process_output(Req *r, Proc *p, uint64_t cursor, bool follow
 /* The last event of a process's output: its exit, or an error event saying
  * why it has none. */
 json_t *api_process_exit_event(const ProcExit *x);
+/* At a stop: waits up to timeout_ms until every output response has sent
+ * its last event (a `continue` for the processes of sandboxes left running)
+ * and ended; false when some had not. */
+bool api_output_streams_wait(int timeout_ms);
 /* The API's process object. */
 json_t *api_process_json(const ProcInfo *info);
 /* A sandbox's row as the API answers it (a new reference; NULL on ENOMEM). */
