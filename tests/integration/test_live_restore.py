@@ -51,8 +51,19 @@ def live_driver(d: Daemon, driver: str) -> None:
     from helpers import skip_unless_driver
     skip_unless_driver(d, driver)
     if driver == "microvm":
-        pytest.skip("the microVM is not handed to a later daemon yet: its sandboxes stop with the daemon "
-                    "and are recorded stopped (test_microvm_is_stopped_with_the_wake_hint)")
+        pytest.skip("the microVM has no supervisor yet: its sandboxes end with the daemon and are recorded "
+                    "stopped at the next start (docs/lifecycle.md, \"Live restore\")")
+
+
+def ticking_sandbox(d: Daemon, driver: str) -> tuple[str, dict]:
+    """A new sandbox with the ticker running in it: its id and the process."""
+    if driver == "microvm":
+        pytest.skip("the microVM has no supervisor")
+    with d.client() as api:
+        sid = api.post("/v1/sandboxes", json={"driver": driver}).json()["id"]
+        proc = start_ticker(api, sid)
+        wait_lines(api, sid, proc["id"], 2)
+    return sid, proc
 
 
 def start_ticker(api, sid: str) -> dict:
@@ -297,11 +308,7 @@ def test_the_published_client_follows_across_a_kill(keeping_daemon, published_cl
     import subprocess
     import threading
     d = keeping_daemon
-    if any_driver == "microvm":
-        pytest.skip("the microVM has no supervisor")
-    with d.client() as api:
-        sid = api.post("/v1/sandboxes", json={"driver": any_driver}).json()["id"]
-        proc = start_ticker(api, sid)
+    sid, proc = ticking_sandbox(d, any_driver)
     script = tmp_path / "follow.py"
     script.write_text(FOLLOWER)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",) and not k.startswith("RUNTIME_")}
@@ -480,12 +487,7 @@ def test_an_output_stream_ends_with_continue_at_a_stop(keeping_daemon, any_drive
     after the start finds the lines that followed."""
     import threading
     d = keeping_daemon
-    if any_driver == "microvm":
-        pytest.skip("the microVM has no supervisor")
-    with d.client() as api:
-        sid = api.post("/v1/sandboxes", json={"driver": any_driver}).json()["id"]
-        proc = start_ticker(api, sid)
-        wait_lines(api, sid, proc["id"], 2)
+    sid, proc = ticking_sandbox(d, any_driver)
     lines: list[dict] = []
     started = threading.Event()
 

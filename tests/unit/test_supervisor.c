@@ -60,8 +60,14 @@ static void find_supervisor(void) {
         if (!slash)
                 return;
         *slash = '\0';
+        /* Beside the tests' folder (build/), else the release one beside
+         * a sanitizer build's (build/asan/tests/../../): the sanitizer
+         * lane runs the release supervisor, as it runs the release agent. */
         char guess[PATH_MAX];
         snprintf(guess, sizeof guess, "%s/../runtime-supervisor", self);
+        if (realpath(guess, supervisor_path) && access(supervisor_path, X_OK) == 0)
+                return;
+        snprintf(guess, sizeof guess, "%s/../../runtime-supervisor", self);
         if (!realpath(guess, supervisor_path) || access(supervisor_path, X_OK) != 0) {
                 fprintf(stderr, "%s is missing: run `make build/runtime-supervisor` first; skipping\n", guess);
                 supervisor_path[0] = '\0';
@@ -178,8 +184,10 @@ static void wait_consumed(int fd) {
 }
 
 static void start(Harness *h, bool with_keep) {
-        if (!supervisor_path[0])
+        if (!supervisor_path[0]) {
+                print_message("skipped: runtime-supervisor is not built (make build/runtime-supervisor)\n");
                 skip();
+        }
         memset(h, 0, sizeof *h);
         const char *tmp = getenv("TMPDIR");
         snprintf(h->dir, sizeof h->dir, "%s/supervisor-test-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
@@ -491,8 +499,10 @@ static int run_binary(char *const argv[], char *const envp[]) {
 }
 
 static void test_bad_arguments(void **state) {
-        if (!supervisor_path[0])
+        if (!supervisor_path[0]) {
+                print_message("skipped: runtime-supervisor is not built (make build/runtime-supervisor)\n");
                 skip();
+        }
         char *p = supervisor_path;
         char *env[] = { "RUNTIME_SUPERVISOR_NONCE=" NONCE, NULL };
         char *no_env[] = { NULL };
@@ -846,8 +856,10 @@ static void test_sigterm_exits(void **state) {
 /* A peer of another uid is closed on at once, even with the right
  * handshake. Needs root, to connect as someone else. */
 static void test_peer_uid_checked(void **state) {
-        if (geteuid() != 0)
+        if (geteuid() != 0) {
+                print_message("skipped: needs root, to connect as another uid\n");
                 skip();
+        }
         Harness h;
         start(&h, false);
         close(h.daemon);
