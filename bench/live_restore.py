@@ -135,7 +135,9 @@ def render(rt: dict, restarts: list[dict], rounds: int, per_round: int) -> str:
              f"`sudo python3 bench/live_restore.py`.", "",
              f"Exec round trip of `true` (buffered exec, a kept-alive connection), {rounds} alternating "
              f"rounds of {per_round} on each daemon: sandboxes with a supervisor relaying the channel (the "
-             "default) against `--no-live-restore` (the channel straight to the agent).", "",
+             "default) against `--no-live-restore` (the channel straight to the agent). The two sandboxes "
+             "of a driver run at once, so gVisor's absolute figures are above those of its own sections "
+             "(two Sentries on 2 CPUs); the ratio is the point.", "",
              "| driver | supervised p50 | p95 | direct p50 | p95 | p50 ratio |", "| --- | --- | --- | --- | --- | --- |"]
     for drv, t in rt.items():
         if "error" in t:

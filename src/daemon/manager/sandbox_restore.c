@@ -56,50 +56,37 @@ static int kept_processes(Manager *m, Sandbox *sb, json_t *hello, size_t *ret_ke
 
 int sandbox_reattach(Manager *m, SandboxRow *row, const Driver *d, char *why, size_t why_len) {
         bool paused = row->state == SANDBOX_PAUSED;
+        _cleanup_json_ json_t *hello = NULL;
+        int r = -ENOMEM;
         Sandbox *sb = sandbox_alloc(m, row, d);
-        if (!sb || !sb->env) {
-                sandbox_unref(sb);
-                snprintf(why, why_len, "out of memory");
-                return -ENOMEM;
-        }
+        snprintf(why, why_len, "out of memory");
+        if (!sb || !sb->env)
+                goto fail;
         DriverSpec ds;
         driver_spec_from(m, sb->id, &row->spec, &sb->paths, &ds);
         sb->memory_mib = ds.memory_mib;
         sb->vcpu = ds.vcpu;
         int conn = -1;
         SuperviseHandles h;
-        int r = supervise_attach(sb->paths.sandbox_dir, row->id, row->spec.supervisor_nonce,
-                                 RESTORE_SUPERVISOR_TIMEOUT_MS, &conn, &h, why, why_len);
-        if (r < 0) {
-                sandbox_unref(sb);
-                return r;
-        }
+        if ((r = supervise_attach(sb->paths.sandbox_dir, row->id, row->spec.supervisor_nonce,
+                                  RESTORE_SUPERVISOR_TIMEOUT_MS, &conn, &h, why, why_len)) < 0)
+                goto fail;
+        /* From here a failure stops what is left of it, its supervisor too. */
         sb->sup_pid = h.pid;
-        r = d->adopt(&ds, h.state, h.fds, h.n, &sb->inst);
-        h.n = 0; /* taken by adopt */
-        if (r < 0) {
+        if ((r = d->adopt(&ds, h.state, h.fds, h.n, &sb->inst)) < 0) { /* the fds are taken */
                 close(conn);
-                snprintf(why, why_len, "%s", r == -ESRCH ? "its processes are gone" : "its supervisor kept no handles of its driver's");
                 sb->inst = NULL;
-                live_stop(sb);
-                sandbox_unref(sb);
-                return r;
+                snprintf(why, why_len, "%s",
+                         r == -ESRCH ? "its processes are gone" : "its supervisor kept no handles of its driver's");
+                goto fail;
         }
-        sb->channel = channel_new(conn, on_channel_closed, sb);
-        if (!sb->channel) {
-                snprintf(why, why_len, "out of memory");
-                live_stop(sb);
-                sandbox_unref(sb);
-                return -ENOMEM;
-        }
+        r = -ENOMEM;
+        if (!(sb->channel = channel_new(conn, on_channel_closed, sb)))
+                goto fail;
         if (m->egress) {
                 if (egress_sandbox_new(m->egress, sb->id, row->owner, row->spec.network, row->spec.secrets,
-                                       row->spec.trial, &sb->egress) < 0) {
-                        snprintf(why, why_len, "out of memory");
-                        live_stop(sb);
-                        sandbox_unref(sb);
-                        return -ENOMEM;
-                }
+                                       row->spec.trial, &sb->egress) < 0)
+                        goto fail;
                 channel_set_acceptor(sb->channel, egress_sandbox_accept, sb->egress);
         }
         /* A paused sandbox's agent is frozen: it answers once thawed, and is
@@ -107,19 +94,24 @@ int sandbox_reattach(Manager *m, SandboxRow *row, const Driver *d, char *why, si
          * died in the middle of a snapshot's copy (resume of one that is not
          * frozen does nothing). */
         if (d->resume && d->resume(sb->inst) < 0 && paused) {
+                r = -EIO;
                 snprintf(why, why_len, "it could not be thawed to be re-attached");
-                live_stop(sb);
-                sandbox_unref(sb);
-                return -EIO;
+                goto fail;
         }
-        _cleanup_json_ json_t *hello = NULL;
         int hello_ms = d->hello_timeout_ms ? (int)d->hello_timeout_ms : HELLO_TIMEOUT_MS;
         if (hello_ms > RESTORE_SUPERVISOR_TIMEOUT_MS * 2)
                 hello_ms = RESTORE_SUPERVISOR_TIMEOUT_MS * 2;
         r = channel_attach(sb->channel, hello_ms, &hello);
         if (r == 0 && !json_is_object(json_object_get(hello, "attached")))
                 r = -EBADMSG;
-        if (r == 0 && paused) {
+        if (r < 0) {
+                snprintf(why, why_len, "%s",
+                         r == -EBADMSG    ? "its agent answered without the processes it kept"
+                         : r == -ETIMEDOUT ? "its agent did not answer"
+                                           : "its agent's channel closed");
+                goto fail;
+        }
+        if (paused) {
                 pthread_mutex_lock(&sb->lock);
                 r = d->pause(sb->inst);
                 if (r == 0) {
@@ -127,17 +119,10 @@ int sandbox_reattach(Manager *m, SandboxRow *row, const Driver *d, char *why, si
                         sb->paused_at_ms = (int64_t)time_now_mono_ms();
                 }
                 pthread_mutex_unlock(&sb->lock);
-                if (r < 0)
+                if (r < 0) {
                         snprintf(why, why_len, "it could not be paused again");
-        } else if (r < 0)
-                snprintf(why, why_len, "%s",
-                         r == -EBADMSG    ? "its agent answered without the processes it kept"
-                         : r == -ETIMEDOUT ? "its agent did not answer"
-                                           : "its agent's channel closed");
-        if (r < 0) {
-                live_stop(sb);
-                sandbox_unref(sb);
-                return r;
+                        goto fail;
+                }
         }
         channel_heartbeat_reset(sb->channel, (int64_t)time_now_mono_ms());
         live_add(m, sb);
@@ -148,6 +133,13 @@ int sandbox_reattach(Manager *m, SandboxRow *row, const Driver *d, char *why, si
                  (int)sb->sup_pid, kept, kept == 1 ? "" : "es", paused ? ", paused" : "");
         sandbox_unref(sb);
         return 0;
+
+fail:
+        if (sb) {
+                live_stop(sb);
+                sandbox_unref(sb);
+        }
+        return r;
 }
 
 /* At the daemon's stop: a supervised sandbox is let go, not stopped. Its

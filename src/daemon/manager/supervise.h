@@ -50,6 +50,6 @@ int supervise_attach(const char *sandbox_dir, const char *id, const char *nonce,
 /* Closes the fds of h. */
 void supervise_handles_close(SuperviseHandles *h);
 
-/* Whether a supervisor with that pid still runs; waits up to timeout_ms for
- * it to end and kills it after that when `kill_after`. */
+/* Waits up to timeout_ms for the supervisor with that pid to end (at once
+ * when it is gone already), and kills it after that when `kill_after`. */
 void supervise_wait_end(pid_t pid, int timeout_ms, bool kill_after);
