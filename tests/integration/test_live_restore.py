@@ -300,7 +300,7 @@ for ev in sbx.process(sys.argv[2]).output():
 """
 
 
-def test_the_published_client_follows_across_a_kill(keeping_daemon, published_client, any_driver, tmp_path):
+def test_the_published_client_follows_across_a_kill(keeping_daemon, published_client, driver, tmp_path):
     """The published client following a process's output while runtimed is killed and started
     again: its reconnect from the cursor carries on with the lines the process wrote meanwhile,
     and ends with the process's exit."""
@@ -308,7 +308,8 @@ def test_the_published_client_follows_across_a_kill(keeping_daemon, published_cl
     import subprocess
     import threading
     d = keeping_daemon
-    sid, proc = ticking_sandbox(d, any_driver)
+    live_driver(d, driver)
+    sid, proc = ticking_sandbox(d, driver)
     script = tmp_path / "follow.py"
     script.write_text(FOLLOWER)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",) and not k.startswith("RUNTIME_")}
