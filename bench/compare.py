@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Two builds side by side, interleaved (A, B, A, B, ...) so that the load of a shared machine falls
-on both alike: the output of a process writing 100 MiB read through the cursor API, and a bulk
-transfer through `runtime sandbox port-forward` both ways. For a change's before and after:
+on both alike: the round trip of `true` through the buffered and the streamed exec, the output of a
+process writing 100 MiB read through the cursor API, and a bulk transfer through
+`runtime sandbox port-forward` both ways. For a change's before and after:
 
     git worktree add ../runtime-before main && make -C ../runtime-before -j2
     sudo python3 bench/compare.py ../runtime-before/build build --rounds 4
 
-Per round and build it prints: the MB/s of the output read by curl into /dev/null (spawn to the
+Per round and build it prints: the median round trip of 40 buffered and 40 streamed execs of `true`
+(interleaved), the MB/s of the output read by curl into /dev/null (spawn to the
 end of the reply), the MB/s of the same process with no reader at all (spawn to its end: the agent
 and the channel alone), the daemon's CPU seconds for the curl read, and the MB/s of 100 MiB through
 a forwarded port from a server inside (down) and to it (up). Then the medians. Needs root, curl, the
@@ -30,7 +32,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "bench"))
 
 from helpers import Api, Daemon, free_port, remove_empty_cgroup_tree  # noqa: E402
-from processes import SIZE, WRITER  # noqa: E402
+from processes import SIZE, WRITER, round_trips  # noqa: E402
 from terminals import SERVER  # noqa: E402
 from terminals import SIZE as FORWARD_SIZE  # noqa: E402
 
@@ -59,7 +61,11 @@ class Side:
         self.build = build
         self.tmp = Path(tempfile.mkdtemp(prefix=f"runtime-bench-compare-{tag}-"))
         self.cg = f"runtime-bench-compare-{os.getpid()}-{tag}"
-        self.d = Daemon(build, image_dir, self.tmp / "state", self.cg)
+        # A build from before live restore has no --stop-sandboxes-on-exit (and stops its
+        # sandboxes at exit anyway).
+        helps = subprocess.run([str(build / "runtimed"), "--help"], capture_output=True, text=True)
+        self.d = Daemon(build, image_dir, self.tmp / "state", self.cg,
+                        keep_sandboxes="--stop-sandboxes-on-exit" not in helps.stdout + helps.stderr)
         self.forwards: list[subprocess.Popen] = []
         self.d.start()
         self.api = Api(self.d, timeout=600)
@@ -78,6 +84,10 @@ class Side:
             time.sleep(0.2)
         for p in self.ports:
             wait_port(p)
+
+    def execs(self) -> tuple[float, float]:
+        rt = round_trips(self.api, self.sid, 40)
+        return statistics.median(rt["buffered"]), statistics.median(rt["streamed"])
 
     def no_reader(self) -> float:
         t = time.perf_counter()
@@ -145,22 +155,26 @@ def main() -> int:
         for r in range(args.rounds):
             for tag, side in sides.items():
                 load = os.getloadavg()[0]
+                buffered, streamed = side.execs()
                 cur, cpu = side.curl_read()
                 alone = side.no_reader()
                 down, up = side.forward()
-                rows[tag].append((cur, alone, cpu, down, up, load))
-                print(f"round {r} {tag} ({side.build}): cursor via curl {cur:.0f} MB/s, no reader {alone:.0f} MB/s, "
+                rows[tag].append((buffered, streamed, cur, alone, cpu, down, up, load))
+                print(f"round {r} {tag} ({side.build}): exec {buffered:.2f} ms, streamed exec {streamed:.2f} ms; "
+                      f"cursor via curl {cur:.0f} MB/s, no reader {alone:.0f} MB/s, "
                       f"daemon CPU {cpu:.2f} s; forward down {down:.0f} MB/s, up {up:.0f} MB/s; load {load:.1f}",
                       flush=True)
     finally:
         for side in sides.values():
             side.close()
-    names = ("cursor via curl MB/s", "no reader MB/s", "daemon CPU s", "forward down MB/s", "forward up MB/s", "load")
+    names = ("exec p50 ms", "streamed exec p50 ms", "cursor via curl MB/s", "no reader MB/s", "daemon CPU s",
+             "forward down MB/s", "forward up MB/s", "load")
     print("| build | " + " | ".join(names) + " |")
     print("| --- " * (len(names) + 1) + "|")
     for tag in rows:
         med = [statistics.median(x[i] for x in rows[tag]) for i in range(len(names))]
-        cells = [f"{m:.2f}" if "CPU" in n else f"{m:.1f}" if n == "load" else f"{m:.0f}" for n, m in zip(names, med)]
+        cells = [f"{m:.2f}" if "CPU" in n or " ms" in n else f"{m:.1f}" if n == "load" else f"{m:.0f}"
+                 for n, m in zip(names, med)]
         print(f"| {tag} | " + " | ".join(cells) + " |")
     return 0
 

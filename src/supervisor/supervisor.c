@@ -18,9 +18,9 @@
 #include "common/timeutil.h"
 #include "proto/proto.h"
 
-/* Frames moved each way, and connections accepted, before poll() is asked
- * again: one busy direction must not starve the other or the socket. */
-#define PUMP_FRAMES 16
+/* Reads each way, and connections accepted, before poll() is asked again:
+ * one busy direction must not starve the other or the socket. */
+#define PUMP_ROUNDS 16
 #define ACCEPT_BURST 8
 
 #define STRINGIFY_(x) #x
@@ -31,18 +31,128 @@ static const char reply_version[] = "NO version " STRINGIFY(SUPERVISOR_PROTOCOL_
 static const char reply_nonce[] = "NO nonce\n";
 static const char reply_malformed[] = "NO malformed\n";
 
-/* One direction of the relay. It holds at most one frame: it reads up to the
- * end of the current frame and no further, and reads nothing while a whole
- * frame waits to be written (the backpressure of the other side). */
+/* One direction of the relay: a buffer of bytes read, of which only whole
+ * frames are ever written on. [start, ready) are whole frames not yet written,
+ * [ready, end) the beginning of the next frame. One read takes what the socket
+ * has and one write passes on every whole frame in it, so that a burst of
+ * small frames (an exec's start, output and exit) costs a read and a write,
+ * not two reads and a write each. Nothing is read while the buffer is full:
+ * the backpressure of the other side. */
 typedef struct Relay {
-        uint8_t *buf;   /* PROTO_HEADER_SIZE + PROTO_MAX_PAYLOAD */
-        size_t have;    /* bytes of the current frame read */
-        size_t need;    /* PROTO_HEADER_SIZE until the header is in, then the frame's size */
-        size_t written; /* bytes of a whole frame written out */
-        bool whole;     /* all of it is in: it is being written */
-        bool drop;      /* it goes nowhere: no daemon was attached when it began, or its daemon left */
-        bool detach;    /* it is our own DETACH (daemon -> agent only) */
+        uint8_t *buf;     /* RELAY_CAP bytes */
+        size_t start;     /* the first byte not written yet */
+        size_t ready;     /* the end of the whole frames */
+        size_t end;       /* the end of the bytes read */
+        size_t reserve;   /* bytes kept free at the end (down: room for our DETACH) */
+        size_t keep_from; /* up: a frame whose header was read before this offset goes nowhere */
+        bool detach_last; /* down: the last whole frame is our own DETACH */
 } Relay;
+
+/* Room for the largest frame wherever a partial one begins after a
+ * compaction, plus slack for the frames read with it, plus our DETACH. */
+#define RELAY_SLACK (64u * 1024u)
+#define RELAY_CAP (PROTO_HEADER_SIZE + PROTO_MAX_PAYLOAD + RELAY_SLACK + PROTO_HEADER_SIZE)
+
+static size_t relay_space(const Relay *r) {
+        return RELAY_CAP - r->reserve - r->end;
+}
+
+static bool relay_pending(const Relay *r) {
+        return r->start < r->ready;
+}
+
+/* Moves the beginning of a frame to the front once every whole frame before
+ * it is out: a frame begun near the end then has room to finish. */
+static void relay_compact(Relay *r) {
+        if (r->start != r->ready || r->start == 0)
+                return;
+        size_t tail = r->end - r->start;
+        if (tail > 0)
+                memmove(r->buf, r->buf + r->start, tail);
+        r->keep_from = r->keep_from > r->start ? r->keep_from - r->start : 0;
+        r->start = r->ready = 0;
+        r->end = tail;
+}
+
+/* Advances ready over the whole frames read: 0, or -EPROTO for a malformed
+ * header (ready stops before it). */
+static int relay_scan(Relay *r) {
+        while (r->end - r->ready >= PROTO_HEADER_SIZE) {
+                ProtoHeader h;
+                if (proto_header_decode(r->buf + r->ready, &h) < 0)
+                        return -EPROTO;
+                size_t size = PROTO_HEADER_SIZE + h.length;
+                if (r->end - r->ready < size)
+                        break;
+                r->ready += size;
+                r->detach_last = false;
+        }
+        return 0;
+}
+
+/* One read into the free space: the bytes read (> 0), 0 when fd has nothing
+ * for now, -EPIPE at its end, or a negative errno. */
+static ssize_t relay_fill(Relay *r, int fd) {
+        for (;;) {
+                ssize_t n = read(fd, r->buf + r->end, relay_space(r));
+                if (n > 0) {
+                        r->end += (size_t)n;
+                        return n;
+                }
+                if (n == 0)
+                        return -EPIPE;
+                if (errno == EINTR)
+                        continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK)
+                        return 0;
+                return errno == EPIPE ? -ECONNRESET : -errno;
+        }
+}
+
+/* Writes the whole frames on: 1 when all are out, 0 when fd takes no more for
+ * now, or a negative errno (-EPIPE: the reader is gone). */
+static int relay_flush(Relay *r, int fd) {
+        while (r->start < r->ready) {
+                ssize_t n = write(fd, r->buf + r->start, r->ready - r->start);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN || errno == EWOULDBLOCK)
+                                return 0;
+                        return errno == EPROTO ? -EIO : -errno;
+                }
+                if (n == 0)
+                        return -EIO;
+                r->start += (size_t)n;
+        }
+        return 1;
+}
+
+/* Skips the whole frames at the front that go nowhere: all of them while no
+ * daemon is attached, else those whose header was read before it attached. */
+static void relay_discard(Relay *r, bool attached) {
+        if (!attached) {
+                r->start = r->ready;
+                return;
+        }
+        while (r->start < r->ready && r->start < r->keep_from) {
+                ProtoHeader h;
+                (void)proto_header_decode(r->buf + r->start, &h); /* scanned before */
+                r->start += PROTO_HEADER_SIZE + h.length;
+        }
+}
+
+/* Our own DETACH after the whole frames, in place of a partial one. */
+static void relay_append_detach(Relay *r) {
+        r->end = r->ready;
+        if (r->detach_last)
+                return; /* the agent has it, or will: it is not said twice */
+        ProtoHeader h = { .type = PROTO_DETACH };
+        (void)proto_header_encode(&h, r->buf + r->end);
+        r->end += PROTO_HEADER_SIZE;
+        r->ready = r->end;
+        r->detach_last = true;
+}
 
 /* A connection on the listening socket that has not sent its handshake yet. */
 typedef struct Pending {
@@ -60,7 +170,6 @@ struct Supervisor {
         int conn;            /* the attached daemon's connection; -1 while detached */
         Relay up;            /* agent -> daemon */
         Relay down;          /* daemon -> agent */
-        bool detach_pending; /* a DETACH goes to the agent once down's frame is out */
         Pending pending[SUPERVISOR_PENDING_MAX];
         size_t n_pending;
 };
@@ -172,70 +281,6 @@ int supervisor_handshake_parse(const char *line, size_t len, const char *sandbox
         return 0;
 }
 
-static void relay_reset(Relay *r, bool drop) {
-        r->have = 0;
-        r->need = PROTO_HEADER_SIZE;
-        r->written = 0;
-        r->whole = false;
-        r->drop = drop;
-        r->detach = false;
-}
-
-static void relay_load_detach(Relay *r) {
-        relay_reset(r, false);
-        ProtoHeader h = { .type = PROTO_DETACH };
-        (void)proto_header_encode(&h, r->buf);
-        r->have = r->need = PROTO_HEADER_SIZE;
-        r->whole = true;
-        r->detach = true;
-}
-
-/* Reads the current frame on, never past its end: 1 when it is whole, 0 when
- * fd has nothing more for now, -EPIPE at its end, -EPROTO for a malformed
- * header, or a negative errno. */
-static int relay_read(Relay *r, int fd) {
-        while (r->have < r->need) {
-                ssize_t n = read(fd, r->buf + r->have, r->need - r->have);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno == EAGAIN || errno == EWOULDBLOCK)
-                                return 0;
-                        return errno == EPIPE ? -ECONNRESET : -errno;
-                }
-                if (n == 0)
-                        return -EPIPE;
-                r->have += (size_t)n;
-                if (r->need == PROTO_HEADER_SIZE && r->have == PROTO_HEADER_SIZE) {
-                        ProtoHeader h;
-                        if (proto_header_decode(r->buf, &h) < 0)
-                                return -EPROTO;
-                        r->need += h.length;
-                }
-        }
-        r->whole = true;
-        return 1;
-}
-
-/* Writes the whole frame on: 1 when all of it is out, 0 when fd takes no
- * more for now, or a negative errno (-EPIPE: the reader is gone). */
-static int relay_write(Relay *r, int fd) {
-        while (r->written < r->have) {
-                ssize_t n = write(fd, r->buf + r->written, r->have - r->written);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno == EAGAIN || errno == EWOULDBLOCK)
-                                return 0;
-                        return errno == EPROTO ? -EIO : -errno;
-                }
-                if (n == 0)
-                        return -EIO;
-                r->written += (size_t)n;
-        }
-        return 1;
-}
-
 static const char *end_reason(int r) {
         switch (r) {
         case -EPIPE:
@@ -251,78 +296,68 @@ static void daemon_left(Supervisor *s, int r) {
         supervisor_log(s->cfg.sandbox_id, "detached: the daemon left (%s)", end_reason(r));
         close(s->conn);
         s->conn = -1;
-        /* agent -> daemon: what that daemon did not get of the current frame
-         * is gone, and so is the rest of it when it comes. */
-        if (s->up.whole)
-                relay_reset(&s->up, true);
-        else
-                s->up.drop = true;
-        /* daemon -> agent: a frame only partly received is dropped; one being
-         * written is finished first, so that the agent never sees half a
-         * frame. A DETACH the agent has not had yet is not said twice. */
-        if (!s->down.whole)
-                relay_load_detach(&s->down);
-        else if (!s->down.detach)
-                s->detach_pending = true;
+        /* agent -> daemon: what that daemon did not get is gone, the rest of
+         * a frame it got part of included. */
+        relay_discard(&s->up, false);
+        /* daemon -> agent: the whole frames still go to the agent, a frame
+         * only partly received is dropped, and DETACH follows, so that the
+         * agent never sees half a frame. */
+        relay_append_detach(&s->down);
 }
 
 /* daemon -> agent. 0, or the agent's side ended (a negative errno). */
-static int pump_down(Supervisor *s, bool readable, bool writable) {
+static int pump_down(Supervisor *s, bool readable) {
         Relay *r = &s->down;
-        for (int i = 0; i < PUMP_FRAMES; i++) {
-                if (!r->whole) {
-                        if (s->conn < 0 || !readable)
-                                return 0;
-                        int k = relay_read(r, s->conn);
-                        if (k == 0)
-                                return 0;
-                        if (k < 0) {
+        for (int i = 0; i < PUMP_ROUNDS; i++) {
+                bool full = false;
+                if (readable && s->conn >= 0 && relay_space(r) > 0) {
+                        size_t want = relay_space(r);
+                        ssize_t n = relay_fill(r, s->conn);
+                        int k = n < 0 ? (int)n : relay_scan(r);
+                        if (k < 0)
                                 daemon_left(s, k);
-                                readable = false;
-                        }
-                        writable = true;
+                        /* A short read took all there was: no second read
+                         * to learn that it would block. */
+                        full = n > 0 && (size_t)n == want;
                 }
-                if (!writable)
+                if (relay_pending(r)) {
+                        int k = relay_flush(r, s->cfg.agent_fd);
+                        if (k < 0)
+                                return k;
+                }
+                relay_compact(r);
+                if (!full)
                         return 0;
-                int k = relay_write(r, s->cfg.agent_fd);
-                if (k <= 0)
-                        return k;
-                relay_reset(r, false);
-                if (s->detach_pending) {
-                        s->detach_pending = false;
-                        relay_load_detach(r);
-                }
         }
         return 0;
 }
 
 /* agent -> daemon. 0, or the agent's side ended: -EPROTO for a malformed
  * header, another negative errno otherwise. */
-static int pump_up(Supervisor *s, bool readable, bool writable) {
+static int pump_up(Supervisor *s, bool readable) {
         Relay *r = &s->up;
-        for (int i = 0; i < PUMP_FRAMES; i++) {
-                if (!r->whole) {
-                        if (!readable)
-                                return 0;
-                        int k = relay_read(r, s->cfg.agent_fd);
-                        if (k <= 0)
-                                return k;
-                        if (r->drop || s->conn < 0) {
-                                relay_reset(r, s->conn < 0);
-                                continue;
-                        }
-                        writable = true;
+        for (int i = 0; i < PUMP_ROUNDS; i++) {
+                bool full = false;
+                int end = 0;
+                if (readable && relay_space(r) > 0) {
+                        size_t want = relay_space(r);
+                        ssize_t n = relay_fill(r, s->cfg.agent_fd);
+                        end = n < 0 ? (int)n : relay_scan(r);
+                        full = n > 0 && (size_t)n == want;
                 }
-                if (!writable || s->conn < 0)
-                        return 0;
-                int k = relay_write(r, s->conn);
-                if (k == 0)
-                        return 0;
-                if (k < 0) {
-                        daemon_left(s, k);
-                        continue;
+                relay_discard(r, s->conn >= 0);
+                if (s->conn >= 0 && relay_pending(r)) {
+                        int k = relay_flush(r, s->conn);
+                        if (k < 0)
+                                daemon_left(s, k);
                 }
-                relay_reset(r, false);
+                relay_compact(r);
+                /* At the agent's end, its last whole frames were passed on
+                 * first (as far as the daemon's socket takes them). */
+                if (end < 0)
+                        return end;
+                if (!full)
+                        return 0;
         }
         return 0;
 }
@@ -465,8 +500,7 @@ static void pending_handle(Supervisor *s, size_t i) {
         s->pending[i] = s->pending[--s->n_pending];
         /* Frames the agent begins from now on go to this daemon; the rest of
          * one begun while detached is still dropped. */
-        if (!s->up.whole && s->up.have == 0)
-                s->up.drop = false;
+        s->up.keep_from = s->up.end;
         supervisor_log(s->cfg.sandbox_id, "attached: protocol %u, %zu handles handed back", version,
                        s->cfg.n_keep);
 }
@@ -544,10 +578,12 @@ int supervisor_run(Supervisor *s) {
                 /* Backpressure: a side is read only while the frame from it
                  * has somewhere to go, and polled only for what we want of
                  * it (a hung-up fd polled for nothing would wake us forever). */
-                short agent_ev = (short)((s->up.whole ? 0 : POLLIN) | (s->down.whole ? POLLOUT : 0));
+                short agent_ev = (short)((relay_space(&s->up) > 0 ? POLLIN : 0) |
+                                         (relay_pending(&s->down) ? POLLOUT : 0));
                 short conn_ev = 0;
                 if (s->conn >= 0)
-                        conn_ev = (short)((s->down.whole ? 0 : POLLIN) | (s->up.whole ? POLLOUT : 0));
+                        conn_ev = (short)((relay_space(&s->down) > 0 ? POLLIN : 0) |
+                                          (relay_pending(&s->up) ? POLLOUT : 0));
                 p[POLL_SIGNAL] = (struct pollfd){ .fd = s->signal_fd, .events = POLLIN };
                 p[POLL_AGENT] = (struct pollfd){ .fd = agent_ev ? s->cfg.agent_fd : -1, .events = agent_ev };
                 p[POLL_CONN] = (struct pollfd){ .fd = conn_ev ? s->conn : -1, .events = conn_ev };
@@ -573,15 +609,15 @@ int supervisor_run(Supervisor *s) {
                         }
                 }
 
-                const short in = POLLIN | POLLHUP | POLLERR, out = POLLOUT | POLLHUP | POLLERR;
+                const short in = POLLIN | POLLHUP | POLLERR;
+                /* Writes are tried whenever whole frames wait: a non-blocking
+                 * write that would block says so at once. */
                 bool agent_in = (agent_ev & POLLIN) && (p[POLL_AGENT].revents & in);
-                bool agent_out = (agent_ev & POLLOUT) && (p[POLL_AGENT].revents & out);
                 bool conn_in = (conn_ev & POLLIN) && (p[POLL_CONN].revents & in);
-                bool conn_out = (conn_ev & POLLOUT) && (p[POLL_CONN].revents & out);
-                int r = pump_down(s, conn_in, agent_out);
+                int r = pump_down(s, conn_in);
                 if (r < 0)
                         return agent_ended(s, r);
-                r = pump_up(s, agent_in, conn_out);
+                r = pump_up(s, agent_in);
                 if (r < 0)
                         return agent_ended(s, r);
 
@@ -632,12 +668,11 @@ int supervisor_new(const SupervisorConfig *cfg, Supervisor **ret) {
         s->cfg = *cfg;
         s->conn = -1;
         s->signal_fd = -1;
-        s->up.buf = malloc(PROTO_HEADER_SIZE + PROTO_MAX_PAYLOAD);
-        s->down.buf = malloc(PROTO_HEADER_SIZE + PROTO_MAX_PAYLOAD);
+        s->up.buf = malloc(RELAY_CAP);
+        s->down.buf = malloc(RELAY_CAP);
         if (!s->up.buf || !s->down.buf)
                 return -ENOMEM;
-        relay_reset(&s->up, cfg->conn_fd < 0);
-        relay_reset(&s->down, false);
+        s->down.reserve = PROTO_HEADER_SIZE;
 
         int r;
         if ((r = set_nonblock(cfg->agent_fd)) < 0 || (r = set_nonblock(cfg->listen_fd)) < 0 ||

@@ -673,6 +673,95 @@ static void test_daemon_leaves_while_frame_is_written(void **state) {
         stop(&h);
 }
 
+/* Whole frames and the start of another in one write, then the daemon is
+ * gone: the agent gets the whole ones, then DETACH, and nothing of the rest. */
+static void test_daemon_leaves_after_whole_frames(void **state) {
+        Harness h;
+        start(&h, false);
+        uint8_t buf[3 * (PROTO_HEADER_SIZE + 1) + PROTO_HEADER_SIZE + 3];
+        size_t n = 0;
+        for (uint32_t i = 0; i < 3; i++) {
+                ProtoHeader hd = { .length = 1, .stream = 10 + i, .type = PROTO_EVENT };
+                assert_int_equal(proto_header_encode(&hd, buf + n), 0);
+                buf[n + PROTO_HEADER_SIZE] = (uint8_t)('a' + i);
+                n += PROTO_HEADER_SIZE + 1;
+        }
+        ProtoHeader part = { .length = 50, .stream = 20, .type = PROTO_EVENT };
+        assert_int_equal(proto_header_encode(&part, buf + n), 0);
+        memcpy(buf + n + PROTO_HEADER_SIZE, "xyz", 3);
+        n += PROTO_HEADER_SIZE + 3;
+        send_all(h.daemon, buf, n);
+        close(h.daemon);
+        h.daemon = -1;
+        expect_text(h.agent, PROTO_EVENT, 10, "a");
+        expect_text(h.agent, PROTO_EVENT, 11, "b");
+        expect_text(h.agent, PROTO_EVENT, 12, "c");
+        expect_detach(h.agent);
+        int conn = attach(&h, NULL, 0, NULL);
+        send_text(conn, PROTO_PING, 0, "next");
+        expect_text(h.agent, PROTO_PING, 0, "next");
+        close(conn);
+        expect_detach(h.agent);
+        stop(&h);
+}
+
+/* A malformed header behind whole frames of the same write: those frames
+ * still reach the agent, then DETACH. */
+static void test_daemon_malformed_after_whole_frames(void **state) {
+        Harness h;
+        start(&h, false);
+        uint8_t buf[PROTO_HEADER_SIZE + 2 + PROTO_HEADER_SIZE];
+        ProtoHeader hd = { .length = 2, .stream = 3, .type = PROTO_EVENT };
+        assert_int_equal(proto_header_encode(&hd, buf), 0);
+        memcpy(buf + PROTO_HEADER_SIZE, "ok", 2);
+        uint8_t bad[PROTO_HEADER_SIZE] = { 0, 0, 0, 0, 0, 0, 0, 0, PROTO_PING, 0, 1, 0 };
+        memcpy(buf + PROTO_HEADER_SIZE + 2, bad, sizeof bad);
+        send_all(h.daemon, buf, sizeof buf);
+        expect_text(h.agent, PROTO_EVENT, 3, "ok");
+        expect_detach(h.agent);
+        expect_eof(h.daemon);
+        stop(&h);
+}
+
+/* Megabytes each way, more than the supervisor holds: it reads only while
+ * it has room, and passes everything on whole and in order. */
+static void test_backpressure_keeps_order(void **state) {
+        Harness h;
+        start(&h, false);
+        enum { FRAMES = 64, SIZE = 64 * 1024 };
+        uint8_t *payload = malloc(SIZE);
+        assert_non_null(payload);
+        int pair[2][2] = { { h.daemon, h.agent }, { h.agent, h.daemon } };
+        for (int k = 0; k < 2; k++) {
+                pid_t child = fork();
+                assert_true(child >= 0);
+                if (child == 0) {
+                        for (uint32_t i = 0; i < FRAMES; i++) {
+                                memset(payload, (int)i, SIZE);
+                                if (proto_write_frame(pair[k][0], PROTO_DATA, PROTO_FD_OUT, i + 1, payload, SIZE) < 0)
+                                        _exit(1);
+                        }
+                        _exit(0);
+                }
+                /* 4 MiB: more than the sockets and the supervisor's buffer
+                 * hold, so the writer waits on the reader below. */
+                for (uint32_t i = 0; i < FRAMES; i++) {
+                        uint8_t *got;
+                        ProtoHeader hd = recv_frame(pair[k][1], &got);
+                        assert_int_equal(hd.stream, i + 1);
+                        assert_int_equal(hd.length, SIZE);
+                        memset(payload, (int)i, SIZE);
+                        assert_memory_equal(got, payload, SIZE);
+                        free(got);
+                }
+                int status;
+                assert_int_equal(waitpid(child, &status, 0), child);
+                assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        }
+        free(payload);
+        stop(&h);
+}
+
 static void test_daemon_malformed_detaches(void **state) {
         Harness h;
         start(&h, false);
@@ -990,7 +1079,10 @@ int main(void) {
                 cmocka_unit_test(test_privileges_dropped),
                 cmocka_unit_test(test_daemon_closes_mid_frame),
                 cmocka_unit_test(test_daemon_leaves_while_frame_is_written),
+                cmocka_unit_test(test_daemon_leaves_after_whole_frames),
                 cmocka_unit_test(test_daemon_malformed_detaches),
+                cmocka_unit_test(test_daemon_malformed_after_whole_frames),
+                cmocka_unit_test(test_backpressure_keeps_order),
                 cmocka_unit_test(test_reattach),
                 cmocka_unit_test(test_detached_discards_agent_frames),
                 cmocka_unit_test(test_agent_eof_exits),
