@@ -847,6 +847,10 @@ static void handle_frame(Agent *a, const ProtoHeader *h, const uint8_t *p) {
         }
         if (h->type == PROTO_DETACH) {
                 agent_detach(a);
+                /* A daemon taking the channel over: its token back, behind
+                 * all we queued before, tells it where our frames begin. */
+                if (h->length > 0)
+                        agent_send_frame(a, PROTO_DETACH, 0, 0, p, h->length);
                 return;
         }
         if (h->type == PROTO_ATTACH) {

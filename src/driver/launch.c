@@ -558,8 +558,7 @@ int launch_handles(DriverInstance *inst, int *fds, size_t *n, char *state, size_
         return 0;
 }
 
-/* The pid a pidfd refers to, from its fdinfo: -1 once the process is gone. */
-static int pidfd_pid(int pidfd, pid_t *ret) {
+int launch_pidfd_pid(int pidfd, pid_t *ret) {
         char path[64];
         snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
         FILE *f = fopen(path, "re");
@@ -589,7 +588,7 @@ int launch_adopt(const Driver *d, const DriverSpec *spec, const char *state, int
                        state[used] != '\0' || pid <= 1 || (tmpfs != 0 && tmpfs != 1)))
                 r = -EBADMSG;
         pid_t now = 0;
-        if (r == 0 && (pidfd_pid(pidfd, &now) < 0 || now != pid || pidfd_ended(pidfd, 0)))
+        if (r == 0 && (launch_pidfd_pid(pidfd, &now) < 0 || now != pid || pidfd_ended(pidfd, 0)))
                 r = -ESRCH;
         DriverInstance *inst = r == 0 ? launch_instance_new(d, spec) : NULL;
         if (r == 0 && !inst)

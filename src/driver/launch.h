@@ -146,6 +146,9 @@ int launch_handles(DriverInstance *inst, int *fds, size_t *n, char *state, size_
 int launch_adopt(const Driver *d, const DriverSpec *spec, const char *state, int *fds, size_t n,
                  DriverInstance **ret);
 void launch_let_go(DriverInstance *inst);
+/* The pid a pidfd refers to, from its fdinfo ("Pid:"; -1 once the process
+ * is gone): what a later daemon checks a kept pidfd against. */
+int launch_pidfd_pid(int pidfd, pid_t *ret);
 /* Kills what is left in the spec's cgroup, removes it, unmounts. */
 int launch_reap_orphan(const DriverSpec *spec);
 /* The driver table's snapshot_disk and restore_disk over rootfs.c's layer. */

@@ -24,6 +24,7 @@
 #include "common/path.h"
 #include "common/timeutil.h"
 #include "driver/microvm_disk.h"
+#include "driver/microvm_guest.h"
 #include "driver/microvm_initramfs.h"
 #include "driver/microvm_kvm.h"
 #include "driver/microvm_snapshot.h"
@@ -131,17 +132,45 @@ static int start_booted(const MicrovmStart *s, const char *p_upper, int *ret_fd,
         return r;
 }
 
-static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
+/* The VM's shape from the spec, with the defaults and bounds a start gives
+ * it; a take-over recomputes it to know the saved guest's key. */
+static int vm_shape(const DriverSpec *spec, MicrovmStart *s) {
         int r = microvm_spec_check(spec);
         if (r < 0)
                 return r;
-        unsigned vcpu = spec->vcpu ? spec->vcpu : 1;
-        unsigned mem = spec->memory_mib;
-        unsigned disk = spec->disk_mib ? spec->disk_mib : 1024;
-        if (vcpu > MICROVM_MAX_VCPU || mem < MICROVM_MIN_MEMORY_MIB || disk > MAX_DISK_MIB)
+        s->spec = spec;
+        s->vcpu = spec->vcpu ? spec->vcpu : 1;
+        s->mem = spec->memory_mib;
+        s->disk = spec->disk_mib ? spec->disk_mib : 1024;
+        s->pids = spec->pids_max;
+        if (s->vcpu > MICROVM_MAX_VCPU || s->mem < MICROVM_MIN_MEMORY_MIB || s->disk > MAX_DISK_MIB)
                 return -EINVAL;
-        if (disk < MIN_DISK_MIB)
-                disk = MIN_DISK_MIB;
+        if (s->disk < MIN_DISK_MIB)
+                s->disk = MIN_DISK_MIB;
+        return 0;
+}
+
+/* The files of a VM: the sandbox's and the image's. */
+typedef struct VmPaths {
+        char log[PATH_MAX], console[PATH_MAX], upper[PATH_MAX], kernel[PATH_MAX], root[PATH_MAX], modules[PATH_MAX];
+} VmPaths;
+
+static int vm_paths(const DriverSpec *spec, VmPaths *p) {
+        if (path_join(p->log, sizeof(p->log), spec->sandbox_dir, "vmm.log") < 0 ||
+            path_join(p->console, sizeof(p->console), spec->sandbox_dir, "console.log") < 0 ||
+            path_join(p->upper, sizeof(p->upper), spec->sandbox_dir, "upper.ext4") < 0 ||
+            path_join(p->kernel, sizeof(p->kernel), spec->image_dir, "microvm/vmlinuz") < 0 ||
+            path_join(p->root, sizeof(p->root), spec->image_dir, "microvm/root.ext4") < 0 ||
+            path_join(p->modules, sizeof(p->modules), spec->image_dir, "microvm/modules") < 0)
+                return -ENAMETOOLONG;
+        return 0;
+}
+
+static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
+        MicrovmStart s = { 0 };
+        int r = vm_shape(spec, &s);
+        if (r < 0)
+                return r;
         const char *qemu = microvm_qemu_binary();
         if (!qemu) {
                 driver_error(err, "QEMU (qemu-system-x86_64) is not installed on this host");
@@ -168,27 +197,24 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
         if (mkdir(spec->sandbox_dir, 0700) < 0 && errno != EEXIST)
                 return -errno;
 
-        char p_log[PATH_MAX], p_console[PATH_MAX], p_upper[PATH_MAX], p_kernel[PATH_MAX], p_root[PATH_MAX],
-                p_modules[PATH_MAX];
-        if (path_join(p_log, sizeof(p_log), spec->sandbox_dir, "vmm.log") < 0 ||
-            path_join(p_console, sizeof(p_console), spec->sandbox_dir, "console.log") < 0 ||
-            path_join(p_upper, sizeof(p_upper), spec->sandbox_dir, "upper.ext4") < 0 ||
-            path_join(p_kernel, sizeof(p_kernel), spec->image_dir, "microvm/vmlinuz") < 0 ||
-            path_join(p_root, sizeof(p_root), spec->image_dir, "microvm/root.ext4") < 0 ||
-            path_join(p_modules, sizeof(p_modules), spec->image_dir, "microvm/modules") < 0)
-                return -ENAMETOOLONG;
+        VmPaths p;
+        if ((r = vm_paths(spec, &p)) < 0)
+                return r;
+        const char *p_upper = p.upper;
 
         /* QEMU's own messages and the start's: the daemon's log gets the
          * reason of a failure from here. Truncated at each start. */
         _cleanup_close_ int log_fd =
-                open(p_log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+                open(p.log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (log_fd < 0)
                 return -errno;
-        MicrovmStart s = {
-                .spec = spec, .qemu = qemu, .accel = microvm_accel(p_kernel, NULL, 0), .vcpu = vcpu, .mem = mem,
-                .disk = disk, .pids = spec->pids_max, .log_fd = log_fd, .p_kernel = p_kernel, .p_root = p_root,
-                .p_modules = p_modules, .p_console = p_console,
-        };
+        s.qemu = qemu;
+        s.accel = microvm_accel(p.kernel, NULL, 0);
+        s.log_fd = log_fd;
+        s.p_kernel = p.kernel;
+        s.p_root = p.root;
+        s.p_modules = p.modules;
+        s.p_console = p.console;
 
         /* A copy of a memory snapshot resumes the saved guest once, on the
          * disk restore_disk made; it fails rather than boot in its place:
@@ -233,6 +259,50 @@ static void microvm_stop(DriverInstance *inst, const char **ret_reason) {
         microvm_vm_free(inst);
         if (ret_reason)
                 *ret_reason = reason;
+}
+
+/* Live restore: a VM an earlier daemon started, from what its supervisor
+ * kept (microvm_vm_handles). */
+static int microvm_adopt(const DriverSpec *spec, const char *state, int *fds, size_t n, DriverInstance **ret) {
+        MicrovmStart s = { 0 };
+        MicrovmVmState st;
+        VmPaths p;
+        _cleanup_close_ int log_fd = -1;
+        int r;
+        if ((r = vm_shape(spec, &s)) == 0 && (r = vm_paths(spec, &p)) == 0 &&
+            (r = microvm_vm_state_parse(state, &st)) == 0) {
+                log_fd = open(p.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (log_fd < 0)
+                        r = -errno;
+        }
+        if (r < 0) {
+                for (size_t i = 0; i < n; i++)
+                        if (fds[i] >= 0)
+                                close(fds[i]);
+                return r;
+        }
+        s.qemu = microvm_qemu_binary();
+        s.accel = st.accel;
+        s.log_fd = log_fd;
+        s.p_kernel = p.kernel;
+        s.p_root = p.root;
+        s.p_modules = p.modules;
+        s.p_console = p.console;
+        /* Its guest can be saved (a memory snapshot records the key) only
+         * while the files it was started from are the ones the key names
+         * now: after an upgrade of QEMU, the kernel, the image or the agent
+         * the running guest is not what the recomputed key would say. */
+        char key[4096];
+        bool same = st.has_key && s.qemu && microvm_saved_guest_key(&s, key, sizeof(key)) == 0 &&
+                    fnv1a64_str(FNV1A64_INIT, key) == st.key_hash;
+        uint64_t t0 = time_now_mono_ms();
+        r = microvm_vm_adopt(&s, &st, p.upper, same ? key : NULL, fds, n, ret);
+        if (r == 0)
+                dprintf(log_fd, "runtimed: taken over by a new daemon in %llu ms%s\n",
+                        (unsigned long long)(time_now_mono_ms() - t0), same ? "" : " (no memory snapshots of it)");
+        else
+                dprintf(log_fd, "runtimed: a new daemon could not take it over: %s\n", strerror(-r));
+        return r;
 }
 
 static int microvm_destroy(const DriverSpec *spec) {
@@ -336,4 +406,7 @@ const Driver driver_microvm = {
         .snapshot_disk = microvm_snapshot_disk,
         .restore_disk = microvm_restore_disk,
         .snapshot_memory = microvm_snapshot_memory,
+        .handles = microvm_vm_handles,
+        .adopt = microvm_adopt,
+        .release = microvm_vm_release,
 };

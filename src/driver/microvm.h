@@ -8,7 +8,7 @@
  *   microvm.c            the driver's operations (probe, start, stop, ...)
  *   microvm_kvm.c        whether KVM really runs a guest here
  *   microvm_spawn.c      QEMU on the shared launcher (launch.c): uid, seccomp, cgroup
- *   microvm_vmm.c        one QEMU process: command line, console, kill, stats
+ *   microvm_vmm.c        one QEMU process: command line, console, kill, stats, hand-over
  *   microvm_guest.c      what a guest is made of: its kernel command line, a saved guest's key
  *   microvm_disk.c       the sandbox's upper disk (mke2fs, sparse copies)
  *   microvm_initramfs.c  the initramfs of a start (the agent and modules)

@@ -1,6 +1,7 @@
 #include "driver/microvm_qmp.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,6 +10,27 @@
 #include <stdint.h>
 
 #include "common/timeutil.h"
+
+/* Reads what the monitor has, waiting up to a second for it: 0 (call again),
+ * -ETIMEDOUT past the deadline, -EPIPE at its end, or a negative errno. */
+static int qmp_fill(MicrovmQmp *q, int64_t deadline) {
+        int64_t left = deadline - (int64_t)time_now_mono_ms();
+        if (left <= 0)
+                return -ETIMEDOUT;
+        struct pollfd pf = { .fd = q->fd, .events = POLLIN };
+        int k = poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
+        if (k < 0 && errno != EINTR)
+                return -errno;
+        if (k <= 0)
+                return 0;
+        ssize_t got = read(q->fd, q->buf + q->len, sizeof(q->buf) - q->len);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN))
+                return 0;
+        if (got <= 0)
+                return got < 0 ? -errno : -EPIPE;
+        q->len += (size_t)got;
+        return 0;
+}
 
 /* The next reply (not an event) as a JSON object, by the deadline. */
 static int qmp_reply(MicrovmQmp *q, int64_t deadline, json_t **ret) {
@@ -32,21 +54,9 @@ static int qmp_reply(MicrovmQmp *q, int64_t deadline, json_t **ret) {
                 }
                 if (q->len == sizeof(q->buf))
                         return -EPROTO;
-                int64_t left = deadline - (int64_t)time_now_mono_ms();
-                if (left <= 0)
-                        return -ETIMEDOUT;
-                struct pollfd pf = { .fd = q->fd, .events = POLLIN };
-                int k = poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
-                if (k < 0 && errno != EINTR)
-                        return -errno;
-                if (k <= 0)
-                        continue;
-                ssize_t got = read(q->fd, q->buf + q->len, sizeof(q->buf) - q->len);
-                if (got < 0 && (errno == EINTR || errno == EAGAIN))
-                        continue;
-                if (got <= 0)
-                        return got < 0 ? -errno : -EPIPE;
-                q->len += (size_t)got;
+                int r = qmp_fill(q, deadline);
+                if (r < 0)
+                        return r;
         }
 }
 
@@ -88,6 +98,43 @@ int microvm_qmp_exec(MicrovmQmp *q, const char *cmd, int pass_fd, int64_t deadli
                 *ret = json_incref(json_object_get(o, "return"));
         json_decref(o);
         return 0;
+}
+
+int microvm_qmp_resync(MicrovmQmp *q, const char *execute, int64_t deadline) {
+        /* Unique enough: only a reply to this very command may carry it. */
+        char id[64], cmd[160];
+        snprintf(id, sizeof(id), "runtimed-resync-%d-%lld", (int)getpid(), (long long)time_now_mono_ms());
+        int n = snprintf(cmd, sizeof(cmd), "{\"execute\":\"%s\",\"id\":\"%s\"}\n", execute, id);
+        if (n < 0 || (size_t)n >= sizeof(cmd))
+                return -EINVAL;
+        q->len = 0;
+        ssize_t w;
+        do
+                w = send(q->fd, cmd, (size_t)n, MSG_NOSIGNAL);
+        while (w < 0 && errno == EINTR);
+        if (w != n)
+                return w < 0 ? -errno : -EIO;
+        for (;;) {
+                char *nl;
+                while ((nl = memchr(q->buf, '\n', q->len))) {
+                        size_t line = (size_t)(nl - q->buf) + 1;
+                        json_t *o = json_loadb(q->buf, line - 1, 0, NULL);
+                        const char *got = json_string_value(json_object_get(o, "id"));
+                        bool ours = got && strcmp(got, id) == 0;
+                        json_decref(o);
+                        memmove(q->buf, q->buf + line, q->len - line);
+                        q->len -= line;
+                        if (ours)
+                                return 0;
+                }
+                /* A line longer than the buffer is nobody's reply to us:
+                 * dropped, its end is dropped with the next newline. */
+                if (q->len == sizeof(q->buf))
+                        q->len = 0;
+                int r = qmp_fill(q, deadline);
+                if (r < 0)
+                        return r;
+        }
 }
 
 int microvm_qmp_save(MicrovmQmp *q, int state_fd, int64_t deadline, char *why, size_t why_len) {

@@ -22,6 +22,14 @@ typedef struct MicrovmQmp {
 int microvm_qmp_exec(MicrovmQmp *q, const char *cmd, int pass_fd, int64_t deadline, json_t **ret, char *why,
                      size_t why_len);
 
+/* Brings back in step a monitor that another client used before (an earlier
+ * daemon, killed in the middle of a command): its reply, or the rest of a
+ * reply it had half read, may still wait in the socket, and would be taken
+ * for the answer to the next command. Sends `execute` (a command without
+ * arguments) with an id of its own and drops every line up to the reply that
+ * carries that id, whatever it says: 0, -ETIMEDOUT, -EPIPE. */
+int microvm_qmp_resync(MicrovmQmp *q, const char *execute, int64_t deadline);
+
 /* Saves the guest (QMP migrate) into state_fd, a file, and waits for the
  * save to complete: a running guest is saved live and left stopped, a
  * stopped one in one pass. -EIO with the reason in why. */

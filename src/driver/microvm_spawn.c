@@ -82,6 +82,14 @@ int microvm_vmm_cgroup(const DriverSpec *spec, MicrovmAccel accel, unsigned mem,
         return 0;
 }
 
+int microvm_vmm_cgroup_open(const DriverSpec *spec, Cgroup **ret) {
+        return launch_cgroup(spec, false, ret);
+}
+
+int microvm_pidfd_pid(int pidfd, pid_t *ret) {
+        return launch_pidfd_pid(pidfd, ret);
+}
+
 int microvm_vmm_cgroup_kill(const DriverSpec *spec) {
         if (!spec || !spec->id || !cgroup_name_valid(spec->id, false) ||
             (spec->cgroup_parent && !cgroup_name_valid(spec->cgroup_parent, true)))

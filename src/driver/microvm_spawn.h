@@ -36,6 +36,11 @@ int microvm_spawn_qemu(const MicrovmSpawn *sp, pid_t *ret_pid);
 /* The VMM's cgroup for sandbox spec->id, created with the limits of a guest
  * of mem MiB and vcpu CPUs under accel (guest RAM plus QEMU's overhead). */
 int microvm_vmm_cgroup(const DriverSpec *spec, MicrovmAccel accel, unsigned mem, unsigned vcpu, Cgroup **ret);
+/* The VMM cgroup of spec->id as it is (a daemon taking a running VM
+ * over): -ENOENT when there is none. */
+int microvm_vmm_cgroup_open(const DriverSpec *spec, Cgroup **ret);
+/* The pid a pidfd refers to (launch_pidfd_pid): -1 once it is gone. */
+int microvm_pidfd_pid(int pidfd, pid_t *ret);
 /* Kills whatever is left in the VMM cgroup of spec->id and removes it, from
  * the spec alone (after a daemon restart too). -ENOENT when there is none. */
 int microvm_vmm_cgroup_kill(const DriverSpec *spec);

@@ -12,6 +12,10 @@
  * no_new_privs, the sandbox seccomp policy and QEMU's own -sandbox, with no
  * NIC and nothing of the host open but the descriptors it is handed: it
  * never opens a path of the sandbox or of the image itself.
+ *
+ * A VM outlives the daemon that started it (live restore): the sandbox's
+ * supervisor keeps what the next daemon takes it over with (the end of this
+ * file).
  */
 #include "driver/microvm_vmm.h"
 
@@ -24,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -43,6 +48,15 @@
 /* QEMU's own messages (stderr) kept in vmm.log: a guest may be able to make
  * QEMU complain repeatedly; what is past this is dropped. */
 #define VMM_LOG_MAX (64u * 1024u)
+/* What the serial console's socket holds while no daemon reads it (live
+ * restore: between a daemon's end and the next one's take-over). QEMU writes
+ * the console a byte at a time, and a unix socket charges each write a whole
+ * buffer (about 768 bytes here), so this holds about 5 KiB of console output
+ * (a panic's trace); past that the guest's serial port waits (docs/microvm.md,
+ * "Live restore"). */
+#define CONSOLE_SOCKET_BUF (2u * 1024u * 1024u)
+/* How long a daemon taking a VM over waits for its monitor to answer. */
+#define QMP_ADOPT_TIMEOUT_MS 10000
 
 struct DriverInstance {
         char *id;
@@ -50,6 +64,11 @@ struct DriverInstance {
         char *upper_path;
         pid_t pid;
         int pidfd;
+        /* Started by an earlier daemon (live restore): QEMU is not our
+         * child, its pidfd says when it ends, and its wait status is
+         * nobody's to read. */
+        bool adopted;
+        MicrovmAccel accel;
         bool exited;
         bool died_before_stop;
         int wait_status;
@@ -60,6 +79,10 @@ struct DriverInstance {
         int vmm_log_fd;
         pthread_t console_thread;
         bool console_running;
+        int stop_fd; /* eventfd: the console thread drains what waits, then ends */
+        /* What console.log and vmm.log held when the thread began (a VM
+         * taken over: their bounds count what an earlier daemon wrote). */
+        uint64_t console_log_len, vmm_log_len;
         /* QEMU's monitor, for pause and resume; NULL when the caller kept
          * the monitor (a template being made). qmp_ready once negotiated. */
         MicrovmQmp *qmp;
@@ -106,23 +129,46 @@ static int console_append(ConsoleRing *c, int fd, const uint8_t *buf, size_t n) 
         return 0;
 }
 
+/* A console.log an earlier daemon wrote: the ring starts with its last
+ * bytes, so that its rewrite at the bound keeps them. */
+static void console_seed(ConsoleRing *c, int fd) {
+        static const size_t keep = MICROVM_CONSOLE_KEEP;
+        size_t want = c->file_len < keep ? (size_t)c->file_len : keep;
+        ssize_t n = want ? pread(fd, c->ring, want, (off_t)(c->file_len - want)) : 0;
+        c->len = n > 0 ? (size_t)n : 0;
+        c->pos = c->len % keep;
+}
+
 /* The supervisor thread of one VM: copies the guest's serial console into
  * console.log and QEMU's stderr into vmm.log, both bounded, until QEMU (which
- * holds the other ends) is gone. */
+ * holds the other ends) is gone, or until stop_fd says so: then what waits
+ * in both (up to a bound: a guest may go on printing) is copied first. */
 static void *console_main(void *userdata) {
         DriverInstance *inst = userdata;
-        ConsoleRing c = { .ring = malloc(MICROVM_CONSOLE_KEEP) };
-        uint64_t vmm_len = 0;
-        struct pollfd p[2] = {
+        ConsoleRing c = { .ring = malloc(MICROVM_CONSOLE_KEEP), .file_len = inst->console_log_len };
+        if (c.ring)
+                console_seed(&c, inst->console_log_fd);
+        uint64_t vmm_len = inst->vmm_log_len;
+        struct pollfd p[3] = {
                 { .fd = inst->console_fd, .events = POLLIN },
                 { .fd = inst->vmm_err_fd, .events = POLLIN },
+                { .fd = inst->stop_fd, .events = POLLIN },
         };
         uint8_t buf[4096];
+        bool stopping = false;
+        size_t drained = 0;
         while (p[0].fd >= 0 || p[1].fd >= 0) {
-                if (poll(p, 2, -1) < 0) {
+                int k = poll(p, 3, stopping ? 0 : -1);
+                if (k < 0) {
                         if (errno == EINTR)
                                 continue;
                         break;
+                }
+                if (k == 0 || drained > MICROVM_CONSOLE_MAX)
+                        break; /* told to stop, and nothing more waits */
+                if (p[2].fd >= 0 && p[2].revents) {
+                        stopping = true;
+                        p[2].fd = -1;
                 }
                 for (int i = 0; i < 2; i++) {
                         if (p[i].fd < 0 || !p[i].revents)
@@ -134,6 +180,8 @@ static void *console_main(void *userdata) {
                                 p[i].fd = -1; /* negative fds are ignored by poll */
                                 continue;
                         }
+                        if (stopping)
+                                drained += (size_t)n;
                         if (i == 0) {
                                 /* Without the ring (no memory) nothing is kept:
                                  * the bound matters more than the log. */
@@ -281,6 +329,8 @@ static void instance_release(DriverInstance *inst) {
                 close(inst->vmm_err_fd);
         if (inst->vmm_log_fd >= 0)
                 close(inst->vmm_log_fd);
+        if (inst->stop_fd >= 0)
+                close(inst->stop_fd);
         if (inst->qmp) {
                 close(inst->qmp->fd);
                 free(inst->qmp);
@@ -296,7 +346,75 @@ static void instance_release(DriverInstance *inst) {
         free(inst);
 }
 
+static DriverInstance *instance_new(const DriverSpec *spec, const char *upper_path) {
+        DriverInstance *inst = calloc(1, sizeof(*inst));
+        if (!inst)
+                return NULL;
+        inst->pid = -1;
+        inst->pidfd = inst->console_fd = inst->console_log_fd = inst->vmm_err_fd = inst->vmm_log_fd = -1;
+        inst->initrd_fd = inst->stop_fd = -1;
+        inst->id = strdup(spec->id);
+        inst->sandbox_dir = strdup(spec->sandbox_dir);
+        inst->upper_path = strdup(upper_path);
+        if (!inst->id || !inst->sandbox_dir || !inst->upper_path) {
+                instance_release(inst);
+                return NULL;
+        }
+        return inst;
+}
+
+static void console_start(DriverInstance *inst) {
+        inst->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (inst->stop_fd >= 0 && pthread_create(&inst->console_thread, NULL, console_main, inst) == 0) {
+                inst->console_running = true;
+                return;
+        }
+        /* Nobody would drain them: closed, QEMU's writes fail instead of
+         * blocking the guest (unless a supervisor holds them too). */
+        close(TAKE_FD(inst->console_fd));
+        close(TAKE_FD(inst->vmm_err_fd));
+}
+
+/* The console thread copies what waits, then ends: at once when QEMU is
+ * gone (it reads to the end), or leaving the rest in the socket for a later
+ * daemon when QEMU runs on. */
+static void console_stop(DriverInstance *inst) {
+        if (!inst->console_running)
+                return;
+        uint64_t one = 1;
+        (void)!write(inst->stop_fd, &one, sizeof(one));
+        pthread_join(inst->console_thread, NULL);
+        inst->console_running = false;
+}
+
+/* A pidfd's process has ended (a zombie counts), within timeout_ms. */
+static bool pidfd_gone(int pidfd, int timeout_ms) {
+        struct pollfd p = { .fd = pidfd, .events = POLLIN };
+        int r;
+        while ((r = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
+                ;
+        return r != 0;
+}
+
+/* An adopted QEMU is not our child: no waitpid, and no status to read. One
+ * that ended before the kill ended on its own, which for QEMU is an exit (a
+ * guest's power-off or panic); otherwise it reads as killed by us. */
+static int adopted_kill(DriverInstance *inst) {
+        if (!pidfd_gone(inst->pidfd, 0)) {
+                if (syscall(SYS_pidfd_send_signal, inst->pidfd, SIGKILL, NULL, 0) == 0 || errno != ESRCH) {
+                        (void)pidfd_gone(inst->pidfd, KILL_TIMEOUT_MS);
+                        return SIGKILL;
+                }
+        }
+        inst->died_before_stop = true;
+        return 0;
+}
+
 static void instance_kill(DriverInstance *inst) {
+        if (inst->pid > 0 && !inst->exited && inst->adopted) {
+                inst->wait_status = adopted_kill(inst);
+                inst->exited = true;
+        }
         if (inst->pid > 0 && !inst->exited) {
                 int status;
                 if (waitpid(inst->pid, &status, WNOHANG) == inst->pid) {
@@ -316,11 +434,9 @@ static void instance_kill(DriverInstance *inst) {
                 (void)cgroup_kill_all(inst->cg, KILL_TIMEOUT_MS);
                 (void)cgroup_remove(inst->cg);
         }
-        if (inst->console_running) {
-                /* QEMU held the only other end: its death ends the thread. */
-                pthread_join(inst->console_thread, NULL);
-                inst->console_running = false;
-        }
+        /* QEMU held the only other ends: the thread reads them to their
+         * end. */
+        console_stop(inst);
 }
 
 static int vm_launch(const VmLaunch *l, int *ret_fd, DriverInstance **ret) {
@@ -339,6 +455,11 @@ static int vm_launch(const VmLaunch *l, int *ret_fd, DriverInstance **ret) {
                 return -errno;
         _cleanup_close_ int console_r = cp[0];
         _cleanup_close_ int console_w = cp[1];
+        /* A unix stream socket queues against its writer's send buffer:
+         * QEMU's end is given room for the output of a guest whose daemon
+         * is away (root may exceed the system's bound; best effort). */
+        int sndbuf = CONSOLE_SOCKET_BUF;
+        (void)setsockopt(console_w, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
         _cleanup_close_ int console_log =
                 open(s->p_console, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (console_log < 0)
@@ -348,6 +469,12 @@ static int vm_launch(const VmLaunch *l, int *ret_fd, DriverInstance **ret) {
                 return -errno;
         _cleanup_close_ int vmm_err_r = ep[0];
         _cleanup_close_ int vmm_err_w = ep[1];
+        /* QEMU's end only (the two ends are separate open files): with no
+         * daemon to drain it, a full pipe drops QEMU's messages rather than
+         * stopping QEMU in a write a guest may have provoked. What it holds
+         * (64 KiB) is as much as vmm.log keeps. */
+        if (fcntl(vmm_err_w, F_SETFL, O_NONBLOCK) < 0)
+                return -errno;
         _cleanup_close_ int log_fd = fcntl(s->log_fd, F_DUPFD_CLOEXEC, 3);
         if (log_fd < 0)
                 return -errno;
@@ -357,19 +484,10 @@ static int vm_launch(const VmLaunch *l, int *ret_fd, DriverInstance **ret) {
         if (r < 0)
                 return r;
 
-        DriverInstance *inst = calloc(1, sizeof(*inst));
+        DriverInstance *inst = instance_new(s->spec, l->upper_path);
         if (!inst)
                 return -ENOMEM;
-        inst->pid = -1;
-        inst->pidfd = inst->console_fd = inst->console_log_fd = inst->vmm_err_fd = inst->vmm_log_fd = -1;
-        inst->initrd_fd = -1;
-        inst->id = strdup(s->spec->id);
-        inst->sandbox_dir = strdup(s->spec->sandbox_dir);
-        inst->upper_path = strdup(l->upper_path);
-        if (!inst->id || !inst->sandbox_dir || !inst->upper_path) {
-                instance_release(inst);
-                return -ENOMEM;
-        }
+        inst->accel = s->accel;
         int cgroup_fds[_CGROUP_HIER_MAX];
         for (size_t i = 0; i < ELEMENTSOF(cgroup_fds); i++)
                 cgroup_fds[i] = -1;
@@ -415,14 +533,7 @@ static int vm_launch(const VmLaunch *l, int *ret_fd, DriverInstance **ret) {
         console_w = -1;
         closep(&vmm_err_w);
         vmm_err_w = -1;
-        if (pthread_create(&inst->console_thread, NULL, console_main, inst) == 0) {
-                inst->console_running = true;
-        } else {
-                /* Nobody would drain them: closed, QEMU's writes fail
-                 * instead of blocking the guest. */
-                close(TAKE_FD(inst->console_fd));
-                close(TAKE_FD(inst->vmm_err_fd));
-        }
+        console_start(inst);
         *ret_fd = TAKE_FD(chan_host);
         *ret = inst;
         return 0;
@@ -636,4 +747,222 @@ int microvm_vm_stats(DriverInstance *inst, DriverStats *ret) {
                 s.disk_used_bytes = (uint64_t)st.st_blocks * 512;
         *ret = s;
         return 0;
+}
+
+/* ---- live restore ------------------------------------------------------------ */
+
+/* The kept descriptors, in this order. */
+enum { HANDLE_PIDFD, HANDLE_MONITOR, HANDLE_CONSOLE, HANDLE_VMM_ERR, HANDLE_INITRD };
+
+static bool name_valid(const char *s, size_t max) {
+        size_t n = strlen(s);
+        return n > 0 && n <= max &&
+               strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == n;
+}
+
+int microvm_vm_handles(DriverInstance *inst, int *fds, size_t *n, char *state, size_t state_len) {
+        if (!inst || *n < MICROVM_VM_HANDLES || !inst->qmp || inst->pidfd < 0 || inst->pid <= 1 || inst->exited ||
+            inst->console_fd < 0 || inst->vmm_err_fd < 0 || inst->initrd_fd < 0 || !inst->hostname ||
+            !name_valid(inst->hostname, MICROVM_HOSTNAME_MAX))
+                return -EOPNOTSUPP;
+        /* Negotiated now, once and for good (QMP has no way back), so that
+         * the state, which is written once, stays true. */
+        char why[256] = "";
+        MicrovmQmp *q;
+        int r = vm_monitor(inst, (int64_t)time_now_mono_ms() + QMP_TIMEOUT_MS, &q, why, sizeof(why));
+        if (r < 0)
+                return r;
+        char key[17] = "-";
+        if (inst->key)
+                snprintf(key, sizeof(key), "%016llx", (unsigned long long)fnv1a64_str(FNV1A64_INIT, inst->key));
+        int w = snprintf(state, state_len, "v=%d,pid=%d,qmp=1,accel=%s,host=%s,key=%s", MICROVM_VM_STATE_VERSION,
+                         (int)inst->pid, inst->accel == MICROVM_ACCEL_KVM ? "kvm" : "tcg", inst->hostname, key);
+        if (w < 0 || (size_t)w >= state_len)
+                return -ENAMETOOLONG;
+        const int mine[MICROVM_VM_HANDLES] = {
+                [HANDLE_PIDFD] = inst->pidfd,         [HANDLE_MONITOR] = inst->qmp->fd,
+                [HANDLE_CONSOLE] = inst->console_fd,  [HANDLE_VMM_ERR] = inst->vmm_err_fd,
+                [HANDLE_INITRD] = inst->initrd_fd,
+        };
+        for (size_t i = 0; i < MICROVM_VM_HANDLES; i++) {
+                fds[i] = fcntl(mine[i], F_DUPFD_CLOEXEC, 3);
+                if (fds[i] < 0) {
+                        r = -errno;
+                        while (i > 0)
+                                close(fds[--i]);
+                        return r;
+                }
+        }
+        *n = MICROVM_VM_HANDLES;
+        return 0;
+}
+
+/* The state's parts, each "name=value" and ',' between: strict, every
+ * field in its place, numbers in decimal without sign or leading zero. */
+static const char *take_lit(const char *p, const char *lit) {
+        size_t n = strlen(lit);
+        return p && strncmp(p, lit, n) == 0 ? p + n : NULL;
+}
+
+static const char *take_uint(const char *p, uint64_t max, uint64_t *ret) {
+        if (!p || *p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
+                return NULL;
+        uint64_t v = 0;
+        for (; *p >= '0' && *p <= '9'; p++) {
+                v = v * 10 + (uint64_t)(*p - '0');
+                if (v > max)
+                        return NULL;
+        }
+        *ret = v;
+        return p;
+}
+
+/* Up to the next ',' or the end: at most len - 1 characters. */
+static const char *take_word(const char *p, char *buf, size_t len) {
+        if (!p)
+                return NULL;
+        size_t n = strcspn(p, ",");
+        if (n == 0 || n >= len)
+                return NULL;
+        memcpy(buf, p, n);
+        buf[n] = '\0';
+        return p + n;
+}
+
+int microvm_vm_state_parse(const char *state, MicrovmVmState *ret) {
+        if (!state || strlen(state) > DRIVER_STATE_MAX)
+                return -EBADMSG;
+        uint64_t version = 0, pid = 0, qmp = 0;
+        char accel[8], host[MICROVM_HOSTNAME_MAX + 1], key[17];
+        const char *p = take_uint(take_lit(state, "v="), 1000, &version);
+        p = take_uint(take_lit(p, ",pid="), INT32_MAX, &pid);
+        p = take_uint(take_lit(p, ",qmp="), 1, &qmp);
+        p = take_word(take_lit(p, ",accel="), accel, sizeof(accel));
+        p = take_word(take_lit(p, ",host="), host, sizeof(host));
+        p = take_word(take_lit(p, ",key="), key, sizeof(key));
+        if (!p || *p != '\0' || version != MICROVM_VM_STATE_VERSION || pid <= 1 || !name_valid(host, sizeof(host) - 1))
+                return -EBADMSG;
+        MicrovmVmState st = { .pid = (pid_t)pid, .qmp_ready = qmp == 1 };
+        if (strcmp(accel, "tcg") == 0)
+                st.accel = MICROVM_ACCEL_TCG;
+        else if (strcmp(accel, "kvm") == 0)
+                st.accel = MICROVM_ACCEL_KVM;
+        else
+                return -EBADMSG;
+        if (strcmp(key, "-") != 0) {
+                if (strlen(key) != 16 || strspn(key, "0123456789abcdef") != 16)
+                        return -EBADMSG;
+                st.has_key = true;
+                st.key_hash = strtoull(key, NULL, 16);
+        }
+        memcpy(st.hostname, host, strlen(host) + 1);
+        *ret = st;
+        return 0;
+}
+
+/* Whether pid is a QEMU running as the sandbox's own VMM uid (every uid of
+ * /proc's Uid: line): a kept pidfd of anything else is not ours to take. */
+static bool vmm_process_is(pid_t pid, uid_t uid) {
+        char path[64], line[256];
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+        _cleanup_fclose_ FILE *f = fopen(path, "re");
+        if (!f)
+                return false;
+        bool name = false, ids = false;
+        while (fgets(line, sizeof(line), f)) {
+                unsigned u[4];
+                if (strncmp(line, "Name:", 5) == 0)
+                        name = strcmp(line + 5 + strspn(line + 5, " \t"), "qemu-system-x86\n") == 0;
+                else if (sscanf(line, "Uid: %u %u %u %u", &u[0], &u[1], &u[2], &u[3]) == 4)
+                        ids = u[0] == uid && u[1] == uid && u[2] == uid && u[3] == uid;
+        }
+        return name && ids;
+}
+
+static int adopt_check(DriverInstance *inst, const MicrovmVmState *st, const DriverSpec *spec) {
+        pid_t now = 0;
+        if (microvm_pidfd_pid(inst->pidfd, &now) < 0 || now != st->pid || pidfd_gone(inst->pidfd, 0))
+                return -ESRCH;
+        if (!vmm_process_is(st->pid, microvm_uid_for(spec->id)))
+                return -EBADMSG;
+        /* Still alive after the look: the pid was not another's meanwhile. */
+        if (pidfd_gone(inst->pidfd, 0))
+                return -ESRCH;
+        struct stat mon, con, err, initrd;
+        if (fstat(inst->qmp->fd, &mon) < 0 || fstat(inst->console_fd, &con) < 0 || fstat(inst->vmm_err_fd, &err) < 0 ||
+            fstat(inst->initrd_fd, &initrd) < 0 || !S_ISSOCK(mon.st_mode) || !S_ISSOCK(con.st_mode) ||
+            !S_ISFIFO(err.st_mode) || !S_ISREG(initrd.st_mode))
+                return -EBADMSG;
+        return microvm_vmm_cgroup_open(spec, &inst->cg) < 0 ? -ESRCH : 0;
+}
+
+int microvm_vm_adopt(const MicrovmStart *s, const MicrovmVmState *st, const char *upper, const char *key, int *fds,
+                     size_t n, DriverInstance **ret) {
+        DriverInstance *inst = n == MICROVM_VM_HANDLES ? instance_new(s->spec, upper) : NULL;
+        MicrovmQmp *qmp = inst ? calloc(1, sizeof(*qmp)) : NULL;
+        int r = n != MICROVM_VM_HANDLES ? -EBADMSG : !qmp ? -ENOMEM : 0;
+        for (size_t i = 0; i < n; i++)
+                if (fds[i] < 0)
+                        r = -EBADMSG;
+        if (r < 0) {
+                for (size_t i = 0; i < n; i++)
+                        if (fds[i] >= 0)
+                                close(fds[i]);
+                free(qmp);
+                instance_release(inst);
+                return r;
+        }
+        inst->pidfd = fds[HANDLE_PIDFD];
+        qmp->fd = fds[HANDLE_MONITOR];
+        inst->qmp = qmp;
+        inst->console_fd = fds[HANDLE_CONSOLE];
+        inst->vmm_err_fd = fds[HANDLE_VMM_ERR];
+        inst->initrd_fd = fds[HANDLE_INITRD];
+        inst->pid = st->pid;
+        inst->adopted = true;
+        inst->accel = st->accel;
+        r = adopt_check(inst, st, s->spec);
+        /* Appended to, never truncated: what the earlier daemons wrote
+         * stays, and counts against the bounds. */
+        struct stat cl, vl;
+        if (r == 0) {
+                inst->console_log_fd = open(s->p_console, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+                inst->vmm_log_fd = fcntl(s->log_fd, F_DUPFD_CLOEXEC, 3);
+                if (inst->console_log_fd < 0 || inst->vmm_log_fd < 0 || fstat(inst->console_log_fd, &cl) < 0 ||
+                    fstat(inst->vmm_log_fd, &vl) < 0)
+                        r = -errno;
+        }
+        if (r == 0) {
+                inst->console_log_len = (uint64_t)cl.st_size;
+                inst->vmm_log_len = (uint64_t)vl.st_size;
+                inst->hostname = strdup(st->hostname);
+                inst->key = key ? strdup(key) : NULL;
+                if (!inst->hostname || (key && !inst->key))
+                        r = -ENOMEM;
+        }
+        /* The earlier daemon may have died in the middle of a command:
+         * whatever of its answer waits is dropped. Negotiated already
+         * (handles saw to it); a state that says otherwise gets the
+         * negotiation, which answers either way. */
+        if (r == 0)
+                r = microvm_qmp_resync(qmp, st->qmp_ready ? "query-status" : "qmp_capabilities",
+                                       (int64_t)time_now_mono_ms() + QMP_ADOPT_TIMEOUT_MS);
+        if (r < 0) {
+                instance_release(inst); /* QEMU runs on: a failed take-over is the caller's to end */
+                return r;
+        }
+        inst->qmp_ready = true;
+        console_start(inst);
+        *ret = inst;
+        return 0;
+}
+
+void microvm_vm_release(DriverInstance *inst) {
+        if (!inst)
+                return;
+        /* What the console thread read is written; the rest waits in the
+         * socket and the pipe, which the supervisor holds open, for the
+         * next daemon. */
+        console_stop(inst);
+        instance_release(inst);
 }

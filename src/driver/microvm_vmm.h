@@ -21,7 +21,10 @@ int microvm_vm_start(const MicrovmStart *s, const char *hostname, int initrd_fd,
 
 /* Kills QEMU (and anything else in the cgroup), reaps it, ends the console
  * thread, removes the cgroup: the reason for Driver.stop ("exited",
- * "killed", "oom"), NULL when it was alive. Idempotent. */
+ * "killed", "oom"), NULL when it was alive. Idempotent. A QEMU an earlier
+ * daemon started is killed through its pidfd and not reaped (it is not our
+ * child): having no wait status, it reads "exited" when it had ended before
+ * the stop ("oom" as always). */
 const char *microvm_vm_stop(DriverInstance *inst);
 /* microvm_vm_stop, then frees. NULL is a no-op. */
 void microvm_vm_free(DriverInstance *inst);
@@ -47,3 +50,46 @@ const char *microvm_vm_hostname(const DriverInstance *inst);
 int microvm_vm_initrd_fd(const DriverInstance *inst);
 const char *microvm_vm_key(const DriverInstance *inst);
 const char *microvm_vm_upper_path(const DriverInstance *inst);
+
+/*
+ * Live restore (docs/lifecycle.md, docs/microvm.md): a running VM handed to
+ * the sandbox's supervisor at one daemon's end and taken over by the next.
+ * handles keeps MICROVM_VM_HANDLES descriptors (QEMU's pidfd, our end of its
+ * monitor, the read ends of its console and of its stderr, its initramfs) and
+ * a state "v=1,pid=N,qmp=1,accel=tcg|kvm,host=NAME,key=HEX|-": QEMU's pid,
+ * that the monitor is negotiated, the accelerator, the name on the guest
+ * kernel's command line, and FNV-1a 64 of the saved guest's key ("-": none),
+ * which the key recomputed from the same files must match to be kept.
+ */
+#define MICROVM_VM_HANDLES 5
+#define MICROVM_VM_STATE_VERSION 1
+#define MICROVM_HOSTNAME_MAX 64
+
+typedef struct MicrovmVmState {
+        pid_t pid;
+        bool qmp_ready;
+        MicrovmAccel accel;
+        char hostname[MICROVM_HOSTNAME_MAX + 1];
+        bool has_key;
+        uint64_t key_hash;
+} MicrovmVmState;
+
+/* Driver.handles of a VM: its monitor is negotiated first. -EOPNOTSUPP for
+ * a VM that cannot be handed over (no monitor of ours, no pidfd). */
+int microvm_vm_handles(DriverInstance *inst, int *fds, size_t *n, char *state, size_t state_len);
+/* Parses a state handles wrote (an earlier daemon's: untrusted), strictly:
+ * 0, or -EBADMSG. */
+int microvm_vm_state_parse(const char *state, MicrovmVmState *ret);
+/* The instance of a VM an earlier daemon started, from st and the
+ * descriptors handles kept (taken over, also on failure). Checks that the
+ * pidfd is still st->pid's, a QEMU running as the sandbox's VMM uid, that
+ * the cgroup is there, and brings the monitor back in step; reopens
+ * console.log (s->p_console) and takes s->log_fd (vmm.log) to append to.
+ * key: the saved guest's key, or NULL when it cannot be known. -ESRCH when
+ * QEMU is gone, -EBADMSG for descriptors or a process that are not such a
+ * VM's. A failure leaves QEMU running. */
+int microvm_vm_adopt(const MicrovmStart *s, const MicrovmVmState *st, const char *upper, const char *key, int *fds,
+                     size_t n, DriverInstance **ret);
+/* Driver.release: the console thread copies what waits and ends, our
+ * descriptors close, the instance goes; QEMU and its cgroup stay. */
+void microvm_vm_release(DriverInstance *inst);

@@ -38,8 +38,9 @@ static uint32_t max_length_for(uint8_t type) {
                 return 4;
         case PROTO_EOF:
         case PROTO_CANCEL:
-        case PROTO_DETACH:
                 return 0;
+        case PROTO_DETACH:
+                return PROTO_MAX_DETACH_TOKEN;
         default:
                 return PROTO_MAX_JSON;
         }

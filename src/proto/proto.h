@@ -31,6 +31,7 @@
 #define PROTO_INITIAL_WINDOW (1024u * 1024u)
 /* Control payloads (JSON) are much smaller than data frames. */
 #define PROTO_MAX_JSON (64u * 1024u)
+#define PROTO_MAX_DETACH_TOKEN 32u
 
 typedef enum ProtoType {
         PROTO_HELLO = 1,  /* agent -> host, stream 0, JSON {"version","pid",...} */
@@ -43,10 +44,13 @@ typedef enum ProtoType {
         PROTO_CANCEL = 8, /* abort the stream (kills an exec's process group) */
         PROTO_PING = 9,   /* stream 0; payload echoed back in PONG */
         PROTO_PONG = 10,
-        /* stream 0, no payload: the host's side of the channel (the sandbox's
-         * supervisor) says the daemon went away. The agent keeps its
-         * processes running and holds their output (bounded) until an
-         * ATTACH; every other stream ends without a frame. */
+        /* stream 0: the host's side of the channel says the daemon went
+         * away (the sandbox's supervisor, no payload), or a daemon taking
+         * the channel over marks where its frames begin (a token of up to
+         * PROTO_MAX_DETACH_TOKEN bytes, which the agent echoes back in a
+         * DETACH of its own after everything it sent before). The agent
+         * keeps its processes running and holds their output (bounded)
+         * until an ATTACH; every other stream ends without a frame. */
         PROTO_DETACH = 11,
         /* host -> agent, stream 0, JSON {}: a daemon takes the channel over.
          * The agent answers a HELLO whose "attached" lists the processes it

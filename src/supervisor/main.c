@@ -41,13 +41,13 @@ static const struct option options[] = {
  * then do no more than relay bytes. Names an architecture lacks are skipped
  * (some have only ppoll, some only clock_gettime64). */
 static const char *const allowed[] = {
-        /* The relay. */
+        /* The loop, the signalfd, the agent's channel while detached. */
         "read", "write", "poll", "ppoll", "close",
         /* The listening socket, its peers' credentials and handshakes. */
         "accept4", "getsockopt", "recvmsg", "sendmsg",
         /* The handshakes' deadlines, where the vDSO falls back to the kernel. */
         "clock_gettime", "clock_gettime64",
-        /* Freeing the frame buffers, and the end. */
+        /* Freeing the buffer, and the end. */
         "munmap", "exit_group",
         /* A poll with a timeout resumed after SIGSTOP and SIGCONT. */
         "restart_syscall",

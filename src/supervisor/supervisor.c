@@ -18,10 +18,11 @@
 #include "common/timeutil.h"
 #include "proto/proto.h"
 
-/* Reads each way, and connections accepted, before poll() is asked again:
- * one busy direction must not starve the other or the socket. */
-#define PUMP_ROUNDS 16
+/* Connections accepted, and reads of what the agent sends while detached,
+ * before poll() is asked again. */
 #define ACCEPT_BURST 8
+#define DRAIN_READS 16
+#define DRAIN_BUF (64u * 1024u)
 
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
@@ -30,129 +31,6 @@ static const char reply_busy[] = "NO busy\n";
 static const char reply_version[] = "NO version " STRINGIFY(SUPERVISOR_PROTOCOL_VERSION) "\n";
 static const char reply_nonce[] = "NO nonce\n";
 static const char reply_malformed[] = "NO malformed\n";
-
-/* One direction of the relay: a buffer of bytes read, of which only whole
- * frames are ever written on. [start, ready) are whole frames not yet written,
- * [ready, end) the beginning of the next frame. One read takes what the socket
- * has and one write passes on every whole frame in it, so that a burst of
- * small frames (an exec's start, output and exit) costs a read and a write,
- * not two reads and a write each. Nothing is read while the buffer is full:
- * the backpressure of the other side. */
-typedef struct Relay {
-        uint8_t *buf;     /* RELAY_CAP bytes */
-        size_t start;     /* the first byte not written yet */
-        size_t ready;     /* the end of the whole frames */
-        size_t end;       /* the end of the bytes read */
-        size_t reserve;   /* bytes kept free at the end (down: room for our DETACH) */
-        size_t keep_from; /* up: a frame whose header was read before this offset goes nowhere */
-        bool detach_last; /* down: the last whole frame is our own DETACH */
-} Relay;
-
-/* Room for the largest frame wherever a partial one begins after a
- * compaction, plus slack for the frames read with it, plus our DETACH. */
-#define RELAY_SLACK (64u * 1024u)
-#define RELAY_CAP (PROTO_HEADER_SIZE + PROTO_MAX_PAYLOAD + RELAY_SLACK + PROTO_HEADER_SIZE)
-
-static size_t relay_space(const Relay *r) {
-        return RELAY_CAP - r->reserve - r->end;
-}
-
-static bool relay_pending(const Relay *r) {
-        return r->start < r->ready;
-}
-
-/* Moves the beginning of a frame to the front once every whole frame before
- * it is out: a frame begun near the end then has room to finish. */
-static void relay_compact(Relay *r) {
-        if (r->start != r->ready || r->start == 0)
-                return;
-        size_t tail = r->end - r->start;
-        if (tail > 0)
-                memmove(r->buf, r->buf + r->start, tail);
-        r->keep_from = r->keep_from > r->start ? r->keep_from - r->start : 0;
-        r->start = r->ready = 0;
-        r->end = tail;
-}
-
-/* Advances ready over the whole frames read: 0, or -EPROTO for a malformed
- * header (ready stops before it). */
-static int relay_scan(Relay *r) {
-        while (r->end - r->ready >= PROTO_HEADER_SIZE) {
-                ProtoHeader h;
-                if (proto_header_decode(r->buf + r->ready, &h) < 0)
-                        return -EPROTO;
-                size_t size = PROTO_HEADER_SIZE + h.length;
-                if (r->end - r->ready < size)
-                        break;
-                r->ready += size;
-                r->detach_last = false;
-        }
-        return 0;
-}
-
-/* One read into the free space: the bytes read (> 0), 0 when fd has nothing
- * for now, -EPIPE at its end, or a negative errno. */
-static ssize_t relay_fill(Relay *r, int fd) {
-        for (;;) {
-                ssize_t n = read(fd, r->buf + r->end, relay_space(r));
-                if (n > 0) {
-                        r->end += (size_t)n;
-                        return n;
-                }
-                if (n == 0)
-                        return -EPIPE;
-                if (errno == EINTR)
-                        continue;
-                if (errno == EAGAIN || errno == EWOULDBLOCK)
-                        return 0;
-                return errno == EPIPE ? -ECONNRESET : -errno;
-        }
-}
-
-/* Writes the whole frames on: 1 when all are out, 0 when fd takes no more for
- * now, or a negative errno (-EPIPE: the reader is gone). */
-static int relay_flush(Relay *r, int fd) {
-        while (r->start < r->ready) {
-                ssize_t n = write(fd, r->buf + r->start, r->ready - r->start);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno == EAGAIN || errno == EWOULDBLOCK)
-                                return 0;
-                        return errno == EPROTO ? -EIO : -errno;
-                }
-                if (n == 0)
-                        return -EIO;
-                r->start += (size_t)n;
-        }
-        return 1;
-}
-
-/* Skips the whole frames at the front that go nowhere: all of them while no
- * daemon is attached, else those whose header was read before it attached. */
-static void relay_discard(Relay *r, bool attached) {
-        if (!attached) {
-                r->start = r->ready;
-                return;
-        }
-        while (r->start < r->ready && r->start < r->keep_from) {
-                ProtoHeader h;
-                (void)proto_header_decode(r->buf + r->start, &h); /* scanned before */
-                r->start += PROTO_HEADER_SIZE + h.length;
-        }
-}
-
-/* Our own DETACH after the whole frames, in place of a partial one. */
-static void relay_append_detach(Relay *r) {
-        r->end = r->ready;
-        if (r->detach_last)
-                return; /* the agent has it, or will: it is not said twice */
-        ProtoHeader h = { .type = PROTO_DETACH };
-        (void)proto_header_encode(&h, r->buf + r->end);
-        r->end += PROTO_HEADER_SIZE;
-        r->ready = r->end;
-        r->detach_last = true;
-}
 
 /* A connection on the listening socket that has not sent its handshake yet. */
 typedef struct Pending {
@@ -167,9 +45,12 @@ struct Supervisor {
         pid_t pid;
         uid_t uid;
         int signal_fd;
-        int conn;            /* the attached daemon's connection; -1 while detached */
-        Relay up;            /* agent -> daemon */
-        Relay down;          /* daemon -> agent */
+        int conn; /* the attached daemon's connection; -1 while detached */
+        /* Our DETACH to the agent, once its daemon left: 12 bytes, which a
+         * unix stream socket takes whole or not at all. */
+        uint8_t detach[PROTO_HEADER_SIZE];
+        bool detach_pending;
+        uint8_t *drain; /* DRAIN_BUF bytes: what the agent sends while detached */
         Pending pending[SUPERVISOR_PENDING_MAX];
         size_t n_pending;
 };
@@ -259,10 +140,10 @@ int supervisor_handshake_parse(const char *line, size_t len, const char *sandbox
                 return -EBADMSG;
         /* Before the rest: a later version may lay its line out otherwise,
          * and its daemon must learn which version to speak. */
-        if (version < 1 || version > SUPERVISOR_PROTOCOL_VERSION)
+        if (version < SUPERVISOR_PROTOCOL_MIN || version > SUPERVISOR_PROTOCOL_VERSION)
                 return -EPROTONOSUPPORT;
 
-        /* Version 1: " <sandbox-id> <nonce>" and nothing more. */
+        /* Versions 1 and 2: " <sandbox-id> <nonce>" and nothing more. */
         if (i == len)
                 return -EBADMSG;
         const char *id = line + i + 1, *end = line + len;
@@ -281,92 +162,8 @@ int supervisor_handshake_parse(const char *line, size_t len, const char *sandbox
         return 0;
 }
 
-static const char *end_reason(int r) {
-        switch (r) {
-        case -EPIPE:
-                return "its connection closed";
-        case -EPROTO:
-                return "it sent a malformed frame header";
-        default:
-                return strerror(-r);
-        }
-}
-
-static void daemon_left(Supervisor *s, int r) {
-        supervisor_log(s->cfg.sandbox_id, "detached: the daemon left (%s)", end_reason(r));
-        close(s->conn);
-        s->conn = -1;
-        /* agent -> daemon: what that daemon did not get is gone, the rest of
-         * a frame it got part of included. */
-        relay_discard(&s->up, false);
-        /* daemon -> agent: the whole frames still go to the agent, a frame
-         * only partly received is dropped, and DETACH follows, so that the
-         * agent never sees half a frame. */
-        relay_append_detach(&s->down);
-}
-
-/* daemon -> agent. 0, or the agent's side ended (a negative errno). */
-static int pump_down(Supervisor *s, bool readable) {
-        Relay *r = &s->down;
-        for (int i = 0; i < PUMP_ROUNDS; i++) {
-                bool full = false;
-                if (readable && s->conn >= 0 && relay_space(r) > 0) {
-                        size_t want = relay_space(r);
-                        ssize_t n = relay_fill(r, s->conn);
-                        int k = n < 0 ? (int)n : relay_scan(r);
-                        if (k < 0)
-                                daemon_left(s, k);
-                        /* A short read took all there was: no second read
-                         * to learn that it would block. */
-                        full = n > 0 && (size_t)n == want;
-                }
-                if (relay_pending(r)) {
-                        int k = relay_flush(r, s->cfg.agent_fd);
-                        if (k < 0)
-                                return k;
-                }
-                relay_compact(r);
-                if (!full)
-                        return 0;
-        }
-        return 0;
-}
-
-/* agent -> daemon. 0, or the agent's side ended: -EPROTO for a malformed
- * header, another negative errno otherwise. */
-static int pump_up(Supervisor *s, bool readable) {
-        Relay *r = &s->up;
-        for (int i = 0; i < PUMP_ROUNDS; i++) {
-                bool full = false;
-                int end = 0;
-                if (readable && relay_space(r) > 0) {
-                        size_t want = relay_space(r);
-                        ssize_t n = relay_fill(r, s->cfg.agent_fd);
-                        end = n < 0 ? (int)n : relay_scan(r);
-                        full = n > 0 && (size_t)n == want;
-                }
-                relay_discard(r, s->conn >= 0);
-                if (s->conn >= 0 && relay_pending(r)) {
-                        int k = relay_flush(r, s->conn);
-                        if (k < 0)
-                                daemon_left(s, k);
-                }
-                relay_compact(r);
-                /* At the agent's end, its last whole frames were passed on
-                 * first (as far as the daemon's socket takes them). */
-                if (end < 0)
-                        return end;
-                if (!full)
-                        return 0;
-        }
-        return 0;
-}
-
-static void pending_remove(Supervisor *s, size_t i) {
-        close(s->pending[i].fd);
-        s->pending[i] = s->pending[--s->n_pending];
-}
-
+/* recvmsg and sendmsg stand for recv and send (the filter allows no
+ * other), without blocking. */
 static ssize_t recv_some(int fd, void *buf, size_t n, int flags) {
         struct iovec iov = { .iov_base = buf, .iov_len = n };
         struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
@@ -377,13 +174,74 @@ static ssize_t recv_some(int fd, void *buf, size_t n, int flags) {
         return got;
 }
 
-static void send_line(int fd, const char *line) {
-        struct iovec iov = { .iov_base = (void *)line, .iov_len = strlen(line) };
+static ssize_t send_some(int fd, const void *buf, size_t n) {
+        struct iovec iov = { .iov_base = (void *)buf, .iov_len = n };
         struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
         ssize_t w;
         do
                 w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         while (w < 0 && errno == EINTR);
+        return w;
+}
+
+/* Writes our DETACH to the agent if it is pending: 0 when it is out or
+ * waits for room, a negative errno when the agent's side failed. */
+static int detach_flush(Supervisor *s) {
+        if (!s->detach_pending)
+                return 0;
+        ssize_t n = send_some(s->cfg.agent_fd, s->detach, sizeof s->detach);
+        if (n < 0)
+                return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+        /* A unix stream socket queues a write this small in one piece. */
+        if (n != (ssize_t)sizeof s->detach)
+                return -EIO;
+        s->detach_pending = false;
+        return 0;
+}
+
+static void daemon_left(Supervisor *s, const char *why) {
+        supervisor_log(s->cfg.sandbox_id, "detached: the daemon left (%s)", why);
+        close(s->conn);
+        s->conn = -1;
+        /* The daemon wrote every frame of its in one piece (docs/protocol.md),
+         * so the agent's side is at a frame's start: DETACH goes next. */
+        s->detach_pending = true;
+}
+
+/* The attached daemon's connection carries nothing after the handshake:
+ * its end, or any byte, is the daemon's going. */
+static void conn_readable(Supervisor *s) {
+        uint8_t b;
+        ssize_t n = recv_some(s->conn, &b, 1, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return;
+        daemon_left(s, n == 0 ? "its connection closed" : n > 0 ? "it sent bytes after its handshake" : strerror(errno));
+}
+
+/* While detached, what the agent sends goes nowhere: it is read so that the
+ * agent never blocks, and dropped. 0, or the agent's side ended: -EPIPE at
+ * its end, another negative errno otherwise. */
+static int drain_agent(Supervisor *s) {
+        for (int i = 0; i < DRAIN_READS; i++) {
+                ssize_t n = recv_some(s->cfg.agent_fd, s->drain, DRAIN_BUF, 0);
+                if (n > 0)
+                        continue;
+                if (n == 0)
+                        return -EPIPE;
+                if (errno == EAGAIN || errno == EWOULDBLOCK)
+                        return 0;
+                return -errno;
+        }
+        return 0;
+}
+
+static void pending_remove(Supervisor *s, size_t i) {
+        close(s->pending[i].fd);
+        s->pending[i] = s->pending[--s->n_pending];
+}
+
+static void send_line(int fd, const char *line) {
+        (void)send_some(fd, line, strlen(line));
 }
 
 /* Reads the handshake on: 1 when the line is in (p->len bytes, '\n' last), 0
@@ -410,8 +268,8 @@ static int pending_read(Pending *p) {
         }
 }
 
-/* The OK line and the kept fds, in one sendmsg: the daemon takes the fds
- * with the line's first byte. */
+/* The OK line with the agent channel and the kept fds, in one sendmsg: the
+ * daemon takes the fds with the line's first byte. */
 static int send_ok(Supervisor *s, int fd, unsigned version) {
         char line[64 + SUPERVISOR_STATE_MAX];
         const char *state = s->cfg.state && s->cfg.state[0] ? s->cfg.state : "-";
@@ -422,18 +280,19 @@ static int send_ok(Supervisor *s, int fd, unsigned version) {
         struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
         union {
                 struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int) * SUPERVISOR_KEEP_MAX)];
+                char buf[CMSG_SPACE(sizeof(int) * (1 + SUPERVISOR_KEEP_MAX))];
         } control;
-        if (s->cfg.n_keep > 0) {
-                memset(&control, 0, sizeof control);
-                msg.msg_control = control.buf;
-                msg.msg_controllen = CMSG_SPACE(sizeof(int) * s->cfg.n_keep);
-                struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-                cm->cmsg_level = SOL_SOCKET;
-                cm->cmsg_type = SCM_RIGHTS;
-                cm->cmsg_len = CMSG_LEN(sizeof(int) * s->cfg.n_keep);
-                memcpy(CMSG_DATA(cm), s->cfg.keep_fds, sizeof(int) * s->cfg.n_keep);
-        }
+        size_t n_fds = 1 + s->cfg.n_keep;
+        memset(&control, 0, sizeof control);
+        msg.msg_control = control.buf;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+        memcpy(CMSG_DATA(cm), &s->cfg.agent_fd, sizeof(int));
+        if (s->cfg.n_keep > 0)
+                memcpy(CMSG_DATA(cm) + sizeof(int), s->cfg.keep_fds, sizeof(int) * s->cfg.n_keep);
         ssize_t w;
         do
                 w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -498,9 +357,10 @@ static void pending_handle(Supervisor *s, size_t i) {
         }
         s->conn = p->fd;
         s->pending[i] = s->pending[--s->n_pending];
-        /* Frames the agent begins from now on go to this daemon; the rest of
-         * one begun while detached is still dropped. */
-        s->up.keep_from = s->up.end;
+        /* From here the daemon reads and writes the agent's channel itself.
+         * A DETACH not written yet is not needed: the daemon sends its own
+         * first (docs/protocol.md). */
+        s->detach_pending = false;
         supervisor_log(s->cfg.sandbox_id, "attached: protocol %u, %zu handles handed back", version,
                        s->cfg.n_keep);
 }
@@ -559,10 +419,6 @@ static int poll_timeout(const Supervisor *s) {
 }
 
 static int agent_ended(Supervisor *s, int r) {
-        if (r == -EPROTO) {
-                supervisor_log(s->cfg.sandbox_id, "exiting: the agent sent a malformed frame header");
-                return -EPROTO;
-        }
         if (r == -EPIPE)
                 supervisor_log(s->cfg.sandbox_id, "exiting: the agent's channel closed");
         else
@@ -575,18 +431,14 @@ enum { POLL_SIGNAL, POLL_AGENT, POLL_CONN, POLL_LISTEN, POLL_PENDING };
 int supervisor_run(Supervisor *s) {
         for (;;) {
                 struct pollfd p[POLL_PENDING + SUPERVISOR_PENDING_MAX];
-                /* Backpressure: a side is read only while the frame from it
-                 * has somewhere to go, and polled only for what we want of
-                 * it (a hung-up fd polled for nothing would wake us forever). */
-                short agent_ev = (short)((relay_space(&s->up) > 0 ? POLLIN : 0) |
-                                         (relay_pending(&s->down) ? POLLOUT : 0));
-                short conn_ev = 0;
-                if (s->conn >= 0)
-                        conn_ev = (short)((relay_space(&s->down) > 0 ? POLLIN : 0) |
-                                          (relay_pending(&s->up) ? POLLOUT : 0));
+                /* Attached, the agent's side is the daemon's: it is polled for
+                 * nothing, which still tells its end (POLLHUP). Detached, what
+                 * the agent sends is read and dropped, and our DETACH waits
+                 * for room. */
+                short agent_ev = s->conn >= 0 ? 0 : (short)(POLLIN | (s->detach_pending ? POLLOUT : 0));
                 p[POLL_SIGNAL] = (struct pollfd){ .fd = s->signal_fd, .events = POLLIN };
-                p[POLL_AGENT] = (struct pollfd){ .fd = agent_ev ? s->cfg.agent_fd : -1, .events = agent_ev };
-                p[POLL_CONN] = (struct pollfd){ .fd = conn_ev ? s->conn : -1, .events = conn_ev };
+                p[POLL_AGENT] = (struct pollfd){ .fd = s->cfg.agent_fd, .events = agent_ev };
+                p[POLL_CONN] = (struct pollfd){ .fd = s->conn, .events = POLLIN };
                 p[POLL_LISTEN] = (struct pollfd){ .fd = s->cfg.listen_fd, .events = POLLIN };
                 size_t n_pending = s->n_pending;
                 for (size_t i = 0; i < n_pending; i++)
@@ -609,17 +461,21 @@ int supervisor_run(Supervisor *s) {
                         }
                 }
 
-                const short in = POLLIN | POLLHUP | POLLERR;
-                /* Writes are tried whenever whole frames wait: a non-blocking
-                 * write that would block says so at once. */
-                bool agent_in = (agent_ev & POLLIN) && (p[POLL_AGENT].revents & in);
-                bool conn_in = (conn_ev & POLLIN) && (p[POLL_CONN].revents & in);
-                int r = pump_down(s, conn_in);
-                if (r < 0)
-                        return agent_ended(s, r);
-                r = pump_up(s, agent_in);
-                if (r < 0)
-                        return agent_ended(s, r);
+                if (s->conn >= 0 && p[POLL_CONN].revents)
+                        conn_readable(s);
+                short agent_rev = p[POLL_AGENT].revents;
+                if (agent_ev == 0 && (agent_rev & (POLLHUP | POLLERR))) {
+                        /* The agent's end closed under the attached daemon;
+                         * one detached finds it in its next read. */
+                        return agent_ended(s, -EPIPE);
+                }
+                if (s->conn < 0) {
+                        int r = detach_flush(s);
+                        if (r == 0 && (agent_ev & POLLIN) && (agent_rev & (POLLIN | POLLHUP | POLLERR)))
+                                r = drain_agent(s);
+                        if (r < 0)
+                                return agent_ended(s, r);
+                }
 
                 /* Backwards: removing entry i moves the last one, already
                  * handled, into its place. */
@@ -648,8 +504,7 @@ void supervisor_free(Supervisor *s) {
                 close(s->pending[i].fd);
         if (s->signal_fd >= 0)
                 close(s->signal_fd);
-        free(s->up.buf);
-        free(s->down.buf);
+        free(s->drain);
         free(s);
 }
 
@@ -668,14 +523,16 @@ int supervisor_new(const SupervisorConfig *cfg, Supervisor **ret) {
         s->cfg = *cfg;
         s->conn = -1;
         s->signal_fd = -1;
-        s->up.buf = malloc(RELAY_CAP);
-        s->down.buf = malloc(RELAY_CAP);
-        if (!s->up.buf || !s->down.buf)
+        s->drain = malloc(DRAIN_BUF);
+        if (!s->drain)
                 return -ENOMEM;
-        s->down.reserve = PROTO_HEADER_SIZE;
+        ProtoHeader h = { .type = PROTO_DETACH };
+        (void)proto_header_encode(&h, s->detach);
 
         int r;
-        if ((r = set_nonblock(cfg->agent_fd)) < 0 || (r = set_nonblock(cfg->listen_fd)) < 0 ||
+        /* Not the agent's fd: its file is shared with the daemon, whose
+         * writes block; our reads and writes on it say MSG_DONTWAIT. */
+        if ((r = set_nonblock(cfg->listen_fd)) < 0 ||
             (cfg->conn_fd >= 0 && (r = set_nonblock(cfg->conn_fd)) < 0))
                 return r;
         /* A daemon or agent that went away is an EPIPE from write, not a

@@ -2,20 +2,26 @@
 /*
  * runtime-supervisor: one small process per running sandbox that holds the
  * host's end of the agent channel, so that the sandbox outlives its daemon
- * (docs/lifecycle.md, "Live restore"). It relays whole frames between the
- * agent and the attached daemon, tells the agent DETACH when that daemon
- * goes, and lets a later daemon attach again through a unix socket:
+ * (docs/lifecycle.md, "Live restore"). The attached daemon reads and writes
+ * that channel itself (the supervisor hands it over); the supervisor only
+ * watches the daemon's connection. When the daemon goes, it tells the agent
+ * DETACH and reads and drops what the agent sends, until a later daemon
+ * attaches through a unix socket:
  *
  *   daemon -> supervisor   ATTACH <version> <sandbox-id> <nonce>\n
- *   supervisor -> daemon   OK <version> <pid> <n> <state or ->\n   (the n kept fds as SCM_RIGHTS)
+ *   supervisor -> daemon   OK <version> <pid> <n> <state or ->\n
+ *                          (SCM_RIGHTS: the agent channel, then the n kept fds)
  *                     or   NO busy\n | NO version <ours>\n | NO nonce\n | NO malformed\n
  *
- * After OK the connection carries the channel's frames, nothing else.
+ * After OK the connection carries nothing: its end is the daemon's going.
+ * Version 1 (the first) relayed the channel's frames over the connection
+ * instead; this supervisor speaks version 2 only.
  */
 #include <stdbool.h>
 #include <stddef.h>
 
-#define SUPERVISOR_PROTOCOL_VERSION 1
+#define SUPERVISOR_PROTOCOL_VERSION 2
+#define SUPERVISOR_PROTOCOL_MIN 2
 #define SUPERVISOR_NONCE_LEN 32
 #define SUPERVISOR_ID_MAX 64
 #define SUPERVISOR_STATE_MAX 512
@@ -40,7 +46,7 @@ typedef struct SupervisorConfig {
 
 typedef struct Supervisor Supervisor;
 
-/* Everything the relay needs before it runs: its buffers, non-blocking fds,
+/* Everything the loop needs before it runs: its buffer, non-blocking fds,
  * SIGTERM and SIGINT as a signalfd, SIGPIPE ignored. After this, the
  * supervisor makes only the calls main's seccomp filter allows. On success
  * conn_fd is the Supervisor's (closed when that daemon leaves); the other fds
@@ -49,10 +55,9 @@ typedef struct Supervisor Supervisor;
 int supervisor_new(const SupervisorConfig *cfg, Supervisor **ret);
 void supervisor_free(Supervisor *s);
 
-/* Relays until the sandbox ends. 0 when the agent's side ended or on
- * SIGTERM/SIGINT; -EPROTO when the agent sent a malformed frame header; another
- * negative errno when the relay itself failed. Logs one line per attach,
- * detach, refusal and its end. */
+/* Runs until the sandbox ends. 0 when the agent's side ended or on
+ * SIGTERM/SIGINT; a negative errno when the loop itself failed. Logs one line
+ * per attach, detach, refusal and its end. */
 int supervisor_run(Supervisor *s);
 
 /* Checks one handshake line (len bytes, the '\n' included) against the

@@ -912,6 +912,40 @@ static void test_tag_must_be_small_object(void **state) {
         assert_null(strstr((char *)buf, "\"error\""));
 }
 
+/* A daemon taking the channel over sends DETACH with a token: the agent
+ * echoes it behind every frame it queued before, and the HELLO of the ATTACH
+ * after it is the next frame. */
+static void test_detach_token_is_echoed_after_what_was_queued(void **state) {
+        Host *h = *state;
+        send_json(h, PROTO_OPEN, 1,
+                  "{\"op\":\"exec\",\"argv\":[\"/bin/sh\",\"-c\",\"seq 1 2000; sleep 30\"],\"cwd\":\"/\"}");
+        ProtoHeader hdr;
+        static uint8_t buf[PROTO_MAX_PAYLOAD + 1];
+        next_frame(h, &hdr, buf, sizeof buf);
+        assert_int_equal(hdr.type, PROTO_EVENT);
+        static const char token[] = "0123456789abcdef";
+        send_frame(h, PROTO_DETACH, 0, 0, token, 16);
+        send_json(h, PROTO_ATTACH, 0, "{}");
+        /* Output queued before the DETACH may come first; the echo, then the
+         * HELLO, and nothing between them. */
+        for (;;) {
+                next_frame(h, &hdr, buf, sizeof buf);
+                if (hdr.type == PROTO_DETACH)
+                        break;
+                assert_int_equal(hdr.stream, 1);
+        }
+        assert_int_equal(hdr.stream, 0);
+        assert_int_equal(hdr.length, 16);
+        assert_memory_equal(buf, token, 16);
+        next_frame(h, &hdr, buf, sizeof buf);
+        assert_int_equal(hdr.type, PROTO_HELLO);
+        send_frame(h, PROTO_CANCEL, 0, 1, NULL, 0);
+        /* A token longer than the protocol allows is a malformed frame. */
+        uint8_t bad[PROTO_HEADER_SIZE];
+        ProtoHeader big = { .length = PROTO_MAX_DETACH_TOKEN + 1, .type = PROTO_DETACH };
+        assert_int_equal(proto_header_encode(&big, bad), -EINVAL);
+}
+
 /* ATTACH with no DETACH before it: the agent detaches first, lists the
  * command, and carries on once the WINDOW came; new streams work. */
 static void test_attach_without_detach(void **state) {
@@ -1050,6 +1084,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_detach_ends_other_streams_silently, setup_relay, teardown),
                 cmocka_unit_test_setup_teardown(test_tag_must_be_small_object, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_attach_without_detach, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_detach_token_is_echoed_after_what_was_queued, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_attach_keeps_queued_stdin, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_malformed_attach_closes_channel, setup, teardown),
         };

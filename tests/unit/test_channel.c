@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1125,6 +1127,150 @@ static int fake_wait_closed(Fake *k) {
         return closed;
 }
 
+typedef struct DataWrite {
+        ChanStream *s;
+        const uint8_t *data;
+        size_t n;
+        int r;
+} DataWrite;
+
+static void *data_write(void *arg) {
+        DataWrite *w = arg;
+        w->r = chan_stream_write(w->s, w->data, w->n, 5000);
+        return NULL;
+}
+
+/* DATA to the agent goes in frames of at most 64 KiB, each of which a unix
+ * stream socket queues whole: a daemon that dies never leaves the agent
+ * part of one. */
+static void test_fake_data_frames_are_bounded(void **state) {
+        Fake *k = *state;
+        uint32_t id;
+        ChanStream *s = fake_open(k, &id);
+        uint8_t w[4];
+        proto_put_u32(w, 1024 * 1024);
+        assert_int_equal(proto_write_frame(k->fd, PROTO_WINDOW, 0, id, w, 4), 0);
+        static uint8_t data[300 * 1024];
+        memset(data, 'd', sizeof data);
+        /* More than the socket holds: written while it is read. */
+        DataWrite dw = { .s = s, .data = data, .n = sizeof data };
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, data_write, &dw), 0);
+        size_t got = 0;
+        static uint8_t p[PROTO_MAX_PAYLOAD];
+        while (got < sizeof data) {
+                ProtoHeader h;
+                fake_read(k, false, &h, p, sizeof p);
+                assert_int_equal(h.type, PROTO_DATA);
+                assert_true(h.length <= 64 * 1024);
+                got += h.length;
+        }
+        assert_int_equal(got, sizeof data);
+        pthread_join(th, NULL);
+        assert_int_equal(dw.r, 0);
+        chan_stream_cancel(s);
+        chan_stream_free(s);
+}
+
+static void send_all_fd(int fd, const void *buf, size_t n) {
+        const uint8_t *p = buf;
+        while (n > 0) {
+                ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+                assert_true(k > 0);
+                p += k;
+                n -= (size_t)k;
+        }
+}
+
+typedef struct TakeOver {
+        Channel *c;
+        json_t *hello;
+        int r;
+} TakeOver;
+
+static void *take_over_attach(void *arg) {
+        TakeOver *t = arg;
+        t->r = channel_attach(t->c, 10000, &t->hello);
+        return NULL;
+}
+
+static void wait_taken(int fd) {
+        for (int i = 0; i < 10000; i++) {
+                int queued = -1;
+                assert_int_equal(ioctl(fd, SIOCOUTQ, &queued), 0);
+                if (queued == 0)
+                        return;
+                usleep(1000);
+        }
+        fail_msg("the channel did not read what was sent");
+}
+
+/* A channel taken over from a supervisor: whatever the agent sent before
+ * (the rest of a frame the last daemon began to read, garbage) is skipped up
+ * to the echo of the DETACH the daemon sends, even split across reads. */
+static void test_take_over_skips_to_the_echo(void **state) {
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        /* The supervisor's copy of the host's end. */
+        int sup = fcntl(sv[0], F_DUPFD_CLOEXEC, 3);
+        assert_true(sup >= 0);
+        Fake k = { .fd = sv[1] };
+        pthread_mutex_init(&k.lock, NULL);
+        pthread_cond_init(&k.cond, NULL);
+        k.r = proto_reader_new();
+        /* Bytes before the take-over: the tail of a frame and garbage. */
+        static uint8_t before[5000];
+        memset(before, 0xee, sizeof before);
+        send_all_fd(k.fd, before, sizeof before);
+        k.c = channel_take_over(sv[0], fake_on_closed, &k);
+        assert_non_null(k.c);
+        TakeOver t = { .c = k.c };
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, take_over_attach, &t), 0);
+        ProtoHeader h;
+        uint8_t token[64];
+        fake_read(&k, false, &h, token, sizeof token);
+        assert_int_equal(h.type, PROTO_DETACH);
+        assert_int_equal(h.length, CHANNEL_TOKEN_LEN);
+        uint8_t body[16];
+        fake_read(&k, false, &h, body, sizeof body);
+        assert_int_equal(h.type, PROTO_ATTACH);
+        /* More garbage, a header of the right kind with another token, then
+         * the echo in two reads, then the HELLO right behind it. */
+        send_all_fd(k.fd, before, 100);
+        uint8_t echo[PROTO_HEADER_SIZE + CHANNEL_TOKEN_LEN];
+        ProtoHeader eh = { .length = CHANNEL_TOKEN_LEN, .type = PROTO_DETACH };
+        assert_int_equal(proto_header_encode(&eh, echo), 0);
+        memset(echo + PROTO_HEADER_SIZE, 0, CHANNEL_TOKEN_LEN);
+        send_all_fd(k.fd, echo, sizeof echo);
+        memcpy(echo + PROTO_HEADER_SIZE, token, CHANNEL_TOKEN_LEN);
+        send_all_fd(k.fd, echo, 20);
+        wait_taken(k.fd);
+        send_all_fd(k.fd, echo + 20, sizeof echo - 20);
+        static const char hello[] = "{\"version\":1,\"pid\":1,\"kernel\":\"test\",\"attached\":{\"processes\":[]}}";
+        assert_int_equal(proto_write_frame(k.fd, PROTO_HELLO, 0, 0, hello, sizeof hello - 1), 0);
+        pthread_join(th, NULL);
+        assert_int_equal(t.r, 0);
+        assert_non_null(json_object_get(t.hello, "attached"));
+        json_decref(t.hello);
+        assert_true(channel_is_open(k.c));
+        /* Let go at a stop: the socket is left as it is for the supervisor,
+         * by the reader's end and by the free (a shut-down socket would
+         * refuse the agent's writes). */
+        channel_let_go(k.c);
+        assert_int_equal(fake_wait_closed(&k), 1);
+        assert_int_equal(send(k.fd, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT), 1);
+        channel_free(k.c);
+        assert_int_equal(send(k.fd, "y", 1, MSG_NOSIGNAL | MSG_DONTWAIT), 1);
+        char two[2];
+        assert_int_equal(recv(sup, two, 2, MSG_DONTWAIT), 2);
+        close(sup);
+        close(k.fd);
+        proto_reader_free(k.r);
+        pthread_mutex_destroy(&k.lock);
+        pthread_cond_destroy(&k.cond);
+}
+
 static void test_fake_tiny_frames(void **state) {
         Fake *k = *state;
         uint32_t id;
@@ -1492,6 +1638,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_fake_beyond_credit, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_event_flood, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_bad_json, fake_setup, fake_teardown),
+                cmocka_unit_test_setup_teardown(test_fake_data_frames_are_bounded, fake_setup, fake_teardown),
+                cmocka_unit_test(test_take_over_skips_to_the_echo),
                 cmocka_unit_test_setup_teardown(test_checkpoint_refused_outside_vm, setup, teardown),
                 cmocka_unit_test(test_restorable_checkpoint_and_resume),
                 cmocka_unit_test_setup_teardown(test_fake_checkpoint, fake_setup, fake_teardown),

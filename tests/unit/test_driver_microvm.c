@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,6 +23,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -203,6 +205,70 @@ static void test_bad_specs(void **state) {
         driver_microvm.stop(NULL, NULL);
         assert_int_equal(driver_microvm.destroy(&s), 0);
         assert_int_equal(driver_microvm.reap_orphan(&s), 0);
+}
+
+/* The state a supervisor keeps for a later daemon: strict, every field in
+ * its place, bounded; anything else is not this driver's. */
+static void test_vm_state(void **state) {
+        (void)state;
+        MicrovmVmState st;
+        assert_int_equal(microvm_vm_state_parse("v=1,pid=4242,qmp=1,accel=tcg,host=sb-1,key=-", &st), 0);
+        assert_int_equal(st.pid, 4242);
+        assert_true(st.qmp_ready);
+        assert_int_equal(st.accel, MICROVM_ACCEL_TCG);
+        assert_string_equal(st.hostname, "sb-1");
+        assert_false(st.has_key);
+        assert_int_equal(microvm_vm_state_parse("v=1,pid=7,qmp=0,accel=kvm,host=tpl-00ff,key=0123456789abcdef", &st), 0);
+        assert_false(st.qmp_ready);
+        assert_int_equal(st.accel, MICROVM_ACCEL_KVM);
+        assert_true(st.has_key);
+        assert_true(st.key_hash == 0x0123456789abcdefull);
+        char host64[128];
+        snprintf(host64, sizeof(host64), "v=1,pid=9,qmp=1,accel=tcg,host=%064d,key=-", 0);
+        assert_int_equal(microvm_vm_state_parse(host64, &st), 0);
+        assert_int_equal(strlen(st.hostname), 64);
+        static const char *const bad[] = {
+                "",
+                "v=1",
+                "v=2,pid=4242,qmp=1,accel=tcg,host=sb-1,key=-",      /* a version this daemon does not know */
+                "v=1,pid=1,qmp=1,accel=tcg,host=sb-1,key=-",         /* init is nobody's QEMU */
+                "v=1,pid=0,qmp=1,accel=tcg,host=sb-1,key=-",
+                "v=1,pid=-5,qmp=1,accel=tcg,host=sb-1,key=-",
+                "v=1,pid=+5,qmp=1,accel=tcg,host=sb-1,key=-",
+                "v=1,pid=05,qmp=1,accel=tcg,host=sb-1,key=-",
+                "v=1,pid=99999999999,qmp=1,accel=tcg,host=sb-1,key=-", /* past a pid_t */
+                "v=1,pid=4242,qmp=2,accel=tcg,host=sb-1,key=-",
+                "v=1,pid=4242,qmp=1,accel=hvf,host=sb-1,key=-",
+                "v=1,pid=4242,qmp=1,accel=tcg,host=,key=-",
+                "v=1,pid=4242,qmp=1,accel=tcg,host=a/b,key=-",
+                "v=1,pid=4242,qmp=1,accel=tcg,host=a.b,key=-",
+                "v=1,pid=4242,qmp=1,accel=tcg,host=sb-1,key=0123",
+                "v=1,pid=4242,qmp=1,accel=tcg,host=sb-1,key=0123456789ABCDEF",
+                "v=1,pid=4242,qmp=1,accel=tcg,host=sb-1,key=0123456789abcdef0",
+                "v=1,pid=4242,qmp=1,accel=tcg,host=sb-1,key=-,more=1", /* nothing after the last field */
+                "v=1,qmp=1,pid=4242,accel=tcg,host=sb-1,key=-",        /* fields in their order only */
+                "v=1,pid=4242,qmp=1,accel=tcg,host=sb-1",
+                "pid=4242,tmpfs=0",                                    /* another driver's */
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                if (microvm_vm_state_parse(bad[i], &st) != -EBADMSG)
+                        fail_msg("accepted: %s", bad[i]);
+        }
+        snprintf(host64, sizeof(host64), "v=1,pid=9,qmp=1,accel=tcg,host=%065d,key=-", 0);
+        assert_int_equal(microvm_vm_state_parse(host64, &st), -EBADMSG);
+        assert_int_equal(microvm_vm_state_parse(NULL, &st), -EBADMSG);
+        /* A take-over with a state that is not the driver's closes the
+         * descriptors it was given and starts nothing. */
+        int fds[2];
+        assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+        DriverSpec spec = { .id = "adopt-bad", .vcpu = 1, .memory_mib = 256, .disk_mib = 64,
+                            .image_dir = "/nonexistent", .sandbox_dir = "/nonexistent/sb",
+                            .agent_path = "/nonexistent/agent", .cgroup_parent = CG_PARENT };
+        DriverInstance *inst = NULL;
+        assert_int_equal(driver_microvm.adopt(&spec, "pid=4242,tmpfs=0", fds, 2, &inst), -EBADMSG);
+        assert_null(inst);
+        assert_int_equal(fcntl(fds[0], F_GETFD), -1);
+        assert_int_equal(fcntl(fds[1], F_GETFD), -1);
 }
 
 /* An image with a root filesystem but no microVM parts: refused at once
@@ -631,6 +697,118 @@ static void test_live_boots(void **state) {
                 unsetenv("RUNTIME_MICROVM_SNAPSHOTS");
 }
 
+/* Whether the file holds `needle`, waiting up to timeout_ms for it. */
+static bool file_gets(const char *path, const char *needle, int timeout_ms) {
+        int64_t end = (int64_t)time_now_mono_ms() + timeout_ms;
+        static char buf[MICROVM_CONSOLE_MAX + 1];
+        do {
+                FILE *f = fopen(path, "re");
+                size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+                if (f)
+                        fclose(f);
+                buf[n] = 0;
+                if (memmem(buf, n, needle, strlen(needle)))
+                        return true;
+                usleep(50000);
+        } while ((int64_t)time_now_mono_ms() < end);
+        return false;
+}
+
+/* Live restore at the driver: a VM handed over (handles, then release)
+ * runs on with no instance; a new instance adopts it from the state and
+ * the descriptors. Its monitor is back in step after a command whose reply
+ * nobody read, what the guest printed on its console meanwhile reaches
+ * console.log, a memory snapshot of it is made (its key and initramfs came
+ * through), pause and resume work, and a stop kills the adopted QEMU
+ * (no reason: it was alive). A state naming another pid is refused and
+ * leaves QEMU running. An adopted QEMU that ended on its own reads
+ * "exited". */
+static void test_live_handover(void **state) {
+        (void)state;
+        if (!live_ready())
+                skip();
+        static Vm v, w;
+        char out[4096], st[DRIVER_STATE_MAX + 1], p[PATH_MAX + 32];
+        vm_init(&v, "hand", 64);
+        vm_boot(&v);
+        uint32_t uid = microvm_uid_for(v.id);
+        int fds[DRIVER_MAX_HANDLES];
+        size_t n = DRIVER_MAX_HANDLES;
+        assert_int_equal(driver_microvm.handles(v.inst, fds, &n, st, sizeof(st)), 0);
+        assert_int_equal(n, 5);
+        print_message("state: %s\n", st);
+        driver_microvm.release(v.inst);
+        v.inst = NULL;
+        assert_true(procs_of_uid(uid) >= 1);
+        assert_true(cgroup_present(v.id));
+        assert_int_equal(vm_run(&v, "echo printed-while-away > /dev/ttyS0", out, sizeof(out)), 0);
+        /* A daemon killed in the middle of a monitor command. */
+        static const char cmd[] = "{\"execute\":\"query-status\"}\n";
+        assert_int_equal(write(fds[1], cmd, sizeof(cmd) - 1), (ssize_t)(sizeof(cmd) - 1));
+        int64_t t0 = (int64_t)time_now_mono_ms();
+        assert_int_equal(driver_microvm.adopt(&v.spec, st, fds, n, &v.inst), 0);
+        print_message("take-over: %lld ms\n", (long long)((int64_t)time_now_mono_ms() - t0));
+        snprintf(p, sizeof(p), "%s/console.log", v.sandbox_dir);
+        assert_true(file_gets(p, "printed-while-away", 10000));
+        assert_true(driver_microvm.alive(v.inst));
+        /* Its start came through whole (the saved guest's key, the
+         * initramfs): a memory snapshot of it is made while it is paused. */
+        char snap[PATH_MAX + 64];
+        snprintf(snap, sizeof(snap), "%s-snap", v.sandbox_dir);
+        assert_int_equal(mkdir(snap, 0700), 0);
+        assert_int_equal(driver_microvm.pause(v.inst), 0);
+        assert_int_equal(driver_microvm.snapshot_memory(v.inst, &v.spec, snap), 0);
+        assert_int_equal(driver_microvm.resume(v.inst), 0);
+        char rm[PATH_MAX + 96];
+        snprintf(rm, sizeof(rm), "rm -rf '%s'", snap);
+        assert_int_equal(system(rm), 0);
+        assert_int_equal(vm_run(&v, "echo on", out, sizeof(out)), 0);
+        assert_string_equal(out, "on\n");
+        DriverStats ds;
+        assert_int_equal(driver_microvm.stats(v.inst, &ds), 0);
+        assert_true(ds.memory_bytes > 0);
+
+        /* The adopted instance hands over again; a state with another
+         * pid is not taken, and QEMU runs on. */
+        n = DRIVER_MAX_HANDLES;
+        assert_int_equal(driver_microvm.handles(v.inst, fds, &n, st, sizeof(st)), 0);
+        MicrovmVmState vs;
+        assert_int_equal(microvm_vm_state_parse(st, &vs), 0);
+        char lie[DRIVER_STATE_MAX + 1];
+        const char *rest = strchr(st + strlen("v=1,pid="), ',');
+        snprintf(lie, sizeof(lie), "v=1,pid=%d%s", (int)vs.pid + 1, rest);
+        DriverInstance *other = NULL;
+        assert_int_equal(driver_microvm.adopt(&v.spec, lie, fds, n, &other), -ESRCH);
+        assert_null(other);
+        assert_true(driver_microvm.alive(v.inst));
+        const char *reason = "unset";
+        vm_halt(&v, &reason);
+        assert_null(reason);
+        assert_int_equal(procs_of_uid(uid), 0);
+        assert_false(cgroup_present(v.id));
+
+        /* Adopted, then ended from outside: no wait status to read. */
+        vm_init(&w, "hand2", 64);
+        vm_boot(&w);
+        n = DRIVER_MAX_HANDLES;
+        assert_int_equal(driver_microvm.handles(w.inst, fds, &n, st, sizeof(st)), 0);
+        driver_microvm.release(w.inst);
+        w.inst = NULL;
+        assert_int_equal(driver_microvm.adopt(&w.spec, st, fds, n, &w.inst), 0);
+        assert_int_equal(microvm_vm_state_parse(st, &vs), 0);
+        assert_int_equal(kill(vs.pid, SIGKILL), 0);
+        int64_t end = (int64_t)time_now_mono_ms() + 10000;
+        while (driver_microvm.alive(w.inst) && (int64_t)time_now_mono_ms() < end)
+                usleep(20000);
+        assert_false(driver_microvm.alive(w.inst));
+        reason = "unset";
+        vm_halt(&w, &reason);
+        assert_non_null(reason);
+        assert_string_equal(reason, "exited");
+        assert_false(cgroup_present(w.id));
+        (void)waitpid(vs.pid, NULL, WNOHANG); /* the test's own child */
+}
+
 static int live_teardown(void **state) {
         (void)state;
         for (size_t i = 0; i < n_live_vms; i++) {
@@ -693,8 +871,10 @@ int main(void) {
                 cmocka_unit_test(test_cmdline),       cmocka_unit_test(test_uid),
                 cmocka_unit_test(test_initramfs),     cmocka_unit_test(test_bad_specs),
                 cmocka_unit_test(test_probe),         cmocka_unit_test(test_missing_parts),
+                cmocka_unit_test(test_vm_state),
                 cmocka_unit_test_teardown(test_live_lifecycle, live_teardown),
                 cmocka_unit_test_teardown(test_live_reap_orphan, live_teardown),
+                cmocka_unit_test_teardown(test_live_handover, live_teardown),
                 cmocka_unit_test_teardown(test_live_boots, live_teardown),
         };
         return cmocka_run_group_tests(tests, setup, teardown);

@@ -7,6 +7,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include "common/io.h"
 #include "common/jsonutil.h"
 #include "common/macro.h"
+#include "common/random.h"
 #include "common/timeutil.h"
 #include "proto/proto.h"
 
@@ -36,6 +39,18 @@
 /* A write that makes no progress for this long means the agent is stuck:
  * the channel is closed rather than holding every request thread. */
 #define CHAN_SEND_TIMEOUT_S 60
+/* A frame this small leaves in one piece of a unix stream socket (one
+ * buffer of the kernel's): the agent never gets part of it, whenever the
+ * daemon dies. A bigger one is written only once the socket has room for all
+ * of it (frame_room), and DATA to the agent is cut at CHAN_DATA_MAX so that
+ * any frame fits a default socket buffer with room to spare. */
+#define CHAN_ONE_PIECE (32u * 1024u)
+#define CHAN_DATA_MAX (64u * 1024u)
+/* What the kernel counts beyond the bytes of a frame's pieces. */
+#define CHAN_ROOM_SLACK (16u * 1024u)
+/* A daemon taking a channel over skips what the agent sent before its
+ * DETACH's echo: a header and the token (docs/protocol.md). */
+#define CHAN_SYNC_LEN (PROTO_HEADER_SIZE + CHANNEL_TOKEN_LEN)
 
 typedef struct QueuedEvent {
         struct QueuedEvent *next;
@@ -68,6 +83,17 @@ struct ChanStream {
 struct Channel {
         int fd;
         int wake[2]; /* pipe that wakes the reader thread */
+        /* Taken over from a supervisor (taken_over, fixed at the start): the
+         * reader skips all before the agent's echo of sync (syncing and the
+         * tail are the reader thread's alone). Let go at the daemon's stop
+         * (keep_socket, under lock): the socket, which the supervisor
+         * shares, is not shut down. */
+        bool taken_over;
+        bool syncing;
+        bool keep_socket;
+        uint8_t sync[CHAN_SYNC_LEN];
+        uint8_t sync_tail[CHAN_SYNC_LEN - 1];
+        size_t sync_tail_len;
         pthread_mutex_t lock;
         pthread_mutex_t write_lock; /* held around each whole frame */
         pthread_cond_t cond;        /* hello, pong, closed */
@@ -140,10 +166,41 @@ static void mark_closed(Channel *c, const char *reason) {
         pthread_mutex_unlock(&c->lock);
 }
 
+/* Waits, with the write lock held, until the socket has room for a whole
+ * frame of `total` bytes, so that the write never blocks half-way: 0, or
+ * -ETIMEDOUT after the send timeout. Not a socket, or one whose buffer is
+ * smaller than the frame: 0 at once (no piece is promised there). */
+static int frame_room(int fd, size_t total) {
+        int sndbuf = 0;
+        socklen_t len = sizeof sndbuf;
+        if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) < 0 || sndbuf <= 0 ||
+            total + CHAN_ROOM_SLACK > (size_t)sndbuf)
+                return 0;
+        int64_t end = (int64_t)time_now_mono_ms() + CHAN_SEND_TIMEOUT_S * 1000;
+        for (;;) {
+                int queued = 0;
+                if (ioctl(fd, SIOCOUTQ, &queued) < 0 || queued < 0)
+                        return 0;
+                if ((size_t)queued + total + CHAN_ROOM_SLACK <= (size_t)sndbuf)
+                        return 0;
+                int64_t left = end - (int64_t)time_now_mono_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                /* Writable: at most a quarter of the buffer is in use. */
+                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                if (poll(&pfd, 1, (int)left) < 0 && errno != EINTR)
+                        return -errno;
+        }
+}
+
 static int send_frame(Channel *c, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
                       size_t len) {
         pthread_mutex_lock(&c->write_lock);
-        int r = c->fd < 0 ? -EPIPE : proto_write_frame(c->fd, type, flags, stream, payload, len);
+        int r = c->fd < 0 ? -EPIPE : 0;
+        if (r == 0 && PROTO_HEADER_SIZE + len > CHAN_ONE_PIECE)
+                r = frame_room(c->fd, PROTO_HEADER_SIZE + len);
+        if (r == 0)
+                r = proto_write_frame(c->fd, type, flags, stream, payload, len);
         pthread_mutex_unlock(&c->write_lock);
         if (r < 0 && r != -EINVAL) {
                 mark_closed(c, "write to the agent failed");
@@ -404,6 +461,36 @@ static const char *dispatch(Channel *c, const ProtoHeader *h, const uint8_t *p) 
         }
 }
 
+/* While syncing: how many bytes of buf to skip, all of them until the echo
+ * of c->sync has been read (the bytes after it are the agent's frames). The
+ * echo may straddle reads: the last bytes seen are kept. */
+static size_t sync_skip(Channel *c, const uint8_t *buf, size_t n) {
+        uint8_t edge[2 * CHAN_SYNC_LEN];
+        size_t head = n < CHAN_SYNC_LEN - 1 ? n : CHAN_SYNC_LEN - 1;
+        memcpy(edge, c->sync_tail, c->sync_tail_len);
+        memcpy(edge + c->sync_tail_len, buf, head);
+        const uint8_t *at = memmem(edge, c->sync_tail_len + head, c->sync, CHAN_SYNC_LEN);
+        size_t end = 0;
+        if (at)
+                end = (size_t)(at - edge) + CHAN_SYNC_LEN - c->sync_tail_len;
+        else if ((at = memmem(buf, n, c->sync, CHAN_SYNC_LEN)))
+                end = (size_t)(at - buf) + CHAN_SYNC_LEN;
+        if (end) {
+                c->syncing = false;
+                return end;
+        }
+        /* Not yet: keep the last CHAN_SYNC_LEN - 1 bytes of tail and buf. */
+        size_t total = c->sync_tail_len + n, keep = total < sizeof c->sync_tail ? total : sizeof c->sync_tail;
+        uint8_t next[sizeof c->sync_tail];
+        for (size_t i = 0; i < keep; i++) {
+                size_t from = total - keep + i;
+                next[i] = from < c->sync_tail_len ? c->sync_tail[from] : buf[from - c->sync_tail_len];
+        }
+        memcpy(c->sync_tail, next, keep);
+        c->sync_tail_len = keep;
+        return n;
+}
+
 static void *reader_main(void *arg) {
         Channel *c = arg;
         ProtoReader *r = proto_reader_new();
@@ -437,7 +524,10 @@ static void *reader_main(void *arg) {
                 /* Any byte is a sign of life, even a frame still incomplete:
                  * a busy sandbox that streams output is never taken for dead. */
                 atomic_store_explicit(&c->last_rx_ms, (int64_t)time_now_mono_ms(), memory_order_relaxed);
-                if (proto_reader_feed(r, buf, (size_t)n) < 0) {
+                size_t skip = c->syncing ? sync_skip(c, buf, (size_t)n) : 0;
+                if (skip == (size_t)n)
+                        continue;
+                if (proto_reader_feed(r, buf + skip, (size_t)n - skip) < 0) {
                         why = "malformed frame from the agent";
                         break;
                 }
@@ -460,8 +550,13 @@ static void *reader_main(void *arg) {
         free(buf);
         /* The agent learns at once that the channel is over (it exits, which
          * ends the sandbox), and writers blocked on a full socket wake up.
-         * Not a socket: the owner's on_closed has to end the agent. */
-        shutdown(c->fd, SHUT_RDWR);
+         * Not a socket: the owner's on_closed has to end the agent. Not
+         * when the channel was let go: the supervisor holds it on. */
+        pthread_mutex_lock(&c->lock);
+        bool keep = c->keep_socket;
+        pthread_mutex_unlock(&c->lock);
+        if (!keep)
+                shutdown(c->fd, SHUT_RDWR);
 
         pthread_mutex_lock(&c->lock);
         mark_closed_locked(c, why ? why : "closed");
@@ -474,13 +569,23 @@ static void *reader_main(void *arg) {
         return NULL;
 }
 
-Channel *channel_new(int fd, ChannelClosedFn on_closed, void *userdata) {
+static Channel *channel_start(int fd, bool take_over, ChannelClosedFn on_closed, void *userdata) {
         if (fd < 0)
                 return NULL;
         Channel *c = calloc(1, sizeof(Channel));
         if (!c) {
                 close(fd);
                 return NULL;
+        }
+        if (take_over) {
+                ProtoHeader h = {.length = CHANNEL_TOKEN_LEN, .type = PROTO_DETACH};
+                if (proto_header_encode(&h, c->sync) < 0 ||
+                    random_bytes(c->sync + PROTO_HEADER_SIZE, CHANNEL_TOKEN_LEN) < 0) {
+                        close(fd);
+                        free(c);
+                        return NULL;
+                }
+                c->syncing = c->taken_over = true;
         }
         c->fd = fd;
         c->wake[0] = c->wake[1] = -1;
@@ -518,6 +623,14 @@ Channel *channel_new(int fd, ChannelClosedFn on_closed, void *userdata) {
         return c;
 }
 
+Channel *channel_new(int fd, ChannelClosedFn on_closed, void *userdata) {
+        return channel_start(fd, false, on_closed, userdata);
+}
+
+Channel *channel_take_over(int fd, ChannelClosedFn on_closed, void *userdata) {
+        return channel_start(fd, true, on_closed, userdata);
+}
+
 int channel_wait_hello(Channel *c, int timeout_ms, json_t **ret_hello) {
         struct timespec dl;
         if (timeout_ms >= 0)
@@ -537,7 +650,14 @@ int channel_wait_hello(Channel *c, int timeout_ms, json_t **ret_hello) {
 
 int channel_attach(Channel *c, int timeout_ms, json_t **ret_hello) {
         static const char body[] = "{}";
-        int r = send_frame(c, PROTO_ATTACH, 0, 0, body, sizeof(body) - 1);
+        int r = 0;
+        /* Taken over: DETACH first, whose echo marks where the agent's
+         * frames begin (read by the reader thread alone once started, but
+         * c->sync is fixed before). */
+        if (c->taken_over)
+                r = send_frame(c, PROTO_DETACH, 0, 0, c->sync + PROTO_HEADER_SIZE, CHANNEL_TOKEN_LEN);
+        if (r == 0)
+                r = send_frame(c, PROTO_ATTACH, 0, 0, body, sizeof(body) - 1);
         if (r < 0)
                 return -EPIPE;
         return channel_wait_hello(c, timeout_ms, ret_hello);
@@ -727,15 +847,27 @@ void channel_shutdown(Channel *c) {
         pthread_mutex_unlock(&c->write_lock);
 }
 
+void channel_let_go(Channel *c) {
+        if (!c)
+                return;
+        pthread_mutex_lock(&c->lock);
+        c->keep_socket = true;
+        mark_closed_locked(c, "closed by the host");
+        pthread_mutex_unlock(&c->lock);
+}
+
 void channel_free(Channel *c) {
         if (!c)
                 return;
         pthread_mutex_lock(&c->lock);
         c->freeing = true;
         mark_closed_locked(c, "closed by the host");
+        bool keep = c->keep_socket;
         pthread_mutex_unlock(&c->lock);
-        /* Wakes writers blocked on a full socket; pipes have no equivalent. */
-        shutdown(c->fd, SHUT_RDWR);
+        /* Wakes writers blocked on a full socket; pipes have no equivalent.
+         * Not one let go: its supervisor holds it on for the agent. */
+        if (!keep)
+                shutdown(c->fd, SHUT_RDWR);
         pthread_join(c->reader, NULL);
         pthread_mutex_lock(&c->write_lock);
         close(c->fd);
@@ -782,7 +914,11 @@ static int open_stream(Channel *c, json_t *request, bool write_locked, ChanStrea
         /* Linked before the OPEN goes out, so that no reply can be missed. */
         int w;
         if (write_locked) {
-                w = c->fd < 0 ? -EPIPE : proto_write_frame(c->fd, PROTO_OPEN, 0, s->id, body, len);
+                w = c->fd < 0 ? -EPIPE : 0;
+                if (w == 0 && PROTO_HEADER_SIZE + len > CHAN_ONE_PIECE)
+                        w = frame_room(c->fd, PROTO_HEADER_SIZE + len);
+                if (w == 0)
+                        w = proto_write_frame(c->fd, PROTO_OPEN, 0, s->id, body, len);
                 if (w < 0) {
                         mark_closed(c, "write to the agent failed");
                         w = -EPIPE;
@@ -858,8 +994,8 @@ int chan_stream_write(ChanStream *s, const void *buf, size_t n, int timeout_ms) 
                 size_t chunk = n;
                 if (chunk > s->credit)
                         chunk = (size_t)s->credit;
-                if (chunk > PROTO_MAX_PAYLOAD)
-                        chunk = PROTO_MAX_PAYLOAD;
+                if (chunk > CHAN_DATA_MAX)
+                        chunk = CHAN_DATA_MAX;
                 s->credit -= chunk;
                 pthread_mutex_unlock(&c->lock);
                 if (send_frame(c, PROTO_DATA, s->remote ? PROTO_FD_OUT : PROTO_FD_IN, s->id, p, chunk) < 0)
@@ -885,8 +1021,8 @@ ssize_t chan_stream_write_some(ChanStream *s, const void *buf, size_t n, int tim
         size_t chunk = n;
         if (chunk > s->credit)
                 chunk = (size_t)s->credit;
-        if (chunk > PROTO_MAX_PAYLOAD)
-                chunk = PROTO_MAX_PAYLOAD;
+        if (chunk > CHAN_DATA_MAX)
+                chunk = CHAN_DATA_MAX;
         s->credit -= chunk;
         pthread_mutex_unlock(&c->lock);
         if (chunk > 0 && send_frame(c, PROTO_DATA, PROTO_FD_IN, s->id, buf, chunk) < 0)

@@ -23,14 +23,23 @@ typedef struct ChanStream ChanStream;
  * CHAN_EV_CLOSED. */
 typedef void (*ChannelClosedFn)(void *userdata, const char *reason);
 
+/* The random token of a taken-over channel's DETACH, which the agent echoes. */
+#define CHANNEL_TOKEN_LEN 16u
+
 /* Takes ownership of fd. Starts the reader thread. NULL on failure (fd closed). */
 Channel *channel_new(int fd, ChannelClosedFn on_closed, void *userdata);
+/* The same for a channel a supervisor hands over to a daemon that did not
+ * start the sandbox: what the agent sent before is unknown (the last daemon
+ * may have read part of a frame), so the reader skips everything up to the
+ * agent's echo of the DETACH that channel_attach sends first. */
+Channel *channel_take_over(int fd, ChannelClosedFn on_closed, void *userdata);
 /* Waits for the agent's HELLO. 0 and *ret_hello (a new reference), -ETIMEDOUT,
  * -EPIPE when the channel closed first. */
 int channel_wait_hello(Channel *c, int timeout_ms, json_t **ret_hello);
 /* A daemon taking over the channel of a sandbox it did not start (after a
- * restart, through the sandbox's supervisor): sends ATTACH and waits for the
- * agent's HELLO, whose "attached" member lists the processes the agent kept
+ * restart, through the sandbox's supervisor): sends DETACH with the token
+ * (channel_take_over's only), then ATTACH, and waits for the agent's HELLO,
+ * whose "attached" member lists the processes the agent kept
  * (docs/protocol.md). As channel_wait_hello otherwise. */
 int channel_attach(Channel *c, int timeout_ms, json_t **ret_hello);
 /* One of those processes' streams, linked under its old id (odd; the ids
@@ -58,6 +67,11 @@ bool channel_is_open(Channel *c);
 /* Ends the channel without freeing it: the fd is shut down both ways, every
  * waiter gets CHAN_EV_CLOSED, on_closed is called. */
 void channel_shutdown(Channel *c);
+/* Ends the channel at the daemon's stop without touching the socket, which
+ * the sandbox's supervisor keeps for the agent: every waiter gets
+ * CHAN_EV_CLOSED, on_closed is called, and neither the reader's end nor
+ * channel_free shuts the socket down. */
+void channel_let_go(Channel *c);
 /* Shuts the fd down, wakes every waiter with CHAN_EV_CLOSED, joins the reader
  * thread, frees. Streams still held must be freed by their owners afterwards
  * (they stay valid until chan_stream_free). NULL is fine. */

@@ -55,6 +55,10 @@ struct Sandbox {
         _Atomic bool run_as_root; /* requests that name no user run as root */
         _Atomic int64_t active_ms; /* monotonic ms of the last request that used it */
         pid_t sup_pid;      /* its supervisor's, 0 without one */
+        /* Under lock: the connection to a supervisor of version 2 (-1 for
+         * none, or version 1's, whose connection is the channel): open while
+         * attached, closed to let the agent be detached. */
+        int sup_conn;
         _Atomic bool left;  /* let go at the daemon's stop: running on without it */
         char closed_reason[128];
         /* Under lock: why the daemon itself failed the sandbox (heartbeat,

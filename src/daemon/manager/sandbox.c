@@ -36,6 +36,8 @@ void sandbox_unref(Sandbox *sb) {
         if (!sb || atomic_fetch_sub(&sb->refs, 1) != 1)
                 return;
         channel_free(sb->channel);
+        if (sb->sup_conn >= 0)
+                close(sb->sup_conn);
         egress_sandbox_unref(sb->egress);
         json_decref(sb->env);
         spec_paths_done(&sb->paths);
@@ -196,10 +198,14 @@ const char *live_stop(Sandbox *sb) {
         }
         pid_t sup = sb->sup_pid;
         sb->sup_pid = 0;
+        int conn = sb->sup_conn;
+        sb->sup_conn = -1;
         pthread_mutex_unlock(&sb->lock);
         /* Its supervisor ends with its agent's end of the channel. */
         if (sup)
                 supervise_wait_end(sup, 2000, true);
+        if (conn >= 0)
+                close(conn);
         return why;
 }
 
@@ -213,6 +219,7 @@ Sandbox *sandbox_alloc(Manager *m, const SandboxRow *row, const Driver *d) {
                 return NULL;
         }
         sb->m = m;
+        sb->sup_conn = -1;
         atomic_init(&sb->refs, 1);
         atomic_init(&sb->active_ms, (int64_t)time_now_mono_ms());
         pthread_mutex_init(&sb->lock, NULL);
@@ -241,8 +248,9 @@ void live_add(Manager *m, Sandbox *sb) {
                 queue_dead(sb);
 }
 
-/* The supervisor between the daemon and the agent: *fd (the driver's end
- * of the channel) goes to it, and becomes the daemon's connection to it. */
+/* The sandbox's supervisor, which shares *fd (the driver's end of the
+ * channel) with the daemon, and keeps it and the driver's handles while no
+ * daemon is there. *fd is closed on failure. */
 static int supervise(Manager *m, Sandbox *sb, const SandboxRow *row, int *fd) {
         SuperviseHandles h = { .n = 0 };
         for (size_t i = 0; i < DRIVER_MAX_HANDLES; i++)
@@ -260,11 +268,13 @@ static int supervise(Manager *m, Sandbox *sb, const SandboxRow *row, int *fd) {
         int conn = -1;
         r = supervise_start(m->cfg->supervisor_path, sb->paths.sandbox_dir, sb->id, row->spec.supervisor_nonce, *fd,
                             &h, &conn);
-        *fd = -1;
-        if (r < 0)
+        if (r < 0) {
+                close(*fd);
+                *fd = -1;
                 return r;
+        }
         sb->sup_pid = h.pid;
-        *fd = conn;
+        sb->sup_conn = conn;
         return 0;
 }
 

@@ -66,22 +66,28 @@ int sandbox_reattach(Manager *m, SandboxRow *row, const Driver *d, char *why, si
         driver_spec_from(m, sb->id, &row->spec, &sb->paths, &ds);
         sb->memory_mib = ds.memory_mib;
         sb->vcpu = ds.vcpu;
-        int conn = -1;
+        int chan = -1;
         SuperviseHandles h;
         if ((r = supervise_attach(sb->paths.sandbox_dir, row->id, row->spec.supervisor_nonce,
-                                  RESTORE_SUPERVISOR_TIMEOUT_MS, &conn, &h, why, why_len)) < 0)
+                                  RESTORE_SUPERVISOR_TIMEOUT_MS, &chan, &sb->sup_conn, &h, why, why_len)) < 0)
                 goto fail;
         /* From here a failure stops what is left of it, its supervisor too. */
         sb->sup_pid = h.pid;
         if ((r = d->adopt(&ds, h.state, h.fds, h.n, &sb->inst)) < 0) { /* the fds are taken */
-                close(conn);
+                close(chan);
                 sb->inst = NULL;
                 snprintf(why, why_len, "%s",
-                         r == -ESRCH ? "its processes are gone" : "its supervisor kept no handles of its driver's");
+                         r == -ESRCH     ? "its processes are gone"
+                         : r == -EBADMSG ? "its supervisor kept no handles of its driver's"
+                                         : "its driver could not take it over");
                 goto fail;
         }
         r = -ENOMEM;
-        if (!(sb->channel = channel_new(conn, on_channel_closed, sb)))
+        /* Version 2 hands the agent's channel over; version 1's connection
+         * relays its frames. */
+        sb->channel = h.version >= 2 ? channel_take_over(chan, on_channel_closed, sb)
+                                     : channel_new(chan, on_channel_closed, sb);
+        if (!sb->channel)
                 goto fail;
         if (m->egress) {
                 if (egress_sandbox_new(m->egress, sb->id, row->owner, row->spec.network, row->spec.secrets,
@@ -149,6 +155,7 @@ fail:
 bool sandbox_let_go(Manager *m, Sandbox *sb) {
         pthread_mutex_lock(&sb->lock);
         bool can = sb->sup_pid && sb->inst && sb->driver->release && !sb->died && !m->cfg->stop_sandboxes_on_exit;
+        int conn = -1;
         if (can) {
                 atomic_store(&sb->left, true);
                 sb->stopping = true; /* the channel's end is not a death */
@@ -156,11 +163,21 @@ bool sandbox_let_go(Manager *m, Sandbox *sb) {
                 sb->driver->release(sb->inst);
                 sb->inst = NULL;
                 sb->sup_pid = 0;
+                conn = sb->sup_conn;
+                sb->sup_conn = -1;
         }
         pthread_mutex_unlock(&sb->lock);
-        if (can)
+        if (!can)
+                return false;
+        /* Version 2: the channel stops, the socket stays as it is, and the
+         * connection's end makes the supervisor detach the agent. Version 1:
+         * the connection is the channel, shut down for the same. */
+        if (conn >= 0) {
+                channel_let_go(sb->channel);
+                close(conn);
+        } else
                 channel_shutdown(sb->channel);
-        return can;
+        return true;
 }
 
 bool sandbox_left(Sandbox *sb) {

@@ -89,7 +89,7 @@ static _Noreturn void grandchild(char *const argv[], char *const envp[], const i
 
 int supervise_start(const char *program, const char *sandbox_dir, const char *id, const char *nonce, int agent_fd,
                     SuperviseHandles *h, int *ret_conn) {
-        _cleanup_close_ int agent = agent_fd;
+        const int agent = agent_fd;
         _cleanup_close_ int listen_fd = -1, devnull = -1;
         int pair[2] = { -1, -1 }, pidpipe[2] = { -1, -1 };
         int r = 0;
@@ -174,7 +174,7 @@ static void say(char *why, size_t n, const char *text) {
 /* One byte at a time: nothing past the line's end may be taken from the
  * socket, which carries the channel's frames right after it. The first
  * byte brings the handles. */
-static int read_reply(int fd, int timeout_ms, char *line, size_t max, SuperviseHandles *ret) {
+static int read_reply(int fd, int timeout_ms, char *line, size_t max, int *fds, size_t *n_fds) {
         int64_t deadline = (int64_t)time_now_mono_ms() + timeout_ms;
         size_t len = 0;
         for (;;) {
@@ -192,7 +192,7 @@ static int read_reply(int fd, int timeout_ms, char *line, size_t max, SuperviseH
                 char c;
                 union {
                         struct cmsghdr h;
-                        char buf[CMSG_SPACE(sizeof(int) * DRIVER_MAX_HANDLES)];
+                        char buf[CMSG_SPACE(sizeof(int) * (1 + DRIVER_MAX_HANDLES))];
                 } control;
                 struct iovec iov = { .iov_base = &c, .iov_len = 1 };
                 struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
@@ -214,8 +214,8 @@ static int read_reply(int fd, int timeout_ms, char *line, size_t max, SuperviseH
                                 if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
                                         continue;
                                 size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                                for (size_t i = 0; i < k && ret->n < DRIVER_MAX_HANDLES; i++)
-                                        memcpy(&ret->fds[ret->n++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                                for (size_t i = 0; i < k && *n_fds < 1 + DRIVER_MAX_HANDLES; i++)
+                                        memcpy(&fds[(*n_fds)++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
                         }
                 }
                 if (c == '\n') {
@@ -228,16 +228,16 @@ static int read_reply(int fd, int timeout_ms, char *line, size_t max, SuperviseH
         }
 }
 
-int supervise_attach(const char *sandbox_dir, const char *id, const char *nonce, int timeout_ms, int *ret_conn,
-                     SuperviseHandles *ret, char *why, size_t why_len) {
-        memset(ret, 0, sizeof *ret);
-        for (size_t i = 0; i < DRIVER_MAX_HANDLES; i++)
-                ret->fds[i] = -1;
-        _cleanup_close_ int dirfd = open(sandbox_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (dirfd < 0) {
-                say(why, why_len, "its directory is gone");
-                return -ENOENT;
-        }
+static void close_fds(int *fds, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (fds[i] >= 0)
+                        close(fds[i]);
+}
+
+/* One handshake at `version`: 0 and the connection, or a negative errno;
+ * *ret_refusal is the supervisor's NO line's rest when it refused. */
+static int handshake(int dirfd, const char *id, const char *nonce, unsigned version, int timeout_ms, int *ret_conn,
+                     int *fds, size_t *n_fds, char *line, size_t line_len, char *why, size_t why_len) {
         struct sockaddr_un sa;
         int r = socket_address(dirfd, &sa);
         if (r < 0)
@@ -250,42 +250,85 @@ int supervise_attach(const char *sandbox_dir, const char *id, const char *nonce,
                 say(why, why_len, r == -ENOENT ? "it has no supervisor" : "its supervisor is gone");
                 return r == -ENOENT ? -ENOENT : -ECONNREFUSED;
         }
-        char line[SUPERVISE_LINE_MAX + 1];
-        int w = snprintf(line, sizeof line, "ATTACH %d %s %s\n", SUPERVISE_PROTOCOL_VERSION, id, nonce);
-        if (w < 0 || (size_t)w >= sizeof line)
+        int w = snprintf(line, line_len, "ATTACH %u %s %s\n", version, id, nonce);
+        if (w < 0 || (size_t)w >= line_len)
                 return -EINVAL;
         if (send(fd, line, (size_t)w, MSG_NOSIGNAL) != w) {
                 say(why, why_len, "its supervisor is gone");
                 return -ECONNREFUSED;
         }
-        r = read_reply(fd, timeout_ms, line, sizeof line, ret);
+        *n_fds = 0;
+        r = read_reply(fd, timeout_ms, line, line_len, fds, n_fds);
         if (r < 0) {
-                supervise_handles_close(ret);
+                close_fds(fds, *n_fds);
+                *n_fds = 0;
                 say(why, why_len, r == -ETIMEDOUT ? "its supervisor did not answer" : "its supervisor answered garbage");
                 return r;
         }
+        *ret_conn = TAKE_FD(fd);
+        return 0;
+}
+
+int supervise_attach(const char *sandbox_dir, const char *id, const char *nonce, int timeout_ms, int *ret_channel,
+                     int *ret_conn, SuperviseHandles *ret, char *why, size_t why_len) {
+        memset(ret, 0, sizeof *ret);
+        for (size_t i = 0; i < DRIVER_MAX_HANDLES; i++)
+                ret->fds[i] = -1;
+        _cleanup_close_ int dirfd = open(sandbox_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dirfd < 0) {
+                say(why, why_len, "its directory is gone");
+                return -ENOENT;
+        }
+        char line[SUPERVISE_LINE_MAX + 1];
+        int fds[1 + DRIVER_MAX_HANDLES];
+        size_t n_fds = 0;
+        _cleanup_close_ int conn = -1;
+        unsigned asked = SUPERVISE_PROTOCOL_VERSION;
+        int r = handshake(dirfd, id, nonce, asked, timeout_ms, &conn, fds, &n_fds, line, sizeof line, why, why_len);
+        /* A supervisor of the first version (started by a daemon before the
+         * upgrade) answers that it speaks 1: asked again in its words. */
+        if (r == 0 && strcmp(line, "NO version 1") == 0) {
+                close_fds(fds, n_fds);
+                closep(&conn);
+                conn = -1;
+                asked = 1;
+                r = handshake(dirfd, id, nonce, asked, timeout_ms, &conn, fds, &n_fds, line, sizeof line, why,
+                              why_len);
+        }
+        if (r < 0)
+                return r;
         if (strncmp(line, "NO ", 3) == 0) {
-                supervise_handles_close(ret);
+                close_fds(fds, n_fds);
                 if (why && why_len)
                         snprintf(why, why_len, "its supervisor refused: %.64s", line + 3);
                 return -EPERM;
         }
         unsigned version = 0, n = 0;
         int pid = 0, used = 0;
-        char state[DRIVER_STATE_MAX + 1] = "";
-        if (sscanf(line, "OK %u %d %u %n", &version, &pid, &n, &used) != 3 || version < 1 ||
-            version > SUPERVISE_PROTOCOL_VERSION || pid <= 1 || n != ret->n || strlen(line + used) > DRIVER_STATE_MAX ||
+        /* Version 2 hands the agent's channel over first, then the kept fds;
+         * version 1 only the kept fds (its connection carries the frames). */
+        size_t extra = asked >= 2 ? 1 : 0;
+        if (sscanf(line, "OK %u %d %u %n", &version, &pid, &n, &used) != 3 || version != asked || pid <= 1 ||
+            n > DRIVER_MAX_HANDLES || n + extra != n_fds || strlen(line + used) > DRIVER_STATE_MAX ||
             strchr(line + used, ' ')) {
-                supervise_handles_close(ret);
+                close_fds(fds, n_fds);
                 say(why, why_len, "its supervisor answered garbage");
                 return -EPROTO;
         }
         if (strcmp(line + used, "-") != 0)
-                snprintf(state, sizeof state, "%s", line + used);
-        snprintf(ret->state, sizeof ret->state, "%s", state);
+                snprintf(ret->state, sizeof ret->state, "%s", line + used);
+        for (size_t i = 0; i < n; i++)
+                ret->fds[i] = fds[extra + i];
+        ret->n = n;
         ret->pid = pid;
         ret->version = version;
-        *ret_conn = TAKE_FD(fd);
+        if (extra) {
+                *ret_channel = fds[0];
+                *ret_conn = TAKE_FD(conn);
+        } else {
+                *ret_channel = TAKE_FD(conn);
+                *ret_conn = -1;
+        }
         return 0;
 }
 
