@@ -5,10 +5,11 @@ daemon takes to take its sandboxes back.
     sudo python3 bench/live_restore.py                  # writes its section of docs/benchmarks.md
     sudo python3 bench/live_restore.py --quick --out -  # fewer runs and sandboxes, print the section
 
-1. Exec round trip of `true` (buffered exec, a kept-alive connection) on a daemon whose sandboxes
-   have a supervisor between it and the agent (the default) and on one started with
-   --no-live-restore (the channel straight to the agent), per driver, in rounds that alternate
-   between the two, in one run.
+1. Round trip of `true` through the buffered and the streamed exec (a kept-alive connection) on a
+   daemon whose sandboxes have a supervisor (the default: it keeps a copy of the channel and
+   watches the daemon's connection, and hands the channel to the daemon) and on one started with
+   --no-live-restore (no supervisor at all), per driver, in rounds that alternate between the two,
+   in one run.
 2. N namespace sandboxes, each with a background process; runtimed killed with SIGKILL; the time
    from the new runtimed's start to its API answering, which is after every sandbox was re-attached
    (the recovery runs before the API listens), and the same with --no-live-restore, where the
@@ -53,14 +54,19 @@ def finish(d: Daemon) -> None:
     remove_empty_cgroup_tree(d.cgroup_parent)
 
 
-def exec_times(api: Api, sid: str, n: int) -> list[float]:
-    out = []
+def exec_times(api: Api, sid: str, n: int) -> tuple[list[float], list[float]]:
+    """n buffered and n streamed execs of `true`, interleaved: their times in ms."""
+    buffered, streamed = [], []
     for _ in range(n):
         t = time.perf_counter()
         r = api.post(f"/v1/sandboxes/{sid}:exec", json={"command": "true"})
-        out.append((time.perf_counter() - t) * 1000)
+        buffered.append((time.perf_counter() - t) * 1000)
         assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
-    return out
+        t = time.perf_counter()
+        evs = [e for _, e in api.exec_stream(sid, command="true")]
+        streamed.append((time.perf_counter() - t) * 1000)
+        assert evs[-1]["type"] == "exit" and evs[-1]["exitCode"] == 0, evs
+    return buffered, streamed
 
 
 def round_trips(image_dir: str, drivers: list[str], rounds: int, per_round: int) -> dict:
@@ -79,13 +85,15 @@ def round_trips(image_dir: str, drivers: list[str], rounds: int, per_round: int)
                 sids[name] = r.json()["id"]
             if drv in res:
                 continue
-            times: dict[str, list[float]] = {k: [] for k in apis}
+            times: dict[str, dict[str, list[float]]] = {k: {"buffered": [], "streamed": []} for k in apis}
             for name in apis:  # warm-up
                 exec_times(apis[name], sids[name], 5)
             for i in range(rounds):
                 order = list(apis) if i % 2 == 0 else list(reversed(list(apis)))
                 for name in order:
-                    times[name] += exec_times(apis[name], sids[name], per_round)
+                    b, st = exec_times(apis[name], sids[name], per_round)
+                    times[name]["buffered"] += b
+                    times[name]["streamed"] += st
             res[drv] = times
             for name, api in apis.items():
                 api.delete(f"/v1/sandboxes/{sids[name]}")
@@ -133,20 +141,23 @@ def render(rt: dict, restarts: list[dict], rounds: int, per_round: int) -> str:
     lines = [BEGIN, "## Live restore: the supervisor on the exec path, and a restart's re-attach", "",
              f"Measured {when} on {platform.node() or 'this host'} ({os.cpu_count()} CPUs) with "
              f"`sudo python3 bench/live_restore.py`.", "",
-             f"Exec round trip of `true` (buffered exec, a kept-alive connection), {rounds} alternating "
-             f"rounds of {per_round} on each daemon: sandboxes with a supervisor relaying the channel (the "
-             "default) against `--no-live-restore` (the channel straight to the agent). The two sandboxes "
-             "of a driver run at once, so gVisor's absolute figures are above those of its own sections "
-             "(two Sentries on 2 CPUs); the ratio is the point.", "",
-             "| driver | supervised p50 | p95 | direct p50 | p95 | p50 ratio |", "| --- | --- | --- | --- | --- | --- |"]
+             f"Round trip of `true` through the buffered and the streamed exec (a kept-alive connection), "
+             f"{rounds} alternating rounds of {per_round} of each on each daemon: sandboxes with a supervisor "
+             "(the default; it hands the channel to the daemon and is not in a call's path) against "
+             "`--no-live-restore` (no supervisor). The two sandboxes of a driver run at once, so gVisor's "
+             "absolute figures are above those of its own sections (two Sentries on 2 CPUs); the ratio is "
+             "the point.", "",
+             "| driver | exec | supervised p50 | p95 | no supervisor p50 | p95 | p50 ratio |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for drv, t in rt.items():
         if "error" in t:
-            lines.append(f"| {drv} | {t['error']} | | | | |")
+            lines.append(f"| {drv} | {t['error']} | | | | | |")
             continue
-        s, dr = t["supervised"], t["direct"]
-        lines.append(f"| {drv} | {statistics.median(s):.2f} ms | {pct(s, 95):.2f} ms | "
-                     f"{statistics.median(dr):.2f} ms | {pct(dr, 95):.2f} ms | "
-                     f"{statistics.median(s) / statistics.median(dr):.2f} |")
+        for kind in ("buffered", "streamed"):
+            s, dr = t["supervised"][kind], t["direct"][kind]
+            lines.append(f"| {drv} | {kind} | {statistics.median(s):.2f} ms | {pct(s, 95):.2f} ms | "
+                         f"{statistics.median(dr):.2f} ms | {pct(dr, 95):.2f} ms | "
+                         f"{statistics.median(s) / statistics.median(dr):.2f} |")
     lines += ["", "From a SIGKILL of runtimed to the new runtimed's API answering, with N namespace sandboxes "
               "each running a background process (the recovery runs before the API listens):", "",
               "| sandboxes | live restore | start to API | afterwards |", "| --- | --- | --- | --- |"]

@@ -32,12 +32,24 @@ _PAIRS = itertools.count()
 
 @pytest.fixture
 def pair(build_dir, image_dir, tmp_path, postgres):
+    yield from _hosts(build_dir, image_dir, tmp_path, postgres, 3)
+
+
+@pytest.fixture
+def patient_pair(build_dir, image_dir, tmp_path, postgres):
+    """A pair whose hosts wait a minute before they take a silent one for dead: a restart of a
+    host is not its death."""
+    yield from _hosts(build_dir, image_dir, tmp_path, postgres, 60)
+
+
+def _hosts(build_dir, image_dir, tmp_path, postgres, dead_after: int):
     db = f"rt_{uuid.uuid4().hex[:12]}"
     postgres.psql(f"CREATE DATABASE {db}")
     secret = tmp_path / "fleet.secret"
     secret.write_text(SECRET + "\n")
     os.chmod(secret, 0o600)
-    args = ["--database", postgres.url(db), "--fleet-secret-file", str(secret), "--host-dead-after-seconds", "3"]
+    args = ["--database", postgres.url(db), "--fleet-secret-file", str(secret), "--host-dead-after-seconds",
+            str(dead_after)]
     hosts = []
     # Cgroup names of this test alone: what one test leaves cannot fail the next ones.
     n = next(_PAIRS)
@@ -214,6 +226,48 @@ def test_a_dead_owner_answers_at_once(pair):
         wait_until(lambda: not host_pids(sbx.id), 30, what="the lost sandbox ended by its host's start")
     finally:
         b_api.close()
+
+
+def test_a_restarted_owner_is_read_through_the_other_host(patient_pair, published_client):
+    # Host a killed with SIGKILL and started again: its sandbox ran on, and the published client,
+    # pointed at host b, finds it running, reads the output of a process started before the kill
+    # (from where the killed daemon's ring ended: what it had is gone with it) with no line
+    # missing across the gap, runs a new command and reads a file.
+    a, b = patient_pair
+    with Api(a) as on_a:
+        sbx = _on_a(patient_pair, on_a, driver="namespace", timeoutSeconds=300)
+        on_a.exec(sbx.id, command="echo before > /workspace/kept.txt")
+        r = on_a.post(f"/v1/sandboxes/{sbx.id}/processes",
+                      json={"command": "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo $i; sleep 0.05; done"})
+        assert r.status_code == 201, r.text
+        pid = r.json()["id"]
+        wait_until(lambda: on_a.get(f"/v1/sandboxes/{sbx.id}/processes/{pid}").json()["outputBytes"] > 20, 30,
+                   what="the ticker's first lines")
+    a.kill()
+    a.start()
+    got = published_client.run_json(_Via(b, a.api_key), f"""
+import json
+from withruntime import Sandbox
+s = Sandbox.connect({sbx.id!r})
+text = ""
+for ev in s.process({pid!r}).output():
+    if ev.get("type") == "stdout":
+        text += ev["data"]
+    if text.count("\\n") >= 60:
+        break
+lines = text.splitlines()[:60]
+r = s.exec("cat /workspace/kept.txt; echo after")
+print(json.dumps([s.state, lines, r.stdout]))
+""", timeout=240)
+    state, lines, out = got
+    assert state == "running"
+    first = int(lines[0])
+    assert lines == [str(i) for i in range(first, first + 60)], lines
+    assert out == "before\nafter\n"
+    with Api(a) as on_a:
+        assert on_a.sandbox(sbx.id)["state"] == "running"
+        r = on_a.post(f"/v1/sandboxes/{sbx.id}/processes/{pid}:signal", json={"signal": "SIGKILL"})
+        assert r.status_code in (200, 202), r.text
 
 
 def test_creates_are_placed_across_hosts(pair, postgres):

@@ -42,10 +42,12 @@
 /* A frame this small leaves in one piece of a unix stream socket (one
  * buffer of the kernel's): the agent never gets part of it, whenever the
  * daemon dies. A bigger one is written only once the socket has room for all
- * of it (frame_room), and DATA to the agent is cut at CHAN_DATA_MAX so that
- * any frame fits a default socket buffer with room to spare. */
+ * of it (frame_room), and DATA to the agent is cut so that a frame fits in
+ * what a writable socket has free (c->data_max, from its send buffer, which
+ * the daemon raises to CHAN_SNDBUF where it may). */
 #define CHAN_ONE_PIECE (32u * 1024u)
-#define CHAN_DATA_MAX (64u * 1024u)
+#define CHAN_SNDBUF (1024 * 1024)
+#define CHAN_DATA_MIN (16u * 1024u)
 /* What the kernel counts beyond the bytes of a frame's pieces. */
 #define CHAN_ROOM_SLACK (16u * 1024u)
 /* A daemon taking a channel over skips what the agent sent before its
@@ -91,6 +93,7 @@ struct Channel {
         bool taken_over;
         bool syncing;
         bool keep_socket;
+        size_t data_max; /* the largest DATA payload to the agent */
         uint8_t sync[CHAN_SYNC_LEN];
         uint8_t sync_tail[CHAN_SYNC_LEN - 1];
         size_t sync_tail_len;
@@ -191,6 +194,23 @@ static int frame_room(int fd, size_t total) {
                 if (poll(&pfd, 1, (int)left) < 0 && errno != EINTR)
                         return -errno;
         }
+}
+
+/* The largest DATA payload for fd: what frame_room finds free in a writable
+ * socket (at most a quarter of its buffer in use), less the slack. The
+ * buffer is raised first where the daemon may (CAP_NET_ADMIN): a default one
+ * holds frames of about 128 KiB. Not a socket: the protocol's largest. */
+static size_t channel_data_max(int fd) {
+        int want = CHAN_SNDBUF, sndbuf = 0;
+        socklen_t len = sizeof sndbuf;
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof want);
+        if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) < 0 || sndbuf <= 0)
+                return PROTO_MAX_PAYLOAD;
+        size_t free_room = (size_t)sndbuf / 4 * 3;
+        if (free_room < PROTO_HEADER_SIZE + CHAN_ROOM_SLACK + CHAN_DATA_MIN)
+                return CHAN_DATA_MIN;
+        size_t max = free_room - PROTO_HEADER_SIZE - CHAN_ROOM_SLACK;
+        return max < PROTO_MAX_PAYLOAD ? max : PROTO_MAX_PAYLOAD;
 }
 
 static int send_frame(Channel *c, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
@@ -610,6 +630,7 @@ static Channel *channel_start(int fd, bool take_over, ChannelClosedFn on_closed,
                 (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
         struct timeval tv = {.tv_sec = CHAN_SEND_TIMEOUT_S};
         (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv); /* not a socket: no bound */
+        c->data_max = channel_data_max(fd);
         if (pthread_create(&c->reader, NULL, reader_main, c) != 0) {
                 close(c->wake[0]);
                 close(c->wake[1]);
@@ -994,8 +1015,8 @@ int chan_stream_write(ChanStream *s, const void *buf, size_t n, int timeout_ms) 
                 size_t chunk = n;
                 if (chunk > s->credit)
                         chunk = (size_t)s->credit;
-                if (chunk > CHAN_DATA_MAX)
-                        chunk = CHAN_DATA_MAX;
+                if (chunk > c->data_max)
+                        chunk = c->data_max;
                 s->credit -= chunk;
                 pthread_mutex_unlock(&c->lock);
                 if (send_frame(c, PROTO_DATA, s->remote ? PROTO_FD_OUT : PROTO_FD_IN, s->id, p, chunk) < 0)
@@ -1021,8 +1042,8 @@ ssize_t chan_stream_write_some(ChanStream *s, const void *buf, size_t n, int tim
         size_t chunk = n;
         if (chunk > s->credit)
                 chunk = (size_t)s->credit;
-        if (chunk > CHAN_DATA_MAX)
-                chunk = CHAN_DATA_MAX;
+        if (chunk > c->data_max)
+                chunk = c->data_max;
         s->credit -= chunk;
         pthread_mutex_unlock(&c->lock);
         if (chunk > 0 && send_frame(c, PROTO_DATA, PROTO_FD_IN, s->id, buf, chunk) < 0)
