@@ -693,6 +693,8 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                            .manager = d->manager,
                            .self = &rec,
                            .events = d->events,
+                           .snapshots = d->snapshots,
+                           .uploads = d->uploads,
                            .webhooks = d->webhooks,
                            .audit = d->audit,
                            .samples = d->samples,

@@ -20,8 +20,10 @@
 #include "daemon/store/store.h"
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
+#include "daemon/store/store_events.h"
 #include "daemon/store/store_uploads.h"
 #include "test_pg_harness.h"
+#include "test_store_hosts_helper.h"
 
 static void test_backend_table(void **state) {
         assert_ptr_equal(store_postgres.ledger, &store_postgres_ledger);
@@ -332,6 +334,84 @@ static int see(const StoreUploadListed *l, void *userdata) {
         return 0;
 }
 
+/* The hosts' table of url with rec registered in it at *ret_epoch. */
+static StoreHosts *registered(const char *url, const HostRecord *rec, int64_t *ret_epoch) {
+        StoreHosts *hosts = NULL;
+        assert_int_equal(store_postgres.hosts->open(url, &hosts), 0);
+        assert_int_equal(store_postgres.hosts->register_host(hosts, rec, 100, ret_epoch), 0);
+        return hosts;
+}
+
+/* A host's ledger writes are made at its epoch: once the host is declared
+ * dead (or its id registered again), every write of the old epoch is
+ * -EOWNERDEAD and changes nothing, while a handle at the new epoch and the
+ * other hosts write on. */
+static void test_ledger_writes_need_a_live_epoch(void **state) {
+        char *url = pg_fresh("t_ledger_epoch");
+        const StoreLedgerOps *ops = store_postgres.ledger;
+        const StoreHostOps *hops = store_postgres.hosts;
+        HostRecord rec = hosts_test_record("host_ledgerledgerled", "http://10.0.0.1:7878");
+        int64_t epoch = 0;
+        StoreHosts *hosts = registered(url, &rec, &epoch);
+        key_insert(url, "key_a", "own_a", -1, false);
+        StoreLedger *h = NULL;
+        assert_int_equal(ops->open(url, &h), 0);
+        assert_int_equal(ops->set_host(h, rec.id), 0);
+        assert_int_equal(ops->set_epoch(h, epoch), 0);
+        const int64_t now = 1800000000, since = now - 86400;
+        LedgerBudget b = { .daily_limit_micros = -1, .allowance_seconds = -1 };
+        StoreLedgerUse u;
+        StoreReservation r = reservation("sbx_e1", 100, 60);
+        assert_int_equal(ops->reserve(h, &r, &b, since, now, &u), 0);
+        assert_int_equal(ops->begin(h, "sbx_e1", "key_a", "own_a", now, 3600000000u, now + 3600), 0);
+        assert_int_equal(ops->heartbeat(h, now + 10), 0);
+
+        /* Declared dead: the old epoch writes nothing. */
+        assert_int_equal(hops->declare_dead(hosts, rec.id, epoch, 100, 200), 0);
+        r = reservation("sbx_e2", 100, 60);
+        assert_int_equal(ops->reserve(h, &r, &b, since, now, &u), -EOWNERDEAD);
+        assert_int_equal(ops->begin(h, "sbx_e1", "key_a", "own_a", now + 20, 3600000000u, now + 3600), -EOWNERDEAD);
+        assert_int_equal(ops->heartbeat(h, now + 30), -EOWNERDEAD);
+        int64_t end = 0;
+        assert_int_equal(ops->settle(h, "sbx_e1", now + 40, false, now + 40, cost, &end), -EOWNERDEAD);
+        assert_int_equal(ops->release(h, "sbx_e1", now + 40), -EOWNERDEAD);
+        assert_int_equal(ops->settle_orphans(h, now + 40), -EOWNERDEAD);
+        /* Nothing moved: one open charge, its heartbeat at +10, one open
+         * reservation. */
+        assert_int_equal(ops->key_use(h, "key_a", since, &u), 0);
+        assert_int_equal(u.reserved_micros, 100);
+        assert_int_equal(u.settled_micros, 0);
+
+        /* Registered again at a new epoch: a handle of that epoch writes,
+         * settling the charge at its last heartbeat; the old epoch still
+         * cannot. */
+        int64_t again = 0;
+        assert_int_equal(hops->register_host(hosts, &rec, 300, &again), 0);
+        assert_true(again > epoch);
+        assert_int_equal(ops->heartbeat(h, now + 50), -EOWNERDEAD);
+        StoreLedger *h2 = NULL;
+        assert_int_equal(ops->open(url, &h2), 0);
+        assert_int_equal(ops->set_host(h2, rec.id), 0);
+        assert_int_equal(ops->set_epoch(h2, again), 0);
+        assert_int_equal(ops->settle(h2, "sbx_e1", now + 60, true, now + 60, cost, &end), 0);
+        assert_int_equal(end, now + 10);
+        assert_int_equal(ops->key_use(h2, "key_a", since, &u), 0);
+        assert_int_equal(u.reserved_micros, 0);
+        assert_int_equal(u.settled_micros, 10 * 1000000); /* 10 s at 1 000 000 a second */
+
+        /* Epoch 0: no condition (a host outside a fleet). */
+        StoreLedger *solo = NULL;
+        assert_int_equal(ops->open(url, &solo), 0);
+        assert_int_equal(ops->set_host(solo, rec.id), 0);
+        r = reservation("sbx_e3", 100, 60);
+        assert_int_equal(ops->reserve(solo, &r, &b, since, now, &u), 0);
+        ops->close(solo);
+        ops->close(h2);
+        ops->close(h);
+        hops->close(hosts);
+        free(url);
+}
+
 static void test_uploads_round_trip(void **state) {
         char *url = pg_fresh("t_uploads");
         key_insert(url, "key_a", "own_a", -1, false);
@@ -414,6 +494,51 @@ static void test_uploads_round_trip(void **state) {
         free(url);
 }
 
+static int count_upload(const StoreUploadListed *l, void *userdata) {
+        (*(int *)userdata)++;
+        return 0;
+}
+
+/* Uploads and events are written at the host's epoch too. */
+static void test_uploads_and_events_need_a_live_epoch(void **state) {
+        char *url = pg_fresh("t_upl_epoch");
+        const StoreHostOps *hops = store_postgres.hosts;
+        HostRecord rec = hosts_test_record("host_uplduplduplduplo", "http://10.0.0.1:7878");
+        int64_t epoch = 0;
+        StoreHosts *hosts = registered(url, &rec, &epoch);
+        const StoreUploadOps *uops = store_postgres.uploads;
+        StoreUploads *u = NULL;
+        assert_int_equal(uops->open(url, &u), 0);
+        assert_int_equal(uops->set_writer(u, rec.id, epoch), 0);
+        const StoreEventOps *eops = store_postgres.events;
+        StoreEvents *ev = NULL;
+        assert_int_equal(eops->open(url, &ev), 0);
+        assert_int_equal(eops->set_writer(ev, rec.id, epoch), 0);
+        StoreUpload one = upload("upl_0000000000000011", "sbx_a");
+        assert_int_equal(uops->insert(u, &one), 0);
+        EventRecord e = { .owner = "own_a", .type = "sandbox.created", .resource_type = "sandbox",
+                          .resource_id = "sbx_a", .host_id = rec.id, .at = 100 };
+        snprintf(e.id, sizeof e.id, "evt_%020d", 1);
+        assert_int_equal(eops->append(ev, &e), 0);
+
+        assert_int_equal(hops->declare_dead(hosts, rec.id, epoch, 100, 200), 0);
+        StoreUpload two = upload("upl_0000000000000012", "sbx_a");
+        assert_int_equal(uops->insert(u, &two), -EOWNERDEAD);
+        assert_int_equal(uops->record_part(u, one.id, 0, 10, 300), -EOWNERDEAD);
+        assert_int_equal(uops->remove(u, one.id), -EOWNERDEAD);
+        assert_int_equal(uops->remove_sandbox(u, "sbx_a"), -EOWNERDEAD);
+        snprintf(e.id, sizeof e.id, "evt_%020d", 2);
+        assert_int_equal(eops->append(ev, &e), -EOWNERDEAD);
+        /* Nothing moved. */
+        int n = 0;
+        assert_int_equal(uops->list(u, count_upload, &n), 0);
+        assert_int_equal(n, 1);
+        eops->close(ev);
+        uops->close(u);
+        hops->close(hosts);
+        free(url);
+}
+
 static void test_uploads_two_handles(void **state) {
         char *url = pg_fresh("t_uploads_two");
         const StoreUploadOps *ops = store_postgres.uploads;
@@ -448,6 +573,8 @@ int main(void) {
                 cmocka_unit_test(test_ledger_reservation_against_budget),
                 cmocka_unit_test(test_ledger_charges_round_trip),
                 cmocka_unit_test(test_ledger_two_handles_never_overshoot),
+                cmocka_unit_test(test_ledger_writes_need_a_live_epoch),
+                cmocka_unit_test(test_uploads_and_events_need_a_live_epoch),
                 cmocka_unit_test(test_uploads_round_trip),
                 cmocka_unit_test(test_uploads_two_handles),
         };

@@ -708,6 +708,43 @@ static void test_snapshots_expired_ids(void **state) {
         free(url);
 }
 
+/* A host's snapshot writes are made at its epoch: declared dead, it inserts,
+ * updates and deletes nothing (-EOWNERDEAD); at its new epoch it does. */
+static void test_snapshots_need_a_live_epoch(void **state) {
+        char *url;
+        StoreSnapshots *h = snapshots_open("t_snp_epoch", &url);
+        const StoreSnapshotOps *ops = store_postgres.snapshots;
+        const StoreHostOps *hops = store_postgres.hosts;
+        StoreHosts *hosts = NULL;
+        assert_int_equal(hops->open(url, &hosts), 0);
+        HostRecord rec = { .url = (char *)"http://10.0.0.1:7878", .drivers = (char *)"namespace",
+                           .version = (char *)"0.1.0", .vcpu = 2, .memory_mib = 1024 };
+        snprintf(rec.id, sizeof rec.id, "host_snapsnapsnapsnap");
+        int64_t epoch = 0;
+        assert_int_equal(hops->register_host(hosts, &rec, 100, &epoch), 0);
+        assert_int_equal(ops->set_writer(h, rec.id, epoch), 0);
+        SnapshotRow a = snap("snp_epocha0000000000", "own_a", SPEC, 1000);
+        assert_int_equal(ops->insert(h, &a, 10), 0);
+        assert_int_equal(hops->declare_dead(hosts, rec.id, epoch, 100, 200), 0);
+        SnapshotRow b = snap("snp_epochb0000000000", "own_a", SPEC, 1000);
+        assert_int_equal(ops->insert(h, &b, 10), -EOWNERDEAD);
+        StoreSnapshotChange ch = { .name = "renamed", .set_name = true };
+        SnapshotRow out = { 0 };
+        assert_int_equal(ops->update(h, "own_a", a.id, 0, &ch, &out), -EOWNERDEAD);
+        assert_int_equal(ops->delete(h, "own_a", a.id), -EOWNERDEAD);
+        assert_int_equal(ops->get(h, "own_a", a.id, &out), 0);
+        store_snapshot_row_clear(&out);
+        assert_int_equal(ops->get(h, "own_a", b.id, &out), -ENOENT);
+        int64_t again = 0;
+        assert_int_equal(hops->register_host(hosts, &rec, 300, &again), 0);
+        assert_int_equal(ops->delete(h, "own_a", a.id), -EOWNERDEAD); /* still the old epoch */
+        assert_int_equal(ops->set_writer(h, rec.id, again), 0);
+        assert_int_equal(ops->delete(h, "own_a", a.id), 0);
+        hops->close(hosts);
+        ops->close(h);
+        free(url);
+}
+
 static void test_snapshots_stale_update_and_limit(void **state) {
         char *url;
         StoreSnapshots *h = snapshots_open("t_snp_stale", &url);
@@ -808,6 +845,7 @@ int main(void) {
                 cmocka_unit_test(test_snapshots_owner_scoping_and_transient),
                 cmocka_unit_test(test_snapshots_expired_ids),
                 cmocka_unit_test(test_snapshots_stale_update_and_limit),
+                cmocka_unit_test(test_snapshots_need_a_live_epoch),
                 cmocka_unit_test(test_snapshots_race_across_connections),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

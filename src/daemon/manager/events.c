@@ -51,6 +51,10 @@ void events_set_host(Events *ev, const char *host_id) {
         snprintf(ev->host_id, sizeof(ev->host_id), "%s", host_id);
 }
 
+int events_set_epoch(Events *ev, const char *host_id, int64_t epoch) {
+        return ev->ops->set_writer(ev->h, host_id, epoch);
+}
+
 uint64_t events_dropped(void) {
         return atomic_load(&dropped);
 }

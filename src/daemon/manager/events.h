@@ -22,6 +22,10 @@ struct Webhooks;
 void events_set_webhooks(Events *ev, struct Webhooks *w);
 /* The host the events are seen on. */
 void events_set_host(Events *ev, const char *host_id);
+/* The epoch this host registered at: the store's writes of events are made
+ * only while the host is still registered at it and not declared dead
+ * (-EOWNERDEAD otherwise). */
+int events_set_epoch(Events *ev, const char *host_id, int64_t epoch);
 
 /* Records one event; data (a JSON object, stolen, may be NULL). NULL ev:
  * nothing. */

@@ -17,6 +17,8 @@
 #include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
 #include "daemon/manager/events.h"
+#include "daemon/manager/snapshot.h"
+#include "daemon/manager/uploads.h"
 #include "daemon/manager/webhooks.h"
 #include "daemon/manager/keys.h"
 #include "daemon/manager/ledger.h"
@@ -92,9 +94,19 @@ void fleet_free(Fleet *f) {
         free(f);
 }
 
-/* Writes from now on are this epoch's; the ledger's charges this host's. */
+/* Writes from now on are this epoch's: the sandboxes' records, the
+ * ledger's (whose charges are this host's), the snapshots', the uploads'
+ * and the events'. */
 static int take_epoch(Fleet *f, int64_t epoch) {
         int r = db_set_writer(f->c.db, f->self.id, epoch);
+        if (r == 0 && f->c.ledger)
+                r = ledger_set_epoch(f->c.ledger, epoch);
+        if (r == 0 && f->c.snapshots)
+                r = snapshot_store_set_epoch(f->c.snapshots, f->self.id, epoch);
+        if (r == 0 && f->c.uploads)
+                r = uploads_set_epoch(f->c.uploads, f->self.id, epoch);
+        if (r == 0 && f->c.events)
+                r = events_set_epoch(f->c.events, f->self.id, epoch);
         if (r < 0)
                 return r;
         pthread_mutex_lock(&f->lock);

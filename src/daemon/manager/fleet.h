@@ -47,6 +47,8 @@ typedef struct FleetConfig {
         const HostRecord *self;
         int64_t dead_after_seconds;
         Events *events;               /* may be NULL; pruned by the sweeper */
+        struct SnapshotStore *snapshots; /* may be NULL; written at this host's epoch */
+        struct Uploads *uploads;         /* may be NULL; written at this host's epoch */
         int64_t event_retention_days;
         struct Webhooks *webhooks;    /* may be NULL; its finished deliveries pruned with the events */
         struct Audit *audit;          /* may be NULL; host deaths recorded, pruned by the sweeper */

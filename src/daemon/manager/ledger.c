@@ -111,6 +111,10 @@ int ledger_set_host(Ledger *l, const char *host_id) {
         return l->ops->set_host(l->h, host_id);
 }
 
+int ledger_set_epoch(Ledger *l, int64_t epoch) {
+        return l->ops->set_epoch(l->h, epoch);
+}
+
 int ledger_settle_orphans(Ledger *l, int64_t now) {
         return l->ops->settle_orphans(l->h, now);
 }

@@ -79,6 +79,9 @@ int ledger_settle(Ledger *l, const char *sandbox_id, int64_t end, int64_t now);
 int ledger_settle_at_heartbeat(Ledger *l, const char *sandbox_id, int64_t cap, int64_t now, int64_t *ret_end);
 /* The host this daemon is: its charges are its own (store_ledger.h). */
 int ledger_set_host(Ledger *l, const char *host_id);
+/* The epoch the host registered at: the ledger's writes are made only while
+ * it is still registered at it and not declared dead (-EOWNERDEAD). */
+int ledger_set_epoch(Ledger *l, int64_t epoch);
 /* Moves the heartbeat of this host's open intervals to now. */
 int ledger_heartbeat(Ledger *l, int64_t now);
 /* Settles reservations of this host's sandboxes that are not starting or

@@ -101,6 +101,10 @@ void snapshot_store_set_host(SnapshotStore *s, const char *host_id) {
         snprintf(s->host_id, sizeof(s->host_id), "%s", host_id);
 }
 
+int snapshot_store_set_epoch(SnapshotStore *s, const char *host_id, int64_t epoch) {
+        return s->ops->set_writer(s->h, host_id, epoch);
+}
+
 void snapshot_store_set_ledger(SnapshotStore *s, Ledger *ledger) {
         s->ledger = ledger;
 }

@@ -46,6 +46,10 @@ void snapshot_store_set_ledger(SnapshotStore *s, Ledger *ledger);
 /* This host: the snapshots it makes are kept here (their home), and its
  * recovery, charges and expiry see only those. Before snapshot_store_recover. */
 void snapshot_store_set_host(SnapshotStore *s, const char *host_id);
+/* The epoch this host registered at: the store's writes of snapshots are made
+ * only while the host is still registered at it and not declared dead
+ * (-EOWNERDEAD otherwise). */
+int snapshot_store_set_epoch(SnapshotStore *s, const char *host_id, int64_t epoch);
 /* After a crash: removes transient snapshots, partial and row-less
  * snapshot directories, and closes each snapshot's storage charge at the last heartbeat, opening it
  * again from now. */

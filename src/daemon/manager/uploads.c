@@ -198,6 +198,10 @@ int uploads_start(Uploads *u) {
         return 0;
 }
 
+int uploads_set_epoch(Uploads *u, const char *host_id, int64_t epoch) {
+        return u->ops->set_writer(u->h, host_id, epoch);
+}
+
 void uploads_set_owner_bounds(Uploads *u, unsigned max_uploads, uint64_t max_mib) {
         pthread_mutex_lock(&u->lock);
         u->owner_max = max_uploads;

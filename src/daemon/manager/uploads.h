@@ -84,6 +84,10 @@ void uploads_close(Uploads *u);
 #define UPLOADS_PER_OWNER_DEFAULT 16
 #define UPLOADS_PER_OWNER_MIB_DEFAULT 1024u
 void uploads_set_owner_bounds(Uploads *u, unsigned max_uploads, uint64_t max_mib);
+/* The epoch this host registered at: the store's writes of uploads are made
+ * only while the host is still registered at it and not declared dead
+ * (-EOWNERDEAD otherwise). */
+int uploads_set_epoch(Uploads *u, const char *host_id, int64_t epoch);
 void uploads_owner_bounds(Uploads *u, unsigned *ret_max_uploads, uint64_t *ret_max_mib);
 
 /* A new upload: its staging file (sparse, the declared size) and row, both

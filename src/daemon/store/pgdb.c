@@ -68,6 +68,8 @@ int pgdb_open(const char *url, PgConn *ret) {
                 return r;
         }
         ret->pg = pg;
+        ret->writer[0] = '\0';
+        ret->writer_epoch = 0;
         pthread_mutex_init(&ret->lock, NULL);
         return 0;
 }
@@ -220,4 +222,74 @@ int64_t pgi(const PGresult *r, int row, int col) {
 
 bool pgnull(const PGresult *r, int row, int col) {
         return PQgetisnull(r, row, col);
+}
+
+int pgdb_writer_live_locked(PgConn *c, const char *host, int64_t epoch) {
+        if (!host || !host[0])
+                return 0;
+        PgParams p = { 0 };
+        pgp_text(&p, host);
+        pgp_int(&p, epoch);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run_locked(c, "SELECT " WRITER_LIVE("$1", "$2"), &p, &res);
+        if (r < 0)
+                return r;
+        const char *v = PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : NULL;
+        return v && strcmp(v, "t") == 0 ? 0 : -EOWNERDEAD;
+}
+
+int pgdb_set_writer(PgConn *c, const char *host, int64_t epoch) {
+        if (!host || strlen(host) >= sizeof(c->writer) || epoch < 0)
+                return -EINVAL;
+        pthread_mutex_lock(&c->lock);
+        snprintf(c->writer, sizeof(c->writer), "%s", host);
+        c->writer_epoch = epoch;
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+}
+
+typedef struct Write {
+        PgTxFn fn;
+        void *userdata;
+        const char *sql;
+        const PgParams *p;
+        int64_t affected;
+} Write;
+
+static int write_tx(PgConn *c, void *userdata) {
+        Write *w = userdata;
+        int r = c->writer_epoch > 0 ? pgdb_writer_live_locked(c, c->writer, c->writer_epoch) : 0;
+        if (r < 0)
+                return r;
+        if (w->fn)
+                return w->fn(c, w->userdata);
+        _cleanup_pgres_ PGresult *res = NULL;
+        r = pgdb_run_locked(c, w->sql, w->p, &res);
+        if (r == 0)
+                w->affected = strtoll(PQcmdTuples(res), NULL, 10);
+        return r;
+}
+
+int pgdb_write(PgConn *c, PgTxFn fn, void *userdata) {
+        Write w = { .fn = fn, .userdata = userdata };
+        return pgdb_transaction(c, write_tx, &w);
+}
+
+int pgdb_exec_write(PgConn *c, const char *sql, const PgParams *p, int64_t *ret_affected) {
+        pthread_mutex_lock(&c->lock);
+        bool checked = c->writer_epoch > 0;
+        pthread_mutex_unlock(&c->lock);
+        Write w = { .sql = sql, .p = p };
+        int r;
+        if (checked)
+                r = pgdb_transaction(c, write_tx, &w);
+        else {
+                _cleanup_pgres_ PGresult *res = NULL;
+                r = pgdb_run(c, sql, p, &res);
+                if (r == 0)
+                        w.affected = strtoll(PQcmdTuples(res), NULL, 10);
+        }
+        if (r == 0 && ret_affected)
+                *ret_affected = w.affected;
+        return r;
 }

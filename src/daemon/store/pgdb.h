@@ -24,6 +24,10 @@
 typedef struct PgConn {
         PGconn *pg;
         pthread_mutex_t lock; /* one statement or transaction at a time */
+        /* Under lock: the host whose writes these are and the epoch it
+         * registered at (pgdb_set_writer); epoch 0, no condition. */
+        char writer[64];
+        int64_t writer_epoch;
 } PgConn;
 
 /* Connects to url and makes or migrates the schema (pgdb_schema). */
@@ -72,6 +76,31 @@ int pgdb_delete_before(PgConn *c, const char *sql, int64_t before, int64_t *ret_
  * returned. */
 typedef int (*PgTxFn)(PgConn *c, void *userdata);
 int pgdb_transaction(PgConn *c, PgTxFn fn, void *userdata);
+
+/* The condition every write of a host's is made under once it registered
+ * (a fleet), with the host and its epoch as parameters W and E (W NULL: no
+ * condition, a single host): a host declared dead, or whose id registered
+ * again since, writes nothing. */
+#define WRITER_LIVE(W, E)                                                                                   \
+        "(" W "::text IS NULL OR EXISTS (SELECT 1 FROM hosts WHERE hosts.id = " W " AND hosts.epoch = " E \
+        "::bigint AND hosts.state <> 'dead'))"
+
+/* Inside a transaction: 0 when host (NULL or "": no condition) is still
+ * registered at epoch and not declared dead, -EOWNERDEAD when not. */
+int pgdb_writer_live_locked(PgConn *c, const char *host, int64_t epoch);
+
+/* The writes made through pgdb_write and pgdb_exec_write from now on are
+ * host's at epoch (a fleet): each is made only while the host is still
+ * registered at that epoch and not declared dead, and is -EOWNERDEAD,
+ * changing nothing, otherwise. Epoch 0: no condition. -EINVAL for a host
+ * id too long. */
+int pgdb_set_writer(PgConn *c, const char *host, int64_t epoch);
+/* pgdb_transaction whose first step checks the writer (pgdb_set_writer). */
+int pgdb_write(PgConn *c, PgTxFn fn, void *userdata);
+/* One statement under the writer's check: pgdb_exec without a writer, a
+ * transaction of the check and the statement with one. *ret_affected (may
+ * be NULL) gets the rows the statement changed. */
+int pgdb_exec_write(PgConn *c, const char *sql, const PgParams *p, int64_t *ret_affected);
 
 /* Inside a transaction (the lock held): pgdb_run without taking it. */
 int pgdb_run_locked(PgConn *c, const char *sql, const PgParams *p, PGresult **ret);

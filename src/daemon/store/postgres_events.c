@@ -25,6 +25,10 @@ static const char *opt(const char *v) {
         return v && *v ? v : NULL;
 }
 
+static int pg_events_set_writer(StoreEvents *h, const char *host_id, int64_t epoch) {
+        return pgdb_set_writer(&h->c, host_id, epoch);
+}
+
 static int pg_events_append(StoreEvents *h, const EventRecord *e) {
         PgParams p = { 0 };
         pgp_text(&p, e->id);
@@ -36,10 +40,10 @@ static int pg_events_append(StoreEvents *h, const EventRecord *e) {
         pgp_text(&p, e->host_id ? e->host_id : "");
         pgp_text(&p, opt(e->data));
         pgp_int(&p, e->at);
-        return pgdb_exec(&h->c,
-                         "INSERT INTO events (id, owner, type, resource_type, resource_id, key_id, host_id, data, at) "
-                         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                         &p);
+        return pgdb_exec_write(&h->c,
+                               "INSERT INTO events (id, owner, type, resource_type, resource_id, key_id, host_id, data, "
+                               "at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                               &p, NULL);
 }
 
 static int pg_events_list(StoreEvents *h, const EventFilter *f, StoreEventFn fn, void *userdata) {
@@ -83,6 +87,7 @@ static int pg_events_prune(StoreEvents *h, int64_t before, int64_t *ret_n) {
 const StoreEventOps store_postgres_events = {
         .open = pg_events_open,
         .close = pg_events_close,
+        .set_writer = pg_events_set_writer,
         .append = pg_events_append,
         .list = pg_events_list,
         .prune = pg_events_prune,

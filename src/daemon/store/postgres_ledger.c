@@ -120,22 +120,27 @@ static int pg_ledger_reserve(StoreLedger *h, const StoreReservation *res, const 
         if (res->amount_micros < 0 || res->seconds < 0)
                 return -EINVAL;
         Reserve a = { .res = res, .budget = budget, .since = since, .now = now };
-        int r = pgdb_transaction(&h->c, reserve_tx, &a);
+        int r = pgdb_write(&h->c, reserve_tx, &a);
         if (a.counted && (r == 0 || r == -EDQUOT))
                 *ret_use = a.use;
         return r;
 }
 
-static int release_run(PgConn *c, bool locked, const char *sandbox_id, int64_t now) {
+#define RELEASE_SQL "UPDATE reservations SET settled_at = $2 WHERE sandbox_id = $1 AND settled_at IS NULL"
+
+/* Inside a transaction. */
+static int release_locked(PgConn *c, const char *sandbox_id, int64_t now) {
         PgParams p = { 0 };
         pgp_text(&p, sandbox_id);
         pgp_int(&p, now);
-        static const char sql[] = "UPDATE reservations SET settled_at = $2 WHERE sandbox_id = $1 AND settled_at IS NULL";
-        return locked ? pgdb_exec_locked(c, sql, &p) : pgdb_exec(c, sql, &p);
+        return pgdb_exec_locked(c, RELEASE_SQL, &p);
 }
 
 static int pg_ledger_release(StoreLedger *h, const char *sandbox_id, int64_t now) {
-        return release_run(&h->c, false, sandbox_id, now);
+        PgParams p = { 0 };
+        pgp_text(&p, sandbox_id);
+        pgp_int(&p, now);
+        return pgdb_exec_write(&h->c, RELEASE_SQL, &p, NULL);
 }
 
 typedef struct Begin {
@@ -178,7 +183,7 @@ static int pg_ledger_begin(StoreLedger *h, const char *sandbox_id, const char *k
                     .started_at = started_at,
                     .per_hour = (int64_t)(per_hour > INT64_MAX ? INT64_MAX : per_hour),
                     .lease_ends_at = lease_ends_at };
-        return pgdb_transaction(&h->c, begin_tx, &a);
+        return pgdb_write(&h->c, begin_tx, &a);
 }
 
 typedef struct Settle {
@@ -233,13 +238,13 @@ static int settle_tx(PgConn *c, void *userdata) {
                 return a->closed;
         /* No open charge: the reservation settles all the same, so the
          * transaction commits and the -ENOENT is returned after it. */
-        return release_run(c, true, a->sandbox_id, a->now);
+        return release_locked(c, a->sandbox_id, a->now);
 }
 
 static int pg_ledger_settle(StoreLedger *h, const char *sandbox_id, int64_t end, bool at_heartbeat, int64_t now,
                             StoreLedgerCost cost, int64_t *ret_end) {
         Settle a = { .sandbox_id = sandbox_id, .end = end, .now = now, .at_heartbeat = at_heartbeat, .cost = cost };
-        int r = pgdb_transaction(&h->c, settle_tx, &a);
+        int r = pgdb_write(&h->c, settle_tx, &a);
         if (r < 0)
                 return r;
         if (a.closed == 0 && ret_end)
@@ -251,9 +256,17 @@ static int pg_ledger_heartbeat(StoreLedger *h, int64_t now) {
         PgParams p = { 0 };
         pgp_int(&p, now);
         pgp_text(&p, h->host);
-        return pgdb_exec(&h->c,
-                         "UPDATE ledger SET ended_at = $1 WHERE open = 1 AND ended_at < $1 AND host_id IN ($2, '')",
-                         &p);
+        return pgdb_exec_write(&h->c,
+                               "UPDATE ledger SET ended_at = $1 WHERE open = 1 AND ended_at < $1 AND host_id IN ($2, '')",
+                               &p, NULL);
+}
+
+static int pg_ledger_set_epoch(StoreLedger *h, int64_t epoch) {
+        pthread_mutex_lock(&h->c.lock);
+        char host[sizeof(h->host)];
+        memcpy(host, h->host, sizeof(host));
+        pthread_mutex_unlock(&h->c.lock);
+        return pgdb_set_writer(&h->c, host, epoch);
 }
 
 static int pg_ledger_set_host(StoreLedger *h, const char *host_id) {
@@ -270,12 +283,12 @@ static int pg_ledger_settle_orphans(StoreLedger *h, int64_t now) {
         pgp_int(&p, now);
         pgp_text(&p, h->host);
         pgp_int(&p, now - LEDGER_ORPHAN_GRACE_SECONDS);
-        return pgdb_exec(&h->c,
-                         "UPDATE reservations SET settled_at = $1 WHERE settled_at IS NULL AND ("
-                         "sandbox_id IN (SELECT id FROM sandboxes WHERE host_id IN ($2, '') AND NOT "
-                         "(deleted_at IS NULL AND state IN ('starting', 'running'))) OR "
-                         "(created_at <= $3 AND sandbox_id NOT IN (SELECT id FROM sandboxes)))",
-                         &p);
+        return pgdb_exec_write(&h->c,
+                               "UPDATE reservations SET settled_at = $1 WHERE settled_at IS NULL AND ("
+                               "sandbox_id IN (SELECT id FROM sandboxes WHERE host_id IN ($2, '') AND NOT "
+                               "(deleted_at IS NULL AND state IN ('starting', 'running'))) OR "
+                               "(created_at <= $3 AND sandbox_id NOT IN (SELECT id FROM sandboxes)))",
+                               &p, NULL);
 }
 
 static int pg_ledger_key_budget(StoreLedger *h, const char *key_id, StoreLedgerKey *ret) {
@@ -382,6 +395,7 @@ const StoreLedgerOps store_postgres_ledger = {
         .heartbeat = pg_ledger_heartbeat,
         .settle_orphans = pg_ledger_settle_orphans,
         .set_host = pg_ledger_set_host,
+        .set_epoch = pg_ledger_set_epoch,
         .key_use = pg_ledger_key_use,
         .owner_intervals = pg_ledger_owner_intervals,
         .sandbox_intervals = pg_ledger_sandbox_intervals,

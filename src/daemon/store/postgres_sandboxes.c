@@ -19,12 +19,8 @@ struct StoreSandboxes {
         int64_t writer_epoch;
 };
 
-/* The condition every write of a writer's is made under (set_writer), with
- * the writer and its epoch as parameters $W and $E: a host declared dead,
- * or whose id registered again, writes nothing. */
-#define WRITER_LIVE(W, E)                                                                                   \
-        "(" W "::text IS NULL OR EXISTS (SELECT 1 FROM hosts WHERE hosts.id = " W " AND hosts.epoch = " E \
-        "::bigint AND hosts.state <> 'dead'))"
+/* Every write of a writer's is made under WRITER_LIVE (pgdb.h) with the
+ * writer and its epoch (set_writer). */
 
 static void pgp_writer(PgParams *p, const StoreSandboxes *h) {
         pgp_text(p, h->writer[0] ? h->writer : NULL);

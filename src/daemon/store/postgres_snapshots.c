@@ -107,9 +107,13 @@ static int insert_tx(PgConn *c, void *userdata) {
                                 &p);
 }
 
+static int pg_snapshots_set_writer(StoreSnapshots *h, const char *host_id, int64_t epoch) {
+        return pgdb_set_writer(&h->c, host_id, epoch);
+}
+
 static int pg_snapshots_insert(StoreSnapshots *h, const SnapshotRow *row, unsigned max_per_owner) {
         Insert a = { .row = row, .max_per_owner = max_per_owner };
-        return pgdb_transaction(&h->c, insert_tx, &a);
+        return pgdb_write(&h->c, insert_tx, &a);
 }
 
 /* One row by id: of owner and not transient, or (owner NULL) any. */
@@ -220,7 +224,7 @@ static int pg_snapshots_update(StoreSnapshots *h, const char *owner, const char 
         if (!owner)
                 return -ENOENT;
         Update a = { .owner = owner, .id = id, .version = version, .change = c };
-        int r = pgdb_transaction(&h->c, update_tx, &a);
+        int r = pgdb_write(&h->c, update_tx, &a);
         if (r < 0) {
                 store_snapshot_row_clear(&a.out);
                 return r;
@@ -233,11 +237,12 @@ static int pg_snapshots_delete(StoreSnapshots *h, const char *owner, const char 
         PgParams p = { 0 };
         pgp_text(&p, id);
         pgp_text(&p, owner);
-        _cleanup_pgres_ PGresult *res = NULL;
-        int r = pgdb_run(&h->c, "DELETE FROM snapshots WHERE id = $1 AND ($2::text IS NULL OR owner = $2)", &p, &res);
+        int64_t n = 0;
+        int r = pgdb_exec_write(&h->c, "DELETE FROM snapshots WHERE id = $1 AND ($2::text IS NULL OR owner = $2)", &p,
+                                &n);
         if (r < 0)
                 return r;
-        return strtoll(PQcmdTuples(res), NULL, 10) == 0 ? -ENOENT : 0;
+        return n == 0 ? -ENOENT : 0;
 }
 
 static int pg_snapshots_count(StoreSnapshots *h, const char *owner, int64_t *ret) {
@@ -281,6 +286,7 @@ const StoreSnapshotOps store_postgres_snapshots = {
         .open = pg_snapshots_open,
         .close = pg_snapshots_close,
         .insert = pg_snapshots_insert,
+        .set_writer = pg_snapshots_set_writer,
         .get = pg_snapshots_get,
         .get_any = pg_snapshots_get_any,
         .list = pg_snapshots_list,

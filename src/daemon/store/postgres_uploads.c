@@ -27,6 +27,10 @@ static void pg_uploads_close(StoreUploads *h) {
         pgdb_handle_close(h);
 }
 
+static int pg_uploads_set_writer(StoreUploads *h, const char *host_id, int64_t epoch) {
+        return pgdb_set_writer(&h->c, host_id, epoch);
+}
+
 static int pg_uploads_insert(StoreUploads *h, const StoreUpload *u) {
         if ((unsigned)u->user >= ELEMENTSOF(user_names))
                 return -EINVAL;
@@ -52,11 +56,11 @@ static int pg_uploads_insert(StoreUploads *h, const StoreUpload *u) {
         pgp_int(&p, u->parts);
         pgp_int(&p, u->created_at);
         pgp_int(&p, u->touched_at);
-        return pgdb_exec(&h->c,
-                         "INSERT INTO uploads (id, sandbox_id, owner, kind, path, \"user\", mode, size, sha256, "
-                         "chunk_bytes, parts, created_at, touched_at) "
-                         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, decode($9, 'hex'), $10, $11, $12, $13)",
-                         &p);
+        return pgdb_exec_write(&h->c,
+                               "INSERT INTO uploads (id, sandbox_id, owner, kind, path, \"user\", mode, size, sha256, "
+                               "chunk_bytes, parts, created_at, touched_at) "
+                               "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, decode($9, 'hex'), $10, $11, $12, $13)",
+                               &p, NULL);
 }
 
 typedef struct RecordPart {
@@ -90,19 +94,19 @@ static int pg_uploads_record_part(StoreUploads *h, const char *id, uint64_t inde
         if (index > INT64_MAX || bytes > INT64_MAX)
                 return -EINVAL;
         RecordPart a = { .id = id, .index = (int64_t)index, .bytes = (int64_t)bytes, .now = now };
-        return pgdb_transaction(&h->c, record_part_tx, &a);
+        return pgdb_write(&h->c, record_part_tx, &a);
 }
 
 static int pg_uploads_remove(StoreUploads *h, const char *id) {
         PgParams p = { 0 };
         pgp_text(&p, id);
-        return pgdb_exec(&h->c, "DELETE FROM uploads WHERE id = $1", &p);
+        return pgdb_exec_write(&h->c, "DELETE FROM uploads WHERE id = $1", &p, NULL);
 }
 
 static int pg_uploads_remove_sandbox(StoreUploads *h, const char *sandbox_id) {
         PgParams p = { 0 };
         pgp_text(&p, sandbox_id);
-        return pgdb_exec(&h->c, "DELETE FROM uploads WHERE sandbox_id = $1", &p);
+        return pgdb_exec_write(&h->c, "DELETE FROM uploads WHERE sandbox_id = $1", &p, NULL);
 }
 
 static int hex_digit(char ch) {
@@ -204,6 +208,7 @@ const StoreUploadOps store_postgres_uploads = {
         .open = pg_uploads_open,
         .close = pg_uploads_close,
         .insert = pg_uploads_insert,
+        .set_writer = pg_uploads_set_writer,
         .record_part = pg_uploads_record_part,
         .remove = pg_uploads_remove,
         .remove_sandbox = pg_uploads_remove_sandbox,

@@ -45,6 +45,11 @@ static void sqlite_events_close(StoreEvents *h) {
         sqldb_handle_close(h);
 }
 
+/* One host writes an SQLite database: no epoch to check. */
+static int sqlite_events_set_writer(StoreEvents *h, const char *host_id, int64_t epoch) {
+        return 0;
+}
+
 static int sqlite_events_append(StoreEvents *h, const EventRecord *e) {
         LOCKED(h);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -107,6 +112,7 @@ static int sqlite_events_prune(StoreEvents *h, int64_t before, int64_t *ret_n) {
 const StoreEventOps store_sqlite_events = {
         .open = sqlite_events_open,
         .close = sqlite_events_close,
+        .set_writer = sqlite_events_set_writer,
         .append = sqlite_events_append,
         .list = sqlite_events_list,
         .prune = sqlite_events_prune,

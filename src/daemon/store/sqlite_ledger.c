@@ -340,6 +340,11 @@ static int sqlite_ledger_heartbeat(StoreLedger *l, int64_t now) {
         return sqldb_errno(sqlite3_step(st));
 }
 
+/* One host writes an SQLite ledger: no epoch to check. */
+static int sqlite_ledger_set_epoch(StoreLedger *l, int64_t epoch) {
+        return 0;
+}
+
 static int sqlite_ledger_set_host(StoreLedger *l, const char *host_id) {
         if (strlen(host_id) >= sizeof(l->host))
                 return -EINVAL;
@@ -479,6 +484,7 @@ const StoreLedgerOps store_sqlite_ledger = {
         .settle = sqlite_ledger_settle,
         .heartbeat = sqlite_ledger_heartbeat,
         .set_host = sqlite_ledger_set_host,
+        .set_epoch = sqlite_ledger_set_epoch,
         .settle_orphans = sqlite_ledger_settle_orphans,
         .key_use = sqlite_ledger_key_use,
         .owner_intervals = sqlite_ledger_owner_intervals,

@@ -142,6 +142,11 @@ static int insert_locked(StoreSnapshots *h, const SnapshotRow *row) {
         return sqldb_errno(sqlite3_step(st));
 }
 
+/* One host writes an SQLite database: no epoch to check. */
+static int sqlite_snapshots_set_writer(StoreSnapshots *h, const char *host_id, int64_t epoch) {
+        return 0;
+}
+
 static int sqlite_snapshots_insert(StoreSnapshots *h, const SnapshotRow *row, unsigned max_per_owner) {
         LOCKED(h);
         int r = sqldb_exec(h->sql, "BEGIN IMMEDIATE");
@@ -346,6 +351,7 @@ const StoreSnapshotOps store_sqlite_snapshots = {
         .open = sqlite_snapshots_open,
         .close = sqlite_snapshots_close,
         .insert = sqlite_snapshots_insert,
+        .set_writer = sqlite_snapshots_set_writer,
         .get = sqlite_snapshots_get,
         .get_any = sqlite_snapshots_get_any,
         .list = sqlite_snapshots_list,

@@ -43,6 +43,11 @@ static void sqlite_uploads_close(StoreUploads *h) {
         sqldb_handle_close(h);
 }
 
+/* One host writes an SQLite database: no epoch to check. */
+static int sqlite_uploads_set_writer(StoreUploads *h, const char *host_id, int64_t epoch) {
+        return 0;
+}
+
 static int sqlite_uploads_insert(StoreUploads *h, const StoreUpload *u) {
         if ((unsigned)u->user >= ELEMENTSOF(user_names))
                 return -EINVAL;
@@ -213,6 +218,7 @@ const StoreUploadOps store_sqlite_uploads = {
         .open = sqlite_uploads_open,
         .close = sqlite_uploads_close,
         .insert = sqlite_uploads_insert,
+        .set_writer = sqlite_uploads_set_writer,
         .record_part = sqlite_uploads_record_part,
         .remove = sqlite_uploads_remove,
         .remove_sandbox = sqlite_uploads_remove_sandbox,

@@ -53,6 +53,12 @@ struct StoreEventOps {
         int (*open)(const char *location, StoreEvents **ret);
         void (*close)(StoreEvents *h);
         /* Appends e (its seq is the store's). -EEXIST for a taken id. */
+        /* The host whose writes these are, at the epoch it registered at
+         * (a fleet): each write from now on is made only while the host is
+         * still registered at it and not declared dead, and is -EOWNERDEAD,
+         * changing nothing, otherwise. Epoch 0: no condition. A backend with
+         * one host ignores it. */
+        int (*set_writer)(StoreEvents *h, const char *host_id, int64_t epoch);
         int (*append)(StoreEvents *h, const EventRecord *e);
         int (*list)(StoreEvents *h, const EventFilter *f, StoreEventFn fn, void *userdata);
         /* Drops the events older than `before` (unix seconds); how many went. */

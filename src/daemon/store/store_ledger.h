@@ -86,6 +86,12 @@ struct StoreLedgerOps {
          * heartbeat and settle_orphans touch only its own (with those that
          * name no host, written before hosts were kept). "" until set. */
         int (*set_host)(StoreLedger *h, const char *host_id);
+        /* The epoch the host registered at (a fleet): from now on every
+         * write (reserve, release, begin, settle, heartbeat, settle_orphans)
+         * is made only while the host is still registered at it and not
+         * declared dead, and is -EOWNERDEAD, changing nothing, otherwise. 0
+         * (the default): no condition. A backend with one host ignores it. */
+        int (*set_epoch)(StoreLedger *h, int64_t epoch);
         /* The limits of a key, revoked or not. -ENOENT when there is none. */
         int (*key_budget)(StoreLedger *h, const char *key_id, StoreLedgerKey *ret);
         /* Atomically: counts what res->key_id used (its charges ended after

@@ -92,6 +92,12 @@ struct StoreSnapshotOps {
          * -EDQUOT when r's owner keeps max_per_owner snapshots already
          * (transient ones included); -EEXIST for a taken id. */
         int (*insert)(StoreSnapshots *h, const SnapshotRow *r, unsigned max_per_owner);
+        /* The host whose writes these are, at the epoch it registered at
+         * (a fleet): each write from now on is made only while the host is
+         * still registered at it and not declared dead, and is -EOWNERDEAD,
+         * changing nothing, otherwise. Epoch 0: no condition. A backend with
+         * one host ignores it. */
+        int (*set_writer)(StoreSnapshots *h, const char *host_id, int64_t epoch);
         /* owner's snapshot id: -ENOENT for another owner's, a transient one
          * or none (not told apart). */
         int (*get)(StoreSnapshots *h, const char *owner, const char *id, SnapshotRow *ret);

@@ -62,6 +62,12 @@ struct StoreUploadOps {
         void (*close)(StoreUploads *h);
         /* Inserts an upload's row. -EEXIST when its id is taken. */
         int (*insert)(StoreUploads *h, const StoreUpload *u);
+        /* The host whose writes these are, at the epoch it registered at
+         * (a fleet): each write from now on is made only while the host is
+         * still registered at it and not declared dead, and is -EOWNERDEAD,
+         * changing nothing, otherwise. Epoch 0: no condition. A backend with
+         * one host ignores it. */
+        int (*set_writer)(StoreUploads *h, const char *host_id, int64_t epoch);
         /* Atomically: records part index of bytes bytes (again: replaced)
          * and sets the upload's touched_at to now. -ENOENT when the upload
          * is gone (nothing is recorded). */
