@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 DEFAULT_BASE_URL = "http://127.0.0.1:7878"
 # Keys are "rt_" + 40 hex characters; anything much longer in a key file is not a key.
@@ -50,16 +52,24 @@ def resolve_endpoint(base_url: Optional[str] = None) -> Endpoint:
     return Endpoint(url=raw.rstrip("/"), uds=None, display=raw.rstrip("/"))
 
 
-def default_state_dir() -> Path:
+def _state_dir() -> str:
+    # os.path rather than pathlib: the key file is found on the first call, and pathlib's
+    # import costs more than the rest of this module.
     env = os.environ.get("RUNTIME_STATE_DIR")
     if env:
-        return Path(env)
+        return env
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return Path("/var/lib/runtime")
+        return "/var/lib/runtime"
     xdg = os.environ.get("XDG_STATE_HOME")
     if xdg:
-        return Path(xdg) / "runtime"
-    return Path.home() / ".local" / "state" / "runtime"
+        return os.path.join(xdg, "runtime")
+    return os.path.join(os.path.expanduser("~"), ".local", "state", "runtime")
+
+
+def default_state_dir() -> Path:
+    from pathlib import Path
+
+    return Path(_state_dir())
 
 
 def resolve_api_key(api_key: Optional[str] = None) -> str:
@@ -68,7 +78,7 @@ def resolve_api_key(api_key: Optional[str] = None) -> str:
     env = os.environ.get("RUNTIME_API_KEY", "").strip()
     if env:
         return env
-    key_file = default_state_dir() / "admin.key"
+    key_file = os.path.join(_state_dir(), "admin.key")
     try:
         with open(key_file, "rb") as f:
             data = f.read(_MAX_KEY_FILE_BYTES + 1)

@@ -72,7 +72,11 @@ class AsyncSandbox(SandboxInfo):
         self._keep = keep
         self._set_data(data)
         self.files = AsyncFiles(self)
-        self.interpreter = AsyncInterpreter(self)
+
+    @functools.cached_property
+    def interpreter(self) -> AsyncInterpreter:
+        """The sandbox's code interpreter, made on first use (as the blocking client's)."""
+        return AsyncInterpreter(self)
 
     @classmethod
     @functools.wraps(SandboxOps.create)

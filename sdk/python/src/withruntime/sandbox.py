@@ -3,6 +3,7 @@ driven here by blocking I/O (_drive.py)."""
 
 from __future__ import annotations
 
+import functools
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Type
 
@@ -13,11 +14,11 @@ from ._http import SyncHTTP, websocket_headers
 from ._models import SandboxInfo
 from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
 from ._process import Process
-from .interpreter import Interpreter
 
 if TYPE_CHECKING:
     from ._terminal import Terminal
     from ._tunnel import PortForward
+    from .interpreter import Interpreter
 
 
 def _connect(
@@ -44,7 +45,13 @@ class Sandbox(SandboxInfo):
         self._keep = keep
         self._set_data(data)
         self.files = Files(self)
-        self.interpreter = Interpreter(self)
+
+    @functools.cached_property
+    def interpreter(self) -> Interpreter:
+        """The sandbox's code interpreter, made (and its module imported) on first use."""
+        from .interpreter import Interpreter
+
+        return Interpreter(self)
 
     create = classmethod(blocking(SandboxOps.create))
     connect = classmethod(blocking(SandboxOps.connect))
