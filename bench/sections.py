@@ -20,6 +20,8 @@ SECTIONS = [
     ("<!-- tenants benchmark: begin", "<!-- tenants benchmark: end -->"),
     ("<!-- fleet creates benchmark: begin", "<!-- fleet creates benchmark: end -->"),
     ("<!-- fleet forward benchmark: begin", "<!-- fleet forward benchmark: end -->"),
+    ("<!-- live restore benchmark: begin", "<!-- live restore benchmark: end -->"),
+    ("<!-- quiet exec benchmark: begin", "<!-- quiet exec benchmark: end -->"),
 ]
 
 

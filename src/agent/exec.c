@@ -10,10 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
+#include <poll.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <termios.h>
 #include <unistd.h>
@@ -270,6 +274,292 @@ static int spawn_child(void *p) {
 #define SPAWN_STACK_CLEAN(p, n) ((void)(p), (void)(n))
 #endif
 
+/*
+ * The launcher (namespace driver, where the agent has a work leaf): a process
+ * of the agent's that joined the work leaf once and starts the commands from
+ * there. A child it clones is born in every hierarchy of the leaf, so no
+ * cgroup.procs write comes between a command's request and its exec: that
+ * write takes the kernel's cgroup_threadgroup_rwsem for writing, which after
+ * a quiet spell waits for an RCU grace period, 10-20 ms of an exec that
+ * otherwise costs 1-2 ms (docs/drivers.md). CLONE_PARENT makes the child the
+ * agent's own, reaped and signalled as before.
+ *
+ * The launcher is a fork, not a thread or a CLONE_VM process: it shares
+ * nothing with the agent but a shared mapping, the arena, into which the
+ * agent copies what a child reads (the request's argv, cwd and ids, the
+ * environment) at the same address in both, and a socket that carries the
+ * child's stdio and the pid back. A sandbox's root may stop or kill it
+ * (it is not the pid namespace's init); the agent then waits at most
+ * LAUNCH_WAIT_MS and starts the command itself, as it does when the
+ * launcher's fork is refused (a fork bomb at the leaf's pids.max: a move is
+ * not held to pids.max, so the next command still starts). The state word
+ * decides which of the two starts it, never both.
+ */
+#define LAUNCH_ARENA_BYTES (256u * 1024u)
+#define LAUNCH_WAIT_MS 100
+/* How long a launcher that took a request may take to answer (its clone
+ * returns once the child has exec'd): past it, it was stopped or is stuck,
+ * and it is killed. */
+#define LAUNCH_TAKEN_WAIT_MS 5000
+
+/* The arena's state word: a request's number times 4 plus its phase. The
+ * number ties a message to the arena's contents: a message the agent gave
+ * up on may still be queued when the next request fills the arena. */
+enum { LAUNCH_IDLE, LAUNCH_PENDING, LAUNCH_TAKEN, LAUNCH_CANCELLED };
+#define LAUNCH_STATE(seq, phase) ((seq) * 4u + (phase))
+
+/* One message a command: its number and which stdio rides along. */
+typedef struct LaunchMsg {
+        uint32_t seq;
+        char kind; /* 'p' a pty's slave; 'i' stdin, stdout, stderr; 'o' stdout, stderr */
+} LaunchMsg;
+
+typedef struct LaunchArena {
+        _Atomic uint32_t state;
+        AgentRequest r; /* the fields a child reads; pointers into data */
+        char **env;
+        size_t used;
+        _Alignas(16) char data[];
+} LaunchArena;
+
+static LaunchArena *launch_arena;
+static int launch_sock = -1;
+static pid_t launch_pid;
+static uint32_t launch_seq;
+/* Set in the launcher: what it clones is the agent's child. */
+static bool in_launcher;
+
+static void *arena_alloc(size_t n) {
+        size_t cap = LAUNCH_ARENA_BYTES - offsetof(LaunchArena, data);
+        n = (n + 15) & ~(size_t)15;
+        if (n > cap - launch_arena->used)
+                return NULL;
+        void *p = launch_arena->data + launch_arena->used;
+        launch_arena->used += n;
+        return p;
+}
+
+static char *arena_strdup(const char *s) {
+        size_t n = strlen(s) + 1;
+        char *d = arena_alloc(n);
+        return d ? memcpy(d, s, n) : NULL;
+}
+
+/* A NULL-terminated copy of v in the arena, or NULL when it does not fit. */
+static char **arena_strv(char *const *v) {
+        size_t n = 0;
+        while (v[n])
+                n++;
+        char **d = arena_alloc((n + 1) * sizeof(char *));
+        if (!d)
+                return NULL;
+        for (size_t i = 0; i < n; i++)
+                if (!(d[i] = arena_strdup(v[i])))
+                        return NULL;
+        d[n] = NULL;
+        return d;
+}
+
+static int arena_fill(const AgentRequest *r, char **env) {
+        launch_arena->used = 0;
+        launch_arena->r = (AgentRequest){
+                .op = r->op, .shell = r->shell, .uid = r->uid, .gid = r->gid,
+                .pty = r->pty, .pty_cols = r->pty_cols, .pty_rows = r->pty_rows,
+        };
+        if (!(launch_arena->r.argv = arena_strv(r->argv)) || !(launch_arena->r.cwd = arena_strdup(r->cwd)) ||
+            !(launch_arena->env = arena_strv(env)))
+                return -E2BIG;
+        return 0;
+}
+
+static void launch_stop(void) {
+        if (launch_sock >= 0)
+                close(launch_sock);
+        launch_sock = -1;
+        /* The agent reaps it with its other children. */
+        if (launch_pid > 0)
+                kill(launch_pid, SIGKILL);
+        launch_pid = 0;
+}
+
+static pid_t spawn_here(SpawnArgs *a);
+
+/* The launcher's loop: one message a command (its stdio as SCM_RIGHTS, the
+ * rest in the arena), one pid or -errno back. Never returns. */
+static _Noreturn void launcher_main(int sock) {
+        for (;;) {
+                LaunchMsg msg;
+                union {
+                        struct cmsghdr h;
+                        char buf[CMSG_SPACE(3 * sizeof(int))];
+                } u;
+                struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
+                struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                                   .msg_controllen = sizeof u.buf};
+                ssize_t n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+                if (n <= 0)
+                        _exit(0);
+                int fds[3] = {-1, -1, -1};
+                size_t nfds = 0;
+                struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+                if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+                        nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                        if (nfds > 3)
+                                nfds = 3;
+                        memcpy(fds, CMSG_DATA(c), nfds * sizeof(int));
+                }
+                uint32_t expected = LAUNCH_STATE(msg.seq, LAUNCH_PENDING);
+                if (n != sizeof msg ||
+                    !atomic_compare_exchange_strong(&launch_arena->state, &expected,
+                                                    LAUNCH_STATE(msg.seq, LAUNCH_TAKEN))) {
+                        /* The agent gave up on it and started it itself. */
+                        for (size_t i = 0; i < nfds; i++)
+                                close(fds[i]);
+                        continue;
+                }
+                SpawnArgs a = {.r = &launch_arena->r, .env = launch_arena->env, .stdio = {-1, -1, -1},
+                               .pty_slave = -1};
+                bool ok = true;
+                if (msg.kind == 'p' && nfds == 1)
+                        a.pty_slave = fds[0];
+                else if (msg.kind == 'i' && nfds == 3)
+                        memcpy(a.stdio, fds, sizeof a.stdio);
+                else if (msg.kind == 'o' && nfds == 2) {
+                        a.stdio[1] = fds[0];
+                        a.stdio[2] = fds[1];
+                } else
+                        ok = false;
+                int reply = ok ? spawn_here(&a) : -EINVAL;
+                for (size_t i = 0; i < nfds; i++)
+                        close(fds[i]);
+                if (send(sock, &reply, sizeof reply, MSG_NOSIGNAL) != sizeof reply)
+                        _exit(0);
+        }
+}
+
+void exec_launcher_start(void) {
+        if (launch_sock >= 0)
+                return;
+        void *m = mmap(NULL, LAUNCH_ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+                return;
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+                munmap(m, LAUNCH_ARENA_BYTES);
+                return;
+        }
+        launch_arena = m;
+        atomic_store(&launch_arena->state, LAUNCH_IDLE);
+        pid_t pid = fork();
+        if (pid < 0) {
+                close(sv[0]);
+                close(sv[1]);
+                munmap(m, LAUNCH_ARENA_BYTES);
+                launch_arena = NULL;
+                return;
+        }
+        if (pid == 0) {
+                /* Nothing of the agent's but the socket and the leaf's join
+                 * files (its channel may be on fds 0..2); no signal but a
+                 * kill reaches it. */
+                sigset_t all;
+                sigfillset(&all);
+                sigprocmask(SIG_SETMASK, &all, NULL);
+                (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+                (void)prctl(PR_SET_NAME, "runtime-launch");
+                /* A session of its own: a stop of the launcher must not
+                 * make the agent's process group a stopped, orphaned one,
+                 * which the kernel sends SIGHUP. */
+                (void)setsid();
+                in_launcher = true;
+                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+                if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+                        _exit(1);
+                limits_close_fds_keeping_cgroup(3, sv[1]);
+                /* The one move into the leaf, paid here, before any request
+                 * waits for it. */
+                if (limits_join_child_cgroup() < 0)
+                        _exit(1);
+                launcher_main(sv[1]);
+        }
+        close(sv[1]);
+        launch_sock = sv[0];
+        launch_pid = pid;
+}
+
+/* The child started by the launcher: its pid, -EAGAIN when the agent must
+ * start it itself (no launcher, a request too large for the arena, the
+ * launcher's fork refused, the launcher gone or too slow), or another
+ * -errno. */
+static pid_t launch_spawn(SpawnArgs *a) {
+        if (launch_sock < 0 || a->r->op != REQ_EXEC || arena_fill(a->r, a->env) < 0)
+                return -EAGAIN;
+        int fds[3];
+        size_t nfds = 0;
+        uint32_t seq = ++launch_seq & 0x3fffffffu;
+        LaunchMsg msg = {.seq = seq};
+        if (a->pty_slave >= 0) {
+                msg.kind = 'p';
+                fds[nfds++] = a->pty_slave;
+        } else {
+                msg.kind = a->stdio[0] >= 0 ? 'i' : 'o';
+                for (size_t i = a->stdio[0] >= 0 ? 0 : 1; i < 3; i++)
+                        fds[nfds++] = a->stdio[i];
+        }
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(3 * sizeof(int))];
+        } u;
+        memset(&u, 0, sizeof u);
+        struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                           .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+        atomic_store(&launch_arena->state, LAUNCH_STATE(seq, LAUNCH_PENDING));
+        if (sendmsg(launch_sock, &m, MSG_NOSIGNAL) != (ssize_t)sizeof msg) {
+                launch_stop();
+                return -EAGAIN;
+        }
+        struct pollfd p = {.fd = launch_sock, .events = POLLIN};
+        int n;
+        do
+                n = poll(&p, 1, LAUNCH_WAIT_MS);
+        while (n < 0 && errno == EINTR);
+        if (n == 0) {
+                uint32_t expected = LAUNCH_STATE(seq, LAUNCH_PENDING);
+                if (atomic_compare_exchange_strong(&launch_arena->state, &expected,
+                                                   LAUNCH_STATE(seq, LAUNCH_CANCELLED)))
+                        return -EAGAIN;
+                /* Taken already: its clone answers soon, whatever the load
+                 * (a fork, or a refusal), unless the launcher was stopped
+                 * (by the sandbox's root): then it is killed, and whether
+                 * the command started is unknown, so it is not started
+                 * again. */
+                do
+                        n = poll(&p, 1, LAUNCH_TAKEN_WAIT_MS);
+                while (n < 0 && errno == EINTR);
+                if (n <= 0) {
+                        launch_stop();
+                        return -EIO;
+                }
+        }
+        int reply;
+        ssize_t got = recv(launch_sock, &reply, sizeof reply, 0);
+        if (got != sizeof reply) {
+                bool taken = atomic_load(&launch_arena->state) == LAUNCH_STATE(seq, LAUNCH_TAKEN);
+                launch_stop();
+                /* Gone after it took the request: whether the command
+                 * started is unknown, so it is not started again. */
+                return taken ? -EIO : -EAGAIN;
+        }
+        atomic_store(&launch_arena->state, LAUNCH_STATE(seq, LAUNCH_IDLE));
+        return reply >= 0 ? (pid_t)reply : -EAGAIN;
+}
+
 /* Starts the child: the pid, or -errno. A command's child runs on the agent's
  * memory, the agent stopped, until its execve or _exit (CLONE_VM |
  * CLONE_VFORK, as posix_spawn does): a fork copies the agent's address space
@@ -278,7 +568,7 @@ static int spawn_child(void *p) {
  * (docs/benchmarks.md). The child makes only system calls and writes only
  * its own stack; its libc calls are ones posix_spawn's child makes too. An
  * archive's child does its work before exiting, so it forks. */
-static pid_t spawn(SpawnArgs *a) {
+static pid_t spawn_here(SpawnArgs *a) {
         static uint8_t *stack;
         if (a->r->op != REQ_EXEC) {
                 pid_t pid = fork();
@@ -300,8 +590,17 @@ static pid_t spawn(SpawnArgs *a) {
                 stack = m;
         }
         SPAWN_STACK_CLEAN(stack + page, SPAWN_STACK_BYTES);
-        pid_t pid = clone(spawn_child, stack + page + SPAWN_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD, a);
+        /* In the launcher the child is the agent's (CLONE_PARENT). */
+        int parent = in_launcher ? CLONE_PARENT : 0;
+        pid_t pid = clone(spawn_child, stack + page + SPAWN_STACK_BYTES, CLONE_VM | CLONE_VFORK | parent | SIGCHLD,
+                          a);
         return pid < 0 ? -errno : pid;
+}
+
+/* Through the launcher where there is one, else here. */
+static pid_t spawn(SpawnArgs *a) {
+        pid_t pid = launch_spawn(a);
+        return pid == -EAGAIN ? spawn_here(a) : pid;
 }
 
 static int exec_spawn_pty(const AgentRequest *r, char **env, ExecChild *ret);

@@ -28,6 +28,12 @@ char **exec_build_env(const char *const user_env[], char *const extra[], size_t 
  * (126 when not executable), as a shell does. */
 int exec_spawn(const AgentRequest *r, ExecChild *ret);
 
+/* Where the agent has a work leaf (namespace driver): starts the process
+ * that joins it once and starts every exec's child from there, so that no
+ * command waits for a move between cgroups (exec.c). Without it, or when it
+ * cannot start, children are started by the agent and move themselves. */
+void exec_launcher_start(void);
+
 /* Sets a terminal's window size (the kernel sends SIGWINCH to its
  * foreground group). */
 int exec_pty_resize(int master_fd, unsigned cols, unsigned rows);

@@ -29,6 +29,8 @@ static void write_text(const char *path, const char *text) {
  * (limits_make_command_cgroup). */
 static int child_cgroup_fds[LIMITS_CGROUP_FDS_MAX];
 static size_t n_child_cgroup_fds;
+/* Set in the launcher once it is in the leaf: what it forks is born there. */
+static bool child_cgroup_joined;
 
 int limits_set_child_cgroup_fds(const char *list) {
         int fds[LIMITS_CGROUP_FDS_MAX];
@@ -75,6 +77,18 @@ void limits_close_fds_keeping_cgroup(int from, int also) {
         syscall(SYS_close_range, lo, ~0U, 0U);
 }
 
+int limits_join_child_cgroup(void) {
+        if (n_child_cgroup_fds == 0)
+                return -ENOENT;
+        for (size_t i = 0; i < n_child_cgroup_fds; i++) {
+                ssize_t n = write(child_cgroup_fds[i], "0", 1);
+                if (n != 1)
+                        return n < 0 ? -errno : -EIO;
+        }
+        child_cgroup_joined = true;
+        return 0;
+}
+
 void limits_protect_agent(void) {
         write_text("/proc/self/oom_score_adj", "-1000");
 }
@@ -91,7 +105,7 @@ void limits_child_defaults(void) {
         /* "0" is the writer itself: this child, one thread, which a v1
          * tasks file moves alone. A command never runs in the agent's leaf:
          * a child that cannot leave it does not exec. */
-        for (size_t i = 0; i < n_child_cgroup_fds; i++)
+        for (size_t i = 0; !child_cgroup_joined && i < n_child_cgroup_fds; i++)
                 if (write(child_cgroup_fds[i], "0", 1) != 1)
                         _exit(126);
 }

@@ -38,10 +38,16 @@ int limits_set_child_cgroup_fds(const char *list);
  * (async-signal-safe). */
 void limits_close_fds_keeping_cgroup(int from, int keep);
 
+/* In a process that stays in the work leaf and starts the commands from
+ * there (exec.c's launcher): joins the leaf once, as a command would, so
+ * that its children are born in it and limits_child_defaults moves them no
+ * more. -ENOENT without a leaf, or the first write's error. */
+int limits_join_child_cgroup(void);
+
 /* In a forked child before exec (async-signal-safe): oom_score_adj
  * LIMITS_CHILD_OOM_SCORE_ADJ, into LIMITS_CHILD_CGROUP where it exists, and
- * into the work leaf where the agent was given one (_exit(126) when that
- * fails). */
+ * into the work leaf where the agent was given one and the caller is not in
+ * it already (_exit(126) when that fails). */
 void limits_child_defaults(void);
 
 /* The kernel's count of OOM kills (/proc/vmstat oom_kill), or UINT64_MAX

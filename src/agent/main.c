@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "agent/exec.h"
 #include "agent/fsops.h"
 #include "agent/limits.h"
 #include "agent/request.h"
@@ -142,7 +143,7 @@ int main(int argc, char **argv) {
         bool vm = false, restorable = false;
         unsigned long memory_mib = 0;
         LimitsView view;
-        bool have_view = false;
+        bool have_view = false, have_leaf = false;
         char *end;
         int c;
         while ((c = getopt_long(argc, argv, "c:hV", opts, NULL)) >= 0) {
@@ -170,6 +171,7 @@ int main(int argc, char **argv) {
                                         LIMITS_CGROUP_FDS_MAX);
                                 return 2;
                         }
+                        have_leaf = true;
                         break;
                 case 'W':
                         if (limits_parse_cgroup_view(optarg, &view) < 0) {
@@ -216,5 +218,10 @@ int main(int argc, char **argv) {
                 }
                 in_fd = out_fd = dev_fd;
         }
+        /* After the signal mask and before the first request: the
+         * launcher's one move into the work leaf is off every command's
+         * path. */
+        if (have_leaf)
+                exec_launcher_start();
         return serve(in_fd, out_fd, sig_fd, false, restorable, memory_mib, have_view ? &view : NULL);
 }

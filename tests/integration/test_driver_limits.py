@@ -7,6 +7,7 @@ sandbox's own size, not the host's."""
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import threading
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from helpers import cgroup_dirs, wait_until
+from helpers import cgroup_dirs, host_pids, wait_until
 
 MiB = 1024 * 1024
 
@@ -395,6 +396,65 @@ def test_commands_run_in_the_work_leaf(api, driver):
     r = api.post(f"/v1/sandboxes/{sbx.id}:wake", json={})
     assert r.status_code == 200, r.text
     assert sbx.run("echo awake") == "awake\n"
+
+
+def test_commands_are_born_in_the_work_leaf(api, driver):
+    """namespace: the agent's launcher lives in the work leaf and starts
+    every exec from there, as the agent's children (no move between cgroups
+    on a command's path); a launcher stopped or killed only sends the agent
+    back to starting commands itself, still in work, and a command that stops
+    the launcher under its own start never hangs the agent."""
+    if driver != "namespace":
+        pytest.skip("the launcher is the namespace driver's (its work leaf)")
+    sbx = api.create_sandbox(driver=driver, memoryMiB=512)
+
+    def launcher() -> str:
+        return sbx.run("for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = runtime-launch ] "
+                       "&& echo ${p#/proc/}; done; true", user="root").strip()
+
+    def in_work(text: str) -> bool:
+        lines = [ln for ln in text.splitlines() if ln.startswith("0::")
+                 or any(c in ln.split(":")[1].split(",") for c in ("memory", "pids", "cpu", "freezer"))]
+        return bool(lines) and all(ln.endswith(":/work") for ln in lines)
+
+    def host_state(p: int) -> str:
+        try:
+            st = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            return "gone"
+        return st[st.rfind(")") + 2]
+
+    pid = wait_until(launcher, 10, 0.1, what="the launcher")
+    assert in_work(sbx.run(f"cat /proc/{pid}/cgroup", user="root"))
+    assert sbx.run(f"awk '{{print $4}}' /proc/{pid}/stat", user="root").strip() == "1"
+    # Its children are the agent's: their parent is PID 1.
+    assert sbx.run("awk '{print $4}' /proc/self/stat").strip() == "1"
+    assert in_work(sbx.run("cat /proc/self/cgroup"))
+    # The same process seen from the host, stopped there while it waits for a request: the agent
+    # waits 100 ms for it, then starts the command itself.
+    host = next(p for p in host_pids(sbx.id) if Path(f"/proc/{p}/comm").read_text().strip() == "runtime-launch")
+    os.kill(host, signal.SIGSTOP)
+    wait_until(lambda: host_state(host) == "T", 10, 0.02, what="the launcher stopped")
+    t = time.monotonic()
+    assert in_work(sbx.run("cat /proc/self/cgroup"))
+    assert time.monotonic() - t < 5
+    os.kill(host, signal.SIGCONT)
+    wait_until(lambda: host_state(host) != "T", 10, 0.02, what="the launcher running again")
+    assert sbx.run("echo again") == "again\n"
+    # A command that stops the launcher as soon as it runs may stop it before it has answered for
+    # that very command: the agent gives up on it after a bounded wait (the command's result is
+    # then an error), kills the launcher, and the sandbox goes on.
+    t = time.monotonic()
+    r = api.post(f"/v1/sandboxes/{sbx.id}:exec", json={"command": f"kill -STOP {pid}", "user": "root"})
+    assert time.monotonic() - t < 15, "a command stopping the launcher hung the agent"
+    assert r.status_code in (200, 500, 502, 503), r.text
+    # Killed (unless the agent did): every command still runs, in work.
+    if host_state(host) not in ("gone", "Z"):
+        os.kill(host, signal.SIGKILL)
+    wait_until(lambda: host_state(host) in ("gone", "Z"), 10, 0.02, what="the launcher gone")
+    for _ in range(3):
+        assert in_work(sbx.run("cat /proc/self/cgroup"))
+    assert api.sandbox(sbx.id)["state"] == "running"
 
 
 def shared_lxcfs_pid():

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Exec after a quiet spell: what a command costs in a namespace sandbox when it comes as an agent's
+calls come (a pause of 20-50 ms before each, between its model's turns), beside the same command
+run on the bare host after the same pause, and beside both back to back.
+
+    sudo python3 bench/quiet_exec.py --image-dir /var/lib/runtime/images        # writes its section
+    sudo python3 bench/quiet_exec.py --runs 20 --out - --image-dir ...           # print the section
+
+Per command (`true`, `python3 -c 'print(6*7)'`) and round: a random pause of 20-50 ms, the exec
+through the API (plain HTTP, the buffered exec), another pause, the same argv as a subprocess on
+the host; the two take turns going first. Then the same pairs back to back. Medians, p95s and the
+ratio sandbox/host of the medians. Needs root, a built tree (it runs `make`) and the default image.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from _harness import bench_daemon, options, pct, per_driver, prepare
+from helpers import Api  # noqa: E402
+from sections import emit  # noqa: E402
+
+BEGIN = "<!-- quiet exec benchmark: begin (bench/quiet_exec.py) -->"
+END = "<!-- quiet exec benchmark: end -->"
+COMMANDS = {"true": ["true"], "python3 -c 'print(6*7)'": ["python3", "-c", "print(6*7)"]}
+
+
+def sandbox_once(api: Api, sid: str, argv: list[str]) -> float:
+    t = time.perf_counter()
+    r = api.post(f"/v1/sandboxes/{sid}:exec", json={"argv": argv})
+    ms = (time.perf_counter() - t) * 1000
+    assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text[:300]
+    return ms
+
+
+def host_once(argv: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    return (time.perf_counter() - t) * 1000
+
+
+def measure(api: Api, sid: str, argv: list[str], runs: int, quiet: bool) -> dict[str, list[float]]:
+    """runs pairs (sandbox, host), interleaved, each after a 20-50 ms pause when quiet."""
+    out: dict[str, list[float]] = {"sandbox": [], "host": []}
+    for i in range(runs):
+        order = ("sandbox", "host") if i % 2 == 0 else ("host", "sandbox")
+        for side in order:
+            if quiet:
+                time.sleep(random.uniform(0.020, 0.050))
+            out[side].append(sandbox_once(api, sid, argv) if side == "sandbox" else host_once(argv))
+    return out
+
+
+def render(results: dict, args) -> str:
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cmd = f"sudo python3 bench/quiet_exec.py --runs {args.runs}"
+    lines = [BEGIN, "", "## Exec after a quiet spell (namespace)", "",
+             f"`{cmd}` ({when}, {platform.node()}, {os.cpu_count()} cores, 1-minute load "
+             f"{results.get('load', 0):.1f}). Round trip through the API (plain HTTP, buffered exec) of "
+             "each command in a running namespace sandbox, and the same argv as a subprocess on the host, "
+             f"{args.runs} of each, interleaved; quiet: a pause of 20-50 ms before every call, as an agent's "
+             "calls come; back to back: no pause. ms; ratio: sandbox p50 / host p50. `python3` is the "
+             "image's in the sandbox and the host's own on the host, which need not be the same build (a "
+             "host's python3 with many site packages starts slower): `true` is the sandbox's own cost.", "",
+             "| command | calls | sandbox p50 | sandbox p95 | host p50 | host p95 | ratio |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    if "error" in results:
+        lines.append(f"| not run: {results['error']} | | | | | | |")
+    for name, by in results.get("rows", {}).items():
+        for mode in ("quiet", "back to back"):
+            s, h = by[mode]["sandbox"], by[mode]["host"]
+            lines.append(f"| `{name}` | {mode} | {statistics.median(s):.2f} | {pct(s, 95):.2f} | "
+                         f"{statistics.median(h):.2f} | {pct(h, 95):.2f} | "
+                         f"{statistics.median(s) / statistics.median(h):.2f} |")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = options(__doc__, "quiet exec", drivers=False)
+    ap.add_argument("--runs", type=int, default=30, help="calls of each command, each side (default 30)")
+    args = ap.parse_args()
+    if (rc := prepare("quiet_exec.py")) != 0:
+        return rc
+    results: dict = {}
+    with bench_daemon("quiet-exec", args.image_dir) as d:
+        api = Api(d, timeout=120)
+        drivers: dict = {}
+        for _, sbx in per_driver(api, "namespace", drivers):
+            rows: dict = {}
+            for name, argv in COMMANDS.items():
+                for _ in range(5):  # warm up: the page cache, the agent's first fork
+                    sandbox_once(api, sbx.id, argv)
+                    host_once(argv)
+                rows[name] = {"quiet": measure(api, sbx.id, argv, args.runs, True),
+                              "back to back": measure(api, sbx.id, argv, args.runs, False)}
+            results = {"rows": rows, "load": os.getloadavg()[0]}
+        if "namespace" in drivers:
+            results = drivers["namespace"]
+        api.close()
+    emit(args.out, BEGIN, END, render(results, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
