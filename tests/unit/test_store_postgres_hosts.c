@@ -106,6 +106,76 @@ static void test_requests_contract(void **state) {
         store_postgres.requests->close(h);
 }
 
+static int count_delivery(void *userdata, const DeliveryRecord *d) {
+        (*(int *)userdata)++;
+        return 0;
+}
+
+/* A host's webhook deliveries, audit entries, samples and request counts
+ * are written at its epoch: declared dead, it enqueues, claims and records
+ * nothing more. */
+static void test_writes_need_a_live_epoch(void **state) {
+        Fixture *f = *state;
+        f->url = pg_fresh("hosts_epoch_writes");
+        assert_int_equal(f->ops->open(f->url, &f->h), 0);
+        HostRecord rec = hosts_test_record("host_epochepochepoch", "http://10.0.0.1:7878");
+        int64_t epoch = 0;
+        assert_int_equal(f->ops->register_host(f->h, &rec, 100, &epoch), 0);
+        const StoreWebhookOps *wops = store_postgres.webhooks;
+        const StoreAuditOps *aops = store_postgres.audit;
+        const StoreSampleOps *sops = store_postgres.samples;
+        const StoreRequestOps *rops = store_postgres.requests;
+        StoreWebhooks *wh = NULL;
+        StoreAudit *au = NULL;
+        StoreSamples *sa = NULL;
+        StoreRequests *rq = NULL;
+        assert_int_equal(wops->open(f->url, &wh), 0);
+        assert_int_equal(aops->open(f->url, &au), 0);
+        assert_int_equal(sops->open(f->url, &sa), 0);
+        assert_int_equal(rops->open(f->url, &rq), 0);
+        assert_int_equal(wops->set_writer(wh, rec.id, epoch), 0);
+        assert_int_equal(aops->set_writer(au, rec.id, epoch), 0);
+        assert_int_equal(sops->set_writer(sa, rec.id, epoch), 0);
+        assert_int_equal(rops->set_writer(rq, rec.id, epoch), 0);
+
+        WebhookRecord hook = hooks_test_hook("whk_epoch", "alice");
+        assert_int_equal(wops->put(wh, &hook, 10), 0);
+        hooks_test_enqueue(wops, wh, "dlv_epoch_1", "whk_epoch", 100);
+        AuditRecord a = { .owner = "alice", .action = "sandbox.exec", .method = "POST", .path = "/v1/x",
+                          .status = 200, .host_id = rec.id, .at = 100 };
+        snprintf(a.id, sizeof a.id, "aud_%020d", 1);
+        assert_int_equal(aops->append(au, &a, 1), 0);
+        SampleRecord s = { .sandbox_id = "sbx_aaaaaaaaaaaaaaaaaaaa", .owner = "alice", .at = 1000 };
+        assert_int_equal(sops->append(sa, &s, 1), 0);
+        RequestCount c = { .owner = "alice", .key_id = "key_a", .hour = 3600, .requests = 1 };
+        assert_int_equal(rops->add(rq, &c, 1), 0);
+
+        assert_int_equal(f->ops->declare_dead(f->h, rec.id, epoch, 100, 200), 0);
+        DeliveryRecord d = { .webhook_id = "whk_epoch", .owner = "alice", .event_id = "evt_2",
+                             .event_type = "sandbox.stopped", .body = "{}", .state = "pending", .next_at = 100,
+                             .created_at = 100, .updated_at = 100 };
+        snprintf(d.id, sizeof d.id, "dlv_epoch_2");
+        assert_int_equal(wops->enqueue(wh, &d, 1), -EOWNERDEAD);
+        int n = 0;
+        assert_int_equal(wops->claim(wh, rec.id, 300, 400, 10, count_delivery, &n), 0);
+        assert_int_equal(n, 0); /* the pending delivery stays for a live host */
+        snprintf(a.id, sizeof a.id, "aud_%020d", 2);
+        assert_int_equal(aops->append(au, &a, 1), -EOWNERDEAD);
+        assert_int_equal(sops->append(sa, &s, 1), -EOWNERDEAD);
+        assert_int_equal(rops->add(rq, &c, 1), -EOWNERDEAD);
+
+        /* Another host, live, claims it. */
+        StoreWebhooks *other = NULL;
+        assert_int_equal(wops->open(f->url, &other), 0);
+        assert_int_equal(wops->claim(other, "host_other", 300, 400, 10, count_delivery, &n), 0);
+        assert_int_equal(n, 1);
+        wops->close(other);
+        rops->close(rq);
+        sops->close(sa);
+        aops->close(au);
+        wops->close(wh);
+}
+
 static void test_otel_contract(void **state) {
         Fixture *f = *state;
         f->url = pg_fresh("otel_contract");
@@ -183,6 +253,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_samples_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_requests_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_otel_contract, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_writes_need_a_live_epoch, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_register_race, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

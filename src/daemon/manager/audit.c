@@ -236,3 +236,7 @@ int audit_list(Audit *a, const AuditFilter *f, StoreAuditFn fn, void *userdata) 
 int audit_prune(Audit *a, int64_t days, int64_t *ret_n) {
         return a->ops->prune(a->h, time_now_unix() - days * 86400, ret_n);
 }
+
+int audit_set_epoch(Audit *a, const char *host_id, int64_t epoch) {
+        return a->ops->set_writer(a->h, host_id, epoch);
+}

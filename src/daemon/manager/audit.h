@@ -27,6 +27,10 @@
 
 typedef struct Audit Audit;
 
+/* The epoch this host registered at: the store's writes of audit entries are made
+ * only while the host is still registered at it and not declared dead. */
+int audit_set_epoch(Audit *a, const char *host_id, int64_t epoch);
+
 int audit_open(const StoreBackend *b, const char *location, Audit **ret);
 void audit_close(Audit *a);
 /* The host the records are made on. */

@@ -95,8 +95,9 @@ void fleet_free(Fleet *f) {
 }
 
 /* Writes from now on are this epoch's: the sandboxes' records, the
- * ledger's (whose charges are this host's), the snapshots', the uploads'
- * and the events'. */
+ * ledger's (whose charges are this host's), the snapshots', the uploads',
+ * the events', the webhook deliveries', the audit's, the samples' and the
+ * request counts'. */
 static int take_epoch(Fleet *f, int64_t epoch) {
         int r = db_set_writer(f->c.db, f->self.id, epoch);
         if (r == 0 && f->c.ledger)
@@ -107,6 +108,14 @@ static int take_epoch(Fleet *f, int64_t epoch) {
                 r = uploads_set_epoch(f->c.uploads, f->self.id, epoch);
         if (r == 0 && f->c.events)
                 r = events_set_epoch(f->c.events, f->self.id, epoch);
+        if (r == 0 && f->c.webhooks)
+                r = webhooks_set_epoch(f->c.webhooks, f->self.id, epoch);
+        if (r == 0 && f->c.audit)
+                r = audit_set_epoch(f->c.audit, f->self.id, epoch);
+        if (r == 0 && f->c.samples)
+                r = samples_set_epoch(f->c.samples, f->self.id, epoch);
+        if (r == 0 && f->c.requests)
+                r = request_counts_set_epoch(f->c.requests, f->self.id, epoch);
         if (r < 0)
                 return r;
         pthread_mutex_lock(&f->lock);

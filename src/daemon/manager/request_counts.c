@@ -199,3 +199,7 @@ int request_counts_list(RequestCounts *rc, const char *owner, int64_t since, Sto
 int request_counts_prune(RequestCounts *rc, int64_t days, int64_t *ret_n) {
         return rc->ops->prune(rc->h, time_now_unix() - days * 86400, ret_n);
 }
+
+int request_counts_set_epoch(RequestCounts *r, const char *host_id, int64_t epoch) {
+        return r->ops->set_writer(r->h, host_id, epoch);
+}

@@ -17,6 +17,10 @@
 
 typedef struct RequestCounts RequestCounts;
 
+/* The epoch this host registered at: the store's writes of request counts are made
+ * only while the host is still registered at it and not declared dead. */
+int request_counts_set_epoch(RequestCounts *r, const char *host_id, int64_t epoch);
+
 int request_counts_open(const StoreBackend *b, const char *location, RequestCounts **ret);
 /* Adds what is pending to the store, stops the thread, closes. */
 void request_counts_close(RequestCounts *rc);

@@ -95,3 +95,7 @@ int64_t samples_step(int64_t range_s, int64_t interval_s) {
         /* Whole multiples of the interval: each step holds as many readings. */
         return (step + interval_s - 1) / interval_s * interval_s;
 }
+
+int samples_set_epoch(Samples *s, const char *host_id, int64_t epoch) {
+        return s->ops->set_writer(s->h, host_id, epoch);
+}

@@ -22,6 +22,10 @@
 
 typedef struct Samples Samples;
 
+/* The epoch this host registered at: the store's writes of samples are made
+ * only while the host is still registered at it and not declared dead. */
+int samples_set_epoch(Samples *s, const char *host_id, int64_t epoch);
+
 int samples_open(const StoreBackend *b, const char *location, Samples **ret);
 void samples_close(Samples *s);
 

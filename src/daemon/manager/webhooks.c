@@ -903,3 +903,7 @@ int webhooks_deliveries(Webhooks *w, const char *webhook_id, const char *owner, 
 int webhooks_prune(Webhooks *w, int64_t days, int64_t *ret_n) {
         return w->ops->prune(w->h, time_now_unix() - days * 86400, ret_n);
 }
+
+int webhooks_set_epoch(Webhooks *w, const char *host_id, int64_t epoch) {
+        return w->ops->set_writer(w->h, host_id, epoch);
+}

@@ -49,6 +49,10 @@
 
 typedef struct Webhooks Webhooks;
 
+/* The epoch this host registered at: the store's writes of webhook deliveries are made
+ * only while the host is still registered at it and not declared dead. */
+int webhooks_set_epoch(Webhooks *w, const char *host_id, int64_t epoch);
+
 typedef struct WebhooksConfig {
         const StoreBackend *store;
         const char *location;

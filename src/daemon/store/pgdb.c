@@ -248,6 +248,15 @@ int pgdb_set_writer(PgConn *c, const char *host, int64_t epoch) {
         return 0;
 }
 
+void pgp_conn_writer(PgParams *p, PgConn *c, char buf[64]) {
+        pthread_mutex_lock(&c->lock);
+        int64_t epoch = c->writer_epoch;
+        snprintf(buf, 64, "%s", c->writer);
+        pthread_mutex_unlock(&c->lock);
+        pgp_text(p, epoch > 0 && buf[0] ? buf : NULL);
+        pgp_int(p, epoch);
+}
+
 typedef struct Write {
         PgTxFn fn;
         void *userdata;

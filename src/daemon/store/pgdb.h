@@ -95,6 +95,10 @@ int pgdb_writer_live_locked(PgConn *c, const char *host, int64_t epoch);
  * changing nothing, otherwise. Epoch 0: no condition. -EINVAL for a host
  * id too long. */
 int pgdb_set_writer(PgConn *c, const char *host, int64_t epoch);
+/* The writer as parameters of a statement that puts WRITER_LIVE in its own
+ * WHERE (one statement, no transaction): host (NULL without a writer) and
+ * epoch, host copied into buf. */
+void pgp_conn_writer(PgParams *p, PgConn *c, char buf[64]);
 /* pgdb_transaction whose first step checks the writer (pgdb_set_writer). */
 int pgdb_write(PgConn *c, PgTxFn fn, void *userdata);
 /* One statement under the writer's check: pgdb_exec without a writer, a

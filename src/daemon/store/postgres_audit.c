@@ -60,11 +60,13 @@ static int append_tx(PgConn *c, void *userdata) {
         return r;
 }
 
+static int pg_audit_set_writer(StoreAudit *h, const char *host_id, int64_t epoch) {
+        return pgdb_set_writer(&h->c, host_id, epoch);
+}
+
 static int pg_audit_append(StoreAudit *h, const AuditRecord *a, size_t n) {
-        if (n == 1)
-                return insert_one(&h->c, a, false);
         Batch b = { .a = a, .n = n };
-        return n ? pgdb_transaction(&h->c, append_tx, &b) : 0;
+        return n ? pgdb_write(&h->c, append_tx, &b) : 0;
 }
 
 static int pg_audit_list(StoreAudit *h, const AuditFilter *f, StoreAuditFn fn, void *userdata) {
@@ -106,6 +108,7 @@ static int pg_audit_prune(StoreAudit *h, int64_t before, int64_t *ret_n) {
 const StoreAuditOps store_postgres_audit = {
         .open = pg_audit_open,
         .close = pg_audit_close,
+        .set_writer = pg_audit_set_writer,
         .append = pg_audit_append,
         .list = pg_audit_list,
         .prune = pg_audit_prune,

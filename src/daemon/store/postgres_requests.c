@@ -51,11 +51,15 @@ static int add_tx(PgConn *c, void *userdata) {
         return 0;
 }
 
+static int pg_requests_set_writer(StoreRequests *h, const char *host_id, int64_t epoch) {
+        return pgdb_set_writer(&h->c, host_id, epoch);
+}
+
 static int pg_requests_add(StoreRequests *h, const RequestCount *c, size_t n) {
         if (n == 0)
                 return 0;
         Batch b = { .c = c, .n = n };
-        return pgdb_transaction(&h->c, add_tx, &b);
+        return pgdb_write(&h->c, add_tx, &b);
 }
 
 static int pg_requests_list(StoreRequests *h, const char *owner, int64_t since, StoreRequestFn fn, void *userdata) {
@@ -86,6 +90,7 @@ static int pg_requests_prune(StoreRequests *h, int64_t before, int64_t *ret_n) {
 const StoreRequestOps store_postgres_requests = {
         .open = pg_requests_open,
         .close = pg_requests_close,
+        .set_writer = pg_requests_set_writer,
         .add = pg_requests_add,
         .list = pg_requests_list,
         .prune = pg_requests_prune,

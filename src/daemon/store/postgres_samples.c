@@ -51,11 +51,15 @@ static int append_tx(PgConn *c, void *userdata) {
         return r;
 }
 
+static int pg_samples_set_writer(StoreSamples *h, const char *host_id, int64_t epoch) {
+        return pgdb_set_writer(&h->c, host_id, epoch);
+}
+
 static int pg_samples_append(StoreSamples *h, const SampleRecord *s, size_t n) {
         if (n == 0)
                 return 0;
         Batch b = { .s = s, .n = n };
-        return pgdb_transaction(&h->c, append_tx, &b);
+        return pgdb_write(&h->c, append_tx, &b);
 }
 
 static int walk_steps(PGresult *res, StoreSampleFn fn, void *userdata, bool one) {
@@ -135,6 +139,7 @@ static int pg_samples_prune(StoreSamples *h, int64_t before, int64_t *ret_n) {
 const StoreSampleOps store_postgres_samples = {
         .open = pg_samples_open,
         .close = pg_samples_close,
+        .set_writer = pg_samples_set_writer,
         .append = pg_samples_append,
         .series = pg_samples_series,
         .latest = pg_samples_latest,

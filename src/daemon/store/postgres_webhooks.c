@@ -235,11 +235,15 @@ static int enqueue_tx(PgConn *c, void *userdata) {
         return r;
 }
 
+static int pg_webhooks_set_writer(StoreWebhooks *h, const char *host_id, int64_t epoch) {
+        return pgdb_set_writer(&h->c, host_id, epoch);
+}
+
 static int pg_webhooks_enqueue(StoreWebhooks *h, const DeliveryRecord *d, size_t n) {
-        if (n == 1)
-                return insert_delivery(&h->c, d, false);
+        if (n == 0)
+                return 0;
         Batch b = { .d = d, .n = n };
-        return pgdb_transaction(&h->c, enqueue_tx, &b);
+        return pgdb_write(&h->c, enqueue_tx, &b);
 }
 
 static int pg_webhooks_claim(StoreWebhooks *h, const char *host, int64_t now, int64_t until, unsigned max,
@@ -249,14 +253,17 @@ static int pg_webhooks_claim(StoreWebhooks *h, const char *host, int64_t now, in
         pgp_int(&p, until);
         pgp_int(&p, now);
         pgp_int(&p, max);
+        char writer[64];
+        pgp_conn_writer(&p, &h->c, writer);
         _cleanup_pgres_ PGresult *res = NULL;
         /* READ COMMITTED: a row another host claimed and committed meanwhile
-         * is checked again after its lock and left; one it holds is skipped. */
+         * is checked again after its lock and left; one it holds is skipped.
+         * A host no longer at its epoch claims nothing. */
         int r = pgdb_run(&h->c,
                          "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2, updated_at = $3 WHERE id IN ("
                          " SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_at <= $3"
                          " AND claimed_until < $3 ORDER BY next_at, seq LIMIT $4 FOR UPDATE SKIP LOCKED) "
-                         "RETURNING " DELIVERY_COLUMNS,
+                         "AND " WRITER_LIVE("$5", "$6") " RETURNING " DELIVERY_COLUMNS,
                          &p, &res);
         return r < 0 ? r : walk_deliveries(res, fn, userdata, false);
 }
@@ -269,12 +276,14 @@ static int pg_webhooks_claim_one(StoreWebhooks *h, const char *id, const char *o
         pgp_text(&p, id);
         pgp_text(&p, opt(owner));
         pgp_int(&p, now);
+        char writer[64];
+        pgp_conn_writer(&p, &h->c, writer);
         _cleanup_pgres_ PGresult *res = NULL;
         int r = pgdb_run(&h->c,
                          "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2, updated_at = $5 WHERE id = $3 "
                          "AND ($4::text IS NULL OR owner = $4) "
                          "AND NOT (coalesce(claimed_by, '') <> '' AND claimed_until >= $5) "
-                         "RETURNING " DELIVERY_COLUMNS,
+                         "AND " WRITER_LIVE("$6", "$7") " RETURNING " DELIVERY_COLUMNS,
                          &p, &res);
         if (r < 0)
                 return r;
@@ -300,11 +309,13 @@ static int pg_webhooks_finish(StoreWebhooks *h, const DeliveryRecord *d) {
         pgp_int(&p, d->updated_at);
         pgp_text(&p, d->id);
         pgp_text(&p, d->claimed_by ? d->claimed_by : "");
+        char writer[64];
+        pgp_conn_writer(&p, &h->c, writer);
         _cleanup_pgres_ PGresult *res = NULL;
         int r = pgdb_run(&h->c,
                          "UPDATE webhook_deliveries SET state = $1, attempts = $2, next_at = $3, response_status = $4, "
                          "last_error = $5, updated_at = $6, claimed_by = NULL, claimed_until = 0 "
-                         "WHERE id = $7 AND claimed_by = $8",
+                         "WHERE id = $7 AND claimed_by = $8 AND " WRITER_LIVE("$9", "$10"),
                          &p, &res);
         if (r < 0)
                 return r;
@@ -352,6 +363,7 @@ const StoreWebhookOps store_postgres_webhooks = {
         .list = pg_webhooks_list,
         .update = pg_webhooks_update,
         .remove = pg_webhooks_remove,
+        .set_writer = pg_webhooks_set_writer,
         .enqueue = pg_webhooks_enqueue,
         .claim = pg_webhooks_claim,
         .claim_one = pg_webhooks_claim_one,

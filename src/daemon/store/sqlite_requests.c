@@ -75,6 +75,11 @@ static int add_all(void *userdata) {
         return 0;
 }
 
+/* One host writes an SQLite database: no epoch to check. */
+static int sqlite_requests_set_writer(StoreRequests *h, const char *host_id, int64_t epoch) {
+        return 0;
+}
+
 static int sqlite_requests_add(StoreRequests *h, const RequestCount *c, size_t n) {
         if (n == 0)
                 return 0;
@@ -115,6 +120,7 @@ static int sqlite_requests_prune(StoreRequests *h, int64_t before, int64_t *ret_
 const StoreRequestOps store_sqlite_requests = {
         .open = sqlite_requests_open,
         .close = sqlite_requests_close,
+        .set_writer = sqlite_requests_set_writer,
         .add = sqlite_requests_add,
         .list = sqlite_requests_list,
         .prune = sqlite_requests_prune,

@@ -79,6 +79,11 @@ static int append_all(void *userdata) {
         return 0;
 }
 
+/* One host writes an SQLite database: no epoch to check. */
+static int sqlite_samples_set_writer(StoreSamples *h, const char *host_id, int64_t epoch) {
+        return 0;
+}
+
 static int sqlite_samples_append(StoreSamples *h, const SampleRecord *s, size_t n) {
         if (n == 0)
                 return 0;
@@ -171,6 +176,7 @@ static int sqlite_samples_prune(StoreSamples *h, int64_t before, int64_t *ret_n)
 const StoreSampleOps store_sqlite_samples = {
         .open = sqlite_samples_open,
         .close = sqlite_samples_close,
+        .set_writer = sqlite_samples_set_writer,
         .append = sqlite_samples_append,
         .series = sqlite_samples_series,
         .latest = sqlite_samples_latest,

@@ -318,6 +318,11 @@ static int enqueue_tx(StoreWebhooks *h, const DeliveryRecord *d, size_t n) {
         return r;
 }
 
+/* One host writes an SQLite database: no epoch to check. */
+static int sqlite_webhooks_set_writer(StoreWebhooks *h, const char *host_id, int64_t epoch) {
+        return 0;
+}
+
 static int sqlite_webhooks_enqueue(StoreWebhooks *h, const DeliveryRecord *d, size_t n) {
         LOCKED(h);
         if (n == 1)
@@ -494,6 +499,7 @@ const StoreWebhookOps store_sqlite_webhooks = {
         .list = sqlite_webhooks_list,
         .update = sqlite_webhooks_update,
         .remove = sqlite_webhooks_remove,
+        .set_writer = sqlite_webhooks_set_writer,
         .enqueue = sqlite_webhooks_enqueue,
         .claim = sqlite_webhooks_claim,
         .claim_one = sqlite_webhooks_claim_one,

@@ -52,6 +52,12 @@ struct StoreAuditOps {
         void (*close)(StoreAudit *h);
         /* Appends the n records of a in one write, all or none (their seq
          * is the store's). -EEXIST for a taken id. */
+        /* The host whose writes these are, at the epoch it registered at
+         * (a fleet): each write from now on is made only while the host is
+         * still registered at it and not declared dead, and is -EOWNERDEAD
+         * (or, for a claim, claims nothing), changing nothing, otherwise.
+         * Epoch 0: no condition. A backend with one host ignores it. */
+        int (*set_writer)(StoreAudit *h, const char *host_id, int64_t epoch);
         int (*append)(StoreAudit *h, const AuditRecord *a, size_t n);
         int (*list)(StoreAudit *h, const AuditFilter *f, StoreAuditFn fn, void *userdata);
         /* Drops the records older than `before` (unix seconds); how many went. */

@@ -30,6 +30,12 @@ struct StoreRequestOps {
         int (*open)(const char *location, StoreRequests **ret);
         void (*close)(StoreRequests *h);
         /* Adds n counts (each to its owner, key and hour's) in one write. */
+        /* The host whose writes these are, at the epoch it registered at
+         * (a fleet): each write from now on is made only while the host is
+         * still registered at it and not declared dead, and is -EOWNERDEAD
+         * (or, for a claim, claims nothing), changing nothing, otherwise.
+         * Epoch 0: no condition. A backend with one host ignores it. */
+        int (*set_writer)(StoreRequests *h, const char *host_id, int64_t epoch);
         int (*add)(StoreRequests *h, const RequestCount *c, size_t n);
         /* The owner's counts of the hours from `since` on. */
         int (*list)(StoreRequests *h, const char *owner, int64_t since, StoreRequestFn fn, void *userdata);

@@ -44,6 +44,12 @@ struct StoreSampleOps {
         int (*open)(const char *location, StoreSamples **ret);
         void (*close)(StoreSamples *h);
         /* Appends n readings in one write. */
+        /* The host whose writes these are, at the epoch it registered at
+         * (a fleet): each write from now on is made only while the host is
+         * still registered at it and not declared dead, and is -EOWNERDEAD
+         * (or, for a claim, claims nothing), changing nothing, otherwise.
+         * Epoch 0: no condition. A backend with one host ignores it. */
+        int (*set_writer)(StoreSamples *h, const char *host_id, int64_t epoch);
         int (*append)(StoreSamples *h, const SampleRecord *s, size_t n);
         /* The readings of one sandbox at `since` or later (unix seconds), in
          * steps of `step` seconds (>= 1) counted from the epoch. */

@@ -94,6 +94,12 @@ struct StoreWebhookOps {
 
         /* Adds n deliveries (their seq is the store's), all or none, in one
          * write. -EEXIST for a taken id. */
+        /* The host whose writes these are, at the epoch it registered at
+         * (a fleet): each write from now on is made only while the host is
+         * still registered at it and not declared dead, and is -EOWNERDEAD
+         * (or, for a claim, claims nothing), changing nothing, otherwise.
+         * Epoch 0: no condition. A backend with one host ignores it. */
+        int (*set_writer)(StoreWebhooks *h, const char *host_id, int64_t epoch);
         int (*enqueue)(StoreWebhooks *h, const DeliveryRecord *d, size_t n);
         /* Claims up to max pending deliveries due at now (next_at <= now)
          * that no live claim holds (claimed_until < now), oldest due first,
