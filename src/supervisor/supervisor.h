@@ -61,7 +61,7 @@ void supervisor_free(Supervisor *s);
 int supervisor_run(Supervisor *s);
 
 /* Checks one handshake line (len bytes, the '\n' included) against the
- * sandbox's id and nonce: 0 and *ret_version (1 .. SUPERVISOR_PROTOCOL_VERSION)
+ * sandbox's id and nonce: 0 and *ret_version (SUPERVISOR_PROTOCOL_MIN .. SUPERVISOR_PROTOCOL_VERSION)
  * when the line is a valid ATTACH for this sandbox; -EBADMSG for a malformed
  * or over-long line; -EPROTONOSUPPORT for a version we do not speak (checked
  * before the rest, which a later version may lay out otherwise); -EPERM for a

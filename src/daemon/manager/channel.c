@@ -93,6 +93,7 @@ struct Channel {
         bool taken_over;
         bool syncing;
         bool keep_socket;
+        size_t sndbuf;   /* the socket's send buffer, fixed at the start; 0: not a socket */
         size_t data_max; /* the largest DATA payload to the agent */
         uint8_t sync[CHAN_SYNC_LEN];
         uint8_t sync_tail[CHAN_SYNC_LEN - 1];
@@ -169,22 +170,20 @@ static void mark_closed(Channel *c, const char *reason) {
         pthread_mutex_unlock(&c->lock);
 }
 
-/* Waits, with the write lock held, until the socket has room for a whole
- * frame of `total` bytes, so that the write never blocks half-way: 0, or
- * -ETIMEDOUT after the send timeout. Not a socket, or one whose buffer is
- * smaller than the frame: 0 at once (no piece is promised there). */
-static int frame_room(int fd, size_t total) {
-        int sndbuf = 0;
-        socklen_t len = sizeof sndbuf;
-        if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) < 0 || sndbuf <= 0 ||
-            total + CHAN_ROOM_SLACK > (size_t)sndbuf)
+/* Waits, with the write lock held, until the socket (whose send buffer is
+ * sndbuf) has room for a whole frame of `total` bytes, so that the write
+ * never blocks half-way: 0, or -ETIMEDOUT after the send timeout. Not a
+ * socket, or one whose buffer is smaller than the frame: 0 at once (no piece
+ * is promised there). */
+static int frame_room(int fd, size_t sndbuf, size_t total) {
+        if (total + CHAN_ROOM_SLACK > sndbuf)
                 return 0;
         int64_t end = (int64_t)time_now_mono_ms() + CHAN_SEND_TIMEOUT_S * 1000;
         for (;;) {
                 int queued = 0;
                 if (ioctl(fd, SIOCOUTQ, &queued) < 0 || queued < 0)
                         return 0;
-                if ((size_t)queued + total + CHAN_ROOM_SLACK <= (size_t)sndbuf)
+                if ((size_t)queued + total + CHAN_ROOM_SLACK <= sndbuf)
                         return 0;
                 int64_t left = end - (int64_t)time_now_mono_ms();
                 if (left <= 0)
@@ -196,17 +195,25 @@ static int frame_room(int fd, size_t total) {
         }
 }
 
-/* The largest DATA payload for fd: what frame_room finds free in a writable
- * socket (at most a quarter of its buffer in use), less the slack. The
- * buffer is raised first where the daemon may (CAP_NET_ADMIN): a default one
- * holds frames of about 128 KiB. Not a socket: the protocol's largest. */
-static size_t channel_data_max(int fd) {
+/* fd's send buffer, raised first where the daemon may (CAP_NET_ADMIN); 0
+ * for what is not a socket. */
+static size_t channel_sndbuf(int fd) {
         int want = CHAN_SNDBUF, sndbuf = 0;
         socklen_t len = sizeof sndbuf;
         (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof want);
         if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) < 0 || sndbuf <= 0)
+                return 0;
+        return (size_t)sndbuf;
+}
+
+/* The largest DATA payload for a send buffer of sndbuf: what frame_room
+ * finds free in a writable socket (at most a quarter of its buffer in use),
+ * less the slack; a default buffer holds frames of about 128 KiB. Not a
+ * socket: the protocol's largest. */
+static size_t channel_data_max(size_t sndbuf) {
+        if (sndbuf == 0)
                 return PROTO_MAX_PAYLOAD;
-        size_t free_room = (size_t)sndbuf / 4 * 3;
+        size_t free_room = sndbuf / 4 * 3;
         if (free_room < PROTO_HEADER_SIZE + CHAN_ROOM_SLACK + CHAN_DATA_MIN)
                 return CHAN_DATA_MIN;
         size_t max = free_room - PROTO_HEADER_SIZE - CHAN_ROOM_SLACK;
@@ -218,7 +225,7 @@ static int send_frame(Channel *c, uint8_t type, uint8_t flags, uint32_t stream, 
         pthread_mutex_lock(&c->write_lock);
         int r = c->fd < 0 ? -EPIPE : 0;
         if (r == 0 && PROTO_HEADER_SIZE + len > CHAN_ONE_PIECE)
-                r = frame_room(c->fd, PROTO_HEADER_SIZE + len);
+                r = frame_room(c->fd, c->sndbuf, PROTO_HEADER_SIZE + len);
         if (r == 0)
                 r = proto_write_frame(c->fd, type, flags, stream, payload, len);
         pthread_mutex_unlock(&c->write_lock);
@@ -630,7 +637,8 @@ static Channel *channel_start(int fd, bool take_over, ChannelClosedFn on_closed,
                 (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
         struct timeval tv = {.tv_sec = CHAN_SEND_TIMEOUT_S};
         (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv); /* not a socket: no bound */
-        c->data_max = channel_data_max(fd);
+        c->sndbuf = channel_sndbuf(fd);
+        c->data_max = channel_data_max(c->sndbuf);
         if (pthread_create(&c->reader, NULL, reader_main, c) != 0) {
                 close(c->wake[0]);
                 close(c->wake[1]);
@@ -937,7 +945,7 @@ static int open_stream(Channel *c, json_t *request, bool write_locked, ChanStrea
         if (write_locked) {
                 w = c->fd < 0 ? -EPIPE : 0;
                 if (w == 0 && PROTO_HEADER_SIZE + len > CHAN_ONE_PIECE)
-                        w = frame_room(c->fd, PROTO_HEADER_SIZE + len);
+                        w = frame_room(c->fd, c->sndbuf, PROTO_HEADER_SIZE + len);
                 if (w == 0)
                         w = proto_write_frame(c->fd, PROTO_OPEN, 0, s->id, body, len);
                 if (w < 0) {
