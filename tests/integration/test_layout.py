@@ -285,7 +285,7 @@ API_ANSWER_FIELDS = ("createdAt", "revokedAt", "revoked", "leaseEndsAt", "starte
                      "keyId", "keyName", "sandboxId", "snapshotId", "sourceSandboxId", "dailyLimitMicros",
                      "totalSeconds", "totalMicros", "usedMicros", "remainingMicros", "settledMicros",
                      "reservedMicros", "limitMicros", "freesAt", "windowSeconds", "sizeBytes", "truncated",
-                     "hasMore", "nextCursor")
+                     "hasMore", "nextCursor", "keepsAwake")
 
 
 def _plain_data_violations(src: Path) -> list[str]:

@@ -98,6 +98,10 @@ def test_a_state_dir_of_the_last_release_opens_and_works(old_build, build_dir, i
         try:
             assert reader.get(f"/v1/sandboxes/{made['live']}").status_code == 200
             assert_error(reader.post("/v1/sandboxes", json={}), 403, "forbidden")
+            # Made before keepsAwake: its requests are still no activity.
+            assert reader.get("/v1/me").json()["keepsAwake"] is False
+            listed = {k["name"]: k for k in team.get("/v1/keys").json()["keys"]}
+            assert listed["dashboard"]["keepsAwake"] is False and listed["agent-prod"]["keepsAwake"] is True, listed
         finally:
             reader.close()
         # The secret keeps its placeholder and hosts.

@@ -149,8 +149,15 @@ static void test_migration_adds_the_user(void **state) {
         sqlite3_stmt *st = NULL;
         assert_int_equal(sqlite3_prepare_v2(raw, "SELECT count(*) FROM schema_version", -1, &st, NULL), SQLITE_OK);
         assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-        /* each migration once: run_as, uploads, the versions, then the hosts */
-        assert_int_equal(sqlite3_column_int(st, 0), 5);
+        /* each migration once: run_as, uploads, the versions, the hosts,
+         * then the keys' keeps_awake */
+        assert_int_equal(sqlite3_column_int(st, 0), 6);
+        sqlite3_finalize(st);
+        /* The key of the first migration's time keeps its setting off. */
+        assert_int_equal(sqlite3_prepare_v2(raw, "SELECT keeps_awake FROM keys WHERE id = 'key_1'", -1, &st, NULL),
+                         SQLITE_OK);
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_int(st, 0), 0);
         sqlite3_finalize(st);
         sqlite3_close(raw);
         char cmd[300];

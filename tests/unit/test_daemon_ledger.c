@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "common/timeutil.h"
 #include "daemon/model/auth.h"
 #include "daemon/manager/db.h"
 #include "test_store_keys_helper.h"
@@ -361,8 +362,10 @@ static void test_keystore(void **state) {
         KeyInfo k;
         assert_int_equal(keystore_open(&store_sqlite, f->path, &ks), 0);
         /* key_a and key_b (full, of own_a and own_b) exist; make the admin's. */
-        int64_t before = time(NULL);
-        assert_int_equal(keystore_create(ks, "admin", "admin", true, -1, false, 0, secret, &rec), 0);
+        /* The store's clock (CLOCK_REALTIME), not time(), which may read a
+         * coarse clock a tick behind it. */
+        int64_t before = time_now_unix();
+        assert_int_equal(keystore_create(ks, "admin", "admin", true, false, -1, false, 0, secret, &rec), 0);
         char admin_id[32];
         snprintf(admin_id, sizeof(admin_id), "%s", rec.id);
         assert_true(route_key_id_ok(admin_id));
@@ -370,7 +373,7 @@ static void test_keystore(void **state) {
         assert_string_equal(rec.owner, "admin");
         assert_true(rec.access == KEY_ACCESS_FULL && !rec.trial);
         assert_int_equal(rec.daily_limit_micros, -1);
-        assert_true(rec.created_at >= before && rec.created_at <= time(NULL));
+        assert_true(rec.created_at >= before && rec.created_at <= time_now_unix());
         assert_int_equal(rec.revoked_at, 0);
         keystore_record_done(&rec);
         assert_true(auth_key_format_ok(secret));
@@ -383,7 +386,7 @@ static void test_keystore(void **state) {
         /* The last full admin key stays. */
         assert_int_equal(keystore_revoke(ks, admin_id, NULL, 1800000000), -EBUSY);
         /* A limited read key of another owner. */
-        assert_int_equal(keystore_create(ks, "ro", "own_c", false, 25000000, false, 0, secret, &rec), 0);
+        assert_int_equal(keystore_create(ks, "ro", "own_c", false, false, 25000000, false, 0, secret, &rec), 0);
         char ro_id[32];
         snprintf(ro_id, sizeof(ro_id), "%s", rec.id);
         assert_int_equal(rec.access, KEY_ACCESS_READ);
@@ -417,12 +420,12 @@ static void test_keystore(void **state) {
         assert_int_equal(n, 0);
         keystore_records_free(list, n);
         /* Trial keys are bounded in all. */
-        assert_int_equal(keystore_create(ks, "trial", "trial_1", true, -1, true, 2, secret, &rec), 0);
+        assert_int_equal(keystore_create(ks, "trial", "trial_1", true, false, -1, true, 2, secret, &rec), 0);
         assert_true(rec.trial);
         keystore_record_done(&rec);
-        assert_int_equal(keystore_create(ks, "trial", "trial_2", true, -1, true, 2, secret, &rec), 0);
+        assert_int_equal(keystore_create(ks, "trial", "trial_2", true, false, -1, true, 2, secret, &rec), 0);
         keystore_record_done(&rec);
-        assert_int_equal(keystore_create(ks, "trial", "trial_3", true, -1, true, 2, secret, &rec), -EUSERS);
+        assert_int_equal(keystore_create(ks, "trial", "trial_3", true, false, -1, true, 2, secret, &rec), -EUSERS);
         assert_int_equal(auth_hash_key(secret, hash), 0);
         assert_int_equal(test_key_by_hash(f->path, hash, &k), 0); /* the second one, not a third */
         assert_true(k.trial && !keys_is_admin(&k));

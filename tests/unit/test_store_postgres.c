@@ -135,6 +135,116 @@ static void test_keys(void **state) {
         free(url);
 }
 
+/* Whether a read key's requests keep a sandbox awake: stored with the key,
+ * read back by the insert, a listing and authentication; off unless set;
+ * the column takes 0 and 1 only. */
+static void test_keys_keeps_awake(void **state) {
+        char *url = pg_fresh("t_keys_awake");
+        /* Hashes as authentication compares them: 64 hex digits. */
+        char hash_poll[AUTH_HASH_HEX_LEN + 1], hash_watch[AUTH_HASH_HEX_LEN + 1];
+        assert_int_equal(auth_hash_key("rt_poll", hash_poll), 0);
+        assert_int_equal(auth_hash_key("rt_watch", hash_watch), 0);
+        const StoreKeyOps *ops = store_postgres.keys;
+        StoreKeys *h;
+        assert_int_equal(ops->open(url, &h), 0);
+        KeyRecord rec = { 0 };
+        StoreKeyNew k = key("key_poll", "carol", hash_poll, false, false);
+        assert_int_equal(ops->insert(h, &k, 0, 10, &rec), 0);
+        assert_false(rec.keeps_awake);
+        store_key_record_clear(&rec);
+        k = key("key_watch", "carol", hash_watch, false, false);
+        k.keeps_awake = true;
+        assert_int_equal(ops->insert(h, &k, 0, 10, &rec), 0);
+        assert_true(rec.keeps_awake);
+        assert_int_equal(rec.access, KEY_ACCESS_READ);
+        store_key_record_clear(&rec);
+        KeyRecord *list = NULL;
+        size_t len = 0;
+        assert_int_equal(ops->list(h, "carol", 100, &list, &len), 0);
+        assert_int_equal(len, 2);
+        for (size_t i = 0; i < len; i++) {
+                assert_int_equal(list[i].keeps_awake, strcmp(list[i].id, "key_watch") == 0);
+                store_key_record_clear(&list[i]);
+        }
+        free(list);
+        KeyInfo info;
+        assert_int_equal(ops->by_hash(h, hash_watch, &info), 0);
+        assert_true(info.keeps_awake);
+        assert_true(key_access_keeps_awake(info.access, info.keeps_awake));
+        assert_int_equal(ops->by_hash(h, hash_poll, &info), 0);
+        assert_false(info.keeps_awake);
+        assert_false(key_access_keeps_awake(info.access, info.keeps_awake));
+        ops->close(h);
+        PgConn c;
+        assert_int_equal(pgdb_open(url, &c), 0);
+        assert_int_equal(pgdb_exec(&c, "UPDATE keys SET keeps_awake = 2 WHERE id = 'key_poll'", NULL), -EINVAL);
+        pgdb_close(&c);
+        free(url);
+}
+
+/* A database of the daemon before the setting (schema version 10, its keys
+ * table without the column): opened by this one, its keys are kept and have
+ * it off; new keys take it. */
+static void test_keys_keeps_awake_after_an_upgrade(void **state) {
+        char *url = pg_fresh("t_keys_upgrade");
+        /* Hashes as authentication compares them: 64 hex digits. */
+        char hash_old_read[AUTH_HASH_HEX_LEN + 1], hash_old_full[AUTH_HASH_HEX_LEN + 1],
+                hash_new[AUTH_HASH_HEX_LEN + 1];
+        assert_int_equal(auth_hash_key("rt_old_read", hash_old_read), 0);
+        assert_int_equal(auth_hash_key("rt_old_full", hash_old_full), 0);
+        assert_int_equal(auth_hash_key("rt_new", hash_new), 0);
+        PgConn c;
+        assert_int_equal(pgdb_open(url, &c), 0);
+        assert_int_equal(pgdb_exec(&c, "ALTER TABLE keys DROP COLUMN keeps_awake", NULL), 0);
+        assert_int_equal(pgdb_exec(&c, "UPDATE store_versions SET version = 10 WHERE kind = 'postgres'", NULL), 0);
+        PgParams p = { 0 };
+        pgp_text(&p, hash_old_read);
+        pgp_text(&p, hash_old_full);
+        assert_int_equal(pgdb_exec(&c, "INSERT INTO keys (id, name, owner, access, hash, created_at) VALUES "
+                                       "('key_old_read', 'dashboard', 'dave', 'read', $1, 1), "
+                                       "('key_old_full', 'agent', 'dave', 'full', $2, 2)",
+                                   &p),
+                         0);
+        pgdb_close(&c);
+
+        const StoreKeyOps *ops = store_postgres.keys;
+        StoreKeys *h;
+        assert_int_equal(ops->open(url, &h), 0); /* the migration runs here */
+        KeyInfo info;
+        assert_int_equal(ops->by_hash(h, hash_old_read, &info), 0);
+        assert_string_equal(info.id, "key_old_read");
+        assert_int_equal(info.access, KEY_ACCESS_READ);
+        assert_false(info.keeps_awake);
+        assert_false(key_access_keeps_awake(info.access, info.keeps_awake));
+        assert_int_equal(ops->by_hash(h, hash_old_full, &info), 0);
+        assert_true(key_access_keeps_awake(info.access, info.keeps_awake));
+        KeyRecord *list = NULL;
+        size_t len = 0;
+        assert_int_equal(ops->list(h, "dave", 100, &list, &len), 0);
+        assert_int_equal(len, 2);
+        for (size_t i = 0; i < len; i++) {
+                assert_false(list[i].keeps_awake);
+                store_key_record_clear(&list[i]);
+        }
+        free(list);
+        KeyRecord rec = { 0 };
+        StoreKeyNew k = key("key_new", "dave", hash_new, false, false);
+        k.keeps_awake = true;
+        assert_int_equal(ops->insert(h, &k, 0, 10, &rec), 0);
+        assert_true(rec.keeps_awake);
+        store_key_record_clear(&rec);
+        ops->close(h);
+        /* The version is the last step's again. */
+        assert_int_equal(pgdb_open(url, &c), 0);
+        PGresult *res = NULL;
+        assert_int_equal(pgdb_run(&c, "SELECT version > 10 FROM store_versions WHERE kind = 'postgres'", NULL, &res),
+                         0);
+        assert_string_equal(pgv(res, 0, 0), "t");
+        PQclear(res);
+        pgdb_close(&c);
+        free(url);
+}
+
 typedef struct Race {
         const char *url;
         int index;
@@ -189,6 +299,8 @@ int main(void) {
                 cmocka_unit_test(test_schema_is_made_once_and_a_newer_one_refused),
                 cmocka_unit_test(test_errors_are_errnos),
                 cmocka_unit_test(test_keys),
+                cmocka_unit_test(test_keys_keeps_awake),
+                cmocka_unit_test(test_keys_keeps_awake_after_an_upgrade),
                 cmocka_unit_test(test_keys_race_across_connections),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "daemon/manager/db.h"
+#include "daemon/model/auth.h"
 #include "daemon/store/sqldb.h"
 #include "daemon/store/store.h"
 #include "daemon/store/store_keys.h"
@@ -182,6 +183,109 @@ static void test_keys_two_handles(void **state) {
         free_list(list, n);
         ops->close(a);
         ops->close(b);
+}
+
+/* Whether a read key's requests keep a sandbox awake: stored with the key,
+ * read back by the insert, a listing and authentication; off unless set. */
+static void test_keys_keeps_awake(void **state) {
+        Fixture *f = *state;
+        /* Hashes as authentication compares them: 64 hex digits. */
+        char hash_poll[AUTH_HASH_HEX_LEN + 1], hash_watch[AUTH_HASH_HEX_LEN + 1];
+        assert_int_equal(auth_hash_key("rt_poll", hash_poll), 0);
+        assert_int_equal(auth_hash_key("rt_watch", hash_watch), 0);
+        const StoreKeyOps *ops = store_sqlite.keys;
+        StoreKeys *h = NULL;
+        assert_int_equal(ops->open(f->path, &h), 0);
+        KeyRecord rec;
+        StoreKeyNew k = key("key_poll", "own_a", hash_poll, false, false);
+        assert_int_equal(ops->insert(h, &k, 0, 10, &rec), 0);
+        assert_false(rec.keeps_awake);
+        store_key_record_clear(&rec);
+        k = key("key_watch", "own_a", hash_watch, false, false);
+        k.keeps_awake = true;
+        assert_int_equal(ops->insert(h, &k, 0, 10, &rec), 0);
+        assert_true(rec.keeps_awake);
+        assert_int_equal(rec.access, KEY_ACCESS_READ);
+        store_key_record_clear(&rec);
+
+        KeyRecord *list = NULL;
+        size_t n = 0;
+        assert_int_equal(ops->list(h, "own_a", 100, &list, &n), 0);
+        assert_int_equal(n, 2);
+        for (size_t i = 0; i < n; i++)
+                assert_int_equal(list[i].keeps_awake, strcmp(list[i].id, "key_watch") == 0);
+        free_list(list, n);
+
+        KeyInfo info;
+        assert_int_equal(ops->by_hash(h, hash_watch, &info), 0);
+        assert_string_equal(info.id, "key_watch");
+        assert_true(info.keeps_awake);
+        assert_true(key_access_keeps_awake(info.access, info.keeps_awake));
+        assert_int_equal(ops->by_hash(h, hash_poll, &info), 0);
+        assert_false(info.keeps_awake);
+        assert_false(key_access_keeps_awake(info.access, info.keeps_awake));
+        /* Revoked, it authenticates nothing, setting or not. */
+        assert_int_equal(ops->revoke(h, "key_watch", "own_a", NULL, 1800000100), 0);
+        assert_int_equal(ops->by_hash(h, hash_watch, &info), -ENOENT);
+        /* The column takes 0 and 1 only. */
+        sqlite3 *s = NULL;
+        assert_int_equal(sqldb_open(f->path, &s), 0);
+        assert_true(sqldb_exec(s, "UPDATE keys SET keeps_awake = 2 WHERE id = 'key_poll'") < 0);
+        sqlite3_close(s);
+        ops->close(h);
+}
+
+/* A database of the daemon before the setting (its keys table without the
+ * column): opened by this one, its keys are kept and have it off; new keys
+ * take it. */
+static void test_keys_keeps_awake_after_an_upgrade(void **state) {
+        Fixture *f = *state;
+        /* Hashes as authentication compares them: 64 hex digits. */
+        char hash_old_read[AUTH_HASH_HEX_LEN + 1], hash_old_full[AUTH_HASH_HEX_LEN + 1],
+                hash_new[AUTH_HASH_HEX_LEN + 1];
+        assert_int_equal(auth_hash_key("rt_old_read", hash_old_read), 0);
+        assert_int_equal(auth_hash_key("rt_old_full", hash_old_full), 0);
+        assert_int_equal(auth_hash_key("rt_new", hash_new), 0);
+        db_close(f->db);
+        f->db = NULL;
+        /* Back to the schema of the fifth step, the last one before the
+         * column, with a read key and a full key of that time. */
+        sql(f, "ALTER TABLE keys DROP COLUMN keeps_awake");
+        sql(f, "DELETE FROM schema_version WHERE version >= 6");
+        char insert[512];
+        snprintf(insert, sizeof(insert),
+                 "INSERT INTO keys (id, name, owner, access, hash, daily_limit_micros, trial, created_at) "
+                 "VALUES ('key_old_read', 'dashboard', 'own_a', 'read', '%s', NULL, 0, 1700000000), "
+                 "('key_old_full', 'agent', 'own_a', 'full', '%s', NULL, 0, 1700000001)",
+                 hash_old_read, hash_old_full);
+        sql(f, insert);
+        assert_int_equal(db_open(&store_sqlite, f->path, &f->db), 0);
+
+        const StoreKeyOps *ops = store_sqlite.keys;
+        StoreKeys *h = NULL;
+        assert_int_equal(ops->open(f->path, &h), 0);
+        KeyInfo info;
+        assert_int_equal(ops->by_hash(h, hash_old_read, &info), 0);
+        assert_string_equal(info.id, "key_old_read");
+        assert_int_equal(info.access, KEY_ACCESS_READ);
+        assert_false(info.keeps_awake);
+        assert_false(key_access_keeps_awake(info.access, info.keeps_awake));
+        assert_int_equal(ops->by_hash(h, hash_old_full, &info), 0);
+        assert_true(key_access_keeps_awake(info.access, info.keeps_awake));
+        KeyRecord *list = NULL;
+        size_t n = 0;
+        assert_int_equal(ops->list(h, "own_a", 100, &list, &n), 0);
+        assert_int_equal(n, 2);
+        for (size_t i = 0; i < n; i++)
+                assert_false(list[i].keeps_awake);
+        free_list(list, n);
+        KeyRecord rec;
+        StoreKeyNew k = key("key_new", "own_a", hash_new, false, false);
+        k.keeps_awake = true;
+        assert_int_equal(ops->insert(h, &k, 0, 10, &rec), 0);
+        assert_true(rec.keeps_awake);
+        store_key_record_clear(&rec);
+        ops->close(h);
 }
 
 /* ---- ledger ---- */
@@ -499,6 +603,8 @@ int main(void) {
                 cmocka_unit_test(test_backend_table),
                 cmocka_unit_test_setup_teardown(test_keys_round_trip_and_limits, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_keys_two_handles, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_keys_keeps_awake, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_keys_keeps_awake_after_an_upgrade, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_ledger_reservation_against_budget, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_ledger_charges_round_trip, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_ledger_two_handles_never_overshoot, setup, teardown),

@@ -14,13 +14,16 @@
 #include "daemon/api/api.h"
 #include "common/log.h"
 
-/* The API's key object, in the order clients have always seen its fields. */
+/* The API's key object, in the order clients have always seen its fields
+ * (keepsAwake, newer, last). keepsAwake says what the key's requests do, so
+ * a full key's is true. */
 static json_t *key_json(const KeyRecord *k) {
-        return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:o,s:o}", "id", k->id, "name", k->name, "owner", k->owner,
+        return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:o,s:o,s:b}", "id", k->id, "name", k->name, "owner", k->owner,
                          "access", key_access_name(k->access), "dailyLimitMicros",
                          k->daily_limit_micros >= 0 ? json_integer(k->daily_limit_micros) : json_null(), "trial",
                          k->trial, "createdAt", json_time_or_null(k->created_at), "revokedAt",
-                         json_time_or_null(k->revoked_at));
+                         json_time_or_null(k->revoked_at), "keepsAwake",
+                         key_access_keeps_awake(k->access, k->keeps_awake));
 }
 
 /* A key just made: its object with the secret, shown this once. */
@@ -34,14 +37,15 @@ static json_t *made_key_json(const KeyRecord *k, const char *secret) {
 }
 
 static int parse_create(Req *r, json_t *body, char **ret_name, char **ret_owner, bool *ret_full,
-                        int64_t *ret_limit, ApiError *e) {
+                        bool *ret_keeps_awake, int64_t *ret_limit, ApiError *e) {
         const KeyInfo *me = &r->key;
         const char *key;
         json_t *v;
         json_object_foreach (body, key, v)
                 if (strcmp(key, "name") != 0 && strcmp(key, "access") != 0 && strcmp(key, "dailyLimitMicros") != 0 &&
-                    strcmp(key, "owner") != 0)
-                        return api_error(e, 400, "invalid_request", "the fields are name, access, dailyLimitMicros, owner",
+                    strcmp(key, "owner") != 0 && strcmp(key, "keepsAwake") != 0)
+                        return api_error(e, 400, "invalid_request",
+                                         "the fields are name, access, keepsAwake, dailyLimitMicros, owner",
                                          "unknown field %.64s", key);
         v = json_object_get(body, "name");
         if (!json_is_string(v))
@@ -61,6 +65,20 @@ static int parse_create(Req *r, json_t *body, char **ret_name, char **ret_owner,
                     (strcmp(json_string_value(v), "full") != 0 && strcmp(json_string_value(v), "read") != 0))
                         return api_error(e, 400, "invalid_request", NULL, "access must be \"full\" or \"read\"");
                 full = strcmp(json_string_value(v), "full") == 0;
+        }
+        /* A full key's requests are activity whatever it says: true is what
+         * it does anyway, false would be a promise the daemon cannot keep. */
+        bool keeps_awake = false;
+        v = json_object_get(body, "keepsAwake");
+        if (v) {
+                if (!json_is_boolean(v))
+                        return api_error(e, 400, "invalid_request", NULL, "keepsAwake must be true or false");
+                keeps_awake = json_is_true(v);
+                if (full && !keeps_awake)
+                        return api_error(e, 400, "invalid_request",
+                                         "leave keepsAwake out, or make a read key (\"access\": \"read\")",
+                                         "keepsAwake: false is for read keys: a full key's requests always keep "
+                                         "its sandboxes from their idle pause");
         }
         int64_t limit = -1;
         v = json_object_get(body, "dailyLimitMicros");
@@ -100,6 +118,7 @@ static int parse_create(Req *r, json_t *body, char **ret_name, char **ret_owner,
                 return -ENOMEM;
         }
         *ret_full = full;
+        *ret_keeps_awake = keeps_awake;
         *ret_limit = limit;
         return 0;
 }
@@ -108,15 +127,15 @@ enum MHD_Result handle_keys_create(Req *r) {
         json_t *body = r->json;
         ApiError e = { 0 };
         _cleanup_free_ char *name = NULL, *owner = NULL;
-        bool full = false;
+        bool full = false, keeps_awake = false;
         int64_t limit = -1;
-        int rc = parse_create(r, body, &name, &owner, &full, &limit, &e);
+        int rc = parse_create(r, body, &name, &owner, &full, &keeps_awake, &limit, &e);
         if (rc < 0)
                 return e.code ? reply_error(r, &e) : reply_internal(r);
         char secret[64];
         _cleanup_(keystore_record_done) KeyRecord k = { 0 };
-        rc = keystore_create(r->app->keys, name, owner, full ? KEY_ACCESS_FULL : KEY_ACCESS_READ, limit, false, 0,
-                             secret, &k);
+        rc = keystore_create(r->app->keys, name, owner, full ? KEY_ACCESS_FULL : KEY_ACCESS_READ, keeps_awake, limit,
+                             false, 0, secret, &k);
         if (rc == -EDQUOT) {
                 api_error(&e, 429, "rate_limited", "revoke keys you no longer use", "the owner %s has %d keys already",
                           owner, KEYS_MAX_PER_OWNER);
@@ -221,10 +240,11 @@ enum MHD_Result handle_me(Req *r) {
         if (rc < 0)
                 return api_reply_store_error(r, rc, "read the key's spending");
         return reply_json(r, 200,
-                          json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:b,s:b,s:o}", "orgId", k->owner, "orgName",
+                          json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:b,s:b,s:b,s:o}", "orgId", k->owner, "orgName",
                                     k->owner, "owner", k->owner, "principal_id", k->id, "keyId", k->id, "keyName",
-                                    k->name, "access", key_access_name(k->access), "trial", k->trial, "selfHosted", 1,
-                                    "limits", limits));
+                                    k->name, "access", key_access_name(k->access), "keepsAwake",
+                                    key_access_keeps_awake(k->access, k->keeps_awake), "trial", k->trial,
+                                    "selfHosted", 1, "limits", limits));
 }
 
 enum MHD_Result handle_trial(Req *r) {
@@ -245,8 +265,8 @@ enum MHD_Result handle_trial(Req *r) {
                 return reply_internal(r);
         snprintf(owner, sizeof(owner), "trial_%s", idhex);
         _cleanup_(keystore_record_done) KeyRecord k = { 0 };
-        int rc = keystore_create(r->app->keys, "trial", owner, KEY_ACCESS_FULL, -1, true, cfg->max_trial_keys, secret,
-                                 &k);
+        int rc = keystore_create(r->app->keys, "trial", owner, KEY_ACCESS_FULL, false, -1, true, cfg->max_trial_keys,
+                                 secret, &k);
         if (rc == -EUSERS) {
                 api_error(&e, 429, "rate_limited", "ask the daemon's administrator for a full key",
                           "this daemon has handed out its %u trial keys", cfg->max_trial_keys);

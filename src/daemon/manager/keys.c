@@ -66,8 +66,8 @@ void keystore_records_free(KeyRecord *list, size_t n) {
         free(list);
 }
 
-int keystore_create(KeyStore *ks, const char *name, const char *owner, KeyAccess access, int64_t daily_limit_micros,
-                    bool trial, unsigned max_trial, char ret_secret[64], KeyRecord *ret) {
+int keystore_create(KeyStore *ks, const char *name, const char *owner, KeyAccess access, bool keeps_awake,
+                    int64_t daily_limit_micros, bool trial, unsigned max_trial, char ret_secret[64], KeyRecord *ret) {
         char secret[AUTH_KEY_LEN + 1], hash[AUTH_HASH_HEX_LEN + 1], idhex[17], id[24];
         int r;
         if ((r = auth_generate_key(secret)) < 0 || (r = auth_hash_key(secret, hash)) < 0 ||
@@ -76,7 +76,7 @@ int keystore_create(KeyStore *ks, const char *name, const char *owner, KeyAccess
         snprintf(id, sizeof(id), "key_%s", idhex);
         StoreKeyNew k = { .id = id, .name = name, .owner = owner, .hash = hash, .access = access,
                           .daily_limit_micros = daily_limit_micros, .trial = trial,
-                          .created_at = time_now_unix() };
+                          .keeps_awake = access == KEY_ACCESS_READ && keeps_awake, .created_at = time_now_unix() };
         KeyRecord made = { 0 };
         r = ks->ops->insert(ks->h, &k, max_trial, KEYS_MAX_PER_OWNER, &made);
         if (r < 0) {

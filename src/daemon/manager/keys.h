@@ -49,10 +49,12 @@ void keystore_record_done(KeyRecord *k);
 void keystore_records_free(KeyRecord *list, size_t n);
 
 /* A new key: the secret (once) in ret_secret and the key's record in ret.
- * -EUSERS when a trial key would pass max_trial; -EDQUOT when the owner has
+ * keeps_awake makes a read key's requests activity (key_access_keeps_awake);
+ * a full key's are already, and it is stored false for one. -EUSERS when a
+ * trial key would pass max_trial; -EDQUOT when the owner has
  * KEYS_MAX_PER_OWNER keys. */
-int keystore_create(KeyStore *ks, const char *name, const char *owner, KeyAccess access, int64_t daily_limit_micros,
-                    bool trial, unsigned max_trial, char ret_secret[64], KeyRecord *ret);
+int keystore_create(KeyStore *ks, const char *name, const char *owner, KeyAccess access, bool keeps_awake,
+                    int64_t daily_limit_micros, bool trial, unsigned max_trial, char ret_secret[64], KeyRecord *ret);
 /* The keys of an owner (NULL: every owner), newest first, revoked ones
  * included, at most KEYS_MAX_LISTED; free them with keystore_records_free. */
 int keystore_list(KeyStore *ks, const char *owner, KeyRecord **ret, size_t *ret_n);

@@ -518,11 +518,12 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
                 pthread_mutex_lock(&found->lock);
                 bool paused = found->paused;
                 pthread_mutex_unlock(&found->lock);
-                /* Activity is what a full key does: a read key (a dashboard
-                 * that polls) never keeps a sandbox from its idle pause. A
-                 * request that runs long holds a stream open, which the
-                 * idle check counts while it lasts. */
-                if (key->access == KEY_ACCESS_FULL)
+                /* Activity is what a full key does, and a read key whose
+                 * owner made it keep sandboxes awake: by default a read key
+                 * (a dashboard that polls) never keeps a sandbox from its
+                 * idle pause. A request that runs long holds a stream open,
+                 * which the idle check counts while it lasts. */
+                if (key_access_keeps_awake(key->access, key->keeps_awake))
                         atomic_store(&found->active_ms, (int64_t)time_now_mono_ms());
                 if (!paused) {
                         *ret = found;
@@ -533,7 +534,8 @@ int sandbox_acquire(Manager *m, const KeyInfo *key, const char *id, Sandbox **re
                 if (!wake)
                         return sandbox_error(e, SANDBOX_ERR_CONFLICT, "wake it: POST /v1/sandboxes/{id}:wake",
                                              "sandbox %s is paused (created with autoWake: false)", id);
-                /* A wake spends: a read key looks but never wakes. */
+                /* A wake spends: a read key looks but never wakes, one that
+                 * keeps sandboxes awake included. */
                 if (key->access != KEY_ACCESS_FULL)
                         return sandbox_error(e, SANDBOX_ERR_CONFLICT, "wake it with a full key",
                                              "sandbox %s is paused, and a read key cannot wake it", id);

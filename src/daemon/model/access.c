@@ -16,3 +16,7 @@ int key_access_from_name(const char *s, KeyAccess *ret) {
                 return -EINVAL;
         return 0;
 }
+
+bool key_access_keeps_awake(KeyAccess a, bool keeps_awake) {
+        return a == KEY_ACCESS_FULL || keeps_awake;
+}

@@ -23,7 +23,7 @@ static void pg_keys_close(StoreKeys *h) {
         pgdb_handle_close(h);
 }
 
-#define KEY_COLUMNS "id, name, owner, access, daily_limit_micros, trial, created_at, revoked_at"
+#define KEY_COLUMNS "id, name, owner, access, daily_limit_micros, trial, created_at, revoked_at, keeps_awake"
 
 static int key_row_read(const PGresult *res, int i, KeyRecord *ret) {
         const char *id = pgv(res, i, 0), *name = pgv(res, i, 1), *owner = pgv(res, i, 2), *access = pgv(res, i, 3);
@@ -38,6 +38,7 @@ static int key_row_read(const PGresult *res, int i, KeyRecord *ret) {
                 .trial = pgi(res, i, 5) != 0,
                 .created_at = pgi(res, i, 6),
                 .revoked_at = pgi(res, i, 7),
+                .keeps_awake = pgi(res, i, 8) != 0,
         };
         if (!k.id || !k.name || !k.owner) {
                 store_key_record_clear(&k);
@@ -90,10 +91,12 @@ static int insert_tx(PgConn *c, void *userdata) {
                 pgp_text(&p, NULL);
         pgp_int(&p, k->trial);
         pgp_int(&p, k->created_at);
+        pgp_int(&p, k->keeps_awake);
         _cleanup_pgres_ PGresult *res = NULL;
         if ((r = pgdb_run_locked(c,
-                                 "INSERT INTO keys (id, name, owner, access, hash, daily_limit_micros, trial, created_at) "
-                                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING " KEY_COLUMNS,
+                                 "INSERT INTO keys (id, name, owner, access, hash, daily_limit_micros, trial, "
+                                 "created_at, keeps_awake) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+                                 "RETURNING " KEY_COLUMNS,
                                  &p, &res)) < 0)
                 return r;
         store_key_record_clear(&a->out);
@@ -195,8 +198,8 @@ static int pg_keys_by_hash(StoreKeys *h, const char *hash_hex, KeyInfo *ret) {
         pgp_text(&p, hash_hex);
         _cleanup_pgres_ PGresult *res = NULL;
         int r = pgdb_run(&h->c,
-                         "SELECT id, name, owner, access, daily_limit_micros, trial, hash FROM keys "
-                         "WHERE hash = $1 AND revoked_at IS NULL",
+                         "SELECT id, name, owner, access, daily_limit_micros, trial, hash, keeps_awake "
+                         "FROM keys WHERE hash = $1 AND revoked_at IS NULL",
                          &p, &res);
         if (r < 0)
                 return r;
@@ -215,6 +218,7 @@ static int pg_keys_by_hash(StoreKeys *h, const char *hash_hex, KeyInfo *ret) {
         k.access = access && strcmp(access, "full") == 0 ? KEY_ACCESS_FULL : KEY_ACCESS_READ;
         k.daily_limit_micros = pgnull(res, 0, 4) ? -1 : pgi(res, 0, 4);
         k.trial = pgi(res, 0, 5) != 0;
+        k.keeps_awake = pgi(res, 0, 7) != 0;
         *ret = k;
         return 0;
 }

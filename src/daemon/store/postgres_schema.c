@@ -151,6 +151,10 @@ static const char *const steps[] = {
         "CREATE INDEX otel_exports_owner ON otel_exports (owner, created_at);",
         /* 10: the audit trail of one sandbox (the dashboard's commands) */
         "CREATE INDEX audit_sandbox ON audit (sandbox_id, seq);",
+        /* 11: whether a read key's requests are activity that keeps a
+         * sandbox from its idle pause (store_keys.h); keys made before it
+         * are not */
+        "ALTER TABLE keys ADD COLUMN keeps_awake INTEGER NOT NULL DEFAULT 0 CHECK (keeps_awake IN (0, 1));",
 };
 
 #define KIND "postgres"

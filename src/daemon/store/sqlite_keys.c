@@ -1,6 +1,6 @@
 /* The keys in SQLite. The table keys is made by the daemon's migrations
- * (db.c's migrations[], which has shipped: a change to it is a migration
- * appended there); this file holds only the statements. */
+ * (sqlite_sandboxes.c's migrations[], which has shipped: a change to it is a
+ * migration appended there); this file holds only the statements. */
 #include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -38,7 +38,7 @@ static void sqlite_keys_close(StoreKeys *h) {
         sqldb_handle_close(h);
 }
 
-#define KEY_COLUMNS "id, name, owner, access, daily_limit_micros, trial, created_at, revoked_at"
+#define KEY_COLUMNS "id, name, owner, access, daily_limit_micros, trial, created_at, revoked_at, keeps_awake"
 
 /* A row of KEY_COLUMNS. */
 static int key_row_read(sqlite3_stmt *st, KeyRecord *ret) {
@@ -55,6 +55,7 @@ static int key_row_read(sqlite3_stmt *st, KeyRecord *ret) {
                 .trial = sqlite3_column_int(st, 5) != 0,
                 .created_at = sqlite3_column_int64(st, 6),
                 .revoked_at = sqlite3_column_int64(st, 7),
+                .keeps_awake = sqlite3_column_int(st, 8) != 0,
         };
         if (!k.id || !k.name || !k.owner) {
                 store_key_record_clear(&k);
@@ -81,7 +82,7 @@ static int insert_locked(StoreKeys *h, const StoreKeyNew *k, KeyRecord *ret) {
                 _cleanup_stmt_ sqlite3_stmt *st = NULL;
                 if (sqlite3_prepare_v2(h->sql,
                                        "INSERT INTO keys (id, name, owner, access, hash, daily_limit_micros, trial, "
-                                       "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                       "created_at, keeps_awake) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                        -1, &st, NULL) != SQLITE_OK)
                         return -EIO;
                 sqlite3_bind_text(st, 1, k->id, -1, SQLITE_STATIC);
@@ -95,6 +96,7 @@ static int insert_locked(StoreKeys *h, const StoreKeyNew *k, KeyRecord *ret) {
                         sqlite3_bind_null(st, 6);
                 sqlite3_bind_int(st, 7, k->trial);
                 sqlite3_bind_int64(st, 8, k->created_at);
+                sqlite3_bind_int(st, 9, k->keeps_awake);
                 if (sqlite3_step(st) != SQLITE_DONE)
                         return -EIO;
         }
@@ -244,8 +246,8 @@ static int sqlite_keys_by_hash(StoreKeys *db, const char *hash_hex, KeyInfo *ret
         LOCKED(db);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(db->sql,
-                               "SELECT id, name, owner, access, daily_limit_micros, trial, hash FROM keys "
-                               "WHERE hash = ? AND revoked_at IS NULL",
+                               "SELECT id, name, owner, access, daily_limit_micros, trial, hash, keeps_awake "
+                               "FROM keys WHERE hash = ? AND revoked_at IS NULL",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, hash_hex, -1, SQLITE_STATIC);
@@ -267,6 +269,7 @@ static int sqlite_keys_by_hash(StoreKeys *db, const char *hash_hex, KeyInfo *ret
         k.access = access && strcmp((const char *)access, "full") == 0 ? KEY_ACCESS_FULL : KEY_ACCESS_READ;
         k.daily_limit_micros = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 4);
         k.trial = sqlite3_column_int(st, 5) != 0;
+        k.keeps_awake = sqlite3_column_int(st, 7) != 0;
         *ret = k;
         return 0;
 }

@@ -119,6 +119,9 @@ static const char *const migrations[] = {
         "  PRIMARY KEY (owner, key));"
         "CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (created_at);"
         "ALTER TABLE idempotency ADD COLUMN host_id TEXT NOT NULL DEFAULT '';",
+        /* Whether a read key's requests are activity that keeps a sandbox
+         * from its idle pause (store_keys.h); keys made before it are not. */
+        "ALTER TABLE keys ADD COLUMN keeps_awake INTEGER NOT NULL DEFAULT 0 CHECK (keeps_awake IN (0, 1));",
 };
 
 static int migrate(sqlite3 *sql) {

@@ -21,6 +21,7 @@ typedef struct KeyRecord {
         KeyAccess access;
         int64_t daily_limit_micros; /* -1: none */
         bool trial;
+        bool keeps_awake; /* a read key's requests are activity (key_access_keeps_awake) */
         int64_t created_at;
         int64_t revoked_at; /* 0: in use */
 } KeyRecord;
@@ -44,6 +45,7 @@ typedef struct StoreKeyNew {
         KeyAccess access;
         int64_t daily_limit_micros; /* -1: none */
         bool trial;
+        bool keeps_awake; /* a read key's requests are activity; false for a full key */
         int64_t created_at;
 } StoreKeyNew;
 
@@ -55,6 +57,7 @@ typedef struct KeyInfo {
         KeyAccess access;
         int64_t daily_limit_micros; /* -1: unlimited */
         bool trial;
+        bool keeps_awake; /* a read key's requests are activity (key_access_keeps_awake) */
 } KeyInfo;
 
 typedef struct StoreKeys StoreKeys;
