@@ -45,6 +45,8 @@
 #include "daemon/manager/samples.h"
 #include "daemon/manager/webhooks.h"
 #include "daemon/manager/fleet.h"
+#include "daemon/manager/process.h"
+#include "daemon/manager/snapshot.h"
 #include "daemon/store/store_hosts.h"
 
 typedef struct Daemon {
@@ -839,6 +841,10 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 return 1;
         }
         snapshot_store_set_ledger(d->snapshots, d->ledger);
+        if (snapshot_store_set_owner_max_mib(d->snapshots, d->cfg.max_snapshot_mib_per_owner) < 0)
+                log_warn(NULL, "max-snapshot-mib-per-owner %u is outside 1..%u: keeping %llu",
+                         d->cfg.max_snapshot_mib_per_owner, SNAPSHOT_OWNER_MIB_MAX,
+                         (unsigned long long)snapshot_store_owner_max_mib(d->snapshots));
         if ((r = uploads_open(store_backend_for(d->db_path), d->db_path, d->state_dir, &d->uploads)) == 0)
                 uploads_set_owner_bounds(d->uploads, d->cfg.max_uploads_per_owner, d->cfg.max_upload_mib_per_owner);
         if (r < 0) {
@@ -877,6 +883,10 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 log_error(NULL, "making the process table: out of memory");
                 return 1;
         }
+        if (proc_table_set_owner_max(d->procs, d->cfg.max_processes_per_owner) < 0)
+                log_warn(NULL, "max-processes-per-owner %u is outside 1..%u: keeping %u",
+                         d->cfg.max_processes_per_owner, PROC_OWNER_RUNNING_MAX,
+                         proc_table_owner_max(d->procs));
         manager_set_adopter(d->manager, adopt_process, d);
         if ((r = manager_recover(d->manager)) < 0) {
                 log_error(NULL, "recovering sandboxes: %s", strerror(-r));

@@ -21,7 +21,9 @@
 #include "daemon/manager/fleet.h"
 #include "daemon/manager/keys.h"
 #include "daemon/manager/otel.h"
+#include "daemon/manager/process.h"
 #include "daemon/manager/samples.h"
+#include "daemon/manager/snapshot.h"
 #include "daemon/manager/uploads.h"
 #include "daemon/manager/webhooks.h"
 #include "driver/driver.h"
@@ -163,6 +165,10 @@ static const OptionSpec options[] = {
                "uploads in parts one owner has in progress"),
         NUMBER("max-upload-mib-per-owner", cfg.max_upload_mib_per_owner, 1, UPLOADS_MAX_TOTAL_MIB,
                UPLOADS_PER_OWNER_MIB_DEFAULT, "the declared bytes of one owner's uploads in progress"),
+        NUMBER("max-snapshot-mib-per-owner", cfg.max_snapshot_mib_per_owner, 1, SNAPSHOT_OWNER_MIB_MAX,
+               SNAPSHOT_OWNER_MIB_DEFAULT, "the bytes one owner's snapshots hold in all (their sizeBytes)"),
+        NUMBER("max-processes-per-owner", cfg.max_processes_per_owner, 1, PROC_OWNER_RUNNING_MAX,
+               PROC_OWNER_RUNNING_DEFAULT, "processes one owner runs at once across its sandboxes on this host"),
         NUMBER("max-connections", cfg.max_connections, 1, 65536, 512,
                "HTTP connections at once; past it the daemon does not accept"),
         NUMBER("max-connections-per-peer", cfg.max_connections_per_peer, 1, 65536, 256,

@@ -494,6 +494,8 @@ static void test_idempotency_race_across_connections(void **state) {
 #define ID_B "snp_bbbbbbbbbbbbbbbbbbbb"
 #define ID_C "snp_cccccccccccccccccccc"
 #define ID_T "snp_dddddddddddddddddddd"
+/* An insert's bound on the owner's bytes when the test is not about it. */
+#define NO_BYTES_BOUND INT64_MAX
 #define SPEC "{\"driver\":\"namespace\",\"image\":\"base\"}"
 #define SPEC_TRANSIENT "{\"driver\":\"namespace\",\"image\":\"base\",\"transient\":true}"
 
@@ -509,6 +511,13 @@ static SnapshotRow snap(const char *id, const char *owner, const char *spec, int
         snprintf(r.id, sizeof r.id, "%s", id);
         snprintf(r.mode, sizeof r.mode, "disk");
         return r;
+}
+
+/* How many snapshots owner keeps, as the store's usage says. */
+static int64_t count_of(const StoreSnapshotOps *ops, StoreSnapshots *h, const char *owner) {
+        StoreSnapshotUsage u = { .count = -1 };
+        assert_int_equal(ops->usage(h, owner, &u), 0);
+        return u.count;
 }
 
 static StoreSnapshots *snapshots_open(const char *schema, char **ret_url) {
@@ -532,8 +541,8 @@ static void test_snapshots_round_trip(void **state) {
         in.name = (char *)"first";
         in.labels = (char *)"{\"team\":\"x\"}";
         snprintf(in.mode, sizeof in.mode, "memory");
-        assert_int_equal(ops->insert(h, &in, 10), 0);
-        assert_int_equal(ops->insert(h, &in, 10), -EEXIST);
+        assert_int_equal(ops->insert(h, &in, 10, NO_BYTES_BOUND), 0);
+        assert_int_equal(ops->insert(h, &in, 10, NO_BYTES_BOUND), -EEXIST);
         SnapshotRow out;
         assert_int_equal(ops->get(h, "own_a", ID_A, &out), 0);
         assert_string_equal(out.id, ID_A);
@@ -554,7 +563,7 @@ static void test_snapshots_round_trip(void **state) {
         /* A second, then the listing: oldest first, after the cursor, by filter. */
         SnapshotRow b = snap(ID_B, "own_a", SPEC, 2000);
         b.sandbox_id = (char *)"sb_2";
-        assert_int_equal(ops->insert(h, &b, 10), 0);
+        assert_int_equal(ops->insert(h, &b, 10, NO_BYTES_BOUND), 0);
         SnapshotRow *list = NULL;
         size_t n = 0;
         StoreSnapshotFilter all = { .owner = "own_a", .limit = 10 };
@@ -605,13 +614,12 @@ static void test_snapshots_round_trip(void **state) {
         assert_string_equal(out.name, "second");
         store_snapshot_row_clear(&out);
 
-        int64_t count = 0;
-        assert_int_equal(ops->count(h, "own_a", &count), 0);
+        int64_t count = count_of(ops, h, "own_a");
         assert_int_equal(count, 2);
         assert_int_equal(ops->delete(h, "own_a", ID_A), 0);
         assert_int_equal(ops->delete(h, "own_a", ID_A), -ENOENT);
         assert_int_equal(ops->get(h, "own_a", ID_A, &out), -ENOENT);
-        assert_int_equal(ops->count(h, "own_a", &count), 0);
+        count = count_of(ops, h, "own_a");
         assert_int_equal(count, 1);
         ops->close(h);
         free(url);
@@ -622,8 +630,8 @@ static void test_snapshots_owner_scoping_and_transient(void **state) {
         StoreSnapshots *h = snapshots_open("t_snp_scope", &url);
         const StoreSnapshotOps *ops = store_postgres.snapshots;
         SnapshotRow a = snap(ID_A, "own_a", SPEC, 1000), fork = snap(ID_T, "own_a", SPEC_TRANSIENT, 1500);
-        assert_int_equal(ops->insert(h, &a, 10), 0);
-        assert_int_equal(ops->insert(h, &fork, 10), 0);
+        assert_int_equal(ops->insert(h, &a, 10, NO_BYTES_BOUND), 0);
+        assert_int_equal(ops->insert(h, &fork, 10, NO_BYTES_BOUND), 0);
         SnapshotRow out;
         /* Another owner's: not found, not changed, not deleted, not listed. */
         assert_int_equal(ops->get(h, "own_b", ID_A, &out), -ENOENT);
@@ -638,8 +646,7 @@ static void test_snapshots_owner_scoping_and_transient(void **state) {
         assert_int_equal(ops->list(h, &other, &list, &n), 0);
         assert_int_equal(n, 0);
         free(list);
-        int64_t count = -1;
-        assert_int_equal(ops->count(h, "own_b", &count), 0);
+        int64_t count = count_of(ops, h, "own_b");
         assert_int_equal(count, 0);
         assert_int_equal(ops->get(h, "own_a", ID_A, &out), 0);
         assert_string_equal(out.labels, "{}");
@@ -654,7 +661,7 @@ static void test_snapshots_owner_scoping_and_transient(void **state) {
         assert_int_equal(n, 1);
         assert_string_equal(list[0].id, ID_A);
         free_list(list, n);
-        assert_int_equal(ops->count(h, "own_a", &count), 0);
+        count = count_of(ops, h, "own_a");
         assert_int_equal(count, 2);
         char(*ids)[SNAPSHOT_ID_LEN + 1] = NULL;
         assert_int_equal(ops->ids(h, STORE_SNAPSHOT_IDS_TRANSIENT, NULL, 0, SIZE_MAX, &ids, &n), 0);
@@ -687,9 +694,9 @@ static void test_snapshots_expired_ids(void **state) {
         SnapshotRow a = snap(ID_A, "own_a", SPEC, 1000), b = snap(ID_B, "own_b", SPEC, 2000),
                     never = snap(ID_C, "own_a", SPEC, 100);
         never.expires_at = 0;
-        assert_int_equal(ops->insert(h, &a, 10), 0);
-        assert_int_equal(ops->insert(h, &b, 10), 0);
-        assert_int_equal(ops->insert(h, &never, 10), 0);
+        assert_int_equal(ops->insert(h, &a, 10, NO_BYTES_BOUND), 0);
+        assert_int_equal(ops->insert(h, &b, 10, NO_BYTES_BOUND), 0);
+        assert_int_equal(ops->insert(h, &never, 10, NO_BYTES_BOUND), 0);
         char(*ids)[SNAPSHOT_ID_LEN + 1] = NULL;
         size_t n = 0;
         assert_int_equal(ops->ids(h, STORE_SNAPSHOT_IDS_EXPIRED, NULL, 1100, 64, &ids, &n), 0);
@@ -724,10 +731,10 @@ static void test_snapshots_need_a_live_epoch(void **state) {
         assert_int_equal(hops->register_host(hosts, &rec, 100, &epoch), 0);
         assert_int_equal(ops->set_writer(h, rec.id, epoch), 0);
         SnapshotRow a = snap("snp_epocha0000000000", "own_a", SPEC, 1000);
-        assert_int_equal(ops->insert(h, &a, 10), 0);
+        assert_int_equal(ops->insert(h, &a, 10, NO_BYTES_BOUND), 0);
         assert_int_equal(hops->declare_dead(hosts, rec.id, epoch, 100, 200), 0);
         SnapshotRow b = snap("snp_epochb0000000000", "own_a", SPEC, 1000);
-        assert_int_equal(ops->insert(h, &b, 10), -EOWNERDEAD);
+        assert_int_equal(ops->insert(h, &b, 10, NO_BYTES_BOUND), -EOWNERDEAD);
         StoreSnapshotChange ch = { .name = "renamed", .set_name = true };
         SnapshotRow out = { 0 };
         assert_int_equal(ops->update(h, "own_a", a.id, 0, &ch, &out), -EOWNERDEAD);
@@ -750,7 +757,7 @@ static void test_snapshots_stale_update_and_limit(void **state) {
         StoreSnapshots *h = snapshots_open("t_snp_stale", &url);
         const StoreSnapshotOps *ops = store_postgres.snapshots;
         SnapshotRow a = snap(ID_A, "own_a", SPEC, 1000);
-        assert_int_equal(ops->insert(h, &a, 10), 0);
+        assert_int_equal(ops->insert(h, &a, 10, NO_BYTES_BOUND), 0);
         /* Two writers read version 1; the first wins, the second is stale. */
         SnapshotRow out;
         StoreSnapshotChange first = { .labels = "{\"by\":\"first\"}" }, second = { .labels = "{\"by\":\"second\"}" };
@@ -771,54 +778,142 @@ static void test_snapshots_stale_update_and_limit(void **state) {
         /* The per-owner limit counts transient ones too. */
         SnapshotRow k = snap(ID_A, "own_a", SPEC, 1000), t = snap(ID_T, "own_a", SPEC_TRANSIENT, 1100),
                     b = snap(ID_B, "own_a", SPEC, 1200), other = snap(ID_C, "own_b", SPEC, 1300);
-        assert_int_equal(ops->insert(h, &k, 2), 0);
-        assert_int_equal(ops->insert(h, &t, 2), 0);
-        assert_int_equal(ops->insert(h, &b, 2), -EDQUOT);
-        assert_int_equal(ops->insert(h, &other, 2), 0);
+        assert_int_equal(ops->insert(h, &k, 2, NO_BYTES_BOUND), 0);
+        assert_int_equal(ops->insert(h, &t, 2, NO_BYTES_BOUND), 0);
+        assert_int_equal(ops->insert(h, &b, 2, NO_BYTES_BOUND), -EDQUOT);
+        assert_int_equal(ops->insert(h, &other, 2, NO_BYTES_BOUND), 0);
         assert_int_equal(ops->get(h, "own_a", ID_B, &out), -ENOENT);
         assert_int_equal(ops->delete(h, "own_a", ID_T), 0);
-        assert_int_equal(ops->insert(h, &b, 2), 0);
+        assert_int_equal(ops->insert(h, &b, 2, NO_BYTES_BOUND), 0);
         ops->close(h);
         free(url);
 }
 
+/* The bytes an owner keeps: their sum, transient ones included, and the
+ * insert that would take them past the bound refused with nothing kept;
+ * another owner's are their own, and a delete makes room again. */
+static void test_snapshots_bytes_per_owner(void **state) {
+        char *url;
+        StoreSnapshots *h = snapshots_open("t_snp_bytes", &url);
+        const StoreSnapshotOps *ops = store_postgres.snapshots;
+        StoreSnapshotUsage u = { .count = -1, .bytes = -1 };
+        assert_int_equal(ops->usage(h, "own_a", &u), 0);
+        assert_int_equal(u.count, 0);
+        assert_int_equal(u.bytes, 0);
+        SnapshotRow a = snap(ID_A, "own_a", SPEC, 1000), t = snap(ID_T, "own_a", SPEC_TRANSIENT, 1100),
+                    b = snap(ID_B, "own_a", SPEC, 1200), other = snap(ID_C, "own_b", SPEC, 1300);
+        a.size_bytes = 3000;
+        t.size_bytes = 1000;
+        b.size_bytes = 1001;
+        other.size_bytes = 5000;
+        assert_int_equal(ops->insert(h, &a, 10, 5000), 0);
+        assert_int_equal(ops->insert(h, &t, 10, 5000), 0);
+        assert_int_equal(ops->usage(h, "own_a", &u), 0);
+        assert_int_equal(u.count, 2);
+        assert_int_equal(u.bytes, 4000);
+        /* 4000 + 1001 > 5000: refused, nothing inserted. */
+        assert_int_equal(ops->insert(h, &b, 10, 5000), -EFBIG);
+        SnapshotRow out;
+        assert_int_equal(ops->get_any(h, ID_B, &out), -ENOENT);
+        assert_int_equal(ops->usage(h, "own_a", &u), 0);
+        assert_int_equal(u.count, 2);
+        assert_int_equal(u.bytes, 4000);
+        /* Exactly at the bound fits; another owner's bytes are not A's. */
+        b.size_bytes = 1000;
+        assert_int_equal(ops->insert(h, &other, 10, 5000), 0);
+        assert_int_equal(ops->insert(h, &b, 10, 5000), 0);
+        assert_int_equal(ops->usage(h, "own_a", &u), 0);
+        assert_int_equal(u.bytes, 5000);
+        assert_int_equal(ops->usage(h, "own_b", &u), 0);
+        assert_int_equal(u.count, 1);
+        assert_int_equal(u.bytes, 5000);
+        /* Sums past 32 bits come back whole (sum() of a bigint is a numeric). */
+        SnapshotRow big = snap("snp_ffffffffffffffffffff", "own_big", SPEC, 1500),
+                    big2 = snap("snp_ffffffffffffffff0000", "own_big", SPEC, 1600);
+        big.size_bytes = big2.size_bytes = INT64_C(3) << 40;
+        assert_int_equal(ops->insert(h, &big, 10, NO_BYTES_BOUND), 0);
+        assert_int_equal(ops->insert(h, &big2, 10, NO_BYTES_BOUND), 0);
+        assert_int_equal(ops->usage(h, "own_big", &u), 0);
+        assert_int_equal(u.count, 2);
+        assert_true(u.bytes == INT64_C(6) << 40);
+        /* The count is checked first; a snapshot bigger than the whole
+         * bound never fits, and no sum overflows near INT64_MAX. */
+        SnapshotRow c = snap("snp_eeeeeeeeeeeeeeeeeeee", "own_a", SPEC, 1400);
+        c.size_bytes = 1;
+        assert_int_equal(ops->insert(h, &c, 3, 5000), -EDQUOT);
+        c.size_bytes = 6000;
+        assert_int_equal(ops->insert(h, &c, 10, 5000), -EFBIG);
+        c.size_bytes = INT64_MAX;
+        assert_int_equal(ops->insert(h, &c, 10, INT64_MAX), -EFBIG);
+        /* A delete makes room. */
+        assert_int_equal(ops->delete(h, "own_a", ID_T), 0);
+        c.size_bytes = 1000;
+        assert_int_equal(ops->insert(h, &c, 10, 5000), 0);
+        assert_int_equal(ops->usage(h, "own_a", &u), 0);
+        assert_int_equal(u.count, 3);
+        assert_int_equal(u.bytes, 5000);
+        ops->close(h);
+        free(url);
+}
+
+/* One host's insert of a 1000-byte snapshot of own_a, racing the others. */
+typedef struct SnapshotRace {
+        Race race;
+        int64_t max;
+        int64_t max_bytes;
+} SnapshotRace;
+
 static void *race_snapshot(void *userdata) {
-        Race *a = userdata;
+        SnapshotRace *a = userdata;
         StoreSnapshots *h;
-        a->result = store_postgres.snapshots->open(a->url, &h);
-        if (a->result < 0)
+        a->race.result = store_postgres.snapshots->open(a->race.url, &h);
+        if (a->race.result < 0)
                 return NULL;
         char id[SNAPSHOT_ID_LEN + 1];
-        snprintf(id, sizeof id, "snp_%020d", a->index);
-        SnapshotRow r = snap(id, "own_a", SPEC, 1000 + a->index);
-        a->result = store_postgres.snapshots->insert(h, &r, 3);
+        snprintf(id, sizeof id, "snp_%020d", a->race.index);
+        SnapshotRow r = snap(id, "own_a", SPEC, 1000 + a->race.index);
+        r.size_bytes = 1000;
+        a->race.result = store_postgres.snapshots->insert(h, &r, a->max, a->max_bytes);
         store_postgres.snapshots->close(h);
         return NULL;
 }
 
-static void test_snapshots_race_across_connections(void **state) {
+/* Eight hosts insert at once under max snapshots and max_bytes: exactly
+ * three win, the others get refused, and three are kept. */
+static void snapshots_race(const char *table, int64_t max, int64_t max_bytes, int refused) {
         char *url;
-        StoreSnapshots *h = snapshots_open("t_snp_race", &url);
-        Race races[8];
+        StoreSnapshots *h = snapshots_open(table, &url);
+        SnapshotRace races[8];
         pthread_t t[8];
         for (int i = 0; i < 8; i++) {
-                races[i] = (Race){ .url = url, .index = i };
+                races[i] = (SnapshotRace){ .race = { .url = url, .index = i }, .max = max, .max_bytes = max_bytes };
                 assert_int_equal(pthread_create(&t[i], NULL, race_snapshot, &races[i]), 0);
         }
         int won = 0;
         for (int i = 0; i < 8; i++) {
                 pthread_join(t[i], NULL);
-                if (races[i].result == 0)
+                if (races[i].race.result == 0)
                         won++;
                 else
-                        assert_int_equal(races[i].result, -EDQUOT);
+                        assert_int_equal(races[i].race.result, refused);
         }
         assert_int_equal(won, 3);
-        int64_t count = 0;
-        assert_int_equal(store_postgres.snapshots->count(h, "own_a", &count), 0);
-        assert_int_equal(count, 3);
+        StoreSnapshotUsage u;
+        assert_int_equal(store_postgres.snapshots->usage(h, "own_a", &u), 0);
+        assert_int_equal(u.count, 3);
+        assert_int_equal(u.bytes, 3000);
         store_postgres.snapshots->close(h);
         free(url);
+}
+
+static void test_snapshots_race_across_connections(void **state) {
+        snapshots_race("t_snp_race", 3, NO_BYTES_BOUND, -EDQUOT);
+}
+
+/* Hosts inserting at once for one owner never pass its bound on bytes
+ * together: three of eight 1000-byte snapshots fit under 3500. */
+static void test_snapshots_bytes_race_across_connections(void **state) {
+        snapshots_race("t_snp_bytes_race", 100, 3500, -EFBIG);
 }
 
 static void test_sandboxes_fleet(void **state) {
@@ -846,7 +941,9 @@ int main(void) {
                 cmocka_unit_test(test_snapshots_expired_ids),
                 cmocka_unit_test(test_snapshots_stale_update_and_limit),
                 cmocka_unit_test(test_snapshots_need_a_live_epoch),
+                cmocka_unit_test(test_snapshots_bytes_per_owner),
                 cmocka_unit_test(test_snapshots_race_across_connections),
+                cmocka_unit_test(test_snapshots_bytes_race_across_connections),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

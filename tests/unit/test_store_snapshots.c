@@ -1,7 +1,8 @@
 /* The snapshot records of the SQLite backend, through its table
  * (store_sqlite.snapshots): round trip, owner scoping, transient records,
- * conditional updates, the per-owner limit, and the migration of a database
- * written before the versions were kept. On a real SQLite file. */
+ * conditional updates, the per-owner limits (count and bytes), and the
+ * migration of a database written before the versions were kept. On a real
+ * SQLite file. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -83,8 +84,18 @@ static SnapshotRow row(const char *id, const char *owner, const char *spec, int6
         return r;
 }
 
+/* An insert's bound on the owner's bytes when the test is not about it. */
+#define NO_BYTES_BOUND INT64_MAX
+
 #define SPEC "{\"driver\":\"namespace\",\"image\":\"base\"}"
 #define SPEC_TRANSIENT "{\"driver\":\"namespace\",\"image\":\"base\",\"transient\":true}"
+
+/* How many snapshots owner keeps, as the store's usage says. */
+static int64_t count_of(const StoreSnapshotOps *ops, StoreSnapshots *h, const char *owner) {
+        StoreSnapshotUsage u = { .count = -1 };
+        assert_int_equal(ops->usage(h, owner, &u), 0);
+        return u.count;
+}
 
 static void test_store_backend_table(void **state) {
         (void)state;
@@ -99,8 +110,8 @@ static void test_round_trip(void **state) {
         in.name = (char *)"first";
         in.labels = (char *)"{\"team\":\"x\"}";
         snprintf(in.mode, sizeof in.mode, "memory");
-        assert_int_equal(f->ops->insert(f->h, &in, 10), 0);
-        assert_int_equal(f->ops->insert(f->h, &in, 10), -EEXIST);
+        assert_int_equal(f->ops->insert(f->h, &in, 10, NO_BYTES_BOUND), 0);
+        assert_int_equal(f->ops->insert(f->h, &in, 10, NO_BYTES_BOUND), -EEXIST);
 
         SnapshotRow out;
         assert_int_equal(f->ops->get(f->h, "own_a", ID_A, &out), 0);
@@ -122,7 +133,7 @@ static void test_round_trip(void **state) {
         /* A second, then the listing: oldest first, after the cursor, by filter. */
         SnapshotRow b = row(ID_B, "own_a", SPEC, 2000);
         b.sandbox_id = (char *)"sb_2";
-        assert_int_equal(f->ops->insert(f->h, &b, 10), 0);
+        assert_int_equal(f->ops->insert(f->h, &b, 10, NO_BYTES_BOUND), 0);
         SnapshotRow *list = NULL;
         size_t n = 0;
         StoreSnapshotFilter all = { .owner = "own_a", .limit = 10 };
@@ -169,13 +180,12 @@ static void test_round_trip(void **state) {
         assert_int_equal(out.version, 3);
         store_snapshot_row_clear(&out);
 
-        int64_t count = 0;
-        assert_int_equal(f->ops->count(f->h, "own_a", &count), 0);
+        int64_t count = count_of(f->ops, f->h, "own_a");
         assert_int_equal(count, 2);
         assert_int_equal(f->ops->delete(f->h, "own_a", ID_A), 0);
         assert_int_equal(f->ops->delete(f->h, "own_a", ID_A), -ENOENT);
         assert_int_equal(f->ops->get(f->h, "own_a", ID_A, &out), -ENOENT);
-        assert_int_equal(f->ops->count(f->h, "own_a", &count), 0);
+        count = count_of(f->ops, f->h, "own_a");
         assert_int_equal(count, 1);
 }
 
@@ -183,7 +193,7 @@ static void test_owner_scoping(void **state) {
         Fixture *f = *state;
         open_store(f);
         SnapshotRow a = row(ID_A, "own_a", SPEC, 1000);
-        assert_int_equal(f->ops->insert(f->h, &a, 10), 0);
+        assert_int_equal(f->ops->insert(f->h, &a, 10, NO_BYTES_BOUND), 0);
         SnapshotRow out;
         assert_int_equal(f->ops->get(f->h, "own_b", ID_A, &out), -ENOENT);
         StoreSnapshotChange c = { .labels = "{\"x\":\"y\"}" };
@@ -196,8 +206,7 @@ static void test_owner_scoping(void **state) {
         assert_int_equal(f->ops->list(f->h, &other, &list, &n), 0);
         assert_int_equal(n, 0);
         free(list);
-        int64_t count = -1;
-        assert_int_equal(f->ops->count(f->h, "own_b", &count), 0);
+        int64_t count = count_of(f->ops, f->h, "own_b");
         assert_int_equal(count, 0);
 
         /* Untouched, and still its owner's. */
@@ -217,8 +226,8 @@ static void test_transient_hidden(void **state) {
         Fixture *f = *state;
         open_store(f);
         SnapshotRow kept = row(ID_A, "own_a", SPEC, 1000), fork = row(ID_T, "own_a", SPEC_TRANSIENT, 1500);
-        assert_int_equal(f->ops->insert(f->h, &kept, 10), 0);
-        assert_int_equal(f->ops->insert(f->h, &fork, 10), 0);
+        assert_int_equal(f->ops->insert(f->h, &kept, 10, NO_BYTES_BOUND), 0);
+        assert_int_equal(f->ops->insert(f->h, &fork, 10, NO_BYTES_BOUND), 0);
 
         SnapshotRow out;
         assert_int_equal(f->ops->get(f->h, "own_a", ID_T, &out), -ENOENT);
@@ -234,8 +243,7 @@ static void test_transient_hidden(void **state) {
         free(list);
 
         /* Counted against the owner's limit, and seen by the upkeep. */
-        int64_t count = 0;
-        assert_int_equal(f->ops->count(f->h, "own_a", &count), 0);
+        int64_t count = count_of(f->ops, f->h, "own_a");
         assert_int_equal(count, 2);
         char(*ids)[SNAPSHOT_ID_LEN + 1] = NULL;
         assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_TRANSIENT, NULL, 0, SIZE_MAX, &ids, &n), 0);
@@ -258,9 +266,9 @@ static void test_expired_ids(void **state) {
         SnapshotRow a = row(ID_A, "own_a", SPEC, 1000), b = row(ID_B, "own_b", SPEC, 2000),
                     never = row(ID_C, "own_a", SPEC, 100);
         never.expires_at = 0;
-        assert_int_equal(f->ops->insert(f->h, &a, 10), 0);
-        assert_int_equal(f->ops->insert(f->h, &b, 10), 0);
-        assert_int_equal(f->ops->insert(f->h, &never, 10), 0);
+        assert_int_equal(f->ops->insert(f->h, &a, 10, NO_BYTES_BOUND), 0);
+        assert_int_equal(f->ops->insert(f->h, &b, 10, NO_BYTES_BOUND), 0);
+        assert_int_equal(f->ops->insert(f->h, &never, 10, NO_BYTES_BOUND), 0);
         char(*ids)[SNAPSHOT_ID_LEN + 1] = NULL;
         size_t n = 0;
         assert_int_equal(f->ops->ids(f->h, STORE_SNAPSHOT_IDS_EXPIRED, NULL, 1100, 64, &ids, &n), 0);
@@ -279,7 +287,7 @@ static void test_stale_update(void **state) {
         Fixture *f = *state;
         open_store(f);
         SnapshotRow a = row(ID_A, "own_a", SPEC, 1000);
-        assert_int_equal(f->ops->insert(f->h, &a, 10), 0);
+        assert_int_equal(f->ops->insert(f->h, &a, 10, NO_BYTES_BOUND), 0);
 
         /* Two writers read version 1; the first wins, the second is stale. */
         SnapshotRow out;
@@ -308,14 +316,72 @@ static void test_limit_per_owner(void **state) {
         open_store(f);
         SnapshotRow a = row(ID_A, "own_a", SPEC, 1000), t = row(ID_T, "own_a", SPEC_TRANSIENT, 1100),
                     b = row(ID_B, "own_a", SPEC, 1200), other = row(ID_C, "own_b", SPEC, 1300);
-        assert_int_equal(f->ops->insert(f->h, &a, 2), 0);
-        assert_int_equal(f->ops->insert(f->h, &t, 2), 0);
-        assert_int_equal(f->ops->insert(f->h, &b, 2), -EDQUOT);
-        assert_int_equal(f->ops->insert(f->h, &other, 2), 0);
+        assert_int_equal(f->ops->insert(f->h, &a, 2, NO_BYTES_BOUND), 0);
+        assert_int_equal(f->ops->insert(f->h, &t, 2, NO_BYTES_BOUND), 0);
+        assert_int_equal(f->ops->insert(f->h, &b, 2, NO_BYTES_BOUND), -EDQUOT);
+        assert_int_equal(f->ops->insert(f->h, &other, 2, NO_BYTES_BOUND), 0);
         SnapshotRow out;
         assert_int_equal(f->ops->get(f->h, "own_a", ID_B, &out), -ENOENT);
         assert_int_equal(f->ops->delete(f->h, "own_a", ID_T), 0);
-        assert_int_equal(f->ops->insert(f->h, &b, 2), 0);
+        assert_int_equal(f->ops->insert(f->h, &b, 2, NO_BYTES_BOUND), 0);
+}
+
+/* The bytes an owner keeps: their sum, transient ones included, and the
+ * insert that would take them past the bound refused with nothing kept;
+ * another owner's are their own, and a delete makes room again. */
+static void test_bytes_per_owner(void **state) {
+        Fixture *f = *state;
+        open_store(f);
+        StoreSnapshotUsage u = { .count = -1, .bytes = -1 };
+        assert_int_equal(f->ops->usage(f->h, "own_a", &u), 0);
+        assert_int_equal(u.count, 0);
+        assert_int_equal(u.bytes, 0);
+        SnapshotRow a = row(ID_A, "own_a", SPEC, 1000), t = row(ID_T, "own_a", SPEC_TRANSIENT, 1100),
+                    b = row(ID_B, "own_a", SPEC, 1200), other = row(ID_C, "own_b", SPEC, 1300);
+        a.size_bytes = 3000;
+        t.size_bytes = 1000;
+        b.size_bytes = 1001;
+        other.size_bytes = 5000;
+        assert_int_equal(f->ops->insert(f->h, &a, 10, 5000), 0);
+        assert_int_equal(f->ops->insert(f->h, &t, 10, 5000), 0);
+        assert_int_equal(f->ops->usage(f->h, "own_a", &u), 0);
+        assert_int_equal(u.count, 2);
+        assert_int_equal(u.bytes, 4000);
+        /* 4000 + 1001 > 5000: refused, nothing inserted. */
+        assert_int_equal(f->ops->insert(f->h, &b, 10, 5000), -EFBIG);
+        SnapshotRow out;
+        assert_int_equal(f->ops->get_any(f->h, ID_B, &out), -ENOENT);
+        assert_int_equal(f->ops->usage(f->h, "own_a", &u), 0);
+        assert_int_equal(u.count, 2);
+        assert_int_equal(u.bytes, 4000);
+        /* Exactly at the bound fits; another owner's bytes are not A's. */
+        b.size_bytes = 1000;
+        assert_int_equal(f->ops->insert(f->h, &other, 10, 5000), 0);
+        assert_int_equal(f->ops->insert(f->h, &b, 10, 5000), 0);
+        assert_int_equal(f->ops->usage(f->h, "own_a", &u), 0);
+        assert_int_equal(u.bytes, 5000);
+        assert_int_equal(f->ops->usage(f->h, "own_b", &u), 0);
+        assert_int_equal(u.count, 1);
+        assert_int_equal(u.bytes, 5000);
+        assert_int_equal(f->ops->usage(f->h, "own_none", &u), 0);
+        assert_int_equal(u.count, 0);
+        assert_int_equal(u.bytes, 0);
+        /* The count is checked first; a snapshot bigger than the whole
+         * bound never fits, and no sum overflows near INT64_MAX. */
+        SnapshotRow c = row("snp_eeeeeeeeeeeeeeeeeeee", "own_a", SPEC, 1400);
+        c.size_bytes = 1;
+        assert_int_equal(f->ops->insert(f->h, &c, 3, 5000), -EDQUOT);
+        c.size_bytes = 6000;
+        assert_int_equal(f->ops->insert(f->h, &c, 10, 5000), -EFBIG);
+        c.size_bytes = INT64_MAX;
+        assert_int_equal(f->ops->insert(f->h, &c, 10, INT64_MAX), -EFBIG);
+        /* A delete makes room. */
+        assert_int_equal(f->ops->delete(f->h, "own_a", ID_T), 0);
+        c.size_bytes = 1000;
+        assert_int_equal(f->ops->insert(f->h, &c, 10, 5000), 0);
+        assert_int_equal(f->ops->usage(f->h, "own_a", &u), 0);
+        assert_int_equal(u.count, 3);
+        assert_int_equal(u.bytes, 5000);
 }
 
 /* The table as the daemon made it before the versions were kept (CREATE
@@ -379,7 +445,7 @@ static void test_versions_per_kind(void **state) {
                          "INSERT INTO store_versions VALUES ('egress', 99);");
         open_store(f);
         SnapshotRow a = row(ID_A, "own_a", SPEC, 1000), out;
-        assert_int_equal(f->ops->insert(f->h, &a, 10), 0);
+        assert_int_equal(f->ops->insert(f->h, &a, 10, NO_BYTES_BOUND), 0);
         assert_int_equal(f->ops->get(f->h, "own_a", ID_A, &out), 0);
         assert_int_equal(out.version, 1);
         store_snapshot_row_clear(&out);
@@ -405,6 +471,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_expired_ids, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stale_update, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_limit_per_owner, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_bytes_per_owner, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_migrate_unversioned_schema, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_versions_per_kind, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_refuses_newer_version, setup, teardown),

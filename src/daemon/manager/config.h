@@ -48,6 +48,8 @@ typedef struct DaemonConfig {
         unsigned max_connections_per_peer; /* of them, from one peer address */
         unsigned max_uploads_per_owner;    /* uploads in progress of one owner */
         unsigned max_upload_mib_per_owner; /* their declared bytes */
+        unsigned max_snapshot_mib_per_owner; /* the bytes one owner's snapshots hold */
+        unsigned max_processes_per_owner;    /* processes one owner runs at once on this host */
         uint64_t price_vcpu_hour_micros;
         uint64_t price_gib_hour_micros;
         /* A paused sandbox costs only its disk: this per GiB of diskMiB. */

@@ -78,11 +78,22 @@ struct Proc {
         bool stdin_closed;
 };
 
+/* A start under way, between the check of the bounds and the process's
+ * entry into the table: counted as running meanwhile. It lives on the
+ * starting thread's stack. */
+typedef struct ProcPending {
+        struct ProcPending *next;
+        char sandbox_id[PROC_SANDBOX_ID_MAX];
+        char owner[128];
+} ProcPending;
+
 struct ProcTable {
         pthread_mutex_t lock;
         pthread_cond_t cond;
         Proc *procs; /* oldest first */
+        ProcPending *pending;
         size_t bytes;
+        unsigned owner_max;
         atomic_bool closing;
 };
 
@@ -92,8 +103,25 @@ ProcTable *proc_table_new(void) {
                 return NULL;
         pthread_mutex_init(&t->lock, NULL);
         (void)time_cond_init_mono(&t->cond);
+        t->owner_max = PROC_OWNER_RUNNING_DEFAULT;
         atomic_init(&t->closing, false);
         return t;
+}
+
+int proc_table_set_owner_max(ProcTable *t, unsigned max) {
+        if (max < 1 || max > PROC_OWNER_RUNNING_MAX)
+                return -ERANGE;
+        pthread_mutex_lock(&t->lock);
+        t->owner_max = max;
+        pthread_mutex_unlock(&t->lock);
+        return 0;
+}
+
+unsigned proc_table_owner_max(ProcTable *t) {
+        pthread_mutex_lock(&t->lock);
+        unsigned max = t->owner_max;
+        pthread_mutex_unlock(&t->lock);
+        return max;
 }
 
 static void drop_chunks(Proc *p) {
@@ -485,29 +513,44 @@ static Proc *proc_alloc(ProcTable *t, Sandbox *sb) {
         return p;
 }
 
-int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec, Proc **ret, SandboxError *e) {
-        const char *sid = sandbox_id(sb);
-        pthread_mutex_lock(&t->lock);
-        sweep_locked(t, sid);
-        size_t running = 0;
-        uint64_t now = time_now_mono_ms();
+/* Under t->lock: whether one more process of `me` fits, the owner's bound
+ * checked before the sandbox's so that an owner at its own is told so. */
+static int room_locked(ProcTable *t, const ProcPending *me, SandboxError *e) {
+        unsigned owners = 0, sandboxes = 0;
         for (Proc *q = t->procs; q; q = q->next) {
-                if (strcmp(q->sandbox_id, sid) != 0 || strcmp(q->owner, spec->owner) != 0)
+                if (q->ended || strcmp(q->owner, me->owner) != 0)
                         continue;
-                if (!q->ended)
-                        running++;
+                owners++;
+                if (strcmp(q->sandbox_id, me->sandbox_id) == 0)
+                        sandboxes++;
         }
-        pthread_mutex_unlock(&t->lock);
-        if (running >= PROC_MAX_RUNNING) {
-                sandbox_release(sb);
+        for (ProcPending *q = t->pending; q; q = q->next) {
+                if (strcmp(q->owner, me->owner) != 0)
+                        continue;
+                owners++;
+                if (strcmp(q->sandbox_id, me->sandbox_id) == 0)
+                        sandboxes++;
+        }
+        if (owners >= t->owner_max)
                 return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "wait for a process to end, or kill one",
-                                     "sandbox %s already runs %d processes", sid, PROC_MAX_RUNNING);
-        }
+                                     "your sandboxes on this host already run %u process%s, the most this "
+                                     "daemon runs at once for one owner (--max-processes-per-owner)",
+                                     t->owner_max, t->owner_max == 1 ? "" : "es");
+        if (sandboxes >= PROC_MAX_RUNNING)
+                return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "wait for a process to end, or kill one",
+                                     "sandbox %s already runs %d processes", me->sandbox_id,
+                                     PROC_MAX_RUNNING);
+        return 0;
+}
+
+/* The process made and its drain started, not yet in the table. */
+static int proc_launch(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec, Proc **ret,
+                       SandboxError *e) {
         Proc *p = proc_alloc(t, sb);
         if (!p)
                 return -ENOMEM;
         memcpy(p->id, "proc_", 5);
-        snprintf(p->sandbox_id, sizeof(p->sandbox_id), "%s", sid);
+        snprintf(p->sandbox_id, sizeof(p->sandbox_id), "%s", sandbox_id(sb));
         snprintf(p->owner, sizeof(p->owner), "%s", spec->owner);
         p->base64 = spec->base64;
         p->stdin_pipe = spec->stdin_pipe;
@@ -516,7 +559,7 @@ int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec,
         p->pty_rows = spec->pty_rows;
         snprintf(p->user, sizeof(p->user), "%s", spec->user ? spec->user : "root");
         p->exit.state = PROC_RUNNING;
-        p->created_mono = now;
+        p->created_mono = time_now_mono_ms();
         p->started_unix = time_now_unix();
         command_text(request, &p->command);
         int r = random_hex(p->id + 5, 8);
@@ -555,13 +598,47 @@ int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec,
                 return -r;
         }
         p->thread_started = true;
+        *ret = p;
+        return 0;
+}
+
+int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec, Proc **ret, SandboxError *e) {
+        /* What a failure that names no cause of its own (out of memory) answers. */
+        (void)sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not start the process");
+        ProcPending me = { 0 };
+        snprintf(me.sandbox_id, sizeof(me.sandbox_id), "%s", sandbox_id(sb));
+        snprintf(me.owner, sizeof(me.owner), "%s", spec->owner);
         pthread_mutex_lock(&t->lock);
-        Proc **pp = &t->procs;
-        while (*pp)
-                pp = &(*pp)->next;
-        *pp = p;
-        p->refs++; /* the caller's */
+        sweep_locked(t, me.sandbox_id);
+        int r = room_locked(t, &me, e);
+        if (r == 0) {
+                me.next = t->pending;
+                t->pending = &me;
+        }
         pthread_mutex_unlock(&t->lock);
+        if (r < 0) {
+                sandbox_release(sb);
+                return r;
+        }
+        Proc *p = NULL;
+        r = proc_launch(t, sb, request, spec, &p, e);
+        /* Out of the pending starts and into the table in one step: the
+         * bounds never see it in neither or in both. */
+        pthread_mutex_lock(&t->lock);
+        ProcPending **pp = &t->pending;
+        while (*pp != &me)
+                pp = &(*pp)->next;
+        *pp = me.next;
+        if (r == 0) {
+                Proc **tail = &t->procs;
+                while (*tail)
+                        tail = &(*tail)->next;
+                *tail = p;
+                p->refs++; /* the caller's */
+        }
+        pthread_mutex_unlock(&t->lock);
+        if (r < 0)
+                return r;
         *ret = p;
         return 0;
 }

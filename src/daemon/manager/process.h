@@ -21,6 +21,12 @@
 #define PROC_SANDBOX_BYTES (32u * 1024u * 1024u) /* output kept per sandbox, all its processes */
 #define PROC_TABLE_BYTES (256u * 1024u * 1024u)  /* output kept by the daemon */
 #define PROC_MAX_RUNNING 32                      /* running processes per sandbox */
+/* Running processes of one owner across its sandboxes on this host
+ * (--max-processes-per-owner), so that one owner's many sandboxes cannot
+ * take the threads and memory every owner's processes share: the default,
+ * eight sandboxes' worth, and the largest that may be set. */
+#define PROC_OWNER_RUNNING_DEFAULT (8 * PROC_MAX_RUNNING)
+#define PROC_OWNER_RUNNING_MAX 65536
 #define PROC_MAX_KEPT 64                         /* processes per sandbox, running or kept */
 #define PROC_RETAIN_MS (10u * 60u * 1000u)       /* a finished process stays readable this long */
 #define PROC_ID_LEN 21                           /* "proc_" + 16 hex */
@@ -72,6 +78,10 @@ typedef struct ProcInfo {
 ProcTable *proc_table_new(void);
 /* Cancels every running process and waits for its reader thread. */
 void proc_table_free(ProcTable *t);
+/* The owner's bound on running processes, PROC_OWNER_RUNNING_DEFAULT until
+ * set: -ERANGE (the bound unchanged) outside 1 .. PROC_OWNER_RUNNING_MAX. */
+int proc_table_set_owner_max(ProcTable *t, unsigned max);
+unsigned proc_table_owner_max(ProcTable *t);
 
 typedef struct ProcSpec {
         const char *owner;
@@ -86,8 +96,11 @@ typedef struct ProcSpec {
 } ProcSpec;
 
 /* Starts a process on sb (the caller's reference is taken over, also on
- * failure) with `request` (borrowed) as the agent's exec request. Past
- * PROC_MAX_RUNNING a 429. *ret holds a reference (proc_unref). A retry with
+ * failure) with `request` (borrowed) as the agent's exec request. A 429
+ * when the owner runs its bound of processes across its sandboxes (checked
+ * first), or the sandbox PROC_MAX_RUNNING; the check and the process's
+ * entry into the table are one under the table's lock, so starts at once
+ * never pass a bound together. *ret holds a reference (proc_unref). A retry with
  * an Idempotency-Key finds its first process through the daemon's one store
  * of keys (http.c) and proc_find. */
 int proc_start(ProcTable *t, Sandbox *sb, json_t *request, const ProcSpec *spec, Proc **ret, SandboxError *e);

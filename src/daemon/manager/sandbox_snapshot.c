@@ -91,6 +91,117 @@ static int too_many_snapshots(SandboxError *e) {
                              SNAPSHOT_MAX_PER_OWNER);
 }
 
+/* A size as a refusal names it. */
+static void size_text(char *buf, size_t len, int64_t bytes) {
+        double b = (double)(bytes > 0 ? bytes : 0);
+        if (b >= 1024.0 * 1024.0 * 1024.0)
+                snprintf(buf, len, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
+        else
+                snprintf(buf, len, "%.1f MiB", b / (1024.0 * 1024.0));
+}
+
+/* The owner's snapshots are at their bound on bytes: `size` is the
+ * snapshot that would have taken them past it, 0 when none was taken. */
+static int too_many_snapshot_bytes(SnapshotStore *store, const char *owner, int64_t size, SandboxError *e) {
+        static const char hint[] =
+                "delete snapshots you no longer need (GET /v1/snapshots lists them with their sizeBytes)";
+        char held[32], max[32], made[32];
+        size_text(max, sizeof max, (int64_t)(snapshot_store_owner_max_mib(store) << 20));
+        StoreSnapshotUsage u;
+        if (snapshot_store_usage(store, owner, &u) < 0)
+                return sandbox_error(e, SANDBOX_ERR_TOO_MANY, hint,
+                                     "your snapshots are at this daemon's bound for one owner, %s in all "
+                                     "(--max-snapshot-mib-per-owner); nothing was kept",
+                                     max);
+        size_text(held, sizeof held, u.bytes);
+        const char *plural = u.count == 1 ? "" : "s";
+        if (size <= 0)
+                return sandbox_error(e, SANDBOX_ERR_TOO_MANY, hint,
+                                     "you keep %lld snapshot%s holding %s, and this daemon keeps at most %s "
+                                     "of snapshots for one owner (--max-snapshot-mib-per-owner); nothing "
+                                     "was kept",
+                                     (long long)u.count, plural, held, max);
+        size_text(made, sizeof made, size);
+        return sandbox_error(e, SANDBOX_ERR_TOO_MANY, hint,
+                             "this snapshot holds %s; you keep %lld snapshot%s holding %s, and this daemon "
+                             "keeps at most %s of snapshots for one owner (--max-snapshot-mib-per-owner); "
+                             "nothing was kept",
+                             made, (long long)u.count, plural, held, max);
+}
+
+/* Refuses a snapshot that the owner's bounds leave no room for, before it
+ * is taken; one that fits now but not once it is measured is refused by
+ * its commit. A store that cannot answer leaves the commit to decide. */
+static int snapshot_room(SnapshotStore *store, const char *owner, SandboxError *e) {
+        StoreSnapshotUsage u;
+        if (snapshot_store_usage(store, owner, &u) < 0)
+                return 0;
+        if (u.count >= SNAPSHOT_MAX_PER_OWNER)
+                return too_many_snapshots(e);
+        if (u.bytes >= (int64_t)(snapshot_store_owner_max_mib(store) << 20))
+                return too_many_snapshot_bytes(store, owner, 0, e);
+        return 0;
+}
+
+/* The record of a snapshot of `row` taken for req. */
+static int snapshot_record(const SandboxRow *row, const SnapshotRequest *req, bool memory,
+                           SnapshotRow *snap) {
+        const SandboxSpec *spec = &row->spec;
+        int64_t days = req->retention_days > 0 ? req->retention_days : SNAPSHOT_DEFAULT_RETENTION_DAYS;
+        json_t *base = json_pack("{s:s,s:s,s:i,s:i,s:i,s:I,s:O?,s:O?}", "driver",
+                                 sandbox_driver_name(spec->driver), "image", spec->image, "vcpu", (int)spec->vcpu,
+                                 "memoryMiB", (int)spec->memory_mib, "diskMiB", (int)spec->disk_mib,
+                                 "timeoutSeconds", (json_int_t)spec->timeout_seconds, "env", spec->env, "network",
+                                 spec->network);
+        if (base && req->transient && json_object_set_new(base, SNAPSHOT_TRANSIENT, json_true()) < 0)
+                json_decref(TAKE_PTR(base));
+        snap->owner = strdup(row->owner);
+        snap->key_id = strdup(row->key_id);
+        snap->sandbox_id = strdup(row->id);
+        snap->name = req->name ? strdup(req->name) : NULL;
+        snap->labels = req->labels ? json_dumps(req->labels, JSON_COMPACT) : strdup("{}");
+        snap->spec = base ? json_dumps(base, JSON_COMPACT) : NULL;
+        json_decref(base);
+        snprintf(snap->mode, sizeof snap->mode, "%s", memory ? "memory" : "disk");
+        snap->created_at = time_now_unix();
+        snap->expires_at = snap->created_at + days * 86400;
+        if (!snap->owner || !snap->key_id || !snap->sandbox_id || !snap->labels || !snap->spec ||
+            (req->name && !snap->name))
+                return -ENOMEM;
+        return 0;
+}
+
+/* The error of a snapshot of `row` that failed with r; nothing was kept. */
+static int snapshot_failed(const SandboxRow *row, int r, bool memory, SandboxError *e) {
+        if (r == -ENOSPC || r == -EDQUOT)
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "free disk space on the host, or delete snapshots",
+                                     "the host ran out of disk space while taking the snapshot; nothing was kept");
+        if (r == -ETIMEDOUT)
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "try again; a process in the sandbox may be in a long disk wait",
+                                     "sandbox %s could not be frozen for its snapshot; nothing was kept", row->id);
+        if (r == -E2BIG)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "snapshot the sandbox the copies came from instead",
+                                     "sandbox %s is a copy of a copy too many times over to be snapshotted "
+                                     "(its disk would be more than %d layers)", row->id, 8);
+        if (r == -EOPNOTSUPP)
+                return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, NULL,
+                                     "sandbox %s keeps its files in memory only (no loop device on this host)", row->id);
+        if (r == -ESRCH)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "try again", "sandbox %s stopped during the snapshot",
+                                     row->id);
+        if (r == -EPROTO)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, "take mode: \"disk\"",
+                                     "the agent of sandbox %s refused its checkpoint; nothing was kept", row->id);
+        if (r == -ESTALE && memory)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT,
+                                     "close deleted files the sandbox's processes hold open (a temporary file), "
+                                     "or take mode: \"disk\"",
+                                     "a process in sandbox %s holds a deleted file open, which gVisor cannot keep "
+                                     "in a memory snapshot; nothing was kept",
+                                     row->id);
+        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "the snapshot failed");
+}
+
 static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
         SnapshotOp *op = arg;
         const SnapshotRequest *req = op->req;
@@ -115,9 +226,9 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         SnapshotStore *store = m->snapshots;
         if (!store)
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, NULL, "this daemon keeps no snapshots");
-        int64_t kept = 0;
-        if (snapshot_store_count(store, row->owner, &kept) == 0 && kept >= SNAPSHOT_MAX_PER_OWNER)
-                return too_many_snapshots(e);
+        int r = snapshot_room(store, row->owner, e);
+        if (r < 0)
+                return r;
         SpecPaths p = { 0 };
         if (spec_paths(m, row->id, spec->image, &p) < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
@@ -125,7 +236,7 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         driver_spec_from(m, row->id, spec, &p, &ds);
         SnapshotRow snap = { 0 };
         _cleanup_free_ char *tmp = NULL;
-        int r = snapshot_store_begin(store, snap.id, &tmp);
+        r = snapshot_store_begin(store, snap.id, &tmp);
         if (r < 0) {
                 spec_paths_done(&p);
                 log_error(rid, "snapshot of %s: %s", row->id, strerror(-r));
@@ -175,28 +286,10 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                 r = d->snapshot_disk(NULL, &ds, tmp);
         spec_paths_done(&p);
         if (r == 0) {
-                int64_t days = req->retention_days > 0 ? req->retention_days : SNAPSHOT_DEFAULT_RETENTION_DAYS;
-                json_t *base = json_pack("{s:s,s:s,s:i,s:i,s:i,s:I,s:O?,s:O?}", "driver", sandbox_driver_name(spec->driver), "image",
-                                         spec->image, "vcpu", (int)spec->vcpu, "memoryMiB", (int)spec->memory_mib,
-                                         "diskMiB", (int)spec->disk_mib, "timeoutSeconds",
-                                         (json_int_t)spec->timeout_seconds, "env", spec->env, "network", spec->network);
-                if (base && req->transient && json_object_set_new(base, SNAPSHOT_TRANSIENT, json_true()) < 0)
-                        json_decref(TAKE_PTR(base));
-                snap.owner = strdup(row->owner);
-                snap.key_id = strdup(row->key_id);
-                snap.sandbox_id = strdup(row->id);
-                snap.name = req->name ? strdup(req->name) : NULL;
-                snap.labels = req->labels ? json_dumps(req->labels, JSON_COMPACT) : strdup("{}");
-                snap.spec = base ? json_dumps(base, JSON_COMPACT) : NULL;
-                json_decref(base);
-                snprintf(snap.mode, sizeof snap.mode, "%s", memory ? "memory" : "disk");
-                snap.created_at = time_now_unix();
-                snap.expires_at = snap.created_at + days * 86400;
-                if (!snap.owner || !snap.key_id || !snap.sandbox_id || !snap.labels || !snap.spec ||
-                    (req->name && !snap.name))
-                        r = -ENOMEM;
-                else
+                if ((r = snapshot_record(row, req, memory, &snap)) == 0)
                         r = snapshot_store_commit(store, &snap);
+                else
+                        snapshot_store_abort(store, snap.id);
                 if (r == 0) {
                         log_info(rid, "snapshot %s of %s: %lld bytes in %llu ms, %llu ms of them frozen", snap.id,
                                  row->id, (long long)snap.size_bytes, (unsigned long long)(time_now_mono_ms() - t0),
@@ -204,39 +297,22 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
                         *op->out = snap;
                         return 0;
                 }
+                if (r == -EDQUOT || r == -EFBIG) {
+                        /* Past one of the owner's bounds (another snapshot
+                         * of the owner's came first, or this one is too
+                         * big): the commit kept nothing. */
+                        int64_t size = snap.size_bytes;
+                        snapshot_row_done(&snap);
+                        log_info(rid, "snapshot of %s (%lld bytes) refused: past its owner's bound",
+                                 row->id, (long long)size);
+                        return r == -EDQUOT ? too_many_snapshots(e)
+                                            : too_many_snapshot_bytes(store, row->owner, size, e);
+                }
         } else
                 snapshot_store_abort(store, snap.id);
         snapshot_row_done(&snap);
         log_error(rid, "snapshot of %s failed: %s", row->id, strerror(-r));
-        if (r == -EDQUOT) /* another snapshot of the owner's came first */
-                return too_many_snapshots(e);
-        if (r == -ENOSPC)
-                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "free disk space on the host, or delete snapshots",
-                                     "the host ran out of disk space while taking the snapshot; nothing was kept");
-        if (r == -ETIMEDOUT)
-                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "try again; a process in the sandbox may be in a long disk wait",
-                                     "sandbox %s could not be frozen for its snapshot; nothing was kept", row->id);
-        if (r == -E2BIG)
-                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "snapshot the sandbox the copies came from instead",
-                                     "sandbox %s is a copy of a copy too many times over to be snapshotted "
-                                     "(its disk would be more than %d layers)", row->id, 8);
-        if (r == -EOPNOTSUPP)
-                return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, NULL,
-                                     "sandbox %s keeps its files in memory only (no loop device on this host)", row->id);
-        if (r == -ESRCH)
-                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "try again", "sandbox %s stopped during the snapshot",
-                                     row->id);
-        if (r == -EPROTO)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, "take mode: \"disk\"",
-                                     "the agent of sandbox %s refused its checkpoint; nothing was kept", row->id);
-        if (r == -ESTALE && memory)
-                return sandbox_error(e, SANDBOX_ERR_CONFLICT,
-                                     "close deleted files the sandbox's processes hold open (a temporary file), "
-                                     "or take mode: \"disk\"",
-                                     "a process in sandbox %s holds a deleted file open, which gVisor cannot keep "
-                                     "in a memory snapshot; nothing was kept",
-                                     row->id);
-        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "the snapshot failed");
+        return snapshot_failed(row, r, memory, e);
 }
 
 int sandbox_snapshot(Manager *m, const KeyInfo *key, const char *id, const SnapshotRequest *req, const char *rid,

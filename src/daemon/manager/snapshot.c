@@ -25,6 +25,7 @@ struct SnapshotStore {
         StoreSnapshots *h;
         char *dir; /* state_dir/snapshots */
         uint64_t price_gib_hour;
+        int64_t owner_max_bytes; /* set before the daemon serves */
         Ledger *ledger;
         char host_id[64]; /* this host: the home of the snapshots it makes */
         pthread_mutex_t quit_lock;
@@ -70,6 +71,7 @@ int snapshot_store_open(const StoreBackend *b, const char *location, const char 
         if ((r = s->ops->open(location, &s->h)) < 0)
                 goto fail;
         s->price_gib_hour = price;
+        s->owner_max_bytes = (int64_t)SNAPSHOT_OWNER_MIB_DEFAULT << 20;
         pthread_mutex_init(&s->quit_lock, NULL);
         pthread_cond_init(&s->quit_cond, NULL);
         *ret = s;
@@ -107,6 +109,17 @@ int snapshot_store_set_epoch(SnapshotStore *s, const char *host_id, int64_t epoc
 
 void snapshot_store_set_ledger(SnapshotStore *s, Ledger *ledger) {
         s->ledger = ledger;
+}
+
+int snapshot_store_set_owner_max_mib(SnapshotStore *s, uint64_t mib) {
+        if (mib < 1 || mib > SNAPSHOT_OWNER_MIB_MAX)
+                return -ERANGE;
+        s->owner_max_bytes = (int64_t)(mib << 20);
+        return 0;
+}
+
+uint64_t snapshot_store_owner_max_mib(SnapshotStore *s) {
+        return (uint64_t)s->owner_max_bytes >> 20;
 }
 
 static uint64_t per_hour(SnapshotStore *s, int64_t bytes) {
@@ -221,7 +234,7 @@ int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row) {
         if ((r = fsync_path(s->dir)) < 0)
                 goto fail_final;
         snprintf(row->host_id, sizeof(row->host_id), "%s", s->host_id);
-        if ((r = s->ops->insert(s->h, row, SNAPSHOT_MAX_PER_OWNER)) < 0)
+        if ((r = s->ops->insert(s->h, row, SNAPSHOT_MAX_PER_OWNER, s->owner_max_bytes)) < 0)
                 goto fail_final;
         if (s->ledger) {
                 char ser[48];
@@ -430,6 +443,6 @@ int snapshot_store_start(SnapshotStore *s) {
         return 0;
 }
 
-int snapshot_store_count(SnapshotStore *s, const char *owner, int64_t *ret) {
-        return s->ops->count(s->h, owner, ret);
+int snapshot_store_usage(SnapshotStore *s, const char *owner, StoreSnapshotUsage *ret) {
+        return s->ops->usage(s->h, owner, ret);
 }

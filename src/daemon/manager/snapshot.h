@@ -32,6 +32,12 @@ typedef struct SnapshotStore SnapshotStore;
 #define SNAPSHOT_DEFAULT_RETENTION_DAYS 7
 /* Snapshots one owner may keep at once: each holds disk on the host. */
 #define SNAPSHOT_MAX_PER_OWNER 256
+/* The bytes one owner's snapshots may hold in all, the sum of their
+ * size_bytes with a fork's transient ones (--max-snapshot-mib-per-owner),
+ * so that one owner cannot fill the disk that every owner's snapshots share.
+ * In MiB: the default and the largest that may be set. */
+#define SNAPSHOT_OWNER_MIB_DEFAULT (20u * 1024u)
+#define SNAPSHOT_OWNER_MIB_MAX (16u * 1024u * 1024u)
 
 void snapshot_row_done(SnapshotRow *r);
 bool snapshot_id_ok(const char *s);
@@ -43,6 +49,11 @@ int snapshot_store_open(const StoreBackend *b, const char *location, const char 
                         uint64_t price_disk_gib_hour_micros, SnapshotStore **ret);
 void snapshot_store_close(SnapshotStore *s);
 void snapshot_store_set_ledger(SnapshotStore *s, Ledger *ledger);
+/* The owner's bound on bytes, SNAPSHOT_OWNER_MIB_DEFAULT until set: -ERANGE
+ * (the bound unchanged) outside 1 .. SNAPSHOT_OWNER_MIB_MAX. Before the
+ * daemon serves. */
+int snapshot_store_set_owner_max_mib(SnapshotStore *s, uint64_t mib);
+uint64_t snapshot_store_owner_max_mib(SnapshotStore *s);
 /* This host: the snapshots it makes are kept here (their home), and its
  * recovery, charges and expiry see only those. Before snapshot_store_recover. */
 void snapshot_store_set_host(SnapshotStore *s, const char *host_id);
@@ -61,8 +72,10 @@ int snapshot_store_start(SnapshotStore *s);
 int snapshot_store_begin(SnapshotStore *s, char ret_id[SNAPSHOT_ID_LEN + 1], char **ret_tmpdir);
 /* The files in the temporary directory become the snapshot of row (its
  * size measured here): synced, renamed, then the row inserted and its
- * storage charge opened. On failure nothing is left; -EDQUOT when its owner
- * keeps SNAPSHOT_MAX_PER_OWNER snapshots already. */
+ * storage charge opened. On failure nothing is left (no files, no row, no
+ * charge); -EDQUOT when its owner keeps SNAPSHOT_MAX_PER_OWNER snapshots
+ * already, -EFBIG when its size would take the bytes they hold past the
+ * owner's bound (row->size_bytes says how big it was). */
 int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row);
 /* Removes a begun snapshot's temporary directory. */
 void snapshot_store_abort(SnapshotStore *s, const char *id);
@@ -83,7 +96,8 @@ int snapshot_store_list(SnapshotStore *s, const char *owner, const char *sandbox
  * when another update came first, -ENOENT. */
 int snapshot_store_update(SnapshotStore *s, const char *owner, const char *id, uint64_t version, bool set_name,
                           const char *name, const char *labels, int64_t expires_at, SnapshotRow *ret);
-/* How many snapshots owner keeps. */
-int snapshot_store_count(SnapshotStore *s, const char *owner, int64_t *ret);
+/* How many snapshots owner keeps and the bytes they hold, as the bounds
+ * count them (a fork's transient ones included). */
+int snapshot_store_usage(SnapshotStore *s, const char *owner, StoreSnapshotUsage *ret);
 /* Deletes the row, closes its charge and removes its files. -ENOENT. */
 int snapshot_store_delete(SnapshotStore *s, const char *owner, const char *id);

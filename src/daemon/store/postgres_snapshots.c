@@ -1,5 +1,5 @@
 /* The snapshots in PostgreSQL (store_snapshots.h): the SQLite backend's
- * statements in PostgreSQL's words. The insert with its per-owner count and
+ * statements in PostgreSQL's words. The insert with its owner's usage and
  * the conditional update with its read back are each one serializable
  * transaction, run again when another host's write came between. */
 #include <errno.h>
@@ -61,32 +61,35 @@ static int read_row(const PGresult *res, int i, SnapshotRow *ret) {
         return 0;
 }
 
-static int count_run(PgConn *c, bool locked, const char *owner, int64_t *ret) {
+static int usage_run(PgConn *c, bool locked, const char *owner, StoreSnapshotUsage *ret) {
         PgParams p = { 0 };
         pgp_text(&p, owner);
         _cleanup_pgres_ PGresult *res = NULL;
-        static const char sql[] = "SELECT count(*) FROM snapshots WHERE owner = $1";
+        /* sum() of a bigint is a numeric: cast back, as the column is. */
+        static const char sql[] =
+                "SELECT count(*), coalesce(sum(size_bytes), 0)::bigint FROM snapshots WHERE owner = $1";
         int r = locked ? pgdb_run_locked(c, sql, &p, &res) : pgdb_run(c, sql, &p, &res);
         if (r < 0)
                 return r;
-        *ret = pgi(res, 0, 0);
+        *ret = (StoreSnapshotUsage){ .count = pgi(res, 0, 0), .bytes = pgi(res, 0, 1) };
         return 0;
 }
 
 typedef struct Insert {
         const SnapshotRow *row;
         unsigned max_per_owner;
+        int64_t max_bytes_per_owner;
 } Insert;
 
 static int insert_tx(PgConn *c, void *userdata) {
         const Insert *a = userdata;
         const SnapshotRow *s = a->row;
-        int64_t n = 0;
-        int r = count_run(c, true, s->owner, &n);
+        StoreSnapshotUsage u;
+        int r = usage_run(c, true, s->owner, &u);
         if (r < 0)
                 return r;
-        if (n >= (int64_t)a->max_per_owner)
-                return -EDQUOT;
+        if ((r = store_snapshot_fits(&u, s, a->max_per_owner, a->max_bytes_per_owner)) < 0)
+                return r;
         PgParams p = { 0 };
         pgp_text(&p, s->id);
         pgp_text(&p, s->owner);
@@ -111,8 +114,9 @@ static int pg_snapshots_set_writer(StoreSnapshots *h, const char *host_id, int64
         return pgdb_set_writer(&h->c, host_id, epoch);
 }
 
-static int pg_snapshots_insert(StoreSnapshots *h, const SnapshotRow *row, unsigned max_per_owner) {
-        Insert a = { .row = row, .max_per_owner = max_per_owner };
+static int pg_snapshots_insert(StoreSnapshots *h, const SnapshotRow *row, unsigned max_per_owner,
+                               int64_t max_bytes_per_owner) {
+        Insert a = { .row = row, .max_per_owner = max_per_owner, .max_bytes_per_owner = max_bytes_per_owner };
         return pgdb_write(&h->c, insert_tx, &a);
 }
 
@@ -245,8 +249,8 @@ static int pg_snapshots_delete(StoreSnapshots *h, const char *owner, const char 
         return n == 0 ? -ENOENT : 0;
 }
 
-static int pg_snapshots_count(StoreSnapshots *h, const char *owner, int64_t *ret) {
-        return count_run(&h->c, false, owner, ret);
+static int pg_snapshots_usage(StoreSnapshots *h, const char *owner, StoreSnapshotUsage *ret) {
+        return usage_run(&h->c, false, owner, ret);
 }
 
 #define OF_HOST "($2::text IS NULL OR host_id IN ($2, ''))"
@@ -292,6 +296,6 @@ const StoreSnapshotOps store_postgres_snapshots = {
         .list = pg_snapshots_list,
         .update = pg_snapshots_update,
         .delete = pg_snapshots_delete,
-        .count = pg_snapshots_count,
+        .usage = pg_snapshots_usage,
         .ids = pg_snapshots_ids,
 };

@@ -107,15 +107,17 @@ static int read_row(sqlite3_stmt *st, SnapshotRow *ret) {
         return 0;
 }
 
-static int count_locked(StoreSnapshots *h, const char *owner, int64_t *ret) {
+static int usage_locked(StoreSnapshots *h, const char *owner, StoreSnapshotUsage *ret) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(h->sql, "SELECT count(*) FROM snapshots WHERE owner = ?", -1, &st, NULL) != SQLITE_OK)
+        if (sqlite3_prepare_v2(h->sql,
+                               "SELECT count(*), coalesce(sum(size_bytes), 0) FROM snapshots WHERE owner = ?", -1,
+                               &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
         int rc = sqlite3_step(st);
         if (rc != SQLITE_ROW)
                 return sqldb_errno(rc) ?: -EIO;
-        *ret = sqlite3_column_int64(st, 0);
+        *ret = (StoreSnapshotUsage){ .count = sqlite3_column_int64(st, 0), .bytes = sqlite3_column_int64(st, 1) };
         return 0;
 }
 
@@ -147,14 +149,16 @@ static int sqlite_snapshots_set_writer(StoreSnapshots *h, const char *host_id, i
         return 0;
 }
 
-static int sqlite_snapshots_insert(StoreSnapshots *h, const SnapshotRow *row, unsigned max_per_owner) {
+static int sqlite_snapshots_insert(StoreSnapshots *h, const SnapshotRow *row, unsigned max_per_owner,
+                                   int64_t max_bytes_per_owner) {
         LOCKED(h);
         int r = sqldb_exec(h->sql, "BEGIN IMMEDIATE");
         if (r < 0)
                 return r;
-        int64_t n = 0;
-        if ((r = count_locked(h, row->owner, &n)) == 0)
-                r = n >= (int64_t)max_per_owner ? -EDQUOT : insert_locked(h, row);
+        StoreSnapshotUsage u;
+        if ((r = usage_locked(h, row->owner, &u)) == 0 &&
+            (r = store_snapshot_fits(&u, row, max_per_owner, max_bytes_per_owner)) == 0)
+                r = insert_locked(h, row);
         return transaction_end(h, r);
 }
 
@@ -293,9 +297,9 @@ static int sqlite_snapshots_delete(StoreSnapshots *h, const char *owner, const c
         return sqlite3_changes(h->sql) == 0 ? -ENOENT : 0;
 }
 
-static int sqlite_snapshots_count(StoreSnapshots *h, const char *owner, int64_t *ret) {
+static int sqlite_snapshots_usage(StoreSnapshots *h, const char *owner, StoreSnapshotUsage *ret) {
         LOCKED(h);
-        return count_locked(h, owner, ret);
+        return usage_locked(h, owner, ret);
 }
 
 #define OF_HOST "(?3 IS NULL OR host_id IN (?3, ''))"
@@ -357,6 +361,6 @@ const StoreSnapshotOps store_sqlite_snapshots = {
         .list = sqlite_snapshots_list,
         .update = sqlite_snapshots_update,
         .delete = sqlite_snapshots_delete,
-        .count = sqlite_snapshots_count,
+        .usage = sqlite_snapshots_usage,
         .ids = sqlite_snapshots_ids,
 };

@@ -9,6 +9,7 @@
  * change at once (two clients' updates), so a record carries a version that
  * the update checks and bumps.
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,6 +52,28 @@ static inline void store_snapshot_row_clear(SnapshotRow *r) {
         *r = (SnapshotRow){ 0 };
 }
 
+/* What one owner keeps: its snapshots and the sum of their size_bytes,
+ * transient ones included. */
+typedef struct StoreSnapshotUsage {
+        int64_t count;
+        int64_t bytes;
+} StoreSnapshotUsage;
+
+/* Whether r fits beside what its owner keeps (u): -EDQUOT when the owner
+ * keeps max_per_owner snapshots already, -EFBIG when r's bytes would take
+ * the owner's past max_bytes_per_owner, else 0. The backends' inserts check
+ * it in the transaction that inserts r. */
+static inline int store_snapshot_fits(const StoreSnapshotUsage *u, const SnapshotRow *r,
+                                      unsigned max_per_owner, int64_t max_bytes_per_owner) {
+        if (u->count >= (int64_t)max_per_owner)
+                return -EDQUOT;
+        /* Written so that no sum can overflow. */
+        int64_t size = r->size_bytes > 0 ? r->size_bytes : 0;
+        if (size > max_bytes_per_owner || u->bytes > max_bytes_per_owner - size)
+                return -EFBIG;
+        return 0;
+}
+
 /* An update's version that any current version satisfies. */
 #define STORE_SNAPSHOT_ANY_VERSION UINT64_C(0)
 
@@ -88,10 +111,13 @@ struct StoreSnapshotOps {
         int (*open)(const char *location, StoreSnapshots **ret);
         void (*close)(StoreSnapshots *h);
         /* Inserts r (its id, owner and the rest; state is not kept) at
-         * version 1, atomically with the count it is checked against:
-         * -EDQUOT when r's owner keeps max_per_owner snapshots already
-         * (transient ones included); -EEXIST for a taken id. */
-        int (*insert)(StoreSnapshots *h, const SnapshotRow *r, unsigned max_per_owner);
+         * version 1, atomically with the owner's usage it is checked
+         * against (store_snapshot_fits, transient ones included): -EDQUOT
+         * when r's owner keeps max_per_owner snapshots already, -EFBIG when
+         * r's size_bytes would take the sum of the owner's past
+         * max_bytes_per_owner; -EEXIST for a taken id. */
+        int (*insert)(StoreSnapshots *h, const SnapshotRow *r, unsigned max_per_owner,
+                      int64_t max_bytes_per_owner);
         /* The host whose writes these are, at the epoch it registered at
          * (a fleet): each write from now on is made only while the host is
          * still registered at it and not declared dead, and is -EOWNERDEAD,
@@ -115,8 +141,9 @@ struct StoreSnapshotOps {
         /* Deletes owner's (NULL: any owner's) snapshot id, transient ones
          * too. -ENOENT. */
         int (*delete)(StoreSnapshots *h, const char *owner, const char *id);
-        /* How many snapshots owner keeps, transient ones included. */
-        int (*count)(StoreSnapshots *h, const char *owner, int64_t *ret);
+        /* How many snapshots owner keeps and the sum of their size_bytes,
+         * transient ones included: what insert checks its bounds against. */
+        int (*usage)(StoreSnapshots *h, const char *owner, StoreSnapshotUsage *ret);
         /* The ids of which (at `now`, for STORE_SNAPSHOT_IDS_EXPIRED) whose
          * home is host (NULL: any; rows of before hosts count as every
          * host's), at most max: an array of ids the caller frees. */
