@@ -6,11 +6,12 @@
 One daemon (namespace unless --driver). Owner B has a running sandbox and, per round, asks for it
 (GET /v1/sandboxes/{id}), lists a directory in it and runs `true` in it. The rounds run twice:
 first with owner A idle, then with owner A at its bounds: 16 terminals open (its share of the
-daemon's 64), 16 uploads in progress (its share, 1 GiB declared in all), and 1,000 slow sockets
-from another peer address (127.0.0.2) that send part of their headers and stop (the daemon takes
-256 of them, its bound per peer, until their 15 s are up; the bench opens them again as they
-close). Prints the p50 and p90 of each figure, idle and loaded, and loaded/idle of the p50s.
-Needs root and the default image.
+daemon's 64), 16 uploads in progress (its share, 1 GiB declared in all), as many commands waited
+on as its bound of requests in progress lets it start (128 with the terminals), and 1,000 slow
+sockets from another peer address (127.0.0.2) that send part of their headers and stop (the edge
+holds 256 of them, its bound per peer, without a thread, until their 15 s are up; the bench opens
+them again as they close). Prints the p50 and p90 of each figure, idle and loaded, and loaded/idle
+of the p50s, and the daemon's threads idle and loaded. Needs root and the default image.
 """
 from __future__ import annotations
 
@@ -69,6 +70,19 @@ def terminal(port: int, key: str, sid: str) -> socket.socket:
         head += chunk
     assert head.startswith(b"HTTP/1.1 101"), head
     return s
+
+
+def long_exec(port: int, key: str, sid: str) -> socket.socket:
+    """A command waited on (`sleep 3600`): one request in progress until the socket closes."""
+    body = b'{"argv": ["sleep", "3600"]}'
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall((f"POST /v1/sandboxes/{sid}:exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+    return s
+
+
+def threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
 
 
 class Slowloris(threading.Thread):
@@ -142,6 +156,7 @@ def main() -> int:
         a_boxes = [admin.create_sandbox(driver=args.driver, timeoutSeconds=3600) for _ in range(2)]
         rounds(b, sb.id, 5)  # warm-up
         idle = rounds(b, sb.id, args.rounds)
+        threads_before = threads(d.proc.pid)
         # Owner A at every bound it has.
         for i in range(16):
             held.append(terminal(d.port, d.api_key, a_boxes[i % 2].id))
@@ -153,10 +168,19 @@ def main() -> int:
         r = admin.post(f"/v1/sandboxes/{a_boxes[0].id}/uploads",
                        json={"path": "/workspace/more", "size": 1, "sha256": "0" * 64})
         assert r.status_code == 429, r.text
+        # Requests in progress up to the owner's bound: the next one is refused.
+        for _ in range(512):
+            if admin.get("/v1/info").status_code == 429:
+                break
+            held.append(long_exec(d.port, d.api_key, a_boxes[len(held) % 2].id))
+        else:
+            raise AssertionError("owner A never reached its bound of requests in progress")
+        in_progress = len(held) - 16
         loris.start()
         while len(loris.socks) < 1000:
             time.sleep(0.2)
         loaded = rounds(b, sb.id, args.rounds)
+        threads_loaded = threads(d.proc.pid)
     finally:
         loris.stop.set()
         for s in held:
@@ -164,7 +188,8 @@ def main() -> int:
         d.stop()
         remove_empty_cgroup_tree(cg)
     print(f"{args.rounds} rounds of owner B, driver {args.driver}; owner A idle, then at its bounds "
-          f"(16 terminals, 16 uploads, 1,000 slow sockets from another address)")
+          f"(16 terminals, 16 uploads, {in_progress} more requests in progress, 1,000 slow sockets from "
+          f"another address); the daemon's threads: {threads_before} idle, {threads_loaded} loaded")
     print(f"{'figure':<20} {'idle p50':>9} {'idle p90':>9} {'loaded p50':>11} {'loaded p90':>11} {'ratio p50':>10}")
     for f in FIGURES:
         i50, l50 = statistics.median(idle[f]) * 1000, statistics.median(loaded[f]) * 1000

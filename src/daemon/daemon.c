@@ -939,6 +939,8 @@ static int serve(Daemon *d) {
                                 cfg->max_connections_per_peer, &d->http);
         if (r == 0) {
                 http_server_set_fleet(d->http, d->fleet);
+                http_server_set_bounds(d->http, cfg->max_requests_per_owner, cfg->max_waiting_connections,
+                                       cfg->http_head_timeout_s);
                 http_server_set_audit(d->http, d->audit);
                 http_server_set_requests(d->http, d->requests);
                 http_server_set_fleet_secret(d->http, d->fleet_secret[0] ? d->fleet_secret : NULL);

@@ -16,6 +16,7 @@
 
 #include "common/macro.h"
 #include "daemon/egress/egress_service.h"
+#include "daemon/http/http.h"
 #include "daemon/manager/audit.h"
 #include "daemon/manager/events.h"
 #include "daemon/manager/fleet.h"
@@ -173,6 +174,12 @@ static const OptionSpec options[] = {
                "HTTP connections at once; past it the daemon does not accept"),
         NUMBER("max-connections-per-peer", cfg.max_connections_per_peer, 1, 65536, 256,
                "HTTP connections at once from one peer address"),
+        NUMBER("max-waiting-connections", cfg.max_waiting_connections, 1, 1048576, HTTP_MAX_WAITING_DEFAULT,
+               "connections awaiting their first request's head, all peers; past it the oldest is closed"),
+        NUMBER("http-head-timeout-seconds", cfg.http_head_timeout_s, 1, 600, HTTP_HEADER_TIMEOUT_S,
+               "the time a connection has for a request's whole head, from its start or the answer before"),
+        NUMBER("max-requests-per-owner", cfg.max_requests_per_owner, 1, 65536, HTTP_REQUESTS_PER_OWNER_DEFAULT,
+               "requests one owner has in progress at once, streams and WebSockets included"),
 
         HEADING("Prices (micro-dollars) and trials"),
         NUMBER("price-vcpu-hour-micros", cfg.price_vcpu_hour_micros, 0, PRICE_MAX, 9375,

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -22,6 +23,7 @@
 #include "daemon/manager/keys.h"
 #include "common/log.h"
 #include "daemon/manager/metrics.h"
+#include "daemon/http/edge.h"
 #include "daemon/http/forward.h"
 #include "daemon/http/request.h"
 #include "daemon/manager/snapshot.h"
@@ -409,7 +411,108 @@ struct HttpServer {
         RequestCounts *requests; /* NULL: answers not counted */
         const char *fleet_secret; /* NULL: no forwarding */
         struct MHD_Daemon *mhd;
+        Edge *edge;
+        unsigned max_waiting;
+        unsigned head_timeout_s;
+        /* Requests each owner has in progress (streams and WebSockets
+         * included), at most owner_max. */
+        unsigned owner_max;
+        pthread_mutex_t owners_lock;
+        struct OwnerLoad *owners[OWNER_BUCKETS];
 };
+
+/* Whether a comma-separated header value (Connection) names token. */
+static bool header_has_token(const char *value, const char *token) {
+        size_t n = strlen(token);
+        for (const char *p = value; p && *p;) {
+                while (*p == ' ' || *p == '\t' || *p == ',')
+                        p++;
+                const char *end = p;
+                while (*end && *end != ',')
+                        end++;
+                const char *last = end;
+                while (last > p && (last[-1] == ' ' || last[-1] == '\t'))
+                        last--;
+                if ((size_t)(last - p) == n && strncasecmp(p, token, n) == 0)
+                        return true;
+                p = end;
+        }
+        return false;
+}
+
+/* ---- each owner's requests in progress ---- */
+
+/* A connection's own: the edge's watch on it, and the owner whose request
+ * it carries after an upgrade, counted until it closes. */
+typedef struct Conn {
+        EdgeConn *edge;
+        int fd;
+        char *owner;
+} Conn;
+
+typedef struct OwnerLoad {
+        unsigned n;
+        struct OwnerLoad *next;
+        char owner[];
+} OwnerLoad;
+
+static unsigned owner_bucket(const char *owner) {
+        return (unsigned)(fnv1a64_str(FNV1A64_INIT, owner) % OWNER_BUCKETS);
+}
+
+/* One more request of r's owner, unless it has owner_max in progress. */
+static int owner_take(HttpServer *s, Req *r) {
+        unsigned b = owner_bucket(r->key.owner);
+        int rc = 0;
+        pthread_mutex_lock(&s->owners_lock);
+        OwnerLoad *o = s->owners[b];
+        while (o && strcmp(o->owner, r->key.owner) != 0)
+                o = o->next;
+        if (!o) {
+                size_t len = strlen(r->key.owner);
+                if ((o = calloc(1, sizeof *o + len + 1))) {
+                        memcpy(o->owner, r->key.owner, len + 1);
+                        o->next = s->owners[b];
+                        s->owners[b] = o;
+                }
+        }
+        if (!o)
+                rc = -ENOMEM;
+        else if (o->n >= s->owner_max)
+                rc = -EUSERS;
+        else {
+                o->n++;
+                r->owner_counted = true;
+        }
+        pthread_mutex_unlock(&s->owners_lock);
+        return rc;
+}
+
+static void owner_release(HttpServer *s, const char *owner) {
+        unsigned b = owner_bucket(owner);
+        pthread_mutex_lock(&s->owners_lock);
+        for (OwnerLoad **pp = &s->owners[b]; *pp; pp = &(*pp)->next) {
+                OwnerLoad *o = *pp;
+                if (strcmp(o->owner, owner) != 0)
+                        continue;
+                if (--o->n == 0) {
+                        *pp = o->next;
+                        free(o);
+                }
+                break;
+        }
+        pthread_mutex_unlock(&s->owners_lock);
+}
+
+void http_server_set_bounds(HttpServer *s, unsigned owner_max, unsigned max_waiting, unsigned head_timeout_s) {
+        s->owner_max = owner_max;
+        s->max_waiting = max_waiting;
+        s->head_timeout_s = head_timeout_s;
+}
+
+void http_server_edge_stats(HttpServer *s, EdgeStats *ret) {
+        edge_stats(s ? s->edge : NULL, ret);
+}
 
 void http_server_set_fleet(HttpServer *s, Fleet *fleet) {
         s->fleet = fleet;
@@ -716,6 +819,14 @@ static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
         if (d->access == HTTP_ACCESS_FULL && r->key.access != KEY_ACCESS_FULL)
                 return api_error(e, 403, "forbidden", "use a key with full access",
                                  "this key has read access only");
+        /* Each request holds a thread while it lasts: one owner's streams
+         * and WebSockets take a share of the connections, never all. */
+        if ((rc = owner_take(s, r)) == -EUSERS)
+                return api_error(e, 429, "rate_limited", "finish or close some of them (streams, WebSockets) first",
+                                 "this owner has %u requests in progress, its bound (--max-requests-per-owner)",
+                                 s->owner_max);
+        if (rc < 0)
+                return api_error(e, 500, "internal", NULL, "out of memory");
         if (d->body == HTTP_BODY_JSON || d->body == HTTP_BODY_JSON_OR_EMPTY) {
                 const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
                 if (cl && strtoull(cl, NULL, 10) > body_limit(d))
@@ -873,9 +984,13 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
                 *con_cls = r;
                 /* Its headers are in: the request has the long timeout. */
                 MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)HTTP_REQUEST_TIMEOUT_S);
+                const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+                if (ci && ci->socket_context)
+                        edge_conn_busy(((Conn *)ci->socket_context)->edge);
                 r->app = s->app;
                 r->conn = conn;
                 r->method = method;
+                r->http11 = version && strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
                 r->t0 = time_now_mono_ms();
                 char hex[17];
                 if (random_hex(hex, 8) < 0)
@@ -955,6 +1070,29 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
                 return;
         *con_cls = NULL;
         unsigned status = r->answered ? r->status : 0;
+        HttpServer *s = cls;
+        /* Between two requests a connection has the head's time, not the
+         * request's: the edge cuts one whose next head is late. An
+         * upgraded one (a WebSocket) is its owner's request in progress
+         * until it closes. */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        Conn *c = ci ? ci->socket_context : NULL;
+        bool next = c && status != 101 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && r->http11 &&
+                    !header_has_token(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION),
+                                      "close");
+        if (c && status == 101) {
+                edge_conn_upgraded(c->edge);
+                if (r->owner_counted && !c->owner) {
+                        c->owner = strdup(r->key.owner);
+                        r->owner_counted = !c->owner;
+                }
+        } else if (c) {
+                edge_conn_idle(c->edge);
+                MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->head_timeout_s);
+        }
+        if (r->owner_counted)
+                owner_release(s, r->key.owner);
+        r->owner_counted = false;
         metrics_http_response(status);
         audit_request(cls, r, status);
         /* Counted where the client asked: a call forwarded here was counted there. */
@@ -978,15 +1116,47 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
         json_decref(r->json);
         free(r->body);
         free(r);
+        /* A kept-alive connection's next head is looked at before the
+         * server reads it, as its first was by the edge: this thread would
+         * wait for it all the same. */
+        if (next && edge_next_head(s->edge, c->fd, s->head_timeout_s * 1000u) < 0)
+                log_debug(NULL, "http: a kept-alive connection's next head refused");
 }
 
-/* A new connection has HTTP_HEADER_TIMEOUT_S to send its first request's
- * headers: one that opens and waits, or trickles, is closed long before
- * the request timeout, and holds its thread that long only. */
+/* A connection comes from the edge with its first head whole; the edge
+ * watches it from then on until it closes. */
 static void connection_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                               enum MHD_ConnectionNotificationCode code) {
-        if (code == MHD_CONNECTION_NOTIFY_STARTED)
-                MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)HTTP_HEADER_TIMEOUT_S);
+        HttpServer *s = cls;
+        if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+                MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->head_timeout_s);
+                const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+                Conn *c = calloc(1, sizeof *c);
+                if (c && ci) {
+                        c->edge = edge_conn_add(s->edge, ci->connect_fd);
+                        c->fd = ci->connect_fd;
+                } else if (c)
+                        c->fd = -1;
+                *socket_context = c;
+        } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+                Conn *c = *socket_context;
+                *socket_context = NULL;
+                if (!c)
+                        return;
+                edge_conn_remove(c->edge);
+                if (c->owner)
+                        owner_release(s, c->owner);
+                free(c->owner);
+                free(c);
+        }
+}
+
+static void hand_off(void *userdata, int fd, const struct sockaddr *sa, socklen_t len) {
+        HttpServer *s = userdata;
+        /* Closed by the server whatever it answers (past its bounds, or
+         * out of memory). */
+        if (MHD_add_connection(s->mhd, fd, sa, len) != MHD_YES)
+                log_debug(NULL, "http: a connection not taken: %s", strerror(errno));
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -1008,41 +1178,67 @@ int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, 
         s->keys = keys;
         s->max_connections = max_connections;
         s->max_per_peer = max_per_peer;
+        s->max_waiting = HTTP_MAX_WAITING_DEFAULT;
+        s->owner_max = HTTP_REQUESTS_PER_OWNER_DEFAULT;
+        s->head_timeout_s = HTTP_HEADER_TIMEOUT_S;
+        pthread_mutex_init(&s->owners_lock, NULL);
         *ret = s;
         return 0;
 }
 
 int http_server_start(HttpServer *s, int listen_fd) {
+        /* The server listens on nothing: the edge accepts, and hands it
+         * each connection once its head is whole. */
         s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                                          MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE,
+                                          MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE |
+                                          MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC,
                                   0, NULL, NULL, access_handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-                                  MHD_OPTION_LISTEN_SOCKET, listen_fd,
                                   MHD_OPTION_CONNECTION_LIMIT, s->max_connections,
                                   MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->max_per_peer,
                                   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_REQUEST_TIMEOUT_S,
                                   MHD_OPTION_NOTIFY_CONNECTION, connection_notify, s, MHD_OPTION_NOTIFY_COMPLETED,
                                   request_completed, s, MHD_OPTION_END);
-        return s->mhd ? 0 : -EIO;
+        if (!s->mhd)
+                return -EIO;
+        /* A head of up to the connection's memory less what the server
+         * keeps for the rest; a NUL in it is refused here, before the
+         * server would cut a header's value at it. */
+        EdgeConfig cfg = { .max_waiting = s->max_waiting, .max_waiting_per_peer = s->max_per_peer,
+                           .head_ms = s->head_timeout_s * 1000u, .head_max = HTTP_MAX_HEAD };
+        int r = edge_start(listen_fd, &cfg, hand_off, s, &s->edge);
+        if (r < 0) {
+                MHD_stop_daemon(s->mhd);
+                s->mhd = NULL;
+        }
+        return r;
 }
 
 void http_server_quiesce(HttpServer *s) {
-        if (s->mhd) {
-                MHD_socket fd = MHD_quiesce_daemon(s->mhd);
-                if (fd != MHD_INVALID_SOCKET)
-                        close(fd);
-        }
+        edge_quiesce(s->edge);
 }
 
+/* The edge first (nothing more handed on), then the server, whose
+ * connections the edge watches until each is closed, then the edge. */
 void http_server_stop(HttpServer *s) {
+        edge_quiesce(s->edge);
         if (s->mhd)
                 MHD_stop_daemon(s->mhd);
         s->mhd = NULL;
+        edge_free(s->edge);
+        s->edge = NULL;
 }
 
 void http_server_free(HttpServer *s) {
         if (!s)
                 return;
         http_server_stop(s);
+        for (unsigned b = 0; b < OWNER_BUCKETS; b++)
+                while (s->owners[b]) {
+                        OwnerLoad *o = s->owners[b];
+                        s->owners[b] = o->next;
+                        free(o);
+                }
+        pthread_mutex_destroy(&s->owners_lock);
         free(s);
 }

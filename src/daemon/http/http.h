@@ -138,6 +138,8 @@ struct Req {
          * new one), for the audit trail; "" when none. */
         char audit_sandbox_id[ROUTE_ID_LEN + 1];
         struct HttpServer *server;
+        bool owner_counted; /* one of its owner's requests in progress */
+        bool http11;        /* an HTTP/1.1 request: its connection may be kept alive */
 };
 
 /* Names one detail of the request for its audit record ("command": the
@@ -174,10 +176,18 @@ typedef struct HttpServer HttpServer;
 
 /* Serves `routes` (kept, not copied) with `app` handed to each request;
  * keys are checked against db. */
-/* How long a new connection has to send its first request's headers, and
- * how long a connection may then be silent (a request, or between two). */
-#define HTTP_HEADER_TIMEOUT_S 15
+/* How long a connection has to send a request's whole head, from its
+ * start or from the answer before (http/edge.h), and how long a request
+ * may then be silent. */
+#define HTTP_HEADER_TIMEOUT_S 15u
 #define HTTP_REQUEST_TIMEOUT_S 600
+/* The bytes of a request's head (its line and headers). */
+#define HTTP_MAX_HEAD (64u * 1024u)
+/* Connections awaiting their first head at once, all peers. */
+#define HTTP_MAX_WAITING_DEFAULT 4096u
+/* Requests one owner has in progress at once. */
+#define HTTP_REQUESTS_PER_OWNER_DEFAULT 128u
+#define OWNER_BUCKETS 256u
 /* max_connections in all, max_per_peer from one peer address. */
 typedef struct Fleet Fleet;
 int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, KeyStore *keys,
@@ -186,6 +196,14 @@ int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, 
 /* This host's standing among the hosts (NULL: none): a fenced host answers
  * 503 host_fenced to everything but /metrics. */
 void http_server_set_fleet(HttpServer *s, Fleet *fleet);
+/* Before http_server_start: requests one owner may have in progress (its
+ * streams and WebSockets included; a 429 past it), connections that may
+ * await their first head at once (past it the oldest is closed), and the
+ * time a connection has for a request's whole head (HTTP_HEADER_TIMEOUT_S
+ * unless set). */
+void http_server_set_bounds(HttpServer *s, unsigned owner_max, unsigned max_waiting, unsigned head_timeout_s);
+struct EdgeStats;
+void http_server_edge_stats(HttpServer *s, struct EdgeStats *ret);
 /* Each request that changes something (and each WebSocket opened) gets an
  * audit record once answered (manager/audit.h). */
 struct Audit;

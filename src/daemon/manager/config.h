@@ -46,6 +46,9 @@ typedef struct DaemonConfig {
         unsigned max_file_mib;
         unsigned max_connections;
         unsigned max_connections_per_peer; /* of them, from one peer address */
+        unsigned max_requests_per_owner;   /* requests in progress of one owner */
+        unsigned max_waiting_connections;  /* connections awaiting their first head */
+        unsigned http_head_timeout_s;      /* for a request's whole head */
         unsigned max_uploads_per_owner;    /* uploads in progress of one owner */
         unsigned max_upload_mib_per_owner; /* their declared bytes */
         unsigned max_snapshot_mib_per_owner; /* the bytes one owner's snapshots hold */
