@@ -24,6 +24,7 @@
 
 #include "agent/limits.h"
 #include "common/macro.h"
+#include "common/timeutil.h"
 
 const char *const exec_base_env[] = {
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -301,6 +302,10 @@ static int spawn_child(void *p) {
  * returns once the child has exec'd): past it, it was stopped or is stuck,
  * and it is killed. */
 #define LAUNCH_TAKEN_WAIT_MS 5000
+/* A launcher that is gone (killed, or stopped and killed) is started again
+ * after the next command, at most this often: the sandbox's root may kill
+ * each new one, and a fork bomb may refuse its fork. */
+#define LAUNCH_RESTART_MS 1000
 
 /* The arena's state word: a request's number times 4 plus its phase. The
  * number ties a message to the arena's contents: a message the agent gave
@@ -326,6 +331,8 @@ static LaunchArena *launch_arena;
 static int launch_sock = -1;
 static pid_t launch_pid;
 static uint32_t launch_seq;
+static bool launch_wanted;          /* the agent has a work leaf: it runs a launcher */
+static uint64_t launch_restart_at;  /* monotonic ms: no new launcher before */
 /* Set in the launcher: what it clones is the agent's child. */
 static bool in_launcher;
 
@@ -380,6 +387,12 @@ static void launch_stop(void) {
         if (launch_pid > 0)
                 kill(launch_pid, SIGKILL);
         launch_pid = 0;
+        /* The next launcher gets an arena of its own: nothing the old one
+         * may still write reaches it. */
+        if (launch_arena)
+                munmap(launch_arena, LAUNCH_ARENA_BYTES);
+        launch_arena = NULL;
+        launch_restart_at = time_now_mono_ms() + LAUNCH_RESTART_MS;
 }
 
 static pid_t spawn_here(SpawnArgs *a);
@@ -438,8 +451,10 @@ static _Noreturn void launcher_main(int sock) {
 }
 
 void exec_launcher_start(void) {
+        launch_wanted = true;
         if (launch_sock >= 0)
                 return;
+        launch_restart_at = time_now_mono_ms() + LAUNCH_RESTART_MS;
         void *m = mmap(NULL, LAUNCH_ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED)
                 return;
@@ -597,10 +612,17 @@ static pid_t spawn_here(SpawnArgs *a) {
         return pid < 0 ? -errno : pid;
 }
 
-/* Through the launcher where there is one, else here. */
+/* Through the launcher where there is one, else here; a launcher that is
+ * gone is started again once this command runs (its fork is off this
+ * command's start; its move into the leaf is its own). */
 static pid_t spawn(SpawnArgs *a) {
         pid_t pid = launch_spawn(a);
-        return pid == -EAGAIN ? spawn_here(a) : pid;
+        if (pid != -EAGAIN)
+                return pid;
+        pid = spawn_here(a);
+        if (launch_wanted && launch_sock < 0 && a->r->op == REQ_EXEC && time_now_mono_ms() >= launch_restart_at)
+                exec_launcher_start();
+        return pid;
 }
 
 static int exec_spawn_pty(const AgentRequest *r, char **env, ExecChild *ret);

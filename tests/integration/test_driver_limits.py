@@ -402,8 +402,9 @@ def test_commands_are_born_in_the_work_leaf(api, driver):
     """namespace: the agent's launcher lives in the work leaf and starts
     every exec from there, as the agent's children (no move between cgroups
     on a command's path); a launcher stopped or killed only sends the agent
-    back to starting commands itself, still in work, and a command that stops
-    the launcher under its own start never hangs the agent."""
+    back to starting commands itself, still in work, a command that stops
+    the launcher under its own start never hangs the agent, and a launcher
+    that is gone is started again."""
     if driver != "namespace":
         pytest.skip("the launcher is the namespace driver's (its work leaf)")
     sbx = api.create_sandbox(driver=driver, memoryMiB=512)
@@ -454,6 +455,12 @@ def test_commands_are_born_in_the_work_leaf(api, driver):
     wait_until(lambda: host_state(host) in ("gone", "Z"), 10, 0.02, what="the launcher gone")
     for _ in range(3):
         assert in_work(sbx.run("cat /proc/self/cgroup"))
+    # A command after the launcher is gone starts a new one (at most one a second): commands are
+    # born in work from it again.
+    new = wait_until(lambda: [p for p in launcher().split() if p != pid], 15, 0.2, what="a new launcher")[0]
+    assert in_work(sbx.run(f"cat /proc/{new}/cgroup", user="root"))
+    assert sbx.run(f"awk '{{print $4}}' /proc/{new}/stat", user="root").strip() == "1"
+    assert in_work(sbx.run("cat /proc/self/cgroup"))
     assert api.sandbox(sbx.id)["state"] == "running"
 
 
