@@ -444,6 +444,43 @@ static void list_reply(Agent *a, uint32_t id, json_t *entries, bool truncated) {
                                 (json_int_t)total));
 }
 
+/* stat and list: entries with their owners' and groups' names, read from
+ * the sandbox's own files for each request. */
+static void fs_query(Agent *a, uint32_t id, const AgentRequest *r) {
+        FsNames names = { 0 };
+        int k = fsops_names_load("/etc/passwd", "/etc/group", &names);
+        if (k < 0) {
+                result_errno(a, id, k);
+                return;
+        }
+        if (r->op == REQ_STAT) {
+                json_t *e = NULL;
+                k = fsops_stat(r->path, &names, &e);
+                fsops_names_done(&names);
+                if (k < 0)
+                        result_errno(a, id, k);
+                else
+                        agent_send_json_new(a, PROTO_RESULT, id, e);
+                return;
+        }
+        json_t *entries = NULL;
+        bool truncated = false;
+        FsListOptions lo = { .path = r->path,
+                             .depth = r->depth,
+                             .glob = r->glob,
+                             .hidden = r->hidden,
+                             .limit = r->limit,
+                             .names = &names };
+        k = fsops_list(&lo, &entries, &truncated);
+        fsops_names_done(&names);
+        if (k < 0) {
+                result_errno(a, id, k);
+                return;
+        }
+        list_reply(a, id, entries, truncated);
+        json_decref(entries);
+}
+
 /* Port forwarding: a connection to 127.0.0.1:port inside, for the host.
  * Only loopback: what a forward reaches is what the sandbox itself serves. */
 static void forward_start(Agent *a, uint32_t id, AgentRequest *r) {
@@ -679,30 +716,10 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
         case REQ_WRITE:
                 write_start(a, id, r);
                 break;
-        case REQ_STAT: {
-                json_t *e = NULL;
-                k = fsops_stat(r->path, &e);
-                if (k < 0)
-                        result_errno(a, id, k);
-                else
-                        agent_send_json_new(a, PROTO_RESULT, id, e);
+        case REQ_STAT:
+        case REQ_LIST:
+                fs_query(a, id, r);
                 break;
-        }
-        case REQ_LIST: {
-                json_t *entries = NULL;
-                bool truncated = false;
-                FsListOptions lo = {
-                        .path = r->path, .depth = r->depth, .glob = r->glob, .hidden = r->hidden, .limit = r->limit
-                };
-                k = fsops_list(&lo, &entries, &truncated);
-                if (k < 0)
-                        result_errno(a, id, k);
-                else {
-                        list_reply(a, id, entries, truncated);
-                        json_decref(entries);
-                }
-                break;
-        }
         case REQ_REMOVE: {
                 uint64_t removed = 0;
                 k = fsops_remove(r->path, r->flag, &removed);

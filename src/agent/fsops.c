@@ -189,16 +189,44 @@ static json_t *json_string_lossy(const char *s, size_t n) {
         return json_stringn(out, o);
 }
 
-static json_t *entry_new(int dir_fd, const char *name, const char *full_path, const struct stat *st) {
+int fsops_names_load(const char *passwd, const char *group, FsNames *ret) {
+        FsNames n = { 0 };
+        int r = user_names_load(passwd, &n.users);
+        if (r < 0)
+                return r;
+        r = user_names_load(group, &n.groups);
+        if (r < 0) {
+                user_names_free(n.users);
+                return r;
+        }
+        *ret = n;
+        return 0;
+}
+
+void fsops_names_done(FsNames *n) {
+        if (!n)
+                return;
+        user_names_free(n->users);
+        user_names_free(n->groups);
+        n->users = n->groups = NULL;
+}
+
+static json_t *entry_new(int dir_fd, const char *name, const char *full_path, const struct stat *st,
+                         const FsNames *names) {
         char mtime[32];
         struct tm tm;
         time_t t = st->st_mtim.tv_sec;
         if (!gmtime_r(&t, &tm) || strftime(mtime, sizeof mtime, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
                 snprintf(mtime, sizeof mtime, "1970-01-01T00:00:00Z");
-        json_t *e = json_pack("{s:o, s:o, s:s, s:I, s:i, s:s}", "path",
-                              json_string_lossy(full_path, strlen(full_path)), "name",
-                              json_string_lossy(name, strlen(name)), "type", type_name(st->st_mode), "size",
-                              (json_int_t)st->st_size, "mode", (int)(st->st_mode & 07777), "mtime", mtime);
+        char owner[USER_ID_TEXT_MAX], group[USER_ID_TEXT_MAX];
+        user_names_get(names ? names->users : NULL, (uint32_t)st->st_uid, owner);
+        user_names_get(names ? names->groups : NULL, (uint32_t)st->st_gid, group);
+        _cleanup_json_ json_t *e =
+                json_pack("{s:o, s:o, s:s, s:I, s:i, s:s, s:s, s:s}", "path",
+                          json_string_lossy(full_path, strlen(full_path)), "name",
+                          json_string_lossy(name, strlen(name)), "type", type_name(st->st_mode), "size",
+                          (json_int_t)st->st_size, "mode", (int)(st->st_mode & 07777), "mtime", mtime,
+                          "owner", owner, "group", group);
         if (!e)
                 return NULL;
         if (S_ISLNK(st->st_mode)) {
@@ -207,13 +235,20 @@ static json_t *entry_new(int dir_fd, const char *name, const char *full_path, co
                 if (n >= 0) {
                         target[n] = '\0';
                         json_t *s = json_string_lossy(target, (size_t)n);
-                        if (!s || json_object_set_new(e, "target", s) < 0) {
-                                json_decref(e);
+                        if (!s || json_object_set_new(e, "target", s) < 0)
                                 return NULL;
-                        }
                 }
+                /* Followed as the kernel follows it for the agent, whose
+                 * root is the sandbox's: an absolute target or ".." past /
+                 * stays inside. Only looked at (no open): a FIFO or a device
+                 * at the end has no say. */
+                struct stat to;
+                json_t *tt = fstatat(dir_fd, name, &to, 0) == 0 ? json_string(type_name(to.st_mode))
+                                                                 : json_null();
+                if (!tt || json_object_set_new(e, "targetType", tt) < 0)
+                        return NULL;
         }
-        return e;
+        return TAKE_PTR(e);
 }
 
 static char *join_alloc(const char *dir, const char *name) {
@@ -223,12 +258,12 @@ static char *join_alloc(const char *dir, const char *name) {
         return out;
 }
 
-int fsops_stat(const char *path, json_t **ret_entry) {
+int fsops_stat(const char *path, const FsNames *names, json_t **ret_entry) {
         if (strcmp(path, "/") == 0 || strspn(path, "/") == strlen(path)) {
                 struct stat st;
                 if (lstat("/", &st) < 0)
                         return -errno;
-                json_t *e = entry_new(AT_FDCWD, "/", "/", &st);
+                json_t *e = entry_new(AT_FDCWD, "/", "/", &st, names);
                 if (!e)
                         return -ENOMEM;
                 *ret_entry = e;
@@ -242,7 +277,7 @@ int fsops_stat(const char *path, json_t **ret_entry) {
         struct stat st;
         if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                 return -errno;
-        json_t *e = entry_new(dir_fd, name, path, &st);
+        json_t *e = entry_new(dir_fd, name, path, &st, names);
         if (!e)
                 return -ENOMEM;
         *ret_entry = e;
@@ -301,10 +336,99 @@ typedef struct ListWalk {
         json_t *entries;
         unsigned max_depth;
         unsigned visits;
+        size_t names_read;
+        size_t held; /* names kept by the directories the walk is in */
         bool truncated;
 } ListWalk;
 
-static int list_dir(ListWalk *w, int dir_fd, const char *prefix, const char *rel, unsigned level) {
+/* The smallest names of a directory, at most cap: a max-heap whose top
+ * gives way to a smaller name once it is full. */
+typedef struct NameHeap {
+        char **v;
+        size_t n, alloc, cap;
+        bool dropped; /* a name was left out */
+} NameHeap;
+
+static void name_heap_done(NameHeap *h) {
+        for (size_t i = 0; i < h->n; i++)
+                free(h->v[i]);
+        free(h->v);
+}
+
+static void name_swap(char **a, char **b) {
+        char *t = *a;
+        *a = *b;
+        *b = t;
+}
+
+static int name_heap_add(NameHeap *h, const char *name) {
+        if (h->n == h->cap) {
+                h->dropped = true;
+                if (h->n == 0 || strcmp(name, h->v[0]) >= 0)
+                        return 0;
+                char *s = strdup(name);
+                if (!s)
+                        return -ENOMEM;
+                free(h->v[0]);
+                h->v[0] = s;
+                for (size_t i = 0;;) {
+                        size_t l = 2 * i + 1, r = l + 1, m = i;
+                        if (l < h->n && strcmp(h->v[l], h->v[m]) > 0)
+                                m = l;
+                        if (r < h->n && strcmp(h->v[r], h->v[m]) > 0)
+                                m = r;
+                        if (m == i)
+                                return 0;
+                        name_swap(&h->v[i], &h->v[m]);
+                        i = m;
+                }
+        }
+        if (h->n == h->alloc) {
+                size_t a = h->alloc ? h->alloc * 2 : 64;
+                if (a > h->cap)
+                        a = h->cap;
+                char **v = reallocarray(h->v, a, sizeof(char *));
+                if (!v)
+                        return -ENOMEM;
+                h->v = v;
+                h->alloc = a;
+        }
+        char *s = strdup(name);
+        if (!s)
+                return -ENOMEM;
+        size_t i = h->n++;
+        h->v[i] = s;
+        while (i > 0) {
+                size_t p = (i - 1) / 2;
+                if (strcmp(h->v[i], h->v[p]) <= 0)
+                        break;
+                name_swap(&h->v[i], &h->v[p]);
+                i = p;
+        }
+        return 0;
+}
+
+/* strcmp compares as unsigned char: bytewise, whatever the locale. */
+static int name_cmp(const void *a, const void *b) {
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int list_dir(ListWalk *w, int dir_fd, const char *prefix, const char *rel, unsigned level);
+
+/* Whether a name read can end up in a glob's listing: it matches, or it may
+ * be a directory the walk goes into. 1, 0 or a negative errno. */
+static int glob_candidate(ListWalk *w, const char *rel, unsigned level, const struct dirent *de) {
+        if (level < w->max_depth && (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN))
+                return 1;
+        _cleanup_free_ char *sub_rel = rel ? join_alloc(rel, de->d_name) : strdup(de->d_name);
+        if (!sub_rel)
+                return -ENOMEM;
+        return glob_match_flags(w->o->glob, sub_rel, w->o->hidden ? 0 : FNM_PERIOD);
+}
+
+/* The names of a directory into h. Past FSOPS_MAX_LIST_NAMES the walk is
+ * truncated and h is not to be listed: it may lack smaller names. */
+static int read_names(ListWalk *w, int dir_fd, const char *rel, unsigned level, NameHeap *h) {
         int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
@@ -320,45 +444,94 @@ static int list_dir(ListWalk *w, int dir_fd, const char *prefix, const char *rel
                         continue;
                 if (!w->o->hidden && de->d_name[0] == '.')
                         continue;
-                if (++w->visits > FSOPS_MAX_LIST_VISITS) {
+                if (++w->names_read > FSOPS_MAX_LIST_NAMES) {
                         w->truncated = true;
                         return 0;
                 }
-                struct stat st;
-                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                        continue; /* gone meanwhile */
-                _cleanup_free_ char *full = join_alloc(prefix, de->d_name);
-                _cleanup_free_ char *sub_rel = rel ? join_alloc(rel, de->d_name) : strdup(de->d_name);
-                if (!full || !sub_rel)
-                        return -ENOMEM;
-                int match = 1;
                 if (w->o->glob) {
-                        match = glob_match_flags(w->o->glob, sub_rel, w->o->hidden ? 0 : FNM_PERIOD);
-                        if (match < 0)
-                                return match;
+                        int c = glob_candidate(w, rel, level, de);
+                        if (c < 0)
+                                return c;
+                        if (c == 0)
+                                continue;
                 }
-                if (match) {
-                        if (json_array_size(w->entries) >= w->o->limit) {
-                                w->truncated = true;
-                                return 0;
-                        }
-                        json_t *e = entry_new(dirfd(d), de->d_name, full, &st);
-                        if (!e || json_array_append_new(w->entries, e) < 0)
-                                return -ENOMEM;
-                }
-                if (S_ISDIR(st.st_mode) && level < w->max_depth) {
-                        _cleanup_close_ int sub = openat(dirfd(d), de->d_name,
-                                                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                        if (sub < 0)
-                                continue; /* unreadable subdirectory: listed, not entered */
-                        int r = list_dir(w, sub, full, sub_rel, level + 1);
-                        if (r == -ENOMEM)
-                                return r;
-                        if (w->truncated)
-                                return 0;
-                }
+                int r = name_heap_add(h, de->d_name);
+                if (r < 0)
+                        return r;
         }
         return errno ? -errno : 0;
+}
+
+static int list_entry(ListWalk *w, int dir_fd, const char *prefix, const char *rel, unsigned level,
+                      const char *name) {
+        if (++w->visits > FSOPS_MAX_LIST_VISITS) {
+                w->truncated = true;
+                return 0;
+        }
+        struct stat st;
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return 0; /* gone meanwhile */
+        _cleanup_free_ char *full = join_alloc(prefix, name);
+        _cleanup_free_ char *sub_rel = rel ? join_alloc(rel, name) : strdup(name);
+        if (!full || !sub_rel)
+                return -ENOMEM;
+        int match = 1;
+        if (w->o->glob) {
+                match = glob_match_flags(w->o->glob, sub_rel, w->o->hidden ? 0 : FNM_PERIOD);
+                if (match < 0)
+                        return match;
+        }
+        if (match) {
+                if (json_array_size(w->entries) >= w->o->limit) {
+                        w->truncated = true;
+                        return 0;
+                }
+                json_t *e = entry_new(dir_fd, name, full, &st, w->o->names);
+                if (!e || json_array_append_new(w->entries, e) < 0)
+                        return -ENOMEM;
+        }
+        if (S_ISDIR(st.st_mode) && level < w->max_depth) {
+                _cleanup_close_ int sub =
+                        openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (sub < 0)
+                        return 0; /* unreadable subdirectory: listed, not entered */
+                int r = list_dir(w, sub, full, sub_rel, level + 1);
+                if (r == -ENOMEM)
+                        return r;
+        }
+        return 0;
+}
+
+static int list_dir(ListWalk *w, int dir_fd, const char *prefix, const char *rel, unsigned level) {
+        size_t cap = FSOPS_MAX_HELD_NAMES - w->held;
+        if (cap > FSOPS_MAX_DIR_NAMES)
+                cap = FSOPS_MAX_DIR_NAMES;
+        /* Without a glob every name kept is listed: no more are needed
+         * than the limit still allows. */
+        size_t room = w->o->limit - json_array_size(w->entries);
+        if (!w->o->glob && cap > room)
+                cap = room;
+        if (cap == 0) {
+                w->truncated = true;
+                return 0;
+        }
+        _cleanup_(name_heap_done) NameHeap h = { .cap = cap };
+        int r = read_names(w, dir_fd, rel, level, &h);
+        if (r < 0 || w->truncated)
+                return r;
+        if (h.n > 1)
+                qsort(h.v, h.n, sizeof(char *), name_cmp);
+        w->held += h.n;
+        for (size_t i = 0; i < h.n && r >= 0 && !w->truncated; i++)
+                r = list_entry(w, dir_fd, prefix, rel, level, h.v[i]);
+        w->held -= h.n;
+        if (r < 0)
+                return r;
+        /* Names past the last kept one were never looked at: what follows
+         * this directory would not continue the order. */
+        if (h.dropped)
+                w->truncated = true;
+        return 0;
 }
 
 /* How deep a glob can reach: its segment count, or the bound for "**". */

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "agent/user.h"
+
 #define FSOPS_MAX_LIST_ENTRIES 10000
 /* Deeper trees are refused by a recursive remove rather than risking the
  * agent's stack or its descriptor table. */
@@ -21,13 +23,46 @@
 const char *fsops_error_code(int err);
 
 int fsops_mkdir_p(const char *path, mode_t mode);
-int fsops_stat(const char *path, json_t **ret_entry);
+
+/* The names an entry's "owner" and "group" show: the sandbox's own users
+ * and groups, read per request (root inside may change them). Either table
+ * may be NULL: every id then shows as its number. */
+typedef struct FsNames {
+        UserNames *users;
+        UserNames *groups;
+} FsNames;
+/* Reads both files; a missing or unreadable one gives numbers. -ENOMEM. */
+int fsops_names_load(const char *passwd, const char *group, FsNames *ret);
+void fsops_names_done(FsNames *n);
+
+/* An entry: path, name, type (file, dir, symlink, other), size, mode,
+ * mtime, owner and group; a symlink's also target and targetType, the type
+ * of what it leads to (file, dir, other), null when it leads nowhere (no
+ * such file, a loop, a directory on the way the user may not search). The
+ * link is followed as the agent sees the filesystem, which is the sandbox's
+ * own root. names may be NULL. */
+int fsops_stat(const char *path, const FsNames *names, json_t **ret_entry);
 /* A walk visits at most this many entries whatever it returns: a glob that
  * matches nothing in a huge tree must still end, and the agent serves its
  * other streams only between operations. */
 #define FSOPS_MAX_LIST_VISITS 200000
 /* Segments of a glob pattern ("a/ ** /b" is three). */
 #define FSOPS_MAX_GLOB_SEGMENTS 32
+/* A listing is in order of name (bytewise), each directory followed by what
+ * is in it, so a directory's names are read before any of them is listed.
+ * Of one directory at most FSOPS_MAX_DIR_NAMES are kept, the smallest (with
+ * no glob only as many as may still be listed; with one only names that
+ * match or lead to directories to go into), and a walk keeps at most
+ * FSOPS_MAX_HELD_NAMES across the directories it is in at once: at most
+ * about 18 MiB with names of NAME_MAX bytes. A directory with more is
+ * listed up to its last kept name, then the listing stops, truncated:
+ * what it holds is always the start of the whole ordered listing. */
+#define FSOPS_MAX_DIR_NAMES 16384
+#define FSOPS_MAX_HELD_NAMES 65536
+/* Names read (readdir, no stat) in one listing. A directory still being
+ * read at this bound cannot be put in order: the listing stops before it,
+ * truncated. */
+#define FSOPS_MAX_LIST_NAMES 1000000
 
 typedef struct FsListOptions {
         const char *path;
@@ -35,6 +70,7 @@ typedef struct FsListOptions {
         const char *glob; /* relative to path, segments matched by fnmatch, "**" any run of them; NULL for all */
         bool hidden;      /* names starting with '.' too */
         unsigned limit;   /* at most this many entries (<= FSOPS_MAX_LIST_ENTRIES) */
+        const FsNames *names; /* owners' and groups' names; NULL: numbers */
 } FsListOptions;
 
 /* Entries of a directory (and below, to a depth), those the glob matches

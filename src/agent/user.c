@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -130,4 +132,140 @@ void user_leave(void) {
         (void)!setresuid((uid_t)-1, 0, (uid_t)-1);
         (void)!setresgid((gid_t)-1, 0, (gid_t)-1);
         (void)!setgroups(0, NULL);
+}
+
+typedef struct UserNameRow {
+        uint32_t id;
+        uint32_t off; /* into pool; rises with the line, so it orders ties */
+} UserNameRow;
+
+struct UserNames {
+        UserNameRow *rows;
+        size_t n;
+        char *pool;
+};
+
+/* A name as a listing may show it; anything else stands as the number. */
+static bool shown_name_valid(const char *s, size_t len) {
+        if (len == 0 || len > USER_NAME_MAX || s[0] == '-')
+                return false;
+        for (size_t i = 0; i < len; i++) {
+                char c = s[i];
+                bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                          c == '.' || c == '_' || c == '-' || (c == '$' && i == len - 1);
+                if (!ok)
+                        return false;
+        }
+        return true;
+}
+
+/* Any 32-bit id, unlike parse_id: a file may belong to one past
+ * USER_ID_MAX (nobody, the overflow ids) and that one has a name too. */
+static bool parse_id32(const char *s, size_t len, uint32_t *ret) {
+        if (len == 0 || len > 10)
+                return false;
+        uint64_t v = 0;
+        for (size_t i = 0; i < len; i++) {
+                if (s[i] < '0' || s[i] > '9')
+                        return false;
+                v = v * 10 + (uint64_t)(s[i] - '0');
+        }
+        if (v > UINT32_MAX)
+                return false;
+        *ret = (uint32_t)v;
+        return true;
+}
+
+static int row_cmp(const void *a, const void *b) {
+        const UserNameRow *x = a, *y = b;
+        if (x->id != y->id)
+                return x->id < y->id ? -1 : 1;
+        return x->off < y->off ? -1 : x->off > y->off;
+}
+
+void user_names_free(UserNames *n) {
+        if (!n)
+                return;
+        free(n->rows);
+        free(n->pool);
+        free(n);
+}
+
+static void user_names_freep(UserNames **n) {
+        user_names_free(*n);
+}
+
+int user_names_parse(const char *buf, size_t len, UserNames **ret) {
+        if (len > USER_PASSWD_MAX)
+                len = USER_PASSWD_MAX; /* as far as user_read_db reads; offsets fit 32 bits */
+        _cleanup_(user_names_freep) UserNames *t = calloc(1, sizeof(UserNames));
+        if (!t)
+                return -ENOMEM;
+        /* A kept name is at most its line plus a NUL, and a line is at
+         * least four bytes ("a::0"): both bounds follow from len. */
+        t->pool = malloc(len + 1);
+        t->rows = malloc((len / 4 + 1) * sizeof(UserNameRow));
+        if (!t->pool || !t->rows)
+                return -ENOMEM;
+        size_t used = 0;
+        const char *p = buf, *end = buf + len;
+        while (p < end) {
+                const char *nl = memchr(p, '\n', (size_t)(end - p));
+                const char *line_end = nl ? nl : end;
+                /* name:password:id:... in both files */
+                const char *c1 = memchr(p, ':', (size_t)(line_end - p));
+                const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(line_end - c1 - 1)) : NULL;
+                if (c2) {
+                        const char *id_end = memchr(c2 + 1, ':', (size_t)(line_end - c2 - 1));
+                        if (!id_end)
+                                id_end = line_end;
+                        size_t name_len = (size_t)(c1 - p);
+                        uint32_t id;
+                        if (shown_name_valid(p, name_len) &&
+                            parse_id32(c2 + 1, (size_t)(id_end - c2 - 1), &id)) {
+                                t->rows[t->n++] = (UserNameRow){ .id = id, .off = (uint32_t)used };
+                                memcpy(t->pool + used, p, name_len);
+                                t->pool[used + name_len] = '\0';
+                                used += name_len + 1;
+                        }
+                }
+                p = nl ? nl + 1 : end;
+        }
+        qsort(t->rows, t->n, sizeof(UserNameRow), row_cmp);
+        /* The first line of each id stays. */
+        size_t k = 0;
+        for (size_t i = 0; i < t->n; i++)
+                if (k == 0 || t->rows[k - 1].id != t->rows[i].id)
+                        t->rows[k++] = t->rows[i];
+        t->n = k;
+        *ret = TAKE_PTR(t);
+        return 0;
+}
+
+int user_names_load(const char *path, UserNames **ret) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len = 0;
+        int r = user_read_db(path, &buf, &len);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                len = 0;
+        return user_names_parse(buf ? buf : "", len, ret);
+}
+
+const char *user_names_get(const UserNames *n, uint32_t id, char buf[static USER_ID_TEXT_MAX]) {
+        size_t lo = 0, hi = n ? n->n : 0;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (n->rows[mid].id == id) {
+                        snprintf(buf, USER_ID_TEXT_MAX, "%s", n->pool + n->rows[mid].off);
+                        return buf;
+                }
+                if (n->rows[mid].id < id)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        snprintf(buf, USER_ID_TEXT_MAX, "%" PRIu32, id);
+        return buf;
 }

@@ -9,6 +9,7 @@
  */
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #define USER_NAME_MAX 32
@@ -38,6 +39,26 @@ int user_parse_passwd(const char *buf, size_t len, const char *name, AgentUser *
 int user_read_db(const char *path, char **ret, size_t *ret_len);
 /* The same over the file at path (the sandbox's /etc/passwd). */
 int user_lookup(const char *path, const char *name, AgentUser *ret);
+/* Names of ids for a listing's owner and group, from the text of the
+ * sandbox's /etc/passwd or /etc/group: the first usable line naming an id
+ * wins, as getpwuid's does. A name is used only when it is 1..USER_NAME_MAX
+ * bytes of [A-Za-z0-9._-] not starting with '-' (a '$' may end it, as a
+ * machine account's does): the files are the sandbox's, and what they say
+ * reaches the API's JSON. */
+typedef struct UserNames UserNames;
+/* Text of an id: a name or up to ten digits. */
+#define USER_ID_TEXT_MAX (USER_NAME_MAX + 1)
+
+/* Parses the text (buf, len bytes, not necessarily NUL-terminated); the
+ * table keeps no pointer into buf. -ENOMEM. */
+int user_names_parse(const char *buf, size_t len, UserNames **ret);
+/* The same over the file at path; a missing or unreadable one gives an
+ * empty table (every id then shows as its number). -ENOMEM. */
+int user_names_load(const char *path, UserNames **ret);
+void user_names_free(UserNames *n);
+/* The name of id, or its number as text; n may be NULL. Returns buf. */
+const char *user_names_get(const UserNames *n, uint32_t id, char buf[static USER_ID_TEXT_MAX]);
+
 /* The agent's own effective ids become the user's (its groups first), and
  * back to root: the permissions and the owner of a file operation are then
  * the user's. The agent is single-threaded and goes back before its next

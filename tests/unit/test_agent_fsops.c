@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "agent/fsops.h"
+#include "common/macro.h"
 
 typedef struct Dir {
         char path[PATH_MAX];
@@ -127,6 +128,259 @@ static void test_list_depth_and_names(void **state) {
         json_decref(entries);
         assert_int_equal(list(at(d, "a/b/c/d/deep.txt"), 1, &entries, &truncated), -ENOTDIR);
         assert_int_equal(list(at(d, "nope"), 1, &entries, &truncated), -ENOENT);
+}
+
+/* The relative paths of a listing, one string "a|a/x|b" to compare whole. */
+static char *rel_paths(json_t *entries, const char *base) {
+        static char out[8192];
+        size_t o = 0, n = strlen(base);
+        out[0] = '\0';
+        size_t i;
+        json_t *e;
+        json_array_foreach(entries, i, e) {
+                const char *p = json_string_value(json_object_get(e, "path"));
+                assert_non_null(p);
+                assert_true(strncmp(p, base, n) == 0 && p[n] == '/');
+                o += (size_t)snprintf(out + o, sizeof out - o, "%s%s", i ? "|" : "", p + n + 1);
+                assert_true(o < sizeof out);
+        }
+        return out;
+}
+
+static void test_list_sorted(void **state) {
+        Dir *d = *state;
+        assert_int_equal(mkdir(at(d, "s"), 0755), 0);
+        /* Made in an order that is not the names' order: tmpfs lists the
+         * newest first, ext4 by hash. Bytewise: upper case before lower,
+         * '-' and '.' before '/', UTF-8 after ASCII. */
+        static const char *const made[] = { "b", "\xc3\xa9t\xc3\xa9", "a-b", "Z9", "a.b", "_x", "Z10", "B" };
+        for (size_t i = 0; i < ELEMENTSOF(made); i++) {
+                char rel[64];
+                snprintf(rel, sizeof rel, "s/%s", made[i]);
+                touch(at(d, rel), "");
+        }
+        assert_int_equal(fsops_mkdir_p(at(d, "s/a/z"), 0755), 0);
+        touch(at(d, "s/a/y"), "");
+        touch(at(d, "s/a/Y"), "");
+        json_t *entries = NULL;
+        bool truncated = true;
+        assert_int_equal(list(at(d, "s"), 1, &entries, &truncated), 0);
+        assert_false(truncated);
+        assert_string_equal(rel_paths(entries, at(d, "s")), "B|Z10|Z9|_x|a|a-b|a.b|b|\xc3\xa9t\xc3\xa9");
+        json_decref(entries);
+        /* Deeper: each directory followed by what it holds, in order. */
+        assert_int_equal(list(at(d, "s"), 2, &entries, &truncated), 0);
+        assert_string_equal(rel_paths(entries, at(d, "s")),
+                            "B|Z10|Z9|_x|a|a/Y|a/y|a/z|a-b|a.b|b|\xc3\xa9t\xc3\xa9");
+        json_decref(entries);
+        /* A limit cuts the ordered listing: its start, whatever the
+         * directory's own order. */
+        FsListOptions o = { .path = at(d, "s"), .depth = 2, .hidden = true, .limit = 6 };
+        assert_int_equal(fsops_list(&o, &entries, &truncated), 0);
+        assert_true(truncated);
+        assert_string_equal(rel_paths(entries, at(d, "s")), "B|Z10|Z9|_x|a|a/Y");
+        json_decref(entries);
+        o.glob = "**/[a-z]*";
+        o.limit = 100;
+        assert_int_equal(fsops_list(&o, &entries, &truncated), 0);
+        assert_false(truncated);
+        assert_string_equal(rel_paths(entries, at(d, "s")), "a|a/y|a/z|a-b|a.b|b");
+        json_decref(entries);
+}
+
+static void test_list_sorted_many(void **state) {
+        Dir *d = *state;
+        assert_int_equal(mkdir(at(d, "m"), 0755), 0);
+        /* Made last to first: the directory's order is the reverse one on
+         * tmpfs, and the first ten by name are the last ten made. */
+        for (int i = 2999; i >= 0; i--) {
+                char rel[64];
+                snprintf(rel, sizeof rel, "m/n%04d", i);
+                touch(at(d, rel), "");
+        }
+        json_t *entries = NULL;
+        bool truncated = false;
+        FsListOptions o = { .path = at(d, "m"), .depth = 1, .hidden = true, .limit = 10 };
+        assert_int_equal(fsops_list(&o, &entries, &truncated), 0);
+        assert_true(truncated);
+        assert_string_equal(rel_paths(entries, at(d, "m")),
+                            "n0000|n0001|n0002|n0003|n0004|n0005|n0006|n0007|n0008|n0009");
+        json_decref(entries);
+        o.limit = FSOPS_MAX_LIST_ENTRIES;
+        assert_int_equal(fsops_list(&o, &entries, &truncated), 0);
+        assert_false(truncated);
+        assert_int_equal(json_array_size(entries), 3000);
+        for (size_t i = 1; i < json_array_size(entries); i++) {
+                json_t *prev = json_object_get(json_array_get(entries, i - 1), "name");
+                json_t *cur = json_object_get(json_array_get(entries, i), "name");
+                assert_true(strcmp(json_string_value(prev), json_string_value(cur)) < 0);
+        }
+        json_decref(entries);
+}
+
+static void test_list_directory_bound(void **state) {
+        Dir *d = *state;
+        /* More directories than one directory may keep, each a way down for
+         * the glob: the first FSOPS_MAX_DIR_NAMES by name are walked, then
+         * the listing stops, truncated, without the match past them. */
+        assert_int_equal(mkdir(at(d, "w"), 0755), 0);
+        for (int i = 0; i < FSOPS_MAX_DIR_NAMES + 3; i++) {
+                char rel[64];
+                snprintf(rel, sizeof rel, "w/d%05d", i);
+                assert_int_equal(mkdir(at(d, rel), 0755), 0);
+        }
+        touch(at(d, "w/d00003/x"), "");
+        char last[64];
+        snprintf(last, sizeof last, "w/d%05d/x", FSOPS_MAX_DIR_NAMES + 2);
+        touch(at(d, last), "");
+        json_t *entries = NULL;
+        bool truncated = false;
+        FsListOptions o = { .path = at(d, "w"), .glob = "*/x", .hidden = true, .limit = 100 };
+        assert_int_equal(fsops_list(&o, &entries, &truncated), 0);
+        assert_true(truncated);
+        assert_string_equal(rel_paths(entries, at(d, "w")), "d00003/x");
+        json_decref(entries);
+}
+
+static void test_user_names(void **state) {
+        (void)state;
+        static const char text[] =
+                "root:x:0:0:root:/root:/bin/sh\n"
+                "-bad:x:1:1::/:\n"                         /* a leading '-' */
+                "has space:x:2:2::/:\n"
+                "caf\xc3\xa9:x:3:3::/:\n"                  /* not ASCII */
+                "ctl\x01:x:4:4::/:\n"
+                "quote\":x:5:5::/:\n"
+                "abcdefghijklmnopqrstuvwxyz0123456:x:6:6::/:\n" /* 33 bytes */
+                "abcdefghijklmnopqrstuvwxyz012345:x:7:7::/:\n"  /* 32 bytes */
+                "host$:x:8:8::/:\n"
+                "mid$dle:x:9:9::/:\n"
+                "first:x:10:10::/:\n"
+                "second:x:10:10::/:\n"
+                "nobody:x:65534:65534::/:\n"
+                "big:x:4294967295:1::/:\n"
+                "huge:x:4294967296:1::/:\n"
+                "neg:x:-1:1::/:\n"
+                "empty:x::1::/:\n"
+                ":x:11:11::/:\n"
+                "short:x\n"
+                "+nis:x:12:12::/:\n"
+                "Mixed.Case_1-2:x:13:13::/:\n"
+                "last:x:14"; /* no newline at the end, no more fields */
+        UserNames *n = NULL;
+        assert_int_equal(user_names_parse(text, sizeof text - 1, &n), 0);
+        char buf[USER_ID_TEXT_MAX];
+        static const struct {
+                uint32_t id;
+                const char *want;
+        } cases[] = {
+                { 0, "root" },   { 1, "1" },
+                { 2, "2" },      { 3, "3" },
+                { 4, "4" },      { 5, "5" },
+                { 6, "6" },      { 7, "abcdefghijklmnopqrstuvwxyz012345" },
+                { 8, "host$" },  { 9, "9" },
+                { 10, "first" }, { 11, "11" },
+                { 12, "12" },    { 13, "Mixed.Case_1-2" },
+                { 14, "last" },  { 65534, "nobody" },
+                { UINT32_MAX, "big" }, { 424242, "424242" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++)
+                assert_string_equal(user_names_get(n, cases[i].id, buf), cases[i].want);
+        user_names_free(n);
+        assert_string_equal(user_names_get(NULL, 1000, buf), "1000");
+        assert_int_equal(user_names_parse("", 0, &n), 0);
+        assert_string_equal(user_names_get(n, 0, buf), "0");
+        user_names_free(n);
+        /* A file that is not there gives numbers, not an error. */
+        assert_int_equal(user_names_load("/nonexistent/passwd", &n), 0);
+        assert_string_equal(user_names_get(n, 0, buf), "0");
+        user_names_free(n);
+}
+
+static void test_owner_and_group(void **state) {
+        Dir *d = *state;
+        touch(at(d, "mine"), "");
+        char passwd[256], group[256];
+        snprintf(passwd, sizeof passwd, "bad name:x:%u:0::/:\nme:x:%u:0::/:\n", (unsigned)geteuid(),
+                 (unsigned)geteuid());
+        snprintf(group, sizeof group, "grp:x:%u:\n", (unsigned)getegid());
+        FsNames names = { 0 };
+        assert_int_equal(user_names_parse(passwd, strlen(passwd), &names.users), 0);
+        assert_int_equal(user_names_parse(group, strlen(group), &names.groups), 0);
+        json_t *e = NULL;
+        assert_int_equal(fsops_stat(at(d, "mine"), &names, &e), 0);
+        assert_string_equal(json_string_value(json_object_get(e, "owner")), "me");
+        assert_string_equal(json_string_value(json_object_get(e, "group")), "grp");
+        json_decref(e);
+        json_t *entries = NULL;
+        bool truncated;
+        FsListOptions o = { .path = d->path, .depth = 1, .hidden = true, .limit = 10, .names = &names };
+        assert_int_equal(fsops_list(&o, &entries, &truncated), 0);
+        assert_int_equal(json_array_size(entries), 1);
+        assert_string_equal(json_string_value(json_object_get(json_array_get(entries, 0), "owner")), "me");
+        assert_string_equal(json_string_value(json_object_get(json_array_get(entries, 0), "group")), "grp");
+        json_decref(entries);
+        fsops_names_done(&names);
+        /* Without names: the numbers, as text. */
+        char uid[16], gid[16];
+        snprintf(uid, sizeof uid, "%u", (unsigned)geteuid());
+        snprintf(gid, sizeof gid, "%u", (unsigned)getegid());
+        assert_int_equal(fsops_stat(at(d, "mine"), NULL, &e), 0);
+        assert_string_equal(json_string_value(json_object_get(e, "owner")), uid);
+        assert_string_equal(json_string_value(json_object_get(e, "group")), gid);
+        json_decref(e);
+}
+
+static void test_symlink_target_type(void **state) {
+        Dir *d = *state;
+        touch(at(d, "file"), "abc");
+        assert_int_equal(mkdir(at(d, "dir"), 0755), 0);
+        assert_int_equal(mkfifo(at(d, "fifo"), 0644), 0);
+        assert_int_equal(symlink("file", at(d, "to-file")), 0);
+        assert_int_equal(symlink(at(d, "dir"), at(d, "to-dir")), 0);
+        assert_int_equal(symlink("fifo", at(d, "to-fifo")), 0);
+        assert_int_equal(symlink("nothing", at(d, "dangling")), 0);
+        assert_int_equal(symlink("loop-b", at(d, "loop-a")), 0);
+        assert_int_equal(symlink("loop-a", at(d, "loop-b")), 0);
+        assert_int_equal(symlink("to-file", at(d, "chain")), 0);
+        static const struct {
+                const char *name, *target_type; /* NULL: null */
+        } cases[] = {
+                { "to-file", "file" }, { "to-dir", "dir" },   { "to-fifo", "other" }, { "dangling", NULL },
+                { "loop-a", NULL },    { "loop-b", NULL },    { "chain", "file" },
+        };
+        json_t *entries = NULL;
+        bool truncated;
+        assert_int_equal(list(d->path, 1, &entries, &truncated), 0);
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                json_t *e = NULL;
+                assert_int_equal(fsops_stat(at(d, cases[i].name), NULL, &e), 0);
+                json_t *listed = NULL;
+                size_t k;
+                json_t *x;
+                json_array_foreach(entries, k, x)
+                        if (strcmp(json_string_value(json_object_get(x, "name")), cases[i].name) == 0)
+                                listed = x;
+                assert_non_null(listed);
+                json_t *both[2] = { e, listed };
+                for (size_t j = 0; j < 2; j++) {
+                        assert_string_equal(json_string_value(json_object_get(both[j], "type")), "symlink");
+                        json_t *tt = json_object_get(both[j], "targetType");
+                        assert_non_null(tt);
+                        if (cases[i].target_type)
+                                assert_string_equal(json_string_value(tt), cases[i].target_type);
+                        else
+                                assert_true(json_is_null(tt));
+                }
+                json_decref(e);
+        }
+        /* A file is no link: no target, no targetType. */
+        json_t *e = NULL;
+        assert_int_equal(fsops_stat(at(d, "file"), NULL, &e), 0);
+        assert_null(json_object_get(e, "targetType"));
+        assert_null(json_object_get(e, "target"));
+        json_decref(e);
+        json_decref(entries);
 }
 
 static void test_glob_match(void **state) {
@@ -277,21 +531,21 @@ static void test_read_and_stat(void **state) {
         assert_int_equal(fsops_open_read(at(d, "fifo"), &fd, &st), -EINVAL);
 
         json_t *e = NULL;
-        assert_int_equal(fsops_stat(at(d, "f"), &e), 0);
+        assert_int_equal(fsops_stat(at(d, "f"), NULL, &e), 0);
         assert_string_equal(json_string_value(json_object_get(e, "type")), "file");
         assert_int_equal(json_integer_value(json_object_get(e, "size")), 5);
         const char *mtime = json_string_value(json_object_get(e, "mtime"));
         assert_non_null(mtime);
         assert_int_equal(strlen(mtime), 20); /* 2026-11-30T09:00:00Z */
         json_decref(e);
-        assert_int_equal(fsops_stat(at(d, "fifo"), &e), 0);
+        assert_int_equal(fsops_stat(at(d, "fifo"), NULL, &e), 0);
         assert_string_equal(json_string_value(json_object_get(e, "type")), "other");
         json_decref(e);
-        assert_int_equal(fsops_stat("/", &e), 0);
+        assert_int_equal(fsops_stat("/", NULL, &e), 0);
         assert_string_equal(json_string_value(json_object_get(e, "type")), "dir");
         json_decref(e);
-        assert_int_equal(fsops_stat(at(d, "f/x"), &e), -ENOTDIR);
-        assert_int_equal(fsops_stat(at(d, "missing"), &e), -ENOENT);
+        assert_int_equal(fsops_stat(at(d, "f/x"), NULL, &e), -ENOTDIR);
+        assert_int_equal(fsops_stat(at(d, "missing"), NULL, &e), -ENOENT);
 }
 
 static void test_mkdir_rename(void **state) {
@@ -332,6 +586,12 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_write, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_read_and_stat, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_mkdir_rename, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_list_sorted, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_list_sorted_many, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_list_directory_bound, setup, teardown),
+                cmocka_unit_test(test_user_names),
+                cmocka_unit_test_setup_teardown(test_owner_and_group, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_symlink_target_type, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

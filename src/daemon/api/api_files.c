@@ -62,10 +62,31 @@ static int run_op(Req *r, Sandbox *sb, json_t *request, json_t **ret, ApiError *
         return rc;
 }
 
+/* An owner's or group's name as the agent sends it: 1..32 bytes of
+ * [A-Za-z0-9._-] (a '$' last), or an id's digits. The agent bounds them
+ * already; the agent runs inside the sandbox, so its answer is checked
+ * again before it reaches a client. */
+static bool owner_text_valid(json_t *v) {
+        const char *s = json_string_value(v);
+        size_t n = s ? json_string_length(v) : 0;
+        if (n == 0 || n > 32 || s[0] == '-')
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char c = s[i];
+                bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                          c == '.' || c == '_' || c == '-' || (c == '$' && i == n - 1);
+                if (!ok)
+                        return false;
+        }
+        return true;
+}
+
 /* An agent's entry in the API's shape, the published client's: "type" is
- * file, directory, symlink or other; "mode" the permission bits as an octal
- * string; "modifiedAt" and "symlinkTarget" beside the older "mtime" and
- * "target", which our first clients read. */
+ * file, directory, symlink or other, and a symlink's "targetType" the same
+ * but symlink (null when it leads nowhere); "mode" the permission bits as an
+ * octal string; "modifiedAt" and "symlinkTarget" beside the older "mtime" and
+ * "target", which our first clients read. "owner" and "group" are names or
+ * numbers as text; one that is neither is left out. */
 static json_t *api_entry(json_t *entry) {
         json_t *out = json_deep_copy(entry);
         if (!out)
@@ -82,6 +103,19 @@ static json_t *api_entry(json_t *entry) {
         const char *type = json_string_value(json_object_get(out, "type"));
         if (type && strcmp(type, "dir") == 0)
                 json_object_set_new(out, "type", json_string("directory"));
+        json_t *tt = json_object_get(out, "targetType");
+        const char *target_type = json_string_value(tt);
+        if (target_type && strcmp(target_type, "dir") == 0)
+                json_object_set_new(out, "targetType", json_string("directory"));
+        else if (tt && !json_is_null(tt) &&
+                 !(target_type && (strcmp(target_type, "file") == 0 || strcmp(target_type, "other") == 0)))
+                json_object_del(out, "targetType");
+        static const char *const owner_keys[] = { "owner", "group" };
+        for (size_t i = 0; i < ELEMENTSOF(owner_keys); i++) {
+                json_t *v = json_object_get(out, owner_keys[i]);
+                if (v && !owner_text_valid(v))
+                        json_object_del(out, owner_keys[i]);
+        }
         json_t *mode = json_object_get(out, "mode");
         if (json_is_integer(mode)) {
                 char buf[8];
