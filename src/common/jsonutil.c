@@ -36,3 +36,10 @@ json_t *json_time_or_null(int64_t t) {
                 return json_null();
         return json_string(buf);
 }
+
+json_t *json_time_ms_or_null(int64_t t, int msec) {
+        char buf[RFC3339_MS_LEN];
+        if (!t || time_format_rfc3339_ms(t, msec, buf) < 0)
+                return json_null();
+        return json_string(buf);
+}

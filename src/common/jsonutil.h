@@ -15,3 +15,6 @@ bool json_depth_ok(const void *buf, size_t len, unsigned max);
 /* A Unix time as an RFC 3339 UTC string; 0 (never) or an unformattable time
  * as null. */
 json_t *json_time_or_null(int64_t t);
+/* The same with the millisecond msec (0..999) within t's second:
+ * "2026-11-30T09:00:00.123Z". */
+json_t *json_time_ms_or_null(int64_t t, int msec);

@@ -10,6 +10,12 @@ int64_t time_now_unix(void) {
         return (int64_t)ts.tv_sec;
 }
 
+int64_t time_now_unix_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 uint64_t time_now_mono_ms(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -53,4 +59,16 @@ int time_format_rfc3339(int64_t t, char out[RFC3339_LEN]) {
         if (n != RFC3339_LEN - 1)
                 return -EINVAL;
         return 0;
+}
+
+int time_format_rfc3339_ms(int64_t t, int msec, char out[RFC3339_MS_LEN]) {
+        char whole[RFC3339_LEN];
+        if (msec < 0 || msec > 999)
+                return -EINVAL;
+        int r = time_format_rfc3339(t, whole);
+        if (r < 0)
+                return r;
+        /* The whole second's text less its "Z", then ".mmmZ". */
+        int n = snprintf(out, RFC3339_MS_LEN, "%.19s.%03dZ", whole, msec);
+        return n == RFC3339_MS_LEN - 1 ? 0 : -EINVAL;
 }

@@ -375,3 +375,12 @@ def published_client():
     ours = sys.modules.get("withruntime")
     assert ours is None or str(client.venv) not in str(getattr(ours, "__file__", "")), ours
     return client
+
+
+@pytest.fixture
+def pub(published_client, daemon):
+    """Runs a script of the published client against the shared daemon: pub(script, *args) is
+    its JSON answer (a sandbox's id is usually the first argument)."""
+    def run(script: str, *args: str, **kw):
+        return published_client.run_json(daemon, script, args=list(args), **kw)
+    return run

@@ -25,13 +25,6 @@ rt = Runtime()
 """
 
 
-@pytest.fixture
-def pub(published_client, daemon):
-    def run(script: str, *args: str, **kw):
-        return published_client.run_json(daemon, script, args=list(args), **kw)
-    return run
-
-
 def test_get_or_create_by_name(pub, api):
     name = "goc-" + secrets.token_hex(4)
     got = pub(PRELUDE + """

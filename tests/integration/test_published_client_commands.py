@@ -19,13 +19,6 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "llm"))
 
 
-@pytest.fixture
-def pub(published_client, daemon):
-    def run(script: str, sid: str, *args: str, **kw):
-        return published_client.run_json(daemon, script, args=[sid, *args], **kw)
-    return run
-
-
 PRELUDE = """
 import json, sys
 from withruntime import Sandbox

@@ -19,13 +19,6 @@ f = sbx.files
 """
 
 
-@pytest.fixture
-def pub(published_client, daemon):
-    def run(script: str, sid: str, *args: str, **kw):
-        return published_client.run_json(daemon, script, args=[sid, *args], **kw)
-    return run
-
-
 @pytest.mark.microvm_subset
 def test_list_glob_stat_exists(pub, sandbox):
     sandbox.run("mkdir -p /workspace/p/src/pkg /workspace/p/.cache && cd /workspace/p && "

@@ -3,15 +3,6 @@ into a sandbox on runtimed: forward_port() reaches `python3 -m http.server` insi
 here, many connections at once, and a port nothing listens on closes the local connection."""
 from __future__ import annotations
 
-import pytest
-
-
-@pytest.fixture
-def pub(published_client, daemon):
-    def run(script: str, sid: str, *args: str, **kw):
-        return published_client.run_json(daemon, script, args=[sid, *args], **kw)
-    return run
-
 
 # Not in the microVM's default subset: test_port_forward.py's microvm case forwards into the
 # guest; the published client's calls are the same on every driver (RUNTIME_TEST_ALL=1 runs it).

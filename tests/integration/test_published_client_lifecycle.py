@@ -9,13 +9,6 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture
-def pub(published_client, daemon):
-    def run(script: str, *args: str, **kw):
-        return published_client.run_json(daemon, script, args=list(args), **kw)
-    return run
-
-
 PRELUDE = """
 import json, sys
 from withruntime import Sandbox

@@ -6,15 +6,6 @@ them through runtime.snapshots, and forks with sbx.fork() and sbx.fork(count). T
 by the suite (the published create has no driver field) and attached to with Sandbox.connect."""
 from __future__ import annotations
 
-import pytest
-
-
-@pytest.fixture
-def pub(published_client, daemon):
-    def run(script: str, *args: str, **kw):
-        return published_client.run_json(daemon, script, args=list(args), **kw)
-    return run
-
 
 PRELUDE = """
 import json, sys

@@ -6,13 +6,6 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture
-def pub(published_client, daemon):
-    def run(script: str, sid: str, *args: str, **kw):
-        return published_client.run_json(daemon, script, args=[sid, *args], **kw)
-    return run
-
-
 PRELUDE = """
 import json, sys, time
 from withruntime import Sandbox

@@ -133,6 +133,9 @@ static void test_migration_adds_the_user(void **state) {
         assert_int_equal(row.version, 1);
         assert_int_equal(row.spec.vcpu, 1);
         assert_int_equal(row.spec.timeout_seconds, SANDBOX_DEFAULT_TIMEOUT_SECONDS);
+        /* Its time is read as the whole second it was kept as. */
+        assert_int_equal(row.created_at, 1);
+        assert_int_equal(row.created_msec, 0);
         row.run_as_root = true;
         assert_int_equal(db_sandbox_update(db, &row), 0);
         sandbox_row_done(&row);
@@ -150,8 +153,8 @@ static void test_migration_adds_the_user(void **state) {
         assert_int_equal(sqlite3_prepare_v2(raw, "SELECT count(*) FROM schema_version", -1, &st, NULL), SQLITE_OK);
         assert_int_equal(sqlite3_step(st), SQLITE_ROW);
         /* each migration once: run_as, uploads, the versions, the hosts,
-         * then the keys' keeps_awake */
-        assert_int_equal(sqlite3_column_int(st, 0), 6);
+         * the keys' keeps_awake, then the sandboxes' milliseconds */
+        assert_int_equal(sqlite3_column_int(st, 0), 7);
         sqlite3_finalize(st);
         /* The key of the first migration's time keeps its setting off. */
         assert_int_equal(sqlite3_prepare_v2(raw, "SELECT keeps_awake FROM keys WHERE id = 'key_1'", -1, &st, NULL),
@@ -215,6 +218,18 @@ static void test_time(void **state) {
         assert_int_equal(time_format_rfc3339(253402300800LL, buf), -EINVAL);
         assert_int_equal(time_format_rfc3339(INT64_MIN, buf), -EINVAL);
         assert_true(time_now_unix() > 1700000000);
+        char ms[RFC3339_MS_LEN];
+        assert_int_equal(time_format_rfc3339_ms(1796029200, 123, ms), 0);
+        assert_string_equal(ms, "2026-11-30T09:00:00.123Z");
+        assert_int_equal(time_format_rfc3339_ms(1796029200, 0, ms), 0);
+        assert_string_equal(ms, "2026-11-30T09:00:00.000Z");
+        assert_int_equal(time_format_rfc3339_ms(253402300799LL, 999, ms), 0);
+        assert_string_equal(ms, "9999-12-31T23:59:59.999Z");
+        assert_int_equal(time_format_rfc3339_ms(1796029200, 1000, ms), -EINVAL);
+        assert_int_equal(time_format_rfc3339_ms(1796029200, -1, ms), -EINVAL);
+        assert_int_equal(time_format_rfc3339_ms(253402300800LL, 0, ms), -EINVAL);
+        int64_t before = time_now_unix(), now_ms = time_now_unix_ms();
+        assert_true(now_ms / 1000 >= before && now_ms / 1000 <= time_now_unix());
 }
 
 int main(void) {

@@ -196,6 +196,9 @@ static void test_keys_keeps_awake_after_an_upgrade(void **state) {
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
         assert_int_equal(pgdb_exec(&c, "ALTER TABLE keys DROP COLUMN keeps_awake", NULL), 0);
+        assert_int_equal(pgdb_exec(&c, "ALTER TABLE sandboxes DROP COLUMN created_msec, DROP COLUMN started_msec",
+                                   NULL),
+                         0);
         assert_int_equal(pgdb_exec(&c, "UPDATE store_versions SET version = 10 WHERE kind = 'postgres'", NULL), 0);
         PgParams p = { 0 };
         pgp_text(&p, hash_old_read);

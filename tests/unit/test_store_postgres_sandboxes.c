@@ -21,6 +21,7 @@
 #include "daemon/store/store_hosts.h"
 #include "test_pg_harness.h"
 #include "test_store_fleet_helper.h"
+#include "test_store_sandbox_order_helper.h"
 
 /* ---- sandboxes ---- */
 
@@ -229,12 +230,12 @@ static void test_sandboxes_queries(void **state) {
         put(&f, "sbx_stopped", "bob", SANDBOX_STOPPED, 50, 0, LEASE_END_STOP);
         put(&f, "sbx_gone", "alice", SANDBOX_DELETED, 60, 100, LEASE_END_DELETE);
 
-        /* One owner's, newest first; the same second by the order of insert. */
+        /* One owner's, newest first; the same millisecond by id, descending. */
         Seen s = { 0 };
         assert_int_equal(ops->query(f.h, STORE_SANDBOXES_OF_OWNER, "alice", 0, on_row, &s), 0);
         assert_int_equal(s.n, 3);
-        assert_string_equal(s.ids[0], "sbx_paused_del");
-        assert_string_equal(s.ids[1], "sbx_run_later");
+        assert_string_equal(s.ids[0], "sbx_run_later");
+        assert_string_equal(s.ids[1], "sbx_paused_del");
         assert_string_equal(s.ids[2], "sbx_run_due");
         s = (Seen){ 0 };
         assert_int_equal(ops->query(f.h, STORE_SANDBOXES_OF_OWNER, "carol", 0, on_row, &s), 0);
@@ -916,6 +917,57 @@ static void test_snapshots_bytes_race_across_connections(void **state) {
         snapshots_race("t_snp_bytes_race", 100, 3500, -EFBIG);
 }
 
+static void test_sandboxes_order_and_milliseconds(void **state) {
+        Fixture f = { 0 };
+        open_fixture(&f, "t_sbx_order");
+        sandbox_order_contract(store_postgres.sandboxes, f.h);
+        close_fixture(&f);
+}
+
+/* A database of before the milliseconds were kept (step 11): its rows
+ * come through the upgrade, their times whole seconds. */
+static void test_sandboxes_milliseconds_upgrade(void **state) {
+        Fixture f = { 0 };
+        open_fixture(&f, "t_sbx_msec_upgrade");
+        const StoreSandboxOps *ops = store_postgres.sandboxes;
+        SandboxRow row;
+        make_row(&row, "sbx_old", "alice");
+        row.created_at = 1796029200;
+        assert_int_equal(ops->insert(f.h, &row, 10, 10), 0);
+        SandboxRow got;
+        assert_int_equal(ops->get(f.h, "sbx_old", &got), 0);
+        got.state = SANDBOX_RUNNING;
+        got.started_at = 1796029201;
+        assert_int_equal(ops->update(f.h, &got), 0);
+        sandbox_row_done(&got);
+        ops->close(f.h);
+        f.h = NULL;
+        assert_int_equal(pgdb_exec(&f.raw,
+                                   "ALTER TABLE sandboxes DROP COLUMN created_msec;"
+                                   "ALTER TABLE sandboxes DROP COLUMN started_msec;"
+                                   "UPDATE store_versions SET version = 11 WHERE kind = 'postgres'",
+                                   NULL),
+                         0);
+        assert_int_equal(ops->open(f.url, &f.h), 0);
+        assert_int_equal(ops->get(f.h, "sbx_old", &got), 0);
+        assert_int_equal(got.created_at, 1796029200);
+        assert_int_equal(got.created_msec, 0);
+        assert_int_equal(got.started_at, 1796029201);
+        assert_int_equal(got.started_msec, 0);
+        assert_int_equal(got.state, SANDBOX_RUNNING);
+        sandbox_row_done(&got);
+        make_row(&row, "sbx_new", "alice");
+        row.created_at = 1796029200;
+        row.created_msec = 1;
+        assert_int_equal(ops->insert(f.h, &row, 10, 10), 0);
+        OrderSeen seen = { 0 };
+        assert_int_equal(ops->query(f.h, STORE_SANDBOXES_OF_OWNER, "alice", 0, order_test_on_row, &seen), 0);
+        assert_int_equal(seen.n, 2);
+        assert_string_equal(seen.ids[0], "sbx_new");
+        assert_string_equal(seen.ids[1], "sbx_old");
+        close_fixture(&f);
+}
+
 static void test_sandboxes_fleet(void **state) {
         Fixture f = { 0 };
         open_fixture(&f, "t_sbx_fleet");
@@ -932,6 +984,8 @@ int main(void) {
                 cmocka_unit_test(test_sandboxes_limits),
                 cmocka_unit_test(test_sandboxes_fleet),
                 cmocka_unit_test(test_sandboxes_queries),
+                cmocka_unit_test(test_sandboxes_order_and_milliseconds),
+                cmocka_unit_test(test_sandboxes_milliseconds_upgrade),
                 cmocka_unit_test(test_sandboxes_unreadable_rows_are_named),
                 cmocka_unit_test(test_idempotency),
                 cmocka_unit_test(test_sandboxes_race_across_connections),

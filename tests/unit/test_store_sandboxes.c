@@ -17,6 +17,7 @@
 #include "daemon/store/store_sandboxes.h"
 #include "test_store_fleet_helper.h"
 #include "test_store_keys_helper.h"
+#include "test_store_sandbox_order_helper.h"
 
 static void test_codec_round_trip(void **state) {
         SandboxSpec s;
@@ -260,6 +261,55 @@ static void test_kind_migrations(void **state) {
         sqlite3_close(raw);
 }
 
+static void test_order_and_milliseconds(void **state) {
+        Fixture *f = *state;
+        sandbox_order_contract(store_sqlite.sandboxes, f->h);
+}
+
+/* A database of before the milliseconds were kept: its rows come through
+ * the upgrade, their times whole seconds. */
+static void test_milliseconds_upgrade(void **state) {
+        Fixture *f = *state;
+        const StoreSandboxOps *ops = store_sqlite.sandboxes;
+        SandboxRow row;
+        make_row(&row, "sbx_old");
+        row.created_at = 1796029200;
+        assert_int_equal(ops->insert(f->h, &row, 10, 10), 0);
+        SandboxRow got;
+        assert_int_equal(ops->get(f->h, "sbx_old", &got), 0);
+        got.state = SANDBOX_RUNNING;
+        got.started_at = 1796029201;
+        assert_int_equal(ops->update(f->h, &got), 0);
+        sandbox_row_done(&got);
+        ops->close(f->h);
+        f->h = NULL;
+        sqlite3 *raw = NULL;
+        assert_int_equal(sqldb_open(f->path, &raw), 0);
+        assert_int_equal(sqldb_exec(raw, "ALTER TABLE sandboxes DROP COLUMN created_msec;"
+                                         "ALTER TABLE sandboxes DROP COLUMN started_msec;"
+                                         "DELETE FROM schema_version WHERE version = 7;"),
+                         0);
+        sqlite3_close(raw);
+        assert_int_equal(ops->open(f->path, &f->h), 0);
+        assert_int_equal(ops->get(f->h, "sbx_old", &got), 0);
+        assert_int_equal(got.created_at, 1796029200);
+        assert_int_equal(got.created_msec, 0);
+        assert_int_equal(got.started_at, 1796029201);
+        assert_int_equal(got.started_msec, 0);
+        assert_int_equal(got.state, SANDBOX_RUNNING);
+        sandbox_row_done(&got);
+        /* And new rows keep theirs next to it. */
+        make_row(&row, "sbx_new");
+        row.created_at = 1796029200;
+        row.created_msec = 1;
+        assert_int_equal(ops->insert(f->h, &row, 10, 10), 0);
+        OrderSeen seen = { 0 };
+        assert_int_equal(ops->query(f->h, STORE_SANDBOXES_OF_OWNER, "alice", 0, order_test_on_row, &seen), 0);
+        assert_int_equal(seen.n, 2);
+        assert_string_equal(seen.ids[0], "sbx_new");
+        assert_string_equal(seen.ids[1], "sbx_old");
+}
+
 static void test_fleet(void **state) {
         Fixture *f = *state;
         StoreHosts *hosts = NULL;
@@ -276,6 +326,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_fleet, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unreadable_rows_are_named, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_kind_migrations, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_order_and_milliseconds, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_milliseconds_upgrade, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -251,6 +251,8 @@ static void test_keys_keeps_awake_after_an_upgrade(void **state) {
         /* Back to the schema of the fifth step, the last one before the
          * column, with a read key and a full key of that time. */
         sql(f, "ALTER TABLE keys DROP COLUMN keeps_awake");
+        sql(f, "ALTER TABLE sandboxes DROP COLUMN created_msec");
+        sql(f, "ALTER TABLE sandboxes DROP COLUMN started_msec");
         sql(f, "DELETE FROM schema_version WHERE version >= 6");
         char insert[512];
         snprintf(insert, sizeof(insert),

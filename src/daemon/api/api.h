@@ -135,6 +135,7 @@ typedef enum RouteKind {
         ROUTE_SNAPSHOT_EXTEND,
         ROUTE_SNAPSHOT_DELETE,
         ROUTE_SNAPSHOT_DELETE_POST,
+        ROUTE_PROC_RESIZE,
         _ROUTE_MAX,
 } RouteKind;
 

@@ -142,6 +142,24 @@ enum MHD_Result handle_proc_signal(Req *r) {
         return answer(r, rc, p, &e, 200);
 }
 
+/* A PTY process's terminal size, as the terminal WebSocket's resize message
+ * sets it: the agent gets the same event. Answers the process with its new
+ * size; one without a terminal, or that ended, is a 409. */
+enum MHD_Result handle_proc_resize(Req *r) {
+        ApiError e = { 0 };
+        unsigned cols, rows;
+        if (request_parse_resize(r->json, &cols, &rows, &e) < 0)
+                return e.code ? reply_error(r, &e) : reply_internal(r);
+        Proc *p = NULL;
+        int rc = find(r, &p, &e);
+        if (rc == 0) {
+                SandboxError se;
+                if ((rc = proc_resize(p, cols, rows, &se)) < 0)
+                        api_sandbox_error(&se, &e);
+        }
+        return answer(r, rc, p, &e, 200);
+}
+
 enum MHD_Result handle_proc_wait(Req *r) {
         ApiError e = { 0 };
         int64_t ms = WAIT_MAX_MS;

@@ -9,3 +9,4 @@ enum MHD_Result handle_proc_output(Req *r);
 enum MHD_Result handle_proc_write(Req *r);
 enum MHD_Result handle_proc_signal(Req *r);
 enum MHD_Result handle_proc_wait(Req *r);
+enum MHD_Result handle_proc_resize(Req *r);

@@ -34,10 +34,13 @@ static enum MHD_Result reply_row(Req *r, int rc, SandboxRow *row, const SandboxE
 
 /* A list is paged and filtered the way the published client asks:
  * ?state=S (repeated), ?label=K:V (repeated, all must match), ?name=N,
- * ?includeStopped=false, ?limit=N (1..100), ?cursor=C. Oldest first; the
- * cursor is the (createdAt, id) of the last one answered, opaque to
- * clients. A key's sandboxes are bounded (--max-sandboxes-per-key), so the
- * filter runs over them in memory. */
+ * ?includeStopped=false, ?limit=N (1..100), ?cursor=C, ?order=asc|desc.
+ * Oldest first unless order=desc, by createdAt to the millisecond and then
+ * by id, so that the order is total: the cursor is the (createdAt, id) of
+ * the last one answered, opaque to clients, and a page starts right after
+ * it in the order asked for whether or not that sandbox is still there. A
+ * key's sandboxes are bounded (--max-sandboxes-per-key), so the filter runs
+ * over them in memory. */
 #define LIST_LIMIT_MAX 100
 #define LIST_FILTERS_MAX 32
 
@@ -68,8 +71,7 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
 }
 
 typedef struct ListItem {
-        int64_t created_at;
-        size_t seq; /* the store's order, newest first: ties within a second */
+        int64_t created_ms; /* unix milliseconds */
         char id[32];
         json_t *j;
 } ListItem;
@@ -124,28 +126,37 @@ static int list_one(void *userdata, SandboxRow *row) {
         if (!j)
                 return -ENOMEM;
         ListItem *it = &c->items[c->n++];
-        it->created_at = row->created_at;
-        it->seq = c->n - 1;
+        it->created_ms = row->created_at * 1000 + row->created_msec;
         snprintf(it->id, sizeof(it->id), "%s", row->id);
         it->j = j;
         return 0;
 }
 
-static int item_cmp(const void *a, const void *b) {
-        const ListItem *x = a, *y = b;
-        if (x->created_at != y->created_at)
-                return x->created_at < y->created_at ? -1 : 1;
-        return x->seq > y->seq ? -1 : x->seq < y->seq ? 1 : 0;
+/* Oldest first; ids are unique, so no two items compare equal. */
+static int item_cmp(const ListItem *x, const ListItem *y) {
+        if (x->created_ms != y->created_ms)
+                return x->created_ms < y->created_ms ? -1 : 1;
+        return strcmp(x->id, y->id);
 }
 
-/* A cursor: "<createdAt>.<id>". */
+static int item_cmp_asc(const void *a, const void *b) {
+        return item_cmp(a, b);
+}
+
+static int item_cmp_desc(const void *a, const void *b) {
+        return item_cmp(b, a);
+}
+
+/* A cursor: "<createdAt in unix milliseconds>.<id>". */
 static int parse_cursor(const char *s, ListItem *ret) {
+        if (s[0] < '0' || s[0] > '9')
+                return -EINVAL;
         char *end = NULL;
         errno = 0;
         long long t = strtoll(s, &end, 10);
         if (errno || end == s || *end != '.' || t < 0 || !route_sandbox_id_ok(end + 1))
                 return -EINVAL;
-        ret->created_at = t;
+        ret->created_ms = t;
         snprintf(ret->id, sizeof(ret->id), "%s", end + 1);
         return 0;
 }
@@ -211,6 +222,17 @@ enum MHD_Result handle_sandbox_list(Req *r) {
                 }
                 limit = (unsigned)v;
         }
+        bool newest_first = false;
+        const char *order = req_query(r, "order");
+        if (order) {
+                if (strcmp(order, "desc") == 0)
+                        newest_first = true;
+                else if (strcmp(order, "asc") != 0) {
+                        api_error(&e, 400, "invalid_request", "asc: oldest first (the default); desc: newest first",
+                                  "order must be asc or desc");
+                        return reply_error(r, &e);
+                }
+        }
         ListItem after = { 0 };
         const char *cursor = req_query(r, "cursor");
         if (cursor && (strlen(cursor) > 64 || parse_cursor(cursor, &after) < 0)) {
@@ -224,24 +246,20 @@ enum MHD_Result handle_sandbox_list(Req *r) {
         _cleanup_json_ json_t *data = rc < 0 ? NULL : json_array();
         json_t *next = json_null();
         if (data) {
-                qsort(c.items, c.n, sizeof(*c.items), item_cmp);
+                int (*cmp)(const void *, const void *) = newest_first ? item_cmp_desc : item_cmp_asc;
+                qsort(c.items, c.n, sizeof(*c.items), cmp);
                 size_t i = 0;
-                if (cursor) {
-                        /* After the one named; if it went meanwhile, after its second. */
-                        size_t k = 0;
-                        while (k < c.n && strcmp(c.items[k].id, after.id) != 0)
-                                k++;
-                        if (k < c.n)
-                                i = k + 1;
-                        else
-                                while (i < c.n && c.items[i].created_at <= after.created_at)
-                                        i++;
-                }
+                /* Right after the cursor's place in the order: the one it
+                 * names need not be there any more. */
+                if (cursor)
+                        while (i < c.n && cmp(&c.items[i], &after) <= 0)
+                                i++;
+                size_t first = i;
                 for (; i < c.n && json_array_size(data) < limit; i++)
                         json_array_append(data, c.items[i].j);
-                if (i < c.n && i > 0) {
+                if (i < c.n && i > first) {
                         char buf[64];
-                        snprintf(buf, sizeof(buf), "%lld.%s", (long long)c.items[i - 1].created_at, c.items[i - 1].id);
+                        snprintf(buf, sizeof(buf), "%lld.%s", (long long)c.items[i - 1].created_ms, c.items[i - 1].id);
                         next = json_string(buf);
                 }
         }
@@ -295,6 +313,29 @@ static int snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e) {
         if (rc == 0)
                 json_object_del(r->json, "snapshot");
         return rc;
+}
+
+/* A create's `image` that names a snapshot ("snp_" and its hex digits, as
+ * the E2B drop-in sends a template that is a snapshot's id) becomes its
+ * `snapshot`, so that the create starts from it as one with `snapshot`
+ * does, another owner's or an unknown one a 404. No image name begins
+ * "snp_": one that does and is no snapshot's id is a 400. */
+static int image_snapshot_to_field(Req *r, ApiError *e) {
+        json_t *image = json_object_get(r->json, "image");
+        const char *id = json_string_value(image);
+        if (!id || strncmp(id, "snp_", 4) != 0)
+                return 0;
+        if (json_string_length(image) != strlen(id) || !snapshot_id_ok(id))
+                return api_error(e, 400, "invalid_request", "a snapshot's id is snp_ and 20 hex digits",
+                                 "image %.64s names no snapshot: it is not a snapshot's id", id);
+        json_t *snap = json_object_get(r->json, "snapshot");
+        if (snap && !json_is_null(snap) && !json_equal(snap, image))
+                return api_error(e, 400, "invalid_request", "give the snapshot once, as snapshot",
+                                 "image names snapshot %s and snapshot another", id);
+        if (json_object_set(r->json, "snapshot", image) < 0)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        json_object_del(r->json, "image");
+        return 0;
 }
 
 /* Where a create runs, when other hosts share the store (docs/fleet.md,
@@ -364,6 +405,8 @@ enum MHD_Result handle_sandbox_create(Req *r) {
                 return reply_error(r, &e);
         }
         bool get_or_create = json_is_true(goc);
+        if (image_snapshot_to_field(r, &e) < 0)
+                return reply_error(r, &e);
         enum MHD_Result placed = MHD_NO;
         int pr = place_create(r, get_or_create, &placed, &e);
         if (pr < 0)

@@ -230,6 +230,8 @@ const HttpRoute api_routes[] = {
           HTTP_BODY_JSON_OR_EMPTY, handle_proc_signal),
         R(ROUTE_PROC_WAIT, "proc_wait", "POST", SBX "/processes/{process}:wait", HTTP_ACCESS_READ,
           HTTP_BODY_JSON_OR_EMPTY, handle_proc_wait),
+        R(ROUTE_PROC_RESIZE, "proc_resize", "POST", SBX "/processes/{process}:resize", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON, handle_proc_resize),
         /* A WebSocket: the handshake is a GET, the terminal runs past it. */
         R(ROUTE_TERMINAL, "terminal", "GET", SBX "/terminal", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_terminal),
         /* Port forwarding: a WebSocket too, each connection a stream of it. */

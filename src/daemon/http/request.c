@@ -650,6 +650,26 @@ int request_parse_pty(json_t *pty, unsigned *ret_cols, unsigned *ret_rows, ApiEr
         return 0;
 }
 
+int request_parse_resize(json_t *body, unsigned *ret_cols, unsigned *ret_rows, ApiError *e) {
+        static const char *const fields[] = { "cols", "rows", NULL };
+        if (!json_is_object(body))
+                return wrong_type(e, "the body", "an object {cols, rows}", body);
+        int r = check_fields(body, NULL, fields, e);
+        if (r < 0)
+                return r;
+        /* A resize that leaves a side out has no size to keep: both are asked for. */
+        for (size_t i = 0; fields[i]; i++)
+                if (!json_object_get(body, fields[i]))
+                        return INVALID(e, "%s is required (1..%d)", fields[i], REQ_MAX_PTY_SIDE);
+        int64_t cols, rows;
+        if ((r = get_int(body, "cols", 1, REQ_MAX_PTY_SIDE, 0, &cols, e)) < 0 ||
+            (r = get_int(body, "rows", 1, REQ_MAX_PTY_SIDE, 0, &rows, e)) < 0)
+                return r;
+        *ret_cols = (unsigned)cols;
+        *ret_rows = (unsigned)rows;
+        return 0;
+}
+
 int request_parse_spawn(json_t *body, ExecRequest *ret, ApiError *e) {
         return parse_command(body, true, ret, e);
 }

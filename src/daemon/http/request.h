@@ -64,6 +64,9 @@ int request_parse_spawn(json_t *body, ExecRequest *ret, ApiError *e);
 /* A terminal's size: cols and rows, each 1..REQ_MAX_PTY_SIDE. */
 #define REQ_MAX_PTY_SIDE 1000
 int request_parse_pty(json_t *pty, unsigned *ret_cols, unsigned *ret_rows, ApiError *e);
+/* POST .../processes/{pid}:resize: {"cols", "rows"}, both required, each
+ * 1..REQ_MAX_PTY_SIDE. */
+int request_parse_resize(json_t *body, unsigned *ret_cols, unsigned *ret_rows, ApiError *e);
 /* The cursor of GET .../output: a decimal byte offset, 0..2^53. */
 int request_parse_cursor(const char *s, uint64_t *ret, ApiError *e);
 /* A signal by name ("SIGTERM" or "TERM") or number, among those a client may

@@ -654,8 +654,9 @@ int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lease_seco
         if (m->egress && (r = egress_service_install_ca(m->egress, sb->channel, sb->paths.image_dir)) < 0)
                 log_warn(rid, "sandbox %s: could not add the egress CA to its trust store: %s", row->id,
                          strerror(-r));
-        int64_t now = time_now_unix();
+        int64_t now_ms = time_now_unix_ms(), now = now_ms / 1000;
         row->started_at = now;
+        row->started_msec = (int)(now_ms % 1000);
         row->lease_ends_at = now + lease_seconds;
         set_reason(row, NULL);
         row->state = SANDBOX_RUNNING;
@@ -784,7 +785,9 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                 row.spec.paused_at = row.spec.lease_left_seconds = row.spec.paused_seconds = 0;
         }
         row.state = SANDBOX_STARTING;
-        row.created_at = time_now_unix();
+        int64_t created_ms = time_now_unix_ms();
+        row.created_at = created_ms / 1000;
+        row.created_msec = (int)(created_ms % 1000);
         row.run_as_root = req->run_as_root;
         snprintf(row.host_id, sizeof(row.host_id), "%s", m->host_id);
         if (r < 0 || !row.owner || !row.key_id || !row.labels || (req->name && !row.name)) {
@@ -870,7 +873,7 @@ typedef struct Named {
         const char *name;
         char id[32];
         SandboxState state;
-        int64_t created_at;
+        int64_t created_ms;
 } Named;
 
 /* The oldest undeleted sandbox of the owner with the name. */
@@ -878,11 +881,12 @@ static int find_named(void *userdata, SandboxRow *row) {
         Named *c = userdata;
         if (!row->name || strcmp(row->name, c->name) != 0)
                 return 0;
-        if (c->id[0] && row->created_at > c->created_at)
+        int64_t created_ms = row->created_at * 1000 + row->created_msec;
+        if (c->id[0] && created_ms > c->created_ms)
                 return 0;
         snprintf(c->id, sizeof(c->id), "%s", row->id);
         c->state = row->state;
-        c->created_at = row->created_at;
+        c->created_ms = created_ms;
         return 0;
 }
 

@@ -253,9 +253,10 @@ static int op_wake(Manager *m, SandboxRow *row, void *arg, const char *rid, Sand
                 return reboot_locked(m, row, asked, rid, e);
         }
         sandbox_unref(sb);
-        int64_t now = time_now_unix();
+        int64_t now_ms = time_now_unix_ms(), now = now_ms / 1000;
         row_end_pause(m, row, now, now);
         row->started_at = now;
+        row->started_msec = (int)(now_ms % 1000);
         row->lease_ends_at = now + lease;
         row->state = SANDBOX_RUNNING;
         if ((r = db_sandbox_update(m->db, row)) < 0) {

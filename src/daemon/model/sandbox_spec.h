@@ -115,6 +115,10 @@ typedef struct SandboxRow {
         SandboxState state;
         char *failure_reason; /* may be NULL */
         int64_t created_at, started_at, stopped_at, lease_ends_at, run_seconds, deleted_at;
+        /* The millisecond (0..999) within created_at's and started_at's
+         * second, which the list's order and the API's times carry; 0 in
+         * rows written before they were kept. */
+        int created_msec, started_msec;
         bool run_as_root; /* requests that name no user run as root, not the sandbox user */
         char host_id[64]; /* the host whose drivers run it ("" in rows of before hosts) */
         int64_t version;  /* the store's: each write bumps it; a write of a stale one is refused */

@@ -91,12 +91,13 @@ static int insert_tx(PgConn *c, void *userdata) {
         pgp_int(&p, SANDBOX_SPEC_VERSION);
         pgp_text(&p, s->host_id);
         pgp_writer(&p, a->h);
+        pgp_int(&p, s->created_msec);
         _cleanup_pgres_ PGresult *res = NULL;
         if ((r = pgdb_run_locked(c,
                                  "INSERT INTO sandboxes (id, owner, key_id, name, labels, spec, state, created_at, "
-                                 "lease_ends_at, run_as, spec_version, version, host_id) "
-                                 "SELECT $1, $2, $3, $4, $5, $6, $7, $8::bigint, $9::bigint, $10, $11::bigint, 1, $12 "
-                                 "WHERE " WRITER_LIVE("$13", "$14"),
+                                 "lease_ends_at, run_as, spec_version, version, host_id, created_msec) "
+                                 "SELECT $1, $2, $3, $4, $5, $6, $7, $8::bigint, $9::bigint, $10, $11::bigint, 1, $12, "
+                                 "$15::integer WHERE " WRITER_LIVE("$13", "$14"),
                                  &p, &res)) < 0)
                 return r;
         return affected(res) == 1 ? 0 : -EOWNERDEAD;
@@ -134,11 +135,12 @@ static int pg_sandboxes_update(StoreSandboxes *h, SandboxRow *row) {
         pgp_text(&p, row->id);
         pgp_int(&p, row->version);
         pgp_writer(&p, h);
+        pgp_int(&p, row->started_at ? row->started_msec : 0);
         _cleanup_pgres_ PGresult *res = NULL;
         int r = pgdb_run(&h->c,
                          "WITH u AS (UPDATE sandboxes SET spec = $1, state = $2, failure_reason = $3, "
                          "started_at = $4, stopped_at = $5, lease_ends_at = $6, run_seconds = $7, deleted_at = $8, "
-                         "run_as = $9, spec_version = $10, version = version + 1 "
+                         "run_as = $9, spec_version = $10, started_msec = $15::integer, version = version + 1 "
                          "WHERE id = $11 AND version = $12 AND " WRITER_LIVE("$13", "$14") " RETURNING 1) "
                          "SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM sandboxes WHERE id = $11), "
                          WRITER_LIVE("$13", "$14"),
@@ -170,7 +172,8 @@ static int pg_sandboxes_set_meta(StoreSandboxes *h, const char *id, const char *
 
 #define ROW_COLUMNS                                                                                         \
         "id, owner, key_id, name, labels, spec, state, failure_reason, created_at, started_at, stopped_at, " \
-        "lease_ends_at, run_seconds, deleted_at, run_as, spec_version, version, host_id"
+        "lease_ends_at, run_seconds, deleted_at, run_as, spec_version, version, host_id, created_msec, "    \
+        "started_msec"
 
 static char *dup_col(const PGresult *res, int i, int col) {
         const char *t = pgv(res, i, col);
@@ -197,6 +200,8 @@ static int read_row(const PGresult *res, int i, SandboxRow *r, char *err, size_t
         r->run_as_root = run_as && strcmp(run_as, "root") == 0;
         r->version = pgi(res, i, 16);
         snprintf(r->host_id, sizeof(r->host_id), "%s", pgv(res, i, 17) ?: "");
+        r->created_msec = (int)pgi(res, i, 18);
+        r->started_msec = (int)pgi(res, i, 19);
         if (!r->owner || !r->key_id || !r->labels || (!pgnull(res, i, 3) && !r->name) ||
             (!pgnull(res, i, 7) && !r->failure_reason)) {
                 sandbox_row_done(r);
@@ -237,7 +242,7 @@ static int pg_sandboxes_query(StoreSandboxes *h, StoreSandboxQuery q, const char
         switch (q) {
         case STORE_SANDBOXES_OF_OWNER:
                 sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL AND owner = $1 "
-                      "ORDER BY created_at DESC, seq DESC";
+                      "ORDER BY created_at DESC, created_msec DESC, id COLLATE \"C\" DESC";
                 pgp_text(&p, scope);
                 break;
         case STORE_SANDBOXES_ACTIVE:

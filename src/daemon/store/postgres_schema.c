@@ -155,6 +155,13 @@ static const char *const steps[] = {
          * sandbox from its idle pause (store_keys.h); keys made before it
          * are not */
         "ALTER TABLE keys ADD COLUMN keeps_awake INTEGER NOT NULL DEFAULT 0 CHECK (keeps_awake IN (0, 1));",
+        /* 12: the millisecond within a sandbox's created_at and started_at
+         * second, so that sandboxes made within one second keep their
+         * order; rows made before it read as whole seconds */
+        "ALTER TABLE sandboxes ADD COLUMN created_msec INTEGER NOT NULL DEFAULT 0"
+        "  CHECK (created_msec BETWEEN 0 AND 999);"
+        "ALTER TABLE sandboxes ADD COLUMN started_msec INTEGER NOT NULL DEFAULT 0"
+        "  CHECK (started_msec BETWEEN 0 AND 999);",
 };
 
 #define KIND "postgres"

@@ -122,6 +122,13 @@ static const char *const migrations[] = {
         /* Whether a read key's requests are activity that keeps a sandbox
          * from its idle pause (store_keys.h); keys made before it are not. */
         "ALTER TABLE keys ADD COLUMN keeps_awake INTEGER NOT NULL DEFAULT 0 CHECK (keeps_awake IN (0, 1));",
+        /* The millisecond within created_at's and started_at's second, so
+         * that sandboxes made within one second keep their order; rows made
+         * before it read as whole seconds. */
+        "ALTER TABLE sandboxes ADD COLUMN created_msec INTEGER NOT NULL DEFAULT 0"
+        "  CHECK (created_msec BETWEEN 0 AND 999);"
+        "ALTER TABLE sandboxes ADD COLUMN started_msec INTEGER NOT NULL DEFAULT 0"
+        "  CHECK (started_msec BETWEEN 0 AND 999);",
 };
 
 static int migrate(sqlite3 *sql) {
@@ -241,8 +248,9 @@ static int sq_insert(StoreSandboxes *db, SandboxRow *r, unsigned max_total, unsi
                 }
                 if (sqlite3_prepare_v2(db->sql,
                                        "INSERT INTO sandboxes (id, owner, key_id, name, labels, spec, state, "
-                                       "created_at, lease_ends_at, run_as, spec_version, version, host_id) "
-                                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                                       "created_at, lease_ends_at, run_as, spec_version, version, host_id, "
+                                       "created_msec) "
+                                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)",
                                        -1, &st, NULL) != SQLITE_OK) {
                         rc = -EIO;
                         goto rollback;
@@ -259,6 +267,7 @@ static int sq_insert(StoreSandboxes *db, SandboxRow *r, unsigned max_total, unsi
                 sqlite3_bind_text(st, 10, r->run_as_root ? "root" : "sandbox", -1, SQLITE_STATIC);
                 sqlite3_bind_int(st, 11, SANDBOX_SPEC_VERSION);
                 sqlite3_bind_text(st, 12, r->host_id, -1, SQLITE_STATIC);
+                sqlite3_bind_int(st, 13, r->created_msec);
                 if ((rc = sqldb_errno(sqlite3_step(st))) < 0)
                         goto rollback;
         }
@@ -288,7 +297,7 @@ static int sq_update(StoreSandboxes *db, SandboxRow *r) {
 #define UPDATE_ROW                                                                                    \
         "UPDATE sandboxes SET spec = ?, state = ?, failure_reason = ?, started_at = ?, stopped_at = ?, "      \
         "lease_ends_at = ?, run_seconds = ?, deleted_at = ?, run_as = ?, spec_version = ?, "                  \
-        "version = version + 1 WHERE id = ? AND version = ?"
+        "started_msec = ?, version = version + 1 WHERE id = ? AND version = ?"
         if (sqlite3_prepare_v2(db->sql, db->writer[0] ? UPDATE_ROW " AND " WRITER_LIVE : UPDATE_ROW, -1, &st,
                                NULL) != SQLITE_OK)
                 return -EIO;
@@ -302,8 +311,9 @@ static int sq_update(StoreSandboxes *db, SandboxRow *r) {
         bind_opt_int(st, 8, r->deleted_at);
         sqlite3_bind_text(st, 9, r->run_as_root ? "root" : "sandbox", -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 10, SANDBOX_SPEC_VERSION);
-        sqlite3_bind_text(st, 11, r->id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 12, r->version);
+        sqlite3_bind_int(st, 11, r->started_at ? r->started_msec : 0);
+        sqlite3_bind_text(st, 12, r->id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 13, r->version);
         bind_writer(db, st);
         int rc = sqldb_errno(sqlite3_step(st));
         if (rc < 0)
@@ -335,7 +345,8 @@ static int sq_set_meta(StoreSandboxes *db, const char *id, const char *name, con
 
 #define ROW_COLUMNS                                                                                         \
         "id, owner, key_id, name, labels, spec, state, failure_reason, created_at, started_at, stopped_at, " \
-        "lease_ends_at, run_seconds, deleted_at, run_as, spec_version, version, host_id"
+        "lease_ends_at, run_seconds, deleted_at, run_as, spec_version, version, host_id, created_msec, "    \
+        "started_msec"
 
 static char *dup_col(sqlite3_stmt *st, int col) {
         const unsigned char *t = sqlite3_column_text(st, col);
@@ -362,6 +373,8 @@ static int read_row(sqlite3_stmt *st, SandboxRow *r, char *err, size_t err_len) 
         r->run_as_root = run_as && strcmp((const char *)run_as, "root") == 0;
         r->version = sqlite3_column_int64(st, 16);
         copy_text(r->host_id, sizeof(r->host_id), st, 17);
+        r->created_msec = sqlite3_column_int(st, 18);
+        r->started_msec = sqlite3_column_int(st, 19);
         if (!r->owner || !r->key_id || !r->labels) {
                 sandbox_row_done(r);
                 return -ENOMEM;
@@ -403,7 +416,7 @@ static int sq_query(StoreSandboxes *db, StoreSandboxQuery q, const char *scope, 
         switch (q) {
         case STORE_SANDBOXES_OF_OWNER:
                 sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL AND owner = ?1 "
-                      "ORDER BY created_at DESC, rowid DESC";
+                      "ORDER BY created_at DESC, created_msec DESC, id DESC";
                 break;
         case STORE_SANDBOXES_ACTIVE:
                 sql = "SELECT " ROW_COLUMNS " FROM sandboxes WHERE deleted_at IS NULL "
