@@ -171,7 +171,7 @@ static const OptionSpec options[] = {
         NUMBER("max-processes-per-owner", cfg.max_processes_per_owner, 1, PROC_OWNER_RUNNING_MAX,
                PROC_OWNER_RUNNING_DEFAULT, "processes one owner runs at once across its sandboxes on this host"),
         NUMBER("max-connections", cfg.max_connections, 1, 65536, 512,
-               "HTTP connections at once; past it the daemon does not accept"),
+               "HTTP connections the server holds at once; past it a whole head waits for room"),
         NUMBER("max-connections-per-peer", cfg.max_connections_per_peer, 1, 65536, 256,
                "HTTP connections at once from one peer address"),
         NUMBER("max-waiting-connections", cfg.max_waiting_connections, 1, 1048576, HTTP_MAX_WAITING_DEFAULT,

@@ -372,9 +372,10 @@ def test_runtimed_without_notify_socket_sends_nothing(build_dir, tmp_path):
 
 
 def test_the_watchdog_pings_only_while_the_http_server_answers(build_dir, tmp_path):
-    """With its one connection held by an idle client, the daemon accepts no
-    other, /healthz cannot answer, and the pings stop; they resume once the
-    client goes."""
+    """With its one connection held by a request whose body never comes (an
+    idle socket is the edge's, which holds it without taking the server's
+    connection), the server takes no other, /healthz cannot answer, and the
+    pings stop; they resume once the client goes."""
     if os.geteuid() != 0:
         pytest.skip("the daemon needs root (cgroups, namespaces, mounts)")
     port = free_port()
@@ -392,6 +393,7 @@ def test_the_watchdog_pings_only_while_the_http_server_answers(build_dir, tmp_pa
             wait_message(s, "READY=1", time.monotonic() + 60, seen)
             wait_message(s, "WATCHDOG=1", time.monotonic() + 5, seen)
             hog = socket.create_connection(("127.0.0.1", port))
+            hog.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
             # Once the daemon logs a failed probe, every ping sent before it
             # is in the socket: drain them; after that, none for three
             # intervals.

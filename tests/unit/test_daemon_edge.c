@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -49,9 +50,14 @@ typedef struct Handed {
         pthread_cond_t cond;
         int fds[16];
         size_t n;
+        _Atomic unsigned held; /* what the server says it holds */
 } Handed;
 
-static void record(void *userdata, int fd, const struct sockaddr *sa, socklen_t len) {
+static unsigned held_now(void *userdata) {
+        return atomic_load(&((Handed *)userdata)->held);
+}
+
+static bool record(void *userdata, int fd, const struct sockaddr *sa, socklen_t len) {
         Handed *h = userdata;
         pthread_mutex_lock(&h->lock);
         if (h->n < 16)
@@ -60,6 +66,7 @@ static void record(void *userdata, int fd, const struct sockaddr *sa, socklen_t 
                 close(fd);
         pthread_cond_broadcast(&h->cond);
         pthread_mutex_unlock(&h->lock);
+        return true;
 }
 
 /* Waits for the n-th hand-off, 5 s at most. */
@@ -138,14 +145,18 @@ typedef struct Live {
         int port;
 } Live;
 
-static void live_start(Live *l, unsigned max_waiting, unsigned per_peer, unsigned head_ms) {
+static void live_start_held(Live *l, unsigned max_waiting, unsigned per_peer, unsigned head_ms, unsigned max_held) {
         memset(l, 0, sizeof *l);
         pthread_mutex_init(&l->h.lock, NULL);
         pthread_cond_init(&l->h.cond, NULL);
         int lfd = listener(&l->port);
         EdgeConfig cfg = { .max_waiting = max_waiting, .max_waiting_per_peer = per_peer, .head_ms = head_ms,
-                           .head_max = 4096 };
+                           .head_max = 4096, .max_held = max_held, .held = held_now };
         assert_int_equal(edge_start(lfd, &cfg, record, &l->h, &l->edge), 0);
+}
+
+static void live_start(Live *l, unsigned max_waiting, unsigned per_peer, unsigned head_ms) {
+        live_start_held(l, max_waiting, per_peer, head_ms, 0);
 }
 
 static void live_stop(Live *l) {
@@ -351,6 +362,36 @@ static void test_next_head(void **state) {
         live_stop(&l);
 }
 
+static void test_a_whole_head_waits_for_room(void **state) {
+        Live l;
+        live_start_held(&l, 64, 8, 600, 1);
+        atomic_store(&l.h.held, 1);
+        int c = dial(l.port);
+        say(c, "GET / HTTP/1.1\r\n\r\n", 18);
+        /* The server holds all it may: not handed on yet. */
+        EdgeStats st;
+        uint64_t until = time_now_mono_ms() + 3000;
+        for (edge_stats(l.edge, &st); st.ready < 1 && time_now_mono_ms() < until; edge_stats(l.edge, &st))
+                usleep(1000);
+        assert_int_equal(st.ready, 1);
+        assert_int_equal(l.h.n, 0);
+        /* Room again, and the server says a connection closed: handed on. */
+        atomic_store(&l.h.held, 0);
+        edge_server_closed(l.edge);
+        assert_true(handed(&l.h, 1));
+        close(c);
+        /* No room until its time is up: a 503. */
+        atomic_store(&l.h.held, 1);
+        c = dial(l.port);
+        say(c, "GET / HTTP/1.1\r\n\r\n", 18);
+        char buf[2048];
+        assert_true(ends_within(c, 5000, buf, sizeof buf));
+        assert_non_null(strstr(buf, "HTTP/1.1 503 "));
+        assert_int_equal(l.h.n, 1);
+        close(c);
+        live_stop(&l);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_head_end),
@@ -361,6 +402,7 @@ int main(void) {
                 cmocka_unit_test(test_bounds),
                 cmocka_unit_test(test_a_late_next_head_is_cut),
                 cmocka_unit_test(test_next_head),
+                cmocka_unit_test(test_a_whole_head_waits_for_room),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,13 @@
 /* After accept fails for want of a descriptor: how long before the next try. */
 #define ACCEPT_PAUSE_MS 100u
 #define PEER_BUCKETS 1024u
+/* A refused connection is read a while after its answer, so that what its
+ * client was still sending does not make the close a reset, which could
+ * take the answer with it: at most this long, or this many bytes. */
+#define LINGER_MS 2000u
+/* How often whole heads waiting for room look for it. */
+#define READY_POLL_MS 20u
+#define LINGER_BYTES (1024u * 1024u)
 
 /* A peer: its address (IPv4 as IPv4-mapped IPv6), or the uid of a unix
  * socket's peer. */
@@ -49,6 +56,9 @@ typedef struct Waiting {
         uint64_t deadline;
         socklen_t salen;
         struct sockaddr_storage sa;
+        bool ready;       /* its head is whole; it waits for room in the server */
+        bool lingering;   /* answered and shut for writing: what it still sends is read and dropped */
+        size_t discarded; /* ... this much so far */
         struct Waiting *prev, *next;
 } Waiting;
 
@@ -81,6 +91,7 @@ struct Edge {
         EdgeConn *conns; /* under lock */
         /* Counters, read by edge_stats. */
         atomic_uint waiting;
+        atomic_uint ready; /* whole heads waiting for room */
         atomic_ullong handed, refused_peer, evicted, timed_out, malformed;
 };
 
@@ -171,6 +182,10 @@ static void waiting_unlink(Edge *e, Waiting *w) {
         else
                 e->last = w->prev;
         (void)epoll_ctl(e->epfd, EPOLL_CTL_DEL, w->fd, NULL);
+        if (w->ready) {
+                w->ready = false;
+                atomic_fetch_sub(&e->ready, 1);
+        }
         w->peer->waiting--;
         peer_put(e, w->peer);
         atomic_fetch_sub(&e->waiting, 1);
@@ -219,7 +234,8 @@ static void refusal_send(Edge *e, int fd, int status, const char *reason, const 
                 (void)send(fd, body, strlen(body), MSG_NOSIGNAL | MSG_DONTWAIT);
         free(body);
         log_debug(rid, "http: a connection's head refused (%d): %s", status, message);
-        atomic_fetch_add(&e->malformed, 1);
+        if (status != 503)
+                atomic_fetch_add(&e->malformed, 1);
         (void)shutdown(fd, SHUT_WR);
 }
 
@@ -243,18 +259,80 @@ static int head_fault(const Edge *e, long end, size_t n, size_t room, const char
 
 static void waiting_refuse(Edge *e, Waiting *w, int status, const char *reason, const char *message, size_t peeked) {
         refusal_send(e, w->fd, status, reason, message);
-        waiting_close(e, w, peeked);
+        drain(w->fd, e->buf, e->cfg.head_max, peeked);
+        /* Last in line, with a time of its own: the oldest go first, so it
+         * goes at the later of the two. */
+        w->lingering = true;
+        w->deadline = time_now_mono_ms() + LINGER_MS;
+        if (w != e->last) {
+                if (w->prev)
+                        w->prev->next = w->next;
+                else
+                        e->first = w->next;
+                w->next->prev = w->prev;
+                w->prev = e->last;
+                w->next = NULL;
+                e->last->next = w;
+                e->last = w;
+        }
+}
+
+/* A refused connection's bytes, read and dropped until it ends. */
+static void waiting_linger(Edge *e, Waiting *w) {
+        for (;;) {
+                ssize_t n = recv(w->fd, e->buf, e->cfg.head_max, MSG_DONTWAIT);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && w->discarded <= LINGER_BYTES)
+                        return;
+                if (n <= 0 || (w->discarded += (size_t)n) > LINGER_BYTES)
+                        break;
+        }
+        waiting_close(e, w, 0);
+}
+
+/* Asked of the server itself, so that no count of ours can drift from
+ * what it holds. */
+static bool room(Edge *e) {
+        return !e->cfg.max_held || !e->cfg.held || e->cfg.held(e->userdata) < e->cfg.max_held;
 }
 
 static void waiting_hand_off(Edge *e, Waiting *w) {
         waiting_unlink(e, w);
         atomic_fetch_add(&e->handed, 1);
-        e->hand_off(e->userdata, w->fd, (const struct sockaddr *)&w->sa, w->salen);
+        (void)e->hand_off(e->userdata, w->fd, (const struct sockaddr *)&w->sa, w->salen);
         free(w);
+}
+
+/* Whole heads that waited for room, oldest first, while there is room. */
+static void hand_off_ready(Edge *e) {
+        for (Waiting *w = e->first, *next; w && atomic_load(&e->ready) > 0 && room(e); w = next) {
+                next = w->next;
+                if (w->ready)
+                        waiting_hand_off(e, w);
+        }
+}
+
+void edge_server_closed(Edge *e) {
+        if (e && atomic_load(&e->ready) > 0) {
+                uint64_t one = 1;
+                (void)!write(e->wake_fd, &one, sizeof one);
+        }
 }
 
 /* New bytes (or an end) on a waiting connection. */
 static void waiting_read(Edge *e, Waiting *w, uint32_t events) {
+        if (w->lingering) {
+                waiting_linger(e, w);
+                return;
+        }
+        if (w->ready) {
+                /* A client that waits for its answer sends nothing more
+                 * and never ends its side: one that does has given up. */
+                if (events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP))
+                        waiting_close(e, w, 0);
+                return;
+        }
         ssize_t n = recv(w->fd, e->buf, e->cfg.head_max, MSG_PEEK | MSG_DONTWAIT);
         if (n < 0) {
                 if ((errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) &&
@@ -275,8 +353,14 @@ static void waiting_read(Edge *e, Waiting *w, uint32_t events) {
                 waiting_refuse(e, w, status, reason, msg, (size_t)n);
                 return;
         }
-        if (end > 0) {
+        if (end > 0 && room(e)) {
                 waiting_hand_off(e, w);
+                return;
+        }
+        if (end > 0) {
+                /* The server holds all it may: this one waits its turn. */
+                w->ready = true;
+                atomic_fetch_add(&e->ready, 1);
                 return;
         }
         /* Half a head and then the end: nothing more will come. */
@@ -528,6 +612,10 @@ static void *edge_main(void *arg) {
                         wake = e->first->deadline;
                 if (e->accept_paused_until && e->accept_paused_until < wake)
                         wake = e->accept_paused_until;
+                /* Heads waiting for room: the server's count drops a moment
+                 * after it says a connection closed. */
+                if (atomic_load(&e->ready) > 0 && now + READY_POLL_MS < wake)
+                        wake = now + READY_POLL_MS;
                 int timeout = wake > now ? (int)(wake - now) : 0;
                 struct epoll_event evs[64];
                 int n = epoll_wait(e->epfd, evs, (int)ELEMENTSOF(evs), timeout);
@@ -559,9 +647,23 @@ static void *edge_main(void *arg) {
                         if (stop)
                                 break;
                 }
+                hand_off_ready(e);
                 while (e->first && e->first->deadline <= now) {
-                        atomic_fetch_add(&e->timed_out, 1);
-                        waiting_close(e, e->first, 0);
+                        Waiting *w = e->first;
+                        if (w->ready) {
+                                w->ready = false;
+                                atomic_fetch_sub(&e->ready, 1);
+                                waiting_refuse(e, w, 503, "Service Unavailable",
+                                               "the daemon holds as many connections as it may "
+                                               "(--max-connections); try again", 0);
+                                /* Its head, never read: read now, so
+                                 * that the close is no reset. */
+                                waiting_linger(e, w);
+                                continue;
+                        }
+                        if (!w->lingering)
+                                atomic_fetch_add(&e->timed_out, 1);
+                        waiting_close(e, w, 0);
                 }
                 if (e->accept_paused_until && e->accept_paused_until <= now && e->listen_fd >= 0) {
                         e->accept_paused_until = 0;
@@ -674,6 +776,7 @@ void edge_stats(Edge *e, EdgeStats *ret) {
         if (!e)
                 return;
         ret->waiting = atomic_load(&e->waiting);
+        ret->ready = atomic_load(&e->ready);
         ret->handed = atomic_load(&e->handed);
         ret->refused_peer = atomic_load(&e->refused_peer);
         ret->evicted = atomic_load(&e->evicted);

@@ -12,6 +12,7 @@
  * is cut, so that a thread is held by a request in progress or, for at
  * most that long, by a connection its client keeps for the next one. */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/socket.h>
 
@@ -23,11 +24,14 @@ typedef struct EdgeConfig {
         unsigned max_waiting_per_peer; /* ... from one peer: its address, or its uid on a unix socket */
         unsigned head_ms;              /* a head is whole this long after the connection came, or the answer before it */
         size_t head_max;               /* bytes of a head; a longer one is a 431 */
+        unsigned max_held;             /* connections the server holds at most; a whole head waits
+                                        * for room (a 503 once its time is up); 0: no bound */
+        unsigned (*held)(void *userdata); /* the connections the server holds now */
 } EdgeConfig;
 
 /* Gets a connection whose head is whole (the bytes are still in the
- * socket, unread); owns fd from then on. */
-typedef void (*EdgeHandOff)(void *userdata, int fd, const struct sockaddr *sa, socklen_t len);
+ * socket, unread); owns fd from then on. Whether the server took it. */
+typedef bool (*EdgeHandOff)(void *userdata, int fd, const struct sockaddr *sa, socklen_t len);
 
 /* Takes listen_fd (made non-blocking, closed by edge_quiesce or edge_free). */
 int edge_start(int listen_fd, const EdgeConfig *cfg, EdgeHandOff hand_off, void *userdata, Edge **ret);
@@ -43,6 +47,9 @@ void edge_conn_busy(EdgeConn *c);     /* a request's head is in */
 void edge_conn_idle(EdgeConn *c);     /* answered: the next head has head_ms from now */
 void edge_conn_upgraded(EdgeConn *c); /* no longer HTTP: never cut */
 void edge_conn_remove(EdgeConn *c);
+/* A connection the server held is closed: a whole head waiting for room
+ * is looked at again. */
+void edge_server_closed(Edge *e);
 /* For the server's thread of a kept-alive connection, between two
  * requests: waits at most wait_ms for the next head to be whole, and looks
  * at it as the edge looks at a first one (the server would end a header's
@@ -55,6 +62,7 @@ int edge_next_head(Edge *e, int fd, unsigned wait_ms);
 /* What the edge did since it started, for /metrics and the tests. */
 typedef struct EdgeStats {
         unsigned waiting;                 /* connections awaiting a head now */
+        unsigned ready;                   /* ... of them whole, waiting for room in the server */
         unsigned long long handed;        /* to the server */
         unsigned long long refused_peer;  /* past the peer's bound: closed at once */
         unsigned long long evicted;       /* the oldest, closed for a new one past max_waiting */

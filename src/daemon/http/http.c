@@ -1141,6 +1141,7 @@ static void connection_notify(void *cls, struct MHD_Connection *conn, void **soc
         } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
                 Conn *c = *socket_context;
                 *socket_context = NULL;
+                edge_server_closed(s->edge);
                 if (!c)
                         return;
                 edge_conn_remove(c->edge);
@@ -1151,12 +1152,20 @@ static void connection_notify(void *cls, struct MHD_Connection *conn, void **soc
         }
 }
 
-static void hand_off(void *userdata, int fd, const struct sockaddr *sa, socklen_t len) {
+static unsigned server_held(void *userdata) {
         HttpServer *s = userdata;
-        /* Closed by the server whatever it answers (past its bounds, or
-         * out of memory). */
-        if (MHD_add_connection(s->mhd, fd, sa, len) != MHD_YES)
-                log_debug(NULL, "http: a connection not taken: %s", strerror(errno));
+        const union MHD_DaemonInfo *i = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+        return i ? i->num_connections : 0;
+}
+
+static bool hand_off(void *userdata, int fd, const struct sockaddr *sa, socklen_t len) {
+        HttpServer *s = userdata;
+        /* Closed by the server whatever it answers (past its bound per
+         * peer address, or out of memory). */
+        if (MHD_add_connection(s->mhd, fd, sa, len) == MHD_YES)
+                return true;
+        log_debug(NULL, "http: a connection not taken: %s", strerror(errno));
+        return false;
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -1205,7 +1214,8 @@ int http_server_start(HttpServer *s, int listen_fd) {
          * keeps for the rest; a NUL in it is refused here, before the
          * server would cut a header's value at it. */
         EdgeConfig cfg = { .max_waiting = s->max_waiting, .max_waiting_per_peer = s->max_per_peer,
-                           .head_ms = s->head_timeout_s * 1000u, .head_max = HTTP_MAX_HEAD };
+                           .head_ms = s->head_timeout_s * 1000u, .head_max = HTTP_MAX_HEAD,
+                           .max_held = s->max_connections, .held = server_held };
         int r = edge_start(listen_fd, &cfg, hand_off, s, &s->edge);
         if (r < 0) {
                 MHD_stop_daemon(s->mhd);
