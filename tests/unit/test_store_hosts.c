@@ -80,19 +80,6 @@ static void test_webhooks_races(void **state) {
         hooks_test_races(store_sqlite.webhooks, f->path);
 }
 
-static void test_webhooks_fairness(void **state) {
-        Fixture *f = *state;
-        StoreWebhooks *wh = NULL;
-        assert_int_equal(store_sqlite.webhooks->open(f->path, &wh), 0);
-        hooks_test_fairness(store_sqlite.webhooks, wh);
-        store_sqlite.webhooks->close(wh);
-}
-
-static void test_webhooks_share_races(void **state) {
-        Fixture *f = *state;
-        hooks_test_share_races(store_sqlite.webhooks, f->path);
-}
-
 static void test_audit_contract(void **state) {
         Fixture *f = *state;
         StoreAudit *a = NULL;
@@ -149,8 +136,6 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_events_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_webhooks_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_webhooks_races, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_webhooks_fairness, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_webhooks_share_races, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_audit_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_samples_contract, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_requests_contract, setup, teardown),

@@ -2,10 +2,8 @@
 /* The contract of a backend's webhooks (store_webhooks.h) and audit trail
  * (store_audit.h), shared by the SQLite and PostgreSQL tests: the per-owner
  * limit, owner scoping, versions, removal with the deliveries, claims that
- * two hosts never share, claims shared between owners (one delivery of an
- * owner a claim, an owner's share of a host's claims, turns), finishing by
- * the claim's holder only, listing by state and cursor, pruning; the audit
- * trail's filters and cursor. */
+ * two hosts never share, finishing by the claim's holder only, listing by
+ * state and cursor, pruning; the audit trail's filters and cursor. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -64,16 +62,6 @@ static inline void hooks_test_enqueue(const StoreWebhookOps *ops, StoreWebhooks 
         assert_int_equal(ops->enqueue(h, &d, 1), 0);
 }
 
-/* A claim of a worker's (store_webhooks.h's DeliveryClaim): of host at now
- * for a minute, up to max, per_owner live claims of one owner on host at
- * most (0: no bound), none counted as served. */
-static inline int hooks_test_claim(const StoreWebhookOps *ops, StoreWebhooks *h, const char *host, int64_t now,
-                                   int64_t until, unsigned max, unsigned per_owner, HooksSeen *s) {
-        DeliveryClaim c = { .host = host, .now = now, .until = until, .max = max, .per_owner = per_owner,
-                            .served_since = INT64_MAX };
-        return ops->claim(h, &c, hooks_test_seen_delivery, s);
-}
-
 static inline void hooks_test_contract(const StoreWebhookOps *ops, StoreWebhooks *h) {
         HooksSeen s = { 0 };
         WebhookRecord a = hooks_test_hook("wh_00000000000000000001", "alice");
@@ -123,19 +111,19 @@ static inline void hooks_test_contract(const StoreWebhookOps *ops, StoreWebhooks
         assert_int_equal(ops->enqueue(h, batch, 2), -EEXIST);
         assert_int_equal(ops->get_delivery(h, "whd_00000000000000000007", NULL, NULL, NULL), -ENOENT);
         s = (HooksSeen){ 0 };
-        assert_int_equal(hooks_test_claim(ops, h, "h1", 200, 260, 1, 0, &s), 0);
+        assert_int_equal(ops->claim(h, "h1", 200, 260, 1, hooks_test_seen_delivery, &s), 0);
         assert_int_equal(s.n, 1);
         assert_string_equal(s.ids[0], "whd_00000000000000000001");
         assert_string_equal(s.claimed_by[0], "h1");
         s = (HooksSeen){ 0 };
-        assert_int_equal(hooks_test_claim(ops, h, "h2", 200, 260, 10, 0, &s), 0);
+        assert_int_equal(ops->claim(h, "h2", 200, 260, 10, hooks_test_seen_delivery, &s), 0);
         assert_int_equal(s.n, 1); /* the second due one; the first is h1's, the third not due */
         assert_string_equal(s.ids[0], "whd_00000000000000000002");
         s = (HooksSeen){ 0 };
-        assert_int_equal(hooks_test_claim(ops, h, "h2", 200, 260, 10, 0, &s), 0);
+        assert_int_equal(ops->claim(h, "h2", 200, 260, 10, hooks_test_seen_delivery, &s), 0);
         assert_int_equal(s.n, 0);
         /* A claim of a host that died ends: the delivery is due again. */
-        assert_int_equal(hooks_test_claim(ops, h, "h3", 261, 320, 1, 0, &s), 0);
+        assert_int_equal(ops->claim(h, "h3", 261, 320, 1, hooks_test_seen_delivery, &s), 0);
         assert_int_equal(s.n, 1);
         assert_string_equal(s.ids[0], "whd_00000000000000000001");
         /* Only the claim's holder records an attempt. */
@@ -189,144 +177,6 @@ static inline void hooks_test_contract(const StoreWebhookOps *ops, StoreWebhooks
                          -ENOENT);
 }
 
-/* ---- sharing between owners ---- */
-
-static inline void hooks_test_enqueue_of(const StoreWebhookOps *ops, StoreWebhooks *h, const char *owner, int i,
-                                         int64_t next_at) {
-        DeliveryRecord d = { .webhook_id = "wh_fair", .owner = owner, .event_id = "evt_fair",
-                             .event_type = "sandbox.created", .body = "{}", .state = "pending", .next_at = next_at,
-                             .created_at = 1, .updated_at = 1 };
-        snprintf(d.id, sizeof d.id, "whd_%.8s_%d", owner, i);
-        assert_int_equal(ops->enqueue(h, &d, 1), 0);
-}
-
-/* One owner with many due deliveries does not fill a claim: a claim takes
- * each owner's oldest; an owner at its share on a host is skipped there (and
- * not on another host); an owner served lately comes after one that waits. */
-static inline void hooks_test_fairness(const StoreWebhookOps *ops, StoreWebhooks *h) {
-        for (int i = 0; i < 6; i++)
-                hooks_test_enqueue_of(ops, h, "alice", i, 100 + i);
-        hooks_test_enqueue_of(ops, h, "bob", 0, 110);
-        hooks_test_enqueue_of(ops, h, "carol", 0, 900); /* not due */
-        HooksSeen s = { 0 };
-        assert_int_equal(hooks_test_claim(ops, h, "h1", 200, 260, 4, 0, &s), 0);
-        assert_int_equal(s.n, 2);
-        assert_string_equal(s.ids[0], "whd_alice_0");
-        assert_string_equal(s.ids[1], "whd_bob_0");
-        /* h1 holds one of alice's and one of bob's: at a share of one, none more there. */
-        s = (HooksSeen){ 0 };
-        assert_int_equal(hooks_test_claim(ops, h, "h1", 201, 261, 4, 1, &s), 0);
-        assert_int_equal(s.n, 0);
-        /* Another host's share is its own. */
-        assert_int_equal(hooks_test_claim(ops, h, "h2", 201, 261, 4, 1, &s), 0);
-        assert_int_equal(s.n, 1);
-        assert_string_equal(s.ids[0], "whd_alice_1");
-        /* At a share of two, h1 takes a second of alice's. */
-        s = (HooksSeen){ 0 };
-        assert_int_equal(hooks_test_claim(ops, h, "h1", 201, 261, 4, 2, &s), 0);
-        assert_int_equal(s.n, 1);
-        assert_string_equal(s.ids[0], "whd_alice_2");
-        /* A claim ended (expired, or the attempt recorded) counts no more. */
-        DeliveryRecord done = { .state = "pending", .attempts = 1, .next_at = 5000, .claimed_by = "h1",
-                                .updated_at = 202 };
-        snprintf(done.id, sizeof done.id, "whd_alice_0");
-        assert_int_equal(ops->finish(h, &done), 0);
-        s = (HooksSeen){ 0 };
-        assert_int_equal(hooks_test_claim(ops, h, "h1", 203, 263, 4, 2, &s), 0);
-        assert_int_equal(s.n, 1);
-        assert_string_equal(s.ids[0], "whd_alice_3");
-        /* Dave's delivery falls due after alice's last ones: with no owner
-         * served since, alice's older one goes first; with alice served
-         * since 150 (her claims and attempt), dave's does. */
-        hooks_test_enqueue_of(ops, h, "dave", 0, 150);
-        s = (HooksSeen){ 0 };
-        assert_int_equal(hooks_test_claim(ops, h, "h3", 204, 264, 1, 0, &s), 0);
-        assert_int_equal(s.n, 1);
-        assert_string_equal(s.ids[0], "whd_alice_4");
-        s = (HooksSeen){ 0 };
-        DeliveryClaim c = { .host = "h3", .now = 205, .until = 265, .max = 1, .served_since = 150 };
-        assert_int_equal(ops->claim(h, &c, hooks_test_seen_delivery, &s), 0);
-        assert_int_equal(s.n, 1);
-        assert_string_equal(s.ids[0], "whd_dave_0");
-        /* The latest served goes last: bob (claimed at 200) before alice (205). */
-        hooks_test_enqueue_of(ops, h, "bob", 1, 190);
-        s = (HooksSeen){ 0 };
-        c = (DeliveryClaim){ .host = "h4", .now = 206, .until = 266, .max = 4, .served_since = 150 };
-        assert_int_equal(ops->claim(h, &c, hooks_test_seen_delivery, &s), 0);
-        assert_int_equal(s.n, 2);
-        assert_string_equal(s.ids[0], "whd_bob_1");
-        assert_string_equal(s.ids[1], "whd_alice_5");
-        /* Expired claims hold nothing: at 300 every claim above has ended. */
-        s = (HooksSeen){ 0 };
-        assert_int_equal(hooks_test_claim(ops, h, "h1", 300, 360, 10, 1, &s), 0);
-        assert_int_equal(s.n, 3); /* alice's oldest unfinished, bob's and dave's */
-        assert_string_equal(s.ids[0], "whd_alice_1");
-        assert_string_equal(s.ids[1], "whd_bob_0");
-        assert_string_equal(s.ids[2], "whd_dave_0");
-}
-
-#define HOOKS_SHARE_RACERS 6
-#define HOOKS_SHARE 2
-
-typedef struct HooksShareRace {
-        const StoreWebhookOps *ops;
-        StoreWebhooks *h;
-        pthread_barrier_t *start;
-        HooksSeen seen;
-        int failed;
-} HooksShareRace;
-
-static inline void *hooks_share_race_one(void *userdata) {
-        HooksShareRace *a = userdata;
-        pthread_barrier_wait(a->start);
-        for (int i = 0; i < 4; i++) {
-                DeliveryClaim c = { .host = "h1", .now = 1000, .until = 1060, .max = 3, .per_owner = HOOKS_SHARE,
-                                    .served_since = 1000 };
-                if (a->ops->claim(a->h, &c, hooks_test_seen_delivery, &a->seen) < 0)
-                        a->failed++;
-        }
-        return NULL;
-}
-
-/* Claims of one host on several connections at once: together they never
- * pass an owner's share, and never take one delivery twice. */
-static inline void hooks_test_share_races(const StoreWebhookOps *ops, const char *location) {
-        StoreWebhooks *setup = NULL;
-        assert_int_equal(ops->open(location, &setup), 0);
-        for (int i = 0; i < 30; i++)
-                hooks_test_enqueue_of(ops, setup, "erin", i, i);
-        hooks_test_enqueue_of(ops, setup, "frank", 0, 50);
-        HooksShareRace races[HOOKS_SHARE_RACERS] = { 0 };
-        pthread_t t[HOOKS_SHARE_RACERS];
-        pthread_barrier_t start;
-        assert_int_equal(pthread_barrier_init(&start, NULL, HOOKS_SHARE_RACERS), 0);
-        for (int i = 0; i < HOOKS_SHARE_RACERS; i++) {
-                races[i] = (HooksShareRace){ .ops = ops, .start = &start };
-                assert_int_equal(ops->open(location, &races[i].h), 0);
-        }
-        for (int i = 0; i < HOOKS_SHARE_RACERS; i++)
-                assert_int_equal(pthread_create(&t[i], NULL, hooks_share_race_one, &races[i]), 0);
-        for (int i = 0; i < HOOKS_SHARE_RACERS; i++)
-                pthread_join(t[i], NULL);
-        pthread_barrier_destroy(&start);
-        int erin = 0, frank = 0;
-        for (int i = 0; i < HOOKS_SHARE_RACERS; i++) {
-                assert_int_equal(races[i].failed, 0);
-                for (int j = 0; j < races[i].seen.n; j++) {
-                        const char *id = races[i].seen.ids[j];
-                        erin += strncmp(id, "whd_erin_", 9) == 0;
-                        frank += strncmp(id, "whd_frank_", 10) == 0;
-                        for (int k = 0; k < HOOKS_SHARE_RACERS; k++)
-                                for (int m = 0; m < races[k].seen.n; m++)
-                                        assert_true((k == i && m == j) || strcmp(id, races[k].seen.ids[m]) != 0);
-                }
-                ops->close(races[i].h);
-        }
-        assert_int_equal(erin, HOOKS_SHARE);
-        assert_int_equal(frank, 1);
-        ops->close(setup);
-}
-
 /* ---- races between handles (each its own connection, as another
  * process's would be) ---- */
 
@@ -363,8 +213,7 @@ static inline void *hooks_race_one(void *userdata) {
         a->put_result = a->ops->put(a->h, &w, HOOKS_RACE_LIMIT);
         for (;;) {
                 int before = a->n;
-                DeliveryClaim c = { .host = host, .now = 1000, .until = 1060, .max = 3 };
-                if (a->ops->claim(a->h, &c, hooks_race_collect, a) < 0) {
+                if (a->ops->claim(a->h, host, 1000, 1060, 3, hooks_race_collect, a) < 0) {
                         a->failed++;
                         break;
                 }

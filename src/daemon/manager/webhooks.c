@@ -30,21 +30,10 @@
  * time, another host's queue); one queued here wakes it at once. */
 #define IDLE_POLL_MS 1000
 #define CONNECT_TIMEOUT_SECONDS 5
-/* A worker claims one delivery at a time and sends it at once: a claimed
- * delivery never waits behind another's attempt, so one owner's hanging
- * receivers hold no other owner's delivery in a worker's queue; what waits,
- * waits in the store, where the claim shares the workers between owners
- * (store_webhooks.h's DeliveryClaim). An owner's deliveries are attempted
- * on at most owner_share() of this host's workers at once, so that with
- * two workers or more another owner's delivery always finds one free of
- * the first; and an owner served is put after those waiting for a turn,
- * so that when every worker is held (one worker, or several owners whose
- * receivers hang) owners take turns as workers come free: an owner's
- * backlog puts no more of its attempts ahead of another owner's delivery
- * than it had in flight. Owners a claim or an attempt was made for within
- * SERVED_WINDOW_SECONDS count as served: past an attempt's length, so that
- * an owner whose attempt just ended is still known to have been served. */
-#define SERVED_WINDOW_SECONDS (2 * WEBHOOK_TIMEOUT_SECONDS)
+/* Deliveries a worker claims at once: fewer writes of the store while many
+ * are due, and within the claim's time however slow each attempt is
+ * (CLAIM_BATCH attempts of WEBHOOK_TIMEOUT_SECONDS < CLAIM_SECONDS). */
+#define CLAIM_BATCH 4
 
 struct Webhooks {
         const StoreWebhookOps *ops;
@@ -534,6 +523,17 @@ static int take_job(void *userdata, const DeliveryRecord *d) {
         return job_fill(j, d);
 }
 
+/* A claim's deliveries, each into the next free Job of the batch. */
+typedef struct Batch {
+        Job jobs[CLAIM_BATCH];
+        unsigned n;
+} Batch;
+
+static int take_batch(void *userdata, const DeliveryRecord *d) {
+        Batch *b = userdata;
+        return b->n < CLAIM_BATCH ? job_fill(&b->jobs[b->n++], d) : 0;
+}
+
 static int job_fill(Job *j, const DeliveryRecord *d) {
         snprintf(j->id, sizeof j->id, "%s", d->id);
         j->webhook_id = strdup(d->webhook_id);
@@ -611,12 +611,6 @@ static int run_job(Webhooks *w, const Job *j, bool once) {
         return 0;
 }
 
-/* The workers of this host one owner's deliveries may be attempted on at
- * once: a quarter, and at least one. */
-static unsigned owner_share(unsigned workers) {
-        return workers / 4 > 1 ? workers / 4 : 1;
-}
-
 static void *worker(void *userdata) {
         Webhooks *w = userdata;
         unsigned failures = 0;
@@ -627,17 +621,15 @@ static void *worker(void *userdata) {
                 pthread_mutex_unlock(&w->lock);
                 if (stop)
                         break;
-                Job j = { 0 };
+                Batch b = { 0 };
                 int64_t now = time_now_unix();
-                DeliveryClaim c = { .host = w->host_id, .now = now, .until = now + CLAIM_SECONDS, .max = 1,
-                                    .per_owner = owner_share(w->workers),
-                                    .served_since = now - SERVED_WINDOW_SECONDS };
-                int r = w->ops->claim(w->h, &c, take_job, &j);
-                bool claimed = r == 0 && j.taken;
-                if (claimed)
-                        run_job(w, &j, false);
-                job_done(&j);
-                if (claimed) {
+                int r = w->ops->claim(w->h, w->host_id, now, now + CLAIM_SECONDS, CLAIM_BATCH, take_batch, &b);
+                for (unsigned i = 0; i < b.n; i++) {
+                        if (r == 0)
+                                run_job(w, &b.jobs[i], false);
+                        job_done(&b.jobs[i]);
+                }
+                if (r == 0 && b.n > 0) {
                         failures = 0;
                         continue;
                 }

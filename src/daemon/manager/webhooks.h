@@ -74,10 +74,7 @@ typedef struct WebhookAttempt WebhookAttempt;
 void webhooks_post(Webhooks *w, const char *url, struct curl_slist *headers, const char *body, WebhookAttempt *out);
 void webhooks_set_host(Webhooks *w, const char *host_id);
 /* The worker threads; webhooks_stop ends them (an attempt in flight ends
- * with its timeout at most). Each sends one delivery at a time; at most
- * max(1, workers / 4) of them send one owner's deliveries at once, and
- * an owner just served waits behind the owners waiting for a turn, so that
- * one owner's slow receivers never hold another's deliveries. */
+ * with its timeout at most). */
 int webhooks_start(Webhooks *w);
 void webhooks_stop(Webhooks *w);
 void webhooks_close(Webhooks *w);

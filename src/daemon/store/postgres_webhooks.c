@@ -3,8 +3,7 @@
  * owner's limit and a removal with its deliveries are serializable
  * transactions; a claim is one UPDATE over rows taken FOR UPDATE SKIP LOCKED,
  * so hosts claiming at once never take the same delivery and never wait on
- * each other's, after a lock of its host's claims, so that one host's
- * claims take turns (each owner's share of the host's workers). */
+ * each other's. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,81 +246,25 @@ static int pg_webhooks_enqueue(StoreWebhooks *h, const DeliveryRecord *d, size_t
         return pgdb_write(&h->c, enqueue_tx, &b);
 }
 
-typedef struct Claim {
-        const DeliveryClaim *c;
-        PGresult *res;
-} Claim;
-
-/* A claim (store_webhooks.h's DeliveryClaim): each owner's oldest due
- * delivery that no live claim holds, of the owners under their share on this
- * host, least recently served first. The deliveries in flight are pending
- * and were due when claimed, so the due index finds them as it finds the due
- * ones; the served owners are the rows written since served_since (the
- * updated_at index). */
-static int claim_tx(PgConn *conn, void *userdata) {
-        Claim *a = userdata;
-        const DeliveryClaim *c = a->c;
-        pgdb_clearp(&a->res); /* of a try that ran again */
-        a->res = NULL;
-        /* READ COMMITTED, not the transaction's SERIALIZABLE (this is its
-         * first statement): hosts claiming at once skip each other's rows
-         * (SKIP LOCKED) instead of failing, and a row another host claimed
-         * and committed meanwhile is checked again after its lock and left. */
-        int r = pgdb_exec_locked(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED", NULL);
-        if (r < 0)
-                return r;
-        /* The claims of one host take turns, each statement seeing the claims
-         * committed before it: two workers never both count an owner under
-         * its share and both take one of its deliveries. */
-        PgParams l = { 0 };
-        pgp_text(&l, c->host);
-        if ((r = pgdb_exec_locked(conn, "SELECT pg_advisory_xact_lock(hashtext('webhook-claims'), hashtext($1))",
-                                  &l)) < 0)
-                return r;
+static int pg_webhooks_claim(StoreWebhooks *h, const char *host, int64_t now, int64_t until, unsigned max,
+                             StoreDeliveryFn fn, void *userdata) {
         PgParams p = { 0 };
-        pgp_text(&p, c->host);
-        pgp_int(&p, c->until);
-        pgp_int(&p, c->now);
-        pgp_int(&p, c->max);
-        pgp_int(&p, c->per_owner);
-        pgp_int(&p, c->served_since);
-        pgp_text(&p, conn->writer_epoch > 0 && conn->writer[0] ? conn->writer : NULL);
-        pgp_int(&p, conn->writer_epoch);
-        /* A host no longer at its epoch claims nothing. */
-        return pgdb_run_locked(
-                conn,
-                "WITH heads AS ("
-                " SELECT id, owner, next_at, seq, row_number() OVER (PARTITION BY owner ORDER BY next_at, seq) AS nth"
-                " FROM webhook_deliveries WHERE state = 'pending' AND next_at <= $3 AND claimed_until < $3), "
-                "held AS ("
-                " SELECT owner, count(*) AS n FROM webhook_deliveries WHERE state = 'pending' AND next_at <= $3"
-                " AND claimed_by = $1 AND claimed_until >= $3 GROUP BY owner), "
-                "served AS ("
-                " SELECT owner, max(updated_at) AS at FROM webhook_deliveries WHERE updated_at >= $6"
-                " AND (claimed_by IS NOT NULL OR attempts > 0) GROUP BY owner), "
-                "picked AS ("
-                " SELECT heads.id, row_number() OVER (ORDER BY coalesce(served.at, 0), heads.next_at, heads.seq)"
-                " AS turn FROM heads LEFT JOIN held ON held.owner = heads.owner"
-                " LEFT JOIN served ON served.owner = heads.owner"
-                " WHERE heads.nth = 1 AND ($5::bigint = 0 OR coalesce(held.n, 0) < $5)"
-                " ORDER BY turn LIMIT $4), "
-                "claimed AS ("
-                " UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2, updated_at = $3 WHERE id IN ("
-                " SELECT id FROM webhook_deliveries WHERE id IN (SELECT id FROM picked) AND state = 'pending'"
-                " AND next_at <= $3 AND claimed_until < $3 FOR UPDATE SKIP LOCKED) "
-                " AND " WRITER_LIVE("$7", "$8") " RETURNING " DELIVERY_COLUMNS ") "
-                "SELECT claimed.* FROM claimed JOIN picked ON picked.id = claimed.id ORDER BY picked.turn",
-                &p, &a->res);
-}
-
-static int pg_webhooks_claim(StoreWebhooks *h, const DeliveryClaim *c, StoreDeliveryFn fn, void *userdata) {
-        if (!c->host)
-                return -EINVAL;
-        if (c->max == 0)
-                return 0;
-        Claim a = { .c = c };
-        int r = pgdb_transaction(&h->c, claim_tx, &a);
-        _cleanup_pgres_ PGresult *res = TAKE_PTR(a.res);
+        pgp_text(&p, host);
+        pgp_int(&p, until);
+        pgp_int(&p, now);
+        pgp_int(&p, max);
+        char writer[64];
+        pgp_conn_writer(&p, &h->c, writer);
+        _cleanup_pgres_ PGresult *res = NULL;
+        /* READ COMMITTED: a row another host claimed and committed meanwhile
+         * is checked again after its lock and left; one it holds is skipped.
+         * A host no longer at its epoch claims nothing. */
+        int r = pgdb_run(&h->c,
+                         "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2, updated_at = $3 WHERE id IN ("
+                         " SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_at <= $3"
+                         " AND claimed_until < $3 ORDER BY next_at, seq LIMIT $4 FOR UPDATE SKIP LOCKED) "
+                         "AND " WRITER_LIVE("$5", "$6") " RETURNING " DELIVERY_COLUMNS,
+                         &p, &res);
         return r < 0 ? r : walk_deliveries(res, fn, userdata, false);
 }
 

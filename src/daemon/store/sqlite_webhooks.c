@@ -333,38 +333,16 @@ static int sqlite_webhooks_enqueue(StoreWebhooks *h, const DeliveryRecord *d, si
         return transaction_end(h, enqueue_tx(h, d, n));
 }
 
-/* The ids of the deliveries a claim takes (store_webhooks.h's
- * DeliveryClaim), at most max: each owner's oldest due delivery that no live
- * claim holds, of the owners under their share, least recently served
- * first. The deliveries in flight are pending and were due when claimed, so
- * the due index finds them as it finds the due ones; the served owners are
- * the rows written since served_since (the updated_at index). */
-static int fair_ids(StoreWebhooks *h, const DeliveryClaim *c, unsigned max, char (*ids)[DELIVERY_ID_LEN + 1],
-                    unsigned *n) {
+/* The ids of up to max deliveries due at now that no live claim holds. */
+static int due_ids(StoreWebhooks *h, int64_t now, unsigned max, char (*ids)[DELIVERY_ID_LEN + 1], unsigned *n) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(h->sql,
-                               "WITH heads AS ("
-                               " SELECT id, owner, next_at, seq,"
-                               " row_number() OVER (PARTITION BY owner ORDER BY next_at, seq) AS nth"
-                               " FROM webhook_deliveries WHERE state = 'pending' AND next_at <= ?1"
-                               " AND claimed_until < ?1), "
-                               "held AS ("
-                               " SELECT owner, count(*) AS n FROM webhook_deliveries WHERE state = 'pending'"
-                               " AND next_at <= ?1 AND claimed_by = ?2 AND claimed_until >= ?1 GROUP BY owner), "
-                               "served AS ("
-                               " SELECT owner, max(updated_at) AS at FROM webhook_deliveries WHERE updated_at >= ?5"
-                               " AND (claimed_by IS NOT NULL OR attempts > 0) GROUP BY owner) "
-                               "SELECT heads.id FROM heads LEFT JOIN held ON held.owner = heads.owner"
-                               " LEFT JOIN served ON served.owner = heads.owner"
-                               " WHERE heads.nth = 1 AND (?4 = 0 OR coalesce(held.n, 0) < ?4)"
-                               " ORDER BY coalesce(served.at, 0), heads.next_at, heads.seq LIMIT ?3",
+                               "SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_at <= ?1 "
+                               "AND claimed_until < ?1 ORDER BY next_at, seq LIMIT ?2",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
-        sqlite3_bind_int64(st, 1, c->now);
-        sqlite3_bind_text(st, 2, c->host, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, max);
-        sqlite3_bind_int64(st, 4, c->per_owner);
-        sqlite3_bind_int64(st, 5, c->served_since);
+        sqlite3_bind_int64(st, 1, now);
+        sqlite3_bind_int64(st, 2, max);
         int rc = SQLITE_DONE;
         *n = 0;
         while (*n < max && (rc = sqlite3_step(st)) == SQLITE_ROW)
@@ -401,34 +379,31 @@ static int read_delivery(StoreWebhooks *h, const char *id, const char *owner, St
 
 #define CLAIM_MAX 64
 
-static int claim_tx(StoreWebhooks *h, const DeliveryClaim *c, StoreDeliveryFn fn, void *userdata) {
+static int claim_tx(StoreWebhooks *h, const char *host, int64_t now, int64_t until, unsigned max,
+                    StoreDeliveryFn fn, void *userdata) {
         char ids[CLAIM_MAX][DELIVERY_ID_LEN + 1];
         unsigned n = 0;
-        int r = fair_ids(h, c, c->max > CLAIM_MAX ? CLAIM_MAX : c->max, ids, &n);
+        int r = due_ids(h, now, max > CLAIM_MAX ? CLAIM_MAX : max, ids, &n);
         for (unsigned i = 0; r == 0 && i < n; i++)
-                r = set_claim(h, ids[i], c->host, c->now, c->until);
+                r = set_claim(h, ids[i], host, now, until);
         for (unsigned i = 0; r == 0 && i < n; i++)
                 r = read_delivery(h, ids[i], NULL, fn, userdata);
         return r;
 }
 
-static int sqlite_webhooks_claim(StoreWebhooks *h, const DeliveryClaim *c, StoreDeliveryFn fn, void *userdata) {
-        if (!c->host)
-                return -EINVAL;
-        if (c->max == 0)
-                return 0;
+static int sqlite_webhooks_claim(StoreWebhooks *h, const char *host, int64_t now, int64_t until, unsigned max,
+                                 StoreDeliveryFn fn, void *userdata) {
         LOCKED(h);
-        /* Most calls find nothing to claim: a read first, and the write lock
-         * only when there is something; the transaction reads again, for
-         * the shares may have changed between. */
+        /* Most calls find nothing due: a read first, and the write lock only
+         * when there is something to claim. */
         char probe[1][DELIVERY_ID_LEN + 1];
         unsigned n = 0;
-        int r = fair_ids(h, c, 1, probe, &n);
+        int r = due_ids(h, now, 1, probe, &n);
         if (r < 0 || n == 0)
                 return r;
         if ((r = sqldb_exec(h->sql, "BEGIN IMMEDIATE")) < 0)
                 return r;
-        return transaction_end(h, claim_tx(h, c, fn, userdata));
+        return transaction_end(h, claim_tx(h, host, now, until, max, fn, userdata));
 }
 
 typedef struct Claimable {

@@ -71,23 +71,6 @@ typedef struct DeliveryFilter {
         unsigned limit;
 } DeliveryFilter;
 
-/* What a worker's claim takes. One owner's receivers must never hold
- * another's deliveries: a claim takes at most one delivery of each owner (its
- * oldest due), none of an owner whose deliveries host already holds
- * per_owner live claims of (claimed_until >= now; 0: no bound), and puts the
- * owners least recently served first: an owner a claim or an attempt was
- * made for since served_since comes after those none was, the latest such
- * write last; then the owner whose oldest due delivery is oldest. Without
- * the turns an owner with a backlog of old deliveries would win every free
- * worker while its receivers hang. */
-typedef struct DeliveryClaim {
-        const char *host;
-        int64_t now, until;
-        unsigned max;
-        unsigned per_owner;
-        int64_t served_since;
-} DeliveryClaim;
-
 typedef struct StoreWebhooks StoreWebhooks;
 
 struct StoreWebhookOps {
@@ -118,13 +101,11 @@ struct StoreWebhookOps {
          * Epoch 0: no condition. A backend with one host ignores it. */
         int (*set_writer)(StoreWebhooks *h, const char *host_id, int64_t epoch);
         int (*enqueue)(StoreWebhooks *h, const DeliveryRecord *d, size_t n);
-        /* Claims up to c->max pending deliveries due at c->now (next_at <=
-         * now) that no live claim holds (claimed_until < now), for c->host
-         * until c->until, shared between owners (DeliveryClaim), and calls fn
-         * with each as claimed, in the order of their turns. Atomic for every process that shares the
-         * store: two claims at once never take one delivery, and two claims
-         * of one host at once never pass c->per_owner together. */
-        int (*claim)(StoreWebhooks *h, const DeliveryClaim *c, StoreDeliveryFn fn, void *userdata);
+        /* Claims up to max pending deliveries due at now (next_at <= now)
+         * that no live claim holds (claimed_until < now), oldest due first,
+         * for host until `until`, and calls fn with each as claimed. */
+        int (*claim)(StoreWebhooks *h, const char *host, int64_t now, int64_t until, unsigned max,
+                     StoreDeliveryFn fn, void *userdata);
         /* Claims the delivery id of owner (NULL: anyone's) whatever its
          * state, for one attempt now (a client's retry): -ENOENT, -EBUSY
          * while another live claim holds it. */
