@@ -17,6 +17,7 @@
 #include "daemon/store/store.h"
 #include "daemon/store/store_keys.h"
 #include "test_pg_harness.h"
+#include "test_store_keys_contract.h"
 
 static void test_schema_is_made_once_and_a_newer_one_refused(void **state) {
         char *url = pg_fresh("t_schema");
@@ -140,40 +141,10 @@ static void test_keys(void **state) {
  * the column takes 0 and 1 only. */
 static void test_keys_keeps_awake(void **state) {
         char *url = pg_fresh("t_keys_awake");
-        /* Hashes as authentication compares them: 64 hex digits. */
-        char hash_poll[AUTH_HASH_HEX_LEN + 1], hash_watch[AUTH_HASH_HEX_LEN + 1];
-        assert_int_equal(auth_hash_key("rt_poll", hash_poll), 0);
-        assert_int_equal(auth_hash_key("rt_watch", hash_watch), 0);
         const StoreKeyOps *ops = store_postgres.keys;
         StoreKeys *h;
         assert_int_equal(ops->open(url, &h), 0);
-        KeyRecord rec = { 0 };
-        StoreKeyNew k = key("key_poll", "carol", hash_poll, false, false);
-        assert_int_equal(ops->insert(h, &k, 0, 10, &rec), 0);
-        assert_false(rec.keeps_awake);
-        store_key_record_clear(&rec);
-        k = key("key_watch", "carol", hash_watch, false, false);
-        k.keeps_awake = true;
-        assert_int_equal(ops->insert(h, &k, 0, 10, &rec), 0);
-        assert_true(rec.keeps_awake);
-        assert_int_equal(rec.access, KEY_ACCESS_READ);
-        store_key_record_clear(&rec);
-        KeyRecord *list = NULL;
-        size_t len = 0;
-        assert_int_equal(ops->list(h, "carol", 100, &list, &len), 0);
-        assert_int_equal(len, 2);
-        for (size_t i = 0; i < len; i++) {
-                assert_int_equal(list[i].keeps_awake, strcmp(list[i].id, "key_watch") == 0);
-                store_key_record_clear(&list[i]);
-        }
-        free(list);
-        KeyInfo info;
-        assert_int_equal(ops->by_hash(h, hash_watch, &info), 0);
-        assert_true(info.keeps_awake);
-        assert_true(key_access_keeps_awake(info.access, info.keeps_awake));
-        assert_int_equal(ops->by_hash(h, hash_poll, &info), 0);
-        assert_false(info.keeps_awake);
-        assert_false(key_access_keeps_awake(info.access, info.keeps_awake));
+        keys_keeps_awake_contract(ops, h, "carol");
         ops->close(h);
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);

@@ -21,6 +21,7 @@
 #include "daemon/model/auth.h"
 #include "daemon/store/sqldb.h"
 #include "daemon/store/store.h"
+#include "test_store_keys_contract.h"
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_ledger.h"
 #include "daemon/store/store_uploads.h"
@@ -189,41 +190,13 @@ static void test_keys_two_handles(void **state) {
  * read back by the insert, a listing and authentication; off unless set. */
 static void test_keys_keeps_awake(void **state) {
         Fixture *f = *state;
-        /* Hashes as authentication compares them: 64 hex digits. */
-        char hash_poll[AUTH_HASH_HEX_LEN + 1], hash_watch[AUTH_HASH_HEX_LEN + 1];
-        assert_int_equal(auth_hash_key("rt_poll", hash_poll), 0);
-        assert_int_equal(auth_hash_key("rt_watch", hash_watch), 0);
         const StoreKeyOps *ops = store_sqlite.keys;
         StoreKeys *h = NULL;
         assert_int_equal(ops->open(f->path, &h), 0);
-        KeyRecord rec;
-        StoreKeyNew k = key("key_poll", "own_a", hash_poll, false, false);
-        assert_int_equal(ops->insert(h, &k, 0, 10, &rec), 0);
-        assert_false(rec.keeps_awake);
-        store_key_record_clear(&rec);
-        k = key("key_watch", "own_a", hash_watch, false, false);
-        k.keeps_awake = true;
-        assert_int_equal(ops->insert(h, &k, 0, 10, &rec), 0);
-        assert_true(rec.keeps_awake);
-        assert_int_equal(rec.access, KEY_ACCESS_READ);
-        store_key_record_clear(&rec);
-
-        KeyRecord *list = NULL;
-        size_t n = 0;
-        assert_int_equal(ops->list(h, "own_a", 100, &list, &n), 0);
-        assert_int_equal(n, 2);
-        for (size_t i = 0; i < n; i++)
-                assert_int_equal(list[i].keeps_awake, strcmp(list[i].id, "key_watch") == 0);
-        free_list(list, n);
-
+        keys_keeps_awake_contract(ops, h, "own_a");
+        char hash_watch[AUTH_HASH_HEX_LEN + 1];
+        assert_int_equal(auth_hash_key("rt_watch", hash_watch), 0);
         KeyInfo info;
-        assert_int_equal(ops->by_hash(h, hash_watch, &info), 0);
-        assert_string_equal(info.id, "key_watch");
-        assert_true(info.keeps_awake);
-        assert_true(key_access_keeps_awake(info.access, info.keeps_awake));
-        assert_int_equal(ops->by_hash(h, hash_poll, &info), 0);
-        assert_false(info.keeps_awake);
-        assert_false(key_access_keeps_awake(info.access, info.keeps_awake));
         /* Revoked, it authenticates nothing, setting or not. */
         assert_int_equal(ops->revoke(h, "key_watch", "own_a", NULL, 1800000100), 0);
         assert_int_equal(ops->by_hash(h, hash_watch, &info), -ENOENT);
