@@ -742,7 +742,8 @@ static int open_webhooks(Daemon *d, const DaemonOptions *o, const uint8_t *seal_
                               .allow = allow,
                               .n_allow = o->n_webhook_allow_cidrs,
                               .retry_seconds = o->webhook_retry_seconds,
-                              .workers = o->webhook_workers };
+                              .workers = o->webhook_workers,
+                              .per_owner = o->webhook_workers_per_owner };
         int r = webhooks_open(&wc, &d->webhooks);
         if (r < 0) {
                 log_error(NULL, "cannot open the webhooks in %s: %s", d->db_label, strerror(-r));

@@ -122,6 +122,8 @@ static const OptionSpec options[] = {
                "sooner)"),
         NUMBER("webhook-workers", webhook_workers, 1, WEBHOOK_WORKERS_MAX, WEBHOOK_WORKERS_DEFAULT,
                "webhook deliveries this host sends at once"),
+        NUMBER("webhook-workers-per-owner", webhook_workers_per_owner, 0, WEBHOOK_WORKERS_MAX, 0,
+               "of those, how many may send one owner's deliveries at once (0: half of them, at least one)"),
         { .name = "config", .kind = OPTION_STRING, .arg = "FILE", FIELD(config_path), .command_line_only = true,
           .help = "read settings from FILE: one `key = value` a line, the keys these options' names, "
                   "`#` comments; an option given here wins over the file" },

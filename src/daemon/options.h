@@ -46,6 +46,7 @@ typedef struct DaemonOptions {
         unsigned n_webhook_allow_cidrs;
         unsigned webhook_retry_seconds; /* the wait after a delivery's first failed attempt */
         unsigned webhook_workers;       /* deliveries sent at once by this host */
+        unsigned webhook_workers_per_owner; /* of them, one owner's at most; 0: half */
         char *fleet_secret_file;          /* the hosts' shared secret for forwarding; NULL: none */
         char *secrets_key_file;           /* the key egress secrets are sealed with; NULL: the state dir's */
         unsigned egress_wait_timeout_ms;                     /* 0: the egress service's default */

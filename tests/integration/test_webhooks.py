@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -334,3 +335,83 @@ def test_queued_deliveries_outlive_a_restart(hooked):
             c.delete(f"/v1/sandboxes/{sbx.id}")
     finally:
         r.close()
+
+
+class Hanging:
+    """A receiver on loopback that accepts each connection and never answers: every attempt sent
+    to it lasts until the daemon's attempt timeout."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self.held: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.held.append(conn)
+
+    def accepted(self) -> int:
+        with self.lock:
+            return len(self.held)
+
+    def close(self):
+        self.sock.close()
+        with self.lock:
+            for conn in self.held:
+                conn.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def two_workers(request, build_dir, image_dir, tmp_path_factory):
+    """A daemon of the test's own with two webhook workers, so that one owner's hanging receivers
+    would fill every worker were deliveries not shared between owners."""
+    args = ["--webhook-allow-cidr", "127.0.0.0/8", "--webhook-workers", "2"]
+    if request.param == "postgresql":
+        pg = request.getfixturevalue("postgres")
+        db = f"rt_{uuid.uuid4().hex[:12]}"
+        pg.psql(f"CREATE DATABASE {db}")
+        args += ["--database", pg.url(db)]
+    d = _start_daemon(build_dir, image_dir, tmp_path_factory.mktemp("webhooks-fair") / "state",
+                      f"runtime-test-{os.getpid()}-whfair-{request.param}", extra_args=args)
+    yield d
+    _finish_daemon(d)
+
+
+def test_one_owners_hanging_receivers_never_hold_anothers_deliveries(two_workers, receiver):
+    # Alice's eight webhooks answer nothing (each attempt hangs for the daemon's 10 s timeout) and
+    # a sandbox of hers queues a flood of deliveries to them; Bob's one webhook answers at once, and
+    # his event, made after Alice's flood, is delivered within a few seconds while hers still hang.
+    hang = Hanging()
+    alice, bob = _owner_key(two_workers, "alice"), _owner_key(two_workers, "bob")
+    try:
+        with Api(two_workers, key=alice) as a, Api(two_workers, key=bob) as b:
+            hooks = [a.post("/v1/webhooks", json={"url": hang.url}).json()["id"] for _ in range(8)]
+            b.post("/v1/webhooks", json={"url": receiver.url, "events": ["sandbox.created"]})
+            sbx_a = a.create_sandbox(driver="namespace", timeoutSeconds=60)
+            wait_until(lambda: hang.accepted() >= 1, 10, interval=0.05, what="Alice's first hanging attempt")
+
+            def alice_waiting() -> int:
+                return sum(1 for h in hooks for d in a.get(f"/v1/webhooks/{h}/deliveries",
+                                                           params={"state": "pending"}).json()["data"]
+                           if d["attempts"] == 0)
+            assert alice_waiting() >= 4, "Alice's flood is queued"
+            sbx_b = b.create_sandbox(driver="namespace", timeoutSeconds=60)
+            wait_until(lambda: receiver.of_type("sandbox.created"), 3, interval=0.05,
+                       what="Bob's delivery while Alice's receivers hang")
+            assert alice_waiting() >= 1, "Alice's deliveries were still queued behind her hanging ones"
+            got = json.loads(receiver.of_type("sandbox.created")[0]["body"])
+            assert got["resourceId"] == sbx_b.id
+            b.delete(f"/v1/sandboxes/{sbx_b.id}")
+            for h in hooks:
+                a.delete(f"/v1/webhooks/{h}")
+            a.delete(f"/v1/sandboxes/{sbx_a.id}")
+    finally:
+        hang.close()

@@ -157,7 +157,7 @@ static void test_writes_need_a_live_epoch(void **state) {
         snprintf(d.id, sizeof d.id, "dlv_epoch_2");
         assert_int_equal(wops->enqueue(wh, &d, 1), -EOWNERDEAD);
         int n = 0;
-        assert_int_equal(wops->claim(wh, rec.id, 300, 400, 10, count_delivery, &n), 0);
+        assert_int_equal(wops->claim(wh, rec.id, 300, 400, 10, NULL, 0, count_delivery, &n), 0);
         assert_int_equal(n, 0); /* the pending delivery stays for a live host */
         snprintf(a.id, sizeof a.id, "aud_%020d", 2);
         assert_int_equal(aops->append(au, &a, 1), -EOWNERDEAD);
@@ -167,7 +167,7 @@ static void test_writes_need_a_live_epoch(void **state) {
         /* Another host, live, claims it. */
         StoreWebhooks *other = NULL;
         assert_int_equal(wops->open(f->url, &other), 0);
-        assert_int_equal(wops->claim(other, "host_other", 300, 400, 10, count_delivery, &n), 0);
+        assert_int_equal(wops->claim(other, "host_other", 300, 400, 10, NULL, 0, count_delivery, &n), 0);
         assert_int_equal(n, 1);
         wops->close(other);
         rops->close(rq);

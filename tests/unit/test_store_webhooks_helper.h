@@ -62,6 +62,67 @@ static inline void hooks_test_enqueue(const StoreWebhookOps *ops, StoreWebhooks 
         assert_int_equal(ops->enqueue(h, &d, 1), 0);
 }
 
+static inline void hooks_test_enqueue_of(const StoreWebhookOps *ops, StoreWebhooks *h, const char *id,
+                                         const char *hook, const char *owner, int64_t next_at) {
+        DeliveryRecord d = { .webhook_id = hook, .owner = owner, .event_id = "evt_2", .event_type = "sandbox.stopped",
+                             .body = "{}", .state = "pending", .next_at = next_at, .created_at = next_at,
+                             .updated_at = next_at };
+        snprintf(d.id, sizeof d.id, "%s", id);
+        assert_int_equal(ops->enqueue(h, &d, 1), 0);
+}
+
+/* A claim takes one owner's deliveries, the owner of the oldest due one
+ * among those it does not pass over. */
+static inline void hooks_test_claims_by_owner(const StoreWebhookOps *ops, StoreWebhooks *h, const char *alice_hook,
+                                              const char *bob_hook) {
+        HooksSeen s = { 0 };
+        hooks_test_enqueue_of(ops, h, "whd_00000000000000000021", alice_hook, "alice", 2000);
+        hooks_test_enqueue_of(ops, h, "whd_00000000000000000022", bob_hook, "bob", 2001);
+        hooks_test_enqueue_of(ops, h, "whd_00000000000000000023", alice_hook, "alice", 2002);
+        hooks_test_enqueue_of(ops, h, "whd_00000000000000000024", alice_hook, "alice", 2003);
+        hooks_test_enqueue_of(ops, h, "whd_00000000000000000025", bob_hook, "bob", 2004);
+        /* The oldest is Alice's: all three of hers, none of Bob's. */
+        assert_int_equal(ops->claim(h, "h1", 3000, 3060, 10, NULL, 0, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 3);
+        for (int i = 0; i < s.n; i++)
+                assert_true(strcmp(s.ids[i], "whd_00000000000000000021") == 0 ||
+                            strcmp(s.ids[i], "whd_00000000000000000023") == 0 ||
+                            strcmp(s.ids[i], "whd_00000000000000000024") == 0);
+        s = (HooksSeen){ 0 };
+        assert_int_equal(ops->claim(h, "h1", 3000, 3060, 10, NULL, 0, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 2);
+        assert_true(strcmp(s.ids[0], "whd_00000000000000000022") == 0 || strcmp(s.ids[0], "whd_00000000000000000025") == 0);
+        /* Passing Alice over: Bob's, although hers are older (the claims
+         * above still live). */
+        hooks_test_enqueue_of(ops, h, "whd_00000000000000000026", alice_hook, "alice", 3001);
+        hooks_test_enqueue_of(ops, h, "whd_00000000000000000027", alice_hook, "alice", 3002);
+        hooks_test_enqueue_of(ops, h, "whd_00000000000000000028", bob_hook, "bob", 3003);
+        const char *alice[] = { "alice" }, *both[] = { "bob", "alice" };
+        s = (HooksSeen){ 0 };
+        assert_int_equal(ops->claim(h, "h1", 3010, 3070, 10, both, 2, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 0);
+        assert_int_equal(ops->claim(h, "h1", 3010, 3070, 10, alice, 1, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 1);
+        assert_string_equal(s.ids[0], "whd_00000000000000000028");
+        s = (HooksSeen){ 0 };
+        assert_int_equal(ops->claim(h, "h1", 3010, 3070, 10, alice, 1, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 0);
+        /* A batch of one: the owner's oldest. */
+        assert_int_equal(ops->claim(h, "h2", 3010, 3070, 1, NULL, 0, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(s.n, 1);
+        assert_string_equal(s.ids[0], "whd_00000000000000000026");
+        /* More owners to pass over than a claim takes. */
+        const char *many[DELIVERY_CLAIM_SKIP_MAX + 1];
+        for (int i = 0; i <= DELIVERY_CLAIM_SKIP_MAX; i++)
+                many[i] = "someone";
+        assert_int_equal(ops->claim(h, "h1", 3010, 3070, 10, many, DELIVERY_CLAIM_SKIP_MAX + 1, NULL, NULL), -E2BIG);
+        s = (HooksSeen){ 0 };
+        assert_int_equal(ops->claim(h, "h1", 3010, 3070, 10, many, DELIVERY_CLAIM_SKIP_MAX, hooks_test_seen_delivery, &s),
+                         0);
+        assert_int_equal(s.n, 1);
+        assert_string_equal(s.ids[0], "whd_00000000000000000027");
+}
+
 static inline void hooks_test_contract(const StoreWebhookOps *ops, StoreWebhooks *h) {
         HooksSeen s = { 0 };
         WebhookRecord a = hooks_test_hook("wh_00000000000000000001", "alice");
@@ -111,19 +172,19 @@ static inline void hooks_test_contract(const StoreWebhookOps *ops, StoreWebhooks
         assert_int_equal(ops->enqueue(h, batch, 2), -EEXIST);
         assert_int_equal(ops->get_delivery(h, "whd_00000000000000000007", NULL, NULL, NULL), -ENOENT);
         s = (HooksSeen){ 0 };
-        assert_int_equal(ops->claim(h, "h1", 200, 260, 1, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(ops->claim(h, "h1", 200, 260, 1, NULL, 0, hooks_test_seen_delivery, &s), 0);
         assert_int_equal(s.n, 1);
         assert_string_equal(s.ids[0], "whd_00000000000000000001");
         assert_string_equal(s.claimed_by[0], "h1");
         s = (HooksSeen){ 0 };
-        assert_int_equal(ops->claim(h, "h2", 200, 260, 10, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(ops->claim(h, "h2", 200, 260, 10, NULL, 0, hooks_test_seen_delivery, &s), 0);
         assert_int_equal(s.n, 1); /* the second due one; the first is h1's, the third not due */
         assert_string_equal(s.ids[0], "whd_00000000000000000002");
         s = (HooksSeen){ 0 };
-        assert_int_equal(ops->claim(h, "h2", 200, 260, 10, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(ops->claim(h, "h2", 200, 260, 10, NULL, 0, hooks_test_seen_delivery, &s), 0);
         assert_int_equal(s.n, 0);
         /* A claim of a host that died ends: the delivery is due again. */
-        assert_int_equal(ops->claim(h, "h3", 261, 320, 1, hooks_test_seen_delivery, &s), 0);
+        assert_int_equal(ops->claim(h, "h3", 261, 320, 1, NULL, 0, hooks_test_seen_delivery, &s), 0);
         assert_int_equal(s.n, 1);
         assert_string_equal(s.ids[0], "whd_00000000000000000001");
         /* Only the claim's holder records an attempt. */
@@ -175,6 +236,7 @@ static inline void hooks_test_contract(const StoreWebhookOps *ops, StoreWebhooks
         assert_int_equal(s.n, 0);
         assert_int_equal(ops->get_delivery(h, "whd_00000000000000000002", NULL, hooks_test_seen_delivery, &s),
                          -ENOENT);
+        hooks_test_claims_by_owner(ops, h, b.id, bob.id);
 }
 
 /* ---- races between handles (each its own connection, as another
@@ -213,7 +275,7 @@ static inline void *hooks_race_one(void *userdata) {
         a->put_result = a->ops->put(a->h, &w, HOOKS_RACE_LIMIT);
         for (;;) {
                 int before = a->n;
-                if (a->ops->claim(a->h, host, 1000, 1060, 3, hooks_race_collect, a) < 0) {
+                if (a->ops->claim(a->h, host, 1000, 1060, 3, NULL, 0, hooks_race_collect, a) < 0) {
                         a->failed++;
                         break;
                 }

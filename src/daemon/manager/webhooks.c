@@ -41,12 +41,21 @@ struct Webhooks {
         uint8_t key[SEAL_KEY_LEN];
         EgressCidr allow[WEBHOOK_MAX_ALLOW_CIDRS];
         unsigned n_allow;
-        unsigned retry_seconds, workers;
+        unsigned retry_seconds, workers, per_owner;
         char host_id[64];
         pthread_mutex_t lock;
         pthread_cond_t cond;
         bool stop;
         unsigned kicks; /* deliveries queued here since a worker last looked */
+        /* One claim at a time on this host, so that an owner's count of
+         * workers is exact when the next claim skips it. */
+        pthread_mutex_t claim_lock;
+        /* The owners whose batches workers hold, under lock: one slot per
+         * worker at most. */
+        struct {
+                char *owner;
+                unsigned n;
+        } holding[WEBHOOK_WORKERS_MAX];
         pthread_t threads[WEBHOOK_WORKERS_MAX];
         unsigned started;
 };
@@ -206,7 +215,13 @@ int webhooks_open(const WebhooksConfig *c, Webhooks **ret) {
         w->workers = c->workers ? c->workers : WEBHOOK_WORKERS_DEFAULT;
         if (w->workers > WEBHOOK_WORKERS_MAX)
                 w->workers = WEBHOOK_WORKERS_MAX;
+        w->per_owner = c->per_owner ? c->per_owner : w->workers / 2;
+        if (w->per_owner < 1)
+                w->per_owner = 1;
+        if (w->per_owner > w->workers)
+                w->per_owner = w->workers;
         pthread_mutex_init(&w->lock, NULL);
+        pthread_mutex_init(&w->claim_lock, NULL);
         pthread_cond_init(&w->cond, NULL);
         int r = w->ops->open(c->location, &w->h);
         if (r < 0) {
@@ -228,7 +243,10 @@ void webhooks_close(Webhooks *w) {
         if (w->h)
                 w->ops->close(w->h);
         explicit_bzero(w->key, sizeof w->key);
+        for (unsigned i = 0; i < WEBHOOK_WORKERS_MAX; i++)
+                free(w->holding[i].owner);
         pthread_mutex_destroy(&w->lock);
+        pthread_mutex_destroy(&w->claim_lock);
         pthread_cond_destroy(&w->cond);
         free(w);
 }
@@ -611,6 +629,61 @@ static int run_job(Webhooks *w, const Job *j, bool once) {
         return 0;
 }
 
+/* The owners whose batches per_owner workers hold already, into skip;
+ * how many. Under claim_lock. */
+static size_t owners_at_share(Webhooks *w, char *skip[static WEBHOOK_WORKERS_MAX]) {
+        size_t n = 0;
+        pthread_mutex_lock(&w->lock);
+        for (unsigned i = 0; i < WEBHOOK_WORKERS_MAX; i++)
+                if (w->holding[i].owner && w->holding[i].n >= w->per_owner)
+                        skip[n++] = w->holding[i].owner;
+        pthread_mutex_unlock(&w->lock);
+        return n;
+}
+
+/* A worker takes (+1) or leaves (-1) a batch of owner's. Its slot is free
+ * again when no worker holds one of the owner's. */
+static void owner_hold(Webhooks *w, const char *owner, int delta) {
+        pthread_mutex_lock(&w->lock);
+        int at = -1, free_slot = -1;
+        for (int i = 0; i < WEBHOOK_WORKERS_MAX; i++) {
+                if (w->holding[i].owner && strcmp(w->holding[i].owner, owner) == 0)
+                        at = i;
+                else if (!w->holding[i].owner && free_slot < 0)
+                        free_slot = i;
+        }
+        if (delta > 0 && at < 0 && free_slot >= 0) {
+                /* Without memory the owner goes uncounted; the claim still works. */
+                w->holding[free_slot].owner = strdup(owner);
+                at = w->holding[free_slot].owner ? free_slot : -1;
+        }
+        if (at >= 0) {
+                if (delta > 0)
+                        w->holding[at].n++;
+                else if (w->holding[at].n > 0 && --w->holding[at].n == 0) {
+                        free(w->holding[at].owner);
+                        w->holding[at].owner = NULL;
+                }
+        }
+        pthread_mutex_unlock(&w->lock);
+}
+
+/* Claims a batch of one owner's due deliveries, passing over the owners
+ * at their share, and counts it as the owner's: 0 with b->n 0 when none
+ * is due. */
+static int claim_batch(Webhooks *w, Batch *b) {
+        char *skip[WEBHOOK_WORKERS_MAX];
+        int64_t now = time_now_unix();
+        pthread_mutex_lock(&w->claim_lock);
+        size_t n_skip = owners_at_share(w, skip);
+        int r = w->ops->claim(w->h, w->host_id, now, now + CLAIM_SECONDS, CLAIM_BATCH, (const char *const *)skip,
+                              n_skip, take_batch, b);
+        if (b->n > 0 && b->jobs[0].owner)
+                owner_hold(w, b->jobs[0].owner, +1);
+        pthread_mutex_unlock(&w->claim_lock);
+        return r;
+}
+
 static void *worker(void *userdata) {
         Webhooks *w = userdata;
         unsigned failures = 0;
@@ -622,13 +695,15 @@ static void *worker(void *userdata) {
                 if (stop)
                         break;
                 Batch b = { 0 };
-                int64_t now = time_now_unix();
-                int r = w->ops->claim(w->h, w->host_id, now, now + CLAIM_SECONDS, CLAIM_BATCH, take_batch, &b);
+                int r = claim_batch(w, &b);
                 for (unsigned i = 0; i < b.n; i++) {
                         if (r == 0)
                                 run_job(w, &b.jobs[i], false);
-                        job_done(&b.jobs[i]);
                 }
+                if (b.n > 0 && b.jobs[0].owner)
+                        owner_hold(w, b.jobs[0].owner, -1);
+                for (unsigned i = 0; i < b.n; i++)
+                        job_done(&b.jobs[i]);
                 if (r == 0 && b.n > 0) {
                         failures = 0;
                         continue;

@@ -41,7 +41,7 @@
 #define WEBHOOK_MAX_ATTEMPTS 8
 #define WEBHOOK_RETRY_SECONDS_DEFAULT 10
 #define WEBHOOK_RETRY_MAX_SECONDS 3600
-#define WEBHOOK_WORKERS_DEFAULT 2
+#define WEBHOOK_WORKERS_DEFAULT 4
 #define WEBHOOK_WORKERS_MAX 16
 #define WEBHOOK_MAX_ALLOW_CIDRS 32
 #define WEBHOOK_TIMEOUT_SECONDS 10
@@ -61,6 +61,7 @@ typedef struct WebhooksConfig {
         unsigned n_allow;
         unsigned retry_seconds;   /* the wait after a first failed attempt; 0: the default */
         unsigned workers;         /* 0: the default */
+        unsigned per_owner;       /* workers one owner's deliveries may hold at once; 0: half, at least 1 */
 } WebhooksConfig;
 
 int webhooks_open(const WebhooksConfig *c, Webhooks **ret);
@@ -74,7 +75,11 @@ typedef struct WebhookAttempt WebhookAttempt;
 void webhooks_post(Webhooks *w, const char *url, struct curl_slist *headers, const char *body, WebhookAttempt *out);
 void webhooks_set_host(Webhooks *w, const char *host_id);
 /* The worker threads; webhooks_stop ends them (an attempt in flight ends
- * with its timeout at most). */
+ * with its timeout at most). A worker claims a batch of one owner's due
+ * deliveries and sends them in turn; at most per_owner workers hold one
+ * owner's batches at once, so that an owner whose receivers hang (each
+ * attempt lasting WEBHOOK_TIMEOUT_SECONDS) never holds the workers the
+ * other owners' deliveries need. */
 int webhooks_start(Webhooks *w);
 void webhooks_stop(Webhooks *w);
 void webhooks_close(Webhooks *w);

@@ -247,7 +247,10 @@ static int pg_webhooks_enqueue(StoreWebhooks *h, const DeliveryRecord *d, size_t
 }
 
 static int pg_webhooks_claim(StoreWebhooks *h, const char *host, int64_t now, int64_t until, unsigned max,
-                             StoreDeliveryFn fn, void *userdata) {
+                             const char *const *skip, size_t n_skip, StoreDeliveryFn fn, void *userdata) {
+        char cond[DELIVERY_CLAIM_SKIP_MAX * 8 + 32], sql[2048];
+        if (n_skip > DELIVERY_CLAIM_SKIP_MAX || !store_not_in(cond, sizeof cond, "owner", '$', 7, n_skip))
+                return -E2BIG;
         PgParams p = { 0 };
         pgp_text(&p, host);
         pgp_int(&p, until);
@@ -255,16 +258,24 @@ static int pg_webhooks_claim(StoreWebhooks *h, const char *host, int64_t now, in
         pgp_int(&p, max);
         char writer[64];
         pgp_conn_writer(&p, &h->c, writer);
-        _cleanup_pgres_ PGresult *res = NULL;
+        for (size_t i = 0; i < n_skip; i++)
+                pgp_text(&p, skip[i]);
         /* READ COMMITTED: a row another host claimed and committed meanwhile
          * is checked again after its lock and left; one it holds is skipped.
-         * A host no longer at its epoch claims nothing. */
-        int r = pgdb_run(&h->c,
-                         "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2, updated_at = $3 WHERE id IN ("
-                         " SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_at <= $3"
-                         " AND claimed_until < $3 ORDER BY next_at, seq LIMIT $4 FOR UPDATE SKIP LOCKED) "
-                         "AND " WRITER_LIVE("$5", "$6") " RETURNING " DELIVERY_COLUMNS,
-                         &p, &res);
+         * The owner is the one of the oldest due row this statement could
+         * lock, which it keeps. A host no longer at its epoch claims
+         * nothing. */
+        snprintf(sql, sizeof sql,
+                 "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2, updated_at = $3 WHERE id IN ("
+                 " SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_at <= $3"
+                 " AND claimed_until < $3 AND owner = (SELECT owner FROM webhook_deliveries"
+                 " WHERE state = 'pending' AND next_at <= $3 AND claimed_until < $3%s"
+                 " ORDER BY next_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
+                 " ORDER BY next_at, seq LIMIT $4 FOR UPDATE SKIP LOCKED) "
+                 "AND " WRITER_LIVE("$5", "$6") " RETURNING " DELIVERY_COLUMNS,
+                 cond);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run(&h->c, sql, &p, &res);
         return r < 0 ? r : walk_deliveries(res, fn, userdata, false);
 }
 

@@ -333,16 +333,26 @@ static int sqlite_webhooks_enqueue(StoreWebhooks *h, const DeliveryRecord *d, si
         return transaction_end(h, enqueue_tx(h, d, n));
 }
 
-/* The ids of up to max deliveries due at now that no live claim holds. */
-static int due_ids(StoreWebhooks *h, int64_t now, unsigned max, char (*ids)[DELIVERY_ID_LEN + 1], unsigned *n) {
+/* The ids of up to max deliveries due at now that no live claim holds, all
+ * of the owner of the oldest due one among the owners not in skip. */
+static int due_ids(StoreWebhooks *h, int64_t now, unsigned max, const char *const *skip, size_t n_skip,
+                   char (*ids)[DELIVERY_ID_LEN + 1], unsigned *n) {
+        char cond[DELIVERY_CLAIM_SKIP_MAX * 8 + 32], sql[1024];
+        if (!store_not_in(cond, sizeof cond, "owner", '?', 3, n_skip))
+                return -E2BIG;
+        snprintf(sql, sizeof sql,
+                 "SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_at <= ?1 "
+                 "AND claimed_until < ?1 AND owner = (SELECT owner FROM webhook_deliveries "
+                 "WHERE state = 'pending' AND next_at <= ?1 AND claimed_until < ?1%s "
+                 "ORDER BY next_at, seq LIMIT 1) ORDER BY next_at, seq LIMIT ?2",
+                 cond);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(h->sql,
-                               "SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_at <= ?1 "
-                               "AND claimed_until < ?1 ORDER BY next_at, seq LIMIT ?2",
-                               -1, &st, NULL) != SQLITE_OK)
+        if (sqlite3_prepare_v2(h->sql, sql, -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_int64(st, 1, now);
         sqlite3_bind_int64(st, 2, max);
+        for (size_t i = 0; i < n_skip; i++)
+                sqlite3_bind_text(st, 3 + (int)i, skip[i], -1, SQLITE_STATIC);
         int rc = SQLITE_DONE;
         *n = 0;
         while (*n < max && (rc = sqlite3_step(st)) == SQLITE_ROW)
@@ -380,10 +390,10 @@ static int read_delivery(StoreWebhooks *h, const char *id, const char *owner, St
 #define CLAIM_MAX 64
 
 static int claim_tx(StoreWebhooks *h, const char *host, int64_t now, int64_t until, unsigned max,
-                    StoreDeliveryFn fn, void *userdata) {
+                    const char *const *skip, size_t n_skip, StoreDeliveryFn fn, void *userdata) {
         char ids[CLAIM_MAX][DELIVERY_ID_LEN + 1];
         unsigned n = 0;
-        int r = due_ids(h, now, max > CLAIM_MAX ? CLAIM_MAX : max, ids, &n);
+        int r = due_ids(h, now, max > CLAIM_MAX ? CLAIM_MAX : max, skip, n_skip, ids, &n);
         for (unsigned i = 0; r == 0 && i < n; i++)
                 r = set_claim(h, ids[i], host, now, until);
         for (unsigned i = 0; r == 0 && i < n; i++)
@@ -392,18 +402,20 @@ static int claim_tx(StoreWebhooks *h, const char *host, int64_t now, int64_t unt
 }
 
 static int sqlite_webhooks_claim(StoreWebhooks *h, const char *host, int64_t now, int64_t until, unsigned max,
-                                 StoreDeliveryFn fn, void *userdata) {
+                                 const char *const *skip, size_t n_skip, StoreDeliveryFn fn, void *userdata) {
+        if (n_skip > DELIVERY_CLAIM_SKIP_MAX)
+                return -E2BIG;
         LOCKED(h);
         /* Most calls find nothing due: a read first, and the write lock only
          * when there is something to claim. */
         char probe[1][DELIVERY_ID_LEN + 1];
         unsigned n = 0;
-        int r = due_ids(h, now, 1, probe, &n);
+        int r = due_ids(h, now, 1, skip, n_skip, probe, &n);
         if (r < 0 || n == 0)
                 return r;
         if ((r = sqldb_exec(h->sql, "BEGIN IMMEDIATE")) < 0)
                 return r;
-        return transaction_end(h, claim_tx(h, host, now, until, max, fn, userdata));
+        return transaction_end(h, claim_tx(h, host, now, until, max, skip, n_skip, fn, userdata));
 }
 
 typedef struct Claimable {

@@ -46,3 +46,24 @@ HostState host_state_from_name(const char *s) {
                         return (HostState)i;
         return HOST_DEAD;
 }
+
+bool store_not_in(char *buf, size_t size, const char *column, char mark, int first, size_t n) {
+        if (size == 0)
+                return false;
+        buf[0] = '\0';
+        size_t len = 0;
+        for (size_t i = 0; i < n; i++) {
+                int w = i == 0 ? snprintf(buf, size, " AND %s NOT IN (%c%d", column, mark, first)
+                               : snprintf(buf + len, size - len, ", %c%d", mark, first + (int)i);
+                if (w < 0 || (size_t)w >= size - len)
+                        return false;
+                len += (size_t)w;
+        }
+        if (n > 0) {
+                if (len + 1 >= size)
+                        return false;
+                buf[len++] = ')';
+                buf[len] = '\0';
+        }
+        return true;
+}

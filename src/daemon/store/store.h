@@ -69,3 +69,8 @@ const StoreBackend *store_backend_for(const char *location);
 /* The kinds backend b lacks, comma-separated, in buf; false when it has
  * every one. */
 bool store_backend_missing(const StoreBackend *b, char *buf, size_t n);
+/* A condition that column is none of n values bound as parameters from
+ * number first on, in the backend's placeholder style (mark '?' for
+ * SQLite's ?N, '$' for PostgreSQL's $N): " AND column NOT IN (?3, ?4)",
+ * or "" when n is 0. false when it does not fit in size. */
+bool store_not_in(char *buf, size_t size, const char *column, char mark, int first, size_t n);

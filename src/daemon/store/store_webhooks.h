@@ -24,6 +24,7 @@
 
 #define WEBHOOK_ID_LEN 23  /* "wh_" and 20 hex digits */
 #define DELIVERY_ID_LEN 24 /* "whd_" and 20 hex digits */
+#define DELIVERY_CLAIM_SKIP_MAX 16 /* owners a claim may pass over */
 
 typedef struct WebhookRecord {
         char id[WEBHOOK_ID_LEN + 1];
@@ -102,10 +103,13 @@ struct StoreWebhookOps {
         int (*set_writer)(StoreWebhooks *h, const char *host_id, int64_t epoch);
         int (*enqueue)(StoreWebhooks *h, const DeliveryRecord *d, size_t n);
         /* Claims up to max pending deliveries due at now (next_at <= now)
-         * that no live claim holds (claimed_until < now), oldest due first,
-         * for host until `until`, and calls fn with each as claimed. */
+         * that no live claim holds (claimed_until < now), all of one owner:
+         * the owner of the oldest due one among owners not in skip (n_skip
+         * names, at most DELIVERY_CLAIM_SKIP_MAX, else -E2BIG; skip may be
+         * NULL when n_skip is 0). Oldest due first, for host until `until`;
+         * calls fn with each as claimed. */
         int (*claim)(StoreWebhooks *h, const char *host, int64_t now, int64_t until, unsigned max,
-                     StoreDeliveryFn fn, void *userdata);
+                     const char *const *skip, size_t n_skip, StoreDeliveryFn fn, void *userdata);
         /* Claims the delivery id of owner (NULL: anyone's) whatever its
          * state, for one attempt now (a client's retry): -ENOENT, -EBUSY
          * while another live claim holds it. */
