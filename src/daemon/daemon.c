@@ -34,6 +34,7 @@
 #include "daemon/doctor.h"
 #include "daemon/egress/egress_seal.h"
 #include "daemon/http/forward.h"
+#include "daemon/http/hop_tls.h"
 #include "daemon/api/routes.h"
 #include "daemon/sdnotify.h"
 #include "daemon/store/pgdb.h"
@@ -79,6 +80,11 @@ typedef struct Daemon {
         Otel *otel;
         int64_t sample_interval_s;
         char fleet_secret[FORWARD_MAX_SECRET + 1]; /* "" : none */
+        /* The hop's TLS (--fleet-tls-dir) and its listener (--fleet-listen);
+         * NULL and -1: the hop is plain HTTP on the clients' listener. */
+        HopTls *hop_tls;
+        int hop_fd;
+        char hop_listening[512];
 } Daemon;
 
 char *daemon_default_state_dir(void) {
@@ -657,6 +663,50 @@ static int open_store(Daemon *d) {
         return 0;
 }
 
+/* TLS for the hop (docs/fleet.md, "TLS between hosts"): its files and its
+ * listener, both given or neither, with the fleet's secret and an https://
+ * advertised URL; an https:// URL needs them. Bound before this host
+ * registers, so that the URL answers once the others read it. */
+static int open_hop(Daemon *d, const DaemonOptions *o) {
+        bool https = o->advertise && strncmp(o->advertise, "https://", 8) == 0;
+        if (!o->fleet_tls_dir && !o->fleet_listen) {
+                if (https) {
+                        log_error(NULL, "--advertise %s: an https:// URL needs --fleet-tls-dir and --fleet-listen",
+                                  o->advertise);
+                        return 2;
+                }
+                return 0;
+        }
+        if (!o->fleet_tls_dir || !o->fleet_listen) {
+                log_error(NULL, "--fleet-tls-dir and --fleet-listen go together");
+                return 2;
+        }
+        if (!d->fleet_secret[0]) {
+                log_error(NULL, "--fleet-tls-dir needs --fleet-secret-file: TLS carries the hop, the secret "
+                                "authenticates it");
+                return 2;
+        }
+        if (!https) {
+                log_error(NULL, "--fleet-tls-dir: --advertise must be an https:// URL, the --fleet-listen address "
+                                "as the certificate names it");
+                return 2;
+        }
+        char why[256] = "";
+        int r = hop_tls_load(o->fleet_tls_dir, &d->hop_tls, why, sizeof why);
+        if (r < 0) {
+                log_error(NULL, "--fleet-tls-dir %s: %s", o->fleet_tls_dir, why[0] ? why : strerror(-r));
+                return 2;
+        }
+        d->hop_fd = listen_tcp(o->fleet_listen, d->hop_listening, sizeof d->hop_listening);
+        if (d->hop_fd < 0) {
+                log_error(NULL, "cannot listen on --fleet-listen %s: %s", o->fleet_listen,
+                          d->hop_fd == -EINVAL ? "not ADDR:PORT" : strerror(-d->hop_fd));
+                return 1;
+        }
+        forward_set_tls(hop_tls_client(d->hop_tls));
+        return 0;
+}
+
 /* This host's record among the hosts: its id, where it is reached, what
  * it offers. Joining registers it (a new epoch) before its own sandboxes
  * are recovered, so that every write of theirs is this epoch's. */
@@ -717,6 +767,8 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                         return 2;
                 }
         }
+        if ((r = open_hop(d, o)) != 0)
+                return r;
         if ((r = fleet_join(&fc, &d->fleet)) < 0) {
                 log_error(NULL, "cannot register host %s in %s: %s", host_id, d->db_label, strerror(-r));
                 return 1;
@@ -950,6 +1002,17 @@ static int serve(Daemon *d) {
                 log_error(NULL, "cannot start the HTTP server on %s: %s", d->listening, strerror(-r));
                 return 1;
         }
+        if (d->hop_fd >= 0) {
+                int hop_fd = d->hop_fd;
+                d->hop_fd = -1;
+                if ((r = http_server_start_hop(d->http, hop_fd, hop_tls_cert_pem(d->hop_tls),
+                                               hop_tls_key_pem(d->hop_tls))) < 0) {
+                        log_error(NULL, "cannot serve the fleet's hop over TLS on %s", d->hop_listening);
+                        return 1;
+                }
+                const char *at = d->hop_listening;
+                log_info(NULL, "the fleet's hop: TLS on %s", strncmp(at, "http://", 7) == 0 ? at + 7 : at);
+        }
         if ((r = snapshot_store_start(d->snapshots)) < 0) {
                 log_error(NULL, "cannot start the snapshot expiry: %s", strerror(-r));
                 return 1;
@@ -994,6 +1057,8 @@ static void stop(Daemon *d) {
         tunnel_close_all();
         http_server_stop(d->http);
         http_server_free(d->http);
+        forward_set_tls(NULL);
+        hop_tls_free(d->hop_tls);
         proc_table_free(d->procs);
         fleet_free(d->fleet);
         manager_free(d->manager);
@@ -1029,6 +1094,8 @@ static void daemon_free(Daemon *d) {
         free(d->db_label);
         if (d->listen_fd >= 0)
                 close(d->listen_fd);
+        if (d->hop_fd >= 0)
+                close(d->hop_fd);
         if (d->state_lock >= 0)
                 close(d->state_lock);
         free(d);
@@ -1060,6 +1127,7 @@ int daemon_run(const DaemonOptions *opts) {
         }
         d->state_lock = -1;
         d->listen_fd = -1;
+        d->hop_fd = -1;
         d->cfg = opts->cfg;
         int status = prepare_paths(d, opts);
         if (status == 0)

@@ -96,6 +96,13 @@ static const OptionSpec options[] = {
           .def_text = "none: this host forwards nothing",
           .help = "the secret every host of the fleet shares (16 to 256 printable bytes, the file mode 0600): "
                   "with it, a request about a sandbox another host runs is forwarded to that host" },
+        { .name = "fleet-tls-dir", .kind = OPTION_STRING, .arg = "DIR", FIELD(fleet_tls_dir),
+          .def_text = "none: the hop is plain HTTP",
+          .help = "the hop between hosts goes over TLS: DIR holds cert.pem (this host's certificate, naming its "
+                  "advertised address), key.pem (mode 0600) and ca.pem (the fleet's CA, the only one trusted)" },
+        { .name = "fleet-listen", .kind = OPTION_STRING, .arg = "ADDR:PORT", FIELD(fleet_listen),
+          .def_text = "none", .help = "with --fleet-tls-dir: where the other hosts' forwarded requests are "
+                                      "served over TLS (--advertise https://ADDR:PORT)" },
         NUMBER("host-dead-after-seconds", host_dead_after_seconds, FLEET_DEAD_AFTER_MIN_SECONDS,
                FLEET_DEAD_AFTER_MAX_SECONDS, FLEET_DEAD_AFTER_DEFAULT_SECONDS,
                "a host whose heartbeat is this old is declared dead and its sandboxes lost; a host that "

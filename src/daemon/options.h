@@ -48,6 +48,8 @@ typedef struct DaemonOptions {
         unsigned webhook_workers;       /* deliveries sent at once by this host */
         unsigned webhook_workers_per_owner; /* of them, one owner's at most; 0: half */
         char *fleet_secret_file;          /* the hosts' shared secret for forwarding; NULL: none */
+        char *fleet_tls_dir;              /* the hop's TLS files; NULL: plain HTTP */
+        char *fleet_listen;               /* ADDR:PORT of the hop's TLS listener */
         char *secrets_key_file;           /* the key egress secrets are sealed with; NULL: the state dir's */
         unsigned egress_wait_timeout_ms;                     /* 0: the egress service's default */
         int64_t heartbeat_interval_ms, heartbeat_timeout_ms; /* 0: the manager's defaults */

@@ -18,7 +18,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "common/log.h"
 #include "common/macro.h"
@@ -30,8 +34,16 @@
 #define POLL_MS 250
 #define SEND_TIMEOUT_S 30
 
+/* forward_set_tls: how https:// hosts are reached; NULL: they are not. */
+static SSL_CTX *hop_tls;
+
+void forward_set_tls(void *client_ctx) {
+        hop_tls = client_ctx;
+}
+
 struct Forward {
         int fd;
+        SSL *ssl; /* an https:// host's */
         bool chunked_out; /* the body goes on in chunks (the client's length unknown) */
         bool ws;          /* a WebSocket upgrade */
         int client_fd;    /* the client's connection: its hang-up ends the hop */
@@ -54,6 +66,7 @@ struct Forward {
 void forward_free(Forward *f) {
         if (!f)
                 return;
+        SSL_free(f->ssl);
         if (f->fd >= 0)
                 close(f->fd);
         for (size_t i = 0; i < MAX_HEADERS; i++) {
@@ -159,6 +172,45 @@ static int write_all(int fd, const char *p, size_t n) {
         return 0;
 }
 
+/* The hop's own writes and reads: through TLS for an https:// host. */
+static int hop_write(Forward *f, const char *p, size_t n) {
+        if (!f->ssl)
+                return write_all(f->fd, p, n);
+        while (n > 0) {
+                int w = SSL_write(f->ssl, p, n > INT_MAX ? INT_MAX : (int)n);
+                if (w <= 0) {
+                        ERR_clear_error();
+                        return -EPIPE;
+                }
+                p += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+/* Bytes read (0 at the end), or -errno. */
+static ssize_t hop_read(Forward *f, char *buf, size_t n) {
+        if (!f->ssl) {
+                ssize_t got;
+                do
+                        got = recv(f->fd, buf, n, 0);
+                while (got < 0 && errno == EINTR);
+                return got < 0 ? -errno : got;
+        }
+        int got = SSL_read(f->ssl, buf, n > INT_MAX ? INT_MAX : (int)n);
+        if (got > 0)
+                return got;
+        int err = SSL_get_error(f->ssl, got);
+        ERR_clear_error();
+        return err == SSL_ERROR_ZERO_RETURN ? 0 : -EIO;
+}
+
+/* Whether the hop has bytes read and not yet taken (TLS keeps a record's
+ * rest): then nothing needs to be waited for. */
+static bool hop_pending(const Forward *f) {
+        return f->ssl && SSL_pending(f->ssl) > 0;
+}
+
 static bool client_left(int fd) {
         if (fd < 0)
                 return false;
@@ -169,6 +221,8 @@ static bool client_left(int fd) {
 /* Waits until fd can be read, watching the client: -ECONNRESET when the
  * client left (the hop ends, and the owner sees it end). */
 static int wait_readable(Forward *f) {
+        if (hop_pending(f))
+                return 0;
         for (;;) {
                 struct pollfd p = { .fd = f->fd, .events = POLLIN };
                 int n = poll(&p, 1, POLL_MS);
@@ -181,11 +235,14 @@ static int wait_readable(Forward *f) {
         }
 }
 
-/* http://HOST:PORT (HOST a name, an IPv4 address or [IPv6]); no path. */
-static int parse_url(const char *url, char *host, size_t host_len, char *port, size_t port_len) {
-        if (strncmp(url, "http://", 7) != 0)
+/* http://HOST:PORT or https://HOST:PORT (HOST a name, an IPv4 address or
+ * [IPv6]); no path. *tls for https. */
+static int parse_url(const char *url, char *host, size_t host_len, char *port, size_t port_len, bool *tls) {
+        size_t skip = strncmp(url, "http://", 7) == 0 ? 7 : strncmp(url, "https://", 8) == 0 ? 8 : 0;
+        if (!skip)
                 return -EPROTONOSUPPORT;
-        const char *h = url + 7, *end = h + strcspn(h, "/");
+        *tls = skip == 8;
+        const char *h = url + skip, *end = h + strcspn(h, "/");
         const char *colon;
         if (*h == '[') {
                 const char *close = memchr(h, ']', (size_t)(end - h));
@@ -211,15 +268,12 @@ static int parse_url(const char *url, char *host, size_t host_len, char *port, s
                 memcpy(port, colon + 1, pn);
                 port[pn] = '\0';
         } else
-                snprintf(port, port_len, "80");
+                snprintf(port, port_len, "%s", *tls ? "443" : "80");
         return 0;
 }
 
-static int connect_to(const char *url) {
-        char host[256], port[8];
-        int r = parse_url(url, host, sizeof host, port, sizeof port);
-        if (r < 0)
-                return r;
+static int connect_to(const char *host, const char *port) {
+        int r;
         struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai = NULL;
         if (getaddrinfo(host, port, &hints, &ai) != 0 || !ai)
                 return -EHOSTUNREACH;
@@ -255,6 +309,41 @@ static int connect_to(const char *url) {
         struct timeval tv = { .tv_sec = SEND_TIMEOUT_S };
         (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         return fd;
+}
+
+/* TLS over f->fd to host: its certificate must chain to the fleet's CA and
+ * name host (an address as an IP address, a name as a DNS name). The
+ * handshake has FORWARD_CONNECT_TIMEOUT_MS. On failure *why says why. */
+static int tls_start(Forward *f, const char *host, char *why, size_t why_len) {
+        if (!hop_tls) {
+                snprintf(why, why_len, "it is reached over TLS and this host has no --fleet-tls-dir");
+                return -EPROTONOSUPPORT;
+        }
+        if (!(f->ssl = SSL_new(hop_tls)) || SSL_set_fd(f->ssl, f->fd) != 1)
+                return -ENOMEM;
+        unsigned char addr[16];
+        bool is_ip = inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1;
+        X509_VERIFY_PARAM *vp = SSL_get0_param(f->ssl);
+        if (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(vp, host) != 1
+                  : SSL_set1_host(f->ssl, host) != 1 || SSL_set_tlsext_host_name(f->ssl, host) != 1)
+                return -EINVAL;
+        struct timeval tv = { .tv_sec = FORWARD_CONNECT_TIMEOUT_MS / 1000,
+                              .tv_usec = (FORWARD_CONNECT_TIMEOUT_MS % 1000) * 1000 };
+        (void)setsockopt(f->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        int r = SSL_connect(f->ssl);
+        tv = (struct timeval){ 0 };
+        (void)setsockopt(f->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        if (r == 1)
+                return 0;
+        long v = SSL_get_verify_result(f->ssl);
+        unsigned long e = ERR_get_error();
+        ERR_clear_error();
+        if (v != X509_V_OK)
+                snprintf(why, why_len, "its certificate is refused: %s", X509_verify_cert_error_string(v));
+        else
+                snprintf(why, why_len, "the TLS handshake failed: %s",
+                         e ? ERR_reason_error_string(e) ?: "unknown" : "the connection ended");
+        return -ECONNREFUSED;
 }
 
 /* ---- the request head ---- */
@@ -319,14 +408,24 @@ int forward_open(const ForwardRequest *q, const char *base_url, const char *secr
         Forward *f = calloc(1, sizeof(*f));
         if (!f)
                 return api_error(e, 500, "internal", NULL, "out of memory");
-        f->fd = connect_to(base_url);
+        char host_name[256], port[8], why[256] = "";
+        bool tls = false;
+        int rc = parse_url(base_url, host_name, sizeof host_name, port, sizeof port, &tls);
+        f->fd = rc < 0 ? rc : connect_to(host_name, port);
         if (f->fd < 0) {
-                int rc = f->fd;
+                rc = f->fd;
                 f->fd = -1;
                 forward_free(f);
                 log_warn(q->rid, "forwarding to %s: %s", base_url, strerror(-rc));
                 return api_error(e, 503, "host_unavailable", "try again; the host may be restarting",
                                  "the host that runs sandbox %s does not answer", q->sandbox_id);
+        }
+        if (tls && (rc = tls_start(f, host_name, why, sizeof why)) < 0) {
+                forward_free(f);
+                log_warn(q->rid, "forwarding to %s: %s", base_url, why[0] ? why : strerror(-rc));
+                return api_error(e, 503, "host_unavailable", "see docs/fleet.md, \"TLS between hosts\"",
+                                 "the host that runs sandbox %s cannot be reached safely: %s", q->sandbox_id,
+                                 why[0] ? why : strerror(-rc));
         }
         f->client_fd = q->client_fd;
         const char *upgrade = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Upgrade");
@@ -342,7 +441,7 @@ int forward_open(const ForwardRequest *q, const char *base_url, const char *secr
         Query qs = { .f = out, .first = true };
         MHD_get_connection_values_n(q->conn, MHD_GET_ARGUMENT_KIND, copy_arg, &qs);
         char host[300];
-        snprintf(host, sizeof host, "%s", base_url + 7);
+        snprintf(host, sizeof host, "%s", base_url + (tls ? 8 : 7));
         host[strcspn(host, "/")] = '\0';
         fprintf(out, " HTTP/1.1\r\nHost: %s\r\n", host);
         Head h = { .f = out, .ws = f->ws };
@@ -366,7 +465,7 @@ int forward_open(const ForwardRequest *q, const char *base_url, const char *secr
                 forward_free(f);
                 return api_error(e, 500, "internal", NULL, "out of memory");
         }
-        int rc = write_all(f->fd, text, len);
+        rc = hop_write(f, text, len);
         free(text);
         if (rc < 0) {
                 forward_free(f);
@@ -387,13 +486,13 @@ int forward_open(const ForwardRequest *q, const char *base_url, const char *secr
 
 int forward_body(Forward *f, const char *data, size_t n) {
         if (!f->chunked_out)
-                return write_all(f->fd, data, n);
+                return hop_write(f, data, n);
         char size[24];
         int m = snprintf(size, sizeof size, "%zx\r\n", n);
-        int r = write_all(f->fd, size, (size_t)m);
+        int r = hop_write(f, size, (size_t)m);
         if (r == 0)
-                r = write_all(f->fd, data, n);
-        return r == 0 ? write_all(f->fd, "\r\n", 2) : r;
+                r = hop_write(f, data, n);
+        return r == 0 ? hop_write(f, "\r\n", 2) : r;
 }
 
 /* ---- the answer ---- */
@@ -417,12 +516,9 @@ static int read_more(Forward *f, size_t max) {
                 return r;
         if (max > sizeof f->raw)
                 max = sizeof f->raw;
-        ssize_t n;
-        do
-                n = recv(f->fd, f->raw, max, 0);
-        while (n < 0 && errno == EINTR);
+        ssize_t n = hop_read(f, f->raw, max);
         if (n < 0)
-                return -errno;
+                return (int)n;
         f->raw_off = 0;
         f->raw_len = (size_t)n;
         return (int)(n > 0);
@@ -502,22 +598,28 @@ static void *splice_main(void *arg) {
         Forward *f = s->f;
         /* What came after each side's head goes first. */
         bool ok = write_all(s->sock, f->raw + f->raw_off, f->raw_len - f->raw_off) == 0 &&
-                  write_all(f->fd, s->extra, s->extra_len) == 0;
+                  hop_write(f, s->extra, s->extra_len) == 0;
         char buf[16384];
         while (ok) {
                 struct pollfd p[2] = { { .fd = s->sock, .events = POLLIN }, { .fd = f->fd, .events = POLLIN } };
-                if (poll(p, 2, -1) < 0) {
+                /* Bytes TLS holds already are the owner's to relay now. */
+                if (hop_pending(f))
+                        p[1].revents = POLLIN;
+                else if (poll(p, 2, -1) < 0) {
                         if (errno == EINTR)
                                 continue;
                         break;
                 }
-                for (int i = 0; i < 2 && ok; i++) {
-                        if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                                continue;
-                        ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
-                        if (n < 0 && errno == EINTR)
-                                continue;
-                        ok = n > 0 && write_all(p[1 - i].fd, buf, (size_t)n) == 0;
+                if (ok && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+                        ssize_t n;
+                        do
+                                n = recv(s->sock, buf, sizeof buf, 0);
+                        while (n < 0 && errno == EINTR);
+                        ok = n > 0 && hop_write(f, buf, (size_t)n) == 0;
+                }
+                if (ok && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+                        ssize_t n = hop_read(f, buf, sizeof buf);
+                        ok = n > 0 && write_all(s->sock, buf, (size_t)n) == 0;
                 }
         }
         MHD_upgrade_action(s->urh, MHD_UPGRADE_ACTION_CLOSE);
@@ -558,7 +660,7 @@ static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls
 }
 
 int forward_answer(Forward *f, unsigned *ret_status, struct MHD_Response **ret, ApiError *e) {
-        int rc = f->chunked_out ? write_all(f->fd, "0\r\n\r\n", 5) : 0;
+        int rc = f->chunked_out ? hop_write(f, "0\r\n\r\n", 5) : 0;
         while (rc >= 0 && !f->head_done) {
                 if (f->raw_off < f->raw_len) {
                         if (parse_some(f, f->raw_len - f->raw_off) < 0 || f->head_bad)

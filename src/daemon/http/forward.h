@@ -2,7 +2,8 @@
 /*
  * Forwarding a request to the host that runs its sandbox (docs/fleet.md,
  * "Any host answers"): the request goes on, as the client sent it, over a
- * connection of its own to the owner's advertised http:// URL, with the
+ * connection of its own to the owner's advertised URL (http://, or https://
+ * with the fleet's CA: hop_tls.h), with the
  * fleet's secret and this host's id; the answer comes back as it comes, a
  * stream as a stream, a download without being held, a WebSocket spliced
  * byte for byte. The owner authenticates the client's key itself (the keys
@@ -56,6 +57,11 @@ int forward_body(Forward *f, const char *data, size_t n);
 int forward_answer(Forward *f, unsigned *ret_status, struct MHD_Response **ret, ApiError *e);
 /* Closes what is open; NULL is fine. */
 void forward_free(Forward *f);
+
+/* The TLS client context (hop_tls_client) that https:// hosts are reached
+ * with; never set: an https:// host is refused (503). Set once, before
+ * any request. */
+void forward_set_tls(void *client_ctx);
 
 /* Whether value is the secret (compared in constant time). */
 bool forward_secret_ok(const char *secret, const char *value);

@@ -411,6 +411,9 @@ struct HttpServer {
         RequestCounts *requests; /* NULL: answers not counted */
         const char *fleet_secret; /* NULL: no forwarding */
         struct MHD_Daemon *mhd;
+        /* The hop's TLS listener (http_server_start_hop); NULL: the hop
+         * comes to the clients' listener. */
+        struct MHD_Daemon *mhd_hop;
         Edge *edge;
         unsigned max_waiting;
         unsigned head_timeout_s;
@@ -447,6 +450,7 @@ static bool header_has_token(const char *value, const char *token) {
 typedef struct Conn {
         EdgeConn *edge;
         int fd;
+        bool hop; /* on the hop's TLS listener: the edge never sees it */
         char *owner;
 } Conn;
 
@@ -628,6 +632,14 @@ void http_server_set_fleet_secret(HttpServer *s, const char *secret) {
         s->fleet_secret = secret;
 }
 
+/* Whether conn came to the hop's TLS listener. */
+static bool on_hop_listener(const HttpServer *s, struct MHD_Connection *conn) {
+        if (!s->mhd_hop)
+                return false;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
+        return ci && ci->daemon == s->mhd_hop;
+}
+
 /* Routes about a sandbox that read only the store: any host answers them,
  * its own host down or not. */
 static bool store_only(const Req *r) {
@@ -638,7 +650,12 @@ static bool store_only(const Req *r) {
  * it: 1 (r->fwd open), 0 (served here), or a refusal in e (-1). Asked only
  * when there are other hosts: one host alone pays nothing for it. */
 static int forward_decide(HttpServer *s, Req *r, ApiError *e) {
-        if (r->forwarded || !r->route.sandbox_id[0] || !s->fleet || fleet_alone(s->fleet) || store_only(r))
+        if (r->forwarded || !r->route.sandbox_id[0] || !s->fleet || store_only(r))
+                return 0;
+        /* A host alone as of its last look, or running the sandbox, serves
+         * it without reading its record; a host that joined since (and may
+         * run it) is looked for below. */
+        if (fleet_runs_here(s->fleet, r->route.sandbox_id) || (fleet_alone(s->fleet) && fleet_single(s->fleet)))
                 return 0;
         SandboxRow row;
         int rc = db_sandbox_get(s->db, r->route.sandbox_id, &row);
@@ -652,6 +669,8 @@ static int forward_decide(HttpServer *s, Req *r, ApiError *e) {
         if (here)
                 return 0;
         rc = fleet_host_url(s->fleet, host, url, sizeof url);
+        if (rc == -ENOENT && fleet_refresh(s->fleet) == 0) /* a host that joined since the last look */
+                rc = fleet_host_url(s->fleet, host, url, sizeof url);
         if (rc < 0)
                 return api_error(e, 503, "host_unavailable", "try again; once the host is declared dead the sandbox "
                                  "shows as lost", "host %s, which runs sandbox %s, does not answer", host,
@@ -782,6 +801,16 @@ static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
         /* A hop from another host carries the fleet's secret: a wrong one
          * (or one this host has none to compare with) is refused. */
         const char *hop = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, FORWARD_SECRET_HEADER);
+        bool on_hop = on_hop_listener(s, r->conn);
+        if (s->mhd_hop && !on_hop && hop) {
+                log_warn(r->rid, "a request with the fleet secret on the clients' listener (from host %.64s)",
+                         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, FORWARD_BY_HEADER) ?: "?");
+                return api_error(e, 403, "forbidden", "see docs/fleet.md, \"TLS between hosts\"",
+                                 "the fleet's requests come to this host over TLS, on its --fleet-listen");
+        }
+        if (on_hop && !hop)
+                return api_error(e, 403, "forbidden", "send it to the host's API address",
+                                 "this listener serves the fleet's hosts only");
         if (hop) {
                 if (!forward_secret_ok(s->fleet_secret, hop)) {
                         log_warn(r->rid, "a request with a wrong fleet secret (from host %.64s)",
@@ -1132,7 +1161,11 @@ static void connection_notify(void *cls, struct MHD_Connection *conn, void **soc
                 MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->head_timeout_s);
                 const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
                 Conn *c = calloc(1, sizeof *c);
-                if (c && ci) {
+                if (c && on_hop_listener(s, conn)) {
+                        /* TLS: its bytes are not a head the edge could read. */
+                        c->hop = true;
+                        c->fd = -1;
+                } else if (c && ci) {
                         c->edge = edge_conn_add(s->edge, ci->connect_fd);
                         c->fd = ci->connect_fd;
                 } else if (c)
@@ -1141,7 +1174,8 @@ static void connection_notify(void *cls, struct MHD_Connection *conn, void **soc
         } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
                 Conn *c = *socket_context;
                 *socket_context = NULL;
-                edge_server_closed(s->edge);
+                if (!c || !c->hop)
+                        edge_server_closed(s->edge);
                 if (!c)
                         return;
                 edge_conn_remove(c->edge);
@@ -1224,14 +1258,41 @@ int http_server_start(HttpServer *s, int listen_fd) {
         return r;
 }
 
+int http_server_start_hop(HttpServer *s, int hop_fd, const char *cert_pem, const char *key_pem) {
+        s->mhd_hop = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                                              MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE |
+                                              MHD_USE_TLS | MHD_USE_ITC,
+                                      0, NULL, NULL, access_handler, s, MHD_OPTION_LISTEN_SOCKET, hop_fd,
+                                      MHD_OPTION_HTTPS_MEM_CERT, cert_pem, MHD_OPTION_HTTPS_MEM_KEY, key_pem,
+                                      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_CONNECTION_LIMIT,
+                                      s->max_connections, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+                                      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_REQUEST_TIMEOUT_S,
+                                      MHD_OPTION_NOTIFY_CONNECTION, connection_notify, s,
+                                      MHD_OPTION_NOTIFY_COMPLETED, request_completed, s, MHD_OPTION_END);
+        if (!s->mhd_hop) {
+                close(hop_fd);
+                return -EIO;
+        }
+        return 0;
+}
+
 void http_server_quiesce(HttpServer *s) {
         edge_quiesce(s->edge);
+        if (s->mhd_hop) {
+                /* The listening socket is handed back: closed here. */
+                MHD_socket fd = MHD_quiesce_daemon(s->mhd_hop);
+                if (fd != MHD_INVALID_SOCKET)
+                        close(fd);
+        }
 }
 
 /* The edge first (nothing more handed on), then the server, whose
  * connections the edge watches until each is closed, then the edge. */
 void http_server_stop(HttpServer *s) {
         edge_quiesce(s->edge);
+        if (s->mhd_hop)
+                MHD_stop_daemon(s->mhd_hop);
+        s->mhd_hop = NULL;
         if (s->mhd)
                 MHD_stop_daemon(s->mhd);
         s->mhd = NULL;

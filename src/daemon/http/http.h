@@ -224,6 +224,12 @@ int http_forward_whole(Req *r, const char *base_url, enum MHD_Result *ret);
 bool http_forwards(const Req *r);
 /* Serves on listen_fd (bound and listening; the server takes it). */
 int http_server_start(HttpServer *s, int listen_fd);
+/* After http_server_start: serves the other hosts' forwarded requests on
+ * hop_fd over TLS with cert_pem and key_pem (docs/fleet.md, "TLS between
+ * hosts"). A request there needs the fleet's secret; from then on a request
+ * that carries the secret on the clients' listener is refused, so that the
+ * secret is never taken from a connection in the clear. */
+int http_server_start_hop(HttpServer *s, int hop_fd, const char *cert_pem, const char *key_pem);
 /* Stops accepting new connections; running requests go on. */
 void http_server_quiesce(HttpServer *s);
 /* Closes every connection and joins their threads. */

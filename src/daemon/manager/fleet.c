@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/macro.h"
 #include "common/random.h"
+#include "daemon/store/store.h"
 #include "common/timeutil.h"
 #include "daemon/manager/db.h"
 #include "daemon/manager/audit.h"
@@ -192,6 +193,14 @@ bool fleet_alone(Fleet *f) {
                 others += f->view[i].state != HOST_DEAD && strcmp(f->view[i].id, f->self.id) != 0;
         pthread_mutex_unlock(&f->lock);
         return others == 0;
+}
+
+bool fleet_single(Fleet *f) {
+        return !f || f->c.ops == store_sqlite.hosts;
+}
+
+bool fleet_runs_here(Fleet *f, const char *sandbox_id) {
+        return f && f->c.manager && manager_runs(f->c.manager, sandbox_id);
 }
 
 bool fleet_draining(Fleet *f) {

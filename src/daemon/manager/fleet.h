@@ -77,6 +77,12 @@ bool fleet_fenced(Fleet *f);
 /* Whether no other host than this one is live, as of the last look: a
  * host alone never forwards. NULL: alone. */
 bool fleet_alone(Fleet *f);
+/* Whether this host's store is one no other host can share (SQLite): then
+ * the view is always this host alone. NULL: single. */
+bool fleet_single(Fleet *f);
+/* Whether sandbox id runs on this host now: then no other host is asked
+ * about it, whatever the view. */
+bool fleet_runs_here(Fleet *f, const char *sandbox_id);
 /* Whether this host is draining, as of its last look at the hosts. */
 bool fleet_draining(Fleet *f);
 /* Reads the hosts again now (after a drain, say) rather than at the next

@@ -36,6 +36,8 @@ int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret);
  * becomes stopped ("daemon restarted", and why); then leases already due are
  * acted on. */
 int manager_recover(Manager *m);
+/* Whether sandbox id runs on this host now. */
+bool manager_runs(Manager *m, const char *id);
 /* Called by manager_recover for each process an agent kept: `kept` is one
  * member of its HELLO's attached.processes (borrowed); sb a reference the
  * callee takes over. */

@@ -23,6 +23,13 @@
 
 /* ---- pause, wake, restart (under busy_begin(id)) ---- */
 
+bool manager_runs(Manager *m, const char *id) {
+        Sandbox *sb = live_get(m, id);
+        bool runs = sb != NULL;
+        sandbox_unref(sb);
+        return runs;
+}
+
 Sandbox *live_get(Manager *m, const char *id) {
         Sandbox *found = NULL;
         pthread_mutex_lock(&m->lock);
