@@ -318,3 +318,30 @@ def test_stop_and_kill_leave_nothing_behind(pdriver, build_dir, image_dir, tmp_p
         assert "left by the last run removed" in d.log_path.read_text()
     finally:
         _finish_daemon(d)
+
+
+def test_on_postgresql_the_pool_is_not_in_the_store(build_dir, image_dir, tmp_path, postgres):
+    """On the fleet's store (PostgreSQL) a ready pool sandbox has no row, so no owner of any host
+    can reach it through the store; handed out, its row is there with this host's id."""
+    import uuid
+    driver = POOL_DRIVERS[0] if POOL_DRIVERS else pytest.skip("no namespace or gvisor in RUNTIME_TEST_DRIVERS")
+    db = f"rt_{uuid.uuid4().hex[:12]}"
+    postgres.psql(f"CREATE DATABASE {db}")
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-poolpg",
+                      extra_args=["--database", postgres.url(db), "--warm-pool", f"{driver}:default=1"])
+    try:
+        skip_unless_driver(d, driver)
+        with d.client() as c:
+            wait_ready(c, driver)
+            sid = pool_ids(d)[0]
+            assert postgres.psql("SELECT count(*) FROM sandboxes", db).strip() == "0"
+            assert c.get("/v1/sandboxes").json()["sandboxes"] == []
+            a, _ = timed_create(c, driver=driver)
+            assert a["id"] == sid
+            host = postgres.psql(f"SELECT host_id FROM sandboxes WHERE id = '{sid}'", db).strip()
+            assert host and host == (d.state_dir / "host.id").read_text().strip(), host
+            wait_ready(c, driver)
+            assert postgres.psql("SELECT count(*) FROM sandboxes", db).strip() == "1"
+            c.delete_all()
+    finally:
+        _finish_daemon(d)
