@@ -45,6 +45,12 @@ def wait_ready(api: Api, driver: str, n: int = 1, timeout: float = 60.0) -> dict
     return pool_figures(api, driver)
 
 
+def mounts_of(sid: str) -> list[str]:
+    """Mount points in the host's mount namespace that name the sandbox (its layer, where a
+    driver mounts one there)."""
+    return [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines() if sid in line]
+
+
 def pool_ids(d: Daemon) -> list[str]:
     """The pool's sandboxes by their markers in the state directory."""
     p = d.state_dir / "warm-pool"
@@ -299,6 +305,7 @@ def test_stop_and_kill_leave_nothing_behind(pdriver, build_dir, image_dir, tmp_p
         for sid in ids:
             assert_no_host_trace(sid)
             assert_no_cgroups(sid)
+            assert mounts_of(sid) == [], mounts_of(sid)
             assert not (d.state_dir / "sandboxes" / sid).exists(), sid
         assert pool_ids(d) == []
 
@@ -313,6 +320,7 @@ def test_stop_and_kill_leave_nothing_behind(pdriver, build_dir, image_dir, tmp_p
         for sid in ids:
             assert_no_host_trace(sid)
             assert_no_cgroups(sid)
+            assert mounts_of(sid) == [], mounts_of(sid)
             assert not (d.state_dir / "sandboxes" / sid).exists(), sid
         assert pool_ids(d) == []
         assert "left by the last run removed" in d.log_path.read_text()
