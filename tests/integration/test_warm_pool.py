@@ -288,18 +288,25 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("pdriver", POOL_DRIVERS)
 def test_stop_and_kill_leave_nothing_behind(pdriver, build_dir, image_dir, tmp_path):
-    """A stop of the daemon removes the pool's sandboxes (processes, supervisors, cgroups, files,
-    markers); after a kill -9 the next start, with no pool configured, removes what the killed
-    one left."""
+    """A stop of the daemon removes the pool's sandboxes (processes, supervisors, cgroups, mounts,
+    files, markers) while a sandbox handed out from it runs on and is re-attached at the next start
+    like any other; after a kill -9 the next start, with no pool configured, removes what the
+    killed one's pool left."""
     _need_root()
     d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-poolstop-{pdriver}",
-                      extra_args=["--warm-pool", f"{pdriver}:default=2"])
+                      extra_args=["--warm-pool", f"{pdriver}:default=2"], keep_sandboxes=True)
+    owned = None
     try:
         skip_unless_driver(d, pdriver)
         with d.client() as c:
             wait_ready(c, pdriver, 2, timeout=120)
+            owned, _ = timed_create(c, driver=pdriver)
+            c.created.clear()
+            assert pool_figures(c, pdriver)["hits"] == 1
+            c.exec(owned["id"], command="echo kept > /workspace/k.txt")
+            wait_ready(c, pdriver, 2, timeout=120)
         ids = pool_ids(d)
-        assert len(ids) == 2, ids
+        assert len(ids) == 2 and owned["id"] not in ids, ids
         rc = d.stop()
         assert rc == 0, tail(d.log_path)
         for sid in ids:
@@ -308,9 +315,11 @@ def test_stop_and_kill_leave_nothing_behind(pdriver, build_dir, image_dir, tmp_p
             assert mounts_of(sid) == [], mounts_of(sid)
             assert not (d.state_dir / "sandboxes" / sid).exists(), sid
         assert pool_ids(d) == []
+        assert host_pids(owned["id"]), "the owner's sandbox did not run on"
 
         d.start()
         with d.client() as c:
+            assert c.exec(owned["id"], command="cat /workspace/k.txt")["stdout"] == "kept\n"
             wait_ready(c, pdriver, 2, timeout=120)
         ids = pool_ids(d)
         assert len(ids) == 2 and all(host_pids(s) for s in ids), ids
@@ -324,7 +333,12 @@ def test_stop_and_kill_leave_nothing_behind(pdriver, build_dir, image_dir, tmp_p
             assert not (d.state_dir / "sandboxes" / sid).exists(), sid
         assert pool_ids(d) == []
         assert "left by the last run removed" in d.log_path.read_text()
+        with d.client() as c:
+            assert c.exec(owned["id"], command="cat /workspace/k.txt")["stdout"] == "kept\n"
     finally:
+        if owned and d.alive():
+            with d.client() as c:
+                c.delete(f"/v1/sandboxes/{owned['id']}")
         _finish_daemon(d)
 
 
