@@ -48,6 +48,7 @@
 #include "daemon/manager/fleet.h"
 #include "daemon/manager/process.h"
 #include "daemon/manager/snapshot.h"
+#include "daemon/manager/warm_pool.h"
 #include "daemon/store/store_hosts.h"
 
 typedef struct Daemon {
@@ -988,7 +989,15 @@ static int serve(Daemon *d) {
                         .webhooks = d->webhooks, .audit = d->audit, .samples = d->samples,
                         .sample_interval_s = d->sample_interval_s, .requests = d->requests,
                         .otel = d->otel };
-        int r = http_server_new(api_routes, api_n_routes, &d->app, d->db, d->keys, cfg->max_connections,
+        /* Before the API serves: every create sees the pool or none. */
+        char why[512] = "";
+        int r = manager_start_warm_pool(d->manager, why, sizeof why);
+        if (r < 0) {
+                close(fd);
+                log_error(NULL, "%s", why[0] ? why : strerror(-r));
+                return 1;
+        }
+        r = http_server_new(api_routes, api_n_routes, &d->app, d->db, d->keys, cfg->max_connections,
                                 cfg->max_connections_per_peer, &d->http);
         if (r == 0) {
                 http_server_set_fleet(d->http, d->fleet);

@@ -26,6 +26,7 @@
 #include "daemon/manager/samples.h"
 #include "daemon/manager/snapshot.h"
 #include "daemon/manager/uploads.h"
+#include "daemon/manager/warm_pool.h"
 #include "daemon/manager/webhooks.h"
 #include "driver/driver.h"
 
@@ -59,6 +60,7 @@ typedef struct OptionSpec {
 
 static int check_driver(const char *value, char *why, size_t why_len);
 static int check_drivers(const char *value, char *why, size_t why_len);
+static int check_warm_pool(const char *value, char *why, size_t why_len);
 
 #define FIELD(f) .offset = offsetof(DaemonOptions, f), .size = sizeof(((DaemonOptions *)0)->f)
 #define HEADING(title) { .kind = OPTION_HEADING, .help = (title) }
@@ -147,6 +149,12 @@ static const OptionSpec options[] = {
           .min = 1000, .max = 600000, .def_text = "per driver: 30000, microvm 90000",
           .help = "fail a sandbox whose agent is silent this long while a ping waits" },
 
+        { .name = "warm-pool", .kind = OPTION_LIST, .arg = "DRIVER:IMAGE[:VCPUxMEMxDISK]=N",
+          FIELD(cfg.warm_pools), .count_offset = offsetof(DaemonOptions, cfg.n_warm_pools),
+          .capacity = ELEMENTSOF(((DaemonOptions *)0)->cfg.warm_pools), .check = check_warm_pool,
+          .help = "keep N sandboxes of that driver (namespace or gvisor), image and shape (MEM and DISK in MiB; "
+                  "left out, a create's defaults 1x1024x2048) started ahead, for creates that ask for exactly "
+                  "those (repeatable, once per class; docs/warm-pool.md)" },
         { .name = "no-live-restore", .kind = OPTION_SWITCH, FIELD(cfg.no_live_restore),
           .help = "start sandboxes without a supervisor: they end with the daemon (a crash or a stop) and are "
                   "recorded stopped at the next start, as the microVM's always are" },
@@ -322,6 +330,11 @@ static int check_drivers(const char *value, char *why, size_t why_len) {
         return 0;
 }
 
+static int check_warm_pool(const char *value, char *why, size_t why_len) {
+        WarmPoolSpec s;
+        return warm_pool_spec_parse(value, &s, why, why_len);
+}
+
 /* Checks value for s and, when apply, stores it. The message in why follows
  * the option's name: "--max-vcpu wants ..." or "FILE:3: max-vcpu wants ...". */
 static int option_set(DaemonOptions *o, const OptionSpec *s, const char *value, bool apply, char *why,
@@ -353,6 +366,8 @@ static int option_set(DaemonOptions *o, const OptionSpec *s, const char *value, 
         }
         case OPTION_LIST: {
                 unsigned *n = (unsigned *)((char *)o + s->count_offset);
+                if (s->check && (r = s->check(value, why, why_len)) < 0)
+                        return r;
                 if (!apply)
                         return 0;
                 if (*n >= s->capacity)

@@ -19,6 +19,7 @@
 #include "daemon/options.h"
 #include "driver/driver.h"
 #include "daemon/manager/keys.h"
+#include "daemon/manager/warm_pool.h"
 
 typedef struct Fixture {
         char dir[256];
@@ -234,6 +235,59 @@ static void test_list_capacity(void **state) {
         assert_int_equal(f->o.cfg.n_egress_test_upstreams, 32);
 }
 
+/* --warm-pool: each class checked where it is given, the shape defaulting
+ * to a create's, a driver the pool does not serve refused by name. */
+static void test_warm_pool(void **state) {
+        Fixture *f = *state;
+        char *argv[] = { "runtimed", "--warm-pool", "namespace:default=2", "--warm-pool",
+                         "gvisor:analysis:2x2048x4096=1" };
+        int r = options_parse(&f->o, 5, argv, f->why, sizeof f->why);
+        assert_int_equal(r, 0);
+        assert_int_equal(f->o.cfg.n_warm_pools, 2);
+        WarmPoolSpec s;
+        assert_int_equal(warm_pool_spec_parse(f->o.cfg.warm_pools[0], &s, f->why, sizeof f->why), 0);
+        assert_int_equal(s.driver, SANDBOX_DRIVER_NAMESPACE);
+        assert_string_equal(s.image, "default");
+        assert_int_equal(s.vcpu, 1);
+        assert_int_equal(s.memory_mib, 1024);
+        assert_int_equal(s.disk_mib, 2048);
+        assert_int_equal(s.size, 2);
+        assert_int_equal(warm_pool_spec_parse(f->o.cfg.warm_pools[1], &s, f->why, sizeof f->why), 0);
+        assert_int_equal(s.driver, SANDBOX_DRIVER_GVISOR);
+        assert_string_equal(s.image, "analysis");
+        assert_int_equal(s.vcpu, 2);
+        assert_int_equal(s.memory_mib, 2048);
+        assert_int_equal(s.disk_mib, 4096);
+        char shape[32];
+        warm_pool_spec_shape(&s, shape, sizeof shape);
+        assert_string_equal(shape, "2x2048x4096");
+        static const char *const bad[][2] = {
+                { "namespace:default", "no =N" },
+                { "namespace:default=0", "a size that is not 1..32" },
+                { "namespace:default=33", "a size that is not 1..32" },
+                { "microvm:default=1", "a driver that is not namespace or gvisor" },
+                { "nosuch:default=1", "a driver that is not namespace or gvisor" },
+                { "namespace:Bad=1", "an image name that is not one" },
+                { "namespace:=1", "no image" },
+                { "namespace:default:1x32x2048=1", "a shape that is not" },
+                { "namespace:default:1x1024=1", "a shape that is not" },
+                { "namespace:default:0x1024x2048=1", "a shape that is not" },
+                { "namespace:default:1x1024x2048x=1", "a shape that is not" },
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                f->why[0] = '\0';
+                assert_int_equal(warm_pool_spec_parse(bad[i][0], &s, f->why, sizeof f->why), -EINVAL);
+                if (!strstr(f->why, bad[i][1]))
+                        fail_msg("%s: '%s' does not say '%s'", bad[i][0], f->why, bad[i][1]);
+        }
+        char *wrong[] = { "runtimed", "--warm-pool", "microvm:default=1" };
+        options_done(&f->o);
+        assert_int_equal(options_init(&f->o), 0);
+        r = options_parse(&f->o, 3, wrong, f->why, sizeof f->why);
+        assert_refused(f, r, "--warm-pool");
+        assert_refused(f, r, "a driver that is not namespace or gvisor");
+}
+
 static void test_file(void **state) {
         Fixture *f = *state;
         write_text(f, "# runtimed's settings\n"
@@ -419,6 +473,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_bad_flags, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_bounds, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_list_capacity, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_warm_pool, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_file, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_flags_win_over_the_file, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_overridden_value_still_checked, setup, teardown),

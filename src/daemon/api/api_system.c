@@ -10,6 +10,7 @@
 #include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
 #include "daemon/manager/metrics.h"
+#include "daemon/manager/warm_pool.h"
 #include "daemon/manager/webhooks.h"
 
 enum MHD_Result handle_healthz(Req *r) {
@@ -82,6 +83,7 @@ static void fleet_metrics_extra(void *userdata, FILE *out) {
 static void admin_extra(void *userdata, FILE *out) {
         Req *r = userdata;
         fleet_metrics_extra(r->app->fleet, out);
+        manager_render_warm_pool(r->app->manager, out);
         manager_render_samples(r->app->manager, NULL, out);
         fprintf(out, "# HELP runtime_sandbox_reading_rounds_dropped_total Rounds of sandbox readings the store "
                      "refused.\n# TYPE runtime_sandbox_reading_rounds_dropped_total counter\n"

@@ -74,6 +74,10 @@ typedef struct DaemonConfig {
         /* The egress pool: worker threads in all and per sandbox (0: default). */
         unsigned egress_workers;
         unsigned egress_workers_per_sandbox;
+        /* The warm pool's classes as --warm-pool gives them
+         * (warm_pool.h: DRIVER:IMAGE[:SHAPE]=N). */
+        const char *warm_pools[8];
+        unsigned n_warm_pools;
 } DaemonConfig;
 
 /* The offer for a driver name, or NULL when this build has no such driver. */

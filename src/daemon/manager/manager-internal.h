@@ -2,7 +2,8 @@
 /* The manager's own parts, shared by its files (sandbox.c: live objects,
  * create, get, stop, delete; sandbox_lifecycle.c: pause, wake, restart,
  * :update, acquire; sandbox_snapshot.c: snapshots and fork;
- * sandbox_maintenance.c: the maintenance and heartbeat threads, recovery).
+ * sandbox_maintenance.c: the maintenance and heartbeat threads, recovery;
+ * warm_pool.c: the sandboxes started ahead).
  * Nothing outside those files includes it. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -77,6 +78,9 @@ struct Sandbox {
 };
 
 
+typedef struct WarmPool WarmPool;
+typedef struct PoolEntry PoolEntry;
+
 /* Ids with a lifecycle operation in progress: operations on one sandbox run
  * one at a time, on different sandboxes concurrently. */
 typedef struct BusyId {
@@ -111,6 +115,7 @@ struct Manager {
         void *adopt_userdata;
         int64_t sample_interval_ms;
         int64_t last_sample_ms; /* monotonic; the maintenance thread's */
+        WarmPool *pool;         /* NULL: no --warm-pool; set before the API serves */
 };
 
 
@@ -168,3 +173,40 @@ void on_channel_closed(void *userdata, const char *reason);
  * instead). */
 int sandbox_reattach(Manager *m, SandboxRow *row, const Driver *d, char *why, size_t why_len);
 bool sandbox_let_go(Manager *m, Sandbox *sb);
+/* What a sandbox object takes from its row besides its id and paths (its
+ * owner, env, user, autoWake and idle time): at its allocation, and when a
+ * warm pool's sandbox is handed out. -ENOMEM. */
+int sandbox_take_row(Sandbox *sb, const SandboxRow *row);
+/* The parts of a boot (sandbox.c), shared with the warm pool's starts and
+ * hand-outs. */
+int sandbox_launch(Manager *m, Sandbox *sb, const SandboxRow *row, const Driver *d, bool supervised,
+                   const char *rid, DriverError *start_err, const char **ret_fail);
+int sandbox_go_live(Manager *m, SandboxRow *row, Sandbox *sb, int64_t lease_seconds, const char *rid,
+                    const char **ret_fail, int *ret_status);
+int sandbox_boot_failed(Manager *m, SandboxRow *row, Sandbox *sb, const char *fail, int fail_status,
+                        const char *rid, SandboxError *e);
+
+/* warm_pool.c. A ready sandbox of the pool with driver d and spec's image
+ * and shape, out of the pool (a hit), or NULL (a miss when a class has that
+ * driver, image and shape; nothing at all without one). */
+PoolEntry *warm_pool_take(Manager *m, const Driver *d, const SandboxSpec *spec);
+const char *warm_pool_entry_id(const PoolEntry *en);
+/* A taken sandbox the create refused before any of it was the owner's (a
+ * reservation or a bound said no): ready again, and no hit. NULL: nothing. */
+void warm_pool_put_back(Manager *m, PoolEntry *en);
+/* Makes a taken sandbox the row's, as boot_locked makes a new one (the row
+ * inserted, under busy_begin(row->id), its reservation held): the row's
+ * env, user, network policy, secrets and lease given to it, then running
+ * and charged from now. en is taken over; on failure the row is failed. */
+int warm_pool_hand_out_locked(Manager *m, SandboxRow *row, PoolEntry *en, int64_t lease_seconds, const char *rid,
+                              SandboxError *e);
+/* Around each client's create: the pool's refills wait for none to run. */
+void warm_pool_create_begin(Manager *m);
+void warm_pool_create_end(Manager *m);
+void warm_pool_marker_remove(Manager *m, const char *id);
+/* At recovery: what pool sandboxes a daemon killed mid-way left (their
+ * markers) is removed; any there is of this run's pool too. */
+void warm_pool_recover(Manager *m);
+/* Stops the pool's thread and removes every sandbox it keeps. */
+void warm_pool_shutdown(Manager *m);
+void warm_pool_free(WarmPool *p);

@@ -224,14 +224,31 @@ Sandbox *sandbox_alloc(Manager *m, const SandboxRow *row, const Driver *d) {
         atomic_init(&sb->active_ms, (int64_t)time_now_mono_ms());
         pthread_mutex_init(&sb->lock, NULL);
         snprintf(sb->id, sizeof(sb->id), "%s", row->id);
-        snprintf(sb->owner, sizeof(sb->owner), "%s", row->owner);
         sb->driver = d;
-        atomic_init(&sb->auto_wake, spec->auto_wake);
-        atomic_init(&sb->idle_pause_s, spec->idle_pause_seconds > 0 && spec->idle_pause_seconds < UINT32_MAX
-                                               ? (unsigned)spec->idle_pause_seconds : 0);
-        atomic_init(&sb->run_as_root, row->run_as_root);
-        sb->env = spec_sandbox_env(m, row->owner, spec);
+        atomic_init(&sb->auto_wake, true);
+        atomic_init(&sb->idle_pause_s, 0);
+        atomic_init(&sb->run_as_root, false);
+        /* Without an env its start fails (sandbox_launch). */
+        (void)sandbox_take_row(sb, row);
         return sb;
+}
+
+int sandbox_take_row(Sandbox *sb, const SandboxRow *row) {
+        const SandboxSpec *spec = &row->spec;
+        json_t *env = spec_sandbox_env(sb->m, row->owner, spec);
+        if (!env)
+                return -ENOMEM;
+        pthread_mutex_lock(&sb->lock);
+        json_decref(sb->env);
+        sb->env = env;
+        pthread_mutex_unlock(&sb->lock);
+        snprintf(sb->owner, sizeof(sb->owner), "%s", row->owner);
+        atomic_store(&sb->auto_wake, spec->auto_wake);
+        atomic_store(&sb->idle_pause_s, spec->idle_pause_seconds > 0 && spec->idle_pause_seconds < UINT32_MAX
+                                                ? (unsigned)spec->idle_pause_seconds : 0);
+        atomic_store(&sb->run_as_root, row->run_as_root);
+        atomic_store(&sb->active_ms, (int64_t)time_now_mono_ms());
+        return 0;
 }
 
 void live_add(Manager *m, Sandbox *sb) {
@@ -558,46 +575,17 @@ json_t *spec_sandbox_env(Manager *m, const char *owner, const SandboxSpec *spec)
         return all;
 }
 
-/* Starts the sandbox of `row` on driver d, with a lease of lease_seconds:
- * a new one, or a stopped one again on its own files (its memory is not
- * kept). Everything it needs besides comes from the row. Under
- * busy_begin(row->id), with the row's reservation held. On success the row
- * is running; on failure it is recorded failed and e is filled. */
-int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lease_seconds, const char *rid,
-                       SandboxError *e) {
+/* Starts sb's processes on driver d as its row says (id, image, shape, the
+ * supervisor's nonce when supervised) and waits for its agent's hello: what
+ * a boot and a warm pool's start share. The egress policy sb has (may be
+ * none yet) takes the agent's connections from the first frame on. On
+ * failure *ret_fail says why in a client's words (in start_err when the
+ * driver said it) and the caller stops sb. */
+int sandbox_launch(Manager *m, Sandbox *sb, const SandboxRow *row, const Driver *d, bool supervised,
+                   const char *rid, DriverError *start_err, const char **ret_fail) {
         const DaemonConfig *cfg = m->cfg;
-        const SandboxSpec *spec = &row->spec;
         _cleanup_json_ json_t *hello = NULL;
-        Sandbox *sb = NULL;
-        const char *fail = NULL;
-        DriverError start_err = { .reason = "" }; /* the driver's words, for failureReason */
-        int fail_status = 503;
         int r;
-        row->state = SANDBOX_STARTING;
-        /* Each boot its own nonce: a supervisor of an earlier boot never
-         * passes for this one's. */
-        bool supervised = cfg->supervisor_path && d->handles && d->adopt;
-        row->spec.supervisor_nonce[0] = '\0';
-        if (supervised && supervise_nonce(row->spec.supervisor_nonce) < 0) {
-                fail = "out of memory";
-                goto failed_early;
-        }
-        sb = sandbox_alloc(m, row, d);
-        if (!sb) {
-                fail = "out of memory";
-                goto failed_early;
-        }
-        if ((r = db_sandbox_update(m->db, row)) < 0) {
-                sandbox_unref(sb);
-                fail = "could not record the sandbox";
-                fail_status = 500;
-                goto failed_early;
-        }
-        bool trial = spec->trial;
-        json_t *network = spec->network;
-        /* The egress secrets it may use: none named in the spec is every one. */
-        const json_t *scope = spec->secrets;
-        uint64_t per_hour = config_cost_per_hour(cfg, spec->vcpu, spec->memory_mib);
         {
                 _cleanup_free_ char *parent = NULL;
                 if (asprintf(&parent, "%s/sandboxes", cfg->state_dir) >= 0)
@@ -606,83 +594,87 @@ int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lease_seco
                         parent = NULL;
         }
         DriverSpec ds;
-        driver_spec_from(m, sb->id, spec, &sb->paths, &ds);
+        driver_spec_from(m, sb->id, &row->spec, &sb->paths, &ds);
         sb->memory_mib = ds.memory_mib;
         sb->vcpu = ds.vcpu;
-        uint64_t t0 = time_now_mono_ms();
         int fd = -1;
-        r = d->start(&ds, &fd, &sb->inst, &start_err);
+        r = d->start(&ds, &fd, &sb->inst, start_err);
         if (r < 0) {
                 log_error(rid, "sandbox %s: driver %s failed to start: %s%s%s", row->id, d->name, strerror(-r),
-                          start_err.reason[0] ? ": " : "", start_err.reason);
-                fail = start_err.reason[0]   ? start_err.reason
+                          start_err->reason[0] ? ": " : "", start_err->reason);
+                *ret_fail = start_err->reason[0]   ? start_err->reason
                        : r == -ENOENT        ? "the image is missing or incomplete"
                        : r == -ENOSPC        ? "the host is out of disk space"
                        : r == -EPERM || r == -EACCES ? "the driver lacks a privilege it needs on this host"
                                                     : "the sandbox failed to start";
                 sb->inst = NULL;
-                goto failed;
+                return r;
         }
         if (supervised && (r = supervise(m, sb, row, &fd)) < 0) {
                 log_error(rid, "sandbox %s: starting its supervisor: %s", row->id, strerror(-r));
-                fail = "the sandbox's supervisor could not start";
-                goto failed;
+                *ret_fail = "the sandbox's supervisor could not start";
+                return r;
         }
         sb->channel = channel_new(fd, on_channel_closed, sb);
         if (!sb->channel || !sb->env) {
                 log_error(rid, "sandbox %s: cannot set up the agent channel", row->id);
-                fail = "the sandbox failed to start";
-                goto failed;
+                *ret_fail = "the sandbox failed to start";
+                return -ENOMEM;
         }
-        if (m->egress) {
-                if (egress_sandbox_new(m->egress, sb->id, row->owner, network, scope, trial, &sb->egress) < 0) {
-                        fail = "out of memory";
-                        goto failed;
-                }
+        if (sb->egress)
                 channel_set_acceptor(sb->channel, egress_sandbox_accept, sb->egress);
-        }
         int hello_ms = d->hello_timeout_ms ? (int)d->hello_timeout_ms : HELLO_TIMEOUT_MS;
         r = channel_wait_hello(sb->channel, hello_ms, &hello);
         if (r < 0) {
                 log_error(rid, "sandbox %s: no hello from the agent: %s", row->id, strerror(-r));
-                fail = r == -ETIMEDOUT ? "the sandbox's agent did not answer in time"
-                                       : "the sandbox's agent exited while starting";
-                goto failed;
+                *ret_fail = r == -ETIMEDOUT ? "the sandbox's agent did not answer in time"
+                                            : "the sandbox's agent exited while starting";
+                return r;
         }
         /* The egress CA in the sandbox's trust store, so that HTTPS to hosts a
          * secret applies to verifies; without it only those connections fail. */
         if (m->egress && (r = egress_service_install_ca(m->egress, sb->channel, sb->paths.image_dir)) < 0)
                 log_warn(rid, "sandbox %s: could not add the egress CA to its trust store: %s", row->id,
                          strerror(-r));
+        return 0;
+}
+
+/* The row of a sandbox whose agent answered becomes running with a lease of
+ * lease_seconds from now, its charge opens, and sb goes live (the caller's
+ * reference stays the caller's). On failure *ret_fail and *ret_status say
+ * why. */
+int sandbox_go_live(Manager *m, SandboxRow *row, Sandbox *sb, int64_t lease_seconds, const char *rid,
+                    const char **ret_fail, int *ret_status) {
         int64_t now_ms = time_now_unix_ms(), now = now_ms / 1000;
+        uint64_t per_hour = config_cost_per_hour(m->cfg, row->spec.vcpu, row->spec.memory_mib);
         row->started_at = now;
         row->started_msec = (int)(now_ms % 1000);
         row->lease_ends_at = now + lease_seconds;
         set_reason(row, NULL);
         row->state = SANDBOX_RUNNING;
-        if ((r = db_sandbox_update(m->db, row)) < 0) {
+        int r = db_sandbox_update(m->db, row);
+        if (r < 0) {
                 log_error(rid, "sandbox %s: recording the start: %s", row->id, strerror(-r));
-                fail = "could not record the sandbox";
-                fail_status = 500;
-                goto failed;
+                *ret_fail = "could not record the sandbox";
+                *ret_status = 500;
+                return r;
         }
         /* No sandbox runs without its charge open: nothing is ever free by accident. */
         if (m->ledger && (r = ledger_begin(m->ledger, row->id, row->key_id, row->owner, now, per_hour,
-                                                row->lease_ends_at)) < 0) {
+                                           row->lease_ends_at)) < 0) {
                 log_error(rid, "sandbox %s: opening its charge: %s", row->id, strerror(-r));
-                fail = "could not record the sandbox's charge";
-                fail_status = 500;
-                goto failed;
+                *ret_fail = "could not record the sandbox's charge";
+                *ret_status = 500;
+                return r;
         }
         live_add(m, sb);
-        log_info(rid, "sandbox %s running (driver %s, %llu ms%s)", row->id, d->name,
-                 (unsigned long long)(time_now_mono_ms() - t0), sb->sup_pid ? ", supervised" : "");
-        sandbox_unref(sb);
         return 0;
+}
 
-failed_early:
-        sb = NULL;
-failed:;
+/* A start that failed: sb (may be NULL) stopped, the row recorded failed
+ * with the reason and the console's last lines, e filled. */
+int sandbox_boot_failed(Manager *m, SandboxRow *row, Sandbox *sb, const char *fail, int fail_status,
+                        const char *rid, SandboxError *e) {
         /* The row's reason gets the console's last lines (a guest that never
          * reached its agent says why there); the client's 503 does not. */
         char text[256 + 16 + CONSOLE_TAIL_MAX];
@@ -696,9 +688,51 @@ failed:;
         if (fr < 0)
                 log_error(rid, "sandbox %s: recording the failure: %s", row->id, strerror(-fr));
         if (fail_status == 500)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "%s", fail);
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "%s", fail ? fail : "the sandbox failed to start");
         return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info shows what this host can run; the daemon's log has details",
-                         "%s", fail);
+                         "%s", fail ? fail : "the sandbox failed to start");
+}
+
+/* Starts the sandbox of `row` on driver d, with a lease of lease_seconds:
+ * a new one, or a stopped one again on its own files (its memory is not
+ * kept). Everything it needs besides comes from the row. Under
+ * busy_begin(row->id), with the row's reservation held. On success the row
+ * is running; on failure it is recorded failed and e is filled. */
+int boot_locked(Manager *m, SandboxRow *row, const Driver *d, int64_t lease_seconds, const char *rid,
+                       SandboxError *e) {
+        const DaemonConfig *cfg = m->cfg;
+        const SandboxSpec *spec = &row->spec;
+        Sandbox *sb = NULL;
+        const char *fail = NULL;
+        DriverError start_err = { .reason = "" }; /* the driver's words, for failureReason */
+        int fail_status = 503;
+        int r;
+        row->state = SANDBOX_STARTING;
+        /* Each boot its own nonce: a supervisor of an earlier boot never
+         * passes for this one's. */
+        bool supervised = cfg->supervisor_path && d->handles && d->adopt;
+        row->spec.supervisor_nonce[0] = '\0';
+        if (supervised && supervise_nonce(row->spec.supervisor_nonce) < 0)
+                return sandbox_boot_failed(m, row, NULL, "out of memory", fail_status, rid, e);
+        sb = sandbox_alloc(m, row, d);
+        if (!sb)
+                return sandbox_boot_failed(m, row, NULL, "out of memory", fail_status, rid, e);
+        if ((r = db_sandbox_update(m->db, row)) < 0) {
+                sandbox_unref(sb);
+                return sandbox_boot_failed(m, row, NULL, "could not record the sandbox", 500, rid, e);
+        }
+        /* The egress secrets it may use: none named in the spec is every one. */
+        if (m->egress && egress_sandbox_new(m->egress, sb->id, row->owner, spec->network, spec->secrets, spec->trial,
+                                            &sb->egress) < 0)
+                return sandbox_boot_failed(m, row, sb, "out of memory", fail_status, rid, e);
+        uint64_t t0 = time_now_mono_ms();
+        if (sandbox_launch(m, sb, row, d, supervised, rid, &start_err, &fail) < 0 ||
+            sandbox_go_live(m, row, sb, lease_seconds, rid, &fail, &fail_status) < 0)
+                return sandbox_boot_failed(m, row, sb, fail, fail_status, rid, e);
+        log_info(rid, "sandbox %s running (driver %s, %llu ms%s)", row->id, d->name,
+                 (unsigned long long)(time_now_mono_ms() - t0), sb->sup_pid ? ", supervised" : "");
+        sandbox_unref(sb);
+        return 0;
 }
 
 static int restore_disk(Manager *m, SandboxRow *row, const Driver *d, const char *snap_dir, const char *rid,
@@ -731,8 +765,12 @@ static int restore_disk(Manager *m, SandboxRow *row, const Driver *d, const char
         return 0;
 }
 
-int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, SandboxRow *ret,
-                   SandboxError *e) {
+/* A create from the warm pool when one of its sandboxes has the driver,
+ * image and shape asked for and the create needs nothing else at its start
+ * (a disk from a snapshot does); else a boot. Everything but the boot is
+ * the same either way. */
+static int create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, SandboxRow *ret,
+                  SandboxError *e) {
         const DaemonConfig *cfg = m->cfg;
         const Driver *d;
         const char *asked = sandbox_driver_name(req->spec.driver);
@@ -765,11 +803,15 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         if (cap >= 0 && lease_cost > (uint64_t)cap)
                 return budget_refusal(e, per_hour, req->spec.timeout_seconds, 0, (uint64_t)cap, cap_name, "first lease");
 
+        PoolEntry *pooled = req->restore_dir ? NULL : warm_pool_take(m, d, &req->spec);
         char hex[21];
-        if ((r = random_hex(hex, 10)) < 0)
+        if (!pooled && (r = random_hex(hex, 10)) < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not make an id");
         SandboxRow row = { 0 };
-        snprintf(row.id, sizeof(row.id), "sbx_%s", hex);
+        if (pooled)
+                snprintf(row.id, sizeof(row.id), "%s", warm_pool_entry_id(pooled));
+        else
+                snprintf(row.id, sizeof(row.id), "sbx_%s", hex);
         row.owner = strdup(key->owner);
         row.key_id = strdup(key->id);
         row.name = req->name ? strdup(req->name) : NULL;
@@ -791,6 +833,7 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         row.run_as_root = req->run_as_root;
         snprintf(row.host_id, sizeof(row.host_id), "%s", m->host_id);
         if (r < 0 || !row.owner || !row.key_id || !row.labels || (req->name && !row.name)) {
+                warm_pool_put_back(m, pooled);
                 sandbox_row_done(&row);
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
         }
@@ -805,11 +848,13 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                                    row.created_at + req->spec.timeout_seconds + HELLO_TIMEOUT_MS / 1000, row.created_at,
                                    &refusal);
                 if (r == -EDQUOT) {
+                        warm_pool_put_back(m, pooled);
                         sandbox_row_done(&row);
                         return spending_refusal(m, e, &refusal, key->owner, key->id, NULL);
                 }
                 if (r < 0) {
                         log_error(rid, "reserving for sandbox %s: %s", row.id, strerror(-r));
+                        warm_pool_put_back(m, pooled);
                         sandbox_row_done(&row);
                         return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not reserve the sandbox's cost");
                 }
@@ -818,6 +863,9 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         r = db_sandbox_insert(m->db, &row, cfg->max_sandboxes, cfg->max_sandboxes_per_key);
         if (r < 0 && m->ledger)
                 ledger_release(m->ledger, row.id, time_now_unix());
+        /* A sandbox of the pool that no row took is no one's yet: back it goes. */
+        if (r < 0)
+                warm_pool_put_back(m, TAKE_PTR(pooled));
         if (r == -EUSERS || r == -EDQUOT) {
                 busy_end(m, row.id);
                 sandbox_row_done(&row);
@@ -858,7 +906,8 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
                         return r;
                 }
         }
-        r = boot_locked(m, &row, d, req->spec.timeout_seconds, rid, e);
+        r = pooled ? warm_pool_hand_out_locked(m, &row, TAKE_PTR(pooled), req->spec.timeout_seconds, rid, e)
+                   : boot_locked(m, &row, d, req->spec.timeout_seconds, rid, e);
         events_sandbox_change(m->events, &created, &row, key->id, NULL);
         busy_end(m, row.id);
         if (r < 0) {
@@ -867,6 +916,15 @@ int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, con
         }
         *ret = row;
         return 0;
+}
+
+int sandbox_create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, SandboxRow *ret,
+                   SandboxError *e) {
+        /* The pool's refills wait while a client's create runs. */
+        warm_pool_create_begin(m);
+        int r = create(m, key, req, rid, ret, e);
+        warm_pool_create_end(m);
+        return r;
 }
 
 typedef struct Named {

@@ -539,6 +539,9 @@ int manager_recover(Manager *m) {
         int r = db_sandbox_query(m->db, STORE_SANDBOXES_ACTIVE, m->host_id, 0, recover_one, m);
         if (r < 0)
                 return r;
+        /* After the rows: a pool sandbox handed out has one, and its marker
+         * only goes. */
+        warm_pool_recover(m);
         if ((r = db_sandbox_query(m->db, STORE_SANDBOXES_LOST, m->host_id, 0, reap_lost, m)) < 0)
                 return r;
         if (m->ledger && (r = ledger_settle_orphans(m->ledger, time_now_unix())) < 0)
@@ -612,6 +615,8 @@ int manager_start(Manager *m) {
 }
 
 void manager_shutdown(Manager *m) {
+        /* The pool's sandboxes are no one's: they go, never left running. */
+        warm_pool_shutdown(m);
         pthread_mutex_lock(&m->lock);
         m->quit = true;
         pthread_cond_broadcast(&m->cond);
@@ -666,6 +671,7 @@ void manager_shutdown(Manager *m) {
 void manager_free(Manager *m) {
         if (!m)
                 return;
+        warm_pool_free(m->pool);
         pthread_mutex_destroy(&m->lock);
         pthread_cond_destroy(&m->cond);
         free(m);
