@@ -22,7 +22,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 import pytest
 
-from helpers import Api, assert_error, error_of
+from conftest import _finish_daemon, _start_daemon
+from helpers import Api, assert_error, error_of, wait_until
 from test_fleet_forward import _on_a, pair  # noqa: F401  (the fleet's two hosts, a fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
@@ -62,7 +63,7 @@ def test_download_and_upload_with_no_key(api, driver):
     down = link(api, sbx.id, "/workspace/out/data.bin", filename="data.bin")
     assert down["method"] == "GET" and down["path"] == "/workspace/out/data.bin" and down["id"].startswith("lnk_")
     assert down["expiresInSeconds"] == 3600 and down["oneTime"] is False and down["url"].startswith(api.daemon.base_url)
-    up = link(api, sbx.id, "uploaded/new.txt", method="PUT", expiresInSeconds=120)
+    up = link(api, sbx.id, "uploaded/new.txt", method="upload", expiresInSeconds=120)
     assert up["method"] == "PUT" and up["path"] == "/workspace/uploaded/new.txt" and up["maxBytes"] > 0
     tree = link(api, sbx.id, "/workspace/tree", archive=True)
     with no_key() as c:
@@ -201,6 +202,13 @@ def test_revoke_ends_earlier_links(api, driver):
         refused_as_invalid(c.get(before[0]["url"]))
         refused_as_invalid(c.put(before[1]["url"], content=b"late"))
         assert c.get(after["url"]).content == b"before"
+    # A link is its sandbox owner's, not the key's that made it: revoking that key ends no link.
+    made = api.post("/v1/keys", json={"name": "links-maker"}).json()
+    with Api(api.daemon, key=made["key"]) as maker:
+        kept = link(maker, sbx.id, "/workspace/r.txt")
+    assert api.delete(f"/v1/keys/{made['id']}").status_code in (200, 204)
+    with no_key() as c:
+        assert c.get(kept["url"]).content == b"before"
     # Revoking is the owner's: a read key may not, another owner's key finds no sandbox.
     rk = api.post("/v1/keys", json={"name": "links-read", "access": "read"}).json()["key"]
     with Api(api.daemon, key=rk) as reader:
@@ -320,3 +328,66 @@ def test_links_through_the_other_host(pair):  # noqa: F811
         with no_key() as c:
             refused_as_invalid(c.put(up["url"], content=b"late"))
             refused_as_invalid(c.put(up["url"].replace(a.base_url, b.base_url), content=b"late"))
+
+
+def test_a_paused_sandbox_is_woken_unless_the_link_says_not(api, driver):
+    sbx = api.create_sandbox(driver=driver)
+    sbx.write("/workspace/w.txt", b"awake")
+    sleepy = link(api, sbx.id, "/workspace/w.txt", wake=False)
+    waking = link(api, sbx.id, "/workspace/w.txt")
+    assert (sleepy["wake"], waking["wake"]) == (False, True)
+    r = api.post(f"/v1/sandboxes/{sbx.id}:pause")
+    assert r.status_code == 200, r.text
+    api.wait_state(sbx.id, "paused")
+    with no_key() as c:
+        assert_error(c.get(sleepy["url"]), 409, "conflict")
+        assert api.sandbox(sbx.id)["state"] == "paused"
+        r = c.get(waking["url"])
+        assert r.status_code == 200 and r.content == b"awake", r.text
+    assert api.sandbox(sbx.id)["state"] == "running"
+
+
+@pytest.fixture(scope="module")
+def bounded(build_dir, image_dir, tmp_path_factory):
+    """A daemon whose owners may have 2 requests in progress."""
+    d = _start_daemon(build_dir, image_dir, tmp_path_factory.mktemp("links-bounded") / "state",
+                      f"runtime-test-{os.getpid()}-links", extra_args=["--max-requests-per-owner", "2"])
+    yield d
+    _finish_daemon(d)
+
+
+def test_a_links_requests_count_against_its_owners_bound(bounded):
+    with Api(bounded) as api:
+        sbx = api.create_sandbox(timeoutSeconds=300)
+        # More than the kernel's socket buffers hold: a download the client does not read stays in
+        # progress.
+        sbx.exec("head -c 100000000 /dev/zero > /workspace/big")
+        big = link(api, sbx.id, "/workspace/big")
+        small = link(api, sbx.id, "/workspace/small.txt", method="PUT")
+        held = [no_key() for _ in range(2)]
+        streams, readers = [], []
+        try:
+            for c in held:
+                s = c.stream("GET", big["url"])
+                streams.append(s)
+                r = s.__enter__()
+                assert r.status_code == 200
+                # Kept: a reader dropped would close its response.
+                readers.append(r.iter_raw(65536))
+                next(readers[-1])
+            with no_key() as c:
+                r = c.put(small["url"], content=b"one too many")
+                assert_error(r, 429, "rate_limited")
+                assert "max-requests-per-owner" in error_of(r)["message"]
+            # The owner's own key shares the bound with its links.
+            assert_error(api.get(f"/v1/sandboxes/{sbx.id}"), 429, "rate_limited")
+        finally:
+            for s in streams:
+                s.__exit__(None, None, None)
+            for c in held:
+                c.close()
+        with no_key() as c:
+            wait_until(lambda: c.put(small["url"], content=b"in bounds").status_code == 200, 10,
+                       what="the held downloads given back")
+        assert sbx.read("/workspace/small.txt") == b"in bounds"
+        api.delete_all()
