@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 
 import httpx
 
-from _harness import bench_daemon, options, pct, per_driver, prepare
+from _harness import DRIVERS, bench_daemon, options, pct, per_driver, prepare
 from helpers import Api
 from sections import emit
 
@@ -80,10 +80,11 @@ def measure(api: Api, sid: str) -> dict:
             "small_key": med(small["key"]), "small_link": med(small["link"]), "small_once": med(small["once"])}
 
 
-def render(results: dict) -> str:
+def render(results: dict, drivers: str) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = "sudo python3 bench/file_links.py" + ("" if drivers == DRIVERS else f" --drivers {drivers}")
     lines = [BEGIN, "", "## File links: a signed link's download against the authenticated one", "",
-             f"`sudo python3 bench/file_links.py` ({when}, {platform.node()}, {os.cpu_count()} cores, shared with "
+             f"`{command}` ({when}, {platform.node()}, {os.cpu_count()} cores, shared with "
              "other builds and tests while it ran; figures move with that load). Medians of "
              f"{ROUNDS} downloads of a 64 MiB file and {SMALL_ROUNDS} of a 1 KiB file each way, the ways "
              "interleaved in alternating order; the key's client and the link's each keep their connection.", "",
@@ -110,7 +111,7 @@ def main() -> int:
         for drv, sbx in per_driver(api, args.drivers, results):
             results[drv] = measure(api, sbx.id)
         api.close()
-    emit(args.out, BEGIN, END, render(results))
+    emit(args.out, BEGIN, END, render(results, args.drivers))
     return 0
 
 
