@@ -63,8 +63,10 @@ static json_t *link_json(Req *r, const FileLinkRequest *q, const FileLink *l, co
 enum MHD_Result handle_files_link(Req *r) {
         ApiError e = { 0 };
         FileLinks *links = r->app->links;
-        if (!links)
-                return links_off(&e) < 0 ? reply_error(r, &e) : reply_internal(r);
+        if (!links) {
+                links_off(&e);
+                return reply_error(r, &e);
+        }
         uint64_t bound = (uint64_t)r->app->cfg->max_file_mib << 20;
         FileLinkRequest q = { 0 };
         int rc = request_parse_file_link(r->json, bound, &q, &e);
@@ -105,8 +107,10 @@ enum MHD_Result handle_files_link(Req *r) {
 enum MHD_Result handle_files_revoke_links(Req *r) {
         ApiError e = { 0 };
         FileLinks *links = r->app->links;
-        if (!links)
-                return links_off(&e) < 0 ? reply_error(r, &e) : reply_internal(r);
+        if (!links) {
+                links_off(&e);
+                return reply_error(r, &e);
+        }
         if (json_object_size(r->json) > 0) {
                 api_error(&e, 400, "invalid_request", NULL, "files:revoke-links takes no fields");
                 return reply_error(r, &e);
