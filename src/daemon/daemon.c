@@ -27,6 +27,7 @@
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
+#include "daemon/api/api_links.h"
 #include "daemon/api/api_terminal.h"
 #include "daemon/api/api_tunnel.h"
 #include "daemon/model/auth.h"
@@ -41,6 +42,7 @@
 #include "daemon/store/store.h"
 #include "daemon/manager/audit.h"
 #include "daemon/manager/events.h"
+#include "daemon/manager/file_links.h"
 #include "daemon/manager/otel.h"
 #include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
@@ -79,6 +81,8 @@ typedef struct Daemon {
         Samples *samples;
         RequestCounts *requests;
         Otel *otel;
+        FileLinks *links;
+        HttpLinks http_links; /* how the server checks a link: the handlers' functions over app */
         int64_t sample_interval_s;
         char fleet_secret[FORWARD_MAX_SECRET + 1]; /* "" : none */
         /* The hop's TLS (--fleet-tls-dir) and its listener (--fleet-listen);
@@ -752,6 +756,7 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                            .audit = d->audit,
                            .samples = d->samples,
                            .requests = d->requests,
+                           .links = d->links,
                            .sample_retention_days = o->sandbox_metrics_retention_days
                                                             ? o->sandbox_metrics_retention_days
                                                             : SAMPLES_RETENTION_DAYS_DEFAULT,
@@ -815,6 +820,11 @@ static int open_webhooks(Daemon *d, const DaemonOptions *o, const uint8_t *seal_
                           .interval_seconds = o->otel_interval_seconds };
         if ((r = otel_open(&oc, &d->otel)) < 0) {
                 log_error(NULL, "cannot open the OpenTelemetry exports in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
+        /* The file links' secrets are sealed with it too. */
+        if ((r = file_links_open(store_backend_for(d->db_path), d->db_path, seal_key, &d->links)) < 0) {
+                log_error(NULL, "cannot open the file links in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
         return 0;
@@ -988,7 +998,7 @@ static int serve(Daemon *d) {
                         .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events,
                         .webhooks = d->webhooks, .audit = d->audit, .samples = d->samples,
                         .sample_interval_s = d->sample_interval_s, .requests = d->requests,
-                        .otel = d->otel };
+                        .otel = d->otel, .links = d->links };
         /* Before the API serves: every create sees the pool or none. */
         char why[512] = "";
         int r = manager_start_warm_pool(d->manager, why, sizeof why);
@@ -1006,6 +1016,8 @@ static int serve(Daemon *d) {
                 http_server_set_audit(d->http, d->audit);
                 http_server_set_requests(d->http, d->requests);
                 http_server_set_fleet_secret(d->http, d->fleet_secret[0] ? d->fleet_secret : NULL);
+                d->http_links = (HttpLinks){ .check = api_links_check, .claim = api_links_claim, .userdata = &d->app };
+                http_server_set_links(d->http, &d->http_links);
         }
         if (r < 0 || (r = http_server_start(d->http, fd)) < 0) {
                 log_error(NULL, "cannot start the HTTP server on %s: %s", d->listening, strerror(-r));
@@ -1072,6 +1084,7 @@ static void stop(Daemon *d) {
         fleet_free(d->fleet);
         manager_free(d->manager);
         otel_close(d->otel);
+        file_links_close(d->links);
         webhooks_close(d->webhooks);
         uploads_close(d->uploads);
         snapshot_store_close(d->snapshots);

@@ -1,5 +1,5 @@
 /* The PostgreSQL backend's tables through the store's interface, against a
- * real server: the schema and its version, and the keys. */
+ * real server: the schema and its version, the keys and the file links. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -18,6 +18,7 @@
 #include "daemon/store/store_keys.h"
 #include "test_pg_harness.h"
 #include "test_store_keys_contract.h"
+#include "test_store_links_contract.h"
 
 static void test_schema_is_made_once_and_a_newer_one_refused(void **state) {
         char *url = pg_fresh("t_schema");
@@ -170,6 +171,8 @@ static void test_keys_keeps_awake_after_an_upgrade(void **state) {
         assert_int_equal(pgdb_exec(&c, "ALTER TABLE sandboxes DROP COLUMN created_msec, DROP COLUMN started_msec",
                                    NULL),
                          0);
+        /* And what the steps after 10 made (13: the file links). */
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses", NULL), 0);
         assert_int_equal(pgdb_exec(&c, "UPDATE store_versions SET version = 10 WHERE kind = 'postgres'", NULL), 0);
         PgParams p = { 0 };
         pgp_text(&p, hash_old_read);
@@ -268,6 +271,31 @@ static void test_keys_race_across_connections(void **state) {
         free(url);
 }
 
+static StoreLinks *links_open_other(void *userdata) {
+        StoreLinks *h = NULL;
+        return store_postgres.links->open(userdata, &h) == 0 ? h : NULL;
+}
+
+/* The file links' contract, the one-time claims racing over connections of
+ * their own as hosts do; a database of schema 12 gains the tables. */
+static void test_links(void **state) {
+        char *url = pg_fresh("t_links");
+        const StoreLinkOps *ops = store_postgres.links;
+        StoreLinks *h;
+        assert_int_equal(ops->open(url, &h), 0);
+        links_contract(ops, h, links_open_other, url);
+        ops->close(h);
+        PgConn c;
+        assert_int_equal(pgdb_open(url, &c), 0);
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets; DROP TABLE file_link_uses; "
+                                       "UPDATE store_versions SET version = 12 WHERE kind = 'postgres'", NULL), 0);
+        pgdb_close(&c);
+        assert_int_equal(ops->open(url, &h), 0);
+        assert_int_equal(ops->use_once(h, "lnk_0000000000000009", "sbx_x", 10, 1), 0);
+        ops->close(h);
+        free(url);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_schema_is_made_once_and_a_newer_one_refused),
@@ -276,6 +304,7 @@ int main(void) {
                 cmocka_unit_test(test_keys_keeps_awake),
                 cmocka_unit_test(test_keys_keeps_awake_after_an_upgrade),
                 cmocka_unit_test(test_keys_race_across_connections),
+                cmocka_unit_test(test_links),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

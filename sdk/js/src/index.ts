@@ -11,7 +11,7 @@
  * `withruntime/tools` turns a sandbox into four LlamaIndex.TS tools.
  */
 export { Sandbox, Files, Network, Secrets } from "./sandbox.js";
-export type { ClientOptions, CreateOptions, SandboxData, FileData, ExecStreamOptions, SpawnOptions, MetricsRange } from "./sandbox.js";
+export type { ClientOptions, CreateOptions, SandboxData, FileData, FileLink, ExecStreamOptions, SpawnOptions, MetricsRange } from "./sandbox.js";
 export { Runtime, Events, Webhooks, Otel, Audit } from "./runtime.js";
 export type { AuditListOptions, EventsListOptions, OtelFields, WebhookFields } from "./runtime.js";
 export { verifyWebhook, DEFAULT_TOLERANCE_SECONDS } from "./webhooks.js";

@@ -517,6 +517,46 @@ export class Files {
     const d = checkPath(dst, "dst");
     await this.#sbx.http.request("POST", this.#url("/files:rename"), { query: withUser({}, opts.user), json: { from: s, to: d } });
   }
+
+  /**
+   * A signed link anyone can open without a key to download `path` (with `archive: true` a directory, as .tar.gz).
+   * It lives `expiresInSeconds` (1 s to 7 days; an hour when left out); `oneTime` makes its first use its only one.
+   */
+  async downloadUrl(path: string, opts: { expiresInSeconds?: number; filename?: string; wake?: boolean; archive?: boolean; oneTime?: boolean } = {}): Promise<FileLink> {
+    const p = checkPath(path);
+    return this.#sbx.http.request<FileLink>("POST", this.#url("/files:link"), { json: dropUndefined({ path: p, method: "GET", ...opts }) });
+  }
+
+  /** A signed link anyone can PUT a raw body to without a key, writing `path` atomically; `maxBytes` bounds the body. */
+  async uploadUrl(path: string, opts: { expiresInSeconds?: number; maxBytes?: number; wake?: boolean; oneTime?: boolean } = {}): Promise<FileLink> {
+    const p = checkPath(path);
+    return this.#sbx.http.request<FileLink>("POST", this.#url("/files:link"), { json: dropUndefined({ path: p, method: "PUT", ...opts }) });
+  }
+
+  /** Ends every download and upload link made for this sandbox so far. */
+  async revokeLinks(): Promise<{ sandboxId: string; revoked: boolean; revokedAt: string }> {
+    return this.#sbx.http.request("POST", this.#url("/files:revoke-links"), { json: {} });
+  }
+}
+
+/** A signed file link (docs/api.md, "File links"): `url` opens without a key until `expiresAt`. */
+export interface FileLink {
+  url: string;
+  id: string;
+  sandboxId: string;
+  method: "GET" | "PUT";
+  path: string;
+  expiresAt: string;
+  expiresInSeconds: number;
+  oneTime: boolean;
+  wake: boolean;
+  archive: boolean;
+  maxBytes?: number;
+  filename?: string;
+}
+
+function dropUndefined(o: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
 }
 
 /** A sandbox's egress policy as last answered; `set()` replaces it. */

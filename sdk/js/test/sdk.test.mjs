@@ -134,6 +134,37 @@ fullTest("leaving a stream early ends the command in the sandbox", async () => {
   }
 });
 
+daemonTest("files: signed links download and upload with no key, once when one-time, never after a revoke", async () => {
+  const sbx = await create();
+  try {
+    await sbx.files.write("linked.txt", "through a link");
+    const down = await sbx.files.downloadUrl("linked.txt", { expiresInSeconds: 120, filename: "linked.txt" });
+    assert.equal(down.method, "GET");
+    assert.equal(down.path, "/workspace/linked.txt");
+    assert.equal(down.expiresInSeconds, 120);
+    let r = await fetch(down.url); // no key
+    assert.equal(r.status, 200);
+    assert.equal(await r.text(), "through a link");
+    assert.equal(r.headers.get("content-disposition"), 'attachment; filename="linked.txt"');
+    const once = await sbx.files.downloadUrl("linked.txt", { oneTime: true });
+    assert.equal((await fetch(once.url)).status, 200);
+    r = await fetch(once.url);
+    assert.equal(r.status, 410);
+    assert.equal((await r.json()).error.code, "link_used");
+    const up = await sbx.files.uploadUrl("up/by-link.txt", { maxBytes: 64 });
+    assert.equal(up.maxBytes, 64);
+    r = await fetch(up.url, { method: "PUT", body: "uploaded" });
+    assert.equal(r.status, 200);
+    assert.equal(await sbx.files.readText("up/by-link.txt"), "uploaded");
+    assert.equal((await sbx.files.revokeLinks()).revoked, true);
+    r = await fetch(down.url);
+    assert.equal(r.status, 403);
+    assert.equal((await r.json()).error.code, "forbidden");
+  } finally {
+    await sbx[Symbol.asyncDispose]();
+  }
+});
+
 fullTest("files: list, stat, exists, mkdir, rename, remove, mode", async () => {
   const sbx = await create();
   try {

@@ -57,6 +57,8 @@ typedef enum RouteKind {
         ROUTE_FILES_REMOVE,
         ROUTE_FILES_RENAME,
         ROUTE_FILES_ARCHIVE_GET,
+        ROUTE_FILES_LINK,
+        ROUTE_FILES_REVOKE_LINKS,
         ROUTE_FILES_ARCHIVE_PUT,
         ROUTE_ARCHIVE_UPLOAD_BEGIN,
         ROUTE_ARCHIVE_UPLOAD_PART,
@@ -161,6 +163,7 @@ struct App {
         int64_t sample_interval_s;    /* how often a live sandbox is read */
         struct RequestCounts *requests; /* the API answers counted; NULL: not counted */
         struct Otel *otel;              /* the OpenTelemetry exports; NULL: not offered */
+        struct FileLinks *links;        /* the signed file links; NULL: not offered */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when

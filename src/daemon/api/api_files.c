@@ -516,6 +516,17 @@ static void files_upload_free(void *upload) {
         free(u);
 }
 
+static const ApiError *too_large(Req *r, ApiError *e) {
+        uint64_t daemon_max = (uint64_t)r->app->cfg->max_file_mib << 20;
+        if (r->link.max_bytes && r->link.max_bytes < daemon_max)
+                api_error(e, 413, "payload_too_large", "ask for a link with a larger maxBytes",
+                          "the file is larger than this link's maxBytes, %" PRIu64 " bytes", r->link.max_bytes);
+        else
+                api_error(e, 413, "payload_too_large", "files are limited by the daemon's --max-file-mib",
+                          "the file is larger than %u MiB", r->app->cfg->max_file_mib);
+        return e;
+}
+
 static enum MHD_Result files_upload_begin(Req *r) {
         ApiError e = { 0 };
         _cleanup_free_ char *path = NULL;
@@ -526,12 +537,12 @@ static enum MHD_Result files_upload_begin(Req *r) {
         if (m && request_parse_mode(m, &mode, &e) < 0)
                 return reply_error(r, &e);
         uint64_t max = (uint64_t)r->app->cfg->max_file_mib * 1024u * 1024u;
+        /* A link's own bound, under the daemon's. */
+        if (r->link.max_bytes && r->link.max_bytes < max)
+                max = r->link.max_bytes;
         const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > max) {
-                api_error(&e, 413, "payload_too_large", "files are limited by the daemon's --max-file-mib",
-                          "the file is larger than %u MiB", r->app->cfg->max_file_mib);
-                return reply_error(r, &e);
-        }
+        if (cl && strtoull(cl, NULL, 10) > max)
+                return reply_error(r, too_large(r, &e));
         FileUpload *u = calloc(1, sizeof(*u));
         if (!u)
                 return reply_internal(r);
@@ -582,11 +593,8 @@ enum MHD_Result handle_files_write(Req *r) {
         ApiError e = { 0 };
         if (!u || !u->stream)
                 return reply_internal(r);
-        if (u->too_large) {
-                api_error(&e, 413, "payload_too_large", "files are limited by the daemon's --max-file-mib",
-                          "the file is larger than %u MiB", r->app->cfg->max_file_mib);
-                return reply_error(r, &e);
-        }
+        if (u->too_large)
+                return reply_error(r, too_large(r, &e));
         if (!u->failed)
                 chan_stream_close_write(u->stream);
         _cleanup_json_ json_t *res = NULL;

@@ -14,6 +14,7 @@
 #include "daemon/api/api_images.h"
 #include "daemon/api/api_interpreter.h"
 #include "daemon/api/api_keys.h"
+#include "daemon/api/api_links.h"
 #include "daemon/api/api_otel.h"
 #include "daemon/api/api_processes.h"
 #include "daemon/api/api_sandbox_metrics.h"
@@ -172,13 +173,16 @@ const HttpRoute api_routes[] = {
           handle_sandbox_network),
         R(ROUTE_SANDBOX_EGRESS, "sandbox_egress", "GET", SBX "/egress", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_sandbox_egress),
-        R(ROUTE_SANDBOX_METRICS, "sandbox_metrics", "GET", SBX "/metrics", HTTP_ACCESS_READ, HTTP_BODY_NONE,
-          handle_sandbox_metrics),
-        R(ROUTE_FILES_READ, "files_read", "GET", SBX "/files/content", HTTP_ACCESS_READ, HTTP_BODY_NONE,
-          handle_files_read),
+        { .kind = ROUTE_SANDBOX_METRICS, .name = "sandbox_metrics", .method = "GET", .path = SBX "/metrics",
+          .access = HTTP_ACCESS_READ, .body = HTTP_BODY_NONE, .handler = handle_sandbox_metrics,
+          .store_only = true },
+        /* A signed file link (files:link) is one of these three with its
+         * signed query instead of a key. */
+        { .kind = ROUTE_FILES_READ, .name = "files_read", .method = "GET", .path = SBX "/files/content",
+          .access = HTTP_ACCESS_READ, .body = HTTP_BODY_NONE, .handler = handle_files_read, .link_op = "download" },
         { .kind = ROUTE_FILES_WRITE, .name = "files_write", .method = "PUT", .path = SBX "/files/content",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM, .handler = handle_files_write,
-          .upload = &files_upload },
+          .upload = &files_upload, .link_op = "upload" },
         R(ROUTE_FILES_LIST, "files_list", "GET", SBX "/files/list", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_files_list),
         R(ROUTE_FILES_STAT, "files_stat", "GET", SBX "/files/stat", HTTP_ACCESS_READ, HTTP_BODY_NONE,
@@ -189,8 +193,16 @@ const HttpRoute api_routes[] = {
           handle_files_remove),
         R(ROUTE_FILES_RENAME, "files_rename", "POST", SBX "/files:rename", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_files_rename),
-        R(ROUTE_FILES_ARCHIVE_GET, "files_archive_get", "GET", SBX "/files/archive", HTTP_ACCESS_READ, HTTP_BODY_NONE,
-          handle_files_archive_get),
+        { .kind = ROUTE_FILES_ARCHIVE_GET, .name = "files_archive_get", .method = "GET", .path = SBX "/files/archive",
+          .access = HTTP_ACCESS_READ, .body = HTTP_BODY_NONE, .handler = handle_files_archive_get,
+          .link_op = "archive" },
+        /* The links read and write only the store: the host the client
+         * asked makes the URL with its own address. */
+        { .kind = ROUTE_FILES_LINK, .name = "files_link", .method = "POST", .path = SBX "/files:link",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_files_link, .store_only = true },
+        { .kind = ROUTE_FILES_REVOKE_LINKS, .name = "files_revoke_links", .method = "POST",
+          .path = SBX "/files:revoke-links", .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON_OR_EMPTY,
+          .handler = handle_files_revoke_links, .store_only = true },
         { .kind = ROUTE_FILES_ARCHIVE_PUT, .name = "files_archive_put", .method = "PUT", .path = SBX "/files/archive",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM, .handler = handle_files_archive_put,
           .upload = &archive_upload },

@@ -255,6 +255,11 @@ enum MHD_Result reply_response(Req *r, unsigned status, struct MHD_Response *res
                 return MHD_NO;
         MHD_add_response_header(resp, "X-Request-Id", r->rid);
         MHD_add_response_header(resp, "Cache-Control", "no-store");
+        if (r->link.filename[0] && status < 300) {
+                char disposition[sizeof r->link.filename + 32];
+                snprintf(disposition, sizeof disposition, "attachment; filename=\"%s\"", r->link.filename);
+                MHD_add_response_header(resp, "Content-Disposition", disposition);
+        }
         if (content_type)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
         enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
@@ -410,6 +415,7 @@ struct HttpServer {
         Audit *audit;   /* NULL: no audit trail */
         RequestCounts *requests; /* NULL: answers not counted */
         const char *fleet_secret; /* NULL: no forwarding */
+        const HttpLinks *links;   /* NULL: no signed file links */
         struct MHD_Daemon *mhd;
         /* The hop's TLS listener (http_server_start_hop); NULL: the hop
          * comes to the clients' listener. */
@@ -640,17 +646,15 @@ static bool on_hop_listener(const HttpServer *s, struct MHD_Connection *conn) {
         return ci && ci->daemon == s->mhd_hop;
 }
 
-/* Routes about a sandbox that read only the store: any host answers them,
- * its own host down or not. */
-static bool store_only(const Req *r) {
-        return strcmp(r->route.def->name, "sandbox_metrics") == 0;
+void http_server_set_links(HttpServer *s, const HttpLinks *links) {
+        s->links = links;
 }
 
 /* Whether r is about a sandbox another live host runs, and so goes on to
- * it: 1 (r->fwd open), 0 (served here), or a refusal in e (-1). Asked only
- * when there are other hosts: one host alone pays nothing for it. */
+ * it: 1 (r->fwd open), 0 (served here), or a refusal in e (-1). A host on
+ * SQLite, or running the sandbox, pays nothing for it. */
 static int forward_decide(HttpServer *s, Req *r, ApiError *e) {
-        if (r->forwarded || !r->route.sandbox_id[0] || !s->fleet || store_only(r))
+        if (r->forwarded || !r->route.sandbox_id[0] || !s->fleet || r->route.def->store_only)
                 return 0;
         /* A host alone as of its last look, or running the sandbox, serves
          * it without reading its record; a host that joined since (and may
@@ -781,6 +785,8 @@ static enum MHD_Result header_check(void *cls, enum MHD_ValueKind kind, const ch
         return MHD_NO;
 }
 
+static int owner_admit(HttpServer *s, Req *r, ApiError *e);
+
 /* The first call for a request: headers, route, auth, access. Fills e on
  * refusal. */
 static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
@@ -829,6 +835,14 @@ static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
         if (d->access == HTTP_ACCESS_PUBLIC)
                 return 0;
         const char *hdr = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        /* A signed link in place of a key: it names what it may do, and
+         * counts against its sandbox owner's bounds like the owner's own. */
+        if (!hdr && d->link_op && s->links && req_query(r, "sig")) {
+                if ((rc = s->links->check(s->links->userdata, r, d->link_op, e)) < 0)
+                        return rc;
+                r->link.used = true;
+                return owner_admit(s, r, e);
+        }
         const char *key = auth_parse_bearer(hdr);
         if (!key)
                 return api_error(e, 401, "unauthorized", "send Authorization: Bearer <key>", "an API key is required");
@@ -848,6 +862,14 @@ static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
         if (d->access == HTTP_ACCESS_FULL && r->key.access != KEY_ACCESS_FULL)
                 return api_error(e, 403, "forbidden", "use a key with full access",
                                  "this key has read access only");
+        return owner_admit(s, r, e);
+}
+
+/* After the key or link: the owner's bound of requests in progress, and a
+ * JSON body's announced length. */
+static int owner_admit(HttpServer *s, Req *r, ApiError *e) {
+        const HttpRoute *d = r->route.def;
+        int rc;
         /* Each request holds a thread while it lasts: one owner's streams
          * and WebSockets take a share of the connections, never all. */
         if ((rc = owner_take(s, r)) == -EUSERS)
@@ -1037,6 +1059,10 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
                         return reply_error(r, &e);
                 if (fr > 0)
                         return MHD_YES;
+                /* Served here: a one-time link is spent now, by this
+                 * request alone (a host that forwarded it spent nothing). */
+                if (r->link.used && r->link.once && s->links->claim(s->links->userdata, r, &e) < 0)
+                        return reply_error(r, &e);
                 if (r->route.def->body == HTTP_BODY_STREAM)
                         return r->route.def->upload->begin(r);
                 return MHD_YES;

@@ -80,6 +80,14 @@ typedef struct HttpRoute {
          * replay needs (req_idem_record, status 202) and gets it back in
          * r->idem_replay; a reuse with another request is 409 conflict. */
         bool idem_to_handler;
+        /* The operation a signed file link may do here without a key
+         * ("download", "archive", "upload"; NULL: none): a request with no
+         * Authorization and a `sig` argument is checked as a link
+         * (http_server_set_links). */
+        const char *link_op;
+        /* About a sandbox, but reads and writes only the store: any host of
+         * the fleet serves it, its sandbox's host down or not. */
+        bool store_only;
 } HttpRoute;
 
 typedef struct Route {
@@ -108,6 +116,17 @@ int http_route_match(const HttpRoute *routes, size_t n, const char *method, cons
 bool route_sandbox_id_ok(const char *s);
 bool route_key_id_ok(const char *s);
 bool route_context_id_ok(const char *s);
+
+/* What a request a signed link authenticated may do beyond its route's own
+ * arguments (the link checker fills it; r->key then names the sandbox's
+ * owner, its id the link's). */
+typedef struct ReqLink {
+        bool used; /* the request came with a link, not a key */
+        bool once; /* a one-time link: its use is claimed where it is served */
+        int64_t expires_at;
+        uint64_t max_bytes;     /* an upload's bound; 0: the daemon's */
+        char filename[256];     /* a download's Content-Disposition name; "": none */
+} ReqLink;
 
 struct Req {
         App *app;
@@ -140,6 +159,7 @@ struct Req {
         struct HttpServer *server;
         bool owner_counted; /* one of its owner's requests in progress */
         bool http11;        /* an HTTP/1.1 request: its connection may be kept alive */
+        ReqLink link;
 };
 
 /* Names one detail of the request for its audit record ("command": the
@@ -220,6 +240,17 @@ void http_server_set_fleet_secret(HttpServer *s, const char *secret);
  * host's); -EHOSTUNREACH when it could not be reached and nothing was sent
  * (or this host does not forward): the caller may run it elsewhere. */
 int http_forward_whole(Req *r, const char *base_url, enum MHD_Result *ret);
+/* How a signed file link is checked (the handlers' side knows the links):
+ * check, at admission, reads r's query as a link for the route's link_op
+ * and fills r->key and r->link, or refuses in e; claim, once the request is
+ * served here and not forwarded, records a one-time link's use or refuses
+ * in e. Kept, not copied. */
+typedef struct HttpLinks {
+        int (*check)(void *userdata, Req *r, const char *op, ApiError *e);
+        int (*claim)(void *userdata, Req *r, ApiError *e);
+        void *userdata;
+} HttpLinks;
+void http_server_set_links(HttpServer *s, const HttpLinks *links);
 /* Whether this host forwards (it has the fleet's secret). */
 bool http_forwards(const Req *r);
 /* Serves on listen_fd (bound and listening; the server takes it). */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/jsonutil.h"
 #include "common/macro.h"
@@ -937,6 +938,68 @@ bool request_idempotency_key_ok(const char *s) {
                         return false;
         }
         return true;
+}
+
+void file_link_request_done(FileLinkRequest *q) {
+        free(q->path);
+        free(q->filename);
+        *q = (FileLinkRequest){ 0 };
+}
+
+static int link_method(json_t *body, FileLinkOp *ret, ApiError *e) {
+        json_t *v = json_object_get(body, "method");
+        const char *m = NULL;
+        int r;
+        *ret = FILE_LINK_DOWNLOAD;
+        if (!v)
+                return 0;
+        if ((r = get_string(v, "method", 16, &m, NULL, e)) < 0)
+                return r;
+        if (strcasecmp(m, "GET") == 0 || strcmp(m, "download") == 0)
+                return 0;
+        if (strcasecmp(m, "PUT") == 0 || strcmp(m, "upload") == 0) {
+                *ret = FILE_LINK_UPLOAD;
+                return 0;
+        }
+        return INVALID(e, "method must be GET (a download) or PUT (an upload)");
+}
+
+int request_parse_file_link(json_t *body, uint64_t max_bytes, FileLinkRequest *ret, ApiError *e) {
+        static const char *const fields[] = { "path", "method", "expiresInSeconds", "oneTime", "wake", "filename",
+                                              "archive", "maxBytes", NULL };
+        FileLinkRequest q = { .wake = true };
+        bool archive = false;
+        int64_t bound = 0;
+        int r = check_fields(body, NULL, fields, e);
+        if (r < 0 || (r = link_method(body, &q.op, e)) < 0 ||
+            (r = get_int(body, "expiresInSeconds", FILE_LINK_TTL_MIN, FILE_LINK_TTL_MAX, FILE_LINK_TTL_DEFAULT,
+                         &q.ttl_seconds, e)) < 0 ||
+            (r = get_bool(body, "oneTime", false, &q.once, e)) < 0 || (r = get_bool(body, "wake", true, &q.wake, e)) < 0 ||
+            (r = get_bool(body, "archive", false, &archive, e)) < 0 ||
+            (r = get_int(body, "maxBytes", 1, (int64_t)max_bytes, 0, &bound, e)) < 0)
+                return r;
+        json_t *name = json_object_get(body, "filename");
+        if (q.op == FILE_LINK_UPLOAD && (archive || name))
+                return INVALID(e, "%s is for a download link (method GET)", archive ? "archive" : "filename");
+        if (q.op == FILE_LINK_DOWNLOAD && bound)
+                return INVALID(e, "maxBytes is for an upload link (method PUT)");
+        if (archive)
+                q.op = FILE_LINK_ARCHIVE;
+        q.max_bytes = (uint64_t)bound;
+        const char *fn = NULL;
+        if (name && ((r = get_string(name, "filename", FILE_LINK_FILENAME_MAX, &fn, NULL, e)) < 0))
+                return r;
+        if (fn && !file_link_filename_ok(fn))
+                return INVALID(e, "filename must be 1 to %d printable ASCII characters without quotes, "
+                               "backslashes or slashes", FILE_LINK_FILENAME_MAX);
+        if (fn && !(q.filename = strdup(fn)))
+                return -ENOMEM;
+        if ((r = request_path_field(body, "path", true, &q.path, e)) < 0) {
+                free(q.filename);
+                return r;
+        }
+        *ret = q;
+        return 0;
 }
 
 int request_parse_mkdir(json_t *body, char **ret_path, bool *ret_parents, ApiError *e) {

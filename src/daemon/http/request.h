@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "daemon/http/apierror.h"
+#include "daemon/model/file_link.h"
 #include "daemon/model/sandbox_request.h"
 
 #define REQ_MAX_BODY (1024u * 1024u)
@@ -112,6 +113,22 @@ int request_path_field(json_t *body, const char *field, bool required, char **re
 int request_parse_user(json_t *v, ReqUser *ret, ApiError *e);
 /* The same from a query argument (NULL: the default). */
 int request_parse_user_text(const char *s, ReqUser *ret, ApiError *e);
+
+/* A files:link body (docs/api.md, "File links"): path (as every file
+ * route's), method GET or PUT (download or upload), expiresInSeconds
+ * (FILE_LINK_TTL_MIN..MAX, FILE_LINK_TTL_DEFAULT left out), oneTime, wake
+ * (true left out); filename and archive for a download, maxBytes (1 to
+ * max_bytes) for an upload. */
+typedef struct FileLinkRequest {
+        char *path;
+        FileLinkOp op;
+        int64_t ttl_seconds;
+        bool once, wake;
+        uint64_t max_bytes; /* 0: the daemon's bound */
+        char *filename;     /* NULL: none */
+} FileLinkRequest;
+int request_parse_file_link(json_t *body, uint64_t max_bytes, FileLinkRequest *ret, ApiError *e);
+void file_link_request_done(FileLinkRequest *q);
 
 int request_parse_mkdir(json_t *body, char **ret_path, bool *ret_parents, ApiError *e);
 int request_parse_remove(json_t *body, char **ret_path, bool *ret_recursive, ApiError *e);

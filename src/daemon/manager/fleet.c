@@ -15,6 +15,7 @@
 #include "common/timeutil.h"
 #include "daemon/manager/db.h"
 #include "daemon/manager/audit.h"
+#include "daemon/manager/file_links.h"
 #include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
 #include "daemon/manager/events.h"
@@ -97,8 +98,8 @@ void fleet_free(Fleet *f) {
 
 /* Writes from now on are this epoch's: the sandboxes' records, the
  * ledger's (whose charges are this host's), the snapshots', the uploads',
- * the events', the webhook deliveries', the audit's, the samples' and the
- * request counts'. */
+ * the events', the webhook deliveries', the audit's, the samples', the
+ * request counts' and the file links'. */
 static int take_epoch(Fleet *f, int64_t epoch) {
         int r = db_set_writer(f->c.db, f->self.id, epoch);
         if (r == 0 && f->c.ledger)
@@ -117,6 +118,8 @@ static int take_epoch(Fleet *f, int64_t epoch) {
                 r = samples_set_epoch(f->c.samples, f->self.id, epoch);
         if (r == 0 && f->c.requests)
                 r = request_counts_set_epoch(f->c.requests, f->self.id, epoch);
+        if (r == 0 && f->c.links)
+                r = file_links_set_epoch(f->c.links, f->self.id, epoch);
         if (r < 0)
                 return r;
         pthread_mutex_lock(&f->lock);

@@ -9,6 +9,7 @@
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_otel.h"
 #include "daemon/store/store_ledger.h"
+#include "daemon/store/store_links.h"
 #include "daemon/store/store_uploads.h"
 #include "daemon/store/store_requests.h"
 #include "daemon/store/store_samples.h"
@@ -31,4 +32,5 @@ const StoreBackend store_postgres = {
         .samples = &store_postgres_samples,
         .requests = &store_postgres_requests,
         .otel = &store_postgres_otel,
+        .links = &store_postgres_links,
 };

@@ -162,6 +162,12 @@ static const char *const steps[] = {
         "  CHECK (created_msec BETWEEN 0 AND 999);"
         "ALTER TABLE sandboxes ADD COLUMN started_msec INTEGER NOT NULL DEFAULT 0"
         "  CHECK (started_msec BETWEEN 0 AND 999);",
+        /* 13: the file links' secrets and one-time uses (store_links.h) */
+        "CREATE TABLE file_link_secrets ("
+        "  sandbox_id TEXT PRIMARY KEY, owner TEXT NOT NULL, secret TEXT NOT NULL, rotated_at BIGINT NOT NULL);"
+        "CREATE TABLE file_link_uses ("
+        "  link_id TEXT PRIMARY KEY, sandbox_id TEXT NOT NULL, expires_at BIGINT NOT NULL);"
+        "CREATE INDEX file_link_uses_expiry ON file_link_uses (expires_at);",
 };
 
 #define KIND "postgres"

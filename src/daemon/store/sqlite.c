@@ -8,6 +8,7 @@
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_otel.h"
 #include "daemon/store/store_ledger.h"
+#include "daemon/store/store_links.h"
 #include "daemon/store/store_requests.h"
 #include "daemon/store/store_samples.h"
 #include "daemon/store/store_sandboxes.h"
@@ -30,4 +31,5 @@ const StoreBackend store_sqlite = {
         .samples = &store_sqlite_samples,
         .requests = &store_sqlite_requests,
         .otel = &store_sqlite_otel,
+        .links = &store_sqlite_links,
 };

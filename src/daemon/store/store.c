@@ -1,10 +1,12 @@
 /* Which backend a location names, and what a backend lacks. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/store/pgdb.h"
 #include "daemon/store/store.h"
 #include "daemon/store/store_hosts.h"
+#include "daemon/store/store_links.h"
 
 const StoreBackend *store_backend_for(const char *location) {
         return pgdb_is_url(location) ? &store_postgres : &store_sqlite;
@@ -19,7 +21,7 @@ bool store_backend_missing(const StoreBackend *b, char *buf, size_t n) {
                 { "sandboxes", b->sandboxes }, { "snapshots", b->snapshots }, { "egress", b->egress },
                 { "hosts", b->hosts },         { "events", b->events },       { "webhooks", b->webhooks },
                 { "audit", b->audit },         { "samples", b->samples },
-                { "requests", b->requests },   { "otel", b->otel },
+                { "requests", b->requests },   { "otel", b->otel },           { "links", b->links },
         };
         size_t at = 0;
         if (n)
@@ -66,4 +68,12 @@ bool store_not_in(char *buf, size_t size, const char *column, char mark, int fir
                 buf[len] = '\0';
         }
         return true;
+}
+
+void store_link_secret_clear(StoreLinkSecret *s) {
+        if (!s)
+                return;
+        free(s->owner);
+        free(s->secret);
+        *s = (StoreLinkSecret){ 0 };
 }

@@ -39,6 +39,7 @@ typedef struct StoreAuditOps StoreAuditOps;
 typedef struct StoreSampleOps StoreSampleOps;
 typedef struct StoreRequestOps StoreRequestOps;
 typedef struct StoreOtelOps StoreOtelOps;
+typedef struct StoreLinkOps StoreLinkOps;
 
 typedef struct StoreBackend {
         const char *name;
@@ -55,6 +56,7 @@ typedef struct StoreBackend {
         const StoreSampleOps *samples;   /* the sandboxes' resource readings */
         const StoreRequestOps *requests; /* the API answers counted per key and hour */
         const StoreOtelOps *otel;        /* the owners' OpenTelemetry exports */
+        const StoreLinkOps *links;       /* the file links' secrets and one-time uses */
 } StoreBackend;
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */

@@ -553,6 +553,38 @@ class FilesOps:
                                 json_body={"from": s, "to": d, "overwrite": bool(overwrite)}))
 
 
+    def download_url(self, path: str, *, expires_in_seconds: Optional[int] = None,
+                     filename: Optional[str] = None, wake: Optional[bool] = None,
+                     archive: Optional[bool] = None, one_time: Optional[bool] = None) -> Dict[str, Any]:
+        """A signed link anyone can open without a key to download ``path`` (with
+        ``archive=True`` a directory, as .tar.gz). It lives ``expires_in_seconds`` (1 s to 7
+        days; an hour when left out); ``one_time=True`` makes its first use its only one;
+        ``filename`` is the name a browser saves it as; ``wake=False`` refuses to wake a paused
+        sandbox. Answers ``{"url", "id", "expiresAt", ...}``: ``url`` is the link."""
+        body = {"path": check_path(path), "method": "GET", "expiresInSeconds": expires_in_seconds,
+                "filename": filename, "wake": wake, "archive": archive, "oneTime": one_time}
+        out: Dict[str, Any] = (yield Call(self._sbx._http.request, "POST", self._url("/files:link"),
+                                          json_body={k: v for k, v in body.items() if v is not None}))
+        return out
+
+    def upload_url(self, path: str, *, expires_in_seconds: Optional[int] = None,
+                   max_bytes: Optional[int] = None, wake: Optional[bool] = None,
+                   one_time: Optional[bool] = None) -> Dict[str, Any]:
+        """A signed link anyone can PUT a raw body to without a key, writing ``path``
+        atomically (its parent directories made). ``max_bytes`` bounds the body under the
+        daemon's own bound; the rest as :meth:`download_url`."""
+        body = {"path": check_path(path), "method": "PUT", "expiresInSeconds": expires_in_seconds,
+                "maxBytes": max_bytes, "wake": wake, "oneTime": one_time}
+        out: Dict[str, Any] = (yield Call(self._sbx._http.request, "POST", self._url("/files:link"),
+                                          json_body={k: v for k, v in body.items() if v is not None}))
+        return out
+
+    def revoke_links(self) -> Dict[str, Any]:
+        """Ends every download and upload link made for this sandbox so far."""
+        out: Dict[str, Any] = (yield Call(self._sbx._http.request, "POST", self._url("/files:revoke-links"),
+                                          json_body={}))
+        return out
+
     def archive(self, path: str, *, gzip: bool = True, exclude: Optional[Sequence[str]] = None,
                 user: Optional[str] = None) -> bytes:
         """The directory ``path`` as tar bytes, gzip-compressed by default; ``exclude`` holds

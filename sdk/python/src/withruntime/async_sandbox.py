@@ -180,6 +180,9 @@ class AsyncFiles:
     unarchive = awaitable(FilesOps.unarchive)
     upload = awaitable(FilesOps.upload)
     download = awaitable(FilesOps.download)
+    download_url = awaitable(FilesOps.download_url)
+    upload_url = awaitable(FilesOps.upload_url)
+    revoke_links = awaitable(FilesOps.revoke_links)
 
 
 class AsyncNetwork(Dict[str, Any]):

@@ -157,6 +157,9 @@ class Files:
     unarchive = blocking(FilesOps.unarchive)
     upload = blocking(FilesOps.upload)
     download = blocking(FilesOps.download)
+    download_url = blocking(FilesOps.download_url)
+    upload_url = blocking(FilesOps.upload_url)
+    revoke_links = blocking(FilesOps.revoke_links)
 
 
 class Network(Dict[str, Any]):
