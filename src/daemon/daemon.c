@@ -28,6 +28,8 @@
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
 #include "daemon/api/api_links.h"
+#include "daemon/api/api_previews.h"
+#include "daemon/api/preview_proxy.h"
 #include "daemon/api/api_terminal.h"
 #include "daemon/api/api_tunnel.h"
 #include "daemon/model/auth.h"
@@ -43,6 +45,7 @@
 #include "daemon/manager/audit.h"
 #include "daemon/manager/events.h"
 #include "daemon/manager/file_links.h"
+#include "daemon/manager/previews.h"
 #include "daemon/manager/otel.h"
 #include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
@@ -83,6 +86,13 @@ typedef struct Daemon {
         Otel *otel;
         FileLinks *links;
         HttpLinks http_links; /* how the server checks a link: the handlers' functions over app */
+        /* Previews (--preview-listen): their records, where they are
+         * reached, and their listener (bound before the store opens). */
+        Previews *previews;
+        PreviewSite preview_site;
+        int preview_fd;
+        char preview_listening[512];
+        PreviewProxy *preview_proxy;
         int64_t sample_interval_s;
         char fleet_secret[FORWARD_MAX_SECRET + 1]; /* "" : none */
         /* The hop's TLS (--fleet-tls-dir) and its listener (--fleet-listen);
@@ -668,6 +678,35 @@ static int open_store(Daemon *d) {
         return 0;
 }
 
+/* The preview listener (--preview-listen) and where previews are reached:
+ * PORT-SANDBOX.DOMAIN, at the listener's port unless a proxy in front
+ * listens on another. */
+static int open_preview_listener(Daemon *d, const DaemonOptions *o) {
+        if (!o->preview_listen)
+                return 0;
+        const char *domain = o->preview_domain ? o->preview_domain : "localhost";
+        bool ok = *domain && strlen(domain) < sizeof d->preview_site.domain && domain[0] != '.' &&
+                  domain[strlen(domain) - 1] != '.';
+        for (const char *p = domain; ok && *p; p++)
+                ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
+        if (!ok) {
+                log_error(NULL, "--preview-domain %s: not a lowercase DNS name", domain);
+                return 2;
+        }
+        const char *colon = strrchr(o->preview_listen, ':');
+        unsigned long port = colon ? strtoul(colon + 1, NULL, 10) : 0;
+        d->preview_fd = listen_tcp(o->preview_listen, d->preview_listening, sizeof d->preview_listening);
+        if (d->preview_fd < 0 || port == 0 || port > 65535) {
+                log_error(NULL, "cannot listen on --preview-listen %s: %s", o->preview_listen,
+                          d->preview_fd == -EINVAL || d->preview_fd >= 0 ? "not ADDR:PORT" : strerror(-d->preview_fd));
+                return 1;
+        }
+        snprintf(d->preview_site.domain, sizeof d->preview_site.domain, "%s", domain);
+        d->preview_site.public_port = o->preview_public_port ? o->preview_public_port : (unsigned)port;
+        d->preview_site.https = o->preview_https;
+        return 0;
+}
+
 /* TLS for the hop (docs/fleet.md, "TLS between hosts"): its files and its
  * listener, both given or neither, with the fleet's secret and an https://
  * advertised URL; an https:// URL needs them. Bound before this host
@@ -757,6 +796,7 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                            .samples = d->samples,
                            .requests = d->requests,
                            .links = d->links,
+                           .previews = d->previews,
                            .sample_retention_days = o->sandbox_metrics_retention_days
                                                             ? o->sandbox_metrics_retention_days
                                                             : SAMPLES_RETENTION_DAYS_DEFAULT,
@@ -825,6 +865,12 @@ static int open_webhooks(Daemon *d, const DaemonOptions *o, const uint8_t *seal_
         /* The file links' secrets are sealed with it too. */
         if ((r = file_links_open(store_backend_for(d->db_path), d->db_path, seal_key, &d->links)) < 0) {
                 log_error(NULL, "cannot open the file links in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
+        /* A preview's secret too. */
+        if (d->preview_fd >= 0 &&
+            (r = previews_open(store_backend_for(d->db_path), d->db_path, seal_key, &d->previews)) < 0) {
+                log_error(NULL, "cannot open the previews in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
         return 0;
@@ -998,7 +1044,8 @@ static int serve(Daemon *d) {
                         .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events,
                         .webhooks = d->webhooks, .audit = d->audit, .samples = d->samples,
                         .sample_interval_s = d->sample_interval_s, .requests = d->requests,
-                        .otel = d->otel, .links = d->links };
+                        .otel = d->otel, .links = d->links, .previews = d->previews,
+                        .preview_site = &d->preview_site };
         /* Before the API serves: every create sees the pool or none. */
         char why[512] = "";
         int r = manager_start_warm_pool(d->manager, why, sizeof why);
@@ -1033,6 +1080,18 @@ static int serve(Daemon *d) {
                 }
                 const char *at = d->hop_listening;
                 log_info(NULL, "the fleet's hop: TLS on %s", strncmp(at, "http://", 7) == 0 ? at + 7 : at);
+        }
+        if (d->preview_fd >= 0) {
+                int preview_fd = d->preview_fd;
+                d->preview_fd = -1;
+                if ((r = preview_proxy_start(&d->app, preview_fd, &d->preview_proxy)) < 0) {
+                        close(preview_fd);
+                        log_error(NULL, "cannot serve previews: %s", strerror(-r));
+                        return 1;
+                }
+                log_info(NULL, "previews: %s://PORT-SANDBOX.%s:%u, served on %s",
+                         d->preview_site.https ? "https" : "http", d->preview_site.domain,
+                         d->preview_site.public_port, d->preview_listening);
         }
         if ((r = snapshot_store_start(d->snapshots)) < 0) {
                 log_error(NULL, "cannot start the snapshot expiry: %s", strerror(-r));
@@ -1076,6 +1135,7 @@ static void stop(Daemon *d) {
                 log_warn(NULL, "stopping with output streams still open");
         terminal_close_all();
         tunnel_close_all();
+        preview_proxy_stop(d->preview_proxy);
         http_server_stop(d->http);
         http_server_free(d->http);
         forward_set_tls(NULL);
@@ -1085,6 +1145,7 @@ static void stop(Daemon *d) {
         manager_free(d->manager);
         otel_close(d->otel);
         file_links_close(d->links);
+        previews_close(d->previews);
         webhooks_close(d->webhooks);
         uploads_close(d->uploads);
         snapshot_store_close(d->snapshots);
@@ -1118,6 +1179,8 @@ static void daemon_free(Daemon *d) {
                 close(d->listen_fd);
         if (d->hop_fd >= 0)
                 close(d->hop_fd);
+        if (d->preview_fd >= 0)
+                close(d->preview_fd);
         if (d->state_lock >= 0)
                 close(d->state_lock);
         free(d);
@@ -1150,6 +1213,7 @@ int daemon_run(const DaemonOptions *opts) {
         d->state_lock = -1;
         d->listen_fd = -1;
         d->hop_fd = -1;
+        d->preview_fd = -1;
         d->cfg = opts->cfg;
         int status = prepare_paths(d, opts);
         if (status == 0)
@@ -1163,7 +1227,8 @@ int daemon_run(const DaemonOptions *opts) {
         /* From here a failure leaves the parts as they are: the process is
          * about to end, and stopping the manager would stop every sandbox
          * it recovered, which the next start re-attaches instead. */
-        if ((status = open_listener(d)) != 0 || (status = open_store(d)) != 0 ||
+        if ((status = open_listener(d)) != 0 || (status = open_preview_listener(d, opts)) != 0 ||
+            (status = open_store(d)) != 0 ||
             (status = open_egress(d, opts)) != 0 || (status = open_manager(d, opts)) != 0 ||
             (status = serve(d)) != 0)
                 return status;

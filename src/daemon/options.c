@@ -137,6 +137,20 @@ static const OptionSpec options[] = {
           .help = "read settings from FILE: one `key = value` a line, the keys these options' names, "
                   "`#` comments; an option given here wins over the file" },
 
+        HEADING("Previews"),
+        { .name = "preview-listen", .kind = OPTION_STRING, .arg = "ADDR:PORT", FIELD(preview_listen),
+          .def_text = "none: no previews",
+          .help = "serve previews (a sandbox's port at PORT-SANDBOX.DOMAIN) on a listener of their own; "
+                  "no API key is read there" },
+        STRING("preview-domain", "DOMAIN", preview_domain, "localhost",
+               "previews are at PORT-SANDBOX.DOMAIN: a wildcard DNS name that reaches the preview listener "
+               "(*.localhost reaches loopback without DNS)"),
+        { .name = "preview-public-port", .kind = OPTION_UINT, .arg = "PORT", FIELD(preview_public_port), .min = 1,
+          .max = 65535, .def_text = "the --preview-listen port",
+          .help = "the port preview URLs name, when a proxy in front listens on another (80 and 443 are left out)" },
+        { .name = "preview-https", .kind = OPTION_SWITCH, FIELD(preview_https),
+          .help = "preview URLs say https: a proxy in front ends TLS (docs/previews.md)" },
+
         HEADING("Drivers"),
         { .name = "driver", .kind = OPTION_STRING, .arg = "auto|NAME", FIELD(driver), .def_str = "auto",
           .check = check_driver, .help = "the default driver" },

@@ -16,7 +16,7 @@
 #define OPTIONS_MAX_LINE 4096u
 #define OPTIONS_MAX_LINES 10000u
 /* Room for the table's rows (options.c checks it at compile time). */
-#define OPTIONS_MAX 80u
+#define OPTIONS_MAX 96u
 
 typedef enum OptionsAction {
         OPTIONS_RUN,     /* serve the API */
@@ -50,6 +50,10 @@ typedef struct DaemonOptions {
         char *fleet_secret_file;          /* the hosts' shared secret for forwarding; NULL: none */
         char *fleet_tls_dir;              /* the hop's TLS files; NULL: plain HTTP */
         char *fleet_listen;               /* ADDR:PORT of the hop's TLS listener */
+        char *preview_listen;             /* ADDR:PORT of the preview listener; NULL: no previews */
+        char *preview_domain;             /* previews are PORT-SANDBOX.DOMAIN */
+        unsigned preview_public_port;     /* the port in preview URLs; 0: the listener's */
+        bool preview_https;               /* preview URLs say https (TLS ends in front) */
         char *secrets_key_file;           /* the key egress secrets are sealed with; NULL: the state dir's */
         unsigned egress_wait_timeout_ms;                     /* 0: the egress service's default */
         int64_t heartbeat_interval_ms, heartbeat_timeout_ms; /* 0: the manager's defaults */

@@ -110,6 +110,11 @@ typedef enum RouteKind {
         ROUTE_PROC_WAIT,
         ROUTE_TERMINAL,
         ROUTE_TUNNEL,
+        ROUTE_PREVIEWS_LIST,
+        ROUTE_PREVIEWS_CREATE,
+        ROUTE_PREVIEW_GET,
+        ROUTE_PREVIEW_DELETE,
+        ROUTE_PREVIEW_ROTATE,
         ROUTE_INTERP_RUN,
         ROUTE_INTERP_CONTEXT_LIST,
         ROUTE_INTERP_CONTEXT_CREATE,
@@ -164,6 +169,8 @@ struct App {
         struct RequestCounts *requests; /* the API answers counted; NULL: not counted */
         struct Otel *otel;              /* the OpenTelemetry exports; NULL: not offered */
         struct FileLinks *links;        /* the signed file links; NULL: not offered */
+        struct Previews *previews;      /* the previews; NULL: not offered (no --preview-listen) */
+        const struct PreviewSite *preview_site; /* where previews are reached */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when

@@ -16,6 +16,7 @@
 #include "daemon/api/api_keys.h"
 #include "daemon/api/api_links.h"
 #include "daemon/api/api_otel.h"
+#include "daemon/api/api_previews.h"
 #include "daemon/api/api_processes.h"
 #include "daemon/api/api_sandbox_metrics.h"
 #include "daemon/api/api_sandboxes.h"
@@ -248,6 +249,18 @@ const HttpRoute api_routes[] = {
         R(ROUTE_TERMINAL, "terminal", "GET", SBX "/terminal", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_terminal),
         /* Port forwarding: a WebSocket too, each connection a stream of it. */
         R(ROUTE_TUNNEL, "tunnel", "GET", SBX "/tunnel", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_tunnel),
+        /* Previews: a port shared at a host name of its own, served on the
+         * preview listener. A create's answer carries a token: not replayed. */
+        R(ROUTE_PREVIEWS_LIST, "previews_list", "GET", SBX "/previews", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_previews_list),
+        R(ROUTE_PREVIEWS_CREATE, "previews_create", "POST", SBX "/previews", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_previews_create),
+        R(ROUTE_PREVIEW_GET, "preview_get", "GET", SBX "/previews/{port}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_preview_get),
+        R(ROUTE_PREVIEW_DELETE, "preview_delete", "DELETE", SBX "/previews/{port}", HTTP_ACCESS_FULL,
+          HTTP_BODY_NONE, handle_preview_delete),
+        R(ROUTE_PREVIEW_ROTATE, "preview_rotate", "POST", SBX "/previews/{port}:rotate", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_preview_rotate),
         R(ROUTE_INTERP_RUN, "interpreter_run", "POST", SBX "/interpreter:run", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_interpreter_run),
         R(ROUTE_INTERP_CONTEXT_LIST, "interpreter_context_list", "GET", SBX "/interpreter/contexts",

@@ -162,6 +162,9 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("export")) {
                 dst = r->export_id;
                 cap = sizeof(r->export_id);
+        } else if (IS("port")) {
+                dst = r->port;
+                cap = sizeof(r->port);
         } else
                 return false;
         if (len == 0 || len >= cap || memchr(v, '/', len))
@@ -192,6 +195,8 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return hex_id_ok(dst, "whd_", 20);
         if (IS("export"))
                 return hex_id_ok(dst, "otx_", 20);
+        if (IS("port"))
+                return strspn(dst, "0123456789") == len;
         return true;
 #undef IS
 }

@@ -168,6 +168,11 @@ static const char *const steps[] = {
         "CREATE TABLE file_link_uses ("
         "  link_id TEXT PRIMARY KEY, sandbox_id TEXT NOT NULL, expires_at BIGINT NOT NULL);"
         "CREATE INDEX file_link_uses_expiry ON file_link_uses (expires_at);",
+        /* 14: the previews, the shared ports of sandboxes (store_previews.h) */
+        "CREATE TABLE previews ("
+        "  sandbox_id TEXT NOT NULL, port INTEGER NOT NULL CHECK (port BETWEEN 1 AND 65535), owner TEXT NOT NULL,"
+        "  public INTEGER NOT NULL CHECK (public IN (0, 1)), secret TEXT NOT NULL, created_at BIGINT NOT NULL,"
+        "  rotated_at BIGINT NOT NULL, expires_at BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (sandbox_id, port));",
 };
 
 #define KIND "postgres"

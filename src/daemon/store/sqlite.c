@@ -9,6 +9,7 @@
 #include "daemon/store/store_otel.h"
 #include "daemon/store/store_ledger.h"
 #include "daemon/store/store_links.h"
+#include "daemon/store/store_previews.h"
 #include "daemon/store/store_requests.h"
 #include "daemon/store/store_samples.h"
 #include "daemon/store/store_sandboxes.h"
@@ -32,4 +33,5 @@ const StoreBackend store_sqlite = {
         .requests = &store_sqlite_requests,
         .otel = &store_sqlite_otel,
         .links = &store_sqlite_links,
+        .previews = &store_sqlite_previews,
 };

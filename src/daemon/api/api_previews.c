@@ -1,0 +1,357 @@
+/* Previews: a sandbox's port shared at a host name of its own. The owner
+ * makes, reads, rotates and deletes them here; another owner's key gets
+ * 404, as for the sandbox itself. */
+#include "daemon/api/api_previews.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/jsonutil.h"
+#include "common/log.h"
+#include "common/macro.h"
+#include "common/timeutil.h"
+#include "daemon/api/api.h"
+#include "daemon/api/preview_proxy.h"
+#include "daemon/manager/previews.h"
+
+static int previews_off(ApiError *e) {
+        return api_error(e, 501, "previews_unavailable", "start runtimed with --preview-listen ADDR:PORT",
+                         "this server serves no previews");
+}
+
+/* The route's port: 1 to 65535. */
+static int route_port(Req *r, unsigned *ret, ApiError *e) {
+        unsigned long v = strtoul(r->route.port, NULL, 10);
+        if (v < 1 || v > 65535)
+                return api_error(e, 400, "invalid_request", "a port is 1 to 65535", "port %s is out of range",
+                                 r->route.port);
+        *ret = (unsigned)v;
+        return 0;
+}
+
+/* "2026-12-06T03:00:00Z", "...00.123Z" or "...00+00:00": Unix seconds,
+ * the fraction dropped (a token then ends no later than asked). */
+static int parse_time(const char *s, int64_t *ret) {
+        struct tm tm = { 0 };
+        int n = 0;
+        if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+                   &tm.tm_sec, &n) != 6 ||
+            tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
+            tm.tm_min > 59 || tm.tm_sec > 60 || tm.tm_year < 1970 || tm.tm_year > 9999)
+                return -EINVAL;
+        const char *p = s + n;
+        if (*p == '.') {
+                p++;
+                if (*p < '0' || *p > '9')
+                        return -EINVAL;
+                while (*p >= '0' && *p <= '9')
+                        p++;
+        }
+        if (strcmp(p, "Z") != 0 && strcmp(p, "+00:00") != 0)
+                return -EINVAL;
+        tm.tm_year -= 1900;
+        tm.tm_mon -= 1;
+        time_t t = timegm(&tm);
+        if (t < 0)
+                return -EINVAL;
+        *ret = t;
+        return 0;
+}
+
+/* A lifetime from ttlSeconds and expiresAt, the earlier of the two; 0 when
+ * neither is given. */
+static int lifetime(const char *ttl, const char *at, int64_t now, int64_t *ret, ApiError *e) {
+        int64_t end = 0;
+        if (ttl) {
+                char *rest = NULL;
+                errno = 0;
+                long long v = strtoll(ttl, &rest, 10);
+                if (errno || !*ttl || *rest || v < 1 || v > PREVIEW_MAX_TTL_SECONDS)
+                        return api_error(e, 400, "invalid_request", "ttlSeconds is 1 to 604800 (seven days)",
+                                         "ttlSeconds is not a whole number of seconds in range");
+                end = now + v;
+        }
+        if (at) {
+                int64_t t = 0;
+                if (parse_time(at, &t) < 0)
+                        return api_error(e, 400, "invalid_request", "say it as 2026-12-06T03:00:00Z",
+                                         "expiresAt is not a UTC timestamp");
+                if (t <= now || t > now + PREVIEW_MAX_TTL_SECONDS)
+                        return api_error(e, 400, "invalid_request", "a time up to seven days ahead",
+                                         "expiresAt is in the past or more than seven days ahead");
+                if (!end || t < end)
+                        end = t;
+        }
+        *ret = end;
+        return 0;
+}
+
+/* The sandbox's owner only: 404 for anyone else and for one deleted. */
+static int own_sandbox(Req *r, ApiError *e) {
+        SandboxError se;
+        SandboxRow row;
+        if (sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se) < 0)
+                return api_sandbox_error(&se, e);
+        sandbox_row_done(&row);
+        return 0;
+}
+
+static void url_of(const PreviewSite *site, const StorePreview *p, char *buf, size_t n) {
+        bool default_port = site->public_port == (site->https ? 443u : 80u);
+        char port[8] = "";
+        if (!default_port)
+                snprintf(port, sizeof port, ":%u", site->public_port);
+        snprintf(buf, n, "%s://%u-%s.%s%s", site->https ? "https" : "http", p->port, p->sandbox_id, site->domain,
+                 port);
+}
+
+/* The preview as the API shows it, a private one with a token valid until
+ * token_end (0: the default life), capped by the preview's own end. */
+static json_t *preview_json(Req *r, const StorePreview *p, int64_t token_end) {
+        char url[400], at[RFC3339_LEN], created[RFC3339_LEN];
+        url_of(r->app->preview_site, p, url, sizeof url);
+        if (time_format_rfc3339(p->created_at, created) < 0)
+                return NULL;
+        _cleanup_json_ json_t *j = json_pack("{s:s,s:i,s:s,s:s,s:s,s:[]}", "sandboxId", p->sandbox_id, "port",
+                                             (int)p->port, "visibility", p->public ? "public" : "private", "url", url,
+                                             "createdAt", created, "embedOrigins");
+        if (!j)
+                return NULL;
+        if (p->expires_at > 0 && time_format_rfc3339(p->expires_at, at) == 0)
+                json_object_set_new(j, "expiresAt", json_string(at));
+        else
+                json_object_set_new(j, "expiresAt", json_null());
+        if (p->public) {
+                json_object_set_new(j, "token", json_null());
+                json_object_set_new(j, "tokenExpiresAt", json_null());
+                json_object_set_new(j, "urlWithToken", json_string(url));
+                return TAKE_PTR(j);
+        }
+        char token[PREVIEW_TOKEN_MAX], with[600];
+        int64_t end = token_end > 0 ? token_end : time_now_unix() + PREVIEW_TOKEN_DEFAULT_SECONDS, got = 0;
+        int rc = previews_token(r->app->previews, p, end, token, &got);
+        if (rc < 0) {
+                log_error(r->rid, "signing a token of preview %s:%u: %s", p->sandbox_id, p->port, strerror(-rc));
+                return NULL;
+        }
+        snprintf(with, sizeof with, "%s/?%s=%s", url, PREVIEW_TOKEN_ARG, token);
+        if (time_format_rfc3339(got, at) < 0)
+                return NULL;
+        json_object_set_new(j, "token", json_string(token));
+        json_object_set_new(j, "tokenExpiresAt", json_string(at));
+        json_object_set_new(j, "urlWithToken", json_string(with));
+        explicit_bzero(token, sizeof token);
+        return TAKE_PTR(j);
+}
+
+static enum MHD_Result store_failed(Req *r, const char *what, int rc) {
+        log_error(r->rid, "%s the previews of %s: %s", what, r->route.sandbox_id, strerror(-rc));
+        return reply_internal(r);
+}
+
+static enum MHD_Result not_shared(Req *r, unsigned port) {
+        ApiError e = { 0 };
+        api_error(&e, 404, "not_found", "share it first: POST /v1/sandboxes/{id}/previews",
+                  "port %u of sandbox %s is not shared", port, r->route.sandbox_id);
+        return reply_error(r, &e);
+}
+
+enum MHD_Result handle_previews_create(Req *r) {
+        ApiError e = { 0 };
+        if (!r->app->previews) {
+                previews_off(&e);
+                return reply_error(r, &e);
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach(r->json, key, v) {
+                if (strcmp(key, "port") && strcmp(key, "visibility") && strcmp(key, "ttlSeconds") &&
+                    strcmp(key, "expiresAt") && strcmp(key, "embedOrigins")) {
+                        api_error(&e, 400, "invalid_request", NULL, "unknown field %.64s", key);
+                        return reply_error(r, &e);
+                }
+        }
+        json_t *jport = json_object_get(r->json, "port"), *jvis = json_object_get(r->json, "visibility");
+        json_t *jttl = json_object_get(r->json, "ttlSeconds"), *jat = json_object_get(r->json, "expiresAt");
+        json_t *jembed = json_object_get(r->json, "embedOrigins");
+        if (!json_is_integer(jport) || json_integer_value(jport) < 1 || json_integer_value(jport) > 65535) {
+                api_error(&e, 400, "invalid_request", "a port is 1 to 65535",
+                          jport ? "port is out of range" : "port is missing");
+                return reply_error(r, &e);
+        }
+        if (jvis && !json_is_null(jvis) &&
+            (!json_is_string(jvis) ||
+             (strcmp(json_string_value(jvis), "private") && strcmp(json_string_value(jvis), "public")))) {
+                api_error(&e, 400, "invalid_request", NULL, "visibility is \"private\" or \"public\"");
+                return reply_error(r, &e);
+        }
+        if ((jttl && !json_is_null(jttl) && !json_is_integer(jttl)) || (jat && !json_is_null(jat) && !json_is_string(jat))) {
+                api_error(&e, 400, "invalid_request", NULL, "ttlSeconds is a number, expiresAt a timestamp");
+                return reply_error(r, &e);
+        }
+        /* An iframe allow-list is not kept by this server: any site may show
+         * a preview, which is what an empty list asks. */
+        if (jembed && !json_is_null(jembed) && (!json_is_array(jembed) || json_array_size(jembed) > 0)) {
+                api_error(&e, 501, "not_implemented", "leave embedOrigins out or empty",
+                          "this server does not restrict which sites may embed a preview");
+                return reply_error(r, &e);
+        }
+        char ttl[24];
+        if (jttl && json_is_integer(jttl))
+                snprintf(ttl, sizeof ttl, "%" JSON_INTEGER_FORMAT, json_integer_value(jttl));
+        int64_t now = time_now_unix(), end = 0;
+        if (lifetime(jttl && json_is_integer(jttl) ? ttl : NULL, jat && json_is_string(jat) ? json_string_value(jat) : NULL,
+                     now, &end, &e) < 0 ||
+            own_sandbox(r, &e) < 0)
+                return reply_error(r, &e);
+        bool public = jvis && json_is_string(jvis) && strcmp(json_string_value(jvis), "public") == 0;
+        StorePreview p;
+        int rc = previews_put(r->app->previews, r->route.sandbox_id, r->key.owner, (unsigned)json_integer_value(jport),
+                              public, end, &p);
+        if (rc < 0)
+                return store_failed(r, "writing", rc);
+        /* A preview made private again: its open connections were let in
+         * without a token, and go. */
+        if (!public)
+                preview_proxy_close(r->route.sandbox_id, p.port);
+        char port_text[8];
+        snprintf(port_text, sizeof port_text, "%u", p.port);
+        req_audit_note(r, "port", port_text);
+        json_t *j = preview_json(r, &p, end);
+        explicit_bzero(p.secret, sizeof p.secret);
+        return j ? reply_json(r, 201, j) : reply_internal(r);
+}
+
+enum MHD_Result handle_previews_list(Req *r) {
+        ApiError e = { 0 };
+        if (!r->app->previews) {
+                previews_off(&e);
+                return reply_error(r, &e);
+        }
+        if (own_sandbox(r, &e) < 0)
+                return reply_error(r, &e);
+        StorePreview *all = NULL;
+        size_t n = 0;
+        int rc = previews_list(r->app->previews, r->route.sandbox_id, &all, &n);
+        if (rc < 0)
+                return store_failed(r, "reading", rc);
+        _cleanup_json_ json_t *data = json_array();
+        int64_t now = time_now_unix();
+        bool ok = data != NULL;
+        for (size_t i = 0; ok && i < n; i++)
+                if (!preview_expired(&all[i], now))
+                        ok = json_array_append_new(data, preview_json(r, &all[i], 0)) == 0;
+        explicit_bzero(all, n * sizeof(*all));
+        free(all);
+        if (!ok)
+                return reply_internal(r);
+        return reply_json(r, 200, json_pack("{s:O}", "data", data));
+}
+
+/* The route's preview, unexpired; replies and returns false otherwise. */
+static bool find(Req *r, StorePreview *ret, enum MHD_Result *reply) {
+        ApiError e = { 0 };
+        unsigned port = 0;
+        if (!r->app->previews)
+                previews_off(&e);
+        else
+                (void)(route_port(r, &port, &e) < 0 || own_sandbox(r, &e) < 0);
+        if (e.code) {
+                *reply = reply_error(r, &e);
+                return false;
+        }
+        int rc = previews_get(r->app->previews, r->route.sandbox_id, port, ret);
+        if (rc == -ENOENT || (rc == 0 && preview_expired(ret, time_now_unix()))) {
+                *reply = not_shared(r, port);
+                return false;
+        }
+        if (rc < 0) {
+                *reply = store_failed(r, "reading", rc);
+                return false;
+        }
+        return true;
+}
+
+typedef struct TokenArgs {
+        const char *ttl, *at;
+        bool other;
+} TokenArgs;
+
+static enum MHD_Result token_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+        TokenArgs *a = cls;
+        if (strcmp(key, "ttlSeconds") == 0)
+                a->ttl = value ? value : "";
+        else if (strcmp(key, "expiresAt") == 0)
+                a->at = value ? value : "";
+        else
+                a->other = true;
+        return MHD_YES;
+}
+
+enum MHD_Result handle_preview_get(Req *r) {
+        StorePreview p;
+        enum MHD_Result reply;
+        if (!find(r, &p, &reply))
+                return reply;
+        ApiError e = { 0 };
+        TokenArgs a = { 0 };
+        MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, token_arg, &a);
+        int64_t end = 0;
+        if (a.other)
+                api_error(&e, 400, "invalid_request", NULL, "the arguments are ttlSeconds and expiresAt");
+        else
+                (void)lifetime(a.ttl, a.at, time_now_unix(), &end, &e);
+        if (e.code)
+                return reply_error(r, &e);
+        json_t *j = preview_json(r, &p, end);
+        explicit_bzero(p.secret, sizeof p.secret);
+        return j ? reply_json(r, 200, j) : reply_internal(r);
+}
+
+enum MHD_Result handle_preview_rotate(Req *r) {
+        StorePreview p;
+        enum MHD_Result reply;
+        if (!find(r, &p, &reply))
+                return reply;
+        int rc = previews_rotate(r->app->previews, p.sandbox_id, p.port);
+        if (rc == -ENOENT)
+                return not_shared(r, p.port);
+        if (rc < 0 || (rc = previews_get(r->app->previews, p.sandbox_id, p.port, &p)) < 0)
+                return store_failed(r, "rotating", rc);
+        /* The connections a token let in end with it. */
+        if (!p.public)
+                preview_proxy_close(p.sandbox_id, p.port);
+        json_t *j = preview_json(r, &p, 0);
+        explicit_bzero(p.secret, sizeof p.secret);
+        return j ? reply_json(r, 200, j) : reply_internal(r);
+}
+
+enum MHD_Result handle_preview_delete(Req *r) {
+        StorePreview p;
+        enum MHD_Result reply;
+        if (!find(r, &p, &reply))
+                return reply;
+        explicit_bzero(p.secret, sizeof p.secret);
+        int rc = previews_remove(r->app->previews, p.sandbox_id, p.port);
+        if (rc == -ENOENT)
+                return not_shared(r, p.port);
+        if (rc < 0)
+                return store_failed(r, "deleting", rc);
+        /* Its open connections are closed before the answer. */
+        preview_proxy_close(p.sandbox_id, p.port);
+        return reply_json(r, 200, json_pack("{s:s,s:i,s:b}", "sandboxId", p.sandbox_id, "port", (int)p.port,
+                                            "deleted", true));
+}
+
+void api_previews_forget(App *app, const char *sandbox_id) {
+        if (!app->previews)
+                return;
+        int rc = previews_remove(app->previews, sandbox_id, 0);
+        if (rc < 0)
+                log_warn(NULL, "removing the previews of deleted sandbox %s: %s", sandbox_id, strerror(-rc));
+        preview_proxy_close(sandbox_id, 0);
+}

@@ -1,0 +1,834 @@
+/* The preview listener: an accept thread and a thread per connection (with
+ * one more relaying the sandbox's bytes back once the connection is
+ * admitted). The head of each request is parsed strictly (preview_head.h);
+ * its body is framed (Content-Length or chunked) so that the next head is
+ * found where the server in the sandbox will find it. */
+#include "daemon/api/preview_proxy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/macro.h"
+#include "common/timeutil.h"
+#include "daemon/api/api.h"
+#include "daemon/http/preview_head.h"
+#include "daemon/manager/agent_client.h"
+#include "daemon/manager/previews.h"
+#include "daemon/manager/sandbox.h"
+
+#define MAX_CONNS 512
+#define MAX_CONNS_PER_PEER 64
+/* A head must arrive whole within this of its first byte (a slow client
+ * holds a thread, not the listener). */
+#define HEAD_TIMEOUT_MS 10000
+/* A kept-alive connection quiet both ways this long is closed. */
+#define IDLE_TIMEOUT_MS 60000
+/* A body's bytes, a write to a client, or credit to send into the sandbox:
+ * none for this long ends the connection. */
+#define STALL_TIMEOUT_MS 60000
+#define OPEN_TIMEOUT_MS 30000
+#define POLL_MS 250
+
+typedef struct Conn {
+        struct Conn *next;
+        PreviewProxy *px;
+        int fd;
+        char peer[INET6_ADDRSTRLEN];
+        char sandbox_id[STORE_PREVIEW_ID_MAX];
+        unsigned port;
+        pthread_t thread, pump;
+        bool pump_started;
+        ChanStream *s;
+        atomic_bool closing;
+        _Atomic int64_t active_ms; /* the last byte either way (monotonic) */
+        char cookie[256];          /* Set-Cookie for the first answer; "": none */
+} Conn;
+
+struct PreviewProxy {
+        App *app;
+        int fd;
+        pthread_t accept_thread;
+        atomic_bool stop;
+};
+
+/* Every open connection of every listener, for preview_proxy_close. */
+static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t conns_gone = PTHREAD_COND_INITIALIZER;
+static Conn *conns;
+static unsigned n_conns;
+
+static unsigned peer_count_locked(const char *peer) {
+        unsigned n = 0;
+        for (Conn *c = conns; c; c = c->next)
+                n += strcmp(c->peer, peer) == 0;
+        return n;
+}
+
+static void conn_unlink(Conn *c) {
+        pthread_mutex_lock(&conns_lock);
+        for (Conn **pp = &conns; *pp; pp = &(*pp)->next)
+                if (*pp == c) {
+                        *pp = c->next;
+                        break;
+                }
+        n_conns--;
+        pthread_cond_broadcast(&conns_gone);
+        pthread_mutex_unlock(&conns_lock);
+}
+
+void preview_proxy_close(const char *sandbox_id, unsigned port) {
+        pthread_mutex_lock(&conns_lock);
+        for (Conn *c = conns; c; c = c->next)
+                if (strcmp(c->sandbox_id, sandbox_id) == 0 && (port == 0 || c->port == port)) {
+                        atomic_store(&c->closing, true);
+                        (void)shutdown(c->fd, SHUT_RDWR);
+                }
+        pthread_mutex_unlock(&conns_lock);
+}
+
+/* ---- writing to the client ---- */
+
+static int send_all(Conn *c, const void *buf, size_t n) {
+        const char *p = buf;
+        while (n > 0) {
+                ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w <= 0)
+                        return -EPIPE;
+                p += w;
+                n -= (size_t)w;
+        }
+        atomic_store(&c->active_ms, (int64_t)time_now_mono_ms());
+        return 0;
+}
+
+/* An answer of the listener's own: a short page saying what happened and
+ * what to do, then the connection closes. */
+static void send_page(Conn *c, unsigned status, const char *reason, const char *title, const char *text) {
+        char body[1400], head[512];
+        int bn = snprintf(body, sizeof body,
+                          "<!doctype html><html><head><meta charset=\"utf-8\"><title>%s</title></head>"
+                          "<body style=\"font-family:sans-serif;max-width:40em;margin:3em auto\">"
+                          "<h1>%s</h1><p>%s</p></body></html>\n",
+                          title, title, text);
+        if (bn < 0 || (size_t)bn >= sizeof body)
+                bn = (int)strlen(body);
+        int hn = snprintf(head, sizeof head,
+                          "HTTP/1.1 %u %s\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %d\r\n"
+                          "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+                          "X-Runtime-Preview-Error: %u\r\nConnection: close\r\n\r\n",
+                          status, reason, bn, status);
+        if (send_all(c, head, (size_t)hn) == 0)
+                (void)send_all(c, body, (size_t)bn);
+}
+
+/* ---- reading from the client ---- */
+
+typedef struct Input {
+        char buf[PREVIEW_HEAD_MAX + 1];
+        size_t len;
+} Input;
+
+/* Waits up to timeout_ms for bytes (or the end): 1, 0 at EOF or when the
+ * connection is being closed, -ETIMEDOUT. */
+static int wait_readable(Conn *c, int64_t deadline_ms) {
+        for (;;) {
+                if (atomic_load(&c->closing) || atomic_load(&c->px->stop))
+                        return 0;
+                int64_t left = deadline_ms - (int64_t)time_now_mono_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct pollfd p = { .fd = c->fd, .events = POLLIN };
+                int k = poll(&p, 1, left < POLL_MS ? (int)left : POLL_MS);
+                if (k > 0)
+                        return 1;
+                if (k < 0 && errno != EINTR)
+                        return 0;
+        }
+}
+
+/* More bytes into in: > 0, 0 at EOF, -ETIMEDOUT. */
+static ssize_t read_more(Conn *c, Input *in, int64_t deadline_ms) {
+        int k = wait_readable(c, deadline_ms);
+        if (k <= 0)
+                return k;
+        ssize_t n = recv(c->fd, in->buf + in->len, PREVIEW_HEAD_MAX - in->len, 0);
+        if (n < 0)
+                return errno == EINTR || errno == EAGAIN ? read_more(c, in, deadline_ms) : 0;
+        in->len += (size_t)n;
+        in->buf[in->len] = '\0';
+        if (n > 0)
+                atomic_store(&c->active_ms, (int64_t)time_now_mono_ms());
+        return n;
+}
+
+/* A whole head: 0 and *h; -ETIMEDOUT (408), -EMSGSIZE (431), -EINVAL
+ * (400), -ENOTSUP (501/505) with *why; -EPIPE when the client went. A
+ * kept-alive connection waits for the first byte while anything moved
+ * either way within IDLE_TIMEOUT_MS. */
+static int read_head(Conn *c, Input *in, PreviewHead *h, const char **why) {
+        int64_t deadline = 0;
+        for (;;) {
+                if (in->len > 0) {
+                        int r = preview_head_parse(in->buf, in->len, h, why);
+                        if (r != -EAGAIN)
+                                return r;
+                        if (!deadline)
+                                deadline = (int64_t)time_now_mono_ms() + HEAD_TIMEOUT_MS;
+                }
+                int64_t until = deadline ? deadline : atomic_load(&c->active_ms) + IDLE_TIMEOUT_MS;
+                ssize_t n = read_more(c, in, until);
+                if (n == -ETIMEDOUT && !deadline && (int64_t)time_now_mono_ms() < atomic_load(&c->active_ms) + IDLE_TIMEOUT_MS)
+                        continue; /* the answer was still moving */
+                if (n == -ETIMEDOUT)
+                        return in->len > 0 ? -ETIMEDOUT : -EPIPE;
+                if (n == 0)
+                        return -EPIPE;
+        }
+}
+
+/* ---- the preview a head names ---- */
+
+static bool lower_eq(const char *a, size_t n, const char *b) {
+        return strlen(b) == n && strncasecmp(a, b, n) == 0;
+}
+
+/* PORT-SANDBOX.DOMAIN[:N]: 0, -ENOENT (not a preview's name), -ERANGE
+ * (a port out of range). */
+static int parse_host(const PreviewSite *site, PreviewSpan host, char *ret_id, size_t id_len, unsigned *ret_port) {
+        const char *p = host.p, *end = host.p + host.n;
+        const char *colon = memchr(p, ':', host.n);
+        if (colon) {
+                for (const char *d = colon + 1; d < end; d++)
+                        if (*d < '0' || *d > '9')
+                                return -ENOENT;
+                end = colon;
+        }
+        if (end > p && end[-1] == '.')
+                end--; /* a fully qualified name's dot */
+        size_t dn = strlen(site->domain);
+        if ((size_t)(end - p) <= dn + 1 || end[-(ptrdiff_t)dn - 1] != '.' ||
+            !lower_eq(end - dn, dn, site->domain))
+                return -ENOENT;
+        end -= dn + 1;
+        const char *dash = memchr(p, '-', (size_t)(end - p));
+        if (!dash || dash == p || dash - p > 5 || (size_t)(end - dash - 1) >= id_len)
+                return -ENOENT;
+        unsigned long port = 0;
+        for (const char *d = p; d < dash; d++) {
+                if (*d < '0' || *d > '9')
+                        return -ENOENT;
+                port = port * 10 + (unsigned long)(*d - '0');
+        }
+        size_t n = (size_t)(end - dash - 1);
+        for (size_t i = 0; i < n; i++) {
+                char ch = dash[1 + i];
+                ret_id[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
+        }
+        ret_id[n] = '\0';
+        if (!route_sandbox_id_ok(ret_id))
+                return -ENOENT;
+        if (port < 1 || port > 65535)
+                return -ERANGE;
+        *ret_port = (unsigned)port;
+        return 0;
+}
+
+/* The token in the target's query (runtime_preview_token=...): its span,
+ * and the target without it in ret (for the server in the sandbox). */
+static PreviewSpan query_token(PreviewSpan target, char *ret, size_t ret_len) {
+        PreviewSpan tok = { 0 };
+        const char *q = memchr(target.p, '?', target.n), *end = target.p + target.n;
+        size_t keep = q ? (size_t)(q - target.p) : target.n;
+        if (keep >= ret_len)
+                keep = ret_len - 1;
+        memcpy(ret, target.p, keep);
+        ret[keep] = '\0';
+        if (!q)
+                return tok;
+        size_t at = keep;
+        bool first = true;
+        for (const char *a = q + 1; a < end;) {
+                const char *amp = memchr(a, '&', (size_t)(end - a));
+                const char *stop = amp ? amp : end;
+                size_t an = (size_t)(stop - a), kn = strlen(PREVIEW_TOKEN_ARG);
+                if (an > kn && a[kn] == '=' && strncmp(a, PREVIEW_TOKEN_ARG, kn) == 0 && !tok.n)
+                        tok = (PreviewSpan){ a + kn + 1, an - kn - 1 };
+                else if (an > 0 && at + an + 2 < ret_len) {
+                        ret[at++] = first ? '?' : '&';
+                        memcpy(ret + at, a, an);
+                        at += an;
+                        ret[at] = '\0';
+                        first = false;
+                }
+                a = amp ? amp + 1 : end;
+        }
+        return tok;
+}
+
+/* Calls fn on every runtime_preview_token cookie's value until it says
+ * true. */
+static bool cookie_tokens(const PreviewHead *h, bool (*fn)(void *, PreviewSpan), void *userdata) {
+        size_t kn = strlen(PREVIEW_TOKEN_ARG);
+        for (size_t i = 0; i < h->n_fields; i++) {
+                if (!preview_field_is(h->fields[i], "cookie"))
+                        continue;
+                PreviewSpan v = preview_field_value(h->fields[i]);
+                for (const char *a = v.p, *end = v.p + v.n; a < end;) {
+                        while (a < end && (*a == ' ' || *a == ';'))
+                                a++;
+                        const char *semi = memchr(a, ';', (size_t)(end - a));
+                        const char *stop = semi ? semi : end;
+                        if ((size_t)(stop - a) > kn && a[kn] == '=' && strncmp(a, PREVIEW_TOKEN_ARG, kn) == 0 &&
+                            fn(userdata, (PreviewSpan){ a + kn + 1, (size_t)(stop - a) - kn - 1 }))
+                                return true;
+                        a = stop;
+                }
+        }
+        return false;
+}
+
+typedef struct TokenCheck {
+        Previews *pv;
+        const StorePreview *p;
+        int64_t now;
+} TokenCheck;
+
+static bool token_ok(void *userdata, PreviewSpan t) {
+        TokenCheck *tc = userdata;
+        return previews_token_ok(tc->pv, tc->p, t.p, t.n, tc->now);
+}
+
+/* The head as the server in the sandbox gets it: the request line with
+ * target, every header but the token's, and the Cookie header without the
+ * token's cookie. */
+static int rewrite_head(const PreviewHead *h, const char *target, char *out, size_t cap, size_t *ret_len) {
+        size_t at = 0;
+        int n = snprintf(out, cap, "%.*s %s HTTP/1.%c\r\n", (int)h->method.n, h->method.p, target,
+                         h->http10 ? '0' : '1');
+        if (n < 0 || (size_t)n >= cap)
+                return -EMSGSIZE;
+        at = (size_t)n;
+        size_t kn = strlen(PREVIEW_TOKEN_ARG);
+        for (size_t i = 0; i < h->n_fields; i++) {
+                PreviewSpan f = h->fields[i];
+                if (preview_field_is(f, PREVIEW_TOKEN_HEADER))
+                        continue;
+                if (preview_field_is(f, "cookie")) {
+                        PreviewSpan v = preview_field_value(f);
+                        char kept[PREVIEW_HEAD_MAX];
+                        size_t k = 0;
+                        for (const char *a = v.p, *end = v.p + v.n; a < end;) {
+                                while (a < end && (*a == ' ' || *a == ';'))
+                                        a++;
+                                const char *semi = memchr(a, ';', (size_t)(end - a));
+                                const char *stop = semi ? semi : end;
+                                bool ours = (size_t)(stop - a) > kn && a[kn] == '=' &&
+                                            strncmp(a, PREVIEW_TOKEN_ARG, kn) == 0;
+                                if (!ours && stop > a && k + (size_t)(stop - a) + 2 < sizeof kept) {
+                                        if (k) {
+                                                kept[k++] = ';';
+                                                kept[k++] = ' ';
+                                        }
+                                        memcpy(kept + k, a, (size_t)(stop - a));
+                                        k += (size_t)(stop - a);
+                                }
+                                a = stop;
+                        }
+                        if (!k)
+                                continue;
+                        n = snprintf(out + at, cap - at, "Cookie: %.*s\r\n", (int)k, kept);
+                } else
+                        n = snprintf(out + at, cap - at, "%.*s\r\n", (int)f.n, f.p);
+                if (n < 0 || (size_t)n >= cap - at)
+                        return -EMSGSIZE;
+                at += (size_t)n;
+        }
+        if (cap - at < 3)
+                return -EMSGSIZE;
+        memcpy(out + at, "\r\n", 3);
+        *ret_len = at + 2;
+        return 0;
+}
+
+/* ---- the sandbox's side ---- */
+
+/* Sends the sandbox's bytes to the client until either side ends; the
+ * first answer gets the token's cookie when the first request brought the
+ * token in its query. */
+static void *pump_main(void *arg) {
+        Conn *c = arg;
+        char first[PREVIEW_HEAD_MAX];
+        size_t held = 0;
+        bool inject = c->cookie[0] != '\0';
+        for (;;) {
+                ChanEvent ev;
+                int k = chan_stream_next(c->s, POLL_MS, &ev);
+                if (k == -ETIMEDOUT) {
+                        if (atomic_load(&c->closing) || atomic_load(&c->px->stop))
+                                break;
+                        continue;
+                }
+                if (k < 0)
+                        break;
+                bool end = ev.type == CHAN_EV_RESULT || ev.type == CHAN_EV_CLOSED || ev.type == CHAN_EV_EOF;
+                int w = 0;
+                if (ev.type == CHAN_EV_DATA && inject) {
+                        /* Held until the status line is whole, then the cookie
+                         * goes in after it. */
+                        size_t take = ev.len < sizeof first - held ? ev.len : sizeof first - held;
+                        memcpy(first + held, ev.data, take);
+                        held += take;
+                        const char *eol = memmem(first, held, "\r\n", 2);
+                        if (eol || held == sizeof first) {
+                                inject = false;
+                                size_t line = eol ? (size_t)(eol - first) + 2 : 0;
+                                w = send_all(c, first, line);
+                                if (w == 0 && eol)
+                                        w = send_all(c, c->cookie, strlen(c->cookie));
+                                if (w == 0)
+                                        w = send_all(c, first + line, held - line);
+                                if (w == 0 && take < ev.len)
+                                        w = send_all(c, ev.data + take, ev.len - take);
+                        }
+                } else if (ev.type == CHAN_EV_DATA)
+                        w = send_all(c, ev.data, ev.len);
+                chan_event_clear(&ev);
+                if (end || w < 0)
+                        break;
+        }
+        if (inject && held)
+                (void)send_all(c, first, held);
+        /* Either side's end is the connection's: the reader wakes. */
+        atomic_store(&c->closing, true);
+        (void)shutdown(c->fd, SHUT_RDWR);
+        return NULL;
+}
+
+/* Writes to the sandbox, waiting for credit as long as the stream moves. */
+static int to_sandbox(Conn *c, const char *buf, size_t n) {
+        if (n == 0)
+                return 0;
+        int r = chan_stream_write(c->s, buf, n, STALL_TIMEOUT_MS);
+        if (r == 0)
+                atomic_store(&c->active_ms, (int64_t)time_now_mono_ms());
+        return r;
+}
+
+/* ---- a connection ---- */
+
+typedef enum BodyKind { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_RAW } BodyKind;
+
+/* Relays the body that follows a head, then the next heads on the
+ * connection, each naming the same preview. Returns when either side
+ * ends. */
+static void relay(Conn *c, Input *in, const PreviewHead *first, const char *host) {
+        PreviewHead h = *first;
+        char rewritten[PREVIEW_HEAD_MAX + 64];
+        for (;;) {
+                /* in holds the head h at its start; what follows is body. */
+                size_t off = h.head_len;
+                BodyKind kind = h.upgrade ? BODY_RAW
+                                : h.chunked ? BODY_CHUNKED
+                                : h.content_length > 0 ? BODY_LENGTH
+                                                        : BODY_NONE;
+                uint64_t left = h.content_length > 0 ? (uint64_t)h.content_length : 0;
+                PreviewChunked ck = { 0 };
+                for (;;) {
+                        size_t avail = in->len - off;
+                        size_t take = 0;
+                        bool done = false;
+                        if (kind == BODY_NONE)
+                                done = true;
+                        else if (kind == BODY_RAW)
+                                take = avail;
+                        else if (kind == BODY_LENGTH) {
+                                take = avail < left ? avail : (size_t)left;
+                                left -= take;
+                                done = left == 0;
+                        } else {
+                                ssize_t k = preview_chunked_feed(&ck, in->buf + off, avail);
+                                if (k < 0) {
+                                        log_info(NULL, "preview %s: a malformed chunked body; closing", host);
+                                        return;
+                                }
+                                take = (size_t)k;
+                                done = ck.state == CHUNK_DONE;
+                        }
+                        if (to_sandbox(c, in->buf + off, take) < 0)
+                                return;
+                        off += take;
+                        if (done)
+                                break;
+                        /* Room for more: what was relayed goes. */
+                        in->len = 0;
+                        off = 0;
+                        ssize_t n = read_more(c, in, (int64_t)time_now_mono_ms() +
+                                                             (kind == BODY_RAW ? 24 * 3600 * 1000LL : STALL_TIMEOUT_MS));
+                        if (n == -ETIMEDOUT && kind == BODY_RAW)
+                                continue;
+                        if (n <= 0) {
+                                if (n == 0)
+                                        (void)chan_stream_close_write(c->s);
+                                return;
+                        }
+                }
+                /* The next request's bytes, if any, move to the front. */
+                memmove(in->buf, in->buf + off, in->len - off);
+                in->len -= off;
+                in->buf[in->len] = '\0';
+                if (h.close)
+                        return;
+                const char *why = NULL;
+                int r = read_head(c, in, &h, &why);
+                if (r < 0) {
+                        if (r != -EPIPE)
+                                log_info(NULL, "preview %s: a later request refused (%s); closing", host,
+                                         why ? why : strerror(-r));
+                        else
+                                (void)chan_stream_close_write(c->s);
+                        return;
+                }
+                /* A connection serves one preview. */
+                if (!lower_eq(h.host.p, h.host.n, host)) {
+                        log_info(NULL, "preview %s: a later request names %.*s; closing", host, (int)h.host.n,
+                                 h.host.p);
+                        return;
+                }
+                char target[PREVIEW_HEAD_MAX];
+                (void)query_token(h.target, target, sizeof target);
+                size_t len = 0;
+                if (rewrite_head(&h, target, rewritten, sizeof rewritten, &len) < 0 ||
+                    to_sandbox(c, rewritten, len) < 0)
+                        return;
+        }
+}
+
+static const char *status_reason(unsigned s) {
+        switch (s) {
+        case 400: return "Bad Request";
+        case 401: return "Unauthorized";
+        case 403: return "Forbidden";
+        case 404: return "Not Found";
+        case 408: return "Request Timeout";
+        case 409: return "Conflict";
+        case 410: return "Gone";
+        case 431: return "Request Header Fields Too Large";
+        case 501: return "Not Implemented";
+        case 502: return "Bad Gateway";
+        case 503: return "Service Unavailable";
+        case 505: return "HTTP Version Not Supported";
+        default: return "Error";
+        }
+}
+
+static void refuse(Conn *c, unsigned status, const char *title, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void refuse(Conn *c, unsigned status, const char *title, const char *fmt, ...) {
+        char text[700];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(text, sizeof text, fmt, ap);
+        va_end(ap);
+        /* The text names sandboxes and ports, never markup: escaped anyway. */
+        char safe[1000];
+        size_t k = 0;
+        for (const char *p = text; *p && k + 7 < sizeof safe; p++) {
+                if (*p == '<' || *p == '>' || *p == '&' || *p == '"') {
+                        const char *e = *p == '<' ? "&lt;" : *p == '>' ? "&gt;" : *p == '&' ? "&amp;" : "&quot;";
+                        k += (size_t)snprintf(safe + k, sizeof safe - k, "%s", e);
+                } else
+                        safe[k++] = *p;
+        }
+        safe[k] = '\0';
+        send_page(c, status, status_reason(status), title, safe);
+        /* A lingering close: what the client still sends is read and
+         * dropped for a moment, so that its socket does not reset before
+         * it has read the page. */
+        (void)shutdown(c->fd, SHUT_WR);
+        char sink[4096];
+        size_t drained = 0;
+        int64_t until = (int64_t)time_now_mono_ms() + 500;
+        while (drained < 256 * 1024) {
+                int64_t left = until - (int64_t)time_now_mono_ms();
+                struct pollfd p = { .fd = c->fd, .events = POLLIN };
+                if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+                        break;
+                ssize_t n = recv(c->fd, sink, sizeof sink, 0);
+                if (n <= 0)
+                        break;
+                drained += (size_t)n;
+        }
+}
+
+static void serve(Conn *c) {
+        App *app = c->px->app;
+        Input *in = calloc(1, sizeof(*in));
+        if (!in)
+                return;
+        PreviewHead h;
+        const char *why = NULL;
+        atomic_store(&c->active_ms, (int64_t)time_now_mono_ms());
+        int r = read_head(c, in, &h, &why);
+        if (r == -ETIMEDOUT)
+                refuse(c, 408, "Request timeout", "the request's head did not arrive within %d seconds",
+                       HEAD_TIMEOUT_MS / 1000);
+        else if (r == -EMSGSIZE)
+                refuse(c, 431, "Request head too large", "a request head is at most %u bytes", PREVIEW_HEAD_MAX);
+        else if (r == -EINVAL)
+                refuse(c, 400, "Bad request", "%s", why);
+        else if (r == -ENOTSUP)
+                refuse(c, why && strstr(why, "HTTP/1") ? 505 : 501, "Not served", "%s", why);
+        if (r < 0) {
+                free(in);
+                return;
+        }
+        char host[300];
+        snprintf(host, sizeof host, "%.*s", (int)h.host.n, h.host.p);
+        r = parse_host(app->preview_site, h.host, c->sandbox_id, sizeof c->sandbox_id, &c->port);
+        if (r == -ERANGE) {
+                refuse(c, 400, "Port out of range", "a preview's port is 1 to 65535: %s names another", host);
+                goto out;
+        }
+        if (r < 0) {
+                refuse(c, 404, "No preview here",
+                       "%s is not a preview's address: previews are at PORT-SANDBOX.%s", host,
+                       app->preview_site->domain);
+                goto out;
+        }
+        StorePreview p;
+        int64_t now = time_now_unix();
+        r = previews_get(app->previews, c->sandbox_id, c->port, &p);
+        if (r == 0 && preview_expired(&p, now))
+                r = -ENOENT;
+        if (r == -ENOENT) {
+                refuse(c, 404, "No preview here",
+                       "port %u of sandbox %s is not shared (it never was, it was deleted or it expired)", c->port,
+                       c->sandbox_id);
+                goto out;
+        }
+        if (r < 0) {
+                log_error(NULL, "preview %s: reading it: %s", host, strerror(-r));
+                refuse(c, 503, "Try again", "the preview could not be looked up");
+                goto out;
+        }
+        char target[PREVIEW_HEAD_MAX];
+        PreviewSpan qtok = query_token(h.target, target, sizeof target);
+        if (!p.public) {
+                TokenCheck tc = { .pv = app->previews, .p = &p, .now = now };
+                bool ok = false, offered = h.token.n || qtok.n;
+                if (h.token.n)
+                        ok = token_ok(&tc, h.token);
+                else if (qtok.n)
+                        ok = token_ok(&tc, qtok);
+                else {
+                        ok = cookie_tokens(&h, token_ok, &tc);
+                        for (size_t i = 0; !offered && i < h.n_fields; i++)
+                                offered = preview_field_is(h.fields[i], "cookie") &&
+                                          strstr(h.fields[i].p, PREVIEW_TOKEN_ARG "=") &&
+                                          (size_t)(strstr(h.fields[i].p, PREVIEW_TOKEN_ARG "=") - h.fields[i].p) <
+                                                  h.fields[i].n;
+                }
+                if (!ok) {
+                        if (offered)
+                                refuse(c, 403, "Token refused",
+                                       "this preview's token is wrong, expired or was rotated: ask the sandbox's "
+                                       "owner for its urlWithToken again");
+                        else
+                                refuse(c, 401, "Token needed",
+                                       "this preview is private: open its urlWithToken, or send its token in the "
+                                       "%s header", PREVIEW_TOKEN_HEADER);
+                        goto out;
+                }
+                if (qtok.n && !h.token.n) {
+                        /* The cookie lets the page's own requests in: this host's
+                         * only (no Domain), never sent to another preview. */
+                        int64_t exp = 0;
+                        for (size_t i = 0; i < qtok.n && qtok.p[i] != '.'; i++)
+                                exp = exp * 10 + (qtok.p[i] - '0');
+                        snprintf(c->cookie, sizeof c->cookie,
+                                 "Set-Cookie: %s=%.*s; Path=/; Max-Age=%" PRId64 "; HttpOnly; SameSite=Lax%s\r\n",
+                                 PREVIEW_TOKEN_ARG, (int)qtok.n, qtok.p, exp - now,
+                                 app->preview_site->https ? "; Secure" : "");
+                }
+        }
+        /* The owner's sandbox, woken when paused with autoWake: the owner
+         * shared it. */
+        KeyInfo key = { .access = KEY_ACCESS_FULL, .daily_limit_micros = -1 };
+        snprintf(key.id, sizeof key.id, "preview");
+        snprintf(key.name, sizeof key.name, "preview");
+        snprintf(key.owner, sizeof key.owner, "%s", p.owner);
+        explicit_bzero(p.secret, sizeof p.secret);
+        Sandbox *sb = NULL;
+        SandboxError se;
+        if (sandbox_acquire(app->manager, &key, c->sandbox_id, &sb, &se) < 0) {
+                if (se.kind == SANDBOX_ERR_NOT_FOUND)
+                        refuse(c, 404, "No preview here", "sandbox %s does not exist (any more)", c->sandbox_id);
+                else
+                        refuse(c, 503, "Sandbox not running",
+                               "sandbox %s is not running, so port %u cannot answer: %s. Its owner can start it "
+                               "again (POST /v1/sandboxes/%s:wake or :restart).",
+                               c->sandbox_id, c->port, se.message, c->sandbox_id);
+                goto out;
+        }
+        json_t *req = agent_req_forward(c->port);
+        r = req ? sandbox_open_stream(sb, req, &c->s, &se) : -ENOMEM;
+        json_decref(req);
+        bool connected = false;
+        char failed[600] = "the sandbox stopped";
+        if (r == 0) {
+                ChanEvent ev;
+                int k = chan_stream_next(c->s, OPEN_TIMEOUT_MS, &ev);
+                if (k == 0 && ev.type == CHAN_EV_EVENT)
+                        connected = true;
+                else if (k == 0 && ev.type == CHAN_EV_RESULT) {
+                        const char *msg = NULL;
+                        agent_result_error(ev.json, &msg);
+                        snprintf(failed, sizeof failed, "%s", msg ? msg : "the connection was refused");
+                } else if (k == -ETIMEDOUT)
+                        snprintf(failed, sizeof failed, "the connection did not open in time");
+                if (k == 0)
+                        chan_event_clear(&ev);
+        } else
+                snprintf(failed, sizeof failed, "%s", r == -ENOMEM ? "out of memory" : se.message);
+        if (!connected) {
+                refuse(c, 502, "Nothing answers on this port",
+                       "nothing in sandbox %s accepted a connection on port %u (%s). Start a server there "
+                       "listening on 0.0.0.0 or 127.0.0.1.",
+                       c->sandbox_id, c->port, failed);
+                sandbox_release(sb);
+                goto out;
+        }
+        size_t len = 0;
+        char *rewritten = malloc(PREVIEW_HEAD_MAX + 64);
+        if (rewritten && rewrite_head(&h, target, rewritten, PREVIEW_HEAD_MAX + 64, &len) == 0 &&
+            to_sandbox(c, rewritten, len) == 0 &&
+            pthread_create(&c->pump, NULL, pump_main, c) == 0) {
+                c->pump_started = true;
+                relay(c, in, &h, host);
+        }
+        free(rewritten);
+        atomic_store(&c->closing, true);
+        (void)shutdown(c->fd, SHUT_RDWR);
+        if (c->pump_started)
+                pthread_join(c->pump, NULL);
+        chan_stream_free(c->s);
+        c->s = NULL;
+        sandbox_release(sb);
+out:
+        free(in);
+}
+
+static void *conn_main(void *arg) {
+        Conn *c = arg;
+        serve(c);
+        close(c->fd);
+        conn_unlink(c);
+        free(c);
+        return NULL;
+}
+
+static void *accept_main(void *arg) {
+        PreviewProxy *px = arg;
+        while (!atomic_load(&px->stop)) {
+                struct pollfd p = { .fd = px->fd, .events = POLLIN };
+                if (poll(&p, 1, POLL_MS) <= 0)
+                        continue;
+                struct sockaddr_storage sa;
+                socklen_t sl = sizeof sa;
+                int fd = accept4(px->fd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                Conn *c = calloc(1, sizeof(*c));
+                if (!c) {
+                        close(fd);
+                        continue;
+                }
+                c->px = px;
+                c->fd = fd;
+                if (sa.ss_family == AF_INET)
+                        inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, c->peer, sizeof c->peer);
+                else if (sa.ss_family == AF_INET6)
+                        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, c->peer, sizeof c->peer);
+                struct timeval tv = { .tv_sec = STALL_TIMEOUT_MS / 1000 };
+                setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+                pthread_mutex_lock(&conns_lock);
+                bool room = n_conns < MAX_CONNS, peer_room = peer_count_locked(c->peer) < MAX_CONNS_PER_PEER;
+                if (room && peer_room) {
+                        c->next = conns;
+                        conns = c;
+                        n_conns++;
+                }
+                pthread_mutex_unlock(&conns_lock);
+                if (!room || !peer_room) {
+                        refuse(c, 503, "Too many connections",
+                               peer_room ? "this server has %d preview connections open; try again shortly"
+                                         : "your address has %d preview connections open, the most one may",
+                               peer_room ? MAX_CONNS : MAX_CONNS_PER_PEER);
+                        close(fd);
+                        free(c);
+                        continue;
+                }
+                pthread_attr_t attr;
+                pthread_attr_init(&attr);
+                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                if (pthread_create(&c->thread, &attr, conn_main, c) != 0) {
+                        close(fd);
+                        conn_unlink(c);
+                        free(c);
+                }
+                pthread_attr_destroy(&attr);
+        }
+        return NULL;
+}
+
+int preview_proxy_start(App *app, int fd, PreviewProxy **ret) {
+        PreviewProxy *px = calloc(1, sizeof(*px));
+        if (!px)
+                return -ENOMEM;
+        px->app = app;
+        px->fd = fd;
+        int r = pthread_create(&px->accept_thread, NULL, accept_main, px);
+        if (r != 0) {
+                free(px);
+                return -r;
+        }
+        *ret = px;
+        return 0;
+}
+
+void preview_proxy_stop(PreviewProxy *px) {
+        if (!px)
+                return;
+        atomic_store(&px->stop, true);
+        pthread_join(px->accept_thread, NULL);
+        close(px->fd);
+        pthread_mutex_lock(&conns_lock);
+        for (Conn *c = conns; c; c = c->next)
+                if (c->px == px) {
+                        atomic_store(&c->closing, true);
+                        (void)shutdown(c->fd, SHUT_RDWR);
+                }
+        for (;;) {
+                bool mine = false;
+                for (Conn *c = conns; c; c = c->next)
+                        mine |= c->px == px;
+                if (!mine)
+                        break;
+                pthread_cond_wait(&conns_gone, &conns_lock);
+        }
+        pthread_mutex_unlock(&conns_lock);
+        free(px);
+}

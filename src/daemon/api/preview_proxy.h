@@ -1,0 +1,23 @@
+#pragma once
+/*
+ * The preview listener (docs/previews.md): a socket of its own, apart from
+ * the API's, where a request's Host names a preview (PORT-SANDBOX.DOMAIN)
+ * and is relayed to that port in the sandbox over its agent channel, as a
+ * port forward's connection is. No API key is read or accepted there. A
+ * connection is bound to the one preview its first request named: every
+ * later request on it must name the same host, and upgraded connections
+ * (WebSockets) run on as bytes. Bounds: connections in all and per peer
+ * address, the head's size and the time it may take to arrive.
+ */
+#include "daemon/api/api_previews.h"
+
+typedef struct PreviewProxy PreviewProxy;
+
+/* Serves previews on fd (a listening socket; taken) for app, in threads of
+ * its own. */
+int preview_proxy_start(App *app, int fd, PreviewProxy **ret);
+/* Stops accepting, closes every connection and waits for their threads. */
+void preview_proxy_stop(PreviewProxy *px);
+/* Closes the open connections of a preview (port 0: of every preview of
+ * the sandbox), on deletion, rotation or a change of visibility. */
+void preview_proxy_close(const char *sandbox_id, unsigned port);
