@@ -248,6 +248,45 @@ print(json.dumps([sbx.previews.delete(8000), sbx.previews.delete(8001), sbx.prev
     assert papi.get(f"/v1/sandboxes/{sbx.id}/previews/8000").status_code == 404
 
 
+def test_our_sdk_has_the_same_calls(pdaemon, papi):
+    """Our SDK's sbx.previews, blocking and asyncio, with the published client's names."""
+    skip_unless_driver(pdaemon, "namespace")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
+    import asyncio
+
+    from withruntime import AsyncSandbox, Sandbox
+    from withruntime.errors import InvalidRequestError, NotFoundError
+
+    sbx_info = papi.create_sandbox(driver="namespace")
+    start_app(papi, sbx_info.id)
+    sbx = Sandbox.connect(sbx_info.id, api_key=pdaemon.api_key, base_url=pdaemon.base_url)
+    p = sbx.previews.create(8000, visibility="private", ttl_seconds=600)
+    assert p["token"] and p["expiresAt"] and p["urlWithToken"].endswith(p["token"])
+    assert get(pdaemon, p["url"], headers={"x-runtime-preview-token": p["token"]}).status_code == 200
+    assert [x["port"] for x in sbx.previews.list()] == [8000]
+    assert sbx.previews.get(8000, ttl_seconds=60)["tokenExpiresAt"] <= p["tokenExpiresAt"]
+    r = sbx.previews.rotate(8000)
+    assert get(pdaemon, p["url"], headers={"x-runtime-preview-token": p["token"]}).status_code == 403
+    assert get(pdaemon, p["url"], headers={"x-runtime-preview-token": r["token"]}).status_code == 200
+    with pytest.raises(InvalidRequestError):
+        sbx.previews.create(70000)
+
+    async def run_async():
+        a = await AsyncSandbox.connect(sbx_info.id, api_key=pdaemon.api_key, base_url=pdaemon.base_url)
+        pub = await a.previews.create(8000, visibility="public")
+        listed = await a.previews.list()
+        gone = await a.previews.delete(8000)
+        await a.close()
+        return pub, listed, gone
+
+    pub, listed, gone = asyncio.run(run_async())
+    assert pub["visibility"] == "public" and pub["token"] is None and listed[0]["visibility"] == "public"
+    assert gone["deleted"]
+    with pytest.raises(NotFoundError):
+        sbx.previews.get(8000)
+    sbx.close()
+
+
 # ---------------------------------------------------------------------------
 # What passes through: keep-alive, a body each way, a streamed answer, a WebSocket
 
@@ -304,6 +343,19 @@ def test_keep_alive_streaming_and_websocket(pdaemon, papi, pdriver):
     s.sendall(f"GET / HTTP/1.1\r\nHost: 8000-sbx_00000000000000000000.localhost\r\n\r\n".encode())
     assert f.read() == b""
     s.close()
+
+    # HTTP/1.0, and a client that half-closes after its request: each gets its whole answer.
+    for head, half in ((f"GET / HTTP/1.0\r\nHost: {host}\r\n", False),
+                       (f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n", True)):
+        s = socket.create_connection(("127.0.0.1", pdaemon.preview_port), timeout=20)
+        s.sendall(f"{head}x-runtime-preview-token: {tok}\r\n\r\n".encode())
+        if half:
+            s.shutdown(socket.SHUT_WR)
+        resp = b""
+        while chunk := s.recv(65536):
+            resp += chunk
+        s.close()
+        assert status_of(resp) == 200 and resp.endswith(b"hello from the sandbox</p>"), resp[-200:]
 
     # A WebSocket through the preview.
     s = socket.create_connection(("127.0.0.1", pdaemon.preview_port), timeout=20)

@@ -10,8 +10,8 @@
  * RUNTIME_API_KEY, or from the daemon's own admin key file on the same machine.
  * `withruntime/tools` turns a sandbox into four LlamaIndex.TS tools.
  */
-export { Sandbox, Files, Network, Secrets } from "./sandbox.js";
-export type { ClientOptions, CreateOptions, SandboxData, FileData, FileLink, ExecStreamOptions, SpawnOptions, MetricsRange } from "./sandbox.js";
+export { Sandbox, Files, Network, Previews, Secrets } from "./sandbox.js";
+export type { ClientOptions, CreateOptions, SandboxData, FileData, FileLink, Preview, ExecStreamOptions, SpawnOptions, MetricsRange } from "./sandbox.js";
 export { Runtime, Events, Webhooks, Otel, Audit } from "./runtime.js";
 export type { AuditListOptions, EventsListOptions, OtelFields, WebhookFields } from "./runtime.js";
 export { verifyWebhook, DEFAULT_TOLERANCE_SECONDS } from "./webhooks.js";

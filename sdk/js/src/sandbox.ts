@@ -83,6 +83,8 @@ export class Sandbox implements AsyncDisposable {
   #ownsHttp: boolean;
   /** File operations in this sandbox. */
   readonly files: Files;
+  /** Ports of this sandbox shared at a host name of their own (docs/previews.md). */
+  readonly previews: Previews;
   /** The stateful Python interpreter (docs/interpreter.md). */
   readonly interpreter: Interpreter;
 
@@ -93,6 +95,7 @@ export class Sandbox implements AsyncDisposable {
     this.#keep = keep;
     this.#ownsHttp = ownsHttp;
     this.files = new Files(this);
+    this.previews = new Previews(this);
     this.interpreter = new Interpreter(http, this.#data.id);
   }
 
@@ -536,6 +539,68 @@ export class Files {
   /** Ends every download and upload link made for this sandbox so far. */
   async revokeLinks(): Promise<{ sandboxId: string; revoked: boolean; revokedAt: string }> {
     return this.#sbx.http.request("POST", this.#url("/files:revoke-links"), { json: {} });
+  }
+}
+
+/** A shared port (docs/api.md, "Previews"): open `urlWithToken` in a browser, or send `token` as the `x-runtime-preview-token` header. */
+export interface Preview {
+  sandboxId: string;
+  port: number;
+  visibility: "private" | "public";
+  url: string;
+  token: string | null;
+  tokenExpiresAt: string | null;
+  urlWithToken: string;
+  expiresAt: string | null;
+  createdAt: string;
+  embedOrigins: string[];
+}
+
+/** Ports of one sandbox shared at `http://PORT-SANDBOX.DOMAIN`, with the published client's names. */
+export class Previews {
+  readonly #sbx: Sandbox;
+  constructor(sbx: Sandbox) {
+    this.#sbx = sbx;
+  }
+
+  #url(suffix = ""): string {
+    return sandboxPath(this.#sbx.id, `/previews${suffix}`);
+  }
+
+  static #port(port: number): number {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new InvalidRequestError("port must be 1 to 65535");
+    return port;
+  }
+
+  /**
+   * Shares `port`, or changes the visibility and end of the preview already there. `visibility` is
+   * "private" (the default: a token is needed) or "public"; `ttlSeconds` and `expiresAt` end the preview.
+   */
+  async create(port: number, opts: { visibility?: "private" | "public"; ttlSeconds?: number; expiresAt?: string; embedOrigins?: string[] } = {}): Promise<Preview> {
+    return this.#sbx.http.request<Preview>("POST", this.#url(), { json: dropUndefined({ port: Previews.#port(port), ...opts }) });
+  }
+
+  /** Every shared port, each private one with a fresh token. */
+  async list(): Promise<Preview[]> {
+    return (await this.#sbx.http.request<{ data: Preview[] }>("GET", this.#url())).data;
+  }
+
+  /** The preview of `port`, its token ending no later than asked. */
+  async get(port: number, opts: { ttlSeconds?: number; expiresAt?: string } = {}): Promise<Preview> {
+    const query: Record<string, string> = {};
+    if (opts.ttlSeconds !== undefined) query.ttlSeconds = String(opts.ttlSeconds);
+    if (opts.expiresAt !== undefined) query.expiresAt = opts.expiresAt;
+    return this.#sbx.http.request<Preview>("GET", this.#url(`/${Previews.#port(port)}`), { query });
+  }
+
+  /** Refuses every token made for `port` so far, closes its connections, and returns a new one. */
+  async rotate(port: number): Promise<Preview> {
+    return this.#sbx.http.request<Preview>("POST", this.#url(`/${Previews.#port(port)}:rotate`), { json: {} });
+  }
+
+  /** Stops sharing `port`; its open connections are closed before this resolves. */
+  async delete(port: number): Promise<{ sandboxId: string; port: number; deleted: boolean }> {
+    return this.#sbx.http.request("DELETE", this.#url(`/${Previews.#port(port)}`));
   }
 }
 

@@ -346,12 +346,3 @@ enum MHD_Result handle_preview_delete(Req *r) {
         return reply_json(r, 200, json_pack("{s:s,s:i,s:b}", "sandboxId", p.sandbox_id, "port", (int)p.port,
                                             "deleted", true));
 }
-
-void api_previews_forget(App *app, const char *sandbox_id) {
-        if (!app->previews)
-                return;
-        int rc = previews_remove(app->previews, sandbox_id, 0);
-        if (rc < 0)
-                log_warn(NULL, "removing the previews of deleted sandbox %s: %s", sandbox_id, strerror(-rc));
-        preview_proxy_close(sandbox_id, 0);
-}

@@ -2,6 +2,7 @@
  * wake, restart. The manager answers rows; the API's sandbox object is made
  * here. */
 #include "daemon/api/api_sandboxes.h"
+#include "daemon/api/preview_proxy.h"
 #include "daemon/manager/snapshot.h"
 
 #include <errno.h>
@@ -14,7 +15,6 @@
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
-#include "daemon/api/api_previews.h"
 #include "daemon/http/request.h"
 
 /* Answers a manager call's row (cleared here) with status, or its error. */
@@ -478,7 +478,7 @@ enum MHD_Result handle_sandbox_delete(Req *r) {
                 api_sandbox_error(&se, &e);
                 return reply_error(r, &e);
         }
-        api_previews_forget(r->app, r->route.sandbox_id);
+        preview_proxy_forget_sandbox(r->app, r->route.sandbox_id);
         json_t *j = json_pack("{s:s,s:s}", "id", r->route.sandbox_id, "state", "deleted");
         return j ? reply_json(r, 200, j) : reply_internal(r);
 }

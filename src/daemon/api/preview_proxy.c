@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,6 +25,7 @@
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
 #include "daemon/http/preview_head.h"
+#include "daemon/http/http.h"
 #include "daemon/manager/agent_client.h"
 #include "daemon/manager/previews.h"
 #include "daemon/manager/sandbox.h"
@@ -434,8 +436,9 @@ typedef enum BodyKind { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_RAW } BodyKin
 
 /* Relays the body that follows a head, then the next heads on the
  * connection, each naming the same preview. Returns when either side
- * ends. */
-static void relay(Conn *c, Input *in, const PreviewHead *first, const char *host) {
+ * ends: true when the client is done sending but its answer is still to
+ * come (it half-closed, or its last request said Connection: close). */
+static bool relay(Conn *c, Input *in, const PreviewHead *first, const char *host) {
         PreviewHead h = *first;
         char rewritten[PREVIEW_HEAD_MAX + 64];
         for (;;) {
@@ -463,13 +466,13 @@ static void relay(Conn *c, Input *in, const PreviewHead *first, const char *host
                                 ssize_t k = preview_chunked_feed(&ck, in->buf + off, avail);
                                 if (k < 0) {
                                         log_info(NULL, "preview %s: a malformed chunked body; closing", host);
-                                        return;
+                                        return false;
                                 }
                                 take = (size_t)k;
                                 done = ck.state == CHUNK_DONE;
                         }
                         if (to_sandbox(c, in->buf + off, take) < 0)
-                                return;
+                                return false;
                         off += take;
                         if (done)
                                 break;
@@ -483,7 +486,7 @@ static void relay(Conn *c, Input *in, const PreviewHead *first, const char *host
                         if (n <= 0) {
                                 if (n == 0)
                                         (void)chan_stream_close_write(c->s);
-                                return;
+                                return n == 0;
                         }
                 }
                 /* The next request's bytes, if any, move to the front. */
@@ -491,29 +494,30 @@ static void relay(Conn *c, Input *in, const PreviewHead *first, const char *host
                 in->len -= off;
                 in->buf[in->len] = '\0';
                 if (h.close)
-                        return;
+                        return true;
                 const char *why = NULL;
                 int r = read_head(c, in, &h, &why);
                 if (r < 0) {
-                        if (r != -EPIPE)
+                        if (r != -EPIPE) {
                                 log_info(NULL, "preview %s: a later request refused (%s); closing", host,
                                          why ? why : strerror(-r));
-                        else
-                                (void)chan_stream_close_write(c->s);
-                        return;
+                                return false;
+                        }
+                        (void)chan_stream_close_write(c->s);
+                        return true;
                 }
                 /* A connection serves one preview. */
                 if (!lower_eq(h.host.p, h.host.n, host)) {
                         log_info(NULL, "preview %s: a later request names %.*s; closing", host, (int)h.host.n,
                                  h.host.p);
-                        return;
+                        return false;
                 }
                 char target[PREVIEW_HEAD_MAX];
                 (void)query_token(h.target, target, sizeof target);
                 size_t len = 0;
                 if (rewrite_head(&h, target, rewritten, sizeof rewritten, &len) < 0 ||
                     to_sandbox(c, rewritten, len) < 0)
-                        return;
+                        return false;
         }
 }
 
@@ -573,6 +577,82 @@ static void refuse(Conn *c, unsigned status, const char *title, const char *fmt,
         }
 }
 
+/* A private preview's token, from the header, the query or the cookie:
+ * true when one is valid (a token in the query then sets the cookie on the
+ * first answer); false once the refusal was sent. */
+static bool admit(Conn *c, App *app, const PreviewHead *h, const StorePreview *p, PreviewSpan qtok, int64_t now) {
+        TokenCheck tc = { .pv = app->previews, .p = p, .now = now };
+        bool ok = false, offered = h->token.n || qtok.n;
+        if (h->token.n)
+                ok = token_ok(&tc, h->token);
+        else if (qtok.n)
+                ok = token_ok(&tc, qtok);
+        else {
+                ok = cookie_tokens(h, token_ok, &tc);
+                for (size_t i = 0; !offered && i < h->n_fields; i++) {
+                        const char *at = preview_field_is(h->fields[i], "cookie")
+                                                 ? memmem(h->fields[i].p, h->fields[i].n, PREVIEW_TOKEN_ARG "=",
+                                                          strlen(PREVIEW_TOKEN_ARG) + 1)
+                                                 : NULL;
+                        offered = at != NULL;
+                }
+        }
+        if (!ok) {
+                if (offered)
+                        refuse(c, 403, "Token refused",
+                               "this preview's token is wrong, expired or was rotated: ask the sandbox's owner for "
+                               "its urlWithToken again");
+                else
+                        refuse(c, 401, "Token needed",
+                               "this preview is private: open its urlWithToken, or send its token in the %s header",
+                               PREVIEW_TOKEN_HEADER);
+                return false;
+        }
+        if (qtok.n && !h->token.n) {
+                /* The cookie lets the page's own requests in: this host's
+                 * only (no Domain), never sent to another preview. */
+                int64_t exp = 0;
+                for (size_t i = 0; i < qtok.n && qtok.p[i] != '.'; i++)
+                        exp = exp * 10 + (qtok.p[i] - '0');
+                snprintf(c->cookie, sizeof c->cookie,
+                         "Set-Cookie: %s=%.*s; Path=/; Max-Age=%" PRId64 "; HttpOnly; SameSite=Lax%s\r\n",
+                         PREVIEW_TOKEN_ARG, (int)qtok.n, qtok.p, exp - now, app->preview_site->https ? "; Secure" : "");
+        }
+        return true;
+}
+
+/* Connects c->s to the preview's port inside; false once the refusal was
+ * sent. */
+static bool connect_port(Conn *c, Sandbox *sb) {
+        SandboxError se;
+        json_t *req = agent_req_forward(c->port);
+        int r = req ? sandbox_open_stream(sb, req, &c->s, &se) : -ENOMEM;
+        json_decref(req);
+        char failed[600] = "the sandbox stopped";
+        if (r == 0) {
+                ChanEvent ev;
+                int k = chan_stream_next(c->s, OPEN_TIMEOUT_MS, &ev);
+                if (k == 0 && ev.type == CHAN_EV_EVENT) {
+                        chan_event_clear(&ev);
+                        return true;
+                }
+                if (k == 0 && ev.type == CHAN_EV_RESULT) {
+                        const char *msg = NULL;
+                        agent_result_error(ev.json, &msg);
+                        snprintf(failed, sizeof failed, "%s", msg ? msg : "the connection was refused");
+                } else if (k == -ETIMEDOUT)
+                        snprintf(failed, sizeof failed, "the connection did not open in time");
+                if (k == 0)
+                        chan_event_clear(&ev);
+        } else
+                snprintf(failed, sizeof failed, "%s", r == -ENOMEM ? "out of memory" : se.message);
+        refuse(c, 502, "Nothing answers on this port",
+               "nothing in sandbox %s accepted a connection on port %u (%s). Start a server there listening on "
+               "0.0.0.0 or 127.0.0.1.",
+               c->sandbox_id, c->port, failed);
+        return false;
+}
+
 static void serve(Conn *c) {
         App *app = c->px->app;
         Input *in = calloc(1, sizeof(*in));
@@ -626,44 +706,8 @@ static void serve(Conn *c) {
         }
         char target[PREVIEW_HEAD_MAX];
         PreviewSpan qtok = query_token(h.target, target, sizeof target);
-        if (!p.public) {
-                TokenCheck tc = { .pv = app->previews, .p = &p, .now = now };
-                bool ok = false, offered = h.token.n || qtok.n;
-                if (h.token.n)
-                        ok = token_ok(&tc, h.token);
-                else if (qtok.n)
-                        ok = token_ok(&tc, qtok);
-                else {
-                        ok = cookie_tokens(&h, token_ok, &tc);
-                        for (size_t i = 0; !offered && i < h.n_fields; i++)
-                                offered = preview_field_is(h.fields[i], "cookie") &&
-                                          strstr(h.fields[i].p, PREVIEW_TOKEN_ARG "=") &&
-                                          (size_t)(strstr(h.fields[i].p, PREVIEW_TOKEN_ARG "=") - h.fields[i].p) <
-                                                  h.fields[i].n;
-                }
-                if (!ok) {
-                        if (offered)
-                                refuse(c, 403, "Token refused",
-                                       "this preview's token is wrong, expired or was rotated: ask the sandbox's "
-                                       "owner for its urlWithToken again");
-                        else
-                                refuse(c, 401, "Token needed",
-                                       "this preview is private: open its urlWithToken, or send its token in the "
-                                       "%s header", PREVIEW_TOKEN_HEADER);
-                        goto out;
-                }
-                if (qtok.n && !h.token.n) {
-                        /* The cookie lets the page's own requests in: this host's
-                         * only (no Domain), never sent to another preview. */
-                        int64_t exp = 0;
-                        for (size_t i = 0; i < qtok.n && qtok.p[i] != '.'; i++)
-                                exp = exp * 10 + (qtok.p[i] - '0');
-                        snprintf(c->cookie, sizeof c->cookie,
-                                 "Set-Cookie: %s=%.*s; Path=/; Max-Age=%" PRId64 "; HttpOnly; SameSite=Lax%s\r\n",
-                                 PREVIEW_TOKEN_ARG, (int)qtok.n, qtok.p, exp - now,
-                                 app->preview_site->https ? "; Secure" : "");
-                }
-        }
+        if (!p.public && !admit(c, app, &h, &p, qtok, now))
+                goto out;
         /* The owner's sandbox, woken when paused with autoWake: the owner
          * shared it. */
         KeyInfo key = { .access = KEY_ACCESS_FULL, .daily_limit_micros = -1 };
@@ -683,31 +727,9 @@ static void serve(Conn *c) {
                                c->sandbox_id, c->port, se.message, c->sandbox_id);
                 goto out;
         }
-        json_t *req = agent_req_forward(c->port);
-        r = req ? sandbox_open_stream(sb, req, &c->s, &se) : -ENOMEM;
-        json_decref(req);
-        bool connected = false;
-        char failed[600] = "the sandbox stopped";
-        if (r == 0) {
-                ChanEvent ev;
-                int k = chan_stream_next(c->s, OPEN_TIMEOUT_MS, &ev);
-                if (k == 0 && ev.type == CHAN_EV_EVENT)
-                        connected = true;
-                else if (k == 0 && ev.type == CHAN_EV_RESULT) {
-                        const char *msg = NULL;
-                        agent_result_error(ev.json, &msg);
-                        snprintf(failed, sizeof failed, "%s", msg ? msg : "the connection was refused");
-                } else if (k == -ETIMEDOUT)
-                        snprintf(failed, sizeof failed, "the connection did not open in time");
-                if (k == 0)
-                        chan_event_clear(&ev);
-        } else
-                snprintf(failed, sizeof failed, "%s", r == -ENOMEM ? "out of memory" : se.message);
-        if (!connected) {
-                refuse(c, 502, "Nothing answers on this port",
-                       "nothing in sandbox %s accepted a connection on port %u (%s). Start a server there "
-                       "listening on 0.0.0.0 or 127.0.0.1.",
-                       c->sandbox_id, c->port, failed);
+        if (!connect_port(c, sb)) {
+                chan_stream_free(c->s);
+                c->s = NULL;
                 sandbox_release(sb);
                 goto out;
         }
@@ -717,7 +739,12 @@ static void serve(Conn *c) {
             to_sandbox(c, rewritten, len) == 0 &&
             pthread_create(&c->pump, NULL, pump_main, c) == 0) {
                 c->pump_started = true;
-                relay(c, in, &h, host);
+                /* A client done sending still gets its answer: the server
+                 * inside ends it, or the idle bound does. */
+                if (relay(c, in, &h, host))
+                        while (!atomic_load(&c->closing) && !atomic_load(&c->px->stop) &&
+                               (int64_t)time_now_mono_ms() < atomic_load(&c->active_ms) + IDLE_TIMEOUT_MS)
+                                usleep(POLL_MS * 1000);
         }
         free(rewritten);
         atomic_store(&c->closing, true);
@@ -764,6 +791,10 @@ static void *accept_main(void *arg) {
                         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, c->peer, sizeof c->peer);
                 struct timeval tv = { .tv_sec = STALL_TIMEOUT_MS / 1000 };
                 setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+                /* An answer arrives in the channel's pieces: each goes at
+                 * once, not held for the client's delayed ACK. */
+                int one = 1;
+                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                 pthread_mutex_lock(&conns_lock);
                 bool room = n_conns < MAX_CONNS, peer_room = peer_count_locked(c->peer) < MAX_CONNS_PER_PEER;
                 if (room && peer_room) {
@@ -831,4 +862,13 @@ void preview_proxy_stop(PreviewProxy *px) {
         }
         pthread_mutex_unlock(&conns_lock);
         free(px);
+}
+
+void preview_proxy_forget_sandbox(App *app, const char *sandbox_id) {
+        if (!app->previews)
+                return;
+        int rc = previews_remove(app->previews, sandbox_id, 0);
+        if (rc < 0)
+                log_warn(NULL, "removing the previews of deleted sandbox %s: %s", sandbox_id, strerror(-rc));
+        preview_proxy_close(sandbox_id, 0);
 }

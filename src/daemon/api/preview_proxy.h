@@ -9,7 +9,7 @@
  * (WebSockets) run on as bytes. Bounds: connections in all and per peer
  * address, the head's size and the time it may take to arrive.
  */
-#include "daemon/api/api_previews.h"
+#include "daemon/http/http.h"
 
 typedef struct PreviewProxy PreviewProxy;
 
@@ -21,3 +21,6 @@ void preview_proxy_stop(PreviewProxy *px);
 /* Closes the open connections of a preview (port 0: of every preview of
  * the sandbox), on deletion, rotation or a change of visibility. */
 void preview_proxy_close(const char *sandbox_id, unsigned port);
+/* A deleted sandbox's previews go with it: their records, and their open
+ * connections. */
+void preview_proxy_forget_sandbox(App *app, const char *sandbox_id);

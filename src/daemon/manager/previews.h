@@ -24,6 +24,18 @@
 /* The longest life a token or a preview's TTL may ask: seven days. */
 #define PREVIEW_MAX_TTL_SECONDS (7 * 86400)
 
+/* Where previews are reached: http(s)://PORT-SANDBOX.DOMAIN[:PORT]. */
+typedef struct PreviewSite {
+        char domain[254];
+        unsigned public_port; /* the port in the URLs; 80 or 443 is left out */
+        bool https;           /* URLs say https (TLS ends at a proxy in front) */
+} PreviewSite;
+
+/* The query argument and cookie that carry a private preview's token, and
+ * its header. */
+#define PREVIEW_TOKEN_ARG "runtime_preview_token"
+#define PREVIEW_TOKEN_HEADER "x-runtime-preview-token"
+
 typedef struct Previews Previews;
 
 int previews_open(const StoreBackend *b, const char *location, const uint8_t seal_key[SEAL_KEY_LEN],

@@ -36,13 +36,14 @@ from .errors import (
     UnavailableError,
     WebhookVerificationError,
 )
-from .sandbox import Audit, Events, Files, Network, Otel, Runtime, Sandbox, Secrets, Snapshots, Webhooks
+from .sandbox import Audit, Events, Files, Network, Otel, Previews, Runtime, Sandbox, Secrets, Snapshots, Webhooks
 
 # What a first call of the blocking client does not need is imported when first named:
 # ``withruntime.AsyncSandbox`` or ``from withruntime import AsyncSandbox`` loads it then.
 _LAZY = {
     "AsyncSandbox": "async_sandbox",
     "AsyncFiles": "async_sandbox",
+    "AsyncPreviews": "async_sandbox",
     "AsyncNetwork": "async_sandbox",
     "AsyncSecrets": "async_sandbox",
     "AsyncSnapshots": "async_sandbox",
@@ -61,8 +62,8 @@ _LAZY = {
 if TYPE_CHECKING:
     from ._terminal import AsyncTerminal, Terminal
     from ._tunnel import AsyncPortForward, PortForward
-    from .async_sandbox import (AsyncAudit, AsyncEvents, AsyncFiles, AsyncNetwork, AsyncOtel, AsyncRuntime,
-                                AsyncSandbox, AsyncSecrets, AsyncSnapshots, AsyncWebhooks)
+    from .async_sandbox import (AsyncAudit, AsyncEvents, AsyncFiles, AsyncNetwork, AsyncOtel, AsyncPreviews,
+                                AsyncRuntime, AsyncSandbox, AsyncSecrets, AsyncSnapshots, AsyncWebhooks)
     from .webhooks import verify_webhook
 
 
@@ -87,6 +88,8 @@ __all__ = [
     "AsyncSandbox",
     "Files",
     "AsyncFiles",
+    "Previews",
+    "AsyncPreviews",
     "Network",
     "AsyncNetwork",
     "Secrets",

@@ -457,6 +457,65 @@ class SandboxOps:
         info = yield Call(self._http.request, "GET", sandbox_path(self.id, f"/processes/{process_id}"))
         return self._process_class(self._http, self.id, info)
 
+class PreviewsOps:
+    """``sbx.previews``: ports of the sandbox shared at a host name of their own
+    (``http://PORT-SANDBOX.DOMAIN``, served by the daemon's preview listener). Each answer is
+    the preview as a dict: ``url``, ``token`` (None for a public one), ``urlWithToken`` (what
+    a browser opens), ``tokenExpiresAt``, ``expiresAt``, ``visibility``, ``port``."""
+
+    def _base(self) -> str:
+        return sandbox_path(self._sbx.id, "/previews")
+
+    def create(self, port: int, *, visibility: Optional[str] = None, ttl_seconds: Optional[int] = None,
+               expires_at: Optional[str] = None, embed_origins: Optional[Sequence[str]] = None,
+               idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+        """Shares ``port`` (1 to 65535), or changes the visibility and end of the preview
+        already there. ``visibility`` is "private" (the default: a token is needed) or
+        "public". ``ttl_seconds`` and ``expires_at`` (an ISO time in UTC) end the preview; with
+        both, the earlier. ``embed_origins`` may only be empty on a self-hosted daemon."""
+        body: Dict[str, Any] = {"port": int(port)}
+        if visibility is not None:
+            body["visibility"] = visibility
+        if ttl_seconds is not None:
+            body["ttlSeconds"] = int(ttl_seconds)
+        if expires_at is not None:
+            body["expiresAt"] = expires_at
+        if embed_origins is not None:
+            body["embedOrigins"] = list(embed_origins)
+        out: Dict[str, Any] = yield Call(self._sbx._http.request, "POST", PreviewsOps._base(self), json_body=body,
+                                         headers=idempotency_headers(idempotency_key))
+        return out
+
+    def list(self) -> List[Dict[str, Any]]:
+        """Every shared port, each private one with a fresh token."""
+        return list((yield Call(self._sbx._http.request, "GET", PreviewsOps._base(self)))["data"])
+
+    def get(self, port: int, *, ttl_seconds: Optional[int] = None,
+            expires_at: Optional[str] = None) -> Dict[str, Any]:
+        """The preview of ``port``, its token ending no later than ``ttl_seconds`` from now or
+        ``expires_at`` when given."""
+        params: Dict[str, Any] = {}
+        if ttl_seconds is not None:
+            params["ttlSeconds"] = int(ttl_seconds)
+        if expires_at is not None:
+            params["expiresAt"] = expires_at
+        out: Dict[str, Any] = yield Call(self._sbx._http.request, "GET", f"{PreviewsOps._base(self)}/{int(port)}",
+                                         params=params or None)
+        return out
+
+    def rotate(self, port: int) -> Dict[str, Any]:
+        """Refuses every token made for ``port`` so far, closes its connections and returns the
+        preview with a new token."""
+        out: Dict[str, Any] = yield Call(self._sbx._http.request, "POST", f"{PreviewsOps._base(self)}/{int(port)}:rotate",
+                                         json_body={})
+        return out
+
+    def delete(self, port: int) -> Dict[str, Any]:
+        """Stops sharing ``port``; its open connections are closed before this returns."""
+        out: Dict[str, Any] = yield Call(self._sbx._http.request, "DELETE", f"{PreviewsOps._base(self)}/{int(port)}")
+        return out
+
+
 class FilesOps:
     """File operations inside one sandbox. Relative paths are relative to ``/workspace``."""
 

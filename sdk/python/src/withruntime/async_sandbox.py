@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, Optional, Type, Union  # noqa: F401
 
 from ._config import resolve_api_key, resolve_endpoint
-from ._core import FilesOps, NetworkOps, RuntimeOps, SandboxOps, SecretsOps, SnapshotsOps
+from ._core import FilesOps, NetworkOps, PreviewsOps, RuntimeOps, SandboxOps, SecretsOps, SnapshotsOps
 from ._drive import arun, awaitable, awaitable_iter
 from ._http import AsyncHTTP, websocket_headers
 from ._models import CLIENT_OPTIONS, SandboxInfo, build_create_body
@@ -72,6 +72,7 @@ class AsyncSandbox(SandboxInfo):
         self._keep = keep
         self._set_data(data)
         self.files = AsyncFiles(self)
+        self.previews = AsyncPreviews(self)
 
     @functools.cached_property
     def interpreter(self) -> AsyncInterpreter:
@@ -155,6 +156,20 @@ class AsyncSandbox(SandboxInfo):
         started."""
         target = terminal_target(self.id, cols, rows, command, cwd, user, process_id)
         return await AsyncTerminal(AsyncWebSocket(self._http.endpoint, target, websocket_headers(self._http.api_key)))._start()
+
+
+class AsyncPreviews:
+    """Ports of one sandbox shared at a host name of their own, awaitable."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sbx = sandbox
+
+    _base = PreviewsOps._base
+    create = awaitable(PreviewsOps.create)
+    list = awaitable(PreviewsOps.list)
+    get = awaitable(PreviewsOps.get)
+    rotate = awaitable(PreviewsOps.rotate)
+    delete = awaitable(PreviewsOps.delete)
 
 
 class AsyncFiles:

@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Type
 
 from ._config import resolve_api_key, resolve_endpoint
-from ._core import FilesOps, NetworkOps, RuntimeOps, SandboxOps, SecretsOps, SnapshotsOps
+from ._core import FilesOps, NetworkOps, PreviewsOps, RuntimeOps, SandboxOps, SecretsOps, SnapshotsOps
 from ._drive import blocking, blocking_iter, run
 from ._http import SyncHTTP, websocket_headers
 from ._models import SandboxInfo
@@ -45,6 +45,7 @@ class Sandbox(SandboxInfo):
         self._keep = keep
         self._set_data(data)
         self.files = Files(self)
+        self.previews = Previews(self)
 
     @functools.cached_property
     def interpreter(self) -> Interpreter:
@@ -160,6 +161,20 @@ class Files:
     download_url = blocking(FilesOps.download_url)
     upload_url = blocking(FilesOps.upload_url)
     revoke_links = blocking(FilesOps.revoke_links)
+
+
+class Previews:
+    """Ports of one sandbox shared at a host name of their own (docs/previews.md)."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sbx = sandbox
+
+    _base = PreviewsOps._base
+    create = blocking(PreviewsOps.create)
+    list = blocking(PreviewsOps.list)
+    get = blocking(PreviewsOps.get)
+    rotate = blocking(PreviewsOps.rotate)
+    delete = blocking(PreviewsOps.delete)
 
 
 class Network(Dict[str, Any]):
