@@ -30,6 +30,7 @@
 #include "daemon/api/api_links.h"
 #include "daemon/api/api_previews.h"
 #include "daemon/api/preview_proxy.h"
+#include "daemon/http/preview_tls.h"
 #include "daemon/api/api_terminal.h"
 #include "daemon/api/api_tunnel.h"
 #include "daemon/model/auth.h"
@@ -91,6 +92,7 @@ typedef struct Daemon {
         Previews *previews;
         PreviewSite preview_site;
         int preview_fd;
+        PreviewTls *preview_tls; /* --preview-tls-dir; NULL: plain HTTP */
         char preview_listening[512];
         PreviewProxy *preview_proxy;
         int64_t sample_interval_s;
@@ -701,9 +703,17 @@ static int open_preview_listener(Daemon *d, const DaemonOptions *o) {
                           d->preview_fd == -EINVAL || d->preview_fd >= 0 ? "not ADDR:PORT" : strerror(-d->preview_fd));
                 return 1;
         }
+        if (o->preview_tls_dir) {
+                char why[512] = "";
+                int r = preview_tls_load(o->preview_tls_dir, &d->preview_tls, why, sizeof why);
+                if (r < 0) {
+                        log_error(NULL, "--preview-tls-dir %s: %s", o->preview_tls_dir, why[0] ? why : strerror(-r));
+                        return 2;
+                }
+        }
         snprintf(d->preview_site.domain, sizeof d->preview_site.domain, "%s", domain);
         d->preview_site.public_port = o->preview_public_port ? o->preview_public_port : (unsigned)port;
-        d->preview_site.https = o->preview_https;
+        d->preview_site.https = o->preview_https || d->preview_tls;
         return 0;
 }
 
@@ -1084,7 +1094,8 @@ static int serve(Daemon *d) {
         if (d->preview_fd >= 0) {
                 int preview_fd = d->preview_fd;
                 d->preview_fd = -1;
-                if ((r = preview_proxy_start(&d->app, preview_fd, &d->preview_proxy)) < 0) {
+                if ((r = preview_proxy_start(&d->app, preview_fd, d->preview_tls ? preview_tls_ctx(d->preview_tls) : NULL,
+                                             &d->preview_proxy)) < 0) {
                         close(preview_fd);
                         log_error(NULL, "cannot serve previews: %s", strerror(-r));
                         return 1;
@@ -1136,6 +1147,7 @@ static void stop(Daemon *d) {
         terminal_close_all();
         tunnel_close_all();
         preview_proxy_stop(d->preview_proxy);
+        preview_tls_free(d->preview_tls);
         http_server_stop(d->http);
         http_server_free(d->http);
         forward_set_tls(NULL);

@@ -150,6 +150,10 @@ static const OptionSpec options[] = {
           .help = "the port preview URLs name, when a proxy in front listens on another (80 and 443 are left out)" },
         { .name = "preview-https", .kind = OPTION_SWITCH, FIELD(preview_https),
           .help = "preview URLs say https: a proxy in front ends TLS (docs/previews.md)" },
+        { .name = "preview-tls-dir", .kind = OPTION_STRING, .arg = "DIR", FIELD(preview_tls_dir),
+          .def_text = "none: plain HTTP",
+          .help = "the preview listener speaks TLS: DIR holds cert.pem (for *.DOMAIN, its chain after it) and "
+                  "key.pem (mode 0600); preview URLs then say https" },
 
         HEADING("Drivers"),
         { .name = "driver", .kind = OPTION_STRING, .arg = "auto|NAME", FIELD(driver), .def_str = "auto",

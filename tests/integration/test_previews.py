@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -169,6 +170,11 @@ def get(pdaemon, url_or_host: str, path: str = "/", headers: dict | None = None)
         return c.get(f"http://127.0.0.1:{pdaemon.preview_port}{path}", headers={"Host": host, **(headers or {})})
 
 
+def name_of(sid: str, port: int = 8000, domain: str = "localhost") -> str:
+    """A preview's host name: the sandbox id spelled sbx-HEX (a host name has no underscore)."""
+    return f"{port}-sbx-{sid.removeprefix('sbx_')}.{domain}"
+
+
 def status_of(resp: bytes) -> int:
     assert resp.startswith(b"HTTP/1.1 "), resp[:200]
     return int(resp[9:12])
@@ -195,7 +201,7 @@ print(json.dumps({"private": private, "listed": listed, "capped": capped, "publi
 """, args=[sbx.id], timeout=300)
     p = got["private"]
     port = pdaemon.preview_port
-    assert p["url"] == f"http://8000-{sbx.id}.localhost:{port}", p
+    assert p["url"] == f"http://{name_of(sbx.id)}:{port}", p
     assert p["visibility"] == "private" and p["port"] == 8000 and p["sandboxId"] == sbx.id
     assert p["token"] and p["urlWithToken"] == f"{p['url']}/?runtime_preview_token={p['token']}"
     assert [x["port"] for x in got["listed"]] == [8000]
@@ -392,7 +398,10 @@ def test_bad_input(pdaemon, papi):
     pa = papi.post(f"/v1/sandboxes/{a.id}/previews", json={"port": 8000}).json()
     papi.post(f"/v1/sandboxes/{b.id}/previews", json={"port": 8000}).raise_for_status()
     ha = host_of(pa["url"])
-    hb = f"8000-{b.id}.localhost:{pdaemon.preview_port}"
+    # B's name as the URLs spell it, and with the id's own underscore (taken too).
+    hb = f"{name_of(b.id)}:{pdaemon.preview_port}"
+    assert get(pdaemon, f"8000-{b.id}.localhost", headers={"x-runtime-preview-token": papi.get(
+        f"/v1/sandboxes/{b.id}/previews/8000").json()["token"]}).status_code == 200
     ok_head = lambda host: f"GET / HTTP/1.1\r\nHost: {host}\r\nx-runtime-preview-token: {pa['token']}\r\n"
 
     # A's token on B's host name: refused; a host that names no preview; a port out of range.
@@ -582,8 +591,81 @@ asyncio.run(main())
                        timeout=300, cwd="/", env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     ep = json.loads(r.stdout.strip().splitlines()[-1])
-    assert ep["host"] == f"8000-{sbx.id}.localhost" and ep["port"] == pdaemon.preview_port and not ep["tls"]
+    assert ep["host"] == name_of(sbx.id) and ep["port"] == pdaemon.preview_port and not ep["tls"]
     assert ep["query"].startswith("runtime_preview_token=")
     ok = get(pdaemon, f"{ep['host']}:{ep['port']}", path="/?" + ep["query"])
     assert ok.status_code == 200 and "hello from the sandbox" in ok.text
     assert get(pdaemon, f"{ep['host']}:{ep['port']}").status_code == 401
+
+
+# ---------------------------------------------------------------------------
+# TLS on the listener, with the operator's certificate
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    r = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, (args, r.stderr[-2000:])
+
+
+def test_tls_with_the_operators_certificate(build_dir, image_dir, tmp_path):
+    """--preview-tls-dir: a wildcard certificate of a CA of the test's own for *.preview.localhost;
+    the URL says https and the client verifies the name; plain HTTP on the port gets nothing; a key
+    readable by others stops the daemon at its start."""
+    d = tmp_path / "tls"
+    d.mkdir()
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+             "-subj", "/CN=runtime-test-preview-ca", "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=preview",
+             "-keyout", "key.pem", "-out", "host.csr", cwd=d)
+    (d / "san.ext").write_text("subjectAltName=DNS:*.preview.localhost\n")
+    _openssl("x509", "-req", "-in", "host.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+             "-extfile", "san.ext", "-out", "cert.pem", cwd=d)
+    os.chmod(d / "key.pem", 0o644)
+    port = free_port()
+    args = ["--preview-listen", f"127.0.0.1:{port}", "--preview-domain", "preview.localhost", "--preview-tls-dir",
+            str(d)]
+    from helpers import Daemon, DaemonError
+    refused = Daemon(build_dir, image_dir, tmp_path / "refused", f"runtime-test-{os.getpid()}-ptls-bad",
+                     extra_args=args)
+    with pytest.raises(DaemonError, match="key.pem"):
+        refused.start(timeout=30)
+    os.chmod(d / "key.pem", 0o600)
+    t = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-ptls", extra_args=args)
+    try:
+        skip_unless_driver(t, "namespace")
+        with Api(t) as api:
+            sbx = api.create_sandbox(driver="namespace")
+            start_app(api, sbx.id)
+            pv = api.post(f"/v1/sandboxes/{sbx.id}/previews", json={"port": 8000}).json()
+            name = name_of(sbx.id, domain="preview.localhost")
+            assert pv["url"] == f"https://{name}:{port}", pv
+            ctx = ssl.create_default_context(cafile=str(d / "ca.pem"))
+            raw_sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+            s = ctx.wrap_socket(raw_sock, server_hostname=name)  # the name is checked here
+            s.sendall(f"GET / HTTP/1.1\r\nHost: {name}:{port}\r\nx-runtime-preview-token: {pv['token']}\r\n"
+                      "Connection: close\r\n\r\n".encode())
+            resp = b""
+            while chunk := s.recv(65536):
+                resp += chunk
+            s.close()
+            assert status_of(resp) == 200 and b"hello from the sandbox" in resp
+            # The query form sets a Secure cookie over TLS.
+            q = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=20), server_hostname=name)
+            q.sendall(f"GET /?runtime_preview_token={pv['token']} HTTP/1.1\r\nHost: {name}\r\n"
+                      "Connection: close\r\n\r\n".encode())
+            resp = b""
+            while chunk := q.recv(65536):
+                resp += chunk
+            q.close()
+            assert b"; Secure" in resp.split(b"\r\n\r\n")[0], resp[:600]
+            # Plain HTTP on the TLS port: closed without an answer.
+            p = socket.create_connection(("127.0.0.1", port), timeout=15)
+            p.sendall(f"GET / HTTP/1.1\r\nHost: {name}\r\n\r\n".encode())
+            try:
+                got = p.recv(4096)
+            except ConnectionResetError:
+                got = b""
+            p.close()
+            assert not got.startswith(b"HTTP/"), got[:200]
+    finally:
+        _finish_daemon(t)

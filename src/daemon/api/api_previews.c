@@ -105,8 +105,10 @@ static void url_of(const PreviewSite *site, const StorePreview *p, char *buf, si
         char port[8] = "";
         if (!default_port)
                 snprintf(port, sizeof port, ":%u", site->public_port);
-        snprintf(buf, n, "%s://%u-%s.%s%s", site->https ? "https" : "http", p->port, p->sandbox_id, site->domain,
-                 port);
+        /* sbx-HEX: a host name has no underscore (preview_proxy.c reads
+         * both spellings). */
+        const char *hex = strncmp(p->sandbox_id, "sbx_", 4) == 0 ? p->sandbox_id + 4 : p->sandbox_id;
+        snprintf(buf, n, "%s://%u-sbx-%s.%s%s", site->https ? "https" : "http", p->port, hex, site->domain, port);
 }
 
 /* The preview as the API shows it, a private one with a token valid until

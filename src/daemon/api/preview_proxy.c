@@ -10,6 +10,9 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -53,6 +56,8 @@ typedef struct Conn {
         pthread_t thread, pump;
         bool pump_started;
         ChanStream *s;
+        SSL *ssl;                 /* NULL: plain HTTP */
+        pthread_mutex_t io;       /* ssl: its reader and writer take turns */
         atomic_bool closing;
         _Atomic int64_t active_ms; /* the last byte either way (monotonic) */
         char cookie[256];          /* Set-Cookie for the first answer; "": none */
@@ -61,6 +66,7 @@ typedef struct Conn {
 struct PreviewProxy {
         App *app;
         int fd;
+        SSL_CTX *tls; /* NULL: plain HTTP */
         pthread_t accept_thread;
         atomic_bool stop;
 };
@@ -100,15 +106,108 @@ void preview_proxy_close(const char *sandbox_id, unsigned port) {
         pthread_mutex_unlock(&conns_lock);
 }
 
-/* ---- writing to the client ---- */
+/* ---- the client's socket (non-blocking), plain or TLS ---- */
+
+/* Waits until the socket is ready for events, up to deadline_ms: 1; 0
+ * when the connection is being closed; -ETIMEDOUT. */
+static int wait_fd(Conn *c, short events, int64_t deadline_ms) {
+        for (;;) {
+                if (atomic_load(&c->closing) || atomic_load(&c->px->stop))
+                        return 0;
+                int64_t left = deadline_ms - (int64_t)time_now_mono_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct pollfd p = { .fd = c->fd, .events = events };
+                int k = poll(&p, 1, left < POLL_MS ? (int)left : POLL_MS);
+                if (k > 0)
+                        return 1;
+                if (k < 0 && errno != EINTR)
+                        return 0;
+        }
+}
+
+/* One read: > 0, 0 at the end (or a TLS error), -EAGAIN. */
+static ssize_t io_recv(Conn *c, void *buf, size_t n) {
+        if (!c->ssl) {
+                ssize_t r = recv(c->fd, buf, n, 0);
+                if (r < 0)
+                        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : 0;
+                return r;
+        }
+        pthread_mutex_lock(&c->io);
+        ERR_clear_error();
+        int r = SSL_read(c->ssl, buf, n > INT_MAX ? INT_MAX : (int)n);
+        int e = r > 0 ? SSL_ERROR_NONE : SSL_get_error(c->ssl, r);
+        pthread_mutex_unlock(&c->io);
+        if (r > 0)
+                return r;
+        return e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? -EAGAIN : 0;
+}
+
+/* One write: > 0, -EAGAIN, -EPIPE. */
+static ssize_t io_send(Conn *c, const void *buf, size_t n) {
+        if (!c->ssl) {
+                ssize_t w = send(c->fd, buf, n, MSG_NOSIGNAL);
+                if (w < 0)
+                        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -EPIPE;
+                return w > 0 ? w : -EPIPE;
+        }
+        pthread_mutex_lock(&c->io);
+        ERR_clear_error();
+        int w = SSL_write(c->ssl, buf, n > INT_MAX ? INT_MAX : (int)n);
+        int e = w > 0 ? SSL_ERROR_NONE : SSL_get_error(c->ssl, w);
+        pthread_mutex_unlock(&c->io);
+        if (w > 0)
+                return w;
+        return e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? -EAGAIN : -EPIPE;
+}
+
+/* Bytes TLS decrypted already, which no poll of the socket shows. */
+static bool io_pending(Conn *c) {
+        if (!c->ssl)
+                return false;
+        pthread_mutex_lock(&c->io);
+        bool pending = SSL_pending(c->ssl) > 0;
+        pthread_mutex_unlock(&c->io);
+        return pending;
+}
+
+/* The TLS handshake, within the head's time. */
+static bool io_handshake(Conn *c) {
+        int64_t deadline = (int64_t)time_now_mono_ms() + HEAD_TIMEOUT_MS;
+        for (;;) {
+                ERR_clear_error();
+                int r = SSL_accept(c->ssl);
+                if (r == 1)
+                        return true;
+                int e = SSL_get_error(c->ssl, r);
+                if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+                        return false;
+                if (wait_fd(c, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline) <= 0)
+                        return false;
+        }
+}
+
+/* The end of what this side sends: TLS's close_notify, then the socket's. */
+static void io_shutdown_write(Conn *c) {
+        if (c->ssl) {
+                pthread_mutex_lock(&c->io);
+                (void)SSL_shutdown(c->ssl);
+                pthread_mutex_unlock(&c->io);
+        }
+        (void)shutdown(c->fd, SHUT_WR);
+}
 
 static int send_all(Conn *c, const void *buf, size_t n) {
         const char *p = buf;
         while (n > 0) {
-                ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
-                if (w < 0 && errno == EINTR)
+                ssize_t w = io_send(c, p, n);
+                if (w == -EAGAIN) {
+                        if (wait_fd(c, POLLOUT, (int64_t)time_now_mono_ms() + STALL_TIMEOUT_MS) <= 0)
+                                return -EPIPE;
                         continue;
-                if (w <= 0)
+                }
+                if (w < 0)
                         return -EPIPE;
                 p += w;
                 n -= (size_t)w;
@@ -144,37 +243,24 @@ typedef struct Input {
         size_t len;
 } Input;
 
-/* Waits up to timeout_ms for bytes (or the end): 1, 0 at EOF or when the
- * connection is being closed, -ETIMEDOUT. */
-static int wait_readable(Conn *c, int64_t deadline_ms) {
-        for (;;) {
-                if (atomic_load(&c->closing) || atomic_load(&c->px->stop))
-                        return 0;
-                int64_t left = deadline_ms - (int64_t)time_now_mono_ms();
-                if (left <= 0)
-                        return -ETIMEDOUT;
-                struct pollfd p = { .fd = c->fd, .events = POLLIN };
-                int k = poll(&p, 1, left < POLL_MS ? (int)left : POLL_MS);
-                if (k > 0)
-                        return 1;
-                if (k < 0 && errno != EINTR)
-                        return 0;
-        }
-}
-
-/* More bytes into in: > 0, 0 at EOF, -ETIMEDOUT. */
+/* More bytes into in: > 0, 0 at EOF or when the connection is being
+ * closed, -ETIMEDOUT. */
 static ssize_t read_more(Conn *c, Input *in, int64_t deadline_ms) {
-        int k = wait_readable(c, deadline_ms);
-        if (k <= 0)
-                return k;
-        ssize_t n = recv(c->fd, in->buf + in->len, PREVIEW_HEAD_MAX - in->len, 0);
-        if (n < 0)
-                return errno == EINTR || errno == EAGAIN ? read_more(c, in, deadline_ms) : 0;
-        in->len += (size_t)n;
-        in->buf[in->len] = '\0';
-        if (n > 0)
-                atomic_store(&c->active_ms, (int64_t)time_now_mono_ms());
-        return n;
+        for (;;) {
+                if (!io_pending(c)) {
+                        int k = wait_fd(c, POLLIN, deadline_ms);
+                        if (k <= 0)
+                                return k;
+                }
+                ssize_t n = io_recv(c, in->buf + in->len, PREVIEW_HEAD_MAX - in->len);
+                if (n == -EAGAIN)
+                        continue;
+                in->len += (size_t)n;
+                in->buf[in->len] = '\0';
+                if (n > 0)
+                        atomic_store(&c->active_ms, (int64_t)time_now_mono_ms());
+                return n;
+        }
 }
 
 /* A whole head: 0 and *h; -ETIMEDOUT (408), -EMSGSIZE (431), -EINVAL
@@ -241,6 +327,11 @@ static int parse_host(const PreviewSite *site, PreviewSpan host, char *ret_id, s
                 ret_id[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
         }
         ret_id[n] = '\0';
+        /* URLs spell the id sbx-HEX: an underscore is not a host name's
+         * character, and TLS wildcard matches refuse it. sbx_HEX is taken
+         * too. */
+        if (n > 4 && memcmp(ret_id, "sbx-", 4) == 0)
+                ret_id[3] = '_';
         if (!route_sandbox_id_ok(ret_id))
                 return -ENOENT;
         if (port < 1 || port > 65535)
@@ -561,16 +652,16 @@ static void refuse(Conn *c, unsigned status, const char *title, const char *fmt,
         /* A lingering close: what the client still sends is read and
          * dropped for a moment, so that its socket does not reset before
          * it has read the page. */
-        (void)shutdown(c->fd, SHUT_WR);
+        io_shutdown_write(c);
         char sink[4096];
         size_t drained = 0;
         int64_t until = (int64_t)time_now_mono_ms() + 500;
         while (drained < 256 * 1024) {
-                int64_t left = until - (int64_t)time_now_mono_ms();
-                struct pollfd p = { .fd = c->fd, .events = POLLIN };
-                if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+                if (!io_pending(c) && wait_fd(c, POLLIN, until) <= 0)
                         break;
-                ssize_t n = recv(c->fd, sink, sizeof sink, 0);
+                ssize_t n = io_recv(c, sink, sizeof sink);
+                if (n == -EAGAIN)
+                        continue;
                 if (n <= 0)
                         break;
                 drained += (size_t)n;
@@ -760,7 +851,16 @@ out:
 
 static void *conn_main(void *arg) {
         Conn *c = arg;
-        serve(c);
+        if (c->px->tls) {
+                c->ssl = SSL_new(c->px->tls);
+                /* A client that fails the handshake (plain HTTP on the TLS
+                 * port, a scanner) is closed without an answer. */
+                if (c->ssl && SSL_set_fd(c->ssl, c->fd) == 1 && io_handshake(c))
+                        serve(c);
+        } else
+                serve(c);
+        SSL_free(c->ssl);
+        pthread_mutex_destroy(&c->io);
         close(c->fd);
         conn_unlink(c);
         free(c);
@@ -775,7 +875,7 @@ static void *accept_main(void *arg) {
                         continue;
                 struct sockaddr_storage sa;
                 socklen_t sl = sizeof sa;
-                int fd = accept4(px->fd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC);
+                int fd = accept4(px->fd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (fd < 0)
                         continue;
                 Conn *c = calloc(1, sizeof(*c));
@@ -785,12 +885,11 @@ static void *accept_main(void *arg) {
                 }
                 c->px = px;
                 c->fd = fd;
+                pthread_mutex_init(&c->io, NULL);
                 if (sa.ss_family == AF_INET)
                         inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, c->peer, sizeof c->peer);
                 else if (sa.ss_family == AF_INET6)
                         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, c->peer, sizeof c->peer);
-                struct timeval tv = { .tv_sec = STALL_TIMEOUT_MS / 1000 };
-                setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
                 /* An answer arrives in the channel's pieces: each goes at
                  * once, not held for the client's delayed ACK. */
                 int one = 1;
@@ -804,11 +903,14 @@ static void *accept_main(void *arg) {
                 }
                 pthread_mutex_unlock(&conns_lock);
                 if (!room || !peer_room) {
-                        refuse(c, 503, "Too many connections",
-                               peer_room ? "this server has %d preview connections open; try again shortly"
-                                         : "your address has %d preview connections open, the most one may",
-                               peer_room ? MAX_CONNS : MAX_CONNS_PER_PEER);
+                        /* Over TLS a page would need a handshake first: closed. */
+                        if (!px->tls)
+                                refuse(c, 503, "Too many connections",
+                                       peer_room ? "this server has %d preview connections open; try again shortly"
+                                                 : "your address has %d preview connections open, the most one may",
+                                       peer_room ? MAX_CONNS : MAX_CONNS_PER_PEER);
                         close(fd);
+                        pthread_mutex_destroy(&c->io);
                         free(c);
                         continue;
                 }
@@ -818,6 +920,7 @@ static void *accept_main(void *arg) {
                 if (pthread_create(&c->thread, &attr, conn_main, c) != 0) {
                         close(fd);
                         conn_unlink(c);
+                        pthread_mutex_destroy(&c->io);
                         free(c);
                 }
                 pthread_attr_destroy(&attr);
@@ -825,12 +928,13 @@ static void *accept_main(void *arg) {
         return NULL;
 }
 
-int preview_proxy_start(App *app, int fd, PreviewProxy **ret) {
+int preview_proxy_start(App *app, int fd, void *tls, PreviewProxy **ret) {
         PreviewProxy *px = calloc(1, sizeof(*px));
         if (!px)
                 return -ENOMEM;
         px->app = app;
         px->fd = fd;
+        px->tls = tls;
         int r = pthread_create(&px->accept_thread, NULL, accept_main, px);
         if (r != 0) {
                 free(px);

@@ -14,8 +14,8 @@
 typedef struct PreviewProxy PreviewProxy;
 
 /* Serves previews on fd (a listening socket; taken) for app, in threads of
- * its own. */
-int preview_proxy_start(App *app, int fd, PreviewProxy **ret);
+ * its own; over TLS with tls (an SSL_CTX: preview_tls.h) unless NULL. */
+int preview_proxy_start(App *app, int fd, void *tls, PreviewProxy **ret);
 /* Stops accepting, closes every connection and waits for their threads. */
 void preview_proxy_stop(PreviewProxy *px);
 /* Closes the open connections of a preview (port 0: of every preview of
