@@ -30,6 +30,7 @@
 #include "daemon/http/preview_head.h"
 #include "daemon/http/http.h"
 #include "daemon/manager/agent_client.h"
+#include "daemon/manager/fleet.h"
 #include "daemon/manager/previews.h"
 #include "daemon/manager/sandbox.h"
 
@@ -712,6 +713,19 @@ static bool admit(Conn *c, App *app, const PreviewHead *h, const StorePreview *p
         return true;
 }
 
+/* The host that runs the sandbox when it is another one (a fleet), in
+ * ret; "" otherwise. */
+static void runs_elsewhere(App *app, const KeyInfo *key, const char *sandbox_id, char *ret, size_t n) {
+        SandboxRow row;
+        SandboxError se;
+        if (!app->fleet || sandbox_get(app->manager, key, sandbox_id, &row, &se) < 0)
+                return;
+        const char *self = fleet_host_id(app->fleet);
+        if (row.state == SANDBOX_RUNNING && row.host_id[0] && self && strcmp(row.host_id, self) != 0)
+                snprintf(ret, n, "%s", row.host_id);
+        sandbox_row_done(&row);
+}
+
 /* Connects c->s to the preview's port inside; false once the refusal was
  * sent. */
 static bool connect_port(Conn *c, Sandbox *sb) {
@@ -809,8 +823,18 @@ static void serve(Conn *c) {
         Sandbox *sb = NULL;
         SandboxError se;
         if (sandbox_acquire(app->manager, &key, c->sandbox_id, &sb, &se) < 0) {
+                char elsewhere[64] = "";
+                if (se.kind != SANDBOX_ERR_NOT_FOUND)
+                        runs_elsewhere(app, &key, c->sandbox_id, elsewhere, sizeof elsewhere);
                 if (se.kind == SANDBOX_ERR_NOT_FOUND)
                         refuse(c, 404, "No preview here", "sandbox %s does not exist (any more)", c->sandbox_id);
+                else if (elsewhere[0])
+                        /* Not forwarded: the connection is relayed by the host
+                         * whose agent channel reaches the sandbox. */
+                        refuse(c, 503, "Served by another host",
+                               "sandbox %s runs on host %s, and its previews are served by that host's preview "
+                               "listener: point this preview's name at it (docs/previews.md, \"A fleet\")",
+                               c->sandbox_id, elsewhere);
                 else
                         refuse(c, 503, "Sandbox not running",
                                "sandbox %s is not running, so port %u cannot answer: %s. Its owner can start it "
