@@ -883,10 +883,12 @@ static void *conn_main(void *arg) {
                         serve(c);
         } else
                 serve(c);
+        /* Out of the list before its descriptor closes: a close of the
+         * preview must never shut down a number another connection got. */
+        conn_unlink(c);
         SSL_free(c->ssl);
         pthread_mutex_destroy(&c->io);
         close(c->fd);
-        conn_unlink(c);
         free(c);
         return NULL;
 }
