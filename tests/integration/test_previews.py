@@ -467,6 +467,17 @@ def test_bad_input(pdaemon, papi):
     got = slow.recv(4096)
     assert status_of(got) == 408 and 8 < time.monotonic() - t0 < 20
     slow.close()
+    # One address holds at most 64 connections: the next gets a page saying so, and once they
+    # close, a request goes through again.
+    held = [socket.create_connection(("127.0.0.1", pdaemon.preview_port), timeout=15) for _ in range(64)]
+    time.sleep(0.5)
+    over = raw(pdaemon, ok_head(ha).encode() + b"\r\n")
+    assert status_of(over) == 503 and b"64" in over, over[:300]
+    for h in held:
+        h.close()
+    time.sleep(0.5)
+    assert get(pdaemon, ha, headers={"x-runtime-preview-token": pa["token"]}).status_code == 200
+
     # B was never touched by any of it.
     assert papi.exec(b.id, command="true")["exitCode"] == 0
 
