@@ -1078,6 +1078,7 @@ static void stop(Daemon *d) {
         tunnel_close_all();
         http_server_stop(d->http);
         http_server_free(d->http);
+        forward_pool_drain();
         forward_set_tls(NULL);
         hop_tls_free(d->hop_tls);
         proc_table_free(d->procs);
