@@ -138,6 +138,8 @@ typedef enum RouteKind {
         ROUTE_SNAPSHOT_DELETE,
         ROUTE_SNAPSHOT_DELETE_POST,
         ROUTE_PROC_RESIZE,
+        ROUTE_MCP,
+        ROUTE_MCP_END,
         _ROUTE_MAX,
 } RouteKind;
 
@@ -164,6 +166,7 @@ struct App {
         struct RequestCounts *requests; /* the API answers counted; NULL: not counted */
         struct Otel *otel;              /* the OpenTelemetry exports; NULL: not offered */
         struct FileLinks *links;        /* the signed file links; NULL: not offered */
+        struct McpSessions *mcp;        /* the MCP endpoint's sessions */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when

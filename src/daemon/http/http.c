@@ -878,7 +878,7 @@ static int owner_admit(HttpServer *s, Req *r, ApiError *e) {
                                  s->owner_max);
         if (rc < 0)
                 return api_error(e, 500, "internal", NULL, "out of memory");
-        if (d->body == HTTP_BODY_JSON || d->body == HTTP_BODY_JSON_OR_EMPTY) {
+        if (d->body == HTTP_BODY_JSON || d->body == HTTP_BODY_JSON_OR_EMPTY || d->body == HTTP_BODY_RAW) {
                 const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
                 if (cl && strtoull(cl, NULL, 10) > body_limit(d))
                         return body_too_large(e, d);

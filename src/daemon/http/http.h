@@ -43,6 +43,7 @@ typedef enum HttpBody {
         HTTP_BODY_JSON,          /* a JSON object, parsed into r->json */
         HTTP_BODY_JSON_OR_EMPTY, /* the same, an empty body being {} */
         HTTP_BODY_STREAM,        /* raw bytes handed to the route's upload as they come */
+        HTTP_BODY_RAW,           /* the bytes whole in r->body, bounded, for a handler that parses them itself */
 } HttpBody;
 
 /* A route whose body streams: begin on the request's first call (after
