@@ -144,6 +144,15 @@ def test_sdk_lists_and_calls_every_tool(daemon, api, drv):
 
     sid = asyncio.run(_with_session(_url(daemon), daemon.api_key, body))
     assert api.get(f"/v1/sandboxes/{sid}").status_code == 404
+    # The audit trail has each tool that changed something, with its sandbox; reads and pings
+    # are not in it, as a GET is not.
+    trail = api.get("/v1/audit", params={"sandboxId": sid, "limit": 100}).json()["events"]
+    tools = [e["detail"]["tool"] for e in reversed(trail) if e["action"] == "mcp.call"]
+    assert tools[0] == "create_sandbox" and tools[-2:] == ["delete_sandbox", "exec"], tools
+    assert set(tools) == {"create_sandbox", "exec", "write_file", "delete_sandbox"}, tools
+    # The exec after the delete failed (not_found), and says so.
+    failed = [e for e in trail if e["action"] == "mcp.call" and e["detail"].get("isError")]
+    assert [e["detail"]["tool"] for e in failed] == ["exec"], failed
 
 
 # ---------------------------------------------------------------------------

@@ -238,6 +238,9 @@ static int arg_sandbox(ToolCtx *c, const char **id, json_t **ret) {
                                    "sandboxId must be sbx_ and 20 hex digits");
                 return -EINVAL;
         }
+        /* The audit record names the sandbox asked for, as a REST route's
+         * path does, found or not. */
+        snprintf(c->r->audit_sandbox_id, sizeof c->r->audit_sandbox_id, "%s", *id);
         return 0;
 }
 
@@ -280,7 +283,6 @@ static int acquire(ToolCtx *c, const char *id, Sandbox **sb, json_t **ret) {
                 *ret = tool_sandbox_error(&se);
                 return -EINVAL;
         }
-        snprintf(c->r->audit_sandbox_id, sizeof c->r->audit_sandbox_id, "%s", id);
         return 0;
 }
 
@@ -353,7 +355,6 @@ static json_t *tool_delete(ToolCtx *c) {
         SandboxError se;
         if (sandbox_delete(c->r->app->manager, &c->r->key, id, c->r->rid, &se) < 0)
                 return tool_sandbox_error(&se);
-        snprintf(c->r->audit_sandbox_id, sizeof c->r->audit_sandbox_id, "%s", id);
         return tool_ok(c->version, json_pack("{s:s,s:s}", "id", id, "state", "deleted"));
 }
 
@@ -880,8 +881,15 @@ static json_t *handle_tools_call(Req *r, McpVersion v, McpMessage *m) {
                 return mcp_error(m->id, MCP_INVALID_PARAMS, "unknown tool %.64s: tools/list names them", name);
         _cleanup_json_ json_t *empty = json_object();
         ToolCtx c = { .r = r, .version = v, .args = json_is_object(args) ? args : empty };
-        req_audit_note(r, "tool", t->name);
+        /* A tool that changes something is in the audit trail (as mcp.call,
+         * with the tool and the sandbox); a read is not, as a GET is not. */
+        if (!t->read_only) {
+                r->audit_skip = false;
+                req_audit_note(r, "tool", t->name);
+        }
         json_t *res = t->run(&c);
+        if (res && json_is_true(json_object_get(res, "isError")))
+                req_audit_note_json(r, "isError", json_true());
         if (!res)
                 return mcp_error(m->id, MCP_INTERNAL_ERROR, "the tool failed inside the daemon; its log says why");
         return mcp_result(m->id, res);
@@ -957,6 +965,7 @@ static json_t *check_headers(Req *r, unsigned *ret_status) {
 
 enum MHD_Result handle_mcp_post(Req *r) {
         unsigned status = 400;
+        r->audit_skip = true; /* until a tool that changes something runs */
         json_t *bad = check_headers(r, &status);
         if (bad)
                 return reply_rpc(r, status, bad, NULL);

@@ -130,7 +130,7 @@ const HttpRoute api_routes[] = {
          * checks the key's access as its REST route does. Its body may be
          * a JSON-RPC batch, an array: the handler parses it. No GET: the
          * transport's server-sent stream is not offered, which a 405 says. */
-        { .kind = ROUTE_MCP, .name = "mcp", .method = "POST", .path = "/mcp", .access = HTTP_ACCESS_READ,
+        { .kind = ROUTE_MCP, .name = "mcp_call", .method = "POST", .path = "/mcp", .access = HTTP_ACCESS_READ,
           .body = HTTP_BODY_RAW, .handler = handle_mcp_post, .max_body = MCP_MAX_BODY,
           .too_large_hint = "send at most 4 MiB: write larger files with the REST API" },
         R(ROUTE_MCP_END, "mcp_end", "DELETE", "/mcp", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_mcp_delete),

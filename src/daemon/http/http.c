@@ -614,7 +614,7 @@ static void client_text(Req *r, char *buf, size_t n) {
  * opens a WebSocket, of a known key, served here (one forwarded on is the
  * owner host's to record). */
 static void audit_request(HttpServer *s, Req *r, unsigned status) {
-        if (!s->audit || !r->route.def || !r->key.id[0] || r->fwd || !status)
+        if (!s->audit || !r->route.def || !r->key.id[0] || r->fwd || !status || r->audit_skip)
                 return;
         if (strcmp(r->method, "GET") == 0 && status != 101)
                 return;

@@ -161,6 +161,9 @@ struct Req {
         bool owner_counted; /* one of its owner's requests in progress */
         bool http11;        /* an HTTP/1.1 request: its connection may be kept alive */
         ReqLink link;
+        /* The handler found nothing worth an audit record (an MCP ping, a
+         * listing, a read). */
+        bool audit_skip;
 };
 
 /* Names one detail of the request for its audit record ("command": the
