@@ -19,7 +19,6 @@
 #include "daemon/api/api_mcp.h"
 #include "daemon/http/request.h"
 #include "daemon/manager/agent_client.h"
-#include "daemon/manager/output.h"
 #include "daemon/model/mcp_rpc.h"
 #include "proto/proto.h"
 
@@ -358,82 +357,6 @@ static json_t *tool_delete(ToolCtx *c) {
         return tool_ok(c->version, json_pack("{s:s,s:s}", "id", id, "state", "deleted"));
 }
 
-/* Runs an exec to its end, its output's tail kept per stream, as the REST
- * exec does without `stream`: a timeout is a result, a client that left
- * cancels it, an agent that stops answering fails the sandbox. */
-static json_t *exec_collect(ToolCtx *c, Sandbox *sb, ChanStream *s, size_t max_out, int64_t timeout_ms) {
-        uint64_t deadline = time_now_mono_ms() + (uint64_t)timeout_ms + (uint64_t)sandbox_driver_heartbeat_ms(sb);
-        int64_t paused0 = sandbox_paused_ms(sb);
-        int sock = req_socket(c->r);
-        TailBuf bufs[3];
-        tailbuf_init(&bufs[PROTO_FD_OUT], max_out);
-        tailbuf_init(&bufs[PROTO_FD_ERR], max_out);
-        _cleanup_json_ json_t *result = NULL;
-        json_t *ret = NULL;
-        bool closed = false, gone = false, wedged = false;
-        while (!result && !closed) {
-                ChanEvent ev;
-                int rc = chan_stream_next(s, POLL_MS, &ev);
-                if (rc == -ETIMEDOUT) {
-                        if (socket_hung_up(sock)) {
-                                gone = true;
-                                break;
-                        }
-                        if (time_now_mono_ms() > deadline + (uint64_t)(sandbox_paused_ms(sb) - paused0)) {
-                                wedged = true;
-                                break;
-                        }
-                        continue;
-                }
-                if (rc < 0) {
-                        closed = true;
-                        break;
-                }
-                if (ev.type == CHAN_EV_DATA && (ev.fd == PROTO_FD_OUT || ev.fd == PROTO_FD_ERR))
-                        tailbuf_append(&bufs[ev.fd], ev.data, ev.len);
-                else if (ev.type == CHAN_EV_RESULT)
-                        result = json_incref(ev.json);
-                else if (ev.type == CHAN_EV_CLOSED)
-                        closed = true;
-                chan_event_clear(&ev);
-        }
-        if (gone || wedged) {
-                chan_stream_cancel(s);
-                if (wedged) {
-                        log_error(c->r->rid, "the agent of %s gave no result in time: failing the sandbox",
-                                  sandbox_id(sb));
-                        sandbox_fail(sb, "its agent stopped answering (starved or stuck)");
-                        ret = tool_failed("unavailable", "create a new sandbox",
-                                          "the sandbox stopped answering and was stopped");
-                }
-        } else if (closed) {
-                ret = tool_failed("conflict", "create a new sandbox", "sandbox %s stopped while the command ran",
-                                  sandbox_id(sb));
-        } else if (agent_result_error(result, NULL)) {
-                ApiError e = { 0 };
-                api_agent_error(result, NULL, &e);
-                ret = tool_api_error(&e);
-        } else {
-                size_t ol, el;
-                _cleanup_free_ char *out = tailbuf_text(&bufs[PROTO_FD_OUT], &ol);
-                _cleanup_free_ char *err = tailbuf_text(&bufs[PROTO_FD_ERR], &el);
-                json_t *ec = json_object_get(result, "exitCode");
-                if (json_is_integer(ec))
-                        req_audit_note_json(c->r, "exitCode", json_copy(ec));
-                if (out && err)
-                        ret = tool_ok(c->version,
-                                      json_pack("{s:O,s:s%,s:s%,s:b,s:b,s:b,s:I}", "exitCode", ec ? ec : json_null(),
-                                                "stdout", out, ol, "stderr", err, el, "timedOut",
-                                                json_is_true(json_object_get(result, "timedOut")), "stdoutTruncated",
-                                                bufs[PROTO_FD_OUT].truncated, "stderrTruncated",
-                                                bufs[PROTO_FD_ERR].truncated, "durationMs",
-                                                (json_int_t)json_integer_value(json_object_get(result, "durationMs"))));
-        }
-        tailbuf_done(&bufs[PROTO_FD_OUT]);
-        tailbuf_done(&bufs[PROTO_FD_ERR]);
-        return ret;
-}
-
 static json_t *tool_exec(ToolCtx *c) {
         static const char *const known[] = { "sandboxId", "command", "cwd", "env", "timeoutMs", "maxOutputBytes",
                                              NULL };
@@ -450,15 +373,15 @@ static json_t *tool_exec(ToolCtx *c) {
                 return tool_failed("invalid_request", "redirect large output to a file and read_file a part",
                                    "maxOutputBytes must be at most %u", MCP_MAX_OUTPUT);
         /* The REST exec's parser over the tool's fields. */
-        _cleanup_json_ json_t *body = json_deep_copy(c->args);
-        if (!body)
+        _cleanup_json_ json_t *fields = json_deep_copy(c->args);
+        if (!fields)
                 return NULL;
-        json_object_del(body, "sandboxId");
-        if (!mo && json_object_set_new(body, "maxOutputBytes", json_integer(MCP_DEFAULT_OUTPUT)) < 0)
+        json_object_del(fields, "sandboxId");
+        if (!mo && json_object_set_new(fields, "maxOutputBytes", json_integer(MCP_DEFAULT_OUTPUT)) < 0)
                 return NULL;
         ApiError e = { 0 };
         ExecRequest q;
-        if (request_parse_exec(body, &q, &e) < 0)
+        if (request_parse_exec(fields, &q, &e) < 0)
                 return e.code ? tool_api_error(&e) : NULL;
         api_audit_command(c->r, &q);
         Sandbox *sb;
@@ -466,21 +389,20 @@ static json_t *tool_exec(ToolCtx *c) {
                 exec_request_done(&q);
                 return err;
         }
-        _cleanup_json_ json_t *areq = api_exec_request(&q, sb);
-        ChanStream *s = NULL;
-        json_t *ret = NULL;
-        if (!areq)
-                ret = NULL;
-        else if (api_open_stream(sb, areq, &s, &e) < 0)
-                ret = tool_api_error(&e);
-        else {
-                chan_stream_close_write(s); /* no stdin: the command reads its end */
-                ret = exec_collect(c, sb, s, q.max_output_bytes, q.timeout_ms);
-        }
-        chan_stream_free(s);
-        sandbox_release(sb);
+        /* The REST exec's run: the same bounds, timeout, cancellation when
+         * the client leaves, and failing of a sandbox whose agent went
+         * silent. */
+        json_t *body = NULL;
+        int rc = api_exec_run(sb, &q, req_socket(c->r), c->r->rid, &body, &e);
         exec_request_done(&q);
-        return ret;
+        if (rc == -EPIPE)
+                return tool_failed("cancelled", NULL, "the client left");
+        if (rc < 0)
+                return e.code ? tool_api_error(&e) : NULL;
+        json_t *ec = json_object_get(body, "exitCode");
+        if (json_is_integer(ec))
+                req_audit_note_json(c->r, "exitCode", json_copy(ec));
+        return tool_ok(c->version, body);
 }
 
 /* One request-response op on a sandbox (a listing). 0 and *ret_result, or
