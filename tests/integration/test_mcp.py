@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from helpers import Api, assert_error
+from test_fleet_forward import pair  # noqa: F401 (a fixture: two hosts on one PostgreSQL)
 
 mcp = pytest.importorskip("mcp", reason="the MCP Python SDK (tests/requirements.txt: mcp) is not installed")
 from mcp import ClientSession  # noqa: E402
@@ -410,3 +411,34 @@ def test_sessions_bounded_per_owner(daemon, api, raw):
     for s in rest:
         assert "result" in s.call("ping")
     assert "result" in bystander.call("ping")
+
+
+# ---------------------------------------------------------------------------
+# A fleet: the endpoint serves the sandboxes of the host it is asked on
+
+
+def test_fleet_another_hosts_sandbox_is_named_not_touched(pair, raw):
+    """A sandbox that host a runs, asked of host b's /mcp: exec, reads and delete say which host
+    runs it and touch nothing (the REST API forwards; this endpoint does not); host a's /mcp
+    serves it."""
+    from test_fleet_forward import _on_a
+    a, b = pair
+    with Api(a) as ca:
+        sbx = _on_a(pair, ca, driver="namespace")
+        on_b = Raw(b, b.api_key)
+        try:
+            for name, args in [("exec", {"sandboxId": sbx.id, "command": "touch /workspace/x"}),
+                               ("read_file", {"sandboxId": sbx.id, "path": "/etc/hostname"}),
+                               ("delete_sandbox", {"sandboxId": sbx.id})]:
+                res = on_b.tool(name, args)
+                assert res["isError"] is True, (name, res)
+                assert "runs on host fwd-a" in res["content"][0]["text"], (name, res)
+        finally:
+            on_b.close()
+        assert ca.sandbox(sbx.id)["state"] == "running"
+        on_a = Raw(a, a.api_key)
+        try:
+            out = on_a.tool("exec", {"sandboxId": sbx.id, "command": "ls /workspace"})
+            assert out["structuredContent"] == {**out["structuredContent"], "exitCode": 0, "stdout": ""}
+        finally:
+            on_a.close()

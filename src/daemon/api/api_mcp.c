@@ -276,8 +276,31 @@ static json_t *full_access_refused(ToolCtx *c) {
         return tool_failed("forbidden", "use a key with full access", "this key has read access only");
 }
 
+/* In a fleet, a sandbox another host runs is that host's to serve: the
+ * REST routes forward to it, this endpoint says where it is. Its owner's
+ * only: another owner's sandbox is not found, here as anywhere. */
+static int on_this_host(ToolCtx *c, const char *id, json_t **ret) {
+        Fleet *fleet = c->r->app->fleet;
+        if (!fleet || fleet_runs_here(fleet, id) || (fleet_alone(fleet) && fleet_single(fleet)))
+                return 0;
+        SandboxRow row;
+        if (db_sandbox_get(c->r->app->db, id, &row) < 0)
+                return 0; /* not found, or unreadable: the manager says so */
+        const char *self = fleet_host_id(fleet);
+        bool elsewhere = row.owner && strcmp(row.owner, c->r->key.owner) == 0 && row.host_id[0] &&
+                         strcmp(row.host_id, self) != 0 && row.state != SANDBOX_LOST;
+        if (elsewhere)
+                *ret = tool_failed("unavailable", "connect the MCP client to that host's /mcp, or use the REST API, "
+                                   "which forwards",
+                                   "sandbox %s runs on host %s", id, row.host_id);
+        sandbox_row_done(&row);
+        return elsewhere ? -EREMOTE : 0;
+}
+
 static int acquire(ToolCtx *c, const char *id, Sandbox **sb, json_t **ret) {
         SandboxError se;
+        if (on_this_host(c, id, ret) < 0)
+                return -EREMOTE;
         if (sandbox_acquire(c->r->app->manager, &c->r->key, id, sb, &se) < 0) {
                 *ret = tool_sandbox_error(&se);
                 return -EINVAL;
@@ -350,6 +373,8 @@ static json_t *tool_delete(ToolCtx *c) {
         const char *id;
         json_t *err = full_access_refused(c);
         if (err || args_known(c->args, known, &err) < 0 || arg_sandbox(c, &id, &err) < 0)
+                return err;
+        if (on_this_host(c, id, &err) < 0)
                 return err;
         SandboxError se;
         if (sandbox_delete(c->r->app->manager, &c->r->key, id, c->r->rid, &se) < 0)
