@@ -28,6 +28,7 @@
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
 #include "daemon/api/api_links.h"
+#include "daemon/api/api_mcp.h"
 #include "daemon/api/api_terminal.h"
 #include "daemon/api/api_tunnel.h"
 #include "daemon/model/auth.h"
@@ -82,6 +83,7 @@ typedef struct Daemon {
         RequestCounts *requests;
         Otel *otel;
         FileLinks *links;
+        McpSessions *mcp;
         HttpLinks http_links; /* how the server checks a link: the handlers' functions over app */
         int64_t sample_interval_s;
         char fleet_secret[FORWARD_MAX_SECRET + 1]; /* "" : none */
@@ -947,6 +949,10 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 log_error(NULL, "making the process table: out of memory");
                 return 1;
         }
+        if (!(d->mcp = mcp_sessions_new())) {
+                log_error(NULL, "making the MCP sessions' table: out of memory");
+                return 1;
+        }
         if (proc_table_set_owner_max(d->procs, d->cfg.max_processes_per_owner) < 0)
                 log_warn(NULL, "max-processes-per-owner %u is outside 1..%u: keeping %u",
                          d->cfg.max_processes_per_owner, PROC_OWNER_RUNNING_MAX,
@@ -998,7 +1004,7 @@ static int serve(Daemon *d) {
                         .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events,
                         .webhooks = d->webhooks, .audit = d->audit, .samples = d->samples,
                         .sample_interval_s = d->sample_interval_s, .requests = d->requests,
-                        .otel = d->otel, .links = d->links };
+                        .otel = d->otel, .links = d->links, .mcp = d->mcp };
         /* Before the API serves: every create sees the pool or none. */
         char why[512] = "";
         int r = manager_start_warm_pool(d->manager, why, sizeof why);
@@ -1082,6 +1088,7 @@ static void stop(Daemon *d) {
         forward_set_tls(NULL);
         hop_tls_free(d->hop_tls);
         proc_table_free(d->procs);
+        mcp_sessions_free(d->mcp);
         fleet_free(d->fleet);
         manager_free(d->manager);
         otel_close(d->otel);
