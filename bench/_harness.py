@@ -88,10 +88,12 @@ def per_driver(api: Api, drivers: str, results: dict, **create) -> Iterator[tupl
         api.delete(f"/v1/sandboxes/{sbx.id}")
 
 
-def start_hosts(tmp: Path, image_dir: str, n: int, tag: str, extra_args: list[str]) -> list[Daemon]:
+def start_hosts(tmp: Path, image_dir: str, n: int, tag: str, extra_args: list[str],
+                per_host=None) -> list[Daemon]:
     """n daemons of this tree's build, host ids <tag>-<i>, each with a state directory under tmp
     and a cgroup of its own. The first makes the admin key and the secrets key; the others get
-    them as an operator hands them every host of a fleet."""
+    them as an operator hands them every host of a fleet. per_host(i), when given, adds host i's
+    own arguments."""
     hosts: list[Daemon] = []
     try:
         for i in range(n):
@@ -102,7 +104,7 @@ def start_hosts(tmp: Path, image_dir: str, n: int, tag: str, extra_args: list[st
                     (state / name).write_text((hosts[0].state_dir / name).read_text())
                     os.chmod(state / name, 0o600)
             d = Daemon(REPO / "build", Path(image_dir), state, f"runtime-bench-{tag}-{i}-{os.getpid()}",
-                       extra_args=[*extra_args, "--host-id", f"{tag}-{i}"])
+                       extra_args=[*extra_args, *(per_host(i) if per_host else []), "--host-id", f"{tag}-{i}"])
             d.start()
             hosts.append(d)
     except BaseException:

@@ -6,7 +6,7 @@ run on the bare host after the same pause, and beside both back to back.
     sudo python3 bench/quiet_exec.py --image-dir /var/lib/runtime/images        # writes its section
     sudo python3 bench/quiet_exec.py --runs 20 --out - --image-dir ...           # print the section
 
-Per command (`true`, `python3 -c 'print(6*7)'`) and round: a random pause of 20-50 ms, the exec
+Per command (`true`, `python3 -c 'print(6*7)'`, the same with Debian's /usr/bin/python3) and round: a random pause of 20-50 ms, the exec
 through the API (plain HTTP, the buffered exec), another pause, the same argv as a subprocess on
 the host; the two take turns going first. Then the same pairs back to back. Medians, p95s and the
 ratio sandbox/host of the medians. Needs root, a built tree (it runs `make`) and the default image.
@@ -29,7 +29,10 @@ from sections import emit  # noqa: E402
 
 BEGIN = "<!-- quiet exec benchmark: begin (bench/quiet_exec.py) -->"
 END = "<!-- quiet exec benchmark: end -->"
-COMMANDS = {"true": ["true"], "python3 -c 'print(6*7)'": ["python3", "-c", "print(6*7)"]}
+# The host's `python3` may be another build with its own site-packages; /usr/bin/python3 is
+# Debian's on both sides (the image's release and the host's), like for like.
+COMMANDS = {"true": ["true"], "python3 -c 'print(6*7)'": ["python3", "-c", "print(6*7)"],
+            "/usr/bin/python3 -c 'print(6*7)'": ["/usr/bin/python3", "-c", "print(6*7)"]}
 
 
 def sandbox_once(api: Api, sid: str, argv: list[str]) -> float:
@@ -68,7 +71,8 @@ def render(results: dict, args) -> str:
              f"{args.runs} of each, interleaved; quiet: a pause of 20-50 ms before every call, as an agent's "
              "calls come; back to back: no pause. ms; ratio: sandbox p50 / host p50. `python3` is the "
              "image's in the sandbox and the host's own on the host, which need not be the same build (a "
-             "host's python3 with many site packages starts slower): `true` is the sandbox's own cost.", "",
+             "host's python3 with many site packages starts slower); `/usr/bin/python3` is Debian's build "
+             "on both sides, like for like. `true` is the sandbox's own cost.", "",
              "| command | calls | sandbox p50 | sandbox p95 | host p50 | host p95 | ratio |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     if "error" in results:

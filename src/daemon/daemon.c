@@ -28,6 +28,7 @@
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
 #include "daemon/api/api_links.h"
+#include "daemon/api/api_mcp.h"
 #include "daemon/api/api_previews.h"
 #include "daemon/api/preview_proxy.h"
 #include "daemon/http/preview_tls.h"
@@ -86,6 +87,7 @@ typedef struct Daemon {
         RequestCounts *requests;
         Otel *otel;
         FileLinks *links;
+        McpSessions *mcp;
         HttpLinks http_links; /* how the server checks a link: the handlers' functions over app */
         /* Previews (--preview-listen): their records, where they are
          * reached, and their listener (bound before the store opens). */
@@ -1003,6 +1005,10 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 log_error(NULL, "making the process table: out of memory");
                 return 1;
         }
+        if (!(d->mcp = mcp_sessions_new())) {
+                log_error(NULL, "making the MCP sessions' table: out of memory");
+                return 1;
+        }
         if (proc_table_set_owner_max(d->procs, d->cfg.max_processes_per_owner) < 0)
                 log_warn(NULL, "max-processes-per-owner %u is outside 1..%u: keeping %u",
                          d->cfg.max_processes_per_owner, PROC_OWNER_RUNNING_MAX,
@@ -1054,7 +1060,7 @@ static int serve(Daemon *d) {
                         .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events,
                         .webhooks = d->webhooks, .audit = d->audit, .samples = d->samples,
                         .sample_interval_s = d->sample_interval_s, .requests = d->requests,
-                        .otel = d->otel, .links = d->links, .previews = d->previews,
+                        .otel = d->otel, .links = d->links, .mcp = d->mcp, .previews = d->previews,
                         .preview_site = &d->preview_site };
         /* Before the API serves: every create sees the pool or none. */
         char why[512] = "";
@@ -1150,9 +1156,11 @@ static void stop(Daemon *d) {
         preview_tls_free(d->preview_tls);
         http_server_stop(d->http);
         http_server_free(d->http);
+        forward_pool_drain();
         forward_set_tls(NULL);
         hop_tls_free(d->hop_tls);
         proc_table_free(d->procs);
+        mcp_sessions_free(d->mcp);
         fleet_free(d->fleet);
         manager_free(d->manager);
         otel_close(d->otel);

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import _finish_daemon, _need_root
-from helpers import REPO, Daemon, DaemonError, assert_error, tail
+from helpers import REPO, Daemon, DaemonError, assert_error, tail, wait_until
 
 import pytest
 
@@ -55,7 +55,9 @@ def test_settings_from_the_file_take_effect(build_dir, image_dir, tmp_path):
         pytest.fail(str(e), pytrace=False)
     try:
         assert (state / "admin.key").exists() and (state / "runtime.db").exists()
-        assert f"listening on http://127.0.0.1:{d.port}" in tail(d.log_path)
+        # The server answers before the line is logged: wait for it, not for a guess.
+        wait_until(lambda: f"listening on http://127.0.0.1:{d.port}" in tail(d.log_path), 10,
+                   what="the log's listening line")
         with d.client() as c:
             info = c.get("/v1/info").json()
             assert info["limits"]["maxVcpu"] == 3, info["limits"]

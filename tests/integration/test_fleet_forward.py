@@ -341,3 +341,28 @@ for i in range(4):
 print(json.dumps(seen))
 """, timeout=240)
     assert got == [["42\n", "hello %d" % i, "running", True] for i in range(4)], got
+
+
+def test_the_hop_keeps_its_connection_alive(pair):
+    # Calls through b one after another travel on one kept-alive connection to a (the same local
+    # port each time); one idle past the pool's 2 s is not used again.
+    from helpers.fleet import hop_ports
+    a, b = pair
+    with Api(a) as on_a:
+        sbx = _on_a(pair, on_a, driver="namespace", timeoutSeconds=300)
+    # The test's own connection to a is closed: what is left at a's port is b's hop.
+    wait_until(lambda: not hop_ports(a.port), 10, what="no connection to a but the hop's")
+    try:
+        with Api(b, key=a.api_key) as via_b:
+            seen = set()
+            for _ in range(5):
+                assert via_b.exec(sbx.id, command="true")["exitCode"] == 0
+                seen |= hop_ports(a.port)
+            assert len(seen) == 1, seen
+            time.sleep(2.5)
+            assert via_b.exec(sbx.id, command="true")["exitCode"] == 0
+            now = hop_ports(a.port)
+            assert len(now) == 1 and now.isdisjoint(seen), (seen, now)
+    finally:
+        with Api(a) as on_a:
+            on_a.delete(f"/v1/sandboxes/{sbx.id}")

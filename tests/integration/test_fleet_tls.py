@@ -12,7 +12,6 @@ import itertools
 import os
 import socket
 import ssl
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -22,35 +21,10 @@ import pytest
 
 from conftest import _finish_daemon, _start_daemon
 from helpers import Api, Daemon, DaemonError, assert_error, free_port, read_until, wait_until
+from helpers.tls import fleet_ca as _ca, fleet_host_dir as _host_dir
 
 SECRET = "fleet-" + uuid.uuid4().hex
 _N = itertools.count()
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    r = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, (args, r.stderr[-2000:])
-
-
-def _ca(d: Path) -> Path:
-    d.mkdir(parents=True, exist_ok=True)
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
-             "-subj", "/CN=runtime-test-fleet-ca", "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
-    return d
-
-
-def _host_dir(ca: Path, d: Path, san: str, trust: Path | None = None) -> Path:
-    """A --fleet-tls-dir: a certificate of ca for san, and the CA the host trusts (ca's own unless
-    trust names another)."""
-    d.mkdir(parents=True, exist_ok=True)
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=host",
-             "-keyout", "key.pem", "-out", "host.csr", cwd=d)
-    (d / "san.ext").write_text(f"subjectAltName={san}\n")
-    _openssl("x509", "-req", "-in", "host.csr", "-CA", str(ca / "ca.pem"), "-CAkey", str(ca / "ca.key"),
-             "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "cert.pem", cwd=d)
-    (d / "ca.pem").write_text(((trust or ca) / "ca.pem").read_text())
-    os.chmod(d / "key.pem", 0o600)
-    return d
 
 
 def _pair(build_dir, image_dir, tmp_path, postgres, dirs: list[Path]):
@@ -244,3 +218,19 @@ def test_bad_files_and_options_stop_a_host_at_its_start(build_dir, image_dir, tm
     (tls / "key.pem").write_text((other / "key.pem").read_text())
     (tls / "cert.pem").write_text((other / "cert.pem").read_text())
     _refused(build_dir, image_dir, tmp_path / "k3", secret + good, "ca.pem holds no CA certificate")
+
+
+def test_the_tls_hop_keeps_its_connection_alive(tls_pair, postgres):
+    # One TLS connection (one handshake) carries calls through b one after another.
+    from helpers.fleet import hop_ports
+    a, b = tls_pair
+    with Api(b) as cb:
+        sbx = _on(postgres, a, cb)
+        try:
+            seen = set()
+            for _ in range(5):
+                assert cb.exec(sbx.id, command="true")["exitCode"] == 0
+                seen |= hop_ports(a.hop_port)
+            assert len(seen) == 1, seen
+        finally:
+            cb.delete(f"/v1/sandboxes/{sbx.id}")

@@ -143,6 +143,8 @@ typedef enum RouteKind {
         ROUTE_SNAPSHOT_DELETE,
         ROUTE_SNAPSHOT_DELETE_POST,
         ROUTE_PROC_RESIZE,
+        ROUTE_MCP,
+        ROUTE_MCP_END,
         _ROUTE_MAX,
 } RouteKind;
 
@@ -169,6 +171,7 @@ struct App {
         struct RequestCounts *requests; /* the API answers counted; NULL: not counted */
         struct Otel *otel;              /* the OpenTelemetry exports; NULL: not offered */
         struct FileLinks *links;        /* the signed file links; NULL: not offered */
+        struct McpSessions *mcp;        /* the MCP endpoint's sessions */
         struct Previews *previews;      /* the previews; NULL: not offered (no --preview-listen) */
         const struct PreviewSite *preview_site; /* where previews are reached */
 };
@@ -197,6 +200,12 @@ int api_req_user(json_t *req, Sandbox *sb);
 /* Processes, shared by the exec and process handlers. The agent's exec
  * request for an exec or spawn body on sb. */
 json_t *api_exec_request(const ExecRequest *q, Sandbox *sb);
+/* Runs the exec q on sb (the reference taken; q's stdin taken) to its end,
+ * as POST .../{id}:exec without stream answers it: 0 and *ret its body
+ * {exitCode, stdout, stderr, timedOut, ...}; -EPIPE when the client on sock
+ * left (the command was cancelled); else a negative value with e filled
+ * (e->code NULL: out of memory). */
+int api_exec_run(Sandbox *sb, ExecRequest *q, int sock, const char *rid, json_t **ret, ApiError *e);
 /* Starts a process for the body q on the route's sandbox, with the
  * request's Idempotency-Key. */
 int api_process_start(Req *r, const ExecRequest *q, Proc **ret, bool *ret_replayed, ApiError *e);

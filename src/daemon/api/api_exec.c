@@ -140,7 +140,10 @@ static void observe_result(json_t *res) {
 
 /* ---- buffered ---- */
 
-static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t timeout_ms) {
+/* Waits for the exec's end, its output's tail kept per stream: 0 and *ret
+ * the answer's body; -EPIPE when the client left (the command cancelled);
+ * -EIO with e filled; -ENOMEM. x stays the caller's. */
+static int exec_collect(ExecRun *x, size_t max_out, int64_t timeout_ms, json_t **ret, ApiError *e) {
         /* The agent enforces timeoutMs; this deadline only guards against an
          * agent that stopped answering, which gets as long past the
          * timeout as its driver's heartbeat gives it to answer at all:
@@ -197,9 +200,9 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
                 }
                 chan_event_clear(&ev);
         }
-        enum MHD_Result ret;
+        int rc = 0;
         if (wedged) {
-                log_error(r->rid, "the agent of %s gave no result in time: failing the sandbox", sandbox_id(x->sb));
+                log_error(x->rid, "the agent of %s gave no result in time: failing the sandbox", sandbox_id(x->sb));
                 atomic_store(&x->cancelled, true);
                 chan_stream_cancel(x->stream);
                 drain_after_cancel(x);
@@ -207,25 +210,22 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
                  * grace (a fork bomb starving it of CPU) leaves a sandbox
                  * nobody can use: it is ended rather than left half alive. */
                 sandbox_fail(x->sb, "its agent stopped answering (starved or stuck)");
-                ApiError e;
-                api_error(&e, 503, "unavailable", "create a new sandbox",
+                api_error(e, 503, "unavailable", "create a new sandbox",
                           "the sandbox stopped answering and was stopped");
-                ret = reply_error(r, &e);
+                rc = -EIO;
         } else if (gone) {
-                log_info(r->rid, "client left during exec on %s: cancelling", sandbox_id(x->sb));
+                log_info(x->rid, "client left during exec on %s: cancelling", sandbox_id(x->sb));
                 atomic_store(&x->cancelled, true);
                 chan_stream_cancel(x->stream);
                 drain_after_cancel(x);
-                ret = MHD_NO;
+                rc = -EPIPE;
         } else if (closed) {
-                ApiError e;
-                api_error(&e, 409, "conflict", "create a new sandbox", "sandbox %s stopped while the command ran",
+                api_error(e, 409, "conflict", "create a new sandbox", "sandbox %s stopped while the command ran",
                           sandbox_id(x->sb));
-                ret = reply_error(r, &e);
+                rc = -EIO;
         } else if (agent_result_error(result, NULL)) {
-                ApiError e;
-                api_agent_error(result, NULL, &e);
-                ret = reply_error(r, &e);
+                api_agent_error(result, NULL, e);
+                rc = -EIO;
         } else {
                 observe_result(result);
                 size_t ol, el;
@@ -233,8 +233,6 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
                 json_t *body = NULL;
                 if (out && err) {
                         json_t *ec = json_object_get(result, "exitCode");
-                        if (json_is_integer(ec))
-                                req_audit_note_json(r, "exitCode", json_copy(ec));
                         body = json_pack("{s:O,s:s%,s:s%,s:b,s:b,s:b,s:I}", "exitCode", ec ? ec : json_null(),
                                          "stdout", out, ol, "stderr", err, el, "timedOut",
                                          json_is_true(json_object_get(result, "timedOut")), "stdoutTruncated",
@@ -247,13 +245,55 @@ static enum MHD_Result exec_buffered(Req *r, ExecRun *x, size_t max_out, int64_t
                 }
                 free(out);
                 free(err);
-                ret = body ? reply_json(r, 200, body) : reply_internal(r);
+                *ret = body;
+                rc = body ? 0 : -ENOMEM;
         }
         json_decref(result);
         tailbuf_done(&bufs[1]);
         tailbuf_done(&bufs[2]);
+        return rc;
+}
+
+/* An exec's run on sb (the reference taken): its agent stream open and its
+ * stdin (taken from q) on the way. */
+static int exec_start(Sandbox *sb, ExecRequest *q, int sock, const char *rid, ExecRun **ret, ApiError *e) {
+        ExecRun *x = calloc(1, sizeof(*x));
+        if (!x) {
+                sandbox_release(sb);
+                return -ENOMEM;
+        }
+        snprintf(x->rid, sizeof(x->rid), "%s", rid);
+        x->sb = sb;
+        x->sock = sock;
+        atomic_init(&x->cancelled, false);
+        _cleanup_json_ json_t *areq = api_exec_request(q, sb);
+        if (!areq) {
+                exec_run_free(x);
+                return -ENOMEM;
+        }
+        if (api_open_stream(sb, areq, &x->stream, e) < 0) {
+                exec_run_free(x);
+                return -EIO;
+        }
+        if (q->has_stdin) {
+                x->stdin_data = TAKE_PTR(q->stdin_data);
+                x->stdin_len = q->stdin_len;
+                int rc = send_stdin(x);
+                if (rc < 0)
+                        log_warn(rid, "sending stdin to %s: %s", sandbox_id(sb), strerror(-rc));
+        }
+        *ret = x;
+        return 0;
+}
+
+int api_exec_run(Sandbox *sb, ExecRequest *q, int sock, const char *rid, json_t **ret, ApiError *e) {
+        ExecRun *x;
+        int rc = exec_start(sb, q, sock, rid, &x, e);
+        if (rc < 0)
+                return rc;
+        rc = exec_collect(x, q->max_output_bytes, q->timeout_ms, ret, e);
         exec_run_free(x);
-        return ret;
+        return rc;
 }
 
 /* ---- streamed ---- */
@@ -402,40 +442,24 @@ enum MHD_Result handle_exec(Req *r) {
                 exec_request_done(&q);
                 return reply_error(r, &e);
         }
-        ExecRun *x = calloc(1, sizeof(*x));
-        if (!x) {
-                sandbox_release(sb);
+        if (!q.stream) {
+                json_t *body = NULL;
+                int rc = api_exec_run(sb, &q, req_socket(r), r->rid, &body, &e);
                 exec_request_done(&q);
-                return reply_internal(r);
-        }
-        snprintf(x->rid, sizeof(x->rid), "%s", r->rid);
-        x->sb = sb;
-        x->sock = req_socket(r);
-        atomic_init(&x->cancelled, false);
-        _cleanup_json_ json_t *areq = api_exec_request(&q, sb);
-        if (!areq) {
-                exec_request_done(&q);
-                exec_run_free(x);
-                return reply_internal(r);
-        }
-        if (api_open_stream(sb, areq, &x->stream, &e) < 0) {
-                exec_request_done(&q);
-                exec_run_free(x);
-                return reply_error(r, &e);
-        }
-        if (q.has_stdin) {
-                x->stdin_data = TAKE_PTR(q.stdin_data);
-                x->stdin_len = q.stdin_len;
-                int rc = send_stdin(x);
+                if (rc == -EPIPE)
+                        return MHD_NO;
                 if (rc < 0)
-                        log_warn(r->rid, "sending stdin to %s: %s", sandbox_id(sb), strerror(-rc));
+                        return e.code ? reply_error(r, &e) : reply_internal(r);
+                json_t *ec = json_object_get(body, "exitCode");
+                if (json_is_integer(ec))
+                        req_audit_note_json(r, "exitCode", json_copy(ec));
+                return reply_json(r, 200, body);
         }
-        bool stream = q.stream;
-        size_t max_out = q.max_output_bytes;
-        int64_t timeout_ms = q.timeout_ms;
+        ExecRun *x;
+        int rc = exec_start(sb, &q, req_socket(r), r->rid, &x, &e);
         exec_request_done(&q);
-        if (!stream)
-                return exec_buffered(r, x, max_out, timeout_ms);
+        if (rc < 0)
+                return e.code ? reply_error(r, &e) : reply_internal(r);
         struct MHD_Response *resp =
                 MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, stream_reader, x, stream_free);
         if (!resp) {

@@ -15,6 +15,7 @@
 #include "daemon/api/api_interpreter.h"
 #include "daemon/api/api_keys.h"
 #include "daemon/api/api_links.h"
+#include "daemon/api/api_mcp.h"
 #include "daemon/api/api_otel.h"
 #include "daemon/api/api_previews.h"
 #include "daemon/api/api_processes.h"
@@ -126,6 +127,14 @@ const HttpRoute api_routes[] = {
         R(ROUTE_IMAGES, "images", "GET", "/v1/images", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_images),
         R(ROUTE_IMAGE_BUILD, "image_build", "POST", "/v1/images/{image}:build", HTTP_ACCESS_ADMIN, HTTP_BODY_NONE,
           handle_image_build),
+        /* The Model Context Protocol (docs/mcp.md): any key; each tool
+         * checks the key's access as its REST route does. Its body may be
+         * a JSON-RPC batch, an array: the handler parses it. No GET: the
+         * transport's server-sent stream is not offered, which a 405 says. */
+        { .kind = ROUTE_MCP, .name = "mcp_call", .method = "POST", .path = "/mcp", .access = HTTP_ACCESS_READ,
+          .body = HTTP_BODY_RAW, .handler = handle_mcp_post, .max_body = MCP_MAX_BODY,
+          .too_large_hint = "send at most 4 MiB: write larger files with the REST API" },
+        R(ROUTE_MCP_END, "mcp_end", "DELETE", "/mcp", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_mcp_delete),
         R(ROUTE_SANDBOX_LIST, "sandbox_list", "GET", "/v1/sandboxes", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_sandbox_list),
         RI(ROUTE_SANDBOX_CREATE, "sandbox_create", "POST", "/v1/sandboxes", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,

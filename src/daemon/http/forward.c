@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -33,6 +34,14 @@
 #define RAW_BUF (64 * 1024)
 #define POLL_MS 250
 #define SEND_TIMEOUT_S 30
+/* Kept-alive connections to the hosts, for the next hop to the same one:
+ * at most POOL_PER_HOST idle for one URL and POOL_MAX in all, each for
+ * POOL_IDLE_MS at most, well within the time an owner keeps an idle
+ * connection open (its head timeout), so that a pooled connection is
+ * never one the owner is closing. */
+#define POOL_MAX 64
+#define POOL_PER_HOST 8
+#define POOL_IDLE_MS 2000
 
 /* forward_set_tls: how https:// hosts are reached; NULL: they are not. */
 static SSL_CTX *hop_tls;
@@ -41,9 +50,98 @@ void forward_set_tls(void *client_ctx) {
         hop_tls = client_ctx;
 }
 
+/* ---- the pool of kept-alive connections ---- */
+
+typedef struct Idle {
+        char url[256];
+        int fd;
+        SSL *ssl;
+        uint64_t since_ms;
+} Idle;
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static Idle pool[POOL_MAX];
+static size_t pool_n;
+
+static uint64_t now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void idle_close(Idle *c) {
+        SSL_free(c->ssl);
+        close(c->fd);
+}
+
+/* An idle connection to url that is still quiet (the owner sent nothing
+ * and did not close it), the newest first; false when there is none. */
+static bool pool_take(const char *url, int *ret_fd, SSL **ret_ssl) {
+        Idle stale[POOL_MAX];
+        size_t n_stale = 0;
+        bool found = false;
+        uint64_t now = now_ms();
+        pthread_mutex_lock(&pool_lock);
+        for (size_t i = pool_n; i-- > 0;) {
+                Idle *c = &pool[i];
+                bool old = now - c->since_ms > POOL_IDLE_MS;
+                if (!old && (found || strcmp(c->url, url) != 0))
+                        continue;
+                Idle got = *c;
+                pool[i] = pool[--pool_n];
+                if (old) {
+                        stale[n_stale++] = got;
+                        continue;
+                }
+                struct pollfd p = { .fd = got.fd, .events = POLLIN | POLLRDHUP };
+                if (poll(&p, 1, 0) != 0 || (got.ssl && SSL_pending(got.ssl) > 0)) {
+                        stale[n_stale++] = got; /* closed, or bytes nobody asked for */
+                        continue;
+                }
+                *ret_fd = got.fd;
+                *ret_ssl = got.ssl;
+                found = true;
+        }
+        pthread_mutex_unlock(&pool_lock);
+        for (size_t i = 0; i < n_stale; i++)
+                idle_close(&stale[i]);
+        return found;
+}
+
+/* Keeps a connection to url for the next hop to that host, or closes it. */
+static void pool_put(const char *url, int fd, SSL *ssl) {
+        Idle c = { .fd = fd, .ssl = ssl, .since_ms = now_ms() };
+        snprintf(c.url, sizeof c.url, "%s", url);
+        size_t same = 0;
+        bool kept = false;
+        pthread_mutex_lock(&pool_lock);
+        for (size_t i = 0; i < pool_n; i++)
+                same += strcmp(pool[i].url, c.url) == 0;
+        if (same < POOL_PER_HOST && pool_n < POOL_MAX) {
+                pool[pool_n++] = c;
+                kept = true;
+        }
+        pthread_mutex_unlock(&pool_lock);
+        if (!kept)
+                idle_close(&c);
+}
+
+void forward_pool_drain(void) {
+        pthread_mutex_lock(&pool_lock);
+        size_t n = pool_n;
+        Idle all[POOL_MAX];
+        memcpy(all, pool, n * sizeof *all);
+        pool_n = 0;
+        pthread_mutex_unlock(&pool_lock);
+        for (size_t i = 0; i < n; i++)
+                idle_close(&all[i]);
+}
+
 struct Forward {
         int fd;
         SSL *ssl; /* an https:// host's */
+        char url[256]; /* the host's base URL: the pool's key */
+        bool pooled;   /* the connection came from the pool */
         bool chunked_out; /* the body goes on in chunks (the client's length unknown) */
         bool ws;          /* a WebSocket upgrade */
         int client_fd;    /* the client's connection: its hang-up ends the hop */
@@ -63,9 +161,26 @@ struct Forward {
         bool complete;
 };
 
+/* Whether f's connection may carry the next hop: its answer was read
+ * whole, to the byte, and neither side asked to close it. */
+static bool reusable(const Forward *f) {
+        return f->fd >= 0 && f->complete && !f->ws && f->raw_off == f->raw_len && http_should_keep_alive(&f->hp);
+}
+
+/* Once the answer is read whole its connection goes back to the pool at
+ * once, not when the client's connection lets the answer go. */
+static void hop_release(Forward *f) {
+        if (!reusable(f))
+                return;
+        pool_put(f->url, f->fd, f->ssl);
+        f->fd = -1;
+        f->ssl = NULL;
+}
+
 void forward_free(Forward *f) {
         if (!f)
                 return;
+        hop_release(f);
         SSL_free(f->ssl);
         if (f->fd >= 0)
                 close(f->fd);
@@ -198,11 +313,23 @@ static ssize_t hop_read(Forward *f, char *buf, size_t n) {
                 return got < 0 ? -errno : got;
         }
         int got = SSL_read(f->ssl, buf, n > INT_MAX ? INT_MAX : (int)n);
-        if (got > 0)
-                return got;
-        int err = SSL_get_error(f->ssl, got);
-        ERR_clear_error();
-        return err == SSL_ERROR_ZERO_RETURN ? 0 : -EIO;
+        if (got <= 0) {
+                int err = SSL_get_error(f->ssl, got);
+                ERR_clear_error();
+                return err == SSL_ERROR_ZERO_RETURN ? 0 : -EIO;
+        }
+        /* A read gives one record (16 KiB at most): the records already
+         * received are taken too, without waiting for more. */
+        size_t total = (size_t)got;
+        while (total < n && SSL_has_pending(f->ssl)) {
+                size_t more = 0;
+                if (SSL_read_ex(f->ssl, buf + total, n - total, &more) != 1 || more == 0) {
+                        ERR_clear_error();
+                        break;
+                }
+                total += more;
+        }
+        return (ssize_t)total;
 }
 
 /* Whether the hop has bytes read and not yet taken (TLS keeps a record's
@@ -403,30 +530,63 @@ static enum MHD_Result copy_arg(void *cls, enum MHD_ValueKind kind, const char *
         return MHD_YES;
 }
 
+/* A connection to the host for f: a pooled one (f->pooled) or a new one,
+ * through TLS for https://. On failure *e says why. */
+static int hop_connect(Forward *f, const ForwardRequest *q, const char *host_name, const char *port, bool tls,
+                       bool pooled_ok, ApiError *e) {
+        int fd;
+        SSL *ssl;
+        if (pooled_ok && pool_take(f->url, &fd, &ssl)) {
+                f->fd = fd;
+                f->ssl = ssl;
+                f->pooled = true;
+                return 0;
+        }
+        f->pooled = false;
+        f->fd = connect_to(host_name, port);
+        if (f->fd < 0) {
+                int rc = f->fd;
+                f->fd = -1;
+                log_warn(q->rid, "forwarding to %s: %s", f->url, strerror(-rc));
+                return api_error(e, 503, "host_unavailable", "try again; the host may be restarting",
+                                 "the host that runs sandbox %s does not answer", q->sandbox_id);
+        }
+        char why[256] = "";
+        int rc = tls ? tls_start(f, host_name, why, sizeof why) : 0;
+        if (rc < 0) {
+                log_warn(q->rid, "forwarding to %s: %s", f->url, why[0] ? why : strerror(-rc));
+                return api_error(e, 503, "host_unavailable", "see docs/fleet.md, \"TLS between hosts\"",
+                                 "the host that runs sandbox %s cannot be reached safely: %s", q->sandbox_id,
+                                 why[0] ? why : strerror(-rc));
+        }
+        return 0;
+}
+
+/* Drops f's connection (a pooled one the owner closed meanwhile). */
+static void hop_drop(Forward *f) {
+        SSL_free(f->ssl);
+        f->ssl = NULL;
+        if (f->fd >= 0)
+                close(f->fd);
+        f->fd = -1;
+}
+
 int forward_open(const ForwardRequest *q, const char *base_url, const char *secret, const char *by, Forward **ret,
                  ApiError *e) {
         Forward *f = calloc(1, sizeof(*f));
         if (!f)
                 return api_error(e, 500, "internal", NULL, "out of memory");
-        char host_name[256], port[8], why[256] = "";
+        f->fd = -1;
+        char host_name[256], port[8];
         bool tls = false;
-        int rc = parse_url(base_url, host_name, sizeof host_name, port, sizeof port, &tls);
-        f->fd = rc < 0 ? rc : connect_to(host_name, port);
-        if (f->fd < 0) {
-                rc = f->fd;
-                f->fd = -1;
+        if (parse_url(base_url, host_name, sizeof host_name, port, sizeof port, &tls) < 0 ||
+            strlen(base_url) >= sizeof f->url) {
                 forward_free(f);
-                log_warn(q->rid, "forwarding to %s: %s", base_url, strerror(-rc));
-                return api_error(e, 503, "host_unavailable", "try again; the host may be restarting",
-                                 "the host that runs sandbox %s does not answer", q->sandbox_id);
+                log_warn(q->rid, "forwarding to %.300s: not an http:// or https:// URL", base_url);
+                return api_error(e, 503, "host_unavailable", "see docs/fleet.md",
+                                 "the host that runs sandbox %s has an address this host cannot use", q->sandbox_id);
         }
-        if (tls && (rc = tls_start(f, host_name, why, sizeof why)) < 0) {
-                forward_free(f);
-                log_warn(q->rid, "forwarding to %s: %s", base_url, why[0] ? why : strerror(-rc));
-                return api_error(e, 503, "host_unavailable", "see docs/fleet.md, \"TLS between hosts\"",
-                                 "the host that runs sandbox %s cannot be reached safely: %s", q->sandbox_id,
-                                 why[0] ? why : strerror(-rc));
-        }
+        snprintf(f->url, sizeof f->url, "%s", base_url);
         f->client_fd = q->client_fd;
         const char *upgrade = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Upgrade");
         f->ws = upgrade && strcasecmp(upgrade, "websocket") == 0;
@@ -459,18 +619,31 @@ int forward_open(const ForwardRequest *q, const char *base_url, const char *secr
                 fputs("Transfer-Encoding: chunked\r\n", out);
                 f->chunked_out = true;
         }
-        fputs(f->ws ? "Connection: Upgrade\r\n\r\n" : "Connection: close\r\n\r\n", out);
+        /* A WebSocket's connection is spliced and then closed; any other
+         * stays open for the next hop to this host. */
+        fputs(f->ws ? "Connection: Upgrade\r\n\r\n" : "Connection: keep-alive\r\n\r\n", out);
         if (fclose(out) != 0) {
                 free(text);
                 forward_free(f);
                 return api_error(e, 500, "internal", NULL, "out of memory");
         }
-        rc = hop_write(f, text, len);
+        /* A pooled connection the owner closed a moment ago fails as the
+         * head is written, before the owner could act on any of it: the
+         * head goes again on a new connection. */
+        int rc = hop_connect(f, q, host_name, port, tls, !f->ws, e);
+        if (rc == 0 && (rc = hop_write(f, text, len)) < 0 && f->pooled) {
+                hop_drop(f);
+                rc = hop_connect(f, q, host_name, port, tls, false, e);
+                if (rc == 0)
+                        rc = hop_write(f, text, len);
+        }
         free(text);
         if (rc < 0) {
                 forward_free(f);
-                return api_error(e, 503, "host_unavailable", "try again", "the host that runs sandbox %s hung up",
-                                 q->sandbox_id);
+                if (!e->status)
+                        api_error(e, 503, "host_unavailable", "try again", "the host that runs sandbox %s hung up",
+                                  q->sandbox_id);
+                return -1;
         }
         http_parser_init(&f->hp, HTTP_RESPONSE);
         f->hp.data = f;
@@ -530,11 +703,17 @@ static ssize_t read_body(void *cls, uint64_t pos, char *buf, size_t max) {
         f->out_len = 0;
         f->out_max = max;
         for (;;) {
-                if (f->complete)
+                if (f->complete) {
+                        hop_release(f);
                         return f->out_len ? (ssize_t)f->out_len : MHD_CONTENT_READER_END_OF_STREAM;
+                }
                 if (f->raw_off < f->raw_len) {
                         if (parse_some(f, max - f->out_len) < 0)
                                 return MHD_CONTENT_READER_END_WITH_ERROR;
+                        /* The last bytes may fill the buffer: with a known
+                         * length, no call comes after them. */
+                        if (f->complete)
+                                hop_release(f);
                         if (f->out_len == max)
                                 return (ssize_t)f->out_len;
                         continue;

@@ -2,13 +2,13 @@
 /*
  * Forwarding a request to the host that runs its sandbox (docs/fleet.md,
  * "Any host answers"): the request goes on, as the client sent it, over a
- * connection of its own to the owner's advertised URL (http://, or https://
- * with the fleet's CA: hop_tls.h), with the
- * fleet's secret and this host's id; the answer comes back as it comes, a
- * stream as a stream, a download without being held, a WebSocket spliced
- * byte for byte. The owner authenticates the client's key itself (the keys
- * are the store's): the secret alone grants nothing but the hop, and a
- * request that came forwarded is never forwarded again.
+ * kept-alive connection (a pool per host, or a new one) to the owner's
+ * advertised URL (http://, or https:// with the fleet's CA: hop_tls.h),
+ * with the fleet's secret and this host's id; the answer comes back as it
+ * comes, a stream as a stream, a download without being held, a WebSocket
+ * spliced byte for byte. The owner authenticates the client's key itself
+ * (the keys are the store's): the secret alone grants nothing but the hop,
+ * and a request that came forwarded is never forwarded again.
  *
  * Parsing the owner's answer head is http_parser's (the library the egress
  * proxy uses), bounded: 64 headers, 8 KiB each.
@@ -62,6 +62,11 @@ void forward_free(Forward *f);
  * with; never set: an https:// host is refused (503). Set once, before
  * any request. */
 void forward_set_tls(void *client_ctx);
+
+/* Closes the kept-alive connections to other hosts (a hop's answer read
+ * whole leaves its connection for the next hop to the same host, for up to
+ * 2 s). At the daemon's stop. */
+void forward_pool_drain(void);
 
 /* Whether value is the secret (compared in constant time). */
 bool forward_secret_ok(const char *secret, const char *value);

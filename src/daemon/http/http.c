@@ -619,7 +619,7 @@ static void client_text(Req *r, char *buf, size_t n) {
  * opens a WebSocket, of a known key, served here (one forwarded on is the
  * owner host's to record). */
 static void audit_request(HttpServer *s, Req *r, unsigned status) {
-        if (!s->audit || !r->route.def || !r->key.id[0] || r->fwd || !status)
+        if (!s->audit || !r->route.def || !r->key.id[0] || r->fwd || !status || r->audit_skip)
                 return;
         if (strcmp(r->method, "GET") == 0 && status != 101)
                 return;
@@ -883,7 +883,7 @@ static int owner_admit(HttpServer *s, Req *r, ApiError *e) {
                                  s->owner_max);
         if (rc < 0)
                 return api_error(e, 500, "internal", NULL, "out of memory");
-        if (d->body == HTTP_BODY_JSON || d->body == HTTP_BODY_JSON_OR_EMPTY) {
+        if (d->body == HTTP_BODY_JSON || d->body == HTTP_BODY_JSON_OR_EMPTY || d->body == HTTP_BODY_RAW) {
                 const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
                 if (cl && strtoull(cl, NULL, 10) > body_limit(d))
                         return body_too_large(e, d);

@@ -43,6 +43,7 @@ typedef enum HttpBody {
         HTTP_BODY_JSON,          /* a JSON object, parsed into r->json */
         HTTP_BODY_JSON_OR_EMPTY, /* the same, an empty body being {} */
         HTTP_BODY_STREAM,        /* raw bytes handed to the route's upload as they come */
+        HTTP_BODY_RAW,           /* the bytes whole in r->body, bounded, for a handler that parses them itself */
 } HttpBody;
 
 /* A route whose body streams: begin on the request's first call (after
@@ -161,6 +162,9 @@ struct Req {
         bool owner_counted; /* one of its owner's requests in progress */
         bool http11;        /* an HTTP/1.1 request: its connection may be kept alive */
         ReqLink link;
+        /* The handler found nothing worth an audit record (an MCP ping, a
+         * listing, a read). */
+        bool audit_skip;
 };
 
 /* Names one detail of the request for its audit record ("command": the

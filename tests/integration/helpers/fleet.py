@@ -203,3 +203,18 @@ class FleetNet:
         for link in self.root_links:
             _ip("link", "del", link, check=False)
         _ip("link", "del", self.bridge, check=False)
+
+
+def hop_ports(port: int) -> set[tuple[int, int]]:
+    """The established TCP connections to 127.0.0.1:port, as (local port, socket inode): a host's
+    hop connections to another host's listener as the kernel sees them (a new connection is a new
+    socket, even where loopback reuses a port at once)."""
+    r = subprocess.run(["ss", "-tnHe", "state", "established", f"( dport = :{port} )"], capture_output=True,
+                       text=True, timeout=10, check=True)
+    found = set()
+    for line in r.stdout.splitlines():
+        fields = line.split()
+        ino = next((f.split(":", 1)[1] for f in fields if f.startswith("ino:")), None)
+        if len(fields) >= 4 and fields[3] == f"127.0.0.1:{port}" and ino:
+            found.add((int(fields[2].rsplit(":", 1)[1]), int(ino)))
+    return found
