@@ -53,6 +53,7 @@ TABLE_MIME = "application/vnd.runtime.table+json"
 _fd_outputs = []  # the context's FdOutput for fds 1 and 2
 KERNEL_START_S = 100  # a kernel's start, which takes seconds in the emulated microVM
 INTERRUPT_GRACE_S = 5  # a kernel that ignores SIGINT this long is killed
+STREAM_FLUSH_S = 0.005  # how long a kernel holds printed output before it sends it
 KERNEL_ENV = "RUNTIME_INTERPRETER_KERNEL"  # "loop" in a context's env asks for the loop
 
 
@@ -650,9 +651,16 @@ def _runtime_setup():
     f.for_type_by_name("pandas.core.series", "Series", table)
     ip.display_formatter.formatters[%(mime)r] = f
 
+    # ipykernel sends a stream's output every 200 ms; a client that streams a cell's
+    # output sees it as it is printed instead.
+    import sys
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "flush_interval"):
+            stream.flush_interval = %(flush)s
+
 _runtime_setup()
 del _runtime_setup
-""" % {"mime": TABLE_MIME, "rows": TABLE_ROWS}
+""" % {"mime": TABLE_MIME, "rows": TABLE_ROWS, "flush": STREAM_FLUSH_S}
 
 KEPT_EXT = {"image/png": "png", "image/jpeg": "jpg", "image/svg+xml": "svg", "text/html": "html",
             "text/markdown": "md", "text/latex": "tex", "text/plain": "txt"}
