@@ -767,7 +767,13 @@ class KernelEngine:
     def run(self, cell, code, timeout_ms):
         if not self.alive():
             # The kernel died (during an earlier cell, or since): this run starts a new one.
-            self.launch()
+            try:
+                self.launch()
+            except Exception as e:
+                cell.line({"k": "error", "name": "ContextDied",
+                           "value": ("a new kernel did not start (%s); restart the context" % e)[:TEXT_MAX],
+                           "traceback": ""})
+                return "lost"
         return self.execute(cell, code, timeout_ms)
 
     def execute(self, cell, code, timeout_ms, silent=False):

@@ -37,8 +37,10 @@ static const char program[] =
 #define CONTROL_TIMEOUT_MS 120000
 #define CONTROL_MAX_OUT (1024u * 1024u)
 /* The context stops a cell at timeoutMs itself; the exec around the run
- * gets this much longer before it counts the context as wedged. */
-#define RUN_GRACE_MS 10000
+ * gets this much longer before it counts the context as wedged. On a kernel
+ * the run may first start a new kernel (seconds under gVisor, more under
+ * load), and a kernel deaf to the interrupt is killed 5 s after the timeout. */
+#define RUN_GRACE_MS 30000
 #define RUN_DEFAULT_TIMEOUT_MS 60000
 #define MAX_LINE (4u * 1024u * 1024u)
 #define MAX_TEXT (1024u * 1024u)
