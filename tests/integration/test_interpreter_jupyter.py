@@ -154,3 +154,22 @@ def test_context_cwd_the_user_cannot_enter_is_a_clear_400(sandbox):
     r = sandbox.api.post(f"/v1/sandboxes/{sandbox.id}/interpreter/contexts", json={"cwd": "/root"})
     assert r.status_code == 400, r.text
     assert "not open to the sandbox's user" in r.json()["error"]["message"]
+
+
+def test_interrupt_a_kernel_ignores_is_escalated_to_a_kill(sandbox):
+    import threading
+    got = {}
+    code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('deaf', flush=True)\ntime.sleep(120)"
+    run(sandbox, "0")  # the kernel is up: what follows times the cell alone
+    t = threading.Thread(target=lambda: got.update(out=run(sandbox, code, timeoutMs=120000)))
+    t0 = time.monotonic()
+    t.start()
+    time.sleep(3)  # the cell has started: its SIGINT handler is in place
+    assert contexts(sandbox, "POST", "/python:interrupt", json={}) == {"interrupted": True}
+    t.join(60)
+    assert not t.is_alive()
+    out = got["out"]
+    assert out["status"] == "lost" and out["error"]["name"] == "ContextDied", out
+    assert "did not stop within 5 s of the interrupt" in out["error"]["value"], out
+    assert time.monotonic() - t0 < 40
+    assert plain(run(sandbox, "1 + 1")) == "2"
