@@ -17,7 +17,12 @@ set -euo pipefail
 
 RUNTIME_UID_SHIFT=100000
 SUITE=bookworm
-PACKAGES="python3 python3-pip python3-venv bash coreutils ca-certificates curl git procps iproute2 sudo"
+# python3-ipykernel and python3-jupyter-client make each interpreter context
+# a Jupyter kernel (docs/interpreter.md); python3-cffi-backend and
+# libboost-regex1.74.0 are named because debootstrap resolves no virtual package
+# (python3-zmq needs cffi's API, which python3-cffi-backend provides; gdb, which
+# debugpy's pydevd depends on, a regex library that libboost-regex1.74.0 provides).
+PACKAGES="python3 python3-pip python3-venv bash coreutils ca-certificates curl git procps iproute2 sudo python3-ipykernel python3-jupyter-client python3-cffi-backend libboost-regex1.74.0"
 # Commands run as this unprivileged user by default (docs/api.md, Users):
 # a fixed uid and gid, so that the drivers' id maps and the files API agree
 # on them, home /workspace, and passwordless sudo (the sandbox is the

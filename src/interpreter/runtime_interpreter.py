@@ -1,7 +1,15 @@
 # runtime-interpreter: one context of Runtime's stateful interpreter.
 #
 # runtimed sends this program to python3's stdin (python3 - OP ARGS...), so
-# it works in any image that has python3 and needs nothing else installed.
+# it works in any image that has python3.
+#
+# Where the image has ipykernel and jupyter_client, a context is a Jupyter
+# kernel (IPython's own semantics: !cmd, %magics, display(), formatters,
+# interrupt) and this program's context process is the kernel's client: it
+# speaks the kernel protocol and turns its messages into the lines below.
+# Without them (a user's own image), the context process runs cells itself
+# with a small loop of its own. meta.json's "kernel" says which
+# ("ipykernel" or "loop").
 #
 #   start CTX LANGUAGE CWD ENV_JSON MEMCAP_MIB
 #                                     start a context: a session of its own
@@ -43,6 +51,10 @@ TEXT_MAX = 64 * 1024  # text/plain of one value
 TABLE_ROWS = 1000  # rows of a DataFrame in the table MIME type
 TABLE_MIME = "application/vnd.runtime.table+json"
 _fd_outputs = []  # the context's FdOutput for fds 1 and 2
+KERNEL_START_S = 100  # a kernel's start, which takes seconds in the emulated microVM
+INTERRUPT_GRACE_S = 5  # a kernel that ignores SIGINT this long is killed
+STREAM_FLUSH_S = 0.005  # how long a kernel holds printed output before it sends it
+KERNEL_ENV = "RUNTIME_INTERPRETER_KERNEL"  # "loop" in a context's env asks for the loop
 
 
 def reply(obj, code=0):
@@ -92,7 +104,7 @@ def describe(ctx, d):
     pid = read_pid(d)
     return {"id": ctx, "language": meta.get("language", "python"), "cwd": meta.get("cwd", "/workspace"),
             "createdAt": meta.get("createdAt"), "running": bool(pid), "pid": pid or None,
-            "executionCount": None}
+            "executionCount": None, "kernel": meta.get("kernel", "loop")}
 
 
 def kill_context(d):
@@ -135,7 +147,7 @@ def spawn(ctx, d, meta):
     os.close(w)
     os.waitpid(pid, 0)
     with os.fdopen(r, "rb") as f:
-        ready = f.read(64)
+        ready = f.read(2048)
     if not ready.startswith(b"ok"):
         fail("internal", "the context did not start: " + ready.decode("utf-8", "replace"))
 
@@ -162,12 +174,23 @@ def op_start(ctx, language, cwd, env_json, memcap):
         memcap = int(memcap)
     except ValueError:
         fail("invalid_request", "MEMCAP_MIB must be a number")
+    if not os.access(cwd, os.R_OK | os.X_OK):
+        fail("invalid_request", "cwd %s is not open to the sandbox's user (uid %d)" % (cwd, os.getuid()))
     meta = {"language": language, "cwd": cwd, "env": env, "memoryCapMiB": max(0, memcap),
-            "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "kernel": "ipykernel" if kernel_wanted(env) else "loop"}
     with open(os.path.join(d, "meta.json"), "w") as f:
         json.dump(meta, f)
     spawn(ctx, d, meta)
     reply(describe(ctx, d))
+
+
+def kernel_wanted(env):
+    """A Jupyter kernel where the image has one, unless the context's env asks for the loop."""
+    if env.get(KERNEL_ENV) == "loop":
+        return False
+    import importlib.util
+    return all(importlib.util.find_spec(m) is not None for m in ("ipykernel", "jupyter_client"))
 
 
 def op_list():
@@ -232,6 +255,7 @@ class Cell:
         self.dropped = 0
         self.results = 0
         self.broken = False
+        self.cut = {"stdout": False, "stderr": False}
 
     def line(self, obj):
         data = (json.dumps(obj) + "\n").encode()
@@ -252,9 +276,11 @@ class Cell:
             room = STREAM_MAX - self.sent
             if room <= 0:
                 self.dropped += len(text)
+                self.cut[kind] = True
                 return
             if len(text) > room:
                 self.dropped += len(text) - room
+                self.cut[kind] = True
                 text = text[:room]
             self.sent += len(text)
         self.line({"k": kind, "text": text})
@@ -533,15 +559,13 @@ class FdOutput:
         self.synced.wait(2)
 
 
-def serve(ctx, d, meta, ready_fd):
-    os.environ.update(meta.get("env") or {})
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    os.chdir(meta.get("cwd") or "/workspace")
+def limit_self(meta, adj):
+    """oom_score_adj, and under gVisor a cap on the address space, for a process that runs cells."""
     # A cell that eats the sandbox's memory should cost its own context, not
     # the agent or another context.
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
+            f.write(str(adj))
     except OSError:
         pass
     cap = meta.get("memoryCapMiB") or 0
@@ -550,26 +574,340 @@ def serve(ctx, d, meta, ready_fd):
         # included: a capped address space makes a memory hog a MemoryError here.
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (cap << 20, cap << 20))
-    state = State(ctx, d)
-    null = os.open("/dev/null", os.O_RDWR)
-    os.dup2(null, 0)
-    global _fd_outputs
-    _fd_outputs = [FdOutput(state, 1, "stdout"), FdOutput(state, 2, "stderr")]
-    sys.stdin = open(os.devnull)
-    sys.stdout = CellStream(state, "stdout")
-    sys.stderr = CellStream(state, "stderr")
 
-    def on_sigint(signum, frame):
-        if state.running:
-            raise KeyboardInterrupt
 
-    def on_alarm(signum, frame):
-        if state.running:
-            raise CellTimeout
+class LoopEngine:
+    """Cells run in this process by the loop above: the fallback without ipykernel."""
 
-    signal.signal(signal.SIGINT, on_sigint)
-    signal.signal(signal.SIGALRM, on_alarm)
+    def __init__(self, ctx, d, meta):
+        self.ctx, self.d, self.meta = ctx, d, meta
+        self.state = None
+
+    @property
+    def count(self):
+        return self.state.count
+
+    def start(self):
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        limit_self(self.meta, 1000)
+        state = self.state = State(self.ctx, self.d)
+        null = os.open("/dev/null", os.O_RDWR)
+        os.dup2(null, 0)
+        global _fd_outputs
+        _fd_outputs = [FdOutput(state, 1, "stdout"), FdOutput(state, 2, "stderr")]
+        sys.stdin = open(os.devnull)
+        sys.stdout = CellStream(state, "stdout")
+        sys.stderr = CellStream(state, "stderr")
+
+        def on_sigint(signum, frame):
+            if state.running:
+                raise KeyboardInterrupt
+
+        def on_alarm(signum, frame):
+            if state.running:
+                raise CellTimeout
+
+        signal.signal(signal.SIGINT, on_sigint)
+        signal.signal(signal.SIGALRM, on_alarm)
+
+    def run(self, cell, code, timeout_ms):
+        self.state.cell = cell
+        try:
+            return run_cell(self.state, cell, code, timeout_ms)
+        finally:
+            self.state.cell = None
+
+
+# ---- a context on a Jupyter kernel -------------------------------------------
+
+# Run in the kernel once at its start, silently: DataFrames and Series gain
+# Runtime's table MIME type as one more IPython display formatter, so a
+# table comes with IPython's own text/plain and text/html.
+KERNEL_SETUP = """
+def _runtime_setup():
+    import json
+    from IPython import get_ipython
+    from IPython.core.formatters import BaseFormatter
+    from traitlets import ObjectName, Unicode
+
+    class TableFormatter(BaseFormatter):
+        format_type = Unicode(%(mime)r)
+        print_method = ObjectName("_repr_runtime_table_")
+        _return_type = (dict,)
+
+    def table(obj):
+        import pandas as pd
+        if isinstance(obj, pd.Series):
+            obj = obj.to_frame()
+        head = obj.head(%(rows)d)
+        split = json.loads(head.to_json(orient="split", date_format="iso", default_handler=str))
+        return {"columns": [str(c) for c in head.columns], "index": split.get("index", []),
+                "rows": split.get("data", []), "dtypes": [str(t) for t in head.dtypes],
+                "totalRows": int(len(obj)), "truncated": len(obj) > %(rows)d}
+
+    ip = get_ipython()
+    f = TableFormatter(parent=ip.display_formatter)
+    f.for_type_by_name("pandas.core.frame", "DataFrame", table)
+    f.for_type_by_name("pandas.core.series", "Series", table)
+    ip.display_formatter.formatters[%(mime)r] = f
+
+    # ipykernel sends a stream's output every 200 ms; a client that streams a cell's
+    # output sees it as it is printed instead.
+    import sys
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "flush_interval"):
+            stream.flush_interval = %(flush)s
+
+_runtime_setup()
+del _runtime_setup
+""" % {"mime": TABLE_MIME, "rows": TABLE_ROWS, "flush": STREAM_FLUSH_S}
+
+KEPT_EXT = {"image/png": "png", "image/jpeg": "jpg", "image/svg+xml": "svg", "text/html": "html",
+            "text/markdown": "md", "text/latex": "tex", "text/plain": "txt"}
+
+
+class KernelEngine:
+    """An IPython kernel (ipykernel) in a child process, driven through jupyter_client.
+
+    The kernel is this process's child in its process group, so removing or
+    restarting the context (a kill of the group) ends it too. A kernel that
+    dies (out of memory, killed) ends its cell with an error; the next run
+    starts a new one."""
+
+    def __init__(self, ctx, d, meta):
+        self.ctx, self.d, self.meta = ctx, d, meta
+        self.proc = None
+        self.kc = None
+        self.count = 0
+        self.busy = False
+        self.kill_at = None  # when an interrupted cell that goes on is killed
+
+    def start(self):
+        limit_self({}, 900)  # the kernel, at 1000, is the OOM killer's first choice
+        signal.signal(signal.SIGINT, lambda signum, frame: self.interrupt())
+        self.launch()
+
+    def launch(self):
+        import subprocess
+        from jupyter_client.blocking import BlockingKernelClient
+        from jupyter_client.connect import write_connection_file
+        if self.kc is not None:
+            self.kc.stop_channels()
+        cf = os.path.join(self.d, "kernel.json")
+        write_connection_file(cf, ip="127.0.0.1", key=os.urandom(32).hex().encode())
+        env = dict(os.environ)
+        # IPython's profile and history stay in the context's directory, out of /workspace's view.
+        env.setdefault("IPYTHONDIR", os.path.join(self.d, "ipython"))
+        env["JPY_PARENT_PID"] = str(os.getpid())  # the kernel ends when this process does
+        env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+        if self.meta.get("memoryCapMiB"):
+            # Under a capped address space, glibc's 64 MiB arena per thread (the kernel has
+            # several) would spend the cap on reservations before the cell's first byte.
+            env.setdefault("MALLOC_ARENA_MAX", "2")
+        meta = self.meta
+
+        def child():
+            limit_self(meta, 1000)
+
+        log = open(os.path.join(self.d, "kernel.log"), "ab")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ipykernel_launcher", "-f", cf, "--InteractiveShell.colors=NoColor",
+                 "--HistoryManager.enabled=False"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, preexec_fn=child, close_fds=True)
+        finally:
+            log.close()
+        kc = self.kc = BlockingKernelClient(connection_file=cf)
+        kc.load_connection_file()
+        kc.start_channels(stdin=False, hb=False, control=False)
+        deadline = time.monotonic() + KERNEL_START_S
+        msg_id = kc.kernel_info()
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("the kernel exited at its start (status %s): %s"
+                                   % (self.proc.returncode, self.log_tail()))
+            if time.monotonic() > deadline:
+                raise RuntimeError("the kernel did not answer in %d s" % KERNEL_START_S)
+            try:
+                msg = kc.get_shell_msg(timeout=0.2)
+            except Exception:  # queue.Empty
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                break
+        self.count = 0
+        self.execute(None, KERNEL_SETUP, 0, silent=True)
+
+    def log_tail(self):
+        try:
+            with open(os.path.join(self.d, "kernel.log"), "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - 1500))
+                return f.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def interrupt(self):
+        """SIGINT from the interrupt operation: to the kernel while a cell runs, then a kill if it goes on."""
+        if self.busy and self.alive():
+            os.kill(self.proc.pid, signal.SIGINT)
+            if self.kill_at is None:
+                self.kill_at = time.monotonic() + INTERRUPT_GRACE_S
+
+    def kill(self):
+        if self.alive():
+            self.proc.kill()
+        try:
+            self.proc.wait(10)
+        except Exception:
+            pass
+
+    def run(self, cell, code, timeout_ms):
+        if not self.alive():
+            # The kernel died (during an earlier cell, or since): this run starts a new one.
+            try:
+                self.launch()
+            except Exception as e:
+                cell.line({"k": "error", "name": "ContextDied",
+                           "value": ("a new kernel did not start (%s); restart the context" % e)[:TEXT_MAX],
+                           "traceback": ""})
+                return "lost"
+        return self.execute(cell, code, timeout_ms)
+
+    def execute(self, cell, code, timeout_ms, silent=False):
+        import queue
+        kc = self.kc
+        msg_id = kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=False)
+        start = time.monotonic()
+        deadline = start + timeout_ms / 1000.0 if timeout_ms > 0 else None
+        timed_out = False
+        status = "ok"
+        idle = False
+        reply = None
+        self.busy, self.kill_at = True, None
+        try:
+            while not idle:
+                now = time.monotonic()
+                if deadline is not None and now > deadline and not timed_out:
+                    # As Ctrl-C would: the state stays. A kernel that ignores it is killed below.
+                    timed_out = True
+                    self.interrupt()
+                if self.kill_at is not None and now > self.kill_at:
+                    self.kill()
+                if not self.alive():
+                    return self.died(cell, timed_out, timeout_ms)
+                try:
+                    msg = kc.get_iopub_msg(timeout=0.05)
+                except queue.Empty:
+                    # The kernel's iopub drops messages past its high-water mark: the
+                    # shell's reply ends a cell whose idle status was lost.
+                    if reply is None:
+                        try:
+                            got = kc.get_shell_msg(timeout=0)
+                        except queue.Empty:
+                            got = None
+                        if got is not None and got["parent_header"].get("msg_id") == msg_id:
+                            reply, reply_at = got, now
+                    elif now - reply_at > 1:
+                        break
+                    continue
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                kind, content = msg["header"]["msg_type"], msg["content"]
+                if kind == "status":
+                    idle = content.get("execution_state") == "idle"
+                elif cell is None:
+                    continue
+                elif kind == "stream":
+                    cell.text("stderr" if content.get("name") == "stderr" else "stdout", content.get("text", ""))
+                elif kind in ("display_data", "execute_result"):
+                    self.result(cell, content.get("data") or {}, kind == "execute_result")
+                elif kind == "execute_input":
+                    self.count = content.get("execution_count", self.count)
+                elif kind == "error":
+                    status = "error"
+                    if not timed_out:
+                        tb = "\n".join(content.get("traceback") or [])
+                        cell.line({"k": "error", "name": content.get("ename", ""),
+                                   "value": str(content.get("evalue", ""))[:TEXT_MAX], "traceback": tb[:TEXT_MAX * 4]})
+            if reply is None:
+                try:
+                    reply = kc.get_shell_msg(timeout=2)
+                except queue.Empty:
+                    pass
+            if reply is not None:
+                self.count = reply["content"].get("execution_count", self.count)
+                # The kernel's word: a formatter's exception is shown as an error, yet the cell ran.
+                status = "ok" if reply["content"].get("status") == "ok" else "error"
+        finally:
+            self.busy, self.kill_at = False, None
+        if timed_out and cell is not None:
+            cell.line({"k": "error", "name": "TimeoutError",
+                       "value": "the cell ran past its timeout of %d ms" % timeout_ms, "traceback": ""})
+            return "timeout"
+        return status
+
+    def died(self, cell, timed_out, timeout_ms):
+        rc = self.proc.returncode
+        how = "killed by signal %d" % -rc if rc is not None and rc < 0 else "exit status %s" % rc
+        if timed_out:
+            what = ("the cell ran past its timeout of %d ms and did not stop when interrupted: its kernel was "
+                    "killed; the next run starts a new one, with empty state" % timeout_ms)
+            name, status = "TimeoutError", "timeout"
+        elif self.kill_at is not None:
+            what = ("the cell did not stop within %d s of the interrupt: its kernel was killed; the next run "
+                    "starts a new one, with empty state" % INTERRUPT_GRACE_S)
+            name, status = "ContextDied", "lost"
+        else:
+            what = ("the kernel died during the cell (%s; out of memory, most often); the next run starts a "
+                    "new one, with empty state" % how)
+            name, status = "ContextDied", "lost"
+        if cell is not None:
+            cell.line({"k": "error", "name": name, "value": what, "traceback": ""})
+        return status
+
+    def result(self, cell, bundle, main):
+        if cell.results >= RESULTS_MAX:
+            cell.dropped += 1
+            return
+        cell.results += 1
+        data, refs = {}, {}
+        for mime, value in bundle.items():
+            if mime == "text/plain" and isinstance(value, str) and len(value) > TEXT_MAX:
+                value = value[:TEXT_MAX] + "..."
+            if mime in ("image/png", "image/jpeg") and isinstance(value, str):
+                value = value.replace("\n", "")  # ipykernel's base64 is wrapped at 76 columns
+            size = len(value) if isinstance(value, str) else len(json.dumps(value))
+            if size > INLINE_MAX:
+                refs[mime] = self.keep(cell, mime, value)
+            else:
+                data[mime] = value
+        cell.line({"k": "result", "main": main, "data": data, "refs": refs})
+
+    def keep(self, cell, mime, value):
+        ext = KEPT_EXT.get(mime, "txt" if isinstance(value, str) else "json")
+        name = "%d-%d.%s" % (cell.number, cell.results, ext)
+        if mime in ("image/png", "image/jpeg") and isinstance(value, str):
+            raw = base64.b64decode(value)  # the protocol's base64 of binary types
+        else:
+            raw = value.encode() if isinstance(value, str) else json.dumps(value).encode()
+        with open(os.path.join(self.d, "out", name), "wb") as f:
+            f.write(raw)
+        return {"path": "%s/%s/out/%s" % (ROOT, self.ctx, name), "size": len(raw)}
+
+
+def serve(ctx, d, meta, ready_fd):
+    os.environ.update(meta.get("env") or {})
+    os.chdir(meta.get("cwd") or "/workspace")
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    engine = (KernelEngine if meta.get("kernel") == "ipykernel" else LoopEngine)(ctx, d, meta)
+    try:
+        engine.start()
+    except Exception as e:  # said to the start, which answers it
+        os.write(ready_fd, ("%s" % e).encode()[:2000] or b"error")
+        return
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
@@ -594,25 +932,23 @@ def serve(ctx, d, meta, ready_fd):
             continue
         conn.settimeout(None)
         out = conn.makefile("wb")
-        cell = Cell(out, ctx, state.count + 1)
+        cell = Cell(out, ctx, engine.count + 1)
         try:
             req = json.loads(raw) if raw is not None else None
             code = req.get("code") if isinstance(req, dict) else None
             timeout_ms = req.get("timeoutMs", 0) if isinstance(req, dict) else 0
             if not isinstance(code, str) or not isinstance(timeout_ms, int) or timeout_ms < 0:
-                cell.line({"k": "end", "status": "rejected", "executionCount": state.count})
+                cell.line({"k": "end", "status": "rejected", "executionCount": engine.count})
                 continue
-            state.cell = cell
-            status = run_cell(state, cell, code, timeout_ms)
-            state.cell = None
-            cell.line({"k": "end", "status": status, "executionCount": state.count, "dropped": cell.dropped})
+            status = engine.run(cell, code, timeout_ms)
+            cell.line({"k": "end", "status": status, "executionCount": engine.count, "dropped": cell.dropped,
+                       "truncated": cell.cut})
         except KeyboardInterrupt:
-            state.cell = None
-            cell.line({"k": "end", "status": "error", "executionCount": state.count, "dropped": cell.dropped})
+            cell.line({"k": "end", "status": "error", "executionCount": engine.count, "dropped": cell.dropped,
+                       "truncated": cell.cut})
         except ValueError:
-            cell.line({"k": "end", "status": "rejected", "executionCount": state.count})
+            cell.line({"k": "end", "status": "rejected", "executionCount": engine.count})
         finally:
-            state.cell = None
             for f in (out, conn):
                 try:
                     f.close()

@@ -37,8 +37,10 @@ static const char program[] =
 #define CONTROL_TIMEOUT_MS 120000
 #define CONTROL_MAX_OUT (1024u * 1024u)
 /* The context stops a cell at timeoutMs itself; the exec around the run
- * gets this much longer before it counts the context as wedged. */
-#define RUN_GRACE_MS 10000
+ * gets this much longer before it counts the context as wedged. On a kernel
+ * the run may first start a new kernel (seconds under gVisor, more under
+ * load), and a kernel deaf to the interrupt is killed 5 s after the timeout. */
+#define RUN_GRACE_MS 30000
 #define RUN_DEFAULT_TIMEOUT_MS 60000
 #define MAX_LINE (4u * 1024u * 1024u)
 #define MAX_TEXT (1024u * 1024u)
@@ -400,7 +402,9 @@ static int take_line(InterpRun *x, const char *buf, size_t len) {
         }
         if (strcmp(k, "end") == 0) {
                 const char *st = json_string_value(json_object_get(j, "status"));
-                static const char *const known[] = { "ok", "error", "timeout" };
+                /* lost: the context's kernel died during the cell (it says so in
+                 * an error line); the context starts a new one on the next run. */
+                static const char *const known[] = { "ok", "error", "timeout", "lost" };
                 const char *status = "error";
                 for (size_t i = 0; st && i < ELEMENTSOF(known); i++)
                         if (strcmp(st, known[i]) == 0)
@@ -409,6 +413,12 @@ static int take_line(InterpRun *x, const char *buf, size_t len) {
                 x->status = strdup(status);
                 json_t *c = json_object_get(j, "executionCount");
                 x->count = json_is_integer(c) ? json_integer_value(c) : 0;
+                /* Output the context cut at its own bound is truncated too. */
+                json_t *cut = json_object_get(j, "truncated");
+                if (json_is_true(json_object_get(cut, "stdout")))
+                        x->text[0].truncated = true;
+                if (json_is_true(json_object_get(cut, "stderr")))
+                        x->text[1].truncated = true;
                 x->ended = true;
                 return x->status ? 0 : -ENOMEM;
         }
