@@ -43,6 +43,7 @@
 #include "daemon/manager/audit.h"
 #include "daemon/manager/events.h"
 #include "daemon/manager/file_links.h"
+#include "daemon/manager/user_images.h"
 #include "daemon/manager/otel.h"
 #include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
@@ -82,6 +83,7 @@ typedef struct Daemon {
         RequestCounts *requests;
         Otel *otel;
         FileLinks *links;
+        UserImages *user_images; /* NULL: the store keeps no images */
         HttpLinks http_links; /* how the server checks a link: the handlers' functions over app */
         int64_t sample_interval_s;
         char fleet_secret[FORWARD_MAX_SECRET + 1]; /* "" : none */
@@ -956,6 +958,18 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 log_error(NULL, "recovering sandboxes: %s", strerror(-r));
                 return 1;
         }
+        /* After the sandboxes: a build cut by a stop left its sandbox to
+         * their recovery, and its record is failed here. */
+        if ((r = user_images_open(store_backend_for(d->db_path), d->db_path, d->state_dir, &d->user_images)) < 0) {
+                log_error(NULL, "cannot open the images in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
+        user_images_set_manager(d->user_images, &d->cfg, d->manager, d->snapshots);
+        user_images_set_host(d->user_images, fleet_host_id(d->fleet));
+        if ((r = user_images_start(d->user_images)) < 0) {
+                log_error(NULL, "starting the image builds: %s", strerror(-r));
+                return 1;
+        }
         /* After the sandboxes: a lease end with onLeaseEnd delete during
          * recovery has dropped its uploads already. */
         unsigned kept = 0, dropped = 0;
@@ -998,7 +1012,7 @@ static int serve(Daemon *d) {
                         .host_ops = d->host_ops, .hosts = d->hosts, .fleet = d->fleet, .events = d->events,
                         .webhooks = d->webhooks, .audit = d->audit, .samples = d->samples,
                         .sample_interval_s = d->sample_interval_s, .requests = d->requests,
-                        .otel = d->otel, .links = d->links };
+                        .otel = d->otel, .links = d->links, .user_images = d->user_images };
         /* Before the API serves: every create sees the pool or none. */
         char why[512] = "";
         int r = manager_start_warm_pool(d->manager, why, sizeof why);
@@ -1083,6 +1097,8 @@ static void stop(Daemon *d) {
         hop_tls_free(d->hop_tls);
         proc_table_free(d->procs);
         fleet_free(d->fleet);
+        /* Before the manager: a build's worker drives its sandbox through it. */
+        user_images_close(d->user_images);
         manager_free(d->manager);
         otel_close(d->otel);
         file_links_close(d->links);

@@ -19,6 +19,7 @@
 #include "test_pg_harness.h"
 #include "test_store_keys_contract.h"
 #include "test_store_links_contract.h"
+#include "test_store_images_contract.h"
 
 static void test_schema_is_made_once_and_a_newer_one_refused(void **state) {
         char *url = pg_fresh("t_schema");
@@ -171,8 +172,8 @@ static void test_keys_keeps_awake_after_an_upgrade(void **state) {
         assert_int_equal(pgdb_exec(&c, "ALTER TABLE sandboxes DROP COLUMN created_msec, DROP COLUMN started_msec",
                                    NULL),
                          0);
-        /* And what the steps after 10 made (13: the file links). */
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses", NULL), 0);
+        /* And what the steps after 10 made (13: the file links, 14: the images). */
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses, images, image_tags", NULL), 0);
         assert_int_equal(pgdb_exec(&c, "UPDATE store_versions SET version = 10 WHERE kind = 'postgres'", NULL), 0);
         PgParams p = { 0 };
         pgp_text(&p, hash_old_read);
@@ -287,11 +288,22 @@ static void test_links(void **state) {
         ops->close(h);
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets; DROP TABLE file_link_uses; "
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets; DROP TABLE file_link_uses; DROP TABLE images, image_tags; "
                                        "UPDATE store_versions SET version = 12 WHERE kind = 'postgres'", NULL), 0);
         pgdb_close(&c);
         assert_int_equal(ops->open(url, &h), 0);
         assert_int_equal(ops->use_once(h, "lnk_0000000000000009", "sbx_x", 10, 1), 0);
+        ops->close(h);
+        free(url);
+}
+
+/* The images' contract on a real server. */
+static void test_images(void **state) {
+        char *url = pg_fresh("t_images");
+        const StoreImageOps *ops = store_postgres.images;
+        StoreImages *h = NULL;
+        assert_int_equal(ops->open(url, &h), 0);
+        images_contract(ops, h);
         ops->close(h);
         free(url);
 }
@@ -305,6 +317,7 @@ int main(void) {
                 cmocka_unit_test(test_keys_keeps_awake_after_an_upgrade),
                 cmocka_unit_test(test_keys_race_across_connections),
                 cmocka_unit_test(test_links),
+                cmocka_unit_test(test_images),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,6 +37,18 @@ typedef enum RouteKind {
         ROUTE_LIMITS,
         ROUTE_IMAGES,
         ROUTE_IMAGE_BUILD,
+        ROUTE_IMAGE_CONTEXT_MISSING,
+        ROUTE_IMAGE_CONTEXT_PUT,
+        ROUTE_IMAGE_CREATE,
+        ROUTE_IMAGE_RESOLVE,
+        ROUTE_IMAGE_REGISTRIES,
+        ROUTE_IMAGE_REGISTRY_SET,
+        ROUTE_IMAGE_REGISTRY_DELETE,
+        ROUTE_IMAGE_GET,
+        ROUTE_IMAGE_LOGS,
+        ROUTE_IMAGE_TAG,
+        ROUTE_IMAGE_UNTAG,
+        ROUTE_IMAGE_DELETE,
         ROUTE_SANDBOX_LIST,
         ROUTE_SANDBOX_CREATE,
         ROUTE_SANDBOX_GET,
@@ -164,6 +176,7 @@ struct App {
         struct RequestCounts *requests; /* the API answers counted; NULL: not counted */
         struct Otel *otel;              /* the OpenTelemetry exports; NULL: not offered */
         struct FileLinks *links;        /* the signed file links; NULL: not offered */
+        struct UserImages *user_images; /* the images users build; NULL: not offered */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when

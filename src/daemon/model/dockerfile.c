@@ -616,9 +616,9 @@ int dockerfile_parse(const char *text, size_t len, Dockerfile *ret, DockerfileEr
         int r = 0;
         while (at < len && r == 0) {
                 const char *s = text + at;
-                size_t n = strcspn(s, "\n");
-                if (at + n > len)
-                        n = len - at;
+                /* The text need not end in a NUL: never read past len. */
+                const char *nl = memchr(s, '\n', len - at);
+                size_t n = nl ? (size_t)(nl - s) : len - at;
                 at += n + (at + n < len);
                 line++;
                 if (directives) {

@@ -9,6 +9,7 @@
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_otel.h"
 #include "daemon/store/store_ledger.h"
+#include "daemon/store/store_images.h"
 #include "daemon/store/store_links.h"
 #include "daemon/store/store_uploads.h"
 #include "daemon/store/store_requests.h"
@@ -33,4 +34,5 @@ const StoreBackend store_postgres = {
         .requests = &store_postgres_requests,
         .otel = &store_postgres_otel,
         .links = &store_postgres_links,
+        .images = &store_postgres_images,
 };

@@ -8,6 +8,7 @@
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_otel.h"
 #include "daemon/store/store_ledger.h"
+#include "daemon/store/store_images.h"
 #include "daemon/store/store_links.h"
 #include "daemon/store/store_requests.h"
 #include "daemon/store/store_samples.h"
@@ -32,4 +33,5 @@ const StoreBackend store_sqlite = {
         .requests = &store_sqlite_requests,
         .otel = &store_sqlite_otel,
         .links = &store_sqlite_links,
+        .images = &store_sqlite_images,
 };

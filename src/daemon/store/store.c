@@ -22,6 +22,7 @@ bool store_backend_missing(const StoreBackend *b, char *buf, size_t n) {
                 { "hosts", b->hosts },         { "events", b->events },       { "webhooks", b->webhooks },
                 { "audit", b->audit },         { "samples", b->samples },
                 { "requests", b->requests },   { "otel", b->otel },           { "links", b->links },
+                { "images", b->images },
         };
         size_t at = 0;
         if (n)

@@ -40,6 +40,7 @@ typedef struct StoreSampleOps StoreSampleOps;
 typedef struct StoreRequestOps StoreRequestOps;
 typedef struct StoreOtelOps StoreOtelOps;
 typedef struct StoreLinkOps StoreLinkOps;
+typedef struct StoreImageOps StoreImageOps;
 
 typedef struct StoreBackend {
         const char *name;
@@ -57,6 +58,7 @@ typedef struct StoreBackend {
         const StoreRequestOps *requests; /* the API answers counted per key and hour */
         const StoreOtelOps *otel;        /* the owners' OpenTelemetry exports */
         const StoreLinkOps *links;       /* the file links' secrets and one-time uses */
+        const StoreImageOps *images;     /* the images users build and their tags */
 } StoreBackend;
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */
