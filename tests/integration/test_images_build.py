@@ -30,7 +30,7 @@ RUN echo "$GREETING from $MODE" > greeting.txt && \\
     python3 app.py > out.txt
 LABEL team=agents purpose="a test"
 USER sandbox
-RUN whoami > /tmp/who && cp /tmp/who $HOME/who
+RUN whoami > /workspace/who
 CMD ["python3", "app.py"]
 """
 
@@ -87,7 +87,7 @@ def test_sandbox_from_the_image(built, api, driver):
     name, _ = built
     sbx = api.create_sandbox(driver=driver, image=f"{name}:v1")
     out = api.exec(sbx.id, command="cat /opt/app/greeting.txt /opt/app/out.txt /opt/app/data/one.txt; "
-                   "echo $MODE; ls /opt/app; cat /tmp/who; ls /.runtime-build-context 2>&1 | head -1")
+                   "echo $MODE; ls /opt/app; cat /workspace/who; ls /.runtime-build-context 2>&1 | head -1")
     assert out["exitCode"] == 0, out
     lines = out["stdout"].splitlines()
     assert lines[:4] == ["hi from built here", "app ran", "one", "built here"], out
@@ -201,17 +201,17 @@ def test_failed_builds_say_why(api, case):
     body = {"name": name}
     if case == "copy_outside":
         body["dockerfile"] = "FROM default\nCOPY ../etc/passwd /x\n"
-        body["context"] = _upload(api, _tar({"a.txt": b"a"}))
+        body["context"] = _upload(api, _tar({"a.txt": name.encode()}))
         says = "outside the build context"
     elif case == "chunks_lie":
-        ctx = _upload(api, _tar({"a.txt": b"a"}))
+        ctx = _upload(api, _tar({"a.txt": name.encode()}))
         ctx["archive"]["sha256"] = "1" * 64
         body["dockerfile"] = "FROM default\nCOPY a.txt /a.txt\n"
         body["context"] = ctx
         says = "do not make the archive"
     elif case == "link_out":
         body["dockerfile"] = "FROM default\nCOPY . /app\n"
-        body["context"] = _upload(api, _tar({"a.txt": b"a"}, {"escape": "../../../etc/shadow"}))
+        body["context"] = _upload(api, _tar({"a.txt": name.encode()}, {"escape": "../../../etc/shadow"}))
         says = "context was refused"
     elif case == "run_fails":
         body["dockerfile"] = "FROM default\nRUN echo about to fail\nRUN exit 7\nRUN echo never\n"

@@ -598,7 +598,9 @@ static int send_context(Build *b) {
                         r = build_fail(b, "the build's sandbox did not unpack the build context");
                 else {
                         const char *msg = NULL;
-                        if (agent_result_error(res, &msg)) {
+                        /* An unarchive answers like an exec: a refusal is
+                         * its exit code, the reason its stderr. */
+                        if (agent_result_error(res, &msg) || json_integer_value(json_object_get(res, "exitCode")) != 0) {
                                 const char *why = json_string_value(json_object_get(res, "stderrHead"));
                                 r = build_fail(b, "the build context was refused: %s",
                                                why && *why ? why : msg ? msg : "it is not a tar archive");

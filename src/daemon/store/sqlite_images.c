@@ -118,9 +118,10 @@ static int sqlite_images_get(StoreImages *h, const char *owner, const char *id, 
         return row_read(st, ret);
 }
 
-static int sqlite_images_list(StoreImages *h, const char *owner, const char *name, const char *state,
-                              int64_t before_created, const char *before_id, unsigned limit, StoreImageFn fn,
-                              void *userdata) {
+/* The rows of a listing, read under the lock and handed to fn after it, so
+ * that fn may call the store again. */
+static int list_locked(StoreImages *h, const char *owner, const char *name, const char *state, int64_t before_created,
+                       const char *before_id, unsigned limit, ImageRow **ret, size_t *ret_n) {
         LOCKED(h);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(h->sql,
@@ -136,18 +137,39 @@ static int sqlite_images_list(StoreImages *h, const char *owner, const char *nam
         sqlite3_bind_int64(st, 4, before_created);
         sqlite3_bind_text(st, 5, before_id ? before_id : "", -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 6, limit);
-        int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                ImageRow r;
-                int e = row_read(st, &r);
-                if (e == 0) {
-                        e = fn(userdata, &r);
-                        store_image_row_clear(&r);
-                }
-                if (e < 0)
-                        return e;
+        ImageRow *rows = calloc(limit ? limit : 1, sizeof(*rows));
+        if (!rows)
+                return -ENOMEM;
+        size_t n = 0;
+        int rc, e = 0;
+        while (n < limit && (rc = sqlite3_step(st)) == SQLITE_ROW && (e = row_read(st, &rows[n])) == 0)
+                n++;
+        if (e == 0 && n < limit && rc != SQLITE_DONE)
+                e = sqldb_errno(rc) ?: -EIO;
+        if (e < 0) {
+                for (size_t i = 0; i < n; i++)
+                        store_image_row_clear(&rows[i]);
+                free(rows);
+                return e;
         }
-        return rc == SQLITE_DONE ? 0 : sqldb_errno(rc) ?: -EIO;
+        *ret = rows;
+        *ret_n = n;
+        return 0;
+}
+
+static int sqlite_images_list(StoreImages *h, const char *owner, const char *name, const char *state,
+                              int64_t before_created, const char *before_id, unsigned limit, StoreImageFn fn,
+                              void *userdata) {
+        ImageRow *rows = NULL;
+        size_t n = 0;
+        int r = list_locked(h, owner, name, state, before_created, before_id, limit, &rows, &n);
+        for (size_t i = 0; i < n; i++) {
+                if (r == 0)
+                        r = fn(userdata, &rows[i]);
+                store_image_row_clear(&rows[i]);
+        }
+        free(rows);
+        return r;
 }
 
 static int sqlite_images_finish(StoreImages *h, const char *id, const char *state, const char *error,
