@@ -31,6 +31,24 @@ static int image_seen(void *userdata, const ImageRow *row) {
         return 0;
 }
 
+/* A listing's callback that reads the store again (as the API's does, for
+ * each image's tags): it must not wait on the listing. */
+typedef struct ImageReenter {
+        const StoreImageOps *ops;
+        StoreImages *h;
+        size_t rows;
+} ImageReenter;
+
+static int count_tag(void *userdata, const char *tag) {
+        return 0;
+}
+
+static int image_reenter(void *userdata, const ImageRow *row) {
+        ImageReenter *x = userdata;
+        x->rows++;
+        return x->ops->tags(x->h, row->id, count_tag, NULL);
+}
+
 static int tag_seen(void *userdata, const char *tag) {
         ImageSeen *s = userdata;
         if (s->n < 8)
@@ -80,6 +98,9 @@ static void images_contract(const StoreImageOps *ops, StoreImages *h) {
         assert_int_equal(ops->list(h, "alice", NULL, NULL, 101, IMG(2), 2, image_seen, &more), 0);
         assert_int_equal(more.n, 1);
         assert_string_equal(more.ids[0], IMG(1));
+        ImageReenter again = { .ops = ops, .h = h };
+        assert_int_equal(ops->list(h, "alice", NULL, NULL, 0, "", 10, image_reenter, &again), 0);
+        assert_int_equal(again.rows, 3);
         ImageSeen named = { 0 };
         assert_int_equal(ops->list(h, "alice", "app", NULL, 0, "", 10, image_seen, &named), 0);
         assert_int_equal(named.n, 2);

@@ -260,3 +260,13 @@ int api_page_query_as(Req *r, const char *cursor_name, unsigned def, unsigned ma
  * last_seq, the place of the page's last record); steals data. */
 json_t *api_page_json(json_t *data, unsigned limit, int64_t last_seq);
 json_t *api_images_json(const DaemonConfig *cfg);
+
+/* Shared with the images handlers (api_user_images.c, which defines them):
+ * the owner's images as a page of GET /v1/images ({data, nextCursor} set
+ * into body); and a create's `image` that names one of the owner's images
+ * (an id, name, name:tag or name@version) made the `snapshot` of its disk,
+ * with the image's env under the create's own and its user, left as it is
+ * when it names none (a built-in image, or a name the create refuses). */
+int api_user_images_page(Req *r, json_t *body, ApiError *e);
+int api_user_image_to_create(Req *r, bool *ret_from_image, ApiError *e);
+

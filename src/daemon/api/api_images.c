@@ -20,7 +20,6 @@
 #include "daemon/api/api.h"
 #include "daemon/manager/images.h"
 #include "daemon/api/api_images.h"
-#include "daemon/api/api_user_images.h"
 #include "common/log.h"
 #include "daemon/http/request.h"
 

@@ -348,6 +348,98 @@ static int add_step(Parser *p, DockerfileStep *s) {
         return 0;
 }
 
+/* RUN, CMD, ENTRYPOINT, COPY and ADD: their flags, then the shell form's
+ * words or the exec form's JSON. */
+static int command_step(Parser *p, unsigned line, DockerfileOp op, const char *rest, DockerfileStep *s, Words *w,
+                        Words *out) {
+        int r;
+        bool exec_form = false;
+        /* Flags come first, in the shell form's words. */
+        r = split_words(rest, w);
+        if (r == -EINVAL)
+                r = fail(p->e, line, "%s has a quote that is not closed", OP_NAMES[op]);
+        if (r < 0)
+                return r;
+        if (op == DF_RUN) {
+                r = take_flags(p, line, op, w, NULL, NULL, 0);
+        } else if (op == DF_COPY || op == DF_ADD) {
+                static const char *const allowed[] = { "from", "chown", "chmod" };
+                char **slots[] = { &s->from, &s->chown, &s->chmod };
+                r = take_flags(p, line, op, w, allowed, slots, ELEMENTSOF(allowed));
+                if (r == 0 && op == DF_ADD && s->from)
+                        r = fail(p->e, line, "ADD --from is not supported: use COPY --from");
+        } else if (w->n && strncmp(w->v[0], "--", 2) == 0)
+                r = fail(p->e, line, "%s takes no flags (%.40s)", OP_NAMES[op], w->v[0]);
+        if (r < 0)
+                return r;
+        /* What follows the flags, as written. */
+        const char *body = rest;
+        for (const char *f = rest; strncmp(f, "--", 2) == 0;) {
+                f += strcspn(f, " \t");
+                f += strspn(f, " \t");
+                body = f;
+        }
+        if (heredoc_at(body)) {
+                r = fail(p->e, line, "%s with a heredoc (<<) is not supported", OP_NAMES[op]);
+                return r;
+        }
+        int j = json_form(body, out);
+        if (j < 0) {
+                r = j;
+                return r;
+        }
+        exec_form = j == 1;
+        if (!exec_form && (op == DF_RUN || op == DF_CMD || op == DF_ENTRYPOINT)) {
+                if (!body[0] && op == DF_RUN) {
+                        r = fail(p->e, line, "RUN needs a command");
+                        return r;
+                }
+                r = body[0] ? words_push(out, strdup(body)) : 0;
+        } else if (!exec_form) {
+                *out = *w;
+                *w = (Words){ 0 };
+        }
+        if (r < 0)
+                return r;
+        if (exec_form && op == DF_RUN && out->n == 0) {
+                r = fail(p->e, line, "RUN needs a command");
+                return r;
+        }
+        if (op == DF_COPY || op == DF_ADD) {
+                if (out->n < 2) {
+                        r = fail(p->e, line, "%s needs a source and a destination", OP_NAMES[op]);
+                        return r;
+                }
+                for (size_t k = 0; k + 1 < out->n; k++) {
+                        if (op == DF_ADD && is_url(out->v[k]))
+                                r = fail(p->e, line, "ADD from a URL is not supported: download it in a RUN");
+                        else if (op == DF_ADD && is_archive(out->v[k]))
+                                r = fail(p->e, line, "ADD of an archive (which ADD would unpack) is not "
+                                                     "supported: COPY it and unpack it in a RUN");
+                        if (r < 0)
+                                return r;
+                }
+                if (s->from) {
+                        int st = dockerfile_stage(&p->d, s->from);
+                        if (st < 0 || (unsigned)st >= s->stage) {
+                                r = fail(p->e, line, "COPY --from=%.64s names no earlier stage (COPY from "
+                                                     "an image is not supported)", s->from);
+                                return r;
+                        }
+                }
+                if (s->chmod) {
+                        char *end;
+                        unsigned long m = strtoul(s->chmod, &end, 8);
+                        if (!s->chmod[0] || *end || m > 07777) {
+                                r = fail(p->e, line, "%s --chmod=%.16s is not an octal mode", OP_NAMES[op], s->chmod);
+                                return r;
+                        }
+                }
+        }
+        s->exec = exec_form;
+        return 0;
+}
+
 static int instruction(Parser *p, unsigned line, const char *kw, const char *rest) {
         DockerfileOp op;
         size_t i;
@@ -366,91 +458,10 @@ static int instruction(Parser *p, unsigned line, const char *kw, const char *res
         DockerfileStep s = { .op = op, .line = line, .stage = p->d.n_stages ? p->d.n_stages - 1 : 0 };
         Words w = { 0 }, out = { 0 };
         int r = 0;
-        bool exec_form = false;
         if (op == DF_RUN || op == DF_CMD || op == DF_ENTRYPOINT || op == DF_COPY || op == DF_ADD) {
-                /* Flags come first, in the shell form's words. */
-                r = split_words(rest, &w);
-                if (r == -EINVAL)
-                        r = fail(p->e, line, "%s has a quote that is not closed", OP_NAMES[op]);
+                r = command_step(p, line, op, rest, &s, &w, &out);
                 if (r < 0)
                         goto done;
-                if (op == DF_RUN) {
-                        r = take_flags(p, line, op, &w, NULL, NULL, 0);
-                } else if (op == DF_COPY || op == DF_ADD) {
-                        static const char *const allowed[] = { "from", "chown", "chmod" };
-                        char **slots[] = { &s.from, &s.chown, &s.chmod };
-                        r = take_flags(p, line, op, &w, allowed, slots, ELEMENTSOF(allowed));
-                        if (r == 0 && op == DF_ADD && s.from)
-                                r = fail(p->e, line, "ADD --from is not supported: use COPY --from");
-                } else if (w.n && strncmp(w.v[0], "--", 2) == 0)
-                        r = fail(p->e, line, "%s takes no flags (%.40s)", OP_NAMES[op], w.v[0]);
-                if (r < 0)
-                        goto done;
-                /* What follows the flags, as written. */
-                const char *body = rest;
-                for (const char *f = rest; strncmp(f, "--", 2) == 0;) {
-                        f += strcspn(f, " \t");
-                        f += strspn(f, " \t");
-                        body = f;
-                }
-                if (heredoc_at(body)) {
-                        r = fail(p->e, line, "%s with a heredoc (<<) is not supported", OP_NAMES[op]);
-                        goto done;
-                }
-                int j = json_form(body, &out);
-                if (j < 0) {
-                        r = j;
-                        goto done;
-                }
-                exec_form = j == 1;
-                if (!exec_form && (op == DF_RUN || op == DF_CMD || op == DF_ENTRYPOINT)) {
-                        if (!body[0] && op == DF_RUN) {
-                                r = fail(p->e, line, "RUN needs a command");
-                                goto done;
-                        }
-                        r = body[0] ? words_push(&out, strdup(body)) : 0;
-                } else if (!exec_form) {
-                        out = w;
-                        w = (Words){ 0 };
-                }
-                if (r < 0)
-                        goto done;
-                if (exec_form && op == DF_RUN && out.n == 0) {
-                        r = fail(p->e, line, "RUN needs a command");
-                        goto done;
-                }
-                if (op == DF_COPY || op == DF_ADD) {
-                        if (out.n < 2) {
-                                r = fail(p->e, line, "%s needs a source and a destination", OP_NAMES[op]);
-                                goto done;
-                        }
-                        for (size_t k = 0; k + 1 < out.n; k++) {
-                                if (op == DF_ADD && is_url(out.v[k]))
-                                        r = fail(p->e, line, "ADD from a URL is not supported: download it in a RUN");
-                                else if (op == DF_ADD && is_archive(out.v[k]))
-                                        r = fail(p->e, line, "ADD of an archive (which ADD would unpack) is not "
-                                                             "supported: COPY it and unpack it in a RUN");
-                                if (r < 0)
-                                        goto done;
-                        }
-                        if (s.from) {
-                                int st = dockerfile_stage(&p->d, s.from);
-                                if (st < 0 || (unsigned)st >= s.stage) {
-                                        r = fail(p->e, line, "COPY --from=%.64s names no earlier stage (COPY from "
-                                                             "an image is not supported)", s.from);
-                                        goto done;
-                                }
-                        }
-                        if (s.chmod) {
-                                char *end;
-                                unsigned long m = strtoul(s.chmod, &end, 8);
-                                if (!s.chmod[0] || *end || m > 07777) {
-                                        r = fail(p->e, line, "%s --chmod=%.16s is not an octal mode", OP_NAMES[op], s.chmod);
-                                        goto done;
-                                }
-                        }
-                }
-                s.exec = exec_form;
                 goto take;
         }
         r = split_words(rest, &w);
