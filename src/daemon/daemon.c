@@ -1084,6 +1084,9 @@ static void stop(Daemon *d) {
         otel_stop(d->otel);
         webhooks_stop(d->webhooks);
         http_server_quiesce(d->http);
+        /* Before the sandboxes stop: a build whose sandbox stops under it
+         * says the daemon stopped, not that its sandbox failed. */
+        user_images_stop(d->user_images);
         manager_shutdown(d->manager);
         /* Readers of the processes left running get their `continue`. */
         if (!api_output_streams_wait(2000))

@@ -299,3 +299,32 @@ print(json.dumps({"gone": gone}))
 """, name, image_id)
     assert res["gone"] == "image_not_found", res
     assert api.get(f"/v1/snapshots/{snap}").status_code == 404
+
+
+def test_a_stop_cuts_a_build_and_a_kill_leaves_it_failed(fresh_daemon):
+    """A daemon stopped during a build stops at once (the build given up, its sandbox gone) and
+    the image is failed; one killed during a build finds it failed at its next start."""
+    api = Api(fresh_daemon)
+    try:
+        r = api.post("/v1/images", json={"name": "slow", "dockerfile": "FROM default\nRUN sleep 600\n"})
+        assert r.status_code == 201, r.text
+        first = r.json()["id"]
+        wait_until(lambda: api.get(f"/v1/images/{first}/logs").json()["lines"], 60, 0.2, what="the build started")
+        time.sleep(1)
+        t0 = time.monotonic()
+        fresh_daemon.stop()
+        assert time.monotonic() - t0 < 20
+        fresh_daemon.start()
+        image = api.get(f"/v1/images/{first}").json()
+        assert image["state"] == "failed" and "the daemon stopped during the build" in image["error"], image
+        r = api.post("/v1/images", json={"name": "slow", "dockerfile": "FROM default\nRUN sleep 600\n"})
+        assert r.status_code == 201 and r.json()["version"] == 2, r.text
+        second = r.json()["id"]
+        wait_until(lambda: api.get(f"/v1/images/{second}/logs").json()["lines"], 60, 0.2, what="the build started")
+        fresh_daemon.kill()
+        fresh_daemon.start()
+        image = api.get(f"/v1/images/{second}").json()
+        assert image["state"] == "failed" and "stopped during the build" in image["error"], image
+        assert api.get("/v1/images", params={"state": "ready"}).json()["data"] == []
+    finally:
+        api.close()

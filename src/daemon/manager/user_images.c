@@ -472,6 +472,15 @@ static json_t *step_env(Build *b) {
         return env;
 }
 
+/* Whether the daemon is stopping: a build in progress gives up at its next
+ * second of waiting, so that a stop never waits for a build's end. */
+static bool stopping(UserImages *u) {
+        pthread_mutex_lock(&u->lock);
+        bool s = u->stopping;
+        pthread_mutex_unlock(&u->lock);
+        return s;
+}
+
 /* Runs argv in the build's sandbox as root or the build's user, its output
  * into the log; its exit code in *ret_code. */
 static int run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, bool root, bool quiet, int64_t timeout_ms,
@@ -490,12 +499,18 @@ static int run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, 
         while (r == 0) {
                 ChanEvent ev;
                 int n = chan_stream_next(s, 1000, &ev);
-                if (n == -ETIMEDOUT)
+                if (n == -ETIMEDOUT) {
+                        if (stopping(b->u)) {
+                                r = build_fail(b, "the daemon stopped during the build");
+                                break;
+                        }
                         continue;
+                }
                 if (n < 0 || ev.type == CHAN_EV_CLOSED) {
                         if (n == 0)
                                 chan_event_clear(&ev);
-                        r = build_fail(b, "the build's sandbox stopped answering");
+                        r = stopping(b->u) ? build_fail(b, "the daemon stopped during the build")
+                                           : build_fail(b, "the build's sandbox stopped answering");
                         break;
                 }
                 if (ev.type == CHAN_EV_DATA && (ev.fd == PROTO_FD_OUT || ev.fd == PROTO_FD_ERR) && !quiet) {
@@ -746,6 +761,8 @@ static int run_steps(Build *b, int64_t deadline_ms) {
                 const DockerfileStep *s = &d->steps[i];
                 b->cur = s;
                 b->step++;
+                if (stopping(b->u))
+                        return build_fail(b, "the daemon stopped during the build");
                 b->log.step = b->step;
                 char head[160];
                 snprintf(head, sizeof head, "%s", s->n_words && s->words[0] ? s->words[0] : "");
@@ -1143,13 +1160,19 @@ int user_images_start(UserImages *u) {
         return 0;
 }
 
-void user_images_close(UserImages *u) {
+void user_images_stop(UserImages *u) {
         if (!u)
                 return;
         pthread_mutex_lock(&u->lock);
         u->stopping = true;
         pthread_cond_broadcast(&u->cond);
         pthread_mutex_unlock(&u->lock);
+}
+
+void user_images_close(UserImages *u) {
+        if (!u)
+                return;
+        user_images_stop(u);
         for (unsigned i = 0; i < u->n_workers; i++)
                 pthread_join(u->workers[i], NULL);
         while (u->queue) {

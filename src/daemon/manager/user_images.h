@@ -67,6 +67,9 @@ void user_images_set_manager(UserImages *u, const struct DaemonConfig *cfg, Mana
 void user_images_set_host(UserImages *u, const char *host_id);
 /* Fails the builds this host left unfinished, then starts the workers. */
 int user_images_start(UserImages *u);
+/* Has the builds give up (each at its next second of waiting) and the
+ * workers take no more; NULL is fine. */
+void user_images_stop(UserImages *u);
 void user_images_close(UserImages *u);
 
 /* Which of digests (an array of 64-hex strings) owner has not uploaded. */
