@@ -195,7 +195,8 @@ def test_refusals_at_the_request(api):
     assert api.get("/v1/images", params={"name": name}).json()["data"] == []
 
 
-@pytest.mark.parametrize("case", ["copy_outside", "chunks_lie", "link_out", "run_fails", "from_unknown"])
+@pytest.mark.parametrize("case", ["copy_outside", "chunks_lie", "link_out", "run_fails", "from_unknown", "forks",
+                                  "fills_disk", "times_out"])
 def test_failed_builds_say_why(api, case):
     name = _name(case.replace("_", "-"))
     body = {"name": name}
@@ -216,6 +217,19 @@ def test_failed_builds_say_why(api, case):
     elif case == "run_fails":
         body["dockerfile"] = "FROM default\nRUN echo about to fail\nRUN exit 7\nRUN echo never\n"
         says = "step 3/4 (line 3, RUN): the command returned a non-zero code: 7"
+    elif case == "forks":
+        # Forks until the sandbox's pids bound refuses one: the shell gives up.
+        body["dockerfile"] = "FROM default\nRUN i=0; while [ $i -lt 100000 ]; do sleep 600 & i=$((i+1)); done\n"
+        body["build"] = {"timeoutSeconds": 120}
+        says = "step 2/2 (line 2, RUN): the command returned a non-zero code"
+    elif case == "fills_disk":
+        body["dockerfile"] = "FROM default\nRUN dd if=/dev/zero of=/big bs=1M count=4096\n"
+        body["build"] = {"diskMiB": 256, "timeoutSeconds": 120}
+        says = "step 2/2 (line 2, RUN): the command returned a non-zero code"
+    elif case == "times_out":
+        body["dockerfile"] = "FROM default\nRUN sleep 600\n"
+        body["build"] = {"timeoutSeconds": 10}
+        says = "step 2/2 (line 2, RUN): the build's time ran out"
     else:
         body["dockerfile"] = "FROM nosuchimage\nRUN true\n"
         says = "FROM nosuchimage"
