@@ -342,3 +342,57 @@ def test_a_stop_cuts_a_build_and_a_kill_leaves_it_failed(fresh_daemon):
         assert api.get("/v1/images", params={"state": "ready"}).json()["data"] == []
     finally:
         api.close()
+
+
+OURS = """
+import asyncio, json, sys
+from withruntime import Runtime
+from withruntime.async_sandbox import AsyncRuntime
+runtime = Runtime()
+lines = []
+image = runtime.images.build(dockerfile="FROM default\\nCOPY app.py /srv/\\nRUN python3 /srv/app.py > /srv/out\\n",
+                             context_dir=sys.argv[1], name=sys.argv[2], tags=["one"],
+                             on_log=lambda l: lines.append(l["line"]))
+out = {"state": image["state"], "tags": image["tags"], "logged": any("ready in" in l for l in lines)}
+out["resolved"] = runtime.images.resolve(sys.argv[2] + ":one")["id"] == image["id"]
+out["versions"] = [i["version"] for i in runtime.images.versions(sys.argv[2])["data"]]
+out["tagged"] = sorted(runtime.images.tag(sys.argv[2] + ":one", "two")["tags"])
+out["untagged"] = runtime.images.untag(image["id"], "two")["tags"]
+
+async def main():
+    r = AsyncRuntime()
+    got = await r.images.get(image["id"])
+    try:
+        await r.images.build(dockerfile="FROM default\\nRUN exit 3\\n", name=sys.argv[2] + "-bad")
+        failed = None
+    except Exception as e:
+        failed = [getattr(e, "code", None), str(e)]
+    await r.images.delete(image["id"])
+    await r.close()
+    return got["id"], failed
+
+got, failed = asyncio.run(main())
+out["async_get"] = got == image["id"]
+out["failed"] = failed
+print(json.dumps(out))
+"""
+
+
+def test_our_sdk_has_the_same_images_calls(api, tmp_path):
+    """Our SDK (sync and async) builds, resolves, tags and deletes under the published names."""
+    import subprocess
+    import sys
+    from helpers import REPO
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "app.py").write_text("print('from our sdk')\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "sdk" / "python" / "src"),
+           "RUNTIME_API_KEY": api.daemon.api_key, "RUNTIME_BASE_URL": api.daemon.base_url}
+    r = subprocess.run([sys.executable, "-c", OURS, str(ctx), _name("ours")], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["state"] == "ready" and got["tags"] == ["one"] and got["logged"], got
+    assert got["resolved"] and got["versions"] == [1] and got["async_get"], got
+    assert got["tagged"] == ["one", "two"] and got["untagged"] == ["one"], got
+    assert got["failed"][0] == "image_build_failed" and "non-zero code: 3" in got["failed"][1], got
