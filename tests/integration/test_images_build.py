@@ -396,3 +396,38 @@ def test_our_sdk_has_the_same_images_calls(api, tmp_path):
     assert got["resolved"] and got["versions"] == [1] and got["async_get"], got
     assert got["tagged"] == ["one", "two"] and got["untagged"] == ["one"], got
     assert got["failed"][0] == "image_build_failed" and "non-zero code: 3" in got["failed"][1], got
+
+
+MULTI = """\
+FROM default AS builder
+WORKDIR /src
+COPY app.py ./
+RUN python3 -m py_compile app.py && echo built > /src/stamp && mkdir -p /src/out && echo x > /src/out/a.txt
+FROM default AS unused
+RUN exit 9
+FROM default
+COPY --from=builder /src/stamp /srv/stamp
+COPY --from=0 /src/out /srv/out/
+COPY --from=builder /src/*.py /srv/py/
+RUN cat /srv/stamp /srv/out/a.txt && ls /srv/py
+"""
+
+
+@pytest.mark.parametrize("driver", ["namespace", "gvisor"], indirect=True)
+def test_multi_stage_copy_from(api, driver, tmp_path):
+    """COPY --from an earlier stage (by name and by index, a file, a folder's contents and a
+    wildcard); a stage nothing needs is not built; a target builds one stage alone."""
+    data = _tar({"app.py": b"print('x')\n", "tag": _name().encode()})
+    r = api.post("/v1/images", json={"name": _name("multi"), "dockerfile": MULTI, "context": _upload(api, data)})
+    assert r.status_code == 201, r.text
+    image = _wait(api, r.json()["id"])
+    assert image["state"] == "ready", image
+    lines = [l["line"] for l in api.get(f"/v1/images/{image['id']}/logs").json()["lines"]]
+    assert "built" in lines and "x" in lines and "app.py" in lines, lines
+    assert not any("stage 1" in l for l in lines), lines
+    sbx = api.create_sandbox(driver=driver, image=image["id"])
+    out = api.exec(sbx.id, command="cat /srv/stamp; ls /srv/py; ls / | grep runtime- || true")
+    assert out["stdout"] == "built\napp.py\n", out
+    r = api.post("/v1/images", json={"name": _name("target"), "dockerfile": MULTI, "target": "unused"})
+    image = _wait(api, r.json()["id"])
+    assert image["state"] == "failed" and "non-zero code: 9" in image["error"], image

@@ -1,6 +1,7 @@
 /* The images users build (user_images.h): records, context chunks, the
  * queue and the builds themselves. */
 #include "daemon/manager/user_images.h"
+#include "daemon/manager/user_images-internal.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -29,46 +30,16 @@
 #include "daemon/manager/snapshot.h"
 #include "proto/proto.h"
 
-#define BUILD_WORKERS 2
 /* Where the context is unpacked inside the build's sandbox; removed before
  * the image's disk is taken. */
 #define CONTEXT_IN_SANDBOX "/.runtime-build-context"
+/* A COPY --from's files: gathered in the earlier stage's sandbox, then
+ * unpacked in this one; both removed before a disk is taken. */
+#define STAGE_OUT "/.runtime-stage-out"
+#define FROM_IN_SANDBOX "/.runtime-build-from"
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define LOG_LINE_MAX 4096
 
-typedef struct Job {
-        struct Job *next;
-        char id[IMAGE_ID_LEN + 1];
-        char rid[32];
-        KeyInfo key;
-        ImageBuildRequest req;
-        int64_t version;
-        char *name;
-} Job;
-
-typedef struct OwnerCount {
-        char owner[128];
-        unsigned running, queued;
-} OwnerCount;
-
-struct UserImages {
-        const struct DaemonConfig *cfg;
-        const StoreImageOps *ops;
-        StoreImages *h;
-        Manager *m;
-        SnapshotStore *snapshots;
-        char *dir;     /* state_dir/user-images */
-        char *ctx_dir; /* state_dir/image-context */
-        char host_id[64];
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        Job *queue; /* oldest first */
-        OwnerCount *owners;
-        size_t n_owners;
-        bool stopping;
-        pthread_t workers[BUILD_WORKERS];
-        unsigned n_workers;
-};
 
 void image_build_request_done(ImageBuildRequest *r) {
         if (!r)
@@ -104,7 +75,7 @@ bool user_images_tag_ok(const char *s) {
         return n <= 128;
 }
 
-static bool uuid_ok(const char *s) {
+bool user_images_id_ok(const char *s) {
         if (strlen(s) != IMAGE_ID_LEN)
                 return false;
         for (size_t i = 0; i < IMAGE_ID_LEN; i++) {
@@ -195,7 +166,7 @@ typedef struct BuildLog {
         size_t pending_len[2];
 } BuildLog;
 
-static char *log_path(UserImages *u, const char *id) {
+char *user_images_log_path(UserImages *u, const char *id) {
         char *p = NULL;
         return asprintf(&p, "%s/%s.log", u->dir, id) < 0 ? NULL : p;
 }
@@ -295,7 +266,7 @@ static int log_flush(BuildLog *l) {
 }
 
 int user_images_logs(UserImages *u, const char *id, int64_t after, unsigned max, json_t *lines, int64_t *ret_next) {
-        _cleanup_free_ char *p = log_path(u, id);
+        _cleanup_free_ char *p = user_images_log_path(u, id);
         if (!p)
                 return -ENOMEM;
         _cleanup_fclose_ FILE *f = fopen(p, "re");
@@ -424,7 +395,10 @@ int user_images_context_put(UserImages *u, const char *owner, const char *digest
 typedef struct Build {
         UserImages *u;
         Job *job;
-        BuildLog log;
+        BuildLog *log;      /* the image's, shared by its stages */
+        struct Build **stages; /* the stages built for COPY --from, by index (shared) */
+        int stage;          /* the Dockerfile's stage this one builds */
+        int64_t deadline_ms;
         char sandbox_id[32];
         json_t *vars;  /* ARG values in force */
         json_t *env;   /* ENV in force */
@@ -514,7 +488,7 @@ static int run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, 
                         break;
                 }
                 if (ev.type == CHAN_EV_DATA && (ev.fd == PROTO_FD_OUT || ev.fd == PROTO_FD_ERR) && !quiet) {
-                        if (log_output(&b->log, ev.fd, ev.data, ev.len) == -EFBIG)
+                        if (log_output(b->log, ev.fd, ev.data, ev.len) == -EFBIG)
                                 r = build_fail(b, "the build log passed its bound of %u MiB", USER_IMAGES_LOG_MAX >> 20);
                 } else if (ev.type == CHAN_EV_RESULT) {
                         const char *msg = NULL;
@@ -530,7 +504,7 @@ static int run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, 
         }
         chan_stream_free(s);
         sandbox_release(sb);
-        if (r == 0 && log_flush(&b->log) == -EFBIG)
+        if (r == 0 && log_flush(b->log) == -EFBIG)
                 r = build_fail(b, "the build log passed its bound of %u MiB", USER_IMAGES_LOG_MAX >> 20);
         if (r == 0 && timed_out)
                 r = build_fail(b, "the build's time ran out");
@@ -657,10 +631,166 @@ static const char COPY_SCRIPT[] =
         "  fi\n"
         "done; done\n";
 
+static int stage_run(Build *b);
+static void global_args(Build *b);
+
+static void drop_sandbox(Build *b) {
+        SandboxError se;
+        if (b->sandbox_id[0] && sandbox_delete(b->u->m, &b->job->key, b->sandbox_id, b->job->rid, &se) < 0)
+                log_warn(b->job->rid, "image %s: deleting the build's sandbox %s: %s", b->job->id, b->sandbox_id,
+                         se.message);
+        b->sandbox_id[0] = '\0';
+}
+
+static void build_state_free(Build *b) {
+        json_decref(b->vars);
+        json_decref(b->env);
+        json_decref(b->config);
+        free(b->workdir);
+}
+
+/* The earlier stage st, built once (in a sandbox of its own, kept until
+ * the image's end) the first time a COPY --from names it. */
+static int stage_built(Build *b, int st, Build **ret) {
+        if (b->stages[st]) {
+                *ret = b->stages[st];
+                return 0;
+        }
+        Build *o = calloc(1, sizeof(*o));
+        if (!o)
+                return build_fail(b, "out of memory");
+        *o = (Build){ .u = b->u, .job = b->job, .log = b->log, .stages = b->stages, .stage = st,
+                      .deadline_ms = b->deadline_ms };
+        o->vars = json_object();
+        o->env = json_object();
+        o->config = json_pack("{s:{},s:[]}", "labels", "exposedPorts");
+        o->workdir = strdup("/");
+        b->stages[st] = o;
+        if (!o->vars || !o->env || !o->config || !o->workdir)
+                return build_fail(b, "out of memory");
+        global_args(o);
+        int r = stage_run(o);
+        log_sys(b->log, "stage %d %s", st, r < 0 ? "failed" : "built");
+        if (r < 0) {
+                snprintf(b->error, sizeof b->error, "%s", o->error);
+                return r;
+        }
+        *ret = o;
+        return 0;
+}
+
+/* What `from` gathered in STAGE_OUT, as a tar from its agent to the agent
+ * of `to`, unpacked in FROM_IN_SANDBOX (bounded as a context is). */
+static int stage_transfer(Build *b, Build *from) {
+        Sandbox *src = NULL, *dst = NULL;
+        SandboxError se;
+        if (sandbox_acquire(b->u->m, &b->job->key, from->sandbox_id, &src, &se) < 0 ||
+            sandbox_acquire(b->u->m, &b->job->key, b->sandbox_id, &dst, &se) < 0) {
+                if (src)
+                        sandbox_release(src);
+                return build_fail(b, "a build's sandbox is gone: %s", se.message);
+        }
+        _cleanup_json_ json_t *none = json_array();
+        _cleanup_json_ json_t *ar = none ? agent_req_archive(STAGE_OUT, false, none) : NULL;
+        _cleanup_json_ json_t *un = agent_req_unarchive(FROM_IN_SANDBOX, USER_IMAGES_CONTEXT_UNPACKED,
+                                                       USER_IMAGES_CONTEXT_FILES);
+        ChanStream *out = NULL, *in = NULL;
+        int r = ar && un && agent_req_set_user(ar, true) == 0 && agent_req_set_user(un, true) == 0 ? 0 : -ENOMEM;
+        if (r == 0 && (sandbox_open_stream(src, ar, &out, &se) < 0 || sandbox_open_stream(dst, un, &in, &se) < 0))
+                r = build_fail(b, "could not copy from stage %d: %s", from->stage, se.message);
+        else if (r < 0)
+                r = build_fail(b, "out of memory");
+        bool ended = false;
+        while (r == 0 && !ended) {
+                ChanEvent ev;
+                int n = chan_stream_next(out, 1000, &ev);
+                if (n == -ETIMEDOUT) {
+                        if ((int64_t)time_now_mono_ms() > b->deadline_ms)
+                                r = build_fail(b, "the build's time ran out");
+                        continue;
+                }
+                if (n < 0 || ev.type == CHAN_EV_CLOSED)
+                        r = build_fail(b, "stage %d's sandbox stopped answering", from->stage);
+                else if (ev.type == CHAN_EV_DATA && ev.fd == PROTO_FD_OUT) {
+                        if (chan_stream_write(in, ev.data, ev.len, 60000) < 0)
+                                r = build_fail(b, "the build's sandbox took no more of stage %d's files", from->stage);
+                } else if (ev.type == CHAN_EV_RESULT) {
+                        ended = true;
+                        if (agent_result_error(ev.json, NULL) || json_integer_value(json_object_get(ev.json, "exitCode")))
+                                r = build_fail(b, "stage %d's files could not be read", from->stage);
+                }
+                if (n == 0)
+                        chan_event_clear(&ev);
+        }
+        if (r == 0 && chan_stream_close_write(in) < 0)
+                r = build_fail(b, "the build's sandbox took no more of stage %d's files", from->stage);
+        if (r == 0) {
+                _cleanup_json_ json_t *res = NULL;
+                if (agent_wait_result(in, 300000, NULL, NULL, &res) < 0 || agent_result_error(res, NULL) ||
+                    json_integer_value(json_object_get(res, "exitCode")))
+                        r = build_fail(b, "stage %d's files could not be unpacked", from->stage);
+        }
+        chan_stream_free(out);
+        chan_stream_free(in);
+        sandbox_release(src);
+        sandbox_release(dst);
+        return r;
+}
+
+/* COPY --from=stage: each source gathered in that stage's sandbox under
+ * STAGE_OUT/<n>/ (its wildcards matched there), moved here, then copied
+ * as a copy from the context is. The sources' paths: cleaned of "..". */
+static const char GATHER_SCRIPT[] = "set -e\n"
+                                    "rm -rf " STAGE_OUT "\n"
+                                    "n=0\n"
+                                    "for s in \"$@\"; do mkdir -p " STAGE_OUT "/$n\n"
+                                    "  found=0; for f in $s; do [ -e \"$f\" ] || continue; found=1;"
+                                    " cp -a \"$f\" " STAGE_OUT "/$n/; done\n"
+                                    "  [ $found = 1 ] || { echo \"$s: no such file in the stage\" >&2; exit 3; }\n"
+                                    "  n=$((n+1))\n"
+                                    "done\n";
+
+static int copy_from_stage(Build *b, const DockerfileStep *s, json_t *argv) {
+        int st = dockerfile_stage(&b->job->req.dockerfile, s->from);
+        Build *o = NULL;
+        int r = st < 0 ? build_fail(b, "COPY --from=%.64s names no stage", s->from) : stage_built(b, st, &o);
+        if (r < 0)
+                return r;
+        _cleanup_json_ json_t *gather = json_pack("[s,s,s,s]", "/bin/sh", "-c", GATHER_SCRIPT, "gather");
+        if (!gather)
+                return -ENOMEM;
+        for (size_t i = 0; i + 1 < s->n_words; i++) {
+                _cleanup_free_ char *src = NULL, *clean = NULL, *full = NULL, *here = NULL;
+                if ((r = expand(b, s->words[i], &src)) < 0)
+                        return r;
+                /* An absolute path of the stage's: ".." above its root stays at its root. */
+                if (dockerfile_context_path(src, &clean) < 0)
+                        return build_fail(b, "%.200s leaves the stage's root", src);
+                const char *base = strrchr(clean, '/') ? strrchr(clean, '/') + 1 : clean;
+                bool wild = strpbrk(clean, "*?[") != NULL;
+                if (asprintf(&full, "/%s", clean) < 0 ||
+                    asprintf(&here, "%s/%zu/%s", FROM_IN_SANDBOX, i, wild || !*base ? "*" : base) < 0)
+                        return -ENOMEM;
+                json_array_append_new(gather, json_string(full));
+                json_array_append_new(argv, json_string(here));
+        }
+        _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
+        int code = 0;
+        /* The gathering runs in the stage's sandbox, its output in this log. */
+        if ((r = run_in_sandbox(o, gather, env, "/", true, false, 600000, &code)) < 0) {
+                snprintf(b->error, sizeof b->error, "%s", o->error);
+                return r;
+        }
+        if (code != 0)
+                return build_fail(b, "COPY --from=%.64s: a source is not in the stage (exit code %d)", s->from, code);
+        _cleanup_json_ json_t *rm = json_pack("[s,s,s]", "rm", "-rf", FROM_IN_SANDBOX);
+        if ((r = run_in_sandbox(b, rm, env, "/", true, true, 60000, &code)) < 0)
+                return r;
+        return stage_transfer(b, o);
+}
+
 static int step_copy(Build *b, const DockerfileStep *s) {
-        if (s->from)
-                return build_fail(b, "COPY --from (a multi-stage build) is not supported yet");
-        if (!b->job->req.chunks)
+        if (!s->from && !b->job->req.chunks)
                 return build_fail(b, "the build has no context to copy from (send context_dir)");
         _cleanup_json_ json_t *argv = json_pack("[s,s,s,s]", "/bin/sh", "-c", COPY_SCRIPT, "copy");
         _cleanup_free_ char *dest_x = NULL;
@@ -672,7 +802,11 @@ static int step_copy(Build *b, const DockerfileStep *s) {
         if (!dest || json_array_append_new(argv, json_string(dest)) < 0 ||
             json_array_append_new(argv, json_string(dl && dest_x[dl - 1] == '/' ? "1" : "0")) < 0)
                 return -ENOMEM;
-        for (size_t i = 0; i + 1 < s->n_words; i++) {
+        if (s->from) {
+                if ((r = copy_from_stage(b, s, argv)) < 0)
+                        return r;
+        }
+        for (size_t i = 0; !s->from && i + 1 < s->n_words; i++) {
                 _cleanup_free_ char *src = NULL, *clean = NULL, *full = NULL;
                 if ((r = expand(b, s->words[i], &src)) < 0)
                         return r;
@@ -741,12 +875,7 @@ static int set_words_array(json_t *config, const char *key, const DockerfileStep
 
 static int run_steps(Build *b, int64_t deadline_ms) {
         const Dockerfile *d = &b->job->req.dockerfile;
-        int stage = d->n_stages - 1;
-        if (b->job->req.target) {
-                stage = dockerfile_stage(d, b->job->req.target);
-                if (stage < 0)
-                        return build_fail(b, "the target %s names no stage", b->job->req.target);
-        }
+        int stage = b->stage;
         /* The steps of the stage, counted for "step N/M". */
         size_t first = 0;
         b->n_steps = 0;
@@ -763,10 +892,10 @@ static int run_steps(Build *b, int64_t deadline_ms) {
                 b->step++;
                 if (stopping(b->u))
                         return build_fail(b, "the daemon stopped during the build");
-                b->log.step = b->step;
+                b->log->step = b->step;
                 char head[160];
                 snprintf(head, sizeof head, "%s", s->n_words && s->words[0] ? s->words[0] : "");
-                log_sys(&b->log, "step %u/%u: %s %s", b->step, b->n_steps, dockerfile_op_name(s->op), head);
+                log_sys(b->log, "step %u/%u: %s %s", b->step, b->n_steps, dockerfile_op_name(s->op), head);
                 int r = 0;
                 switch (s->op) {
                 case DF_RUN:
@@ -902,13 +1031,10 @@ static int resolve_from(Build *b, const char *from, char **ret_base, char **ret_
 
 /* The build of one job, from its sandbox's create to its snapshot; the
  * image's doc in *ret_doc on success, b->error on failure. */
-static int build_run(Build *b, json_t **ret_doc) {
-        UserImages *u = b->u;
-        Job *job = b->job;
-        const ImageBuildRequest *req = &job->req;
+/* The global ARGs (before the first FROM): what every FROM expands with. */
+static void global_args(Build *b) {
+        const ImageBuildRequest *req = &b->job->req;
         const Dockerfile *d = &req->dockerfile;
-        int64_t deadline_ms = (int64_t)time_now_mono_ms() + req->timeout_seconds * 1000;
-        /* The global ARGs (before the first FROM) are what FROM expands with. */
         for (size_t i = 0; i < d->n_steps && d->steps[i].op == DF_ARG; i++) {
                 const DockerfileStep *s = &d->steps[i];
                 const char *given = json_string_value(json_object_get(req->build_args, s->words[0]));
@@ -916,36 +1042,28 @@ static int build_run(Build *b, json_t **ret_doc) {
                 if (v)
                         json_object_set_new(b->vars, s->words[0], json_string(v));
         }
-        int stage = req->target ? dockerfile_stage(d, req->target) : (int)d->n_stages - 1;
-        if (stage < 0)
-                return build_fail(b, "the target %.64s names no stage", req->target);
+}
+
+/* One stage: its sandbox started from its FROM, the context sent, its
+ * steps run. The sandbox stays for the caller (b->sandbox_id). */
+static int stage_run(Build *b) {
+        UserImages *u = b->u;
+        Job *job = b->job;
+        const ImageBuildRequest *req = &job->req;
+        const Dockerfile *d = &req->dockerfile;
         const DockerfileStep *from = NULL;
         for (size_t i = 0; i < d->n_steps; i++)
-                if (d->steps[i].op == DF_FROM && d->steps[i].stage == (unsigned)stage)
+                if (d->steps[i].op == DF_FROM && d->steps[i].stage == (unsigned)b->stage)
                         from = &d->steps[i];
         b->cur = from;
         b->step = 1;
-        for (size_t i = 0; i < d->n_steps; i++)
-                if (d->steps[i].op == DF_FROM && d->steps[i].stage != (unsigned)stage) {
-                        /* A stage the target needs, or one it does not. */
-                        bool needed = false;
-                        for (size_t k = 0; k < d->n_steps; k++)
-                                if (d->steps[k].stage == (unsigned)stage && d->steps[k].from &&
-                                    dockerfile_stage(d, d->steps[k].from) == (int)d->steps[i].stage)
-                                        needed = true;
-                        if (needed) {
-                                b->cur = &d->steps[i];
-                                return build_fail(b, "multi-stage builds (COPY --from) are not supported yet");
-                        }
-                }
-        b->cur = from;
         _cleanup_free_ char *from_name = NULL, *base = NULL, *snap = NULL;
         _cleanup_json_ json_t *parent = NULL;
         int r = expand(b, from->words[0], &from_name);
         if (r < 0)
                 return r;
         b->n_steps = 1;
-        log_sys(&b->log, "step 1: FROM %s", from_name);
+        log_sys(b->log, "stage %d, step 1: FROM %s", b->stage, from_name);
         if ((r = resolve_from(b, from_name, &base, &snap, &parent)) < 0)
                 return r == -ENOMEM ? build_fail(b, "out of memory") : r;
         json_t *penv = json_object_get(parent, "env");
@@ -965,6 +1083,11 @@ static int build_run(Build *b, json_t **ret_doc) {
                 json_object_update(json_object_get(b->config, "labels"), plabels);
         if (json_is_object(req->labels))
                 json_object_update(json_object_get(b->config, "labels"), req->labels);
+        for (const char *const *k = (const char *const[]){ "cmd", "entrypoint", NULL }; *k; k++)
+                if (json_object_get(parent, *k))
+                        json_object_set(b->config, *k, json_object_get(parent, *k));
+        json_object_set_new(b->config, "base", json_string(base));
+        json_object_set_new(b->config, "from", json_string(from_name));
 
         /* The sandbox: the FROM image, no network, the build's shape. */
         CreateRequest cr = { 0 };
@@ -996,21 +1119,49 @@ static int build_run(Build *b, json_t **ret_doc) {
         snprintf(b->sandbox_id, sizeof b->sandbox_id, "%s", row.id);
         SandboxDriver driver = row.spec.driver;
         sandbox_row_done(&row);
-        log_sys(&b->log, "building in sandbox %s (%s)", b->sandbox_id, sandbox_driver_name(driver));
+        json_object_set_new(b->config, "driver", json_string(sandbox_driver_name(driver)));
+        log_sys(b->log, "stage %d: building in sandbox %s (%s)", b->stage, b->sandbox_id,
+                sandbox_driver_name(driver));
         if (driver == SANDBOX_DRIVER_MICROVM)
                 return build_fail(b, "builds run on the namespace or gVisor driver, and this daemon's default is "
                                      "the microVM");
         if ((r = send_context(b)) < 0)
                 return r;
-        if ((r = run_steps(b, deadline_ms)) < 0)
+        return run_steps(b, b->deadline_ms);
+}
+
+static int build_run(Build *b, json_t **ret_doc) {
+        UserImages *u = b->u;
+        Job *job = b->job;
+        const ImageBuildRequest *req = &job->req;
+        const Dockerfile *d = &req->dockerfile;
+        b->deadline_ms = (int64_t)time_now_mono_ms() + req->timeout_seconds * 1000;
+        global_args(b);
+        b->stage = req->target ? dockerfile_stage(d, req->target) : (int)d->n_stages - 1;
+        if (b->stage < 0)
+                return build_fail(b, "the target %.64s names no stage", req->target);
+        int r = stage_run(b);
+        if (r < 0)
                 return r;
+        _cleanup_free_ char *base = strdup(json_string_value(json_object_get(b->config, "base")) ?: "");
+        _cleanup_free_ char *from_name = strdup(json_string_value(json_object_get(b->config, "from")) ?: "");
+        _cleanup_free_ char *drv = strdup(json_string_value(json_object_get(b->config, "driver")) ?: "");
+        json_object_del(b->config, "base");
+        json_object_del(b->config, "from");
+        json_object_del(b->config, "driver");
+        SandboxError se;
+        SandboxDriver driver = SANDBOX_DRIVER_NONE;
+        sandbox_driver_from_name(drv, &driver);
+        if (!base || !from_name || !drv)
+                return build_fail(b, "out of memory");
         /* The context goes before the disk is taken. */
-        _cleanup_json_ json_t *rm = json_pack("[s,s,s]", "rm", "-rf", CONTEXT_IN_SANDBOX);
+        _cleanup_json_ json_t *rm = json_pack("[s,s,s,s,s]", "rm", "-rf", CONTEXT_IN_SANDBOX, FROM_IN_SANDBOX,
+                                               STAGE_OUT);
         _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
         int code = 0;
         if ((r = run_in_sandbox(b, rm, env, "/", true, true, 120000, &code)) < 0)
                 return r;
-        log_sys(&b->log, "taking the image's disk");
+        log_sys(b->log, "taking the image's disk");
         _cleanup_json_ json_t *labels = json_pack("{s:s}", "runtime.image", job->id);
         SnapshotRequest sr = { .mode = "disk", .labels = labels, .keep = true };
         SnapshotRow srow = { 0 };
@@ -1020,10 +1171,6 @@ static int build_run(Build *b, json_t **ret_doc) {
         json_object_set_new(b->config, "workdir", json_string(b->workdir));
         if (!json_object_get(b->config, "user"))
                 json_object_set_new(b->config, "user", json_string(b->root ? "root" : "sandbox"));
-        /* A CMD or ENTRYPOINT not set here is the parent's. */
-        for (const char *const *k = (const char *const[]){ "cmd", "entrypoint", NULL }; *k; k++)
-                if (!json_object_get(b->config, *k) && json_object_get(parent, *k))
-                        json_object_set(b->config, *k, json_object_get(parent, *k));
         json_t *doc = json_pack("{s:s,s:s,s:s,s:I,s:O,s:s}", "base", base, "from", from_name, "snapshot", srow.id,
                                 "sizeBytes", (json_int_t)srow.size_bytes, "config", b->config, "driver",
                                 sandbox_driver_name(driver));
@@ -1035,26 +1182,29 @@ static int build_run(Build *b, json_t **ret_doc) {
 }
 
 static void build_job(UserImages *u, Job *job) {
-        Build b = { .u = u, .job = job, .log = { .fd = -1 } };
+        BuildLog log = { .fd = -1 };
+        Build *stages[DOCKERFILE_MAX_STAGES] = { 0 };
+        Build b = { .u = u, .job = job, .log = &log, .stages = stages };
         b.vars = json_object();
         b.env = json_object();
         b.config = json_pack("{s:{},s:[]}", "labels", "exposedPorts");
         b.workdir = strdup("/");
-        _cleanup_free_ char *lp = log_path(u, job->id);
+        _cleanup_free_ char *lp = user_images_log_path(u, job->id);
         if (lp)
-                b.log.fd = open(lp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+                b.log->fd = open(lp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
         int64_t t0 = (int64_t)time_now_mono_ms();
         u->ops->finish(u->h, job->id, "building", NULL, NULL, 0);
         log_info(job->rid, "image %s (%s v%lld): building", job->id, job->name, (long long)job->version);
         json_t *doc = NULL;
-        int r = (!b.vars || !b.env || !b.config || !b.workdir || b.log.fd < 0) ? build_fail(&b, "out of memory")
+        int r = (!b.vars || !b.env || !b.config || !b.workdir || b.log->fd < 0) ? build_fail(&b, "out of memory")
                                                                                  : build_run(&b, &doc);
-        if (b.sandbox_id[0]) {
-                SandboxError se;
-                if (sandbox_delete(u->m, &job->key, b.sandbox_id, job->rid, &se) < 0)
-                        log_warn(job->rid, "image %s: deleting the build's sandbox %s: %s", job->id, b.sandbox_id,
-                                 se.message);
-        }
+        for (unsigned i = 0; i < DOCKERFILE_MAX_STAGES; i++)
+                if (stages[i] && stages[i] != &b) {
+                        drop_sandbox(stages[i]);
+                        build_state_free(stages[i]);
+                        free(stages[i]);
+                }
+        drop_sandbox(&b);
         int64_t ms = (int64_t)time_now_mono_ms() - t0;
         if (r == 0) {
                 json_object_set_new(doc, "buildMs", json_integer(ms));
@@ -1073,20 +1223,20 @@ static void build_job(UserImages *u, Job *job) {
                         snprintf(b.error, sizeof b.error, "recording the image failed");
                         r = rr;
                 } else {
-                        log_sys(&b.log, "image %s ready in %.1f s", job->id, (double)ms / 1000.0);
+                        log_sys(b.log, "image %s ready in %.1f s", job->id, (double)ms / 1000.0);
                         log_info(job->rid, "image %s ready in %lld ms", job->id, (long long)ms);
                 }
         }
         if (r < 0) {
                 if (!b.error[0])
                         snprintf(b.error, sizeof b.error, "the build failed");
-                log_sys(&b.log, "the build failed: %s", b.error);
+                log_sys(b.log, "the build failed: %s", b.error);
                 log_info(job->rid, "image %s failed: %s", job->id, b.error);
                 u->ops->finish(u->h, job->id, "failed", b.error, NULL, time_now_unix());
         }
         json_decref(doc);
-        if (b.log.fd >= 0)
-                close(b.log.fd);
+        if (b.log->fd >= 0)
+                close(b.log->fd);
         json_decref(b.vars);
         json_decref(b.env);
         json_decref(b.config);
@@ -1241,124 +1391,4 @@ int user_images_build(UserImages *u, const KeyInfo *key, ImageBuildRequest *req,
         return user_images_get(u, key->owner, row.id, ret) < 0
                        ? sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the image back")
                        : 0;
-}
-
-/* ---- records ---- */
-
-int user_images_get(UserImages *u, const char *owner, const char *id, ImageRow *ret) {
-        if (!uuid_ok(id))
-                return -ENOENT;
-        return u->ops->get(u->h, owner, id, ret);
-}
-
-int user_images_resolve(UserImages *u, const char *owner, const char *ref, ImageRow *ret) {
-        if (uuid_ok(ref))
-                return user_images_get(u, owner, ref, ret);
-        char name[160];
-        const char *at = strrchr(ref, '@'), *colon = strrchr(ref, ':');
-        const char *tag = "latest";
-        int64_t version = 0;
-        size_t nl = strlen(ref);
-        if (at) {
-                char *end;
-                version = strtoll(at + 1, &end, 10);
-                if (at[1] == 'v')
-                        version = strtoll(at + 2, &end, 10);
-                if (*end || version <= 0)
-                        return -ENOENT;
-                nl = (size_t)(at - ref);
-        } else if (colon && !strchr(colon, '/')) {
-                tag = colon + 1;
-                nl = (size_t)(colon - ref);
-        }
-        if (nl >= sizeof name)
-                return -ENOENT;
-        memcpy(name, ref, nl);
-        name[nl] = '\0';
-        if (!user_images_name_ok(name) || !user_images_tag_ok(tag))
-                return -ENOENT;
-        char id[IMAGE_ID_LEN + 1];
-        int r = u->ops->resolve(u->h, owner, name, tag, version, id);
-        if (r < 0)
-                return r;
-        return u->ops->get(u->h, owner, id, ret);
-}
-
-int user_images_list(UserImages *u, const char *owner, const char *name, const char *state, int64_t before_created,
-                     const char *before_id, unsigned limit, StoreImageFn fn, void *userdata) {
-        return u->ops->list(u->h, owner, name, state, before_created, before_id, limit, fn, userdata);
-}
-
-static int tag_append(void *userdata, const char *tag) {
-        return json_array_append_new(userdata, json_string(tag)) < 0 ? -ENOMEM : 0;
-}
-
-json_t *user_images_tags(UserImages *u, const char *id) {
-        json_t *a = json_array();
-        if (a && u->ops->tags(u->h, id, tag_append, a) < 0) {
-                json_decref(a);
-                return NULL;
-        }
-        return a;
-}
-
-static int owned(UserImages *u, const char *owner, const char *id, ImageRow *row, SandboxError *e) {
-        int r = user_images_get(u, owner, id, row);
-        if (r == -ENOENT)
-                return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "GET /v1/images lists yours", "no image %.40s", id);
-        if (r < 0)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the image");
-        return 0;
-}
-
-int user_images_tag(UserImages *u, const char *owner, const char *id, const char *tag, SandboxError *e) {
-        if (!user_images_tag_ok(tag))
-                return sandbox_error(e, SANDBOX_ERR_INVALID, "letters, digits, _ . - (up to 128)", "%.64s is not a tag",
-                                     tag);
-        ImageRow row;
-        int r = owned(u, owner, id, &row, e);
-        if (r < 0)
-                return r;
-        if (strcmp(row.state, "ready") != 0) {
-                r = sandbox_error(e, SANDBOX_ERR_CONFLICT, "wait for its build to end", "image %s is %s, not ready", id,
-                                  row.state);
-        } else if ((r = u->ops->tag(u->h, owner, row.name, tag, id)) < 0)
-                r = sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not tag the image");
-        store_image_row_clear(&row);
-        return r;
-}
-
-int user_images_untag(UserImages *u, const char *owner, const char *id, const char *tag, SandboxError *e) {
-        ImageRow row;
-        int r = owned(u, owner, id, &row, e);
-        if (r < 0)
-                return r;
-        store_image_row_clear(&row);
-        r = u->ops->untag(u->h, id, tag ? tag : "");
-        if (r == -ENOENT)
-                return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, NULL, "image %s has no tag %.64s", id, tag ? tag : "");
-        return r < 0 ? sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not untag the image") : 0;
-}
-
-int user_images_delete(UserImages *u, const char *owner, const char *id, SandboxError *e) {
-        ImageRow row;
-        int r = owned(u, owner, id, &row, e);
-        if (r < 0)
-                return r;
-        if (strcmp(row.state, "queued") == 0 || strcmp(row.state, "building") == 0) {
-                store_image_row_clear(&row);
-                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "wait for its build to end", "image %s is %s", id,
-                                     row.state);
-        }
-        _cleanup_json_ json_t *doc = json_loads(row.doc, 0, NULL);
-        store_image_row_clear(&row);
-        if ((r = u->ops->delete(u->h, owner, id)) < 0)
-                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not delete the image");
-        const char *snap = json_string_value(json_object_get(doc, "snapshot"));
-        if (snap && snapshot_store_delete(u->snapshots, owner, snap) < 0)
-                log_warn(NULL, "image %s: its disk %s could not be deleted", id, snap);
-        _cleanup_free_ char *lp = log_path(u, id);
-        if (lp)
-                unlink(lp);
-        return 0;
 }
