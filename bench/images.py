@@ -91,6 +91,7 @@ def measure(api: Api, image_dir: str) -> dict:
                           text=True)
     out["ten_sizes"] = sizes
     out["base_bytes"] = int(base.stdout.split()[0]) if base.returncode == 0 else None
+    out["driver"] = api.get("/v1/info").json().get("defaultDriver")
     return out
 
 
@@ -99,7 +100,8 @@ def render(r: dict) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     mib = lambda b: f"{b / 1048576:.1f} MiB"  # noqa: E731
     lines = [BEGIN, "## Images users build (bench/images.py)", "",
-             f"{when}, {platform.node()}, the daemon's default driver; `sudo python3 bench/images.py`. "
+             f"{when}, {platform.node()}, the daemon's default driver ({r.get('driver')}); "
+             "`sudo python3 bench/images.py`. "
              f"Five steps after FROM default (ENV, WORKDIR, COPY, two RUNs), {ROUNDS} rounds, median "
              "seconds from the context's upload to the image ready. No layer cache yet: a rebuild runs "
              "every step.", "",
