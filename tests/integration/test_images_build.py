@@ -434,3 +434,28 @@ def test_multi_stage_copy_from(api, driver, tmp_path):
     r = api.post("/v1/images", json={"name": _name("target"), "dockerfile": MULTI, "target": "unused"})
     image = _wait(api, r.json()["id"])
     assert image["state"] == "failed" and "non-zero code: 9" in image["error"], image
+
+
+def test_one_owners_queue_never_holds_back_anothers(api):
+    """Two workers build; a worker passes over an owner that has a build running, so Bob's one
+    build runs at once while Alice's four queue behind her first."""
+    r = api.post("/v1/keys", json={"name": "bob", "owner": f"bob-{uuid.uuid4().hex[:6]}"})
+    assert r.status_code == 201, r.text
+    bob = Api(api.daemon, key=r.json()["key"])
+    alice = []
+    try:
+        for _ in range(4):
+            r = api.post("/v1/images", json={"name": _name("alice"), "dockerfile": "FROM default\nRUN sleep 4\n"})
+            assert r.status_code == 201, r.text
+            alice.append(r.json()["id"])
+        r = bob.post("/v1/images", json={"name": "bobs", "dockerfile": "FROM default\nRUN true\n"})
+        assert r.status_code == 201, r.text
+        mine = _wait(bob, r.json()["id"], timeout=60)
+        assert mine["state"] == "ready", mine
+        states = [api.get(f"/v1/images/{i}").json()["state"] for i in alice]
+        assert states.count("queued") >= 2, states
+    finally:
+        for i in alice:
+            _wait(api, i)
+            api.post(f"/v1/images/{i}:delete", json={})
+        bob.close()
