@@ -253,6 +253,8 @@ static int take_flags(Parser *p, unsigned line, DockerfileOp op, Words *w, const
                         return fail(p->e, line, "%s --%.*s is not supported", dockerfile_op_name(op), (int)(nl > 40 ? 40 : nl), f);
                 k++;
         }
+        if (k == 0)
+                return 0; /* w->v may be NULL: no words at all */
         for (size_t i = 0; i < k; i++)
                 free(w->v[i]);
         memmove(w->v, w->v + k, (w->n - k) * sizeof(*w->v));
