@@ -459,3 +459,33 @@ def test_one_owners_queue_never_holds_back_anothers(api):
             _wait(api, i)
             api.post(f"/v1/images/{i}:delete", json={})
         bob.close()
+
+
+def test_the_cli_builds_from_a_dockerfile(api, build_dir, tmp_path):
+    """runtime image build -f Dockerfile -t name:tag DIR: the context sent (nothing the second
+    time), the log printed as it happens, and a failed build's error with its step."""
+    import subprocess
+    ctx = tmp_path / "cli"
+    ctx.mkdir()
+    (ctx / "hello.txt").write_text("from the cli\n")
+    (ctx / "skip.me").write_text("left out\n")
+    (ctx / ".dockerignore").write_text("skip.me\n")
+    (ctx / "Dockerfile").write_text("FROM default\nCOPY . /cli/\nRUN cat /cli/hello.txt && ls /cli\n")
+    env = {"PATH": "/usr/bin:/bin", **api.daemon.env()}
+    name = _name("cli")
+
+    def run(*args):
+        return subprocess.run([str(build_dir / "runtime"), "image", "build", *args], env=env, capture_output=True,
+                              text=True, timeout=300)
+    r = run("-t", f"{name}:v1", str(ctx))
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "from the cli" in r.stdout and "skip.me" not in r.stdout, r.stdout
+    assert "sent 1 of 1 context chunks" in r.stderr and f"image {name}:v1 is ready" in r.stderr, r.stderr
+    r = run("-f", str(ctx / "Dockerfile"), "-t", f"{name}:v2", str(ctx))
+    assert r.returncode == 0 and "is on runtimed already" in r.stderr, r.stderr
+    versions = api.get("/v1/images", params={"name": name}).json()["data"]
+    assert sorted(v["version"] for v in versions) == [1, 2], versions
+    (ctx / "Dockerfile").write_text("FROM default\nRUN exit 4\n")
+    r = run("-t", name, str(ctx))
+    assert r.returncode != 0 and "step 2/2 (line 2, RUN): the command returned a non-zero code: 4" in r.stderr, \
+        r.stderr
