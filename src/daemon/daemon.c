@@ -48,6 +48,7 @@
 #include "daemon/manager/events.h"
 #include "daemon/manager/file_links.h"
 #include "daemon/manager/previews.h"
+#include "daemon/manager/user_images.h"
 #include "daemon/manager/otel.h"
 #include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
@@ -88,6 +89,7 @@ typedef struct Daemon {
         Otel *otel;
         FileLinks *links;
         McpSessions *mcp;
+        UserImages *user_images; /* NULL: the store keeps no images */
         HttpLinks http_links; /* how the server checks a link: the handlers' functions over app */
         /* Previews (--preview-listen): their records, where they are
          * reached, and their listener (bound before the store opens). */
@@ -1018,6 +1020,18 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 log_error(NULL, "recovering sandboxes: %s", strerror(-r));
                 return 1;
         }
+        /* After the sandboxes: a build cut by a stop left its sandbox to
+         * their recovery, and its record is failed here. */
+        if ((r = user_images_open(store_backend_for(d->db_path), d->db_path, d->state_dir, &d->user_images)) < 0) {
+                log_error(NULL, "cannot open the images in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
+        user_images_set_manager(d->user_images, &d->cfg, d->manager, d->snapshots);
+        user_images_set_host(d->user_images, fleet_host_id(d->fleet));
+        if ((r = user_images_start(d->user_images)) < 0) {
+                log_error(NULL, "starting the image builds: %s", strerror(-r));
+                return 1;
+        }
         /* After the sandboxes: a lease end with onLeaseEnd delete during
          * recovery has dropped its uploads already. */
         unsigned kept = 0, dropped = 0;
@@ -1061,7 +1075,8 @@ static int serve(Daemon *d) {
                         .webhooks = d->webhooks, .audit = d->audit, .samples = d->samples,
                         .sample_interval_s = d->sample_interval_s, .requests = d->requests,
                         .otel = d->otel, .links = d->links, .mcp = d->mcp, .previews = d->previews,
-                        .preview_site = &d->preview_site };
+                        .preview_site = &d->preview_site,
+                        .user_images = d->user_images };
         /* Before the API serves: every create sees the pool or none. */
         char why[512] = "";
         int r = manager_start_warm_pool(d->manager, why, sizeof why);
@@ -1146,6 +1161,9 @@ static void stop(Daemon *d) {
         otel_stop(d->otel);
         webhooks_stop(d->webhooks);
         http_server_quiesce(d->http);
+        /* Before the sandboxes stop: a build whose sandbox stops under it
+         * says the daemon stopped, not that its sandbox failed. */
+        user_images_stop(d->user_images);
         manager_shutdown(d->manager);
         /* Readers of the processes left running get their `continue`. */
         if (!api_output_streams_wait(2000))
@@ -1162,6 +1180,8 @@ static void stop(Daemon *d) {
         proc_table_free(d->procs);
         mcp_sessions_free(d->mcp);
         fleet_free(d->fleet);
+        /* Before the manager: a build's worker drives its sandbox through it. */
+        user_images_close(d->user_images);
         manager_free(d->manager);
         otel_close(d->otel);
         file_links_close(d->links);

@@ -20,6 +20,7 @@
 #include "test_store_keys_contract.h"
 #include "test_store_links_contract.h"
 #include "test_store_previews_contract.h"
+#include "test_store_images_contract.h"
 
 static void test_schema_is_made_once_and_a_newer_one_refused(void **state) {
         char *url = pg_fresh("t_schema");
@@ -173,8 +174,10 @@ static void test_keys_keeps_awake_after_an_upgrade(void **state) {
                                    NULL),
                          0);
         /* And what the steps after 10 made (13: the file links; 14: the
-         * previews). */
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses, previews", NULL), 0);
+         * previews; 15: the images). */
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses, previews, images, image_tags",
+                                   NULL),
+                         0);
         assert_int_equal(pgdb_exec(&c, "UPDATE store_versions SET version = 10 WHERE kind = 'postgres'", NULL), 0);
         PgParams p = { 0 };
         pgp_text(&p, hash_old_read);
@@ -290,6 +293,7 @@ static void test_links(void **state) {
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
         assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets; DROP TABLE file_link_uses; DROP TABLE previews; "
+                                       "DROP TABLE images, image_tags; "
                                        "UPDATE store_versions SET version = 12 WHERE kind = 'postgres'", NULL), 0);
         pgdb_close(&c);
         assert_int_equal(ops->open(url, &h), 0);
@@ -298,7 +302,8 @@ static void test_links(void **state) {
         free(url);
 }
 
-/* The previews' contract; a database of schema 13 gains their table. */
+/* The previews' contract; a database of schema 13 gains their table (and
+ * the images' after it). */
 static void test_previews(void **state) {
         char *url = pg_fresh("t_previews");
         const StorePreviewOps *ops = store_postgres.previews;
@@ -308,13 +313,24 @@ static void test_previews(void **state) {
         ops->close(h);
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews; UPDATE store_versions SET version = 13 WHERE kind = 'postgres'",
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags; UPDATE store_versions SET version = 13 WHERE kind = 'postgres'",
                                    NULL),
                          0);
         pgdb_close(&c);
         assert_int_equal(ops->open(url, &h), 0);
         StorePreview none;
         assert_int_equal(ops->get(h, "sbx_x", 80, &none), -ENOENT);
+        ops->close(h);
+        free(url);
+}
+
+/* The images' contract on a real server. */
+static void test_images(void **state) {
+        char *url = pg_fresh("t_images");
+        const StoreImageOps *ops = store_postgres.images;
+        StoreImages *h = NULL;
+        assert_int_equal(ops->open(url, &h), 0);
+        images_contract(ops, h);
         ops->close(h);
         free(url);
 }
@@ -329,6 +345,7 @@ int main(void) {
                 cmocka_unit_test(test_keys_race_across_connections),
                 cmocka_unit_test(test_links),
                 cmocka_unit_test(test_previews),
+                cmocka_unit_test(test_images),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,6 +37,18 @@ typedef enum RouteKind {
         ROUTE_LIMITS,
         ROUTE_IMAGES,
         ROUTE_IMAGE_BUILD,
+        ROUTE_IMAGE_CONTEXT_MISSING,
+        ROUTE_IMAGE_CONTEXT_PUT,
+        ROUTE_IMAGE_CREATE,
+        ROUTE_IMAGE_RESOLVE,
+        ROUTE_IMAGE_REGISTRIES,
+        ROUTE_IMAGE_REGISTRY_SET,
+        ROUTE_IMAGE_REGISTRY_DELETE,
+        ROUTE_IMAGE_GET,
+        ROUTE_IMAGE_LOGS,
+        ROUTE_IMAGE_TAG,
+        ROUTE_IMAGE_UNTAG,
+        ROUTE_IMAGE_DELETE,
         ROUTE_SANDBOX_LIST,
         ROUTE_SANDBOX_CREATE,
         ROUTE_SANDBOX_GET,
@@ -174,6 +186,7 @@ struct App {
         struct McpSessions *mcp;        /* the MCP endpoint's sessions */
         struct Previews *previews;      /* the previews; NULL: not offered (no --preview-listen) */
         const struct PreviewSite *preview_site; /* where previews are reached */
+        struct UserImages *user_images; /* the images users build; NULL: not offered */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when
@@ -263,3 +276,13 @@ int api_page_query_as(Req *r, const char *cursor_name, unsigned def, unsigned ma
  * last_seq, the place of the page's last record); steals data. */
 json_t *api_page_json(json_t *data, unsigned limit, int64_t last_seq);
 json_t *api_images_json(const DaemonConfig *cfg);
+
+/* Shared with the images handlers (api_user_images.c, which defines them):
+ * the owner's images as a page of GET /v1/images ({data, nextCursor} set
+ * into body); and a create's `image` that names one of the owner's images
+ * (an id, name, name:tag or name@version) made the `snapshot` of its disk,
+ * with the image's env under the create's own and its user, left as it is
+ * when it names none (a built-in image, or a name the create refuses). */
+int api_user_images_page(Req *r, json_t *body, ApiError *e);
+int api_user_image_to_create(Req *r, bool *ret_from_image, ApiError *e);
+

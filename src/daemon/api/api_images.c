@@ -25,11 +25,19 @@
 
 #define MAX_LINE 4096
 
+/* The built-in images as "images", and the owner's own as a page of
+ * "data" with its "nextCursor" (the published client's list). */
 enum MHD_Result handle_images(Req *r) {
         json_t *images = api_images_json(r->app->cfg);
-        if (!images)
+        json_t *body = images ? json_pack("{s:o}", "images", images) : NULL;
+        if (!body)
                 return reply_internal(r);
-        return reply_json(r, 200, json_pack("{s:o}", "images", images));
+        ApiError e = { 0 };
+        if (api_user_images_page(r, body, &e) < 0) {
+                json_decref(body);
+                return reply_error(r, &e);
+        }
+        return reply_json(r, 200, body);
 }
 
 typedef struct Build {

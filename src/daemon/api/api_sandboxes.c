@@ -286,8 +286,9 @@ enum MHD_Result handle_sandbox_list(Req *r) {
  * the key owner's snapshots, fills the fields the create left out (driver,
  * image, shape) from it and answers its directory in *ret_dir (NULL when the
  * create has no snapshot). A diskMiB smaller than the snapshot's, or
- * another driver or image, is a 400. */
-static int snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e) {
+ * another driver or image, is a 400; but an image's disk (from_image) starts
+ * on namespace and gVisor alike, both keeping a disk the same way. */
+static int snapshot_create_defaults(Req *r, bool from_image, char **ret_dir, ApiError *e) {
         *ret_dir = NULL;
         json_t *v = json_object_get(r->json, "snapshot");
         if (!v || json_is_null(v)) {
@@ -304,6 +305,11 @@ static int snapshot_create_defaults(Req *r, char **ret_dir, ApiError *e) {
         if (rc < 0)
                 return api_error(e, 500, "internal", NULL, "could not read the snapshot");
         _cleanup_json_ json_t *spec = json_loads(s.spec, 0, NULL);
+        const char *mine = json_string_value(json_object_get(r->json, "driver"));
+        const char *theirs = json_string_value(json_object_get(spec, "driver"));
+        if (from_image && mine && theirs && (strcmp(mine, "namespace") == 0 || strcmp(mine, "gvisor") == 0) &&
+            (strcmp(theirs, "namespace") == 0 || strcmp(theirs, "gvisor") == 0))
+                json_object_set_new(spec, "driver", json_string(mine));
         rc = snapshot_merge_create_defaults(r->json, spec, strcmp(s.mode, "memory") == 0, e);
         if (rc == 0) {
                 *ret_dir = snapshot_store_dir(r->app->snapshots, s.id);
@@ -406,6 +412,9 @@ enum MHD_Result handle_sandbox_create(Req *r) {
                 return reply_error(r, &e);
         }
         bool get_or_create = json_is_true(goc);
+        bool from_image = false;
+        if (api_user_image_to_create(r, &from_image, &e) < 0)
+                return reply_error(r, &e);
         if (image_snapshot_to_field(r, &e) < 0)
                 return reply_error(r, &e);
         enum MHD_Result placed = MHD_NO;
@@ -422,7 +431,7 @@ enum MHD_Result handle_sandbox_create(Req *r) {
                 return reply_error(r, &e);
         }
         _cleanup_free_ char *snap_dir = NULL;
-        int rc = snapshot_create_defaults(r, &snap_dir, &e);
+        int rc = snapshot_create_defaults(r, from_image, &snap_dir, &e);
         if (rc < 0)
                 return reply_error(r, &e);
         rc = request_parse_create(r->json, &lim, &cr, &e);

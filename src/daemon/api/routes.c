@@ -12,6 +12,7 @@
 #include "daemon/api/api_uploads.h"
 #include "daemon/api/api_usage.h"
 #include "daemon/api/api_images.h"
+#include "daemon/api/api_user_images.h"
 #include "daemon/api/api_interpreter.h"
 #include "daemon/api/api_keys.h"
 #include "daemon/api/api_links.h"
@@ -135,6 +136,31 @@ const HttpRoute api_routes[] = {
           .body = HTTP_BODY_RAW, .handler = handle_mcp_post, .max_body = MCP_MAX_BODY,
           .too_large_hint = "send at most 4 MiB: write larger files with the REST API" },
         R(ROUTE_MCP_END, "mcp_end", "DELETE", "/mcp", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_mcp_delete),
+        R(ROUTE_IMAGE_CONTEXT_MISSING, "image_context_missing", "POST", "/v1/images/context/missing", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON, handle_image_context_missing),
+        { .kind = ROUTE_IMAGE_CONTEXT_PUT, .name = "image_context_put", .method = "PUT",
+          .path = "/v1/images/context/{digest}", .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM,
+          .handler = handle_image_context_put, .upload = &image_context_upload },
+        RI(ROUTE_IMAGE_CREATE, "image_create", "POST", "/v1/images", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+           handle_image_create),
+        R(ROUTE_IMAGE_RESOLVE, "image_resolve", "GET", "/v1/images/resolve", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_image_resolve),
+        R(ROUTE_IMAGE_REGISTRIES, "image_registries", "GET", "/v1/images/registries", HTTP_ACCESS_READ,
+          HTTP_BODY_NONE, handle_image_registries),
+        R(ROUTE_IMAGE_REGISTRY_SET, "image_registry_set", "POST", "/v1/images/registries", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_image_registries),
+        R(ROUTE_IMAGE_REGISTRY_DELETE, "image_registry_delete", "POST", "/v1/images/registries:delete",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_image_registries),
+        R(ROUTE_IMAGE_GET, "image_get", "GET", "/v1/images/{image}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_image_get),
+        R(ROUTE_IMAGE_LOGS, "image_logs", "GET", "/v1/images/{image}/logs", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_image_logs),
+        R(ROUTE_IMAGE_TAG, "image_tag", "POST", "/v1/images/{image}:tag", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_image_tag),
+        R(ROUTE_IMAGE_UNTAG, "image_untag", "POST", "/v1/images/{image}:untag", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_image_untag),
+        R(ROUTE_IMAGE_DELETE, "image_delete", "POST", "/v1/images/{image}:delete", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_image_delete),
         R(ROUTE_SANDBOX_LIST, "sandbox_list", "GET", "/v1/sandboxes", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_sandbox_list),
         RI(ROUTE_SANDBOX_CREATE, "sandbox_create", "POST", "/v1/sandboxes", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,

@@ -165,6 +165,9 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("port")) {
                 dst = r->port;
                 cap = sizeof(r->port);
+        } else if (IS("digest")) {
+                dst = r->digest;
+                cap = sizeof(r->digest);
         } else
                 return false;
         if (len == 0 || len >= cap || memchr(v, '/', len))
@@ -197,6 +200,10 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return hex_id_ok(dst, "otx_", 20);
         if (IS("port"))
                 return strspn(dst, "0123456789") == len;
+        if (IS("digest")) {
+                size_t n = strspn(dst, "0123456789abcdef");
+                return n == 64 && !dst[n];
+        }
         return true;
 #undef IS
 }

@@ -167,6 +167,7 @@ typedef struct SnapshotRequest {
         json_t *labels;     /* NULL: {} */
         int64_t retention_days; /* 0: SNAPSHOT_DEFAULT_RETENTION_DAYS */
         bool transient; /* a fork's, dropped after its copies (snapshot.h: SNAPSHOT_TRANSIENT) */
+        bool keep;      /* never expires: an image's disk, kept until the image is deleted */
 } SnapshotRequest;
 /* A disk snapshot of the sandbox's writable layer, under its lifecycle
  * lock: a running one is frozen (driver->pause) only while its layer is

@@ -164,7 +164,7 @@ static int snapshot_record(const SandboxRow *row, const SnapshotRequest *req, bo
         json_decref(base);
         snprintf(snap->mode, sizeof snap->mode, "%s", memory ? "memory" : "disk");
         snap->created_at = time_now_unix();
-        snap->expires_at = snap->created_at + days * 86400;
+        snap->expires_at = req->keep ? 0 : snap->created_at + days * 86400;
         if (!snap->owner || !snap->key_id || !snap->sandbox_id || !snap->labels || !snap->spec ||
             (req->name && !snap->name))
                 return -ENOMEM;

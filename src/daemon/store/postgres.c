@@ -9,6 +9,7 @@
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_otel.h"
 #include "daemon/store/store_ledger.h"
+#include "daemon/store/store_images.h"
 #include "daemon/store/store_links.h"
 #include "daemon/store/store_previews.h"
 #include "daemon/store/store_uploads.h"
@@ -35,4 +36,5 @@ const StoreBackend store_postgres = {
         .otel = &store_postgres_otel,
         .links = &store_postgres_links,
         .previews = &store_postgres_previews,
+        .images = &store_postgres_images,
 };

@@ -173,6 +173,17 @@ static const char *const steps[] = {
         "  sandbox_id TEXT NOT NULL, port INTEGER NOT NULL CHECK (port BETWEEN 1 AND 65535), owner TEXT NOT NULL,"
         "  public INTEGER NOT NULL CHECK (public IN (0, 1)), secret TEXT NOT NULL, created_at BIGINT NOT NULL,"
         "  rotated_at BIGINT NOT NULL, expires_at BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (sandbox_id, port));",
+        /* 15: the images users build and their tags (store_images.h) */
+        "CREATE TABLE images ("
+        "  id TEXT PRIMARY KEY, owner TEXT NOT NULL, name TEXT NOT NULL, version BIGINT NOT NULL,"
+        "  state TEXT NOT NULL, error TEXT, doc TEXT NOT NULL, created_at BIGINT NOT NULL,"
+        "  finished_at BIGINT NOT NULL DEFAULT 0, host_id TEXT NOT NULL DEFAULT '',"
+        "  UNIQUE (owner, name, version));"
+        "CREATE INDEX images_owner ON images (owner, created_at, id);"
+        "CREATE TABLE image_tags ("
+        "  owner TEXT NOT NULL, name TEXT NOT NULL, tag TEXT NOT NULL, image_id TEXT NOT NULL,"
+        "  PRIMARY KEY (owner, name, tag));"
+        "CREATE INDEX image_tags_image ON image_tags (image_id);",
 };
 
 #define KIND "postgres"

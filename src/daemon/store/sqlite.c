@@ -8,6 +8,7 @@
 #include "daemon/store/store_keys.h"
 #include "daemon/store/store_otel.h"
 #include "daemon/store/store_ledger.h"
+#include "daemon/store/store_images.h"
 #include "daemon/store/store_links.h"
 #include "daemon/store/store_previews.h"
 #include "daemon/store/store_requests.h"
@@ -34,4 +35,5 @@ const StoreBackend store_sqlite = {
         .otel = &store_sqlite_otel,
         .links = &store_sqlite_links,
         .previews = &store_sqlite_previews,
+        .images = &store_sqlite_images,
 };

@@ -23,6 +23,7 @@ bool store_backend_missing(const StoreBackend *b, char *buf, size_t n) {
                 { "audit", b->audit },         { "samples", b->samples },
                 { "requests", b->requests },   { "otel", b->otel },           { "links", b->links },
                 { "previews", b->previews },
+                { "images", b->images },
         };
         size_t at = 0;
         if (n)

@@ -41,6 +41,7 @@ typedef struct StoreRequestOps StoreRequestOps;
 typedef struct StoreOtelOps StoreOtelOps;
 typedef struct StoreLinkOps StoreLinkOps;
 typedef struct StorePreviewOps StorePreviewOps;
+typedef struct StoreImageOps StoreImageOps;
 
 typedef struct StoreBackend {
         const char *name;
@@ -59,6 +60,7 @@ typedef struct StoreBackend {
         const StoreOtelOps *otel;        /* the owners' OpenTelemetry exports */
         const StoreLinkOps *links;       /* the file links' secrets and one-time uses */
         const StorePreviewOps *previews; /* the shared ports of sandboxes */
+        const StoreImageOps *images;     /* the images users build and their tags */
 } StoreBackend;
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */

@@ -13,6 +13,7 @@ from ._config import resolve_api_key, resolve_endpoint
 from ._core import FilesOps, NetworkOps, PreviewsOps, RuntimeOps, SandboxOps, SecretsOps, SnapshotsOps
 from ._drive import arun, awaitable, awaitable_iter
 from ._http import AsyncHTTP, websocket_headers
+from ._images import ImagesOps
 from ._models import CLIENT_OPTIONS, SandboxInfo, build_create_body
 from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
 from ._process import AsyncProcess, idempotency_headers
@@ -302,6 +303,31 @@ class AsyncAudit:
     list = awaitable(AuditOps.list)
 
 
+class AsyncImages:
+    """The awaitable twin of :class:`withruntime.sandbox.Images`."""
+
+    def __init__(self, http: AsyncHTTP) -> None:
+        self._http = http
+
+    upload_context = awaitable(ImagesOps.upload_context)
+    create = awaitable(ImagesOps.create)
+    build = awaitable(ImagesOps.build)
+    get = awaitable(ImagesOps.get)
+    resolve = awaitable(ImagesOps.resolve)
+    logs = awaitable(ImagesOps.logs)
+    list = awaitable(ImagesOps.list)
+    versions = awaitable(ImagesOps.versions)
+    tag = awaitable(ImagesOps.tag)
+    untag = awaitable(ImagesOps.untag)
+    delete = awaitable(ImagesOps.delete)
+
+    @staticmethod
+    async def _sleep(seconds: float) -> None:
+        import asyncio
+
+        await asyncio.sleep(seconds)
+
+
 class AsyncRuntime:
     """The awaitable twin of :class:`Runtime`."""
 
@@ -315,6 +341,7 @@ class AsyncRuntime:
         self.webhooks = AsyncWebhooks(self._http)
         self.otel = AsyncOtel(self._http)
         self.audit = AsyncAudit(self._http)
+        self.images = AsyncImages(self._http)
 
     me = awaitable(RuntimeOps.me)
     limits = awaitable(RuntimeOps.limits)

@@ -11,6 +11,7 @@ from ._config import resolve_api_key, resolve_endpoint
 from ._core import FilesOps, NetworkOps, PreviewsOps, RuntimeOps, SandboxOps, SecretsOps, SnapshotsOps
 from ._drive import blocking, blocking_iter, run
 from ._http import SyncHTTP, websocket_headers
+from ._images import ImagesOps
 from ._models import SandboxInfo
 from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
 from ._process import Process
@@ -284,9 +285,30 @@ class Audit:
     list = blocking(AuditOps.list)
 
 
+class Images:
+    """The key owner's images built from Dockerfiles (``runtime.images``, docs/images.md)."""
+
+    def __init__(self, http: SyncHTTP) -> None:
+        self._http = http
+
+    upload_context = blocking(ImagesOps.upload_context)
+    create = blocking(ImagesOps.create)
+    build = blocking(ImagesOps.build)
+    get = blocking(ImagesOps.get)
+    resolve = blocking(ImagesOps.resolve)
+    logs = blocking(ImagesOps.logs)
+    list = blocking(ImagesOps.list)
+    versions = blocking(ImagesOps.versions)
+    tag = blocking(ImagesOps.tag)
+    untag = blocking(ImagesOps.untag)
+    delete = blocking(ImagesOps.delete)
+    _sleep = ImagesOps._sleep
+
+
 class Runtime:
     """The calls about the key and its owner rather than one sandbox: ``runtime.secrets``
-    (:class:`Secrets`), ``runtime.snapshots`` (:class:`Snapshots`), ``runtime.events``,
+    (:class:`Secrets`), ``runtime.snapshots`` (:class:`Snapshots`), ``runtime.images``
+    (:class:`Images`), ``runtime.events``,
     ``runtime.webhooks``, ``runtime.otel``, ``runtime.audit``, ``runtime.me()``,
     ``runtime.limits()`` and ``runtime.usage_export()``. They share one connection pool.
     ``api_key`` and ``base_url`` override ``RUNTIME_API_KEY`` and ``RUNTIME_BASE_URL``."""
@@ -301,6 +323,7 @@ class Runtime:
         self.webhooks = Webhooks(self._http)
         self.otel = Otel(self._http)
         self.audit = Audit(self._http)
+        self.images = Images(self._http)
 
     me = blocking(RuntimeOps.me)
     limits = blocking(RuntimeOps.limits)

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Images users build: a Dockerfile of five steps after its FROM (ENV, WORKDIR, COPY and two RUNs)
+built cold, rebuilt unchanged, and rebuilt after a change to its last step, through the API with
+the context uploaded by digest (a rebuild's chunks are there already); then the disk that ten
+images built on one base take, as the sizes of their disks (each a snapshot of the build's
+writable layer) against the base image's tree. Builds run on the daemon's default driver. There
+is no layer cache yet: a rebuild runs every step again, and these figures are what it costs.
+
+    sudo python3 bench/images.py              # writes its section of docs/benchmarks.md
+    sudo python3 bench/images.py --out -      # print the section
+
+Needs root, a built tree (it runs `make`), the default image and httpx.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import platform
+import subprocess
+import sys
+import tarfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from _harness import bench_daemon, options, prepare
+from helpers import Api
+from sections import emit
+
+BEGIN = "<!-- images benchmark: begin (bench/images.py) -->"
+END = "<!-- images benchmark: end -->"
+ROUNDS = 3
+
+DOCKERFILE = """\
+FROM default
+ENV APP=/app
+WORKDIR /app
+COPY app.py ./
+RUN python3 -m py_compile app.py && python3 app.py > out.txt
+RUN echo {last} > last.txt
+"""
+
+
+def context(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return gzip.compress(buf.getvalue(), mtime=0)
+
+
+def build(api: Api, name: str, dockerfile: str, archive: bytes) -> tuple[float, dict]:
+    """Seconds from the upload's start to the image ready, and the image."""
+    t0 = time.monotonic()
+    digest = hashlib.sha256(archive).hexdigest()
+    missing = api.post("/v1/images/context/missing", json={"digests": [digest]}).json()["missing"]
+    if missing:
+        assert api.put(f"/v1/images/context/{digest}", content=archive).status_code == 200
+    r = api.post("/v1/images", json={"name": name, "dockerfile": dockerfile, "context": {
+        "archive": {"sha256": digest, "size": len(archive), "chunks": [digest]}, "files": []}})
+    assert r.status_code == 201, r.text
+    image_id = r.json()["id"]
+    while True:
+        image = api.get(f"/v1/images/{image_id}").json()
+        if image["state"] not in ("queued", "building"):
+            break
+        time.sleep(0.05)
+    assert image["state"] == "ready", image
+    return time.monotonic() - t0, image
+
+
+def measure(api: Api, image_dir: str) -> dict:
+    archive = context({"app.py": b"print(sum(range(1000)))\n"})
+    out: dict = {"cold": [], "unchanged": [], "last_changed": []}
+    for i in range(ROUNDS):
+        name = f"bench-{i}"
+        s, _ = build(api, name, DOCKERFILE.format(last="one"), archive)
+        out["cold"].append(s)
+        s, _ = build(api, name, DOCKERFILE.format(last="one"), archive)
+        out["unchanged"].append(s)
+        s, _ = build(api, name, DOCKERFILE.format(last=f"changed-{i}"), archive)
+        out["last_changed"].append(s)
+    sizes = []
+    for i in range(10):
+        _, image = build(api, f"ten-{i}", DOCKERFILE.format(last=f"image-{i}"), archive)
+        sizes.append(image["sizeBytes"])
+    base = subprocess.run(["du", "-sb", str(Path(image_dir) / "default" / "rootfs")], capture_output=True,
+                          text=True)
+    out["ten_sizes"] = sizes
+    out["base_bytes"] = int(base.stdout.split()[0]) if base.returncode == 0 else None
+    out["driver"] = api.get("/v1/info").json().get("defaultDriver")
+    return out
+
+
+def render(r: dict) -> str:
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    mib = lambda b: f"{b / 1048576:.1f} MiB"  # noqa: E731
+    lines = [BEGIN, "## Images users build (bench/images.py)", "",
+             f"{when}, {platform.node()}, the daemon's default driver ({r.get('driver')}); "
+             "`sudo python3 bench/images.py`. "
+             f"Five steps after FROM default (ENV, WORKDIR, COPY, two RUNs), {ROUNDS} rounds, median "
+             "seconds from the context's upload to the image ready. No layer cache yet: a rebuild runs "
+             "every step.", "",
+             "| build | median | all |", "| --- | --- | --- |"]
+    for key, label in (("cold", "cold"), ("unchanged", "rebuilt unchanged"),
+                       ("last_changed", "rebuilt after a change to its last step")):
+        lines.append(f"| {label} | {med(r[key]):.2f} s | {', '.join(f'{x:.2f}' for x in r[key])} |")
+    total = sum(r["ten_sizes"])
+    lines += ["", f"Ten images on one base: their disks take {mib(total)} in all "
+              f"({mib(min(r['ten_sizes']))} to {mib(max(r['ten_sizes']))} each), the base's tree "
+              f"{mib(r['base_bytes']) if r['base_bytes'] else 'unknown'} once: each image keeps only "
+              "what its build wrote over the base.", END]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    args = options(__doc__, "images", drivers=False).parse_args()
+    if (rc := prepare("images.py")) != 0:
+        return rc
+    with bench_daemon("images", args.image_dir) as d:
+        api = Api(d, timeout=600)
+        results = measure(api, args.image_dir)
+        api.close()
+    emit(args.out, BEGIN, END, render(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

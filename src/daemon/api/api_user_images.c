@@ -1,0 +1,703 @@
+/* The images users build: the HTTP edge of user_images.h. JSON becomes an
+ * ImageBuildRequest here and an ImageRow becomes JSON here; the build is
+ * the image module's. */
+#include "daemon/api/api_user_images.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/jsonutil.h"
+#include "common/log.h"
+#include "common/macro.h"
+#include "common/timeutil.h"
+#include "daemon/http/request.h"
+#include "daemon/manager/images.h"
+#include "daemon/manager/user_images.h"
+
+#define BUILD_DEFAULT_VCPU 1u
+#define BUILD_DEFAULT_MEMORY_MIB 1024u
+#define BUILD_DEFAULT_DISK_MIB 4096u
+#define BUILD_DEFAULT_TIMEOUT_S 1800
+#define BUILD_MAX_TIMEOUT_S 7200
+#define MAX_TAGS 16
+#define LOG_PAGE 1000
+#define LIST_PAGE_MAX 100
+
+static int offered(Req *r, ApiError *e) {
+        if (!r->app->user_images)
+                return api_error(e, 501, "not_implemented", NULL, "this daemon builds no images");
+        return 0;
+}
+
+static json_t *time_json(int64_t t) {
+        char buf[RFC3339_LEN];
+        return t > 0 && time_format_rfc3339(t, buf) == 0 ? json_string(buf) : json_null();
+}
+
+static json_t *image_json(Req *r, const ImageRow *row) {
+        _cleanup_json_ json_t *doc = json_loads(row->doc ? row->doc : "{}", 0, NULL);
+        json_t *tags = user_images_tags(r->app->user_images, row->id);
+        json_t *config = json_object_get(doc, "config");
+        json_t *labels = json_object_get(config, "labels");
+        if (!labels)
+                labels = json_object_get(doc, "labels");
+        json_t *size = json_object_get(doc, "sizeBytes");
+        return json_pack("{s:s,s:s,s:I,s:s,s:s?,s:o,s:O,s:O,s:O?,s:O?,s:O?,s:o,s:o,s:O?,s:O?}", "id", row->id, "name",
+                         row->name, "version", (json_int_t)row->version, "state", row->state, "error", row->error,
+                         "tags", tags ? tags : json_array(), "labels", labels ? labels : json_object(), "config",
+                         config ? config : json_object(), "from", json_object_get(doc, "from"), "base",
+                         json_object_get(doc, "base"), "snapshotId", json_object_get(doc, "snapshot"), "createdAt",
+                         time_json(row->created_at), "finishedAt", time_json(row->finished_at), "sizeBytes", size,
+                         "buildMs", json_object_get(doc, "buildMs"));
+}
+
+static int not_found(const char *what, ApiError *e) {
+        return api_error(e, 404, "image_not_found", "GET /v1/images lists yours", "no image %.128s", what);
+}
+
+/* ---- the context ---- */
+
+enum MHD_Result handle_image_context_missing(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        json_t *digests = json_object_get(r->json, "digests");
+        if (!json_is_array(digests) || json_array_size(digests) > 1024) {
+                api_error(&e, 400, "invalid_request", NULL, "digests must be an array of at most 1024 SHA-256s");
+                return reply_error(r, &e);
+        }
+        json_t *missing = NULL;
+        int rc = user_images_context_missing(r->app->user_images, r->key.owner, digests, &missing);
+        if (rc == -EINVAL) {
+                api_error(&e, 400, "invalid_request", NULL, "each digest is a SHA-256 in 64 lowercase hex digits");
+                return reply_error(r, &e);
+        }
+        if (rc < 0)
+                return reply_internal(r);
+        return reply_json(r, 200, json_pack("{s:o}", "missing", missing));
+}
+
+typedef struct ChunkUpload {
+        char *buf;
+        size_t len;
+        bool too_large;
+} ChunkUpload;
+
+static enum MHD_Result chunk_begin(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        ChunkUpload *u = calloc(1, sizeof(*u));
+        if (!u)
+                return reply_internal(r);
+        r->upload = u;
+        return MHD_YES;
+}
+
+static enum MHD_Result chunk_data(Req *r, const char *data, size_t len) {
+        ChunkUpload *u = r->upload;
+        if (!u)
+                return MHD_NO;
+        if (u->too_large || u->len + len > USER_IMAGES_CHUNK_MAX) {
+                u->too_large = true;
+                return MHD_YES;
+        }
+        char *n = realloc(u->buf, u->len + len);
+        if (!n)
+                return MHD_NO;
+        u->buf = n;
+        memcpy(u->buf + u->len, data, len);
+        u->len += len;
+        return MHD_YES;
+}
+
+static void chunk_free(void *p) {
+        ChunkUpload *u = p;
+        if (u)
+                free(u->buf);
+        free(u);
+}
+
+const HttpUpload image_context_upload = { .begin = chunk_begin, .data = chunk_data, .free = chunk_free };
+
+enum MHD_Result handle_image_context_put(Req *r) {
+        ChunkUpload *u = r->upload;
+        ApiError e = { 0 };
+        if (!u)
+                return reply_internal(r);
+        if (u->too_large) {
+                api_error(&e, 413, "payload_too_large", "send the context in chunks of 1 MiB",
+                          "a context chunk is at most %u MiB", USER_IMAGES_CHUNK_MAX >> 20);
+                return reply_error(r, &e);
+        }
+        int rc = user_images_context_put(r->app->user_images, r->key.owner, r->route.digest, u->buf ? u->buf : "",
+                                         u->len);
+        if (rc == -EBADMSG)
+                api_error(&e, 400, "invalid_request", "send the chunk's bytes under their own SHA-256",
+                          "the chunk's SHA-256 is not %s", r->route.digest);
+        else if (rc == -EDQUOT)
+                api_error(&e, 429, "rate_limited", "build with what you sent, then send more",
+                          "your context chunks are at their bound of %llu MiB",
+                          (unsigned long long)(USER_IMAGES_CHUNKS_PER_OWNER >> 20));
+        else if (rc < 0)
+                return reply_internal(r);
+        if (e.code)
+                return reply_error(r, &e);
+        return reply_json(r, 200, json_pack("{s:s,s:I}", "digest", r->route.digest, "size", (json_int_t)u->len));
+}
+
+/* ---- a build ---- */
+
+static int string_map(json_t *v, const char *field, json_t **ret, ApiError *e) {
+        *ret = NULL;
+        if (!v || json_is_null(v))
+                return 0;
+        const char *k;
+        json_t *x;
+        if (!json_is_object(v) || json_object_size(v) > 256)
+                return api_error(e, 400, "invalid_request", NULL, "%s must be an object of strings", field);
+        json_object_foreach(v, k, x) if (!json_is_string(x) || strlen(k) > 256 || json_string_length(x) > 16384)
+                return api_error(e, 400, "invalid_request", NULL, "%s.%.64s must be a string", field, k);
+        *ret = json_incref(v);
+        return 0;
+}
+
+static int uint_field(json_t *obj, const char *field, unsigned lo, unsigned hi, unsigned *v, ApiError *e) {
+        json_t *x = json_object_get(obj, field);
+        if (!x || json_is_null(x))
+                return 0;
+        if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi)
+                return api_error(e, 400, "invalid_request", NULL, "build.%s must be an integer from %u to %u", field, lo,
+                                 hi);
+        *v = (unsigned)json_integer_value(x);
+        return 0;
+}
+
+static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
+        static const char *const known[] = { "dockerfile", "context",  "dockerignore", "target", "buildArgs", "name",
+                                             "tags",       "labels",   "env",          "build",  "cache",     "region",
+                                             "start",      "image",    "recipe",       "files",  NULL };
+        const char *k;
+        json_t *v;
+        json_object_foreach(r->json, k, v) {
+                bool ok = false;
+                for (size_t i = 0; known[i] && !ok; i++)
+                        ok = strcmp(k, known[i]) == 0;
+                if (!ok)
+                        return api_error(e, 400, "invalid_request", NULL, "unknown field %.64s", k);
+        }
+        const char *unsupported[] = { "image", "recipe", "files", "start" };
+        const char *why[] = { "building from an image of a registry is not supported yet: FROM it in a Dockerfile "
+                              "once registries are",
+                              "recipes are not supported: write a Dockerfile",
+                              "inline files are not supported: send a context folder",
+                              "a start command is not supported: CMD is recorded, and sandboxes run commands by exec" };
+        for (size_t i = 0; i < ELEMENTSOF(unsupported); i++) {
+                v = json_object_get(r->json, unsupported[i]);
+                if (v && !json_is_null(v))
+                        return api_error(e, 501, "not_implemented", NULL, "%s", why[i]);
+        }
+        v = json_object_get(r->json, "region");
+        if (v && !json_is_null(v))
+                return api_error(e, 400, "invalid_request", NULL, "a self-hosted daemon has no regions: leave region out");
+        const char *text = json_string_value(json_object_get(r->json, "dockerfile"));
+        if (!text)
+                return api_error(e, 400, "invalid_request", "send the Dockerfile's text as dockerfile",
+                                 "dockerfile is required");
+        DockerfileError de;
+        int rc = dockerfile_parse(text, json_string_length(json_object_get(r->json, "dockerfile")), &q->dockerfile,
+                                  &de);
+        if (rc == -ENOMEM)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        if (rc < 0)
+                return de.line ? api_error(e, 400, "invalid_dockerfile", NULL, "Dockerfile line %u: %s", de.line,
+                                           de.message)
+                               : api_error(e, 400, "invalid_dockerfile", NULL, "Dockerfile: %s", de.message);
+        const char *name = json_string_value(json_object_get(r->json, "name"));
+        if (!name || !user_images_name_ok(name))
+                return api_error(e, 400, "invalid_request", "lowercase letters, digits, _ . - and / (up to 128)",
+                                 "name must be an image name%s", name ? ", not that" : "");
+        q->name = strdup(name);
+        v = json_object_get(r->json, "tags");
+        if (v && !json_is_null(v)) {
+                if (!json_is_array(v) || json_array_size(v) > MAX_TAGS)
+                        return api_error(e, 400, "invalid_request", NULL, "tags must be an array of at most %d tags",
+                                         MAX_TAGS);
+                size_t i;
+                json_t *t;
+                json_array_foreach(v, i, t) if (!user_images_tag_ok(json_string_value(t)))
+                        return api_error(e, 400, "invalid_request", "letters, digits, _ . - (up to 128)",
+                                         "tags[%zu] is not a tag", i);
+                q->tags = json_incref(v);
+        }
+        if (!q->tags || json_array_size(q->tags) == 0) {
+                json_decref(q->tags);
+                q->tags = json_pack("[s]", "latest");
+        }
+        if (string_map(json_object_get(r->json, "labels"), "labels", &q->labels, e) < 0 ||
+            string_map(json_object_get(r->json, "buildArgs"), "buildArgs", &q->build_args, e) < 0 ||
+            string_map(json_object_get(r->json, "env"), "env", &q->env, e) < 0)
+                return -EINVAL;
+        v = json_object_get(r->json, "target");
+        if (v && !json_is_null(v)) {
+                if (!json_is_string(v) || dockerfile_stage(&q->dockerfile, json_string_value(v)) < 0)
+                        return api_error(e, 400, "invalid_request", NULL, "target names no stage of the Dockerfile");
+                q->target = strdup(json_string_value(v));
+        }
+        json_t *ctx = json_object_get(r->json, "context");
+        if (ctx && !json_is_null(ctx)) {
+                json_t *archive = json_object_get(ctx, "archive");
+                const char *sha = json_string_value(json_object_get(archive, "sha256"));
+                json_t *size = json_object_get(archive, "size"), *chunks = json_object_get(archive, "chunks");
+                if (!sha || strlen(sha) != 64 || strspn(sha, "0123456789abcdef") != 64 || !json_is_integer(size) ||
+                    !json_is_array(chunks) || json_array_size(chunks) == 0)
+                        return api_error(e, 400, "invalid_request", "upload it with POST /v1/images/context/missing and "
+                                         "PUT /v1/images/context/{digest}",
+                                         "context.archive must have sha256, size and chunks");
+                if (json_integer_value(size) < 0 || (uint64_t)json_integer_value(size) > USER_IMAGES_CONTEXT_MAX)
+                        return api_error(e, 413, "context_too_large", "leave files out with a .dockerignore",
+                                         "the build context is over %llu MiB compressed",
+                                         (unsigned long long)(USER_IMAGES_CONTEXT_MAX >> 20));
+                if (json_array_size(chunks) > USER_IMAGES_CONTEXT_MAX / (1024 * 1024) + 1)
+                        return api_error(e, 400, "invalid_request", NULL, "context.archive has too many chunks");
+                size_t i;
+                json_t *c;
+                json_array_foreach(chunks, i, c) {
+                        const char *d = json_string_value(c);
+                        if (!d || strlen(d) != 64 || strspn(d, "0123456789abcdef") != 64)
+                                return api_error(e, 400, "invalid_request", NULL, "context.archive.chunks[%zu] is not a "
+                                                 "SHA-256", i);
+                }
+                snprintf(q->context_sha256, sizeof q->context_sha256, "%s", sha);
+                q->context_size = json_integer_value(size);
+                q->chunks = json_incref(chunks);
+        }
+        const DaemonConfig *cfg = r->app->cfg;
+        q->vcpu = BUILD_DEFAULT_VCPU;
+        q->memory_mib = BUILD_DEFAULT_MEMORY_MIB < cfg->max_memory_mib ? BUILD_DEFAULT_MEMORY_MIB : cfg->max_memory_mib;
+        q->disk_mib = BUILD_DEFAULT_DISK_MIB < cfg->max_disk_mib ? BUILD_DEFAULT_DISK_MIB : cfg->max_disk_mib;
+        unsigned timeout = BUILD_DEFAULT_TIMEOUT_S;
+        json_t *build = json_object_get(r->json, "build");
+        if (build && !json_is_null(build)) {
+                if (!json_is_object(build))
+                        return api_error(e, 400, "invalid_request", NULL, "build must be an object");
+                json_object_foreach(build, k, v) if (strcmp(k, "vcpu") != 0 && strcmp(k, "memoryMiB") != 0 &&
+                                                      strcmp(k, "diskMiB") != 0 && strcmp(k, "timeoutSeconds") != 0)
+                        return api_error(e, 400, "invalid_request", "build takes vcpu, memoryMiB, diskMiB and "
+                                         "timeoutSeconds", "unknown field build.%.64s", k);
+                if (uint_field(build, "vcpu", 1, cfg->max_vcpu, &q->vcpu, e) < 0 ||
+                    uint_field(build, "memoryMiB", 128, cfg->max_memory_mib, &q->memory_mib, e) < 0 ||
+                    uint_field(build, "diskMiB", 256, cfg->max_disk_mib, &q->disk_mib, e) < 0 ||
+                    uint_field(build, "timeoutSeconds", 10, BUILD_MAX_TIMEOUT_S, &timeout, e) < 0)
+                        return -EINVAL;
+        }
+        q->timeout_seconds = timeout;
+        if (!q->name || !q->tags)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        return 0;
+}
+
+enum MHD_Result handle_image_create(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        ImageBuildRequest q = { 0 };
+        if (parse_build(r, &q, &e) < 0) {
+                image_build_request_done(&q);
+                return reply_error(r, &e);
+        }
+        ImageRow row;
+        SandboxError se;
+        int rc = user_images_build(r->app->user_images, &r->key, &q, r->rid, &row, &se);
+        image_build_request_done(&q);
+        if (rc < 0) {
+                api_sandbox_error(&se, &e);
+                return reply_error(r, &e);
+        }
+        log_info(r->rid, "image %s (%s v%lld) queued", row.id, row.name, (long long)row.version);
+        json_t *j = image_json(r, &row);
+        store_image_row_clear(&row);
+        return j ? reply_json(r, 201, j) : reply_internal(r);
+}
+
+/* ---- reads ---- */
+
+enum MHD_Result handle_image_get(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        ImageRow row;
+        int rc = user_images_resolve(r->app->user_images, r->key.owner, r->route.image, &row);
+        if (rc == -ENOENT) {
+                not_found(r->route.image, &e);
+                return reply_error(r, &e);
+        }
+        if (rc < 0)
+                return reply_internal(r);
+        json_t *j = image_json(r, &row);
+        store_image_row_clear(&row);
+        return j ? reply_json(r, 200, j) : reply_internal(r);
+}
+
+enum MHD_Result handle_image_resolve(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        const char *ref = req_query(r, "ref");
+        if (!ref || !*ref || strlen(ref) > 200) {
+                api_error(&e, 400, "invalid_request", NULL, "ref must name an image: id, name, name:tag or name@version");
+                return reply_error(r, &e);
+        }
+        ImageRow row;
+        int rc = user_images_resolve(r->app->user_images, r->key.owner, ref, &row);
+        if (rc == -ENOENT) {
+                not_found(ref, &e);
+                return reply_error(r, &e);
+        }
+        if (rc < 0)
+                return reply_internal(r);
+        json_t *j = image_json(r, &row);
+        store_image_row_clear(&row);
+        return j ? reply_json(r, 200, j) : reply_internal(r);
+}
+
+typedef struct Page {
+        Req *r;
+        json_t *data;
+        int64_t last_created;
+        char last_id[IMAGE_ID_LEN + 1];
+} Page;
+
+static int page_add(void *userdata, const ImageRow *row) {
+        Page *p = userdata;
+        json_t *j = image_json(p->r, row);
+        if (!j || json_array_append_new(p->data, j) < 0)
+                return -ENOMEM;
+        p->last_created = row->created_at;
+        snprintf(p->last_id, sizeof p->last_id, "%s", row->id);
+        return 0;
+}
+
+int api_user_images_page(Req *r, json_t *body, ApiError *e) {
+        if (!r->app->user_images)
+                return 0;
+        const char *limit_s = req_query(r, "limit"), *cursor = req_query(r, "cursor");
+        const char *name = req_query(r, "name"), *state = req_query(r, "state");
+        unsigned limit = 50;
+        if (limit_s) {
+                char *end;
+                long l = strtol(limit_s, &end, 10);
+                if (*end || l < 1 || l > LIST_PAGE_MAX)
+                        return api_error(e, 400, "invalid_request", NULL, "limit must be from 1 to %d", LIST_PAGE_MAX);
+                limit = (unsigned)l;
+        }
+        int64_t before = 0;
+        char before_id[IMAGE_ID_LEN + 1] = "";
+        if (cursor && *cursor) {
+                /* The cursor is the last row's created_at and id. */
+                char *dot = strchr(cursor, '.');
+                if (!dot || strlen(dot + 1) != IMAGE_ID_LEN)
+                        return api_error(e, 400, "invalid_request", NULL, "cursor is not one this daemon gave");
+                before = strtoll(cursor, NULL, 10);
+                snprintf(before_id, sizeof before_id, "%s", dot + 1);
+        }
+        Page p = { .r = r, .data = json_array() };
+        if (!p.data)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        int rc = user_images_list(r->app->user_images, r->key.owner, name && *name ? name : NULL,
+                                  state && *state ? state : NULL, before, before_id, limit, page_add, &p);
+        if (rc < 0) {
+                json_decref(p.data);
+                return api_error(e, 500, "internal", NULL, "could not list the images");
+        }
+        json_t *next = json_null();
+        if (json_array_size(p.data) == limit) {
+                char buf[64];
+                snprintf(buf, sizeof buf, "%lld.%s", (long long)p.last_created, p.last_id);
+                next = json_string(buf);
+        }
+        json_object_set_new(body, "data", p.data);
+        json_object_set_new(body, "nextCursor", next);
+        return 0;
+}
+
+/* ---- logs ---- */
+
+static bool build_ended(Req *r, bool *ret_ready, json_t **ret_image) {
+        ImageRow row;
+        if (user_images_get(r->app->user_images, r->key.owner, r->route.image, &row) < 0)
+                return true;
+        bool ended = strcmp(row.state, "queued") != 0 && strcmp(row.state, "building") != 0;
+        *ret_ready = strcmp(row.state, "ready") == 0;
+        if (ended && ret_image)
+                *ret_image = image_json(r, &row);
+        store_image_row_clear(&row);
+        return ended;
+}
+
+typedef struct Follow {
+        App *app;
+        Req *r; /* only until the handler returns: what the reader needs is copied */
+        char owner[128];
+        char id[IMAGE_ID_LEN + 1];
+        char rid[32];
+        int64_t after;
+        int sock;
+        char *out;
+        size_t len, off;
+        bool done;
+        int64_t started_ms;
+} Follow;
+
+static void follow_push(Follow *f, json_t *j) {
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (!s)
+                return;
+        size_t n = strlen(s);
+        if (f->off == f->len)
+                f->off = f->len = 0;
+        char *m = realloc(f->out, f->len + n + 1);
+        if (m) {
+                f->out = m;
+                memcpy(f->out + f->len, s, n);
+                f->out[f->len + n] = '\n';
+                f->len += n + 1;
+        }
+        free(s);
+}
+
+/* A stream is answered in pieces of at most this long; the client goes on
+ * from the last seq with the "continue" event. */
+#define FOLLOW_MAX_MS (10 * 60 * 1000)
+
+static ssize_t follow_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+        Follow *f = cls;
+        for (;;) {
+                if (f->off < f->len) {
+                        size_t n = f->len - f->off < max ? f->len - f->off : max;
+                        memcpy(buf, f->out + f->off, n);
+                        f->off += n;
+                        return (ssize_t)n;
+                }
+                if (f->done)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                UserImages *u = f->app->user_images;
+                ImageRow row;
+                bool ended = true, ready = false;
+                if (user_images_get(u, f->owner, f->id, &row) == 0) {
+                        ended = strcmp(row.state, "queued") != 0 && strcmp(row.state, "building") != 0;
+                        ready = strcmp(row.state, "ready") == 0;
+                }
+                json_t *lines = json_array();
+                int64_t next = f->after;
+                if (lines)
+                        user_images_logs(u, f->id, f->after, LOG_PAGE, lines, &next);
+                size_t i;
+                json_t *l;
+                json_array_foreach(lines, i, l) follow_push(f, json_incref(l));
+                f->after = next;
+                size_t got = json_array_size(lines);
+                json_decref(lines);
+                if (got)
+                        goto next;
+                if (ended) {
+                        if (ready) {
+                                /* image_json needs a request only for its app. */
+                                Req fake = { .app = f->app };
+                                follow_push(f, json_pack("{s:s,s:o}", "type", "done", "image", image_json(&fake, &row)));
+                        } else {
+                                ApiError e;
+                                api_error(&e, 422, "image_build_failed", "read the log lines above", "%s",
+                                          row.error ? row.error : "the build failed");
+                                follow_push(f, json_pack("{s:s,s:o}", "type", "error", "error",
+                                                         api_error_json(&e, f->rid)));
+                        }
+                        f->done = true;
+                } else if ((int64_t)time_now_mono_ms() - f->started_ms > FOLLOW_MAX_MS) {
+                        follow_push(f, json_pack("{s:s,s:I}", "type", "continue", "after", (json_int_t)f->after));
+                        f->done = true;
+                } else {
+                        struct pollfd p = { .fd = f->sock, .events = 0 };
+                        poll(&p, 1, 250);
+                        if (socket_hung_up(f->sock)) {
+                                if (row.id[0])
+                                        store_image_row_clear(&row);
+                                return MHD_CONTENT_READER_END_WITH_ERROR;
+                        }
+                }
+        next:
+                if (row.id[0])
+                        store_image_row_clear(&row);
+        }
+}
+
+static void follow_free(void *cls) {
+        Follow *f = cls;
+        free(f->out);
+        free(f);
+}
+
+enum MHD_Result handle_image_logs(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        ImageRow row;
+        int rc = user_images_get(r->app->user_images, r->key.owner, r->route.image, &row);
+        if (rc == -ENOENT) {
+                not_found(r->route.image, &e);
+                return reply_error(r, &e);
+        }
+        if (rc < 0)
+                return reply_internal(r);
+        store_image_row_clear(&row);
+        const char *after_s = req_query(r, "after"), *follow = req_query(r, "follow");
+        int64_t after = after_s ? strtoll(after_s, NULL, 10) : 0;
+        if (after < 0)
+                after = 0;
+        if (follow && (strcmp(follow, "true") == 0 || strcmp(follow, "1") == 0)) {
+                Follow *f = calloc(1, sizeof(*f));
+                if (!f)
+                        return reply_internal(r);
+                f->app = r->app;
+                snprintf(f->owner, sizeof f->owner, "%s", r->key.owner);
+                snprintf(f->id, sizeof f->id, "%.36s", r->route.image);
+                snprintf(f->rid, sizeof f->rid, "%s", r->rid);
+                f->after = after;
+                f->sock = req_socket(r);
+                f->started_ms = (int64_t)time_now_mono_ms();
+                struct MHD_Response *resp =
+                        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, follow_reader, f, follow_free);
+                if (!resp) {
+                        follow_free(f);
+                        return reply_internal(r);
+                }
+                return reply_response(r, 200, resp, "application/x-ndjson");
+        }
+        json_t *lines = json_array();
+        int64_t next = after;
+        if (!lines || user_images_logs(r->app->user_images, r->route.image, after, LOG_PAGE, lines, &next) < 0) {
+                json_decref(lines);
+                return reply_internal(r);
+        }
+        bool ready = false;
+        bool done = json_array_size(lines) < LOG_PAGE && build_ended(r, &ready, NULL);
+        return reply_json(r, 200, json_pack("{s:o,s:I,s:b}", "lines", lines, "nextAfter", (json_int_t)next, "done", done));
+}
+
+/* ---- tags and delete ---- */
+
+static enum MHD_Result tag_op(Req *r, bool add) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        const char *tag = json_string_value(json_object_get(r->json, "tag"));
+        if (!tag) {
+                api_error(&e, 400, "invalid_request", NULL, "tag is required");
+                return reply_error(r, &e);
+        }
+        SandboxError se;
+        UserImages *u = r->app->user_images;
+        int rc = add ? user_images_tag(u, r->key.owner, r->route.image, tag, &se)
+                     : user_images_untag(u, r->key.owner, r->route.image, tag, &se);
+        if (rc < 0) {
+                api_sandbox_error(&se, &e);
+                if (e.status == 404 && strstr(e.message, "no image"))
+                        e.code = "image_not_found";
+                return reply_error(r, &e);
+        }
+        ImageRow row;
+        if (user_images_get(u, r->key.owner, r->route.image, &row) < 0)
+                return reply_internal(r);
+        json_t *j = image_json(r, &row);
+        store_image_row_clear(&row);
+        return j ? reply_json(r, 200, j) : reply_internal(r);
+}
+
+enum MHD_Result handle_image_tag(Req *r) {
+        return tag_op(r, true);
+}
+
+enum MHD_Result handle_image_untag(Req *r) {
+        return tag_op(r, false);
+}
+
+enum MHD_Result handle_image_delete(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        SandboxError se;
+        if (user_images_delete(r->app->user_images, r->key.owner, r->route.image, &se) < 0) {
+                api_sandbox_error(&se, &e);
+                if (e.status == 404)
+                        e.code = "image_not_found";
+                return reply_error(r, &e);
+        }
+        log_info(r->rid, "image %s deleted", r->route.image);
+        return reply_json(r, 200, json_pack("{s:s,s:b}", "id", r->route.image, "deleted", true));
+}
+
+enum MHD_Result handle_image_registries(Req *r) {
+        ApiError e = { 0 };
+        api_error(&e, 501, "not_implemented", "build FROM a built-in image or one of yours",
+                  "registry credentials are not supported yet: this daemon pulls from no registry");
+        return reply_error(r, &e);
+}
+
+/* ---- a sandbox from an image ---- */
+
+int api_user_image_to_create(Req *r, bool *ret_from_image, ApiError *e) {
+        *ret_from_image = false;
+        UserImages *u = r->app->user_images;
+        json_t *image = json_object_get(r->json, "image");
+        const char *ref = json_string_value(image);
+        if (!u || !ref || strncmp(ref, "snp_", 4) == 0)
+                return 0;
+        ImageInfo info;
+        /* A built-in image's name is the built-in image, unless the owner
+         * has one of that name. */
+        ImageRow row;
+        int rc = user_images_resolve(u, r->key.owner, ref, &row);
+        if (rc == -ENOENT)
+                return 0;
+        (void)info;
+        if (rc < 0)
+                return api_error(e, 500, "internal", NULL, "could not read the image");
+        int ret = 0;
+        _cleanup_json_ json_t *doc = json_loads(row.doc, 0, NULL);
+        const char *snap = json_string_value(json_object_get(doc, "snapshot"));
+        json_t *config = json_object_get(doc, "config");
+        if (strcmp(row.state, "ready") != 0 || !snap) {
+                ret = api_error(e, 409, "conflict", "wait for its build to end (GET /v1/images/{id})",
+                                "image %.128s is %s, not ready", ref, row.state);
+                goto done;
+        }
+        json_t *drv = json_object_get(r->json, "driver");
+        if (json_is_string(drv) && strcmp(json_string_value(drv), "microvm") == 0) {
+                ret = api_error(e, 501, "not_implemented", "use the namespace or gvisor driver",
+                                "images built here run on the namespace and gVisor drivers; the microVM cannot "
+                                "start one yet");
+                goto done;
+        }
+        /* The image's env under the create's own. */
+        json_t *ienv = json_object_get(config, "env"), *env = json_object_get(r->json, "env");
+        if (json_is_object(ienv) && json_object_size(ienv)) {
+                json_t *merged = json_deep_copy(ienv);
+                if (json_is_object(env))
+                        json_object_update(merged, env);
+                json_object_set_new(r->json, "env", merged);
+        }
+        const char *user = json_string_value(json_object_get(config, "user"));
+        if (user && strcmp(user, "root") == 0 && !json_object_get(r->json, "user"))
+                json_object_set_new(r->json, "user", json_string("root"));
+        json_object_set_new(r->json, "snapshot", json_string(snap));
+        json_object_del(r->json, "image");
+        *ret_from_image = true;
+done:
+        store_image_row_clear(&row);
+        return ret;
+}

@@ -1,0 +1,16 @@
+#pragma once
+/* The images users build (docs/images.md): the context's chunks, builds,
+ * their logs, tags and deletes, over the image module (user_images.h). */
+#include "daemon/api/api.h"
+
+enum MHD_Result handle_image_context_missing(Req *r);
+enum MHD_Result handle_image_context_put(Req *r);
+extern const HttpUpload image_context_upload;
+enum MHD_Result handle_image_create(Req *r);
+enum MHD_Result handle_image_resolve(Req *r);
+enum MHD_Result handle_image_get(Req *r);
+enum MHD_Result handle_image_logs(Req *r);
+enum MHD_Result handle_image_tag(Req *r);
+enum MHD_Result handle_image_untag(Req *r);
+enum MHD_Result handle_image_delete(Req *r);
+enum MHD_Result handle_image_registries(Req *r);

@@ -1,0 +1,1394 @@
+/* The images users build (user_images.h): records, context chunks, the
+ * queue and the builds themselves. */
+#include "daemon/manager/user_images.h"
+#include "daemon/manager/user_images-internal.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "common/io.h"
+#include "common/jsonutil.h"
+#include "common/log.h"
+#include "common/macro.h"
+#include "common/random.h"
+#include "common/timeutil.h"
+#include "daemon/manager/agent_client.h"
+#include "daemon/manager/images.h"
+#include "daemon/manager/sandbox.h"
+#include "daemon/manager/snapshot.h"
+#include "proto/proto.h"
+
+/* Where the context is unpacked inside the build's sandbox; removed before
+ * the image's disk is taken. */
+#define CONTEXT_IN_SANDBOX "/.runtime-build-context"
+/* A COPY --from's files: gathered in the earlier stage's sandbox, then
+ * unpacked in this one; both removed before a disk is taken. */
+#define STAGE_OUT "/.runtime-stage-out"
+#define FROM_IN_SANDBOX "/.runtime-build-from"
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define LOG_LINE_MAX 4096
+
+
+void image_build_request_done(ImageBuildRequest *r) {
+        if (!r)
+                return;
+        dockerfile_done(&r->dockerfile);
+        free(r->name);
+        free(r->target);
+        json_decref(r->tags);
+        json_decref(r->labels);
+        json_decref(r->build_args);
+        json_decref(r->env);
+        json_decref(r->chunks);
+        *r = (ImageBuildRequest){ 0 };
+}
+
+bool user_images_name_ok(const char *s) {
+        if (!s || !(islower((unsigned char)s[0]) || isdigit((unsigned char)s[0])))
+                return false;
+        size_t n = 0;
+        for (; s[n]; n++)
+                if (!islower((unsigned char)s[n]) && !isdigit((unsigned char)s[n]) && !strchr("_.-/", s[n]))
+                        return false;
+        return n <= 128 && !strstr(s, "//") && s[n - 1] != '/';
+}
+
+bool user_images_tag_ok(const char *s) {
+        if (!s || !(isalnum((unsigned char)s[0]) || s[0] == '_'))
+                return false;
+        size_t n = 0;
+        for (; s[n]; n++)
+                if (!isalnum((unsigned char)s[n]) && !strchr("_.-", s[n]))
+                        return false;
+        return n <= 128;
+}
+
+bool user_images_id_ok(const char *s) {
+        if (strlen(s) != IMAGE_ID_LEN)
+                return false;
+        for (size_t i = 0; i < IMAGE_ID_LEN; i++) {
+                bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+                if (dash ? s[i] != '-' : !isxdigit((unsigned char)s[i]))
+                        return false;
+        }
+        return true;
+}
+
+static int new_uuid(char ret[IMAGE_ID_LEN + 1]) {
+        uint8_t b[16];
+        int r = random_bytes(b, sizeof b);
+        if (r < 0)
+                return r;
+        b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);
+        b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
+        char hex[33];
+        hex_encode(b, sizeof b, hex);
+        snprintf(ret, IMAGE_ID_LEN + 1, "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16, hex + 20);
+        return 0;
+}
+
+int user_images_open(const StoreBackend *b, const char *location, const char *state_dir, UserImages **ret) {
+        if (!b->images)
+                return -EOPNOTSUPP;
+        UserImages *u = calloc(1, sizeof(*u));
+        if (!u)
+                return -ENOMEM;
+        u->ops = b->images;
+        pthread_mutex_init(&u->lock, NULL);
+        pthread_cond_init(&u->cond, NULL);
+        int r = -ENOMEM;
+        if (asprintf(&u->dir, "%s/user-images", state_dir) < 0 || asprintf(&u->ctx_dir, "%s/image-context", state_dir) < 0)
+                goto fail;
+        if ((mkdir(u->dir, 0700) < 0 && errno != EEXIST) || (mkdir(u->ctx_dir, 0700) < 0 && errno != EEXIST)) {
+                r = -errno;
+                goto fail;
+        }
+        if ((r = u->ops->open(location, &u->h)) < 0)
+                goto fail;
+        *ret = u;
+        return 0;
+fail:
+        free(u->dir);
+        free(u->ctx_dir);
+        free(u);
+        return r;
+}
+
+void user_images_set_manager(UserImages *u, const struct DaemonConfig *cfg, Manager *m, SnapshotStore *snapshots) {
+        u->cfg = cfg;
+        u->m = m;
+        u->snapshots = snapshots;
+}
+
+void user_images_set_host(UserImages *u, const char *host_id) {
+        snprintf(u->host_id, sizeof u->host_id, "%s", host_id ? host_id : "");
+}
+
+/* ---- the owners' counts (under lock) ---- */
+
+static OwnerCount *owner_count(UserImages *u, const char *owner, bool make) {
+        for (size_t i = 0; i < u->n_owners; i++)
+                if (strcmp(u->owners[i].owner, owner) == 0)
+                        return &u->owners[i];
+        if (!make)
+                return NULL;
+        OwnerCount *n = realloc(u->owners, (u->n_owners + 1) * sizeof(*n));
+        if (!n)
+                return NULL;
+        u->owners = n;
+        OwnerCount *c = &u->owners[u->n_owners++];
+        *c = (OwnerCount){ 0 };
+        snprintf(c->owner, sizeof c->owner, "%s", owner);
+        return c;
+}
+
+/* ---- the log ---- */
+
+typedef struct BuildLog {
+        int fd;
+        int64_t seq;
+        uint64_t bytes;
+        bool over;
+        unsigned step;
+        char pending[2][LOG_LINE_MAX + 1]; /* a line of stdout and of stderr not ended yet */
+        size_t pending_len[2];
+} BuildLog;
+
+char *user_images_log_path(UserImages *u, const char *id) {
+        char *p = NULL;
+        return asprintf(&p, "%s/%s.log", u->dir, id) < 0 ? NULL : p;
+}
+
+/* One line of the log; -EFBIG once the log is past its bound (the line
+ * saying so is the last written). */
+static int log_line(BuildLog *l, const char *stream, const char *text, size_t len) {
+        if (l->over)
+                return -EFBIG;
+        char clean[LOG_LINE_MAX + 1];
+        size_t o = 0;
+        for (size_t i = 0; i < len && o < LOG_LINE_MAX; i++) {
+                unsigned char c = (unsigned char)text[i];
+                /* Keep the JSON valid whatever the step printed. */
+                clean[o++] = c == '\t' || (c >= 0x20 && c != 0x7f) ? (char)c : '?';
+        }
+        clean[o] = '\0';
+        json_t *j = json_pack("{s:s,s:I,s:s,s:s,s:i,s:I}", "type", "line", "seq", (json_int_t)(l->seq + 1), "stream",
+                              stream, "line", clean, "step", (int)l->step, "time", (json_int_t)time_now_unix());
+        /* Invalid UTF-8 makes jansson refuse the string: keep ASCII then. */
+        if (!j) {
+                for (size_t i = 0; i < o; i++)
+                        if ((unsigned char)clean[i] >= 0x80)
+                                clean[i] = '?';
+                j = json_pack("{s:s,s:I,s:s,s:s,s:i,s:I}", "type", "line", "seq", (json_int_t)(l->seq + 1), "stream",
+                              stream, "line", clean, "step", (int)l->step, "time", (json_int_t)time_now_unix());
+        }
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (!s)
+                return -ENOMEM;
+        size_t n = strlen(s);
+        s[n] = '\n';
+        int r = 0;
+        if (l->bytes + n + 1 > USER_IMAGES_LOG_MAX) {
+                l->over = true;
+                free(s);
+                static const char over[] = "the build log passed its bound of 8 MiB: the build stops here";
+                json_t *last = json_pack("{s:s,s:I,s:s,s:s,s:i,s:I}", "type", "line", "seq", (json_int_t)(l->seq + 1),
+                                         "stream", "system", "line", over, "step", (int)l->step, "time",
+                                         (json_int_t)time_now_unix());
+                s = last ? json_dumps(last, JSON_COMPACT) : NULL;
+                json_decref(last);
+                if (s) {
+                        n = strlen(s);
+                        s[n] = '\n';
+                        if (io_write_all(l->fd, s, n + 1) == 0)
+                                l->seq++;
+                }
+                free(s);
+                return -EFBIG;
+        }
+        r = io_write_all(l->fd, s, n + 1);
+        free(s);
+        if (r == 0) {
+                l->seq++;
+                l->bytes += n + 1;
+        }
+        return r;
+}
+
+__attribute__((format(printf, 2, 3))) static int log_sys(BuildLog *l, const char *fmt, ...) {
+        char buf[LOG_LINE_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        return log_line(l, "system", buf, n < 0 ? 0 : (size_t)n >= sizeof buf ? sizeof buf - 1 : (size_t)n);
+}
+
+/* Bytes of a step's output: whole lines go to the log, a line longer than
+ * LOG_LINE_MAX in pieces. */
+static int log_output(BuildLog *l, int fd, const uint8_t *data, size_t len) {
+        int k = fd == PROTO_FD_ERR ? 1 : 0;
+        const char *stream = k ? "stderr" : "stdout";
+        int r = 0;
+        for (size_t i = 0; i < len && r == 0; i++) {
+                if (data[i] == '\n' || l->pending_len[k] == LOG_LINE_MAX) {
+                        r = log_line(l, stream, l->pending[k], l->pending_len[k]);
+                        l->pending_len[k] = 0;
+                        if (data[i] == '\n')
+                                continue;
+                }
+                l->pending[k][l->pending_len[k]++] = (char)data[i];
+        }
+        return r;
+}
+
+static int log_flush(BuildLog *l) {
+        int r = 0;
+        for (int k = 0; k < 2 && r == 0; k++)
+                if (l->pending_len[k]) {
+                        r = log_line(l, k ? "stderr" : "stdout", l->pending[k], l->pending_len[k]);
+                        l->pending_len[k] = 0;
+                }
+        return r;
+}
+
+int user_images_logs(UserImages *u, const char *id, int64_t after, unsigned max, json_t *lines, int64_t *ret_next) {
+        _cleanup_free_ char *p = user_images_log_path(u, id);
+        if (!p)
+                return -ENOMEM;
+        _cleanup_fclose_ FILE *f = fopen(p, "re");
+        *ret_next = after;
+        if (!f)
+                return errno == ENOENT ? 0 : -errno;
+        char *line = NULL;
+        size_t cap = 0;
+        unsigned n = 0;
+        while (n < max && getline(&line, &cap, f) > 0) {
+                json_t *j = json_loads(line, 0, NULL);
+                int64_t seq = json_integer_value(json_object_get(j, "seq"));
+                if (j && seq > after) {
+                        json_array_append_new(lines, j);
+                        *ret_next = seq;
+                        n++;
+                } else
+                        json_decref(j);
+        }
+        free(line);
+        return 0;
+}
+
+/* ---- context chunks ---- */
+
+static bool digest_ok(const char *s) {
+        if (!s || strlen(s) != 64)
+                return false;
+        for (size_t i = 0; i < 64; i++)
+                if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i]))
+                        return false;
+        return true;
+}
+
+/* The owner's chunk directory: owners are names a path may not hold as they
+ * are, so it is named by a hash of the owner. */
+static char *owner_dir(UserImages *u, const char *owner, bool make) {
+        uint8_t md[32];
+        unsigned len = 0;
+        if (EVP_Digest(owner, strlen(owner), md, &len, EVP_sha256(), NULL) != 1)
+                return NULL;
+        char hex[65];
+        hex_encode(md, 16, hex);
+        char *p = NULL;
+        if (asprintf(&p, "%s/%s", u->ctx_dir, hex) < 0)
+                return NULL;
+        if (make && mkdir(p, 0700) < 0 && errno != EEXIST) {
+                free(p);
+                return NULL;
+        }
+        return p;
+}
+
+int user_images_context_missing(UserImages *u, const char *owner, json_t *digests, json_t **ret) {
+        _cleanup_free_ char *dir = owner_dir(u, owner, false);
+        json_t *missing = json_array();
+        if (!dir || !missing) {
+                json_decref(missing);
+                return -ENOMEM;
+        }
+        size_t i;
+        json_t *v;
+        json_array_foreach(digests, i, v) {
+                const char *d = json_string_value(v);
+                if (!digest_ok(d)) {
+                        json_decref(missing);
+                        return -EINVAL;
+                }
+                char p[PATH_MAX];
+                snprintf(p, sizeof p, "%s/%s", dir, d);
+                if (access(p, F_OK) < 0)
+                        json_array_append_new(missing, json_string(d));
+        }
+        *ret = missing;
+        return 0;
+}
+
+static int64_t dir_bytes(const char *dir) {
+        DIR *d = opendir(dir);
+        if (!d)
+                return 0;
+        int64_t sum = 0;
+        struct dirent *e;
+        struct stat st;
+        while ((e = readdir(d)))
+                if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, 0) == 0)
+                        sum += st.st_size;
+        closedir(d);
+        return sum;
+}
+
+int user_images_context_put(UserImages *u, const char *owner, const char *digest, const void *data, size_t len) {
+        if (!digest_ok(digest))
+                return -EINVAL;
+        if (len > USER_IMAGES_CHUNK_MAX)
+                return -EFBIG;
+        uint8_t md[32];
+        unsigned mdlen = 0;
+        char hex[65];
+        if (EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) != 1)
+                return -EIO;
+        hex_encode(md, 32, hex);
+        if (strcmp(hex, digest) != 0)
+                return -EBADMSG;
+        _cleanup_free_ char *dir = owner_dir(u, owner, true);
+        if (!dir)
+                return -ENOMEM;
+        if (dir_bytes(dir) + (int64_t)len > (int64_t)USER_IMAGES_CHUNKS_PER_OWNER)
+                return -EDQUOT;
+        char path[PATH_MAX], tmp[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, digest);
+        snprintf(tmp, sizeof tmp, "%s/.%s.part", dir, digest);
+        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return -errno;
+        int r = io_write_all(fd, data, len);
+        if (r == 0 && rename(tmp, path) < 0)
+                r = -errno;
+        if (r < 0)
+                unlink(tmp);
+        return r;
+}
+
+/* ---- a build ---- */
+
+typedef struct Build {
+        UserImages *u;
+        Job *job;
+        BuildLog *log;      /* the image's, shared by its stages */
+        struct Build **stages; /* the stages built for COPY --from, by index (shared) */
+        int stage;          /* the Dockerfile's stage this one builds */
+        int64_t deadline_ms;
+        char sandbox_id[32];
+        json_t *vars;  /* ARG values in force */
+        json_t *env;   /* ENV in force */
+        json_t *config; /* what the image records: env, workdir, user, cmd, entrypoint, labels, exposed */
+        char *workdir;
+        bool root;
+        char error[512];
+        unsigned step, n_steps;
+        const DockerfileStep *cur;
+} Build;
+
+__attribute__((format(printf, 2, 3))) static int build_fail(Build *b, const char *fmt, ...) {
+        char msg[400];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        if (b->cur)
+                snprintf(b->error, sizeof b->error, "step %u/%u (line %u, %s): %s", b->step, b->n_steps, b->cur->line,
+                         dockerfile_op_name(b->cur->op), msg);
+        else
+                snprintf(b->error, sizeof b->error, "%s", msg);
+        return -EINVAL;
+}
+
+static const char *lookup(void *userdata, const char *name) {
+        Build *b = userdata;
+        const char *v = json_string_value(json_object_get(b->env, name));
+        return v ? v : json_string_value(json_object_get(b->vars, name));
+}
+
+static int expand(Build *b, const char *word, char **ret) {
+        DockerfileError e = { 0 };
+        int r = dockerfile_expand(word, lookup, b, ret, &e);
+        return r < 0 ? build_fail(b, "%s", e.message) : 0;
+}
+
+/* The environment of a step: PATH unless set, the ARGs, then ENV. */
+static json_t *step_env(Build *b) {
+        json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
+        if (!env)
+                return NULL;
+        json_object_update(env, b->vars);
+        json_object_update(env, b->env);
+        return env;
+}
+
+/* Whether the daemon is stopping: a build in progress gives up at its next
+ * second of waiting, so that a stop never waits for a build's end. */
+static bool stopping(UserImages *u) {
+        pthread_mutex_lock(&u->lock);
+        bool s = u->stopping;
+        pthread_mutex_unlock(&u->lock);
+        return s;
+}
+
+/* Runs argv in the build's sandbox as root or the build's user, its output
+ * into the log; its exit code in *ret_code. */
+static int run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, bool root, bool quiet, int64_t timeout_ms,
+                          int *ret_code) {
+        Sandbox *sb = NULL;
+        SandboxError se;
+        if (sandbox_acquire(b->u->m, &b->job->key, b->sandbox_id, &sb, &se) < 0)
+                return build_fail(b, "the build's sandbox is gone: %s", se.message);
+        _cleanup_json_ json_t *req = agent_req_exec(NULL, argv, cwd, env, timeout_ms, false);
+        ChanStream *s = NULL;
+        int r = req ? agent_req_set_user(req, root) : -ENOMEM;
+        if (r == 0 && sandbox_open_stream(sb, req, &s, &se) < 0)
+                r = build_fail(b, "could not run it: %s", se.message);
+        int code = -1;
+        bool timed_out = false;
+        while (r == 0) {
+                ChanEvent ev;
+                int n = chan_stream_next(s, 1000, &ev);
+                if (n == -ETIMEDOUT) {
+                        if (stopping(b->u)) {
+                                r = build_fail(b, "the daemon stopped during the build");
+                                break;
+                        }
+                        continue;
+                }
+                if (n < 0 || ev.type == CHAN_EV_CLOSED) {
+                        if (n == 0)
+                                chan_event_clear(&ev);
+                        r = stopping(b->u) ? build_fail(b, "the daemon stopped during the build")
+                                           : build_fail(b, "the build's sandbox stopped answering");
+                        break;
+                }
+                if (ev.type == CHAN_EV_DATA && (ev.fd == PROTO_FD_OUT || ev.fd == PROTO_FD_ERR) && !quiet) {
+                        if (log_output(b->log, ev.fd, ev.data, ev.len) == -EFBIG)
+                                r = build_fail(b, "the build log passed its bound of %u MiB", USER_IMAGES_LOG_MAX >> 20);
+                } else if (ev.type == CHAN_EV_RESULT) {
+                        const char *msg = NULL;
+                        const char *err = agent_result_error(ev.json, &msg);
+                        if (err)
+                                r = build_fail(b, "%s", msg ? msg : err);
+                        code = (int)json_integer_value(json_object_get(ev.json, "exitCode"));
+                        timed_out = json_is_true(json_object_get(ev.json, "timedOut"));
+                        chan_event_clear(&ev);
+                        break;
+                }
+                chan_event_clear(&ev);
+        }
+        chan_stream_free(s);
+        sandbox_release(sb);
+        if (r == 0 && log_flush(b->log) == -EFBIG)
+                r = build_fail(b, "the build log passed its bound of %u MiB", USER_IMAGES_LOG_MAX >> 20);
+        if (r == 0 && timed_out)
+                r = build_fail(b, "the build's time ran out");
+        if (r == 0)
+                *ret_code = code;
+        return r;
+}
+
+/* The context's chunks, joined and checked against its digest and size,
+ * unpacked into the sandbox by its agent (bounded; names and links that
+ * leave it refused). */
+static int send_context(Build *b) {
+        const ImageBuildRequest *req = &b->job->req;
+        if (!req->chunks)
+                return 0;
+        _cleanup_free_ char *dir = owner_dir(b->u, b->job->key.owner, false);
+        if (!dir)
+                return build_fail(b, "out of memory");
+        Sandbox *sb = NULL;
+        SandboxError se;
+        if (sandbox_acquire(b->u->m, &b->job->key, b->sandbox_id, &sb, &se) < 0)
+                return build_fail(b, "the build's sandbox is gone: %s", se.message);
+        _cleanup_json_ json_t *un = agent_req_unarchive(CONTEXT_IN_SANDBOX, USER_IMAGES_CONTEXT_UNPACKED,
+                                                       USER_IMAGES_CONTEXT_FILES);
+        ChanStream *s = NULL;
+        int r = un ? agent_req_set_user(un, true) : -ENOMEM;
+        if (r == 0 && sandbox_open_stream(sb, un, &s, &se) < 0)
+                r = build_fail(b, "could not send the build context: %s", se.message);
+        EVP_MD_CTX *md = EVP_MD_CTX_new();
+        if (r == 0 && (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1))
+                r = build_fail(b, "out of memory");
+        int64_t total = 0;
+        size_t i;
+        json_t *v;
+        char *buf = r == 0 ? malloc(USER_IMAGES_CHUNK_MAX) : NULL;
+        if (r == 0 && !buf)
+                r = build_fail(b, "out of memory");
+        json_array_foreach(req->chunks, i, v) {
+                if (r < 0)
+                        break;
+                char p[PATH_MAX];
+                snprintf(p, sizeof p, "%s/%s", dir, json_string_value(v));
+                _cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+                if (fd < 0) {
+                        r = build_fail(b, "the build context's chunk %.16s... was never uploaded", json_string_value(v));
+                        break;
+                }
+                ssize_t n = read(fd, buf, USER_IMAGES_CHUNK_MAX);
+                if (n < 0) {
+                        r = build_fail(b, "could not read the build context");
+                        break;
+                }
+                total += n;
+                if (total > req->context_size || total > (int64_t)USER_IMAGES_CONTEXT_MAX) {
+                        r = build_fail(b, "the build context is larger than it said (%lld bytes)",
+                                       (long long)req->context_size);
+                        break;
+                }
+                EVP_DigestUpdate(md, buf, (size_t)n);
+                if (chan_stream_write(s, buf, (size_t)n, 60000) < 0)
+                        r = build_fail(b, "the build's sandbox took no more of the build context");
+        }
+        free(buf);
+        if (r == 0) {
+                uint8_t d[32];
+                unsigned dl = 0;
+                char hex[65];
+                EVP_DigestFinal_ex(md, d, &dl);
+                hex_encode(d, 32, hex);
+                if (total != req->context_size || strcmp(hex, req->context_sha256) != 0)
+                        r = build_fail(b, "the build context's chunks do not make the archive it names (its sha256 "
+                                          "or size differs)");
+        }
+        EVP_MD_CTX_free(md);
+        if (r == 0 && chan_stream_close_write(s) < 0)
+                r = build_fail(b, "the build's sandbox took no more of the build context");
+        if (r == 0) {
+                _cleanup_json_ json_t *res = NULL;
+                if (agent_wait_result(s, 300000, NULL, NULL, &res) < 0)
+                        r = build_fail(b, "the build's sandbox did not unpack the build context");
+                else {
+                        const char *msg = NULL;
+                        /* An unarchive answers like an exec: a refusal is
+                         * its exit code, the reason its stderr. */
+                        if (agent_result_error(res, &msg) || json_integer_value(json_object_get(res, "exitCode")) != 0) {
+                                const char *why = json_string_value(json_object_get(res, "stderrHead"));
+                                r = build_fail(b, "the build context was refused: %s",
+                                               why && *why ? why : msg ? msg : "it is not a tar archive");
+                        }
+                }
+        }
+        chan_stream_free(s);
+        sandbox_release(sb);
+        return r;
+}
+
+static char *path_join(const char *dir, const char *p) {
+        char *out = NULL;
+        if (p[0] == '/')
+                return strdup(p);
+        return asprintf(&out, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", p) < 0 ? NULL : out;
+}
+
+/* COPY and ADD from the context: the sources (cleaned, never out of the
+ * context; wildcards matched by the sandbox's shell) copied by the sandbox
+ * as Docker copies them, then given --chown and --chmod. */
+static const char COPY_SCRIPT[] =
+        "set -e\n"
+        "d=$1; dir=$2; shift 2\n"
+        "IFS='\n'\n"
+        "n=0\n"
+        "for s in \"$@\"; do found=0; for f in $s; do [ -e \"$f\" ] || continue; found=1; n=$((n+1)); done\n"
+        "  [ $found = 1 ] || { echo \"${s#" CONTEXT_IN_SANDBOX "/}: no such file in the build context\" >&2; exit 3; }\n"
+        "done\n"
+        "own() { if [ -n \"$CHOWN\" ]; then chown -R -- \"$CHOWN\" \"$1\"; fi;"
+        " if [ -n \"$CHMOD\" ]; then chmod -R \"$CHMOD\" \"$1\"; fi; }\n"
+        "into() { mkdir -p \"$2\"; for e in \"$1\"/* \"$1\"/.[!.]* \"$1\"/..?*; do [ -e \"$e\" ] || continue;"
+        " cp -a \"$e\" \"$2\"/; own \"$2/${e##*/}\"; done; }\n"
+        "for s in \"$@\"; do for f in $s; do [ -e \"$f\" ] || continue\n"
+        "  if [ -d \"$f\" ]; then into \"$f\" \"$d\"\n"
+        "  elif [ \"$dir\" = 1 ] || [ $n -gt 1 ]; then mkdir -p \"$d\"; cp -a \"$f\" \"$d\"/; own \"$d/${f##*/}\"\n"
+        "  else mkdir -p \"$(dirname \"$d\")\"; if [ -d \"$d\" ]; then cp -a \"$f\" \"$d\"/; own \"$d/${f##*/}\";"
+        " else cp -a \"$f\" \"$d\"; own \"$d\"; fi\n"
+        "  fi\n"
+        "done; done\n";
+
+static int stage_run(Build *b);
+static void global_args(Build *b);
+
+static void drop_sandbox(Build *b) {
+        SandboxError se;
+        if (b->sandbox_id[0] && sandbox_delete(b->u->m, &b->job->key, b->sandbox_id, b->job->rid, &se) < 0)
+                log_warn(b->job->rid, "image %s: deleting the build's sandbox %s: %s", b->job->id, b->sandbox_id,
+                         se.message);
+        b->sandbox_id[0] = '\0';
+}
+
+static void build_state_free(Build *b) {
+        json_decref(b->vars);
+        json_decref(b->env);
+        json_decref(b->config);
+        free(b->workdir);
+}
+
+/* The earlier stage st, built once (in a sandbox of its own, kept until
+ * the image's end) the first time a COPY --from names it. */
+static int stage_built(Build *b, int st, Build **ret) {
+        if (b->stages[st]) {
+                *ret = b->stages[st];
+                return 0;
+        }
+        Build *o = calloc(1, sizeof(*o));
+        if (!o)
+                return build_fail(b, "out of memory");
+        *o = (Build){ .u = b->u, .job = b->job, .log = b->log, .stages = b->stages, .stage = st,
+                      .deadline_ms = b->deadline_ms };
+        o->vars = json_object();
+        o->env = json_object();
+        o->config = json_pack("{s:{},s:[]}", "labels", "exposedPorts");
+        o->workdir = strdup("/");
+        b->stages[st] = o;
+        if (!o->vars || !o->env || !o->config || !o->workdir)
+                return build_fail(b, "out of memory");
+        global_args(o);
+        int r = stage_run(o);
+        log_sys(b->log, "stage %d %s", st, r < 0 ? "failed" : "built");
+        if (r < 0) {
+                snprintf(b->error, sizeof b->error, "%s", o->error);
+                return r;
+        }
+        *ret = o;
+        return 0;
+}
+
+/* What `from` gathered in STAGE_OUT, as a tar from its agent to the agent
+ * of `to`, unpacked in FROM_IN_SANDBOX (bounded as a context is). */
+static int stage_transfer(Build *b, Build *from) {
+        Sandbox *src = NULL, *dst = NULL;
+        SandboxError se;
+        if (sandbox_acquire(b->u->m, &b->job->key, from->sandbox_id, &src, &se) < 0 ||
+            sandbox_acquire(b->u->m, &b->job->key, b->sandbox_id, &dst, &se) < 0) {
+                if (src)
+                        sandbox_release(src);
+                return build_fail(b, "a build's sandbox is gone: %s", se.message);
+        }
+        _cleanup_json_ json_t *none = json_array();
+        _cleanup_json_ json_t *ar = none ? agent_req_archive(STAGE_OUT, false, none) : NULL;
+        _cleanup_json_ json_t *un = agent_req_unarchive(FROM_IN_SANDBOX, USER_IMAGES_CONTEXT_UNPACKED,
+                                                       USER_IMAGES_CONTEXT_FILES);
+        ChanStream *out = NULL, *in = NULL;
+        int r = ar && un && agent_req_set_user(ar, true) == 0 && agent_req_set_user(un, true) == 0 ? 0 : -ENOMEM;
+        if (r == 0 && (sandbox_open_stream(src, ar, &out, &se) < 0 || sandbox_open_stream(dst, un, &in, &se) < 0))
+                r = build_fail(b, "could not copy from stage %d: %s", from->stage, se.message);
+        else if (r < 0)
+                r = build_fail(b, "out of memory");
+        bool ended = false;
+        while (r == 0 && !ended) {
+                ChanEvent ev;
+                int n = chan_stream_next(out, 1000, &ev);
+                if (n == -ETIMEDOUT) {
+                        if ((int64_t)time_now_mono_ms() > b->deadline_ms)
+                                r = build_fail(b, "the build's time ran out");
+                        continue;
+                }
+                if (n < 0 || ev.type == CHAN_EV_CLOSED)
+                        r = build_fail(b, "stage %d's sandbox stopped answering", from->stage);
+                else if (ev.type == CHAN_EV_DATA && ev.fd == PROTO_FD_OUT) {
+                        if (chan_stream_write(in, ev.data, ev.len, 60000) < 0)
+                                r = build_fail(b, "the build's sandbox took no more of stage %d's files", from->stage);
+                } else if (ev.type == CHAN_EV_RESULT) {
+                        ended = true;
+                        if (agent_result_error(ev.json, NULL) || json_integer_value(json_object_get(ev.json, "exitCode")))
+                                r = build_fail(b, "stage %d's files could not be read", from->stage);
+                }
+                if (n == 0)
+                        chan_event_clear(&ev);
+        }
+        if (r == 0 && chan_stream_close_write(in) < 0)
+                r = build_fail(b, "the build's sandbox took no more of stage %d's files", from->stage);
+        if (r == 0) {
+                _cleanup_json_ json_t *res = NULL;
+                if (agent_wait_result(in, 300000, NULL, NULL, &res) < 0 || agent_result_error(res, NULL) ||
+                    json_integer_value(json_object_get(res, "exitCode")))
+                        r = build_fail(b, "stage %d's files could not be unpacked", from->stage);
+        }
+        chan_stream_free(out);
+        chan_stream_free(in);
+        sandbox_release(src);
+        sandbox_release(dst);
+        return r;
+}
+
+/* COPY --from=stage: each source gathered in that stage's sandbox under
+ * STAGE_OUT/<n>/ (its wildcards matched there), moved here, then copied
+ * as a copy from the context is. The sources' paths: cleaned of "..". */
+static const char GATHER_SCRIPT[] = "set -e\n"
+                                    "rm -rf " STAGE_OUT "\n"
+                                    "n=0\n"
+                                    "for s in \"$@\"; do mkdir -p " STAGE_OUT "/$n\n"
+                                    "  found=0; for f in $s; do [ -e \"$f\" ] || continue; found=1;"
+                                    " cp -a \"$f\" " STAGE_OUT "/$n/; done\n"
+                                    "  [ $found = 1 ] || { echo \"$s: no such file in the stage\" >&2; exit 3; }\n"
+                                    "  n=$((n+1))\n"
+                                    "done\n";
+
+static int copy_from_stage(Build *b, const DockerfileStep *s, json_t *argv) {
+        int st = dockerfile_stage(&b->job->req.dockerfile, s->from);
+        Build *o = NULL;
+        int r = st < 0 ? build_fail(b, "COPY --from=%.64s names no stage", s->from) : stage_built(b, st, &o);
+        if (r < 0)
+                return r;
+        _cleanup_json_ json_t *gather = json_pack("[s,s,s,s]", "/bin/sh", "-c", GATHER_SCRIPT, "gather");
+        if (!gather)
+                return -ENOMEM;
+        for (size_t i = 0; i + 1 < s->n_words; i++) {
+                _cleanup_free_ char *src = NULL, *clean = NULL, *full = NULL, *here = NULL;
+                if ((r = expand(b, s->words[i], &src)) < 0)
+                        return r;
+                /* An absolute path of the stage's: ".." above its root stays at its root. */
+                if (dockerfile_context_path(src, &clean) < 0)
+                        return build_fail(b, "%.200s leaves the stage's root", src);
+                const char *base = strrchr(clean, '/') ? strrchr(clean, '/') + 1 : clean;
+                bool wild = strpbrk(clean, "*?[") != NULL;
+                if (asprintf(&full, "/%s", clean) < 0 ||
+                    asprintf(&here, "%s/%zu/%s", FROM_IN_SANDBOX, i, wild || !*base ? "*" : base) < 0)
+                        return -ENOMEM;
+                json_array_append_new(gather, json_string(full));
+                json_array_append_new(argv, json_string(here));
+        }
+        _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
+        int code = 0;
+        /* The gathering runs in the stage's sandbox, its output in this log. */
+        if ((r = run_in_sandbox(o, gather, env, "/", true, false, 600000, &code)) < 0) {
+                snprintf(b->error, sizeof b->error, "%s", o->error);
+                return r;
+        }
+        if (code != 0)
+                return build_fail(b, "COPY --from=%.64s: a source is not in the stage (exit code %d)", s->from, code);
+        _cleanup_json_ json_t *rm = json_pack("[s,s,s]", "rm", "-rf", FROM_IN_SANDBOX);
+        if ((r = run_in_sandbox(b, rm, env, "/", true, true, 60000, &code)) < 0)
+                return r;
+        return stage_transfer(b, o);
+}
+
+static int step_copy(Build *b, const DockerfileStep *s) {
+        if (!s->from && !b->job->req.chunks)
+                return build_fail(b, "the build has no context to copy from (send context_dir)");
+        _cleanup_json_ json_t *argv = json_pack("[s,s,s,s]", "/bin/sh", "-c", COPY_SCRIPT, "copy");
+        _cleanup_free_ char *dest_x = NULL;
+        int r = argv ? expand(b, s->words[s->n_words - 1], &dest_x) : -ENOMEM;
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *dest = path_join(b->workdir, dest_x);
+        size_t dl = dest ? strlen(dest_x) : 0;
+        if (!dest || json_array_append_new(argv, json_string(dest)) < 0 ||
+            json_array_append_new(argv, json_string(dl && dest_x[dl - 1] == '/' ? "1" : "0")) < 0)
+                return -ENOMEM;
+        if (s->from) {
+                if ((r = copy_from_stage(b, s, argv)) < 0)
+                        return r;
+        }
+        for (size_t i = 0; !s->from && i + 1 < s->n_words; i++) {
+                _cleanup_free_ char *src = NULL, *clean = NULL, *full = NULL;
+                if ((r = expand(b, s->words[i], &src)) < 0)
+                        return r;
+                r = dockerfile_context_path(src, &clean);
+                if (r == -EPERM)
+                        return build_fail(b, "%.200s is outside the build context", src);
+                if (r < 0 || asprintf(&full, "%s%s%s", CONTEXT_IN_SANDBOX, clean[0] ? "/" : "", clean) < 0)
+                        return -ENOMEM;
+                if (json_array_append_new(argv, json_string(full)) < 0)
+                        return -ENOMEM;
+        }
+        _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
+        _cleanup_free_ char *chown_x = NULL;
+        if (s->chown && (r = expand(b, s->chown, &chown_x)) < 0)
+                return r;
+        if (!env || json_object_set_new(env, "CHOWN", json_string(chown_x ? chown_x : "")) < 0 ||
+            json_object_set_new(env, "CHMOD", json_string(s->chmod ? s->chmod : "")) < 0)
+                return -ENOMEM;
+        int code = 0;
+        if ((r = run_in_sandbox(b, argv, env, "/", true, false, 600000, &code)) < 0)
+                return r;
+        return code == 0 ? 0 : build_fail(b, "the copy failed (exit code %d); the log says why", code);
+}
+
+/* Docker's shell form: /bin/sh -c and the command line. */
+static void shell_form(json_t *argv, const char *line) {
+        json_array_append_new(argv, json_string("/bin/sh"));
+        json_array_append_new(argv, json_string("-c"));
+        json_array_append_new(argv, json_string(line));
+}
+
+static int step_run(Build *b, const DockerfileStep *s, int64_t deadline_ms) {
+        _cleanup_json_ json_t *argv = json_array();
+        if (!argv)
+                return -ENOMEM;
+        if (s->exec) {
+                /* The exec form is not expanded, as Docker's is not. */
+                for (size_t i = 0; i < s->n_words; i++)
+                        json_array_append_new(argv, json_string(s->words[i]));
+        } else
+                shell_form(argv, s->words[0]);
+        _cleanup_json_ json_t *env = step_env(b);
+        if (!env)
+                return -ENOMEM;
+        int64_t left = deadline_ms - (int64_t)time_now_mono_ms();
+        if (left <= 0)
+                return build_fail(b, "the build's time ran out");
+        int code = 0;
+        int r = run_in_sandbox(b, argv, env, b->workdir, b->root, false, left, &code);
+        if (r < 0)
+                return r;
+        return code == 0 ? 0 : build_fail(b, "the command returned a non-zero code: %d", code);
+}
+
+static int set_words_array(json_t *config, const char *key, const DockerfileStep *s) {
+        json_t *a = json_array();
+        if (!a)
+                return -ENOMEM;
+        if (s->exec)
+                for (size_t i = 0; i < s->n_words; i++)
+                        json_array_append_new(a, json_string(s->words[i]));
+        else if (s->n_words)
+                shell_form(a, s->words[0]);
+        return json_object_set_new(config, key, a);
+}
+
+static int run_steps(Build *b, int64_t deadline_ms) {
+        const Dockerfile *d = &b->job->req.dockerfile;
+        int stage = b->stage;
+        /* The steps of the stage, counted for "step N/M". */
+        size_t first = 0;
+        b->n_steps = 0;
+        for (size_t i = 0; i < d->n_steps; i++)
+                if (d->steps[i].op == DF_FROM && d->steps[i].stage == (unsigned)stage)
+                        first = i;
+        for (size_t i = first; i < d->n_steps && d->steps[i].stage == (unsigned)stage; i++)
+                if (i == first || d->steps[i].op != DF_FROM)
+                        b->n_steps++;
+        b->step = 1;
+        for (size_t i = first + 1; i < d->n_steps && d->steps[i].stage == (unsigned)stage; i++) {
+                const DockerfileStep *s = &d->steps[i];
+                b->cur = s;
+                b->step++;
+                if (stopping(b->u))
+                        return build_fail(b, "the daemon stopped during the build");
+                b->log->step = b->step;
+                char head[160];
+                snprintf(head, sizeof head, "%s", s->n_words && s->words[0] ? s->words[0] : "");
+                log_sys(b->log, "step %u/%u: %s %s", b->step, b->n_steps, dockerfile_op_name(s->op), head);
+                int r = 0;
+                switch (s->op) {
+                case DF_RUN:
+                        r = step_run(b, s, deadline_ms);
+                        break;
+                case DF_COPY:
+                case DF_ADD:
+                        r = step_copy(b, s);
+                        break;
+                case DF_ENV:
+                case DF_LABEL:
+                        for (size_t k = 0; k + 1 < s->n_words && r == 0; k += 2) {
+                                _cleanup_free_ char *name = NULL, *value = NULL;
+                                if ((r = expand(b, s->words[k], &name)) < 0 || (r = expand(b, s->words[k + 1], &value)) < 0)
+                                        break;
+                                json_t *into = s->op == DF_ENV ? b->env : json_object_get(b->config, "labels");
+                                r = json_object_set_new(into, name, json_string(value)) < 0 ? -ENOMEM : 0;
+                        }
+                        break;
+                case DF_ARG: {
+                        const char *given = json_string_value(json_object_get(b->job->req.build_args, s->words[0]));
+                        _cleanup_free_ char *def = NULL;
+                        if (!given && s->words[1] && (r = expand(b, s->words[1], &def)) < 0)
+                                break;
+                        const char *v = given ? given : def;
+                        if (v && json_object_set_new(b->vars, s->words[0], json_string(v)) < 0)
+                                r = -ENOMEM;
+                        break;
+                }
+                case DF_WORKDIR: {
+                        _cleanup_free_ char *w = NULL;
+                        if ((r = expand(b, s->words[0], &w)) < 0)
+                                break;
+                        char *full = path_join(b->workdir, w);
+                        if (!full) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        free(b->workdir);
+                        b->workdir = full;
+                        _cleanup_json_ json_t *argv = json_pack("[s,s,s]", "mkdir", "-p", full);
+                        _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
+                        int code = 0;
+                        r = run_in_sandbox(b, argv, env, "/", b->root, false, 60000, &code);
+                        if (r == 0 && code != 0)
+                                r = build_fail(b, "could not make %s", full);
+                        break;
+                }
+                case DF_USER: {
+                        _cleanup_free_ char *user = NULL;
+                        if ((r = expand(b, s->words[0], &user)) < 0)
+                                break;
+                        if (strcmp(user, "root") == 0 || strcmp(user, "0") == 0 || strcmp(user, "0:0") == 0)
+                                b->root = true;
+                        else if (strcmp(user, "sandbox") == 0)
+                                b->root = false;
+                        else
+                                r = build_fail(b, "USER %.64s: a build runs as root or sandbox (the image's users)",
+                                               user);
+                        if (r == 0)
+                                json_object_set_new(b->config, "user", json_string(b->root ? "root" : "sandbox"));
+                        break;
+                }
+                case DF_CMD:
+                        r = set_words_array(b->config, "cmd", s);
+                        break;
+                case DF_ENTRYPOINT:
+                        r = set_words_array(b->config, "entrypoint", s);
+                        break;
+                case DF_EXPOSE: {
+                        json_t *ports = json_object_get(b->config, "exposedPorts");
+                        for (size_t k = 0; k < s->n_words && r == 0; k++) {
+                                _cleanup_free_ char *p = NULL;
+                                if ((r = expand(b, s->words[k], &p)) == 0)
+                                        json_array_append_new(ports, json_string(p));
+                        }
+                        break;
+                }
+                case DF_FROM:
+                        break;
+                }
+                if (r == -ENOMEM)
+                        return build_fail(b, "out of memory");
+                if (r < 0)
+                        return r;
+        }
+        b->cur = NULL;
+        return 0;
+}
+
+/* What FROM names: a built-in image, or one of the owner's own (its disk,
+ * its config). */
+static int resolve_from(Build *b, const char *from, char **ret_base, char **ret_snapshot, json_t **ret_config) {
+        *ret_snapshot = NULL;
+        *ret_config = NULL;
+        ImageInfo info;
+        if (image_name_ok(from) && strchr(from, ':') == NULL) {
+                /* A built-in name, unless the owner has an image of that name. */
+                ImageRow own;
+                if (user_images_resolve(b->u, b->job->key.owner, from, &own) == 0) {
+                        store_image_row_clear(&own);
+                } else if (image_info(b->u->cfg, from, &info) == 0 && info.built) {
+                        *ret_base = strdup(from);
+                        return *ret_base ? 0 : -ENOMEM;
+                }
+        }
+        ImageRow row;
+        int r = user_images_resolve(b->u, b->job->key.owner, from, &row);
+        if (r == -ENOENT) {
+                if (strchr(from, '/') || strchr(from, ':') || strchr(from, '@'))
+                        return build_fail(b, "FROM %.128s: no image of yours has that name, and images from "
+                                             "registries are not supported yet", from);
+                return build_fail(b, "FROM %.128s: no such image (the built-in images are default and "
+                                     "analysis, or name one you built)", from);
+        }
+        if (r < 0)
+                return build_fail(b, "FROM %.128s: could not read the image", from);
+        if (strcmp(row.state, "ready") != 0) {
+                store_image_row_clear(&row);
+                return build_fail(b, "FROM %.128s: that image is %s, not ready", from, row.state);
+        }
+        _cleanup_json_ json_t *doc = json_loads(row.doc, 0, NULL);
+        store_image_row_clear(&row);
+        const char *base = json_string_value(json_object_get(doc, "base"));
+        const char *snap = json_string_value(json_object_get(doc, "snapshot"));
+        if (!base || !snap)
+                return build_fail(b, "FROM %.128s: that image has no disk", from);
+        *ret_base = strdup(base);
+        *ret_snapshot = strdup(snap);
+        *ret_config = json_incref(json_object_get(doc, "config"));
+        return *ret_base && *ret_snapshot ? 0 : -ENOMEM;
+}
+
+/* The build of one job, from its sandbox's create to its snapshot; the
+ * image's doc in *ret_doc on success, b->error on failure. */
+/* The global ARGs (before the first FROM): what every FROM expands with. */
+static void global_args(Build *b) {
+        const ImageBuildRequest *req = &b->job->req;
+        const Dockerfile *d = &req->dockerfile;
+        for (size_t i = 0; i < d->n_steps && d->steps[i].op == DF_ARG; i++) {
+                const DockerfileStep *s = &d->steps[i];
+                const char *given = json_string_value(json_object_get(req->build_args, s->words[0]));
+                const char *v = given ? given : s->words[1];
+                if (v)
+                        json_object_set_new(b->vars, s->words[0], json_string(v));
+        }
+}
+
+/* One stage: its sandbox started from its FROM, the context sent, its
+ * steps run. The sandbox stays for the caller (b->sandbox_id). */
+static int stage_run(Build *b) {
+        UserImages *u = b->u;
+        Job *job = b->job;
+        const ImageBuildRequest *req = &job->req;
+        const Dockerfile *d = &req->dockerfile;
+        const DockerfileStep *from = NULL;
+        for (size_t i = 0; i < d->n_steps; i++)
+                if (d->steps[i].op == DF_FROM && d->steps[i].stage == (unsigned)b->stage)
+                        from = &d->steps[i];
+        b->cur = from;
+        b->step = 1;
+        _cleanup_free_ char *from_name = NULL, *base = NULL, *snap = NULL;
+        _cleanup_json_ json_t *parent = NULL;
+        int r = expand(b, from->words[0], &from_name);
+        if (r < 0)
+                return r;
+        b->n_steps = 1;
+        log_sys(b->log, "stage %d, step 1: FROM %s", b->stage, from_name);
+        if ((r = resolve_from(b, from_name, &base, &snap, &parent)) < 0)
+                return r == -ENOMEM ? build_fail(b, "out of memory") : r;
+        json_t *penv = json_object_get(parent, "env");
+        if (json_is_object(penv))
+                json_object_update(b->env, penv);
+        if (json_is_object(req->env))
+                json_object_update(b->env, req->env);
+        const char *pwd = json_string_value(json_object_get(parent, "workdir"));
+        free(b->workdir);
+        b->workdir = strdup(pwd ? pwd : "/");
+        b->root = true; /* as Docker: root until a USER says otherwise */
+        const char *puser = json_string_value(json_object_get(parent, "user"));
+        if (puser)
+                b->root = strcmp(puser, "root") == 0;
+        json_t *plabels = json_object_get(parent, "labels");
+        if (json_is_object(plabels))
+                json_object_update(json_object_get(b->config, "labels"), plabels);
+        if (json_is_object(req->labels))
+                json_object_update(json_object_get(b->config, "labels"), req->labels);
+        for (const char *const *k = (const char *const[]){ "cmd", "entrypoint", NULL }; *k; k++)
+                if (json_object_get(parent, *k))
+                        json_object_set(b->config, *k, json_object_get(parent, *k));
+        json_object_set_new(b->config, "base", json_string(base));
+        json_object_set_new(b->config, "from", json_string(from_name));
+
+        /* The sandbox: the FROM image, no network, the build's shape. */
+        CreateRequest cr = { 0 };
+        sandbox_spec_init(&cr.spec);
+        free(cr.spec.image);
+        cr.spec.image = strdup(base);
+        cr.spec.vcpu = req->vcpu;
+        cr.spec.memory_mib = req->memory_mib;
+        cr.spec.disk_mib = req->disk_mib;
+        cr.spec.timeout_seconds = req->timeout_seconds + 300;
+        cr.spec.on_lease_end = LEASE_END_DELETE;
+        cr.spec.pausable = false;
+        json_decref(cr.spec.network);
+        cr.spec.network = json_pack("{s:b,s:[],s:[]}", "internet", false, "allow", "deny");
+        cr.labels = json_pack("{s:s}", "runtime.imageBuild", job->id);
+        cr.run_as_root = true;
+        _cleanup_free_ char *restore = snap ? snapshot_store_dir(u->snapshots, snap) : NULL;
+        cr.restore_dir = restore;
+        SandboxRow row;
+        SandboxError se;
+        if (!cr.spec.image || !cr.spec.network || !cr.labels || (snap && !restore)) {
+                create_request_done(&cr);
+                return build_fail(b, "out of memory");
+        }
+        r = sandbox_create(u->m, &job->key, &cr, job->rid, &row, &se);
+        create_request_done(&cr);
+        if (r < 0)
+                return build_fail(b, "the build's sandbox could not start: %s", se.message);
+        snprintf(b->sandbox_id, sizeof b->sandbox_id, "%s", row.id);
+        SandboxDriver driver = row.spec.driver;
+        sandbox_row_done(&row);
+        json_object_set_new(b->config, "driver", json_string(sandbox_driver_name(driver)));
+        log_sys(b->log, "stage %d: building in sandbox %s (%s)", b->stage, b->sandbox_id,
+                sandbox_driver_name(driver));
+        if (driver == SANDBOX_DRIVER_MICROVM)
+                return build_fail(b, "builds run on the namespace or gVisor driver, and this daemon's default is "
+                                     "the microVM");
+        if ((r = send_context(b)) < 0)
+                return r;
+        return run_steps(b, b->deadline_ms);
+}
+
+static int build_run(Build *b, json_t **ret_doc) {
+        UserImages *u = b->u;
+        Job *job = b->job;
+        const ImageBuildRequest *req = &job->req;
+        const Dockerfile *d = &req->dockerfile;
+        b->deadline_ms = (int64_t)time_now_mono_ms() + req->timeout_seconds * 1000;
+        global_args(b);
+        b->stage = req->target ? dockerfile_stage(d, req->target) : (int)d->n_stages - 1;
+        if (b->stage < 0)
+                return build_fail(b, "the target %.64s names no stage", req->target);
+        int r = stage_run(b);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *base = strdup(json_string_value(json_object_get(b->config, "base")) ?: "");
+        _cleanup_free_ char *from_name = strdup(json_string_value(json_object_get(b->config, "from")) ?: "");
+        _cleanup_free_ char *drv = strdup(json_string_value(json_object_get(b->config, "driver")) ?: "");
+        json_object_del(b->config, "base");
+        json_object_del(b->config, "from");
+        json_object_del(b->config, "driver");
+        SandboxError se;
+        SandboxDriver driver = SANDBOX_DRIVER_NONE;
+        sandbox_driver_from_name(drv, &driver);
+        if (!base || !from_name || !drv)
+                return build_fail(b, "out of memory");
+        /* The context goes before the disk is taken. */
+        _cleanup_json_ json_t *rm = json_pack("[s,s,s,s,s]", "rm", "-rf", CONTEXT_IN_SANDBOX, FROM_IN_SANDBOX,
+                                               STAGE_OUT);
+        _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
+        int code = 0;
+        if ((r = run_in_sandbox(b, rm, env, "/", true, true, 120000, &code)) < 0)
+                return r;
+        log_sys(b->log, "taking the image's disk");
+        _cleanup_json_ json_t *labels = json_pack("{s:s}", "runtime.image", job->id);
+        SnapshotRequest sr = { .mode = "disk", .labels = labels, .keep = true };
+        SnapshotRow srow = { 0 };
+        if (sandbox_snapshot(u->m, &job->key, b->sandbox_id, &sr, job->rid, &srow, &se) < 0)
+                return build_fail(b, "taking the image's disk failed: %s", se.message);
+        json_object_set_new(b->config, "env", json_deep_copy(b->env));
+        json_object_set_new(b->config, "workdir", json_string(b->workdir));
+        if (!json_object_get(b->config, "user"))
+                json_object_set_new(b->config, "user", json_string(b->root ? "root" : "sandbox"));
+        json_t *doc = json_pack("{s:s,s:s,s:s,s:I,s:O,s:s}", "base", base, "from", from_name, "snapshot", srow.id,
+                                "sizeBytes", (json_int_t)srow.size_bytes, "config", b->config, "driver",
+                                sandbox_driver_name(driver));
+        snapshot_row_done(&srow);
+        if (!doc)
+                return build_fail(b, "out of memory");
+        *ret_doc = doc;
+        return 0;
+}
+
+static void build_job(UserImages *u, Job *job) {
+        BuildLog log = { .fd = -1 };
+        Build *stages[DOCKERFILE_MAX_STAGES] = { 0 };
+        Build b = { .u = u, .job = job, .log = &log, .stages = stages };
+        b.vars = json_object();
+        b.env = json_object();
+        b.config = json_pack("{s:{},s:[]}", "labels", "exposedPorts");
+        b.workdir = strdup("/");
+        _cleanup_free_ char *lp = user_images_log_path(u, job->id);
+        if (lp)
+                b.log->fd = open(lp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        int64_t t0 = (int64_t)time_now_mono_ms();
+        u->ops->finish(u->h, job->id, "building", NULL, NULL, 0);
+        log_info(job->rid, "image %s (%s v%lld): building", job->id, job->name, (long long)job->version);
+        json_t *doc = NULL;
+        int r = (!b.vars || !b.env || !b.config || !b.workdir || b.log->fd < 0) ? build_fail(&b, "out of memory")
+                                                                                 : build_run(&b, &doc);
+        for (unsigned i = 0; i < DOCKERFILE_MAX_STAGES; i++)
+                if (stages[i] && stages[i] != &b) {
+                        drop_sandbox(stages[i]);
+                        build_state_free(stages[i]);
+                        free(stages[i]);
+                }
+        drop_sandbox(&b);
+        int64_t ms = (int64_t)time_now_mono_ms() - t0;
+        if (r == 0) {
+                json_object_set_new(doc, "buildMs", json_integer(ms));
+                _cleanup_free_ char *text = json_dumps(doc, JSON_COMPACT);
+                int rr = text ? u->ops->finish(u->h, job->id, "ready", NULL, text, time_now_unix()) : -ENOMEM;
+                size_t i;
+                json_t *t;
+                json_array_foreach(job->req.tags, i, t)
+                        if (rr == 0)
+                                rr = u->ops->tag(u->h, job->key.owner, job->name, json_string_value(t), job->id);
+                if (rr < 0) {
+                        /* The disk is there but the record could not say so: it goes. */
+                        const char *snap = json_string_value(json_object_get(doc, "snapshot"));
+                        if (snap)
+                                snapshot_store_delete(u->snapshots, job->key.owner, snap);
+                        snprintf(b.error, sizeof b.error, "recording the image failed");
+                        r = rr;
+                } else {
+                        log_sys(b.log, "image %s ready in %.1f s", job->id, (double)ms / 1000.0);
+                        log_info(job->rid, "image %s ready in %lld ms", job->id, (long long)ms);
+                }
+        }
+        if (r < 0) {
+                if (!b.error[0])
+                        snprintf(b.error, sizeof b.error, "the build failed");
+                log_sys(b.log, "the build failed: %s", b.error);
+                log_info(job->rid, "image %s failed: %s", job->id, b.error);
+                u->ops->finish(u->h, job->id, "failed", b.error, NULL, time_now_unix());
+        }
+        json_decref(doc);
+        if (b.log->fd >= 0)
+                close(b.log->fd);
+        json_decref(b.vars);
+        json_decref(b.env);
+        json_decref(b.config);
+        free(b.workdir);
+}
+
+/* ---- the queue ---- */
+
+static void job_free(Job *j) {
+        if (!j)
+                return;
+        image_build_request_done(&j->req);
+        free(j->name);
+        free(j);
+}
+
+/* The oldest queued job of an owner with none running (under lock). */
+static Job *take_job(UserImages *u) {
+        for (Job **p = &u->queue; *p; p = &(*p)->next) {
+                OwnerCount *c = owner_count(u, (*p)->key.owner, false);
+                if (c && c->running > 0)
+                        continue;
+                Job *j = *p;
+                *p = j->next;
+                j->next = NULL;
+                return j;
+        }
+        return NULL;
+}
+
+static void *worker(void *arg) {
+        UserImages *u = arg;
+        pthread_mutex_lock(&u->lock);
+        while (!u->stopping) {
+                Job *j = take_job(u);
+                if (!j) {
+                        pthread_cond_wait(&u->cond, &u->lock);
+                        continue;
+                }
+                OwnerCount *c = owner_count(u, j->key.owner, true);
+                if (c) {
+                        c->queued--;
+                        c->running++;
+                }
+                pthread_mutex_unlock(&u->lock);
+                build_job(u, j);
+                pthread_mutex_lock(&u->lock);
+                c = owner_count(u, j->key.owner, false);
+                if (c)
+                        c->running--;
+                job_free(j);
+                /* Another owner's job may wait for this one's end. */
+                pthread_cond_broadcast(&u->cond);
+        }
+        pthread_mutex_unlock(&u->lock);
+        return NULL;
+}
+
+int user_images_start(UserImages *u) {
+        int64_t n = 0;
+        int r = u->ops->fail_unfinished(u->h, u->host_id, "the daemon stopped during the build", time_now_unix(), &n);
+        if (r < 0)
+                return r;
+        if (n)
+                log_info(NULL, "%lld image builds cut by the daemon's stop marked failed", (long long)n);
+        for (unsigned i = 0; i < BUILD_WORKERS; i++) {
+                if (pthread_create(&u->workers[i], NULL, worker, u) != 0)
+                        return -EAGAIN;
+                u->n_workers++;
+        }
+        return 0;
+}
+
+void user_images_stop(UserImages *u) {
+        if (!u)
+                return;
+        pthread_mutex_lock(&u->lock);
+        u->stopping = true;
+        pthread_cond_broadcast(&u->cond);
+        pthread_mutex_unlock(&u->lock);
+}
+
+void user_images_close(UserImages *u) {
+        if (!u)
+                return;
+        user_images_stop(u);
+        for (unsigned i = 0; i < u->n_workers; i++)
+                pthread_join(u->workers[i], NULL);
+        while (u->queue) {
+                Job *j = u->queue;
+                u->queue = j->next;
+                job_free(j);
+        }
+        if (u->h)
+                u->ops->close(u->h);
+        free(u->owners);
+        free(u->dir);
+        free(u->ctx_dir);
+        pthread_mutex_destroy(&u->lock);
+        pthread_cond_destroy(&u->cond);
+        free(u);
+}
+
+int user_images_build(UserImages *u, const KeyInfo *key, ImageBuildRequest *req, const char *rid, ImageRow *ret,
+                      SandboxError *e) {
+        Job *j = calloc(1, sizeof(*j));
+        if (!j)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        j->key = *key;
+        j->req = *req;
+        *req = (ImageBuildRequest){ 0 };
+        snprintf(j->rid, sizeof j->rid, "%s", rid ? rid : "");
+        j->name = strdup(j->req.name);
+        if (!j->name || new_uuid(j->id) < 0) {
+                job_free(j);
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "out of memory");
+        }
+        pthread_mutex_lock(&u->lock);
+        OwnerCount *c = owner_count(u, key->owner, true);
+        if (!c || c->queued + c->running >= USER_IMAGES_QUEUED_PER_OWNER) {
+                pthread_mutex_unlock(&u->lock);
+                job_free(j);
+                return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "wait for one of your builds to end",
+                                     "you have %u image builds queued or running, the most one owner may have",
+                                     USER_IMAGES_QUEUED_PER_OWNER);
+        }
+        c->queued++;
+        pthread_mutex_unlock(&u->lock);
+        _cleanup_json_ json_t *doc = json_pack("{s:O?,s:O?}", "labels", j->req.labels, "buildArgs", j->req.build_args);
+        _cleanup_free_ char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+        ImageRow row = { .owner = (char *)key->owner, .name = j->name, .doc = text, .created_at = time_now_unix() };
+        snprintf(row.id, sizeof row.id, "%s", j->id);
+        snprintf(row.state, sizeof row.state, "queued");
+        snprintf(row.host_id, sizeof row.host_id, "%s", u->host_id);
+        int r = text ? u->ops->insert(u->h, &row) : -ENOMEM;
+        pthread_mutex_lock(&u->lock);
+        if (r < 0) {
+                c = owner_count(u, key->owner, false);
+                if (c)
+                        c->queued--;
+                pthread_mutex_unlock(&u->lock);
+                job_free(j);
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the image");
+        }
+        j->version = row.version;
+        Job **p = &u->queue;
+        while (*p)
+                p = &(*p)->next;
+        *p = j;
+        pthread_cond_broadcast(&u->cond);
+        pthread_mutex_unlock(&u->lock);
+        return user_images_get(u, key->owner, row.id, ret) < 0
+                       ? sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the image back")
+                       : 0;
+}

@@ -1,0 +1,101 @@
+#pragma once
+/*
+ * The images users build from Dockerfiles (docs/images.md). A build is
+ * untrusted code: it runs in a sandbox of its owner's, started from the
+ * FROM image with no network, each RUN an exec of the agent, each COPY the
+ * build context's files (unpacked into the sandbox by the agent's bounded
+ * unarchive, which refuses names and links that leave it) copied by the
+ * sandbox itself. The result is a disk snapshot of the sandbox, kept with no
+ * expiry and labelled with the image's id; a sandbox created from the image
+ * starts from that snapshot on the namespace or gVisor driver.
+ *
+ * Records live in the store (store_images.h); the build log of each image
+ * in state_dir/user-images/<id>.log, one JSON line per log line; the
+ * context's chunks, uploaded by digest, in state_dir/image-context/<owner>/.
+ *
+ * Builds queue and run on BUILD_WORKERS threads; a worker takes the oldest
+ * queued build of an owner that has none running, so one owner's queue
+ * never holds another's back, and an owner has at most
+ * USER_IMAGES_QUEUED_PER_OWNER builds queued or running (a 429 past it).
+ */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon/manager/sandbox_error.h"
+#include "daemon/model/dockerfile.h"
+#include "daemon/store/store.h"
+#include "daemon/store/store_images.h"
+#include "daemon/store/store_keys.h"
+
+typedef struct UserImages UserImages;
+typedef struct Manager Manager;
+typedef struct SnapshotStore SnapshotStore;
+
+#define USER_IMAGES_QUEUED_PER_OWNER 4
+#define USER_IMAGES_CHUNK_MAX (4u * 1024u * 1024u)
+/* A context's archive, compressed, as the published client bounds it. */
+#define USER_IMAGES_CONTEXT_MAX (100ull * 1024 * 1024)
+/* Files and bytes the context may unpack to: a tar bomb stops here. */
+#define USER_IMAGES_CONTEXT_FILES 20000u
+#define USER_IMAGES_CONTEXT_UNPACKED (1024ull * 1024 * 1024)
+/* The chunks one owner keeps at once. */
+#define USER_IMAGES_CHUNKS_PER_OWNER (512ull * 1024 * 1024)
+/* A build's log: past it the build fails, its log saying why. */
+#define USER_IMAGES_LOG_MAX (8u * 1024u * 1024u)
+
+/* A build as a client asks for it, validated. */
+typedef struct ImageBuildRequest {
+        Dockerfile dockerfile;
+        char *name;        /* [a-z0-9][a-z0-9_.-]{0,63} */
+        json_t *tags;      /* array of tag strings; ["latest"] when none */
+        json_t *labels;    /* object string->string, or NULL */
+        json_t *build_args; /* object string->string, or NULL */
+        json_t *env;       /* object string->string set for every step, or NULL */
+        char *target;      /* a stage's name, or NULL: the last */
+        json_t *chunks;    /* the context's chunk digests in order, or NULL: no context */
+        char context_sha256[65];
+        int64_t context_size;
+        unsigned vcpu, memory_mib, disk_mib;
+        int64_t timeout_seconds;
+} ImageBuildRequest;
+void image_build_request_done(ImageBuildRequest *r);
+
+int user_images_open(const StoreBackend *b, const char *location, const char *state_dir, UserImages **ret);
+struct DaemonConfig;
+void user_images_set_manager(UserImages *u, const struct DaemonConfig *cfg, Manager *m, SnapshotStore *snapshots);
+void user_images_set_host(UserImages *u, const char *host_id);
+/* Fails the builds this host left unfinished, then starts the workers. */
+int user_images_start(UserImages *u);
+/* Has the builds give up (each at its next second of waiting) and the
+ * workers take no more; NULL is fine. */
+void user_images_stop(UserImages *u);
+void user_images_close(UserImages *u);
+
+/* Which of digests (an array of 64-hex strings) owner has not uploaded. */
+int user_images_context_missing(UserImages *u, const char *owner, json_t *digests, json_t **ret);
+/* Keeps a chunk whose SHA-256 is digest: -EBADMSG when the bytes' is
+ * another, -EDQUOT past the owner's bound. */
+int user_images_context_put(UserImages *u, const char *owner, const char *digest, const void *data, size_t len);
+
+/* Queues a build (its row in *ret, state "queued"); the request is taken. */
+int user_images_build(UserImages *u, const KeyInfo *key, ImageBuildRequest *req, const char *rid, ImageRow *ret,
+                      SandboxError *e);
+/* owner's image: by id (a UUID), name (its "latest" tag), name:tag or
+ * name@version. -ENOENT. */
+int user_images_resolve(UserImages *u, const char *owner, const char *ref, ImageRow *ret);
+int user_images_get(UserImages *u, const char *owner, const char *id, ImageRow *ret);
+int user_images_list(UserImages *u, const char *owner, const char *name, const char *state, int64_t before_created,
+                     const char *before_id, unsigned limit, StoreImageFn fn, void *userdata);
+/* The image's tags, as a JSON array (new reference). */
+json_t *user_images_tags(UserImages *u, const char *id);
+int user_images_tag(UserImages *u, const char *owner, const char *id, const char *tag, SandboxError *e);
+int user_images_untag(UserImages *u, const char *owner, const char *id, const char *tag, SandboxError *e);
+/* Deletes an image that is not building, with its tags, disk and log. */
+int user_images_delete(UserImages *u, const char *owner, const char *id, SandboxError *e);
+/* The log lines after seq `after`, at most max, as JSON objects appended
+ * to lines; *ret_next the last seq given (after when none). */
+int user_images_logs(UserImages *u, const char *id, int64_t after, unsigned max, json_t *lines, int64_t *ret_next);
+
+bool user_images_name_ok(const char *s);
+bool user_images_tag_ok(const char *s);

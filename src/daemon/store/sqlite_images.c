@@ -1,0 +1,320 @@
+/* The images users build in the SQLite backend (store_images.h): a table of
+ * images and one of tags; a version is taken by the insert's own statement,
+ * a tag moved by one upsert. */
+#include "daemon/store/store_images.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/macro.h"
+#include "daemon/store/sqldb.h"
+
+struct StoreImages {
+        sqlite3 *sql;
+        pthread_mutex_t lock; /* the connection: its statements never interleave */
+};
+
+/* The images' history (sqldb.h's SqlMigration). */
+static const SqlMigration migrations[] = {
+        /* 1: the tables as first released */
+        { NULL, NULL,
+          "CREATE TABLE IF NOT EXISTS images ("
+          "  id TEXT PRIMARY KEY,"
+          "  owner TEXT NOT NULL,"
+          "  name TEXT NOT NULL,"
+          "  version INTEGER NOT NULL,"
+          "  state TEXT NOT NULL,"
+          "  error TEXT,"
+          "  doc TEXT NOT NULL,"
+          "  created_at INTEGER NOT NULL,"
+          "  finished_at INTEGER NOT NULL DEFAULT 0,"
+          "  host_id TEXT NOT NULL DEFAULT '',"
+          "  UNIQUE (owner, name, version));"
+          "CREATE INDEX IF NOT EXISTS images_owner ON images (owner, created_at, id);"
+          "CREATE TABLE IF NOT EXISTS image_tags ("
+          "  owner TEXT NOT NULL,"
+          "  name TEXT NOT NULL,"
+          "  tag TEXT NOT NULL,"
+          "  image_id TEXT NOT NULL,"
+          "  PRIMARY KEY (owner, name, tag));"
+          "CREATE INDEX IF NOT EXISTS image_tags_image ON image_tags (image_id);" },
+};
+
+#define COLUMNS "id, owner, name, version, state, error, doc, created_at, finished_at, host_id"
+
+static int sqlite_images_open(const char *location, StoreImages **ret) {
+        return sqldb_handle_open(location, "images", migrations, ELEMENTSOF(migrations), sizeof(**ret), (void **)ret);
+}
+
+static void sqlite_images_close(StoreImages *h) {
+        sqldb_handle_close(h);
+}
+
+/* One host writes an SQLite database: no epoch to check. */
+static int sqlite_images_set_writer(StoreImages *h, const char *host_id, int64_t epoch) {
+        return 0;
+}
+
+static int row_read(sqlite3_stmt *st, ImageRow *r) {
+        *r = (ImageRow){ 0 };
+        snprintf(r->id, sizeof r->id, "%s", sqldb_col(st, 0) ?: "");
+        r->owner = strdup(sqldb_col(st, 1) ?: "");
+        r->name = strdup(sqldb_col(st, 2) ?: "");
+        r->version = sqlite3_column_int64(st, 3);
+        snprintf(r->state, sizeof r->state, "%s", sqldb_col(st, 4) ?: "");
+        r->error = sqldb_col(st, 5) ? strdup(sqldb_col(st, 5)) : NULL;
+        r->doc = strdup(sqldb_col(st, 6) ?: "{}");
+        r->created_at = sqlite3_column_int64(st, 7);
+        r->finished_at = sqlite3_column_int64(st, 8);
+        snprintf(r->host_id, sizeof r->host_id, "%s", sqldb_col(st, 9) ?: "");
+        if (!r->owner || !r->name || !r->doc || (sqldb_col(st, 5) && !r->error)) {
+                store_image_row_clear(r);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+static int sqlite_images_insert(StoreImages *h, ImageRow *row) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "INSERT INTO images (id, owner, name, version, state, error, doc, created_at, host_id) "
+                               "VALUES (?1, ?2, ?3, (SELECT COALESCE(MAX(version), 0) + 1 FROM images "
+                               "WHERE owner = ?2 AND name = ?3), ?4, ?5, ?6, ?7, ?8) RETURNING version",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, row->id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, row->owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, row->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, row->state, -1, SQLITE_STATIC);
+        sqldb_bind_opt(st, 5, row->error);
+        sqlite3_bind_text(st, 6, row->doc ? row->doc : "{}", -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 7, row->created_at);
+        sqlite3_bind_text(st, 8, row->host_id, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        if (rc != SQLITE_ROW)
+                return sqldb_errno(rc) ?: -EIO;
+        row->version = sqlite3_column_int64(st, 0);
+        return 0;
+}
+
+static int sqlite_images_get(StoreImages *h, const char *owner, const char *id, ImageRow *ret) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql, "SELECT " COLUMNS " FROM images WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        if (owner)
+                sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -ENOENT;
+        if (rc != SQLITE_ROW)
+                return sqldb_errno(rc) ?: -EIO;
+        return row_read(st, ret);
+}
+
+/* The rows of a listing, read under the lock and handed to fn after it, so
+ * that fn may call the store again. */
+static int list_locked(StoreImages *h, const char *owner, const char *name, const char *state, int64_t before_created,
+                       const char *before_id, unsigned limit, ImageRow **ret, size_t *ret_n) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "SELECT " COLUMNS " FROM images WHERE owner = ?1 AND (?2 IS NULL OR name = ?2) "
+                               "AND (?3 IS NULL OR state = ?3) "
+                               "AND (?5 = '' OR created_at < ?4 OR (created_at = ?4 AND id < ?5)) "
+                               "ORDER BY created_at DESC, id DESC LIMIT ?6",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqldb_bind_opt(st, 2, name);
+        sqldb_bind_opt(st, 3, state);
+        sqlite3_bind_int64(st, 4, before_created);
+        sqlite3_bind_text(st, 5, before_id ? before_id : "", -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 6, limit);
+        ImageRow *rows = calloc(limit ? limit : 1, sizeof(*rows));
+        if (!rows)
+                return -ENOMEM;
+        size_t n = 0;
+        int rc, e = 0;
+        while (n < limit && (rc = sqlite3_step(st)) == SQLITE_ROW && (e = row_read(st, &rows[n])) == 0)
+                n++;
+        if (e == 0 && n < limit && rc != SQLITE_DONE)
+                e = sqldb_errno(rc) ?: -EIO;
+        if (e < 0) {
+                for (size_t i = 0; i < n; i++)
+                        store_image_row_clear(&rows[i]);
+                free(rows);
+                return e;
+        }
+        *ret = rows;
+        *ret_n = n;
+        return 0;
+}
+
+static int sqlite_images_list(StoreImages *h, const char *owner, const char *name, const char *state,
+                              int64_t before_created, const char *before_id, unsigned limit, StoreImageFn fn,
+                              void *userdata) {
+        ImageRow *rows = NULL;
+        size_t n = 0;
+        int r = list_locked(h, owner, name, state, before_created, before_id, limit, &rows, &n);
+        for (size_t i = 0; i < n; i++) {
+                if (r == 0)
+                        r = fn(userdata, &rows[i]);
+                store_image_row_clear(&rows[i]);
+        }
+        free(rows);
+        return r;
+}
+
+static int sqlite_images_finish(StoreImages *h, const char *id, const char *state, const char *error,
+                                const char *doc, int64_t finished_at) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "UPDATE images SET state = ?2, error = ?3, doc = COALESCE(?4, doc), finished_at = ?5 "
+                               "WHERE id = ?1",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, state, -1, SQLITE_STATIC);
+        sqldb_bind_opt(st, 3, error);
+        sqldb_bind_opt(st, 4, doc);
+        sqlite3_bind_int64(st, 5, finished_at);
+        int r = sqldb_errno(sqlite3_step(st));
+        if (r < 0)
+                return r;
+        return sqlite3_changes(h->sql) == 1 ? 0 : -ENOENT;
+}
+
+static int sqlite_images_fail_unfinished(StoreImages *h, const char *host_id, const char *error, int64_t now,
+                                         int64_t *ret_n) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "UPDATE images SET state = 'failed', error = ?2, finished_at = ?3 "
+                               "WHERE host_id = ?1 AND state IN ('queued', 'building')",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, host_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, error, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, now);
+        int r = sqldb_errno(sqlite3_step(st));
+        if (r < 0)
+                return r;
+        *ret_n = sqlite3_changes(h->sql);
+        return 0;
+}
+
+static int sqlite_images_tag(StoreImages *h, const char *owner, const char *name, const char *tag, const char *id) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "INSERT INTO image_tags (owner, name, tag, image_id) VALUES (?1, ?2, ?3, ?4) "
+                               "ON CONFLICT (owner, name, tag) DO UPDATE SET image_id = excluded.image_id",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, tag, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, id, -1, SQLITE_STATIC);
+        return sqldb_errno(sqlite3_step(st));
+}
+
+static int sqlite_images_untag(StoreImages *h, const char *id, const char *tag) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql, "DELETE FROM image_tags WHERE image_id = ?1 AND tag = ?2", -1, &st, NULL) !=
+            SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, tag, -1, SQLITE_STATIC);
+        int r = sqldb_errno(sqlite3_step(st));
+        if (r < 0)
+                return r;
+        return sqlite3_changes(h->sql) == 1 ? 0 : -ENOENT;
+}
+
+static int sqlite_images_tags(StoreImages *h, const char *id, StoreImageTagFn fn, void *userdata) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql, "SELECT tag FROM image_tags WHERE image_id = ?1 ORDER BY tag", -1, &st, NULL) !=
+            SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int e = fn(userdata, sqldb_col(st, 0) ?: "");
+                if (e < 0)
+                        return e;
+        }
+        return rc == SQLITE_DONE ? 0 : sqldb_errno(rc) ?: -EIO;
+}
+
+static int sqlite_images_resolve(StoreImages *h, const char *owner, const char *name, const char *tag,
+                                 int64_t version, char ret_id[IMAGE_ID_LEN + 1]) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        const char *q = version ? "SELECT id FROM images WHERE owner = ?1 AND name = ?2 AND version = ?3"
+                                : "SELECT image_id FROM image_tags WHERE owner = ?1 AND name = ?2 AND tag = ?4";
+        if (sqlite3_prepare_v2(h->sql, q, -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+        if (version)
+                sqlite3_bind_int64(st, 3, version);
+        else
+                sqlite3_bind_text(st, 4, tag, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -ENOENT;
+        if (rc != SQLITE_ROW)
+                return sqldb_errno(rc) ?: -EIO;
+        snprintf(ret_id, IMAGE_ID_LEN + 1, "%s", sqldb_col(st, 0) ?: "");
+        return 0;
+}
+
+static int sqlite_images_delete(StoreImages *h, const char *owner, const char *id) {
+        LOCKED(h);
+        int r = sqldb_exec(h->sql, "BEGIN IMMEDIATE");
+        if (r < 0)
+                return r;
+        _cleanup_stmt_ sqlite3_stmt *st = NULL, *tags = NULL;
+        if (sqlite3_prepare_v2(h->sql, "DELETE FROM images WHERE id = ?1 AND owner = ?2", -1, &st, NULL) != SQLITE_OK ||
+            sqlite3_prepare_v2(h->sql, "DELETE FROM image_tags WHERE image_id = ?1", -1, &tags, NULL) != SQLITE_OK)
+                r = -EIO;
+        if (r == 0) {
+                sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+                r = sqldb_errno(sqlite3_step(st));
+                if (r == 0 && sqlite3_changes(h->sql) != 1)
+                        r = -ENOENT;
+        }
+        if (r == 0) {
+                sqlite3_bind_text(tags, 1, id, -1, SQLITE_STATIC);
+                r = sqldb_errno(sqlite3_step(tags));
+        }
+        int e = sqldb_exec(h->sql, r == 0 ? "COMMIT" : "ROLLBACK");
+        return r < 0 ? r : e;
+}
+
+const StoreImageOps store_sqlite_images = {
+        .open = sqlite_images_open,
+        .close = sqlite_images_close,
+        .set_writer = sqlite_images_set_writer,
+        .insert = sqlite_images_insert,
+        .get = sqlite_images_get,
+        .list = sqlite_images_list,
+        .finish = sqlite_images_finish,
+        .fail_unfinished = sqlite_images_fail_unfinished,
+        .tag = sqlite_images_tag,
+        .untag = sqlite_images_untag,
+        .tags = sqlite_images_tags,
+        .resolve = sqlite_images_resolve,
+        .delete = sqlite_images_delete,
+};

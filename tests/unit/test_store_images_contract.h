@@ -1,0 +1,159 @@
+#pragma once
+/* The images kind's contract (store_images.h), the same on every backend:
+ * a name's versions numbered from 1 per owner, get scoped by owner, lists
+ * newest first in pages, a build's end recorded, tags moved between
+ * versions, name:tag and name@version resolved, a delete taking the tags,
+ * and what a host left unfinished failed. */
+#include <string.h>
+
+#include "daemon/store/store_images.h"
+
+static void image_row(ImageRow *r, const char *id, const char *owner, const char *name, int64_t created) {
+        *r = (ImageRow){ 0 };
+        snprintf(r->id, sizeof r->id, "%s", id);
+        r->owner = (char *)owner;
+        r->name = (char *)name;
+        snprintf(r->state, sizeof r->state, "queued");
+        r->doc = (char *)"{\"dockerfile\":true}";
+        r->created_at = created;
+        snprintf(r->host_id, sizeof r->host_id, "host-a");
+}
+
+typedef struct ImageSeen {
+        char ids[8][IMAGE_ID_LEN + 1];
+        size_t n;
+} ImageSeen;
+
+static int image_seen(void *userdata, const ImageRow *row) {
+        ImageSeen *s = userdata;
+        if (s->n < 8)
+                snprintf(s->ids[s->n++], IMAGE_ID_LEN + 1, "%s", row->id);
+        return 0;
+}
+
+/* A listing's callback that reads the store again (as the API's does, for
+ * each image's tags): it must not wait on the listing. */
+typedef struct ImageReenter {
+        const StoreImageOps *ops;
+        StoreImages *h;
+        size_t rows;
+} ImageReenter;
+
+static int count_tag(void *userdata, const char *tag) {
+        return 0;
+}
+
+static int image_reenter(void *userdata, const ImageRow *row) {
+        ImageReenter *x = userdata;
+        x->rows++;
+        return x->ops->tags(x->h, row->id, count_tag, NULL);
+}
+
+static int tag_seen(void *userdata, const char *tag) {
+        ImageSeen *s = userdata;
+        if (s->n < 8)
+                snprintf(s->ids[s->n++], IMAGE_ID_LEN + 1, "%s", tag);
+        return 0;
+}
+
+#define IMG(n) "00000000-0000-4000-8000-00000000000" #n
+
+static void images_contract(const StoreImageOps *ops, StoreImages *h) {
+        ImageRow r;
+        image_row(&r, IMG(1), "alice", "app", 100);
+        assert_int_equal(ops->insert(h, &r), 0);
+        assert_int_equal(r.version, 1);
+        image_row(&r, IMG(2), "alice", "app", 101);
+        assert_int_equal(ops->insert(h, &r), 0);
+        assert_int_equal(r.version, 2);
+        /* Another owner's name numbers from 1 of its own. */
+        image_row(&r, IMG(3), "bob", "app", 102);
+        assert_int_equal(ops->insert(h, &r), 0);
+        assert_int_equal(r.version, 1);
+        image_row(&r, IMG(4), "alice", "other", 103);
+        assert_int_equal(ops->insert(h, &r), 0);
+        image_row(&r, IMG(1), "alice", "app", 104);
+        assert_int_equal(ops->insert(h, &r), -EEXIST);
+
+        ImageRow got;
+        assert_int_equal(ops->get(h, "alice", IMG(2), &got), 0);
+        assert_string_equal(got.name, "app");
+        assert_int_equal(got.version, 2);
+        assert_string_equal(got.state, "queued");
+        assert_null(got.error);
+        assert_string_equal(got.doc, "{\"dockerfile\":true}");
+        assert_string_equal(got.host_id, "host-a");
+        store_image_row_clear(&got);
+        assert_int_equal(ops->get(h, "bob", IMG(2), &got), -ENOENT);
+        assert_int_equal(ops->get(h, NULL, IMG(3), &got), 0);
+        store_image_row_clear(&got);
+
+        /* Newest first, in pages; by name; by state. */
+        ImageSeen s = { 0 };
+        assert_int_equal(ops->list(h, "alice", NULL, NULL, 0, "", 2, image_seen, &s), 0);
+        assert_int_equal(s.n, 2);
+        assert_string_equal(s.ids[0], IMG(4));
+        assert_string_equal(s.ids[1], IMG(2));
+        ImageSeen more = { 0 };
+        assert_int_equal(ops->list(h, "alice", NULL, NULL, 101, IMG(2), 2, image_seen, &more), 0);
+        assert_int_equal(more.n, 1);
+        assert_string_equal(more.ids[0], IMG(1));
+        ImageReenter again = { .ops = ops, .h = h };
+        assert_int_equal(ops->list(h, "alice", NULL, NULL, 0, "", 10, image_reenter, &again), 0);
+        assert_int_equal(again.rows, 3);
+        ImageSeen named = { 0 };
+        assert_int_equal(ops->list(h, "alice", "app", NULL, 0, "", 10, image_seen, &named), 0);
+        assert_int_equal(named.n, 2);
+
+        assert_int_equal(ops->finish(h, IMG(1), "ready", NULL, "{\"snapshot\":\"snp_x\"}", 110), 0);
+        assert_int_equal(ops->finish(h, IMG(2), "failed", "step 2/3 RUN false: exit 1", NULL, 111), 0);
+        assert_int_equal(ops->finish(h, "00000000-0000-4000-8000-999999999999", "ready", NULL, NULL, 1), -ENOENT);
+        assert_int_equal(ops->get(h, "alice", IMG(2), &got), 0);
+        assert_string_equal(got.state, "failed");
+        assert_string_equal(got.error, "step 2/3 RUN false: exit 1");
+        assert_string_equal(got.doc, "{\"dockerfile\":true}"); /* kept when none is given */
+        assert_int_equal(got.finished_at, 111);
+        store_image_row_clear(&got);
+        ImageSeen ready = { 0 };
+        assert_int_equal(ops->list(h, "alice", NULL, "ready", 0, "", 10, image_seen, &ready), 0);
+        assert_int_equal(ready.n, 1);
+
+        /* A tag moves; resolve by tag and by version. */
+        char id[IMAGE_ID_LEN + 1];
+        assert_int_equal(ops->tag(h, "alice", "app", "latest", IMG(1)), 0);
+        assert_int_equal(ops->tag(h, "alice", "app", "v1", IMG(1)), 0);
+        assert_int_equal(ops->resolve(h, "alice", "app", "latest", 0, id), 0);
+        assert_string_equal(id, IMG(1));
+        assert_int_equal(ops->tag(h, "alice", "app", "latest", IMG(2)), 0);
+        assert_int_equal(ops->resolve(h, "alice", "app", "latest", 0, id), 0);
+        assert_string_equal(id, IMG(2));
+        assert_int_equal(ops->resolve(h, "bob", "app", "latest", 0, id), -ENOENT);
+        assert_int_equal(ops->resolve(h, "alice", "app", NULL, 1, id), 0);
+        assert_string_equal(id, IMG(1));
+        assert_int_equal(ops->resolve(h, "alice", "app", NULL, 9, id), -ENOENT);
+        ImageSeen tags = { 0 };
+        assert_int_equal(ops->tags(h, IMG(1), tag_seen, &tags), 0);
+        assert_int_equal(tags.n, 1);
+        assert_string_equal(tags.ids[0], "v1");
+        assert_int_equal(ops->untag(h, IMG(1), "latest"), -ENOENT);
+        assert_int_equal(ops->untag(h, IMG(1), "v1"), 0);
+        assert_int_equal(ops->resolve(h, "alice", "app", "v1", 0, id), -ENOENT);
+
+        /* A delete is the owner's, and takes the tags. */
+        assert_int_equal(ops->delete(h, "bob", IMG(2)), -ENOENT);
+        assert_int_equal(ops->delete(h, "alice", IMG(2)), 0);
+        assert_int_equal(ops->resolve(h, "alice", "app", "latest", 0, id), -ENOENT);
+        assert_int_equal(ops->get(h, "alice", IMG(2), &got), -ENOENT);
+        assert_int_equal(ops->delete(h, "alice", IMG(2)), -ENOENT);
+
+        /* What host-a left queued or building fails; what ended stays. */
+        int64_t n = 0;
+        assert_int_equal(ops->fail_unfinished(h, "host-a", "the daemon stopped during the build", 120, &n), 0);
+        assert_int_equal(n, 2); /* IMG(3) and IMG(4) */
+        assert_int_equal(ops->get(h, "alice", IMG(4), &got), 0);
+        assert_string_equal(got.state, "failed");
+        store_image_row_clear(&got);
+        assert_int_equal(ops->get(h, "alice", IMG(1), &got), 0);
+        assert_string_equal(got.state, "ready");
+        store_image_row_clear(&got);
+}
