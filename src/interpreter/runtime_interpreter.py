@@ -622,7 +622,8 @@ class LoopEngine:
 
 # Run in the kernel once at its start, silently: DataFrames and Series gain
 # Runtime's table MIME type as one more IPython display formatter, so a
-# table comes with IPython's own text/plain and text/html.
+# table comes with IPython's own text/plain and text/html; a plain dict or
+# list gains application/json.
 KERNEL_SETUP = """
 def _runtime_setup():
     import json
@@ -650,6 +651,18 @@ def _runtime_setup():
     f.for_type_by_name("pandas.core.frame", "DataFrame", table)
     f.for_type_by_name("pandas.core.series", "Series", table)
     ip.display_formatter.formatters[%(mime)r] = f
+
+    # A plain dict or list is also application/json, as the loop gives it and as clients
+    # of this API read it (one more formatter; nothing where it is not JSON).
+    def plain_json(obj):
+        try:
+            json.dumps(obj)
+        except (TypeError, ValueError, RecursionError):
+            return None
+        return obj
+
+    for kind in (dict, list):
+        ip.display_formatter.formatters["application/json"].for_type(kind, plain_json)
 
     # ipykernel sends a stream's output every 200 ms; a client that streams a cell's
     # output sees it as it is printed instead.
