@@ -39,7 +39,7 @@ int limits_set_child_cgroup_fds(const char *list) {
                 char *end;
                 errno = 0;
                 long fd = strtol(c, &end, 10);
-                if (errno || end == c || fd < 3 || fd > 1023 || (*end && (*end != ',' || !end[1])) ||
+                if (errno || end == c || fd < 3 || fd > LIMITS_FD_TOP || (*end && (*end != ',' || !end[1])) ||
                     n >= ELEMENTSOF(fds))
                         return -EINVAL;
                 /* Open, and not passed on to what the children exec. */

@@ -24,6 +24,11 @@ void limits_protect_agent(void);
 
 /* At most this many hierarchies (v1 controllers and the v2 mount). */
 #define LIMITS_CGROUP_FDS_MAX 16
+/* The highest fd number --cgroup-fds takes: the kernel's default ceiling on
+ * any process's descriptors (fs.nr_open). The driver hands the agent fds
+ * as the daemon numbered them, and a daemon with a few hundred sandboxes
+ * holds well over a thousand. */
+#define LIMITS_FD_TOP (1 << 20)
 
 /* The namespace driver's "work" cgroup leaf, as fds of its join files open
  * for writing (one per hierarchy, "N,N,..." from --cgroup-fds): every child

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "agent/agent.h"
 #include "agent/limits.h"
 
 static int status_of(int how) {
@@ -36,12 +37,32 @@ static int status_of(int how) {
  * OOM kills gone up since the start, is an OOM kill. */
 /* --cgroup-fds: a list of open fds, each marked close-on-exec; a child
  * writes "0" (itself) to each before it execs. */
+/* The memory watch's next look: at once near the limit, no later than a
+ * fill at AGENT_MEMORY_FILL_BYTES_PER_S could reach it, at most a second. */
+static void test_memory_look_ms(void **state) {
+        (void)state;
+        assert_int_equal(agent_memory_look_ms(0), AGENT_MEMORY_POLL_MS);
+        assert_int_equal(agent_memory_look_ms(64ull << 20), AGENT_MEMORY_POLL_MS);   /* 15 ms of filling */
+        assert_int_equal(agent_memory_look_ms(1ull << 30), 250);                   /* a GiB: a quarter second */
+        assert_int_equal(agent_memory_look_ms(16ull << 30), AGENT_MEMORY_IDLE_POLL_MS);
+        assert_int_equal(agent_memory_look_ms(UINT64_MAX), AGENT_MEMORY_IDLE_POLL_MS);
+        for (uint64_t free = 0; free < (8ull << 30); free += 7ull << 20) {
+                uint64_t ms = agent_memory_look_ms(free);
+                assert_true(ms >= AGENT_MEMORY_POLL_MS && ms <= AGENT_MEMORY_IDLE_POLL_MS);
+                /* Never later than the fill could take the free memory. */
+                assert_true(ms == AGENT_MEMORY_POLL_MS || ms * (AGENT_MEMORY_FILL_BYTES_PER_S / 1000) <= free);
+        }
+}
+
 static void test_child_cgroup_fds(void **state) {
         (void)state;
         assert_int_equal(limits_set_child_cgroup_fds(""), -EINVAL);
         assert_int_equal(limits_set_child_cgroup_fds("x"), -EINVAL);
         assert_int_equal(limits_set_child_cgroup_fds("2"), -EINVAL);      /* stdio */
-        assert_int_equal(limits_set_child_cgroup_fds("1024"), -EINVAL);   /* past the bound */
+        assert_int_equal(limits_set_child_cgroup_fds("1048577"), -EINVAL); /* past the bound */
+        /* A daemon with a few hundred sandboxes numbers its fds past 1023. */
+        assert_int_equal(limits_set_child_cgroup_fds("1024"), -EBADF);    /* taken, not open */
+        assert_int_equal(limits_set_child_cgroup_fds("1048576"), -EBADF);
         assert_int_equal(limits_set_child_cgroup_fds("99999999999999999999"), -EINVAL);
         assert_int_equal(limits_set_child_cgroup_fds("1000"), -EBADF);    /* not open */
 
@@ -358,6 +379,7 @@ int main(void) {
                 cmocka_unit_test(test_close_keeping_cgroup_fds),
                 cmocka_unit_test(test_was_oom_kill),
                 cmocka_unit_test(test_memory_used),
+                cmocka_unit_test(test_memory_look_ms),
                 cmocka_unit_test(test_largest_process),
                 cmocka_unit_test(test_cgroup_view),
                 cmocka_unit_test(test_command_cgroup),

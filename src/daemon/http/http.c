@@ -1270,7 +1270,10 @@ int http_server_new(const HttpRoute *routes, size_t n_routes, App *app, Db *db, 
 int http_server_start(HttpServer *s, int listen_fd) {
         /* The server listens on nothing: the edge accepts, and hands it
          * each connection once its head is whole. */
-        s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+        /* MHD_USE_POLL: each connection's thread waits in poll(), not select(), which
+         * refuses a socket numbered past FD_SETSIZE (1024): a daemon with a few hundred
+         * sandboxes holds more descriptors than that, and reset every new connection. */
+        s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                                           MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE |
                                           MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC,
                                   0, NULL, NULL, access_handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
@@ -1297,7 +1300,7 @@ int http_server_start(HttpServer *s, int listen_fd) {
 }
 
 int http_server_start_hop(HttpServer *s, int hop_fd, const char *cert_pem, const char *key_pem) {
-        s->mhd_hop = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+        s->mhd_hop = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                                               MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE |
                                               MHD_USE_TLS | MHD_USE_ITC,
                                       0, NULL, NULL, access_handler, s, MHD_OPTION_LISTEN_SOCKET, hop_fd,
