@@ -1045,6 +1045,12 @@ static void set_nonblock(int fd) {
  * still over the limit and took an innocent process): so while the count is
  * not up since the kill by more than a sixteenth of the limit, the watch
  * waits for it, AGENT_MEMORY_RELEASE_MS at most. A bomb's count goes up. */
+uint64_t agent_memory_look_ms(uint64_t free_bytes) {
+        uint64_t ms = free_bytes / (AGENT_MEMORY_FILL_BYTES_PER_S / 1000);
+        return ms < AGENT_MEMORY_POLL_MS ? AGENT_MEMORY_POLL_MS
+               : ms > AGENT_MEMORY_IDLE_POLL_MS ? AGENT_MEMORY_IDLE_POLL_MS : ms;
+}
+
 static void memory_watch(Agent *a, uint64_t now) {
         if (!a->memory_limit || now < a->next_memory_ms)
                 return;
@@ -1054,6 +1060,7 @@ static void memory_watch(Agent *a, uint64_t now) {
                 return;
         if (used < a->memory_limit) {
                 a->memory_escalate = false;
+                a->next_memory_ms = now + agent_memory_look_ms(a->memory_limit - used);
                 return;
         }
         if (a->memory_escalate && now < a->memory_hold_ms &&
