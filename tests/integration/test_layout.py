@@ -280,7 +280,7 @@ JSON_FREE_PARTS = ("keys", "ledger")
 # snapshot and process objects, pages). The manager's own JSON (a sandbox's
 # stored spec, agent requests, the egress proxy's settings) names none of
 # them, so a part that does is building an answer.
-API_ANSWER_FIELDS = ("createdAt", "revokedAt", "revoked", "leaseEndsAt", "startedAt", "stoppedAt", "endedAt",
+API_ANSWER_FIELDS = ("createdAt", "revokedAt", "revoked", "leaseEndsAt", "endsAt", "startedAt", "stoppedAt", "endedAt",
                      "expiresAt", "builtAt", "costMicros", "costMicrosPerHour", "runSeconds", "failureReason",
                      "keyId", "keyName", "sandboxId", "snapshotId", "sourceSandboxId", "dailyLimitMicros",
                      "totalSeconds", "totalMicros", "usedMicros", "remainingMicros", "settledMicros",

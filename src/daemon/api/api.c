@@ -673,8 +673,11 @@ json_t *api_sandbox_json(Manager *m, const SandboxRow *r) {
                               (json_int_t)per_hour, "costMicros", (json_int_t)cost, "maxCostMicros",
                               spec->max_cost_micros >= 0 ? json_integer(spec->max_cost_micros) : json_null(),
                               "failureReason", r->failure_reason ? json_string(r->failure_reason) : json_null());
-        /* The lifecycle's fields: a paused sandbox costs its disk only. */
+        /* The lifecycle's fields: a paused sandbox costs its disk only. endsAt is the name the
+         * published client (and its E2B drop-in's end_at) reads for when the sandbox's time
+         * limit ends: the lease's end, null while there is none running. */
         if (j && (json_object_set_new(j, "pausedAt", json_time_or_null(spec->paused_at)) < 0 ||
+                  json_object_set_new(j, "endsAt", json_time_or_null(r->lease_ends_at)) < 0 ||
                   json_object_set_new(j, "idlePauseSeconds", json_integer(spec->idle_pause_seconds)) < 0 ||
                   json_object_set_new(j, "autoWake", json_boolean(spec->auto_wake)) < 0 ||
                   json_object_set_new(j, "pausable", json_boolean(spec->pausable)) < 0 ||
