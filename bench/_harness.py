@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -26,6 +27,19 @@ def pct(xs: list[float], p: float) -> float:
     """The p-th percentile of xs (nearest rank)."""
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def timed_get(client, url: str, size: int, **kw) -> float:
+    """Seconds to stream a GET of url whose body must be size bytes long
+    (client: an httpx.Client; kw go to its stream())."""
+    t = time.perf_counter()
+    got = 0
+    with client.stream("GET", url, **kw) as r:
+        assert r.status_code == 200, r.read()
+        for chunk in r.iter_raw(1 << 20):
+            got += len(chunk)
+    assert got == size, (got, size)
+    return time.perf_counter() - t
 
 
 def options(doc: str, area: str, quick: str | None = None, drivers: bool = True) -> argparse.ArgumentParser:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import os
 import platform
 import sys
-import time
 from datetime import datetime, timezone
 
 import httpx
 
-from _harness import DRIVERS, bench_daemon, options, pct, per_driver, prepare
+from _harness import DRIVERS, bench_daemon, options, pct, per_driver, prepare, timed_get
 from helpers import Api
 from sections import emit
 
@@ -36,17 +35,6 @@ def make_link(api: Api, sid: str, path: str, **fields) -> str:
     r = api.post(f"/v1/sandboxes/{sid}/files:link", json={"path": path, **fields})
     assert r.status_code == 201, r.text
     return r.json()["url"]
-
-
-def timed_get(client: httpx.Client, url: str, size: int, **kw) -> float:
-    t = time.perf_counter()
-    got = 0
-    with client.stream("GET", url, **kw) as r:
-        assert r.status_code == 200, r.read()
-        for chunk in r.iter_raw(1 << 20):
-            got += len(chunk)
-    assert got == size, (got, size)
-    return time.perf_counter() - t
 
 
 def measure(api: Api, sid: str) -> dict:

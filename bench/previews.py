@@ -18,13 +18,12 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 
-from _harness import DRIVERS, REPO, bench_daemon, options, pct, per_driver, prepare
+from _harness import DRIVERS, REPO, bench_daemon, options, pct, per_driver, prepare, timed_get
 from helpers import Api, free_port, wait_until
 from sections import emit
 
@@ -65,17 +64,6 @@ class H(BaseHTTPRequestHandler):
             left -= min(left, len(PIECE))
 ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 '''
-
-
-def timed_get(client: httpx.Client, url: str, size: int, **kw) -> float:
-    t = time.perf_counter()
-    got = 0
-    with client.stream("GET", url, **kw) as r:
-        assert r.status_code == 200, r.read()
-        for chunk in r.iter_raw(1 << 20):
-            got += len(chunk)
-    assert got == size, (got, size)
-    return time.perf_counter() - t
 
 
 def measure(d, api: Api, sid: str, host_url: str) -> dict:
