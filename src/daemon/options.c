@@ -170,7 +170,7 @@ static const OptionSpec options[] = {
         { .name = "warm-pool", .kind = OPTION_LIST, .arg = "DRIVER:IMAGE[:VCPUxMEMxDISK]=N",
           FIELD(cfg.warm_pools), .count_offset = offsetof(DaemonOptions, cfg.n_warm_pools),
           .capacity = ELEMENTSOF(((DaemonOptions *)0)->cfg.warm_pools), .check = check_warm_pool,
-          .help = "keep N sandboxes of that driver (namespace or gvisor), image and shape (MEM and DISK in MiB; "
+          .help = "keep N sandboxes of that driver (namespace, gvisor or microvm), image and shape (MEM and DISK in MiB; "
                   "left out, a create's defaults 1x1024x2048) started ahead, for creates that ask for exactly "
                   "those (repeatable, once per class; docs/warm-pool.md)" },
         { .name = "no-live-restore", .kind = OPTION_SWITCH, FIELD(cfg.no_live_restore),

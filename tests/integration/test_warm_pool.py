@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DRIVERS, _finish_daemon, _need_root, _start_daemon
+from conftest import DRIVERS, _finish_daemon, _need_root, _start_daemon, need_microvm_parts
 from egress_servers import EchoServer
 from helpers import (Api, Daemon, DaemonError, assert_no_cgroups, assert_no_host_trace, cgroup_dirs,
                      host_pids, skip_unless_driver, tail, wait_until)
 
-POOL_DRIVERS = [d for d in DRIVERS if d in ("namespace", "gvisor")]
+POOL_DRIVERS = [d for d in DRIVERS if d in ("namespace", "gvisor", "microvm")]
 SHAPE = "1x1024x2048"  # a create's defaults
 
 
@@ -70,6 +70,8 @@ def pool(request, build_dir, image_dir, tmp_path_factory):
     denied.test for the egress policy."""
     _need_root()
     driver = request.param
+    if driver == "microvm":
+        need_microvm_parts(build_dir, image_dir)
     echo = EchoServer().start()
     tmp = tmp_path_factory.mktemp(f"warm-pool-{driver}")
     d = _start_daemon(build_dir, image_dir, tmp / "state", f"runtime-test-{os.getpid()}-pool-{driver}",
@@ -112,6 +114,7 @@ def timed_create(api: Api, **body) -> tuple[dict, float]:
     return r.json(), time.perf_counter() - t
 
 
+@pytest.mark.microvm_subset
 def test_pooled_create_is_a_hit_and_the_pool_refills(pool, papi):
     """A create of the pool's driver, image and shape takes the ready sandbox (a hit) and answers
     sooner than a cold create of another shape; the pool starts another in the background, and
@@ -139,10 +142,10 @@ def test_pooled_create_is_a_hit_and_the_pool_refills(pool, papi):
 
 def inside(api: Api, sid: str) -> dict:
     """What a command sees in the sandbox: its env (sorted), user, cwd and hostname, and what the
-    egress policy lets it reach."""
+    egress policy lets it reach. The sandbox's own id reads <id> (a microVM's hostname is its id)."""
     def run(cmd: str) -> str:
         res = api.exec(sid, command=cmd, timeoutMs=60000)
-        return res["stdout"]
+        return res["stdout"].replace(sid, "<id>")
 
     def curl(host: str) -> str:
         return run("env -u NO_PROXY -u no_proxy curl -sS --max-time 20 -o /dev/null -w '%{http_code}' "
@@ -167,7 +170,7 @@ def test_pooled_and_cold_answer_and_look_alike(pool, papi):
     assert pool_figures(papi, driver)["hits"] == hits + 1
     cold, _ = timed_create(papi, name="cold", memoryMiB=1000, **body)
     assert pool_figures(papi, driver)["hits"] == hits + 1
-    different = {"id", "name", "createdAt", "startedAt", "leaseEndsAt", "memoryMiB", "costMicrosPerHour",
+    different = {"id", "name", "createdAt", "startedAt", "leaseEndsAt", "endsAt", "memoryMiB", "costMicrosPerHour",
                  "costMicros", "runSeconds"}
     for k in set(pooled) | set(cold):
         if k not in different:
@@ -286,6 +289,7 @@ print(json.dumps(out))
     assert pool_figures(papi, driver)["hits"] == hits + 1
 
 
+@pytest.mark.microvm_subset
 @pytest.mark.parametrize("pdriver", POOL_DRIVERS)
 def test_stop_and_kill_leave_nothing_behind(pdriver, build_dir, image_dir, tmp_path):
     """A stop of the daemon removes the pool's sandboxes (processes, supervisors, cgroups, mounts,
@@ -293,6 +297,8 @@ def test_stop_and_kill_leave_nothing_behind(pdriver, build_dir, image_dir, tmp_p
     like any other; after a kill -9 the next start, with no pool configured, removes what the
     killed one's pool left."""
     _need_root()
+    if pdriver == "microvm":
+        need_microvm_parts(build_dir, image_dir)
     d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-poolstop-{pdriver}",
                       extra_args=["--warm-pool", f"{pdriver}:default=2"], keep_sandboxes=True)
     owned = None
@@ -346,7 +352,7 @@ def test_on_postgresql_the_pool_is_not_in_the_store(build_dir, image_dir, tmp_pa
     """On the fleet's store (PostgreSQL) a ready pool sandbox has no row, so no owner of any host
     can reach it through the store; handed out, its row is there with this host's id."""
     import uuid
-    driver = POOL_DRIVERS[0] if POOL_DRIVERS else pytest.skip("no namespace or gvisor in RUNTIME_TEST_DRIVERS")
+    driver = POOL_DRIVERS[0] if POOL_DRIVERS else pytest.skip("no namespace, gvisor or microvm in RUNTIME_TEST_DRIVERS")
     db = f"rt_{uuid.uuid4().hex[:12]}"
     postgres.psql(f"CREATE DATABASE {db}")
     d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-poolpg",

@@ -265,8 +265,7 @@ static void test_warm_pool(void **state) {
                 { "namespace:default", "no =N" },
                 { "namespace:default=0", "a size that is not 1..32" },
                 { "namespace:default=33", "a size that is not 1..32" },
-                { "microvm:default=1", "a driver that is not namespace or gvisor" },
-                { "nosuch:default=1", "a driver that is not namespace or gvisor" },
+                { "nosuch:default=1", "a driver that is not namespace, gvisor or microvm" },
                 { "namespace:Bad=1", "an image name that is not one" },
                 { "namespace:=1", "no image" },
                 { "namespace:default:1x32x2048=1", "a shape that is not" },
@@ -280,12 +279,14 @@ static void test_warm_pool(void **state) {
                 if (!strstr(f->why, bad[i][1]))
                         fail_msg("%s: '%s' does not say '%s'", bad[i][0], f->why, bad[i][1]);
         }
-        char *wrong[] = { "runtimed", "--warm-pool", "microvm:default=1" };
+        char *wrong[] = { "runtimed", "--warm-pool", "firecracker:default=1" };
         options_done(&f->o);
         assert_int_equal(options_init(&f->o), 0);
         r = options_parse(&f->o, 3, wrong, f->why, sizeof f->why);
         assert_refused(f, r, "--warm-pool");
-        assert_refused(f, r, "a driver that is not namespace or gvisor");
+        assert_refused(f, r, "a driver that is not namespace, gvisor or microvm");
+        /* The microVM's pool keeps restored VMs. */
+        assert_int_equal(warm_pool_spec_parse("microvm:default=1", &s, f->why, sizeof f->why), 0);
 }
 
 static void test_file(void **state) {

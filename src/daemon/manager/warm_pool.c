@@ -111,9 +111,8 @@ int warm_pool_spec_parse(const char *text, WarmPoolSpec *ret, char *why, size_t 
                 return parse_fail(why, why_len, "no driver", text);
         memcpy(name, p, n);
         name[n] = '\0';
-        if (sandbox_driver_from_name(name, &s.driver) < 0 ||
-            (s.driver != SANDBOX_DRIVER_NAMESPACE && s.driver != SANDBOX_DRIVER_GVISOR))
-                return parse_fail(why, why_len, "a driver that is not namespace or gvisor", text);
+        if (sandbox_driver_from_name(name, &s.driver) < 0)
+                return parse_fail(why, why_len, "a driver that is not namespace, gvisor or microvm", text);
         p += n + 1;
         n = strcspn(p, ":=");
         if (n == 0 || n >= sizeof s.image)

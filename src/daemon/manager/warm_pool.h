@@ -25,7 +25,7 @@
 
 /* One class as the operator writes it: DRIVER:IMAGE[:VCPUxMEMORY_MIBxDISK_MIB]=N. */
 typedef struct WarmPoolSpec {
-        SandboxDriver driver; /* namespace or gvisor */
+        SandboxDriver driver;
         char image[65];
         unsigned vcpu, memory_mib, disk_mib; /* left out: a create's defaults (1, 1024, 2048) */
         unsigned size;                       /* 1..WARM_POOL_MAX_SIZE */
