@@ -142,3 +142,27 @@ print(json.dumps(out))
                               "cap": [409, "budget_exceeded"]}, got
     assert got["after"] == ["sandbox", "1000\nunset\n"], got
     assert got["region"] == [501, "not_implemented", True], got
+
+
+def test_keep_alive_extends_the_lease(pub, api):
+    """keep_alive() reads the sandbox's endsAt and extends its lease so that margin_seconds remain
+    (before the API gave endsAt, it had no end to read and extended nothing)."""
+    sbx = api.create_sandbox(timeoutSeconds=30)
+    got = pub(PRELUDE + """
+import time
+from datetime import datetime
+def ends():
+    sbx.refresh()
+    return datetime.fromisoformat(sbx.info["endsAt"].replace("Z", "+00:00")).timestamp()
+first = ends()
+stop = sbx.keep_alive(every_seconds=10, margin_seconds=120)
+deadline = time.monotonic() + 30
+while ends() - time.time() < 110 and time.monotonic() < deadline:
+    time.sleep(0.2)
+left = ends() - time.time()
+stop()
+print(json.dumps({"first": first - time.time(), "left": left, "same": sbx.info["endsAt"] == sbx.info["leaseEndsAt"]}))
+""", sbx.id)
+    assert got["first"] <= 31, got
+    assert 110 <= got["left"] <= 125, got
+    assert got["same"] is True, got
