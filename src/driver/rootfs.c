@@ -348,6 +348,32 @@ static int claim_ready(const char *sandbox_dir, unsigned mib, uid_t owner, const
  * keeps no second copy of every sandbox's writes. The file is synced before
  * it is attached, so no dirty page of its own makes direct reads wait. A
  * host filesystem without O_DIRECT gets the buffered mode. */
+/* Where the loop device a writable layer file is attached to is noted
+ * (FILE.loop: "loopN"), so that whether the file is still attached reads
+ * one device's backing file instead of every loop device's: a host with
+ * hundreds of sandboxes has hundreds of them, and a stop waits on that check
+ * until the sandbox's mounts are gone. The note is written before the
+ * device is configured, so a daemon killed between the two leaves a note
+ * naming the device the file may be on, never another. */
+static int loop_note_path(const char *file, char *buf, size_t len) {
+        return snprintf(buf, len, "%s.loop", file) >= (int)len ? -ENAMETOOLONG : 0;
+}
+
+static int loop_note(const char *file, int n) {
+        char p[PATH_MAX], tmp[PATH_MAX + 8], text[32];
+        int r = loop_note_path(file, p, sizeof p);
+        if (r < 0)
+                return r;
+        snprintf(tmp, sizeof tmp, "%s.part", p);
+        int len = snprintf(text, sizeof text, "loop%d\n", n);
+        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return -errno;
+        if (write(fd, text, (size_t)len) != len)
+                return errno ? -errno : -EIO;
+        return rename(tmp, p) < 0 ? -errno : 0;
+}
+
 static int loop_attach(const char *file, bool ro, int *ret_fd, char *ret_path, size_t ret_len) {
         _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
         if (ctl < 0)
@@ -378,6 +404,9 @@ static int loop_attach(const char *file, bool ro, int *ret_fd, char *ret_path, s
                 if (fl >= sizeof cfg.info.lo_file_name)
                         fl = sizeof cfg.info.lo_file_name - 1;
                 memcpy(cfg.info.lo_file_name, file, fl);
+                int nr = ro ? 0 : loop_note(file, n);
+                if (nr < 0)
+                        return nr;
                 int k = ioctl(fd, LOOP_CONFIGURE, &cfg);
                 if (k < 0 && errno == EINVAL) {
                         cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | (ro ? LO_FLAGS_READ_ONLY : 0);
@@ -398,30 +427,58 @@ static int loop_attach(const char *file, bool ro, int *ret_fd, char *ret_path, s
 /* Whether some loop device is still backed by `img`. Two ext4 instances on
  * one file corrupt it, and a stopped sandbox's loop device lingers while the
  * last reference to its mount (a dying mount namespace) goes away. */
+static bool loop_device_backed_by(const char *name, const char *want) {
+        char p[PATH_MAX], got[PATH_MAX];
+        if (snprintf(p, sizeof p, "/sys/block/%s/loop/backing_file", name) >= (int)sizeof p)
+                return false;
+        _cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        ssize_t n = read(fd, got, sizeof got - 1);
+        if (n <= 0)
+                return false;
+        got[n] = '\0';
+        got[strcspn(got, "\n")] = '\0';
+        return strcmp(got, want) == 0;
+}
+
+/* The device FILE.loop names ("loopN"), into name; -ENOENT when there is
+ * no such note (a layer attached by an older build: every device is read). */
+static int loop_noted(const char *file, char *name, size_t len) {
+        char p[PATH_MAX];
+        int r = loop_note_path(file, p, sizeof p);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return -errno;
+        char text[32];
+        ssize_t n = read(fd, text, sizeof text - 1);
+        if (n <= 0)
+                return -ENOENT;
+        text[n] = '\0';
+        text[strcspn(text, "\n")] = '\0';
+        size_t digits = strspn(text + 4, "0123456789");
+        if (strncmp(text, "loop", 4) != 0 || digits == 0 || digits > 9 || text[4 + digits] || strlen(text) >= len)
+                return -ENOENT;
+        memcpy(name, text, strlen(text) + 1);
+        return 0;
+}
+
 static bool loop_backed_by(const char *img) {
-        char want[PATH_MAX];
+        char want[PATH_MAX], name[32];
         if (!realpath(img, want))
                 return false;
+        if (loop_noted(img, name, sizeof name) == 0)
+                return loop_device_backed_by(name, want);
         DIR *d = opendir("/sys/block");
         if (!d)
                 return false;
         bool found = false;
         struct dirent *de;
         while (!found && (de = readdir(d))) {
-                if (strncmp(de->d_name, "loop", 4) != 0)
-                        continue;
-                char p[PATH_MAX], got[PATH_MAX];
-                if (snprintf(p, sizeof p, "/sys/block/%s/loop/backing_file", de->d_name) >= (int)sizeof p)
-                        continue;
-                _cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
-                if (fd < 0)
-                        continue;
-                ssize_t n = read(fd, got, sizeof got - 1);
-                if (n <= 0)
-                        continue;
-                got[n] = '\0';
-                got[strcspn(got, "\n")] = '\0';
-                found = strcmp(got, want) == 0;
+                if (strncmp(de->d_name, "loop", 4) == 0)
+                        found = loop_device_backed_by(de->d_name, want);
         }
         closedir(d);
         return found;
