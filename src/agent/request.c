@@ -1,4 +1,5 @@
 #include "agent/request.h"
+#include "agent/watch.h"
 
 #include "agent/user.h"
 
@@ -326,6 +327,7 @@ static const struct {
         {"stat", REQ_STAT}, {"mkdir", REQ_MKDIR}, {"remove", REQ_REMOVE}, {"rename", REQ_RENAME},
         {"resume", REQ_RESUME}, {"signal", REQ_SIGNAL}, {"forward", REQ_FORWARD},
         {"archive", REQ_ARCHIVE}, {"unarchive", REQ_UNARCHIVE}, {"checkpoint", REQ_CHECKPOINT},
+        {"watch", REQ_WATCH},
 };
 
 /* {"op":"archive","path","gzip","exclude":[relative paths]} and
@@ -551,6 +553,15 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
         }
         case REQ_MKDIR:
                 k = get_bool(o, "parents", &r->flag);
+                break;
+        case REQ_WATCH:
+                /* {"op":"watch","path","recursive","maxWatches"} */
+                if (get_int(o, "maxWatches", WATCH_DEFAULT_DESCRIPTORS, 1, WATCH_MAX_DESCRIPTORS, &v) < 0) {
+                        *ret_error = "maxWatches must be an integer between 1 and 65536";
+                        return -EINVAL;
+                }
+                r->limit = (unsigned)v;
+                k = get_bool(o, "recursive", &r->flag);
                 break;
         case REQ_REMOVE:
                 k = get_bool(o, "recursive", &r->flag);

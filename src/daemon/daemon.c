@@ -48,6 +48,7 @@
 #include "daemon/manager/events.h"
 #include "daemon/manager/file_links.h"
 #include "daemon/manager/previews.h"
+#include "daemon/manager/watches.h"
 #include "daemon/manager/user_images.h"
 #include "daemon/manager/otel.h"
 #include "daemon/manager/request_counts.h"
@@ -89,6 +90,7 @@ typedef struct Daemon {
         Otel *otel;
         FileLinks *links;
         McpSessions *mcp;
+        WatchTable *watches; /* the file watches of the sandboxes run here */
         UserImages *user_images; /* NULL: the store keeps no images */
         HttpLinks http_links; /* how the server checks a link: the handlers' functions over app */
         /* Previews (--preview-listen): their records, where they are
@@ -1003,6 +1005,10 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         if ((r = snapshot_store_recover(d->snapshots)) < 0)
                 log_error(NULL, "recovering snapshots: %s", strerror(-r));
         /* Before the recovery: the processes of re-attached sandboxes go in it. */
+        if (!(d->watches = watch_table_new())) {
+                log_error(NULL, "out of memory");
+                return 1;
+        }
         if (!(d->procs = proc_table_new())) {
                 log_error(NULL, "making the process table: out of memory");
                 return 1;
@@ -1076,7 +1082,7 @@ static int serve(Daemon *d) {
                         .sample_interval_s = d->sample_interval_s, .requests = d->requests,
                         .otel = d->otel, .links = d->links, .mcp = d->mcp, .previews = d->previews,
                         .preview_site = &d->preview_site,
-                        .user_images = d->user_images };
+                        .user_images = d->user_images, .watches = d->watches };
         /* Before the API serves: every create sees the pool or none. */
         char why[512] = "";
         int r = manager_start_warm_pool(d->manager, why, sizeof why);
@@ -1178,6 +1184,7 @@ static void stop(Daemon *d) {
         forward_set_tls(NULL);
         hop_tls_free(d->hop_tls);
         proc_table_free(d->procs);
+        watch_table_free(d->watches);
         mcp_sessions_free(d->mcp);
         fleet_free(d->fleet);
         /* Before the manager: a build's worker drives its sandbox through it. */

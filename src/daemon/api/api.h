@@ -157,6 +157,11 @@ typedef enum RouteKind {
         ROUTE_PROC_RESIZE,
         ROUTE_MCP,
         ROUTE_MCP_END,
+        ROUTE_WATCH_START,
+        ROUTE_WATCH_LIST,
+        ROUTE_WATCH_GET,
+        ROUTE_WATCH_STOP,
+        ROUTE_WATCH_EVENTS,
         _ROUTE_MAX,
 } RouteKind;
 
@@ -187,6 +192,7 @@ struct App {
         struct Previews *previews;      /* the previews; NULL: not offered (no --preview-listen) */
         const struct PreviewSite *preview_site; /* where previews are reached */
         struct UserImages *user_images; /* the images users build; NULL: not offered */
+        struct WatchTable *watches;     /* the file watches of the sandboxes run here */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when

@@ -26,6 +26,7 @@
 #include "daemon/api/api_terminal.h"
 #include "daemon/api/api_tunnel.h"
 #include "daemon/api/api_system.h"
+#include "daemon/api/api_watches.h"
 #include "daemon/api/api_webhooks.h"
 
 #define R(k, n, m, p, a, b, h) { .kind = (k), .name = (n), .method = (m), .path = (p), .access = (a), .body = (b), .handler = (h) }
@@ -223,6 +224,16 @@ const HttpRoute api_routes[] = {
           handle_files_list),
         R(ROUTE_FILES_STAT, "files_stat", "GET", SBX "/files/stat", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_files_stat),
+        R(ROUTE_WATCH_START, "watch_start", "POST", SBX "/files/watches", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_watch_start),
+        R(ROUTE_WATCH_LIST, "watch_list", "GET", SBX "/files/watches", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_watch_list),
+        R(ROUTE_WATCH_GET, "watch_get", "GET", SBX "/files/watches/{watch}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_watch_get),
+        R(ROUTE_WATCH_STOP, "watch_stop", "DELETE", SBX "/files/watches/{watch}", HTTP_ACCESS_FULL, HTTP_BODY_NONE,
+          handle_watch_stop),
+        R(ROUTE_WATCH_EVENTS, "watch_events", "GET", SBX "/files/watches/{watch}/events", HTTP_ACCESS_READ,
+          HTTP_BODY_NONE, handle_watch_events),
         R(ROUTE_FILES_MKDIR, "files_mkdir", "POST", SBX "/files:mkdir", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_files_mkdir),
         R(ROUTE_FILES_REMOVE, "files_remove", "POST", SBX "/files:remove", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
