@@ -162,6 +162,9 @@ typedef enum RouteKind {
         ROUTE_WATCH_GET,
         ROUTE_WATCH_STOP,
         ROUTE_WATCH_EVENTS,
+        ROUTE_SESSION_CREATE,
+        ROUTE_SESSION_LIST,
+        ROUTE_SESSION_REVOKE,
         _ROUTE_MAX,
 } RouteKind;
 
@@ -193,6 +196,7 @@ struct App {
         const struct PreviewSite *preview_site; /* where previews are reached */
         struct UserImages *user_images; /* the images users build; NULL: not offered */
         struct WatchTable *watches;     /* the file watches of the sandboxes run here */
+        struct Sessions *sessions;      /* the sandboxes' sessions; NULL: not offered */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when
