@@ -1243,6 +1243,11 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
         bool next = c && status != 101 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && r->http11 &&
                     !header_has_token(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION),
                                       "close");
+        /* A keep-alive connection may carry a key's requests after a
+         * session's: it is the session's only while it serves one (an
+         * upgraded one, a WebSocket, until it closes). */
+        if (r->session.used && c && c->fd >= 0 && status != 101)
+                session_conns_remove(s->session_conns, c->fd);
         if (c && status == 101) {
                 edge_conn_upgraded(c->edge);
                 if (r->owner_counted && !c->owner) {

@@ -86,6 +86,9 @@ int session_conns_add(SessionConns *l, int fd, const char *session_id, int64_t e
         pthread_mutex_lock(&l->lock);
         for (SessionConn *c = l->head; c; c = c->next)
                 if (c->fd == fd) {
+                        c->expires_at = expires_at;
+                        c->ended = false;
+                        snprintf(c->id, sizeof c->id, "%s", session_id);
                         pthread_mutex_unlock(&l->lock);
                         return 0;
                 }
