@@ -212,6 +212,9 @@ int api_sandbox_error(const SandboxError *se, ApiError *e);
  * reference (sandbox_release): 404 when there is none, 409 when it is not
  * running. */
 int api_sandbox_acquire(Req *r, Sandbox **ret, ApiError *e);
+/* The route's sandbox is the request's owner's, in any state (the store's
+ * record; nothing is woken): 0; 404 for anyone else and for one deleted. */
+int api_sandbox_owned(Req *r, ApiError *e);
 /* Opens a stream to the sandbox's agent; e filled on failure. */
 int api_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e);
 /* Who a client's request to the agent runs as: u when the client named a

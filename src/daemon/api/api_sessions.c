@@ -38,15 +38,6 @@ static json_t *session_json(const StoreSession *s, const char *token, int64_t no
                          "active", session_active(s, now), "token", token);
 }
 
-static int own_sandbox(Req *r, ApiError *e) {
-        SandboxError se;
-        SandboxRow row;
-        if (sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se) < 0)
-                return api_sandbox_error(&se, e);
-        sandbox_row_done(&row);
-        return 0;
-}
-
 /* {ttlSeconds, origins, name}: *ret_origins one a line. */
 static int parse_create(json_t *body, int64_t *ret_ttl, char *origins, size_t cap, const char **ret_name,
                         ApiError *e) {
@@ -118,7 +109,7 @@ enum MHD_Result handle_session_create(Req *r) {
         int64_t ttl = SESSION_TTL_DEFAULT;
         char origins[STORE_SESSION_ORIGINS_MAX];
         const char *name = NULL;
-        if (parse_create(r->json, &ttl, origins, sizeof origins, &name, &e) < 0 || own_sandbox(r, &e) < 0)
+        if (parse_create(r->json, &ttl, origins, sizeof origins, &name, &e) < 0 || api_sandbox_owned(r, &e) < 0)
                 return reply_error(r, &e);
         /* The session ends with the key that made it: its hash is kept. */
         const char *key = auth_parse_bearer(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
@@ -155,7 +146,7 @@ enum MHD_Result handle_session_list(Req *r) {
                 return sessions_off(r);
         r->audit_skip = true;
         ApiError e = { 0 };
-        if (own_sandbox(r, &e) < 0)
+        if (api_sandbox_owned(r, &e) < 0)
                 return reply_error(r, &e);
         int64_t now = time_now_unix();
         StoreSession *all = NULL;
