@@ -50,6 +50,7 @@ struct Watch {
         json_t **ring; /* WATCHES_MAX_QUEUED entries, the oldest at first % cap */
         uint64_t first, end; /* cursors of the oldest kept entry and of the next */
         bool ended, stopping;
+        int64_t ended_at; /* monotonic ms */
         char reason[32];
         char *partial; /* an agent line not yet whole */
         size_t partial_len;
@@ -273,6 +274,7 @@ static void finish(Watch *w, const char *reason) {
         pthread_mutex_lock(&w->lock);
         if (!w->ended) {
                 w->ended = true;
+                w->ended_at = (int64_t)time_now_mono_ms();
                 snprintf(w->reason, sizeof w->reason, "%s", w->stopping ? "stopped" : reason);
                 push_locked(w, json_pack("{s:s,s:s}", "k", "end", "reason", w->reason));
         }
@@ -344,7 +346,37 @@ static void *drain(void *userdata) {
                 if (done)
                         break;
         }
+        /* Its readers need only the queue from now on: the sandbox is let go. */
+        chan_stream_free(TAKE_PTR(w->stream));
+        sandbox_release(TAKE_PTR(w->sb));
         return NULL;
+}
+
+/* Takes the watches that ended WATCHES_KEEP_ENDED_MS ago or more out of
+ * the table (a deleted sandbox's among them) into *gone, for the caller to
+ * unref once the table's lock is released. Under t->lock. */
+static void prune_locked(WatchTable *t, Watch **gone) {
+        int64_t now = (int64_t)time_now_mono_ms();
+        for (Watch **p = &t->head; *p;) {
+                Watch *w = *p;
+                pthread_mutex_lock(&w->lock);
+                bool old = w->ended && w->ended_at && now - w->ended_at >= WATCHES_KEEP_ENDED_MS;
+                pthread_mutex_unlock(&w->lock);
+                if (old) {
+                        *p = w->next;
+                        w->next = *gone;
+                        *gone = w;
+                } else
+                        p = &w->next;
+        }
+}
+
+static void unref_all(Watch *list) {
+        while (list) {
+                Watch *w = list;
+                list = w->next;
+                watch_unref(w);
+        }
 }
 
 /* Counts the sandbox's watches and looks for the id. Under t->lock. */
@@ -398,11 +430,14 @@ int watch_start(WatchTable *t, Sandbox *sb, json_t *areq, const WatchSpec *spec,
                 return -ENOMEM;
         }
         /* Claim the place first, so that two starts cannot both pass the bound. */
+        Watch *gone = NULL;
         pthread_mutex_lock(&t->lock);
+        prune_locked(t, &gone);
         bool taken;
         unsigned n = count_locked(t, w->sandbox_id, w->id, &taken);
         if (taken || n >= WATCHES_MAX_PER_SANDBOX) {
                 pthread_mutex_unlock(&t->lock);
+                unref_all(gone);
                 watch_free(w);
                 return taken ? -EEXIST : -EUSERS;
         }
@@ -412,6 +447,7 @@ int watch_start(WatchTable *t, Sandbox *sb, json_t *areq, const WatchSpec *spec,
         t->head = w;
         w->refs++;
         pthread_mutex_unlock(&t->lock);
+        unref_all(gone);
 
         int r = sandbox_open_stream(sb, areq, &w->stream, e);
         ChanEvent ev = { 0 };
@@ -497,11 +533,14 @@ json_t *watch_json(Watch *w) {
 
 json_t *watch_list(WatchTable *t, const char *owner, const char *sandbox_id) {
         json_t *out = json_array();
+        Watch *gone = NULL;
         pthread_mutex_lock(&t->lock);
+        prune_locked(t, &gone);
         for (Watch *w = t->head; w && out; w = w->next)
                 if (strcmp(w->sandbox_id, sandbox_id) == 0 && strcmp(w->owner, owner) == 0)
                         json_array_append_new(out, watch_json(w));
         pthread_mutex_unlock(&t->lock);
+        unref_all(gone);
         return out;
 }
 

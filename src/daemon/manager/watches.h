@@ -19,6 +19,9 @@
 
 /* Watches one sandbox may have, running or ended and not yet stopped. */
 #define WATCHES_MAX_PER_SANDBOX 16u
+/* An ended watch stays readable this long (its last changes and its end),
+ * then goes: a deleted sandbox's watches do not stay in memory. */
+#define WATCHES_KEEP_ENDED_MS (10 * 60 * 1000)
 /* Entries (changes and notices) a watch keeps for its readers. */
 #define WATCHES_MAX_QUEUED 10000u
 /* Entries one read answers at most. */
