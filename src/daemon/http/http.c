@@ -846,6 +846,8 @@ static int admit_session(HttpServer *s, Req *r, const char *token, ApiError *e) 
         /* Another sandbox is one the session does not know of. */
         if (strcmp(r->route.sandbox_id, r->session.sandbox_id) != 0)
                 return api_error(e, 404, "not_found", NULL, "no sandbox %s", r->route.sandbox_id);
+        /* The trail names the key that made the session, and the session. */
+        req_audit_note(r, "session", r->session.id);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         Conn *c = ci ? ci->socket_context : NULL;
         if (c && c->fd >= 0 && s->session_conns &&
