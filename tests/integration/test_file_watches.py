@@ -39,6 +39,7 @@ def _until(api, sid, wid, pred, timeout=15.0):
     return got, notices, cursor
 
 
+@pytest.mark.microvm_subset
 def test_published_client_watch_poll_and_stream(pub, sandbox):
     sandbox.run("mkdir -p /workspace/w/sub")
     got = pub(PRELUDE + """

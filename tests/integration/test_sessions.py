@@ -100,6 +100,7 @@ def _as(api, token: str, **headers) -> httpx.Client:
                         headers={"Authorization": f"Bearer {token}", **headers})
 
 
+@pytest.mark.microvm_subset
 def test_published_client_sessions(pub, api, sandbox):
     other = api.create_sandbox(driver=sandbox.driver)
     got = pub(PRELUDE + """
