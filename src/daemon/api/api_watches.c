@@ -382,15 +382,16 @@ enum MHD_Result handle_watch_events(Req *r) {
         if (rc < 0)
                 return reply_internal(r);
         if (rd.ended) {
-                json_t *end = json_pack("{s:s,s:s}", "k", "end", "reason", rd.reason);
-                /* The queue's own end notice is already among them when read. */
+                /* A reader past the queue's own end notice is told again. */
                 size_t i;
                 json_t *n;
-                bool has = false;
-                json_array_foreach(rd.notices, i, n) has = has || json_equal(json_object_get(n, "k"), json_object_get(end, "k"));
-                if (!has)
-                        json_array_append(rd.notices, end);
-                json_decref(end);
+                bool told = false;
+                json_array_foreach(rd.notices, i, n) {
+                        const char *k = json_string_value(json_object_get(n, "k"));
+                        told = told || (k && strcmp(k, "end") == 0);
+                }
+                if (!told)
+                        json_array_append_new(rd.notices, json_pack("{s:s,s:s}", "k", "end", "reason", rd.reason));
         }
         json_t *j = json_pack("{s:O,s:O,s:I,s:I,s:b}", "events", rd.events, "notices", rd.notices, "cursor",
                               (json_int_t)cursor, "nextCursor", (json_int_t)rd.next, "ended", rd.ended);
