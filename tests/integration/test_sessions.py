@@ -9,8 +9,6 @@ was revoked are refused, CORS is answered for the session's origins only (prefli
 and a revocation closes the session's open streams and WebSockets at once."""
 from __future__ import annotations
 
-import base64
-import os
 import re
 import socket
 import threading
@@ -19,6 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from helpers import websocket_open
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -242,20 +242,9 @@ def test_cors_for_the_sessions_origins_only(api, sandbox):
 
 
 def _ws(api, path: str, token: str) -> socket.socket:
-    host, port = str(api.base_url).split("://", 1)[1].rstrip("/").split(":")
-    s = socket.create_connection((host, int(port)), timeout=30)
-    key = base64.b64encode(os.urandom(16)).decode()
-    s.sendall((f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-               f"Authorization: Bearer {token}\r\n\r\n").encode())
-    head = b""
-    while not head.endswith(b"\r\n\r\n"):
-        chunk = s.recv(1)
-        if not chunk:
-            break
-        head += chunk
+    sock, head = websocket_open(str(api.base_url), path, token)
     assert head.startswith(b"HTTP/1.1 101"), head
-    return s
+    return sock
 
 
 def _closed_within(sock: socket.socket, seconds: float) -> bool:
