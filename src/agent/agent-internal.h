@@ -18,6 +18,7 @@
 #include "agent/fsops.h"
 #include "agent/limits.h"
 #include "agent/request.h"
+#include "agent/watch.h"
 #include "proto/proto.h"
 
 /* A child's stdout and stderr pipes hold this much (F_SETPIPE_SZ; the
@@ -74,6 +75,7 @@ typedef enum StreamKind {
         STREAM_WRITE,
         STREAM_RELAY, /* a connection to the egress relay, opened by us */
         STREAM_FORWARD, /* a connection to a port inside, opened by the host (port forwarding) */
+        STREAM_WATCH,   /* a file watch: its changes as NDJSON lines on fd 1 (agent/watch.h) */
 } StreamKind;
 
 enum { PIPE_IN, PIPE_OUT, PIPE_ERR, RELAY_SOCK };
@@ -135,6 +137,8 @@ typedef struct Stream {
 
         /* read */
         int file_fd;
+        /* watch */
+        AgentWatch *watch;
         uint64_t sent;
 
         /* write: committed as the user it was begun as (-1: root) */

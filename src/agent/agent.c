@@ -206,6 +206,7 @@ void agent_stream_free(Stream *s) {
                 free(c);
         }
         fsops_write_abort(s->write);
+        agent_watch_free(s->watch);
         json_decref(s->tag);
         free(s);
 }
@@ -368,6 +369,57 @@ static void read_start(Agent *a, uint32_t id, AgentRequest *r) {
         agent_send_json_new(
                 a, PROTO_EVENT, id,
                 json_pack("{s:I,s:i}", "size", (json_int_t)st.st_size, "mode", (int)(st.st_mode & 07777)));
+}
+
+/* A watch runs with the rights of the request's user (entered by the
+ * caller), which its later additions take again. */
+static void watch_start(Agent *a, uint32_t id, AgentRequest *r) {
+        AgentWatch *w = NULL;
+        int k = agent_watch_open(r->path, r->flag, r->limit, r->uid, r->gid, &w);
+        if (k < 0) {
+                result_errno(a, id, k);
+                return;
+        }
+        Stream *s = calloc(1, sizeof(Stream));
+        if (!s) {
+                agent_watch_free(w);
+                result_error(a, id, "internal", "out of memory");
+                return;
+        }
+        s->fds[0] = s->fds[1] = s->fds[2] = -1;
+        s->file_fd = -1;
+        s->id = id;
+        s->kind = STREAM_WATCH;
+        s->credit = PROTO_INITIAL_WINDOW;
+        s->watch = w;
+        a->streams[a->n_streams++] = s;
+        agent_send_json_new(a, PROTO_EVENT, id, json_pack("{s:b}", "watching", true));
+}
+
+/* The kernel's events as lines, as far as the host's credit goes; the
+ * RESULT once the watched path is gone. */
+static void watch_pump(Agent *a, Stream *s) {
+        static char buf[BIG_CHUNK];
+        size_t cap = s->credit < BIG_CHUNK ? (size_t)s->credit : BIG_CHUNK;
+        if (cap < 2 * WATCH_MAX_LINE)
+                return;
+        WatchEnd end = WATCH_RUNNING;
+        ssize_t n = agent_watch_read(s->watch, buf, cap, &end);
+        if (n < 0) {
+                agent_finish_error(a, s, fsops_error_code((int)n), strerror((int)-n));
+                return;
+        }
+        if (n > 0) {
+                agent_send_frame(a, PROTO_DATA, PROTO_FD_OUT, s->id, buf, (size_t)n);
+                s->credit -= (uint64_t)n;
+        }
+        if (end != WATCH_RUNNING) {
+                agent_send_frame(a, PROTO_EOF, PROTO_FD_OUT, s->id, NULL, 0);
+                agent_send_json_new(a, PROTO_RESULT, s->id,
+                                    json_pack("{s:s}", "reason",
+                                              end == WATCH_ROOT_MOVED ? "root-moved" : "root-removed"));
+                s->finished = true;
+        }
 }
 
 static void write_start(Agent *a, uint32_t id, AgentRequest *r) {
@@ -716,6 +768,9 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
         case REQ_WRITE:
                 write_start(a, id, r);
                 break;
+        case REQ_WATCH:
+                watch_start(a, id, r);
+                break;
         case REQ_STAT:
         case REQ_LIST:
                 fs_query(a, id, r);
@@ -844,6 +899,10 @@ static void handle_cancel(Agent *a, Stream *s) {
                 break;
         case STREAM_RELAY:
                 break; /* ours to cancel, not the host's */
+        case STREAM_WATCH:
+                agent_send_json_new(a, PROTO_RESULT, s->id, json_pack("{s:s}", "reason", "stopped"));
+                s->finished = true;
+                break;
         case STREAM_FORWARD:
                 /* The client is gone: the connection inside closes at once. */
                 agent_send_json_new(a, PROTO_RESULT, s->id, json_object());
@@ -1155,6 +1214,10 @@ static void stream_ready(Agent *a, Stream *s, int which, short revents) {
                         agent_relay_readable(a, s);
                 return;
         }
+        if (s->kind == STREAM_WATCH) {
+                watch_pump(a, s);
+                return;
+        }
         if (s->fds[which] < 0)
                 return;
         if (which == PIPE_IN)
@@ -1208,6 +1271,16 @@ int agent_run(Agent *a) {
                                 owner[n] = s;
                                 which[n] = RELAY_SOCK;
                                 pfd[n++] = (struct pollfd){.fd = ev ? s->sock : -1, .events = ev};
+                                continue;
+                        }
+                        if (s->kind == STREAM_WATCH) {
+                                bool go = produce && s->credit >= 2 * WATCH_MAX_LINE;
+                                if (go && agent_watch_pending(s->watch))
+                                        timeout = 0;
+                                owner[n] = s;
+                                which[n] = PIPE_OUT;
+                                pfd[n++] = (struct pollfd){.fd = go ? agent_watch_fd(s->watch) : -1,
+                                                           .events = POLLIN};
                                 continue;
                         }
                         if (s->kind != STREAM_EXEC)
@@ -1279,6 +1352,9 @@ int agent_run(Agent *a) {
                         else if (s->kind == STREAM_READ && a->out_bytes < AGENT_OUT_SOFT_LIMIT &&
                                  s->queued_out < AGENT_STREAM_QUEUE_LIMIT)
                                 agent_read_pump(a, s);
+                        else if (s->kind == STREAM_WATCH && agent_watch_pending(s->watch) &&
+                                 a->out_bytes < AGENT_OUT_SOFT_LIMIT && s->queued_out < AGENT_STREAM_QUEUE_LIMIT)
+                                watch_pump(a, s);
                 }
                 agent_sweep(a);
                 if (a->out_head)

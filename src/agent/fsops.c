@@ -149,7 +149,7 @@ static const char *type_name(mode_t m) {
 
 /* File names and link targets are arbitrary bytes but JSON text is UTF-8:
  * each byte that is not part of a valid sequence becomes U+FFFD. */
-static json_t *json_string_lossy(const char *s, size_t n) {
+json_t *fsops_json_string_lossy(const char *s, size_t n) {
         _cleanup_free_ char *out = malloc(n * 3 + 1);
         if (!out)
                 return NULL;
@@ -223,8 +223,8 @@ static json_t *entry_new(int dir_fd, const char *name, const char *full_path, co
         user_names_get(names ? names->groups : NULL, (uint32_t)st->st_gid, group);
         _cleanup_json_ json_t *e =
                 json_pack("{s:o, s:o, s:s, s:I, s:i, s:s, s:s, s:s}", "path",
-                          json_string_lossy(full_path, strlen(full_path)), "name",
-                          json_string_lossy(name, strlen(name)), "type", type_name(st->st_mode), "size",
+                          fsops_json_string_lossy(full_path, strlen(full_path)), "name",
+                          fsops_json_string_lossy(name, strlen(name)), "type", type_name(st->st_mode), "size",
                           (json_int_t)st->st_size, "mode", (int)(st->st_mode & 07777), "mtime", mtime,
                           "owner", owner, "group", group);
         if (!e)
@@ -234,7 +234,7 @@ static json_t *entry_new(int dir_fd, const char *name, const char *full_path, co
                 ssize_t n = readlinkat(dir_fd, name, target, sizeof target - 1);
                 if (n >= 0) {
                         target[n] = '\0';
-                        json_t *s = json_string_lossy(target, (size_t)n);
+                        json_t *s = fsops_json_string_lossy(target, (size_t)n);
                         if (!s || json_object_set_new(e, "target", s) < 0)
                                 return NULL;
                 }

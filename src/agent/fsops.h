@@ -24,6 +24,10 @@ const char *fsops_error_code(int err);
 
 int fsops_mkdir_p(const char *path, mode_t mode);
 
+/* File names are arbitrary bytes but JSON text is UTF-8: a JSON string of
+ * s with each byte that is not part of a valid sequence as U+FFFD. */
+json_t *fsops_json_string_lossy(const char *s, size_t n);
+
 /* The names an entry's "owner" and "group" show: the sandbox's own users
  * and groups, read per request (root inside may change them). Either table
  * may be NULL: every id then shows as its number. */

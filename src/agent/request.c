@@ -1,4 +1,5 @@
 #include "agent/request.h"
+#include "agent/watch.h"
 
 #include "agent/user.h"
 
@@ -326,6 +327,7 @@ static const struct {
         {"stat", REQ_STAT}, {"mkdir", REQ_MKDIR}, {"remove", REQ_REMOVE}, {"rename", REQ_RENAME},
         {"resume", REQ_RESUME}, {"signal", REQ_SIGNAL}, {"forward", REQ_FORWARD},
         {"archive", REQ_ARCHIVE}, {"unarchive", REQ_UNARCHIVE}, {"checkpoint", REQ_CHECKPOINT},
+        {"watch", REQ_WATCH},
 };
 
 /* {"op":"archive","path","gzip","exclude":[relative paths]} and
@@ -382,6 +384,21 @@ static int parse_archive(json_t *o, AgentRequest *r, const char **ret_error) {
         }
         r->max_entries = (uint64_t)v;
         r->stdin_stream = r->op == REQ_UNARCHIVE;
+        return 0;
+}
+
+/* {"op":"watch","path","recursive","maxWatches"} */
+static int parse_watch(json_t *o, AgentRequest *r, const char **ret_error) {
+        json_int_t v;
+        if (get_int(o, "maxWatches", WATCH_DEFAULT_DESCRIPTORS, 1, WATCH_MAX_DESCRIPTORS, &v) < 0) {
+                *ret_error = "maxWatches must be an integer between 1 and 65536";
+                return -EINVAL;
+        }
+        r->limit = (unsigned)v;
+        if (get_bool(o, "recursive", &r->flag) < 0) {
+                *ret_error = "recursive must be a boolean";
+                return -EINVAL;
+        }
         return 0;
 }
 
@@ -508,11 +525,11 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
                 }
         }
 
-        if (r->op == REQ_ARCHIVE || r->op == REQ_UNARCHIVE) {
-                k = parse_archive(o, r, ret_error);
-                if (k < 0)
-                        return k;
-        }
+        k = r->op == REQ_WATCH                                ? parse_watch(o, r, ret_error)
+            : r->op == REQ_ARCHIVE || r->op == REQ_UNARCHIVE ? parse_archive(o, r, ret_error)
+                                                              : 0;
+        if (k < 0)
+                return k;
         switch (r->op) {
         case REQ_WRITE:
                 if (get_int(o, "mode", 0644, 0, 07777, &v) < 0) {

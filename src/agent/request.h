@@ -47,6 +47,7 @@ typedef enum AgentRequestOp {
         REQ_ARCHIVE,   /* a directory out as a tar: an exec of the agent's own tar writer */
         REQ_UNARCHIVE, /* a tar (gzip or not) on stdin into a directory: its own reader */
         REQ_CHECKPOINT, /* microVM about to be saved: answer, then send nothing until the host speaks */
+        REQ_WATCH,      /* changes under a path, as NDJSON lines until cancelled (agent/watch.h) */
 } AgentRequestOp;
 
 typedef struct AgentRequest {
@@ -87,7 +88,7 @@ typedef struct AgentRequest {
         /* archive (argv holds the relative paths to exclude), unarchive */
         bool gzip;
         uint64_t max_bytes, max_entries;
-        unsigned limit; /* list: at most this many entries */
+        unsigned limit; /* list: at most this many entries; watch: inotify descriptors at most */
         /* resume */
         uint8_t entropy[REQUEST_RESUME_ENTROPY];
         int64_t time_ns; /* CLOCK_REALTIME to set */

@@ -30,6 +30,7 @@
 #include "daemon/api/api_links.h"
 #include "daemon/api/api_mcp.h"
 #include "daemon/api/api_previews.h"
+#include "daemon/api/api_sessions.h"
 #include "daemon/api/preview_proxy.h"
 #include "daemon/http/preview_tls.h"
 #include "daemon/api/api_terminal.h"
@@ -48,6 +49,8 @@
 #include "daemon/manager/events.h"
 #include "daemon/manager/file_links.h"
 #include "daemon/manager/previews.h"
+#include "daemon/manager/watches.h"
+#include "daemon/manager/sessions.h"
 #include "daemon/manager/user_images.h"
 #include "daemon/manager/otel.h"
 #include "daemon/manager/request_counts.h"
@@ -89,8 +92,11 @@ typedef struct Daemon {
         Otel *otel;
         FileLinks *links;
         McpSessions *mcp;
+        WatchTable *watches; /* the file watches of the sandboxes run here */
         UserImages *user_images; /* NULL: the store keeps no images */
         HttpLinks http_links; /* how the server checks a link: the handlers' functions over app */
+        Sessions *sessions;         /* the sandboxes' sessions */
+        HttpSessions http_sessions; /* how the server checks a session's token */
         /* Previews (--preview-listen): their records, where they are
          * reached, and their listener (bound before the store opens). */
         Previews *previews;
@@ -811,6 +817,7 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                            .requests = d->requests,
                            .links = d->links,
                            .previews = d->previews,
+                           .sessions = d->sessions,
                            .sample_retention_days = o->sandbox_metrics_retention_days
                                                             ? o->sandbox_metrics_retention_days
                                                             : SAMPLES_RETENTION_DAYS_DEFAULT,
@@ -879,6 +886,10 @@ static int open_webhooks(Daemon *d, const DaemonOptions *o, const uint8_t *seal_
         /* The file links' secrets are sealed with it too. */
         if ((r = file_links_open(store_backend_for(d->db_path), d->db_path, seal_key, &d->links)) < 0) {
                 log_error(NULL, "cannot open the file links in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
+        if ((r = sessions_open(store_backend_for(d->db_path), d->db_path, &d->sessions)) < 0) {
+                log_error(NULL, "cannot open the sessions in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
         /* A preview's secret too. */
@@ -1003,6 +1014,10 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         if ((r = snapshot_store_recover(d->snapshots)) < 0)
                 log_error(NULL, "recovering snapshots: %s", strerror(-r));
         /* Before the recovery: the processes of re-attached sandboxes go in it. */
+        if (!(d->watches = watch_table_new())) {
+                log_error(NULL, "out of memory");
+                return 1;
+        }
         if (!(d->procs = proc_table_new())) {
                 log_error(NULL, "making the process table: out of memory");
                 return 1;
@@ -1076,7 +1091,7 @@ static int serve(Daemon *d) {
                         .sample_interval_s = d->sample_interval_s, .requests = d->requests,
                         .otel = d->otel, .links = d->links, .mcp = d->mcp, .previews = d->previews,
                         .preview_site = &d->preview_site,
-                        .user_images = d->user_images };
+                        .user_images = d->user_images, .watches = d->watches, .sessions = d->sessions };
         /* Before the API serves: every create sees the pool or none. */
         char why[512] = "";
         int r = manager_start_warm_pool(d->manager, why, sizeof why);
@@ -1096,6 +1111,10 @@ static int serve(Daemon *d) {
                 http_server_set_fleet_secret(d->http, d->fleet_secret[0] ? d->fleet_secret : NULL);
                 d->http_links = (HttpLinks){ .check = api_links_check, .claim = api_links_claim, .userdata = &d->app };
                 http_server_set_links(d->http, &d->http_links);
+                if (d->sessions) {
+                        d->http_sessions = api_sessions_edge(&d->app);
+                        http_server_set_sessions(d->http, &d->http_sessions);
+                }
         }
         if (r < 0 || (r = http_server_start(d->http, fd)) < 0) {
                 log_error(NULL, "cannot start the HTTP server on %s: %s", d->listening, strerror(-r));
@@ -1178,6 +1197,7 @@ static void stop(Daemon *d) {
         forward_set_tls(NULL);
         hop_tls_free(d->hop_tls);
         proc_table_free(d->procs);
+        watch_table_free(d->watches);
         mcp_sessions_free(d->mcp);
         fleet_free(d->fleet);
         /* Before the manager: a build's worker drives its sandbox through it. */
@@ -1186,6 +1206,7 @@ static void stop(Daemon *d) {
         otel_close(d->otel);
         file_links_close(d->links);
         previews_close(d->previews);
+        sessions_close(d->sessions);
         webhooks_close(d->webhooks);
         uploads_close(d->uploads);
         snapshot_store_close(d->snapshots);

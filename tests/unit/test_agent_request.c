@@ -372,6 +372,26 @@ static void test_forward(void **state) {
         expect_invalid("{\"op\":\"forward\",\"port\":\"80\"}");
 }
 
+static void test_watch(void **state) {
+        AgentRequest *r = NULL;
+        const char *msg = NULL;
+        assert_int_equal(parse_str("{\"op\":\"watch\",\"path\":\"/w\"}", &r, &msg), 0);
+        assert_true(r->op == REQ_WATCH && !r->flag && r->limit == 8192);
+        assert_string_equal(r->path, "/w");
+        agent_request_free(r);
+        assert_int_equal(parse_str("{\"op\":\"watch\",\"path\":\"/w\",\"recursive\":true,\"maxWatches\":3,"
+                                   "\"user\":\"sandbox\"}",
+                                   &r, &msg),
+                         0);
+        assert_true(r->flag && r->limit == 3);
+        agent_request_free(r);
+        expect_invalid("{\"op\":\"watch\"}");
+        expect_invalid("{\"op\":\"watch\",\"path\":\"relative\"}");
+        expect_invalid("{\"op\":\"watch\",\"path\":\"/w\",\"maxWatches\":0}");
+        expect_invalid("{\"op\":\"watch\",\"path\":\"/w\",\"maxWatches\":65537}");
+        expect_invalid("{\"op\":\"watch\",\"path\":\"/w\",\"recursive\":\"yes\"}");
+}
+
 static void test_user_names(void **state) {
         AgentRequest *r = NULL;
         const char *msg = NULL;
@@ -435,6 +455,7 @@ int main(void) {
                 cmocka_unit_test(test_file_ops), cmocka_unit_test(test_envelope),
                 cmocka_unit_test(test_resume),   cmocka_unit_test(test_checkpoint),   cmocka_unit_test(test_user_and_signal),
                 cmocka_unit_test(test_pty),      cmocka_unit_test(test_forward),
+                cmocka_unit_test(test_watch),
                 cmocka_unit_test(test_user_names), cmocka_unit_test(test_passwd),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,6 +20,7 @@
 #include "test_store_keys_contract.h"
 #include "test_store_links_contract.h"
 #include "test_store_previews_contract.h"
+#include "test_store_sessions_contract.h"
 #include "test_store_images_contract.h"
 
 static void test_schema_is_made_once_and_a_newer_one_refused(void **state) {
@@ -175,7 +176,7 @@ static void test_keys_keeps_awake_after_an_upgrade(void **state) {
                          0);
         /* And what the steps after 10 made (13: the file links; 14: the
          * previews; 15: the images). */
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses, previews, images, image_tags",
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses, previews, images, image_tags, sandbox_sessions",
                                    NULL),
                          0);
         assert_int_equal(pgdb_exec(&c, "UPDATE store_versions SET version = 10 WHERE kind = 'postgres'", NULL), 0);
@@ -293,7 +294,7 @@ static void test_links(void **state) {
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
         assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets; DROP TABLE file_link_uses; DROP TABLE previews; "
-                                       "DROP TABLE images, image_tags; "
+                                       "DROP TABLE images, image_tags, sandbox_sessions; "
                                        "UPDATE store_versions SET version = 12 WHERE kind = 'postgres'", NULL), 0);
         pgdb_close(&c);
         assert_int_equal(ops->open(url, &h), 0);
@@ -313,13 +314,35 @@ static void test_previews(void **state) {
         ops->close(h);
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags; UPDATE store_versions SET version = 13 WHERE kind = 'postgres'",
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags, sandbox_sessions; UPDATE store_versions SET version = 13 WHERE kind = 'postgres'",
                                    NULL),
                          0);
         pgdb_close(&c);
         assert_int_equal(ops->open(url, &h), 0);
         StorePreview none;
         assert_int_equal(ops->get(h, "sbx_x", 80, &none), -ENOENT);
+        ops->close(h);
+        free(url);
+}
+
+/* The sessions' contract (step 17); a database of schema 15 gains their
+ * table. */
+static void test_sessions(void **state) {
+        char *url = pg_fresh("t_sessions");
+        const StoreSessionOps *ops = store_postgres.sessions;
+        StoreSessions *h;
+        assert_int_equal(ops->open(url, &h), 0);
+        sessions_contract(ops, h);
+        ops->close(h);
+        PgConn c;
+        assert_int_equal(pgdb_open(url, &c), 0);
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE sandbox_sessions; UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
+                                   NULL),
+                         0);
+        pgdb_close(&c);
+        assert_int_equal(ops->open(url, &h), 0);
+        StoreSession none;
+        assert_int_equal(ops->by_token(h, "hash-a", &none), -ENOENT);
         ops->close(h);
         free(url);
 }
@@ -346,6 +369,7 @@ int main(void) {
                 cmocka_unit_test(test_links),
                 cmocka_unit_test(test_previews),
                 cmocka_unit_test(test_images),
+                cmocka_unit_test(test_sessions),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

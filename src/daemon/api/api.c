@@ -108,6 +108,15 @@ int api_sandbox_acquire(Req *r, Sandbox **ret, ApiError *e) {
         return 0;
 }
 
+int api_sandbox_owned(Req *r, ApiError *e) {
+        SandboxError se;
+        SandboxRow row;
+        if (sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se) < 0)
+                return api_sandbox_error(&se, e);
+        sandbox_row_done(&row);
+        return 0;
+}
+
 int api_req_set_user(json_t *req, Sandbox *sb, ReqUser u) {
         return agent_req_set_user(req, sandbox_runs_as_root(sb, u));
 }

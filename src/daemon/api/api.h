@@ -157,6 +157,14 @@ typedef enum RouteKind {
         ROUTE_PROC_RESIZE,
         ROUTE_MCP,
         ROUTE_MCP_END,
+        ROUTE_WATCH_START,
+        ROUTE_WATCH_LIST,
+        ROUTE_WATCH_GET,
+        ROUTE_WATCH_STOP,
+        ROUTE_WATCH_EVENTS,
+        ROUTE_SESSION_CREATE,
+        ROUTE_SESSION_LIST,
+        ROUTE_SESSION_REVOKE,
         _ROUTE_MAX,
 } RouteKind;
 
@@ -187,6 +195,8 @@ struct App {
         struct Previews *previews;      /* the previews; NULL: not offered (no --preview-listen) */
         const struct PreviewSite *preview_site; /* where previews are reached */
         struct UserImages *user_images; /* the images users build; NULL: not offered */
+        struct WatchTable *watches;     /* the file watches of the sandboxes run here */
+        struct Sessions *sessions;      /* the sandboxes' sessions; NULL: not offered */
 };
 
 /* Maps an agent {"error":{code,message}} to the API's error; path, when
@@ -202,6 +212,9 @@ int api_sandbox_error(const SandboxError *se, ApiError *e);
  * reference (sandbox_release): 404 when there is none, 409 when it is not
  * running. */
 int api_sandbox_acquire(Req *r, Sandbox **ret, ApiError *e);
+/* The route's sandbox is the request's owner's, in any state (the store's
+ * record; nothing is woken): 0; 404 for anyone else and for one deleted. */
+int api_sandbox_owned(Req *r, ApiError *e);
 /* Opens a stream to the sandbox's agent; e filled on failure. */
 int api_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, ApiError *e);
 /* Who a client's request to the agent runs as: u when the client named a

@@ -90,16 +90,6 @@ static int lifetime(const char *ttl, const char *at, int64_t now, int64_t *ret, 
         return 0;
 }
 
-/* The sandbox's owner only: 404 for anyone else and for one deleted. */
-static int own_sandbox(Req *r, ApiError *e) {
-        SandboxError se;
-        SandboxRow row;
-        if (sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se) < 0)
-                return api_sandbox_error(&se, e);
-        sandbox_row_done(&row);
-        return 0;
-}
-
 static void url_of(const PreviewSite *site, const StorePreview *p, char *buf, size_t n) {
         bool default_port = site->public_port == (site->https ? 443u : 80u);
         char port[8] = "";
@@ -208,7 +198,7 @@ enum MHD_Result handle_previews_create(Req *r) {
         int64_t now = time_now_unix(), end = 0;
         if (lifetime(jttl && json_is_integer(jttl) ? ttl : NULL, jat && json_is_string(jat) ? json_string_value(jat) : NULL,
                      now, &end, &e) < 0 ||
-            own_sandbox(r, &e) < 0)
+            api_sandbox_owned(r, &e) < 0)
                 return reply_error(r, &e);
         bool public = jvis && json_is_string(jvis) && strcmp(json_string_value(jvis), "public") == 0;
         StorePreview p;
@@ -234,7 +224,7 @@ enum MHD_Result handle_previews_list(Req *r) {
                 previews_off(&e);
                 return reply_error(r, &e);
         }
-        if (own_sandbox(r, &e) < 0)
+        if (api_sandbox_owned(r, &e) < 0)
                 return reply_error(r, &e);
         StorePreview *all = NULL;
         size_t n = 0;
@@ -261,7 +251,7 @@ static bool find(Req *r, StorePreview *ret, enum MHD_Result *reply) {
         if (!r->app->previews)
                 previews_off(&e);
         else
-                (void)(route_port(r, &port, &e) < 0 || own_sandbox(r, &e) < 0);
+                (void)(route_port(r, &port, &e) < 0 || api_sandbox_owned(r, &e) < 0);
         if (e.code) {
                 *reply = reply_error(r, &e);
                 return false;

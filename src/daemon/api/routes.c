@@ -22,15 +22,20 @@
 #include "daemon/api/api_processes.h"
 #include "daemon/api/api_sandbox_metrics.h"
 #include "daemon/api/api_sandboxes.h"
+#include "daemon/api/api_sessions.h"
 #include "daemon/api/api_snapshots.h"
 #include "daemon/api/api_terminal.h"
 #include "daemon/api/api_tunnel.h"
 #include "daemon/api/api_system.h"
+#include "daemon/api/api_watches.h"
 #include "daemon/api/api_webhooks.h"
 
 #define R(k, n, m, p, a, b, h) { .kind = (k), .name = (n), .method = (m), .path = (p), .access = (a), .body = (b), .handler = (h) }
 /* The same, for a route whose answer an Idempotency-Key replays. */
 #define RI(k, n, m, p, a, b, h) { .kind = (k), .name = (n), .method = (m), .path = (p), .access = (a), .body = (b), .handler = (h), .idempotent = true }
+/* The same, for a route a sandbox session's token may use too (its own
+ * sandbox only): the sessions' allow-list is these routes' `.session`. */
+#define RS(k, n, m, p, a, b, h) { .kind = (k), .name = (n), .method = (m), .path = (p), .access = (a), .body = (b), .handler = (h), .session = true }
 #define SBX "/v1/sandboxes/{sandbox}"
 
 /* Every route of the API. For one path, the order of its methods here is the
@@ -165,10 +170,10 @@ const HttpRoute api_routes[] = {
           handle_sandbox_list),
         RI(ROUTE_SANDBOX_CREATE, "sandbox_create", "POST", "/v1/sandboxes", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
           handle_sandbox_create),
-        R(ROUTE_SANDBOX_GET, "sandbox_get", "GET", SBX, HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_sandbox_get),
+        RS(ROUTE_SANDBOX_GET, "sandbox_get", "GET", SBX, HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_sandbox_get),
         RI(ROUTE_SANDBOX_DELETE, "sandbox_delete", "DELETE", SBX, HTTP_ACCESS_FULL, HTTP_BODY_NONE,
           handle_sandbox_delete),
-        { .kind = ROUTE_SANDBOX_EXEC, .name = "exec", .method = "POST", .path = SBX ":exec",
+        { .kind = ROUTE_SANDBOX_EXEC, .session = true, .name = "exec", .method = "POST", .path = SBX ":exec",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_exec,
           .idempotent = true, .idem_to_handler = true,
           /* JSON bodies are small, but for an exec's stdin (16 MiB, 4/3 of
@@ -214,22 +219,32 @@ const HttpRoute api_routes[] = {
           .store_only = true },
         /* A signed file link (files:link) is one of these three with its
          * signed query instead of a key. */
-        { .kind = ROUTE_FILES_READ, .name = "files_read", .method = "GET", .path = SBX "/files/content",
+        { .kind = ROUTE_FILES_READ, .session = true, .name = "files_read", .method = "GET", .path = SBX "/files/content",
           .access = HTTP_ACCESS_READ, .body = HTTP_BODY_NONE, .handler = handle_files_read, .link_op = "download" },
-        { .kind = ROUTE_FILES_WRITE, .name = "files_write", .method = "PUT", .path = SBX "/files/content",
+        { .kind = ROUTE_FILES_WRITE, .session = true, .name = "files_write", .method = "PUT", .path = SBX "/files/content",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM, .handler = handle_files_write,
           .upload = &files_upload, .link_op = "upload" },
-        R(ROUTE_FILES_LIST, "files_list", "GET", SBX "/files/list", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+        RS(ROUTE_FILES_LIST, "files_list", "GET", SBX "/files/list", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_files_list),
-        R(ROUTE_FILES_STAT, "files_stat", "GET", SBX "/files/stat", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+        RS(ROUTE_FILES_STAT, "files_stat", "GET", SBX "/files/stat", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_files_stat),
-        R(ROUTE_FILES_MKDIR, "files_mkdir", "POST", SBX "/files:mkdir", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+        RS(ROUTE_WATCH_START, "watch_start", "POST", SBX "/files/watches", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_watch_start),
+        RS(ROUTE_WATCH_LIST, "watch_list", "GET", SBX "/files/watches", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_watch_list),
+        RS(ROUTE_WATCH_GET, "watch_get", "GET", SBX "/files/watches/{watch}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_watch_get),
+        RS(ROUTE_WATCH_STOP, "watch_stop", "DELETE", SBX "/files/watches/{watch}", HTTP_ACCESS_FULL, HTTP_BODY_NONE,
+          handle_watch_stop),
+        RS(ROUTE_WATCH_EVENTS, "watch_events", "GET", SBX "/files/watches/{watch}/events", HTTP_ACCESS_READ,
+          HTTP_BODY_NONE, handle_watch_events),
+        RS(ROUTE_FILES_MKDIR, "files_mkdir", "POST", SBX "/files:mkdir", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_files_mkdir),
-        R(ROUTE_FILES_REMOVE, "files_remove", "POST", SBX "/files:remove", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+        RS(ROUTE_FILES_REMOVE, "files_remove", "POST", SBX "/files:remove", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_files_remove),
-        R(ROUTE_FILES_RENAME, "files_rename", "POST", SBX "/files:rename", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+        RS(ROUTE_FILES_RENAME, "files_rename", "POST", SBX "/files:rename", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_files_rename),
-        { .kind = ROUTE_FILES_ARCHIVE_GET, .name = "files_archive_get", .method = "GET", .path = SBX "/files/archive",
+        { .kind = ROUTE_FILES_ARCHIVE_GET, .session = true, .name = "files_archive_get", .method = "GET", .path = SBX "/files/archive",
           .access = HTTP_ACCESS_READ, .body = HTTP_BODY_NONE, .handler = handle_files_archive_get,
           .link_op = "archive" },
         /* The links read and write only the store: the host the client
@@ -239,58 +254,68 @@ const HttpRoute api_routes[] = {
         { .kind = ROUTE_FILES_REVOKE_LINKS, .name = "files_revoke_links", .method = "POST",
           .path = SBX "/files:revoke-links", .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON_OR_EMPTY,
           .handler = handle_files_revoke_links, .store_only = true },
-        { .kind = ROUTE_FILES_ARCHIVE_PUT, .name = "files_archive_put", .method = "PUT", .path = SBX "/files/archive",
+        { .kind = ROUTE_FILES_ARCHIVE_PUT, .session = true, .name = "files_archive_put", .method = "PUT", .path = SBX "/files/archive",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM, .handler = handle_files_archive_put,
           .upload = &archive_upload },
-        R(ROUTE_ARCHIVE_UPLOAD_BEGIN, "archive_upload_begin", "POST", SBX "/files/archive/uploads", HTTP_ACCESS_FULL,
+        RS(ROUTE_ARCHIVE_UPLOAD_BEGIN, "archive_upload_begin", "POST", SBX "/files/archive/uploads", HTTP_ACCESS_FULL,
           HTTP_BODY_JSON, handle_archive_upload_begin),
-        { .kind = ROUTE_ARCHIVE_UPLOAD_PART, .name = "archive_upload_part", .method = "PUT",
+        { .kind = ROUTE_ARCHIVE_UPLOAD_PART, .session = true, .name = "archive_upload_part", .method = "PUT",
           .path = SBX "/files/archive/uploads/{upload}", .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM,
           .handler = handle_upload_part, .upload = &upload_part_stream },
-        R(ROUTE_ARCHIVE_UPLOAD_COMMIT, "archive_upload_commit", "POST", SBX "/files/archive/uploads/{upload}:commit",
+        RS(ROUTE_ARCHIVE_UPLOAD_COMMIT, "archive_upload_commit", "POST", SBX "/files/archive/uploads/{upload}:commit",
           HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_upload_commit),
-        R(ROUTE_ARCHIVE_UPLOAD_ABORT, "archive_upload_abort", "POST", SBX "/files/archive/uploads/{upload}:abort",
+        RS(ROUTE_ARCHIVE_UPLOAD_ABORT, "archive_upload_abort", "POST", SBX "/files/archive/uploads/{upload}:abort",
           HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_upload_abort),
-        R(ROUTE_UPLOAD_BEGIN, "upload_begin", "POST", SBX "/uploads", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+        RS(ROUTE_UPLOAD_BEGIN, "upload_begin", "POST", SBX "/uploads", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_upload_begin),
-        { .kind = ROUTE_UPLOAD_PART, .name = "upload_part", .method = "PUT", .path = SBX "/uploads/{upload}",
+        { .kind = ROUTE_UPLOAD_PART, .session = true, .name = "upload_part", .method = "PUT", .path = SBX "/uploads/{upload}",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM, .handler = handle_upload_part,
           .upload = &upload_part_stream },
-        R(ROUTE_UPLOAD_COMMIT, "upload_commit", "POST", SBX "/uploads/{upload}:commit", HTTP_ACCESS_FULL,
+        RS(ROUTE_UPLOAD_COMMIT, "upload_commit", "POST", SBX "/uploads/{upload}:commit", HTTP_ACCESS_FULL,
           HTTP_BODY_JSON_OR_EMPTY, handle_upload_commit),
-        R(ROUTE_UPLOAD_ABORT, "upload_abort", "POST", SBX "/uploads/{upload}:abort", HTTP_ACCESS_FULL,
+        RS(ROUTE_UPLOAD_ABORT, "upload_abort", "POST", SBX "/uploads/{upload}:abort", HTTP_ACCESS_FULL,
           HTTP_BODY_JSON_OR_EMPTY, handle_upload_abort),
-        R(ROUTE_PROC_LIST, "proc_list", "GET", SBX "/processes", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_proc_list),
-        { .kind = ROUTE_PROC_SPAWN, .name = "proc_spawn", .method = "POST", .path = SBX "/processes",
+        RS(ROUTE_PROC_LIST, "proc_list", "GET", SBX "/processes", HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_proc_list),
+        { .kind = ROUTE_PROC_SPAWN, .session = true, .name = "proc_spawn", .method = "POST", .path = SBX "/processes",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_proc_spawn,
           .idempotent = true, .idem_to_handler = true,
           .max_body = REQ_MAX_EXEC_BODY,
           .too_large_hint = "send large inputs as a file (PUT .../files/content) and redirect" },
-        R(ROUTE_PROC_GET, "proc_get", "GET", SBX "/processes/{process}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+        RS(ROUTE_PROC_GET, "proc_get", "GET", SBX "/processes/{process}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_proc_get),
-        R(ROUTE_PROC_OUTPUT, "proc_output", "GET", SBX "/processes/{process}/output", HTTP_ACCESS_READ,
+        RS(ROUTE_PROC_OUTPUT, "proc_output", "GET", SBX "/processes/{process}/output", HTTP_ACCESS_READ,
           HTTP_BODY_NONE, handle_proc_output),
-        { .kind = ROUTE_PROC_WRITE, .name = "proc_write", .method = "POST", .path = SBX "/processes/{process}:write",
+        { .kind = ROUTE_PROC_WRITE, .session = true, .name = "proc_write", .method = "POST", .path = SBX "/processes/{process}:write",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_proc_write,
           /* 1 MiB of input, in base64. */
           .max_body = 2 * REQ_MAX_BODY },
-        R(ROUTE_PROC_SIGNAL, "proc_signal", "POST", SBX "/processes/{process}:signal", HTTP_ACCESS_FULL,
+        RS(ROUTE_PROC_SIGNAL, "proc_signal", "POST", SBX "/processes/{process}:signal", HTTP_ACCESS_FULL,
           HTTP_BODY_JSON_OR_EMPTY, handle_proc_signal),
-        R(ROUTE_PROC_WAIT, "proc_wait", "POST", SBX "/processes/{process}:wait", HTTP_ACCESS_READ,
+        RS(ROUTE_PROC_WAIT, "proc_wait", "POST", SBX "/processes/{process}:wait", HTTP_ACCESS_READ,
           HTTP_BODY_JSON_OR_EMPTY, handle_proc_wait),
-        R(ROUTE_PROC_RESIZE, "proc_resize", "POST", SBX "/processes/{process}:resize", HTTP_ACCESS_FULL,
+        RS(ROUTE_PROC_RESIZE, "proc_resize", "POST", SBX "/processes/{process}:resize", HTTP_ACCESS_FULL,
           HTTP_BODY_JSON, handle_proc_resize),
         /* A WebSocket: the handshake is a GET, the terminal runs past it. */
-        R(ROUTE_TERMINAL, "terminal", "GET", SBX "/terminal", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_terminal),
+        RS(ROUTE_TERMINAL, "terminal", "GET", SBX "/terminal", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_terminal),
         /* Port forwarding: a WebSocket too, each connection a stream of it. */
         R(ROUTE_TUNNEL, "tunnel", "GET", SBX "/tunnel", HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_tunnel),
         /* Previews: a port shared at a host name of its own, served on the
          * preview listener. A create's answer carries a token: not replayed. */
-        R(ROUTE_PREVIEWS_LIST, "previews_list", "GET", SBX "/previews", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+        /* Sandbox sessions (docs/sessions.md): a create's answer carries
+         * the token, which a replay never does (the handler records what a
+         * retry gets). */
+        { .kind = ROUTE_SESSION_CREATE, .name = "session_create", .method = "POST", .path = SBX "/sessions",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON_OR_EMPTY, .handler = handle_session_create,
+          .idempotent = true, .idem_to_handler = true },
+        R(ROUTE_SESSION_LIST, "session_list", "GET", SBX "/sessions", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_session_list),
+        R(ROUTE_SESSION_REVOKE, "session_revoke", "POST", SBX "/sessions/{session}:revoke", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_session_revoke),
+        RS(ROUTE_PREVIEWS_LIST, "previews_list", "GET", SBX "/previews", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_previews_list),
         R(ROUTE_PREVIEWS_CREATE, "previews_create", "POST", SBX "/previews", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_previews_create),
-        R(ROUTE_PREVIEW_GET, "preview_get", "GET", SBX "/previews/{port}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+        RS(ROUTE_PREVIEW_GET, "preview_get", "GET", SBX "/previews/{port}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_preview_get),
         R(ROUTE_PREVIEW_DELETE, "preview_delete", "DELETE", SBX "/previews/{port}", HTTP_ACCESS_FULL,
           HTTP_BODY_NONE, handle_preview_delete),

@@ -26,6 +26,7 @@
 #include "daemon/http/edge.h"
 #include "daemon/http/forward.h"
 #include "daemon/http/request.h"
+#include "daemon/http/session_conns.h"
 #include "daemon/manager/snapshot.h"
 
 /* Bytes of a refused body read and thrown away before the connection is cut. */
@@ -168,6 +169,12 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("digest")) {
                 dst = r->digest;
                 cap = sizeof(r->digest);
+        } else if (IS("session")) {
+                dst = r->session_id;
+                cap = sizeof(r->session_id);
+        } else if (IS("watch")) {
+                dst = r->watch_id;
+                cap = sizeof(r->watch_id);
         } else
                 return false;
         if (len == 0 || len >= cap || memchr(v, '/', len))
@@ -200,6 +207,10 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return hex_id_ok(dst, "otx_", 20);
         if (IS("port"))
                 return strspn(dst, "0123456789") == len;
+        if (IS("session"))
+                return hex_id_ok(dst, "ses_", 20);
+        if (IS("watch"))
+                return host_id_ok(dst) && dst[0] != '.' && dst[0] != '_' && dst[0] != '-';
         if (IS("digest")) {
                 size_t n = strspn(dst, "0123456789abcdef");
                 return n == 64 && !dst[n];
@@ -274,6 +285,12 @@ enum MHD_Result reply_response(Req *r, unsigned status, struct MHD_Response *res
         }
         if (content_type)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+        /* A session's page reads the answer: its origin only, never "*". */
+        if (r->session.used && r->session.origin[0]) {
+                MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->session.origin);
+                MHD_add_response_header(resp, "Access-Control-Expose-Headers", "X-Request-Id, Idempotent-Replayed");
+                MHD_add_response_header(resp, "Vary", "Origin");
+        }
         enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
         MHD_destroy_response(resp);
         if (ret == MHD_YES) {
@@ -428,6 +445,8 @@ struct HttpServer {
         RequestCounts *requests; /* NULL: answers not counted */
         const char *fleet_secret; /* NULL: no forwarding */
         const HttpLinks *links;   /* NULL: no signed file links */
+        const HttpSessions *sessions; /* NULL: no sandbox sessions */
+        SessionConns *session_conns;  /* the connections of sessions' requests */
         struct MHD_Daemon *mhd;
         /* The hop's TLS listener (http_server_start_hop); NULL: the hop
          * comes to the clients' listener. */
@@ -662,6 +681,17 @@ void http_server_set_links(HttpServer *s, const HttpLinks *links) {
         s->links = links;
 }
 
+void http_server_set_sessions(HttpServer *s, const HttpSessions *sessions) {
+        s->sessions = sessions;
+        if (sessions && !s->session_conns)
+                s->session_conns = session_conns_new();
+}
+
+void req_end_session(Req *r, const char *session_id) {
+        if (r->server && r->server->session_conns)
+                session_conns_end(r->server->session_conns, session_id);
+}
+
 /* Whether r is about a sandbox another live host runs, and so goes on to
  * it: 1 (r->fwd open), 0 (served here), or a refusal in e (-1). A host on
  * SQLite, or running the sandbox, pays nothing for it. */
@@ -799,6 +829,68 @@ static enum MHD_Result header_check(void *cls, enum MHD_ValueKind kind, const ch
 
 static int owner_admit(HttpServer *s, Req *r, ApiError *e);
 
+/* A request with a sandbox session's token: the token, the page's origin,
+ * the route (the table's allow-list) and the sandbox, in that order. */
+static int admit_session(HttpServer *s, Req *r, const char *token, ApiError *e) {
+        const HttpRoute *d = r->route.def;
+        if (!s->sessions)
+                return api_error(e, 401, "unauthorized", "use an API key", "this server makes no sandbox sessions");
+        const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+        int rc = s->sessions->check(s->sessions->userdata, r, token, origin, e);
+        if (rc < 0)
+                return rc;
+        if (!d->session)
+                return api_error(e, 403, "forbidden", "a session uses its sandbox's commands, processes, files, "
+                                 "terminals, watches and previews; do the rest with an API key on your backend",
+                                 "a sandbox session may not use %s %.200s", r->method, r->url);
+        /* Another sandbox is one the session does not know of. */
+        if (strcmp(r->route.sandbox_id, r->session.sandbox_id) != 0)
+                return api_error(e, 404, "not_found", NULL, "no sandbox %s", r->route.sandbox_id);
+        /* The trail names the key that made the session, and the session. */
+        req_audit_note(r, "session", r->session.id);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        Conn *c = ci ? ci->socket_context : NULL;
+        if (c && c->fd >= 0 && s->session_conns &&
+            session_conns_add(s->session_conns, c->fd, r->session.id, r->session.expires_at) < 0)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        return owner_admit(s, r, e);
+}
+
+/* A browser's CORS preflight (OPTIONS with Origin and
+ * Access-Control-Request-Method) for a session's route: it carries no
+ * token, so it is answered for an origin that an active session of the
+ * sandbox lists, and refused for any other. 0 when it was one (answered in
+ * *ret), 1 when it is no preflight. */
+static int preflight(HttpServer *s, Req *r, const char *url, enum MHD_Result *ret) {
+        const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+        const char *want = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Method");
+        if (strcmp(r->method, "OPTIONS") != 0 || !origin || !want)
+                return 1;
+        Route route;
+        ApiError e = { 0 };
+        if (!s->sessions || http_route_match(s->routes, s->n_routes, want, url, &route) < 0 ||
+            !route.def->session || !route.sandbox_id[0] ||
+            !s->sessions->preflight(s->sessions->userdata, route.sandbox_id, origin)) {
+                api_error(&e, 403, "forbidden", "make a session that lists this page's origin",
+                          "no session of this sandbox answers this origin");
+                *ret = reply_error(r, &e);
+                return 0;
+        }
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        if (!resp) {
+                *ret = MHD_NO;
+                return 0;
+        }
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", want);
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                "Authorization, Content-Type, Idempotency-Key, X-Runtime-Client");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+        MHD_add_response_header(resp, "Vary", "Origin");
+        *ret = reply_response(r, 204, resp, NULL);
+        return 0;
+}
+
 /* The first call for a request: headers, route, auth, access. Fills e on
  * refusal. */
 static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
@@ -844,9 +936,12 @@ static int admit(HttpServer *s, Req *r, const char *url, ApiError *e) {
         if (fleet_fenced(s->fleet) && strcmp(d->name, "metrics") != 0)
                 return api_error(e, 503, "host_fenced", "try again, or another host of the service",
                                  "this host is cut off from the service's store and serves nothing until it rejoins");
+        const char *hdr = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *bearer = auth_parse_bearer(hdr);
+        if (bearer && strncmp(bearer, "rtsess_", 7) == 0)
+                return admit_session(s, r, bearer, e);
         if (d->access == HTTP_ACCESS_PUBLIC)
                 return 0;
-        const char *hdr = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         /* A signed link in place of a key: it names what it may do, and
          * counts against its sandbox owner's bounds like the owner's own. */
         if (!hdr && d->link_op && s->links && req_query(r, "sig")) {
@@ -1063,6 +1158,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
                 r->server = s;
                 if (!(r->url = strdup(url)))
                         return MHD_NO;
+                enum MHD_Result pre;
+                if (preflight(s, r, url, &pre) == 0)
+                        return pre;
                 ApiError e = { 0 };
                 if (admit(s, r, url, &e) < 0)
                         return reply_error(r, &e);
@@ -1147,6 +1245,11 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
         bool next = c && status != 101 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && r->http11 &&
                     !header_has_token(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION),
                                       "close");
+        /* A keep-alive connection may carry a key's requests after a
+         * session's: it is the session's only while it serves one (an
+         * upgraded one, a WebSocket, until it closes). */
+        if (r->session.used && c && c->fd >= 0 && status != 101)
+                session_conns_remove(s->session_conns, c->fd);
         if (c && status == 101) {
                 edge_conn_upgraded(c->edge);
                 if (r->owner_counted && !c->owner) {
@@ -1217,6 +1320,8 @@ static void connection_notify(void *cls, struct MHD_Connection *conn, void **soc
                 if (!c)
                         return;
                 edge_conn_remove(c->edge);
+                if (c->fd >= 0)
+                        session_conns_remove(s->session_conns, c->fd);
                 if (c->owner)
                         owner_release(s, c->owner);
                 free(c->owner);
@@ -1345,6 +1450,7 @@ void http_server_free(HttpServer *s) {
         if (!s)
                 return;
         http_server_stop(s);
+        session_conns_free(s->session_conns);
         for (unsigned b = 0; b < OWNER_BUCKETS; b++)
                 while (s->owners[b]) {
                         OwnerLoad *o = s->owners[b];

@@ -61,7 +61,7 @@ typedef struct HttpUpload {
  * {context} (an interpreter context id), {result} (a kept result's file
  * name), {upload} (upl_ + 16 hex), {host} (a host id), {webhook} (wh_ + 20
  * hex), {delivery} (whd_ + 20 hex), {export} (otx_ + 20 hex), {port} (1 to 5 digits) and
- * {digest} (a SHA-256, 64 lowercase hex). A parameter ends at the pattern's next literal character, or at
+ * {digest} (a SHA-256, 64 lowercase hex), {watch} (a file watch's id), {session} (ses_ + 20 hex). A parameter ends at the pattern's next literal character, or at
  * the end of the path. */
 typedef struct HttpRoute {
         int kind;
@@ -90,6 +90,10 @@ typedef struct HttpRoute {
         /* About a sandbox, but reads and writes only the store: any host of
          * the fleet serves it, its sandbox's host down or not. */
         bool store_only;
+        /* A sandbox session's token may use it, on the session's own
+         * sandbox only (docs/sessions.md); every route without it refuses
+         * one, public routes too. */
+        bool session;
 } HttpRoute;
 
 typedef struct Route {
@@ -110,6 +114,8 @@ typedef struct Route {
         char export_id[25];   /* otx_ and 20 hex digits */
         char port[6];         /* a preview's port: 1 to 5 digits (its range is the handler's) */
         char digest[65];      /* a SHA-256 in 64 lowercase hex digits */
+        char watch_id[64];    /* a file watch: [A-Za-z0-9][A-Za-z0-9_.-]{0,62} */
+        char session_id[25];  /* ses_ and 20 hex digits */
         char allow[48]; /* for a 405: the methods the path has */
 } Route;
 
@@ -131,6 +137,16 @@ typedef struct ReqLink {
         uint64_t max_bytes;     /* an upload's bound; 0: the daemon's */
         char filename[256];     /* a download's Content-Disposition name; "": none */
 } ReqLink;
+
+/* A request a sandbox session's token authenticated (HttpSessions.check
+ * fills it; r->key is then the key that made the session). */
+typedef struct ReqSession {
+        bool used;
+        char id[32];
+        char sandbox_id[ROUTE_ID_LEN + 1];
+        int64_t expires_at;
+        char origin[256]; /* the request's Origin, one of the session's: answered with CORS; "": none */
+} ReqSession;
 
 struct Req {
         App *app;
@@ -164,6 +180,7 @@ struct Req {
         bool owner_counted; /* one of its owner's requests in progress */
         bool http11;        /* an HTTP/1.1 request: its connection may be kept alive */
         ReqLink link;
+        ReqSession session;
         /* The handler found nothing worth an audit record (an MCP ping, a
          * listing, a read). */
         bool audit_skip;
@@ -258,6 +275,21 @@ typedef struct HttpLinks {
         void *userdata;
 } HttpLinks;
 void http_server_set_links(HttpServer *s, const HttpLinks *links);
+/* How a sandbox session's token is checked (the handlers' side knows the
+ * sessions): check reads the token (a session token's shape) and the
+ * request's Origin (NULL: none; one the session does not list is refused)
+ * and fills r->key and r->session, or refuses in e; preflight says whether
+ * an active session of the sandbox lists origin (a CORS preflight carries
+ * no token). Kept, not copied; before http_server_start. */
+typedef struct HttpSessions {
+        int (*check)(void *userdata, Req *r, const char *token, const char *origin, ApiError *e);
+        bool (*preflight)(void *userdata, const char *sandbox_id, const char *origin);
+        void *userdata;
+} HttpSessions;
+void http_server_set_sessions(HttpServer *s, const HttpSessions *sessions);
+/* Ends the connections that carry the session's requests: its streams and
+ * WebSockets close at once (http/session_conns.h). */
+void req_end_session(Req *r, const char *session_id);
 /* Whether this host forwards (it has the fleet's secret). */
 bool http_forwards(const Req *r);
 /* Serves on listen_fd (bound and listening; the server takes it). */

@@ -75,6 +75,11 @@ json_t *agent_req_stat(const char *path) {
         return json_pack("{s:s,s:s}", "op", "stat", "path", path);
 }
 
+json_t *agent_req_watch(const char *path, bool recursive, unsigned max_watches) {
+        return json_pack("{s:s,s:s,s:b,s:I}", "op", "watch", "path", path, "recursive", recursive, "maxWatches",
+                         (json_int_t)max_watches);
+}
+
 json_t *agent_req_mkdir(const char *path, bool parents) {
         return json_pack("{s:s,s:s,s:b}", "op", "mkdir", "path", path, "parents", parents);
 }

@@ -36,6 +36,10 @@ json_t *agent_req_archive(const char *path, bool gzip, json_t *exclude);
 json_t *agent_req_unarchive(const char *path, uint64_t max_bytes, uint64_t max_entries);
 json_t *agent_req_stat(const char *path);
 json_t *agent_req_mkdir(const char *path, bool parents);
+/* Changes under path (recursive: below it too, with at most max_watches
+ * inotify descriptors): EVENT {"watching":true}, then NDJSON lines as DATA
+ * fd 1 until a CANCEL or the path's end (docs/protocol.md, "watch"). */
+json_t *agent_req_watch(const char *path, bool recursive, unsigned max_watches);
 json_t *agent_req_remove(const char *path, bool recursive);
 json_t *agent_req_rename(const char *from, const char *to, bool overwrite);
 /* A TCP connection to 127.0.0.1:port inside the sandbox (port forwarding):

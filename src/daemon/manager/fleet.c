@@ -17,6 +17,7 @@
 #include "daemon/manager/audit.h"
 #include "daemon/manager/file_links.h"
 #include "daemon/manager/previews.h"
+#include "daemon/manager/sessions.h"
 #include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
 #include "daemon/manager/events.h"
@@ -123,6 +124,8 @@ static int take_epoch(Fleet *f, int64_t epoch) {
                 r = file_links_set_epoch(f->c.links, f->self.id, epoch);
         if (r == 0 && f->c.previews)
                 r = previews_set_epoch(f->c.previews, f->self.id, epoch);
+        if (r == 0 && f->c.sessions)
+                r = sessions_set_epoch(f->c.sessions, f->self.id, epoch);
         if (r < 0)
                 return r;
         pthread_mutex_lock(&f->lock);

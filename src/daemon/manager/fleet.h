@@ -58,6 +58,7 @@ typedef struct FleetConfig {
         struct RequestCounts *requests; /* may be NULL; pruned by the sweeper */
         struct FileLinks *links;        /* may be NULL; written at this host's epoch */
         struct Previews *previews;      /* may be NULL; written at this host's epoch */
+        struct Sessions *sessions;      /* may be NULL; written at this host's epoch */
 } FleetConfig;
 
 typedef struct Fleet Fleet;

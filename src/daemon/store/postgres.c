@@ -12,6 +12,7 @@
 #include "daemon/store/store_images.h"
 #include "daemon/store/store_links.h"
 #include "daemon/store/store_previews.h"
+#include "daemon/store/store_sessions.h"
 #include "daemon/store/store_uploads.h"
 #include "daemon/store/store_requests.h"
 #include "daemon/store/store_samples.h"
@@ -36,5 +37,6 @@ const StoreBackend store_postgres = {
         .otel = &store_postgres_otel,
         .links = &store_postgres_links,
         .previews = &store_postgres_previews,
+        .sessions = &store_postgres_sessions,
         .images = &store_postgres_images,
 };

@@ -184,6 +184,14 @@ static const char *const steps[] = {
         "  owner TEXT NOT NULL, name TEXT NOT NULL, tag TEXT NOT NULL, image_id TEXT NOT NULL,"
         "  PRIMARY KEY (owner, name, tag));"
         "CREATE INDEX image_tags_image ON image_tags (image_id);",
+        /* 16: another change's step, made on its own branch; nothing here */
+        "SELECT 1;",
+        /* 17: the sandboxes' sessions (store_sessions.h) */
+        "CREATE TABLE sandbox_sessions ("
+        "  id TEXT PRIMARY KEY, sandbox_id TEXT NOT NULL, owner TEXT NOT NULL, token_hash TEXT NOT NULL UNIQUE,"
+        "  key_hash TEXT NOT NULL, name TEXT NOT NULL DEFAULT '', origins TEXT NOT NULL DEFAULT '',"
+        "  created_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, revoked_at BIGINT NOT NULL DEFAULT 0);"
+        "CREATE INDEX sandbox_sessions_sandbox ON sandbox_sessions (sandbox_id, created_at);",
 };
 
 #define KIND "postgres"

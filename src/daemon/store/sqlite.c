@@ -11,6 +11,7 @@
 #include "daemon/store/store_images.h"
 #include "daemon/store/store_links.h"
 #include "daemon/store/store_previews.h"
+#include "daemon/store/store_sessions.h"
 #include "daemon/store/store_requests.h"
 #include "daemon/store/store_samples.h"
 #include "daemon/store/store_sandboxes.h"
@@ -35,5 +36,6 @@ const StoreBackend store_sqlite = {
         .otel = &store_sqlite_otel,
         .links = &store_sqlite_links,
         .previews = &store_sqlite_previews,
+        .sessions = &store_sqlite_sessions,
         .images = &store_sqlite_images,
 };

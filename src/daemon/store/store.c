@@ -24,6 +24,7 @@ bool store_backend_missing(const StoreBackend *b, char *buf, size_t n) {
                 { "requests", b->requests },   { "otel", b->otel },           { "links", b->links },
                 { "previews", b->previews },
                 { "images", b->images },
+                { "sessions", b->sessions },
         };
         size_t at = 0;
         if (n)

@@ -7,6 +7,7 @@ Everything here drives the real programs; nothing of ours is mocked.
 from __future__ import annotations
 
 import atexit
+import base64
 import json
 import os
 import shutil
@@ -660,3 +661,21 @@ def read_until(term, needle: bytes, seconds: float) -> bytes:
             raise AssertionError(f"terminal ended before {needle!r}; got {seen[-400:]!r}")
         seen += chunk
     return seen
+
+
+def websocket_open(base_url: str, path: str, token: str, timeout: float = 30) -> tuple[socket.socket, bytes]:
+    """A WebSocket handshake by hand to the daemon at base_url: the socket and the answer's head,
+    read byte by byte so that the frames after it stay in the socket."""
+    host, port = base_url.split("://", 1)[1].rstrip("/").split(":")
+    s = socket.create_connection((host, int(port)), timeout=timeout)
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall((f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+               f"Authorization: Bearer {token}\r\n\r\n").encode())
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        chunk = s.recv(1)
+        if not chunk:
+            break
+        head += chunk
+    return s, head

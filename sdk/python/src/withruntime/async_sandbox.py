@@ -17,6 +17,7 @@ from ._images import ImagesOps
 from ._models import CLIENT_OPTIONS, SandboxInfo, build_create_body
 from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
 from ._process import AsyncProcess, idempotency_headers
+from ._sessions import SessionsOps, WatchOps, WatchesOps, check_session_token
 from ._terminal import AsyncTerminal, terminal_target
 from ._tunnel import AsyncPortForward, check_port
 from ._ws import AsyncWebSocket
@@ -73,7 +74,15 @@ class AsyncSandbox(SandboxInfo):
         self._keep = keep
         self._set_data(data)
         self.files = AsyncFiles(self)
+        self.sessions = AsyncSessions(self)
         self.previews = AsyncPreviews(self)
+
+    @classmethod
+    def from_session(cls, token: str, sandbox_id: str, base_url: Optional[str] = None, *,
+                     http_timeout: Optional[float] = None, transport: Any = None) -> "AsyncSandbox":
+        """The awaitable twin of :meth:`withruntime.sandbox.Sandbox.from_session`. Makes no call."""
+        http = _connect(check_session_token(token), base_url, http_timeout, transport)
+        return cls(http, {"id": sandbox_id})
 
     @functools.cached_property
     def interpreter(self) -> AsyncInterpreter:
@@ -199,6 +208,58 @@ class AsyncFiles:
     download_url = awaitable(FilesOps.download_url)
     upload_url = awaitable(FilesOps.upload_url)
     revoke_links = awaitable(FilesOps.revoke_links)
+
+    @property
+    def watches(self) -> "AsyncWatches":
+        """The watches running in the sandbox."""
+        return AsyncWatches(self._sbx)
+
+    async def watch(self, path: str, **options: Any) -> "AsyncWatch":
+        """The awaitable twin of :meth:`withruntime.sandbox.Files.watch`."""
+        return await self.watches.start(path, **options)
+
+
+class AsyncWatch(WatchOps):
+    """The awaitable twin of :class:`withruntime.sandbox.Watch`."""
+
+    def __init__(self, sandbox: AsyncSandbox, info: Dict[str, Any]) -> None:
+        self._init(sandbox, info)
+
+    _url = WatchOps._url
+    get_new_events = awaitable(WatchOps.get_new_events)
+    stop = awaitable(WatchOps.stop)
+
+    async def events(self) -> Any:
+        """Each change as it comes, until the watch ends (``exit_reason`` says why)."""
+        while self.exit_reason is None:
+            for event in await self.get_new_events(wait_ms=8000):
+                yield event
+
+
+class AsyncWatches:
+    """The awaitable twin of :class:`withruntime.sandbox.Watches`."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sbx = sandbox
+
+    _base = WatchesOps._base
+    list = awaitable(WatchesOps.list)
+    stop = awaitable(WatchesOps.stop)
+
+    async def start(self, path: str, **options: Any) -> AsyncWatch:
+        return AsyncWatch(self._sbx, await arun(WatchesOps._start(self, path, **options)))
+
+
+class AsyncSessions:
+    """The awaitable twin of :class:`withruntime.sandbox.Sessions`."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sbx = sandbox
+
+    _base = SessionsOps._base
+    create = awaitable(SessionsOps.create)
+    list = awaitable(SessionsOps.list)
+    revoke = awaitable(SessionsOps.revoke)
 
 
 class AsyncNetwork(Dict[str, Any]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Type
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Mapping, Optional, Type
 
 from ._config import resolve_api_key, resolve_endpoint
 from ._core import FilesOps, NetworkOps, PreviewsOps, RuntimeOps, SandboxOps, SecretsOps, SnapshotsOps
@@ -15,6 +15,7 @@ from ._images import ImagesOps
 from ._models import SandboxInfo
 from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
 from ._process import Process
+from ._sessions import SessionsOps, WatchOps, WatchesOps, check_session_token
 
 if TYPE_CHECKING:
     from ._terminal import Terminal
@@ -47,6 +48,16 @@ class Sandbox(SandboxInfo):
         self._set_data(data)
         self.files = Files(self)
         self.previews = Previews(self)
+        self.sessions = Sessions(self)
+
+    @classmethod
+    def from_session(cls, token: str, sandbox_id: str, base_url: Optional[str] = None, *,
+                     http_timeout: Optional[float] = None, transport: Any = None) -> "Sandbox":
+        """A sandbox reached with a session token (``rtsess_...``, made by a backend with
+        ``sbx.sessions.create()``) instead of an API key: its commands, processes, files,
+        terminals, watches and previews, and nothing else. Makes no call."""
+        http = _connect(check_session_token(token), base_url, http_timeout, transport)
+        return cls(http, {"id": sandbox_id})
 
     @functools.cached_property
     def interpreter(self) -> Interpreter:
@@ -162,6 +173,60 @@ class Files:
     download_url = blocking(FilesOps.download_url)
     upload_url = blocking(FilesOps.upload_url)
     revoke_links = blocking(FilesOps.revoke_links)
+
+    @property
+    def watches(self) -> "Watches":
+        """The watches running in the sandbox."""
+        return Watches(self._sbx)
+
+    def watch(self, path: str, **options: Any) -> "Watch":
+        """Watches ``path`` for create, write, remove, rename and chmod events. Options:
+        recursive, events, include, exclude (globs), batch_ms, timeout_ms (an hour by
+        default, 0 until stopped), max_watches, id. Read with ``events()`` or
+        ``get_new_events()``; ``stop()`` ends it."""
+        return self.watches.start(path, **options)
+
+
+class Watch(WatchOps):
+    """A running watch; ``cursor`` is where the next read starts."""
+
+    def __init__(self, sandbox: Sandbox, info: Dict[str, Any]) -> None:
+        self._init(sandbox, info)
+
+    _url = WatchOps._url
+    get_new_events = blocking(WatchOps.get_new_events)
+    stop = blocking(WatchOps.stop)
+
+    def events(self) -> Iterator[Dict[str, Any]]:
+        """Each change as it comes, until the watch ends (``exit_reason`` says why)."""
+        while self.exit_reason is None:
+            yield from self.get_new_events(wait_ms=8000)
+
+
+class Watches:
+    """The watches of one sandbox."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sbx = sandbox
+
+    _base = WatchesOps._base
+    list = blocking(WatchesOps.list)
+    stop = blocking(WatchesOps.stop)
+
+    def start(self, path: str, **options: Any) -> Watch:
+        return Watch(self._sbx, run(WatchesOps._start(self, path, **options)))
+
+
+class Sessions:
+    """Sandbox sessions: tokens for one sandbox that a backend hands its own frontend (docs/sessions.md)."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sbx = sandbox
+
+    _base = SessionsOps._base
+    create = blocking(SessionsOps.create)
+    list = blocking(SessionsOps.list)
+    revoke = blocking(SessionsOps.revoke)
 
 
 class Previews:
