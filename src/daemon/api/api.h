@@ -157,6 +157,13 @@ typedef enum RouteKind {
         ROUTE_PROC_RESIZE,
         ROUTE_MCP,
         ROUTE_MCP_END,
+        ROUTE_BROWSER_START,
+        ROUTE_BROWSER_GET,
+        ROUTE_BROWSER_STOP,
+        ROUTE_DESKTOP_START,
+        ROUTE_DESKTOP_STOP,
+        ROUTE_DESKTOP_SCREENSHOT,
+        ROUTE_DESKTOP_ACT,
         _ROUTE_MAX,
 } RouteKind;
 

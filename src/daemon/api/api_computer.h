@@ -1,0 +1,14 @@
+#pragma once
+/* The browser and the desktop of a sandbox (docs/computer-use.md):
+ * POST .../browser:start, GET .../browser, POST .../browser:stop;
+ * POST .../desktop:start, .../desktop:stop, .../desktop:act and
+ * GET .../desktop/screenshot. */
+#include "daemon/http/http.h"
+
+enum MHD_Result handle_browser_start(Req *r);
+enum MHD_Result handle_browser_get(Req *r);
+enum MHD_Result handle_browser_stop(Req *r);
+enum MHD_Result handle_desktop_start(Req *r);
+enum MHD_Result handle_desktop_stop(Req *r);
+enum MHD_Result handle_desktop_screenshot(Req *r);
+enum MHD_Result handle_desktop_act(Req *r);
