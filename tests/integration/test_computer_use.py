@@ -319,3 +319,94 @@ def test_microvm_refuses_browser_and_desktop(cdaemon, capi):
         err = r.json()["error"]
         assert err["code"] == "not_implemented" and "microVM" in err["message"], err
         assert '"namespace"' in err["hint"] and '"desktop"' in err["hint"], err
+
+
+def test_desktop_recordings(published_client, cdaemon, capi, desktop_image):
+    """The screen to MP4 with the published client: one at a time, a stop that answers once the
+    file is whole, maxSeconds that ends a recording by itself, the video's bytes, a delete."""
+    sbx = capi.create_sandbox(image=desktop_image, memoryMiB=2048)
+    got = published_client.run_json(cdaemon, """
+import base64, json, sys, time
+from withruntime import Sandbox
+from withruntime._errors import RuntimeError as ApiError
+sbx = Sandbox.connect(sys.argv[1])
+sbx.desktop.start(width=640, height=480)
+sbx.desktop.launch(["xterm"])
+rec = sbx.desktop.recordings.start(fps=5, max_seconds=60, max_mib=5)
+try:
+    sbx.desktop.recordings.start()
+    second = None
+except ApiError as e:
+    second = [e.status, e.code]
+time.sleep(2)
+sbx.desktop.type("moving pixels")
+time.sleep(1)
+stopped = sbx.desktop.recordings.stop(rec["id"])
+listed = sbx.desktop.recordings.list()
+video = sbx.desktop.recordings.download(rec["id"])
+short = sbx.desktop.recordings.start(max_seconds=1)
+time.sleep(4)
+ended = sbx.desktop.recordings.get(short["id"])
+deleted = sbx.desktop.recordings.delete(rec["id"])
+try:
+    sbx.desktop.recordings.get(rec["id"])
+    gone = None
+except ApiError as e:
+    gone = [e.status, e.code]
+print(json.dumps({"rec": rec, "second": second, "stopped": stopped, "listed": listed,
+                  "video": base64.b64encode(video[:16]).decode(), "size": len(video),
+                  "ended": ended, "deleted": deleted, "gone": gone}))
+""", args=[sbx.id])
+    assert got["rec"]["id"].startswith("rec_") and got["rec"]["state"] == "recording", got["rec"]
+    assert got["rec"]["maxMiB"] == 5 and got["rec"]["fps"] == 5
+    assert got["second"] == [409, "conflict"], got["second"]
+    assert got["stopped"]["state"] == "done" and got["stopped"]["sizeBytes"] == got["size"] > 1000, got["stopped"]
+    assert got["size"] <= 5 << 20
+    assert base64.b64decode(got["video"])[4:8] == b"ftyp", "an MP4"
+    assert {r["id"] for r in got["listed"]} == {got["rec"]["id"]}
+    assert got["ended"]["state"] == "done", "maxSeconds ended it"
+    assert got["deleted"] is True and got["gone"] == [404, "not_found"], got
+    base = f"/v1/sandboxes/{sbx.id}/desktop/recordings"
+    assert capi.post(base, json={"fps": 0}).status_code == 400
+    assert capi.post(base, json={"maxMiB": 1 << 20}).status_code == 400
+    assert capi.post(base, json={"codec": "gif"}).status_code == 400
+    assert capi.get(f"{base}/rec_../video").status_code == 404
+    assert capi.get(f"{base}/rec_0123456789abcdef0123/video").status_code == 404
+
+
+def test_live_view(cdaemon, capi, desktop_image):
+    """The desktop's streamUrl: noVNC's page through the preview listener with its token, and its
+    WebSocket reaching x11vnc (the RFB greeting comes back)."""
+    import socket
+    sbx = capi.create_sandbox(image=desktop_image, memoryMiB=2048)
+    r = capi.post(f"/v1/sandboxes/{sbx.id}/desktop:start", json={"width": 640, "height": 480})
+    assert r.status_code == 200, r.text
+    stream = urlsplit(r.json()["streamUrl"])
+    assert stream.hostname.startswith("6080-sbx-") and stream.path == "/vnc.html", stream
+    token = dict(kv.split("=", 1) for kv in stream.query.split("&"))["runtime_preview_token"]
+    base = f"http://127.0.0.1:{cdaemon.preview_port}"
+
+    def page(headers):
+        with httpx.Client(timeout=15) as c:
+            return c.get(f"{base}/vnc.html", headers={"Host": stream.netloc, **headers})
+
+    wait_until(lambda: page({"x-runtime-preview-token": token}).status_code == 200, 30, 0.3,
+               what="noVNC's page")
+    assert "noVNC" in page({"x-runtime-preview-token": token}).text
+    assert page({}).status_code == 401
+    key = base64.b64encode(os.urandom(16)).decode()
+    s = socket.create_connection(("127.0.0.1", cdaemon.preview_port), timeout=15)
+    try:
+        s.sendall((f"GET /websockify HTTP/1.1\r\nHost: {stream.netloc}\r\nUpgrade: websocket\r\n"
+                   f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                   f"Sec-WebSocket-Protocol: binary\r\n{'x-runtime-preview-token'}: {token}\r\n\r\n").encode())
+        got = b""
+        while b"RFB 00" not in got and len(got) < 65536:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 101"), got[:200]
+        assert b"RFB 00" in got, got[:300]
+    finally:
+        s.close()

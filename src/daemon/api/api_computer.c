@@ -15,7 +15,10 @@
 #include "common/jsonutil.h"
 #include "common/log.h"
 #include "common/macro.h"
+#include "common/random.h"
+#include "common/timeutil.h"
 #include "daemon/api/api.h"
+#include "daemon/api/api_files.h"
 #include "daemon/api/api_previews.h"
 #include "daemon/http/request.h"
 #include "daemon/manager/previews.h"
@@ -39,6 +42,9 @@
 #define COMPUTER_EXIT_BAD_KEY 13     /* a key name X does not know (the name) */
 #define COMPUTER_EXIT_START 14       /* a program exited at its start (its log's tail) */
 #define COMPUTER_EXIT_NO_WINDOW 15   /* no such window */
+#define COMPUTER_EXIT_BUSY 16        /* a recording runs already (its id) */
+#define COMPUTER_EXIT_NO_SPACE 17    /* the sandbox's disk has no room for a recording */
+#define COMPUTER_EXIT_NO_RECORDING 18 /* no such recording */
 
 /* The port of Chromium's DevTools and of the live view, on the sandbox's
  * loopback. */
@@ -169,6 +175,32 @@ static const char computer_script[] =
         "  esac ;;\n"
         "launch) need_x; command -v \"$1\" >/dev/null 2>&1 || { echo \"$1\"; exit 10; }\n"
         "  mkdir -p -m 0700 \"$S\"; setsid \"$@\" </dev/null >>\"$S/launch.log\" 2>&1 & echo $! ;;\n"
+        /* Recordings: $S/rec/ID.mp4, its ffmpeg's pid and a line of
+         * "FPS MAX_SECONDS MAX_MIB STARTED" (Unix seconds). ffmpeg stops
+         * itself at -t and -fs; -fs is capped below the disk's free room
+         * so that a recording never fills it. */
+        "rec-start) set +f; need_x; missing ffmpeg; mkdir -p -m 0700 \"$S/rec\"\n"
+        "  for f in \"$S\"/rec/*.pid; do [ -e \"$f\" ] && alive \"$f\" && { basename \"$f\" .pid; exit 16; }; done\n"
+        "  room=$(( $(df -Pk \"$S/rec\" | awk 'NR == 2 { print $4 }') / 1024 - 64 ))\n"
+        "  mib=$4; [ \"$room\" -lt \"$mib\" ] && mib=$room; [ \"$mib\" -ge 1 ] || exit 17\n"
+        "  echo \"$2 $3 $mib $(date +%s)\" >\"$S/rec/$1.meta\"\n"
+        "  spawn \"$S/rec/$1.pid\" \"$S/rec/$1.log\" ffmpeg -nostdin -loglevel error -f x11grab -framerate \"$2\" -i :99 \\\n"
+        "    -t \"$3\" -fs $((mib * 1048576)) -c:v libx264 -preset veryfast -crf \"$5\" -pix_fmt yuv420p \"$S/rec/$1.mp4\"\n"
+        "  sleep 0.3; alive \"$S/rec/$1.pid\" || { echo \"ffmpeg exited: $(tail -c 300 \"$S/rec/$1.log\")\"; rm -f \"$S/rec/$1.mp4\" \"$S/rec/$1.meta\" \"$S/rec/$1.log\" \"$S/rec/$1.pid\"; exit 14; }\n"
+        "  echo \"$1 recording $(cat \"$S/rec/$1.meta\") 0\" ;;\n"
+        "rec-stop) [ -f \"$S/rec/$1.meta\" ] || exit 18\n"
+        /* SIGINT: ffmpeg writes the MP4's index and exits. */
+        "  if alive \"$S/rec/$1.pid\"; then p=$(cat \"$S/rec/$1.pid\"); kill -INT \"$p\"\n"
+        "    tries 150 eval '! kill -0 '\"$p\"' 2>/dev/null' || kill -KILL \"$p\"; fi\n"
+        "  rm -f \"$S/rec/$1.pid\"; set -- \"$1\"; ;&\n"
+        "rec-get) [ -f \"$S/rec/$1.meta\" ] || exit 18\n"
+        "  st=done; alive \"$S/rec/$1.pid\" && st=recording\n"
+        "  echo \"$1 $st $(cat \"$S/rec/$1.meta\") $(stat -c %s \"$S/rec/$1.mp4\" 2>/dev/null || echo 0)\" ;;\n"
+        "rec-list) set +f; for f in \"$S\"/rec/*.meta; do [ -e \"$f\" ] || continue; i=$(basename \"$f\" .meta)\n"
+        "  st=done; alive \"$S/rec/$i.pid\" && st=recording\n"
+        "  echo \"$i $st $(cat \"$f\") $(stat -c %s \"$S/rec/$i.mp4\" 2>/dev/null || echo 0)\"; done ;;\n"
+        "rec-delete) [ -f \"$S/rec/$1.meta\" ] || exit 18\n"
+        "  stop_pid \"$S/rec/$1.pid\" || true; rm -f \"$S/rec/$1.mp4\" \"$S/rec/$1.meta\" \"$S/rec/$1.log\" \"$S/rec/$1.pid\" ;;\n"
         "*) exit 2 ;;\n"
         "esac\n";
 
@@ -260,6 +292,15 @@ static int verb_error(Req *r, int code, const char *out, const char *err, ApiErr
                                  "%.600s", out);
         case COMPUTER_EXIT_NO_WINDOW:
                 return api_error(e, 404, "not_found", "list them: {\"action\": \"windows\"}", "no such window");
+        case COMPUTER_EXIT_BUSY:
+                return api_error(e, 409, "conflict", "stop it first: POST .../desktop/recordings/{id}:stop",
+                                 "recording %.32s runs already: one at a time", out);
+        case COMPUTER_EXIT_NO_SPACE:
+                return api_error(e, 413, "payload_too_large", "free space in the sandbox, or create it with more diskMiB",
+                                 "the sandbox's disk has no room for a recording");
+        case COMPUTER_EXIT_NO_RECORDING:
+                return api_error(e, 404, "not_found", "list them: GET .../desktop/recordings", "no recording %s",
+                                 r->route.recording);
         default:
                 log_error(r->rid, "computer verb on %s exited %d: %.300s", r->route.sandbox_id, code, err);
                 return api_error(e, 500, "internal", NULL, "the desktop's command failed in the sandbox");
@@ -838,4 +879,133 @@ enum MHD_Result handle_desktop_act(Req *r) {
         if (strcmp(verb, "launch") == 0)
                 return reply_json(r, 200, json_pack("{s:b,s:i}", "ok", 1, "pid", atoi(out)));
         return reply_json(r, 200, json_pack("{s:b}", "ok", 1));
+}
+
+/* ---- recordings ---- */
+
+/* Bounds of a recording: frames a second, its length, its file. */
+#define REC_MAX_FPS 30
+#define REC_DEFAULT_FPS 10
+#define REC_MAX_SECONDS 3600
+#define REC_DEFAULT_SECONDS 300
+#define REC_MAX_MIB 1024
+#define REC_DEFAULT_MIB 100
+#define REC_DEFAULT_CRF 28
+/* A stop waits for ffmpeg to write the file's index (15 s in the script). */
+#define REC_STOP_TIMEOUT_MS 30000
+
+/* One line of the script's "ID STATE FPS MAX_SECONDS MAX_MIB STARTED SIZE"
+ * as the API's recording; NULL when it is not one. */
+static json_t *recording_json(const char *line) {
+        char id[32], state[16], at[RFC3339_LEN];
+        int fps, seconds, mib;
+        long long started, size;
+        if (sscanf(line, "%31s %15s %d %d %d %lld %lld", id, state, &fps, &seconds, &mib, &started, &size) != 7 ||
+            time_format_rfc3339(started, at) < 0)
+                return NULL;
+        return json_pack("{s:s,s:s,s:i,s:i,s:i,s:s,s:I}", "id", id, "state", state, "fps", fps, "maxSeconds", seconds,
+                         "maxMiB", mib, "startedAt", at, "sizeBytes", (json_int_t)size);
+}
+
+static enum MHD_Result reply_recording(Req *r, unsigned status, const char *out) {
+        json_t *j = recording_json(out);
+        if (!j) {
+                log_error(r->rid, "a recording of %s answered %.200s", r->route.sandbox_id, out);
+                return reply_internal(r);
+        }
+        return reply_json(r, status, j);
+}
+
+enum MHD_Result handle_recording_start(Req *r) {
+        static const char *const known[] = { "fps", "maxSeconds", "maxMiB", "crf", NULL };
+        ApiError e = { 0 };
+        int64_t fps, seconds, mib, crf;
+        int rc = fields_known(r->json, known, &e);
+        if (rc == 0)
+                rc = int_field(r->json, "fps", 1, REC_MAX_FPS, REC_DEFAULT_FPS, &fps, &e);
+        if (rc == 0)
+                rc = int_field(r->json, "maxSeconds", 1, REC_MAX_SECONDS, REC_DEFAULT_SECONDS, &seconds, &e);
+        if (rc == 0)
+                rc = int_field(r->json, "maxMiB", 1, REC_MAX_MIB, REC_DEFAULT_MIB, &mib, &e);
+        if (rc == 0)
+                rc = int_field(r->json, "crf", 0, 51, REC_DEFAULT_CRF, &crf, &e);
+        if (rc < 0)
+                return reply_failed(r, rc, &e);
+        char id[32] = "rec_", num[4][24];
+        if (random_hex(id + 4, 10) < 0)
+                return reply_internal(r);
+        snprintf(num[0], sizeof num[0], "%" PRId64, fps);
+        snprintf(num[1], sizeof num[1], "%" PRId64, seconds);
+        snprintf(num[2], sizeof num[2], "%" PRId64, mib);
+        snprintf(num[3], sizeof num[3], "%" PRId64, crf);
+        const char *args[] = { id, num[0], num[1], num[2], num[3] };
+        _cleanup_free_ char *out = NULL;
+        rc = run_verb(r, "rec-start", args, ELEMENTSOF(args), ACT_TIMEOUT_MS, VERB_OUTPUT_MAX, &out, &e);
+        if (rc < 0)
+                return reply_failed(r, rc, &e);
+        return reply_recording(r, 201, out);
+}
+
+/* A verb on the route's recording, answered as the recording. */
+static enum MHD_Result recording_verb(Req *r, const char *verb, int64_t timeout_ms) {
+        ApiError e = { 0 };
+        const char *args[] = { r->route.recording };
+        _cleanup_free_ char *out = NULL;
+        int rc = run_verb(r, verb, args, ELEMENTSOF(args), timeout_ms, VERB_OUTPUT_MAX, &out, &e);
+        if (rc < 0)
+                return reply_failed(r, rc, &e);
+        if (strcmp(verb, "rec-delete") == 0)
+                return reply_json(r, 200, json_pack("{s:s,s:b}", "id", r->route.recording, "deleted", 1));
+        return reply_recording(r, 200, out);
+}
+
+enum MHD_Result handle_recording_stop(Req *r) {
+        return recording_verb(r, "rec-stop", REC_STOP_TIMEOUT_MS);
+}
+
+enum MHD_Result handle_recording_get(Req *r) {
+        return recording_verb(r, "rec-get", ACT_TIMEOUT_MS);
+}
+
+enum MHD_Result handle_recording_delete(Req *r) {
+        return recording_verb(r, "rec-delete", ACT_TIMEOUT_MS);
+}
+
+enum MHD_Result handle_recordings_list(Req *r) {
+        ApiError e = { 0 };
+        _cleanup_free_ char *out = NULL;
+        int rc = run_verb(r, "rec-list", NULL, 0, ACT_TIMEOUT_MS, VERB_OUTPUT_MAX, &out, &e);
+        if (rc < 0)
+                return reply_failed(r, rc, &e);
+        _cleanup_json_ json_t *data = json_array();
+        if (!data)
+                return reply_internal(r);
+        for (char *save = NULL, *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                json_t *j = recording_json(line);
+                if (j && json_array_append_new(data, j) < 0)
+                        return reply_internal(r);
+        }
+        return reply_json(r, 200, json_pack("{s:O}", "data", data));
+}
+
+enum MHD_Result handle_recording_video(Req *r) {
+        /* Its state first: a recording still running is not a whole file,
+         * and no such recording is a 404 rather than a missing file. */
+        ApiError e = { 0 };
+        const char *args[] = { r->route.recording };
+        _cleanup_free_ char *out = NULL;
+        int rc = run_verb(r, "rec-get", args, ELEMENTSOF(args), ACT_TIMEOUT_MS, VERB_OUTPUT_MAX, &out, &e);
+        if (rc < 0)
+                return reply_failed(r, rc, &e);
+        _cleanup_json_ json_t *j = recording_json(out);
+        if (!j)
+                return reply_internal(r);
+        if (strcmp(json_string_value(json_object_get(j, "state")), "done") != 0) {
+                api_error(&e, 409, "conflict", "stop it first: POST .../desktop/recordings/{id}:stop",
+                          "recording %s is still running", r->route.recording);
+                return reply_error(r, &e);
+        }
+        char path[96];
+        snprintf(path, sizeof path, "/tmp/.runtime-desktop/rec/%s.mp4", r->route.recording);
+        return api_files_send(r, path, "video/mp4");
 }

@@ -329,6 +329,20 @@ const HttpRoute api_routes[] = {
           HTTP_BODY_NONE, handle_desktop_screenshot),
         R(ROUTE_DESKTOP_ACT, "desktop_act", "POST", SBX "/desktop:act", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_desktop_act),
+        /* The screen to MP4, one recording at a time. Reading one or its
+         * video shows the screen: full keys only, as a screenshot. */
+        R(ROUTE_RECORDINGS_LIST, "recordings_list", "GET", SBX "/desktop/recordings", HTTP_ACCESS_FULL,
+          HTTP_BODY_NONE, handle_recordings_list),
+        R(ROUTE_RECORDING_START, "recording_start", "POST", SBX "/desktop/recordings", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_recording_start),
+        R(ROUTE_RECORDING_GET, "recording_get", "GET", SBX "/desktop/recordings/{recording}", HTTP_ACCESS_FULL,
+          HTTP_BODY_NONE, handle_recording_get),
+        R(ROUTE_RECORDING_DELETE, "recording_delete", "DELETE", SBX "/desktop/recordings/{recording}",
+          HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_recording_delete),
+        R(ROUTE_RECORDING_STOP, "recording_stop", "POST", SBX "/desktop/recordings/{recording}:stop",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_recording_stop),
+        R(ROUTE_RECORDING_VIDEO, "recording_video", "GET", SBX "/desktop/recordings/{recording}/video",
+          HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_recording_video),
 };
 const size_t api_n_routes = ELEMENTSOF(api_routes);
 

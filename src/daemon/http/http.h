@@ -110,6 +110,7 @@ typedef struct Route {
         char export_id[25];   /* otx_ and 20 hex digits */
         char port[6];         /* a preview's port: 1 to 5 digits (its range is the handler's) */
         char digest[65];      /* a SHA-256 in 64 lowercase hex digits */
+        char recording[25];   /* a desktop's recording: rec_ and 20 hex digits */
         char allow[48]; /* for a 405: the methods the path has */
 } Route;
 
