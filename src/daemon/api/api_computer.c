@@ -18,8 +18,6 @@
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
-#include "daemon/api/api_files.h"
-#include "daemon/api/api_previews.h"
 #include "daemon/http/request.h"
 #include "daemon/manager/previews.h"
 

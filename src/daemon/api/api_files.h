@@ -12,6 +12,3 @@ enum MHD_Result handle_files_rename(Req *r);
  * the handler answers once it is all in. */
 enum MHD_Result handle_files_write(Req *r);
 extern const HttpUpload files_upload;
-/* The file at path in the route's sandbox, read as the sandbox's own user,
- * answered as its bytes with content_type (the desktop's recordings). */
-enum MHD_Result api_files_send(Req *r, const char *path, const char *content_type);
