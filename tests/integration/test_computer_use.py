@@ -157,8 +157,15 @@ print(json.dumps({"stopped": sbx.browser.stop(), "after": sbx.browser.get()}))
 
 def test_cdp_url_needs_its_token(cdaemon, capi, desktop_image):
     sbx = capi.create_sandbox(image=desktop_image, memoryMiB=2048)
-    r = capi.post(f"/v1/sandboxes/{sbx.id}/browser:start", json={})
-    assert r.status_code == 200, r.text
+    # Three starts at once: one Chromium, and each answer names it.
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda _: capi.post(f"/v1/sandboxes/{sbx.id}/browser:start", json={}), range(3)))
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+    assert len({urlsplit(a.json()["cdpUrl"]).path for a in answers}) == 1, [a.json() for a in answers]
+    mains = sbx.exec("ps -eo args | grep -- '--remote-debugging-port=9222' | grep -v -e '--type=' -e grep | wc -l")
+    assert mains["stdout"].strip() == "1", mains
+    r = answers[0]
     cdp = urlsplit(r.json()["cdpUrl"])
     host = cdp.netloc
     base = f"http://127.0.0.1:{cdaemon.preview_port}"

@@ -57,7 +57,7 @@ static const char computer_script[] =
         "alive() { [ -f \"$1\" ] && kill -0 \"$(cat \"$1\")\" 2>/dev/null; }\n"
         /* Detached in a session of its own: the exec that started it ends,
          * the program stays. */
-        "spawn() { local pidf=$1 log=$2; shift 2; setsid \"$@\" </dev/null >\"$log\" 2>&1 & echo $! >\"$pidf\"; }\n"
+        "spawn() { local pidf=$1 log=$2; shift 2; setsid \"$@\" </dev/null >\"$log\" 2>&1 9>&- & echo $! >\"$pidf\"; }\n"
         "tries() { local n=$1; shift; while [ \"$n\" -gt 0 ]; do \"$@\" && return 0; sleep 0.1; n=$((n - 1)); done; return 1; }\n"
         "stop_pid() { alive \"$1\" || { rm -f \"$1\"; return 1; }; local p; p=$(cat \"$1\")\n"
         "  kill -TERM -- -\"$p\" 2>/dev/null || kill -TERM \"$p\" 2>/dev/null\n"
@@ -104,6 +104,10 @@ static const char computer_script[] =
         "    { stop_pid \"$B/pid\"; echo \"Chromium did not start: $(tail -c 400 \"$B/log\")\"; exit 14; }\n"
         "}\n"
         "verb=$1; shift\n"
+        /* Starts and stops one at a time per sandbox: two starts at once
+         * would each find nothing running and start a second Chromium.
+         * What they spawn does not keep the lock (9>&- above). */
+        "case $verb in *-start | *-stop | open) exec 9>>/tmp/.runtime-computer.lock; flock -w 60 9 || { echo \"another start or stop did not finish\"; exit 14; } ;; esac\n"
         "case $verb in\n"
         "browser-start)\n"
         "  missing chromium curl\n"
@@ -163,16 +167,16 @@ static const char computer_script[] =
         "  case $1 in\n"
         "  /*) missing xdg-open; spawn \"$S/open.pid\" \"$S/open.log\" xdg-open \"$1\" ;;\n"
         "  *) missing chromium\n"
-        "     if alive \"$B/pid\" && [ \"$(cat \"$B/headless\")\" = 0 ]; then chromium --user-data-dir=\"$B/profile\" \"$1\" >/dev/null 2>&1\n"
+        "     if alive \"$B/pid\" && [ \"$(cat \"$B/headless\")\" = 0 ]; then chromium --user-data-dir=\"$B/profile\" \"$1\" >/dev/null 2>&1 9>&-\n"
         "     elif alive \"$B/pid\"; then\n"
-        "       alive \"$S/desktop-browser.pid\" && chromium --user-data-dir=\"$S/profile\" \"$1\" >/dev/null 2>&1 ||\n"
+        "       alive \"$S/desktop-browser.pid\" && chromium --user-data-dir=\"$S/profile\" \"$1\" >/dev/null 2>&1 9>&- ||\n"
         "         spawn \"$S/desktop-browser.pid\" \"$S/desktop-browser.log\" chromium --no-sandbox --no-first-run \\\n"
         "           --no-default-browser-check --disable-dev-shm-usage --disable-gpu --password-store=basic \\\n"
         "           --user-data-dir=\"$S/profile\" ${HTTPS_PROXY:+--proxy-server=$HTTPS_PROXY} \"$1\"\n"
         "     else read -r w h < <(xdotool getdisplaygeometry); browser_up 0 \"$w\" \"$h\" \"$1\"; fi ;;\n"
         "  esac ;;\n"
         "launch) need_x; command -v \"$1\" >/dev/null 2>&1 || { echo \"$1\"; exit 10; }\n"
-        "  mkdir -p -m 0700 \"$S\"; setsid \"$@\" </dev/null >>\"$S/launch.log\" 2>&1 & echo $! ;;\n"
+        "  mkdir -p -m 0700 \"$S\"; setsid \"$@\" </dev/null >>\"$S/launch.log\" 2>&1 9>&- & echo $! ;;\n"
         /* Recordings: $S/rec/ID.mp4, its ffmpeg's pid and a line of
          * "FPS MAX_SECONDS MAX_MIB STARTED" (Unix seconds). ffmpeg stops
          * itself at -t and -fs; -fs is capped below the disk's free room
