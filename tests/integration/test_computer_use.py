@@ -247,6 +247,12 @@ print(json.dumps({"started": started, "windows": windows, "cursor": cursor,
     assert empty.getpixel((100, 100)) != (255, 255, 255)
     wait_until(lambda: sbx.exec("cat /tmp/typed.txt 2>/dev/null")["stdout"] == "typed-by-xdotool\n", 20, 0.3,
                what="the typed command's file")
+    # The audit trail names each action and what a launch started, never the typed text.
+    def acts():
+        got = capi.get("/v1/audit", params={"sandboxId": sbx.id, "action": "desktop.act", "limit": 100}).json()
+        return [e.get("detail") or {} for e in got["events"]]
+    wait_until(lambda: {"action": "launch", "target": "xterm"} in acts(), 20, 0.3, what="the launch's record")
+    assert "typed-by-xdotool" not in json.dumps(acts())
     r = capi.post(f"/v1/sandboxes/{sbx.id}/desktop:stop", json={})
     assert r.status_code == 200 and r.json()["stopped"] is True, r.text
     r = capi.get(f"/v1/sandboxes/{sbx.id}/desktop/screenshot")

@@ -864,6 +864,11 @@ enum MHD_Result handle_desktop_act(Req *r) {
         }
         if (rc < 0)
                 return reply_failed(r, rc, &e);
+        /* The trail names the action, and what a launch or an open starts;
+         * never the text typed, which may be a password. */
+        req_audit_note(r, "action", action);
+        if (strcmp(verb, "launch") == 0 || strcmp(verb, "open") == 0)
+                req_audit_note(r, "target", args[0]);
         _cleanup_free_ char *out = NULL;
         rc = run_verb(r, verb, args, n, timeout_ms, VERB_OUTPUT_MAX, &out, &e);
         if (rc < 0)
