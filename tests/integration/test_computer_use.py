@@ -186,6 +186,14 @@ def test_cdp_url_needs_its_token(cdaemon, capi, desktop_image):
     with httpx.Client(timeout=15) as c:
         r = c.get(f"{base}/", headers={"Host": other_port, "x-runtime-preview-token": token})
         assert r.status_code in (403, 404), r.text
+    # Chromium itself killed: the browser reads as not running, and a start brings it back.
+    assert sbx.exec("kill -9 $(cat /tmp/.runtime-browser/pid)")["exitCode"] == 0
+    wait_until(lambda: capi.get(f"/v1/sandboxes/{sbx.id}/browser").json()["running"] is False, 20, 0.3,
+               what="the browser read as stopped")
+    again = capi.post(f"/v1/sandboxes/{sbx.id}/browser:start", json={})
+    assert again.status_code == 200 and again.json()["running"] is True, again.text
+    assert urlsplit(again.json()["cdpUrl"]).path != cdp.path, "a new browser"
+    assert sbx.exec("echo fine")["stdout"] == "fine\n"
     # Another owner's key sees no browser of this sandbox, and starts none.
     k = capi.post("/v1/keys", json={"name": "computer-other", "owner": "computer-other"})
     assert k.status_code == 201, k.text
