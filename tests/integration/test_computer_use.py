@@ -431,3 +431,40 @@ def test_live_view(cdaemon, capi, desktop_image):
         assert b"RFB 00" in got, got[:300]
     finally:
         s.close()
+
+
+def test_our_sdk_has_the_same_calls(cdaemon, capi, desktop_image, monkeypatch):
+    """Our SDK's sbx.browser and sbx.desktop, blocking and awaitable, with the published client's
+    names, against the real daemon."""
+    import asyncio
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
+    from withruntime import AsyncSandbox, Sandbox
+    from withruntime.errors import APIError
+    for k, v in cdaemon.env().items():
+        monkeypatch.setenv(k, v)
+    sid = capi.create_sandbox(image=desktop_image, memoryMiB=2048).id
+    sbx = Sandbox.connect(sid)
+    started = sbx.desktop.start(width=640, height=480)
+    assert started["width"] == 640 and started["streamUrl"], started
+    from PIL import Image
+    assert Image.open(io.BytesIO(sbx.desktop.screenshot())).size == (640, 480)
+    assert sbx.desktop.screenshot(format="jpeg", quality=40)[:3] == b"\xff\xd8\xff"
+    assert sbx.desktop.launch(["xterm"])["pid"] > 0
+    sbx.desktop.move(20, 30)
+    assert sbx.desktop.cursor() == {"x": 20, "y": 30}
+    with pytest.raises(APIError) as off:
+        sbx.desktop.click(640, 0)
+    assert off.value.status == 400
+    browser = sbx.browser.start()
+    assert browser["cdpUrl"].startswith("ws://9222-sbx-") and sbx.browser.get()["running"] is True
+    assert sbx.browser.stop() is True
+
+    async def awaited():
+        a = await AsyncSandbox.connect(sid)
+        windows = await a.desktop.windows()
+        recs = await a.desktop.recordings.list()
+        stopped = await a.desktop.stop()
+        return windows, recs, stopped
+
+    windows, recs, stopped = asyncio.run(awaited())
+    assert isinstance(windows, list) and recs == [] and stopped["stopped"] is True
