@@ -163,7 +163,7 @@ def test_cdp_url_needs_its_token(cdaemon, capi, desktop_image):
         answers = list(pool.map(lambda _: capi.post(f"/v1/sandboxes/{sbx.id}/browser:start", json={}), range(3)))
     assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
     assert len({urlsplit(a.json()["cdpUrl"]).path for a in answers}) == 1, [a.json() for a in answers]
-    mains = sbx.exec("ps -eo args | grep -- '--remote-debugging-port=9222' | grep -v -e '--type=' -e grep | wc -l")
+    mains = sbx.exec("ps -eo args | grep -- '--remote-debugging-port=9223' | grep -v -e '--type=' -e grep | wc -l")
     assert mains["stdout"].strip() == "1", mains
     r = answers[0]
     cdp = urlsplit(r.json()["cdpUrl"])
@@ -179,6 +179,8 @@ def test_cdp_url_needs_its_token(cdaemon, capi, desktop_image):
     # The DevTools' own answer, reached with the token, names the browser.
     ok = probe({"x-runtime-preview-token": token})
     assert ok.status_code == 200 and "webSocketDebuggerUrl" in ok.json(), ok.text
+    # Chromium names its WebSocket at the Host it was asked by: the listener's, not 127.0.0.1:9222.
+    assert urlsplit(ok.json()["webSocketDebuggerUrl"]).netloc == host, ok.json()
     assert probe({}).status_code == 401
     assert probe({"x-runtime-preview-token": "1.00"}).status_code == 403
     # A token of this sandbox's DevTools opens no other port of it.
@@ -468,3 +470,29 @@ def test_our_sdk_has_the_same_calls(cdaemon, capi, desktop_image, monkeypatch):
 
     windows, recs, stopped = asyncio.run(awaited())
     assert isinstance(windows, list) and recs == [] and stopped["stopped"] is True
+
+
+def test_cdp_url_under_another_preview_domain(build_dir, image_dir, tmp_path, desktop_image):
+    """Behind --preview-domain, the Host the listener passes on (9222-sbx-HEX.preview.example) is
+    no localhost name, which Chromium's DevTools refuses; the relay in front of it puts localhost
+    in its place, and Playwright drives the browser as under the default domain."""
+    port = free_port()
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-computer-domain",
+                      extra_args=["--preview-listen", f"127.0.0.1:{port}", "--preview-domain", "preview.example"])
+    try:
+        with Api(d) as api:
+            sbx = api.create_sandbox(image=desktop_image, memoryMiB=2048)
+            sbx.put_file("/workspace/site/index.html", PAGE).raise_for_status()
+            r = api.post(f"/v1/sandboxes/{sbx.id}/browser:start", json={})
+            assert r.status_code == 200, r.text
+            cdp = r.json()["cdpUrl"]
+            assert urlsplit(cdp).hostname.endswith(".preview.example"), cdp
+            with playwright_sync()() as p:
+                browser = connect(p, cdp)
+                page = browser.contexts[0].new_page()
+                page.goto("file:///workspace/site/index.html", timeout=30000)
+                assert page.title() == "served in the sandbox"
+                browser.close()
+            api.delete_all()
+    finally:
+        _finish_daemon(d)
