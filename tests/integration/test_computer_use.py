@@ -214,6 +214,12 @@ def test_browser_needs_the_desktop_image(cdaemon, capi):
     assert "chromium" in err["message"] and '"desktop"' in err["hint"], err
     r = capi.post(f"/v1/sandboxes/{sbx.id}/desktop:start", json={})
     assert r.status_code == 409 and '"desktop"' in r.json()["error"]["hint"], r.text
+    # No browser: running false. A sandbox that is not running: its 409, not "running": false.
+    assert capi.get(f"/v1/sandboxes/{sbx.id}/browser").json() == {"running": False, "cdpUrl": None,
+                                                                   "streamUrl": None}
+    assert capi.post(f"/v1/sandboxes/{sbx.id}:stop", json={}).status_code == 200
+    r = capi.get(f"/v1/sandboxes/{sbx.id}/browser")
+    assert r.status_code == 409 and "running" not in r.json(), r.text
 
 
 def test_desktop_window_and_typing(published_client, cdaemon, capi, cdriver, desktop_image):

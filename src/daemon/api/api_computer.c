@@ -334,11 +334,14 @@ static int verb_error(Req *r, int code, const char *out, const char *err, ApiErr
                 return -ENOENT;
         }
         case COMPUTER_EXIT_NOT_RUNNING:
+                /* -ESRCH: told apart from a sandbox that is not running. */
                 if (strcmp(out, "desktop") == 0)
-                        return api_error(e, 409, "conflict", "start it: POST /v1/sandboxes/{id}/desktop:start",
-                                         "the desktop of sandbox %s is not running", r->route.sandbox_id);
-                return api_error(e, 409, "conflict", "start it: POST /v1/sandboxes/{id}/browser:start",
-                                 "the browser of sandbox %s is not running", r->route.sandbox_id);
+                        api_error(e, 409, "conflict", "start it: POST /v1/sandboxes/{id}/desktop:start",
+                                  "the desktop of sandbox %s is not running", r->route.sandbox_id);
+                else
+                        api_error(e, 409, "conflict", "start it: POST /v1/sandboxes/{id}/browser:start",
+                                  "the browser of sandbox %s is not running", r->route.sandbox_id);
+                return -ESRCH;
         case COMPUTER_EXIT_OFF_SCREEN:
                 return api_error(e, 400, "invalid_request", "coordinates are pixels from the top left, below the screen's size",
                                  "a point is off the screen (%.32s)", out);
@@ -568,7 +571,7 @@ enum MHD_Result handle_browser_get(Req *r) {
         int rc = previews_offered(r, &e);
         if (rc == 0)
                 rc = run_verb(r, "browser-get", NULL, 0, ACT_TIMEOUT_MS, VERB_OUTPUT_MAX, &out, &e);
-        if (rc < 0 && e.code && strcmp(e.code, "conflict") == 0 && e.status == 409)
+        if (rc == -ESRCH)
                 /* Not running (never started, stopped, or it crashed). */
                 return reply_json(r, 200, json_pack("{s:b,s:n,s:n}", "running", 0, "cdpUrl", "streamUrl"));
         if (rc < 0)
