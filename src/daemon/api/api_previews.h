@@ -9,4 +9,3 @@ enum MHD_Result handle_previews_list(Req *r);
 enum MHD_Result handle_preview_get(Req *r);
 enum MHD_Result handle_preview_delete(Req *r);
 enum MHD_Result handle_preview_rotate(Req *r);
-
