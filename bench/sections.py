@@ -1,6 +1,7 @@
-"""docs/benchmarks.md is written by several scripts: bench/run.py owns the file,
-bench/egress.py, bench/microvm.py, bench/js.py, bench/processes.py, bench/lifecycle.py, bench/sdk_start.py, bench/create_exec.py, bench/tenants.py, bench/fleet_creates.py, bench/fleet_forward.py, bench/warm_pool.py, bench/file_links.py, bench/previews.py, bench/images.py and bench/idle_scale.py (their figures written by hand) each own a section between
-markers, and so does run.py's comparison of runsc builds (--only gvisor_runsc).
+"""docs/benchmarks.md is written by several scripts: bench/run.py owns the file, and each script
+named in a section's begin marker below (bench/egress.py, bench/previews.py, bench/idle_scale.py,
+...; their figures written by hand) owns the section between its markers, and so does run.py's
+comparison of runsc builds (--only gvisor_runsc).
 These helpers keep each one's part when another rewrites the file."""
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ SECTIONS = [
     ("<!-- previews benchmark: begin", "<!-- previews benchmark: end -->"),
     ("<!-- images benchmark: begin", "<!-- images benchmark: end -->"),
     ("<!-- idle scale benchmark: begin", "<!-- idle scale benchmark: end -->"),
+    ("<!-- computer use benchmark: begin", "<!-- computer use benchmark: end -->"),
 ]
 
 

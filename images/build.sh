@@ -32,6 +32,14 @@ SANDBOX_UID=1000
 # The analysis image: the default one plus the data stack the interpreter's
 # charts and tables use (docs/interpreter.md).
 ANALYSIS_PACKAGES="python3-numpy python3-pandas python3-matplotlib"
+# The desktop image: the default one plus a browser and an X desktop that the
+# browser and desktop APIs drive (docs/computer-use.md): Chromium, a virtual
+# framebuffer X server, a light window manager, xdotool and wmctrl for input
+# and windows, ffmpeg for screenshots and recordings, x11vnc with noVNC for
+# the live view, xterm and fonts. dbus-x11 is named because debootstrap
+# resolves no virtual package (dconf-service, which GTK pulls in, needs a
+# session bus).
+DESKTOP_PACKAGES="chromium dbus-x11 xvfb openbox x11vnc xdotool wmctrl ffmpeg fonts-dejavu-core xterm x11-utils xdg-utils novnc python3-websockify"
 
 log() { printf '%s runtime-image-build: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 die() { printf 'runtime-image-build: error: %s\n' "$*" >&2; exit 2; }
@@ -56,7 +64,8 @@ name=$2
 case "$name" in
 default) ;;
 analysis) PACKAGES="$PACKAGES $ANALYSIS_PACKAGES" ;;
-*) die "unknown image '$name' (the recipes are 'default' and 'analysis')" ;;
+desktop) PACKAGES="$PACKAGES $DESKTOP_PACKAGES" ;;
+*) die "unknown image '$name' (the recipes are 'default', 'analysis' and 'desktop')" ;;
 esac
 
 # The recipe is this script plus its package list: change either and the

@@ -51,7 +51,10 @@ echo "runtimed is up at $RUNTIME_BASE_URL (log: $LOG)"
 runtime doctor || true
 
 step "image"
-runtime image build
+# RUNTIME_IMAGES="default desktop" builds the desktop image too (docs/computer-use.md).
+for image in ${RUNTIME_IMAGES:-default}; do
+  runtime image build "$image"
+done
 
 step "run"
 echo "\$ runtime sandbox run -- python3 -c 'print(6 * 7)'"

@@ -187,21 +187,33 @@ def image_dir(build_dir: Path) -> Path:
     return d
 
 
-@pytest.fixture(scope="session")
-def analysis_image(build_dir: Path, image_dir: Path) -> str:
-    """The `analysis` image (numpy, pandas, matplotlib) in the suite's image
-    dir, built once when missing or stale, like the default one."""
+def _recipe_image(build_dir: Path, image_dir: Path, name: str) -> str:
+    """The recipe's image `name` in the suite's image dir, built once when missing or stale, like
+    the default one; skips where it cannot be built."""
     tool = build_dir / "runtime-image-build"
-    if subprocess.run([str(tool), "--check", str(image_dir), "analysis"]).returncode == 0:
-        return "analysis"
+    if subprocess.run([str(tool), "--check", str(image_dir), name]).returncode == 0:
+        return name
     if os.geteuid() != 0 or shutil.which("debootstrap") is None:
-        pytest.skip(f"image {image_dir}/analysis is not built and building it needs root and debootstrap")
-    build = subprocess.run([str(tool), str(image_dir), "analysis"], capture_output=True, text=True,
+        pytest.skip(f"image {image_dir}/{name} is not built and building it needs root and debootstrap")
+    build = subprocess.run([str(tool), str(image_dir), name], capture_output=True, text=True,
                            timeout=1800)
     if build.returncode != 0:
-        pytest.fail(f"runtime-image-build {image_dir} analysis failed ({build.returncode}):\n"
+        pytest.fail(f"runtime-image-build {image_dir} {name} failed ({build.returncode}):\n"
                     f"{build.stdout[-4000:]}\n{build.stderr[-4000:]}", pytrace=False)
-    return "analysis"
+    return name
+
+
+@pytest.fixture(scope="session")
+def analysis_image(build_dir: Path, image_dir: Path) -> str:
+    """The `analysis` image (numpy, pandas, matplotlib)."""
+    return _recipe_image(build_dir, image_dir, "analysis")
+
+
+@pytest.fixture(scope="session")
+def desktop_image(build_dir: Path, image_dir: Path) -> str:
+    """The `desktop` image (Chromium, Xvfb, openbox, xdotool, ffmpeg, noVNC): the browser and
+    desktop tests' sandboxes."""
+    return _recipe_image(build_dir, image_dir, "desktop")
 
 
 # ---------------------------------------------------------------------------

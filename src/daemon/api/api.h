@@ -21,6 +21,7 @@
 #include "daemon/manager/images.h"
 #include "daemon/manager/keys.h"
 #include "daemon/manager/ledger.h"
+#include "daemon/manager/previews.h"
 #include "daemon/manager/process.h"
 #include "daemon/http/request.h"
 #include "daemon/manager/sandbox.h"
@@ -165,6 +166,19 @@ typedef enum RouteKind {
         ROUTE_SESSION_CREATE,
         ROUTE_SESSION_LIST,
         ROUTE_SESSION_REVOKE,
+        ROUTE_BROWSER_START,
+        ROUTE_BROWSER_GET,
+        ROUTE_BROWSER_STOP,
+        ROUTE_DESKTOP_START,
+        ROUTE_DESKTOP_STOP,
+        ROUTE_DESKTOP_SCREENSHOT,
+        ROUTE_DESKTOP_ACT,
+        ROUTE_RECORDINGS_LIST,
+        ROUTE_RECORDING_START,
+        ROUTE_RECORDING_GET,
+        ROUTE_RECORDING_STOP,
+        ROUTE_RECORDING_DELETE,
+        ROUTE_RECORDING_VIDEO,
         _ROUTE_MAX,
 } RouteKind;
 
@@ -258,6 +272,20 @@ json_t *api_out_of_memory(int64_t processes_killed, unsigned memory_mib);
  * is not one. */
 int api_websocket_handshake(Req *r, const char *client, char accept[29], ApiError *e);
 json_t *api_image_json(const ImageInfo *info);
+
+/* Shared with the browser and desktop handlers (api_computer.c). The
+ * route's sandbox's port shared for a part of the daemon that serves
+ * through the preview listener (the browser's DevTools, the desktop's live
+ * view): the preview there, a private one made when there is none (defined
+ * in api_previews.c). Its URL (http(s)://PORT-sbx-HEX.DOMAIN[:PORT]) in
+ * ret_url and a token of the default life in ret_token; 501
+ * previews_unavailable without a listener. */
+int api_preview_share(Req *r, unsigned port, char *ret_url, size_t url_len, char ret_token[PREVIEW_TOKEN_MAX],
+                      ApiError *e);
+/* The file at path in the route's sandbox, read as the sandbox's own user,
+ * answered as its bytes with content_type (defined in api_files.c; the
+ * desktop's recordings). */
+enum MHD_Result api_files_send(Req *r, const char *path, const char *content_type);
 
 /* Names the command line of an exec or a spawn for its audit record: the
  * command, or argv joined by spaces (bounded by req_audit_note); never its

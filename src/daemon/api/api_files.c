@@ -413,16 +413,10 @@ static ssize_t file_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
 }
 
-enum MHD_Result handle_files_read(Req *r) {
+/* The agent's read request req of path on the route's sandbox, answered as
+ * the file's bytes. */
+static enum MHD_Result send_file(Req *r, json_t *req, const char *path, const char *content_type) {
         ApiError e = { 0 };
-        _cleanup_free_ char *path = NULL;
-        if (query_path(r, "path", NULL, &path, &e) < 0)
-                return reply_error(r, &e);
-        _cleanup_json_ json_t *req = agent_req_read(path);
-        if (!req)
-                return reply_internal(r);
-        if (with_user(r, req, &e) < 0)
-                return e.code ? reply_error(r, &e) : reply_internal(r);
         FileRead *f = calloc(1, sizeof(*f));
         if (!f)
                 return reply_internal(r);
@@ -490,7 +484,27 @@ enum MHD_Result handle_files_read(Req *r) {
         char len[24];
         snprintf(len, sizeof(len), "%" PRIu64, f->size);
         MHD_add_response_header(resp, "X-Content-Length", len);
-        return reply_response(r, 200, resp, "application/octet-stream");
+        return reply_response(r, 200, resp, content_type);
+}
+
+enum MHD_Result handle_files_read(Req *r) {
+        ApiError e = { 0 };
+        _cleanup_free_ char *path = NULL;
+        if (query_path(r, "path", NULL, &path, &e) < 0)
+                return reply_error(r, &e);
+        _cleanup_json_ json_t *req = agent_req_read(path);
+        if (!req)
+                return reply_internal(r);
+        if (with_user(r, req, &e) < 0)
+                return e.code ? reply_error(r, &e) : reply_internal(r);
+        return send_file(r, req, path, "application/octet-stream");
+}
+
+enum MHD_Result api_files_send(Req *r, const char *path, const char *content_type) {
+        _cleanup_json_ json_t *req = agent_req_read(path);
+        if (!req)
+                return reply_internal(r);
+        return send_file(r, req, path, content_type);
 }
 
 /* ---- PUT content: the upload straight into the agent ---- */

@@ -176,8 +176,10 @@ enum MHD_Result handle_image_build(Req *r) {
                 api_error(&e, 400, "invalid_request", NULL, "force must be 1 or 0");
                 return reply_error(r, &e);
         }
-        if (strcmp(r->route.image, "default") != 0 && strcmp(r->route.image, "analysis") != 0) {
-                api_error(&e, 404, "not_found", "the image recipes are \"default\" and \"analysis\"", "no image recipe %s",
+        if (strcmp(r->route.image, "default") != 0 && strcmp(r->route.image, "analysis") != 0 &&
+            strcmp(r->route.image, "desktop") != 0) {
+                api_error(&e, 404, "not_found", "the image recipes are \"default\", \"analysis\" and \"desktop\"",
+                          "no image recipe %s",
                           r->route.image);
                 return reply_error(r, &e);
         }
@@ -199,10 +201,14 @@ enum MHD_Result handle_image_build(Req *r) {
         snprintf(b->name, sizeof(b->name), "%s", r->route.image);
         const DaemonConfig *cfg = r->app->cfg;
         /* The microVM's parts after the root filesystem: a create never
-         * builds them (docs/microvm.md). */
+         * builds them (docs/microvm.md). The desktop image gets none: its
+         * browser and desktop are not offered on the microVM
+         * (docs/computer-use.md). */
         bool microvm = false;
         for (unsigned i = 0; i < cfg->n_drivers; i++)
                 microvm = microvm || (cfg->drivers[i].driver == &driver_microvm && cfg->drivers[i].offered);
+        if (strcmp(b->name, "desktop") == 0)
+                microvm = false;
         pid_t pid;
         int rc = image_build_start(cfg, b->name, forced, microvm ? cfg->microvm_builder : NULL, pipefd[1], &pid);
         if (rc < 0) {

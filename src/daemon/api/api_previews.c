@@ -338,3 +338,32 @@ enum MHD_Result handle_preview_delete(Req *r) {
         return reply_json(r, 200, json_pack("{s:s,s:i,s:b}", "sandboxId", p.sandbox_id, "port", (int)p.port,
                                             "deleted", true));
 }
+
+int api_preview_share(Req *r, unsigned port, char *ret_url, size_t url_len, char ret_token[PREVIEW_TOKEN_MAX],
+                      ApiError *e) {
+        if (!r->app->previews)
+                return previews_off(e);
+        StorePreview p;
+        int rc = previews_get(r->app->previews, r->route.sandbox_id, port, &p);
+        if (rc == 0 && preview_expired(&p, time_now_unix())) {
+                explicit_bzero(p.secret, sizeof p.secret);
+                rc = -ENOENT;
+        }
+        /* None yet (or one that ended): a private one that lives as long as
+         * the sandbox. One the owner shared already is used as it is. */
+        if (rc == -ENOENT)
+                rc = previews_put(r->app->previews, r->route.sandbox_id, r->key.owner, port, false, 0, &p);
+        if (rc < 0) {
+                log_error(r->rid, "sharing port %u of %s: %s", port, r->route.sandbox_id, strerror(-rc));
+                return api_error(e, 503, "unavailable", "try again", "the previews' store did not answer");
+        }
+        url_of(r->app->preview_site, &p, ret_url, url_len);
+        int64_t got = 0;
+        rc = previews_token(r->app->previews, &p, time_now_unix() + PREVIEW_TOKEN_DEFAULT_SECONDS, ret_token, &got);
+        explicit_bzero(p.secret, sizeof p.secret);
+        if (rc < 0) {
+                log_error(r->rid, "signing a token of preview %s:%u: %s", r->route.sandbox_id, port, strerror(-rc));
+                return api_error(e, 500, "internal", NULL, "the preview's token could not be made");
+        }
+        return 0;
+}

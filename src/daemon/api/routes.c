@@ -6,6 +6,7 @@
 #include "daemon/api/api_exec.h"
 #include "daemon/api/api_archive.h"
 #include "daemon/api/api_audit.h"
+#include "daemon/api/api_computer.h"
 #include "daemon/api/api_dashboard.h"
 #include "daemon/api/api_files.h"
 #include "daemon/api/api_hosts.h"
@@ -337,6 +338,36 @@ const HttpRoute api_routes[] = {
           HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_interpreter_contexts),
         R(ROUTE_INTERP_RESULT, "interpreter_result", "GET", SBX "/interpreter/contexts/{context}/results/{result}",
           HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_interpreter_result),
+        /* The browser and the desktop (docs/computer-use.md). Reading the
+         * browser's state answers a cdpUrl, which drives it: full keys only. */
+        R(ROUTE_BROWSER_START, "browser_start", "POST", SBX "/browser:start", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_browser_start),
+        R(ROUTE_BROWSER_GET, "browser_get", "GET", SBX "/browser", HTTP_ACCESS_FULL, HTTP_BODY_NONE,
+          handle_browser_get),
+        R(ROUTE_BROWSER_STOP, "browser_stop", "POST", SBX "/browser:stop", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_browser_stop),
+        R(ROUTE_DESKTOP_START, "desktop_start", "POST", SBX "/desktop:start", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_desktop_start),
+        R(ROUTE_DESKTOP_STOP, "desktop_stop", "POST", SBX "/desktop:stop", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_desktop_stop),
+        R(ROUTE_DESKTOP_SCREENSHOT, "desktop_screenshot", "GET", SBX "/desktop/screenshot", HTTP_ACCESS_FULL,
+          HTTP_BODY_NONE, handle_desktop_screenshot),
+        R(ROUTE_DESKTOP_ACT, "desktop_act", "POST", SBX "/desktop:act", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_desktop_act),
+        /* The screen to MP4, one recording at a time. Reading one or its
+         * video shows the screen: full keys only, as a screenshot. */
+        R(ROUTE_RECORDINGS_LIST, "recordings_list", "GET", SBX "/desktop/recordings", HTTP_ACCESS_FULL,
+          HTTP_BODY_NONE, handle_recordings_list),
+        R(ROUTE_RECORDING_START, "recording_start", "POST", SBX "/desktop/recordings", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_recording_start),
+        R(ROUTE_RECORDING_GET, "recording_get", "GET", SBX "/desktop/recordings/{recording}", HTTP_ACCESS_FULL,
+          HTTP_BODY_NONE, handle_recording_get),
+        R(ROUTE_RECORDING_DELETE, "recording_delete", "DELETE", SBX "/desktop/recordings/{recording}",
+          HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_recording_delete),
+        R(ROUTE_RECORDING_STOP, "recording_stop", "POST", SBX "/desktop/recordings/{recording}:stop",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_recording_stop),
+        R(ROUTE_RECORDING_VIDEO, "recording_video", "GET", SBX "/desktop/recordings/{recording}/video",
+          HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_recording_video),
 };
 const size_t api_n_routes = ELEMENTSOF(api_routes);
 

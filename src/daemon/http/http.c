@@ -175,6 +175,9 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("watch")) {
                 dst = r->watch_id;
                 cap = sizeof(r->watch_id);
+        } else if (IS("recording")) {
+                dst = r->recording;
+                cap = sizeof(r->recording);
         } else
                 return false;
         if (len == 0 || len >= cap || memchr(v, '/', len))
@@ -205,6 +208,8 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return hex_id_ok(dst, "whd_", 20);
         if (IS("export"))
                 return hex_id_ok(dst, "otx_", 20);
+        if (IS("recording"))
+                return hex_id_ok(dst, "rec_", 20);
         if (IS("port"))
                 return strspn(dst, "0123456789") == len;
         if (IS("session"))

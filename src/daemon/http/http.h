@@ -116,6 +116,7 @@ typedef struct Route {
         char digest[65];      /* a SHA-256 in 64 lowercase hex digits */
         char watch_id[64];    /* a file watch: [A-Za-z0-9][A-Za-z0-9_.-]{0,62} */
         char session_id[25];  /* ses_ and 20 hex digits */
+        char recording[25];   /* a desktop's recording: rec_ and 20 hex digits */
         char allow[48]; /* for a 405: the methods the path has */
 } Route;
 

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, Optional, Type, Union  # noqa: F401
 
 from ._config import resolve_api_key, resolve_endpoint
+from ._computer import BrowserOps, DesktopOps, RecordingsOps
 from ._core import FilesOps, NetworkOps, PreviewsOps, RuntimeOps, SandboxOps, SecretsOps, SnapshotsOps
 from ._drive import arun, awaitable, awaitable_iter
 from ._http import AsyncHTTP, websocket_headers
@@ -76,6 +77,8 @@ class AsyncSandbox(SandboxInfo):
         self.files = AsyncFiles(self)
         self.sessions = AsyncSessions(self)
         self.previews = AsyncPreviews(self)
+        self.browser = AsyncBrowser(self)
+        self.desktop = AsyncDesktop(self)
 
     @classmethod
     def from_session(cls, token: str, sandbox_id: str, base_url: Optional[str] = None, *,
@@ -180,6 +183,62 @@ class AsyncPreviews:
     get = awaitable(PreviewsOps.get)
     rotate = awaitable(PreviewsOps.rotate)
     delete = awaitable(PreviewsOps.delete)
+
+
+class AsyncBrowser:
+    """Chromium in the sandbox, awaitable."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sbx = sandbox
+
+    _base = BrowserOps._base
+    start = awaitable(BrowserOps.start)
+    get = awaitable(BrowserOps.get)
+    stop = awaitable(BrowserOps.stop)
+
+
+class AsyncDesktopRecordings:
+    """The desktop's screen to MP4, awaitable."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sbx = sandbox
+
+    _base = RecordingsOps._base
+    start = awaitable(RecordingsOps.start)
+    stop = awaitable(RecordingsOps.stop)
+    get = awaitable(RecordingsOps.get)
+    list = awaitable(RecordingsOps.list)
+    download = awaitable(RecordingsOps.download)
+    delete = awaitable(RecordingsOps.delete)
+
+
+class AsyncDesktop:
+    """The sandbox's X desktop, awaitable."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sbx = sandbox
+        self.recordings = AsyncDesktopRecordings(sandbox)
+
+    _base = DesktopOps._base
+    _act = DesktopOps._act
+    start = awaitable(DesktopOps.start)
+    stop = awaitable(DesktopOps.stop)
+    screenshot = awaitable(DesktopOps.screenshot)
+    move = awaitable(DesktopOps.move)
+    click = awaitable(DesktopOps.click)
+    double_click = awaitable(DesktopOps.double_click)
+    right_click = awaitable(DesktopOps.right_click)
+    mouse_down = awaitable(DesktopOps.mouse_down)
+    mouse_up = awaitable(DesktopOps.mouse_up)
+    drag = awaitable(DesktopOps.drag)
+    scroll = awaitable(DesktopOps.scroll)
+    type = awaitable(DesktopOps.type)
+    press = awaitable(DesktopOps.press)
+    cursor = awaitable(DesktopOps.cursor)
+    windows = awaitable(DesktopOps.windows)
+    focus = awaitable(DesktopOps.focus)
+    open = awaitable(DesktopOps.open)
+    launch = awaitable(DesktopOps.launch)
 
 
 class AsyncFiles:

@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Dict, Iterator, Mapping, Optional, Type
 
 from ._config import resolve_api_key, resolve_endpoint
+from ._computer import BrowserOps, DesktopOps, RecordingsOps
 from ._core import FilesOps, NetworkOps, PreviewsOps, RuntimeOps, SandboxOps, SecretsOps, SnapshotsOps
 from ._drive import blocking, blocking_iter, run
 from ._http import SyncHTTP, websocket_headers
@@ -49,6 +50,8 @@ class Sandbox(SandboxInfo):
         self.files = Files(self)
         self.previews = Previews(self)
         self.sessions = Sessions(self)
+        self.browser = Browser(self)
+        self.desktop = Desktop(self)
 
     @classmethod
     def from_session(cls, token: str, sandbox_id: str, base_url: Optional[str] = None, *,
@@ -241,6 +244,62 @@ class Previews:
     get = blocking(PreviewsOps.get)
     rotate = blocking(PreviewsOps.rotate)
     delete = blocking(PreviewsOps.delete)
+
+
+class Browser:
+    """Chromium in the sandbox (docs/computer-use.md)."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sbx = sandbox
+
+    _base = BrowserOps._base
+    start = blocking(BrowserOps.start)
+    get = blocking(BrowserOps.get)
+    stop = blocking(BrowserOps.stop)
+
+
+class DesktopRecordings:
+    """The desktop's screen to MP4, one recording at a time."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sbx = sandbox
+
+    _base = RecordingsOps._base
+    start = blocking(RecordingsOps.start)
+    stop = blocking(RecordingsOps.stop)
+    get = blocking(RecordingsOps.get)
+    list = blocking(RecordingsOps.list)
+    download = blocking(RecordingsOps.download)
+    delete = blocking(RecordingsOps.delete)
+
+
+class Desktop:
+    """The sandbox's X desktop, driven like a person would (docs/computer-use.md)."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sbx = sandbox
+        self.recordings = DesktopRecordings(sandbox)
+
+    _base = DesktopOps._base
+    _act = DesktopOps._act
+    start = blocking(DesktopOps.start)
+    stop = blocking(DesktopOps.stop)
+    screenshot = blocking(DesktopOps.screenshot)
+    move = blocking(DesktopOps.move)
+    click = blocking(DesktopOps.click)
+    double_click = blocking(DesktopOps.double_click)
+    right_click = blocking(DesktopOps.right_click)
+    mouse_down = blocking(DesktopOps.mouse_down)
+    mouse_up = blocking(DesktopOps.mouse_up)
+    drag = blocking(DesktopOps.drag)
+    scroll = blocking(DesktopOps.scroll)
+    type = blocking(DesktopOps.type)
+    press = blocking(DesktopOps.press)
+    cursor = blocking(DesktopOps.cursor)
+    windows = blocking(DesktopOps.windows)
+    focus = blocking(DesktopOps.focus)
+    open = blocking(DesktopOps.open)
+    launch = blocking(DesktopOps.launch)
 
 
 class Network(Dict[str, Any]):
