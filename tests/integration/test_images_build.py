@@ -188,8 +188,8 @@ def test_refusals_at_the_request(api):
     assert r.status_code == 400, r.text
     r = api.post("/v1/images", json={"name": name, "dockerfile": "FROM default\n", "bogus": 1})
     assert r.status_code == 400 and "bogus" in r.text, r.text
-    r = api.post("/v1/images", json={"name": name, "image": "python:3.12-slim"})
-    assert r.status_code == 501, r.text
+    r = api.post("/v1/images", json={"name": name, "image": "Not A Reference!"})
+    assert r.status_code == 400 and "image reference" in r.json()["error"]["message"], r.text
     r = api.get("/v1/images/registries")
     assert r.status_code == 501 and "registr" in r.json()["error"]["message"], r.text
     # A chunk whose bytes are not its digest.

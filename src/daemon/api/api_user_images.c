@@ -16,6 +16,7 @@
 #include "common/timeutil.h"
 #include "daemon/http/request.h"
 #include "daemon/manager/images.h"
+#include "daemon/manager/oci_pull.h"
 #include "daemon/manager/user_images.h"
 
 #define BUILD_DEFAULT_VCPU 1u
@@ -190,10 +191,8 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
                 if (!ok)
                         return api_error(e, 400, "invalid_request", NULL, "unknown field %.64s", k);
         }
-        const char *unsupported[] = { "image", "recipe", "files", "start" };
-        const char *why[] = { "building from an image of a registry is not supported yet: FROM it in a Dockerfile "
-                              "once registries are",
-                              "recipes are not supported: write a Dockerfile",
+        const char *unsupported[] = { "recipe", "files", "start" };
+        const char *why[] = { "recipes are not supported: write a Dockerfile",
                               "inline files are not supported: send a context folder",
                               "a start command is not supported: CMD is recorded, and sandboxes run commands by exec" };
         for (size_t i = 0; i < ELEMENTSOF(unsupported); i++) {
@@ -205,12 +204,26 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         if (v && !json_is_null(v))
                 return api_error(e, 400, "invalid_request", NULL, "a self-hosted daemon has no regions: leave region out");
         const char *text = json_string_value(json_object_get(r->json, "dockerfile"));
+        v = json_object_get(r->json, "image");
+        _cleanup_free_ char *from_image = NULL;
+        if (v && !json_is_null(v)) {
+                /* An image of a registry as it is: a Dockerfile of its FROM. */
+                OciRef ref;
+                const char *ref_s = json_string_value(v);
+                if (text)
+                        return api_error(e, 400, "invalid_request", NULL, "give image or dockerfile, not both");
+                if (!ref_s || oci_ref_parse(ref_s, &ref) < 0)
+                        return api_error(e, 400, "invalid_request", "registry/repository:tag or repository@sha256:digest",
+                                         "image must be an image reference of a registry");
+                if (asprintf(&from_image, "FROM %s\n", ref_s) < 0)
+                        return api_error(e, 500, "internal", NULL, "out of memory");
+                text = from_image;
+        }
         if (!text)
-                return api_error(e, 400, "invalid_request", "send the Dockerfile's text as dockerfile",
-                                 "dockerfile is required");
+                return api_error(e, 400, "invalid_request", "send the Dockerfile's text as dockerfile, or a registry's "
+                                 "image as image", "dockerfile or image is required");
         DockerfileError de;
-        int rc = dockerfile_parse(text, json_string_length(json_object_get(r->json, "dockerfile")), &q->dockerfile,
-                                  &de);
+        int rc = dockerfile_parse(text, strlen(text), &q->dockerfile, &de);
         if (rc == -ENOMEM)
                 return api_error(e, 500, "internal", NULL, "out of memory");
         if (rc < 0)
@@ -662,6 +675,9 @@ int api_user_image_to_create(Req *r, bool *ret_from_image, ApiError *e) {
          * has one of that name. */
         ImageRow row;
         int rc = user_images_resolve(u, r->key.owner, ref, &row);
+        /* A pulled tree's name is the daemon's own, never a client's. */
+        if (rc == -ENOENT && strncmp(ref, OCI_IMAGE_PREFIX, strlen(OCI_IMAGE_PREFIX)) == 0)
+                return not_found(ref, e);
         if (rc == -ENOENT)
                 return 0;
         (void)info;

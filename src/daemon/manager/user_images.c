@@ -26,6 +26,7 @@
 #include "common/timeutil.h"
 #include "daemon/manager/agent_client.h"
 #include "daemon/manager/images.h"
+#include "daemon/manager/oci_pull.h"
 #include "daemon/manager/sandbox.h"
 #include "daemon/manager/snapshot.h"
 #include "proto/proto.h"
@@ -986,8 +987,34 @@ static int run_steps(Build *b, int64_t deadline_ms) {
         return 0;
 }
 
-/* What FROM names: a built-in image, or one of the owner's own (its disk,
- * its config). */
+/* FROM an image of a registry: pulled (oci_pull.h), its tree the
+ * sandbox's base and its config the parent's. */
+static int pull_from(Build *b, const char *from, char **ret_base, json_t **ret_config) {
+        const DaemonConfig *cfg = b->u->cfg;
+        OciPullLimits lim = { .max_bytes = (uint64_t)cfg->image_pull_max_mib << 20,
+                              .timeout_ms = OCI_PULL_TIMEOUT_MS,
+                              .insecure = cfg->image_insecure_registries,
+                              .n_insecure = cfg->n_image_insecure_registries };
+        int64_t left = b->deadline_ms - (int64_t)time_now_mono_ms();
+        if (left < lim.timeout_ms)
+                lim.timeout_ms = left > 1000 ? left : 1000;
+        log_sys(b->log, "pulling %s", from);
+        OciPulled p = { 0 };
+        char why[512];
+        int r = oci_pull(cfg->state_dir, &lim, b->job->key.owner, from, NULL, NULL, &p, why, sizeof why);
+        if (r < 0)
+                return build_fail(b, "FROM %s", why);
+        log_sys(b->log, "pulled %s: %s, %u layers, %.1f MiB%s", from, p.digest, p.layers,
+                (double)p.size_bytes / 1048576.0, p.reused ? " (its tree was here already)" : "");
+        *ret_base = strdup(p.name);
+        *ret_config = json_incref(p.config);
+        json_object_set_new(b->config, "digest", json_string(p.digest));
+        oci_pulled_done(&p);
+        return *ret_base ? 0 : -ENOMEM;
+}
+
+/* What FROM names: a built-in image, one of the owner's own (its disk,
+ * its config), or an image of a registry. */
 static int resolve_from(Build *b, const char *from, char **ret_base, char **ret_snapshot, json_t **ret_config) {
         *ret_snapshot = NULL;
         *ret_config = NULL;
@@ -1004,13 +1031,12 @@ static int resolve_from(Build *b, const char *from, char **ret_base, char **ret_
         }
         ImageRow row;
         int r = user_images_resolve(b->u, b->job->key.owner, from, &row);
-        if (r == -ENOENT) {
-                if (strchr(from, '/') || strchr(from, ':') || strchr(from, '@'))
-                        return build_fail(b, "FROM %.128s: no image of yours has that name, and images from "
-                                             "registries are not supported yet", from);
+        OciRef ref;
+        if (r == -ENOENT && oci_ref_parse(from, &ref) == 0)
+                return pull_from(b, from, ret_base, ret_config);
+        if (r == -ENOENT)
                 return build_fail(b, "FROM %.128s: no such image (the built-in images are default and "
-                                     "analysis, or name one you built)", from);
-        }
+                                     "analysis, or name one you built, or an image of a registry)", from);
         if (r < 0)
                 return build_fail(b, "FROM %.128s: could not read the image", from);
         if (strcmp(row.state, "ready") != 0) {
@@ -1149,6 +1175,8 @@ static int build_run(Build *b, json_t **ret_doc) {
         json_object_del(b->config, "base");
         json_object_del(b->config, "from");
         json_object_del(b->config, "driver");
+        _cleanup_json_ json_t *base_digest = json_incref(json_object_get(b->config, "digest"));
+        json_object_del(b->config, "digest");
         SandboxError se;
         SandboxDriver driver = SANDBOX_DRIVER_NONE;
         sandbox_driver_from_name(drv, &driver);
@@ -1175,6 +1203,8 @@ static int build_run(Build *b, json_t **ret_doc) {
                                 "sizeBytes", (json_int_t)srow.size_bytes, "config", b->config, "driver",
                                 sandbox_driver_name(driver));
         snapshot_row_done(&srow);
+        if (doc && base_digest)
+                json_object_set(doc, "baseDigest", base_digest);
         if (!doc)
                 return build_fail(b, "out of memory");
         *ret_doc = doc;

@@ -1,0 +1,237 @@
+"""Images from OCI registries (docs/images.md): a registry this test starts on loopback (Debian's
+docker-registry), a small image the test makes with umoci and pushes there with skopeo, then
+`FROM 127.0.0.1:PORT/repo:tag` and `FROM ...@sha256:digest` in a Dockerfile and `images.build(image=...)`
+of the published client, and sandboxes from the results on namespace and gVisor. The attacks and
+failures: a digest the registry does not have, an answer of garbage from a loopback HTTP server, a
+missing image, an image larger than the pull's bound, a plain-HTTP registry the operator did not
+allow, a pulled tree's internal name given by a client; each a clear error, nothing listed as
+ready, and nothing of the pull left on disk."""
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+
+from conftest import _finish_daemon, _start_daemon
+from helpers import Api, free_port, skip_unless_driver, wait_until
+
+TOOLS = ("/usr/bin/docker-registry", "/usr/bin/skopeo", "/usr/bin/umoci")
+PULL_MAX_MIB = 24
+
+
+def _need_tools():
+    missing = [t for t in TOOLS if not os.access(t, os.X_OK)]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (scripts/install-deps.sh installs them)")
+
+
+def _tiny_rootfs(root):
+    """A root filesystem of a few host programs and their libraries: enough for a shell step."""
+    (root / "etc").mkdir(parents=True)
+    (root / "tmp").mkdir()
+    (root / "bin").mkdir()
+    progs = ["sh", "cat", "ls", "mkdir", "rm", "cp", "chown", "chmod", "dirname", "env", "id", "date"]
+    libs = set()
+    for p in progs:
+        path = shutil.which(p)
+        shutil.copy(os.path.realpath(path), root / "bin" / p)
+        out = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+        libs.update(tok for tok in out.split() if tok.startswith("/"))
+    for lib in libs:
+        dest = root / lib.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(os.path.realpath(lib), dest)
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000::/workspace:/bin/sh\n")
+    (root / "etc" / "group").write_text("root:x:0:\nsandbox:x:1000:\n")
+    (root / "etc" / "marker").write_text("from the registry\n")
+
+
+def _run(*argv, cwd=None):
+    r = subprocess.run(list(argv), capture_output=True, text=True, cwd=cwd, timeout=300)
+    assert r.returncode == 0, f"{argv}: {r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    """docker-registry on loopback, with the test's image pushed as test/tiny:v1 and a large one
+    as test/big:v1. Yields (host:port, digest of tiny)."""
+    _need_tools()
+    work = tmp_path_factory.mktemp("registry")
+    port = free_port()
+    (work / "config.yml").write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {work}/data\n"
+        f"http:\n  addr: 127.0.0.1:{port}\nlog:\n  level: error\n")
+    proc = subprocess.Popen(["/usr/bin/docker-registry", "serve", str(work / "config.yml")],
+                            stdout=subprocess.DEVNULL, stderr=open(work / "registry.log", "w"))
+    try:
+        import httpx
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/v2/").status_code == 200, 20, 0.2,
+                   what="the registry up")
+        host = f"127.0.0.1:{port}"
+        _tiny_rootfs(work / "root")
+        lay = str(work / "layout")
+        _run("umoci", "init", "--layout", lay)
+        _run("umoci", "new", "--image", f"{lay}:v1")
+        _run("umoci", "insert", "--rootless", "--image", f"{lay}:v1", str(work / "root"), "/")
+        _run("umoci", "config", "--image", f"{lay}:v1", "--config.env", "FROM_IMAGE=yes",
+             "--config.workingdir", "/tmp", "--config.label", "origin=test")
+        _run("skopeo", "copy", "--dest-tls-verify=false", f"oci:{lay}:v1", f"docker://{host}/test/tiny:v1")
+        # Incompressible bytes past the pull's bound.
+        (work / "big").mkdir()
+        (work / "big" / "blob").write_bytes(os.urandom((PULL_MAX_MIB + 8) << 20))
+        _run("umoci", "new", "--image", f"{lay}:big")
+        _run("umoci", "insert", "--rootless", "--image", f"{lay}:big", str(work / "big"), "/")
+        _run("skopeo", "copy", "--dest-tls-verify=false", f"oci:{lay}:big", f"docker://{host}/test/big:v1")
+        digest = json.loads(_run("skopeo", "inspect", "--tls-verify=false", f"docker://{host}/test/tiny:v1"))["Digest"]
+        yield host, digest
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+class _Garbage(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"\x00\xffnot a registry{{{" * 64
+        self.send_response(200)
+        self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_HEAD = do_GET
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture(scope="module")
+def garbage():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def oci_daemon(registry, garbage, build_dir, image_dir, tmp_path_factory):
+    d = _start_daemon(build_dir, image_dir, tmp_path_factory.mktemp("oci") / "state", f"runtime-test-{os.getpid()}-oci",
+                      extra_args=["--image-insecure-registry", registry[0], "--image-insecure-registry", garbage,
+                                  "--image-pull-max-mib", str(PULL_MAX_MIB)])
+    yield d
+    _finish_daemon(d)
+
+
+@pytest.fixture
+def oapi(oci_daemon):
+    c = Api(oci_daemon)
+    yield c
+    c.delete_all()
+    c.close()
+
+
+def _build(api, dockerfile=None, image=None, timeout=300):
+    body = {"name": f"oci-{uuid.uuid4().hex[:8]}"}
+    if dockerfile:
+        body["dockerfile"] = dockerfile
+    if image:
+        body["image"] = image
+    r = api.post("/v1/images", json=body)
+    assert r.status_code == 201, r.text
+    image_id = r.json()["id"]
+
+    def done():
+        j = api.get(f"/v1/images/{image_id}").json()
+        return j if j["state"] not in ("queued", "building") else None
+    return wait_until(done, timeout, 0.5, what=f"image {image_id} built")
+
+
+def _log(api, image_id):
+    return "\n".join(l["line"] for l in api.get(f"/v1/images/{image_id}/logs").json()["lines"])
+
+
+@pytest.fixture(scope="module")
+def from_registry(registry, oci_daemon):
+    host, _ = registry
+    with Api(oci_daemon) as api:
+        img = _build(api, f"FROM {host}/test/tiny:v1\nRUN echo built on $FROM_IMAGE > /built.txt\n")
+        return img, _log(api, img["id"])
+
+
+@pytest.mark.parametrize("driver", ["namespace", "gvisor"])
+def test_from_a_registry_image(from_registry, oci_daemon, oapi, driver):
+    skip_unless_driver(oci_daemon, driver)
+    img, log = from_registry
+    assert img["state"] == "ready", (img, log)
+    assert "pulling 127.0.0.1:" in log and "sha256:" in log, log
+    assert img["config"]["env"]["FROM_IMAGE"] == "yes" and img["config"]["workdir"] == "/tmp", img
+    assert img["labels"].get("origin") == "test", img
+    sbx = oapi.create_sandbox(driver=driver, image=img["id"])
+    out = oapi.exec(sbx.id, command="cat /built.txt /etc/marker; echo $FROM_IMAGE")
+    assert out["exitCode"] == 0, out
+    assert out["stdout"].splitlines() == ["built on yes", "from the registry", "yes"], out
+
+
+def test_by_digest_through_the_published_client(registry, oci_daemon, published_client):
+    host, digest = registry
+    got = published_client.run_json(oci_daemon, """
+import json, sys
+from withruntime import Runtime, Sandbox
+runtime = Runtime()
+image = runtime.images.build(image=sys.argv[1], name=sys.argv[2])
+sbx = Sandbox.create(image=sys.argv[2])
+try:
+    out = sbx.exec("cat /etc/marker", user="root")
+    print(json.dumps({"image": image, "stdout": out.stdout}))
+finally:
+    sbx.delete()
+""", args=[f"{host}/test/tiny@{digest}", f"pulled-{uuid.uuid4().hex[:6]}"], timeout=300)
+    assert got["image"]["state"] == "ready", got
+    assert got["stdout"].strip() == "from the registry", got
+
+
+def _failed(api, dockerfile, *needles):
+    img = _build(api, dockerfile)
+    assert img["state"] == "failed", img
+    for n in needles:
+        assert n in img["error"], img["error"]
+    assert "/oci-pull" not in img["error"] and "oci-images" not in img["error"], img["error"]
+    return img
+
+
+def test_pull_failures_are_clear_and_leave_nothing(registry, garbage, oci_daemon, oapi):
+    host, digest = registry
+    _failed(oapi, f"FROM {host}/test/tiny@sha256:{'0' * 64}\n", "no such image")
+    _failed(oapi, f"FROM {host}/test/absent:v1\n", "no such image")
+    _failed(oapi, f"FROM {garbage}/test/tiny:v1\n", garbage)
+    _failed(oapi, f"FROM {host}/test/big:v1\n", f"larger than the {PULL_MAX_MIB} MiB")
+    # The same registry under another name is not one the operator allowed over plain HTTP.
+    port = host.split(":")[1]
+    _failed(oapi, f"FROM localhost:{port}/test/tiny:v1\n", "--image-insecure-registry")
+    ready = [i for i in oapi.get("/v1/images", params={"state": "ready"}).json()["data"]
+             if "/test/absent" in (i.get("from") or "") or "big" in (i.get("from") or "")]
+    assert ready == [], ready
+    pulls = oci_daemon.state_dir / "oci-pull"
+    assert not pulls.exists() or list(pulls.iterdir()) == [], list(pulls.iterdir())
+    trees = oci_daemon.state_dir / "oci-images"
+    assert not trees.exists() or all(not p.name.startswith(".") for p in trees.iterdir()), list(trees.iterdir())
+
+
+def test_refusals_at_the_request(oapi):
+    r = oapi.post("/v1/images", json={"name": "x", "image": "-v/evil:tag"})
+    assert r.status_code == 400 and "image reference" in r.json()["error"]["message"], r.text
+    r = oapi.post("/v1/images", json={"name": "x", "image": "a/b:c", "dockerfile": "FROM default\n"})
+    assert r.status_code == 400 and "not both" in r.json()["error"]["message"], r.text
+    r = oapi.post("/v1/images", json={"name": "x", "image": "a" * 300})
+    assert r.status_code == 400, r.text
+    # A pulled tree's name is the daemon's own: a client cannot start one by it.
+    r = oapi.post("/v1/sandboxes", json={"image": "oci-" + "0" * 60})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "image_not_found", r.text
