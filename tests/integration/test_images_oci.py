@@ -24,6 +24,7 @@ from helpers import Api, free_port, skip_unless_driver, wait_until
 
 TOOLS = ("/usr/bin/docker-registry", "/usr/bin/skopeo", "/usr/bin/umoci")
 PULL_MAX_MIB = 24
+PRIVATE_LOGIN = ("puller", "s3cret-" + uuid.uuid4().hex[:8])
 
 
 def _need_tools():
@@ -59,23 +60,39 @@ def _run(*argv, cwd=None):
     return r.stdout
 
 
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    """docker-registry on loopback, with the test's image pushed as test/tiny:v1 and a large one
-    as test/big:v1. Yields (host:port, digest of tiny)."""
-    _need_tools()
-    work = tmp_path_factory.mktemp("registry")
+def _serve_registry(work, auth: tuple[str, str] | None = None):
+    """docker-registry on a loopback port of its own; with auth, behind an htpasswd of one user."""
+    import crypt
+    import httpx
     port = free_port()
-    (work / "config.yml").write_text(
-        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {work}/data\n"
-        f"http:\n  addr: 127.0.0.1:{port}\nlog:\n  level: error\n")
+    config = (f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {work}/data\n"
+              f"http:\n  addr: 127.0.0.1:{port}\nlog:\n  level: error\n")
+    if auth:
+        (work / "htpasswd").write_text(f"{auth[0]}:{crypt.crypt(auth[1], crypt.mksalt(crypt.METHOD_BLOWFISH))}\n")
+        config += f"auth:\n  htpasswd:\n    realm: test\n    path: {work}/htpasswd\n"
+    (work / "config.yml").write_text(config)
     proc = subprocess.Popen(["/usr/bin/docker-registry", "serve", str(work / "config.yml")],
                             stdout=subprocess.DEVNULL, stderr=open(work / "registry.log", "w"))
     try:
-        import httpx
-        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/v2/").status_code == 200, 20, 0.2,
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/v2/").status_code in (200, 401), 20, 0.2,
                    what="the registry up")
-        host = f"127.0.0.1:{port}"
+    except BaseException:
+        proc.terminate()
+        raise
+    return proc, f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    """docker-registry on loopback, with the test's image pushed as test/tiny:v1 and a large one
+    as test/big:v1, and a second one behind a password with the tiny image as private/tiny:v1.
+    Yields (host:port, digest of tiny, host:port of the private one)."""
+    _need_tools()
+    work = tmp_path_factory.mktemp("registry")
+    (work / "private").mkdir()
+    proc, host = _serve_registry(work)
+    private, private_host = _serve_registry(work / "private", PRIVATE_LOGIN)
+    try:
         _tiny_rootfs(work / "root")
         lay = str(work / "layout")
         _run("umoci", "init", "--layout", lay)
@@ -90,11 +107,14 @@ def registry(tmp_path_factory):
         _run("umoci", "new", "--image", f"{lay}:big")
         _run("umoci", "insert", "--rootless", "--image", f"{lay}:big", str(work / "big"), "/")
         _run("skopeo", "copy", "--dest-tls-verify=false", f"oci:{lay}:big", f"docker://{host}/test/big:v1")
+        _run("skopeo", "copy", "--dest-tls-verify=false", "--dest-creds", ":".join(PRIVATE_LOGIN), f"oci:{lay}:v1",
+             f"docker://{private_host}/private/tiny:v1")
         digest = json.loads(_run("skopeo", "inspect", "--tls-verify=false", f"docker://{host}/test/tiny:v1"))["Digest"]
-        yield host, digest
+        yield host, digest, private_host
     finally:
-        proc.terminate()
-        proc.wait(10)
+        for p in (proc, private):
+            p.terminate()
+            p.wait(10)
 
 
 class _Garbage(http.server.BaseHTTPRequestHandler):
@@ -125,6 +145,7 @@ def garbage():
 def oci_daemon(registry, garbage, build_dir, image_dir, tmp_path_factory):
     d = _start_daemon(build_dir, image_dir, tmp_path_factory.mktemp("oci") / "state", f"runtime-test-{os.getpid()}-oci",
                       extra_args=["--image-insecure-registry", registry[0], "--image-insecure-registry", garbage,
+                                  "--image-insecure-registry", registry[2],
                                   "--image-pull-max-mib", str(PULL_MAX_MIB)])
     yield d
     _finish_daemon(d)
@@ -160,7 +181,7 @@ def _log(api, image_id):
 
 @pytest.fixture(scope="module")
 def from_registry(registry, oci_daemon):
-    host, _ = registry
+    host = registry[0]
     with Api(oci_daemon) as api:
         img = _build(api, f"FROM {host}/test/tiny:v1\nRUN echo built on $FROM_IMAGE > /built.txt\n")
         return img, _log(api, img["id"])
@@ -181,7 +202,7 @@ def test_from_a_registry_image(from_registry, oci_daemon, oapi, driver):
 
 
 def test_by_digest_through_the_published_client(registry, oci_daemon, published_client):
-    host, digest = registry
+    host, digest = registry[0], registry[1]
     got = published_client.run_json(oci_daemon, """
 import json, sys
 from withruntime import Runtime, Sandbox
@@ -208,7 +229,7 @@ def _failed(api, dockerfile, *needles):
 
 
 def test_pull_failures_are_clear_and_leave_nothing(registry, garbage, oci_daemon, oapi):
-    host, digest = registry
+    host, digest = registry[0], registry[1]
     _failed(oapi, f"FROM {host}/test/tiny@sha256:{'0' * 64}\n", "no such image")
     _failed(oapi, f"FROM {host}/test/absent:v1\n", "no such image")
     _failed(oapi, f"FROM {garbage}/test/tiny:v1\n", garbage)
@@ -235,3 +256,51 @@ def test_refusals_at_the_request(oapi):
     # A pulled tree's name is the daemon's own: a client cannot start one by it.
     r = oapi.post("/v1/sandboxes", json={"image": "oci-" + "0" * 60})
     assert r.status_code == 404 and r.json()["error"]["code"] == "image_not_found", r.text
+
+
+def test_private_registry_with_stored_credentials(registry, oci_daemon, oapi, published_client):
+    """Credentials set through the published client's images.registries: sealed, listed without the
+    secret, used by the pull, another owner's pull stays anonymous, and a delete takes them away."""
+    private = registry[2]
+    _failed(oapi, f"FROM {private}/private/tiny:v1\n", "refused access")
+    got = published_client.run_json(oci_daemon, """
+import json, sys
+from withruntime import Runtime
+runtime = Runtime()
+out = {"set": runtime.images.registries.set(sys.argv[1], username=sys.argv[2], password=sys.argv[3])}
+out["list"] = runtime.images.registries.list()
+print(json.dumps(out))
+""", args=[f"http://{private}/v2/", *PRIVATE_LOGIN], timeout=120)
+    assert got["set"]["registry"] == private and got["set"]["username"] == PRIVATE_LOGIN[0], got
+    assert [r["registry"] for r in got["list"]] == [private], got
+    assert PRIVATE_LOGIN[1] not in json.dumps(got), got
+    img = _build(oapi, f"FROM {private}/private/tiny:v1\n")
+    assert img["state"] == "ready", img
+    assert "with your credentials" in _log(oapi, img["id"])
+    # The secret is in the store only sealed.
+    for db in oci_daemon.state_dir.glob("runtime.db*"):
+        assert PRIVATE_LOGIN[1].encode() not in db.read_bytes(), db
+    # Another owner has none of them.
+    r = oapi.post("/v1/keys", json={"name": "other", "owner": f"other-{uuid.uuid4().hex[:6]}"})
+    assert r.status_code == 201, r.text
+    other = Api(oci_daemon, key=r.json()["key"])
+    try:
+        assert other.get("/v1/images/registries").json()["data"] == []
+        _failed(other, f"FROM {private}/private/tiny:v1\n", "refused access")
+        assert other.post("/v1/images/registries:delete", json={"registry": private}).status_code == 404
+    finally:
+        other.close()
+    # Bad input.
+    for body in ({"registry": "not a host!", "username": "u", "password": "p"},
+                 {"registry": private, "username": "u"},
+                 {"registry": private, "username": "u", "password": "p", "extra": 1},
+                 {"registry": private, "username": "u" * 300, "password": "p"}):
+        r = oapi.post("/v1/images/registries", json=body)
+        assert r.status_code == 400, (body, r.text)
+    r = oapi.post("/v1/images/registries", json={"registry": "x.dkr.ecr.us-east-1.amazonaws.com",
+                                                  "accessKeyId": "A", "secretAccessKey": "B"})
+    assert r.status_code == 501 and "Amazon ECR" in r.json()["error"]["message"], r.text
+    r = oapi.post("/v1/images/registries:delete", json={"registry": private})
+    assert r.status_code == 200, r.text
+    assert oapi.get("/v1/images/registries").json()["data"] == []
+    _failed(oapi, f"FROM {private}/private/tiny:v1\n", "refused access")

@@ -654,11 +654,87 @@ enum MHD_Result handle_image_delete(Req *r) {
         return reply_json(r, 200, json_pack("{s:s,s:b}", "id", r->route.image, "deleted", true));
 }
 
+/* ---- registry credentials ---- */
+
 enum MHD_Result handle_image_registries(Req *r) {
         ApiError e = { 0 };
-        api_error(&e, 501, "not_implemented", "build FROM a built-in image or one of yours",
-                  "registry credentials are not supported yet: this daemon pulls from no registry");
-        return reply_error(r, &e);
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        json_t *data = NULL;
+        if (user_images_registry_list(r->app->user_images, r->key.owner, &data) < 0)
+                return reply_internal(r);
+        return reply_json(r, 200, json_pack("{s:o}", "data", data));
+}
+
+static const char *registry_field(Req *r, const char *field) {
+        json_t *v = json_object_get(r->json, field);
+        return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+enum MHD_Result handle_image_registry_set(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        const char *k;
+        json_t *v;
+        json_object_foreach(r->json, k, v) if (strcmp(k, "registry") != 0 && strcmp(k, "username") != 0 &&
+                                               strcmp(k, "password") != 0 && strcmp(k, "accessKeyId") != 0 &&
+                                               strcmp(k, "secretAccessKey") != 0) {
+                api_error(&e, 400, "invalid_request", NULL, "unknown field %.64s", k);
+                return reply_error(r, &e);
+        }
+        if (json_object_get(r->json, "accessKeyId") || json_object_get(r->json, "secretAccessKey")) {
+                api_error(&e, 501, "not_implemented", "store a username and a token or password",
+                          "access keys (Amazon ECR) are not supported: this daemon does not exchange them for a "
+                          "registry token");
+                return reply_error(r, &e);
+        }
+        const char *registry = registry_field(r, "registry"), *user = registry_field(r, "username"),
+                   *password = registry_field(r, "password");
+        if (!registry || !user || !*user || !password || !*password) {
+                api_error(&e, 400, "invalid_request", "send registry, username and password",
+                          "registry, username and password are required strings");
+                return reply_error(r, &e);
+        }
+        json_t *out = NULL;
+        int rc = user_images_registry_set(r->app->user_images, r->key.owner, registry, user, password, &out);
+        if (rc == -EINVAL)
+                api_error(&e, 400, "invalid_request", "a host, host:port or https://host", "registry must name a registry");
+        else if (rc == -E2BIG)
+                api_error(&e, 400, "invalid_request", NULL, "username is at most 256 bytes, password 16 KiB");
+        else if (rc == -EDQUOT)
+                api_error(&e, 429, "rate_limited", "delete one with POST /v1/images/registries:delete",
+                          "you have credentials of %d registries, the most one owner may keep",
+                          USER_IMAGES_REGISTRIES_PER_OWNER);
+        else if (rc == -EOPNOTSUPP)
+                api_error(&e, 503, "unavailable", "the operator sets --secrets-key-file",
+                          "this daemon has no key to seal secrets with");
+        else if (rc < 0)
+                return reply_internal(r);
+        if (e.code)
+                return reply_error(r, &e);
+        log_info(r->rid, "registry credentials of %s stored", json_string_value(json_object_get(out, "registry")));
+        return reply_json(r, 200, out);
+}
+
+enum MHD_Result handle_image_registry_delete(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        const char *registry = registry_field(r, "registry");
+        if (!registry) {
+                api_error(&e, 400, "invalid_request", NULL, "registry is required");
+                return reply_error(r, &e);
+        }
+        int rc = user_images_registry_delete(r->app->user_images, r->key.owner, registry);
+        if (rc == -ENOENT) {
+                api_error(&e, 404, "not_found", "GET /v1/images/registries lists yours",
+                          "you have no credentials of registry %.128s", registry);
+                return reply_error(r, &e);
+        }
+        if (rc < 0)
+                return reply_internal(r);
+        return reply_json(r, 200, json_pack("{s:s,s:b}", "registry", registry, "deleted", true));
 }
 
 /* ---- a sandbox from an image ---- */

@@ -14,3 +14,5 @@ enum MHD_Result handle_image_tag(Req *r);
 enum MHD_Result handle_image_untag(Req *r);
 enum MHD_Result handle_image_delete(Req *r);
 enum MHD_Result handle_image_registries(Req *r);
+enum MHD_Result handle_image_registry_set(Req *r);
+enum MHD_Result handle_image_registry_delete(Req *r);

@@ -158,6 +158,31 @@ int oci_ref_parse(const char *ref, OciRef *ret) {
         return 0;
 }
 
+int oci_registry_normalize(const char *in, char ret[256]) {
+        if (!in || strlen(in) > 255)
+                return -EINVAL;
+        const char *s = in;
+        if (strncmp(s, "https://", 8) == 0)
+                s += 8;
+        else if (strncmp(s, "http://", 7) == 0)
+                s += 7;
+        size_t n = strcspn(s, "/");
+        /* Only a path of Docker's own ("/v1/", "/v2/") may follow. */
+        if (s[n] && strcmp(s + n, "/") != 0 && strcmp(s + n, "/v1/") != 0 && strcmp(s + n, "/v2/") != 0 &&
+            strcmp(s + n, "/v1") != 0 && strcmp(s + n, "/v2") != 0)
+                return -EINVAL;
+        if (!host_ok(s, n))
+                return -EINVAL;
+        char host[256];
+        snprintf(host, sizeof host, "%.*s", (int)n, s);
+        for (char *p = host; *p; p++)
+                *p = (char)tolower((unsigned char)*p);
+        if (strcmp(host, "index.docker.io") == 0 || strcmp(host, "registry-1.docker.io") == 0)
+                snprintf(host, sizeof host, "docker.io");
+        memcpy(ret, host, strlen(host) + 1);
+        return 0;
+}
+
 int oci_ref_transport(const OciRef *ref, char *buf, size_t len) {
         int n = ref->digest[0] ? snprintf(buf, len, "docker://%s/%s@%s", ref->registry, ref->repo, ref->digest)
                                : snprintf(buf, len, "docker://%s/%s:%s", ref->registry, ref->repo, ref->tag);

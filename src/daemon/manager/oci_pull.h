@@ -33,6 +33,10 @@ bool oci_ref_looks_remote(const char *ref);
 /* -EINVAL for what is not a reference (bounded, the characters of the
  * distribution spec, no option-like leading '-'). */
 int oci_ref_parse(const char *ref, OciRef *ret);
+/* A registry as a client names it ("ghcr.io", "https://index.docker.io/v1/",
+ * "127.0.0.1:5000") as pulls name it (host[:port], Docker Hub as docker.io);
+ * -EINVAL for what is not a registry. */
+int oci_registry_normalize(const char *in, char ret[256]);
 /* "docker://registry/repo:tag" or "...@digest" into buf. */
 int oci_ref_transport(const OciRef *ref, char *buf, size_t len);
 

@@ -998,10 +998,14 @@ static int pull_from(Build *b, const char *from, char **ret_base, json_t **ret_c
         int64_t left = b->deadline_ms - (int64_t)time_now_mono_ms();
         if (left < lim.timeout_ms)
                 lim.timeout_ms = left > 1000 ? left : 1000;
-        log_sys(b->log, "pulling %s", from);
+        OciRef ref;
+        if (oci_ref_parse(from, &ref) < 0)
+                return build_fail(b, "FROM %.128s is not an image reference", from);
+        _cleanup_json_ json_t *auth = user_images_registry_auth(b->u, b->job->key.owner, ref.registry);
+        log_sys(b->log, "pulling %s%s", from, auth ? " with your credentials of its registry" : "");
         OciPulled p = { 0 };
         char why[512];
-        int r = oci_pull(cfg->state_dir, &lim, b->job->key.owner, from, NULL, NULL, &p, why, sizeof why);
+        int r = oci_pull(cfg->state_dir, &lim, b->job->key.owner, from, NULL, auth, &p, why, sizeof why);
         if (r < 0)
                 return build_fail(b, "FROM %s", why);
         log_sys(b->log, "pulled %s: %s, %u layers, %.1f MiB%s", from, p.digest, p.layers,

@@ -184,6 +184,13 @@ static const char *const steps[] = {
         "  owner TEXT NOT NULL, name TEXT NOT NULL, tag TEXT NOT NULL, image_id TEXT NOT NULL,"
         "  PRIMARY KEY (owner, name, tag));"
         "CREATE INDEX image_tags_image ON image_tags (image_id);",
+        /* 16, 17: the steps of work merged beside this one; nothing here */
+        "SELECT 1;",
+        "SELECT 1;",
+        /* 18: the owners' registry credentials, the secret sealed (store_images.h) */
+        "CREATE TABLE image_registries ("
+        "  owner TEXT NOT NULL, registry TEXT NOT NULL, username TEXT NOT NULL, sealed TEXT NOT NULL,"
+        "  updated_at BIGINT NOT NULL, PRIMARY KEY (owner, registry));",
 };
 
 #define KIND "postgres"
