@@ -304,3 +304,30 @@ print(json.dumps(out))
     assert r.status_code == 200, r.text
     assert oapi.get("/v1/images/registries").json()["data"] == []
     _failed(oapi, f"FROM {private}/private/tiny:v1\n", "refused access")
+
+
+def test_our_sdk_pulls_and_keeps_credentials(registry, oci_daemon):
+    """Our SDK has the same calls: images.build(image=...) and images.registries, sync and async."""
+    import asyncio
+    import sys
+    from helpers import REPO
+    sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
+    from withruntime import AsyncRuntime, Runtime
+
+    host, digest, private = registry
+    d = oci_daemon
+    with Runtime(api_key=d.api_key, base_url=d.base_url) as rt:
+        image = rt.images.build(image=f"{host}/test/tiny@{digest}", name=f"sdk-{uuid.uuid4().hex[:6]}")
+        assert image["state"] == "ready", image
+        made = rt.images.registries.set(private, username=PRIVATE_LOGIN[0], password=PRIVATE_LOGIN[1])
+        assert made["registry"] == private and PRIVATE_LOGIN[1] not in json.dumps(rt.images.registries.list())
+        built = rt.images.build(image=f"{private}/private/tiny:v1", name=f"sdk-{uuid.uuid4().hex[:6]}")
+        assert built["state"] == "ready", built
+
+    async def run():
+        async with AsyncRuntime(api_key=d.api_key, base_url=d.base_url) as art:
+            listed = await art.images.registries.list()
+            gone = await art.images.registries.delete(private)
+            return listed, gone
+    listed, gone = asyncio.run(run())
+    assert [r["registry"] for r in listed] == [private] and gone["deleted"] is True
