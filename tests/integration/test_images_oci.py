@@ -24,6 +24,7 @@ from helpers import Api, free_port, skip_unless_driver, wait_until
 
 TOOLS = ("/usr/bin/docker-registry", "/usr/bin/skopeo", "/usr/bin/umoci")
 PULL_MAX_MIB = 24
+ARCHIVES: dict = {}
 PRIVATE_LOGIN = ("puller", "s3cret-" + uuid.uuid4().hex[:8])
 
 
@@ -73,9 +74,14 @@ def _serve_registry(work, auth: tuple[str, str] | None = None):
     (work / "config.yml").write_text(config)
     proc = subprocess.Popen(["/usr/bin/docker-registry", "serve", str(work / "config.yml")],
                             stdout=subprocess.DEVNULL, stderr=open(work / "registry.log", "w"))
+    def up():
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/v2/").status_code in (200, 401)
+        except httpx.TransportError:
+            return proc.poll() is not None  # ended: said below
     try:
-        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/v2/").status_code in (200, 401), 20, 0.2,
-                   what="the registry up")
+        wait_until(up, 20, 0.2, what="the registry up")
+        assert proc.poll() is None, (work / "registry.log").read_text()
     except BaseException:
         proc.terminate()
         raise
@@ -110,6 +116,11 @@ def registry(tmp_path_factory):
         _run("skopeo", "copy", "--dest-tls-verify=false", "--dest-creds", ":".join(PRIVATE_LOGIN), f"oci:{lay}:v1",
              f"docker://{private_host}/private/tiny:v1")
         digest = json.loads(_run("skopeo", "inspect", "--tls-verify=false", f"docker://{host}/test/tiny:v1"))["Digest"]
+        # The same image as the two archives `runtime image import` reads.
+        _run("skopeo", "copy", f"oci:{lay}:v1", f"oci-archive:{work}/tiny-oci.tar")
+        _run("skopeo", "copy", f"oci:{lay}:v1", f"docker-archive:{work}/tiny-docker.tar:test/tiny:v1")
+        (work / "garbage.tar").write_bytes(b"not an archive\n" * 1000)
+        ARCHIVES.update(oci=work / "tiny-oci.tar", docker=work / "tiny-docker.tar", garbage=work / "garbage.tar")
         yield host, digest, private_host
     finally:
         for p in (proc, private):
@@ -314,7 +325,7 @@ def test_our_sdk_pulls_and_keeps_credentials(registry, oci_daemon):
     sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
     from withruntime import AsyncRuntime, Runtime
 
-    host, digest, private = registry
+    host, digest, private = registry[0], registry[1], registry[2]
     d = oci_daemon
     with Runtime(api_key=d.api_key, base_url=d.base_url) as rt:
         image = rt.images.build(image=f"{host}/test/tiny@{digest}", name=f"sdk-{uuid.uuid4().hex[:6]}")
@@ -331,3 +342,36 @@ def test_our_sdk_pulls_and_keeps_credentials(registry, oci_daemon):
             return listed, gone
     listed, gone = asyncio.run(run())
     assert [r["registry"] for r in listed] == [private] and gone["deleted"] is True
+
+
+def test_cli_imports_oci_and_docker_archives(registry, oci_daemon, oapi, build_dir):
+    """`runtime image import -t NAME:TAG FILE`: an OCI layout archive and a docker save archive
+    become images a sandbox starts from; garbage fails clearly and leaves nothing behind."""
+    env = {"PATH": "/usr/bin:/bin", **oci_daemon.env()}
+
+    def run(*args):
+        return subprocess.run([str(build_dir / "runtime"), "image", "import", *args], env=env,
+                              capture_output=True, text=True, timeout=300)
+    for kind in ("oci", "docker"):
+        name = f"imported-{kind}-{uuid.uuid4().hex[:6]}"
+        r = run("-t", f"{name}:v1", str(ARCHIVES[kind]))
+        assert r.returncode == 0, r.stderr + r.stdout
+        assert f"image {name}:v1 is ready" in r.stderr, r.stderr
+        sbx = oapi.create_sandbox(image=f"{name}:v1")
+        out = oapi.exec(sbx.id, command="cat /etc/marker; echo $FROM_IMAGE")
+        assert out["stdout"].splitlines() == ["from the registry", "yes"], out
+    r = run("-t", "imported-garbage:v1", str(ARCHIVES["garbage"]))
+    assert r.returncode != 0 and "not an OCI layout archive nor a docker save archive" in r.stderr, r.stderr
+    r = run("-t", "Bad Name", str(ARCHIVES["oci"]))
+    assert r.returncode != 0 and "name" in r.stderr, r.stderr
+    r = run(str(ARCHIVES["oci"]))
+    assert r.returncode != 0, r.stderr
+    # Past the pull's bound: 413 before anything is queued.
+    big = ARCHIVES["garbage"].parent / "big.tar"
+    with open(big, "wb") as f:
+        f.truncate((PULL_MAX_MIB + 1) << 20)
+    r = run("-t", "imported-big:v1", str(big))
+    assert r.returncode != 0 and f"at most {PULL_MAX_MIB} MiB" in r.stderr, r.stderr
+    assert oapi.get("/v1/images", params={"name": "imported-big"}).json()["data"] == []
+    pulls = oci_daemon.state_dir / "oci-pull"
+    assert not pulls.exists() or list(pulls.iterdir()) == [], list(pulls.iterdir())

@@ -8,8 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <fcntl.h>
 
+#include "common/io.h"
 #include "common/jsonutil.h"
 #include "common/log.h"
 #include "common/macro.h"
@@ -314,6 +317,23 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         return 0;
 }
 
+/* The request queued (taken, whatever the outcome); 201 with the image. */
+static enum MHD_Result queue_build(Req *r, ImageBuildRequest *q) {
+        ImageRow row;
+        SandboxError se;
+        ApiError e = { 0 };
+        int rc = user_images_build(r->app->user_images, &r->key, q, r->rid, &row, &se);
+        image_build_request_done(q);
+        if (rc < 0) {
+                api_sandbox_error(&se, &e);
+                return reply_error(r, &e);
+        }
+        log_info(r->rid, "image %s (%s v%lld) queued", row.id, row.name, (long long)row.version);
+        json_t *j = image_json(r, &row);
+        store_image_row_clear(&row);
+        return j ? reply_json(r, 201, j) : reply_internal(r);
+}
+
 enum MHD_Result handle_image_create(Req *r) {
         ApiError e = { 0 };
         if (offered(r, &e) < 0)
@@ -323,18 +343,98 @@ enum MHD_Result handle_image_create(Req *r) {
                 image_build_request_done(&q);
                 return reply_error(r, &e);
         }
-        ImageRow row;
-        SandboxError se;
-        int rc = user_images_build(r->app->user_images, &r->key, &q, r->rid, &row, &se);
-        image_build_request_done(&q);
-        if (rc < 0) {
-                api_sandbox_error(&se, &e);
+        return queue_build(r, &q);
+}
+
+/* ---- an import: an OCI layout or docker save archive ---- */
+
+typedef struct ImportUpload {
+        char *path; /* NULL once the build request took it */
+        int fd;
+        uint64_t len, max;
+        bool too_large, failed;
+} ImportUpload;
+
+static enum MHD_Result import_begin(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        ImportUpload *u = calloc(1, sizeof(*u));
+        if (!u)
+                return reply_internal(r);
+        u->fd = -1;
+        u->max = (uint64_t)r->app->cfg->image_pull_max_mib << 20;
+        r->upload = u;
+        /* Beside the pulls, on the state directory's filesystem. */
+        char *dir = NULL;
+        if (asprintf(&dir, "%s/oci-pull", r->app->cfg->state_dir) < 0 || (mkdir(dir, 0711) < 0 && errno != EEXIST) ||
+            asprintf(&u->path, "%s/import-XXXXXX", dir) < 0 || (u->fd = mkostemp(u->path, O_CLOEXEC)) < 0) {
+                free(dir);
+                return reply_internal(r);
+        }
+        free(dir);
+        return MHD_YES;
+}
+
+static enum MHD_Result import_data(Req *r, const char *data, size_t len) {
+        ImportUpload *u = r->upload;
+        if (!u)
+                return MHD_NO;
+        if (u->too_large || u->failed || u->len + len > u->max) {
+                u->too_large = u->too_large || u->len + len > u->max;
+                return MHD_YES;
+        }
+        if (io_write_all(u->fd, data, len) < 0)
+                u->failed = true;
+        u->len += len;
+        return MHD_YES;
+}
+
+static void import_free(void *p) {
+        ImportUpload *u = p;
+        if (!u)
+                return;
+        if (u->fd >= 0)
+                close(u->fd);
+        if (u->path)
+                unlink(u->path);
+        free(u->path);
+        free(u);
+}
+
+const HttpUpload image_import_upload = { .begin = import_begin, .data = import_data, .free = import_free };
+
+enum MHD_Result handle_image_import(Req *r) {
+        ImportUpload *u = r->upload;
+        ApiError e = { 0 };
+        if (!u)
+                return reply_internal(r);
+        if (u->too_large) {
+                api_error(&e, 413, "payload_too_large", "the operator sets --image-pull-max-mib",
+                          "an imported archive is at most %u MiB", r->app->cfg->image_pull_max_mib);
                 return reply_error(r, &e);
         }
-        log_info(r->rid, "image %s (%s v%lld) queued", row.id, row.name, (long long)row.version);
-        json_t *j = image_json(r, &row);
-        store_image_row_clear(&row);
-        return j ? reply_json(r, 201, j) : reply_internal(r);
+        if (u->failed)
+                return reply_internal(r);
+        const char *name = req_query(r, "name"), *tag = req_query(r, "tag");
+        /* The build's own parser reads it as a request of a one-line
+         * Dockerfile whose FROM is the archive. */
+        json_decref(r->json);
+        r->json = json_pack("{s:s,s:s?,s:[s]}", "dockerfile", "FROM imported\n", "name", name, "tags",
+                            tag && *tag ? tag : "latest");
+        ImageBuildRequest q = { 0 };
+        if (!r->json)
+                return reply_internal(r);
+        if (parse_build(r, &q, &e) < 0) {
+                image_build_request_done(&q);
+                return reply_error(r, &e);
+        }
+        close(u->fd);
+        u->fd = -1;
+        q.import_path = u->path;
+        u->path = NULL;
+        log_info(r->rid, "an archive of %llu bytes to import", (unsigned long long)u->len);
+        return queue_build(r, &q);
 }
 
 /* ---- reads ---- */

@@ -53,6 +53,9 @@ void image_build_request_done(ImageBuildRequest *r) {
         json_decref(r->build_args);
         json_decref(r->env);
         json_decref(r->chunks);
+        if (r->import_path)
+                unlink(r->import_path);
+        free(r->import_path);
         *r = (ImageBuildRequest){ 0 };
 }
 
@@ -989,7 +992,7 @@ static int run_steps(Build *b, int64_t deadline_ms) {
 
 /* FROM an image of a registry: pulled (oci_pull.h), its tree the
  * sandbox's base and its config the parent's. */
-static int pull_from(Build *b, const char *from, char **ret_base, json_t **ret_config) {
+static int pull_from(Build *b, const char *from, const char *archive, char **ret_base, json_t **ret_config) {
         const DaemonConfig *cfg = b->u->cfg;
         OciPullLimits lim = { .max_bytes = (uint64_t)cfg->image_pull_max_mib << 20,
                               .timeout_ms = OCI_PULL_TIMEOUT_MS,
@@ -999,16 +1002,17 @@ static int pull_from(Build *b, const char *from, char **ret_base, json_t **ret_c
         if (left < lim.timeout_ms)
                 lim.timeout_ms = left > 1000 ? left : 1000;
         OciRef ref;
-        if (oci_ref_parse(from, &ref) < 0)
+        if (!archive && oci_ref_parse(from, &ref) < 0)
                 return build_fail(b, "FROM %.128s is not an image reference", from);
-        _cleanup_json_ json_t *auth = user_images_registry_auth(b->u, b->job->key.owner, ref.registry);
-        log_sys(b->log, "pulling %s%s", from, auth ? " with your credentials of its registry" : "");
+        _cleanup_json_ json_t *auth = archive ? NULL : user_images_registry_auth(b->u, b->job->key.owner, ref.registry);
+        log_sys(b->log, "%s %s%s", archive ? "reading" : "pulling", archive ? "the imported archive" : from,
+                auth ? " with your credentials of its registry" : "");
         OciPulled p = { 0 };
         char why[512];
-        int r = oci_pull(cfg->state_dir, &lim, b->job->key.owner, from, NULL, auth, &p, why, sizeof why);
+        int r = oci_pull(cfg->state_dir, &lim, b->job->key.owner, from, archive, auth, &p, why, sizeof why);
         if (r < 0)
                 return build_fail(b, "FROM %s", why);
-        log_sys(b->log, "pulled %s: %s, %u layers, %.1f MiB%s", from, p.digest, p.layers,
+        log_sys(b->log, "%s %s: %s, %u layers, %.1f MiB%s", archive ? "read" : "pulled", from, p.digest, p.layers,
                 (double)p.size_bytes / 1048576.0, p.reused ? " (its tree was here already)" : "");
         *ret_base = strdup(p.name);
         *ret_config = json_incref(p.config);
@@ -1022,6 +1026,9 @@ static int pull_from(Build *b, const char *from, char **ret_base, json_t **ret_c
 static int resolve_from(Build *b, const char *from, char **ret_base, char **ret_snapshot, json_t **ret_config) {
         *ret_snapshot = NULL;
         *ret_config = NULL;
+        /* An import's first FROM is its archive. */
+        if (b->job->req.import_path && b->stage == 0)
+                return pull_from(b, from, b->job->req.import_path, ret_base, ret_config);
         ImageInfo info;
         if (image_name_ok(from) && strchr(from, ':') == NULL) {
                 /* A built-in name, unless the owner has an image of that name. */
@@ -1037,7 +1044,7 @@ static int resolve_from(Build *b, const char *from, char **ret_base, char **ret_
         int r = user_images_resolve(b->u, b->job->key.owner, from, &row);
         OciRef ref;
         if (r == -ENOENT && oci_ref_parse(from, &ref) == 0)
-                return pull_from(b, from, ret_base, ret_config);
+                return pull_from(b, from, NULL, ret_base, ret_config);
         if (r == -ENOENT)
                 return build_fail(b, "FROM %.128s: no such image (the built-in images are default and "
                                      "analysis, or name one you built, or an image of a registry)", from);

@@ -58,6 +58,9 @@ typedef struct ImageBuildRequest {
         int64_t context_size;
         unsigned vcpu, memory_mib, disk_mib;
         int64_t timeout_seconds;
+        /* An uploaded OCI layout or docker save archive the first FROM
+         * is (the file is the request's: removed with it), or NULL. */
+        char *import_path;
 } ImageBuildRequest;
 void image_build_request_done(ImageBuildRequest *r);
 
