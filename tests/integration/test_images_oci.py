@@ -8,6 +8,7 @@ allow, a pulled tree's internal name given by a client; each a clear error, noth
 ready, and nothing of the pull left on disk."""
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
 import os
@@ -93,6 +94,7 @@ def registry(tmp_path_factory):
     """docker-registry on loopback, with the test's image pushed as test/tiny:v1 and a large one
     as test/big:v1, and a second one behind a password with the tiny image as private/tiny:v1.
     Yields (host:port, digest of tiny, host:port of the private one)."""
+    import httpx
     _need_tools()
     work = tmp_path_factory.mktemp("registry")
     (work / "private").mkdir()
@@ -116,6 +118,16 @@ def registry(tmp_path_factory):
         _run("skopeo", "copy", "--dest-tls-verify=false", "--dest-creds", ":".join(PRIVATE_LOGIN), f"oci:{lay}:v1",
              f"docker://{private_host}/private/tiny:v1")
         digest = json.loads(_run("skopeo", "inspect", "--tls-verify=false", f"docker://{host}/test/tiny:v1"))["Digest"]
+        # A multi-platform index of the tiny image, as test/tiny:multi.
+        raw = _run("skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{host}/test/tiny:v1").encode()
+        index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                            "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                                           "digest": digest, "size": len(raw),
+                                           "platform": {"architecture": "amd64", "os": "linux"}}]}).encode()
+        r = httpx.put(f"http://{host}/v2/test/tiny/manifests/multi", content=index,
+                      headers={"Content-Type": "application/vnd.oci.image.index.v1+json"})
+        assert r.status_code == 201, r.text
+        ARCHIVES["index"] = "sha256:" + hashlib.sha256(index).hexdigest()
         # The same image as the two archives `runtime image import` reads.
         _run("skopeo", "copy", f"oci:{lay}:v1", f"oci-archive:{work}/tiny-oci.tar")
         _run("skopeo", "copy", f"oci:{lay}:v1", f"docker-archive:{work}/tiny-docker.tar:test/tiny:v1")
@@ -237,6 +249,15 @@ def _failed(api, dockerfile, *needles):
         assert n in img["error"], img["error"]
     assert "/oci-pull" not in img["error"] and "oci-images" not in img["error"], img["error"]
     return img
+
+
+def test_by_the_digest_of_a_multi_platform_index(registry, oapi):
+    """An index's digest names no manifest of one platform: the index itself is checked against it
+    and must list the manifest skopeo chose."""
+    host = registry[0]
+    img = _build(oapi, f"FROM {host}/test/tiny@{ARCHIVES['index']}\nRUN cat /etc/marker\n")
+    assert img["state"] == "ready", img
+    assert "from the registry" in _log(oapi, img["id"])
 
 
 def test_pull_failures_are_clear_and_leave_nothing(registry, garbage, oci_daemon, oapi):

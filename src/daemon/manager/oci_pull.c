@@ -238,6 +238,7 @@ typedef struct Tool {
         uint64_t max_bytes;
         int64_t deadline_ms;
         int input_fd;        /* given as fd 3, or -1 */
+        int out_fd;          /* its stdout, or -1: with stderr, kept in err */
         char err[ERR_KEEP];  /* the end of what it printed */
 } Tool;
 
@@ -267,7 +268,8 @@ static int tool_run(Tool *t, char *const argv[]) {
                 setpgid(0, 0);
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
                 int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                if (null < 0 || dup2(null, 0) < 0 || dup2(pfd[1], 1) < 0 || dup2(pfd[1], 2) < 0)
+                if (null < 0 || dup2(null, 0) < 0 || dup2(t->out_fd >= 0 ? t->out_fd : pfd[1], 1) < 0 ||
+                    dup2(pfd[1], 2) < 0)
                         _exit(126);
                 if (t->input_fd >= 0 && dup2(t->input_fd, 3) < 0)
                         _exit(126);
@@ -592,6 +594,51 @@ static int copy_step(Tool *t, int sfd, const OciPullLimits *lim, const OciRef *r
         return r;
 }
 
+/* Whether the raw manifest the registry has under the digest asked for
+ * (s/index.raw, what `skopeo inspect --raw` printed) is an index of that
+ * digest naming the manifest skopeo chose for this platform. */
+static bool index_lists(int dirfd, const char *asked, const char *chosen) {
+        _cleanup_free_ char *raw = NULL;
+        size_t len = 0;
+        if (read_beneath(dirfd, "s/index.raw", BLOB_MAX, &raw, &len) < 0)
+                return false;
+        char hex[65];
+        sha256_hex(raw, len, hex);
+        if (strcmp(hex, asked + 7) != 0)
+                return false;
+        _cleanup_json_ json_t *index = json_loadb(raw, len, 0, NULL);
+        size_t i;
+        json_t *m;
+        json_array_foreach(json_object_get(index, "manifests"), i, m) if (json_is_string(json_object_get(m, "digest")) &&
+                                                                            strcmp(json_string_value(json_object_get(m, "digest")), chosen) == 0)
+                return true;
+        return false;
+}
+
+/* What the registry has under the digest asked for, as it is, into
+ * s/index.raw: a multi-platform index's digest names no manifest of the
+ * layout, and the index itself is checked against it (index_lists). */
+static int fetch_raw(Tool *t, int sfd, const OciPullLimits *lim, const OciRef *ref, const json_t *auth,
+                     const char *what, char *why, size_t why_len) {
+        char src[OCI_REF_MAX + 64];
+        int r = oci_ref_transport(ref, src, sizeof src);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int out = openat(sfd, "index.raw", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (out < 0)
+                return -errno;
+        char *argv[] = { SKOPEO, "inspect", "--raw", "--retry-times=1",
+                         insecure(lim, ref->registry) ? "--tls-verify=false" : "--tls-verify=true",
+                         auth ? "--authfile" : "--no-creds", auth ? "auth.json" : NULL, NULL, NULL };
+        argv[auth ? 7 : 6] = src;
+        t->out_fd = out;
+        r = tool_run(t, argv);
+        t->out_fd = -1;
+        if (r == -EIO)
+                tool_failure(t, what, why, why_len);
+        return r;
+}
+
 /* The manifest the layout holds: its digest checked against the one asked
  * for and its own bytes, its layers counted, its config read. */
 static int read_manifest(int dirfd, const OciRef *ref, OciPulled *p, const char *what, char *why, size_t why_len) {
@@ -605,7 +652,8 @@ static int read_manifest(int dirfd, const OciRef *ref, OciPulled *p, const char 
                 say(why, why_len, "%s: the registry's answer was not an image", what);
                 return -EBADMSG;
         }
-        if (ref && ref->digest[0] && strcmp(ref->digest, digest) != 0) {
+        if (ref && ref->digest[0] && strcmp(ref->digest, digest) != 0 &&
+            !index_lists(dirfd, ref->digest, digest)) {
                 say(why, why_len, "%s: the registry gave manifest %s, not the digest asked for", what, digest);
                 return -EBADMSG;
         }
@@ -729,7 +777,7 @@ int oci_pull(const char *state_dir, const OciPullLimits *lim, const char *owner,
                 goto done;
         int64_t t0 = (int64_t)time_now_mono_ms();
         Tool down = { .sub = "s", .uid = PULL_UID, .watch = work, .max_bytes = lim->max_bytes,
-                      .deadline_ms = t0 + lim->timeout_ms, .input_fd = -1 };
+                      .deadline_ms = t0 + lim->timeout_ms, .input_fd = -1, .out_fd = -1 };
         r = copy_step(&down, sfd, lim, archive ? NULL : &ref, archive, auth, what, why, why_len);
         if (r == -ETIMEDOUT)
                 say(why, why_len, "%s: the download passed its time of %lld s", what, (long long)(lim->timeout_ms / 1000));
@@ -737,6 +785,8 @@ int oci_pull(const char *state_dir, const OciPullLimits *lim, const char *owner,
                 say(why, why_len, "%s: the image is larger than the %llu MiB a pull may take", what,
                     (unsigned long long)(lim->max_bytes >> 20));
         if (r < 0)
+                goto done;
+        if (!archive && ref.digest[0] && (r = fetch_raw(&down, sfd, lim, &ref, auth, what, why, why_len)) < 0)
                 goto done;
         path_remove_tree_at(dirfd, "s/auth.json");
         path_remove_tree_at(dirfd, "s/archive.tar");
@@ -755,7 +805,7 @@ int oci_pull(const char *state_dir, const OciPullLimits *lim, const char *owner,
                 goto done;
         }
         Tool unpack = { .sub = "u", .uid = UNPACK_UID, .watch = work, .max_bytes = lim->max_bytes,
-                        .deadline_ms = (int64_t)time_now_mono_ms() + lim->timeout_ms, .input_fd = -1 };
+                        .deadline_ms = (int64_t)time_now_mono_ms() + lim->timeout_ms, .input_fd = -1, .out_fd = -1 };
         char *uargv[] = { UMOCI, "unpack", "--rootless", "--image", "../s/layout:img", "bundle", NULL };
         r = tool_run(&unpack, uargv);
         if (r == -ETIMEDOUT)
