@@ -233,6 +233,7 @@ static uint64_t tree_bytes(const char *dir) {
 
 typedef struct Tool {
         const char *sub;     /* its working directory under the pull's ("s" or "u") */
+        const char *const *hidden; /* two directories hidden from it, or NULL entries */
         uid_t uid;           /* it runs as */
         const char *watch;   /* the pull's directory, whose bytes are bounded */
         uint64_t max_bytes;
@@ -242,6 +243,14 @@ typedef struct Tool {
         char err[ERR_KEEP];  /* the end of what it printed */
 } Tool;
 
+/* mount_setattr(2)'s argument (linux/mount.h's, which glibc's
+ * sys/mount.h cannot be included with). */
+struct MountAttr {
+        uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+#define MOUNT_ATTR_RDONLY_ 0x00000001
+#define AT_RECURSIVE_ 0x8000
+
 /* Runs argv (an absolute path first) as t->uid in t->sub with a clean
  * environment; 0 when it exits 0, -EIO with its output in t->err when it
  * fails, -ETIMEDOUT or -EFBIG when it passed a bound and was killed. */
@@ -249,9 +258,14 @@ static int tool_run(Tool *t, char *const argv[]) {
         int pfd[2];
         if (pipe2(pfd, O_CLOEXEC) < 0)
                 return -errno;
-        char *const envp[] = { "PATH=/usr/bin:/bin", "HOME=.", "TMPDIR=tmp", "LC_ALL=C", NULL };
-        char cwd[16];
+        /* Paths as the tool sees them: the pull's directory is its /tmp. */
+        char cwd[16], home[32], tmp[32];
         snprintf(cwd, sizeof cwd, "/tmp/%s", t->sub);
+        snprintf(home, sizeof home, "HOME=/tmp/%s", t->sub);
+        snprintf(tmp, sizeof tmp, "TMPDIR=/tmp/%s/tmp", t->sub);
+        const char *tmpdir = tmp + strlen("TMPDIR=");
+        char *const envp[] = { "PATH=/usr/bin:/bin", home, tmp, "LC_ALL=C", NULL };
+        struct MountAttr ro = { .attr_set = MOUNT_ATTR_RDONLY_ }, rw = { .attr_clr = MOUNT_ATTR_RDONLY_ };
         pid_t pid = fork();
         if (pid < 0) {
                 int r = -errno;
@@ -276,9 +290,26 @@ static int tool_run(Tool *t, char *const argv[]) {
                 /* The tools resolve their paths from / and the state
                  * directory's parents are root's alone: in a mount
                  * namespace of its own the pull's directory is its /tmp
-                 * (which also keeps the host's /tmp from it). */
+                 * and its only writable place; the state and image
+                 * directories (the sandboxes' files, the database, the
+                 * trees, all of uid 100000's) are empty there, and every
+                 * other mount is read-only. */
+                /* The pull's directory first: a state directory under the
+                 * host's /tmp is then gone with it, and one elsewhere is
+                 * covered after. */
                 if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 ||
-                    mount(t->watch, "/tmp", NULL, MS_BIND, NULL) < 0 || chdir(cwd) < 0)
+                    mount(t->watch, "/tmp", NULL, MS_BIND, NULL) < 0)
+                        _exit(126);
+                for (int i = 0; i < 2 && t->hidden; i++)
+                        if (t->hidden[i] && mount("none", t->hidden[i], "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                                                  "size=4k,mode=0755") < 0 && errno != ENOENT)
+                                _exit(126);
+                /* skopeo stages an archive's files in /var/tmp whatever
+                 * TMPDIR says: that is the tool's tmp/ too. */
+                if (mount(tmpdir, "/var/tmp", NULL, MS_BIND, NULL) < 0 ||
+                    syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE_, &ro, sizeof ro) < 0 ||
+                    syscall(SYS_mount_setattr, AT_FDCWD, "/tmp", 0, &rw, sizeof rw) < 0 ||
+                    syscall(SYS_mount_setattr, AT_FDCWD, "/var/tmp", 0, &rw, sizeof rw) < 0 || chdir(cwd) < 0)
                         _exit(126);
                 /* Root goes for good before the tool runs. */
                 if (setgroups(0, NULL) < 0 || setresgid(t->uid, t->uid, t->uid) < 0 ||
@@ -340,7 +371,11 @@ static int tool_run(Tool *t, char *const argv[]) {
         }
         if (r == 0 && tree_bytes(t->watch) > t->max_bytes)
                 r = -EFBIG;
-        if (r == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        if (r == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 126) {
+                snprintf(t->err, sizeof t->err, "the daemon could not confine the pull's tools (a mount namespace "
+                                                 "of their own, read-only mounts, no root)");
+                r = -EIO;
+        } else if (r == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
                 r = -EIO;
         return r;
 }
@@ -776,7 +811,7 @@ int oci_pull(const char *state_dir, const OciPullLimits *lim, const char *owner,
         if (r < 0)
                 goto done;
         int64_t t0 = (int64_t)time_now_mono_ms();
-        Tool down = { .sub = "s", .uid = PULL_UID, .watch = work, .max_bytes = lim->max_bytes,
+        Tool down = { .sub = "s", .hidden = lim->hidden, .uid = PULL_UID, .watch = work, .max_bytes = lim->max_bytes,
                       .deadline_ms = t0 + lim->timeout_ms, .input_fd = -1, .out_fd = -1 };
         r = copy_step(&down, sfd, lim, archive ? NULL : &ref, archive, auth, what, why, why_len);
         if (r == -ETIMEDOUT)
@@ -804,7 +839,7 @@ int oci_pull(const char *state_dir, const OciPullLimits *lim, const char *owner,
                 p.reused = true;
                 goto done;
         }
-        Tool unpack = { .sub = "u", .uid = UNPACK_UID, .watch = work, .max_bytes = lim->max_bytes,
+        Tool unpack = { .sub = "u", .hidden = lim->hidden, .uid = UNPACK_UID, .watch = work, .max_bytes = lim->max_bytes,
                         .deadline_ms = (int64_t)time_now_mono_ms() + lim->timeout_ms, .input_fd = -1, .out_fd = -1 };
         char *uargv[] = { UMOCI, "unpack", "--rootless", "--image", "../s/layout:img", "bundle", NULL };
         r = tool_run(&unpack, uargv);

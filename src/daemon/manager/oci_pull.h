@@ -45,6 +45,7 @@ typedef struct OciPullLimits {
         int64_t timeout_ms;              /* for the download and the unpack each */
         const char *const *insecure;     /* host:port allowed over plain HTTP */
         unsigned n_insecure;
+        const char *hidden[2];           /* directories the tools never see (NULL: none) */
 } OciPullLimits;
 
 typedef struct OciPulled {

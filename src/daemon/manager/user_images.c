@@ -997,7 +997,8 @@ static int pull_from(Build *b, const char *from, const char *archive, char **ret
         OciPullLimits lim = { .max_bytes = (uint64_t)cfg->image_pull_max_mib << 20,
                               .timeout_ms = OCI_PULL_TIMEOUT_MS,
                               .insecure = cfg->image_insecure_registries,
-                              .n_insecure = cfg->n_image_insecure_registries };
+                              .n_insecure = cfg->n_image_insecure_registries,
+                              .hidden = { cfg->state_dir, cfg->image_dir } };
         int64_t left = b->deadline_ms - (int64_t)time_now_mono_ms();
         if (left < lim.timeout_ms)
                 lim.timeout_ms = left > 1000 ? left : 1000;
