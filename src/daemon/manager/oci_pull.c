@@ -756,12 +756,22 @@ static int install_tree(int dirfd, const char *state_dir, const char *name) {
         char shift[16];
         snprintf(shift, sizeof shift, "%u\n", UNPACK_UID);
         int r = tfd < 0 ? -errno : 0;
-        if (r == 0 && renameat(dirfd, "u/bundle/rootfs", tfd, "rootfs") < 0)
+        /* What umoci left is its: reached without a symbolic link, and
+         * taken only when the root is a directory. */
+        struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW,
+                                .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+        _cleanup_close_ int bfd = r == 0 ? (int)syscall(SYS_openat2, dirfd, "u/bundle", &how, sizeof how) : -1;
+        struct stat st;
+        if (r == 0 && (bfd < 0 || fstatat(bfd, "rootfs", &st, AT_SYMLINK_NOFOLLOW) < 0))
+                r = -errno;
+        else if (r == 0 && !S_ISDIR(st.st_mode))
+                r = -ENOTDIR;
+        if (r == 0 && renameat(bfd, "rootfs", tfd, "rootfs") < 0)
                 r = -errno;
         /* Owned by the shifted root, and no host user can reach its set-id
          * files (as runtime-image-build leaves its trees). */
         if (r == 0 && (fchownat(tfd, "rootfs", UNPACK_UID, UNPACK_UID, AT_SYMLINK_NOFOLLOW) < 0 ||
-                       fchmodat(tfd, "rootfs", 0700, 0) < 0))
+                       fchmodat(tfd, "rootfs", 0700, AT_SYMLINK_NOFOLLOW) < 0))
                 r = -errno;
         if (r == 0)
                 r = io_write_text_at(tfd, "uid-shift", shift, true, 0644);
