@@ -99,8 +99,9 @@ def registry(tmp_path_factory):
     work = tmp_path_factory.mktemp("registry")
     (work / "private").mkdir()
     proc, host = _serve_registry(work)
-    private, private_host = _serve_registry(work / "private", PRIVATE_LOGIN)
+    private = None
     try:
+        private, private_host = _serve_registry(work / "private", PRIVATE_LOGIN)
         _tiny_rootfs(work / "root")
         lay = str(work / "layout")
         _run("umoci", "init", "--layout", lay)
@@ -136,8 +137,9 @@ def registry(tmp_path_factory):
         yield host, digest, private_host
     finally:
         for p in (proc, private):
-            p.terminate()
-            p.wait(10)
+            if p is not None:
+                p.terminate()
+                p.wait(10)
 
 
 class _Garbage(http.server.BaseHTTPRequestHandler):
