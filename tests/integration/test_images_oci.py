@@ -398,3 +398,17 @@ def test_cli_imports_oci_and_docker_archives(registry, oci_daemon, oapi, build_d
     assert oapi.get("/v1/images", params={"name": "imported-big"}).json()["data"] == []
     pulls = oci_daemon.state_dir / "oci-pull"
     assert not pulls.exists() or list(pulls.iterdir()) == [], list(pulls.iterdir())
+
+
+def test_a_restart_removes_what_cut_pulls_left(oci_daemon):
+    """A pull's directory and a tree half moved into place, as a daemon killed mid-pull leaves them,
+    are gone after the next start."""
+    pulls = oci_daemon.state_dir / "oci-pull"
+    (pulls / "cutXYZ" / "s" / "layout").mkdir(parents=True, exist_ok=True)
+    (pulls / "cutXYZ" / "s" / "layout" / "blob").write_bytes(b"x" * 4096)
+    (pulls / "import-cut").write_bytes(b"y")
+    half = oci_daemon.state_dir / "oci-images" / (".oci-" + "0" * 60 + ".0000abcd")
+    (half / "rootfs").mkdir(parents=True, exist_ok=True)
+    oci_daemon.restart()
+    assert not pulls.exists() or list(pulls.iterdir()) == [], list(pulls.iterdir())
+    assert not half.exists()

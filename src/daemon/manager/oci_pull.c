@@ -9,6 +9,7 @@
 #include "daemon/manager/oci_pull.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -779,6 +780,20 @@ static int install_tree(int dirfd, const char *state_dir, const char *name) {
                 r = errno == EEXIST || errno == ENOTEMPTY ? 0 : -errno; /* a pull beside this one won */
         path_remove_tree_at(rootfd, tmp);
         return r;
+}
+
+void oci_pull_clean(const char *state_dir) {
+        _cleanup_free_ char *pulls = NULL, *trees = oci_images_dir(state_dir);
+        if (asprintf(&pulls, "%s/oci-pull", state_dir) >= 0)
+                path_remove_tree_at(AT_FDCWD, pulls);
+        DIR *d = trees ? opendir(trees) : NULL;
+        if (!d)
+                return;
+        struct dirent *e;
+        while ((e = readdir(d)))
+                if (e->d_name[0] == '.' && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                        path_remove_tree_at(dirfd(d), e->d_name);
+        closedir(d);
 }
 
 int oci_pull(const char *state_dir, const OciPullLimits *lim, const char *owner, const char *ref_s, const char *archive,

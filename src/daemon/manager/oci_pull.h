@@ -64,6 +64,10 @@ void oci_pulled_done(OciPulled *p);
 char *oci_images_dir(const char *state_dir);
 char *oci_image_dir(const char *state_dir, const char *name);
 
+/* Removes what pulls a stopped daemon cut left: their directories and
+ * trees half moved into place. Only while no pull runs. */
+void oci_pull_clean(const char *state_dir);
+
 /* Pulls `ref` (or, with `archive`, reads an OCI layout archive or a
  * `docker save` archive at that path) for `owner`; `auth` is NULL or the
  * registry's {username, password}. On failure a message for the client in

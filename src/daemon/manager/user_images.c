@@ -1339,6 +1339,7 @@ static void *worker(void *arg) {
 
 int user_images_start(UserImages *u) {
         int64_t n = 0;
+        oci_pull_clean(u->cfg->state_dir);
         int r = u->ops->fail_unfinished(u->h, u->host_id, "the daemon stopped during the build", time_now_unix(), &n);
         if (r < 0)
                 return r;
