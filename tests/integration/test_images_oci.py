@@ -287,6 +287,15 @@ def test_refusals_at_the_request(oapi):
     assert r.status_code == 400 and "not both" in r.json()["error"]["message"], r.text
     r = oapi.post("/v1/images", json={"name": "x", "image": "a" * 300})
     assert r.status_code == 400, r.text
+
+
+def test_an_unnamed_pull_is_named_as_its_repository(registry, oapi):
+    r = oapi.post("/v1/images", json={"image": f"{registry[0]}/test/tiny:v1"})
+    assert r.status_code == 201 and r.json()["name"] == "tiny", r.text
+    image_id = r.json()["id"]
+    done = wait_until(lambda: (lambda j: j if j["state"] not in ("queued", "building") else None)(
+        oapi.get(f"/v1/images/{image_id}").json()), 300, 0.5, what="the pull built")
+    assert done["state"] == "ready", done
     # A pulled tree's name is the daemon's own: a client cannot start one by it.
     r = oapi.post("/v1/sandboxes", json={"image": "oci-" + "0" * 60})
     assert r.status_code == 404 and r.json()["error"]["code"] == "image_not_found", r.text

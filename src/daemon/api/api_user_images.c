@@ -209,6 +209,7 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         const char *text = json_string_value(json_object_get(r->json, "dockerfile"));
         v = json_object_get(r->json, "image");
         _cleanup_free_ char *from_image = NULL;
+        char default_name[256] = "";
         if (v && !json_is_null(v)) {
                 /* An image of a registry as it is: a Dockerfile of its FROM. */
                 OciRef ref;
@@ -218,6 +219,9 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
                 if (!ref_s || oci_ref_parse(ref_s, &ref) < 0)
                         return api_error(e, 400, "invalid_request", "registry/repository:tag or repository@sha256:digest",
                                          "image must be an image reference of a registry");
+                /* Unnamed, it is named as its repository's last part. */
+                const char *last = strrchr(ref.repo, '/');
+                snprintf(default_name, sizeof default_name, "%s", last ? last + 1 : ref.repo);
                 if (asprintf(&from_image, "FROM %s\n", ref_s) < 0)
                         return api_error(e, 500, "internal", NULL, "out of memory");
                 text = from_image;
@@ -234,6 +238,8 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
                                            de.message)
                                : api_error(e, 400, "invalid_dockerfile", NULL, "Dockerfile: %s", de.message);
         const char *name = json_string_value(json_object_get(r->json, "name"));
+        if (!name && !json_object_get(r->json, "name") && default_name[0])
+                name = default_name;
         if (!name || !user_images_name_ok(name))
                 return api_error(e, 400, "invalid_request", "lowercase letters, digits, _ . - and / (up to 128)",
                                  "name must be an image name%s", name ? ", not that" : "");
