@@ -18,6 +18,9 @@ DEBS=(
   git debhelper lintian systemd groff-base man-db
   # The dashboard's tests drive a real headless Chromium over WebDriver (tests/integration/test_dashboard.py).
   chromium chromium-driver
+  # Images from OCI registries: skopeo downloads, umoci unpacks (src/daemon/manager/oci_pull.c);
+  # the tests push to a docker-registry of their own on loopback (tests/integration/test_images_oci.py).
+  skopeo umoci docker-registry
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -69,6 +69,7 @@ static const Command snapshot_commands[] = {
 static const Command image_commands[] = {
         {"build", "build an image", cmd_image_build, NULL},
         {"ls", "list images", cmd_image_ls, NULL},
+        {"import", "import an OCI layout or docker save archive", cmd_image_import, NULL},
         {NULL, NULL, NULL, NULL},
 };
 

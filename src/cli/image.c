@@ -1,13 +1,16 @@
 #include "cli/image.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
 #include <openssl/evp.h>
 
 #include "cli/client.h"
@@ -187,17 +190,26 @@ static int send_context(Client *c, const char *archive, size_t len, json_t **ret
         return *ret ? 0 : -ENOMEM;
 }
 
-static int build_dockerfile(CliContext *ctx, const char *file, const char *tag, const char *dir) {
-        _cleanup_client_ Client *c = NULL;
-        _cleanup_free_ char *name = strdup(tag), *path = NULL, *text = NULL, *archive = NULL;
-        if (!name)
-                return cli_fail("out of memory");
-        char *colon = strrchr(name, ':');
-        const char *t = "latest";
+static int follow_build(CliContext *ctx, Client *c, json_t *image, const char *name, const char *t);
+
+/* NAME[:TAG] into its name (malloc'ed) and tag (in it, or "latest"). */
+static char *split_tag(const char *ref, const char **ret_tag) {
+        char *name = strdup(ref);
+        *ret_tag = "latest";
+        char *colon = name ? strrchr(name, ':') : NULL;
         if (colon && !strchr(colon, '/')) {
                 *colon = '\0';
-                t = colon + 1;
+                *ret_tag = colon + 1;
         }
+        return name;
+}
+
+static int build_dockerfile(CliContext *ctx, const char *file, const char *tag, const char *dir) {
+        _cleanup_client_ Client *c = NULL;
+        const char *t;
+        _cleanup_free_ char *name = split_tag(tag, &t), *path = NULL, *text = NULL, *archive = NULL;
+        if (!name)
+                return cli_fail("out of memory");
         if (!file) {
                 if (asprintf(&path, "%s/Dockerfile", dir) < 0)
                         return cli_fail("out of memory");
@@ -228,6 +240,13 @@ static int build_dockerfile(CliContext *ctx, const char *file, const char *tag, 
                         &image, &e);
         if (r < 0)
                 return cli_error_print(&e);
+        return follow_build(ctx, c, image, name, t);
+}
+
+/* An image queued: its log followed to its end, printed as it comes. */
+static int follow_build(CliContext *ctx, Client *c, json_t *image, const char *name, const char *t) {
+        CliError e;
+        int r;
         const char *id = json_string_value(json_object_get(image, "id"));
         fprintf(stderr, "runtime: image %s (%s:%s, version %lld) queued\n", id ? id : "?", name, t,
                 (long long)json_integer_value(json_object_get(image, "version")));
@@ -314,6 +333,67 @@ int cmd_image_build(CliContext *ctx, int argc, char **argv) {
         if (!ctx->json)
                 fprintf(stderr, "runtime: image %s is built\n", name);
         return CLI_EXIT_OK;
+}
+
+static const char import_usage[] = "-t NAME[:TAG] FILE";
+static const char import_help[] =
+        "Imports an image from an OCI layout archive (skopeo copy ... oci-archive:FILE) or a\n"
+        "docker save archive: runtimed reads it as it pulls from a registry and records it as\n"
+        "NAME:TAG, printing the log as it happens.\n\n"
+        "Example:\n  docker save python:3.12-slim -o py.tar && runtime image import -t py:3.12 py.tar\n";
+
+int cmd_image_import(CliContext *ctx, int argc, char **argv) {
+        static const struct option opts[] = {
+                {"help", no_argument, NULL, 'h'},
+                {"tag", required_argument, NULL, 't'},
+                {"json", no_argument, NULL, 'j'},
+                {NULL, 0, NULL, 0},
+        };
+        const char *ref = NULL;
+        int ch;
+        optind = 0;
+        opterr = 0;
+        while ((ch = getopt_long(argc, argv, "ht:", opts, NULL)) != -1) {
+                if (ch == 'h')
+                        return cli_help("image import", import_usage, import_help);
+                if (ch == 't')
+                        ref = optarg;
+                else if (ch == 'j')
+                        ctx->json = true;
+                else
+                        return cli_usage_error("image import", import_usage, "unknown option '%s'", argv[optind - 1]);
+        }
+        if (!ref || argc - optind != 1)
+                return cli_usage_error("image import", import_usage, "give -t NAME[:TAG] and one FILE");
+        const char *t;
+        _cleanup_free_ char *name = split_tag(ref, &t), *ename = NULL, *etag = NULL, *path = NULL;
+        if (!name)
+                return cli_fail("out of memory");
+        _cleanup_close_ int fd = open(argv[optind], O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+                return cli_fail("cannot read %s: %s", argv[optind], fd < 0 ? strerror(errno) : "not a file");
+        _cleanup_client_ Client *c = NULL;
+        int r = cli_connect(ctx, true, &c);
+        if (r > 0)
+                return r;
+        CURL *esc = curl_easy_init();
+        if (esc) {
+                char *a = curl_easy_escape(esc, name, 0), *b = curl_easy_escape(esc, t, 0);
+                ename = a ? strdup(a) : NULL;
+                etag = b ? strdup(b) : NULL;
+                curl_free(a);
+                curl_free(b);
+                curl_easy_cleanup(esc);
+        }
+        if (!ename || !etag || asprintf(&path, "/v1/images/import?name=%s&tag=%s", ename, etag) < 0)
+                return cli_fail("out of memory");
+        fprintf(stderr, "runtime: sending %s (%.1f MiB)\n", argv[optind], (double)st.st_size / (1024 * 1024));
+        CliError e;
+        _cleanup_json_ json_t *image = NULL;
+        if ((r = client_upload(c, path, fd, (long long)st.st_size, &image, &e)) < 0)
+                return cli_error_print(&e);
+        return follow_build(ctx, c, image, name, t);
 }
 
 static const char ls_help[] =

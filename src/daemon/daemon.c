@@ -1042,6 +1042,13 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 return 1;
         }
         user_images_set_manager(d->user_images, &d->cfg, d->manager, d->snapshots);
+        {
+                uint8_t seal_key[SEAL_KEY_LEN];
+                const char *why = "";
+                if (load_secrets_key(d->state_dir, o->secrets_key_file, seal_key, &why) == 0)
+                        user_images_set_seal_key(d->user_images, seal_key);
+                explicit_bzero(seal_key, sizeof seal_key);
+        }
         user_images_set_host(d->user_images, fleet_host_id(d->fleet));
         if ((r = user_images_start(d->user_images)) < 0) {
                 log_error(NULL, "starting the image builds: %s", strerror(-r));

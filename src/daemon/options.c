@@ -189,6 +189,15 @@ static const OptionSpec options[] = {
           .help = "the runtime-image-build program; runtime-microvm-build is looked for beside it" },
         STRING("egress-proxy", "PATH", egress_proxy, NULL, "the runtime-egress program"),
 
+        HEADING("Images from registries (docs/images.md)"),
+        { .name = "image-insecure-registry", .kind = OPTION_LIST, .arg = "HOST:PORT",
+          FIELD(cfg.image_insecure_registries), .count_offset = offsetof(DaemonOptions, cfg.n_image_insecure_registries),
+          .capacity = ELEMENTSOF(((DaemonOptions *)0)->cfg.image_insecure_registries),
+          .help = "pull images from this registry over plain HTTP, without TLS (repeatable; for a registry on a "
+                  "trusted network only)" },
+        NUMBER("image-pull-max-mib", cfg.image_pull_max_mib, 16, 1024u * 1024, 8192,
+               "the bytes one image pull may download and unpack, together"),
+
         HEADING("Limits"),
         NUMBER("max-sandboxes", cfg.max_sandboxes, 0, 100000, 256, "sandboxes on this host"),
         NUMBER("max-sandboxes-per-key", cfg.max_sandboxes_per_key, 0, 100000, 128, "sandboxes of one key"),

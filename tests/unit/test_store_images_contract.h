@@ -56,6 +56,23 @@ static int tag_seen(void *userdata, const char *tag) {
         return 0;
 }
 
+typedef struct RegistrySeen {
+        unsigned n;
+        char names[4][64];
+        char users[4][64];
+        int64_t updated[4];
+} RegistrySeen;
+
+static int registry_seen(void *userdata, const char *registry, const char *username, int64_t updated_at) {
+        RegistrySeen *s = userdata;
+        if (s->n < 4) {
+                snprintf(s->names[s->n], sizeof s->names[0], "%s", registry);
+                snprintf(s->users[s->n], sizeof s->users[0], "%s", username);
+                s->updated[s->n++] = updated_at;
+        }
+        return 0;
+}
+
 #define IMG(n) "00000000-0000-4000-8000-00000000000" #n
 
 static void images_contract(const StoreImageOps *ops, StoreImages *h) {
@@ -156,4 +173,28 @@ static void images_contract(const StoreImageOps *ops, StoreImages *h) {
         assert_int_equal(ops->get(h, "alice", IMG(1), &got), 0);
         assert_string_equal(got.state, "ready");
         store_image_row_clear(&got);
+
+        /* Registry credentials: one per owner and registry, replaced by a
+         * set, listed without the secret, an owner's own. */
+        assert_int_equal(ops->registry_set(h, "alice", "ghcr.io", "al", "sealed:v1:AAAA", 200), 0);
+        assert_int_equal(ops->registry_set(h, "alice", "127.0.0.1:5000", "al", "sealed:v1:BBBB", 201), 0);
+        assert_int_equal(ops->registry_set(h, "alice", "ghcr.io", "al2", "sealed:v1:CCCC", 202), 0);
+        assert_int_equal(ops->registry_set(h, "bob", "ghcr.io", "bo", "sealed:v1:DDDD", 203), 0);
+        RegistrySeen rs = { 0 };
+        assert_int_equal(ops->registry_list(h, "alice", registry_seen, &rs), 0);
+        assert_int_equal(rs.n, 2);
+        assert_string_equal(rs.names[0], "127.0.0.1:5000");
+        assert_string_equal(rs.names[1], "ghcr.io");
+        assert_string_equal(rs.users[1], "al2");
+        assert_int_equal(rs.updated[1], 202);
+        char *sealed = NULL;
+        assert_int_equal(ops->registry_get(h, "alice", "ghcr.io", &sealed), 0);
+        assert_string_equal(sealed, "sealed:v1:CCCC");
+        free(sealed);
+        assert_int_equal(ops->registry_get(h, "carol", "ghcr.io", &sealed), -ENOENT);
+        assert_int_equal(ops->registry_delete(h, "carol", "ghcr.io"), -ENOENT);
+        assert_int_equal(ops->registry_delete(h, "alice", "ghcr.io"), 0);
+        assert_int_equal(ops->registry_get(h, "alice", "ghcr.io", &sealed), -ENOENT);
+        assert_int_equal(ops->registry_get(h, "bob", "ghcr.io", &sealed), 0);
+        free(sealed);
 }

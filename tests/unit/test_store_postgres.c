@@ -175,8 +175,9 @@ static void test_keys_keeps_awake_after_an_upgrade(void **state) {
                                    NULL),
                          0);
         /* And what the steps after 10 made (13: the file links; 14: the
-         * previews; 15: the images). */
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses, previews, images, image_tags, sandbox_sessions",
+         * previews; 15: the images; 17: the sessions; 18: the registries' credentials). */
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses, previews, images, image_tags, "
+                                       "sandbox_sessions, image_registries",
                                    NULL),
                          0);
         assert_int_equal(pgdb_exec(&c, "UPDATE store_versions SET version = 10 WHERE kind = 'postgres'", NULL), 0);
@@ -294,7 +295,7 @@ static void test_links(void **state) {
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
         assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets; DROP TABLE file_link_uses; DROP TABLE previews; "
-                                       "DROP TABLE images, image_tags, sandbox_sessions; "
+                                       "DROP TABLE images, image_tags, sandbox_sessions, image_registries; "
                                        "UPDATE store_versions SET version = 12 WHERE kind = 'postgres'", NULL), 0);
         pgdb_close(&c);
         assert_int_equal(ops->open(url, &h), 0);
@@ -314,7 +315,8 @@ static void test_previews(void **state) {
         ops->close(h);
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags, sandbox_sessions; UPDATE store_versions SET version = 13 WHERE kind = 'postgres'",
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags, sandbox_sessions, image_registries; UPDATE store_versions SET version = 13 "
+                                       "WHERE kind = 'postgres'",
                                    NULL),
                          0);
         pgdb_close(&c);

@@ -8,14 +8,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <fcntl.h>
 
+#include "common/io.h"
 #include "common/jsonutil.h"
 #include "common/log.h"
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/http/request.h"
 #include "daemon/manager/images.h"
+#include "daemon/manager/oci_pull.h"
 #include "daemon/manager/user_images.h"
 
 #define BUILD_DEFAULT_VCPU 1u
@@ -190,10 +194,8 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
                 if (!ok)
                         return api_error(e, 400, "invalid_request", NULL, "unknown field %.64s", k);
         }
-        const char *unsupported[] = { "image", "recipe", "files", "start" };
-        const char *why[] = { "building from an image of a registry is not supported yet: FROM it in a Dockerfile "
-                              "once registries are",
-                              "recipes are not supported: write a Dockerfile",
+        const char *unsupported[] = { "recipe", "files", "start" };
+        const char *why[] = { "recipes are not supported: write a Dockerfile",
                               "inline files are not supported: send a context folder",
                               "a start command is not supported: CMD is recorded, and sandboxes run commands by exec" };
         for (size_t i = 0; i < ELEMENTSOF(unsupported); i++) {
@@ -205,12 +207,30 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         if (v && !json_is_null(v))
                 return api_error(e, 400, "invalid_request", NULL, "a self-hosted daemon has no regions: leave region out");
         const char *text = json_string_value(json_object_get(r->json, "dockerfile"));
+        v = json_object_get(r->json, "image");
+        _cleanup_free_ char *from_image = NULL;
+        char default_name[256] = "";
+        if (v && !json_is_null(v)) {
+                /* An image of a registry as it is: a Dockerfile of its FROM. */
+                OciRef ref;
+                const char *ref_s = json_string_value(v);
+                if (text)
+                        return api_error(e, 400, "invalid_request", NULL, "give image or dockerfile, not both");
+                if (!ref_s || oci_ref_parse(ref_s, &ref) < 0)
+                        return api_error(e, 400, "invalid_request", "registry/repository:tag or repository@sha256:digest",
+                                         "image must be an image reference of a registry");
+                /* Unnamed, it is named as its repository's last part. */
+                const char *last = strrchr(ref.repo, '/');
+                snprintf(default_name, sizeof default_name, "%s", last ? last + 1 : ref.repo);
+                if (asprintf(&from_image, "FROM %s\n", ref_s) < 0)
+                        return api_error(e, 500, "internal", NULL, "out of memory");
+                text = from_image;
+        }
         if (!text)
-                return api_error(e, 400, "invalid_request", "send the Dockerfile's text as dockerfile",
-                                 "dockerfile is required");
+                return api_error(e, 400, "invalid_request", "send the Dockerfile's text as dockerfile, or a registry's "
+                                 "image as image", "dockerfile or image is required");
         DockerfileError de;
-        int rc = dockerfile_parse(text, json_string_length(json_object_get(r->json, "dockerfile")), &q->dockerfile,
-                                  &de);
+        int rc = dockerfile_parse(text, strlen(text), &q->dockerfile, &de);
         if (rc == -ENOMEM)
                 return api_error(e, 500, "internal", NULL, "out of memory");
         if (rc < 0)
@@ -218,6 +238,8 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
                                            de.message)
                                : api_error(e, 400, "invalid_dockerfile", NULL, "Dockerfile: %s", de.message);
         const char *name = json_string_value(json_object_get(r->json, "name"));
+        if (!name && !json_object_get(r->json, "name") && default_name[0])
+                name = default_name;
         if (!name || !user_images_name_ok(name))
                 return api_error(e, 400, "invalid_request", "lowercase letters, digits, _ . - and / (up to 128)",
                                  "name must be an image name%s", name ? ", not that" : "");
@@ -301,6 +323,23 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         return 0;
 }
 
+/* The request queued (taken, whatever the outcome); 201 with the image. */
+static enum MHD_Result queue_build(Req *r, ImageBuildRequest *q) {
+        ImageRow row;
+        SandboxError se;
+        ApiError e = { 0 };
+        int rc = user_images_build(r->app->user_images, &r->key, q, r->rid, &row, &se);
+        image_build_request_done(q);
+        if (rc < 0) {
+                api_sandbox_error(&se, &e);
+                return reply_error(r, &e);
+        }
+        log_info(r->rid, "image %s (%s v%lld) queued", row.id, row.name, (long long)row.version);
+        json_t *j = image_json(r, &row);
+        store_image_row_clear(&row);
+        return j ? reply_json(r, 201, j) : reply_internal(r);
+}
+
 enum MHD_Result handle_image_create(Req *r) {
         ApiError e = { 0 };
         if (offered(r, &e) < 0)
@@ -310,18 +349,98 @@ enum MHD_Result handle_image_create(Req *r) {
                 image_build_request_done(&q);
                 return reply_error(r, &e);
         }
-        ImageRow row;
-        SandboxError se;
-        int rc = user_images_build(r->app->user_images, &r->key, &q, r->rid, &row, &se);
-        image_build_request_done(&q);
-        if (rc < 0) {
-                api_sandbox_error(&se, &e);
+        return queue_build(r, &q);
+}
+
+/* ---- an import: an OCI layout or docker save archive ---- */
+
+typedef struct ImportUpload {
+        char *path; /* NULL once the build request took it */
+        int fd;
+        uint64_t len, max;
+        bool too_large, failed;
+} ImportUpload;
+
+static enum MHD_Result import_begin(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        ImportUpload *u = calloc(1, sizeof(*u));
+        if (!u)
+                return reply_internal(r);
+        u->fd = -1;
+        u->max = (uint64_t)r->app->cfg->image_pull_max_mib << 20;
+        r->upload = u;
+        /* Beside the pulls, on the state directory's filesystem. */
+        char *dir = NULL;
+        if (asprintf(&dir, "%s/oci-pull", r->app->cfg->state_dir) < 0 || (mkdir(dir, 0711) < 0 && errno != EEXIST) ||
+            asprintf(&u->path, "%s/import-XXXXXX", dir) < 0 || (u->fd = mkostemp(u->path, O_CLOEXEC)) < 0) {
+                free(dir);
+                return reply_internal(r);
+        }
+        free(dir);
+        return MHD_YES;
+}
+
+static enum MHD_Result import_data(Req *r, const char *data, size_t len) {
+        ImportUpload *u = r->upload;
+        if (!u)
+                return MHD_NO;
+        if (u->too_large || u->failed || u->len + len > u->max) {
+                u->too_large = u->too_large || u->len + len > u->max;
+                return MHD_YES;
+        }
+        if (io_write_all(u->fd, data, len) < 0)
+                u->failed = true;
+        u->len += len;
+        return MHD_YES;
+}
+
+static void import_free(void *p) {
+        ImportUpload *u = p;
+        if (!u)
+                return;
+        if (u->fd >= 0)
+                close(u->fd);
+        if (u->path)
+                unlink(u->path);
+        free(u->path);
+        free(u);
+}
+
+const HttpUpload image_import_upload = { .begin = import_begin, .data = import_data, .free = import_free };
+
+enum MHD_Result handle_image_import(Req *r) {
+        ImportUpload *u = r->upload;
+        ApiError e = { 0 };
+        if (!u)
+                return reply_internal(r);
+        if (u->too_large) {
+                api_error(&e, 413, "payload_too_large", "the operator sets --image-pull-max-mib",
+                          "an imported archive is at most %u MiB", r->app->cfg->image_pull_max_mib);
                 return reply_error(r, &e);
         }
-        log_info(r->rid, "image %s (%s v%lld) queued", row.id, row.name, (long long)row.version);
-        json_t *j = image_json(r, &row);
-        store_image_row_clear(&row);
-        return j ? reply_json(r, 201, j) : reply_internal(r);
+        if (u->failed)
+                return reply_internal(r);
+        const char *name = req_query(r, "name"), *tag = req_query(r, "tag");
+        /* The build's own parser reads it as a request of a one-line
+         * Dockerfile whose FROM is the archive. */
+        json_decref(r->json);
+        r->json = json_pack("{s:s,s:s?,s:[s]}", "dockerfile", "FROM imported\n", "name", name, "tags",
+                            tag && *tag ? tag : "latest");
+        ImageBuildRequest q = { 0 };
+        if (!r->json)
+                return reply_internal(r);
+        if (parse_build(r, &q, &e) < 0) {
+                image_build_request_done(&q);
+                return reply_error(r, &e);
+        }
+        close(u->fd);
+        u->fd = -1;
+        q.import_path = u->path;
+        u->path = NULL;
+        log_info(r->rid, "an archive of %llu bytes to import", (unsigned long long)u->len);
+        return queue_build(r, &q);
 }
 
 /* ---- reads ---- */
@@ -641,11 +760,87 @@ enum MHD_Result handle_image_delete(Req *r) {
         return reply_json(r, 200, json_pack("{s:s,s:b}", "id", r->route.image, "deleted", true));
 }
 
+/* ---- registry credentials ---- */
+
 enum MHD_Result handle_image_registries(Req *r) {
         ApiError e = { 0 };
-        api_error(&e, 501, "not_implemented", "build FROM a built-in image or one of yours",
-                  "registry credentials are not supported yet: this daemon pulls from no registry");
-        return reply_error(r, &e);
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        json_t *data = NULL;
+        if (user_images_registry_list(r->app->user_images, r->key.owner, &data) < 0)
+                return reply_internal(r);
+        return reply_json(r, 200, json_pack("{s:o}", "data", data));
+}
+
+static const char *registry_field(Req *r, const char *field) {
+        json_t *v = json_object_get(r->json, field);
+        return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+enum MHD_Result handle_image_registry_set(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        const char *k;
+        json_t *v;
+        json_object_foreach(r->json, k, v) if (strcmp(k, "registry") != 0 && strcmp(k, "username") != 0 &&
+                                               strcmp(k, "password") != 0 && strcmp(k, "accessKeyId") != 0 &&
+                                               strcmp(k, "secretAccessKey") != 0) {
+                api_error(&e, 400, "invalid_request", NULL, "unknown field %.64s", k);
+                return reply_error(r, &e);
+        }
+        if (json_object_get(r->json, "accessKeyId") || json_object_get(r->json, "secretAccessKey")) {
+                api_error(&e, 501, "not_implemented", "store a username and a token or password",
+                          "access keys (Amazon ECR) are not supported: this daemon does not exchange them for a "
+                          "registry token");
+                return reply_error(r, &e);
+        }
+        const char *registry = registry_field(r, "registry"), *user = registry_field(r, "username"),
+                   *password = registry_field(r, "password");
+        if (!registry || !user || !*user || !password || !*password) {
+                api_error(&e, 400, "invalid_request", "send registry, username and password",
+                          "registry, username and password are required strings");
+                return reply_error(r, &e);
+        }
+        json_t *out = NULL;
+        int rc = user_images_registry_set(r->app->user_images, r->key.owner, registry, user, password, &out);
+        if (rc == -EINVAL)
+                api_error(&e, 400, "invalid_request", "a host, host:port or https://host", "registry must name a registry");
+        else if (rc == -E2BIG)
+                api_error(&e, 400, "invalid_request", NULL, "username is at most 256 bytes, password 16 KiB");
+        else if (rc == -EDQUOT)
+                api_error(&e, 429, "rate_limited", "delete one with POST /v1/images/registries:delete",
+                          "you have credentials of %d registries, the most one owner may keep",
+                          USER_IMAGES_REGISTRIES_PER_OWNER);
+        else if (rc == -EOPNOTSUPP)
+                api_error(&e, 503, "unavailable", "the operator sets --secrets-key-file",
+                          "this daemon has no key to seal secrets with");
+        else if (rc < 0)
+                return reply_internal(r);
+        if (e.code)
+                return reply_error(r, &e);
+        log_info(r->rid, "registry credentials of %s stored", json_string_value(json_object_get(out, "registry")));
+        return reply_json(r, 200, out);
+}
+
+enum MHD_Result handle_image_registry_delete(Req *r) {
+        ApiError e = { 0 };
+        if (offered(r, &e) < 0)
+                return reply_error(r, &e);
+        const char *registry = registry_field(r, "registry");
+        if (!registry) {
+                api_error(&e, 400, "invalid_request", NULL, "registry is required");
+                return reply_error(r, &e);
+        }
+        int rc = user_images_registry_delete(r->app->user_images, r->key.owner, registry);
+        if (rc == -ENOENT) {
+                api_error(&e, 404, "not_found", "GET /v1/images/registries lists yours",
+                          "you have no credentials of registry %.128s", registry);
+                return reply_error(r, &e);
+        }
+        if (rc < 0)
+                return reply_internal(r);
+        return reply_json(r, 200, json_pack("{s:s,s:b}", "registry", registry, "deleted", true));
 }
 
 /* ---- a sandbox from an image ---- */
@@ -662,6 +857,9 @@ int api_user_image_to_create(Req *r, bool *ret_from_image, ApiError *e) {
          * has one of that name. */
         ImageRow row;
         int rc = user_images_resolve(u, r->key.owner, ref, &row);
+        /* A pulled tree's name is the daemon's own, never a client's. */
+        if (rc == -ENOENT && strncmp(ref, OCI_IMAGE_PREFIX, strlen(OCI_IMAGE_PREFIX)) == 0)
+                return not_found(ref, e);
         if (rc == -ENOENT)
                 return 0;
         (void)info;

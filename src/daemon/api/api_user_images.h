@@ -14,3 +14,7 @@ enum MHD_Result handle_image_tag(Req *r);
 enum MHD_Result handle_image_untag(Req *r);
 enum MHD_Result handle_image_delete(Req *r);
 enum MHD_Result handle_image_registries(Req *r);
+extern const HttpUpload image_import_upload;
+enum MHD_Result handle_image_import(Req *r);
+enum MHD_Result handle_image_registry_set(Req *r);
+enum MHD_Result handle_image_registry_delete(Req *r);

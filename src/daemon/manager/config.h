@@ -78,6 +78,11 @@ typedef struct DaemonConfig {
          * (warm_pool.h: DRIVER:IMAGE[:SHAPE]=N). */
         const char *warm_pools[8];
         unsigned n_warm_pools;
+        /* Registries (host:port) an image pull may reach over plain HTTP,
+         * and the bytes one pull may download and unpack. */
+        const char *image_insecure_registries[8];
+        unsigned n_image_insecure_registries;
+        unsigned image_pull_max_mib;
 } DaemonConfig;
 
 /* The offer for a driver name, or NULL when this build has no such driver. */

@@ -20,6 +20,7 @@
 #include "daemon/manager/ledger.h"
 #include "common/log.h"
 #include "daemon/manager/metrics.h"
+#include "daemon/manager/oci_pull.h"
 
 #include "daemon/manager/supervise.h"
 
@@ -303,7 +304,9 @@ int spec_paths(Manager *m, const char *id, const char *image, SpecPaths *ret) {
                 p.sandbox_dir = NULL;
                 return -ENOMEM;
         }
-        if (asprintf(&p.image_dir, "%s/%s", m->cfg->image_dir, image) < 0) {
+        /* An image pulled from a registry lives under the state directory. */
+        p.image_dir = oci_image_dir(m->cfg->state_dir, image);
+        if (!p.image_dir && asprintf(&p.image_dir, "%s/%s", m->cfg->image_dir, image) < 0) {
                 p.image_dir = NULL;
                 spec_paths_done(&p);
                 return -ENOMEM;
@@ -479,8 +482,8 @@ int do_delete_locked(Manager *m, SandboxRow *row, const char *rid) {
 /* ---- API operations ---- */
 
 static int check_image(Manager *m, const char *image, SandboxError *e) {
-        _cleanup_free_ char *rootfs = NULL;
-        if (asprintf(&rootfs, "%s/%s/rootfs", m->cfg->image_dir, image) < 0) {
+        _cleanup_free_ char *rootfs = NULL, *pulled = oci_image_dir(m->cfg->state_dir, image);
+        if (asprintf(&rootfs, "%s/%s/rootfs", pulled ? pulled : m->cfg->image_dir, pulled ? "." : image) < 0) {
                 rootfs = NULL;
                 return -ENOMEM;
         }

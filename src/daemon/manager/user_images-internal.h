@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "daemon/egress/egress_seal.h"
 #include "daemon/manager/user_images.h"
 
 #define BUILD_WORKERS 2
@@ -41,6 +42,8 @@ struct UserImages {
         bool stopping;
         pthread_t workers[BUILD_WORKERS];
         unsigned n_workers;
+        uint8_t seal_key[SEAL_KEY_LEN]; /* the registries' secrets' */
+        bool have_seal_key;
 };
 
 /* The build log's file of image id (malloc'ed; NULL on ENOMEM). */

@@ -26,6 +26,7 @@
 #include "common/timeutil.h"
 #include "daemon/manager/agent_client.h"
 #include "daemon/manager/images.h"
+#include "daemon/manager/oci_pull.h"
 #include "daemon/manager/sandbox.h"
 #include "daemon/manager/snapshot.h"
 #include "proto/proto.h"
@@ -52,6 +53,9 @@ void image_build_request_done(ImageBuildRequest *r) {
         json_decref(r->build_args);
         json_decref(r->env);
         json_decref(r->chunks);
+        if (r->import_path)
+                unlink(r->import_path);
+        free(r->import_path);
         *r = (ImageBuildRequest){ 0 };
 }
 
@@ -986,11 +990,46 @@ static int run_steps(Build *b, int64_t deadline_ms) {
         return 0;
 }
 
-/* What FROM names: a built-in image, or one of the owner's own (its disk,
- * its config). */
+/* FROM an image of a registry: pulled (oci_pull.h), its tree the
+ * sandbox's base and its config the parent's. */
+static int pull_from(Build *b, const char *from, const char *archive, char **ret_base, json_t **ret_config) {
+        const DaemonConfig *cfg = b->u->cfg;
+        OciPullLimits lim = { .max_bytes = (uint64_t)cfg->image_pull_max_mib << 20,
+                              .timeout_ms = OCI_PULL_TIMEOUT_MS,
+                              .insecure = cfg->image_insecure_registries,
+                              .n_insecure = cfg->n_image_insecure_registries,
+                              .hidden = { cfg->state_dir, cfg->image_dir } };
+        int64_t left = b->deadline_ms - (int64_t)time_now_mono_ms();
+        if (left < lim.timeout_ms)
+                lim.timeout_ms = left > 1000 ? left : 1000;
+        OciRef ref;
+        if (!archive && oci_ref_parse(from, &ref) < 0)
+                return build_fail(b, "FROM %.128s is not an image reference", from);
+        _cleanup_json_ json_t *auth = archive ? NULL : user_images_registry_auth(b->u, b->job->key.owner, ref.registry);
+        log_sys(b->log, "%s %s%s", archive ? "reading" : "pulling", archive ? "the imported archive" : from,
+                auth ? " with your credentials of its registry" : "");
+        OciPulled p = { 0 };
+        char why[512];
+        int r = oci_pull(cfg->state_dir, &lim, b->job->key.owner, from, archive, auth, &p, why, sizeof why);
+        if (r < 0)
+                return build_fail(b, "FROM %s", why);
+        log_sys(b->log, "%s %s: %s, %u layers, %.1f MiB%s", archive ? "read" : "pulled", from, p.digest, p.layers,
+                (double)p.size_bytes / 1048576.0, p.reused ? " (its tree was here already)" : "");
+        *ret_base = strdup(p.name);
+        *ret_config = json_incref(p.config);
+        json_object_set_new(b->config, "digest", json_string(p.digest));
+        oci_pulled_done(&p);
+        return *ret_base ? 0 : -ENOMEM;
+}
+
+/* What FROM names: a built-in image, one of the owner's own (its disk,
+ * its config), or an image of a registry. */
 static int resolve_from(Build *b, const char *from, char **ret_base, char **ret_snapshot, json_t **ret_config) {
         *ret_snapshot = NULL;
         *ret_config = NULL;
+        /* An import's first FROM is its archive. */
+        if (b->job->req.import_path && b->stage == 0)
+                return pull_from(b, from, b->job->req.import_path, ret_base, ret_config);
         ImageInfo info;
         if (image_name_ok(from) && strchr(from, ':') == NULL) {
                 /* A built-in name, unless the owner has an image of that name. */
@@ -1004,13 +1043,12 @@ static int resolve_from(Build *b, const char *from, char **ret_base, char **ret_
         }
         ImageRow row;
         int r = user_images_resolve(b->u, b->job->key.owner, from, &row);
-        if (r == -ENOENT) {
-                if (strchr(from, '/') || strchr(from, ':') || strchr(from, '@'))
-                        return build_fail(b, "FROM %.128s: no image of yours has that name, and images from "
-                                             "registries are not supported yet", from);
+        OciRef ref;
+        if (r == -ENOENT && oci_ref_parse(from, &ref) == 0)
+                return pull_from(b, from, NULL, ret_base, ret_config);
+        if (r == -ENOENT)
                 return build_fail(b, "FROM %.128s: no such image (the built-in images are default and "
-                                     "analysis, or name one you built)", from);
-        }
+                                     "analysis, or name one you built, or an image of a registry)", from);
         if (r < 0)
                 return build_fail(b, "FROM %.128s: could not read the image", from);
         if (strcmp(row.state, "ready") != 0) {
@@ -1149,6 +1187,8 @@ static int build_run(Build *b, json_t **ret_doc) {
         json_object_del(b->config, "base");
         json_object_del(b->config, "from");
         json_object_del(b->config, "driver");
+        _cleanup_json_ json_t *base_digest = json_incref(json_object_get(b->config, "digest"));
+        json_object_del(b->config, "digest");
         SandboxError se;
         SandboxDriver driver = SANDBOX_DRIVER_NONE;
         sandbox_driver_from_name(drv, &driver);
@@ -1175,6 +1215,8 @@ static int build_run(Build *b, json_t **ret_doc) {
                                 "sizeBytes", (json_int_t)srow.size_bytes, "config", b->config, "driver",
                                 sandbox_driver_name(driver));
         snapshot_row_done(&srow);
+        if (doc && base_digest)
+                json_object_set(doc, "baseDigest", base_digest);
         if (!doc)
                 return build_fail(b, "out of memory");
         *ret_doc = doc;
@@ -1297,6 +1339,7 @@ static void *worker(void *arg) {
 
 int user_images_start(UserImages *u) {
         int64_t n = 0;
+        oci_pull_clean(u->cfg->state_dir);
         int r = u->ops->fail_unfinished(u->h, u->host_id, "the daemon stopped during the build", time_now_unix(), &n);
         if (r < 0)
                 return r;

@@ -58,6 +58,9 @@ typedef struct ImageBuildRequest {
         int64_t context_size;
         unsigned vcpu, memory_mib, disk_mib;
         int64_t timeout_seconds;
+        /* An uploaded OCI layout or docker save archive the first FROM
+         * is (the file is the request's: removed with it), or NULL. */
+        char *import_path;
 } ImageBuildRequest;
 void image_build_request_done(ImageBuildRequest *r);
 
@@ -65,6 +68,9 @@ int user_images_open(const StoreBackend *b, const char *location, const char *st
 struct DaemonConfig;
 void user_images_set_manager(UserImages *u, const struct DaemonConfig *cfg, Manager *m, SnapshotStore *snapshots);
 void user_images_set_host(UserImages *u, const char *host_id);
+/* The key that seals the registries' secrets (egress_seal.h); without it
+ * credentials cannot be stored. */
+void user_images_set_seal_key(UserImages *u, const uint8_t key[32]);
 /* Fails the builds this host left unfinished, then starts the workers. */
 int user_images_start(UserImages *u);
 /* Has the builds give up (each at its next second of waiting) and the
@@ -96,6 +102,20 @@ int user_images_delete(UserImages *u, const char *owner, const char *id, Sandbox
 /* The log lines after seq `after`, at most max, as JSON objects appended
  * to lines; *ret_next the last seq given (after when none). */
 int user_images_logs(UserImages *u, const char *id, int64_t after, unsigned max, json_t *lines, int64_t *ret_next);
+
+/* An owner's credentials of a registry (oci_pull.h's normalized name):
+ * the password sealed with the owner and registry as associated data,
+ * never returned. -EINVAL for a registry that is not one, -E2BIG past the
+ * bounds, -EOPNOTSUPP without a key. */
+#define USER_IMAGES_REGISTRIES_PER_OWNER 64
+int user_images_registry_set(UserImages *u, const char *owner, const char *registry, const char *username,
+                             const char *password, json_t **ret);
+/* {registry, username, updatedAt} of each, by name. */
+int user_images_registry_list(UserImages *u, const char *owner, json_t **ret);
+int user_images_registry_delete(UserImages *u, const char *owner, const char *registry);
+/* The owner's {username, password} of registry (a new reference), or NULL
+ * when none is stored or it does not open. */
+json_t *user_images_registry_auth(UserImages *u, const char *owner, const char *registry);
 
 bool user_images_name_ok(const char *s);
 bool user_images_tag_ok(const char *s);

@@ -9,6 +9,8 @@
 #include "common/jsonutil.h"
 #include "common/log.h"
 #include "common/macro.h"
+#include "common/timeutil.h"
+#include "daemon/manager/oci_pull.h"
 #include "daemon/manager/snapshot.h"
 #include "daemon/manager/user_images-internal.h"
 #include "daemon/manager/user_images.h"
@@ -131,4 +133,101 @@ int user_images_delete(UserImages *u, const char *owner, const char *id, Sandbox
         if (lp)
                 unlink(lp);
         return 0;
+}
+
+/* ---- registry credentials ---- */
+
+void user_images_set_seal_key(UserImages *u, const uint8_t key[32]) {
+        memcpy(u->seal_key, key, SEAL_KEY_LEN);
+        u->have_seal_key = true;
+}
+
+/* The associated data: a sealed secret moved to another owner's or
+ * registry's row does not open there. */
+static char *registry_aad(const char *owner, const char *registry) {
+        char *aad = NULL;
+        return asprintf(&aad, "image-registry\n%s\n%s", owner, registry) < 0 ? NULL : aad;
+}
+
+static int count_one(void *userdata, const char *registry, const char *username, int64_t updated_at) {
+        (*(unsigned *)userdata)++;
+        return 0;
+}
+
+static int add_registry(void *userdata, const char *registry, const char *username, int64_t updated_at) {
+        char at[RFC3339_LEN] = "";
+        time_format_rfc3339(updated_at, at);
+        json_t *j = json_pack("{s:s,s:s,s:s}", "registry", registry, "username", username, "updatedAt", at);
+        return j && json_array_append_new(userdata, j) == 0 ? 0 : -ENOMEM;
+}
+
+int user_images_registry_set(UserImages *u, const char *owner, const char *registry, const char *username,
+                             const char *password, json_t **ret) {
+        char name[256];
+        if (!u->have_seal_key)
+                return -EOPNOTSUPP;
+        if (oci_registry_normalize(registry, name) < 0)
+                return -EINVAL;
+        if (strlen(username) > 256 || strlen(password) > 16384)
+                return -E2BIG;
+        _cleanup_free_ char *old = NULL;
+        if (u->ops->registry_get(u->h, owner, name, &old) == -ENOENT) {
+                unsigned n = 0;
+                int r = u->ops->registry_list(u->h, owner, count_one, &n);
+                if (r < 0)
+                        return r;
+                if (n >= USER_IMAGES_REGISTRIES_PER_OWNER)
+                        return -EDQUOT;
+        }
+        _cleanup_json_ json_t *plain = json_pack("{s:s,s:s}", "username", username, "password", password);
+        _cleanup_free_ char *text = plain ? json_dumps(plain, JSON_COMPACT) : NULL;
+        _cleanup_free_ char *aad = registry_aad(owner, name);
+        _cleanup_free_ char *sealed = NULL;
+        if (!text || !aad)
+                return -ENOMEM;
+        int r = seal_encrypt(u->seal_key, aad, text, &sealed);
+        explicit_bzero(text, strlen(text));
+        if (r < 0)
+                return r;
+        int64_t now = time_now_unix();
+        if ((r = u->ops->registry_set(u->h, owner, name, username, sealed, now)) < 0)
+                return r;
+        json_t *out = json_array();
+        if (!out || add_registry(out, name, username, now) < 0) {
+                json_decref(out);
+                return -ENOMEM;
+        }
+        *ret = json_incref(json_array_get(out, 0));
+        json_decref(out);
+        return 0;
+}
+
+int user_images_registry_list(UserImages *u, const char *owner, json_t **ret) {
+        json_t *data = json_array();
+        if (!data)
+                return -ENOMEM;
+        int r = u->ops->registry_list(u->h, owner, add_registry, data);
+        if (r < 0) {
+                json_decref(data);
+                return r;
+        }
+        *ret = data;
+        return 0;
+}
+
+int user_images_registry_delete(UserImages *u, const char *owner, const char *registry) {
+        char name[256];
+        if (oci_registry_normalize(registry, name) < 0)
+                return -ENOENT;
+        return u->ops->registry_delete(u->h, owner, name);
+}
+
+json_t *user_images_registry_auth(UserImages *u, const char *owner, const char *registry) {
+        _cleanup_free_ char *sealed = NULL, *aad = registry_aad(owner, registry), *plain = NULL;
+        if (!u->have_seal_key || !aad || u->ops->registry_get(u->h, owner, registry, &sealed) < 0 ||
+            seal_decrypt(u->seal_key, aad, sealed, &plain) < 0)
+                return NULL;
+        json_t *auth = json_loads(plain, 0, NULL);
+        explicit_bzero(plain, strlen(plain));
+        return auth;
 }

@@ -233,6 +233,64 @@ static int pg_images_delete(StoreImages *h, const char *owner, const char *id) {
         return n == 1 ? 0 : -ENOENT;
 }
 
+static int pg_images_registry_set(StoreImages *h, const char *owner, const char *registry, const char *username,
+                                  const char *sealed, int64_t updated_at) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        pgp_text(&p, registry);
+        pgp_text(&p, username);
+        pgp_text(&p, sealed);
+        pgp_int(&p, updated_at);
+        return pgdb_exec_write(&h->c,
+                               "INSERT INTO image_registries (owner, registry, username, sealed, updated_at) "
+                               "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (owner, registry) DO UPDATE SET "
+                               "username = EXCLUDED.username, sealed = EXCLUDED.sealed, updated_at = EXCLUDED.updated_at",
+                               &p, NULL);
+}
+
+static int pg_images_registry_list(StoreImages *h, const char *owner, StoreRegistryFn fn, void *userdata) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run(&h->c,
+                         "SELECT registry, username, updated_at FROM image_registries WHERE owner = $1 ORDER BY registry",
+                         &p, &res);
+        if (r < 0)
+                return r;
+        for (int i = 0; i < PQntuples(res); i++)
+                if ((r = fn(userdata, pgv(res, i, 0) ?: "", pgv(res, i, 1) ?: "", pgi(res, i, 2))) < 0)
+                        return r;
+        return 0;
+}
+
+static int pg_images_registry_get(StoreImages *h, const char *owner, const char *registry, char **ret_sealed) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        pgp_text(&p, registry);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run(&h->c, "SELECT sealed FROM image_registries WHERE owner = $1 AND registry = $2", &p, &res);
+        if (r < 0)
+                return r;
+        if (PQntuples(res) == 0)
+                return -ENOENT;
+        char *s = strdup(pgv(res, 0, 0) ?: "");
+        if (!s)
+                return -ENOMEM;
+        *ret_sealed = s;
+        return 0;
+}
+
+static int pg_images_registry_delete(StoreImages *h, const char *owner, const char *registry) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        pgp_text(&p, registry);
+        int64_t n = 0;
+        int r = pgdb_exec_write(&h->c, "DELETE FROM image_registries WHERE owner = $1 AND registry = $2", &p, &n);
+        if (r < 0)
+                return r;
+        return n == 1 ? 0 : -ENOENT;
+}
+
 const StoreImageOps store_postgres_images = {
         .open = pg_images_open,
         .close = pg_images_close,
@@ -247,4 +305,8 @@ const StoreImageOps store_postgres_images = {
         .tags = pg_images_tags,
         .resolve = pg_images_resolve,
         .delete = pg_images_delete,
+        .registry_set = pg_images_registry_set,
+        .registry_list = pg_images_registry_list,
+        .registry_get = pg_images_registry_get,
+        .registry_delete = pg_images_registry_delete,
 };

@@ -192,6 +192,10 @@ static const char *const steps[] = {
         "  key_hash TEXT NOT NULL, name TEXT NOT NULL DEFAULT '', origins TEXT NOT NULL DEFAULT '',"
         "  created_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, revoked_at BIGINT NOT NULL DEFAULT 0);"
         "CREATE INDEX sandbox_sessions_sandbox ON sandbox_sessions (sandbox_id, created_at);",
+        /* 18: the owners' registry credentials, the secret sealed (store_images.h) */
+        "CREATE TABLE image_registries ("
+        "  owner TEXT NOT NULL, registry TEXT NOT NULL, username TEXT NOT NULL, sealed TEXT NOT NULL,"
+        "  updated_at BIGINT NOT NULL, PRIMARY KEY (owner, registry));",
 };
 
 #define KIND "postgres"

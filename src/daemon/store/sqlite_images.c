@@ -41,6 +41,15 @@ static const SqlMigration migrations[] = {
           "  image_id TEXT NOT NULL,"
           "  PRIMARY KEY (owner, name, tag));"
           "CREATE INDEX IF NOT EXISTS image_tags_image ON image_tags (image_id);" },
+        /* 2: the owners' registry credentials, the secret sealed */
+        { NULL, NULL,
+          "CREATE TABLE IF NOT EXISTS image_registries ("
+          "  owner TEXT NOT NULL,"
+          "  registry TEXT NOT NULL,"
+          "  username TEXT NOT NULL,"
+          "  sealed TEXT NOT NULL,"
+          "  updated_at INTEGER NOT NULL,"
+          "  PRIMARY KEY (owner, registry));" },
 };
 
 #define COLUMNS "id, owner, name, version, state, error, doc, created_at, finished_at, host_id"
@@ -303,6 +312,76 @@ static int sqlite_images_delete(StoreImages *h, const char *owner, const char *i
         return r < 0 ? r : e;
 }
 
+static int sqlite_images_registry_set(StoreImages *h, const char *owner, const char *registry, const char *username,
+                                      const char *sealed, int64_t updated_at) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "INSERT INTO image_registries (owner, registry, username, sealed, updated_at) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (owner, registry) DO UPDATE SET "
+                               "username = excluded.username, sealed = excluded.sealed, updated_at = excluded.updated_at",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, registry, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, username, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, sealed, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, updated_at);
+        return sqldb_errno(sqlite3_step(st));
+}
+
+static int sqlite_images_registry_list(StoreImages *h, const char *owner, StoreRegistryFn fn, void *userdata) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "SELECT registry, username, updated_at FROM image_registries WHERE owner = ?1 "
+                               "ORDER BY registry",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int e = fn(userdata, sqldb_col(st, 0) ?: "", sqldb_col(st, 1) ?: "", sqlite3_column_int64(st, 2));
+                if (e < 0)
+                        return e;
+        }
+        return rc == SQLITE_DONE ? 0 : sqldb_errno(rc) ?: -EIO;
+}
+
+static int sqlite_images_registry_get(StoreImages *h, const char *owner, const char *registry, char **ret_sealed) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql, "SELECT sealed FROM image_registries WHERE owner = ?1 AND registry = ?2", -1, &st,
+                               NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, registry, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -ENOENT;
+        if (rc != SQLITE_ROW)
+                return sqldb_errno(rc) ?: -EIO;
+        char *s = strdup(sqldb_col(st, 0) ?: "");
+        if (!s)
+                return -ENOMEM;
+        *ret_sealed = s;
+        return 0;
+}
+
+static int sqlite_images_registry_delete(StoreImages *h, const char *owner, const char *registry) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql, "DELETE FROM image_registries WHERE owner = ?1 AND registry = ?2", -1, &st,
+                               NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, registry, -1, SQLITE_STATIC);
+        int r = sqldb_errno(sqlite3_step(st));
+        if (r < 0)
+                return r;
+        return sqlite3_changes(h->sql) == 1 ? 0 : -ENOENT;
+}
+
 const StoreImageOps store_sqlite_images = {
         .open = sqlite_images_open,
         .close = sqlite_images_close,
@@ -317,4 +396,8 @@ const StoreImageOps store_sqlite_images = {
         .tags = sqlite_images_tags,
         .resolve = sqlite_images_resolve,
         .delete = sqlite_images_delete,
+        .registry_set = sqlite_images_registry_set,
+        .registry_list = sqlite_images_registry_list,
+        .registry_get = sqlite_images_registry_get,
+        .registry_delete = sqlite_images_registry_delete,
 };

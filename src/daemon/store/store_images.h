@@ -47,6 +47,9 @@ typedef struct StoreImages StoreImages;
  * return stops it and is returned. */
 typedef int (*StoreImageFn)(void *userdata, const ImageRow *row);
 typedef int (*StoreImageTagFn)(void *userdata, const char *tag);
+/* A registry's credentials of an owner: the secret only as sealed text,
+ * which the store never opens. */
+typedef int (*StoreRegistryFn)(void *userdata, const char *registry, const char *username, int64_t updated_at);
 
 struct StoreImageOps {
         int (*open)(const char *location, StoreImages **ret);
@@ -81,6 +84,15 @@ struct StoreImageOps {
                        char ret_id[IMAGE_ID_LEN + 1]);
         /* Deletes owner's image id and its tags. -ENOENT. */
         int (*delete)(StoreImages *h, const char *owner, const char *id);
+        /* Sets owner's credentials of registry (replacing any). */
+        int (*registry_set)(StoreImages *h, const char *owner, const char *registry, const char *username,
+                            const char *sealed, int64_t updated_at);
+        /* owner's registries, by name, without their secrets. */
+        int (*registry_list)(StoreImages *h, const char *owner, StoreRegistryFn fn, void *userdata);
+        /* owner's sealed secret of registry (malloc'ed) in *ret_sealed. -ENOENT. */
+        int (*registry_get)(StoreImages *h, const char *owner, const char *registry, char **ret_sealed);
+        /* -ENOENT when owner has none for registry. */
+        int (*registry_delete)(StoreImages *h, const char *owner, const char *registry);
 };
 
 extern const StoreImageOps store_sqlite_images;

@@ -19,7 +19,7 @@ from urllib.parse import quote
 from ._drive import Call
 from .errors import APIError, InvalidRequestError
 
-__all__ = ["ImagesOps", "pack_context", "CHUNK_BYTES"]
+__all__ = ["ImagesOps", "RegistriesOps", "pack_context", "CHUNK_BYTES"]
 
 CHUNK_BYTES = 1024 * 1024
 # The daemon's bounds on a context (docs/images.md): checked here first, so that a folder too big
@@ -133,17 +133,25 @@ class ImagesOps:
         return {"archive": {"sha256": packed["sha256"], "size": len(packed["archive"]), "chunks": digests},
                 "files": []}
 
-    def create(self, *, dockerfile: str, name: str, context_dir: Optional[str] = None,
+    def create(self, *, name: str, dockerfile: Optional[str] = None, image: Optional[str] = None,
+               context_dir: Optional[str] = None,
                context: Optional[Dict[str, Any]] = None, dockerignore: Optional[str] = None,
                tags: Optional[Sequence[str]] = None, labels: Optional[Dict[str, str]] = None,
                build_args: Optional[Dict[str, str]] = None, env: Optional[Dict[str, str]] = None,
                target: Optional[str] = None, build: Optional[Dict[str, Any]] = None,
                idempotency_key: Optional[str] = None) -> Dict[str, Any]:
-        """Queues a build; the image, state ``queued``. ``build`` takes ``vcpu``, ``memory_mib``,
-        ``disk_mib`` and ``timeout_seconds``."""
+        """Queues a build; the image, state ``queued``. ``dockerfile``, or ``image``: a registry's
+        image as it is (``python:3.12-slim``, ``host:port/repo@sha256:...``). ``build`` takes
+        ``vcpu``, ``memory_mib``, ``disk_mib`` and ``timeout_seconds``."""
+        if (dockerfile is None) == (image is None):
+            raise InvalidRequestError("give dockerfile or image, one of them")
         if context_dir is not None:
             context = yield from ImagesOps.upload_context(self, context_dir, dockerignore=dockerignore)
-        body: Dict[str, Any] = {"dockerfile": dockerfile, "name": name}
+        body: Dict[str, Any] = {"name": name}
+        if dockerfile is not None:
+            body["dockerfile"] = dockerfile
+        else:
+            body["image"] = image
         for key, value in (("context", context), ("tags", None if tags is None else list(tags)),
                            ("labels", labels), ("buildArgs", build_args), ("env", env), ("target", target)):
             if value is not None:
@@ -223,3 +231,21 @@ class ImagesOps:
         return dict((yield Call(self._http.request, "POST", _path(image_id, ":delete"), json_body={})))
 
     _sleep = staticmethod(time.sleep)
+
+
+class RegistriesOps:
+    """``runtime.images.registries``: the owner's credentials of private registries, which pulls
+    use. The password is sealed on arrival and never returned."""
+
+    def list(self) -> List[Dict[str, Any]]:
+        """``[{"registry", "username", "updatedAt"}]``."""
+        return list((yield Call(self._http.request, "GET", "/v1/images/registries"))["data"])
+
+    def set(self, registry: str, *, username: str, password: str) -> Dict[str, Any]:
+        """Stores (or replaces) a user name and a token or password for ``registry``."""
+        return dict((yield Call(self._http.request, "POST", "/v1/images/registries",
+                                json_body={"registry": registry, "username": username, "password": password})))
+
+    def delete(self, registry: str) -> Dict[str, Any]:
+        return dict((yield Call(self._http.request, "POST", "/v1/images/registries:delete",
+                                json_body={"registry": registry})))

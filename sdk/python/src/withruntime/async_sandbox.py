@@ -14,7 +14,7 @@ from ._computer import BrowserOps, DesktopOps, RecordingsOps
 from ._core import FilesOps, NetworkOps, PreviewsOps, RuntimeOps, SandboxOps, SecretsOps, SnapshotsOps
 from ._drive import arun, awaitable, awaitable_iter
 from ._http import AsyncHTTP, websocket_headers
-from ._images import ImagesOps
+from ._images import ImagesOps, RegistriesOps
 from ._models import CLIENT_OPTIONS, SandboxInfo, build_create_body
 from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
 from ._process import AsyncProcess, idempotency_headers
@@ -423,11 +423,23 @@ class AsyncAudit:
     list = awaitable(AuditOps.list)
 
 
+class AsyncRegistries:
+    """``runtime.images.registries`` (awaitable): credentials of private registries, sealed."""
+
+    def __init__(self, http: AsyncHTTP) -> None:
+        self._http = http
+
+    list = awaitable(RegistriesOps.list)
+    set = awaitable(RegistriesOps.set)
+    delete = awaitable(RegistriesOps.delete)
+
+
 class AsyncImages:
     """The awaitable twin of :class:`withruntime.sandbox.Images`."""
 
     def __init__(self, http: AsyncHTTP) -> None:
         self._http = http
+        self.registries = AsyncRegistries(http)
 
     upload_context = awaitable(ImagesOps.upload_context)
     create = awaitable(ImagesOps.create)

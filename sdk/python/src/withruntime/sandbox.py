@@ -12,7 +12,7 @@ from ._computer import BrowserOps, DesktopOps, RecordingsOps
 from ._core import FilesOps, NetworkOps, PreviewsOps, RuntimeOps, SandboxOps, SecretsOps, SnapshotsOps
 from ._drive import blocking, blocking_iter, run
 from ._http import SyncHTTP, websocket_headers
-from ._images import ImagesOps
+from ._images import ImagesOps, RegistriesOps
 from ._models import SandboxInfo
 from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
 from ._process import Process
@@ -409,11 +409,23 @@ class Audit:
     list = blocking(AuditOps.list)
 
 
+class Registries:
+    """``runtime.images.registries``: credentials of private registries, sealed."""
+
+    def __init__(self, http: SyncHTTP) -> None:
+        self._http = http
+
+    list = blocking(RegistriesOps.list)
+    set = blocking(RegistriesOps.set)
+    delete = blocking(RegistriesOps.delete)
+
+
 class Images:
     """The key owner's images built from Dockerfiles (``runtime.images``, docs/images.md)."""
 
     def __init__(self, http: SyncHTTP) -> None:
         self._http = http
+        self.registries = Registries(http)
 
     upload_context = blocking(ImagesOps.upload_context)
     create = blocking(ImagesOps.create)
