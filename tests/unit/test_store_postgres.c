@@ -338,7 +338,7 @@ static void test_sessions(void **state) {
         ops->close(h);
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE sandbox_sessions; UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE sandbox_sessions, image_registries; UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
                                    NULL),
                          0);
         pgdb_close(&c);
