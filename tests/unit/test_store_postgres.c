@@ -20,6 +20,7 @@
 #include "test_store_keys_contract.h"
 #include "test_store_links_contract.h"
 #include "test_store_previews_contract.h"
+#include "test_store_volumes_contract.h"
 #include "test_store_images_contract.h"
 
 static void test_schema_is_made_once_and_a_newer_one_refused(void **state) {
@@ -174,8 +175,9 @@ static void test_keys_keeps_awake_after_an_upgrade(void **state) {
                                    NULL),
                          0);
         /* And what the steps after 10 made (13: the file links; 14: the
-         * previews; 15: the images). */
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses, previews, images, image_tags",
+         * previews; 15: the images; 16: the volumes). */
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses, previews, images, image_tags, "
+                                       "volumes, volume_attachments",
                                    NULL),
                          0);
         assert_int_equal(pgdb_exec(&c, "UPDATE store_versions SET version = 10 WHERE kind = 'postgres'", NULL), 0);
@@ -293,7 +295,7 @@ static void test_links(void **state) {
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
         assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets; DROP TABLE file_link_uses; DROP TABLE previews; "
-                                       "DROP TABLE images, image_tags; "
+                                       "DROP TABLE images, image_tags; DROP TABLE volumes, volume_attachments; "
                                        "UPDATE store_versions SET version = 12 WHERE kind = 'postgres'", NULL), 0);
         pgdb_close(&c);
         assert_int_equal(ops->open(url, &h), 0);
@@ -313,13 +315,35 @@ static void test_previews(void **state) {
         ops->close(h);
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags; UPDATE store_versions SET version = 13 WHERE kind = 'postgres'",
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags, volumes, volume_attachments; UPDATE store_versions SET version = 13 WHERE kind = 'postgres'",
                                    NULL),
                          0);
         pgdb_close(&c);
         assert_int_equal(ops->open(url, &h), 0);
         StorePreview none;
         assert_int_equal(ops->get(h, "sbx_x", 80, &none), -ENOENT);
+        ops->close(h);
+        free(url);
+}
+
+/* The volumes' contract; a database of schema 15 gains their tables. */
+static void test_volumes(void **state) {
+        char *url = pg_fresh("t_volumes");
+        const StoreVolumeOps *ops = store_postgres.volumes;
+        StoreVolumes *h;
+        assert_int_equal(ops->open(url, &h), 0);
+        volumes_contract(ops, h);
+        ops->close(h);
+        PgConn c;
+        assert_int_equal(pgdb_open(url, &c), 0);
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE volumes, volume_attachments; "
+                                       "UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
+                                   NULL),
+                         0);
+        pgdb_close(&c);
+        assert_int_equal(ops->open(url, &h), 0);
+        StoreVolume none;
+        assert_int_equal(ops->get(h, "alice", "vol_2", &none), -ENOENT);
         ops->close(h);
         free(url);
 }
@@ -346,6 +370,7 @@ int main(void) {
                 cmocka_unit_test(test_links),
                 cmocka_unit_test(test_previews),
                 cmocka_unit_test(test_images),
+                cmocka_unit_test(test_volumes),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 #include "daemon/store/store_samples.h"
 #include "daemon/store/store_sandboxes.h"
 #include "daemon/store/store_snapshots.h"
+#include "daemon/store/store_volumes.h"
 #include "daemon/store/store_webhooks.h"
 
 const StoreBackend store_postgres = {
@@ -37,4 +38,5 @@ const StoreBackend store_postgres = {
         .links = &store_postgres_links,
         .previews = &store_postgres_previews,
         .images = &store_postgres_images,
+        .volumes = &store_postgres_volumes,
 };

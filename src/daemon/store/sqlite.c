@@ -16,6 +16,7 @@
 #include "daemon/store/store_sandboxes.h"
 #include "daemon/store/store_snapshots.h"
 #include "daemon/store/store_uploads.h"
+#include "daemon/store/store_volumes.h"
 #include "daemon/store/store_webhooks.h"
 
 const StoreBackend store_sqlite = {
@@ -36,4 +37,5 @@ const StoreBackend store_sqlite = {
         .links = &store_sqlite_links,
         .previews = &store_sqlite_previews,
         .images = &store_sqlite_images,
+        .volumes = &store_sqlite_volumes,
 };

@@ -42,6 +42,7 @@ typedef struct StoreOtelOps StoreOtelOps;
 typedef struct StoreLinkOps StoreLinkOps;
 typedef struct StorePreviewOps StorePreviewOps;
 typedef struct StoreImageOps StoreImageOps;
+typedef struct StoreVolumeOps StoreVolumeOps;
 
 typedef struct StoreBackend {
         const char *name;
@@ -61,6 +62,7 @@ typedef struct StoreBackend {
         const StoreLinkOps *links;       /* the file links' secrets and one-time uses */
         const StorePreviewOps *previews; /* the shared ports of sandboxes */
         const StoreImageOps *images;     /* the images users build and their tags */
+        const StoreVolumeOps *volumes;   /* the volumes and their attachments to sandboxes */
 } StoreBackend;
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */
