@@ -168,6 +168,9 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("digest")) {
                 dst = r->digest;
                 cap = sizeof(r->digest);
+        } else if (IS("volume")) {
+                dst = r->volume_id;
+                cap = sizeof(r->volume_id);
         } else
                 return false;
         if (len == 0 || len >= cap || memchr(v, '/', len))
@@ -200,6 +203,8 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return hex_id_ok(dst, "otx_", 20);
         if (IS("port"))
                 return strspn(dst, "0123456789") == len;
+        if (IS("volume"))
+                return hex_id_ok(dst, "vol_", 20);
         if (IS("digest")) {
                 size_t n = strspn(dst, "0123456789abcdef");
                 return n == 64 && !dst[n];
