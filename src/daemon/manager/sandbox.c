@@ -836,28 +836,38 @@ static int restore_disk(Manager *m, SandboxRow *row, const Driver *d, const char
  * image and shape asked for and the create needs nothing else at its start
  * (a disk from a snapshot does); else a boot. Everything but the boot is
  * the same either way. */
+/* The driver a create asked for, or the daemon's default. */
+static int pick_driver(const DaemonConfig *cfg, const CreateRequest *req, const Driver **ret, SandboxError *e) {
+        const char *asked = sandbox_driver_name(req->spec.driver);
+        if (!asked) {
+                if (!(*ret = cfg->default_driver))
+                        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE,
+                                             "run runtimed --doctor to see what this host lacks",
+                                             "no driver can run sandboxes on this host");
+                return 0;
+        }
+        const DriverOffer *o = config_driver_offer(cfg, asked);
+        if (!o)
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "GET /v1/info lists the drivers",
+                                     "driver must be one of the daemon's drivers; %s is not", asked);
+        if (!o->available)
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
+                                     "driver %s cannot run on this host: %s", asked, o->reason);
+        if (!o->offered)
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
+                                     "driver %s is not offered by this daemon", asked);
+        *ret = o->driver;
+        return 0;
+}
+
 static int create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, SandboxRow *ret,
                   SandboxError *e) {
         const DaemonConfig *cfg = m->cfg;
-        const Driver *d;
-        const char *asked = sandbox_driver_name(req->spec.driver);
-        if (asked) {
-                const DriverOffer *o = config_driver_offer(cfg, asked);
-                if (!o)
-                        return sandbox_error(e, SANDBOX_ERR_INVALID, "GET /v1/info lists the drivers",
-                                         "driver must be one of the daemon's drivers; %s is not", asked);
-                if (!o->available)
-                        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
-                                         "driver %s cannot run on this host: %s", asked, o->reason);
-                if (!o->offered)
-                        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
-                                         "driver %s is not offered by this daemon", asked);
-                d = o->driver;
-        } else if (!(d = cfg->default_driver))
-                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "run runtimed --doctor to see what this host lacks",
-                                 "no driver can run sandboxes on this host");
-        int r = check_image(m, req->spec.image, e);
-        if (r < 0 || (r = volumes_allowed(m, d, req, e)) < 0)
+        const Driver *d = NULL;
+        int r = pick_driver(cfg, req, &d, e);
+        if (r < 0 || (r = check_image(m, req->spec.image, e)) < 0)
+                return r;
+        if ((r = volumes_allowed(m, d, req, e)) < 0)
                 return r;
         uint64_t per_hour = config_cost_per_hour(cfg, req->spec.vcpu, req->spec.memory_mib);
         uint64_t lease_cost = ledger_cost(per_hour, req->spec.timeout_seconds);
