@@ -326,3 +326,42 @@ def test_bounds_and_kill_9(build_dir, image_dir, tmp_path):
     finally:
         c.close()
         _finish_daemon(d)
+
+
+def test_our_sdk_same_names(api, daemon, vdriver):
+    """Our SDK's runtime.volumes, sync and async, with the published client's names, and
+    Sandbox.create(volumes=[{"volume_id", "path", "read_only"}])."""
+    import asyncio
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
+    from withruntime import AsyncRuntime, Runtime, Sandbox
+    from withruntime.errors import ConflictError, InvalidRequestError, NotFoundError
+
+    conn = {"api_key": daemon.api_key, "base_url": daemon.base_url}
+    with Runtime(**conn) as rt:
+        vol = rt.volumes.create(32, name="sdk-vol", labels={"k": "v"})
+        try:
+            assert rt.volumes.get(vol["id"])["labels"] == {"k": "v"}
+            assert vol["id"] in [v["id"] for v in rt.volumes.list(name="sdk-vol")["data"]]
+            assert rt.volumes.resize(vol["id"], 48)["sizeMiB"] == 48
+            with pytest.raises(InvalidRequestError):
+                rt.volumes.resize(vol["id"], 16)
+            with Sandbox.create(driver=vdriver, volumes=[{"volume_id": vol["id"], "path": "/data"}], **conn) as a:
+                assert a.exec("echo sdk > /data/f && cat /data/f").stdout == "sdk\n"
+                with pytest.raises(ConflictError):
+                    rt.volumes.delete(vol["id"])
+                with Sandbox.create(driver=vdriver, volumes=[{"volume_id": vol["id"], "path": "/r",
+                                                              "read_only": True}], **conn) as b:
+                    assert b.exec("echo x > /r/g").exit_code != 0
+        finally:
+            rt.volumes.delete(vol["id"], force=True)
+        with pytest.raises(NotFoundError):
+            rt.volumes.get(vol["id"])
+
+    async def run_async():
+        async with AsyncRuntime(**conn) as art:
+            v = await art.volumes.create(16)
+            got = await art.volumes.get(v["id"])
+            gone = await art.volumes.delete(v["id"])
+            return got, gone
+    got, gone = asyncio.run(run_async())
+    assert got["sizeMiB"] == 16 and gone["deleted"] is True
