@@ -365,3 +365,39 @@ def test_our_sdk_same_names(api, daemon, vdriver):
             return got, gone
     got, gone = asyncio.run(run_async())
     assert got["sizeMiB"] == 16 and gone["deleted"] is True
+
+
+def test_volume_kept_across_stop_pause_and_wake(api, vdriver):
+    """A stopped sandbox is started again with its volume bound; a paused one keeps it."""
+    vol = make_volume(api, sizeMiB=16)
+    try:
+        a = api.create_sandbox(driver=vdriver, volumes=[{"volumeId": vol["id"], "path": "/data"}])
+        assert sh(api, a.id, "echo 1 > /data/n && sync")["exitCode"] == 0
+        assert api.post(f"/v1/sandboxes/{a.id}:pause", json={}).status_code == 200
+        assert api.post(f"/v1/sandboxes/{a.id}:wake", json={}).status_code == 200
+        api.wait_state(a.id, "running")
+        assert sh(api, a.id, "cat /data/n")["stdout"] == "1\n"
+        assert api.post(f"/v1/sandboxes/{a.id}:stop", json={}).status_code == 200
+        api.wait_state(a.id, "stopped")
+        # Stopped, it still holds the volume: another writer is refused.
+        assert_error(api.post("/v1/sandboxes", json={"driver": vdriver, "volumes": [{"volumeId": vol["id"],
+                                                                                      "path": "/d"}]}),
+                     409, "conflict")
+        assert api.post(f"/v1/sandboxes/{a.id}:wake", json={}).status_code == 200
+        api.wait_state(a.id, "running")
+        assert sh(api, a.id, "cat /data/n && findmnt -n -o TARGET /data")["stdout"] == "1\n/data\n"
+    finally:
+        api.delete_all()
+        drop_volume(api, vol["id"])
+
+
+def test_microvm_refuses_volumes(api, daemon):
+    skip_unless_driver(daemon, "microvm")
+    vol = make_volume(api, sizeMiB=16)
+    try:
+        r = api.post("/v1/sandboxes", json={"driver": "microvm", "volumes": [{"volumeId": vol["id"], "path": "/d"}]})
+        assert_error(r, 501, "not_implemented")
+        assert "microvm" in r.json()["error"]["message"]
+        assert api.get(f"/v1/volumes/{vol['id']}").json()["attachments"] == []
+    finally:
+        drop_volume(api, vol["id"])
