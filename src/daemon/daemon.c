@@ -813,6 +813,7 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                            .requests = d->requests,
                            .links = d->links,
                            .previews = d->previews,
+                           .volumes = d->volumes,
                            .sample_retention_days = o->sandbox_metrics_retention_days
                                                             ? o->sandbox_metrics_retention_days
                                                             : SAMPLES_RETENTION_DAYS_DEFAULT,

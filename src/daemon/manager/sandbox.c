@@ -633,7 +633,7 @@ static int launch_volumes(Manager *m, const SandboxRow *row, VolumeMountPaths *r
         const char *id = row->spec.volumes[failed].volume_id;
         log_error(rid, "sandbox %s: mounting volume %s: %s", row->id, id, strerror(-r));
         if (r == -ENOENT)
-                driver_error(err, "volume %s has been deleted", id);
+                driver_error(err, "volume %s is not on this host: deleted, or made on another host", id);
         else if (r == -EBUSY)
                 driver_error(err, "volume %s is still held by a sandbox that has not ended", id);
         else

@@ -95,6 +95,10 @@ const VolumeLimits *volumes_limits(const Volumes *vs) {
         return &vs->lim;
 }
 
+int volumes_set_epoch(Volumes *vs, const char *host_id, int64_t epoch) {
+        return vs->ops->set_writer(vs->h, host_id, epoch);
+}
+
 int volumes_create(Volumes *vs, const char *owner, const char *name, const char *labels, uint32_t size_mib,
                    bool shared, StoreVolume *ret) {
         StoreVolume v = { .size_mib = size_mib, .shared = shared, .state = STORE_VOLUME_READY,

@@ -36,6 +36,8 @@ int volumes_open(const StoreBackend *b, const char *location, const char *state_
                  Volumes **ret);
 void volumes_close(Volumes *vs);
 const VolumeLimits *volumes_limits(const Volumes *vs);
+/* The host whose writes these are, at its epoch (a fleet). */
+int volumes_set_epoch(Volumes *vs, const char *host_id, int64_t epoch);
 
 /* A new volume of the owner, its disk made: -EUSERS past the count,
  * -EDQUOT past the total, -ENOSPC when the host has no room for the file,
