@@ -177,7 +177,7 @@ static void test_keys_keeps_awake_after_an_upgrade(void **state) {
         /* And what the steps after 10 made (13: the file links; 14: the
          * previews; 15: the images; 16: the volumes). */
         assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses, previews, images, image_tags, "
-                                       "volumes, volume_attachments",
+                                       "volumes, volume_attachments, volume_backups",
                                    NULL),
                          0);
         assert_int_equal(pgdb_exec(&c, "UPDATE store_versions SET version = 10 WHERE kind = 'postgres'", NULL), 0);
@@ -295,7 +295,7 @@ static void test_links(void **state) {
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
         assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets; DROP TABLE file_link_uses; DROP TABLE previews; "
-                                       "DROP TABLE images, image_tags; DROP TABLE volumes, volume_attachments; "
+                                       "DROP TABLE images, image_tags; DROP TABLE volumes, volume_attachments, volume_backups; "
                                        "UPDATE store_versions SET version = 12 WHERE kind = 'postgres'", NULL), 0);
         pgdb_close(&c);
         assert_int_equal(ops->open(url, &h), 0);
@@ -315,7 +315,7 @@ static void test_previews(void **state) {
         ops->close(h);
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags, volumes, volume_attachments; UPDATE store_versions SET version = 13 WHERE kind = 'postgres'",
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags, volumes, volume_attachments, volume_backups; UPDATE store_versions SET version = 13 WHERE kind = 'postgres'",
                                    NULL),
                          0);
         pgdb_close(&c);
@@ -336,7 +336,7 @@ static void test_volumes(void **state) {
         ops->close(h);
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE volumes, volume_attachments; "
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE volumes, volume_attachments, volume_backups; "
                                        "UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
                                    NULL),
                          0);

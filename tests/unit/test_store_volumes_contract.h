@@ -120,4 +120,40 @@ static inline void volumes_contract(const StoreVolumeOps *ops, StoreVolumes *h) 
         assert_int_equal(ops->get(h, "alice", "vol_1", &got), -ENOENT);
         assert_int_equal(ops->remove(h, "alice", "vol_1", true), -ENOENT);
         assert_int_equal(ops->remove(h, "alice", "vol_3", false), 0);
+
+        /* Backups: a count bound, the owner's only, newest first, by volume. */
+        StoreVolumeBackup b1 = { .size_mib = 100, .created_at = 5 }, b2 = { .size_mib = 200, .created_at = 6 };
+        snprintf(b1.id, sizeof b1.id, "vb_1");
+        snprintf(b2.id, sizeof b2.id, "vb_2");
+        snprintf(b1.owner, sizeof b1.owner, "alice");
+        snprintf(b2.owner, sizeof b2.owner, "alice");
+        snprintf(b1.volume_id, sizeof b1.volume_id, "vol_1");
+        snprintf(b2.volume_id, sizeof b2.volume_id, "vol_2");
+        snprintf(b1.name, sizeof b1.name, "nightly");
+        assert_int_equal(ops->backup_insert(h, &b1, 2), 0);
+        assert_int_equal(ops->backup_insert(h, &b2, 2), 0);
+        StoreVolumeBackup b3 = b2;
+        snprintf(b3.id, sizeof b3.id, "vb_3");
+        assert_int_equal(ops->backup_insert(h, &b3, 2), -EUSERS);
+        StoreVolumeBackup bg;
+        assert_int_equal(ops->backup_get(h, "bob", "vb_1", &bg), -ENOENT);
+        assert_int_equal(ops->backup_get(h, "alice", "vb_1", &bg), 0);
+        assert_string_equal(bg.name, "nightly");
+        assert_string_equal(bg.volume_id, "vol_1");
+        assert_int_equal(bg.size_mib, 100);
+        StoreVolumeBackup *bs = NULL;
+        assert_int_equal(ops->backup_list(h, "alice", "", 0, "", 10, &bs, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(bs[0].id, "vb_2");
+        free(bs);
+        assert_int_equal(ops->backup_list(h, "alice", "", 6, "vb_2", 10, &bs, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(bs[0].id, "vb_1");
+        free(bs);
+        assert_int_equal(ops->backup_list(h, "alice", "vol_2", 0, "", 10, &bs, &n), 0);
+        assert_int_equal(n, 1);
+        free(bs);
+        assert_int_equal(ops->backup_remove(h, "bob", "vb_1"), -ENOENT);
+        assert_int_equal(ops->backup_remove(h, "alice", "vb_1"), 0);
+        assert_int_equal(ops->backup_remove(h, "alice", "vb_1"), -ENOENT);
 }

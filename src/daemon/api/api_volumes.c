@@ -146,6 +146,43 @@ static int labels_of(json_t *v, char **ret, char *why, size_t n) {
         return 0;
 }
 
+/* A create with fromBackup: a new volume of the backup's size. */
+static enum MHD_Result restore(Req *r, json_t *from) {
+        static const char *const fields[] = { "fromBackup", "name", NULL };
+        const char *unknown = unknown_field(r->json, fields);
+        json_t *jname = json_object_get(r->json, "name");
+        if (unknown)
+                return api_reply_invalid(r, "a restore has the backup's size, labels and sharing: leave them out",
+                                         "a restore takes fromBackup and name only");
+        const char *id = json_string_value(from), *name = NULL;
+        if (!id || strlen(id) >= STORE_VOLUME_ID_MAX || !api_filter_ok(id))
+                return api_reply_invalid(r, NULL, "fromBackup is a backup's id");
+        if (jname && !json_is_null(jname)) {
+                if (!json_is_string(jname) || !name_ok(json_string_value(jname)))
+                        return api_reply_invalid(r, NULL, "name is 1 to 63 letters, digits, '.', '_' or '-'");
+                name = json_string_value(jname);
+        }
+        StoreVolume v;
+        int rc = volumes_restore(r->app->volumes, r->key.owner, id, name, &v);
+        char msg[160];
+        switch (rc) {
+        case 0:
+                log_info(r->rid, "volume %s restored from %s by key %s", v.id, id, r->key.id);
+                return reply_volume(r, 201, &v);
+        case -ENOENT:
+                snprintf(msg, sizeof msg, "volume backup %.32s not found", id);
+                return fail(r, 404, "not_found", "GET /v1/volume-backups lists your backups", msg);
+        case -EUSERS:
+        case -EDQUOT:
+                return fail(r, 429, "quota_exceeded", "delete volumes you no longer need",
+                            "a volume of the backup's size would pass this daemon's bounds on your volumes");
+        case -ENOSPC:
+                return fail(r, 503, "unavailable", "try later", "the host has no room for the volume");
+        default:
+                return api_reply_store_error(r, rc, "restore the volume");
+        }
+}
+
 enum MHD_Result handle_volumes_create(Req *r) {
         static const char *const fields[] = { "sizeMiB", "name", "labels", "shared", "region", "fromBackup", NULL };
         const char *unknown = unknown_field(r->json, fields);
@@ -153,8 +190,7 @@ enum MHD_Result handle_volumes_create(Req *r) {
                 return refuse_unknown(r, unknown);
         json_t *from = json_object_get(r->json, "fromBackup"), *region = json_object_get(r->json, "region");
         if (from && !json_is_null(from))
-                return fail(r, 501, "not_implemented", "create an empty volume and copy the files in",
-                            "fromBackup: this daemon keeps no volume backups");
+                return restore(r, from);
         if (region && !json_is_null(region))
                 return fail(r, 501, "not_implemented", "leave it out", "region: this daemon keeps volumes on its own host");
         char why[160] = "";
@@ -329,7 +365,131 @@ enum MHD_Result handle_volume_delete(Req *r) {
 
 enum MHD_Result handle_volume_not_offered(Req *r) {
         return fail(r, 501, "not_implemented",
-                    "attach volumes when creating the sandbox (volumes: [{volumeId, path}]); copy files out to keep "
-                    "a copy",
-                    "this daemon has no volume backups and no attaching to a running sandbox");
+                    "attach volumes when creating the sandbox (volumes: [{volumeId, path}]); back a volume up with "
+                    ":backup when you want a copy",
+                    "this daemon has no backup schedules and no attaching to a running sandbox");
+}
+
+static json_t *backup_json(const StoreVolumeBackup *b) {
+        char created[RFC3339_LEN];
+        if (time_format_rfc3339(b->created_at, created) < 0)
+                return NULL;
+        return json_pack("{s:s,s:s,s:s?,s:I,s:s,s:s,s:n}", "id", b->id, "volumeId", b->volume_id, "name",
+                         b->name[0] ? b->name : NULL, "sizeMiB", (json_int_t)b->size_mib, "state", "ready",
+                         "createdAt", created, "expiresAt");
+}
+
+static enum MHD_Result backup_not_found(Req *r) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "volume backup %s not found", r->route.backup_id);
+        return fail(r, 404, "not_found", "GET /v1/volume-backups lists your backups", msg);
+}
+
+enum MHD_Result handle_volume_backup(Req *r) {
+        static const char *const fields[] = { "name", "retentionDays", NULL };
+        const char *unknown = unknown_field(r->json, fields);
+        if (unknown)
+                return refuse_unknown(r, unknown);
+        json_t *jname = json_object_get(r->json, "name"), *jdays = json_object_get(r->json, "retentionDays");
+        if (jdays && !json_is_null(jdays))
+                return fail(r, 501, "not_implemented", "leave it out, and delete the backup when done with it",
+                            "retentionDays: this daemon keeps a backup until it is deleted");
+        const char *name = NULL;
+        if (jname && !json_is_null(jname)) {
+                if (!json_is_string(jname) || !name_ok(json_string_value(jname)))
+                        return api_reply_invalid(r, NULL, "name is 1 to 63 letters, digits, '.', '_' or '-'");
+                name = json_string_value(jname);
+        }
+        StoreVolumeBackup b;
+        int rc = volumes_backup(r->app->volumes, r->key.owner, r->route.volume_id, name, &b);
+        char msg[128];
+        switch (rc) {
+        case 0: {
+                log_info(r->rid, "volume %s backed up as %s by key %s", r->route.volume_id, b.id, r->key.id);
+                json_t *j = backup_json(&b);
+                return j ? reply_json(r, 201, j) : reply_internal(r);
+        }
+        case -ENOENT:
+                return not_found(r);
+        case -EUSERS:
+                snprintf(msg, sizeof msg, "you have the most volume backups this daemon keeps for one owner: %u",
+                         VOLUME_BACKUPS_PER_OWNER);
+                return fail(r, 429, "quota_exceeded", "delete backups you no longer need", msg);
+        case -ENOSPC:
+                return fail(r, 503, "unavailable", "free room on the host, or try later",
+                            "the host has no room for the backup");
+        default:
+                return api_reply_store_error(r, rc, "back the volume up");
+        }
+}
+
+enum MHD_Result handle_volume_backups_list(Req *r) {
+        const char *limit_s = req_query(r, "limit"), *cursor = req_query(r, "cursor");
+        const char *volume = req_query(r, "volumeId"), *state = req_query(r, "state");
+        unsigned limit = VOLUMES_PAGE_DEFAULT;
+        if (limit_s) {
+                char *end;
+                long l = strtol(limit_s, &end, 10);
+                if (*end || l < 1 || l > (long)VOLUMES_PAGE_MAX)
+                        return api_reply_invalid(r, NULL, "limit must be from 1 to 200");
+                limit = (unsigned)l;
+        }
+        if (volume && *volume && (strlen(volume) >= STORE_VOLUME_ID_MAX || !api_filter_ok(volume)))
+                return api_reply_invalid(r, NULL, "volumeId is not a volume's id");
+        /* Every backup here is ready once it is answered. */
+        bool none = state && *state && strcmp(state, "ready") != 0;
+        int64_t after = 0;
+        char after_id[STORE_VOLUME_ID_MAX] = "";
+        if (cursor && *cursor) {
+                char *dot = NULL;
+                long long at = strtoll(cursor, &dot, 10);
+                if (!dot || *dot != '.' || at < 0 || strlen(dot + 1) != 23 || strncmp(dot + 1, "vb_", 3) != 0 ||
+                    !api_filter_ok(dot + 1))
+                        return api_reply_invalid(r, NULL, "cursor is not one this daemon gave");
+                after = at;
+                snprintf(after_id, sizeof after_id, "%s", dot + 1);
+        }
+        StoreVolumeBackup *all = NULL;
+        size_t n = 0;
+        int rc = none ? 0 : volumes_backup_list(r->app->volumes, r->key.owner, volume, after, after_id, limit, &all, &n);
+        if (rc < 0)
+                return api_reply_store_error(r, rc, "list the volume backups");
+        _cleanup_json_ json_t *data = json_array();
+        for (size_t i = 0; data && i < n; i++) {
+                json_t *j = backup_json(&all[i]);
+                if (!j || json_array_append_new(data, j) < 0) {
+                        free(all);
+                        return reply_internal(r);
+                }
+        }
+        json_t *next = json_null();
+        if (n == limit && n > 0) {
+                char buf[64];
+                snprintf(buf, sizeof buf, "%lld.%s", (long long)all[n - 1].created_at, all[n - 1].id);
+                next = json_string(buf);
+        }
+        free(all);
+        json_t *body = data ? json_pack("{s:O,s:o}", "data", data, "nextCursor", next) : NULL;
+        return body ? reply_json(r, 200, body) : reply_internal(r);
+}
+
+enum MHD_Result handle_volume_backup_get(Req *r) {
+        StoreVolumeBackup b;
+        int rc = volumes_backup_get(r->app->volumes, r->key.owner, r->route.backup_id, &b);
+        if (rc == -ENOENT)
+                return backup_not_found(r);
+        if (rc < 0)
+                return api_reply_store_error(r, rc, "read the volume backup");
+        json_t *j = backup_json(&b);
+        return j ? reply_json(r, 200, j) : reply_internal(r);
+}
+
+enum MHD_Result handle_volume_backup_delete(Req *r) {
+        int rc = volumes_backup_delete(r->app->volumes, r->key.owner, r->route.backup_id);
+        if (rc == -ENOENT)
+                return backup_not_found(r);
+        if (rc < 0)
+                return api_reply_store_error(r, rc, "delete the volume backup");
+        json_t *j = json_pack("{s:s,s:b}", "id", r->route.backup_id, "deleted", 1);
+        return j ? reply_json(r, 200, j) : reply_internal(r);
 }

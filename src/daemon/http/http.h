@@ -61,7 +61,7 @@ typedef struct HttpUpload {
  * {context} (an interpreter context id), {result} (a kept result's file
  * name), {upload} (upl_ + 16 hex), {host} (a host id), {webhook} (wh_ + 20
  * hex), {delivery} (whd_ + 20 hex), {export} (otx_ + 20 hex), {port} (1 to 5 digits) and
- * {digest} (a SHA-256, 64 lowercase hex), {volume} (vol_ + 20 hex). A parameter ends at the pattern's next literal character, or at
+ * {digest} (a SHA-256, 64 lowercase hex), {volume} (vol_ + 20 hex), {backup} (vb_ + 20 hex). A parameter ends at the pattern's next literal character, or at
  * the end of the path. */
 typedef struct HttpRoute {
         int kind;
@@ -111,6 +111,7 @@ typedef struct Route {
         char port[6];         /* a preview's port: 1 to 5 digits (its range is the handler's) */
         char digest[65];      /* a SHA-256 in 64 lowercase hex digits */
         char volume_id[25];   /* vol_ and 20 hex digits */
+        char backup_id[24];   /* vb_ and 20 hex digits */
         char allow[48]; /* for a 405: the methods the path has */
 } Route;
 

@@ -2,6 +2,9 @@
 #include "daemon/manager/volumes.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -13,6 +16,7 @@
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"
+#include "driver/rootfs.h"
 #include "driver/volume_disk.h"
 
 struct Volumes {
@@ -183,6 +187,97 @@ int volumes_delete(Volumes *vs, const char *owner, const char *id, bool force) {
         r = unlink(img) < 0 && errno != ENOENT ? -errno : 0;
         pthread_mutex_unlock(&vs->disk_lock);
         return r;
+}
+
+static int backup_path(const Volumes *vs, const char *id, char *buf, size_t n) {
+        return snprintf(buf, n, "%s/backups/%s.img", vs->dir, id) >= (int)n ? -ENAMETOOLONG : 0;
+}
+
+/* A copy of img at to; a mounted filesystem at mnt frozen meanwhile. */
+static int copy_disk(const char *img, const char *mnt, const char *to) {
+        _cleanup_close_ int fd = volume_disk_mounted(mnt) ? open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        bool frozen = fd >= 0 && ioctl(fd, FIFREEZE, 0) == 0;
+        int r = rootfs_copy_image(img, to);
+        if (frozen)
+                (void)ioctl(fd, FITHAW, 0);
+        if (r < 0)
+                (void)unlink(to);
+        return r;
+}
+
+int volumes_backup(Volumes *vs, const char *owner, const char *id, const char *name, StoreVolumeBackup *ret) {
+        StoreVolume v;
+        StoreVolumeBackup b = { .created_at = time_now_unix() };
+        char hex[21], img[PATH_MAX], mnt[PATH_MAX], to[PATH_MAX], dir[PATH_MAX];
+        int r = vs->ops->get(vs->h, owner, id, &v);
+        if (r < 0 || (r = random_hex(hex, 10)) < 0)
+                return r;
+        snprintf(b.id, sizeof b.id, "vb_%s", hex);
+        snprintf(b.owner, sizeof b.owner, "%s", owner);
+        snprintf(b.volume_id, sizeof b.volume_id, "%s", id);
+        snprintf(b.name, sizeof b.name, "%s", name ? name : "");
+        b.size_mib = v.size_mib;
+        if ((r = image_path(vs, id, img, sizeof img)) < 0 || (r = mount_path(vs, id, mnt, sizeof mnt)) < 0 ||
+            (r = backup_path(vs, b.id, to, sizeof to)) < 0)
+                return r;
+        if (snprintf(dir, sizeof dir, "%s/backups", vs->dir) >= (int)sizeof dir)
+                return -ENAMETOOLONG;
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        if ((r = vs->ops->backup_insert(vs->h, &b, VOLUME_BACKUPS_PER_OWNER)) < 0)
+                return r;
+        pthread_mutex_lock(&vs->disk_lock);
+        r = copy_disk(img, mnt, to);
+        pthread_mutex_unlock(&vs->disk_lock);
+        if (r < 0) {
+                (void)vs->ops->backup_remove(vs->h, owner, b.id);
+                return r;
+        }
+        *ret = b;
+        return 0;
+}
+
+int volumes_backup_get(Volumes *vs, const char *owner, const char *id, StoreVolumeBackup *ret) {
+        return vs->ops->backup_get(vs->h, owner, id, ret);
+}
+
+int volumes_backup_list(Volumes *vs, const char *owner, const char *volume_id, int64_t after_created,
+                        const char *after_id, size_t limit, StoreVolumeBackup **ret, size_t *ret_n) {
+        return vs->ops->backup_list(vs->h, owner, volume_id ? volume_id : "", after_created, after_id ? after_id : "",
+                                    limit, ret, ret_n);
+}
+
+int volumes_backup_delete(Volumes *vs, const char *owner, const char *id) {
+        char path[PATH_MAX];
+        int r = backup_path(vs, id, path, sizeof path);
+        if (r < 0 || (r = vs->ops->backup_remove(vs->h, owner, id)) < 0)
+                return r;
+        return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+int volumes_restore(Volumes *vs, const char *owner, const char *backup_id, const char *name, StoreVolume *ret) {
+        StoreVolumeBackup b;
+        char from[PATH_MAX], img[PATH_MAX], hex[21];
+        int r = vs->ops->backup_get(vs->h, owner, backup_id, &b);
+        if (r < 0 || (r = backup_path(vs, backup_id, from, sizeof from)) < 0 || (r = random_hex(hex, 10)) < 0)
+                return r;
+        StoreVolume v = { .size_mib = b.size_mib, .state = STORE_VOLUME_READY, .created_at = time_now_unix() };
+        snprintf(v.id, sizeof v.id, "vol_%s", hex);
+        snprintf(v.owner, sizeof v.owner, "%s", owner);
+        snprintf(v.name, sizeof v.name, "%s", name ? name : "");
+        snprintf(v.labels, sizeof v.labels, "{}");
+        if ((r = image_path(vs, v.id, img, sizeof img)) < 0)
+                return r;
+        StoreVolumeBounds bounds = bounds_of(vs);
+        if ((r = vs->ops->insert(vs->h, &v, &bounds)) < 0)
+                return r;
+        if ((r = rootfs_copy_sparse(from, img)) < 0) {
+                (void)unlink(img);
+                (void)vs->ops->remove(vs->h, owner, v.id, true);
+                return r;
+        }
+        *ret = v;
+        return 0;
 }
 
 int volumes_attach_spec(Volumes *vs, const char *owner, const char *sandbox_id, const SandboxSpec *spec,

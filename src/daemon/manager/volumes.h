@@ -54,6 +54,22 @@ int volumes_resize(Volumes *vs, const char *owner, const char *id, uint32_t size
 /* Deletes the volume and its bytes; -EBUSY while attached unless force. */
 int volumes_delete(Volumes *vs, const char *owner, const char *id, bool force);
 
+/* The most backups an owner keeps. */
+#define VOLUME_BACKUPS_PER_OWNER 50u
+
+/* A copy of the volume's disk as it is now, kept apart from it on this
+ * host: a mounted volume's filesystem is frozen for the copy (writers in
+ * sandboxes wait), so the copy is consistent. -EUSERS past
+ * VOLUME_BACKUPS_PER_OWNER, -ENOSPC when the host has no room. */
+int volumes_backup(Volumes *vs, const char *owner, const char *id, const char *name, StoreVolumeBackup *ret);
+int volumes_backup_get(Volumes *vs, const char *owner, const char *id, StoreVolumeBackup *ret);
+int volumes_backup_list(Volumes *vs, const char *owner, const char *volume_id, int64_t after_created,
+                        const char *after_id, size_t limit, StoreVolumeBackup **ret, size_t *ret_n);
+int volumes_backup_delete(Volumes *vs, const char *owner, const char *id);
+/* A new volume of the owner from a backup, of the backup's size; the
+ * bounds of volumes_create. */
+int volumes_restore(Volumes *vs, const char *owner, const char *backup_id, const char *name, StoreVolume *ret);
+
 /* Attaches the spec's volumes to the sandbox, all or none: -ENOENT (no
  * such volume of the owner's), -EBUSY (another sandbox writes it), -EAGAIN
  * (it is being resized); *ret_failed is the index of the one refused. */

@@ -227,6 +227,74 @@ static int pg_volumes_attachments(StoreVolumes *h, const char *volume_id, StoreV
         return 0;
 }
 
+static void backup_of(const PGresult *res, int i, StoreVolumeBackup *b) {
+        *b = (StoreVolumeBackup){ .size_mib = (uint32_t)pgi(res, i, 4), .created_at = pgi(res, i, 5) };
+        snprintf(b->id, sizeof b->id, "%s", pgv(res, i, 0) ?: "");
+        snprintf(b->owner, sizeof b->owner, "%s", pgv(res, i, 1) ?: "");
+        snprintf(b->volume_id, sizeof b->volume_id, "%s", pgv(res, i, 2) ?: "");
+        snprintf(b->name, sizeof b->name, "%s", pgv(res, i, 3) ?: "");
+}
+
+static int pg_volumes_backup_insert(StoreVolumes *h, const StoreVolumeBackup *b, uint32_t max_count) {
+        PgParams p = { 0 };
+        pgp_text(&p, b->id);
+        pgp_text(&p, b->owner);
+        pgp_text(&p, b->volume_id);
+        pgp_text(&p, b->name);
+        pgp_int(&p, b->size_mib);
+        pgp_int(&p, b->created_at);
+        pgp_int(&p, max_count);
+        int64_t affected = 0;
+        int r = pgdb_exec_write(&h->c, VOLUMES_SQL_BACKUP_INSERT("$"), &p, &affected);
+        return r < 0 ? r : affected > 0 ? 0 : -EUSERS;
+}
+
+static int pg_volumes_backup_get(StoreVolumes *h, const char *owner, const char *id, StoreVolumeBackup *ret) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        pgp_text(&p, id);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run(&h->c, VOLUMES_SQL_BACKUP_GET("$"), &p, &res);
+        if (r < 0)
+                return r;
+        if (PQntuples(res) == 0)
+                return -ENOENT;
+        backup_of(res, 0, ret);
+        return 0;
+}
+
+static int pg_volumes_backup_list(StoreVolumes *h, const char *owner, const char *volume_id, int64_t after_created,
+                                  const char *after_id, size_t limit, StoreVolumeBackup **ret, size_t *ret_n) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        pgp_text(&p, volume_id);
+        pgp_int(&p, after_created);
+        pgp_text(&p, after_id);
+        pgp_int(&p, (int64_t)limit);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run(&h->c, VOLUMES_SQL_BACKUP_LIST("$"), &p, &res);
+        if (r < 0)
+                return r;
+        int n = PQntuples(res);
+        StoreVolumeBackup *all = calloc(n > 0 ? (size_t)n : 1, sizeof(*all));
+        if (!all)
+                return -ENOMEM;
+        for (int i = 0; i < n; i++)
+                backup_of(res, i, &all[i]);
+        *ret = all;
+        *ret_n = (size_t)n;
+        return 0;
+}
+
+static int pg_volumes_backup_remove(StoreVolumes *h, const char *owner, const char *id) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        pgp_text(&p, id);
+        int64_t affected = 0;
+        int r = pgdb_exec_write(&h->c, VOLUMES_SQL_BACKUP_REMOVE("$"), &p, &affected);
+        return r < 0 ? r : affected > 0 ? 0 : -ENOENT;
+}
+
 const StoreVolumeOps store_postgres_volumes = {
         .open = pg_volumes_open,
         .close = pg_volumes_close,
@@ -240,4 +308,8 @@ const StoreVolumeOps store_postgres_volumes = {
         .attach = pg_volumes_attach,
         .detach_sandbox = pg_volumes_detach_sandbox,
         .attachments = pg_volumes_attachments,
+        .backup_insert = pg_volumes_backup_insert,
+        .backup_get = pg_volumes_backup_get,
+        .backup_list = pg_volumes_backup_list,
+        .backup_remove = pg_volumes_backup_remove,
 };

@@ -274,6 +274,81 @@ static int sqlite_volumes_attachments(StoreVolumes *h, const char *volume_id, St
         return 0;
 }
 
+static void backup_of(sqlite3_stmt *st, StoreVolumeBackup *b) {
+        *b = (StoreVolumeBackup){ .size_mib = (uint32_t)sqlite3_column_int64(st, 4),
+                                  .created_at = sqlite3_column_int64(st, 5) };
+        snprintf(b->id, sizeof b->id, "%s", sqldb_col(st, 0) ?: "");
+        snprintf(b->owner, sizeof b->owner, "%s", sqldb_col(st, 1) ?: "");
+        snprintf(b->volume_id, sizeof b->volume_id, "%s", sqldb_col(st, 2) ?: "");
+        snprintf(b->name, sizeof b->name, "%s", sqldb_col(st, 3) ?: "");
+}
+
+static int sqlite_volumes_backup_insert(StoreVolumes *h, const StoreVolumeBackup *b, uint32_t max_count) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (prepare(h, VOLUMES_SQL_BACKUP_INSERT("?"), &st) < 0)
+                return -EIO;
+        sqlite3_bind_text(st, 1, b->id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, b->owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, b->volume_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, b->name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, b->size_mib);
+        sqlite3_bind_int64(st, 6, b->created_at);
+        sqlite3_bind_int64(st, 7, max_count);
+        int changes = 0, r = step_done(h, st, &changes);
+        return r < 0 ? r : changes > 0 ? 0 : -EUSERS;
+}
+
+static int sqlite_volumes_backup_get(StoreVolumes *h, const char *owner, const char *id, StoreVolumeBackup *ret) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (prepare(h, VOLUMES_SQL_BACKUP_GET("?"), &st) < 0)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -ENOENT;
+        if (rc != SQLITE_ROW)
+                return sqldb_errno(rc) ?: -EIO;
+        backup_of(st, ret);
+        return 0;
+}
+
+static int sqlite_volumes_backup_list(StoreVolumes *h, const char *owner, const char *volume_id,
+                                      int64_t after_created, const char *after_id, size_t limit,
+                                      StoreVolumeBackup **ret, size_t *ret_n) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (prepare(h, VOLUMES_SQL_BACKUP_LIST("?"), &st) < 0)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, volume_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, after_created);
+        sqlite3_bind_text(st, 4, after_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, (sqlite3_int64)limit);
+        StoreVolumeBackup *all = calloc(limit ? limit : 1, sizeof(*all));
+        if (!all)
+                return -ENOMEM;
+        size_t n = 0;
+        int rc = SQLITE_DONE;
+        while (n < limit && (rc = sqlite3_step(st)) == SQLITE_ROW)
+                backup_of(st, &all[n++]);
+        if (n < limit && rc != SQLITE_DONE) {
+                free(all);
+                return sqldb_errno(rc) ?: -EIO;
+        }
+        *ret = all;
+        *ret_n = n;
+        return 0;
+}
+
+static int sqlite_volumes_backup_remove(StoreVolumes *h, const char *owner, const char *id) {
+        LOCKED(h);
+        int changes = 0, r = owner_id_step(h, VOLUMES_SQL_BACKUP_REMOVE("?"), owner, id, &changes);
+        return r < 0 ? r : changes > 0 ? 0 : -ENOENT;
+}
+
 const StoreVolumeOps store_sqlite_volumes = {
         .open = sqlite_volumes_open,
         .close = sqlite_volumes_close,
@@ -287,4 +362,8 @@ const StoreVolumeOps store_sqlite_volumes = {
         .attach = sqlite_volumes_attach,
         .detach_sandbox = sqlite_volumes_detach_sandbox,
         .attachments = sqlite_volumes_attachments,
+        .backup_insert = sqlite_volumes_backup_insert,
+        .backup_get = sqlite_volumes_backup_get,
+        .backup_list = sqlite_volumes_backup_list,
+        .backup_remove = sqlite_volumes_backup_remove,
 };

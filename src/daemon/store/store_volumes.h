@@ -43,6 +43,16 @@ typedef struct StoreVolumeAttachment {
         int64_t created_at;
 } StoreVolumeAttachment;
 
+/* A copy of a volume's disk at one moment, kept apart from it. */
+typedef struct StoreVolumeBackup {
+        char id[STORE_VOLUME_ID_MAX]; /* vb_ and 20 hex digits */
+        char owner[STORE_VOLUME_OWNER_MAX];
+        char volume_id[STORE_VOLUME_ID_MAX];
+        char name[STORE_VOLUME_NAME_MAX];
+        uint32_t size_mib;
+        int64_t created_at;
+} StoreVolumeBackup;
+
 /* The bounds of one owner's volumes, checked in the insert itself. */
 typedef struct StoreVolumeBounds {
         uint32_t max_count;     /* volumes per owner */
@@ -86,6 +96,15 @@ struct StoreVolumeOps {
         int (*detach_sandbox)(StoreVolumes *h, const char *sandbox_id);
         /* The volume's attachments, oldest first; *ret malloc'd. */
         int (*attachments)(StoreVolumes *h, const char *volume_id, StoreVolumeAttachment **ret, size_t *ret_n);
+        /* Adds a backup unless the owner has max_count already (-EUSERS). */
+        int (*backup_insert)(StoreVolumes *h, const StoreVolumeBackup *b, uint32_t max_count);
+        int (*backup_get)(StoreVolumes *h, const char *owner, const char *id, StoreVolumeBackup *ret);
+        /* The owner's backups (of volume_id; "" any), newest first, after
+         * (after_created, after_id) (after_id "" from the newest). */
+        int (*backup_list)(StoreVolumes *h, const char *owner, const char *volume_id, int64_t after_created,
+                           const char *after_id, size_t limit, StoreVolumeBackup **ret, size_t *ret_n);
+        /* -ENOENT for none of the owner's. */
+        int (*backup_remove)(StoreVolumes *h, const char *owner, const char *id);
 };
 
 const char *store_volume_state_name(StoreVolumeState s);

@@ -20,7 +20,11 @@
         "  exclusive INTEGER NOT NULL CHECK (exclusive IN (0, 1)), created_at BIGINT NOT NULL,"               \
         "  PRIMARY KEY (volume_id, sandbox_id));"                                                              \
         "CREATE UNIQUE INDEX volume_writer ON volume_attachments (volume_id) WHERE exclusive = 1;"            \
-        "CREATE INDEX volume_attachments_sandbox ON volume_attachments (sandbox_id);"
+        "CREATE INDEX volume_attachments_sandbox ON volume_attachments (sandbox_id);"                        \
+        "CREATE TABLE volume_backups ("                                                                        \
+        "  id TEXT PRIMARY KEY, owner TEXT NOT NULL, volume_id TEXT NOT NULL, name TEXT NOT NULL DEFAULT '',"  \
+        "  size_mib BIGINT NOT NULL CHECK (size_mib > 0), created_at BIGINT NOT NULL);"                       \
+        "CREATE INDEX volume_backups_owner ON volume_backups (owner, created_at, id);"
 
 #define VOLUME_COLUMNS "id, owner, name, labels, size_mib, shared, state, created_at"
 #define VOLUME_ATTACHMENT_COLUMNS "volume_id, sandbox_id, path, read_only, created_at"
@@ -75,3 +79,21 @@
 #define VOLUMES_SQL_ATTACHMENTS(M)                                                                             \
         "SELECT " VOLUME_ATTACHMENT_COLUMNS " FROM volume_attachments WHERE volume_id = " M "1 "              \
         "ORDER BY created_at, sandbox_id"
+
+#define VOLUME_BACKUP_COLUMNS "id, owner, volume_id, name, size_mib, created_at"
+/* 1 id, 2 owner, 3 volume, 4 name, 5 size, 6 created, 7 the count bound. */
+#define VOLUMES_SQL_BACKUP_INSERT(M)                                                                           \
+        "INSERT INTO volume_backups (" VOLUME_BACKUP_COLUMNS ") SELECT " M "1, " M "2, " M "3, " M "4, "     \
+        "CAST(" M "5 AS BIGINT), CAST(" M "6 AS BIGINT) "                                                      \
+        "WHERE (SELECT COUNT(*) FROM volume_backups WHERE owner = " M "2) < CAST(" M "7 AS BIGINT)"
+/* 1 owner, 2 id. */
+#define VOLUMES_SQL_BACKUP_GET(M)                                                                              \
+        "SELECT " VOLUME_BACKUP_COLUMNS " FROM volume_backups WHERE owner = " M "1 AND id = " M "2"
+/* 1 owner, 2 volume ("" any), 3 after created, 4 after id ("" none), 5 limit: newest first. */
+#define VOLUMES_SQL_BACKUP_LIST(M)                                                                             \
+        "SELECT " VOLUME_BACKUP_COLUMNS " FROM volume_backups WHERE owner = " M "1 "                          \
+        "AND (" M "2 = '' OR volume_id = " M "2) AND (" M "4 = '' OR created_at < CAST(" M "3 AS BIGINT) "    \
+        "OR (created_at = CAST(" M "3 AS BIGINT) AND id < " M "4)) ORDER BY created_at DESC, id DESC "         \
+        "LIMIT CAST(" M "5 AS BIGINT)"
+/* 1 owner, 2 id. */
+#define VOLUMES_SQL_BACKUP_REMOVE(M) "DELETE FROM volume_backups WHERE owner = " M "1 AND id = " M "2"
