@@ -353,6 +353,13 @@ def test_our_sdk_same_names(api, daemon, vdriver):
                 with Sandbox.create(driver=vdriver, volumes=[{"volume_id": vol["id"], "path": "/r",
                                                               "read_only": True}], **conn) as b:
                     assert b.exec("echo x > /r/g").exit_code != 0
+            b = rt.volumes.backup(vol["id"], name="sdk")
+            assert [x["id"] for x in rt.volumes.backups(vol["id"])["data"]] == [b["id"]]
+            assert rt.volumes.get_backup(b["id"])["volumeId"] == vol["id"]
+            new = rt.volumes.restore(b["id"])
+            assert new["sizeMiB"] == 48
+            rt.volumes.delete(new["id"])
+            assert rt.volumes.delete_backup(b["id"])["deleted"] is True
         finally:
             rt.volumes.delete(vol["id"], force=True)
         with pytest.raises(NotFoundError):

@@ -169,6 +169,28 @@ export class Volumes {
     const json = options("volumes.delete", opts, ["force"]);
     return this.#http.request("POST", volumePath(volumeId, ":delete"), { json });
   }
+  /** A copy of the volume as it is now, kept until deleted. */
+  async backup(volumeId: string, opts: { name?: string } = {}): Promise<Answer> {
+    const json = options("volumes.backup", opts, ["name"]);
+    return this.#http.request("POST", volumePath(volumeId, ":backup"), { json });
+  }
+  /** One page of backups, newest first: `{data, nextCursor}`. */
+  async backups(volumeId?: string, opts: { cursor?: string; limit?: number } = {}): Promise<Answer> {
+    const query = { ...options("volumes.backups", opts, ["cursor", "limit"]),
+                    ...(volumeId === undefined ? {} : { volumeId }) } as Query;
+    return this.#http.request("GET", "/v1/volume-backups", { query });
+  }
+  async getBackup(backupId: string): Promise<Answer> {
+    return this.#http.request("GET", itemPath("/v1/volume-backups", backupId, "a backup id"));
+  }
+  async deleteBackup(backupId: string): Promise<Answer> {
+    return this.#http.request("POST", itemPath("/v1/volume-backups", backupId, "a backup id", ":delete"), { json: {} });
+  }
+  /** A new volume of the backup's size with its files. */
+  async restore(backupId: string, opts: { name?: string } = {}): Promise<Answer> {
+    const json = { ...options("volumes.restore", opts, ["name"]), fromBackup: backupId };
+    return this.#http.request("POST", "/v1/volumes", { json });
+  }
 }
 
 export interface OtelFields {

@@ -19,6 +19,13 @@ daemonTest("volumes: the published client's names, and an attach at create", asy
     try {
       assert.equal((await sbx.exec("echo js > /data/f && cat /data/f")).stdout, "js\n");
       await assert.rejects(rt.volumes.delete(vol.id), ConflictError);
+      const b = await rt.volumes.backup(vol.id, { name: "js" });
+      assert.deepEqual((await rt.volumes.backups(vol.id)).data.map((x) => x.id), [b.id]);
+      assert.equal((await rt.volumes.getBackup(b.id)).volumeId, vol.id);
+      const copy = await rt.volumes.restore(b.id);
+      assert.equal((await sbx.exec("cat /data/f")).stdout, "js\n");
+      await rt.volumes.delete(copy.id);
+      assert.equal((await rt.volumes.deleteBackup(b.id)).deleted, true);
     } finally {
       await sbx.delete();
       sbx.close();

@@ -51,3 +51,31 @@ class VolumesOps:
         ``force``."""
         body = {"force": True} if force else {}
         return dict((yield Call(self._http.request, "POST", _volume_path(volume_id, ":delete"), json_body=body)))
+
+    def backup(self, volume_id: str, *, name: Optional[str] = None,
+               idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+        """A copy of the volume as it is now, kept until deleted (docs/volumes.md, "Backups")."""
+        return dict((yield Call(self._http.request, "POST", _volume_path(volume_id, ":backup"),
+                                json_body=_present(name=name), headers=idempotency_headers(idempotency_key))))
+
+    def backups(self, volume_id: Optional[str] = None, *, cursor: Optional[str] = None,
+                limit: Optional[int] = None) -> Dict[str, Any]:
+        """One page of backups, newest first (of one volume when ``volume_id`` is given):
+        ``{"data", "nextCursor"}``."""
+        params = _present(volumeId=volume_id, cursor=cursor, limit=limit)
+        return dict((yield Call(self._http.request, "GET", "/v1/volume-backups", params=params or None)))
+
+    def get_backup(self, backup_id: str) -> Dict[str, Any]:
+        return dict((yield Call(self._http.request, "GET", _item_path("/v1/volume-backups", backup_id,
+                                                                      "backup_id"))))
+
+    def delete_backup(self, backup_id: str) -> Dict[str, Any]:
+        return dict((yield Call(self._http.request, "POST", _item_path("/v1/volume-backups", backup_id, "backup_id",
+                                                                       ":delete"), json_body={})))
+
+    def restore(self, backup_id: str, *, name: Optional[str] = None,
+                idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+        """A new volume of the backup's size with its files."""
+        return dict((yield Call(self._http.request, "POST", "/v1/volumes",
+                                json_body=_present(fromBackup=backup_id, name=name),
+                                headers=idempotency_headers(idempotency_key))))

@@ -275,6 +275,11 @@ class AsyncVolumes:
     list = awaitable(VolumesOps.list)
     resize = awaitable(VolumesOps.resize)
     delete = awaitable(VolumesOps.delete)
+    backup = awaitable(VolumesOps.backup)
+    backups = awaitable(VolumesOps.backups)
+    get_backup = awaitable(VolumesOps.get_backup)
+    delete_backup = awaitable(VolumesOps.delete_backup)
+    restore = awaitable(VolumesOps.restore)
 
 
 class AsyncWebhooks:

@@ -317,6 +317,11 @@ class Volumes:
     list = blocking(VolumesOps.list)
     resize = blocking(VolumesOps.resize)
     delete = blocking(VolumesOps.delete)
+    backup = blocking(VolumesOps.backup)
+    backups = blocking(VolumesOps.backups)
+    get_backup = blocking(VolumesOps.get_backup)
+    delete_backup = blocking(VolumesOps.delete_backup)
+    restore = blocking(VolumesOps.restore)
 
 
 class Runtime:
