@@ -479,3 +479,19 @@ def test_backups_belong_to_their_owner(api, daemon):
         other.close()
         drop_volume(api, vol["id"])
         api.delete(f"/v1/keys/{k.json()['id']}")
+
+
+def test_forced_delete_then_wake_says_why(api, vdriver):
+    """A volume deleted by force under a stopped sandbox: its wake fails, naming the volume."""
+    vol = make_volume(api, sizeMiB=16)
+    a = api.create_sandbox(driver=vdriver, volumes=[{"volumeId": vol["id"], "path": "/data"}])
+    try:
+        assert api.post(f"/v1/sandboxes/{a.id}:stop", json={}).status_code == 200
+        api.wait_state(a.id, "stopped")
+        assert api.delete(f"/v1/volumes/{vol['id']}").status_code == 409
+        assert api.delete(f"/v1/volumes/{vol['id']}", params={"force": "true"}).status_code == 200
+        r = api.post(f"/v1/sandboxes/{a.id}:wake", json={})
+        assert r.status_code >= 400, r.text
+        assert vol["id"] in r.text and "not on this host" in r.text, r.text
+    finally:
+        api.delete_all()
