@@ -29,6 +29,7 @@ SECTIONS = [
     ("<!-- images benchmark: begin", "<!-- images benchmark: end -->"),
     ("<!-- idle scale benchmark: begin", "<!-- idle scale benchmark: end -->"),
     ("<!-- computer use benchmark: begin", "<!-- computer use benchmark: end -->"),
+    ("<!-- volumes benchmark: begin", "<!-- volumes benchmark: end -->"),
 ]
 
 

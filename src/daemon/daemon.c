@@ -51,6 +51,7 @@
 #include "daemon/manager/previews.h"
 #include "daemon/manager/watches.h"
 #include "daemon/manager/sessions.h"
+#include "daemon/manager/volumes.h"
 #include "daemon/manager/user_images.h"
 #include "daemon/manager/otel.h"
 #include "daemon/manager/request_counts.h"
@@ -100,6 +101,7 @@ typedef struct Daemon {
         /* Previews (--preview-listen): their records, where they are
          * reached, and their listener (bound before the store opens). */
         Previews *previews;
+        Volumes *volumes; /* the volumes' records and disks */
         PreviewSite preview_site;
         int preview_fd;
         PreviewTls *preview_tls; /* --preview-tls-dir; NULL: plain HTTP */
@@ -818,6 +820,7 @@ static int join_fleet(Daemon *d, const DaemonOptions *o) {
                            .links = d->links,
                            .previews = d->previews,
                            .sessions = d->sessions,
+                           .volumes = d->volumes,
                            .sample_retention_days = o->sandbox_metrics_retention_days
                                                             ? o->sandbox_metrics_retention_days
                                                             : SAMPLES_RETENTION_DAYS_DEFAULT,
@@ -986,6 +989,12 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 log_error(NULL, "cannot open the uploads in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
+        VolumeLimits vl = { .max_mib = o->volume_max_mib, .max_count = o->volume_max_count,
+                            .max_total_mib = o->volume_max_total_mib };
+        if ((r = volumes_open(store_backend_for(d->db_path), d->db_path, d->state_dir, &vl, &d->volumes)) < 0) {
+                log_error(NULL, "cannot open the volumes in %s: %s", d->db_label, strerror(-r));
+                return 1;
+        }
         if ((r = manager_new(&d->cfg, d->db, &d->manager)) < 0) {
                 log_error(NULL, "cannot make the sandbox manager: %s", strerror(-r));
                 return 1;
@@ -995,6 +1004,7 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
         manager_set_egress(d->manager, d->egress);
         manager_set_snapshots(d->manager, d->snapshots);
         manager_set_uploads(d->manager, d->uploads);
+        manager_set_volumes(d->manager, d->volumes);
         if ((r = join_fleet(d, o)) != 0)
                 return r;
         snapshot_store_set_host(d->snapshots, fleet_host_id(d->fleet));
@@ -1097,7 +1107,7 @@ static int serve(Daemon *d) {
                         .webhooks = d->webhooks, .audit = d->audit, .samples = d->samples,
                         .sample_interval_s = d->sample_interval_s, .requests = d->requests,
                         .otel = d->otel, .links = d->links, .mcp = d->mcp, .previews = d->previews,
-                        .preview_site = &d->preview_site,
+                        .preview_site = &d->preview_site, .volumes = d->volumes,
                         .user_images = d->user_images, .watches = d->watches, .sessions = d->sessions };
         /* Before the API serves: every create sees the pool or none. */
         char why[512] = "";
@@ -1214,6 +1224,7 @@ static void stop(Daemon *d) {
         file_links_close(d->links);
         previews_close(d->previews);
         sessions_close(d->sessions);
+        volumes_close(d->volumes);
         webhooks_close(d->webhooks);
         uploads_close(d->uploads);
         snapshot_store_close(d->snapshots);

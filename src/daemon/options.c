@@ -3,6 +3,7 @@
  * and a config file of "key = value" lines. docs/runtimed.md lists the same
  * options; a test checks that it names every one. */
 #include "daemon/options.h"
+#include "daemon/manager/volumes.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -201,6 +202,11 @@ static const OptionSpec options[] = {
         HEADING("Limits"),
         NUMBER("max-sandboxes", cfg.max_sandboxes, 0, 100000, 256, "sandboxes on this host"),
         NUMBER("max-sandboxes-per-key", cfg.max_sandboxes_per_key, 0, 100000, 128, "sandboxes of one key"),
+        NUMBER("volume-max-mib", volume_max_mib, VOLUME_MIN_MIB, 16u * 1024 * 1024, VOLUME_DEFAULT_MAX_MIB,
+               "the size of one volume"),
+        NUMBER("volume-max-count", volume_max_count, 0, 100000, VOLUME_DEFAULT_MAX_COUNT, "volumes of one owner"),
+        NUMBER("volume-max-total-mib", volume_max_total_mib, VOLUME_MIN_MIB, 1024u * 1024 * 1024,
+               VOLUME_DEFAULT_MAX_TOTAL_MIB, "the sizes of one owner's volumes together"),
         NUMBER("max-vcpu", cfg.max_vcpu, 1, 1024, 8, "vCPUs of one sandbox"),
         NUMBER("max-memory-mib", cfg.max_memory_mib, 64, 16u * 1024 * 1024, 16384, "memory of one sandbox"),
         NUMBER("max-disk-mib", cfg.max_disk_mib, 64, 64u * 1024 * 1024, 65536, "disk of one sandbox"),

@@ -16,7 +16,7 @@
 #define OPTIONS_MAX_LINE 4096u
 #define OPTIONS_MAX_LINES 10000u
 /* Room for the table's rows (options.c checks it at compile time). */
-#define OPTIONS_MAX 96u
+#define OPTIONS_MAX 128u
 
 typedef enum OptionsAction {
         OPTIONS_RUN,     /* serve the API */
@@ -50,6 +50,9 @@ typedef struct DaemonOptions {
         char *fleet_secret_file;          /* the hosts' shared secret for forwarding; NULL: none */
         char *fleet_tls_dir;              /* the hop's TLS files; NULL: plain HTTP */
         char *fleet_listen;               /* ADDR:PORT of the hop's TLS listener */
+        unsigned volume_max_mib;          /* one volume's size */
+        unsigned volume_max_count;        /* volumes of one owner */
+        unsigned volume_max_total_mib;    /* an owner's volumes together */
         char *preview_listen;             /* ADDR:PORT of the preview listener; NULL: no previews */
         char *preview_domain;             /* previews are PORT-SANDBOX.DOMAIN */
         unsigned preview_public_port;     /* the port in preview URLs; 0: the listener's */

@@ -14,6 +14,20 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* A directory of the host bound into the sandbox: a volume (docs/
+ * volumes.md), already mounted on the host by the daemon. dest is checked
+ * by the daemon (absolute, normalized, not /, /proc, /sys, /dev, /.runtime).
+ * The bind is of source itself, so nothing under it (a symbolic link
+ * included) reaches outside it. */
+typedef struct DriverMount {
+        const char *source;
+        const char *dest;
+        bool read_only;
+} DriverMount;
+
+/* The most mounts a sandbox has. */
+#define DRIVER_MAX_MOUNTS 4
+
 typedef struct DriverSpec {
         const char *id;          /* sandbox id, [a-z0-9_-]{1,64}; names the cgroup and the dir */
         unsigned vcpu;           /* CPU limit in whole CPUs (cgroup quota) */
@@ -24,6 +38,11 @@ typedef struct DriverSpec {
         const char *sandbox_dir; /* per-sandbox dir owned by the driver: writable layer, bundle, logs */
         const char *agent_path;  /* the static runtime-agent binary on the host */
         const char *cgroup_parent; /* cgroup path under each hierarchy, e.g. "runtime" */
+        /* Directories bound into the sandbox, up to DRIVER_MAX_MOUNTS; their
+         * roots are given to the sandbox's user (uid 1000 inside). A driver
+         * that cannot bind them refuses a start with any. */
+        const DriverMount *mounts;
+        size_t n_mounts;
 } DriverSpec;
 
 typedef struct DriverStats {

@@ -493,6 +493,16 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
                 "nodev");
         if (!mounts)
                 return -ENOMEM;
+        /* The volumes, staged by root (launch_stage_mounts), served by the
+         * gofer like the root. */
+        for (size_t i = 0; i < spec->n_mounts; i++) {
+                const DriverMount *m = &spec->mounts[i];
+                if (json_array_append_new(mounts, json_pack("{s:s, s:s, s:s, s:[s,s,s,s]}", "destination", m->dest,
+                                                            "type", "bind", "source", launch_stage_mounts_at[i],
+                                                            "options", "bind", m->read_only ? "ro" : "rw", "nosuid",
+                                                            "nodev")) < 0)
+                        return -ENOMEM;
+        }
 
         _cleanup_json_ json_t *config = json_pack(
                 "{s:s, s:O, s:{s:s, s:b}, s:s, s:O,"

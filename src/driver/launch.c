@@ -55,6 +55,13 @@ int launch_spec_check(const DriverSpec *spec) {
                 return -EINVAL;
         if (spec->vcpu > MAX_VCPU || spec->memory_mib > MAX_MEMORY_MIB || spec->pids_max > MAX_PIDS)
                 return -EINVAL;
+        if (spec->n_mounts > DRIVER_MAX_MOUNTS || (spec->n_mounts && !spec->mounts))
+                return -EINVAL;
+        for (size_t i = 0; i < spec->n_mounts; i++) {
+                const DriverMount *m = &spec->mounts[i];
+                if (!m->source || !m->dest || m->source[0] != '/' || m->dest[0] != '/' || !m->dest[1])
+                        return -EINVAL;
+        }
         return 0;
 }
 
@@ -337,6 +344,37 @@ int launch_spawn(char *const argv[], char *const envp[], const LaunchFds *fds, p
         return 0;
 }
 
+const char *const launch_stage_mounts_at[DRIVER_MAX_MOUNTS] = {
+        LAUNCH_STAGE_DIR "/vol0", LAUNCH_STAGE_DIR "/vol1", LAUNCH_STAGE_DIR "/vol2", LAUNCH_STAGE_DIR "/vol3",
+};
+
+LaunchStage launch_plan_stage(const LaunchPlan *p) {
+        return (LaunchStage){ .layer = p->layer, .agent_src = p->spec->agent_path, .mounts = p->spec->mounts,
+                              .n_mounts = p->spec->n_mounts, .mount_owner = p->shift + LAUNCH_SANDBOX_UID };
+}
+
+/* Each mount's source bound at its stage path, its root given to the
+ * sandbox's user, then made read-only where asked. The bind is not
+ * recursive: only the volume itself, never what is mounted under it on the
+ * host. nosuid and nodev: a volume carries data, not privilege. */
+static int stage_volumes(const LaunchStage *st) {
+        for (size_t i = 0; i < st->n_mounts && i < DRIVER_MAX_MOUNTS; i++) {
+                const char *at = launch_stage_mounts_at[i];
+                if (mkdir(at, 0755) < 0)
+                        return -1;
+                if (mount(st->mounts[i].source, at, NULL, MS_BIND, NULL) < 0)
+                        return -1;
+                if (chown(at, st->mount_owner, st->mount_owner) < 0)
+                        return -1;
+                unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV;
+                if (st->mounts[i].read_only)
+                        flags |= MS_RDONLY;
+                if (mount(NULL, at, NULL, flags, NULL) < 0)
+                        return -1;
+        }
+        return 0;
+}
+
 int launch_stage_mounts(void *userdata) {
         const LaunchStage *st = userdata;
         if (rootfs_mount_child(st->layer) < 0)
@@ -353,7 +391,7 @@ int launch_stage_mounts(void *userdata) {
                 return -1;
         if (mount(st->agent_src, LAUNCH_STAGE_AGENT, NULL, MS_BIND, NULL) < 0)
                 return -1;
-        return 0;
+        return stage_volumes(st);
 }
 
 int launch_wait(pid_t pid, int timeout_ms, int *ret_status) {
@@ -724,7 +762,7 @@ static void plan_drop_layer(LaunchPlan *p) {
 
 int launch_plan_spawn(LaunchPlan *p, char *const argv[], LaunchFds *lf) {
         static char *const envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
-        LaunchStage stage = { .layer = p->layer, .agent_src = p->spec->agent_path };
+        LaunchStage stage = launch_plan_stage(p);
         lf->stdin_fd = lf->stdout_fd = p->channel[1];
         lf->stderr_fd = -1;
         lf->cgroup_fds = p->cg_fds;

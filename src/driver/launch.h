@@ -22,6 +22,8 @@ struct sock_fprog;
 /* The uid range root inside maps to, when the image does not say. */
 #define LAUNCH_DEFAULT_UID_SHIFT 100000u
 #define LAUNCH_UID_RANGE 65536u
+/* The sandbox user inside (the images' `sandbox`, uid and gid 1000). */
+#define LAUNCH_SANDBOX_UID 1000u
 
 struct DriverInstance {
         const Driver *driver;
@@ -111,10 +113,18 @@ int launch_wait_or_kill(pid_t pid, int timeout_ms, int *ret_status);
 #define LAUNCH_STAGE_ROOT LAUNCH_STAGE_DIR "/root"
 #define LAUNCH_STAGE_AGENT LAUNCH_STAGE_DIR "/agent"
 struct RootfsLayer;
+/* Where each of the spec's mounts is staged, in order. */
+extern const char *const launch_stage_mounts_at[DRIVER_MAX_MOUNTS];
 typedef struct LaunchStage {
         const struct RootfsLayer *layer;
         const char *agent_src;
+        const DriverMount *mounts; /* the spec's: bound at launch_stage_mounts_at */
+        size_t n_mounts;
+        uid_t mount_owner; /* host uid of the sandbox's user, who gets each mount's root */
 } LaunchStage;
+/* The stage of a plan's spawn (its layer, agent and mounts). */
+struct LaunchPlan;
+LaunchStage launch_plan_stage(const struct LaunchPlan *p);
 int launch_stage_mounts(void *stage);
 
 /* Shared stop/teardown pieces. */

@@ -168,6 +168,13 @@ static int vm_paths(const DriverSpec *spec, VmPaths *p) {
 
 static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, DriverError *err) {
         MicrovmStart s = { 0 };
+        /* A volume would be a virtio block device its agent mounts; the
+         * guest side of that is not built, so a start with one is refused
+         * rather than started without it. */
+        if (spec->n_mounts > 0) {
+                driver_error(err, "the microvm driver does not attach volumes; use the namespace or gvisor driver");
+                return -EOPNOTSUPP;
+        }
         int r = vm_shape(spec, &s);
         if (r < 0)
                 return r;

@@ -578,7 +578,7 @@ static size_t ns_proc_views(const Cgroup *cg, const CgroupLayout *layout, char *
 /* bubblewrap's command line for the plan: its namespaces, the staged root
  * and agent, the capabilities root inside keeps, the seccomp policy, and the
  * agent as its PID 1. argv has room for NS_ARGV_MAX. */
-#define NS_ARGV_MAX (96 + NS_PROC_VIEW_ARGS)
+#define NS_ARGV_MAX (96 + NS_PROC_VIEW_ARGS + 3 * DRIVER_MAX_MOUNTS)
 static int ns_argv(const NsStart *n, const LaunchPlan *p, const char *bwrap, char **argv) {
         /* Capabilities root inside keeps: the ones that act only on objects
          * its user namespace owns (its files, its processes). No
@@ -616,6 +616,13 @@ static int ns_argv(const NsStart *n, const LaunchPlan *p, const char *bwrap, cha
         for (size_t i = 0; i < ELEMENTSOF(head); i++)
                 argv[argc++] = (char *)head[i];
         argc += ns_proc_views(p->inst->cg, layout, argv + argc);
+        /* The volumes, staged by root (launch_stage_mounts). None is under
+         * /proc, /dev or /.runtime: the daemon refuses those paths. */
+        for (size_t i = 0; i < p->spec->n_mounts; i++) {
+                argv[argc++] = p->spec->mounts[i].read_only ? "--ro-bind" : "--bind";
+                argv[argc++] = (char *)launch_stage_mounts_at[i];
+                argv[argc++] = (char *)p->spec->mounts[i].dest;
+        }
         for (size_t i = 0; i < ELEMENTSOF(tail); i++)
                 argv[argc++] = (char *)tail[i];
         argv[argc] = NULL;
@@ -665,7 +672,7 @@ static int ns_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
                 size_t n_keep = 3;
                 for (size_t i = 0; i < n.n_work; i++)
                         keep[n_keep++] = n.work_fds[i];
-                NsChild child_setup = { .stage = { .layer = p.layer, .agent_src = spec->agent_path } };
+                NsChild child_setup = { .stage = launch_plan_stage(&p) };
                 child_setup.pin = launch_pick_cpus(spec->vcpu, &child_setup.cpus);
                 LaunchFds lf = {
                         .keep = keep, .n_keep = n_keep,

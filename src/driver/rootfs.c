@@ -109,7 +109,7 @@ bool rootfs_is_mounted(const char *sandbox_dir) {
         return false;
 }
 
-static int run_wait(char *const argv[]) {
+int rootfs_run(char *const argv[], int max_ok_status) {
         posix_spawn_file_actions_t fa;
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -124,15 +124,41 @@ static int run_wait(char *const argv[]) {
         while (waitpid(pid, &status, 0) < 0)
                 if (errno != EINTR)
                         return -errno;
-        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
+        return WIFEXITED(status) && WEXITSTATUS(status) <= max_ok_status ? 0 : -EIO;
 }
 
-static const char *find_mkfs(void) {
-        static const char *const cands[] = {"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4", "/usr/bin/mkfs.ext4"};
-        for (size_t i = 0; i < ELEMENTSOF(cands); i++)
-                if (access(cands[i], X_OK) == 0)
-                        return cands[i];
+const char *rootfs_find_tool(const char *name, char *buf, size_t n) {
+        static const char *const dirs[] = {"/usr/sbin", "/sbin", "/usr/bin"};
+        for (size_t i = 0; i < ELEMENTSOF(dirs); i++)
+                if (snprintf(buf, n, "%s/%s", dirs[i], name) < (int)n && access(buf, X_OK) == 0)
+                        return buf;
         return NULL;
+}
+
+int rootfs_mkfs(const char *img, unsigned mib, uid_t owner) {
+        char mkfs[64];
+        if (!rootfs_find_tool("mkfs.ext4", mkfs, sizeof mkfs))
+                return -ENOENT;
+        int r;
+        {
+                _cleanup_close_ int fd = open(img, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (fd < 0)
+                        return -errno;
+                if (ftruncate(fd, (off_t)mib << 20) < 0)
+                        return -errno;
+        }
+        char owner_opt[96];
+        snprintf(owner_opt, sizeof owner_opt,
+                 "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=%u:%u", (unsigned)owner,
+                 (unsigned)owner);
+        /* -m 0: no blocks reserved for a root that does not exist here.
+         * -b 4096 also below 512 MiB, where mkfs would pick 1 KiB blocks: a
+         * layer cloned on XFS (reflink) takes direct I/O only in whole
+         * filesystem blocks, so its loop device gets 4 KiB sectors, on which
+         * an ext4 of 1 KiB blocks does not mount ("bad block size"). */
+        char *const argv[] = {mkfs, "-q", "-F", "-b", "4096", "-m", "0", "-E", owner_opt, (char *)img, NULL};
+        r = rootfs_run(argv, 0);
+        return r;
 }
 
 /* Copies a sparse file's data extents only: the template is a few MiB of
@@ -176,33 +202,10 @@ static int layer_template(const char *sandbox_dir, unsigned mib, uid_t owner, ch
         if (access(ret, F_OK) == 0)
                 return 0;
 
-        const char *mkfs = find_mkfs();
-        if (!mkfs)
-                return -ENOENT;
         if (snprintf(tmp, sizeof tmp, "%s.tmp-%d-%lx", ret, (int)getpid(), (unsigned long)gettid()) >=
             (int)sizeof tmp)
                 return -ENAMETOOLONG;
-        {
-                _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-                if (fd < 0)
-                        return -errno;
-                if (ftruncate(fd, (off_t)mib << 20) < 0) {
-                        r = -errno;
-                        unlink(tmp);
-                        return r;
-                }
-        }
-        char owner_opt[96];
-        snprintf(owner_opt, sizeof owner_opt,
-                 "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=%u:%u", (unsigned)owner,
-                 (unsigned)owner);
-        /* -m 0: no blocks reserved for a root that does not exist here.
-         * -b 4096 also below 512 MiB, where mkfs would pick 1 KiB blocks: a
-         * layer cloned on XFS (reflink) takes direct I/O only in whole
-         * filesystem blocks, so its loop device gets 4 KiB sectors, on which
-         * an ext4 of 1 KiB blocks does not mount ("bad block size"). */
-        char *const argv[] = {(char *)mkfs, "-q", "-F", "-b", "4096", "-m", "0", "-E", owner_opt, tmp, NULL};
-        r = run_wait(argv);
+        r = rootfs_mkfs(tmp, mib, owner);
         if (r < 0) {
                 unlink(tmp);
                 return r;
@@ -374,7 +377,7 @@ static int loop_note(const char *file, int n) {
         return rename(tmp, p) < 0 ? -errno : 0;
 }
 
-static int loop_attach(const char *file, bool ro, int *ret_fd, char *ret_path, size_t ret_len) {
+static int loop_attach_core(const char *file, bool ro, bool note, int *ret_fd, char *ret_path, size_t ret_len) {
         _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
         if (ctl < 0)
                 return -errno;
@@ -404,7 +407,7 @@ static int loop_attach(const char *file, bool ro, int *ret_fd, char *ret_path, s
                 if (fl >= sizeof cfg.info.lo_file_name)
                         fl = sizeof cfg.info.lo_file_name - 1;
                 memcpy(cfg.info.lo_file_name, file, fl);
-                int nr = ro ? 0 : loop_note(file, n);
+                int nr = note ? loop_note(file, n) : 0;
                 if (nr < 0)
                         return nr;
                 int k = ioctl(fd, LOOP_CONFIGURE, &cfg);
@@ -422,6 +425,12 @@ static int loop_attach(const char *file, bool ro, int *ret_fd, char *ret_path, s
                 /* Another thread took it between GET_FREE and CONFIGURE. */
         }
         return -EBUSY;
+}
+
+/* Files other than a sandbox's layer (its read-only bases, volumes) are
+ * attached without a note: they are checked by reading every device. */
+int rootfs_loop_attach(const char *file, bool ro, int *ret_fd, char *ret_path, size_t ret_len) {
+        return loop_attach_core(file, ro, false, ret_fd, ret_path, ret_len);
 }
 
 /* Whether some loop device is still backed by `img`. Two ext4 instances on
@@ -465,7 +474,7 @@ static int loop_noted(const char *file, char *name, size_t len) {
         return 0;
 }
 
-static bool loop_backed_by(const char *img) {
+bool rootfs_loop_backed(const char *img) {
         char want[PATH_MAX], name[32];
         if (!realpath(img, want))
                 return false;
@@ -486,7 +495,7 @@ static bool loop_backed_by(const char *img) {
 
 static bool wait_loop_free(const char *img, int timeout_ms) {
         for (int waited = 0;; waited += 5) {
-                if (!loop_backed_by(img))
+                if (!rootfs_loop_backed(img))
                         return true;
                 if (waited >= timeout_ms)
                         return false;
@@ -536,7 +545,7 @@ static int bases_prepare(const char *image_rootfs, const char *sandbox_dir, Root
                     snprintf(l->base_mnt[k], sizeof l->base_mnt[k], "%s/b%u", sandbox_dir, k) >=
                             (int)sizeof l->base_mnt[k])
                         return -ENAMETOOLONG;
-                int r = loop_attach(img, true, &l->base_fd[k], l->base_dev[k], sizeof l->base_dev[k]);
+                int r = rootfs_loop_attach(img, true, &l->base_fd[k], l->base_dev[k], sizeof l->base_dev[k]);
                 if (r < 0)
                         return r;
                 if ((mkdir(l->base_mnt[k], 0700) < 0 && errno != EEXIST))
@@ -620,7 +629,7 @@ int rootfs_prepare(const char *image_rootfs, const char *sandbox_dir, unsigned d
                  * A layer made just now is a new inode nothing can hold. */
                 if (!l.created && !wait_loop_free(img, 2000))
                         return -EBUSY;
-                r = loop_attach(img, false, &l.loop_fd, l.loop_dev, sizeof l.loop_dev);
+                r = loop_attach_core(img, false, true, &l.loop_fd, l.loop_dev, sizeof l.loop_dev);
         }
         if (r < 0) {
                 /* No usable loop device (or no mkfs.ext4): a tmpfs of the

@@ -99,3 +99,18 @@ int rootfs_copy_sparse(const char *from, const char *to);
  * the sandbox has a layer already; -E2BIG past ROOTFS_MAX_BASES. */
 int rootfs_restore(const char *snap_dir, const char *sandbox_dir);
 /* Removes a directory tree without following symlinks or crossing mounts. */
+
+/* Runs argv (stdio on /dev/null) and waits: 0 when it exits with a status
+ * up to max_ok_status (e2fsck's 1 is "fixed"), else -EIO. */
+int rootfs_run(char *const argv[], int max_ok_status);
+/* The path of an e2fsprogs tool (mkfs.ext4, e2fsck, resize2fs) in buf, or
+ * NULL when not installed. */
+const char *rootfs_find_tool(const char *name, char *buf, size_t n);
+/* A new sparse file img of mib MiB made an empty ext4 whose root belongs to
+ * owner. */
+int rootfs_mkfs(const char *img, unsigned mib, uid_t owner);
+/* Attaches file to a free loop device (autoclear: it detaches with its last
+ * unmount); the device's fd and path. */
+int rootfs_loop_attach(const char *file, bool ro, int *ret_fd, char *ret_path, size_t ret_len);
+/* Whether some loop device is backed by img. */
+bool rootfs_loop_backed(const char *img);

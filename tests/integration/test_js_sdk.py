@@ -247,3 +247,11 @@ def test_js_over_unix_socket(js_build, build_dir, image_dir, tmp_path):
             proc.kill()
             proc.wait()
         remove_empty_cgroup_tree(cgroup)
+
+
+def test_js_volumes(js_build, daemon):
+    """runtime.volumes of the TypeScript SDK (sdk/js/test/volumes.test.mjs) on the namespace
+    driver, which attaches volumes."""
+    from helpers import skip_unless_driver
+    skip_unless_driver(daemon, "namespace")
+    run_node("volumes.test.mjs", _env(daemon, "namespace"), FILE_TIMEOUT["namespace"])

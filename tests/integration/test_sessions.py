@@ -64,7 +64,7 @@ PARAMS = {
     "context": "c1", "result": "r", "upload": "upl_0000000000000000", "snapshot": "snp_" + "0" * 20,
     "host": "h1", "webhook": "wh_" + "0" * 20, "delivery": "whd_" + "0" * 20, "export": "otx_" + "0" * 20,
     "port": "8000", "digest": "0" * 64, "watch": "w1", "session": "ses_" + "0" * 20,
-    "recording": "rec_" + "0" * 20,
+    "recording": "rec_" + "0" * 20, "volume": "vol_" + "0" * 20, "backup": "vb_" + "0" * 20,
 }
 
 

@@ -320,3 +320,34 @@ def test_a_host_cut_off_from_the_database_fences_itself(build_dir, image_dir, tm
         if d is not None:
             _finish_daemon(d)
         server.stop()
+
+
+def test_volumes_in_postgresql(pg_daemon, postgres):
+    """Volumes on the PostgreSQL store: made, attached (one writer: a second create is refused by
+    the database's index), kept across a restart, backed up and deleted."""
+    d, db = pg_daemon
+    from helpers import skip_unless_driver
+    skip_unless_driver(d, "namespace")
+    c = Api(d)
+    try:
+        vol = c.post("/v1/volumes", json={"sizeMiB": 16, "name": "pg"})
+        assert vol.status_code == 201, vol.text
+        vid = vol.json()["id"]
+        s = c.create_sandbox(driver="namespace", volumes=[{"volumeId": vid, "path": "/data"}])
+        assert c.exec(s.id, command="echo pg > /data/f && sync")["exitCode"] == 0
+        assert_error(c.post("/v1/sandboxes", json={"driver": "namespace",
+                                                   "volumes": [{"volumeId": vid, "path": "/d"}]}), 409, "conflict")
+        assert c.post(f"/v1/volumes/{vid}:backup", json={}).status_code == 201
+        d.restart()
+        got = c.get(f"/v1/volumes/{vid}").json()
+        assert got["name"] == "pg" and [a["sandboxId"] for a in got["attachments"]] == [s.id]
+        c.delete_all()
+        s2 = c.create_sandbox(driver="namespace", volumes=[{"volumeId": vid, "path": "/data"}])
+        assert c.exec(s2.id, command="cat /data/f")["stdout"] == "pg\n"
+        c.delete_all()
+        backups = c.get("/v1/volume-backups", params={"volumeId": vid}).json()["data"]
+        assert len(backups) == 1
+        assert c.post(f"/v1/volume-backups/{backups[0]['id']}:delete", json={}).status_code == 200
+        assert c.post(f"/v1/volumes/{vid}:delete", json={}).status_code == 200
+    finally:
+        c.close()

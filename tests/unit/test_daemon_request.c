@@ -162,7 +162,7 @@ static void test_create_client_fields(void **state) {
                 { "{\"persistent\":true}", "persistent" },   { "{\"funding\":\"credit\"}", "funding" },
                 { "{\"region\":\"eu\"}", "region" },         { "{\"spreadFrom\":[\"sbx_1\"]}", "spreadFrom" },
                 { "{\"cpu\":\"fast\"}", "cpu" },             { "{\"cpuFloorMillis\":500}", "cpuFloorMillis" },
-                { "{\"volumes\":[]}", "volumes" },           { "{\"tailscale\":{}}", "tailscale" },
+                { "{\"tailscale\":{}}", "tailscale" },
         };
         for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
                 j = parse(unsupported[i][0]);
@@ -174,6 +174,66 @@ static void test_create_client_fields(void **state) {
                         fail_msg("%s: %s (hint %s)", unsupported[i][0], e.message, e.hint);
                 json_decref(j);
         }
+}
+
+/* volumes: the typed list a create attaches, and the paths and lists refused. */
+static void test_create_volumes(void **state) {
+        CreateRequest c;
+        ApiError e = { 0 };
+        json_t *j = parse("{\"volumes\":[{\"volumeId\":\"vol_a\",\"path\":\"/data\"},"
+                          "{\"volume\":\"vol_b\",\"path\":\"/mnt/b\",\"readOnly\":true},"
+                          "{\"volumeId\":\"vol_c\",\"path\":\"/c\",\"mode\":\"ro\"}]}");
+        assert_int_equal(request_parse_create(j, &lim, &c, &e), 0);
+        assert_int_equal(c.spec.n_volumes, 3);
+        assert_string_equal(c.spec.volumes[1].volume_id, "vol_b");
+        assert_string_equal(c.spec.volumes[1].path, "/mnt/b");
+        assert_false(c.spec.volumes[0].read_only);
+        assert_true(c.spec.volumes[1].read_only);
+        assert_true(c.spec.volumes[2].read_only);
+        /* The stored spec keeps them (a stored spec names its driver). */
+        assert_int_equal(sandbox_driver_from_name("namespace", &c.spec.driver), 0);
+        char *text = sandbox_spec_encode(&c.spec);
+        assert_non_null(text);
+        SandboxSpec back;
+        sandbox_spec_init(&back);
+        assert_int_equal(sandbox_spec_decode(text, SANDBOX_SPEC_VERSION, &back, NULL, 0), 0);
+        assert_int_equal(back.n_volumes, 3);
+        assert_string_equal(back.volumes[2].path, "/c");
+        assert_true(back.volumes[2].read_only);
+        sandbox_spec_done(&back);
+        free(text);
+        create_request_done(&c);
+        json_decref(j);
+        static const char *const bad[] = {
+                "{\"volumes\":{}}", "{\"volumes\":[1]}", "{\"volumes\":[{\"path\":\"/a\"}]}",
+                "{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"a\"}]}",
+                "{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"/\"}]}",
+                "{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"/a/../b\"}]}",
+                "{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"/a//b\"}]}",
+                "{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"/proc/1\"}]}",
+                "{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"/sys\"}]}",
+                "{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"/dev/x\"}]}",
+                "{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"/.runtime\"}]}",
+                "{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"/a\",\"x\":1}]}",
+                "{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"/a\",\"mode\":\"rx\"}]}",
+                "{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"/a\"},{\"volumeId\":\"v\",\"path\":\"/b\"}]}",
+                "{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"/a\"},{\"volumeId\":\"w\",\"path\":\"/a/b\"}]}",
+                "{\"volumes\":[{\"volumeId\":\"a\",\"path\":\"/a\"},{\"volumeId\":\"b\",\"path\":\"/b\"},"
+                "{\"volumeId\":\"c\",\"path\":\"/c\"},{\"volumeId\":\"d\",\"path\":\"/d\"},"
+                "{\"volumeId\":\"e\",\"path\":\"/e\"}]}",
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+                j = parse(bad[i]);
+                e = (ApiError){ 0 };
+                assert_int_equal(request_parse_create(j, &lim, &c, &e), -EINVAL);
+                if (e.status != 400)
+                        fail_msg("%s: %d %s", bad[i], e.status, e.message);
+                json_decref(j);
+        }
+        j = parse("{\"volumes\":[{\"volumeId\":\"v\",\"path\":\"/a\",\"mode\":\"snapshot\"}]}");
+        assert_int_equal(request_parse_create(j, &lim, &c, &e), -EINVAL);
+        assert_int_equal(e.status, 501);
+        json_decref(j);
 }
 
 static void test_wake_body(void **state) {
@@ -690,6 +750,7 @@ int main(void) {
                 cmocka_unit_test(test_create_full),
                 cmocka_unit_test(test_create_lifecycle),
                 cmocka_unit_test(test_create_client_fields),
+                cmocka_unit_test(test_create_volumes),
                 cmocka_unit_test(test_wake_body),  cmocka_unit_test(test_create_bounds),
                 cmocka_unit_test(test_create_counts), cmocka_unit_test(test_exec),
                 cmocka_unit_test(test_paths),        cmocka_unit_test(test_file_ops),

@@ -21,6 +21,7 @@
 #include "test_store_links_contract.h"
 #include "test_store_previews_contract.h"
 #include "test_store_sessions_contract.h"
+#include "test_store_volumes_contract.h"
 #include "test_store_images_contract.h"
 
 static void test_schema_is_made_once_and_a_newer_one_refused(void **state) {
@@ -175,9 +176,9 @@ static void test_keys_keeps_awake_after_an_upgrade(void **state) {
                                    NULL),
                          0);
         /* And what the steps after 10 made (13: the file links; 14: the
-         * previews; 15: the images; 17: the sessions; 18: the registries' credentials). */
+         * previews; 15: the images; 16: the volumes; 17: the sessions; 18: the registries' credentials). */
         assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses, previews, images, image_tags, "
-                                       "sandbox_sessions, image_registries",
+                                       "sandbox_sessions, image_registries, volumes, volume_attachments, volume_backups",
                                    NULL),
                          0);
         assert_int_equal(pgdb_exec(&c, "UPDATE store_versions SET version = 10 WHERE kind = 'postgres'", NULL), 0);
@@ -295,7 +296,7 @@ static void test_links(void **state) {
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
         assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets; DROP TABLE file_link_uses; DROP TABLE previews; "
-                                       "DROP TABLE images, image_tags, sandbox_sessions, image_registries; "
+                                       "DROP TABLE images, image_tags, sandbox_sessions, image_registries, volumes, volume_attachments, volume_backups; "
                                        "UPDATE store_versions SET version = 12 WHERE kind = 'postgres'", NULL), 0);
         pgdb_close(&c);
         assert_int_equal(ops->open(url, &h), 0);
@@ -315,7 +316,7 @@ static void test_previews(void **state) {
         ops->close(h);
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags, sandbox_sessions, image_registries; UPDATE store_versions SET version = 13 "
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags, sandbox_sessions, image_registries, volumes, volume_attachments, volume_backups; UPDATE store_versions SET version = 13 "
                                        "WHERE kind = 'postgres'",
                                    NULL),
                          0);
@@ -328,7 +329,7 @@ static void test_previews(void **state) {
 }
 
 /* The sessions' contract (step 17); a database of schema 15 gains their
- * table. */
+ * table (and the steps after 15 run again). */
 static void test_sessions(void **state) {
         char *url = pg_fresh("t_sessions");
         const StoreSessionOps *ops = store_postgres.sessions;
@@ -338,13 +339,37 @@ static void test_sessions(void **state) {
         ops->close(h);
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE sandbox_sessions, image_registries; UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE volumes, volume_attachments, volume_backups, sandbox_sessions, "
+                                       "image_registries; UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
                                    NULL),
                          0);
         pgdb_close(&c);
         assert_int_equal(ops->open(url, &h), 0);
         StoreSession none;
         assert_int_equal(ops->by_token(h, "hash-a", &none), -ENOENT);
+        ops->close(h);
+        free(url);
+}
+
+/* The volumes' contract (step 16); a database of schema 15 gains their
+ * tables (and the steps after 15 run again). */
+static void test_volumes(void **state) {
+        char *url = pg_fresh("t_volumes");
+        const StoreVolumeOps *ops = store_postgres.volumes;
+        StoreVolumes *h;
+        assert_int_equal(ops->open(url, &h), 0);
+        volumes_contract(ops, h);
+        ops->close(h);
+        PgConn c;
+        assert_int_equal(pgdb_open(url, &c), 0);
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE volumes, volume_attachments, volume_backups, sandbox_sessions, "
+                                       "image_registries; UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
+                                   NULL),
+                         0);
+        pgdb_close(&c);
+        assert_int_equal(ops->open(url, &h), 0);
+        StoreVolume none;
+        assert_int_equal(ops->get(h, "alice", "vol_2", &none), -ENOENT);
         ops->close(h);
         free(url);
 }
@@ -372,6 +397,7 @@ int main(void) {
                 cmocka_unit_test(test_previews),
                 cmocka_unit_test(test_images),
                 cmocka_unit_test(test_sessions),
+                cmocka_unit_test(test_volumes),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,11 +35,20 @@ export interface CreateFields {
   labels?: Record<string, string>;
   maxCostMicros?: number;
   maxTotalCostMicros?: number;
+  /** Volumes attached for the sandbox's life (docs/volumes.md). */
+  volumes?: VolumeAttachment[];
+}
+
+/** A volume a create attaches: its id, where, and whether read-only. */
+export interface VolumeAttachment {
+  volumeId: string;
+  path: string;
+  readOnly?: boolean;
 }
 
 export const CREATE_FIELDS: readonly (keyof CreateFields)[] = [
   "timeoutSeconds", "onLeaseEnd", "vcpu", "memoryMiB", "diskMiB", "network", "env", "image",
-  "driver", "name", "labels", "maxCostMicros", "maxTotalCostMicros",
+  "driver", "name", "labels", "maxCostMicros", "maxTotalCostMicros", "volumes",
 ];
 export const CLIENT_OPTIONS = ["keep", "apiKey", "baseUrl", "httpTimeoutSeconds"] as const;
 

@@ -1,6 +1,6 @@
 /**
  * `Runtime`: the calls about the key's owner rather than one sandbox: its lifecycle events,
- * webhooks, OpenTelemetry exports, audit log and usage export. The Python SDK's `Runtime` with
+ * webhooks, OpenTelemetry exports, audit log, usage export and volumes. The Python SDK's `Runtime` with
  * JavaScript names (`rotate_secret` is `rotateSecret`, `usage_export` is `usageExport`); each
  * answers the API's page or object as the daemon sends it (docs/api.md, "Events", "Webhooks",
  * "OpenTelemetry", "Audit", "Keys, limits, usage").
@@ -131,6 +131,68 @@ export class Webhooks {
   }
 }
 
+const volumePath = (id: string, suffix = "") => itemPath("/v1/volumes", id, "a volume id", suffix);
+
+/**
+ * The key owner's volumes (`runtime.volumes`, docs/volumes.md): disks of a fixed size that
+ * outlive sandboxes. A sandbox attaches them at its create: `volumes: [{volumeId, path, readOnly}]`.
+ */
+export class Volumes {
+  readonly #http: HttpClient;
+  /** @internal */
+  constructor(http: HttpClient) {
+    this.#http = http;
+  }
+
+  /** A new volume of `sizeMiB` MiB (1024 when left out), ready; `shared` lets many sandboxes write it. */
+  async create(sizeMiB?: number, opts: { name?: string; labels?: Record<string, string>; shared?: boolean;
+                                         idempotencyKey?: string } = {}): Promise<Answer> {
+    const { idempotencyKey, ...fields } = opts;
+    const json = { ...options("volumes.create", fields, ["name", "labels", "shared"]),
+                   ...(sizeMiB === undefined ? {} : { sizeMiB }) };
+    return this.#http.request("POST", "/v1/volumes", { json, headers: idempotencyHeaders(idempotencyKey) });
+  }
+  async get(volumeId: string): Promise<Answer> {
+    return this.#http.request("GET", volumePath(volumeId));
+  }
+  /** One page, oldest first: `{data, nextCursor}`; pass `nextCursor` back as `cursor`. */
+  async list(opts: { name?: string; state?: string; cursor?: string; limit?: number } = {}): Promise<Answer> {
+    const query = options("volumes.list", opts, ["name", "state", "cursor", "limit"]) as Query;
+    return this.#http.request("GET", "/v1/volumes", { query });
+  }
+  /** Grows a volume no sandbox holds; a smaller size is refused. */
+  async resize(volumeId: string, sizeMiB: number): Promise<Answer> {
+    return this.#http.request("POST", volumePath(volumeId, ":resize"), { json: { sizeMiB } });
+  }
+  /** `{id, deleted: true}`; refused while attached unless `force`. */
+  async delete(volumeId: string, opts: { force?: boolean } = {}): Promise<Answer> {
+    const json = options("volumes.delete", opts, ["force"]);
+    return this.#http.request("POST", volumePath(volumeId, ":delete"), { json });
+  }
+  /** A copy of the volume as it is now, kept until deleted. */
+  async backup(volumeId: string, opts: { name?: string } = {}): Promise<Answer> {
+    const json = options("volumes.backup", opts, ["name"]);
+    return this.#http.request("POST", volumePath(volumeId, ":backup"), { json });
+  }
+  /** One page of backups, newest first: `{data, nextCursor}`. */
+  async backups(volumeId?: string, opts: { cursor?: string; limit?: number } = {}): Promise<Answer> {
+    const query = { ...options("volumes.backups", opts, ["cursor", "limit"]),
+                    ...(volumeId === undefined ? {} : { volumeId }) } as Query;
+    return this.#http.request("GET", "/v1/volume-backups", { query });
+  }
+  async getBackup(backupId: string): Promise<Answer> {
+    return this.#http.request("GET", itemPath("/v1/volume-backups", backupId, "a backup id"));
+  }
+  async deleteBackup(backupId: string): Promise<Answer> {
+    return this.#http.request("POST", itemPath("/v1/volume-backups", backupId, "a backup id", ":delete"), { json: {} });
+  }
+  /** A new volume of the backup's size with its files. */
+  async restore(backupId: string, opts: { name?: string } = {}): Promise<Answer> {
+    const json = { ...options("volumes.restore", opts, ["name"]), fromBackup: backupId };
+    return this.#http.request("POST", "/v1/volumes", { json });
+  }
+}
+
 export interface OtelFields {
   /** The OTLP/HTTP base URL, as OTEL_EXPORTER_OTLP_ENDPOINT. */
   endpoint?: string;
@@ -210,6 +272,7 @@ export class Runtime implements Disposable {
   readonly webhooks: Webhooks;
   readonly otel: Otel;
   readonly audit: Audit;
+  readonly volumes: Volumes;
 
   constructor(opts: ClientOptions = {}) {
     this.#http = connect(opts);
@@ -217,6 +280,7 @@ export class Runtime implements Disposable {
     this.webhooks = new Webhooks(this.#http);
     this.otel = new Otel(this.#http);
     this.audit = new Audit(this.#http);
+    this.volumes = new Volumes(this.#http);
   }
 
   /**

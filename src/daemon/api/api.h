@@ -129,6 +129,19 @@ typedef enum RouteKind {
         ROUTE_PREVIEW_GET,
         ROUTE_PREVIEW_DELETE,
         ROUTE_PREVIEW_ROTATE,
+        ROUTE_VOLUMES_LIST,
+        ROUTE_VOLUMES_CREATE,
+        ROUTE_VOLUME_GET,
+        ROUTE_VOLUME_DELETE,
+        ROUTE_VOLUME_DELETE_POST,
+        ROUTE_VOLUME_RESIZE,
+        ROUTE_VOLUME_ATTACH,
+        ROUTE_VOLUME_BACKUP,
+        ROUTE_VOLUME_BACKUP_POLICY,
+        ROUTE_VOLUME_BACKUPS,
+        ROUTE_VOLUME_BACKUP_GET,
+        ROUTE_VOLUME_BACKUP_DELETE,
+        ROUTE_VOLUME_BACKUP_DELETE_POST,
         ROUTE_INTERP_RUN,
         ROUTE_INTERP_CONTEXT_LIST,
         ROUTE_INTERP_CONTEXT_CREATE,
@@ -208,6 +221,7 @@ struct App {
         struct FileLinks *links;        /* the signed file links; NULL: not offered */
         struct McpSessions *mcp;        /* the MCP endpoint's sessions */
         struct Previews *previews;      /* the previews; NULL: not offered (no --preview-listen) */
+        struct Volumes *volumes;        /* the volumes */
         const struct PreviewSite *preview_site; /* where previews are reached */
         struct UserImages *user_images; /* the images users build; NULL: not offered */
         struct WatchTable *watches;     /* the file watches of the sandboxes run here */

@@ -20,6 +20,7 @@
 #include "daemon/api/api_mcp.h"
 #include "daemon/api/api_otel.h"
 #include "daemon/api/api_previews.h"
+#include "daemon/api/api_volumes.h"
 #include "daemon/api/api_processes.h"
 #include "daemon/api/api_sandbox_metrics.h"
 #include "daemon/api/api_sandboxes.h"
@@ -325,6 +326,33 @@ const HttpRoute api_routes[] = {
           HTTP_BODY_NONE, handle_preview_delete),
         R(ROUTE_PREVIEW_ROTATE, "preview_rotate", "POST", SBX "/previews/{port}:rotate", HTTP_ACCESS_FULL,
           HTTP_BODY_JSON_OR_EMPTY, handle_preview_rotate),
+        /* Volumes: disks that outlive sandboxes (docs/volumes.md). */
+        R(ROUTE_VOLUMES_LIST, "volumes_list", "GET", "/v1/volumes", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_volumes_list),
+        RI(ROUTE_VOLUMES_CREATE, "volumes_create", "POST", "/v1/volumes", HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY,
+           handle_volumes_create),
+        R(ROUTE_VOLUME_GET, "volume_get", "GET", "/v1/volumes/{volume}", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_volume_get),
+        RI(ROUTE_VOLUME_DELETE, "volume_delete", "DELETE", "/v1/volumes/{volume}", HTTP_ACCESS_FULL, HTTP_BODY_NONE,
+           handle_volume_delete),
+        RI(ROUTE_VOLUME_DELETE_POST, "volume_delete_post", "POST", "/v1/volumes/{volume}:delete", HTTP_ACCESS_FULL,
+           HTTP_BODY_JSON_OR_EMPTY, handle_volume_delete),
+        RI(ROUTE_VOLUME_RESIZE, "volume_resize", "POST", "/v1/volumes/{volume}:resize", HTTP_ACCESS_FULL,
+           HTTP_BODY_JSON, handle_volume_resize),
+        R(ROUTE_VOLUME_ATTACH, "volume_attach", "POST", "/v1/volumes/{volume}:attach", HTTP_ACCESS_FULL,
+          HTTP_BODY_JSON_OR_EMPTY, handle_volume_not_offered),
+        RI(ROUTE_VOLUME_BACKUP, "volume_backup", "POST", "/v1/volumes/{volume}:backup", HTTP_ACCESS_FULL,
+           HTTP_BODY_JSON_OR_EMPTY, handle_volume_backup),
+        R(ROUTE_VOLUME_BACKUP_POLICY, "volume_backup_policy", "POST", "/v1/volumes/{volume}:backup-policy",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_volume_not_offered),
+        R(ROUTE_VOLUME_BACKUPS, "volume_backups", "GET", "/v1/volume-backups", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_volume_backups_list),
+        R(ROUTE_VOLUME_BACKUP_GET, "volume_backup_get", "GET", "/v1/volume-backups/{backup}", HTTP_ACCESS_READ,
+          HTTP_BODY_NONE, handle_volume_backup_get),
+        RI(ROUTE_VOLUME_BACKUP_DELETE, "volume_backup_delete", "DELETE", "/v1/volume-backups/{backup}",
+           HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_volume_backup_delete),
+        RI(ROUTE_VOLUME_BACKUP_DELETE_POST, "volume_backup_delete_post", "POST", "/v1/volume-backups/{backup}:delete",
+           HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_volume_backup_delete),
         R(ROUTE_INTERP_RUN, "interpreter_run", "POST", SBX "/interpreter:run", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
           handle_interpreter_run),
         R(ROUTE_INTERP_CONTEXT_LIST, "interpreter_context_list", "GET", SBX "/interpreter/contexts",

@@ -178,6 +178,12 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
         } else if (IS("recording")) {
                 dst = r->recording;
                 cap = sizeof(r->recording);
+        } else if (IS("volume")) {
+                dst = r->volume_id;
+                cap = sizeof(r->volume_id);
+        } else if (IS("backup")) {
+                dst = r->backup_id;
+                cap = sizeof(r->backup_id);
         } else
                 return false;
         if (len == 0 || len >= cap || memchr(v, '/', len))
@@ -216,6 +222,10 @@ static bool param_set(const char *name, size_t name_len, const char *v, size_t l
                 return hex_id_ok(dst, "ses_", 20);
         if (IS("watch"))
                 return host_id_ok(dst) && dst[0] != '.' && dst[0] != '_' && dst[0] != '-';
+        if (IS("volume"))
+                return hex_id_ok(dst, "vol_", 20);
+        if (IS("backup"))
+                return hex_id_ok(dst, "vb_", 20);
         if (IS("digest")) {
                 size_t n = strspn(dst, "0123456789abcdef");
                 return n == 64 && !dst[n];

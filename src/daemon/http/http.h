@@ -61,7 +61,8 @@ typedef struct HttpUpload {
  * {context} (an interpreter context id), {result} (a kept result's file
  * name), {upload} (upl_ + 16 hex), {host} (a host id), {webhook} (wh_ + 20
  * hex), {delivery} (whd_ + 20 hex), {export} (otx_ + 20 hex), {port} (1 to 5 digits) and
- * {digest} (a SHA-256, 64 lowercase hex), {watch} (a file watch's id), {session} (ses_ + 20 hex). A parameter ends at the pattern's next literal character, or at
+ * {digest} (a SHA-256, 64 lowercase hex), {watch} (a file watch's id), {session} (ses_ + 20 hex), {recording} (rec_ + 20 hex),
+ * {volume} (vol_ + 20 hex), {backup} (vb_ + 20 hex). A parameter ends at the pattern's next literal character, or at
  * the end of the path. */
 typedef struct HttpRoute {
         int kind;
@@ -117,6 +118,8 @@ typedef struct Route {
         char watch_id[64];    /* a file watch: [A-Za-z0-9][A-Za-z0-9_.-]{0,62} */
         char session_id[25];  /* ses_ and 20 hex digits */
         char recording[25];   /* a desktop's recording: rec_ and 20 hex digits */
+        char volume_id[25];   /* vol_ and 20 hex digits */
+        char backup_id[24];   /* vb_ and 20 hex digits */
         char allow[48]; /* for a 405: the methods the path has */
 } Route;
 

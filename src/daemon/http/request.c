@@ -120,6 +120,71 @@ static int check_fields(json_t *obj, const char *prefix, const char *const *allo
         return 0;
 }
 
+/* Whether one path is the other or lies under it. */
+static bool path_overlaps(const char *a, const char *b) {
+        size_t la = strlen(a), lb = strlen(b), n = la < lb ? la : lb;
+        return strncmp(a, b, n) == 0 && (a[n] == '\0' || a[n] == '/' || b[n] == '\0' || b[n] == '/');
+}
+
+/* volumes: up to four {volumeId (or volume), path, readOnly, mode}, each
+ * volume once, no path over another's. Whether a volume exists and may be
+ * attached is the manager's to say. */
+static int parse_volumes(json_t *v, SandboxSpec *spec, ApiError *e) {
+        static const char *const fields[] = { "volumeId", "volume", "path", "readOnly", "mode", NULL };
+        if (!v || json_is_null(v))
+                return 0;
+        if (!json_is_array(v))
+                return wrong_type(e, "volumes", "an array", v);
+        if (json_array_size(v) > SANDBOX_MAX_VOLUMES)
+                return INVALID(e, "volumes has at most %d entries", SANDBOX_MAX_VOLUMES);
+        size_t i;
+        json_t *item;
+        json_array_foreach(v, i, item) {
+                char field[32];
+                snprintf(field, sizeof field, "volumes[%zu]", i);
+                if (!json_is_object(item))
+                        return wrong_type(e, field, "an object", item);
+                int r = check_fields(item, field, fields, e);
+                if (r < 0)
+                        return r;
+                json_t *id = json_object_get(item, "volumeId") ?: json_object_get(item, "volume");
+                json_t *path = json_object_get(item, "path"), *ro = json_object_get(item, "readOnly");
+                json_t *mode = json_object_get(item, "mode");
+                if (!json_is_string(id) || !json_is_string(path))
+                        return INVALID(e, "%s needs volumeId and path, strings", field);
+                const char *ids = json_string_value(id), *paths = json_string_value(path);
+                if (strlen(ids) >= SANDBOX_VOLUME_ID_MAX)
+                        return INVALID(e, "%s.volumeId is not a volume's id", field);
+                const char *why = sandbox_volume_path_check(paths);
+                if (why)
+                        return INVALID(e, "%s.path: %s", field, why);
+                if (ro && !json_is_null(ro) && !json_is_boolean(ro))
+                        return wrong_type(e, "readOnly", "a boolean", ro);
+                bool read_only = json_is_true(ro);
+                if (mode && !json_is_null(mode)) {
+                        const char *m = json_string_value(mode);
+                        if (m && strcmp(m, "snapshot") == 0)
+                                return api_error(e, 501, "not_implemented",
+                                                 "give readOnly: true for a read-only view of the volume",
+                                                 "%s.mode: this daemon makes no snapshot copies of volumes", field);
+                        if (!m || (strcmp(m, "rw") && strcmp(m, "ro")))
+                                return INVALID(e, "%s.mode is \"rw\" or \"ro\"", field);
+                        read_only = read_only || strcmp(m, "ro") == 0;
+                }
+                for (size_t k = 0; k < spec->n_volumes; k++) {
+                        if (strcmp(spec->volumes[k].volume_id, ids) == 0)
+                                return INVALID(e, "%s: volume %.32s is given twice", field, ids);
+                        if (path_overlaps(spec->volumes[k].path, paths))
+                                return INVALID(e, "%s.path is at or under another volume's path, or over it", field);
+                }
+                SandboxVolume *sv = &spec->volumes[spec->n_volumes++];
+                snprintf(sv->volume_id, sizeof sv->volume_id, "%s", ids);
+                snprintf(sv->path, sizeof sv->path, "%s", paths);
+                sv->read_only = read_only;
+        }
+        return 0;
+}
+
 static int get_int(json_t *body, const char *field, int64_t lo, int64_t hi, int64_t def, int64_t *ret,
                    ApiError *e) {
         json_t *v = json_object_get(body, field);
@@ -375,8 +440,6 @@ static int refuse_unsupported(json_t *body, bool create, ApiError *e) {
                 { "cpu", "this daemon has one kind of CPU", "leave it out; vcpu sets the number of CPUs" },
                 { "cpuFloorMillis", "this daemon guarantees no CPU floor",
                   "leave it out; vcpu sets the CPU limit" },
-                { "volumes", "this daemon has no volumes",
-                  "keep files in /workspace and carry them on with :snapshot, or copy them with the files routes" },
                 { "tailscale", "this daemon joins no tailnet", "leave it out; network.allow opens egress to hosts" },
         };
         for (size_t i = 0; i < ELEMENTSOF(fields); i++) {
@@ -401,7 +464,7 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
                                               "diskMiB",        "network",    "env",    "image",
                                               "driver",         "name",       "labels", "maxCostMicros",
                                               "maxTotalCostMicros", "secrets", "idlePauseSeconds", "autoWake",
-                                              "pausable", "getOrCreate", "user", "persistent", NULL };
+                                              "pausable", "getOrCreate", "user", "persistent", "volumes", NULL };
         CreateRequest c = { 0 };
         sandbox_spec_init(&c.spec);
         int64_t n;
@@ -485,6 +548,8 @@ int request_parse_create(json_t *body, const ReqLimits *lim, CreateRequest *ret,
         if ((r = parse_labels(json_object_get(body, "labels"), &c.labels, e)) < 0)
                 goto fail;
         if ((r = request_parse_secret_scope(json_object_get(body, "secrets"), "secrets", &c.spec.secrets, e)) < 0)
+                goto fail;
+        if ((r = parse_volumes(json_object_get(body, "volumes"), &c.spec, e)) < 0)
                 goto fail;
         if (!c.spec.image) {
                 r = -ENOMEM;

@@ -18,6 +18,7 @@
 #include "daemon/manager/file_links.h"
 #include "daemon/manager/previews.h"
 #include "daemon/manager/sessions.h"
+#include "daemon/manager/volumes.h"
 #include "daemon/manager/request_counts.h"
 #include "daemon/manager/samples.h"
 #include "daemon/manager/events.h"
@@ -101,7 +102,7 @@ void fleet_free(Fleet *f) {
 /* Writes from now on are this epoch's: the sandboxes' records, the
  * ledger's (whose charges are this host's), the snapshots', the uploads',
  * the events', the webhook deliveries', the audit's, the samples', the
- * request counts' and the file links'. */
+ * request counts', the file links', the previews' and the volumes'. */
 static int take_epoch(Fleet *f, int64_t epoch) {
         int r = db_set_writer(f->c.db, f->self.id, epoch);
         if (r == 0 && f->c.ledger)
@@ -126,6 +127,8 @@ static int take_epoch(Fleet *f, int64_t epoch) {
                 r = previews_set_epoch(f->c.previews, f->self.id, epoch);
         if (r == 0 && f->c.sessions)
                 r = sessions_set_epoch(f->c.sessions, f->self.id, epoch);
+        if (r == 0 && f->c.volumes)
+                r = volumes_set_epoch(f->c.volumes, f->self.id, epoch);
         if (r < 0)
                 return r;
         pthread_mutex_lock(&f->lock);

@@ -57,6 +57,7 @@ typedef struct FleetConfig {
         int64_t sample_retention_days;
         struct RequestCounts *requests; /* may be NULL; pruned by the sweeper */
         struct FileLinks *links;        /* may be NULL; written at this host's epoch */
+        struct Volumes *volumes;        /* may be NULL; written at this host's epoch */
         struct Previews *previews;      /* may be NULL; written at this host's epoch */
         struct Sessions *sessions;      /* may be NULL; written at this host's epoch */
 } FleetConfig;

@@ -116,6 +116,7 @@ struct Manager {
         int64_t sample_interval_ms;
         int64_t last_sample_ms; /* monotonic; the maintenance thread's */
         WarmPool *pool;         /* NULL: no --warm-pool; set before the API serves */
+        struct Volumes *volumes; /* NULL: no volumes */
 };
 
 

@@ -25,6 +25,7 @@
 #include "daemon/manager/supervise.h"
 
 #include "daemon/manager/manager-internal.h"
+#include "daemon/manager/volumes.h"
 
 void spec_paths_done(SpecPaths *p) {
         free(p->sandbox_dir);
@@ -472,6 +473,12 @@ int do_delete_locked(Manager *m, SandboxRow *row, const char *rid) {
         row->state = SANDBOX_DELETED;
         row->deleted_at = time_now_unix();
         r = db_sandbox_update(m->db, row);
+        /* Its processes are gone: its volumes are free for others. */
+        if (r == 0 && row->spec.n_volumes > 0 && m->volumes) {
+                int vr = volumes_release(m->volumes, row->id);
+                if (vr < 0)
+                        log_error(rid, "sandbox %s: releasing its volumes: %s", row->id, strerror(-vr));
+        }
         /* After the row: an upload the next start finds of a deleted
          * sandbox goes then. */
         if (r == 0)
@@ -480,6 +487,41 @@ int do_delete_locked(Manager *m, SandboxRow *row, const char *rid) {
 }
 
 /* ---- API operations ---- */
+
+/* A volume's refusal at create, as the client is to read it. */
+static int volume_refusal(SandboxError *e, int r, const SandboxVolume *v) {
+        switch (r) {
+        case -ENOENT:
+                return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "GET /v1/volumes lists your volumes",
+                                     "volume %s not found", v->volume_id);
+        case -EBUSY:
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT,
+                                     "delete the sandbox that has it, attach it with readOnly: true, or make the "
+                                     "volume shared",
+                                     "volume %s is written by another sandbox: one writer at a time", v->volume_id);
+        case -EAGAIN:
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "try again once the resize is done",
+                                     "volume %s is being resized", v->volume_id);
+        default:
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not attach volume %s", v->volume_id);
+        }
+}
+
+/* Whether driver d can take the create's volumes. */
+static int volumes_allowed(Manager *m, const Driver *d, const CreateRequest *req, SandboxError *e) {
+        if (req->spec.n_volumes == 0)
+                return 0;
+        if (!m->volumes)
+                return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, NULL, "this daemon keeps no volumes");
+        if (strcmp(d->name, "namespace") != 0 && strcmp(d->name, "gvisor") != 0)
+                return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED,
+                                     "create it with driver \"namespace\" or \"gvisor\"",
+                                     "the %s driver does not attach volumes", d->name);
+        if (req->restore_dir)
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "attach volumes to a sandbox made without a snapshot",
+                                     "a sandbox made from a snapshot takes no volumes");
+        return 0;
+}
 
 static int check_image(Manager *m, const char *image, SandboxError *e) {
         _cleanup_free_ char *rootfs = NULL, *pulled = oci_image_dir(m->cfg->state_dir, image);
@@ -584,6 +626,24 @@ json_t *spec_sandbox_env(Manager *m, const char *owner, const SandboxSpec *spec)
  * none yet) takes the agent's connections from the first frame on. On
  * failure *ret_fail says why in a client's words (in start_err when the
  * driver said it) and the caller stops sb. */
+/* The host mounts of the row's volumes, for its driver to bind. */
+static int launch_volumes(Manager *m, const SandboxRow *row, VolumeMountPaths *ret, const char *rid,
+                          DriverError *err) {
+        size_t failed = 0;
+        int r = m->volumes ? volumes_mounts(m->volumes, &row->spec, ret, &failed) : -EOPNOTSUPP;
+        if (r == 0)
+                return 0;
+        const char *id = row->spec.volumes[failed].volume_id;
+        log_error(rid, "sandbox %s: mounting volume %s: %s", row->id, id, strerror(-r));
+        if (r == -ENOENT)
+                driver_error(err, "volume %s is not on this host: deleted, or made on another host", id);
+        else if (r == -EBUSY)
+                driver_error(err, "volume %s is still held by a sandbox that has not ended", id);
+        else
+                driver_error(err, "volume %s could not be mounted", id);
+        return r;
+}
+
 int sandbox_launch(Manager *m, Sandbox *sb, const SandboxRow *row, const Driver *d, bool supervised,
                    const char *rid, DriverError *start_err, const char **ret_fail) {
         const DaemonConfig *cfg = m->cfg;
@@ -600,6 +660,13 @@ int sandbox_launch(Manager *m, Sandbox *sb, const SandboxRow *row, const Driver 
         driver_spec_from(m, sb->id, &row->spec, &sb->paths, &ds);
         sb->memory_mib = ds.memory_mib;
         sb->vcpu = ds.vcpu;
+        VolumeMountPaths vmp;
+        if (row->spec.n_volumes > 0 && (r = launch_volumes(m, row, &vmp, rid, start_err)) < 0) {
+                *ret_fail = start_err->reason;
+                return r;
+        }
+        ds.mounts = vmp.mounts;
+        ds.n_mounts = row->spec.n_volumes;
         int fd = -1;
         r = d->start(&ds, &fd, &sb->inst, start_err);
         if (r < 0) {
@@ -772,28 +839,38 @@ static int restore_disk(Manager *m, SandboxRow *row, const Driver *d, const char
  * image and shape asked for and the create needs nothing else at its start
  * (a disk from a snapshot does); else a boot. Everything but the boot is
  * the same either way. */
+/* The driver a create asked for, or the daemon's default. */
+static int pick_driver(const DaemonConfig *cfg, const CreateRequest *req, const Driver **ret, SandboxError *e) {
+        const char *asked = sandbox_driver_name(req->spec.driver);
+        if (!asked) {
+                if (!(*ret = cfg->default_driver))
+                        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE,
+                                             "run runtimed --doctor to see what this host lacks",
+                                             "no driver can run sandboxes on this host");
+                return 0;
+        }
+        const DriverOffer *o = config_driver_offer(cfg, asked);
+        if (!o)
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "GET /v1/info lists the drivers",
+                                     "driver must be one of the daemon's drivers; %s is not", asked);
+        if (!o->available)
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
+                                     "driver %s cannot run on this host: %s", asked, o->reason);
+        if (!o->offered)
+                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
+                                     "driver %s is not offered by this daemon", asked);
+        *ret = o->driver;
+        return 0;
+}
+
 static int create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, SandboxRow *ret,
                   SandboxError *e) {
         const DaemonConfig *cfg = m->cfg;
-        const Driver *d;
-        const char *asked = sandbox_driver_name(req->spec.driver);
-        if (asked) {
-                const DriverOffer *o = config_driver_offer(cfg, asked);
-                if (!o)
-                        return sandbox_error(e, SANDBOX_ERR_INVALID, "GET /v1/info lists the drivers",
-                                         "driver must be one of the daemon's drivers; %s is not", asked);
-                if (!o->available)
-                        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
-                                         "driver %s cannot run on this host: %s", asked, o->reason);
-                if (!o->offered)
-                        return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
-                                         "driver %s is not offered by this daemon", asked);
-                d = o->driver;
-        } else if (!(d = cfg->default_driver))
-                return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "run runtimed --doctor to see what this host lacks",
-                                 "no driver can run sandboxes on this host");
-        int r = check_image(m, req->spec.image, e);
-        if (r < 0)
+        const Driver *d = NULL;
+        int r = pick_driver(cfg, req, &d, e);
+        if (r < 0 || (r = check_image(m, req->spec.image, e)) < 0)
+                return r;
+        if ((r = volumes_allowed(m, d, req, e)) < 0)
                 return r;
         uint64_t per_hour = config_cost_per_hour(cfg, req->spec.vcpu, req->spec.memory_mib);
         uint64_t lease_cost = ledger_cost(per_hour, req->spec.timeout_seconds);
@@ -806,7 +883,8 @@ static int create(Manager *m, const KeyInfo *key, const CreateRequest *req, cons
         if (cap >= 0 && lease_cost > (uint64_t)cap)
                 return budget_refusal(e, per_hour, req->spec.timeout_seconds, 0, (uint64_t)cap, cap_name, "first lease");
 
-        PoolEntry *pooled = req->restore_dir ? NULL : warm_pool_take(m, d, &req->spec);
+        /* The pool's sandboxes started without volumes. */
+        PoolEntry *pooled = req->restore_dir || req->spec.n_volumes ? NULL : warm_pool_take(m, d, &req->spec);
         char hex[21];
         if (!pooled && (r = random_hex(hex, 10)) < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not make an id");
@@ -863,7 +941,21 @@ static int create(Manager *m, const KeyInfo *key, const CreateRequest *req, cons
                 }
         }
         busy_begin(m, row.id);
+        /* The volumes are claimed before the row exists: of two creates
+         * racing for one volume, the store lets one in. */
+        size_t failed = 0;
+        if (row.spec.n_volumes > 0 &&
+            (r = volumes_attach_spec(m->volumes, key->owner, row.id, &row.spec, &failed)) < 0) {
+                if (m->ledger)
+                        ledger_release(m->ledger, row.id, time_now_unix());
+                busy_end(m, row.id);
+                r = volume_refusal(e, r, &row.spec.volumes[failed]);
+                sandbox_row_done(&row);
+                return r;
+        }
         r = db_sandbox_insert(m->db, &row, cfg->max_sandboxes, cfg->max_sandboxes_per_key);
+        if (r < 0 && row.spec.n_volumes > 0)
+                (void)volumes_release(m->volumes, row.id);
         if (r < 0 && m->ledger)
                 ledger_release(m->ledger, row.id, time_now_unix());
         /* A sandbox of the pool that no row took is no one's yet: back it goes. */

@@ -75,6 +75,9 @@ void manager_set_egress(Manager *m, EgressService *egress);
 void manager_set_snapshots(Manager *m, SnapshotStore *snapshots);
 /* The uploads in parts, dropped with their sandbox (before manager_start). */
 void manager_set_uploads(Manager *m, Uploads *uploads);
+/* The volumes a create may attach (before the API serves); NULL: none. */
+struct Volumes;
+void manager_set_volumes(Manager *m, struct Volumes *volumes);
 /* The agent heartbeat (before manager_start): a ping every interval_ms
  * (default 5 s); timeout_ms of silence fails a sandbox, for every driver
  * (default: each driver's heartbeat_timeout_ms). 0 keeps a default. */

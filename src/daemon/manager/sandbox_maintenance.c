@@ -596,6 +596,10 @@ void manager_set_uploads(Manager *m, Uploads *uploads) {
         m->uploads = uploads;
 }
 
+void manager_set_volumes(Manager *m, struct Volumes *volumes) {
+        m->volumes = volumes;
+}
+
 void manager_set_egress(Manager *m, EgressService *egress) {
         m->egress = egress;
 }

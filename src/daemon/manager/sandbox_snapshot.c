@@ -209,6 +209,15 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         const Driver *d = driver_by_name(sandbox_driver_name(spec->driver));
         if (!d)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not read the sandbox");
+        /* A snapshot holds the sandbox's own disk; a volume is no part of it
+         * and may be written by others meanwhile, so a copy made from the
+         * snapshot could not have it as it was: refused, not left out
+         * silently (docs/volumes.md). */
+        if (spec->n_volumes > 0)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT,
+                                     "copy what you need into /workspace and snapshot a sandbox without volumes, or "
+                                     "back the volume up on its own",
+                                     "a sandbox with volumes attached cannot be snapshotted or forked");
         bool memory = req->mode && strcmp(req->mode, "memory") == 0;
         if (memory && !d->snapshot_memory)
                 return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED,

@@ -102,6 +102,75 @@ int sandbox_spec_copy(const SandboxSpec *s, SandboxSpec *ret) {
         return 0;
 }
 
+const char *sandbox_volume_path_check(const char *path) {
+        static const char *const reserved[] = { "/proc", "/sys", "/dev", "/.runtime" };
+        size_t len = strlen(path);
+        if (len == 0 || path[0] != '/')
+                return "a volume's path is absolute, such as /data";
+        if (len >= SANDBOX_VOLUME_PATH_MAX)
+                return "a volume's path is shorter than 256 bytes";
+        if (len == 1)
+                return "a volume cannot be mounted over the root";
+        if (path[len - 1] == '/')
+                return "a volume's path has no trailing slash";
+        for (const char *c = path; *c; c++)
+                if ((unsigned char)*c < 0x20 || *c == 0x7f || *c == ',' || *c == ':' || *c == '\\')
+                        return "a volume's path has no control characters, commas, colons or backslashes";
+        for (const char *seg = path; seg && *seg;) {
+                seg++; /* past '/' */
+                size_t n = strcspn(seg, "/");
+                if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
+                        return "a volume's path has no empty, \".\" or \"..\" parts";
+                seg = seg[n] ? seg + n : NULL;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(reserved); i++) {
+                size_t r = strlen(reserved[i]);
+                if (strncmp(path, reserved[i], r) == 0 && (path[r] == '\0' || path[r] == '/'))
+                        return "a volume cannot be mounted over /proc, /sys, /dev or /.runtime";
+        }
+        return NULL;
+}
+
+static json_t *volumes_json(const SandboxSpec *s) {
+        json_t *a = json_array();
+        for (size_t i = 0; a && i < s->n_volumes; i++) {
+                const SandboxVolume *v = &s->volumes[i];
+                if (json_array_append_new(a, json_pack("{s:s,s:s,s:b}", "volumeId", v->volume_id, "path", v->path,
+                                                       "readOnly", (int)v->read_only)) < 0) {
+                        json_decref(a);
+                        return NULL;
+                }
+        }
+        return a;
+}
+
+json_t *sandbox_spec_volumes_json(const SandboxSpec *s) {
+        return volumes_json(s);
+}
+
+static int bad(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int decode_volumes(json_t *j, SandboxSpec *s, char *err, size_t n) {
+        json_t *a = json_object_get(j, "volumes"), *v;
+        size_t i;
+        if (!a || json_is_null(a))
+                return 0;
+        if (!json_is_array(a) || json_array_size(a) > SANDBOX_MAX_VOLUMES)
+                return bad(err, n, "volumes is not an array of up to %d", SANDBOX_MAX_VOLUMES);
+        json_array_foreach(a, i, v) {
+                const char *id = json_string_value(json_object_get(v, "volumeId"));
+                const char *path = json_string_value(json_object_get(v, "path"));
+                if (!id || !path || strlen(id) >= SANDBOX_VOLUME_ID_MAX || sandbox_volume_path_check(path))
+                        return bad(err, n, "volumes[%zu] is not a volume and a path", i);
+                SandboxVolume *sv = &s->volumes[i];
+                snprintf(sv->volume_id, sizeof sv->volume_id, "%s", id);
+                snprintf(sv->path, sizeof sv->path, "%s", path);
+                sv->read_only = json_is_true(json_object_get(v, "readOnly"));
+        }
+        s->n_volumes = json_array_size(a);
+        return 0;
+}
+
 static json_t *int_or_null(int64_t v) {
         return v >= 0 ? json_integer(v) : json_null();
 }
@@ -126,7 +195,8 @@ char *sandbox_spec_encode(const SandboxSpec *s) {
              json_object_set_new(j, "leaseLeftSeconds", json_integer(s->lease_left_seconds)) < 0) ||
             (s->paused_seconds > 0 && json_object_set_new(j, "pausedSeconds", json_integer(s->paused_seconds)) < 0) ||
             (s->supervisor_nonce[0] &&
-             json_object_set_new(j, "supervisorNonce", json_string(s->supervisor_nonce)) < 0))
+             json_object_set_new(j, "supervisorNonce", json_string(s->supervisor_nonce)) < 0) ||
+            (s->n_volumes > 0 && json_object_set_new(j, "volumes", volumes_json(s)) < 0))
                 return NULL;
         return json_dumps(j, JSON_COMPACT);
 }
@@ -210,7 +280,8 @@ static int decode_v1(json_t *j, SandboxSpec *s, char *err, size_t n) {
 
             (r = get_json(j, "network", false, &s->network, err, n)) < 0 ||
             (r = get_json(j, "env", false, &s->env, err, n)) < 0 ||
-            (r = get_json(j, "secrets", true, &s->secrets, err, n)) < 0)
+            (r = get_json(j, "secrets", true, &s->secrets, err, n)) < 0 ||
+            (r = decode_volumes(j, s, err, n)) < 0)
                 return r;
         json_t *nonce = json_object_get(j, "supervisorNonce");
         if (nonce) {

@@ -58,6 +58,22 @@ const char *sandbox_state_name(SandboxState s);
 /* -EINVAL for a name that is no state. */
 int sandbox_state_from_name(const char *s, SandboxState *ret);
 
+/* A volume the sandbox has bound at a path (docs/volumes.md). */
+#define SANDBOX_MAX_VOLUMES 4
+#define SANDBOX_VOLUME_ID_MAX 32
+#define SANDBOX_VOLUME_PATH_MAX 256
+typedef struct SandboxVolume {
+        char volume_id[SANDBOX_VOLUME_ID_MAX]; /* vol_ and 20 hex digits */
+        char path[SANDBOX_VOLUME_PATH_MAX];    /* checked by sandbox_volume_path_check */
+        bool read_only;
+} SandboxVolume;
+
+/* NULL when path may hold a volume: absolute, normalized (no "..", ".",
+ * "//" or trailing "/"), printable, below SANDBOX_VOLUME_PATH_MAX, and not
+ * the root or over /proc, /sys, /dev or /.runtime, which the sandbox's own
+ * workings need. Else why not, in a client's words. */
+const char *sandbox_volume_path_check(const char *path);
+
 typedef struct SandboxSpec {
         char *image;
         SandboxDriver driver;
@@ -82,11 +98,17 @@ typedef struct SandboxSpec {
         /* What a restarted daemon proves to the sandbox's supervisor that it
          * is the same sandbox's (32 hex digits); "" when it has none. */
         char supervisor_nonce[33];
+        /* Its volumes, fixed at create. */
+        SandboxVolume volumes[SANDBOX_MAX_VOLUMES];
+        size_t n_volumes;
 } SandboxSpec;
 
 /* A spec with the defaults a create starts from (no JSON members). */
 void sandbox_spec_init(SandboxSpec *s);
 void sandbox_spec_done(SandboxSpec *s);
+/* Its volumes as the API shows them: [{volumeId, path, readOnly}]; NULL
+ * when out of memory. */
+json_t *sandbox_spec_volumes_json(const SandboxSpec *s);
 /* A deep copy; -ENOMEM. */
 int sandbox_spec_copy(const SandboxSpec *s, SandboxSpec *ret);
 

@@ -18,6 +18,7 @@
 #include "daemon/store/store_samples.h"
 #include "daemon/store/store_sandboxes.h"
 #include "daemon/store/store_snapshots.h"
+#include "daemon/store/store_volumes.h"
 #include "daemon/store/store_webhooks.h"
 
 const StoreBackend store_postgres = {
@@ -39,4 +40,5 @@ const StoreBackend store_postgres = {
         .previews = &store_postgres_previews,
         .sessions = &store_postgres_sessions,
         .images = &store_postgres_images,
+        .volumes = &store_postgres_volumes,
 };

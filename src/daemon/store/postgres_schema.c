@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/macro.h"
 #include "daemon/store/pgdb.h"
+#include "daemon/store/store_volumes_sql.h"
 
 static const char *const steps[] = {
         /* 1: the tables as the SQLite backend has them at its version of
@@ -184,8 +185,8 @@ static const char *const steps[] = {
         "  owner TEXT NOT NULL, name TEXT NOT NULL, tag TEXT NOT NULL, image_id TEXT NOT NULL,"
         "  PRIMARY KEY (owner, name, tag));"
         "CREATE INDEX image_tags_image ON image_tags (image_id);",
-        /* 16: another change's step, made on its own branch; nothing here */
-        "SELECT 1;",
+        /* 16: the volumes and their attachments to sandboxes (store_volumes.h) */
+        VOLUMES_SQL_SCHEMA,
         /* 17: the sandboxes' sessions (store_sessions.h) */
         "CREATE TABLE sandbox_sessions ("
         "  id TEXT PRIMARY KEY, sandbox_id TEXT NOT NULL, owner TEXT NOT NULL, token_hash TEXT NOT NULL UNIQUE,"

@@ -17,6 +17,7 @@
 #include "daemon/store/store_sandboxes.h"
 #include "daemon/store/store_snapshots.h"
 #include "daemon/store/store_uploads.h"
+#include "daemon/store/store_volumes.h"
 #include "daemon/store/store_webhooks.h"
 
 const StoreBackend store_sqlite = {
@@ -38,4 +39,5 @@ const StoreBackend store_sqlite = {
         .previews = &store_sqlite_previews,
         .sessions = &store_sqlite_sessions,
         .images = &store_sqlite_images,
+        .volumes = &store_sqlite_volumes,
 };

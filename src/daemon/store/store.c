@@ -1,4 +1,5 @@
 /* Which backend a location names, and what a backend lacks. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include "daemon/store/store.h"
 #include "daemon/store/store_hosts.h"
 #include "daemon/store/store_links.h"
+#include "daemon/store/store_volumes.h"
 
 const StoreBackend *store_backend_for(const char *location) {
         return pgdb_is_url(location) ? &store_postgres : &store_sqlite;
@@ -25,6 +27,7 @@ bool store_backend_missing(const StoreBackend *b, char *buf, size_t n) {
                 { "previews", b->previews },
                 { "images", b->images },
                 { "sessions", b->sessions },
+                { "volumes", b->volumes },
         };
         size_t at = 0;
         if (n)
@@ -79,4 +82,22 @@ void store_link_secret_clear(StoreLinkSecret *s) {
         free(s->owner);
         free(s->secret);
         *s = (StoreLinkSecret){ 0 };
+}
+
+static const char *const volume_states[] = {
+        [STORE_VOLUME_READY] = "ready",
+        [STORE_VOLUME_RESIZING] = "resizing",
+};
+
+const char *store_volume_state_name(StoreVolumeState s) {
+        return (size_t)s < sizeof(volume_states) / sizeof(volume_states[0]) ? volume_states[s] : "resizing";
+}
+
+int store_volume_state_from_name(const char *s, StoreVolumeState *ret) {
+        for (size_t i = 0; i < sizeof(volume_states) / sizeof(volume_states[0]); i++)
+                if (s && strcmp(s, volume_states[i]) == 0) {
+                        *ret = (StoreVolumeState)i;
+                        return 0;
+                }
+        return -EINVAL;
 }

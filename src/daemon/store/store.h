@@ -43,6 +43,7 @@ typedef struct StoreLinkOps StoreLinkOps;
 typedef struct StorePreviewOps StorePreviewOps;
 typedef struct StoreImageOps StoreImageOps;
 typedef struct StoreSessionOps StoreSessionOps;
+typedef struct StoreVolumeOps StoreVolumeOps;
 
 typedef struct StoreBackend {
         const char *name;
@@ -63,6 +64,7 @@ typedef struct StoreBackend {
         const StorePreviewOps *previews; /* the shared ports of sandboxes */
         const StoreImageOps *images;     /* the images users build and their tags */
         const StoreSessionOps *sessions; /* the sandboxes' sessions (browser tokens) */
+        const StoreVolumeOps *volumes;   /* the volumes and their attachments to sandboxes */
 } StoreBackend;
 
 /* The SQLite backend: one database file, in WAL mode (store/sqlite_*.c). */

@@ -87,9 +87,10 @@ class SandboxOps:
         ``secrets`` (the names of the egress secrets it may use, fixed for its life; ``[]`` is
         none, left out every secret), ``user`` (``"sandbox"``, the default, or ``"root"``: who
         its commands run as when they name none). The published client's ``persistent``,
-        ``funding``, ``region``, ``cpu``, ``cpu_floor_millis``, ``spread_from``, ``volumes``
-        and ``tailscale`` are taken and sent; the daemon refuses them by name (501), except
-        ``persistent=False``.
+        ``funding``, ``region``, ``cpu``, ``cpu_floor_millis``, ``spread_from`` and
+        ``tailscale`` are taken and sent; the daemon refuses them by name (501), except
+        ``persistent=False``. ``volumes`` attaches volumes (docs/volumes.md):
+        ``[{"volume_id", "path", "read_only"}]``.
 
         ``idempotency_key``: a retry with the same key within a day answers the sandbox the
         first call made (``replayed`` is then true), and never makes or bills a second.

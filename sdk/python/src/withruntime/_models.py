@@ -37,7 +37,7 @@ CREATE_FIELDS: Dict[str, str] = {
     "snapshot_id": "snapshot",
     "user": "user",
     # The published client's names, so that code moves between the two unchanged; the daemon
-    # takes persistent=False and answers 501 naming the others (and persistent=True).
+    # takes persistent=False and volumes, and answers 501 naming the others (and persistent=True).
     "persistent": "persistent",
     "funding": "funding",
     "region": "region",
@@ -47,6 +47,7 @@ CREATE_FIELDS: Dict[str, str] = {
     "volumes": "volumes",
     "tailscale": "tailscale",
 }
+_VOLUME_KEYS = {"volume_id": "volumeId", "read_only": "readOnly"}
 CLIENT_OPTIONS = ("keep", "api_key", "base_url", "http_timeout", "idempotency_key")
 
 MAX_PATH_BYTES = 4096
@@ -142,6 +143,10 @@ def build_create_body(fields: Mapping[str, Any]) -> Dict[str, Any]:
             )
         if value is not None:
             body[api_name] = value
+    if isinstance(body.get("volumes"), list):
+        # {"volume_id", "path", "read_only"} as the published client sends them.
+        body["volumes"] = [{_VOLUME_KEYS.get(k, k): v for k, v in item.items()} if isinstance(item, Mapping) else item
+                           for item in body["volumes"]]
     return body
 
 

@@ -17,6 +17,7 @@ from ._http import AsyncHTTP, websocket_headers
 from ._images import ImagesOps, RegistriesOps
 from ._models import CLIENT_OPTIONS, SandboxInfo, build_create_body
 from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
+from ._volumes import VolumesOps
 from ._process import AsyncProcess, idempotency_headers
 from ._sessions import SessionsOps, WatchOps, WatchesOps, check_session_token
 from ._terminal import AsyncTerminal, terminal_target
@@ -383,6 +384,24 @@ class AsyncEvents:
     list = awaitable(EventsOps.list)
 
 
+class AsyncVolumes:
+    """The awaitable twin of :class:`withruntime.sandbox.Volumes`."""
+
+    def __init__(self, http: AsyncHTTP) -> None:
+        self._http = http
+
+    create = awaitable(VolumesOps.create)
+    get = awaitable(VolumesOps.get)
+    list = awaitable(VolumesOps.list)
+    resize = awaitable(VolumesOps.resize)
+    delete = awaitable(VolumesOps.delete)
+    backup = awaitable(VolumesOps.backup)
+    backups = awaitable(VolumesOps.backups)
+    get_backup = awaitable(VolumesOps.get_backup)
+    delete_backup = awaitable(VolumesOps.delete_backup)
+    restore = awaitable(VolumesOps.restore)
+
+
 class AsyncWebhooks:
     """The awaitable twin of :class:`withruntime.sandbox.Webhooks`."""
 
@@ -474,6 +493,7 @@ class AsyncRuntime:
         self.otel = AsyncOtel(self._http)
         self.audit = AsyncAudit(self._http)
         self.images = AsyncImages(self._http)
+        self.volumes = AsyncVolumes(self._http)
 
     me = awaitable(RuntimeOps.me)
     limits = awaitable(RuntimeOps.limits)

@@ -15,6 +15,7 @@ from ._http import SyncHTTP, websocket_headers
 from ._images import ImagesOps, RegistriesOps
 from ._models import SandboxInfo
 from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
+from ._volumes import VolumesOps
 from ._process import Process
 from ._sessions import SessionsOps, WatchOps, WatchesOps, check_session_token
 
@@ -441,10 +442,28 @@ class Images:
     _sleep = ImagesOps._sleep
 
 
+class Volumes:
+    """The key owner's volumes (``runtime.volumes``, docs/volumes.md)."""
+
+    def __init__(self, http: SyncHTTP) -> None:
+        self._http = http
+
+    create = blocking(VolumesOps.create)
+    get = blocking(VolumesOps.get)
+    list = blocking(VolumesOps.list)
+    resize = blocking(VolumesOps.resize)
+    delete = blocking(VolumesOps.delete)
+    backup = blocking(VolumesOps.backup)
+    backups = blocking(VolumesOps.backups)
+    get_backup = blocking(VolumesOps.get_backup)
+    delete_backup = blocking(VolumesOps.delete_backup)
+    restore = blocking(VolumesOps.restore)
+
+
 class Runtime:
     """The calls about the key and its owner rather than one sandbox: ``runtime.secrets``
     (:class:`Secrets`), ``runtime.snapshots`` (:class:`Snapshots`), ``runtime.images``
-    (:class:`Images`), ``runtime.events``,
+    (:class:`Images`), ``runtime.volumes`` (:class:`Volumes`), ``runtime.events``,
     ``runtime.webhooks``, ``runtime.otel``, ``runtime.audit``, ``runtime.me()``,
     ``runtime.limits()`` and ``runtime.usage_export()``. They share one connection pool.
     ``api_key`` and ``base_url`` override ``RUNTIME_API_KEY`` and ``RUNTIME_BASE_URL``."""
@@ -460,6 +479,7 @@ class Runtime:
         self.otel = Otel(self._http)
         self.audit = Audit(self._http)
         self.images = Images(self._http)
+        self.volumes = Volumes(self._http)
 
     me = blocking(RuntimeOps.me)
     limits = blocking(RuntimeOps.limits)

@@ -1,0 +1,38 @@
+// runtime.volumes against the real daemon: create, get, list, resize (grow only), delete, and a
+// sandbox that attaches one at its create. tests/integration/test_volumes.py runs this file.
+import assert from "node:assert/strict";
+
+import { ConflictError, InvalidRequestError, NotFoundError, Runtime, Sandbox } from "withruntime";
+
+import { DRIVER, daemonTest } from "./env.mjs";
+
+daemonTest("volumes: the published client's names, and an attach at create", async () => {
+  const rt = new Runtime();
+  const vol = await rt.volumes.create(32, { name: "js-vol", labels: { k: "v" } });
+  try {
+    assert.equal(vol.state, "ready");
+    assert.deepEqual((await rt.volumes.get(vol.id)).labels, { k: "v" });
+    assert.ok((await rt.volumes.list({ name: "js-vol" })).data.some((v) => v.id === vol.id));
+    assert.equal((await rt.volumes.resize(vol.id, 48)).sizeMiB, 48);
+    await assert.rejects(rt.volumes.resize(vol.id, 16), InvalidRequestError);
+    const sbx = await Sandbox.create({ driver: DRIVER, volumes: [{ volumeId: vol.id, path: "/data" }] });
+    try {
+      assert.equal((await sbx.exec("echo js > /data/f && cat /data/f")).stdout, "js\n");
+      await assert.rejects(rt.volumes.delete(vol.id), ConflictError);
+      const b = await rt.volumes.backup(vol.id, { name: "js" });
+      assert.deepEqual((await rt.volumes.backups(vol.id)).data.map((x) => x.id), [b.id]);
+      assert.equal((await rt.volumes.getBackup(b.id)).volumeId, vol.id);
+      const copy = await rt.volumes.restore(b.id);
+      assert.equal((await sbx.exec("cat /data/f")).stdout, "js\n");
+      await rt.volumes.delete(copy.id);
+      assert.equal((await rt.volumes.deleteBackup(b.id)).deleted, true);
+    } finally {
+      await sbx.delete();
+      sbx.close();
+    }
+  } finally {
+    await rt.volumes.delete(vol.id, { force: true });
+  }
+  await assert.rejects(rt.volumes.get(vol.id), NotFoundError);
+  rt.close();
+});

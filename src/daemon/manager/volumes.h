@@ -1,0 +1,89 @@
+#pragma once
+/*
+ * Volumes (docs/volumes.md): disks of a fixed size that outlive the
+ * sandboxes they are attached to. The records are the store's
+ * (store_volumes.h); each volume's bytes are an ext4 image in the daemon's
+ * state directory (volume_disk.h), mounted on the host while some sandbox
+ * may use it and bound into each sandbox that attached it. A volume
+ * belongs to one owner. Library code: returns, logs nothing.
+ */
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/model/sandbox_spec.h"
+#include "daemon/store/store.h"
+#include "daemon/store/store_volumes.h"
+#include "driver/driver.h"
+
+/* The bounds a daemon puts on its volumes (--volume-* options). */
+typedef struct VolumeLimits {
+        uint32_t max_mib;       /* one volume's size */
+        uint32_t max_count;     /* volumes per owner */
+        uint64_t max_total_mib; /* an owner's volumes together */
+} VolumeLimits;
+
+#define VOLUME_MIN_MIB 16u
+#define VOLUME_DEFAULT_MIB 1024u
+#define VOLUME_DEFAULT_MAX_MIB 65536u
+#define VOLUME_DEFAULT_MAX_COUNT 20u
+#define VOLUME_DEFAULT_MAX_TOTAL_MIB 262144u
+
+typedef struct Volumes Volumes;
+
+int volumes_open(const StoreBackend *b, const char *location, const char *state_dir, const VolumeLimits *lim,
+                 Volumes **ret);
+void volumes_close(Volumes *vs);
+const VolumeLimits *volumes_limits(const Volumes *vs);
+/* The host whose writes these are, at its epoch (a fleet). */
+int volumes_set_epoch(Volumes *vs, const char *host_id, int64_t epoch);
+
+/* A new volume of the owner, its disk made: -EUSERS past the count,
+ * -EDQUOT past the total, -ENOSPC when the host has no room for the file,
+ * -ENOENT without mkfs.ext4. labels is a JSON object's text. */
+int volumes_create(Volumes *vs, const char *owner, const char *name, const char *labels, uint32_t size_mib,
+                   bool shared, StoreVolume *ret);
+int volumes_get(Volumes *vs, const char *owner, const char *id, StoreVolume *ret);
+int volumes_list(Volumes *vs, const char *owner, const char *name, int64_t after_created, const char *after_id,
+                 size_t limit, StoreVolume **ret, size_t *ret_n);
+int volumes_attachments(Volumes *vs, const char *id, StoreVolumeAttachment **ret, size_t *ret_n);
+/* Grows a detached volume to size_mib: -EINVAL when that is not larger,
+ * -EBUSY while attached or resizing, -EDQUOT past the owner's total. */
+int volumes_resize(Volumes *vs, const char *owner, const char *id, uint32_t size_mib, StoreVolume *ret);
+/* Deletes the volume and its bytes; -EBUSY while attached unless force. */
+int volumes_delete(Volumes *vs, const char *owner, const char *id, bool force);
+
+/* The most backups an owner keeps. */
+#define VOLUME_BACKUPS_PER_OWNER 50u
+
+/* A copy of the volume's disk as it is now, kept apart from it on this
+ * host: a mounted volume's filesystem is frozen for the copy (writers in
+ * sandboxes wait), so the copy is consistent. -EUSERS past
+ * VOLUME_BACKUPS_PER_OWNER, -ENOSPC when the host has no room. */
+int volumes_backup(Volumes *vs, const char *owner, const char *id, const char *name, StoreVolumeBackup *ret);
+int volumes_backup_get(Volumes *vs, const char *owner, const char *id, StoreVolumeBackup *ret);
+int volumes_backup_list(Volumes *vs, const char *owner, const char *volume_id, int64_t after_created,
+                        const char *after_id, size_t limit, StoreVolumeBackup **ret, size_t *ret_n);
+int volumes_backup_delete(Volumes *vs, const char *owner, const char *id);
+/* A new volume of the owner from a backup, of the backup's size; the
+ * bounds of volumes_create. */
+int volumes_restore(Volumes *vs, const char *owner, const char *backup_id, const char *name, StoreVolume *ret);
+
+/* Attaches the spec's volumes to the sandbox, all or none: -ENOENT (no
+ * such volume of the owner's), -EBUSY (another sandbox writes it), -EAGAIN
+ * (it is being resized); *ret_failed is the index of the one refused. */
+int volumes_attach_spec(Volumes *vs, const char *owner, const char *sandbox_id, const SandboxSpec *spec,
+                        size_t *ret_failed);
+/* The sandbox's attachments end (it is deleted). */
+int volumes_release(Volumes *vs, const char *sandbox_id);
+
+/* What a start binds: each volume of the spec mounted on the host and its
+ * mount's root as source. paths holds the sources' strings. -ENOENT when a
+ * volume has been deleted, -EBUSY when its file is held by a loop device
+ * that is not the daemon's mount. */
+typedef struct VolumeMountPaths {
+        char source[SANDBOX_MAX_VOLUMES][PATH_MAX];
+        DriverMount mounts[SANDBOX_MAX_VOLUMES];
+} VolumeMountPaths;
+int volumes_mounts(Volumes *vs, const SandboxSpec *spec, VolumeMountPaths *ret, size_t *ret_failed);

@@ -1,0 +1,497 @@
+"""Volumes: disks of a fixed size that outlive sandboxes (docs/volumes.md).
+
+The published client's volumes calls (create, get, list in pages, resize, delete) drive the shared
+daemon, and its sandboxes.create(volumes=[...]) attaches them on the namespace and gVisor drivers.
+The rules are tried as an attacker would: another owner's key finds nothing; paths that climb, are
+relative, or lie over /proc, /sys, /dev, /.runtime or the root are refused; a symbolic link in a
+volume that points out of it resolves inside the sandbox, never on the host; a full volume is
+ENOSPC inside and its image on the host stays its size; of two creates racing for one volume that
+is not shared exactly one gets it; a daemon killed with -9 while a volume is attached keeps its
+data and lets the volume be attached again after its restart; a sandbox with a volume is not
+snapshotted or forked."""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from helpers import Api, assert_error, skip_unless_driver
+
+import sys
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import _finish_daemon, _start_daemon  # noqa: E402
+
+VOLUME_DRIVERS = ["namespace", "gvisor"]
+
+
+@pytest.fixture(params=VOLUME_DRIVERS)
+def vdriver(request, daemon) -> str:
+    skip_unless_driver(daemon, request.param)
+    return request.param
+
+
+def make_volume(api: Api, **body) -> dict:
+    r = api.post("/v1/volumes", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def drop_volume(api: Api, vid: str) -> None:
+    r = api.post(f"/v1/volumes/{vid}:delete", json={"force": True})
+    assert r.status_code in (200, 404), r.text
+
+
+def sh(api: Api, sid: str, command: str, **kw) -> dict:
+    return api.exec(sid, command=command, **kw)
+
+
+def test_published_client_volume_calls(pub, api):
+    """create, get, list in pages, resize (grow only), delete, as the published client sends them."""
+    out = pub("""
+        import json
+        from withruntime import Runtime
+        from withruntime._errors import RuntimeError as RtError
+        rt = Runtime()
+        made = [rt.volumes.create(64, name="pub-vol", labels={"team": "a"}) for _ in range(3)]
+        got = rt.volumes.get(made[0]["id"])
+        page = rt.volumes.list(name="pub-vol", limit=2)
+        first = [v["id"] for v in page.data]
+        every = [v["id"] for v in rt.volumes.list(name="pub-vol", limit=2)]
+        grown = rt.volumes.resize(made[0]["id"], 96)
+        try:
+            rt.volumes.resize(made[0]["id"], 32)
+            shrink = None
+        except RtError as e:
+            shrink = [e.code, e.status]
+        gone = [rt.volumes.delete(v["id"]) for v in made]
+        try:
+            rt.volumes.get(made[0]["id"])
+            after = None
+        except RtError as e:
+            after = [e.code, e.status]
+        print(json.dumps({"made": made, "got": got, "first": first, "has_more": page.has_more,
+                          "every": every, "grown": grown, "shrink": shrink, "gone": gone, "after": after}))
+    """)
+    ids = [v["id"] for v in out["made"]]
+    assert all(v["state"] == "ready" and v["sizeMiB"] == 64 for v in out["made"])
+    assert out["got"]["name"] == "pub-vol" and out["got"]["labels"] == {"team": "a"}
+    assert out["got"]["attachments"] == [] and out["got"]["shared"] is False
+    # Oldest first; those made in one second by id.
+    assert out["first"] == out["every"][:2] and out["has_more"] is True
+    assert sorted(out["every"]) == sorted(ids)
+    assert out["grown"]["sizeMiB"] == 96
+    assert out["shrink"] == ["invalid_request", 400]
+    assert all(g["deleted"] for g in out["gone"])
+    assert out["after"] == ["not_found", 404]
+
+
+def test_published_client_attaches_at_create(pub, api):
+    """sandboxes.create(volumes=[{"volume_id", "path"}]) on the daemon's default driver (the
+    published client names none): the files stay across sandboxes."""
+    default = api.get("/v1/info").json().get("defaultDriver")
+    if default not in VOLUME_DRIVERS:
+        pytest.skip(f"the daemon's default driver is {default}, which attaches no volumes")
+    out = pub(f"""
+        import json
+        from withruntime import Runtime
+        rt = Runtime()
+        vol = rt.volumes.create(64)
+        with rt.sandboxes.create(volumes=[{{"volume_id": vol["id"], "path": "/data"}}]) as s:
+            s.exec("echo kept > /data/note && sync")
+            attached = rt.volumes.get(vol["id"])["attachments"]
+        with rt.sandboxes.create(volumes=[{{"volume_id": vol["id"], "path": "/mnt/v"}}]) as s:
+            read = s.exec("cat /mnt/v/note").stdout
+        rt.volumes.delete(vol["id"])
+        print(json.dumps({{"attached": attached, "read": read}}))
+    """)
+    assert [a["path"] for a in out["attached"]] == ["/data"]
+    assert out["read"] == "kept\n"
+
+
+def test_sandbox_user_owns_it_and_read_only_is_read_only(api, vdriver):
+    vol = make_volume(api, sizeMiB=32)
+    try:
+        a = api.create_sandbox(driver=vdriver, volumes=[{"volumeId": vol["id"], "path": "/data"}])
+        r = sh(api, a.id, "stat -c %u:%g /data && id -u && touch /data/by-user && ls -n /data/by-user")
+        assert r["exitCode"] == 0, r
+        lines = r["stdout"].split("\n")
+        assert lines[0] == "1000:1000" and lines[1] == "1000", r
+        assert " 1000 1000 " in lines[2], r
+        # Writable by root inside too, as any directory of the sandbox.
+        assert sh(api, a.id, "echo x > /data/by-root", user="root")["exitCode"] == 0
+        # One writer: a second sandbox may only read it.
+        err = api.post("/v1/sandboxes", json={"driver": vdriver,
+                                               "volumes": [{"volumeId": vol["id"], "path": "/data"}]})
+        assert_error(err, 409, "conflict")
+        b = api.create_sandbox(driver=vdriver, volumes=[{"volumeId": vol["id"], "path": "/ro", "readOnly": True}])
+        r = sh(api, b.id, "cat /ro/by-root; echo y > /ro/new", user="root")
+        assert r["stdout"] == "x\n" and r["exitCode"] != 0 and "Read-only" in r["stderr"], r
+        # Attached: neither deleted nor resized without force.
+        assert_error(api.post(f"/v1/volumes/{vol['id']}:delete", json={}), 409, "conflict")
+        assert_error(api.post(f"/v1/volumes/{vol['id']}:resize", json={"sizeMiB": 64}), 409, "conflict")
+        got = api.get(f"/v1/volumes/{vol['id']}").json()
+        assert sorted(x["sandboxId"] for x in got["attachments"]) == sorted([a.id, b.id])
+        # The writer gone, another sandbox writes it.
+        assert api.delete(f"/v1/sandboxes/{a.id}").status_code == 200
+        c = api.create_sandbox(driver=vdriver, volumes=[{"volumeId": vol["id"], "path": "/data"}])
+        assert sh(api, c.id, "ls /data")["stdout"].split() == ["by-root", "by-user", "lost+found"]
+    finally:
+        api.delete_all()
+        drop_volume(api, vol["id"])
+
+
+def test_shared_volume_takes_many_writers(api, vdriver):
+    vol = make_volume(api, sizeMiB=32, shared=True)
+    try:
+        a = api.create_sandbox(driver=vdriver, volumes=[{"volumeId": vol["id"], "path": "/shared"}])
+        b = api.create_sandbox(driver=vdriver, volumes=[{"volumeId": vol["id"], "path": "/shared"}])
+        assert sh(api, a.id, "echo from-a > /shared/a && sync")["exitCode"] == 0
+        assert sh(api, b.id, "echo from-b > /shared/b && sync")["exitCode"] == 0
+        assert sh(api, b.id, "cat /shared/a")["stdout"] == "from-a\n"
+    finally:
+        api.delete_all()
+        drop_volume(api, vol["id"])
+
+
+@pytest.mark.parametrize("path", ["data", "./data", "/data/../etc", "/", "//data", "/data/", "/proc",
+                                  "/proc/x", "/sys/fs", "/dev", "/dev/shm", "/.runtime", "/.runtime/agent",
+                                  "/a/./b", "/a\nb", "/a,b", "/" + "x" * 300])
+def test_bad_paths_are_refused(api, path):
+    vol = make_volume(api, sizeMiB=16)
+    try:
+        r = api.post("/v1/sandboxes", json={"volumes": [{"volumeId": vol["id"], "path": path}]})
+        assert_error(r, 400, "invalid_request")
+        assert api.get(f"/v1/volumes/{vol['id']}").json()["attachments"] == []
+    finally:
+        drop_volume(api, vol["id"])
+
+
+def test_bad_volume_lists_are_refused(api):
+    vol = make_volume(api, sizeMiB=16)
+    vid = vol["id"]
+    try:
+        for bad in ([{"volumeId": vid, "path": "/a"}, {"volumeId": vid, "path": "/b"}],
+                    [{"volumeId": vid, "path": "/a"}, {"volumeId": "vol_00000000000000000000", "path": "/a/b"}],
+                    [{"volumeId": vid, "path": "/a", "extra": 1}],
+                    [{"volumeId": vid, "path": "/a", "readOnly": "yes"}],
+                    [{"volumeId": vid}], "nope", [1],
+                    [{"volumeId": f"vol_{i:020d}", "path": f"/v{i}"} for i in range(5)]):
+            assert_error(api.post("/v1/sandboxes", json={"volumes": bad}), 400, "invalid_request")
+        assert_error(api.post("/v1/sandboxes", json={"volumes": [{"volumeId": vid, "path": "/a",
+                                                                  "mode": "snapshot"}]}), 501,
+                     "not_implemented")
+        # A volume that does not exist (or is another's) is not found.
+        assert_error(api.post("/v1/sandboxes", json={"volumes": [{"volumeId": "vol_00000000000000000000",
+                                                                  "path": "/a"}]}), 404, "not_found")
+        # Bad volume bodies.
+        for body in ({"sizeMiB": 1}, {"sizeMiB": 10 ** 9}, {"sizeMiB": "64"}, {"name": "a b"},
+                     {"labels": {"k": 1}}, {"labels": [1]}, {"color": "red"}, {"shared": "yes"}):
+            assert_error(api.post("/v1/volumes", json=body), 400, "invalid_request")
+        assert_error(api.post("/v1/volumes", json={"fromBackup": "vb_1"}), 404, "not_found")
+        assert_error(api.post("/v1/volumes", json={"fromBackup": "../x"}), 400, "invalid_request")
+        assert_error(api.post("/v1/volumes", json={"region": "eu"}), 501, "not_implemented")
+        assert_error(api.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": "x", "path": "/a"}), 501,
+                     "not_implemented")
+        assert api.get("/v1/volumes/vol_bad").status_code == 404
+    finally:
+        drop_volume(api, vid)
+
+
+def test_another_owner_gets_404(api, daemon):
+    k = api.post("/v1/keys", json={"name": "vol-other", "owner": "vol-other"})
+    assert k.status_code == 201, k.text
+    other = Api(daemon, key=k.json()["key"])
+    vol = make_volume(api, sizeMiB=16)
+    try:
+        vid = vol["id"]
+        assert_error(other.get(f"/v1/volumes/{vid}"), 404, "not_found")
+        assert_error(other.post(f"/v1/volumes/{vid}:resize", json={"sizeMiB": 32}), 404, "not_found")
+        assert_error(other.post(f"/v1/volumes/{vid}:delete", json={"force": True}), 404, "not_found")
+        assert_error(other.post("/v1/sandboxes", json={"volumes": [{"volumeId": vid, "path": "/a"}]}), 404,
+                     "not_found")
+        assert vid not in [v["id"] for v in other.get("/v1/volumes").json()["data"]]
+        assert api.get(f"/v1/volumes/{vid}").status_code == 200
+    finally:
+        other.close()
+        drop_volume(api, vol["id"])
+        api.delete(f"/v1/keys/{k.json()['id']}")
+
+
+def test_symlink_out_of_the_volume_stays_in_the_sandbox(api, vdriver, daemon):
+    """The bind is of the volume's root: a link in it to / or ../.. resolves in the sandbox's own
+    tree, never to the host directory that holds the volume's image."""
+    vol = make_volume(api, sizeMiB=16)
+    marker = daemon.state_dir / "volumes" / "host-marker"
+    marker.write_text("host")
+    try:
+        a = api.create_sandbox(driver=vdriver, volumes=[{"volumeId": vol["id"], "path": "/data"}])
+        r = sh(api, a.id, "ln -s / /data/up && ln -s ../../../.. /data/rel && ln -s /etc/hostname /data/h "
+                          "&& readlink -f /data/up /data/rel && cat /data/h && ls -a /data/.. /data/rel",
+               user="root")
+        assert r["exitCode"] == 0, r
+        assert "host-marker" not in r["stdout"]
+        assert r["stdout"].split("\n")[:2] == ["/", "/"]
+        assert sh(api, a.id, "test -e /data/../host-marker || test -e /data/rel/host-marker")["exitCode"] != 0
+        # On the host the links are plain files of the volume: nothing was followed there.
+        mnt = daemon.state_dir / "volumes" / f"{vol['id']}.mnt"
+        assert os.readlink(mnt / "up") == "/" and marker.read_text() == "host"
+        assert sorted(p.name for p in mnt.iterdir()) == ["h", "lost+found", "rel", "up"]
+    finally:
+        marker.unlink()
+        api.delete_all()
+        drop_volume(api, vol["id"])
+
+
+def test_full_volume_is_enospc_inside(api, vdriver, daemon):
+    vol = make_volume(api, sizeMiB=16)
+    try:
+        a = api.create_sandbox(driver=vdriver, volumes=[{"volumeId": vol["id"], "path": "/data"}])
+        r = sh(api, a.id, "dd if=/dev/zero of=/data/big bs=1M count=64 conv=fsync")
+        assert r["exitCode"] != 0 and "No space left on device" in r["stderr"], r
+        # The sandbox goes on, and the image on the host is still 16 MiB.
+        assert sh(api, a.id, "rm /data/big && echo ok > /data/ok && cat /data/ok")["stdout"] == "ok\n"
+        img = daemon.state_dir / "volumes" / f"{vol['id']}.img"
+        st = img.stat()
+        assert st.st_size == 16 << 20 and st.st_blocks * 512 <= 16 << 20
+    finally:
+        api.delete_all()
+        drop_volume(api, vol["id"])
+
+
+def test_racing_creates_one_wins(api, vdriver):
+    vol = make_volume(api, sizeMiB=16)
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def create():
+        c = Api(api.daemon)
+        r = c.post("/v1/sandboxes", json={"driver": vdriver, "volumes": [{"volumeId": vol["id"], "path": "/d"}]})
+        with lock:
+            results.append(r.status_code)
+            if r.status_code == 201:
+                api.created.append(r.json()["id"])
+        c.close()
+    try:
+        threads = [threading.Thread(target=create) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == [201, 409, 409, 409], results
+    finally:
+        api.delete_all()
+        drop_volume(api, vol["id"])
+
+
+def test_snapshot_and_fork_refused_with_a_volume(api, vdriver):
+    vol = make_volume(api, sizeMiB=16)
+    try:
+        a = api.create_sandbox(driver=vdriver, volumes=[{"volumeId": vol["id"], "path": "/data"}])
+        assert_error(api.post(f"/v1/sandboxes/{a.id}:snapshot", json={}), 409, "conflict")
+        assert_error(api.post(f"/v1/sandboxes/{a.id}:fork", json={}), 409, "conflict")
+    finally:
+        api.delete_all()
+        drop_volume(api, vol["id"])
+
+
+def test_bounds_and_kill_9(build_dir, image_dir, tmp_path):
+    """The daemon's bounds on volumes; then a daemon killed with -9 while a volume is attached:
+    the data is kept and the volume is attached again after the restart."""
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-vol",
+                      extra_args=["--volume-max-mib", "64", "--volume-max-count", "3",
+                                  "--volume-max-total-mib", "100"])
+    c = Api(d)
+    try:
+        driver = next((x for x in VOLUME_DRIVERS if x in [o["name"] for o in c.get("/v1/info").json()
+                                                          .get("drivers", []) if o.get("available")]), None)
+        assert_error(c.post("/v1/volumes", json={"sizeMiB": 65}), 400, "invalid_request")
+        v1 = make_volume(c, sizeMiB=64)
+        assert_error(c.post("/v1/volumes", json={"sizeMiB": 64}), 429, "quota_exceeded")
+        v2 = make_volume(c, sizeMiB=16)
+        make_volume(c, sizeMiB=16)
+        assert_error(c.post("/v1/volumes", json={"sizeMiB": 16}), 429, "quota_exceeded")
+        assert_error(c.post(f"/v1/volumes/{v2['id']}:resize", json={"sizeMiB": 32}), 429, "quota_exceeded")
+        if driver is None:
+            pytest.skip("neither the namespace nor the gVisor driver runs here")
+        s = c.create_sandbox(driver=driver, volumes=[{"volumeId": v1["id"], "path": "/data"}])
+        assert sh(c, s.id, "echo survived > /data/f && sync")["exitCode"] == 0
+        d.kill()
+        d.start()
+        c.delete_all()
+        s2 = c.create_sandbox(driver=driver, volumes=[{"volumeId": v1["id"], "path": "/data"}])
+        assert sh(c, s2.id, "cat /data/f")["stdout"] == "survived\n"
+        c.delete_all()
+        assert c.post(f"/v1/volumes/{v1['id']}:delete", json={}).status_code == 200
+    finally:
+        c.close()
+        _finish_daemon(d)
+
+
+def test_our_sdk_same_names(api, daemon, vdriver):
+    """Our SDK's runtime.volumes, sync and async, with the published client's names, and
+    Sandbox.create(volumes=[{"volume_id", "path", "read_only"}])."""
+    import asyncio
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
+    from withruntime import AsyncRuntime, Runtime, Sandbox
+    from withruntime.errors import ConflictError, InvalidRequestError, NotFoundError
+
+    conn = {"api_key": daemon.api_key, "base_url": daemon.base_url}
+    with Runtime(**conn) as rt:
+        vol = rt.volumes.create(32, name="sdk-vol", labels={"k": "v"})
+        try:
+            assert rt.volumes.get(vol["id"])["labels"] == {"k": "v"}
+            assert vol["id"] in [v["id"] for v in rt.volumes.list(name="sdk-vol")["data"]]
+            assert rt.volumes.resize(vol["id"], 48)["sizeMiB"] == 48
+            with pytest.raises(InvalidRequestError):
+                rt.volumes.resize(vol["id"], 16)
+            with Sandbox.create(driver=vdriver, volumes=[{"volume_id": vol["id"], "path": "/data"}], **conn) as a:
+                assert a.exec("echo sdk > /data/f && cat /data/f").stdout == "sdk\n"
+                with pytest.raises(ConflictError):
+                    rt.volumes.delete(vol["id"])
+                with Sandbox.create(driver=vdriver, volumes=[{"volume_id": vol["id"], "path": "/r",
+                                                              "read_only": True}], **conn) as b:
+                    assert b.exec("echo x > /r/g").exit_code != 0
+            b = rt.volumes.backup(vol["id"], name="sdk")
+            assert [x["id"] for x in rt.volumes.backups(vol["id"])["data"]] == [b["id"]]
+            assert rt.volumes.get_backup(b["id"])["volumeId"] == vol["id"]
+            new = rt.volumes.restore(b["id"])
+            assert new["sizeMiB"] == 48
+            rt.volumes.delete(new["id"])
+            assert rt.volumes.delete_backup(b["id"])["deleted"] is True
+        finally:
+            rt.volumes.delete(vol["id"], force=True)
+        with pytest.raises(NotFoundError):
+            rt.volumes.get(vol["id"])
+
+    async def run_async():
+        async with AsyncRuntime(**conn) as art:
+            v = await art.volumes.create(16)
+            got = await art.volumes.get(v["id"])
+            gone = await art.volumes.delete(v["id"])
+            return got, gone
+    got, gone = asyncio.run(run_async())
+    assert got["sizeMiB"] == 16 and gone["deleted"] is True
+
+
+def test_volume_kept_across_stop_pause_and_wake(api, vdriver):
+    """A stopped sandbox is started again with its volume bound; a paused one keeps it."""
+    vol = make_volume(api, sizeMiB=16)
+    try:
+        a = api.create_sandbox(driver=vdriver, volumes=[{"volumeId": vol["id"], "path": "/data"}])
+        assert sh(api, a.id, "echo 1 > /data/n && sync")["exitCode"] == 0
+        assert api.post(f"/v1/sandboxes/{a.id}:pause", json={}).status_code == 200
+        assert api.post(f"/v1/sandboxes/{a.id}:wake", json={}).status_code == 200
+        api.wait_state(a.id, "running")
+        assert sh(api, a.id, "cat /data/n")["stdout"] == "1\n"
+        assert api.post(f"/v1/sandboxes/{a.id}:stop", json={}).status_code == 200
+        api.wait_state(a.id, "stopped")
+        # Stopped, it still holds the volume: another writer is refused.
+        assert_error(api.post("/v1/sandboxes", json={"driver": vdriver, "volumes": [{"volumeId": vol["id"],
+                                                                                      "path": "/d"}]}),
+                     409, "conflict")
+        assert api.post(f"/v1/sandboxes/{a.id}:wake", json={}).status_code == 200
+        api.wait_state(a.id, "running")
+        assert sh(api, a.id, "cat /data/n && findmnt -n -o TARGET /data")["stdout"] == "1\n/data\n"
+    finally:
+        api.delete_all()
+        drop_volume(api, vol["id"])
+
+
+def test_microvm_refuses_volumes(api, daemon):
+    skip_unless_driver(daemon, "microvm")
+    vol = make_volume(api, sizeMiB=16)
+    try:
+        r = api.post("/v1/sandboxes", json={"driver": "microvm", "volumes": [{"volumeId": vol["id"], "path": "/d"}]})
+        assert_error(r, 501, "not_implemented")
+        assert "microvm" in r.json()["error"]["message"]
+        assert api.get(f"/v1/volumes/{vol['id']}").json()["attachments"] == []
+    finally:
+        drop_volume(api, vol["id"])
+
+
+def test_backups_and_restore_published_client(pub, api):
+    """backup, backups (pages, by volume), get_backup, restore into a new volume, delete_backup, as
+    the published client sends them; the backup is the volume as it was when taken."""
+    default = api.get("/v1/info").json().get("defaultDriver")
+    if default not in VOLUME_DRIVERS:
+        pytest.skip(f"the daemon's default driver is {default}, which attaches no volumes")
+    out = pub("""
+        import json
+        from withruntime import Runtime
+        from withruntime._errors import RuntimeError as RtError
+        rt = Runtime()
+        vol = rt.volumes.create(32)
+        with rt.sandboxes.create(volumes=[{"volume_id": vol["id"], "path": "/data"}]) as s:
+            s.exec("echo before > /data/f")
+            # Taken while the sandbox runs: the filesystem is frozen for the copy.
+            b = rt.volumes.backup(vol["id"], name="first")
+            s.exec("echo after > /data/f")
+        listed = [x["id"] for x in rt.volumes.backups(vol["id"])]
+        got = rt.volumes.get_backup(b["id"])
+        new = rt.volumes.restore(b["id"], name="restored")
+        with rt.sandboxes.create(volumes=[{"volume_id": new["id"], "path": "/r"}]) as s:
+            read = s.exec("cat /r/f").stdout
+        try:
+            rt.volumes.backup(vol["id"], retention_days=3)
+            days = None
+        except RtError as e:
+            days = [e.code, e.status]
+        gone = rt.volumes.delete_backup(b["id"])
+        try:
+            rt.volumes.get_backup(b["id"])
+            after = None
+        except RtError as e:
+            after = [e.code, e.status]
+        rt.volumes.delete(vol["id"])
+        rt.volumes.delete(new["id"])
+        print(json.dumps({"b": b, "listed": listed, "got": got, "new": new, "read": read, "days": days,
+                          "gone": gone, "after": after}))
+    """)
+    assert out["b"]["state"] == "ready" and out["b"]["name"] == "first" and out["b"]["sizeMiB"] == 32
+    assert out["listed"] == [out["b"]["id"]] and out["got"]["volumeId"] == out["b"]["volumeId"]
+    assert out["new"]["sizeMiB"] == 32 and out["new"]["name"] == "restored"
+    assert out["read"] == "before\n"
+    assert out["days"] == ["not_implemented", 501]
+    assert out["gone"]["deleted"] is True and out["after"] == ["not_found", 404]
+
+
+def test_backups_belong_to_their_owner(api, daemon):
+    k = api.post("/v1/keys", json={"name": "vb-other", "owner": "vb-other"})
+    assert k.status_code == 201, k.text
+    other = Api(daemon, key=k.json()["key"])
+    vol = make_volume(api, sizeMiB=16)
+    try:
+        b = api.post(f"/v1/volumes/{vol['id']}:backup", json={})
+        assert b.status_code == 201, b.text
+        bid = b.json()["id"]
+        assert_error(other.get(f"/v1/volume-backups/{bid}"), 404, "not_found")
+        assert_error(other.post(f"/v1/volume-backups/{bid}:delete", json={}), 404, "not_found")
+        assert_error(other.post("/v1/volumes", json={"fromBackup": bid}), 404, "not_found")
+        assert other.get("/v1/volume-backups").json()["data"] == []
+        assert_error(api.post(f"/v1/volumes/{vol['id']}:backup", json={"color": 1}), 400, "invalid_request")
+        assert_error(api.post("/v1/volumes", json={"fromBackup": bid, "sizeMiB": 64}), 400, "invalid_request")
+        assert_error(api.post(f"/v1/volumes/{vol['id']}:backup-policy", json={"daily": True}), 501,
+                     "not_implemented")
+        assert api.delete(f"/v1/volume-backups/{bid}").status_code == 200
+    finally:
+        other.close()
+        drop_volume(api, vol["id"])
+        api.delete(f"/v1/keys/{k.json()['id']}")
+
+
+def test_forced_delete_then_wake_says_why(api, vdriver):
+    """A volume deleted by force under a stopped sandbox: its wake fails, naming the volume."""
+    vol = make_volume(api, sizeMiB=16)
+    a = api.create_sandbox(driver=vdriver, volumes=[{"volumeId": vol["id"], "path": "/data"}])
+    try:
+        assert api.post(f"/v1/sandboxes/{a.id}:stop", json={}).status_code == 200
+        api.wait_state(a.id, "stopped")
+        assert api.delete(f"/v1/volumes/{vol['id']}").status_code == 409
+        assert api.delete(f"/v1/volumes/{vol['id']}", params={"force": "true"}).status_code == 200
+        r = api.post(f"/v1/sandboxes/{a.id}:wake", json={})
+        assert r.status_code >= 400, r.text
+        assert vol["id"] in r.text and "not on this host" in r.text, r.text
+    finally:
+        api.delete_all()
