@@ -17,9 +17,9 @@
 
 static const char build_usage[] = "[--force] [NAME] | -f DOCKERFILE -t NAME[:TAG] DIR";
 static const char build_help[] =
-        "Builds the image NAME, default or analysis (default: default), from Debian's archive,\n"
-        "a minute or a few, printing its steps as they happen (debootstrap's phases and\n"
-        "a count of its packages). Where runtimed offers the microvm driver, the image's\n"
+        "Builds the image NAME, default, minimal or analysis (default: default), from\n"
+        "Debian's archive, a few minutes, printing its steps as they happen (debootstrap's\n"
+        "phases and a count of its packages). Where runtimed offers the microvm driver, the image's\n"
         "microVM kernel and disk follow. An image already built from the same recipe is\n"
         "kept unless --force.\n\n"
         "With -t, builds an image of your own instead (docs/images.md): DIR is packed as\n"

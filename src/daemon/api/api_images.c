@@ -176,8 +176,10 @@ enum MHD_Result handle_image_build(Req *r) {
                 api_error(&e, 400, "invalid_request", NULL, "force must be 1 or 0");
                 return reply_error(r, &e);
         }
-        if (strcmp(r->route.image, "default") != 0 && strcmp(r->route.image, "analysis") != 0) {
-                api_error(&e, 404, "not_found", "the image recipes are \"default\" and \"analysis\"", "no image recipe %s",
+        if (strcmp(r->route.image, "default") != 0 && strcmp(r->route.image, "analysis") != 0 &&
+            strcmp(r->route.image, "minimal") != 0) {
+                api_error(&e, 404, "not_found", "the image recipes are \"default\", \"minimal\" and \"analysis\"",
+                          "no image recipe %s",
                           r->route.image);
                 return reply_error(r, &e);
         }

@@ -1008,8 +1008,8 @@ static int resolve_from(Build *b, const char *from, char **ret_base, char **ret_
                 if (strchr(from, '/') || strchr(from, ':') || strchr(from, '@'))
                         return build_fail(b, "FROM %.128s: no image of yours has that name, and images from "
                                              "registries are not supported yet", from);
-                return build_fail(b, "FROM %.128s: no such image (the built-in images are default and "
-                                     "analysis, or name one you built)", from);
+                return build_fail(b, "FROM %.128s: no such image (the built-in images are default, "
+                                     "minimal and analysis, or name one you built)", from);
         }
         if (r < 0)
                 return build_fail(b, "FROM %.128s: could not read the image", from);
