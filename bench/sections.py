@@ -1,5 +1,5 @@
 """docs/benchmarks.md is written by several scripts: bench/run.py owns the file,
-bench/egress.py, bench/microvm.py, bench/js.py, bench/processes.py, bench/lifecycle.py, bench/sdk_start.py, bench/create_exec.py, bench/tenants.py, bench/fleet_creates.py, bench/fleet_forward.py, bench/warm_pool.py, bench/file_links.py, bench/previews.py, bench/images.py and bench/interpreter_first.py (their figures written by hand) each own a section between
+bench/egress.py, bench/microvm.py, bench/js.py, bench/processes.py, bench/lifecycle.py, bench/sdk_start.py, bench/create_exec.py, bench/tenants.py, bench/fleet_creates.py, bench/fleet_forward.py, bench/warm_pool.py, bench/file_links.py, bench/previews.py, bench/images.py, bench/interpreter_first.py and bench/image_recipes.py (their figures written by hand) each own a section between
 markers, and so does run.py's comparison of runsc builds (--only gvisor_runsc).
 These helpers keep each one's part when another rewrites the file."""
 from __future__ import annotations
@@ -27,6 +27,7 @@ SECTIONS = [
     ("<!-- file links benchmark: begin", "<!-- file links benchmark: end -->"),
     ("<!-- previews benchmark: begin", "<!-- previews benchmark: end -->"),
     ("<!-- images benchmark: begin", "<!-- images benchmark: end -->"),
+    ("<!-- image recipes benchmark: begin", "<!-- image recipes benchmark: end -->"),
 ]
 
 

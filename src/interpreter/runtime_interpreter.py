@@ -289,8 +289,8 @@ def op_prestart(memcap):
     if not has_modules("ipykernel", "jupyter_client"):
         reply({"started": False})
     d = ctx_dir("python")
-    if read_meta(d) is not None:
-        reply({"started": False})
+    if read_meta(d) is not None and read_pid(d):
+        reply({"started": False})  # running (a sandbox restored from memory has its kernel)
     pid = os.fork()
     if pid:
         reply({"started": True})
@@ -804,8 +804,12 @@ if __import__("sys").modules.get("debugpy.server", 0) is None:
 # protocol, which this client never speaks) is about a third of the kernel's start. Its
 # module is marked missing while ipykernel imports, and the mark is removed by the setup
 # above, so a cell's own `import debugpy` works as ever.
-PYTHON_LAUNCH = ("import sys; sys.modules['debugpy.server'] = None; "
-                 "from ipykernel import kernelapp; kernelapp.launch_new_instance()")
+NO_DEBUGGER = "import sys; sys.modules['debugpy.server'] = None; "
+PYTHON_LAUNCH = NO_DEBUGGER + "from ipykernel import kernelapp; kernelapp.launch_new_instance()"
+# The other kernels' launchers, as their __main__ modules have them, without the debugger too
+# (their cells are not Python: nothing there imports debugpy).
+LAUNCH = {"bash": NO_DEBUGGER + "from ipykernel.kernelapp import IPKernelApp; from bash_kernel.kernel import "
+                                "BashKernel; IPKernelApp.launch_instance(kernel_class=BashKernel)"}
 
 KEPT_EXT = {"image/png": "png", "image/jpeg": "jpg", "image/svg+xml": "svg", "text/html": "html",
             "text/markdown": "md", "text/latex": "tex", "text/plain": "txt"}
@@ -860,7 +864,7 @@ class KernelEngine:
             argv = [sys.executable, "-c", PYTHON_LAUNCH, "-f", cf, "--InteractiveShell.colors=NoColor",
                     "--HistoryManager.enabled=False"]
         else:
-            argv = [sys.executable, "-m", KERNELS[self.meta.get("language")], "-f", cf]
+            argv = [sys.executable, "-c", LAUNCH[self.meta.get("language")], "-f", cf]
         log = open(os.path.join(self.d, "kernel.log"), "ab")
         try:
             self.proc = subprocess.Popen(
@@ -939,6 +943,7 @@ class KernelEngine:
         idle = False
         reply = None
         self.busy, self.kill_at, self.tail = True, None, ""
+        said_error = False
         try:
             while not idle:
                 now = time.monotonic()
@@ -992,6 +997,7 @@ class KernelEngine:
                             name, value = "ExitStatus", "exit status %s" % value
                             tb = tb or "\n".join(self.tail.splitlines()[-20:])
                         cell.line({"k": "error", "name": name, "value": value[:TEXT_MAX], "traceback": tb[:TEXT_MAX * 4]})
+                        said_error = True
             if reply is None:
                 try:
                     reply = kc.get_shell_msg(timeout=2)
@@ -1000,7 +1006,14 @@ class KernelEngine:
             if reply is not None:
                 self.count = reply["content"].get("execution_count", self.count)
                 # The kernel's word: a formatter's exception is shown as an error, yet the cell ran.
-                status = "ok" if reply["content"].get("status") == "ok" else "error"
+                content = reply["content"]
+                status = "ok" if content.get("status") == "ok" else "error"
+                if status == "error" and not said_error and not timed_out and cell is not None and content.get("ename"):
+                    # The error message was lost on iopub (a flood, or memory short in the
+                    # kernel): the reply carries the same.
+                    cell.line({"k": "error", "name": content.get("ename"),
+                               "value": str(content.get("evalue", ""))[:TEXT_MAX],
+                               "traceback": "\n".join(content.get("traceback") or [])[:TEXT_MAX * 4]})
         finally:
             self.busy, self.kill_at = False, None
         if timed_out and cell is not None:

@@ -79,12 +79,14 @@ def test_the_prestarted_kernel_keeps_no_sandbox_awake(quick_daemon, any_driver):
 
 
 def test_removing_a_context_kills_what_its_cells_left_running(sandbox):
-    """`!cmd` runs on a pseudo-terminal in a session of its own, and a job the cell's shell put
-    in the background outlives that shell: the removal finds both."""
+    """`!cmd` runs on a pseudo-terminal in a session of its own, a process may start a session
+    of its own, and a job a cell's shell put in the background outlives that shell (its parent
+    is then the agent): the removal finds all three."""
     contexts(sandbox, "POST", expect=201, json={"id": "jobs"})
     started = run(sandbox, "import subprocess\n"
                            "subprocess.Popen(['setsid', 'sleep', '1001'])\n"
-                           "!(nohup sleep 1002 >/dev/null 2>&1 &)", context="jobs")
+                           "subprocess.Popen('sleep 1002 >/dev/null 2>&1 &', shell=True,\n"
+                           "                 start_new_session=True).wait()", context="jobs")
     assert started["status"] == "ok", started
     got = {}
 

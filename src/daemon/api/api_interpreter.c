@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/jsonutil.h"
 #include "common/macro.h"
@@ -284,8 +285,25 @@ typedef struct Prestart {
         char cap[24];
 } Prestart;
 
+/* The prestart's low priority is its turn: it waits until the sandbox has
+ * had no stream open (the client's first commands, sent right after the
+ * create) for PRESTART_QUIET_MS, or PRESTART_WAIT_MS at the most, so that
+ * the kernel's start (a second of CPU) does not run beside a first exec. A
+ * nice value could not do it: raised in the sandbox, it cannot be lowered
+ * again there, and every later cell would run niced. */
+#define PRESTART_QUIET_MS 150
+#define PRESTART_WAIT_MS 3000
+
 static void *prestart_main(void *userdata) {
         Prestart *p = userdata;
+        uint64_t start = time_now_mono_ms(), quiet_since = start;
+        for (uint64_t now = start; now - start < PRESTART_WAIT_MS; now = time_now_mono_ms()) {
+                if (sandbox_stream_count(p->sb) > 0)
+                        quiet_since = now;
+                else if (now - quiet_since >= PRESTART_QUIET_MS)
+                        break;
+                usleep(20 * 1000);
+        }
         const char *args[] = { "prestart", p->cap };
         _cleanup_json_ json_t *j = NULL;
         ApiError e = { 0 };
