@@ -15,6 +15,7 @@ SECTIONS = [
     ("<!-- gvisor runsc benchmark: begin", "<!-- gvisor runsc benchmark: end -->"),
     ("<!-- processes benchmark: begin", "<!-- processes benchmark: end -->"),
     ("<!-- interpreter benchmark: begin", "<!-- interpreter benchmark: end -->"),
+    ("<!-- interpreter first cell benchmark: begin", "<!-- interpreter first cell benchmark: end -->"),
     ("<!-- lifecycle benchmark: begin", "<!-- lifecycle benchmark: end -->"),
     ("<!-- sdk start benchmark: begin", "<!-- sdk start benchmark: end -->"),
     ("<!-- create exec before after: begin", "<!-- create exec before after: end -->"),
@@ -30,6 +31,7 @@ SECTIONS = [
     ("<!-- idle scale benchmark: begin", "<!-- idle scale benchmark: end -->"),
     ("<!-- computer use benchmark: begin", "<!-- computer use benchmark: end -->"),
     ("<!-- volumes benchmark: begin", "<!-- volumes benchmark: end -->"),
+    ("<!-- image recipes benchmark: begin", "<!-- image recipes benchmark: end -->"),
 ]
 
 

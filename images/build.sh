@@ -17,28 +17,40 @@ set -euo pipefail
 
 RUNTIME_UID_SHIFT=100000
 SUITE=bookworm
-# python3-ipykernel and python3-jupyter-client make each interpreter context
-# a Jupyter kernel (docs/interpreter.md); python3-cffi-backend and
-# libboost-regex1.74.0 are named because debootstrap resolves no virtual package
-# (python3-zmq needs cffi's API, which python3-cffi-backend provides; gdb, which
-# debugpy's pydevd depends on, a regex library that libboost-regex1.74.0 provides).
-PACKAGES="python3 python3-pip python3-venv bash coreutils ca-certificates curl git procps iproute2 sudo python3-ipykernel python3-jupyter-client python3-cffi-backend libboost-regex1.74.0"
+# The recipes (docs/images.md):
+#   minimal   a shell, Python with pip and venv, git, curl and sudo; cells of
+#             the interpreter run on its fallback loop (docs/interpreter.md).
+#   default   minimal plus what agents expect of a general-purpose machine:
+#             Jupyter kernels for the interpreter (Python, Bash), Node.js with
+#             npm, numpy and pillow.
+#   analysis  default plus the data stack the interpreter's charts and tables
+#             use.
+#   desktop   default plus a browser and an X desktop (below).
+# debootstrap lays down the minimal set (it resolves dependencies but no
+# virtual package or alternative); the rest is installed by apt-get in the new
+# root, which resolves them as apt does everywhere.
+PACKAGES="python3 python3-pip python3-venv bash coreutils ca-certificates curl git procps iproute2 sudo"
+# python3-ipykernel and python3-jupyter-client make each interpreter context a
+# Jupyter kernel; python3-filetype and python3-pexpect are bash_kernel's
+# dependencies (bash_kernel itself is not packaged by Debian: below).
+DEFAULT_PACKAGES="python3-ipykernel python3-jupyter-client python3-filetype python3-pexpect nodejs npm python3-numpy python3-pil"
+ANALYSIS_PACKAGES="python3-pandas python3-matplotlib"
+# Bash cells run on bash_kernel from PyPI, pinned by version and by the hash
+# of its wheel: pip refuses any other file. Installed without dependencies,
+# which are Debian's packages above.
+PIP_PACKAGES="bash_kernel==0.10.0 --hash=sha256:da28513230f5307c7a49e87352366304dc52b66faa207d6caed1b2bdec03c1fa"
 # Commands run as this unprivileged user by default (docs/api.md, Users):
 # a fixed uid and gid, so that the drivers' id maps and the files API agree
 # on them, home /workspace, and passwordless sudo (the sandbox is the
 # boundary, not root inside it).
 SANDBOX_USER=sandbox
 SANDBOX_UID=1000
-# The analysis image: the default one plus the data stack the interpreter's
-# charts and tables use (docs/interpreter.md).
-ANALYSIS_PACKAGES="python3-numpy python3-pandas python3-matplotlib"
-# The desktop image: the default one plus a browser and an X desktop that the
+# The desktop recipe: the default one plus a browser and an X desktop that the
 # browser and desktop APIs drive (docs/computer-use.md): Chromium, a virtual
 # framebuffer X server, a light window manager, xdotool and wmctrl for input
 # and windows, ffmpeg for screenshots and recordings, x11vnc with noVNC for
-# the live view, xterm and fonts. dbus-x11 is named because debootstrap
-# resolves no virtual package (dconf-service, which GTK pulls in, needs a
-# session bus).
+# the live view, xterm and fonts. dbus-x11 gives dconf-service, which GTK pulls
+# in, its session bus.
 DESKTOP_PACKAGES="chromium dbus-x11 xvfb openbox x11vnc xdotool wmctrl ffmpeg fonts-dejavu-core xterm x11-utils xdg-utils novnc python3-websockify"
 
 log() { printf '%s runtime-image-build: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
@@ -62,15 +74,16 @@ image_dir=$1
 name=$2
 
 case "$name" in
-default) ;;
-analysis) PACKAGES="$PACKAGES $ANALYSIS_PACKAGES" ;;
-desktop) PACKAGES="$PACKAGES $DESKTOP_PACKAGES" ;;
-*) die "unknown image '$name' (the recipes are 'default', 'analysis' and 'desktop')" ;;
+minimal) EXTRA=""; PIP_PACKAGES="" ;;
+default) EXTRA="$DEFAULT_PACKAGES" ;;
+analysis) EXTRA="$DEFAULT_PACKAGES $ANALYSIS_PACKAGES" ;;
+desktop) EXTRA="$DEFAULT_PACKAGES $DESKTOP_PACKAGES" ;;
+*) die "unknown image '$name' (the recipes are 'minimal', 'default', 'analysis' and 'desktop')" ;;
 esac
 
-# The recipe is this script plus its package list: change either and the
+# The recipe is this script plus its package lists: change either and the
 # image is rebuilt.
-recipe_sha=$( { cat "${BASH_SOURCE[0]}"; printf '%s\n' "$PACKAGES"; } | sha256sum | cut -d' ' -f1)
+recipe_sha=$( { cat "${BASH_SOURCE[0]}"; printf '%s\n' "$PACKAGES" "$EXTRA" "$PIP_PACKAGES"; } | sha256sum | cut -d' ' -f1)
 target="$image_dir/$name"
 
 is_current() {
@@ -85,6 +98,7 @@ fi
 
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap and the uid shift need it)"
 command -v debootstrap >/dev/null || die "debootstrap is not installed"
+[ -z "$PIP_PACKAGES" ] || python3 -m pip --version >/dev/null 2>&1 || die "python3-pip is not installed"
 
 mkdir -p "$image_dir"
 # One builder per image at a time: a second one waits, then finds the image
@@ -181,6 +195,32 @@ helper=""
 log "debootstrap done"
 
 root="$work/rootfs"
+if [ -n "$EXTRA" ]; then
+        # apt-get in the new root, with the mirror debootstrap wrote in its
+        # sources.list and a /proc for the packages' scripts (the cleanup
+        # unmounts it should the step fail).
+        log "installing $EXTRA"
+        mount -t proc proc "$root/proc"
+        chroot "$root" apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get install -y -q --no-install-recommends $EXTRA \
+                >"$work/apt.log" 2>&1 || { tail -n 20 "$work/apt.log" >&2; die "apt-get install failed"; }
+        grep -c '^Setting up ' "$work/apt.log" | while read -r n; do log "apt-get: $n packages set up"; done
+        if [ -n "$PIP_PACKAGES" ]; then
+                # The host's pip fetches (with the host's certificate
+                # authorities and proxy settings), the image's pip installs
+                # that file offline; both check the pinned hash.
+                log "installing from PyPI: ${PIP_PACKAGES%% *}"
+                mkdir -p "$root/tmp/wheels"
+                printf '%s\n' "$PIP_PACKAGES" >"$root/tmp/wheels/requirements.txt"
+                python3 -m pip download -q --no-deps --require-hashes --no-cache-dir -d "$root/tmp/wheels" \
+                        -r "$root/tmp/wheels/requirements.txt"
+                chroot "$root" python3 -m pip install -q --no-deps --require-hashes --no-index --no-cache-dir \
+                        --root-user-action=ignore --break-system-packages --find-links /tmp/wheels \
+                        -r /tmp/wheels/requirements.txt
+        fi
+        umount "$root/proc"
+        rm -f "$work/apt.log"
+fi
 # Make the tree sane for a sandbox.
 chroot "$root" apt-get clean
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/log/*.log \
@@ -245,7 +285,7 @@ chmod 0700 "$root"
 echo "$recipe_sha" >"$work/recipe.sha256"
 date -u +%Y-%m-%dT%H:%M:%SZ >"$work/built-at"
 echo "$RUNTIME_UID_SHIFT" >"$work/uid-shift"
-echo "$PACKAGES" >"$work/packages"
+echo "$PACKAGES $EXTRA${PIP_PACKAGES:+ ${PIP_PACKAGES%% *}}" >"$work/packages"
 rm -f "$work/debootstrap.log"
 du -sh "$root" | awk '{ print "rootfs size " $1 }' | while read -r l; do log "$l"; done
 

@@ -20,11 +20,11 @@
 
 static const char build_usage[] = "[--force] [NAME] | -f DOCKERFILE -t NAME[:TAG] DIR";
 static const char build_help[] =
-        "Builds the image NAME, default, analysis or desktop (default: default), from\n"
-        "Debian's archive, a minute or a few, printing its steps as they happen\n"
-        "(debootstrap's phases and a count of its packages). Where runtimed offers the\n"
-        "microvm driver, the image's microVM kernel and disk follow. An image already\n"
-        "built from the same recipe is kept unless --force.\n\n"
+        "Builds the image NAME, default, minimal, analysis or desktop (default: default),\n"
+        "from Debian's archive, a few minutes, printing its steps as they happen (debootstrap's\n"
+        "phases and a count of its packages). Where runtimed offers the microvm driver, the image's\n"
+        "microVM kernel and disk follow. An image already built from the same recipe is\n"
+        "kept unless --force.\n\n"
         "With -t, builds an image of your own instead (docs/images.md): DIR is packed as\n"
         "its build context (tar, leaving out .git and what DIR/.dockerignore names as tar's\n"
         "--exclude-from reads it), the chunks runtimed lacks are sent, and the build's log\n"

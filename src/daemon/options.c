@@ -177,6 +177,9 @@ static const OptionSpec options[] = {
         { .name = "no-live-restore", .kind = OPTION_SWITCH, FIELD(cfg.no_live_restore),
           .help = "start sandboxes without a supervisor: they end with the daemon (a crash or a stop) and are "
                   "recorded stopped at the next start, as the microVM's always are" },
+        { .name = "no-interpreter-prestart", .kind = OPTION_SWITCH, FIELD(cfg.no_interpreter_prestart),
+          .help = "start no interpreter kernel with a new sandbox: the default python context starts on its "
+                  "first run instead (docs/interpreter.md)" },
         { .name = "stop-sandboxes-on-exit", .kind = OPTION_SWITCH, FIELD(cfg.stop_sandboxes_on_exit),
           .help = "stop every sandbox when the daemon stops; without it they keep running and the next start "
                   "re-attaches them" },

@@ -15,7 +15,12 @@
 #                                     start a context: a session of its own
 #                                     that outlives the exec that started it;
 #                                     MEMCAP_MIB > 0 caps its address space
-#   list                              the contexts, as {"data": [...]}
+#   prestart MEMCAP_MIB               start the default python context ahead
+#                                     of its first run, where it is a kernel
+#                                     and not started yet; answers at once
+#   list                              the contexts, as {"data": [...]}, and
+#                                     the default context of each language
+#                                     the image has, started or not
 #   restart CTX                       kill the context and start it again empty
 #   interrupt CTX                     SIGINT: the running cell stops, state stays
 #   remove CTX                        kill the context and delete its directory
@@ -55,6 +60,13 @@ KERNEL_START_S = 100  # a kernel's start, which takes seconds in the emulated mi
 INTERRUPT_GRACE_S = 5  # a kernel that ignores SIGINT this long is killed
 STREAM_FLUSH_S = 0.005  # how long a kernel holds printed output before it sends it
 KERNEL_ENV = "RUNTIME_INTERPRETER_KERNEL"  # "loop" in a context's env asks for the loop
+# Every process of a context carries this variable with the context's own token, so that a
+# removal finds the ones a cell left behind in sessions of their own (`!cmd` runs on a
+# pseudo-terminal, in a new session) even after their parent is gone.
+TAG_ENV = "RUNTIME_INTERPRETER_CONTEXT"
+# The languages, each with the module of its Jupyter kernel. A language's own name is its
+# default context, started on its first run. Python without ipykernel runs on the loop.
+KERNELS = {"python": "ipykernel_launcher", "bash": "bash_kernel"}
 
 
 def reply(obj, code=0):
@@ -107,15 +119,75 @@ def describe(ctx, d):
             "executionCount": None, "kernel": meta.get("kernel", "loop")}
 
 
-def kill_context(d):
-    pid = read_pid(d)
-    if pid:
-        # The context is a session leader: its group holds what its cells started.
-        for target in (-pid, pid):
+def has_modules(*names):
+    import importlib.util
+    return all(importlib.util.find_spec(m) is not None for m in names)
+
+
+def languages():
+    """The languages this image runs: python always (on the loop without ipykernel), each
+    other one where its kernel is installed."""
+    out = ["python"]
+    if has_modules("ipykernel", "jupyter_client"):
+        out += [lang for lang, mod in KERNELS.items() if lang != "python" and has_modules(mod)]
+    return out
+
+
+def context_procs(pid, tag):
+    """The context's process and everything it started: its descendants, and every process
+    that carries its tag (a cell's background job whose parent has exited)."""
+    parent, tagged = {}, []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        p = int(name)
+        try:
+            with open("/proc/%d/stat" % p, "rb") as f:
+                stat = f.read()
+            parent[p] = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if tag:
             try:
-                os.kill(target, signal.SIGKILL)
+                with open("/proc/%d/environ" % p, "rb") as f:
+                    if ("%s=%s" % (TAG_ENV, tag)).encode() in f.read().split(b"\0"):
+                        tagged.append(p)
             except OSError:
                 pass
+    found = set(tagged)
+    if pid:
+        found.add(pid)
+    grew = True
+    while grew:
+        grew = False
+        for p, pp in parent.items():
+            if pp in found and p not in found:
+                found.add(p)
+                grew = True
+    found.discard(os.getpid())
+    found.discard(1)
+    return found
+
+
+def kill_context(d):
+    pid = read_pid(d)
+    meta = read_meta(d) or {}
+    # The context is a session leader: its group holds the kernel. What its cells started
+    # may live in sessions of their own (`!cmd` on a pseudo-terminal, bash_kernel's bash):
+    # they are found by ancestry and by the context's tag, stopped first so none forks
+    # past the kill, then killed.
+    procs = context_procs(pid, meta.get("tag"))
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for p in procs:
+            try:
+                os.kill(p, sig)
+            except OSError:
+                pass
+    if pid:
+        try:
+            os.kill(-pid, signal.SIGKILL)
+        except OSError:
+            pass
         for _ in range(200):
             try:
                 os.kill(pid, 0)
@@ -137,6 +209,8 @@ def spawn(ctx, d, meta):
     pid = os.fork()
     if pid == 0:
         os.close(r)
+        if _lock_fd >= 0:
+            os.close(_lock_fd)
         os.setsid()
         if os.fork() != 0:
             os._exit(0)
@@ -152,10 +226,27 @@ def spawn(ctx, d, meta):
         fail("internal", "the context did not start: " + ready.decode("utf-8", "replace"))
 
 
+def start_lock(ctx):
+    """One start of a context at a time: a second start (a run racing the prestart, two
+    first runs) waits for the first, then finds the context there."""
+    import fcntl
+    global _lock_fd
+    os.makedirs(ROOT, mode=0o700, exist_ok=True)
+    _lock_fd = os.open(os.path.join(ROOT, ".%s.lock" % ctx), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(_lock_fd, fcntl.LOCK_EX)
+
+
+_lock_fd = -1  # held until this program exits; never by the context it starts
+
+
 def op_start(ctx, language, cwd, env_json, memcap):
     d = ctx_dir(ctx)
-    if language != "python":
-        fail("invalid_request", "language must be python")
+    have = languages()
+    if language not in have:
+        if language in KERNELS:
+            fail("invalid_request", "language %s needs its Jupyter kernel (%s), which this image does not have; "
+                 "it has %s" % (language, KERNELS[language], ", ".join(have)))
+        fail("invalid_request", "language must be one of %s" % ", ".join(have))
     try:
         env = json.loads(env_json)
     except ValueError:
@@ -164,7 +255,7 @@ def op_start(ctx, language, cwd, env_json, memcap):
         fail("invalid_request", "env must map names to strings")
     if not os.path.isdir(cwd):
         fail("invalid_request", "cwd %s is not a directory in the sandbox" % cwd)
-    os.makedirs(ROOT, mode=0o700, exist_ok=True)
+    start_lock(ctx)
     try:
         os.mkdir(d, 0o700)
     except FileExistsError:
@@ -176,21 +267,42 @@ def op_start(ctx, language, cwd, env_json, memcap):
         fail("invalid_request", "MEMCAP_MIB must be a number")
     if not os.access(cwd, os.R_OK | os.X_OK):
         fail("invalid_request", "cwd %s is not open to the sandbox's user (uid %d)" % (cwd, os.getuid()))
+    kernel = "loop"
+    if language != "python":
+        kernel = KERNELS[language]
+    elif env.get(KERNEL_ENV) != "loop" and has_modules("ipykernel", "jupyter_client"):
+        kernel = "ipykernel"
     meta = {"language": language, "cwd": cwd, "env": env, "memoryCapMiB": max(0, memcap),
             "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "kernel": "ipykernel" if kernel_wanted(env) else "loop"}
+            "kernel": kernel, "tag": os.urandom(12).hex()}
     with open(os.path.join(d, "meta.json"), "w") as f:
         json.dump(meta, f)
     spawn(ctx, d, meta)
     reply(describe(ctx, d))
 
 
-def kernel_wanted(env):
-    """A Jupyter kernel where the image has one, unless the context's env asks for the loop."""
-    if env.get(KERNEL_ENV) == "loop":
-        return False
-    import importlib.util
-    return all(importlib.util.find_spec(m) is not None for m in ("ipykernel", "jupyter_client"))
+def op_prestart(memcap):
+    """The default python context, started ahead of its first run where it is a kernel (a
+    kernel's start is seconds; the loop's is tens of milliseconds and needs no head start).
+    Answers at once; the start goes on in the background, holding the context's start lock,
+    so a first run that comes meanwhile waits for it rather than starting a second one."""
+    if not has_modules("ipykernel", "jupyter_client"):
+        reply({"started": False})
+    d = ctx_dir("python")
+    if read_meta(d) is not None and read_pid(d):
+        reply({"started": False})  # running (a sandbox restored from memory has its kernel)
+    pid = os.fork()
+    if pid:
+        reply({"started": True})
+    # Detached from the exec that asked, which ends now; the start's own answer goes nowhere.
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    try:
+        op_start("python", "python", "/workspace", "{}", memcap)
+    finally:
+        os._exit(0)
 
 
 def op_list():
@@ -204,6 +316,15 @@ def op_list():
             one = describe(name, os.path.join(ROOT, name))
             if one:
                 out.append(one)
+    # Each language's default context is there from the start, started on its first run.
+    made = {one["id"] for one in out}
+    for lang in languages():
+        if lang not in made:
+            out.append({"id": lang, "language": lang, "cwd": "/workspace", "createdAt": None, "running": False,
+                        "pid": None, "executionCount": None,
+                        "kernel": KERNELS[lang] if lang != "python"
+                        else "ipykernel" if has_modules("ipykernel", "jupyter_client") else "loop"})
+    out.sort(key=lambda one: one["id"])
     reply({"data": out})
 
 
@@ -212,6 +333,7 @@ def op_restart(ctx):
     meta = read_meta(d)
     if meta is None:
         fail("not_found", "no context %s" % ctx)
+    start_lock(ctx)
     kill_context(d)
     spawn(ctx, d, meta)
     reply(describe(ctx, d))
@@ -231,6 +353,7 @@ def op_remove(ctx):
     d = ctx_dir(ctx)
     if read_meta(d) is None:
         reply({"deleted": False})
+    start_lock(ctx)
     kill_context(d)
     import shutil
     shutil.rmtree(d, ignore_errors=True)
@@ -673,7 +796,20 @@ def _runtime_setup():
 
 _runtime_setup()
 del _runtime_setup
+if __import__("sys").modules.get("debugpy.server", 0) is None:
+    del __import__("sys").modules["debugpy.server"]
 """ % {"mime": TABLE_MIME, "rows": TABLE_ROWS, "flush": STREAM_FLUSH_S}
+
+# ipykernel_launcher, but for its debugger: importing debugpy (for the Jupyter debugger
+# protocol, which this client never speaks) is about a third of the kernel's start. Its
+# module is marked missing while ipykernel imports, and the mark is removed by the setup
+# above, so a cell's own `import debugpy` works as ever.
+NO_DEBUGGER = "import sys; sys.modules['debugpy.server'] = None; "
+PYTHON_LAUNCH = NO_DEBUGGER + "from ipykernel import kernelapp; kernelapp.launch_new_instance()"
+# The other kernels' launchers, as their __main__ modules have them, without the debugger too
+# (their cells are not Python: nothing there imports debugpy).
+LAUNCH = {"bash": NO_DEBUGGER + "from ipykernel.kernelapp import IPKernelApp; from bash_kernel.kernel import "
+                                "BashKernel; IPKernelApp.launch_instance(kernel_class=BashKernel)"}
 
 KEPT_EXT = {"image/png": "png", "image/jpeg": "jpg", "image/svg+xml": "svg", "text/html": "html",
             "text/markdown": "md", "text/latex": "tex", "text/plain": "txt"}
@@ -694,6 +830,8 @@ class KernelEngine:
         self.count = 0
         self.busy = False
         self.kill_at = None  # when an interrupted cell that goes on is killed
+        self.python = meta.get("language", "python") == "python"
+        self.tail = ""  # the cell's last output, a failed bash command's traceback
 
     def start(self):
         limit_self({}, 900)  # the kernel, at 1000, is the OOM killer's first choice
@@ -722,11 +860,15 @@ class KernelEngine:
         def child():
             limit_self(meta, 1000)
 
+        if self.python:
+            argv = [sys.executable, "-c", PYTHON_LAUNCH, "-f", cf, "--InteractiveShell.colors=NoColor",
+                    "--HistoryManager.enabled=False"]
+        else:
+            argv = [sys.executable, "-c", LAUNCH[self.meta.get("language")], "-f", cf]
         log = open(os.path.join(self.d, "kernel.log"), "ab")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ipykernel_launcher", "-f", cf, "--InteractiveShell.colors=NoColor",
-                 "--HistoryManager.enabled=False"],
+                argv,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, preexec_fn=child, close_fds=True)
         finally:
             log.close()
@@ -748,7 +890,8 @@ class KernelEngine:
             if msg["parent_header"].get("msg_id") == msg_id:
                 break
         self.count = 0
-        self.execute(None, KERNEL_SETUP, 0, silent=True)
+        if self.python:
+            self.execute(None, KERNEL_SETUP, 0, silent=True)
 
     def log_tail(self):
         try:
@@ -799,7 +942,8 @@ class KernelEngine:
         status = "ok"
         idle = False
         reply = None
-        self.busy, self.kill_at = True, None
+        self.busy, self.kill_at, self.tail = True, None, ""
+        said_error = False
         try:
             while not idle:
                 now = time.monotonic()
@@ -834,7 +978,10 @@ class KernelEngine:
                 elif cell is None:
                     continue
                 elif kind == "stream":
-                    cell.text("stderr" if content.get("name") == "stderr" else "stdout", content.get("text", ""))
+                    text = content.get("text", "")
+                    cell.text("stderr" if content.get("name") == "stderr" else "stdout", text)
+                    if not self.python and isinstance(text, str):
+                        self.tail = (self.tail + text)[-4096:]
                 elif kind in ("display_data", "execute_result"):
                     self.result(cell, content.get("data") or {}, kind == "execute_result")
                 elif kind == "execute_input":
@@ -843,8 +990,14 @@ class KernelEngine:
                     status = "error"
                     if not timed_out:
                         tb = "\n".join(content.get("traceback") or [])
-                        cell.line({"k": "error", "name": content.get("ename", ""),
-                                   "value": str(content.get("evalue", ""))[:TEXT_MAX], "traceback": tb[:TEXT_MAX * 4]})
+                        name, value = content.get("ename") or "Error", str(content.get("evalue", ""))
+                        if not self.python and not content.get("ename"):
+                            # bash_kernel says a command's exit status alone; its output on the
+                            # terminal (stderr joins stdout there) is the traceback.
+                            name, value = "ExitStatus", "exit status %s" % value
+                            tb = tb or "\n".join(self.tail.splitlines()[-20:])
+                        cell.line({"k": "error", "name": name, "value": value[:TEXT_MAX], "traceback": tb[:TEXT_MAX * 4]})
+                        said_error = True
             if reply is None:
                 try:
                     reply = kc.get_shell_msg(timeout=2)
@@ -853,7 +1006,14 @@ class KernelEngine:
             if reply is not None:
                 self.count = reply["content"].get("execution_count", self.count)
                 # The kernel's word: a formatter's exception is shown as an error, yet the cell ran.
-                status = "ok" if reply["content"].get("status") == "ok" else "error"
+                content = reply["content"]
+                status = "ok" if content.get("status") == "ok" else "error"
+                if status == "error" and not said_error and not timed_out and cell is not None and content.get("ename"):
+                    # The error message was lost on iopub (a flood, or memory short in the
+                    # kernel): the reply carries the same.
+                    cell.line({"k": "error", "name": content.get("ename"),
+                               "value": str(content.get("evalue", ""))[:TEXT_MAX],
+                               "traceback": "\n".join(content.get("traceback") or [])[:TEXT_MAX * 4]})
         finally:
             self.busy, self.kill_at = False, None
         if timed_out and cell is not None:
@@ -913,9 +1073,11 @@ class KernelEngine:
 
 def serve(ctx, d, meta, ready_fd):
     os.environ.update(meta.get("env") or {})
+    if meta.get("tag"):
+        os.environ[TAG_ENV] = meta["tag"]
     os.chdir(meta.get("cwd") or "/workspace")
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    engine = (KernelEngine if meta.get("kernel") == "ipykernel" else LoopEngine)(ctx, d, meta)
+    engine = (LoopEngine if meta.get("kernel", "loop") == "loop" else KernelEngine)(ctx, d, meta)
     try:
         engine.start()
     except Exception as e:  # said to the start, which answers it
@@ -988,10 +1150,10 @@ def read_request(conn):
 
 
 def main(argv):
-    ops = {"start": (op_start, 5), "list": (op_list, 0), "restart": (op_restart, 1),
+    ops = {"start": (op_start, 5), "prestart": (op_prestart, 1), "list": (op_list, 0), "restart": (op_restart, 1),
            "interrupt": (op_interrupt, 1), "remove": (op_remove, 1)}
     if len(argv) < 1 or argv[0] not in ops or len(argv) - 1 != ops[argv[0]][1]:
-        fail("invalid_request", "usage: start|list|restart|interrupt|remove ...")
+        fail("invalid_request", "usage: start|prestart|list|restart|interrupt|remove ...")
     fn, _ = ops[argv[0]]
     fn(*argv[1:])
 

@@ -48,7 +48,7 @@ export interface Execution {
   [k: string]: unknown;
 }
 
-/** An interpreter context: `{id, language, cwd, createdAt, running, pid, kernel}`; `kernel` is `"ipykernel"` or `"loop"` (docs/interpreter.md). */
+/** An interpreter context: `{id, language, cwd, createdAt, running, pid, kernel}`; `kernel` is `"ipykernel"`, `"bash_kernel"` or `"loop"` (docs/interpreter.md). */
 export type InterpreterContext = Record<string, unknown> & { id: string };
 
 export interface RunOptions {

@@ -177,8 +177,9 @@ enum MHD_Result handle_image_build(Req *r) {
                 return reply_error(r, &e);
         }
         if (strcmp(r->route.image, "default") != 0 && strcmp(r->route.image, "analysis") != 0 &&
-            strcmp(r->route.image, "desktop") != 0) {
-                api_error(&e, 404, "not_found", "the image recipes are \"default\", \"analysis\" and \"desktop\"",
+            strcmp(r->route.image, "minimal") != 0 && strcmp(r->route.image, "desktop") != 0) {
+                api_error(&e, 404, "not_found",
+                          "the image recipes are \"default\", \"minimal\", \"analysis\" and \"desktop\"",
                           "no image recipe %s",
                           r->route.image);
                 return reply_error(r, &e);

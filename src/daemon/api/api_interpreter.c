@@ -9,8 +9,10 @@
  * reaches a client. docs/interpreter.md has the design and the wire format.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/jsonutil.h"
 #include "common/macro.h"
@@ -31,6 +33,11 @@ static const char program[] =
 
 #define INTERP_ROOT "/workspace/.runtime/interpreter"
 #define DEFAULT_CONTEXT "python"
+/* The languages a context may have; each one's name is its default context,
+ * started on its first run. Whether the sandbox's image has a language's
+ * kernel is the sandbox's to say (a 400 from the start). */
+static const char *const languages[] = { "python", "bash" };
+#define LANGUAGES_TEXT "python, bash"
 #define POLL_MS 250
 /* Starting a context is a python3 start, which takes tens of seconds in the
  * emulated microVM under load: the bound on a control operation allows it. */
@@ -230,16 +237,110 @@ static int control(Sandbox *sb, const char *rid, const char *const *args, size_t
  * cell that eats memory must hit a MemoryError in its context first. The
  * other drivers leave it to the kernel's OOM killer inside, which the
  * context's oom_score_adj points at itself. */
-static void memory_cap(Req *r, char *buf, size_t len) {
+static void memory_cap_of(Manager *m, const KeyInfo *key, const char *id, char *buf, size_t len) {
         snprintf(buf, len, "0");
         SandboxRow row = { 0 };
         SandboxError se;
-        if (sandbox_get(r->app->manager, &r->key, r->route.sandbox_id, &row, &se) < 0)
+        if (sandbox_get(m, key, id, &row, &se) < 0)
                 return;
         unsigned mib = row.spec.memory_mib;
         if (row.spec.driver == SANDBOX_DRIVER_GVISOR && mib > 0)
                 snprintf(buf, len, "%u", mib * 3 / 4);
         sandbox_row_done(&row);
+}
+
+static void memory_cap(Req *r, char *buf, size_t len) {
+        memory_cap_of(r->app->manager, &r->key, r->route.sandbox_id, buf, len);
+}
+
+/* A language the interpreter runs: its name (static) in *ret, or a 400
+ * naming the ones it does. */
+static int parse_language(json_t *v, const char **ret, ApiError *e) {
+        const char *s = json_string_value(v);
+        for (size_t i = 0; s && i < ELEMENTSOF(languages); i++)
+                if (strcmp(s, languages[i]) == 0) {
+                        *ret = languages[i];
+                        return 0;
+                }
+        if (s && strcmp(s, "java") == 0)
+                return api_error(e, 400, "invalid_request", "the interpreter runs " LANGUAGES_TEXT,
+                                 "language java is not offered: no Jupyter kernel for Java is packaged for the "
+                                 "images' Debian release");
+        return api_error(e, 400, "invalid_request", "the interpreter runs " LANGUAGES_TEXT,
+                         "language must be one of " LANGUAGES_TEXT);
+}
+
+/* The language whose default context id is this one, or NULL. */
+static const char *default_context_language(const char *ctx) {
+        for (size_t i = 0; i < ELEMENTSOF(languages); i++)
+                if (strcmp(ctx, languages[i]) == 0)
+                        return languages[i];
+        return NULL;
+}
+
+/* ---- the default context started ahead ---- */
+
+typedef struct Prestart {
+        Sandbox *sb;
+        char cap[24];
+} Prestart;
+
+/* The prestart's low priority is its turn: it waits until the sandbox has
+ * had no stream open (the client's first commands, sent right after the
+ * create) for PRESTART_QUIET_MS, or PRESTART_WAIT_MS at the most, so that
+ * the kernel's start (a second of CPU) does not run beside a first exec. A
+ * nice value could not do it: raised in the sandbox, it cannot be lowered
+ * again there, and every later cell would run niced. */
+#define PRESTART_QUIET_MS 150
+#define PRESTART_WAIT_MS 3000
+
+static void *prestart_main(void *userdata) {
+        Prestart *p = userdata;
+        uint64_t start = time_now_mono_ms(), quiet_since = start;
+        for (uint64_t now = start; now - start < PRESTART_WAIT_MS; now = time_now_mono_ms()) {
+                if (sandbox_stream_count(p->sb) > 0)
+                        quiet_since = now;
+                else if (now - quiet_since >= PRESTART_QUIET_MS)
+                        break;
+                usleep(20 * 1000);
+        }
+        const char *args[] = { "prestart", p->cap };
+        _cleanup_json_ json_t *j = NULL;
+        ApiError e = { 0 };
+        /* The program answers at once and starts the kernel in the
+         * background, in the sandbox; a failure (no python3 in the image) is
+         * the first run's to report, as it was before. */
+        if (control(p->sb, NULL, args, ELEMENTSOF(args), &j, &e) < 0)
+                log_debug(NULL, "interpreter prestart on %s: %s", sandbox_id(p->sb), e.message);
+        sandbox_release(p->sb);
+        free(p);
+        return NULL;
+}
+
+void interpreter_prestart(App *app, const KeyInfo *key, const char *id) {
+        if (app->cfg->no_interpreter_prestart)
+                return;
+        Prestart *p = calloc(1, sizeof(*p));
+        SandboxError se;
+        if (!p)
+                return;
+        memory_cap_of(app->manager, key, id, p->cap, sizeof(p->cap));
+        if (sandbox_acquire(app->manager, key, id, &p->sb, &se) < 0) {
+                free(p);
+                return;
+        }
+        pthread_attr_t attr;
+        pthread_t th;
+        bool started = false;
+        if (pthread_attr_init(&attr) == 0) {
+                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                started = pthread_create(&th, &attr, prestart_main, p) == 0;
+                pthread_attr_destroy(&attr);
+        }
+        if (!started) {
+                sandbox_release(p->sb);
+                free(p);
+        }
 }
 
 /* ---- one cell ---- */
@@ -565,6 +666,7 @@ typedef struct RunRequest {
         const char *code;
         size_t code_len;
         const char *context;
+        const char *language;
         int64_t timeout_ms;
         bool stream;
         bool interrupt_on_disconnect;
@@ -581,9 +683,8 @@ static int parse_run(json_t *body, RunRequest *q, ApiError *e) {
                         q->code = json_string_value(v);
                         q->code_len = json_string_length(v);
                 } else if (strcmp(key, "language") == 0) {
-                        if (!json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "python") != 0))
-                                return api_error(e, 400, "invalid_request", "the interpreter runs python",
-                                                 "language must be python");
+                        if (!json_is_null(v) && parse_language(v, &q->language, e) < 0)
+                                return -EINVAL;
                 } else if (strcmp(key, "context") == 0) {
                         if (json_is_null(v))
                                 continue;
@@ -765,7 +866,8 @@ static enum MHD_Result handle_run(Req *r, json_t *body) {
                 return reply_internal(r);
         }
         snprintf(x->rid, sizeof(x->rid), "%s", r->rid);
-        snprintf(x->context, sizeof(x->context), "%s", q.context ?: DEFAULT_CONTEXT);
+        /* Without a context, the language's own (python's by default). */
+        snprintf(x->context, sizeof(x->context), "%s", q.context ?: q.language ?: DEFAULT_CONTEXT);
         x->sb = sb;
         x->sock = req_socket(r);
         x->streamed = q.stream;
@@ -788,11 +890,15 @@ static enum MHD_Result handle_run(Req *r, json_t *body) {
         int rc = run_open_direct(x, input, strlen(input));
         if (rc == 1)
                 rc = run_open(x, input, strlen(input), &exit_code, &e);
-        if (rc == 1 && exit_code == 4 && strcmp(x->context, DEFAULT_CONTEXT) == 0) {
-                /* The language's own context starts on first use. */
+        const char *lang = default_context_language(x->context);
+        if (rc == 1 && (exit_code == 4 || exit_code == 3) && lang) {
+                /* A language's own context starts on first use, and again
+                 * when its process has gone. A start under way (the
+                 * prestart's) holds the context's start lock: this one waits
+                 * for it and then finds the context there (409). */
                 char cap[24];
                 memory_cap(r, cap, sizeof(cap));
-                const char *args[] = { "start", x->context, "python", "/workspace", "{}", cap };
+                const char *args[] = { "start", x->context, lang, "/workspace", "{}", cap };
                 _cleanup_json_ json_t *made = NULL;
                 rc = control(sb, r->rid, args, ELEMENTSOF(args), &made, &e);
                 if (rc < 0 && e.status == 409)
@@ -853,10 +959,12 @@ static enum MHD_Result handle_run(Req *r, json_t *body) {
 
 /* ---- contexts ---- */
 
-static int parse_create(json_t *body, char *id, size_t id_size, const char **cwd, char **env_json, ApiError *e) {
+static int parse_create(json_t *body, char *id, size_t id_size, const char **language, const char **cwd,
+                        char **env_json, ApiError *e) {
         const char *key;
         json_t *v;
         *cwd = "/workspace";
+        *language = DEFAULT_CONTEXT;
         json_object_foreach(body, key, v) {
                 if (json_is_null(v))
                         continue;
@@ -866,9 +974,8 @@ static int parse_create(json_t *body, char *id, size_t id_size, const char **cwd
                                                  "id must be 1-63 of [a-z0-9-], starting with a letter or digit");
                         snprintf(id, id_size, "%s", json_string_value(v));
                 } else if (strcmp(key, "language") == 0) {
-                        if (!json_is_string(v) || strcmp(json_string_value(v), "python") != 0)
-                                return api_error(e, 400, "invalid_request", "the interpreter runs python",
-                                                 "language must be python");
+                        if (parse_language(v, language, e) < 0)
+                                return -EINVAL;
                 } else if (strcmp(key, "cwd") == 0) {
                         if (!json_is_string(v) || json_string_value(v)[0] != '/' ||
                             json_string_length(v) > REQ_MAX_PATH || strlen(json_string_value(v)) != json_string_length(v))
@@ -912,17 +1019,17 @@ static int context_op(Req *r, json_t *body, json_t **ret, ApiError *e) {
         }
         case ROUTE_INTERP_CONTEXT_CREATE: {
                 char id[64], hex[17];
-                const char *cwd;
+                const char *cwd, *language;
                 _cleanup_(freep) char *env = NULL;
                 /* Without an id, a fresh one. */
                 if ((rc = random_hex(hex, 8)) < 0)
                         break;
                 snprintf(id, sizeof(id), "ctx-%s", hex);
-                rc = parse_create(body, id, sizeof(id), &cwd, &env, e);
+                rc = parse_create(body, id, sizeof(id), &language, &cwd, &env, e);
                 if (rc == 0) {
                         char cap[24];
                         memory_cap(r, cap, sizeof(cap));
-                        const char *args[] = { "start", id, "python", cwd, env ?: "{}", cap };
+                        const char *args[] = { "start", id, language, cwd, env ?: "{}", cap };
                         rc = control(sb, r->rid, args, ELEMENTSOF(args), ret, e);
                 }
                 break;
@@ -940,6 +1047,16 @@ static int context_op(Req *r, json_t *body, json_t **ret, ApiError *e) {
                                                                                    : "remove";
                 const char *args[] = { op, ctx };
                 rc = control(sb, r->rid, args, 2, ret, e);
+                const char *lang = default_context_language(ctx);
+                if (rc < 0 && e->status == 404 && lang && r->route.kind == ROUTE_INTERP_CONTEXT_RESTART) {
+                        /* A language's default context not started yet: a
+                         * restart starts it, empty, as a restart would. */
+                        char cap[24];
+                        memory_cap(r, cap, sizeof(cap));
+                        const char *start[] = { "start", ctx, lang, "/workspace", "{}", cap };
+                        *e = (ApiError){ 0 };
+                        rc = control(sb, r->rid, start, ELEMENTSOF(start), ret, e);
+                }
                 break;
         }
         default:

@@ -2,6 +2,7 @@
  * wake, restart. The manager answers rows; the API's sandbox object is made
  * here. */
 #include "daemon/api/api_sandboxes.h"
+#include "daemon/api/api_interpreter.h"
 #include "daemon/api/preview_proxy.h"
 #include "daemon/manager/snapshot.h"
 
@@ -452,6 +453,8 @@ enum MHD_Result handle_sandbox_create(Req *r) {
                 return reply_row(r, rc, &row, &se, 201);
         /* The audit trail's record of the create names the sandbox made. */
         snprintf(r->audit_sandbox_id, sizeof r->audit_sandbox_id, "%.*s", ROUTE_ID_LEN, row.id);
+        if (!reused && row.state == SANDBOX_RUNNING)
+                interpreter_prestart(r->app, &r->key, row.id);
         json_t *j = api_sandbox_json(r->app->manager, &row);
         sandbox_row_done(&row);
         if (!j || json_object_set_new(j, "reused", json_boolean(reused)) < 0) {

@@ -30,6 +30,7 @@ typedef struct DaemonConfig {
         const char *supervisor_path;
         bool no_live_restore;        /* --no-live-restore */
         bool stop_sandboxes_on_exit; /* a stop of the daemon stops its sandboxes */
+        bool no_interpreter_prestart; /* --no-interpreter-prestart */
         const char *image_builder;
         /* runtime-microvm-build beside image_builder, run after it by an image
          * build when the microvm driver is offered; NULL when absent. */

@@ -212,6 +212,8 @@ void sandbox_release(Sandbox *sb);
 /* The sandbox stopped answering (its agent is starved or stuck): it becomes
  * failed with this reason and is stopped, as if its agent had died. */
 void sandbox_fail(Sandbox *sb, const char *reason);
+/* The streams open on the sandbox's channel (commands, transfers, ...). */
+size_t sandbox_stream_count(Sandbox *sb);
 /* Opens a stream on the sandbox's channel; fills e on failure. */
 int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxError *e);
 /* How long the sandbox has been paused in all (monotonic ms, the current

@@ -583,6 +583,10 @@ int sandbox_adopt_stream(Sandbox *sb, uint32_t id, ChanStream **ret) {
         return sb->channel ? channel_adopt_stream(sb->channel, id, ret) : -EPIPE;
 }
 
+size_t sandbox_stream_count(Sandbox *sb) {
+        return sb->channel ? channel_stream_count(sb->channel) : 0;
+}
+
 int sandbox_open_stream(Sandbox *sb, json_t *request, ChanStream **ret, SandboxError *e) {
         int r = channel_open_stream(sb->channel, request, ret);
         if (r == 0)

@@ -1047,8 +1047,8 @@ static int resolve_from(Build *b, const char *from, char **ret_base, char **ret_
         if (r == -ENOENT && oci_ref_parse(from, &ref) == 0)
                 return pull_from(b, from, NULL, ret_base, ret_config);
         if (r == -ENOENT)
-                return build_fail(b, "FROM %.128s: no such image (the built-in images are default and "
-                                     "analysis, or name one you built, or an image of a registry)", from);
+                return build_fail(b, "FROM %.128s: no such image (the built-in images are default, "
+                                     "minimal and analysis, or name one you built, or an image of a registry)", from);
         if (r < 0)
                 return build_fail(b, "FROM %.128s: could not read the image", from);
         if (strcmp(row.state, "ready") != 0) {
