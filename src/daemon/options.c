@@ -180,6 +180,12 @@ static const OptionSpec options[] = {
         { .name = "no-interpreter-prestart", .kind = OPTION_SWITCH, FIELD(cfg.no_interpreter_prestart),
           .help = "start no interpreter kernel with a new sandbox: the default python context starts on its "
                   "first run instead (docs/interpreter.md)" },
+        NUMBER("interpreter-prestart-max", cfg.interpreter_prestart_max, 0, 1024, 8,
+               "start the interpreter's kernel ahead in at most N new sandboxes within the idle time below; "
+               "the creates past it start none (0: none at all)"),
+        NUMBER("interpreter-prestart-idle-seconds", cfg.interpreter_prestart_idle_s, 10, 86400, 300,
+               "a kernel started ahead that no cell has used for this long ends itself, and its memory goes "
+               "back to its sandbox"),
         { .name = "stop-sandboxes-on-exit", .kind = OPTION_SWITCH, FIELD(cfg.stop_sandboxes_on_exit),
           .help = "stop every sandbox when the daemon stops; without it they keep running and the next start "
                   "re-attaches them" },

@@ -15,9 +15,11 @@
 #                                     start a context: a session of its own
 #                                     that outlives the exec that started it;
 #                                     MEMCAP_MIB > 0 caps its address space
-#   prestart MEMCAP_MIB               start the default python context ahead
+#   prestart MEMCAP_MIB IDLE_S        start the default python context ahead
 #                                     of its first run, where it is a kernel
-#                                     and not started yet; answers at once
+#                                     and not started yet; answers at once.
+#                                     Unused for IDLE_S seconds, it ends
+#                                     itself (its memory back to the sandbox)
 #   list                              the contexts, as {"data": [...]}, and
 #                                     the default context of each language
 #                                     the image has, started or not
@@ -239,7 +241,7 @@ def start_lock(ctx):
 _lock_fd = -1  # held until this program exits; never by the context it starts
 
 
-def op_start(ctx, language, cwd, env_json, memcap):
+def op_start(ctx, language, cwd, env_json, memcap, idle_exit_s=0):
     d = ctx_dir(ctx)
     have = languages()
     if language not in have:
@@ -275,17 +277,23 @@ def op_start(ctx, language, cwd, env_json, memcap):
     meta = {"language": language, "cwd": cwd, "env": env, "memoryCapMiB": max(0, memcap),
             "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "kernel": kernel, "tag": os.urandom(12).hex()}
+    if idle_exit_s:
+        meta["idleExitS"] = idle_exit_s
     with open(os.path.join(d, "meta.json"), "w") as f:
         json.dump(meta, f)
     spawn(ctx, d, meta)
     reply(describe(ctx, d))
 
 
-def op_prestart(memcap):
+def op_prestart(memcap, idle_s):
     """The default python context, started ahead of its first run where it is a kernel (a
     kernel's start is seconds; the loop's is tens of milliseconds and needs no head start).
     Answers at once; the start goes on in the background, holding the context's start lock,
     so a first run that comes meanwhile waits for it rather than starting a second one."""
+    try:
+        idle_s = int(idle_s)
+    except ValueError:
+        fail("invalid_request", "IDLE_S must be a number")
     if not has_modules("ipykernel", "jupyter_client"):
         reply({"started": False})
     d = ctx_dir("python")
@@ -300,7 +308,7 @@ def op_prestart(memcap):
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     try:
-        op_start("python", "python", "/workspace", "{}", memcap)
+        op_start("python", "python", "/workspace", "{}", memcap, max(1, idle_s))
     finally:
         os._exit(0)
 
@@ -1092,9 +1100,16 @@ def serve(ctx, d, meta, ready_fd):
         os.rename(os.path.join(d, name + ".tmp"), os.path.join(d, name))
     os.write(ready_fd, b"ok")
     os.close(ready_fd)
+    # A context started ahead (prestart) that no run has used for idleExitS ends itself, so
+    # that a sandbox that never runs a cell does not keep a kernel's memory.
+    if meta.get("idleExitS"):
+        listener.settimeout(meta["idleExitS"])
     while True:
         try:
             conn, _ = listener.accept()
+            listener.settimeout(None)
+        except socket.timeout:
+            conn = idle_exit(ctx, d, meta, listener)  # a run that came at the last moment
         except KeyboardInterrupt:
             continue
         except OSError:
@@ -1131,6 +1146,37 @@ def serve(ctx, d, meta, ready_fd):
                     pass
 
 
+def idle_exit(ctx, d, meta, listener):
+    """The end of a context started ahead that no run used: under its start lock (a start that
+    comes now waits, then starts it again), unless a run is at the door after all (its
+    connection is returned, to be served, and the context stays), the listener closes, the
+    directory goes and the kernel with it."""
+    global _lock_fd
+    start_lock(ctx)
+    listener.setblocking(False)
+    try:
+        conn, _ = listener.accept()
+    except OSError:
+        conn = None
+    if conn is not None:
+        os.close(_lock_fd)
+        _lock_fd = -1
+        listener.setblocking(True)
+        listener.settimeout(None)
+        return conn
+    listener.close()
+    import shutil
+    shutil.rmtree(d, ignore_errors=True)
+    me = os.getpid()
+    for p in context_procs(me, meta.get("tag")):
+        if p != me:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+    os._exit(0)
+
+
 def read_request(conn):
     """One request line, at most MAX_REQUEST bytes; None when it is longer or
     the run went away before sending all of it."""
@@ -1150,7 +1196,7 @@ def read_request(conn):
 
 
 def main(argv):
-    ops = {"start": (op_start, 5), "prestart": (op_prestart, 1), "list": (op_list, 0), "restart": (op_restart, 1),
+    ops = {"start": (op_start, 5), "prestart": (op_prestart, 2), "list": (op_list, 0), "restart": (op_restart, 1),
            "interrupt": (op_interrupt, 1), "remove": (op_remove, 1)}
     if len(argv) < 1 or argv[0] not in ops or len(argv) - 1 != ops[argv[0]][1]:
         fail("invalid_request", "usage: start|prestart|list|restart|interrupt|remove ...")

@@ -6,12 +6,14 @@ bash_kernel where the image has it (the default image does): state across cells,
 with their output, env, cwd and the sandbox's user."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
 
-from helpers import assert_error, wait_until
+from conftest import _finish_daemon, _start_daemon
+from helpers import Api, assert_error, wait_until
 from test_interpreter import contexts, plain, run
 from test_lifecycle import quick_daemon  # noqa: F401 (a fixture)
 
@@ -44,16 +46,55 @@ def test_default_contexts_are_listed_from_the_start(sandbox):
         assert "bash" not in got, got
 
 
-def test_the_default_python_kernel_is_started_ahead(sandbox):
-    """Nothing has run in the sandbox; its python context comes up by itself and its first
-    cell is the kernel's first (no second kernel started by the run)."""
-    if listed(sandbox)["python"]["kernel"] != "ipykernel":
-        pytest.skip("the image has no ipykernel: its contexts run on the loop, which starts in milliseconds")
-    wait_until(lambda: listed(sandbox)["python"]["running"], 120, what="the prestarted python context")
-    pid = listed(sandbox)["python"]["pid"]
-    out = run(sandbox, "6*7")
-    assert plain(out) == "42" and out["executionCount"] == 1, out
-    assert listed(sandbox)["python"]["pid"] == pid
+@pytest.fixture
+def prestart_daemon(build_dir, image_dir, tmp_path):
+    """A daemon that starts the kernel ahead in one sandbox per 10 s, and ends it unused after
+    10 s."""
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-prestart",
+                      extra_args=["--interpreter-prestart-max", "1", "--interpreter-prestart-idle-seconds", "10"])
+    yield d
+    _finish_daemon(d)
+
+
+def kernels(sbx) -> int:
+    return int(sbx.exec("ps -eo args | grep -c '[i]pykernel' || true")["stdout"].strip() or 0)
+
+
+def test_the_default_python_kernel_is_started_ahead_within_its_bounds(prestart_daemon, any_driver):
+    """Nothing has run in the sandbox; its python context comes up by itself and its first cell
+    is the kernel's first (no second kernel). The host starts at most
+    --interpreter-prestart-max kernels ahead within --interpreter-prestart-idle-seconds: the
+    next sandbox gets none, so hundreds of sandboxes that run no cell hold no kernel each; and
+    a kernel started ahead that no cell used ends itself after that time, its memory given
+    back, its context started again by the next run."""
+    api = Api(prestart_daemon, timeout=300)
+    try:
+        a = api.create_sandbox(driver=any_driver)
+        t0 = time.monotonic()
+        if listed(a)["python"]["kernel"] != "ipykernel":
+            pytest.skip("the image has no ipykernel: its contexts run on the loop, which starts in milliseconds")
+        b = api.create_sandbox(driver=any_driver)
+        wait_until(lambda: listed(a)["python"]["running"], 120, what="the prestarted python context")
+        pid = listed(a)["python"]["pid"]
+        out = run(a, "6*7")
+        assert plain(out) == "42" and out["executionCount"] == 1, out
+        assert listed(a)["python"]["pid"] == pid and kernels(a) == 1
+        # b came within the window, past the bound: no kernel of its own until its first cell.
+        assert not listed(b)["python"]["running"] and kernels(b) == 0, listed(b)
+        # c comes after the window: it has its turn; unused, its kernel ends itself.
+        time.sleep(max(0.0, 10.5 - (time.monotonic() - t0)))
+        c = api.create_sandbox(driver=any_driver)
+        wait_until(lambda: listed(c)["python"]["running"], 120, what="c's prestarted python context")
+        wait_until(lambda: not listed(c)["python"]["running"] and kernels(c) == 0, 60,
+                   what="the unused kernel to end itself")
+        # Used, a's kernel stays past the idle time.
+        assert listed(a)["python"]["running"] and kernels(a) == 1, listed(a)
+        out = run(c, "6*7")
+        assert plain(out) == "42" and out["executionCount"] == 1, out
+        assert run(b, "6*7")["executionCount"] == 1
+    finally:
+        api.delete_all()
+        api.close()
 
 
 def test_a_run_during_the_prestart_waits_for_it(api, driver):

@@ -283,7 +283,34 @@ static const char *default_context_language(const char *ctx) {
 typedef struct Prestart {
         Sandbox *sb;
         char cap[24];
+        char idle[16];
 } Prestart;
+
+/* The host's bound on kernels started ahead: each holds 56-83 MiB of its
+ * sandbox's memory until a cell uses it or it ends itself, unused, after
+ * --interpreter-prestart-idle-seconds; so at most --interpreter-prestart-max
+ * starts within that time, the last ones' times kept in a ring. A host of
+ * hundreds of sandboxes that run no cell holds at most that many kernels. */
+#define PRESTART_RING 1024
+static pthread_mutex_t prestart_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t prestart_times[PRESTART_RING];
+static size_t prestart_next;
+
+static bool prestart_take_turn(unsigned max, unsigned idle_s) {
+        if (max == 0)
+                return false;
+        uint64_t now = time_now_mono_ms(), window = (uint64_t)idle_s * 1000;
+        pthread_mutex_lock(&prestart_lock);
+        /* The max-th newest start: within the window, the bound is reached. */
+        size_t i = (prestart_next + PRESTART_RING - (max <= PRESTART_RING ? max : PRESTART_RING)) % PRESTART_RING;
+        bool ok = prestart_times[i] == 0 || now - prestart_times[i] >= window;
+        if (ok) {
+                prestart_times[prestart_next] = now;
+                prestart_next = (prestart_next + 1) % PRESTART_RING;
+        }
+        pthread_mutex_unlock(&prestart_lock);
+        return ok;
+}
 
 /* The prestart's low priority is its turn: it waits until the sandbox has
  * had no stream open (the client's first commands, sent right after the
@@ -304,7 +331,7 @@ static void *prestart_main(void *userdata) {
                         break;
                 usleep(20 * 1000);
         }
-        const char *args[] = { "prestart", p->cap };
+        const char *args[] = { "prestart", p->cap, p->idle };
         _cleanup_json_ json_t *j = NULL;
         ApiError e = { 0 };
         /* The program answers at once and starts the kernel in the
@@ -318,12 +345,14 @@ static void *prestart_main(void *userdata) {
 }
 
 void interpreter_prestart(App *app, const KeyInfo *key, const char *id) {
-        if (app->cfg->no_interpreter_prestart)
+        if (app->cfg->no_interpreter_prestart ||
+            !prestart_take_turn(app->cfg->interpreter_prestart_max, app->cfg->interpreter_prestart_idle_s))
                 return;
         Prestart *p = calloc(1, sizeof(*p));
         SandboxError se;
         if (!p)
                 return;
+        snprintf(p->idle, sizeof p->idle, "%u", app->cfg->interpreter_prestart_idle_s);
         memory_cap_of(app->manager, key, id, p->cap, sizeof(p->cap));
         if (sandbox_acquire(app->manager, key, id, &p->sb, &se) < 0) {
                 free(p);

@@ -31,6 +31,10 @@ typedef struct DaemonConfig {
         bool no_live_restore;        /* --no-live-restore */
         bool stop_sandboxes_on_exit; /* a stop of the daemon stops its sandboxes */
         bool no_interpreter_prestart; /* --no-interpreter-prestart */
+        /* At most this many kernels started ahead on this host within the last
+         * interpreter_prestart_idle_s seconds (an unused one ends itself then). */
+        unsigned interpreter_prestart_max;
+        unsigned interpreter_prestart_idle_s;
         const char *image_builder;
         /* runtime-microvm-build beside image_builder, run after it by an image
          * build when the microvm driver is offered; NULL when absent. */
