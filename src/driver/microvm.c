@@ -171,7 +171,7 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
         /* A volume would be a virtio block device its agent mounts; the
          * guest side of that is not built, so a start with one is refused
          * rather than started without it. */
-        if (spec->n_mounts > 0) {
+        if (spec && spec->n_mounts > 0) {
                 driver_error(err, "the microvm driver does not attach volumes; use the namespace or gvisor driver");
                 return -EOPNOTSUPP;
         }
