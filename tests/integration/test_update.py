@@ -280,7 +280,7 @@ def test_fork_copies_the_user(api, any_driver):
 
 @pytest.mark.parametrize("field,value", [
     ("persistent", True), ("funding", "credit"), ("region", "eu-1"), ("spreadFrom", ["sbx_x"]),
-    ("cpu", "performance"), ("cpuFloorMillis", 250), ("volumes", [{"name": "v", "mountPath": "/v"}]),
+    ("cpu", "performance"), ("cpuFloorMillis", 250),
     ("tailscale", {"authKey": "k"}),
 ])
 def test_create_names_client_fields_it_has_no_counterpart_for(api, any_driver, field, value):

@@ -301,6 +301,11 @@ int api_preview_share(Req *r, unsigned port, char *ret_url, size_t url_len, char
  * answered as its bytes with content_type (defined in api_files.c; the
  * desktop's recordings). */
 enum MHD_Result api_files_send(Req *r, const char *path, const char *content_type);
+/* Starts the default python context's kernel of a new sandbox in the
+ * background (unless --no-interpreter-prestart, and within the host's bound
+ * --interpreter-prestart-max), so that its first cell need not wait for a
+ * kernel's start. Returns at once. The interpreter's; the create calls it. */
+void interpreter_prestart(App *app, const KeyInfo *key, const char *id);
 
 /* Names the command line of an exec or a spawn for its audit record: the
  * command, or argv joined by spaces (bounded by req_audit_note); never its

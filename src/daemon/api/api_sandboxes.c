@@ -2,7 +2,6 @@
  * wake, restart. The manager answers rows; the API's sandbox object is made
  * here. */
 #include "daemon/api/api_sandboxes.h"
-#include "daemon/api/api_interpreter.h"
 #include "daemon/api/preview_proxy.h"
 #include "daemon/manager/snapshot.h"
 
