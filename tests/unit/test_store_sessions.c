@@ -14,32 +14,8 @@
 #include "daemon/store/store_sessions.h"
 #include "test_store_sessions_contract.h"
 
-typedef struct Fixture {
-        char dir[64];
-        char path[96];
-} Fixture;
-
-static int setup(void **state) {
-        Fixture *f = calloc(1, sizeof(*f));
-        if (!f)
-                return -1;
-        snprintf(f->dir, sizeof(f->dir), "/tmp/store-sessions-XXXXXX");
-        if (!mkdtemp(f->dir))
-                return -1;
-        snprintf(f->path, sizeof(f->path), "%s/runtime.db", f->dir);
-        *state = f;
-        return 0;
-}
-
-static int teardown(void **state) {
-        Fixture *f = *state;
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-        if (system(cmd) != 0)
-                return -1;
-        free(f);
-        return 0;
-}
+#define STORE_TMPDIR_PREFIX "/tmp/store-sessions-"
+#include "test_store_tmpdir.h"
 
 static void test_sessions_contract(void **state) {
         Fixture *f = *state;
