@@ -310,6 +310,7 @@ def test_key_revocation_ends_its_sessions(api, sandbox):
         assert r.status_code == 401 and "revoked" in r.json()["error"]["message"]
 
 
+@pytest.mark.driver_independent  # expiry is the daemon's; a minute per driver bought nothing
 def test_expiry_refuses_and_closes(api, sandbox):
     """A session of a minute: its stream is closed when it expires, and its next request refused."""
     base = f"/v1/sandboxes/{sandbox.id}"
