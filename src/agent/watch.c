@@ -27,12 +27,25 @@
 #define WATCH_MAX_DEPTH 128
 #define WATCH_BUCKETS 1024u
 #define WATCH_RAW_BYTES (64u * 1024u)
+/* What a new directory held when its descriptor was added, waiting to be
+ * reported: at most this many entries; past it an overflow line says that
+ * some went unreported. */
+#define WATCH_FOUND_MAX 16384u
 
 typedef struct WatchDir {
         struct WatchDir *next;
         int wd;
         char path[]; /* absolute */
 } WatchDir;
+
+/* An entry already in a directory that appeared under a recursive watch:
+ * created between the directory's own creation and its descriptor, so no
+ * event of the kernel's names it. */
+typedef struct WatchFound {
+        struct WatchFound *next;
+        bool dir;
+        char path[];
+} WatchFound;
 
 struct AgentWatch {
         int fd;
@@ -43,6 +56,9 @@ struct AgentWatch {
         int root_wd;
         int64_t uid, gid; /* whose rights additions take; -1: root */
         WatchDir *buckets[WATCH_BUCKETS];
+        WatchFound *found, **found_tail; /* to report, oldest first */
+        unsigned found_count;
+        bool found_lost; /* the bound left some out since the last overflow line */
         size_t raw_len, raw_off;
         /* inotify events are aligned for struct inotify_event. */
         _Alignas(struct inotify_event) uint8_t raw[WATCH_RAW_BYTES];
@@ -105,9 +121,24 @@ static int add_one(AgentWatch *w, const char *path, bool only_dir) {
         return wd;
 }
 
-/* The directories below path, depth first. A directory that vanished or may
- * not be read is left out; the bound stops the walk. */
-static int add_tree(AgentWatch *w, const char *path, unsigned depth) {
+static void found_add(AgentWatch *w, const char *path, size_t n, bool dir) {
+        WatchFound *f = w->found_count < WATCH_FOUND_MAX ? malloc(sizeof(*f) + n + 1) : NULL;
+        if (!f) {
+                w->found_lost = true;
+                return;
+        }
+        f->next = NULL;
+        f->dir = dir;
+        memcpy(f->path, path, n + 1);
+        *w->found_tail = f;
+        w->found_tail = &f->next;
+        w->found_count++;
+}
+
+/* The directories below path, depth first; with report, every entry below
+ * it is queued as found too. A directory that vanished or may not be read
+ * is left out; the bound stops the walk. */
+static int add_tree(AgentWatch *w, const char *path, unsigned depth, bool report) {
         if (depth >= WATCH_MAX_DEPTH)
                 return 0;
         int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -130,29 +161,36 @@ static int add_tree(AgentWatch *w, const char *path, unsigned depth) {
                         is_dir = fstatat(dirfd(dir), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
                                  S_ISDIR(st.st_mode);
                 }
-                if (!is_dir)
+                if (!is_dir && !report)
                         continue;
                 int n = snprintf(sub, sizeof sub, "%s/%s", strcmp(path, "/") == 0 ? "" : path, de->d_name);
                 if (n < 0 || (size_t)n >= sizeof sub)
+                        continue;
+                if (report)
+                        found_add(w, sub, (size_t)n, is_dir);
+                if (!is_dir)
                         continue;
                 int wd = add_one(w, sub, true);
                 if (wd == -ENOSPC || wd == -ENOMEM)
                         rc = wd;
                 else if (wd >= 0)
-                        rc = add_tree(w, sub, depth + 1);
+                        rc = add_tree(w, sub, depth + 1, report);
         }
         closedir(dir);
         return rc;
 }
 
 /* A directory that appeared under a recursive watch, and what is below it
- * already, with the rights of the watch's user. */
+ * already, with the rights of the watch's user. What is below it was made
+ * before its descriptor was there (a `mkdir -p a/b && touch a/b/c` races
+ * the watch): it is reported as created. An entry made after the
+ * descriptor but before the walk reads it is reported twice. */
 static void add_new_dir(AgentWatch *w, const char *path) {
         bool as_user = w->uid >= 0;
         if (as_user && user_enter((uid_t)w->uid, (gid_t)w->gid) < 0)
                 return;
         if (add_one(w, path, true) >= 0)
-                (void)add_tree(w, path, 0);
+                (void)add_tree(w, path, 0, true);
         if (as_user)
                 user_leave();
 }
@@ -199,13 +237,14 @@ int agent_watch_open(const char *path, bool recursive, unsigned max_descriptors,
         w->max = max_descriptors ? max_descriptors : WATCH_DEFAULT_DESCRIPTORS;
         w->uid = uid;
         w->gid = gid;
+        w->found_tail = &w->found;
         int wd = add_one(w, path, false);
         if (wd < 0) {
                 agent_watch_free(w);
                 return wd;
         }
         w->root_wd = wd;
-        if (w->recursive && add_tree(w, path, 0) == -ENOMEM) {
+        if (w->recursive && add_tree(w, path, 0, false) == -ENOMEM) {
                 agent_watch_free(w);
                 return -ENOMEM;
         }
@@ -218,7 +257,7 @@ int agent_watch_fd(const AgentWatch *w) {
 }
 
 bool agent_watch_pending(const AgentWatch *w) {
-        return w->raw_off < w->raw_len || w->limited;
+        return w->raw_off < w->raw_len || w->limited || w->found || w->found_lost;
 }
 
 /* One line into buf (room >= WATCH_MAX_LINE): the bytes written. */
@@ -302,9 +341,31 @@ ssize_t agent_watch_read(AgentWatch *w, char *buf, size_t cap, WatchEnd *ret_end
                 w->raw_off = 0;
                 w->raw_len = n > 0 ? (size_t)n : 0;
         }
-        while (w->raw_off < w->raw_len && end == WATCH_RUNNING) {
-                /* Room for this event's line and a limit line after it. */
+        while (end == WATCH_RUNNING) {
+                /* Room for one line and a limit line after it. */
                 if (cap - used < 2 * WATCH_MAX_LINE)
+                        break;
+                /* What a new directory held comes before the events after
+                 * its creation. */
+                if (w->found) {
+                        WatchFound *f = w->found;
+                        w->found = f->next;
+                        if (!w->found)
+                                w->found_tail = &w->found;
+                        w->found_count--;
+                        json_t *p = fsops_json_string_lossy(f->path, strlen(f->path));
+                        if (p)
+                                used += put_line(buf + used, cap - used,
+                                                 json_pack("{s:s,s:o,s:b}", "e", "create", "p", p, "d", f->dir));
+                        free(f);
+                        continue;
+                }
+                if (w->found_lost) {
+                        w->found_lost = false;
+                        used += put_line(buf + used, cap - used, json_pack("{s:s,s:s}", "e", "overflow", "source", "scan"));
+                        continue;
+                }
+                if (w->raw_off >= w->raw_len)
                         break;
                 const struct inotify_event *ev = (const struct inotify_event *)(w->raw + w->raw_off);
                 size_t size = sizeof(*ev) + ev->len;
@@ -340,5 +401,10 @@ void agent_watch_free(AgentWatch *w) {
                         w->buckets[b] = d->next;
                         free(d);
                 }
+        while (w->found) {
+                WatchFound *f = w->found;
+                w->found = f->next;
+                free(f);
+        }
         free(w);
 }

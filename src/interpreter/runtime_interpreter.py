@@ -690,7 +690,16 @@ class FdOutput:
         self.synced.wait(2)
 
 
-def limit_self(meta, adj):
+# What an IPython kernel maps and never touches: ten threads' stacks, its one malloc arena and
+# the libraries (about 85 of the 150 MiB it maps at its start with the default image), numpy's
+# threads once imported. Its cap has this on top of the sandbox's three quarters, so that the cap
+# bounds what cells use rather than those reservations (without it a 256 MiB sandbox's kernel
+# could not hold a 32 MiB array after `import numpy`), and a hog still meets its MemoryError
+# before the sandbox's memory is spent (the agent's memory watch would end the kernel then).
+KERNEL_RESERVED_MIB = 64
+
+
+def limit_self(meta, adj, reserved_mib=0):
     """oom_score_adj, and under gVisor a cap on the address space, for a process that runs cells."""
     # A cell that eats the sandbox's memory should cost its own context, not
     # the agent or another context.
@@ -704,6 +713,7 @@ def limit_self(meta, adj):
         # Under gVisor the host's OOM killer would take the whole sandbox, agent
         # included: a capped address space makes a memory hog a MemoryError here.
         import resource
+        cap += reserved_mib
         resource.setrlimit(resource.RLIMIT_AS, (cap << 20, cap << 20))
 
 
@@ -861,12 +871,15 @@ class KernelEngine:
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
         if self.meta.get("memoryCapMiB"):
             # Under a capped address space, glibc's 64 MiB arena per thread (the kernel has
-            # several) would spend the cap on reservations before the cell's first byte.
-            env.setdefault("MALLOC_ARENA_MAX", "2")
+            # ten) would spend the cap on reservations before the cell's first byte. One
+            # arena: with two, whether the second is made depends on two threads meeting
+            # in malloc at the start, and the kernel's address space is then 150 or 220
+            # MiB, over a 256 MiB sandbox's cap (192) one start in a few.
+            env["MALLOC_ARENA_MAX"] = "1"
         meta = self.meta
 
         def child():
-            limit_self(meta, 1000)
+            limit_self(meta, 1000, KERNEL_RESERVED_MIB)
 
         if self.python:
             argv = [sys.executable, "-c", PYTHON_LAUNCH, "-f", cf, "--InteractiveShell.colors=NoColor",
@@ -884,18 +897,26 @@ class KernelEngine:
         kc.load_connection_file()
         kc.start_channels(stdin=False, hb=False, control=False)
         deadline = time.monotonic() + KERNEL_START_S
-        msg_id = kc.kernel_info()
+        # A request sent before the kernel's shell socket is bound and read can go
+        # unanswered (Jupyter's own clients ask again for the same reason): asked again
+        # each second until one is answered.
+        asked = {kc.kernel_info()}
+        again = time.monotonic() + 1
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError("the kernel exited at its start (status %s): %s"
                                    % (self.proc.returncode, self.log_tail()))
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise RuntimeError("the kernel did not answer in %d s" % KERNEL_START_S)
+            if now > again:
+                asked.add(kc.kernel_info())
+                again = now + 1
             try:
                 msg = kc.get_shell_msg(timeout=0.2)
             except Exception:  # queue.Empty
                 continue
-            if msg["parent_header"].get("msg_id") == msg_id:
+            if msg["parent_header"].get("msg_id") in asked:
                 break
         self.count = 0
         if self.python:
@@ -1006,11 +1027,16 @@ class KernelEngine:
                             tb = tb or "\n".join(self.tail.splitlines()[-20:])
                         cell.line({"k": "error", "name": name, "value": value[:TEXT_MAX], "traceback": tb[:TEXT_MAX * 4]})
                         said_error = True
-            if reply is None:
+            # Only this cell's reply: a kernel_info asked again at the start may be
+            # answered late.
+            until = time.monotonic() + 2
+            while reply is None and time.monotonic() < until:
                 try:
-                    reply = kc.get_shell_msg(timeout=2)
+                    got = kc.get_shell_msg(timeout=max(0.01, until - time.monotonic()))
                 except queue.Empty:
-                    pass
+                    break
+                if got["parent_header"].get("msg_id") == msg_id:
+                    reply = got
             if reply is not None:
                 self.count = reply["content"].get("execution_count", self.count)
                 # The kernel's word: a formatter's exception is shown as an error, yet the cell ran.

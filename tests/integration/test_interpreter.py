@@ -259,6 +259,21 @@ def test_bad_input(sandbox):
                  404, "not_found")
 
 
+def test_small_sandbox_kernel_starts_every_time(api, driver):
+    """A 256 MiB sandbox's kernel (its address space capped at 192 MiB under gVisor)
+    starts on each restart and has room for numpy: the cap counts reservations, and how
+    many the kernel makes must not depend on its threads' timing."""
+    sbx = api.create_sandbox(driver=driver, memoryMiB=256)
+    base = f"/v1/sandboxes/{sbx.id}/interpreter"
+    for i in range(4):
+        out = run(sbx, "import numpy\nint(numpy.arange(4 * 1024 * 1024).sum() % 1000)")
+        assert out["status"] == "ok", json.dumps(out)[:3000]
+        assert plain(out) == str(sum(range(4 * 1024 * 1024)) % 1000)
+        if i < 3:
+            r = api.post(f"{base}/contexts/python:restart", json={})
+            assert r.status_code == 200, r.text
+
+
 def test_out_of_memory_kills_the_context_only(api, driver):
     sbx = api.create_sandbox(driver=driver, memoryMiB=256)
     run(sbx, "x = 1")

@@ -99,6 +99,41 @@ static void test_changes_as_lines(void **state) {
         assert_int_equal(mkdir(f->dir, 0700), 0);
 }
 
+/* What a new directory holds before its descriptor is added (made in the
+ * same breath as the directory) is reported too, after the directory, and
+ * is watched. */
+static void test_new_tree_reported_whole(void **state) {
+        Fixture *f = *state;
+        AgentWatch *w = NULL;
+        assert_int_equal(agent_watch_open(f->dir, true, 0, -1, -1, &w), 0);
+        char a[128], b[160], lines[65536], want[256];
+        snprintf(a, sizeof a, "%s/a", f->dir);
+        snprintf(b, sizeof b, "%s/a/b", f->dir);
+        assert_int_equal(mkdir(a, 0755), 0);
+        assert_int_equal(mkdir(b, 0755), 0);
+        touch(b, "c.txt");
+        touch(a, "d.txt");
+        WatchEnd end;
+        read_all(w, lines, sizeof lines, &end);
+        snprintf(want, sizeof want, "{\"e\":\"create\",\"p\":\"%s\",\"d\":true}\n", a);
+        const char *at_a = strstr(lines, want);
+        assert_non_null(at_a);
+        snprintf(want, sizeof want, "{\"e\":\"create\",\"p\":\"%s\",\"d\":true}\n", b);
+        const char *at_b = strstr(lines, want);
+        assert_non_null(at_b);
+        assert_true(at_b > at_a);
+        snprintf(want, sizeof want, "{\"e\":\"create\",\"p\":\"%s/c.txt\",\"d\":false}\n", b);
+        assert_non_null(strstr(lines, want));
+        snprintf(want, sizeof want, "{\"e\":\"create\",\"p\":\"%s/d.txt\",\"d\":false}\n", a);
+        assert_non_null(strstr(lines, want));
+        /* a/b found by the walk is watched from then on. */
+        touch(b, "e.txt");
+        read_all(w, lines, sizeof lines, &end);
+        snprintf(want, sizeof want, "{\"e\":\"create\",\"p\":\"%s/e.txt\",\"d\":false}\n", b);
+        assert_non_null(strstr(lines, want));
+        agent_watch_free(w);
+}
+
 static void test_bound_reported_and_links_refused(void **state) {
         Fixture *f = *state;
         char p[128];
@@ -124,6 +159,7 @@ static void test_bound_reported_and_links_refused(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_changes_as_lines, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_new_tree_reported_whole, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_bound_reported_and_links_refused, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -216,8 +216,13 @@ static json_t *entry_of_line(Watch *w, const char *line, size_t len) {
         const char *e = json_string_value(json_object_get(j, "e"));
         if (!e)
                 return NULL;
-        if (strcmp(e, "overflow") == 0)
-                return json_pack("{s:s,s:s}", "k", "overflow", "source", "kernel");
+        if (strcmp(e, "overflow") == 0) {
+                /* The agent's walk of a new directory had more entries
+                 * than it holds, or the kernel's queue overflowed. */
+                const char *src = json_string_value(json_object_get(j, "source"));
+                return json_pack("{s:s,s:s}", "k", "overflow", "source",
+                                 src && strcmp(src, "scan") == 0 ? "scan" : "kernel");
+        }
         if (strcmp(e, "limit") == 0) {
                 json_t *n = json_object_get(j, "watches");
                 return json_pack("{s:s,s:I}", "k", "limit", "watches",
