@@ -366,3 +366,67 @@ def test_the_hop_keeps_its_connection_alive(pair):
     finally:
         with Api(a) as on_a:
             on_a.delete(f"/v1/sandboxes/{sbx.id}")
+
+
+def test_watches_sessions_and_the_interpreter_through_the_other_host(pair):
+    """The routes added with watches, sessions and the interpreter's contexts answer through the
+    host that does not run the sandbox as through its own: a watch made, read by cursor and
+    followed, and stopped through b; a session made through b used on either host and revoked;
+    a cell run through b."""
+    a, b = pair
+    with Api(a) as on_a, Api(b, key=a.api_key) as via_b:
+        sbx = _on_a(pair, on_a, driver="namespace", timeoutSeconds=300)
+        base = f"/v1/sandboxes/{sbx.id}"
+        on_a.exec(sbx.id, command="mkdir -p /workspace/w")
+        # A watch: made through b, the change seen through b by cursor and followed.
+        r = via_b.post(f"{base}/files/watches", json={"path": "/workspace/w", "recursive": True})
+        assert r.status_code == 201, r.text
+        watch = r.json()
+        assert watch["sandboxId"] == sbx.id and watch["running"], watch
+        on_a.exec(sbx.id, command="mkdir -p /workspace/w/d/e && echo x > /workspace/w/d/e/f.txt")
+        seen, cursor = set(), 0
+        deadline = time.monotonic() + 20
+        while ("create", "/workspace/w/d/e/f.txt") not in seen and time.monotonic() < deadline:
+            r = via_b.get(f"{base}/files/watches/{watch['id']}/events", params={"cursor": cursor, "waitMs": 2000})
+            assert r.status_code == 200, r.text
+            page = r.json()
+            seen |= {(e["type"], e["path"]) for e in page["events"]}
+            cursor = page["nextCursor"]
+        assert ("create", "/workspace/w/d/e/f.txt") in seen, seen
+        assert via_b.get(f"{base}/files/watches").json()["data"][0]["id"] == watch["id"]
+        with via_b.stream("GET", f"{base}/files/watches/{watch['id']}/events",
+                          params={"cursor": cursor, "follow": "true"}) as resp:
+            assert resp.status_code == 200
+            on_a.exec(sbx.id, command="echo y > /workspace/w/streamed.txt")
+            streamed = []
+            for line in resp.iter_lines():
+                if not line:
+                    continue
+                m = json.loads(line)
+                streamed += [e["path"] for e in m.get("events", [])]
+                if "/workspace/w/streamed.txt" in streamed:
+                    break
+        assert "/workspace/w/streamed.txt" in streamed, streamed
+        r = via_b.delete(f"{base}/files/watches/{watch['id']}")
+        assert r.status_code == 200 and r.json()["stopped"], r.text
+        assert via_b.get(f"{base}/files/watches/{watch['id']}").status_code == 404
+        # A session made through b works on either host, and its revocation holds on both.
+        r = via_b.post(f"{base}/sessions", json={"ttlSeconds": 600})
+        assert r.status_code == 201, r.text
+        session = r.json()
+        for host in (a, b):
+            with Api(host, key=session["token"]) as s:
+                assert s.exec(sbx.id, command="echo $((40+2))")["stdout"] == "42\n"
+                # A session's bounds hold through the hop too: no interpreter, no sessions.
+                assert s.post(f"{base}/interpreter:run", json={"code": "1"}).status_code == 403
+        r = via_b.post(f"{base}/sessions/{session['id']}:revoke", json={})
+        assert r.status_code == 200 and r.json()["state"] == "revoked", r.text
+        for host in (a, b):
+            with Api(host, key=session["token"]) as s:
+                assert s.get(base).status_code == 401
+        # A cell through b, its state kept for the next one through a.
+        r = via_b.post(f"{base}/interpreter:run", json={"code": "x = 20 + 22\nx"})
+        assert r.status_code == 200, r.text
+        r = on_a.post(f"{base}/interpreter:run", json={"code": "x"})
+        assert r.status_code == 200, r.text
+        assert [x["data"]["text/plain"] for x in r.json()["results"] if x["main"]] == ["42"], r.text
