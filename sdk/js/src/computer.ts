@@ -12,7 +12,7 @@
  * The daemon checks every field (points on the screen, key names, text length); what it refuses
  * is thrown as `InvalidRequestError`, a desktop not started as `ConflictError`.
  */
-import { InvalidRequestError } from "./errors.js";
+import { APIConnectionError, InvalidRequestError } from "./errors.js";
 import type { HttpClient } from "./http.js";
 import { dropUndefined, sandboxPath } from "./models.js";
 
@@ -174,7 +174,8 @@ export class DesktopRecordings {
 
   async list(): Promise<Recording[]> {
     const out = await this.#http.request<{ data?: unknown }>("GET", this.#base);
-    return Array.isArray(out?.data) ? (out.data as Recording[]) : [];
+    if (!out || !Array.isArray(out.data)) throw new APIConnectionError("the daemon's answer is not a list of recordings");
+    return out.data as Recording[];
   }
 
   /** The MP4's bytes; a ConflictError while it still records. */
@@ -286,7 +287,8 @@ export class Desktop {
 
   async windows(): Promise<DesktopWindow[]> {
     const out = await this.act<{ windows?: unknown }>({ action: "windows" });
-    return Array.isArray(out?.windows) ? (out.windows as DesktopWindow[]) : [];
+    if (!out || !Array.isArray(out.windows)) throw new APIConnectionError("the daemon's answer is not a list of windows");
+    return out.windows as DesktopWindow[];
   }
 
   /** Raises and focuses a window by the id `windows()` gives; NotFoundError when there is none. */
