@@ -1,9 +1,10 @@
-// sbx.browser and sbx.desktop against the real daemon, on a sandbox of the `desktop` image:
-// the desktop's start and screenshots (PNGs of the screen's size, decoded here), an xterm typed
-// into with xdotool and seen in the next screenshot, a recording listed and downloaded, the
-// browser's cdpUrl driven by a CDP client (node:http's WebSocket upgrade, then a DevTools command),
-// and hostile input refused with the SDK's error classes. tests/integration/test_computer_use.py
-// runs this file on each driver it tests, against a daemon with a preview listener.
+// sbx.browser and sbx.desktop against the real daemon, on a sandbox of the `desktop` image: the
+// desktop's start and its live view, screenshots (PNGs of the screen's size, decoded here), an
+// xterm typed into with xdotool and seen in the next screenshot, a recording listed and
+// downloaded, the browser's cdpUrl driven by a CDP client (node:http's WebSocket upgrade, then
+// DevTools commands), and hostile input refused with the SDK's error classes.
+// tests/integration/test_computer_use.py runs this file on each driver it tests, against a daemon
+// with a preview listener.
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import http from "node:http";
@@ -80,7 +81,7 @@ function throughListener(cdpUrl) {
 }
 
 /* The listener checks a token once per connection: each probe on a connection of its own. */
-function getJson(port, host, path, headers) {
+function get(port, host, path, headers) {
   return new Promise((resolve, reject) => {
     http
       .get({ host: "127.0.0.1", port, path, agent: false, headers: { Host: host, ...headers } }, (res) => {
@@ -172,6 +173,14 @@ daemonTest("desktop: start, screenshots of its size, an xterm typed into and see
   assert.equal(started.running, true);
   assert.equal(started.width, 640);
   assert.match(started.streamUrl, /^http:\/\/6080-sbx-[^/]+\/vnc\.html\?.*runtime_preview_token=/);
+  // The live view: noVNC's page through the listener with the URL's token, and not without it.
+  const view = throughListener(started.streamUrl);
+  const page = await waitFor("noVNC's page", async () => {
+    const r = await get(view.port, view.host, "/vnc.html", { "x-runtime-preview-token": view.token });
+    return r.status === 200 ? r : null;
+  }, 30);
+  assert.ok(page.body.includes("noVNC"), page.body.slice(0, 200));
+  assert.equal((await get(view.port, view.host, "/vnc.html", {})).status, 401);
 
   const empty = decodePng(await sbx.desktop.screenshot());
   assert.deepEqual([empty.width, empty.height], [640, 480]);
@@ -281,11 +290,11 @@ daemonTest("browser: start, its cdpUrl driven by a CDP client, stop", async () =
 
   // DevTools' own /json/version, with the token in a header, names the browser; without it, 401.
   const { host, port, token } = throughListener(started.cdpUrl);
-  const version = await getJson(port, host, "/json/version", { "x-runtime-preview-token": token });
+  const version = await get(port, host, "/json/version", { "x-runtime-preview-token": token });
   assert.equal(version.status, 200, version.body);
   assert.ok(JSON.parse(version.body).webSocketDebuggerUrl.includes(cdp.pathname), version.body);
-  assert.equal((await getJson(port, host, "/json/version", {})).status, 401);
-  assert.equal((await getJson(port, host, "/json/version", { "x-runtime-preview-token": "1.00" })).status, 403);
+  assert.equal((await get(port, host, "/json/version", {})).status, 401);
+  assert.equal((await get(port, host, "/json/version", { "x-runtime-preview-token": "1.00" })).status, 403);
 
   // A DevTools command over the cdpUrl's WebSocket, as a CDP client sends it.
   const answer = await cdpCommand(started.cdpUrl, { method: "Browser.getVersion" });
