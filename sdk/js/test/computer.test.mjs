@@ -209,8 +209,10 @@ daemonTest("desktop: start, screenshots of its size, an xterm typed into and see
   await sbx.desktop.press("Return");
   await waitFor("the typed command's file", async () => (await sbx.exec("cat /tmp/typed.txt 2>/dev/null")).stdout === "typed-by-node\n", 30);
   // The typed line and its new prompt are on the screen: more ink in the window than before.
-  const typed = decodePng(await sbx.desktop.screenshot());
-  assert.ok(inked(typed, ...box) > inkBefore + 200, `ink ${inkBefore} -> ${inked(typed, ...box)}`);
+  // (xterm draws what it read a moment later: the next screenshots, until one shows it.)
+  await waitFor(`the typed line on the screen (ink before it: ${inkBefore})`, async () => {
+    return inked(decodePng(await sbx.desktop.screenshot()), ...box) > inkBefore + 200;
+  }, 20);
 
   await sbx.desktop.move(300, 200);
   assert.deepEqual(await sbx.desktop.cursor(), { x: 300, y: 200 });
