@@ -9,7 +9,8 @@ and leaves the browser and the sandbox running. The cdpUrl is refused without it
 a wrong one. On the desktop the client starts Xvfb and the window manager, launches an xterm,
 types a command into it and reads the screen: the screenshot shows the window. Hostile input
 (points off the screen, unknown key names, unknown actions, overlong text, a window id that is
-no number) gets 400s, and a sandbox of an image without Chromium a 409 naming the image to use."""
+no number) gets 400s, and a sandbox of an image without Chromium a 409 naming the image to use.
+The TypeScript SDK drives the same routes from Node (sdk/js/test/computer.test.mjs)."""
 from __future__ import annotations
 
 import base64
@@ -27,6 +28,7 @@ from helpers import Api, free_port, skip_unless_driver, wait_until
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import _finish_daemon, _start_daemon  # noqa: E402
+from test_js_sdk import NODE, _env, js_build, run_node  # noqa: E402,F401 - js_build: the fixture that builds sdk/js
 
 DRIVERS = ["namespace", "gvisor"]
 
@@ -476,6 +478,15 @@ def test_our_sdk_has_the_same_calls(cdaemon, capi, desktop_image, monkeypatch):
 
     windows, recs, stopped = asyncio.run(awaited())
     assert isinstance(windows, list) and recs == [] and stopped["stopped"] is True
+
+
+def test_ts_sdk_browser_and_desktop(js_build, cdaemon, capi, cdriver, desktop_image):
+    """The TypeScript SDK's sbx.browser and sbx.desktop (sdk/js/test/computer.test.mjs) from Node
+    against this daemon: screenshots decoded, an xterm typed into and seen, a recording listed
+    and downloaded, the cdpUrl driven over its WebSocket, hostile input refused."""
+    if NODE is None:
+        pytest.skip("node is not installed (scripts/install-deps.sh)")
+    run_node("computer.test.mjs", _env(cdaemon, cdriver, RUNTIME_TEST_DESKTOP_IMAGE=desktop_image), 900)
 
 
 def test_cdp_url_under_another_preview_domain(build_dir, image_dir, tmp_path, desktop_image):

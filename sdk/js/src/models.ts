@@ -52,6 +52,11 @@ export const CREATE_FIELDS: readonly (keyof CreateFields)[] = [
 ];
 export const CLIENT_OPTIONS = ["keep", "apiKey", "baseUrl", "httpTimeoutSeconds"] as const;
 
+/** A body of the fields that were given. */
+export function dropUndefined(o: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
+}
+
 export function sandboxPath(id: string, suffix = ""): string {
   return `/v1/sandboxes/${encodeURIComponent(id)}${suffix}`;
 }

@@ -2,6 +2,7 @@
 import { resolveApiKey, resolveEndpoint } from "./config.js";
 import { APIConnectionError, APIError, CommandError, InvalidRequestError, NotFoundError } from "./errors.js";
 import { HttpClient, type Body } from "./http.js";
+import { Browser, Desktop } from "./computer.js";
 import { Interpreter } from "./interpreter.js";
 import { Process, readOutput } from "./process.js";
 import {
@@ -20,6 +21,7 @@ import {
   checkLimit,
   checkPath,
   checkSandboxId,
+  dropUndefined,
   parseEntry,
   parseExecEvent,
   parseExecResult,
@@ -87,6 +89,10 @@ export class Sandbox implements AsyncDisposable {
   readonly previews: Previews;
   /** The stateful Python interpreter (docs/interpreter.md). */
   readonly interpreter: Interpreter;
+  /** Chromium in the sandbox, for CDP clients (docs/computer-use.md; the `desktop` image). */
+  readonly browser: Browser;
+  /** The sandbox's X desktop: actions, screenshots, recordings (docs/computer-use.md). */
+  readonly desktop: Desktop;
 
   /** @internal Use `Sandbox.create`, `Sandbox.connect` or `Sandbox.list`. */
   constructor(http: HttpClient, data: unknown, keep = true, ownsHttp = true) {
@@ -97,6 +103,8 @@ export class Sandbox implements AsyncDisposable {
     this.files = new Files(this);
     this.previews = new Previews(this);
     this.interpreter = new Interpreter(http, this.#data.id);
+    this.browser = new Browser(http, this.#data.id);
+    this.desktop = new Desktop(http, this.#data.id);
   }
 
   /** Create and start a sandbox; resolves once it is running. */
@@ -618,10 +626,6 @@ export interface FileLink {
   archive: boolean;
   maxBytes?: number;
   filename?: string;
-}
-
-function dropUndefined(o: Record<string, unknown>): Record<string, unknown> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
 }
 
 /** A sandbox's egress policy as last answered; `set()` replaces it. */
