@@ -816,9 +816,17 @@ static bool admit(Conn *c, App *app, const PreviewHead *h, const StorePreview *p
                 int64_t exp = 0;
                 for (size_t i = 0; i < qtok.n && qtok.p[i] != '.'; i++)
                         exp = exp * 10 + (qtok.p[i] - '0');
+                /* A preview other sites may frame is a third party in their
+                 * pages, where a Lax cookie is never sent: over HTTPS its
+                 * cookie is SameSite=None and Partitioned (kept apart per
+                 * top-level site, so no other site's page sends it). */
+                bool third_party = p->embed_origins[0] && app->preview_site->https;
                 snprintf(c->cookie, sizeof c->cookie,
-                         "Set-Cookie: %s=%.*s; Path=/; Max-Age=%" PRId64 "; HttpOnly; SameSite=Lax%s\r\n",
-                         PREVIEW_TOKEN_ARG, (int)qtok.n, qtok.p, exp - now, app->preview_site->https ? "; Secure" : "");
+                         "Set-Cookie: %s=%.*s; Path=/; Max-Age=%" PRId64 "; HttpOnly; %s\r\n", PREVIEW_TOKEN_ARG,
+                         (int)qtok.n, qtok.p, exp - now,
+                         third_party                  ? "SameSite=None; Secure; Partitioned"
+                         : app->preview_site->https ? "SameSite=Lax; Secure"
+                                                      : "SameSite=Lax");
         }
         return true;
 }
@@ -827,7 +835,7 @@ static bool admit(Conn *c, App *app, const PreviewHead *h, const StorePreview *p
  * line, each checked by preview_embed_origin_ok when stored) may frame:
  * the preview's own pages may frame it too. */
 static void frame_policy(const char *origins, char *ret, size_t n) {
-        size_t at = (size_t)snprintf(ret, n, "Content-Security-Policy: frame-ancestors 'self'");
+        size_t at = (size_t)snprintf(ret, n, "Content-Security-Policy: frame-ancestors 'self' ");
         for (const char *o = origins; *o && at + 4 < n; o++)
                 ret[at++] = *o == '\n' ? ' ' : *o;
         if (at + 3 > n)
