@@ -193,6 +193,30 @@ def status_of(resp: bytes) -> int:
     return int(resp[9:12])
 
 
+def websocket_echo(pdaemon, host: str, extra: str = "") -> dict:
+    """A WebSocket to /ws of the preview at host: its 101 head's headers, once a frame went
+    through and its echo came back."""
+    s = socket.create_connection(("127.0.0.1", pdaemon.preview_port), timeout=20)
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall(f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n".encode())
+    f = s.makefile("rb")
+    assert b" 101 " in f.readline()
+    headers = {}
+    while (line := f.readline()) != b"\r\n":
+        k, v = line.decode().split(":", 1)
+        headers.setdefault(k.strip().lower(), []).append(v.strip())
+    want = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+    assert headers["sec-websocket-accept"] == [want.decode()]
+    mask = os.urandom(4)
+    payload = b"ping"
+    s.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    frame = f.read(2)
+    assert frame[0] == 0x81 and f.read(frame[1]) == b"echo:ping"
+    s.close()
+    return headers
+
+
 # ---------------------------------------------------------------------------
 # The published client's calls, public and private, on every driver
 
@@ -377,25 +401,7 @@ def test_keep_alive_streaming_and_websocket(pdaemon, papi, pdriver):
         assert status_of(resp) == 200 and resp.endswith(b"hello from the sandbox</p>"), resp[-200:]
 
     # A WebSocket through the preview.
-    s = socket.create_connection(("127.0.0.1", pdaemon.preview_port), timeout=20)
-    key = base64.b64encode(os.urandom(16)).decode()
-    s.sendall(f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-              f"Cookie: runtime_preview_token={tok}\r\n\r\n".encode())
-    f = s.makefile("rb")
-    assert b" 101 " in f.readline()
-    headers = {}
-    while (line := f.readline()) != b"\r\n":
-        k, v = line.decode().split(":", 1)
-        headers[k.strip().lower()] = v.strip()
-    want = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
-    assert headers["sec-websocket-accept"] == want.decode()
-    mask = os.urandom(4)
-    payload = b"ping"
-    s.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
-    frame = f.read(2)
-    assert frame[0] == 0x81 and f.read(frame[1]) == b"echo:ping"
-    s.close()
+    websocket_echo(pdaemon, host, f"Cookie: runtime_preview_token={tok}\r\n")
 
 
 # ---------------------------------------------------------------------------
@@ -744,6 +750,21 @@ print(json.dumps({"made": made, "kept": kept, "got": sbx.previews.get(8000), "li
     # The server saw Connection: close, whatever the client asked.
     seen = get(pdaemon, url, path="/headers", headers={"Connection": "keep-alive"}).json()["headers"]
     assert {k.lower(): v for k, v in seen.items()}["connection"] == "close"
+
+    # A WebSocket: its 101 head carries the policy, and it runs on as bytes.
+    ws = websocket_echo(pdaemon, host)
+    assert ws["content-security-policy"] == [policy] and ws["connection"] == ["Upgrade"], ws
+    # A server that answers no HTTP head: a page says so (the head is what gets rewritten).
+    junk = "import socket\nl = socket.create_server(('127.0.0.1', 8002))\nwhile True:\n" \
+           "    c, _ = l.accept(); c.recv(65536); c.sendall(b'not http at all\\n' * 2000); c.close()\n"
+    papi.put_file(sbx.id, "/workspace/junk.py", junk.encode()).raise_for_status()
+    papi.post(f"/v1/sandboxes/{sbx.id}/processes", json={"command": "exec python3 /workspace/junk.py"})
+    probe = "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8002), 2).close()'"
+    wait_until(lambda: papi.exec(sbx.id, command=probe)["exitCode"] == 0, 60, 0.2, what="the junk server")
+    jp = papi.post(f"/v1/sandboxes/{sbx.id}/previews",
+                   json={"port": 8002, "visibility": "public", "embedOrigins": ["https://app.example.com"]}).json()
+    bad = get(pdaemon, jp["url"])
+    assert bad.status_code == 502 and "no HTTP/1.1 head" in bad.text, bad.text[:300]
 
     # A private one: the token's cookie and the policy on the same answer.
     priv = papi.post(f"/v1/sandboxes/{sbx.id}/previews",
