@@ -616,6 +616,9 @@ static void *pump_main(void *arg) {
         }
         if (inject && held && !framed)
                 (void)send_all(c, first, held);
+        else if (inject && held)
+                send_page(c, 502, "Bad Gateway", "No whole answer",
+                          "the server in the sandbox closed the connection before its answer's head was whole");
         /* Either side's end is the connection's: the reader wakes. */
         atomic_store(&c->closing, true);
         (void)shutdown(c->fd, SHUT_RDWR);
