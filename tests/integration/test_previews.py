@@ -10,7 +10,9 @@ this one, heads that two parsers could read two ways are refused, a slow head is
 other connections go on, keep-alive, a streamed answer and a WebSocket pass through, a stopped
 sandbox answers a page saying so, a TTL ends a preview. A real headless Chromium opens the
 urlWithToken and is refused the plain URL; the OpenAI Agents SDK integration's
-resolve_exposed_port gives an endpoint a fetch with its token reaches."""
+resolve_exposed_port gives an endpoint a fetch with its token reaches. embedOrigins: the
+frame-ancestors policy beside the server's own, its X-Frame-Options dropped, one answer a
+connection, bad origins refused, and the same call through both clients and the TypeScript SDK."""
 from __future__ import annotations
 
 import base64
@@ -32,6 +34,7 @@ from helpers import Api, free_port, skip_unless_driver, wait_until
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import _finish_daemon, _start_daemon  # noqa: E402
+from test_js_sdk import js_build  # noqa: E402,F401  (the TypeScript SDK, built once)
 
 PREVIEW_DRIVERS = ["namespace", "gvisor"]
 
@@ -52,7 +55,17 @@ class H(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
     def do_GET(self):
-        if self.path.startswith("/headers"):
+        if self.path == "/framed":
+            # A server with framing rules of its own: a preview's owner may loosen them, never the
+            # server widen the owner's.
+            body = b"framed"
+            self.send_response(200)
+            self.send_header("X-Frame-Options", "DENY")
+            self.send_header("Content-Security-Policy", "frame-ancestors *; default-src 'self'")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif self.path.startswith("/headers"):
             self.send_body(json.dumps({"path": self.path, "headers": dict(self.headers.items())}).encode(),
                            "application/json")
         elif self.path == "/stream":
@@ -178,6 +191,30 @@ def name_of(sid: str, port: int = 8000, domain: str = "localhost") -> str:
 def status_of(resp: bytes) -> int:
     assert resp.startswith(b"HTTP/1.1 "), resp[:200]
     return int(resp[9:12])
+
+
+def websocket_echo(pdaemon, host: str, extra: str = "") -> dict:
+    """A WebSocket to /ws of the preview at host: its 101 head's headers, once a frame went
+    through and its echo came back."""
+    s = socket.create_connection(("127.0.0.1", pdaemon.preview_port), timeout=20)
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall(f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n".encode())
+    f = s.makefile("rb")
+    assert b" 101 " in f.readline()
+    headers = {}
+    while (line := f.readline()) != b"\r\n":
+        k, v = line.decode().split(":", 1)
+        headers.setdefault(k.strip().lower(), []).append(v.strip())
+    want = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+    assert headers["sec-websocket-accept"] == [want.decode()]
+    mask = os.urandom(4)
+    payload = b"ping"
+    s.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    frame = f.read(2)
+    assert frame[0] == 0x81 and f.read(frame[1]) == b"echo:ping"
+    s.close()
+    return headers
 
 
 # ---------------------------------------------------------------------------
@@ -364,25 +401,7 @@ def test_keep_alive_streaming_and_websocket(pdaemon, papi, pdriver):
         assert status_of(resp) == 200 and resp.endswith(b"hello from the sandbox</p>"), resp[-200:]
 
     # A WebSocket through the preview.
-    s = socket.create_connection(("127.0.0.1", pdaemon.preview_port), timeout=20)
-    key = base64.b64encode(os.urandom(16)).decode()
-    s.sendall(f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-              f"Cookie: runtime_preview_token={tok}\r\n\r\n".encode())
-    f = s.makefile("rb")
-    assert b" 101 " in f.readline()
-    headers = {}
-    while (line := f.readline()) != b"\r\n":
-        k, v = line.decode().split(":", 1)
-        headers[k.strip().lower()] = v.strip()
-    want = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
-    assert headers["sec-websocket-accept"] == want.decode()
-    mask = os.urandom(4)
-    payload = b"ping"
-    s.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
-    frame = f.read(2)
-    assert frame[0] == 0x81 and f.read(frame[1]) == b"echo:ping"
-    s.close()
+    websocket_echo(pdaemon, host, f"Cookie: runtime_preview_token={tok}\r\n")
 
 
 # ---------------------------------------------------------------------------
@@ -680,3 +699,190 @@ def test_tls_with_the_operators_certificate(build_dir, image_dir, tmp_path):
             assert not got.startswith(b"HTTP/"), got[:200]
     finally:
         _finish_daemon(t)
+
+
+# ---------------------------------------------------------------------------
+# embedOrigins: the sites that may show a preview in a frame
+
+
+def frame_policies(resp: httpx.Response) -> list[str]:
+    return resp.headers.get_list("content-security-policy")
+
+
+def test_embed_origins(published_client, pdaemon, papi, pdriver):
+    """A preview with embedOrigins is answered with frame-ancestors naming them beside the
+    server's own policy, without the server's X-Frame-Options, one answer a connection; an empty
+    list is today's behaviour (the server's headers unchanged)."""
+    sbx = papi.create_sandbox(driver=pdriver)
+    start_app(papi, sbx.id)
+    got = published_client.run_json(pdaemon, """
+import json, sys
+from withruntime import Sandbox
+sbx = Sandbox.connect(sys.argv[1])
+made = sbx.previews.create(8000, visibility="public",
+                           embed_origins=["https://app.example.com", "https://*.example.org:8443"])
+kept = sbx.previews.create(8000, visibility="public")
+print(json.dumps({"made": made, "kept": kept, "got": sbx.previews.get(8000), "listed": sbx.previews.list()}))
+""", args=[sbx.id], timeout=300)
+    want = ["https://app.example.com", "https://*.example.org:8443"]
+    assert got["made"]["embedOrigins"] == want, got
+    assert got["kept"]["embedOrigins"] == want  # left out: the shared port keeps its list
+    assert got["got"]["embedOrigins"] == want and got["listed"][0]["embedOrigins"] == want
+    url = got["made"]["url"]
+    policy = "frame-ancestors 'self' https://app.example.com https://*.example.org:8443"
+
+    plain = get(pdaemon, url)
+    assert plain.status_code == 200 and "hello from the sandbox" in plain.text
+    assert frame_policies(plain) == [policy], plain.headers
+    assert "x-frame-options" not in plain.headers
+    assert plain.headers["connection"] == "close"
+    # The server's own policy stays beside the owner's: a browser enforces both, so its
+    # frame-ancestors * widens nothing; its X-Frame-Options goes.
+    framed = get(pdaemon, url, path="/framed")
+    assert framed.status_code == 200 and framed.text == "framed"
+    assert sorted(frame_policies(framed)) == sorted([policy, "frame-ancestors *; default-src 'self'"])
+    assert "x-frame-options" not in framed.headers
+    # One answer a connection: a kept-alive request's answer is followed by the close.
+    host = host_of(url)
+    two = raw(pdaemon, f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\nGET /framed HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    assert status_of(two) == 200 and two.count(b"HTTP/1.1 ") == 1, two[:400]
+    assert f"Content-Security-Policy: {policy}\r\n".encode() in two
+    # The server saw Connection: close, whatever the client asked.
+    seen = get(pdaemon, url, path="/headers", headers={"Connection": "keep-alive"}).json()["headers"]
+    assert {k.lower(): v for k, v in seen.items()}["connection"] == "close"
+
+    # A WebSocket: its 101 head carries the policy, and it runs on as bytes.
+    ws = websocket_echo(pdaemon, host)
+    assert ws["content-security-policy"] == [policy] and ws["connection"] == ["Upgrade"], ws
+    # A server that answers no HTTP head: a page says so (the head is what gets rewritten).
+    junk = "import socket\nl = socket.create_server(('127.0.0.1', 8002))\nwhile True:\n" \
+           "    c, _ = l.accept(); c.recv(65536); c.sendall(b'not http at all\\n' * 2000); c.close()\n"
+    papi.put_file(sbx.id, "/workspace/junk.py", junk.encode()).raise_for_status()
+    papi.post(f"/v1/sandboxes/{sbx.id}/processes", json={"command": "exec python3 /workspace/junk.py"})
+    probe = "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8002), 2).close()'"
+    wait_until(lambda: papi.exec(sbx.id, command=probe)["exitCode"] == 0, 60, 0.2, what="the junk server")
+    jp = papi.post(f"/v1/sandboxes/{sbx.id}/previews",
+                   json={"port": 8002, "visibility": "public", "embedOrigins": ["https://app.example.com"]}).json()
+    bad = get(pdaemon, jp["url"])
+    assert bad.status_code == 502 and "no HTTP/1.1 head" in bad.text, bad.text[:300]
+
+    # A private one: the token's cookie and the policy on the same answer.
+    priv = papi.post(f"/v1/sandboxes/{sbx.id}/previews",
+                     json={"port": 8000, "visibility": "private", "embedOrigins": ["http://localhost:3000"]}).json()
+    assert priv["embedOrigins"] == ["http://localhost:3000"]
+    q = get(pdaemon, priv["url"], path=f"/headers?runtime_preview_token={priv['token']}")
+    assert q.status_code == 200 and q.json()["path"] == "/headers"
+    assert q.headers["set-cookie"].startswith("runtime_preview_token=")
+    assert frame_policies(q) == ["frame-ancestors 'self' http://localhost:3000"]
+    assert get(pdaemon, priv["url"]).status_code == 401
+
+    # [] is any site: the server's answers pass unchanged, kept-alive as before.
+    anyone = papi.post(f"/v1/sandboxes/{sbx.id}/previews",
+                       json={"port": 8000, "visibility": "public", "embedOrigins": []}).json()
+    assert anyone["embedOrigins"] == []
+    page = get(pdaemon, url)
+    assert frame_policies(page) == [] and "x-frame-options" not in page.headers
+    framed = get(pdaemon, url, path="/framed")
+    assert framed.headers["x-frame-options"] == "DENY"
+    assert frame_policies(framed) == ["frame-ancestors *; default-src 'self'"]
+    two = raw(pdaemon, f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\nGET /framed HTTP/1.1\r\nHost: {host}\r\n"
+                       f"Connection: close\r\n\r\n".encode())
+    assert two.count(b"HTTP/1.1 200") == 2, two[:600]
+
+
+def test_embed_origins_refused_and_sdks(pdaemon, papi, js_build):
+    """Bad origins are refused 400 naming the field, and leave the list as it was; our Python
+    SDK (blocking and asyncio) and the TypeScript SDK send embedOrigins by the published
+    client's names."""
+    skip_unless_driver(pdaemon, "namespace")
+    sbx_info = papi.create_sandbox(driver="namespace")
+    sid = sbx_info.id
+    base = f"/v1/sandboxes/{sid}/previews"
+    papi.post(base, json={"port": 8000, "embedOrigins": ["https://app.example.com"]}).raise_for_status()
+    bad = ["*", "null", "javascript:alert(1)", "https://app.example.com/", "https://app.example.com/path",
+           "https://a.example.com https://evil.com", "https://a.example.com,https://evil.com",
+           "https://a.example.com;script-src *", "https://a.example.com\r\nX-Evil: 1", "https://*.com",
+           "ftp://example.com", "HTTPS://APP.EXAMPLE.COM", "https://app.example.com:99999", "'self'",
+           "https://" + "a" * 260 + ".com", "", "https://*.*.example.com"]
+    for origin in bad:
+        r = papi.post(base, json={"port": 8000, "embedOrigins": ["https://ok.example.com", origin]})
+        assert r.status_code == 400, (origin, r.text)
+        err = r.json()["error"]
+        assert err["code"] == "invalid_request" and "embedOrigins[1]" in err["message"], (origin, err)
+    for body in ({"embedOrigins": "https://app.example.com"}, {"embedOrigins": [1]},
+                 {"embedOrigins": [f"https://s{i}.example.com" for i in range(17)]}, {"embedOrigins": {}}):
+        r = papi.post(base, json={"port": 8000, **body})
+        assert r.status_code == 400 and "embedOrigins" in r.json()["error"]["message"], (body, r.text)
+    assert papi.get(f"{base}/8000").json()["embedOrigins"] == ["https://app.example.com"]
+    sixteen = [f"https://s{i}.example.com" for i in range(16)]
+    assert papi.post(base, json={"port": 8000, "embedOrigins": sixteen}).json()["embedOrigins"] == sixteen
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
+    import asyncio
+
+    from withruntime import AsyncSandbox, Sandbox
+    from withruntime.errors import InvalidRequestError
+
+    sbx = Sandbox.connect(sid, api_key=pdaemon.api_key, base_url=pdaemon.base_url)
+    assert sbx.previews.create(8000, embed_origins=["https://ours.example.com"])["embedOrigins"] == [
+        "https://ours.example.com"]
+    with pytest.raises(InvalidRequestError):
+        sbx.previews.create(8000, embed_origins=["*"])
+    sbx.close()
+
+    async def run_async():
+        a = await AsyncSandbox.connect(sid, api_key=pdaemon.api_key, base_url=pdaemon.base_url)
+        p = await a.previews.create(8000, embed_origins=["https://*.ours.example.com"])
+        await a.close()
+        return p
+
+    assert asyncio.run(run_async())["embedOrigins"] == ["https://*.ours.example.com"]
+
+    script = js_build / "embed-check.mjs"
+    script.write_text("""
+import { Sandbox } from "./dist/index.js";
+const sbx = await Sandbox.connect(process.argv[2], { apiKey: process.env.KEY, baseUrl: process.env.URL });
+const made = await sbx.previews.create(8000, { embedOrigins: ["https://ts.example.com"] });
+let refused = "";
+try { await sbx.previews.create(8000, { embedOrigins: ["null"] }); } catch (e) { refused = e.code ?? String(e); }
+console.log(JSON.stringify({ made: made.embedOrigins, got: (await sbx.previews.get(8000)).embedOrigins, refused }));
+""")
+    try:
+        out = subprocess.run(["node", str(script), sid], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "KEY": pdaemon.api_key, "URL": pdaemon.base_url})
+    finally:
+        script.unlink()
+    assert out.returncode == 0, out.stderr
+    ts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert ts == {"made": ["https://ts.example.com"], "got": ["https://ts.example.com"],
+                  "refused": "invalid_request"}, ts
+
+
+def test_embed_origins_cookie_behind_https(build_dir, image_dir, tmp_path):
+    """Behind HTTPS (--preview-https), a private preview that other sites may frame sets its
+    token's cookie SameSite=None and Partitioned, which a third-party frame sends; one no other
+    site frames keeps SameSite=Lax."""
+    port = free_port()
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-embed-https",
+                      extra_args=["--preview-listen", f"127.0.0.1:{port}", "--preview-https"])
+    d.preview_port = port
+    api = Api(d)
+    try:
+        skip_unless_driver(d, "namespace")
+        sbx = api.create_sandbox(driver="namespace")
+        start_app(api, sbx.id)
+        base = f"/v1/sandboxes/{sbx.id}/previews"
+        p = api.post(base, json={"port": 8000, "embedOrigins": ["https://app.example.com"]}).json()
+        assert p["url"].startswith("https://")
+        q = get(d, p["url"], path=f"/?runtime_preview_token={p['token']}")
+        assert q.status_code == 200
+        cookie = q.headers["set-cookie"]
+        assert "SameSite=None; Secure; Partitioned" in cookie and "HttpOnly" in cookie, cookie
+        assert frame_policies(q) == ["frame-ancestors 'self' https://app.example.com"]
+        p = api.post(base, json={"port": 8000, "embedOrigins": []}).json()
+        cookie = get(d, p["url"], path=f"/?runtime_preview_token={p['token']}").headers["set-cookie"]
+        assert "SameSite=Lax; Secure" in cookie and "Partitioned" not in cookie, cookie
+    finally:
+        api.delete_all()
+        api.close()
+        _finish_daemon(d)

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "common/macro.h"
 #include "daemon/http/preview_head.h"
 #include "daemon/manager/previews.h"
 #include "daemon/store/store.h"
@@ -120,6 +121,35 @@ static void test_chunked_bodies(void **state) {
         }
 }
 
+/* The sites that may frame a preview: origins only, since each is
+ * written into a Content-Security-Policy header as it is. */
+static void test_embed_origins(void **state) {
+        static const char *const good[] = {
+                "https://app.example.com", "http://localhost:3000", "https://*.example.com",
+                "https://*.example.com:8443", "http://127.0.0.1:8080", "https://[::1]:8443",
+        };
+        static const char *const bad[] = {
+                "*", "null", "javascript:alert(1)", "https://app.example.com/", "https://app.example.com/x",
+                "https://app.example.com:0", "https://app.example.com:99999", "https://a.example.com https://b.com",
+                "https://a.example.com,https://b.com", "https://a.example.com;script-src *", "https://a.example.com\r\nX: y",
+                "ftp://example.com", "https://*.com", "https://*", "https://*.", "https://*.*.example.com",
+                "https://a.*.example.com", "https://*.[::1]", "HTTPS://APP.EXAMPLE.COM", "https://", "'self'",
+                "https://app.example.com:*", "data:", "https://app.example.com?x", "https://app.example.com#x",
+                "https://user@app.example.com", "",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(good); i++)
+                assert_true(preview_embed_origin_ok(good[i], strlen(good[i])));
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                if (preview_embed_origin_ok(bad[i], strlen(bad[i])))
+                        fail_msg("taken: %s", bad[i]);
+        }
+        char nul[] = "https://a.example.com\0.evil";
+        assert_false(preview_embed_origin_ok(nul, sizeof nul - 1));
+        char longest[300];
+        snprintf(longest, sizeof longest, "https://%0250d.com", 0);
+        assert_false(preview_embed_origin_ok(longest, strlen(longest)));
+}
+
 static void test_tokens(void **state) {
         char dir[] = "/tmp/preview-tokens-XXXXXX", path[96];
         assert_non_null(mkdtemp(dir));
@@ -128,8 +158,8 @@ static void test_tokens(void **state) {
         Previews *pv = NULL;
         assert_int_equal(previews_open(&store_sqlite, path, key, &pv), 0);
         StorePreview p, q;
-        assert_int_equal(previews_put(pv, "sbx_0123456789abcdef0123", "alice", 8000, false, 0, &p), 0);
-        assert_int_equal(previews_put(pv, "sbx_0123456789abcdef0123", "alice", 8001, false, 0, &q), 0);
+        assert_int_equal(previews_put(pv, "sbx_0123456789abcdef0123", "alice", 8000, false, 0, NULL, &p), 0);
+        assert_int_equal(previews_put(pv, "sbx_0123456789abcdef0123", "alice", 8001, false, 0, NULL, &q), 0);
         char tok[PREVIEW_TOKEN_MAX];
         int64_t end = 0;
         assert_int_equal(previews_token(pv, &p, 2000000000, tok, &end), 0);
@@ -151,7 +181,7 @@ static void test_tokens(void **state) {
         assert_int_equal(previews_token(pv, &p, 2000000000, tok, NULL), 0);
         assert_true(previews_token_ok(pv, &p, tok, strlen(tok), 1000));
         /* A preview with an end caps its tokens. */
-        assert_int_equal(previews_put(pv, p.sandbox_id, "alice", 8000, false, 1500, &p), 0);
+        assert_int_equal(previews_put(pv, p.sandbox_id, "alice", 8000, false, 1500, NULL, &p), 0);
         assert_int_equal(previews_token(pv, &p, 2000000000, tok, &end), 0);
         assert_int_equal(end, 1500);
         assert_true(preview_expired(&p, 1500));
@@ -174,6 +204,7 @@ int main(void) {
                 cmocka_unit_test(test_what_is_refused),
                 cmocka_unit_test(test_chunked_bodies),
                 cmocka_unit_test(test_tokens),
+                cmocka_unit_test(test_embed_origins),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

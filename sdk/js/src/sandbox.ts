@@ -583,6 +583,8 @@ export class Previews {
   /**
    * Shares `port`, or changes the visibility and end of the preview already there. `visibility` is
    * "private" (the default: a token is needed) or "public"; `ttlSeconds` and `expiresAt` end the preview.
+   * `embedOrigins` names the only sites that may show it in a frame (`["https://app.example.com",
+   * "https://*.example.com"]`, up to 16); `[]` is any site, the default; left out, a shared port keeps its list.
    */
   async create(port: number, opts: { visibility?: "private" | "public"; ttlSeconds?: number; expiresAt?: string; embedOrigins?: string[] } = {}): Promise<Preview> {
     return this.#sbx.http.request<Preview>("POST", this.#url(), { json: dropUndefined({ port: Previews.#port(port), ...opts }) });

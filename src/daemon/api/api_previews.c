@@ -113,6 +113,14 @@ static json_t *preview_json(Req *r, const StorePreview *p, int64_t token_end) {
                                              "createdAt", created, "embedOrigins");
         if (!j)
                 return NULL;
+        json_t *embed = json_object_get(j, "embedOrigins");
+        for (const char *o = p->embed_origins; *o;) {
+                const char *nl = strchr(o, '\n');
+                size_t n = nl ? (size_t)(nl - o) : strlen(o);
+                if (json_array_append_new(embed, json_stringn(o, n)) < 0)
+                        return NULL;
+                o += nl ? n + 1 : n;
+        }
         if (p->expires_at > 0 && time_format_rfc3339(p->expires_at, at) == 0)
                 json_object_set_new(j, "expiresAt", json_string(at));
         else
@@ -138,6 +146,40 @@ static json_t *preview_json(Req *r, const StorePreview *p, int64_t token_end) {
         json_object_set_new(j, "urlWithToken", json_string(with));
         explicit_bzero(token, sizeof token);
         return TAKE_PTR(j);
+}
+
+/* embedOrigins: *ret the origins one a line ("": any site may frame the
+ * preview), or NULL when left out (a shared port keeps its own). */
+static int parse_embed(json_t *list, char *buf, size_t cap, const char **ret, ApiError *e) {
+        size_t at = 0, i;
+        json_t *v;
+        *ret = NULL;
+        if (!list || json_is_null(list))
+                return 0;
+        if (!json_is_array(list) || json_array_size(list) > PREVIEW_EMBED_MAX_ORIGINS)
+                return api_error(e, 400, "invalid_request", "[] lets any site frame the preview",
+                                 "embedOrigins is a list of at most %d origins", PREVIEW_EMBED_MAX_ORIGINS);
+        buf[0] = '\0';
+        json_array_foreach(list, i, v) {
+                const char *o = json_string_value(v);
+                size_t n = o ? json_string_length(v) : 0;
+                if (!o || !preview_embed_origin_ok(o, n))
+                        return api_error(e, 400, "invalid_request",
+                                         "an origin is a site's scheme, host and port: https://app.example.com or "
+                                         "https://*.example.com",
+                                         "embedOrigins[%zu] is not an origin (lowercase http or https, no path, no "
+                                         "trailing slash)",
+                                         i);
+                if (at + n + 2 > cap)
+                        return api_error(e, 400, "invalid_request", NULL, "embedOrigins are too long");
+                if (at)
+                        buf[at++] = '\n';
+                memcpy(buf + at, o, n);
+                at += n;
+                buf[at] = '\0';
+        }
+        *ret = buf;
+        return 0;
 }
 
 static enum MHD_Result store_failed(Req *r, const char *what, int rc) {
@@ -185,13 +227,10 @@ enum MHD_Result handle_previews_create(Req *r) {
                 api_error(&e, 400, "invalid_request", NULL, "ttlSeconds is a number, expiresAt a timestamp");
                 return reply_error(r, &e);
         }
-        /* An iframe allow-list is not kept by this server: any site may show
-         * a preview, which is what an empty list asks. */
-        if (jembed && !json_is_null(jembed) && (!json_is_array(jembed) || json_array_size(jembed) > 0)) {
-                api_error(&e, 501, "not_implemented", "leave embedOrigins out or empty",
-                          "this server does not restrict which sites may embed a preview");
+        char embed_buf[STORE_PREVIEW_EMBED_MAX];
+        const char *embed = NULL;
+        if (parse_embed(jembed, embed_buf, sizeof embed_buf, &embed, &e) < 0)
                 return reply_error(r, &e);
-        }
         char ttl[24];
         if (jttl && json_is_integer(jttl))
                 snprintf(ttl, sizeof ttl, "%" JSON_INTEGER_FORMAT, json_integer_value(jttl));
@@ -203,12 +242,13 @@ enum MHD_Result handle_previews_create(Req *r) {
         bool public = jvis && json_is_string(jvis) && strcmp(json_string_value(jvis), "public") == 0;
         StorePreview p;
         int rc = previews_put(r->app->previews, r->route.sandbox_id, r->key.owner, (unsigned)json_integer_value(jport),
-                              public, end, &p);
+                              public, end, embed, &p);
         if (rc < 0)
                 return store_failed(r, "writing", rc);
         /* A preview made private again: its open connections were let in
-         * without a token, and go. */
-        if (!public)
+         * without a token, and go; so do those answered under the sites
+         * that could frame it before. */
+        if (!public || embed)
                 preview_proxy_close(r->route.sandbox_id, p.port);
         char port_text[8];
         snprintf(port_text, sizeof port_text, "%u", p.port);
@@ -352,7 +392,7 @@ int api_preview_share(Req *r, unsigned port, char *ret_url, size_t url_len, char
         /* None yet (or one that ended): a private one that lives as long as
          * the sandbox. One the owner shared already is used as it is. */
         if (rc == -ENOENT)
-                rc = previews_put(r->app->previews, r->route.sandbox_id, r->key.owner, port, false, 0, &p);
+                rc = previews_put(r->app->previews, r->route.sandbox_id, r->key.owner, port, false, 0, NULL, &p);
         if (rc < 0) {
                 log_error(r->rid, "sharing port %u of %s: %s", port, r->route.sandbox_id, strerror(-rc));
                 return api_error(e, 503, "unavailable", "try again", "the previews' store did not answer");

@@ -62,6 +62,10 @@ typedef struct Conn {
         atomic_bool closing;
         _Atomic int64_t active_ms; /* the last byte either way (monotonic) */
         char cookie[256];          /* Set-Cookie for the first answer; "": none */
+        /* The preview's Content-Security-Policy line when only some sites
+         * may frame it (its embed origins); "": any site, answers pass
+         * unchanged. */
+        char frame[STORE_PREVIEW_EMBED_MAX + 64];
 } Conn;
 
 struct PreviewProxy {
@@ -408,8 +412,11 @@ static bool token_ok(void *userdata, PreviewSpan t) {
 
 /* The head as the server in the sandbox gets it: the request line with
  * target, every header but the token's, and the Cookie header without the
- * token's cookie. */
-static int rewrite_head(const PreviewHead *h, const char *target, char *out, size_t cap, size_t *ret_len) {
+ * token's cookie. one_answer: the connection ends after this request's
+ * answer (Connection: close in place of the client's Connection and
+ * Keep-Alive), unless it asks for an upgrade. */
+static int rewrite_head(const PreviewHead *h, const char *target, bool one_answer, char *out, size_t cap,
+                        size_t *ret_len) {
         size_t at = 0;
         int n = snprintf(out, cap, "%.*s %s HTTP/1.%c\r\n", (int)h->method.n, h->method.p, target,
                          h->http10 ? '0' : '1');
@@ -420,6 +427,8 @@ static int rewrite_head(const PreviewHead *h, const char *target, char *out, siz
         for (size_t i = 0; i < h->n_fields; i++) {
                 PreviewSpan f = h->fields[i];
                 if (preview_field_is(f, PREVIEW_TOKEN_HEADER))
+                        continue;
+                if (one_answer && !h->upgrade && (preview_field_is(f, "connection") || preview_field_is(f, "keep-alive")))
                         continue;
                 if (preview_field_is(f, "cookie")) {
                         PreviewSpan v = preview_field_value(f);
@@ -451,6 +460,12 @@ static int rewrite_head(const PreviewHead *h, const char *target, char *out, siz
                         return -EMSGSIZE;
                 at += (size_t)n;
         }
+        if (one_answer && !h->upgrade) {
+                n = snprintf(out + at, cap - at, "Connection: close\r\n");
+                if (n < 0 || (size_t)n >= cap - at)
+                        return -EMSGSIZE;
+                at += (size_t)n;
+        }
         if (cap - at < 3)
                 return -EMSGSIZE;
         memcpy(out + at, "\r\n", 3);
@@ -460,6 +475,90 @@ static int rewrite_head(const PreviewHead *h, const char *target, char *out, siz
 
 /* ---- the sandbox's side ---- */
 
+static bool line_names(const char *line, size_t n, const char *name) {
+        size_t k = strlen(name);
+        if (n <= k || strncasecmp(line, name, k) != 0)
+                return false;
+        /* "X-Frame-Options :" too: whatever a browser might still read as
+         * that header goes. */
+        while (k < n && (line[k] == ' ' || line[k] == '\t'))
+                k++;
+        return k < n && line[k] == ':';
+}
+
+/* Sends the head of an answer (n bytes, its blank line included) of a
+ * preview that only some sites may frame: the server's headers but
+ * X-Frame-Options (it cannot name sites, and a browser that reads the
+ * policy below ignores it anyway), then the preview's policy beside the
+ * server's own (a browser enforces every policy an answer carries, so the
+ * server's frame-ancestors can narrow the owner's list, never widen it),
+ * the token's cookie when due, and Connection: close (the connection
+ * carries one answer: the answers after it would need their framing
+ * parsed to be found). */
+static int send_framed_head(Conn *c, const char *head, size_t n, bool upgraded) {
+        size_t cap = n + strlen(c->frame) + strlen(c->cookie) + 32, at = 0;
+        _cleanup_free_ char *out = malloc(cap);
+        if (!out)
+                return -ENOMEM;
+        const char *eol = memmem(head, n, "\r\n", 2);
+        size_t line = (size_t)(eol - head) + 2;
+        memcpy(out, head, line);
+        at = line;
+        bool dropping = false;
+        for (const char *p = head + line; p < head + n - 2;) {
+                const char *e = memmem(p, (size_t)(head + n - p), "\r\n", 2);
+                size_t len = (size_t)(e - p);
+                /* A folded line (obs-fold) goes with the header it
+                 * continues. */
+                if (len == 0 || (*p != ' ' && *p != '\t'))
+                        dropping = line_names(p, len, "x-frame-options") ||
+                                   (!upgraded && (line_names(p, len, "connection") || line_names(p, len, "keep-alive")));
+                if (!dropping) {
+                        memcpy(out + at, p, len + 2);
+                        at += len + 2;
+                }
+                p = e + 2;
+        }
+        at += (size_t)snprintf(out + at, cap - at, "%s%s%s\r\n", c->frame, c->cookie,
+                               upgraded ? "" : "Connection: close\r\n");
+        return send_all(c, out, at);
+}
+
+/* The answers' heads in held (len bytes so far) of a preview that only
+ * some sites may frame: interim answers (1xx but 101) pass as they are,
+ * the final one is rewritten (send_framed_head). 1 once the final head
+ * went, with the bytes after it; 0 while it is incomplete; < 0 when the
+ * server's answer is no HTTP/1 head within PREVIEW_HEAD_MAX bytes (a 502
+ * page went). */
+static int send_framed(Conn *c, char *held, size_t *len) {
+        for (;;) {
+                const char *end = memmem(held, *len, "\r\n\r\n", 4);
+                if (!end) {
+                        if (*len < PREVIEW_HEAD_MAX)
+                                return 0;
+                        break;
+                }
+                size_t n = (size_t)(end - held) + 4;
+                unsigned status = 0;
+                if (n < 16 || strncmp(held, "HTTP/1.", 7) != 0 || held[8] != ' ' ||
+                    sscanf(held + 9, "%3u", &status) != 1 || status < 100 || status > 599)
+                        break;
+                if (status >= 200 || status == 101) {
+                        int w = send_framed_head(c, held, n, status == 101);
+                        if (w == 0)
+                                w = send_all(c, held + n, *len - n);
+                        return w < 0 ? w : 1;
+                }
+                if (send_all(c, held, n) < 0)
+                        return -EPIPE;
+                memmove(held, held + n, *len - n);
+                *len -= n;
+        }
+        send_page(c, 502, "Bad Gateway", "Not an HTTP answer",
+                  "the server in the sandbox answered with no HTTP/1.1 head within 16 KiB (its lines must end with CRLF)");
+        return -EPROTO;
+}
+
 /* Sends the sandbox's bytes to the client until either side ends; the
  * first answer gets the token's cookie when the first request brought the
  * token in its query. */
@@ -467,7 +566,8 @@ static void *pump_main(void *arg) {
         Conn *c = arg;
         char first[PREVIEW_HEAD_MAX];
         size_t held = 0;
-        bool inject = c->cookie[0] != '\0';
+        bool framed = c->frame[0] != '\0';
+        bool inject = framed || c->cookie[0] != '\0';
         for (;;) {
                 ChanEvent ev;
                 int k = chan_stream_next(c->s, POLL_MS, &ev);
@@ -480,7 +580,17 @@ static void *pump_main(void *arg) {
                         break;
                 bool end = ev.type == CHAN_EV_RESULT || ev.type == CHAN_EV_CLOSED || ev.type == CHAN_EV_EOF;
                 int w = 0;
-                if (ev.type == CHAN_EV_DATA && inject) {
+                if (ev.type == CHAN_EV_DATA && framed && inject) {
+                        /* Held until the final answer's head is whole. */
+                        size_t take = ev.len < sizeof first - held ? ev.len : sizeof first - held;
+                        memcpy(first + held, ev.data, take);
+                        held += take;
+                        w = send_framed(c, first, &held);
+                        if (w > 0) {
+                                inject = false;
+                                w = take < ev.len ? send_all(c, ev.data + take, ev.len - take) : 0;
+                        }
+                } else if (ev.type == CHAN_EV_DATA && inject) {
                         /* Held until the status line is whole, then the cookie
                          * goes in after it. */
                         size_t take = ev.len < sizeof first - held ? ev.len : sizeof first - held;
@@ -504,8 +614,11 @@ static void *pump_main(void *arg) {
                 if (end || w < 0)
                         break;
         }
-        if (inject && held)
+        if (inject && held && !framed)
                 (void)send_all(c, first, held);
+        else if (inject && held)
+                send_page(c, 502, "Bad Gateway", "No whole answer",
+                          "the server in the sandbox closed the connection before its answer's head was whole");
         /* Either side's end is the connection's: the reader wakes. */
         atomic_store(&c->closing, true);
         (void)shutdown(c->fd, SHUT_RDWR);
@@ -585,7 +698,7 @@ static bool relay(Conn *c, Input *in, const PreviewHead *first, const char *host
                 memmove(in->buf, in->buf + off, in->len - off);
                 in->len -= off;
                 in->buf[in->len] = '\0';
-                if (h.close)
+                if (h.close || c->frame[0])
                         return true;
                 const char *why = NULL;
                 int r = read_head(c, in, &h, &why);
@@ -607,7 +720,7 @@ static bool relay(Conn *c, Input *in, const PreviewHead *first, const char *host
                 char target[PREVIEW_HEAD_MAX];
                 (void)query_token(h.target, target, sizeof target);
                 size_t len = 0;
-                if (rewrite_head(&h, target, rewritten, sizeof rewritten, &len) < 0 ||
+                if (rewrite_head(&h, target, c->frame[0] != '\0', rewritten, sizeof rewritten, &len) < 0 ||
                     to_sandbox(c, rewritten, len) < 0)
                         return false;
         }
@@ -706,11 +819,31 @@ static bool admit(Conn *c, App *app, const PreviewHead *h, const StorePreview *p
                 int64_t exp = 0;
                 for (size_t i = 0; i < qtok.n && qtok.p[i] != '.'; i++)
                         exp = exp * 10 + (qtok.p[i] - '0');
+                /* A preview other sites may frame is a third party in their
+                 * pages, where a Lax cookie is never sent: over HTTPS its
+                 * cookie is SameSite=None and Partitioned (kept apart per
+                 * top-level site, so no other site's page sends it). */
+                bool third_party = p->embed_origins[0] && app->preview_site->https;
                 snprintf(c->cookie, sizeof c->cookie,
-                         "Set-Cookie: %s=%.*s; Path=/; Max-Age=%" PRId64 "; HttpOnly; SameSite=Lax%s\r\n",
-                         PREVIEW_TOKEN_ARG, (int)qtok.n, qtok.p, exp - now, app->preview_site->https ? "; Secure" : "");
+                         "Set-Cookie: %s=%.*s; Path=/; Max-Age=%" PRId64 "; HttpOnly; %s\r\n", PREVIEW_TOKEN_ARG,
+                         (int)qtok.n, qtok.p, exp - now,
+                         third_party                  ? "SameSite=None; Secure; Partitioned"
+                         : app->preview_site->https ? "SameSite=Lax; Secure"
+                                                      : "SameSite=Lax");
         }
         return true;
+}
+
+/* The policy line of a preview that only the sites of origins (one a
+ * line, each checked by preview_embed_origin_ok when stored) may frame:
+ * the preview's own pages may frame it too. */
+static void frame_policy(const char *origins, char *ret, size_t n) {
+        size_t at = (size_t)snprintf(ret, n, "Content-Security-Policy: frame-ancestors 'self' ");
+        for (const char *o = origins; *o && at + 4 < n; o++)
+                ret[at++] = *o == '\n' ? ' ' : *o;
+        if (at + 3 > n)
+                at = n - 3;
+        memcpy(ret + at, "\r\n", 3);
 }
 
 /* The host that runs the sandbox when it is another one (a fleet), in
@@ -820,6 +953,8 @@ static void serve(Conn *c) {
         snprintf(key.name, sizeof key.name, "preview");
         snprintf(key.owner, sizeof key.owner, "%s", p.owner);
         explicit_bzero(p.secret, sizeof p.secret);
+        if (p.embed_origins[0])
+                frame_policy(p.embed_origins, c->frame, sizeof c->frame);
         Sandbox *sb = NULL;
         SandboxError se;
         if (sandbox_acquire(app->manager, &key, c->sandbox_id, &sb, &se) < 0) {
@@ -850,7 +985,7 @@ static void serve(Conn *c) {
         }
         size_t len = 0;
         char *rewritten = malloc(PREVIEW_HEAD_MAX + 64);
-        if (rewritten && rewrite_head(&h, target, rewritten, PREVIEW_HEAD_MAX + 64, &len) == 0 &&
+        if (rewritten && rewrite_head(&h, target, c->frame[0] != '\0', rewritten, PREVIEW_HEAD_MAX + 64, &len) == 0 &&
             to_sandbox(c, rewritten, len) == 0 &&
             pthread_create(&c->pump, NULL, pump_main, c) == 0) {
                 c->pump_started = true;

@@ -12,6 +12,7 @@
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"
+#include "daemon/manager/sessions.h"
 
 #define SECRET_LEN 32
 #define MAC_HEX_LEN 64
@@ -104,21 +105,23 @@ static int unseal(Previews *pv, const StorePreview *p, uint8_t ret[SECRET_LEN]) 
 }
 
 int previews_put(Previews *pv, const char *sandbox_id, const char *owner, unsigned port, bool public,
-                 int64_t expires_at, StorePreview *ret) {
+                 int64_t expires_at, const char *embed_origins, StorePreview *ret) {
         if (port < 1 || port > 65535 || strlen(sandbox_id) >= STORE_PREVIEW_ID_MAX ||
-            strlen(owner) >= STORE_PREVIEW_OWNER_MAX)
+            strlen(owner) >= STORE_PREVIEW_OWNER_MAX ||
+            (embed_origins && strlen(embed_origins) >= STORE_PREVIEW_EMBED_MAX))
                 return -EINVAL;
         int64_t now = time_now_unix();
         StorePreview p = { .port = port, .public = public, .created_at = now, .rotated_at = now,
                            .expires_at = expires_at };
         snprintf(p.sandbox_id, sizeof p.sandbox_id, "%s", sandbox_id);
         snprintf(p.owner, sizeof p.owner, "%s", owner);
+        snprintf(p.embed_origins, sizeof p.embed_origins, "%s", embed_origins ?: "");
         /* A secret for a new row; one there keeps its own (the store's
          * upsert leaves it), so a change of visibility keeps its tokens. */
         int r = seal_new(pv, sandbox_id, port, p.secret, sizeof p.secret);
         if (r < 0)
                 return r;
-        return pv->ops->put(pv->h, &p, ret);
+        return pv->ops->put(pv->h, &p, embed_origins != NULL, ret);
 }
 
 int previews_get(Previews *pv, const char *sandbox_id, unsigned port, StorePreview *ret) {
@@ -139,6 +142,26 @@ int previews_rotate(Previews *pv, const char *sandbox_id, unsigned port) {
 
 int previews_remove(Previews *pv, const char *sandbox_id, unsigned port) {
         return pv->ops->remove(pv->h, sandbox_id, port);
+}
+
+bool preview_embed_origin_ok(const char *origin, size_t len) {
+        const char *sep = len > 0 ? memmem(origin, len, "://", 3) : NULL;
+        if (!sep || len > SESSION_ORIGIN_MAX)
+                return false;
+        size_t at = (size_t)(sep - origin) + 3;
+        if (len - at < 2 || origin[at] != '*' || origin[at + 1] != '.')
+                return session_origin_ok(origin, len);
+        /* *.example.com: the origin without "*." is checked, and must name
+         * a domain of two labels or more (never *.com, never an address). */
+        char rest[SESSION_ORIGIN_MAX + 1];
+        memcpy(rest, origin, at);
+        memcpy(rest + at, origin + at + 2, len - at - 2);
+        size_t n = len - 2;
+        rest[n] = '\0';
+        const char *host = rest + at, *colon = memchr(host, ':', n - at);
+        size_t host_len = colon ? (size_t)(colon - host) : n - at;
+        const char *dot = memchr(host, '.', host_len);
+        return session_origin_ok(rest, n) && host[0] != '[' && dot && dot + 1 < host + host_len;
 }
 
 bool preview_expired(const StorePreview *p, int64_t now) {

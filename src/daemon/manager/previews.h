@@ -43,17 +43,29 @@ int previews_open(const StoreBackend *b, const char *location, const uint8_t sea
 void previews_close(Previews *pv);
 int previews_set_epoch(Previews *pv, const char *host_id, int64_t epoch);
 
+/* The sites that may frame a preview: at most this many origins. */
+#define PREVIEW_EMBED_MAX_ORIGINS 16
+
 /* Shares the port (a new secret), or changes the visibility and end of the
  * preview there; *ret is the row kept. expires_at 0: lives as long as its
- * sandbox. */
+ * sandbox. embed_origins (one a line, each preview_embed_origin_ok; "":
+ * any site) replaces the preview's; NULL keeps them (none for a new one). */
 int previews_put(Previews *pv, const char *sandbox_id, const char *owner, unsigned port, bool public,
-                 int64_t expires_at, StorePreview *ret);
+                 int64_t expires_at, const char *embed_origins, StorePreview *ret);
 int previews_get(Previews *pv, const char *sandbox_id, unsigned port, StorePreview *ret);
 int previews_list(Previews *pv, const char *sandbox_id, StorePreview **ret, size_t *ret_n);
 /* A new secret: every token signed before fails. */
 int previews_rotate(Previews *pv, const char *sandbox_id, unsigned port);
 /* port 0: every preview of the sandbox. */
 int previews_remove(Previews *pv, const char *sandbox_id, unsigned port);
+
+/* Whether origin (len bytes) may be one of a preview's embed origins:
+ * scheme://host[:port] in lowercase as a session's origin is
+ * (session_origin_ok), or with a first label "*" before at least two more
+ * ("*.example.com" after the scheme, Content-Security-Policy's own
+ * wildcard). Nothing else: no path, no "*" alone, no "null", no space, comma or semicolon
+ * that would reach the header it is written into. */
+bool preview_embed_origin_ok(const char *origin, size_t len);
 
 /* Whether the preview has ended by now (its TTL). */
 bool preview_expired(const StorePreview *p, int64_t now);

@@ -12,7 +12,7 @@ struct StorePreviews {
         PgConn c;
 };
 
-#define COLUMNS "sandbox_id, port, owner, public, secret, created_at, rotated_at, expires_at"
+#define COLUMNS "sandbox_id, port, owner, public, secret, created_at, rotated_at, expires_at, embed_origins"
 
 /* The handle is its connection: pgdb_handle_open's (c is first). */
 static int pg_previews_open(const char *location, StorePreviews **ret) {
@@ -34,6 +34,7 @@ static void row_of(const PGresult *res, int i, StorePreview *p) {
         snprintf(p->sandbox_id, sizeof p->sandbox_id, "%s", pgv(res, i, 0) ?: "");
         snprintf(p->owner, sizeof p->owner, "%s", pgv(res, i, 2) ?: "");
         snprintf(p->secret, sizeof p->secret, "%s", pgv(res, i, 4) ?: "");
+        snprintf(p->embed_origins, sizeof p->embed_origins, "%s", pgv(res, i, 8) ?: "");
 }
 
 static int pg_previews_get(StorePreviews *h, const char *sandbox_id, unsigned port, StorePreview *ret) {
@@ -50,7 +51,7 @@ static int pg_previews_get(StorePreviews *h, const char *sandbox_id, unsigned po
         return 0;
 }
 
-static int pg_previews_put(StorePreviews *h, const StorePreview *v, StorePreview *ret) {
+static int pg_previews_put(StorePreviews *h, const StorePreview *v, bool set_embed, StorePreview *ret) {
         PgParams p = { 0 };
         pgp_text(&p, v->sandbox_id);
         pgp_int(&p, v->port);
@@ -60,10 +61,14 @@ static int pg_previews_put(StorePreviews *h, const StorePreview *v, StorePreview
         pgp_int(&p, v->created_at);
         pgp_int(&p, v->rotated_at);
         pgp_int(&p, v->expires_at);
+        pgp_text(&p, v->embed_origins);
+        pgp_bool(&p, set_embed);
         int r = pgdb_exec_write(&h->c,
-                                "INSERT INTO previews (" COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+                                "INSERT INTO previews (" COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
                                 "ON CONFLICT (sandbox_id, port) DO UPDATE SET "
-                                "public = EXCLUDED.public, expires_at = EXCLUDED.expires_at",
+                                "public = EXCLUDED.public, expires_at = EXCLUDED.expires_at, "
+                                "embed_origins = CASE WHEN $10::boolean THEN EXCLUDED.embed_origins "
+                                "ELSE previews.embed_origins END",
                                 &p, NULL);
         return r < 0 ? r : pg_previews_get(h, v->sandbox_id, v->port, ret);
 }

@@ -197,6 +197,8 @@ static const char *const steps[] = {
         "CREATE TABLE image_registries ("
         "  owner TEXT NOT NULL, registry TEXT NOT NULL, username TEXT NOT NULL, sealed TEXT NOT NULL,"
         "  updated_at BIGINT NOT NULL, PRIMARY KEY (owner, registry));",
+        /* 19: the sites that may frame a preview, one a line (store_previews.h) */
+        "ALTER TABLE previews ADD COLUMN embed_origins TEXT NOT NULL DEFAULT '';",
 };
 
 #define KIND "postgres"

@@ -30,9 +30,11 @@ static const SqlMigration migrations[] = {
           "  rotated_at INTEGER NOT NULL,"
           "  expires_at INTEGER NOT NULL DEFAULT 0,"
           "  PRIMARY KEY (sandbox_id, port));" },
+        /* 2: the sites that may frame a preview */
+        { "previews", "embed_origins", "ALTER TABLE previews ADD COLUMN embed_origins TEXT NOT NULL DEFAULT '';" },
 };
 
-#define COLUMNS "sandbox_id, port, owner, public, secret, created_at, rotated_at, expires_at"
+#define COLUMNS "sandbox_id, port, owner, public, secret, created_at, rotated_at, expires_at, embed_origins"
 
 static int sqlite_previews_open(const char *location, StorePreviews **ret) {
         return sqldb_handle_open(location, "previews", migrations, ELEMENTSOF(migrations), sizeof(**ret),
@@ -55,6 +57,7 @@ static void row_of(sqlite3_stmt *st, StorePreview *p) {
         snprintf(p->sandbox_id, sizeof p->sandbox_id, "%s", sqldb_col(st, 0) ?: "");
         snprintf(p->owner, sizeof p->owner, "%s", sqldb_col(st, 2) ?: "");
         snprintf(p->secret, sizeof p->secret, "%s", sqldb_col(st, 4) ?: "");
+        snprintf(p->embed_origins, sizeof p->embed_origins, "%s", sqldb_col(st, 8) ?: "");
 }
 
 static int read_one(StorePreviews *h, const char *sandbox_id, unsigned port, StorePreview *ret) {
@@ -73,13 +76,15 @@ static int read_one(StorePreviews *h, const char *sandbox_id, unsigned port, Sto
         return 0;
 }
 
-static int sqlite_previews_put(StorePreviews *h, const StorePreview *p, StorePreview *ret) {
+static int sqlite_previews_put(StorePreviews *h, const StorePreview *p, bool set_embed, StorePreview *ret) {
         LOCKED(h);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(h->sql,
-                               "INSERT INTO previews (" COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                               "INSERT INTO previews (" COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
                                "ON CONFLICT (sandbox_id, port) DO UPDATE SET "
-                               "public = excluded.public, expires_at = excluded.expires_at",
+                               "public = excluded.public, expires_at = excluded.expires_at, "
+                               "embed_origins = CASE WHEN ?10 THEN excluded.embed_origins "
+                               "ELSE previews.embed_origins END",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, p->sandbox_id, -1, SQLITE_STATIC);
@@ -90,6 +95,8 @@ static int sqlite_previews_put(StorePreviews *h, const StorePreview *p, StorePre
         sqlite3_bind_int64(st, 6, p->created_at);
         sqlite3_bind_int64(st, 7, p->rotated_at);
         sqlite3_bind_int64(st, 8, p->expires_at);
+        sqlite3_bind_text(st, 9, p->embed_origins, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 10, set_embed);
         int r = sqldb_errno(sqlite3_step(st));
         return r < 0 ? r : read_one(h, p->sandbox_id, p->port, ret);
 }

@@ -473,7 +473,9 @@ class PreviewsOps:
         """Shares ``port`` (1 to 65535), or changes the visibility and end of the preview
         already there. ``visibility`` is "private" (the default: a token is needed) or
         "public". ``ttl_seconds`` and ``expires_at`` (an ISO time in UTC) end the preview; with
-        both, the earlier. ``embed_origins`` may only be empty on a self-hosted daemon."""
+        both, the earlier. ``embed_origins`` names the only sites that may show the preview in a
+        frame (``["https://app.example.com", "https://*.example.com"]``, up to 16); ``[]`` is
+        any site, the default; left out, a shared port keeps its list."""
         body: Dict[str, Any] = {"port": int(port)}
         if visibility is not None:
             body["visibility"] = visibility
