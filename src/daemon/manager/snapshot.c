@@ -255,6 +255,95 @@ fail:
         return r;
 }
 
+/* Links every regular file of from (a snapshot's directory or its bases/)
+ * into to, and bases/ by the same walk. */
+static int link_tree(int from_fd, int to_fd, unsigned depth) {
+        int dup_fd = dup(from_fd);
+        if (dup_fd < 0)
+                return -errno;
+        DIR *d = fdopendir(dup_fd);
+        if (!d) {
+                close(dup_fd);
+                return -errno;
+        }
+        int r = 0;
+        struct dirent *de;
+        while (r == 0 && (de = readdir(d))) {
+                if (de->d_name[0] == '.')
+                        continue;
+                struct stat st;
+                if (fstatat(from_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+                        r = -errno;
+                        break;
+                }
+                if (S_ISREG(st.st_mode)) {
+                        if (linkat(from_fd, de->d_name, to_fd, de->d_name, 0) < 0)
+                                r = -errno;
+                } else if (S_ISDIR(st.st_mode) && depth == 0 && strcmp(de->d_name, "bases") == 0) {
+                        if (mkdirat(to_fd, de->d_name, 0700) < 0) {
+                                r = -errno;
+                                break;
+                        }
+                        _cleanup_close_ int sub_from = openat(from_fd, de->d_name,
+                                                              O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                        _cleanup_close_ int sub_to = openat(to_fd, de->d_name,
+                                                            O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                        if (sub_from < 0 || sub_to < 0)
+                                r = -errno;
+                        else if ((r = link_tree(sub_from, sub_to, depth + 1)) == 0 && fsync(sub_to) < 0)
+                                r = -errno;
+                } else
+                        r = -EBADMSG; /* a disk snapshot holds its layer and bases/ only */
+        }
+        closedir(d);
+        return r;
+}
+
+int snapshot_store_link(SnapshotStore *s, const char *owner, const char *source, const char *key_id,
+                        const char *labels, SnapshotRow *ret) {
+        SnapshotRow src = { 0 };
+        int r = snapshot_store_get(s, owner, source, &src);
+        if (r < 0)
+                return r;
+        if (strcmp(src.mode, "disk") != 0) {
+                snapshot_row_done(&src);
+                return -EOPNOTSUPP;
+        }
+        SnapshotRow row = { .sandbox_id = TAKE_PTR(src.sandbox_id), .spec = TAKE_PTR(src.spec) };
+        snapshot_row_done(&src);
+        row.owner = strdup(owner);
+        row.key_id = strdup(key_id);
+        row.labels = strdup(labels);
+        snprintf(row.mode, sizeof row.mode, "disk");
+        row.created_at = time_now_unix();
+        _cleanup_free_ char *tmp = NULL, *from = path_of(s, source);
+        if (!row.owner || !row.key_id || !row.labels || !row.sandbox_id || !row.spec || !from) {
+                snapshot_row_done(&row);
+                return -ENOMEM;
+        }
+        if ((r = snapshot_store_begin(s, row.id, &tmp)) < 0) {
+                snapshot_row_done(&row);
+                return r;
+        }
+        _cleanup_close_ int from_fd = open(from, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int to_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (from_fd < 0 || to_fd < 0)
+                r = -errno;
+        else
+                r = link_tree(from_fd, to_fd, 0);
+        if (r < 0) {
+                snapshot_store_abort(s, row.id);
+                snapshot_row_done(&row);
+                return r;
+        }
+        if ((r = snapshot_store_commit(s, &row)) < 0) {
+                snapshot_row_done(&row);
+                return r;
+        }
+        *ret = row;
+        return 0;
+}
+
 int snapshot_store_get(SnapshotStore *s, const char *owner, const char *id, SnapshotRow *ret) {
         if (!snapshot_id_ok(id))
                 return -ENOENT;

@@ -1,0 +1,150 @@
+"""The build cache (docs/images.md, "The build cache"): a build the owner has made before (the same
+Dockerfile, context, build args, env, labels, target and bases) is a new version whose disk shares
+the earlier one's, ready in well under 3 s with no sandbox started and its log's steps CACHED; a
+changed COPY source, another build arg or `cache: false` (the published client's cache=False) runs
+every step; another owner's same build is never a hit; deleting the images takes their shared disk
+once the last of them goes."""
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from helpers import Api
+
+DOCKERFILE = """\
+FROM default
+ARG WHO=world
+COPY hello.txt /opt/hello.txt
+RUN echo "hi $WHO" > /opt/who.txt
+RUN cat /opt/hello.txt /opt/who.txt > /opt/all.txt
+"""
+
+BUILD = """
+import json, sys, time
+from withruntime import Runtime
+runtime = Runtime()
+lines = []
+kw = json.loads(sys.argv[3])
+t0 = time.monotonic()
+image = runtime.images.build(dockerfile=open(sys.argv[1] + "/Dockerfile").read(), context_dir=sys.argv[1],
+                             name=sys.argv[2], on_log=lambda l: lines.append(l["line"]), **kw)
+print(json.dumps({"image": image, "lines": lines, "seconds": time.monotonic() - t0}))
+"""
+
+
+def _context(tmp_path, hello: str):
+    ctx = tmp_path / f"ctx-{uuid.uuid4().hex[:6]}"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(DOCKERFILE)
+    (ctx / "hello.txt").write_text(hello)
+    return ctx
+
+
+def _build(published_client, daemon, ctx, name, key=None, **kw):
+    import json
+    env = {"RUNTIME_API_KEY": key} if key else None
+    got = published_client.run_json(daemon, BUILD, args=[str(ctx), name, json.dumps(kw)], timeout=600, env=env)
+    assert got["image"]["state"] == "ready", got
+    return got
+
+
+def _cached(lines):
+    return [l for l in lines if l.startswith("CACHED")]
+
+
+def _snapshot_dir(daemon, snap):
+    return daemon.state_dir / "snapshots" / snap
+
+
+@pytest.mark.parametrize("driver", ["namespace", "gvisor"], indirect=True)
+def test_unchanged_rebuild_is_cached_and_changes_are_not(published_client, daemon, api, driver, tmp_path):
+    hello = f"hello {uuid.uuid4().hex}\n"
+    ctx = _context(tmp_path, hello)
+    name = f"cache-{uuid.uuid4().hex[:8]}"
+    cold = _build(published_client, daemon, ctx, name)
+    assert not _cached(cold["lines"]) and any("step 5/5: RUN" in l for l in cold["lines"]), cold["lines"]
+
+    warm = _build(published_client, daemon, ctx, name)
+    image = warm["image"]
+    assert image["version"] == 2 and image["snapshotId"] != cold["image"]["snapshotId"], image
+    cached = _cached(warm["lines"])
+    assert len(cached) == 5 and "RUN" in cached[-1], warm["lines"]
+    assert not any(l.startswith("step ") for l in warm["lines"]), warm["lines"]
+    assert image["buildMs"] < 3000 and warm["seconds"] < 3, (image["buildMs"], warm["seconds"])
+    # One copy of the layer on disk: the new snapshot's is the same file.
+    a = _snapshot_dir(daemon, cold["image"]["snapshotId"]) / "layer.img"
+    b = _snapshot_dir(daemon, image["snapshotId"]) / "layer.img"
+    assert os.stat(a).st_ino == os.stat(b).st_ino, (a, b)
+
+    sbx = api.create_sandbox(driver=driver, image=image["id"])
+    out = api.exec(sbx.id, command="cat /opt/all.txt")
+    assert out["stdout"] == hello + "hi world\n", out
+
+    # A COPY source changed: every step runs again, and the result has the new bytes.
+    (ctx / "hello.txt").write_text("changed\n")
+    changed = _build(published_client, daemon, ctx, name)
+    assert not _cached(changed["lines"]) and any("step 5/5: RUN" in l for l in changed["lines"]), changed["lines"]
+    # Another build arg: the same.
+    other_arg = _build(published_client, daemon, ctx, name, build_args={"WHO": "there"})
+    assert not _cached(other_arg["lines"]), other_arg["lines"]
+    sbx = api.create_sandbox(driver=driver, image=other_arg["image"]["id"])
+    out = api.exec(sbx.id, command="cat /opt/all.txt")
+    assert out["stdout"] == "changed\nhi there\n", out
+
+    # cache=False runs every step of a build that would hit.
+    forced = _build(published_client, daemon, ctx, name, cache=False)
+    assert not _cached(forced["lines"]) and any("cache is not used" in l for l in forced["lines"]), forced["lines"]
+    for got in (cold, warm, changed, other_arg, forced):
+        assert api.post(f"/v1/images/{got['image']['id']}:delete", json={}).status_code == 200
+
+
+def test_another_owner_never_hits(published_client, daemon, api, tmp_path):
+    ctx = _context(tmp_path, f"shared {uuid.uuid4().hex}\n")
+    name = f"cache-{uuid.uuid4().hex[:8]}"
+    mine = _build(published_client, daemon, ctx, name)
+    r = api.post("/v1/keys", json={"name": "other", "owner": f"other-{uuid.uuid4().hex[:6]}"})
+    assert r.status_code == 201, r.text
+    key = r.json()["key"]
+    other = Api(api.daemon, key=key)
+    try:
+        theirs = _build(published_client, daemon, ctx, name, key=key)
+        assert not _cached(theirs["lines"]), theirs["lines"]
+        assert any("step 5/5: RUN" in l for l in theirs["lines"]), theirs["lines"]
+        assert other.post(f"/v1/images/{theirs['image']['id']}:delete", json={}).status_code == 200
+    finally:
+        other.close()
+    assert api.post(f"/v1/images/{mine['image']['id']}:delete", json={}).status_code == 200
+
+
+def test_deleting_the_images_takes_their_shared_disk(published_client, daemon, api, tmp_path):
+    """The first image deleted, the cached one still starts (its disk is its own link); the second
+    deleted, the layer's last link goes with it."""
+    hello = f"kept {uuid.uuid4().hex}\n"
+    ctx = _context(tmp_path, hello)
+    name = f"cache-{uuid.uuid4().hex[:8]}"
+    first = _build(published_client, daemon, ctx, name)["image"]
+    second = _build(published_client, daemon, ctx, name)["image"]
+    layer = _snapshot_dir(daemon, second["snapshotId"]) / "layer.img"
+    assert os.stat(layer).st_nlink == 2
+    assert api.post(f"/v1/images/{first['id']}:delete", json={}).status_code == 200
+    assert not _snapshot_dir(daemon, first["snapshotId"]).exists()
+    assert os.stat(layer).st_nlink == 1
+    sbx = api.create_sandbox(image=second["id"])
+    out = api.exec(sbx.id, command="cat /opt/hello.txt")
+    assert out["stdout"] == hello, out
+    # A third build now hits the second.
+    third = _build(published_client, daemon, ctx, name)
+    assert _cached(third["lines"]) and any(second["id"] in l for l in third["lines"]), third["lines"]
+    for image in (second, third["image"]):
+        assert api.post(f"/v1/images/{image['id']}:delete", json={}).status_code == 200
+    assert not _snapshot_dir(daemon, second["snapshotId"]).exists()
+    assert not _snapshot_dir(daemon, third["image"]["snapshotId"]).exists()
+
+
+def test_cache_must_be_a_boolean(api):
+    r = api.post("/v1/images", json={"name": "bad", "dockerfile": "FROM default\n", "cache": "no"})
+    assert r.status_code == 400 and "cache" in r.json()["error"]["message"], r.text
+    r = api.post("/v1/images", json={"name": "bad", "dockerfile": "FROM default\n", "cache": 1})
+    assert r.status_code == 400, r.text
