@@ -6,6 +6,7 @@ every step; another owner's same build is never a hit; deleting the images takes
 once the last of them goes."""
 from __future__ import annotations
 
+import json
 import os
 import uuid
 
@@ -43,7 +44,6 @@ def _context(tmp_path, hello: str):
 
 
 def _build(published_client, daemon, ctx, name, key=None, **kw):
-    import json
     env = {"RUNTIME_API_KEY": key} if key else None
     got = published_client.run_json(daemon, BUILD, args=[str(ctx), name, json.dumps(kw)], timeout=600, env=env)
     assert got["image"]["state"] == "ready", got
@@ -128,6 +128,9 @@ def test_deleting_the_images_takes_their_shared_disk(published_client, daemon, a
     second = _build(published_client, daemon, ctx, name)["image"]
     layer = _snapshot_dir(daemon, second["snapshotId"]) / "layer.img"
     assert os.stat(layer).st_nlink == 2
+    # Counted in full against the owner's bounds: it outlives the first.
+    sizes = [api.get(f"/v1/snapshots/{i['snapshotId']}").json()["sizeBytes"] for i in (first, second)]
+    assert sizes[0] > 0 and sizes[0] == sizes[1], sizes
     assert api.post(f"/v1/images/{first['id']}:delete", json={}).status_code == 200
     assert not _snapshot_dir(daemon, first["snapshotId"]).exists()
     assert os.stat(layer).st_nlink == 1
@@ -148,3 +151,31 @@ def test_cache_must_be_a_boolean(api):
     assert r.status_code == 400 and "cache" in r.json()["error"]["message"], r.text
     r = api.post("/v1/images", json={"name": "bad", "dockerfile": "FROM default\n", "cache": 1})
     assert r.status_code == 400, r.text
+
+
+OURS = """
+import json, sys
+from withruntime import Runtime
+runtime = Runtime()
+out = []
+for cache in (None, None, False):
+    lines = []
+    runtime.images.build(name=sys.argv[2], dockerfile=open(sys.argv[1] + "/Dockerfile").read(),
+                         context_dir=sys.argv[1], cache=cache, on_log=lambda l: lines.append(l["line"]))
+    out.append(sum(1 for l in lines if l.startswith("CACHED")))
+print(json.dumps(out))
+"""
+
+
+def test_our_sdk_takes_cache(api, tmp_path):
+    """Our SDK sends cache as the published one does."""
+    import subprocess
+    import sys
+    from helpers import REPO
+    ctx = _context(tmp_path, f"ours {uuid.uuid4().hex}\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "sdk" / "python" / "src"),
+           "RUNTIME_API_KEY": api.daemon.api_key, "RUNTIME_BASE_URL": api.daemon.base_url}
+    r = subprocess.run([sys.executable, "-c", OURS, str(ctx), f"ours-{uuid.uuid4().hex[:8]}"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [0, 5, 0], r.stdout

@@ -168,23 +168,38 @@ void snapshot_store_abort(SnapshotStore *s, const char *id) {
                 (void)path_remove_tree_at(AT_FDCWD, tmp);
 }
 
-/* Syncs every regular file of dir and dir itself; adds the sizes of those
- * it holds alone: a file linked from elsewhere (a layer shared with the
- * snapshot a sandbox came from) is already kept and billed there. */
-static int sync_dir(const char *dir, int64_t *ret_bytes) {
-        _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-        if (dfd < 0)
-                return -errno;
+/* A DIR stream of its own over directory fd dfd, which stays the caller's
+ * for the *at calls of the walk. */
+static int walk_open(int dfd, DIR **ret) {
         int dup_fd = dup(dfd);
         if (dup_fd < 0)
                 return -errno;
         DIR *d = fdopendir(dup_fd);
         if (!d) {
+                int r = -errno;
                 close(dup_fd);
-                return -errno;
+                return r;
         }
+        *ret = d;
+        return 0;
+}
+
+/* Syncs every regular file of dir and dir itself; adds the sizes of those
+ * it holds alone: a file linked from elsewhere (a layer shared with the
+ * snapshot a sandbox came from) is already kept and billed there. With
+ * count_shared, linked files count too: a snapshot that shares another's
+ * layer (snapshot_store_link) outlives it, and its bytes must be counted
+ * and billed from the start, or deleting the first would leave them in
+ * no bound. */
+static int sync_dir(const char *dir, bool count_shared, int64_t *ret_bytes) {
+        _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (dfd < 0)
+                return -errno;
+        DIR *d = NULL;
+        int r = walk_open(dfd, &d);
+        if (r < 0)
+                return r;
         int64_t total = 0;
-        int r = 0;
         struct dirent *de;
         while ((de = readdir(d))) {
                 if (de->d_name[0] == '.')
@@ -197,7 +212,7 @@ static int sync_dir(const char *dir, int64_t *ret_bytes) {
                 struct stat st;
                 if (fstat(fd, &st) < 0 || fsync(fd) < 0)
                         r = -errno;
-                else if (st.st_nlink == 1)
+                else if (S_ISREG(st.st_mode) && (st.st_nlink == 1 || count_shared))
                         total += (int64_t)st.st_blocks * 512;
                 close(fd);
                 if (r < 0)
@@ -218,12 +233,12 @@ static int fsync_path(const char *path) {
         return 0;
 }
 
-int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row) {
+static int commit(SnapshotStore *s, SnapshotRow *row, bool count_shared) {
         _cleanup_free_ char *tmp = part_of(s, row->id), *final = path_of(s, row->id);
         if (!tmp || !final)
                 return -ENOMEM;
         int64_t bytes = 0;
-        int r = sync_dir(tmp, &bytes);
+        int r = sync_dir(tmp, count_shared, &bytes);
         if (r < 0)
                 goto fail;
         row->size_bytes = bytes;
@@ -258,15 +273,10 @@ fail:
 /* Links every regular file of from (a snapshot's directory or its bases/)
  * into to, and bases/ by the same walk. */
 static int link_tree(int from_fd, int to_fd, unsigned depth) {
-        int dup_fd = dup(from_fd);
-        if (dup_fd < 0)
-                return -errno;
-        DIR *d = fdopendir(dup_fd);
-        if (!d) {
-                close(dup_fd);
-                return -errno;
-        }
-        int r = 0;
+        DIR *d = NULL;
+        int r = walk_open(from_fd, &d);
+        if (r < 0)
+                return r;
         struct dirent *de;
         while (r == 0 && (de = readdir(d))) {
                 if (de->d_name[0] == '.')
@@ -336,12 +346,16 @@ int snapshot_store_link(SnapshotStore *s, const char *owner, const char *source,
                 snapshot_row_done(&row);
                 return r;
         }
-        if ((r = snapshot_store_commit(s, &row)) < 0) {
+        if ((r = commit(s, &row, true)) < 0) {
                 snapshot_row_done(&row);
                 return r;
         }
         *ret = row;
         return 0;
+}
+
+int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row) {
+        return commit(s, row, false);
 }
 
 int snapshot_store_get(SnapshotStore *s, const char *owner, const char *id, SnapshotRow *ret) {

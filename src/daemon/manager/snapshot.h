@@ -81,7 +81,9 @@ int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row);
  * layers are read-only once committed, so the blocks are kept once and
  * go when the last snapshot naming them is deleted), recorded for key_id
  * with labels (JSON object text) and no expiry; committed as a snapshot
- * of a sandbox is, so a crash leaves no half of it. -ENOENT when source
+ * of a sandbox is, so a crash leaves no half of it. Its layer counts in
+ * full against the owner's bounds and is billed as its own: it may outlive
+ * the source. -ENOENT when source
  * is not owner's, -EOPNOTSUPP for a memory snapshot, and commit's errors. */
 int snapshot_store_link(SnapshotStore *s, const char *owner, const char *source, const char *key_id,
                         const char *labels, SnapshotRow *ret);
