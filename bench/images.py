@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
 import platform
 import subprocess
 import sys
@@ -121,7 +122,8 @@ def render(r: dict) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     mib = lambda b: f"{b / 1048576:.1f} MiB"  # noqa: E731
     lines = [BEGIN, "## Images users build (bench/images.py)", "",
-             f"{when}, {platform.node()}, the daemon's default driver ({r.get('driver')}); "
+             f"{when}, {platform.node()}, the daemon's default driver ({r.get('driver')}), 1-minute load "
+             f"{r['load'][0]:.1f} at the start and {r['load'][1]:.1f} at the end; "
              "`sudo python3 bench/images.py`. "
              f"Five steps after FROM default (ENV, WORKDIR, COPY, two RUNs), {ROUNDS} rounds, median "
              "seconds from the context's upload to the image ready, side by side in one run against "
@@ -151,7 +153,9 @@ def main() -> int:
         return rc
     with bench_daemon("images", args.image_dir) as d:
         api = Api(d, timeout=600)
+        load = os.getloadavg()[0]
         results = measure(api, args.image_dir, d.state_dir)
+        results["load"] = (load, os.getloadavg()[0])
         api.close()
     emit(args.out, BEGIN, END, render(results))
     return 0
