@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from helpers import Api
+from helpers import Api, wait_until
 
 DOCKERFILE = """\
 FROM default
@@ -179,3 +179,51 @@ def test_our_sdk_takes_cache(api, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == [0, 5, 0], r.stdout
+
+
+MULTI = """\
+FROM default AS builder
+COPY hello.txt /src/hello.txt
+RUN tr a-z A-Z < /src/hello.txt > /src/upper.txt
+FROM registry.invalid/never/pulled:tag AS unused
+RUN exit 9
+FROM default
+COPY --from=builder /src/upper.txt /srv/upper.txt
+"""
+
+
+@pytest.mark.parametrize("driver", ["namespace", "gvisor"], indirect=True)
+def test_multi_stage_cached(published_client, daemon, api, driver, tmp_path):
+    """The key and the CACHED lines take the stages the build runs: a stage nothing names (here
+    FROM a registry's tag, which would make the build one not to cache) is left out."""
+    ctx = _context(tmp_path, f"multi {uuid.uuid4().hex}\n")
+    (ctx / "Dockerfile").write_text(MULTI)
+    name = f"cache-{uuid.uuid4().hex[:8]}"
+    cold = _build(published_client, daemon, ctx, name)
+    assert not any(l.startswith("not cached") for l in cold["lines"]), cold["lines"]
+    warm = _build(published_client, daemon, ctx, name)
+    cached = _cached(warm["lines"])
+    assert [c.split("]")[0] for c in cached] == ["CACHED [stage 0, line 1", "CACHED [stage 0, line 2",
+                                                 "CACHED [stage 0, line 3", "CACHED [stage 2, line 6",
+                                                 "CACHED [stage 2, line 7"], warm["lines"]
+    sbx = api.create_sandbox(driver=driver, image=warm["image"]["id"])
+    out = api.exec(sbx.id, command="cat /srv/upper.txt")
+    assert out["stdout"] == (ctx / "hello.txt").read_text().upper(), out
+    for got in (cold, warm):
+        assert api.post(f"/v1/images/{got['image']['id']}:delete", json={}).status_code == 200
+
+
+def test_a_registry_tag_is_not_cached(api):
+    """FROM a registry's tag: the build says why it is not cached (here the pull then fails: there
+    is no network to that name)."""
+    r = api.post("/v1/images", json={"name": f"tag-{uuid.uuid4().hex[:8]}",
+                                     "dockerfile": "FROM registry.invalid/some/image:tag\nRUN true\n"})
+    assert r.status_code == 201, r.text
+    image_id = r.json()["id"]
+
+    def done():
+        j = api.get(f"/v1/images/{image_id}").json()
+        return j if j["state"] not in ("queued", "building") else None
+    wait_until(done, 300, 0.5, what="the build ended")
+    lines = [l["line"] for l in api.get(f"/v1/images/{image_id}/logs").json()["lines"]]
+    assert any(l.startswith("not cached: a FROM names a registry's tag") for l in lines), lines

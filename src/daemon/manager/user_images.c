@@ -1195,8 +1195,13 @@ static int from_identity(Build *b, const char *from, char **ret, const char **re
                 ImageRow own;
                 if (user_images_resolve(b->u, b->job->key.owner, from, &own) == 0)
                         store_image_row_clear(&own);
-                else if (image_info(b->u->cfg, from, &info) == 0 && info.built && info.built_at[0])
+                else if (image_info(b->u->cfg, from, &info) == 0 && info.built) {
+                        if (!info.built_at[0]) {
+                                *ret_why = "the built-in image of its FROM does not say when it was built";
+                                return -ENOENT;
+                        }
                         return asprintf(ret, "builtin:%s@%s", from, info.built_at) < 0 ? -ENOMEM : 0;
+                }
         }
         ImageRow row;
         int r = user_images_resolve(b->u, b->job->key.owner, from, &row);
@@ -1212,6 +1217,23 @@ static int from_identity(Build *b, const char *from, char **ret, const char **re
                 return asprintf(ret, "oci:%s/%s@%s", ref.registry, ref.repo, ref.digest) < 0 ? -ENOMEM : 0;
         *ret_why = "a FROM names a registry's tag, whose image may have changed since (name it by @sha256:digest)";
         return -ENOENT;
+}
+
+/* The stages a build of stage `target` runs: it and those its COPY --from
+ * name, and theirs (a stage names only stages before it, so one pass from
+ * the end finds them all). */
+static void reached_stages(const Dockerfile *d, int target, bool reached[DOCKERFILE_MAX_STAGES]) {
+        memset(reached, 0, DOCKERFILE_MAX_STAGES * sizeof *reached);
+        if (target >= 0 && (unsigned)target < DOCKERFILE_MAX_STAGES)
+                reached[target] = true;
+        for (size_t i = d->n_steps; i-- > 0;) {
+                const DockerfileStep *s = &d->steps[i];
+                if (s->stage >= DOCKERFILE_MAX_STAGES || !reached[s->stage] || !s->from)
+                        continue;
+                int st = dockerfile_stage(d, s->from);
+                if (st >= 0 && (unsigned)st < DOCKERFILE_MAX_STAGES)
+                        reached[st] = true;
+        }
 }
 
 /* The key of the whole build (docs/images.md, "The build cache"): the
@@ -1242,8 +1264,11 @@ static int build_cache_key(Build *b, char ret_hex[65], const char **ret_why) {
         key_field(md, drv ? drv->name : NULL);
         int r = 0;
         const Dockerfile *d = &req->dockerfile;
+        bool reached[DOCKERFILE_MAX_STAGES];
+        reached_stages(d, b->stage, reached);
         for (size_t i = 0; i < d->n_steps && r == 0; i++) {
-                if (d->steps[i].op != DF_FROM)
+                if (d->steps[i].op != DF_FROM || d->steps[i].stage >= DOCKERFILE_MAX_STAGES ||
+                    !reached[d->steps[i].stage])
                         continue;
                 _cleanup_free_ char *from = NULL, *id = NULL;
                 DockerfileError e = { 0 };
@@ -1321,12 +1346,14 @@ static int cache_find(UserImages *u, const char *owner, const char *key, char re
  * its cache. */
 static void log_cached_steps(Build *b) {
         const Dockerfile *d = &b->job->req.dockerfile;
+        bool reached[DOCKERFILE_MAX_STAGES];
+        reached_stages(d, b->stage, reached);
         bool from_seen = false;
         for (size_t i = 0; i < d->n_steps; i++) {
                 const DockerfileStep *s = &d->steps[i];
                 from_seen = from_seen || s->op == DF_FROM;
-                if (!from_seen)
-                        continue; /* the global ARGs are no step */
+                if (!from_seen || s->stage >= DOCKERFILE_MAX_STAGES || !reached[s->stage])
+                        continue; /* the global ARGs are no step, and a stage nothing needs never ran */
                 char head[160];
                 snprintf(head, sizeof head, "%s", s->n_words && s->words[0] ? s->words[0] : "");
                 log_sys(b->log, "CACHED [stage %u, line %u] %s %s", s->stage, s->line, dockerfile_op_name(s->op),
