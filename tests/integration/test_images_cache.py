@@ -227,3 +227,15 @@ def test_a_registry_tag_is_not_cached(api):
     wait_until(done, 300, 0.5, what="the build ended")
     lines = [l["line"] for l in api.get(f"/v1/images/{image_id}/logs").json()["lines"]]
     assert any(l.startswith("not cached: a FROM names a registry's tag") for l in lines), lines
+
+
+def test_an_image_without_its_disk_is_passed_over(published_client, daemon, api, tmp_path):
+    """The snapshot of a cached image deleted on its own: the next build runs every step."""
+    ctx = _context(tmp_path, f"lost {uuid.uuid4().hex}\n")
+    name = f"cache-{uuid.uuid4().hex[:8]}"
+    first = _build(published_client, daemon, ctx, name)["image"]
+    assert api.delete(f"/v1/snapshots/{first['snapshotId']}").status_code in (200, 204)
+    again = _build(published_client, daemon, ctx, name)
+    assert not _cached(again["lines"]) and any("step 5/5: RUN" in l for l in again["lines"]), again["lines"]
+    for image in (first, again["image"]):
+        assert api.post(f"/v1/images/{image['id']}:delete", json={}).status_code == 200
