@@ -11,11 +11,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 
 #include "common/io.h"
 #include "common/jsonutil.h"
 #include "common/log.h"
 #include "common/macro.h"
+#include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/http/request.h"
 #include "daemon/manager/images.h"
@@ -237,6 +239,15 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
                 return de.line ? api_error(e, 400, "invalid_dockerfile", NULL, "Dockerfile line %u: %s", de.line,
                                            de.message)
                                : api_error(e, 400, "invalid_dockerfile", NULL, "Dockerfile: %s", de.message);
+        uint8_t md[32];
+        unsigned md_len = 0;
+        if (EVP_Digest(text, strlen(text), md, &md_len, EVP_sha256(), NULL) != 1)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        hex_encode(md, sizeof md, q->dockerfile_sha256);
+        v = json_object_get(r->json, "cache");
+        if (v && !json_is_null(v) && !json_is_boolean(v))
+                return api_error(e, 400, "invalid_request", "false runs every step", "cache must be true or false");
+        q->no_cache = json_is_false(v);
         const char *name = json_string_value(json_object_get(r->json, "name"));
         if (!name && !json_object_get(r->json, "name") && default_name[0])
                 name = default_name;

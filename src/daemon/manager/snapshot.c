@@ -168,23 +168,38 @@ void snapshot_store_abort(SnapshotStore *s, const char *id) {
                 (void)path_remove_tree_at(AT_FDCWD, tmp);
 }
 
-/* Syncs every regular file of dir and dir itself; adds the sizes of those
- * it holds alone: a file linked from elsewhere (a layer shared with the
- * snapshot a sandbox came from) is already kept and billed there. */
-static int sync_dir(const char *dir, int64_t *ret_bytes) {
-        _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-        if (dfd < 0)
-                return -errno;
+/* A DIR stream of its own over directory fd dfd, which stays the caller's
+ * for the *at calls of the walk. */
+static int walk_open(int dfd, DIR **ret) {
         int dup_fd = dup(dfd);
         if (dup_fd < 0)
                 return -errno;
         DIR *d = fdopendir(dup_fd);
         if (!d) {
+                int r = -errno;
                 close(dup_fd);
-                return -errno;
+                return r;
         }
+        *ret = d;
+        return 0;
+}
+
+/* Syncs every regular file of dir and dir itself; adds the sizes of those
+ * it holds alone: a file linked from elsewhere (a layer shared with the
+ * snapshot a sandbox came from) is already kept and billed there. With
+ * count_shared, linked files count too: a snapshot that shares another's
+ * layer (snapshot_store_link) outlives it, and its bytes must be counted
+ * and billed from the start, or deleting the first would leave them in
+ * no bound. */
+static int sync_dir(const char *dir, bool count_shared, int64_t *ret_bytes) {
+        _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (dfd < 0)
+                return -errno;
+        DIR *d = NULL;
+        int r = walk_open(dfd, &d);
+        if (r < 0)
+                return r;
         int64_t total = 0;
-        int r = 0;
         struct dirent *de;
         while ((de = readdir(d))) {
                 if (de->d_name[0] == '.')
@@ -197,7 +212,7 @@ static int sync_dir(const char *dir, int64_t *ret_bytes) {
                 struct stat st;
                 if (fstat(fd, &st) < 0 || fsync(fd) < 0)
                         r = -errno;
-                else if (st.st_nlink == 1)
+                else if (S_ISREG(st.st_mode) && (st.st_nlink == 1 || count_shared))
                         total += (int64_t)st.st_blocks * 512;
                 close(fd);
                 if (r < 0)
@@ -218,12 +233,12 @@ static int fsync_path(const char *path) {
         return 0;
 }
 
-int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row) {
+static int commit(SnapshotStore *s, SnapshotRow *row, bool count_shared) {
         _cleanup_free_ char *tmp = part_of(s, row->id), *final = path_of(s, row->id);
         if (!tmp || !final)
                 return -ENOMEM;
         int64_t bytes = 0;
-        int r = sync_dir(tmp, &bytes);
+        int r = sync_dir(tmp, count_shared, &bytes);
         if (r < 0)
                 goto fail;
         row->size_bytes = bytes;
@@ -253,6 +268,94 @@ fail_final:
 fail:
         (void)path_remove_tree_at(AT_FDCWD, tmp);
         return r;
+}
+
+/* Links every regular file of from (a snapshot's directory or its bases/)
+ * into to, and bases/ by the same walk. */
+static int link_tree(int from_fd, int to_fd, unsigned depth) {
+        DIR *d = NULL;
+        int r = walk_open(from_fd, &d);
+        if (r < 0)
+                return r;
+        struct dirent *de;
+        while (r == 0 && (de = readdir(d))) {
+                if (de->d_name[0] == '.')
+                        continue;
+                struct stat st;
+                if (fstatat(from_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+                        r = -errno;
+                        break;
+                }
+                if (S_ISREG(st.st_mode)) {
+                        if (linkat(from_fd, de->d_name, to_fd, de->d_name, 0) < 0)
+                                r = -errno;
+                } else if (S_ISDIR(st.st_mode) && depth == 0 && strcmp(de->d_name, "bases") == 0) {
+                        if (mkdirat(to_fd, de->d_name, 0700) < 0) {
+                                r = -errno;
+                                break;
+                        }
+                        _cleanup_close_ int sub_from = openat(from_fd, de->d_name,
+                                                              O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                        _cleanup_close_ int sub_to = openat(to_fd, de->d_name,
+                                                            O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                        if (sub_from < 0 || sub_to < 0)
+                                r = -errno;
+                        else if ((r = link_tree(sub_from, sub_to, depth + 1)) == 0 && fsync(sub_to) < 0)
+                                r = -errno;
+                } else
+                        r = -EBADMSG; /* a disk snapshot holds its layer and bases/ only */
+        }
+        closedir(d);
+        return r;
+}
+
+int snapshot_store_link(SnapshotStore *s, const char *owner, const char *source, const char *key_id,
+                        const char *labels, SnapshotRow *ret) {
+        SnapshotRow src = { 0 };
+        int r = snapshot_store_get(s, owner, source, &src);
+        if (r < 0)
+                return r;
+        if (strcmp(src.mode, "disk") != 0) {
+                snapshot_row_done(&src);
+                return -EOPNOTSUPP;
+        }
+        SnapshotRow row = { .sandbox_id = TAKE_PTR(src.sandbox_id), .spec = TAKE_PTR(src.spec) };
+        snapshot_row_done(&src);
+        row.owner = strdup(owner);
+        row.key_id = strdup(key_id);
+        row.labels = strdup(labels);
+        snprintf(row.mode, sizeof row.mode, "disk");
+        row.created_at = time_now_unix();
+        _cleanup_free_ char *tmp = NULL, *from = path_of(s, source);
+        if (!row.owner || !row.key_id || !row.labels || !row.sandbox_id || !row.spec || !from) {
+                snapshot_row_done(&row);
+                return -ENOMEM;
+        }
+        if ((r = snapshot_store_begin(s, row.id, &tmp)) < 0) {
+                snapshot_row_done(&row);
+                return r;
+        }
+        _cleanup_close_ int from_fd = open(from, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int to_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (from_fd < 0 || to_fd < 0)
+                r = -errno;
+        else
+                r = link_tree(from_fd, to_fd, 0);
+        if (r < 0) {
+                snapshot_store_abort(s, row.id);
+                snapshot_row_done(&row);
+                return r;
+        }
+        if ((r = commit(s, &row, true)) < 0) {
+                snapshot_row_done(&row);
+                return r;
+        }
+        *ret = row;
+        return 0;
+}
+
+int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row) {
+        return commit(s, row, false);
 }
 
 int snapshot_store_get(SnapshotStore *s, const char *owner, const char *id, SnapshotRow *ret) {

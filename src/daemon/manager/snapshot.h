@@ -77,6 +77,16 @@ int snapshot_store_begin(SnapshotStore *s, char ret_id[SNAPSHOT_ID_LEN + 1], cha
  * already, -EFBIG when its size would take the bytes they hold past the
  * owner's bound (row->size_bytes says how big it was). */
 int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row);
+/* A new snapshot of owner's that shares source's files (hard links: its
+ * layers are read-only once committed, so the blocks are kept once and
+ * go when the last snapshot naming them is deleted), recorded for key_id
+ * with labels (JSON object text) and no expiry; committed as a snapshot
+ * of a sandbox is, so a crash leaves no half of it. Its layer counts in
+ * full against the owner's bounds and is billed as its own: it may outlive
+ * the source. -ENOENT when source
+ * is not owner's, -EOPNOTSUPP for a memory snapshot, and commit's errors. */
+int snapshot_store_link(SnapshotStore *s, const char *owner, const char *source, const char *key_id,
+                        const char *labels, SnapshotRow *ret);
 /* Removes a begun snapshot's temporary directory. */
 void snapshot_store_abort(SnapshotStore *s, const char *id);
 /* The directory of a committed snapshot (a new string). */

@@ -56,6 +56,8 @@ typedef struct ImageBuildRequest {
         json_t *chunks;    /* the context's chunk digests in order, or NULL: no context */
         char context_sha256[65];
         int64_t context_size;
+        char dockerfile_sha256[65]; /* of the Dockerfile's text: part of the cache key */
+        bool no_cache;              /* "cache": false: every step runs */
         unsigned vcpu, memory_mib, disk_mib;
         int64_t timeout_seconds;
         /* An uploaded OCI layout or docker save archive the first FROM

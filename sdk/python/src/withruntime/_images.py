@@ -139,10 +139,12 @@ class ImagesOps:
                tags: Optional[Sequence[str]] = None, labels: Optional[Dict[str, str]] = None,
                build_args: Optional[Dict[str, str]] = None, env: Optional[Dict[str, str]] = None,
                target: Optional[str] = None, build: Optional[Dict[str, Any]] = None,
-               idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+               cache: Optional[bool] = None, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
         """Queues a build; the image, state ``queued``. ``dockerfile``, or ``image``: a registry's
         image as it is (``python:3.12-slim``, ``host:port/repo@sha256:...``). ``build`` takes
-        ``vcpu``, ``memory_mib``, ``disk_mib`` and ``timeout_seconds``."""
+        ``vcpu``, ``memory_mib``, ``disk_mib`` and ``timeout_seconds``. A build made before is a
+        new version sharing its disk (its steps logged ``CACHED``); ``cache=False`` runs every
+        step."""
         if (dockerfile is None) == (image is None):
             raise InvalidRequestError("give dockerfile or image, one of them")
         if context_dir is not None:
@@ -153,7 +155,8 @@ class ImagesOps:
         else:
             body["image"] = image
         for key, value in (("context", context), ("tags", None if tags is None else list(tags)),
-                           ("labels", labels), ("buildArgs", build_args), ("env", env), ("target", target)):
+                           ("labels", labels), ("buildArgs", build_args), ("env", env), ("target", target),
+                           ("cache", cache)):
             if value is not None:
                 body[key] = value
         if build:
