@@ -854,7 +854,7 @@ PYTHON_LAUNCH = NO_DEBUGGER + "from ipykernel import kernelapp; kernelapp.launch
 # module has it, without the debugger too (its cells are not Python: nothing there imports
 # debugpy). CONN is the connection file.
 LAUNCH = {
-    "bash": lambda conn: [sys.executable, "-c", NO_DEBUGGER + "from ipykernel.kernelapp import IPKernelApp; "
+    "bash_kernel": lambda conn: [sys.executable, "-c", NO_DEBUGGER + "from ipykernel.kernelapp import IPKernelApp; "
                           "from bash_kernel.kernel import BashKernel; IPKernelApp.launch_instance("
                           "kernel_class=BashKernel)", "-f", conn],
     "deno": lambda conn: [deno_path(), "jupyter", "--kernel", "--conn", conn],
