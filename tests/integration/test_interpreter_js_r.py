@@ -159,17 +159,23 @@ def test_r_cells_in_the_analysis_image(analysis_sandbox):
     assert listed(sbx)["r"]["kernel"] == "IRkernel"
     first = run(sbx, "x <- 6\ncat('set\\n')", language="r", **FIRST)
     assert first["status"] == "ok" and first["stdout"] == "set\n" and first["context"] == "r", first
+    # IRkernel sends a value as display data, not as the cell's execute_result: a result
+    # that is not the main one.
     out = run(sbx, "x * 7", language="r")
-    assert out["status"] == "ok" and "42" in plain(out), out
+    assert out["status"] == "ok" and out["results"][-1]["data"]["text/plain"] == "[1] 42", out
     df = run(sbx, "data.frame(a = c(1, 2), b = c('u', 'v'))", language="r")
-    assert df["status"] == "ok" and "text/html" in df["results"][0]["data"], df
+    assert df["status"] == "ok" and "<table" in df["results"][-1]["data"]["text/html"], df
     err = run(sbx, "stop('bad value')", language="r")
-    assert err["status"] == "error" and "bad value" in err["error"]["value"], err
+    assert err["status"] == "error" and err["error"]["name"] == "ERROR", err
+    assert "bad value" in err["error"]["value"] and "stop(" in err["error"]["traceback"], err
+    warned = run(sbx, "message('m'); warning('w')", language="r")
+    assert warned["status"] == "ok" and "m\n" in warned["stderr"] and "w" in warned["stderr"], warned
     t0 = time.monotonic()
     slow = run(sbx, "while (TRUE) {}", language="r", timeoutMs=1500)
     assert slow["status"] == "timeout", slow
     assert time.monotonic() - t0 < 60
-    assert "42" in plain(run(sbx, "x * 7", language="r", http_timeout=120))
+    kept = run(sbx, "x * 7", language="r", http_timeout=120)
+    assert kept["results"][-1]["data"]["text/plain"] == "[1] 42", kept
 
 
 E2B = """
