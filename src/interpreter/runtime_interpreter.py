@@ -64,8 +64,8 @@ STREAM_FLUSH_S = 0.005  # how long a kernel holds printed output before it sends
 # Deno's kernel publishes a cell's output and its idle status from tasks of their own: a
 # stream or result can come just after the idle. Its cells end once this long passes with
 # nothing more of theirs, at most DENO_SETTLE_MAX_S after the idle.
-DENO_SETTLE_S = 0.1
-DENO_SETTLE_MAX_S = 1.0
+DENO_SETTLE_S = 0.25
+DENO_SETTLE_MAX_S = 2.0
 KERNEL_ENV = "RUNTIME_INTERPRETER_KERNEL"  # "loop" in a context's env asks for the loop
 # Every process of a context carries this variable with the context's own token, so that a
 # removal finds the ones a cell left behind in sessions of their own (`!cmd` runs on a
@@ -918,7 +918,7 @@ class KernelEngine:
             # Deno fetches nothing at its start: no update check, its cache (compiled
             # modules, npm packages a cell imports) in the context's directory, plain text
             # for errors.
-            env["DENO_DIR"] = os.path.join(self.d, "deno")
+            env.setdefault("DENO_DIR", os.path.join(self.d, "deno"))
             env["DENO_NO_UPDATE_CHECK"] = "1"
             env["DENO_NO_PROMPT"] = "1"
             env["NO_COLOR"] = "1"
@@ -977,6 +977,16 @@ class KernelEngine:
                 continue
             if msg["parent_header"].get("msg_id") in asked:
                 break
+        # iopub is a subscription: what the kernel publishes before the subscription has
+        # reached it is lost (ZeroMQ's slow joiner), a first cell's result with it when the
+        # cell is sent at once (a run that starts a new kernel). Every kernel publishes its
+        # status around a kernel_info: asked again until one is heard.
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                kc.get_iopub_msg(timeout=0.2)
+                break
+            except Exception:  # queue.Empty
+                kc.kernel_info()
         self.count = 0
         if self.python:
             self.execute(None, KERNEL_SETUP, 0, silent=True)

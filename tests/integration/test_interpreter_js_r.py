@@ -221,3 +221,19 @@ def test_published_client_contexts_in_javascript(pub, sandbox):
     need_deno(sandbox)
     got = pub(CONTEXTS, sandbox.id, timeout=600)
     assert got == {"made": "javascript", "result": "42", "removed": True}, got
+
+
+def test_javascript_out_of_memory_kills_the_context_only(api, driver):
+    """A 512 MiB sandbox (Deno's kernel holds 220 to 280 MiB resident from its start, so a
+    smaller one has no room for it next to the python kernel started ahead): a cell that
+    allocates without end costs its kernel only, ended by V8's heap cap under gVisor and by
+    the kernel's OOM killer on namespace, and the next run starts a new one, empty."""
+    sbx = api.create_sandbox(driver=driver, memoryMiB=512)
+    need_deno(sbx)
+    run(sbx, "const x = 1;", language="javascript", **FIRST)
+    out = run(sbx, "const hog = [];\nwhile (true) { hog.push(new Array(1 << 20).fill(7)); }",
+              language="javascript", timeoutMs=120000, http_timeout=300)
+    assert out["status"] == "lost" and out["error"]["name"] == "ContextDied", out
+    assert sbx.exec("echo alive")["stdout"] == "alive\n"
+    again = run(sbx, "typeof x", language="javascript", http_timeout=300)
+    assert again["status"] == "ok" and plain(again) == '"undefined"', again
