@@ -852,7 +852,7 @@ NO_DEBUGGER = "import sys; sys.modules['debugpy.server'] = None; "
 PYTHON_LAUNCH = NO_DEBUGGER + "from ipykernel import kernelapp; kernelapp.launch_new_instance()"
 # The other kernels' launchers, as their kernelspecs have them: bash_kernel's as its __main__
 # module has it, without the debugger too (its cells are not Python: nothing there imports
-# debugpy). CONN is the connection file.
+# debugpy). Each is given the connection file.
 LAUNCH = {
     "bash_kernel": lambda conn: [sys.executable, "-c", NO_DEBUGGER + "from ipykernel.kernelapp import IPKernelApp; "
                           "from bash_kernel.kernel import BashKernel; IPKernelApp.launch_instance("
