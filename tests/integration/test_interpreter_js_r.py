@@ -30,7 +30,6 @@ def listed(sbx) -> dict[str, dict]:
     return {c["id"]: c for c in contexts(sbx, "GET")["data"]}
 
 
-@pytest.mark.microvm_subset
 def test_javascript_keeps_state_and_gives_its_last_expression(sandbox):
     need_deno(sandbox)
     first = run(sandbox, "let x = 6;\nconsole.log('set');", language="javascript", **FIRST)

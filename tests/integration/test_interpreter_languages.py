@@ -176,6 +176,8 @@ def test_the_minimal_image_runs_python_on_the_loop_and_no_bash(api, driver, imag
     assert plain(run(sbx, "6*7", http_timeout=300)) == "42"
     r = api.post(f"/v1/sandboxes/{sbx.id}/interpreter:run", json={"code": "echo hi", "language": "bash"})
     assert_error(r, 400, "invalid_request", mentions="bash_kernel")
+    r = api.post(f"/v1/sandboxes/{sbx.id}/interpreter/contexts", json={"language": "js"})
+    assert_error(r, 400, "invalid_request", mentions="language javascript needs its Jupyter kernel (deno)")
 
 
 @pytest.mark.microvm_subset
