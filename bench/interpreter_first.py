@@ -11,7 +11,8 @@ the create, the first exec of `true` after it (create -> first exec result), the
 `interpreter:run` of `6*7` at once, and, in a second sandbox, the same first cell after the
 sandbox has been up 5 s (an agent that runs a few commands before code). The sandbox's idle
 memory with the kernel started is the resident size of its context's processes. Then, on the
-prestart daemon, the first cell of a new context per language the image has (python, bash):
+prestart daemon, the first cell of a new context per language the image has (python, bash, javascript,
+typescript; r in the analysis image):
 the create of the context and its first cell. Needs root and a built tree.
 """
 from __future__ import annotations
@@ -30,7 +31,12 @@ from sections import emit
 BEGIN = "<!-- interpreter first cell benchmark: begin (bench/interpreter_first.py) -->"
 END = "<!-- interpreter first cell benchmark: end -->"
 FIRST_CELL = {"python": ("6*7", lambda out: out["results"][0]["data"]["text/plain"] == "42"),
-              "bash": ("echo $((6*7))", lambda out: out["stdout"].strip() == "42")}
+              "bash": ("echo $((6*7))", lambda out: out["stdout"].strip() == "42"),
+              "javascript": ("6*7", lambda out: out["results"][0]["data"]["text/plain"] == "42"),
+              "typescript": ("const n: number = 6; n*7",
+                             lambda out: out["results"][0]["data"]["text/plain"] == "42"),
+              # IRkernel's value is display data, the cell's last result.
+              "r": ("6*7", lambda out: out["results"][-1]["data"]["text/plain"] == "[1] 42")}
 # Resident memory of the context's processes (its client and kernel, which carry the
 # context's variable), in KiB.
 RSS = ("for p in /proc/[0-9]*; do grep -qz RUNTIME_INTERPRETER_CONTEXT= $p/environ 2>/dev/null && "
@@ -139,7 +145,8 @@ def main() -> int:
         *rows,
         "",
         "A new context of each language the image has, on the prestart daemon: the create of "
-        "the context and its first cell (`6*7`, `echo $((6*7))`).",
+        "the context and its first cell (`6*7`, `echo $((6*7))`, `6*7` in JavaScript, "
+        "`const n: number = 6; n*7` in TypeScript).",
         "",
         "| driver | language | create + first cell |",
         "| --- | --- | --- |",

@@ -21,10 +21,11 @@ SUITE=bookworm
 #   minimal   a shell, Python with pip and venv, git, curl and sudo; cells of
 #             the interpreter run on its fallback loop (docs/interpreter.md).
 #   default   minimal plus what agents expect of a general-purpose machine:
-#             Jupyter kernels for the interpreter (Python, Bash), Node.js with
-#             npm, numpy and pillow.
+#             Jupyter kernels for the interpreter (Python, Bash, and Deno's
+#             for JavaScript and TypeScript), Node.js with npm, numpy and
+#             pillow.
 #   analysis  default plus the data stack the interpreter's charts and tables
-#             use.
+#             use, and R with its Jupyter kernel (IRkernel).
 #   desktop   default plus a browser and an X desktop (below).
 # debootstrap lays down the minimal set (it resolves dependencies but no
 # virtual package or alternative); the rest is installed by apt-get in the new
@@ -34,11 +35,24 @@ PACKAGES="python3 python3-pip python3-venv bash coreutils ca-certificates curl g
 # Jupyter kernel; python3-filetype and python3-pexpect are bash_kernel's
 # dependencies (bash_kernel itself is not packaged by Debian: below).
 DEFAULT_PACKAGES="python3-ipykernel python3-jupyter-client python3-filetype python3-pexpect nodejs npm python3-numpy python3-pil"
-ANALYSIS_PACKAGES="python3-pandas python3-matplotlib"
+# R is the analysis image's alone: r-base-core and its kernel add about
+# 100 MB that the default image's users do not need.
+ANALYSIS_PACKAGES="python3-pandas python3-matplotlib r-cran-irkernel"
 # Bash cells run on bash_kernel from PyPI, pinned by version and by the hash
 # of its wheel: pip refuses any other file. Installed without dependencies,
 # which are Debian's packages above.
 PIP_PACKAGES="bash_kernel==0.10.0 --hash=sha256:da28513230f5307c7a49e87352366304dc52b66faa207d6caed1b2bdec03c1fa"
+# JavaScript and TypeScript cells run on Deno's own Jupyter kernel (deno
+# jupyter --kernel). Debian does not package Deno; its release binary is on
+# npm as @deno/linux-x64-glibc, fetched from the registry pinned by version
+# and by the SHA-512 of the tarball (npm's dist.integrity
+# sha512-3md4TKLCuzsLDmfOoC5KN7NAZaxSVkMgm64vg6foD00JBADCpYS2/5QqXfzgnP5ZQz3iLP9vBQJtEgc116OAoQ==,
+# here in hex): any other file is refused. The binary is self-contained
+# (glibc only) and lands in /usr/local/bin/deno.
+DENO_PACKAGE="@deno/linux-x64-glibc 2.9.6 de67784ca2c2bb3b0b0e67cea02e4a37b34065ac525643209bae2f83a7e80f4d090400c2a584b6ff942a5dfce09cfe59433de22cff6f05026d120735d7a380a1"
+# The registry the tarball comes from; npm's own variable, so a host that
+# points npm at a mirror points this build there too.
+NPM_REGISTRY=${NPM_CONFIG_REGISTRY:-https://registry.npmjs.org/}
 # Commands run as this unprivileged user by default (docs/api.md, Users):
 # a fixed uid and gid, so that the drivers' id maps and the files API agree
 # on them, home /workspace, and passwordless sudo (the sandbox is the
@@ -74,7 +88,7 @@ image_dir=$1
 name=$2
 
 case "$name" in
-minimal) EXTRA=""; PIP_PACKAGES="" ;;
+minimal) EXTRA=""; PIP_PACKAGES=""; DENO_PACKAGE="" ;;
 default) EXTRA="$DEFAULT_PACKAGES" ;;
 analysis) EXTRA="$DEFAULT_PACKAGES $ANALYSIS_PACKAGES" ;;
 desktop) EXTRA="$DEFAULT_PACKAGES $DESKTOP_PACKAGES" ;;
@@ -83,7 +97,7 @@ esac
 
 # The recipe is this script plus its package lists: change either and the
 # image is rebuilt.
-recipe_sha=$( { cat "${BASH_SOURCE[0]}"; printf '%s\n' "$PACKAGES" "$EXTRA" "$PIP_PACKAGES"; } | sha256sum | cut -d' ' -f1)
+recipe_sha=$( { cat "${BASH_SOURCE[0]}"; printf '%s\n' "$PACKAGES" "$EXTRA" "$PIP_PACKAGES" "$DENO_PACKAGE"; } | sha256sum | cut -d' ' -f1)
 target="$image_dir/$name"
 
 is_current() {
@@ -99,6 +113,7 @@ fi
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap and the uid shift need it)"
 command -v debootstrap >/dev/null || die "debootstrap is not installed"
 [ -z "$PIP_PACKAGES" ] || python3 -m pip --version >/dev/null 2>&1 || die "python3-pip is not installed"
+[ -z "$DENO_PACKAGE" ] || command -v curl >/dev/null || die "curl is not installed"
 
 mkdir -p "$image_dir"
 # One builder per image at a time: a second one waits, then finds the image
@@ -218,6 +233,18 @@ if [ -n "$EXTRA" ]; then
                         --root-user-action=ignore --break-system-packages --find-links /tmp/wheels \
                         -r /tmp/wheels/requirements.txt
         fi
+        if [ -n "$DENO_PACKAGE" ]; then
+                read -r deno_name deno_version deno_sha512 <<<"$DENO_PACKAGE"
+                deno_url="${NPM_REGISTRY%/}/$deno_name/-/${deno_name#*/}-$deno_version.tgz"
+                log "installing from npm: $deno_name@$deno_version"
+                curl -fsSL --proto '=https' --max-filesize 200000000 -o "$work/deno.tgz" "$deno_url" ||
+                        die "fetching $deno_url failed"
+                echo "$deno_sha512  $work/deno.tgz" | sha512sum -c --quiet - ||
+                        die "$deno_name@$deno_version does not match its pinned SHA-512"
+                tar -xzf "$work/deno.tgz" -C "$work" --no-same-owner package/deno
+                install -m 0755 "$work/package/deno" "$root/usr/local/bin/deno"
+                rm -rf "$work/deno.tgz" "$work/package"
+        fi
         umount "$root/proc"
         rm -f "$work/apt.log"
 fi
@@ -285,7 +312,7 @@ chmod 0700 "$root"
 echo "$recipe_sha" >"$work/recipe.sha256"
 date -u +%Y-%m-%dT%H:%M:%SZ >"$work/built-at"
 echo "$RUNTIME_UID_SHIFT" >"$work/uid-shift"
-echo "$PACKAGES $EXTRA${PIP_PACKAGES:+ ${PIP_PACKAGES%% *}}" >"$work/packages"
+echo "$PACKAGES $EXTRA${PIP_PACKAGES:+ ${PIP_PACKAGES%% *}}${DENO_PACKAGE:+ $(echo "$DENO_PACKAGE" | awk '{ print $1 "@" $2 }')}" >"$work/packages"
 rm -f "$work/debootstrap.log"
 du -sh "$root" | awk '{ print "rootfs size " $1 }' | while read -r l; do log "$l"; done
 

@@ -61,14 +61,26 @@ _fd_outputs = []  # the context's FdOutput for fds 1 and 2
 KERNEL_START_S = 100  # a kernel's start, which takes seconds in the emulated microVM
 INTERRUPT_GRACE_S = 5  # a kernel that ignores SIGINT this long is killed
 STREAM_FLUSH_S = 0.005  # how long a kernel holds printed output before it sends it
+# Deno's kernel publishes a cell's output and its idle status from tasks of their own: a
+# stream or result can come just after the idle. Its cells end once this long passes with
+# nothing more of theirs, at most DENO_SETTLE_MAX_S after the idle.
+DENO_SETTLE_S = 0.25
+DENO_SETTLE_MAX_S = 2.0
 KERNEL_ENV = "RUNTIME_INTERPRETER_KERNEL"  # "loop" in a context's env asks for the loop
 # Every process of a context carries this variable with the context's own token, so that a
 # removal finds the ones a cell left behind in sessions of their own (`!cmd` runs on a
 # pseudo-terminal, in a new session) even after their parent is gone.
 TAG_ENV = "RUNTIME_INTERPRETER_CONTEXT"
-# The languages, each with the module of its Jupyter kernel. A language's own name is its
-# default context, started on its first run. Python without ipykernel runs on the loop.
-KERNELS = {"python": "ipykernel_launcher", "bash": "bash_kernel"}
+# The languages, each with its Jupyter kernel's name. A language's own name is its default
+# context, started on its first run. Python without ipykernel runs on the loop.
+KERNELS = {"python": "ipykernel_launcher", "bash": "bash_kernel", "javascript": "deno", "typescript": "deno",
+           "r": "IRkernel"}
+# Deno's own kernel (deno jupyter --kernel) runs JavaScript and TypeScript alike: a cell is
+# TypeScript, which is a superset. Where the images install the binary (images/build.sh).
+DENO_PATHS = ("/usr/local/bin/deno", "/usr/bin/deno")
+# IRkernel is an R package: where Debian's r-cran-irkernel and an R user's install put it.
+IRKERNEL_PATHS = ("/usr/lib/R/site-library/IRkernel", "/usr/local/lib/R/site-library/IRkernel",
+                  "/usr/lib/R/library/IRkernel")
 
 
 def reply(obj, code=0):
@@ -126,13 +138,27 @@ def has_modules(*names):
     return all(importlib.util.find_spec(m) is not None for m in names)
 
 
+def deno_path():
+    return next((p for p in DENO_PATHS if os.access(p, os.X_OK)), None)
+
+
+def has_kernel(language):
+    """Whether the image has the language's kernel. This program is each kernel's client
+    (jupyter_client); bash_kernel runs on ipykernel."""
+    if not has_modules("jupyter_client"):
+        return False
+    kernel = KERNELS[language]
+    if kernel == "deno":
+        return deno_path() is not None
+    if kernel == "IRkernel":
+        return os.access("/usr/bin/R", os.X_OK) and any(os.path.isdir(p) for p in IRKERNEL_PATHS)
+    return has_modules("ipykernel", kernel)
+
+
 def languages():
     """The languages this image runs: python always (on the loop without ipykernel), each
     other one where its kernel is installed."""
-    out = ["python"]
-    if has_modules("ipykernel", "jupyter_client"):
-        out += [lang for lang, mod in KERNELS.items() if lang != "python" and has_modules(mod)]
-    return out
+    return ["python"] + [lang for lang in KERNELS if lang != "python" and has_kernel(lang)]
 
 
 def context_procs(pid, tag):
@@ -824,10 +850,17 @@ if __import__("sys").modules.get("debugpy.server", 0) is None:
 # above, so a cell's own `import debugpy` works as ever.
 NO_DEBUGGER = "import sys; sys.modules['debugpy.server'] = None; "
 PYTHON_LAUNCH = NO_DEBUGGER + "from ipykernel import kernelapp; kernelapp.launch_new_instance()"
-# The other kernels' launchers, as their __main__ modules have them, without the debugger too
-# (their cells are not Python: nothing there imports debugpy).
-LAUNCH = {"bash": NO_DEBUGGER + "from ipykernel.kernelapp import IPKernelApp; from bash_kernel.kernel import "
-                                "BashKernel; IPKernelApp.launch_instance(kernel_class=BashKernel)"}
+# The other kernels' launchers, as their kernelspecs have them: bash_kernel's as its __main__
+# module has it, without the debugger too (its cells are not Python: nothing there imports
+# debugpy). Each is given the connection file.
+LAUNCH = {
+    "bash_kernel": lambda conn: [sys.executable, "-c", NO_DEBUGGER + "from ipykernel.kernelapp import IPKernelApp; "
+                          "from bash_kernel.kernel import BashKernel; IPKernelApp.launch_instance("
+                          "kernel_class=BashKernel)", "-f", conn],
+    "deno": lambda conn: [deno_path(), "jupyter", "--kernel", "--conn", conn],
+    "IRkernel": lambda conn: ["/usr/bin/R", "--slave", "--no-save", "--no-restore", "-e", "IRkernel::main()",
+                              "--args", conn],
+}
 
 KEPT_EXT = {"image/png": "png", "image/jpeg": "jpg", "image/svg+xml": "svg", "text/html": "html",
             "text/markdown": "md", "text/latex": "tex", "text/plain": "txt"}
@@ -849,6 +882,8 @@ class KernelEngine:
         self.busy = False
         self.kill_at = None  # when an interrupted cell that goes on is killed
         self.python = meta.get("language", "python") == "python"
+        self.bash = meta.get("language") == "bash"
+        self.deno = KERNELS.get(meta.get("language")) == "deno"
         self.tail = ""  # the cell's last output, a failed bash command's traceback
 
     def start(self):
@@ -877,15 +912,37 @@ class KernelEngine:
             # MiB, over a 256 MiB sandbox's cap (192) one start in a few.
             env["MALLOC_ARENA_MAX"] = "1"
         meta = self.meta
+        kernel = KERNELS[meta.get("language", "python")]
+        reserved = KERNEL_RESERVED_MIB
+        if kernel == "deno":
+            # Deno fetches nothing at its start: no update check, its cache (compiled
+            # modules, npm packages a cell imports) in the context's directory, plain text
+            # for errors.
+            env.setdefault("DENO_DIR", os.path.join(self.d, "deno"))
+            env["DENO_NO_UPDATE_CHECK"] = "1"
+            env["DENO_NO_PROMPT"] = "1"
+            env["NO_COLOR"] = "1"
+            if meta.get("memoryCapMiB"):
+                # V8 reserves gigabytes of address space it never touches (its pointer cage,
+                # code range and WebAssembly guards): under a capped address space it does
+                # not start. Its heap is capped instead: a hog meets V8's own out-of-memory
+                # end, a dead kernel (ContextDied), before the sandbox's memory watch.
+                env["DENO_V8_FLAGS"] = "--max-old-space-size=%d" % max(16, meta["memoryCapMiB"] // 2)
+                reserved = None
+        elif kernel == "IRkernel":
+            env["R_HISTFILE"] = os.devnull
 
         def child():
-            limit_self(meta, 1000, KERNEL_RESERVED_MIB)
+            if reserved is None:
+                limit_self({}, 1000)
+            else:
+                limit_self(meta, 1000, reserved)
 
         if self.python:
             argv = [sys.executable, "-c", PYTHON_LAUNCH, "-f", cf, "--InteractiveShell.colors=NoColor",
                     "--HistoryManager.enabled=False"]
         else:
-            argv = [sys.executable, "-c", LAUNCH[self.meta.get("language")], "-f", cf]
+            argv = LAUNCH[kernel](cf)
         log = open(os.path.join(self.d, "kernel.log"), "ab")
         try:
             self.proc = subprocess.Popen(
@@ -895,7 +952,9 @@ class KernelEngine:
             log.close()
         kc = self.kc = BlockingKernelClient(connection_file=cf)
         kc.load_connection_file()
-        kc.start_channels(stdin=False, hb=False, control=False)
+        # Deno's kernel is interrupted by a message on its control channel (a SIGINT ends
+        # it); the others by the signal.
+        kc.start_channels(stdin=False, hb=False, control=self.deno)
         deadline = time.monotonic() + KERNEL_START_S
         # A request sent before the kernel's shell socket is bound and read can go
         # unanswered (Jupyter's own clients ask again for the same reason): asked again
@@ -918,6 +977,16 @@ class KernelEngine:
                 continue
             if msg["parent_header"].get("msg_id") in asked:
                 break
+        # iopub is a subscription: what the kernel publishes before the subscription has
+        # reached it is lost (ZeroMQ's slow joiner), a first cell's result with it when the
+        # cell is sent at once (a run that starts a new kernel). Every kernel publishes its
+        # status around a kernel_info: asked again until one is heard.
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                kc.get_iopub_msg(timeout=0.2)
+                break
+            except Exception:  # queue.Empty
+                kc.kernel_info()
         self.count = 0
         if self.python:
             self.execute(None, KERNEL_SETUP, 0, silent=True)
@@ -937,7 +1006,13 @@ class KernelEngine:
     def interrupt(self):
         """SIGINT from the interrupt operation: to the kernel while a cell runs, then a kill if it goes on."""
         if self.busy and self.alive():
-            os.kill(self.proc.pid, signal.SIGINT)
+            if self.deno:
+                # V8 terminates the running script, a loop that never yields included, and
+                # the kernel and its state stay. This runs in the signal handler: the reply
+                # is left unread (the socket keeps at most its high-water mark of them).
+                self.kc.control_channel.send(self.kc.session.msg("interrupt_request", {}))
+            else:
+                os.kill(self.proc.pid, signal.SIGINT)
             if self.kill_at is None:
                 self.kill_at = time.monotonic() + INTERRUPT_GRACE_S
 
@@ -973,8 +1048,9 @@ class KernelEngine:
         reply = None
         self.busy, self.kill_at, self.tail = True, None, ""
         said_error = False
+        settle = None  # Deno's: when the cell ends if nothing more of it comes
         try:
-            while not idle:
+            while not idle or (settle is not None and time.monotonic() < settle[0]):
                 now = time.monotonic()
                 if deadline is not None and now > deadline and not timed_out:
                     # As Ctrl-C would: the state stays. A kernel that ignores it is killed below.
@@ -1002,14 +1078,18 @@ class KernelEngine:
                 if msg["parent_header"].get("msg_id") != msg_id:
                     continue
                 kind, content = msg["header"]["msg_type"], msg["content"]
+                if settle is not None:
+                    settle[0] = min(now + DENO_SETTLE_S, settle[1])
                 if kind == "status":
-                    idle = content.get("execution_state") == "idle"
+                    idle = idle or content.get("execution_state") == "idle"
+                    if idle and self.deno and settle is None:
+                        settle = [now + DENO_SETTLE_S, now + DENO_SETTLE_MAX_S]
                 elif cell is None:
                     continue
                 elif kind == "stream":
                     text = content.get("text", "")
                     cell.text("stderr" if content.get("name") == "stderr" else "stdout", text)
-                    if not self.python and isinstance(text, str):
+                    if self.bash and isinstance(text, str):
                         self.tail = (self.tail + text)[-4096:]
                 elif kind in ("display_data", "execute_result"):
                     self.result(cell, content.get("data") or {}, kind == "execute_result")
@@ -1020,7 +1100,7 @@ class KernelEngine:
                     if not timed_out:
                         tb = "\n".join(content.get("traceback") or [])
                         name, value = content.get("ename") or "Error", str(content.get("evalue", ""))
-                        if not self.python and not content.get("ename"):
+                        if self.bash and not content.get("ename"):
                             # bash_kernel says a command's exit status alone; its output on the
                             # terminal (stderr joins stdout there) is the traceback.
                             name, value = "ExitStatus", "exit status %s" % value

@@ -158,11 +158,11 @@ def test_languages_the_interpreter_does_not_run_are_refused(sandbox):
         assert_error(r, 400, "invalid_request", mentions="java")
     r = api.post(f"{base}/contexts", json={"language": "java"})
     assert_error(r, 400, "invalid_request", mentions="java")
-    for lang in ("cobol", "javascript", "typescript", "r", "", "PYTHON"):
+    for lang in ("cobol", "", "PYTHON", "JS"):
         r = api.post(f"{base}:run", json={"code": "1", "language": lang})
-        assert_error(r, 400, "invalid_request", mentions="python, bash")
+        assert_error(r, 400, "invalid_request", mentions="python, bash, javascript, typescript, r")
         r = api.post(f"{base}/contexts", json={"language": lang})
-        assert_error(r, 400, "invalid_request", mentions="python, bash")
+        assert_error(r, 400, "invalid_request", mentions="python, bash, javascript, typescript, r")
     assert_error(api.post(f"{base}:run", json={"code": "1", "language": 7}), 400, "invalid_request")
     assert_error(api.post(f"{base}/contexts", json={"language": ["bash"]}), 400, "invalid_request")
 
@@ -176,6 +176,8 @@ def test_the_minimal_image_runs_python_on_the_loop_and_no_bash(api, driver, imag
     assert plain(run(sbx, "6*7", http_timeout=300)) == "42"
     r = api.post(f"/v1/sandboxes/{sbx.id}/interpreter:run", json={"code": "echo hi", "language": "bash"})
     assert_error(r, 400, "invalid_request", mentions="bash_kernel")
+    r = api.post(f"/v1/sandboxes/{sbx.id}/interpreter/contexts", json={"language": "js"})
+    assert_error(r, 400, "invalid_request", mentions="language javascript needs its Jupyter kernel (deno)")
 
 
 @pytest.mark.microvm_subset
@@ -246,6 +248,8 @@ def test_e2b_drop_in_lists_and_runs_each_language(pub, sandbox):
     bash = has_bash_kernel(sandbox)
     got = pub(E2B, sandbox.id, "bash" if bash else "-")
     want = [["python", "python"]] + ([["bash", "bash"]] if bash else [])
+    if sandbox.exec("test -x /usr/local/bin/deno")["exitCode"] == 0:
+        want += [["javascript", "javascript"], ["typescript", "typescript"]]
     assert got["listed"] == sorted(want), got
     assert got["python"] == "42"
     if bash:

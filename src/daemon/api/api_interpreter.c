@@ -36,8 +36,17 @@ static const char program[] =
 /* The languages a context may have; each one's name is its default context,
  * started on its first run. Whether the sandbox's image has a language's
  * kernel is the sandbox's to say (a 400 from the start). */
-static const char *const languages[] = { "python", "bash" };
-#define LANGUAGES_TEXT "python, bash"
+static const char *const languages[] = { "python", "bash", "javascript", "typescript", "r" };
+#define LANGUAGES_TEXT "python, bash, javascript, typescript, r"
+/* The short names E2B's run_code takes for two of them: a context made with
+ * one has the full name, and so does the default context a run reaches. */
+static const struct {
+        const char *alias;
+        const char *language;
+} language_aliases[] = {
+        { "js", "javascript" },
+        { "ts", "typescript" },
+};
 #define POLL_MS 250
 /* Starting a context is a python3 start, which takes tens of seconds in the
  * emulated microVM under load: the bound on a control operation allows it. */
@@ -260,6 +269,11 @@ static int parse_language(json_t *v, const char **ret, ApiError *e) {
         for (size_t i = 0; s && i < ELEMENTSOF(languages); i++)
                 if (strcmp(s, languages[i]) == 0) {
                         *ret = languages[i];
+                        return 0;
+                }
+        for (size_t i = 0; s && i < ELEMENTSOF(language_aliases); i++)
+                if (strcmp(s, language_aliases[i].alias) == 0) {
+                        *ret = language_aliases[i].language;
                         return 0;
                 }
         if (s && strcmp(s, "java") == 0)
