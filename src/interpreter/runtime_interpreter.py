@@ -26,8 +26,8 @@
 #                                     once it serves
 #   adopt IDLE_S                      at a pool sandbox's hand-out: that context
 #                                     takes this exec's env (its owner's) and
-#                                     ends itself unused after IDLE_S; IDLE_S 0,
-#                                     or another user than it runs as, removes it
+#                                     ends itself unused after IDLE_S; another
+#                                     user than it runs as removes it
 #   list                              the contexts, as {"data": [...]}, and
 #                                     the default context of each language
 #                                     the image has, started or not
@@ -338,7 +338,8 @@ ADOPT_SKIP = {"PWD", "OLDPWD", "SHLVL", "_", TAG_ENV, KERNEL_ENV}
 def op_adopt(idle_s):
     """A pool sandbox's hand-out: its context, started before it was anyone's, takes this
     exec's env (the owner's: the create's over the egress proxy's) before any run reaches it,
-    and from then on ends itself when unused for IDLE_S, as one started ahead does."""
+    and from then on ends itself when unused for IDLE_S, as one started ahead does. A sandbox
+    that runs as another user than the context does not keep it."""
     try:
         idle_s = int(idle_s)
     except ValueError:
@@ -348,9 +349,9 @@ def op_adopt(idle_s):
     meta = read_meta(d)
     if meta is None or not meta.get("pool") or not read_pid(d):
         reply({"adopted": False})
-    if idle_s <= 0 or os.stat(d).st_uid != os.getuid():
-        # Over the host's bound on kernels started ahead, or the owner's sandbox runs as
-        # another user than the pool's kernel: it goes, and a first run starts one.
+    if os.stat(d).st_uid != os.getuid():
+        # The owner's sandbox runs as another user (root) than the pool's kernel: it goes,
+        # and the owner's own starts in its place.
         kill_context(d)
         import shutil
         shutil.rmtree(d, ignore_errors=True)

@@ -288,7 +288,8 @@ typedef struct Prestart {
         Sandbox *sb;
         char cap[24];
         char idle[16];
-        bool adopt; /* a pool kernel to hand its owner's env (idle "0": to remove) */
+        bool adopt; /* a pool kernel to hand its owner's env */
+        const DaemonConfig *cfg;
 } Prestart;
 
 /* The host's bound on kernels started ahead: each holds 56-83 MiB of its
@@ -379,7 +380,7 @@ static void adopt_wait(Sandbox *sb) {
 /* A pool kernel's hand-out: the program's adopt runs as an exec of the
  * sandbox's, so the env it passes on is the one every command now gets
  * (the create's over the egress proxy's). Whether the kernel took it; one
- * that did not (another user, over the bound) is gone afterwards. */
+ * that did not (the sandbox runs as another user) is gone afterwards. */
 static bool pool_adopt(Prestart *p) {
         const char *args[] = { "adopt", p->idle };
         _cleanup_json_ json_t *j = NULL;
@@ -395,7 +396,10 @@ static bool pool_adopt(Prestart *p) {
 }
 
 static void prestart_run(Prestart *p) {
-        if (p->adopt && (pool_adopt(p) || strcmp(p->idle, "0") == 0))
+        /* A sandbox whose pool kernel went starts one as a cold create's
+         * does, within the bound. */
+        if (p->adopt && (pool_adopt(p) || p->cfg->no_interpreter_prestart ||
+                         !prestart_take_turn(p->cfg->interpreter_prestart_max, p->cfg->interpreter_prestart_idle_s)))
                 return;
         uint64_t start = time_now_mono_ms(), quiet_since = start;
         for (uint64_t now = start; now - start < PRESTART_WAIT_MS; now = time_now_mono_ms()) {
@@ -432,28 +436,30 @@ void interpreter_prestart(App *app, const KeyInfo *key, const char *id) {
                 free(p);
                 return;
         }
+        p->cfg = app->cfg;
+        /* A pool kernel is outside the host's bound on kernels started
+         * ahead: the pool's refills bound those (one start at a time, none
+         * while a create runs), and handed out it ends unused after the
+         * same idle time. */
         p->adopt = sandbox_has_pool_kernel(p->sb);
-        /* A pool kernel handed out counts against the host's bound as one
-         * started ahead; past it, the adopt removes it. */
-        bool turn = !app->cfg->no_interpreter_prestart &&
-                    prestart_take_turn(app->cfg->interpreter_prestart_max, app->cfg->interpreter_prestart_idle_s);
-        if (!turn && !p->adopt) {
+        if (!p->adopt && (app->cfg->no_interpreter_prestart ||
+                          !prestart_take_turn(app->cfg->interpreter_prestart_max,
+                                              app->cfg->interpreter_prestart_idle_s))) {
                 sandbox_release(p->sb);
                 free(p);
                 return;
         }
-        snprintf(p->idle, sizeof p->idle, "%u", turn ? app->cfg->interpreter_prestart_idle_s : 0);
+        snprintf(p->idle, sizeof p->idle, "%u", app->cfg->interpreter_prestart_idle_s);
         memory_cap_of(app->manager, key, id, p->cap, sizeof(p->cap));
         if (p->adopt && !adopt_register(id)) {
                 /* Too many hand-outs at once to track: this create gives the
                  * env itself before it answers. */
-                pool_adopt(p);
-                p->adopt = false;
-                if (!turn) {
+                if (pool_adopt(p)) {
                         sandbox_release(p->sb);
                         free(p);
                         return;
                 }
+                p->adopt = false;
         }
         pthread_attr_t attr;
         pthread_t th;
