@@ -387,9 +387,15 @@ static bool pool_adopt(Prestart *p) {
         ApiError e = { 0 };
         bool adopted = control(p->sb, NULL, args, ELEMENTSOF(args), &j, &e) == 0 &&
                        json_is_true(json_object_get(j, "adopted"));
-        if (!j)
+        if (!j) {
+                /* A kernel without its owner's env runs no cell: it goes. */
                 log_warn(NULL, "interpreter: the pool kernel of %s did not take its env: %s", sandbox_id(p->sb),
                          e.message);
+                const char *rm[] = { "remove", "python" };
+                _cleanup_json_ json_t *gone = NULL;
+                if (control(p->sb, NULL, rm, ELEMENTSOF(rm), &gone, &e) < 0)
+                        sandbox_fail(p->sb, "its interpreter kernel could not be given its env");
+        }
         sandbox_clear_pool_kernel(p->sb);
         adopt_done(sandbox_id(p->sb));
         return adopted;
@@ -485,7 +491,7 @@ int interpreter_pool_warm(void *userdata, Sandbox *sb, SandboxDriver driver, uns
         _cleanup_json_ json_t *j = NULL;
         ApiError e = { 0 };
         if (control(sb, NULL, args, ELEMENTSOF(args), &j, &e) < 0) {
-                log_warn(NULL, "warm pool: the kernel of %s did not start: %s", sandbox_id(sb), e.message);
+                log_debug(NULL, "warm pool: the kernel of %s did not start: %s", sandbox_id(sb), e.message);
                 return -EIO;
         }
         /* The context's description once it serves; {"started": false}
