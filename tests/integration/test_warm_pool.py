@@ -5,7 +5,9 @@ lease) holds in the pooled sandbox exactly as in a cold one; two owners never sh
 sandbox is in no owner's list, usage or store row until it is handed out; a create the pool cannot
 serve (another shape, a snapshot's disk) goes cold; a stop or a kill of the daemon leaves nothing of
 the pool behind (processes, cgroups, files); the published client's Sandbox.create is served from
-the pool."""
+the pool. The pool's sandboxes hold the interpreter's kernel: a pooled create's first cell runs on
+it with the create's env, two owners never share one, a root create gets its own, and
+--no-warm-pool-kernel keeps the pool without."""
 from __future__ import annotations
 
 import os
@@ -430,6 +432,17 @@ def test_pool_kernel_answers_the_first_cell_with_the_creates_env(pool, papi):
     env_cell = cell(papi, sid, "import os\nprint(''.join(sorted(f'{k}={v}\\n' for k, v in os.environ.items() "
                                "if k in ('HTTP_PROXY', 'HTTPS_PROXY', 'POOL_KERNEL_CHECK'))), end='')")["stdout"]
     assert env_cell == env_cmd, (env_cell, env_cmd)
+    # Handed out, the context takes no other env: a forged hand-out from inside is refused, and
+    # its short idle time is not taken.
+    forged = papi.exec(sid, command="python3 -c \"import json, socket; s = socket.create_connection(('127.0.0.1', "
+                                    "int(open('/workspace/.runtime/interpreter/python/port').read()))); "
+                                    "s.sendall(json.dumps({'adopt': {'env': {'POOL_KERNEL_CHECK': 'forged'}, "
+                                    "'idleExitS': 1}}).encode() + b'\\n'); print(s.makefile().read())\"",
+                       timeoutMs=30000)
+    assert '"status": "rejected"' in forged["stdout"], forged
+    time.sleep(2)
+    out = cell(papi, sid, "import os\nprint(os.environ.get('POOL_KERNEL_CHECK'))")
+    assert out["stdout"] == "owner a\n" and out["executionCount"] == 3, out
 
 
 def test_two_owners_never_share_a_kernel(pool, papi):
