@@ -1228,6 +1228,15 @@ def serve(ctx, d, meta, ready_fd):
                 if meta.get("idleExitS"):
                     listener.settimeout(meta["idleExitS"])  # not a use: an unused kernel still ends
                 continue
+            if meta.get("pool"):
+                # The pool's context, never given its owner's env (its hand-out failed): it runs
+                # no cell, and goes; the next run starts the context again with the owner's env.
+                cell.line({"k": "error", "name": "ContextDied", "value": "the context was not given its sandbox's "
+                           "env; run again to start a new one", "traceback": ""})
+                cell.line({"k": "end", "status": "lost", "executionCount": engine.count})
+                out.close()
+                conn.close()
+                end_context(d, meta)
             code = req.get("code") if isinstance(req, dict) else None
             timeout_ms = req.get("timeoutMs", 0) if isinstance(req, dict) else 0
             if not isinstance(code, str) or not isinstance(timeout_ms, int) or timeout_ms < 0:
@@ -1290,6 +1299,11 @@ def idle_exit(ctx, d, meta, listener):
         listener.settimeout(None)
         return conn
     listener.close()
+    end_context(d, meta)
+
+
+def end_context(d, meta):
+    """The context's directory goes, then its processes and this one."""
     import shutil
     shutil.rmtree(d, ignore_errors=True)
     me = os.getpid()

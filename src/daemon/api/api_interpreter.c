@@ -387,15 +387,11 @@ static bool pool_adopt(Prestart *p) {
         ApiError e = { 0 };
         bool adopted = control(p->sb, NULL, args, ELEMENTSOF(args), &j, &e) == 0 &&
                        json_is_true(json_object_get(j, "adopted"));
-        if (!j) {
-                /* A kernel without its owner's env runs no cell: it goes. */
+        /* Not given its owner's env, the context runs no cell: the first run
+         * it gets ends it, and the next starts it again with that env. */
+        if (!j)
                 log_warn(NULL, "interpreter: the pool kernel of %s did not take its env: %s", sandbox_id(p->sb),
                          e.message);
-                const char *rm[] = { "remove", "python" };
-                _cleanup_json_ json_t *gone = NULL;
-                if (control(p->sb, NULL, rm, ELEMENTSOF(rm), &gone, &e) < 0)
-                        sandbox_fail(p->sb, "its interpreter kernel could not be given its env");
-        }
         sandbox_clear_pool_kernel(p->sb);
         adopt_done(sandbox_id(p->sb));
         return adopted;
@@ -460,12 +456,14 @@ void interpreter_prestart(App *app, const KeyInfo *key, const char *id) {
         if (p->adopt && !adopt_register(id)) {
                 /* Too many hand-outs at once to track: this create gives the
                  * env itself before it answers. */
-                if (pool_adopt(p)) {
+                bool kept = pool_adopt(p);
+                p->adopt = false;
+                if (kept || app->cfg->no_interpreter_prestart ||
+                    !prestart_take_turn(app->cfg->interpreter_prestart_max, app->cfg->interpreter_prestart_idle_s)) {
                         sandbox_release(p->sb);
                         free(p);
                         return;
                 }
-                p->adopt = false;
         }
         pthread_attr_t attr;
         pthread_t th;
