@@ -34,10 +34,10 @@ FIGURES = ("create to first exec, pool's shape", "create to first exec, other sh
 
 
 class Side:
-    def __init__(self, build: Path, image_dir: Path, tag: str, driver: str, pool: int):
+    def __init__(self, build: Path, image_dir: Path, tag: str, driver: str, pool: int, more: list[str] | None = None):
         self.tmp = Path(tempfile.mkdtemp(prefix=f"runtime-bench-pool-{tag}-"))
         self.cg = f"runtime-bench-pool-{os.getpid()}-{tag}"
-        extra = ["--warm-pool", f"{driver}:default={pool}"] if pool else []
+        extra = (["--warm-pool", f"{driver}:default={pool}"] if pool else []) + (more or [])
         self.d = Daemon(build, image_dir, self.tmp / "state", self.cg, extra_args=extra)
         self.d.start()
         self.api = Api(self.d, timeout=600)

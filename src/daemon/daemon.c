@@ -1111,6 +1111,7 @@ static int serve(Daemon *d) {
                         .user_images = d->user_images, .watches = d->watches, .sessions = d->sessions };
         /* Before the API serves: every create sees the pool or none. */
         char why[512] = "";
+        manager_set_warmer(d->manager, interpreter_pool_warm, &d->app);
         int r = manager_start_warm_pool(d->manager, why, sizeof why);
         if (r < 0) {
                 close(fd);

@@ -20,6 +20,14 @@
 #                                     and not started yet; answers at once.
 #                                     Unused for IDLE_S seconds, it ends
 #                                     itself (its memory back to the sandbox)
+#   warm MEMCAP_MIB                   the warm pool's: start the default python
+#                                     context, where it is a kernel, before the
+#                                     sandbox is anyone's (no idle exit); answers
+#                                     once it serves
+#   adopt IDLE_S                      at a pool sandbox's hand-out: that context
+#                                     takes this exec's env (its owner's) and
+#                                     ends itself unused after IDLE_S; another
+#                                     user than it runs as removes it
 #   list                              the contexts, as {"data": [...]}, and
 #                                     the default context of each language
 #                                     the image has, started or not
@@ -267,7 +275,7 @@ def start_lock(ctx):
 _lock_fd = -1  # held until this program exits; never by the context it starts
 
 
-def op_start(ctx, language, cwd, env_json, memcap, idle_exit_s=0):
+def op_start(ctx, language, cwd, env_json, memcap, idle_exit_s=0, pool=False):
     d = ctx_dir(ctx)
     have = languages()
     if language not in have:
@@ -305,6 +313,8 @@ def op_start(ctx, language, cwd, env_json, memcap, idle_exit_s=0):
             "kernel": kernel, "tag": os.urandom(12).hex()}
     if idle_exit_s:
         meta["idleExitS"] = idle_exit_s
+    if pool:
+        meta["pool"] = True
     with open(os.path.join(d, "meta.json"), "w") as f:
         json.dump(meta, f)
     spawn(ctx, d, meta)
@@ -337,6 +347,58 @@ def op_prestart(memcap, idle_s):
         op_start("python", "python", "/workspace", "{}", memcap, max(1, idle_s))
     finally:
         os._exit(0)
+
+
+def op_warm(memcap):
+    """The warm pool's: the default python context started before the sandbox is handed out,
+    with no one's env and no idle exit while it waits (the hand-out's adopt gives it both)."""
+    if not has_modules("ipykernel", "jupyter_client"):
+        reply({"started": False})
+    op_start("python", "python", "/workspace", "{}", memcap, 0, pool=True)
+
+
+# Set by the agent for this exec alone, not part of the sandbox's env a command gets.
+ADOPT_SKIP = {"PWD", "OLDPWD", "SHLVL", "_", TAG_ENV, KERNEL_ENV}
+
+
+def op_adopt(idle_s):
+    """A pool sandbox's hand-out: its context, started before it was anyone's, takes this
+    exec's env (the owner's: the create's over the egress proxy's) before any run reaches it,
+    and from then on ends itself when unused for IDLE_S, as one started ahead does. A sandbox
+    that runs as another user than the context does not keep it."""
+    try:
+        idle_s = int(idle_s)
+    except ValueError:
+        fail("invalid_request", "IDLE_S must be a number")
+    d = ctx_dir("python")
+    start_lock("python")
+    meta = read_meta(d)
+    if meta is None or not meta.get("pool") or not read_pid(d):
+        reply({"adopted": False})
+    if os.stat(d).st_uid != os.getuid():
+        # The owner's sandbox runs as another user (root) than the pool's kernel: it goes,
+        # and the owner's own starts in its place.
+        kill_context(d)
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)
+        reply({"adopted": False})
+    env = {k: v for k, v in os.environ.items() if k not in ADOPT_SKIP}
+    answer = b""
+    try:
+        with open(os.path.join(d, "port")) as f:
+            port = int(f.read().strip())
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+            conn.sendall(json.dumps({"adopt": {"env": env, "idleExitS": max(1, idle_s)}}).encode() + b"\n")
+            answer = conn.makefile("rb").read(65536)
+    except (OSError, ValueError):
+        pass
+    if b'"status": "ok"' not in answer:
+        # Never left to run cells without its owner's env: the first run starts another.
+        kill_context(d)
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)
+        reply({"adopted": False})
+    reply({"adopted": True})
 
 
 def op_list():
@@ -777,6 +839,9 @@ class LoopEngine:
         signal.signal(signal.SIGINT, on_sigint)
         signal.signal(signal.SIGALRM, on_alarm)
 
+    def set_env(self, env):
+        return "ok"  # the loop runs cells in this process, whose os.environ has it
+
     def run(self, cell, code, timeout_ms):
         self.state.cell = cell
         try:
@@ -1024,6 +1089,12 @@ class KernelEngine:
         except Exception:
             pass
 
+    def set_env(self, env):
+        if not self.alive():
+            return "ok"  # the next run starts a kernel, from this process's env
+        code = "__import__('os').environ.update(__import__('json').loads(%r))" % json.dumps(env)
+        return self.execute(None, code, 30000, silent=True)
+
     def run(self, cell, code, timeout_ms):
         if not self.alive():
             # The kernel died (during an earlier cell, or since): this run starts a new one.
@@ -1231,6 +1302,21 @@ def serve(ctx, d, meta, ready_fd):
         cell = Cell(out, ctx, engine.count + 1)
         try:
             req = json.loads(raw) if raw is not None else None
+            if isinstance(req, dict) and "adopt" in req and meta.get("pool"):
+                cell.line({"k": "end", "status": adopt_env(engine, d, meta, req["adopt"]),
+                           "executionCount": engine.count})
+                if meta.get("idleExitS"):
+                    listener.settimeout(meta["idleExitS"])  # not a use: an unused kernel still ends
+                continue
+            if meta.get("pool"):
+                # The pool's context, never given its owner's env (its hand-out failed): it runs
+                # no cell, and goes; the next run starts the context again with the owner's env.
+                cell.line({"k": "error", "name": "ContextDied", "value": "the context was not given its sandbox's "
+                           "env; run again to start a new one", "traceback": ""})
+                cell.line({"k": "end", "status": "lost", "executionCount": engine.count})
+                out.close()
+                conn.close()
+                end_context(d, meta)
             code = req.get("code") if isinstance(req, dict) else None
             timeout_ms = req.get("timeoutMs", 0) if isinstance(req, dict) else 0
             if not isinstance(code, str) or not isinstance(timeout_ms, int) or timeout_ms < 0:
@@ -1252,6 +1338,28 @@ def serve(ctx, d, meta, ready_fd):
                     pass
 
 
+def adopt_env(engine, d, meta, req):
+    """The owner's env, given to a pool sandbox's context at its hand-out: to this process (a
+    kernel it starts again gets it) and to the kernel's os.environ (its cells, and what they
+    start). Once only: the context is no longer the pool's afterwards."""
+    env = req.get("env") if isinstance(req, dict) else None
+    idle = req.get("idleExitS") if isinstance(req, dict) else None
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()) \
+            or not isinstance(idle, int) or idle < 1:
+        return "rejected"
+    env = {k: v for k, v in env.items() if k and "=" not in k and "\0" not in k + v}
+    os.environ.update(env)
+    status = engine.set_env(env)
+    if status != "ok":
+        return status
+    meta.pop("pool", None)
+    meta["idleExitS"] = idle
+    with open(os.path.join(d, "meta.json.tmp"), "w") as f:
+        json.dump(meta, f)
+    os.rename(os.path.join(d, "meta.json.tmp"), os.path.join(d, "meta.json"))
+    return "ok"
+
+
 def idle_exit(ctx, d, meta, listener):
     """The end of a context started ahead that no run used: under its start lock (a start that
     comes now waits, then starts it again), unless a run is at the door after all (its
@@ -1271,6 +1379,11 @@ def idle_exit(ctx, d, meta, listener):
         listener.settimeout(None)
         return conn
     listener.close()
+    end_context(d, meta)
+
+
+def end_context(d, meta):
+    """The context's directory goes, then its processes and this one."""
     import shutil
     shutil.rmtree(d, ignore_errors=True)
     me = os.getpid()
@@ -1302,10 +1415,10 @@ def read_request(conn):
 
 
 def main(argv):
-    ops = {"start": (op_start, 5), "prestart": (op_prestart, 2), "list": (op_list, 0), "restart": (op_restart, 1),
+    ops = {"start": (op_start, 5), "prestart": (op_prestart, 2), "warm": (op_warm, 1), "adopt": (op_adopt, 1), "list": (op_list, 0), "restart": (op_restart, 1),
            "interrupt": (op_interrupt, 1), "remove": (op_remove, 1)}
     if len(argv) < 1 or argv[0] not in ops or len(argv) - 1 != ops[argv[0]][1]:
-        fail("invalid_request", "usage: start|prestart|list|restart|interrupt|remove ...")
+        fail("invalid_request", "usage: start|prestart|warm|adopt|list|restart|interrupt|remove ...")
     fn, _ = ops[argv[0]]
     fn(*argv[1:])
 

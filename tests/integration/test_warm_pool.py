@@ -5,7 +5,9 @@ lease) holds in the pooled sandbox exactly as in a cold one; two owners never sh
 sandbox is in no owner's list, usage or store row until it is handed out; a create the pool cannot
 serve (another shape, a snapshot's disk) goes cold; a stop or a kill of the daemon leaves nothing of
 the pool behind (processes, cgroups, files); the published client's Sandbox.create is served from
-the pool."""
+the pool. The pool's sandboxes hold the interpreter's kernel: a pooled create's first cell runs on
+it with the create's env, two owners never share one, a root create gets its own, and
+--no-warm-pool-kernel keeps the pool without."""
 from __future__ import annotations
 
 import os
@@ -373,5 +375,128 @@ def test_on_postgresql_the_pool_is_not_in_the_store(build_dir, image_dir, tmp_pa
             wait_ready(c, driver)
             assert postgres.psql("SELECT count(*) FROM sandboxes", db).strip() == "1"
             c.delete_all()
+    finally:
+        _finish_daemon(d)
+
+
+# ---- the interpreter's kernel, started in the pool (docs/warm-pool.md, The interpreter's kernel) ----
+
+def cell(api: Api, sid: str, code: str) -> dict:
+    r = api.post(f"/v1/sandboxes/{sid}/interpreter:run", json={"code": code}, timeout=180)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["status"] == "ok", out
+    return out
+
+
+def python_context(api: Api, sid: str) -> dict:
+    r = api.get(f"/v1/sandboxes/{sid}/interpreter/contexts")
+    assert r.status_code == 200, r.text
+    found = [c for c in r.json()["data"] if c["id"] == "python"]
+    assert found, r.json()
+    return found[0]
+
+
+def pooled_with_kernel(admin: Api, driver: str, owner: Api | None = None, **body) -> dict:
+    """The owner's pooled create once the pool's sandbox has had its kernel up for over a
+    second, so that a kernel started by the create would show a later createdAt (whole seconds)
+    than the sandbox's. admin reads /metrics."""
+    owner = owner or admin
+    wait_ready(admin, driver, timeout=180)
+    time.sleep(1.2)
+    hits = pool_figures(admin, driver)["hits"]
+    r = owner.post("/v1/sandboxes", json={"timeoutSeconds": 600, **body})
+    assert r.status_code == 201, r.text
+    owner.created.append(r.json()["id"])
+    assert pool_figures(admin, driver)["hits"] == hits + 1
+    return r.json()
+
+
+def test_pool_kernel_answers_the_first_cell_with_the_creates_env(pool, papi):
+    """A pooled sandbox's first cell, sent at once after the create, runs on the kernel the pool
+    started (its context is older than the sandbox and the cell is its first), and sees the
+    create's env, in the kernel and in what a cell starts."""
+    sbx = pooled_with_kernel(papi, driver_of(pool), env={"POOL_KERNEL_CHECK": "owner a"})
+    sid = sbx["id"]
+    out = cell(papi, sid, "import os, subprocess\n"
+                          "print(os.environ.get('POOL_KERNEL_CHECK'))\n"
+                          "print(subprocess.run(['sh', '-c', 'echo \"$POOL_KERNEL_CHECK\"'], capture_output=True,"
+                          " text=True).stdout, end='')")
+    assert out["stdout"] == "owner a\nowner a\n", out
+    assert out["executionCount"] == 1, out
+    ctx = python_context(papi, sid)
+    assert ctx["running"] and ctx["kernel"] == "ipykernel", ctx
+    assert ctx["createdAt"] < sbx["createdAt"][:19] + "Z", (ctx, sbx["createdAt"])
+    # What a command gets and what a cell gets are the same env (the proxy's variables too).
+    env_cmd = papi.exec(sid, command="env | grep -E '^(HTTPS?_PROXY|POOL_KERNEL_CHECK)=' | sort")["stdout"]
+    env_cell = cell(papi, sid, "import os\nprint(''.join(sorted(f'{k}={v}\\n' for k, v in os.environ.items() "
+                               "if k in ('HTTP_PROXY', 'HTTPS_PROXY', 'POOL_KERNEL_CHECK'))), end='')")["stdout"]
+    assert env_cell == env_cmd, (env_cell, env_cmd)
+    # Handed out, the context takes no other env: a forged hand-out from inside is refused, and
+    # its short idle time is not taken.
+    forged = papi.exec(sid, command="python3 -c \"import json, socket; s = socket.create_connection(('127.0.0.1', "
+                                    "int(open('/workspace/.runtime/interpreter/python/port').read()))); "
+                                    "s.sendall(json.dumps({'adopt': {'env': {'POOL_KERNEL_CHECK': 'forged'}, "
+                                    "'idleExitS': 1}}).encode() + b'\\n'); print(s.makefile().read())\"",
+                       timeoutMs=30000)
+    assert '"status": "rejected"' in forged["stdout"], forged
+    time.sleep(2)
+    out = cell(papi, sid, "import os\nprint(os.environ.get('POOL_KERNEL_CHECK'))")
+    assert out["stdout"] == "owner a\n" and out["executionCount"] == 3, out
+
+
+def test_two_owners_never_share_a_kernel(pool, papi):
+    """Two owners' pooled creates each get a kernel of their own: what one defines and its env
+    are not in the other's."""
+    driver = driver_of(pool)
+    r = papi.post("/v1/keys", json={"name": "pool-kernel-b", "owner": "pool-kernel-b"})
+    assert r.status_code == 201, r.text
+    other = Api(pool.daemon, key=r.json()["key"])
+    try:
+        a = pooled_with_kernel(papi, driver, env={"OWNER_SECRET": "of-a"})
+        cell(papi, a["id"], "secret_of_a = 'a'")
+        b = pooled_with_kernel(papi, driver, other)
+        out = cell(other, b["id"], "import os\nprint('secret_of_a' in globals(), os.environ.get('OWNER_SECRET'))")
+        assert out["stdout"] == "False None\n" and out["executionCount"] == 1, out
+        assert python_context(other, b["id"])["createdAt"] < b["createdAt"][:19] + "Z"
+    finally:
+        other.delete_all()
+        other.close()
+
+
+def test_pooled_sandbox_of_another_user_gets_its_own_kernel(pool, papi):
+    """A create whose user is not the one the pool's kernel runs as (root) does not keep it: its
+    cells run as root, on a kernel of its own."""
+    sbx = pooled_with_kernel(papi, driver_of(pool), user="root", env={"AS_ROOT": "yes"})
+    out = cell(papi, sbx["id"], "import os\nprint(os.getuid(), os.environ.get('AS_ROOT'))")
+    assert out["stdout"] == "0 yes\n", out
+
+
+@pytest.mark.parametrize("pdriver", [d for d in POOL_DRIVERS if d != "microvm"])
+def test_no_warm_pool_kernel_keeps_the_pool_without_one(pdriver, build_dir, image_dir, tmp_path):
+    """--no-warm-pool-kernel: the pool's sandboxes hold no kernel; a pooled create's kernel is
+    the one the create starts ahead (newer than the sandbox), as without a pool."""
+    _need_root()
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-poolnok-{pdriver}",
+                      extra_args=["--warm-pool", f"{pdriver}:default=1", "--no-warm-pool-kernel"])
+    try:
+        skip_unless_driver(d, pdriver)
+        with d.client() as c:
+            wait_ready(c, pdriver, timeout=120)
+            ids = pool_ids(d)
+            assert len(ids) == 1
+            seen = c.post("/v1/sandboxes", json={"timeoutSeconds": 600, "driver": pdriver})
+            assert seen.status_code == 201, seen.text
+            sbx = seen.json()
+            c.created.append(sbx["id"])
+            assert sbx["id"] == ids[0]
+            ctx = python_context(c, sbx["id"])
+            if ctx["running"]:
+                # the create's own prestart, already done
+                assert ctx["createdAt"] >= sbx["createdAt"][:19] + "Z", (ctx, sbx)
+            out = cell(c, sbx["id"], "1 + 1")
+            assert out["executionCount"] == 1
+            assert python_context(c, sbx["id"])["createdAt"] >= sbx["createdAt"][:19] + "Z"
+            assert "kernel started" not in d.log_path.read_text()
     finally:
         _finish_daemon(d)

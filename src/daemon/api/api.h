@@ -306,6 +306,11 @@ enum MHD_Result api_files_send(Req *r, const char *path, const char *content_typ
  * --interpreter-prestart-max), so that its first cell need not wait for a
  * kernel's start. Returns at once. The interpreter's; the create calls it. */
 void interpreter_prestart(App *app, const KeyInfo *key, const char *id);
+/* The warm pool's kernel start (ManagerWarmFn, userdata the App): the
+ * default python context of a pool sandbox, started as the image's default
+ * user with no one's env; interpreter_prestart gives it its owner's at the
+ * hand-out, before any run of the sandbox's reaches it. */
+int interpreter_pool_warm(void *userdata, Sandbox *sb, SandboxDriver driver, unsigned memory_mib);
 
 /* Names the command line of an exec or a spawn for its audit record: the
  * command, or argv joined by spaces (bounded by req_audit_note); never its

@@ -246,15 +246,19 @@ static int control(Sandbox *sb, const char *rid, const char *const *args, size_t
  * cell that eats memory must hit a MemoryError in its context first. The
  * other drivers leave it to the kernel's OOM killer inside, which the
  * context's oom_score_adj points at itself. */
+static void memory_cap_text(SandboxDriver driver, unsigned mib, char *buf, size_t len) {
+        snprintf(buf, len, "0");
+        if (driver == SANDBOX_DRIVER_GVISOR && mib > 0)
+                snprintf(buf, len, "%u", mib * 3 / 4);
+}
+
 static void memory_cap_of(Manager *m, const KeyInfo *key, const char *id, char *buf, size_t len) {
         snprintf(buf, len, "0");
         SandboxRow row = { 0 };
         SandboxError se;
         if (sandbox_get(m, key, id, &row, &se) < 0)
                 return;
-        unsigned mib = row.spec.memory_mib;
-        if (row.spec.driver == SANDBOX_DRIVER_GVISOR && mib > 0)
-                snprintf(buf, len, "%u", mib * 3 / 4);
+        memory_cap_text(row.spec.driver, row.spec.memory_mib, buf, len);
         sandbox_row_done(&row);
 }
 
@@ -298,6 +302,8 @@ typedef struct Prestart {
         Sandbox *sb;
         char cap[24];
         char idle[16];
+        bool adopt; /* a pool kernel to hand its owner's env */
+        const DaemonConfig *cfg;
 } Prestart;
 
 /* The host's bound on kernels started ahead: each holds 56-83 MiB of its
@@ -326,6 +332,56 @@ static bool prestart_take_turn(unsigned max, unsigned idle_s) {
         return ok;
 }
 
+/* Sandboxes handed out by the warm pool whose kernel has not taken its
+ * owner's env yet: their runs and context operations wait for it, so that
+ * no cell ever runs with the pool's env. Registered before the create
+ * answers; more at once than this, and the create gives the env itself. */
+#define ADOPT_PENDING_MAX 64
+#define ADOPT_WAIT_MS 30000
+static pthread_mutex_t adopt_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t adopt_cond = PTHREAD_COND_INITIALIZER;
+static char adopt_pending[ADOPT_PENDING_MAX][32];
+
+static bool adopt_register(const char *id) {
+        bool ok = false;
+        pthread_mutex_lock(&adopt_lock);
+        for (size_t i = 0; i < ADOPT_PENDING_MAX && !ok; i++)
+                if (!adopt_pending[i][0]) {
+                        snprintf(adopt_pending[i], sizeof adopt_pending[i], "%s", id);
+                        ok = true;
+                }
+        pthread_mutex_unlock(&adopt_lock);
+        return ok;
+}
+
+static void adopt_done(const char *id) {
+        pthread_mutex_lock(&adopt_lock);
+        for (size_t i = 0; i < ADOPT_PENDING_MAX; i++)
+                if (strcmp(adopt_pending[i], id) == 0)
+                        adopt_pending[i][0] = '\0';
+        pthread_cond_broadcast(&adopt_cond);
+        pthread_mutex_unlock(&adopt_lock);
+}
+
+static bool adopt_is_pending(const char *id) {
+        for (size_t i = 0; i < ADOPT_PENDING_MAX; i++)
+                if (strcmp(adopt_pending[i], id) == 0)
+                        return true;
+        return false;
+}
+
+static void adopt_wait(Sandbox *sb) {
+        const char *id = sandbox_id(sb);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += ADOPT_WAIT_MS / 1000;
+        pthread_mutex_lock(&adopt_lock);
+        while (adopt_is_pending(id))
+                if (pthread_cond_timedwait(&adopt_cond, &adopt_lock, &ts) == ETIMEDOUT)
+                        break;
+        pthread_mutex_unlock(&adopt_lock);
+}
+
 /* The prestart's low priority is its turn: it waits until the sandbox has
  * had no stream open (the client's first commands, sent right after the
  * create) for PRESTART_QUIET_MS, or PRESTART_WAIT_MS at the most, so that
@@ -335,8 +391,32 @@ static bool prestart_take_turn(unsigned max, unsigned idle_s) {
 #define PRESTART_QUIET_MS 150
 #define PRESTART_WAIT_MS 3000
 
-static void *prestart_main(void *userdata) {
-        Prestart *p = userdata;
+/* A pool kernel's hand-out: the program's adopt runs as an exec of the
+ * sandbox's, so the env it passes on is the one every command now gets
+ * (the create's over the egress proxy's). Whether the kernel took it; one
+ * that did not (the sandbox runs as another user) is gone afterwards. */
+static bool pool_adopt(Prestart *p) {
+        const char *args[] = { "adopt", p->idle };
+        _cleanup_json_ json_t *j = NULL;
+        ApiError e = { 0 };
+        bool adopted = control(p->sb, NULL, args, ELEMENTSOF(args), &j, &e) == 0 &&
+                       json_is_true(json_object_get(j, "adopted"));
+        /* Not given its owner's env, the context runs no cell: the first run
+         * it gets ends it, and the next starts it again with that env. */
+        if (!j)
+                log_warn(NULL, "interpreter: the pool kernel of %s did not take its env: %s", sandbox_id(p->sb),
+                         e.message);
+        sandbox_clear_pool_kernel(p->sb);
+        adopt_done(sandbox_id(p->sb));
+        return adopted;
+}
+
+static void prestart_run(Prestart *p) {
+        /* A sandbox whose pool kernel went starts one as a cold create's
+         * does, within the bound. */
+        if (p->adopt && (pool_adopt(p) || p->cfg->no_interpreter_prestart ||
+                         !prestart_take_turn(p->cfg->interpreter_prestart_max, p->cfg->interpreter_prestart_idle_s)))
+                return;
         uint64_t start = time_now_mono_ms(), quiet_since = start;
         for (uint64_t now = start; now - start < PRESTART_WAIT_MS; now = time_now_mono_ms()) {
                 if (sandbox_stream_count(p->sb) > 0)
@@ -353,24 +433,51 @@ static void *prestart_main(void *userdata) {
          * the first run's to report, as it was before. */
         if (control(p->sb, NULL, args, ELEMENTSOF(args), &j, &e) < 0)
                 log_debug(NULL, "interpreter prestart on %s: %s", sandbox_id(p->sb), e.message);
+}
+
+static void *prestart_main(void *userdata) {
+        Prestart *p = userdata;
+        prestart_run(p);
         sandbox_release(p->sb);
         free(p);
         return NULL;
 }
 
 void interpreter_prestart(App *app, const KeyInfo *key, const char *id) {
-        if (app->cfg->no_interpreter_prestart ||
-            !prestart_take_turn(app->cfg->interpreter_prestart_max, app->cfg->interpreter_prestart_idle_s))
-                return;
         Prestart *p = calloc(1, sizeof(*p));
         SandboxError se;
         if (!p)
                 return;
-        snprintf(p->idle, sizeof p->idle, "%u", app->cfg->interpreter_prestart_idle_s);
-        memory_cap_of(app->manager, key, id, p->cap, sizeof(p->cap));
         if (sandbox_acquire(app->manager, key, id, &p->sb, &se) < 0) {
                 free(p);
                 return;
+        }
+        p->cfg = app->cfg;
+        /* A pool kernel is outside the host's bound on kernels started
+         * ahead: the pool's refills bound those (one start at a time, none
+         * while a create runs), and handed out it ends unused after the
+         * same idle time. */
+        p->adopt = sandbox_has_pool_kernel(p->sb);
+        if (!p->adopt && (app->cfg->no_interpreter_prestart ||
+                          !prestart_take_turn(app->cfg->interpreter_prestart_max,
+                                              app->cfg->interpreter_prestart_idle_s))) {
+                sandbox_release(p->sb);
+                free(p);
+                return;
+        }
+        snprintf(p->idle, sizeof p->idle, "%u", app->cfg->interpreter_prestart_idle_s);
+        memory_cap_of(app->manager, key, id, p->cap, sizeof(p->cap));
+        if (p->adopt && !adopt_register(id)) {
+                /* Too many hand-outs at once to track: this create gives the
+                 * env itself before it answers. */
+                bool kept = pool_adopt(p);
+                p->adopt = false;
+                if (kept || app->cfg->no_interpreter_prestart ||
+                    !prestart_take_turn(app->cfg->interpreter_prestart_max, app->cfg->interpreter_prestart_idle_s)) {
+                        sandbox_release(p->sb);
+                        free(p);
+                        return;
+                }
         }
         pthread_attr_t attr;
         pthread_t th;
@@ -381,9 +488,27 @@ void interpreter_prestart(App *app, const KeyInfo *key, const char *id) {
                 pthread_attr_destroy(&attr);
         }
         if (!started) {
+                if (p->adopt)
+                        pool_adopt(p);
                 sandbox_release(p->sb);
                 free(p);
         }
+}
+
+int interpreter_pool_warm(void *userdata, Sandbox *sb, SandboxDriver driver, unsigned memory_mib) {
+        (void)userdata;
+        char cap[24];
+        memory_cap_text(driver, memory_mib, cap, sizeof cap);
+        const char *args[] = { "warm", cap };
+        _cleanup_json_ json_t *j = NULL;
+        ApiError e = { 0 };
+        if (control(sb, NULL, args, ELEMENTSOF(args), &j, &e) < 0) {
+                log_debug(NULL, "warm pool: the kernel of %s did not start: %s", sandbox_id(sb), e.message);
+                return -EIO;
+        }
+        /* The context's description once it serves; {"started": false}
+         * where the image has no kernel. */
+        return json_is_true(json_object_get(j, "running")) ? 0 : -ENOENT;
 }
 
 /* ---- one cell ---- */
@@ -903,6 +1028,7 @@ static enum MHD_Result handle_run(Req *r, json_t *body) {
         Sandbox *sb;
         if (api_sandbox_acquire(r, &sb, &e) < 0)
                 return reply_error(r, &e);
+        adopt_wait(sb);
         InterpRun *x = calloc(1, sizeof(*x));
         if (!x) {
                 sandbox_release(sb);
@@ -1053,6 +1179,7 @@ static int context_op(Req *r, json_t *body, json_t **ret, ApiError *e) {
         int rc = api_sandbox_acquire(r, &sb, e);
         if (rc < 0)
                 return rc;
+        adopt_wait(sb);
         const char *ctx = r->route.context;
         switch (r->route.kind) {
         case ROUTE_INTERP_CONTEXT_LIST: {
@@ -1115,6 +1242,7 @@ static enum MHD_Result handle_result(Req *r) {
         Sandbox *sb;
         if (api_sandbox_acquire(r, &sb, &e) < 0)
                 return reply_error(r, &e);
+        adopt_wait(sb);
         char path[256];
         snprintf(path, sizeof(path), INTERP_ROOT "/%s/out/%s", r->route.context, r->route.result);
         /* -- and a fixed directory: the names are checked by the router, and

@@ -331,11 +331,14 @@ static json_t *tool_create(ToolCtx *c) {
         }
         SandboxError se;
         SandboxRow row;
+        cr.pool_kernel_ok = true;
         int rc = sandbox_create(c->r->app->manager, &c->r->key, &cr, c->r->rid, &row, &se);
         create_request_done(&cr);
         if (rc < 0)
                 return tool_sandbox_error(&se);
         snprintf(c->r->audit_sandbox_id, sizeof c->r->audit_sandbox_id, "%.*s", ROUTE_ID_LEN, row.id);
+        if (row.state == SANDBOX_RUNNING)
+                interpreter_prestart(c->r->app, &c->r->key, row.id);
         json_t *j = api_sandbox_json(c->r->app->manager, &row);
         sandbox_row_done(&row);
         return tool_ok(c->version, j);

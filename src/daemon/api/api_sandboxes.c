@@ -442,6 +442,8 @@ enum MHD_Result handle_sandbox_create(Req *r) {
                 create_request_done(&cr);
                 return reply_result(r, rc, NULL, &e, 0);
         }
+        /* interpreter_prestart below gives a pool kernel its owner's env. */
+        cr.pool_kernel_ok = true;
         bool reused = false;
         if (get_or_create)
                 rc = sandbox_get_or_create(r->app->manager, &r->key, &cr, r->rid, &row, &reused, &se);

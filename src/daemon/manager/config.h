@@ -31,6 +31,7 @@ typedef struct DaemonConfig {
         bool no_live_restore;        /* --no-live-restore */
         bool stop_sandboxes_on_exit; /* a stop of the daemon stops its sandboxes */
         bool no_interpreter_prestart; /* --no-interpreter-prestart */
+        bool no_warm_pool_kernel;     /* --no-warm-pool-kernel */
         /* At most this many kernels started ahead on this host within the last
          * interpreter_prestart_idle_s seconds (an unused one ends itself then). */
         unsigned interpreter_prestart_max;

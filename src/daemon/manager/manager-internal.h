@@ -54,6 +54,7 @@ struct Sandbox {
         _Atomic bool auto_wake; /* a request to it while paused wakes it */
         _Atomic unsigned idle_pause_s; /* 0: never paused for idleness */
         _Atomic bool run_as_root; /* requests that name no user run as root */
+        _Atomic bool pool_kernel; /* its kernel started in the warm pool, not yet handed its owner's env */
         _Atomic int64_t active_ms; /* monotonic ms of the last request that used it */
         pid_t sup_pid;      /* its supervisor's, 0 without one */
         /* Under lock: the connection to a supervisor of version 2 (-1 for
@@ -113,6 +114,8 @@ struct Manager {
         Samples *samples;      /* NULL: no readings kept */
         ManagerAdoptFn adopt_fn; /* the kept processes of re-attached sandboxes */
         void *adopt_userdata;
+        ManagerWarmFn warm_fn; /* the warm pool's kernel start; NULL: none */
+        void *warm_userdata;
         int64_t sample_interval_ms;
         int64_t last_sample_ms; /* monotonic; the maintenance thread's */
         WarmPool *pool;         /* NULL: no --warm-pool; set before the API serves */
@@ -190,7 +193,9 @@ int sandbox_boot_failed(Manager *m, SandboxRow *row, Sandbox *sb, const char *fa
 /* warm_pool.c. A ready sandbox of the pool with driver d and spec's image
  * and shape, out of the pool (a hit), or NULL (a miss when a class has that
  * driver, image and shape; nothing at all without one). */
-PoolEntry *warm_pool_take(Manager *m, const Driver *d, const SandboxSpec *spec);
+/* kernel_ok: the caller hands a pool kernel its owner's env (CreateRequest's
+ * pool_kernel_ok); without it, sandboxes with one are passed over. */
+PoolEntry *warm_pool_take(Manager *m, const Driver *d, const SandboxSpec *spec, bool kernel_ok);
 const char *warm_pool_entry_id(const PoolEntry *en);
 /* A taken sandbox the create refused before any of it was the owner's (a
  * reservation or a bound said no): ready again, and no hit. NULL: nothing. */

@@ -73,6 +73,14 @@ bool sandbox_runs_as_root(Sandbox *sb, ReqUser u) {
         return atomic_load(&sb->run_as_root);
 }
 
+bool sandbox_has_pool_kernel(Sandbox *sb) {
+        return atomic_load(&sb->pool_kernel);
+}
+
+void sandbox_clear_pool_kernel(Sandbox *sb) {
+        atomic_store(&sb->pool_kernel, false);
+}
+
 const char *sandbox_id(Sandbox *sb) {
         return sb->id;
 }
@@ -884,7 +892,7 @@ static int create(Manager *m, const KeyInfo *key, const CreateRequest *req, cons
                 return budget_refusal(e, per_hour, req->spec.timeout_seconds, 0, (uint64_t)cap, cap_name, "first lease");
 
         /* The pool's sandboxes started without volumes. */
-        PoolEntry *pooled = req->restore_dir || req->spec.n_volumes ? NULL : warm_pool_take(m, d, &req->spec);
+        PoolEntry *pooled = req->restore_dir || req->spec.n_volumes ? NULL : warm_pool_take(m, d, &req->spec, req->pool_kernel_ok);
         char hex[21];
         if (!pooled && (r = random_hex(hex, 10)) < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not make an id");

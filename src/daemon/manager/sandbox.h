@@ -43,6 +43,17 @@ bool manager_runs(Manager *m, const char *id);
  * callee takes over. */
 typedef int (*ManagerAdoptFn)(void *userdata, Sandbox *sb, json_t *kept);
 void manager_set_adopter(Manager *m, ManagerAdoptFn fn, void *userdata);
+/* Called by the warm pool's thread for each sandbox it has started, before
+ * the sandbox is ready to hand out: 0 when it started the sandbox's
+ * interpreter kernel (docs/warm-pool.md), which sandbox_has_pool_kernel then
+ * says; negative for none (an image without ipykernel). Not called with
+ * --no-warm-pool-kernel or --no-interpreter-prestart. */
+typedef int (*ManagerWarmFn)(void *userdata, Sandbox *sb, SandboxDriver driver, unsigned memory_mib);
+void manager_set_warmer(Manager *m, ManagerWarmFn fn, void *userdata);
+/* Whether sb came from the warm pool with its kernel started there, not yet
+ * given its owner's env (cleared by sandbox_clear_pool_kernel). */
+bool sandbox_has_pool_kernel(Sandbox *sb);
+void sandbox_clear_pool_kernel(Sandbox *sb);
 /* The host this manager runs sandboxes for: stamped on each new row; the
  * recovery and the lease timer see only its rows. Before manager_recover. */
 void manager_set_host(Manager *m, const char *host_id);

@@ -27,6 +27,11 @@
  * agent's to the ATTACH; a silent one is not taken over. */
 #define RESTORE_SUPERVISOR_TIMEOUT_MS 5000
 
+void manager_set_warmer(Manager *m, ManagerWarmFn fn, void *userdata) {
+        m->warm_fn = fn;
+        m->warm_userdata = userdata;
+}
+
 void manager_set_adopter(Manager *m, ManagerAdoptFn fn, void *userdata) {
         m->adopt_fn = fn;
         m->adopt_userdata = userdata;

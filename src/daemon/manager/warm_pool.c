@@ -321,8 +321,15 @@ static PoolEntry *entry_start(Manager *m, unsigned c) {
                 entry_destroy(m, k, en);
                 return NULL;
         }
-        log_info(NULL, "warm pool: sandbox %s ready (driver %s, image %s, %llu ms)", sb->id, d->name, k->spec.image,
-                 (unsigned long long)(time_now_mono_ms() - t0));
+        /* Its kernel, started before it counts as ready, runs as the
+         * image's default user with no one's env: the hand-out gives it the
+         * owner's (docs/warm-pool.md). */
+        bool kernel = false;
+        if (m->warm_fn && !m->cfg->no_warm_pool_kernel && !m->cfg->no_interpreter_prestart)
+                kernel = m->warm_fn(m->warm_userdata, sb, k->spec.driver, k->spec.memory_mib) == 0;
+        atomic_store(&sb->pool_kernel, kernel);
+        log_info(NULL, "warm pool: sandbox %s ready (driver %s, image %s%s, %llu ms)", sb->id, d->name,
+                 k->spec.image, kernel ? ", kernel started" : "", (unsigned long long)(time_now_mono_ms() - t0));
         return en;
 }
 
@@ -609,7 +616,7 @@ void warm_pool_create_end(Manager *m) {
         pthread_mutex_unlock(&p->lock);
 }
 
-PoolEntry *warm_pool_take(Manager *m, const Driver *d, const SandboxSpec *spec) {
+PoolEntry *warm_pool_take(Manager *m, const Driver *d, const SandboxSpec *spec, bool kernel_ok) {
         WarmPool *p = m->pool;
         if (!p)
                 return NULL;
@@ -622,9 +629,13 @@ PoolEntry *warm_pool_take(Manager *m, const Driver *d, const SandboxSpec *spec) 
                         continue;
                 /* A sandbox that died, or whose image was rebuilt, since
                  * the last check is handed to no one. */
-                while (k->ready && !en) {
-                        PoolEntry *x = k->ready;
-                        k->ready = x->next;
+                for (PoolEntry **q = &k->ready; *q && !en;) {
+                        PoolEntry *x = *q;
+                        if (!kernel_ok && atomic_load(&x->sb->pool_kernel)) {
+                                q = &x->next;
+                                continue;
+                        }
+                        *q = x->next;
                         k->n_ready--;
                         x->next = NULL;
                         if (entry_alive(x->sb) && image_current(m, k, &x->image))

@@ -28,5 +28,9 @@ typedef struct CreateRequest {
         json_t *labels;   /* object string->string */
         char *name;       /* NULL: none */
         const char *restore_dir; /* borrowed: a snapshot's files its disk starts from; NULL: a fresh disk */
+        /* The caller gives a warm pool sandbox's kernel its owner's env at
+         * once (interpreter_prestart); without it, a pool sandbox whose
+         * kernel was started there is not taken. */
+        bool pool_kernel_ok;
 } CreateRequest;
 void create_request_done(CreateRequest *r);
