@@ -2,13 +2,17 @@
 /* What the files of the images module share (user_images.c: the queue and
  * the builds; user_images_records.c: the records' reads, tags and
  * deletes). */
+#include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "daemon/egress/egress_seal.h"
+#include "daemon/model/dockerfile.h"
 #include "daemon/manager/user_images.h"
 
 #define BUILD_WORKERS 2
+#define LOG_LINE_MAX 4096
 
 typedef struct Job {
         struct Job *next;
@@ -49,3 +53,49 @@ struct UserImages {
 /* The build log's file of image id (malloc'ed; NULL on ENOMEM). */
 char *user_images_log_path(UserImages *u, const char *id);
 bool user_images_id_ok(const char *s);
+
+/* ---- a build (user_images.c), and its cache (user_images_cache.c) ---- */
+
+typedef struct BuildLog {
+        int fd;
+        int64_t seq;
+        uint64_t bytes;
+        bool over;
+        unsigned step;
+        char pending[2][LOG_LINE_MAX + 1]; /* a line of stdout and of stderr not ended yet */
+        size_t pending_len[2];
+} BuildLog;
+
+typedef struct Build {
+        UserImages *u;
+        Job *job;
+        BuildLog *log;      /* the image's, shared by its stages */
+        struct Build **stages; /* the stages built for COPY --from, by index (shared) */
+        int stage;          /* the Dockerfile's stage this one builds */
+        int64_t deadline_ms;
+        char sandbox_id[32];
+        json_t *vars;  /* ARG values in force */
+        json_t *env;   /* ENV in force */
+        json_t *config; /* what the image records: env, workdir, user, cmd, entrypoint, labels, exposed */
+        char *workdir;
+        bool root;
+        char error[512];
+        unsigned step, n_steps;
+        const DockerfileStep *cur;
+} Build;
+
+/* A line of the daemon's own in the build's log. */
+__attribute__((format(printf, 2, 3))) int build_log_sys(BuildLog *l, const char *fmt, ...);
+/* The build fails with this message (its log's last line): the error. */
+__attribute__((format(printf, 2, 3))) int build_fail(Build *b, const char *fmt, ...);
+/* A variable (ARG, then ENV) for dockerfile_expand; userdata is the Build. */
+const char *build_var_lookup(void *userdata, const char *name);
+
+/* The key of the whole build (docs/images.md, "The build cache"); run after
+ * the global ARGs are read. 0 with ret_hex, or -ENOENT (why in *ret_why)
+ * when the build is not one to cache; -ENOMEM. */
+int build_cache_key(Build *b, char ret_hex[65], const char **ret_why);
+/* An unchanged build: a new version whose disk shares the cached image's,
+ * no sandbox started. 0 with *ret_doc, -ENOENT when there is none to use
+ * (the caller builds), or the build's failure. */
+int build_cache_use(Build *b, const char *key, json_t **ret_doc);

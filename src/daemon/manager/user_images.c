@@ -39,8 +39,6 @@
 #define STAGE_OUT "/.runtime-stage-out"
 #define FROM_IN_SANDBOX "/.runtime-build-from"
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#define LOG_LINE_MAX 4096
-
 
 void image_build_request_done(ImageBuildRequest *r) {
         if (!r)
@@ -160,15 +158,6 @@ static OwnerCount *owner_count(UserImages *u, const char *owner, bool make) {
 
 /* ---- the log ---- */
 
-typedef struct BuildLog {
-        int fd;
-        int64_t seq;
-        uint64_t bytes;
-        bool over;
-        unsigned step;
-        char pending[2][LOG_LINE_MAX + 1]; /* a line of stdout and of stderr not ended yet */
-        size_t pending_len[2];
-} BuildLog;
 
 char *user_images_log_path(UserImages *u, const char *id) {
         char *p = NULL;
@@ -232,7 +221,7 @@ static int log_line(BuildLog *l, const char *stream, const char *text, size_t le
         return r;
 }
 
-__attribute__((format(printf, 2, 3))) static int log_sys(BuildLog *l, const char *fmt, ...) {
+int build_log_sys(BuildLog *l, const char *fmt, ...) {
         char buf[LOG_LINE_MAX];
         va_list ap;
         va_start(ap, fmt);
@@ -396,25 +385,8 @@ int user_images_context_put(UserImages *u, const char *owner, const char *digest
 
 /* ---- a build ---- */
 
-typedef struct Build {
-        UserImages *u;
-        Job *job;
-        BuildLog *log;      /* the image's, shared by its stages */
-        struct Build **stages; /* the stages built for COPY --from, by index (shared) */
-        int stage;          /* the Dockerfile's stage this one builds */
-        int64_t deadline_ms;
-        char sandbox_id[32];
-        json_t *vars;  /* ARG values in force */
-        json_t *env;   /* ENV in force */
-        json_t *config; /* what the image records: env, workdir, user, cmd, entrypoint, labels, exposed */
-        char *workdir;
-        bool root;
-        char error[512];
-        unsigned step, n_steps;
-        const DockerfileStep *cur;
-} Build;
 
-__attribute__((format(printf, 2, 3))) static int build_fail(Build *b, const char *fmt, ...) {
+int build_fail(Build *b, const char *fmt, ...) {
         char msg[400];
         va_list ap;
         va_start(ap, fmt);
@@ -428,7 +400,7 @@ __attribute__((format(printf, 2, 3))) static int build_fail(Build *b, const char
         return -EINVAL;
 }
 
-static const char *lookup(void *userdata, const char *name) {
+const char *build_var_lookup(void *userdata, const char *name) {
         Build *b = userdata;
         const char *v = json_string_value(json_object_get(b->env, name));
         return v ? v : json_string_value(json_object_get(b->vars, name));
@@ -436,7 +408,7 @@ static const char *lookup(void *userdata, const char *name) {
 
 static int expand(Build *b, const char *word, char **ret) {
         DockerfileError e = { 0 };
-        int r = dockerfile_expand(word, lookup, b, ret, &e);
+        int r = dockerfile_expand(word, build_var_lookup, b, ret, &e);
         return r < 0 ? build_fail(b, "%s", e.message) : 0;
 }
 
@@ -674,7 +646,7 @@ static int stage_built(Build *b, int st, Build **ret) {
                 return build_fail(b, "out of memory");
         global_args(o);
         int r = stage_run(o);
-        log_sys(b->log, "stage %d %s", st, r < 0 ? "failed" : "built");
+        build_log_sys(b->log, "stage %d %s", st, r < 0 ? "failed" : "built");
         if (r < 0) {
                 snprintf(b->error, sizeof b->error, "%s", o->error);
                 return r;
@@ -899,7 +871,7 @@ static int run_steps(Build *b, int64_t deadline_ms) {
                 b->log->step = b->step;
                 char head[160];
                 snprintf(head, sizeof head, "%s", s->n_words && s->words[0] ? s->words[0] : "");
-                log_sys(b->log, "step %u/%u: %s %s", b->step, b->n_steps, dockerfile_op_name(s->op), head);
+                build_log_sys(b->log, "step %u/%u: %s %s", b->step, b->n_steps, dockerfile_op_name(s->op), head);
                 int r = 0;
                 switch (s->op) {
                 case DF_RUN:
@@ -1006,14 +978,14 @@ static int pull_from(Build *b, const char *from, const char *archive, char **ret
         if (!archive && oci_ref_parse(from, &ref) < 0)
                 return build_fail(b, "FROM %.128s is not an image reference", from);
         _cleanup_json_ json_t *auth = archive ? NULL : user_images_registry_auth(b->u, b->job->key.owner, ref.registry);
-        log_sys(b->log, "%s %s%s", archive ? "reading" : "pulling", archive ? "the imported archive" : from,
+        build_log_sys(b->log, "%s %s%s", archive ? "reading" : "pulling", archive ? "the imported archive" : from,
                 auth ? " with your credentials of its registry" : "");
         OciPulled p = { 0 };
         char why[512];
         int r = oci_pull(cfg->state_dir, &lim, b->job->key.owner, from, archive, auth, &p, why, sizeof why);
         if (r < 0)
                 return build_fail(b, "FROM %s", why);
-        log_sys(b->log, "%s %s: %s, %u layers, %.1f MiB%s", archive ? "read" : "pulled", from, p.digest, p.layers,
+        build_log_sys(b->log, "%s %s: %s, %u layers, %.1f MiB%s", archive ? "read" : "pulled", from, p.digest, p.layers,
                 (double)p.size_bytes / 1048576.0, p.reused ? " (its tree was here already)" : "");
         *ret_base = strdup(p.name);
         *ret_config = json_incref(p.config);
@@ -1101,7 +1073,7 @@ static int stage_run(Build *b) {
         if (r < 0)
                 return r;
         b->n_steps = 1;
-        log_sys(b->log, "stage %d, step 1: FROM %s", b->stage, from_name);
+        build_log_sys(b->log, "stage %d, step 1: FROM %s", b->stage, from_name);
         if ((r = resolve_from(b, from_name, &base, &snap, &parent)) < 0)
                 return r == -ENOMEM ? build_fail(b, "out of memory") : r;
         json_t *penv = json_object_get(parent, "env");
@@ -1158,7 +1130,7 @@ static int stage_run(Build *b) {
         SandboxDriver driver = row.spec.driver;
         sandbox_row_done(&row);
         json_object_set_new(b->config, "driver", json_string(sandbox_driver_name(driver)));
-        log_sys(b->log, "stage %d: building in sandbox %s (%s)", b->stage, b->sandbox_id,
+        build_log_sys(b->log, "stage %d: building in sandbox %s (%s)", b->stage, b->sandbox_id,
                 sandbox_driver_name(driver));
         if (driver == SANDBOX_DRIVER_MICROVM)
                 return build_fail(b, "builds run on the namespace or gVisor driver, and this daemon's default is "
@@ -1166,242 +1138,6 @@ static int stage_run(Build *b) {
         if ((r = send_context(b)) < 0)
                 return r;
         return run_steps(b, b->deadline_ms);
-}
-
-/* ---- the build cache ---- */
-
-/* A field of the key: its length first, so that no two lists of fields
- * hash alike by moving bytes from one field to the next. */
-static void key_field(EVP_MD_CTX *md, const char *s) {
-        uint64_t n = s ? strlen(s) : UINT64_MAX;
-        EVP_DigestUpdate(md, &n, sizeof n);
-        if (s)
-                EVP_DigestUpdate(md, s, strlen(s));
-}
-
-static void key_map(EVP_MD_CTX *md, const json_t *map) {
-        _cleanup_free_ char *text = map ? json_dumps(map, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-        key_field(md, text);
-}
-
-/* What a FROM starts from, as it is now: a built-in image's name and the
- * time it was built, an image of the owner's by its id (a new version is
- * a new id), a registry's image by its digest. -ENOENT (why in *ret_why)
- * for a base whose content the name does not fix: a registry's tag, an
- * imported archive, an image not ready. */
-static int from_identity(Build *b, const char *from, char **ret, const char **ret_why) {
-        ImageInfo info;
-        if (image_name_ok(from) && strchr(from, ':') == NULL) {
-                ImageRow own;
-                if (user_images_resolve(b->u, b->job->key.owner, from, &own) == 0)
-                        store_image_row_clear(&own);
-                else if (image_info(b->u->cfg, from, &info) == 0 && info.built) {
-                        if (!info.built_at[0]) {
-                                *ret_why = "the built-in image of its FROM does not say when it was built";
-                                return -ENOENT;
-                        }
-                        return asprintf(ret, "builtin:%s@%s", from, info.built_at) < 0 ? -ENOMEM : 0;
-                }
-        }
-        ImageRow row;
-        int r = user_images_resolve(b->u, b->job->key.owner, from, &row);
-        if (r == 0) {
-                bool ready = strcmp(row.state, "ready") == 0;
-                r = ready ? (asprintf(ret, "image:%s", row.id) < 0 ? -ENOMEM : 0) : -ENOENT;
-                store_image_row_clear(&row);
-                *ret_why = "its FROM image is not ready";
-                return r;
-        }
-        OciRef ref;
-        if (r == -ENOENT && oci_ref_parse(from, &ref) == 0 && ref.digest[0])
-                return asprintf(ret, "oci:%s/%s@%s", ref.registry, ref.repo, ref.digest) < 0 ? -ENOMEM : 0;
-        *ret_why = "a FROM names a registry's tag, whose image may have changed since (name it by @sha256:digest)";
-        return -ENOENT;
-}
-
-/* The stages a build of stage `target` runs: it and those its COPY --from
- * name, and theirs (a stage names only stages before it, so one pass from
- * the end finds them all). */
-static void reached_stages(const Dockerfile *d, int target, bool reached[DOCKERFILE_MAX_STAGES]) {
-        memset(reached, 0, DOCKERFILE_MAX_STAGES * sizeof *reached);
-        if (target >= 0 && (unsigned)target < DOCKERFILE_MAX_STAGES)
-                reached[target] = true;
-        for (size_t i = d->n_steps; i-- > 0;) {
-                const DockerfileStep *s = &d->steps[i];
-                if (s->stage >= DOCKERFILE_MAX_STAGES || !reached[s->stage] || !s->from)
-                        continue;
-                int st = dockerfile_stage(d, s->from);
-                if (st >= 0 && (unsigned)st < DOCKERFILE_MAX_STAGES)
-                        reached[st] = true;
-        }
-}
-
-/* The key of the whole build (docs/images.md, "The build cache"): the
- * owner, the Dockerfile's text, the context archive's SHA-256, the target,
- * the build args, env and labels, the driver builds run on, and what each
- * FROM names now. Run after global_args. 0 with ret_hex, or -ENOENT (why
- * in *ret_why) when the build is not one to cache. */
-static int build_cache_key(Build *b, char ret_hex[65], const char **ret_why) {
-        const ImageBuildRequest *req = &b->job->req;
-        if (req->import_path) {
-                *ret_why = "an imported archive is not cached";
-                return -ENOENT;
-        }
-        const Driver *drv = b->u->cfg->default_driver;
-        EVP_MD_CTX *md = EVP_MD_CTX_new();
-        if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
-                EVP_MD_CTX_free(md);
-                return -ENOMEM;
-        }
-        key_field(md, "runtime image build cache 1");
-        key_field(md, b->job->key.owner);
-        key_field(md, req->dockerfile_sha256);
-        key_field(md, req->chunks ? req->context_sha256 : NULL);
-        key_field(md, req->target);
-        key_map(md, req->build_args);
-        key_map(md, req->env);
-        key_map(md, req->labels);
-        key_field(md, drv ? drv->name : NULL);
-        int r = 0;
-        const Dockerfile *d = &req->dockerfile;
-        bool reached[DOCKERFILE_MAX_STAGES];
-        reached_stages(d, b->stage, reached);
-        for (size_t i = 0; i < d->n_steps && r == 0; i++) {
-                if (d->steps[i].op != DF_FROM || d->steps[i].stage >= DOCKERFILE_MAX_STAGES ||
-                    !reached[d->steps[i].stage])
-                        continue;
-                _cleanup_free_ char *from = NULL, *id = NULL;
-                DockerfileError e = { 0 };
-                if (dockerfile_expand(d->steps[i].words[0], lookup, b, &from, &e) < 0) {
-                        *ret_why = "a FROM does not expand";
-                        r = -ENOENT;
-                } else if ((r = from_identity(b, from, &id, ret_why)) == 0)
-                        key_field(md, id);
-        }
-        uint8_t digest[32];
-        unsigned len = 0;
-        if (r == 0 && EVP_DigestFinal_ex(md, digest, &len) != 1)
-                r = -ENOMEM;
-        EVP_MD_CTX_free(md);
-        if (r == 0)
-                hex_encode(digest, sizeof digest, ret_hex);
-        return r;
-}
-
-/* How many of the owner's ready images a lookup reads at most: their disks
- * count against the owner's 256 snapshots, so this bounds nothing real. */
-#define CACHE_SCAN_MAX 2048u
-
-typedef struct CacheScan {
-        const char *key, *host;
-        unsigned seen;
-        int64_t last_created;
-        char last_id[IMAGE_ID_LEN + 1];
-        char found[IMAGE_ID_LEN + 1];
-        json_t *doc;
-} CacheScan;
-
-static int cache_scan_row(void *userdata, const ImageRow *row) {
-        CacheScan *c = userdata;
-        c->seen++;
-        c->last_created = row->created_at;
-        snprintf(c->last_id, sizeof c->last_id, "%s", row->id);
-        if (c->doc || strcmp(row->host_id, c->host) != 0)
-                return 0;
-        json_t *doc = json_loads(row->doc ? row->doc : "", 0, NULL);
-        const char *k = json_string_value(json_object_get(doc, "cacheKey"));
-        if (k && strcmp(k, c->key) == 0 && json_string_value(json_object_get(doc, "snapshot"))) {
-                c->doc = doc;
-                snprintf(c->found, sizeof c->found, "%s", row->id);
-                return 0;
-        }
-        json_decref(doc);
-        return 0;
-}
-
-/* The newest ready image of the owner's, kept on this host, built with key:
- * its id and doc (a new reference). -ENOENT. */
-static int cache_find(UserImages *u, const char *owner, const char *key, char ret_id[IMAGE_ID_LEN + 1],
-                      json_t **ret_doc) {
-        CacheScan c = { .key = key, .host = u->host_id };
-        for (;;) {
-                unsigned before = c.seen;
-                int r = user_images_list(u, owner, NULL, "ready", c.last_id[0] ? c.last_created : 0,
-                                         c.last_id[0] ? c.last_id : NULL, 100, cache_scan_row, &c);
-                if (r < 0) {
-                        json_decref(c.doc);
-                        return r;
-                }
-                if (c.doc || c.seen - before < 100 || c.seen >= CACHE_SCAN_MAX)
-                        break;
-        }
-        if (!c.doc)
-                return -ENOENT;
-        memcpy(ret_id, c.found, IMAGE_ID_LEN + 1);
-        *ret_doc = c.doc;
-        return 0;
-}
-
-/* The build's steps, each logged CACHED as Docker logs a step it took from
- * its cache. */
-static void log_cached_steps(Build *b) {
-        const Dockerfile *d = &b->job->req.dockerfile;
-        bool reached[DOCKERFILE_MAX_STAGES];
-        reached_stages(d, b->stage, reached);
-        bool from_seen = false;
-        for (size_t i = 0; i < d->n_steps; i++) {
-                const DockerfileStep *s = &d->steps[i];
-                from_seen = from_seen || s->op == DF_FROM;
-                if (!from_seen || s->stage >= DOCKERFILE_MAX_STAGES || !reached[s->stage])
-                        continue; /* the global ARGs are no step, and a stage nothing needs never ran */
-                char head[160];
-                snprintf(head, sizeof head, "%s", s->n_words && s->words[0] ? s->words[0] : "");
-                log_sys(b->log, "CACHED [stage %u, line %u] %s %s", s->stage, s->line, dockerfile_op_name(s->op),
-                        head);
-        }
-}
-
-/* An unchanged build: a new version whose disk shares the cached image's
- * (snapshot_store_link), no sandbox started. 0 with *ret_doc, -ENOENT when
- * there is none to use (the caller builds), or the build's failure. */
-static int cache_use(Build *b, const char *key, json_t **ret_doc) {
-        UserImages *u = b->u;
-        Job *job = b->job;
-        char from_id[IMAGE_ID_LEN + 1];
-        _cleanup_json_ json_t *cached = NULL;
-        int r = cache_find(u, job->key.owner, key, from_id, &cached);
-        if (r < 0)
-                return -ENOENT;
-        const char *snap = json_string_value(json_object_get(cached, "snapshot"));
-        _cleanup_json_ json_t *labels = json_pack("{s:s}", "runtime.image", job->id);
-        _cleanup_free_ char *labels_text = labels ? json_dumps(labels, JSON_COMPACT) : NULL;
-        if (!labels_text)
-                return build_fail(b, "out of memory");
-        SnapshotRow srow = { 0 };
-        r = snapshot_store_link(u->snapshots, job->key.owner, snap, job->key.id, labels_text, &srow);
-        if (r == -EDQUOT || r == -EFBIG)
-                return build_fail(b, "the image's disk would pass the owner's bounds on snapshots (delete images or "
-                                     "snapshots)");
-        if (r < 0) {
-                /* The cached image lost its disk (its snapshot deleted on
-                 * its own): the build runs. */
-                log_info(job->rid, "image %s: the cached image %s's disk could not be shared: %s", job->id, from_id,
-                         strerror(-r));
-                return -ENOENT;
-        }
-        log_cached_steps(b);
-        log_sys(b->log, "using the cache: the same build as image %s", from_id);
-        json_t *doc = json_deep_copy(cached);
-        if (!doc || json_object_set_new(doc, "snapshot", json_string(srow.id)) < 0) {
-                json_decref(doc);
-                snapshot_store_delete(u->snapshots, job->key.owner, srow.id);
-                snapshot_row_done(&srow);
-                return build_fail(b, "out of memory");
-        }
-        snapshot_row_done(&srow);
-        json_object_del(doc, "buildMs");
-        *ret_doc = doc;
-        return 0;
 }
 
 static int build_run(Build *b, json_t **ret_doc) {
@@ -1420,11 +1156,11 @@ static int build_run(Build *b, json_t **ret_doc) {
         if (r == -ENOMEM)
                 return build_fail(b, "out of memory");
         if (r < 0) {
-                log_sys(b->log, "not cached: %s", why);
+                build_log_sys(b->log, "not cached: %s", why);
                 key[0] = '\0';
         } else if (req->no_cache)
-                log_sys(b->log, "the cache is not used (cache: false): every step runs");
-        else if ((r = cache_use(b, key, ret_doc)) != -ENOENT)
+                build_log_sys(b->log, "the cache is not used (cache: false): every step runs");
+        else if ((r = build_cache_use(b, key, ret_doc)) != -ENOENT)
                 return r;
         r = stage_run(b);
         if (r < 0)
@@ -1449,7 +1185,7 @@ static int build_run(Build *b, json_t **ret_doc) {
         int code = 0;
         if ((r = run_in_sandbox(b, rm, env, "/", true, true, 120000, &code)) < 0)
                 return r;
-        log_sys(b->log, "taking the image's disk");
+        build_log_sys(b->log, "taking the image's disk");
         _cleanup_json_ json_t *labels = json_pack("{s:s}", "runtime.image", job->id);
         SnapshotRequest sr = { .mode = "disk", .labels = labels, .keep = true };
         SnapshotRow srow = { 0 };
@@ -1515,14 +1251,14 @@ static void build_job(UserImages *u, Job *job) {
                         snprintf(b.error, sizeof b.error, "recording the image failed");
                         r = rr;
                 } else {
-                        log_sys(b.log, "image %s ready in %.1f s", job->id, (double)ms / 1000.0);
+                        build_log_sys(b.log, "image %s ready in %.1f s", job->id, (double)ms / 1000.0);
                         log_info(job->rid, "image %s ready in %lld ms", job->id, (long long)ms);
                 }
         }
         if (r < 0) {
                 if (!b.error[0])
                         snprintf(b.error, sizeof b.error, "the build failed");
-                log_sys(b.log, "the build failed: %s", b.error);
+                build_log_sys(b.log, "the build failed: %s", b.error);
                 log_info(job->rid, "image %s failed: %s", job->id, b.error);
                 u->ops->finish(u->h, job->id, "failed", b.error, NULL, time_now_unix());
         }

@@ -1,0 +1,255 @@
+/* The image builder's build cache (docs/images.md, "The build cache"): a
+ * build the owner has made before, with the same Dockerfile, context,
+ * arguments and bases, becomes a new version sharing that image's disk. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "common/jsonutil.h"
+#include "common/log.h"
+#include "common/macro.h"
+#include "common/random.h"
+#include "daemon/manager/config.h"
+#include "daemon/manager/images.h"
+#include "daemon/manager/oci_pull.h"
+#include "daemon/manager/snapshot.h"
+#include "daemon/manager/user_images-internal.h"
+#include "daemon/manager/user_images.h"
+
+/* A field of the key: its length first, so that no two lists of fields
+ * hash alike by moving bytes from one field to the next. */
+static void key_field(EVP_MD_CTX *md, const char *s) {
+        uint64_t n = s ? strlen(s) : UINT64_MAX;
+        EVP_DigestUpdate(md, &n, sizeof n);
+        if (s)
+                EVP_DigestUpdate(md, s, strlen(s));
+}
+
+static void key_map(EVP_MD_CTX *md, const json_t *map) {
+        _cleanup_free_ char *text = map ? json_dumps(map, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        key_field(md, text);
+}
+
+/* What a FROM starts from, as it is now: a built-in image's name and the
+ * time it was built, an image of the owner's by its id (a new version is
+ * a new id), a registry's image by its digest. -ENOENT (why in *ret_why)
+ * for a base whose content the name does not fix: a registry's tag, an
+ * imported archive, an image not ready. */
+static int from_identity(Build *b, const char *from, char **ret, const char **ret_why) {
+        ImageInfo info;
+        if (image_name_ok(from) && strchr(from, ':') == NULL) {
+                ImageRow own;
+                if (user_images_resolve(b->u, b->job->key.owner, from, &own) == 0)
+                        store_image_row_clear(&own);
+                else if (image_info(b->u->cfg, from, &info) == 0 && info.built) {
+                        if (!info.built_at[0]) {
+                                *ret_why = "the built-in image of its FROM does not say when it was built";
+                                return -ENOENT;
+                        }
+                        return asprintf(ret, "builtin:%s@%s", from, info.built_at) < 0 ? -ENOMEM : 0;
+                }
+        }
+        ImageRow row;
+        int r = user_images_resolve(b->u, b->job->key.owner, from, &row);
+        if (r == 0) {
+                bool ready = strcmp(row.state, "ready") == 0;
+                r = ready ? (asprintf(ret, "image:%s", row.id) < 0 ? -ENOMEM : 0) : -ENOENT;
+                store_image_row_clear(&row);
+                *ret_why = "its FROM image is not ready";
+                return r;
+        }
+        OciRef ref;
+        if (r == -ENOENT && oci_ref_parse(from, &ref) == 0 && ref.digest[0])
+                return asprintf(ret, "oci:%s/%s@%s", ref.registry, ref.repo, ref.digest) < 0 ? -ENOMEM : 0;
+        *ret_why = "a FROM names a registry's tag, whose image may have changed since (name it by @sha256:digest)";
+        return -ENOENT;
+}
+
+/* The stages a build of stage `target` runs: it and those its COPY --from
+ * name, and theirs (a stage names only stages before it, so one pass from
+ * the end finds them all). */
+static void reached_stages(const Dockerfile *d, int target, bool reached[DOCKERFILE_MAX_STAGES]) {
+        memset(reached, 0, DOCKERFILE_MAX_STAGES * sizeof *reached);
+        if (target >= 0 && (unsigned)target < DOCKERFILE_MAX_STAGES)
+                reached[target] = true;
+        for (size_t i = d->n_steps; i-- > 0;) {
+                const DockerfileStep *s = &d->steps[i];
+                if (s->stage >= DOCKERFILE_MAX_STAGES || !reached[s->stage] || !s->from)
+                        continue;
+                int st = dockerfile_stage(d, s->from);
+                if (st >= 0 && (unsigned)st < DOCKERFILE_MAX_STAGES)
+                        reached[st] = true;
+        }
+}
+
+/* The key of the whole build (docs/images.md, "The build cache"): the
+ * owner, the Dockerfile's text, the context archive's SHA-256, the target,
+ * the build args, env and labels, the driver builds run on, and what each
+ * FROM names now. Run after global_args. 0 with ret_hex, or -ENOENT (why
+ * in *ret_why) when the build is not one to cache. */
+int build_cache_key(Build *b, char ret_hex[65], const char **ret_why) {
+        const ImageBuildRequest *req = &b->job->req;
+        if (req->import_path) {
+                *ret_why = "an imported archive is not cached";
+                return -ENOENT;
+        }
+        const Driver *drv = b->u->cfg->default_driver;
+        EVP_MD_CTX *md = EVP_MD_CTX_new();
+        if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+                EVP_MD_CTX_free(md);
+                return -ENOMEM;
+        }
+        key_field(md, "runtime image build cache 1");
+        key_field(md, b->job->key.owner);
+        key_field(md, req->dockerfile_sha256);
+        key_field(md, req->chunks ? req->context_sha256 : NULL);
+        key_field(md, req->target);
+        key_map(md, req->build_args);
+        key_map(md, req->env);
+        key_map(md, req->labels);
+        key_field(md, drv ? drv->name : NULL);
+        int r = 0;
+        const Dockerfile *d = &req->dockerfile;
+        bool reached[DOCKERFILE_MAX_STAGES];
+        reached_stages(d, b->stage, reached);
+        for (size_t i = 0; i < d->n_steps && r == 0; i++) {
+                if (d->steps[i].op != DF_FROM || d->steps[i].stage >= DOCKERFILE_MAX_STAGES ||
+                    !reached[d->steps[i].stage])
+                        continue;
+                _cleanup_free_ char *from = NULL, *id = NULL;
+                DockerfileError e = { 0 };
+                if (dockerfile_expand(d->steps[i].words[0], build_var_lookup, b, &from, &e) < 0) {
+                        *ret_why = "a FROM does not expand";
+                        r = -ENOENT;
+                } else if ((r = from_identity(b, from, &id, ret_why)) == 0)
+                        key_field(md, id);
+        }
+        uint8_t digest[32];
+        unsigned len = 0;
+        if (r == 0 && EVP_DigestFinal_ex(md, digest, &len) != 1)
+                r = -ENOMEM;
+        EVP_MD_CTX_free(md);
+        if (r == 0)
+                hex_encode(digest, sizeof digest, ret_hex);
+        return r;
+}
+
+/* How many of the owner's ready images a lookup reads at most: their disks
+ * count against the owner's 256 snapshots, so this bounds nothing real. */
+#define CACHE_SCAN_MAX 2048u
+
+typedef struct CacheScan {
+        const char *key, *host;
+        unsigned seen;
+        int64_t last_created;
+        char last_id[IMAGE_ID_LEN + 1];
+        char found[IMAGE_ID_LEN + 1];
+        json_t *doc;
+} CacheScan;
+
+static int cache_scan_row(void *userdata, const ImageRow *row) {
+        CacheScan *c = userdata;
+        c->seen++;
+        c->last_created = row->created_at;
+        snprintf(c->last_id, sizeof c->last_id, "%s", row->id);
+        if (c->doc || strcmp(row->host_id, c->host) != 0)
+                return 0;
+        json_t *doc = json_loads(row->doc ? row->doc : "", 0, NULL);
+        const char *k = json_string_value(json_object_get(doc, "cacheKey"));
+        if (k && strcmp(k, c->key) == 0 && json_string_value(json_object_get(doc, "snapshot"))) {
+                c->doc = doc;
+                snprintf(c->found, sizeof c->found, "%s", row->id);
+                return 0;
+        }
+        json_decref(doc);
+        return 0;
+}
+
+/* The newest ready image of the owner's, kept on this host, built with key:
+ * its id and doc (a new reference). -ENOENT. */
+static int cache_find(UserImages *u, const char *owner, const char *key, char ret_id[IMAGE_ID_LEN + 1],
+                      json_t **ret_doc) {
+        CacheScan c = { .key = key, .host = u->host_id };
+        for (;;) {
+                unsigned before = c.seen;
+                int r = user_images_list(u, owner, NULL, "ready", c.last_id[0] ? c.last_created : 0,
+                                         c.last_id[0] ? c.last_id : NULL, 100, cache_scan_row, &c);
+                if (r < 0) {
+                        json_decref(c.doc);
+                        return r;
+                }
+                if (c.doc || c.seen - before < 100 || c.seen >= CACHE_SCAN_MAX)
+                        break;
+        }
+        if (!c.doc)
+                return -ENOENT;
+        memcpy(ret_id, c.found, IMAGE_ID_LEN + 1);
+        *ret_doc = c.doc;
+        return 0;
+}
+
+/* The build's steps, each logged CACHED as Docker logs a step it took from
+ * its cache. */
+static void log_cached_steps(Build *b) {
+        const Dockerfile *d = &b->job->req.dockerfile;
+        bool reached[DOCKERFILE_MAX_STAGES];
+        reached_stages(d, b->stage, reached);
+        bool from_seen = false;
+        for (size_t i = 0; i < d->n_steps; i++) {
+                const DockerfileStep *s = &d->steps[i];
+                from_seen = from_seen || s->op == DF_FROM;
+                if (!from_seen || s->stage >= DOCKERFILE_MAX_STAGES || !reached[s->stage])
+                        continue; /* the global ARGs are no step, and a stage nothing needs never ran */
+                char head[160];
+                snprintf(head, sizeof head, "%s", s->n_words && s->words[0] ? s->words[0] : "");
+                build_log_sys(b->log, "CACHED [stage %u, line %u] %s %s", s->stage, s->line, dockerfile_op_name(s->op),
+                        head);
+        }
+}
+
+/* An unchanged build: a new version whose disk shares the cached image's
+ * (snapshot_store_link), no sandbox started. 0 with *ret_doc, -ENOENT when
+ * there is none to use (the caller builds), or the build's failure. */
+int build_cache_use(Build *b, const char *key, json_t **ret_doc) {
+        UserImages *u = b->u;
+        Job *job = b->job;
+        char from_id[IMAGE_ID_LEN + 1];
+        _cleanup_json_ json_t *cached = NULL;
+        int r = cache_find(u, job->key.owner, key, from_id, &cached);
+        if (r < 0)
+                return -ENOENT;
+        const char *snap = json_string_value(json_object_get(cached, "snapshot"));
+        _cleanup_json_ json_t *labels = json_pack("{s:s}", "runtime.image", job->id);
+        _cleanup_free_ char *labels_text = labels ? json_dumps(labels, JSON_COMPACT) : NULL;
+        if (!labels_text)
+                return build_fail(b, "out of memory");
+        SnapshotRow srow = { 0 };
+        r = snapshot_store_link(u->snapshots, job->key.owner, snap, job->key.id, labels_text, &srow);
+        if (r == -EDQUOT || r == -EFBIG)
+                return build_fail(b, "the image's disk would pass the owner's bounds on snapshots (delete images or "
+                                     "snapshots)");
+        if (r < 0) {
+                /* The cached image lost its disk (its snapshot deleted on
+                 * its own): the build runs. */
+                log_info(job->rid, "image %s: the cached image %s's disk could not be shared: %s", job->id, from_id,
+                         strerror(-r));
+                return -ENOENT;
+        }
+        log_cached_steps(b);
+        build_log_sys(b->log, "using the cache: the same build as image %s", from_id);
+        json_t *doc = json_deep_copy(cached);
+        if (!doc || json_object_set_new(doc, "snapshot", json_string(srow.id)) < 0) {
+                json_decref(doc);
+                snapshot_store_delete(u->snapshots, job->key.owner, srow.id);
+                snapshot_row_done(&srow);
+                return build_fail(b, "out of memory");
+        }
+        snapshot_row_done(&srow);
+        json_object_del(doc, "buildMs");
+        *ret_doc = doc;
+        return 0;
+}
