@@ -25,7 +25,7 @@ import time
 from datetime import datetime, timezone
 
 from _harness import bench_daemon, options, pct, prepare
-from helpers import Api, daemon_info
+from helpers import Api, Sandbox, daemon_info
 from sections import emit
 
 BEGIN = "<!-- interpreter first cell benchmark: begin (bench/interpreter_first.py) -->"
@@ -70,10 +70,18 @@ def one_round(api: Api, driver: str, wait_s: float) -> dict:
     return {"create": created, "exec": first_exec, "cell": ms, "rss": rss}
 
 
-def languages(api: Api, driver: str, rounds: int) -> dict:
-    sbx = api.create_sandbox(driver=driver)
+def languages(api: Api, driver: str, rounds: int, image: str | None = None, skip=()) -> dict:
+    """Each language the image has (but those in skip): a new context and its first cell."""
+    if image is None:
+        sbx = api.create_sandbox(driver=driver)
+    else:
+        r = api.post("/v1/sandboxes", json={"driver": driver, "image": image})
+        if r.status_code != 201:
+            print(f"no {image} sandbox on {driver}: {r.status_code} {r.text[:200]}", file=sys.stderr)
+            return {}
+        sbx = Sandbox(api, r.json())
     listed = api.get(f"/v1/sandboxes/{sbx.id}/interpreter/contexts").json()["data"]
-    have = [c["language"] for c in listed if c["id"] == c["language"]]
+    have = [c["language"] for c in listed if c["id"] == c["language"] and c["language"] not in skip]
     out = {}
     for lang in have:
         out[lang] = []
@@ -120,7 +128,10 @@ def main() -> int:
                             f"{p50([x['cell'] for x in w])} | "
                             f"{statistics.median([x['rss'] for x in w]):.0f} MiB |")
                 print(rows[-1], file=sys.stderr)
-            for lang, xs in languages(apis["prestart"], driver, rounds).items():
+            seen = languages(apis["prestart"], driver, rounds)
+            # R is in the analysis image only.
+            seen.update(languages(apis["prestart"], driver, rounds, image="analysis", skip=set(seen)))
+            for lang, xs in seen.items():
                 lang_rows.append(f"| {driver} | {lang} | {p50(xs)} |")
                 print(lang_rows[-1], file=sys.stderr)
         for api in apis.values():

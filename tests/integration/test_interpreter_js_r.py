@@ -108,6 +108,19 @@ def test_typescript_types_and_state(sandbox):
     assert contexts(sandbox, "DELETE", "/ts1") == {"deleted": True}
 
 
+def test_javascript_context_with_cwd_and_env(sandbox):
+    need_deno(sandbox)
+    made = contexts(sandbox, "POST", expect=201, json={"id": "js-env", "language": "javascript", "cwd": "/tmp",
+                                                       "env": {"GREETING": "hello"}}, timeout=300)
+    assert made["language"] == "javascript" and made["cwd"] == "/tmp", made
+    out = run(sandbox, "console.log(Deno.env.get('GREETING'), Deno.cwd())", context="js-env", **FIRST)
+    assert out["status"] == "ok" and out["stdout"] == "hello /tmp\n", out
+    # The default javascript context has neither.
+    out = run(sandbox, "[Deno.env.get('GREETING') ?? null, Deno.cwd()]", language="javascript", **FIRST)
+    assert out["status"] == "ok" and plain(out).replace(" ", "") == '[null,"/workspace"]', out
+    assert contexts(sandbox, "DELETE", "/js-env") == {"deleted": True}
+
+
 def test_deno_fetches_nothing_and_keeps_its_cache_in_the_context(sandbox):
     need_deno(sandbox)
     out = run(sandbox, "[Deno.env.get('DENO_DIR'), Deno.env.get('DENO_NO_UPDATE_CHECK')]",
@@ -175,6 +188,46 @@ def test_r_cells_in_the_analysis_image(analysis_sandbox):
     assert time.monotonic() - t0 < 60
     kept = run(sbx, "x * 7", language="r", http_timeout=120)
     assert kept["results"][-1]["data"]["text/plain"] == "[1] 42", kept
+
+
+E2B_R = """
+import json, sys
+from withruntime.e2b.code_interpreter import Sandbox
+sbx = Sandbox.connect(sys.argv[1])
+out = {"listed": sorted([c.id, c.language] for c in sbx.list_code_contexts())}
+sbx.run_code("y <- 2", language="r")
+out["value"] = [r.text for r in sbx.run_code("y * 21", language="r").results]
+out["stdout"] = sbx.run_code("cat('hi\\n')", language="r").logs.stdout
+err = sbx.run_code("stop('too far')", language="r").error
+out["error"] = [err.name, err.value]
+ctx = sbx.create_code_context(cwd="/tmp", language="r")
+out["cwd"] = sbx.run_code("cat(getwd())", context=ctx).logs.stdout
+out["ctx_language"] = ctx.language
+sbx.remove_code_context(ctx)
+print(json.dumps(out))
+"""
+
+
+def test_r_context_with_cwd_and_env_and_the_e2b_drop_in(pub, analysis_sandbox):
+    """R as the other languages are held to: a context's cwd and env, and E2B's drop-in
+    (run_code with language="r", a context made with a cwd) against the analysis image."""
+    sbx = analysis_sandbox
+    if sbx.exec("test -x /usr/bin/R")["exitCode"] != 0:
+        pytest.skip("the analysis image has no R (images/build.sh's analysis recipe installs r-cran-irkernel)")
+    made = contexts(sbx, "POST", expect=201, json={"id": "r1", "language": "r", "cwd": "/tmp",
+                                                   "env": {"GREETING": "hi"}}, timeout=300)
+    assert made["language"] == "r" and made["kernel"] == "IRkernel", made
+    out = run(sbx, "cat(paste(Sys.getenv('GREETING'), getwd()), '\\n', sep = '')", context="r1", **FIRST)
+    assert out["status"] == "ok" and out["stdout"] == "hi /tmp\n", out
+    # The default r context has neither.
+    out = run(sbx, "cat(Sys.getenv('GREETING'), '|', getwd(), sep = '')", language="r", **FIRST)
+    assert out["status"] == "ok" and out["stdout"] == "|/workspace", out
+    assert contexts(sbx, "DELETE", "/r1") == {"deleted": True}
+    got = pub(E2B_R, sbx.id, timeout=600)
+    assert ["r", "r"] in got["listed"], got
+    assert got["value"] == ["[1] 42"] and got["stdout"] == ["hi\n"], got
+    assert got["error"][0] == "ERROR" and "too far" in got["error"][1], got
+    assert got["cwd"] == ["/tmp"] and got["ctx_language"] == "r", got
 
 
 E2B = """

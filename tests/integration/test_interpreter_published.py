@@ -90,9 +90,12 @@ def drive(python: str, sandbox, which: str) -> dict:
 # The microVM's interpreter is test_interpreter.py's microvm case; the published client's calls
 # on it repeat the same cells under TCG (16 s): RUNTIME_TEST_ALL=1 runs them.
 def expected(sandbox) -> dict:
-    """EXPECTED, with the default bash context listed where the image has bash_kernel."""
+    """EXPECTED, with the default contexts of the image's other kernels listed: bash where it
+    has bash_kernel, javascript and typescript where it has deno."""
     bash = sandbox.exec("python3 -c 'import bash_kernel'")["exitCode"] == 0
-    return dict(EXPECTED, listed=sorted(EXPECTED["listed"] + (["bash"] if bash else [])))
+    deno = sandbox.exec("test -x /usr/local/bin/deno")["exitCode"] == 0
+    return dict(EXPECTED, listed=sorted(EXPECTED["listed"] + (["bash"] if bash else [])
+                                        + (["javascript", "typescript"] if deno else [])))
 
 
 def test_published_client_interpreter(published_python, sandbox):

@@ -340,7 +340,8 @@ static void test_sessions(void **state) {
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
         assert_int_equal(pgdb_exec(&c, "DROP TABLE volumes, volume_attachments, volume_backups, sandbox_sessions, "
-                                       "image_registries; UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
+                                       "image_registries; ALTER TABLE previews DROP COLUMN embed_origins; "
+                                       "UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
                                    NULL),
                          0);
         pgdb_close(&c);
@@ -363,7 +364,8 @@ static void test_volumes(void **state) {
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
         assert_int_equal(pgdb_exec(&c, "DROP TABLE volumes, volume_attachments, volume_backups, sandbox_sessions, "
-                                       "image_registries; UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
+                                       "image_registries; ALTER TABLE previews DROP COLUMN embed_origins; "
+                                       "UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
                                    NULL),
                          0);
         pgdb_close(&c);
