@@ -42,6 +42,7 @@ def test_javascript_keeps_state_and_gives_its_last_expression(sandbox):
     assert got["running"] is True and got["kernel"] == "deno", got
 
 
+@pytest.mark.driver_independent
 def test_javascript_top_level_await_objects_and_stderr(sandbox):
     need_deno(sandbox)
     out = run(sandbox, "const v = await new Promise(r => setTimeout(() => r(21), 10));\n"
@@ -94,6 +95,7 @@ def test_javascript_timeout_and_interrupt_stop_a_loop_that_never_ends(sandbox):
     assert plain(run(sandbox, "n + 37", language="javascript")) == "42"
 
 
+@pytest.mark.driver_independent
 def test_typescript_types_and_state(sandbox):
     need_deno(sandbox)
     made = contexts(sandbox, "POST", expect=201, json={"id": "ts1", "language": "typescript", "cwd": "/tmp",
@@ -108,6 +110,7 @@ def test_typescript_types_and_state(sandbox):
     assert contexts(sandbox, "DELETE", "/ts1") == {"deleted": True}
 
 
+@pytest.mark.driver_independent
 def test_javascript_context_with_cwd_and_env(sandbox):
     need_deno(sandbox)
     made = contexts(sandbox, "POST", expect=201, json={"id": "js-env", "language": "javascript", "cwd": "/tmp",
@@ -121,6 +124,7 @@ def test_javascript_context_with_cwd_and_env(sandbox):
     assert contexts(sandbox, "DELETE", "/js-env") == {"deleted": True}
 
 
+@pytest.mark.driver_independent
 def test_deno_fetches_nothing_and_keeps_its_cache_in_the_context(sandbox):
     need_deno(sandbox)
     out = run(sandbox, "[Deno.env.get('DENO_DIR'), Deno.env.get('DENO_NO_UPDATE_CHECK')]",
@@ -130,6 +134,7 @@ def test_deno_fetches_nothing_and_keeps_its_cache_in_the_context(sandbox):
     assert "/workspace/.runtime/interpreter/javascript/deno" in text and '"1"' in text, text
 
 
+@pytest.mark.driver_independent
 def test_e2b_short_names_reach_the_full_ones(sandbox):
     need_deno(sandbox)
     out = run(sandbox, "const a = 40;", language="js", **FIRST)
@@ -139,6 +144,7 @@ def test_e2b_short_names_reach_the_full_ones(sandbox):
     assert made["language"] == "typescript", made
 
 
+@pytest.mark.driver_independent
 def test_unknown_languages_are_refused_with_the_list(sandbox):
     base = f"/v1/sandboxes/{sandbox.id}/interpreter"
     for lang in ("JavaScript", "node", "deno", "R", "rust", "j" * 5000):
@@ -148,6 +154,7 @@ def test_unknown_languages_are_refused_with_the_list(sandbox):
         assert_error(r, 400, "invalid_request", mentions="javascript, typescript, r")
 
 
+@pytest.mark.driver_independent
 def test_r_needs_the_analysis_image(sandbox):
     """The default image has no R: a context of it is a 400 naming what the image has."""
     if sandbox.exec("test -x /usr/bin/R")["exitCode"] == 0:
@@ -269,6 +276,7 @@ print(json.dumps({"made": made["language"], "result": ex["results"][0]["data"]["
 """
 
 
+@pytest.mark.driver_independent
 def test_published_client_contexts_in_javascript(pub, sandbox):
     need_deno(sandbox)
     got = pub(CONTEXTS, sandbox.id, timeout=600)
