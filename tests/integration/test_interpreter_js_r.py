@@ -110,14 +110,22 @@ def test_typescript_types_and_state(sandbox):
     assert contexts(sandbox, "DELETE", "/ts1") == {"deleted": True}
 
 
+def made_with_cwd_and_env(sbx, ctx: str, language: str, show: str, want: str) -> dict:
+    """A context of language made with cwd /tmp and GREETING in its env: the cell `show`
+    prints both as `want`. The context made, as its create answered."""
+    made = contexts(sbx, "POST", expect=201, json={"id": ctx, "language": language, "cwd": "/tmp",
+                                                   "env": {"GREETING": "hi"}}, timeout=300)
+    assert made["language"] == language and made["cwd"] == "/tmp", made
+    out = run(sbx, show, context=ctx, **FIRST)
+    assert out["status"] == "ok" and out["stdout"] == want, out
+    return made
+
+
 @pytest.mark.driver_independent
 def test_javascript_context_with_cwd_and_env(sandbox):
     need_deno(sandbox)
-    made = contexts(sandbox, "POST", expect=201, json={"id": "js-env", "language": "javascript", "cwd": "/tmp",
-                                                       "env": {"GREETING": "hello"}}, timeout=300)
-    assert made["language"] == "javascript" and made["cwd"] == "/tmp", made
-    out = run(sandbox, "console.log(Deno.env.get('GREETING'), Deno.cwd())", context="js-env", **FIRST)
-    assert out["status"] == "ok" and out["stdout"] == "hello /tmp\n", out
+    made_with_cwd_and_env(sandbox, "js-env", "javascript", "console.log(Deno.env.get('GREETING'), Deno.cwd())",
+                          "hi /tmp\n")
     # The default javascript context has neither.
     out = run(sandbox, "[Deno.env.get('GREETING') ?? null, Deno.cwd()]", language="javascript", **FIRST)
     assert out["status"] == "ok" and plain(out).replace(" ", "") == '[null,"/workspace"]', out
@@ -221,11 +229,9 @@ def test_r_context_with_cwd_and_env_and_the_e2b_drop_in(pub, analysis_sandbox):
     sbx = analysis_sandbox
     if sbx.exec("test -x /usr/bin/R")["exitCode"] != 0:
         pytest.skip("the analysis image has no R (images/build.sh's analysis recipe installs r-cran-irkernel)")
-    made = contexts(sbx, "POST", expect=201, json={"id": "r1", "language": "r", "cwd": "/tmp",
-                                                   "env": {"GREETING": "hi"}}, timeout=300)
-    assert made["language"] == "r" and made["kernel"] == "IRkernel", made
-    out = run(sbx, "cat(paste(Sys.getenv('GREETING'), getwd()), '\\n', sep = '')", context="r1", **FIRST)
-    assert out["status"] == "ok" and out["stdout"] == "hi /tmp\n", out
+    made = made_with_cwd_and_env(sbx, "r1", "r", "cat(paste(Sys.getenv('GREETING'), getwd()), '\\n', sep = '')",
+                                 "hi /tmp\n")
+    assert made["kernel"] == "IRkernel", made
     # The default r context has neither.
     out = run(sbx, "cat(Sys.getenv('GREETING'), '|', getwd(), sep = '')", language="r", **FIRST)
     assert out["status"] == "ok" and out["stdout"] == "|/workspace", out
