@@ -63,6 +63,23 @@ typedef struct RegistrySeen {
         int64_t updated[4];
 } RegistrySeen;
 
+typedef struct LayerSeen {
+        unsigned n;
+        char keys[4][65];
+        int64_t sizes[4], used[4];
+} LayerSeen;
+
+static int layer_seen(void *userdata, const char *key, const char *snapshot_id, int64_t size_bytes, int64_t used_at) {
+        LayerSeen *s = userdata;
+        if (s->n < 4) {
+                snprintf(s->keys[s->n], sizeof s->keys[0], "%s", key);
+                s->sizes[s->n] = size_bytes;
+                s->used[s->n] = used_at;
+        }
+        s->n++;
+        return 0;
+}
+
 static int registry_seen(void *userdata, const char *registry, const char *username, int64_t updated_at) {
         RegistrySeen *s = userdata;
         if (s->n < 4) {
@@ -197,4 +214,32 @@ static void images_contract(const StoreImageOps *ops, StoreImages *h) {
         assert_int_equal(ops->registry_get(h, "alice", "ghcr.io", &sealed), -ENOENT);
         assert_int_equal(ops->registry_get(h, "bob", "ghcr.io", &sealed), 0);
         free(sealed);
+        /* Layers: an owner's own, one row per key, touched by a use, listed
+         * least recently used first, on the host that keeps them. */
+        const char *k1 = "1111111111111111111111111111111111111111111111111111111111111111";
+        const char *k2 = "2222222222222222222222222222222222222222222222222222222222222222";
+        assert_int_equal(ops->layer_put(h, "alice", k1, "snap-1", "host-a", 100, 300), 0);
+        assert_int_equal(ops->layer_put(h, "alice", k2, "snap-2", "host-a", 200, 301), 0);
+        assert_int_equal(ops->layer_put(h, "alice", k1, "snap-9", "host-a", 900, 302), -EEXIST);
+        char *snap = NULL;
+        assert_int_equal(ops->layer_use(h, "bob", k1, "host-a", 303, &snap), -ENOENT);
+        assert_int_equal(ops->layer_use(h, "alice", k1, "host-b", 303, &snap), -ENOENT);
+        assert_int_equal(ops->layer_use(h, "alice", k1, "host-a", 303, &snap), 0);
+        assert_string_equal(snap, "snap-1");
+        free(snap);
+        LayerSeen ls = { 0 };
+        assert_int_equal(ops->layer_list(h, "alice", "host-a", layer_seen, &ls), 0);
+        assert_int_equal(ls.n, 2);
+        assert_string_equal(ls.keys[0], k2); /* k1 was used after it */
+        assert_int_equal(ls.sizes[0], 200);
+        assert_string_equal(ls.keys[1], k1);
+        assert_int_equal(ls.used[1], 303);
+        ls = (LayerSeen){ 0 };
+        assert_int_equal(ops->layer_list(h, "bob", "host-a", layer_seen, &ls), 0);
+        assert_int_equal(ls.n, 0);
+        assert_int_equal(ops->layer_delete(h, "bob", k1), -ENOENT);
+        assert_int_equal(ops->layer_delete(h, "alice", k1), 0);
+        assert_int_equal(ops->layer_delete(h, "alice", k1), -ENOENT);
+        assert_int_equal(ops->layer_use(h, "alice", k1, "host-a", 304, &snap), -ENOENT);
 }
+

@@ -176,9 +176,9 @@ static void test_keys_keeps_awake_after_an_upgrade(void **state) {
                                    NULL),
                          0);
         /* And what the steps after 10 made (13: the file links; 14: the
-         * previews; 15: the images; 16: the volumes; 17: the sessions; 18: the registries' credentials). */
+         * previews; 15: the images; 16: the volumes; 17: the sessions; 18: the registries' credentials; 21: the build layers). */
         assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets, file_link_uses, previews, images, image_tags, "
-                                       "sandbox_sessions, image_registries, volumes, volume_attachments, volume_backups",
+                                       "sandbox_sessions, image_registries, image_layers, volumes, volume_attachments, volume_backups",
                                    NULL),
                          0);
         assert_int_equal(pgdb_exec(&c, "UPDATE store_versions SET version = 10 WHERE kind = 'postgres'", NULL), 0);
@@ -296,7 +296,7 @@ static void test_links(void **state) {
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
         assert_int_equal(pgdb_exec(&c, "DROP TABLE file_link_secrets; DROP TABLE file_link_uses; DROP TABLE previews; "
-                                       "DROP TABLE images, image_tags, sandbox_sessions, image_registries, volumes, volume_attachments, volume_backups; "
+                                       "DROP TABLE images, image_tags, sandbox_sessions, image_registries, image_layers, volumes, volume_attachments, volume_backups; "
                                        "UPDATE store_versions SET version = 12 WHERE kind = 'postgres'", NULL), 0);
         pgdb_close(&c);
         assert_int_equal(ops->open(url, &h), 0);
@@ -316,7 +316,7 @@ static void test_previews(void **state) {
         ops->close(h);
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
-        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags, sandbox_sessions, image_registries, volumes, volume_attachments, volume_backups; UPDATE store_versions SET version = 13 "
+        assert_int_equal(pgdb_exec(&c, "DROP TABLE previews, images, image_tags, sandbox_sessions, image_registries, image_layers, volumes, volume_attachments, volume_backups; UPDATE store_versions SET version = 13 "
                                        "WHERE kind = 'postgres'",
                                    NULL),
                          0);
@@ -340,7 +340,7 @@ static void test_sessions(void **state) {
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
         assert_int_equal(pgdb_exec(&c, "DROP TABLE volumes, volume_attachments, volume_backups, sandbox_sessions, "
-                                       "image_registries; ALTER TABLE previews DROP COLUMN embed_origins; "
+                                       "image_registries, image_layers; ALTER TABLE previews DROP COLUMN embed_origins; "
                                        "UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
                                    NULL),
                          0);
@@ -364,7 +364,7 @@ static void test_volumes(void **state) {
         PgConn c;
         assert_int_equal(pgdb_open(url, &c), 0);
         assert_int_equal(pgdb_exec(&c, "DROP TABLE volumes, volume_attachments, volume_backups, sandbox_sessions, "
-                                       "image_registries; ALTER TABLE previews DROP COLUMN embed_origins; "
+                                       "image_registries, image_layers; ALTER TABLE previews DROP COLUMN embed_origins; "
                                        "UPDATE store_versions SET version = 15 WHERE kind = 'postgres'",
                                    NULL),
                          0);

@@ -945,7 +945,7 @@ static void test_sandboxes_milliseconds_upgrade(void **state) {
         assert_int_equal(pgdb_exec(&f.raw,
                                    "ALTER TABLE sandboxes DROP COLUMN created_msec;"
                                    "ALTER TABLE sandboxes DROP COLUMN started_msec;"
-                                   "DROP TABLE file_link_secrets, file_link_uses, previews, images, image_tags, sandbox_sessions, image_registries, volumes, volume_attachments, volume_backups;"
+                                   "DROP TABLE file_link_secrets, file_link_uses, previews, images, image_tags, sandbox_sessions, image_registries, image_layers, volumes, volume_attachments, volume_backups;"
                                    "UPDATE store_versions SET version = 11 WHERE kind = 'postgres'",
                                    NULL),
                          0);

@@ -89,6 +89,9 @@ typedef struct DaemonConfig {
         const char *image_insecure_registries[8];
         unsigned n_image_insecure_registries;
         unsigned image_pull_max_mib;
+        /* The bytes one owner's build layers hold on this host, past which
+         * the least recently used go (docs/images.md, "Per-step layers"). */
+        unsigned image_layer_max_mib_per_owner;
 } DaemonConfig;
 
 /* The offer for a driver name, or NULL when this build has no such driver. */

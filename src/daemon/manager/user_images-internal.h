@@ -82,6 +82,17 @@ typedef struct Build {
         char error[512];
         unsigned step, n_steps;
         const DockerfileStep *cur;
+        char *base;      /* the stage's FROM as a sandbox starts from it */
+        char *base_snap; /* and its disk when it is an image of the owner's (NULL: none) */
+        /* Per-step layers (user_images_cache.c): whether this stage keeps
+         * them, whether it looks them up (not with cache: false), the key of
+         * its state so far and the snapshot of the last layer it found. */
+        bool layers, layers_lookup;
+        bool walked; /* past the last layer found: the steps run */
+        char layer_key[65];
+        char *layer_snap;
+        char sandbox_layer[64];   /* the layer the sandbox started at ("": the FROM) */
+        char sources_digest[65]; /* of the COPY being keyed */
 } Build;
 
 /* A line of the daemon's own in the build's log. */
@@ -99,3 +110,24 @@ int build_cache_key(Build *b, char ret_hex[65], const char **ret_why);
  * no sandbox started. 0 with *ret_doc, -ENOENT when there is none to use
  * (the caller builds), or the build's failure. */
 int build_cache_use(Build *b, const char *key, json_t **ret_doc);
+
+/* The digest of the sources a COPY or ADD step s takes from the context in
+ * the build's sandbox: 0, -ENOENT when the sandbox cannot read them. */
+int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]);
+
+/* Per-step layers (docs/images.md, "Per-step layers"). layer_chain_start
+ * keys the stage's FROM (after stage_run resolved it): 0, or -ENOENT (why
+ * in *ret_why) when the FROM is not one to key, and the stage keeps no
+ * layers. */
+int layer_chain_start(Build *b, const char **ret_why);
+/* Chains step s, as the state in force before it runs, onto the key. */
+int layer_chain_step(Build *b, const DockerfileStep *s);
+/* Whether step s changes the tree, and so has a layer. */
+bool layer_step_has_tree(const DockerfileStep *s);
+/* The layer of the current key: its snapshot (malloc'ed) in *ret_snap, its
+ * use recorded. -ENOENT. */
+int layer_find(Build *b, char **ret_snap);
+/* The build's sandbox as the layer of the current key: a snapshot of the
+ * owner's, recorded, then the owner's layers past the bound evicted, least
+ * recently used first. Never fails the build: a layer not kept is logged. */
+void layer_keep(Build *b);

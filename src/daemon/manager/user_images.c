@@ -608,6 +608,7 @@ static const char COPY_SCRIPT[] =
         "done; done\n";
 
 static int stage_run(Build *b);
+static int stage_sandbox(Build *b);
 static void global_args(Build *b);
 
 static void drop_sandbox(Build *b) {
@@ -623,6 +624,9 @@ static void build_state_free(Build *b) {
         json_decref(b->env);
         json_decref(b->config);
         free(b->workdir);
+        free(b->base);
+        free(b->base_snap);
+        free(b->layer_snap);
 }
 
 /* The earlier stage st, built once (in a sandbox of its own, kept until
@@ -765,6 +769,66 @@ static int copy_from_stage(Build *b, const DockerfileStep *s, json_t *argv) {
         return stage_transfer(b, o);
 }
 
+/* The sources of a COPY or ADD from the context, expanded and cleaned,
+ * as paths of the sandbox, appended to argv. */
+static int context_sources(Build *b, const DockerfileStep *s, json_t *argv) {
+        for (size_t i = 0; i + 1 < s->n_words; i++) {
+                _cleanup_free_ char *src = NULL, *clean = NULL, *full = NULL;
+                int r = expand(b, s->words[i], &src);
+                if (r < 0)
+                        return r;
+                r = dockerfile_context_path(src, &clean);
+                if (r == -EPERM)
+                        return build_fail(b, "%.200s is outside the build context", src);
+                if (r < 0 || asprintf(&full, "%s%s%s", CONTEXT_IN_SANDBOX, clean[0] ? "/" : "", clean) < 0)
+                        return -ENOMEM;
+                if (json_array_append_new(argv, json_string(full)) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* The digest of what a COPY takes from the context: its sources matched
+ * as the copy matches them, as one tar of sorted names without owners or
+ * times, hashed. A base without GNU tar and sha256sum has none. */
+static const char SOURCES_DIGEST_SCRIPT[] =
+        "IFS='\n'\n"
+        "for s in \"$@\"; do for f in $s; do [ -e \"$f\" ] && printf '%s\\0' \"$f\"; done; done |"
+        " tar --null -T - --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - | sha256sum\n";
+
+int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]) {
+        _cleanup_json_ json_t *argv = json_pack("[s,s,s,s]", "/bin/sh", "-c", SOURCES_DIGEST_SCRIPT, "digest");
+        _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
+        if (!argv || !env)
+                return -ENOMEM;
+        int r = context_sources(b, s, argv);
+        if (r < 0)
+                return r;
+        Sandbox *sb = NULL;
+        SandboxError se;
+        if (sandbox_acquire(b->u->m, &b->job->key, b->sandbox_id, &sb, &se) < 0)
+                return build_fail(b, "the build's sandbox is gone: %s", se.message);
+        _cleanup_json_ json_t *req = agent_req_exec(NULL, argv, CONTEXT_IN_SANDBOX, env, 600000, false);
+        ChanStream *st = NULL;
+        _cleanup_json_ json_t *res = NULL;
+        r = req ? agent_req_set_user(req, true) : -ENOMEM;
+        if (r == 0 && sandbox_open_stream(sb, req, &st, &se) < 0)
+                r = -EIO;
+        if (r == 0)
+                r = agent_wait_result(st, 600000, NULL, NULL, &res);
+        chan_stream_free(st);
+        sandbox_release(sb);
+        if (r < 0)
+                return r == -ENOMEM ? r : -ENOENT;
+        const char *head = json_string_value(json_object_get(res, "stdoutHead"));
+        if (agent_result_error(res, NULL) || json_integer_value(json_object_get(res, "exitCode")) != 0 || !head ||
+            strspn(head, "0123456789abcdef") != 64)
+                return -ENOENT;
+        memcpy(ret_hex, head, 64);
+        ret_hex[64] = '\0';
+        return 0;
+}
+
 static int step_copy(Build *b, const DockerfileStep *s) {
         if (!s->from && !b->job->req.chunks)
                 return build_fail(b, "the build has no context to copy from (send context_dir)");
@@ -781,19 +845,8 @@ static int step_copy(Build *b, const DockerfileStep *s) {
         if (s->from) {
                 if ((r = copy_from_stage(b, s, argv)) < 0)
                         return r;
-        }
-        for (size_t i = 0; !s->from && i + 1 < s->n_words; i++) {
-                _cleanup_free_ char *src = NULL, *clean = NULL, *full = NULL;
-                if ((r = expand(b, s->words[i], &src)) < 0)
-                        return r;
-                r = dockerfile_context_path(src, &clean);
-                if (r == -EPERM)
-                        return build_fail(b, "%.200s is outside the build context", src);
-                if (r < 0 || asprintf(&full, "%s%s%s", CONTEXT_IN_SANDBOX, clean[0] ? "/" : "", clean) < 0)
-                        return -ENOMEM;
-                if (json_array_append_new(argv, json_string(full)) < 0)
-                        return -ENOMEM;
-        }
+        } else if ((r = context_sources(b, s, argv)) < 0)
+                return r;
         _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
         _cleanup_free_ char *chown_x = NULL;
         if (s->chown && (r = expand(b, s->chown, &chown_x)) < 0)
@@ -849,6 +902,70 @@ static int set_words_array(json_t *config, const char *key, const DockerfileStep
         return json_object_set_new(config, key, a);
 }
 
+/* The build's sandbox at the last layer found (or at the FROM): one
+ * started at an earlier layer, to read a COPY's sources, is replaced. */
+static int sandbox_at_layer(Build *b) {
+        const char *want = b->layer_snap ? b->layer_snap : "";
+        if (b->sandbox_id[0] && strcmp(b->sandbox_layer, want) == 0)
+                return 0;
+        drop_sandbox(b);
+        return stage_sandbox(b);
+}
+
+/* Step s against the layers: its key chained on; a step with a tree whose
+ * layer is found is logged CACHED (1: the caller skips it), its WORKDIR
+ * taken. At the first one not found the sandbox is at the last one found.
+ * A COPY --from ends the layers of the stage (what it copies is another
+ * stage's), and so does a COPY whose sources have no digest. 0: the caller
+ * runs the step. */
+static int layer_step(Build *b, const DockerfileStep *s, const char *head) {
+        if (b->layers && (s->from || ((s->op == DF_COPY || s->op == DF_ADD) && !b->job->req.chunks)))
+                b->layers = false;
+        int r;
+        if (!b->layers || b->walked) {
+                b->walked = true;
+                if ((r = sandbox_at_layer(b)) < 0 || !b->layers)
+                        return r;
+        }
+        if (s->op == DF_COPY || s->op == DF_ADD) {
+                /* Its sources are read where the context is: a sandbox at
+                 * the last layer found, or at an earlier one. */
+                if (!b->sandbox_id[0] && (r = stage_sandbox(b)) < 0)
+                        return r;
+                r = build_sources_digest(b, s, b->sources_digest);
+                if (r == -ENOENT) {
+                        build_log_sys(b->log, "no layers kept from here: the base has no GNU tar and sha256sum to "
+                                              "read the COPY's sources with");
+                        b->layers = false;
+                        b->walked = true;
+                        return sandbox_at_layer(b);
+                }
+                if (r < 0)
+                        return r;
+        }
+        if ((r = layer_chain_step(b, s)) < 0 || !layer_step_has_tree(s) || b->walked)
+                return r;
+        _cleanup_free_ char *snap = NULL;
+        if (b->layers_lookup && layer_find(b, &snap) == 0) {
+                build_log_sys(b->log, "CACHED step %u/%u: %s %s", b->step, b->n_steps, dockerfile_op_name(s->op), head);
+                free(b->layer_snap);
+                b->layer_snap = TAKE_PTR(snap);
+                if (s->op != DF_WORKDIR)
+                        return 1;
+                _cleanup_free_ char *w = NULL;
+                if ((r = expand(b, s->words[0], &w)) < 0)
+                        return r;
+                char *full = path_join(b->workdir, w);
+                if (!full)
+                        return -ENOMEM;
+                free(b->workdir);
+                b->workdir = full;
+                return 1;
+        }
+        b->walked = true;
+        return sandbox_at_layer(b);
+}
+
 static int run_steps(Build *b, int64_t deadline_ms) {
         const Dockerfile *d = &b->job->req.dockerfile;
         int stage = b->stage;
@@ -871,8 +988,12 @@ static int run_steps(Build *b, int64_t deadline_ms) {
                 b->log->step = b->step;
                 char head[160];
                 snprintf(head, sizeof head, "%s", s->n_words && s->words[0] ? s->words[0] : "");
+                int r = layer_step(b, s, head);
+                if (r == 1)
+                        continue;
+                if (r < 0)
+                        return r == -ENOMEM ? build_fail(b, "out of memory") : r;
                 build_log_sys(b->log, "step %u/%u: %s %s", b->step, b->n_steps, dockerfile_op_name(s->op), head);
-                int r = 0;
                 switch (s->op) {
                 case DF_RUN:
                         r = step_run(b, s, deadline_ms);
@@ -957,9 +1078,13 @@ static int run_steps(Build *b, int64_t deadline_ms) {
                         return build_fail(b, "out of memory");
                 if (r < 0)
                         return r;
+                if (b->layers && layer_step_has_tree(s))
+                        layer_keep(b);
         }
         b->cur = NULL;
-        return 0;
+        /* Every step found: the sandbox at the last layer, for the image's
+         * disk. */
+        return sandbox_at_layer(b);
 }
 
 /* FROM an image of a registry: pulled (oci_pull.h), its tree the
@@ -1054,10 +1179,70 @@ static void global_args(Build *b) {
         }
 }
 
+/* The stage's sandbox: started from the last layer found, else from its
+ * FROM, with no network and the build's shape; the context sent. */
+static int stage_sandbox(Build *b) {
+        UserImages *u = b->u;
+        Job *job = b->job;
+        const ImageBuildRequest *req = &job->req;
+        const char *snap = b->layer_snap ? b->layer_snap : b->base_snap;
+        int r;
+        /* The sandbox: the FROM image, no network, the build's shape. */
+        CreateRequest cr = { 0 };
+        sandbox_spec_init(&cr.spec);
+        free(cr.spec.image);
+        cr.spec.image = strdup(b->base);
+        cr.spec.vcpu = req->vcpu;
+        cr.spec.memory_mib = req->memory_mib;
+        cr.spec.disk_mib = req->disk_mib;
+        cr.spec.timeout_seconds = req->timeout_seconds + 300;
+        cr.spec.on_lease_end = LEASE_END_DELETE;
+        cr.spec.pausable = false;
+        json_decref(cr.spec.network);
+        cr.spec.network = json_pack("{s:b,s:[],s:[]}", "internet", false, "allow", "deny");
+        cr.labels = json_pack("{s:s}", "runtime.imageBuild", job->id);
+        cr.run_as_root = true;
+        _cleanup_free_ char *restore = snap ? snapshot_store_dir(u->snapshots, snap) : NULL;
+        cr.restore_dir = restore;
+        SandboxRow row;
+        SandboxError se;
+        if (!cr.spec.image || !cr.spec.network || !cr.labels || (snap && !restore)) {
+                create_request_done(&cr);
+                return build_fail(b, "out of memory");
+        }
+        r = sandbox_create(u->m, &job->key, &cr, job->rid, &row, &se);
+        create_request_done(&cr);
+        if (r < 0)
+                return build_fail(b, "the build's sandbox could not start: %s", se.message);
+        snprintf(b->sandbox_id, sizeof b->sandbox_id, "%s", row.id);
+        snprintf(b->sandbox_layer, sizeof b->sandbox_layer, "%s", b->layer_snap ? b->layer_snap : "");
+        SandboxDriver driver = row.spec.driver;
+        sandbox_row_done(&row);
+        json_object_set_new(b->config, "driver", json_string(sandbox_driver_name(driver)));
+        build_log_sys(b->log, "stage %d: building in sandbox %s (%s)", b->stage, b->sandbox_id,
+                sandbox_driver_name(driver));
+        if (driver == SANDBOX_DRIVER_MICROVM)
+                return build_fail(b, "builds run on the namespace or gVisor driver, and this daemon's default is "
+                                     "the microVM");
+        /* A layer holds the context of the build that made it: this
+         * build's replaces it whole, so that no file of the earlier one
+         * stays for a wildcard to find. */
+        if (b->layer_snap) {
+                _cleanup_json_ json_t *rm = json_pack("[s,s,s]", "rm", "-rf", CONTEXT_IN_SANDBOX);
+                _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
+                int code = 0;
+                if (!rm || !env)
+                        return build_fail(b, "out of memory");
+                if ((r = run_in_sandbox(b, rm, env, "/", true, true, 120000, &code)) < 0)
+                        return r;
+                build_log_sys(b->log, "stage %d: restarted from the last layer found", b->stage);
+        }
+        return send_context(b);
+}
+
 /* One stage: its sandbox started from its FROM, the context sent, its
  * steps run. The sandbox stays for the caller (b->sandbox_id). */
 static int stage_run(Build *b) {
-        UserImages *u = b->u;
         Job *job = b->job;
         const ImageBuildRequest *req = &job->req;
         const Dockerfile *d = &req->dockerfile;
@@ -1098,44 +1283,20 @@ static int stage_run(Build *b) {
                         json_object_set(b->config, *k, json_object_get(parent, *k));
         json_object_set_new(b->config, "base", json_string(base));
         json_object_set_new(b->config, "from", json_string(from_name));
-
-        /* The sandbox: the FROM image, no network, the build's shape. */
-        CreateRequest cr = { 0 };
-        sandbox_spec_init(&cr.spec);
-        free(cr.spec.image);
-        cr.spec.image = strdup(base);
-        cr.spec.vcpu = req->vcpu;
-        cr.spec.memory_mib = req->memory_mib;
-        cr.spec.disk_mib = req->disk_mib;
-        cr.spec.timeout_seconds = req->timeout_seconds + 300;
-        cr.spec.on_lease_end = LEASE_END_DELETE;
-        cr.spec.pausable = false;
-        json_decref(cr.spec.network);
-        cr.spec.network = json_pack("{s:b,s:[],s:[]}", "internet", false, "allow", "deny");
-        cr.labels = json_pack("{s:s}", "runtime.imageBuild", job->id);
-        cr.run_as_root = true;
-        _cleanup_free_ char *restore = snap ? snapshot_store_dir(u->snapshots, snap) : NULL;
-        cr.restore_dir = restore;
-        SandboxRow row;
-        SandboxError se;
-        if (!cr.spec.image || !cr.spec.network || !cr.labels || (snap && !restore)) {
-                create_request_done(&cr);
-                return build_fail(b, "out of memory");
+        b->base = TAKE_PTR(base);
+        b->base_snap = TAKE_PTR(snap);
+        if (b->layers) {
+                const char *why = NULL;
+                r = layer_chain_start(b, &why);
+                if (r == -ENOMEM)
+                        return build_fail(b, "out of memory");
+                if (r < 0) {
+                        build_log_sys(b->log, "no layers kept: %s", why);
+                        b->layers = false;
+                }
         }
-        r = sandbox_create(u->m, &job->key, &cr, job->rid, &row, &se);
-        create_request_done(&cr);
-        if (r < 0)
-                return build_fail(b, "the build's sandbox could not start: %s", se.message);
-        snprintf(b->sandbox_id, sizeof b->sandbox_id, "%s", row.id);
-        SandboxDriver driver = row.spec.driver;
-        sandbox_row_done(&row);
-        json_object_set_new(b->config, "driver", json_string(sandbox_driver_name(driver)));
-        build_log_sys(b->log, "stage %d: building in sandbox %s (%s)", b->stage, b->sandbox_id,
-                sandbox_driver_name(driver));
-        if (driver == SANDBOX_DRIVER_MICROVM)
-                return build_fail(b, "builds run on the namespace or gVisor driver, and this daemon's default is "
-                                     "the microVM");
-        if ((r = send_context(b)) < 0)
+        /* With layers the sandbox starts at the first step not found. */
+        if (!b->layers && (r = stage_sandbox(b)) < 0)
                 return r;
         return run_steps(b, b->deadline_ms);
 }
@@ -1162,6 +1323,8 @@ static int build_run(Build *b, json_t **ret_doc) {
                 build_log_sys(b->log, "the cache is not used (cache: false): every step runs");
         else if ((r = build_cache_use(b, key, ret_doc)) != -ENOENT)
                 return r;
+        b->layers = true;
+        b->layers_lookup = !req->no_cache;
         r = stage_run(b);
         if (r < 0)
                 return r;

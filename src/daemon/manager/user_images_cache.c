@@ -13,9 +13,11 @@
 #include "common/log.h"
 #include "common/macro.h"
 #include "common/random.h"
+#include "common/timeutil.h"
 #include "daemon/manager/config.h"
 #include "daemon/manager/images.h"
 #include "daemon/manager/oci_pull.h"
+#include "daemon/manager/sandbox.h"
 #include "daemon/manager/snapshot.h"
 #include "daemon/manager/user_images-internal.h"
 #include "daemon/manager/user_images.h"
@@ -252,4 +254,174 @@ int build_cache_use(Build *b, const char *key, json_t **ret_doc) {
         json_object_del(doc, "buildMs");
         *ret_doc = doc;
         return 0;
+}
+
+/* ---- per-step layers (docs/images.md, "Per-step layers") ---- */
+
+/* The layers one owner's eviction reads at most: a layer is a snapshot of
+ * the owner's, and an owner keeps at most SNAPSHOT_MAX_PER_OWNER of those. */
+#define LAYER_SCAN_MAX (2u * SNAPSHOT_MAX_PER_OWNER)
+/* The layers one owner keeps at most: a quarter of the owner's snapshots,
+ * so that layers never crowd out the disks of images and the owner's own. */
+#define LAYER_MAX_PER_OWNER (SNAPSHOT_MAX_PER_OWNER / 4)
+
+static int layer_key_begin(EVP_MD_CTX **ret) {
+        EVP_MD_CTX *md = EVP_MD_CTX_new();
+        if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+                EVP_MD_CTX_free(md);
+                return -ENOMEM;
+        }
+        key_field(md, "runtime image layer 1");
+        *ret = md;
+        return 0;
+}
+
+static int layer_key_end(EVP_MD_CTX *md, char ret_hex[65]) {
+        uint8_t digest[32];
+        unsigned len = 0;
+        int r = EVP_DigestFinal_ex(md, digest, &len) == 1 ? 0 : -ENOMEM;
+        EVP_MD_CTX_free(md);
+        if (r == 0)
+                hex_encode(digest, sizeof digest, ret_hex);
+        return r;
+}
+
+int layer_chain_start(Build *b, const char **ret_why) {
+        const ImageBuildRequest *req = &b->job->req;
+        if (req->import_path && b->stage == 0) {
+                *ret_why = "an imported archive is not cached";
+                return -ENOENT;
+        }
+        const char *from = json_string_value(json_object_get(b->config, "from"));
+        _cleanup_free_ char *id = NULL;
+        int r = from ? from_identity(b, from, &id, ret_why) : -ENOENT;
+        if (r < 0)
+                return r;
+        const Driver *drv = b->u->cfg->default_driver;
+        EVP_MD_CTX *md = NULL;
+        if ((r = layer_key_begin(&md)) < 0)
+                return r;
+        /* The owner first: no two owners' layers share a key, so a layer
+         * made from one owner's context or secrets never serves another. */
+        key_field(md, b->job->key.owner);
+        key_field(md, drv ? drv->name : NULL);
+        key_field(md, id);
+        return layer_key_end(md, b->layer_key);
+}
+
+bool layer_step_has_tree(const DockerfileStep *s) {
+        return s->op == DF_RUN || s->op == DF_COPY || s->op == DF_ADD || s->op == DF_WORKDIR;
+}
+
+int layer_chain_step(Build *b, const DockerfileStep *s) {
+        EVP_MD_CTX *md = NULL;
+        int r = layer_key_begin(&md);
+        if (r < 0)
+                return r;
+        key_field(md, b->layer_key);
+        key_field(md, dockerfile_op_name(s->op));
+        key_field(md, s->exec ? "exec" : "shell");
+        for (size_t i = 0; i < s->n_words; i++)
+                key_field(md, s->words[i]);
+        key_field(md, s->chown);
+        key_field(md, s->chmod);
+        /* The state the step runs in: what its words expand with and the
+         * environment, directory and user of a RUN. */
+        key_map(md, b->vars);
+        key_map(md, b->env);
+        key_field(md, b->workdir);
+        key_field(md, b->root ? "root" : "sandbox");
+        /* What a COPY or ADD takes from the context: its sources' digest,
+         * so that a change to a file no step copies is no miss. */
+        if (s->op == DF_COPY || s->op == DF_ADD)
+                key_field(md, b->sources_digest);
+        return layer_key_end(md, b->layer_key);
+}
+
+int layer_find(Build *b, char **ret_snap) {
+        UserImages *u = b->u;
+        const char *owner = b->job->key.owner;
+        _cleanup_free_ char *snap = NULL;
+        int r = u->ops->layer_use(u->h, owner, b->layer_key, u->host_id, time_now_unix_ms(), &snap);
+        if (r < 0)
+                return r;
+        SnapshotRow row = { 0 };
+        if (snapshot_store_get(u->snapshots, owner, snap, &row) < 0) {
+                /* Its snapshot was deleted on its own: the layer goes. */
+                u->ops->layer_delete(u->h, owner, b->layer_key);
+                return -ENOENT;
+        }
+        snapshot_row_done(&row);
+        *ret_snap = TAKE_PTR(snap);
+        return 0;
+}
+
+typedef struct LayerScan {
+        unsigned n;
+        int64_t total;
+        char keys[LAYER_SCAN_MAX][65];
+        char snaps[LAYER_SCAN_MAX][SNAPSHOT_ID_LEN + 1];
+        int64_t sizes[LAYER_SCAN_MAX];
+} LayerScan;
+
+static int layer_scan_row(void *userdata, const char *key, const char *snapshot_id, int64_t size_bytes,
+                          int64_t used_at) {
+        LayerScan *s = userdata;
+        s->total += size_bytes;
+        if (s->n >= LAYER_SCAN_MAX)
+                return 0;
+        snprintf(s->keys[s->n], sizeof s->keys[0], "%s", key);
+        snprintf(s->snaps[s->n], sizeof s->snaps[0], "%s", snapshot_id);
+        s->sizes[s->n++] = size_bytes;
+        return 0;
+}
+
+/* The owner's layers past --image-layer-max-mib-per-owner or
+ * LAYER_MAX_PER_OWNER: the least recently used go first, never the one
+ * just kept. */
+static void layer_evict(Build *b) {
+        UserImages *u = b->u;
+        const char *owner = b->job->key.owner;
+        int64_t bound = (int64_t)u->cfg->image_layer_max_mib_per_owner << 20;
+        LayerScan *s = calloc(1, sizeof *s);
+        if (!s || u->ops->layer_list(u->h, owner, u->host_id, layer_scan_row, s) < 0) {
+                free(s);
+                return;
+        }
+        unsigned count = s->n;
+        for (unsigned i = 0; i < s->n && (s->total > bound || count > LAYER_MAX_PER_OWNER); i++) {
+                if (strcmp(s->keys[i], b->layer_key) == 0)
+                        continue;
+                count--;
+                /* The row first: a layer is never found without its snapshot. */
+                if (u->ops->layer_delete(u->h, owner, s->keys[i]) == 0)
+                        snapshot_store_delete(u->snapshots, owner, s->snaps[i]);
+                s->total -= s->sizes[i];
+        }
+        free(s);
+}
+
+void layer_keep(Build *b) {
+        UserImages *u = b->u;
+        Job *job = b->job;
+        _cleanup_json_ json_t *labels = json_pack("{s:s}", "runtime.layer", b->layer_key);
+        SnapshotRequest sr = { .mode = "disk", .labels = labels, .keep = true };
+        SnapshotRow srow = { 0 };
+        SandboxError se;
+        if (!labels)
+                return;
+        if (sandbox_snapshot(u->m, &job->key, b->sandbox_id, &sr, job->rid, &srow, &se) < 0) {
+                build_log_sys(b->log, "this step's layer is not kept: %s", se.message);
+                return;
+        }
+        int r = u->ops->layer_put(u->h, job->key.owner, b->layer_key, srow.id, u->host_id, srow.size_bytes,
+                                  time_now_unix_ms());
+        if (r < 0) {
+                /* -EEXIST: a build of the owner's kept the same layer meanwhile. */
+                snapshot_store_delete(u->snapshots, job->key.owner, srow.id);
+                if (r != -EEXIST)
+                        log_warn(job->rid, "image %s: recording a layer: %s", job->id, strerror(-r));
+        }
+        snapshot_row_done(&srow);
+        layer_evict(b);
 }

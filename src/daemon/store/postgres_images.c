@@ -291,6 +291,77 @@ static int pg_images_registry_delete(StoreImages *h, const char *owner, const ch
         return n == 1 ? 0 : -ENOENT;
 }
 
+static int pg_images_layer_put(StoreImages *h, const char *owner, const char *key, const char *snapshot_id,
+                               const char *host_id, int64_t size_bytes, int64_t now) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        pgp_text(&p, key);
+        pgp_text(&p, snapshot_id);
+        pgp_text(&p, host_id);
+        pgp_int(&p, size_bytes);
+        pgp_int(&p, now);
+        int64_t n = 0;
+        int r = pgdb_exec_write(&h->c,
+                                "INSERT INTO image_layers (owner, key, snapshot_id, host_id, size_bytes, used_at) "
+                                "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (owner, key) DO NOTHING",
+                                &p, &n);
+        if (r < 0)
+                return r;
+        return n == 1 ? 0 : -EEXIST;
+}
+
+static int pg_images_layer_use(StoreImages *h, const char *owner, const char *key, const char *host_id, int64_t now,
+                               char **ret_snapshot) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        pgp_text(&p, key);
+        pgp_text(&p, host_id);
+        pgp_int(&p, now);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run(&h->c,
+                         "UPDATE image_layers SET used_at = $4 WHERE owner = $1 AND key = $2 AND host_id = $3 "
+                         "RETURNING snapshot_id",
+                         &p, &res);
+        if (r < 0)
+                return r;
+        if (PQntuples(res) == 0)
+                return -ENOENT;
+        char *s = strdup(pgv(res, 0, 0) ?: "");
+        if (!s)
+                return -ENOMEM;
+        *ret_snapshot = s;
+        return 0;
+}
+
+static int pg_images_layer_list(StoreImages *h, const char *owner, const char *host_id, StoreLayerFn fn,
+                                void *userdata) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        pgp_text(&p, host_id);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run(&h->c,
+                         "SELECT key, snapshot_id, size_bytes, used_at FROM image_layers "
+                         "WHERE owner = $1 AND host_id = $2 ORDER BY used_at, key",
+                         &p, &res);
+        if (r < 0)
+                return r;
+        for (int i = 0; i < PQntuples(res); i++)
+                if ((r = fn(userdata, pgv(res, i, 0) ?: "", pgv(res, i, 1) ?: "", pgi(res, i, 2), pgi(res, i, 3))) < 0)
+                        return r;
+        return 0;
+}
+
+static int pg_images_layer_delete(StoreImages *h, const char *owner, const char *key) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        pgp_text(&p, key);
+        int64_t n = 0;
+        int r = pgdb_exec_write(&h->c, "DELETE FROM image_layers WHERE owner = $1 AND key = $2", &p, &n);
+        if (r < 0)
+                return r;
+        return n == 1 ? 0 : -ENOENT;
+}
+
 const StoreImageOps store_postgres_images = {
         .open = pg_images_open,
         .close = pg_images_close,
@@ -309,4 +380,8 @@ const StoreImageOps store_postgres_images = {
         .registry_list = pg_images_registry_list,
         .registry_get = pg_images_registry_get,
         .registry_delete = pg_images_registry_delete,
+        .layer_put = pg_images_layer_put,
+        .layer_use = pg_images_layer_use,
+        .layer_list = pg_images_layer_list,
+        .layer_delete = pg_images_layer_delete,
 };

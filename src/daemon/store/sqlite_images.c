@@ -50,6 +50,17 @@ static const SqlMigration migrations[] = {
           "  sealed TEXT NOT NULL,"
           "  updated_at INTEGER NOT NULL,"
           "  PRIMARY KEY (owner, registry));" },
+        /* 3: the builds' per-step layers, each held by a snapshot */
+        { NULL, NULL,
+          "CREATE TABLE IF NOT EXISTS image_layers ("
+          "  owner TEXT NOT NULL,"
+          "  key TEXT NOT NULL,"
+          "  snapshot_id TEXT NOT NULL,"
+          "  host_id TEXT NOT NULL,"
+          "  size_bytes INTEGER NOT NULL,"
+          "  used_at INTEGER NOT NULL,"
+          "  PRIMARY KEY (owner, key));"
+          "CREATE INDEX IF NOT EXISTS image_layers_used ON image_layers (owner, host_id, used_at, key);" },
 };
 
 #define COLUMNS "id, owner, name, version, state, error, doc, created_at, finished_at, host_id"
@@ -382,6 +393,87 @@ static int sqlite_images_registry_delete(StoreImages *h, const char *owner, cons
         return sqlite3_changes(h->sql) == 1 ? 0 : -ENOENT;
 }
 
+static int sqlite_images_layer_put(StoreImages *h, const char *owner, const char *key, const char *snapshot_id,
+                                   const char *host_id, int64_t size_bytes, int64_t now) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "INSERT INTO image_layers (owner, key, snapshot_id, host_id, size_bytes, used_at) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (owner, key) DO NOTHING",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, snapshot_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, host_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, size_bytes);
+        sqlite3_bind_int64(st, 6, now);
+        int r = sqldb_errno(sqlite3_step(st));
+        if (r < 0)
+                return r;
+        return sqlite3_changes(h->sql) == 1 ? 0 : -EEXIST;
+}
+
+static int sqlite_images_layer_use(StoreImages *h, const char *owner, const char *key, const char *host_id, int64_t now,
+                                   char **ret_snapshot) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "UPDATE image_layers SET used_at = ?4 WHERE owner = ?1 AND key = ?2 AND host_id = ?3 "
+                               "RETURNING snapshot_id",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, host_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, now);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -ENOENT;
+        if (rc != SQLITE_ROW)
+                return sqldb_errno(rc) ?: -EIO;
+        char *s = strdup(sqldb_col(st, 0) ?: "");
+        if (!s)
+                return -ENOMEM;
+        *ret_snapshot = s;
+        return 0;
+}
+
+static int sqlite_images_layer_list(StoreImages *h, const char *owner, const char *host_id, StoreLayerFn fn,
+                                    void *userdata) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql,
+                               "SELECT key, snapshot_id, size_bytes, used_at FROM image_layers "
+                               "WHERE owner = ?1 AND host_id = ?2 ORDER BY used_at, key",
+                               -1, &st, NULL) != SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, host_id, -1, SQLITE_STATIC);
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int e = fn(userdata, sqldb_col(st, 0) ?: "", sqldb_col(st, 1) ?: "", sqlite3_column_int64(st, 2),
+                           sqlite3_column_int64(st, 3));
+                if (e < 0)
+                        return e;
+        }
+        return rc == SQLITE_DONE ? 0 : sqldb_errno(rc) ?: -EIO;
+}
+
+static int sqlite_images_layer_delete(StoreImages *h, const char *owner, const char *key) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(h->sql, "DELETE FROM image_layers WHERE owner = ?1 AND key = ?2", -1, &st, NULL) !=
+            SQLITE_OK)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+        int r = sqldb_errno(sqlite3_step(st));
+        if (r < 0)
+                return r;
+        return sqlite3_changes(h->sql) == 1 ? 0 : -ENOENT;
+}
+
 const StoreImageOps store_sqlite_images = {
         .open = sqlite_images_open,
         .close = sqlite_images_close,
@@ -400,4 +492,8 @@ const StoreImageOps store_sqlite_images = {
         .registry_list = sqlite_images_registry_list,
         .registry_get = sqlite_images_registry_get,
         .registry_delete = sqlite_images_registry_delete,
+        .layer_put = sqlite_images_layer_put,
+        .layer_use = sqlite_images_layer_use,
+        .layer_list = sqlite_images_layer_list,
+        .layer_delete = sqlite_images_layer_delete,
 };

@@ -50,6 +50,11 @@ typedef int (*StoreImageTagFn)(void *userdata, const char *tag);
 /* A registry's credentials of an owner: the secret only as sealed text,
  * which the store never opens. */
 typedef int (*StoreRegistryFn)(void *userdata, const char *registry, const char *username, int64_t updated_at);
+/* A build layer of an owner's (docs/images.md, "Per-step layers"): the
+ * layer's key (64 hex digits), the snapshot that holds its tree, its bytes
+ * and when a build last used it. */
+typedef int (*StoreLayerFn)(void *userdata, const char *key, const char *snapshot_id, int64_t size_bytes,
+                            int64_t used_at);
 
 struct StoreImageOps {
         int (*open)(const char *location, StoreImages **ret);
@@ -93,6 +98,19 @@ struct StoreImageOps {
         int (*registry_get)(StoreImages *h, const char *owner, const char *registry, char **ret_sealed);
         /* -ENOENT when owner has none for registry. */
         int (*registry_delete)(StoreImages *h, const char *owner, const char *registry);
+        /* Records owner's layer key, held by snapshot_id on host_id, used
+         * at now. -EEXIST when the owner has that key already. */
+        int (*layer_put)(StoreImages *h, const char *owner, const char *key, const char *snapshot_id,
+                         const char *host_id, int64_t size_bytes, int64_t now);
+        /* owner's layer key kept on host_id: its snapshot (malloc'ed) in
+         * *ret_snapshot, and its use set to now. -ENOENT. */
+        int (*layer_use)(StoreImages *h, const char *owner, const char *key, const char *host_id, int64_t now,
+                         char **ret_snapshot);
+        /* owner's layers kept on host_id, least recently used first (used_at,
+         * then key). */
+        int (*layer_list)(StoreImages *h, const char *owner, const char *host_id, StoreLayerFn fn, void *userdata);
+        /* -ENOENT when owner has no layer key. */
+        int (*layer_delete)(StoreImages *h, const char *owner, const char *key);
 };
 
 extern const StoreImageOps store_sqlite_images;

@@ -1,0 +1,92 @@
+"""Per-step layers (docs/images.md, "Per-step layers"): a build keeps each step's tree as a layer
+keyed by its parent's key and the step with its inputs, and a later build restarts from the last
+layer it finds. Each RUN below writes a stamp of the time it ran, and the last RUN prints them: a
+step the log says CACHED left the stamp of the build before. A changed last RUN runs only that
+step; a changed COPY source runs from that COPY; another build arg runs from the first step after
+its ARG; `cache: false` runs every step; another owner finds none of these layers; past the
+owner's bound the least recently used layer goes."""
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import pytest
+
+from helpers import Api
+
+DOCKERFILE = """\
+FROM default
+RUN date +%s%N > /stamp1
+COPY hello.txt /opt/hello.txt
+ARG WHO=world
+RUN echo "$WHO" > /opt/who && date +%s%N > /stamp2
+RUN echo "stamps $(cat /stamp1) $(cat /stamp2) $(cat /opt/hello.txt) $(cat /opt/who) LAST"
+"""
+
+BUILD = """
+import json, sys
+from withruntime import Runtime
+runtime = Runtime()
+lines = []
+kw = json.loads(sys.argv[3])
+image = runtime.images.build(dockerfile=open(sys.argv[1] + "/Dockerfile").read(), context_dir=sys.argv[1],
+                             name=sys.argv[2], on_log=lambda l: lines.append(l["line"]), **kw)
+print(json.dumps({"image": image, "lines": lines}))
+"""
+
+
+def _build(published_client, daemon, ctx, key, last="LAST", **kw):
+    (ctx / "Dockerfile").write_text(DOCKERFILE.replace("LAST", last))
+    got = published_client.run_json(daemon, BUILD, args=[str(ctx), f"layers-{uuid.uuid4().hex[:8]}", json.dumps(kw)],
+                                    timeout=600, env={"RUNTIME_API_KEY": key})
+    assert got["image"]["state"] == "ready", got
+    lines = got["lines"]
+    stamps = [l.split() for l in lines if l.startswith("stamps ")]
+    assert len(stamps) == 1, lines
+    cached = [re.sub(r"^CACHED step \d+/\d+: (\w+) .*", r"\1", l) for l in lines if l.startswith("CACHED step")]
+    return {"cached": cached, "stamp1": stamps[0][1], "stamp2": stamps[0][2], "hello": stamps[0][3],
+            "who": stamps[0][4], "lines": lines}
+
+
+def _owner_key(api):
+    r = api.post("/v1/keys", json={"name": "layers", "owner": f"layers-{uuid.uuid4().hex[:8]}"})
+    assert r.status_code == 201, r.text
+    return r.json()["key"]
+
+
+@pytest.mark.parametrize("driver", ["namespace", "gvisor"], indirect=True)
+@pytest.mark.driver_independent
+def test_a_rebuild_restarts_from_the_last_layer_found(published_client, daemon, api, driver, tmp_path):
+    key = _owner_key(api)
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "hello.txt").write_text("hello\n")
+    cold = _build(published_client, daemon, ctx, key)
+    assert cold["cached"] == [], cold["lines"]
+
+    # The last RUN changed: the three steps before it are layers found, their stamps the cold build's.
+    last = _build(published_client, daemon, ctx, key, last="CHANGED")
+    assert last["cached"] == ["RUN", "COPY", "RUN"], last["lines"]
+    assert (last["stamp1"], last["stamp2"]) == (cold["stamp1"], cold["stamp2"]), last["lines"]
+
+    # A COPY source changed: the first RUN is found, the COPY and what follows run.
+    (ctx / "hello.txt").write_text("changed\n")
+    copied = _build(published_client, daemon, ctx, key)
+    assert copied["cached"] == ["RUN"], copied["lines"]
+    assert copied["stamp1"] == cold["stamp1"] and copied["stamp2"] != cold["stamp2"], copied["lines"]
+    assert copied["hello"] == "changed", copied["lines"]
+
+    # Another build arg: found up to its ARG, run from the RUN after it.
+    arg = _build(published_client, daemon, ctx, key, build_args={"WHO": "there"})
+    assert arg["cached"] == ["RUN", "COPY"], arg["lines"]
+    assert arg["stamp1"] == cold["stamp1"] and arg["stamp2"] != copied["stamp2"], arg["lines"]
+    assert arg["who"] == "there", arg["lines"]
+
+    # cache: false runs every step.
+    forced = _build(published_client, daemon, ctx, key, last="FORCED", cache=False)
+    assert forced["cached"] == [] and forced["stamp1"] != cold["stamp1"], forced["lines"]
+
+    # Another owner's same build finds none of these layers.
+    other = _build(published_client, daemon, ctx, _owner_key(api), last="CHANGED")
+    assert other["cached"] == [] and other["stamp1"] != cold["stamp1"], other["lines"]
