@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from helpers import Api
+from helpers import Api, wait_until
 
 DOCKERFILE = """\
 FROM default
@@ -90,3 +90,42 @@ def test_a_rebuild_restarts_from_the_last_layer_found(published_client, daemon, 
     # Another owner's same build finds none of these layers.
     other = _build(published_client, daemon, ctx, _owner_key(api), last="CHANGED")
     assert other["cached"] == [] and other["stamp1"] != cold["stamp1"], other["lines"]
+
+
+def _raw_build(api, dockerfile):
+    """A build without a context through the API: the log's CACHED steps (their RUN text)."""
+    r = api.post("/v1/images", json={"name": f"lru-{uuid.uuid4().hex[:8]}", "dockerfile": dockerfile})
+    assert r.status_code == 201, r.text
+    image_id = r.json()["id"]
+    wait_until(lambda: api.get(f"/v1/images/{image_id}").json()["state"] not in ("queued", "building"), 300, 0.1,
+               what="the build's end")
+    assert api.get(f"/v1/images/{image_id}").json()["state"] == "ready"
+    lines = [l["line"] for l in api.get(f"/v1/images/{image_id}/logs?after=0").json()["lines"]]
+    return [re.sub(r"^CACHED step \d+/\d+: RUN ", "", l) for l in lines if l.startswith("CACHED step")]
+
+
+def _layers(api):
+    return [s for s in api.get("/v1/snapshots").json()["data"] if "runtime.layer" in (s.get("labels") or {})]
+
+
+def test_the_bound_evicts_the_least_recently_used_layer(fresh_daemon):
+    """With room for two layers and not three, the layer used last stays and the other goes."""
+    api = Api(fresh_daemon)
+    try:
+        a = "FROM default\nRUN echo a > /x\n"
+        assert _raw_build(api, a) == []
+        (size,) = [s["sizeBytes"] for s in _layers(api)]
+        cap = int(2.5 * size) >> 20
+        if not (2 * size < cap << 20 < 3 * size):
+            pytest.skip(f"a layer here is {size} bytes: no bound in MiB holds two and not three")
+        api.close()
+        fresh_daemon.extra_args = list(fresh_daemon.extra_args or []) + ["--image-layer-max-mib-per-owner", str(cap)]
+        fresh_daemon.restart()
+        api = Api(fresh_daemon)
+        assert _raw_build(api, "FROM default\nRUN echo b > /x\n") == []  # layers a, b: within the bound
+        # a found (used after b), a2 kept: three layers, and b, the least recently used, goes.
+        assert _raw_build(api, a + "RUN echo a2 > /y\n") == ["echo a > /x"]
+        assert len(_layers(api)) == 2
+        assert _raw_build(api, "FROM default\nRUN echo b > /x\nRUN echo b2 > /y\n") == []
+    finally:
+        api.close()
