@@ -7,8 +7,9 @@ step (the per-step layers: the steps before it are found and only the last runs)
 the API with the context uploaded by digest (a rebuild's chunks are there already); then the disk
 that ten images built on one base take, as the sizes of their disks (each a snapshot of the build's
 writable layer) against the base image's tree, and the disk ten cached rebuilds of one image add
-(`du` of the snapshots' directory, which counts a hard-linked layer once). Builds run on the
-daemon's default driver.
+(`du` of the snapshots' directory, which counts a hard-linked layer once). Each round's steps
+differ from the others' (its ENV), so that its cold build finds no layer of theirs. Builds run on
+the daemon's default driver.
 
     sudo python3 bench/images.py              # writes its section of docs/benchmarks.md
     sudo python3 bench/images.py --out -      # print the section
@@ -39,7 +40,7 @@ ROUNDS = 3
 
 DOCKERFILE = """\
 FROM default
-ENV APP=/app
+ENV APP=/app ROUND={round}
 WORKDIR /app
 COPY app.py ./
 RUN sleep 2 && python3 -m py_compile app.py && python3 app.py > out.txt
@@ -87,28 +88,28 @@ def measure(api: Api, image_dir: str, state_dir: str) -> dict:
     out: dict = {"cold": [], "unchanged": [], "no_cache": [], "last_changed": []}
     for i in range(ROUNDS):
         name = f"bench-{i}"
-        s, _ = build(api, name, DOCKERFILE.format(last=f"one-{i}"), archive)
+        s, _ = build(api, name, DOCKERFILE.format(round=i, last=f"one-{i}"), archive)
         out["cold"].append(s)
-        s, image = build(api, name, DOCKERFILE.format(last=f"one-{i}"), archive)
+        s, image = build(api, name, DOCKERFILE.format(round=i, last=f"one-{i}"), archive)
         out["unchanged"].append(s)
         out.setdefault("unchanged_build_ms", []).append(image["buildMs"])
-        s, _ = build(api, name, DOCKERFILE.format(last=f"one-{i}"), archive, cache=False)
+        s, _ = build(api, name, DOCKERFILE.format(round=i, last=f"one-{i}"), archive, cache=False)
         out["no_cache"].append(s)
-        s, _ = build(api, name, DOCKERFILE.format(last=f"changed-{i}"), archive)
+        s, _ = build(api, name, DOCKERFILE.format(round=i, last=f"changed-{i}"), archive)
         out["last_changed"].append(s)
     snapshots = Path(state_dir) / "snapshots"
     before = du(snapshots)
-    ids = [build(api, "cached-ten", DOCKERFILE.format(last="ten"), archive)[1]["id"]]
+    ids = [build(api, "cached-ten", DOCKERFILE.format(round="ten", last="ten"), archive)[1]["id"]]
     first = du(snapshots)
     for _ in range(9):
-        ids.append(build(api, "cached-ten", DOCKERFILE.format(last="ten"), archive)[1]["id"])
+        ids.append(build(api, "cached-ten", DOCKERFILE.format(round="ten", last="ten"), archive)[1]["id"])
     out["cached_ten"] = {"first": first - before, "nine_more": du(snapshots) - first}
     for image_id in ids:
         api.post(f"/v1/images/{image_id}:delete", json={})
     out["cached_ten"]["after_delete"] = du(snapshots) - before
     sizes = []
     for i in range(10):
-        _, image = build(api, f"ten-{i}", DOCKERFILE.format(last=f"image-{i}"), archive)
+        _, image = build(api, f"ten-{i}", DOCKERFILE.format(round="images", last=f"image-{i}"), archive)
         sizes.append(image["sizeBytes"])
     base = subprocess.run(["du", "-sb", str(Path(image_dir) / "default" / "rootfs")], capture_output=True,
                           text=True)
@@ -140,8 +141,9 @@ def render(r: dict) -> str:
               f"{', '.join(str(x) for x in r['unchanged_build_ms'])} ms."]
     c = r["cached_ten"]
     lines += ["", f"Ten builds of one image, the nine last cached: the first added {mib(c['first'])} to the "
-              f"snapshots' directory, the nine cached ones {mib(c['nine_more'])} (their layers are links of "
-              f"the first's); all ten deleted, {mib(c['after_delete'])} is left of them."]
+              f"snapshots' directory (its disk and the layers of its steps not found), the nine cached ones "
+              f"{mib(c['nine_more'])} (their disks are links of the first's); all ten deleted, "
+              f"{mib(c['after_delete'])} is left of them (the layers, kept to their bound)."]
     total = sum(r["ten_sizes"])
     lines += ["", f"Ten images on one base: their disks take {mib(total)} in all "
               f"({mib(min(r['ten_sizes']))} to {mib(max(r['ten_sizes']))} each), the base's tree "

@@ -796,6 +796,10 @@ static const char SOURCES_DIGEST_SCRIPT[] =
         "for s in \"$@\"; do for f in $s; do [ -e \"$f\" ] && printf '%s\\0' \"$f\"; done; done |"
         " tar --null -T - --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - | sha256sum\n";
 
+static bool give_up_when_stopping(void *userdata) {
+        return stopping(userdata);
+}
+
 int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]) {
         _cleanup_json_ json_t *argv = json_pack("[s,s,s,s]", "/bin/sh", "-c", SOURCES_DIGEST_SCRIPT, "digest");
         _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
@@ -815,9 +819,11 @@ int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]) {
         if (r == 0 && sandbox_open_stream(sb, req, &st, &se) < 0)
                 r = -EIO;
         if (r == 0)
-                r = agent_wait_result(st, 600000, NULL, NULL, &res);
+                r = agent_wait_result(st, 600000, give_up_when_stopping, b->u, &res);
         chan_stream_free(st);
         sandbox_release(sb);
+        if (r == -ECANCELED)
+                return build_fail(b, "the daemon stopped during the build");
         if (r < 0)
                 return r == -ENOMEM ? r : -ENOENT;
         const char *head = json_string_value(json_object_get(res, "stdoutHead"));
