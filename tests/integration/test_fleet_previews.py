@@ -1,0 +1,216 @@
+"""Previews across a fleet (docs/previews.md, "A fleet"): two runtimed on one PostgreSQL, each with
+a preview listener of its own and the fleet's secret. A preview request that reaches the host
+which does not run the sandbox is relayed to the one that does: its token checked where it lands
+and again by the owner, keep-alive, a streamed answer, a request body, a WebSocket echo and
+embedOrigins' policy all through the other host; the urlWithToken's cookie works at either host.
+A client that claims to be a host (the hop's headers on the preview listener, or the relay route
+called without the secret) gains nothing; an owner host that is unknown or does not answer is a
+page at once, not a hang."""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import _finish_daemon, _start_daemon
+from helpers import Api, free_port, wait_until
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_previews import APP, name_of, start_app, websocket_echo  # noqa: E402
+
+pytestmark = pytest.mark.driver_independent
+
+SECRET = "fleet-" + uuid.uuid4().hex
+
+
+@pytest.fixture(scope="module")
+def fleet(build_dir, image_dir, tmp_path_factory, postgres):
+    """Hosts a and b, each with a preview listener, sharing a database and a fleet secret."""
+    tmp = tmp_path_factory.mktemp("fleetprev")
+    db = f"rt_{uuid.uuid4().hex[:12]}"
+    postgres.psql(f"CREATE DATABASE {db}")
+    secret = tmp / "fleet.secret"
+    secret.write_text(SECRET + "\n")
+    os.chmod(secret, 0o600)
+    hosts = []
+    try:
+        for name in ("a", "b"):
+            if hosts:
+                (tmp / name).mkdir()
+                for f in ("admin.key", "secrets.key"):
+                    (tmp / name / f).write_text((hosts[0].state_dir / f).read_text())
+                    os.chmod(tmp / name / f, 0o600)
+            port = free_port()
+            h = _start_daemon(build_dir, image_dir, tmp / name, f"runtime-test-{os.getpid()}-fprev{name}",
+                              extra_args=["--database", postgres.url(db), "--fleet-secret-file", str(secret),
+                                          "--host-id", f"prev-{name}", "--preview-listen", f"127.0.0.1:{port}"])
+            h.preview_port = port
+            hosts.append(h)
+        for h in hosts:
+            with Api(h) as c:
+                wait_until(lambda: len([x for x in c.get("/v1/hosts").json()["hosts"] if x["state"] == "live"]) == 2,
+                           20, what="both hosts live")
+        yield hosts[0], hosts[1], postgres, db
+    finally:
+        for h in reversed(hosts):
+            _finish_daemon(h)
+
+
+@pytest.fixture(scope="module")
+def on_a(fleet):
+    """A sandbox host a runs (creates are placed on either host), with the test's server on 8000."""
+    a, _, pg, db = fleet
+    with Api(a) as c:
+        for _ in range(30):
+            sbx = c.create_sandbox(driver="namespace", timeoutSeconds=600)
+            if pg.psql(f"SELECT host_id FROM sandboxes WHERE id = '{sbx.id}'", db).strip() == "prev-a":
+                break
+            c.delete(f"/v1/sandboxes/{sbx.id}")
+        else:
+            raise AssertionError("no create landed on host a in 30")
+        start_app(c, sbx.id, 8000)
+        yield sbx.id
+        c.delete(f"/v1/sandboxes/{sbx.id}")
+
+
+def get_at(host, name: str, path: str = "/", headers: dict | None = None) -> httpx.Response:
+    with httpx.Client(timeout=30) as c:
+        return c.get(f"http://127.0.0.1:{host.preview_port}{path}", headers={"Host": name, **(headers or {})})
+
+
+def test_a_preview_through_the_other_host(fleet, on_a):
+    a, b, _, _ = fleet
+    sid = on_a
+    with Api(b, key=a.api_key) as via_b:
+        # The API's preview routes go on to the owner like every route of a sandbox.
+        made = via_b.post(f"/v1/sandboxes/{sid}/previews", json={"port": 8000}).json()
+    name = name_of(sid)
+    tok = made["token"]
+    # The token is checked where the request lands: none is 401, a wrong one 403, and a client
+    # that sends the hop's headers (claiming to be a host) is a client all the same.
+    assert get_at(b, name).status_code == 401
+    assert get_at(b, name, headers={"x-runtime-preview-token": tok[:-2] + "00"}).status_code == 403
+    forged = {"Runtime-Fleet-Secret": SECRET, "Runtime-Forwarded-By": "prev-a"}
+    r = get_at(b, name, headers=forged)
+    assert r.status_code == 401, r.text
+    # urlWithToken through b: the page, and a cookie for that host name, which either host takes.
+    path_q = "/" + made["urlWithToken"].split("/", 3)[3]
+    r = get_at(b, name, path_q)
+    assert r.status_code == 200 and "hello from the sandbox" in r.text, r.text
+    cookie = r.headers["set-cookie"].split(";")[0]
+    assert cookie == f"runtime_preview_token={tok}"
+    for host in (a, b):
+        assert get_at(host, name, headers={"Cookie": cookie}).status_code == 200
+    # The server inside never sees the token, nor the hop's headers.
+    seen = get_at(b, name, "/headers", headers={"x-runtime-preview-token": tok}).json()["headers"]
+    assert not {k.lower() for k in seen} & {"x-runtime-preview-token", "runtime-fleet-secret"}, seen
+    # Keep-alive: two requests and a body on one connection to b, each answered in turn.
+    s = socket.create_connection(("127.0.0.1", b.preview_port), timeout=20)
+    f = s.makefile("rb")
+    for body in (b"one", b"second"):
+        s.sendall(f"POST /echo HTTP/1.1\r\nHost: {name}\r\nx-runtime-preview-token: {tok}\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        assert f.readline().startswith(b"HTTP/1.1 200")
+        length = 0
+        while (line := f.readline()) != b"\r\n":
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        assert f.read(length) == b"echo:" + body
+    s.close()
+    # A streamed answer arrives as it is made, not at its end.
+    t0 = time.monotonic()
+    arrivals = []
+    with httpx.Client(timeout=30) as c:
+        with c.stream("GET", f"http://127.0.0.1:{b.preview_port}/stream",
+                      headers={"Host": name, "x-runtime-preview-token": tok}) as resp:
+            assert resp.status_code == 200
+            for chunk in resp.iter_text():
+                arrivals.append((time.monotonic() - t0, chunk))
+    assert "".join(c for _, c in arrivals) == "part0\npart1\npart2\n"
+    assert arrivals[0][0] < 0.7, arrivals
+    # A WebSocket, spliced through both hosts.
+    websocket_echo(b, name, f"x-runtime-preview-token: {tok}\r\n")
+
+
+def test_embed_origins_through_the_other_host(fleet, on_a):
+    a, b, _, _ = fleet
+    sid = on_a
+    with Api(a) as c:
+        c.post(f"/v1/sandboxes/{sid}/previews",
+               json={"port": 8000, "visibility": "public", "embedOrigins": ["https://app.example.com"]}
+               ).raise_for_status()
+    try:
+        r = get_at(b, name_of(sid), "/framed")
+        assert r.status_code == 200 and r.text == "framed"
+        policies = [v for k, v in r.headers.multi_items() if k.lower() == "content-security-policy"]
+        assert "frame-ancestors 'self' https://app.example.com" in policies, policies
+        assert "x-frame-options" not in r.headers and r.headers["connection"] == "close"
+    finally:
+        with Api(a) as c:
+            c.post(f"/v1/sandboxes/{sid}/previews",
+                   json={"port": 8000, "visibility": "private", "embedOrigins": []}).raise_for_status()
+
+
+def test_the_relay_route_is_the_hosts_alone(fleet, on_a):
+    """The route a host relays a preview through takes the fleet's secret and nothing else: a
+    client with a key, a forged host name or a wrong secret is 403, and the owner checks the
+    token again on what the route carries."""
+    a, b, _, _ = fleet
+    sid = on_a
+    path = f"/v1/sandboxes/{sid}/previews/8000:relay"
+    up = {"Upgrade": "runtime-preview", "Connection": "Upgrade"}
+    with httpx.Client(base_url=a.base_url, timeout=20) as c:
+        for extra in ({}, {"Authorization": f"Bearer {a.api_key}"}, {"Runtime-Forwarded-By": "prev-b"},
+                      {"Runtime-Fleet-Secret": "fleet-" + "0" * 32, "Runtime-Forwarded-By": "prev-b"}):
+            r = c.get(path, headers={**up, **extra})
+            assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", (extra, r.text)
+    # With the secret (as a host sends it), the connection is the preview listener's, which
+    # still wants the token, and serves the route's preview only.
+    name = name_of(sid)
+    for head, want in ((f"GET / HTTP/1.1\r\nHost: {name}\r\n\r\n", b" 401 "),
+                       (f"GET / HTTP/1.1\r\nHost: {name_of(sid, 8001)}\r\n\r\n", b" 400 ")):
+        s = socket.create_connection(("127.0.0.1", a.port), timeout=20)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: runtime-preview\r\nConnection: Upgrade\r\n"
+                  f"Runtime-Fleet-Secret: {SECRET}\r\nRuntime-Forwarded-By: prev-b\r\n\r\n".encode())
+        f = s.makefile("rb")
+        assert b" 101 " in f.readline()
+        while f.readline() != b"\r\n":
+            pass
+        s.sendall(head.encode())
+        assert want in f.readline()
+        s.close()
+
+
+def test_an_unknown_or_silent_owner_is_a_page(fleet, on_a):
+    a, b, pg, db = fleet
+    sid = on_a
+    with Api(a) as c:
+        c.post(f"/v1/sandboxes/{sid}/previews", json={"port": 8000, "visibility": "public"}).raise_for_status()
+    name = name_of(sid)
+    # An owner the fleet does not know: 503 at once.
+    pg.psql(f"UPDATE sandboxes SET host_id = 'prev-gone' WHERE id = '{sid}'", db)
+    try:
+        t0 = time.monotonic()
+        r = get_at(b, name)
+        assert r.status_code == 503 and "prev-gone" in r.text, r.text
+        assert time.monotonic() - t0 < 5
+    finally:
+        pg.psql(f"UPDATE sandboxes SET host_id = 'prev-a' WHERE id = '{sid}'", db)
+    assert get_at(b, name).status_code == 200
+    # An owner that accepts connections and answers nothing (stopped): a 502 page within the
+    # relay's answer time, not a hang.
+    os.kill(a.proc.pid, 19)  # SIGSTOP
+    try:
+        t0 = time.monotonic()
+        r = get_at(b, name)
+        took = time.monotonic() - t0
+    finally:
+        os.kill(a.proc.pid, 18)  # SIGCONT
+    assert r.status_code == 502 and took < 15, (r.status_code, took, r.text)
+    assert get_at(b, name).status_code == 200
