@@ -214,3 +214,23 @@ def test_an_unknown_or_silent_owner_is_a_page(fleet, on_a):
         os.kill(a.proc.pid, 18)  # SIGCONT
     assert r.status_code == 502 and took < 15, (r.status_code, took, r.text)
     assert get_at(b, name).status_code == 200
+
+
+def test_the_interpreters_javascript_through_the_other_host(fleet, on_a):
+    """The interpreter's JavaScript context (Deno's kernel) of a sandbox host a runs, driven
+    through host b: its state kept between cells, its last expression the result."""
+    a, b, _, _ = fleet
+    sid = on_a
+    with Api(a) as c:
+        if c.exec(sid, command="test -x /usr/local/bin/deno")["exitCode"] != 0:
+            pytest.skip("the image has no deno (the default image of images/build.sh has it)")
+    with Api(b, key=a.api_key) as via_b:
+        url = f"/v1/sandboxes/{sid}/interpreter:run"
+        first = via_b.post(url, json={"code": "let x = 6;\nconsole.log('set');", "language": "javascript"},
+                           timeout=300).json()
+        assert first["status"] == "ok" and first["stdout"] == "set\n", first
+        out = via_b.post(url, json={"code": "x * 7", "language": "javascript"}, timeout=60).json()
+        assert out["status"] == "ok", out
+        assert [r["data"]["text/plain"] for r in out["results"] if r["main"]] == ["42"], out
+        got = via_b.get(f"/v1/sandboxes/{sid}/interpreter/contexts").json()["data"]
+        assert any(c["id"] == "javascript" and c["kernel"] == "deno" for c in got), got
