@@ -3,17 +3,21 @@ a preview listener of its own and the fleet's secret. A preview request that rea
 which does not run the sandbox is relayed to the one that does: its token checked where it lands
 and again by the owner, keep-alive, a streamed answer, a request body, a WebSocket echo and
 embedOrigins' policy all through the other host; the urlWithToken's cookie works at either host.
+The URLs built on previews (the browser's cdpUrl, the desktop's streamUrl and its WebSocket) and
+the interpreter's JavaScript context work through the other host too.
 A client that claims to be a host (the hop's headers on the preview listener, or the relay route
 called without the secret) gains nothing; an owner host that is unknown or does not answer is a
 page at once, not a hang."""
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import sys
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -62,21 +66,26 @@ def fleet(build_dir, image_dir, tmp_path_factory, postgres):
             _finish_daemon(h)
 
 
+def create_on_a(fleet, c: Api, **create) -> str:
+    """A sandbox host a runs: creates are placed on either host, so create until one lands on a
+    (the others are deleted)."""
+    _, _, pg, db = fleet
+    for _ in range(30):
+        sbx = c.create_sandbox(driver="namespace", timeoutSeconds=600, **create)
+        if pg.psql(f"SELECT host_id FROM sandboxes WHERE id = '{sbx.id}'", db).strip() == "prev-a":
+            return sbx.id
+        c.delete(f"/v1/sandboxes/{sbx.id}")
+    raise AssertionError("no create landed on host a in 30")
+
+
 @pytest.fixture(scope="module")
 def on_a(fleet):
-    """A sandbox host a runs (creates are placed on either host), with the test's server on 8000."""
-    a, _, pg, db = fleet
-    with Api(a) as c:
-        for _ in range(30):
-            sbx = c.create_sandbox(driver="namespace", timeoutSeconds=600)
-            if pg.psql(f"SELECT host_id FROM sandboxes WHERE id = '{sbx.id}'", db).strip() == "prev-a":
-                break
-            c.delete(f"/v1/sandboxes/{sbx.id}")
-        else:
-            raise AssertionError("no create landed on host a in 30")
-        start_app(c, sbx.id, 8000)
-        yield sbx.id
-        c.delete(f"/v1/sandboxes/{sbx.id}")
+    """A sandbox host a runs, with the test's server on 8000."""
+    with Api(fleet[0]) as c:
+        sid = create_on_a(fleet, c)
+        start_app(c, sid, 8000)
+        yield sid
+        c.delete(f"/v1/sandboxes/{sid}")
 
 
 def get_at(host, name: str, path: str = "/", headers: dict | None = None) -> httpx.Response:
@@ -234,3 +243,46 @@ def test_the_interpreters_javascript_through_the_other_host(fleet, on_a):
         assert [r["data"]["text/plain"] for r in out["results"] if r["main"]] == ["42"], out
         got = via_b.get(f"/v1/sandboxes/{sid}/interpreter/contexts").json()["data"]
         assert any(c["id"] == "javascript" and c["kernel"] == "deno" for c in got), got
+
+
+def test_the_browser_and_the_live_view_through_the_other_host(fleet, desktop_image):
+    """The URLs built on previews: the browser's cdpUrl (Chromium's DevTools) and the desktop's
+    streamUrl (noVNC's page and its WebSocket to x11vnc), of a sandbox host a runs, asked for and
+    opened through host b."""
+    a, b, _, _ = fleet
+    with Api(a) as c:
+        sid = create_on_a(fleet, c, image=desktop_image, memoryMiB=2048)
+    try:
+        with Api(b, key=a.api_key) as via_b:
+            r = via_b.post(f"/v1/sandboxes/{sid}/browser:start", json={}, timeout=120)
+            assert r.status_code == 200, r.text
+            cdp = urlsplit(r.json()["cdpUrl"])
+            token = dict(kv.split("=", 1) for kv in cdp.query.split("&"))["runtime_preview_token"]
+            ok = get_at(b, cdp.netloc, "/json/version", headers={"x-runtime-preview-token": token})
+            assert ok.status_code == 200 and "webSocketDebuggerUrl" in ok.json(), ok.text
+            assert get_at(b, cdp.netloc, "/json/version").status_code == 401
+            r = via_b.post(f"/v1/sandboxes/{sid}/desktop:start", json={"width": 640, "height": 480}, timeout=120)
+            assert r.status_code == 200, r.text
+            stream = urlsplit(r.json()["streamUrl"])
+            token = dict(kv.split("=", 1) for kv in stream.query.split("&"))["runtime_preview_token"]
+        wait_until(lambda: get_at(b, stream.netloc, "/vnc.html",
+                                  headers={"x-runtime-preview-token": token}).status_code == 200, 30, 0.3,
+                   what="noVNC's page through host b")
+        key = base64.b64encode(os.urandom(16)).decode()
+        s = socket.create_connection(("127.0.0.1", b.preview_port), timeout=15)
+        try:
+            s.sendall((f"GET /websockify HTTP/1.1\r\nHost: {stream.netloc}\r\nUpgrade: websocket\r\n"
+                       f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                       f"Sec-WebSocket-Protocol: binary\r\nx-runtime-preview-token: {token}\r\n\r\n").encode())
+            got = b""
+            while b"RFB 00" not in got and len(got) < 65536:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+            assert got.startswith(b"HTTP/1.1 101") and b"RFB 00" in got, got[:300]
+        finally:
+            s.close()
+    finally:
+        with Api(a) as c:
+            c.delete(f"/v1/sandboxes/{sid}")
