@@ -4,14 +4,17 @@ which does not run the sandbox is relayed to the one that does: its token checke
 and again by the owner, keep-alive, a streamed answer, a request body, a WebSocket echo and
 embedOrigins' policy all through the other host; the urlWithToken's cookie works at either host.
 The URLs built on previews (the browser's cdpUrl, the desktop's streamUrl and its WebSocket) and
-the interpreter's JavaScript context work through the other host too.
+the interpreter's JavaScript context work through the other host too, and so does a create sent to
+one host and placed on the other, whose warm pool kernel answers its first cell.
 A client that claims to be a host (the hop's headers on the preview listener, or the relay route
 called without the secret) gains nothing; an owner host that is unknown or does not answer is a
 page at once, not a hang."""
 from __future__ import annotations
 
+import contextlib
 import base64
 import os
+import re
 import socket
 import sys
 import time
@@ -53,7 +56,9 @@ def fleet(build_dir, image_dir, tmp_path_factory, postgres):
             port = free_port()
             h = _start_daemon(build_dir, image_dir, tmp / name, f"runtime-test-{os.getpid()}-fprev{name}",
                               extra_args=["--database", postgres.url(db), "--fleet-secret-file", str(secret),
-                                          "--host-id", f"prev-{name}", "--preview-listen", f"127.0.0.1:{port}"])
+                                          "--host-id", f"prev-{name}", "--preview-listen", f"127.0.0.1:{port}",
+                                          # Host a keeps a sandbox with its kernel started ahead.
+                                          *(["--warm-pool", "namespace:default=1"] if name == "a" else [])])
             h.preview_port = port
             hosts.append(h)
         for h in hosts:
@@ -66,16 +71,33 @@ def fleet(build_dir, image_dir, tmp_path_factory, postgres):
             _finish_daemon(h)
 
 
-def create_on_a(fleet, c: Api, **create) -> str:
-    """A sandbox host a runs: creates are placed on either host, so create until one lands on a
-    (the others are deleted)."""
+@contextlib.contextmanager
+def b_drained(fleet):
+    """Host b drains for a while, so that every create is placed on host a (each host told, so
+    that its own view of the hosts has it at once)."""
+    a, b, _, _ = fleet
+    for h in (b, a):
+        with Api(h, key=a.api_key) as c:
+            c.post("/v1/hosts/prev-b:drain", json={}).raise_for_status()
+    try:
+        yield
+    finally:
+        for h in (a, b):
+            with Api(h, key=a.api_key) as c:
+                c.post("/v1/hosts/prev-b:undrain", json={}).raise_for_status()
+
+
+def home(fleet, sid: str) -> str:
     _, _, pg, db = fleet
-    for _ in range(30):
-        sbx = c.create_sandbox(driver="namespace", timeoutSeconds=600, **create)
-        if pg.psql(f"SELECT host_id FROM sandboxes WHERE id = '{sbx.id}'", db).strip() == "prev-a":
-            return sbx.id
-        c.delete(f"/v1/sandboxes/{sbx.id}")
-    raise AssertionError("no create landed on host a in 30")
+    return pg.psql(f"SELECT host_id FROM sandboxes WHERE id = '{sid}'", db).strip()
+
+
+def create_on_a(fleet, c: Api, **create) -> str:
+    """A sandbox host a runs."""
+    with b_drained(fleet):
+        sid = c.create_sandbox(driver="namespace", timeoutSeconds=600, **create).id
+    assert home(fleet, sid) == "prev-a"
+    return sid
 
 
 @pytest.fixture(scope="module")
@@ -286,3 +308,35 @@ def test_the_browser_and_the_live_view_through_the_other_host(fleet, desktop_ima
     finally:
         with Api(a) as c:
             c.delete(f"/v1/sandboxes/{sid}")
+
+
+def test_a_pool_kernel_through_the_other_host(fleet):
+    """A create sent to host b and placed on host a is handed a's warm pool sandbox, whose kernel
+    was started ahead: its first cell, sent through b, runs on that kernel with the create's env."""
+    a, b, _, _ = fleet
+
+    def pool(key: str) -> int:
+        with Api(a) as c:
+            m = re.search(rf'^runtime_warm_pool_{key}\{{driver="namespace",image="default",shape="[^"]*"\}} (\d+)$',
+                          c.get("/metrics").text, re.M)
+        return int(m.group(1)) if m else 0
+
+    wait_until(lambda: pool("ready") >= 1, 180, what="host a's warm pool sandbox")
+    time.sleep(1.2)  # a kernel started by the create would then show a later createdAt
+    with Api(b, key=a.api_key) as via_b, b_drained(fleet):
+        hits = pool("hits_total")
+        r = via_b.post("/v1/sandboxes", json={"driver": "namespace", "timeoutSeconds": 600,
+                                              "env": {"POOL_VIA": "host-b"}})
+        assert r.status_code == 201, r.text
+        sbx = r.json()
+        assert home(fleet, sbx["id"]) == "prev-a"
+        try:
+            assert pool("hits_total") == hits + 1
+            out = via_b.post(f"/v1/sandboxes/{sbx['id']}/interpreter:run",
+                             json={"code": "import os\nprint(os.environ.get('POOL_VIA'))"}, timeout=180).json()
+            assert out["status"] == "ok" and out["stdout"] == "host-b\n" and out["executionCount"] == 1, out
+            ctx = [c for c in via_b.get(f"/v1/sandboxes/{sbx['id']}/interpreter/contexts").json()["data"]
+                   if c["id"] == "python"]
+            assert ctx and ctx[0]["createdAt"] < sbx["createdAt"][:19] + "Z", (ctx, sbx["createdAt"])
+        finally:
+            via_b.delete(f"/v1/sandboxes/{sbx['id']}")
