@@ -201,6 +201,11 @@ def test_the_relay_route_is_the_hosts_alone(fleet, on_a):
                       {"Runtime-Fleet-Secret": "fleet-" + "0" * 32, "Runtime-Forwarded-By": "prev-b"}):
             r = c.get(path, headers={**up, **extra})
             assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", (extra, r.text)
+    # A head past the listener's bound is refused where it lands, before any hop.
+    s = socket.create_connection(("127.0.0.1", b.preview_port), timeout=20)
+    s.sendall(f"GET / HTTP/1.1\r\nHost: {name_of(sid)}\r\nX-Big: {'a' * 17000}\r\n\r\n".encode())
+    assert b" 431 " in s.makefile("rb").readline()
+    s.close()
     # With the secret (as a host sends it), the connection is the preview listener's, which
     # still wants the token, and serves the route's preview only.
     name = name_of(sid)
