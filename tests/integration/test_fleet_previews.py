@@ -167,6 +167,23 @@ def test_a_preview_through_the_other_host(fleet, on_a):
     assert arrivals[0][0] < 0.7, arrivals
     # A WebSocket, spliced through both hosts.
     websocket_echo(b, name, f"x-runtime-preview-token: {tok}\r\n")
+    # A rotation (sent to b, served by a) closes the preview's connections at a, and so the
+    # relayed one at b; the old token is refused through b from then on.
+    s = socket.create_connection(("127.0.0.1", b.preview_port), timeout=20)
+    s.sendall(f"GET / HTTP/1.1\r\nHost: {name}\r\nx-runtime-preview-token: {tok}\r\n\r\n".encode())
+    f = s.makefile("rb")
+    assert f.readline().startswith(b"HTTP/1.1 200")
+    length = 0
+    while (line := f.readline()) != b"\r\n":
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    f.read(length)
+    with Api(b, key=a.api_key) as via_b:
+        via_b.post(f"/v1/sandboxes/{sid}/previews/8000:rotate", json={}).raise_for_status()
+    s.settimeout(10)
+    assert f.read(1) == b"", "the relayed connection outlived the rotation"
+    s.close()
+    assert get_at(b, name, headers={"x-runtime-preview-token": tok}).status_code == 403
 
 
 def test_embed_origins_through_the_other_host(fleet, on_a):
