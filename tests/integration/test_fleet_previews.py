@@ -3,6 +3,7 @@ a preview listener of its own and the fleet's secret. A preview request that rea
 which does not run the sandbox is relayed to the one that does: its token checked where it lands
 and again by the owner, keep-alive, a streamed answer, a request body, a WebSocket echo and
 embedOrigins' policy all through the other host; the urlWithToken's cookie works at either host.
+An upgraded connection carries megabytes both ways at once through the other host.
 The URLs built on previews (the browser's cdpUrl, the desktop's streamUrl and its WebSocket) and
 the interpreter's JavaScript context work through the other host too, and so does a create sent to
 one host and placed on the other, whose warm pool kernel answers its first cell.
@@ -17,6 +18,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -362,3 +364,59 @@ def test_a_pool_kernel_through_the_other_host(fleet):
             assert ctx and ctx[0]["createdAt"] < sbx["createdAt"][:19] + "Z", (ctx, sbx["createdAt"])
         finally:
             via_b.delete(f"/v1/sandboxes/{sbx['id']}")
+
+
+# A server that takes an upgrade and then echoes every byte, as fast as it comes.
+ECHO = r'''
+import socket, sys, threading
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", int(sys.argv[1])))
+srv.listen(8)
+def serve(c):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += c.recv(4096)
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+    rest = head.split(b"\r\n\r\n", 1)[1]
+    if rest:
+        c.sendall(rest)
+    while data := c.recv(65536):
+        c.sendall(data)
+    c.close()
+while True:
+    threading.Thread(target=serve, args=(srv.accept()[0],), daemon=True).start()
+'''
+
+
+def test_both_ways_at_once_through_the_other_host(fleet, on_a):
+    """An upgraded connection that carries megabytes both ways at once (an echo, read while it is
+    written) through the other host: the relay never waits on one direction to move the other."""
+    a, b, _, _ = fleet
+    sid = on_a
+    with Api(a) as c:
+        c.put_file(sid, "/workspace/echo.py", ECHO.encode()).raise_for_status()
+        c.post(f"/v1/sandboxes/{sid}/processes", json={"command": "exec python3 /workspace/echo.py 8100"}
+               ).raise_for_status()
+        probe = "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8100), 2).close()'"
+        wait_until(lambda: c.exec(sid, command=probe)["exitCode"] == 0, 60, 0.2, what="the echo server")
+        c.post(f"/v1/sandboxes/{sid}/previews", json={"port": 8100, "visibility": "public"}).raise_for_status()
+    blob = os.urandom(16 * 1024 * 1024)
+    s = socket.create_connection(("127.0.0.1", b.preview_port), timeout=30)
+    s.sendall(f"GET / HTTP/1.1\r\nHost: {name_of(sid, 8100)}\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"
+              .encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    sender = threading.Thread(target=s.sendall, args=(blob,), daemon=True)
+    t0 = time.monotonic()
+    sender.start()
+    got = bytearray()
+    while len(got) < len(blob):
+        chunk = s.recv(1 << 20)
+        assert chunk, f"the connection ended after {len(got)} bytes"
+        got += chunk
+    sender.join(10)
+    s.close()
+    assert bytes(got) == blob and time.monotonic() - t0 < 30
