@@ -1158,6 +1158,7 @@ static int serve(Daemon *d) {
                         log_error(NULL, "cannot serve previews: %s", strerror(-r));
                         return 1;
                 }
+                preview_proxy_set_fleet_secret(d->preview_proxy, d->fleet_secret);
                 log_info(NULL, "previews: %s://PORT-SANDBOX.%s:%u, served on %s",
                          d->preview_site.https ? "https" : "http", d->preview_site.domain,
                          d->preview_site.public_port, d->preview_listening);

@@ -129,6 +129,7 @@ typedef enum RouteKind {
         ROUTE_PREVIEW_GET,
         ROUTE_PREVIEW_DELETE,
         ROUTE_PREVIEW_ROTATE,
+        ROUTE_PREVIEW_RELAY,
         ROUTE_VOLUMES_LIST,
         ROUTE_VOLUMES_CREATE,
         ROUTE_VOLUME_GET,

@@ -326,6 +326,11 @@ const HttpRoute api_routes[] = {
           HTTP_BODY_NONE, handle_preview_delete),
         R(ROUTE_PREVIEW_ROTATE, "preview_rotate", "POST", SBX "/previews/{port}:rotate", HTTP_ACCESS_FULL,
           HTTP_BODY_JSON_OR_EMPTY, handle_preview_rotate),
+        /* Another host relays a preview's connection here: no key (the
+         * fleet's secret, which the handler requires; the preview's token
+         * is checked on the connection), never forwarded on. */
+        { .kind = ROUTE_PREVIEW_RELAY, .name = "preview_relay", .method = "GET", .path = SBX "/previews/{port}:relay",
+          .access = HTTP_ACCESS_PUBLIC, .body = HTTP_BODY_NONE, .handler = handle_preview_relay, .store_only = true },
         /* Volumes: disks that outlive sandboxes (docs/volumes.md). */
         R(ROUTE_VOLUMES_LIST, "volumes_list", "GET", "/v1/volumes", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_volumes_list),
