@@ -344,7 +344,7 @@ const HttpRoute api_routes[] = {
         RI(ROUTE_VOLUME_BACKUP, "volume_backup", "POST", "/v1/volumes/{volume}:backup", HTTP_ACCESS_FULL,
            HTTP_BODY_JSON_OR_EMPTY, handle_volume_backup),
         R(ROUTE_VOLUME_BACKUP_POLICY, "volume_backup_policy", "POST", "/v1/volumes/{volume}:backup-policy",
-          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_volume_not_offered),
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_volume_backup_policy),
         R(ROUTE_VOLUME_BACKUPS, "volume_backups", "GET", "/v1/volume-backups", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_volume_backups_list),
         R(ROUTE_VOLUME_BACKUP_GET, "volume_backup_get", "GET", "/v1/volume-backups/{backup}", HTTP_ACCESS_READ,
