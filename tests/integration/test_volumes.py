@@ -433,11 +433,8 @@ def test_backups_and_restore_published_client(pub, api):
         new = rt.volumes.restore(b["id"], name="restored")
         with rt.sandboxes.create(volumes=[{"volume_id": new["id"], "path": "/r"}]) as s:
             read = s.exec("cat /r/f").stdout
-        try:
-            rt.volumes.backup(vol["id"], retention_days=3)
-            days = None
-        except RtError as e:
-            days = [e.code, e.status]
+        days = rt.volumes.backup(vol["id"], retention_days=3)
+        rt.volumes.delete_backup(days["id"])
         gone = rt.volumes.delete_backup(b["id"])
         try:
             rt.volumes.get_backup(b["id"])
@@ -453,7 +450,10 @@ def test_backups_and_restore_published_client(pub, api):
     assert out["listed"] == [out["b"]["id"]] and out["got"]["volumeId"] == out["b"]["volumeId"]
     assert out["new"]["sizeMiB"] == 32 and out["new"]["name"] == "restored"
     assert out["read"] == "before\n"
-    assert out["days"] == ["not_implemented", 501]
+    # Three days on, to the second of its creation (this daemon's days are 86400 s).
+    from datetime import datetime
+    made, ends = (datetime.fromisoformat(out["days"][k].replace("Z", "+00:00")) for k in ("createdAt", "expiresAt"))
+    assert (ends - made).total_seconds() == 3 * 86400 and out["b"]["expiresAt"] is None
     assert out["gone"]["deleted"] is True and out["after"] == ["not_found", 404]
 
 
@@ -472,8 +472,20 @@ def test_backups_belong_to_their_owner(api, daemon):
         assert other.get("/v1/volume-backups").json()["data"] == []
         assert_error(api.post(f"/v1/volumes/{vol['id']}:backup", json={"color": 1}), 400, "invalid_request")
         assert_error(api.post("/v1/volumes", json={"fromBackup": bid, "sizeMiB": 64}), 400, "invalid_request")
-        assert_error(api.post(f"/v1/volumes/{vol['id']}:backup-policy", json={"daily": True}), 501,
-                     "not_implemented")
+        # Backup policies: another owner's is 404; every field is bounded.
+        policy = f"/v1/volumes/{vol['id']}:backup-policy"
+        assert_error(other.post(policy, json={"daily": True}), 404, "not_found")
+        for body in ({"retentionDays": 0}, {"retentionDays": 366}, {"retentionDays": "7"}, {"daily": "yes"},
+                     {"schedule": {"everyMinutes": 14}}, {"schedule": {"everyMinutes": 7 * 1440 + 1}},
+                     {"schedule": {}}, {"schedule": {"everyMinutes": 60, "x": 1}}, {"schedule": 15},
+                     {"daily": False, "schedule": {"everyMinutes": 60}}, {"color": 1}):
+            assert_error(api.post(policy, json=body), 400, "invalid_request")
+        for body in ({"schedule": {"cron": "0 3 * * *"}}, {"keep": {"daily": 7}}):
+            assert_error(api.post(policy, json=body), 501, "not_implemented")
+        for days in (0, 366, 1.5):
+            assert_error(api.post(f"/v1/volumes/{vol['id']}:backup", json={"retentionDays": days}), 400,
+                         "invalid_request")
+        assert api.get(f"/v1/volumes/{vol['id']}").json()["backupPolicy"]["enabled"] is False
         assert api.delete(f"/v1/volume-backups/{bid}").status_code == 200
     finally:
         other.close()
@@ -495,3 +507,60 @@ def test_forced_delete_then_wake_says_why(api, vdriver):
         assert vol["id"] in r.text and "not on this host" in r.text, r.text
     finally:
         api.delete_all()
+
+
+def test_backup_policy_and_retention_published_client(published_client, build_dir, image_dir, tmp_path):
+    """set_backup_policy and backup(retention_days=) as the published client sends them, on a
+    daemon whose day is two seconds (--volume-backup-day-seconds) and whose sweep runs every
+    second: the sweep takes the due backup, deletes the expired ones and keeps the one without a
+    retention; daily=False turns the policy off."""
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-volsched",
+                      extra_args=["--volume-backup-sweep-seconds", "1", "--volume-backup-day-seconds", "2"])
+    try:
+        out = published_client.run_json(d, """
+            import json, time
+            from withruntime import Runtime
+            from withruntime._errors import RuntimeError as RtError
+            rt = Runtime()
+
+            def until(what, cond, seconds=30):
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    got = cond()
+                    if got:
+                        return got
+                    time.sleep(0.1)
+                raise SystemExit(f"timed out waiting for {what}")
+
+            def gone(bid):
+                try:
+                    rt.volumes.get_backup(bid)
+                    return False
+                except RtError as e:
+                    return e.status == 404
+
+            vol = rt.volumes.create(16)
+            kept = rt.volumes.backup(vol["id"], name="kept")
+            short = rt.volumes.backup(vol["id"], name="short", retention_days=1)
+            policy = rt.volumes.set_backup_policy(vol["id"], daily=True, retention_days=1)
+            got = rt.volumes.get(vol["id"])
+            scheduled = until("a scheduled backup", lambda: [b for b in rt.volumes.backups(vol["id"])
+                                                             if b["name"] == "scheduled"])[0]
+            until("the short backup's expiry", lambda: gone(short["id"]))
+            until("the scheduled backup's expiry", lambda: gone(scheduled["id"]))
+            every = rt.volumes.set_backup_policy(vol["id"], every_minutes=60)
+            off = rt.volumes.set_backup_policy(vol["id"], daily=False)
+            still = rt.volumes.get_backup(kept["id"])
+            print(json.dumps({"policy": policy, "got": got, "scheduled": scheduled, "every": every,
+                              "off": off, "still": still}))
+        """)
+        assert out["policy"]["backupPolicy"] == out["got"]["backupPolicy"]
+        p = out["got"]["backupPolicy"]
+        assert p["enabled"] is True and p["daily"] is True and p["retentionDays"] == 1 and p["schedule"] is None
+        assert out["scheduled"]["expiresAt"] is not None and out["scheduled"]["volumeId"] == out["got"]["id"]
+        e = out["every"]["backupPolicy"]
+        assert e["schedule"] == {"everyMinutes": 60} and e["daily"] is False and e["retentionDays"] == 1
+        assert out["off"]["backupPolicy"]["enabled"] is False and out["off"]["backupPolicy"]["nextBackupAt"] is None
+        assert out["still"]["name"] == "kept" and out["still"]["expiresAt"] is None
+    finally:
+        _finish_daemon(d)
