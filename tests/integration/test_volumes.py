@@ -360,6 +360,14 @@ def test_our_sdk_same_names(api, daemon, vdriver):
             assert new["sizeMiB"] == 48
             rt.volumes.delete(new["id"])
             assert rt.volumes.delete_backup(b["id"])["deleted"] is True
+            kept = rt.volumes.backup(vol["id"], retention_days=2)
+            assert kept["expiresAt"] is not None
+            rt.volumes.delete_backup(kept["id"])
+            pol = rt.volumes.set_backup_policy(vol["id"], every_minutes=30, retention_days=3)["backupPolicy"]
+            assert pol["schedule"] == {"everyMinutes": 30} and pol["retentionDays"] == 3
+            back = rt.volumes.set_backup_policy(vol["id"], no_schedule=True)["backupPolicy"]
+            assert back["daily"] is True and back["retentionDays"] == 3
+            assert rt.volumes.set_backup_policy(vol["id"], daily=False)["backupPolicy"]["enabled"] is False
         finally:
             rt.volumes.delete(vol["id"], force=True)
         with pytest.raises(NotFoundError):
@@ -368,6 +376,7 @@ def test_our_sdk_same_names(api, daemon, vdriver):
     async def run_async():
         async with AsyncRuntime(**conn) as art:
             v = await art.volumes.create(16)
+            await art.volumes.set_backup_policy(v["id"], daily=False)
             got = await art.volumes.get(v["id"])
             gone = await art.volumes.delete(v["id"])
             return got, gone

@@ -26,6 +26,12 @@ daemonTest("volumes: the published client's names, and an attach at create", asy
       assert.equal((await sbx.exec("cat /data/f")).stdout, "js\n");
       await rt.volumes.delete(copy.id);
       assert.equal((await rt.volumes.deleteBackup(b.id)).deleted, true);
+      const kept = await rt.volumes.backup(vol.id, { retentionDays: 2 });
+      assert.ok(kept.expiresAt);
+      await rt.volumes.deleteBackup(kept.id);
+      const every = await rt.volumes.setBackupPolicy(vol.id, { everyMinutes: 30, retentionDays: 3 });
+      assert.deepEqual(every.backupPolicy.schedule, { everyMinutes: 30 });
+      assert.equal((await rt.volumes.setBackupPolicy(vol.id, { daily: false })).backupPolicy.enabled, false);
     } finally {
       await sbx.delete();
       sbx.close();

@@ -396,6 +396,7 @@ class AsyncVolumes:
     resize = awaitable(VolumesOps.resize)
     delete = awaitable(VolumesOps.delete)
     backup = awaitable(VolumesOps.backup)
+    set_backup_policy = awaitable(VolumesOps.set_backup_policy)
     backups = awaitable(VolumesOps.backups)
     get_backup = awaitable(VolumesOps.get_backup)
     delete_backup = awaitable(VolumesOps.delete_backup)

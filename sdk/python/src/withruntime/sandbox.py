@@ -454,6 +454,7 @@ class Volumes:
     resize = blocking(VolumesOps.resize)
     delete = blocking(VolumesOps.delete)
     backup = blocking(VolumesOps.backup)
+    set_backup_policy = blocking(VolumesOps.set_backup_policy)
     backups = blocking(VolumesOps.backups)
     get_backup = blocking(VolumesOps.get_backup)
     delete_backup = blocking(VolumesOps.delete_backup)
