@@ -573,3 +573,109 @@ def test_backup_policy_and_retention_published_client(published_client, build_di
         assert out["still"]["name"] == "kept" and out["still"]["expiresAt"] is None
     finally:
         _finish_daemon(d)
+
+
+def test_attach_to_a_running_sandbox(pub, api, daemon):
+    """attach, get_attachment and detach as the published client sends them, on the namespace
+    driver: a running sandbox gets the volume at the path, its user owning its root, writes, the
+    volume is detached (refused while a process holds it) and attached to another sandbox that
+    reads the file; a read-only attach refuses writes; the paths of a create are refused, and a
+    symbolic link the sandbox plants on the way; another owner finds nothing; of two attaches
+    racing for one volume one wins; gVisor and the microVM refuse, naming why."""
+    skip_unless_driver(daemon, "namespace")
+    vol = make_volume(api, sizeMiB=16)
+    a = api.create_sandbox(driver="namespace")
+    b = api.create_sandbox(driver="namespace")
+    try:
+        out = pub("""
+            import json, sys
+            from withruntime import Runtime
+            rt = Runtime()
+            vol, a = sys.argv[1], sys.argv[2]
+            att = rt.volumes.attach(vol, a, "/mnt/data")
+            got = rt.volumes.get_attachment(vol, att["id"])
+            listed = rt.volumes.get(vol)["attachments"]
+            print(json.dumps({"att": att, "got": got, "listed": listed}))
+        """, vol["id"], a.id)
+        assert out["att"]["sandboxId"] == a.id and out["att"]["path"] == "/mnt/data"
+        assert out["got"] == out["att"] and [x["id"] for x in out["listed"]] == [out["att"]["id"]]
+        res = sh(api, a.id, "stat -c %u /mnt/data && echo live > /mnt/data/f && sync")
+        assert res["stdout"] == "1000\n", res
+        # A process with its cwd in the volume holds it: the detach is refused, never lazy.
+        sh(api, a.id, "setsid sh -c 'cd /mnt/data && exec sleep 300' </dev/null >/dev/null 2>&1 &")
+        assert sh(api, a.id, "sleep 0.2; pgrep -x sleep")["exitCode"] == 0
+        aid = out["att"]["id"]
+        detach = f"/v1/volumes/{vol['id']}/attachments/{aid}:detach"
+        assert_error(api.post(detach, json={}), 409, "conflict")
+        sh(api, a.id, "pkill -x sleep; sleep 0.2")
+        out = pub("""
+            import json, sys
+            from withruntime import Runtime
+            rt = Runtime()
+            print(json.dumps(rt.volumes.detach(sys.argv[1], sys.argv[2])))
+        """, vol["id"], aid)
+        assert out["state"] == "detached"
+        assert sh(api, a.id, "test -e /mnt/data/f")["exitCode"] != 0
+        assert_error(api.get(f"/v1/volumes/{vol['id']}/attachments/{aid}"), 404, "not_found")
+        r = api.post(f"/v1/volumes/{vol['id']}:attach", json={"sandboxId": b.id, "path": "/data", "readOnly": True})
+        assert r.status_code == 201, r.text
+        assert sh(api, b.id, "cat /data/f")["stdout"] == "live\n"
+        assert sh(api, b.id, "echo x > /data/g")["exitCode"] != 0
+        assert sh(api, b.id, "echo x > /data/g", user="root")["exitCode"] != 0
+        assert api.post(f"/v1/volumes/{vol['id']}/attachments/{b.id}:detach", json={}).status_code == 200
+
+        # Paths: those a create refuses, and a link the sandbox made on the way.
+        attach = f"/v1/volumes/{vol['id']}:attach"
+        for path in ("/", "/proc", "/proc/x", "/.runtime", "/sys/y", "/dev", "relative", "/a/../proc", "/a//b",
+                     "/a/", "/a/.", "x" * 300):
+            assert_error(api.post(attach, json={"sandboxId": a.id, "path": path}), 400, "invalid_request")
+        sh(api, a.id, "ln -s /proc /tmp/p && ln -s /etc /tmp/e")
+        for path in ("/tmp/p", "/tmp/p/sub", "/tmp/e/sub"):
+            assert_error(api.post(attach, json={"sandboxId": a.id, "path": path}), 400, "invalid_request")
+        assert_error(api.post(attach, json={"sandboxId": a.id, "path": "/d", "mode": "rw"}), 400, "invalid_request")
+        assert_error(api.post(attach, json={"sandboxId": "sbx_none", "path": "/d"}), 404, "not_found")
+
+        # Another owner: neither the volume nor the sandbox is found.
+        k = api.post("/v1/keys", json={"name": "va-other", "owner": "va-other"})
+        assert k.status_code == 201, k.text
+        other = Api(daemon, key=k.json()["key"])
+        try:
+            assert_error(other.post(attach, json={"sandboxId": a.id, "path": "/d"}), 404, "not_found")
+            theirs = make_volume(other, sizeMiB=16)
+            assert_error(other.post(f"/v1/volumes/{theirs['id']}:attach", json={"sandboxId": a.id, "path": "/d"}),
+                         404, "not_found")
+            assert_error(other.get(f"/v1/volumes/{vol['id']}/attachments/{a.id}"), 404, "not_found")
+            drop_volume(other, theirs["id"])
+        finally:
+            other.close()
+            api.delete(f"/v1/keys/{k.json()['id']}")
+
+        # Two attaches racing for the one writer: one wins.
+        results: list[int] = []
+
+        def race(sid: str, path: str) -> None:
+            c = Api(daemon)
+            results.append(c.post(attach, json={"sandboxId": sid, "path": path}).status_code)
+            c.close()
+        threads = [threading.Thread(target=race, args=(a.id, "/w1")), threading.Thread(target=race, args=(b.id, "/w2"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == [201, 409], results
+        # A sandbox's end ends its live attachment as a create's.
+        api.delete(f"/v1/sandboxes/{a.id}")
+        api.delete(f"/v1/sandboxes/{b.id}")
+        assert api.get(f"/v1/volumes/{vol['id']}").json()["attachments"] == []
+
+        for driver in ("gvisor", "microvm"):
+            if driver not in [o["name"] for o in api.get("/v1/info").json().get("drivers", []) if o.get("available")]:
+                continue
+            s = api.create_sandbox(driver=driver)
+            r = api.post(attach, json={"sandboxId": s.id, "path": "/d"})
+            assert_error(r, 501, "not_implemented")
+            assert (driver == "gvisor") == ("runsc" in r.text), r.text
+            api.delete(f"/v1/sandboxes/{s.id}")
+    finally:
+        api.delete_all()
+        drop_volume(api, vol["id"])

@@ -216,4 +216,17 @@ static inline void volumes_contract(const StoreVolumeOps *ops, StoreVolumes *h) 
         assert_int_equal(n, 0);
         free(due);
         assert_int_equal(ops->claim_backup(h, "vol_2", 0, 10), -EALREADY);
+
+        /* One attachment goes, the writer's claim with it: another writer
+         * gets in. */
+        assert_int_equal(ops->detach(h, "vol_2", "sbx_live1"), -ENOENT);
+        StoreVolume ex = volume_row("vol_x", "alice", "", 16, false, 9);
+        assert_int_equal(ops->insert(h, &ex, &b), 0);
+        StoreVolumeAttachment x1 = volume_attachment("vol_x", "sbx_live1", false),
+                              x2 = volume_attachment("vol_x", "sbx_live2", false);
+        assert_int_equal(ops->attach(h, "alice", &x1), 0);
+        assert_int_equal(ops->attach(h, "alice", &x2), -EBUSY);
+        assert_int_equal(ops->detach(h, "vol_x", "sbx_live1"), 0);
+        assert_int_equal(ops->detach(h, "vol_x", "sbx_live1"), -ENOENT);
+        assert_int_equal(ops->attach(h, "alice", &x2), 0);
 }

@@ -14,7 +14,9 @@
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
+#include "daemon/manager/sandbox.h"
 #include "daemon/manager/volumes.h"
+#include "daemon/model/sandbox_spec.h"
 
 #define VOLUMES_PAGE_DEFAULT 50u
 #define VOLUMES_PAGE_MAX 200u
@@ -48,6 +50,17 @@ static json_t *policy_json(const StoreVolumeBackupPolicy *p) {
                          "schedule", schedule, "keep", json_null(), "nextBackupAt", next);
 }
 
+/* An attachment; its id is its sandbox's (a volume is attached to a
+ * sandbox once at most). */
+static json_t *attachment_json(const StoreVolumeAttachment *a) {
+        char at[RFC3339_LEN];
+        if (time_format_rfc3339(a->created_at, at) < 0)
+                return NULL;
+        return json_pack("{s:s,s:s,s:s,s:s,s:b,s:s,s:s}", "id", a->sandbox_id, "volumeId", a->volume_id, "sandboxId",
+                         a->sandbox_id, "path", a->path, "readOnly", (int)a->read_only, "state", "attached",
+                         "createdAt", at);
+}
+
 static json_t *volume_json(Req *r, const StoreVolume *v) {
         char created[RFC3339_LEN];
         if (time_format_rfc3339(v->created_at, created) < 0)
@@ -66,11 +79,7 @@ static json_t *volume_json(Req *r, const StoreVolume *v) {
                 return NULL;
         json_t *arr = json_object_get(j, "attachments");
         for (size_t i = 0; i < n; i++) {
-                char at[RFC3339_LEN];
-                if (time_format_rfc3339(atts[i].created_at, at) < 0 ||
-                    json_array_append_new(arr, json_pack("{s:s,s:s,s:b,s:s}", "sandboxId", atts[i].sandbox_id, "path",
-                                                         atts[i].path, "readOnly", (int)atts[i].read_only,
-                                                         "createdAt", at)) < 0) {
+                if (json_array_append_new(arr, attachment_json(&atts[i])) < 0) {
                         free(atts);
                         return NULL;
                 }
@@ -382,9 +391,105 @@ enum MHD_Result handle_volume_delete(Req *r) {
         return j ? reply_json(r, 200, j) : reply_internal(r);
 }
 
-enum MHD_Result handle_volume_not_offered(Req *r) {
-        return fail(r, 501, "not_implemented", "attach volumes when creating the sandbox (volumes: [{volumeId, path}])",
-                    "this daemon does not attach a volume to a running sandbox");
+/* The volume's attachment to sandbox r->route.sandbox_id, the owner's:
+ * -ENOENT for none. */
+static int find_attachment(Req *r, StoreVolumeAttachment *ret) {
+        StoreVolume v;
+        int rc = volumes_get(r->app->volumes, r->key.owner, r->route.volume_id, &v);
+        StoreVolumeAttachment *atts = NULL;
+        size_t n = 0;
+        if (rc < 0 || (rc = volumes_attachments(r->app->volumes, v.id, &atts, &n)) < 0)
+                return rc;
+        rc = -ENOENT;
+        for (size_t i = 0; i < n && rc < 0; i++)
+                if (strcmp(atts[i].sandbox_id, r->route.sandbox_id) == 0) {
+                        *ret = atts[i];
+                        rc = 0;
+                }
+        free(atts);
+        return rc;
+}
+
+static enum MHD_Result attachment_not_found(Req *r) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "volume %s has no attachment %s", r->route.volume_id, r->route.sandbox_id);
+        return fail(r, 404, "not_found", "GET /v1/volumes/{id} lists its attachments", msg);
+}
+
+static enum MHD_Result reply_sandbox_error(Req *r, const SandboxError *se) {
+        ApiError e = { 0 };
+        api_sandbox_error(se, &e);
+        return reply_error(r, &e);
+}
+
+/* POST /v1/volumes/{volume}:attach {sandboxId, path, readOnly}: the volume
+ * bound into the running sandbox (docs/volumes.md). */
+enum MHD_Result handle_volume_attach(Req *r) {
+        static const char *const fields[] = { "sandboxId", "path", "readOnly", NULL };
+        const char *unknown = unknown_field(r->json, fields);
+        if (unknown)
+                return refuse_unknown(r, unknown);
+        const char *sid = json_string_value(json_object_get(r->json, "sandboxId"));
+        const char *path = json_string_value(json_object_get(r->json, "path"));
+        json_t *jro = json_object_get(r->json, "readOnly");
+        if (!sid || !*sid || strlen(sid) >= sizeof r->route.sandbox_id || !api_filter_ok(sid))
+                return api_reply_invalid(r, NULL, "sandboxId is a sandbox's id");
+        if (!path)
+                return api_reply_invalid(r, NULL, "path is the absolute path to attach the volume at");
+        const char *why = sandbox_volume_path_check(path);
+        if (why) {
+                char msg[192];
+                snprintf(msg, sizeof msg, "path: %s", why);
+                return api_reply_invalid(r, NULL, msg);
+        }
+        if (jro && !json_is_null(jro) && !json_is_boolean(jro))
+                return api_reply_invalid(r, NULL, "readOnly is a boolean");
+        StoreVolume v;
+        int rc = volumes_get(r->app->volumes, r->key.owner, r->route.volume_id, &v);
+        if (rc == -ENOENT)
+                return not_found(r);
+        if (rc < 0)
+                return api_reply_store_error(r, rc, "read the volume");
+        SandboxVolume sv = { .read_only = json_is_true(jro) };
+        snprintf(sv.volume_id, sizeof sv.volume_id, "%s", v.id);
+        snprintf(sv.path, sizeof sv.path, "%s", path);
+        SandboxError se;
+        if (sandbox_volume_attach(r->app->manager, &r->key, sid, &sv, r->rid, &se) < 0)
+                return reply_sandbox_error(r, &se);
+        snprintf(r->route.sandbox_id, sizeof r->route.sandbox_id, "%s", sid);
+        StoreVolumeAttachment a;
+        if ((rc = find_attachment(r, &a)) < 0)
+                return api_reply_store_error(r, rc, "read the attachment");
+        json_t *j = attachment_json(&a);
+        return j ? reply_json(r, 201, j) : reply_internal(r);
+}
+
+enum MHD_Result handle_volume_attachment_get(Req *r) {
+        StoreVolumeAttachment a;
+        int rc = find_attachment(r, &a);
+        if (rc == -ENOENT)
+                return attachment_not_found(r);
+        if (rc < 0)
+                return api_reply_store_error(r, rc, "read the attachment");
+        json_t *j = attachment_json(&a);
+        return j ? reply_json(r, 200, j) : reply_internal(r);
+}
+
+enum MHD_Result handle_volume_detach(Req *r) {
+        if (r->json && json_object_size(r->json) > 0)
+                return refuse_unknown(r, json_object_iter_key(json_object_iter(r->json)));
+        StoreVolumeAttachment a;
+        int rc = find_attachment(r, &a);
+        if (rc == -ENOENT)
+                return attachment_not_found(r);
+        if (rc < 0)
+                return api_reply_store_error(r, rc, "read the attachment");
+        SandboxError se;
+        if (sandbox_volume_detach(r->app->manager, &r->key, a.sandbox_id, a.volume_id, r->rid, &se) < 0)
+                return reply_sandbox_error(r, &se);
+        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s}", "id", a.sandbox_id, "volumeId", a.volume_id, "sandboxId",
+                              a.sandbox_id, "path", a.path, "state", "detached");
+        return j ? reply_json(r, 200, j) : reply_internal(r);
 }
 
 /* retentionDays: absent or null is none (0); else 1 to the bound. */

@@ -420,14 +420,22 @@ int volumes_start_sweep(Volumes *vs, unsigned sweep_seconds, unsigned day_second
         return 0;
 }
 
+int volumes_attach(Volumes *vs, const char *owner, const char *sandbox_id, const SandboxVolume *v) {
+        StoreVolumeAttachment a = { .read_only = v->read_only, .created_at = time_now_unix() };
+        snprintf(a.volume_id, sizeof a.volume_id, "%s", v->volume_id);
+        snprintf(a.sandbox_id, sizeof a.sandbox_id, "%s", sandbox_id);
+        snprintf(a.path, sizeof a.path, "%s", v->path);
+        return vs->ops->attach(vs->h, owner, &a);
+}
+
+int volumes_detach(Volumes *vs, const char *volume_id, const char *sandbox_id) {
+        return vs->ops->detach(vs->h, volume_id, sandbox_id);
+}
+
 int volumes_attach_spec(Volumes *vs, const char *owner, const char *sandbox_id, const SandboxSpec *spec,
                         size_t *ret_failed) {
         for (size_t i = 0; i < spec->n_volumes; i++) {
-                StoreVolumeAttachment a = { .read_only = spec->volumes[i].read_only, .created_at = time_now_unix() };
-                snprintf(a.volume_id, sizeof a.volume_id, "%s", spec->volumes[i].volume_id);
-                snprintf(a.sandbox_id, sizeof a.sandbox_id, "%s", sandbox_id);
-                snprintf(a.path, sizeof a.path, "%s", spec->volumes[i].path);
-                int r = vs->ops->attach(vs->h, owner, &a);
+                int r = volumes_attach(vs, owner, sandbox_id, &spec->volumes[i]);
                 if (r < 0) {
                         (void)vs->ops->detach_sandbox(vs->h, sandbox_id);
                         *ret_failed = i;

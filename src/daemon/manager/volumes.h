@@ -99,6 +99,11 @@ int64_t volumes_expiry(const Volumes *vs, int64_t now, uint32_t retention_days);
  * (it is being resized); *ret_failed is the index of the one refused. */
 int volumes_attach_spec(Volumes *vs, const char *owner, const char *sandbox_id, const SandboxSpec *spec,
                         size_t *ret_failed);
+/* One volume attached to a running sandbox (its writer claimed as at a
+ * create): the errors of volumes_attach_spec. volumes_detach ends it:
+ * -ENOENT for none. */
+int volumes_attach(Volumes *vs, const char *owner, const char *sandbox_id, const SandboxVolume *v);
+int volumes_detach(Volumes *vs, const char *volume_id, const char *sandbox_id);
 /* The sandbox's attachments end (it is deleted). */
 int volumes_release(Volumes *vs, const char *sandbox_id);
 

@@ -198,6 +198,15 @@ static int pg_volumes_attach(StoreVolumes *h, const char *owner, const StoreVolu
         return r < 0 ? r : -EAGAIN;
 }
 
+static int pg_volumes_detach(StoreVolumes *h, const char *volume_id, const char *sandbox_id) {
+        PgParams p = { 0 };
+        pgp_text(&p, volume_id);
+        pgp_text(&p, sandbox_id);
+        int64_t affected = 0;
+        int r = pgdb_exec_write(&h->c, VOLUMES_SQL_DETACH("$"), &p, &affected);
+        return r < 0 ? r : affected > 0 ? 0 : -ENOENT;
+}
+
 static int pg_volumes_detach_sandbox(StoreVolumes *h, const char *sandbox_id) {
         PgParams p = { 0 };
         pgp_text(&p, sandbox_id);
@@ -376,6 +385,7 @@ const StoreVolumeOps store_postgres_volumes = {
         .resize_end = pg_volumes_resize_end,
         .remove = pg_volumes_remove,
         .attach = pg_volumes_attach,
+        .detach = pg_volumes_detach,
         .detach_sandbox = pg_volumes_detach_sandbox,
         .attachments = pg_volumes_attachments,
         .backup_insert = pg_volumes_backup_insert,

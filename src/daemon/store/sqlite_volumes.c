@@ -237,6 +237,12 @@ static int sqlite_volumes_attach(StoreVolumes *h, const char *owner, const Store
         return r < 0 ? r : -EAGAIN;
 }
 
+static int sqlite_volumes_detach(StoreVolumes *h, const char *volume_id, const char *sandbox_id) {
+        LOCKED(h);
+        int changes = 0, r = owner_id_step(h, VOLUMES_SQL_DETACH("?"), volume_id, sandbox_id, &changes);
+        return r < 0 ? r : changes > 0 ? 0 : -ENOENT;
+}
+
 static int sqlite_volumes_detach_sandbox(StoreVolumes *h, const char *sandbox_id) {
         LOCKED(h);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -439,6 +445,7 @@ const StoreVolumeOps store_sqlite_volumes = {
         .resize_end = sqlite_volumes_resize_end,
         .remove = sqlite_volumes_remove,
         .attach = sqlite_volumes_attach,
+        .detach = sqlite_volumes_detach,
         .detach_sandbox = sqlite_volumes_detach_sandbox,
         .attachments = sqlite_volumes_attachments,
         .backup_insert = sqlite_volumes_backup_insert,

@@ -103,6 +103,9 @@ struct StoreVolumeOps {
          * (or not the owner's), -EAGAIN while it resizes, -EBUSY when it is
          * not shared, a is not read-only and another sandbox writes it. */
         int (*attach)(StoreVolumes *h, const char *owner, const StoreVolumeAttachment *a);
+        /* The sandbox's attachment of the volume goes (a detach from a
+         * running sandbox); -ENOENT for none. */
+        int (*detach)(StoreVolumes *h, const char *volume_id, const char *sandbox_id);
         /* Every attachment of the sandbox goes (its end); never -ENOENT. */
         int (*detach_sandbox)(StoreVolumes *h, const char *sandbox_id);
         /* The volume's attachments, oldest first; *ret malloc'd. */

@@ -85,6 +85,8 @@
         "SELECT id, " M "2, " M "3, CAST(" M "4 AS INTEGER), "                                                 \
         "CASE WHEN shared = 0 AND CAST(" M "4 AS INTEGER) = 0 THEN 1 ELSE 0 END, CAST(" M "5 AS BIGINT) "     \
         "FROM volumes WHERE id = " M "1 AND owner = " M "6 AND state = 'ready'"
+/* 1 volume, 2 sandbox. */
+#define VOLUMES_SQL_DETACH(M) "DELETE FROM volume_attachments WHERE volume_id = " M "1 AND sandbox_id = " M "2"
 /* 1 sandbox. */
 #define VOLUMES_SQL_DETACH_SANDBOX(M) "DELETE FROM volume_attachments WHERE sandbox_id = " M "1"
 /* 1 volume. */
