@@ -192,8 +192,9 @@ def test_bad_volume_lists_are_refused(api):
         assert_error(api.post("/v1/volumes", json={"fromBackup": "vb_1"}), 404, "not_found")
         assert_error(api.post("/v1/volumes", json={"fromBackup": "../x"}), 400, "invalid_request")
         assert_error(api.post("/v1/volumes", json={"region": "eu"}), 501, "not_implemented")
-        assert_error(api.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": "x", "path": "/a"}), 501,
-                     "not_implemented")
+        assert_error(api.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": "x", "path": "/a"}), 404, "not_found")
+        assert_error(api.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": "../x", "path": "/a"}), 400,
+                     "invalid_request")
         assert api.get("/v1/volumes/vol_bad").status_code == 404
     finally:
         drop_volume(api, vid)
