@@ -369,6 +369,12 @@ def test_our_sdk_same_names(api, daemon, vdriver):
             back = rt.volumes.set_backup_policy(vol["id"], no_schedule=True)["backupPolicy"]
             assert back["daily"] is True and back["retentionDays"] == 3
             assert rt.volumes.set_backup_policy(vol["id"], daily=False)["backupPolicy"]["enabled"] is False
+            if vdriver == "namespace":
+                with Sandbox.create(driver=vdriver, **conn) as c:
+                    att = rt.volumes.attach(vol["id"], c.id, "/live", read_only=True)
+                    assert rt.volumes.get_attachment(vol["id"], att["id"])["readOnly"] is True
+                    assert c.exec("cat /live/f").stdout == "sdk\n"
+                    assert rt.volumes.detach(vol["id"], att["id"])["state"] == "detached"
         finally:
             rt.volumes.delete(vol["id"], force=True)
         with pytest.raises(NotFoundError):

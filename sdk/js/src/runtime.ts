@@ -169,6 +169,19 @@ export class Volumes {
     const json = options("volumes.delete", opts, ["force"]);
     return this.#http.request("POST", volumePath(volumeId, ":delete"), { json });
   }
+  /** Attaches the volume to a running sandbox at `path` (namespace driver): the attachment. */
+  async attach(volumeId: string, sandboxId: string, path: string, opts: { readOnly?: boolean } = {}): Promise<Answer> {
+    const json = { ...options("volumes.attach", opts, ["readOnly"]), sandboxId, path };
+    return this.#http.request("POST", volumePath(volumeId, ":attach"), { json });
+  }
+  /** Unmounts it from the sandbox; refused (409) while a process there uses it. */
+  async detach(volumeId: string, attachmentId: string): Promise<Answer> {
+    const path = volumePath(volumeId) + itemPath("/attachments", attachmentId, "an attachment id", ":detach");
+    return this.#http.request("POST", path, { json: {} });
+  }
+  async getAttachment(volumeId: string, attachmentId: string): Promise<Answer> {
+    return this.#http.request("GET", volumePath(volumeId) + itemPath("/attachments", attachmentId, "an attachment id"));
+  }
   /** A copy of the volume as it is now, kept until deleted, or `retentionDays` (1 to 365) days. */
   async backup(volumeId: string, opts: { name?: string; retentionDays?: number } = {}): Promise<Answer> {
     const json = options("volumes.backup", opts, ["name", "retentionDays"]);

@@ -32,6 +32,16 @@ daemonTest("volumes: the published client's names, and an attach at create", asy
       const every = await rt.volumes.setBackupPolicy(vol.id, { everyMinutes: 30, retentionDays: 3 });
       assert.deepEqual(every.backupPolicy.schedule, { everyMinutes: 30 });
       assert.equal((await rt.volumes.setBackupPolicy(vol.id, { daily: false })).backupPolicy.enabled, false);
+      const other = await Sandbox.create({ driver: DRIVER });
+      try {
+        const att = await rt.volumes.attach(vol.id, other.id, "/live", { readOnly: true });
+        assert.equal((await rt.volumes.getAttachment(vol.id, att.id)).readOnly, true);
+        assert.equal((await other.exec("cat /live/f")).stdout, "js\n");
+        assert.equal((await rt.volumes.detach(vol.id, att.id)).state, "detached");
+      } finally {
+        await other.delete();
+        other.close();
+      }
     } finally {
       await sbx.delete();
       sbx.close();

@@ -52,6 +52,23 @@ class VolumesOps:
         body = {"force": True} if force else {}
         return dict((yield Call(self._http.request, "POST", _volume_path(volume_id, ":delete"), json_body=body)))
 
+    def attach(self, volume_id: str, sandbox_id: str, path: str, *, read_only: Optional[bool] = None,
+               idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+        """Attaches the volume to a running sandbox at ``path`` (namespace driver): the
+        attachment, whose ``id`` ``detach`` and ``get_attachment`` take."""
+        return dict((yield Call(self._http.request, "POST", _volume_path(volume_id, ":attach"),
+                                json_body=_present(sandboxId=sandbox_id, path=path, readOnly=read_only),
+                                headers=idempotency_headers(idempotency_key))))
+
+    def detach(self, volume_id: str, attachment_id: str) -> Dict[str, Any]:
+        """Unmounts it from the sandbox; refused (409) while a process there uses it."""
+        path = _volume_path(volume_id) + _item_path("/attachments", attachment_id, "attachment_id", ":detach")
+        return dict((yield Call(self._http.request, "POST", path, json_body={})))
+
+    def get_attachment(self, volume_id: str, attachment_id: str) -> Dict[str, Any]:
+        path = _volume_path(volume_id) + _item_path("/attachments", attachment_id, "attachment_id")
+        return dict((yield Call(self._http.request, "GET", path)))
+
     def backup(self, volume_id: str, *, retention_days: Optional[int] = None, name: Optional[str] = None,
                idempotency_key: Optional[str] = None) -> Dict[str, Any]:
         """A copy of the volume as it is now, kept until deleted, or ``retention_days`` (1 to 365)
