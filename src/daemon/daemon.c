@@ -995,6 +995,10 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 log_error(NULL, "cannot open the volumes in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
+        if ((r = volumes_start_sweep(d->volumes, o->volume_backup_sweep_seconds, o->volume_backup_day_seconds)) < 0) {
+                log_error(NULL, "cannot start the volume backups' sweep: %s", strerror(-r));
+                return 1;
+        }
         if ((r = manager_new(&d->cfg, d->db, &d->manager)) < 0) {
                 log_error(NULL, "cannot make the sandbox manager: %s", strerror(-r));
                 return 1;

@@ -199,6 +199,13 @@ static const char *const steps[] = {
         "  updated_at BIGINT NOT NULL, PRIMARY KEY (owner, registry));",
         /* 19: the sites that may frame a preview, one a line (store_previews.h) */
         "ALTER TABLE previews ADD COLUMN embed_origins TEXT NOT NULL DEFAULT '';",
+        /* 20 and 21 are other changes' steps; until they are merged here
+         * they change nothing. */
+        "SELECT 1;",
+        "SELECT 1;",
+        /* 22: the volumes' backup policies and the backups' expiry
+         * (store_volumes.h) */
+        VOLUMES_SQL_SCHEDULES,
 };
 
 #define KIND "postgres"
