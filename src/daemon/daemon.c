@@ -995,6 +995,10 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 log_error(NULL, "cannot open the volumes in %s: %s", d->db_label, strerror(-r));
                 return 1;
         }
+        if ((r = volumes_start_sweep(d->volumes, o->volume_backup_sweep_seconds, o->volume_backup_day_seconds)) < 0) {
+                log_error(NULL, "cannot start the volume backups' sweep: %s", strerror(-r));
+                return 1;
+        }
         if ((r = manager_new(&d->cfg, d->db, &d->manager)) < 0) {
                 log_error(NULL, "cannot make the sandbox manager: %s", strerror(-r));
                 return 1;
@@ -1158,6 +1162,7 @@ static int serve(Daemon *d) {
                         log_error(NULL, "cannot serve previews: %s", strerror(-r));
                         return 1;
                 }
+                preview_proxy_set_fleet_secret(d->preview_proxy, d->fleet_secret);
                 log_info(NULL, "previews: %s://PORT-SANDBOX.%s:%u, served on %s",
                          d->preview_site.https ? "https" : "http", d->preview_site.domain,
                          d->preview_site.public_port, d->preview_listening);

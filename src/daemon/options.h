@@ -53,6 +53,8 @@ typedef struct DaemonOptions {
         unsigned volume_max_mib;          /* one volume's size */
         unsigned volume_max_count;        /* volumes of one owner */
         unsigned volume_max_total_mib;    /* an owner's volumes together */
+        unsigned volume_backup_sweep_seconds; /* the backups' sweep */
+        unsigned volume_backup_day_seconds;   /* a day in backup policies (tests shorten it) */
         char *preview_listen;             /* ADDR:PORT of the preview listener; NULL: no previews */
         char *preview_domain;             /* previews are PORT-SANDBOX.DOMAIN */
         unsigned preview_public_port;     /* the port in preview URLs; 0: the listener's */

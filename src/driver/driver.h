@@ -165,6 +165,16 @@ typedef struct Driver {
         /* Frees the daemon's part of the instance and leaves the sandbox
          * running, for a later daemon to adopt. */
         void (*release)(DriverInstance *inst);
+        /* A volume attached to the running sandbox of spec: m->source (a
+         * host directory) bound at m->dest inside, as a start binds it, its
+         * root given to the sandbox's user. -ENOTDIR when dest is not a
+         * directory there (or a symbolic link is on its way), -ESRCH when
+         * the sandbox runs no more. unmount_live takes it away again:
+         * -EBUSY while files in it are open (never lazily: the volume's one
+         * writer must be gone when it returns). NULL where the driver
+         * cannot change a running sandbox's mounts. */
+        int (*mount_live)(const DriverSpec *spec, const DriverMount *m);
+        int (*unmount_live)(const DriverSpec *spec, const char *dest);
 } Driver;
 
 /* The most fds a driver's handles gives (the microVM keeps 5). */

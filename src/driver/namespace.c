@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
+#include <linux/openat2.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -756,6 +757,178 @@ static int ns_adopt(const DriverSpec *spec, const char *state, int *fds, size_t 
         return launch_adopt(&driver_namespace, spec, state, fds, n, ret);
 }
 
+static int mnt_ns_of(long pid, ino_t *ret) {
+        char ns[64];
+        struct stat st;
+        snprintf(ns, sizeof ns, "/proc/%ld/ns/mnt", pid);
+        if (stat(ns, &st) < 0)
+                return -errno;
+        *ret = st.st_ino;
+        return 0;
+}
+
+static long parent_of(long pid) {
+        char path[64], line[128];
+        snprintf(path, sizeof path, "/proc/%ld/status", pid);
+        FILE *f = fopen(path, "re");
+        long ppid = -1;
+        while (f && fgets(line, sizeof line, f))
+                if (sscanf(line, "PPid: %ld", &ppid) == 1)
+                        break;
+        if (f)
+                fclose(f);
+        return ppid;
+}
+
+/* The agent, in the sandbox's mount namespace: of the agent leaf's
+ * processes (bwrap in the host's namespace, its child in the one it set
+ * the root up in, and the agent in the one bwrap makes last, which the
+ * sandbox's commands share), one whose parent is in the sandbox too. */
+static int ns_sandbox_pid(const DriverSpec *spec, pid_t *ret) {
+        Cgroup *cg = NULL, *leaf = NULL;
+        int r = launch_cgroup(spec, false, &cg);
+        if (r < 0)
+                return r == -ENOENT ? -ESRCH : r;
+        r = cgroup_new_child(cg, NS_LEAF_AGENT, false, &leaf);
+        cgroup_free(cg);
+        if (r < 0)
+                return -ESRCH;
+        const char *dir = NULL;
+        for (int h = 0; h < _CGROUP_HIER_MAX && !dir; h++)
+                dir = cgroup_dir(leaf, (CgroupHier)h);
+        char path[PATH_MAX];
+        FILE *f = dir && snprintf(path, sizeof path, "%s/cgroup.procs", dir) < (int)sizeof path ? fopen(path, "re")
+                                                                                               : NULL;
+        cgroup_free(leaf);
+        if (!f)
+                return -ESRCH;
+        ino_t self, ns, parent_ns;
+        r = mnt_ns_of((long)getpid(), &self) < 0 ? -EIO : -ESRCH;
+        long pid;
+        while (r == -ESRCH && fscanf(f, "%ld", &pid) == 1)
+                if (mnt_ns_of(pid, &ns) == 0 && ns != self && mnt_ns_of(parent_of(pid), &parent_ns) == 0 &&
+                    parent_ns != self) {
+                        *ret = (pid_t)pid;
+                        r = 0;
+                }
+        fclose(f);
+        return r;
+}
+
+/* In a forked child, inside the sandbox's mount namespace with its root as
+ * ours: the directory at dest (made where missing, owned by root inside),
+ * resolved with no symbolic link on the way and never above the root, so a
+ * link the sandbox planted cannot send the mount over /proc or /.runtime. */
+static int ns_live_dir(const char *dest, uid_t root_uid, bool make) {
+        char part[PATH_MAX];
+        const char *p = dest;
+        int dfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        while (dfd >= 0 && *p == '/') {
+                const char *end = strchr(p + 1, '/');
+                size_t n = end ? (size_t)(end - p - 1) : strlen(p + 1);
+                if (n == 0 || n >= sizeof part)
+                        break;
+                memcpy(part, p + 1, n);
+                part[n] = 0;
+                if (make && mkdirat(dfd, part, 0755) == 0 &&
+                    fchownat(dfd, part, root_uid, root_uid, AT_SYMLINK_NOFOLLOW) < 0)
+                        break;
+                struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+                                        .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH };
+                int next = (int)syscall(SYS_openat2, dfd, part, &how, sizeof how);
+                close(dfd);
+                dfd = next;
+                p += n + 1;
+        }
+        if (dfd >= 0 && *p) {
+                close(dfd);
+                return -1;
+        }
+        return dfd;
+}
+
+typedef struct NsLive {
+        const char *dest;
+        int tree;      /* the volume's detached bind (mount), -1 (unmount) */
+        uid_t root_uid; /* root inside, on the host */
+} NsLive;
+
+/* Runs the mount's or the unmount's steps in a child: setns needs a
+ * process of one thread. The child's exit code is its errno. */
+static int ns_live(const DriverSpec *spec, const NsLive *l) {
+        pid_t pid = -1;
+        int r = ns_sandbox_pid(spec, &pid);
+        if (r < 0)
+                return r;
+        /* Worked out before the fork: the child only makes system calls. */
+        const char *last = strrchr(l->dest, '/');
+        char parent[PATH_MAX];
+        if (!last)
+                return -EINVAL;
+        snprintf(parent, sizeof parent, "%.*s", (int)(last - l->dest), l->dest);
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/ns/mnt", (long)pid);
+        _cleanup_close_ int nsfd = open(path, O_RDONLY | O_CLOEXEC);
+        if (nsfd < 0)
+                return -ESRCH;
+        pid_t child = fork();
+        if (child < 0)
+                return -errno;
+        if (child == 0) {
+                if (setns(nsfd, CLONE_NEWNS) < 0 || chdir("/") < 0)
+                        _exit(errno ? errno : EIO);
+                int dfd = ns_live_dir(l->dest, l->root_uid, l->tree >= 0);
+                if (dfd < 0)
+                        _exit(ENOTDIR);
+                if (l->tree >= 0)
+                        _exit(move_mount(l->tree, "", dfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0
+                                      ? errno
+                                      : 0);
+                /* The mount point itself, by no path through the sandbox's
+                 * /proc: its parent's directory as cwd and the last name. */
+                close(dfd);
+                int pfd = parent[0] ? ns_live_dir(parent, l->root_uid, false) : open("/", O_PATH | O_DIRECTORY);
+                if (pfd < 0 || fchdir(pfd) < 0)
+                        _exit(ENOTDIR);
+                _exit(umount2(last + 1, UMOUNT_NOFOLLOW) < 0 ? errno : 0);
+        }
+        int status = 0;
+        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+                ;
+        if (!WIFEXITED(status))
+                return -EIO;
+        return -WEXITSTATUS(status);
+}
+
+static int ns_mount_live(const DriverSpec *spec, const DriverMount *m) {
+        uid_t shift;
+        int r = launch_image_owner(spec, &shift);
+        if (r < 0)
+                return r;
+        uid_t owner = shift + LAUNCH_SANDBOX_UID;
+        /* The root of the volume is the sandbox user's, as at a start. */
+        if (chown(m->source, owner, owner) < 0)
+                return -errno;
+        _cleanup_close_ int tree = open_tree(AT_FDCWD, m->source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (tree < 0)
+                return -errno;
+        struct mount_attr attr = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                               (m->read_only ? MOUNT_ATTR_RDONLY : 0) };
+        if (mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
+                return -errno;
+        NsLive l = { .dest = m->dest, .tree = tree, .root_uid = shift };
+        return ns_live(spec, &l);
+}
+
+static int ns_unmount_live(const DriverSpec *spec, const char *dest) {
+        uid_t shift;
+        int r = launch_image_owner(spec, &shift);
+        if (r < 0)
+                return r;
+        NsLive l = { .dest = dest, .tree = -1, .root_uid = shift };
+        return ns_live(spec, &l);
+}
+
 const Driver driver_namespace = {
         .name = "namespace",
         .probe = ns_probe,
@@ -772,4 +945,6 @@ const Driver driver_namespace = {
         .resume = launch_resume,
         .snapshot_disk = launch_snapshot_disk,
         .restore_disk = launch_restore_disk,
+        .mount_live = ns_mount_live,
+        .unmount_live = ns_unmount_live,
 };

@@ -43,14 +43,15 @@ def _pair(build_dir, image_dir, tmp_path, postgres, dirs: list[Path]):
                 for name in ("admin.key", "secrets.key"):
                     (state / name).write_text((hosts[0].state_dir / name).read_text())
                     os.chmod(state / name, 0o600)
-            port = free_port()
+            port, preview_port = free_port(), free_port()
             h = _start_daemon(build_dir, image_dir, state, f"runtime-test-{os.getpid()}-tls{n}{i}",
                               extra_args=["--database", postgres.url(db), "--fleet-secret-file", str(secret),
                                           "--host-id", f"tls-{i}", "--host-dead-after-seconds", "3",
                                           "--fleet-tls-dir", str(tls),
                                           "--fleet-listen", f"127.0.0.1:{port}",
-                                          "--advertise", f"https://127.0.0.1:{port}"])
-            h.hop_port, h.db = port, db
+                                          "--advertise", f"https://127.0.0.1:{port}",
+                                          "--preview-listen", f"127.0.0.1:{preview_port}"])
+            h.hop_port, h.db, h.preview_port = port, db, preview_port
             hosts.append(h)
         for h in hosts:
             with Api(h) as c:
@@ -123,6 +124,25 @@ def test_a_terminal_over_tls(tls_pair, postgres, monkeypatch):
                 assert b"20 90" in out
     finally:
         with Api(b) as cb:
+            cb.delete(f"/v1/sandboxes/{sbx.id}")
+
+
+def test_a_preview_relayed_over_tls(tls_pair, postgres):
+    """A preview request to the host that does not run the sandbox is relayed over the TLS hop
+    (the owner's upgraded connection is TLS's): a page and a WebSocket echo."""
+    from test_previews import name_of, start_app, websocket_echo
+    a, b = tls_pair
+    with Api(b) as cb:
+        sbx = _on(postgres, a, cb)
+        try:
+            start_app(cb, sbx.id, 8000)
+            tok = cb.post(f"/v1/sandboxes/{sbx.id}/previews", json={"port": 8000}).json()["token"]
+            with httpx.Client(timeout=30) as c:
+                r = c.get(f"http://127.0.0.1:{b.preview_port}/",
+                          headers={"Host": name_of(sbx.id), "x-runtime-preview-token": tok})
+            assert r.status_code == 200 and "hello from the sandbox" in r.text, r.text
+            websocket_echo(b, name_of(sbx.id), f"x-runtime-preview-token: {tok}\r\n")
+        finally:
             cb.delete(f"/v1/sandboxes/{sbx.id}")
 
 

@@ -192,8 +192,9 @@ def test_bad_volume_lists_are_refused(api):
         assert_error(api.post("/v1/volumes", json={"fromBackup": "vb_1"}), 404, "not_found")
         assert_error(api.post("/v1/volumes", json={"fromBackup": "../x"}), 400, "invalid_request")
         assert_error(api.post("/v1/volumes", json={"region": "eu"}), 501, "not_implemented")
-        assert_error(api.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": "x", "path": "/a"}), 501,
-                     "not_implemented")
+        assert_error(api.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": "x", "path": "/a"}), 404, "not_found")
+        assert_error(api.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": "../x", "path": "/a"}), 400,
+                     "invalid_request")
         assert api.get("/v1/volumes/vol_bad").status_code == 404
     finally:
         drop_volume(api, vid)
@@ -360,6 +361,20 @@ def test_our_sdk_same_names(api, daemon, vdriver):
             assert new["sizeMiB"] == 48
             rt.volumes.delete(new["id"])
             assert rt.volumes.delete_backup(b["id"])["deleted"] is True
+            kept = rt.volumes.backup(vol["id"], retention_days=2)
+            assert kept["expiresAt"] is not None
+            rt.volumes.delete_backup(kept["id"])
+            pol = rt.volumes.set_backup_policy(vol["id"], every_minutes=30, retention_days=3)["backupPolicy"]
+            assert pol["schedule"] == {"everyMinutes": 30} and pol["retentionDays"] == 3
+            back = rt.volumes.set_backup_policy(vol["id"], no_schedule=True)["backupPolicy"]
+            assert back["daily"] is True and back["retentionDays"] == 3
+            assert rt.volumes.set_backup_policy(vol["id"], daily=False)["backupPolicy"]["enabled"] is False
+            if vdriver == "namespace":
+                with Sandbox.create(driver=vdriver, **conn) as c:
+                    att = rt.volumes.attach(vol["id"], c.id, "/live", read_only=True)
+                    assert rt.volumes.get_attachment(vol["id"], att["id"])["readOnly"] is True
+                    assert c.exec("cat /live/f").stdout == "sdk\n"
+                    assert rt.volumes.detach(vol["id"], att["id"])["state"] == "detached"
         finally:
             rt.volumes.delete(vol["id"], force=True)
         with pytest.raises(NotFoundError):
@@ -368,6 +383,7 @@ def test_our_sdk_same_names(api, daemon, vdriver):
     async def run_async():
         async with AsyncRuntime(**conn) as art:
             v = await art.volumes.create(16)
+            await art.volumes.set_backup_policy(v["id"], daily=False)
             got = await art.volumes.get(v["id"])
             gone = await art.volumes.delete(v["id"])
             return got, gone
@@ -433,11 +449,8 @@ def test_backups_and_restore_published_client(pub, api):
         new = rt.volumes.restore(b["id"], name="restored")
         with rt.sandboxes.create(volumes=[{"volume_id": new["id"], "path": "/r"}]) as s:
             read = s.exec("cat /r/f").stdout
-        try:
-            rt.volumes.backup(vol["id"], retention_days=3)
-            days = None
-        except RtError as e:
-            days = [e.code, e.status]
+        days = rt.volumes.backup(vol["id"], retention_days=3)
+        rt.volumes.delete_backup(days["id"])
         gone = rt.volumes.delete_backup(b["id"])
         try:
             rt.volumes.get_backup(b["id"])
@@ -453,7 +466,10 @@ def test_backups_and_restore_published_client(pub, api):
     assert out["listed"] == [out["b"]["id"]] and out["got"]["volumeId"] == out["b"]["volumeId"]
     assert out["new"]["sizeMiB"] == 32 and out["new"]["name"] == "restored"
     assert out["read"] == "before\n"
-    assert out["days"] == ["not_implemented", 501]
+    # Three days on, to the second of its creation (this daemon's days are 86400 s).
+    from datetime import datetime
+    made, ends = (datetime.fromisoformat(out["days"][k].replace("Z", "+00:00")) for k in ("createdAt", "expiresAt"))
+    assert (ends - made).total_seconds() == 3 * 86400 and out["b"]["expiresAt"] is None
     assert out["gone"]["deleted"] is True and out["after"] == ["not_found", 404]
 
 
@@ -472,8 +488,20 @@ def test_backups_belong_to_their_owner(api, daemon):
         assert other.get("/v1/volume-backups").json()["data"] == []
         assert_error(api.post(f"/v1/volumes/{vol['id']}:backup", json={"color": 1}), 400, "invalid_request")
         assert_error(api.post("/v1/volumes", json={"fromBackup": bid, "sizeMiB": 64}), 400, "invalid_request")
-        assert_error(api.post(f"/v1/volumes/{vol['id']}:backup-policy", json={"daily": True}), 501,
-                     "not_implemented")
+        # Backup policies: another owner's is 404; every field is bounded.
+        policy = f"/v1/volumes/{vol['id']}:backup-policy"
+        assert_error(other.post(policy, json={"daily": True}), 404, "not_found")
+        for body in ({"retentionDays": 0}, {"retentionDays": 366}, {"retentionDays": "7"}, {"daily": "yes"},
+                     {"schedule": {"everyMinutes": 14}}, {"schedule": {"everyMinutes": 7 * 1440 + 1}},
+                     {"schedule": {}}, {"schedule": {"everyMinutes": 60, "x": 1}}, {"schedule": 15},
+                     {"daily": False, "schedule": {"everyMinutes": 60}}, {"color": 1}):
+            assert_error(api.post(policy, json=body), 400, "invalid_request")
+        for body in ({"schedule": {"cron": "0 3 * * *"}}, {"keep": {"daily": 7}}):
+            assert_error(api.post(policy, json=body), 501, "not_implemented")
+        for days in (0, 366, 1.5):
+            assert_error(api.post(f"/v1/volumes/{vol['id']}:backup", json={"retentionDays": days}), 400,
+                         "invalid_request")
+        assert api.get(f"/v1/volumes/{vol['id']}").json()["backupPolicy"]["enabled"] is False
         assert api.delete(f"/v1/volume-backups/{bid}").status_code == 200
     finally:
         other.close()
@@ -495,3 +523,166 @@ def test_forced_delete_then_wake_says_why(api, vdriver):
         assert vol["id"] in r.text and "not on this host" in r.text, r.text
     finally:
         api.delete_all()
+
+
+def test_backup_policy_and_retention_published_client(published_client, build_dir, image_dir, tmp_path):
+    """set_backup_policy and backup(retention_days=) as the published client sends them, on a
+    daemon whose day is two seconds (--volume-backup-day-seconds) and whose sweep runs every
+    second: the sweep takes the due backup, deletes the expired ones and keeps the one without a
+    retention; daily=False turns the policy off."""
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-volsched",
+                      extra_args=["--volume-backup-sweep-seconds", "1", "--volume-backup-day-seconds", "2"])
+    try:
+        out = published_client.run_json(d, """
+            import json, time
+            from withruntime import Runtime
+            from withruntime._errors import RuntimeError as RtError
+            rt = Runtime()
+
+            def until(what, cond, seconds=30):
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    got = cond()
+                    if got:
+                        return got
+                    time.sleep(0.1)
+                raise SystemExit(f"timed out waiting for {what}")
+
+            def gone(bid):
+                try:
+                    rt.volumes.get_backup(bid)
+                    return False
+                except RtError as e:
+                    return e.status == 404
+
+            vol = rt.volumes.create(16)
+            kept = rt.volumes.backup(vol["id"], name="kept")
+            short = rt.volumes.backup(vol["id"], name="short", retention_days=1)
+            policy = rt.volumes.set_backup_policy(vol["id"], daily=True, retention_days=1)
+            got = rt.volumes.get(vol["id"])
+            scheduled = until("a scheduled backup", lambda: [b for b in rt.volumes.backups(vol["id"])
+                                                             if b["name"] == "scheduled"])[0]
+            until("the short backup's expiry", lambda: gone(short["id"]))
+            until("the scheduled backup's expiry", lambda: gone(scheduled["id"]))
+            every = rt.volumes.set_backup_policy(vol["id"], every_minutes=60)
+            off = rt.volumes.set_backup_policy(vol["id"], daily=False)
+            still = rt.volumes.get_backup(kept["id"])
+            print(json.dumps({"policy": policy, "got": got, "scheduled": scheduled, "every": every,
+                              "off": off, "still": still}))
+        """)
+        assert out["policy"]["backupPolicy"] == out["got"]["backupPolicy"]
+        p = out["got"]["backupPolicy"]
+        assert p["enabled"] is True and p["daily"] is True and p["retentionDays"] == 1 and p["schedule"] is None
+        assert out["scheduled"]["expiresAt"] is not None and out["scheduled"]["volumeId"] == out["got"]["id"]
+        e = out["every"]["backupPolicy"]
+        assert e["schedule"] == {"everyMinutes": 60} and e["daily"] is False and e["retentionDays"] == 1
+        assert out["off"]["backupPolicy"]["enabled"] is False and out["off"]["backupPolicy"]["nextBackupAt"] is None
+        assert out["still"]["name"] == "kept" and out["still"]["expiresAt"] is None
+    finally:
+        _finish_daemon(d)
+
+
+def test_attach_to_a_running_sandbox(pub, api, daemon):
+    """attach, get_attachment and detach as the published client sends them, on the namespace
+    driver: a running sandbox gets the volume at the path, its user owning its root, writes, the
+    volume is detached (refused while a process holds it) and attached to another sandbox that
+    reads the file; a read-only attach refuses writes; the paths of a create are refused, and a
+    symbolic link the sandbox plants on the way; another owner finds nothing; of two attaches
+    racing for one volume one wins; gVisor and the microVM refuse, naming why."""
+    skip_unless_driver(daemon, "namespace")
+    vol = make_volume(api, sizeMiB=16)
+    a = api.create_sandbox(driver="namespace")
+    b = api.create_sandbox(driver="namespace")
+    try:
+        out = pub("""
+            import json, sys
+            from withruntime import Runtime
+            rt = Runtime()
+            vol, a = sys.argv[1], sys.argv[2]
+            att = rt.volumes.attach(vol, a, "/mnt/data")
+            got = rt.volumes.get_attachment(vol, att["id"])
+            listed = rt.volumes.get(vol)["attachments"]
+            print(json.dumps({"att": att, "got": got, "listed": listed}))
+        """, vol["id"], a.id)
+        assert out["att"]["sandboxId"] == a.id and out["att"]["path"] == "/mnt/data"
+        assert out["got"] == out["att"] and [x["id"] for x in out["listed"]] == [out["att"]["id"]]
+        res = sh(api, a.id, "stat -c %u /mnt/data && echo live > /mnt/data/f && sync")
+        assert res["stdout"] == "1000\n", res
+        # A process with its cwd in the volume holds it: the detach is refused, never lazy.
+        sh(api, a.id, "setsid sh -c 'cd /mnt/data && exec sleep 300' </dev/null >/dev/null 2>&1 &")
+        assert sh(api, a.id, "sleep 0.2; pgrep -x sleep")["exitCode"] == 0
+        aid = out["att"]["id"]
+        detach = f"/v1/volumes/{vol['id']}/attachments/{aid}:detach"
+        assert_error(api.post(detach, json={}), 409, "conflict")
+        sh(api, a.id, "pkill -x sleep; sleep 0.2")
+        out = pub("""
+            import json, sys
+            from withruntime import Runtime
+            rt = Runtime()
+            print(json.dumps(rt.volumes.detach(sys.argv[1], sys.argv[2])))
+        """, vol["id"], aid)
+        assert out["state"] == "detached"
+        assert sh(api, a.id, "test -e /mnt/data/f")["exitCode"] != 0
+        assert_error(api.get(f"/v1/volumes/{vol['id']}/attachments/{aid}"), 404, "not_found")
+        r = api.post(f"/v1/volumes/{vol['id']}:attach", json={"sandboxId": b.id, "path": "/data", "readOnly": True})
+        assert r.status_code == 201, r.text
+        assert sh(api, b.id, "cat /data/f")["stdout"] == "live\n"
+        assert sh(api, b.id, "echo x > /data/g")["exitCode"] != 0
+        assert sh(api, b.id, "echo x > /data/g", user="root")["exitCode"] != 0
+        assert api.post(f"/v1/volumes/{vol['id']}/attachments/{b.id}:detach", json={}).status_code == 200
+
+        # Paths: those a create refuses, and a link the sandbox made on the way.
+        attach = f"/v1/volumes/{vol['id']}:attach"
+        for path in ("/", "/proc", "/proc/x", "/.runtime", "/sys/y", "/dev", "relative", "/a/../proc", "/a//b",
+                     "/a/", "/a/.", "x" * 300):
+            assert_error(api.post(attach, json={"sandboxId": a.id, "path": path}), 400, "invalid_request")
+        sh(api, a.id, "ln -s /proc /tmp/p && ln -s /etc /tmp/e")
+        for path in ("/tmp/p", "/tmp/p/sub", "/tmp/e/sub"):
+            assert_error(api.post(attach, json={"sandboxId": a.id, "path": path}), 400, "invalid_request")
+        assert_error(api.post(attach, json={"sandboxId": a.id, "path": "/d", "mode": "rw"}), 400, "invalid_request")
+        assert_error(api.post(attach, json={"sandboxId": "sbx_none", "path": "/d"}), 404, "not_found")
+
+        # Another owner: neither the volume nor the sandbox is found.
+        k = api.post("/v1/keys", json={"name": "va-other", "owner": "va-other"})
+        assert k.status_code == 201, k.text
+        other = Api(daemon, key=k.json()["key"])
+        try:
+            assert_error(other.post(attach, json={"sandboxId": a.id, "path": "/d"}), 404, "not_found")
+            theirs = make_volume(other, sizeMiB=16)
+            assert_error(other.post(f"/v1/volumes/{theirs['id']}:attach", json={"sandboxId": a.id, "path": "/d"}),
+                         404, "not_found")
+            assert_error(other.get(f"/v1/volumes/{vol['id']}/attachments/{a.id}"), 404, "not_found")
+            drop_volume(other, theirs["id"])
+        finally:
+            other.close()
+            api.delete(f"/v1/keys/{k.json()['id']}")
+
+        # Two attaches racing for the one writer: one wins.
+        results: list[int] = []
+
+        def race(sid: str, path: str) -> None:
+            c = Api(daemon)
+            results.append(c.post(attach, json={"sandboxId": sid, "path": path}).status_code)
+            c.close()
+        threads = [threading.Thread(target=race, args=(a.id, "/w1")), threading.Thread(target=race, args=(b.id, "/w2"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == [201, 409], results
+        # A sandbox's end ends its live attachment as a create's.
+        api.delete(f"/v1/sandboxes/{a.id}")
+        api.delete(f"/v1/sandboxes/{b.id}")
+        assert api.get(f"/v1/volumes/{vol['id']}").json()["attachments"] == []
+
+        for driver in ("gvisor", "microvm"):
+            if driver not in [o["name"] for o in api.get("/v1/info").json().get("drivers", []) if o.get("available")]:
+                continue
+            s = api.create_sandbox(driver=driver)
+            r = api.post(attach, json={"sandboxId": s.id, "path": "/d"})
+            assert_error(r, 501, "not_implemented")
+            assert (driver == "gvisor") == ("runsc" in r.text), r.text
+            api.delete(f"/v1/sandboxes/{s.id}")
+    finally:
+        api.delete_all()
+        drop_volume(api, vol["id"])

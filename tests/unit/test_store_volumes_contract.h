@@ -156,4 +156,77 @@ static inline void volumes_contract(const StoreVolumeOps *ops, StoreVolumes *h) 
         assert_int_equal(ops->backup_remove(h, "bob", "vb_1"), -ENOENT);
         assert_int_equal(ops->backup_remove(h, "alice", "vb_1"), 0);
         assert_int_equal(ops->backup_remove(h, "alice", "vb_1"), -ENOENT);
+
+        /* Expiry: a backup with expires_at is listed once that time has
+         * come, every owner's, the earliest first; one without never. */
+        StoreVolumeBackup e1 = b2, e2 = b2, e3 = b2;
+        snprintf(e1.id, sizeof e1.id, "vb_e1");
+        snprintf(e2.id, sizeof e2.id, "vb_e2");
+        snprintf(e3.id, sizeof e3.id, "vb_e3");
+        snprintf(e2.owner, sizeof e2.owner, "carol");
+        e1.expires_at = 50;
+        e2.expires_at = 40;
+        e3.expires_at = 0;
+        assert_int_equal(ops->backup_insert(h, &e1, 10), 0);
+        assert_int_equal(ops->backup_insert(h, &e2, 10), 0);
+        assert_int_equal(ops->backup_insert(h, &e3, 10), 0);
+        assert_int_equal(ops->backup_get(h, "alice", "vb_e1", &bg), 0);
+        assert_int_equal(bg.expires_at, 50);
+        assert_int_equal(ops->backups_expired(h, 39, 10, &bs, &n), 0);
+        assert_int_equal(n, 0);
+        free(bs);
+        assert_int_equal(ops->backups_expired(h, 100, 10, &bs, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(bs[0].id, "vb_e2");
+        assert_string_equal(bs[0].owner, "carol");
+        assert_string_equal(bs[1].id, "vb_e1");
+        free(bs);
+        assert_int_equal(ops->backups_expired(h, 100, 1, &bs, &n), 0);
+        assert_int_equal(n, 1);
+        free(bs);
+
+        /* Policies: stored and read back; due once next_at has come; one
+         * claim of one due time wins. */
+        StoreVolumeBackupPolicy pol = { .every_minutes = 60, .retention_days = 7, .next_at = 100 };
+        assert_int_equal(ops->set_policy(h, "bob", "vol_2", &pol), -ENOENT);
+        assert_int_equal(ops->set_policy(h, "alice", "vol_2", &pol), 0);
+        assert_int_equal(ops->get(h, "alice", "vol_2", &got), 0);
+        assert_int_equal(got.policy.every_minutes, 60);
+        assert_int_equal(got.policy.retention_days, 7);
+        assert_int_equal(got.policy.next_at, 100);
+        StoreVolume *due = NULL;
+        assert_int_equal(ops->backups_due(h, 99, 10, &due, &n), 0);
+        assert_int_equal(n, 0);
+        free(due);
+        assert_int_equal(ops->backups_due(h, 100, 10, &due, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(due[0].id, "vol_2");
+        assert_string_equal(due[0].owner, "alice");
+        assert_int_equal(due[0].policy.next_at, 100);
+        free(due);
+        assert_int_equal(ops->claim_backup(h, "vol_2", 100, 3700), 0);
+        assert_int_equal(ops->claim_backup(h, "vol_2", 100, 3700), -EALREADY);
+        assert_int_equal(ops->backups_due(h, 200, 10, &due, &n), 0);
+        assert_int_equal(n, 0);
+        free(due);
+        /* Off: never due, and nothing to claim. */
+        pol = (StoreVolumeBackupPolicy){ 0 };
+        assert_int_equal(ops->set_policy(h, "alice", "vol_2", &pol), 0);
+        assert_int_equal(ops->backups_due(h, 1000000, 10, &due, &n), 0);
+        assert_int_equal(n, 0);
+        free(due);
+        assert_int_equal(ops->claim_backup(h, "vol_2", 0, 10), -EALREADY);
+
+        /* One attachment goes, the writer's claim with it: another writer
+         * gets in. */
+        assert_int_equal(ops->detach(h, "vol_2", "sbx_live1"), -ENOENT);
+        StoreVolume ex = volume_row("vol_x", "alice", "", 16, false, 9);
+        assert_int_equal(ops->insert(h, &ex, &b), 0);
+        StoreVolumeAttachment x1 = volume_attachment("vol_x", "sbx_live1", false),
+                              x2 = volume_attachment("vol_x", "sbx_live2", false);
+        assert_int_equal(ops->attach(h, "alice", &x1), 0);
+        assert_int_equal(ops->attach(h, "alice", &x2), -EBUSY);
+        assert_int_equal(ops->detach(h, "vol_x", "sbx_live1"), 0);
+        assert_int_equal(ops->detach(h, "vol_x", "sbx_live1"), -ENOENT);
+        assert_int_equal(ops->attach(h, "alice", &x2), 0);
 }

@@ -169,10 +169,36 @@ export class Volumes {
     const json = options("volumes.delete", opts, ["force"]);
     return this.#http.request("POST", volumePath(volumeId, ":delete"), { json });
   }
-  /** A copy of the volume as it is now, kept until deleted. */
-  async backup(volumeId: string, opts: { name?: string } = {}): Promise<Answer> {
-    const json = options("volumes.backup", opts, ["name"]);
+  /** Attaches the volume to a running sandbox at `path` (namespace driver): the attachment. */
+  async attach(volumeId: string, sandboxId: string, path: string, opts: { readOnly?: boolean } = {}): Promise<Answer> {
+    const json = { ...options("volumes.attach", opts, ["readOnly"]), sandboxId, path };
+    return this.#http.request("POST", volumePath(volumeId, ":attach"), { json });
+  }
+  /** Unmounts it from the sandbox; refused (409) while a process there uses it. */
+  async detach(volumeId: string, attachmentId: string): Promise<Answer> {
+    const path = volumePath(volumeId) + itemPath("/attachments", attachmentId, "an attachment id", ":detach");
+    return this.#http.request("POST", path, { json: {} });
+  }
+  async getAttachment(volumeId: string, attachmentId: string): Promise<Answer> {
+    return this.#http.request("GET", volumePath(volumeId) + itemPath("/attachments", attachmentId, "an attachment id"));
+  }
+  /** A copy of the volume as it is now, kept until deleted, or `retentionDays` (1 to 365) days. */
+  async backup(volumeId: string, opts: { name?: string; retentionDays?: number } = {}): Promise<Answer> {
+    const json = options("volumes.backup", opts, ["name", "retentionDays"]);
     return this.#http.request("POST", volumePath(volumeId, ":backup"), { json });
+  }
+  /** The daemon's automatic backups of the volume: `daily` on or off, every `everyMinutes` (15 or
+   * more) instead, or back to daily (`noSchedule`); each kept `retentionDays`. What is left out
+   * keeps its value. The volume, with its `backupPolicy`. */
+  async setBackupPolicy(volumeId: string, opts: { daily?: boolean; retentionDays?: number; everyMinutes?: number;
+                                                  noSchedule?: boolean } = {}): Promise<Answer> {
+    const { everyMinutes, noSchedule, ...fields } = opts;
+    if (everyMinutes !== undefined && noSchedule)
+      throw new TypeError("volumes.setBackupPolicy: give one of everyMinutes and noSchedule");
+    const json: Record<string, unknown> = options("volumes.setBackupPolicy", fields, ["daily", "retentionDays"]);
+    if (everyMinutes !== undefined) json.schedule = { everyMinutes };
+    else if (noSchedule) json.schedule = null;
+    return this.#http.request("POST", volumePath(volumeId, ":backup-policy"), { json });
   }
   /** One page of backups, newest first: `{data, nextCursor}`. */
   async backups(volumeId?: string, opts: { cursor?: string; limit?: number } = {}): Promise<Answer> {

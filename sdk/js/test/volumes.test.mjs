@@ -26,6 +26,22 @@ daemonTest("volumes: the published client's names, and an attach at create", asy
       assert.equal((await sbx.exec("cat /data/f")).stdout, "js\n");
       await rt.volumes.delete(copy.id);
       assert.equal((await rt.volumes.deleteBackup(b.id)).deleted, true);
+      const kept = await rt.volumes.backup(vol.id, { retentionDays: 2 });
+      assert.ok(kept.expiresAt);
+      await rt.volumes.deleteBackup(kept.id);
+      const every = await rt.volumes.setBackupPolicy(vol.id, { everyMinutes: 30, retentionDays: 3 });
+      assert.deepEqual(every.backupPolicy.schedule, { everyMinutes: 30 });
+      assert.equal((await rt.volumes.setBackupPolicy(vol.id, { daily: false })).backupPolicy.enabled, false);
+      const other = await Sandbox.create({ driver: DRIVER });
+      try {
+        const att = await rt.volumes.attach(vol.id, other.id, "/live", { readOnly: true });
+        assert.equal((await rt.volumes.getAttachment(vol.id, att.id)).readOnly, true);
+        assert.equal((await other.exec("cat /live/f")).stdout, "js\n");
+        assert.equal((await rt.volumes.detach(vol.id, att.id)).state, "detached");
+      } finally {
+        await other.delete();
+        other.close();
+      }
     } finally {
       await sbx.delete();
       sbx.close();

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "common/jsonutil.h"
@@ -16,6 +17,7 @@
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
 #include "daemon/api/preview_proxy.h"
+#include "daemon/http/forward.h"
 #include "daemon/manager/previews.h"
 
 static int previews_off(ApiError *e) {
@@ -406,4 +408,66 @@ int api_preview_share(Req *r, unsigned port, char *ret_url, size_t url_len, char
                 return api_error(e, 500, "internal", NULL, "the preview's token could not be made");
         }
         return 0;
+}
+
+/* The preview a relayed connection may name, and the host relaying it. */
+typedef struct Relay {
+        char by[64];
+        char sandbox_id[ROUTE_ID_LEN + 1];
+        unsigned port;
+} Relay;
+
+static void relay_upgraded(void *cls, struct MHD_Connection *connection, void *req_cls, const char *extra_in,
+                           size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh) {
+        Relay *u = cls;
+        int rc = preview_proxy_adopt(sock, urh, extra_in, extra_in_size, u->by, u->sandbox_id, u->port);
+        if (rc < 0) {
+                log_warn(NULL, "a preview relayed by host %s: %s", u->by, strerror(-rc));
+                MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+        }
+        free(u);
+}
+
+enum MHD_Result handle_preview_relay(Req *r) {
+        ApiError e = { 0 };
+        unsigned port = 0;
+        /* The secret was checked at the edge; a client's own request, with
+         * or without a header that names a host, has none. */
+        if (!r->forwarded) {
+                api_error(&e, 403, "forbidden", "open the preview at its URL, on the preview listener",
+                          "this route serves the fleet's hosts only");
+                return reply_error(r, &e);
+        }
+        if (!r->app->previews) {
+                previews_off(&e);
+                return reply_error(r, &e);
+        }
+        if (route_port(r, &port, &e) < 0)
+                return reply_error(r, &e);
+        const char *up = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Upgrade");
+        if (!up || strcasecmp(up, PREVIEW_RELAY_PROTOCOL) != 0) {
+                api_error(&e, 400, "invalid_request", "send Upgrade: " PREVIEW_RELAY_PROTOCOL,
+                          "a relay is an upgrade to " PREVIEW_RELAY_PROTOCOL);
+                return reply_error(r, &e);
+        }
+        Relay *u = calloc(1, sizeof(*u));
+        if (!u)
+                return reply_internal(r);
+        const char *by = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, FORWARD_BY_HEADER);
+        /* For the log and the per-host bound: printable, cut. */
+        size_t k = 0;
+        for (const char *p = by ? by : "?"; *p && k + 1 < sizeof u->by; p++)
+                if (*p > 0x20 && *p < 0x7f)
+                        u->by[k++] = *p;
+        snprintf(u->sandbox_id, sizeof u->sandbox_id, "%s", r->route.sandbox_id);
+        u->port = port;
+        struct MHD_Response *resp = MHD_create_response_for_upgrade(relay_upgraded, u);
+        if (!resp || MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, PREVIEW_RELAY_PROTOCOL) != MHD_YES) {
+                if (resp)
+                        MHD_destroy_response(resp);
+                free(u);
+                return reply_internal(r);
+        }
+        req_audit_note(r, "relayedBy", u->by);
+        return reply_response(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp, NULL);
 }

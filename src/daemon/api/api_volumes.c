@@ -14,7 +14,9 @@
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
+#include "daemon/manager/sandbox.h"
 #include "daemon/manager/volumes.h"
+#include "daemon/model/sandbox_spec.h"
 
 #define VOLUMES_PAGE_DEFAULT 50u
 #define VOLUMES_PAGE_MAX 200u
@@ -30,6 +32,33 @@ static enum MHD_Result not_found(Req *r) {
         char msg[96];
         snprintf(msg, sizeof msg, "volume %s not found", r->route.volume_id);
         return fail(r, 404, "not_found", "GET /v1/volumes lists your volumes", msg);
+}
+
+/* A volume's backup policy as set_backup_policy sends it: daily, or a
+ * schedule of its own every so many minutes; none when off. */
+static json_t *policy_json(const StoreVolumeBackupPolicy *p) {
+        bool daily = p->every_minutes == VOLUME_BACKUP_DAILY_MINUTES;
+        json_t *schedule = p->every_minutes && !daily
+                                   ? json_pack("{s:I}", "everyMinutes", (json_int_t)p->every_minutes)
+                                   : json_null();
+        json_t *next = json_null();
+        char at[RFC3339_LEN];
+        if (p->every_minutes && time_format_rfc3339(p->next_at, at) == 0)
+                next = json_string(at);
+        return json_pack("{s:b,s:b,s:o,s:o,s:o,s:o}", "enabled", p->every_minutes > 0, "daily", (int)daily,
+                         "retentionDays", p->retention_days ? json_integer(p->retention_days) : json_null(),
+                         "schedule", schedule, "keep", json_null(), "nextBackupAt", next);
+}
+
+/* An attachment; its id is its sandbox's (a volume is attached to a
+ * sandbox once at most). */
+static json_t *attachment_json(const StoreVolumeAttachment *a) {
+        char at[RFC3339_LEN];
+        if (time_format_rfc3339(a->created_at, at) < 0)
+                return NULL;
+        return json_pack("{s:s,s:s,s:s,s:s,s:b,s:s,s:s}", "id", a->sandbox_id, "volumeId", a->volume_id, "sandboxId",
+                         a->sandbox_id, "path", a->path, "readOnly", (int)a->read_only, "state", "attached",
+                         "createdAt", at);
 }
 
 static json_t *volume_json(Req *r, const StoreVolume *v) {
@@ -50,17 +79,16 @@ static json_t *volume_json(Req *r, const StoreVolume *v) {
                 return NULL;
         json_t *arr = json_object_get(j, "attachments");
         for (size_t i = 0; i < n; i++) {
-                char at[RFC3339_LEN];
-                if (time_format_rfc3339(atts[i].created_at, at) < 0 ||
-                    json_array_append_new(arr, json_pack("{s:s,s:s,s:b,s:s}", "sandboxId", atts[i].sandbox_id, "path",
-                                                         atts[i].path, "readOnly", (int)atts[i].read_only,
-                                                         "createdAt", at)) < 0) {
+                if (json_array_append_new(arr, attachment_json(&atts[i])) < 0) {
                         free(atts);
                         return NULL;
                 }
         }
         free(atts);
         json_object_set_new(j, "attached", json_boolean(n > 0));
+        json_t *policy = policy_json(&v->policy);
+        if (!policy || json_object_set_new(j, "backupPolicy", policy) < 0)
+                return NULL;
         return TAKE_PTR(j);
 }
 
@@ -363,20 +391,193 @@ enum MHD_Result handle_volume_delete(Req *r) {
         return j ? reply_json(r, 200, j) : reply_internal(r);
 }
 
-enum MHD_Result handle_volume_not_offered(Req *r) {
-        return fail(r, 501, "not_implemented",
-                    "attach volumes when creating the sandbox (volumes: [{volumeId, path}]); back a volume up with "
-                    ":backup when you want a copy",
-                    "this daemon has no backup schedules and no attaching to a running sandbox");
+/* The volume's attachment to sandbox r->route.sandbox_id, the owner's:
+ * -ENOENT for none. */
+static int find_attachment(Req *r, StoreVolumeAttachment *ret) {
+        StoreVolume v;
+        int rc = volumes_get(r->app->volumes, r->key.owner, r->route.volume_id, &v);
+        StoreVolumeAttachment *atts = NULL;
+        size_t n = 0;
+        if (rc < 0 || (rc = volumes_attachments(r->app->volumes, v.id, &atts, &n)) < 0)
+                return rc;
+        rc = -ENOENT;
+        for (size_t i = 0; i < n && rc < 0; i++)
+                if (strcmp(atts[i].sandbox_id, r->route.sandbox_id) == 0) {
+                        *ret = atts[i];
+                        rc = 0;
+                }
+        free(atts);
+        return rc;
+}
+
+static enum MHD_Result attachment_not_found(Req *r) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "volume %s has no attachment %s", r->route.volume_id, r->route.sandbox_id);
+        return fail(r, 404, "not_found", "GET /v1/volumes/{id} lists its attachments", msg);
+}
+
+static enum MHD_Result reply_sandbox_error(Req *r, const SandboxError *se) {
+        ApiError e = { 0 };
+        api_sandbox_error(se, &e);
+        return reply_error(r, &e);
+}
+
+/* POST /v1/volumes/{volume}:attach {sandboxId, path, readOnly}: the volume
+ * bound into the running sandbox (docs/volumes.md). */
+enum MHD_Result handle_volume_attach(Req *r) {
+        static const char *const fields[] = { "sandboxId", "path", "readOnly", NULL };
+        const char *unknown = unknown_field(r->json, fields);
+        if (unknown)
+                return refuse_unknown(r, unknown);
+        const char *sid = json_string_value(json_object_get(r->json, "sandboxId"));
+        const char *path = json_string_value(json_object_get(r->json, "path"));
+        json_t *jro = json_object_get(r->json, "readOnly");
+        if (!sid || !*sid || strlen(sid) >= sizeof r->route.sandbox_id || !api_filter_ok(sid))
+                return api_reply_invalid(r, NULL, "sandboxId is a sandbox's id");
+        if (!path)
+                return api_reply_invalid(r, NULL, "path is the absolute path to attach the volume at");
+        const char *why = sandbox_volume_path_check(path);
+        if (why) {
+                char msg[192];
+                snprintf(msg, sizeof msg, "path: %s", why);
+                return api_reply_invalid(r, NULL, msg);
+        }
+        if (jro && !json_is_null(jro) && !json_is_boolean(jro))
+                return api_reply_invalid(r, NULL, "readOnly is a boolean");
+        StoreVolume v;
+        int rc = volumes_get(r->app->volumes, r->key.owner, r->route.volume_id, &v);
+        if (rc == -ENOENT)
+                return not_found(r);
+        if (rc < 0)
+                return api_reply_store_error(r, rc, "read the volume");
+        SandboxVolume sv = { .read_only = json_is_true(jro) };
+        snprintf(sv.volume_id, sizeof sv.volume_id, "%s", v.id);
+        snprintf(sv.path, sizeof sv.path, "%s", path);
+        SandboxError se;
+        if (sandbox_volume_attach(r->app->manager, &r->key, sid, &sv, r->rid, &se) < 0)
+                return reply_sandbox_error(r, &se);
+        snprintf(r->route.sandbox_id, sizeof r->route.sandbox_id, "%s", sid);
+        StoreVolumeAttachment a;
+        if ((rc = find_attachment(r, &a)) < 0)
+                return api_reply_store_error(r, rc, "read the attachment");
+        json_t *j = attachment_json(&a);
+        return j ? reply_json(r, 201, j) : reply_internal(r);
+}
+
+enum MHD_Result handle_volume_attachment_get(Req *r) {
+        StoreVolumeAttachment a;
+        int rc = find_attachment(r, &a);
+        if (rc == -ENOENT)
+                return attachment_not_found(r);
+        if (rc < 0)
+                return api_reply_store_error(r, rc, "read the attachment");
+        json_t *j = attachment_json(&a);
+        return j ? reply_json(r, 200, j) : reply_internal(r);
+}
+
+enum MHD_Result handle_volume_detach(Req *r) {
+        if (r->json && json_object_size(r->json) > 0)
+                return refuse_unknown(r, json_object_iter_key(json_object_iter(r->json)));
+        StoreVolumeAttachment a;
+        int rc = find_attachment(r, &a);
+        if (rc == -ENOENT)
+                return attachment_not_found(r);
+        if (rc < 0)
+                return api_reply_store_error(r, rc, "read the attachment");
+        SandboxError se;
+        if (sandbox_volume_detach(r->app->manager, &r->key, a.sandbox_id, a.volume_id, r->rid, &se) < 0)
+                return reply_sandbox_error(r, &se);
+        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s}", "id", a.sandbox_id, "volumeId", a.volume_id, "sandboxId",
+                              a.sandbox_id, "path", a.path, "state", "detached");
+        return j ? reply_json(r, 200, j) : reply_internal(r);
+}
+
+/* retentionDays: absent or null is none (0); else 1 to the bound. */
+static int retention_of(json_t *v, uint32_t *ret) {
+        if (!v || json_is_null(v)) {
+                *ret = 0;
+                return 0;
+        }
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > VOLUME_RETENTION_MAX_DAYS)
+                return -EINVAL;
+        *ret = (uint32_t)json_integer_value(v);
+        return 0;
+}
+
+static enum MHD_Result refuse_retention(Req *r) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "retentionDays is a whole number of days from 1 to %u", VOLUME_RETENTION_MAX_DAYS);
+        return api_reply_invalid(r, NULL, msg);
+}
+
+/* POST /v1/volumes/{volume}:backup-policy: {daily, retentionDays,
+ * schedule: {everyMinutes} | null, keep}. A field left out keeps what the
+ * policy has; schedule null goes back to daily backups. */
+enum MHD_Result handle_volume_backup_policy(Req *r) {
+        static const char *const fields[] = { "daily", "retentionDays", "schedule", "keep", NULL };
+        const char *unknown = r->json ? unknown_field(r->json, fields) : NULL;
+        if (unknown)
+                return refuse_unknown(r, unknown);
+        json_t *jdaily = r->json ? json_object_get(r->json, "daily") : NULL;
+        json_t *jdays = r->json ? json_object_get(r->json, "retentionDays") : NULL;
+        json_t *jsched = r->json ? json_object_get(r->json, "schedule") : NULL;
+        json_t *jkeep = r->json ? json_object_get(r->json, "keep") : NULL;
+        if (jkeep && !json_is_null(jkeep))
+                return fail(r, 501, "not_implemented", "give retentionDays: each backup is kept that many days",
+                            "keep: this daemon keeps backups by age (retentionDays), not by counts");
+        if (jdaily && !json_is_null(jdaily) && !json_is_boolean(jdaily))
+                return api_reply_invalid(r, NULL, "daily is a boolean");
+        StoreVolume v;
+        int rc = volumes_get(r->app->volumes, r->key.owner, r->route.volume_id, &v);
+        if (rc == -ENOENT)
+                return not_found(r);
+        if (rc < 0)
+                return api_reply_store_error(r, rc, "read the volume");
+        uint32_t every = v.policy.every_minutes, days = v.policy.retention_days;
+        if (jdays && retention_of(jdays, &days) < 0)
+                return refuse_retention(r);
+        if (jsched) {
+                json_t *jmin = json_object_get(jsched, "everyMinutes");
+                if (json_is_null(jsched))
+                        every = VOLUME_BACKUP_DAILY_MINUTES;
+                else if (!json_is_object(jsched) || json_object_size(jsched) != 1)
+                        return api_reply_invalid(r, NULL, "schedule is {\"everyMinutes\": n}, {\"cron\": ...} or null");
+                else if (json_object_get(jsched, "cron"))
+                        return fail(r, 501, "not_implemented", "give schedule: {everyMinutes: n} instead",
+                                    "schedule.cron: this daemon backs volumes up every so many minutes, not by cron");
+                else if (!json_is_integer(jmin) || json_integer_value(jmin) < VOLUME_BACKUP_EVERY_MIN_MINUTES ||
+                         json_integer_value(jmin) > VOLUME_BACKUP_EVERY_MAX_MINUTES) {
+                        char msg[128];
+                        snprintf(msg, sizeof msg, "schedule.everyMinutes is a whole number from %u to %u",
+                                 VOLUME_BACKUP_EVERY_MIN_MINUTES, VOLUME_BACKUP_EVERY_MAX_MINUTES);
+                        return api_reply_invalid(r, NULL, msg);
+                } else
+                        every = (uint32_t)json_integer_value(jmin);
+                if (json_is_false(jdaily))
+                        return api_reply_invalid(r, "leave daily out, or send it without a schedule",
+                                                 "daily: false turns backups off; a schedule turns them on");
+        } else if (json_is_true(jdaily) && every == 0)
+                every = VOLUME_BACKUP_DAILY_MINUTES;
+        else if (json_is_false(jdaily))
+                every = 0;
+        rc = volumes_set_backup_policy(r->app->volumes, r->key.owner, r->route.volume_id, every, days, &v);
+        if (rc == -ENOENT)
+                return not_found(r);
+        if (rc < 0)
+                return api_reply_store_error(r, rc, "set the volume's backup policy");
+        log_info(r->rid, "volume %s backup policy: every %u minutes, kept %u days, by key %s", v.id, every, days,
+                 r->key.id);
+        return reply_volume(r, 200, &v);
 }
 
 static json_t *backup_json(const StoreVolumeBackup *b) {
-        char created[RFC3339_LEN];
-        if (time_format_rfc3339(b->created_at, created) < 0)
+        char created[RFC3339_LEN], expires[RFC3339_LEN];
+        if (time_format_rfc3339(b->created_at, created) < 0 ||
+            (b->expires_at && time_format_rfc3339(b->expires_at, expires) < 0))
                 return NULL;
-        return json_pack("{s:s,s:s,s:s?,s:I,s:s,s:s,s:n}", "id", b->id, "volumeId", b->volume_id, "name",
+        return json_pack("{s:s,s:s,s:s?,s:I,s:s,s:s,s:s?}", "id", b->id, "volumeId", b->volume_id, "name",
                          b->name[0] ? b->name : NULL, "sizeMiB", (json_int_t)b->size_mib, "state", "ready",
-                         "createdAt", created, "expiresAt");
+                         "createdAt", created, "expiresAt", b->expires_at ? expires : NULL);
 }
 
 static enum MHD_Result backup_not_found(Req *r) {
@@ -391,9 +592,9 @@ enum MHD_Result handle_volume_backup(Req *r) {
         if (unknown)
                 return refuse_unknown(r, unknown);
         json_t *jname = json_object_get(r->json, "name"), *jdays = json_object_get(r->json, "retentionDays");
-        if (jdays && !json_is_null(jdays))
-                return fail(r, 501, "not_implemented", "leave it out, and delete the backup when done with it",
-                            "retentionDays: this daemon keeps a backup until it is deleted");
+        uint32_t days = 0;
+        if (retention_of(jdays, &days) < 0)
+                return refuse_retention(r);
         const char *name = NULL;
         if (jname && !json_is_null(jname)) {
                 if (!json_is_string(jname) || !name_ok(json_string_value(jname)))
@@ -401,7 +602,7 @@ enum MHD_Result handle_volume_backup(Req *r) {
                 name = json_string_value(jname);
         }
         StoreVolumeBackup b;
-        int rc = volumes_backup(r->app->volumes, r->key.owner, r->route.volume_id, name, &b);
+        int rc = volumes_backup(r->app->volumes, r->key.owner, r->route.volume_id, name, days, &b);
         char msg[128];
         switch (rc) {
         case 0: {

@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -27,6 +28,7 @@
 #include "common/macro.h"
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
+#include "daemon/http/forward.h"
 #include "daemon/http/preview_head.h"
 #include "daemon/http/http.h"
 #include "daemon/manager/agent_client.h"
@@ -36,6 +38,9 @@
 
 #define MAX_CONNS 512
 #define MAX_CONNS_PER_PEER 64
+/* Connections relayed between two hosts of a fleet, each way: one host's
+ * clients take a share of another's listener, never all of it. */
+#define MAX_RELAYED_PER_HOST 256
 /* A head must arrive whole within this of its first byte (a slow client
  * holds a thread, not the listener). */
 #define HEAD_TIMEOUT_MS 10000
@@ -51,7 +56,9 @@ typedef struct Conn {
         struct Conn *next;
         PreviewProxy *px;
         int fd;
-        char peer[INET6_ADDRSTRLEN];
+        /* The client's address, or "host:ID" for a connection another host
+         * of the fleet relays here. */
+        char peer[80];
         char sandbox_id[STORE_PREVIEW_ID_MAX];
         unsigned port;
         pthread_t thread, pump;
@@ -66,6 +73,17 @@ typedef struct Conn {
          * may frame it (its embed origins); "": any site, answers pass
          * unchanged. */
         char frame[STORE_PREVIEW_EMBED_MAX + 64];
+        /* A connection another host relays here (preview_proxy_adopt): the
+         * API's upgraded socket (closed through MHD), the bytes that came
+         * with its head, the one preview it may name, and that host. */
+        struct MHD_UpgradeResponseHandle *urh;
+        char *pre;
+        size_t pre_len;
+        char relayed_by[64];
+        char expect_id[STORE_PREVIEW_ID_MAX];
+        unsigned expect_port;
+        /* The host this connection is relayed to; "": none. */
+        char relay_host[64];
 } Conn;
 
 struct PreviewProxy {
@@ -74,7 +92,11 @@ struct PreviewProxy {
         SSL_CTX *tls; /* NULL: plain HTTP */
         pthread_t accept_thread;
         atomic_bool stop;
+        _Atomic(const char *) fleet_secret; /* NULL: previews of other hosts' sandboxes are not relayed */
 };
+
+/* The listener that takes the connections other hosts relay. */
+static _Atomic(PreviewProxy *) serving;
 
 /* Every open connection of every listener, for preview_proxy_close. */
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -847,16 +869,102 @@ static void frame_policy(const char *origins, char *ret, size_t n) {
 }
 
 /* The host that runs the sandbox when it is another one (a fleet), in
- * ret; "" otherwise. */
+ * ret; "" otherwise. A paused or stopped sandbox of another host is that
+ * host's too: it wakes it, or says how to start it. */
 static void runs_elsewhere(App *app, const KeyInfo *key, const char *sandbox_id, char *ret, size_t n) {
         SandboxRow row;
         SandboxError se;
         if (!app->fleet || sandbox_get(app->manager, key, sandbox_id, &row, &se) < 0)
                 return;
         const char *self = fleet_host_id(app->fleet);
-        if (row.state == SANDBOX_RUNNING && row.host_id[0] && self && strcmp(row.host_id, self) != 0)
+        if (row.state != SANDBOX_LOST && row.host_id[0] && self && strcmp(row.host_id, self) != 0)
                 snprintf(ret, n, "%s", row.host_id);
         sandbox_row_done(&row);
+}
+
+/* Copies bytes between the client and the host that runs the sandbox
+ * until either ends. That host parses, bounds and times every request as
+ * its own listener does (its clients' bounds and this one's both hold):
+ * this end only passes bytes, and ends when that host does. */
+static void splice_host(Conn *c, Forward *f, const Input *in) {
+        char *buf = malloc(16384);
+        bool ok = buf && forward_write(f, in->buf, in->len) == 0, client_open = true;
+        while (ok && !atomic_load(&c->closing) && !atomic_load(&c->px->stop)) {
+                bool from_client = client_open && io_pending(c), from_host = forward_pending(f);
+                if (!from_client && !from_host) {
+                        struct pollfd p[2] = { { .fd = client_open ? c->fd : -1, .events = POLLIN },
+                                               { .fd = forward_fd(f), .events = POLLIN } };
+                        int k = poll(p, 2, POLL_MS);
+                        if (k < 0 && errno != EINTR)
+                                break;
+                        if (k <= 0)
+                                continue;
+                        from_client = p[0].revents & (POLLIN | POLLHUP | POLLERR);
+                        from_host = p[1].revents & (POLLIN | POLLHUP | POLLERR);
+                }
+                if (from_client) {
+                        ssize_t n = io_recv(c, buf, 16384);
+                        if (n == 0) {
+                                /* Done sending: its answers still come. */
+                                client_open = false;
+                                forward_shutdown_write(f);
+                        } else if (n > 0)
+                                ok = forward_write(f, buf, (size_t)n) == 0;
+                }
+                if (ok && from_host) {
+                        ssize_t n = forward_read(f, buf, 16384);
+                        ok = n > 0 && send_all(c, buf, (size_t)n) == 0;
+                }
+        }
+        free(buf);
+}
+
+/* Relays the connection to host, which runs the sandbox: through the
+ * fleet's own hop (its secret, its TLS), to that host's API, which hands
+ * the connection to its preview listener. A page when it cannot be. */
+static void relay_to_host(Conn *c, Input *in, const char *host) {
+        App *app = c->px->app;
+        pthread_mutex_lock(&conns_lock);
+        unsigned n = 0;
+        for (Conn *x = conns; x; x = x->next)
+                n += strcmp(x->relay_host, host) == 0;
+        bool room = n < MAX_RELAYED_PER_HOST;
+        if (room)
+                snprintf(c->relay_host, sizeof c->relay_host, "%s", host);
+        pthread_mutex_unlock(&conns_lock);
+        if (!room) {
+                refuse(c, 503, "Too many connections",
+                       "this server relays %d connections to host %s, which runs sandbox %s, the most it may; try "
+                       "again shortly", MAX_RELAYED_PER_HOST, host, c->sandbox_id);
+                return;
+        }
+        char url[512], path[160];
+        int rc = fleet_host_url(app->fleet, host, url, sizeof url);
+        if (rc == -ENOENT && fleet_refresh(app->fleet) == 0) /* a host that joined since the last look */
+                rc = fleet_host_url(app->fleet, host, url, sizeof url);
+        if (rc < 0) {
+                refuse(c, 503, "Host unavailable",
+                       "sandbox %s runs on host %s, which does not answer; try again shortly (once the fleet "
+                       "declares that host dead, the sandbox shows as lost)", c->sandbox_id, host);
+                return;
+        }
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/previews/%u:relay", c->sandbox_id, c->port);
+        ForwardTunnel t = { .base_url = url, .path = path, .protocol = PREVIEW_RELAY_PROTOCOL,
+                            .secret = atomic_load(&c->px->fleet_secret), .by = fleet_host_id(app->fleet),
+                            .sandbox_id = c->sandbox_id, .client_fd = c->fd };
+        Forward *f = NULL;
+        ApiError e = { 0 };
+        rc = forward_tunnel_open(&t, &f, &e);
+        if (rc == -ECONNRESET)
+                return;
+        if (rc < 0) {
+                log_warn(NULL, "preview %u-%s: relaying it to host %s: %s", c->port, c->sandbox_id, host, e.message);
+                refuse(c, e.status == 503 ? 503 : 502, e.status == 503 ? "Host unavailable" : "Bad gateway",
+                       "%s; try again shortly", e.message);
+                return;
+        }
+        splice_host(c, f, in);
+        forward_free(f);
 }
 
 /* Connects c->s to the preview's port inside; false once the refusal was
@@ -899,6 +1007,10 @@ static void serve(Conn *c) {
         PreviewHead h;
         const char *why = NULL;
         atomic_store(&c->active_ms, (int64_t)time_now_mono_ms());
+        /* What came with a relayed connection's upgrade is its first bytes. */
+        in->len = c->pre_len < PREVIEW_HEAD_MAX ? c->pre_len : PREVIEW_HEAD_MAX;
+        if (in->len)
+                memcpy(in->buf, c->pre, in->len);
         int r = read_head(c, in, &h, &why);
         if (r == -ETIMEDOUT)
                 refuse(c, 408, "Request timeout", "the request's head did not arrive within %d seconds",
@@ -924,6 +1036,14 @@ static void serve(Conn *c) {
                 refuse(c, 404, "No preview here",
                        "%s is not a preview's address: previews are at PORT-SANDBOX.%s", host,
                        app->preview_site->domain);
+                goto out;
+        }
+        /* A relayed connection serves the preview the relaying host asked
+         * for, and no other. */
+        if (c->relayed_by[0] && (strcmp(c->sandbox_id, c->expect_id) != 0 || c->port != c->expect_port)) {
+                log_warn(NULL, "preview %s: relayed by host %s for port %u of %s; refused", host, c->relayed_by,
+                         c->expect_port, c->expect_id);
+                refuse(c, 400, "Bad request", "this connection was relayed for another preview");
                 goto out;
         }
         StorePreview p;
@@ -953,6 +1073,17 @@ static void serve(Conn *c) {
         snprintf(key.name, sizeof key.name, "preview");
         snprintf(key.owner, sizeof key.owner, "%s", p.owner);
         explicit_bzero(p.secret, sizeof p.secret);
+        /* Another host's sandbox: the connection goes on to that host once
+         * the token passed here (it is checked there again). A connection
+         * relayed here never goes on. */
+        if (app->fleet && atomic_load(&c->px->fleet_secret) && !c->relayed_by[0] && !fleet_runs_here(app->fleet, c->sandbox_id)) {
+                char elsewhere[64] = "";
+                runs_elsewhere(app, &key, c->sandbox_id, elsewhere, sizeof elsewhere);
+                if (elsewhere[0]) {
+                        relay_to_host(c, in, elsewhere);
+                        goto out;
+                }
+        }
         if (p.embed_origins[0])
                 frame_policy(p.embed_origins, c->frame, sizeof c->frame);
         Sandbox *sb = NULL;
@@ -964,11 +1095,12 @@ static void serve(Conn *c) {
                 if (se.kind == SANDBOX_ERR_NOT_FOUND)
                         refuse(c, 404, "No preview here", "sandbox %s does not exist (any more)", c->sandbox_id);
                 else if (elsewhere[0])
-                        /* Not forwarded: the connection is relayed by the host
-                         * whose agent channel reaches the sandbox. */
+                        /* No fleet secret to relay it with (or relayed here
+                         * already): that host's listener serves it. */
                         refuse(c, 503, "Served by another host",
-                               "sandbox %s runs on host %s, and its previews are served by that host's preview "
-                               "listener: point this preview's name at it (docs/previews.md, \"A fleet\")",
+                               "sandbox %s runs on host %s, and this server does not relay previews to it: open "
+                               "it at that host's preview listener, or give the hosts a fleet secret "
+                               "(docs/previews.md, \"A fleet\")",
                                c->sandbox_id, elsewhere);
                 else
                         refuse(c, 503, "Sandbox not running",
@@ -1023,7 +1155,11 @@ static void *conn_main(void *arg) {
         conn_unlink(c);
         SSL_free(c->ssl);
         pthread_mutex_destroy(&c->io);
-        close(c->fd);
+        if (c->urh)
+                MHD_upgrade_action(c->urh, MHD_UPGRADE_ACTION_CLOSE);
+        else
+                close(c->fd);
+        free(c->pre);
         free(c);
         return NULL;
 }
@@ -1101,13 +1237,69 @@ int preview_proxy_start(App *app, int fd, void *tls, PreviewProxy **ret) {
                 free(px);
                 return -r;
         }
+        atomic_store(&serving, px);
         *ret = px;
         return 0;
+}
+
+void preview_proxy_set_fleet_secret(PreviewProxy *px, const char *secret) {
+        atomic_store(&px->fleet_secret, secret && *secret ? secret : NULL);
+}
+
+int preview_proxy_adopt(int sock, struct MHD_UpgradeResponseHandle *urh, const char *extra, size_t extra_len,
+                        const char *by, const char *sandbox_id, unsigned port) {
+        PreviewProxy *px = atomic_load(&serving);
+        if (!px || atomic_load(&px->stop))
+                return -ESHUTDOWN;
+        Conn *c = calloc(1, sizeof(*c));
+        if (!c || (extra_len && !(c->pre = malloc(extra_len)))) {
+                free(c);
+                return -ENOMEM;
+        }
+        if (extra_len)
+                memcpy(c->pre, extra, extra_len);
+        c->pre_len = extra_len;
+        c->px = px;
+        c->fd = sock;
+        c->urh = urh;
+        pthread_mutex_init(&c->io, NULL);
+        snprintf(c->relayed_by, sizeof c->relayed_by, "%s", by);
+        snprintf(c->peer, sizeof c->peer, "host:%s", by);
+        snprintf(c->expect_id, sizeof c->expect_id, "%s", sandbox_id);
+        c->expect_port = port;
+        (void)fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) | O_NONBLOCK);
+        pthread_mutex_lock(&conns_lock);
+        bool room = n_conns < MAX_CONNS && peer_count_locked(c->peer) < MAX_RELAYED_PER_HOST;
+        if (room) {
+                c->next = conns;
+                conns = c;
+                n_conns++;
+        }
+        pthread_mutex_unlock(&conns_lock);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int r = room ? pthread_create(&c->thread, &attr, conn_main, c) : EBUSY;
+        pthread_attr_destroy(&attr);
+        if (r == 0)
+                return 0;
+        if (room)
+                conn_unlink(c);
+        else
+                refuse(c, 503, "Too many connections",
+                       "the server that runs this sandbox has as many preview connections open as it may; try "
+                       "again shortly");
+        pthread_mutex_destroy(&c->io);
+        free(c->pre);
+        free(c);
+        return -r;
 }
 
 void preview_proxy_stop(PreviewProxy *px) {
         if (!px)
                 return;
+        PreviewProxy *was = px;
+        atomic_compare_exchange_strong(&serving, &was, NULL);
         atomic_store(&px->stop, true);
         pthread_join(px->accept_thread, NULL);
         close(px->fd);

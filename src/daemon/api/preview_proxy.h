@@ -16,6 +16,21 @@ typedef struct PreviewProxy PreviewProxy;
 /* Serves previews on fd (a listening socket; taken) for app, in threads of
  * its own; over TLS with tls (an SSL_CTX: preview_tls.h) unless NULL. */
 int preview_proxy_start(App *app, int fd, void *tls, PreviewProxy **ret);
+/* The fleet's secret (NULL: none): with it, a request for a preview of a
+ * sandbox another host runs is relayed to that host (docs/previews.md, "A
+ * fleet"). Set once, before any request. */
+void preview_proxy_set_fleet_secret(PreviewProxy *px, const char *secret);
+/* The protocol of a relay between two hosts: the relaying host's upgrade
+ * request to the API of the host that runs the sandbox
+ * (GET /v1/sandboxes/{id}/previews/{port}:relay). */
+#define PREVIEW_RELAY_PROTOCOL "runtime-preview"
+/* Serves the upgraded socket sock (closed through urh) as a connection of
+ * the preview listener, relayed by host `by` for port of sandbox_id only:
+ * its first bytes are extra, then what sock brings; parsed, bounded and
+ * checked (the token too) as a client's own, and never relayed on. 0, or
+ * < 0 when it was not taken (the caller closes it; a page may have gone). */
+int preview_proxy_adopt(int sock, struct MHD_UpgradeResponseHandle *urh, const char *extra, size_t extra_len,
+                        const char *by, const char *sandbox_id, unsigned port);
 /* Stops accepting, closes every connection and waits for their threads. */
 void preview_proxy_stop(PreviewProxy *px);
 /* Closes the open connections of a preview (port 0: of every preview of

@@ -326,6 +326,11 @@ const HttpRoute api_routes[] = {
           HTTP_BODY_NONE, handle_preview_delete),
         R(ROUTE_PREVIEW_ROTATE, "preview_rotate", "POST", SBX "/previews/{port}:rotate", HTTP_ACCESS_FULL,
           HTTP_BODY_JSON_OR_EMPTY, handle_preview_rotate),
+        /* Another host relays a preview's connection here: no key (the
+         * fleet's secret, which the handler requires; the preview's token
+         * is checked on the connection), never forwarded on. */
+        { .kind = ROUTE_PREVIEW_RELAY, .name = "preview_relay", .method = "GET", .path = SBX "/previews/{port}:relay",
+          .access = HTTP_ACCESS_PUBLIC, .body = HTTP_BODY_NONE, .handler = handle_preview_relay, .store_only = true },
         /* Volumes: disks that outlive sandboxes (docs/volumes.md). */
         R(ROUTE_VOLUMES_LIST, "volumes_list", "GET", "/v1/volumes", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_volumes_list),
@@ -340,11 +345,15 @@ const HttpRoute api_routes[] = {
         RI(ROUTE_VOLUME_RESIZE, "volume_resize", "POST", "/v1/volumes/{volume}:resize", HTTP_ACCESS_FULL,
            HTTP_BODY_JSON, handle_volume_resize),
         R(ROUTE_VOLUME_ATTACH, "volume_attach", "POST", "/v1/volumes/{volume}:attach", HTTP_ACCESS_FULL,
-          HTTP_BODY_JSON_OR_EMPTY, handle_volume_not_offered),
+          HTTP_BODY_JSON, handle_volume_attach),
+        R(ROUTE_VOLUME_ATTACHMENT_GET, "volume_attachment_get", "GET", "/v1/volumes/{volume}/attachments/{sandbox}",
+          HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_volume_attachment_get),
+        R(ROUTE_VOLUME_DETACH, "volume_detach", "POST", "/v1/volumes/{volume}/attachments/{sandbox}:detach",
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_volume_detach),
         RI(ROUTE_VOLUME_BACKUP, "volume_backup", "POST", "/v1/volumes/{volume}:backup", HTTP_ACCESS_FULL,
            HTTP_BODY_JSON_OR_EMPTY, handle_volume_backup),
         R(ROUTE_VOLUME_BACKUP_POLICY, "volume_backup_policy", "POST", "/v1/volumes/{volume}:backup-policy",
-          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_volume_not_offered),
+          HTTP_ACCESS_FULL, HTTP_BODY_JSON_OR_EMPTY, handle_volume_backup_policy),
         R(ROUTE_VOLUME_BACKUPS, "volume_backups", "GET", "/v1/volume-backups", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_volume_backups_list),
         R(ROUTE_VOLUME_BACKUP_GET, "volume_backup_get", "GET", "/v1/volume-backups/{backup}", HTTP_ACCESS_READ,

@@ -159,6 +159,7 @@ struct Forward {
         char *out;
         size_t out_len, out_max;
         bool complete;
+        uint64_t deadline_ms; /* the answer head's, monotonic; 0: none */
 };
 
 /* Whether f's connection may carry the next hop: its answer was read
@@ -359,6 +360,8 @@ static int wait_readable(Forward *f) {
                         return -errno;
                 if (client_left(f->client_fd))
                         return -ECONNRESET;
+                if (f->deadline_ms && now_ms() >= f->deadline_ms)
+                        return -ETIMEDOUT;
         }
 }
 
@@ -899,4 +902,124 @@ int forward_answer(Forward *f, unsigned *ret_status, struct MHD_Response **ret, 
         *ret_status = status;
         *ret = resp;
         return 0;
+}
+
+/* ---- a tunnel: another protocol over a connection of its own ---- */
+
+int forward_tunnel_open(const ForwardTunnel *t, Forward **ret, ApiError *e) {
+        Forward *f = calloc(1, sizeof(*f));
+        if (!f)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        f->fd = -1;
+        f->client_fd = t->client_fd;
+        f->ws = true; /* its connection is its own, never pooled */
+        char host_name[256], port[8];
+        bool tls = false;
+        if (parse_url(t->base_url, host_name, sizeof host_name, port, sizeof port, &tls) < 0 ||
+            strlen(t->base_url) >= sizeof f->url) {
+                forward_free(f);
+                return api_error(e, 503, "host_unavailable", "see docs/fleet.md",
+                                 "the host that runs sandbox %s has an address this host cannot use", t->sandbox_id);
+        }
+        snprintf(f->url, sizeof f->url, "%s", t->base_url);
+        char host[300];
+        snprintf(host, sizeof host, "%s", t->base_url + (tls ? 8 : 7));
+        host[strcspn(host, "/")] = '\0';
+        char *text = NULL;
+        int len = asprintf(&text,
+                           "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: %s\r\n%s: %s\r\n%s: %s\r\n\r\n",
+                           t->path, host, t->protocol, FORWARD_SECRET_HEADER, t->secret, FORWARD_BY_HEADER, t->by);
+        if (len < 0) {
+                forward_free(f);
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        }
+        ForwardRequest q = { .rid = t->rid, .sandbox_id = t->sandbox_id };
+        int rc = hop_connect(f, &q, host_name, port, tls, false, e);
+        if (rc == 0 && hop_write(f, text, (size_t)len) < 0)
+                rc = api_error(e, 503, "host_unavailable", "try again", "the host that runs sandbox %s hung up",
+                               t->sandbox_id);
+        free(text);
+        if (rc < 0) {
+                forward_free(f);
+                return -1;
+        }
+        /* A host that died without closing its connections is noticed
+         * within a minute, not when the client gives up. */
+        int one = 1, idle = 20, intvl = 10, cnt = 3;
+        unsigned user_timeout = 30000;
+        (void)setsockopt(f->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+        (void)setsockopt(f->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+        (void)setsockopt(f->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+        (void)setsockopt(f->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+        (void)setsockopt(f->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+        http_parser_init(&f->hp, HTTP_RESPONSE);
+        f->hp.data = f;
+        http_parser_settings_init(&f->hs);
+        f->hs.on_header_field = on_header_field;
+        f->hs.on_header_value = on_header_value;
+        f->hs.on_headers_complete = on_headers_complete;
+        f->deadline_ms = now_ms() + FORWARD_TUNNEL_ANSWER_MS;
+        while (rc >= 0 && !f->head_done) {
+                if (f->raw_off < f->raw_len) {
+                        if (parse_some(f, f->raw_len - f->raw_off) < 0 || f->head_bad)
+                                rc = -EBADMSG;
+                        continue;
+                }
+                rc = read_more(f, sizeof f->raw);
+                if (rc == 0)
+                        rc = -EPIPE;
+        }
+        f->deadline_ms = 0;
+        if (rc < 0) {
+                forward_free(f);
+                if (rc == -ECONNRESET)
+                        return -ECONNRESET;
+                log_warn(t->rid, "a tunnel to %s: %s", t->base_url, strerror(-rc));
+                return api_error(e, 502, "host_unavailable", "try again",
+                                 rc == -ETIMEDOUT ? "the host that runs sandbox %s did not answer in time"
+                                                  : "the host that runs sandbox %s gave no answer",
+                                 t->sandbox_id);
+        }
+        unsigned status = f->hp.status_code;
+        if (status != 101) {
+                forward_free(f);
+                log_warn(t->rid, "a tunnel to %s: refused with %u", t->base_url, status);
+                return api_error(e, 502, "host_unavailable", "see the logs of both hosts",
+                                 "the host that runs sandbox %s refused the relay (%u)", t->sandbox_id, status);
+        }
+        /* What follows the head is the new protocol's: parsed no more. */
+        http_parser_pause(&f->hp, 0);
+        f->raw_off += http_parser_execute(&f->hp, &f->hs, f->raw + f->raw_off, f->raw_len - f->raw_off);
+        *ret = f;
+        return 0;
+}
+
+int forward_fd(const Forward *f) {
+        return f->fd;
+}
+
+bool forward_pending(const Forward *f) {
+        return f->raw_off < f->raw_len || hop_pending(f);
+}
+
+ssize_t forward_read(Forward *f, char *buf, size_t n) {
+        if (f->raw_off < f->raw_len) {
+                size_t k = f->raw_len - f->raw_off < n ? f->raw_len - f->raw_off : n;
+                memcpy(buf, f->raw + f->raw_off, k);
+                f->raw_off += k;
+                return (ssize_t)k;
+        }
+        return hop_read(f, buf, n);
+}
+
+int forward_write(Forward *f, const char *p, size_t n) {
+        return hop_write(f, p, n);
+}
+
+void forward_shutdown_write(Forward *f) {
+        if (f->ssl) {
+                (void)SSL_shutdown(f->ssl);
+                ERR_clear_error();
+        }
+        (void)shutdown(f->fd, SHUT_WR);
 }

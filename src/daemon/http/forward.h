@@ -16,6 +16,7 @@
 #include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "daemon/http/apierror.h"
 
@@ -55,6 +56,35 @@ int forward_body(Forward *f, const char *data, size_t n);
  * its status, the response owning f; or e (f freed), or -ECONNRESET when the
  * client left (f freed, nothing to answer). */
 int forward_answer(Forward *f, unsigned *ret_status, struct MHD_Response **ret, ApiError *e);
+/* A connection of its own to another host for a protocol other than HTTP
+ * (a preview's bytes: docs/previews.md, "A fleet"): GET path with
+ * `Upgrade: protocol`, the fleet's secret and this host's id. */
+typedef struct ForwardTunnel {
+        const char *base_url; /* the host's advertised URL */
+        const char *path;
+        const char *protocol;
+        const char *secret, *by;
+        const char *rid;        /* for the log; may be NULL */
+        const char *sandbox_id; /* for the messages */
+        int client_fd;          /* the client's socket: its hang-up ends the wait */
+} ForwardTunnel;
+/* The answer head is waited for this long at most. */
+#define FORWARD_TUNNEL_ANSWER_MS 5000
+/* Opens the tunnel: 0 once the host answered 101 (*ret the connection,
+ * the bytes after the head kept for forward_read); -ECONNRESET when the
+ * client left; else e (503 host_unavailable when the host cannot be
+ * reached, 502 when it answers otherwise or not in time). */
+int forward_tunnel_open(const ForwardTunnel *t, Forward **ret, ApiError *e);
+/* The tunnel's socket, to poll; and whether bytes are read already that
+ * no poll of it shows (TLS's, or what came with the answer head). */
+int forward_fd(const Forward *f);
+bool forward_pending(const Forward *f);
+/* Its bytes: read (0 at the end, < 0 on error), written (0 or < 0), and
+ * the end of what this side sends. */
+ssize_t forward_read(Forward *f, char *buf, size_t n);
+int forward_write(Forward *f, const char *p, size_t n);
+void forward_shutdown_write(Forward *f);
+
 /* Closes what is open; NULL is fine. */
 void forward_free(Forward *f);
 

@@ -164,6 +164,13 @@ int sandbox_wait_state(Manager *m, const KeyInfo *key, const char *id, SandboxSt
                        SandboxRow *ret, SandboxError *e);
 /* What a row's paused time has cost at the disk rate, up to now. */
 uint64_t sandbox_row_paused_cost(Manager *m, const SandboxRow *row, int64_t now);
+/* A volume of the owner's attached to the running (or paused) sandbox id
+ * and detached again (sandbox_volumes.c): namespace driver only; a detach
+ * with files open in it is refused (409), never lazy. */
+int sandbox_volume_attach(Manager *m, const KeyInfo *key, const char *id, const SandboxVolume *v, const char *rid,
+                          SandboxError *e);
+int sandbox_volume_detach(Manager *m, const KeyInfo *key, const char *id, const char *volume_id, const char *rid,
+                          SandboxError *e);
 int sandbox_set_network(Manager *m, const KeyInfo *key, const char *id, json_t *network, SandboxRow *ret,
                         SandboxError *e);
 /* What a sandbox of this row costs an hour, and its running time so far

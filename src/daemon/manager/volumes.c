@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"
@@ -28,6 +29,16 @@ struct Volumes {
          * volume must not mount its image twice (two ext4 instances on one
          * file corrupt it). */
         pthread_mutex_t disk_lock;
+        /* An SQLite store is one host's: every file is here. In a fleet a
+         * volume's and a backup's files are on the host that made them. */
+        bool one_host;
+        unsigned day_seconds; /* the length of a day in backup policies */
+        unsigned sweep_seconds;
+        pthread_t sweeper;
+        bool sweeping;
+        bool quit;
+        pthread_mutex_t quit_lock;
+        pthread_cond_t quit_cond;
 };
 
 static StoreVolumeBounds bounds_of(const Volumes *vs) {
@@ -51,7 +62,11 @@ int volumes_open(const StoreBackend *b, const char *location, const char *state_
                 return -ENOMEM;
         vs->ops = b->volumes;
         vs->lim = *lim;
+        vs->one_host = b->volumes == &store_sqlite_volumes;
+        vs->day_seconds = VOLUME_DAY_SECONDS;
         pthread_mutex_init(&vs->disk_lock, NULL);
+        pthread_mutex_init(&vs->quit_lock, NULL);
+        pthread_cond_init(&vs->quit_cond, NULL);
         int r = snprintf(vs->dir, sizeof vs->dir, "%s/volumes", state_dir) >= (int)sizeof vs->dir ? -ENAMETOOLONG : 0;
         if (r == 0 && mkdir(vs->dir, 0700) < 0 && errno != EEXIST)
                 r = -errno;
@@ -87,11 +102,20 @@ static void unmount_all(Volumes *vs) {
 void volumes_close(Volumes *vs) {
         if (!vs)
                 return;
+        if (vs->sweeping) {
+                pthread_mutex_lock(&vs->quit_lock);
+                vs->quit = true;
+                pthread_cond_signal(&vs->quit_cond);
+                pthread_mutex_unlock(&vs->quit_lock);
+                pthread_join(vs->sweeper, NULL);
+        }
         if (vs->h)
                 unmount_all(vs);
         if (vs->h)
                 vs->ops->close(vs->h);
         pthread_mutex_destroy(&vs->disk_lock);
+        pthread_mutex_destroy(&vs->quit_lock);
+        pthread_cond_destroy(&vs->quit_cond);
         free(vs);
 }
 
@@ -205,9 +229,15 @@ static int copy_disk(const char *img, const char *mnt, const char *to) {
         return r;
 }
 
-int volumes_backup(Volumes *vs, const char *owner, const char *id, const char *name, StoreVolumeBackup *ret) {
+int64_t volumes_expiry(const Volumes *vs, int64_t now, uint32_t retention_days) {
+        return retention_days ? now + (int64_t)retention_days * vs->day_seconds : 0;
+}
+
+int volumes_backup(Volumes *vs, const char *owner, const char *id, const char *name, uint32_t retention_days,
+                   StoreVolumeBackup *ret) {
         StoreVolume v;
         StoreVolumeBackup b = { .created_at = time_now_unix() };
+        b.expires_at = volumes_expiry(vs, b.created_at, retention_days);
         char hex[21], img[PATH_MAX], mnt[PATH_MAX], to[PATH_MAX], dir[PATH_MAX];
         int r = vs->ops->get(vs->h, owner, id, &v);
         if (r < 0 || (r = random_hex(hex, 10)) < 0)
@@ -280,14 +310,132 @@ int volumes_restore(Volumes *vs, const char *owner, const char *backup_id, const
         return 0;
 }
 
+int volumes_set_backup_policy(Volumes *vs, const char *owner, const char *id, uint32_t every_minutes,
+                              uint32_t retention_days, StoreVolume *ret) {
+        StoreVolume v;
+        int r = vs->ops->get(vs->h, owner, id, &v);
+        if (r < 0)
+                return r;
+        StoreVolumeBackupPolicy p = { .every_minutes = every_minutes, .retention_days = retention_days,
+                                      .next_at = v.policy.next_at };
+        if (every_minutes != v.policy.every_minutes)
+                p.next_at = every_minutes ? time_now_unix() : 0;
+        if ((r = vs->ops->set_policy(vs->h, owner, id, &p)) < 0)
+                return r;
+        return vs->ops->get(vs->h, owner, id, ret);
+}
+
+static bool file_here(const Volumes *vs, int (*path_of)(const Volumes *, const char *, char *, size_t),
+                      const char *id) {
+        char path[PATH_MAX];
+        return path_of(vs, id, path, sizeof path) == 0 && access(path, F_OK) == 0;
+}
+
+#define SWEEP_BATCH 64u
+
+/* The backups past their retention whose files are here (or, on one host,
+ * whose files are gone) go; the store's delete lets one host do each. */
+static void expire_backups(Volumes *vs, int64_t now) {
+        StoreVolumeBackup *all = NULL;
+        size_t n = 0;
+        int r = vs->ops->backups_expired(vs->h, now, SWEEP_BATCH, &all, &n);
+        if (r < 0) {
+                log_warn(NULL, "volume backups: reading the expired ones: %s", strerror(-r));
+                return;
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (!vs->one_host && !file_here(vs, backup_path, all[i].id))
+                        continue;
+                r = volumes_backup_delete(vs, all[i].owner, all[i].id);
+                if (r == 0)
+                        log_info(NULL, "volume backup %s of %s deleted: its retention ended", all[i].id,
+                                 all[i].volume_id);
+                else if (r != -ENOENT)
+                        log_warn(NULL, "volume backup %s: deleting it at its retention's end: %s", all[i].id,
+                                 strerror(-r));
+        }
+        free(all);
+}
+
+/* Each due volume whose image is here: the claim moves its next time on,
+ * then the copy is made, kept as its policy says. A copy that fails (the
+ * owner's bound on backups, no room) waits for the next time. */
+static void take_due_backups(Volumes *vs, int64_t now) {
+        StoreVolume *all = NULL;
+        size_t n = 0;
+        int r = vs->ops->backups_due(vs->h, now, SWEEP_BATCH, &all, &n);
+        if (r < 0) {
+                log_warn(NULL, "volume backups: reading the due ones: %s", strerror(-r));
+                return;
+        }
+        for (size_t i = 0; i < n; i++) {
+                const StoreVolume *v = &all[i];
+                if (!file_here(vs, image_path, v->id))
+                        continue;
+                int64_t every = (int64_t)v->policy.every_minutes * vs->day_seconds / VOLUME_BACKUP_DAILY_MINUTES;
+                if (every < 1)
+                        every = 1;
+                /* The next time after now on the policy's grid: a daemon that
+                 * was down takes one backup for the times it missed. */
+                int64_t next = v->policy.next_at + ((now - v->policy.next_at) / every + 1) * every;
+                if (vs->ops->claim_backup(vs->h, v->id, v->policy.next_at, next) < 0)
+                        continue;
+                StoreVolumeBackup b;
+                r = volumes_backup(vs, v->owner, v->id, "scheduled", v->policy.retention_days, &b);
+                if (r == 0)
+                        log_info(NULL, "volume %s backed up as %s on its schedule", v->id, b.id);
+                else
+                        log_warn(NULL, "volume %s: its scheduled backup: %s", v->id,
+                                 r == -EUSERS ? "its owner has the most backups this daemon keeps" : strerror(-r));
+        }
+        free(all);
+}
+
+static void *sweep_thread(void *userdata) {
+        Volumes *vs = userdata;
+        pthread_mutex_lock(&vs->quit_lock);
+        while (!vs->quit) {
+                pthread_mutex_unlock(&vs->quit_lock);
+                int64_t now = time_now_unix();
+                expire_backups(vs, now);
+                take_due_backups(vs, now);
+                pthread_mutex_lock(&vs->quit_lock);
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += vs->sweep_seconds;
+                if (!vs->quit)
+                        pthread_cond_timedwait(&vs->quit_cond, &vs->quit_lock, &ts);
+        }
+        pthread_mutex_unlock(&vs->quit_lock);
+        return NULL;
+}
+
+int volumes_start_sweep(Volumes *vs, unsigned sweep_seconds, unsigned day_seconds) {
+        vs->sweep_seconds = sweep_seconds ? sweep_seconds : VOLUME_SWEEP_DEFAULT_SECONDS;
+        vs->day_seconds = day_seconds ? day_seconds : VOLUME_DAY_SECONDS;
+        int r = pthread_create(&vs->sweeper, NULL, sweep_thread, vs);
+        if (r != 0)
+                return -r;
+        vs->sweeping = true;
+        return 0;
+}
+
+int volumes_attach(Volumes *vs, const char *owner, const char *sandbox_id, const SandboxVolume *v) {
+        StoreVolumeAttachment a = { .read_only = v->read_only, .created_at = time_now_unix() };
+        snprintf(a.volume_id, sizeof a.volume_id, "%s", v->volume_id);
+        snprintf(a.sandbox_id, sizeof a.sandbox_id, "%s", sandbox_id);
+        snprintf(a.path, sizeof a.path, "%s", v->path);
+        return vs->ops->attach(vs->h, owner, &a);
+}
+
+int volumes_detach(Volumes *vs, const char *volume_id, const char *sandbox_id) {
+        return vs->ops->detach(vs->h, volume_id, sandbox_id);
+}
+
 int volumes_attach_spec(Volumes *vs, const char *owner, const char *sandbox_id, const SandboxSpec *spec,
                         size_t *ret_failed) {
         for (size_t i = 0; i < spec->n_volumes; i++) {
-                StoreVolumeAttachment a = { .read_only = spec->volumes[i].read_only, .created_at = time_now_unix() };
-                snprintf(a.volume_id, sizeof a.volume_id, "%s", spec->volumes[i].volume_id);
-                snprintf(a.sandbox_id, sizeof a.sandbox_id, "%s", sandbox_id);
-                snprintf(a.path, sizeof a.path, "%s", spec->volumes[i].path);
-                int r = vs->ops->attach(vs->h, owner, &a);
+                int r = volumes_attach(vs, owner, sandbox_id, &spec->volumes[i]);
                 if (r < 0) {
                         (void)vs->ops->detach_sandbox(vs->h, sandbox_id);
                         *ret_failed = i;

@@ -60,8 +60,10 @@ int volumes_delete(Volumes *vs, const char *owner, const char *id, bool force);
 /* A copy of the volume's disk as it is now, kept apart from it on this
  * host: a mounted volume's filesystem is frozen for the copy (writers in
  * sandboxes wait), so the copy is consistent. -EUSERS past
- * VOLUME_BACKUPS_PER_OWNER, -ENOSPC when the host has no room. */
-int volumes_backup(Volumes *vs, const char *owner, const char *id, const char *name, StoreVolumeBackup *ret);
+ * VOLUME_BACKUPS_PER_OWNER, -ENOSPC when the host has no room. With
+ * retention_days (0: none) the sweep deletes it that many days on. */
+int volumes_backup(Volumes *vs, const char *owner, const char *id, const char *name, uint32_t retention_days,
+                   StoreVolumeBackup *ret);
 int volumes_backup_get(Volumes *vs, const char *owner, const char *id, StoreVolumeBackup *ret);
 int volumes_backup_list(Volumes *vs, const char *owner, const char *volume_id, int64_t after_created,
                         const char *after_id, size_t limit, StoreVolumeBackup **ret, size_t *ret_n);
@@ -70,11 +72,38 @@ int volumes_backup_delete(Volumes *vs, const char *owner, const char *id);
  * bounds of volumes_create. */
 int volumes_restore(Volumes *vs, const char *owner, const char *backup_id, const char *name, StoreVolume *ret);
 
+/* The bounds of a backup policy (docs/volumes.md, "Backups"). */
+#define VOLUME_BACKUP_EVERY_MIN_MINUTES 15u
+#define VOLUME_BACKUP_EVERY_MAX_MINUTES (7u * 1440u)
+#define VOLUME_BACKUP_DAILY_MINUTES 1440u
+#define VOLUME_RETENTION_MAX_DAYS 365u
+#define VOLUME_DAY_SECONDS 86400u
+#define VOLUME_SWEEP_DEFAULT_SECONDS 60u
+
+/* The owner's volume is backed up every every_minutes (0: never) by the
+ * sweep, each copy kept retention_days (0: until deleted). A new interval
+ * is due at the next sweep; the same one keeps its time. */
+int volumes_set_backup_policy(Volumes *vs, const char *owner, const char *id, uint32_t every_minutes,
+                              uint32_t retention_days, StoreVolume *ret);
+/* The sweep, every sweep_seconds: deletes the expired backups and takes
+ * the due ones whose files are on this host, each claimed in the store so
+ * that one host of a fleet does it once. day_seconds is the length of a
+ * day in the policies' times (VOLUME_DAY_SECONDS but in tests). Stopped by
+ * volumes_close. */
+int volumes_start_sweep(Volumes *vs, unsigned sweep_seconds, unsigned day_seconds);
+/* When a copy taken now with retention_days expires (0: never). */
+int64_t volumes_expiry(const Volumes *vs, int64_t now, uint32_t retention_days);
+
 /* Attaches the spec's volumes to the sandbox, all or none: -ENOENT (no
  * such volume of the owner's), -EBUSY (another sandbox writes it), -EAGAIN
  * (it is being resized); *ret_failed is the index of the one refused. */
 int volumes_attach_spec(Volumes *vs, const char *owner, const char *sandbox_id, const SandboxSpec *spec,
                         size_t *ret_failed);
+/* One volume attached to a running sandbox (its writer claimed as at a
+ * create): the errors of volumes_attach_spec. volumes_detach ends it:
+ * -ENOENT for none. */
+int volumes_attach(Volumes *vs, const char *owner, const char *sandbox_id, const SandboxVolume *v);
+int volumes_detach(Volumes *vs, const char *volume_id, const char *sandbox_id);
 /* The sandbox's attachments end (it is deleted). */
 int volumes_release(Volumes *vs, const char *sandbox_id);
 

@@ -199,11 +199,17 @@ static const char *const steps[] = {
         "  updated_at BIGINT NOT NULL, PRIMARY KEY (owner, registry));",
         /* 19: the sites that may frame a preview, one a line (store_previews.h) */
         "ALTER TABLE previews ADD COLUMN embed_origins TEXT NOT NULL DEFAULT '';",
+        /* 20 is another change's step; until it is merged here it changes
+         * nothing. */
+        "SELECT 1;",
         /* 21: the builds' per-step layers, each held by a snapshot (store_images.h) */
         "CREATE TABLE image_layers ("
         "  owner TEXT NOT NULL, key TEXT NOT NULL, snapshot_id TEXT NOT NULL, host_id TEXT NOT NULL,"
         "  size_bytes BIGINT NOT NULL, used_at BIGINT NOT NULL, PRIMARY KEY (owner, key));"
         "CREATE INDEX image_layers_used ON image_layers (owner, host_id, used_at, key);",
+        /* 22: the volumes' backup policies and the backups' expiry
+         * (store_volumes.h) */
+        VOLUMES_SQL_SCHEDULES,
 };
 
 #define KIND "postgres"

@@ -29,7 +29,9 @@ static int pg_volumes_set_writer(StoreVolumes *h, const char *host_id, int64_t e
 
 static void volume_of(const PGresult *res, int i, StoreVolume *v) {
         *v = (StoreVolume){ .size_mib = (uint32_t)pgi(res, i, 4), .shared = pgi(res, i, 5) != 0,
-                            .created_at = pgi(res, i, 7) };
+                            .created_at = pgi(res, i, 7),
+                            .policy = { .every_minutes = (uint32_t)pgi(res, i, 8),
+                                        .retention_days = (uint32_t)pgi(res, i, 9), .next_at = pgi(res, i, 10) } };
         snprintf(v->id, sizeof v->id, "%s", pgv(res, i, 0) ?: "");
         snprintf(v->owner, sizeof v->owner, "%s", pgv(res, i, 1) ?: "");
         snprintf(v->name, sizeof v->name, "%s", pgv(res, i, 2) ?: "");
@@ -196,6 +198,15 @@ static int pg_volumes_attach(StoreVolumes *h, const char *owner, const StoreVolu
         return r < 0 ? r : -EAGAIN;
 }
 
+static int pg_volumes_detach(StoreVolumes *h, const char *volume_id, const char *sandbox_id) {
+        PgParams p = { 0 };
+        pgp_text(&p, volume_id);
+        pgp_text(&p, sandbox_id);
+        int64_t affected = 0;
+        int r = pgdb_exec_write(&h->c, VOLUMES_SQL_DETACH("$"), &p, &affected);
+        return r < 0 ? r : affected > 0 ? 0 : -ENOENT;
+}
+
 static int pg_volumes_detach_sandbox(StoreVolumes *h, const char *sandbox_id) {
         PgParams p = { 0 };
         pgp_text(&p, sandbox_id);
@@ -228,7 +239,8 @@ static int pg_volumes_attachments(StoreVolumes *h, const char *volume_id, StoreV
 }
 
 static void backup_of(const PGresult *res, int i, StoreVolumeBackup *b) {
-        *b = (StoreVolumeBackup){ .size_mib = (uint32_t)pgi(res, i, 4), .created_at = pgi(res, i, 5) };
+        *b = (StoreVolumeBackup){ .size_mib = (uint32_t)pgi(res, i, 4), .created_at = pgi(res, i, 5),
+                                  .expires_at = pgi(res, i, 6) };
         snprintf(b->id, sizeof b->id, "%s", pgv(res, i, 0) ?: "");
         snprintf(b->owner, sizeof b->owner, "%s", pgv(res, i, 1) ?: "");
         snprintf(b->volume_id, sizeof b->volume_id, "%s", pgv(res, i, 2) ?: "");
@@ -244,6 +256,7 @@ static int pg_volumes_backup_insert(StoreVolumes *h, const StoreVolumeBackup *b,
         pgp_int(&p, b->size_mib);
         pgp_int(&p, b->created_at);
         pgp_int(&p, max_count);
+        pgp_int(&p, b->expires_at);
         int64_t affected = 0;
         int r = pgdb_exec_write(&h->c, VOLUMES_SQL_BACKUP_INSERT("$"), &p, &affected);
         return r < 0 ? r : affected > 0 ? 0 : -EUSERS;
@@ -286,6 +299,72 @@ static int pg_volumes_backup_list(StoreVolumes *h, const char *owner, const char
         return 0;
 }
 
+/* The rows text answers for (now, limit), each read by row_of into *ret,
+ * an array of `size`-byte entries. */
+static int rows_by_time(StoreVolumes *h, const char *text, int64_t now, size_t limit, size_t size,
+                        void (*row_of)(const PGresult *, int, void *), void **ret, size_t *ret_n) {
+        PgParams p = { 0 };
+        pgp_int(&p, now);
+        pgp_int(&p, (int64_t)limit);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run(&h->c, text, &p, &res);
+        if (r < 0)
+                return r;
+        int n = PQntuples(res);
+        char *all = calloc(n > 0 ? (size_t)n : 1, size);
+        if (!all)
+                return -ENOMEM;
+        for (int i = 0; i < n; i++)
+                row_of(res, i, all + size * (size_t)i);
+        *ret = all;
+        *ret_n = (size_t)n;
+        return 0;
+}
+
+static void backup_row(const PGresult *res, int i, void *ret) {
+        backup_of(res, i, ret);
+}
+
+static void volume_row(const PGresult *res, int i, void *ret) {
+        volume_of(res, i, ret);
+}
+
+static int pg_volumes_backups_expired(StoreVolumes *h, int64_t now, size_t limit, StoreVolumeBackup **ret,
+                                      size_t *ret_n) {
+        return rows_by_time(h, VOLUMES_SQL_BACKUPS_EXPIRED("$"), now, limit, sizeof(**ret), backup_row,
+                            (void **)ret, ret_n);
+}
+
+static int pg_volumes_backups_due(StoreVolumes *h, int64_t now, size_t limit, StoreVolume **ret, size_t *ret_n) {
+        return rows_by_time(h, VOLUMES_SQL_BACKUPS_DUE("$"), now, limit, sizeof(**ret), volume_row, (void **)ret,
+                            ret_n);
+}
+
+static int pg_volumes_set_policy(StoreVolumes *h, const char *owner, const char *id,
+                                 const StoreVolumeBackupPolicy *pol) {
+        PgParams p = { 0 };
+        pgp_text(&p, owner);
+        pgp_text(&p, id);
+        pgp_int(&p, pol->every_minutes);
+        pgp_int(&p, pol->retention_days);
+        pgp_int(&p, pol->next_at);
+        int64_t affected = 0;
+        int r = pgdb_exec_write(&h->c, VOLUMES_SQL_SET_POLICY("$"), &p, &affected);
+        return r < 0 ? r : affected > 0 ? 0 : -ENOENT;
+}
+
+/* One UPDATE of the row as it was read: of two hosts claiming one due
+ * time, PostgreSQL lets the second's update find the row changed. */
+static int pg_volumes_claim_backup(StoreVolumes *h, const char *id, int64_t due_at, int64_t next_at) {
+        PgParams p = { 0 };
+        pgp_text(&p, id);
+        pgp_int(&p, due_at);
+        pgp_int(&p, next_at);
+        int64_t affected = 0;
+        int r = pgdb_exec_write(&h->c, VOLUMES_SQL_CLAIM_BACKUP("$"), &p, &affected);
+        return r < 0 ? r : affected > 0 ? 0 : -EALREADY;
+}
+
 static int pg_volumes_backup_remove(StoreVolumes *h, const char *owner, const char *id) {
         PgParams p = { 0 };
         pgp_text(&p, owner);
@@ -306,10 +385,15 @@ const StoreVolumeOps store_postgres_volumes = {
         .resize_end = pg_volumes_resize_end,
         .remove = pg_volumes_remove,
         .attach = pg_volumes_attach,
+        .detach = pg_volumes_detach,
         .detach_sandbox = pg_volumes_detach_sandbox,
         .attachments = pg_volumes_attachments,
         .backup_insert = pg_volumes_backup_insert,
         .backup_get = pg_volumes_backup_get,
         .backup_list = pg_volumes_backup_list,
         .backup_remove = pg_volumes_backup_remove,
+        .backups_expired = pg_volumes_backups_expired,
+        .set_policy = pg_volumes_set_policy,
+        .backups_due = pg_volumes_backups_due,
+        .claim_backup = pg_volumes_claim_backup,
 };

@@ -21,6 +21,8 @@ struct StoreVolumes {
 static const SqlMigration migrations[] = {
         /* 1: the tables as first released */
         { NULL, NULL, VOLUMES_SQL_SCHEMA },
+        /* 2: backup policies and the backups' expiry */
+        { NULL, NULL, VOLUMES_SQL_SCHEDULES },
 };
 
 static int sqlite_volumes_open(const char *location, StoreVolumes **ret) {
@@ -65,7 +67,10 @@ static int count_of(StoreVolumes *h, const char *text, const char *arg, int64_t 
 
 static void volume_of(sqlite3_stmt *st, StoreVolume *v) {
         *v = (StoreVolume){ .size_mib = (uint32_t)sqlite3_column_int64(st, 4), .shared = sqlite3_column_int(st, 5) != 0,
-                            .created_at = sqlite3_column_int64(st, 7) };
+                            .created_at = sqlite3_column_int64(st, 7),
+                            .policy = { .every_minutes = (uint32_t)sqlite3_column_int64(st, 8),
+                                        .retention_days = (uint32_t)sqlite3_column_int64(st, 9),
+                                        .next_at = sqlite3_column_int64(st, 10) } };
         snprintf(v->id, sizeof v->id, "%s", sqldb_col(st, 0) ?: "");
         snprintf(v->owner, sizeof v->owner, "%s", sqldb_col(st, 1) ?: "");
         snprintf(v->name, sizeof v->name, "%s", sqldb_col(st, 2) ?: "");
@@ -232,6 +237,12 @@ static int sqlite_volumes_attach(StoreVolumes *h, const char *owner, const Store
         return r < 0 ? r : -EAGAIN;
 }
 
+static int sqlite_volumes_detach(StoreVolumes *h, const char *volume_id, const char *sandbox_id) {
+        LOCKED(h);
+        int changes = 0, r = owner_id_step(h, VOLUMES_SQL_DETACH("?"), volume_id, sandbox_id, &changes);
+        return r < 0 ? r : changes > 0 ? 0 : -ENOENT;
+}
+
 static int sqlite_volumes_detach_sandbox(StoreVolumes *h, const char *sandbox_id) {
         LOCKED(h);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -276,7 +287,8 @@ static int sqlite_volumes_attachments(StoreVolumes *h, const char *volume_id, St
 
 static void backup_of(sqlite3_stmt *st, StoreVolumeBackup *b) {
         *b = (StoreVolumeBackup){ .size_mib = (uint32_t)sqlite3_column_int64(st, 4),
-                                  .created_at = sqlite3_column_int64(st, 5) };
+                                  .created_at = sqlite3_column_int64(st, 5),
+                                  .expires_at = sqlite3_column_int64(st, 6) };
         snprintf(b->id, sizeof b->id, "%s", sqldb_col(st, 0) ?: "");
         snprintf(b->owner, sizeof b->owner, "%s", sqldb_col(st, 1) ?: "");
         snprintf(b->volume_id, sizeof b->volume_id, "%s", sqldb_col(st, 2) ?: "");
@@ -295,6 +307,7 @@ static int sqlite_volumes_backup_insert(StoreVolumes *h, const StoreVolumeBackup
         sqlite3_bind_int64(st, 5, b->size_mib);
         sqlite3_bind_int64(st, 6, b->created_at);
         sqlite3_bind_int64(st, 7, max_count);
+        sqlite3_bind_int64(st, 8, b->expires_at);
         int changes = 0, r = step_done(h, st, &changes);
         return r < 0 ? r : changes > 0 ? 0 : -EUSERS;
 }
@@ -343,6 +356,78 @@ static int sqlite_volumes_backup_list(StoreVolumes *h, const char *owner, const 
         return 0;
 }
 
+/* Every row of st (bound but for its last two, now and limit) read by
+ * row_of into *ret, an array of `size`-byte entries. */
+static int rows_by_time(StoreVolumes *h, const char *text, int64_t now, size_t limit, size_t size,
+                        void (*row_of)(sqlite3_stmt *, void *), void **ret, size_t *ret_n) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (prepare(h, text, &st) < 0)
+                return -EIO;
+        sqlite3_bind_int64(st, 1, now);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)limit);
+        char *all = calloc(limit ? limit : 1, size);
+        if (!all)
+                return -ENOMEM;
+        size_t n = 0;
+        int rc = SQLITE_DONE;
+        while (n < limit && (rc = sqlite3_step(st)) == SQLITE_ROW)
+                row_of(st, all + size * n++);
+        if (n < limit && rc != SQLITE_DONE) {
+                free(all);
+                return sqldb_errno(rc) ?: -EIO;
+        }
+        *ret = all;
+        *ret_n = n;
+        return 0;
+}
+
+static void backup_row(sqlite3_stmt *st, void *ret) {
+        backup_of(st, ret);
+}
+
+static void volume_row(sqlite3_stmt *st, void *ret) {
+        volume_of(st, ret);
+}
+
+static int sqlite_volumes_backups_expired(StoreVolumes *h, int64_t now, size_t limit, StoreVolumeBackup **ret,
+                                          size_t *ret_n) {
+        return rows_by_time(h, VOLUMES_SQL_BACKUPS_EXPIRED("?"), now, limit, sizeof(**ret), backup_row,
+                            (void **)ret, ret_n);
+}
+
+static int sqlite_volumes_backups_due(StoreVolumes *h, int64_t now, size_t limit, StoreVolume **ret, size_t *ret_n) {
+        return rows_by_time(h, VOLUMES_SQL_BACKUPS_DUE("?"), now, limit, sizeof(**ret), volume_row, (void **)ret,
+                            ret_n);
+}
+
+static int sqlite_volumes_set_policy(StoreVolumes *h, const char *owner, const char *id,
+                                     const StoreVolumeBackupPolicy *p) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (prepare(h, VOLUMES_SQL_SET_POLICY("?"), &st) < 0)
+                return -EIO;
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, p->every_minutes);
+        sqlite3_bind_int64(st, 4, p->retention_days);
+        sqlite3_bind_int64(st, 5, p->next_at);
+        int changes = 0, r = step_done(h, st, &changes);
+        return r < 0 ? r : changes > 0 ? 0 : -ENOENT;
+}
+
+static int sqlite_volumes_claim_backup(StoreVolumes *h, const char *id, int64_t due_at, int64_t next_at) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (prepare(h, VOLUMES_SQL_CLAIM_BACKUP("?"), &st) < 0)
+                return -EIO;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, due_at);
+        sqlite3_bind_int64(st, 3, next_at);
+        int changes = 0, r = step_done(h, st, &changes);
+        return r < 0 ? r : changes > 0 ? 0 : -EALREADY;
+}
+
 static int sqlite_volumes_backup_remove(StoreVolumes *h, const char *owner, const char *id) {
         LOCKED(h);
         int changes = 0, r = owner_id_step(h, VOLUMES_SQL_BACKUP_REMOVE("?"), owner, id, &changes);
@@ -360,10 +445,15 @@ const StoreVolumeOps store_sqlite_volumes = {
         .resize_end = sqlite_volumes_resize_end,
         .remove = sqlite_volumes_remove,
         .attach = sqlite_volumes_attach,
+        .detach = sqlite_volumes_detach,
         .detach_sandbox = sqlite_volumes_detach_sandbox,
         .attachments = sqlite_volumes_attachments,
         .backup_insert = sqlite_volumes_backup_insert,
         .backup_get = sqlite_volumes_backup_get,
         .backup_list = sqlite_volumes_backup_list,
         .backup_remove = sqlite_volumes_backup_remove,
+        .backups_expired = sqlite_volumes_backups_expired,
+        .set_policy = sqlite_volumes_set_policy,
+        .backups_due = sqlite_volumes_backups_due,
+        .claim_backup = sqlite_volumes_claim_backup,
 };

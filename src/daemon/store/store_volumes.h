@@ -24,6 +24,15 @@ typedef enum StoreVolumeState {
         STORE_VOLUME_RESIZING, /* its file is being grown: no attach until it is ready again */
 } StoreVolumeState;
 
+/* When a volume is backed up by the daemon's sweep (docs/volumes.md,
+ * "Backups"): every every_minutes from next_at on, each copy kept
+ * retention_days. */
+typedef struct StoreVolumeBackupPolicy {
+        uint32_t every_minutes;  /* 0: no automatic backups */
+        uint32_t retention_days; /* 0: kept until deleted */
+        int64_t next_at;         /* the next one is due from here (Unix seconds) */
+} StoreVolumeBackupPolicy;
+
 typedef struct StoreVolume {
         char id[STORE_VOLUME_ID_MAX]; /* vol_ and 20 hex digits */
         char owner[STORE_VOLUME_OWNER_MAX];
@@ -33,6 +42,7 @@ typedef struct StoreVolume {
         bool shared; /* any number of sandboxes may write it at once */
         StoreVolumeState state;
         int64_t created_at;
+        StoreVolumeBackupPolicy policy;
 } StoreVolume;
 
 typedef struct StoreVolumeAttachment {
@@ -51,6 +61,7 @@ typedef struct StoreVolumeBackup {
         char name[STORE_VOLUME_NAME_MAX];
         uint32_t size_mib;
         int64_t created_at;
+        int64_t expires_at; /* 0: kept until deleted */
 } StoreVolumeBackup;
 
 /* The bounds of one owner's volumes, checked in the insert itself. */
@@ -92,6 +103,9 @@ struct StoreVolumeOps {
          * (or not the owner's), -EAGAIN while it resizes, -EBUSY when it is
          * not shared, a is not read-only and another sandbox writes it. */
         int (*attach)(StoreVolumes *h, const char *owner, const StoreVolumeAttachment *a);
+        /* The sandbox's attachment of the volume goes (a detach from a
+         * running sandbox); -ENOENT for none. */
+        int (*detach)(StoreVolumes *h, const char *volume_id, const char *sandbox_id);
         /* Every attachment of the sandbox goes (its end); never -ENOENT. */
         int (*detach_sandbox)(StoreVolumes *h, const char *sandbox_id);
         /* The volume's attachments, oldest first; *ret malloc'd. */
@@ -105,6 +119,18 @@ struct StoreVolumeOps {
                            const char *after_id, size_t limit, StoreVolumeBackup **ret, size_t *ret_n);
         /* -ENOENT for none of the owner's. */
         int (*backup_remove)(StoreVolumes *h, const char *owner, const char *id);
+        /* Every owner's backups whose expires_at has come by now, oldest
+         * expiry first, at most `limit`; *ret malloc'd. */
+        int (*backups_expired)(StoreVolumes *h, int64_t now, size_t limit, StoreVolumeBackup **ret, size_t *ret_n);
+        /* The owner's volume's backup policy is p; -ENOENT for none. */
+        int (*set_policy)(StoreVolumes *h, const char *owner, const char *id, const StoreVolumeBackupPolicy *p);
+        /* Every owner's volumes with a policy whose next_at has come by
+         * now, the longest due first, at most `limit`; *ret malloc'd. */
+        int (*backups_due)(StoreVolumes *h, int64_t now, size_t limit, StoreVolume **ret, size_t *ret_n);
+        /* Takes the due backup of volume id that was due at due_at: its
+         * next_at becomes next_at. -EALREADY when another host (or a policy
+         * change) got there first: exactly one claim of one due time wins. */
+        int (*claim_backup)(StoreVolumes *h, const char *id, int64_t due_at, int64_t next_at);
 };
 
 const char *store_volume_state_name(StoreVolumeState s);

@@ -26,7 +26,19 @@
         "  size_mib BIGINT NOT NULL CHECK (size_mib > 0), created_at BIGINT NOT NULL);"                       \
         "CREATE INDEX volume_backups_owner ON volume_backups (owner, created_at, id);"
 
+/* The backup policies and the backups' expiry: SQLite's second migration
+ * and PostgreSQL's step 22. */
+#define VOLUMES_SQL_SCHEDULES                                                                                  \
+        "ALTER TABLE volumes ADD COLUMN backup_every_minutes BIGINT NOT NULL DEFAULT 0;"                       \
+        "ALTER TABLE volumes ADD COLUMN backup_retention_days BIGINT NOT NULL DEFAULT 0;"                      \
+        "ALTER TABLE volumes ADD COLUMN backup_next_at BIGINT NOT NULL DEFAULT 0;"                             \
+        "CREATE INDEX volumes_backup_due ON volumes (backup_next_at) WHERE backup_every_minutes > 0;"         \
+        "ALTER TABLE volume_backups ADD COLUMN expires_at BIGINT NOT NULL DEFAULT 0;"                          \
+        "CREATE INDEX volume_backups_expiry ON volume_backups (expires_at) WHERE expires_at > 0;"
+
 #define VOLUME_COLUMNS "id, owner, name, labels, size_mib, shared, state, created_at"
+/* What a read answers: the columns, then the policy's (8, 9, 10). */
+#define VOLUME_READ_COLUMNS VOLUME_COLUMNS ", backup_every_minutes, backup_retention_days, backup_next_at"
 #define VOLUME_ATTACHMENT_COLUMNS "volume_id, sandbox_id, path, read_only, created_at"
 
 /* 1 id, 2 owner, 3 name, 4 labels, 5 size, 6 shared, 7 state, 8 created,
@@ -40,10 +52,10 @@
 /* 1 owner: how many volumes it has. */
 #define VOLUMES_SQL_COUNT(M) "SELECT COUNT(*) FROM volumes WHERE owner = " M "1"
 /* 1 owner, 2 id. */
-#define VOLUMES_SQL_GET(M) "SELECT " VOLUME_COLUMNS " FROM volumes WHERE owner = " M "1 AND id = " M "2"
+#define VOLUMES_SQL_GET(M) "SELECT " VOLUME_READ_COLUMNS " FROM volumes WHERE owner = " M "1 AND id = " M "2"
 /* 1 owner, 2 name ("" any), 3 after created, 4 after id ("" none), 5 limit. */
 #define VOLUMES_SQL_LIST(M)                                                                                    \
-        "SELECT " VOLUME_COLUMNS " FROM volumes WHERE owner = " M "1 AND (" M "2 = '' OR name = " M "2) "     \
+        "SELECT " VOLUME_READ_COLUMNS " FROM volumes WHERE owner = " M "1 AND (" M "2 = '' OR name = " M "2) "     \
         "AND (" M "4 = '' OR created_at > CAST(" M "3 AS BIGINT) OR (created_at = CAST(" M "3 AS BIGINT) "    \
         "AND id > " M "4)) ORDER BY created_at, id LIMIT CAST(" M "5 AS BIGINT)"
 /* 1 owner, 2 id, 3 new size, 4 the total bound. */
@@ -73,6 +85,8 @@
         "SELECT id, " M "2, " M "3, CAST(" M "4 AS INTEGER), "                                                 \
         "CASE WHEN shared = 0 AND CAST(" M "4 AS INTEGER) = 0 THEN 1 ELSE 0 END, CAST(" M "5 AS BIGINT) "     \
         "FROM volumes WHERE id = " M "1 AND owner = " M "6 AND state = 'ready'"
+/* 1 volume, 2 sandbox. */
+#define VOLUMES_SQL_DETACH(M) "DELETE FROM volume_attachments WHERE volume_id = " M "1 AND sandbox_id = " M "2"
 /* 1 sandbox. */
 #define VOLUMES_SQL_DETACH_SANDBOX(M) "DELETE FROM volume_attachments WHERE sandbox_id = " M "1"
 /* 1 volume. */
@@ -80,11 +94,12 @@
         "SELECT " VOLUME_ATTACHMENT_COLUMNS " FROM volume_attachments WHERE volume_id = " M "1 "              \
         "ORDER BY created_at, sandbox_id"
 
-#define VOLUME_BACKUP_COLUMNS "id, owner, volume_id, name, size_mib, created_at"
-/* 1 id, 2 owner, 3 volume, 4 name, 5 size, 6 created, 7 the count bound. */
+#define VOLUME_BACKUP_COLUMNS "id, owner, volume_id, name, size_mib, created_at, expires_at"
+/* 1 id, 2 owner, 3 volume, 4 name, 5 size, 6 created, 7 the count bound,
+ * 8 expires. */
 #define VOLUMES_SQL_BACKUP_INSERT(M)                                                                           \
         "INSERT INTO volume_backups (" VOLUME_BACKUP_COLUMNS ") SELECT " M "1, " M "2, " M "3, " M "4, "     \
-        "CAST(" M "5 AS BIGINT), CAST(" M "6 AS BIGINT) "                                                      \
+        "CAST(" M "5 AS BIGINT), CAST(" M "6 AS BIGINT), CAST(" M "8 AS BIGINT) "                              \
         "WHERE (SELECT COUNT(*) FROM volume_backups WHERE owner = " M "2) < CAST(" M "7 AS BIGINT)"
 /* 1 owner, 2 id. */
 #define VOLUMES_SQL_BACKUP_GET(M)                                                                              \
@@ -97,3 +112,21 @@
         "LIMIT CAST(" M "5 AS BIGINT)"
 /* 1 owner, 2 id. */
 #define VOLUMES_SQL_BACKUP_REMOVE(M) "DELETE FROM volume_backups WHERE owner = " M "1 AND id = " M "2"
+/* 1 now, 2 limit. */
+#define VOLUMES_SQL_BACKUPS_EXPIRED(M)                                                                         \
+        "SELECT " VOLUME_BACKUP_COLUMNS " FROM volume_backups WHERE expires_at > 0 "                          \
+        "AND expires_at <= CAST(" M "1 AS BIGINT) ORDER BY expires_at, id LIMIT CAST(" M "2 AS BIGINT)"
+/* 1 owner, 2 id, 3 every, 4 retention, 5 next. */
+#define VOLUMES_SQL_SET_POLICY(M)                                                                              \
+        "UPDATE volumes SET backup_every_minutes = CAST(" M "3 AS BIGINT), "                                  \
+        "backup_retention_days = CAST(" M "4 AS BIGINT), backup_next_at = CAST(" M "5 AS BIGINT) "            \
+        "WHERE owner = " M "1 AND id = " M "2"
+/* 1 now, 2 limit. */
+#define VOLUMES_SQL_BACKUPS_DUE(M)                                                                             \
+        "SELECT " VOLUME_READ_COLUMNS " FROM volumes WHERE backup_every_minutes > 0 "                         \
+        "AND backup_next_at <= CAST(" M "1 AS BIGINT) ORDER BY backup_next_at, id LIMIT CAST(" M "2 AS BIGINT)"
+/* 1 id, 2 the due time read, 3 the next one: the claim is the update of
+ * the row still as it was read. */
+#define VOLUMES_SQL_CLAIM_BACKUP(M)                                                                            \
+        "UPDATE volumes SET backup_next_at = CAST(" M "3 AS BIGINT) WHERE id = " M "1 "                       \
+        "AND backup_every_minutes > 0 AND backup_next_at = CAST(" M "2 AS BIGINT)"

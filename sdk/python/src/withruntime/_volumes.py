@@ -52,11 +52,47 @@ class VolumesOps:
         body = {"force": True} if force else {}
         return dict((yield Call(self._http.request, "POST", _volume_path(volume_id, ":delete"), json_body=body)))
 
-    def backup(self, volume_id: str, *, name: Optional[str] = None,
+    def attach(self, volume_id: str, sandbox_id: str, path: str, *, read_only: Optional[bool] = None,
                idempotency_key: Optional[str] = None) -> Dict[str, Any]:
-        """A copy of the volume as it is now, kept until deleted (docs/volumes.md, "Backups")."""
+        """Attaches the volume to a running sandbox at ``path`` (namespace driver): the
+        attachment, whose ``id`` ``detach`` and ``get_attachment`` take."""
+        return dict((yield Call(self._http.request, "POST", _volume_path(volume_id, ":attach"),
+                                json_body=_present(sandboxId=sandbox_id, path=path, readOnly=read_only),
+                                headers=idempotency_headers(idempotency_key))))
+
+    def detach(self, volume_id: str, attachment_id: str) -> Dict[str, Any]:
+        """Unmounts it from the sandbox; refused (409) while a process there uses it."""
+        path = _volume_path(volume_id) + _item_path("/attachments", attachment_id, "attachment_id", ":detach")
+        return dict((yield Call(self._http.request, "POST", path, json_body={})))
+
+    def get_attachment(self, volume_id: str, attachment_id: str) -> Dict[str, Any]:
+        path = _volume_path(volume_id) + _item_path("/attachments", attachment_id, "attachment_id")
+        return dict((yield Call(self._http.request, "GET", path)))
+
+    def backup(self, volume_id: str, *, retention_days: Optional[int] = None, name: Optional[str] = None,
+               idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+        """A copy of the volume as it is now, kept until deleted, or ``retention_days`` (1 to 365)
+        days (docs/volumes.md, "Backups")."""
         return dict((yield Call(self._http.request, "POST", _volume_path(volume_id, ":backup"),
-                                json_body=_present(name=name), headers=idempotency_headers(idempotency_key))))
+                                json_body=_present(retentionDays=retention_days, name=name),
+                                headers=idempotency_headers(idempotency_key))))
+
+    def set_backup_policy(self, volume_id: str, *, daily: Optional[bool] = None,
+                          retention_days: Optional[int] = None, every_minutes: Optional[int] = None,
+                          no_schedule: bool = False) -> Dict[str, Any]:
+        """Turns the daemon's automatic backups of the volume on (``daily=True``) or off
+        (``daily=False``), backs it up every ``every_minutes`` (15 or more) instead, or goes back
+        to daily (``no_schedule=True``); each kept ``retention_days``. What is left out keeps its
+        value. The volume, with its ``backupPolicy``."""
+        if every_minutes is not None and no_schedule:
+            raise ValueError("Give one of every_minutes and no_schedule.")
+        body: Dict[str, Any] = _present(daily=daily, retentionDays=retention_days)
+        if every_minutes is not None:
+            body["schedule"] = {"everyMinutes": every_minutes}
+        elif no_schedule:
+            body["schedule"] = None
+        return dict((yield Call(self._http.request, "POST", _volume_path(volume_id, ":backup-policy"),
+                                json_body=body)))
 
     def backups(self, volume_id: Optional[str] = None, *, cursor: Optional[str] = None,
                 limit: Optional[int] = None) -> Dict[str, Any]:

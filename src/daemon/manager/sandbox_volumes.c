@@ -1,0 +1,184 @@
+/* A volume attached to a running sandbox and detached again (volumes.md,
+ * "Attaching to a running sandbox"): the writer's claim in the store, the
+ * host's mount, the driver's bind into the running sandbox, and the
+ * sandbox's spec, in that order, each undone when a later one fails. The
+ * spec is what a later start binds, so an attachment outlives a stop and a
+ * daemon's restart as one made at the create does. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "daemon/manager/db.h"
+#include "daemon/manager/manager-internal.h"
+#include "daemon/manager/sandbox.h"
+#include "daemon/manager/volumes.h"
+
+/* Whether one path is the other or lies under it. */
+static bool nested(const char *a, const char *b) {
+        size_t na = strlen(a), nb = strlen(b), n = na < nb ? na : nb;
+        return strncmp(a, b, n) == 0 && (na == nb || (na < nb ? b[na] : a[nb]) == '/');
+}
+
+/* The driver that runs the sandbox, able to change its mounts, and its
+ * spec as a start had it. */
+typedef struct LiveMounts {
+        const Driver *d;
+        SpecPaths paths;
+        DriverSpec ds;
+} LiveMounts;
+
+static int live_mounts(Manager *m, const SandboxRow *row, LiveMounts *ret, SandboxError *e) {
+        const char *name = sandbox_driver_name(row->spec.driver);
+        if (row->state != SANDBOX_RUNNING && row->state != SANDBOX_PAUSED)
+                return conflict_state(e, row, "running", "attach it at the sandbox's create, or start the sandbox");
+        ret->d = driver_by_name(name);
+        if (ret->d && !ret->d->mount_live) {
+                if (row->spec.driver == SANDBOX_DRIVER_GVISOR)
+                        return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED,
+                                             "attach it at the sandbox's create (volumes: [{volumeId, path}])",
+                                             "gVisor's kernel takes its mounts when the sandbox starts: runsc "
+                                             "cannot add one to a running sandbox");
+                return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, "use the namespace driver",
+                                     "the %s driver does not attach volumes to a running sandbox", name);
+        }
+        if (!ret->d || spec_paths(m, row->id, row->spec.image, &ret->paths) < 0)
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not find the sandbox's driver");
+        driver_spec_from(m, row->id, &row->spec, &ret->paths, &ret->ds);
+        return 0;
+}
+
+static int op_attach(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
+        const SandboxVolume *v = arg;
+        SandboxSpec *spec = &row->spec;
+        if (spec->n_volumes >= SANDBOX_MAX_VOLUMES)
+                return sandbox_error(e, SANDBOX_ERR_TOO_MANY, "detach one first",
+                                     "a sandbox attaches at most %d volumes", SANDBOX_MAX_VOLUMES);
+        for (size_t i = 0; i < spec->n_volumes; i++) {
+                if (strcmp(spec->volumes[i].volume_id, v->volume_id) == 0)
+                        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "detach it first",
+                                             "volume %s is attached to sandbox %s already", v->volume_id, row->id);
+                if (nested(spec->volumes[i].path, v->path))
+                        return sandbox_error(e, SANDBOX_ERR_INVALID, "pick a path apart from the others",
+                                             "path %s is at or under volume %s's %s", v->path,
+                                             spec->volumes[i].volume_id, spec->volumes[i].path);
+        }
+        LiveMounts lm = { 0 };
+        int r = live_mounts(m, row, &lm, e);
+        if (r < 0) {
+                spec_paths_done(&lm.paths);
+                return r;
+        }
+        r = volumes_attach(m->volumes, row->owner, row->id, v);
+        if (r < 0) {
+                spec_paths_done(&lm.paths);
+                if (r == -ENOENT)
+                        return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "GET /v1/volumes lists your volumes",
+                                             "volume %s not found", v->volume_id);
+                if (r == -EBUSY)
+                        return sandbox_error(e, SANDBOX_ERR_CONFLICT,
+                                             "attach it with readOnly, or detach it from the sandbox that writes it",
+                                             "volume %s is written by another sandbox", v->volume_id);
+                if (r == -EAGAIN)
+                        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "try again once it is ready",
+                                             "volume %s is being resized", v->volume_id);
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the attachment");
+        }
+        SandboxSpec one = { .n_volumes = 1 };
+        one.volumes[0] = *v;
+        VolumeMountPaths vmp;
+        size_t failed = 0;
+        r = volumes_mounts(m->volumes, &one, &vmp, &failed);
+        if (r == 0)
+                r = lm.d->mount_live(&lm.ds, &vmp.mounts[0]);
+        if (r == 0) {
+                spec->volumes[spec->n_volumes++] = *v;
+                if ((r = db_sandbox_update(m->db, row)) < 0) {
+                        spec->n_volumes--;
+                        (void)lm.d->unmount_live(&lm.ds, v->path);
+                }
+        }
+        spec_paths_done(&lm.paths);
+        if (r == 0) {
+                log_info(rid, "volume %s attached to running sandbox %s at %s%s", v->volume_id, row->id, v->path,
+                         v->read_only ? " (read-only)" : "");
+                return 0;
+        }
+        (void)volumes_detach(m->volumes, v->volume_id, row->id);
+        log_error(rid, "attaching volume %s to sandbox %s at %s: %s", v->volume_id, row->id, v->path, strerror(-r));
+        if (r == -ENOTDIR)
+                return sandbox_error(e, SANDBOX_ERR_INVALID, "name a directory, or a path that does not exist yet",
+                                     "path %s is not a directory in the sandbox, or a symbolic link is on its way",
+                                     v->path);
+        if (r == -ENOENT)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, NULL, "volume %s is not on this host", v->volume_id);
+        if (r == -EBUSY)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, NULL,
+                                     "volume %s is still held by a sandbox that has not ended", v->volume_id);
+        return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not attach the volume");
+}
+
+int sandbox_volume_attach(Manager *m, const KeyInfo *key, const char *id, const SandboxVolume *v, const char *rid,
+                          SandboxError *e) {
+        if (!m->volumes)
+                return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, NULL, "this daemon keeps no volumes");
+        return with_row(m, key, id, op_attach, (void *)v, rid, NULL, e);
+}
+
+static int op_detach(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
+        const char *volume_id = arg;
+        SandboxSpec *spec = &row->spec;
+        size_t i = 0;
+        while (i < spec->n_volumes && strcmp(spec->volumes[i].volume_id, volume_id) != 0)
+                i++;
+        if (i == spec->n_volumes)
+                return sandbox_error(e, SANDBOX_ERR_NOT_FOUND, "GET /v1/volumes/{id} lists its attachments",
+                                     "volume %s is not attached to sandbox %s", volume_id, row->id);
+        /* A sandbox that is not running holds no bind: the next start
+         * leaves the volume out. */
+        if (row->state == SANDBOX_RUNNING || row->state == SANDBOX_PAUSED) {
+                LiveMounts lm = { 0 };
+                int r = live_mounts(m, row, &lm, e);
+                if (r == 0) {
+                        r = lm.d->unmount_live(&lm.ds, spec->volumes[i].path);
+                        /* EINVAL: nothing is mounted there (root inside
+                         * unmounted it itself). */
+                        if (r == -EINVAL || r == -ENOENT)
+                                r = 0;
+                        if (r == -EBUSY)
+                                r = sandbox_error(e, SANDBOX_ERR_CONFLICT,
+                                                  "close the files open in it (end the processes that use it) and "
+                                                  "detach again",
+                                                  "volume %s is in use in sandbox %s", volume_id, row->id);
+                        else if (r < 0) {
+                                log_error(rid, "detaching volume %s from sandbox %s: %s", volume_id, row->id,
+                                          strerror(-r));
+                                r = sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not detach the volume");
+                        }
+                }
+                spec_paths_done(&lm.paths);
+                if (r < 0)
+                        return r;
+        }
+        SandboxVolume gone = spec->volumes[i];
+        for (; i + 1 < spec->n_volumes; i++)
+                spec->volumes[i] = spec->volumes[i + 1];
+        spec->n_volumes--;
+        int r = db_sandbox_update(m->db, row);
+        if (r == 0)
+                r = volumes_detach(m->volumes, gone.volume_id, row->id);
+        if (r < 0 && r != -ENOENT) {
+                log_error(rid, "recording the detach of volume %s from sandbox %s: %s", volume_id, row->id,
+                          strerror(-r));
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the detach");
+        }
+        log_info(rid, "volume %s detached from sandbox %s", volume_id, row->id);
+        return 0;
+}
+
+int sandbox_volume_detach(Manager *m, const KeyInfo *key, const char *id, const char *volume_id, const char *rid,
+                          SandboxError *e) {
+        if (!m->volumes)
+                return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, NULL, "this daemon keeps no volumes");
+        return with_row(m, key, id, op_detach, (void *)volume_id, rid, NULL, e);
+}
