@@ -1,5 +1,5 @@
 # The MCP servers of a sandbox (docs/mcp.md, "Inside a sandbox"), run by
-# runtimed as `python3 -c PROGRAM runtime-mcp VERB ARGS...` under the
+# runtimed as `python3 -c PROGRAM VERB ARGS...` under the
 # sandbox's user, as an exec. Verbs:
 #
 #   start SPEC REPLACE   SPEC is the daemon's JSON: {"port", "servers": [{"id",
@@ -52,8 +52,11 @@ def alive():
         with open(path("supervisor.pid")) as f:
             pid = int(f.read())
         os.kill(pid, 0)
+        with open("/proc/%d/stat" % pid) as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # exited, not yet reaped
+                return 0
         return pid
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):
         return 0
 
 
@@ -74,25 +77,57 @@ def state():
     return st
 
 
+def group_gone(pid):
+    try:
+        os.killpg(pid, 0)
+        return False
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+
+
+def port_free(port):
+    probe = socket.socket()
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        probe.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def wait(cond, seconds):
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def stop():
+    """Ends the supervisor's process group (the gateway and its servers):
+    SIGTERM, SIGKILL after 3 s; waits for the group to be gone and the port
+    to be free."""
     pid = alive()
+    port = (state() or {}).get("port")
     if pid:
         open(path("stopping"), "w").close()
         try:
             os.killpg(pid, signal.SIGTERM)
         except OSError:
             pass
-        for _ in range(50):
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                break
-            time.sleep(0.1)
-        else:
+        if not wait(lambda: group_gone(pid), 3):
             try:
                 os.killpg(pid, signal.SIGKILL)
             except OSError:
                 pass
+            wait(lambda: group_gone(pid), 2)
+        if port:
+            wait(lambda: port_free(port), 3)
     for name in ("supervisor.pid", "status.json", "spec.json", "config.json", "stopping", "gateway.log"):
         try:
             os.unlink(path(name))
@@ -176,15 +211,9 @@ def start(spec_text, replace):
             if secret not in os.environ:
                 print(secret)
                 sys.exit(EXIT_NO_SECRET)
-    probe = socket.socket()
-    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        probe.bind(("127.0.0.1", spec["port"]))
-    except OSError:
+    if not port_free(spec["port"]):
         print(spec["port"])
         sys.exit(EXIT_PORT_BUSY)
-    finally:
-        probe.close()
     for name in ("stopping", "status.json"):
         try:
             os.unlink(path(name))
@@ -196,6 +225,7 @@ def start(spec_text, replace):
         os.setsid()
         if os.fork():
             os._exit(0)
+        os.setpgid(0, 0)  # a group of its own, which stop() ends whole
         fd = os.open(os.devnull, os.O_RDWR)
         for i in (0, 1, 2):
             os.dup2(fd, i)

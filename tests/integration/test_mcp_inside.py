@@ -123,7 +123,7 @@ print(json.dumps({"catalog": catalog, "started": started, "ready": ready, "get":
     stopped = mapi.delete(f"/v1/sandboxes/{sbx.id}/mcp")
     assert stopped.status_code == 200 and stopped.json()["stopped"] is True, stopped.text
     assert mapi.get(f"/v1/sandboxes/{sbx.id}/mcp").json()["running"] is False
-    left = sbx.exec("pgrep -f 'mcp-proxy|server-(filesystem|memory)' || true")
+    left = sbx.exec("ps -eo pid=,stat=,pgid=,args= | grep -E 'mcp-prox[y]|server-(filesystem|memor[y])' || true")
     assert left["stdout"].strip() == "", left
     assert sbx.exec("echo fine")["stdout"] == "fine\n"
 

@@ -259,7 +259,7 @@ static int gateway_error(Req *r, int code, const char *out, ApiError *e) {
 
 static int run_gateway(Req *r, const char *verb, const char *a1, const char *a2, int64_t timeout_ms, char **ret_out,
                        ApiError *e) {
-        _cleanup_json_ json_t *argv = json_pack("[s,s,s,s,s]", "python3", "-c", gateway_program, "runtime-mcp", verb);
+        _cleanup_json_ json_t *argv = json_pack("[s,s,s,s]", "python3", "-c", gateway_program, verb);
         if (argv && a1)
                 json_array_append_new(argv, json_string(a1));
         if (argv && a2)
