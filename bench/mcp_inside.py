@@ -92,7 +92,8 @@ def main() -> int:
         BEGIN,
         "## MCP servers inside a sandbox",
         "",
-        f"`sudo python3 bench/mcp_inside.py{' --quick' if args.quick else ''}` "
+        f"`sudo python3 bench/mcp_inside.py --image-dir DIR{' --quick' if args.quick else ''}` (DIR: the default "
+        "image built with this recipe, which has the MCP servers) "
         f"({datetime.now(timezone.utc):%Y-%m-%d}, {platform.node()}, {rounds} rounds per driver): the "
         "filesystem server started with `POST .../mcp` (its answer), and from the start to the first "
         "`read_text_file` answer through the preview listener (the MCP SDK's initialize and call), "
