@@ -160,9 +160,15 @@ def supervise(spec):
         for i in remaining:
             status[i].update(status="installing", error=None)
         publish()
-        gw = subprocess.Popen([GATEWAY, "--named-server-config", path("config.json"), "--port", str(spec["port"]),
-                               "--host", "127.0.0.1", "--pass-environment", "--log-level", "INFO"],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd="/workspace")
+        try:
+            gw = subprocess.Popen([GATEWAY, "--named-server-config", path("config.json"), "--port", str(spec["port"]),
+                                   "--host", "127.0.0.1", "--pass-environment", "--log-level", "INFO"],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  cwd=os.environ.get("HOME") if os.path.isdir(os.environ.get("HOME", "")) else "/")
+        except OSError as e:
+            for i in remaining:
+                status[i].update(status="failed", error="the gateway did not start: %s" % e)
+            break
         setting_up, up, tail = None, False, b""
         while True:
             line = gw.stdout.readline(LINE_MAX)

@@ -5,7 +5,8 @@ servers with sbx.mcp.start(), waits with ready() and reads get(); the official M
 connects to the filesystem server's URL through the daemon's preview listener with the answer's
 headers, lists its tools and reads a file the test wrote in /workspace. The same URL without the
 guard header is refused (401), with a wrong one too (403). A second start without replace is a
-409, one with replace starts anew; stop() ends the gateway and its servers. Hostile starts (an
+409, one with replace starts anew; a server that exits at its start reads failed while the others
+serve; stop() ends the gateway and its servers. Hostile starts (an
 unknown server, a secret mapping the server does not take, too many servers, a port out of range,
 public URLs, unknown fields) get their errors, and another owner's key a 404. Against the real
 daemon."""
@@ -119,6 +120,18 @@ print(json.dumps({"catalog": catalog, "started": started, "ready": ready, "get":
     assert "replace" in again.json()["error"]["hint"]
     again = mapi.post(f"/v1/sandboxes/{sbx.id}/mcp", json={"servers": [{"id": "memory"}], "replace": True})
     assert again.status_code == 200 and [s["id"] for s in again.json()["servers"]] == ["memory"], again.text
+
+    # A server that exits at its start reads failed, with what it said; the others run on.
+    broken = "/opt/runtime-mcp/servers/node_modules/@modelcontextprotocol/server-memory/dist/index.js"
+    assert sbx.exec(f"sudo chmod 000 {broken}")["exitCode"] == 0
+    again = mapi.post(f"/v1/sandboxes/{sbx.id}/mcp", json={"servers": [{"id": "memory"}, {"id": "filesystem"}],
+                                                         "replace": True})
+    assert again.status_code == 200, again.text
+    status = {s["id"]: s for s in again.json()["servers"]}
+    assert status["memory"]["status"] == "failed" and status["memory"]["error"], status
+    assert status["filesystem"]["status"] == "running", status
+    tools, text = asyncio.run(_read_through_sdk(url, host, again.json()["headers"]))
+    assert "written by the test" in text, text
 
     stopped = mapi.delete(f"/v1/sandboxes/{sbx.id}/mcp")
     assert stopped.status_code == 200 and stopped.json()["stopped"] is True, stopped.text
