@@ -3,7 +3,8 @@
 The published client (withruntime 0.35.0) reads the catalog, starts the filesystem and memory
 servers with sbx.mcp.start(), waits with ready() and reads get(); the official MCP Python SDK then
 connects to the filesystem server's URL through the daemon's preview listener with the answer's
-headers, lists its tools and reads a file the test wrote in /workspace. The same URL without the
+headers, lists its tools and reads a file the test wrote in /workspace, and LlamaIndex's
+McpToolSpec lists the same tools and calls one. The same URL without the
 guard header is refused (401), with a wrong one too (403). A second start without replace is a
 409, one with replace starts anew; a server that exits at its start reads failed while the others
 serve; stop() ends the gateway and its servers. Hostile starts (an
@@ -106,6 +107,19 @@ print(json.dumps({"catalog": catalog, "started": started, "ready": ready, "get":
     tools, text = asyncio.run(_read_through_sdk(url, host, headers))
     assert "list_directory" in tools, tools
     assert "written by the test" in text, text
+    # LlamaIndex's McpToolSpec: the server's tools become an agent's tools.
+    try:
+        from llama_index.tools.mcp import BasicMCPClient, McpToolSpec
+    except ImportError:  # pragma: no cover - the suite installs it (tests/requirements.txt)
+        pass
+    else:
+        async def llama():
+            spec = McpToolSpec(client=BasicMCPClient(url, headers={"Host": host, **headers}))
+            found = {t.metadata.name: t for t in await spec.to_tool_list_async()}
+            out = await found["list_directory"].acall(path="/workspace")
+            return set(found), "".join(c.text for c in out.raw_output.content if getattr(c, "text", None))
+        names, listing = asyncio.run(llama())
+        assert "read_text_file" in names and "hello.txt" in listing, (names, listing)
 
     # The guard: no header, a wrong token.
     probe = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
