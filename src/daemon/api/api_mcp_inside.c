@@ -301,14 +301,21 @@ static json_t *state_json(Req *r, const char *out, ApiError *e) {
         json_array_foreach(servers, i, s) {
                 const char *id = json_string_value(json_object_get(s, "id"));
                 const char *status = json_string_value(json_object_get(s, "status"));
+                /* The state is a file of the sandbox, which its user may
+                 * write: only catalog ids, known statuses and a bounded
+                 * error pass. */
                 if (!id || !status || !catalog_find(id))
                         continue;
-                char url[600];
+                if (strcmp(status, "installing") != 0 && strcmp(status, "running") != 0)
+                        status = "failed";
+                char url[600], err[601] = "";
                 snprintf(url, sizeof url, "%s/servers/%s/mcp", base, id);
-                json_t *err = json_object_get(s, "error");
-                json_array_append_new(list, json_pack("{s:s,s:s,s:s,s:s,s:O}", "id", id, "status", status, "url", url,
-                                                      "transport", "streamable-http", "error",
-                                                      json_is_string(err) ? err : json_null()));
+                const char *why = json_string_value(json_object_get(s, "error"));
+                if (why)
+                        snprintf(err, sizeof err, "%s", why);
+                json_t *je = why ? json_string(err) : NULL; /* NULL too where the cut split a character */
+                json_array_append_new(list, json_pack("{s:s,s:s,s:s,s:s,s:o}", "id", id, "status", status, "url", url,
+                                                      "transport", "streamable-http", "error", je ? je : json_null()));
         }
         json_t *j = json_pack("{s:b,s:I,s:O,s:{s:s},s:b}", "running", json_is_true(json_object_get(st, "running")),
                               "port", json_integer_value(port), "servers", list, "headers", PREVIEW_TOKEN_HEADER, token,
