@@ -15,9 +15,11 @@
 # with the detail on standard output.
 #
 # mcp-proxy starts its named servers one after another and exits when one of
-# them fails to start; the supervisor then marks that server failed (the last
-# one the gateway was setting up) and starts the gateway again without it, so
-# that a broken server never takes the others with it. A gateway that exits
+# them fails to start (or when one does not answer its initialize within
+# SETUP_MAX seconds, the supervisor ends it); the supervisor then marks that
+# server failed (the last one the gateway was setting up) and starts the
+# gateway again without it, so that a broken server never takes the others
+# with it. A gateway that exits
 # after it came up is started again with the same servers, RESTARTS_MAX
 # times in all. Everything the gateway and the servers write to stderr is
 # kept up to LOG_MAX bytes; the rest is read and dropped.
@@ -27,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 EXIT_MISSING = 10      # the image has no gateway (what is missing)
@@ -41,6 +44,7 @@ LOG_MAX = 64 * 1024
 LINE_MAX = 64 * 1024
 RESTARTS_MAX = 5
 START_WAIT = 40
+SETUP_MAX = 30  # seconds the gateway may take to set up every server
 
 
 def path(name):
@@ -136,6 +140,27 @@ def stop():
     return bool(pid)
 
 
+def kill_tree(pid):
+    """SIGKILL to pid and every process below it."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, []))
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def supervise(spec):
     status = {s["id"]: {"id": s["id"], "status": "installing", "error": None} for s in spec["servers"]}
     order = [s["id"] for s in spec["servers"]]
@@ -169,7 +194,16 @@ def supervise(spec):
             for i in remaining:
                 status[i].update(status="failed", error="the gateway did not start: %s" % e)
             break
-        setting_up, up, tail = None, False, b""
+        setting_up, up, tail, slow = None, False, b"", []
+
+        def too_slow():
+            if not up:
+                slow.append(True)
+                kill_tree(gw.pid)
+
+        timer = threading.Timer(SETUP_MAX, too_slow)
+        timer.daemon = True
+        timer.start()
         while True:
             line = gw.stdout.readline(LINE_MAX)
             if not line:
@@ -187,12 +221,14 @@ def supervise(spec):
                     status[i]["status"] = "running"
                 publish()
         gw.wait()
+        timer.cancel()
         if os.path.exists(path("stopping")):
             break
         if not up and setting_up in remaining:
             remaining.remove(setting_up)
-            status[setting_up].update(status="failed", error="it exited at its start: " +
-                                      tail.decode(errors="replace").strip()[-300:])
+            why = ("it did not answer MCP's initialize within %d s" % SETUP_MAX if slow else
+                   "it exited at its start: " + tail.decode(errors="replace").strip()[-300:])
+            status[setting_up].update(status="failed", error=why)
         else:
             restarts += 1
         publish()

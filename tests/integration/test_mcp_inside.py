@@ -6,8 +6,8 @@ connects to the filesystem server's URL through the daemon's preview listener wi
 headers, lists its tools and reads a file the test wrote in /workspace, and LlamaIndex's
 McpToolSpec lists the same tools and calls one. The same URL without the
 guard header is refused (401), with a wrong one too (403). A second start without replace is a
-409, one with replace starts anew; a server that exits at its start reads failed while the others
-serve; stop() ends the gateway and its servers. Hostile starts (an
+409, one with replace starts anew; a server that floods its output and exits at its start reads
+failed while the others serve, and the output kept is bounded; stop() ends the gateway and its servers. Hostile starts (an
 unknown server, a secret mapping the server does not take, too many servers, a port out of range,
 public URLs, unknown fields) get their errors, and another owner's key a 404. Against the real
 daemon."""
@@ -135,9 +135,11 @@ print(json.dumps({"catalog": catalog, "started": started, "ready": ready, "get":
     again = mapi.post(f"/v1/sandboxes/{sbx.id}/mcp", json={"servers": [{"id": "memory"}], "replace": True})
     assert again.status_code == 200 and [s["id"] for s in again.json()["servers"]] == ["memory"], again.text
 
-    # A server that exits at its start reads failed, with what it said; the others run on.
+    # A server that floods its stderr (8 MiB) and exits at its start reads failed, with what it
+    # said; the others run on, and what the gateway keeps of the output is bounded.
     broken = "/opt/runtime-mcp/servers/node_modules/@modelcontextprotocol/server-memory/dist/index.js"
-    assert sbx.exec(f"sudo chmod 000 {broken}")["exitCode"] == 0
+    flood = "for (let i = 0; i < 128; i++) process.stderr.write('x'.repeat(65535) + '\\n'); process.exit(3);"
+    assert sbx.exec(f"echo \"{flood}\" | sudo tee {broken} >/dev/null")["exitCode"] == 0
     again = mapi.post(f"/v1/sandboxes/{sbx.id}/mcp", json={"servers": [{"id": "memory"}, {"id": "filesystem"}],
                                                          "replace": True})
     assert again.status_code == 200, again.text
@@ -146,6 +148,8 @@ print(json.dumps({"catalog": catalog, "started": started, "ready": ready, "get":
     assert status["filesystem"]["status"] == "running", status
     tools, text = asyncio.run(_read_through_sdk(url, host, again.json()["headers"]))
     assert "written by the test" in text, text
+    kept = sbx.exec("stat -c %s /tmp/.runtime-mcp/gateway.log")
+    assert kept["exitCode"] == 0 and int(kept["stdout"]) <= 64 * 1024, kept
 
     stopped = mapi.delete(f"/v1/sandboxes/{sbx.id}/mcp")
     assert stopped.status_code == 200 and stopped.json()["stopped"] is True, stopped.text
