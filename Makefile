@@ -69,9 +69,14 @@ all: $(BUILD)/runtimed $(BUILD)/runtime-agent $(BUILD)/runtime $(BUILD)/runtime-
 
 # The image builder is a shell script (debootstrap does the work); the daemon
 # looks for it next to its own binary.
-$(BUILD)/runtime-image-build: images/build.sh
+$(BUILD)/runtime-image-build: images/build.sh $(BUILD)/mcp/package-lock.json $(BUILD)/mcp/package.json \
+                               $(BUILD)/mcp/requirements.txt
 	@mkdir -p $(dir $@)
 	install -m 0755 $< $@
+# The pins of the MCP servers and their gateway, read from beside the builder.
+$(BUILD)/mcp/%: images/mcp/%
+	@mkdir -p $(dir $@)
+	install -m 0644 $< $@
 # The microVM's kernel, initramfs and ext4 root, made from an image.
 $(BUILD)/runtime-microvm-build: images/microvm/build.sh
 	@mkdir -p $(dir $@)
@@ -82,6 +87,11 @@ $(BUILD)/gen/interpreter_program.inc: src/interpreter/runtime_interpreter.py
 	@mkdir -p $(dir $@)
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< >$@
 $(BUILD)/obj/daemon/daemon/api/api_interpreter.o $(BUILD)/obj/fuzz/daemon/api/api_interpreter.o: $(BUILD)/gen/interpreter_program.inc
+# So does the program that runs a sandbox's MCP servers (docs/mcp.md).
+$(BUILD)/gen/mcp_gateway_program.inc: src/mcp/runtime_mcp_gateway.py
+	@mkdir -p $(dir $@)
+	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< >$@
+$(BUILD)/obj/daemon/daemon/api/api_mcp_inside.o $(BUILD)/obj/fuzz/daemon/api/api_mcp_inside.o: $(BUILD)/gen/mcp_gateway_program.inc
 # So do the dashboard's page, script and style sheet (docs/dashboard.md).
 DASHBOARD_INC := $(patsubst src/dashboard/%,$(BUILD)/gen/dashboard/%.inc,$(wildcard src/dashboard/*.html src/dashboard/*.js src/dashboard/*.css))
 $(BUILD)/gen/dashboard/%.inc: src/dashboard/%
@@ -215,6 +225,9 @@ install: all man completion
 	install -m 0755 $(BUILD)/runtime-agent $(BUILD)/runtime-image-build $(BUILD)/runtime-microvm-build \
 	    $(BUILD)/runtime-egress $(BUILD)/runtime-supervisor \
 	    $(DESTDIR)$(LIBEXECDIR)/
+	install -d $(DESTDIR)$(LIBEXECDIR)/mcp
+	install -m 0644 images/mcp/package.json images/mcp/package-lock.json images/mcp/requirements.txt \
+	    $(DESTDIR)$(LIBEXECDIR)/mcp/
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
 	install -m 0644 $(BUILD)/man/runtime.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 $(BUILD)/man/runtimed.conf.5 $(DESTDIR)$(MANDIR)/man5/

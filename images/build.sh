@@ -50,6 +50,15 @@ PIP_PACKAGES="bash_kernel==0.10.0 --hash=sha256:da28513230f5307c7a49e87352366304
 # here in hex): any other file is refused. The binary is self-contained
 # (glibc only) and lands in /usr/local/bin/deno.
 DENO_PACKAGE="@deno/linux-x64-glibc 2.9.6 de67784ca2c2bb3b0b0e67cea02e4a37b34065ac525643209bae2f83a7e80f4d090400c2a584b6ff942a5dfce09cfe59433de22cff6f05026d120735d7a380a1"
+# MCP servers a sandbox runs (docs/mcp.md, "Inside a sandbox"): the catalog's
+# stdio servers from npm, installed with `npm ci` from images/mcp's
+# package-lock.json, which pins every package of the tree by version and
+# SHA-512 (npm refuses a tarball that differs), into /opt/runtime-mcp/servers;
+# and the gateway that serves them over streamable HTTP, mcp-proxy from PyPI,
+# with each of its dependencies pinned by version and wheel hash in
+# images/mcp/requirements.txt, in a venv of its own (/opt/runtime-mcp/venv),
+# apart from the Python packages the sandbox's user installs.
+MCP_RECIPES=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/mcp
 # The registry the tarball comes from; npm's own variable, so a host that
 # points npm at a mirror points this build there too.
 NPM_REGISTRY=${NPM_CONFIG_REGISTRY:-https://registry.npmjs.org/}
@@ -88,7 +97,7 @@ image_dir=$1
 name=$2
 
 case "$name" in
-minimal) EXTRA=""; PIP_PACKAGES=""; DENO_PACKAGE="" ;;
+minimal) EXTRA=""; PIP_PACKAGES=""; DENO_PACKAGE=""; MCP_RECIPES="" ;;
 default) EXTRA="$DEFAULT_PACKAGES" ;;
 analysis) EXTRA="$DEFAULT_PACKAGES $ANALYSIS_PACKAGES" ;;
 desktop) EXTRA="$DEFAULT_PACKAGES $DESKTOP_PACKAGES" ;;
@@ -97,7 +106,8 @@ esac
 
 # The recipe is this script plus its package lists: change either and the
 # image is rebuilt.
-recipe_sha=$( { cat "${BASH_SOURCE[0]}"; printf '%s\n' "$PACKAGES" "$EXTRA" "$PIP_PACKAGES" "$DENO_PACKAGE"; } | sha256sum | cut -d' ' -f1)
+recipe_sha=$( { cat "${BASH_SOURCE[0]}"; printf '%s\n' "$PACKAGES" "$EXTRA" "$PIP_PACKAGES" "$DENO_PACKAGE"
+        [ -z "$MCP_RECIPES" ] || cat "$MCP_RECIPES/requirements.txt" "$MCP_RECIPES/package-lock.json"; } 2>/dev/null | sha256sum | cut -d' ' -f1)
 target="$image_dir/$name"
 
 is_current() {
@@ -114,6 +124,9 @@ fi
 command -v debootstrap >/dev/null || die "debootstrap is not installed"
 [ -z "$PIP_PACKAGES" ] || python3 -m pip --version >/dev/null 2>&1 || die "python3-pip is not installed"
 [ -z "$DENO_PACKAGE" ] || command -v curl >/dev/null || die "curl is not installed"
+[ -z "$MCP_RECIPES" ] || command -v npm >/dev/null || die "npm is not installed"
+[ -z "$MCP_RECIPES" ] || { [ -f "$MCP_RECIPES/package-lock.json" ] && [ -f "$MCP_RECIPES/requirements.txt" ]; } ||
+        die "the MCP servers' pins are missing (looked for $MCP_RECIPES/package-lock.json and requirements.txt)"
 
 mkdir -p "$image_dir"
 # One builder per image at a time: a second one waits, then finds the image
@@ -245,6 +258,30 @@ if [ -n "$EXTRA" ]; then
                 install -m 0755 "$work/package/deno" "$root/usr/local/bin/deno"
                 rm -rf "$work/deno.tgz" "$work/package"
         fi
+        if [ -n "$MCP_RECIPES" ]; then
+                log "installing the MCP gateway (mcp-proxy) and the catalog's servers"
+                mkdir -p "$root/tmp/mcp-wheels" "$root/opt/runtime-mcp/servers"
+                python3 -m pip download -q --no-deps --require-hashes --no-cache-dir -d "$root/tmp/mcp-wheels" \
+                        -r "$MCP_RECIPES/requirements.txt"
+                cp "$MCP_RECIPES/requirements.txt" "$root/tmp/mcp-wheels/"
+                chroot "$root" python3 -m venv /opt/runtime-mcp/venv
+                chroot "$root" /opt/runtime-mcp/venv/bin/pip install -q --no-deps --require-hashes --no-index \
+                        --no-cache-dir --find-links /tmp/mcp-wheels -r /tmp/mcp-wheels/requirements.txt
+                # As with pip above, the host's npm fetches (its certificate
+                # authorities and proxy); npm ci checks every tarball against
+                # the lock's SHA-512 and runs no package's scripts. The tree
+                # is plain JavaScript, run by the image's Node.js.
+                mkdir -p "$work/mcp-servers"
+                cp "$MCP_RECIPES/package.json" "$MCP_RECIPES/package-lock.json" "$work/mcp-servers/"
+                (cd "$work/mcp-servers" && npm ci --ignore-scripts --omit=dev --no-audit --no-fund --engine-strict=false \
+                        --cache "$work/npm-cache" --registry "$NPM_REGISTRY") >"$work/npm.log" 2>&1 ||
+                        { tail -n 20 "$work/npm.log" >&2; die "npm ci of the MCP servers failed"; }
+                cp -a "$work/mcp-servers/." "$root/opt/runtime-mcp/servers/"
+                chown -R 0:0 "$root/opt/runtime-mcp"
+                chmod -R a+rX,go-w "$root/opt/runtime-mcp"
+                rm -rf "$work/mcp-servers" "$work/npm-cache"
+                rm -f "$work/npm.log"
+        fi
         umount "$root/proc"
         rm -f "$work/apt.log"
 fi
@@ -312,7 +349,7 @@ chmod 0700 "$root"
 echo "$recipe_sha" >"$work/recipe.sha256"
 date -u +%Y-%m-%dT%H:%M:%SZ >"$work/built-at"
 echo "$RUNTIME_UID_SHIFT" >"$work/uid-shift"
-echo "$PACKAGES $EXTRA${PIP_PACKAGES:+ ${PIP_PACKAGES%% *}}${DENO_PACKAGE:+ $(echo "$DENO_PACKAGE" | awk '{ print $1 "@" $2 }')}" >"$work/packages"
+echo "$PACKAGES $EXTRA${PIP_PACKAGES:+ ${PIP_PACKAGES%% *}}${DENO_PACKAGE:+ $(echo "$DENO_PACKAGE" | awk '{ print $1 "@" $2 }')}${MCP_RECIPES:+ $(grep -o '^mcp-proxy==[^ ]*' "$MCP_RECIPES/requirements.txt")}" >"$work/packages"
 rm -f "$work/debootstrap.log"
 du -sh "$root" | awk '{ print "rootfs size " $1 }' | while read -r l; do log "$l"; done
 

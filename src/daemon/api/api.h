@@ -183,6 +183,10 @@ typedef enum RouteKind {
         ROUTE_SESSION_CREATE,
         ROUTE_SESSION_LIST,
         ROUTE_SESSION_REVOKE,
+        ROUTE_MCP_CATALOG,
+        ROUTE_SANDBOX_MCP_START,
+        ROUTE_SANDBOX_MCP_GET,
+        ROUTE_SANDBOX_MCP_STOP,
         ROUTE_BROWSER_START,
         ROUTE_BROWSER_GET,
         ROUTE_BROWSER_STOP,
@@ -298,6 +302,12 @@ json_t *api_image_json(const ImageInfo *info);
  * in api_previews.c). Its URL (http(s)://PORT-sbx-HEX.DOMAIN[:PORT]) in
  * ret_url and a token of the default life in ret_token; 501
  * previews_unavailable without a listener. */
+/* Runs argv (a JSON array) in the route's sandbox as its user, as an exec
+ * does: 0 with its exit status in *ret_exit and its standard output in
+ * *ret_out (trailing white space cut; its first line alone when it failed),
+ * or e filled (the sandbox, a timeout, output past max_out). */
+int api_sandbox_script(Req *r, json_t *argv, int64_t timeout_ms, size_t max_out, char **ret_out, int *ret_exit,
+                       ApiError *e);
 int api_preview_share(Req *r, unsigned port, char *ret_url, size_t url_len, char ret_token[PREVIEW_TOKEN_MAX],
                       ApiError *e);
 /* The file at path in the route's sandbox, read as the sandbox's own user,

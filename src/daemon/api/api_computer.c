@@ -368,17 +368,10 @@ static int verb_error(Req *r, int code, const char *out, const char *err, ApiErr
         }
 }
 
-/* Runs the script's verb with args in the route's sandbox: 0 and its
- * standard output (trailing white space cut) in *ret_out, or e filled. */
-static int run_verb(Req *r, const char *verb, const char *const *args, size_t n, int64_t timeout_ms, size_t max_out,
-                    char **ret_out, ApiError *e) {
-        _cleanup_json_ json_t *argv = json_pack("[s,s,s,s,s]", "bash", "-c", computer_script, "runtime-computer", verb);
-        for (size_t i = 0; argv && i < n; i++)
-                if (json_array_append_new(argv, json_string(args[i])) < 0)
-                        json_decref(TAKE_PTR(argv));
-        _cleanup_json_ json_t *body = argv ? json_pack("{s:O,s:I,s:I}", "argv", argv, "timeoutMs", (json_int_t)timeout_ms,
-                                                       "maxOutputBytes", (json_int_t)max_out)
-                                           : NULL;
+int api_sandbox_script(Req *r, json_t *argv, int64_t timeout_ms, size_t max_out, char **ret_out, int *ret_exit,
+                       ApiError *e) {
+        _cleanup_json_ json_t *body = json_pack("{s:O,s:I,s:I}", "argv", argv, "timeoutMs", (json_int_t)timeout_ms,
+                                                "maxOutputBytes", (json_int_t)max_out);
         if (!body)
                 return -ENOMEM;
         ExecRequest q;
@@ -394,7 +387,7 @@ static int run_verb(Req *r, const char *verb, const char *const *args, size_t n,
         _cleanup_json_ json_t *res = NULL;
         rc = api_exec_run(sb, &q, req_socket(r), r->rid, &res, e);
         exec_request_done(&q);
-        if (rc == -EPIPE) /* the client left; the verb was cancelled */
+        if (rc == -EPIPE) /* the client left; the program was cancelled */
                 return rc;
         if (rc < 0)
                 return e->code ? rc : -ENOMEM;
@@ -402,23 +395,43 @@ static int run_verb(Req *r, const char *verb, const char *const *args, size_t n,
         const char *err = json_string_value(json_object_get(res, "stderr"));
         json_t *ec = json_object_get(res, "exitCode");
         if (json_is_true(json_object_get(res, "timedOut")) || !json_is_integer(ec))
-                return api_error(e, 503, "unavailable", "try again", "the sandbox did not finish the %s in time", verb);
+                return api_error(e, 503, "unavailable", "try again", "the sandbox did not finish in time");
         if (json_is_true(json_object_get(res, "stdoutTruncated")))
                 return api_error(e, 500, "internal", NULL, "the sandbox answered more than expected");
-        if (json_integer_value(ec) != 0) {
-                _cleanup_free_ char *detail = strdup(out ? out : "");
-                if (!detail)
-                        return -ENOMEM;
-                detail[strcspn(detail, "\n")] = '\0';
-                return verb_error(r, (int)json_integer_value(ec), detail, err ? err : "", e);
-        }
+        *ret_exit = (int)json_integer_value(ec);
+        if (*ret_exit != 0 && err && *err)
+                log_error(r->rid, "a program in %s exited %d: %.300s", r->route.sandbox_id, *ret_exit, err);
         char *copy = strdup(out ? out : "");
         if (!copy)
                 return -ENOMEM;
         size_t len = strlen(copy);
-        while (len > 0 && (copy[len - 1] == '\n' || copy[len - 1] == ' '))
-                copy[--len] = '\0';
+        if (*ret_exit != 0) /* the detail: its first line */
+                copy[strcspn(copy, "\n")] = '\0';
+        else
+                while (len > 0 && (copy[len - 1] == '\n' || copy[len - 1] == ' '))
+                        copy[--len] = '\0';
         *ret_out = copy;
+        return 0;
+}
+
+/* Runs the script's verb with args in the route's sandbox: 0 and its
+ * standard output (trailing white space cut) in *ret_out, or e filled. */
+static int run_verb(Req *r, const char *verb, const char *const *args, size_t n, int64_t timeout_ms, size_t max_out,
+                    char **ret_out, ApiError *e) {
+        _cleanup_json_ json_t *argv = json_pack("[s,s,s,s,s]", "bash", "-c", computer_script, "runtime-computer", verb);
+        for (size_t i = 0; argv && i < n; i++)
+                if (json_array_append_new(argv, json_string(args[i])) < 0)
+                        json_decref(TAKE_PTR(argv));
+        if (!argv)
+                return -ENOMEM;
+        _cleanup_free_ char *out = NULL;
+        int code = 0;
+        int rc = api_sandbox_script(r, argv, timeout_ms, max_out, &out, &code, e);
+        if (rc < 0)
+                return rc;
+        if (code != 0)
+                return verb_error(r, code, out, "", e);
+        *ret_out = TAKE_PTR(out);
         return 0;
 }
 

@@ -18,6 +18,7 @@
 #include "daemon/api/api_keys.h"
 #include "daemon/api/api_links.h"
 #include "daemon/api/api_mcp.h"
+#include "daemon/api/api_mcp_inside.h"
 #include "daemon/api/api_otel.h"
 #include "daemon/api/api_previews.h"
 #include "daemon/api/api_volumes.h"
@@ -378,6 +379,16 @@ const HttpRoute api_routes[] = {
           HTTP_ACCESS_FULL, HTTP_BODY_NONE, handle_interpreter_contexts),
         R(ROUTE_INTERP_RESULT, "interpreter_result", "GET", SBX "/interpreter/contexts/{context}/results/{result}",
           HTTP_ACCESS_READ, HTTP_BODY_NONE, handle_interpreter_result),
+        /* MCP servers inside a sandbox (docs/mcp.md). The state answers
+         * the URLs' guard token: full keys only, as the browser's. */
+        R(ROUTE_MCP_CATALOG, "mcp_catalog", "GET", "/v1/mcp/catalog", HTTP_ACCESS_READ, HTTP_BODY_NONE,
+          handle_mcp_catalog),
+        R(ROUTE_SANDBOX_MCP_START, "sandbox_mcp_start", "POST", SBX "/mcp", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
+          handle_sandbox_mcp_start),
+        R(ROUTE_SANDBOX_MCP_GET, "sandbox_mcp_get", "GET", SBX "/mcp", HTTP_ACCESS_FULL, HTTP_BODY_NONE,
+          handle_sandbox_mcp_get),
+        R(ROUTE_SANDBOX_MCP_STOP, "sandbox_mcp_stop", "DELETE", SBX "/mcp", HTTP_ACCESS_FULL, HTTP_BODY_NONE,
+          handle_sandbox_mcp_stop),
         /* The browser and the desktop (docs/computer-use.md). Reading the
          * browser's state answers a cdpUrl, which drives it: full keys only. */
         R(ROUTE_BROWSER_START, "browser_start", "POST", SBX "/browser:start", HTTP_ACCESS_FULL,

@@ -1,0 +1,195 @@
+"""MCP servers inside a sandbox (docs/mcp.md, "Inside a sandbox"), on the default image.
+
+The published client (withruntime 0.35.0) reads the catalog, starts the filesystem and memory
+servers with sbx.mcp.start(), waits with ready() and reads get(); the official MCP Python SDK then
+connects to the filesystem server's URL through the daemon's preview listener with the answer's
+headers, lists its tools and reads a file the test wrote in /workspace, and LlamaIndex's
+McpToolSpec lists the same tools and calls one. The same URL without the
+guard header is refused (401), with a wrong one too (403). A second start without replace is a
+409, one with replace starts anew; a server that floods its output and exits at its start reads
+failed while the others serve, and the output kept is bounded; stop() ends the gateway and its servers. Hostile starts (an
+unknown server, a secret mapping the server does not take, too many servers, a port out of range,
+public URLs, unknown fields) get their errors, and another owner's key a 404. Against the real
+daemon."""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from helpers import Api, assert_error, free_port, skip_unless_driver
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import _finish_daemon, _start_daemon  # noqa: E402
+
+mcp = pytest.importorskip("mcp", reason="the MCP Python SDK (tests/requirements.txt: mcp) is not installed")
+from mcp import ClientSession  # noqa: E402
+
+DRIVERS = ["namespace", "gvisor"]
+
+
+@pytest.fixture(scope="module")
+def mdaemon(build_dir, image_dir, tmp_path_factory):
+    """A daemon with a preview listener: the servers' URLs are served there."""
+    state = tmp_path_factory.mktemp("mcpin") / "state"
+    port = free_port()
+    d = _start_daemon(build_dir, image_dir, state, f"runtime-test-{os.getpid()}-mcpin",
+                      extra_args=["--preview-listen", f"127.0.0.1:{port}"])
+    d.preview_port = port
+    yield d
+    _finish_daemon(d)
+
+
+@pytest.fixture
+def mapi(mdaemon):
+    c = Api(mdaemon)
+    yield c
+    problems = c.delete_all()
+    c.close()
+    assert mdaemon.alive(), "runtimed died during the test"
+    assert not problems, problems
+
+
+def _local(url: str, preview_port: int) -> tuple[str, str]:
+    """The URL at the listener's address, and the Host that names the preview (*.localhost
+    need not resolve on the host)."""
+    parts = urlsplit(url)
+    return f"http://127.0.0.1:{preview_port}{parts.path}", parts.netloc
+
+
+async def _read_through_sdk(url: str, host: str, headers: dict) -> tuple[set, str]:
+    from mcp.client import streamable_http as sh
+    client = httpx.AsyncClient(headers={"Host": host, **headers}, timeout=httpx.Timeout(60, read=120))
+    try:
+        async with sh.streamable_http_client(url, http_client=client) as (read, write, _):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                tools = {t.name for t in (await s.list_tools()).tools}
+                name = "read_text_file" if "read_text_file" in tools else "read_file"
+                res = await s.call_tool(name, {"path": "/workspace/hello.txt"})
+                return tools, "".join(c.text for c in res.content if getattr(c, "text", None))
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_servers_through_published_client_and_mcp_sdk(published_client, mdaemon, mapi, driver):
+    skip_unless_driver(mdaemon, driver)
+    sbx = mapi.create_sandbox(driver=driver, memoryMiB=1024)
+    sbx.write("/workspace/hello.txt", b"written by the test\n")
+    got = published_client.run_json(mdaemon, """
+import json, sys
+from withruntime import Runtime, Sandbox
+sbx = Sandbox.connect(sys.argv[1])
+catalog = Runtime().mcp.catalog()
+started = sbx.mcp.start([{"id": "filesystem"}, {"id": "memory"}])
+ready = sbx.mcp.ready(timeout=60, interval=0.5)
+print(json.dumps({"catalog": catalog, "started": started, "ready": ready, "get": sbx.mcp.get()}))
+""", args=[sbx.id])
+    ids = {c["id"]: c for c in got["catalog"]}
+    assert {"filesystem", "memory"} <= set(ids), got["catalog"]
+    assert ids["filesystem"]["inImage"] is True and ids["filesystem"]["secrets"] == [], ids
+    ready = got["ready"]
+    assert ready["running"] is True, got
+    status = {s["id"]: s for s in ready["servers"]}
+    assert status["filesystem"]["status"] == "running" and status["memory"]["status"] == "running", ready
+    headers = ready["headers"]
+    assert list(headers) == ["x-runtime-preview-token"], headers
+    fs = status["filesystem"]["url"]
+    assert urlsplit(fs).hostname.startswith(f"{ready['port']}-sbx-") and fs.endswith("/servers/filesystem/mcp"), fs
+
+    url, host = _local(fs, mdaemon.preview_port)
+    tools, text = asyncio.run(_read_through_sdk(url, host, headers))
+    assert "list_directory" in tools, tools
+    assert "written by the test" in text, text
+    # LlamaIndex's McpToolSpec: the server's tools become an agent's tools.
+    try:
+        from llama_index.tools.mcp import BasicMCPClient, McpToolSpec
+    except ImportError:  # pragma: no cover - the suite installs it (tests/requirements.txt)
+        pass
+    else:
+        async def llama():
+            spec = McpToolSpec(client=BasicMCPClient(url, headers={"Host": host, **headers}))
+            found = {t.metadata.name: t for t in await spec.to_tool_list_async()}
+            out = await found["list_directory"].acall(path="/workspace")
+            return set(found), "".join(c.text for c in out.raw_output.content if getattr(c, "text", None))
+        names, listing = asyncio.run(llama())
+        assert "read_text_file" in names and "hello.txt" in listing, (names, listing)
+
+    # The guard: no header, a wrong token.
+    probe = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    accept = {"Host": host, "Accept": "application/json, text/event-stream"}
+    with httpx.Client(timeout=15) as c:
+        assert c.post(url, json=probe, headers=accept).status_code == 401
+        assert c.post(url, json=probe, headers={**accept, "x-runtime-preview-token": "1.00"}).status_code == 403
+
+    # A second start: refused without replace, a new gateway with it.
+    again = mapi.post(f"/v1/sandboxes/{sbx.id}/mcp", json={"servers": [{"id": "memory"}]})
+    assert_error(again, 409, "conflict")
+    assert "replace" in again.json()["error"]["hint"]
+    again = mapi.post(f"/v1/sandboxes/{sbx.id}/mcp", json={"servers": [{"id": "memory"}], "replace": True})
+    assert again.status_code == 200 and [s["id"] for s in again.json()["servers"]] == ["memory"], again.text
+
+    # A server that floods its stderr (8 MiB) and exits at its start reads failed, with what it
+    # said; the others run on, and what the gateway keeps of the output is bounded.
+    broken = "/opt/runtime-mcp/servers/node_modules/@modelcontextprotocol/server-memory/dist/index.js"
+    flood = "for (let i = 0; i < 128; i++) process.stderr.write('x'.repeat(65535) + '\\n'); process.exit(3);"
+    assert sbx.exec(f"echo \"{flood}\" | sudo tee {broken} >/dev/null")["exitCode"] == 0
+    again = mapi.post(f"/v1/sandboxes/{sbx.id}/mcp", json={"servers": [{"id": "memory"}, {"id": "filesystem"}],
+                                                         "replace": True})
+    assert again.status_code == 200, again.text
+    status = {s["id"]: s for s in again.json()["servers"]}
+    assert status["memory"]["status"] == "failed" and status["memory"]["error"], status
+    assert status["filesystem"]["status"] == "running", status
+    tools, text = asyncio.run(_read_through_sdk(url, host, again.json()["headers"]))
+    assert "written by the test" in text, text
+    kept = sbx.exec("stat -c %s /tmp/.runtime-mcp/gateway.log")
+    assert kept["exitCode"] == 0 and int(kept["stdout"]) <= 64 * 1024, kept
+
+    stopped = mapi.delete(f"/v1/sandboxes/{sbx.id}/mcp")
+    assert stopped.status_code == 200 and stopped.json()["stopped"] is True, stopped.text
+    assert mapi.get(f"/v1/sandboxes/{sbx.id}/mcp").json()["running"] is False
+    left = sbx.exec("ps -eo pid=,stat=,pgid=,args= | grep -E 'mcp-prox[y]|server-(filesystem|memor[y])' || true")
+    assert left["stdout"].strip() == "", left
+    assert sbx.exec("echo fine")["stdout"] == "fine\n"
+
+
+@pytest.mark.driver_independent
+def test_hostile_starts(mdaemon, mapi):
+    sbx = mapi.create_sandbox()
+    path = f"/v1/sandboxes/{sbx.id}/mcp"
+
+    def start(body, status, code, needle):
+        r = mapi.post(path, json=body)
+        assert_error(r, status, code)
+        assert needle in r.json()["error"]["message"], r.text
+
+    start({"servers": [{"id": "nope"}]}, 404, "not_found", '"nope"')
+    start({"servers": [{"id": "filesystem", "secrets": {"GITHUB_TOKEN": "GH"}}]}, 400, "invalid_request",
+          "takes no secret GITHUB_TOKEN")
+    start({"servers": [{"id": "filesystem", "secrets": {"BAD-NAME": "GH"}}]}, 400, "invalid_request",
+          "environment name")
+    start({"servers": [{"id": "filesystem", "secrets": ["GH"]}]}, 400, "invalid_request", "secrets")
+    start({"servers": [{"id": "filesystem"}] * 9}, 400, "invalid_request", "1 to 8")
+    start({"servers": [{"id": "filesystem"}, {"id": "filesystem"}]}, 400, "invalid_request", "twice")
+    start({"servers": []}, 400, "invalid_request", "1 to 8")
+    start({"servers": [{"id": "filesystem"}], "port": 80}, 400, "invalid_request", "port")
+    start({"servers": [{"id": "filesystem"}], "port": 70000}, 400, "invalid_request", "port")
+    start({"servers": [{"id": "filesystem"}], "port": "8811"}, 400, "invalid_request", "port")
+    start({"servers": [{"id": "filesystem"}], "public": True}, 501, "not_implemented", "public")
+    start({"servers": [{"id": "filesystem", "cmd": "sh"}]}, 400, "invalid_request", "unknown field")
+    start({"servers": [{"id": "filesystem"}], "command": "sh"}, 400, "invalid_request", "unknown field")
+    start({"servers": [{"id": "x" * 5000}]}, 404, "not_found", "no server")
+    assert mapi.get(path).json()["running"] is False
+    # Another owner's key: the sandbox is not theirs.
+    k = mapi.post("/v1/keys", json={"name": "mcpin-other", "owner": "mcpin-other"})
+    assert k.status_code == 201, k.text
+    with Api(mdaemon, key=k.json()["key"]) as other:
+        for r in (other.get(path), other.delete(path), other.post(path, json={"servers": [{"id": "memory"}]})):
+            assert r.status_code == 404, r.text
+    assert sbx.exec("echo fine")["stdout"] == "fine\n"
