@@ -199,8 +199,8 @@ static const char *const steps[] = {
         "  updated_at BIGINT NOT NULL, PRIMARY KEY (owner, registry));",
         /* 19: the sites that may frame a preview, one a line (store_previews.h) */
         "ALTER TABLE previews ADD COLUMN embed_origins TEXT NOT NULL DEFAULT '';",
-        /* 20 is another change's step; until it is merged here it changes
-         * nothing. */
+        /* 20: none (a number kept, never used: the steps after it were
+         * numbered before it was known to be unneeded; it changes nothing) */
         "SELECT 1;",
         /* 21: the builds' per-step layers, each held by a snapshot (store_images.h) */
         "CREATE TABLE image_layers ("
