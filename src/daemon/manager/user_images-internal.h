@@ -97,6 +97,14 @@ typedef struct Build {
 
 /* A line of the daemon's own in the build's log. */
 __attribute__((format(printf, 2, 3))) int build_log_sys(BuildLog *l, const char *fmt, ...);
+/* A step's output in the build's log, split into lines (a partial line is
+ * held until its end or build_log_flush); -EFBIG once the log is past its
+ * bound. */
+int build_log_output(BuildLog *l, int fd, const uint8_t *data, size_t len);
+int build_log_flush(BuildLog *l);
+/* The owner's directory of context chunks (named by a hash of the owner);
+ * made when `make`. NULL on failure. */
+char *build_owner_dir(UserImages *u, const char *owner, bool make);
 /* The build fails with this message (its log's last line): the error. */
 __attribute__((format(printf, 2, 3))) int build_fail(Build *b, const char *fmt, ...);
 /* A variable (ARG, then ENV) for dockerfile_expand; userdata is the Build. */
