@@ -225,6 +225,8 @@ static int stage1(char *const argv[], const char **ret_what) {
         STEP("mount /.runtime",
              mount_at("tmpfs", NEWROOT AGENT_DIR, "tmpfs", MS_NOSUID | MS_NODEV, AGENT_TMPFS_OPTS, 0755));
         STEP("copy the agent", copy_file("/proc/self/exe", NEWROOT AGENT_PATH, 0755));
+        if (access(VM_VOLUMES_FILE, F_OK) == 0)
+                STEP("keep the volumes' list", copy_file(VM_VOLUMES_FILE, NEWROOT VM_VOLUMES_KEPT, 0444));
         STEP("seal /.runtime",
              mount(NULL, NEWROOT AGENT_DIR, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0
                      ? -errno
@@ -233,6 +235,7 @@ static int stage1(char *const argv[], const char **ret_what) {
         /* The initramfs stays mounted (as the hidden old root); free what it
          * holds of guest RAM. */
         unlink("/init");
+        unlink(VM_VOLUMES_FILE);
         rmdir(VM_MODULES_DIR);
         umount2("/sys", MNT_DETACH);
         umount2("/proc", MNT_DETACH);
@@ -364,6 +367,74 @@ static int pids_limit(void) {
         return 0;
 }
 
+/* The directory at path under the root, made where missing (0755, root's),
+ * every part a directory and none a symbolic link: what the sandbox left
+ * on its disk decides nothing about where a volume lands. */
+static int volume_dir(const char *path) {
+        char buf[256];
+        if (path[0] != '/' || snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+                return -EINVAL;
+        _cleanup_close_ int dfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return -errno;
+        char *save = NULL;
+        for (char *part = strtok_r(buf + 1, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
+                if (strcmp(part, ".") == 0 || strcmp(part, "..") == 0)
+                        return -EINVAL;
+                if (mkdirat(dfd, part, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                int next = openat(dfd, part, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (next < 0)
+                        return -errno;
+                close(dfd);
+                dfd = next;
+        }
+        return 0;
+}
+
+/* One volume's disk at its path: read-only without replaying its journal
+ * (another guest may read it too), or read-write with its root given to
+ * the sandbox's user. Already mounted there (a second stage 2) is fine. */
+static int mount_volume(const char *serial, bool ro, const char *path) {
+        char dev[32];
+        struct stat ds, ts;
+        int r = find_disk(serial, dev, sizeof dev);
+        if (r < 0 || (r = volume_dir(path)) < 0)
+                return r;
+        if (stat(dev, &ds) < 0 || stat(path, &ts) < 0)
+                return -errno;
+        if (ts.st_dev == ds.st_rdev)
+                return 0;
+        unsigned long flags = MS_NODEV | MS_NOSUID | MS_NOATIME | (ro ? MS_RDONLY : 0);
+        if (mount(dev, path, "ext4", flags, ro ? "noload" : "errors=remount-ro") < 0)
+                return -errno;
+        if (!ro && chown(path, VM_SANDBOX_UID, VM_SANDBOX_UID) < 0)
+                return -errno;
+        return 0;
+}
+
+/* The volumes the driver listed (VM_VOLUMES_KEPT), in its order. */
+static int mount_volumes(void) {
+        char text[4096];
+        int r = io_read_text(VM_VOLUMES_KEPT, text, sizeof text);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return r;
+        char *save = NULL;
+        for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char *mode = strchr(line, ' ');
+                char *path = mode ? strchr(mode + 1, ' ') : NULL;
+                if (!path)
+                        return -EINVAL;
+                *mode++ = '\0';
+                *path++ = '\0';
+                if ((r = mount_volume(line, strcmp(mode, "ro") == 0, path)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
 /* Stage 2: the API filesystems of the sandbox's root. */
 static int stage2(const char **ret_what) {
         int r;
@@ -405,6 +476,7 @@ static int stage2(const char **ret_what) {
         STEP("loopback up", loopback_up());
         STEP("set the hostname", set_hostname());
         STEP("the pids limit", pids_limit());
+        STEP("mount the volumes", mount_volumes());
         return 0;
 #undef STEP
 }

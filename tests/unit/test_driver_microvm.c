@@ -118,7 +118,7 @@ static void test_initramfs(void **state) {
 
         int fd = memfd_create("initrd", MFD_CLOEXEC);
         assert_true(fd >= 0);
-        assert_int_equal(microvm_write_initramfs(fd, mods, agent), 0);
+        assert_int_equal(microvm_write_initramfs(fd, mods, agent, NULL), 0);
         off_t end = lseek(fd, 0, SEEK_END);
         if (end <= 0 || end > 1024 * 1024) {
                 fail_msg("initramfs of %lld bytes", (long long)end);
@@ -161,7 +161,7 @@ static void test_initramfs(void **state) {
         /* A missing agent is an error, not an archive without /init. */
         fd = memfd_create("initrd", MFD_CLOEXEC);
         snprintf(p, sizeof(p), "%s/missing", dir);
-        assert_int_equal(microvm_write_initramfs(fd, mods, p), -ENOENT);
+        assert_int_equal(microvm_write_initramfs(fd, mods, p, NULL), -ENOENT);
         close(fd);
         char cmd[PATH_MAX + 16];
         snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
