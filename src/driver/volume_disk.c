@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/macro.h"
@@ -98,6 +99,10 @@ static int image_lock(int fd, short type, int cmd, struct flock *ret) {
         return 0;
 }
 
+/* How long a hold waits for a loop device on its way out. */
+#define HOLD_WAIT_MS 3000u
+#define HOLD_POLL_MS 20u
+
 bool volume_disk_held(const char *img) {
         _cleanup_close_ int fd = open(img, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         struct flock fl = { .l_type = F_UNLCK };
@@ -112,9 +117,15 @@ int volume_disk_hold(const char *img, bool read_only, int *ret_fd) {
         if (r < 0)
                 return r == -EAGAIN || r == -EACCES ? -EBUSY : r;
         /* After the lock: a host mount made before it is seen here, and one
-         * tried after it sees the lock (both under the daemon's disk lock). */
-        if (rootfs_loop_backed(img))
-                return -EBUSY;
+         * tried after it sees the lock (both under the daemon's disk lock).
+         * The kernel detaches an autoclear loop device after its last user
+         * is gone, not within the unmount's call: a mount just ended (the
+         * daemon's, or a deleted sandbox's bind) holds it a moment longer. */
+        for (unsigned waited = 0; rootfs_loop_backed(img); waited += HOLD_POLL_MS) {
+                if (waited >= HOLD_WAIT_MS)
+                        return -EBUSY;
+                (void)nanosleep(&(struct timespec){ .tv_nsec = HOLD_POLL_MS * 1000000L }, NULL);
+        }
         *ret_fd = TAKE_FD(fd);
         return 0;
 }

@@ -403,8 +403,8 @@ def test_volume_kept_across_stop_pause_and_wake(api, vdriver):
 def test_microvm_volume_is_the_guests_disk(api, daemon):
     """A microVM's volume is a virtio disk of its guest (docs/microvm.md, "Volumes"): the guest
     writes it as the sandbox's user and fills it to ENOSPC while the host has it unmounted and
-    refuses a namespace sandbox beside it; after the microVM's deletion a namespace sandbox reads
-    what it wrote, and a readOnly microVM reads it and cannot write."""
+    refuses a namespace sandbox beside it; after the microVM's deletion a namespace sandbox's user
+    owns what it wrote and adds to it, and a readOnly microVM reads that and cannot write."""
     skip_unless_driver(daemon, "microvm")
     skip_unless_driver(daemon, "namespace")
     vol = make_volume(api, sizeMiB=16)
@@ -429,13 +429,16 @@ def test_microvm_volume_is_the_guests_disk(api, daemon):
         assert_error(api.post(f"/v1/sandboxes/{a.id}:fork", json={}), 409, "conflict")
         api.delete_all()
 
-        b = api.create_sandbox(driver="namespace", volumes=[dict(at[0], readOnly=True)])
-        assert sh(api, b.id, "cat /data/f")["stdout"] == "hello\n"
+        # The owners cross drivers intact: the guest's user wrote f as the host's sandboxes
+        # own their files, so the namespace sandbox's user owns it and appends to it.
+        b = api.create_sandbox(driver="namespace", volumes=at)
+        r = sh(api, b.id, "stat -c %u /data/f && echo more >> /data/f && cat /data/f")
+        assert r["stdout"] == "1000\nhello\nmore\n", r
         api.delete_all()
 
         c = api.create_sandbox(driver="microvm", volumes=[dict(at[0], readOnly=True)])
-        r = sh(api, c.id, "cat /data/f; echo x > /data/g")
-        assert r["stdout"] == "hello\n" and "Read-only file system" in r["stderr"], r
+        r = sh(api, c.id, "stat -c %u /data/f && cat /data/f; echo x > /data/g")
+        assert r["stdout"] == "1000\nhello\nmore\n" and "Read-only file system" in r["stderr"], r
         r = sh(api, c.id, "echo x > /data/g", user="root")
         assert r["exitCode"] != 0 and "Read-only file system" in r["stderr"], r
     finally:
