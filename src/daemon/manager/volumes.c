@@ -195,6 +195,10 @@ static int backup_path(const Volumes *vs, const char *id, char *buf, size_t n) {
 
 /* A copy of img at to; a mounted filesystem at mnt frozen meanwhile. */
 static int copy_disk(const char *img, const char *mnt, const char *to) {
+        /* A guest holding it writing (a microVM's volume) cannot be frozen
+         * from here: a copy of it would be torn. */
+        if (volume_disk_held(img))
+                return -EBUSY;
         _cleanup_close_ int fd = volume_disk_mounted(mnt) ? open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
         bool frozen = fd >= 0 && ioctl(fd, FIFREEZE, 0) == 0;
         int r = rootfs_copy_image(img, to);
