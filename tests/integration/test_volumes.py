@@ -1,7 +1,8 @@
 """Volumes: disks of a fixed size that outlive sandboxes (docs/volumes.md).
 
 The published client's volumes calls (create, get, list in pages, resize, delete) drive the shared
-daemon, and its sandboxes.create(volumes=[...]) attaches them on the namespace and gVisor drivers.
+daemon, and its sandboxes.create(volumes=[...]) attaches them on the namespace and gVisor drivers
+(and on the microVM, where a volume is a disk of the guest: one test, marked microvm_subset).
 The rules are tried as an attacker would: another owner's key finds nothing; paths that climb, are
 relative, or lie over /proc, /sys, /dev, /.runtime or the root are refused; a symbolic link in a
 volume that points out of it resolves inside the sandbox, never on the host; a full volume is
