@@ -99,9 +99,41 @@ static int image_lock(int fd, short type, int cmd, struct flock *ret) {
         return 0;
 }
 
-/* How long a hold waits for a loop device on its way out. */
-#define HOLD_WAIT_MS 3000u
-#define HOLD_POLL_MS 20u
+/* How long a release waits for a loop device on its way out. */
+#define RELEASE_WAIT_MS 3000u
+#define RELEASE_POLL_MS 20u
+
+/* The daemon's own mount of img at dir again, on the loop device that
+ * still holds it: the same filesystem (one superblock), not a second. */
+static int mount_again(const char *img, const char *dir) {
+        char name[32], dev[64];
+        int r = rootfs_loop_device(img, name, sizeof name);
+        if (r < 0)
+                return r;
+        snprintf(dev, sizeof dev, "/dev/%s", name);
+        return mount(dev, dir, "ext4", MS_NODEV | MS_NOSUID | MS_NOATIME, "errors=remount-ro") < 0 ? -errno : 0;
+}
+
+int volume_disk_release_host(const char *img, const char *dir) {
+        bool was = volume_disk_mounted(dir);
+        int r = volume_disk_unmount(dir);
+        if (r < 0)
+                return r;
+        /* The kernel detaches an autoclear loop device after its last user
+         * is gone, not within the unmount's call: a mount just ended (the
+         * daemon's, or a deleted sandbox's bind) holds it a moment longer. */
+        for (unsigned waited = 0; rootfs_loop_backed(img); waited += RELEASE_POLL_MS) {
+                if (waited >= RELEASE_WAIT_MS) {
+                        /* A running sandbox binds it still: the daemon's
+                         * mount goes back, for that sandbox's peers. */
+                        if (was)
+                                (void)mount_again(img, dir);
+                        return -EBUSY;
+                }
+                (void)nanosleep(&(struct timespec){ .tv_nsec = RELEASE_POLL_MS * 1000000L }, NULL);
+        }
+        return 0;
+}
 
 bool volume_disk_held(const char *img) {
         _cleanup_close_ int fd = open(img, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -117,15 +149,9 @@ int volume_disk_hold(const char *img, bool read_only, int *ret_fd) {
         if (r < 0)
                 return r == -EAGAIN || r == -EACCES ? -EBUSY : r;
         /* After the lock: a host mount made before it is seen here, and one
-         * tried after it sees the lock (both under the daemon's disk lock).
-         * The kernel detaches an autoclear loop device after its last user
-         * is gone, not within the unmount's call: a mount just ended (the
-         * daemon's, or a deleted sandbox's bind) holds it a moment longer. */
-        for (unsigned waited = 0; rootfs_loop_backed(img); waited += HOLD_POLL_MS) {
-                if (waited >= HOLD_WAIT_MS)
-                        return -EBUSY;
-                (void)nanosleep(&(struct timespec){ .tv_nsec = HOLD_POLL_MS * 1000000L }, NULL);
-        }
+         * tried after it sees the lock (both under the daemon's disk lock). */
+        if (rootfs_loop_backed(img))
+                return -EBUSY;
         *ret_fd = TAKE_FD(fd);
         return 0;
 }

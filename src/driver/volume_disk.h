@@ -34,5 +34,9 @@ bool volume_disk_mounted(const char *dir);
  * duplicate of the descriptor (a VMM's). -EBUSY when the image is mounted
  * on the host (held by a loop device) or another holder's lock conflicts. */
 int volume_disk_hold(const char *img, bool read_only, int *ret_fd);
+/* The host lets go of img for a guest: the daemon's mount at dir is taken
+ * down, and the loop device under it gone. -EBUSY, with the daemon's mount
+ * put back, while a sandbox's bind of it keeps the filesystem in use. */
+int volume_disk_release_host(const char *img, const char *dir);
 /* Whether some guest holds img (volume_disk_hold). */
 bool volume_disk_held(const char *img);

@@ -435,6 +435,12 @@ def test_microvm_volume_is_the_guests_disk(api, daemon):
         b = api.create_sandbox(driver="namespace", volumes=at)
         r = sh(api, b.id, "stat -c %u /data/f && echo more >> /data/f && cat /data/f")
         assert r["stdout"] == "1000\nhello\nmore\n", r
+        # While it runs, a microVM is refused even to read; the host's mount stays for the
+        # namespace sandbox's readers.
+        r = api.post("/v1/sandboxes", json={"driver": "microvm", "volumes": [dict(at[0], readOnly=True)]})
+        assert r.status_code >= 400 and vid in r.text, r.text
+        rd = api.create_sandbox(driver="namespace", volumes=[dict(at[0], readOnly=True)])
+        assert sh(api, rd.id, "cat /data/f")["stdout"] == "hello\nmore\n"
         api.delete_all()
 
         c = api.create_sandbox(driver="microvm", volumes=[dict(at[0], readOnly=True)])

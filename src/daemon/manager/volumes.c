@@ -305,11 +305,10 @@ int volumes_release(Volumes *vs, const char *sandbox_id) {
         return vs->ops->detach_sandbox(vs->h, sandbox_id);
 }
 
-/* The volume's image for a guest kernel: the daemon's own host mount of it
- * goes first (a plain unmount: one a sandbox still has bound stays, and its
- * loop device then refuses the hold). */
+/* The volume's image for a guest kernel: the host's mount of it goes
+ * first, unless a sandbox still binds it. */
 static int hold_image(const char *img, const char *mnt, bool read_only, int *ret_fd) {
-        int r = volume_disk_unmount(mnt);
+        int r = volume_disk_release_host(img, mnt);
         return r < 0 ? r : volume_disk_hold(img, read_only, ret_fd);
 }
 
