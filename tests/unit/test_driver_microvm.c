@@ -173,7 +173,7 @@ static void test_initramfs(void **state) {
  * /init, with the text given; without volumes there is none. */
 static void test_initramfs_volumes(void **state) {
         (void)state;
-        char dir[] = "/tmp/microvm-test-XXXXXX";
+        char dir[] = "build/tests/microvm-volumes-XXXXXX";
         assert_non_null(mkdtemp(dir));
         char mods[PATH_MAX], agent[PATH_MAX];
         snprintf(mods, sizeof(mods), "%s/modules", dir);
