@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
@@ -24,6 +26,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -225,6 +228,8 @@ static int stage1(char *const argv[], const char **ret_what) {
         STEP("mount /.runtime",
              mount_at("tmpfs", NEWROOT AGENT_DIR, "tmpfs", MS_NOSUID | MS_NODEV, AGENT_TMPFS_OPTS, 0755));
         STEP("copy the agent", copy_file("/proc/self/exe", NEWROOT AGENT_PATH, 0755));
+        if (access(VM_VOLUMES_FILE, F_OK) == 0)
+                STEP("keep the volumes' list", copy_file(VM_VOLUMES_FILE, NEWROOT VM_VOLUMES_KEPT, 0444));
         STEP("seal /.runtime",
              mount(NULL, NEWROOT AGENT_DIR, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0
                      ? -errno
@@ -233,6 +238,7 @@ static int stage1(char *const argv[], const char **ret_what) {
         /* The initramfs stays mounted (as the hidden old root); free what it
          * holds of guest RAM. */
         unlink("/init");
+        unlink(VM_VOLUMES_FILE);
         rmdir(VM_MODULES_DIR);
         umount2("/sys", MNT_DETACH);
         umount2("/proc", MNT_DETACH);
@@ -364,6 +370,148 @@ static int pids_limit(void) {
         return 0;
 }
 
+/* The directory at path under the root, made where missing (0755, root's),
+ * every part a directory and none a symbolic link: what the sandbox left
+ * on its disk decides nothing about where a volume lands. */
+static int volume_dir(const char *path) {
+        char buf[256];
+        if (path[0] != '/' || snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+                return -EINVAL;
+        _cleanup_close_ int dfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return -errno;
+        char *save = NULL;
+        for (char *part = strtok_r(buf + 1, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
+                if (strcmp(part, ".") == 0 || strcmp(part, "..") == 0)
+                        return -EINVAL;
+                if (mkdirat(dfd, part, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                int next = openat(dfd, part, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (next < 0)
+                        return -errno;
+                close(dfd);
+                dfd = next;
+        }
+        return 0;
+}
+
+/* A user namespace whose ids 100000..165535 are the guest's 0..65535: the
+ * idmap of a volume's mount. A volume's files are owned on its disk as the
+ * host's namespace and gVisor sandboxes own them, shifted by the image's
+ * 100000 (docs/volumes.md); through this map the guest's user 1000 sees its
+ * own as 1000 and writes them as 101000, so one volume moves between the
+ * drivers with its owners intact. */
+static int volume_userns(int *ret_fd) {
+        int sync_pipe[2];
+        if (pipe2(sync_pipe, O_CLOEXEC) < 0)
+                return -errno;
+        pid_t pid = fork();
+        if (pid < 0) {
+                close(sync_pipe[0]);
+                close(sync_pipe[1]);
+                return -errno;
+        }
+        if (pid == 0) {
+                char c;
+                close(sync_pipe[1]);
+                if (unshare(CLONE_NEWUSER) < 0)
+                        _exit(1);
+                /* Lives until the parent has the namespace's descriptor. */
+                (void)!read(sync_pipe[0], &c, 1);
+                _exit(0);
+        }
+        close(sync_pipe[0]);
+        int r = 0, fd = -1;
+        char p[64], ns[64];
+        snprintf(ns, sizeof ns, "/proc/%d/ns/user", (int)pid);
+        struct stat self, child;
+        /* The child's namespace is its own once it differs from ours. */
+        for (unsigned waited = 0; r == 0; waited++) {
+                if (stat("/proc/self/ns/user", &self) < 0 || stat(ns, &child) < 0)
+                        r = -errno;
+                else if (child.st_ino != self.st_ino)
+                        break;
+                else if (waited > 1000)
+                        r = -ETIMEDOUT;
+                else
+                        sleep_ms(1);
+        }
+        static const char *const maps[] = { "uid_map", "gid_map" };
+        for (size_t i = 0; r == 0 && i < ELEMENTSOF(maps); i++) {
+                snprintf(p, sizeof p, "/proc/%d/%s", (int)pid, maps[i]);
+                r = write_small_file(p, "100000 0 65536\n");
+        }
+        if (r == 0 && (fd = open(ns, O_RDONLY | O_CLOEXEC)) < 0)
+                r = -errno;
+        close(sync_pipe[1]);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        if (r < 0)
+                return r;
+        *ret_fd = fd;
+        return 0;
+}
+
+/* The mount at path replaced by a copy of it seen through userns_fd. */
+static int idmap_mount(const char *path, int userns_fd) {
+        _cleanup_close_ int tree = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (tree < 0)
+                return -errno;
+        struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)userns_fd };
+        if (mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0 || umount2(path, MNT_DETACH) < 0 ||
+            move_mount(tree, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                return -errno;
+        return 0;
+}
+
+/* One volume's disk at its path: read-only without replaying its journal
+ * (another guest may read it too), or read-write with its root given to
+ * the sandbox's user. Already mounted there (a second stage 2) is fine. */
+static int mount_volume(const char *serial, bool ro, const char *path, int userns_fd) {
+        char dev[32];
+        struct stat ds, ts;
+        int r = find_disk(serial, dev, sizeof dev);
+        if (r < 0 || (r = volume_dir(path)) < 0)
+                return r;
+        if (stat(dev, &ds) < 0 || stat(path, &ts) < 0)
+                return -errno;
+        if (ts.st_dev == ds.st_rdev)
+                return 0;
+        unsigned long flags = MS_NODEV | MS_NOSUID | MS_NOATIME | (ro ? MS_RDONLY : 0);
+        if (mount(dev, path, "ext4", flags, ro ? "noload" : "errors=remount-ro") < 0)
+                return -errno;
+        if ((r = idmap_mount(path, userns_fd)) < 0)
+                return r;
+        if (!ro && chown(path, VM_SANDBOX_UID, VM_SANDBOX_UID) < 0)
+                return -errno;
+        return 0;
+}
+
+/* The volumes the driver listed (VM_VOLUMES_KEPT), in its order. */
+static int mount_volumes(void) {
+        char text[4096];
+        int r = io_read_text(VM_VOLUMES_KEPT, text, sizeof text);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return r;
+        _cleanup_close_ int userns_fd = -1;
+        if ((r = volume_userns(&userns_fd)) < 0)
+                return r;
+        char *save = NULL;
+        for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char *mode = strchr(line, ' ');
+                char *path = mode ? strchr(mode + 1, ' ') : NULL;
+                if (!path)
+                        return -EINVAL;
+                *mode++ = '\0';
+                *path++ = '\0';
+                if ((r = mount_volume(line, strcmp(mode, "ro") == 0, path, userns_fd)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
 /* Stage 2: the API filesystems of the sandbox's root. */
 static int stage2(const char **ret_what) {
         int r;
@@ -405,6 +553,7 @@ static int stage2(const char **ret_what) {
         STEP("loopback up", loopback_up());
         STEP("set the hostname", set_hostname());
         STEP("the pids limit", pids_limit());
+        STEP("mount the volumes", mount_volumes());
         return 0;
 #undef STEP
 }

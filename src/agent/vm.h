@@ -21,6 +21,14 @@
 /* Serial numbers of the two virtio disks. */
 #define VM_DISK_ROOT "root"
 #define VM_DISK_UPPER "upper"
+/* The driver's list of the sandbox's volumes in the initramfs, one line per
+ * disk: "<serial> <ro|rw> <path>". Stage 1 keeps it at VM_VOLUMES_KEPT for
+ * stage 2, which mounts each disk at its path (after its own mounts, so
+ * that none hides a volume) and gives a writable one's root to
+ * VM_SANDBOX_UID. */
+#define VM_VOLUMES_FILE "/volumes"
+#define VM_VOLUMES_KEPT "/.runtime/volumes"
+#define VM_SANDBOX_UID 1000
 /* Where stage 1 finds the kernel modules it loads, in name order. */
 #define VM_MODULES_DIR "/lib/runtime-modules"
 

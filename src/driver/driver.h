@@ -18,11 +18,17 @@
  * volumes.md), already mounted on the host by the daemon. dest is checked
  * by the daemon (absolute, normalized, not /, /proc, /sys, /dev, /.runtime).
  * The bind is of source itself, so nothing under it (a symbolic link
- * included) reaches outside it. */
+ * included) reaches outside it. A driver whose sandbox has a kernel of its
+ * own (Driver.volume_images) is given the volume's image file instead, as
+ * source, never mounted on the host: the guest's kernel alone parses it. */
 typedef struct DriverMount {
         const char *source;
         const char *dest;
         bool read_only;
+        /* For a volume_images driver: the image open (read-write unless
+         * read_only) holding the volume's lock (volume_disk_hold); the
+         * driver hands its VMM a duplicate, which keeps the lock. -1 else. */
+        int image_fd;
 } DriverMount;
 
 /* The most mounts a sandbox has. */
@@ -70,6 +76,9 @@ __attribute__((format(printf, 2, 3))) void driver_error(DriverError *err, const 
 
 typedef struct Driver {
         const char *name;
+        /* The sandbox's mounts are volume image files, attached as disks of
+         * its own kernel, rather than host directories bound in. */
+        bool volume_images;
         /* How long a start may take to the agent's HELLO; 0 means 30 s. A
          * guest kernel under software emulation on a loaded host needs more. */
         unsigned hello_timeout_ms;

@@ -49,4 +49,15 @@ typedef struct MicrovmStart {
         unsigned vcpu, mem, disk, pids;
         int log_fd; /* sandbox_dir/vmm.log */
         const char *p_kernel, *p_root, *p_modules, *p_console;
+        /* The spec's volumes become disks of this start (a boot, never a
+         * template's or a snapshot's guest, whose devices are fixed). */
+        bool volumes;
 } MicrovmStart;
+
+/* Virtio serial of the disk of a sandbox's volume i ("vol0".."vol3"). */
+#define MICROVM_VOLUME_SERIAL "vol"
+/* The initramfs's list of the volumes for the agent: one line each,
+ * "<serial> <ro|rw> <path>" (the path is the daemon's, checked: absolute,
+ * normalized, no spaces or newlines). */
+#define MICROVM_VOLUMES_FILE "volumes"
+

@@ -13,6 +13,7 @@
 
 #include "common/io.h"
 #include "common/macro.h"
+#include "driver/microvm-internal.h"
 
 typedef struct CpioWriter {
         int fd;
@@ -79,11 +80,27 @@ static int cpio_file(CpioWriter *w, const char *name, const char *path, uint32_t
         return cpio_entry(w, name, S_IFREG | perm, 0, 0, fd, (uint64_t)st.st_size);
 }
 
+/* A small file of the archive from text (a pipe as the body's source). */
+static int cpio_text(CpioWriter *w, const char *name, const char *text) {
+        size_t n = strlen(text);
+        int p[2];
+        if (n > 4096)
+                return -E2BIG;
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return -errno;
+        int r = io_write_all(p[1], text, n);
+        close(p[1]);
+        if (r == 0)
+                r = cpio_entry(w, name, S_IFREG | 0644, 0, 0, p[0], n);
+        close(p[0]);
+        return r;
+}
+
 static int cmp_str(const void *a, const void *b) {
         return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int microvm_write_initramfs(int fd, const char *modules_dir, const char *agent) {
+int microvm_write_initramfs(int fd, const char *modules_dir, const char *agent, const char *volumes) {
         CpioWriter w = { .fd = fd };
         int r;
         if ((r = cpio_entry(&w, "dev", S_IFDIR | 0755, 0, 0, -1, 0)) < 0 ||
@@ -125,17 +142,19 @@ int microvm_write_initramfs(int fd, const char *modules_dir, const char *agent) 
                 free(names[i]);
         if (r < 0)
                 return r;
+        if (volumes && (r = cpio_text(&w, MICROVM_VOLUMES_FILE, volumes)) < 0)
+                return r;
         if ((r = cpio_file(&w, "init", agent, 0755)) < 0 ||
             (r = cpio_entry(&w, "TRAILER!!!", 0, 0, 0, -1, 0)) < 0)
                 return r;
         return cpio_pad(&w, 512);
 }
 
-int microvm_initramfs_file(const char *path, const char *modules_dir, const char *agent) {
+int microvm_initramfs_file(const char *path, const char *modules_dir, const char *agent, const char *volumes) {
         _cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0)
                 return -errno;
-        int r = microvm_write_initramfs(fd, modules_dir, agent);
+        int r = microvm_write_initramfs(fd, modules_dir, agent, volumes);
         if (r == 0 && (fchmod(fd, 0644) < 0 || fsync(fd) < 0))
                 r = -errno;
         if (r < 0)

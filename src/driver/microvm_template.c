@@ -183,7 +183,7 @@ static int template_build(const MicrovmStart *s, const char *tmpdir, const char 
                 snprintf(why, why_len, "making the template's disk: %s", strerror(-r));
                 return r;
         }
-        r = microvm_initramfs_file(p_initrd, s->p_modules, s->spec->agent_path);
+        r = microvm_initramfs_file(p_initrd, s->p_modules, s->spec->agent_path, NULL);
         if (r < 0) {
                 snprintf(why, why_len, "writing the template's initramfs: %s", strerror(-r));
                 return r;

@@ -201,7 +201,7 @@ static void *console_main(void *userdata) {
 /* ---- the QEMU command line --------------------------------------------------- */
 
 typedef struct Args {
-        char *v[96];
+        char *v[128];
         size_t n;
         char store[64][128];
         size_t ns;
@@ -234,6 +234,10 @@ typedef struct VmLaunch {
         const char *cmdline;
         const char *upper_path; /* for stats */
         int kernel_fd, initrd_fd, root_fd, upper_fd, upper_ro_fd;
+        /* The volumes' disks (s->volumes): the spec's held descriptor and,
+         * for a writable one, a read-only one for the block layer's probes. */
+        size_t n_vols;
+        int vol_fd[DRIVER_MAX_MOUNTS], vol_ro_fd[DRIVER_MAX_MOUNTS];
         int monitor_fd;  /* QEMU's end of a QMP socket, or -1 */
         int incoming_fd; /* a saved state to start from, or -1 */
 } VmLaunch;
@@ -287,6 +291,22 @@ static int vm_args(const VmLaunch *l, int chan_vmm, int console_w, Args *a) {
         arg(a, "id=upper,if=none,file=/dev/fdset/2,format=raw,cache=none,aio=threads,file.locking=off");
         arg(a, "-device");
         arg(a, "virtio-blk-device,drive=upper,serial=upper");
+        /* A volume's lock is the daemon's (volume_disk_hold), on the
+         * descriptor QEMU holds; QEMU's own would only repeat it. */
+        for (size_t i = 0; i < l->n_vols; i++) {
+                const DriverMount *m = &s->spec->mounts[i];
+                arg(a, "-add-fd");
+                r |= argf(a, "fd=%d,set=%zu", l->vol_fd[i], 3 + i);
+                if (l->vol_ro_fd[i] >= 0) {
+                        arg(a, "-add-fd");
+                        r |= argf(a, "fd=%d,set=%zu", l->vol_ro_fd[i], 3 + i);
+                }
+                arg(a, "-drive");
+                r |= argf(a, "id=vol%zu,if=none,file=/dev/fdset/%zu,format=raw,cache=none,aio=threads,"
+                             "file.locking=off%s", i, 3 + i, m->read_only ? ",readonly=on" : "");
+                arg(a, "-device");
+                r |= argf(a, "virtio-blk-device,drive=vol%zu,serial=" MICROVM_VOLUME_SERIAL "%zu", i, i);
+        }
         arg(a, "-device");
         arg(a, "virtio-serial-device,max_ports=2");
         arg(a, "-chardev");
@@ -498,8 +518,14 @@ static int vm_launch(const VmLaunch *l, int *ret_fd, DriverInstance **ret) {
                 microvm_vm_free(inst);
                 return r;
         }
-        int keep[9] = { l->kernel_fd, l->initrd_fd, l->root_fd, l->upper_fd, l->upper_ro_fd, chan_vmm, console_w };
+        int keep[9 + 2 * DRIVER_MAX_MOUNTS] = { l->kernel_fd, l->initrd_fd, l->root_fd, l->upper_fd,
+                                                l->upper_ro_fd, chan_vmm, console_w };
         size_t n_keep = 7;
+        for (size_t i = 0; i < l->n_vols; i++) {
+                keep[n_keep++] = l->vol_fd[i];
+                if (l->vol_ro_fd[i] >= 0)
+                        keep[n_keep++] = l->vol_ro_fd[i];
+        }
         if (l->monitor_fd >= 0)
                 keep[n_keep++] = l->monitor_fd;
         if (l->incoming_fd >= 0)
@@ -539,6 +565,41 @@ static int vm_launch(const VmLaunch *l, int *ret_fd, DriverInstance **ret) {
         return 0;
 }
 
+static void volume_fds_close(VmLaunch *l) {
+        for (size_t i = 0; i < l->n_vols; i++)
+                if (l->vol_ro_fd[i] >= 0)
+                        close(l->vol_ro_fd[i]);
+        l->n_vols = 0;
+}
+
+/* The volumes' descriptors of a boot: the held ones are the daemon's
+ * (closed by it after the start), the read-only companions ours. */
+static int volume_fds(const MicrovmStart *s, VmLaunch *l) {
+        if (!s->volumes)
+                return 0;
+        for (size_t i = 0; i < s->spec->n_mounts && i < DRIVER_MAX_MOUNTS; i++) {
+                const DriverMount *m = &s->spec->mounts[i];
+                if (m->image_fd < 0) {
+                        volume_fds_close(l);
+                        return -EBADF;
+                }
+                l->vol_fd[i] = m->image_fd;
+                l->vol_ro_fd[i] = -1;
+                l->n_vols = i + 1;
+                if (!m->read_only) {
+                        char p[64];
+                        snprintf(p, sizeof p, "/proc/self/fd/%d", m->image_fd);
+                        l->vol_ro_fd[i] = open(p, O_RDONLY | O_CLOEXEC | O_DIRECT);
+                        if (l->vol_ro_fd[i] < 0) {
+                                int r = -errno;
+                                volume_fds_close(l);
+                                return r;
+                        }
+                }
+        }
+        return 0;
+}
+
 int microvm_vm_start(const MicrovmStart *s, const char *hostname, int initrd_fd, const char *upper, int monitor_fd,
                      int incoming_fd, int *ret_fd, DriverInstance **ret) {
         char cmdline[1024];
@@ -558,26 +619,30 @@ int microvm_vm_start(const MicrovmStart *s, const char *hostname, int initrd_fd,
         _cleanup_close_ int upper_ro_fd = open(upper, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
         if (kernel_fd < 0 || root_fd < 0 || upper_fd < 0 || upper_ro_fd < 0)
                 return -errno;
+        VmLaunch l = {
+                .s = s, .cmdline = cmdline, .upper_path = upper, .kernel_fd = kernel_fd, .initrd_fd = initrd_fd,
+                .root_fd = root_fd, .upper_fd = upper_fd, .upper_ro_fd = upper_ro_fd, .incoming_fd = incoming_fd,
+        };
+        r = volume_fds(s, &l);
+        if (r < 0)
+                return r;
         /* Without a caller's monitor, the daemon keeps one: pause and
          * resume are QMP's stop and cont. */
         int mon[2] = { -1, -1 };
         MicrovmQmp *qmp = NULL;
         if (monitor_fd < 0) {
                 qmp = calloc(1, sizeof(*qmp));
-                if (!qmp)
-                        return -ENOMEM;
-                if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) < 0) {
+                if (!qmp || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) < 0) {
+                        r = qmp ? -errno : -ENOMEM;
                         free(qmp);
-                        return -errno;
+                        volume_fds_close(&l);
+                        return r;
                 }
                 monitor_fd = mon[1];
         }
-        VmLaunch l = {
-                .s = s, .cmdline = cmdline, .upper_path = upper, .kernel_fd = kernel_fd, .initrd_fd = initrd_fd,
-                .root_fd = root_fd, .upper_fd = upper_fd, .upper_ro_fd = upper_ro_fd, .monitor_fd = monitor_fd,
-                .incoming_fd = incoming_fd,
-        };
+        l.monitor_fd = monitor_fd;
         r = vm_launch(&l, ret_fd, ret);
+        volume_fds_close(&l);
         if (mon[1] >= 0)
                 close(mon[1]);
         if (r == 0) {

@@ -474,23 +474,30 @@ static int loop_noted(const char *file, char *name, size_t len) {
         return 0;
 }
 
-bool rootfs_loop_backed(const char *img) {
+int rootfs_loop_device(const char *img, char *ret_name, size_t len) {
         char want[PATH_MAX], name[32];
         if (!realpath(img, want))
-                return false;
-        if (loop_noted(img, name, sizeof name) == 0)
-                return loop_device_backed_by(name, want);
-        DIR *d = opendir("/sys/block");
-        if (!d)
-                return false;
-        bool found = false;
+                return -errno;
+        bool found = loop_noted(img, name, sizeof name) == 0 && loop_device_backed_by(name, want);
+        DIR *d = found ? NULL : opendir("/sys/block");
         struct dirent *de;
-        while (!found && (de = readdir(d))) {
-                if (strncmp(de->d_name, "loop", 4) == 0)
-                        found = loop_device_backed_by(de->d_name, want);
+        while (d && !found && (de = readdir(d))) {
+                if (strncmp(de->d_name, "loop", 4) == 0 && strlen(de->d_name) < sizeof name &&
+                    (found = loop_device_backed_by(de->d_name, want)))
+                        memcpy(name, de->d_name, strlen(de->d_name) + 1);
         }
-        closedir(d);
-        return found;
+        if (d)
+                closedir(d);
+        if (!found)
+                return -ENOENT;
+        if (snprintf(ret_name, len, "%s", name) >= (int)len)
+                return -ENAMETOOLONG;
+        return 0;
+}
+
+bool rootfs_loop_backed(const char *img) {
+        char name[32];
+        return rootfs_loop_device(img, name, sizeof name) == 0;
 }
 
 static bool wait_loop_free(const char *img, int timeout_ms) {

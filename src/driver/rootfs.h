@@ -114,3 +114,5 @@ int rootfs_mkfs(const char *img, unsigned mib, uid_t owner);
 int rootfs_loop_attach(const char *file, bool ro, int *ret_fd, char *ret_path, size_t ret_len);
 /* Whether some loop device is backed by img. */
 bool rootfs_loop_backed(const char *img);
+/* The name ("loopN") of a loop device backed by img; -ENOENT when none. */
+int rootfs_loop_device(const char *img, char *ret_name, size_t len);

@@ -27,3 +27,16 @@ int volume_disk_unmount(const char *dir);
 int volume_disk_grow(const char *img, unsigned mib);
 /* Whether a filesystem is mounted at dir. */
 bool volume_disk_mounted(const char *dir);
+
+/* A descriptor of img for a guest kernel to use as a disk (O_DIRECT), read
+ * only or read-write, holding an open file description lock on it: shared
+ * for reading, exclusive for writing. The lock lasts as long as any
+ * duplicate of the descriptor (a VMM's). -EBUSY when the image is mounted
+ * on the host (held by a loop device) or another holder's lock conflicts. */
+int volume_disk_hold(const char *img, bool read_only, int *ret_fd);
+/* The host lets go of img for a guest: the daemon's mount at dir is taken
+ * down, and the loop device under it gone. -EBUSY, with the daemon's mount
+ * put back, while a sandbox's bind of it keeps the filesystem in use. */
+int volume_disk_release_host(const char *img, const char *dir);
+/* Whether some guest holds img (volume_disk_hold). */
+bool volume_disk_held(const char *img);

@@ -1,7 +1,8 @@
 """Volumes: disks of a fixed size that outlive sandboxes (docs/volumes.md).
 
 The published client's volumes calls (create, get, list in pages, resize, delete) drive the shared
-daemon, and its sandboxes.create(volumes=[...]) attaches them on the namespace and gVisor drivers.
+daemon, and its sandboxes.create(volumes=[...]) attaches them on the namespace and gVisor drivers
+(and on the microVM, where a volume is a disk of the guest: one test, marked microvm_subset).
 The rules are tried as an attacker would: another owner's key finds nothing; paths that climb, are
 relative, or lie over /proc, /sys, /dev, /.runtime or the root are refused; a symbolic link in a
 volume that points out of it resolves inside the sandbox, never on the host; a full volume is
@@ -415,16 +416,57 @@ def test_volume_kept_across_stop_pause_and_wake(api, vdriver):
         drop_volume(api, vol["id"])
 
 
-def test_microvm_refuses_volumes(api, daemon):
+@pytest.mark.microvm_subset
+def test_microvm_volume_is_the_guests_disk(api, daemon):
+    """A microVM's volume is a virtio disk of its guest (docs/microvm.md, "Volumes"): the guest
+    writes it as the sandbox's user and fills it to ENOSPC while the host has it unmounted and
+    refuses a namespace sandbox beside it; after the microVM's deletion a namespace sandbox's user
+    owns what it wrote and adds to it, and a readOnly microVM reads that and cannot write."""
     skip_unless_driver(daemon, "microvm")
+    skip_unless_driver(daemon, "namespace")
     vol = make_volume(api, sizeMiB=16)
+    vid = vol["id"]
+    img = daemon.state_dir / "volumes" / f"{vid}.img"
+    mnt = daemon.state_dir / "volumes" / f"{vid}.mnt"
+    at = [{"volumeId": vid, "path": "/data"}]
     try:
-        r = api.post("/v1/sandboxes", json={"driver": "microvm", "volumes": [{"volumeId": vol["id"], "path": "/d"}]})
-        assert_error(r, 501, "not_implemented")
-        assert "microvm" in r.json()["error"]["message"]
-        assert api.get(f"/v1/volumes/{vol['id']}").json()["attachments"] == []
+        a = api.create_sandbox(driver="microvm", volumes=at)
+        r = sh(api, a.id, "stat -c %u /data && echo hello > /data/f && sync && "
+                          "dd if=/dev/zero of=/data/big bs=1M count=64 conv=fsync; rm -f /data/big; sync")
+        assert r["stdout"].startswith("1000\n") and "No space left on device" in r["stderr"], r
+        st = img.stat()
+        assert st.st_size == 16 << 20 and st.st_blocks * 512 <= 16 << 20
+        # Only the guest's kernel has the filesystem: not mounted on the host, and a namespace
+        # sandbox cannot read it beside the microVM's writes.
+        assert not os.path.ismount(mnt)
+        r = api.post("/v1/sandboxes", json={"driver": "namespace",
+                                            "volumes": [dict(at[0], readOnly=True)]})
+        assert r.status_code >= 400 and vid in r.text, r.text
+        assert_error(api.post(f"/v1/sandboxes/{a.id}:snapshot", json={}), 409, "conflict")
+        assert_error(api.post(f"/v1/sandboxes/{a.id}:fork", json={}), 409, "conflict")
+        api.delete_all()
+
+        # The owners cross drivers intact: the guest's user wrote f as the host's sandboxes
+        # own their files, so the namespace sandbox's user owns it and appends to it.
+        b = api.create_sandbox(driver="namespace", volumes=at)
+        r = sh(api, b.id, "stat -c %u /data/f && echo more >> /data/f && cat /data/f")
+        assert r["stdout"] == "1000\nhello\nmore\n", r
+        # While it runs, a microVM is refused even to read; the host's mount stays for the
+        # namespace sandbox's readers.
+        r = api.post("/v1/sandboxes", json={"driver": "microvm", "volumes": [dict(at[0], readOnly=True)]})
+        assert r.status_code >= 400 and vid in r.text, r.text
+        rd = api.create_sandbox(driver="namespace", volumes=[dict(at[0], readOnly=True)])
+        assert sh(api, rd.id, "cat /data/f")["stdout"] == "hello\nmore\n"
+        api.delete_all()
+
+        c = api.create_sandbox(driver="microvm", volumes=[dict(at[0], readOnly=True)])
+        r = sh(api, c.id, "stat -c %u /data/f && cat /data/f; echo x > /data/g")
+        assert r["stdout"] == "1000\nhello\nmore\n" and "Read-only file system" in r["stderr"], r
+        r = sh(api, c.id, "echo x > /data/g", user="root")
+        assert r["exitCode"] != 0 and "Read-only file system" in r["stderr"], r
     finally:
-        drop_volume(api, vol["id"])
+        api.delete_all()
+        drop_volume(api, vid)
 
 
 def test_backups_and_restore_published_client(pub, api):

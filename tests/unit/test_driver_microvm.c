@@ -15,6 +15,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -118,7 +119,7 @@ static void test_initramfs(void **state) {
 
         int fd = memfd_create("initrd", MFD_CLOEXEC);
         assert_true(fd >= 0);
-        assert_int_equal(microvm_write_initramfs(fd, mods, agent), 0);
+        assert_int_equal(microvm_write_initramfs(fd, mods, agent, NULL), 0);
         off_t end = lseek(fd, 0, SEEK_END);
         if (end <= 0 || end > 1024 * 1024) {
                 fail_msg("initramfs of %lld bytes", (long long)end);
@@ -161,11 +162,59 @@ static void test_initramfs(void **state) {
         /* A missing agent is an error, not an archive without /init. */
         fd = memfd_create("initrd", MFD_CLOEXEC);
         snprintf(p, sizeof(p), "%s/missing", dir);
-        assert_int_equal(microvm_write_initramfs(fd, mods, p), -ENOENT);
+        assert_int_equal(microvm_write_initramfs(fd, mods, p, NULL), -ENOENT);
         close(fd);
         char cmd[PATH_MAX + 16];
         snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
         assert_int_equal(system(cmd), 0);
+}
+
+/* The volumes' list rides in the archive as a file of its own, just before
+ * /init, with the text given; without volumes there is none. */
+static void test_initramfs_volumes(void **state) {
+        (void)state;
+        char dir[] = "build/tests/microvm-volumes-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        char mods[PATH_MAX], agent[PATH_MAX];
+        snprintf(mods, sizeof(mods), "%s/modules", dir);
+        assert_int_equal(mkdir(mods, 0755), 0);
+        snprintf(agent, sizeof(agent), "%s/agent", dir);
+        write_file(agent, "#!agent");
+        static const char text[] = "vol0 rw /data\nvol1 ro /srv/my data\n";
+        int fd = memfd_create("initrd", MFD_CLOEXEC);
+        assert_true(fd >= 0);
+        assert_int_equal(microvm_write_initramfs(fd, mods, agent, text), 0);
+        off_t end = lseek(fd, 0, SEEK_END);
+        assert_true(end > 0 && end < 1024 * 1024);
+        char *buf = calloc(1, (size_t)end + 1);
+        assert_non_null(buf);
+        assert_int_equal(pread(fd, buf, (size_t)end, 0), (ssize_t)end);
+        close(fd);
+        bool found = false;
+        for (size_t off = 0; off + 110 <= (size_t)end;) {
+                unsigned filesize = hex8(buf + off + 54), namesize = hex8(buf + off + 94);
+                const char *name = buf + off + 110;
+                size_t body = (off + 110 + namesize + 3) & ~(size_t)3;
+                if (strcmp(name, "volumes") == 0) {
+                        assert_int_equal(filesize, strlen(text));
+                        assert_memory_equal(buf + body, text, filesize);
+                        found = true;
+                }
+                if (strcmp(name, "TRAILER!!!") == 0)
+                        break;
+                off = (body + filesize + 3) & ~(size_t)3;
+        }
+        assert_true(found);
+        free(buf);
+        /* A list past its bound is refused, not cut. */
+        char big[5000];
+        memset(big, 'x', sizeof big - 1);
+        big[sizeof big - 1] = '\0';
+        fd = memfd_create("initrd", MFD_CLOEXEC);
+        assert_int_equal(microvm_write_initramfs(fd, mods, agent, big), -E2BIG);
+        close(fd);
+        snprintf(mods, sizeof(mods), "rm -rf %s", dir);
+        assert_int_equal(system(mods), 0);
 }
 
 static void test_bad_specs(void **state) {
@@ -869,7 +918,8 @@ static int teardown(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_cmdline),       cmocka_unit_test(test_uid),
-                cmocka_unit_test(test_initramfs),     cmocka_unit_test(test_bad_specs),
+                cmocka_unit_test(test_initramfs),     cmocka_unit_test(test_initramfs_volumes),
+                cmocka_unit_test(test_bad_specs),
                 cmocka_unit_test(test_probe),         cmocka_unit_test(test_missing_parts),
                 cmocka_unit_test(test_vm_state),
                 cmocka_unit_test_teardown(test_live_lifecycle, live_teardown),

@@ -521,9 +521,9 @@ static int volumes_allowed(Manager *m, const Driver *d, const CreateRequest *req
                 return 0;
         if (!m->volumes)
                 return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, NULL, "this daemon keeps no volumes");
-        if (strcmp(d->name, "namespace") != 0 && strcmp(d->name, "gvisor") != 0)
+        if (strcmp(d->name, "namespace") != 0 && strcmp(d->name, "gvisor") != 0 && !d->volume_images)
                 return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED,
-                                     "create it with driver \"namespace\" or \"gvisor\"",
+                                     "create it with driver \"namespace\", \"gvisor\" or \"microvm\"",
                                      "the %s driver does not attach volumes", d->name);
         if (req->restore_dir)
                 return sandbox_error(e, SANDBOX_ERR_INVALID, "attach volumes to a sandbox made without a snapshot",
@@ -635,16 +635,19 @@ json_t *spec_sandbox_env(Manager *m, const char *owner, const SandboxSpec *spec)
  * failure *ret_fail says why in a client's words (in start_err when the
  * driver said it) and the caller stops sb. */
 /* The host mounts of the row's volumes, for its driver to bind. */
-static int launch_volumes(Manager *m, const SandboxRow *row, VolumeMountPaths *ret, const char *rid,
-                          DriverError *err) {
+static int launch_volumes(Manager *m, const Driver *d, const SandboxRow *row, VolumeMountPaths *ret,
+                          const char *rid, DriverError *err) {
         size_t failed = 0;
-        int r = m->volumes ? volumes_mounts(m->volumes, &row->spec, ret, &failed) : -EOPNOTSUPP;
+        int r = m->volumes ? volumes_mounts(m->volumes, &row->spec, d->volume_images, ret, &failed) : -EOPNOTSUPP;
         if (r == 0)
                 return 0;
         const char *id = row->spec.volumes[failed].volume_id;
         log_error(rid, "sandbox %s: mounting volume %s: %s", row->id, id, strerror(-r));
         if (r == -ENOENT)
                 driver_error(err, "volume %s is not on this host: deleted, or made on another host", id);
+        else if (r == -EBUSY && d->volume_images)
+                driver_error(err, "volume %s is in use by another sandbox: a microVM takes a volume only while no "
+                                  "other sandbox writes it, and reads it only beside other microVMs' reads", id);
         else if (r == -EBUSY)
                 driver_error(err, "volume %s is still held by a sandbox that has not ended", id);
         else
@@ -668,8 +671,8 @@ int sandbox_launch(Manager *m, Sandbox *sb, const SandboxRow *row, const Driver 
         driver_spec_from(m, sb->id, &row->spec, &sb->paths, &ds);
         sb->memory_mib = ds.memory_mib;
         sb->vcpu = ds.vcpu;
-        VolumeMountPaths vmp;
-        if (row->spec.n_volumes > 0 && (r = launch_volumes(m, row, &vmp, rid, start_err)) < 0) {
+        VolumeMountPaths vmp = { .n = 0 };
+        if (row->spec.n_volumes > 0 && (r = launch_volumes(m, d, row, &vmp, rid, start_err)) < 0) {
                 *ret_fail = start_err->reason;
                 return r;
         }
@@ -677,6 +680,8 @@ int sandbox_launch(Manager *m, Sandbox *sb, const SandboxRow *row, const Driver 
         ds.n_mounts = row->spec.n_volumes;
         int fd = -1;
         r = d->start(&ds, &fd, &sb->inst, start_err);
+        /* A guest's VMM holds its own duplicates of the images now. */
+        volumes_mounts_close(&vmp);
         if (r < 0) {
                 log_error(rid, "sandbox %s: driver %s failed to start: %s%s%s", row->id, d->name, strerror(-r),
                           start_err->reason[0] ? ": " : "", start_err->reason);

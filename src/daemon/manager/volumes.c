@@ -219,6 +219,10 @@ static int backup_path(const Volumes *vs, const char *id, char *buf, size_t n) {
 
 /* A copy of img at to; a mounted filesystem at mnt frozen meanwhile. */
 static int copy_disk(const char *img, const char *mnt, const char *to) {
+        /* A guest holding it writing (a microVM's volume) cannot be frozen
+         * from here: a copy of it would be torn. */
+        if (volume_disk_held(img))
+                return -EBUSY;
         _cleanup_close_ int fd = volume_disk_mounted(mnt) ? open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
         bool frozen = fd >= 0 && ioctl(fd, FIFREEZE, 0) == 0;
         int r = rootfs_copy_image(img, to);
@@ -449,24 +453,51 @@ int volumes_release(Volumes *vs, const char *sandbox_id) {
         return vs->ops->detach_sandbox(vs->h, sandbox_id);
 }
 
-int volumes_mounts(Volumes *vs, const SandboxSpec *spec, VolumeMountPaths *ret, size_t *ret_failed) {
+/* The volume's image for a guest kernel: the host's mount of it goes
+ * first, unless a sandbox still binds it. */
+static int hold_image(const char *img, const char *mnt, bool read_only, int *ret_fd) {
+        int r = volume_disk_release_host(img, mnt);
+        return r < 0 ? r : volume_disk_hold(img, read_only, ret_fd);
+}
+
+int volumes_mounts(Volumes *vs, const SandboxSpec *spec, bool images, VolumeMountPaths *ret, size_t *ret_failed) {
         int r = 0;
+        ret->n = 0;
         pthread_mutex_lock(&vs->disk_lock);
         for (size_t i = 0; r == 0 && i < spec->n_volumes; i++) {
                 const SandboxVolume *sv = &spec->volumes[i];
-                char img[PATH_MAX];
+                char img[PATH_MAX], mnt[PATH_MAX];
+                int fd = -1;
                 *ret_failed = i;
                 if ((r = image_path(vs, sv->volume_id, img, sizeof img)) < 0 ||
-                    (r = mount_path(vs, sv->volume_id, ret->source[i], sizeof ret->source[i])) < 0)
+                    (r = mount_path(vs, sv->volume_id, mnt, sizeof mnt)) < 0)
                         break;
                 if (access(img, F_OK) < 0) {
                         r = -ENOENT;
                         break;
                 }
-                r = volume_disk_mount(img, ret->source[i]);
+                if (images)
+                        r = hold_image(img, mnt, sv->read_only, &fd);
+                else
+                        r = volume_disk_mount(img, mnt);
+                if (r < 0)
+                        break;
+                snprintf(ret->source[i], sizeof ret->source[i], "%s", images ? img : mnt);
                 ret->mounts[i] = (DriverMount){ .source = ret->source[i], .dest = sv->path,
-                                                .read_only = sv->read_only };
+                                                .read_only = sv->read_only, .image_fd = fd };
+                ret->n = i + 1;
         }
         pthread_mutex_unlock(&vs->disk_lock);
+        if (r < 0)
+                volumes_mounts_close(ret);
         return r;
+}
+
+void volumes_mounts_close(VolumeMountPaths *m) {
+        for (size_t i = 0; i < m->n; i++)
+                if (m->mounts[i].image_fd >= 0) {
+                        close(m->mounts[i].image_fd);
+                        m->mounts[i].image_fd = -1;
+                }
+        m->n = 0;
 }

@@ -110,9 +110,19 @@ int volumes_release(Volumes *vs, const char *sandbox_id);
 /* What a start binds: each volume of the spec mounted on the host and its
  * mount's root as source. paths holds the sources' strings. -ENOENT when a
  * volume has been deleted, -EBUSY when its file is held by a loop device
- * that is not the daemon's mount. */
+ * that is not the daemon's mount or by a guest kernel.
+ *
+ * With images (a driver whose sandbox has its own kernel) each source is
+ * the volume's image instead, never mounted on the host, with a descriptor
+ * holding it for the guest (volume_disk_hold): the daemon's idle host mount
+ * is taken down first, and -EBUSY when another sandbox still holds the
+ * filesystem through the host's kernel or another guest's lock conflicts
+ * (one writer, or readers only). volumes_mounts_close closes them once the
+ * driver has started (or failed). */
 typedef struct VolumeMountPaths {
         char source[SANDBOX_MAX_VOLUMES][PATH_MAX];
         DriverMount mounts[SANDBOX_MAX_VOLUMES];
+        size_t n;
 } VolumeMountPaths;
-int volumes_mounts(Volumes *vs, const SandboxSpec *spec, VolumeMountPaths *ret, size_t *ret_failed);
+int volumes_mounts(Volumes *vs, const SandboxSpec *spec, bool images, VolumeMountPaths *ret, size_t *ret_failed);
+void volumes_mounts_close(VolumeMountPaths *m);
