@@ -444,6 +444,10 @@ def test_microvm_volume_is_the_guests_disk(api, daemon):
         assert r.status_code >= 400 and vid in r.text, r.text
         assert_error(api.post(f"/v1/sandboxes/{a.id}:snapshot", json={}), 409, "conflict")
         assert_error(api.post(f"/v1/sandboxes/{a.id}:fork", json={}), 409, "conflict")
+        # Nor a backup: the host cannot freeze a filesystem the guest's kernel writes.
+        assert_error(api.post(f"/v1/volumes/{vid}:backup", json={}), 409, "conflict")
+        r = api.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": a.id, "path": "/more"})
+        assert r.status_code == 501 and "microvm machine" in r.text, r.text
         api.delete_all()
 
         # The owners cross drivers intact: the guest's user wrote f as the host's sandboxes

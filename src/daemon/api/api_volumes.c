@@ -619,6 +619,11 @@ enum MHD_Result handle_volume_backup(Req *r) {
         case -ENOSPC:
                 return fail(r, 503, "unavailable", "free room on the host, or try later",
                             "the host has no room for the backup");
+        case -EBUSY:
+                /* A microVM's guest has it mounted: the host cannot freeze a
+                 * filesystem another kernel writes, and a copy would be torn. */
+                return fail(r, 409, "conflict", "back it up once the microVM sandbox that holds it has stopped",
+                            "the volume is a running microVM's disk");
         default:
                 return api_reply_store_error(r, rc, "back the volume up");
         }

@@ -39,6 +39,11 @@ static int live_mounts(Manager *m, const SandboxRow *row, LiveMounts *ret, Sandb
                                              "attach it at the sandbox's create (volumes: [{volumeId, path}])",
                                              "gVisor's kernel takes its mounts when the sandbox starts: runsc "
                                              "cannot add one to a running sandbox");
+                if (row->spec.driver == SANDBOX_DRIVER_MICROVM)
+                        return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED,
+                                             "attach it at the sandbox's create (volumes: [{volumeId, path}])",
+                                             "a microVM's volumes are disks given at its boot: QEMU's microvm "
+                                             "machine cannot add one to a running guest");
                 return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, "use the namespace driver",
                                      "the %s driver does not attach volumes to a running sandbox", name);
         }
@@ -88,9 +93,13 @@ static int op_attach(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
         one.volumes[0] = *v;
         VolumeMountPaths vmp;
         size_t failed = 0;
-        r = volumes_mounts(m->volumes, &one, &vmp, &failed);
-        if (r == 0)
+        /* The host's mount, bound into the sandbox: only drivers that bind
+         * host mounts attach live (a guest's disk is given at its start). */
+        r = volumes_mounts(m->volumes, &one, false, &vmp, &failed);
+        if (r == 0) {
                 r = lm.d->mount_live(&lm.ds, &vmp.mounts[0]);
+                volumes_mounts_close(&vmp);
+        }
         if (r == 0) {
                 spec->volumes[spec->n_volumes++] = *v;
                 if ((r = db_sandbox_update(m->db, row)) < 0) {
