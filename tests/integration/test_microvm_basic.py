@@ -158,10 +158,13 @@ def test_image_build_makes_the_microvm_parts(build_dir, tmp_path):
     (img / "rootfs" / "etc" / "hostname").write_text("sandbox\n")
     script = (build_dir / "runtime-image-build").read_bytes()
     # The recipe's hash as images/build.sh takes it: the script, then the base packages, the
-    # default recipe's own, the pinned PyPI ones and the pinned Deno, a line each.
+    # default recipe's own, the pinned PyPI ones and the pinned Deno, a line each, then the MCP
+    # servers' pins (found beside the builder).
     lists = [re.search(rb'^%s="(.*)"$' % name, script, re.M).group(1)
              for name in (b"PACKAGES", b"DEFAULT_PACKAGES", b"PIP_PACKAGES", b"DENO_PACKAGE")]
-    (img / "recipe.sha256").write_text(hashlib.sha256(script + b"".join(x + b"\n" for x in lists)).hexdigest() + "\n")
+    pins = b"".join((build_dir / "mcp" / f).read_bytes() for f in ("requirements.txt", "package-lock.json"))
+    (img / "recipe.sha256").write_text(
+        hashlib.sha256(script + b"".join(x + b"\n" for x in lists) + pins).hexdigest() + "\n")
     (img / "built-at").write_text("2026-01-01T00:00:00Z\n")
     assert subprocess.run([str(build_dir / "runtime-image-build"), "--check", str(img.parent), "default"]
                           ).returncode == 0

@@ -446,7 +446,8 @@ def test_microvm_volume_is_the_guests_disk(api, daemon):
         assert_error(api.post(f"/v1/sandboxes/{a.id}:fork", json={}), 409, "conflict")
         # Nor a backup: the host cannot freeze a filesystem the guest's kernel writes.
         assert_error(api.post(f"/v1/volumes/{vid}:backup", json={}), 409, "conflict")
-        r = api.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": a.id, "path": "/more"})
+        other = make_volume(api, sizeMiB=16)["id"]
+        r = api.post(f"/v1/volumes/{other}:attach", json={"sandboxId": a.id, "path": "/more"})
         assert r.status_code == 501 and "microvm machine" in r.text, r.text
         api.delete_all()
 
