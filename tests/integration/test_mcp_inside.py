@@ -16,6 +16,7 @@ the MCP Python SDK connected to its URL, and the TypeScript SDK from Node
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -198,12 +199,21 @@ def test_hostile_starts(mdaemon, mapi):
     assert sbx.exec("echo fine")["stdout"] == "fine\n"
 
 
+def _parameters(fn) -> list:
+    import inspect
+    return [[p.name, p.kind.name, None if p.default is p.empty else repr(p.default)]
+            for p in inspect.signature(fn).parameters.values()]
+
+
+MCP_CALLS = {"runtime": ["catalog"], "sandbox": ["start", "get", "ready", "stop"]}
+
+
 @pytest.mark.driver_independent
 @pytest.mark.parametrize("driver", DRIVERS)
-def test_our_python_sdk_has_the_same_calls(mdaemon, mapi, driver, monkeypatch):
+def test_our_python_sdk_has_the_same_calls(published_client, mdaemon, mapi, driver, monkeypatch):
     """Our SDK's runtime.mcp and sbx.mcp, blocking and awaitable, with the published client's
-    names: the catalog, the filesystem server started and ready, the official MCP SDK connected
-    with the answer's headers, a public start refused, stop."""
+    names and parameters: the catalog, the filesystem server started and ready, the official MCP
+    SDK connected with the answer's headers, a public start refused, stop."""
     skip_unless_driver(mdaemon, driver)
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
     from withruntime import AsyncSandbox, Runtime, Sandbox
@@ -211,9 +221,28 @@ def test_our_python_sdk_has_the_same_calls(mdaemon, mapi, driver, monkeypatch):
     for k, v in mdaemon.env().items():
         monkeypatch.setenv(k, v)
     sid = mapi.create_sandbox(driver=driver, memoryMiB=1024).id
-    with Runtime() as rt:
-        assert "filesystem" in {c["id"] for c in rt.mcp.catalog()}
+    published = published_client.run_json(mdaemon, """
+import inspect, json, sys
+from withruntime import Runtime, Sandbox
+
+def parameters(fn):
+    return [[p.name, p.kind.name, None if p.default is p.empty else repr(p.default)]
+            for p in inspect.signature(fn).parameters.values()]
+
+owners = {"runtime": Runtime().mcp, "sandbox": Sandbox.connect(sys.argv[2]).mcp}
+print(json.dumps({f"{k}.{n}": parameters(getattr(owners[k], n)) for k, ns in json.loads(sys.argv[1]).items() for n in ns}))
+""", args=[json.dumps(MCP_CALLS), sid])
+    from withruntime.async_sandbox import AsyncMcp, AsyncSandboxMcp
+    from withruntime.sandbox import Mcp, SandboxMcp
     sbx = Sandbox.connect(sid)
+    with Runtime() as rt:
+        for kind, names in MCP_CALLS.items():
+            sync_cls, async_cls = (Mcp, AsyncMcp) if kind == "runtime" else (SandboxMcp, AsyncSandboxMcp)
+            for name in names:
+                ours = getattr(rt.mcp if kind == "runtime" else sbx.mcp, name)
+                assert _parameters(ours) == published[f"{kind}.{name}"], name
+                assert _parameters(getattr(async_cls, name)) == _parameters(getattr(sync_cls, name)), name
+        assert "filesystem" in {c["id"] for c in rt.mcp.catalog()}
     sbx.files.write("/workspace/hello.txt", "written by the test\n")
     assert sbx.mcp.get()["running"] is False
     with pytest.raises(APIError) as public:
