@@ -9,11 +9,14 @@ guard header is refused (401), with a wrong one too (403). A second start withou
 409, one with replace starts anew; a server that floods its output and exits at its start reads
 failed while the others serve, and the output kept is bounded; stop() ends the gateway and its servers. Hostile starts (an
 unknown server, a secret mapping the server does not take, too many servers, a port out of range,
-public URLs, unknown fields) get their errors, and another owner's key a 404. Against the real
-daemon."""
+public URLs, unknown fields) get their errors, and another owner's key a 404. Our own SDKs drive
+the same routes under the published client's names: the Python SDK, blocking and awaitable, with
+the MCP Python SDK connected to its URL, and the TypeScript SDK from Node
+(sdk/js/test/mcp.test.mjs). Against the real daemon."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -26,6 +29,7 @@ from helpers import Api, assert_error, free_port, skip_unless_driver
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import _finish_daemon, _start_daemon  # noqa: E402
+from test_js_sdk import NODE, _env, js_build, run_node  # noqa: E402,F401 - js_build: the fixture that builds sdk/js
 
 mcp = pytest.importorskip("mcp", reason="the MCP Python SDK (tests/requirements.txt: mcp) is not installed")
 from mcp import ClientSession  # noqa: E402
@@ -193,3 +197,87 @@ def test_hostile_starts(mdaemon, mapi):
         for r in (other.get(path), other.delete(path), other.post(path, json={"servers": [{"id": "memory"}]})):
             assert r.status_code == 404, r.text
     assert sbx.exec("echo fine")["stdout"] == "fine\n"
+
+
+def _parameters(fn) -> list:
+    import inspect
+    return [[p.name, p.kind.name, None if p.default is p.empty else repr(p.default)]
+            for p in inspect.signature(fn).parameters.values()]
+
+
+MCP_CALLS = {"runtime": ["catalog"], "sandbox": ["start", "get", "ready", "stop"]}
+
+
+@pytest.mark.driver_independent
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_our_python_sdk_has_the_same_calls(published_client, mdaemon, mapi, driver, monkeypatch):
+    """Our SDK's runtime.mcp and sbx.mcp, blocking and awaitable, with the published client's
+    names and parameters: the catalog, the filesystem server started and ready, the official MCP
+    SDK connected with the answer's headers, a public start refused, stop."""
+    skip_unless_driver(mdaemon, driver)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
+    from withruntime import AsyncSandbox, Runtime, Sandbox
+    from withruntime.errors import APIError
+    for k, v in mdaemon.env().items():
+        monkeypatch.setenv(k, v)
+    sid = mapi.create_sandbox(driver=driver, memoryMiB=1024).id
+    published = published_client.run_json(mdaemon, """
+import inspect, json, sys
+from withruntime import Runtime, Sandbox
+
+def parameters(fn):
+    return [[p.name, p.kind.name, None if p.default is p.empty else repr(p.default)]
+            for p in inspect.signature(fn).parameters.values()]
+
+owners = {"runtime": Runtime().mcp, "sandbox": Sandbox.connect(sys.argv[2]).mcp}
+print(json.dumps({f"{k}.{n}": parameters(getattr(owners[k], n)) for k, ns in json.loads(sys.argv[1]).items() for n in ns}))
+""", args=[json.dumps(MCP_CALLS), sid])
+    from withruntime.async_sandbox import AsyncMcp, AsyncSandboxMcp
+    from withruntime.sandbox import Mcp, SandboxMcp
+    sbx = Sandbox.connect(sid)
+    with Runtime() as rt:
+        for kind, names in MCP_CALLS.items():
+            sync_cls, async_cls = (Mcp, AsyncMcp) if kind == "runtime" else (SandboxMcp, AsyncSandboxMcp)
+            for name in names:
+                ours = getattr(rt.mcp if kind == "runtime" else sbx.mcp, name)
+                assert _parameters(ours) == published[f"{kind}.{name}"], name
+                assert _parameters(getattr(async_cls, name)) == _parameters(getattr(sync_cls, name)), name
+        assert "filesystem" in {c["id"] for c in rt.mcp.catalog()}
+    sbx.files.write("/workspace/hello.txt", "written by the test\n")
+    assert sbx.mcp.get()["running"] is False
+    with pytest.raises(APIError) as public:
+        sbx.mcp.start([{"id": "filesystem"}], public=True)
+    assert public.value.status == 501
+    started = sbx.mcp.start([{"id": "filesystem"}], port=8812)
+    assert started["port"] == 8812 and [s["id"] for s in started["servers"]] == ["filesystem"], started
+    ready = sbx.mcp.ready(timeout=60, interval=0.5)
+    fs = ready["servers"][0]
+    assert ready["running"] is True and fs["status"] == "running", ready
+    url, host = _local(fs["url"], mdaemon.preview_port)
+    tools, text = asyncio.run(_read_through_sdk(url, host, ready["headers"]))
+    assert "list_directory" in tools and "written by the test" in text, (tools, text)
+
+    async def awaited():
+        a = await AsyncSandbox.connect(sid)
+        state = await a.mcp.ready(timeout=10, interval=0.2)
+        stopped = await a.mcp.stop()
+        after = await a.mcp.get()
+        await a.close()
+        return state, stopped, after
+
+    state, stopped, after = asyncio.run(awaited())
+    assert state["running"] is True and stopped is True and after["running"] is False, (state, after)
+    assert sbx.mcp.stop() is False
+    sbx.close()
+
+
+@pytest.mark.driver_independent
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_ts_sdk_mcp(js_build, mdaemon, mapi, driver):
+    """The TypeScript SDK's runtime.mcp and sbx.mcp (sdk/js/test/mcp.test.mjs) from Node against
+    this daemon: the catalog, hostile starts refused, the filesystem server ready, its URL 401
+    without the header and answering initialize with it, stop."""
+    skip_unless_driver(mdaemon, driver)
+    if NODE is None:
+        pytest.skip("node is not installed (scripts/install-deps.sh)")
+    run_node("mcp.test.mjs", _env(mdaemon, driver, RUNTIME_TEST_PREVIEW_PORT=str(mdaemon.preview_port)), 600)

@@ -20,6 +20,8 @@ export { Process } from "./process.js";
 export type { ProcessInfo } from "./process.js";
 export { Interpreter, InterpreterContexts, TABLE_MIME } from "./interpreter.js";
 export { Browser, Desktop, DesktopRecordings } from "./computer.js";
+export { Mcp, SandboxMcp } from "./mcp.js";
+export type { McpCatalogEntry, McpGateway, McpServer, McpServerSpec } from "./mcp.js";
 export type { ActResult, BrowserInfo, DesktopAction, DesktopInfo, DesktopWindow, MouseButton, Recording } from "./computer.js";
 export type { Execution, ExecutionError, InterpreterContext, ResultBundle, RunOptions } from "./interpreter.js";
 export type {

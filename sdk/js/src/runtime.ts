@@ -7,6 +7,7 @@
  */
 import { InvalidRequestError } from "./errors.js";
 import type { HttpClient, Query } from "./http.js";
+import { Mcp } from "./mcp.js";
 import { idempotencyHeaders } from "./models.js";
 import { connect, type ClientOptions } from "./sandbox.js";
 
@@ -289,7 +290,7 @@ export class Audit {
 }
 
 /**
- * The calls about the key's owner: `events`, `webhooks`, `otel`, `audit` and `usageExport`,
+ * The calls about the key's owner: `events`, `webhooks`, `otel`, `audit`, `volumes`, `mcp` and `usageExport`,
  * sharing one connection pool. `close()` (or `using`) releases it.
  */
 export class Runtime implements Disposable {
@@ -299,6 +300,8 @@ export class Runtime implements Disposable {
   readonly otel: Otel;
   readonly audit: Audit;
   readonly volumes: Volumes;
+  /** The catalog of MCP servers a sandbox can run (docs/mcp.md). */
+  readonly mcp: Mcp;
 
   constructor(opts: ClientOptions = {}) {
     this.#http = connect(opts);
@@ -307,6 +310,7 @@ export class Runtime implements Disposable {
     this.otel = new Otel(this.#http);
     this.audit = new Audit(this.#http);
     this.volumes = new Volumes(this.#http);
+    this.mcp = new Mcp(this.#http);
   }
 
   /**

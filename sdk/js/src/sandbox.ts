@@ -4,6 +4,7 @@ import { APIConnectionError, APIError, CommandError, InvalidRequestError, NotFou
 import { HttpClient, type Body } from "./http.js";
 import { Browser, Desktop } from "./computer.js";
 import { Interpreter } from "./interpreter.js";
+import { SandboxMcp } from "./mcp.js";
 import { Process, readOutput } from "./process.js";
 import {
   CREATE_HTTP_TIMEOUT_SECONDS,
@@ -93,6 +94,8 @@ export class Sandbox implements AsyncDisposable {
   readonly browser: Browser;
   /** The sandbox's X desktop: actions, screenshots, recordings (docs/computer-use.md). */
   readonly desktop: Desktop;
+  /** Catalog MCP servers inside the sandbox, at URLs an MCP client connects to (docs/mcp.md). */
+  readonly mcp: SandboxMcp;
 
   /** @internal Use `Sandbox.create`, `Sandbox.connect` or `Sandbox.list`. */
   constructor(http: HttpClient, data: unknown, keep = true, ownsHttp = true) {
@@ -105,6 +108,7 @@ export class Sandbox implements AsyncDisposable {
     this.interpreter = new Interpreter(http, this.#data.id);
     this.browser = new Browser(http, this.#data.id);
     this.desktop = new Desktop(http, this.#data.id);
+    this.mcp = new SandboxMcp(http, this.#data.id);
   }
 
   /** Create and start a sandbox; resolves once it is running. */

@@ -15,6 +15,7 @@ from ._core import FilesOps, NetworkOps, PreviewsOps, RuntimeOps, SandboxOps, Se
 from ._drive import arun, awaitable, awaitable_iter
 from ._http import AsyncHTTP, websocket_headers
 from ._images import ImagesOps, RegistriesOps
+from ._mcp import McpOps, SandboxMcpOps
 from ._models import CLIENT_OPTIONS, SandboxInfo, build_create_body
 from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
 from ._volumes import VolumesOps
@@ -80,6 +81,7 @@ class AsyncSandbox(SandboxInfo):
         self.previews = AsyncPreviews(self)
         self.browser = AsyncBrowser(self)
         self.desktop = AsyncDesktop(self)
+        self.mcp = AsyncSandboxMcp(self)
 
     @classmethod
     def from_session(cls, token: str, sandbox_id: str, base_url: Optional[str] = None, *,
@@ -240,6 +242,24 @@ class AsyncDesktop:
     focus = awaitable(DesktopOps.focus)
     open = awaitable(DesktopOps.open)
     launch = awaitable(DesktopOps.launch)
+
+
+class AsyncSandboxMcp:
+    """The awaitable twin of :class:`withruntime.sandbox.SandboxMcp`."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sbx = sandbox
+
+    start = awaitable(SandboxMcpOps.start)
+    get = awaitable(SandboxMcpOps.get)
+    ready = awaitable(SandboxMcpOps.ready)
+    stop = awaitable(SandboxMcpOps.stop)
+
+    @staticmethod
+    async def _sleep(seconds: float) -> None:
+        import asyncio
+
+        await asyncio.sleep(seconds)
 
 
 class AsyncFiles:
@@ -483,6 +503,15 @@ class AsyncImages:
         await asyncio.sleep(seconds)
 
 
+class AsyncMcp:
+    """The awaitable twin of :class:`withruntime.sandbox.Mcp`."""
+
+    def __init__(self, http: AsyncHTTP) -> None:
+        self._http = http
+
+    catalog = awaitable(McpOps.catalog)
+
+
 class AsyncRuntime:
     """The awaitable twin of :class:`Runtime`."""
 
@@ -498,6 +527,7 @@ class AsyncRuntime:
         self.audit = AsyncAudit(self._http)
         self.images = AsyncImages(self._http)
         self.volumes = AsyncVolumes(self._http)
+        self.mcp = AsyncMcp(self._http)
 
     me = awaitable(RuntimeOps.me)
     limits = awaitable(RuntimeOps.limits)

@@ -4,6 +4,7 @@ driven here by blocking I/O (_drive.py)."""
 from __future__ import annotations
 
 import functools
+import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Dict, Iterator, Mapping, Optional, Type
 
@@ -13,6 +14,7 @@ from ._core import FilesOps, NetworkOps, PreviewsOps, RuntimeOps, SandboxOps, Se
 from ._drive import blocking, blocking_iter, run
 from ._http import SyncHTTP, websocket_headers
 from ._images import ImagesOps, RegistriesOps
+from ._mcp import McpOps, SandboxMcpOps
 from ._models import SandboxInfo
 from ._observability import AuditOps, EventsOps, OtelOps, WebhooksOps
 from ._volumes import VolumesOps
@@ -53,6 +55,7 @@ class Sandbox(SandboxInfo):
         self.sessions = Sessions(self)
         self.browser = Browser(self)
         self.desktop = Desktop(self)
+        self.mcp = SandboxMcp(self)
 
     @classmethod
     def from_session(cls, token: str, sandbox_id: str, base_url: Optional[str] = None, *,
@@ -303,6 +306,20 @@ class Desktop:
     launch = blocking(DesktopOps.launch)
 
 
+class SandboxMcp:
+    """MCP servers of the catalog inside the sandbox, at URLs an MCP client connects to
+    (docs/mcp.md, "Inside a sandbox")."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sbx = sandbox
+
+    _sleep = staticmethod(time.sleep)
+    start = blocking(SandboxMcpOps.start)
+    get = blocking(SandboxMcpOps.get)
+    ready = blocking(SandboxMcpOps.ready)
+    stop = blocking(SandboxMcpOps.stop)
+
+
 class Network(Dict[str, Any]):
     """A sandbox's egress policy (``{"internet": ..., "allow": [...], "deny": [...]}``) as
     last answered; :meth:`set` replaces it."""
@@ -464,10 +481,19 @@ class Volumes:
     restore = blocking(VolumesOps.restore)
 
 
+class Mcp:
+    """The catalog of MCP servers a sandbox can run (``runtime.mcp``, docs/mcp.md)."""
+
+    def __init__(self, http: SyncHTTP) -> None:
+        self._http = http
+
+    catalog = blocking(McpOps.catalog)
+
+
 class Runtime:
     """The calls about the key and its owner rather than one sandbox: ``runtime.secrets``
     (:class:`Secrets`), ``runtime.snapshots`` (:class:`Snapshots`), ``runtime.images``
-    (:class:`Images`), ``runtime.volumes`` (:class:`Volumes`), ``runtime.events``,
+    (:class:`Images`), ``runtime.volumes`` (:class:`Volumes`), ``runtime.mcp`` (:class:`Mcp`), ``runtime.events``,
     ``runtime.webhooks``, ``runtime.otel``, ``runtime.audit``, ``runtime.me()``,
     ``runtime.limits()`` and ``runtime.usage_export()``. They share one connection pool.
     ``api_key`` and ``base_url`` override ``RUNTIME_API_KEY`` and ``RUNTIME_BASE_URL``."""
@@ -484,6 +510,7 @@ class Runtime:
         self.audit = Audit(self._http)
         self.images = Images(self._http)
         self.volumes = Volumes(self._http)
+        self.mcp = Mcp(self._http)
 
     me = blocking(RuntimeOps.me)
     limits = blocking(RuntimeOps.limits)
