@@ -166,6 +166,9 @@ def test_layers_are_not_the_owners_snapshots(fresh_daemon):
             assert (fresh_daemon.state_dir / "snapshots" / lid).is_dir()  # the DELETE took nothing
         events = api.get("/v1/events?type=snapshot.created").json()["data"]
         assert not set(layers) & {e.get("resourceId") for e in events}, events
+        # Snapshot storage is billed per snapshot (a "<id>:disk" series): the image's disk has one, a layer none.
+        billed = {u["sandboxId"].split(":")[0] for u in api.get("/v1/usage").json()["sandboxes"]}
+        assert {s["id"] for s in listed} <= billed and not set(layers) & billed, billed
 
         sbx = api.create_sandbox(image="default")
         first = api.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={})
