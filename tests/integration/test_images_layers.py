@@ -4,11 +4,14 @@ layer it finds. Each RUN below writes a stamp of the time it ran, and the last R
 step the log says CACHED left the stamp of the build before. A changed last RUN runs only that
 step; a changed COPY source runs from that COPY; another build arg runs from the first step after
 its ARG; `cache: false` runs every step; another owner finds none of these layers; past the
-owner's bound the least recently used layer goes."""
+owner's bound the least recently used layer goes. Layers are the daemon's own: never among the
+owner's snapshots, outside their bounds."""
 from __future__ import annotations
 
 import json
+import math
 import re
+import sqlite3
 import uuid
 
 import pytest
@@ -104,8 +107,13 @@ def _raw_build(api, dockerfile):
     return [re.sub(r"^CACHED step \d+/\d+: RUN ", "", l) for l in lines if l.startswith("CACHED step")]
 
 
-def _layers(api):
-    return [s for s in api.get("/v1/snapshots").json()["data"] if "runtime.layer" in (s.get("labels") or {})]
+def _layers(daemon):
+    """The layers the images store records, {snapshot id: size}: no route shows them."""
+    db = sqlite3.connect(f"file:{daemon.state_dir / 'runtime.db'}?mode=ro", uri=True, timeout=30)
+    try:
+        return dict(db.execute("SELECT snapshot_id, size_bytes FROM image_layers").fetchall())
+    finally:
+        db.close()
 
 
 def test_the_bound_evicts_the_least_recently_used_layer(fresh_daemon):
@@ -114,7 +122,7 @@ def test_the_bound_evicts_the_least_recently_used_layer(fresh_daemon):
     try:
         a = "FROM default\nRUN echo a > /x\n"
         assert _raw_build(api, a) == []
-        (size,) = [s["sizeBytes"] for s in _layers(api)]
+        (size,) = _layers(fresh_daemon).values()
         cap = int(2.5 * size) >> 20
         if not (2 * size < cap << 20 < 3 * size):
             pytest.skip(f"a layer here is {size} bytes: no bound in MiB holds two and not three")
@@ -125,7 +133,60 @@ def test_the_bound_evicts_the_least_recently_used_layer(fresh_daemon):
         assert _raw_build(api, "FROM default\nRUN echo b > /x\n") == []  # layers a, b: within the bound
         # a found (used after b), a2 kept: three layers, and b, the least recently used, goes.
         assert _raw_build(api, a + "RUN echo a2 > /y\n") == ["echo a > /x"]
-        assert len(_layers(api)) == 2
+        assert len(_layers(fresh_daemon)) == 2
         assert _raw_build(api, "FROM default\nRUN echo b > /x\nRUN echo b2 > /y\n") == []
+    finally:
+        api.close()
+
+
+@pytest.mark.driver_independent
+def test_layers_are_not_the_owners_snapshots(fresh_daemon):
+    """A build's layers are not listed, got, changed, deleted or started from through the snapshots API
+    (404, as an unknown id), and do not count against the owner's snapshot bounds: a daemon whose bound
+    on the owner's snapshot bytes is below what the layers hold still takes the owner's snapshot."""
+    api = Api(fresh_daemon)
+    try:
+        assert _raw_build(api, "FROM default\nRUN head -c 8M /dev/urandom > /a\n"
+                               "RUN head -c 8M /dev/urandom > /b\n") == []
+        layers = _layers(fresh_daemon)
+        assert len(layers) == 2, layers
+        listed = api.get("/v1/snapshots").json()["data"]
+        assert not set(layers) & {s["id"] for s in listed}, listed
+        image_disk = sum(s["sizeBytes"] for s in listed)
+        for lid in layers:
+            for method, path, body in (("GET", f"/v1/snapshots/{lid}", None),
+                                       ("POST", f"/v1/snapshots/{lid}:update", {"labels": {"a": "b"}}),
+                                       ("POST", f"/v1/snapshots/{lid}:delete", {}),
+                                       ("POST", f"/v1/snapshots/{lid}:extend", {"retentionDays": 2}),
+                                       ("DELETE", f"/v1/snapshots/{lid}", None),
+                                       ("POST", "/v1/sandboxes", {"snapshot": lid}),
+                                       ("POST", "/v1/sandboxes", {"image": lid})):
+                r = api.request(method, path, json=body)
+                assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", (method, path, r.text)
+            assert (fresh_daemon.state_dir / "snapshots" / lid).is_dir()  # the DELETE took nothing
+        events = api.get("/v1/events?type=snapshot.created").json()["data"]
+        assert not set(layers) & {e.get("resourceId") for e in events}, events
+        # Snapshot storage is billed per snapshot (a "<id>:disk" series): the image's disk has one, a layer none.
+        billed = {u["sandboxId"].split(":")[0] for u in api.get("/v1/usage").json()["sandboxes"]}
+        assert {s["id"] for s in listed} <= billed and not set(layers) & billed, billed
+
+        sbx = api.create_sandbox(image="default")
+        first = api.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={})
+        assert first.status_code == 201, first.text
+        own = first.json()["sizeBytes"]
+        assert api.delete(f"/v1/snapshots/{first.json()['id']}").status_code == 200
+        # Room for the image's disk and two of these snapshots, less than the layers hold.
+        bound = math.ceil((image_disk + 2 * own) / (1 << 20)) + 1
+        if bound << 20 >= image_disk + sum(layers.values()):
+            pytest.skip(f"the layers here hold {sum(layers.values())} bytes: no bound in MiB between them "
+                        f"and the owner's {image_disk + 2 * own}")
+        api.close()
+        fresh_daemon.extra_args = list(fresh_daemon.extra_args or []) + ["--max-snapshot-mib-per-owner", str(bound)]
+        fresh_daemon.restart()
+        api = Api(fresh_daemon)
+        sbx = api.create_sandbox(image="default")
+        r = api.post(f"/v1/sandboxes/{sbx.id}:snapshot", json={})
+        assert r.status_code == 201, r.text
+        assert set(_layers(fresh_daemon)) == set(layers)
     finally:
         api.close()

@@ -499,6 +499,7 @@ static void test_idempotency_race_across_connections(void **state) {
 #define NO_BYTES_BOUND INT64_MAX
 #define SPEC "{\"driver\":\"namespace\",\"image\":\"base\"}"
 #define SPEC_TRANSIENT "{\"driver\":\"namespace\",\"image\":\"base\",\"transient\":true}"
+#define SPEC_LAYER "{\"driver\":\"namespace\",\"image\":\"base\",\"layer\":true}"
 
 static SnapshotRow snap(const char *id, const char *owner, const char *spec, int64_t created_at) {
         SnapshotRow r = { .owner = (char *)owner,
@@ -622,6 +623,40 @@ static void test_snapshots_round_trip(void **state) {
         assert_int_equal(ops->get(h, "own_a", ID_A, &out), -ENOENT);
         count = count_of(ops, h, "own_a");
         assert_int_equal(count, 1);
+        ops->close(h);
+        free(url);
+}
+
+/* A build's layer, as in SQLite: hidden from its owner, outside the
+ * owner's bounds, read back as a layer by the upkeep. */
+static void test_snapshots_layer_hidden(void **state) {
+        char *url;
+        StoreSnapshots *h = snapshots_open("t_snp_layer", &url);
+        const StoreSnapshotOps *ops = store_postgres.snapshots;
+        SnapshotRow a = snap(ID_A, "own_a", SPEC, 1000), layer = snap(ID_T, "own_a", SPEC_LAYER, 1500);
+        layer.layer = true;
+        assert_int_equal(ops->insert(h, &a, 1, 4096), 0);
+        assert_int_equal(ops->insert(h, &layer, 1, 4096), 0);
+        StoreSnapshotUsage u;
+        assert_int_equal(ops->usage(h, "own_a", &u), 0);
+        assert_int_equal(u.count, 1);
+        assert_int_equal(u.bytes, 4096);
+        SnapshotRow out;
+        assert_int_equal(ops->get(h, "own_a", ID_T, &out), -ENOENT);
+        StoreSnapshotChange c = { .labels = "{\"x\":\"y\"}" };
+        assert_int_equal(ops->update(h, "own_a", ID_T, STORE_SNAPSHOT_ANY_VERSION, &c, &out), -ENOENT);
+        SnapshotRow *list = NULL;
+        size_t n = 0;
+        StoreSnapshotFilter mine = { .owner = "own_a", .limit = 10 };
+        assert_int_equal(ops->list(h, &mine, &list, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(list[0].id, ID_A);
+        assert_false(list[0].layer);
+        free_list(list, n);
+        assert_int_equal(ops->get_any(h, ID_T, &out), 0);
+        assert_true(out.layer);
+        store_snapshot_row_clear(&out);
+        assert_int_equal(ops->delete(h, "own_a", ID_T), 0);
         ops->close(h);
         free(url);
 }
@@ -993,6 +1028,7 @@ int main(void) {
                 cmocka_unit_test(test_idempotency_race_across_connections),
                 cmocka_unit_test(test_snapshots_round_trip),
                 cmocka_unit_test(test_snapshots_owner_scoping_and_transient),
+                cmocka_unit_test(test_snapshots_layer_hidden),
                 cmocka_unit_test(test_snapshots_expired_ids),
                 cmocka_unit_test(test_snapshots_stale_update_and_limit),
                 cmocka_unit_test(test_snapshots_need_a_live_epoch),

@@ -89,6 +89,7 @@ static SnapshotRow row(const char *id, const char *owner, const char *spec, int6
 
 #define SPEC "{\"driver\":\"namespace\",\"image\":\"base\"}"
 #define SPEC_TRANSIENT "{\"driver\":\"namespace\",\"image\":\"base\",\"transient\":true}"
+#define SPEC_LAYER "{\"driver\":\"namespace\",\"image\":\"base\",\"layer\":true}"
 
 /* How many snapshots owner keeps, as the store's usage says. */
 static int64_t count_of(const StoreSnapshotOps *ops, StoreSnapshots *h, const char *owner) {
@@ -257,6 +258,40 @@ static void test_transient_hidden(void **state) {
         assert_string_equal(out.spec, SPEC_TRANSIENT);
         store_snapshot_row_clear(&out);
         /* Its owner (the fork) deletes it. */
+        assert_int_equal(f->ops->delete(f->h, "own_a", ID_T), 0);
+}
+
+/* A build's layer: the daemon's own, hidden from its owner, outside the
+ * owner's bounds (inserted past them), read back as a layer by the upkeep. */
+static void test_layer_hidden(void **state) {
+        Fixture *f = *state;
+        open_store(f);
+        SnapshotRow kept = row(ID_A, "own_a", SPEC, 1000), layer = row(ID_T, "own_a", SPEC_LAYER, 1500);
+        layer.layer = true;
+        assert_int_equal(f->ops->insert(f->h, &kept, 1, 4096), 0);
+        assert_int_equal(f->ops->insert(f->h, &layer, 1, 4096), 0);
+        StoreSnapshotUsage u;
+        assert_int_equal(f->ops->usage(f->h, "own_a", &u), 0);
+        assert_int_equal(u.count, 1);
+        assert_int_equal(u.bytes, 4096);
+
+        SnapshotRow out;
+        assert_int_equal(f->ops->get(f->h, "own_a", ID_T, &out), -ENOENT);
+        StoreSnapshotChange c = { .labels = "{\"x\":\"y\"}" };
+        assert_int_equal(f->ops->update(f->h, "own_a", ID_T, STORE_SNAPSHOT_ANY_VERSION, &c, &out), -ENOENT);
+        SnapshotRow *list = NULL;
+        size_t n = 0;
+        StoreSnapshotFilter all = { .owner = "own_a", .limit = 10 };
+        assert_int_equal(f->ops->list(f->h, &all, &list, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(list[0].id, ID_A);
+        assert_false(list[0].layer);
+        store_snapshot_row_clear(&list[0]);
+        free(list);
+
+        assert_int_equal(f->ops->get_any(f->h, ID_T, &out), 0);
+        assert_true(out.layer);
+        store_snapshot_row_clear(&out);
         assert_int_equal(f->ops->delete(f->h, "own_a", ID_T), 0);
 }
 
@@ -468,6 +503,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_owner_scoping, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_transient_hidden, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_layer_hidden, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_expired_ids, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stale_update, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_limit_per_owner, setup, teardown),

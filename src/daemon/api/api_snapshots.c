@@ -287,7 +287,7 @@ enum MHD_Result handle_snapshot_extend(Req *r) {
 }
 
 enum MHD_Result handle_snapshot_delete(Req *r) {
-        int rc = snapshot_store_delete(r->app->snapshots, r->key.owner, r->route.snapshot_id);
+        int rc = snapshot_store_delete_visible(r->app->snapshots, r->key.owner, r->route.snapshot_id);
         if (rc == -ENOENT)
                 return reply_not_found(r, r->route.snapshot_id);
         if (rc < 0)

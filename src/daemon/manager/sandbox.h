@@ -189,12 +189,15 @@ typedef struct SnapshotRequest {
         int64_t retention_days; /* 0: SNAPSHOT_DEFAULT_RETENTION_DAYS */
         bool transient; /* a fork's, dropped after its copies (snapshot.h: SNAPSHOT_TRANSIENT) */
         bool keep;      /* never expires: an image's disk, kept until the image is deleted */
+        bool layer;     /* a build's per-step layer: the daemon's own (store_snapshots.h: SNAPSHOT_LAYER) */
 } SnapshotRequest;
 /* A disk snapshot of the sandbox's writable layer, under its lifecycle
  * lock: a running one is frozen (driver->pause) only while its layer is
  * synced and copied, then carries on; a paused one stays paused; a stopped
  * or failed one is copied as it lies. mode "memory" is refused where the
- * driver cannot keep a running machine (every driver of this daemon now). */
+ * driver cannot keep a running machine (every driver of this daemon now).
+ * A layer (req->layer) is not checked against the owner's snapshot bounds
+ * and emits no snapshot.created. */
 int sandbox_snapshot(Manager *m, const KeyInfo *key, const char *id, const SnapshotRequest *req, const char *rid,
                      SnapshotRow *ret, SandboxError *e);
 

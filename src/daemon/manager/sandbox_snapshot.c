@@ -155,6 +155,9 @@ static int snapshot_record(const SandboxRow *row, const SnapshotRequest *req, bo
                                  spec->network);
         if (base && req->transient && json_object_set_new(base, SNAPSHOT_TRANSIENT, json_true()) < 0)
                 json_decref(TAKE_PTR(base));
+        if (base && req->layer && json_object_set_new(base, SNAPSHOT_LAYER, json_true()) < 0)
+                json_decref(TAKE_PTR(base));
+        snap->layer = req->layer;
         snap->owner = strdup(row->owner);
         snap->key_id = strdup(row->key_id);
         snap->sandbox_id = strdup(row->id);
@@ -235,7 +238,7 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         SnapshotStore *store = m->snapshots;
         if (!store)
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, NULL, "this daemon keeps no snapshots");
-        int r = snapshot_room(store, row->owner, e);
+        int r = req->layer ? 0 : snapshot_room(store, row->owner, e);
         if (r < 0)
                 return r;
         SpecPaths p = { 0 };
@@ -328,7 +331,7 @@ int sandbox_snapshot(Manager *m, const KeyInfo *key, const char *id, const Snaps
                      SnapshotRow *ret, SandboxError *e) {
         SnapshotOp op = { .req = req, .out = ret };
         int r = with_row(m, key, id, op_snapshot, &op, rid, NULL, e);
-        if (r == 0)
+        if (r == 0 && !req->layer)
                 events_emit(m->events, ret->owner, "snapshot.created", "snapshot", ret->id, key->id,
                             json_pack("{s:s,s:s,s:I}", "sandboxId", id, "mode", ret->mode, "sizeBytes",
                                       (json_int_t)ret->size_bytes));

@@ -251,7 +251,8 @@ static int commit(SnapshotStore *s, SnapshotRow *row, bool count_shared) {
         snprintf(row->host_id, sizeof(row->host_id), "%s", s->host_id);
         if ((r = s->ops->insert(s->h, row, SNAPSHOT_MAX_PER_OWNER, s->owner_max_bytes)) < 0)
                 goto fail_final;
-        if (s->ledger) {
+        /* A layer is not billed: its own bound keeps it small. */
+        if (s->ledger && !row->layer) {
                 char ser[48];
                 series(row->id, ser, sizeof ser);
                 int lr = ledger_begin(s->ledger, ser, row->key_id, row->owner, row->created_at,
@@ -364,6 +365,21 @@ int snapshot_store_get(SnapshotStore *s, const char *owner, const char *id, Snap
         return s->ops->get(s->h, owner, id, ret);
 }
 
+int snapshot_store_get_layer(SnapshotStore *s, const char *owner, const char *id, SnapshotRow *ret) {
+        if (!snapshot_id_ok(id))
+                return -ENOENT;
+        SnapshotRow row;
+        int r = s->ops->get_any(s->h, id, &row);
+        if (r < 0)
+                return r;
+        if (!row.layer || strcmp(row.owner, owner) != 0) {
+                snapshot_row_done(&row);
+                return -ENOENT;
+        }
+        *ret = row;
+        return 0;
+}
+
 int snapshot_store_list(SnapshotStore *s, const char *owner, const char *sandbox_id, const char *name,
                         int64_t cursor_at, const char *cursor_id, unsigned limit, SnapshotFn fn, void *userdata) {
         StoreSnapshotFilter f = { .owner = owner, .sandbox_id = sandbox_id, .name = name, .cursor_at = cursor_at,
@@ -415,6 +431,17 @@ static int delete_one(SnapshotStore *s, const char *owner, const char *id) {
 int snapshot_store_delete(SnapshotStore *s, const char *owner, const char *id) {
         if (!snapshot_id_ok(id))
                 return -ENOENT;
+        return delete_one(s, owner, id);
+}
+
+int snapshot_store_delete_visible(SnapshotStore *s, const char *owner, const char *id) {
+        /* A row's kind never changes, so the delete after the check is of
+         * the row the check saw, or of none. */
+        SnapshotRow row;
+        int r = snapshot_store_get(s, owner, id, &row);
+        if (r < 0)
+                return r;
+        snapshot_row_done(&row);
         return delete_one(s, owner, id);
 }
 
@@ -488,6 +515,10 @@ static int recover_charges(SnapshotStore *s) {
                 SnapshotRow row;
                 if (s->ops->get_any(s->h, ids[i], &row) < 0)
                         continue;
+                if (row.layer) {
+                        snapshot_row_done(&row);
+                        continue; /* never billed */
+                }
                 char ser[48];
                 int64_t end;
                 series(row.id, ser, sizeof ser);

@@ -17,6 +17,13 @@
  * transient: its spec says SNAPSHOT_TRANSIENT, get and list never show it,
  * the fork deletes it once its copies are made, and recovery deletes one
  * that a daemon killed in the middle of the fork left.
+ *
+ * A build's per-step layer (docs/images.md, "Per-step layers") is the
+ * daemon's own: its spec says SNAPSHOT_LAYER, get, list, update and the
+ * API's delete never see it, it is outside the owner's snapshot bounds and
+ * has no storage charge; the builder bounds layers on their own
+ * (--image-layer-max-mib-per-owner) and finds one with
+ * snapshot_store_get_layer.
  */
 #include <jansson.h>
 #include <stdbool.h>
@@ -92,9 +99,11 @@ void snapshot_store_abort(SnapshotStore *s, const char *id);
 /* The directory of a committed snapshot (a new string). */
 char *snapshot_store_dir(SnapshotStore *s, const char *id);
 
-/* The snapshot if it is owner's: -ENOENT otherwise (another owner's is not
- * told apart from none). */
+/* The snapshot if it is owner's: -ENOENT otherwise (another owner's, a
+ * transient one or a layer is not told apart from none). */
 int snapshot_store_get(SnapshotStore *s, const char *owner, const char *id, SnapshotRow *ret);
+/* owner's layer id (the builder's): -ENOENT for anything else. */
+int snapshot_store_get_layer(SnapshotStore *s, const char *owner, const char *id, SnapshotRow *ret);
 typedef int (*SnapshotFn)(void *userdata, SnapshotRow *row);
 /* owner's snapshots oldest first, after the cursor (created_at, id) when
  * cursor_id is given; filters may be NULL; at most limit rows. */
@@ -107,7 +116,11 @@ int snapshot_store_list(SnapshotStore *s, const char *owner, const char *sandbox
 int snapshot_store_update(SnapshotStore *s, const char *owner, const char *id, uint64_t version, bool set_name,
                           const char *name, const char *labels, int64_t expires_at, SnapshotRow *ret);
 /* How many snapshots owner keeps and the bytes they hold, as the bounds
- * count them (a fork's transient ones included). */
+ * count them (a fork's transient ones included, layers not). */
 int snapshot_store_usage(SnapshotStore *s, const char *owner, StoreSnapshotUsage *ret);
-/* Deletes the row, closes its charge and removes its files. -ENOENT. */
+/* Deletes the row, closes its charge and removes its files. -ENOENT. A
+ * transient one or a layer too: the daemon's own deletes. */
 int snapshot_store_delete(SnapshotStore *s, const char *owner, const char *id);
+/* snapshot_store_delete of one a client may see (snapshot_store_get's):
+ * -ENOENT for a transient one or a layer. */
+int snapshot_store_delete_visible(SnapshotStore *s, const char *owner, const char *id);

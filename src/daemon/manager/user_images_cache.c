@@ -258,11 +258,14 @@ int build_cache_use(Build *b, const char *key, json_t **ret_doc) {
 
 /* ---- per-step layers (docs/images.md, "Per-step layers") ---- */
 
-/* The layers one owner's eviction reads at most: a layer is a snapshot of
- * the owner's, and an owner keeps at most SNAPSHOT_MAX_PER_OWNER of those. */
+/* The layers one owner's eviction reads at most: more than the owner keeps
+ * (LAYER_MAX_PER_OWNER), since a build of the owner's on another worker may
+ * keep one between its keep and its eviction. */
 #define LAYER_SCAN_MAX (2u * SNAPSHOT_MAX_PER_OWNER)
-/* The layers one owner keeps at most: a quarter of the owner's snapshots,
- * so that layers never crowd out the disks of images and the owner's own. */
+/* The layers one owner keeps at most. Layers are the daemon's own
+ * snapshots, outside the owner's snapshot bounds (store_snapshots.h:
+ * SNAPSHOT_LAYER), so this and --image-layer-max-mib-per-owner are all that
+ * bound them. */
 #define LAYER_MAX_PER_OWNER (SNAPSHOT_MAX_PER_OWNER / 4)
 
 static int layer_key_begin(EVP_MD_CTX **ret) {
@@ -346,7 +349,7 @@ int layer_find(Build *b, char **ret_snap) {
         if (r < 0)
                 return r;
         SnapshotRow row = { 0 };
-        if (snapshot_store_get(u->snapshots, owner, snap, &row) < 0) {
+        if (snapshot_store_get_layer(u->snapshots, owner, snap, &row) < 0) {
                 /* Its snapshot was deleted on its own: the layer goes. */
                 u->ops->layer_delete(u->h, owner, b->layer_key);
                 return -ENOENT;
@@ -405,7 +408,7 @@ void layer_keep(Build *b) {
         UserImages *u = b->u;
         Job *job = b->job;
         _cleanup_json_ json_t *labels = json_pack("{s:s}", "runtime.layer", b->layer_key);
-        SnapshotRequest sr = { .mode = "disk", .labels = labels, .keep = true };
+        SnapshotRequest sr = { .mode = "disk", .labels = labels, .keep = true, .layer = true };
         SnapshotRow srow = { 0 };
         SandboxError se;
         if (!labels)

@@ -18,9 +18,13 @@ struct StoreSnapshots {
 /* Records a client may see: the spec says whether a snapshot is transient
  * (sqlite_snapshots.c says why it is not a column). */
 #define NOT_TRANSIENT "(spec::jsonb ->> '" SNAPSHOT_TRANSIENT "') IS NULL"
+/* A build's layer, said by its spec as a transient one is. */
+#define NOT_LAYER "(spec::jsonb ->> '" SNAPSHOT_LAYER "') IS NULL"
+#define VISIBLE NOT_TRANSIENT " AND " NOT_LAYER
+/* The last, whether it is a layer, as 1 or 0 (pgi reads it). */
 #define COLUMNS                                                                                             \
         "id, owner, key_id, sandbox_id, name, labels, spec, mode, size_bytes, created_at, expires_at, version, " \
-        "host_id"
+        "host_id, (NOT " NOT_LAYER ")::int"
 
 /* The handle is its connection: pgdb_handle_open's (c is first). */
 static int pg_snapshots_open(const char *location, StoreSnapshots **ret) {
@@ -53,6 +57,7 @@ static int read_row(const PGresult *res, int i, SnapshotRow *ret) {
         r.expires_at = pgi(res, i, 10);
         r.version = (uint64_t)pgi(res, i, 11);
         snprintf(r.host_id, sizeof r.host_id, "%s", pgv(res, i, 12) ?: "");
+        r.layer = pgi(res, i, 13) != 0;
         if (!r.owner || !r.key_id || !r.sandbox_id || !r.labels || !r.spec || (!pgnull(res, i, 4) && !r.name)) {
                 store_snapshot_row_clear(&r);
                 return -ENOMEM;
@@ -67,7 +72,7 @@ static int usage_run(PgConn *c, bool locked, const char *owner, StoreSnapshotUsa
         _cleanup_pgres_ PGresult *res = NULL;
         /* sum() of a bigint is a numeric: cast back, as the column is. */
         static const char sql[] =
-                "SELECT count(*), coalesce(sum(size_bytes), 0)::bigint FROM snapshots WHERE owner = $1";
+                "SELECT count(*), coalesce(sum(size_bytes), 0)::bigint FROM snapshots WHERE owner = $1 AND " NOT_LAYER;
         int r = locked ? pgdb_run_locked(c, sql, &p, &res) : pgdb_run(c, sql, &p, &res);
         if (r < 0)
                 return r;
@@ -85,10 +90,10 @@ static int insert_tx(PgConn *c, void *userdata) {
         const Insert *a = userdata;
         const SnapshotRow *s = a->row;
         StoreSnapshotUsage u;
-        int r = usage_run(c, true, s->owner, &u);
+        int r = s->layer ? 0 : usage_run(c, true, s->owner, &u);
         if (r < 0)
                 return r;
-        if ((r = store_snapshot_fits(&u, s, a->max_per_owner, a->max_bytes_per_owner)) < 0)
+        if (!s->layer && (r = store_snapshot_fits(&u, s, a->max_per_owner, a->max_bytes_per_owner)) < 0)
                 return r;
         PgParams p = { 0 };
         pgp_text(&p, s->id);
@@ -120,13 +125,14 @@ static int pg_snapshots_insert(StoreSnapshots *h, const SnapshotRow *row, unsign
         return pgdb_write(&h->c, insert_tx, &a);
 }
 
-/* One row by id: of owner and not transient, or (owner NULL) any. */
+/* One row by id: of owner and neither transient nor a layer, or (owner
+ * NULL) any. */
 static int get_run(PgConn *c, bool locked, const char *owner, const char *id, SnapshotRow *ret) {
         PgParams p = { 0 };
         pgp_text(&p, id);
         if (owner)
                 pgp_text(&p, owner);
-        const char *sql = owner ? "SELECT " COLUMNS " FROM snapshots WHERE id = $1 AND owner = $2 AND " NOT_TRANSIENT
+        const char *sql = owner ? "SELECT " COLUMNS " FROM snapshots WHERE id = $1 AND owner = $2 AND " VISIBLE
                                 : "SELECT " COLUMNS " FROM snapshots WHERE id = $1";
         _cleanup_pgres_ PGresult *res = NULL;
         int r = locked ? pgdb_run_locked(c, sql, &p, &res) : pgdb_run(c, sql, &p, &res);
@@ -157,7 +163,7 @@ static int pg_snapshots_list(StoreSnapshots *h, const StoreSnapshotFilter *f, Sn
         pgp_int(&p, f->limit);
         _cleanup_pgres_ PGresult *res = NULL;
         int r = pgdb_run(&h->c,
-                         "SELECT " COLUMNS " FROM snapshots WHERE owner = $1 AND " NOT_TRANSIENT " "
+                         "SELECT " COLUMNS " FROM snapshots WHERE owner = $1 AND " VISIBLE " "
                          "AND ($2::text IS NULL OR sandbox_id = $2) AND ($3::text IS NULL OR name = $3) "
                          "AND ($5::text IS NULL OR created_at > $4::bigint "
                          "OR (created_at = $4::bigint AND id > $5)) "
@@ -208,7 +214,7 @@ static int update_tx(PgConn *c, void *userdata) {
                                 "expires_at = CASE WHEN $6::bigint > 0 THEN $6::bigint ELSE expires_at END, "
                                 "version = version + 1 "
                                 "WHERE id = $1 AND owner = $2 AND ($7::bigint = 0 OR version = $7::bigint) "
-                                "AND " NOT_TRANSIENT " RETURNING " COLUMNS,
+                                "AND " VISIBLE " RETURNING " COLUMNS,
                                 &p, &res);
         if (r < 0)
                 return r;

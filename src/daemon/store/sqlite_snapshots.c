@@ -45,9 +45,12 @@ static const SqlMigration migrations[] = {
  * column of its own: the spec stays the one place that says it, and the
  * rows it hides are few (a fork's, for the time of the fork). */
 #define NOT_TRANSIENT "json_extract(spec, '$." SNAPSHOT_TRANSIENT "') IS NULL"
+/* A build's layer, said by its spec as a transient one is. */
+#define NOT_LAYER "json_extract(spec, '$." SNAPSHOT_LAYER "') IS NULL"
+#define VISIBLE NOT_TRANSIENT " AND " NOT_LAYER
 #define COLUMNS                                                                                             \
         "id, owner, key_id, sandbox_id, name, labels, spec, mode, size_bytes, created_at, expires_at, version, " \
-        "host_id"
+        "host_id, NOT (" NOT_LAYER ")"
 
 static int sqlite_snapshots_open(const char *location, StoreSnapshots **ret) {
         return sqldb_handle_open(location, "snapshots", migrations, ELEMENTSOF(migrations), sizeof(**ret),
@@ -98,6 +101,7 @@ static int read_row(sqlite3_stmt *st, SnapshotRow *ret) {
         r.version = (uint64_t)sqlite3_column_int64(st, 11);
         const unsigned char *host = sqlite3_column_text(st, 12);
         snprintf(r.host_id, sizeof r.host_id, "%s", host ? (const char *)host : "");
+        r.layer = sqlite3_column_int(st, 13) != 0;
         if (!r.owner || !r.key_id || !r.sandbox_id || !r.labels || !r.spec ||
             (sqlite3_column_type(st, 4) != SQLITE_NULL && !r.name)) {
                 store_snapshot_row_clear(&r);
@@ -110,7 +114,8 @@ static int read_row(sqlite3_stmt *st, SnapshotRow *ret) {
 static int usage_locked(StoreSnapshots *h, const char *owner, StoreSnapshotUsage *ret) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(h->sql,
-                               "SELECT count(*), coalesce(sum(size_bytes), 0) FROM snapshots WHERE owner = ?", -1,
+                               "SELECT count(*), coalesce(sum(size_bytes), 0) FROM snapshots WHERE owner = ? AND " NOT_LAYER,
+                               -1,
                                &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
@@ -156,16 +161,17 @@ static int sqlite_snapshots_insert(StoreSnapshots *h, const SnapshotRow *row, un
         if (r < 0)
                 return r;
         StoreSnapshotUsage u;
-        if ((r = usage_locked(h, row->owner, &u)) == 0 &&
-            (r = store_snapshot_fits(&u, row, max_per_owner, max_bytes_per_owner)) == 0)
+        if (row->layer || ((r = usage_locked(h, row->owner, &u)) == 0 &&
+                           (r = store_snapshot_fits(&u, row, max_per_owner, max_bytes_per_owner)) == 0))
                 r = insert_locked(h, row);
         return transaction_end(h, r);
 }
 
-/* One row by id: of owner and not transient, or (owner NULL) any. */
+/* One row by id: of owner and neither transient nor a layer, or (owner
+ * NULL) any. */
 static int get_locked(StoreSnapshots *h, const char *owner, const char *id, SnapshotRow *ret) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        const char *q = owner ? "SELECT " COLUMNS " FROM snapshots WHERE id = ?1 AND owner = ?2 AND " NOT_TRANSIENT
+        const char *q = owner ? "SELECT " COLUMNS " FROM snapshots WHERE id = ?1 AND owner = ?2 AND " VISIBLE
                               : "SELECT " COLUMNS " FROM snapshots WHERE id = ?1";
         if (sqlite3_prepare_v2(h->sql, q, -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
@@ -203,7 +209,7 @@ static int sqlite_snapshots_list(StoreSnapshots *h, const StoreSnapshotFilter *f
                 LOCKED(h);
                 _cleanup_stmt_ sqlite3_stmt *st = NULL;
                 if (sqlite3_prepare_v2(h->sql,
-                                       "SELECT " COLUMNS " FROM snapshots WHERE owner = ?1 AND " NOT_TRANSIENT " "
+                                       "SELECT " COLUMNS " FROM snapshots WHERE owner = ?1 AND " VISIBLE " "
                                        "AND (?2 IS NULL OR sandbox_id = ?2) AND (?3 IS NULL OR name = ?3) "
                                        "AND (?5 IS NULL OR created_at > ?4 OR (created_at = ?4 AND id > ?5)) "
                                        "ORDER BY created_at, id LIMIT ?6",
@@ -246,7 +252,7 @@ static int update_locked(StoreSnapshots *h, const char *owner, const char *id, u
                                "labels = coalesce(?5, labels), "
                                "expires_at = CASE WHEN ?6 > 0 THEN ?6 ELSE expires_at END, "
                                "version = version + 1 "
-                               "WHERE id = ?1 AND owner = ?2 AND (?7 = 0 OR version = ?7) AND " NOT_TRANSIENT,
+                               "WHERE id = ?1 AND owner = ?2 AND (?7 = 0 OR version = ?7) AND " VISIBLE,
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);

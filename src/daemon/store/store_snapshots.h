@@ -21,6 +21,12 @@
 /* The key of a transient snapshot's spec: a fork's working copy, which no
  * client sees. */
 #define SNAPSHOT_TRANSIENT "transient"
+/* The key of a build's per-step layer's spec (docs/images.md, "Per-step
+ * layers"): the daemon's own, which no client sees, gets, changes, deletes or
+ * starts from, outside the owner's snapshot bounds and not billed (layers
+ * have their own bound). The spec, not the runtime.layer label, says it: a
+ * client writes labels, and could hide its own snapshots from the bounds. */
+#define SNAPSHOT_LAYER "layer"
 
 typedef struct SnapshotRow {
         char id[SNAPSHOT_ID_LEN + 1];
@@ -37,6 +43,7 @@ typedef struct SnapshotRow {
         int64_t expires_at; /* 0: never */
         uint64_t version;   /* 1 when inserted, bumped by every update */
         char host_id[64];   /* its home: the host whose disk holds its files ("" before hosts) */
+        bool layer;         /* a build's layer: SNAPSHOT_LAYER in its spec (the backends read it from there) */
 } SnapshotRow;
 
 /* Frees what a row holds (not the row) and zeroes it; NULL is fine. */
@@ -53,7 +60,7 @@ static inline void store_snapshot_row_clear(SnapshotRow *r) {
 }
 
 /* What one owner keeps: its snapshots and the sum of their size_bytes,
- * transient ones included. */
+ * transient ones included, layers not. */
 typedef struct StoreSnapshotUsage {
         int64_t count;
         int64_t bytes;
@@ -86,7 +93,7 @@ typedef struct StoreSnapshotChange {
 } StoreSnapshotChange;
 
 /* Which records a listing shows: owner's that a client may see (never a
- * transient one), oldest first (created_at, then id), after the cursor. */
+ * transient one or a layer), oldest first (created_at, then id), after the cursor. */
 typedef struct StoreSnapshotFilter {
         const char *owner;
         const char *sandbox_id; /* NULL: any */
@@ -115,7 +122,8 @@ struct StoreSnapshotOps {
          * against (store_snapshot_fits, transient ones included): -EDQUOT
          * when r's owner keeps max_per_owner snapshots already, -EFBIG when
          * r's size_bytes would take the sum of the owner's past
-         * max_bytes_per_owner; -EEXIST for a taken id. */
+         * max_bytes_per_owner; -EEXIST for a taken id. A layer (r->layer)
+         * is not checked: it is outside those bounds. */
         int (*insert)(StoreSnapshots *h, const SnapshotRow *r, unsigned max_per_owner,
                       int64_t max_bytes_per_owner);
         /* The host whose writes these are, at the epoch it registered at
@@ -124,15 +132,15 @@ struct StoreSnapshotOps {
          * changing nothing, otherwise. Epoch 0: no condition. A backend with
          * one host ignores it. */
         int (*set_writer)(StoreSnapshots *h, const char *host_id, int64_t epoch);
-        /* owner's snapshot id: -ENOENT for another owner's, a transient one
-         * or none (not told apart). */
+        /* owner's snapshot id: -ENOENT for another owner's, a transient one,
+         * a layer or none (not told apart). */
         int (*get)(StoreSnapshots *h, const char *owner, const char *id, SnapshotRow *ret);
         /* Any owner's snapshot id, transient too (the daemon's own upkeep). */
         int (*get_any)(StoreSnapshots *h, const char *id, SnapshotRow *ret);
         /* The records of the filter, an array the caller clears record by
          * record and frees; at most f->limit. */
         int (*list)(StoreSnapshots *h, const StoreSnapshotFilter *f, SnapshotRow **ret, size_t *ret_n);
-        /* Applies c to owner's snapshot id (not a transient one) if its
+        /* Applies c to owner's snapshot id (not a transient one or a layer) if its
          * version is still `version` (STORE_SNAPSHOT_ANY_VERSION: any), bumps
          * the version and reads the record back, atomically: -ESTALE when
          * another write came first, -ENOENT. */
@@ -142,7 +150,8 @@ struct StoreSnapshotOps {
          * too. -ENOENT. */
         int (*delete)(StoreSnapshots *h, const char *owner, const char *id);
         /* How many snapshots owner keeps and the sum of their size_bytes,
-         * transient ones included: what insert checks its bounds against. */
+         * transient ones included, layers not: what insert checks its bounds
+         * against. */
         int (*usage)(StoreSnapshots *h, const char *owner, StoreSnapshotUsage *ret);
         /* The ids of which (at `now`, for STORE_SNAPSHOT_IDS_EXPIRED) whose
          * home is host (NULL: any; rows of before hosts count as every
