@@ -480,6 +480,7 @@ def test_our_sdk_has_the_same_calls(cdaemon, capi, desktop_image, monkeypatch):
     assert isinstance(windows, list) and recs == [] and stopped["stopped"] is True
 
 
+@pytest.mark.driver_independent  # the TypeScript SDK's calls; the browser per driver is above
 def test_ts_sdk_browser_and_desktop(js_build, cdaemon, capi, cdriver, desktop_image):
     """The TypeScript SDK's sbx.browser and sbx.desktop (sdk/js/test/computer.test.mjs) from Node
     against this daemon: screenshots decoded, an xterm typed into and seen, a recording listed

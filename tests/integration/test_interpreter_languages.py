@@ -180,7 +180,6 @@ def test_the_minimal_image_runs_python_on_the_loop_and_no_bash(api, driver, imag
     assert_error(r, 400, "invalid_request", mentions="language javascript needs its Jupyter kernel (deno)")
 
 
-@pytest.mark.microvm_subset
 def test_bash_keeps_state_between_cells(sandbox):
     need_bash(sandbox)
     first = run(sandbox, "x=6; cd /tmp; echo started", language="bash", http_timeout=300)
@@ -242,6 +241,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.driver_independent  # the client's contexts; each language per driver is above
 def test_e2b_drop_in_lists_and_runs_each_language(pub, sandbox):
     """The published client's E2B code interpreter: list_code_contexts shows one default
     context per language the image has, and run_code(language=...) reaches it."""
