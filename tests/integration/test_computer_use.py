@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from helpers import Api, free_port, skip_unless_driver, wait_until
+from helpers import Api, free_port, skip_unless_driver, vnc_greeting, wait_until
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import _finish_daemon, _start_daemon  # noqa: E402
@@ -408,7 +408,6 @@ print(json.dumps({"rec": rec, "second": second, "stopped": stopped, "listed": li
 def test_live_view(cdaemon, capi, desktop_image):
     """The desktop's streamUrl: noVNC's page through the preview listener with its token, and its
     WebSocket reaching x11vnc (the RFB greeting comes back)."""
-    import socket
     sbx = capi.create_sandbox(image=desktop_image, memoryMiB=2048)
     r = capi.post(f"/v1/sandboxes/{sbx.id}/desktop:start", json={"width": 640, "height": 480})
     assert r.status_code == 200, r.text
@@ -425,22 +424,9 @@ def test_live_view(cdaemon, capi, desktop_image):
                what="noVNC's page")
     assert "noVNC" in page({"x-runtime-preview-token": token}).text
     assert page({}).status_code == 401
-    key = base64.b64encode(os.urandom(16)).decode()
-    s = socket.create_connection(("127.0.0.1", cdaemon.preview_port), timeout=15)
-    try:
-        s.sendall((f"GET /websockify HTTP/1.1\r\nHost: {stream.netloc}\r\nUpgrade: websocket\r\n"
-                   f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                   f"Sec-WebSocket-Protocol: binary\r\n{'x-runtime-preview-token'}: {token}\r\n\r\n").encode())
-        got = b""
-        while b"RFB 00" not in got and len(got) < 65536:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            got += chunk
-        assert got.startswith(b"HTTP/1.1 101"), got[:200]
-        assert b"RFB 00" in got, got[:300]
-    finally:
-        s.close()
+    got = vnc_greeting(cdaemon.preview_port, stream.netloc, token)
+    assert got.startswith(b"HTTP/1.1 101"), got[:200]
+    assert b"RFB 00" in got, got[:300]
 
 
 def test_our_sdk_has_the_same_calls(cdaemon, capi, desktop_image, monkeypatch):

@@ -13,7 +13,6 @@ page at once, not a hang."""
 from __future__ import annotations
 
 import contextlib
-import base64
 import os
 import re
 import socket
@@ -28,7 +27,7 @@ import httpx
 import pytest
 
 from conftest import _finish_daemon, _start_daemon
-from helpers import Api, free_port, wait_until
+from helpers import Api, free_port, vnc_greeting, wait_until
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_previews import APP, name_of, start_app, websocket_echo  # noqa: E402
@@ -314,21 +313,8 @@ def test_the_browser_and_the_live_view_through_the_other_host(fleet, desktop_ima
         wait_until(lambda: get_at(b, stream.netloc, "/vnc.html",
                                   headers={"x-runtime-preview-token": token}).status_code == 200, 30, 0.3,
                    what="noVNC's page through host b")
-        key = base64.b64encode(os.urandom(16)).decode()
-        s = socket.create_connection(("127.0.0.1", b.preview_port), timeout=15)
-        try:
-            s.sendall((f"GET /websockify HTTP/1.1\r\nHost: {stream.netloc}\r\nUpgrade: websocket\r\n"
-                       f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                       f"Sec-WebSocket-Protocol: binary\r\nx-runtime-preview-token: {token}\r\n\r\n").encode())
-            got = b""
-            while b"RFB 00" not in got and len(got) < 65536:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                got += chunk
-            assert got.startswith(b"HTTP/1.1 101") and b"RFB 00" in got, got[:300]
-        finally:
-            s.close()
+        got = vnc_greeting(b.preview_port, stream.netloc, token)
+        assert got.startswith(b"HTTP/1.1 101") and b"RFB 00" in got, got[:300]
     finally:
         with Api(a) as c:
             c.delete(f"/v1/sandboxes/{sid}")

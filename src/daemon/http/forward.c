@@ -700,6 +700,23 @@ static int read_more(Forward *f, size_t max) {
         return (int)(n > 0);
 }
 
+/* Reads and parses until the answer's head is whole: 0, or -EBADMSG for a
+ * head the parser refuses, -EPIPE for a hop closed before its end. */
+static int read_head(Forward *f) {
+        int rc = 0;
+        while (rc >= 0 && !f->head_done) {
+                if (f->raw_off < f->raw_len) {
+                        if (parse_some(f, f->raw_len - f->raw_off) < 0 || f->head_bad)
+                                rc = -EBADMSG;
+                        continue;
+                }
+                rc = read_more(f, sizeof f->raw);
+                if (rc == 0)
+                        rc = -EPIPE;
+        }
+        return rc < 0 ? rc : 0;
+}
+
 static ssize_t read_body(void *cls, uint64_t pos, char *buf, size_t max) {
         Forward *f = cls;
         f->out = buf;
@@ -843,16 +860,8 @@ static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls
 
 int forward_answer(Forward *f, unsigned *ret_status, struct MHD_Response **ret, ApiError *e) {
         int rc = f->chunked_out ? hop_write(f, "0\r\n\r\n", 5) : 0;
-        while (rc >= 0 && !f->head_done) {
-                if (f->raw_off < f->raw_len) {
-                        if (parse_some(f, f->raw_len - f->raw_off) < 0 || f->head_bad)
-                                rc = -EBADMSG;
-                        continue;
-                }
-                rc = read_more(f, sizeof f->raw);
-                if (rc == 0)
-                        rc = -EPIPE;
-        }
+        if (rc >= 0)
+                rc = read_head(f);
         if (rc < 0) {
                 bool left = rc == -ECONNRESET;
                 forward_free(f);
@@ -959,16 +968,8 @@ int forward_tunnel_open(const ForwardTunnel *t, Forward **ret, ApiError *e) {
         f->hs.on_header_value = on_header_value;
         f->hs.on_headers_complete = on_headers_complete;
         f->deadline_ms = now_ms() + FORWARD_TUNNEL_ANSWER_MS;
-        while (rc >= 0 && !f->head_done) {
-                if (f->raw_off < f->raw_len) {
-                        if (parse_some(f, f->raw_len - f->raw_off) < 0 || f->head_bad)
-                                rc = -EBADMSG;
-                        continue;
-                }
-                rc = read_more(f, sizeof f->raw);
-                if (rc == 0)
-                        rc = -EPIPE;
-        }
+        if (rc >= 0)
+                rc = read_head(f);
         f->deadline_ms = 0;
         if (rc < 0) {
                 forward_free(f);

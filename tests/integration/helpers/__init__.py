@@ -679,3 +679,21 @@ def websocket_open(base_url: str, path: str, token: str, timeout: float = 30) ->
             break
         head += chunk
     return s, head
+
+
+def vnc_greeting(preview_port: int, host: str, token: str) -> bytes:
+    """A noVNC live view's WebSocket (/websockify) opened through a preview listener with the
+    token in its header: what came back up to the RFB server's greeting (or 64 KiB, or the
+    connection's end)."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    with socket.create_connection(("127.0.0.1", preview_port), timeout=15) as s:
+        s.sendall((f"GET /websockify HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+                   f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                   f"Sec-WebSocket-Protocol: binary\r\nx-runtime-preview-token: {token}\r\n\r\n").encode())
+        got = b""
+        while b"RFB 00" not in got and len(got) < 65536:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        return got
