@@ -12,6 +12,7 @@ called without the secret) gains nothing; an owner host that is unknown or does 
 page at once, not a hang."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -288,6 +289,34 @@ def test_the_interpreters_javascript_through_the_other_host(fleet, on_a):
         assert [r["data"]["text/plain"] for r in out["results"] if r["main"]] == ["42"], out
         got = via_b.get(f"/v1/sandboxes/{sid}/interpreter/contexts").json()["data"]
         assert any(c["id"] == "javascript" and c["kernel"] == "deno" for c in got), got
+
+
+def test_mcp_servers_inside_through_the_other_host(fleet, on_a):
+    """MCP servers inside a sandbox host a runs, started through host b, and the official MCP SDK
+    reading a file through b's preview listener: the start forwarded, the URL relayed."""
+    pytest.importorskip("mcp", reason="the MCP Python SDK (tests/requirements.txt: mcp) is not installed")
+    from test_mcp_inside import _local, _read_through_sdk
+    a, b, _, _ = fleet
+    sid = on_a
+    with Api(a) as c:
+        if c.exec(sid, command="test -d /opt/runtime-mcp")["exitCode"] != 0:
+            pytest.skip("the image has no MCP servers (the default image of images/build.sh has them)")
+        c.put_file(sid, "/workspace/hello.txt", b"through b\n").raise_for_status()
+    with Api(b, key=a.api_key) as via_b:
+        r = via_b.post(f"/v1/sandboxes/{sid}/mcp", json={"servers": [{"id": "filesystem"}]}, timeout=180)
+        assert r.status_code == 200, r.text
+        try:
+            state = r.json()
+            wait_until(lambda: via_b.get(f"/v1/sandboxes/{sid}/mcp").json()["servers"][0]["status"] != "installing",
+                       120, 0.5, what="the filesystem server")
+            state = via_b.get(f"/v1/sandboxes/{sid}/mcp").json()
+            assert state["servers"][0]["status"] == "running", state
+            url, host = _local(state["servers"][0]["url"], b.preview_port)
+            tools, text = asyncio.run(_read_through_sdk(url, host, state["headers"]))
+            assert "list_directory" in tools and text == "through b\n", (tools, text)
+            assert httpx.post(url, headers={"Host": host}, json={}).status_code == 401
+        finally:
+            via_b.delete(f"/v1/sandboxes/{sid}/mcp", timeout=60)
 
 
 def test_the_browser_and_the_live_view_through_the_other_host(fleet, desktop_image):
