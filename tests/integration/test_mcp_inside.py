@@ -28,7 +28,7 @@ import pytest
 from helpers import Api, assert_error, free_port, skip_unless_driver
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import _finish_daemon, _start_daemon  # noqa: E402
+from conftest import _finish_daemon, _start_daemon, need_microvm_parts  # noqa: E402
 from test_js_sdk import NODE, _env, js_build, run_node  # noqa: E402,F401 - js_build: the fixture that builds sdk/js
 
 mcp = pytest.importorskip("mcp", reason="the MCP Python SDK (tests/requirements.txt: mcp) is not installed")
@@ -161,6 +161,16 @@ print(json.dumps({"catalog": catalog, "started": started, "ready": ready, "get":
     left = sbx.exec("ps -eo pid=,stat=,pgid=,args= | grep -E 'mcp-prox[y]|server-(filesystem|memor[y])' || true")
     assert left["stdout"].strip() == "", left
     assert sbx.exec("echo fine")["stdout"] == "fine\n"
+
+
+def test_the_microvm_refuses_and_says_why(build_dir, image_dir, mdaemon, mapi):
+    """A microVM sandbox runs no MCP servers: its start is a 501 that names the drivers that do."""
+    skip_unless_driver(mdaemon, "microvm")
+    need_microvm_parts(build_dir, image_dir)
+    sbx = mapi.create_sandbox(driver="microvm")
+    err = assert_error(mapi.post(f"/v1/sandboxes/{sbx.id}/mcp", json={"servers": [{"id": "filesystem"}]}),
+                       501, "not_implemented")
+    assert "microVM" in err["message"] and "namespace" in err["hint"], err
 
 
 @pytest.mark.driver_independent
