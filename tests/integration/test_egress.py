@@ -765,3 +765,49 @@ def test_names_resolving_to_internal_addresses_refused(api, driver, hosts_overri
         text = refused(sbx, f"http://{name}/")
         assert addr.split(":")[-1] in text or "address" in text.lower(), f"{name}: {text[:300]}"
         refused(sbx, f"https://{name}/", "--proxytunnel", "-k")
+
+
+REFUSED_UPLOAD = r'''
+import socket, sys, threading
+host, rounds = sys.argv[1], int(sys.argv[2])
+lost = []
+for i in range(rounds):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    body = b"x" * 65536
+    def send():
+        try:
+            s.sendall(f"POST http://{host}/up HTTP/1.1\r\nHost: {host}\r\nContent-Length: {64 * len(body)}\r\n\r\n".encode())
+            for _ in range(64):
+                s.sendall(body)
+        except OSError:
+            pass
+    t = threading.Thread(target=send)
+    t.start()
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except OSError as e:
+        out += f" [{e}]".encode()
+    t.join()
+    s.close()
+    if not out.startswith(b"HTTP/1.1 403"):
+        lost.append((i, out[:80]))
+print(f"lost {len(lost)} of {rounds}: {lost[:3]}")
+'''
+
+
+def test_refusal_reaches_a_client_still_sending(eapi, edriver, env):
+    """A refused request whose body is still on its way: the proxy answers
+    after the head and stops reading, and the sandbox's client must still
+    get the answer, not an end of stream without it (the daemon kept
+    relaying the proxy's answer after the proxy stopped taking bytes)."""
+    sbx = eapi.create_sandbox(driver=edriver, network={"internet": True, "allow": ["echo.test"]})
+    sbx.write("/tmp/up.py", REFUSED_UPLOAD.encode())
+    res = sbx.exec(argv=["python3", "/tmp/up.py", "other.test", "40"], timeoutMs=120000)
+    assert res["exitCode"] == 0, res
+    assert res["stdout"].startswith("lost 0 of 40"), res["stdout"]
+    assert env.echo.seen() == []

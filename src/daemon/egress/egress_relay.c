@@ -353,18 +353,23 @@ static void *pump_to_sandbox(void *arg) {
 }
 
 /* The sandbox towards the proxy, until the proxy is done with the
- * connection (it closed the data socket) or the sandbox is gone. */
+ * connection (it closed the data socket) or the sandbox is gone. A proxy
+ * that stops reading (a refusal answered after the head of a request whose
+ * body is still coming) has not stopped writing: what the sandbox sends
+ * from then on is dropped, and the loop waits for the proxy's end, so that
+ * the answer already on the data socket reaches the sandbox before its end
+ * of stream. */
 static void pump_to_proxy(Pump *p) {
-        bool sandbox_eof = false;
+        bool sandbox_eof = false, proxy_deaf = false;
         while (!atomic_load(&p->done)) {
                 ChanEvent ev;
                 if (chan_stream_next(p->s, 1000, &ev) < 0)
                         continue;
                 if (ev.type == CHAN_EV_DATA && !sandbox_eof) {
-                        int r = io_send_all(p->fd, ev.data, ev.len);
+                        int r = proxy_deaf ? 0 : io_send_all(p->fd, ev.data, ev.len);
                         chan_event_clear(&ev);
                         if (r < 0)
-                                break;
+                                proxy_deaf = true;
                 } else if (ev.type == CHAN_EV_EOF) {
                         sandbox_eof = true;
                         (void)shutdown(p->fd, SHUT_WR);
