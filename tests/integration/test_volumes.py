@@ -733,3 +733,55 @@ def test_attach_to_a_running_sandbox(pub, api, daemon):
     finally:
         api.delete_all()
         drop_volume(api, vol["id"])
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, how):
+    """A volume attached through :attach to a running namespace sandbox, then the daemon stopped
+    (SIGTERM) or killed (-9) with its sandboxes kept running (live restore): after the restart the
+    sandbox still has the volume's files and writes them, the volume's record shows the
+    attachment, no other sandbox takes it meanwhile (one writer), and the detach works."""
+    from helpers import Daemon, DaemonError
+    d = Daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-vlive", keep_sandboxes=True)
+    try:
+        d.start()
+    except DaemonError as e:
+        pytest.fail(str(e), pytrace=False)
+    c = Api(d)
+    try:
+        skip_unless_driver(d, "namespace")
+        vid = make_volume(c, sizeMiB=16)["id"]
+        a = c.create_sandbox(driver="namespace", timeoutSeconds=600)
+        b = c.create_sandbox(driver="namespace", timeoutSeconds=600)
+        r = c.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": a.id, "path": "/mnt/data"})
+        assert r.status_code == 201, r.text
+        assert sh(c, a.id, "echo before > /mnt/data/f && sync")["exitCode"] == 0
+        if how == "kill":
+            d.kill()
+        else:
+            assert d.stop() == 0
+        d.start()
+        assert c.sandbox(a.id)["state"] == "running"
+        res = sh(c, a.id, "cat /mnt/data/f && echo after >> /mnt/data/f && sync && findmnt -n -o TARGET /mnt/data")
+        assert res["stdout"] == "before\n/mnt/data\n", res
+        assert [x["sandboxId"] for x in c.get(f"/v1/volumes/{vid}").json()["attachments"]] == [a.id]
+        assert c.get(f"/v1/volumes/{vid}/attachments/{a.id}").json()["path"] == "/mnt/data"
+        # Still the one writer: neither an attach nor a create takes it elsewhere.
+        assert_error(c.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": b.id, "path": "/d"}), 409, "conflict")
+        assert_error(c.post("/v1/sandboxes", json={"driver": "namespace",
+                                                   "volumes": [{"volumeId": vid, "path": "/d"}]}), 409, "conflict")
+        r = c.post(f"/v1/volumes/{vid}/attachments/{a.id}:detach", json={})
+        assert r.status_code == 200, r.text
+        assert sh(c, a.id, "test -e /mnt/data/f")["exitCode"] != 0
+        assert c.get(f"/v1/volumes/{vid}").json()["attachments"] == []
+        r = c.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": b.id, "path": "/d"})
+        assert r.status_code == 201, r.text
+        assert sh(c, b.id, "cat /d/f")["stdout"] == "before\nafter\n"
+        c.delete_all()
+        assert c.post(f"/v1/volumes/{vid}:delete", json={}).status_code == 200
+    finally:
+        if not d.alive():
+            d.start()
+        c.delete_all()
+        c.close()
+        _finish_daemon(d)
