@@ -783,7 +783,8 @@ def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, h
     """A volume attached through :attach to a running namespace sandbox, then the daemon stopped
     (SIGTERM) or killed (-9) with its sandboxes kept running (live restore): after the restart the
     sandbox still has the volume's files and writes them, the volume's record shows the
-    attachment, no other sandbox takes it meanwhile (one writer), and the detach works."""
+    attachment, a backup is frozen for its copy, readers attach it, no other sandbox writes it
+    meanwhile (one writer), and the detach works."""
     from helpers import Daemon, DaemonError
     d = Daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-vlive", keep_sandboxes=True)
     try:
@@ -809,6 +810,18 @@ def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, h
         assert res["stdout"] == "before\n/mnt/data\n", res
         assert [x["sandboxId"] for x in c.get(f"/v1/volumes/{vid}").json()["attachments"]] == [a.id]
         assert c.get(f"/v1/volumes/{vid}/attachments/{a.id}").json()["path"] == "/mnt/data"
+        # A backup meanwhile freezes the filesystem the sandbox binds: the daemon mounts it again
+        # (the same one, from the loop device that holds it) rather than copy it as it changes.
+        bk = c.post(f"/v1/volumes/{vid}:backup", json={})
+        assert bk.status_code == 201, bk.text
+        assert os.path.ismount(d.state_dir / "volumes" / f"{vid}.mnt")
+        copy = c.post("/v1/volumes", json={"fromBackup": bk.json()["id"]})
+        assert copy.status_code == 201, copy.text
+        # Readers may have it meanwhile, as before the restart.
+        rd = c.create_sandbox(driver="namespace", volumes=[{"volumeId": vid, "path": "/r", "readOnly": True},
+                                                           {"volumeId": copy.json()["id"], "path": "/c"}])
+        assert sh(c, rd.id, "cat /r/f /c/f")["stdout"] == "before\nafter\n" * 2
+        c.delete(f"/v1/sandboxes/{rd.id}")
         # Still the one writer: neither an attach nor a create takes it elsewhere.
         assert_error(c.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": b.id, "path": "/d"}), 409, "conflict")
         assert_error(c.post("/v1/sandboxes", json={"driver": "namespace",
@@ -822,6 +835,7 @@ def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, h
         assert sh(c, b.id, "cat /d/f")["stdout"] == "before\nafter\n"
         c.delete_all()
         assert c.post(f"/v1/volumes/{vid}:delete", json={}).status_code == 200
+        assert c.post(f"/v1/volumes/{copy.json()['id']}:delete", json={}).status_code == 200
     finally:
         if not d.alive():
             d.start()
