@@ -458,8 +458,10 @@ def test_a_microvm_create_is_refused_up_front_beside_the_hosts_sandboxes(api, da
 def test_microvm_volume_is_the_guests_disk(api, daemon):
     """A microVM's volume is a virtio disk of its guest (docs/microvm.md, "Volumes"): the guest
     writes it as the sandbox's user and fills it to ENOSPC while the host has it unmounted and
-    refuses a namespace sandbox beside it; after the microVM's deletion a namespace sandbox's user
-    owns what it wrote and adds to it, and a readOnly microVM reads that and cannot write."""
+    refuses a namespace sandbox or a second microVM beside it (409 at the create, naming the
+    holder); after the microVM's deletion a namespace sandbox's user owns what it wrote and adds to
+    it, and a readOnly microVM reads that and cannot write, while the stopped namespace writer's
+    wake is 409."""
     skip_unless_driver(daemon, "microvm")
     skip_unless_driver(daemon, "namespace")
     vol = make_volume(api, sizeMiB=16)
@@ -505,9 +507,16 @@ def test_microvm_volume_is_the_guests_disk(api, daemon):
         assert vid in err["message"] and b.id in err["message"], err
         rd = api.create_sandbox(driver="namespace", volumes=[dict(at[0], readOnly=True)])
         assert sh(api, rd.id, "cat /data/f")["stdout"] == "hello\nmore\n"
-        api.delete_all()
+        api.delete(f"/v1/sandboxes/{rd.id}")
+        # A stopped sandbox holds nothing: a microVM reader takes the volume, and the stopped
+        # writer's wake is then 409 up front (it stays stopped, not failed).
+        assert api.post(f"/v1/sandboxes/{b.id}:stop", json={}).status_code == 200
+        api.wait_state(b.id, "stopped")
 
         c = api.create_sandbox(driver="microvm", volumes=[dict(at[0], readOnly=True)])
+        err = assert_error(api.post(f"/v1/sandboxes/{b.id}:wake", json={}), 409, "conflict")
+        assert vid in err["message"] and c.id in err["message"], err
+        assert api.sandbox(b.id)["state"] == "stopped"
         r = sh(api, c.id, "stat -c %u /data/f && cat /data/f; echo x > /data/g")
         assert r["stdout"] == "1000\nhello\nmore\n" and "Read-only file system" in r["stderr"], r
         r = sh(api, c.id, "echo x > /data/g", user="root")
