@@ -8,8 +8,9 @@ relative, or lie over /proc, /sys, /dev, /.runtime or the root are refused; a sy
 volume that points out of it resolves inside the sandbox, never on the host; a full volume is
 ENOSPC inside and its image on the host stays its size; of two creates racing for one volume that
 is not shared exactly one gets it; a daemon killed with -9 while a volume is attached keeps its
-data and lets the volume be attached again after its restart; a sandbox with a volume is not
-snapshotted or forked."""
+data and lets the volume be attached again after its restart; a volume attached live outlives a
+daemon's restart with its sandbox kept; a microVM create beside a namespace sandbox that holds the
+volume is 409 before anything boots; a sandbox with a volume is not snapshotted or forked."""
 from __future__ import annotations
 
 import os
