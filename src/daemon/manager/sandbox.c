@@ -876,6 +876,23 @@ static int pick_driver(const DaemonConfig *cfg, const CreateRequest *req, const 
         return 0;
 }
 
+/* The volumes are claimed before the row exists: of two creates racing
+ * for one volume, the store lets one in. A guest's kernel and the host's
+ * never have one volume at once: refused here, before anything starts,
+ * rather than by the start. */
+static int claim_volumes(Manager *m, const char *owner, SandboxRow *row, const Driver *d, SandboxError *e) {
+        if (row->spec.n_volumes == 0)
+                return 0;
+        size_t failed = 0;
+        int r = volumes_attach_spec(m->volumes, owner, row->id, &row->spec, &failed);
+        if (r < 0)
+                return volume_refusal(e, r, &row->spec.volumes[failed]);
+        r = sandbox_volumes_check_kernels(m, row->id, &row->spec, d, e);
+        if (r < 0)
+                (void)volumes_release(m->volumes, row->id);
+        return r;
+}
+
 static int create(Manager *m, const KeyInfo *key, const CreateRequest *req, const char *rid, SandboxRow *ret,
                   SandboxError *e) {
         const DaemonConfig *cfg = m->cfg;
@@ -954,22 +971,7 @@ static int create(Manager *m, const KeyInfo *key, const CreateRequest *req, cons
                 }
         }
         busy_begin(m, row.id);
-        /* The volumes are claimed before the row exists: of two creates
-         * racing for one volume, the store lets one in. */
-        size_t failed = 0;
-        if (row.spec.n_volumes > 0 &&
-            (r = volumes_attach_spec(m->volumes, key->owner, row.id, &row.spec, &failed)) < 0) {
-                if (m->ledger)
-                        ledger_release(m->ledger, row.id, time_now_unix());
-                busy_end(m, row.id);
-                r = volume_refusal(e, r, &row.spec.volumes[failed]);
-                sandbox_row_done(&row);
-                return r;
-        }
-        /* A guest's kernel and the host's never have one volume at once:
-         * refused here, before anything starts, rather than by the start. */
-        if (row.spec.n_volumes > 0 && (r = sandbox_volumes_check_kernels(m, row.id, &row.spec, d, e)) < 0) {
-                (void)volumes_release(m->volumes, row.id);
+        if ((r = claim_volumes(m, key->owner, &row, d, e)) < 0) {
                 if (m->ledger)
                         ledger_release(m->ledger, row.id, time_now_unix());
                 busy_end(m, row.id);
