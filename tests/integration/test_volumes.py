@@ -13,6 +13,7 @@ snapshotted or forked."""
 from __future__ import annotations
 
 import os
+import textwrap
 import threading
 from pathlib import Path
 
@@ -369,6 +370,9 @@ def test_our_sdk_same_names(api, daemon, vdriver):
             assert pol["schedule"] == {"everyMinutes": 30} and pol["retentionDays"] == 3
             back = rt.volumes.set_backup_policy(vol["id"], no_schedule=True)["backupPolicy"]
             assert back["daily"] is True and back["retentionDays"] == 3
+            cron = rt.volumes.set_backup_policy(vol["id"], cron="0 */6 * * *", keep={"daily": 7})["backupPolicy"]
+            assert cron["schedule"] == {"cron": "0 */6 * * *"} and cron["keep"]["daily"] == 7
+            assert rt.volumes.set_backup_policy(vol["id"], no_keep=True)["backupPolicy"]["keep"] is None
             assert rt.volumes.set_backup_policy(vol["id"], daily=False)["backupPolicy"]["enabled"] is False
             if vdriver == "namespace":
                 with Sandbox.create(driver=vdriver, **conn) as c:
@@ -596,6 +600,32 @@ def test_forced_delete_then_wake_says_why(api, vdriver):
         api.delete_all()
 
 
+# The published-client scripts of the sweep's tests begin with these: a wait for a condition,
+# and whether a backup is gone (404).
+SWEEP_SCRIPT_HEAD = textwrap.dedent("""
+    import json, time
+    from withruntime import Runtime
+    from withruntime._errors import RuntimeError as RtError
+    rt = Runtime()
+
+    def until(what, cond, seconds=60):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            got = cond()
+            if got:
+                return got
+            time.sleep(0.1)
+        raise SystemExit(f"timed out waiting for {what}")
+
+    def gone(bid):
+        try:
+            rt.volumes.get_backup(bid)
+            return False
+        except RtError as e:
+            return e.status == 404
+""")
+
+
 def test_backup_policy_and_retention_published_client(published_client, build_dir, image_dir, tmp_path):
     """set_backup_policy and backup(retention_days=) as the published client sends them, on a
     daemon whose day is two seconds (--volume-backup-day-seconds) and whose sweep runs every
@@ -604,28 +634,7 @@ def test_backup_policy_and_retention_published_client(published_client, build_di
     d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-volsched",
                       extra_args=["--volume-backup-sweep-seconds", "1", "--volume-backup-day-seconds", "2"])
     try:
-        out = published_client.run_json(d, """
-            import json, time
-            from withruntime import Runtime
-            from withruntime._errors import RuntimeError as RtError
-            rt = Runtime()
-
-            def until(what, cond, seconds=30):
-                end = time.monotonic() + seconds
-                while time.monotonic() < end:
-                    got = cond()
-                    if got:
-                        return got
-                    time.sleep(0.1)
-                raise SystemExit(f"timed out waiting for {what}")
-
-            def gone(bid):
-                try:
-                    rt.volumes.get_backup(bid)
-                    return False
-                except RtError as e:
-                    return e.status == 404
-
+        out = published_client.run_json(d, SWEEP_SCRIPT_HEAD + textwrap.dedent("""
             vol = rt.volumes.create(16)
             kept = rt.volumes.backup(vol["id"], name="kept")
             short = rt.volumes.backup(vol["id"], name="short", retention_days=1)
@@ -640,7 +649,7 @@ def test_backup_policy_and_retention_published_client(published_client, build_di
             still = rt.volumes.get_backup(kept["id"])
             print(json.dumps({"policy": policy, "got": got, "scheduled": scheduled, "every": every,
                               "off": off, "still": still}))
-        """)
+        """))
         assert out["policy"]["backupPolicy"] == out["got"]["backupPolicy"]
         p = out["got"]["backupPolicy"]
         assert p["enabled"] is True and p["daily"] is True and p["retentionDays"] == 1 and p["schedule"] is None
@@ -664,21 +673,7 @@ def test_cron_and_keep_counts_published_client(published_client, build_dir, imag
     d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-volkeep",
                       extra_args=["--volume-backup-sweep-seconds", "1", "--volume-backup-day-seconds", "2"])
     try:
-        out = published_client.run_json(d, """
-            import json, time
-            from withruntime import Runtime
-            from withruntime._errors import RuntimeError as RtError
-            rt = Runtime()
-
-            def until(what, cond, seconds=60):
-                end = time.monotonic() + seconds
-                while time.monotonic() < end:
-                    got = cond()
-                    if got:
-                        return got
-                    time.sleep(0.1)
-                raise SystemExit(f"timed out waiting for {what}")
-
+        out = published_client.run_json(d, SWEEP_SCRIPT_HEAD + textwrap.dedent("""
             def scheduled(vid):
                 return [b["id"] for b in rt.volumes.backups(vid) if b["name"] == "scheduled"]
 
@@ -708,19 +703,13 @@ def test_cron_and_keep_counts_published_client(published_client, build_dir, imag
             first = until("a backup with a retention",
                           lambda: [b for b in rt.volumes.backups(vol["id"])
                                    if b["name"] == "scheduled" and b["expiresAt"]])[-1]
-            def gone(bid):
-                try:
-                    rt.volumes.get_backup(bid)
-                    return False
-                except RtError as e:
-                    return e.status == 404
             until("its retention's end", lambda: gone(first["id"]))
             newer = len([b for b in rt.volumes.backups(vol["id"]) if b["name"] == "scheduled" and b["expiresAt"]])
             # The client leaves keep=None out (the API's keep: null clears the counts): they stay.
             off = rt.volumes.set_backup_policy(vol["id"], daily=False, keep=None)
             print(json.dumps({"cron": cron, "got": got, "bad": bad, "left": left, "gone": len(pruned_ids),
                               "still": still, "newer": newer, "off": off}))
-        """, timeout=120)
+        """), timeout=120)
         p = out["got"]["backupPolicy"]
         assert out["cron"]["backupPolicy"] == p
         assert p["enabled"] is True and p["daily"] is False and p["schedule"] == {"cron": "30 4 * * mon-fri"}

@@ -132,6 +132,17 @@ static int sqlite_volumes_get(StoreVolumes *h, const char *owner, const char *id
         return get_locked(h, owner, id, ret);
 }
 
+/* A page's parameters: 1 owner, 2 what narrows it ("" nothing), 3 and 4
+ * the row after which it starts, 5 its length. */
+static void bind_page(sqlite3_stmt *st, const char *owner, const char *which, int64_t after_created,
+                      const char *after_id, size_t limit) {
+        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, which, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, after_created);
+        sqlite3_bind_text(st, 4, after_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, (sqlite3_int64)limit);
+}
+
 /* The volumes st answers, at most limit, into *ret (malloc'd). */
 static int volume_rows(sqlite3_stmt *st, size_t limit, StoreVolume **ret, size_t *ret_n) {
         StoreVolume *all = calloc(limit ? limit : 1, sizeof(*all));
@@ -156,11 +167,7 @@ static int sqlite_volumes_list(StoreVolumes *h, const char *owner, const char *n
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (prepare(h, VOLUMES_SQL_LIST("?"), &st) < 0)
                 return -EIO;
-        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, after_created);
-        sqlite3_bind_text(st, 4, after_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 5, (sqlite3_int64)limit);
+        bind_page(st, owner, name, after_created, after_id, limit);
         return volume_rows(st, limit, ret, ret_n);
 }
 
@@ -351,11 +358,7 @@ static int sqlite_volumes_backup_list(StoreVolumes *h, const char *owner, const 
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (prepare(h, VOLUMES_SQL_BACKUP_LIST("?"), &st) < 0)
                 return -EIO;
-        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, volume_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, after_created);
-        sqlite3_bind_text(st, 4, after_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 5, (sqlite3_int64)limit);
+        bind_page(st, owner, volume_id, after_created, after_id, limit);
         StoreVolumeBackup *all = calloc(limit ? limit : 1, sizeof(*all));
         if (!all)
                 return -ENOMEM;
