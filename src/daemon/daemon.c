@@ -696,6 +696,7 @@ static int open_store(Daemon *d) {
  * PORT-SANDBOX.DOMAIN, at the listener's port unless a proxy in front
  * listens on another. */
 static int open_preview_listener(Daemon *d, const DaemonOptions *o) {
+        preview_proxy_set_relay_max(o->preview_relay_max);
         if (!o->preview_listen)
                 return 0;
         const char *domain = o->preview_domain ? o->preview_domain : "localhost";

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/macro.h"
+#include "daemon/api/preview_proxy.h"
 #include "daemon/egress/egress_service.h"
 #include "daemon/http/http.h"
 #include "daemon/manager/audit.h"
@@ -151,6 +152,9 @@ static const OptionSpec options[] = {
           .help = "the port preview URLs name, when a proxy in front listens on another (80 and 443 are left out)" },
         { .name = "preview-https", .kind = OPTION_SWITCH, FIELD(preview_https),
           .help = "preview URLs say https: a proxy in front ends TLS (docs/previews.md)" },
+        NUMBER("preview-relay-max-connections", preview_relay_max, 1, PREVIEW_RELAY_MAX_LIMIT, PREVIEW_RELAY_MAX_DEFAULT,
+               "in a fleet, the preview connections this host relays to any one other host, and takes relayed "
+               "from one; past it a 503 page"),
         { .name = "preview-tls-dir", .kind = OPTION_STRING, .arg = "DIR", FIELD(preview_tls_dir),
           .def_text = "none: plain HTTP",
           .help = "the preview listener speaks TLS: DIR holds cert.pem (for *.DOMAIN, its chain after it) and "

@@ -60,6 +60,7 @@ typedef struct DaemonOptions {
         unsigned preview_public_port;     /* the port in preview URLs; 0: the listener's */
         bool preview_https;               /* preview URLs say https (TLS ends in front) */
         char *preview_tls_dir;            /* the preview listener's cert.pem and key.pem; NULL: plain */
+        unsigned preview_relay_max;       /* connections relayed to or from one other host of a fleet */
         char *secrets_key_file;           /* the key egress secrets are sealed with; NULL: the state dir's */
         unsigned egress_wait_timeout_ms;                     /* 0: the egress service's default */
         int64_t heartbeat_interval_ms, heartbeat_timeout_ms; /* 0: the manager's defaults */

@@ -35,6 +35,17 @@ bool volume_disk_mounted(const char *dir) {
         return a.st_dev != b.st_dev;
 }
 
+/* The daemon's own mount of img at dir again, on the loop device that
+ * still holds it: the same filesystem (one superblock), not a second. */
+static int mount_again(const char *img, const char *dir) {
+        char name[32], dev[64];
+        int r = rootfs_loop_device(img, name, sizeof name);
+        if (r < 0)
+                return r;
+        snprintf(dev, sizeof dev, "/dev/%s", name);
+        return mount(dev, dir, "ext4", MS_NODEV | MS_NOSUID | MS_NOATIME, "errors=remount-ro") < 0 ? -errno : 0;
+}
+
 int volume_disk_mount(const char *img, const char *dir) {
         if (mkdir(dir, 0700) < 0 && errno != EEXIST)
                 return -errno;
@@ -42,8 +53,14 @@ int volume_disk_mount(const char *img, const char *dir) {
                 return 0;
         /* A guest kernel holds it (volume_disk_hold): two ext4 instances on
          * one file corrupt it. */
-        if (rootfs_loop_backed(img) || volume_disk_held(img))
+        if (volume_disk_held(img))
                 return -EBUSY;
+        /* A loop device holds it without the daemon's mount: a sandbox that
+         * an earlier daemon left running (a live restore) binds it still.
+         * Mounted again from that device it is the same filesystem (one
+         * superblock), never a second one through another device. */
+        if (rootfs_loop_backed(img))
+                return mount_again(img, dir) < 0 ? -EBUSY : 0;
         int fd = -1;
         char dev[64];
         int r = rootfs_loop_attach(img, false, &fd, dev, sizeof dev);
@@ -102,17 +119,6 @@ static int image_lock(int fd, short type, int cmd, struct flock *ret) {
 /* How long a release waits for a loop device on its way out. */
 #define RELEASE_WAIT_MS 3000u
 #define RELEASE_POLL_MS 20u
-
-/* The daemon's own mount of img at dir again, on the loop device that
- * still holds it: the same filesystem (one superblock), not a second. */
-static int mount_again(const char *img, const char *dir) {
-        char name[32], dev[64];
-        int r = rootfs_loop_device(img, name, sizeof name);
-        if (r < 0)
-                return r;
-        snprintf(dev, sizeof dev, "/dev/%s", name);
-        return mount(dev, dir, "ext4", MS_NODEV | MS_NOSUID | MS_NOATIME, "errors=remount-ro") < 0 ? -errno : 0;
-}
 
 int volume_disk_release_host(const char *img, const char *dir) {
         bool was = volume_disk_mounted(dir);

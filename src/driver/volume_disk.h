@@ -15,9 +15,11 @@
  * gives it to its own sandbox's user). */
 int volume_disk_create(const char *img, unsigned mib);
 /* Mounts img on dir (made 0700 if missing) unless it is mounted there
- * already. -EBUSY when a loop device still holds img without it being
- * mounted at dir (a sandbox of an earlier daemon's mount namespace): a
- * second ext4 on the same file would corrupt it. */
+ * already. A loop device that still holds img without it being mounted at
+ * dir (a sandbox of an earlier daemon's mount namespace) is mounted again,
+ * the same filesystem: a second device, and so a second ext4, on the same
+ * file would corrupt it. -EBUSY when a guest holds img, or that device
+ * cannot be mounted. */
 int volume_disk_mount(const char *img, const char *dir);
 /* Detaches dir's mount (lazily: a sandbox still holding it keeps it until
  * it ends); 0 when nothing was mounted. */

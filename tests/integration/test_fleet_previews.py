@@ -36,6 +36,7 @@ from test_previews import APP, name_of, start_app, websocket_echo  # noqa: E402
 pytestmark = pytest.mark.driver_independent
 
 SECRET = "fleet-" + uuid.uuid4().hex
+RELAY_MAX = 16
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,9 @@ def fleet(build_dir, image_dir, tmp_path_factory, postgres):
             h = _start_daemon(build_dir, image_dir, tmp / name, f"runtime-test-{os.getpid()}-fprev{name}",
                               extra_args=["--database", postgres.url(db), "--fleet-secret-file", str(secret),
                                           "--host-id", f"prev-{name}", "--preview-listen", f"127.0.0.1:{port}",
+                                          # Host b relays at most RELAY_MAX connections to a (256 by
+                                          # default), so its bound is reached in a few.
+                                          *(["--preview-relay-max-connections", str(RELAY_MAX)] if name == "b" else []),
                                           # Host a keeps a sandbox with its kernel started ahead.
                                           *(["--warm-pool", "namespace:default=1"] if name == "a" else [])])
             h.preview_port = port
@@ -435,3 +439,40 @@ def test_both_ways_at_once_through_the_other_host(fleet, on_a):
     sender.join(10)
     s.close()
     assert bytes(got) == blob and time.monotonic() - t0 < 30
+
+
+def test_relayed_connections_per_host_are_bounded(fleet, on_a):
+    """Host b relays at most --preview-relay-max-connections to host a at once: one past them is
+    the 503 page docs/previews.md promises, naming the bound and the host, and once one of them
+    closes the next connection is relayed again."""
+    a, b, _, _ = fleet
+    sid = on_a
+    with Api(a) as c:
+        c.post(f"/v1/sandboxes/{sid}/previews", json={"port": 8000, "visibility": "public"}).raise_for_status()
+    name = name_of(sid)
+    held = []
+    try:
+        for _ in range(RELAY_MAX):
+            s = socket.create_connection(("127.0.0.1", b.preview_port), timeout=20)
+            s.sendall(f"GET / HTTP/1.1\r\nHost: {name}\r\n\r\n".encode())
+            f = s.makefile("rb")
+            assert f.readline().startswith(b"HTTP/1.1 200")
+            length = 0
+            while (line := f.readline()) != b"\r\n":
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            f.read(length)
+            # Kept alive: the relayed connection to a stays open.
+            held.append((s, f))
+        r = get_at(b, name)
+        assert r.status_code == 503 and "Too many connections" in r.text, r.text
+        assert f"relays {RELAY_MAX} connections to host prev-a" in r.text, r.text
+        s, f = held.pop()
+        f.close()
+        s.close()
+        wait_until(lambda: get_at(b, name).status_code == 200, 10, 0.2, what="a connection relayed again")
+    finally:
+        for s, f in held:
+            f.close()
+            s.close()
+

@@ -68,23 +68,29 @@ class Bundle:
 """
 
 
-@pytest.mark.parametrize("expr", ["Html()", "Md()", "Svg()", "Js()", "Latex()", "Png()", "Jpeg()", "Bundle()",
-                                  "{'a': 1}", "[1, 'x']", "'text'"])
-def test_last_value_is_rendered_as_ipython_renders_it(sandbox, expr):
-    run(sandbox, REPR_CLASSES + "\nobj = " + expr)
-    out = run(sandbox, "obj")
-    assert out["status"] == "ok", out
-    main = [r for r in out["results"] if r["main"]]
-    assert len(main) == 1, out
-    # What IPython's display formatters give for the same object, in the same kernel.
-    # Binary types (image/png, image/jpeg) are bytes there; the kernel protocol carries them in base64.
-    ref = run(sandbox, "import base64, json\n"
-                       "got = get_ipython().display_formatter.format(obj)[0]\n"
-                       "print(json.dumps({k: base64.b64encode(v).decode() if isinstance(v, bytes) else v "
-                       "for k, v in got.items()}))")
-    expected = json.loads(ref["stdout"])
-    assert main[0]["data"] == expected, (main, expected)
-    assert "text/plain" in expected
+RENDERED = ["Html()", "Md()", "Svg()", "Js()", "Latex()", "Png()", "Jpeg()", "Bundle()", "{'a': 1}", "[1, 'x']",
+            "'text'"]
+
+
+def test_last_value_is_rendered_as_ipython_renders_it(sandbox):
+    """Object by object in one kernel (a sandbox each bought nothing but
+    its start): the main result's bundle is what IPython's formatters give."""
+    run(sandbox, REPR_CLASSES)
+    for expr in RENDERED:
+        run(sandbox, "obj = " + expr)
+        out = run(sandbox, "obj")
+        assert out["status"] == "ok", (expr, out)
+        main = [r for r in out["results"] if r["main"]]
+        assert len(main) == 1, (expr, out)
+        # What IPython's display formatters give for the same object, in the same kernel.
+        # Binary types (image/png, image/jpeg) are bytes there; the kernel protocol carries them in base64.
+        ref = run(sandbox, "import base64, json\n"
+                           "got = get_ipython().display_formatter.format(obj)[0]\n"
+                           "print(json.dumps({k: base64.b64encode(v).decode() if isinstance(v, bytes) else v "
+                           "for k, v in got.items()}))")
+        expected = json.loads(ref["stdout"])
+        assert main[0]["data"] == expected, (expr, main, expected)
+        assert "text/plain" in expected, expr
 
 
 def test_figure_renders_as_ipython_renders_it(api, analysis_image, any_driver):

@@ -8,8 +8,9 @@ relative, or lie over /proc, /sys, /dev, /.runtime or the root are refused; a sy
 volume that points out of it resolves inside the sandbox, never on the host; a full volume is
 ENOSPC inside and its image on the host stays its size; of two creates racing for one volume that
 is not shared exactly one gets it; a daemon killed with -9 while a volume is attached keeps its
-data and lets the volume be attached again after its restart; a sandbox with a volume is not
-snapshotted or forked."""
+data and lets the volume be attached again after its restart; a volume attached live outlives a
+daemon's restart with its sandbox kept; a microVM create beside a namespace sandbox that holds the
+volume is 409 before anything boots; a sandbox with a volume is not snapshotted or forked."""
 from __future__ import annotations
 
 import os
@@ -420,12 +421,52 @@ def test_volume_kept_across_stop_pause_and_wake(api, vdriver):
         drop_volume(api, vol["id"])
 
 
+def test_a_microvm_create_is_refused_up_front_beside_the_hosts_sandboxes(api, daemon):
+    """A volume a running namespace sandbox holds, even readOnly, or a shared one it writes: a
+    microVM create that asks for it is 409 conflict before anything starts (no guest boots, no
+    record is made, the host's mount stays for the holder), naming the volume and its holder.
+    A shared volume takes writers on namespace and gVisor together, as docs/volumes.md says."""
+    skip_unless_driver(daemon, "namespace")
+    offered = {o["name"]: o for o in api.get("/v1/info").json().get("drivers", [])}
+    if not offered.get("microvm", {}).get("available"):
+        pytest.skip(f"the microvm driver is not available here: {offered.get('microvm')}")
+    vol = make_volume(api, sizeMiB=16)
+    shared = make_volume(api, sizeMiB=16, shared=True)
+    mnt = daemon.state_dir / "volumes" / f"{vol['id']}.mnt"
+    try:
+        rd = api.create_sandbox(driver="namespace", volumes=[{"volumeId": vol["id"], "path": "/data",
+                                                               "readOnly": True}])
+        w = api.create_sandbox(driver="namespace", volumes=[{"volumeId": shared["id"], "path": "/s"}])
+        assert sh(api, w.id, "echo ns > /s/f && sync")["exitCode"] == 0
+        before = {s["id"] for s in api.get("/v1/sandboxes").json()["sandboxes"]}
+        for vid, holder, ro in ((vol["id"], rd.id, True), (vol["id"], rd.id, False), (shared["id"], w.id, False),
+                                (shared["id"], w.id, True)):
+            err = assert_error(api.post("/v1/sandboxes", json={"driver": "microvm", "volumes": [
+                {"volumeId": vid, "path": "/v", "readOnly": ro}]}), 409, "conflict")
+            assert vid in err["message"] and holder in err["message"], err
+            assert "microVM" in err["message"], err
+        assert {s["id"] for s in api.get("/v1/sandboxes").json()["sandboxes"]} == before
+        assert os.path.ismount(mnt)
+        assert [a["sandboxId"] for a in api.get(f"/v1/volumes/{vol['id']}").json()["attachments"]] == [rd.id]
+        assert sh(api, rd.id, "ls /data")["exitCode"] == 0
+        if offered.get("gvisor", {}).get("available"):
+            g = api.create_sandbox(driver="gvisor", volumes=[{"volumeId": shared["id"], "path": "/s"}])
+            assert sh(api, g.id, "cat /s/f && echo gv >> /s/f && sync")["stdout"] == "ns\n"
+            assert sh(api, w.id, "cat /s/f")["stdout"] == "ns\ngv\n"
+    finally:
+        api.delete_all()
+        drop_volume(api, vol["id"])
+        drop_volume(api, shared["id"])
+
+
 @pytest.mark.microvm_subset
 def test_microvm_volume_is_the_guests_disk(api, daemon):
     """A microVM's volume is a virtio disk of its guest (docs/microvm.md, "Volumes"): the guest
     writes it as the sandbox's user and fills it to ENOSPC while the host has it unmounted and
-    refuses a namespace sandbox beside it; after the microVM's deletion a namespace sandbox's user
-    owns what it wrote and adds to it, and a readOnly microVM reads that and cannot write."""
+    refuses a namespace sandbox or a second microVM beside it (409 at the create, naming the
+    holder); after the microVM's deletion a namespace sandbox's user owns what it wrote and adds to
+    it, and a readOnly microVM reads that and cannot write, while the stopped namespace writer's
+    wake is 409."""
     skip_unless_driver(daemon, "microvm")
     skip_unless_driver(daemon, "namespace")
     vol = make_volume(api, sizeMiB=16)
@@ -443,9 +484,13 @@ def test_microvm_volume_is_the_guests_disk(api, daemon):
         # Only the guest's kernel has the filesystem: not mounted on the host, and a namespace
         # sandbox cannot read it beside the microVM's writes.
         assert not os.path.ismount(mnt)
-        r = api.post("/v1/sandboxes", json={"driver": "namespace",
-                                            "volumes": [dict(at[0], readOnly=True)]})
-        assert r.status_code >= 400 and vid in r.text, r.text
+        err = assert_error(api.post("/v1/sandboxes", json={"driver": "namespace",
+                                                           "volumes": [dict(at[0], readOnly=True)]}), 409, "conflict")
+        assert vid in err["message"] and a.id in err["message"], err
+        # Two guests never write one filesystem: a second microVM is refused up front too.
+        err = assert_error(api.post("/v1/sandboxes", json={"driver": "microvm",
+                                                           "volumes": [dict(at[0], readOnly=True)]}), 409, "conflict")
+        assert vid in err["message"] and a.id in err["message"], err
         assert_error(api.post(f"/v1/sandboxes/{a.id}:snapshot", json={}), 409, "conflict")
         assert_error(api.post(f"/v1/sandboxes/{a.id}:fork", json={}), 409, "conflict")
         # Nor a backup: the host cannot freeze a filesystem the guest's kernel writes.
@@ -462,13 +507,21 @@ def test_microvm_volume_is_the_guests_disk(api, daemon):
         assert r["stdout"] == "1000\nhello\nmore\n", r
         # While it runs, a microVM is refused even to read; the host's mount stays for the
         # namespace sandbox's readers.
-        r = api.post("/v1/sandboxes", json={"driver": "microvm", "volumes": [dict(at[0], readOnly=True)]})
-        assert r.status_code >= 400 and vid in r.text, r.text
+        err = assert_error(api.post("/v1/sandboxes", json={"driver": "microvm",
+                                                           "volumes": [dict(at[0], readOnly=True)]}), 409, "conflict")
+        assert vid in err["message"] and b.id in err["message"], err
         rd = api.create_sandbox(driver="namespace", volumes=[dict(at[0], readOnly=True)])
         assert sh(api, rd.id, "cat /data/f")["stdout"] == "hello\nmore\n"
-        api.delete_all()
+        api.delete(f"/v1/sandboxes/{rd.id}")
+        # A stopped sandbox holds nothing: a microVM reader takes the volume, and the stopped
+        # writer's wake is then 409 up front (it stays stopped, not failed).
+        assert api.post(f"/v1/sandboxes/{b.id}:stop", json={}).status_code == 200
+        api.wait_state(b.id, "stopped")
 
         c = api.create_sandbox(driver="microvm", volumes=[dict(at[0], readOnly=True)])
+        err = assert_error(api.post(f"/v1/sandboxes/{b.id}:wake", json={}), 409, "conflict")
+        assert vid in err["message"] and c.id in err["message"], err
+        assert api.sandbox(b.id)["state"] == "stopped"
         r = sh(api, c.id, "stat -c %u /data/f && cat /data/f; echo x > /data/g")
         assert r["stdout"] == "1000\nhello\nmore\n" and "Read-only file system" in r["stderr"], r
         r = sh(api, c.id, "echo x > /data/g", user="root")
@@ -830,3 +883,69 @@ def test_attach_to_a_running_sandbox(pub, api, daemon):
     finally:
         api.delete_all()
         drop_volume(api, vol["id"])
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, how):
+    """A volume attached through :attach to a running namespace sandbox, then the daemon stopped
+    (SIGTERM) or killed (-9) with its sandboxes kept running (live restore): after the restart the
+    sandbox still has the volume's files and writes them, the volume's record shows the
+    attachment, a backup is frozen for its copy, readers attach it, no other sandbox writes it
+    meanwhile (one writer), and the detach works."""
+    from helpers import Daemon, DaemonError
+    d = Daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-vlive", keep_sandboxes=True)
+    try:
+        d.start()
+    except DaemonError as e:
+        pytest.fail(str(e), pytrace=False)
+    c = Api(d)
+    try:
+        skip_unless_driver(d, "namespace")
+        vid = make_volume(c, sizeMiB=16)["id"]
+        a = c.create_sandbox(driver="namespace", timeoutSeconds=600)
+        b = c.create_sandbox(driver="namespace", timeoutSeconds=600)
+        r = c.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": a.id, "path": "/mnt/data"})
+        assert r.status_code == 201, r.text
+        assert sh(c, a.id, "echo before > /mnt/data/f && sync")["exitCode"] == 0
+        if how == "kill":
+            d.kill()
+        else:
+            assert d.stop() == 0
+        d.start()
+        assert c.sandbox(a.id)["state"] == "running"
+        res = sh(c, a.id, "cat /mnt/data/f && echo after >> /mnt/data/f && sync && findmnt -n -o TARGET /mnt/data")
+        assert res["stdout"] == "before\n/mnt/data\n", res
+        assert [x["sandboxId"] for x in c.get(f"/v1/volumes/{vid}").json()["attachments"]] == [a.id]
+        assert c.get(f"/v1/volumes/{vid}/attachments/{a.id}").json()["path"] == "/mnt/data"
+        # A backup meanwhile freezes the filesystem the sandbox binds: the daemon mounts it again
+        # (the same one, from the loop device that holds it) rather than copy it as it changes.
+        bk = c.post(f"/v1/volumes/{vid}:backup", json={})
+        assert bk.status_code == 201, bk.text
+        assert os.path.ismount(d.state_dir / "volumes" / f"{vid}.mnt")
+        copy = c.post("/v1/volumes", json={"fromBackup": bk.json()["id"]})
+        assert copy.status_code == 201, copy.text
+        # Readers may have it meanwhile, as before the restart.
+        rd = c.create_sandbox(driver="namespace", volumes=[{"volumeId": vid, "path": "/r", "readOnly": True},
+                                                           {"volumeId": copy.json()["id"], "path": "/c"}])
+        assert sh(c, rd.id, "cat /r/f /c/f")["stdout"] == "before\nafter\n" * 2
+        c.delete(f"/v1/sandboxes/{rd.id}")
+        # Still the one writer: neither an attach nor a create takes it elsewhere.
+        assert_error(c.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": b.id, "path": "/d"}), 409, "conflict")
+        assert_error(c.post("/v1/sandboxes", json={"driver": "namespace",
+                                                   "volumes": [{"volumeId": vid, "path": "/d"}]}), 409, "conflict")
+        r = c.post(f"/v1/volumes/{vid}/attachments/{a.id}:detach", json={})
+        assert r.status_code == 200, r.text
+        assert sh(c, a.id, "test -e /mnt/data/f")["exitCode"] != 0
+        assert c.get(f"/v1/volumes/{vid}").json()["attachments"] == []
+        r = c.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": b.id, "path": "/d"})
+        assert r.status_code == 201, r.text
+        assert sh(c, b.id, "cat /d/f")["stdout"] == "before\nafter\n"
+        c.delete_all()
+        assert c.post(f"/v1/volumes/{vid}:delete", json={}).status_code == 200
+        assert c.post(f"/v1/volumes/{copy.json()['id']}:delete", json={}).status_code == 200
+    finally:
+        if not d.alive():
+            d.start()
+        c.delete_all()
+        c.close()
+        _finish_daemon(d)

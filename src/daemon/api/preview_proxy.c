@@ -38,9 +38,6 @@
 
 #define MAX_CONNS 512
 #define MAX_CONNS_PER_PEER 64
-/* Connections relayed between two hosts of a fleet, each way: one host's
- * clients take a share of another's listener, never all of it. */
-#define MAX_RELAYED_PER_HOST 256
 /* A head must arrive whole within this of its first byte (a slow client
  * holds a thread, not the listener). */
 #define HEAD_TIMEOUT_MS 10000
@@ -100,6 +97,9 @@ static _Atomic(PreviewProxy *) serving;
 
 /* Every open connection of every listener, for preview_proxy_close. */
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Connections relayed between two hosts of a fleet, each way. */
+static _Atomic unsigned relay_max = PREVIEW_RELAY_MAX_DEFAULT;
+_Static_assert(PREVIEW_RELAY_MAX_LIMIT <= MAX_CONNS, "relayed connections are within the listener's bound");
 static pthread_cond_t conns_gone = PTHREAD_COND_INITIALIZER;
 static Conn *conns;
 static unsigned n_conns;
@@ -928,14 +928,14 @@ static void relay_to_host(Conn *c, Input *in, const char *host) {
         unsigned n = 0;
         for (Conn *x = conns; x; x = x->next)
                 n += strcmp(x->relay_host, host) == 0;
-        bool room = n < MAX_RELAYED_PER_HOST;
+        bool room = n < atomic_load(&relay_max);
         if (room)
                 snprintf(c->relay_host, sizeof c->relay_host, "%s", host);
         pthread_mutex_unlock(&conns_lock);
         if (!room) {
                 refuse(c, 503, "Too many connections",
-                       "this server relays %d connections to host %s, which runs sandbox %s, the most it may; try "
-                       "again shortly", MAX_RELAYED_PER_HOST, host, c->sandbox_id);
+                       "this server relays %u connections to host %s, which runs sandbox %s, the most it may; try "
+                       "again shortly", atomic_load(&relay_max), host, c->sandbox_id);
                 return;
         }
         char url[512], path[160];
@@ -1242,6 +1242,10 @@ int preview_proxy_start(App *app, int fd, void *tls, PreviewProxy **ret) {
         return 0;
 }
 
+void preview_proxy_set_relay_max(unsigned n) {
+        atomic_store(&relay_max, n ? n : PREVIEW_RELAY_MAX_DEFAULT);
+}
+
 void preview_proxy_set_fleet_secret(PreviewProxy *px, const char *secret) {
         atomic_store(&px->fleet_secret, secret && *secret ? secret : NULL);
 }
@@ -1269,7 +1273,7 @@ int preview_proxy_adopt(int sock, struct MHD_UpgradeResponseHandle *urh, const c
         c->expect_port = port;
         (void)fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) | O_NONBLOCK);
         pthread_mutex_lock(&conns_lock);
-        bool room = n_conns < MAX_CONNS && peer_count_locked(c->peer) < MAX_RELAYED_PER_HOST;
+        bool room = n_conns < MAX_CONNS && peer_count_locked(c->peer) < atomic_load(&relay_max);
         if (room) {
                 c->next = conns;
                 conns = c;

@@ -20,6 +20,14 @@ int preview_proxy_start(App *app, int fd, void *tls, PreviewProxy **ret);
  * sandbox another host runs is relayed to that host (docs/previews.md, "A
  * fleet"). Set once, before any request. */
 void preview_proxy_set_fleet_secret(PreviewProxy *px, const char *secret);
+/* The most preview connections relayed to any one other host of the fleet,
+ * and the most taken relayed from one (--preview-relay-max-connections):
+ * one host's clients take a share of another's listener, never all of it.
+ * Within the listener's own bound of connections. Set once, before any
+ * request. */
+#define PREVIEW_RELAY_MAX_DEFAULT 256u
+#define PREVIEW_RELAY_MAX_LIMIT 512u
+void preview_proxy_set_relay_max(unsigned n);
 /* The protocol of a relay between two hosts: the relaying host's upgrade
  * request to the API of the host that runs the sandbox
  * (GET /v1/sandboxes/{id}/previews/{port}:relay). */

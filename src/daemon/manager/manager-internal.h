@@ -167,6 +167,13 @@ int conflict_state(SandboxError *e, const SandboxRow *row, const char *wanted, c
 void pause_by_daemon(Manager *m, SandboxRow *row, const char *why);
 void idle_check(Manager *m, Sandbox *sb, int64_t now_ms);
 void guest_sync(Manager *m, const char *id, const char *rid, int timeout_ms, const char *before);
+/* sandbox_volumes.c: 0 when the spec's volumes may go to sandbox_id on
+ * driver d beside the sandboxes whose drivers hold them now; a 409 naming
+ * the volume and the holder when a guest kernel and the host's would have
+ * one at once, or two guests with a writer among them (volumes.md, "On the
+ * microVM"). The store's one-writer claim is apart from this. */
+int sandbox_volumes_check_kernels(Manager *m, const char *sandbox_id, const SandboxSpec *spec, const Driver *d,
+                                  SandboxError *e);
 /* Sandbox objects made the same way by a boot and a re-attach. */
 Sandbox *sandbox_alloc(Manager *m, const SandboxRow *row, const Driver *d);
 void live_add(Manager *m, Sandbox *sb);

@@ -966,6 +966,16 @@ static int create(Manager *m, const KeyInfo *key, const CreateRequest *req, cons
                 sandbox_row_done(&row);
                 return r;
         }
+        /* A guest's kernel and the host's never have one volume at once:
+         * refused here, before anything starts, rather than by the start. */
+        if (row.spec.n_volumes > 0 && (r = sandbox_volumes_check_kernels(m, row.id, &row.spec, d, e)) < 0) {
+                (void)volumes_release(m->volumes, row.id);
+                if (m->ledger)
+                        ledger_release(m->ledger, row.id, time_now_unix());
+                busy_end(m, row.id);
+                sandbox_row_done(&row);
+                return r;
+        }
         r = db_sandbox_insert(m->db, &row, cfg->max_sandboxes, cfg->max_sandboxes_per_key);
         if (r < 0 && row.spec.n_volumes > 0)
                 (void)volumes_release(m->volumes, row.id);

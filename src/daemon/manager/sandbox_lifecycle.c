@@ -196,19 +196,24 @@ static int reboot_locked(Manager *m, SandboxRow *row, int64_t asked_lease, const
         if (!o || !o->available || !o->offered)
                 return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "GET /v1/info lists the drivers this host runs",
                                      "driver %s cannot run on this host now", d->name);
+        /* Its volumes as at a create: a start of a stopped sandbox would
+         * be refused by the host otherwise, and recorded failed. */
+        int r = sandbox_volumes_check_kernels(m, row->id, &row->spec, d, e);
+        if (r < 0)
+                return r;
         int64_t lease = next_lease(&row->spec, asked_lease);
         if (row->state == SANDBOX_RUNNING || row->state == SANDBOX_PAUSED) {
                 /* The budget first, so that a refusal leaves it as it was;
                  * the stop settles this reservation, the one below opens it
                  * again. */
-                int r = reserve_lease(m, row, lease, rid, e);
+                r = reserve_lease(m, row, lease, rid, e);
                 if (r < 0)
                         return r;
                 r = do_stop_locked(m, row, SANDBOX_STOPPED, NULL);
                 if (r < 0)
                         return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not record the stop");
         }
-        int r = reserve_lease(m, row, lease, rid, e);
+        r = reserve_lease(m, row, lease, rid, e);
         if (r < 0)
                 return r;
         row->spec.lease_left_seconds = 0;

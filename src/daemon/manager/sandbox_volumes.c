@@ -6,6 +6,7 @@
  * daemon's restart as one made at the create does. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -18,6 +19,65 @@
 static bool nested(const char *a, const char *b) {
         size_t na = strlen(a), nb = strlen(b), n = na < nb ? na : nb;
         return strncmp(a, b, n) == 0 && (na == nb || (na < nb ? b[na] : a[nb]) == '/');
+}
+
+/* Whether a sandbox in this state has its driver's processes, and so holds
+ * its volumes: through the host's mount, or a guest's lock on the image. */
+static bool holds_volumes(SandboxState s) {
+        return s == SANDBOX_STARTING || s == SANDBOX_RUNNING || s == SANDBOX_PAUSING || s == SANDBOX_PAUSED ||
+               s == SANDBOX_RESUMING || s == SANDBOX_STOPPING;
+}
+
+static bool guest_kernel(SandboxDriver driver) {
+        const Driver *d = driver_by_name(sandbox_driver_name(driver));
+        return d && d->volume_images;
+}
+
+/* The refusal when sandbox `holder` (on a driver with a guest kernel or
+ * not) holds volume v, which a sandbox on driver d asks for; 0 when the
+ * two may have it at once. */
+static int kernel_conflict(SandboxError *e, const SandboxVolume *v, const Driver *d, const SandboxRow *holder,
+                           bool holder_read_only) {
+        bool guest = d->volume_images, holder_guest = guest_kernel(holder->spec.driver);
+        const char *why = NULL, *hint = "delete or stop that sandbox first";
+        if (!guest && holder_guest)
+                why = "while a microVM's kernel has a volume, no namespace or gVisor sandbox attaches it, even "
+                      "readOnly";
+        else if (guest && !holder_guest)
+                why = "a microVM takes a volume only while no namespace or gVisor sandbox has it, even readOnly";
+        else if (guest && (!v->read_only || !holder_read_only)) {
+                why = "microVMs share a volume only when none of them writes it: two kernels never write one "
+                      "filesystem";
+                hint = "attach it readOnly in every microVM, or delete or stop that sandbox first";
+        }
+        if (!why)
+                return 0;
+        return sandbox_error(e, SANDBOX_ERR_CONFLICT, hint, "volume %s is held by %s sandbox %s (%s): %s",
+                             v->volume_id, sandbox_driver_name(holder->spec.driver), holder->id,
+                             sandbox_state_name(holder->state), why);
+}
+
+int sandbox_volumes_check_kernels(Manager *m, const char *sandbox_id, const SandboxSpec *spec, const Driver *d,
+                                  SandboxError *e) {
+        int r = 0;
+        for (size_t i = 0; r == 0 && m->volumes && i < spec->n_volumes; i++) {
+                StoreVolumeAttachment *atts = NULL;
+                size_t n = 0;
+                /* Unreadable attachments leave the start to refuse. */
+                if (volumes_attachments(m->volumes, spec->volumes[i].volume_id, &atts, &n) < 0)
+                        continue;
+                for (size_t j = 0; r == 0 && j < n; j++) {
+                        SandboxRow holder = { 0 };
+                        if (strcmp(atts[j].sandbox_id, sandbox_id) == 0 ||
+                            db_sandbox_get(m->db, atts[j].sandbox_id, &holder) < 0)
+                                continue;
+                        if (holds_volumes(holder.state))
+                                r = kernel_conflict(e, &spec->volumes[i], d, &holder, atts[j].read_only);
+                        sandbox_row_done(&holder);
+                }
+                free(atts);
+        }
+        return r;
 }
 
 /* The driver that runs the sandbox, able to change its mounts, and its
@@ -91,6 +151,11 @@ static int op_attach(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
         }
         SandboxSpec one = { .n_volumes = 1 };
         one.volumes[0] = *v;
+        if ((r = sandbox_volumes_check_kernels(m, row->id, &one, lm.d, e)) < 0) {
+                (void)volumes_detach(m->volumes, v->volume_id, row->id);
+                spec_paths_done(&lm.paths);
+                return r;
+        }
         VolumeMountPaths vmp;
         size_t failed = 0;
         /* The host's mount, bound into the sandbox: only drivers that bind

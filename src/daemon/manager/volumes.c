@@ -224,6 +224,11 @@ static int copy_disk(const char *img, const char *mnt, const char *to) {
          * from here: a copy of it would be torn. */
         if (volume_disk_held(img))
                 return -EBUSY;
+        /* A sandbox left running by a live restore binds a filesystem the
+         * daemon's mount no longer shows: mounted again (the same one), it
+         * is frozen for the copy as any other. */
+        if (!volume_disk_mounted(mnt) && rootfs_loop_backed(img))
+                (void)volume_disk_mount(img, mnt);
         _cleanup_close_ int fd = volume_disk_mounted(mnt) ? open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
         bool frozen = fd >= 0 && ioctl(fd, FIFREEZE, 0) == 0;
         int r = rootfs_copy_image(img, to);
