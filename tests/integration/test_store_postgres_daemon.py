@@ -325,7 +325,7 @@ def test_a_host_cut_off_from_the_database_fences_itself(build_dir, image_dir, tm
 def test_volumes_in_postgresql(pg_daemon, postgres):
     """Volumes on the PostgreSQL store: made, attached (one writer: a second create is refused by
     the database's index), kept across a restart, backed up (with a retention, and a policy kept
-    across the restart) and deleted."""
+    across the restart, then a cron and keep counts) and deleted."""
     d, db = pg_daemon
     from helpers import skip_unless_driver
     skip_unless_driver(d, "namespace")
@@ -348,6 +348,13 @@ def test_volumes_in_postgresql(pg_daemon, postgres):
         got = c.get(f"/v1/volumes/{vid}").json()
         assert got["name"] == "pg" and [a["sandboxId"] for a in got["attachments"]] == [s.id]
         assert got["backupPolicy"]["schedule"] == {"everyMinutes": 600} and got["backupPolicy"]["retentionDays"] == 2
+        # A cron schedule and keep counts, read back from the database.
+        cron = c.post(f"/v1/volumes/{vid}:backup-policy",
+                      json={"schedule": {"cron": "15 2 1 * sun"}, "keep": {"monthly": 6, "last": 2}})
+        assert cron.status_code == 200, cron.text
+        p = c.get(f"/v1/volumes/{vid}").json()["backupPolicy"]
+        assert p == cron.json()["backupPolicy"] and p["schedule"] == {"cron": "15 2 1 * sun"}
+        assert p["keep"]["monthly"] == 6 and p["keep"]["last"] == 2 and p["nextBackupAt"].endswith("T02:15:00Z")
         assert c.post(f"/v1/volumes/{vid}:backup-policy", json={"daily": False}).status_code == 200
         c.delete_all()
         s2 = c.create_sandbox(driver="namespace", volumes=[{"volumeId": vid, "path": "/data"}])

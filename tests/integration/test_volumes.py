@@ -14,6 +14,7 @@ volume is 409 before anything boots; a sandbox with a volume is not snapshotted 
 from __future__ import annotations
 
 import os
+import textwrap
 import threading
 from pathlib import Path
 
@@ -370,6 +371,9 @@ def test_our_sdk_same_names(api, daemon, vdriver):
             assert pol["schedule"] == {"everyMinutes": 30} and pol["retentionDays"] == 3
             back = rt.volumes.set_backup_policy(vol["id"], no_schedule=True)["backupPolicy"]
             assert back["daily"] is True and back["retentionDays"] == 3
+            cron = rt.volumes.set_backup_policy(vol["id"], cron="0 */6 * * *", keep={"daily": 7})["backupPolicy"]
+            assert cron["schedule"] == {"cron": "0 */6 * * *"} and cron["keep"]["daily"] == 7
+            assert rt.volumes.set_backup_policy(vol["id"], no_keep=True)["backupPolicy"]["keep"] is None
             assert rt.volumes.set_backup_policy(vol["id"], daily=False)["backupPolicy"]["enabled"] is False
             if vdriver == "namespace":
                 with Sandbox.create(driver=vdriver, **conn) as c:
@@ -596,8 +600,32 @@ def test_backups_belong_to_their_owner(api, daemon):
                      {"schedule": {}}, {"schedule": {"everyMinutes": 60, "x": 1}}, {"schedule": 15},
                      {"daily": False, "schedule": {"everyMinutes": 60}}, {"color": 1}):
             assert_error(api.post(policy, json=body), 400, "invalid_request")
-        for body in ({"schedule": {"cron": "0 3 * * *"}}, {"keep": {"daily": 7}}):
-            assert_error(api.post(policy, json=body), 501, "not_implemented")
+        # A cron schedule and keep counts are taken; a bad one is 400 naming its field, and the
+        # policy stays as it was.
+        ok = api.post(policy, json={"schedule": {"cron": "0 3 * * *"}, "keep": {"daily": 7}})
+        assert ok.status_code == 200, ok.text
+        p = ok.json()["backupPolicy"]
+        assert p["schedule"] == {"cron": "0 3 * * *"} and p["enabled"] is True and p["daily"] is False
+        assert p["keep"] == {"last": 0, "hourly": 0, "daily": 7, "weekly": 0, "monthly": 0, "yearly": 0}
+        assert p["nextBackupAt"].endswith("T03:00:00Z"), p
+        for cron, field in (("61 * * * *", "minute field"), ("*/0 * * * *", "minute field"),
+                            ("0 24 * * *", "hour field"), ("0 5-3 * * *", "hour field"),
+                            ("0 0 32 * *", "day-of-month field"), ("0 0 30 feb *", "day-of-month field"),
+                            ("0 0 * 13 *", "month field"), ("0 0 * janu *", "month field"),
+                            ("0 0 * * 8", "day-of-week field"), ("0 0 * * mon,", "day-of-week field"),
+                            ("0 0 * *", "five fields"), ("0 0 * * * *", "five fields"), ("@daily", "five fields"),
+                            ("1," * 100 + "1 * * * *", "five fields"), ("", "five fields")):
+            r = api.post(policy, json={"schedule": {"cron": cron}})
+            assert_error(r, 400, "invalid_request")
+            assert field in r.json()["error"]["message"], (cron, r.text)
+        for body in ({"schedule": {"cron": 5}}, {"schedule": {"cron": None}},
+                     {"schedule": {"cron": "0 3 * * *", "everyMinutes": 60}}, {"keep": {}}, {"keep": {"daily": 0}},
+                     {"keep": {"daily": 1001}}, {"keep": {"daily": -1}}, {"keep": {"daily": "7"}},
+                     {"keep": {"fortnightly": 1}}, {"keep": [7]}, {"keep": 7}):
+            assert_error(api.post(policy, json=body), 400, "invalid_request")
+        assert api.get(f"/v1/volumes/{vol['id']}").json()["backupPolicy"] == p
+        off = api.post(policy, json={"daily": False, "keep": None})
+        assert off.status_code == 200 and off.json()["backupPolicy"]["keep"] is None, off.text
         for days in (0, 366, 1.5):
             assert_error(api.post(f"/v1/volumes/{vol['id']}:backup", json={"retentionDays": days}), 400,
                          "invalid_request")
@@ -625,6 +653,32 @@ def test_forced_delete_then_wake_says_why(api, vdriver):
         api.delete_all()
 
 
+# The published-client scripts of the sweep's tests begin with these: a wait for a condition,
+# and whether a backup is gone (404).
+SWEEP_SCRIPT_HEAD = textwrap.dedent("""
+    import json, time
+    from withruntime import Runtime
+    from withruntime._errors import RuntimeError as RtError
+    rt = Runtime()
+
+    def until(what, cond, seconds=60):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            got = cond()
+            if got:
+                return got
+            time.sleep(0.1)
+        raise SystemExit(f"timed out waiting for {what}")
+
+    def gone(bid):
+        try:
+            rt.volumes.get_backup(bid)
+            return False
+        except RtError as e:
+            return e.status == 404
+""")
+
+
 def test_backup_policy_and_retention_published_client(published_client, build_dir, image_dir, tmp_path):
     """set_backup_policy and backup(retention_days=) as the published client sends them, on a
     daemon whose day is two seconds (--volume-backup-day-seconds) and whose sweep runs every
@@ -633,28 +687,7 @@ def test_backup_policy_and_retention_published_client(published_client, build_di
     d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-volsched",
                       extra_args=["--volume-backup-sweep-seconds", "1", "--volume-backup-day-seconds", "2"])
     try:
-        out = published_client.run_json(d, """
-            import json, time
-            from withruntime import Runtime
-            from withruntime._errors import RuntimeError as RtError
-            rt = Runtime()
-
-            def until(what, cond, seconds=30):
-                end = time.monotonic() + seconds
-                while time.monotonic() < end:
-                    got = cond()
-                    if got:
-                        return got
-                    time.sleep(0.1)
-                raise SystemExit(f"timed out waiting for {what}")
-
-            def gone(bid):
-                try:
-                    rt.volumes.get_backup(bid)
-                    return False
-                except RtError as e:
-                    return e.status == 404
-
+        out = published_client.run_json(d, SWEEP_SCRIPT_HEAD + textwrap.dedent("""
             vol = rt.volumes.create(16)
             kept = rt.volumes.backup(vol["id"], name="kept")
             short = rt.volumes.backup(vol["id"], name="short", retention_days=1)
@@ -669,7 +702,7 @@ def test_backup_policy_and_retention_published_client(published_client, build_di
             still = rt.volumes.get_backup(kept["id"])
             print(json.dumps({"policy": policy, "got": got, "scheduled": scheduled, "every": every,
                               "off": off, "still": still}))
-        """)
+        """))
         assert out["policy"]["backupPolicy"] == out["got"]["backupPolicy"]
         p = out["got"]["backupPolicy"]
         assert p["enabled"] is True and p["daily"] is True and p["retentionDays"] == 1 and p["schedule"] is None
@@ -678,6 +711,70 @@ def test_backup_policy_and_retention_published_client(published_client, build_di
         assert e["schedule"] == {"everyMinutes": 60} and e["daily"] is False and e["retentionDays"] == 1
         assert out["off"]["backupPolicy"]["enabled"] is False and out["off"]["backupPolicy"]["nextBackupAt"] is None
         assert out["still"]["name"] == "kept" and out["still"]["expiresAt"] is None
+    finally:
+        _finish_daemon(d)
+
+
+@pytest.mark.driver_independent
+def test_cron_and_keep_counts_published_client(published_client, build_dir, image_dir, tmp_path):
+    """set_backup_policy(cron=..., keep=...) as the published client sends them, on a daemon
+    whose sweep runs every second and whose day is two seconds: the cron policy reads back on the
+    policy and on the volume with its next time, a bad cron is refused 400 naming its field; keep
+    {last: 2} on a schedule every 15 (shrunk) minutes leaves the two newest scheduled backups and
+    never touches the manual one; with retentionDays a backup still goes at its retention's end
+    though a count would keep it."""
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-volkeep",
+                      extra_args=["--volume-backup-sweep-seconds", "1", "--volume-backup-day-seconds", "2"])
+    try:
+        out = published_client.run_json(d, SWEEP_SCRIPT_HEAD + textwrap.dedent("""
+            def scheduled(vid):
+                return [b["id"] for b in rt.volumes.backups(vid) if b["name"] == "scheduled"]
+
+            vol = rt.volumes.create(16)
+            cron = rt.volumes.set_backup_policy(vol["id"], cron="30 4 * * mon-fri", keep={"weekly": 4, "last": 3})
+            got = rt.volumes.get(vol["id"])
+            try:
+                rt.volumes.set_backup_policy(vol["id"], cron="0 25 * * *")
+                bad = None
+            except RtError as e:
+                bad = [e.status, e.code, str(e)]
+
+            manual = rt.volumes.backup(vol["id"], name="by-hand")
+            rt.volumes.set_backup_policy(vol["id"], every_minutes=15, keep={"last": 2})
+            seen = set()
+
+            def pruned():
+                now = scheduled(vol["id"])
+                seen.update(now)
+                return len(seen) >= 5 and len(now) <= 2 and now
+            left = until("five scheduled backups, all but two pruned", pruned)
+            pruned_ids = [b for b in seen if b not in left]
+            still = rt.volumes.get_backup(manual["id"])
+
+            # retentionDays 1 (two seconds here) with a count that would keep five: the age wins.
+            rt.volumes.set_backup_policy(vol["id"], retention_days=1, keep={"last": 5})
+            first = until("a backup with a retention",
+                          lambda: [b for b in rt.volumes.backups(vol["id"])
+                                   if b["name"] == "scheduled" and b["expiresAt"]])[-1]
+            until("its retention's end", lambda: gone(first["id"]))
+            newer = len([b for b in rt.volumes.backups(vol["id"]) if b["name"] == "scheduled" and b["expiresAt"]])
+            # The client leaves keep=None out (the API's keep: null clears the counts): they stay.
+            off = rt.volumes.set_backup_policy(vol["id"], daily=False, keep=None)
+            print(json.dumps({"cron": cron, "got": got, "bad": bad, "left": left, "gone": len(pruned_ids),
+                              "still": still, "newer": newer, "off": off}))
+        """), timeout=120)
+        p = out["got"]["backupPolicy"]
+        assert out["cron"]["backupPolicy"] == p
+        assert p["enabled"] is True and p["daily"] is False and p["schedule"] == {"cron": "30 4 * * mon-fri"}
+        assert p["keep"] == {"last": 3, "hourly": 0, "daily": 0, "weekly": 4, "monthly": 0, "yearly": 0}
+        from datetime import datetime
+        nxt = datetime.fromisoformat(p["nextBackupAt"].replace("Z", "+00:00"))
+        assert (nxt.hour, nxt.minute, nxt.second) == (4, 30, 0) and nxt.weekday() < 5, p
+        assert out["bad"][0] == 400 and out["bad"][1] == "invalid_request" and "hour field" in out["bad"][2]
+        assert len(out["left"]) <= 2 and out["gone"] >= 3
+        assert out["still"]["name"] == "by-hand"
+        assert out["newer"] < 5
+        assert out["off"]["backupPolicy"]["enabled"] is False and out["off"]["backupPolicy"]["keep"]["last"] == 5
     finally:
         _finish_daemon(d)
 

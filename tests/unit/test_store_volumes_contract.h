@@ -2,6 +2,7 @@
 /* What every backend's volumes kind keeps (store_volumes.h), run on a
  * fresh handle by each backend's test. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,7 +123,8 @@ static inline void volumes_contract(const StoreVolumeOps *ops, StoreVolumes *h) 
         assert_int_equal(ops->remove(h, "alice", "vol_3", false), 0);
 
         /* Backups: a count bound, the owner's only, newest first, by volume. */
-        StoreVolumeBackup b1 = { .size_mib = 100, .created_at = 5 }, b2 = { .size_mib = 200, .created_at = 6 };
+        StoreVolumeBackup b1 = { .size_mib = 100, .created_at = 5 },
+                          b2 = { .size_mib = 200, .created_at = 6, .scheduled = true };
         snprintf(b1.id, sizeof b1.id, "vb_1");
         snprintf(b2.id, sizeof b2.id, "vb_2");
         snprintf(b1.owner, sizeof b1.owner, "alice");
@@ -141,10 +143,14 @@ static inline void volumes_contract(const StoreVolumeOps *ops, StoreVolumes *h) 
         assert_string_equal(bg.name, "nightly");
         assert_string_equal(bg.volume_id, "vol_1");
         assert_int_equal(bg.size_mib, 100);
+        assert_false(bg.scheduled);
+        assert_int_equal(ops->backup_get(h, "alice", "vb_2", &bg), 0);
+        assert_true(bg.scheduled);
         StoreVolumeBackup *bs = NULL;
         assert_int_equal(ops->backup_list(h, "alice", "", 0, "", 10, &bs, &n), 0);
         assert_int_equal(n, 2);
         assert_string_equal(bs[0].id, "vb_2");
+        assert_true(bs[0].scheduled && !bs[1].scheduled);
         free(bs);
         assert_int_equal(ops->backup_list(h, "alice", "", 6, "vb_2", 10, &bs, &n), 0);
         assert_int_equal(n, 1);
@@ -216,6 +222,47 @@ static inline void volumes_contract(const StoreVolumeOps *ops, StoreVolumes *h) 
         assert_int_equal(n, 0);
         free(due);
         assert_int_equal(ops->claim_backup(h, "vol_2", 0, 10), -EALREADY);
+        assert_int_equal(ops->kept_by_counts(h, "", 10, &due, &n), 0);
+        assert_int_equal(n, 0);
+        free(due);
+
+        /* A cron schedule (no interval) is due and claimed as one; the keep
+         * counts are read back, and their volumes listed by id. */
+        pol = (StoreVolumeBackupPolicy){ .retention_days = 3, .next_at = 500,
+                                         .keep = { .last = 1, .hourly = 2, .daily = 3, .weekly = 4, .monthly = 5,
+                                                   .yearly = 1000 } };
+        snprintf(pol.cron, sizeof pol.cron, "%s", "*/15 1-5 1,15 jan-mar mon-fri");
+        assert_int_equal(ops->set_policy(h, "alice", "vol_2", &pol), 0);
+        assert_int_equal(ops->get(h, "alice", "vol_2", &got), 0);
+        assert_string_equal(got.policy.cron, pol.cron);
+        assert_int_equal(got.policy.every_minutes, 0);
+        assert_memory_equal(&got.policy.keep, &pol.keep, sizeof pol.keep);
+        assert_int_equal(ops->backups_due(h, 500, 10, &due, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(due[0].policy.cron, pol.cron);
+        free(due);
+        assert_int_equal(ops->claim_backup(h, "vol_2", 500, 900), 0);
+        assert_int_equal(ops->claim_backup(h, "vol_2", 500, 900), -EALREADY);
+        assert_int_equal(ops->kept_by_counts(h, "", 10, &due, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(due[0].id, "vol_2");
+        assert_int_equal(due[0].policy.keep.yearly, 1000);
+        free(due);
+        assert_int_equal(ops->kept_by_counts(h, "vol_2", 10, &due, &n), 0);
+        assert_int_equal(n, 0);
+        free(due);
+        /* Keep counts alone: pruned, never due. */
+        pol = (StoreVolumeBackupPolicy){ .keep = { .daily = 7 } };
+        assert_int_equal(ops->set_policy(h, "alice", "vol_2", &pol), 0);
+        assert_int_equal(ops->backups_due(h, 1000000, 10, &due, &n), 0);
+        assert_int_equal(n, 0);
+        free(due);
+        assert_int_equal(ops->kept_by_counts(h, "", 10, &due, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(due[0].policy.cron, "");
+        free(due);
+        pol = (StoreVolumeBackupPolicy){ 0 };
+        assert_int_equal(ops->set_policy(h, "alice", "vol_2", &pol), 0);
 
         /* One attachment goes, the writer's claim with it: another writer
          * gets in. */

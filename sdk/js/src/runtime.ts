@@ -189,16 +189,23 @@ export class Volumes {
     return this.#http.request("POST", volumePath(volumeId, ":backup"), { json });
   }
   /** The daemon's automatic backups of the volume: `daily` on or off, every `everyMinutes` (15 or
-   * more) instead, or back to daily (`noSchedule`); each kept `retentionDays`. What is left out
-   * keeps its value. The volume, with its `backupPolicy`. */
+   * more) or at the times of a five-field UTC `cron` instead, or back to daily (`noSchedule`); each
+   * kept `retentionDays`. `keep` counts (last, hourly, daily, weekly, monthly, yearly) prune the
+   * scheduled backups; `noKeep` clears them. What is left out keeps its value. The volume, with
+   * its `backupPolicy`. */
   async setBackupPolicy(volumeId: string, opts: { daily?: boolean; retentionDays?: number; everyMinutes?: number;
-                                                  noSchedule?: boolean } = {}): Promise<Answer> {
-    const { everyMinutes, noSchedule, ...fields } = opts;
-    if (everyMinutes !== undefined && noSchedule)
-      throw new TypeError("volumes.setBackupPolicy: give one of everyMinutes and noSchedule");
-    const json: Record<string, unknown> = options("volumes.setBackupPolicy", fields, ["daily", "retentionDays"]);
+                                                  cron?: string; keep?: Record<string, number>;
+                                                  noSchedule?: boolean; noKeep?: boolean } = {}): Promise<Answer> {
+    const { everyMinutes, cron, noSchedule, noKeep, ...fields } = opts;
+    if ([everyMinutes !== undefined, cron !== undefined, !!noSchedule].filter(Boolean).length > 1)
+      throw new TypeError("volumes.setBackupPolicy: give one of everyMinutes, cron and noSchedule");
+    if (fields.keep !== undefined && noKeep)
+      throw new TypeError("volumes.setBackupPolicy: give one of keep and noKeep");
+    const json: Record<string, unknown> = options("volumes.setBackupPolicy", fields, ["daily", "retentionDays", "keep"]);
     if (everyMinutes !== undefined) json.schedule = { everyMinutes };
+    else if (cron !== undefined) json.schedule = { cron };
     else if (noSchedule) json.schedule = null;
+    if (noKeep) json.keep = null;
     return this.#http.request("POST", volumePath(volumeId, ":backup-policy"), { json });
   }
   /** One page of backups, newest first: `{data, nextCursor}`. */

@@ -31,6 +31,10 @@ daemonTest("volumes: the published client's names, and an attach at create", asy
       await rt.volumes.deleteBackup(kept.id);
       const every = await rt.volumes.setBackupPolicy(vol.id, { everyMinutes: 30, retentionDays: 3 });
       assert.deepEqual(every.backupPolicy.schedule, { everyMinutes: 30 });
+      const cron = await rt.volumes.setBackupPolicy(vol.id, { cron: "0 */6 * * *", keep: { daily: 7 } });
+      assert.deepEqual(cron.backupPolicy.schedule, { cron: "0 */6 * * *" });
+      assert.equal(cron.backupPolicy.keep.daily, 7);
+      assert.equal((await rt.volumes.setBackupPolicy(vol.id, { noKeep: true })).backupPolicy.keep, null);
       assert.equal((await rt.volumes.setBackupPolicy(vol.id, { daily: false })).backupPolicy.enabled, false);
       const other = await Sandbox.create({ driver: DRIVER });
       try {

@@ -16,6 +16,7 @@
 #include "daemon/api/api.h"
 #include "daemon/manager/sandbox.h"
 #include "daemon/manager/volumes.h"
+#include "daemon/model/backup_policy.h"
 #include "daemon/model/sandbox_spec.h"
 
 #define VOLUMES_PAGE_DEFAULT 50u
@@ -34,20 +35,35 @@ static enum MHD_Result not_found(Req *r) {
         return fail(r, 404, "not_found", "GET /v1/volumes lists your volumes", msg);
 }
 
-/* A volume's backup policy as set_backup_policy sends it: daily, or a
- * schedule of its own every so many minutes; none when off. */
+static const char *const keep_names[] = { "last", "hourly", "daily", "weekly", "monthly", "yearly" };
+
+static uint32_t *keep_count(BackupKeep *k, size_t i) {
+        uint32_t *const counts[] = { &k->last, &k->hourly, &k->daily, &k->weekly, &k->monthly, &k->yearly };
+        return counts[i];
+}
+
+/* A volume's backup policy as set_backup_policy sends it: daily, a
+ * schedule of its own (every so many minutes, or a cron), or none when
+ * off; the keep counts, or null. */
 static json_t *policy_json(const StoreVolumeBackupPolicy *p) {
-        bool daily = p->every_minutes == VOLUME_BACKUP_DAILY_MINUTES;
-        json_t *schedule = p->every_minutes && !daily
+        bool daily = p->every_minutes == VOLUME_BACKUP_DAILY_MINUTES, on = p->every_minutes || p->cron[0];
+        json_t *schedule = p->cron[0] ? json_pack("{s:s}", "cron", p->cron)
+                           : p->every_minutes && !daily
                                    ? json_pack("{s:I}", "everyMinutes", (json_int_t)p->every_minutes)
                                    : json_null();
-        json_t *next = json_null();
+        json_t *next = json_null(), *keep = json_null();
         char at[RFC3339_LEN];
-        if (p->every_minutes && time_format_rfc3339(p->next_at, at) == 0)
+        if (on && time_format_rfc3339(p->next_at, at) == 0)
                 next = json_string(at);
-        return json_pack("{s:b,s:b,s:o,s:o,s:o,s:o}", "enabled", p->every_minutes > 0, "daily", (int)daily,
-                         "retentionDays", p->retention_days ? json_integer(p->retention_days) : json_null(),
-                         "schedule", schedule, "keep", json_null(), "nextBackupAt", next);
+        if (backup_keep_any(&p->keep)) {
+                BackupKeep k = p->keep;
+                keep = json_object();
+                for (size_t i = 0; keep && i < ELEMENTSOF(keep_names); i++)
+                        json_object_set_new(keep, keep_names[i], json_integer(*keep_count(&k, i)));
+        }
+        return json_pack("{s:b,s:b,s:o,s:o,s:o,s:o}", "enabled", (int)on, "daily", (int)daily, "retentionDays",
+                         p->retention_days ? json_integer(p->retention_days) : json_null(), "schedule", schedule,
+                         "keep", keep, "nextBackupAt", next);
 }
 
 /* An attachment; its id is its sandbox's (a volume is attached to a
@@ -510,9 +526,99 @@ static enum MHD_Result refuse_retention(Req *r) {
         return api_reply_invalid(r, NULL, msg);
 }
 
+/* keep: {last, hourly, daily, weekly, monthly, yearly}, each a whole
+ * number to BACKUP_KEEP_MAX, one at least above 0; null is none. msg says
+ * what is wrong. */
+static int keep_of(json_t *v, BackupKeep *ret, char *msg, size_t n) {
+        BackupKeep k = { 0 };
+        if (json_is_null(v)) {
+                *ret = k;
+                return 0;
+        }
+        if (!json_is_object(v)) {
+                snprintf(msg, n, "keep is an object of counts (last, hourly, daily, weekly, monthly, yearly) or null");
+                return -EINVAL;
+        }
+        const char *key;
+        json_t *c;
+        json_object_foreach(v, key, c) {
+                size_t i = 0;
+                while (i < ELEMENTSOF(keep_names) && strcmp(key, keep_names[i]) != 0)
+                        i++;
+                if (i == ELEMENTSOF(keep_names)) {
+                        snprintf(msg, n, "keep.%.32s is not a count; they are last, hourly, daily, weekly, monthly, yearly",
+                                 key);
+                        return -EINVAL;
+                }
+                if (!json_is_integer(c) || json_integer_value(c) < 0 || json_integer_value(c) > BACKUP_KEEP_MAX) {
+                        snprintf(msg, n, "keep.%s is a whole number from 0 to %u", keep_names[i], BACKUP_KEEP_MAX);
+                        return -EINVAL;
+                }
+                *keep_count(&k, i) = (uint32_t)json_integer_value(c);
+        }
+        if (!backup_keep_any(&k)) {
+                snprintf(msg, n, "keep sets one count at least above 0; null keeps backups by age only");
+                return -EINVAL;
+        }
+        *ret = k;
+        return 0;
+}
+
+/* schedule.cron: the text, read strictly; msg names the field at fault. */
+static int cron_of(json_t *v, char *ret, char *msg, size_t n) {
+        static const char *const forms[] = {
+                [CRON_MINUTE] = "0-59", [CRON_HOUR] = "0-23", [CRON_DAY_OF_MONTH] = "1-31, a day its months have",
+                [CRON_MONTH] = "1-12 or jan-dec", [CRON_DAY_OF_WEEK] = "0-7 or sun-sat",
+        };
+        CronSchedule c;
+        CronField f;
+        if (!json_is_string(v)) {
+                snprintf(msg, n, "schedule.cron is a string: minute hour day-of-month month day-of-week, in UTC");
+                return -EINVAL;
+        }
+        if (cron_parse(json_string_value(v), &c, &f) < 0) {
+                if (f == CRON_WHOLE)
+                        snprintf(msg, n, "schedule.cron is five fields (minute hour day-of-month month day-of-week) "
+                                         "in at most %u characters", CRON_TEXT_MAX);
+                else
+                        snprintf(msg, n, "schedule.cron: its %s field is not valid: values %s, as *, a list, a "
+                                         "range or a step (*/15, 1-5, 0,30)", cron_field_name(f), forms[f]);
+                return -EINVAL;
+        }
+        snprintf(ret, CRON_TEXT_MAX + 1, "%s", json_string_value(v));
+        return 0;
+}
+
+/* The schedule asked for: {everyMinutes}, {cron} or null (daily). */
+static int schedule_of(json_t *v, StoreVolumeBackupPolicy *p, char *msg, size_t n) {
+        json_t *jmin = json_object_get(v, "everyMinutes"), *jcron = json_object_get(v, "cron");
+        if (json_is_null(v)) {
+                p->every_minutes = VOLUME_BACKUP_DAILY_MINUTES;
+                p->cron[0] = '\0';
+                return 0;
+        }
+        if (!json_is_object(v) || json_object_size(v) != 1 || (!jmin && !jcron)) {
+                snprintf(msg, n, "schedule is {\"everyMinutes\": n}, {\"cron\": \"m h dom mon dow\"} or null");
+                return -EINVAL;
+        }
+        if (jcron) {
+                p->every_minutes = 0;
+                return cron_of(jcron, p->cron, msg, n);
+        }
+        if (!json_is_integer(jmin) || json_integer_value(jmin) < VOLUME_BACKUP_EVERY_MIN_MINUTES ||
+            json_integer_value(jmin) > VOLUME_BACKUP_EVERY_MAX_MINUTES) {
+                snprintf(msg, n, "schedule.everyMinutes is a whole number from %u to %u",
+                         VOLUME_BACKUP_EVERY_MIN_MINUTES, VOLUME_BACKUP_EVERY_MAX_MINUTES);
+                return -EINVAL;
+        }
+        p->every_minutes = (uint32_t)json_integer_value(jmin);
+        p->cron[0] = '\0';
+        return 0;
+}
+
 /* POST /v1/volumes/{volume}:backup-policy: {daily, retentionDays,
- * schedule: {everyMinutes} | null, keep}. A field left out keeps what the
- * policy has; schedule null goes back to daily backups. */
+ * schedule: {everyMinutes} | {cron} | null, keep}. A field left out keeps
+ * what the policy has; schedule null goes back to daily backups. */
 enum MHD_Result handle_volume_backup_policy(Req *r) {
         static const char *const fields[] = { "daily", "retentionDays", "schedule", "keep", NULL };
         const char *unknown = r->json ? unknown_field(r->json, fields) : NULL;
@@ -522,9 +628,6 @@ enum MHD_Result handle_volume_backup_policy(Req *r) {
         json_t *jdays = r->json ? json_object_get(r->json, "retentionDays") : NULL;
         json_t *jsched = r->json ? json_object_get(r->json, "schedule") : NULL;
         json_t *jkeep = r->json ? json_object_get(r->json, "keep") : NULL;
-        if (jkeep && !json_is_null(jkeep))
-                return fail(r, 501, "not_implemented", "give retentionDays: each backup is kept that many days",
-                            "keep: this daemon keeps backups by age (retentionDays), not by counts");
         if (jdaily && !json_is_null(jdaily) && !json_is_boolean(jdaily))
                 return api_reply_invalid(r, NULL, "daily is a boolean");
         StoreVolume v;
@@ -533,40 +636,34 @@ enum MHD_Result handle_volume_backup_policy(Req *r) {
                 return not_found(r);
         if (rc < 0)
                 return api_reply_store_error(r, rc, "read the volume");
-        uint32_t every = v.policy.every_minutes, days = v.policy.retention_days;
-        if (jdays && retention_of(jdays, &days) < 0)
+        StoreVolumeBackupPolicy p = v.policy;
+        char msg[192];
+        if (jdays && retention_of(jdays, &p.retention_days) < 0)
                 return refuse_retention(r);
+        if (jkeep && keep_of(jkeep, &p.keep, msg, sizeof msg) < 0)
+                return api_reply_invalid(r, NULL, msg);
         if (jsched) {
-                json_t *jmin = json_object_get(jsched, "everyMinutes");
-                if (json_is_null(jsched))
-                        every = VOLUME_BACKUP_DAILY_MINUTES;
-                else if (!json_is_object(jsched) || json_object_size(jsched) != 1)
-                        return api_reply_invalid(r, NULL, "schedule is {\"everyMinutes\": n}, {\"cron\": ...} or null");
-                else if (json_object_get(jsched, "cron"))
-                        return fail(r, 501, "not_implemented", "give schedule: {everyMinutes: n} instead",
-                                    "schedule.cron: this daemon backs volumes up every so many minutes, not by cron");
-                else if (!json_is_integer(jmin) || json_integer_value(jmin) < VOLUME_BACKUP_EVERY_MIN_MINUTES ||
-                         json_integer_value(jmin) > VOLUME_BACKUP_EVERY_MAX_MINUTES) {
-                        char msg[128];
-                        snprintf(msg, sizeof msg, "schedule.everyMinutes is a whole number from %u to %u",
-                                 VOLUME_BACKUP_EVERY_MIN_MINUTES, VOLUME_BACKUP_EVERY_MAX_MINUTES);
+                if (schedule_of(jsched, &p, msg, sizeof msg) < 0)
                         return api_reply_invalid(r, NULL, msg);
-                } else
-                        every = (uint32_t)json_integer_value(jmin);
                 if (json_is_false(jdaily))
                         return api_reply_invalid(r, "leave daily out, or send it without a schedule",
                                                  "daily: false turns backups off; a schedule turns them on");
-        } else if (json_is_true(jdaily) && every == 0)
-                every = VOLUME_BACKUP_DAILY_MINUTES;
-        else if (json_is_false(jdaily))
-                every = 0;
-        rc = volumes_set_backup_policy(r->app->volumes, r->key.owner, r->route.volume_id, every, days, &v);
+        } else if (json_is_true(jdaily) && p.every_minutes == 0 && !p.cron[0])
+                p.every_minutes = VOLUME_BACKUP_DAILY_MINUTES;
+        else if (json_is_false(jdaily)) {
+                p.every_minutes = 0;
+                p.cron[0] = '\0';
+        }
+        rc = volumes_set_backup_policy(r->app->volumes, r->key.owner, r->route.volume_id, &p, &v);
         if (rc == -ENOENT)
                 return not_found(r);
+        if (rc == -ERANGE)
+                return api_reply_invalid(r, "give days and weekdays that fall together",
+                                         "schedule.cron: its day-of-month, month and day-of-week never fall together");
         if (rc < 0)
                 return api_reply_store_error(r, rc, "set the volume's backup policy");
-        log_info(r->rid, "volume %s backup policy: every %u minutes, kept %u days, by key %s", v.id, every, days,
-                 r->key.id);
+        log_info(r->rid, "volume %s backup policy: every %u minutes, cron \"%s\", kept %u days, by key %s", v.id,
+                 p.every_minutes, p.cron, p.retention_days, r->key.id);
         return reply_volume(r, 200, &v);
 }
 

@@ -17,6 +17,7 @@
 #include "common/macro.h"
 #include "common/random.h"
 #include "common/timeutil.h"
+#include "daemon/model/backup_policy.h"
 #include "driver/rootfs.h"
 #include "driver/volume_disk.h"
 
@@ -242,10 +243,11 @@ int64_t volumes_expiry(const Volumes *vs, int64_t now, uint32_t retention_days) 
         return retention_days ? now + (int64_t)retention_days * vs->day_seconds : 0;
 }
 
-int volumes_backup(Volumes *vs, const char *owner, const char *id, const char *name, uint32_t retention_days,
-                   StoreVolumeBackup *ret) {
+/* A backup, by request or (scheduled) by the sweep. */
+static int take_backup(Volumes *vs, const char *owner, const char *id, const char *name, uint32_t retention_days,
+                       bool scheduled, StoreVolumeBackup *ret) {
         StoreVolume v;
-        StoreVolumeBackup b = { .created_at = time_now_unix() };
+        StoreVolumeBackup b = { .created_at = time_now_unix(), .scheduled = scheduled };
         b.expires_at = volumes_expiry(vs, b.created_at, retention_days);
         char hex[21], img[PATH_MAX], mnt[PATH_MAX], to[PATH_MAX], dir[PATH_MAX];
         int r = vs->ops->get(vs->h, owner, id, &v);
@@ -274,6 +276,11 @@ int volumes_backup(Volumes *vs, const char *owner, const char *id, const char *n
         }
         *ret = b;
         return 0;
+}
+
+int volumes_backup(Volumes *vs, const char *owner, const char *id, const char *name, uint32_t retention_days,
+                   StoreVolumeBackup *ret) {
+        return take_backup(vs, owner, id, name, retention_days, false, ret);
 }
 
 int volumes_backup_get(Volumes *vs, const char *owner, const char *id, StoreVolumeBackup *ret) {
@@ -319,16 +326,33 @@ int volumes_restore(Volumes *vs, const char *owner, const char *backup_id, const
         return 0;
 }
 
-int volumes_set_backup_policy(Volumes *vs, const char *owner, const char *id, uint32_t every_minutes,
-                              uint32_t retention_days, StoreVolume *ret) {
+/* The first time after now that a policy's cron falls on. */
+static int cron_after(const char *text, int64_t now, int64_t *ret) {
+        CronSchedule c;
+        CronField f;
+        return cron_parse(text, &c, &f) < 0 ? -EINVAL : cron_next(&c, now, ret);
+}
+
+/* When a schedule set at now is first due: an interval at the next sweep,
+ * a cron at its next time; never without either. */
+static int first_due(const StoreVolumeBackupPolicy *p, int64_t now, int64_t *ret) {
+        if (p->cron[0])
+                return cron_after(p->cron, now, ret);
+        *ret = p->every_minutes ? now : 0;
+        return 0;
+}
+
+int volumes_set_backup_policy(Volumes *vs, const char *owner, const char *id, const StoreVolumeBackupPolicy *want,
+                              StoreVolume *ret) {
         StoreVolume v;
         int r = vs->ops->get(vs->h, owner, id, &v);
         if (r < 0)
                 return r;
-        StoreVolumeBackupPolicy p = { .every_minutes = every_minutes, .retention_days = retention_days,
-                                      .next_at = v.policy.next_at };
-        if (every_minutes != v.policy.every_minutes)
-                p.next_at = every_minutes ? time_now_unix() : 0;
+        StoreVolumeBackupPolicy p = *want;
+        p.next_at = v.policy.next_at;
+        if ((p.every_minutes != v.policy.every_minutes || strcmp(p.cron, v.policy.cron) != 0) &&
+            (r = first_due(&p, time_now_unix(), &p.next_at)) < 0)
+                return r;
         if ((r = vs->ops->set_policy(vs->h, owner, id, &p)) < 0)
                 return r;
         return vs->ops->get(vs->h, owner, id, ret);
@@ -366,6 +390,19 @@ static void expire_backups(Volumes *vs, int64_t now) {
         free(all);
 }
 
+/* The next time after now on the policy's schedule: a daemon that was
+ * down takes one backup for the times it missed. An interval's grid is in
+ * the daemon's days (day_seconds); a cron's times are UTC's. */
+static int next_due(const Volumes *vs, const StoreVolumeBackupPolicy *p, int64_t now, int64_t *ret) {
+        if (p->cron[0])
+                return cron_after(p->cron, now, ret);
+        int64_t every = (int64_t)p->every_minutes * vs->day_seconds / VOLUME_BACKUP_DAILY_MINUTES;
+        if (every < 1)
+                every = 1;
+        *ret = p->next_at + ((now - p->next_at) / every + 1) * every;
+        return 0;
+}
+
 /* Each due volume whose image is here: the claim moves its next time on,
  * then the copy is made, kept as its policy says. A copy that fails (the
  * owner's bound on backups, no room) waits for the next time. */
@@ -379,18 +416,17 @@ static void take_due_backups(Volumes *vs, int64_t now) {
         }
         for (size_t i = 0; i < n; i++) {
                 const StoreVolume *v = &all[i];
+                int64_t next;
                 if (!file_here(vs, image_path, v->id))
                         continue;
-                int64_t every = (int64_t)v->policy.every_minutes * vs->day_seconds / VOLUME_BACKUP_DAILY_MINUTES;
-                if (every < 1)
-                        every = 1;
-                /* The next time after now on the policy's grid: a daemon that
-                 * was down takes one backup for the times it missed. */
-                int64_t next = v->policy.next_at + ((now - v->policy.next_at) / every + 1) * every;
+                if ((r = next_due(vs, &v->policy, now, &next)) < 0) {
+                        log_warn(NULL, "volume %s: its backup schedule %s: %s", v->id, v->policy.cron, strerror(-r));
+                        continue;
+                }
                 if (vs->ops->claim_backup(vs->h, v->id, v->policy.next_at, next) < 0)
                         continue;
                 StoreVolumeBackup b;
-                r = volumes_backup(vs, v->owner, v->id, "scheduled", v->policy.retention_days, &b);
+                r = take_backup(vs, v->owner, v->id, "scheduled", v->policy.retention_days, true, &b);
                 if (r == 0)
                         log_info(NULL, "volume %s backed up as %s on its schedule", v->id, b.id);
                 else
@@ -398,6 +434,56 @@ static void take_due_backups(Volumes *vs, int64_t now) {
                                  r == -EUSERS ? "its owner has the most backups this daemon keeps" : strerror(-r));
         }
         free(all);
+}
+
+/* The volume's scheduled backups that none of its keep counts keeps go,
+ * those whose files are here (or, on one host, all). Its backups are one
+ * page: an owner has at most VOLUME_BACKUPS_PER_OWNER. */
+static void prune_volume(Volumes *vs, const StoreVolume *v) {
+        _cleanup_free_ StoreVolumeBackup *all = NULL;
+        size_t n = 0, kept = 0;
+        int r = vs->ops->backup_list(vs->h, v->owner, v->id, 0, "", VOLUME_BACKUPS_PER_OWNER, &all, &n);
+        if (r < 0) {
+                log_warn(NULL, "volume %s: reading its backups to prune: %s", v->id, strerror(-r));
+                return;
+        }
+        StoreVolumeBackup *sched[VOLUME_BACKUPS_PER_OWNER];
+        int64_t created[VOLUME_BACKUPS_PER_OWNER];
+        bool keep[VOLUME_BACKUPS_PER_OWNER];
+        for (size_t i = 0; i < n && kept < VOLUME_BACKUPS_PER_OWNER; i++)
+                if (all[i].scheduled) {
+                        sched[kept] = &all[i];
+                        created[kept++] = all[i].created_at;
+                }
+        backup_keep_select(&v->policy.keep, created, kept, keep);
+        for (size_t i = 0; i < kept; i++) {
+                if (keep[i] || (!vs->one_host && !file_here(vs, backup_path, sched[i]->id)))
+                        continue;
+                r = volumes_backup_delete(vs, sched[i]->owner, sched[i]->id);
+                if (r == 0)
+                        log_info(NULL, "volume backup %s of %s deleted: no keep count of its policy keeps it",
+                                 sched[i]->id, v->id);
+                else if (r != -ENOENT)
+                        log_warn(NULL, "volume backup %s: deleting it past its policy's keep counts: %s",
+                                 sched[i]->id, strerror(-r));
+        }
+}
+
+static void prune_backups(Volumes *vs) {
+        char after[STORE_VOLUME_ID_MAX] = "";
+        size_t n = SWEEP_BATCH;
+        while (n == SWEEP_BATCH) {
+                _cleanup_free_ StoreVolume *all = NULL;
+                int r = vs->ops->kept_by_counts(vs->h, after, SWEEP_BATCH, &all, &n);
+                if (r < 0) {
+                        log_warn(NULL, "volume backups: reading the policies with keep counts: %s", strerror(-r));
+                        return;
+                }
+                for (size_t i = 0; i < n; i++)
+                        prune_volume(vs, &all[i]);
+                if (n > 0)
+                        snprintf(after, sizeof after, "%s", all[n - 1].id);
+        }
 }
 
 static void *sweep_thread(void *userdata) {
@@ -408,6 +494,7 @@ static void *sweep_thread(void *userdata) {
                 int64_t now = time_now_unix();
                 expire_backups(vs, now);
                 take_due_backups(vs, now);
+                prune_backups(vs);
                 pthread_mutex_lock(&vs->quit_lock);
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);

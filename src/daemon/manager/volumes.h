@@ -80,13 +80,17 @@ int volumes_restore(Volumes *vs, const char *owner, const char *backup_id, const
 #define VOLUME_DAY_SECONDS 86400u
 #define VOLUME_SWEEP_DEFAULT_SECONDS 60u
 
-/* The owner's volume is backed up every every_minutes (0: never) by the
- * sweep, each copy kept retention_days (0: until deleted). A new interval
- * is due at the next sweep; the same one keeps its time. */
-int volumes_set_backup_policy(Volumes *vs, const char *owner, const char *id, uint32_t every_minutes,
-                              uint32_t retention_days, StoreVolume *ret);
-/* The sweep, every sweep_seconds: deletes the expired backups and takes
- * the due ones whose files are on this host, each claimed in the store so
+/* The owner's volume is backed up by the sweep every p->every_minutes, or
+ * at the times of p->cron (neither: never), each copy kept
+ * p->retention_days (0: until deleted); with p->keep, the sweep deletes
+ * the volume's backups that no count keeps. A new interval is due at the
+ * next sweep, a new cron at its next time; the same schedule keeps its
+ * time. p->next_at is ignored. -EINVAL for a cron that cron_parse refuses
+ * or that never falls (-ERANGE). */
+int volumes_set_backup_policy(Volumes *vs, const char *owner, const char *id, const StoreVolumeBackupPolicy *p,
+                              StoreVolume *ret);
+/* The sweep, every sweep_seconds: deletes the expired backups and those
+ * no keep count keeps, and takes the due ones whose files are on this host, each claimed in the store so
  * that one host of a fleet does it once. day_seconds is the length of a
  * day in the policies' times (VOLUME_DAY_SECONDS but in tests). Stopped by
  * volumes_close. */

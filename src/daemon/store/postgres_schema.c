@@ -210,6 +210,8 @@ static const char *const steps[] = {
         /* 22: the volumes' backup policies and the backups' expiry
          * (store_volumes.h) */
         VOLUMES_SQL_SCHEDULES,
+        /* 23: the volumes' cron schedules and keep counts (store_volumes.h) */
+        VOLUMES_SQL_RULES,
 };
 
 #define KIND "postgres"

@@ -31,7 +31,14 @@ static void volume_of(const PGresult *res, int i, StoreVolume *v) {
         *v = (StoreVolume){ .size_mib = (uint32_t)pgi(res, i, 4), .shared = pgi(res, i, 5) != 0,
                             .created_at = pgi(res, i, 7),
                             .policy = { .every_minutes = (uint32_t)pgi(res, i, 8),
-                                        .retention_days = (uint32_t)pgi(res, i, 9), .next_at = pgi(res, i, 10) } };
+                                        .retention_days = (uint32_t)pgi(res, i, 9), .next_at = pgi(res, i, 10),
+                                        .keep = { .last = (uint32_t)pgi(res, i, 12),
+                                                  .hourly = (uint32_t)pgi(res, i, 13),
+                                                  .daily = (uint32_t)pgi(res, i, 14),
+                                                  .weekly = (uint32_t)pgi(res, i, 15),
+                                                  .monthly = (uint32_t)pgi(res, i, 16),
+                                                  .yearly = (uint32_t)pgi(res, i, 17) } } };
+        snprintf(v->policy.cron, sizeof v->policy.cron, "%s", pgv(res, i, 11) ?: "");
         snprintf(v->id, sizeof v->id, "%s", pgv(res, i, 0) ?: "");
         snprintf(v->owner, sizeof v->owner, "%s", pgv(res, i, 1) ?: "");
         snprintf(v->name, sizeof v->name, "%s", pgv(res, i, 2) ?: "");
@@ -90,6 +97,19 @@ static int pg_volumes_insert(StoreVolumes *h, const StoreVolume *v, const StoreV
         return n >= b->max_count ? -EUSERS : -EDQUOT;
 }
 
+/* The volumes res holds, into *ret (malloc'd). */
+static int volume_rows(const PGresult *res, StoreVolume **ret, size_t *ret_n) {
+        int n = PQntuples(res);
+        StoreVolume *all = calloc(n > 0 ? (size_t)n : 1, sizeof(*all));
+        if (!all)
+                return -ENOMEM;
+        for (int i = 0; i < n; i++)
+                volume_of(res, i, &all[i]);
+        *ret = all;
+        *ret_n = (size_t)n;
+        return 0;
+}
+
 static int pg_volumes_list(StoreVolumes *h, const char *owner, const char *name, int64_t after_created,
                            const char *after_id, size_t limit, StoreVolume **ret, size_t *ret_n) {
         PgParams p = { 0 };
@@ -100,17 +120,7 @@ static int pg_volumes_list(StoreVolumes *h, const char *owner, const char *name,
         pgp_int(&p, (int64_t)limit);
         _cleanup_pgres_ PGresult *res = NULL;
         int r = pgdb_run(&h->c, VOLUMES_SQL_LIST("$"), &p, &res);
-        if (r < 0)
-                return r;
-        int n = PQntuples(res);
-        StoreVolume *all = calloc(n > 0 ? (size_t)n : 1, sizeof(*all));
-        if (!all)
-                return -ENOMEM;
-        for (int i = 0; i < n; i++)
-                volume_of(res, i, &all[i]);
-        *ret = all;
-        *ret_n = (size_t)n;
-        return 0;
+        return r < 0 ? r : volume_rows(res, ret, ret_n);
 }
 
 static int pg_volumes_resize_begin(StoreVolumes *h, const char *owner, const char *id, uint32_t new_mib,
@@ -240,7 +250,7 @@ static int pg_volumes_attachments(StoreVolumes *h, const char *volume_id, StoreV
 
 static void backup_of(const PGresult *res, int i, StoreVolumeBackup *b) {
         *b = (StoreVolumeBackup){ .size_mib = (uint32_t)pgi(res, i, 4), .created_at = pgi(res, i, 5),
-                                  .expires_at = pgi(res, i, 6) };
+                                  .expires_at = pgi(res, i, 6), .scheduled = pgi(res, i, 7) != 0 };
         snprintf(b->id, sizeof b->id, "%s", pgv(res, i, 0) ?: "");
         snprintf(b->owner, sizeof b->owner, "%s", pgv(res, i, 1) ?: "");
         snprintf(b->volume_id, sizeof b->volume_id, "%s", pgv(res, i, 2) ?: "");
@@ -257,6 +267,7 @@ static int pg_volumes_backup_insert(StoreVolumes *h, const StoreVolumeBackup *b,
         pgp_int(&p, b->created_at);
         pgp_int(&p, max_count);
         pgp_int(&p, b->expires_at);
+        pgp_int(&p, b->scheduled);
         int64_t affected = 0;
         int r = pgdb_exec_write(&h->c, VOLUMES_SQL_BACKUP_INSERT("$"), &p, &affected);
         return r < 0 ? r : affected > 0 ? 0 : -EUSERS;
@@ -348,6 +359,11 @@ static int pg_volumes_set_policy(StoreVolumes *h, const char *owner, const char 
         pgp_int(&p, pol->every_minutes);
         pgp_int(&p, pol->retention_days);
         pgp_int(&p, pol->next_at);
+        pgp_text(&p, pol->cron);
+        const uint32_t keep[] = { pol->keep.last, pol->keep.hourly, pol->keep.daily,
+                                  pol->keep.weekly, pol->keep.monthly, pol->keep.yearly };
+        for (int i = 0; i < 6; i++)
+                pgp_int(&p, keep[i]);
         int64_t affected = 0;
         int r = pgdb_exec_write(&h->c, VOLUMES_SQL_SET_POLICY("$"), &p, &affected);
         return r < 0 ? r : affected > 0 ? 0 : -ENOENT;
@@ -363,6 +379,16 @@ static int pg_volumes_claim_backup(StoreVolumes *h, const char *id, int64_t due_
         int64_t affected = 0;
         int r = pgdb_exec_write(&h->c, VOLUMES_SQL_CLAIM_BACKUP("$"), &p, &affected);
         return r < 0 ? r : affected > 0 ? 0 : -EALREADY;
+}
+
+static int pg_volumes_kept_by_counts(StoreVolumes *h, const char *after_id, size_t limit, StoreVolume **ret,
+                                     size_t *ret_n) {
+        PgParams p = { 0 };
+        pgp_text(&p, after_id);
+        pgp_int(&p, (int64_t)limit);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run(&h->c, VOLUMES_SQL_KEPT_BY_COUNTS("$"), &p, &res);
+        return r < 0 ? r : volume_rows(res, ret, ret_n);
 }
 
 static int pg_volumes_backup_remove(StoreVolumes *h, const char *owner, const char *id) {
@@ -396,4 +422,5 @@ const StoreVolumeOps store_postgres_volumes = {
         .set_policy = pg_volumes_set_policy,
         .backups_due = pg_volumes_backups_due,
         .claim_backup = pg_volumes_claim_backup,
+        .kept_by_counts = pg_volumes_kept_by_counts,
 };

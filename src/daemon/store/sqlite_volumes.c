@@ -23,6 +23,8 @@ static const SqlMigration migrations[] = {
         { NULL, NULL, VOLUMES_SQL_SCHEMA },
         /* 2: backup policies and the backups' expiry */
         { NULL, NULL, VOLUMES_SQL_SCHEDULES },
+        /* 3: cron schedules and keep counts */
+        { NULL, NULL, VOLUMES_SQL_RULES },
 };
 
 static int sqlite_volumes_open(const char *location, StoreVolumes **ret) {
@@ -70,7 +72,14 @@ static void volume_of(sqlite3_stmt *st, StoreVolume *v) {
                             .created_at = sqlite3_column_int64(st, 7),
                             .policy = { .every_minutes = (uint32_t)sqlite3_column_int64(st, 8),
                                         .retention_days = (uint32_t)sqlite3_column_int64(st, 9),
-                                        .next_at = sqlite3_column_int64(st, 10) } };
+                                        .next_at = sqlite3_column_int64(st, 10),
+                                        .keep = { .last = (uint32_t)sqlite3_column_int64(st, 12),
+                                                  .hourly = (uint32_t)sqlite3_column_int64(st, 13),
+                                                  .daily = (uint32_t)sqlite3_column_int64(st, 14),
+                                                  .weekly = (uint32_t)sqlite3_column_int64(st, 15),
+                                                  .monthly = (uint32_t)sqlite3_column_int64(st, 16),
+                                                  .yearly = (uint32_t)sqlite3_column_int64(st, 17) } } };
+        snprintf(v->policy.cron, sizeof v->policy.cron, "%s", sqldb_col(st, 11) ?: "");
         snprintf(v->id, sizeof v->id, "%s", sqldb_col(st, 0) ?: "");
         snprintf(v->owner, sizeof v->owner, "%s", sqldb_col(st, 1) ?: "");
         snprintf(v->name, sizeof v->name, "%s", sqldb_col(st, 2) ?: "");
@@ -123,22 +132,24 @@ static int sqlite_volumes_get(StoreVolumes *h, const char *owner, const char *id
         return get_locked(h, owner, id, ret);
 }
 
-static int sqlite_volumes_list(StoreVolumes *h, const char *owner, const char *name, int64_t after_created,
-                               const char *after_id, size_t limit, StoreVolume **ret, size_t *ret_n) {
-        LOCKED(h);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (prepare(h, VOLUMES_SQL_LIST("?"), &st) < 0)
-                return -EIO;
+/* A page's parameters: 1 owner, 2 what narrows it ("" nothing), 3 and 4
+ * the row after which it starts, 5 its length. */
+static void bind_page(sqlite3_stmt *st, const char *owner, const char *which, int64_t after_created,
+                      const char *after_id, size_t limit) {
         sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, which, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, after_created);
         sqlite3_bind_text(st, 4, after_id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 5, (sqlite3_int64)limit);
+}
+
+/* The volumes st answers, at most limit, into *ret (malloc'd). */
+static int volume_rows(sqlite3_stmt *st, size_t limit, StoreVolume **ret, size_t *ret_n) {
         StoreVolume *all = calloc(limit ? limit : 1, sizeof(*all));
         if (!all)
                 return -ENOMEM;
         size_t n = 0;
-        int rc;
+        int rc = SQLITE_DONE;
         while (n < limit && (rc = sqlite3_step(st)) == SQLITE_ROW)
                 volume_of(st, &all[n++]);
         if (n < limit && rc != SQLITE_DONE) {
@@ -148,6 +159,16 @@ static int sqlite_volumes_list(StoreVolumes *h, const char *owner, const char *n
         *ret = all;
         *ret_n = n;
         return 0;
+}
+
+static int sqlite_volumes_list(StoreVolumes *h, const char *owner, const char *name, int64_t after_created,
+                               const char *after_id, size_t limit, StoreVolume **ret, size_t *ret_n) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (prepare(h, VOLUMES_SQL_LIST("?"), &st) < 0)
+                return -EIO;
+        bind_page(st, owner, name, after_created, after_id, limit);
+        return volume_rows(st, limit, ret, ret_n);
 }
 
 static int sqlite_volumes_resize_begin(StoreVolumes *h, const char *owner, const char *id, uint32_t new_mib,
@@ -288,7 +309,8 @@ static int sqlite_volumes_attachments(StoreVolumes *h, const char *volume_id, St
 static void backup_of(sqlite3_stmt *st, StoreVolumeBackup *b) {
         *b = (StoreVolumeBackup){ .size_mib = (uint32_t)sqlite3_column_int64(st, 4),
                                   .created_at = sqlite3_column_int64(st, 5),
-                                  .expires_at = sqlite3_column_int64(st, 6) };
+                                  .expires_at = sqlite3_column_int64(st, 6),
+                                  .scheduled = sqlite3_column_int(st, 7) != 0 };
         snprintf(b->id, sizeof b->id, "%s", sqldb_col(st, 0) ?: "");
         snprintf(b->owner, sizeof b->owner, "%s", sqldb_col(st, 1) ?: "");
         snprintf(b->volume_id, sizeof b->volume_id, "%s", sqldb_col(st, 2) ?: "");
@@ -308,6 +330,7 @@ static int sqlite_volumes_backup_insert(StoreVolumes *h, const StoreVolumeBackup
         sqlite3_bind_int64(st, 6, b->created_at);
         sqlite3_bind_int64(st, 7, max_count);
         sqlite3_bind_int64(st, 8, b->expires_at);
+        sqlite3_bind_int(st, 9, b->scheduled);
         int changes = 0, r = step_done(h, st, &changes);
         return r < 0 ? r : changes > 0 ? 0 : -EUSERS;
 }
@@ -335,11 +358,7 @@ static int sqlite_volumes_backup_list(StoreVolumes *h, const char *owner, const 
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (prepare(h, VOLUMES_SQL_BACKUP_LIST("?"), &st) < 0)
                 return -EIO;
-        sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, volume_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, after_created);
-        sqlite3_bind_text(st, 4, after_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 5, (sqlite3_int64)limit);
+        bind_page(st, owner, volume_id, after_created, after_id, limit);
         StoreVolumeBackup *all = calloc(limit ? limit : 1, sizeof(*all));
         if (!all)
                 return -ENOMEM;
@@ -412,6 +431,11 @@ static int sqlite_volumes_set_policy(StoreVolumes *h, const char *owner, const c
         sqlite3_bind_int64(st, 3, p->every_minutes);
         sqlite3_bind_int64(st, 4, p->retention_days);
         sqlite3_bind_int64(st, 5, p->next_at);
+        sqlite3_bind_text(st, 6, p->cron, -1, SQLITE_STATIC);
+        const uint32_t keep[] = { p->keep.last, p->keep.hourly, p->keep.daily,
+                                  p->keep.weekly, p->keep.monthly, p->keep.yearly };
+        for (int i = 0; i < 6; i++)
+                sqlite3_bind_int64(st, 7 + i, keep[i]);
         int changes = 0, r = step_done(h, st, &changes);
         return r < 0 ? r : changes > 0 ? 0 : -ENOENT;
 }
@@ -426,6 +450,17 @@ static int sqlite_volumes_claim_backup(StoreVolumes *h, const char *id, int64_t 
         sqlite3_bind_int64(st, 3, next_at);
         int changes = 0, r = step_done(h, st, &changes);
         return r < 0 ? r : changes > 0 ? 0 : -EALREADY;
+}
+
+static int sqlite_volumes_kept_by_counts(StoreVolumes *h, const char *after_id, size_t limit, StoreVolume **ret,
+                                         size_t *ret_n) {
+        LOCKED(h);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if (prepare(h, VOLUMES_SQL_KEPT_BY_COUNTS("?"), &st) < 0)
+                return -EIO;
+        sqlite3_bind_text(st, 1, after_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)limit);
+        return volume_rows(st, limit, ret, ret_n);
 }
 
 static int sqlite_volumes_backup_remove(StoreVolumes *h, const char *owner, const char *id) {
@@ -456,4 +491,5 @@ const StoreVolumeOps store_sqlite_volumes = {
         .set_policy = sqlite_volumes_set_policy,
         .backups_due = sqlite_volumes_backups_due,
         .claim_backup = sqlite_volumes_claim_backup,
+        .kept_by_counts = sqlite_volumes_kept_by_counts,
 };

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/model/backup_policy.h"
 #include "daemon/store/store.h"
 
 #define STORE_VOLUME_ID_MAX 32
@@ -25,12 +26,14 @@ typedef enum StoreVolumeState {
 } StoreVolumeState;
 
 /* When a volume is backed up by the daemon's sweep (docs/volumes.md,
- * "Backups"): every every_minutes from next_at on, each copy kept
- * retention_days. */
+ * "Backups"): every every_minutes, or at the times of cron, from next_at
+ * on, each copy kept retention_days; the keep counts prune its backups. */
 typedef struct StoreVolumeBackupPolicy {
-        uint32_t every_minutes;  /* 0: no automatic backups */
+        uint32_t every_minutes;  /* 0: none by interval */
+        char cron[CRON_TEXT_MAX + 1]; /* "" for none; read by cron_parse when set */
         uint32_t retention_days; /* 0: kept until deleted */
         int64_t next_at;         /* the next one is due from here (Unix seconds) */
+        BackupKeep keep;         /* all 0: no pruning by counts */
 } StoreVolumeBackupPolicy;
 
 typedef struct StoreVolume {
@@ -62,6 +65,7 @@ typedef struct StoreVolumeBackup {
         uint32_t size_mib;
         int64_t created_at;
         int64_t expires_at; /* 0: kept until deleted */
+        bool scheduled;     /* taken by the sweep: its policy's keep counts apply to it */
 } StoreVolumeBackup;
 
 /* The bounds of one owner's volumes, checked in the insert itself. */
@@ -124,13 +128,17 @@ struct StoreVolumeOps {
         int (*backups_expired)(StoreVolumes *h, int64_t now, size_t limit, StoreVolumeBackup **ret, size_t *ret_n);
         /* The owner's volume's backup policy is p; -ENOENT for none. */
         int (*set_policy)(StoreVolumes *h, const char *owner, const char *id, const StoreVolumeBackupPolicy *p);
-        /* Every owner's volumes with a policy whose next_at has come by
-         * now, the longest due first, at most `limit`; *ret malloc'd. */
+        /* Every owner's volumes with a schedule (every_minutes or cron)
+         * whose next_at has come by now, the longest due first, at most
+         * `limit`; *ret malloc'd. */
         int (*backups_due)(StoreVolumes *h, int64_t now, size_t limit, StoreVolume **ret, size_t *ret_n);
         /* Takes the due backup of volume id that was due at due_at: its
          * next_at becomes next_at. -EALREADY when another host (or a policy
          * change) got there first: exactly one claim of one due time wins. */
         int (*claim_backup)(StoreVolumes *h, const char *id, int64_t due_at, int64_t next_at);
+        /* Every owner's volumes with a keep count set, by id, after after_id
+         * ("" from the first), at most `limit`; *ret malloc'd. */
+        int (*kept_by_counts)(StoreVolumes *h, const char *after_id, size_t limit, StoreVolume **ret, size_t *ret_n);
 };
 
 const char *store_volume_state_name(StoreVolumeState s);

@@ -36,9 +36,27 @@
         "ALTER TABLE volume_backups ADD COLUMN expires_at BIGINT NOT NULL DEFAULT 0;"                          \
         "CREATE INDEX volume_backups_expiry ON volume_backups (expires_at) WHERE expires_at > 0;"
 
+/* Cron schedules and keep counts: SQLite's third migration and
+ * PostgreSQL's step 23. */
+#define VOLUMES_SQL_RULES                                                                                      \
+        "ALTER TABLE volumes ADD COLUMN backup_cron TEXT NOT NULL DEFAULT '';"                                 \
+        "ALTER TABLE volumes ADD COLUMN keep_last BIGINT NOT NULL DEFAULT 0;"                                  \
+        "ALTER TABLE volumes ADD COLUMN keep_hourly BIGINT NOT NULL DEFAULT 0;"                                \
+        "ALTER TABLE volumes ADD COLUMN keep_daily BIGINT NOT NULL DEFAULT 0;"                                 \
+        "ALTER TABLE volumes ADD COLUMN keep_weekly BIGINT NOT NULL DEFAULT 0;"                                \
+        "ALTER TABLE volumes ADD COLUMN keep_monthly BIGINT NOT NULL DEFAULT 0;"                               \
+        "ALTER TABLE volumes ADD COLUMN keep_yearly BIGINT NOT NULL DEFAULT 0;"                                \
+        "CREATE INDEX volumes_backup_cron_due ON volumes (backup_next_at) WHERE backup_cron <> '';"            \
+        "ALTER TABLE volume_backups ADD COLUMN scheduled INTEGER NOT NULL DEFAULT 0 CHECK (scheduled IN (0, 1));"
+
 #define VOLUME_COLUMNS "id, owner, name, labels, size_mib, shared, state, created_at"
-/* What a read answers: the columns, then the policy's (8, 9, 10). */
-#define VOLUME_READ_COLUMNS VOLUME_COLUMNS ", backup_every_minutes, backup_retention_days, backup_next_at"
+/* What a read answers: the columns, then the policy's (8, 9, 10), its
+ * cron (11) and its keep counts (12 to 17). */
+#define VOLUME_READ_COLUMNS                                                                                    \
+        VOLUME_COLUMNS ", backup_every_minutes, backup_retention_days, backup_next_at, backup_cron, "         \
+                       "keep_last, keep_hourly, keep_daily, keep_weekly, keep_monthly, keep_yearly"
+/* A schedule of either kind. */
+#define VOLUME_SCHEDULED "(backup_every_minutes > 0 OR backup_cron <> '')"
 #define VOLUME_ATTACHMENT_COLUMNS "volume_id, sandbox_id, path, read_only, created_at"
 
 /* 1 id, 2 owner, 3 name, 4 labels, 5 size, 6 shared, 7 state, 8 created,
@@ -94,12 +112,12 @@
         "SELECT " VOLUME_ATTACHMENT_COLUMNS " FROM volume_attachments WHERE volume_id = " M "1 "              \
         "ORDER BY created_at, sandbox_id"
 
-#define VOLUME_BACKUP_COLUMNS "id, owner, volume_id, name, size_mib, created_at, expires_at"
+#define VOLUME_BACKUP_COLUMNS "id, owner, volume_id, name, size_mib, created_at, expires_at, scheduled"
 /* 1 id, 2 owner, 3 volume, 4 name, 5 size, 6 created, 7 the count bound,
- * 8 expires. */
+ * 8 expires, 9 scheduled. */
 #define VOLUMES_SQL_BACKUP_INSERT(M)                                                                           \
         "INSERT INTO volume_backups (" VOLUME_BACKUP_COLUMNS ") SELECT " M "1, " M "2, " M "3, " M "4, "     \
-        "CAST(" M "5 AS BIGINT), CAST(" M "6 AS BIGINT), CAST(" M "8 AS BIGINT) "                              \
+        "CAST(" M "5 AS BIGINT), CAST(" M "6 AS BIGINT), CAST(" M "8 AS BIGINT), CAST(" M "9 AS INTEGER) "                              \
         "WHERE (SELECT COUNT(*) FROM volume_backups WHERE owner = " M "2) < CAST(" M "7 AS BIGINT)"
 /* 1 owner, 2 id. */
 #define VOLUMES_SQL_BACKUP_GET(M)                                                                              \
@@ -116,17 +134,26 @@
 #define VOLUMES_SQL_BACKUPS_EXPIRED(M)                                                                         \
         "SELECT " VOLUME_BACKUP_COLUMNS " FROM volume_backups WHERE expires_at > 0 "                          \
         "AND expires_at <= CAST(" M "1 AS BIGINT) ORDER BY expires_at, id LIMIT CAST(" M "2 AS BIGINT)"
-/* 1 owner, 2 id, 3 every, 4 retention, 5 next. */
+/* 1 owner, 2 id, 3 every, 4 retention, 5 next, 6 cron, 7 to 12 the keep
+ * counts (last, hourly, daily, weekly, monthly, yearly). */
 #define VOLUMES_SQL_SET_POLICY(M)                                                                              \
         "UPDATE volumes SET backup_every_minutes = CAST(" M "3 AS BIGINT), "                                  \
-        "backup_retention_days = CAST(" M "4 AS BIGINT), backup_next_at = CAST(" M "5 AS BIGINT) "            \
+        "backup_retention_days = CAST(" M "4 AS BIGINT), backup_next_at = CAST(" M "5 AS BIGINT), "           \
+        "backup_cron = " M "6, keep_last = CAST(" M "7 AS BIGINT), keep_hourly = CAST(" M "8 AS BIGINT), "    \
+        "keep_daily = CAST(" M "9 AS BIGINT), keep_weekly = CAST(" M "10 AS BIGINT), "                        \
+        "keep_monthly = CAST(" M "11 AS BIGINT), keep_yearly = CAST(" M "12 AS BIGINT) "                      \
         "WHERE owner = " M "1 AND id = " M "2"
 /* 1 now, 2 limit. */
 #define VOLUMES_SQL_BACKUPS_DUE(M)                                                                             \
-        "SELECT " VOLUME_READ_COLUMNS " FROM volumes WHERE backup_every_minutes > 0 "                         \
+        "SELECT " VOLUME_READ_COLUMNS " FROM volumes WHERE " VOLUME_SCHEDULED " "                          \
         "AND backup_next_at <= CAST(" M "1 AS BIGINT) ORDER BY backup_next_at, id LIMIT CAST(" M "2 AS BIGINT)"
 /* 1 id, 2 the due time read, 3 the next one: the claim is the update of
  * the row still as it was read. */
 #define VOLUMES_SQL_CLAIM_BACKUP(M)                                                                            \
         "UPDATE volumes SET backup_next_at = CAST(" M "3 AS BIGINT) WHERE id = " M "1 "                       \
-        "AND backup_every_minutes > 0 AND backup_next_at = CAST(" M "2 AS BIGINT)"
+        "AND " VOLUME_SCHEDULED " AND backup_next_at = CAST(" M "2 AS BIGINT)"
+/* 1 after id ("" from the first), 2 limit. */
+#define VOLUMES_SQL_KEPT_BY_COUNTS(M)                                                                          \
+        "SELECT " VOLUME_READ_COLUMNS " FROM volumes WHERE (keep_last > 0 OR keep_hourly > 0 OR keep_daily > 0 " \
+        "OR keep_weekly > 0 OR keep_monthly > 0 OR keep_yearly > 0) AND id > " M "1 ORDER BY id "               \
+        "LIMIT CAST(" M "2 AS BIGINT)"

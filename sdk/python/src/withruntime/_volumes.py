@@ -79,18 +79,28 @@ class VolumesOps:
 
     def set_backup_policy(self, volume_id: str, *, daily: Optional[bool] = None,
                           retention_days: Optional[int] = None, every_minutes: Optional[int] = None,
-                          no_schedule: bool = False) -> Dict[str, Any]:
+                          cron: Optional[str] = None, keep: Optional[Mapping[str, int]] = None,
+                          no_schedule: bool = False, no_keep: bool = False) -> Dict[str, Any]:
         """Turns the daemon's automatic backups of the volume on (``daily=True``) or off
-        (``daily=False``), backs it up every ``every_minutes`` (15 or more) instead, or goes back
-        to daily (``no_schedule=True``); each kept ``retention_days``. What is left out keeps its
-        value. The volume, with its ``backupPolicy``."""
-        if every_minutes is not None and no_schedule:
-            raise ValueError("Give one of every_minutes and no_schedule.")
-        body: Dict[str, Any] = _present(daily=daily, retentionDays=retention_days)
+        (``daily=False``), backs it up every ``every_minutes`` (15 or more) or at the times of a
+        five-field UTC ``cron`` instead, or goes back to daily (``no_schedule=True``); each kept
+        ``retention_days``. ``keep`` counts (``last``, ``hourly``, ``daily``, ``weekly``,
+        ``monthly``, ``yearly``) prune the scheduled backups; ``no_keep=True`` clears them. What
+        is left out keeps its value. The volume, with its ``backupPolicy``."""
+        if sum([every_minutes is not None, cron is not None, no_schedule]) > 1:
+            raise ValueError("Give one of every_minutes, cron and no_schedule.")
+        if keep is not None and no_keep:
+            raise ValueError("Give one of keep and no_keep.")
+        body: Dict[str, Any] = _present(daily=daily, retentionDays=retention_days,
+                                        keep=None if keep is None else dict(keep))
         if every_minutes is not None:
             body["schedule"] = {"everyMinutes": every_minutes}
+        elif cron is not None:
+            body["schedule"] = {"cron": cron}
         elif no_schedule:
             body["schedule"] = None
+        if no_keep:
+            body["keep"] = None
         return dict((yield Call(self._http.request, "POST", _volume_path(volume_id, ":backup-policy"),
                                 json_body=body)))
 
