@@ -29,6 +29,12 @@ typedef struct OwnerCount {
         unsigned running, queued;
 } OwnerCount;
 
+/* A build's sandbox that the daemon's stop left (user_images_recover.c). */
+typedef struct CutSandbox {
+        char id[32];
+        KeyInfo key;
+} CutSandbox;
+
 struct UserImages {
         const struct DaemonConfig *cfg;
         const StoreImageOps *ops;
@@ -48,7 +54,14 @@ struct UserImages {
         unsigned n_workers;
         uint8_t seal_key[SEAL_KEY_LEN]; /* the registries' secrets' */
         bool have_seal_key;
+        CutSandbox *cut; /* found before the sandboxes' recovery, deleted at the start */
+        size_t n_cut;
 };
+
+/* What builds cut by the daemon's stop left (user_images_recover.c): the
+ * builds' sandboxes, images' disks, layers without a record and partial
+ * context chunks. Before the records are marked failed. */
+void user_images_recover(UserImages *u);
 
 /* The build log's file of image id (malloc'ed; NULL on ENOMEM). */
 char *user_images_log_path(UserImages *u, const char *id);

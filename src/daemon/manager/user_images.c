@@ -1268,6 +1268,7 @@ static void *worker(void *arg) {
 int user_images_start(UserImages *u) {
         int64_t n = 0;
         oci_pull_clean(u->cfg->state_dir);
+        user_images_recover(u);
         int r = u->ops->fail_unfinished(u->h, u->host_id, "the daemon stopped during the build", time_now_unix(), &n);
         if (r < 0)
                 return r;
@@ -1304,6 +1305,7 @@ void user_images_close(UserImages *u) {
         if (u->h)
                 u->ops->close(u->h);
         free(u->owners);
+        free(u->cut);
         free(u->dir);
         free(u->ctx_dir);
         pthread_mutex_destroy(&u->lock);
