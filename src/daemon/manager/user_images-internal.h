@@ -63,6 +63,11 @@ struct UserImages {
  * context chunks. Before the records are marked failed. */
 void user_images_recover(UserImages *u);
 
+/* The owner's pulled trees past their bound that nothing uses go, least
+ * recently pulled first (user_images_trees.c). While no build of the
+ * owner's runs but the caller's. */
+void user_images_collect_trees(UserImages *u, const char *owner);
+
 /* The build log's file of image id (malloc'ed; NULL on ENOMEM). */
 char *user_images_log_path(UserImages *u, const char *id);
 bool user_images_id_ok(const char *s);

@@ -1253,6 +1253,9 @@ static void *worker(void *arg) {
                 }
                 pthread_mutex_unlock(&u->lock);
                 build_job(u, j);
+                /* Still counted running: no other build of the owner's
+                 * pulls while its trees are collected. */
+                user_images_collect_trees(u, j->key.owner);
                 pthread_mutex_lock(&u->lock);
                 c = owner_count(u, j->key.owner, false);
                 if (c)
