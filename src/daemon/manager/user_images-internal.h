@@ -29,6 +29,15 @@ typedef struct OwnerCount {
         unsigned running, queued;
 } OwnerCount;
 
+/* The COPY sources' digests remembered (user_images.c): a rebuild of the
+ * same context and steps keys its COPY without a sandbox. */
+#define SOURCES_MEMO_MAX 256u
+typedef struct SourcesMemo {
+        char key[65];
+        char digest[65];
+        uint64_t used; /* 0: empty */
+} SourcesMemo;
+
 /* A build's sandbox that the daemon's stop left (user_images_recover.c). */
 typedef struct CutSandbox {
         char id[32];
@@ -54,6 +63,8 @@ struct UserImages {
         unsigned n_workers;
         uint8_t seal_key[SEAL_KEY_LEN]; /* the registries' secrets' */
         bool have_seal_key;
+        SourcesMemo memo[SOURCES_MEMO_MAX]; /* under lock */
+        uint64_t memo_clock;
         CutSandbox *cut; /* found before the sandboxes' recovery, deleted at the start */
         size_t n_cut;
 };
@@ -137,8 +148,10 @@ int build_cache_key(Build *b, char ret_hex[65], const char **ret_why);
  * (the caller builds), or the build's failure. */
 int build_cache_use(Build *b, const char *key, json_t **ret_doc);
 
-/* The digest of the sources a COPY or ADD step s takes from the context in
- * the build's sandbox: 0, -ENOENT when the sandbox cannot read them. */
+/* The digest of the sources a COPY or ADD step s takes from the context:
+ * remembered from an earlier build of the same context and steps, else read
+ * in the build's sandbox (started at the last layer found when there is
+ * none). 0, -ENOENT when the sandbox cannot read them. */
 int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]);
 
 /* Per-step layers (docs/images.md, "Per-step layers"). layer_chain_start

@@ -573,6 +573,57 @@ static bool give_up_when_stopping(void *userdata) {
         return stopping(userdata);
 }
 
+/* The key a COPY's sources digest is remembered under: the owner, the
+ * layers' chain before the step (the base and every step before it), the
+ * context's archive and the sources as the step names them. */
+static int sources_memo_key(Build *b, const json_t *argv, char ret_hex[65]) {
+        const ImageBuildRequest *req = &b->job->req;
+        _cleanup_free_ char *sources = json_dumps(argv, JSON_COMPACT);
+        EVP_MD_CTX *md = sources ? EVP_MD_CTX_new() : NULL;
+        uint8_t d[32];
+        unsigned len = 0;
+        const char *fields[] = { "runtime copy sources 1", b->job->key.owner, b->layer_key, req->context_sha256, sources };
+        int r = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 ? 0 : -ENOMEM;
+        for (size_t i = 0; r == 0 && i < ELEMENTSOF(fields); i++) {
+                uint64_t n = strlen(fields[i]);
+                if (EVP_DigestUpdate(md, &n, sizeof n) != 1 || EVP_DigestUpdate(md, fields[i], n) != 1)
+                        r = -ENOMEM;
+        }
+        if (r == 0 && EVP_DigestFinal_ex(md, d, &len) != 1)
+                r = -ENOMEM;
+        EVP_MD_CTX_free(md);
+        if (r == 0)
+                hex_encode(d, sizeof d, ret_hex);
+        return r;
+}
+
+/* The digest remembered under key (true), marked used. */
+static bool sources_memo_get(UserImages *u, const char *key, char ret_hex[65]) {
+        pthread_mutex_lock(&u->lock);
+        bool found = false;
+        for (unsigned i = 0; i < SOURCES_MEMO_MAX && !found; i++)
+                if (strcmp(u->memo[i].key, key) == 0) {
+                        memcpy(ret_hex, u->memo[i].digest, 65);
+                        u->memo[i].used = ++u->memo_clock;
+                        found = true;
+                }
+        pthread_mutex_unlock(&u->lock);
+        return found;
+}
+
+/* Remembers a digest, in place of the least recently used. */
+static void sources_memo_put(UserImages *u, const char *key, const char *hex) {
+        pthread_mutex_lock(&u->lock);
+        unsigned at = 0;
+        for (unsigned i = 1; i < SOURCES_MEMO_MAX; i++)
+                if (u->memo[i].used < u->memo[at].used)
+                        at = i;
+        memcpy(u->memo[at].key, key, 65);
+        memcpy(u->memo[at].digest, hex, 65);
+        u->memo[at].used = ++u->memo_clock;
+        pthread_mutex_unlock(&u->lock);
+}
+
 int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]) {
         _cleanup_json_ json_t *argv = json_pack("[s,s,s,s]", "/bin/sh", "-c", SOURCES_DIGEST_SCRIPT, "digest");
         _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
@@ -580,6 +631,17 @@ int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]) {
                 return -ENOMEM;
         int r = context_sources(b, s, argv);
         if (r < 0)
+                return r;
+        /* Known from an earlier build of the same context and steps: no
+         * sandbox to start for it. */
+        char memo[65];
+        if ((r = sources_memo_key(b, argv, memo)) < 0)
+                return r;
+        if (sources_memo_get(b->u, memo, ret_hex))
+                return 0;
+        /* Read where the context is: a sandbox at the last layer found, or
+         * at an earlier one. */
+        if (!b->sandbox_id[0] && (r = stage_sandbox(b)) < 0)
                 return r;
         Sandbox *sb = NULL;
         SandboxError se;
@@ -605,6 +667,7 @@ int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]) {
                 return -ENOENT;
         memcpy(ret_hex, head, 64);
         ret_hex[64] = '\0';
+        sources_memo_put(b->u, memo, ret_hex);
         return 0;
 }
 
@@ -707,10 +770,6 @@ static int layer_step(Build *b, const DockerfileStep *s, const char *head) {
                         return r;
         }
         if (s->op == DF_COPY || s->op == DF_ADD) {
-                /* Its sources are read where the context is: a sandbox at
-                 * the last layer found, or at an earlier one. */
-                if (!b->sandbox_id[0] && (r = stage_sandbox(b)) < 0)
-                        return r;
                 r = build_sources_digest(b, s, b->sources_digest);
                 if (r == -ENOENT) {
                         build_log_sys(b->log, "no layers kept from here: the base has no GNU tar and sha256sum to "
