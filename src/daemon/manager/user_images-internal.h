@@ -148,6 +148,10 @@ int build_cache_key(Build *b, char ret_hex[65], const char **ret_why);
  * (the caller builds), or the build's failure. */
 int build_cache_use(Build *b, const char *key, json_t **ret_doc);
 
+/* The key a COPY's sources digest is remembered under: the owner, the
+ * layers' chain before the step (the base and every step before it), the
+ * context's archive and the sources as the step names them (argv). */
+int layer_sources_memo_key(Build *b, const json_t *argv, char ret_hex[65]);
 /* The digest of the sources a COPY or ADD step s takes from the context:
  * remembered from an earlier build of the same context and steps, else read
  * in the build's sandbox (started at the last layer found when there is

@@ -573,30 +573,6 @@ static bool give_up_when_stopping(void *userdata) {
         return stopping(userdata);
 }
 
-/* The key a COPY's sources digest is remembered under: the owner, the
- * layers' chain before the step (the base and every step before it), the
- * context's archive and the sources as the step names them. */
-static int sources_memo_key(Build *b, const json_t *argv, char ret_hex[65]) {
-        const ImageBuildRequest *req = &b->job->req;
-        _cleanup_free_ char *sources = json_dumps(argv, JSON_COMPACT);
-        EVP_MD_CTX *md = sources ? EVP_MD_CTX_new() : NULL;
-        uint8_t d[32];
-        unsigned len = 0;
-        const char *fields[] = { "runtime copy sources 1", b->job->key.owner, b->layer_key, req->context_sha256, sources };
-        int r = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 ? 0 : -ENOMEM;
-        for (size_t i = 0; r == 0 && i < ELEMENTSOF(fields); i++) {
-                uint64_t n = strlen(fields[i]);
-                if (EVP_DigestUpdate(md, &n, sizeof n) != 1 || EVP_DigestUpdate(md, fields[i], n) != 1)
-                        r = -ENOMEM;
-        }
-        if (r == 0 && EVP_DigestFinal_ex(md, d, &len) != 1)
-                r = -ENOMEM;
-        EVP_MD_CTX_free(md);
-        if (r == 0)
-                hex_encode(d, sizeof d, ret_hex);
-        return r;
-}
-
 /* The digest remembered under key (true), marked used. */
 static bool sources_memo_get(UserImages *u, const char *key, char ret_hex[65]) {
         pthread_mutex_lock(&u->lock);
@@ -635,7 +611,7 @@ int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]) {
         /* Known from an earlier build of the same context and steps: no
          * sandbox to start for it. */
         char memo[65];
-        if ((r = sources_memo_key(b, argv, memo)) < 0)
+        if ((r = layer_sources_memo_key(b, argv, memo)) < 0)
                 return r;
         if (sources_memo_get(b->u, memo, ret_hex))
                 return 0;
