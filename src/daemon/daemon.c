@@ -1046,12 +1046,6 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                          d->cfg.max_processes_per_owner, PROC_OWNER_RUNNING_MAX,
                          proc_table_owner_max(d->procs));
         manager_set_adopter(d->manager, adopt_process, d);
-        if ((r = manager_recover(d->manager)) < 0) {
-                log_error(NULL, "recovering sandboxes: %s", strerror(-r));
-                return 1;
-        }
-        /* After the sandboxes: a build cut by a stop left its sandbox to
-         * their recovery, and its record is failed here. */
         if ((r = user_images_open(store_backend_for(d->db_path), d->db_path, d->state_dir, &d->user_images)) < 0) {
                 log_error(NULL, "cannot open the images in %s: %s", d->db_label, strerror(-r));
                 return 1;
@@ -1065,6 +1059,17 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 explicit_bzero(seal_key, sizeof seal_key);
         }
         user_images_set_host(d->user_images, fleet_host_id(d->fleet));
+        /* Before the sandboxes' recovery, which may stop one that does not
+         * re-attach: the builds' sandboxes are noted while their rows still
+         * say they run. */
+        if ((r = user_images_recover_sandboxes(d->user_images)) < 0)
+                log_error(NULL, "noting the sandboxes of builds cut by the stop: %s", strerror(-r));
+        if ((r = manager_recover(d->manager)) < 0) {
+                log_error(NULL, "recovering sandboxes: %s", strerror(-r));
+                return 1;
+        }
+        /* After the sandboxes: a build cut by a stop has its sandbox, noted
+         * before their recovery, deleted here, and its record failed. */
         if ((r = user_images_start(d->user_images)) < 0) {
                 log_error(NULL, "starting the image builds: %s", strerror(-r));
                 return 1;

@@ -217,6 +217,9 @@ static const OptionSpec options[] = {
         NUMBER("image-layer-max-mib-per-owner", cfg.image_layer_max_mib_per_owner, 1, SNAPSHOT_OWNER_MIB_MAX, 4096,
                "the bytes one owner's build layers (the per-step cache) keep on this host; past it the least "
                "recently used go"),
+        NUMBER("image-tree-max-mib-per-owner", cfg.image_tree_max_mib_per_owner, 0, 1024u * 1024, 8192,
+               "the bytes of one owner's images pulled from registries that no image, layer, snapshot or sandbox "
+               "uses any more, kept on this host for later FROMs; past it the least recently used go"),
 
         HEADING("Limits"),
         NUMBER("max-sandboxes", cfg.max_sandboxes, 0, 100000, 256, "sandboxes on this host"),

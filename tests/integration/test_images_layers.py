@@ -52,6 +52,11 @@ def _build(published_client, daemon, ctx, key, last="LAST", **kw):
             "who": stamps[0][4], "lines": lines}
 
 
+def _starts(build):
+    """How many sandboxes the build started (its log says each)."""
+    return sum(1 for l in build["lines"] if re.match(r"stage \d+: building in sandbox ", l))
+
+
 def _owner_key(api):
     r = api.post("/v1/keys", json={"name": "layers", "owner": f"layers-{uuid.uuid4().hex[:8]}"})
     assert r.status_code == 201, r.text
@@ -65,6 +70,8 @@ def test_a_rebuild_restarts_from_the_last_layer_found(published_client, daemon, 
     ctx = tmp_path / "ctx"
     ctx.mkdir()
     (ctx / "hello.txt").write_text("hello\n")
+    # The Dockerfile, changed below, is not part of the context: an unchanged folder is the same archive.
+    (ctx / ".dockerignore").write_text("Dockerfile\n")
     cold = _build(published_client, daemon, ctx, key)
     assert cold["cached"] == [], cold["lines"]
 
@@ -72,6 +79,9 @@ def test_a_rebuild_restarts_from_the_last_layer_found(published_client, daemon, 
     last = _build(published_client, daemon, ctx, key, last="CHANGED")
     assert last["cached"] == ["RUN", "COPY", "RUN"], last["lines"]
     assert (last["stamp1"], last["stamp2"]) == (cold["stamp1"], cold["stamp2"]), last["lines"]
+    # The same context and steps before the COPY: its sources' digest is the one the cold build read,
+    # so one sandbox starts, at the last layer found (not one to read them and another after).
+    assert _starts(last) == 1, last["lines"]
 
     # A COPY source changed: the first RUN is found, the COPY and what follows run.
     (ctx / "hello.txt").write_text("changed\n")
@@ -79,12 +89,14 @@ def test_a_rebuild_restarts_from_the_last_layer_found(published_client, daemon, 
     assert copied["cached"] == ["RUN"], copied["lines"]
     assert copied["stamp1"] == cold["stamp1"] and copied["stamp2"] != cold["stamp2"], copied["lines"]
     assert copied["hello"] == "changed", copied["lines"]
+    assert _starts(copied) == 1, copied["lines"]
 
     # Another build arg: found up to its ARG, run from the RUN after it.
     arg = _build(published_client, daemon, ctx, key, build_args={"WHO": "there"})
     assert arg["cached"] == ["RUN", "COPY"], arg["lines"]
     assert arg["stamp1"] == cold["stamp1"] and arg["stamp2"] != copied["stamp2"], arg["lines"]
     assert arg["who"] == "there", arg["lines"]
+    assert _starts(arg) == 1, arg["lines"]
 
     # cache: false runs every step.
     forced = _build(published_client, daemon, ctx, key, last="FORCED", cache=False)

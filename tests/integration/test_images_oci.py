@@ -421,3 +421,44 @@ def test_a_restart_removes_what_cut_pulls_left(oci_daemon):
     oci_daemon.restart()
     assert not pulls.exists() or list(pulls.iterdir()) == [], list(pulls.iterdir())
     assert not half.exists()
+
+
+def _trees(daemon):
+    """The pulled trees on disk that name their owner: {name: owner}."""
+    root = daemon.state_dir / "oci-images"
+    return {p.name: (p / "owner").read_text() for p in root.iterdir()
+            if not p.name.startswith(".") and (p / "owner").is_file()} if root.is_dir() else {}
+
+
+def test_pulled_trees_nothing_uses_are_collected(registry, oci_daemon):
+    """With no room for unused trees (--image-tree-max-mib-per-owner 0), a pulled tree stays while an
+    image or a sandbox starts from it and goes at the owner's next build once nothing does."""
+    oci_daemon.extra_args = list(oci_daemon.extra_args or []) + ["--image-tree-max-mib-per-owner", "0"]
+    oci_daemon.restart()
+    try:
+        with Api(oci_daemon) as api:
+            owner = f"trees-{uuid.uuid4().hex[:8]}"
+            r = api.post("/v1/keys", json={"name": "trees", "owner": owner})
+            assert r.status_code == 201, r.text
+        with Api(oci_daemon, key=r.json()["key"]) as api:
+            img = _build(api, f"FROM {registry[0]}/test/tiny:v1\nRUN echo hi > /hi\n")
+            assert img["state"] == "ready", img
+            (tree,) = [n for n, o in _trees(oci_daemon).items() if o == owner]
+            sbx = api.create_sandbox(image=img["id"])
+            assert api.post(f"/v1/images/{img['id']}:delete", json={}).status_code == 200
+            trivial = "FROM default\nRUN true\n"
+            assert _build(api, trivial)["state"] == "ready"
+            assert tree in _trees(oci_daemon)  # the sandbox still starts from it
+            assert api.delete(f"/v1/sandboxes/{sbx.id}").status_code in (200, 204)
+            assert _build(api, trivial)["state"] == "ready"
+            assert tree not in _trees(oci_daemon)
+            assert not (oci_daemon.state_dir / "oci-images" / tree).exists()
+            # Pulled again: a new tree, kept while its image is there.
+            img = _build(api, f"FROM {registry[0]}/test/tiny:v1\nRUN echo again > /hi\n")
+            assert img["state"] == "ready", img
+            assert _build(api, trivial)["state"] == "ready"
+            assert tree in _trees(oci_daemon)
+    finally:
+        oci_daemon.extra_args.remove("--image-tree-max-mib-per-owner")
+        oci_daemon.extra_args.remove("0")
+        oci_daemon.restart()

@@ -92,6 +92,10 @@ typedef struct DaemonConfig {
         /* The bytes one owner's build layers hold on this host, past which
          * the least recently used go (docs/images.md, "Per-step layers"). */
         unsigned image_layer_max_mib_per_owner;
+        /* The bytes one owner's pulled trees hold on this host, past which
+         * the least recently used that nothing uses go (docs/images.md,
+         * "Images from registries"). */
+        unsigned image_tree_max_mib_per_owner;
 } DaemonConfig;
 
 /* The offer for a driver name, or NULL when this build has no such driver. */

@@ -39,6 +39,7 @@
 #include "common/path.h"
 #include "common/random.h"
 #include "common/timeutil.h"
+#include "common/log.h"
 #include "driver/launch.h"
 
 #define PULL_UID 65534u /* nobody: the downloader */
@@ -210,6 +211,11 @@ char *oci_image_dir(const char *state_dir, const char *name) {
 
 /* ---- running a tool ---- */
 
+/* A tree's owner (the owner's name) and the bytes its rootfs holds, beside
+ * it: what its collection reads. */
+#define TREE_OWNER "owner"
+#define TREE_BYTES "bytes"
+
 static uint64_t walk_bytes;
 
 static int walk_add(const char *p, const struct stat *st, int flag, struct FTW *f) {
@@ -230,6 +236,13 @@ static uint64_t tree_bytes(const char *dir) {
         uint64_t n = walk_bytes;
         pthread_mutex_unlock(&walk_lock);
         return n;
+}
+
+/* The bytes of the rootfs under directory fd. */
+static uint64_t tree_bytes_at(int fd) {
+        char p[64];
+        snprintf(p, sizeof p, "/proc/self/fd/%d/rootfs", fd);
+        return tree_bytes(p);
 }
 
 typedef struct Tool {
@@ -736,7 +749,7 @@ static int read_manifest(int dirfd, const OciRef *ref, OciPulled *p, const char 
 
 /* The unpacked tree moved where sandboxes find it (an owner's second pull
  * of the same manifest finds it there). */
-static int install_tree(int dirfd, const char *state_dir, const char *name) {
+static int install_tree(int dirfd, const char *state_dir, const char *name, const char *owner) {
         _cleanup_free_ char *root = oci_images_dir(state_dir);
         _cleanup_free_ char *dir = oci_image_dir(state_dir, name);
         if (!root || !dir)
@@ -776,6 +789,11 @@ static int install_tree(int dirfd, const char *state_dir, const char *name) {
                 r = -errno;
         if (r == 0)
                 r = io_write_text_at(tfd, "uid-shift", shift, true, 0644);
+        /* Whose it is and what it holds: its collection reads them. */
+        char bytes[24];
+        snprintf(bytes, sizeof bytes, "%llu\n", (unsigned long long)tree_bytes_at(tfd));
+        if (r == 0 && (r = io_write_text_at(tfd, TREE_OWNER, owner, true, 0600)) == 0)
+                r = io_write_text_at(tfd, TREE_BYTES, bytes, true, 0600);
         if (r == 0 && renameat(rootfd, tmp, rootfd, name) < 0)
                 r = errno == EEXIST || errno == ENOTEMPTY ? 0 : -errno; /* a pull beside this one won */
         path_remove_tree_at(rootfd, tmp);
@@ -875,7 +893,7 @@ int oci_pull(const char *state_dir, const OciPullLimits *lim, const char *owner,
                     (unsigned long long)(lim->max_bytes >> 20));
         else if (r == -EIO)
                 tool_failure(&unpack, what, why, why_len);
-        if (r == 0 && (r = install_tree(dirfd, state_dir, p.name)) < 0)
+        if (r == 0 && (r = install_tree(dirfd, state_dir, p.name, owner)) < 0)
                 say(why, why_len, "%s: the unpacked image could not be kept", what);
 done:
         path_remove_tree_at(AT_FDCWD, work);
@@ -883,6 +901,82 @@ done:
                 oci_pulled_done(&p);
                 return r;
         }
+        /* A use: the tree is the owner's most recently used. */
+        if (dest)
+                (void)utimensat(AT_FDCWD, dest, NULL, 0);
         *ret = p;
         return 0;
+}
+
+/* ---- collecting trees (docs/images.md, "Images from registries") ---- */
+
+typedef struct Tree {
+        char name[OCI_IMAGE_NAME_LEN + 1];
+        uint64_t bytes;
+        int64_t used; /* the directory's mtime: its last pull */
+} Tree;
+
+static int tree_cmp(const void *a, const void *b) {
+        const Tree *x = a, *y = b;
+        return x->used != y->used ? (x->used < y->used ? -1 : 1) : strcmp(x->name, y->name);
+}
+
+int oci_trees_collect(const char *state_dir, const char *owner, uint64_t max_bytes, unsigned max_trees,
+                      OciTreeInUseFn in_use, void *userdata) {
+        _cleanup_free_ char *root = oci_images_dir(state_dir);
+        if (!root)
+                return -ENOMEM;
+        DIR *d = opendir(root);
+        if (!d)
+                return errno == ENOENT ? 0 : -errno;
+        Tree *trees = NULL;
+        size_t n = 0;
+        uint64_t total = 0;
+        int r = 0;
+        struct dirent *e;
+        while ((e = readdir(d)) && r == 0) {
+                _cleanup_free_ char *dir = oci_image_dir(state_dir, e->d_name);
+                char path[PATH_MAX], who[256] = "", bytes[32] = "";
+                struct stat st;
+                /* A tree pulled before trees named their owner is not
+                 * known to be this owner's: it stays. */
+                if (!dir || path_join(path, sizeof path, dir, TREE_OWNER) < 0 || io_read_text(path, who, sizeof who) < 0 ||
+                    strcmp(who, owner) != 0 || stat(dir, &st) < 0)
+                        continue;
+                if (path_join(path, sizeof path, dir, TREE_BYTES) < 0 || io_read_text(path, bytes, sizeof bytes) < 0)
+                        bytes[0] = '\0';
+                Tree *t = realloc(trees, (n + 1) * sizeof(*t));
+                if (!t) {
+                        r = -ENOMEM;
+                        break;
+                }
+                trees = t;
+                t = &trees[n++];
+                snprintf(t->name, sizeof t->name, "%.*s", OCI_IMAGE_NAME_LEN, e->d_name);
+                t->bytes = strtoull(bytes, NULL, 10);
+                t->used = (int64_t)st.st_mtim.tv_sec;
+                total += t->bytes;
+        }
+        closedir(d);
+        if (r == 0 && n)
+                qsort(trees, n, sizeof *trees, tree_cmp);
+        size_t count = n;
+        for (size_t i = 0; r == 0 && i < n && (total > max_bytes || count > max_trees); i++) {
+                if (in_use(userdata, trees[i].name))
+                        continue;
+                /* Out of its name first, in one rename: a crash in the
+                 * removal leaves a dot name, which a start removes. */
+                char gone[OCI_IMAGE_NAME_LEN + 8];
+                snprintf(gone, sizeof gone, ".%s.gone", trees[i].name);
+                _cleanup_close_ int rfd = open(root, O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                if (rfd < 0 || renameat(rfd, trees[i].name, rfd, gone) < 0)
+                        continue;
+                path_remove_tree_at(rfd, gone);
+                log_info(NULL, "pulled tree %s removed: nothing uses it and its owner's trees passed their bound",
+                         trees[i].name);
+                total -= trees[i].bytes;
+                count--;
+        }
+        free(trees);
+        return r;
 }

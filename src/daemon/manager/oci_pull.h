@@ -68,6 +68,16 @@ char *oci_image_dir(const char *state_dir, const char *name);
  * trees half moved into place. Only while no pull runs. */
 void oci_pull_clean(const char *state_dir);
 
+/* Whether a pulled tree (its image name) is used by an image, a layer, a
+ * snapshot or a sandbox. */
+typedef bool (*OciTreeInUseFn)(void *userdata, const char *name);
+/* owner's pulled trees past max_bytes or max_trees: the least recently
+ * pulled that in_use says nothing uses are removed until both hold. Trees
+ * record their owner at their pull; one from before that is never taken.
+ * Only while none of owner's pulls runs. */
+int oci_trees_collect(const char *state_dir, const char *owner, uint64_t max_bytes, unsigned max_trees,
+                      OciTreeInUseFn in_use, void *userdata);
+
 /* Pulls `ref` (or, with `archive`, reads an OCI layout archive or a
  * `docker save` archive at that path) for `owner`; `auth` is NULL or the
  * registry's {username, password}. On failure a message for the client in

@@ -36,6 +36,9 @@ int manager_new(const DaemonConfig *cfg, Db *db, Manager **ret);
  * becomes stopped ("daemon restarted", and why); then leases already due are
  * acted on. */
 int manager_recover(Manager *m);
+/* Calls fn with each undeleted sandbox of this host; fn may not change
+ * them (collect the ids and act after). */
+int manager_each_active(Manager *m, StoreSandboxFn fn, void *userdata);
 /* Whether sandbox id runs on this host now. */
 bool manager_runs(Manager *m, const char *id);
 /* Called by manager_recover for each process an agent kept: `kept` is one

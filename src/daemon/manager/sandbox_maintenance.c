@@ -549,6 +549,10 @@ int manager_recover(Manager *m) {
         return db_sandbox_query(m->db, STORE_SANDBOXES_LEASE_DUE, m->host_id, time_now_unix(), lease_due, m);
 }
 
+int manager_each_active(Manager *m, StoreSandboxFn fn, void *userdata) {
+        return db_sandbox_query(m->db, STORE_SANDBOXES_ACTIVE, m->host_id, 0, fn, userdata);
+}
+
 /* Moves the ledger's heartbeat every LEDGER_HEARTBEAT_SECONDS: after a
  * crash, running sandboxes are billed up to the last beat. */
 static void *heartbeat_thread(void *userdata) {

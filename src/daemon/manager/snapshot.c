@@ -502,34 +502,37 @@ static int recover_files(SnapshotStore *s) {
         return 0;
 }
 
-/* Storage charges: closed at the last heartbeat before the crash, and open
- * again from now. */
-static int recover_charges(SnapshotStore *s) {
+int snapshot_store_each(SnapshotStore *s, int (*fn)(void *userdata, const SnapshotRow *row), void *userdata) {
         SnapshotId *ids = NULL;
         size_t n = 0;
         int r = s->ops->ids(s->h, STORE_SNAPSHOT_IDS_ALL, s->host_id, 0, SIZE_MAX, &ids, &n);
         if (r < 0)
                 return r;
-        int64_t now = time_now_unix();
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n && r == 0; i++) {
                 SnapshotRow row;
                 if (s->ops->get_any(s->h, ids[i], &row) < 0)
                         continue;
-                if (row.layer) {
-                        snapshot_row_done(&row);
-                        continue; /* never billed */
-                }
-                char ser[48];
-                int64_t end;
-                series(row.id, ser, sizeof ser);
-                int lr = ledger_settle_at_heartbeat(s->ledger, ser, now, now, &end);
-                if (lr == 0 || lr == -ENOENT)
-                        lr = ledger_begin(s->ledger, ser, row.key_id, row.owner, now, per_hour(s, row.size_bytes), 0);
-                if (lr < 0)
-                        log_error(NULL, "snapshot %s: its storage charge: %s", row.id, strerror(-lr));
+                r = fn(userdata, &row);
                 snapshot_row_done(&row);
         }
         free(ids);
+        return r;
+}
+
+/* A snapshot's storage charge: closed at the last heartbeat before the
+ * crash, and open again from now. */
+static int recover_charge(void *userdata, const SnapshotRow *row) {
+        SnapshotStore *s = userdata;
+        if (row->layer)
+                return 0; /* never billed */
+        char ser[48];
+        int64_t end, now = time_now_unix();
+        series(row->id, ser, sizeof ser);
+        int lr = ledger_settle_at_heartbeat(s->ledger, ser, now, now, &end);
+        if (lr == 0 || lr == -ENOENT)
+                lr = ledger_begin(s->ledger, ser, row->key_id, row->owner, now, per_hour(s, row->size_bytes), 0);
+        if (lr < 0)
+                log_error(NULL, "snapshot %s: its storage charge: %s", row->id, strerror(-lr));
         return 0;
 }
 
@@ -538,7 +541,7 @@ int snapshot_store_recover(SnapshotStore *s) {
         int r = recover_files(s);
         if (r < 0 || !s->ledger)
                 return r;
-        return recover_charges(s);
+        return snapshot_store_each(s, recover_charge, s);
 }
 
 static void expire_due(SnapshotStore *s) {

@@ -72,6 +72,10 @@ int snapshot_store_set_epoch(SnapshotStore *s, const char *host_id, int64_t epoc
  * snapshot directories, and closes each snapshot's storage charge at the last heartbeat, opening it
  * again from now. */
 int snapshot_store_recover(SnapshotStore *s);
+/* Calls fn with each snapshot of this host (layers and transient ones
+ * too); a non-zero return ends the walk with it. fn may not delete:
+ * collect the ids and delete after. */
+int snapshot_store_each(SnapshotStore *s, int (*fn)(void *userdata, const SnapshotRow *row), void *userdata);
 /* Starts the thread that deletes snapshots whose retention has passed. */
 int snapshot_store_start(SnapshotStore *s);
 

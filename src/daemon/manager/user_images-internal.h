@@ -29,6 +29,21 @@ typedef struct OwnerCount {
         unsigned running, queued;
 } OwnerCount;
 
+/* The COPY sources' digests remembered (user_images.c): a rebuild of the
+ * same context and steps keys its COPY without a sandbox. */
+#define SOURCES_MEMO_MAX 256u
+typedef struct SourcesMemo {
+        char key[65];
+        char digest[65];
+        uint64_t used; /* 0: empty */
+} SourcesMemo;
+
+/* A build's sandbox that the daemon's stop left (user_images_recover.c). */
+typedef struct CutSandbox {
+        char id[32];
+        KeyInfo key;
+} CutSandbox;
+
 struct UserImages {
         const struct DaemonConfig *cfg;
         const StoreImageOps *ops;
@@ -48,7 +63,21 @@ struct UserImages {
         unsigned n_workers;
         uint8_t seal_key[SEAL_KEY_LEN]; /* the registries' secrets' */
         bool have_seal_key;
+        SourcesMemo memo[SOURCES_MEMO_MAX]; /* under lock */
+        uint64_t memo_clock;
+        CutSandbox *cut; /* found before the sandboxes' recovery, deleted at the start */
+        size_t n_cut;
 };
+
+/* What builds cut by the daemon's stop left (user_images_recover.c): the
+ * builds' sandboxes, images' disks, layers without a record and partial
+ * context chunks. Before the records are marked failed. */
+void user_images_recover(UserImages *u);
+
+/* The owner's pulled trees past their bound that nothing uses go, least
+ * recently pulled first (user_images_trees.c). While no build of the
+ * owner's runs but the caller's. */
+void user_images_collect_trees(UserImages *u, const char *owner);
 
 /* The build log's file of image id (malloc'ed; NULL on ENOMEM). */
 char *user_images_log_path(UserImages *u, const char *id);
@@ -119,8 +148,14 @@ int build_cache_key(Build *b, char ret_hex[65], const char **ret_why);
  * (the caller builds), or the build's failure. */
 int build_cache_use(Build *b, const char *key, json_t **ret_doc);
 
-/* The digest of the sources a COPY or ADD step s takes from the context in
- * the build's sandbox: 0, -ENOENT when the sandbox cannot read them. */
+/* The key a COPY's sources digest is remembered under: the owner, the
+ * layers' chain before the step (the base and every step before it), the
+ * context's archive and the sources as the step names them (argv). */
+int layer_sources_memo_key(Build *b, const json_t *argv, char ret_hex[65]);
+/* The digest of the sources a COPY or ADD step s takes from the context:
+ * remembered from an earlier build of the same context and steps, else read
+ * in the build's sandbox (started at the last layer found when there is
+ * none). 0, -ENOENT when the sandbox cannot read them. */
 int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]);
 
 /* Per-step layers (docs/images.md, "Per-step layers"). layer_chain_start

@@ -573,6 +573,33 @@ static bool give_up_when_stopping(void *userdata) {
         return stopping(userdata);
 }
 
+/* The digest remembered under key (true), marked used. */
+static bool sources_memo_get(UserImages *u, const char *key, char ret_hex[65]) {
+        pthread_mutex_lock(&u->lock);
+        bool found = false;
+        for (unsigned i = 0; i < SOURCES_MEMO_MAX && !found; i++)
+                if (strcmp(u->memo[i].key, key) == 0) {
+                        memcpy(ret_hex, u->memo[i].digest, 65);
+                        u->memo[i].used = ++u->memo_clock;
+                        found = true;
+                }
+        pthread_mutex_unlock(&u->lock);
+        return found;
+}
+
+/* Remembers a digest, in place of the least recently used. */
+static void sources_memo_put(UserImages *u, const char *key, const char *hex) {
+        pthread_mutex_lock(&u->lock);
+        unsigned at = 0;
+        for (unsigned i = 1; i < SOURCES_MEMO_MAX; i++)
+                if (u->memo[i].used < u->memo[at].used)
+                        at = i;
+        memcpy(u->memo[at].key, key, 65);
+        memcpy(u->memo[at].digest, hex, 65);
+        u->memo[at].used = ++u->memo_clock;
+        pthread_mutex_unlock(&u->lock);
+}
+
 int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]) {
         _cleanup_json_ json_t *argv = json_pack("[s,s,s,s]", "/bin/sh", "-c", SOURCES_DIGEST_SCRIPT, "digest");
         _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
@@ -580,6 +607,17 @@ int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]) {
                 return -ENOMEM;
         int r = context_sources(b, s, argv);
         if (r < 0)
+                return r;
+        /* Known from an earlier build of the same context and steps: no
+         * sandbox to start for it. */
+        char memo[65];
+        if ((r = layer_sources_memo_key(b, argv, memo)) < 0)
+                return r;
+        if (sources_memo_get(b->u, memo, ret_hex))
+                return 0;
+        /* Read where the context is: a sandbox at the last layer found, or
+         * at an earlier one. */
+        if (!b->sandbox_id[0] && (r = stage_sandbox(b)) < 0)
                 return r;
         Sandbox *sb = NULL;
         SandboxError se;
@@ -605,6 +643,7 @@ int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]) {
                 return -ENOENT;
         memcpy(ret_hex, head, 64);
         ret_hex[64] = '\0';
+        sources_memo_put(b->u, memo, ret_hex);
         return 0;
 }
 
@@ -707,10 +746,6 @@ static int layer_step(Build *b, const DockerfileStep *s, const char *head) {
                         return r;
         }
         if (s->op == DF_COPY || s->op == DF_ADD) {
-                /* Its sources are read where the context is: a sandbox at
-                 * the last layer found, or at an earlier one. */
-                if (!b->sandbox_id[0] && (r = stage_sandbox(b)) < 0)
-                        return r;
                 r = build_sources_digest(b, s, b->sources_digest);
                 if (r == -ENOENT) {
                         build_log_sys(b->log, "no layers kept from here: the base has no GNU tar and sha256sum to "
@@ -1253,6 +1288,9 @@ static void *worker(void *arg) {
                 }
                 pthread_mutex_unlock(&u->lock);
                 build_job(u, j);
+                /* Still counted running: no other build of the owner's
+                 * pulls while its trees are collected. */
+                user_images_collect_trees(u, j->key.owner);
                 pthread_mutex_lock(&u->lock);
                 c = owner_count(u, j->key.owner, false);
                 if (c)
@@ -1268,6 +1306,7 @@ static void *worker(void *arg) {
 int user_images_start(UserImages *u) {
         int64_t n = 0;
         oci_pull_clean(u->cfg->state_dir);
+        user_images_recover(u);
         int r = u->ops->fail_unfinished(u->h, u->host_id, "the daemon stopped during the build", time_now_unix(), &n);
         if (r < 0)
                 return r;
@@ -1304,6 +1343,7 @@ void user_images_close(UserImages *u) {
         if (u->h)
                 u->ops->close(u->h);
         free(u->owners);
+        free(u->cut);
         free(u->dir);
         free(u->ctx_dir);
         pthread_mutex_destroy(&u->lock);

@@ -73,7 +73,12 @@ void user_images_set_host(UserImages *u, const char *host_id);
 /* The key that seals the registries' secrets (egress_seal.h); without it
  * credentials cannot be stored. */
 void user_images_set_seal_key(UserImages *u, const uint8_t key[32]);
-/* Fails the builds this host left unfinished, then starts the workers. */
+/* Before the sandboxes' recovery (manager_recover): notes the sandboxes of
+ * the builds this host's stop cut, which user_images_start deletes. */
+int user_images_recover_sandboxes(UserImages *u);
+/* Removes what the builds this host left unfinished kept (their sandboxes,
+ * disks and layers without records), fails their records, then starts the
+ * workers. */
 int user_images_start(UserImages *u);
 /* Has the builds give up (each at its next second of waiting) and the
  * workers take no more; NULL is fine. */

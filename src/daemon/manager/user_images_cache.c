@@ -312,6 +312,20 @@ int layer_chain_start(Build *b, const char **ret_why) {
         return layer_key_end(md, b->layer_key);
 }
 
+int layer_sources_memo_key(Build *b, const json_t *argv, char ret_hex[65]) {
+        _cleanup_free_ char *sources = json_dumps(argv, JSON_COMPACT);
+        EVP_MD_CTX *md = NULL;
+        int r = sources ? layer_key_begin(&md) : -ENOMEM;
+        if (r < 0)
+                return r;
+        key_field(md, "copy sources");
+        key_field(md, b->job->key.owner);
+        key_field(md, b->layer_key);
+        key_field(md, b->job->req.context_sha256);
+        key_field(md, sources);
+        return layer_key_end(md, ret_hex);
+}
+
 bool layer_step_has_tree(const DockerfileStep *s) {
         return s->op == DF_RUN || s->op == DF_COPY || s->op == DF_ADD || s->op == DF_WORKDIR;
 }
