@@ -210,9 +210,9 @@ static const OptionSpec options[] = {
                   "trusted network only)" },
         NUMBER("image-pull-max-mib", cfg.image_pull_max_mib, 16, 1024u * 1024, 8192,
                "the bytes one image pull may download and unpack, together"),
-        NUMBER("image-layer-max-mib-per-owner", cfg.image_layer_max_mib_per_owner, 1, SNAPSHOT_OWNER_MIB_MAX, 4096,
+        NUMBER("image-layer-max-mib-per-owner", cfg.image_layer_max_mib_per_owner, 0, SNAPSHOT_OWNER_MIB_MAX, 4096,
                "the bytes one owner's build layers (the per-step cache) keep on this host; past it the least "
-               "recently used go"),
+               "recently used go; 0 keeps none"),
 
         HEADING("Limits"),
         NUMBER("max-sandboxes", cfg.max_sandboxes, 0, 100000, 256, "sandboxes on this host"),

@@ -1102,8 +1102,11 @@ static int build_run(Build *b, json_t **ret_doc) {
                 build_log_sys(b->log, "the cache is not used (cache: false): every step runs");
         else if ((r = build_cache_use(b, key, ret_doc)) != -ENOENT)
                 return r;
-        b->layers = true;
-        b->layers_lookup = !req->no_cache;
+        /* --image-layer-max-mib-per-owner 0: no layers kept or found. */
+        b->layers = u->cfg->image_layer_max_mib_per_owner > 0;
+        b->layers_lookup = b->layers && !req->no_cache;
+        if (!b->layers)
+                build_log_sys(b->log, "no layers kept: this daemon keeps none (--image-layer-max-mib-per-owner 0)");
         r = stage_run(b);
         if (r < 0)
                 return r;
