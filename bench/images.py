@@ -32,6 +32,7 @@ import hashlib
 import io
 import os
 import platform
+import re
 import subprocess
 import sys
 import tarfile
@@ -161,7 +162,7 @@ COLD_LABELS = {
 def render_cold(r: dict, baseline: str | None) -> str:
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    cmd = "sudo python3 bench/images.py" + (f" --baseline-build <tree of {baseline}>/build" if baseline else "")
+    cmd = "sudo python3 bench/images.py" + (f" --baseline-build <a tree of {baseline}>/build" if baseline else "")
     lines = [COLD_BEGIN, "## What per-step layers cost a cold build (bench/images.py)", "",
              f"{when}, {platform.node()}, the daemon's default driver ({r.get('driver')}), 1-minute load "
              f"{r['load'][0]:.1f} at the start and {r['load'][1]:.1f} at the end; `{cmd}`. "
@@ -216,10 +217,14 @@ def render(r: dict) -> str:
 
 
 def baseline_rev(build_dir: Path) -> str:
-    """The commit a baseline tree was made from: its git HEAD, or the tree's name."""
+    """The commit a baseline tree was made from: its git HEAD, else a commit id in the tree's name
+    (a `git archive` of it unpacked in a directory so named), else the name."""
     r = subprocess.run(["git", "-C", str(build_dir.parent), "rev-parse", "--short", "HEAD"], capture_output=True,
                        text=True)
-    return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else build_dir.parent.name
+    if r.returncode == 0 and r.stdout.strip():
+        return r.stdout.strip()
+    m = re.search(r"[0-9a-f]{7,40}", build_dir.parent.name)
+    return m.group(0) if m else build_dir.parent.name
 
 
 def cold(args) -> None:
