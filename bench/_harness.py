@@ -72,13 +72,13 @@ def prepare(script: str) -> int:
 
 @contextlib.contextmanager
 def bench_daemon(area: str, image_dir: str, tmp: Path | None = None,
-                 extra_args: list[str] | None = None) -> Iterator[Daemon]:
-    """A started daemon of this tree's build on a state directory under tmp
-    (a new temporary directory when None) and a cgroup of its own, stopped
-    and its cgroup removed at the end."""
+                 extra_args: list[str] | None = None, build_dir: Path | None = None) -> Iterator[Daemon]:
+    """A started daemon of this tree's build (or of build_dir's) on a state
+    directory under tmp (a new temporary directory when None) and a cgroup
+    of its own, stopped and its cgroup removed at the end."""
     tmp = tmp or Path(tempfile.mkdtemp(prefix=f"runtime-bench-{area}-"))
     cg = f"runtime-bench-{area}-{os.getpid()}"
-    d = Daemon(REPO / "build", Path(image_dir), tmp / "state", cg, extra_args=extra_args)
+    d = Daemon(build_dir or REPO / "build", Path(image_dir), tmp / "state", cg, extra_args=extra_args)
     d.start()
     try:
         yield d

@@ -11,18 +11,28 @@ writable layer) against the base image's tree, and the disk ten cached rebuilds 
 differ from the others' (its ENV), so that its cold build finds no layer of theirs. Builds run on
 the daemon's default driver.
 
-    sudo python3 bench/images.py              # writes its section of docs/benchmarks.md
-    sudo python3 bench/images.py --out -      # print the section
+Then what per-step layers cost a cold build (no layer found): a Dockerfile of eight RUN steps
+after its FROM built cold on a daemon that keeps layers and on one that keeps none
+(`--image-layer-max-mib-per-owner 0`: the image's disk is the build's only snapshot), the two
+daemons taking turns, and on a third whose tree is given by --baseline-build (another commit's
+build directory, e.g. the one before a change to the builder), so that before and after are in
+one run.
+
+    sudo python3 bench/images.py              # writes its two sections of docs/benchmarks.md
+    sudo python3 bench/images.py --out -      # print them
+    sudo python3 bench/images.py --cold-only --baseline-build OLD/build   # the cold builds only
 
 Needs root, a built tree (it runs `make`), the default image and httpx.
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
 import os
 import platform
+import re
 import subprocess
 import sys
 import tarfile
@@ -36,7 +46,11 @@ from sections import emit
 
 BEGIN = "<!-- images benchmark: begin (bench/images.py) -->"
 END = "<!-- images benchmark: end -->"
+COLD_BEGIN = "<!-- images cold benchmark: begin (bench/images.py) -->"
+COLD_END = "<!-- images cold benchmark: end -->"
 ROUNDS = 3
+COLD_ROUNDS = 5
+COLD_STEPS = 8
 
 DOCKERFILE = """\
 FROM default
@@ -119,6 +133,56 @@ def measure(api: Api, image_dir: str, state_dir: str) -> dict:
     return out
 
 
+def cold_dockerfile(tag: str) -> str:
+    """COLD_STEPS quick RUN steps after FROM default; tag (in an ENV before them) makes each
+    build's layer keys its own, so no build finds another's layers."""
+    return f"FROM default\nENV ROUND={tag}\n" + "".join(f"RUN echo {i} > /step{i}\n" for i in range(COLD_STEPS))
+
+
+def measure_cold(apis: dict[str, Api]) -> dict:
+    """Each daemon's cold builds of cold_dockerfile, the daemons taking turns in each round: the
+    seconds from the upload to ready, and the worker's buildMs."""
+    archive = context({"app.py": b"print(1)\n"})
+    out: dict = {label: {"s": [], "ms": []} for label in apis}
+    for i in range(COLD_ROUNDS):
+        for label, api in apis.items():
+            s, image = build(api, f"cold-{i}", cold_dockerfile(f"{label}-{i}-{time.time_ns()}"), archive)
+            out[label]["s"].append(s)
+            out[label]["ms"].append(image["buildMs"])
+    return out
+
+
+COLD_LABELS = {
+    "off": "no layers kept (`--image-layer-max-mib-per-owner 0`): the image's disk the only snapshot",
+    "baseline": "per-step layers, the --baseline-build tree",
+    "on": "per-step layers, this tree",
+}
+
+
+def render_cold(r: dict, baseline: str | None) -> str:
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cmd = "sudo python3 bench/images.py" + (f" --baseline-build <a tree of {baseline}>/build" if baseline else "")
+    lines = [COLD_BEGIN, "## What per-step layers cost a cold build (bench/images.py)", "",
+             f"{when}, {platform.node()}, the daemon's default driver ({r.get('driver')}), 1-minute load "
+             f"{r['load'][0]:.1f} at the start and {r['load'][1]:.1f} at the end; `{cmd}`. "
+             f"FROM default, an ENV, then {COLD_STEPS} RUN steps (`echo i > /stepi`), built cold (no layer "
+             f"found) {COLD_ROUNDS} times on each daemon, the daemons taking turns; medians of the worker's "
+             "`buildMs` and of the seconds from the context's upload to the image ready. The cost per step is "
+             "the median's difference to the daemon that keeps no layers, over the steps.", "",
+             "| daemon | buildMs median | all | per step over no layers | upload to ready, median |",
+             "| --- | --- | --- | --- | --- |"]
+    off = med(r["cold"]["off"]["ms"]) if "off" in r["cold"] else None
+    for label, row in r["cold"].items():
+        m = med(row["ms"])
+        per = f"{(m - off) / COLD_STEPS:+.0f} ms" if off is not None and label != "off" else "-"
+        name = COLD_LABELS[label].replace("the --baseline-build tree", baseline or "") if label == "baseline" \
+            else COLD_LABELS[label]
+        lines.append(f"| {name} | {m} ms | {', '.join(str(x) for x in row['ms'])} | {per} | {med(row['s']):.2f} s |")
+    lines.append(COLD_END)
+    return "\n".join(lines) + "\n"
+
+
 def render(r: dict) -> str:
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -152,17 +216,50 @@ def render(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def baseline_rev(build_dir: Path) -> str:
+    """The commit a baseline tree was made from: its git HEAD, else a commit id in the tree's name
+    (a `git archive` of it unpacked in a directory so named), else the name."""
+    r = subprocess.run(["git", "-C", str(build_dir.parent), "rev-parse", "--short", "HEAD"], capture_output=True,
+                       text=True)
+    if r.returncode == 0 and r.stdout.strip():
+        return r.stdout.strip()
+    m = re.search(r"[0-9a-f]{7,40}", build_dir.parent.name)
+    return m.group(0) if m else build_dir.parent.name
+
+
+def cold(args) -> None:
+    baseline = Path(args.baseline_build).resolve() if args.baseline_build else None
+    with contextlib.ExitStack() as stack:
+        daemons = {"off": stack.enter_context(bench_daemon("images-off", args.image_dir,
+                                                           extra_args=["--image-layer-max-mib-per-owner", "0"]))}
+        if baseline:
+            daemons["baseline"] = stack.enter_context(bench_daemon("images-baseline", args.image_dir,
+                                                                   build_dir=baseline))
+        daemons["on"] = stack.enter_context(bench_daemon("images-on", args.image_dir))
+        apis = {label: stack.enter_context(contextlib.closing(Api(d, timeout=600))) for label, d in daemons.items()}
+        load = os.getloadavg()[0]
+        results = {"cold": measure_cold(apis), "driver": apis["on"].get("/v1/info").json().get("defaultDriver")}
+        results["load"] = (load, os.getloadavg()[0])
+    emit(args.out, COLD_BEGIN, COLD_END, render_cold(results, baseline_rev(baseline) if baseline else None))
+
+
 def main() -> int:
-    args = options(__doc__, "images", drivers=False).parse_args()
+    ap = options(__doc__, "images", drivers=False)
+    ap.add_argument("--baseline-build", help="the build directory of another tree, whose daemon builds the cold "
+                                             "builds too (before and after a change, in one run)")
+    ap.add_argument("--cold-only", action="store_true", help="only the cold builds' section")
+    args = ap.parse_args()
     if (rc := prepare("images.py")) != 0:
         return rc
-    with bench_daemon("images", args.image_dir) as d:
-        api = Api(d, timeout=600)
-        load = os.getloadavg()[0]
-        results = measure(api, args.image_dir, d.state_dir)
-        results["load"] = (load, os.getloadavg()[0])
-        api.close()
-    emit(args.out, BEGIN, END, render(results))
+    if not args.cold_only:
+        with bench_daemon("images", args.image_dir) as d:
+            api = Api(d, timeout=600)
+            load = os.getloadavg()[0]
+            results = measure(api, args.image_dir, d.state_dir)
+            results["load"] = (load, os.getloadavg()[0])
+            api.close()
+        emit(args.out, BEGIN, END, render(results))
+    cold(args)
     return 0
 
 

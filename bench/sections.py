@@ -28,6 +28,7 @@ SECTIONS = [
     ("<!-- file links benchmark: begin", "<!-- file links benchmark: end -->"),
     ("<!-- previews benchmark: begin", "<!-- previews benchmark: end -->"),
     ("<!-- images benchmark: begin", "<!-- images benchmark: end -->"),
+    ("<!-- images cold benchmark: begin", "<!-- images cold benchmark: end -->"),
     ("<!-- idle scale benchmark: begin", "<!-- idle scale benchmark: end -->"),
     ("<!-- computer use benchmark: begin", "<!-- computer use benchmark: end -->"),
     ("<!-- volumes benchmark: begin", "<!-- volumes benchmark: end -->"),

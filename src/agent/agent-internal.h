@@ -114,6 +114,7 @@ typedef struct Stream {
         bool timed_out;
         bool group_killed;
         bool pty; /* fds[PIPE_IN] and fds[PIPE_OUT] are its master; no stderr */
+        bool sync_after; /* sync() before its RESULT (the request's syncAfter) */
         uint64_t oom_kills_before; /* limits_oom_kills() when it started */
         unsigned oom_killed;       /* processes of its group the agent's memory watch killed */
         uint64_t start_ms, end_ms;

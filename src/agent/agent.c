@@ -328,6 +328,7 @@ static void exec_start(Agent *a, uint32_t id, AgentRequest *r, const char *as) {
         s->fds[PIPE_OUT] = child.stdout_fd;
         s->fds[PIPE_ERR] = child.stderr_fd;
         s->pty = r->pty;
+        s->sync_after = r->sync_after;
         if (!s->pty)
                 for (int i = PIPE_OUT; i <= PIPE_ERR; i++)
                         if (s->fds[i] >= 0)

@@ -216,6 +216,11 @@ void agent_exec_check(Agent *a, Stream *s, uint64_t now) {
         unsigned oom = s->oom_killed;
         if (!oom && limits_was_oom_kill(s->status, s->timed_out, s->oom_kills_before))
                 oom = 1;
+        /* Its files written to the sandbox's disk before the host hears of
+         * its end, so a snapshot the host takes next needs no sync (which
+         * would cost a process started in the sandbox). */
+        if (s->sync_after)
+                sync();
         json_t *res = json_pack("{s:i,s:o,s:b,s:i,s:I}", "exitCode", code, "signal",
                                 sig ? json_integer(sig) : json_null(), "timedOut", s->timed_out, "outOfMemory",
                                 (int)oom, "durationMs", (json_int_t)(s->end_ms - s->start_ms));

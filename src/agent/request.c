@@ -219,6 +219,10 @@ static int parse_exec(json_t *o, AgentRequest *r, const char **ret_error) {
                 return -EINVAL;
         }
         r->timeout_ms = t;
+        if (get_bool(o, "syncAfter", &r->sync_after) < 0) {
+                *ret_error = "syncAfter must be a boolean";
+                return -EINVAL;
+        }
         if (get_bool(o, "stdin", &r->stdin_stream) < 0) {
                 *ret_error = "stdin must be a boolean";
                 return -EINVAL;

@@ -62,6 +62,10 @@ typedef struct AgentRequest {
         size_t envc;
         int64_t timeout_ms; /* 0: none */
         bool stdin_stream;
+        /* exec: "syncAfter", the agent syncs the sandbox's files once the
+         * command has ended, before its result (a snapshot of the disk
+         * taken next then needs no sync of its own). */
+        bool sync_after;
         int64_t uid, gid; /* -1: the agent's own (root) */
         /* A user by name (exec, archive, unarchive and the file ops), looked
          * up in the sandbox's /etc/passwd when the request is run; NULL: the

@@ -214,9 +214,9 @@ static const OptionSpec options[] = {
                   "trusted network only)" },
         NUMBER("image-pull-max-mib", cfg.image_pull_max_mib, 16, 1024u * 1024, 8192,
                "the bytes one image pull may download and unpack, together"),
-        NUMBER("image-layer-max-mib-per-owner", cfg.image_layer_max_mib_per_owner, 1, SNAPSHOT_OWNER_MIB_MAX, 4096,
+        NUMBER("image-layer-max-mib-per-owner", cfg.image_layer_max_mib_per_owner, 0, SNAPSHOT_OWNER_MIB_MAX, 4096,
                "the bytes one owner's build layers (the per-step cache) keep on this host; past it the least "
-               "recently used go"),
+               "recently used go; 0 keeps none"),
         NUMBER("image-tree-max-mib-per-owner", cfg.image_tree_max_mib_per_owner, 0, 1024u * 1024, 8192,
                "the bytes of one owner's images pulled from registries that no image, layer, snapshot or sandbox "
                "uses any more, kept on this host for later FROMs; past it the least recently used go"),

@@ -161,9 +161,10 @@ int rootfs_mkfs(const char *img, unsigned mib, uid_t owner) {
         return r;
 }
 
-/* Copies a sparse file's data extents only: the template is a few MiB of
- * metadata in a file of diskMiB. */
-static int sparse_copy(const char *from, const char *to) {
+/* Copies a sparse file's data extents only (the template is a few MiB of
+ * metadata in a file of diskMiB), synced when `sync`: a copy whose journal
+ * is replayed next is synced once, after the replay. */
+static int copy_extents(const char *from, const char *to, bool sync) {
         _cleanup_close_ int in = open(from, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (in < 0)
                 return -errno;
@@ -173,9 +174,13 @@ static int sparse_copy(const char *from, const char *to) {
         int r = io_copy_sparse(in, out);
         if (r < 0)
                 return r;
-        if (fsync(out) < 0)
+        if (sync && fsync(out) < 0)
                 return -errno;
         return 0;
+}
+
+static int sparse_copy(const char *from, const char *to) {
+        return copy_extents(from, to, true);
 }
 
 static int templates_dir(const char *sandbox_dir, char *ret, size_t ret_len) {
@@ -804,7 +809,7 @@ static int replay_journal(const char *out) {
 }
 
 int rootfs_copy_image(const char *from, const char *to) {
-        int r = sparse_copy(from, to);
+        int r = copy_extents(from, to, false);
         return r < 0 ? r : replay_journal(to);
 }
 
@@ -844,7 +849,10 @@ int rootfs_snapshot(const char *sandbox_dir, pid_t pid, const char *dest_dir) {
                         return -errno;
         } else if (!wait_loop_free(img, 2000))
                 return -EBUSY;
-        if ((r = sparse_copy(img, out)) < 0)
+        /* Not synced here: the copy is synced once its journal is replayed,
+         * below, and a sync while the sandbox is frozen would keep it frozen
+         * for the host's disk flush. */
+        if ((r = copy_extents(img, out, false)) < 0)
                 return r;
         /* The sandbox's own lower layers go with it as they are: links,
          * never copies (they are read-only for everyone). */

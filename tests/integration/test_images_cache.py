@@ -122,20 +122,21 @@ def test_another_owner_never_hits(published_client, daemon, api, tmp_path):
 
 def test_deleting_the_images_takes_their_shared_disk(published_client, daemon, api, tmp_path):
     """The first image deleted, the cached one still starts (its disk is its own link); the second
-    deleted, the layer's last link goes with it."""
+    deleted, its link goes with it, and the file stays only as the last step's layer (a link of the
+    first image's disk, kept to the layers' bound)."""
     hello = f"kept {uuid.uuid4().hex}\n"
     ctx = _context(tmp_path, hello)
     name = f"cache-{uuid.uuid4().hex[:8]}"
     first = _build(published_client, daemon, ctx, name)["image"]
     second = _build(published_client, daemon, ctx, name)["image"]
     layer = _snapshot_dir(daemon, second["snapshotId"]) / "layer.img"
-    assert os.stat(layer).st_nlink == 2
+    assert os.stat(layer).st_nlink == 3  # the two images' disks and the last step's layer
     # Counted in full against the owner's bounds: it outlives the first.
     sizes = [api.get(f"/v1/snapshots/{i['snapshotId']}").json()["sizeBytes"] for i in (first, second)]
     assert sizes[0] > 0 and sizes[0] == sizes[1], sizes
     assert api.post(f"/v1/images/{first['id']}:delete", json={}).status_code == 200
     assert not _snapshot_dir(daemon, first["snapshotId"]).exists()
-    assert os.stat(layer).st_nlink == 1
+    assert os.stat(layer).st_nlink == 2
     sbx = api.create_sandbox(image=second["id"])
     out = api.exec(sbx.id, command="cat /opt/hello.txt")
     assert out["stdout"] == hello, out

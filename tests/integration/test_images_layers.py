@@ -5,7 +5,9 @@ step the log says CACHED left the stamp of the build before. A changed last RUN 
 step; a changed COPY source runs from that COPY; another build arg runs from the first step after
 its ARG; `cache: false` runs every step; another owner finds none of these layers; past the
 owner's bound the least recently used layer goes. Layers are the daemon's own: never among the
-owner's snapshots, outside their bounds."""
+owner's snapshots, outside their bounds. The last step's layer is a link of the image's disk, not a
+snapshot of its own, and a WORKDIR keeps no layer: a rebuild from either gives the files a fresh
+build gives."""
 from __future__ import annotations
 
 import json
@@ -119,13 +121,68 @@ def _raw_build(api, dockerfile):
     return [re.sub(r"^CACHED step \d+/\d+: RUN ", "", l) for l in lines if l.startswith("CACHED step")]
 
 
-def _layers(daemon):
-    """The layers the images store records, {snapshot id: size}: no route shows them."""
+def _layers(daemon, owner=None):
+    """The layers the images store records, {snapshot id: size} (of owner's only, when given): no
+    route shows them."""
     db = sqlite3.connect(f"file:{daemon.state_dir / 'runtime.db'}?mode=ro", uri=True, timeout=30)
     try:
+        if owner:
+            return dict(db.execute("SELECT snapshot_id, size_bytes FROM image_layers WHERE owner = ?",
+                                   (owner,)).fetchall())
         return dict(db.execute("SELECT snapshot_id, size_bytes FROM image_layers").fetchall())
     finally:
         db.close()
+
+
+def _named_build(api, name, dockerfile):
+    """A build without a context under name: its id and the RUN steps its log says CACHED."""
+    r = api.post("/v1/images", json={"name": name, "dockerfile": dockerfile})
+    assert r.status_code == 201, r.text
+    image_id = r.json()["id"]
+    wait_until(lambda: api.get(f"/v1/images/{image_id}").json()["state"] not in ("queued", "building"), 300, 0.1,
+               what="the build's end")
+    lines = [l["line"] for l in api.get(f"/v1/images/{image_id}/logs?after=0").json()["lines"]]
+    assert api.get(f"/v1/images/{image_id}").json()["state"] == "ready", lines
+    return image_id, [re.sub(r"^CACHED step \d+/\d+: RUN ", "", l) for l in lines if l.startswith("CACHED step")]
+
+
+@pytest.mark.driver_independent
+def test_last_layer_shares_the_image_disk_and_workdirs_keep_none(daemon, api):
+    """A cold build keeps one snapshot per RUN but the last, whose layer is a link of the image's disk
+    (its layer.img the same file), and none for a WORKDIR. Rebuilds from those layers, after the image
+    is deleted, give what a fresh build gives: the WORKDIR's directory made where the walk stopped
+    (as the user in force then), the files of the found steps, the context of none."""
+    owner = f"layers-{uuid.uuid4().hex[:8]}"
+    r = api.post("/v1/keys", json={"name": "layers", "owner": owner})
+    assert r.status_code == 201, r.text
+    own = Api(daemon, key=r.json()["key"])
+    try:
+        base = "FROM default\nRUN echo a > /a\nUSER sandbox\nWORKDIR /workspace/w\nUSER root\nRUN pwd > /here\n"
+        first, cached = _named_build(own, "lw", base)
+        assert cached == []
+        layers = _layers(daemon, owner)
+        assert len(layers) == 2, layers  # the two RUNs; the WORKDIR none
+        shared = [sid for sid in layers
+                  if (daemon.state_dir / "snapshots" / sid / "layer.img").stat().st_nlink >= 2]
+        assert len(shared) == 1, layers  # the last RUN's is a link of the image's disk
+        assert own.post(f"/v1/images/{first}:delete", json={}).status_code == 200
+
+        # The last RUN changed: the first found, the WORKDIR made from there, as sandbox.
+        _, cached = _named_build(own, "lw", base.replace("/here", "/there"))
+        assert cached == ["echo a > /a"], cached
+        # Every step found, and a WORKDIR after the last: made on the last layer (the image's disk's link).
+        _, cached = _named_build(own, "lw2", base + "WORKDIR /v\n")
+        assert cached == ["echo a > /a", "pwd > /here"], cached
+        for image, want in (("lw", "/there"), ("lw2", "/here")):
+            sbx = own.create_sandbox(image=image)
+            try:
+                out = sbx.exec(f"cat {want} /a; stat -c %U /workspace/w; test -d /v && echo v; "
+                               "test -e /.runtime-build-context && echo context; true")
+                assert out["stdout"].split() == ["/workspace/w", "a", "sandbox"] + (["v"] if image == "lw2" else []), out
+            finally:
+                own.delete(f"/v1/sandboxes/{sbx.id}")
+    finally:
+        own.close()
 
 
 def test_the_bound_evicts_the_least_recently_used_layer(fresh_daemon):

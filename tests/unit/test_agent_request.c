@@ -80,11 +80,13 @@ static void test_exec(void **state) {
         assert_int_equal(r->envc, 0);
         assert_int_equal(r->timeout_ms, 0);
         assert_false(r->stdin_stream);
+        assert_false(r->sync_after);
         agent_request_free(r);
 
         assert_int_equal(
                 parse_str("{\"op\":\"exec\",\"argv\":[\"ls\",\"-l\",\"\"],\"cwd\":\"/tmp\","
-                          "\"env\":{\"A\":\"1\",\"B\":\"x=y\"},\"timeoutMs\":86400000,\"stdin\":true}",
+                          "\"env\":{\"A\":\"1\",\"B\":\"x=y\"},\"timeoutMs\":86400000,\"stdin\":true,"
+                          "\"syncAfter\":true}",
                           &r, NULL),
                 0);
         assert_false(r->shell);
@@ -98,6 +100,7 @@ static void test_exec(void **state) {
         assert_null(r->env[2]);
         assert_int_equal(r->timeout_ms, 86400000);
         assert_true(r->stdin_stream);
+        assert_true(r->sync_after);
         agent_request_free(r);
         agent_request_free(NULL);
 
@@ -117,6 +120,7 @@ static void test_exec(void **state) {
         expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"timeoutMs\":86400001}");
         expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"timeoutMs\":1.5}");
         expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"stdin\":1}");
+        expect_invalid("{\"op\":\"exec\",\"command\":\"ls\",\"syncAfter\":\"yes\"}");
         /* NUL inside strings never reaches execve. */
         AgentRequest *nul = NULL;
         const char *with_nul = "{\"op\":\"exec\",\"command\":\"a\\u0000b\"}";

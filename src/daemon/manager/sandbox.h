@@ -193,6 +193,10 @@ typedef struct SnapshotRequest {
         bool transient; /* a fork's, dropped after its copies (snapshot.h: SNAPSHOT_TRANSIENT) */
         bool keep;      /* never expires: an image's disk, kept until the image is deleted */
         bool layer;     /* a build's per-step layer: the daemon's own (store_snapshots.h: SNAPSHOT_LAYER) */
+        /* The sandbox synced its files since anything last ran in it (an exec
+         * with the agent's syncAfter that has ended): no sync before the
+         * freeze. */
+        bool synced;
 } SnapshotRequest;
 /* A disk snapshot of the sandbox's writable layer, under its lifecycle
  * lock: a running one is frozen (driver->pause) only while its layer is

@@ -260,7 +260,7 @@ static int op_snapshot(Manager *m, SandboxRow *row, void *arg, const char *rid, 
         uint64_t t0 = time_now_mono_ms(), frozen_ms = 0;
         /* A memory snapshot keeps what the guest holds for its files in
          * its memory: no sync needed. */
-        if (live && row->state == SANDBOX_RUNNING && !memory)
+        if (live && row->state == SANDBOX_RUNNING && !memory && !req->synced)
                 guest_sync(m, row->id, rid, 60000, "snapshot");
         if (live) {
                 Sandbox *sb = live_get(m, row->id);

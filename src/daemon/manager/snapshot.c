@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/path.h"
 #include "common/random.h"
@@ -310,8 +311,17 @@ static int link_tree(int from_fd, int to_fd, unsigned depth) {
         return r;
 }
 
+/* The spec of a layer made from a snapshot's spec: SNAPSHOT_LAYER added
+ * (a new string; NULL on failure). */
+static char *layer_spec(const char *spec) {
+        _cleanup_json_ json_t *doc = json_loads(spec, 0, NULL);
+        if (!json_is_object(doc) || json_object_set_new(doc, SNAPSHOT_LAYER, json_true()) < 0)
+                return NULL;
+        return json_dumps(doc, JSON_COMPACT);
+}
+
 int snapshot_store_link(SnapshotStore *s, const char *owner, const char *source, const char *key_id,
-                        const char *labels, SnapshotRow *ret) {
+                        const char *labels, bool layer, SnapshotRow *ret) {
         SnapshotRow src = { 0 };
         int r = snapshot_store_get(s, owner, source, &src);
         if (r < 0)
@@ -320,7 +330,9 @@ int snapshot_store_link(SnapshotStore *s, const char *owner, const char *source,
                 snapshot_row_done(&src);
                 return -EOPNOTSUPP;
         }
-        SnapshotRow row = { .sandbox_id = TAKE_PTR(src.sandbox_id), .spec = TAKE_PTR(src.spec) };
+        SnapshotRow row = { .sandbox_id = TAKE_PTR(src.sandbox_id),
+                            .spec = layer ? layer_spec(src.spec) : TAKE_PTR(src.spec),
+                            .layer = layer };
         snapshot_row_done(&src);
         row.owner = strdup(owner);
         row.key_id = strdup(key_id);

@@ -94,10 +94,12 @@ int snapshot_store_commit(SnapshotStore *s, SnapshotRow *row);
  * with labels (JSON object text) and no expiry; committed as a snapshot
  * of a sandbox is, so a crash leaves no half of it. Its layer counts in
  * full against the owner's bounds and is billed as its own: it may outlive
- * the source. -ENOENT when source
- * is not owner's, -EOPNOTSUPP for a memory snapshot, and commit's errors. */
+ * the source. With `layer` it is a build's layer instead (SNAPSHOT_LAYER in
+ * its spec): outside the owner's bounds and not billed, as a layer taken
+ * from a sandbox is. -ENOENT when source is not owner's (or not one the
+ * owner sees), -EOPNOTSUPP for a memory snapshot, and commit's errors. */
 int snapshot_store_link(SnapshotStore *s, const char *owner, const char *source, const char *key_id,
-                        const char *labels, SnapshotRow *ret);
+                        const char *labels, bool layer, SnapshotRow *ret);
 /* Removes a begun snapshot's temporary directory. */
 void snapshot_store_abort(SnapshotStore *s, const char *id);
 /* The directory of a committed snapshot (a new string). */

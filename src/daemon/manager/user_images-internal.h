@@ -121,6 +121,8 @@ typedef struct Build {
         char layer_key[65];
         char *layer_snap;
         char sandbox_layer[64];   /* the layer the sandbox started at ("": the FROM) */
+        char image_layer_key[65]; /* the last step's layer, kept from the image's disk ("": none) */
+        json_t *pending_dirs; /* WORKDIRs walked past since the last layer found: [[dir, root], ...] */
         char sources_digest[65]; /* of the COPY being keyed */
 } Build;
 
@@ -165,12 +167,21 @@ int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]);
 int layer_chain_start(Build *b, const char **ret_why);
 /* Chains step s, as the state in force before it runs, onto the key. */
 int layer_chain_step(Build *b, const DockerfileStep *s);
-/* Whether step s changes the tree, and so has a layer. */
+/* Whether step s changes the tree (RUN, COPY, ADD, WORKDIR), and whether
+ * it keeps a layer of its own (not a WORKDIR, whose directory goes in the
+ * next step's). */
 bool layer_step_has_tree(const DockerfileStep *s);
+bool layer_step_keeps_layer(const DockerfileStep *s);
 /* The layer of the current key: its snapshot (malloc'ed) in *ret_snap, its
  * use recorded. -ENOENT. */
 int layer_find(Build *b, char **ret_snap);
 /* The build's sandbox as the layer of the current key: a snapshot of the
  * owner's, recorded, then the owner's layers past the bound evicted, least
- * recently used first. Never fails the build: a layer not kept is logged. */
-void layer_keep(Build *b);
+ * recently used first. Never fails the build: a layer not kept is logged.
+ * `synced`: the step's exec synced the sandbox's files as it ended (the
+ * agent's syncAfter), and nothing ran in it since. */
+void layer_keep(Build *b, bool synced);
+/* The layer of key (the last step's, whose tree the image's disk is, less
+ * the build's context) as a link of the image's disk image_snap: its files
+ * shared, not copied. Never fails the build, as layer_keep. */
+void layer_keep_image(Build *b, const char *key, const char *image_snap);

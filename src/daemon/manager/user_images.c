@@ -206,8 +206,8 @@ static bool stopping(UserImages *u) {
 
 /* Runs argv in the build's sandbox as root or the build's user, its output
  * into the log; its exit code in *ret_code. */
-static int run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, bool root, bool quiet, int64_t timeout_ms,
-                          int *ret_code) {
+static int run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, bool root, bool quiet, bool sync,
+                          int64_t timeout_ms, int *ret_code) {
         Sandbox *sb = NULL;
         SandboxError se;
         if (sandbox_acquire(b->u->m, &b->job->key, b->sandbox_id, &sb, &se) < 0)
@@ -215,6 +215,8 @@ static int run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, 
         _cleanup_json_ json_t *req = agent_req_exec(NULL, argv, cwd, env, timeout_ms, false);
         ChanStream *s = NULL;
         int r = req ? agent_req_set_user(req, root) : -ENOMEM;
+        if (r == 0 && sync && json_object_set_new(req, "syncAfter", json_true()) < 0)
+                r = -ENOMEM;
         if (r == 0 && sandbox_open_stream(sb, req, &s, &se) < 0)
                 r = build_fail(b, "could not run it: %s", se.message);
         int code = -1;
@@ -400,6 +402,7 @@ static void build_state_free(Build *b) {
         free(b->base);
         free(b->base_snap);
         free(b->layer_snap);
+        json_decref(b->pending_dirs);
 }
 
 /* The earlier stage st, built once (in a sandbox of its own, kept until
@@ -530,14 +533,14 @@ static int copy_from_stage(Build *b, const DockerfileStep *s, json_t *argv) {
         _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
         int code = 0;
         /* The gathering runs in the stage's sandbox, its output in this log. */
-        if ((r = run_in_sandbox(o, gather, env, "/", true, false, 600000, &code)) < 0) {
+        if ((r = run_in_sandbox(o, gather, env, "/", true, false, false, 600000, &code)) < 0) {
                 snprintf(b->error, sizeof b->error, "%s", o->error);
                 return r;
         }
         if (code != 0)
                 return build_fail(b, "COPY --from=%.64s: a source is not in the stage (exit code %d)", s->from, code);
         _cleanup_json_ json_t *rm = json_pack("[s,s,s]", "rm", "-rf", FROM_IN_SANDBOX);
-        if ((r = run_in_sandbox(b, rm, env, "/", true, true, 60000, &code)) < 0)
+        if ((r = run_in_sandbox(b, rm, env, "/", true, true, false, 60000, &code)) < 0)
                 return r;
         return stage_transfer(b, o);
 }
@@ -673,7 +676,7 @@ static int step_copy(Build *b, const DockerfileStep *s) {
             json_object_set_new(env, "CHMOD", json_string(s->chmod ? s->chmod : "")) < 0)
                 return -ENOMEM;
         int code = 0;
-        if ((r = run_in_sandbox(b, argv, env, "/", true, false, 600000, &code)) < 0)
+        if ((r = run_in_sandbox(b, argv, env, "/", true, false, false, 600000, &code)) < 0)
                 return r;
         return code == 0 ? 0 : build_fail(b, "the copy failed (exit code %d); the log says why", code);
 }
@@ -685,7 +688,9 @@ static void shell_form(json_t *argv, const char *line) {
         json_array_append_new(argv, json_string(line));
 }
 
-static int step_run(Build *b, const DockerfileStep *s, int64_t deadline_ms) {
+/* A RUN step; with `sync` the agent syncs the sandbox's files once the
+ * command ends (its layer's snapshot is taken next). */
+static int step_run(Build *b, const DockerfileStep *s, int64_t deadline_ms, bool sync) {
         _cleanup_json_ json_t *argv = json_array();
         if (!argv)
                 return -ENOMEM;
@@ -702,7 +707,7 @@ static int step_run(Build *b, const DockerfileStep *s, int64_t deadline_ms) {
         if (left <= 0)
                 return build_fail(b, "the build's time ran out");
         int code = 0;
-        int r = run_in_sandbox(b, argv, env, b->workdir, b->root, false, left, &code);
+        int r = run_in_sandbox(b, argv, env, b->workdir, b->root, false, sync, left, &code);
         if (r < 0)
                 return r;
         return code == 0 ? 0 : build_fail(b, "the command returned a non-zero code: %d", code);
@@ -730,19 +735,63 @@ static int sandbox_at_layer(Build *b) {
         return stage_sandbox(b);
 }
 
-/* Step s against the layers: its key chained on; a step with a tree whose
- * layer is found is logged CACHED (1: the caller skips it), its WORKDIR
- * taken. At the first one not found the sandbox is at the last one found.
- * A COPY --from ends the layers of the stage (what it copies is another
- * stage's), and so does a COPY whose sources have no digest. 0: the caller
- * runs the step. */
+/* A WORKDIR step: the build's workdir joined with its path. */
+static int take_workdir(Build *b, const DockerfileStep *s) {
+        _cleanup_free_ char *w = NULL;
+        int r = expand(b, s->words[0], &w);
+        if (r < 0)
+                return r;
+        char *full = path_join(b->workdir, w);
+        if (!full)
+                return -ENOMEM;
+        free(b->workdir);
+        b->workdir = full;
+        return 0;
+}
+
+/* A WORKDIR's directory, made as the user in force at that step. */
+static int make_workdir(Build *b, const char *dir, bool root) {
+        _cleanup_json_ json_t *argv = json_pack("[s,s,s]", "mkdir", "-p", dir);
+        _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
+        int code = 0;
+        if (!argv || !env)
+                return -ENOMEM;
+        int r = run_in_sandbox(b, argv, env, "/", root, false, false, 60000, &code);
+        if (r == 0 && code != 0)
+                r = build_fail(b, "could not make %s", dir);
+        return r;
+}
+
+/* The walk past the layers found ends: the sandbox at the last one, and
+ * the WORKDIRs walked past since it made there. */
+static int walk_end(Build *b) {
+        b->walked = true;
+        int r = sandbox_at_layer(b);
+        size_t i;
+        json_t *d;
+        json_array_foreach(b->pending_dirs, i, d) {
+                if (r < 0)
+                        break;
+                r = make_workdir(b, json_string_value(json_array_get(d, 0)), json_is_true(json_array_get(d, 1)));
+        }
+        json_array_clear(b->pending_dirs);
+        return r;
+}
+
+/* Step s against the layers: its key chained on; a step with a layer
+ * that is found is logged CACHED (1: the caller skips it). A WORKDIR has
+ * no layer of its own (a directory is not worth a snapshot): walked past
+ * (1), its directory is in the next layer found, or is made once the
+ * sandbox starts at the last one (walk_end). At the first layer not found
+ * the sandbox is at the last one found. A COPY --from ends the layers of
+ * the stage (what it copies is another stage's), and so does a COPY whose
+ * sources have no digest. 0: the caller runs the step. */
 static int layer_step(Build *b, const DockerfileStep *s, const char *head) {
         if (b->layers && (s->from || ((s->op == DF_COPY || s->op == DF_ADD) && !b->job->req.chunks)))
                 b->layers = false;
         int r;
         if (!b->layers || b->walked) {
-                b->walked = true;
-                if ((r = sandbox_at_layer(b)) < 0 || !b->layers)
+                if ((r = walk_end(b)) < 0 || !b->layers)
                         return r;
         }
         if (s->op == DF_COPY || s->op == DF_ADD) {
@@ -751,33 +800,33 @@ static int layer_step(Build *b, const DockerfileStep *s, const char *head) {
                         build_log_sys(b->log, "no layers kept from here: the base has no GNU tar and sha256sum to "
                                               "read the COPY's sources with");
                         b->layers = false;
-                        b->walked = true;
-                        return sandbox_at_layer(b);
+                        return walk_end(b);
                 }
                 if (r < 0)
                         return r;
         }
-        if ((r = layer_chain_step(b, s)) < 0 || !layer_step_has_tree(s) || b->walked)
+        if ((r = layer_chain_step(b, s)) < 0 || b->walked)
                 return r;
+        if (s->op == DF_WORKDIR) {
+                if (!b->pending_dirs && !(b->pending_dirs = json_array()))
+                        return -ENOMEM;
+                if ((r = take_workdir(b, s)) < 0)
+                        return r;
+                return json_array_append_new(b->pending_dirs, json_pack("[s,b]", b->workdir, b->root)) < 0 ? -ENOMEM
+                                                                                                           : 1;
+        }
+        if (!layer_step_keeps_layer(s))
+                return 0;
         _cleanup_free_ char *snap = NULL;
         if (b->layers_lookup && layer_find(b, &snap) == 0) {
                 build_log_sys(b->log, "CACHED step %u/%u: %s %s", b->step, b->n_steps, dockerfile_op_name(s->op), head);
                 free(b->layer_snap);
                 b->layer_snap = TAKE_PTR(snap);
-                if (s->op != DF_WORKDIR)
-                        return 1;
-                _cleanup_free_ char *w = NULL;
-                if ((r = expand(b, s->words[0], &w)) < 0)
-                        return r;
-                char *full = path_join(b->workdir, w);
-                if (!full)
-                        return -ENOMEM;
-                free(b->workdir);
-                b->workdir = full;
+                /* The layer holds the directories of the WORKDIRs before it. */
+                json_array_clear(b->pending_dirs);
                 return 1;
         }
-        b->walked = true;
-        return sandbox_at_layer(b);
+        return walk_end(b);
 }
 
 static int run_steps(Build *b, int64_t deadline_ms) {
@@ -789,9 +838,13 @@ static int run_steps(Build *b, int64_t deadline_ms) {
         for (size_t i = 0; i < d->n_steps; i++)
                 if (d->steps[i].op == DF_FROM && d->steps[i].stage == (unsigned)stage)
                         first = i;
-        for (size_t i = first; i < d->n_steps && d->steps[i].stage == (unsigned)stage; i++)
+        size_t last_tree = 0;
+        for (size_t i = first; i < d->n_steps && d->steps[i].stage == (unsigned)stage; i++) {
                 if (i == first || d->steps[i].op != DF_FROM)
                         b->n_steps++;
+                if (i > first && layer_step_has_tree(&d->steps[i]))
+                        last_tree = i;
+        }
         b->step = 1;
         for (size_t i = first + 1; i < d->n_steps && d->steps[i].stage == (unsigned)stage; i++) {
                 const DockerfileStep *s = &d->steps[i];
@@ -808,9 +861,12 @@ static int run_steps(Build *b, int64_t deadline_ms) {
                 if (r < 0)
                         return r == -ENOMEM ? build_fail(b, "out of memory") : r;
                 build_log_sys(b->log, "step %u/%u: %s %s", b->step, b->n_steps, dockerfile_op_name(s->op), head);
+                /* Whether this step keeps a layer of its own, a snapshot
+                 * taken after it (the last one's is the image's disk). */
+                bool keep = b->layers && layer_step_keeps_layer(s) && i != last_tree;
                 switch (s->op) {
                 case DF_RUN:
-                        r = step_run(b, s, deadline_ms);
+                        r = step_run(b, s, deadline_ms, keep);
                         break;
                 case DF_COPY:
                 case DF_ADD:
@@ -836,25 +892,10 @@ static int run_steps(Build *b, int64_t deadline_ms) {
                                 r = -ENOMEM;
                         break;
                 }
-                case DF_WORKDIR: {
-                        _cleanup_free_ char *w = NULL;
-                        if ((r = expand(b, s->words[0], &w)) < 0)
-                                break;
-                        char *full = path_join(b->workdir, w);
-                        if (!full) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        free(b->workdir);
-                        b->workdir = full;
-                        _cleanup_json_ json_t *argv = json_pack("[s,s,s]", "mkdir", "-p", full);
-                        _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
-                        int code = 0;
-                        r = run_in_sandbox(b, argv, env, "/", b->root, false, 60000, &code);
-                        if (r == 0 && code != 0)
-                                r = build_fail(b, "could not make %s", full);
+                case DF_WORKDIR:
+                        if ((r = take_workdir(b, s)) == 0)
+                                r = make_workdir(b, b->workdir, b->root);
                         break;
-                }
                 case DF_USER: {
                         _cleanup_free_ char *user = NULL;
                         if ((r = expand(b, s->words[0], &user)) < 0)
@@ -892,13 +933,21 @@ static int run_steps(Build *b, int64_t deadline_ms) {
                         return build_fail(b, "out of memory");
                 if (r < 0)
                         return r;
-                if (b->layers && layer_step_has_tree(s))
-                        layer_keep(b);
+                /* The last step that changes the tree leaves the tree the
+                 * image's disk is taken of, less the context (which a
+                 * build restarting from a layer removes and sends again):
+                 * its layer is kept as a link of that disk (build_run),
+                 * not as a snapshot of its own. Only the target stage
+                 * keeps layers. */
+                if (b->layers && i == last_tree && layer_step_keeps_layer(s))
+                        memcpy(b->image_layer_key, b->layer_key, sizeof b->image_layer_key);
+                else if (keep)
+                        layer_keep(b, s->op == DF_RUN);
         }
         b->cur = NULL;
         /* Every step found: the sandbox at the last layer, for the image's
          * disk. */
-        return sandbox_at_layer(b);
+        return walk_end(b);
 }
 
 /* FROM an image of a registry: pulled (oci_pull.h), its tree the
@@ -1047,7 +1096,7 @@ static int stage_sandbox(Build *b) {
                 int code = 0;
                 if (!rm || !env)
                         return build_fail(b, "out of memory");
-                if ((r = run_in_sandbox(b, rm, env, "/", true, true, 120000, &code)) < 0)
+                if ((r = run_in_sandbox(b, rm, env, "/", true, true, false, 120000, &code)) < 0)
                         return r;
                 build_log_sys(b->log, "stage %d: restarted from the last layer found", b->stage);
         }
@@ -1137,8 +1186,11 @@ static int build_run(Build *b, json_t **ret_doc) {
                 build_log_sys(b->log, "the cache is not used (cache: false): every step runs");
         else if ((r = build_cache_use(b, key, ret_doc)) != -ENOENT)
                 return r;
-        b->layers = true;
-        b->layers_lookup = !req->no_cache;
+        /* --image-layer-max-mib-per-owner 0: no layers kept or found. */
+        b->layers = u->cfg->image_layer_max_mib_per_owner > 0;
+        b->layers_lookup = b->layers && !req->no_cache;
+        if (!b->layers)
+                build_log_sys(b->log, "no layers kept: this daemon keeps none (--image-layer-max-mib-per-owner 0)");
         r = stage_run(b);
         if (r < 0)
                 return r;
@@ -1155,19 +1207,22 @@ static int build_run(Build *b, json_t **ret_doc) {
         sandbox_driver_from_name(drv, &driver);
         if (!base || !from_name || !drv)
                 return build_fail(b, "out of memory");
-        /* The context goes before the disk is taken. */
+        /* The context goes before the disk is taken, and the sandbox's
+         * files are synced as that ends: the last thing that runs in it. */
         _cleanup_json_ json_t *rm = json_pack("[s,s,s,s,s]", "rm", "-rf", CONTEXT_IN_SANDBOX, FROM_IN_SANDBOX,
                                                STAGE_OUT);
         _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
         int code = 0;
-        if ((r = run_in_sandbox(b, rm, env, "/", true, true, 120000, &code)) < 0)
+        if ((r = run_in_sandbox(b, rm, env, "/", true, true, true, 120000, &code)) < 0)
                 return r;
         build_log_sys(b->log, "taking the image's disk");
         _cleanup_json_ json_t *labels = json_pack("{s:s}", "runtime.image", job->id);
-        SnapshotRequest sr = { .mode = "disk", .labels = labels, .keep = true };
+        SnapshotRequest sr = { .mode = "disk", .labels = labels, .keep = true, .synced = true };
         SnapshotRow srow = { 0 };
         if (sandbox_snapshot(u->m, &job->key, b->sandbox_id, &sr, job->rid, &srow, &se) < 0)
                 return build_fail(b, "taking the image's disk failed: %s", se.message);
+        if (b->image_layer_key[0])
+                layer_keep_image(b, b->image_layer_key, srow.id);
         json_object_set_new(b->config, "env", json_deep_copy(b->env));
         json_object_set_new(b->config, "workdir", json_string(b->workdir));
         if (!json_object_get(b->config, "user"))
@@ -1242,10 +1297,7 @@ static void build_job(UserImages *u, Job *job) {
         json_decref(doc);
         if (b.log->fd >= 0)
                 close(b.log->fd);
-        json_decref(b.vars);
-        json_decref(b.env);
-        json_decref(b.config);
-        free(b.workdir);
+        build_state_free(&b);
 }
 
 /* ---- the queue ---- */

@@ -230,7 +230,7 @@ int build_cache_use(Build *b, const char *key, json_t **ret_doc) {
         if (!labels_text)
                 return build_fail(b, "out of memory");
         SnapshotRow srow = { 0 };
-        r = snapshot_store_link(u->snapshots, job->key.owner, snap, job->key.id, labels_text, &srow);
+        r = snapshot_store_link(u->snapshots, job->key.owner, snap, job->key.id, labels_text, false, &srow);
         if (r == -EDQUOT || r == -EFBIG)
                 return build_fail(b, "the image's disk would pass the owner's bounds on snapshots (delete images or "
                                      "snapshots)");
@@ -327,7 +327,11 @@ int layer_sources_memo_key(Build *b, const json_t *argv, char ret_hex[65]) {
 }
 
 bool layer_step_has_tree(const DockerfileStep *s) {
-        return s->op == DF_RUN || s->op == DF_COPY || s->op == DF_ADD || s->op == DF_WORKDIR;
+        return layer_step_keeps_layer(s) || s->op == DF_WORKDIR;
+}
+
+bool layer_step_keeps_layer(const DockerfileStep *s) {
+        return s->op == DF_RUN || s->op == DF_COPY || s->op == DF_ADD;
 }
 
 int layer_chain_step(Build *b, const DockerfileStep *s) {
@@ -395,8 +399,8 @@ static int layer_scan_row(void *userdata, const char *key, const char *snapshot_
 
 /* The owner's layers past --image-layer-max-mib-per-owner or
  * LAYER_MAX_PER_OWNER: the least recently used go first, never the one
- * just kept. */
-static void layer_evict(Build *b) {
+ * just kept (`kept`). */
+static void layer_evict(Build *b, const char *kept) {
         UserImages *u = b->u;
         const char *owner = b->job->key.owner;
         int64_t bound = (int64_t)u->cfg->image_layer_max_mib_per_owner << 20;
@@ -407,7 +411,7 @@ static void layer_evict(Build *b) {
         }
         unsigned count = s->n;
         for (unsigned i = 0; i < s->n && (s->total > bound || count > LAYER_MAX_PER_OWNER); i++) {
-                if (strcmp(s->keys[i], b->layer_key) == 0)
+                if (strcmp(s->keys[i], kept) == 0)
                         continue;
                 count--;
                 /* The row first: a layer is never found without its snapshot. */
@@ -418,11 +422,27 @@ static void layer_evict(Build *b) {
         free(s);
 }
 
-void layer_keep(Build *b) {
+/* The snapshot srow recorded as the layer of key, then the owner's layers
+ * past their bounds evicted. */
+static void layer_record(Build *b, const char *key, const SnapshotRow *srow) {
+        UserImages *u = b->u;
+        Job *job = b->job;
+        int r = u->ops->layer_put(u->h, job->key.owner, key, srow->id, u->host_id, srow->size_bytes,
+                                  time_now_unix_ms());
+        if (r < 0) {
+                /* -EEXIST: a build of the owner's kept the same layer meanwhile. */
+                snapshot_store_delete(u->snapshots, job->key.owner, srow->id);
+                if (r != -EEXIST)
+                        log_warn(job->rid, "image %s: recording a layer: %s", job->id, strerror(-r));
+        }
+        layer_evict(b, key);
+}
+
+void layer_keep(Build *b, bool synced) {
         UserImages *u = b->u;
         Job *job = b->job;
         _cleanup_json_ json_t *labels = json_pack("{s:s}", "runtime.layer", b->layer_key);
-        SnapshotRequest sr = { .mode = "disk", .labels = labels, .keep = true, .layer = true };
+        SnapshotRequest sr = { .mode = "disk", .labels = labels, .keep = true, .layer = true, .synced = synced };
         SnapshotRow srow = { 0 };
         SandboxError se;
         if (!labels)
@@ -431,14 +451,25 @@ void layer_keep(Build *b) {
                 build_log_sys(b->log, "this step's layer is not kept: %s", se.message);
                 return;
         }
-        int r = u->ops->layer_put(u->h, job->key.owner, b->layer_key, srow.id, u->host_id, srow.size_bytes,
-                                  time_now_unix_ms());
-        if (r < 0) {
-                /* -EEXIST: a build of the owner's kept the same layer meanwhile. */
-                snapshot_store_delete(u->snapshots, job->key.owner, srow.id);
-                if (r != -EEXIST)
-                        log_warn(job->rid, "image %s: recording a layer: %s", job->id, strerror(-r));
-        }
+        layer_record(b, b->layer_key, &srow);
         snapshot_row_done(&srow);
-        layer_evict(b);
+}
+
+void layer_keep_image(Build *b, const char *key, const char *image_snap) {
+        UserImages *u = b->u;
+        Job *job = b->job;
+        _cleanup_json_ json_t *labels = json_pack("{s:s}", "runtime.layer", key);
+        _cleanup_free_ char *labels_text = labels ? json_dumps(labels, JSON_COMPACT) : NULL;
+        SnapshotRow srow = { 0 };
+        if (!labels_text)
+                return;
+        int r = snapshot_store_link(u->snapshots, job->key.owner, image_snap, job->key.id, labels_text, true, &srow);
+        if (r < 0) {
+                build_log_sys(b->log, "the last step's layer is not kept: its link of the image's disk failed");
+                log_warn(job->rid, "image %s: the last step's layer as a link of %s: %s", job->id, image_snap,
+                         strerror(-r));
+                return;
+        }
+        layer_record(b, key, &srow);
+        snapshot_row_done(&srow);
 }
