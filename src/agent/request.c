@@ -112,10 +112,10 @@ static int get_int(json_t *o, const char *key, json_int_t def, json_int_t min, j
         return 0;
 }
 
-static int parse_exec(json_t *o, AgentRequest *r, const char **ret_error) {
+/* argv, or command (run by the shell): exactly one of them. */
+static int parse_exec_argv(json_t *o, AgentRequest *r, const char **ret_error) {
         json_t *argv = json_object_get(o, "argv");
         json_t *command = json_object_get(o, "command");
-        int k;
         if ((argv && !json_is_null(argv)) == (command && !json_is_null(command))) {
                 *ret_error = "exactly one of argv and command is required";
                 return -EINVAL;
@@ -147,7 +147,7 @@ static int parse_exec(json_t *o, AgentRequest *r, const char **ret_error) {
                 }
         } else {
                 char *cmd = NULL;
-                k = get_string(o, "command", true, &cmd, NULL);
+                int k = get_string(o, "command", true, &cmd, NULL);
                 if (k == -ENOMEM)
                         return k;
                 if (k < 0) {
@@ -163,7 +163,13 @@ static int parse_exec(json_t *o, AgentRequest *r, const char **ret_error) {
                 r->argc = 1;
                 r->shell = true;
         }
+        return 0;
+}
 
+static int parse_exec(json_t *o, AgentRequest *r, const char **ret_error) {
+        int k = parse_exec_argv(o, r, ret_error);
+        if (k < 0)
+                return k;
         json_t *cwd = json_object_get(o, "cwd");
         if (cwd && !json_is_null(cwd)) {
                 k = get_path(o, "cwd", &r->cwd);
