@@ -7,7 +7,8 @@ headers, lists its tools and reads a file the test wrote in /workspace, and Llam
 McpToolSpec lists the same tools and calls one. The same URL without the
 guard header is refused (401), with a wrong one too (403). A second start without replace is a
 409, one with replace starts anew; a server that floods its output and exits at its start reads
-failed while the others serve, and the output kept is bounded; stop() ends the gateway and its servers. Hostile starts (an
+failed while the others serve, and the output kept is bounded (a server that never answers initialize is
+ended after 30 s, a drill run with RUNTIME_TEST_ALL=1); stop() ends the gateway and its servers. Hostile starts (an
 unknown server, a secret mapping the server does not take, too many servers, a port out of range,
 public URLs, unknown fields) get their errors, and another owner's key a 404. Our own SDKs drive
 the same routes under the published client's names: the Python SDK, blocking and awaitable, with
@@ -25,7 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from helpers import Api, assert_error, free_port, skip_unless_driver
+from helpers import Api, assert_error, free_port, skip_unless_driver, wait_until
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import _finish_daemon, _start_daemon, need_microvm_parts  # noqa: E402
@@ -291,3 +292,31 @@ def test_ts_sdk_mcp(js_build, mdaemon, mapi, driver):
     if NODE is None:
         pytest.skip("node is not installed (scripts/install-deps.sh)")
     run_node("mcp.test.mjs", _env(mdaemon, driver, RUNTIME_TEST_PREVIEW_PORT=str(mdaemon.preview_port)), 600)
+
+
+def test_a_server_that_never_answers_initialize_is_failed(mdaemon, mapi):
+    """A server that starts and never speaks MCP: the gateway ends it after its 30 s and marks it
+    failed saying so, and the other server of the start serves. A drill of 30 s and more, so only
+    with RUNTIME_TEST_ALL=1 (the namespace driver: the limit is the gateway's, in the sandbox)."""
+    if os.environ.get("RUNTIME_TEST_ALL") != "1":
+        pytest.skip("waits out the gateway's 30 s limit on a server's initialize; RUNTIME_TEST_ALL=1 runs it")
+    skip_unless_driver(mdaemon, "namespace")
+    sbx = mapi.create_sandbox(driver="namespace", memoryMiB=1024)
+    mute = "/opt/runtime-mcp/servers/node_modules/@modelcontextprotocol/server-memory/dist/index.js"
+    assert sbx.exec(f"echo 'setInterval(() => {{}}, 1000);' | sudo tee {mute} >/dev/null")["exitCode"] == 0
+    started = mapi.post(f"/v1/sandboxes/{sbx.id}/mcp", json={"servers": [{"id": "memory"}, {"id": "filesystem"}]})
+    assert started.status_code == 200, started.text
+
+    def settled():
+        got = mapi.get(f"/v1/sandboxes/{sbx.id}/mcp").json()
+        status = {s["id"]: s for s in got["servers"]}
+        return status if status["memory"]["status"] == "failed" and status["filesystem"]["status"] == "running" \
+            else None
+
+    status = wait_until(settled, 90, 1, what="the mute server failed and the other running")
+    assert "did not answer MCP's initialize within 30 s" in status["memory"]["error"], status
+    # The mute server was ended, not left beside the gateway (whose own command line names it).
+    node = "ps -eo comm=,args= | awk '$1 == \"node\" && /server-%s/'"
+    assert sbx.exec(node % "filesystem")["stdout"].strip(), "the check finds no node server at all"
+    left = sbx.exec(node % "memory")
+    assert left["exitCode"] == 0 and left["stdout"].strip() == "", left
