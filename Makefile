@@ -12,7 +12,7 @@
 CC ?= cc
 CLANG ?= clang
 BUILD ?= build
-PKGS_DAEMON := libmicrohttpd jansson sqlite3 libpq libseccomp openssl libsystemd libcurl
+PKGS_DAEMON := libmicrohttpd jansson sqlite3 libpq libseccomp openssl libsystemd libcurl libarchive
 PKGS_CLI := libcurl jansson libcrypto
 
 WARN := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes -Wmissing-prototypes \

@@ -16,11 +16,13 @@ after its FROM built cold on a daemon that keeps layers and on one that keeps no
 (`--image-layer-max-mib-per-owner 0`: the image's disk is the build's only snapshot), the two
 daemons taking turns, and on a third whose tree is given by --baseline-build (another commit's
 build directory, e.g. the one before a change to the builder), so that before and after are in
-one run.
+one run. Last, on this tree and on --baseline-build's, a rebuild after a change to a file a later
+COPY takes (the earlier COPY's layer found in a context that changed).
 
     sudo python3 bench/images.py              # writes its two sections of docs/benchmarks.md
     sudo python3 bench/images.py --out -      # print them
     sudo python3 bench/images.py --cold-only --baseline-build OLD/build   # the cold builds only
+    sudo python3 bench/images.py --copy-only --baseline-build OLD/build   # the copied file's rebuild only
 
 Needs root, a built tree (it runs `make`), the default image and httpx.
 """
@@ -48,6 +50,8 @@ BEGIN = "<!-- images benchmark: begin (bench/images.py) -->"
 END = "<!-- images benchmark: end -->"
 COLD_BEGIN = "<!-- images cold benchmark: begin (bench/images.py) -->"
 COLD_END = "<!-- images cold benchmark: end -->"
+COPY_BEGIN = "<!-- images copy benchmark: begin (bench/images.py) -->"
+COPY_END = "<!-- images copy benchmark: end -->"
 ROUNDS = 3
 COLD_ROUNDS = 5
 COLD_STEPS = 8
@@ -152,6 +156,33 @@ def measure_cold(apis: dict[str, Api]) -> dict:
     return out
 
 
+# A rebuild after a change to a copied file: the first COPY's layer is found in a context that changed,
+# the second COPY's sources are the change.
+COPY_DOCKERFILE = """\
+FROM default
+ENV ROUND={round}
+RUN echo one > /one
+COPY a.txt /a.txt
+RUN echo two > /two
+COPY b.txt /b.txt
+RUN cat /a.txt /b.txt > /ab
+"""
+
+
+def measure_copy(apis: dict[str, Api]) -> dict:
+    """Each daemon's rebuild after a change to the file its second COPY takes (cold first, then
+    changed), the daemons taking turns: seconds from the upload to ready, and the worker's buildMs."""
+    out: dict = {label: {"s": [], "ms": []} for label in apis}
+    for i in range(COLD_ROUNDS):
+        for label, api in apis.items():
+            dockerfile = COPY_DOCKERFILE.format(round=f"{label}-{i}-{time.time_ns()}")
+            build(api, f"copy-{i}", dockerfile, context({"a.txt": b"a\n", "b.txt": b"b\n"}))
+            s, image = build(api, f"copy-{i}", dockerfile, context({"a.txt": b"a\n", "b.txt": f"b{i}\n".encode()}))
+            out[label]["s"].append(s)
+            out[label]["ms"].append(image["buildMs"])
+    return out
+
+
 COLD_LABELS = {
     "off": "no layers kept (`--image-layer-max-mib-per-owner 0`): the image's disk the only snapshot",
     "baseline": "per-step layers, the --baseline-build tree",
@@ -180,6 +211,28 @@ def render_cold(r: dict, baseline: str | None) -> str:
             else COLD_LABELS[label]
         lines.append(f"| {name} | {m} ms | {', '.join(str(x) for x in row['ms'])} | {per} | {med(row['s']):.2f} s |")
     lines.append(COLD_END)
+    return "\n".join(lines) + "\n"
+
+
+def render_copy(r: dict, baseline: str | None) -> str:
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cmd = "sudo python3 bench/images.py --copy-only" + (f" --baseline-build <a tree of {baseline}>/build"
+                                                         if baseline else "")
+    lines = [COPY_BEGIN, "## A rebuild after a change to a copied file (bench/images.py)", "",
+             f"{when}, {platform.node()}, the daemon's default driver ({r.get('driver')}), 1-minute load "
+             f"{r['load'][0]:.1f} at the start and {r['load'][1]:.1f} at the end; `{cmd}`. FROM default, an "
+             "ENV, RUN, COPY a.txt, RUN, COPY b.txt, RUN, built cold then rebuilt with b.txt changed (the "
+             f"first COPY's layer found in a context that changed), {COLD_ROUNDS} times on each daemon, the "
+             "daemons taking turns; medians of the rebuild's `buildMs` and of the seconds from the context's "
+             "upload to the image ready.", "",
+             "| daemon | rebuild buildMs median | all | upload to ready, median |", "| --- | --- | --- | --- |"]
+    for label, row in r["copy"].items():
+        name = COLD_LABELS[label].replace("the --baseline-build tree", baseline or "") if label == "baseline" \
+            else COLD_LABELS[label]
+        lines.append(f"| {name} | {med(row['ms'])} ms | {', '.join(str(x) for x in row['ms'])} | "
+                     f"{med(row['s']):.2f} s |")
+    lines.append(COPY_END)
     return "\n".join(lines) + "\n"
 
 
@@ -227,20 +280,34 @@ def baseline_rev(build_dir: Path) -> str:
     return m.group(0) if m else build_dir.parent.name
 
 
-def cold(args) -> None:
+def side_by_side(args, key: str, measure_fn, with_off: bool) -> tuple[dict, str | None]:
+    """measure_fn over this tree's daemon, --baseline-build's when given and (with_off) one that
+    keeps no layers, all started at once: its results under key, the driver and the load."""
     baseline = Path(args.baseline_build).resolve() if args.baseline_build else None
     with contextlib.ExitStack() as stack:
-        daemons = {"off": stack.enter_context(bench_daemon("images-off", args.image_dir,
-                                                           extra_args=["--image-layer-max-mib-per-owner", "0"]))}
+        daemons = {}
+        if with_off:
+            daemons["off"] = stack.enter_context(bench_daemon("images-off", args.image_dir,
+                                                              extra_args=["--image-layer-max-mib-per-owner", "0"]))
         if baseline:
             daemons["baseline"] = stack.enter_context(bench_daemon("images-baseline", args.image_dir,
                                                                    build_dir=baseline))
         daemons["on"] = stack.enter_context(bench_daemon("images-on", args.image_dir))
         apis = {label: stack.enter_context(contextlib.closing(Api(d, timeout=600))) for label, d in daemons.items()}
         load = os.getloadavg()[0]
-        results = {"cold": measure_cold(apis), "driver": apis["on"].get("/v1/info").json().get("defaultDriver")}
+        results = {key: measure_fn(apis), "driver": apis["on"].get("/v1/info").json().get("defaultDriver")}
         results["load"] = (load, os.getloadavg()[0])
-    emit(args.out, COLD_BEGIN, COLD_END, render_cold(results, baseline_rev(baseline) if baseline else None))
+    return results, baseline_rev(baseline) if baseline else None
+
+
+def cold(args) -> None:
+    results, baseline = side_by_side(args, "cold", measure_cold, with_off=True)
+    emit(args.out, COLD_BEGIN, COLD_END, render_cold(results, baseline))
+
+
+def copy(args) -> None:
+    results, baseline = side_by_side(args, "copy", measure_copy, with_off=False)
+    emit(args.out, COPY_BEGIN, COPY_END, render_copy(results, baseline))
 
 
 def main() -> int:
@@ -248,9 +315,14 @@ def main() -> int:
     ap.add_argument("--baseline-build", help="the build directory of another tree, whose daemon builds the cold "
                                              "builds too (before and after a change, in one run)")
     ap.add_argument("--cold-only", action="store_true", help="only the cold builds' section")
+    ap.add_argument("--copy-only", action="store_true", help="only the section of a rebuild after a change to a "
+                                                             "copied file")
     args = ap.parse_args()
     if (rc := prepare("images.py")) != 0:
         return rc
+    if args.copy_only:
+        copy(args)
+        return 0
     if not args.cold_only:
         with bench_daemon("images", args.image_dir) as d:
             api = Api(d, timeout=600)
@@ -260,6 +332,7 @@ def main() -> int:
             api.close()
         emit(args.out, BEGIN, END, render(results))
     cold(args)
+    copy(args)
     return 0
 
 

@@ -12,6 +12,8 @@ DEBS=(
   bubblewrap lxcfs debootstrap e2fsprogs xfsprogs qemu-system-x86 iproute2 procps
   python3 python3-pip python3-venv ca-certificates curl
   libsystemd-dev
+  # The daemon reads a build context's archive to key a COPY's layer (src/daemon/manager/context_digest.c).
+  libarchive-dev
   # The Debian package and its tests (docs/install.md): the build, lintian, the
   # unit's check (the systemd package's tools; systemd-sysv, which would make
   # it init, is not installed), the manual pages' rendering.

@@ -41,8 +41,8 @@ print(json.dumps({"image": image, "lines": lines}))
 """
 
 
-def _build(published_client, daemon, ctx, key, last="LAST", **kw):
-    (ctx / "Dockerfile").write_text(DOCKERFILE.replace("LAST", last))
+def _build(published_client, daemon, ctx, key, last="LAST", dockerfile=DOCKERFILE, **kw):
+    (ctx / "Dockerfile").write_text(dockerfile.replace("LAST", last))
     got = published_client.run_json(daemon, BUILD, args=[str(ctx), f"layers-{uuid.uuid4().hex[:8]}", json.dumps(kw)],
                                     timeout=600, env={"RUNTIME_API_KEY": key})
     assert got["image"]["state"] == "ready", got
@@ -107,6 +107,43 @@ def test_a_rebuild_restarts_from_the_last_layer_found(published_client, daemon, 
     # Another owner's same build finds none of these layers.
     other = _build(published_client, daemon, ctx, _owner_key(api), last="CHANGED")
     assert other["cached"] == [] and other["stamp1"] != cold["stamp1"], other["lines"]
+
+
+# A base without GNU tar and sha256sum (hidden in the build's own tree, the shared image untouched):
+# the COPY's digest is the daemon's, read from the context's archive, so its layers are kept.
+NO_TAR = """\
+FROM default
+RUN rm -f /usr/bin/tar /bin/tar /usr/bin/sha256sum /bin/sha256sum && date +%s%N > /stamp1
+COPY hello.txt /opt/hello.txt
+RUN echo "stamps $(cat /stamp1) - $(cat /opt/hello.txt) - $(command -v tar || echo notar) LAST"
+"""
+
+
+@pytest.mark.driver_independent
+def test_a_copy_is_keyed_by_what_it_takes_from_the_context(published_client, daemon, api, tmp_path):
+    key = _owner_key(api)
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "hello.txt").write_text("hello\n")
+    (ctx / "other.txt").write_text("one\n")
+    (ctx / ".dockerignore").write_text("Dockerfile\n")
+    cold = _build(published_client, daemon, ctx, key, dockerfile=NO_TAR)
+    assert cold["cached"] == [] and "notar LAST" in " ".join(cold["lines"]), cold["lines"]
+
+    # A file the COPY does not take changed (another archive, so no digest remembered): the COPY's
+    # layer is found all the same, and one sandbox starts, at it.
+    (ctx / "other.txt").write_text("two\n")
+    other = _build(published_client, daemon, ctx, key, last="CHANGED", dockerfile=NO_TAR)
+    assert other["cached"] == ["RUN", "COPY"], other["lines"]
+    assert other["stamp1"] == cold["stamp1"] and other["hello"] == "hello", other["lines"]
+    assert _starts(other) == 1, other["lines"]
+
+    # The copied file changed: the COPY and what follows run.
+    (ctx / "hello.txt").write_text("changed\n")
+    copied = _build(published_client, daemon, ctx, key, last="CHANGED", dockerfile=NO_TAR)
+    assert copied["cached"] == ["RUN"], copied["lines"]
+    assert copied["stamp1"] == cold["stamp1"] and copied["hello"] == "changed", copied["lines"]
+    assert _starts(copied) == 1, copied["lines"]
 
 
 def _raw_build(api, dockerfile):

@@ -154,10 +154,11 @@ int build_cache_use(Build *b, const char *key, json_t **ret_doc);
  * layers' chain before the step (the base and every step before it), the
  * context's archive and the sources as the step names them (argv). */
 int layer_sources_memo_key(Build *b, const json_t *argv, char ret_hex[65]);
-/* The digest of the sources a COPY or ADD step s takes from the context:
- * remembered from an earlier build of the same context and steps, else read
- * in the build's sandbox (started at the last layer found when there is
- * none). 0, -ENOENT when the sandbox cannot read them. */
+/* The digest of the sources a COPY or ADD step s takes from the context
+ * (context_digest.h): remembered from an earlier build of the same context
+ * and steps, else read from the context's archive by the daemon, no
+ * sandbox started. 0, or the build's failure (an archive refused says
+ * why). */
 int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]);
 
 /* Per-step layers (docs/images.md, "Per-step layers"). layer_chain_start

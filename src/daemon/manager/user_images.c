@@ -2,6 +2,7 @@
  * queue and the builds themselves. */
 #include "daemon/manager/user_images.h"
 #include "daemon/manager/user_images-internal.h"
+#include "daemon/manager/context_digest.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -564,18 +565,6 @@ static int context_sources(Build *b, const DockerfileStep *s, json_t *argv) {
         return 0;
 }
 
-/* The digest of what a COPY takes from the context: its sources matched
- * as the copy matches them, as one tar of sorted names without owners or
- * times, hashed. A base without GNU tar and sha256sum has none. */
-static const char SOURCES_DIGEST_SCRIPT[] =
-        "IFS='\n'\n"
-        "for s in \"$@\"; do for f in $s; do [ -e \"$f\" ] && printf '%s\\0' \"$f\"; done; done |"
-        " tar --null -T - --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - | sha256sum\n";
-
-static bool give_up_when_stopping(void *userdata) {
-        return stopping(userdata);
-}
-
 /* The digest remembered under key (true), marked used. */
 static bool sources_memo_get(UserImages *u, const char *key, char ret_hex[65]) {
         pthread_mutex_lock(&u->lock);
@@ -603,49 +592,85 @@ static void sources_memo_put(UserImages *u, const char *key, const char *hex) {
         pthread_mutex_unlock(&u->lock);
 }
 
+/* The context's archive, chunk by chunk as the client uploaded it, its
+ * size and SHA-256 checked as it is read. */
+typedef struct ChunkReader {
+        const char *dir;
+        const ImageBuildRequest *req;
+        size_t next;
+        uint8_t *buf;
+        int64_t total;
+        EVP_MD_CTX *md;
+} ChunkReader;
+
+static ssize_t chunk_read(void *userdata, const void **ret_buf) {
+        ChunkReader *c = userdata;
+        if (c->next >= json_array_size(c->req->chunks)) {
+                uint8_t d[32];
+                unsigned dl = 0;
+                char hex[65];
+                if (EVP_DigestFinal_ex(c->md, d, &dl) != 1)
+                        return -EIO;
+                hex_encode(d, 32, hex);
+                return c->total == c->req->context_size && strcmp(hex, c->req->context_sha256) == 0 ? 0 : -EBADMSG;
+        }
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", c->dir, json_string_value(json_array_get(c->req->chunks, c->next++)));
+        _cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -ENOENT;
+        ssize_t n = read(fd, c->buf, USER_IMAGES_CHUNK_MAX);
+        if (n < 0)
+                return -EIO;
+        c->total += n;
+        if (c->total > c->req->context_size || c->total > (int64_t)USER_IMAGES_CONTEXT_MAX)
+                return -EFBIG;
+        EVP_DigestUpdate(c->md, c->buf, (size_t)n);
+        *ret_buf = c->buf;
+        return n;
+}
+
 int build_sources_digest(Build *b, const DockerfileStep *s, char ret_hex[65]) {
-        _cleanup_json_ json_t *argv = json_pack("[s,s,s,s]", "/bin/sh", "-c", SOURCES_DIGEST_SCRIPT, "digest");
-        _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
-        if (!argv || !env)
+        _cleanup_json_ json_t *argv = json_array();
+        if (!argv)
                 return -ENOMEM;
         int r = context_sources(b, s, argv);
         if (r < 0)
                 return r;
-        /* Known from an earlier build of the same context and steps: no
-         * sandbox to start for it. */
+        /* Known from an earlier build of the same context and steps: the
+         * archive is not read again. */
         char memo[65];
         if ((r = layer_sources_memo_key(b, argv, memo)) < 0)
                 return r;
         if (sources_memo_get(b->u, memo, ret_hex))
                 return 0;
-        /* Read where the context is: a sandbox at the last layer found, or
-         * at an earlier one. */
-        if (!b->sandbox_id[0] && (r = stage_sandbox(b)) < 0)
-                return r;
-        Sandbox *sb = NULL;
-        SandboxError se;
-        if (sandbox_acquire(b->u->m, &b->job->key, b->sandbox_id, &sb, &se) < 0)
-                return build_fail(b, "the build's sandbox is gone: %s", se.message);
-        _cleanup_json_ json_t *req = agent_req_exec(NULL, argv, CONTEXT_IN_SANDBOX, env, 600000, false);
-        ChanStream *st = NULL;
-        _cleanup_json_ json_t *res = NULL;
-        r = req ? agent_req_set_user(req, true) : -ENOMEM;
-        if (r == 0 && sandbox_open_stream(sb, req, &st, &se) < 0)
-                r = -EIO;
+        /* The sources as paths of the context (context_sources' less its
+         * directory in the sandbox). */
+        size_t n = json_array_size(argv), skip = strlen(CONTEXT_IN_SANDBOX);
+        _cleanup_free_ const char **srcs = calloc(n ? n : 1, sizeof *srcs);
+        if (!srcs)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                const char *full = json_string_value(json_array_get(argv, i));
+                srcs[i] = full + skip + (full[skip] == '/');
+        }
+        _cleanup_free_ char *dir = build_owner_dir(b->u, b->job->key.owner, false);
+        ChunkReader c = { .dir = dir, .req = &b->job->req, .buf = malloc(USER_IMAGES_CHUNK_MAX), .md = EVP_MD_CTX_new() };
+        r = dir && c.buf && c.md && EVP_DigestInit_ex(c.md, EVP_sha256(), NULL) == 1 ? 0 : -ENOMEM;
+        char why[256] = "";
+        const ContextDigestLimits lim = { .max_bytes = USER_IMAGES_CONTEXT_UNPACKED,
+                                          .max_entries = USER_IMAGES_CONTEXT_FILES };
         if (r == 0)
-                r = agent_wait_result(st, 600000, give_up_when_stopping, b->u, &res);
-        chan_stream_free(st);
-        sandbox_release(sb);
-        if (r == -ECANCELED)
-                return build_fail(b, "the daemon stopped during the build");
+                r = context_digest(chunk_read, &c, srcs, n, &lim, ret_hex, why, sizeof why);
+        free(c.buf);
+        EVP_MD_CTX_free(c.md);
+        if (r == -ENOMEM)
+                return r;
+        if (r == -ENOENT)
+                return build_fail(b, "a chunk of the build context was never uploaded");
         if (r < 0)
-                return r == -ENOMEM ? r : -ENOENT;
-        const char *head = json_string_value(json_object_get(res, "stdoutHead"));
-        if (agent_result_error(res, NULL) || json_integer_value(json_object_get(res, "exitCode")) != 0 || !head ||
-            strspn(head, "0123456789abcdef") != 64)
-                return -ENOENT;
-        memcpy(ret_hex, head, 64);
-        ret_hex[64] = '\0';
+                return build_fail(b, "the build context was refused: %s",
+                                  r == -EBADMSG && !why[0] ? "its chunks do not make the archive it names" : why);
         sources_memo_put(b->u, memo, ret_hex);
         return 0;
 }
@@ -726,7 +751,7 @@ static int set_words_array(json_t *config, const char *key, const DockerfileStep
 }
 
 /* The build's sandbox at the last layer found (or at the FROM): one
- * started at an earlier layer, to read a COPY's sources, is replaced. */
+ * started at another layer is replaced. */
 static int sandbox_at_layer(Build *b) {
         const char *want = b->layer_snap ? b->layer_snap : "";
         if (b->sandbox_id[0] && strcmp(b->sandbox_layer, want) == 0)
@@ -795,14 +820,7 @@ static int layer_step(Build *b, const DockerfileStep *s, const char *head) {
                         return r;
         }
         if (s->op == DF_COPY || s->op == DF_ADD) {
-                r = build_sources_digest(b, s, b->sources_digest);
-                if (r == -ENOENT) {
-                        build_log_sys(b->log, "no layers kept from here: the base has no GNU tar and sha256sum to "
-                                              "read the COPY's sources with");
-                        b->layers = false;
-                        return walk_end(b);
-                }
-                if (r < 0)
+                if ((r = build_sources_digest(b, s, b->sources_digest)) < 0)
                         return r;
         }
         if ((r = layer_chain_step(b, s)) < 0 || b->walked)
