@@ -285,7 +285,8 @@ int context_digest(ContextReadFn read_fn, void *userdata, const char *const *sou
                         goto out;
                 }
         }
-        qsort(es, n_es, sizeof *es, entry_cmp);
+        if (n_es > 1)
+                qsort(es, n_es, sizeof *es, entry_cmp);
         EVP_MD_CTX *md = EVP_MD_CTX_new();
         if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
                 EVP_MD_CTX_free(md);
