@@ -2,7 +2,8 @@
 client with an explicit start (a web server and its ready port), a sandbox from it serves the page
 and the create reports the start ready, its process listed; a CMD-only image starts its CMD; a
 start of null (no_start) starts nothing; a command that exits at once is reported failed with its
-output while the sandbox runs on; bad start specs are 400s."""
+output while the sandbox runs on; an ENTRYPOINT combines with CMD as Docker's; bad start specs are
+400s."""
 from __future__ import annotations
 
 import uuid
@@ -72,6 +73,11 @@ def test_cmd_no_start_and_a_failed_start(published_client, daemon, api, driver):
     assert sbx["start"]["state"] == "running", sbx["start"]
     wait_until(lambda: api.exec(sbx.id, command="grep -q ':1F40 ' /proc/net/tcp && echo up")["stdout"] == "up\n",
                30, 0.3, what="the CMD's server listening")
+    # An ENTRYPOINT takes the stage's CMD as arguments, and drops the one its FROM gave.
+    ep = _build(published_client, daemon, 'FROM default\nCMD ["-m", "http.server"]\nENTRYPOINT ["python3"]\n')
+    assert ep["start"]["command"] == ["python3", "-m", "http.server"], ep
+    ep = _build(published_client, daemon, f'FROM {cmd_only["name"]}\nENTRYPOINT ["python3"]\n')
+    assert ep["start"]["command"] == ["python3"], ep
     # no_start keeps none: nothing runs, the create says nothing of a start.
     none = _build(published_client, daemon, SERVE, no_start=True)
     assert none["start"] is None, none
