@@ -62,6 +62,27 @@ def test_start_command_is_ready_and_serves(served, api, driver):
     assert any(p["id"] == start["processId"] and p["state"] == "running" for p in procs), procs
 
 
+CREATE = """
+import json, sys
+from withruntime import Runtime
+rt = Runtime()
+sbx = rt.sandboxes.create(image=sys.argv[1])
+page = sbx.exec("python3 -c \\"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/').read().decode())\\"")
+sbx.refresh()
+print(json.dumps({"start": sbx.info.get("start"), "page": page.stdout}))
+sbx.delete()
+"""
+
+
+@pytest.mark.driver_independent
+@pytest.mark.parametrize("driver", ["namespace", "gvisor"], indirect=True)
+def test_the_published_client_sees_the_start(served, published_client, daemon, driver):
+    """The published create's info["start"] is the report, kept there after a later read."""
+    got = published_client.run_json(daemon, CREATE, args=[served["id"]], timeout=300)
+    assert got["start"]["state"] == "ready" and got["start"]["processId"], got
+    assert got["page"].strip() == "served-from-the-image", got
+
+
 @pytest.mark.driver_independent
 @pytest.mark.parametrize("driver", ["namespace", "gvisor"], indirect=True)
 def test_cmd_no_start_and_a_failed_start(published_client, daemon, api, driver):
