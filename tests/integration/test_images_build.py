@@ -180,8 +180,8 @@ def test_refusals_at_the_request(api):
     r = api.post("/v1/images", json={"name": name, "dockerfile": "FROM default\nRUN true\nFROBNICATE x\n"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_dockerfile", r.text
     assert "line 3" in r.json()["error"]["message"] and "FROBNICATE" in r.json()["error"]["message"], r.text
-    r = api.post("/v1/images", json={"name": name, "dockerfile": "FROM default\nHEALTHCHECK CMD true\n"})
-    assert r.status_code == 400 and "line 2: HEALTHCHECK is not supported" in r.json()["error"]["message"], r.text
+    r = api.post("/v1/images", json={"name": name, "dockerfile": "FROM default\nSTOPSIGNAL TERM\n"})
+    assert r.status_code == 400 and "line 2: STOPSIGNAL is not supported" in r.json()["error"]["message"], r.text
     r = api.post("/v1/images", json={"name": "Not A Name!", "dockerfile": "FROM default\n"})
     assert r.status_code == 400 and "name" in r.json()["error"]["message"], r.text
     r = api.post("/v1/images", json={"name": name, "dockerfile": "FROM default\n", "tags": ["bad tag"]})

@@ -94,6 +94,11 @@ def test_cmd_no_start_and_a_failed_start(published_client, daemon, api, driver):
     assert sbx["start"]["state"] == "running", sbx["start"]
     wait_until(lambda: api.exec(sbx.id, command="grep -q ':1F40 ' /proc/net/tcp && echo up")["stdout"] == "up\n",
                30, 0.3, what="the CMD's server listening")
+    # A HEALTHCHECK CMD is the readiness check of the CMD.
+    checked = _build(published_client, daemon, SERVE + "HEALTHCHECK --interval=5s CMD grep -q ':1F40 ' /proc/net/tcp\n")
+    assert checked["start"]["readyCommand"] == ["/bin/sh", "-c", "grep -q ':1F40 ' /proc/net/tcp"], checked
+    sbx = api.create_sandbox(driver=driver, image=checked["id"])
+    assert sbx["start"]["state"] == "ready", sbx["start"]
     # An ENTRYPOINT takes the stage's CMD as arguments, and drops the one its FROM gave.
     ep = _build(published_client, daemon, 'FROM default\nCMD ["-m", "http.server"]\nENTRYPOINT ["python3"]\n')
     assert ep["start"]["command"] == ["python3", "-m", "http.server"], ep

@@ -105,6 +105,10 @@ static void test_cmd_and_entrypoint(void **state) {
         _cleanup_json_ json_t *shell = from("{\"entrypoint\": [\"/bin/sh\", \"-c\", \"srv\"], \"entrypointShell\": "
                                             "true, \"cmd\": [\"--port\"]}");
         assert_int_equal(json_array_size(json_object_get(shell, "command")), 3);
+        /* A HEALTHCHECK CMD is the readiness check; alone it starts nothing. */
+        _cleanup_json_ json_t *hc = from("{\"cmd\": [\"srv\"], \"healthcheck\": [\"/bin/sh\", \"-c\", \"check\"]}");
+        assert_int_equal(json_array_size(json_object_get(hc, "readyCommand")), 3);
+        assert_null(from("{\"healthcheck\": [\"check\"]}"));
 }
 
 int main(void) {

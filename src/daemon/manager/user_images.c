@@ -926,6 +926,13 @@ static int run_steps(Build *b, int64_t deadline_ms) {
                         if (r == 0)
                                 r = json_object_set_new(b->config, "entrypointShell", json_boolean(!s->exec));
                         break;
+                case DF_HEALTHCHECK:
+                        /* NONE (no words) drops one the FROM image gave. */
+                        if (s->n_words)
+                                r = set_words_array(b->config, "healthcheck", s);
+                        else
+                                json_object_del(b->config, "healthcheck");
+                        break;
                 case DF_EXPOSE: {
                         json_t *ports = json_object_get(b->config, "exposedPorts");
                         for (size_t k = 0; k < s->n_words && r == 0; k++) {
@@ -1150,7 +1157,7 @@ static int stage_run(Build *b) {
                 json_object_update(json_object_get(b->config, "labels"), plabels);
         if (json_is_object(req->labels))
                 json_object_update(json_object_get(b->config, "labels"), req->labels);
-        for (const char *const *k = (const char *const[]){ "cmd", "entrypoint", "entrypointShell", NULL }; *k; k++)
+        for (const char *const *k = (const char *const[]){ "cmd", "entrypoint", "entrypointShell", "healthcheck", NULL }; *k; k++)
                 if (json_object_get(parent, *k))
                         json_object_set(b->config, *k, json_object_get(parent, *k));
         json_object_set_new(b->config, "base", json_string(base));

@@ -124,6 +124,15 @@ int image_start_from_config(json_t *config, json_t **ret) {
                 return -ENOMEM;
         if (cmd && !shell_ep && json_array_extend(argv, cmd) < 0)
                 return -ENOMEM;
-        *ret = json_pack("{s:O,s:i}", "command", argv, "readyTimeoutSeconds", IMAGE_START_TIMEOUT_DEFAULT);
-        return *ret ? 0 : -ENOMEM;
+        json_t *out = json_pack("{s:O,s:i}", "command", argv, "readyTimeoutSeconds", IMAGE_START_TIMEOUT_DEFAULT);
+        if (!out)
+                return -ENOMEM;
+        /* A HEALTHCHECK CMD is its readiness check. */
+        json_t *hc = json_object_get(config, "healthcheck");
+        if (json_is_array(hc) && json_array_size(hc) && json_object_set(out, "readyCommand", hc) < 0) {
+                json_decref(out);
+                return -ENOMEM;
+        }
+        *ret = out;
+        return 0;
 }

@@ -26,6 +26,7 @@ int image_start_parse(json_t *v, json_t **ret, char *msg, size_t msg_len);
 /* The start a Dockerfile's config gives (its "entrypoint" and "cmd" argv
  * arrays, combined as Docker does: the ENTRYPOINT's words, then the CMD's
  * as its arguments, but none after a shell-form ENTRYPOINT, which
- * config's "entrypointShell" marks), in *ret; NULL when neither is set.
- * -ENOMEM. */
+ * config's "entrypointShell" marks) and its "healthcheck" argv (a
+ * HEALTHCHECK CMD) as the readiness command, in *ret; NULL when neither
+ * CMD nor ENTRYPOINT is set. -ENOMEM. */
 int image_start_from_config(json_t *config, json_t **ret);
