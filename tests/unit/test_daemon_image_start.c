@@ -109,6 +109,11 @@ static void test_cmd_and_entrypoint(void **state) {
         _cleanup_json_ json_t *hc = from("{\"cmd\": [\"srv\"], \"healthcheck\": [\"/bin/sh\", \"-c\", \"check\"]}");
         assert_int_equal(json_array_size(json_object_get(hc, "readyCommand")), 3);
         assert_null(from("{\"healthcheck\": [\"check\"]}"));
+        /* A registry's config that is not argv gives no start, and no check. */
+        assert_null(from("{\"cmd\": [\"srv\", 1]}"));
+        assert_null(from("{\"cmd\": [\"\"]}"));
+        _cleanup_json_ json_t *bad_hc = from("{\"cmd\": [\"srv\"], \"healthcheck\": [2]}");
+        assert_null(json_object_get(bad_hc, "readyCommand"));
 }
 
 int main(void) {

@@ -124,12 +124,24 @@ int image_start_from_config(json_t *config, json_t **ret) {
                 return -ENOMEM;
         if (cmd && !shell_ep && json_array_extend(argv, cmd) < 0)
                 return -ENOMEM;
+        /* An image of a registry's config is anyone's: one whose words are
+         * not strings or are past the bounds gives no start. */
+        char msg[128];
+        _cleanup_json_ json_t *checked = NULL;
+        int r = command_argv(argv, &checked, msg, sizeof msg);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return 0;
         json_t *out = json_pack("{s:O,s:i}", "command", argv, "readyTimeoutSeconds", IMAGE_START_TIMEOUT_DEFAULT);
         if (!out)
                 return -ENOMEM;
         /* A HEALTHCHECK CMD is its readiness check. */
-        json_t *hc = json_object_get(config, "healthcheck");
-        if (json_is_array(hc) && json_array_size(hc) && json_object_set(out, "readyCommand", hc) < 0) {
+        _cleanup_json_ json_t *hc = NULL;
+        r = json_is_array(json_object_get(config, "healthcheck"))
+                    ? command_argv(json_object_get(config, "healthcheck"), &hc, msg, sizeof msg)
+                    : 0;
+        if (r == -ENOMEM || (hc && json_object_set(out, "readyCommand", hc) < 0)) {
                 json_decref(out);
                 return -ENOMEM;
         }
