@@ -60,6 +60,11 @@ def test_start_command_is_ready_and_serves(served, api, driver):
     assert out["stdout"].strip() == "served-from-the-image", out
     procs = api.get(f"/v1/sandboxes/{sbx.id}/processes").json()["data"]
     assert any(p["id"] == start["processId"] and p["state"] == "running" for p in procs), procs
+    base = f"/v1/sandboxes/{sbx.id}/processes/{start['processId']}"
+    assert "GET /index.html" in api.get(f"{base}/output").text  # the server's log, on stderr
+    r = api.post(f"{base}:signal", json={"signal": "SIGTERM"})
+    assert r.status_code == 200, r.text
+    wait_until(lambda: api.get(base).json()["state"] != "running", 30, 0.2, what="the start command ended")
 
 
 CREATE = """
@@ -118,6 +123,13 @@ def test_cmd_no_start_and_a_failed_start(published_client, daemon, api, driver):
     assert start["state"] == "failed" and "code 3" in start["error"], start
     assert "about to fail" in start["output"], start
     assert api.exec(sbx.id, command="echo alive")["stdout"] == "alive\n"
+    # One that never gets ready: failed at its timeout, and left running for the caller.
+    slow = _build(published_client, daemon, "FROM default\n",
+                  start={"command": ["sleep", "300"], "ready_port": 9, "ready_timeout_seconds": 1})
+    sbx = api.create_sandbox(driver=driver, image=slow["id"])
+    start = sbx["start"]
+    assert start["state"] == "failed" and "not ready after 1 s" in start["error"], start
+    assert api.get(f"/v1/sandboxes/{sbx.id}/processes/{start['processId']}").json()["state"] == "running"
 
 
 @pytest.mark.driver_independent
