@@ -180,8 +180,8 @@ def test_refusals_at_the_request(api):
     r = api.post("/v1/images", json={"name": name, "dockerfile": "FROM default\nRUN true\nFROBNICATE x\n"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_dockerfile", r.text
     assert "line 3" in r.json()["error"]["message"] and "FROBNICATE" in r.json()["error"]["message"], r.text
-    r = api.post("/v1/images", json={"name": name, "dockerfile": "FROM default\nHEALTHCHECK CMD true\n"})
-    assert r.status_code == 400 and "line 2: HEALTHCHECK is not supported" in r.json()["error"]["message"], r.text
+    r = api.post("/v1/images", json={"name": name, "dockerfile": "FROM default\nSTOPSIGNAL TERM\n"})
+    assert r.status_code == 400 and "line 2: STOPSIGNAL is not supported" in r.json()["error"]["message"], r.text
     r = api.post("/v1/images", json={"name": "Not A Name!", "dockerfile": "FROM default\n"})
     assert r.status_code == 400 and "name" in r.json()["error"]["message"], r.text
     r = api.post("/v1/images", json={"name": name, "dockerfile": "FROM default\n", "tags": ["bad tag"]})
@@ -361,6 +361,10 @@ out["resolved"] = runtime.images.resolve(sys.argv[2] + ":one")["id"] == image["i
 out["versions"] = [i["version"] for i in runtime.images.versions(sys.argv[2])["data"]]
 out["tagged"] = sorted(runtime.images.tag(sys.argv[2] + ":one", "two")["tags"])
 out["untagged"] = runtime.images.untag(image["id"], "two")["tags"]
+out["start"] = runtime.images.build(dockerfile="FROM default\\nCMD [\\"true\\"]\\n", name=sys.argv[2] + "-start",
+                                    start={"command": "sleep 1", "ready_port": 80})["start"]
+out["no_start"] = runtime.images.build(dockerfile="FROM default\\nCMD [\\"true\\"]\\n", name=sys.argv[2] + "-none",
+                                       no_start=True)["start"]
 
 async def main():
     r = AsyncRuntime()
@@ -382,7 +386,8 @@ print(json.dumps(out))
 
 
 def test_our_sdk_has_the_same_images_calls(api, tmp_path):
-    """Our SDK (sync and async) builds, resolves, tags and deletes under the published names."""
+    """Our SDK (sync and async) builds (with start and no_start), resolves, tags and deletes under the
+    published names."""
     import subprocess
     import sys
     from helpers import REPO
@@ -399,6 +404,8 @@ def test_our_sdk_has_the_same_images_calls(api, tmp_path):
     assert got["resolved"] and got["versions"] == [1] and got["async_get"], got
     assert got["tagged"] == ["one", "two"] and got["untagged"] == ["one"], got
     assert got["failed"][0] == "image_build_failed" and "non-zero code: 3" in got["failed"][1], got
+    assert got["start"] == {"command": ["/bin/sh", "-c", "sleep 1"], "readyPort": 80, "readyTimeoutSeconds": 60}, got
+    assert got["no_start"] is None, got
 
 
 MULTI = """\

@@ -90,6 +90,25 @@ static void test_supported_instructions(void **state) {
         dockerfile_done(&d);
 }
 
+/* HEALTHCHECK: Docker's flags taken, CMD's shell and exec forms, NONE. */
+static void test_healthcheck(void **state) {
+        Dockerfile d;
+        DockerfileError e;
+        assert_int_equal(parse("FROM default\nHEALTHCHECK --interval=5s --timeout=3s --retries=3 CMD curl -f "
+                               "localhost:8000 || exit 1\nHEALTHCHECK CMD [\"true\", \"x\"]\nHEALTHCHECK none\n",
+                               &d, &e), 0);
+        assert_int_equal(d.n_steps, 4);
+        assert_int_equal(d.steps[1].op, DF_HEALTHCHECK);
+        assert_false(d.steps[1].exec);
+        assert_int_equal(d.steps[1].n_words, 1);
+        assert_string_equal(d.steps[1].words[0], "curl -f localhost:8000 || exit 1");
+        assert_true(d.steps[2].exec);
+        assert_int_equal(d.steps[2].n_words, 2);
+        assert_string_equal(d.steps[2].words[1], "x");
+        assert_int_equal(d.steps[3].n_words, 0);
+        dockerfile_done(&d);
+}
+
 /* Each refused with its line and a message that names what. */
 static void test_refusals(void **state) {
         static const struct {
@@ -98,7 +117,13 @@ static void test_refusals(void **state) {
                 const char *says;
         } cases[] = {
                 { "FROM default\nFOO bar\n", 2, "unknown instruction FOO" },
-                { "FROM default\n\nHEALTHCHECK CMD true\n", 3, "HEALTHCHECK is not supported" },
+                { "FROM default\n\nHEALTHCHECK true\n", 3, "HEALTHCHECK takes CMD" },
+                { "FROM default\nHEALTHCHECK NONE x\n", 2, "HEALTHCHECK takes CMD" },
+                { "FROM default\nHEALTHCHECK CMD\n", 2, "HEALTHCHECK CMD needs a command" },
+                { "FROM default\nHEALTHCHECK CMD []\n", 2, "HEALTHCHECK CMD needs a command" },
+                { "FROM default\nHEALTHCHECK --bogus=1 CMD true\n", 2, "HEALTHCHECK --bogus is not supported" },
+                { "FROM default\nHEALTHCHECK --retries CMD true\n", 2, "needs a value" },
+                { "FROM default\nSTOPSIGNAL TERM\n", 2, "STOPSIGNAL is not supported" },
                 { "FROM default\nVOLUME /data\n", 2, "VOLUME is not supported" },
                 { "FROM default\nONBUILD RUN x\n", 2, "ONBUILD is not supported" },
                 { "FROM default\nSHELL [\"/bin/sh\"]\n", 2, "SHELL is not supported" },
@@ -228,6 +253,7 @@ static void test_context_path(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_supported_instructions),
+                cmocka_unit_test(test_healthcheck),
                 cmocka_unit_test(test_refusals),
                 cmocka_unit_test(test_bounds),
                 cmocka_unit_test(test_expand),

@@ -26,7 +26,7 @@ static void test_images_contract(void **state) {
         assert_int_equal(ops->open(path, &h), 0);
         ImageRow got;
         assert_int_equal(ops->get(h, "alice", IMG(1), &got), 0);
-        assert_string_equal(got.doc, "{\"snapshot\":\"snp_x\"}");
+        assert_string_equal(got.doc, IMAGE_READY_DOC);
         store_image_row_clear(&got);
         ops->close(h);
         char cmd[128];

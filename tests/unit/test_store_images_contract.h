@@ -8,6 +8,11 @@
 
 #include "daemon/store/store_images.h"
 
+/* A ready image's doc: its disk and its start command (docs/images.md). */
+#define IMAGE_READY_DOC                                                                                               \
+        "{\"snapshot\":\"snp_x\",\"start\":{\"command\":[\"python3\",\"-m\",\"http.server\",\"8000\"],"               \
+        "\"readyPort\":8000,\"readyTimeoutSeconds\":60}}"
+
 static void image_row(ImageRow *r, const char *id, const char *owner, const char *name, int64_t created) {
         *r = (ImageRow){ 0 };
         snprintf(r->id, sizeof r->id, "%s", id);
@@ -139,7 +144,13 @@ static void images_contract(const StoreImageOps *ops, StoreImages *h) {
         assert_int_equal(ops->list(h, "alice", "app", NULL, 0, "", 10, image_seen, &named), 0);
         assert_int_equal(named.n, 2);
 
-        assert_int_equal(ops->finish(h, IMG(1), "ready", NULL, "{\"snapshot\":\"snp_x\"}", 110), 0);
+        /* The doc is kept as given: the image's start command (docs/images.md)
+         * is in it, read back unchanged. */
+        static const char ready_doc[] = IMAGE_READY_DOC;
+        assert_int_equal(ops->finish(h, IMG(1), "ready", NULL, ready_doc, 110), 0);
+        assert_int_equal(ops->get(h, "alice", IMG(1), &got), 0);
+        assert_string_equal(got.doc, ready_doc);
+        store_image_row_clear(&got);
         assert_int_equal(ops->finish(h, IMG(2), "failed", "step 2/3 RUN false: exit 1", NULL, 111), 0);
         assert_int_equal(ops->finish(h, "00000000-0000-4000-8000-999999999999", "ready", NULL, NULL, 1), -ENOENT);
         assert_int_equal(ops->get(h, "alice", IMG(2), &got), 0);

@@ -361,7 +361,9 @@ json_t *api_images_json(const DaemonConfig *cfg);
  * into body); and a create's `image` that names one of the owner's images
  * (an id, name, name:tag or name@version) made the `snapshot` of its disk,
  * with the image's env under the create's own and its user, left as it is
- * when it names none (a built-in image, or a name the create refuses). */
+ * when it names none (a built-in image, or a name the create refuses);
+ * the image's start command, if it has one, in *ret_start as
+ * {start, workdir} (docs/images.md, "The start command"). */
 int api_user_images_page(Req *r, json_t *body, ApiError *e);
-int api_user_image_to_create(Req *r, bool *ret_from_image, ApiError *e);
+int api_user_image_to_create(Req *r, bool *ret_from_image, json_t **ret_start, ApiError *e);
 

@@ -16,6 +16,7 @@
 #include "common/timeutil.h"
 #include "daemon/api/api.h"
 #include "daemon/http/request.h"
+#include "daemon/manager/start_command.h"
 
 /* Answers a manager call's row (cleared here) with status, or its error. */
 static enum MHD_Result reply_row(Req *r, int rc, SandboxRow *row, const SandboxError *se, unsigned status) {
@@ -413,7 +414,8 @@ enum MHD_Result handle_sandbox_create(Req *r) {
         }
         bool get_or_create = json_is_true(goc);
         bool from_image = false;
-        if (api_user_image_to_create(r, &from_image, &e) < 0)
+        _cleanup_json_ json_t *start = NULL;
+        if (api_user_image_to_create(r, &from_image, &start, &e) < 0)
                 return reply_error(r, &e);
         if (image_snapshot_to_field(r, &e) < 0)
                 return reply_error(r, &e);
@@ -456,8 +458,19 @@ enum MHD_Result handle_sandbox_create(Req *r) {
         snprintf(r->audit_sandbox_id, sizeof r->audit_sandbox_id, "%.*s", ROUTE_ID_LEN, row.id);
         if (!reused && row.state == SANDBOX_RUNNING)
                 interpreter_prestart(r->app, &r->key, row.id);
+        /* An image's start command runs once, at the create that makes the
+         * sandbox: a getOrCreate that finds one runs nothing again. */
+        _cleanup_json_ json_t *start_report = NULL;
+        if (start && !reused && row.state == SANDBOX_RUNNING &&
+            start_command_run(r->app->manager, r->app->procs, &r->key, row.id, json_object_get(start, "start"),
+                              json_string_value(json_object_get(start, "workdir")), &start_report) < 0) {
+                sandbox_row_done(&row);
+                return reply_internal(r);
+        }
         json_t *j = api_sandbox_json(r->app->manager, &row);
         sandbox_row_done(&row);
+        if (j && start_report && json_object_set(j, "start", start_report) < 0)
+                json_decref(TAKE_PTR(j));
         if (!j || json_object_set_new(j, "reused", json_boolean(reused)) < 0) {
                 json_decref(j);
                 return reply_internal(r);

@@ -23,6 +23,7 @@
 #include "daemon/manager/images.h"
 #include "daemon/manager/oci_pull.h"
 #include "daemon/manager/user_images.h"
+#include "daemon/model/image_start.h"
 
 #define BUILD_DEFAULT_VCPU 1u
 #define BUILD_DEFAULT_MEMORY_MIB 1024u
@@ -52,13 +53,13 @@ static json_t *image_json(Req *r, const ImageRow *row) {
         if (!labels)
                 labels = json_object_get(doc, "labels");
         json_t *size = json_object_get(doc, "sizeBytes");
-        return json_pack("{s:s,s:s,s:I,s:s,s:s?,s:o,s:O,s:O,s:O?,s:O?,s:O?,s:o,s:o,s:O?,s:O?}", "id", row->id, "name",
+        return json_pack("{s:s,s:s,s:I,s:s,s:s?,s:o,s:O,s:O,s:O?,s:O?,s:O?,s:o,s:o,s:O?,s:O?,s:O*}", "id", row->id, "name",
                          row->name, "version", (json_int_t)row->version, "state", row->state, "error", row->error,
                          "tags", tags ? tags : json_array(), "labels", labels ? labels : json_object(), "config",
                          config ? config : json_object(), "from", json_object_get(doc, "from"), "base",
                          json_object_get(doc, "base"), "snapshotId", json_object_get(doc, "snapshot"), "createdAt",
                          time_json(row->created_at), "finishedAt", time_json(row->finished_at), "sizeBytes", size,
-                         "buildMs", json_object_get(doc, "buildMs"));
+                         "buildMs", json_object_get(doc, "buildMs"), "start", json_object_get(doc, "start"));
 }
 
 static int not_found(const char *what, ApiError *e) {
@@ -196,10 +197,9 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
                 if (!ok)
                         return api_error(e, 400, "invalid_request", NULL, "unknown field %.64s", k);
         }
-        const char *unsupported[] = { "recipe", "files", "start" };
+        const char *unsupported[] = { "recipe", "files" };
         const char *why[] = { "recipes are not supported: write a Dockerfile",
-                              "inline files are not supported: send a context folder",
-                              "a start command is not supported: CMD is recorded, and sandboxes run commands by exec" };
+                              "inline files are not supported: send a context folder" };
         for (size_t i = 0; i < ELEMENTSOF(unsupported); i++) {
                 v = json_object_get(r->json, unsupported[i]);
                 if (v && !json_is_null(v))
@@ -208,6 +208,18 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         v = json_object_get(r->json, "region");
         if (v && !json_is_null(v))
                 return api_error(e, 400, "invalid_request", NULL, "a self-hosted daemon has no regions: leave region out");
+        v = json_object_get(r->json, "start");
+        if (v) {
+                /* null keeps no start command, not even the Dockerfile's CMD. */
+                char why_start[256] = "";
+                q->start_given = true;
+                int sr = json_is_null(v) ? 0 : image_start_parse(v, &q->start, why_start, sizeof why_start);
+                if (sr == -ENOMEM)
+                        return api_error(e, 500, "internal", NULL, "out of memory");
+                if (sr < 0)
+                        return api_error(e, 400, "invalid_request", "{command, readyPort | readyCommand, "
+                                         "readyTimeoutSeconds}, or null for none", "%s", why_start);
+        }
         const char *text = json_string_value(json_object_get(r->json, "dockerfile"));
         v = json_object_get(r->json, "image");
         _cleanup_free_ char *from_image = NULL;
@@ -856,8 +868,9 @@ enum MHD_Result handle_image_registry_delete(Req *r) {
 
 /* ---- a sandbox from an image ---- */
 
-int api_user_image_to_create(Req *r, bool *ret_from_image, ApiError *e) {
+int api_user_image_to_create(Req *r, bool *ret_from_image, json_t **ret_start, ApiError *e) {
         *ret_from_image = false;
+        *ret_start = NULL;
         UserImages *u = r->app->user_images;
         json_t *image = json_object_get(r->json, "image");
         const char *ref = json_string_value(image);
@@ -903,6 +916,13 @@ int api_user_image_to_create(Req *r, bool *ret_from_image, ApiError *e) {
         const char *user = json_string_value(json_object_get(config, "user"));
         if (user && strcmp(user, "root") == 0 && !json_object_get(r->json, "user"))
                 json_object_set_new(r->json, "user", json_string("root"));
+        json_t *start = json_object_get(doc, "start");
+        const char *workdir = json_string_value(json_object_get(config, "workdir"));
+        if (json_is_object(start) &&
+            !(*ret_start = json_pack("{s:O,s:s}", "start", start, "workdir", workdir ? workdir : "/"))) {
+                ret = api_error(e, 500, "internal", NULL, "out of memory");
+                goto done;
+        }
         json_object_set_new(r->json, "snapshot", json_string(snap));
         json_object_del(r->json, "image");
         *ret_from_image = true;

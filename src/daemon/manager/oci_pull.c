@@ -482,6 +482,21 @@ static json_t *config_of(json_t *oci) {
                 if (json_is_array(a) && json_array_size(a) <= 256)
                         json_object_set(out, arrays[k][1], a);
         }
+        /* Healthcheck.Test: ["CMD", argv...], ["CMD-SHELL", line] or
+         * ["NONE"]; the command as a Dockerfile's HEALTHCHECK CMD gives it. */
+        json_t *test = json_object_get(json_object_get(c, "Healthcheck"), "Test");
+        const char *kind = json_string_value(json_array_get(test, 0));
+        if (kind && json_array_size(test) >= 2 && json_array_size(test) <= 257) {
+                json_t *hc = NULL;
+                if (strcmp(kind, "CMD") == 0) {
+                        hc = json_array();
+                        for (size_t k = 1; hc && k < json_array_size(test); k++)
+                                json_array_append(hc, json_array_get(test, k));
+                } else if (strcmp(kind, "CMD-SHELL") == 0 && json_is_string(json_array_get(test, 1)))
+                        hc = json_pack("[s,s,O]", "/bin/sh", "-c", json_array_get(test, 1));
+                if (hc)
+                        json_object_set_new(out, "healthcheck", hc);
+        }
         const char *key;
         json_object_foreach(json_object_get(c, "Labels"), key, v) if (json_is_string(v) &&
                                                                          json_object_size(json_object_get(out, "labels")) < 256)

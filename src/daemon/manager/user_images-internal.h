@@ -108,6 +108,7 @@ typedef struct Build {
         json_t *config; /* what the image records: env, workdir, user, cmd, entrypoint, labels, exposed */
         char *workdir;
         bool root;
+        bool cmd_set; /* a CMD in this stage: an ENTRYPOINT then keeps it (Docker's rule) */
         char error[512];
         unsigned step, n_steps;
         const DockerfileStep *cur;

@@ -27,6 +27,7 @@
 #include "common/timeutil.h"
 #include "daemon/manager/agent_client.h"
 #include "daemon/manager/images.h"
+#include "daemon/model/image_start.h"
 #include "daemon/manager/oci_pull.h"
 #include "daemon/manager/sandbox.h"
 #include "daemon/manager/snapshot.h"
@@ -52,6 +53,7 @@ void image_build_request_done(ImageBuildRequest *r) {
         json_decref(r->build_args);
         json_decref(r->env);
         json_decref(r->chunks);
+        json_decref(r->start);
         if (r->import_path)
                 unlink(r->import_path);
         free(r->import_path);
@@ -931,9 +933,23 @@ static int run_steps(Build *b, int64_t deadline_ms) {
                 }
                 case DF_CMD:
                         r = set_words_array(b->config, "cmd", s);
+                        b->cmd_set = true;
                         break;
                 case DF_ENTRYPOINT:
+                        /* As Docker: an ENTRYPOINT drops a CMD the base
+                         * image gave, and a shell-form one takes no CMD. */
                         r = set_words_array(b->config, "entrypoint", s);
+                        if (r == 0 && !b->cmd_set)
+                                json_object_del(b->config, "cmd");
+                        if (r == 0)
+                                r = json_object_set_new(b->config, "entrypointShell", json_boolean(!s->exec));
+                        break;
+                case DF_HEALTHCHECK:
+                        /* NONE (no words) drops one the FROM image gave. */
+                        if (s->n_words)
+                                r = set_words_array(b->config, "healthcheck", s);
+                        else
+                                json_object_del(b->config, "healthcheck");
                         break;
                 case DF_EXPOSE: {
                         json_t *ports = json_object_get(b->config, "exposedPorts");
@@ -1159,7 +1175,7 @@ static int stage_run(Build *b) {
                 json_object_update(json_object_get(b->config, "labels"), plabels);
         if (json_is_object(req->labels))
                 json_object_update(json_object_get(b->config, "labels"), req->labels);
-        for (const char *const *k = (const char *const[]){ "cmd", "entrypoint", NULL }; *k; k++)
+        for (const char *const *k = (const char *const[]){ "cmd", "entrypoint", "entrypointShell", "healthcheck", NULL }; *k; k++)
                 if (json_object_get(parent, *k))
                         json_object_set(b->config, *k, json_object_get(parent, *k));
         json_object_set_new(b->config, "base", json_string(base));
@@ -1259,6 +1275,17 @@ static int build_run(Build *b, json_t **ret_doc) {
         return 0;
 }
 
+/* The image's start command into its doc: the build's own, none for a
+ * start of null, else what its CMD and ENTRYPOINT give. */
+static int image_start_of(const ImageBuildRequest *req, json_t *doc) {
+        json_t *start = NULL;
+        if (req->start_given)
+                start = json_incref(req->start);
+        else if (image_start_from_config(json_object_get(doc, "config"), &start) < 0)
+                return -ENOMEM;
+        return json_object_set_new(doc, "start", start ? start : json_null()) < 0 ? -ENOMEM : 0;
+}
+
 static void build_job(UserImages *u, Job *job) {
         BuildLog log = { .fd = -1 };
         Build *stages[DOCKERFILE_MAX_STAGES] = { 0 };
@@ -1284,6 +1311,8 @@ static void build_job(UserImages *u, Job *job) {
                 }
         drop_sandbox(&b);
         int64_t ms = (int64_t)time_now_mono_ms() - t0;
+        if (r == 0 && (r = image_start_of(&job->req, doc)) < 0)
+                snprintf(b.error, sizeof b.error, "out of memory");
         if (r == 0) {
                 json_object_set_new(doc, "buildMs", json_integer(ms));
                 _cleanup_free_ char *text = json_dumps(doc, JSON_COMPACT);

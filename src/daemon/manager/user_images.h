@@ -63,6 +63,10 @@ typedef struct ImageBuildRequest {
         /* An uploaded OCI layout or docker save archive the first FROM
          * is (the file is the request's: removed with it), or NULL. */
         char *import_path;
+        /* The start command (model/image_start.h) when start_given; NULL
+         * then keeps none. Not given: the Dockerfile's CMD gives it. */
+        json_t *start;
+        bool start_given;
 } ImageBuildRequest;
 void image_build_request_done(ImageBuildRequest *r);
 

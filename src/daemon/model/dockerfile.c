@@ -19,11 +19,12 @@ static const char *const OP_NAMES[] = {
         [DF_FROM] = "FROM",   [DF_RUN] = "RUN",     [DF_COPY] = "COPY",   [DF_ADD] = "ADD",
         [DF_ENV] = "ENV",     [DF_ARG] = "ARG",     [DF_WORKDIR] = "WORKDIR", [DF_USER] = "USER",
         [DF_LABEL] = "LABEL", [DF_CMD] = "CMD",     [DF_ENTRYPOINT] = "ENTRYPOINT", [DF_EXPOSE] = "EXPOSE",
+        [DF_HEALTHCHECK] = "HEALTHCHECK",
 };
 
 /* Docker's other instructions: named when refused, so that the author
  * learns it is known and not done here, not that it is a typo. */
-static const char *const UNSUPPORTED[] = { "VOLUME", "STOPSIGNAL", "HEALTHCHECK", "SHELL", "ONBUILD", "MAINTAINER" };
+static const char *const UNSUPPORTED[] = { "VOLUME", "STOPSIGNAL", "SHELL", "ONBUILD", "MAINTAINER" };
 
 const char *dockerfile_op_name(DockerfileOp op) {
         return (unsigned)op < ELEMENTSOF(OP_NAMES) ? OP_NAMES[op] : "?";
@@ -442,6 +443,43 @@ static int command_step(Parser *p, unsigned line, DockerfileOp op, const char *r
         return 0;
 }
 
+/* HEALTHCHECK [--interval= --timeout= --start-period= --start-interval=
+ * --retries=] CMD command, or NONE. Docker's timing flags are taken and
+ * left: what an image keeps of it is the command, its start command's
+ * readiness check, polled on the start's own timeout (docs/images.md). */
+static int healthcheck_step(Parser *p, unsigned line, const char *rest, DockerfileStep *s, Words *w, Words *out) {
+        static const char *const allowed[] = { "interval", "timeout", "start-period", "start-interval", "retries" };
+        char *vals[ELEMENTSOF(allowed)] = { 0 };
+        char **slots[] = { &vals[0], &vals[1], &vals[2], &vals[3], &vals[4] };
+        int r = split_words(rest, w);
+        if (r == -EINVAL)
+                r = fail(p->e, line, "HEALTHCHECK has a quote that is not closed");
+        if (r == 0)
+                r = take_flags(p, line, DF_HEALTHCHECK, w, allowed, slots, ELEMENTSOF(allowed));
+        for (size_t i = 0; i < ELEMENTSOF(vals); i++)
+                free(vals[i]);
+        if (r < 0)
+                return r;
+        const char *body = rest;
+        while (strncmp(body, "--", 2) == 0) {
+                body += strcspn(body, " \t");
+                body += strspn(body, " \t");
+        }
+        size_t kw = strcspn(body, " \t");
+        if (kw == 4 && strncasecmp(body, "NONE", 4) == 0 && !body[4 + strspn(body + 4, " \t")])
+                return 0;
+        if (kw != 3 || strncasecmp(body, "CMD", 3) != 0)
+                return fail(p->e, line, "HEALTHCHECK takes CMD and a command, or NONE");
+        body += 3;
+        body += strspn(body, " \t");
+        words_done(w);
+        *w = (Words){ 0 };
+        r = command_step(p, line, DF_CMD, body, s, w, out);
+        if (r == 0 && out->n == 0)
+                r = fail(p->e, line, "HEALTHCHECK CMD needs a command");
+        return r;
+}
+
 static int instruction(Parser *p, unsigned line, const char *kw, const char *rest) {
         DockerfileOp op;
         size_t i;
@@ -462,6 +500,12 @@ static int instruction(Parser *p, unsigned line, const char *kw, const char *res
         int r = 0;
         if (op == DF_RUN || op == DF_CMD || op == DF_ENTRYPOINT || op == DF_COPY || op == DF_ADD) {
                 r = command_step(p, line, op, rest, &s, &w, &out);
+                if (r < 0)
+                        goto done;
+                goto take;
+        }
+        if (op == DF_HEALTHCHECK) {
+                r = healthcheck_step(p, line, rest, &s, &w, &out);
                 if (r < 0)
                         goto done;
                 goto take;

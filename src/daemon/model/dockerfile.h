@@ -37,6 +37,7 @@ typedef enum DockerfileOp {
         DF_CMD,
         DF_ENTRYPOINT,
         DF_EXPOSE,
+        DF_HEALTHCHECK,
 } DockerfileOp;
 
 typedef struct DockerfileStep {
@@ -48,7 +49,8 @@ typedef struct DockerfileStep {
          * line, or the exec form's argv (exec true); COPY, ADD: the sources,
          * then the destination; ENV, LABEL: name, value, name, value...;
          * ARG: name, then the default or NULL (n_words 2); WORKDIR, USER: one;
-         * EXPOSE: the ports. */
+         * EXPOSE: the ports; HEALTHCHECK: its CMD's words as CMD's (none:
+         * NONE). */
         char **words;
         size_t n_words;
         bool exec;

@@ -139,12 +139,15 @@ class ImagesOps:
                tags: Optional[Sequence[str]] = None, labels: Optional[Dict[str, str]] = None,
                build_args: Optional[Dict[str, str]] = None, env: Optional[Dict[str, str]] = None,
                target: Optional[str] = None, build: Optional[Dict[str, Any]] = None,
-               cache: Optional[bool] = None, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+               cache: Optional[bool] = None, start: Optional[Dict[str, Any]] = None, no_start: bool = False,
+               idempotency_key: Optional[str] = None) -> Dict[str, Any]:
         """Queues a build; the image, state ``queued``. ``dockerfile``, or ``image``: a registry's
         image as it is (``python:3.12-slim``, ``host:port/repo@sha256:...``). ``build`` takes
         ``vcpu``, ``memory_mib``, ``disk_mib`` and ``timeout_seconds``. A build made before is a
         new version sharing its disk (its steps logged ``CACHED``); ``cache=False`` runs every
-        step."""
+        step. ``start`` sets what a sandbox from the image runs: ``command`` and ``ready_port``
+        or ``ready_command``, ``ready_timeout_seconds``; ``no_start=True`` keeps none (not even
+        the Dockerfile's CMD and HEALTHCHECK)."""
         if (dockerfile is None) == (image is None):
             raise InvalidRequestError("give dockerfile or image, one of them")
         if context_dir is not None:
@@ -163,6 +166,12 @@ class ImagesOps:
             names = {"vcpu": "vcpu", "memory_mib": "memoryMiB", "disk_mib": "diskMiB",
                      "timeout_seconds": "timeoutSeconds"}
             body["build"] = {names.get(k, k): v for k, v in build.items() if v is not None}
+        if no_start:
+            body["start"] = None
+        elif start is not None:
+            names = {"ready_port": "readyPort", "ready_command": "readyCommand",
+                     "ready_timeout_seconds": "readyTimeoutSeconds"}
+            body["start"] = {names.get(k, k): v for k, v in start.items() if v is not None}
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return dict((yield Call(self._http.request, "POST", "/v1/images", json_body=body, headers=headers)))
 
