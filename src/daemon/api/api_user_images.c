@@ -184,6 +184,37 @@ static int uint_field(json_t *obj, const char *field, unsigned lo, unsigned hi, 
         return 0;
 }
 
+/* The build's context: its archive's SHA-256, size and chunks, as the
+ * client uploaded them. */
+static int parse_context(json_t *ctx, ImageBuildRequest *q, ApiError *e) {
+        json_t *archive = json_object_get(ctx, "archive");
+        const char *sha = json_string_value(json_object_get(archive, "sha256"));
+        json_t *size = json_object_get(archive, "size"), *chunks = json_object_get(archive, "chunks");
+        if (!sha || strlen(sha) != 64 || strspn(sha, "0123456789abcdef") != 64 || !json_is_integer(size) ||
+            !json_is_array(chunks) || json_array_size(chunks) == 0)
+                return api_error(e, 400, "invalid_request", "upload it with POST /v1/images/context/missing and "
+                                 "PUT /v1/images/context/{digest}",
+                                 "context.archive must have sha256, size and chunks");
+        if (json_integer_value(size) < 0 || (uint64_t)json_integer_value(size) > USER_IMAGES_CONTEXT_MAX)
+                return api_error(e, 413, "context_too_large", "leave files out with a .dockerignore",
+                                 "the build context is over %llu MiB compressed",
+                                 (unsigned long long)(USER_IMAGES_CONTEXT_MAX >> 20));
+        if (json_array_size(chunks) > USER_IMAGES_CONTEXT_MAX / (1024 * 1024) + 1)
+                return api_error(e, 400, "invalid_request", NULL, "context.archive has too many chunks");
+        size_t i;
+        json_t *c;
+        json_array_foreach(chunks, i, c) {
+                const char *d = json_string_value(c);
+                if (!d || strlen(d) != 64 || strspn(d, "0123456789abcdef") != 64)
+                        return api_error(e, 400, "invalid_request", NULL, "context.archive.chunks[%zu] is not a "
+                                         "SHA-256", i);
+        }
+        snprintf(q->context_sha256, sizeof q->context_sha256, "%s", sha);
+        q->context_size = json_integer_value(size);
+        q->chunks = json_incref(chunks);
+        return 0;
+}
+
 static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         static const char *const known[] = { "dockerfile", "context",  "dockerignore", "target", "buildArgs", "name",
                                              "tags",       "labels",   "env",          "build",  "cache",     "region",
@@ -294,33 +325,8 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
                 q->target = strdup(json_string_value(v));
         }
         json_t *ctx = json_object_get(r->json, "context");
-        if (ctx && !json_is_null(ctx)) {
-                json_t *archive = json_object_get(ctx, "archive");
-                const char *sha = json_string_value(json_object_get(archive, "sha256"));
-                json_t *size = json_object_get(archive, "size"), *chunks = json_object_get(archive, "chunks");
-                if (!sha || strlen(sha) != 64 || strspn(sha, "0123456789abcdef") != 64 || !json_is_integer(size) ||
-                    !json_is_array(chunks) || json_array_size(chunks) == 0)
-                        return api_error(e, 400, "invalid_request", "upload it with POST /v1/images/context/missing and "
-                                         "PUT /v1/images/context/{digest}",
-                                         "context.archive must have sha256, size and chunks");
-                if (json_integer_value(size) < 0 || (uint64_t)json_integer_value(size) > USER_IMAGES_CONTEXT_MAX)
-                        return api_error(e, 413, "context_too_large", "leave files out with a .dockerignore",
-                                         "the build context is over %llu MiB compressed",
-                                         (unsigned long long)(USER_IMAGES_CONTEXT_MAX >> 20));
-                if (json_array_size(chunks) > USER_IMAGES_CONTEXT_MAX / (1024 * 1024) + 1)
-                        return api_error(e, 400, "invalid_request", NULL, "context.archive has too many chunks");
-                size_t i;
-                json_t *c;
-                json_array_foreach(chunks, i, c) {
-                        const char *d = json_string_value(c);
-                        if (!d || strlen(d) != 64 || strspn(d, "0123456789abcdef") != 64)
-                                return api_error(e, 400, "invalid_request", NULL, "context.archive.chunks[%zu] is not a "
-                                                 "SHA-256", i);
-                }
-                snprintf(q->context_sha256, sizeof q->context_sha256, "%s", sha);
-                q->context_size = json_integer_value(size);
-                q->chunks = json_incref(chunks);
-        }
+        if (ctx && !json_is_null(ctx) && parse_context(ctx, q, e) < 0)
+                return -EINVAL;
         const DaemonConfig *cfg = r->app->cfg;
         q->vcpu = BUILD_DEFAULT_VCPU;
         q->memory_mib = BUILD_DEFAULT_MEMORY_MIB < cfg->max_memory_mib ? BUILD_DEFAULT_MEMORY_MIB : cfg->max_memory_mib;

@@ -155,6 +155,11 @@ int build_cache_use(Build *b, const char *key, json_t **ret_doc);
  * layers' chain before the step (the base and every step before it), the
  * context's archive and the sources as the step names them (argv). */
 int layer_sources_memo_key(Build *b, const json_t *argv, char ret_hex[65]);
+/* The memo of COPY sources' digests, the 256 used last: a digest
+ * remembered under key (true, marked used), and one remembered in place of
+ * the least recently used. */
+bool sources_memo_get(UserImages *u, const char *key, char ret_hex[65]);
+void sources_memo_put(UserImages *u, const char *key, const char *hex);
 /* The digest of the sources a COPY or ADD step s takes from the context
  * (context_digest.h): remembered from an earlier build of the same context
  * and steps, else read from the context's archive by the daemon, no

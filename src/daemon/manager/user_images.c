@@ -567,33 +567,6 @@ static int context_sources(Build *b, const DockerfileStep *s, json_t *argv) {
         return 0;
 }
 
-/* The digest remembered under key (true), marked used. */
-static bool sources_memo_get(UserImages *u, const char *key, char ret_hex[65]) {
-        pthread_mutex_lock(&u->lock);
-        bool found = false;
-        for (unsigned i = 0; i < SOURCES_MEMO_MAX && !found; i++)
-                if (strcmp(u->memo[i].key, key) == 0) {
-                        memcpy(ret_hex, u->memo[i].digest, 65);
-                        u->memo[i].used = ++u->memo_clock;
-                        found = true;
-                }
-        pthread_mutex_unlock(&u->lock);
-        return found;
-}
-
-/* Remembers a digest, in place of the least recently used. */
-static void sources_memo_put(UserImages *u, const char *key, const char *hex) {
-        pthread_mutex_lock(&u->lock);
-        unsigned at = 0;
-        for (unsigned i = 1; i < SOURCES_MEMO_MAX; i++)
-                if (u->memo[i].used < u->memo[at].used)
-                        at = i;
-        memcpy(u->memo[at].key, key, 65);
-        memcpy(u->memo[at].digest, hex, 65);
-        u->memo[at].used = ++u->memo_clock;
-        pthread_mutex_unlock(&u->lock);
-}
-
 /* The context's archive, chunk by chunk as the client uploaded it, its
  * size and SHA-256 checked as it is read. */
 typedef struct ChunkReader {

@@ -326,6 +326,33 @@ int layer_sources_memo_key(Build *b, const json_t *argv, char ret_hex[65]) {
         return layer_key_end(md, ret_hex);
 }
 
+/* The digest remembered under key (true), marked used. */
+bool sources_memo_get(UserImages *u, const char *key, char ret_hex[65]) {
+        pthread_mutex_lock(&u->lock);
+        bool found = false;
+        for (unsigned i = 0; i < SOURCES_MEMO_MAX && !found; i++)
+                if (strcmp(u->memo[i].key, key) == 0) {
+                        memcpy(ret_hex, u->memo[i].digest, 65);
+                        u->memo[i].used = ++u->memo_clock;
+                        found = true;
+                }
+        pthread_mutex_unlock(&u->lock);
+        return found;
+}
+
+/* Remembers a digest, in place of the least recently used. */
+void sources_memo_put(UserImages *u, const char *key, const char *hex) {
+        pthread_mutex_lock(&u->lock);
+        unsigned at = 0;
+        for (unsigned i = 1; i < SOURCES_MEMO_MAX; i++)
+                if (u->memo[i].used < u->memo[at].used)
+                        at = i;
+        memcpy(u->memo[at].key, key, 65);
+        memcpy(u->memo[at].digest, hex, 65);
+        u->memo[at].used = ++u->memo_clock;
+        pthread_mutex_unlock(&u->lock);
+}
+
 bool layer_step_has_tree(const DockerfileStep *s) {
         return layer_step_keeps_layer(s) || s->op == DF_WORKDIR;
 }
