@@ -366,6 +366,46 @@ static void test_create_counts(void **state) {
         free(buf);
 }
 
+/* A build's network is read by the same parser under its own name: every
+ * message names build.network..., never the create's field. */
+static void network_refused(const char *text, const char *needle) {
+        json_t *j = parse(text), *ret = NULL;
+        ApiError e = { 0 };
+        if (request_parse_network(j, "build.network", &ret, &e) == 0)
+                fail_msg("accepted: %s", text);
+        assert_int_equal(e.status, 400);
+        if (!strstr(e.message, needle))
+                fail_msg("'%s' does not name '%s' (body %s)", e.message, needle, text);
+        if (strstr(e.message, " network") || strncmp(e.message, "network", 7) == 0)
+                fail_msg("'%s' names the create's field", e.message);
+        assert_null(ret);
+        json_decref(j);
+}
+
+static void test_network_under_another_field(void **state) {
+        network_refused("{\"internet\":1}", "build.network.internet must be a boolean");
+        network_refused("{\"allow\":[\"a b\"]}", "build.network.allow[0] is not a host pattern");
+        network_refused("{\"deny\":[\"ok.com\",\"*\"]}", "build.network.deny[1]");
+        network_refused("{\"allow\":\"x\"}", "build.network.allow must be");
+        network_refused("{\"proxy\":true}", "unknown field build.network.proxy");
+        json_t *j = json_array(), *ret = NULL;
+        ApiError e = { 0 };
+        assert_int_equal(request_parse_network(j, "build.network", &ret, &e), -EINVAL);
+        assert_string_equal(e.message, "build.network must be an object, not an array");
+        json_decref(j);
+        j = parse("{\"allow\":[\"PyPI.org\"]}");
+        assert_int_equal(request_parse_network(j, "build.network", &ret, &e), 0);
+        assert_true(json_is_true(json_object_get(ret, "internet")));
+        assert_string_equal(json_string_value(json_array_get(json_object_get(ret, "allow"), 0)), "pypi.org");
+        json_decref(ret);
+        json_decref(j);
+        /* None given: no network, in the stored form. */
+        assert_int_equal(request_parse_network(NULL, "build.network", &ret, &e), 0);
+        assert_false(json_is_true(json_object_get(ret, "internet")));
+        assert_int_equal(json_array_size(json_object_get(ret, "allow")), 0);
+        json_decref(ret);
+}
+
 static void exec_refused(const char *text, const char *needle) {
         json_t *j = parse(text);
         ExecRequest x;
@@ -752,7 +792,8 @@ int main(void) {
                 cmocka_unit_test(test_create_client_fields),
                 cmocka_unit_test(test_create_volumes),
                 cmocka_unit_test(test_wake_body),  cmocka_unit_test(test_create_bounds),
-                cmocka_unit_test(test_create_counts), cmocka_unit_test(test_exec),
+                cmocka_unit_test(test_create_counts), cmocka_unit_test(test_network_under_another_field),
+                cmocka_unit_test(test_exec),
                 cmocka_unit_test(test_paths),        cmocka_unit_test(test_file_ops),
                 cmocka_unit_test(test_base64),       cmocka_unit_test(test_process_parsers),
         };

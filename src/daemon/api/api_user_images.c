@@ -21,6 +21,7 @@
 #include "common/timeutil.h"
 #include "daemon/http/request.h"
 #include "daemon/manager/images.h"
+#include "daemon/manager/keys.h"
 #include "daemon/manager/oci_pull.h"
 #include "daemon/manager/user_images.h"
 #include "daemon/model/image_start.h"
@@ -53,13 +54,14 @@ static json_t *image_json(Req *r, const ImageRow *row) {
         if (!labels)
                 labels = json_object_get(doc, "labels");
         json_t *size = json_object_get(doc, "sizeBytes");
-        return json_pack("{s:s,s:s,s:I,s:s,s:s?,s:o,s:O,s:O,s:O?,s:O?,s:O?,s:o,s:o,s:O?,s:O?,s:O*}", "id", row->id, "name",
+        return json_pack("{s:s,s:s,s:I,s:s,s:s?,s:o,s:O,s:O,s:O?,s:O?,s:O?,s:o,s:o,s:O?,s:O?,s:O*,s:O*}", "id", row->id, "name",
                          row->name, "version", (json_int_t)row->version, "state", row->state, "error", row->error,
                          "tags", tags ? tags : json_array(), "labels", labels ? labels : json_object(), "config",
                          config ? config : json_object(), "from", json_object_get(doc, "from"), "base",
                          json_object_get(doc, "base"), "snapshotId", json_object_get(doc, "snapshot"), "createdAt",
                          time_json(row->created_at), "finishedAt", time_json(row->finished_at), "sizeBytes", size,
-                         "buildMs", json_object_get(doc, "buildMs"), "start", json_object_get(doc, "start"));
+                         "buildMs", json_object_get(doc, "buildMs"), "start", json_object_get(doc, "start"), "build",
+                         json_object_get(doc, "build"));
 }
 
 static int not_found(const char *what, ApiError *e) {
@@ -215,6 +217,53 @@ static int parse_context(json_t *ctx, ImageBuildRequest *q, ApiError *e) {
         return 0;
 }
 
+/* The build's sandbox: its shape, its time and its egress policy, within
+ * what a sandbox of the key may have. The network is a create's, read by
+ * the create's own parser: none unless given. */
+static int parse_build_shape(Req *r, json_t *build, ImageBuildRequest *q, ApiError *e) {
+        static const char *const fields[] = { "vcpu", "memoryMiB", "diskMiB", "timeoutSeconds", "network", NULL };
+        const DaemonConfig *cfg = r->app->cfg;
+        /* A trial key's build is a trial sandbox: no larger than its create
+         * may ask for (and its egress, web ports only, the proxy's). */
+        unsigned max_vcpu = cfg->max_vcpu, max_memory = cfg->max_memory_mib;
+        if (r->key.trial && max_vcpu > KEYS_TRIAL_VCPU_MAX)
+                max_vcpu = KEYS_TRIAL_VCPU_MAX;
+        if (r->key.trial && max_memory > KEYS_TRIAL_MEMORY_MAX_MIB)
+                max_memory = KEYS_TRIAL_MEMORY_MAX_MIB;
+        q->vcpu = BUILD_DEFAULT_VCPU;
+        q->memory_mib = BUILD_DEFAULT_MEMORY_MIB < max_memory ? BUILD_DEFAULT_MEMORY_MIB : max_memory;
+        q->disk_mib = BUILD_DEFAULT_DISK_MIB < cfg->max_disk_mib ? BUILD_DEFAULT_DISK_MIB : cfg->max_disk_mib;
+        unsigned timeout = BUILD_DEFAULT_TIMEOUT_S;
+        json_t *net = NULL;
+        if (build && !json_is_null(build)) {
+                const char *k;
+                json_t *v;
+                if (!json_is_object(build))
+                        return api_error(e, 400, "invalid_request", NULL, "build must be an object");
+                json_object_foreach(build, k, v) {
+                        bool ok = false;
+                        for (size_t i = 0; fields[i] && !ok; i++)
+                                ok = strcmp(k, fields[i]) == 0;
+                        if (!ok)
+                                return api_error(e, 400, "invalid_request", "build takes vcpu, memoryMiB, diskMiB, "
+                                                 "timeoutSeconds and network", "unknown field build.%.64s", k);
+                }
+                if (uint_field(build, "vcpu", 1, max_vcpu, &q->vcpu, e) < 0 ||
+                    uint_field(build, "memoryMiB", 128, max_memory, &q->memory_mib, e) < 0 ||
+                    uint_field(build, "diskMiB", 256, cfg->max_disk_mib, &q->disk_mib, e) < 0 ||
+                    uint_field(build, "timeoutSeconds", 10, BUILD_MAX_TIMEOUT_S, &timeout, e) < 0)
+                        return -EINVAL;
+                net = json_object_get(build, "network");
+                if (json_is_null(net))
+                        net = NULL;
+        }
+        q->timeout_seconds = timeout;
+        int rc = request_parse_network(net, "build.network", &q->network, e);
+        if (rc == -ENOMEM)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        return rc < 0 ? -EINVAL : 0;
+}
+
 static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         static const char *const known[] = { "dockerfile", "context",  "dockerignore", "target", "buildArgs", "name",
                                              "tags",       "labels",   "env",          "build",  "cache",     "region",
@@ -327,26 +376,8 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         json_t *ctx = json_object_get(r->json, "context");
         if (ctx && !json_is_null(ctx) && parse_context(ctx, q, e) < 0)
                 return -EINVAL;
-        const DaemonConfig *cfg = r->app->cfg;
-        q->vcpu = BUILD_DEFAULT_VCPU;
-        q->memory_mib = BUILD_DEFAULT_MEMORY_MIB < cfg->max_memory_mib ? BUILD_DEFAULT_MEMORY_MIB : cfg->max_memory_mib;
-        q->disk_mib = BUILD_DEFAULT_DISK_MIB < cfg->max_disk_mib ? BUILD_DEFAULT_DISK_MIB : cfg->max_disk_mib;
-        unsigned timeout = BUILD_DEFAULT_TIMEOUT_S;
-        json_t *build = json_object_get(r->json, "build");
-        if (build && !json_is_null(build)) {
-                if (!json_is_object(build))
-                        return api_error(e, 400, "invalid_request", NULL, "build must be an object");
-                json_object_foreach(build, k, v) if (strcmp(k, "vcpu") != 0 && strcmp(k, "memoryMiB") != 0 &&
-                                                      strcmp(k, "diskMiB") != 0 && strcmp(k, "timeoutSeconds") != 0)
-                        return api_error(e, 400, "invalid_request", "build takes vcpu, memoryMiB, diskMiB and "
-                                         "timeoutSeconds", "unknown field build.%.64s", k);
-                if (uint_field(build, "vcpu", 1, cfg->max_vcpu, &q->vcpu, e) < 0 ||
-                    uint_field(build, "memoryMiB", 128, cfg->max_memory_mib, &q->memory_mib, e) < 0 ||
-                    uint_field(build, "diskMiB", 256, cfg->max_disk_mib, &q->disk_mib, e) < 0 ||
-                    uint_field(build, "timeoutSeconds", 10, BUILD_MAX_TIMEOUT_S, &timeout, e) < 0)
-                        return -EINVAL;
-        }
-        q->timeout_seconds = timeout;
+        if (parse_build_shape(r, json_object_get(r->json, "build"), q, e) < 0)
+                return -EINVAL;
         if (!q->name || !q->tags)
                 return api_error(e, 500, "internal", NULL, "out of memory");
         return 0;

@@ -411,10 +411,15 @@ int request_parse_network(json_t *v, const char *field, json_t **ret, ApiError *
          * is stored in its normal form (lower case, no trailing dot). */
         EgressPolicy *p = NULL;
         char err[256] = "";
-        if (egress_policy_parse(n, &p, err, sizeof(err)) < 0)
+        if (egress_policy_parse(n, &p, err, sizeof(err)) < 0) {
+                /* Its messages say "network.allow[i]": under another field
+                 * (a build's), the field as the client named it. */
+                const char *msg = err[0] ? err : "invalid network policy";
+                bool named = strncmp(msg, "network", 7) == 0;
                 return api_error(e, 400, "invalid_request",
-                                 "patterns are example.org, *.example.org, example.org:8443 or an IP address",
-                                 "%s", err[0] ? err : "invalid network policy");
+                                 "patterns are example.org, *.example.org, example.org:8443 or an IP address", "%s%s",
+                                 named ? field : "", named ? msg + 7 : msg);
+        }
         json_t *norm = egress_policy_to_json(p);
         egress_policy_free(p);
         if (!norm)

@@ -82,6 +82,10 @@ void user_images_collect_trees(UserImages *u, const char *owner);
 /* The build log's file of image id (malloc'ed; NULL on ENOMEM). */
 char *user_images_log_path(UserImages *u, const char *id);
 bool user_images_id_ok(const char *s);
+/* The image record's "build": the sandbox a build ran in, {vcpu,
+ * memoryMiB, diskMiB, timeoutSeconds, network} (user_images_records.c).
+ * NULL when out of memory. */
+json_t *user_images_build_json(const ImageBuildRequest *req);
 
 /* ---- a build (user_images.c), and its cache (user_images_cache.c) ---- */
 

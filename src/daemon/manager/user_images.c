@@ -54,6 +54,7 @@ void image_build_request_done(ImageBuildRequest *r) {
         json_decref(r->env);
         json_decref(r->chunks);
         json_decref(r->start);
+        json_decref(r->network);
         if (r->import_path)
                 unlink(r->import_path);
         free(r->import_path);
@@ -215,7 +216,12 @@ static int run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, 
         SandboxError se;
         if (sandbox_acquire(b->u->m, &b->job->key, b->sandbox_id, &sb, &se) < 0)
                 return build_fail(b, "the build's sandbox is gone: %s", se.message);
-        _cleanup_json_ json_t *req = agent_req_exec(NULL, argv, cwd, env, timeout_ms, false);
+        /* Under the step's env, the sandbox's own (the egress proxy's
+         * variables), as under an exec's: its network is the build's. */
+        _cleanup_json_ json_t *base = sandbox_env(sb);
+        _cleanup_json_ json_t *all = base ? json_deep_copy(base) : json_object();
+        _cleanup_json_ json_t *req = all && json_object_update(all, env) == 0
+                                             ? agent_req_exec(NULL, argv, cwd, all, timeout_ms, false) : NULL;
         ChanStream *s = NULL;
         int r = req ? agent_req_set_user(req, root) : -ENOMEM;
         if (r == 0 && sync && json_object_set_new(req, "syncAfter", json_true()) < 0)
@@ -1050,14 +1056,18 @@ static void global_args(Build *b) {
 }
 
 /* The stage's sandbox: started from the last layer found, else from its
- * FROM, with no network and the build's shape; the context sent. */
+ * FROM, with the build's network and shape; the context sent. */
 static int stage_sandbox(Build *b) {
         UserImages *u = b->u;
         Job *job = b->job;
         const ImageBuildRequest *req = &job->req;
         const char *snap = b->layer_snap ? b->layer_snap : b->base_snap;
         int r;
-        /* The sandbox: the FROM image, no network, the build's shape. */
+        /* The sandbox: the FROM image, the build's egress policy (none
+         * unless asked for) and shape. The owner's egress secrets are not
+         * its: a step's output is kept in layers and images that any later
+         * build of the owner's reuses, so no step sees a placeholder or
+         * has a value written into its requests. */
         CreateRequest cr = { 0 };
         sandbox_spec_init(&cr.spec);
         free(cr.spec.image);
@@ -1068,15 +1078,16 @@ static int stage_sandbox(Build *b) {
         cr.spec.timeout_seconds = req->timeout_seconds + 300;
         cr.spec.on_lease_end = LEASE_END_DELETE;
         cr.spec.pausable = false;
-        json_decref(cr.spec.network);
-        cr.spec.network = json_pack("{s:b,s:[],s:[]}", "internet", false, "allow", "deny");
+        cr.spec.network = req->network ? json_deep_copy(req->network)
+                                       : json_pack("{s:b,s:[],s:[]}", "internet", false, "allow", "deny");
+        cr.spec.secrets = json_array();
         cr.labels = json_pack("{s:s}", "runtime.imageBuild", job->id);
         cr.run_as_root = true;
         _cleanup_free_ char *restore = snap ? snapshot_store_dir(u->snapshots, snap) : NULL;
         cr.restore_dir = restore;
         SandboxRow row;
         SandboxError se;
-        if (!cr.spec.image || !cr.spec.network || !cr.labels || (snap && !restore)) {
+        if (!cr.spec.image || !cr.spec.network || !cr.spec.secrets || !cr.labels || (snap && !restore)) {
                 create_request_done(&cr);
                 return build_fail(b, "out of memory");
         }
@@ -1284,8 +1295,13 @@ static void build_job(UserImages *u, Job *job) {
                 }
         drop_sandbox(&b);
         int64_t ms = (int64_t)time_now_mono_ms() - t0;
-        if (r == 0 && (r = image_start_of(&job->req, doc)) < 0)
+        /* A cache hit's doc is the earlier build's: the record says what
+         * this one asked for. */
+        if (r == 0 && (image_start_of(&job->req, doc) < 0 ||
+                       json_object_set_new(doc, "build", user_images_build_json(&job->req)) < 0)) {
+                r = -ENOMEM;
                 snprintf(b.error, sizeof b.error, "out of memory");
+        }
         if (r == 0) {
                 json_object_set_new(doc, "buildMs", json_integer(ms));
                 _cleanup_free_ char *text = json_dumps(doc, JSON_COMPACT);
@@ -1448,7 +1464,8 @@ int user_images_build(UserImages *u, const KeyInfo *key, ImageBuildRequest *req,
         }
         c->queued++;
         pthread_mutex_unlock(&u->lock);
-        _cleanup_json_ json_t *doc = json_pack("{s:O?,s:O?}", "labels", j->req.labels, "buildArgs", j->req.build_args);
+        _cleanup_json_ json_t *doc = json_pack("{s:O?,s:O?,s:o}", "labels", j->req.labels, "buildArgs",
+                                               j->req.build_args, "build", user_images_build_json(&j->req));
         _cleanup_free_ char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
         ImageRow row = { .owner = (char *)key->owner, .name = j->name, .doc = text, .created_at = time_now_unix() };
         snprintf(row.id, sizeof row.id, "%s", j->id);

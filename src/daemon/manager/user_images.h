@@ -2,7 +2,8 @@
 /*
  * The images users build from Dockerfiles (docs/images.md). A build is
  * untrusted code: it runs in a sandbox of its owner's, started from the
- * FROM image with no network, each RUN an exec of the agent, each COPY the
+ * FROM image with the build's own egress policy (none unless the request
+ * gives one), each RUN an exec of the agent, each COPY the
  * build context's files (unpacked into the sandbox by the agent's bounded
  * unarchive, which refuses names and links that leave it) copied by the
  * sandbox itself. The result is a disk snapshot of the sandbox, kept with no
@@ -60,6 +61,10 @@ typedef struct ImageBuildRequest {
         bool no_cache;              /* "cache": false: every step runs */
         unsigned vcpu, memory_mib, disk_mib;
         int64_t timeout_seconds;
+        /* The build sandbox's egress policy as a create's network is
+         * normalized ({internet, allow, deny}); NULL: no network. Not part
+         * of the cache key (docs/images.md, "The build's network"). */
+        json_t *network;
         /* An uploaded OCI layout or docker save archive the first FROM
          * is (the file is the request's: removed with it), or NULL. */
         char *import_path;

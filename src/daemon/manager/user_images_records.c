@@ -17,6 +17,14 @@
 
 /* ---- records ---- */
 
+json_t *user_images_build_json(const ImageBuildRequest *req) {
+        _cleanup_json_ json_t *none = req->network ? NULL : json_pack("{s:b,s:[],s:[]}", "internet", false, "allow",
+                                                                       "deny");
+        return json_pack("{s:I,s:I,s:I,s:I,s:O}", "vcpu", (json_int_t)req->vcpu, "memoryMiB",
+                         (json_int_t)req->memory_mib, "diskMiB", (json_int_t)req->disk_mib, "timeoutSeconds",
+                         (json_int_t)req->timeout_seconds, "network", req->network ? req->network : none);
+}
+
 int user_images_get(UserImages *u, const char *owner, const char *id, ImageRow *ret) {
         if (!user_images_id_ok(id))
                 return -ENOENT;

@@ -143,9 +143,10 @@ class ImagesOps:
                idempotency_key: Optional[str] = None) -> Dict[str, Any]:
         """Queues a build; the image, state ``queued``. ``dockerfile``, or ``image``: a registry's
         image as it is (``python:3.12-slim``, ``host:port/repo@sha256:...``). ``build`` takes
-        ``vcpu``, ``memory_mib``, ``disk_mib`` and ``timeout_seconds``. A build made before is a
-        new version sharing its disk (its steps logged ``CACHED``); ``cache=False`` runs every
-        step. ``start`` sets what a sandbox from the image runs: ``command`` and ``ready_port``
+        ``vcpu``, ``memory_mib``, ``disk_mib``, ``timeout_seconds`` and ``network`` (a sandbox's
+        ``{"internet", "allow", "deny"}``: what the steps may reach; none unless given). A build
+        made before is a new version sharing its disk (its steps logged ``CACHED``);
+        ``cache=False`` runs every step. ``start`` sets what a sandbox from the image runs: ``command`` and ``ready_port``
         or ``ready_command``, ``ready_timeout_seconds``; ``no_start=True`` keeps none (not even
         the Dockerfile's CMD and HEALTHCHECK)."""
         if (dockerfile is None) == (image is None):
