@@ -2,15 +2,17 @@
 `POST /v1/images`, a sandbox create's `network` read by the create's own parser, on a daemon of
 this module per driver (namespace and gVisor) whose builds run on that driver.
 
-No traffic leaves the machine: the upstream is an EchoServer of egress_servers.py on 127.0.0.1,
-reached under the names echo.test and other.test that the daemon maps with
---egress-test-upstream, as test_egress.py does. A RUN that fetches from an allowed host makes an
-image holding what it fetched; the same build without the policy hits the cache (the policy is
-not in the key, as Docker's network is not in its) and with `cache: false` fails its RUN, the
-step named; a host off the list and a denied host are refused by the proxy; a trial key's build
-reaches web ports only and is no larger than its sandboxes; bad values are 400 naming
-`build.network...` with the create's own words; the published client and ours pass
-`build={"network": ...}` through."""
+No traffic leaves the machine: the upstreams are EchoServers of egress_servers.py on 127.0.0.1,
+reached under the names echo.test and other.test (plain HTTP) and api.test (HTTPS, a test CA's)
+that the daemon maps with --egress-test-upstream, as test_egress.py does.
+
+A RUN that fetches from an allowed host makes an image holding what it fetched; the same build
+without the policy hits the cache (the policy is not in the key, as Docker's network is not in
+its) and with `cache: false` fails its RUN, the step named; a host off the list and a denied host
+are refused by the proxy; the owner's egress secret is never substituted in a build's request,
+nor its placeholder in a step's env; a trial key's build reaches web ports only and is no larger
+than its sandboxes; bad values are 400 naming `build.network...` in the create's own words; the
+published client and ours pass `build={"network": ...}` through."""
 from __future__ import annotations
 
 import json
@@ -23,17 +25,18 @@ import httpx
 import pytest
 
 from conftest import _finish_daemon, _need_root
-from egress_servers import EchoServer
+from egress_servers import EchoServer, TestCa
 from helpers import REPO, Api, Daemon, DaemonError, skip_unless_driver, wait_until
 
 NONE = {"internet": False, "allow": [], "deny": []}
 
 
 class Net:
-    """A daemon whose builds run on one driver, and the upstream its sandboxes may be let reach."""
+    """A daemon whose builds run on one driver, and the upstreams its sandboxes may be let reach:
+    echo (plain HTTP, echo.test and other.test) and tls (HTTPS, api.test, a test CA's)."""
 
-    def __init__(self, daemon: Daemon, echo: EchoServer, driver: str):
-        self.daemon, self.echo, self.driver = daemon, echo, driver
+    def __init__(self, daemon: Daemon, echo: EchoServer, tls: EchoServer, driver: str):
+        self.daemon, self.echo, self.tls, self.driver = daemon, echo, tls, driver
 
     def paths(self) -> list[str]:
         return [r["path"] for r in self.echo.seen()]
@@ -44,8 +47,11 @@ def net(request, build_dir, image_dir, tmp_path_factory):
     _need_root()
     driver = request.param
     tmp = tmp_path_factory.mktemp(f"imgnet-{driver}")
+    ca = TestCa(tmp / "ca", "runtime image network tests CA")
     echo = EchoServer().start()
-    args = ["--driver", driver]
+    tls = EchoServer(tls=ca.leaf("api", ["api.test"])).start()
+    args = ["--driver", driver, "--egress-extra-ca", str(ca.cert_path),
+            "--egress-test-upstream", f"api.test=127.0.0.1:{tls.port}"]
     for name in ("echo.test", "other.test"):
         args += ["--egress-test-upstream", f"{name}=127.0.0.1:{echo.port}"]
     d = Daemon(build_dir, image_dir, tmp / "state", f"runtime-test-{os.getpid()}-imgnet-{driver}",
@@ -54,21 +60,24 @@ def net(request, build_dir, image_dir, tmp_path_factory):
         d.start()
     except DaemonError as err:
         echo.stop()
+        tls.stop()
         if "driver" in str(err):
             pytest.skip(f"driver {driver}: the daemon does not start with it: {str(err)[-300:]}")
         pytest.fail(str(err), pytrace=False)
     try:
         skip_unless_driver(d, driver)
-        yield Net(d, echo, driver)
+        yield Net(d, echo, tls, driver)
     finally:
         _finish_daemon(d)
         echo.stop()
+        tls.stop()
 
 
 @pytest.fixture
 def napi(net):
     c = Api(net.daemon, timeout=300)
     net.echo.clear()
+    net.tls.clear()
     yield c
     for image in c.get("/v1/images", params={"limit": 100}).json().get("data", []):
         c.post(f"/v1/images/{image['id']}:delete", json={})
@@ -155,6 +164,43 @@ def test_hosts_off_the_list_and_denied_hosts_are_refused(net, napi):
     assert image["build"]["network"] == {"internet": True, "allow": [], "deny": ["other.test"]}, image
     assert "runtime egress: other.test:80 refused" in _log(napi, image["id"])
     assert f"/{marker}b-1" in net.paths() and f"/{marker}b-2" not in net.paths(), net.paths()
+
+
+SECRET_VALUE = "sk-live-0123456789abcdefBUILDSECRET"
+
+
+def test_a_build_gets_no_egress_secret(net, napi):
+    """The owner's secret for api.test is substituted for its placeholder in a sandbox's request
+    (the control) but never in a build's, even one that sends the placeholder, which the key can
+    read: no placeholder is in a step's environment and the value never reaches the upstream."""
+    r = napi.put("/v1/egress-secrets/BUILD_TOKEN", json={"value": SECRET_VALUE, "hosts": ["api.test"]})
+    assert r.status_code in (200, 201), r.text
+    placeholder = r.json()["placeholder"]
+    try:
+        sbx = napi.create_sandbox(driver=net.driver, network={"allow": ["api.test"]})
+        out = sbx.exec(f"curl -fsS -H 'Authorization: Bearer {placeholder}' https://api.test/control")
+        assert out["exitCode"] == 0, out
+        headers = {k.lower(): v for k, v in net.tls.seen()[-1]["headers"]}
+        assert headers["authorization"] == f"Bearer {SECRET_VALUE}", net.tls.seen()
+        # The build: the placeholder sent by hand. Without a secret in scope the proxy tunnels
+        # (no interception, so the upstream's own certificate: -k), and the placeholder arrives.
+        assert sbx.run("printenv BUILD_TOKEN").strip() == placeholder
+        dockerfile = ("FROM default\nRUN env > /opt/env.txt\n"
+                      f"RUN curl -fsSk -H 'Authorization: Bearer {placeholder}' https://api.test/build "
+                      "-o /opt/seen.json\n")
+        image = _build(napi, dockerfile, build={"network": {"allow": ["api.test"]}})
+        assert image["state"] == "ready", image
+        # The step's environment: the proxy's variables, no placeholder.
+        built = napi.create_sandbox(driver=net.driver, image=image["id"])
+        env = dict(l.split("=", 1) for l in built.run("cat /opt/env.txt").splitlines() if "=" in l)
+        assert env.get("HTTPS_PROXY", "").startswith("http://127.0.0.1:"), env
+        assert "BUILD_TOKEN" not in env and placeholder not in json.dumps(env), env
+        seen = net.tls.seen()
+        assert [r["path"] for r in seen] == ["/control", "/build"], seen
+        assert SECRET_VALUE not in json.dumps(seen[-1]), seen[-1]
+        assert {k.lower(): v for k, v in seen[-1]["headers"]}["authorization"] == f"Bearer {placeholder}"
+    finally:
+        napi.delete("/v1/egress-secrets/BUILD_TOKEN")
 
 
 # What the parser of a create's `network` says of each: the build's names the field build.network.
