@@ -18,7 +18,8 @@
 #include "cli/parse.h"
 #include "common/macro.h"
 
-static const char build_usage[] = "[--force] [NAME] | -f DOCKERFILE -t NAME[:TAG] DIR";
+static const char build_usage[] =
+        "[--force] [NAME] | -f DOCKERFILE -t NAME[:TAG] [--internet] [--allow HOST] [--deny HOST] DIR";
 static const char build_help[] =
         "Builds the image NAME, default, minimal, analysis or desktop (default: default),\n"
         "from Debian's archive, a few minutes, printing its steps as they happen (debootstrap's\n"
@@ -28,16 +29,22 @@ static const char build_help[] =
         "With -t, builds an image of your own instead (docs/images.md): DIR is packed as\n"
         "its build context (tar, leaving out .git and what DIR/.dockerignore names as tar's\n"
         "--exclude-from reads it), the chunks runtimed lacks are sent, and the build's log\n"
-        "is printed as it happens.\n\n"
+        "is printed as it happens. Its steps reach no host unless --internet or --allow says so\n"
+        "(the build's network, as a sandbox's; not part of the build cache's key).\n\n"
         "Options:\n"
         "  --force            build again even when the image is up to date\n"
         "  -f, --file PATH    the Dockerfile (default: DIR/Dockerfile)\n"
-        "  -t, --tag NAME[:TAG]  the image's name, and its tag (default: latest)\n\n"
+        "  -t, --tag NAME[:TAG]  the image's name, and its tag (default: latest)\n"
+        "  --internet         let the steps reach any public host on ports 80 and 443\n"
+        "  --allow HOST       let them reach HOST only (example.com, *.example.com, host:port;\n"
+        "                     repeatable)\n"
+        "  --deny HOST        never let them reach HOST (repeatable)\n\n"
         "Examples:\n"
         "  runtime image build\n"
         "  runtime image build analysis\n"
         "  runtime image build desktop\n"
-        "  runtime image build -t app:v1 .\n";
+        "  runtime image build -t app:v1 .\n"
+        "  runtime image build --allow pypi.org --allow files.pythonhosted.org -t app .\n";
 
 typedef struct BuildOutcome {
         bool json, done, failed;
@@ -204,7 +211,9 @@ static char *split_tag(const char *ref, const char **ret_tag) {
         return name;
 }
 
-static int build_dockerfile(CliContext *ctx, const char *file, const char *tag, const char *dir) {
+/* network: the build's {internet, allow, deny} as the flags gave it, or
+ * NULL (none); the daemon is the judge of the patterns. */
+static int build_dockerfile(CliContext *ctx, const char *file, const char *tag, const char *dir, json_t *network) {
         _cleanup_client_ Client *c = NULL;
         const char *t;
         _cleanup_free_ char *name = split_tag(tag, &t), *path = NULL, *text = NULL, *archive = NULL;
@@ -234,10 +243,11 @@ static int build_dockerfile(CliContext *ctx, const char *file, const char *tag, 
         _cleanup_json_ json_t *context = NULL, *image = NULL;
         if ((r = send_context(c, archive, len, &context, &e)) < 0)
                 return r == -ENOMEM || r == -EIO ? cli_fail("sending the build context failed") : cli_error_print(&e);
-        r = client_json(c, "POST", "/v1/images",
-                        json_pack("{s:s,s:s,s:[s],s:O}", "dockerfile", text, "name", name, "tags", t, "context",
-                                  context),
-                        &image, &e);
+        json_t *body = json_pack("{s:s,s:s,s:[s],s:O}", "dockerfile", text, "name", name, "tags", t, "context",
+                                 context);
+        if (body && network && json_object_set_new(body, "build", json_pack("{s:O}", "network", network)) < 0)
+                json_decref(TAKE_PTR(body));
+        r = client_json(c, "POST", "/v1/images", body, &image, &e);
         if (r < 0)
                 return cli_error_print(&e);
         return follow_build(ctx, c, image, name, t);
@@ -276,9 +286,13 @@ int cmd_image_build(CliContext *ctx, int argc, char **argv) {
                 {"file", required_argument, NULL, 'f'},
                 {"tag", required_argument, NULL, 't'},
                 {"json", no_argument, NULL, 'j'},
+                {"internet", no_argument, NULL, 'i'},
+                {"allow", required_argument, NULL, 'a'},
+                {"deny", required_argument, NULL, 'd'},
                 {NULL, 0, NULL, 0},
         };
         const char *file = NULL, *tag = NULL;
+        _cleanup_json_ json_t *network = NULL;
         _cleanup_client_ Client *c = NULL;
         BuildOutcome o = {.json = ctx->json};
         const char *name = "default";
@@ -300,15 +314,30 @@ int cmd_image_build(CliContext *ctx, int argc, char **argv) {
                         tag = optarg;
                 else if (ch == 'j')
                         o.json = ctx->json = true;
-                else
+                else if (ch == 'i' || ch == 'a' || ch == 'd') {
+                        if (!network && !(network = json_pack("{s:b,s:[],s:[]}", "internet", false, "allow", "deny")))
+                                return cli_fail("out of memory");
+                        json_t *host = ch == 'i' ? NULL : json_string(optarg);
+                        if (ch == 'i')
+                                json_object_set_new(network, "internet", json_true());
+                        else if (!host)
+                                return cli_usage_error("image build", build_usage, "'%.80s' is not a host pattern",
+                                                       optarg);
+                        else if (json_array_append_new(json_object_get(network, ch == 'a' ? "allow" : "deny"),
+                                                       host) < 0)
+                                return cli_fail("out of memory");
+                } else
                         return cli_usage_error("image build", build_usage, "unknown option '%s'",
                                                argv[optind - 1]);
         }
         if (tag || file) {
                 if (!tag || argc - optind != 1)
                         return cli_usage_error("image build", build_usage, "give -t NAME[:TAG] and one DIR");
-                return build_dockerfile(ctx, file, tag, argv[optind]);
+                return build_dockerfile(ctx, file, tag, argv[optind], network);
         }
+        if (network)
+                return cli_usage_error("image build", build_usage,
+                                       "--internet, --allow and --deny are for -t builds");
         if (argc - optind > 1)
                 return cli_usage_error("image build", build_usage, "too many arguments");
         if (argc - optind == 1)

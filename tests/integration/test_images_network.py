@@ -295,3 +295,33 @@ def test_the_published_client_and_ours_pass_the_network(net, napi, published_cli
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {"state": "ready", "build": want}, r.stdout
     assert f"/{marker}-pub" in net.paths() and f"/{marker}-ours" in net.paths(), net.paths()
+
+
+@pytest.mark.driver_independent
+def test_the_cli_builds_with_a_network(net, napi, build_dir, tmp_path):
+    """runtime image build --allow HOST (--deny, --internet) -t NAME DIR: the steps reach HOST;
+    without it the same fetch fails its step; the flags without -t are a usage error."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    marker = uuid.uuid4().hex
+    (ctx / "Dockerfile").write_text(_fetch(marker + "-cli"))
+    env = {"PATH": "/usr/bin:/bin", **net.daemon.env()}
+    name = _name("cli")
+
+    def run(*args):
+        return subprocess.run([str(build_dir / "runtime"), "image", "build", *args], env=env,
+                              capture_output=True, text=True, timeout=300)
+    r = run("--allow", "echo.test", "--deny", "other.test", "-t", f"{name}:v1", str(ctx))
+    assert r.returncode == 0 and f"image {name}:v1 is ready" in r.stderr, r.stderr + r.stdout
+    image = napi.get("/v1/images/resolve", params={"ref": f"{name}:v1"}).json()
+    assert image["build"]["network"] == {"internet": True, "allow": ["echo.test"], "deny": ["other.test"]}, image
+    assert f"/{marker}-cli" in net.paths(), net.paths()
+    (ctx / "Dockerfile").write_text(_fetch(marker + "-none"))
+    r = run("-t", f"{name}:v2", str(ctx))
+    assert r.returncode != 0 and "step 2/2 (line 2, RUN): the command returned a non-zero code" in r.stderr, \
+        r.stderr
+    assert f"/{marker}-none" not in net.paths(), net.paths()
+    r = run("--allow", "not a host!", "-t", f"{name}:v3", str(ctx))
+    assert r.returncode != 0 and "build.network.allow[0] is not a host pattern" in r.stderr, r.stderr
+    r = run("--internet", "default")
+    assert r.returncode == 2 and "are for -t builds" in r.stderr, r.stderr
