@@ -851,3 +851,23 @@ int tar_create(int dir_fd, const char *const *exclude, size_t n_exclude, TarWrit
         free(w.buf);
         return k;
 }
+
+int tar_write_entry(TarWriteFn write_fn, void *userdata, const char *name, char type, unsigned mode, const void *data,
+                    size_t len) {
+        if ((type != '0' && type != '5') || (type == '5' && len) || strlen(name) > NAME_MAX_BYTES)
+                return -EINVAL;
+        Writer w = { .write_fn = write_fn, .userdata = userdata };
+        int k = emit_header(&w, name, type, mode, len, 0, NULL);
+        if (k == 0 && len)
+                k = write_fn(userdata, data, len);
+        if (k == 0 && len % BLOCK) {
+                uint8_t pad[BLOCK] = { 0 };
+                k = write_fn(userdata, pad, BLOCK - len % BLOCK);
+        }
+        return k;
+}
+
+int tar_write_end(TarWriteFn write_fn, void *userdata) {
+        uint8_t end[2 * BLOCK] = { 0 };
+        return write_fn(userdata, end, sizeof(end));
+}

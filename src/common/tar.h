@@ -47,3 +47,11 @@ void tar_extract_free(TarExtract *x);
  * left out. */
 typedef int (*TarWriteFn)(void *userdata, const void *buf, size_t n);
 int tar_create(int dir_fd, const char *const *exclude, size_t n_exclude, TarWriteFn write_fn, void *userdata);
+
+/* One member written to write_fn, for archives made in memory: a regular
+ * file ('0') of mode with its len bytes, or a directory ('5', no data); no
+ * owner, time 0; a name past 100 bytes in a pax header. tar_write_end
+ * ends the archive. */
+int tar_write_entry(TarWriteFn write_fn, void *userdata, const char *name, char type, unsigned mode, const void *data,
+                    size_t len);
+int tar_write_end(TarWriteFn write_fn, void *userdata);

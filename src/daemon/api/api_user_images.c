@@ -24,6 +24,7 @@
 #include "daemon/manager/keys.h"
 #include "daemon/manager/oci_pull.h"
 #include "daemon/manager/user_images.h"
+#include "daemon/model/image_recipe.h"
 #include "daemon/model/image_start.h"
 
 #define BUILD_DEFAULT_VCPU 1u
@@ -54,14 +55,15 @@ static json_t *image_json(Req *r, const ImageRow *row) {
         if (!labels)
                 labels = json_object_get(doc, "labels");
         json_t *size = json_object_get(doc, "sizeBytes");
-        return json_pack("{s:s,s:s,s:I,s:s,s:s?,s:o,s:O,s:O,s:O?,s:O?,s:O?,s:o,s:o,s:O?,s:O?,s:O*,s:O*}", "id", row->id, "name",
+        return json_pack("{s:s,s:s,s:I,s:s,s:s?,s:o,s:O,s:O,s:O?,s:O?,s:O?,s:o,s:o,s:O?,s:O?,s:O*,s:O*,s:O*}", "id", row->id,
+                         "name",
                          row->name, "version", (json_int_t)row->version, "state", row->state, "error", row->error,
                          "tags", tags ? tags : json_array(), "labels", labels ? labels : json_object(), "config",
                          config ? config : json_object(), "from", json_object_get(doc, "from"), "base",
                          json_object_get(doc, "base"), "snapshotId", json_object_get(doc, "snapshot"), "createdAt",
                          time_json(row->created_at), "finishedAt", time_json(row->finished_at), "sizeBytes", size,
                          "buildMs", json_object_get(doc, "buildMs"), "start", json_object_get(doc, "start"), "build",
-                         json_object_get(doc, "build"));
+                         json_object_get(doc, "build"), "recipe", json_object_get(doc, "recipe"));
 }
 
 static int not_found(const char *what, ApiError *e) {
@@ -264,6 +266,68 @@ static int parse_build_shape(Req *r, json_t *build, ImageBuildRequest *q, ApiErr
         return rc < 0 ? -EINVAL : 0;
 }
 
+/* A recipe (its Dockerfile made) or a Dockerfile's inline files, checked;
+ * one source of files only. */
+static int parse_inline(Req *r, ImageRecipe *recipe, ImageFiles *files, ApiError *e) {
+        json_t *rv = json_object_get(r->json, "recipe"), *fv = json_object_get(r->json, "files");
+        json_t *ctx = json_object_get(r->json, "context"), *image = json_object_get(r->json, "image");
+        bool has_recipe = rv && !json_is_null(rv), has_files = fv && !json_is_null(fv);
+        bool has_ctx = ctx && !json_is_null(ctx), has_image = image && !json_is_null(image);
+        char why[512] = "";
+        int rc = 0;
+        if (has_recipe && (json_object_get(r->json, "dockerfile") || has_image))
+                return api_error(e, 400, "invalid_request", NULL, "give one of image, dockerfile and recipe");
+        if (has_recipe && has_files)
+                return api_error(e, 400, "invalid_request", "put them in recipe.files",
+                                 "files go with a dockerfile; a recipe's files are its own");
+        if (has_files && has_image)
+                return api_error(e, 400, "invalid_request", NULL, "files go with a dockerfile or a recipe, not an image");
+        if (has_ctx && (has_files || (has_recipe && json_object_get(rv, "files"))))
+                return api_error(e, 400, "invalid_request", "send small files inline, or a folder as the context",
+                                 "give files or context, not both");
+        if (has_recipe)
+                rc = image_recipe_parse(rv, recipe, why, sizeof why);
+        else if (has_files)
+                rc = image_files_parse(fv, "files", files, why, sizeof why);
+        if (rc == -ENOMEM)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        if (rc < 0)
+                return api_error(e, 400, "invalid_request", "docs/images.md, \"Recipes and inline files\"", "%s", why);
+        return 0;
+}
+
+/* Inline files as the build's context: their archive kept as the owner's
+ * chunks, as an uploaded context is, and named by the request. */
+static int store_inline(Req *r, ImageBuildRequest *q, const ImageFiles *files, ApiError *e) {
+        _cleanup_free_ uint8_t *tar = NULL;
+        size_t len = 0;
+        _cleanup_json_ json_t *chunks = json_array();
+        if (!chunks || image_files_archive(files, &tar, &len) < 0)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        uint8_t md[32];
+        unsigned mdl = 0;
+        char hex[65];
+        for (size_t off = 0; off < len; off += 1024 * 1024) {
+                size_t n = len - off < 1024 * 1024 ? len - off : 1024 * 1024;
+                if (EVP_Digest(tar + off, n, md, &mdl, EVP_sha256(), NULL) != 1)
+                        return api_error(e, 500, "internal", NULL, "out of memory");
+                hex_encode(md, sizeof md, hex);
+                int rc = user_images_context_put(r->app->user_images, r->key.owner, hex, tar + off, n);
+                if (rc == -EDQUOT)
+                        return api_error(e, 429, "rate_limited", "build with what you sent, then send more",
+                                         "your context chunks are at their bound of %llu MiB",
+                                         (unsigned long long)(USER_IMAGES_CHUNKS_PER_OWNER >> 20));
+                if (rc < 0 || json_array_append_new(chunks, json_string(hex)) < 0)
+                        return api_error(e, 500, "internal", NULL, "could not keep the files");
+        }
+        if (EVP_Digest(tar, len, md, &mdl, EVP_sha256(), NULL) != 1)
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        hex_encode(md, sizeof md, q->context_sha256);
+        q->context_size = (int64_t)len;
+        q->chunks = json_incref(chunks);
+        return 0;
+}
+
 static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         static const char *const known[] = { "dockerfile", "context",  "dockerignore", "target", "buildArgs", "name",
                                              "tags",       "labels",   "env",          "build",  "cache",     "region",
@@ -277,14 +341,10 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
                 if (!ok)
                         return api_error(e, 400, "invalid_request", NULL, "unknown field %.64s", k);
         }
-        const char *unsupported[] = { "recipe", "files" };
-        const char *why[] = { "recipes are not supported: write a Dockerfile",
-                              "inline files are not supported: send a context folder" };
-        for (size_t i = 0; i < ELEMENTSOF(unsupported); i++) {
-                v = json_object_get(r->json, unsupported[i]);
-                if (v && !json_is_null(v))
-                        return api_error(e, 501, "not_implemented", NULL, "%s", why[i]);
-        }
+        _cleanup_(image_recipe_done) ImageRecipe recipe = { 0 };
+        _cleanup_(image_files_done) ImageFiles files = { 0 };
+        if (parse_inline(r, &recipe, &files, e) < 0)
+                return -EINVAL;
         v = json_object_get(r->json, "region");
         if (v && !json_is_null(v))
                 return api_error(e, 400, "invalid_request", NULL, "a self-hosted daemon has no regions: leave region out");
@@ -300,7 +360,7 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
                         return api_error(e, 400, "invalid_request", "{command, readyPort | readyCommand, "
                                          "readyTimeoutSeconds}, or null for none", "%s", why_start);
         }
-        const char *text = json_string_value(json_object_get(r->json, "dockerfile"));
+        const char *text = recipe.dockerfile ? recipe.dockerfile : json_string_value(json_object_get(r->json, "dockerfile"));
         v = json_object_get(r->json, "image");
         _cleanup_free_ char *from_image = NULL;
         char default_name[256] = "";
@@ -327,6 +387,9 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         int rc = dockerfile_parse(text, strlen(text), &q->dockerfile, &de);
         if (rc == -ENOMEM)
                 return api_error(e, 500, "internal", NULL, "out of memory");
+        if (rc < 0 && recipe.dockerfile)
+                return api_error(e, 400, "invalid_request", NULL, "%s: %s", image_recipe_field_of_line(&recipe, de.line),
+                                 de.message);
         if (rc < 0)
                 return de.line ? api_error(e, 400, "invalid_dockerfile", NULL, "Dockerfile line %u: %s", de.line,
                                            de.message)
@@ -340,6 +403,9 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         if (v && !json_is_null(v) && !json_is_boolean(v))
                 return api_error(e, 400, "invalid_request", "false runs every step", "cache must be true or false");
         q->no_cache = json_is_false(v);
+        if (recipe.dockerfile)
+                /* Unnamed, a recipe is named by what it makes. */
+                snprintf(default_name, sizeof default_name, "recipe-%.12s", q->dockerfile_sha256);
         const char *name = json_string_value(json_object_get(r->json, "name"));
         if (!name && !json_object_get(r->json, "name") && default_name[0])
                 name = default_name;
@@ -380,7 +446,10 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
                 return -EINVAL;
         if (!q->name || !q->tags)
                 return api_error(e, 500, "internal", NULL, "out of memory");
-        return 0;
+        if (recipe.dockerfile && (!(q->recipe = json_incref(recipe.record)) ||
+                                  !(q->recipe_dockerfile = strdup(recipe.dockerfile))))
+                return api_error(e, 500, "internal", NULL, "out of memory");
+        return files.n || recipe.files.n ? store_inline(r, q, files.n ? &files : &recipe.files, e) : 0;
 }
 
 /* The request queued (taken, whatever the outcome); 201 with the image. */

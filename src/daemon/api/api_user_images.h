@@ -6,6 +6,9 @@
 enum MHD_Result handle_image_context_missing(Req *r);
 enum MHD_Result handle_image_context_put(Req *r);
 extern const HttpUpload image_context_upload;
+/* A create's body: inline files (8 MiB, 4/3 of that in base64) and the
+ * JSON around them. */
+#define IMAGE_CREATE_MAX_BODY (12u * 1024u * 1024u)
 enum MHD_Result handle_image_create(Req *r);
 enum MHD_Result handle_image_resolve(Req *r);
 enum MHD_Result handle_image_get(Req *r);

@@ -152,8 +152,11 @@ const HttpRoute api_routes[] = {
         { .kind = ROUTE_IMAGE_IMPORT, .name = "image_import", .method = "PUT", .path = "/v1/images/import",
           .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_STREAM, .handler = handle_image_import,
           .upload = &image_import_upload },
-        RI(ROUTE_IMAGE_CREATE, "image_create", "POST", "/v1/images", HTTP_ACCESS_FULL, HTTP_BODY_JSON,
-           handle_image_create),
+        { .kind = ROUTE_IMAGE_CREATE, .name = "image_create", .method = "POST", .path = "/v1/images",
+          .access = HTTP_ACCESS_FULL, .body = HTTP_BODY_JSON, .handler = handle_image_create, .idempotent = true,
+          /* Inline files: 8 MiB, 4/3 of that in base64, and the JSON around. */
+          .max_body = IMAGE_CREATE_MAX_BODY,
+          .too_large_hint = "send larger files as a context folder (context_dir)" },
         R(ROUTE_IMAGE_RESOLVE, "image_resolve", "GET", "/v1/images/resolve", HTTP_ACCESS_READ, HTTP_BODY_NONE,
           handle_image_resolve),
         R(ROUTE_IMAGE_REGISTRIES, "image_registries", "GET", "/v1/images/registries", HTTP_ACCESS_READ,

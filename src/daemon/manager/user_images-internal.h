@@ -141,6 +141,10 @@ int build_log_flush(BuildLog *l);
 /* The owner's directory of context chunks (named by a hash of the owner);
  * made when `make`. NULL on failure. */
 char *build_owner_dir(UserImages *u, const char *owner, bool make);
+/* A recipe's build: the recipe (its files as their sizes and SHA-256s)
+ * and the Dockerfile made of it, the log's first lines. 0, or the build's
+ * failure. */
+int build_log_recipe(Build *b);
 /* The build fails with this message (its log's last line): the error. */
 __attribute__((format(printf, 2, 3))) int build_fail(Build *b, const char *fmt, ...);
 /* A variable (ARG, then ENV) for dockerfile_expand; userdata is the Build. */

@@ -55,6 +55,8 @@ void image_build_request_done(ImageBuildRequest *r) {
         json_decref(r->chunks);
         json_decref(r->start);
         json_decref(r->network);
+        json_decref(r->recipe);
+        free(r->recipe_dockerfile);
         if (r->import_path)
                 unlink(r->import_path);
         free(r->import_path);
@@ -1285,8 +1287,9 @@ static void build_job(UserImages *u, Job *job) {
         u->ops->finish(u->h, job->id, "building", NULL, NULL, 0);
         log_info(job->rid, "image %s (%s v%lld): building", job->id, job->name, (long long)job->version);
         json_t *doc = NULL;
+        /* A recipe's build logs it first. */
         int r = (!b.vars || !b.env || !b.config || !b.workdir || b.log->fd < 0) ? build_fail(&b, "out of memory")
-                                                                                 : build_run(&b, &doc);
+                : (build_log_recipe(&b) ?: build_run(&b, &doc));
         for (unsigned i = 0; i < DOCKERFILE_MAX_STAGES; i++)
                 if (stages[i] && stages[i] != &b) {
                         drop_sandbox(stages[i]);
@@ -1298,7 +1301,8 @@ static void build_job(UserImages *u, Job *job) {
         /* A cache hit's doc is the earlier build's: the record says what
          * this one asked for. */
         if (r == 0 && (image_start_of(&job->req, doc) < 0 ||
-                       json_object_set_new(doc, "build", user_images_build_json(&job->req)) < 0)) {
+                       json_object_set_new(doc, "build", user_images_build_json(&job->req)) < 0 ||
+                       (job->req.recipe && json_object_set(doc, "recipe", job->req.recipe) < 0))) {
                 r = -ENOMEM;
                 snprintf(b.error, sizeof b.error, "out of memory");
         }
@@ -1464,8 +1468,9 @@ int user_images_build(UserImages *u, const KeyInfo *key, ImageBuildRequest *req,
         }
         c->queued++;
         pthread_mutex_unlock(&u->lock);
-        _cleanup_json_ json_t *doc = json_pack("{s:O?,s:O?,s:o}", "labels", j->req.labels, "buildArgs",
-                                               j->req.build_args, "build", user_images_build_json(&j->req));
+        _cleanup_json_ json_t *doc = json_pack("{s:O?,s:O?,s:o,s:O*}", "labels", j->req.labels, "buildArgs",
+                                               j->req.build_args, "build", user_images_build_json(&j->req), "recipe",
+                                               j->req.recipe);
         _cleanup_free_ char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
         ImageRow row = { .owner = (char *)key->owner, .name = j->name, .doc = text, .created_at = time_now_unix() };
         snprintf(row.id, sizeof row.id, "%s", j->id);

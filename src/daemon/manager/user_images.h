@@ -72,6 +72,11 @@ typedef struct ImageBuildRequest {
          * then keeps none. Not given: the Dockerfile's CMD gives it. */
         json_t *start;
         bool start_given;
+        /* A recipe's build: the recipe as its record keeps it
+         * (model/image_recipe.h) and the Dockerfile it made, both logged
+         * first; NULL: none. */
+        json_t *recipe;
+        char *recipe_dockerfile;
 } ImageBuildRequest;
 void image_build_request_done(ImageBuildRequest *r);
 

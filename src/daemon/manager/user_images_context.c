@@ -126,6 +126,26 @@ int build_log_flush(BuildLog *l) {
         return r;
 }
 
+int build_log_recipe(Build *b) {
+        const ImageBuildRequest *req = &b->job->req;
+        if (!req->recipe || !req->recipe_dockerfile)
+                return 0;
+        _cleanup_free_ char *text = json_dumps(req->recipe, JSON_COMPACT | JSON_SORT_KEYS);
+        if (!text)
+                return build_fail(b, "out of memory");
+        /* A line of the log is at most LOG_LINE_MAX: a long recipe is cut
+         * there (the image's record keeps all of it). */
+        int r = build_log_sys(b->log, "recipe: %s", text);
+        if (r == 0)
+                r = build_log_sys(b->log, "the recipe's Dockerfile:");
+        for (const char *l = req->recipe_dockerfile; r == 0 && *l;) {
+                size_t n = strcspn(l, "\n");
+                r = build_log_sys(b->log, "  %.*s", (int)n, l);
+                l += n + (l[n] == '\n');
+        }
+        return r == -EFBIG ? build_fail(b, "the build log passed its bound of %u MiB", USER_IMAGES_LOG_MAX >> 20) : 0;
+}
+
 int user_images_logs(UserImages *u, const char *id, int64_t after, unsigned max, json_t *lines, int64_t *ret_next) {
         _cleanup_free_ char *p = user_images_log_path(u, id);
         if (!p)
