@@ -6,6 +6,7 @@ blocking and awaitable, and say which sleep they use."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
@@ -13,19 +14,32 @@ import os
 import re
 import tarfile
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from urllib.parse import quote
 
 from ._drive import Call
 from .errors import APIError, InvalidRequestError
 
-__all__ = ["ImagesOps", "RegistriesOps", "pack_context", "CHUNK_BYTES"]
+__all__ = ["ImagesOps", "RegistriesOps", "pack_context", "inline_files", "CHUNK_BYTES"]
 
 CHUNK_BYTES = 1024 * 1024
 # The daemon's bounds on a context (docs/images.md): checked here first, so that a folder too big
 # is said before anything is sent.
 CONTEXT_BYTES = 100 * 1024 * 1024
 CONTEXT_FILES = 20000
+Files = Union[List[Dict[str, Any]], Dict[str, Union[str, bytes]]]
+
+
+def inline_files(files: Files) -> List[Dict[str, Any]]:
+    """Inline files as the wire takes them: a list of ``{path, content, encoding?, mode?}`` as it
+    is, or ``{path: text or bytes}`` with bytes in base64 (the published client's form)."""
+    if isinstance(files, list):
+        return files
+    return [{"path": path, "content": base64.b64encode(content).decode(), "encoding": "base64"}
+            if isinstance(content, (bytes, bytearray)) else {"path": path, "content": content}
+            for path, content in files.items()]
+
+
 _ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
@@ -133,7 +147,8 @@ class ImagesOps:
         return {"archive": {"sha256": packed["sha256"], "size": len(packed["archive"]), "chunks": digests},
                 "files": []}
 
-    def create(self, *, name: str, dockerfile: Optional[str] = None, image: Optional[str] = None,
+    def create(self, *, name: Optional[str] = None, dockerfile: Optional[str] = None, image: Optional[str] = None,
+               recipe: Optional[Dict[str, Any]] = None, files: Optional[Files] = None,
                context_dir: Optional[str] = None,
                context: Optional[Dict[str, Any]] = None, dockerignore: Optional[str] = None,
                tags: Optional[Sequence[str]] = None, labels: Optional[Dict[str, str]] = None,
@@ -141,23 +156,35 @@ class ImagesOps:
                target: Optional[str] = None, build: Optional[Dict[str, Any]] = None,
                cache: Optional[bool] = None, start: Optional[Dict[str, Any]] = None, no_start: bool = False,
                idempotency_key: Optional[str] = None) -> Dict[str, Any]:
-        """Queues a build; the image, state ``queued``. ``dockerfile``, or ``image``: a registry's
-        image as it is (``python:3.12-slim``, ``host:port/repo@sha256:...``). ``build`` takes
-        ``vcpu``, ``memory_mib``, ``disk_mib``, ``timeout_seconds`` and ``network`` (a sandbox's
-        ``{"internet", "allow", "deny"}``: what the steps may reach; none unless given). A build
-        made before is a new version sharing its disk (its steps logged ``CACHED``);
-        ``cache=False`` runs every step. ``start`` sets what a sandbox from the image runs: ``command`` and ``ready_port``
+        """Queues a build; the image, state ``queued``. ``dockerfile`` (with ``context_dir`` or
+        small inline ``files``: ``{path: text or bytes}`` or ``[{path, content, encoding?,
+        mode?}]``), ``image``: a registry's image as it is (``python:3.12-slim``,
+        ``host:port/repo@sha256:...``), or ``recipe``: ``{base, env, workdir, apt, files, pip,
+        npm, commands}`` made into a Dockerfile by the daemon (unnamed, it is named by it).
+        ``build`` takes ``vcpu``, ``memory_mib``, ``disk_mib``, ``timeout_seconds`` and
+        ``network`` (a sandbox's ``{"internet", "allow", "deny"}``: what the steps may reach; none
+        unless given). A build made before is a new version sharing its disk (its steps logged
+        ``CACHED``); ``cache=False`` runs every step. ``start`` sets what a sandbox from the image
+        runs: ``command`` and ``ready_port``
         or ``ready_command``, ``ready_timeout_seconds``; ``no_start=True`` keeps none (not even
         the Dockerfile's CMD and HEALTHCHECK)."""
-        if (dockerfile is None) == (image is None):
-            raise InvalidRequestError("give dockerfile or image, one of them")
+        if sum(x is not None for x in (dockerfile, image, recipe)) != 1:
+            raise InvalidRequestError("give dockerfile, image or recipe, one of them")
+        if files is not None and context_dir is not None:
+            raise InvalidRequestError("give files or context_dir, not both")
         if context_dir is not None:
             context = yield from ImagesOps.upload_context(self, context_dir, dockerignore=dockerignore)
-        body: Dict[str, Any] = {"name": name}
+        body: Dict[str, Any] = {} if name is None else {"name": name}
         if dockerfile is not None:
             body["dockerfile"] = dockerfile
-        else:
+        elif image is not None:
             body["image"] = image
+        else:
+            body["recipe"] = {k: v for k, v in recipe.items() if v is not None}
+            if "files" in body["recipe"]:
+                body["recipe"]["files"] = inline_files(body["recipe"]["files"])
+        if files is not None:
+            body["files"] = inline_files(files)
         for key, value in (("context", context), ("tags", None if tags is None else list(tags)),
                            ("labels", labels), ("buildArgs", build_args), ("env", env), ("target", target),
                            ("cache", cache)):
