@@ -20,7 +20,9 @@ import zipfile
 
 import pytest
 
-from helpers import wait_until
+from helpers import skip_unless_driver, wait_until
+from test_js_sdk import FILE_TIMEOUT, NODE, NPM, js_build, run_node  # noqa: F401 (js_build: the fixture)
+from test_js_sdk import _env as js_env
 
 WHEEL_NAME = "rtrecipe_probe-0.1-py3-none-any.whl"
 
@@ -270,3 +272,10 @@ def test_our_sdk_sends_recipes_and_files(api):
     assert got["state"] == "ready" and got["inline"] == "ready", got
     assert {f["path"]: f["size"] for f in got["recipe"]["files"]} == {"note.txt": 5, "b.bin": 2}, got
     assert got["recipe"]["env"] == {"FROM_OURS": "yes"}, got
+
+
+@pytest.mark.skipif(not (NODE and NPM), reason="node and npm are not installed (scripts/install-deps.sh)")
+def test_our_typescript_sdk_sends_recipes_and_files(js_build, daemon):
+    """runtime.images of sdk/js (sdk/js/test/images.test.mjs) on the namespace driver."""
+    skip_unless_driver(daemon, "namespace")
+    run_node("images.test.mjs", js_env(daemon, "namespace"), FILE_TIMEOUT["namespace"])

@@ -13,6 +13,8 @@
 export { Sandbox, Files, Network, Previews, Secrets } from "./sandbox.js";
 export type { ClientOptions, CreateOptions, SandboxData, FileData, FileLink, Preview, ExecStreamOptions, SpawnOptions, MetricsRange } from "./sandbox.js";
 export { Runtime, Events, Webhooks, Otel, Audit, Volumes } from "./runtime.js";
+export { Images, inlineFiles } from "./images.js";
+export type { ImageCreateOptions, InlineFile, Files as InlineFiles, Recipe } from "./images.js";
 export type { AuditListOptions, EventsListOptions, OtelFields, WebhookFields } from "./runtime.js";
 export { verifyWebhook, DEFAULT_TOLERANCE_SECONDS } from "./webhooks.js";
 export type { VerifyWebhookOptions } from "./webhooks.js";

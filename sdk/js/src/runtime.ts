@@ -7,6 +7,7 @@
  */
 import { InvalidRequestError } from "./errors.js";
 import type { HttpClient, Query } from "./http.js";
+import { Images } from "./images.js";
 import { Mcp } from "./mcp.js";
 import { idempotencyHeaders } from "./models.js";
 import { connect, type ClientOptions } from "./sandbox.js";
@@ -297,7 +298,7 @@ export class Audit {
 }
 
 /**
- * The calls about the key's owner: `events`, `webhooks`, `otel`, `audit`, `volumes`, `mcp` and `usageExport`,
+ * The calls about the key's owner: `events`, `webhooks`, `otel`, `audit`, `volumes`, `images`, `mcp` and `usageExport`,
  * sharing one connection pool. `close()` (or `using`) releases it.
  */
 export class Runtime implements Disposable {
@@ -307,6 +308,8 @@ export class Runtime implements Disposable {
   readonly otel: Otel;
   readonly audit: Audit;
   readonly volumes: Volumes;
+  /** Images built from recipes and Dockerfiles (docs/images.md). */
+  readonly images: Images;
   /** The catalog of MCP servers a sandbox can run (docs/mcp.md). */
   readonly mcp: Mcp;
 
@@ -317,6 +320,7 @@ export class Runtime implements Disposable {
     this.otel = new Otel(this.#http);
     this.audit = new Audit(this.#http);
     this.volumes = new Volumes(this.#http);
+    this.images = new Images(this.#http);
     this.mcp = new Mcp(this.#http);
   }
 

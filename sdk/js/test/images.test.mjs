@@ -1,0 +1,39 @@
+// runtime.images against the real daemon: a recipe with inline files (text and bytes) built and
+// a sandbox from it seeing them, a Dockerfile with inline files, and a refusal naming its field.
+// tests/integration/test_images_recipe.py runs this file.
+import assert from "node:assert/strict";
+
+import { InvalidRequestError, Runtime, Sandbox } from "withruntime";
+
+import { DRIVER, daemonTest } from "./env.mjs";
+
+daemonTest("images: a recipe and inline files under the published client's names", async () => {
+  const rt = new Runtime();
+  try {
+    const lines = [];
+    const image = await rt.images.build({
+      recipe: { env: { FROM_JS: "yes" }, workdir: "/opt/js", files: { "a.txt": "from js\n", "b.bin": new Uint8Array([0, 1, 2]) },
+                commands: ["wc -c < b.bin > size.txt"] },
+      onLog: (l) => lines.push(l.line),
+    });
+    assert.equal(image.state, "ready");
+    assert.equal(lines[0].startsWith("recipe: "), true);
+    assert.deepEqual(image.recipe.files.map((f) => [f.path, f.size]), [["a.txt", 8], ["b.bin", 3]]);
+    const sbx = await Sandbox.create({ driver: DRIVER, image: image.id });
+    try {
+      assert.equal((await sbx.exec("cat /opt/js/a.txt /opt/js/size.txt; echo $FROM_JS")).stdout, "from js\n3\nyes\n");
+    } finally {
+      await sbx.delete();
+    }
+    const inline = await rt.images.build({ dockerfile: "FROM default\nCOPY x.txt /srv/\n", files: [{ path: "x.txt", content: "x" }],
+                                           name: "js-inline" });
+    assert.equal(inline.state, "ready");
+    await assert.rejects(rt.images.create({ recipe: { npm: ["--prefix=/"] } }),
+                         (e) => e instanceof InvalidRequestError && e.message.includes("recipe.npm[0]"));
+    await assert.rejects(rt.images.create({ recipe: {}, dockerfile: "FROM default\n" }), InvalidRequestError);
+    await rt.images.delete(inline.id);
+    await rt.images.delete(image.id);
+  } finally {
+    rt.close();
+  }
+});
