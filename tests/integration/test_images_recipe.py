@@ -217,6 +217,8 @@ REFUSED = [
     ({"dockerfile": "FROM default\n", "files": [{"path": "a", "content": "", "mode": 0o4755}]}, "files[0].mode"),
     ({"dockerfile": "FROM default\n", "files": [{"path": "a", "content": "x"}],
       "context": {"archive": {"sha256": "0" * 64, "size": 1, "chunks": ["0" * 64]}}}, "give files or context"),
+    ({"recipe": {"files": [{"path": "a", "content": "x"}]},
+      "context": {"archive": {"sha256": "0" * 64, "size": 1, "chunks": ["0" * 64]}}}, "give files or context"),
     ({"dockerfile": "FROM default\n", "recipe": {"pip": ["x"]}}, "give one of image, dockerfile and recipe"),
     ({"recipe": {"pip": ["x"]}, "files": [{"path": "a", "content": ""}]}, "a recipe's files are its own"),
     ({"image": "python:3.12-slim", "files": [{"path": "a", "content": ""}]}, "files go with a dockerfile"),

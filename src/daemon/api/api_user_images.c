@@ -273,18 +273,23 @@ static int parse_inline(Req *r, ImageRecipe *recipe, ImageFiles *files, ApiError
         json_t *ctx = json_object_get(r->json, "context"), *image = json_object_get(r->json, "image");
         bool has_recipe = rv && !json_is_null(rv), has_files = fv && !json_is_null(fv);
         bool has_ctx = ctx && !json_is_null(ctx), has_image = image && !json_is_null(image);
+        json_t *dockerfile = json_object_get(r->json, "dockerfile");
         char why[512] = "";
         int rc = 0;
-        if (has_recipe && (json_object_get(r->json, "dockerfile") || has_image))
+        if (has_recipe && ((dockerfile && !json_is_null(dockerfile)) || has_image))
                 return api_error(e, 400, "invalid_request", NULL, "give one of image, dockerfile and recipe");
         if (has_recipe && has_files)
                 return api_error(e, 400, "invalid_request", "put them in recipe.files",
                                  "files go with a dockerfile; a recipe's files are its own");
         if (has_files && has_image)
                 return api_error(e, 400, "invalid_request", NULL, "files go with a dockerfile or a recipe, not an image");
-        if (has_ctx && (has_files || (has_recipe && json_object_get(rv, "files"))))
+        if (has_ctx && has_files)
                 return api_error(e, 400, "invalid_request", "send small files inline, or a folder as the context",
                                  "give files or context, not both");
+        if (has_ctx && has_recipe)
+                return api_error(e, 400, "invalid_request", "send small files inline, or a folder as the context",
+                                 "a recipe takes its files in recipe.files, not a context: give files or context, "
+                                 "not both");
         if (has_recipe)
                 rc = image_recipe_parse(rv, recipe, why, sizeof why);
         else if (has_files)
