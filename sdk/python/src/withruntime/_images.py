@@ -1,6 +1,7 @@
-"""``runtime.images``: images built from a Dockerfile and a context folder (docs/images.md), under
-the published client's names: ``upload_context``, ``create``, ``build`` (with ``on_log``),
-``get``, ``resolve``, ``logs``, ``list``, ``versions``, ``tag``, ``untag`` and ``delete``. The
+"""``runtime.images``: images built from a Dockerfile with a context folder or inline files, or from
+a recipe (docs/images.md), under the published client's names: ``upload_context``, ``create``,
+``build`` (with ``on_log``), ``get``, ``resolve``, ``logs``, ``list``, ``versions``, ``tag``,
+``untag`` and ``delete``. The
 bodies are generators of calls (see _drive.py); sandbox.py and async_sandbox.py make them
 blocking and awaitable, and say which sleep they use."""
 
