@@ -843,6 +843,14 @@ static int restore_disk(Manager *m, SandboxRow *row, const Driver *d, const char
                 if (r == -ENOSPC)
                         return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "free disk space on the host, or delete snapshots",
                                              "the host has no room for the sandbox's disk");
+                /* Another driver's layers made into this one's disk (an
+                 * image built here, on the microVM) and refused. */
+                if (r == -EFBIG || r == -ELOOP || r == -EOPNOTSUPP)
+                        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "create it on the driver it was built on",
+                                             "the image's files cannot be made into a %s disk: %s", d->name,
+                                             r == -EFBIG  ? "they do not fit its diskMiB"
+                                             : r == -ELOOP ? "its tree is too deep"
+                                                           : "a file's data is in a layer it does not have");
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not make the sandbox's disk from the snapshot");
         }
         return 0;

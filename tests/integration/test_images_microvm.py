@@ -1,0 +1,108 @@
+"""A sandbox on the microVM from an image built here (docs/images.md, "On the microVM"). The
+published client builds a small image FROM default (a COPY, an ENV, a WORKDIR, a RUN that writes
+a file of the sandbox user's with its mode and a second name, deletes a file of the base, so a
+whiteout, and replaces a directory of the base, so an opaque directory, and a CMD); a microVM
+sandbox from it sees exactly what a namespace sandbox from it sees, its env, and its start
+command run in the WORKDIR. The first microVM create makes the image's microVM disk; a second
+reuses it (the same file, by inode and mtime) on a copy of its own; deleting the image removes
+it. Two boots under TCG."""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import pytest
+
+from helpers import wait_until
+
+DOCKERFILE = """\
+FROM default
+ENV GREETING="from the image" MODE=mvm
+WORKDIR /opt/app
+COPY app.txt ./
+RUN echo built > built.txt && chown sandbox:sandbox built.txt && chmod 640 built.txt && \\
+    ln built.txt built.link && rm /etc/debian_version && \\
+    rm -rf /etc/apt/apt.conf.d && mkdir /etc/apt/apt.conf.d && echo mine > /etc/apt/apt.conf.d/only
+CMD ["sh", "-c", "pwd > /tmp/started"]
+"""
+
+BUILD = """
+import json, sys
+from withruntime import Runtime
+runtime = Runtime()
+image = runtime.images.build(dockerfile=open(sys.argv[1] + "/Dockerfile").read(), context_dir=sys.argv[1],
+                             name=sys.argv[2])
+print(json.dumps({"image": image}))
+"""
+
+# What the image's files and env are, read the same way on every driver.
+LOOK = ("cat /opt/app/app.txt /opt/app/built.txt; stat -c '%U:%G %a %h' /opt/app/built.txt; "
+        "cmp /opt/app/built.txt /opt/app/built.link && echo same; "
+        "test -e /etc/debian_version && echo present || echo gone; ls /etc/apt/apt.conf.d; "
+        "echo \"$GREETING|$MODE\"; stat -c '%U %a' / /opt/app; test -s /etc/os-release && echo base")
+EXPECTED = ["copied", "built", "sandbox:sandbox 640 2", "same", "gone", "only", "from the image|mvm",
+            "root 755", "root 755", "base"]
+
+
+@pytest.fixture(scope="module")
+def image(published_client, daemon, tmp_path_factory):
+    ctx = tmp_path_factory.mktemp("mvm") / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(DOCKERFILE)
+    (ctx / "app.txt").write_text("copied\n")
+    got = published_client.run_json(daemon, BUILD, args=[str(ctx), f"mvm-{uuid.uuid4().hex[:8]}"], timeout=600)
+    img = got["image"]
+    assert img["state"] == "ready", img
+    return img
+
+
+def _started(api, sid):
+    def read():
+        r = api.exec(sid, command="cat /tmp/started 2>/dev/null")
+        return r["stdout"].strip() or None
+    return wait_until(read, 60, 0.5, what="the image's start command's output")
+
+
+@pytest.mark.microvm_subset
+@pytest.mark.parametrize("driver", ["microvm"], indirect=True)
+def test_a_microvm_sandbox_from_a_built_image(image, api, daemon, driver):
+    # The namespace driver's view is the reference: the same files, owners, modes and env.
+    ns = api.create_sandbox(driver="namespace", image=image["id"])
+    ref = api.exec(ns.id, command=LOOK)
+    assert ref["exitCode"] == 0 and ref["stdout"].splitlines() == EXPECTED, ref
+
+    disk = daemon.state_dir / "snapshots" / image["snapshotId"] / "upper.ext4"
+    assert not disk.exists(), "no microVM disk before the first microVM create"
+    t0 = time.monotonic()
+    first = api.create_sandbox(driver=driver, image=image["id"])
+    first_s = time.monotonic() - t0
+    assert first["driver"] == "microvm", first
+    assert first["start"]["state"] in ("running", "failed") and first["start"]["command"][0] == "sh", first
+    out = api.exec(first.id, command=LOOK)
+    assert out["exitCode"] == 0 and out["stdout"].splitlines() == EXPECTED, out
+    assert _started(api, first.id) == "/opt/app"
+    assert api.exec(first.id, command="uname -r; echo mine > /opt/app/first.txt")["exitCode"] == 0
+    made = os.stat(disk)
+    # The image's disk size, holding about what its layers hold.
+    assert made.st_size == first["diskMiB"] << 20, made
+    assert made.st_blocks * 512 <= image["sizeBytes"] + (8 << 20), (made.st_blocks, image["sizeBytes"])
+
+    # The second create boots on a copy of the same disk: not made again, and not shared.
+    t0 = time.monotonic()
+    second = api.create_sandbox(driver=driver, image=image["id"])
+    second_s = time.monotonic() - t0
+    again = os.stat(disk)
+    assert (again.st_ino, again.st_mtime_ns) == (made.st_ino, made.st_mtime_ns)
+    out = api.exec(second.id, command="cat /opt/app/built.txt; test -e /opt/app/first.txt && echo leaked || echo own")
+    assert out["stdout"].splitlines() == ["built", "own"], out
+    print(f"\nfirst microVM create from the image {first_s:.2f} s (the disk made), a later one {second_s:.2f} s; "
+          f"the disk {made.st_blocks * 512 / 2**20:.1f} MiB of {made.st_size >> 20}, the image {image['sizeBytes'] / 2**20:.1f}"
+          f" MiB; load {os.getloadavg()[0]:.1f}")
+
+    # Deleting the image removes its disks, the microVM's with them.
+    for sid in (first.id, second.id, ns.id):
+        assert api.delete(f"/v1/sandboxes/{sid}").status_code == 200
+    r = api.post(f"/v1/images/{image['id']}:delete", json={})
+    assert r.status_code == 200, r.text
+    assert not disk.exists() and not disk.parent.exists()
