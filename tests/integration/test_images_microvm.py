@@ -1,7 +1,9 @@
 """A sandbox on the microVM from an image built here (docs/images.md, "On the microVM"). The
 published client builds a small image FROM default (a COPY, an ENV, a WORKDIR, a RUN that writes
 a file of the sandbox user's with its mode and a second name, deletes a file of the base, so a
-whiteout, and replaces a directory of the base, so an opaque directory, and a CMD); a microVM
+whiteout, and replaces a directory of the base, so an opaque directory, and a CMD), then one FROM
+that image whose RUN does the same to what the first one made (its disk a layer over the
+first's); a microVM
 sandbox from it sees exactly what a namespace sandbox from it sees, its env, and its start
 command run in the WORKDIR. The first microVM create makes the image's microVM disk; a second
 reuses it (the same file, by inode and mtime) on a copy of its own; deleting the image removes
@@ -16,15 +18,21 @@ import pytest
 
 from helpers import wait_until
 
-DOCKERFILE = """\
+PARENT = """\
 FROM default
 ENV GREETING="from the image" MODE=mvm
 WORKDIR /opt/app
 COPY app.txt ./
 RUN echo built > built.txt && chown sandbox:sandbox built.txt && chmod 640 built.txt && \\
-    ln built.txt built.link && rm /etc/debian_version && \\
+    ln built.txt built.link && rm /etc/debian_version && mkdir dir && touch dir/old gone.txt && \\
     rm -rf /etc/apt/apt.conf.d && mkdir /etc/apt/apt.conf.d && echo mine > /etc/apt/apt.conf.d/only
 CMD ["sh", "-c", "pwd > /tmp/started"]
+"""
+# FROM the parent: its build starts from the parent's disk, so the image's disk is a layer over
+# the parent's (bases/0.img), and this step's whiteout and opaque directory are over that layer.
+CHILD = """\
+FROM {parent}
+RUN rm gone.txt && rm -rf dir && mkdir dir && echo new > dir/new && echo child > child.txt
 """
 
 BUILD = """
@@ -37,24 +45,30 @@ print(json.dumps({"image": image}))
 """
 
 # What the image's files and env are, read the same way on every driver.
-LOOK = ("cat /opt/app/app.txt /opt/app/built.txt; stat -c '%U:%G %a %h' /opt/app/built.txt; "
+LOOK = ("cat /opt/app/app.txt /opt/app/built.txt /opt/app/child.txt; stat -c '%U:%G %a %h' /opt/app/built.txt; "
         "cmp /opt/app/built.txt /opt/app/built.link && echo same; "
         "test -e /etc/debian_version && echo present || echo gone; ls /etc/apt/apt.conf.d; "
+        "ls /opt/app/dir; test -e /opt/app/gone.txt && echo present || echo gone; "
         "echo \"$GREETING|$MODE\"; stat -c '%U %a' / /opt/app; test -s /etc/os-release && echo base")
-EXPECTED = ["copied", "built", "sandbox:sandbox 640 2", "same", "gone", "only", "from the image|mvm",
-            "root 755", "root 755", "base"]
+EXPECTED = ["copied", "built", "child", "sandbox:sandbox 640 2", "same", "gone", "only", "new", "gone",
+            "from the image|mvm", "root 755", "root 755", "base"]
+
+
+def _build(published_client, daemon, ctx, dockerfile):
+    (ctx / "Dockerfile").write_text(dockerfile)
+    got = published_client.run_json(daemon, BUILD, args=[str(ctx), f"mvm-{uuid.uuid4().hex[:8]}"], timeout=600)
+    img = got["image"]
+    assert img["state"] == "ready", img
+    return img
 
 
 @pytest.fixture(scope="module")
 def image(published_client, daemon, tmp_path_factory):
     ctx = tmp_path_factory.mktemp("mvm") / "ctx"
     ctx.mkdir()
-    (ctx / "Dockerfile").write_text(DOCKERFILE)
     (ctx / "app.txt").write_text("copied\n")
-    got = published_client.run_json(daemon, BUILD, args=[str(ctx), f"mvm-{uuid.uuid4().hex[:8]}"], timeout=600)
-    img = got["image"]
-    assert img["state"] == "ready", img
-    return img
+    parent = _build(published_client, daemon, ctx, PARENT)
+    return _build(published_client, daemon, ctx, CHILD.format(parent=parent["name"]))
 
 
 def _started(api, sid):
@@ -73,6 +87,7 @@ def test_a_microvm_sandbox_from_a_built_image(image, api, daemon, driver):
     assert ref["exitCode"] == 0 and ref["stdout"].splitlines() == EXPECTED, ref
 
     disk = daemon.state_dir / "snapshots" / image["snapshotId"] / "upper.ext4"
+    assert (disk.parent / "bases" / "0.img").exists(), "the image's disk is a layer over its parent's"
     assert not disk.exists(), "no microVM disk before the first microVM create"
     t0 = time.monotonic()
     first = api.create_sandbox(driver=driver, image=image["id"])
