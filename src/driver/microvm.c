@@ -405,9 +405,10 @@ static int microvm_restore_disk(const DriverSpec *spec, const char *snap_dir) {
                 return -ENAMETOOLONG;
         int r;
         uid_t shift;
+        bool made = false;
         if (access(from, F_OK) < 0 && errno == ENOENT &&
             ((r = launch_image_owner(spec, &shift)) < 0 ||
-             (r = microvm_layers_disk(snap_dir, spec->disk_mib ? spec->disk_mib : 1024, shift, NULL)) < 0))
+             (r = microvm_layers_disk(snap_dir, spec->disk_mib ? spec->disk_mib : 1024, shift, &made)) < 0))
                 return r;
         if (mkdir(spec->sandbox_dir, 0700) < 0 && errno != EEXIST)
                 return -errno;
@@ -424,7 +425,7 @@ static int microvm_restore_disk(const DriverSpec *spec, const char *snap_dir) {
                 if (r < 0)
                         (void)unlink(to);
         }
-        return r;
+        return r < 0 ? r : made ? DRIVER_DISK_CONVERTED : 0;
 }
 
 const Driver driver_microvm = {

@@ -836,8 +836,12 @@ static int restore_disk(Manager *m, SandboxRow *row, const Driver *d, const char
         }
         DriverSpec ds;
         driver_spec_from(m, row->id, spec, &p, &ds);
+        uint64_t t0 = time_now_mono_ms();
         int r = d->restore_disk(&ds, snap_dir);
         spec_paths_done(&p);
+        if (r == DRIVER_DISK_CONVERTED)
+                log_info(rid, "sandbox %s: the image's %s disk made from its layers (%llu ms)", row->id, d->name,
+                         (unsigned long long)(time_now_mono_ms() - t0));
         if (r < 0) {
                 log_error(rid, "sandbox %s: making its disk from a snapshot: %s", row->id, strerror(-r));
                 if (r == -ENOSPC)
