@@ -7,7 +7,9 @@ first's); a microVM
 sandbox from it sees exactly what a namespace sandbox from it sees, its env, and its start
 command run in the WORKDIR. The first microVM create makes the image's microVM disk; a second
 reuses it (the same file, by inode and mtime) on a copy of its own; deleting the image removes
-it. Two boots under TCG."""
+it; what a killed daemon left of a disk it was making goes at the next start. Two boots under TCG
+by default: two first creates at once, one making the disk and the other waiting for it (two more,
+a first and a later create of another image, with RUNTIME_TEST_ALL=1)."""
 from __future__ import annotations
 
 import os
@@ -169,3 +171,26 @@ def test_deleting_the_image_removes_its_microvm_disk(image, api, daemon):
     r = api.post(f"/v1/images/{image['id']}:delete", json={})
     assert r.status_code == 200, r.text
     assert not disk.exists() and not disk.parent.exists()
+
+
+def test_a_disk_cut_short_by_a_killed_daemon_is_removed_at_its_start(fresh_daemon):
+    """What a daemon killed while it made an image's microVM disk leaves (the disk under its dot
+    name, the lock file) goes at the next start, and the image's own files stay."""
+    with fresh_daemon.client() as api:
+        r = api.post("/v1/images", json={"name": "cut", "dockerfile": "FROM default\nRUN echo one > /one\n"})
+        assert r.status_code == 201, r.text
+        image_id = r.json()["id"]
+        img = wait_until(lambda: (lambda j: j if j["state"] not in ("queued", "building") else None)(
+            api.get(f"/v1/images/{image_id}").json()), 300, 0.3, what="the image built")
+        assert img["state"] == "ready", img
+    snap = fresh_daemon.state_dir / "snapshots" / img["snapshotId"]
+    kept = sorted(p.name for p in snap.iterdir())
+    assert "layer.img" in kept, kept
+    fresh_daemon.kill()
+    (snap / ".upper.ext4.part").write_bytes(b"\0" * 65536)
+    (snap / ".upper.ext4.lock").write_bytes(b"")
+    fresh_daemon.start()
+    assert sorted(p.name for p in snap.iterdir()) == kept
+    assert f"removing .upper.ext4.part of snapshot {img['snapshotId']}" in fresh_daemon.log_path.read_text()
+    with fresh_daemon.client() as api:
+        assert api.get(f"/v1/images/{image_id}").json()["state"] == "ready"
