@@ -28,7 +28,9 @@ WORKDIR /opt/app
 COPY app.txt ./
 RUN echo built > built.txt && chown sandbox:sandbox built.txt && chmod 640 built.txt && \\
     ln built.txt built.link && rm /etc/debian_version && mkdir dir && touch dir/old gone.txt && \\
-    rm -rf /etc/apt/apt.conf.d && mkdir /etc/apt/apt.conf.d && echo mine > /etc/apt/apt.conf.d/only
+    rm -rf /etc/apt/apt.conf.d && mkdir /etc/apt/apt.conf.d && echo mine > /etc/apt/apt.conf.d/only && \\
+    ln -s /etc/shadow escape && truncate -s 64G sparse && cp /bin/true suid && \\
+    chmod 4755 suid && python3 -c "import os; os.setxattr('built.txt', 'user.origin', b'build')"
 CMD ["sh", "-c", "pwd > /tmp/started"]
 """
 # FROM the parent: its build starts from the parent's disk, so the image's disk is a layer over
@@ -52,9 +54,11 @@ LOOK = ("cat /opt/app/app.txt /opt/app/built.txt /opt/app/child.txt; stat -c '%U
         "cmp /opt/app/built.txt /opt/app/built.link && echo same; "
         "test -e /etc/debian_version && echo present || echo gone; ls /etc/apt/apt.conf.d; "
         "ls /opt/app/dir; test -e /opt/app/gone.txt && echo present || echo gone; "
-        "echo \"$GREETING|$MODE\"; stat -c '%U %a' / /opt/app; test -s /etc/os-release && echo base")
+        "echo \"$GREETING|$MODE\"; stat -c '%U %a' / /opt/app; test -s /etc/os-release && echo base; "
+        "cd /opt/app && readlink escape && stat -c '%F %s %b %a %U' sparse && stat -c '%a %U' suid && "
+        "python3 -c \"import os; print(os.getxattr('built.txt', 'user.origin').decode())\"")
 EXPECTED = ["copied", "built", "child", "sandbox:sandbox 640 2", "same", "gone", "only", "new", "gone",
-            "from the image|mvm", "root 755", "root 755", "base"]
+            "from the image|mvm", "root 755", "root 755", "base", "/etc/shadow", "regular file 68719476736 0 644 root", "4755 root", "build"]
 
 
 def _build(published_client, daemon, ctx, dockerfile):
@@ -161,6 +165,24 @@ def test_a_later_microvm_create_reuses_the_disk(image, api, daemon, published_cl
     print(f"\na first microVM create from the image {first_s:.2f} s (the disk made: "
           f"{[m for m in made if first.id in m][0].split('(')[-1]}, a later one {later_s:.2f} s; "
           f"load {os.getloadavg()[0]:.1f}")
+    assert api.post(f"/v1/images/{img['id']}:delete", json={}).status_code == 200
+
+
+@pytest.mark.microvm_subset
+@pytest.mark.parametrize("driver", ["microvm"], indirect=True)
+def test_a_tree_too_deep_is_refused_before_a_boot(api, daemon, published_client, driver, tmp_path):
+    """A layer is the sandbox's making: a tree deeper than the conversion walks is a 409 saying
+    so, before anything boots, and nothing half made stays beside the image's disk."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    img = _build(published_client, daemon, ctx,
+                 "FROM default\nRUN python3 -c \"import os; os.makedirs('/deep/' + '/'.join(['d'] * 140))\"\n")
+    r = api.post("/v1/sandboxes", json={"image": img["id"], "driver": driver})
+    assert r.status_code == 409, r.text
+    err = r.json()["error"]
+    assert "too deep" in err["message"] and "driver it was built on" in err["hint"], err
+    snap = daemon.state_dir / "snapshots" / img["snapshotId"]
+    assert not [p.name for p in snap.iterdir() if p.name.startswith((".upper.ext4.part", "upper.ext4"))]
     assert api.post(f"/v1/images/{img['id']}:delete", json={}).status_code == 200
 
 
