@@ -3,13 +3,13 @@ published client builds a small image FROM default (a COPY, an ENV, a WORKDIR, a
 a file of the sandbox user's with its mode and a second name, deletes a file of the base, so a
 whiteout, and replaces a directory of the base, so an opaque directory, and a CMD), then one FROM
 that image whose RUN does the same to what the first one made (its disk a layer over the
-first's); a microVM
-sandbox from it sees exactly what a namespace sandbox from it sees, its env, and its start
-command run in the WORKDIR. The first microVM create makes the image's microVM disk; a second
-reuses it (the same file, by inode and mtime) on a copy of its own; deleting the image removes
-it; what a killed daemon left of a disk it was making goes at the next start. Two boots under TCG
-by default: two first creates at once, one making the disk and the other waiting for it (two more,
-a first and a later create of another image, with RUNTIME_TEST_ALL=1)."""
+first's); a microVM sandbox from it sees exactly what a namespace sandbox from it sees, its env,
+and its start command run in the WORKDIR. The first microVM create makes the image's microVM
+disk; another reuses it (by a log line, and by the file's inode and mtime) on a copy of its own;
+deleting the image removes it; a tree too deep is refused before a boot; what a killed daemon
+left of a disk it was making goes at the next start. Two boots under TCG by default: two first
+creates at once, one making the disk and the other waiting for it (two more, a first and a later
+create of another image, with RUNTIME_TEST_ALL=1)."""
 from __future__ import annotations
 
 import os
