@@ -403,6 +403,10 @@ static int microvm_restore_disk(const DriverSpec *spec, const char *snap_dir) {
             path_join(to, sizeof(to), spec->sandbox_dir, "upper.ext4") < 0 ||
             path_join(part, sizeof(part), spec->sandbox_dir, "upper.ext4.part") < 0)
                 return -ENAMETOOLONG;
+        /* An image without current microVM parts (desktop) fails the start
+         * in the words for it: no disk is worth making for it. */
+        if (!image_parts_current(spec->image_dir))
+                return 0;
         int r;
         uid_t shift;
         bool made = false;
