@@ -150,7 +150,10 @@ typedef struct Driver {
         int (*snapshot_disk)(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir);
         /* Before the first start of a new sandbox: makes its writable layer
          * from a snapshot's dest_dir, so that start boots on those files
-         * (or, from a memory snapshot, resumes the saved machine on them). */
+         * (or, from a memory snapshot, resumes the saved machine on them).
+         * 0, or DRIVER_DISK_CONVERTED when it first made the snapshot's
+         * disk for this driver from another driver's layers (an image built
+         * here, on the microVM). */
         int (*restore_disk)(const DriverSpec *spec, const char *snap_dir);
         /* Memory snapshot: writes the running machine (its memory, its
          * devices' state) and its disk, as they stand together, into
@@ -185,6 +188,8 @@ typedef struct Driver {
         int (*mount_live)(const DriverSpec *spec, const DriverMount *m);
         int (*unmount_live)(const DriverSpec *spec, const char *dest);
 } Driver;
+
+#define DRIVER_DISK_CONVERTED 1
 
 /* The most fds a driver's handles gives (the microVM keeps 5). */
 #define DRIVER_MAX_HANDLES 8

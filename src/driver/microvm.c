@@ -23,10 +23,12 @@
 #include "common/macro.h"
 #include "common/path.h"
 #include "common/timeutil.h"
+#include "driver/launch.h"
 #include "driver/microvm_disk.h"
 #include "driver/microvm_guest.h"
 #include "driver/microvm_initramfs.h"
 #include "driver/microvm_kvm.h"
+#include "driver/microvm_layers.h"
 #include "driver/microvm_snapshot.h"
 #include "driver/microvm_spawn.h"
 #include "driver/microvm_template.h"
@@ -391,18 +393,33 @@ static int microvm_snapshot_memory(DriverInstance *inst, const DriverSpec *spec,
         return r;
 }
 
+/* A copy boots on a sparse copy of the snapshot's upper.ext4. Another
+ * driver's disk snapshot (an image built here: layer.img and bases/) has
+ * none: its layers are made into one the first time, kept in the
+ * snapshot's directory for every later copy (microvm_layers.c). */
 static int microvm_restore_disk(const DriverSpec *spec, const char *snap_dir) {
         char from[PATH_MAX], to[PATH_MAX], part[PATH_MAX];
         if (!spec->sandbox_dir || path_join(from, sizeof(from), snap_dir, "upper.ext4") < 0 ||
             path_join(to, sizeof(to), spec->sandbox_dir, "upper.ext4") < 0 ||
             path_join(part, sizeof(part), spec->sandbox_dir, "upper.ext4.part") < 0)
                 return -ENAMETOOLONG;
+        /* An image without current microVM parts (desktop) fails the start
+         * in the words for it: no disk is worth making for it. */
+        if (!image_parts_current(spec->image_dir))
+                return 0;
+        int r;
+        uid_t shift;
+        bool made = false;
+        if (access(from, F_OK) < 0 && errno == ENOENT &&
+            ((r = launch_image_owner(spec, &shift)) < 0 ||
+             (r = microvm_layers_disk(snap_dir, spec->disk_mib ? spec->disk_mib : 1024, shift, &made)) < 0))
+                return r;
         if (mkdir(spec->sandbox_dir, 0700) < 0 && errno != EEXIST)
                 return -errno;
         if (access(to, F_OK) == 0)
                 return -EEXIST;
         (void)unlink(part);
-        int r = rootfs_copy_sparse(from, part);
+        r = rootfs_copy_sparse(from, part);
         if (r >= 0 && rename(part, to) < 0)
                 r = -errno;
         if (r < 0)
@@ -412,7 +429,7 @@ static int microvm_restore_disk(const DriverSpec *spec, const char *snap_dir) {
                 if (r < 0)
                         (void)unlink(to);
         }
-        return r;
+        return r < 0 ? r : made ? DRIVER_DISK_CONVERTED : 0;
 }
 
 const Driver driver_microvm = {

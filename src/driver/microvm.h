@@ -11,6 +11,7 @@
  *   microvm_vmm.c        one QEMU process: command line, console, kill, stats, hand-over
  *   microvm_guest.c      what a guest is made of: its kernel command line, a saved guest's key
  *   microvm_disk.c       the sandbox's upper disk (mke2fs, sparse copies)
+ *   microvm_layers.c     an upper disk made of another driver's layers (an image built here)
  *   microvm_initramfs.c  the initramfs of a start (the agent and modules)
  *   microvm_qmp.c        a client of QEMU's monitor protocol
  *   microvm_template.c   the cache of saved guests a first start restores

@@ -4,8 +4,9 @@ docker-registry), a small image the test makes with umoci and pushes there with 
 of the published client, and sandboxes from the results on namespace and gVisor. The attacks and
 failures: a digest the registry does not have, an answer of garbage from a loopback HTTP server, a
 missing image, an image larger than the pull's bound, a plain-HTTP registry the operator did not
-allow, a pulled tree's internal name given by a client; each a clear error, nothing listed as
-ready, and nothing of the pull left on disk."""
+allow, a pulled tree's internal name given by a client, a microVM create from an image of a
+registry's (no microVM root beneath it: 501); each a clear error, nothing listed as ready, and
+nothing of the pull left on disk."""
 from __future__ import annotations
 
 import hashlib
@@ -224,6 +225,19 @@ def test_from_a_registry_image(from_registry, oci_daemon, oapi, driver):
     out = oapi.exec(sbx.id, command="cat /built.txt /etc/marker; echo $FROM_IMAGE")
     assert out["exitCode"] == 0, out
     assert out["stdout"].splitlines() == ["built on yes", "from the registry", "yes"], out
+
+
+def test_the_microvm_refuses_an_image_from_a_registry(from_registry, oapi):
+    """The microVM boots a built-in image's root disk under an image's layers; a registry's tree
+    has none, and the create says so and what to do, before anything starts."""
+    img, log = from_registry
+    assert img["state"] == "ready", (img, log)
+    r = oapi.post("/v1/sandboxes", json={"image": img["id"], "driver": "microvm"})
+    assert r.status_code == 501, r.text
+    err = r.json()["error"]
+    assert err["code"] == "not_implemented" and "registry's image" in err["message"], err
+    assert "namespace or gvisor" in err["hint"] and "FROM a built-in image" in err["hint"], err
+    assert [s for s in oapi.get("/v1/sandboxes").json()["data"] if s.get("driver") == "microvm"] == []
 
 
 def test_by_digest_through_the_published_client(registry, oci_daemon, published_client):

@@ -288,7 +288,8 @@ enum MHD_Result handle_sandbox_list(Req *r) {
  * image, shape) from it and answers its directory in *ret_dir (NULL when the
  * create has no snapshot). A diskMiB smaller than the snapshot's, or
  * another driver or image, is a 400; but an image's disk (from_image) starts
- * on namespace and gVisor alike, both keeping a disk the same way. */
+ * on namespace and gVisor alike, both keeping a disk the same way, and on
+ * the microVM, whose restore_disk makes its own disk of those layers. */
 static int snapshot_create_defaults(Req *r, bool from_image, char **ret_dir, ApiError *e) {
         *ret_dir = NULL;
         json_t *v = json_object_get(r->json, "snapshot");
@@ -308,7 +309,8 @@ static int snapshot_create_defaults(Req *r, bool from_image, char **ret_dir, Api
         _cleanup_json_ json_t *spec = json_loads(s.spec, 0, NULL);
         const char *mine = json_string_value(json_object_get(r->json, "driver"));
         const char *theirs = json_string_value(json_object_get(spec, "driver"));
-        if (from_image && mine && theirs && (strcmp(mine, "namespace") == 0 || strcmp(mine, "gvisor") == 0) &&
+        if (from_image && mine && theirs &&
+            (strcmp(mine, "namespace") == 0 || strcmp(mine, "gvisor") == 0 || strcmp(mine, "microvm") == 0) &&
             (strcmp(theirs, "namespace") == 0 || strcmp(theirs, "gvisor") == 0))
                 json_object_set_new(spec, "driver", json_string(mine));
         rc = snapshot_merge_create_defaults(r->json, spec, strcmp(s.mode, "memory") == 0, e);

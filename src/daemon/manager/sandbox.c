@@ -836,13 +836,25 @@ static int restore_disk(Manager *m, SandboxRow *row, const Driver *d, const char
         }
         DriverSpec ds;
         driver_spec_from(m, row->id, spec, &p, &ds);
+        uint64_t t0 = time_now_mono_ms();
         int r = d->restore_disk(&ds, snap_dir);
         spec_paths_done(&p);
+        if (r == DRIVER_DISK_CONVERTED)
+                log_info(rid, "sandbox %s: the image's %s disk made from its layers (%llu ms)", row->id, d->name,
+                         (unsigned long long)(time_now_mono_ms() - t0));
         if (r < 0) {
                 log_error(rid, "sandbox %s: making its disk from a snapshot: %s", row->id, strerror(-r));
                 if (r == -ENOSPC)
                         return sandbox_error(e, SANDBOX_ERR_UNAVAILABLE, "free disk space on the host, or delete snapshots",
                                              "the host has no room for the sandbox's disk");
+                /* Another driver's layers made into this one's disk (an
+                 * image built here, on the microVM) and refused. */
+                if (r == -EFBIG || r == -ELOOP || r == -EOPNOTSUPP)
+                        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "create it on the driver it was built on",
+                                             "the image's files cannot be made into a %s disk: %s", d->name,
+                                             r == -EFBIG  ? "they do not fit its diskMiB"
+                                             : r == -ELOOP ? "its tree is too deep"
+                                                           : "a file's data is in a layer it does not have");
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not make the sandbox's disk from the snapshot");
         }
         return 0;

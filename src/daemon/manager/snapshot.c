@@ -492,6 +492,24 @@ static void recover_transient(SnapshotStore *s) {
         free(cut);
 }
 
+/* A snapshot's own files never have dot names: one inside its directory is
+ * a driver's work on it that a killed daemon cut short (the microVM's disk
+ * of an image built here, made under a dot name and renamed into place). */
+static void recover_dot_files(SnapshotStore *s, const char *id) {
+        _cleanup_free_ char *p = path_of(s, id);
+        _cleanup_close_ int dfd = p ? open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        DIR *d = NULL;
+        if (dfd < 0 || walk_open(dfd, &d) < 0)
+                return;
+        struct dirent *de;
+        while ((de = readdir(d)))
+                if (de->d_name[0] == '.' && strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
+                        log_info(NULL, "removing %s of snapshot %s, left by a stopped daemon", de->d_name, id);
+                        (void)path_remove_tree_at(dfd, de->d_name);
+                }
+        closedir(d);
+}
+
 /* Removes every .part directory and every directory without a record. */
 static int recover_files(SnapshotStore *s) {
         DIR *d = opendir(s->dir);
@@ -502,8 +520,10 @@ static int recover_files(SnapshotStore *s) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
                 bool partial = de->d_name[0] == '.';
-                if (!partial && snapshot_id_ok(de->d_name) && row_exists(s, de->d_name))
+                if (!partial && snapshot_id_ok(de->d_name) && row_exists(s, de->d_name)) {
+                        recover_dot_files(s, de->d_name);
                         continue;
+                }
                 _cleanup_free_ char *p = path_of(s, de->d_name);
                 if (p) {
                         log_info(NULL, "removing %s snapshot files %s", partial ? "partial" : "unrecorded", de->d_name);
