@@ -159,6 +159,15 @@ static void images_contract(const StoreImageOps *ops, StoreImages *h) {
         assert_string_equal(got.doc, "{\"dockerfile\":true}"); /* kept when none is given */
         assert_int_equal(got.finished_at, 111);
         store_image_row_clear(&got);
+        /* An end is written once: a late write over it (a fenced host's)
+         * changes nothing, and an ended build is not building again. */
+        assert_int_equal(ops->finish(h, IMG(2), "ready", NULL, ready_doc, 112), -ENOENT);
+        assert_int_equal(ops->finish(h, IMG(1), "failed", "late", NULL, 112), -ENOENT);
+        assert_int_equal(ops->finish(h, IMG(1), "building", NULL, NULL, 0), -ENOENT);
+        assert_int_equal(ops->get(h, "alice", IMG(2), &got), 0);
+        assert_string_equal(got.state, "failed");
+        assert_int_equal(got.finished_at, 111);
+        store_image_row_clear(&got);
         ImageSeen ready = { 0 };
         assert_int_equal(ops->list(h, "alice", NULL, "ready", 0, "", 10, image_seen, &ready), 0);
         assert_int_equal(ready.n, 1);

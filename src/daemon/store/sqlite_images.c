@@ -198,7 +198,7 @@ static int sqlite_images_finish(StoreImages *h, const char *id, const char *stat
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(h->sql,
                                "UPDATE images SET state = ?2, error = ?3, doc = COALESCE(?4, doc), finished_at = ?5 "
-                               "WHERE id = ?1",
+                               "WHERE id = ?1 AND (state = 'queued' OR (?2 <> 'building' AND state = 'building'))",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
@@ -228,6 +228,13 @@ static int sqlite_images_fail_unfinished(StoreImages *h, const char *host_id, co
         if (r < 0)
                 return r;
         *ret_n = sqlite3_changes(h->sql);
+        return 0;
+}
+
+/* One host writes an SQLite database: no other declares it dead. */
+static int sqlite_images_fail_dead_host(StoreImages *h, const char *host_id, const char *error, int64_t now,
+                                        int64_t *ret_n) {
+        *ret_n = 0;
         return 0;
 }
 
@@ -483,6 +490,7 @@ const StoreImageOps store_sqlite_images = {
         .list = sqlite_images_list,
         .finish = sqlite_images_finish,
         .fail_unfinished = sqlite_images_fail_unfinished,
+        .fail_dead_host = sqlite_images_fail_dead_host,
         .tag = sqlite_images_tag,
         .untag = sqlite_images_untag,
         .tags = sqlite_images_tags,
