@@ -234,7 +234,7 @@ static void images_contract(const StoreImageOps *ops, StoreImages *h) {
         assert_int_equal(ops->registry_get(h, "alice", "ghcr.io", &sealed), -ENOENT);
         assert_int_equal(ops->registry_get(h, "bob", "ghcr.io", &sealed), 0);
         free(sealed);
-        /* Layers: an owner's own, one row per key, touched by a use, listed
+        /* Layers: an owner's own, one row per key and host, touched by a use, listed
          * least recently used first, on the host that keeps them. */
         const char *k1 = "1111111111111111111111111111111111111111111111111111111111111111";
         const char *k2 = "2222222222222222222222222222222222222222222222222222222222222222";
@@ -257,9 +257,19 @@ static void images_contract(const StoreImageOps *ops, StoreImages *h) {
         ls = (LayerSeen){ 0 };
         assert_int_equal(ops->layer_list(h, "bob", "host-a", layer_seen, &ls), 0);
         assert_int_equal(ls.n, 0);
-        assert_int_equal(ops->layer_delete(h, "bob", k1), -ENOENT);
-        assert_int_equal(ops->layer_delete(h, "alice", k1), 0);
-        assert_int_equal(ops->layer_delete(h, "alice", k1), -ENOENT);
+        /* Another host keeps the same key as its own (its files), found
+         * and deleted apart from host-a's. */
+        assert_int_equal(ops->layer_put(h, "alice", k1, "snap-b1", "host-b", 150, 303), 0);
+        assert_int_equal(ops->layer_use(h, "alice", k1, "host-b", 304, &snap), 0);
+        assert_string_equal(snap, "snap-b1");
+        free(snap);
+        assert_int_equal(ops->layer_delete(h, "bob", k1, "host-a"), -ENOENT);
+        assert_int_equal(ops->layer_delete(h, "alice", k1, "host-a"), 0);
+        assert_int_equal(ops->layer_delete(h, "alice", k1, "host-a"), -ENOENT);
         assert_int_equal(ops->layer_use(h, "alice", k1, "host-a", 304, &snap), -ENOENT);
+        assert_int_equal(ops->layer_use(h, "alice", k1, "host-b", 305, &snap), 0);
+        assert_string_equal(snap, "snap-b1");
+        free(snap);
+        assert_int_equal(ops->layer_delete(h, "alice", k1, "host-b"), 0);
 }
 

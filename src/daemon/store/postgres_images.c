@@ -331,7 +331,7 @@ static int pg_images_layer_put(StoreImages *h, const char *owner, const char *ke
         int64_t n = 0;
         int r = pgdb_exec_write(&h->c,
                                 "INSERT INTO image_layers (owner, key, snapshot_id, host_id, size_bytes, used_at) "
-                                "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (owner, key) DO NOTHING",
+                                "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (owner, host_id, key) DO NOTHING",
                                 &p, &n);
         if (r < 0)
                 return r;
@@ -379,12 +379,14 @@ static int pg_images_layer_list(StoreImages *h, const char *owner, const char *h
         return 0;
 }
 
-static int pg_images_layer_delete(StoreImages *h, const char *owner, const char *key) {
+static int pg_images_layer_delete(StoreImages *h, const char *owner, const char *key, const char *host_id) {
         PgParams p = { 0 };
         pgp_text(&p, owner);
         pgp_text(&p, key);
+        pgp_text(&p, host_id);
         int64_t n = 0;
-        int r = pgdb_exec_write(&h->c, "DELETE FROM image_layers WHERE owner = $1 AND key = $2", &p, &n);
+        int r = pgdb_exec_write(&h->c, "DELETE FROM image_layers WHERE owner = $1 AND key = $2 AND host_id = $3", &p,
+                                &n);
         if (r < 0)
                 return r;
         return n == 1 ? 0 : -ENOENT;

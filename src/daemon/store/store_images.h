@@ -112,7 +112,8 @@ struct StoreImageOps {
         /* -ENOENT when owner has none for registry. */
         int (*registry_delete)(StoreImages *h, const char *owner, const char *registry);
         /* Records owner's layer key, held by snapshot_id on host_id, used
-         * at now. -EEXIST when the owner has that key already. */
+         * at now. -EEXIST when the owner has that key on host_id already
+         * (another host keeps a key of its own: its snapshot is its files). */
         int (*layer_put)(StoreImages *h, const char *owner, const char *key, const char *snapshot_id,
                          const char *host_id, int64_t size_bytes, int64_t now);
         /* owner's layer key kept on host_id: its snapshot (malloc'ed) in
@@ -122,8 +123,8 @@ struct StoreImageOps {
         /* owner's layers kept on host_id, least recently used first (used_at,
          * then key). */
         int (*layer_list)(StoreImages *h, const char *owner, const char *host_id, StoreLayerFn fn, void *userdata);
-        /* -ENOENT when owner has no layer key. */
-        int (*layer_delete)(StoreImages *h, const char *owner, const char *key);
+        /* -ENOENT when owner has no layer key on host_id. */
+        int (*layer_delete)(StoreImages *h, const char *owner, const char *key, const char *host_id);
 };
 
 extern const StoreImageOps store_sqlite_images;
