@@ -125,7 +125,14 @@ def _log_lines(api: Api, image_id: str) -> list[str]:
     return [line["line"] for line in r.json()["lines"]]
 
 
-def test_an_image_built_on_one_host_serves_the_fleet(pair):
+class _Via:
+    """A host as the published client's harness sees one: its URL, with a key of our choosing."""
+
+    def __init__(self, host, key):
+        self.base_url, self.api_key = host.base_url, key
+
+
+def test_an_image_built_on_one_host_serves_the_fleet(pair, published_client):
     a, b, sql = pair
     name = f"fleet-{uuid.uuid4().hex[:8]}"
     key = _owner_key(a)
@@ -160,6 +167,17 @@ def test_an_image_built_on_one_host_serves_the_fleet(pair):
             res = via_b.exec(sbx, command="cat /opt/app/hello.txt /opt/app/built.txt")
             assert res["exitCode"] == 0 and res["stdout"].startswith("hello from the context\nbuilt on "), res
             assert via_b.delete(f"/v1/sandboxes/{sbx}").status_code in (200, 204)
+        # The published client, pointed at b, starts one by name as well.
+        got = published_client.run_json(_Via(b, key), """
+import json, sys
+from withruntime import Runtime, Sandbox
+image = Runtime().images.resolve(sys.argv[1])
+s = Sandbox.create(image=sys.argv[1], timeout_seconds=120)
+out = s.exec("cat /opt/app/hello.txt").stdout
+s.delete()
+print(json.dumps([image["id"], out]))
+""", args=[f"{name}:v1"], timeout=240)
+        assert got == [image_id, "hello from the context\n"], got
         # A tag moved through b is seen through a; untagged through b, gone on a.
         r = via_b.post(f"/v1/images/{image_id}:tag", json={"tag": "stable"})
         assert r.status_code == 200 and sorted(r.json()["tags"]) == ["stable", "v1"], r.text
