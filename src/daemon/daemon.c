@@ -1059,6 +1059,10 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                 explicit_bzero(seal_key, sizeof seal_key);
         }
         user_images_set_host(d->user_images, fleet_host_id(d->fleet));
+        if ((r = fleet_set_images(d->fleet, d->user_images)) < 0) {
+                log_error(NULL, "cannot write the images at this host's epoch: %s", strerror(-r));
+                return 1;
+        }
         /* Before the sandboxes' recovery, which may stop one that does not
          * re-attach: the builds' sandboxes are noted while their rows still
          * say they run. */

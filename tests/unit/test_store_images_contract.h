@@ -159,6 +159,15 @@ static void images_contract(const StoreImageOps *ops, StoreImages *h) {
         assert_string_equal(got.doc, "{\"dockerfile\":true}"); /* kept when none is given */
         assert_int_equal(got.finished_at, 111);
         store_image_row_clear(&got);
+        /* An end is written once: a late write over it (a fenced host's)
+         * changes nothing, and an ended build is not building again. */
+        assert_int_equal(ops->finish(h, IMG(2), "ready", NULL, ready_doc, 112), -ENOENT);
+        assert_int_equal(ops->finish(h, IMG(1), "failed", "late", NULL, 112), -ENOENT);
+        assert_int_equal(ops->finish(h, IMG(1), "building", NULL, NULL, 0), -ENOENT);
+        assert_int_equal(ops->get(h, "alice", IMG(2), &got), 0);
+        assert_string_equal(got.state, "failed");
+        assert_int_equal(got.finished_at, 111);
+        store_image_row_clear(&got);
         ImageSeen ready = { 0 };
         assert_int_equal(ops->list(h, "alice", NULL, "ready", 0, "", 10, image_seen, &ready), 0);
         assert_int_equal(ready.n, 1);
@@ -225,7 +234,7 @@ static void images_contract(const StoreImageOps *ops, StoreImages *h) {
         assert_int_equal(ops->registry_get(h, "alice", "ghcr.io", &sealed), -ENOENT);
         assert_int_equal(ops->registry_get(h, "bob", "ghcr.io", &sealed), 0);
         free(sealed);
-        /* Layers: an owner's own, one row per key, touched by a use, listed
+        /* Layers: an owner's own, one row per key and host, touched by a use, listed
          * least recently used first, on the host that keeps them. */
         const char *k1 = "1111111111111111111111111111111111111111111111111111111111111111";
         const char *k2 = "2222222222222222222222222222222222222222222222222222222222222222";
@@ -248,9 +257,19 @@ static void images_contract(const StoreImageOps *ops, StoreImages *h) {
         ls = (LayerSeen){ 0 };
         assert_int_equal(ops->layer_list(h, "bob", "host-a", layer_seen, &ls), 0);
         assert_int_equal(ls.n, 0);
-        assert_int_equal(ops->layer_delete(h, "bob", k1), -ENOENT);
-        assert_int_equal(ops->layer_delete(h, "alice", k1), 0);
-        assert_int_equal(ops->layer_delete(h, "alice", k1), -ENOENT);
+        /* Another host keeps the same key as its own (its files), found
+         * and deleted apart from host-a's. */
+        assert_int_equal(ops->layer_put(h, "alice", k1, "snap-b1", "host-b", 150, 303), 0);
+        assert_int_equal(ops->layer_use(h, "alice", k1, "host-b", 304, &snap), 0);
+        assert_string_equal(snap, "snap-b1");
+        free(snap);
+        assert_int_equal(ops->layer_delete(h, "bob", k1, "host-a"), -ENOENT);
+        assert_int_equal(ops->layer_delete(h, "alice", k1, "host-a"), 0);
+        assert_int_equal(ops->layer_delete(h, "alice", k1, "host-a"), -ENOENT);
         assert_int_equal(ops->layer_use(h, "alice", k1, "host-a", 304, &snap), -ENOENT);
+        assert_int_equal(ops->layer_use(h, "alice", k1, "host-b", 305, &snap), 0);
+        assert_string_equal(snap, "snap-b1");
+        free(snap);
+        assert_int_equal(ops->layer_delete(h, "alice", k1, "host-b"), 0);
 }
 

@@ -15,6 +15,7 @@
 #include "daemon/model/auth.h"
 #include "daemon/store/pgdb.h"
 #include "daemon/store/store.h"
+#include "daemon/store/store_hosts.h"
 #include "daemon/store/store_keys.h"
 #include "test_pg_harness.h"
 #include "test_store_keys_contract.h"
@@ -387,6 +388,83 @@ static void test_images(void **state) {
         free(url);
 }
 
+/* A fleet: the images' writes are the writer's at its epoch. Once the
+ * epoch moved on (another registration of its id) or the host was
+ * declared dead, a build's start, end, record, tags and delete are refused
+ * and change nothing; the sweeper fails a dead host's builds, and only
+ * while it is dead. */
+static void test_images_fenced_by_the_epoch(void **state) {
+        char *url = pg_fresh("t_images_fence");
+        const StoreImageOps *ops = store_postgres.images;
+        const StoreHostOps *hops = store_postgres.hosts;
+        StoreImages *a = NULL, *b = NULL;
+        StoreHosts *hosts = NULL;
+        assert_int_equal(ops->open(url, &a), 0);
+        assert_int_equal(ops->open(url, &b), 0);
+        assert_int_equal(hops->open(url, &hosts), 0);
+        HostRecord ra = { .url = "http://10.0.0.1:1", .drivers = "namespace", .version = "0" };
+        HostRecord rb = { .url = "http://10.0.0.2:1", .drivers = "namespace", .version = "0" };
+        snprintf(ra.id, sizeof ra.id, "host-a");
+        snprintf(rb.id, sizeof rb.id, "host-b");
+        int64_t ea = 0, eb = 0;
+        assert_int_equal(hops->register_host(hosts, &ra, 100, &ea), 0);
+        assert_int_equal(hops->register_host(hosts, &rb, 100, &eb), 0);
+        assert_int_equal(ops->set_writer(a, "host-a", ea), 0);
+        assert_int_equal(ops->set_writer(b, "host-b", eb), 0);
+
+        ImageRow row = { .owner = "alice", .name = "app", .doc = "{}", .created_at = 100 };
+        snprintf(row.state, sizeof row.state, "queued");
+        snprintf(row.host_id, sizeof row.host_id, "host-a");
+        snprintf(row.id, sizeof row.id, "%s", IMG(1));
+        assert_int_equal(ops->insert(a, &row), 0);
+        snprintf(row.id, sizeof row.id, "%s", IMG(2));
+        assert_int_equal(ops->insert(a, &row), 0);
+        assert_int_equal(ops->finish(a, IMG(1), "building", NULL, NULL, 0), 0);
+        assert_int_equal(ops->finish(a, IMG(2), "ready", NULL, "{\"snapshot\":\"snp_1\"}", 101), 0);
+        assert_int_equal(ops->tag(a, "alice", "app", "v1", IMG(2)), 0);
+
+        /* Another runtimed registers host-a's id: the first's epoch is gone. */
+        int64_t again = 0;
+        assert_int_equal(hops->register_host(hosts, &ra, 110, &again), 0);
+        assert_true(again > ea);
+        assert_int_equal(ops->finish(a, IMG(1), "ready", NULL, "{\"snapshot\":\"snp_2\"}", 111), -EOWNERDEAD);
+        assert_int_equal(ops->finish(a, IMG(1), "failed", "late", NULL, 111), -EOWNERDEAD);
+        snprintf(row.id, sizeof row.id, "%s", IMG(3));
+        assert_int_equal(ops->insert(a, &row), -EOWNERDEAD);
+        assert_int_equal(ops->tag(a, "alice", "app", "v1", IMG(1)), -EOWNERDEAD);
+        assert_int_equal(ops->delete(a, "alice", IMG(2)), -EOWNERDEAD);
+        ImageRow got;
+        assert_int_equal(ops->get(b, "alice", IMG(1), &got), 0);
+        assert_string_equal(got.state, "building");
+        assert_string_equal(got.doc, "{}");
+        store_image_row_clear(&got);
+        assert_int_equal(ops->get(b, NULL, IMG(3), &got), -ENOENT);
+        char id[IMAGE_ID_LEN + 1];
+        assert_int_equal(ops->resolve(b, "alice", "app", "v1", 0, id), 0);
+        assert_string_equal(id, IMG(2));
+
+        /* The sweeper fails host-a's build only once host-a is dead. */
+        int64_t n = -1;
+        assert_int_equal(ops->fail_dead_host(b, "host-a", "its host host-a stopped answering", 120, &n), 0);
+        assert_int_equal(n, 0);
+        assert_int_equal(hops->declare_dead(hosts, "host-a", again, 110, 130), 0);
+        assert_int_equal(ops->fail_dead_host(b, "host-a", "its host host-a stopped answering", 130, &n), 0);
+        assert_int_equal(n, 1);
+        assert_int_equal(ops->get(b, "alice", IMG(1), &got), 0);
+        assert_string_equal(got.state, "failed");
+        assert_string_equal(got.error, "its host host-a stopped answering");
+        store_image_row_clear(&got);
+        /* A writer at the new epoch writes again; an end stays written. */
+        assert_int_equal(hops->register_host(hosts, &ra, 140, &again), 0);
+        assert_int_equal(ops->set_writer(a, "host-a", again), 0);
+        assert_int_equal(ops->finish(a, IMG(1), "ready", NULL, "{}", 141), -ENOENT);
+        assert_int_equal(ops->delete(a, "alice", IMG(2)), 0);
+        ops->close(a);
+        ops->close(b);
+        hops->close(hosts);
+        free(url);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_schema_is_made_once_and_a_newer_one_refused),
@@ -398,6 +476,7 @@ int main(void) {
                 cmocka_unit_test(test_links),
                 cmocka_unit_test(test_previews),
                 cmocka_unit_test(test_images),
+                cmocka_unit_test(test_images_fenced_by_the_epoch),
                 cmocka_unit_test(test_sessions),
                 cmocka_unit_test(test_volumes),
         };

@@ -348,15 +348,27 @@ static int image_snapshot_to_field(Req *r, ApiError *e) {
         return 0;
 }
 
+/* A create from a snapshot or an image whose home host does not answer:
+ * its files are on that host only (docs/fleet.md). */
+static int unplaced_home(ApiError *e, const char *host, bool from_image) {
+        if (from_image)
+                return api_error(e, 503, "host_unavailable",
+                                 "try again when that host is back, or build the image again (a build runs on the "
+                                 "host it is sent to)",
+                                 "host %s, which keeps the image's disk, does not answer", host);
+        return api_error(e, 503, "host_unavailable", "try again, or create it without the snapshot",
+                         "host %s, which keeps the snapshot, does not answer", host);
+}
+
 /* Where a create runs, when other hosts share the store (docs/fleet.md,
  * "Placement"): one from a snapshot on the snapshot's home, any other on a
  * live host that offers the driver and has the memory free (best of two).
  * 1: the request went on to that host (*ret its answer); 0: it runs here;
  * -1: refused (e). A request that came placed, or a getOrCreate (whose
  * claim is fleet-wide already), runs here. */
-static int place_create(Req *r, bool get_or_create, enum MHD_Result *ret, ApiError *e) {
+static int place_create(Req *r, bool get_or_create, bool from_image, enum MHD_Result *ret, ApiError *e) {
         Fleet *fleet = r->app->fleet;
-        if (r->forwarded || get_or_create || fleet_alone(fleet) || !http_forwards(r))
+        if (r->forwarded || get_or_create || fleet_single(fleet))
                 return 0;
         const char *self = fleet_host_id(fleet);
         char host[64] = "", url[512];
@@ -369,9 +381,13 @@ static int place_create(Req *r, bool get_or_create, enum MHD_Result *ret, ApiErr
                 snapshot_row_done(&s);
                 if (!host[0] || strcmp(host, self) == 0)
                         return 0;
-                if (fleet_host_url(fleet, host, url, sizeof url) < 0)
-                        return api_error(e, 503, "host_unavailable", "try again, or create it without the snapshot",
-                                         "host %s, which keeps the snapshot, does not answer", host);
+                /* Its files are on that host only: alone here (the host
+                 * dead) or without the secret to reach it, the create
+                 * cannot run here either. */
+                if (!http_forwards(r) || fleet_host_url(fleet, host, url, sizeof url) < 0)
+                        return unplaced_home(e, host, from_image);
+        } else if (fleet_alone(fleet) || !http_forwards(r)) {
+                return 0;
         } else {
                 SandboxSpec defaults;
                 sandbox_spec_init(&defaults);
@@ -395,7 +411,9 @@ static int place_create(Req *r, bool get_or_create, enum MHD_Result *ret, ApiErr
         }
         /* The chosen host did not answer (it may have died within a beat):
          * a create without a snapshot runs here if this host may take it. */
-        if (json_is_string(snap) || fleet_draining(fleet))
+        if (json_is_string(snap))
+                return unplaced_home(e, host, from_image);
+        if (fleet_draining(fleet))
                 return api_error(e, 503, "host_unavailable", "try again", "host %s, chosen for the sandbox, does not "
                                  "answer", host);
         log_warn(r->rid, "host %s, chosen for a create, does not answer: it runs here", host);
@@ -422,7 +440,7 @@ enum MHD_Result handle_sandbox_create(Req *r) {
         if (image_snapshot_to_field(r, &e) < 0)
                 return reply_error(r, &e);
         enum MHD_Result placed = MHD_NO;
-        int pr = place_create(r, get_or_create, &placed, &e);
+        int pr = place_create(r, get_or_create, from_image, &placed, &e);
         if (pr < 0)
                 return reply_error(r, &e);
         if (pr > 0)

@@ -20,6 +20,7 @@
 #include "common/random.h"
 #include "common/timeutil.h"
 #include "daemon/http/request.h"
+#include "daemon/manager/fleet.h"
 #include "daemon/manager/images.h"
 #include "daemon/manager/keys.h"
 #include "daemon/manager/oci_pull.h"
@@ -68,6 +69,29 @@ static json_t *image_json(Req *r, const ImageRow *row) {
 
 static int not_found(const char *what, ApiError *e) {
         return api_error(e, 404, "image_not_found", "GET /v1/images lists yours", "no image %.128s", what);
+}
+
+/* An image kept by another host of a fleet (its disk and its build's log
+ * are that host's files, docs/fleet.md): the request goes on to that host
+ * (1, *ret its answer) as one about a sandbox does, runs here (0: this
+ * host keeps it, or there is no other host to ask), or is refused (-1, e)
+ * when that host does not answer and here_if_down is false. */
+static int image_elsewhere(Req *r, const ImageRow *row, bool here_if_down, enum MHD_Result *ret, ApiError *e) {
+        Fleet *fleet = r->app->fleet;
+        if (r->forwarded || !row->host_id[0] || fleet_single(fleet) || strcmp(row->host_id, fleet_host_id(fleet)) == 0)
+                return 0;
+        char url[512];
+        if (http_forwards(r) && fleet_host_url(fleet, row->host_id, url, sizeof url) == 0 &&
+            http_forward_whole(r, url, ret) == 0) {
+                log_info(r->rid, "image %s: the request went on to host %s", row->id, row->host_id);
+                return 1;
+        }
+        if (here_if_down)
+                return 0;
+        return api_error(e, 503, "host_unavailable",
+                         "try again when that host is back, or build the image again (a build runs on the host it is "
+                         "sent to)",
+                         "image %s is kept by host %s, which does not answer", row->id, row->host_id);
 }
 
 /* ---- the context ---- */
@@ -807,7 +831,14 @@ enum MHD_Result handle_image_logs(Req *r) {
         }
         if (rc < 0)
                 return reply_internal(r);
+        /* The log is a file of the host that builds the image. */
+        enum MHD_Result sent = MHD_NO;
+        rc = image_elsewhere(r, &row, false, &sent, &e);
         store_image_row_clear(&row);
+        if (rc < 0)
+                return reply_error(r, &e);
+        if (rc > 0)
+                return sent;
         const char *after_s = req_query(r, "after"), *follow = req_query(r, "follow");
         int64_t after = after_s ? strtoll(after_s, NULL, 10) : 0;
         if (after < 0)
@@ -883,6 +914,17 @@ enum MHD_Result handle_image_delete(Req *r) {
         ApiError e = { 0 };
         if (offered(r, &e) < 0)
                 return reply_error(r, &e);
+        /* Its disk is removed by the host that keeps it; one that does not
+         * answer removes the files at its next start (they have no record
+         * then), so the records go here. */
+        ImageRow row;
+        if (user_images_get(r->app->user_images, r->key.owner, r->route.image, &row) == 0) {
+                enum MHD_Result sent = MHD_NO;
+                int rc = image_elsewhere(r, &row, true, &sent, &e);
+                store_image_row_clear(&row);
+                if (rc > 0)
+                        return sent;
+        }
         SandboxError se;
         if (user_images_delete(r->app->user_images, r->key.owner, r->route.image, &se) < 0) {
                 api_sandbox_error(&se, &e);

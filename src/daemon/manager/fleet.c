@@ -24,6 +24,7 @@
 #include "daemon/manager/events.h"
 #include "daemon/manager/snapshot.h"
 #include "daemon/manager/uploads.h"
+#include "daemon/manager/user_images.h"
 #include "daemon/manager/webhooks.h"
 #include "daemon/manager/keys.h"
 #include "daemon/manager/ledger.h"
@@ -57,6 +58,7 @@ struct Fleet {
         uint64_t last_prune_ms;  /* monotonic: when the sweeper last dropped old events */
         HostRecord *view;      /* every host at the last look; strings owned */
         size_t n_view;
+        UserImages *images;    /* may be NULL; set before the thread starts */
 };
 
 static void view_free(HostRecord *v, size_t n) {
@@ -102,7 +104,8 @@ void fleet_free(Fleet *f) {
 /* Writes from now on are this epoch's: the sandboxes' records, the
  * ledger's (whose charges are this host's), the snapshots', the uploads',
  * the events', the webhook deliveries', the audit's, the samples', the
- * request counts', the file links', the previews' and the volumes'. */
+ * request counts', the file links', the previews', the volumes' and the
+ * images'. */
 static int take_epoch(Fleet *f, int64_t epoch) {
         int r = db_set_writer(f->c.db, f->self.id, epoch);
         if (r == 0 && f->c.ledger)
@@ -129,6 +132,8 @@ static int take_epoch(Fleet *f, int64_t epoch) {
                 r = sessions_set_epoch(f->c.sessions, f->self.id, epoch);
         if (r == 0 && f->c.volumes)
                 r = volumes_set_epoch(f->c.volumes, f->self.id, epoch);
+        if (r == 0 && f->images)
+                r = user_images_set_epoch(f->images, f->self.id, epoch);
         if (r < 0)
                 return r;
         pthread_mutex_lock(&f->lock);
@@ -174,6 +179,13 @@ int fleet_join(const FleetConfig *c, Fleet **ret) {
         (void)fleet_refresh(f);
         *ret = f;
         return 0;
+}
+
+int fleet_set_images(Fleet *f, UserImages *images) {
+        if (!f || !images)
+                return 0;
+        f->images = images;
+        return user_images_set_epoch(images, f->self.id, fleet_epoch(f));
 }
 
 bool fleet_fenced(Fleet *f) {
@@ -445,6 +457,19 @@ static void format_time(int64_t t, char *buf, size_t n) {
                 snprintf(buf, n, "%lld", (long long)t);
 }
 
+/* The builds a dead host had queued or running end failed: their disks
+ * were to be its own, and it will not write their end. */
+static void lose_builds(Fleet *f, const char *host, const char *when) {
+        char error[200];
+        int64_t n = 0;
+        snprintf(error, sizeof error, "its host %s stopped answering during the build (last heartbeat %s)", host, when);
+        int r = user_images_fail_dead_host(f->images, host, error, &n);
+        if (r < 0)
+                log_warn(NULL, "failing the image builds of host %s: %s", host, strerror(-r));
+        else if (n > 0)
+                log_error(NULL, "host %s: %lld image build%s failed", host, (long long)n, n == 1 ? "" : "s");
+}
+
 /* The lease holder's round: hosts silent past the dead-after time are
  * declared dead, and the sandboxes of every dead host that still claim
  * processes are marked lost. */
@@ -496,6 +521,7 @@ static void sweep(Fleet *f) {
                                           lost == 1 ? "" : "es");
                                 (void)db_idem_drop_pending(f->c.db, h->id);
                         }
+                        lose_builds(f, h->id, when);
                 }
         }
         bool declared = false;

@@ -31,6 +31,7 @@ typedef struct Db Db;
 typedef struct Ledger Ledger;
 typedef struct Manager Manager;
 typedef struct Events Events;
+typedef struct UserImages UserImages;
 
 #define FLEET_DEAD_AFTER_DEFAULT_SECONDS 30
 #define FLEET_DEAD_AFTER_MIN_SECONDS 3
@@ -69,6 +70,11 @@ typedef struct Fleet Fleet;
  * Idempotency-Key claims a previous run of it left pending go. Before
  * manager_recover. */
 int fleet_join(const FleetConfig *c, Fleet **ret);
+/* The images' records (opened after fleet_join): written at this host's
+ * epoch from now on, and at each epoch it registers at later; the builds
+ * a dead host left unfinished are failed by the sweeper. Before
+ * fleet_start. */
+int fleet_set_images(Fleet *f, UserImages *images);
 /* The heartbeat and the sweep, on a thread of their own. */
 int fleet_start(Fleet *f);
 /* Stops the thread; the record stays (its heartbeat ages). */

@@ -99,6 +99,15 @@ int user_images_start(UserImages *u);
 void user_images_stop(UserImages *u);
 void user_images_close(UserImages *u);
 
+/* A fleet (docs/fleet.md): the records' writes are this host's at epoch
+ * from now on, refused once the fleet moved on without it (its epoch
+ * bumped, or it was declared dead). NULL is fine. */
+int user_images_set_epoch(UserImages *u, const char *host_id, int64_t epoch);
+/* The sweeper's: the builds host_id left queued or building are failed
+ * with error while the store has that host dead; the count in *ret_n.
+ * NULL is fine. */
+int user_images_fail_dead_host(UserImages *u, const char *host_id, const char *error, int64_t *ret_n);
+
 /* Which of digests (an array of 64-hex strings) owner has not uploaded. */
 int user_images_context_missing(UserImages *u, const char *owner, json_t *digests, json_t **ret);
 /* Keeps a chunk whose SHA-256 is digest: -EBADMSG when the bytes' is

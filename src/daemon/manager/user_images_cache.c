@@ -396,7 +396,7 @@ int layer_find(Build *b, char **ret_snap) {
         SnapshotRow row = { 0 };
         if (snapshot_store_get_layer(u->snapshots, owner, snap, &row) < 0) {
                 /* Its snapshot was deleted on its own: the layer goes. */
-                u->ops->layer_delete(u->h, owner, b->layer_key);
+                u->ops->layer_delete(u->h, owner, b->layer_key, u->host_id);
                 return -ENOENT;
         }
         snapshot_row_done(&row);
@@ -442,7 +442,7 @@ static void layer_evict(Build *b, const char *kept) {
                         continue;
                 count--;
                 /* The row first: a layer is never found without its snapshot. */
-                if (u->ops->layer_delete(u->h, owner, s->keys[i]) == 0)
+                if (u->ops->layer_delete(u->h, owner, s->keys[i], u->host_id) == 0)
                         snapshot_store_delete(u->snapshots, owner, s->snaps[i]);
                 s->total -= s->sizes[i];
         }

@@ -15,6 +15,17 @@
 #include "daemon/manager/user_images-internal.h"
 #include "daemon/manager/user_images.h"
 
+/* ---- the fleet ---- */
+
+int user_images_set_epoch(UserImages *u, const char *host_id, int64_t epoch) {
+        return u ? u->ops->set_writer(u->h, host_id, epoch) : 0;
+}
+
+int user_images_fail_dead_host(UserImages *u, const char *host_id, const char *error, int64_t *ret_n) {
+        *ret_n = 0;
+        return u ? u->ops->fail_dead_host(u->h, host_id, error, time_now_unix(), ret_n) : 0;
+}
+
 /* ---- records ---- */
 
 json_t *user_images_build_json(const ImageBuildRequest *req) {

@@ -1,7 +1,8 @@
 /* What a daemon killed during builds left, removed at its next start
  * (docs/images.md, "How a build runs"): the builds' sandboxes,
  * the disks of images whose record never became ready, layers whose record
- * was never written and context chunks half received. The builds' records
+ * was never written, context chunks half received and the logs of images
+ * deleted meanwhile. The builds' records
  * are then marked failed (user_images_start). */
 #include "daemon/manager/user_images.h"
 #include "daemon/manager/user_images-internal.h"
@@ -11,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/jsonutil.h"
 #include "common/log.h"
@@ -138,6 +140,34 @@ static void partial_chunks(UserImages *u) {
         closedir(d);
 }
 
+/* Build logs ("<id>.log") of images with no record: one deleted through
+ * another host of a fleet while this one was down (its disk, likewise
+ * without a record, goes with the snapshots' recovery). When in doubt (the
+ * store failed), the file stays. */
+static void orphan_logs(UserImages *u) {
+        DIR *d = opendir(u->dir);
+        if (!d)
+                return;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                char id[IMAGE_ID_LEN + 1];
+                size_t n = strlen(e->d_name);
+                if (n != IMAGE_ID_LEN + 4 || strcmp(e->d_name + IMAGE_ID_LEN, ".log") != 0)
+                        continue;
+                memcpy(id, e->d_name, IMAGE_ID_LEN);
+                id[IMAGE_ID_LEN] = '\0';
+                if (!user_images_id_ok(id))
+                        continue;
+                ImageRow row;
+                int r = u->ops->get(u->h, NULL, id, &row);
+                if (r == 0)
+                        store_image_row_clear(&row);
+                if (r == -ENOENT && unlinkat(dirfd(d), e->d_name, 0) == 0)
+                        log_info(NULL, "the build log of image %s removed: the image was deleted", id);
+        }
+        closedir(d);
+}
+
 void user_images_recover(UserImages *u) {
         for (size_t i = 0; i < u->n_cut; i++) {
                 SandboxError se;
@@ -161,4 +191,5 @@ void user_images_recover(UserImages *u) {
                                                : "an image's disk taken before the daemon's stop cut its build");
         free(st.s);
         partial_chunks(u);
+        orphan_logs(u);
 }

@@ -47,27 +47,39 @@ static int row_read(const PGresult *res, int i, ImageRow *r) {
         return 0;
 }
 
+typedef struct Insert {
+        ImageRow *row;
+} Insert;
+
+/* The insert, inside the writer's check (pgdb_write). */
+static int insert_tx(PgConn *c, void *userdata) {
+        ImageRow *row = ((Insert *)userdata)->row;
+        PgParams p = { 0 };
+        pgp_text(&p, row->id);
+        pgp_text(&p, row->owner);
+        pgp_text(&p, row->name);
+        pgp_text(&p, row->state);
+        pgp_text(&p, row->error && *row->error ? row->error : NULL);
+        pgp_text(&p, row->doc ? row->doc : "{}");
+        pgp_int(&p, row->created_at);
+        pgp_text(&p, row->host_id);
+        _cleanup_pgres_ PGresult *res = NULL;
+        int r = pgdb_run_locked(c,
+                                "INSERT INTO images (id, owner, name, version, state, error, doc, created_at, host_id) "
+                                "VALUES ($1, $2, $3, (SELECT COALESCE(MAX(version), 0) + 1 FROM images "
+                                "WHERE owner = $2 AND name = $3), $4, $5, $6, $7, $8) RETURNING version",
+                                &p, &res);
+        if (r == 0 && PQntuples(res) == 1)
+                row->version = pgi(res, 0, 0);
+        return r;
+}
+
 static int pg_images_insert(StoreImages *h, ImageRow *row) {
         int r = -EEXIST;
         for (int attempt = 0; attempt < 5 && r == -EEXIST; attempt++) {
-                PgParams p = { 0 };
-                pgp_text(&p, row->id);
-                pgp_text(&p, row->owner);
-                pgp_text(&p, row->name);
-                pgp_text(&p, row->state);
-                pgp_text(&p, row->error && *row->error ? row->error : NULL);
-                pgp_text(&p, row->doc ? row->doc : "{}");
-                pgp_int(&p, row->created_at);
-                pgp_text(&p, row->host_id);
-                _cleanup_pgres_ PGresult *res = NULL;
-                r = pgdb_run(&h->c,
-                             "INSERT INTO images (id, owner, name, version, state, error, doc, created_at, host_id) "
-                             "VALUES ($1, $2, $3, (SELECT COALESCE(MAX(version), 0) + 1 FROM images "
-                             "WHERE owner = $2 AND name = $3), $4, $5, $6, $7, $8) RETURNING version",
-                             &p, &res);
-                if (r == 0 && PQntuples(res) == 1)
-                        row->version = pgi(res, 0, 0);
-                else if (r == -EEXIST) {
+                /* A host that lost its epoch records no build. */
+                r = pgdb_write(&h->c, insert_tx, &(Insert){ .row = row });
+                if (r == -EEXIST) {
                         /* The id itself taken is not a race to go round for. */
                         ImageRow same;
                         PgParams q = { 0 };
@@ -138,9 +150,12 @@ static int pg_images_finish(StoreImages *h, const char *id, const char *state, c
         pgp_text(&p, doc && *doc ? doc : NULL);
         pgp_int(&p, finished_at);
         int64_t n = 0;
+        /* A build's end is written once, and only over a build that has
+         * not ended: a late write of a host fenced meanwhile (its build
+         * failed by the sweeper) changes nothing. */
         int r = pgdb_exec_write(&h->c,
                                 "UPDATE images SET state = $2, error = $3, doc = COALESCE($4, doc), finished_at = $5 "
-                                "WHERE id = $1",
+                                "WHERE id = $1 AND (state = 'queued' OR ($2 <> 'building' AND state = 'building'))",
                                 &p, &n);
         if (r < 0)
                 return r;
@@ -156,6 +171,19 @@ static int pg_images_fail_unfinished(StoreImages *h, const char *host_id, const 
         return pgdb_exec_write(&h->c,
                                "UPDATE images SET state = 'failed', error = $2, finished_at = $3 "
                                "WHERE host_id = $1 AND state IN ('queued', 'building')",
+                               &p, ret_n);
+}
+
+static int pg_images_fail_dead_host(StoreImages *h, const char *host_id, const char *error, int64_t now,
+                                    int64_t *ret_n) {
+        PgParams p = { 0 };
+        pgp_text(&p, host_id);
+        pgp_text(&p, error);
+        pgp_int(&p, now);
+        return pgdb_exec_write(&h->c,
+                               "UPDATE images SET state = 'failed', error = $2, finished_at = $3 "
+                               "WHERE host_id = $1 AND state IN ('queued', 'building') "
+                               "AND EXISTS (SELECT 1 FROM hosts WHERE hosts.id = $1 AND hosts.state = 'dead')",
                                &p, ret_n);
 }
 
@@ -303,7 +331,7 @@ static int pg_images_layer_put(StoreImages *h, const char *owner, const char *ke
         int64_t n = 0;
         int r = pgdb_exec_write(&h->c,
                                 "INSERT INTO image_layers (owner, key, snapshot_id, host_id, size_bytes, used_at) "
-                                "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (owner, key) DO NOTHING",
+                                "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (owner, host_id, key) DO NOTHING",
                                 &p, &n);
         if (r < 0)
                 return r;
@@ -351,12 +379,14 @@ static int pg_images_layer_list(StoreImages *h, const char *owner, const char *h
         return 0;
 }
 
-static int pg_images_layer_delete(StoreImages *h, const char *owner, const char *key) {
+static int pg_images_layer_delete(StoreImages *h, const char *owner, const char *key, const char *host_id) {
         PgParams p = { 0 };
         pgp_text(&p, owner);
         pgp_text(&p, key);
+        pgp_text(&p, host_id);
         int64_t n = 0;
-        int r = pgdb_exec_write(&h->c, "DELETE FROM image_layers WHERE owner = $1 AND key = $2", &p, &n);
+        int r = pgdb_exec_write(&h->c, "DELETE FROM image_layers WHERE owner = $1 AND key = $2 AND host_id = $3", &p,
+                                &n);
         if (r < 0)
                 return r;
         return n == 1 ? 0 : -ENOENT;
@@ -371,6 +401,7 @@ const StoreImageOps store_postgres_images = {
         .list = pg_images_list,
         .finish = pg_images_finish,
         .fail_unfinished = pg_images_fail_unfinished,
+        .fail_dead_host = pg_images_fail_dead_host,
         .tag = pg_images_tag,
         .untag = pg_images_untag,
         .tags = pg_images_tags,

@@ -212,6 +212,9 @@ static const char *const steps[] = {
         VOLUMES_SQL_SCHEDULES,
         /* 23: the volumes' cron schedules and keep counts (store_volumes.h) */
         VOLUMES_SQL_RULES,
+        /* 24: a build layer's key is one host's, as its snapshot's files are
+         * (store_images.h): two hosts of a fleet each keep their own */
+        "ALTER TABLE image_layers DROP CONSTRAINT image_layers_pkey, ADD PRIMARY KEY (owner, host_id, key);",
 };
 
 #define KIND "postgres"

@@ -61,6 +61,22 @@ static const SqlMigration migrations[] = {
           "  used_at INTEGER NOT NULL,"
           "  PRIMARY KEY (owner, key));"
           "CREATE INDEX IF NOT EXISTS image_layers_used ON image_layers (owner, host_id, used_at, key);" },
+        /* 4: a layer's key is one host's (its snapshot is that host's
+         * files): the key is unique per owner and host */
+        { NULL, NULL,
+          "CREATE TABLE image_layers_by_host ("
+          "  owner TEXT NOT NULL,"
+          "  key TEXT NOT NULL,"
+          "  snapshot_id TEXT NOT NULL,"
+          "  host_id TEXT NOT NULL,"
+          "  size_bytes INTEGER NOT NULL,"
+          "  used_at INTEGER NOT NULL,"
+          "  PRIMARY KEY (owner, host_id, key));"
+          "INSERT INTO image_layers_by_host SELECT owner, key, snapshot_id, host_id, size_bytes, used_at "
+          "  FROM image_layers;"
+          "DROP TABLE image_layers;"
+          "ALTER TABLE image_layers_by_host RENAME TO image_layers;"
+          "CREATE INDEX IF NOT EXISTS image_layers_used ON image_layers (owner, host_id, used_at, key);" },
 };
 
 #define COLUMNS "id, owner, name, version, state, error, doc, created_at, finished_at, host_id"
@@ -198,7 +214,7 @@ static int sqlite_images_finish(StoreImages *h, const char *id, const char *stat
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(h->sql,
                                "UPDATE images SET state = ?2, error = ?3, doc = COALESCE(?4, doc), finished_at = ?5 "
-                               "WHERE id = ?1",
+                               "WHERE id = ?1 AND (state = 'queued' OR (?2 <> 'building' AND state = 'building'))",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
@@ -228,6 +244,13 @@ static int sqlite_images_fail_unfinished(StoreImages *h, const char *host_id, co
         if (r < 0)
                 return r;
         *ret_n = sqlite3_changes(h->sql);
+        return 0;
+}
+
+/* One host writes an SQLite database: no other declares it dead. */
+static int sqlite_images_fail_dead_host(StoreImages *h, const char *host_id, const char *error, int64_t now,
+                                        int64_t *ret_n) {
+        *ret_n = 0;
         return 0;
 }
 
@@ -399,7 +422,7 @@ static int sqlite_images_layer_put(StoreImages *h, const char *owner, const char
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(h->sql,
                                "INSERT INTO image_layers (owner, key, snapshot_id, host_id, size_bytes, used_at) "
-                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (owner, key) DO NOTHING",
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (owner, host_id, key) DO NOTHING",
                                -1, &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
@@ -460,14 +483,15 @@ static int sqlite_images_layer_list(StoreImages *h, const char *owner, const cha
         return rc == SQLITE_DONE ? 0 : sqldb_errno(rc) ?: -EIO;
 }
 
-static int sqlite_images_layer_delete(StoreImages *h, const char *owner, const char *key) {
+static int sqlite_images_layer_delete(StoreImages *h, const char *owner, const char *key, const char *host_id) {
         LOCKED(h);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(h->sql, "DELETE FROM image_layers WHERE owner = ?1 AND key = ?2", -1, &st, NULL) !=
-            SQLITE_OK)
+        if (sqlite3_prepare_v2(h->sql, "DELETE FROM image_layers WHERE owner = ?1 AND key = ?2 AND host_id = ?3", -1,
+                               &st, NULL) != SQLITE_OK)
                 return -EIO;
         sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, host_id, -1, SQLITE_STATIC);
         int r = sqldb_errno(sqlite3_step(st));
         if (r < 0)
                 return r;
@@ -483,6 +507,7 @@ const StoreImageOps store_sqlite_images = {
         .list = sqlite_images_list,
         .finish = sqlite_images_finish,
         .fail_unfinished = sqlite_images_fail_unfinished,
+        .fail_dead_host = sqlite_images_fail_dead_host,
         .tag = sqlite_images_tag,
         .untag = sqlite_images_untag,
         .tags = sqlite_images_tags,

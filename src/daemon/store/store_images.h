@@ -59,6 +59,12 @@ typedef int (*StoreLayerFn)(void *userdata, const char *key, const char *snapsho
 struct StoreImageOps {
         int (*open)(const char *location, StoreImages **ret);
         void (*close)(StoreImages *h);
+        /* The host whose writes these are, at the epoch it registered at
+         * (a fleet): from now on every write (a build's record, its ends,
+         * tags, deletes, layers) is made only while the store still has
+         * that host at that epoch and not declared dead, else -EOWNERDEAD
+         * and nothing changes (a layer's time of use aside). No-op for a
+         * backend only one host writes. */
         int (*set_writer)(StoreImages *h, const char *host_id, int64_t epoch);
         /* Inserts row with the next version of its owner's name, written
          * into row->version. -EEXIST for an id taken. */
@@ -70,13 +76,20 @@ struct StoreImageOps {
          * before_id; before_id "" for the first page), at most limit. */
         int (*list)(StoreImages *h, const char *owner, const char *name, const char *state, int64_t before_created,
                     const char *before_id, unsigned limit, StoreImageFn fn, void *userdata);
-        /* Sets a build's end: state, error (NULL: none), doc and
-         * finished_at. -ENOENT. */
+        /* Sets a build's state: "building" over a queued one, or its end
+         * ("ready", "failed") over a queued or building one, with error
+         * (NULL: none), doc and finished_at. An end is written once:
+         * -ENOENT for no such image or one that ended already. */
         int (*finish)(StoreImages *h, const char *id, const char *state, const char *error, const char *doc,
                       int64_t finished_at);
         /* Marks what host_id was building when it stopped as failed with
          * error; the count in *ret_n. */
         int (*fail_unfinished)(StoreImages *h, const char *host_id, const char *error, int64_t now, int64_t *ret_n);
+        /* fail_unfinished for a host the fleet declared dead, by another
+         * (the sweeper): only while the hosts table still has host_id
+         * dead, so that the builds it queues once it registered again are
+         * not touched. */
+        int (*fail_dead_host)(StoreImages *h, const char *host_id, const char *error, int64_t now, int64_t *ret_n);
         /* Points owner's name:tag at image id (moved from another version). */
         int (*tag)(StoreImages *h, const char *owner, const char *name, const char *tag, const char *id);
         /* Takes tag off image id: -ENOENT when it is not on it. */
@@ -99,7 +112,8 @@ struct StoreImageOps {
         /* -ENOENT when owner has none for registry. */
         int (*registry_delete)(StoreImages *h, const char *owner, const char *registry);
         /* Records owner's layer key, held by snapshot_id on host_id, used
-         * at now. -EEXIST when the owner has that key already. */
+         * at now. -EEXIST when the owner has that key on host_id already
+         * (another host keeps a key of its own: its snapshot is its files). */
         int (*layer_put)(StoreImages *h, const char *owner, const char *key, const char *snapshot_id,
                          const char *host_id, int64_t size_bytes, int64_t now);
         /* owner's layer key kept on host_id: its snapshot (malloc'ed) in
@@ -109,8 +123,8 @@ struct StoreImageOps {
         /* owner's layers kept on host_id, least recently used first (used_at,
          * then key). */
         int (*layer_list)(StoreImages *h, const char *owner, const char *host_id, StoreLayerFn fn, void *userdata);
-        /* -ENOENT when owner has no layer key. */
-        int (*layer_delete)(StoreImages *h, const char *owner, const char *key);
+        /* -ENOENT when owner has no layer key on host_id. */
+        int (*layer_delete)(StoreImages *h, const char *owner, const char *key, const char *host_id);
 };
 
 extern const StoreImageOps store_sqlite_images;
