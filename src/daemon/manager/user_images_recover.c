@@ -161,4 +161,5 @@ void user_images_recover(UserImages *u) {
                                                : "an image's disk taken before the daemon's stop cut its build");
         free(st.s);
         partial_chunks(u);
+        user_images_context_sweep(u, true);
 }
