@@ -1,9 +1,10 @@
-"""Build-context chunks are collected (docs/images.md, "How a build runs"), on a daemon whose owners
+"""Build-context chunks are collected (docs/images.md, "Context chunks"), on a daemon whose owners
 keep 8 MiB of chunks and whose chunks unused for 24 hours go: an owner at the bound whose chunks no
 build names uploads a new context (the least recently used go, what a `missing` query just reported
 stays) and builds it, another owner's chunks untouched; the chunks a running build names are never
 removed (429 naming the bound until the build ends); a chunk unused past the age bound goes at the
-owner's next upload; uploads at once past the bound leave only whole chunks within it."""
+owner's next upload and at the daemon's start; uploads at once past the bound leave only whole
+chunks within it."""
 from __future__ import annotations
 
 import gzip
@@ -168,7 +169,7 @@ def test_a_running_builds_chunks_are_never_removed(owner_api):
     assert hashlib.sha256(refused).hexdigest() in left and not named <= left, sorted(left)
 
 
-def test_a_chunk_unused_past_the_age_bound_goes(owner_api):
+def test_a_chunk_unused_past_the_age_bound_goes(owner_api, gc_daemon):
     api, chunks_dir = owner_api()
     other, other_dir = owner_api()
     data, chunks = _context(MIB // 2)
@@ -189,8 +190,12 @@ def test_a_chunk_unused_past_the_age_bound_goes(owner_api):
     assert _put(api, os.urandom(1000)).status_code == 200
     left = _on_disk(chunks_dir)
     assert old not in left and hashlib.sha256(recent).hexdigest() in left, sorted(left)
-    # The other owner's old chunk waits for its own owner's upload (or the daemon's sweep).
+    # The other owner's old chunk waits for its own owner's upload, or the daemon's sweep at its start.
     assert o_old in _on_disk(other_dir)
+    gc_daemon.stop()
+    gc_daemon.start()
+    assert o_old not in _on_disk(other_dir)
+    assert hashlib.sha256(recent).hexdigest() in _on_disk(chunks_dir)
 
 
 def test_uploads_at_once_at_the_bound_leave_only_whole_chunks(owner_api):
