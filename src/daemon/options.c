@@ -220,6 +220,11 @@ static const OptionSpec options[] = {
         NUMBER("image-tree-max-mib-per-owner", cfg.image_tree_max_mib_per_owner, 0, 1024u * 1024, 8192,
                "the bytes of one owner's images pulled from registries that no image, layer, snapshot or sandbox "
                "uses any more, kept on this host for later FROMs; past it the least recently used go"),
+        NUMBER("image-context-max-mib-per-owner", cfg.image_context_max_mib_per_owner, 8, 1024u * 1024, 512,
+               "the bytes of build-context chunks one owner keeps; past it the least recently used that no queued "
+               "or running build names go to make room"),
+        NUMBER("image-context-max-age-hours", cfg.image_context_max_age_hours, 1, 24u * 365, 168,
+               "the hours a build-context chunk that nothing named is kept"),
 
         HEADING("Limits"),
         NUMBER("max-sandboxes", cfg.max_sandboxes, 0, 100000, 256, "sandboxes on this host"),

@@ -159,6 +159,15 @@ static void chunk_free(void *p) {
 
 const HttpUpload image_context_upload = { .begin = chunk_begin, .data = chunk_data, .free = chunk_free };
 
+/* The owner's chunks that builds name or that were just reported present
+ * fill the bound: a 429 naming it. */
+static int chunks_full(Req *r, ApiError *e) {
+        return api_error(e, 429, "rate_limited", "wait for one of your queued or running builds to end, then send again",
+                         "your context chunks are at their bound of %llu MiB, and your queued and running builds "
+                         "name (or a missing query just reported) all of them",
+                         (unsigned long long)(user_images_context_bound(r->app->user_images) >> 20));
+}
+
 enum MHD_Result handle_image_context_put(Req *r) {
         ChunkUpload *u = r->upload;
         ApiError e = { 0 };
@@ -175,9 +184,7 @@ enum MHD_Result handle_image_context_put(Req *r) {
                 api_error(&e, 400, "invalid_request", "send the chunk's bytes under their own SHA-256",
                           "the chunk's SHA-256 is not %s", r->route.digest);
         else if (rc == -EDQUOT)
-                api_error(&e, 429, "rate_limited", "build with what you sent, then send more",
-                          "your context chunks are at their bound of %llu MiB",
-                          (unsigned long long)(USER_IMAGES_CHUNKS_PER_OWNER >> 20));
+                chunks_full(r, &e);
         else if (rc < 0)
                 return reply_internal(r);
         if (e.code)
@@ -343,9 +350,7 @@ static int store_inline(Req *r, ImageBuildRequest *q, const ImageFiles *files, A
                 hex_encode(md, sizeof md, hex);
                 int rc = user_images_context_put(r->app->user_images, r->key.owner, hex, tar + off, n);
                 if (rc == -EDQUOT)
-                        return api_error(e, 429, "rate_limited", "build with what you sent, then send more",
-                                         "your context chunks are at their bound of %llu MiB",
-                                         (unsigned long long)(USER_IMAGES_CHUNKS_PER_OWNER >> 20));
+                        return chunks_full(r, e);
                 if (rc < 0 || json_array_append_new(chunks, json_string(hex)) < 0)
                         return api_error(e, 500, "internal", NULL, "could not keep the files");
         }
@@ -486,8 +491,12 @@ static enum MHD_Result queue_build(Req *r, ImageBuildRequest *q) {
         ImageRow row;
         SandboxError se;
         ApiError e = { 0 };
+        _cleanup_json_ json_t *chunks = json_incref(q->chunks);
         int rc = user_images_build(r->app->user_images, &r->key, q, r->rid, &row, &se);
         image_build_request_done(q);
+        /* Queued: its chunks are kept while it is, not by a hold. */
+        if (rc == 0)
+                user_images_context_named(r->app->user_images, r->key.owner, chunks);
         if (rc < 0) {
                 api_sandbox_error(&se, &e);
                 return reply_error(r, &e);

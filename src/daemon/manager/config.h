@@ -96,6 +96,10 @@ typedef struct DaemonConfig {
          * the least recently used that nothing uses go (docs/images.md,
          * "Images from registries"). */
         unsigned image_tree_max_mib_per_owner;
+        /* The bytes of build-context chunks one owner keeps, and the hours a
+         * chunk nothing used is kept (docs/images.md, "How a build runs"). */
+        unsigned image_context_max_mib_per_owner;
+        unsigned image_context_max_age_hours;
 } DaemonConfig;
 
 /* The offer for a driver name, or NULL when this build has no such driver. */

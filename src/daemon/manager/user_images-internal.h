@@ -56,6 +56,7 @@ struct UserImages {
         pthread_mutex_t lock;
         pthread_cond_t cond;
         Job *queue; /* oldest first */
+        Job *running; /* taken from the queue by a worker, until the build's end */
         OwnerCount *owners;
         size_t n_owners;
         bool stopping;
@@ -73,6 +74,13 @@ struct UserImages {
  * builds' sandboxes, images' disks, layers without a record and partial
  * context chunks. Before the records are marked failed. */
 void user_images_recover(UserImages *u);
+
+/* The chunks of build contexts (user_images_context.c): a job's build
+ * ended, it leaves u->running (under u->lock); every owner's chunks unused
+ * for --image-context-max-age-hours that no build names go (at most every
+ * few minutes unless `now`). */
+void user_images_running_drop(UserImages *u, Job *j);
+void user_images_context_sweep(UserImages *u, bool now);
 
 /* The owner's pulled trees past their bound that nothing uses go, least
  * recently pulled first (user_images_trees.c). While no build of the

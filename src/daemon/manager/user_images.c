@@ -1350,7 +1350,7 @@ static void job_free(Job *j) {
         free(j);
 }
 
-/* The oldest queued job of an owner with none running (under lock). */
+/* The oldest queued job of an owner with none running, now running (under lock). */
 static Job *take_job(UserImages *u) {
         for (Job **p = &u->queue; *p; p = &(*p)->next) {
                 OwnerCount *c = owner_count(u, (*p)->key.owner, false);
@@ -1358,8 +1358,8 @@ static Job *take_job(UserImages *u) {
                         continue;
                 Job *j = *p;
                 *p = j->next;
-                j->next = NULL;
-                return j;
+                j->next = u->running;
+                return u->running = j;
         }
         return NULL;
 }
@@ -1387,6 +1387,7 @@ static void *worker(void *arg) {
                 c = owner_count(u, j->key.owner, false);
                 if (c)
                         c->running--;
+                user_images_running_drop(u, j);
                 job_free(j);
                 /* Another owner's job may wait for this one's end. */
                 pthread_cond_broadcast(&u->cond);

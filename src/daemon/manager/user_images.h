@@ -40,8 +40,6 @@ typedef struct SnapshotStore SnapshotStore;
 /* Files and bytes the context may unpack to: a tar bomb stops here. */
 #define USER_IMAGES_CONTEXT_FILES 20000u
 #define USER_IMAGES_CONTEXT_UNPACKED (1024ull * 1024 * 1024)
-/* The chunks one owner keeps at once. */
-#define USER_IMAGES_CHUNKS_PER_OWNER (512ull * 1024 * 1024)
 /* A build's log: past it the build fails, its log saying why. */
 #define USER_IMAGES_LOG_MAX (8u * 1024u * 1024u)
 
@@ -108,11 +106,18 @@ int user_images_set_epoch(UserImages *u, const char *host_id, int64_t epoch);
  * NULL is fine. */
 int user_images_fail_dead_host(UserImages *u, const char *host_id, const char *error, int64_t *ret_n);
 
-/* Which of digests (an array of 64-hex strings) owner has not uploaded. */
+/* Which of digests (an array of 64-hex strings) owner has not uploaded;
+ * those it has are used now and held for the build that follows. */
 int user_images_context_missing(UserImages *u, const char *owner, json_t *digests, json_t **ret);
 /* Keeps a chunk whose SHA-256 is digest: -EBADMSG when the bytes' is
- * another, -EDQUOT past the owner's bound. */
+ * another; past the owner's bound the least recently used chunks nothing
+ * keeps go first, -EDQUOT when what is kept fills it. */
 int user_images_context_put(UserImages *u, const char *owner, const char *digest, const void *data, size_t len);
+/* A build was queued naming these chunks: they are used now, and kept
+ * while a build names them rather than by the `missing` query's hold. */
+void user_images_context_named(UserImages *u, const char *owner, json_t *chunks);
+/* The bytes of chunks one owner keeps (--image-context-max-mib-per-owner). */
+uint64_t user_images_context_bound(UserImages *u);
 
 /* Queues a build (its row in *ret, state "queued"); the request is taken. */
 int user_images_build(UserImages *u, const KeyInfo *key, ImageBuildRequest *req, const char *rid, ImageRow *ret,

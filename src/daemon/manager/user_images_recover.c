@@ -192,4 +192,5 @@ void user_images_recover(UserImages *u) {
         free(st.s);
         partial_chunks(u);
         orphan_logs(u);
+        user_images_context_sweep(u, true);
 }

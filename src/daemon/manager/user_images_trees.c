@@ -105,4 +105,5 @@ void user_images_collect_trees(UserImages *u, const char *owner) {
         if (r < 0)
                 log_warn(NULL, "collecting the pulled trees of an owner: %s", strerror(-r));
         json_decref(iu.names);
+        user_images_context_sweep(u, false);
 }
