@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "common/base64.h"
 #include "common/jsonutil.h"
 #include "daemon/http/request.h"
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base64.h"
 #include "common/jsonutil.h"
 #include "common/log.h"
 #include "common/macro.h"

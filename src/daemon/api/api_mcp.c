@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/base64.h"
 #include "common/jsonutil.h"
 #include "common/log.h"
 #include "common/macro.h"

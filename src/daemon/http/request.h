@@ -172,9 +172,6 @@ int request_parse_mode(const char *s, unsigned *ret, ApiError *e);
 int request_parse_depth(const char *s, unsigned *ret, ApiError *e);
 
 bool request_env_name_ok(const char *s, size_t len);
-/* Strict base64 (RFC 4648, padding required). -EINVAL when malformed,
- * -E2BIG when the decoded size would pass max. */
-int base64_decode(const char *in, size_t len, size_t max, uint8_t **ret, size_t *ret_len);
 /* Fills a create body's driver, image and shape from a snapshot's spec
  * where the body leaves them out; another driver, image or diskMiB is a
  * 400, and of a memory snapshot another vcpu or memoryMiB too. */

@@ -12,6 +12,7 @@
 
 #include <openssl/evp.h>
 
+#include "common/base64.h"
 #include "common/jsonutil.h"
 #include "common/macro.h"
 #include "common/random.h"
@@ -27,48 +28,6 @@ __attribute__((format(printf, 3, 4))) static int refuse(char *why, size_t why_le
 }
 
 /* ---- inline files ---- */
-
-static int b64_value(unsigned char c) {
-        if (c >= 'A' && c <= 'Z')
-                return c - 'A';
-        if (c >= 'a' && c <= 'z')
-                return c - 'a' + 26;
-        if (c >= '0' && c <= '9')
-                return c - '0' + 52;
-        return c == '+' ? 62 : c == '/' ? 63 : -1;
-}
-
-/* Strict base64 (RFC 4648, padded, no blanks): -EINVAL, or -E2BIG when it
- * decodes to more than max bytes. */
-static int b64_decode(const char *in, size_t len, uint64_t max, uint8_t **ret, size_t *ret_len) {
-        if (len % 4)
-                return -EINVAL;
-        size_t pad = len && in[len - 1] == '=' ? (len > 1 && in[len - 2] == '=' ? 2 : 1) : 0;
-        size_t out_len = len / 4 * 3 - pad;
-        if (out_len > max)
-                return -E2BIG;
-        uint8_t *out = malloc(out_len ? out_len : 1);
-        if (!out)
-                return -ENOMEM;
-        size_t o = 0;
-        for (size_t i = 0; i < len; i += 4) {
-                uint32_t w = 0;
-                for (size_t k = 0; k < 4; k++) {
-                        bool padding = i + 4 == len && k >= 4 - pad;
-                        int v = padding ? 0 : b64_value((unsigned char)in[i + k]);
-                        if (v < 0) {
-                                free(out);
-                                return -EINVAL;
-                        }
-                        w = w << 6 | (uint32_t)v;
-                }
-                for (size_t k = 0; k < 3 && o < out_len; k++)
-                        out[o++] = (uint8_t)(w >> (16 - 8 * k));
-        }
-        *ret = out;
-        *ret_len = o;
-        return 0;
-}
 
 static bool env_name_ok(const char *s) {
         if (!(isalpha((unsigned char)s[0]) || s[0] == '_') || strlen(s) > 128)
@@ -179,7 +138,7 @@ static int one_file(const json_t *o, const char *field, size_t i, ImageFiles *f,
         uint64_t left = IMAGE_FILES_BYTES - f->bytes;
         int r = 0;
         if (b64) {
-                r = b64_decode(c, clen, left, &file.data, &file.len);
+                r = base64_decode(c, clen, left, &file.data, &file.len);
                 if (r == -EINVAL)
                         r = refuse(why, why_len, "%s[%zu].content is not base64 (RFC 4648, padded)", field, i);
         } else if (clen > left)
