@@ -259,10 +259,10 @@ print(json.dumps(out))
     assert got["envs"] == "NotSupportedException", got
 
 
-def test_code_interpreter_chart(pub, api, driver):
+def test_code_interpreter_chart(pub, api, driver, analysis_image):
     """A matplotlib figure as the last expression: a PNG in the main result, as Jupyter gives it
-    (the analysis image has matplotlib)."""
-    sbx = api.create_sandbox(driver=driver, image="analysis")
+    (the analysis image has matplotlib; the fixture builds it where it is missing)."""
+    sbx = api.create_sandbox(driver=driver, image=analysis_image)
     got = pub(CI + """
 import base64
 e = sb.run_code('''
