@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/parse.h"
+#include "common/base64.h"
 #include "common/macro.h"
 
 #define RUN_CODE_MAX_SOURCE (512u * 1024u) /* the API takes 1 MiB of JSON */
@@ -27,47 +28,6 @@ static const char help[] =
         "  --json               print the execution as the API answers it\n"
         "\n"
         "Exit status: 0 when the cell ran, 1 when it raised, 124 when it timed out.\n";
-
-static int b64_value(unsigned char c) {
-        if (c >= 'A' && c <= 'Z')
-                return c - 'A';
-        if (c >= 'a' && c <= 'z')
-                return c - 'a' + 26;
-        if (c >= '0' && c <= '9')
-                return c - '0' + 52;
-        if (c == '+')
-                return 62;
-        if (c == '/')
-                return 63;
-        return -1;
-}
-
-/* Standard base64 with padding; NULL on anything else. */
-static unsigned char *b64_decode(const char *s, size_t len, size_t *ret_len) {
-        unsigned char *out = malloc(len / 4 * 3 + 3);
-        if (!out)
-                return NULL;
-        size_t n = 0;
-        unsigned acc = 0;
-        int bits = 0;
-        for (size_t i = 0; i < len; i++) {
-                if (s[i] == '=')
-                        break;
-                int v = b64_value((unsigned char)s[i]);
-                if (v < 0) {
-                        free(out);
-                        return NULL;
-                }
-                acc = (acc << 6) | (unsigned)v;
-                bits += 6;
-                if (bits >= 8) {
-                        bits -= 8;
-                        out[n++] = (unsigned char)(acc >> bits);
-                }
-        }
-        *ret_len = n;
-        return out;
-}
 
 static char *read_stdin(void) {
         size_t cap = 4096, len = 0;
@@ -103,12 +63,15 @@ static char *read_stdin(void) {
         return NULL;
 }
 
+/* A chart larger than this is refused rather than written. */
+#define CHART_MAX_BYTES (64u << 20)
+
 /* Writes a chart next to the others: DIR/chart-<count>-<n>.png. */
 static int save_png(const char *dir, json_int_t count, int n, const char *b64) {
         size_t len;
-        _cleanup_(freep) unsigned char *png = b64_decode(b64, strlen(b64), &len);
-        if (!png)
-                return cli_fail("a chart came back that is not base64");
+        _cleanup_(freep) uint8_t *png = NULL;
+        if (base64_decode(b64, strlen(b64), CHART_MAX_BYTES, &png, &len) < 0)
+                return cli_fail("a chart came back that is not base64 (or over 64 MiB)");
         char path[4096];
         snprintf(path, sizeof(path), "%s/chart-%lld-%d.png", dir, (long long)count, n);
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
