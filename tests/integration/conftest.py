@@ -43,10 +43,12 @@ marked otherwise fails).
 """
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -55,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers import (LIVE_DAEMONS, REPO, Api, Daemon, DaemonError, cgroup_dirs,  # noqa: E402
                      cgroup_procs_under, remove_empty_cgroup_tree, skip_unless_driver, tail,
-                     first_driver)
+                     first_driver, wait_until)
 from helpers.prebuild import Prebuild  # noqa: E402
 
 # RUNTIME_TEST_DRIVERS=namespace narrows the driver-parametrized tests.
@@ -241,6 +243,45 @@ def _describe_pid(pid: int) -> str:
         return f"{pid} (parent {ppid}): {cmd[:200]}"
     except (OSError, StopIteration):
         return f"{pid} (gone)"
+
+
+def _two_hosts(build_dir: Path, image_dir: Path, tmp_path: Path, postgres, *, dead_after: int, ids: tuple[str, str],
+               secret: str | None = None, extra_args: tuple[str, ...] = ()):
+    """Two runtimed hosts of one fleet on a database of their own in `postgres`, sharing one fleet
+    secret (`secret`, or a new one) and host a's admin and secrets keys; yields (a, b, db) once each sees both live, and
+    stops them after. `ids` are the host ids, also the tail of their cgroup names (a test's own)."""
+    db = f"rt_{uuid.uuid4().hex[:12]}"
+    postgres.psql(f"CREATE DATABASE {db}")
+    secret_file = tmp_path / "fleet.secret"
+    secret_file.write_text((secret or f"fleet-{uuid.uuid4().hex}") + "\n")
+    os.chmod(secret_file, 0o600)
+    args = ["--database", postgres.url(db), "--fleet-secret-file", str(secret_file), "--host-dead-after-seconds",
+            str(dead_after), *extra_args]
+    n = next(_TWO_HOSTS)
+    hosts = []
+    try:
+        a = _start_daemon(build_dir, image_dir, tmp_path / "a", f"runtime-test-{os.getpid()}-{ids[0]}{n}",
+                          extra_args=[*args, "--host-id", ids[0]])
+        hosts.append(a)
+        (tmp_path / "b").mkdir()
+        for name in ("admin.key", "secrets.key"):
+            (tmp_path / "b" / name).write_text((a.state_dir / name).read_text())
+            os.chmod(tmp_path / "b" / name, 0o600)
+        b = _start_daemon(build_dir, image_dir, tmp_path / "b", f"runtime-test-{os.getpid()}-{ids[1]}{n}",
+                          extra_args=[*args, "--host-id", ids[1]])
+        hosts.append(b)
+        # Each host sees the other live before a request is sent through it.
+        for h in hosts:
+            with Api(h) as c:
+                wait_until(lambda: len([x for x in c.get("/v1/hosts").json()["hosts"] if x["state"] == "live"]) == 2,
+                           20, what="both hosts live")
+        yield a, b, db
+    finally:
+        for h in reversed(hosts):
+            _finish_daemon(h)
+
+
+_TWO_HOSTS = itertools.count()  # cgroup names of one test alone: what one leaves cannot fail the next
 
 
 def _finish_daemon(d: Daemon) -> None:

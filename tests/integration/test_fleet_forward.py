@@ -7,7 +7,6 @@ other host says where the sandbox runs; a dead owner answers 503 at once."""
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import sys
@@ -19,15 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import _finish_daemon, _start_daemon
+from conftest import _two_hosts
 from helpers import Api, assert_error, host_pids, read_until, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
 
 SECRET = "fleet-" + uuid.uuid4().hex
-
-
-_PAIRS = itertools.count()
 
 
 @pytest.fixture
@@ -43,37 +39,10 @@ def patient_pair(build_dir, image_dir, tmp_path, postgres):
 
 
 def _hosts(build_dir, image_dir, tmp_path, postgres, dead_after: int):
-    db = f"rt_{uuid.uuid4().hex[:12]}"
-    postgres.psql(f"CREATE DATABASE {db}")
-    secret = tmp_path / "fleet.secret"
-    secret.write_text(SECRET + "\n")
-    os.chmod(secret, 0o600)
-    args = ["--database", postgres.url(db), "--fleet-secret-file", str(secret), "--host-dead-after-seconds",
-            str(dead_after)]
-    hosts = []
-    # Cgroup names of this test alone: what one test leaves cannot fail the next ones.
-    n = next(_PAIRS)
-    try:
-        a = _start_daemon(build_dir, image_dir, tmp_path / "a", f"runtime-test-{os.getpid()}-fwa{n}",
-                          extra_args=[*args, "--host-id", "fwd-a"])
-        hosts.append(a)
-        (tmp_path / "b").mkdir()
-        for name in ("admin.key", "secrets.key"):
-            (tmp_path / "b" / name).write_text((a.state_dir / name).read_text())
-            os.chmod(tmp_path / "b" / name, 0o600)
-        b = _start_daemon(build_dir, image_dir, tmp_path / "b", f"runtime-test-{os.getpid()}-fwb{n}",
-                          extra_args=[*args, "--host-id", "fwd-b"])
-        hosts.append(b)
-        # Each host sees the other live before a request is sent through it.
-        for h in hosts:
-            with Api(h) as c:
-                wait_until(lambda: len([x for x in c.get("/v1/hosts").json()["hosts"] if x["state"] == "live"]) == 2,
-                           20, what="both hosts live")
+    for a, b, _ in _two_hosts(build_dir, image_dir, tmp_path, postgres, dead_after=dead_after, ids=("fwd-a", "fwd-b"),
+                              secret=SECRET):
         POSTGRES[:] = [postgres]
         yield a, b
-    finally:
-        for h in reversed(hosts):
-            _finish_daemon(h)
 
 
 def _on_a(pair, c: Api, **create):

@@ -12,20 +12,16 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import itertools
 import json
-import os
 import tarfile
 import time
 import uuid
 
 import pytest
 
-from conftest import _finish_daemon, _start_daemon
+from conftest import _two_hosts
 from helpers import Api, assert_error, wait_until
 
-SECRET = "fleet-" + uuid.uuid4().hex
-_PAIRS = itertools.count()
 
 DOCKERFILE = """\
 FROM default
@@ -37,35 +33,10 @@ CONTEXT = {"hello.txt": b"hello from the context\n"}
 
 
 def _hosts(build_dir, image_dir, tmp_path, postgres, dead_after: int):
-    db = f"rt_{uuid.uuid4().hex[:12]}"
-    postgres.psql(f"CREATE DATABASE {db}")
-    secret = tmp_path / "fleet.secret"
-    secret.write_text(SECRET + "\n")
-    os.chmod(secret, 0o600)
     # Builds run on the daemon's default driver: namespace here, and the creates ask for it too.
-    args = ["--database", postgres.url(db), "--fleet-secret-file", str(secret), "--host-dead-after-seconds",
-            str(dead_after), "--driver", "namespace"]
-    hosts = []
-    n = next(_PAIRS)
-    try:
-        a = _start_daemon(build_dir, image_dir, tmp_path / "a", f"runtime-test-{os.getpid()}-fia{n}",
-                          extra_args=[*args, "--host-id", "img-a"])
-        hosts.append(a)
-        (tmp_path / "b").mkdir()
-        for name in ("admin.key", "secrets.key"):
-            (tmp_path / "b" / name).write_text((a.state_dir / name).read_text())
-            os.chmod(tmp_path / "b" / name, 0o600)
-        b = _start_daemon(build_dir, image_dir, tmp_path / "b", f"runtime-test-{os.getpid()}-fib{n}",
-                          extra_args=[*args, "--host-id", "img-b"])
-        hosts.append(b)
-        for h in hosts:
-            with Api(h) as c:
-                wait_until(lambda: len([x for x in c.get("/v1/hosts").json()["hosts"] if x["state"] == "live"]) == 2,
-                           20, what="both hosts live")
+    for a, b, db in _two_hosts(build_dir, image_dir, tmp_path, postgres, dead_after=dead_after, ids=("img-a", "img-b"),
+                               extra_args=("--driver", "namespace")):
         yield a, b, (lambda sql: postgres.psql(sql, db).strip())
-    finally:
-        for h in reversed(hosts):
-            _finish_daemon(h)
 
 
 @pytest.fixture
