@@ -162,29 +162,31 @@ static int pg_images_finish(StoreImages *h, const char *id, const char *state, c
         return n == 1 ? 0 : -ENOENT;
 }
 
-static int pg_images_fail_unfinished(StoreImages *h, const char *host_id, const char *error, int64_t now,
-                                     int64_t *ret_n) {
+/* The builds host_id left queued or building are failed with error; only
+ * while the store has that host dead when dead_only. */
+static int pg_images_fail_builds(StoreImages *h, const char *host_id, const char *error, int64_t now, bool dead_only,
+                                 int64_t *ret_n) {
         PgParams p = { 0 };
         pgp_text(&p, host_id);
         pgp_text(&p, error);
         pgp_int(&p, now);
         return pgdb_exec_write(&h->c,
-                               "UPDATE images SET state = 'failed', error = $2, finished_at = $3 "
-                               "WHERE host_id = $1 AND state IN ('queued', 'building')",
+                               dead_only ? "UPDATE images SET state = 'failed', error = $2, finished_at = $3 "
+                                           "WHERE host_id = $1 AND state IN ('queued', 'building') "
+                                           "AND EXISTS (SELECT 1 FROM hosts WHERE hosts.id = $1 AND hosts.state = 'dead')"
+                                         : "UPDATE images SET state = 'failed', error = $2, finished_at = $3 "
+                                           "WHERE host_id = $1 AND state IN ('queued', 'building')",
                                &p, ret_n);
+}
+
+static int pg_images_fail_unfinished(StoreImages *h, const char *host_id, const char *error, int64_t now,
+                                     int64_t *ret_n) {
+        return pg_images_fail_builds(h, host_id, error, now, false, ret_n);
 }
 
 static int pg_images_fail_dead_host(StoreImages *h, const char *host_id, const char *error, int64_t now,
                                     int64_t *ret_n) {
-        PgParams p = { 0 };
-        pgp_text(&p, host_id);
-        pgp_text(&p, error);
-        pgp_int(&p, now);
-        return pgdb_exec_write(&h->c,
-                               "UPDATE images SET state = 'failed', error = $2, finished_at = $3 "
-                               "WHERE host_id = $1 AND state IN ('queued', 'building') "
-                               "AND EXISTS (SELECT 1 FROM hosts WHERE hosts.id = $1 AND hosts.state = 'dead')",
-                               &p, ret_n);
+        return pg_images_fail_builds(h, host_id, error, now, true, ret_n);
 }
 
 static int pg_images_tag(StoreImages *h, const char *owner, const char *name, const char *tag, const char *id) {
