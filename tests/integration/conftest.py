@@ -6,7 +6,10 @@ runtime-agent and runtime CLI over loopback; nothing of ours is mocked.
                             build in the background at low priority (helpers/prebuild.py)
   sanitizer_build (session) that build: .wait() before the lane's own `make`
   image_dir      (session)  $RUNTIME_TEST_IMAGE_DIR or /var/cache/runtime/images,
-                            with the `default` image built if missing or stale
+                            with the `default` image built if missing or stale; then
+                            the desktop and analysis images and the packaging test's
+                            Debian root are made in the background when missing, and
+                            the modules that need them run last (helpers/late_images.py)
   daemon         (session)  one runtimed for the whole run
   fresh_daemon   (function) a runtimed of its own (restart and kill tests)
   api            (function) httpx client on `daemon` with its admin key;
@@ -59,6 +62,7 @@ from helpers import (LIVE_DAEMONS, REPO, Api, Daemon, DaemonError, cgroup_dirs, 
                      cgroup_procs_under, remove_empty_cgroup_tree, skip_unless_driver, tail,
                      first_driver, wait_until)
 from helpers.prebuild import Prebuild  # noqa: E402
+from helpers import late_images  # noqa: E402
 
 # RUNTIME_TEST_DRIVERS=namespace narrows the driver-parametrized tests.
 DRIVERS = [d for d in os.environ.get("RUNTIME_TEST_DRIVERS", "namespace,gvisor,microvm").split(",") if d]
@@ -80,9 +84,22 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes tens of seconds; deselect with -m 'not slow'")
 
 
+# What helpers/late_images.py makes in the background; the modules that need
+# it run after the others, whole, so that it has the run to finish in.
+LATE_FIXTURES = {"desktop_image", "analysis_image", "analysis_sandbox"}
+LATE_MODULES = {"test_debian_package.py"}
+
+
+def _late_modules(items) -> set:
+    return {item.path for item in items
+            if item.path.name in LATE_MODULES or LATE_FIXTURES & set(getattr(item, "fixturenames", ()))}
+
+
 def pytest_collection_modifyitems(config, items):
-    # The sanitizer lane runs last: its build runs beside everything before it.
-    items.sort(key=lambda item: item.get_closest_marker("sanitizer_lane") is not None)
+    # The sanitizer lane runs last: its build runs beside everything before
+    # it. Before it, the modules that need the late images.
+    late = _late_modules(items)
+    items.sort(key=lambda item: (item.get_closest_marker("sanitizer_lane") is not None, item.path in late))
     if RUN_ALL:
         return
     for item in items:
@@ -163,13 +180,24 @@ def postgres():
     server.stop()
 
 
+def _start_late_images(request, tmp_path_factory, tool: Path, d: Path) -> None:
+    """Starts helpers/late_images.py's job when this run has a module that needs it."""
+    late = _late_modules(request.session.items)
+    if not late:
+        return
+    late_images.JOB.start(tool, d, tmp_path_factory.getbasetemp() / "late-images.log",
+                          debian=any(p.name in LATE_MODULES for p in late))
+    request.addfinalizer(late_images.JOB.stop)
+
+
 @pytest.fixture(scope="session")
-def image_dir(build_dir: Path) -> Path:
+def image_dir(request, tmp_path_factory, build_dir: Path) -> Path:
     d = Path(os.environ.get("RUNTIME_TEST_IMAGE_DIR") or DEFAULT_IMAGE_DIR)
     tool = build_dir / "runtime-image-build"
     check = subprocess.run([str(tool), "--check", str(d), "default"], capture_output=True,
                            text=True)
     if check.returncode == 0:
+        _start_late_images(request, tmp_path_factory, tool, d)
         return d
     if os.geteuid() != 0:
         pytest.skip(f"image {d}/default is not built and building it needs root")
@@ -186,6 +214,7 @@ def image_dir(build_dir: Path) -> Path:
     if check.returncode != 0:
         pytest.fail(f"image built but `--check` still fails: {check.stdout}{check.stderr}",
                     pytrace=False)
+    _start_late_images(request, tmp_path_factory, tool, d)
     return d
 
 
@@ -197,6 +226,8 @@ def _recipe_image(build_dir: Path, image_dir: Path, name: str) -> str:
         return name
     if os.geteuid() != 0 or shutil.which("debootstrap") is None:
         pytest.skip(f"image {image_dir}/{name} is not built and building it needs root and debootstrap")
+    # The background job may be building it: its lock makes this build wait.
+    late_images.JOB.hurry()
     build = subprocess.run([str(tool), str(image_dir), name], capture_output=True, text=True,
                            timeout=1800)
     if build.returncode != 0:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import late_images
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("RUNTIME_PACKAGING_CACHE", "/var/cache/runtime/packaging"))
 SUITE = "bookworm"
@@ -97,23 +99,16 @@ def unpacked(deb, tmp_path_factory) -> Path:
 
 
 def debian_root() -> Path:
-    """debootstrap's minbase of bookworm, made once."""
-    root = CACHE / f"{SUITE}-root"
-    if (root / "usr/bin/apt-get").exists():
-        return root
+    """debootstrap's minbase of bookworm, made once (helpers/late_images.py,
+    which the suite may have started in the background)."""
+    need_root()
     need("debootstrap")
-    tmp = CACHE / f"{SUITE}-root.new"
-    shutil.rmtree(tmp, ignore_errors=True)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    mirror = "http://deb.debian.org/debian"
-    for line in Path("/etc/apt/sources.list.d").glob("*.sources"):
-        for l in line.read_text().splitlines():
-            if l.startswith("URIs:") and "security" not in l:
-                mirror = l.split()[1]
-                break
-    run(["debootstrap", "--variant=minbase", SUITE, str(tmp), mirror], timeout=1800)
-    tmp.rename(root)
-    return root
+    late_images.JOB.hurry()
+    try:
+        return late_images.debian_root(CACHE)
+    except subprocess.CalledProcessError as e:
+        pytest.fail(f"debootstrap failed ({e.returncode}):\n{(e.stderr or b'')[-4000:].decode(errors='replace')}",
+                    pytrace=False)
 
 
 @contextlib.contextmanager

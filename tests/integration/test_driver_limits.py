@@ -292,7 +292,7 @@ def test_agent_answers_beside_a_fork_bomb_and_spinners(api, driver):
     # of the host's pids.max less 256); with 1984 the Sentry once died at the
     # host's pids.max (docs/drivers.md, "gVisor under load").
     sbx = api.create_sandbox(driver=driver, vcpu=vcpu, memoryMiB=2048)
-    bomb_s = 45
+    bomb_s = 30
     bomb = ("for i in $(seq %d); do (while :; do :; done) & done; :(){ :|:& };:; sleep 600" % vcpu)
     result: dict = {}
 

@@ -49,6 +49,7 @@ def test_state_persists_between_cells(sandbox):
     assert second["context"] == "python"
 
 
+@pytest.mark.driver_independent  # the result's shape is the daemon's and the kernel's
 def test_error_is_a_result_and_the_state_stays(sandbox):
     run(sandbox, "kept = 'yes'")
     out = run(sandbox, "print('before')\nimport sys; print('warn', file=sys.stderr)\nraise ValueError('bad value')")
@@ -102,6 +103,7 @@ def test_interrupt_stops_the_cell_and_keeps_the_state(sandbox):
     assert plain(run(sandbox, "before")) == "7"
 
 
+@pytest.mark.driver_independent  # the contexts' routes are the daemon's; each driver starts kernels in the tests above
 def test_contexts_lifecycle(sandbox):
     made = contexts(sandbox, "POST", expect=201, json={"id": "ctx-a", "language": "python",
                                                         "cwd": "/tmp", "env": {"GREETING": "hi"}})
@@ -127,6 +129,7 @@ def test_contexts_lifecycle(sandbox):
     assert fresh["id"].startswith("ctx-")
 
 
+@pytest.mark.driver_independent  # the stream's framing is the daemon's
 def test_streamed_events(sandbox):
     lines = []
     with sandbox.api.stream("POST", f"/v1/sandboxes/{sandbox.id}/interpreter:run",
@@ -150,6 +153,7 @@ def test_output_flood_is_bounded(sandbox):
     assert len(out["stdout"]) >= 512 * 1024
 
 
+@pytest.mark.driver_independent  # the reference is the daemon's
 def test_large_result_is_kept_by_reference(sandbox):
     code = ("class Big:\n    def _repr_html_(self):\n        return '<p>' + 'y' * 2_000_000 + '</p>'\n"
             "    def __repr__(self):\n        return 'Big'\nBig()")
@@ -329,6 +333,7 @@ SLOW_CELL = {"timeoutMs": 600_000, "http_timeout": 660}
 # The tables and charts are the interpreter's, alike on every driver; under TCG the microVM
 # imports pandas and draws for close to a minute, so its case runs with RUNTIME_TEST_ALL=1.
 @pytest.mark.parametrize("analysis_driver", ["namespace", "gvisor", "microvm"])
+@pytest.mark.driver_independent  # the charts and tables are the kernel's formatters
 def test_analysis_image_tables_and_charts(api, daemon, build_dir, image_dir, analysis_image, analysis_driver):
     """One cell defines a DataFrame, a later one shows it as a table and another draws it: the chart
     comes back as a PNG that decodes."""

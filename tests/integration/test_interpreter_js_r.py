@@ -54,6 +54,7 @@ def test_javascript_top_level_await_objects_and_stderr(sandbox):
     assert "doubled: 42" in text and '"a"' in text, text
 
 
+@pytest.mark.driver_independent  # the error's fields are the kernel's; JavaScript per driver is above
 def test_javascript_errors_carry_name_value_and_traceback(sandbox):
     need_deno(sandbox)
     run(sandbox, "const kept = 'yes';", language="javascript", **FIRST)
@@ -223,6 +224,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.driver_independent  # the client's contexts; R per driver is test_r_cells_in_the_analysis_image
 def test_r_context_with_cwd_and_env_and_the_e2b_drop_in(pub, analysis_sandbox):
     """R as the other languages are held to: a context's cwd and env, and E2B's drop-in
     (run_code with language="r", a context made with a cwd) against the analysis image."""
@@ -261,6 +263,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.driver_independent  # the client's calls; JavaScript per driver is above
 def test_e2b_drop_in_runs_javascript_and_typescript(pub, sandbox):
     need_deno(sandbox)
     got = pub(E2B, sandbox.id, timeout=600)

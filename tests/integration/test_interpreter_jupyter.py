@@ -19,6 +19,7 @@ def kernel_of(sbx, ctx: str = "python") -> str:
     return listed[ctx]["kernel"]
 
 
+@pytest.mark.driver_independent  # IPython's semantics are the kernel's, the same in every sandbox
 def test_ipython_semantics(sandbox):
     out = run(sandbox, "!pwd")
     # IPython runs !cmd on a pseudo-terminal (pexpect): its lines end in \r\n, as in Jupyter.
@@ -72,6 +73,7 @@ RENDERED = ["Html()", "Md()", "Svg()", "Js()", "Latex()", "Png()", "Jpeg()", "Bu
             "'text'"]
 
 
+@pytest.mark.driver_independent  # rendering is the kernel's formatters, the same in every sandbox
 def test_last_value_is_rendered_as_ipython_renders_it(sandbox):
     """Object by object in one kernel (a sandbox each bought nothing but
     its start): the main result's bundle is what IPython's formatters give."""
@@ -146,6 +148,7 @@ def test_kernel_that_ignores_an_interrupt_is_killed(sandbox):
     assert plain(run(sandbox, "kept", context="other")) == "'other'"
 
 
+@pytest.mark.driver_independent  # which kernel runs is the image's, not the driver's
 def test_loop_fallback_and_which_kernel_a_context_runs(sandbox):
     made = contexts(sandbox, "POST", expect=201, json={"id": "loop", "env": {"RUNTIME_INTERPRETER_KERNEL": "loop"}})
     assert made["kernel"] == "loop"

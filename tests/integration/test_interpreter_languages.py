@@ -190,6 +190,7 @@ def test_bash_keeps_state_between_cells(sandbox):
     assert listed(sandbox)["bash"]["running"] is True
 
 
+@pytest.mark.driver_independent  # the error's fields are the kernel's; bash per driver is above and below
 def test_bash_errors_carry_their_output(sandbox):
     need_bash(sandbox)
     out = run(sandbox, "echo before; ls /no/such/dir", language="bash", http_timeout=300)

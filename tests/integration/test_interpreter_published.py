@@ -102,5 +102,6 @@ def test_published_client_interpreter(published_python, sandbox):
     assert drive(str(published_python), sandbox, "published") == expected(sandbox)
 
 
+@pytest.mark.driver_independent  # our SDK's calls; the published client's run per driver
 def test_our_sdk_interpreter_alike(sandbox):
     assert drive(sys.executable, sandbox, "ours") == expected(sandbox)

@@ -1,0 +1,121 @@
+"""The desktop and analysis images and the packaging test's Debian root, made
+beside the other tests.
+
+On a new machine each of them is minutes of debootstrap, apt and pip, and
+the tests that need them used to wait for that in line. The suite now starts
+one background job at low priority as soon as the default image is ready: it
+builds the images that are missing or stale (runtime-image-build, the same
+command the fixtures run) and debootstraps the packaging test's root. The
+modules that need them run last (conftest.py), so the job has the rest of
+the run to finish in.
+
+The job only warms caches; it never decides a result. Every fixture still
+runs its own build afterwards: runtime-image-build holds a lock per image,
+so a fixture that comes while the job builds that image waits for it (the
+job's priority is raised first) and then finds the image current, or, if the
+job failed, builds it again and reports the failure itself. The Debian root
+has a lock of its own (debian_root below).
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+NICE = 15
+IMAGES = ("desktop", "analysis")
+SUITE = "bookworm"
+PACKAGING_CACHE = Path(os.environ.get("RUNTIME_PACKAGING_CACHE", "/var/cache/runtime/packaging"))
+
+
+def _mirror() -> str:
+    mirror = "http://deb.debian.org/debian"
+    for f in Path("/etc/apt/sources.list.d").glob("*.sources"):
+        for line in f.read_text().splitlines():
+            if line.startswith("URIs:") and "security" not in line:
+                return line.split()[1]
+    return mirror
+
+
+def debian_root(cache: Path = PACKAGING_CACHE, timeout: float = 1800) -> Path:
+    """debootstrap's minbase of bookworm under `cache`, made once, under a
+    lock: the background job and the packaging test may both ask."""
+    root = cache / f"{SUITE}-root"
+    if (root / "usr/bin/apt-get").exists():
+        return root
+    if shutil.which("debootstrap") is None:
+        raise FileNotFoundError("debootstrap is not installed")
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f".{SUITE}-root.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / "usr/bin/apt-get").exists():
+            return root
+        tmp = cache / f"{SUITE}-root.new"
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run(["debootstrap", "--variant=minbase", SUITE, str(tmp), _mirror()],
+                       check=True, capture_output=True, timeout=timeout)
+        tmp.rename(root)
+    return root
+
+
+class LateImages:
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, tool: Path, image_dir: Path, log_path: Path, debian: bool) -> None:
+        """Starts the job for what is missing; nothing when all is there."""
+        if self.proc is not None or os.geteuid() != 0 or shutil.which("debootstrap") is None:
+            return
+        steps = [f"{tool} {image_dir} {name}" for name in IMAGES
+                 if subprocess.run([str(tool), "--check", str(image_dir), name]).returncode != 0]
+        if debian and not (PACKAGING_CACHE / f"{SUITE}-root/usr/bin/apt-get").exists():
+            steps.append(f"{sys.executable} {Path(__file__).resolve()} debian-root")
+        if not steps:
+            return
+        # Each step on its own: one that fails leaves the next to run.
+        script = "; ".join(f"{s} || echo 'failed ('$?'): {s}'" for s in steps)
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen(["nice", "-n", str(NICE), "sh", "-c", script],
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def hurry(self) -> None:
+        """A test now waits for the job: it runs at normal priority from here on."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.setpriority(os.PRIO_PGRP, self.proc.pid, 0)
+        except (PermissionError, ProcessLookupError):
+            pass
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        # The builders clean up after the shell has gone: wait for the group.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                break
+            self.proc.poll()
+            time.sleep(0.2)
+        else:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+# The suite's one job (conftest.py starts it; the tests that wait hurry it).
+JOB = LateImages()
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["debian-root"]:
+    print(debian_root())
