@@ -116,9 +116,9 @@ def test_an_owner_at_the_bound_uploads_and_builds_a_new_context(owner_api):
     assert len(a_chunks) == 8
     assert _wait(alice, _build(alice, a_data, a_chunks, COPY))["state"] == "ready"
     a = _digests(a_chunks)
-    # Its chunks used in order, the first the least recently.
+    # Its chunks used in order, the first the least recently, all longer ago than a hold lasts.
     for i, d in enumerate(a):
-        os.utime(alice_dir / d, (time.time() - 1000 + i, time.time() - 1000 + i))
+        os.utime(alice_dir / d, (time.time() - 4000 + i, time.time() - 4000 + i))
     # A missing query reports the least recently used present: it stays for the build that follows.
     assert alice.post("/v1/images/context/missing", json={"digests": [a[0]]}).json()["missing"] == []
     n_data, n_chunks = _context(2 * MIB + MIB // 4)
@@ -215,3 +215,22 @@ def test_uploads_at_once_at_the_bound_leave_only_whole_chunks(owner_api):
         assert hashlib.sha256(p.read_bytes()).hexdigest() == p.name
     assert sum(p.stat().st_size for p in on_disk) <= BOUND_MIB * MIB
     assert len(on_disk) == BOUND_MIB
+
+
+def test_holds_outlive_a_restart(owner_api, gc_daemon):
+    """Chunks uploaded just before a restart are still held after it, for their build to name: an
+    upload past the bound is then a 429 that removes nothing. Past the hold (their files' time set
+    back 31 minutes) they are the least recently used again, and the upload removes one."""
+    api, chunks_dir = owner_api()
+    first = [os.urandom(MIB) for _ in range(BOUND_MIB)]
+    assert [_put(api, c).status_code for c in first] == [200] * BOUND_MIB
+    gc_daemon.stop()
+    gc_daemon.start()
+    extra = os.urandom(MIB)
+    r = _put(api, extra)
+    assert_error(r, 429, "rate_limited")
+    assert _on_disk(chunks_dir) == set(_digests(first))
+    past = time.time() - 31 * 60
+    os.utime(chunks_dir / _digests(first)[0], (past, past))
+    assert _put(api, extra).status_code == 200
+    assert _on_disk(chunks_dir) == set(_digests(first[1:] + [extra]))

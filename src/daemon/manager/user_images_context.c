@@ -196,6 +196,11 @@ int user_images_logs(UserImages *u, const char *id, int64_t after, unsigned max,
 static pthread_mutex_t chunks_lock = PTHREAD_MUTEX_INITIALIZER;
 static json_t *chunk_holds;
 static int64_t chunks_swept_at;
+/* When this process's holds began (its start's sweep). The holds of the
+ * process before it are gone with it: a chunk last used before then is
+ * held for CHUNK_HOLD_SECONDS after that use, read from its time of use
+ * (the file's mtime, which a `missing` query and a PUT set). */
+static int64_t holds_since;
 
 static bool digest_ok(const char *s) {
         if (!s || strlen(s) != 64)
@@ -257,7 +262,9 @@ static void hold_set(const char *ohash, const char *digest, int64_t until) {
         json_object_set_new(chunk_holds, k, json_integer(until));
 }
 
-static bool held(const char *key, int64_t now) {
+static bool held(const char *key, int64_t mtime, int64_t now) {
+        if (mtime < holds_since && mtime > now - CHUNK_HOLD_SECONDS)
+                return true;
         return json_integer_value(json_object_get(chunk_holds, key)) > now;
 }
 
@@ -349,7 +356,8 @@ static int chunk_files(int dfd, const char *ohash, json_t *named, int64_t now, C
                 snprintf(f[n].name, sizeof f[n].name, "%.64s", e->d_name);
                 f[n].size = st.st_size;
                 f[n].mtime = st.st_mtim.tv_sec;
-                f[n++].kept = json_object_get(named, k) || held(k, now);
+                f[n].kept = json_object_get(named, k) || held(k, f[n].mtime, now);
+                n++;
         }
         closedir(d);
         if (r < 0) {
@@ -423,6 +431,8 @@ void user_images_context_sweep(UserImages *u, bool now) {
                 return;
         }
         chunks_swept_at = t;
+        if (!holds_since)
+                holds_since = t;
         holds_prune(t);
         json_t *named = named_by_builds(u, NULL);
         DIR *d = named ? opendir(u->ctx_dir) : NULL;
