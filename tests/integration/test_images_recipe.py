@@ -86,7 +86,9 @@ RECIPE = {
     "commands": ["echo built > built.txt",
                  "python3 -c 'import rtrecipe_probe; print(rtrecipe_probe.VALUE)' > imported.txt",
                  "printf 'two\\nlines\\n' > multi.txt",
-                 "echo first > lines.txt\necho second >> lines.txt"],
+                 "echo first > lines.txt\necho second >> lines.txt",
+                 "cat > here.txt <<'EOF'\nfrom a heredoc $HOME\nEOF"],
+    "user": "sandbox",
 }
 
 
@@ -112,6 +114,10 @@ def test_recipe_log_and_record(recipe_built):
     assert made[8] == "RUN printf 'two\\nlines\\n' > multi.txt", made
     # A line break: the exec form, so that the Dockerfile reads the command back whole.
     assert made[9] == 'RUN ["/bin/sh","-c","echo first > lines.txt\\necho second >> lines.txt"]', made
+    # A heredoc: the exec form too, its lines the shell's, never the Dockerfile's.
+    assert made[10] == 'RUN ["/bin/sh","-c","cat > here.txt <<\'EOF\'\\nfrom a heredoc $HOME\\nEOF"]', made
+    # Its lines ran as root; the image's sandboxes run as its user.
+    assert made[11] == "USER sandbox" and len(made) == 12, made
     first_step = next(i for i, l in enumerate(lines) if "step 1" in l)
     assert first_step > len(made), lines[:20]
     # The record keeps the recipe as given, its files as their sizes and digests.
@@ -121,7 +127,7 @@ def test_recipe_log_and_record(recipe_built):
     assert set(files) == {"data/hello.txt", WHEEL_NAME, "bin/tool.sh"}, rec
     assert files["data/hello.txt"] == {"path": "data/hello.txt", "size": 15, "mode": 0o644,
                                        "sha256": hashlib.sha256(b"hi from a file\n").hexdigest()}, files
-    assert image["config"]["workdir"] == "/opt/app", image["config"]
+    assert image["config"]["workdir"] == "/opt/app" and image["config"]["user"] == "sandbox", image["config"]
     assert image["name"].startswith("recipe-"), image["name"]
 
 
@@ -129,13 +135,13 @@ def test_recipe_log_and_record(recipe_built):
 def test_sandbox_from_the_recipe(recipe_built, api, driver):
     image = recipe_built["image"]
     sbx = api.create_sandbox(driver=driver, image=image["id"])
-    out = api.exec(sbx.id, command="cd /opt/app && cat data/hello.txt built.txt imported.txt multi.txt lines.txt && "
+    out = api.exec(sbx.id, command="cd /opt/app && cat data/hello.txt built.txt imported.txt multi.txt lines.txt here.txt && "
                    "echo \"$GREETING|$MODE\" && sh bin/tool.sh && "
-                   "python3 -c 'import rtrecipe_probe; print(rtrecipe_probe.VALUE)'")
+                   "python3 -c 'import rtrecipe_probe; print(rtrecipe_probe.VALUE)' && id -un && stat -c %U built.txt")
     assert out["exitCode"] == 0, out
     assert out["stdout"].splitlines() == ["hi from a file", "built", "from-the-wheel", "two", "lines", "first",
-                                          "second", 'hello $HOME "quoted" \\ end|recipe', "tool ran",
-                                          "from-the-wheel"], out
+                                          "second", "from a heredoc $HOME", 'hello $HOME "quoted" \\ end|recipe', "tool ran",
+                                          "from-the-wheel", "sandbox", "root"], out
 
 
 DOCKERFILE = "FROM default\nCOPY . /srv/\nRUN cat /srv/a.txt /srv/bin/blob > /srv/copied\n"
@@ -203,9 +209,9 @@ REFUSED = [
     ({"recipe": {"env": {"BAD-NAME": "x"}}}, "recipe.env: BAD-NAME"),
     ({"recipe": {"env": {"A": "line\nbreak"}}}, "recipe.env.A"),
     ({"recipe": {"workdir": "relative"}}, "recipe.workdir"),
+    ({"recipe": {"user": "nobody"}}, 'recipe.user must be "root" or "sandbox"'),
     ({"recipe": {"base": "default\nRUN id"}}, "recipe.base"),
     ({"recipe": {"files": [{"path": "../escape", "content": "x"}]}}, "recipe.files[0].path holds \"..\""),
-    ({"recipe": {"commands": ["cat <<EOF\nx\nEOF"]}}, "recipe.commands[0]: RUN with a heredoc"),
     ({"dockerfile": "FROM default\n", "files": [{"path": "a/../../x", "content": ""}]}, "files[0].path holds \"..\""),
     ({"dockerfile": "FROM default\n", "files": [{"path": "/etc/passwd", "content": ""}]}, "files[0].path is absolute"),
     ({"dockerfile": "FROM default\n", "files": [{"path": "a", "content": ""}, {"path": "./a", "content": ""}]},

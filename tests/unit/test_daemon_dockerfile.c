@@ -110,6 +110,23 @@ static void test_healthcheck(void **state) {
 }
 
 /* Each refused with its line and a message that names what. */
+/* A "<<" in the exec form's JSON is the command's own (a shell it runs
+ * reads the heredoc), as BuildKit reads it; in the shell form it is
+ * refused (test_refusals). */
+static void test_heredoc_in_the_exec_form(void **state) {
+        Dockerfile d;
+        DockerfileError e;
+        assert_int_equal(parse("FROM default\nRUN [\"/bin/sh\",\"-c\",\"cat > f <<'EOF'\\nx\\nEOF\"]\nUSER sandbox\n", &d, &e), 0);
+        assert_int_equal(d.n_steps, 3);
+        assert_int_equal(d.steps[1].op, DF_RUN);
+        assert_true(d.steps[1].exec);
+        assert_int_equal(d.steps[1].n_words, 3);
+        assert_string_equal(d.steps[1].words[2], "cat > f <<'EOF'\nx\nEOF");
+        assert_int_equal(d.steps[2].op, DF_USER);
+        assert_int_equal(d.steps[2].line, 3);
+        dockerfile_done(&d);
+}
+
 static void test_refusals(void **state) {
         static const struct {
                 const char *text;
@@ -254,6 +271,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_supported_instructions),
                 cmocka_unit_test(test_healthcheck),
+                cmocka_unit_test(test_heredoc_in_the_exec_form),
                 cmocka_unit_test(test_refusals),
                 cmocka_unit_test(test_bounds),
                 cmocka_unit_test(test_expand),

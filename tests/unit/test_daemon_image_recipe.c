@@ -37,7 +37,8 @@ static void test_order_and_parse_back(void **state) {
                 "{\"pip\": [\"./pkg-1.0-py3-none-any.whl\", \"requests[socks]>=2.0\"], \"apt\": [\"curl\", "
                 "\"libssl-dev:amd64=3.0.11-1\"], \"npm\": [\"@scope/tool@^1.2\"], \"env\": {\"B\": \"two $HOME \\\"q\\\" "
                 "\\\\\", \"A\": \"one\"}, \"workdir\": \"/opt/app\", \"commands\": [\"echo hi > x\", \"printf 'a\\nb'\"], "
-                "\"files\": [{\"path\": \"./d//f.txt\", \"content\": \"hi\"}], \"base\": \"python:3.12-slim\"}",
+                "\"files\": [{\"path\": \"./d//f.txt\", \"content\": \"hi\"}], \"base\": \"python:3.12-slim\", "
+                "\"user\": \"sandbox\"}",
                 0, NULL);
         assert_non_null(v);
         ImageRecipe r;
@@ -45,7 +46,7 @@ static void test_order_and_parse_back(void **state) {
         assert_int_equal(image_recipe_parse(v, &r, why, sizeof why), 0);
         const char *want[] = { "FROM python:3.12-slim", "ENV A=", "ENV B=", "WORKDIR /opt/app", "RUN [\"/bin/sh\"",
                                "COPY . ./", "RUN [\"env\"", "RUN [\"npm\"", "RUN echo hi > x",
-                               "RUN [\"/bin/sh\",\"-c\",\"printf 'a\\nb'\"]" };
+                               "RUN [\"/bin/sh\",\"-c\",\"printf 'a\\nb'\"]", "USER sandbox" };
         const char *p = r.dockerfile;
         for (size_t i = 0; i < ELEMENTSOF(want); i++) {
                 if (strncmp(p, want[i], strlen(want[i])) != 0)
@@ -58,7 +59,9 @@ static void test_order_and_parse_back(void **state) {
         Dockerfile d;
         DockerfileError e;
         assert_int_equal(dockerfile_parse(r.dockerfile, strlen(r.dockerfile), &d, &e), 0);
-        assert_int_equal(d.n_steps, 10);
+        assert_int_equal(d.n_steps, 11);
+        assert_int_equal(d.steps[10].op, DF_USER);
+        assert_string_equal(image_recipe_field_of_line(&r, 11), "recipe.user");
         /* The ENV value is read back literally once expanded. */
         assert_int_equal(d.steps[2].op, DF_ENV);
         assert_string_equal(d.steps[2].words[0], "B");
@@ -115,6 +118,12 @@ static void test_refusals(void **state) {
         refused("{\"env\": {\"1A\": \"x\"}}", "recipe.env: 1A is not a variable's name");
         refused("{\"env\": {\"A\": \"x\\ny\"}}", "recipe.env.A");
         refused("{\"env\": {\"A\": 1}}", "recipe.env.A");
+        refused("{\"user\": \"root; id\"}", "recipe.user");
+        refused("{\"user\": \"Sandbox\"}", "recipe.user");
+        refused("{\"user\": \"-u\"}", "recipe.user");
+        refused("{\"user\": \"sandbox:sandbox\"}", "recipe.user");
+        refused("{\"user\": \"1000\"}", "recipe.user must be \"root\" or \"sandbox\"");
+        refused("{\"user\": 1000}", "recipe.user");
         refused("{\"workdir\": \"rel\"}", "recipe.workdir");
         refused("{\"workdir\": \"/a/../b\"}", "recipe.workdir");
         refused("{\"workdir\": \"/a b\"}", "recipe.workdir");

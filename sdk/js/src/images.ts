@@ -30,6 +30,8 @@ export interface Recipe {
   pip?: string[];
   npm?: string[];
   commands?: string[];
+  /** `root` or `sandbox`: who the image's sandboxes run as (the lines above run as root). */
+  user?: "root" | "sandbox";
 }
 
 export interface ImageCreateOptions {

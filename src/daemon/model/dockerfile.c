@@ -382,13 +382,16 @@ static int command_step(Parser *p, unsigned line, DockerfileOp op, const char *r
                 f += strspn(f, " \t");
                 body = f;
         }
-        if (heredoc_at(body)) {
-                r = fail(p->e, line, "%s with a heredoc (<<) is not supported", OP_NAMES[op]);
-                return r;
-        }
         int j = json_form(body, out);
         if (j < 0) {
                 r = j;
+                return r;
+        }
+        /* The exec form's words are JSON strings: a "<<" in them is the
+         * command's own (a shell it runs may read a heredoc), never lines
+         * of the Dockerfile, as BuildKit reads them. */
+        if (j != 1 && heredoc_at(body)) {
+                r = fail(p->e, line, "%s with a heredoc (<<) is not supported", OP_NAMES[op]);
                 return r;
         }
         exec_form = j == 1;

@@ -430,12 +430,13 @@ static void text_env(Text *t, const char *name, const char *value) {
 }
 
 /* The user's command: in the shell form when the Dockerfile reads it back
- * as it is, else as ["/bin/sh", "-c", command] (the same run). */
+ * as it is, else as ["/bin/sh", "-c", command] (the same run). A "<<" is
+ * the exec form's, where a heredoc is the shell's own. */
 static void text_command(Text *t, const char *cmd, const char *field) {
         size_t n = strlen(cmd);
         bool plain = n && cmd[0] != '[' && cmd[0] != '-' && cmd[0] != '#' && !isspace((unsigned char)cmd[0]) &&
                      !isspace((unsigned char)cmd[n - 1]) && cmd[n - 1] != '\\' && printable(cmd, n) &&
-                     !strchr(cmd, '\t');
+                     !strchr(cmd, '\t') && !strstr(cmd, "<<");
         if (plain) {
                 text_str(t, "RUN ");
                 text_str(t, cmd);
@@ -491,10 +492,11 @@ static int strings(const json_t *recipe, const char *key, size_t max, size_t len
 }
 
 static int check(const json_t *v, char *why, size_t why_len) {
-        static const char *const known[] = { "base", "apt", "pip", "npm", "commands", "env", "files", "workdir" };
+        static const char *const known[] = { "base", "apt", "pip", "npm", "commands", "env", "files", "workdir",
+                                             "user" };
         if (!json_is_object(v))
                 return refuse(why, why_len, "recipe must be an object {base, apt, pip, npm, commands, env, files, "
-                              "workdir}");
+                              "workdir, user}");
         const char *k;
         json_t *x;
         json_object_foreach((json_t *)v, k, x) {
@@ -503,7 +505,7 @@ static int check(const json_t *v, char *why, size_t why_len) {
                         found = strcmp(k, known[i]) == 0;
                 if (!found)
                         return refuse(why, why_len, "recipe has an unknown field %.64s (base, apt, pip, npm, commands, "
-                                      "env, files, workdir)", k);
+                                      "env, files, workdir, user)", k);
         }
         x = json_object_get(v, "base");
         if (x && !json_is_null(x) && (!json_is_string(x) || !base_ok(json_string_value(x))))
@@ -513,6 +515,12 @@ static int check(const json_t *v, char *why, size_t why_len) {
         if (x && !json_is_null(x) && (!json_is_string(x) || !workdir_ok(json_string_value(x))))
                 return refuse(why, why_len, "recipe.workdir must be an absolute path of letters, digits and "
                               "._-+@ with no . or .. part");
+        x = json_object_get(v, "user");
+        /* As a Dockerfile's USER: the image's users, root and sandbox. */
+        if (x && !json_is_null(x) &&
+            (!json_is_string(x) || (strcmp(json_string_value(x), "root") != 0 &&
+                                    strcmp(json_string_value(x), "sandbox") != 0)))
+                return refuse(why, why_len, "recipe.user must be \"root\" or \"sandbox\" (the image's users)");
         x = json_object_get(v, "env");
         if (x && !json_is_null(x)) {
                 if (!json_is_object(x) || json_object_size(x) > IMAGE_RECIPE_ENV_MAX)
@@ -573,7 +581,7 @@ static int key_cmp(const void *a, const void *b) {
 }
 
 /* The steps, in their fixed order: FROM, ENV (by name), WORKDIR, apt, the
- * files, pip, npm, then each command. */
+ * files, pip, npm, each command, then USER. */
 static void make_text(const json_t *v, Text *t) {
         const char *base = json_string_value(json_object_get(v, "base"));
         text_str(t, "FROM ");
@@ -626,6 +634,13 @@ static void make_text(const json_t *v, Text *t) {
                 char field[64];
                 snprintf(field, sizeof field, "recipe.commands[%zu]", i);
                 text_command(t, json_string_value(x), field);
+        }
+        /* Last: every line above runs as root, the image's sandboxes as the user. */
+        const char *user = json_string_value(json_object_get(v, "user"));
+        if (user) {
+                text_str(t, "USER ");
+                text_str(t, user);
+                text_end(t, "recipe.user");
         }
 }
 

@@ -161,7 +161,7 @@ class ImagesOps:
         small inline ``files``: ``{path: text or bytes}`` or ``[{path, content, encoding?,
         mode?}]``), ``image``: a registry's image as it is (``python:3.12-slim``,
         ``host:port/repo@sha256:...``), or ``recipe``: ``{base, env, workdir, apt, files, pip,
-        npm, commands}`` made into a Dockerfile by the daemon (unnamed, it is named by it).
+        npm, commands, user}`` made into a Dockerfile by the daemon (unnamed, it is named by it).
         ``build`` takes ``vcpu``, ``memory_mib``, ``disk_mib``, ``timeout_seconds`` and
         ``network`` (a sandbox's ``{"internet", "allow", "deny"}``: what the steps may reach; none
         unless given). A build made before is a new version sharing its disk (its steps logged
