@@ -619,11 +619,17 @@ def test_backups_belong_to_their_owner(api, daemon):
             assert_error(r, 400, "invalid_request")
             assert field in r.json()["error"]["message"], (cron, r.text)
         for body in ({"schedule": {"cron": 5}}, {"schedule": {"cron": None}},
-                     {"schedule": {"cron": "0 3 * * *", "everyMinutes": 60}}, {"keep": {}}, {"keep": {"daily": 0}},
+                     {"schedule": {"cron": "0 3 * * *", "everyMinutes": 60}},
                      {"keep": {"daily": 1001}}, {"keep": {"daily": -1}}, {"keep": {"daily": "7"}},
                      {"keep": {"fortnightly": 1}}, {"keep": [7]}, {"keep": 7}):
             assert_error(api.post(policy, json=body), 400, "invalid_request")
         assert api.get(f"/v1/volumes/{vol['id']}").json()["backupPolicy"] == p
+        # Keep counts all 0, or none ({}), clear them as null does: the published client sends
+        # keep only when given, so {} is how it clears them.
+        for cleared in ({}, {"daily": 0}):
+            r = api.post(policy, json={"keep": cleared})
+            assert r.status_code == 200 and r.json()["backupPolicy"]["keep"] is None, r.text
+            assert api.post(policy, json={"keep": {"daily": 7}}).json()["backupPolicy"]["keep"]["daily"] == 7
         off = api.post(policy, json={"daily": False, "keep": None})
         assert off.status_code == 200 and off.json()["backupPolicy"]["keep"] is None, off.text
         for days in (0, 366, 1.5):
@@ -760,8 +766,10 @@ def test_cron_and_keep_counts_published_client(published_client, build_dir, imag
             newer = len([b for b in rt.volumes.backups(vol["id"]) if b["name"] == "scheduled" and b["expiresAt"]])
             # The client leaves keep=None out (the API's keep: null clears the counts): they stay.
             off = rt.volumes.set_backup_policy(vol["id"], daily=False, keep=None)
+            # keep={} is how it clears them.
+            cleared = rt.volumes.set_backup_policy(vol["id"], keep={})
             print(json.dumps({"cron": cron, "got": got, "bad": bad, "left": left, "gone": len(pruned_ids),
-                              "still": still, "newer": newer, "off": off}))
+                              "still": still, "newer": newer, "off": off, "cleared": cleared}))
         """), timeout=120)
         p = out["got"]["backupPolicy"]
         assert out["cron"]["backupPolicy"] == p
@@ -775,6 +783,7 @@ def test_cron_and_keep_counts_published_client(published_client, build_dir, imag
         assert out["still"]["name"] == "by-hand"
         assert out["newer"] < 5
         assert out["off"]["backupPolicy"]["enabled"] is False and out["off"]["backupPolicy"]["keep"]["last"] == 5
+        assert out["cleared"]["backupPolicy"]["keep"] is None, out["cleared"]
     finally:
         _finish_daemon(d)
 

@@ -527,8 +527,8 @@ static enum MHD_Result refuse_retention(Req *r) {
 }
 
 /* keep: {last, hourly, daily, weekly, monthly, yearly}, each a whole
- * number to BACKUP_KEEP_MAX, one at least above 0; null is none. msg says
- * what is wrong. */
+ * number to BACKUP_KEEP_MAX; null, {} or all 0 is none. msg says what is
+ * wrong. */
 static int keep_of(json_t *v, BackupKeep *ret, char *msg, size_t n) {
         BackupKeep k = { 0 };
         if (json_is_null(v)) {
@@ -556,10 +556,8 @@ static int keep_of(json_t *v, BackupKeep *ret, char *msg, size_t n) {
                 }
                 *keep_count(&k, i) = (uint32_t)json_integer_value(c);
         }
-        if (!backup_keep_any(&k)) {
-                snprintf(msg, n, "keep sets one count at least above 0; null keeps backups by age only");
-                return -EINVAL;
-        }
+        /* No count above 0 ({} included) is null's: backups kept by age
+         * only. A client that sends keep only when given clears it so. */
         *ret = k;
         return 0;
 }
