@@ -16,11 +16,13 @@ from __future__ import annotations
 import os
 import textwrap
 import threading
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from helpers import Api, assert_error, skip_unless_driver
+from helpers import Api, assert_error, skip_unless_driver, wait_until
 
 import sys
 sys.path.insert(0, str(Path(__file__).parent))
@@ -683,6 +685,40 @@ SWEEP_SCRIPT_HEAD = textwrap.dedent("""
         except RtError as e:
             return e.status == 404
 """)
+
+
+@pytest.mark.skipif(os.environ.get("RUNTIME_TEST_ALL") != "1",
+                    reason="waits for a minute's turn (up to 60 s); RUNTIME_TEST_ALL=1 runs it")
+def test_a_cron_schedule_takes_its_backup_at_its_time(build_dir, image_dir, tmp_path):
+    """schedule.cron "* * * * *" on a daemon sweeping every second: no backup before the
+    policy's nextBackupAt, one named `scheduled` at it (within the sweep's second and a margin),
+    and nextBackupAt then a minute on."""
+    from datetime import datetime, timezone
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-volcron",
+                      extra_args=["--volume-backup-sweep-seconds", "1"])
+    api = Api(d)
+    try:
+        vol = make_volume(api, sizeMiB=16)
+        r = api.post(f"/v1/volumes/{vol['id']}:backup-policy", json={"schedule": {"cron": "* * * * *"}})
+        assert r.status_code == 200, r.text
+        due = datetime.fromisoformat(r.json()["backupPolicy"]["nextBackupAt"].replace("Z", "+00:00"))
+        assert due.second == 0 and 0 < (due - datetime.now(timezone.utc)).total_seconds() <= 60, due
+
+        def scheduled():
+            return [b for b in api.get("/v1/volume-backups", params={"volumeId": vol["id"]}).json()["data"]
+                    if b["name"] == "scheduled"]
+        while datetime.now(timezone.utc) < due:
+            assert not scheduled(), "a backup before its time"
+            time.sleep(0.2)
+        got = wait_until(scheduled, 30, 0.2, what="the scheduled backup")
+        taken = datetime.fromisoformat(got[0]["createdAt"].replace("Z", "+00:00"))
+        assert due <= taken <= due + timedelta(seconds=20), (due, taken)
+        after = api.get(f"/v1/volumes/{vol['id']}").json()["backupPolicy"]["nextBackupAt"]
+        assert datetime.fromisoformat(after.replace("Z", "+00:00")) == due + timedelta(minutes=1), (due, after)
+    finally:
+        api.delete_all()
+        api.close()
+        _finish_daemon(d)
 
 
 def test_backup_policy_and_retention_published_client(published_client, build_dir, image_dir, tmp_path):
