@@ -41,6 +41,10 @@ typedef struct DriverSpec {
         unsigned disk_mib;       /* size bound of the writable layer */
         unsigned pids_max;       /* pids limit */
         const char *image_dir;   /* the image: image_dir/rootfs is the read-only root filesystem */
+        /* The microVM: the built-in image whose kernel and root disk boot a
+         * tree that has neither (a registry's, whose whole root the
+         * sandbox's disk then holds); NULL for image_dir's own. */
+        const char *boot_image_dir;
         const char *sandbox_dir; /* per-sandbox dir owned by the driver: writable layer, bundle, logs */
         const char *agent_path;  /* the static runtime-agent binary on the host */
         const char *cgroup_parent; /* cgroup path under each hierarchy, e.g. "runtime" */

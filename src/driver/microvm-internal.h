@@ -41,6 +41,13 @@ typedef enum MicrovmAccel {
 #define MICROVM_CONSOLE_MAX (1024u * 1024u)
 #define MICROVM_CONSOLE_KEEP (64u * 1024u)
 
+/* The image whose microvm/ parts (kernel, root disk, modules, templates)
+ * boot the spec's sandbox: its own, or for a registry's tree the built-in
+ * image the daemon names (microvm_layers.h). */
+static inline const char *microvm_boot_dir(const DriverSpec *spec) {
+        return spec->boot_image_dir ? spec->boot_image_dir : spec->image_dir;
+}
+
 /* Everything a start needs that does not depend on the way it starts. */
 typedef struct MicrovmStart {
         const DriverSpec *spec;

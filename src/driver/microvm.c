@@ -181,9 +181,9 @@ static int vm_paths(const DriverSpec *spec, VmPaths *p) {
         if (path_join(p->log, sizeof(p->log), spec->sandbox_dir, "vmm.log") < 0 ||
             path_join(p->console, sizeof(p->console), spec->sandbox_dir, "console.log") < 0 ||
             path_join(p->upper, sizeof(p->upper), spec->sandbox_dir, "upper.ext4") < 0 ||
-            path_join(p->kernel, sizeof(p->kernel), spec->image_dir, "microvm/vmlinuz") < 0 ||
-            path_join(p->root, sizeof(p->root), spec->image_dir, "microvm/root.ext4") < 0 ||
-            path_join(p->modules, sizeof(p->modules), spec->image_dir, "microvm/modules") < 0)
+            path_join(p->kernel, sizeof(p->kernel), microvm_boot_dir(spec), "microvm/vmlinuz") < 0 ||
+            path_join(p->root, sizeof(p->root), microvm_boot_dir(spec), "microvm/root.ext4") < 0 ||
+            path_join(p->modules, sizeof(p->modules), microvm_boot_dir(spec), "microvm/modules") < 0)
                 return -ENAMETOOLONG;
         return 0;
 }
@@ -211,7 +211,8 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
         }
         /* Never built here: a builder may take minutes, far longer than a
          * create should wait, and it is the image build's job. */
-        if (!image_parts_current(spec->image_dir)) {
+        if (!image_parts_current(microvm_boot_dir(spec))) {
+                image_name(microvm_boot_dir(spec), name, sizeof(name));
                 driver_error(err,
                              "%s has no current microVM kernel and disk: build them with `runtime image build` "
                              "(it makes them whenever QEMU is installed)",
@@ -393,10 +394,33 @@ static int microvm_snapshot_memory(DriverInstance *inst, const DriverSpec *spec,
         return r;
 }
 
+/* The disk of an image of another driver's layers: made the first time,
+ * kept in the snapshot's directory for every later copy (microvm_layers.c).
+ * Over a registry's tree (a spec with a boot image of its own), the tree is
+ * copied beneath the layers as the whole root. */
+static int layers_disk(const DriverSpec *spec, const char *snap_dir, bool *ret_made) {
+        uid_t shift;
+        int r = launch_image_owner(spec, &shift);
+        if (r < 0)
+                return r;
+        char tree[PATH_MAX], boot_root[PATH_MAX], p[PATH_MAX], bytes[32] = "";
+        MicrovmLayersBase base = { .tree = tree, .boot_root = boot_root };
+        if (spec->boot_image_dir) {
+                if (path_join(tree, sizeof(tree), spec->image_dir, "rootfs") < 0 ||
+                    path_join(boot_root, sizeof(boot_root), spec->boot_image_dir, "microvm/root.ext4") < 0 ||
+                    path_join(p, sizeof(p), spec->image_dir, "bytes") < 0)
+                        return -ENAMETOOLONG;
+                /* The pull's record of the tree's size (oci_pull.c). */
+                if (io_read_text(p, bytes, sizeof(bytes)) == 0)
+                        base.tree_bytes = strtoull(bytes, NULL, 10);
+        }
+        return microvm_layers_disk(snap_dir, spec->disk_mib ? spec->disk_mib : 1024, shift,
+                                   spec->boot_image_dir ? &base : NULL, ret_made);
+}
+
 /* A copy boots on a sparse copy of the snapshot's upper.ext4. Another
  * driver's disk snapshot (an image built here: layer.img and bases/) has
- * none: its layers are made into one the first time, kept in the
- * snapshot's directory for every later copy (microvm_layers.c). */
+ * none: layers_disk makes it. */
 static int microvm_restore_disk(const DriverSpec *spec, const char *snap_dir) {
         char from[PATH_MAX], to[PATH_MAX], part[PATH_MAX];
         if (!spec->sandbox_dir || path_join(from, sizeof(from), snap_dir, "upper.ext4") < 0 ||
@@ -405,14 +429,11 @@ static int microvm_restore_disk(const DriverSpec *spec, const char *snap_dir) {
                 return -ENAMETOOLONG;
         /* An image without current microVM parts (desktop) fails the start
          * in the words for it: no disk is worth making for it. */
-        if (!image_parts_current(spec->image_dir))
+        if (!image_parts_current(microvm_boot_dir(spec)))
                 return 0;
         int r;
-        uid_t shift;
         bool made = false;
-        if (access(from, F_OK) < 0 && errno == ENOENT &&
-            ((r = launch_image_owner(spec, &shift)) < 0 ||
-             (r = microvm_layers_disk(snap_dir, spec->disk_mib ? spec->disk_mib : 1024, shift, &made)) < 0))
+        if (access(from, F_OK) < 0 && errno == ENOENT && (r = layers_disk(spec, snap_dir, &made)) < 0)
                 return r;
         if (mkdir(spec->sandbox_dir, 0700) < 0 && errno != EEXIST)
                 return -errno;

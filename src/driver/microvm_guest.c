@@ -144,6 +144,6 @@ static int saved_guest_key(const char *qemu, const char *image_dir, const char *
 }
 
 int microvm_saved_guest_key(const MicrovmStart *s, char *buf, size_t len) {
-        return saved_guest_key(s->qemu, s->spec->image_dir, s->spec->agent_path, s->accel, s->vcpu, s->mem, s->disk,
+        return saved_guest_key(s->qemu, microvm_boot_dir(s->spec), s->spec->agent_path, s->accel, s->vcpu, s->mem, s->disk,
                             s->pids, buf, len);
 }

@@ -29,6 +29,7 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
@@ -364,8 +365,84 @@ static int layer_files(const char *snap_dir, char imgs[][PATH_MAX], unsigned *re
         return 0;
 }
 
-/* Copies each layer's upper/ into the disk part's upper/, oldest first. */
-static int fill(Copy *c, const char *part, char imgs[][PATH_MAX], unsigned n) {
+/* The names the agent mounts its own filesystems on (stage 2): always
+ * directories, whatever the tree had there, so that no entry of it turns
+ * a mount aside or fails the start. */
+static const char *const AGENT_MOUNT_DIRS[] = { "dev", "proc", "sys", "run", "tmp" };
+
+static int mount_dirs(int upper) {
+        /* The agent's own directory: stage 1 mounts it afresh, and the tree
+         * keeps nothing there. */
+        int r = remove_entry(upper, ".runtime");
+        for (size_t i = 0; r == 0 && i < ELEMENTSOF(AGENT_MOUNT_DIRS); i++) {
+                const char *name = AGENT_MOUNT_DIRS[i];
+                mode_t mode = strcmp(name, "tmp") == 0 ? 01777 : 0755;
+                struct stat st;
+                if (fstatat(upper, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+                        continue;
+                if ((r = remove_entry(upper, name)) < 0)
+                        break;
+                if (mkdirat(upper, name, mode) < 0 || fchownat(upper, name, 0, 0, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    fchmodat(upper, name, mode, 0) < 0)
+                        r = -errno;
+        }
+        return r;
+}
+
+/* A registry's root is the whole of the guest's: the built-in root beneath
+ * (boot_root, the daemon's own disk) shows through nowhere. Every top-level
+ * directory of the disk is opaque, and every top-level name of boot_root
+ * the disk lacks is a whiteout. (An opaque mark on upper/ itself would not
+ * do: the overlay reads none on its root.) */
+static int hide_boot_root(int upper, const char *boot_root) {
+        int r = mount_dirs(upper);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int top = openat(upper, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = top >= 0 ? fdopendir(top) : NULL;
+        if (!d)
+                return -errno;
+        top = -1;
+        struct dirent *de;
+        while (r == 0 && (errno = 0, de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                _cleanup_close_ int sub = openat(upper, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (sub < 0)
+                        r = errno == ENOTDIR || errno == ELOOP ? 0 : -errno;
+                else if (fsetxattr(sub, "trusted.overlay.opaque", "y", 1, 0) < 0)
+                        r = -errno;
+        }
+        if (r == 0 && errno)
+                r = -errno;
+        closedir(d);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int disk = -1;
+        if ((r = mount_detached(boot_root, true, &disk)) < 0)
+                return r;
+        _cleanup_close_ int lower = openat(disk, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        d = lower >= 0 ? fdopendir(lower) : NULL;
+        if (!d)
+                return -errno;
+        lower = -1;
+        while (r == 0 && (errno = 0, de = readdir(d))) {
+                struct stat st;
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+                    fstatat(upper, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+                        continue;
+                if (errno != ENOENT || mknodat(upper, de->d_name, S_IFCHR | 0600, makedev(0, 0)) < 0)
+                        r = -errno;
+        }
+        if (r == 0 && errno)
+                r = -errno;
+        closedir(d);
+        return r;
+}
+
+/* Copies the registry's tree (base, or none) and each layer's upper/ into
+ * the disk part's upper/, oldest first. */
+static int fill(Copy *c, const char *part, char imgs[][PATH_MAX], unsigned n, const MicrovmLayersBase *base) {
         _cleanup_close_ int disk = -1, upper = -1;
         int r = mount_detached(part, false, &disk);
         if (r < 0)
@@ -381,6 +458,16 @@ static int fill(Copy *c, const char *part, char imgs[][PATH_MAX], unsigned n) {
         if (upper < 0 || fchmod(upper, 0755) < 0)
                 return -errno;
         c->dst_root = upper;
+        if (base) {
+                /* The tree is the daemon's pull, unpacked from what a
+                 * registry sent: read as hostile as a layer. */
+                _cleanup_close_ int tree = open(base->tree, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (tree < 0)
+                        return -errno;
+                c->path[0] = '\0';
+                r = copy_dir(c, tree, upper, 0, 0);
+                links_clear(c);
+        }
         for (unsigned i = 0; i < n && r == 0; i++) {
                 _cleanup_close_ int layer = -1;
                 if ((r = mount_detached(imgs[i], true, &layer)) < 0)
@@ -394,6 +481,8 @@ static int fill(Copy *c, const char *part, char imgs[][PATH_MAX], unsigned n) {
                 r = copy_dir(c, src, upper, 0, 0);
                 links_clear(c);
         }
+        if (r == 0 && base)
+                r = hide_boot_root(upper, base->boot_root);
         /* Written out before the mount goes, so that its end writes nothing
          * that could fail unseen. */
         if (r == 0 && syncfs(upper) < 0)
@@ -408,7 +497,7 @@ static void copy_done(Copy *c) {
 }
 
 /* The disk made under PART_NAME in dir (snap_dir's descriptor), synced. */
-static int convert(const char *snap_dir, int dir, unsigned disk_mib, uid_t shift) {
+static int convert(const char *snap_dir, int dir, unsigned disk_mib, uid_t shift, const MicrovmLayersBase *base) {
         char part[PATH_MAX];
         if (path_join(part, sizeof part, snap_dir, PART_NAME) < 0)
                 return -ENAMETOOLONG;
@@ -422,13 +511,21 @@ static int convert(const char *snap_dir, int dir, unsigned disk_mib, uid_t shift
         int r = layer_files(snap_dir, imgs, &n, &c.max_bytes);
         if (r < 0)
                 return r;
+        /* What the tree held when it was pulled; a tree pulled before that
+         * was recorded is bounded by the disk alone. */
+        if (base)
+                c.max_bytes = base->tree_bytes ? c.max_bytes + base->tree_bytes : UINT64_MAX;
         (void)unlinkat(dir, PART_NAME, 0);
         _cleanup_close_ int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
         if (devnull < 0)
                 return -errno;
         if ((r = microvm_disk_make(part, disk_mib, devnull)) < 0)
                 return r;
-        r = fill(&c, part, imgs, n);
+        r = fill(&c, part, imgs, n, base);
+        /* The new disk's own file system full (the host's would fail the
+         * loop device's writes, not ext4's): the files do not fit disk_mib. */
+        if (r == -ENOSPC || r == -EDQUOT)
+                r = -EFBIG;
         /* Its loop device goes with the mount; the file is whole once it
          * has (a little later: the device is released asynchronously). */
         for (int waited = 0; r == 0 && rootfs_loop_backed(part); waited += 5) {
@@ -446,7 +543,8 @@ static int convert(const char *snap_dir, int dir, unsigned disk_mib, uid_t shift
         return r;
 }
 
-int microvm_layers_disk(const char *snap_dir, unsigned disk_mib, uid_t shift, bool *ret_made) {
+int microvm_layers_disk(const char *snap_dir, unsigned disk_mib, uid_t shift, const MicrovmLayersBase *base,
+                       bool *ret_made) {
         if (ret_made)
                 *ret_made = false;
         _cleanup_close_ int dir = open(snap_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -463,7 +561,7 @@ int microvm_layers_disk(const char *snap_dir, unsigned disk_mib, uid_t shift, bo
                         return -errno;
         if (faccessat(dir, UPPER_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
                 return 0;
-        int r = convert(snap_dir, dir, disk_mib, shift);
+        int r = convert(snap_dir, dir, disk_mib, shift, base);
         if (r == 0 && renameat(dir, PART_NAME, dir, UPPER_NAME) < 0)
                 r = -errno;
         if (r == 0 && fsync(dir) < 0)

@@ -289,7 +289,7 @@ static int template_get(const MicrovmStart *s, int tfd, char *name, size_t name_
         if (nfd < 0)
                 return -errno;
         char p_tmp[PATH_MAX];
-        if (snprintf(p_tmp, sizeof(p_tmp), "%s/microvm/templates/%s", s->spec->image_dir, tmpname) >=
+        if (snprintf(p_tmp, sizeof(p_tmp), "%s/microvm/templates/%s", microvm_boot_dir(s->spec), tmpname) >=
             (int)sizeof(p_tmp))
                 return -ENAMETOOLONG;
         int64_t t0 = (int64_t)time_now_mono_ms();
@@ -331,7 +331,7 @@ static int template_get(const MicrovmStart *s, int tfd, char *name, size_t name_
 int microvm_template_start(const MicrovmStart *s, const char *p_upper, int *ret_fd, DriverInstance **ret, char *why,
                            size_t why_len) {
         char tdir[PATH_MAX], tmp[PATH_MAX];
-        if (path_join(tdir, sizeof(tdir), s->spec->image_dir, "microvm/templates") < 0 ||
+        if (path_join(tdir, sizeof(tdir), microvm_boot_dir(s->spec), "microvm/templates") < 0 ||
             snprintf(tmp, sizeof(tmp), "%s.new", p_upper) >= (int)sizeof(tmp))
                 return -ENAMETOOLONG;
         if (mkdir(tdir, 0700) < 0 && errno != EEXIST)

@@ -4,9 +4,11 @@ docker-registry), a small image the test makes with umoci and pushes there with 
 of the published client, and sandboxes from the results on namespace and gVisor. The attacks and
 failures: a digest the registry does not have, an answer of garbage from a loopback HTTP server, a
 missing image, an image larger than the pull's bound, a plain-HTTP registry the operator did not
-allow, a pulled tree's internal name given by a client, a microVM create from an image of a
-registry's (no microVM root beneath it: 501); each a clear error, nothing listed as ready, and
-nothing of the pull left on disk."""
+allow, a pulled tree's internal name given by a client; each a clear error, nothing listed as
+ready, and nothing of the pull left on disk. On the microVM, an image FROM a registry's image
+(with a RUN and a COPY) boots on a disk holding the registry's whole root, whose entries shadowing
+the agent's directory, an init and a mount point of the agent's change nothing of its start, and
+nothing of the built-in root beneath shows through."""
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +23,7 @@ import uuid
 
 import pytest
 
-from conftest import _finish_daemon, _start_daemon
+from conftest import _finish_daemon, _start_daemon, need_microvm_parts
 from helpers import Api, free_port, skip_unless_driver, wait_until
 
 TOOLS = ("/usr/bin/docker-registry", "/usr/bin/skopeo", "/usr/bin/umoci")
@@ -55,6 +57,20 @@ def _tiny_rootfs(root):
     (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000::/workspace:/bin/sh\n")
     (root / "etc" / "group").write_text("root:x:0:\nsandbox:x:1000:\n")
     (root / "etc" / "marker").write_text("from the registry\n")
+
+
+def _hostile_rootfs(tiny, root):
+    """The tiny root with an os-release and a file to delete, and what would take the agent's
+    start if the guest read it: a script at the agent's path and at /sbin/init that leave a mark,
+    and /run (a mount point of the agent's) a symbolic link out of the root."""
+    shutil.copytree(tiny, root, symlinks=True)
+    (root / "etc" / "os-release").write_text('PRETTY_NAME="Registry Base"\nID=registry\n')
+    (root / "etc" / "gone").write_text("deleted by the build\n")
+    for script in (".runtime/agent", "sbin/init"):
+        (root / script).parent.mkdir(parents=True, exist_ok=True)
+        (root / script).write_text("#!/bin/sh\n# hostile\necho pwned > /pwned\n")
+        (root / script).chmod(0o755)
+    (root / "run").symlink_to("../../../../etc")
 
 
 def _run(*argv, cwd=None):
@@ -111,6 +127,12 @@ def registry(tmp_path_factory):
         _run("umoci", "config", "--image", f"{lay}:v1", "--config.env", "FROM_IMAGE=yes",
              "--config.workingdir", "/tmp", "--config.label", "origin=test")
         _run("skopeo", "copy", "--dest-tls-verify=false", f"oci:{lay}:v1", f"docker://{host}/test/tiny:v1")
+        # The microVM's: the tiny root with an os-release, and what a hostile image could shadow.
+        _hostile_rootfs(work / "root", work / "mvm")
+        _run("umoci", "new", "--image", f"{lay}:mvm")
+        _run("umoci", "insert", "--rootless", "--image", f"{lay}:mvm", str(work / "mvm"), "/")
+        _run("umoci", "config", "--image", f"{lay}:mvm", "--config.env", "FROM_IMAGE=yes")
+        _run("skopeo", "copy", "--dest-tls-verify=false", f"oci:{lay}:mvm", f"docker://{host}/test/mvm:v1")
         # Incompressible bytes past the pull's bound.
         (work / "big").mkdir()
         (work / "big" / "blob").write_bytes(os.urandom((PULL_MAX_MIB + 8) << 20))
@@ -185,10 +207,12 @@ def oapi(oci_daemon):
     c.close()
 
 
-def _build(api, dockerfile=None, image=None, timeout=300):
+def _build(api, dockerfile=None, image=None, timeout=300, files=None):
     body = {"name": f"oci-{uuid.uuid4().hex[:8]}"}
     if dockerfile:
         body["dockerfile"] = dockerfile
+    if files:
+        body["files"] = files
     if image:
         body["image"] = image
     r = api.post("/v1/images", json=body)
@@ -227,17 +251,58 @@ def test_from_a_registry_image(from_registry, oci_daemon, oapi, driver):
     assert out["stdout"].splitlines() == ["built on yes", "from the registry", "yes"], out
 
 
-def test_the_microvm_refuses_an_image_from_a_registry(from_registry, oapi):
-    """The microVM boots a built-in image's root disk under an image's layers; a registry's tree
-    has none, and the create says so and what to do, before anything starts."""
-    img, log = from_registry
-    assert img["state"] == "ready", (img, log)
-    r = oapi.post("/v1/sandboxes", json={"image": img["id"], "driver": "microvm"})
-    assert r.status_code == 501, r.text
-    err = r.json()["error"]
-    assert err["code"] == "not_implemented" and "registry's image" in err["message"], err
-    assert "namespace or gvisor" in err["hint"] and "FROM a built-in image" in err["hint"], err
-    assert [s for s in oapi.get("/v1/sandboxes").json()["data"] if s.get("driver") == "microvm"] == []
+# What a sandbox sees of the image, read with the tiny root's programs.
+MVM_LOOK = ("cat /etc/os-release /etc/marker /app/app.txt /app/built.txt; echo \"$FROM_IMAGE\"; "
+            "for f in /etc/gone /etc/debian_version /usr/bin/python3 /opt /pwned; do "
+            "test -e $f && echo \"$f present\" || echo \"$f absent\"; done; "
+            "test -d /run && ! test -L /run && echo run-dir; "
+            "read -r first < /.runtime/agent; case \"$first\" in *sh*) echo agent-shadowed;; *) echo agent-own;; esac")
+MVM_EXPECTED = ['PRETTY_NAME="Registry Base"', "ID=registry", "from the registry", "copied", "built on yes", "yes",
+                "/etc/gone absent", "/etc/debian_version absent", "/usr/bin/python3 absent", "/opt absent",
+                "/pwned absent", "run-dir", "agent-own"]
+
+
+@pytest.mark.microvm_subset
+@pytest.mark.parametrize("mvm", ["microvm"])
+def test_a_microvm_sandbox_from_an_image_built_from_a_registry(registry, oci_daemon, oapi, build_dir, image_dir, mvm):
+    """The disk holds the registry's whole root and the image's layers over it: its files, its
+    env, none of the built-in root's beneath, and the agent its own whatever the tree put at its
+    path, at /sbin/init or at /run. Two boots: a first create that makes the disk, a later one
+    that copies it; deleting the image removes it."""
+    skip_unless_driver(oci_daemon, mvm)
+    need_microvm_parts(build_dir, image_dir)
+    files = [{"path": "app.txt", "content": "copied\n"}]
+    img = _build(oapi, f"FROM {registry[0]}/test/mvm:v1\nCOPY app.txt /app/app.txt\n"
+                       "RUN echo built on $FROM_IMAGE > /app/built.txt && rm /etc/gone\n", files=files)
+    assert img["state"] == "ready", (img, _log(oapi, img["id"]))
+    disk = oci_daemon.state_dir / "snapshots" / img["snapshotId"] / "upper.ext4"
+    t0 = time.monotonic()
+    first = oapi.create_sandbox(driver=mvm, image=img["id"])
+    first_s = time.monotonic() - t0
+    st = os.stat(disk)
+    t0 = time.monotonic()
+    later = oapi.create_sandbox(driver=mvm, image=img["id"])
+    later_s = time.monotonic() - t0
+    again = os.stat(disk)
+    assert (again.st_ino, again.st_mtime_ns) == (st.st_ino, st.st_mtime_ns)
+    for sid in (first.id, later.id):
+        out = oapi.exec(sid, command=MVM_LOOK)
+        assert out["exitCode"] == 0 and out["stdout"].splitlines() == MVM_EXPECTED, out
+    # The same top level as on namespace: the registry's root, not the built-in one.
+    ns = oapi.create_sandbox(driver="namespace", image=img["id"])
+    tops = [oapi.exec(sid, command="ls -A /")["stdout"].split() for sid in (ns.id, first.id)]
+    assert tops[0] == tops[1] and "app" in tops[1] and "opt" not in tops[1], tops
+    made = [line for line in oci_daemon.log_path.read_text().splitlines() if "disk made from its layers" in line]
+    assert [first.id in line for line in made if first.id in line or later.id in line] == [True], made
+    # About what the tree and the layers hold, not the built-in root's hundreds of MiB.
+    assert st.st_blocks * 512 <= img["sizeBytes"] + (32 << 20), (st.st_blocks, img["sizeBytes"])
+    print(f"\na first microVM create from a registry-based image {first_s:.2f} s (the disk made: "
+          f"{[m for m in made if first.id in m][0].split('(')[-1]}, a later one {later_s:.2f} s; "
+          f"the disk {st.st_blocks * 512 / 2**20:.1f} MiB; load {os.getloadavg()[0]:.1f}")
+    for sid in (first.id, later.id, ns.id):
+        assert oapi.delete(f"/v1/sandboxes/{sid}").status_code == 200
+    assert oapi.post(f"/v1/images/{img['id']}:delete", json={}).status_code == 200
+    assert not disk.exists()
 
 
 def test_by_digest_through_the_published_client(registry, oci_daemon, published_client):

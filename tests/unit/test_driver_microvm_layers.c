@@ -5,7 +5,8 @@
  * opaque directories, an ACL and a file capability of the shifted root), the
  * disk made from them, then read back through a read-only mount of it. Also:
  * two callers at once make it once, a dot name a killed conversion left goes,
- * a tree too deep is refused and leaves nothing. Needs root, mke2fs and loop
+ * a tree too deep is refused and leaves nothing; a registry's tree beneath
+ * the layers is the whole root, the built-in root hidden. Needs root, mke2fs and loop
  * devices; skips with the reason otherwise.
  */
 #include <errno.h>
@@ -183,14 +184,14 @@ static void test_flattened(void **state) {
         snprintf(snap, sizeof snap, "%s/snap", work);
         two_layers(snap);
         bool made = false;
-        assert_int_equal(microvm_layers_disk(snap, 64, SHIFT, &made), 0);
+        assert_int_equal(microvm_layers_disk(snap, 64, SHIFT, NULL, &made), 0);
         assert_true(made);
         snprintf(disk, sizeof disk, "%s/upper.ext4", snap);
         struct stat d1, d2, st, st2;
         assert_int_equal(stat(disk, &d1), 0);
         assert_int_equal(d1.st_size, 64 << 20);
         /* Made once: a second call finds it. */
-        assert_int_equal(microvm_layers_disk(snap, 64, SHIFT, &made), 0);
+        assert_int_equal(microvm_layers_disk(snap, 64, SHIFT, NULL, &made), 0);
         assert_false(made);
         assert_int_equal(stat(disk, &d2), 0);
         assert_int_equal(d1.st_ino, d2.st_ino);
@@ -254,7 +255,7 @@ typedef struct Call {
 
 static void *call(void *arg) {
         Call *c = arg;
-        c->r = microvm_layers_disk(c->snap, 64, SHIFT, &c->made);
+        c->r = microvm_layers_disk(c->snap, 64, SHIFT, NULL, &c->made);
         return NULL;
 }
 
@@ -296,7 +297,7 @@ static void test_too_deep(void **state) {
         }
         snprintf(img, sizeof img, "%s/layer.img", snap);
         mkfs_from(tree, img);
-        assert_int_equal(microvm_layers_disk(snap, 64, SHIFT, NULL), -ELOOP);
+        assert_int_equal(microvm_layers_disk(snap, 64, SHIFT, NULL, NULL), -ELOOP);
         snprintf(p, sizeof p, "%s/upper.ext4", snap);
         assert_int_equal(access(p, F_OK), -1);
         snprintf(p, sizeof p, "%s/.upper.ext4.part", snap);
@@ -304,7 +305,98 @@ static void test_too_deep(void **state) {
         /* No layer at all: nothing to make a disk of. */
         snprintf(p, sizeof p, "%s/empty", work);
         assert_int_equal(mkdir(p, 0700), 0);
-        assert_int_equal(microvm_layers_disk(p, 64, SHIFT, NULL), -ENOENT);
+        assert_int_equal(microvm_layers_disk(p, 64, SHIFT, NULL, NULL), -ENOENT);
+}
+
+/* A registry's tree under the image's layers: the tree's whole root, the
+ * built-in root beneath hidden (opaque top-level directories, whiteouts for
+ * its other names), the agent's mount points directories whatever the tree
+ * had there, its own directory not taken from the tree; and the bytes bound
+ * counting the tree's record. */
+static void test_registry_root(void **state) {
+        (void)state;
+        if (!usable())
+                skip();
+        char snap[512], tree[512], boot[512], img[1024], p[PATH_MAX];
+        snprintf(snap, sizeof snap, "%s/reg", work);
+        two_layers(snap);
+        /* The built-in root beneath: names the tree has and names it lacks. */
+        snprintf(boot, sizeof boot, "%s/boot", work);
+        assert_int_equal(mkdir(boot, 0755), 0);
+        dir_at(boot, "etc", false);
+        put(boot, "etc/debian_version", "12\n", SHIFT, 0644);
+        dir_at(boot, "srv", false);
+        dir_at(boot, "usr", false);
+        put(boot, "marker", "built-in\n", SHIFT, 0644);
+        snprintf(img, sizeof img, "%s/root.ext4", work);
+        mkfs_from(boot, img);
+        /* The tree: an os-release, /bin a link, and hostile entries. */
+        snprintf(tree, sizeof tree, "%s/regtree", work);
+        assert_int_equal(mkdir(tree, 0700), 0);
+        dir_at(tree, "etc", false);
+        put(tree, "etc/os-release", "ID=registry\n", SHIFT, 0644);
+        dir_at(tree, "usr", false);
+        dir_at(tree, "usr/bin", false);
+        put(tree, "usr/bin/sh", "sh\n", SHIFT, 0755);
+        snprintf(p, sizeof p, "%s/bin", tree);
+        assert_int_equal(symlink("usr/bin", p), 0);
+        snprintf(p, sizeof p, "%s/run", tree);
+        assert_int_equal(symlink("../../../etc", p), 0);
+        put(tree, "proc", "not a directory\n", SHIFT, 0644);
+        dir_at(tree, ".runtime", false);
+        put(tree, ".runtime/agent", "#!/bin/sh\n", SHIFT, 0755);
+        MicrovmLayersBase base = { .tree = tree, .boot_root = img, .tree_bytes = 1 << 20 };
+        bool made = false;
+        assert_int_equal(microvm_layers_disk(snap, 64, SHIFT, &base, &made), 0);
+        assert_true(made);
+
+        snprintf(p, sizeof p, "%s/upper.ext4", snap);
+        int up = mount_ro(p);
+        struct stat st;
+        expect_text(up, "etc/os-release", "ID=registry\n");
+        assert_int_equal(fstatat(up, "etc/os-release", &st, 0), 0);
+        assert_int_equal(st.st_uid, 0);
+        expect_text(up, "opt/a.txt", "a\n"); /* the layers over the tree */
+        char v[4] = "";
+        for (const char *const *d = (const char *const[]){ "etc", "usr", "opt", "run", "proc", "tmp", NULL }; *d; d++) {
+                int fd = openat(up, *d, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                assert_true(fd >= 0);
+                assert_int_equal(fgetxattr(fd, "trusted.overlay.opaque", v, sizeof v), 1);
+                assert_int_equal(v[0], 'y');
+                close(fd);
+        }
+        assert_int_equal(fstatat(up, "tmp", &st, AT_SYMLINK_NOFOLLOW), 0);
+        assert_int_equal(st.st_mode & 07777, 01777);
+        for (const char *const *w = (const char *const[]){ "srv", "marker", "lost+found", NULL }; *w; w++) {
+                assert_int_equal(fstatat(up, *w, &st, AT_SYMLINK_NOFOLLOW), 0);
+                assert_true(S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0));
+        }
+        char target[64] = "";
+        assert_int_equal(readlinkat(up, "bin", target, sizeof target - 1), 7);
+        assert_string_equal(target, "usr/bin");
+        assert_int_equal(fstatat(up, ".runtime", &st, AT_SYMLINK_NOFOLLOW), -1);
+        assert_int_equal(errno, ENOENT);
+        close(up);
+
+        /* More than the tree recorded: refused, nothing left. */
+        snprintf(snap, sizeof snap, "%s/regbig", work);
+        two_layers(snap);
+        int fd = open(tree, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        int big = openat(fd, "big", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        assert_true(big >= 0);
+        static char chunk[1 << 20];
+        memset(chunk, 'x', sizeof chunk);
+        for (int i = 0; i < 16; i++)
+                assert_int_equal(write(big, chunk, sizeof chunk), (ssize_t)sizeof chunk);
+        close(big);
+        close(fd);
+        base.tree_bytes = 4096;
+        assert_int_equal(microvm_layers_disk(snap, 64, SHIFT, &base, NULL), -EFBIG);
+        snprintf(p, sizeof p, "%s/upper.ext4", snap);
+        assert_int_equal(access(p, F_OK), -1);
+        snprintf(p, sizeof p, "%s/.upper.ext4.part", snap);
+        assert_int_equal(access(p, F_OK), -1);
 }
 
 static int setup(void **state) {
@@ -323,6 +415,7 @@ int main(void) {
                 cmocka_unit_test(test_flattened),
                 cmocka_unit_test(test_at_once_and_after_a_kill),
                 cmocka_unit_test(test_too_deep),
+                cmocka_unit_test(test_registry_root),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

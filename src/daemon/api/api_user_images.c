@@ -1060,20 +1060,6 @@ int api_user_image_to_create(Req *r, bool *ret_from_image, json_t **ret_start, A
                                 "image %.128s is %s, not ready", ref, row.state);
                 goto done;
         }
-        /* The microVM boots a built-in image's root disk under the image's
-         * layers; a registry's tree has no such disk. */
-        json_t *drv = json_object_get(r->json, "driver");
-        const char *base = json_string_value(json_object_get(doc, "base"));
-        if (json_is_string(drv) && strcmp(json_string_value(drv), "microvm") == 0 && base &&
-            strncmp(base, OCI_IMAGE_PREFIX, strlen(OCI_IMAGE_PREFIX)) == 0) {
-                ret = api_error(e, 501, "not_implemented",
-                                "create it on the namespace or gvisor driver, or build it FROM a built-in image "
-                                "(default, minimal, analysis) to run it on the microVM",
-                                "image %.128s starts from a registry's image, which has no microVM root disk: the "
-                                "microVM runs only images built from a built-in image",
-                                ref);
-                goto done;
-        }
         /* The image's env under the create's own. */
         json_t *ienv = json_object_get(config, "env"), *env = json_object_get(r->json, "env");
         if (json_is_object(ienv) && json_object_size(ienv)) {

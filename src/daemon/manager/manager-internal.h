@@ -30,6 +30,7 @@
 typedef struct SpecPaths {
         char *sandbox_dir;
         char *image_dir;
+        char *boot_image_dir; /* a pulled tree's: the built-in default (DriverSpec) */
 } SpecPaths;
 
 struct Sandbox {

@@ -30,6 +30,7 @@
 void spec_paths_done(SpecPaths *p) {
         free(p->sandbox_dir);
         free(p->image_dir);
+        free(p->boot_image_dir);
 }
 
 /* ---- live objects ---- */
@@ -315,6 +316,13 @@ int spec_paths(Manager *m, const char *id, const char *image, SpecPaths *ret) {
         }
         /* An image pulled from a registry lives under the state directory. */
         p.image_dir = oci_image_dir(m->cfg->state_dir, image);
+        /* Which has no microVM kernel nor root disk: the microVM boots the
+         * built-in default's under a disk holding the tree's whole root. */
+        if (p.image_dir && asprintf(&p.boot_image_dir, "%s/default", m->cfg->image_dir) < 0) {
+                p.boot_image_dir = NULL;
+                spec_paths_done(&p);
+                return -ENOMEM;
+        }
         if (!p.image_dir && asprintf(&p.image_dir, "%s/%s", m->cfg->image_dir, image) < 0) {
                 p.image_dir = NULL;
                 spec_paths_done(&p);
@@ -333,6 +341,7 @@ void driver_spec_from(Manager *m, const char *id, const SandboxSpec *spec, const
                 .disk_mib = spec->disk_mib,
                 .pids_max = SANDBOX_PIDS_MAX,
                 .image_dir = p->image_dir,
+                .boot_image_dir = p->boot_image_dir,
                 .sandbox_dir = p->sandbox_dir,
                 .agent_path = m->cfg->agent_path,
                 .cgroup_parent = m->cfg->cgroup_parent,
