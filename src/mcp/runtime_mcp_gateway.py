@@ -210,7 +210,7 @@ class Supervisor:
     def publish(self):
         with self.lock:
             write_json("status.json", {"port": self.port, "generation": self.generation,
-                                       "servers": [self.servers[i].status for i in self.order]})
+                                       "servers": [s.status for s in map(self.servers.get, self.order) if s]})
 
     def apply(self, spec):
         """Takes the set of a start: drops the servers it leaves out or

@@ -12,12 +12,14 @@ sandbox does not see, to a name the server does not take, and too many, are 400s
 
 Sessions: a client session to the filesystem server keeps its session id and calls a tool again,
 without initialize, while the memory server is added and removed by starts with replace; a
-gateway killed is started again and its restarts read in GET. Against the real daemon, on the
+gateway killed is started again and its restarts read in GET, five at most; the router of the
+public port refuses what names no server. Against the real daemon, on the
 namespace and gVisor drivers; no traffic leaves the machine (the upstreams are
 egress_servers.py's on 127.0.0.1, under test names)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import hashlib
 import os
 import sys
@@ -234,4 +236,76 @@ def test_a_change_of_servers_keeps_the_sessions_of_those_that_stay(gdaemon, gapi
     assert got["running"] is True and _gateway_pid(sbx, "filesystem") not in ("", gateway)
     out = asyncio.run(_call(url, host, got["headers"], "read_text_file", {"path": "/workspace/hello.txt"}))
     assert "written by the test" in out, out
+    assert gapi.delete(path).json()["stopped"] is True
+
+
+ROUTER_PROBE = r"""
+import json, socket, sys
+
+def ask(data, shut=True):
+    s = socket.create_connection(("127.0.0.1", 8811), timeout=40)
+    s.sendall(data)
+    if shut:
+        s.shutdown(socket.SHUT_WR)
+    got = b""
+    try:
+        while len(got) < 65536:
+            b = s.recv(4096)
+            if not b:
+                break
+            got += b
+    except OSError as e:
+        got += b"[" + str(e).encode() + b"]"
+    s.close()
+    return got.split(b"\r\n", 1)[0].decode(errors="replace")
+
+print(json.dumps({
+    "huge": ask(b"GET /servers/filesystem/mcp HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n", shut=False),
+    "unknown": ask(b"GET /servers/nope/mcp HTTP/1.1\r\nHost: x\r\n\r\n"),
+    "dots": ask(b"GET /servers/../servers/filesystem/mcp HTTP/1.1\r\nHost: x\r\n\r\n"),
+    "bare": ask(b"\r\n\r\n"),
+    "cut": ask(b"GET /servers/filesystem/mcp HTTP/1.1\r\nHost: x\r\n"),
+}))
+"""
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_the_router_refuses_and_restarts_are_bounded(gdaemon, gapi, driver):
+    """The router of the public port, asked from inside the sandbox: a head over 16 KiB, a server
+    not in the set, dot segments, a bare blank line and a head cut short reach no server (404, or
+    closed);
+    the server still serves. A gateway killed six times reads failed, with five restarts."""
+    skip_unless_driver(gdaemon, driver)
+    sbx = gapi.create_sandbox(driver=driver, memoryMiB=1024)
+    sbx.write("/workspace/hello.txt", b"written by the test\n")
+    path = f"/v1/sandboxes/{sbx.id}/mcp"
+    started = gapi.post(path, json={"servers": [{"id": "filesystem"}]})
+    assert started.status_code == 200 and started.json()["servers"][0]["status"] == "running", started.text
+    sbx.write("/tmp/probe.py", ROUTER_PROBE.encode())
+    res = sbx.exec("python3 /tmp/probe.py", timeoutMs=120000)
+    assert res["exitCode"] == 0, res
+    got = json.loads(res["stdout"])
+    assert got["huge"] == "" and got["cut"] == "", got
+    assert all(got[k].startswith("HTTP/1.1 404") for k in ("unknown", "dots", "bare")), got
+    url, host = _local(started.json()["servers"][0]["url"], gdaemon.preview_port)
+    out = asyncio.run(_call(url, host, started.json()["headers"], "read_text_file", {"path": "/workspace/hello.txt"}))
+    assert "written by the test" in out, out
+
+    for n in range(1, 7):
+        pid = wait_until(lambda: _gateway_pid(sbx, "filesystem") or None, 60, 0.2, what="a gateway")
+        assert sbx.exec(f"kill -9 {pid}")["exitCode"] == 0
+
+        def settled(n=n):
+            s = gapi.get(path).json()["servers"][0]
+            return s if s["status"] == "failed" or (s["status"] == "running" and s["restarts"] == n) else None
+
+        s = wait_until(settled, 60, 0.3, what=f"the gateway after kill {n}")
+        if n < 6:
+            assert s["status"] == "running" and s["restarts"] == n, s
+    assert s["status"] == "failed" and s["restarts"] == 5 and "exited 6 times" in s["error"], s
+    gone = httpx.post(url, headers={"Host": host, **started.json()["headers"],
+                                    "Accept": "application/json, text/event-stream"},
+                      json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=15)
+    assert gone.status_code == 503, gone.text
+    assert gapi.get(path).json()["running"] is True
     assert gapi.delete(path).json()["stopped"] is True
