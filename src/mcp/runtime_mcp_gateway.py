@@ -58,10 +58,19 @@ def path(name):
     return os.path.join(DIR, name)
 
 
-def alive():
+def recorded():
     try:
         with open(path("supervisor.pid")) as f:
-            pid = int(f.read())
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
+def alive():
+    try:
+        pid = recorded()
+        if pid <= 0:
+            return 0
         os.kill(pid, 0)
         with open("/proc/%d/stat" % pid) as f:
             if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # exited, not yet reaped
@@ -128,9 +137,18 @@ def wait(cond, seconds):
 def stop():
     """Ends the supervisor's process group (the gateways and their servers):
     SIGTERM, SIGKILL after 3 s; waits for the group to be gone and the port
-    to be free."""
+    to be free. A supervisor that died leaves its gateways in its group
+    (whose id the kernel does not hand out again while it has members):
+    they are killed."""
     pid = alive()
     port = (state() or {}).get("port")
+    left = recorded()
+    if not pid and left > 1:
+        try:
+            os.killpg(left, signal.SIGKILL)
+        except OSError:
+            pass
+        wait(lambda: group_gone(left), 2)
     if pid:
         open(path("stopping"), "w").close()
         try:
@@ -419,6 +437,8 @@ def start(spec_text, replace):
                 print(secret)
                 sys.exit(EXIT_NO_SECRET)
     running = alive()
+    if not running:
+        stop()  # what a supervisor that died left
     if running:
         if replace != "1":
             print(",".join(s.get("id", "") for s in (state() or {}).get("servers", [])))

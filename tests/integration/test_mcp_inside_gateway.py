@@ -274,7 +274,8 @@ def test_the_router_refuses_and_restarts_are_bounded(gdaemon, gapi, driver):
     """The router of the public port, asked from inside the sandbox: a head over 16 KiB, a server
     not in the set, dot segments, a bare blank line and a head cut short reach no server (404, or
     closed);
-    the server still serves. A gateway killed six times reads failed, with five restarts."""
+    the server still serves. A gateway killed six times reads failed, with five restarts. A
+    supervisor killed reads running: false, and the next start ends the gateway it left."""
     skip_unless_driver(gdaemon, driver)
     sbx = gapi.create_sandbox(driver=driver, memoryMiB=1024)
     sbx.write("/workspace/hello.txt", b"written by the test\n")
@@ -308,4 +309,14 @@ def test_the_router_refuses_and_restarts_are_bounded(gdaemon, gapi, driver):
                       json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=15)
     assert gone.status_code == 503, gone.text
     assert gapi.get(path).json()["running"] is True
+
+    # The supervisor killed: GET says so, and the next start ends the gateway it left.
+    r = gapi.post(path, json={"servers": [{"id": "memory"}], "replace": True})
+    assert r.status_code == 200 and r.json()["servers"][0]["status"] == "running", r.text
+    assert sbx.exec("kill -9 $(cat /tmp/.runtime-mcp/supervisor.pid)")["exitCode"] == 0
+    wait_until(lambda: gapi.get(path).json()["running"] is False, 30, 0.3, what="running: false")
+    r = gapi.post(path, json={"servers": [{"id": "memory"}]})
+    assert r.status_code == 200 and r.json()["servers"][0]["status"] == "running", r.text
+    gateways = sbx.exec("pgrep -c -f 'mcp-prox[y] --named-server-config' || true")["stdout"].strip()
+    assert gateways == "1", gateways
     assert gapi.delete(path).json()["stopped"] is True
