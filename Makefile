@@ -91,7 +91,11 @@ $(BUILD)/obj/daemon/daemon/api/api_interpreter.o $(BUILD)/obj/fuzz/daemon/api/ap
 $(BUILD)/gen/mcp_gateway_program.inc: src/mcp/runtime_mcp_gateway.py
 	@mkdir -p $(dir $@)
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< >$@
-$(BUILD)/obj/daemon/daemon/api/api_mcp_inside.o $(BUILD)/obj/fuzz/daemon/api/api_mcp_inside.o: $(BUILD)/gen/mcp_gateway_program.inc
+$(BUILD)/gen/mcp_http_program.inc: src/mcp/runtime_mcp_http.py
+	@mkdir -p $(dir $@)
+	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< >$@
+$(BUILD)/obj/daemon/daemon/api/api_mcp_inside.o $(BUILD)/obj/fuzz/daemon/api/api_mcp_inside.o: $(BUILD)/gen/mcp_gateway_program.inc \
+	$(BUILD)/gen/mcp_http_program.inc
 # So do the dashboard's page, script and style sheet (docs/dashboard.md).
 DASHBOARD_INC := $(patsubst src/dashboard/%,$(BUILD)/gen/dashboard/%.inc,$(wildcard src/dashboard/*.html src/dashboard/*.js src/dashboard/*.css))
 $(BUILD)/gen/dashboard/%.inc: src/dashboard/%

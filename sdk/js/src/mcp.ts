@@ -45,6 +45,8 @@ export interface McpServer {
   url: string;
   transport: string;
   error: string | null;
+  /** How often its gateway was started again after it exited (at most 5). */
+  restarts?: number;
   [k: string]: unknown;
 }
 

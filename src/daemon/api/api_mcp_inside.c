@@ -25,6 +25,9 @@
 static const char gateway_program[] =
 #include "mcp_gateway_program.inc"
         ;
+static const char http_program[] =
+#include "mcp_http_program.inc"
+        ;
 
 /* The program's exit statuses (runtime_mcp_gateway.py). */
 #define GW_EXIT_MISSING 10
@@ -43,6 +46,8 @@ static const char gateway_program[] =
 #define MCP_START_TIMEOUT_MS 60000
 #define MCP_VERB_TIMEOUT_MS 20000
 #define MCP_OUTPUT_MAX (64u * 1024u)
+/* The program's restarts of one server's gateway (RESTARTS_MAX). */
+#define MCP_RESTARTS_MAX 5
 
 #define MCP_SERVERS_DIR "/opt/runtime-mcp/servers/node_modules/@modelcontextprotocol"
 
@@ -58,6 +63,11 @@ static const char *const filesystem_argv[] = { "node", MCP_SERVERS_DIR "/server-
                                                NULL };
 static const char *const memory_argv[] = { "node", MCP_SERVERS_DIR "/server-memory/dist/index.js", NULL };
 static const char *const memory_env[] = { "MEMORY_FILE_PATH=/workspace/.mcp-memory.jsonl", NULL };
+/* Our own server (src/mcp/runtime_mcp_http.py) on the gateway's Python,
+ * whose venv holds the MCP SDK; -I: no PYTHON* variable or user site steers
+ * it. */
+static const char *const http_argv[] = { "/opt/runtime-mcp/venv/bin/python3", "-I", "-c", http_program, NULL };
+static const char *const http_secrets[] = { "HTTP_BEARER_TOKEN", NULL };
 
 static const CatalogEntry catalog[] = {
         { "filesystem",
@@ -66,6 +76,10 @@ static const CatalogEntry catalog[] = {
         { "memory",
           "A knowledge graph of entities, relations and observations, kept in /workspace/.mcp-memory.jsonl",
           "@modelcontextprotocol/server-memory", memory_argv, memory_env, none },
+        { "http",
+          "Sends HTTP requests through the sandbox's egress policy, with a secret as the bearer token if one is "
+          "given",
+          "runtime-mcp-http (on the MCP Python SDK)", http_argv, none, http_secrets },
 };
 
 static const CatalogEntry *catalog_find(const char *id) {
@@ -314,8 +328,12 @@ static json_t *state_json(Req *r, const char *out, ApiError *e) {
                 if (why)
                         snprintf(err, sizeof err, "%s", why);
                 json_t *je = why ? json_string(err) : NULL; /* NULL too where the cut split a character */
-                json_array_append_new(list, json_pack("{s:s,s:s,s:s,s:s,s:o}", "id", id, "status", status, "url", url,
-                                                      "transport", "streamable-http", "error", je ? je : json_null()));
+                json_int_t restarts = json_integer_value(json_object_get(s, "restarts"));
+                if (restarts < 0 || restarts > MCP_RESTARTS_MAX)
+                        restarts = 0;
+                json_array_append_new(list, json_pack("{s:s,s:s,s:s,s:s,s:o,s:I}", "id", id, "status", status, "url",
+                                                      url, "transport", "streamable-http", "error",
+                                                      je ? je : json_null(), "restarts", restarts));
         }
         json_t *j = json_pack("{s:b,s:I,s:O,s:{s:s},s:b}", "running", json_is_true(json_object_get(st, "running")),
                               "port", json_integer_value(port), "servers", list, "headers", PREVIEW_TOKEN_HEADER, token,

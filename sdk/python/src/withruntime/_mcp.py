@@ -37,9 +37,10 @@ class SandboxMcpOps:
         """Starts the gateway with ``servers`` (``[{"id": "filesystem"}, {"id": "github",
         "secrets": {"GITHUB_PERSONAL_ACCESS_TOKEN": "GITHUB_TOKEN"}}]``, 1 to 8) on ``port`` of
         the sandbox's loopback (8811). Answers ``{running, port, public, servers: [{id, status,
-        url, transport, error}], headers}`` once each server runs or failed; one still starting
-        reads ``installing``. Servers running already are a ``ConflictError`` unless
-        ``replace=True``. ``public=True`` (URLs guarded by the header alone) is not offered by
+        url, transport, error, restarts}], headers}`` once each server runs or failed; one still
+        starting reads ``installing``. Servers running already are a ``ConflictError`` unless
+        ``replace=True``, which keeps those that stay (their sessions too) and starts and ends
+        the others. ``public=True`` (URLs guarded by the header alone) is not offered by
         this daemon: it answers ``501 not_implemented``."""
         body: Dict[str, Any] = {"servers": [dict(s) for s in servers]}
         if port is not None:
