@@ -57,6 +57,7 @@ void image_build_request_done(ImageBuildRequest *r) {
         json_decref(r->network);
         json_decref(r->recipe);
         free(r->recipe_dockerfile);
+        json_decref(r->secrets);
         if (r->import_path)
                 unlink(r->import_path);
         free(r->import_path);
@@ -191,8 +192,7 @@ static int expand(Build *b, const char *word, char **ret) {
         return r < 0 ? build_fail(b, "%s", e.message) : 0;
 }
 
-/* The environment of a step: PATH unless set, the ARGs, then ENV. */
-static json_t *step_env(Build *b) {
+json_t *build_step_env(Build *b) {
         json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
         if (!env)
                 return NULL;
@@ -210,9 +210,7 @@ static bool stopping(UserImages *u) {
         return s;
 }
 
-/* Runs argv in the build's sandbox as root or the build's user, its output
- * into the log; its exit code in *ret_code. */
-static int run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, bool root, bool quiet, bool sync,
+int build_run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, bool root, bool quiet, bool sync,
                           int64_t timeout_ms, int *ret_code) {
         Sandbox *sb = NULL;
         SandboxError se;
@@ -544,14 +542,14 @@ static int copy_from_stage(Build *b, const DockerfileStep *s, json_t *argv) {
         _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
         int code = 0;
         /* The gathering runs in the stage's sandbox, its output in this log. */
-        if ((r = run_in_sandbox(o, gather, env, "/", true, false, false, 600000, &code)) < 0) {
+        if ((r = build_run_in_sandbox(o, gather, env, "/", true, false, false, 600000, &code)) < 0) {
                 snprintf(b->error, sizeof b->error, "%s", o->error);
                 return r;
         }
         if (code != 0)
                 return build_fail(b, "COPY --from=%.64s: a source is not in the stage (exit code %d)", s->from, code);
         _cleanup_json_ json_t *rm = json_pack("[s,s,s]", "rm", "-rf", FROM_IN_SANDBOX);
-        if ((r = run_in_sandbox(b, rm, env, "/", true, true, false, 60000, &code)) < 0)
+        if ((r = build_run_in_sandbox(b, rm, env, "/", true, true, false, 60000, &code)) < 0)
                 return r;
         return stage_transfer(b, o);
 }
@@ -684,41 +682,16 @@ static int step_copy(Build *b, const DockerfileStep *s) {
             json_object_set_new(env, "CHMOD", json_string(s->chmod ? s->chmod : "")) < 0)
                 return -ENOMEM;
         int code = 0;
-        if ((r = run_in_sandbox(b, argv, env, "/", true, false, false, 600000, &code)) < 0)
+        if ((r = build_run_in_sandbox(b, argv, env, "/", true, false, false, 600000, &code)) < 0)
                 return r;
         return code == 0 ? 0 : build_fail(b, "the copy failed (exit code %d); the log says why", code);
 }
 
 /* Docker's shell form: /bin/sh -c and the command line. */
-static void shell_form(json_t *argv, const char *line) {
+void build_shell_form(json_t *argv, const char *line) {
         json_array_append_new(argv, json_string("/bin/sh"));
         json_array_append_new(argv, json_string("-c"));
         json_array_append_new(argv, json_string(line));
-}
-
-/* A RUN step; with `sync` the agent syncs the sandbox's files once the
- * command ends (its layer's snapshot is taken next). */
-static int step_run(Build *b, const DockerfileStep *s, int64_t deadline_ms, bool sync) {
-        _cleanup_json_ json_t *argv = json_array();
-        if (!argv)
-                return -ENOMEM;
-        if (s->exec) {
-                /* The exec form is not expanded, as Docker's is not. */
-                for (size_t i = 0; i < s->n_words; i++)
-                        json_array_append_new(argv, json_string(s->words[i]));
-        } else
-                shell_form(argv, s->words[0]);
-        _cleanup_json_ json_t *env = step_env(b);
-        if (!env)
-                return -ENOMEM;
-        int64_t left = deadline_ms - (int64_t)time_now_mono_ms();
-        if (left <= 0)
-                return build_fail(b, "the build's time ran out");
-        int code = 0;
-        int r = run_in_sandbox(b, argv, env, b->workdir, b->root, false, sync, left, &code);
-        if (r < 0)
-                return r;
-        return code == 0 ? 0 : build_fail(b, "the command returned a non-zero code: %d", code);
 }
 
 static int set_words_array(json_t *config, const char *key, const DockerfileStep *s) {
@@ -729,7 +702,7 @@ static int set_words_array(json_t *config, const char *key, const DockerfileStep
                 for (size_t i = 0; i < s->n_words; i++)
                         json_array_append_new(a, json_string(s->words[i]));
         else if (s->n_words)
-                shell_form(a, s->words[0]);
+                build_shell_form(a, s->words[0]);
         return json_object_set_new(config, key, a);
 }
 
@@ -764,7 +737,7 @@ static int make_workdir(Build *b, const char *dir, bool root) {
         int code = 0;
         if (!argv || !env)
                 return -ENOMEM;
-        int r = run_in_sandbox(b, argv, env, "/", root, false, false, 60000, &code);
+        int r = build_run_in_sandbox(b, argv, env, "/", root, false, false, 60000, &code);
         if (r == 0 && code != 0)
                 r = build_fail(b, "could not make %s", dir);
         return r;
@@ -867,7 +840,7 @@ static int run_steps(Build *b, int64_t deadline_ms) {
                 bool keep = b->layers && layer_step_keeps_layer(s) && i != last_tree;
                 switch (s->op) {
                 case DF_RUN:
-                        r = step_run(b, s, deadline_ms, keep);
+                        r = build_step_run(b, s, deadline_ms, keep);
                         break;
                 case DF_COPY:
                 case DF_ADD:
@@ -1116,7 +1089,7 @@ static int stage_sandbox(Build *b) {
                 int code = 0;
                 if (!rm || !env)
                         return build_fail(b, "out of memory");
-                if ((r = run_in_sandbox(b, rm, env, "/", true, true, false, 120000, &code)) < 0)
+                if ((r = build_run_in_sandbox(b, rm, env, "/", true, true, false, 120000, &code)) < 0)
                         return r;
                 build_log_sys(b->log, "stage %d: restarted from the last layer found", b->stage);
         }
@@ -1233,7 +1206,7 @@ static int build_run(Build *b, json_t **ret_doc) {
                                                STAGE_OUT);
         _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
         int code = 0;
-        if ((r = run_in_sandbox(b, rm, env, "/", true, true, true, 120000, &code)) < 0)
+        if ((r = build_run_in_sandbox(b, rm, env, "/", true, true, true, 120000, &code)) < 0)
                 return r;
         build_log_sys(b->log, "taking the image's disk");
         _cleanup_json_ json_t *labels = json_pack("{s:s}", "runtime.image", job->id);
@@ -1273,7 +1246,7 @@ static int image_start_of(const ImageBuildRequest *req, json_t *doc) {
 }
 
 static void build_job(UserImages *u, Job *job) {
-        BuildLog log = { .fd = -1 };
+        BuildLog log = { .fd = -1, .secrets = job->req.secrets };
         Build *stages[DOCKERFILE_MAX_STAGES] = { 0 };
         Build b = { .u = u, .job = job, .log = &log, .stages = stages };
         b.vars = json_object();

@@ -75,7 +75,13 @@ typedef struct ImageBuildRequest {
          * first; NULL: none. */
         json_t *recipe;
         char *recipe_dockerfile;
+        /* The build's secrets, {id: value}: in memory for the build's RUN
+         * steps that mount them, and nowhere else (docs/images.md, "Build
+         * secrets"); NULL: none. */
+        json_t *secrets;
 } ImageBuildRequest;
+#define USER_IMAGES_SECRETS_MAX 32u
+#define USER_IMAGES_SECRET_VALUE_MAX (64u * 1024u)
 void image_build_request_done(ImageBuildRequest *r);
 
 int user_images_open(const StoreBackend *b, const char *location, const char *state_dir, UserImages **ret);

@@ -373,6 +373,15 @@ int layer_chain_step(Build *b, const DockerfileStep *s) {
                 key_field(md, s->words[i]);
         key_field(md, s->chown);
         key_field(md, s->chmod);
+        /* A RUN's secret mounts as written (id, target, variable), never
+         * their values: a changed value runs no cached step again, as in
+         * Docker. A step without any keys as before they were taken. */
+        for (size_t i = 0; i < s->n_secrets; i++) {
+                key_field(md, "secret");
+                key_field(md, s->secrets[i].id);
+                key_field(md, s->secrets[i].target);
+                key_field(md, s->secrets[i].env);
+        }
         /* The state the step runs in: what its words expand with and the
          * environment, directory and user of a RUN. */
         key_map(md, b->vars);
