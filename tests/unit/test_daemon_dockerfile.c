@@ -153,7 +153,9 @@ static void test_refusals(void **state) {
                 { "FROM default\nADD https://example.com/x /x\n", 2, "ADD from a URL" },
                 { "FROM default\nADD a.tar.gz /x\n", 2, "ADD of an archive" },
                 { "FROM default\nCOPY onlyone\n", 2, "a source and a destination" },
-                { "FROM default\nCOPY --from=nothere /a /b\n", 2, "names no earlier stage" },
+                { "FROM default\nCOPY --from=7 /a /b\n", 2, "names no earlier stage" },
+                { "FROM default\nCOPY --from=b /a /b\nFROM default AS b\n", 2, "names a later stage" },
+                { "FROM default\nCOPY --from=\"a b\" /a /b\n", 2, "neither an earlier stage nor an image" },
                 { "FROM default AS a\nCOPY --from=a /a /b\n", 2, "names no earlier stage" },
                 { "FROM default AS a\nFROM default AS a\n", 2, "named twice" },
                 { "FROM default\nENV \"unclosed\n", 2, "not closed" },
@@ -212,6 +214,14 @@ static void test_secret_mounts(void **state) {
         assert_false(s->secrets[0].required);
         assert_string_equal(s->words[0], "echo \"$NPM\"");
         assert_int_equal(d.steps[4].n_secrets, 0);
+        dockerfile_done(&d);
+        /* COPY --from a name no stage has: an image. */
+        assert_int_equal(parse("FROM default AS a\nFROM default\nCOPY --from=a /x /y\nCOPY --from=app:v1 /x /y\n"
+                               "COPY --from=${BASE} /x /y\n", &d, &e), 0);
+        assert_false(d.steps[2].from_image);
+        assert_true(d.steps[3].from_image);
+        assert_string_equal(d.steps[3].from, "app:v1");
+        assert_true(d.steps[4].from_image);
         dockerfile_done(&d);
         /* The bound of mounts on one step. */
         char many[4096] = "FROM default\nRUN";

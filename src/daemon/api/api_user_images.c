@@ -257,6 +257,30 @@ static int parse_secrets(json_t *v, ImageBuildRequest *q, ApiError *e) {
         return 0;
 }
 
+/* Each COPY --from=IMAGE names a built-in image or one of the owner's, as
+ * the resolve route finds them (another owner's is 404); a name with a
+ * variable is resolved by the build, once expanded. */
+static int copy_from_images(Req *r, ImageBuildRequest *q, ApiError *e) {
+        for (size_t i = 0; i < q->dockerfile.n_steps; i++) {
+                const DockerfileStep *s = &q->dockerfile.steps[i];
+                if (!s->from_image || strchr(s->from, '$'))
+                        continue;
+                ImageRow row;
+                ImageInfo info;
+                if (user_images_resolve(r->app->user_images, r->key.owner, s->from, &row) == 0) {
+                        store_image_row_clear(&row);
+                        continue;
+                }
+                if (image_name_ok(s->from) && !strchr(s->from, ':') && image_info(r->app->cfg, s->from, &info) == 0 &&
+                    info.built)
+                        continue;
+                return api_error(e, 404, "image_not_found", "GET /v1/images lists yours; COPY --from takes a "
+                                 "built-in image, one of yours or an earlier stage",
+                                 "Dockerfile line %u: COPY --from=%.128s names no stage and no image", s->line, s->from);
+        }
+        return 0;
+}
+
 /* The build's context: its archive's SHA-256, size and chunks, as the
  * client uploaded them. */
 static int parse_context(json_t *ctx, ImageBuildRequest *q, ApiError *e) {
@@ -516,7 +540,7 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         if (ctx && !json_is_null(ctx) && parse_context(ctx, q, e) < 0)
                 return -EINVAL;
         if (parse_build_shape(r, json_object_get(r->json, "build"), q, e) < 0 ||
-            parse_secrets(json_object_get(r->json, "secrets"), q, e) < 0)
+            parse_secrets(json_object_get(r->json, "secrets"), q, e) < 0 || copy_from_images(r, q, e) < 0)
                 return -EINVAL;
         if (!q->name || !q->tags)
                 return api_error(e, 500, "internal", NULL, "out of memory");

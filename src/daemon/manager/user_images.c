@@ -392,10 +392,9 @@ static const char COPY_SCRIPT[] =
         "done; done\n";
 
 static int stage_run(Build *b);
-static int stage_sandbox(Build *b);
 static void global_args(Build *b);
 
-static void drop_sandbox(Build *b) {
+void build_drop_sandbox(Build *b) {
         SandboxError se;
         if (b->sandbox_id[0] && sandbox_delete(b->u->m, &b->job->key, b->sandbox_id, b->job->rid, &se) < 0)
                 log_warn(b->job->rid, "image %s: deleting the build's sandbox %s: %s", b->job->id, b->sandbox_id,
@@ -403,7 +402,7 @@ static void drop_sandbox(Build *b) {
         b->sandbox_id[0] = '\0';
 }
 
-static void build_state_free(Build *b) {
+void build_state_free(Build *b) {
         json_decref(b->vars);
         json_decref(b->env);
         json_decref(b->config);
@@ -517,10 +516,14 @@ static const char GATHER_SCRIPT[] = "set -e\n"
 
 static int copy_from_stage(Build *b, const DockerfileStep *s, json_t *argv) {
         int st = dockerfile_stage(&b->job->req.dockerfile, s->from);
+        _cleanup_(build_image_source_free) Build *img = NULL;
         Build *o = NULL;
-        int r = st < 0 ? build_fail(b, "COPY --from=%.64s names no stage", s->from) : stage_built(b, st, &o);
+        int r = s->from_image ? build_image_source(b, s->from, &img)
+                : st < 0      ? build_fail(b, "COPY --from=%.64s names no stage", s->from)
+                              : stage_built(b, st, &o);
         if (r < 0)
                 return r;
+        o = img ? img : o;
         _cleanup_json_ json_t *gather = json_pack("[s,s,s,s]", "/bin/sh", "-c", GATHER_SCRIPT, "gather");
         if (!gather)
                 return -ENOMEM;
@@ -547,7 +550,8 @@ static int copy_from_stage(Build *b, const DockerfileStep *s, json_t *argv) {
                 return r;
         }
         if (code != 0)
-                return build_fail(b, "COPY --from=%.64s: a source is not in the stage (exit code %d)", s->from, code);
+                return build_fail(b, "COPY --from=%.64s: a source is not in the %s (exit code %d)", s->from,
+                                  img ? "image" : "stage", code);
         _cleanup_json_ json_t *rm = json_pack("[s,s,s]", "rm", "-rf", FROM_IN_SANDBOX);
         if ((r = build_run_in_sandbox(b, rm, env, "/", true, true, false, 60000, &code)) < 0)
                 return r;
@@ -712,8 +716,8 @@ static int sandbox_at_layer(Build *b) {
         const char *want = b->layer_snap ? b->layer_snap : "";
         if (b->sandbox_id[0] && strcmp(b->sandbox_layer, want) == 0)
                 return 0;
-        drop_sandbox(b);
-        return stage_sandbox(b);
+        build_drop_sandbox(b);
+        return build_stage_sandbox(b);
 }
 
 /* A WORKDIR step: the build's workdir joined with its path. */
@@ -972,7 +976,7 @@ static int pull_from(Build *b, const char *from, const char *archive, char **ret
 
 /* What FROM names: a built-in image, one of the owner's own (its disk,
  * its config), or an image of a registry. */
-static int resolve_from(Build *b, const char *from, char **ret_base, char **ret_snapshot, json_t **ret_config) {
+int build_resolve_from(Build *b, const char *from, char **ret_base, char **ret_snapshot, json_t **ret_config) {
         *ret_snapshot = NULL;
         *ret_config = NULL;
         /* An import's first FROM is its archive. */
@@ -1032,7 +1036,7 @@ static void global_args(Build *b) {
 
 /* The stage's sandbox: started from the last layer found, else from its
  * FROM, with the build's network and shape; the context sent. */
-static int stage_sandbox(Build *b) {
+int build_stage_sandbox(Build *b) {
         UserImages *u = b->u;
         Job *job = b->job;
         const ImageBuildRequest *req = &job->req;
@@ -1115,7 +1119,7 @@ static int stage_run(Build *b) {
                 return r;
         b->n_steps = 1;
         build_log_sys(b->log, "stage %d, step 1: FROM %s", b->stage, from_name);
-        if ((r = resolve_from(b, from_name, &base, &snap, &parent)) < 0)
+        if ((r = build_resolve_from(b, from_name, &base, &snap, &parent)) < 0)
                 return r == -ENOMEM ? build_fail(b, "out of memory") : r;
         json_t *penv = json_object_get(parent, "env");
         if (json_is_object(penv))
@@ -1152,7 +1156,7 @@ static int stage_run(Build *b) {
                 }
         }
         /* With layers the sandbox starts at the first step not found. */
-        if (!b->layers && (r = stage_sandbox(b)) < 0)
+        if (!b->layers && (r = build_stage_sandbox(b)) < 0)
                 return r;
         return run_steps(b, b->deadline_ms);
 }
@@ -1265,11 +1269,11 @@ static void build_job(UserImages *u, Job *job) {
                 : (build_log_recipe(&b) ?: build_run(&b, &doc));
         for (unsigned i = 0; i < DOCKERFILE_MAX_STAGES; i++)
                 if (stages[i] && stages[i] != &b) {
-                        drop_sandbox(stages[i]);
+                        build_drop_sandbox(stages[i]);
                         build_state_free(stages[i]);
                         free(stages[i]);
                 }
-        drop_sandbox(&b);
+        build_drop_sandbox(&b);
         int64_t ms = (int64_t)time_now_mono_ms() - t0;
         /* A cache hit's doc is the earlier build's: the record says what
          * this one asked for. */

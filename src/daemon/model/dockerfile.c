@@ -587,12 +587,23 @@ static int command_step(Parser *p, unsigned line, DockerfileOp op, const char *r
                                 return r;
                 }
                 if (s->from) {
+                        /* Not a stage named before: an image, as Docker reads it; a
+                         * number or this stage is no image. */
                         int st = dockerfile_stage(&p->d, s->from);
-                        if (st < 0 || (unsigned)st >= s->stage) {
-                                r = fail(p->e, line, "COPY --from=%.64s names no earlier stage (COPY from "
-                                                     "an image is not supported)", s->from);
+                        size_t fl = strlen(s->from);
+                        bool digits = strspn(s->from, "0123456789") == fl;
+                        if (st >= 0 && (unsigned)st < s->stage) {
+                                /* an earlier stage */
+                        } else if (st >= 0 || digits) {
+                                r = fail(p->e, line, "COPY --from=%.64s names no earlier stage", s->from);
                                 return r;
-                        }
+                        } else if (fl > 255 || s->from[0] == '-' ||
+                                   strspn(s->from, "abcdefghijklmnopqrstuvwxyz0123456789_.-/:@$}{ABCDEFGHIJKLMNOPQRSTUVWXYZ") != fl) {
+                                r = fail(p->e, line, "COPY --from=%.64s is neither an earlier stage nor an image's "
+                                                     "name", s->from);
+                                return r;
+                        } else
+                                s->from_image = true;
                 }
                 if (s->chmod) {
                         char *end;
@@ -890,6 +901,10 @@ int dockerfile_parse(const char *text, size_t len, Dockerfile *ret, DockerfileEr
         free(logical);
         if (r == 0 && !p.have_from)
                 r = fail(e, 0, "the Dockerfile has no FROM");
+        /* A COPY --from naming a stage defined after it is no image. */
+        for (size_t i = 0; r == 0 && i < p.d.n_steps; i++)
+                if (p.d.steps[i].from_image && dockerfile_stage(&p.d, p.d.steps[i].from) >= 0)
+                        r = fail(e, p.d.steps[i].line, "COPY --from=%.64s names a later stage", p.d.steps[i].from);
         if (r < 0) {
                 dockerfile_done(&p.d);
                 return r;

@@ -69,7 +69,8 @@ typedef struct DockerfileStep {
         size_t n_words;
         bool exec;
         char *as;    /* FROM ... AS name; NULL: none */
-        char *from;  /* COPY --from: a stage's name or index; NULL: the context */
+        char *from;  /* COPY --from: a stage's name or index, or an image; NULL: the context */
+        bool from_image; /* COPY --from names no earlier stage: an image (a built-in one or the owner's) */
         char *chown; /* COPY/ADD --chown=user[:group]; NULL: root */
         char *chmod; /* COPY/ADD --chmod=octal; NULL: the file's own */
         DockerfileSecret *secrets; /* RUN --mount=type=secret, in order */
