@@ -13,14 +13,17 @@ another owner's."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from conftest import _finish_daemon, _need_root
-from helpers import Api, Daemon, DaemonError, skip_unless_driver, wait_until
+from helpers import REPO, Api, Daemon, DaemonError, skip_unless_driver, wait_until
 
 
 @pytest.fixture(scope="module", params=["namespace", "gvisor"])
@@ -208,3 +211,47 @@ def test_stored_egress_secrets_are_not_build_secrets(sapi):
         other.delete(f"/v1/egress-secrets/{theirs}")
         other.close()
         sapi.delete(f"/v1/egress-secrets/{own}")
+
+
+OURS = """
+import json, sys
+from withruntime import Runtime
+runtime = Runtime()
+name, value = sys.argv[1], sys.argv[2]
+image = runtime.images.build(dockerfile="FROM default\\nRUN --mount=type=secret,id=tok,env=TOK,required "
+                             "test -n \\"$TOK\\" && echo \\"got $TOK\\"\\n", name=name, secrets={"tok": value})
+print(json.dumps({"state": image["state"], "log": [l["line"] for l in runtime.images.logs(image["id"])["lines"]]}))
+"""
+
+
+@pytest.mark.driver_independent
+def test_our_sdk_and_the_cli_send_secrets(sdaemon, sapi, build_dir, tmp_path):
+    """Our SDK's images.build(secrets=...), and runtime image build --secret id=,src= and id=,env=."""
+    value = "sdk-" + uuid.uuid4().hex
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "sdk" / "python" / "src"),
+           "RUNTIME_API_KEY": sdaemon.api_key, "RUNTIME_BASE_URL": sdaemon.base_url}
+    r = subprocess.run([sys.executable, "-c", OURS, _name("ours"), value], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["state"] == "ready" and "got ****" in got["log"] and value not in r.stdout, got
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(
+        "FROM default\nRUN --mount=type=secret,id=npmrc,required --mount=type=secret,id=tok,env=TOK,required "
+        "test \"$(cat /run/secrets/npmrc)\" = from-a-file && test \"$TOK\" = from-the-env\n")
+    (tmp_path / "npmrc").write_text("from-a-file")
+    cli_env = {"PATH": "/usr/bin:/bin", **sdaemon.env(), "MY_TOKEN": "from-the-env"}
+
+    def run(*args):
+        return subprocess.run([str(build_dir / "runtime"), "image", "build", *args], env=cli_env,
+                              capture_output=True, text=True, timeout=300)
+    name = _name("cli")
+    r = run("--secret", f"id=npmrc,src={tmp_path / 'npmrc'}", "--secret", "id=tok,env=MY_TOKEN", "-t", name, str(ctx))
+    assert r.returncode == 0 and f"image {name}:latest is ready" in r.stderr, r.stderr + r.stdout
+    r = run("--secret", "id=tok,env=MY_TOKEN", "-t", name, str(ctx))
+    assert r.returncode != 0 and "npmrc" in r.stderr and "line 2" in r.stderr, r.stderr
+    r = run("--secret", "id=tok,src=/nonexistent", "-t", name, str(ctx))
+    assert r.returncode != 0 and "cannot read the secret tok" in r.stderr, r.stderr
+    r = run("--secret", "id=tok,env=MY_TOKEN", "default")
+    assert r.returncode == 2 and "are for -t builds" in r.stderr, r.stderr
