@@ -218,7 +218,7 @@ static char *split_tag(const char *ref, const char **ret_tag) {
 }
 
 /* --secret id=ID[,src=FILE|,env=VAR] into secrets ({id: value}): the file's
- * bytes (at most 64 KiB, the daemon's bound) or the variable's value, VAR
+ * bytes (at most 16 KiB, the daemon's bound) or the variable's value, VAR
  * being ID unless given, as docker build reads it. The daemon checks the id. */
 static int add_secret(json_t *secrets, const char *spec) {
         _cleanup_free_ char *copy = strdup(spec), *value = NULL;
@@ -244,14 +244,14 @@ static int add_secret(json_t *secrets, const char *spec) {
                 FILE *f = fopen(src, "re");
                 if (!f)
                         return cli_fail("cannot read the secret %s's file %s: %s", id, src, strerror(errno));
-                value = malloc(64 * 1024 + 1);
-                size_t n = value ? fread(value, 1, 64 * 1024 + 1, f) : 0;
+                value = malloc(16 * 1024 + 1);
+                size_t n = value ? fread(value, 1, 16 * 1024 + 1, f) : 0;
                 bool bad = ferror(f);
                 fclose(f);
                 if (!value)
                         return cli_fail("out of memory");
-                if (bad || n > 64 * 1024)
-                        return cli_fail("the secret %s's file %s is unreadable or larger than 64 KiB", id, src);
+                if (bad || n > 16 * 1024)
+                        return cli_fail("the secret %s's file %s is unreadable or larger than 16 KiB", id, src);
                 value[n] = '\0';
                 if (strlen(value) != n)
                         return cli_fail("the secret %s's file %s holds a NUL byte", id, src);

@@ -159,10 +159,10 @@ def test_a_run_reads_its_secret_and_nothing_keeps_it(sdaemon, sapi):
 
 
 def test_a_changed_value_hits_the_cache(sapi):
-    dockerfile = ("FROM default\nRUN --mount=type=secret,id=k,required=true cp /run/secrets/k /opt/k-was-read "
-                  "2>/dev/null; echo read-once > /opt/once\n")
-    first = _build(sapi, dockerfile, secrets={"k": "first-" + uuid.uuid4().hex})
-    assert first["state"] == "ready", _log(sapi, first["id"])
+    dockerfile = ("FROM default\nRUN --mount=type=secret,id=k,required=true echo \"size $(wc -c < /run/secrets/k)\" "
+                  "&& echo read-once > /opt/once\n")
+    first = _build(sapi, dockerfile, secrets={"k": "first-" + uuid.uuid4().hex + "x" * (16 * 1024 - 38)})
+    assert first["state"] == "ready" and "size 16384" in _log(sapi, first["id"]), _log(sapi, first["id"])
     again = _build(sapi, dockerfile, secrets={"k": "second-" + uuid.uuid4().hex})
     assert again["state"] == "ready", _log(sapi, again["id"])
     log = _log(sapi, again["id"])
@@ -177,7 +177,8 @@ def test_a_missing_required_secret_is_a_400_naming_it(sapi):
     err = r.json()["error"]
     assert err["code"] == "invalid_request" and "npmrc" in err["message"] and "line 3" in err["message"], err
     for bad, says in (([1], "secrets must be an object"), ({"a/b": "x"}, "an id must be"),
-                      ({"a": 1}, "secrets.a must be a string"), ({"a": "x" * (64 * 1024 + 1)}, "secrets.a must be"),
+                      ({"a": 1}, "secrets.a must be a string"), ({"a": "x" * (16 * 1024 + 1)}, "secrets.a must be"),
+                      ({"a": "x" * (16 * 1024), "b": "y" * (16 * 1024), "c": "z"}, "32 KiB together"),
                       ({f"s{i}": "x" for i in range(33)}, "at most 32")):
         r = sapi.post("/v1/images", json={"name": _name(), "dockerfile": "FROM default\nRUN true\n", "secrets": bad})
         assert r.status_code == 400 and says in r.json()["error"]["message"], (bad, r.text)

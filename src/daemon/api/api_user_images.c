@@ -230,6 +230,7 @@ static int parse_secrets(json_t *v, ImageBuildRequest *q, ApiError *e) {
                                          USER_IMAGES_SECRETS_MAX);
                 const char *k;
                 json_t *x;
+                size_t total = 0;
                 json_object_foreach(v, k, x) {
                         size_t kl = strlen(k);
                         bool id_ok = kl >= 1 && kl <= DOCKERFILE_SECRET_ID_MAX && strcmp(k, ".") && strcmp(k, "..") &&
@@ -241,7 +242,11 @@ static int parse_secrets(json_t *v, ImageBuildRequest *q, ApiError *e) {
                             memchr(json_string_value(x), '\0', json_string_length(x)))
                                 return api_error(e, 400, "invalid_request", NULL, "secrets.%s must be a string of at "
                                                  "most %u KiB without NUL", k, USER_IMAGES_SECRET_VALUE_MAX >> 10);
+                        total += json_string_length(x);
                 }
+                if (total > USER_IMAGES_SECRETS_TOTAL_MAX)
+                        return api_error(e, 400, "invalid_request", NULL, "secrets' values are more than %u KiB "
+                                         "together", USER_IMAGES_SECRETS_TOTAL_MAX >> 10);
                 if (!(q->secrets = json_deep_copy(v)))
                         return api_error(e, 500, "internal", NULL, "out of memory");
         }
