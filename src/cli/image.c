@@ -19,7 +19,8 @@
 #include "common/macro.h"
 
 static const char build_usage[] =
-        "[--force] [NAME] | -f DOCKERFILE -t NAME[:TAG] [--internet] [--allow HOST] [--deny HOST] DIR";
+        "[--force] [NAME] | -f DOCKERFILE -t NAME[:TAG] [--internet] [--allow HOST] [--deny HOST]\n"
+        "                          [--secret id=ID[,src=FILE|,env=VAR]] DIR";
 static const char build_help[] =
         "Builds the image NAME, default, minimal, analysis or desktop (default: default),\n"
         "from Debian's archive, a few minutes, printing its steps as they happen (debootstrap's\n"
@@ -38,13 +39,18 @@ static const char build_help[] =
         "  --internet         let the steps reach any public host on ports 80 and 443\n"
         "  --allow HOST       let them reach HOST only (example.com, *.example.com, host:port;\n"
         "                     repeatable)\n"
-        "  --deny HOST        never let them reach HOST (repeatable)\n\n"
+        "  --deny HOST        never let them reach HOST (repeatable)\n"
+        "  --secret id=ID,src=FILE | id=ID,env=VAR\n"
+        "                     a build secret, what RUN --mount=type=secret,id=ID reads while that\n"
+        "                     step runs: FILE's bytes or VAR's value (VAR is ID unless given;\n"
+        "                     repeatable); never stored, and not in the build cache's key\n\n"
         "Examples:\n"
         "  runtime image build\n"
         "  runtime image build analysis\n"
         "  runtime image build desktop\n"
         "  runtime image build -t app:v1 .\n"
-        "  runtime image build --allow pypi.org --allow files.pythonhosted.org -t app .\n";
+        "  runtime image build --allow pypi.org --allow files.pythonhosted.org -t app .\n"
+        "  runtime image build --secret id=npmrc,src=$HOME/.npmrc -t app .\n";
 
 typedef struct BuildOutcome {
         bool json, done, failed;
@@ -211,9 +217,64 @@ static char *split_tag(const char *ref, const char **ret_tag) {
         return name;
 }
 
+/* --secret id=ID[,src=FILE|,env=VAR] into secrets ({id: value}): the file's
+ * bytes (at most 16 KiB, the daemon's bound) or the variable's value, VAR
+ * being ID unless given, as docker build reads it. The daemon checks the id. */
+static int add_secret(json_t *secrets, const char *spec) {
+        _cleanup_free_ char *copy = strdup(spec), *value = NULL;
+        const char *id = NULL, *src = NULL, *env = NULL;
+        if (!copy)
+                return cli_fail("out of memory");
+        char *save = NULL;
+        for (char *kv = strtok_r(copy, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+                if (strncmp(kv, "id=", 3) == 0)
+                        id = kv + 3;
+                else if (strncmp(kv, "src=", 4) == 0 || strncmp(kv, "source=", 7) == 0)
+                        src = strchr(kv, '=') + 1;
+                else if (strncmp(kv, "env=", 4) == 0)
+                        env = kv + 4;
+                else
+                        return cli_usage_error("image build", build_usage, "--secret takes id=, src= or env=, not "
+                                               "'%.40s'", kv);
+        }
+        if (!id || !*id || (src && env))
+                return cli_usage_error("image build", build_usage, "--secret needs id=ID, and src=FILE or env=VAR "
+                                       "(not both)");
+        if (src) {
+                FILE *f = fopen(src, "re");
+                if (!f)
+                        return cli_fail("cannot read the secret %s's file %s: %s", id, src, strerror(errno));
+                value = malloc(16 * 1024 + 1);
+                size_t n = value ? fread(value, 1, 16 * 1024 + 1, f) : 0;
+                bool bad = ferror(f);
+                fclose(f);
+                if (!value)
+                        return cli_fail("out of memory");
+                if (bad || n > 16 * 1024)
+                        return cli_fail("the secret %s's file %s is unreadable or larger than 16 KiB", id, src);
+                value[n] = '\0';
+                if (strlen(value) != n)
+                        return cli_fail("the secret %s's file %s holds a NUL byte", id, src);
+        } else {
+                const char *v = getenv(env ? env : id);
+                if (!v)
+                        return cli_fail("the secret %s: the variable %s is not set", id, env ? env : id);
+                if (!(value = strdup(v)))
+                        return cli_fail("out of memory");
+        }
+        json_t *j = json_stringn(value, strlen(value));
+        if (!j)
+                return cli_fail("the secret %s is not UTF-8 text", id);
+        if (json_object_set_new(secrets, id, j) < 0)
+                return cli_fail("out of memory");
+        return 0;
+}
+
 /* network: the build's {internet, allow, deny} as the flags gave it, or
- * NULL (none); the daemon is the judge of the patterns. */
-static int build_dockerfile(CliContext *ctx, const char *file, const char *tag, const char *dir, json_t *network) {
+ * NULL (none); the daemon is the judge of the patterns. secrets: the
+ * --secret values, or NULL. */
+static int build_dockerfile(CliContext *ctx, const char *file, const char *tag, const char *dir, json_t *network,
+                            json_t *secrets) {
         _cleanup_client_ Client *c = NULL;
         const char *t;
         _cleanup_free_ char *name = split_tag(tag, &t), *path = NULL, *text = NULL, *archive = NULL;
@@ -246,6 +307,8 @@ static int build_dockerfile(CliContext *ctx, const char *file, const char *tag, 
         json_t *body = json_pack("{s:s,s:s,s:[s],s:O}", "dockerfile", text, "name", name, "tags", t, "context",
                                  context);
         if (body && network && json_object_set_new(body, "build", json_pack("{s:O}", "network", network)) < 0)
+                json_decref(TAKE_PTR(body));
+        if (body && secrets && json_object_set(body, "secrets", secrets) < 0)
                 json_decref(TAKE_PTR(body));
         r = client_json(c, "POST", "/v1/images", body, &image, &e);
         if (r < 0)
@@ -289,10 +352,11 @@ int cmd_image_build(CliContext *ctx, int argc, char **argv) {
                 {"internet", no_argument, NULL, 'i'},
                 {"allow", required_argument, NULL, 'a'},
                 {"deny", required_argument, NULL, 'd'},
+                {"secret", required_argument, NULL, 's'},
                 {NULL, 0, NULL, 0},
         };
         const char *file = NULL, *tag = NULL;
-        _cleanup_json_ json_t *network = NULL;
+        _cleanup_json_ json_t *network = NULL, *secrets = NULL;
         _cleanup_client_ Client *c = NULL;
         BuildOutcome o = {.json = ctx->json};
         const char *name = "default";
@@ -314,7 +378,12 @@ int cmd_image_build(CliContext *ctx, int argc, char **argv) {
                         tag = optarg;
                 else if (ch == 'j')
                         o.json = ctx->json = true;
-                else if (ch == 'i' || ch == 'a' || ch == 'd') {
+                else if (ch == 's') {
+                        if (!secrets && !(secrets = json_object()))
+                                return cli_fail("out of memory");
+                        if ((r = add_secret(secrets, optarg)) != 0)
+                                return r;
+                } else if (ch == 'i' || ch == 'a' || ch == 'd') {
                         if (!network && !(network = json_pack("{s:b,s:[],s:[]}", "internet", false, "allow", "deny")))
                                 return cli_fail("out of memory");
                         json_t *host = ch == 'i' ? NULL : json_string(optarg);
@@ -333,11 +402,11 @@ int cmd_image_build(CliContext *ctx, int argc, char **argv) {
         if (tag || file) {
                 if (!tag || argc - optind != 1)
                         return cli_usage_error("image build", build_usage, "give -t NAME[:TAG] and one DIR");
-                return build_dockerfile(ctx, file, tag, argv[optind], network);
+                return build_dockerfile(ctx, file, tag, argv[optind], network, secrets);
         }
-        if (network)
+        if (network || secrets)
                 return cli_usage_error("image build", build_usage,
-                                       "--internet, --allow and --deny are for -t builds");
+                                       "--internet, --allow, --deny and --secret are for -t builds");
         if (argc - optind > 1)
                 return cli_usage_error("image build", build_usage, "too many arguments");
         if (argc - optind == 1)

@@ -3,9 +3,10 @@
  * whose text any client with a key sends: whatever it takes has at least
  * one FROM, its first step a FROM or an ARG, every step's line within the
  * text's lines and not before the step ahead of it, every COPY --from an
- * earlier stage; a refusal has a message. Every word of what it takes then
- * goes through the expansion and the context path cleaner, whose results
- * are checked too (bounded; a clean path never holds "..").
+ * earlier stage or an image (naming no stage); a refusal has a message.
+ * Every word of what it takes then goes through the expansion and the
+ * context path cleaner, whose results are checked too (bounded; a clean
+ * path never holds "..").
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -68,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 last = s->line;
                 if (s->from) {
                         int st = dockerfile_stage(&d, s->from);
-                        if (st < 0 || (unsigned)st >= s->stage)
+                        if (s->from_image ? st >= 0 : (st < 0 || (unsigned)st >= s->stage))
                                 abort();
                 }
                 words(s);

@@ -284,6 +284,7 @@ def test_our_sdk_sends_recipes_and_files(api):
 
 @pytest.mark.skipif(not (NODE and NPM), reason="node and npm are not installed (scripts/install-deps.sh)")
 def test_our_typescript_sdk_sends_recipes_and_files(js_build, daemon):
-    """runtime.images of sdk/js (sdk/js/test/images.test.mjs) on the namespace driver."""
+    """runtime.images of sdk/js (sdk/js/test/images.test.mjs) on the namespace driver: recipes, inline
+    files and build secrets."""
     skip_unless_driver(daemon, "namespace")
     run_node("images.test.mjs", js_env(daemon, "namespace"), FILE_TIMEOUT["namespace"])

@@ -145,7 +145,24 @@ static void test_refusals(void **state) {
                 { "FROM default\nONBUILD RUN x\n", 2, "ONBUILD is not supported" },
                 { "FROM default\nSHELL [\"/bin/sh\"]\n", 2, "SHELL is not supported" },
                 { "RUN true\n", 1, "before the first FROM" },
-                { "FROM default\nRUN --mount=type=cache,target=/x true\n", 2, "RUN --mount is not supported" },
+                { "FROM default\nRUN --mount=type=cache,target=/x true\n", 2, "type=cache is not supported" },
+                { "FROM default\nRUN --mount=target=/x true\n", 2, "bind mount, which is not supported" },
+                { "FROM default\nRUN --mount true\n", 2, "RUN --mount needs a value" },
+                { "FROM default\nRUN --mount=type=secret true\n", 2, "needs id=" },
+                { "FROM default\nRUN --mount=type=secret,id=a/b true\n", 2, "id must be" },
+                { "FROM default\nRUN --mount=type=secret,id=.. true\n", 2, "id must be" },
+                { "FROM default\nRUN --mount=type=secret,id=a,target=rel true\n", 2, "absolute path" },
+                { "FROM default\nRUN --mount=type=secret,id=a,target=/x/../etc/passwd true\n", 2, "absolute path" },
+                { "FROM default\nRUN --mount=type=secret,id=a,target=/proc/self/x true\n", 2, "absolute path" },
+                { "FROM default\nRUN --mount=type=secret,id=a,target=/dev/shm/x true\n", 2, "absolute path" },
+                { "FROM default\nRUN --mount=type=secret,id=a,target=/ true\n", 2, "absolute path" },
+                { "FROM default\nRUN --mount=type=secret,id=a,env=1X true\n", 2, "variable's name" },
+                { "FROM default\nRUN --mount=type=secret,id=a,mode=0444 true\n", 2, "option mode is not supported" },
+                { "FROM default\nRUN --mount=type=secret,id=a,required=yes true\n", 2, "true or false" },
+                { "FROM default\nRUN --mount=type=secret,id=a,id=b true\n", 2, "gives id twice" },
+                { "FROM default\nRUN --mount=type=secret,id=a --mount=type=secret,id=a,env=A true\n", 2, "twice" },
+                { "FROM default\nRUN --mount=type=secret,id=a --network=none true\n", 2, "RUN --network is not supported" },
+                { "FROM default\nCMD --mount=type=secret,id=a true\n", 2, "takes no flags" },
                 { "FROM default\nRUN --network=none true\n", 2, "RUN --network is not supported" },
                 { "FROM default\nCOPY --link a /b\n", 2, "COPY --link is not supported" },
                 { "FROM --platform=linux/arm64 default\n", 1, "FROM --platform is not supported" },
@@ -153,7 +170,9 @@ static void test_refusals(void **state) {
                 { "FROM default\nADD https://example.com/x /x\n", 2, "ADD from a URL" },
                 { "FROM default\nADD a.tar.gz /x\n", 2, "ADD of an archive" },
                 { "FROM default\nCOPY onlyone\n", 2, "a source and a destination" },
-                { "FROM default\nCOPY --from=nothere /a /b\n", 2, "names no earlier stage" },
+                { "FROM default\nCOPY --from=7 /a /b\n", 2, "names no earlier stage" },
+                { "FROM default\nCOPY --from=b /a /b\nFROM default AS b\n", 2, "names a later stage" },
+                { "FROM default\nCOPY --from=\"a b\" /a /b\n", 2, "neither an earlier stage nor an image" },
                 { "FROM default AS a\nCOPY --from=a /a /b\n", 2, "names no earlier stage" },
                 { "FROM default AS a\nFROM default AS a\n", 2, "named twice" },
                 { "FROM default\nENV \"unclosed\n", 2, "not closed" },
@@ -173,6 +192,61 @@ static void test_refusals(void **state) {
                 if (r == 0 || e.line != cases[i].line || !strstr(e.message, cases[i].says))
                         fail_msg("case %zu: %d line %u: %s", i, r, e.line, e.message);
         }
+}
+
+/* RUN --mount=type=secret: ids, targets (the default /run/secrets/ID),
+ * env, required, several on one step; the command after them as written. */
+static void test_secret_mounts(void **state) {
+        const char *text = "FROM default\n"
+                           "RUN --mount=type=secret,id=tok cat /run/secrets/tok\n"
+                           "RUN --mount=type=secret,id=a,target=/etc/a.key,required=true \\\n"
+                           "    --mount=type=secret,id=b,env=B_TOKEN,required [\"sh\", \"-c\", \"x\"]\n"
+                           "RUN --mount=type=secret,target=/root/.npmrc,env=NPM,required=false echo \"$NPM\"\n"
+                           "RUN true\n";
+        Dockerfile d;
+        DockerfileError e;
+        assert_int_equal(parse(text, &d, &e), 0);
+        assert_int_equal(d.n_steps, 5);
+        const DockerfileStep *s = &d.steps[1];
+        assert_int_equal(s->n_secrets, 1);
+        assert_string_equal(s->secrets[0].id, "tok");
+        assert_string_equal(s->secrets[0].target, "/run/secrets/tok");
+        assert_null(s->secrets[0].env);
+        assert_false(s->secrets[0].required);
+        assert_string_equal(s->words[0], "cat /run/secrets/tok");
+        s = &d.steps[2];
+        assert_int_equal(s->n_secrets, 2);
+        assert_string_equal(s->secrets[0].target, "/etc/a.key");
+        assert_true(s->secrets[0].required);
+        assert_string_equal(s->secrets[1].id, "b");
+        assert_null(s->secrets[1].target); /* env only: no file */
+        assert_string_equal(s->secrets[1].env, "B_TOKEN");
+        assert_true(s->secrets[1].required);
+        assert_true(s->exec);
+        assert_int_equal(s->n_words, 3);
+        s = &d.steps[3];
+        assert_string_equal(s->secrets[0].id, ".npmrc"); /* the target's last part */
+        assert_string_equal(s->secrets[0].target, "/root/.npmrc");
+        assert_string_equal(s->secrets[0].env, "NPM");
+        assert_false(s->secrets[0].required);
+        assert_string_equal(s->words[0], "echo \"$NPM\"");
+        assert_int_equal(d.steps[4].n_secrets, 0);
+        dockerfile_done(&d);
+        /* COPY --from a name no stage has: an image. */
+        assert_int_equal(parse("FROM default AS a\nFROM default\nCOPY --from=a /x /y\nCOPY --from=app:v1 /x /y\n"
+                               "COPY --from=${BASE} /x /y\n", &d, &e), 0);
+        assert_false(d.steps[2].from_image);
+        assert_true(d.steps[3].from_image);
+        assert_string_equal(d.steps[3].from, "app:v1");
+        assert_true(d.steps[4].from_image);
+        dockerfile_done(&d);
+        /* The bound of mounts on one step. */
+        char many[4096] = "FROM default\nRUN";
+        for (unsigned i = 0; i <= DOCKERFILE_MAX_SECRETS; i++)
+                snprintf(many + strlen(many), sizeof many - strlen(many), " --mount=type=secret,id=s%u", i);
+        strcat(many, " true\n");
+        assert_int_equal(parse(many, &d, &e), -EINVAL);
+        assert_non_null(strstr(e.message, "more than"));
 }
 
 static void test_bounds(void **state) {
@@ -273,6 +347,7 @@ int main(void) {
                 cmocka_unit_test(test_healthcheck),
                 cmocka_unit_test(test_heredoc_in_the_exec_form),
                 cmocka_unit_test(test_refusals),
+                cmocka_unit_test(test_secret_mounts),
                 cmocka_unit_test(test_bounds),
                 cmocka_unit_test(test_expand),
                 cmocka_unit_test(test_context_path),

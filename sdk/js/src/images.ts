@@ -50,11 +50,14 @@ export interface ImageCreateOptions {
   cache?: boolean;
   build?: { vcpu?: number; memoryMiB?: number; diskMiB?: number; timeoutSeconds?: number };
   start?: Record<string, unknown> | null;
+  /** Build secrets, {id: value}: what a `RUN --mount=type=secret,id=...` reads while that step
+   * runs; kept nowhere, and not in the cache's keys. */
+  secrets?: Record<string, string>;
   idempotencyKey?: string;
 }
 
 const NAMES = ["dockerfile", "image", "recipe", "files", "name", "tags", "labels", "buildArgs", "env", "target",
-               "cache", "build", "start"];
+               "cache", "build", "start", "secrets"];
 
 /** Inline files as the wire's list: bytes as base64, text as it is. */
 export function inlineFiles(files: Files): InlineFile[] {

@@ -37,3 +37,24 @@ daemonTest("images: a recipe and inline files under the published client's names
     rt.close();
   }
 });
+
+daemonTest("images: build secrets, what a RUN --mount=type=secret reads, masked in the log", async () => {
+  const rt = new Runtime();
+  try {
+    const lines = [];
+    const value = `js-secret-${Date.now()}`;
+    const image = await rt.images.build({
+      dockerfile: "FROM default\nRUN --mount=type=secret,id=tok,required test -s /run/secrets/tok && echo \"got $(cat /run/secrets/tok)\"\n",
+      name: "js-secrets", secrets: { tok: value }, onLog: (l) => lines.push(l.line),
+    });
+    assert.equal(image.state, "ready");
+    assert.equal(lines.includes("got ****"), true);
+    assert.equal(lines.some((l) => l.includes(value)), false);
+    await assert.rejects(rt.images.create({ dockerfile: "FROM default\nRUN --mount=type=secret,id=tok,required=true true\n",
+                                            name: "js-secrets" }),
+                         (e) => e instanceof InvalidRequestError && e.message.includes("tok"));
+    await rt.images.delete(image.id);
+  } finally {
+    rt.close();
+  }
+});

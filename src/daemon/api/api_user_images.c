@@ -219,6 +219,73 @@ static int uint_field(json_t *obj, const char *field, unsigned lo, unsigned hi, 
         return 0;
 }
 
+/* The build's secrets, {id: value} (docs/images.md, "Build secrets"):
+ * bounded, and every secret a RUN mounts with required=true given. The
+ * values are copied for the build alone: never logged, stored or echoed. */
+static int parse_secrets(json_t *v, ImageBuildRequest *q, ApiError *e) {
+        if (v && !json_is_null(v)) {
+                if (!json_is_object(v) || json_object_size(v) > USER_IMAGES_SECRETS_MAX)
+                        return api_error(e, 400, "invalid_request", "{id: value}, as RUN --mount=type=secret,id=... "
+                                         "names them", "secrets must be an object of at most %u strings",
+                                         USER_IMAGES_SECRETS_MAX);
+                const char *k;
+                json_t *x;
+                size_t total = 0;
+                json_object_foreach(v, k, x) {
+                        size_t kl = strlen(k);
+                        bool id_ok = kl >= 1 && kl <= DOCKERFILE_SECRET_ID_MAX && strcmp(k, ".") && strcmp(k, "..") &&
+                                     strspn(k, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == kl;
+                        if (!id_ok)
+                                return api_error(e, 400, "invalid_request", NULL, "secrets: an id must be 1 to %u of "
+                                                 "letters, digits, _ . -", DOCKERFILE_SECRET_ID_MAX);
+                        if (!json_is_string(x) || json_string_length(x) > USER_IMAGES_SECRET_VALUE_MAX ||
+                            memchr(json_string_value(x), '\0', json_string_length(x)))
+                                return api_error(e, 400, "invalid_request", NULL, "secrets.%s must be a string of at "
+                                                 "most %u KiB without NUL", k, USER_IMAGES_SECRET_VALUE_MAX >> 10);
+                        total += json_string_length(x);
+                }
+                if (total > USER_IMAGES_SECRETS_TOTAL_MAX)
+                        return api_error(e, 400, "invalid_request", NULL, "secrets' values are more than %u KiB "
+                                         "together", USER_IMAGES_SECRETS_TOTAL_MAX >> 10);
+                if (!(q->secrets = json_deep_copy(v)))
+                        return api_error(e, 500, "internal", NULL, "out of memory");
+        }
+        for (size_t i = 0; i < q->dockerfile.n_steps; i++) {
+                const DockerfileStep *s = &q->dockerfile.steps[i];
+                for (size_t j = 0; j < s->n_secrets; j++)
+                        if (s->secrets[j].required && !json_object_get(q->secrets, s->secrets[j].id))
+                                return api_error(e, 400, "invalid_request", "give it in secrets ({id: value}), or "
+                                                 "mount it with required=false", "Dockerfile line %u: RUN mounts "
+                                                 "secret %s with required=true, and the request has no such secret",
+                                                 s->line, s->secrets[j].id);
+        }
+        return 0;
+}
+
+/* Each COPY --from=IMAGE names a built-in image or one of the owner's, as
+ * the resolve route finds them (another owner's is 404); a name with a
+ * variable is resolved by the build, once expanded. */
+static int copy_from_images(Req *r, ImageBuildRequest *q, ApiError *e) {
+        for (size_t i = 0; i < q->dockerfile.n_steps; i++) {
+                const DockerfileStep *s = &q->dockerfile.steps[i];
+                if (!s->from_image || strchr(s->from, '$'))
+                        continue;
+                ImageRow row;
+                ImageInfo info;
+                if (user_images_resolve(r->app->user_images, r->key.owner, s->from, &row) == 0) {
+                        store_image_row_clear(&row);
+                        continue;
+                }
+                if (image_name_ok(s->from) && !strchr(s->from, ':') && image_info(r->app->cfg, s->from, &info) == 0 &&
+                    info.built)
+                        continue;
+                return api_error(e, 404, "image_not_found", "GET /v1/images lists yours; COPY --from takes a "
+                                 "built-in image, one of yours or an earlier stage",
+                                 "Dockerfile line %u: COPY --from=%.128s names no stage and no image", s->line, s->from);
+        }
+        return 0;
+}
+
 /* The build's context: its archive's SHA-256, size and chunks, as the
  * client uploaded them. */
 static int parse_context(json_t *ctx, ImageBuildRequest *q, ApiError *e) {
@@ -365,7 +432,8 @@ static int store_inline(Req *r, ImageBuildRequest *q, const ImageFiles *files, A
 static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         static const char *const known[] = { "dockerfile", "context",  "dockerignore", "target", "buildArgs", "name",
                                              "tags",       "labels",   "env",          "build",  "cache",     "region",
-                                             "start",      "image",    "recipe",       "files",  NULL };
+                                             "start",      "image",    "recipe",       "files",  "secrets",
+                                             NULL };
         const char *k;
         json_t *v;
         json_object_foreach(r->json, k, v) {
@@ -476,7 +544,8 @@ static int parse_build(Req *r, ImageBuildRequest *q, ApiError *e) {
         json_t *ctx = json_object_get(r->json, "context");
         if (ctx && !json_is_null(ctx) && parse_context(ctx, q, e) < 0)
                 return -EINVAL;
-        if (parse_build_shape(r, json_object_get(r->json, "build"), q, e) < 0)
+        if (parse_build_shape(r, json_object_get(r->json, "build"), q, e) < 0 ||
+            parse_secrets(json_object_get(r->json, "secrets"), q, e) < 0 || copy_from_images(r, q, e) < 0)
                 return -EINVAL;
         if (!q->name || !q->tags)
                 return api_error(e, 500, "internal", NULL, "out of memory");

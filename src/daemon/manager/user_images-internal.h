@@ -105,6 +105,7 @@ typedef struct BuildLog {
         unsigned step;
         char pending[2][LOG_LINE_MAX + 1]; /* a line of stdout and of stderr not ended yet */
         size_t pending_len[2];
+        const json_t *secrets; /* the build's {id: value}, masked in every line; NULL: none */
 } BuildLog;
 
 typedef struct Build {
@@ -153,6 +154,38 @@ char *build_owner_dir(UserImages *u, const char *owner, bool make);
  * and the Dockerfile made of it, the log's first lines. 0, or the build's
  * failure. */
 int build_log_recipe(Build *b);
+/* The environment of a step: PATH unless set, the ARGs, then ENV. */
+json_t *build_step_env(Build *b);
+/* Runs argv in the build's sandbox as root or the build's user, its output
+ * into the log (none when `quiet`); its exit code in *ret_code. */
+int build_run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, bool root, bool quiet, bool sync,
+                         int64_t timeout_ms, int *ret_code);
+/* argv as /bin/sh -c line. */
+void build_shell_form(json_t *argv, const char *line);
+/* A RUN step (user_images_run.c), with the secrets it mounts present only
+ * while it runs; with `sync` the agent syncs the sandbox's files once the
+ * command ends (its layer's snapshot is taken next). */
+int build_step_run(Build *b, const DockerfileStep *s, int64_t deadline_ms, bool sync);
+/* What a FROM names, for a build (or a stage) b: a built-in image's name
+ * in *ret_base, an image of the owner's (its base and disk, *ret_snapshot),
+ * else a registry's, pulled; its config in *ret_config. 0, or the build's
+ * failure. */
+int build_resolve_from(Build *b, const char *from, char **ret_base, char **ret_snapshot, json_t **ret_config);
+/* b's sandbox started from its base (or its last layer found), with the
+ * build's context sent. */
+int build_stage_sandbox(Build *b);
+void build_drop_sandbox(Build *b);
+void build_state_free(Build *b);
+/* COPY --from=IMAGE (user_images_copy_from.c): the image, a built-in one
+ * or the owner's (never a registry's, nor another owner's), started in a
+ * sandbox of its own for the step, as a stage without steps; freed (its
+ * sandbox deleted) by build_image_source_free. 0, or the build's failure. */
+int build_image_source(Build *b, const char *ref, Build **ret);
+void build_image_source_free(Build **o);
+/* What COPY --from=IMAGE names now, for the whole build's key: a built-in
+ * image's name and build time, an image of the owner's by its id. 0, or
+ * -ENOENT (not ready, or none). */
+int build_image_identity(Build *b, const char *name, char **ret);
 /* The build fails with this message (its log's last line): the error. */
 __attribute__((format(printf, 2, 3))) int build_fail(Build *b, const char *fmt, ...);
 /* A variable (ARG, then ENV) for dockerfile_expand; userdata is the Build. */

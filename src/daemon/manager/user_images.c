@@ -57,6 +57,7 @@ void image_build_request_done(ImageBuildRequest *r) {
         json_decref(r->network);
         json_decref(r->recipe);
         free(r->recipe_dockerfile);
+        json_decref(r->secrets);
         if (r->import_path)
                 unlink(r->import_path);
         free(r->import_path);
@@ -191,8 +192,7 @@ static int expand(Build *b, const char *word, char **ret) {
         return r < 0 ? build_fail(b, "%s", e.message) : 0;
 }
 
-/* The environment of a step: PATH unless set, the ARGs, then ENV. */
-static json_t *step_env(Build *b) {
+json_t *build_step_env(Build *b) {
         json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
         if (!env)
                 return NULL;
@@ -210,9 +210,7 @@ static bool stopping(UserImages *u) {
         return s;
 }
 
-/* Runs argv in the build's sandbox as root or the build's user, its output
- * into the log; its exit code in *ret_code. */
-static int run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, bool root, bool quiet, bool sync,
+int build_run_in_sandbox(Build *b, json_t *argv, json_t *env, const char *cwd, bool root, bool quiet, bool sync,
                           int64_t timeout_ms, int *ret_code) {
         Sandbox *sb = NULL;
         SandboxError se;
@@ -394,10 +392,9 @@ static const char COPY_SCRIPT[] =
         "done; done\n";
 
 static int stage_run(Build *b);
-static int stage_sandbox(Build *b);
 static void global_args(Build *b);
 
-static void drop_sandbox(Build *b) {
+void build_drop_sandbox(Build *b) {
         SandboxError se;
         if (b->sandbox_id[0] && sandbox_delete(b->u->m, &b->job->key, b->sandbox_id, b->job->rid, &se) < 0)
                 log_warn(b->job->rid, "image %s: deleting the build's sandbox %s: %s", b->job->id, b->sandbox_id,
@@ -405,7 +402,7 @@ static void drop_sandbox(Build *b) {
         b->sandbox_id[0] = '\0';
 }
 
-static void build_state_free(Build *b) {
+void build_state_free(Build *b) {
         json_decref(b->vars);
         json_decref(b->env);
         json_decref(b->config);
@@ -519,10 +516,14 @@ static const char GATHER_SCRIPT[] = "set -e\n"
 
 static int copy_from_stage(Build *b, const DockerfileStep *s, json_t *argv) {
         int st = dockerfile_stage(&b->job->req.dockerfile, s->from);
+        _cleanup_(build_image_source_free) Build *img = NULL;
         Build *o = NULL;
-        int r = st < 0 ? build_fail(b, "COPY --from=%.64s names no stage", s->from) : stage_built(b, st, &o);
+        int r = s->from_image ? build_image_source(b, s->from, &img)
+                : st < 0      ? build_fail(b, "COPY --from=%.64s names no stage", s->from)
+                              : stage_built(b, st, &o);
         if (r < 0)
                 return r;
+        o = img ? img : o;
         _cleanup_json_ json_t *gather = json_pack("[s,s,s,s]", "/bin/sh", "-c", GATHER_SCRIPT, "gather");
         if (!gather)
                 return -ENOMEM;
@@ -544,14 +545,15 @@ static int copy_from_stage(Build *b, const DockerfileStep *s, json_t *argv) {
         _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
         int code = 0;
         /* The gathering runs in the stage's sandbox, its output in this log. */
-        if ((r = run_in_sandbox(o, gather, env, "/", true, false, false, 600000, &code)) < 0) {
+        if ((r = build_run_in_sandbox(o, gather, env, "/", true, false, false, 600000, &code)) < 0) {
                 snprintf(b->error, sizeof b->error, "%s", o->error);
                 return r;
         }
         if (code != 0)
-                return build_fail(b, "COPY --from=%.64s: a source is not in the stage (exit code %d)", s->from, code);
+                return build_fail(b, "COPY --from=%.64s: a source is not in the %s (exit code %d)", s->from,
+                                  img ? "image" : "stage", code);
         _cleanup_json_ json_t *rm = json_pack("[s,s,s]", "rm", "-rf", FROM_IN_SANDBOX);
-        if ((r = run_in_sandbox(b, rm, env, "/", true, true, false, 60000, &code)) < 0)
+        if ((r = build_run_in_sandbox(b, rm, env, "/", true, true, false, 60000, &code)) < 0)
                 return r;
         return stage_transfer(b, o);
 }
@@ -684,41 +686,16 @@ static int step_copy(Build *b, const DockerfileStep *s) {
             json_object_set_new(env, "CHMOD", json_string(s->chmod ? s->chmod : "")) < 0)
                 return -ENOMEM;
         int code = 0;
-        if ((r = run_in_sandbox(b, argv, env, "/", true, false, false, 600000, &code)) < 0)
+        if ((r = build_run_in_sandbox(b, argv, env, "/", true, false, false, 600000, &code)) < 0)
                 return r;
         return code == 0 ? 0 : build_fail(b, "the copy failed (exit code %d); the log says why", code);
 }
 
 /* Docker's shell form: /bin/sh -c and the command line. */
-static void shell_form(json_t *argv, const char *line) {
+void build_shell_form(json_t *argv, const char *line) {
         json_array_append_new(argv, json_string("/bin/sh"));
         json_array_append_new(argv, json_string("-c"));
         json_array_append_new(argv, json_string(line));
-}
-
-/* A RUN step; with `sync` the agent syncs the sandbox's files once the
- * command ends (its layer's snapshot is taken next). */
-static int step_run(Build *b, const DockerfileStep *s, int64_t deadline_ms, bool sync) {
-        _cleanup_json_ json_t *argv = json_array();
-        if (!argv)
-                return -ENOMEM;
-        if (s->exec) {
-                /* The exec form is not expanded, as Docker's is not. */
-                for (size_t i = 0; i < s->n_words; i++)
-                        json_array_append_new(argv, json_string(s->words[i]));
-        } else
-                shell_form(argv, s->words[0]);
-        _cleanup_json_ json_t *env = step_env(b);
-        if (!env)
-                return -ENOMEM;
-        int64_t left = deadline_ms - (int64_t)time_now_mono_ms();
-        if (left <= 0)
-                return build_fail(b, "the build's time ran out");
-        int code = 0;
-        int r = run_in_sandbox(b, argv, env, b->workdir, b->root, false, sync, left, &code);
-        if (r < 0)
-                return r;
-        return code == 0 ? 0 : build_fail(b, "the command returned a non-zero code: %d", code);
 }
 
 static int set_words_array(json_t *config, const char *key, const DockerfileStep *s) {
@@ -729,7 +706,7 @@ static int set_words_array(json_t *config, const char *key, const DockerfileStep
                 for (size_t i = 0; i < s->n_words; i++)
                         json_array_append_new(a, json_string(s->words[i]));
         else if (s->n_words)
-                shell_form(a, s->words[0]);
+                build_shell_form(a, s->words[0]);
         return json_object_set_new(config, key, a);
 }
 
@@ -739,8 +716,8 @@ static int sandbox_at_layer(Build *b) {
         const char *want = b->layer_snap ? b->layer_snap : "";
         if (b->sandbox_id[0] && strcmp(b->sandbox_layer, want) == 0)
                 return 0;
-        drop_sandbox(b);
-        return stage_sandbox(b);
+        build_drop_sandbox(b);
+        return build_stage_sandbox(b);
 }
 
 /* A WORKDIR step: the build's workdir joined with its path. */
@@ -764,7 +741,7 @@ static int make_workdir(Build *b, const char *dir, bool root) {
         int code = 0;
         if (!argv || !env)
                 return -ENOMEM;
-        int r = run_in_sandbox(b, argv, env, "/", root, false, false, 60000, &code);
+        int r = build_run_in_sandbox(b, argv, env, "/", root, false, false, 60000, &code);
         if (r == 0 && code != 0)
                 r = build_fail(b, "could not make %s", dir);
         return r;
@@ -867,7 +844,7 @@ static int run_steps(Build *b, int64_t deadline_ms) {
                 bool keep = b->layers && layer_step_keeps_layer(s) && i != last_tree;
                 switch (s->op) {
                 case DF_RUN:
-                        r = step_run(b, s, deadline_ms, keep);
+                        r = build_step_run(b, s, deadline_ms, keep);
                         break;
                 case DF_COPY:
                 case DF_ADD:
@@ -999,7 +976,7 @@ static int pull_from(Build *b, const char *from, const char *archive, char **ret
 
 /* What FROM names: a built-in image, one of the owner's own (its disk,
  * its config), or an image of a registry. */
-static int resolve_from(Build *b, const char *from, char **ret_base, char **ret_snapshot, json_t **ret_config) {
+int build_resolve_from(Build *b, const char *from, char **ret_base, char **ret_snapshot, json_t **ret_config) {
         *ret_snapshot = NULL;
         *ret_config = NULL;
         /* An import's first FROM is its archive. */
@@ -1059,7 +1036,7 @@ static void global_args(Build *b) {
 
 /* The stage's sandbox: started from the last layer found, else from its
  * FROM, with the build's network and shape; the context sent. */
-static int stage_sandbox(Build *b) {
+int build_stage_sandbox(Build *b) {
         UserImages *u = b->u;
         Job *job = b->job;
         const ImageBuildRequest *req = &job->req;
@@ -1116,7 +1093,7 @@ static int stage_sandbox(Build *b) {
                 int code = 0;
                 if (!rm || !env)
                         return build_fail(b, "out of memory");
-                if ((r = run_in_sandbox(b, rm, env, "/", true, true, false, 120000, &code)) < 0)
+                if ((r = build_run_in_sandbox(b, rm, env, "/", true, true, false, 120000, &code)) < 0)
                         return r;
                 build_log_sys(b->log, "stage %d: restarted from the last layer found", b->stage);
         }
@@ -1142,7 +1119,7 @@ static int stage_run(Build *b) {
                 return r;
         b->n_steps = 1;
         build_log_sys(b->log, "stage %d, step 1: FROM %s", b->stage, from_name);
-        if ((r = resolve_from(b, from_name, &base, &snap, &parent)) < 0)
+        if ((r = build_resolve_from(b, from_name, &base, &snap, &parent)) < 0)
                 return r == -ENOMEM ? build_fail(b, "out of memory") : r;
         json_t *penv = json_object_get(parent, "env");
         if (json_is_object(penv))
@@ -1179,7 +1156,7 @@ static int stage_run(Build *b) {
                 }
         }
         /* With layers the sandbox starts at the first step not found. */
-        if (!b->layers && (r = stage_sandbox(b)) < 0)
+        if (!b->layers && (r = build_stage_sandbox(b)) < 0)
                 return r;
         return run_steps(b, b->deadline_ms);
 }
@@ -1233,7 +1210,7 @@ static int build_run(Build *b, json_t **ret_doc) {
                                                STAGE_OUT);
         _cleanup_json_ json_t *env = json_pack("{s:s}", "PATH", DEFAULT_PATH);
         int code = 0;
-        if ((r = run_in_sandbox(b, rm, env, "/", true, true, true, 120000, &code)) < 0)
+        if ((r = build_run_in_sandbox(b, rm, env, "/", true, true, true, 120000, &code)) < 0)
                 return r;
         build_log_sys(b->log, "taking the image's disk");
         _cleanup_json_ json_t *labels = json_pack("{s:s}", "runtime.image", job->id);
@@ -1273,7 +1250,7 @@ static int image_start_of(const ImageBuildRequest *req, json_t *doc) {
 }
 
 static void build_job(UserImages *u, Job *job) {
-        BuildLog log = { .fd = -1 };
+        BuildLog log = { .fd = -1, .secrets = job->req.secrets };
         Build *stages[DOCKERFILE_MAX_STAGES] = { 0 };
         Build b = { .u = u, .job = job, .log = &log, .stages = stages };
         b.vars = json_object();
@@ -1292,11 +1269,11 @@ static void build_job(UserImages *u, Job *job) {
                 : (build_log_recipe(&b) ?: build_run(&b, &doc));
         for (unsigned i = 0; i < DOCKERFILE_MAX_STAGES; i++)
                 if (stages[i] && stages[i] != &b) {
-                        drop_sandbox(stages[i]);
+                        build_drop_sandbox(stages[i]);
                         build_state_free(stages[i]);
                         free(stages[i]);
                 }
-        drop_sandbox(&b);
+        build_drop_sandbox(&b);
         int64_t ms = (int64_t)time_now_mono_ms() - t0;
         /* A cache hit's doc is the earlier build's: the record says what
          * this one asked for. */

@@ -75,7 +75,17 @@ typedef struct ImageBuildRequest {
          * first; NULL: none. */
         json_t *recipe;
         char *recipe_dockerfile;
+        /* The build's secrets, {id: value}: in memory for the build's RUN
+         * steps that mount them, and nowhere else (docs/images.md, "Build
+         * secrets"); NULL: none. */
+        json_t *secrets;
 } ImageBuildRequest;
+#define USER_IMAGES_SECRETS_MAX 32u
+/* A step's exec carries its secrets in one request of the agent's
+ * protocol, whose JSON is at most 64 KiB (PROTO_MAX_JSON): the values of a
+ * build's secrets together stay well under it. */
+#define USER_IMAGES_SECRET_VALUE_MAX (16u * 1024u)
+#define USER_IMAGES_SECRETS_TOTAL_MAX (32u * 1024u)
 void image_build_request_done(ImageBuildRequest *r);
 
 int user_images_open(const StoreBackend *b, const char *location, const char *state_dir, UserImages **ret);

@@ -71,6 +71,18 @@ static int from_identity(Build *b, const char *from, char **ret, const char **re
         return -ENOENT;
 }
 
+int build_image_identity(Build *b, const char *name, char **ret) {
+        const char *why = NULL;
+        ImageRow row;
+        ImageInfo info;
+        bool own = user_images_resolve(b->u, b->job->key.owner, name, &row) == 0;
+        if (own)
+                store_image_row_clear(&row);
+        else if (!image_name_ok(name) || strchr(name, ':') || image_info(b->u->cfg, name, &info) < 0 || !info.built)
+                return -ENOENT;
+        return from_identity(b, name, ret, &why);
+}
+
 /* The stages a build of stage `target` runs: it and those its COPY --from
  * name, and theirs (a stage names only stages before it, so one pass from
  * the end finds them all). */
@@ -129,6 +141,23 @@ int build_cache_key(Build *b, char ret_hex[65], const char **ret_why) {
                         r = -ENOENT;
                 } else if ((r = from_identity(b, from, &id, ret_why)) == 0)
                         key_field(md, id);
+        }
+        /* What each COPY --from=IMAGE of those stages names now: a rebuilt
+         * image is a new id, so the build misses. */
+        for (size_t i = 0; i < d->n_steps && r == 0; i++) {
+                const DockerfileStep *s = &d->steps[i];
+                if (!s->from_image || s->stage >= DOCKERFILE_MAX_STAGES || !reached[s->stage])
+                        continue;
+                _cleanup_free_ char *from = NULL, *id = NULL;
+                DockerfileError e = { 0 };
+                if (dockerfile_expand(s->from, build_var_lookup, b, &from, &e) < 0 ||
+                    (r = build_image_identity(b, from, &id)) == -ENOENT) {
+                        *ret_why = "a COPY --from names no image ready";
+                        r = -ENOENT;
+                } else if (r == 0) {
+                        key_field(md, "copy-from");
+                        key_field(md, id);
+                }
         }
         uint8_t digest[32];
         unsigned len = 0;
@@ -373,6 +402,15 @@ int layer_chain_step(Build *b, const DockerfileStep *s) {
                 key_field(md, s->words[i]);
         key_field(md, s->chown);
         key_field(md, s->chmod);
+        /* A RUN's secret mounts as written (id, target, variable), never
+         * their values: a changed value runs no cached step again, as in
+         * Docker. A step without any keys as before they were taken. */
+        for (size_t i = 0; i < s->n_secrets; i++) {
+                key_field(md, "secret");
+                key_field(md, s->secrets[i].id);
+                key_field(md, s->secrets[i].target);
+                key_field(md, s->secrets[i].env);
+        }
         /* The state the step runs in: what its words expand with and the
          * environment, directory and user of a RUN. */
         key_map(md, b->vars);

@@ -40,11 +40,49 @@ char *user_images_log_path(UserImages *u, const char *id) {
         return asprintf(&p, "%s/%s.log", u->dir, id) < 0 ? NULL : p;
 }
 
+/* Each line of 4 bytes or more of each build secret's value, where the
+ * text has it, becomes "****" (never longer than what it replaces); a
+ * shorter one would mask ordinary words. A value a step transforms (split,
+ * encoded) is not found: the log only never echoes one as it is. */
+#define MASK "****"
+static size_t mask_secrets(const json_t *secrets, const char *text, size_t len, char *out) {
+        memcpy(out, text, len);
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)secrets, k, v) {
+                const char *val = json_string_value(v);
+                for (const char *p = val; p && *p;) {
+                        size_t pl = strcspn(p, "\n");
+                        if (pl >= strlen(MASK)) {
+                                size_t o = 0;
+                                for (size_t i = 0; i < len;) {
+                                        if (i + pl <= len && memcmp(out + i, p, pl) == 0) {
+                                                memcpy(out + o, MASK, strlen(MASK));
+                                                o += strlen(MASK);
+                                                i += pl;
+                                        } else
+                                                out[o++] = out[i++];
+                                }
+                                len = o;
+                        }
+                        p += pl;
+                        if (*p == '\n')
+                                p++;
+                }
+        }
+        return len;
+}
+
 /* One line of the log; -EFBIG once the log is past its bound (the line
  * saying so is the last written). */
 static int log_line(BuildLog *l, const char *stream, const char *text, size_t len) {
         if (l->over)
                 return -EFBIG;
+        char masked[LOG_LINE_MAX + 1];
+        if (l->secrets && len <= LOG_LINE_MAX) {
+                len = mask_secrets(l->secrets, text, len, masked);
+                text = masked;
+        }
         char clean[LOG_LINE_MAX + 1];
         size_t o = 0;
         for (size_t i = 0; i < len && o < LOG_LINE_MAX; i++) {

@@ -49,6 +49,12 @@ static void step_done(DockerfileStep *s) {
         free(s->from);
         free(s->chown);
         free(s->chmod);
+        for (size_t i = 0; i < s->n_secrets; i++) {
+                free(s->secrets[i].id);
+                free(s->secrets[i].target);
+                free(s->secrets[i].env);
+        }
+        free(s->secrets);
         *s = (DockerfileStep){ 0 };
 }
 
@@ -263,6 +269,164 @@ static int take_flags(Parser *p, unsigned line, DockerfileOp op, Words *w, const
         return 0;
 }
 
+static bool secret_id_ok(const char *v, size_t n) {
+        if (n == 0 || n > DOCKERFILE_SECRET_ID_MAX || (n == 1 && v[0] == '.') || (n == 2 && v[0] == '.' && v[1] == '.'))
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!isalnum((unsigned char)v[i]) && !strchr("_.-", v[i]))
+                        return false;
+        return true;
+}
+
+/* An absolute path of plain parts, none "." or "..", and not in the
+ * sandbox's own trees (/proc, /dev, /sys, the agent's /.runtime). */
+static bool secret_target_ok(const char *v, size_t n) {
+        if (n < 2 || n > DOCKERFILE_SECRET_TARGET_MAX || v[0] != '/' || v[n - 1] == '/')
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!isalnum((unsigned char)v[i]) && !strchr("_.-/+@", v[i]))
+                        return false;
+        for (size_t i = 0; i < n;) {
+                size_t j = i + 1;
+                while (j < n && v[j] != '/')
+                        j++;
+                size_t part = j - i - 1;
+                if (part == 0 || (part == 1 && v[i + 1] == '.') || (part == 2 && v[i + 1] == '.' && v[i + 2] == '.'))
+                        return false;
+                i = j;
+        }
+        static const char *const own[] = { "/proc", "/dev", "/sys", "/.runtime" };
+        for (size_t i = 0; i < ELEMENTSOF(own); i++) {
+                size_t m = strlen(own[i]);
+                if (n >= m && strncmp(v, own[i], m) == 0 && (n == m || v[m] == '/' || v[m] == '-'))
+                        return false;
+        }
+        return true;
+}
+
+static bool env_name_ok(const char *v, size_t n) {
+        if (n == 0 || n > 128 || isdigit((unsigned char)v[0]))
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!isalnum((unsigned char)v[i]) && v[i] != '_')
+                        return false;
+        return true;
+}
+
+/* One --mount=... of RUN: type=secret only, its options checked. */
+static int secret_mount(Parser *p, unsigned line, DockerfileStep *s, const char *spec) {
+        DockerfileSecret m = { 0 };
+        bool secret = false, typed = false;
+        int r = 0;
+        for (const char *o = spec; *o && r == 0;) {
+                size_t n = strcspn(o, ",");
+                const char *eq = memchr(o, '=', n);
+                size_t kl = eq ? (size_t)(eq - o) : n;
+                const char *v = eq ? eq + 1 : o + n;
+                size_t vl = eq ? n - kl - 1 : 0;
+                char **slot = NULL;
+#define KEY(k) (kl == strlen(k) && strncmp(o, k, kl) == 0)
+                if (KEY("type")) {
+                        typed = true;
+                        secret = vl == 6 && strncmp(v, "secret", 6) == 0;
+                        if (!secret)
+                                r = fail(p->e, line, "RUN --mount=type=%.*s is not supported (only type=secret)",
+                                         (int)(vl > 16 ? 16 : vl), v);
+                } else if (KEY("id")) {
+                        if (!secret_id_ok(v, vl))
+                                r = fail(p->e, line, "RUN --mount id must be 1 to %u of letters, digits, _ . -",
+                                         DOCKERFILE_SECRET_ID_MAX);
+                        slot = &m.id;
+                } else if (KEY("target") || KEY("dst") || KEY("destination")) {
+                        if (!secret_target_ok(v, vl))
+                                r = fail(p->e, line, "RUN --mount target must be an absolute path (letters, digits, "
+                                                     "_ . - + @, no . or .. part, not in /proc, /dev, /sys)");
+                        slot = &m.target;
+                } else if (KEY("env")) {
+                        if (!env_name_ok(v, vl))
+                                r = fail(p->e, line, "RUN --mount env must be a variable's name");
+                        slot = &m.env;
+                } else if (KEY("required")) {
+                        if (!eq || (vl == 4 && strncmp(v, "true", 4) == 0))
+                                m.required = true;
+                        else if (vl == 5 && strncmp(v, "false", 5) == 0)
+                                m.required = false;
+                        else
+                                r = fail(p->e, line, "RUN --mount required must be true or false");
+                } else
+                        r = fail(p->e, line, "RUN --mount option %.*s is not supported (type, id, target, env, "
+                                             "required)", (int)(kl > 24 ? 24 : kl), o);
+#undef KEY
+                if (r == 0 && slot) {
+                        if (*slot)
+                                r = fail(p->e, line, "RUN --mount gives %.*s twice", (int)kl, o);
+                        else if (!(*slot = strndup(v, vl)))
+                                r = -ENOMEM;
+                }
+                o += n;
+                if (*o == ',')
+                        o++;
+        }
+        if (r == 0 && !typed)
+                r = fail(p->e, line, "RUN --mount without type= is a bind mount, which is not supported (only "
+                                     "type=secret)");
+        if (r == 0 && !m.id && m.target) {
+                const char *last = strrchr(m.target, '/') + 1;
+                if (!secret_id_ok(last, strlen(last)))
+                        r = fail(p->e, line, "RUN --mount needs id= (the target's last part is no id)");
+                else if (!(m.id = strdup(last)))
+                        r = -ENOMEM;
+        }
+        if (r == 0 && !m.id)
+                r = fail(p->e, line, "RUN --mount=type=secret needs id=");
+        if (r == 0 && !m.target && !m.env && asprintf(&m.target, "/run/secrets/%s", m.id) < 0) {
+                m.target = NULL;
+                r = -ENOMEM;
+        }
+        for (size_t i = 0; r == 0 && i < s->n_secrets; i++)
+                if (strcmp(s->secrets[i].id, m.id) == 0 ||
+                    (m.target && s->secrets[i].target && strcmp(s->secrets[i].target, m.target) == 0))
+                        r = fail(p->e, line, "RUN mounts secret %.64s or its target twice", m.id);
+        if (r == 0 && s->n_secrets >= DOCKERFILE_MAX_SECRETS)
+                r = fail(p->e, line, "RUN has more than %u secret mounts", DOCKERFILE_MAX_SECRETS);
+        DockerfileSecret *a = r == 0 ? realloc(s->secrets, (s->n_secrets + 1) * sizeof(*a)) : NULL;
+        if (r == 0 && !a)
+                r = -ENOMEM;
+        if (r < 0) {
+                free(m.id);
+                free(m.target);
+                free(m.env);
+                return r;
+        }
+        s->secrets = a;
+        s->secrets[s->n_secrets++] = m;
+        return 0;
+}
+
+/* RUN's flags: each --mount=type=secret,... (several may be given);
+ * any other is refused by name. */
+static int run_mounts(Parser *p, unsigned line, DockerfileStep *s, Words *w) {
+        size_t k = 0;
+        while (k < w->n && strncmp(w->v[k], "--", 2) == 0) {
+                const char *f = w->v[k] + 2;
+                size_t nl = strcspn(f, "=");
+                if (nl != 5 || strncmp(f, "mount", 5) != 0)
+                        return fail(p->e, line, "RUN --%.*s is not supported", (int)(nl > 40 ? 40 : nl), f);
+                if (f[nl] != '=' || !f[nl + 1])
+                        return fail(p->e, line, "RUN --mount needs a value (--mount=type=secret,id=...)");
+                int r = secret_mount(p, line, s, f + nl + 1);
+                if (r < 0)
+                        return r;
+                k++;
+        }
+        for (size_t i = 0; i < k; i++)
+                free(w->v[i]);
+        if (k)
+                memmove(w->v, w->v + k, (w->n - k) * sizeof(*w->v));
+        w->n -= k;
+        return 0;
+}
+
 static bool heredoc_at(const char *s) {
         const char *h = strstr(s, "<<");
         while (h) {
@@ -364,7 +528,7 @@ static int command_step(Parser *p, unsigned line, DockerfileOp op, const char *r
         if (r < 0)
                 return r;
         if (op == DF_RUN) {
-                r = take_flags(p, line, op, w, NULL, NULL, 0);
+                r = run_mounts(p, line, s, w);
         } else if (op == DF_COPY || op == DF_ADD) {
                 static const char *const allowed[] = { "from", "chown", "chmod" };
                 char **slots[] = { &s->from, &s->chown, &s->chmod };
@@ -426,12 +590,23 @@ static int command_step(Parser *p, unsigned line, DockerfileOp op, const char *r
                                 return r;
                 }
                 if (s->from) {
+                        /* Not a stage named before: an image, as Docker reads it; a
+                         * number or this stage is no image. */
                         int st = dockerfile_stage(&p->d, s->from);
-                        if (st < 0 || (unsigned)st >= s->stage) {
-                                r = fail(p->e, line, "COPY --from=%.64s names no earlier stage (COPY from "
-                                                     "an image is not supported)", s->from);
+                        size_t fl = strlen(s->from);
+                        bool digits = strspn(s->from, "0123456789") == fl;
+                        if (st >= 0 && (unsigned)st < s->stage) {
+                                /* an earlier stage */
+                        } else if (st >= 0 || digits) {
+                                r = fail(p->e, line, "COPY --from=%.64s names no earlier stage", s->from);
                                 return r;
-                        }
+                        } else if (fl > 255 || s->from[0] == '-' ||
+                                   strspn(s->from, "abcdefghijklmnopqrstuvwxyz0123456789_.-/:@$}{ABCDEFGHIJKLMNOPQRSTUVWXYZ") != fl) {
+                                r = fail(p->e, line, "COPY --from=%.64s is neither an earlier stage nor an image's "
+                                                     "name", s->from);
+                                return r;
+                        } else
+                                s->from_image = true;
                 }
                 if (s->chmod) {
                         char *end;
@@ -729,6 +904,10 @@ int dockerfile_parse(const char *text, size_t len, Dockerfile *ret, DockerfileEr
         free(logical);
         if (r == 0 && !p.have_from)
                 r = fail(e, 0, "the Dockerfile has no FROM");
+        /* A COPY --from naming a stage defined after it is no image. */
+        for (size_t i = 0; r == 0 && i < p.d.n_steps; i++)
+                if (p.d.steps[i].from_image && dockerfile_stage(&p.d, p.d.steps[i].from) >= 0)
+                        r = fail(e, p.d.steps[i].line, "COPY --from=%.64s names a later stage", p.d.steps[i].from);
         if (r < 0) {
                 dockerfile_done(&p.d);
                 return r;

@@ -23,6 +23,10 @@
 #define DOCKERFILE_MAX_STAGES 32u
 /* An expanded word: what one variable substitution may grow to. */
 #define DOCKERFILE_MAX_EXPANDED (64u * 1024u)
+/* RUN --mount=type=secret flags of one step, and a secret's id and path. */
+#define DOCKERFILE_MAX_SECRETS 16u
+#define DOCKERFILE_SECRET_ID_MAX 64u
+#define DOCKERFILE_SECRET_TARGET_MAX 255u
 
 typedef enum DockerfileOp {
         DF_FROM,
@@ -40,6 +44,16 @@ typedef enum DockerfileOp {
         DF_HEALTHCHECK,
 } DockerfileOp;
 
+/* RUN --mount=type=secret,id=ID[,target=PATH][,env=VAR][,required=BOOL]
+ * (BuildKit's build secrets, docs/images.md): the value is the build
+ * request's, present only while this step runs. */
+typedef struct DockerfileSecret {
+        char *id;     /* [A-Za-z0-9_.-]{1,64}; without id=, target's last part */
+        char *target; /* an absolute path; NULL: env only */
+        char *env;    /* a variable's name; NULL: none */
+        bool required;
+} DockerfileSecret;
+
 typedef struct DockerfileStep {
         DockerfileOp op;
         unsigned line; /* 1-based: the line the instruction starts on */
@@ -55,9 +69,12 @@ typedef struct DockerfileStep {
         size_t n_words;
         bool exec;
         char *as;    /* FROM ... AS name; NULL: none */
-        char *from;  /* COPY --from: a stage's name or index; NULL: the context */
+        char *from;  /* COPY --from: a stage's name or index, or an image; NULL: the context */
+        bool from_image; /* COPY --from names no earlier stage: an image (a built-in one or the owner's) */
         char *chown; /* COPY/ADD --chown=user[:group]; NULL: root */
         char *chmod; /* COPY/ADD --chmod=octal; NULL: the file's own */
+        DockerfileSecret *secrets; /* RUN --mount=type=secret, in order */
+        size_t n_secrets;
 } DockerfileStep;
 
 typedef struct Dockerfile {

@@ -156,6 +156,7 @@ class ImagesOps:
                build_args: Optional[Dict[str, str]] = None, env: Optional[Dict[str, str]] = None,
                target: Optional[str] = None, build: Optional[Dict[str, Any]] = None,
                cache: Optional[bool] = None, start: Optional[Dict[str, Any]] = None, no_start: bool = False,
+               secrets: Optional[Dict[str, str]] = None,
                idempotency_key: Optional[str] = None) -> Dict[str, Any]:
         """Queues a build; the image, state ``queued``. ``dockerfile`` (with ``context_dir`` or
         small inline ``files``: ``{path: text or bytes}`` or ``[{path, content, encoding?,
@@ -168,7 +169,9 @@ class ImagesOps:
         ``CACHED``); ``cache=False`` runs every step. ``start`` sets what a sandbox from the image
         runs: ``command`` and ``ready_port``
         or ``ready_command``, ``ready_timeout_seconds``; ``no_start=True`` keeps none (not even
-        the Dockerfile's CMD and HEALTHCHECK)."""
+        the Dockerfile's CMD and HEALTHCHECK). ``secrets`` (``{id: value}``) are the build
+        secrets a ``RUN --mount=type=secret,id=...`` reads while that step runs; kept nowhere,
+        and not in the cache's keys (a changed value hits the cache)."""
         if sum(x is not None for x in (dockerfile, image, recipe)) != 1:
             raise InvalidRequestError("give dockerfile, image or recipe, one of them")
         if files is not None and context_dir is not None:
@@ -188,7 +191,7 @@ class ImagesOps:
             body["files"] = inline_files(files)
         for key, value in (("context", context), ("tags", None if tags is None else list(tags)),
                            ("labels", labels), ("buildArgs", build_args), ("env", env), ("target", target),
-                           ("cache", cache)):
+                           ("cache", cache), ("secrets", None if secrets is None else dict(secrets))):
             if value is not None:
                 body[key] = value
         if build:
