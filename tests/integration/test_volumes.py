@@ -9,7 +9,8 @@ volume that points out of it resolves inside the sandbox, never on the host; a f
 ENOSPC inside and its image on the host stays its size; of two creates racing for one volume that
 is not shared exactly one gets it; a daemon killed with -9 while a volume is attached keeps its
 data and lets the volume be attached again after its restart; a volume attached live outlives a
-daemon's restart with its sandbox kept; a microVM create beside a namespace sandbox that holds the
+daemon's restart with its sandbox kept (namespace and gVisor, whose live attach the published
+client drives too); a microVM create beside a namespace sandbox that holds the
 volume is 409 before anything boots; a sandbox with a volume is not snapshotted or forked."""
 from __future__ import annotations
 
@@ -877,7 +878,7 @@ def test_attach_to_a_running_sandbox(pub, api, daemon):
         drop_volume(api, vol["id"])
 
 
-def test_attach_to_a_running_gvisor_sandbox(api, daemon):
+def test_attach_to_a_running_gvisor_sandbox(pub, api, daemon):
     """The same calls on gVisor (volumes.md, "Attaching to a running sandbox"): the host binds the
     volume under the sandbox's live directory and the agent's helper binds it at the path. A
     running sandbox gets the volume, its user owning its root, writes, another sandbox reads it;
@@ -893,9 +894,15 @@ def test_attach_to_a_running_gvisor_sandbox(api, daemon):
     b = api.create_sandbox(driver="gvisor")
     attach = f"/v1/volumes/{vol['id']}:attach"
     try:
-        r = api.post(attach, json={"sandboxId": a.id, "path": "/mnt/data"})
-        assert r.status_code == 201, r.text
-        aid = r.json()["id"]
+        out = pub("""
+            import json, sys
+            from withruntime import Runtime
+            rt = Runtime()
+            att = rt.volumes.attach(sys.argv[1], sys.argv[2], "/mnt/data")
+            print(json.dumps({"att": att, "got": rt.volumes.get_attachment(sys.argv[1], att["id"])}))
+        """, vol["id"], a.id)
+        assert out["att"]["sandboxId"] == a.id and out["att"]["path"] == "/mnt/data" and out["got"] == out["att"]
+        aid = out["att"]["id"]
         res = sh(api, a.id, "stat -c %u /mnt/data && echo live > /mnt/data/f && sync && cat /mnt/data/f")
         assert res["stdout"] == "1000\nlive\n", res
         r = api.post(attach, json={"sandboxId": b.id, "path": "/data"})
@@ -932,8 +939,12 @@ def test_attach_to_a_running_gvisor_sandbox(api, daemon):
         out = sh(api, a.id, "p=$(pgrep -x runtime-mounts); ls /proc/$p/fd | grep -q . && "
                             "for f in /proc/$p/fd/*; do readlink $f || ls $f/ && echo followed; done", user="root")
         assert "followed" not in out["stdout"] and "Permission denied" in out["stderr"], out
-        r = api.post(detach, json={})
-        assert r.status_code == 200, r.text
+        out = pub("""
+            import json, sys
+            from withruntime import Runtime
+            print(json.dumps(Runtime().volumes.detach(sys.argv[1], sys.argv[2])))
+        """, vol["id"], aid)
+        assert out["state"] == "detached", out
         assert sh(api, a.id, "ls -A /mnt/data | wc -l")["stdout"] == "0\n"
         assert sh(api, b.id, "cat /data/f")["stdout"] == "live\nmore\n"
         assert api.post(f"/v1/volumes/{vol['id']}/attachments/{b.id}:detach", json={}).status_code == 200
@@ -992,9 +1003,10 @@ def test_microvm_attach_is_refused_naming_why(api, daemon):
         drop_volume(api, vol["id"])
 
 
+@pytest.mark.parametrize("driver", ["namespace", "gvisor"])
 @pytest.mark.parametrize("how", ["stop", "kill"])
-def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, how):
-    """A volume attached through :attach to a running namespace sandbox, then the daemon stopped
+def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, how, driver):
+    """A volume attached through :attach to a running sandbox (namespace, gVisor), then the daemon stopped
     (SIGTERM) or killed (-9) with its sandboxes kept running (live restore): after the restart the
     sandbox still has the volume's files and writes them, the volume's record shows the
     attachment, a backup is frozen for its copy, readers attach it, no other sandbox writes it
@@ -1007,10 +1019,10 @@ def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, h
         pytest.fail(str(e), pytrace=False)
     c = Api(d)
     try:
-        skip_unless_driver(d, "namespace")
+        skip_unless_driver(d, driver)
         vid = make_volume(c, sizeMiB=16)["id"]
-        a = c.create_sandbox(driver="namespace", timeoutSeconds=600)
-        b = c.create_sandbox(driver="namespace", timeoutSeconds=600)
+        a = c.create_sandbox(driver=driver, timeoutSeconds=600)
+        b = c.create_sandbox(driver=driver, timeoutSeconds=600)
         r = c.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": a.id, "path": "/mnt/data"})
         assert r.status_code == 201, r.text
         assert sh(c, a.id, "echo before > /mnt/data/f && sync")["exitCode"] == 0
@@ -1032,13 +1044,13 @@ def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, h
         copy = c.post("/v1/volumes", json={"fromBackup": bk.json()["id"]})
         assert copy.status_code == 201, copy.text
         # Readers may have it meanwhile, as before the restart.
-        rd = c.create_sandbox(driver="namespace", volumes=[{"volumeId": vid, "path": "/r", "readOnly": True},
+        rd = c.create_sandbox(driver=driver, volumes=[{"volumeId": vid, "path": "/r", "readOnly": True},
                                                            {"volumeId": copy.json()["id"], "path": "/c"}])
         assert sh(c, rd.id, "cat /r/f /c/f")["stdout"] == "before\nafter\n" * 2
         c.delete(f"/v1/sandboxes/{rd.id}")
         # Still the one writer: neither an attach nor a create takes it elsewhere.
         assert_error(c.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": b.id, "path": "/d"}), 409, "conflict")
-        assert_error(c.post("/v1/sandboxes", json={"driver": "namespace",
+        assert_error(c.post("/v1/sandboxes", json={"driver": driver,
                                                    "volumes": [{"volumeId": vid, "path": "/d"}]}), 409, "conflict")
         r = c.post(f"/v1/volumes/{vid}/attachments/{a.id}:detach", json={})
         assert r.status_code == 200, r.text
