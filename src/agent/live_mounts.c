@@ -252,8 +252,11 @@ int live_mounts_start(void) {
                       "size=4k,mode=0555");
         if (k < 0 && errno != ENOENT)
                 r = r < 0 ? r : -errno;
-        if ((k = deny_mounts()) < 0 || (k = drop_sys_admin()) < 0)
-                return k;
+        /* Both, whatever either says; an agent that could not do both
+         * must not run anything (the caller ends it). */
+        int denied = deny_mounts(), dropped = drop_sys_admin();
+        if (denied < 0 || dropped < 0)
+                return -ENOTRECOVERABLE;
         if (r < 0 && helper_sock >= 0) {
                 close(helper_sock);
                 helper_sock = -1;

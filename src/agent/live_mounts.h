@@ -21,7 +21,8 @@
 /* Forks the helper, hides AGENT_LIVE_DIR, then takes mount(2), umount2(2)
  * and CAP_SYS_ADMIN away from the agent. Before the agent starts anything
  * else. 0 or a negative errno (the agent then runs without live mounts:
- * the host's requests are refused). */
+ * the host's requests are refused); -ENOTRECOVERABLE when the agent could
+ * not take mount(2) or CAP_SYS_ADMIN away from itself: it must exit. */
 int live_mounts_start(void);
 
 /* Binds AGENT_LIVE_DIR/name at dest (made, owned by root, where missing;

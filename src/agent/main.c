@@ -209,6 +209,10 @@ int main(int argc, char **argv) {
          * nothing after it mounts. */
         if (live) {
                 int lr = live_mounts_start();
+                if (lr == -ENOTRECOVERABLE) {
+                        fprintf(stderr, "runtime-agent: cannot take mounts and CAP_SYS_ADMIN away\n");
+                        return 1;
+                }
                 if (lr < 0)
                         fprintf(stderr, "runtime-agent: no live mounts: %s\n", strerror(-lr));
         }
