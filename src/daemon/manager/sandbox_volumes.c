@@ -225,6 +225,12 @@ static int op_attach(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
         if (r == -EBUSY)
                 return sandbox_error(e, SANDBOX_ERR_CONFLICT, NULL,
                                      "volume %s is still held by a sandbox that has not ended", v->volume_id);
+        /* A gVisor sandbox started before live attaches existed has no live
+         * directory (ESRCH) or an agent without the helper (ENOSYS). */
+        if (r == -ESRCH || r == -ENOSYS)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "stop and start the sandbox, then attach again",
+                                     "sandbox %s cannot take a volume while it runs: it was started without the "
+                                     "means to", row->id);
         return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not attach the volume");
 }
 
