@@ -301,7 +301,7 @@ static void test_links_hostile(void **state) {
         assert_int_equal(digest_of(&t, dangling_in, 1, NULL, hex, why), 0);
         assert_string_equal(hex, empty);
         /* self/self/... : 40 links on one path at most, as the kernel. */
-        char deep[512] = "", deeper[512];
+        char deep[256] = "", deeper[sizeof deep + 16];
         for (int i = 0; i < 40; i++)
                 strcat(deep, "self/");
         snprintf(deeper, sizeof deeper, "%sself/real/a.txt", deep);
