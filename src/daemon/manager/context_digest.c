@@ -187,6 +187,9 @@ static int hash_content(struct archive *a, Entry *e, uint8_t *buf) {
  * (`link/a.txt`), with the bytes of the file it reaches. */
 
 #define LINK_HOPS_MAX 40
+/* The names the sources take, in all: through links, one archive's
+ * entries may be taken under many names. */
+#define TAKEN_NAME_BYTES_MAX (64u * 1024u * 1024u)
 
 typedef struct Taken {
         char *name; /* as the copy sees it */
@@ -198,6 +201,7 @@ typedef struct Walk {
         size_t n;
         Taken *taken;
         size_t n_taken, cap_taken;
+        uint64_t taken_bytes;
         uint64_t budget; /* steps left before the walk is refused */
         const char *why_out; /* a link leading out, when refused for it */
         char *why;
@@ -342,6 +346,15 @@ static int take(Walk *w, const char *name, const Entry *e) {
         int r = walk_spend(w);
         if (r < 0)
                 return r;
+        size_t len = strlen(name);
+        /* Longer than a path may be: the copy cannot reach it either. */
+        if (len >= NAME_MAX_BYTES)
+                return 0;
+        if ((w->taken_bytes += len) > TAKEN_NAME_BYTES_MAX) {
+                say(w->why, w->why_len, "its sources take more than %u MiB of names through symbolic links",
+                    TAKEN_NAME_BYTES_MAX >> 20);
+                return -EFBIG;
+        }
         if (w->n_taken == w->cap_taken) {
                 size_t nc = w->cap_taken ? w->cap_taken * 2 : 64;
                 Taken *m = reallocarray(w->taken, nc, sizeof *m);
@@ -493,7 +506,8 @@ static int taken_cmp(const void *x, const void *y) {
  * sorted): each taken entry once, under the copy's name for it. */
 static int digest_taken(const Entry *es, size_t n_es, const char *const *sources, size_t n_sources,
                         const ContextDigestLimits *lim, char ret_hex[65], char *why, size_t why_len) {
-        Walk w = { .es = es, .n = n_es, .budget = lim->max_entries * 16 + 4096, .why = why, .why_len = why_len };
+        Walk w = { .es = es, .n = n_es, .budget = (n_sources + 16) * lim->max_entries + 4096, .why = why,
+                   .why_len = why_len };
         int r = 0;
         for (size_t i = 0; i < n_sources && r == 0; i++)
                 r = walk_source(&w, "", "", sources[i], 0);
