@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (size < 1)
                 return 0;
         static const char *const sets[][3] = {
-                { "", NULL, NULL }, { "a", "*.txt", NULL }, { "d/?", ".*", "x[" }, { "[a-c]*/b", "d", "e/f/g" },
+                { "", NULL, NULL }, { "a", "*.txt", NULL }, { "d/?", ".*", "x[" }, { "[a-c]*/b", "d", "l/*/e" },
         };
         const char *const *src = sets[data[0] & 3];
         size_t n = src[2] ? 3 : src[1] ? 2 : 1;

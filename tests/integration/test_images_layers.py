@@ -10,6 +10,7 @@ snapshot of its own, and a WORKDIR keeps no layer: a rebuild from either gives t
 build gives."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -296,3 +297,61 @@ def test_layers_are_not_the_owners_snapshots(fresh_daemon):
         assert set(_layers(fresh_daemon)) == set(layers)
     finally:
         api.close()
+
+
+def _linked_tar(text: bytes) -> bytes:
+    """A context of real/a.txt, real/sub/b and link -> real, as a gzipped tar (the published client
+    packs no symbolic links: the archive is uploaded as any client may send it)."""
+    import gzip
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        info = tarfile.TarInfo("link")
+        info.type = tarfile.SYMTYPE
+        info.linkname = "real"
+        t.addfile(info)
+        for path, data in (("real/a.txt", text), ("real/sub/b", b"b\n")):
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return gzip.compress(buf.getvalue(), mtime=0)
+
+
+def _linked_build(api, text: bytes):
+    """A build through the API whose COPYs go through the link: its log."""
+    data = _linked_tar(text)
+    digest = hashlib.sha256(data).hexdigest()
+    if api.post("/v1/images/context/missing", json={"digests": [digest]}).json()["missing"]:
+        assert api.put(f"/v1/images/context/{digest}", content=data).status_code == 200
+    body = {"name": f"linked-{uuid.uuid4().hex[:8]}",
+            "dockerfile": "FROM default\nCOPY link/ /dst/\nCOPY link/a.txt /x\nCOPY l*/s?b /sub/\n"
+                          "RUN echo \"got $(cat /dst/a.txt) $(cat /x) $(cat /sub/b)\"\n",
+            "context": {"archive": {"sha256": digest, "size": len(data), "chunks": [digest]}, "files": []}}
+    r = api.post("/v1/images", json=body)
+    assert r.status_code == 201, r.text
+    image_id = r.json()["id"]
+    wait_until(lambda: api.get(f"/v1/images/{image_id}").json()["state"] not in ("queued", "building"), 300, 0.2,
+               what="the build's end")
+    lines = [l["line"] for l in api.get(f"/v1/images/{image_id}/logs?after=0").json()["lines"]]
+    assert api.get(f"/v1/images/{image_id}").json()["state"] == "ready", lines
+    return lines
+
+
+@pytest.mark.driver_independent
+def test_a_copy_through_a_link_is_keyed_by_the_files_it_reaches(daemon, api):
+    """COPY link/ and COPY link/a.txt, link -> real: a change to real/a.txt is a miss of those
+    COPYs (their digest follows the link as the copy does), so the rebuild sees the new bytes where
+    it found the COPYs' layers, and so the old bytes, before; the same context again is a hit."""
+    key = Api(api.daemon, key=_owner_key(api))
+    try:
+        old, new = f"old-{uuid.uuid4().hex[:6]}", f"new-{uuid.uuid4().hex[:6]}"
+        cold = _linked_build(key, old.encode())
+        assert f"got {old} {old} b" in cold, cold
+        warm = _linked_build(key, old.encode())
+        assert any(l.startswith("using the cache") for l in warm), warm
+        changed = _linked_build(key, new.encode())
+        assert f"got {new} {new} b" in changed, changed
+        assert not any(l.startswith("CACHED") and "COPY" in l for l in changed), changed
+    finally:
+        key.close()

@@ -541,3 +541,36 @@ def test_pulled_trees_nothing_uses_are_collected(registry, oci_daemon):
         oci_daemon.extra_args.remove("--image-tree-max-mib-per-owner")
         oci_daemon.extra_args.remove("0")
         oci_daemon.restart()
+
+
+def test_a_tree_goes_with_its_last_image_without_another_build(registry, oci_daemon):
+    """With no room for unused trees, deleting the last image that starts from a pulled tree removes
+    the tree then, not at the owner's next build. A tree from before trees named their owner (its
+    owner file removed here) is its owner's again once a pull of the owner's finds it, and goes the
+    same way."""
+    oci_daemon.extra_args = list(oci_daemon.extra_args or []) + ["--image-tree-max-mib-per-owner", "0"]
+    oci_daemon.restart()
+    try:
+        with Api(oci_daemon) as api:
+            owner = f"trees-{uuid.uuid4().hex[:8]}"
+            r = api.post("/v1/keys", json={"name": "trees", "owner": owner})
+            assert r.status_code == 201, r.text
+        with Api(oci_daemon, key=r.json()["key"]) as api:
+            img = _build(api, f"FROM {registry[0]}/test/tiny:v1\nRUN echo one > /hi\n")
+            assert img["state"] == "ready", img
+            (tree,) = [n for n, o in _trees(oci_daemon).items() if o == owner]
+            path = oci_daemon.state_dir / "oci-images" / tree
+            # As a tree pulled before trees named their owner: a pull of the owner's finds it again.
+            (path / "owner").unlink()
+            again = _build(api, f"FROM {registry[0]}/test/tiny:v1\nRUN echo two > /hi\n")
+            assert again["state"] == "ready", again
+            assert _trees(oci_daemon).get(tree) == owner, (_log(api, again["id"]), list(path.iterdir()))
+            assert api.post(f"/v1/images/{img['id']}:delete", json={}).status_code == 200
+            assert path.exists()  # the other image starts from it
+            assert api.post(f"/v1/images/{again['id']}:delete", json={}).status_code == 200
+            wait_until(lambda: not path.exists(), 30, 0.1, what="the tree's removal")
+            assert tree not in _trees(oci_daemon)
+    finally:
+        oci_daemon.extra_args.remove("--image-tree-max-mib-per-owner")
+        oci_daemon.extra_args.remove("0")
+        oci_daemon.restart()

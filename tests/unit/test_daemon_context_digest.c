@@ -210,11 +210,138 @@ static void test_hostile(void **state) {
         assert_non_null(strstr(why, "more than 4 entries"));
 }
 
+/* real/a.txt, real/sub/b, link -> real, file -> real/a.txt; variant 1
+ * changes real/a.txt, 2 real/sub/b, 3 the link's target (real2, the same
+ * files), 4 other.txt (not reached). */
+static void linked(Tar *t, int variant) {
+        t->len = 0;
+        tar_add(t, "link", '2', 0777, variant == 3 ? "real2" : "real", NULL, 0);
+        tar_add(t, "file", '2', 0777, "real/a.txt", NULL, 0);
+        const char *dirs[] = { "real", "real2" };
+        for (int i = 0; i < 2; i++) {
+                char n[64];
+                snprintf(n, sizeof n, "%s/a.txt", dirs[i]);
+                tar_add(t, n, '0', 0644, NULL, variant == 1 ? "AAA" : "aaa", 3);
+                snprintf(n, sizeof n, "%s/sub/b", dirs[i]);
+                tar_add(t, n, '0', 0644, NULL, variant == 2 ? "B" : "b", 1);
+        }
+        tar_add(t, "other.txt", '0', 0644, NULL, variant == 4 ? "O" : "o", 1);
+        tar_end(t);
+}
+
+/* Which of linked()'s variants change the digest of src: a bit each. */
+static unsigned linked_changes(const char *src) {
+        static Tar t;
+        char base[65], hex[65], why[256];
+        const char *s[] = { src };
+        linked(&t, 0);
+        if (digest_of(&t, s, 1, NULL, base, why) != 0)
+                fail_msg("%s: %s", src, why);
+        unsigned out = 0;
+        for (int v = 1; v <= 4; v++) {
+                linked(&t, v);
+                assert_int_equal(digest_of(&t, s, 1, NULL, hex, why), 0);
+                out |= (unsigned)(strcmp(hex, base) != 0) << v;
+        }
+        return out;
+}
+
+/* A link a source goes through is followed as the copy's shell follows
+ * it; a link the copy keeps as a link is hashed as its target. */
+static void test_links_followed(void **state) {
+        /* Through a directory's link: its files' bytes (real2 holds the
+         * same: a link passed through is not itself copied). */
+        assert_int_equal(linked_changes("link/a.txt"), 1u << 1);
+        assert_int_equal(linked_changes("link"), 1u << 1 | 1u << 2 | 1u << 3);
+        assert_int_equal(linked_changes("link/*"), 1u << 1 | 1u << 2);
+        assert_int_equal(linked_changes("l*/s?b/b"), 1u << 2);
+        /* A link to a file is copied as a link: its target's bytes are not
+         * what is copied. */
+        assert_int_equal(linked_changes("file"), 0);
+        /* The whole context: every file once, links as links. */
+        assert_int_equal(linked_changes(""), 1u << 1 | 1u << 2 | 1u << 3 | 1u << 4);
+        /* The name the copy sees is hashed: link/a.txt is not real/a.txt. */
+        static Tar t;
+        char h1[65], h2[65], why[256];
+        const char *a[] = { "link/a.txt" }, *b[] = { "real/a.txt" };
+        linked(&t, 0);
+        assert_int_equal(digest_of(&t, a, 1, NULL, h1, why), 0);
+        assert_int_equal(digest_of(&t, b, 1, NULL, h2, why), 0);
+        assert_string_not_equal(h1, h2);
+}
+
+/* A chain of links, a loop, links to nothing, out of the context. */
+static void test_links_hostile(void **state) {
+        static Tar t;
+        char hex[65], empty[65], h2[65], why[256];
+        const char *none[] = { "missing" };
+        t.len = 0;
+        tar_add(&t, "real/a.txt", '0', 0644, NULL, "aaa", 3);
+        tar_add(&t, "c1", '2', 0777, "c2", NULL, 0);
+        tar_add(&t, "c2", '2', 0777, "d/c3", NULL, 0);
+        tar_add(&t, "d/c3", '2', 0777, "../real", NULL, 0);
+        tar_add(&t, "loop1", '2', 0777, "loop2", NULL, 0);
+        tar_add(&t, "loop2", '2', 0777, "loop1", NULL, 0);
+        tar_add(&t, "self", '2', 0777, ".", NULL, 0);
+        tar_add(&t, "dangling", '2', 0777, "nothing", NULL, 0);
+        tar_end(&t);
+        assert_int_equal(digest_of(&t, none, 1, NULL, empty, why), 0);
+        /* A chain: followed to real's bytes. */
+        const char *chain[] = { "c1/a.txt" }, *real[] = { "real/a.txt" };
+        assert_int_equal(digest_of(&t, chain, 1, NULL, hex, why), 0);
+        assert_string_not_equal(hex, empty);
+        assert_int_equal(digest_of(&t, real, 1, NULL, h2, why), 0);
+        assert_string_not_equal(hex, h2);
+        /* A loop, and a link to nothing: the copy finds nothing there. */
+        const char *loop[] = { "loop1/a.txt" }, *dangling[] = { "dangling" }, *dangling_in[] = { "dangling/x" };
+        assert_int_equal(digest_of(&t, loop, 1, NULL, hex, why), 0);
+        assert_string_equal(hex, empty);
+        assert_int_equal(digest_of(&t, dangling, 1, NULL, hex, why), 0);
+        assert_string_equal(hex, empty);
+        assert_int_equal(digest_of(&t, dangling_in, 1, NULL, hex, why), 0);
+        assert_string_equal(hex, empty);
+        /* self/self/... : 40 links on one path at most, as the kernel. */
+        char deep[256] = "", deeper[sizeof deep + 16];
+        for (int i = 0; i < 40; i++)
+                strcat(deep, "self/");
+        snprintf(deeper, sizeof deeper, "%sself/real/a.txt", deep);
+        strcat(deep, "real/a.txt");
+        const char *d40[] = { deep }, *d41[] = { deeper };
+        assert_int_equal(digest_of(&t, d40, 1, NULL, hex, why), 0);
+        assert_string_not_equal(hex, empty);
+        assert_int_equal(digest_of(&t, d41, 1, NULL, hex, why), 0);
+        assert_string_equal(hex, empty);
+        /* Globs over a loop end within their bound. */
+        const char *globs[] = { "*/*/*/*/*/*/*/*/*/*/*/*/*/*/*/*/*/*/*/*" };
+        int r = digest_of(&t, globs, 1, NULL, hex, why);
+        assert_true(r == 0 || r == -EFBIG);
+        /* Out of the context, absolute or above it: refused when followed,
+         * as the sandbox's unpacking refuses them; hashed as links when
+         * the copy keeps them as links. */
+        const char *targets[] = { "/etc", "..", "../..", "d/../../x" };
+        for (size_t i = 0; i < 4; i++) {
+                t.len = 0;
+                tar_add(&t, "d/x", '0', 0644, NULL, "x", 1);
+                tar_add(&t, "out", '2', 0777, targets[i], NULL, 0);
+                tar_end(&t);
+                const char *through[] = { "out/passwd" }, *as_dir[] = { "out" }, *glob[] = { "o*/*" };
+                assert_int_equal(digest_of(&t, through, 1, NULL, hex, why), -EPERM);
+                if (!strstr(why, "leads out of the context"))
+                        fail_msg("%s: why: %s", targets[i], why);
+                assert_int_equal(digest_of(&t, as_dir, 1, NULL, hex, why), -EPERM);
+                assert_int_equal(digest_of(&t, glob, 1, NULL, hex, why), -EPERM);
+                const char *d[] = { "d" };
+                assert_int_equal(digest_of(&t, d, 1, NULL, hex, why), 0);
+        }
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_matcher),
                 cmocka_unit_test(test_digest_changes),
                 cmocka_unit_test(test_hostile),
+                cmocka_unit_test(test_links_followed),
+                cmocka_unit_test(test_links_hostile),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

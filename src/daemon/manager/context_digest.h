@@ -15,9 +15,12 @@
  * ("" is the whole context), each component a shell glob (`*`, `?`,
  * `[...]`; a leading dot matched only by a dot), as the copy's shell
  * matches it; an entry is taken when a source matches it or a directory
- * above it. The digest is the SHA-256 of the taken entries in sorted
- * order (by name, then by their place in the archive), each as its
- * name, type, mode, link target and content, every field length-prefixed.
+ * above it. A symbolic link a source goes through, or names when it leads
+ * to a directory, is followed as the copy follows it (context_digest.c);
+ * what it reaches is taken under the copy's name for it. The digest is
+ * the SHA-256 of the taken entries in sorted order (by name, then by
+ * their place in the archive), each as its name, type, mode, link target
+ * and content, every field length-prefixed.
  */
 #include <stdbool.h>
 #include <stddef.h>

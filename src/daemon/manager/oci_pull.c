@@ -815,6 +815,23 @@ static int install_tree(int dirfd, const char *state_dir, const char *name, cons
         return r;
 }
 
+/* A tree kept from before trees named their owner, found again by a pull
+ * of owner's: its name is made of the owner and the manifest's digest, so
+ * it is owner's, and from now on collected as the owner's other trees.
+ * Its bytes first: a crash between leaves it unowned, as it was. */
+static void adopt_tree(const char *dest, const char *owner) {
+        _cleanup_close_ int tfd = open(dest, O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        struct stat st;
+        if (tfd < 0 || fstatat(tfd, TREE_OWNER, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+                return;
+        char bytes[24];
+        snprintf(bytes, sizeof bytes, "%llu\n", (unsigned long long)tree_bytes_at(tfd));
+        if (io_write_text_at(tfd, TREE_BYTES, bytes, false, 0600) == 0 &&
+            io_write_text_at(tfd, TREE_OWNER, owner, true, 0600) == 0)
+                log_info(NULL, "pulled tree %s from before trees named their owner is now its owner's",
+                         strrchr(dest, '/') ? strrchr(dest, '/') + 1 : dest);
+}
+
 void oci_pull_clean(const char *state_dir) {
         _cleanup_free_ char *pulls = NULL, *trees = oci_images_dir(state_dir);
         if (asprintf(&pulls, "%s/oci-pull", state_dir) >= 0)
@@ -895,6 +912,7 @@ int oci_pull(const char *state_dir, const OciPullLimits *lim, const char *owner,
         }
         if (stat(rootfs, &st) == 0 && S_ISDIR(st.st_mode)) {
                 p.reused = true;
+                adopt_tree(dest, owner);
                 goto done;
         }
         Tool unpack = { .sub = "u", .hidden = lim->hidden, .uid = UNPACK_UID, .watch = work, .max_bytes = lim->max_bytes,
@@ -934,6 +952,25 @@ typedef struct Tree {
 static int tree_cmp(const void *a, const void *b) {
         const Tree *x = a, *y = b;
         return x->used != y->used ? (x->used < y->used ? -1 : 1) : strcmp(x->name, y->name);
+}
+
+int oci_trees_owners(const char *state_dir, OciTreeOwnerFn fn, void *userdata) {
+        _cleanup_free_ char *root = oci_images_dir(state_dir);
+        if (!root)
+                return -ENOMEM;
+        DIR *d = opendir(root);
+        if (!d)
+                return errno == ENOENT ? 0 : -errno;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                _cleanup_free_ char *dir = oci_image_dir(state_dir, e->d_name);
+                char path[PATH_MAX], who[256] = "";
+                if (dir && path_join(path, sizeof path, dir, TREE_OWNER) == 0 && io_read_text(path, who, sizeof who) >= 0 &&
+                    who[0])
+                        fn(userdata, who);
+        }
+        closedir(d);
+        return 0;
 }
 
 int oci_trees_collect(const char *state_dir, const char *owner, uint64_t max_bytes, unsigned max_trees,

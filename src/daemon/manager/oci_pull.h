@@ -73,10 +73,16 @@ void oci_pull_clean(const char *state_dir);
 typedef bool (*OciTreeInUseFn)(void *userdata, const char *name);
 /* owner's pulled trees past max_bytes or max_trees: the least recently
  * pulled that in_use says nothing uses are removed until both hold. Trees
- * record their owner at their pull; one from before that is never taken.
+ * record their owner at their pull; one from before that is never taken
+ * until a pull of its owner's finds it again (its name is the owner's).
  * Only while none of owner's pulls runs. */
 int oci_trees_collect(const char *state_dir, const char *owner, uint64_t max_bytes, unsigned max_trees,
                       OciTreeInUseFn in_use, void *userdata);
+
+/* Calls fn with the owner each tree names (once per tree, in no order);
+ * trees that name none are passed over. */
+typedef void (*OciTreeOwnerFn)(void *userdata, const char *owner);
+int oci_trees_owners(const char *state_dir, OciTreeOwnerFn fn, void *userdata);
 
 /* Pulls `ref` (or, with `archive`, reads an OCI layout archive or a
  * `docker save` archive at that path) for `owner`; `auth` is NULL or the

@@ -86,6 +86,14 @@ void user_images_context_sweep(UserImages *u, bool now);
  * recently pulled first (user_images_trees.c). While no build of the
  * owner's runs but the caller's. */
 void user_images_collect_trees(UserImages *u, const char *owner);
+/* The same outside the owner's builds (an image deleted): skipped while a
+ * build of the owner's is queued or running, whose end collects them;
+ * otherwise the owner counts as running meanwhile, so none of its builds
+ * starts a pull. Not under u->lock. */
+void user_images_collect_trees_idle(UserImages *u, const char *owner);
+/* An owner's counts, made with make (under u->lock; NULL: none, or out of
+ * memory). */
+OwnerCount *owner_count(UserImages *u, const char *owner, bool make);
 
 /* The build log's file of image id (malloc'ed; NULL on ENOMEM). */
 char *user_images_log_path(UserImages *u, const char *id);

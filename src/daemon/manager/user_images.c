@@ -147,7 +147,7 @@ void user_images_set_host(UserImages *u, const char *host_id) {
 
 /* ---- the owners' counts (under lock) ---- */
 
-static OwnerCount *owner_count(UserImages *u, const char *owner, bool make) {
+OwnerCount *owner_count(UserImages *u, const char *owner, bool make) {
         for (size_t i = 0; i < u->n_owners; i++)
                 if (strcmp(u->owners[i].owner, owner) == 0)
                         return &u->owners[i];

@@ -151,6 +151,9 @@ int user_images_delete(UserImages *u, const char *owner, const char *id, Sandbox
         _cleanup_free_ char *lp = user_images_log_path(u, id);
         if (lp)
                 unlink(lp);
+        /* A pulled tree only this image started from goes now, not at
+         * the owner's next build. */
+        user_images_collect_trees_idle(u, owner);
         return 0;
 }
 

@@ -1,19 +1,25 @@
 /* The collection of the trees pulled from registries (docs/images.md,
- * "Images from registries"): after each of an owner's builds, the owner's
- * trees past --image-tree-max-mib-per-owner go, least recently pulled
- * first, unless an image, a layer, a snapshot or a sandbox of the owner's
- * still starts from one. An owner runs one build at a time, so no pull of
- * the owner's is under way while its trees are collected. */
+ * "Images from registries"): after each of an owner's builds and each
+ * delete of an owner's image, the owner's trees past
+ * --image-tree-max-mib-per-owner go, least recently pulled first, unless
+ * an image, a layer, a snapshot or a sandbox of the owner's still starts
+ * from one. Pulls run only in builds and an owner runs one build at a
+ * time: after a build, the build's own worker collects; outside one, the
+ * owner counts as running while its trees are collected (the queue starts
+ * none of its builds meanwhile), and an owner with a build queued or
+ * running is left to that build's end. */
 #include "daemon/manager/user_images.h"
 #include "daemon/manager/user_images-internal.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/jsonutil.h"
 #include "common/log.h"
 #include "common/macro.h"
+#include "common/timeutil.h"
 #include "daemon/manager/config.h"
 #include "daemon/manager/oci_pull.h"
 #include "daemon/manager/sandbox.h"
@@ -21,6 +27,8 @@
 
 /* The trees one owner keeps at most, used or not. */
 #define TREES_MAX_PER_OWNER 64u
+/* The sweep of every owner's trees, at a build's end, at most this often. */
+#define TREES_SWEEP_EVERY_SECONDS 300
 /* The owner's images one collection reads at most. */
 #define TREES_IMAGES_SCAN_MAX 100000u
 
@@ -98,12 +106,62 @@ static bool tree_in_use(void *userdata, const char *name) {
         return iu->failed || json_object_get(iu->names, name) != NULL;
 }
 
-void user_images_collect_trees(UserImages *u, const char *owner) {
+static void collect(UserImages *u, const char *owner) {
         InUse iu = { .u = u, .owner = owner };
         int r = oci_trees_collect(u->cfg->state_dir, owner, (uint64_t)u->cfg->image_tree_max_mib_per_owner << 20,
                                   TREES_MAX_PER_OWNER, tree_in_use, &iu);
         if (r < 0)
                 log_warn(NULL, "collecting the pulled trees of an owner: %s", strerror(-r));
         json_decref(iu.names);
+}
+
+void user_images_collect_trees_idle(UserImages *u, const char *owner) {
+        pthread_mutex_lock(&u->lock);
+        OwnerCount *c = owner_count(u, owner, true);
+        bool busy = !c || c->running > 0 || c->queued > 0;
+        if (!busy)
+                c->running++;
+        pthread_mutex_unlock(&u->lock);
+        if (busy)
+                return;
+        collect(u, owner);
+        pthread_mutex_lock(&u->lock);
+        if ((c = owner_count(u, owner, false)))
+                c->running--;
+        /* A build of the owner's queued meanwhile may start. */
+        pthread_cond_broadcast(&u->cond);
+        pthread_mutex_unlock(&u->lock);
+}
+
+/* Every owner's trees, at most every TREES_SWEEP_EVERY_SECONDS: an image
+ * deleted while a build of its owner's ran, or a sandbox deleted, leaves a
+ * tree nothing uses that no delete of an image of the owner's collects. */
+static pthread_mutex_t sweep_lock = PTHREAD_MUTEX_INITIALIZER;
+static int64_t swept_at;
+
+static void owner_seen(void *userdata, const char *owner) {
+        json_object_set_new(userdata, owner, json_true());
+}
+
+static void sweep(UserImages *u, const char *but) {
+        int64_t t = time_now_unix();
+        pthread_mutex_lock(&sweep_lock);
+        bool due = t - swept_at >= TREES_SWEEP_EVERY_SECONDS;
+        if (due)
+                swept_at = t;
+        pthread_mutex_unlock(&sweep_lock);
+        _cleanup_json_ json_t *owners = due ? json_object() : NULL;
+        if (!owners || oci_trees_owners(u->cfg->state_dir, owner_seen, owners) < 0)
+                return;
+        const char *owner;
+        json_t *v;
+        json_object_foreach(owners, owner, v)
+                if (strcmp(owner, but) != 0)
+                        user_images_collect_trees_idle(u, owner);
+}
+
+void user_images_collect_trees(UserImages *u, const char *owner) {
+        collect(u, owner);
+        sweep(u, owner);
         user_images_context_sweep(u, false);
 }
