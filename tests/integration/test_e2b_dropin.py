@@ -206,6 +206,7 @@ out = {}
 """
 
 
+@pytest.mark.driver_independent  # the drop-in's calls; the interpreter per driver: test_interpreter*.py
 def test_code_interpreter(pub, sandbox):
     got = pub(CI + """
 sb.run_code("x = 41")

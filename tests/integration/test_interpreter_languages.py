@@ -31,6 +31,7 @@ def need_bash(sbx) -> None:
         pytest.skip("the image has no bash_kernel (the default image of images/build.sh has it)")
 
 
+@pytest.mark.driver_independent  # the listing is the daemon's
 def test_default_contexts_are_listed_from_the_start(sandbox):
     got = listed(sandbox)
     assert "python" in got, got
@@ -180,6 +181,7 @@ def test_the_minimal_image_runs_python_on_the_loop_and_no_bash(api, driver, imag
     assert_error(r, 400, "invalid_request", mentions="language javascript needs its Jupyter kernel (deno)")
 
 
+@pytest.mark.driver_independent  # bash's own semantics; bash per driver: its context, timeout and interrupt tests
 def test_bash_keeps_state_between_cells(sandbox):
     need_bash(sandbox)
     first = run(sandbox, "x=6; cd /tmp; echo started", language="bash", http_timeout=300)

@@ -249,6 +249,7 @@ def test_pool_sandbox_is_no_ones_until_handed_out(pool, papi):
     assert [s["id"] for s in papi.get("/v1/sandboxes").json()["sandboxes"]] == [sid]
 
 
+@pytest.mark.driver_independent  # which creates a pool serves is the daemon's match
 def test_creates_the_pool_cannot_serve_go_cold(pool, papi):
     """Another shape, another image or a disk from a snapshot: the create starts cold and the
     pool's ready sandbox stays where it is."""
@@ -475,6 +476,7 @@ def test_pooled_sandbox_of_another_user_gets_its_own_kernel(pool, papi):
 
 
 @pytest.mark.parametrize("pdriver", [d for d in POOL_DRIVERS if d != "microvm"])
+@pytest.mark.driver_independent  # the option is the daemon's
 def test_no_warm_pool_kernel_keeps_the_pool_without_one(pdriver, build_dir, image_dir, tmp_path):
     """--no-warm-pool-kernel: the pool's sandboxes hold no kernel; a pooled create's kernel is
     the one the create starts ahead (newer than the sandbox), as without a pool."""
