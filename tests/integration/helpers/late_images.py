@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from helpers.prebuild import raise_group, stop_group
+
 NICE = 15
 IMAGES = ("desktop", "analysis")
 SUITE = "bookworm"
@@ -86,32 +88,11 @@ class LateImages:
 
     def hurry(self) -> None:
         """A test now waits for the job: it runs at normal priority from here on."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.setpriority(os.PRIO_PGRP, self.proc.pid, 0)
-        except (PermissionError, ProcessLookupError):
-            pass
+        raise_group(self.proc)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        # The builders clean up after the shell has gone: wait for the group.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(self.proc.pid, 0)
-            except ProcessLookupError:
-                break
-            self.proc.poll()
-            time.sleep(0.2)
-        else:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+        stop_group(self.proc, 60)
+
 
 # The suite's one job (conftest.py starts it; the tests that wait hurry it).
 JOB = LateImages()

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 # Niceness of the background build while other tests run.
@@ -49,24 +50,43 @@ class Prebuild:
         caller's own `make` decides."""
         if self.proc is None:
             return
-        try:
-            os.setpriority(os.PRIO_PGRP, self.proc.pid, 0)
-        except (PermissionError, ProcessLookupError):
-            pass
+        raise_group(self.proc)
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.stop()
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
+        stop_group(self.proc, 30)
+
+
+def raise_group(proc: subprocess.Popen | None) -> None:
+    """A background job a test now waits for runs at normal priority from here on."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.setpriority(os.PRIO_PGRP, proc.pid, 0)
+    except (PermissionError, ProcessLookupError):
+        pass
+
+
+def stop_group(proc: subprocess.Popen | None, grace: float) -> None:
+    """SIGTERM to the job's process group, then a wait for the whole group (its
+    children clean up after its leader has gone); SIGKILL past grace seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, 0)
         except ProcessLookupError:
-            return
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            break
+        proc.poll()
+        time.sleep(0.2)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
