@@ -21,10 +21,8 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from helpers.prebuild import raise_group, stop_group
