@@ -237,7 +237,9 @@ static int64_t chunks_swept_at;
 /* When this process's holds began (its start's sweep). The holds of the
  * process before it are gone with it: a chunk last used before then is
  * held for CHUNK_HOLD_SECONDS after that use, read from its time of use
- * (the file's mtime, which a `missing` query and a PUT set). */
+ * (the file's mtime, which a `missing` query and a PUT set). Seconds: a
+ * chunk used in the second the process started counts as used before it
+ * (holding one more chunk is safe, freeing a named one is not). */
 static int64_t holds_since;
 
 static bool digest_ok(const char *s) {
@@ -301,7 +303,7 @@ static void hold_set(const char *ohash, const char *digest, int64_t until) {
 }
 
 static bool held(const char *key, int64_t mtime, int64_t now) {
-        if (mtime < holds_since && mtime > now - CHUNK_HOLD_SECONDS)
+        if (mtime <= holds_since && mtime > now - CHUNK_HOLD_SECONDS)
                 return true;
         return json_integer_value(json_object_get(chunk_holds, key)) > now;
 }
