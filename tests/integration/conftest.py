@@ -62,7 +62,7 @@ from helpers import (LIVE_DAEMONS, REPO, Api, Daemon, DaemonError, cgroup_dirs, 
                      cgroup_procs_under, remove_empty_cgroup_tree, skip_unless_driver, tail,
                      first_driver, wait_until)
 from helpers.prebuild import Prebuild  # noqa: E402
-from helpers import late_images  # noqa: E402
+from helpers import first_image, late_images  # noqa: E402
 
 # RUNTIME_TEST_DRIVERS=namespace narrows the driver-parametrized tests.
 DRIVERS = [d for d in os.environ.get("RUNTIME_TEST_DRIVERS", "namespace,gvisor,microvm").split(",") if d]
@@ -95,11 +95,24 @@ def _late_modules(items) -> set:
             if item.path.name in LATE_MODULES or LATE_FIXTURES & set(getattr(item, "fixturenames", ()))}
 
 
+def _needs_no_image(item) -> bool:
+    """Items that run before the default image is ready (helpers/first_image.py):
+    those outside the integration tests, and the release lane's C unit tests but
+    the drivers'."""
+    if item.path.parent != Path(__file__).parent:
+        return True
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return (item.path.name == "test_c_suites.py" and params.get("lane") == "release"
+            and not str(params.get("binary", "test_driver_")).startswith("test_driver_"))
+
+
 def pytest_collection_modifyitems(config, items):
     # The sanitizer lane runs last: its build runs beside everything before
-    # it. Before it, the modules that need the late images.
+    # it. Before it, the modules that need the late images. First, what needs
+    # no image, while the default image is made.
     late = _late_modules(items)
-    items.sort(key=lambda item: (item.get_closest_marker("sanitizer_lane") is not None, item.path in late))
+    items.sort(key=lambda item: (item.get_closest_marker("sanitizer_lane") is not None, item.path in late,
+                                 not _needs_no_image(item)))
     if RUN_ALL:
         return
     for item in items:
@@ -155,7 +168,14 @@ def build_dir(request, tmp_path_factory) -> Path:
     for prog in ("runtimed", "runtime-agent", "runtime", "runtime-image-build"):
         if not (build / prog).exists():
             pytest.fail(f"`make` did not produce build/{prog}", pytrace=False)
-    if any(item.get_closest_marker("sanitizer_lane") for item in request.session.items):
+    items = request.session.items
+    if not all(_needs_no_image(item) for item in items):
+        microvm = "microvm" in DRIVERS and any("microvm" in item.nodeid and not item.get_closest_marker("skip")
+                                               for item in items)
+        first_image.JOB.start(build, Path(os.environ.get("RUNTIME_TEST_IMAGE_DIR") or DEFAULT_IMAGE_DIR),
+                              tmp_path_factory.getbasetemp() / "first-image.log", microvm)
+        request.addfinalizer(first_image.JOB.stop)
+    if any(item.get_closest_marker("sanitizer_lane") for item in items):
         PREBUILD.start(tmp_path_factory.getbasetemp() / "sanitizer-prebuild.log")
         request.addfinalizer(PREBUILD.stop)
     return build
@@ -194,6 +214,7 @@ def _start_late_images(request, tmp_path_factory, tool: Path, d: Path) -> None:
 def image_dir(request, tmp_path_factory, build_dir: Path) -> Path:
     d = Path(os.environ.get("RUNTIME_TEST_IMAGE_DIR") or DEFAULT_IMAGE_DIR)
     tool = build_dir / "runtime-image-build"
+    first_image.JOB.wait()
     check = subprocess.run([str(tool), "--check", str(d), "default"], capture_output=True,
                            text=True)
     if check.returncode == 0:
@@ -410,6 +431,7 @@ def need_microvm_parts(build_dir: Path, image_dir: Path, image: str = "default")
     test run with runtime-microvm-build: a create never builds them. Skips
     when they cannot be made here."""
     if (image_dir, image) not in _microvm_parts:
+        first_image.JOB.wait()
         tool = build_dir / "runtime-microvm-build"
         problem = None
         if not tool.exists():

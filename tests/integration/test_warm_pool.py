@@ -193,6 +193,7 @@ def test_pooled_and_cold_answer_and_look_alike(pool, papi):
     assert p2["allowed"] != "200" and p2["denied"] == "200", p2
 
 
+@pytest.mark.driver_independent  # which sandbox goes to which owner is the daemon's
 def test_two_owners_get_different_sandboxes(pool, papi):
     """Two owners' pooled creates get two sandboxes; neither sees the other's, and nothing the
     first wrote is in the second's."""
@@ -448,6 +449,7 @@ def test_pool_kernel_answers_the_first_cell_with_the_creates_env(pool, papi):
     assert out["stdout"] == "owner a\n" and out["executionCount"] == 3, out
 
 
+@pytest.mark.driver_independent  # which kernel a hand-out keeps is the daemon's and the agent's
 def test_two_owners_never_share_a_kernel(pool, papi):
     """Two owners' pooled creates each get a kernel of their own: what one defines and its env
     are not in the other's."""
@@ -467,6 +469,7 @@ def test_two_owners_never_share_a_kernel(pool, papi):
         other.close()
 
 
+@pytest.mark.driver_independent  # which kernel a hand-out keeps is the daemon's and the agent's
 def test_pooled_sandbox_of_another_user_gets_its_own_kernel(pool, papi):
     """A create whose user is not the one the pool's kernel runs as (root) does not keep it: its
     cells run as root, on a kernel of its own."""

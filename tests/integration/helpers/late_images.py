@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -71,14 +72,16 @@ class LateImages:
         """Starts the job for what is missing; nothing when all is there."""
         if self.proc is not None or os.geteuid() != 0 or shutil.which("debootstrap") is None:
             return
-        steps = [f"{tool} {image_dir} {name}" for name in IMAGES
+        steps = [(name, shlex.join([str(tool), str(image_dir), name])) for name in IMAGES
                  if subprocess.run([str(tool), "--check", str(image_dir), name]).returncode != 0]
         if debian and not (PACKAGING_CACHE / f"{SUITE}-root/usr/bin/apt-get").exists():
-            steps.append(f"{sys.executable} {Path(__file__).resolve()} debian-root")
+            # As a module of the tests' package, so that its imports resolve.
+            steps.append(("debian-root", f"cd {shlex.quote(str(Path(__file__).resolve().parents[1]))} && "
+                                         f"{shlex.join([sys.executable, '-m', 'helpers.late_images', 'debian-root'])}"))
         if not steps:
             return
         # Each step on its own: one that fails leaves the next to run.
-        script = "; ".join(f"{s} || echo 'failed ('$?'): {s}'" for s in steps)
+        script = "; ".join(f"( {cmd} ) || echo \"failed ($?): {name}\"" for name, cmd in steps)
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(["nice", "-n", str(NICE), "sh", "-c", script],
                                          stdout=log, stderr=subprocess.STDOUT,
