@@ -6,7 +6,9 @@ tag moved through b is seen on a, and a delete through b removes the disk on a. 
 moved on during a build writes nothing of it (not its disk, not its end), and the sweeper fails it
 once the host is dead. An image whose host is dead answers a create and a log read 503 at once,
 saying to build it again; a rebuild through the surviving host builds again there (the cache is
-per host), and the dead host's disk goes at its next start once its record is deleted."""
+per host), and the dead host's disk goes at its next start once its record is deleted. A build sent
+to b whose FROM or COPY --from names an image a keeps fails at that line naming a; sent to a, it
+runs (a build secret too)."""
 from __future__ import annotations
 
 import gzip
@@ -251,3 +253,32 @@ def test_an_image_whose_host_is_gone(pair):
         assert not (a.state_dir / "user-images" / f"{old}.log").exists()
         wait_until(lambda: _host_state(b, a.api_key, "img-a") == "live", 20, what="a live again")
         assert on_a.get(f"/v1/images/{new}").json()["state"] == "ready"
+
+
+def test_a_build_naming_an_image_another_host_keeps(pair):
+    """A build sent to host b whose FROM or COPY --from names the owner's image kept by host a
+    (its disk is a's file) fails at that line, naming the host to send it to; a build of the same
+    kind sent to a runs, secrets included."""
+    a, b, _ = pair
+    name = f"kept-{uuid.uuid4().hex[:8]}"
+    key = _owner_key(a)
+    with Api(a, key=key) as on_a, Api(b, key=key) as via_b:
+        assert _ended(on_a, _build(on_a, name))["state"] == "ready"
+        for dockerfile in (f"FROM {name}:v1\nRUN cat /opt/app/hello.txt\n",
+                           f"FROM default\nCOPY --from={name}:v1 /opt/app/hello.txt /hello.txt\n"):
+            image = _ended(via_b, _build(via_b, f"{name}-b", dockerfile=dockerfile, files={"x": b"x"}))
+            assert image["state"] == "failed", image
+            assert "img-a" in image["error"] and "send the build to that host" in image["error"], image
+        dockerfile = (f"FROM {name}:v1\nCOPY --from={name}:v1 /opt/app/hello.txt /copied.txt\n"
+                      "RUN --mount=type=secret,id=tok cat /run/secrets/tok > /dev/null && cat /copied.txt\n")
+        data = _tar({"x": b"x"})
+        digest = hashlib.sha256(data).hexdigest()
+        assert on_a.put(f"/v1/images/context/{digest}", content=data).status_code == 200
+        r = on_a.post("/v1/images", json={"name": f"{name}-a", "dockerfile": dockerfile, "tags": ["v1"],
+                                          "secrets": {"tok": "s3cret-value"},
+                                          "context": {"archive": {"sha256": digest, "size": len(data),
+                                                                  "chunks": [digest]}, "files": []}})
+        assert r.status_code == 201, r.text
+        image = _ended(on_a, r.json()["id"])
+        assert image["state"] == "ready", (image, _log_lines(on_a, image["id"]))
+        assert any("hello from the context" in x for x in _log_lines(via_b, image["id"]))

@@ -1007,6 +1007,15 @@ int build_resolve_from(Build *b, const char *from, char **ret_base, char **ret_s
                 store_image_row_clear(&row);
                 return build_fail(b, "FROM %.128s: that image is %s, not ready", from, row.state);
         }
+        /* In a fleet its disk is a file of the host that built it: a build
+         * elsewhere cannot start from it (its context's chunks are here). */
+        if (row.host_id[0] && b->u->host_id[0] && strcmp(row.host_id, b->u->host_id) != 0) {
+                char host[sizeof row.host_id];
+                snprintf(host, sizeof host, "%s", row.host_id);
+                store_image_row_clear(&row);
+                return build_fail(b, "%.128s: that image is kept by host %s, where its disk is; send the build to "
+                                     "that host", from, host);
+        }
         _cleanup_json_ json_t *doc = json_loads(row.doc, 0, NULL);
         store_image_row_clear(&row);
         const char *base = json_string_value(json_object_get(doc, "base"));

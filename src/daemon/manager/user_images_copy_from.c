@@ -44,9 +44,10 @@ int build_image_source(Build *b, const char *ref, Build **ret) {
         r = build_resolve_from(o, name, &o->base, &o->base_snap, &config);
         if (r == 0)
                 r = build_stage_sandbox(o);
+        /* Said as the step's own failure (its line, as a FROM's is). */
         if (r < 0)
-                snprintf(b->error, sizeof b->error, "%s", o->error[0] ? o->error : "out of memory");
-        return r < 0 ? -EINVAL : 0;
+                return build_fail(b, "%s", o->error[0] ? o->error : "out of memory");
+        return 0;
 }
 
 void build_image_source_free(Build **o) {
