@@ -1058,7 +1058,7 @@ static int open_manager(Daemon *d, const DaemonOptions *o) {
                         user_images_set_seal_key(d->user_images, seal_key);
                 explicit_bzero(seal_key, sizeof seal_key);
         }
-        user_images_set_host(d->user_images, fleet_host_id(d->fleet));
+        user_images_set_host(d->user_images, fleet_host_id(d->fleet), !fleet_single(d->fleet));
         if ((r = fleet_set_images(d->fleet, d->user_images)) < 0) {
                 log_error(NULL, "cannot write the images at this host's epoch: %s", strerror(-r));
                 return 1;

@@ -53,6 +53,7 @@ struct UserImages {
         char *dir;     /* state_dir/user-images */
         char *ctx_dir; /* state_dir/image-context */
         char host_id[64];
+        bool fleet; /* hosts share the store: another host may keep an image */
         pthread_mutex_t lock;
         pthread_cond_t cond;
         Job *queue; /* oldest first */

@@ -141,8 +141,9 @@ void user_images_set_manager(UserImages *u, const struct DaemonConfig *cfg, Mana
         u->snapshots = snapshots;
 }
 
-void user_images_set_host(UserImages *u, const char *host_id) {
+void user_images_set_host(UserImages *u, const char *host_id, bool fleet) {
         snprintf(u->host_id, sizeof u->host_id, "%s", host_id ? host_id : "");
+        u->fleet = fleet;
 }
 
 /* ---- the owners' counts (under lock) ---- */
@@ -1009,7 +1010,7 @@ int build_resolve_from(Build *b, const char *from, char **ret_base, char **ret_s
         }
         /* In a fleet its disk is a file of the host that built it: a build
          * elsewhere cannot start from it (its context's chunks are here). */
-        if (row.host_id[0] && b->u->host_id[0] && strcmp(row.host_id, b->u->host_id) != 0) {
+        if (b->u->fleet && row.host_id[0] && strcmp(row.host_id, b->u->host_id) != 0) {
                 char host[sizeof row.host_id];
                 snprintf(host, sizeof host, "%s", row.host_id);
                 store_image_row_clear(&row);

@@ -91,7 +91,7 @@ void image_build_request_done(ImageBuildRequest *r);
 int user_images_open(const StoreBackend *b, const char *location, const char *state_dir, UserImages **ret);
 struct DaemonConfig;
 void user_images_set_manager(UserImages *u, const struct DaemonConfig *cfg, Manager *m, SnapshotStore *snapshots);
-void user_images_set_host(UserImages *u, const char *host_id);
+void user_images_set_host(UserImages *u, const char *host_id, bool fleet);
 /* The key that seals the registries' secrets (egress_seal.h); without it
  * credentials cannot be stored. */
 void user_images_set_seal_key(UserImages *u, const uint8_t key[32]);
