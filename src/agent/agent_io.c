@@ -160,12 +160,13 @@ void agent_pipe_ended(Agent *a, Stream *s, int which) {
 void agent_pty_resize(Stream *s, unsigned cols, unsigned rows) {
         int fd = s->fds[PIPE_OUT];
         struct winsize was;
-        if (ioctl(fd, TIOCGWINSZ, &was) < 0 || exec_pty_resize(fd, cols, rows) < 0)
+        bool known = ioctl(fd, TIOCGWINSZ, &was) == 0;
+        if (exec_pty_resize(fd, cols, rows) < 0)
                 return;
         s->pty_cols = (unsigned short)cols;
         s->pty_rows = (unsigned short)rows;
         s->pty_guard_until_ms = 0;
-        if (was.ws_col != s->pty_cols || was.ws_row != s->pty_rows) {
+        if (known && (was.ws_col != s->pty_cols || was.ws_row != s->pty_rows)) {
                 s->pty_was_cols = was.ws_col;
                 s->pty_was_rows = was.ws_row;
                 s->pty_guard_until_ms = time_now_mono_ms() + PTY_GUARD_MS;
