@@ -43,6 +43,10 @@
 /* After the group was killed, an escaped process (its own session) can still
  * hold the pipes: stop draining them this long after. */
 #define FINAL_DRAIN_MS 2000
+/* After the host resizes a terminal, how long and how often the agent checks
+ * that its size was not put back (pty_guard in agent_io.c). */
+#define PTY_GUARD_MS 1000
+#define PTY_GUARD_EVERY_MS 5
 /* The id a stream of a saved machine's earlier channel takes in a copy of
  * that machine: never found by a frame's id, and whatever it would send is
  * dropped (the copy's host never opened it). */
@@ -114,6 +118,10 @@ typedef struct Stream {
         bool timed_out;
         bool group_killed;
         bool pty; /* fds[PIPE_IN] and fds[PIPE_OUT] are its master; no stderr */
+        /* The host's last size of the terminal and the one before it, kept
+         * until pty_guard_until_ms (0: no guard). */
+        unsigned short pty_cols, pty_rows, pty_was_cols, pty_was_rows;
+        uint64_t pty_guard_until_ms;
         bool sync_after; /* sync() before its RESULT (the request's syncAfter) */
         uint64_t oom_kills_before; /* limits_oom_kills() when it started */
         unsigned oom_killed;       /* processes of its group the agent's memory watch killed */
@@ -225,6 +233,10 @@ void agent_send_frame(Agent *a, uint8_t type, uint8_t flags, uint32_t stream, co
 void agent_send_json_new(Agent *a, uint8_t type, uint32_t stream, json_t *j);
 void agent_send_window(Agent *a, Stream *s, bool force);
 void agent_stdin_writable(Agent *a, Stream *s);
+/* The host's new size of a terminal's window, and the check that keeps it
+ * (agent_io.c). */
+void agent_pty_resize(Stream *s, unsigned cols, unsigned rows);
+void agent_pty_guard(Stream *s, uint64_t now);
 Stream *agent_stream_find(Agent *a, uint32_t id);
 void agent_stream_free(Stream *s);
 void agent_sweep(Agent *a);

@@ -979,7 +979,7 @@ static void handle_frame(Agent *a, const ProtoHeader *h, const uint8_t *p) {
                 unsigned cols, rows;
                 if (s->kind == STREAM_EXEC && s->pty && s->fds[PIPE_OUT] >= 0 &&
                     agent_request_parse_resize(p, h->length, &cols, &rows) == 0)
-                        (void)exec_pty_resize(s->fds[PIPE_OUT], cols, rows);
+                        agent_pty_resize(s, cols, rows);
                 break;
         }
         default:
@@ -1197,6 +1197,8 @@ static int exec_due_ms(const Stream *s, uint64_t now) {
                 due = s->drain_until_ms ? s->drain_until_ms : now;
         else if (pipes_open && s->final_until_ms > now)
                 due = s->final_until_ms;
+        if (s->pty_guard_until_ms && (!due || now + PTY_GUARD_EVERY_MS < due))
+                due = now + PTY_GUARD_EVERY_MS;
         if (!due)
                 return -1;
         return due > now ? (int)(due - now < 60000 ? due - now : 60000) : 0;

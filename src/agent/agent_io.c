@@ -18,6 +18,7 @@
 #include <string.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -142,7 +143,54 @@ void agent_pipe_ended(Agent *a, Stream *s, int which) {
                 reap(a);
 }
 
+/* ---- a terminal's size ---- */
+
+/*
+ * Readline, as it takes the terminal for each prompt, reads the window size
+ * and writes the same size back (rltty.c, set_winsize). A resize from the
+ * host that lands between the two is undone: the shell's next command sees
+ * the old size, and no later SIGWINCH says otherwise. gVisor's slower system
+ * calls make that window wide enough to hit under load. For a while after a
+ * resize the agent puts the host's size back when the terminal has the one
+ * from before it again, checked before each write of the host's keys (which
+ * the shell reads once readline has written the size back) and every few ms.
+ * A program that sets the size itself is left alone unless it picks that
+ * very size within the guard's second.
+ */
+void agent_pty_resize(Stream *s, unsigned cols, unsigned rows) {
+        int fd = s->fds[PIPE_OUT];
+        struct winsize was;
+        bool known = ioctl(fd, TIOCGWINSZ, &was) == 0;
+        if (exec_pty_resize(fd, cols, rows) < 0)
+                return;
+        s->pty_cols = (unsigned short)cols;
+        s->pty_rows = (unsigned short)rows;
+        s->pty_guard_until_ms = 0;
+        if (known && (was.ws_col != s->pty_cols || was.ws_row != s->pty_rows)) {
+                s->pty_was_cols = was.ws_col;
+                s->pty_was_rows = was.ws_row;
+                s->pty_guard_until_ms = time_now_mono_ms() + PTY_GUARD_MS;
+        }
+}
+
+void agent_pty_guard(Stream *s, uint64_t now) {
+        if (!s->pty_guard_until_ms || s->fds[PIPE_OUT] < 0)
+                return;
+        if (now >= s->pty_guard_until_ms) {
+                s->pty_guard_until_ms = 0;
+                return;
+        }
+        struct winsize w;
+        if (ioctl(s->fds[PIPE_OUT], TIOCGWINSZ, &w) == 0 && w.ws_col == s->pty_was_cols &&
+            w.ws_row == s->pty_was_rows)
+                (void)exec_pty_resize(s->fds[PIPE_OUT], s->pty_cols, s->pty_rows);
+}
+
+/* ---- a child's stdin ---- */
+
 void agent_stdin_writable(Agent *a, Stream *s) {
+        if (s->pty)
+                agent_pty_guard(s, time_now_mono_ms());
         while (s->in_head) {
                 Chunk *c = s->in_head;
                 ssize_t n = write(s->fds[PIPE_IN], c->data + c->off, c->len - c->off);
@@ -173,6 +221,8 @@ void agent_stdin_writable(Agent *a, Stream *s) {
 }
 
 void agent_exec_check(Agent *a, Stream *s, uint64_t now) {
+        if (s->pty)
+                agent_pty_guard(s, now);
         if (!s->exited) {
                 if (s->deadline_ms && now >= s->deadline_ms && !s->timed_out) {
                         s->timed_out = true;
