@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from helpers.prebuild import stop_group
+from helpers.prebuild import stop_group, wait_group
 
 
 class FirstImage:
@@ -43,12 +43,7 @@ class FirstImage:
 
     def wait(self, timeout: float = 1800) -> None:
         """Waits for the job; its result is not read here (the caller checks the image)."""
-        if self.proc is None:
-            return
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.stop()
+        wait_group(self.proc, timeout, 60)
 
     def stop(self) -> None:
         stop_group(self.proc, 60)

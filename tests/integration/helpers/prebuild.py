@@ -48,16 +48,21 @@ class Prebuild:
         """Waits for the build, raising its priority first: from here on
         the suite waits for nothing else. Its result is not read here; the
         caller's own `make` decides."""
-        if self.proc is None:
-            return
         raise_group(self.proc)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.stop()
+        wait_group(self.proc, timeout, 30)
 
     def stop(self) -> None:
         stop_group(self.proc, 30)
+
+
+def wait_group(proc: subprocess.Popen | None, timeout: float, grace: float) -> None:
+    """Waits for a background job; past timeout, stops its whole group (stop_group)."""
+    if proc is None:
+        return
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        stop_group(proc, grace)
 
 
 def raise_group(proc: subprocess.Popen | None) -> None:
