@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO
+from helpers.prebuild import fuzz_run_command
 
 UNIT_DIR = REPO / "tests" / "unit"
 LANES = {"release": ("unit-build", REPO / "build" / "tests"),
@@ -217,12 +218,20 @@ def test_fuzzers_over_their_corpora(build_dir, sanitizer_build):
         pytest.skip("no fuzz targets in tests/fuzz")
     sanitizer_build.wait()
     # A few seconds of new inputs per target by default; RUNTIME_TEST_ALL=1
-    # fuzzes each for longer. Two targets at a time, each one's output kept
-    # whole (-Otarget).
-    seconds = 30 if RUN_ALL else 4
-    r = subprocess.run(["make", "-j2", "-Otarget", "fuzz-run", f"FUZZ_SECONDS={seconds}"], cwd=REPO,
-                       capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, f"make fuzz-run failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"
+    # fuzzes each for longer (helpers/prebuild.py). The run the background
+    # job made, when it finished one; else one here.
+    got = sanitizer_build.fuzz_result()
+    if got is None:
+        r = subprocess.run(fuzz_run_command(), cwd=REPO, capture_output=True, text=True, timeout=1800)
+        got = (r.returncode, r.stdout + r.stderr)
+    returncode, out = got
+    assert returncode == 0, f"make fuzz-run failed:\n{out[-12000:]}"
+    # Every target ran to its end: make names each, and libFuzzer's last line says how long it ran.
+    targets = sorted(p.stem for p in (REPO / "tests" / "fuzz").glob("fuzz_*.c"))
+    ran = [t for t in targets if f"== build/fuzz/{t}\n" in out]
+    done = len(re.findall(r"^Done \d+ runs in \d+ second", out, re.M))
+    assert len(ran) == len(targets) and done == len(targets), \
+        f"fuzz-run did not run every target to its end ({len(ran)} named, {done} done, of {len(targets)}):\n{out[-6000:]}"
 
 
 # ---------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from, the root (debootstrap's minbase) and the downloaded packages for good.
 Each run installs into an overlay over the cached root, so every install is
 into a fresh root."""
 import contextlib
-import hashlib
 import os
 import re
 import shutil
@@ -29,9 +28,6 @@ from helpers import late_images
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("RUNTIME_PACKAGING_CACHE", "/var/cache/runtime/packaging"))
 SUITE = "bookworm"
-# What the package is made from; a change to any of these makes a new .deb.
-PACKAGE_INPUTS = ("Makefile", "VERSION", "debian", "packaging", "src", "images", "scripts/install-runsc.sh",
-                  "scripts/runsc")
 BINARIES = ("/usr/bin/runtimed", "/usr/bin/runtime", "/usr/libexec/runtime/runtime-agent",
             "/usr/libexec/runtime/runtime-egress", "/usr/libexec/runtime/runtime-supervisor")
 
@@ -55,40 +51,19 @@ def run(cmd, timeout=600, **kw) -> subprocess.CompletedProcess:
     return r
 
 
-def inputs_hash() -> str:
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z", "--", *PACKAGE_INPUTS],
-                           cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
-    h = hashlib.sha256()
-    for name in sorted(f for f in files if f):
-        p = REPO / os.fsdecode(name)
-        if p.is_file():
-            h.update(name + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
 @pytest.fixture(scope="module")
 def deb() -> Path:
     """runtime_*.deb, built by `make deb` (dpkg-buildpackage) unless the
-    cache holds one of the same inputs."""
+    cache holds one of the same inputs (helpers/late_images.py, which the
+    suite may have started in the background)."""
     need_root()
-    need("dpkg-buildpackage", "dh", "git")
-    out = CACHE / "deb" / inputs_hash()
-    found = sorted(out.glob("runtime_*.deb"))
-    if found:
-        return found[0]
-    build = CACHE / "deb-build"
-    shutil.rmtree(build, ignore_errors=True)
-    run(["make", f"DEB_OUT={build}", "DEB_JOBS=2", "deb"], cwd=REPO, timeout=1800)
-    made = sorted(build.glob("runtime_*.deb"))
-    assert made, f"make deb made no runtime_*.deb in {build}"
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for f in build.glob("*.deb"):
-        shutil.copy2(f, tmp / f.name)
-    tmp.rename(out)
-    shutil.rmtree(build, ignore_errors=True)
-    return sorted(out.glob("runtime_*.deb"))[0]
+    need(*late_images.PACKAGE_TOOLS)
+    late_images.JOB.hurry()
+    try:
+        return late_images.package(CACHE, REPO)
+    except subprocess.CalledProcessError as e:
+        pytest.fail(f"`make deb` failed ({e.returncode}):\n{(e.stdout or b'')[-8000:].decode(errors='replace')}",
+                    pytrace=False)
 
 
 @pytest.fixture(scope="module")

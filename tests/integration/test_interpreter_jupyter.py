@@ -133,6 +133,9 @@ def test_endless_output_is_bounded_and_reported_truncated(sandbox):
     assert plain(run(sandbox, "kept")) == "3"
 
 
+# The kill after the timeout is the agent's; a kernel that dies per driver is above, and
+# test_exec.py's timeouts kill per driver.
+@pytest.mark.driver_independent
 def test_kernel_that_ignores_an_interrupt_is_killed(sandbox):
     contexts(sandbox, "POST", expect=201, json={"id": "other"})
     run(sandbox, "kept = 'other'", context="other")
@@ -166,6 +169,8 @@ def test_context_cwd_the_user_cannot_enter_is_a_clear_400(sandbox):
     assert "not open to the sandbox's user" in r.json()["error"]["message"]
 
 
+# The escalation is the agent's; test_interpreter.py interrupts a cell per driver.
+@pytest.mark.driver_independent
 def test_interrupt_a_kernel_ignores_is_escalated_to_a_kill(sandbox):
     import threading
     got = {}

@@ -14,7 +14,8 @@ Sessions: a client session to the filesystem server keeps its session id and cal
 without initialize, while the memory server is added and removed by starts with replace; a
 gateway killed is started again and its restarts read in GET, five at most; the router of the
 public port refuses what names no server. Against the real daemon, on the
-namespace and gVisor drivers; no traffic leaves the machine (the upstreams are
+namespace and gVisor drivers (the sessions' and the router's checks on the first of them
+unless RUNTIME_TEST_ALL=1: they are the gateway's, the same program on every driver); no traffic leaves the machine (the upstreams are
 egress_servers.py's on 127.0.0.1, under test names)."""
 from __future__ import annotations
 
@@ -170,6 +171,9 @@ def _gateway_pid(sbx, server: str) -> str:
     return out["stdout"].strip()
 
 
+# The set's change is the gateway's and the supervisor's, programs of the image; the gateway
+# per driver: test_a_servers_secret here and test_mcp_inside.py.
+@pytest.mark.driver_independent
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_change_of_servers_keeps_the_sessions_of_those_that_stay(gdaemon, gapi, driver):
     skip_unless_driver(gdaemon, driver)
@@ -269,6 +273,8 @@ print(json.dumps({
 """
 
 
+# The router and the restarts are the gateway's and the supervisor's (see above).
+@pytest.mark.driver_independent
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_the_router_refuses_and_restarts_are_bounded(gdaemon, gapi, driver):
     """The router of the public port, asked from inside the sandbox: a head over 16 KiB, a server
