@@ -67,7 +67,7 @@ CLI_OBJ := $(call obj,cli,$(COMMON_SRC) $(CLI_LIB_SRC))
 all: $(BUILD)/runtimed $(BUILD)/runtime-agent $(BUILD)/runtime $(BUILD)/runtime-image-build \
      $(BUILD)/runtime-microvm-build $(BUILD)/runtime-egress $(BUILD)/runtime-supervisor
 
-# The image builder is a shell script (debootstrap does the work); the daemon
+# The image builder is a shell script (mmdebstrap does the work); the daemon
 # looks for it next to its own binary.
 $(BUILD)/runtime-image-build: images/build.sh $(BUILD)/mcp/package-lock.json $(BUILD)/mcp/package.json \
                                $(BUILD)/mcp/requirements.txt

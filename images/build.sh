@@ -27,9 +27,9 @@ SUITE=bookworm
 #   analysis  default plus the data stack the interpreter's charts and tables
 #             use, and R with its Jupyter kernel (IRkernel).
 #   desktop   default plus a browser and an X desktop (below).
-# debootstrap lays down the minimal set (it resolves dependencies but no
-# virtual package or alternative); the rest is installed by apt-get in the new
-# root, which resolves them as apt does everywhere.
+# mmdebstrap lays down Debian's minbase and every package of the recipe in
+# one run of apt, which resolves them as apt does everywhere (no
+# Recommends, as with apt-get --no-install-recommends).
 PACKAGES="python3 python3-pip python3-venv bash coreutils ca-certificates curl git procps iproute2 sudo"
 # python3-ipykernel and python3-jupyter-client make each interpreter context a
 # Jupyter kernel; python3-filetype and python3-pexpect are bash_kernel's
@@ -120,8 +120,10 @@ if [ "$check" = 1 ]; then
         exit 1
 fi
 
-[ "$(id -u)" = 0 ] || die "must run as root (debootstrap and the uid shift need it)"
-command -v debootstrap >/dev/null || die "debootstrap is not installed"
+[ "$(id -u)" = 0 ] || die "must run as root (mmdebstrap's chroot and the uid shift need it)"
+command -v mmdebstrap >/dev/null || die "mmdebstrap is not installed"
+MERGED_USR_HOOK=/usr/share/mmdebstrap/hooks/merged-usr
+[ -d "$MERGED_USR_HOOK" ] || die "mmdebstrap's merged-usr hook is missing ($MERGED_USR_HOOK)"
 [ -z "$PIP_PACKAGES" ] || python3 -m pip --version >/dev/null 2>&1 || die "python3-pip is not installed"
 [ -z "$DENO_PACKAGE" ] || command -v curl >/dev/null || die "curl is not installed"
 [ -z "$MCP_RECIPES" ] || command -v npm >/dev/null || die "npm is not installed"
@@ -176,7 +178,7 @@ cleanup() {
                 wait "$helper" 2>/dev/null || true
         fi
         if [ -n "${work:-}" ] && [ -d "$work" ]; then
-                # A failed debootstrap can leave proc/sys mounted inside.
+                # A failed mmdebstrap can leave proc/sys/dev mounted inside.
                 for m in $(awk -v w="$work/" 'index($2, w) == 1 { print $2 }' /proc/self/mounts | sort -r); do
                         umount -l "$m" 2>/dev/null || true
                 done
@@ -189,59 +191,54 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-log "building $name from $mirror ($SUITE, minbase + $PACKAGES) into $work"
+log "building $name from $mirror ($SUITE, minbase + $PACKAGES${EXTRA:+ $EXTRA}) into $work"
 mkdir -p "$work"
 # dpkg syncs every file it unpacks, thousands of fsyncs per image: on the
 # build's own unfinished tree they buy nothing, since a build cut short is
-# removed whole. dpkg in the new root (debootstrap's second stage, apt-get
-# below) reads this option from the tree itself; it is removed before the
-# image is finished, and one syncfs of the whole tree comes before the
-# image is moved into place.
+# removed whole. mmdebstrap's setup hook writes the option into the new tree
+# before dpkg first runs there; it is removed before the image is finished,
+# and one syncfs of the whole tree comes before the image is moved into place.
 UNSAFE_IO="$work/rootfs/etc/dpkg/dpkg.cfg.d/runtime-build-unsafe-io"
-mkdir -p "${UNSAFE_IO%/*}"
-echo force-unsafe-io >"$UNSAFE_IO"
-inc=$(echo "$PACKAGES" | tr ' ' ',')
-# debootstrap's steps as progress on the build's output: the first line of
-# each phase (retrieving, validating, extracting, unpacking, configuring) and
-# every 25th package within one, so that a client sees the build move without
-# a line per package. Its whole log stays in the work directory. The filter
-# is shell builtins, which read a pipe line by line (awk would hold lines
-# back in its input buffer).
-run_debootstrap='set -o pipefail
-debootstrap "$@" 2>&1 | tee "$LOG" | while IFS= read -r line; do
+inc=$(echo $PACKAGES $EXTRA | tr ' ' ',')
+# mmdebstrap's steps as progress on the build's output, and with them every
+# 50th package dpkg unpacks and every 50th it sets up, so that a client sees
+# the build move without a line per package. Its whole log stays in the work
+# directory. The filter is shell builtins, which read a pipe line by line
+# (awk would hold lines back in its input buffer).
+run_mmdebstrap='set -o pipefail
+unpacked=0 set_up=0
+mmdebstrap "$@" 2>&1 | tee "$LOG" | while IFS= read -r line; do
         case $line in
-        "I: "*) step=${line#I: } ;;
-        "W: "* | "E: "*) echo "debootstrap: $line"; continue ;;
-        *) continue ;;
+        "I: "*) echo "mmdebstrap: ${line#I: }" ;;
+        "W: "* | "E: "*) echo "mmdebstrap: $line" ;;
+        "Unpacking "*)
+                unpacked=$((unpacked + 1))
+                if [ $((unpacked % 50)) = 0 ]; then echo "mmdebstrap: ${line%% (*} ($unpacked unpacked so far)"; fi ;;
+        "Setting up "*)
+                set_up=$((set_up + 1))
+                if [ $((set_up % 50)) = 0 ]; then echo "mmdebstrap: ${line%% (*} ($set_up set up so far)"; fi ;;
         esac
-        [ "${step%% *}" = "$phase" ] || { phase=${step%% *}; n=0; }
-        n=$((n + 1))
-        if [ "$n" = 1 ]; then
-                echo "debootstrap: $step"
-        elif [ $((n % 25)) = 0 ]; then
-                echo "debootstrap: $step ($n so far)"
-        fi
 done'
 # In its own process group and waited for in the background, so that a
-# signal to this script stops it at once and the trap takes debootstrap down.
-LOG="$work/debootstrap.log" setsid bash -c "$run_debootstrap" debootstrap \
-        --variant=minbase --include="$inc" "$SUITE" "$work/rootfs" "$mirror" &
+# signal to this script stops it at once and the trap takes mmdebstrap down.
+# The merged-usr hook makes /usr merged as debootstrap does for bookworm
+# (with Debian's usr-is-merged, not the usrmerge converter).
+LOG="$work/mmdebstrap.log" setsid bash -c "$run_mmdebstrap" mmdebstrap \
+        --mode=root --format=directory --variant=minbase --verbose \
+        --include="$inc" --hook-dir="$MERGED_USR_HOOK" \
+        --setup-hook='mkdir -p "$1/etc/dpkg/dpkg.cfg.d" && echo force-unsafe-io >"$1/etc/dpkg/dpkg.cfg.d/runtime-build-unsafe-io"' \
+        "$SUITE" "$work/rootfs" "$mirror" &
 helper=$!
-wait "$helper" || { helper=""; tail -n 20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
+wait "$helper" || { helper=""; tail -n 20 "$work/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
 helper=""
-log "debootstrap done"
+[ -f "$UNSAFE_IO" ] || die "mmdebstrap's setup hook did not run"
+grep -c '^Setting up ' "$work/mmdebstrap.log" | while read -r n; do log "mmdebstrap: $n packages set up"; done
 
 root="$work/rootfs"
 if [ -n "$EXTRA" ]; then
-        # apt-get in the new root, with the mirror debootstrap wrote in its
-        # sources.list and a /proc for the packages' scripts (the cleanup
-        # unmounts it should the step fail).
-        log "installing $EXTRA"
+        # A /proc for what the image's own pip and python run below (the
+        # cleanup unmounts it should a step fail).
         mount -t proc proc "$root/proc"
-        chroot "$root" apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get install -y -q --no-install-recommends $EXTRA \
-                >"$work/apt.log" 2>&1 || { tail -n 20 "$work/apt.log" >&2; die "apt-get install failed"; }
-        grep -c '^Setting up ' "$work/apt.log" | while read -r n; do log "apt-get: $n packages set up"; done
         if [ -n "$PIP_PACKAGES" ]; then
                 # The host's pip fetches (with the host's certificate
                 # authorities and proxy settings), the image's pip installs
@@ -292,7 +289,6 @@ if [ -n "$EXTRA" ]; then
                 rm -f "$work/npm.log"
         fi
         umount "$root/proc"
-        rm -f "$work/apt.log"
 fi
 # Make the tree sane for a sandbox.
 chroot "$root" apt-get clean
@@ -360,7 +356,7 @@ echo "$recipe_sha" >"$work/recipe.sha256"
 date -u +%Y-%m-%dT%H:%M:%SZ >"$work/built-at"
 echo "$RUNTIME_UID_SHIFT" >"$work/uid-shift"
 echo "$PACKAGES $EXTRA${PIP_PACKAGES:+ ${PIP_PACKAGES%% *}}${DENO_PACKAGE:+ $(echo "$DENO_PACKAGE" | awk '{ print $1 "@" $2 }')}${MCP_RECIPES:+ $(grep -o '^mcp-proxy==[^ ]*' "$MCP_RECIPES/requirements.txt")}" >"$work/packages"
-rm -f "$work/debootstrap.log"
+rm -f "$work/mmdebstrap.log"
 du -sh "$root" | awk '{ print "rootfs size " $1 }' | while read -r l; do log "$l"; done
 
 # The tree on disk before its name says it is there (dpkg did not sync it).

@@ -9,7 +9,8 @@ DEBS=(
   # The PostgreSQL store's tests start a server of their own (tests/integration/helpers/postgres.py).
   postgresql-15
   libcurl4-openssl-dev libcmocka-dev libhttp-parser-dev libwslay-dev zlib1g-dev
-  bubblewrap lxcfs debootstrap e2fsprogs xfsprogs qemu-system-x86 iproute2 procps
+  # Images are made by mmdebstrap; the package's test installs into a root made by debootstrap.
+  bubblewrap lxcfs mmdebstrap debootstrap e2fsprogs xfsprogs qemu-system-x86 iproute2 procps
   python3 python3-pip python3-venv ca-certificates curl
   libsystemd-dev
   # The daemon reads a build context's archive to key a COPY's layer (src/daemon/manager/context_digest.c).

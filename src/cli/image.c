@@ -23,8 +23,8 @@ static const char build_usage[] =
         "                          [--secret id=ID[,src=FILE|,env=VAR]] DIR";
 static const char build_help[] =
         "Builds the image NAME, default, minimal, analysis or desktop (default: default),\n"
-        "from Debian's archive, a few minutes, printing its steps as they happen (debootstrap's\n"
-        "phases and a count of its packages). Where runtimed offers the microvm driver, the image's\n"
+        "from Debian's archive, a few minutes, printing its steps as they happen (mmdebstrap's\n"
+        "steps and a count of its packages). Where runtimed offers the microvm driver, the image's\n"
         "microVM kernel and disk follow. An image already built from the same recipe is\n"
         "kept unless --force.\n\n"
         "With -t, builds an image of your own instead (docs/images.md): DIR is packed as\n"

@@ -30,7 +30,7 @@ static const struct {
 } table[] = {
         /* Namespaces, mounts, pivot_root, loop devices (namespace); runsc's
          * sandbox and gofer (gvisor); disk images and templates (microvm);
-         * debootstrap's mounts in the image's root (image builds). */
+         * mmdebstrap's mounts in the image's root (image builds). */
         { CAP_SYS_ADMIN, USER_DAEMON | USER_DRIVERS },
         /* The egress proxy becomes its own user; the launcher switches to a
          * sandbox's user; uid maps (namespace), runsc's user namespaces; apt
@@ -39,7 +39,7 @@ static const struct {
         { CAP_SETUID, USER_DAEMON | USER_DRIVERS },
         { CAP_SETGID, USER_DAEMON | USER_DRIVERS },
         { CAP_SETPCAP, USER_DAEMON | USER_DRIVERS },
-        /* chroot into a root: bubblewrap, runsc, debootstrap. */
+        /* chroot into a root: bubblewrap, runsc, mmdebstrap. */
         { CAP_SYS_CHROOT, USER_DAEMON | USER_NAMESPACE | USER_GVISOR },
         /* Roots, layers and images owned by sandboxes' uids; the state. */
         { CAP_CHOWN, USER_DAEMON | USER_DRIVERS },

@@ -3,13 +3,15 @@ runtime-agent and runtime CLI over loopback; nothing of ours is mocked.
 
   build_dir      (session)  `make -j2` at the repo root once; the build/ path. When
                             the run holds sanitizer_lane items, it then starts their
-                            build in the background at low priority (helpers/prebuild.py)
-  sanitizer_build (session) that build: .wait() before the lane's own `make`
+                            build in the background at low priority, then the fuzz run
+                            when the run holds the fuzzers' item (helpers/prebuild.py)
+  sanitizer_build (session) that job: .wait() before the lane's own `make`
   image_dir      (session)  $RUNTIME_TEST_IMAGE_DIR or /var/cache/runtime/images,
                             with the `default` image built if missing or stale; then
                             the desktop and analysis images and the packaging test's
-                            Debian root are made in the background when missing, and
-                            the modules that need them run last (helpers/late_images.py)
+                            Debian root and package are made in the background when
+                            missing, and the modules that need them run last
+                            (helpers/late_images.py)
   daemon         (session)  one runtimed for the whole run
   fresh_daemon   (function) a runtimed of its own (restart and kill tests)
   api            (function) httpx client on `daemon` with its admin key;
@@ -176,7 +178,8 @@ def build_dir(request, tmp_path_factory) -> Path:
                               tmp_path_factory.getbasetemp() / "first-image.log", microvm)
         request.addfinalizer(first_image.JOB.stop)
     if any(item.get_closest_marker("sanitizer_lane") for item in items):
-        PREBUILD.start(tmp_path_factory.getbasetemp() / "sanitizer-prebuild.log")
+        PREBUILD.start(tmp_path_factory.getbasetemp() / "sanitizer-prebuild.log",
+                       fuzz=any(item.name == "test_fuzzers_over_their_corpora" for item in items))
         request.addfinalizer(PREBUILD.stop)
     return build
 
@@ -222,8 +225,8 @@ def image_dir(request, tmp_path_factory, build_dir: Path) -> Path:
         return d
     if os.geteuid() != 0:
         pytest.skip(f"image {d}/default is not built and building it needs root")
-    if shutil.which("debootstrap") is None:
-        pytest.skip(f"image {d}/default is not built and debootstrap is not installed")
+    if shutil.which("mmdebstrap") is None:
+        pytest.skip(f"image {d}/default is not built and mmdebstrap is not installed")
     d.mkdir(parents=True, exist_ok=True)
     build = subprocess.run([str(tool), str(d), "default"], capture_output=True, text=True,
                            timeout=1800)
@@ -245,8 +248,8 @@ def _recipe_image(build_dir: Path, image_dir: Path, name: str) -> str:
     tool = build_dir / "runtime-image-build"
     if subprocess.run([str(tool), "--check", str(image_dir), name]).returncode == 0:
         return name
-    if os.geteuid() != 0 or shutil.which("debootstrap") is None:
-        pytest.skip(f"image {image_dir}/{name} is not built and building it needs root and debootstrap")
+    if os.geteuid() != 0 or shutil.which("mmdebstrap") is None:
+        pytest.skip(f"image {image_dir}/{name} is not built and building it needs root and mmdebstrap")
     # The background job may be building it: its lock makes this build wait.
     late_images.JOB.hurry()
     build = subprocess.run([str(tool), str(image_dir), name], capture_output=True, text=True,

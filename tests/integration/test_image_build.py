@@ -1,6 +1,6 @@
 """POST /v1/images/{name}:build runs the image builder for as long as its
-client listens and streams its progress, debootstrap's steps included: a
-client that disconnects stops the build, debootstrap and all, within seconds. The build goes into a scratch image directory, never
+client listens and streams its progress, mmdebstrap's steps included: a
+client that disconnects stops the build, mmdebstrap and all, within seconds. The build goes into a scratch image directory, never
 the suite's image."""
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from conftest import _finish_daemon, _start_daemon
 from helpers import wait_until
 
-# debootstrap must be gone this soon after the client hung up (the daemon
-# notices within half a second; the builder's trap then stops debootstrap).
+# mmdebstrap must be gone this soon after the client hung up (the daemon
+# notices within half a second; the builder's trap then stops mmdebstrap).
 STOP_BOUND_S = 10.0
 
 
@@ -63,8 +63,8 @@ class BuildRefused(AssertionError):
 
 @pytest.fixture
 def build_daemon(build_dir, tmp_path):
-    if shutil.which("debootstrap") is None:
-        pytest.skip("debootstrap is not installed: no image build to stop")
+    if shutil.which("mmdebstrap") is None:
+        pytest.skip("mmdebstrap is not installed: no image build to stop")
     scratch = tmp_path / "images"
     scratch.mkdir()
     d = _start_daemon(build_dir, scratch, tmp_path / "state", f"runtime-test-{os.getpid()}-imgbuild")
@@ -77,21 +77,21 @@ def test_disconnect_stops_the_build(build_daemon):
     d, scratch = build_daemon
     s = _open_build(d, "default")
     try:
-        # debootstrap runs in a session of its own (the builder's setsid);
+        # mmdebstrap runs in a session of its own (the builder's setsid);
         # find it by the scratch directory it fills.
-        def debootstrap():
+        def mmdebstrap():
             for pid, pgid, cmd in _procs():
-                if "debootstrap" in cmd and str(scratch) in cmd and "setsid" not in cmd.split()[0]:
+                if "mmdebstrap" in cmd and str(scratch) in cmd and "setsid" not in cmd.split()[0]:
                     return pid, pgid
             return None
 
         deadline = time.monotonic() + 120
         found = None
         seen = b""
-        # The build shows progress while debootstrap runs: its steps reach
+        # The build shows progress while mmdebstrap runs: its steps reach
         # the client as log events before the build ends.
-        while (found is None or b'"line":"debootstrap: ' not in seen) and time.monotonic() < deadline:
-            found = found or debootstrap()
+        while (found is None or b'"line":"mmdebstrap: ' not in seen) and time.monotonic() < deadline:
+            found = found or mmdebstrap()
             s.settimeout(0.2)
             try:
                 data = s.recv(65536)
@@ -99,10 +99,10 @@ def test_disconnect_stops_the_build(build_daemon):
                 data = None
             seen += data or b""
             if data == b"" or (data and b'"type":"error"' in data):
-                pytest.skip("the builder ended before debootstrap ran (no Debian mirror?): "
+                pytest.skip("the builder ended before mmdebstrap ran (no Debian mirror?): "
                             + (data or b"connection closed").decode("utf-8", "replace")[-500:])
-        assert found, "no debootstrap process appeared within 120 s of the build request"
-        assert b'"line":"debootstrap: ' in seen, f"no debootstrap step reached the client: {seen[-2000:]!r}"
+        assert found, "no mmdebstrap process appeared within 120 s of the build request"
+        assert b'"line":"mmdebstrap: ' in seen, f"no mmdebstrap step reached the client: {seen[-2000:]!r}"
         _, ds_pgid = found
         builder = [pid for pid, _, cmd in _procs() if "runtime-image-build" in cmd and str(scratch) in cmd]
         assert builder, "the builder is not running"
@@ -112,7 +112,7 @@ def test_disconnect_stops_the_build(build_daemon):
         s.close()
     t0 = time.monotonic()
     wait_until(lambda: not _group_alive(ds_pgid), STOP_BOUND_S,
-               what=f"debootstrap's process group {ds_pgid} to end after the client left")
+               what=f"mmdebstrap's process group {ds_pgid} to end after the client left")
     wait_until(lambda: not _group_alive(builder_pgid), STOP_BOUND_S,
                what=f"the builder's process group {builder_pgid} to end after the client left")
     took = time.monotonic() - t0

@@ -117,7 +117,7 @@ int image_build_start(const DaemonConfig *cfg, const char *name, bool force, con
 int image_build_stop(pid_t pid, int grace_ms) {
         int status = 0;
         bool reaped = false;
-        /* The builder's trap stops debootstrap (a session of its own) and
+        /* The builder's trap stops mmdebstrap (a session of its own) and
          * removes the partial tree; give the whole group that long before
          * SIGKILL (the leader may be a shell that exits first). */
         kill(-pid, SIGTERM);

@@ -1,6 +1,6 @@
 """The default image and its microVM parts, made beside the first tests.
 
-On a new machine the default image is minutes of debootstrap and apt, and
+On a new machine the default image is minutes of mmdebstrap and pip, and
 nearly every integration test needs it. The suite starts building it as soon
 as the release build is done (then the microVM's parts from it, when the run
 has microVM items), at normal priority since the run waits for it, and runs
@@ -27,7 +27,7 @@ class FirstImage:
     def start(self, build: Path, image_dir: Path, log_path: Path, microvm: bool) -> None:
         """Starts the job when the default image is missing or stale and can be built here."""
         tool = build / "runtime-image-build"
-        if self.proc is not None or os.geteuid() != 0 or shutil.which("debootstrap") is None:
+        if self.proc is not None or os.geteuid() != 0 or shutil.which("mmdebstrap") is None:
             return
         if subprocess.run([str(tool), "--check", str(image_dir), "default"]).returncode == 0:
             return
