@@ -584,3 +584,44 @@ def test_an_output_stream_ends_with_continue_at_a_stop(keeping_daemon, any_drive
         more = wait_until(lambda: (lambda l: l if l else None)(lines_of(read_output(api, sid, proc["id"], cursor))),
                           30, what="lines after the continue's cursor")
         assert more[0] == before[-1] + 1, (before[-3:], more[:3])
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_an_exec_in_flight_at_the_daemons_end_is_ended_and_its_stream_not_reused(keeping_daemon, driver, how):
+    """A plain exec (not a process) running when runtimed goes has lost its client with it: the
+    next daemon ends it (its process group killed, as a client's leaving does) and never opens a
+    stream under the id the agent still holds it by. Every exec after the start answers: an OPEN
+    under that id would be ignored by the agent and its exec wait for its whole timeout."""
+    import threading
+    d = keeping_daemon
+    live_driver(d, driver)
+    with d.client() as api:
+        sid = api.post("/v1/sandboxes", json={"driver": driver}).json()["id"]
+    gone = threading.Event()
+
+    def in_flight():
+        # Its own client: the daemon's end breaks its connection.
+        try:
+            with d.client(timeout=120) as c:
+                c.exec(sid, command="echo $$ > /tmp/left.pid; exec sleep 300", timeoutMs=600_000)
+        except Exception:
+            pass
+        gone.set()
+    t = threading.Thread(target=in_flight, daemon=True)
+    t.start()
+    with d.client() as api:
+        pid = wait_until(lambda: api.exec(sid, command="cat /tmp/left.pid 2>/dev/null")["stdout"].strip() or None,
+                         30, what="the exec in flight running")
+    if how == "kill":
+        d.kill()
+    else:
+        assert d.stop() == 0
+    assert gone.wait(30), "the exec's connection did not end with the daemon"
+    d.start()
+    # Each exec opens the next stream id: within these, one lands where the old exec's would.
+    with d.client(timeout=30) as api:
+        for i in range(16):
+            assert api.exec(sid, command=f"echo {i}")["stdout"] == f"{i}\n"
+        wait_until(lambda: api.exec(sid, command=f"kill -0 {pid}")["exitCode"] != 0, 30,
+                   what="the exec left by the last daemon ended")
+        assert api.sandbox(sid)["state"] == "running"

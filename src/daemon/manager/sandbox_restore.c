@@ -37,25 +37,56 @@ void manager_set_adopter(Manager *m, ManagerAdoptFn fn, void *userdata) {
         m->adopt_userdata = userdata;
 }
 
-static int kept_processes(Manager *m, Sandbox *sb, json_t *hello, size_t *ret_kept) {
+/* A stream the agent kept that is not taken back as a process: a plain
+ * exec whose client left with the last daemon (it has no process tag), or
+ * one whose listing did not check. It is ended as a client's leaving ends
+ * an exec (CANCEL: the agent kills its group), and linked for that moment
+ * so that the ids this daemon opens start past it: an OPEN under an id the
+ * agent still holds would be ignored, and its caller wait for ever. */
+static void end_kept_stream(Sandbox *sb, json_t *p) {
+        json_t *jid = json_object_get(p, "stream");
+        json_int_t id = json_integer_value(jid);
+        ChanStream *s = NULL;
+        /* An even id is the agent's own: never one this daemon opens. */
+        if (!json_is_integer(jid) || id <= 0 || id >= UINT32_MAX || (id & 1) == 0)
+                return;
+        int r = sandbox_adopt_stream(sb, (uint32_t)id, &s);
+        if (r < 0) {
+                log_warn(NULL, "sandbox %s: stream %lld that its agent kept could not be ended: %s", sb->id,
+                         (long long)id, strerror(-r));
+                return;
+        }
+        chan_stream_cancel(s);
+        chan_stream_free(s);
+}
+
+static int kept_processes(Manager *m, Sandbox *sb, json_t *hello, size_t *ret_kept, size_t *ret_ended) {
         json_t *attached = json_object_get(hello, "attached");
         json_t *list = json_object_get(attached, "processes");
         if (!json_is_object(attached) || !json_is_array(list))
                 return -EBADMSG;
-        size_t i, kept = 0;
+        size_t i, kept = 0, ended = 0;
         json_t *p;
         json_array_foreach(list, i, p) {
-                if (!m->adopt_fn)
-                        break;
-                atomic_fetch_add(&sb->refs, 1); /* the process's */
-                int r = m->adopt_fn(m->adopt_userdata, sb, p);
-                if (r < 0)
+                /* Untagged: an exec, not a process; nobody waits for it. */
+                bool exec = json_is_null(json_object_get(p, "tag"));
+                int r = -ENOSYS;
+                if (m->adopt_fn && !exec) {
+                        atomic_fetch_add(&sb->refs, 1); /* the process's */
+                        r = m->adopt_fn(m->adopt_userdata, sb, p);
+                }
+                if (r == 0) {
+                        kept++;
+                        continue;
+                }
+                if (!exec && r != -ENOSYS)
                         log_warn(NULL, "sandbox %s: a process its agent kept was not taken back: %s", sb->id,
                                  strerror(-r));
-                else
-                        kept++;
+                end_kept_stream(sb, p);
+                ended++;
         }
         *ret_kept = kept;
+        *ret_ended = ended;
         return 0;
 }
 
@@ -137,11 +168,12 @@ int sandbox_reattach(Manager *m, SandboxRow *row, const Driver *d, char *why, si
         }
         channel_heartbeat_reset(sb->channel, (int64_t)time_now_mono_ms());
         live_add(m, sb);
-        size_t kept = 0;
-        if (kept_processes(m, sb, hello, &kept) < 0)
+        size_t kept = 0, ended = 0;
+        if (kept_processes(m, sb, hello, &kept, &ended) < 0)
                 log_warn(NULL, "sandbox %s: its agent listed no processes", sb->id);
-        log_info(NULL, "sandbox %s re-attached (driver %s, supervisor %d, %zu process%s kept%s)", sb->id, d->name,
-                 (int)sb->sup_pid, kept, kept == 1 ? "" : "es", paused ? ", paused" : "");
+        log_info(NULL, "sandbox %s re-attached (driver %s, supervisor %d, %zu process%s kept, %zu exec%s ended%s)",
+                 sb->id, d->name, (int)sb->sup_pid, kept, kept == 1 ? "" : "es", ended, ended == 1 ? "" : "s",
+                 paused ? ", paused" : "");
         sandbox_unref(sb);
         return 0;
 
