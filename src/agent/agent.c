@@ -22,6 +22,7 @@
 
 #include "agent/exec.h"
 #include "agent/fsops.h"
+#include "agent/live_mounts.h"
 #include "agent/limits.h"
 #include "agent/request.h"
 #include "agent/user.h"
@@ -785,6 +786,17 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
                         agent_send_json_new(a, PROTO_RESULT, id, json_pack("{s:I}", "removed", (json_int_t)removed));
                 break;
         }
+        case REQ_MOUNT:
+        case REQ_UNMOUNT:
+                k = r->op == REQ_MOUNT ? live_mounts_bind(r->mount_name, r->path, r->flag)
+                                       : live_mounts_unbind(r->path);
+                if (k < 0)
+                        agent_send_json_new(a, PROTO_RESULT, id,
+                                            json_pack("{s:{s:s,s:s},s:i}", "error", "code", fsops_error_code(k),
+                                                      "message", strerror(-k), "errno", -k));
+                else
+                        agent_send_json_new(a, PROTO_RESULT, id, json_object());
+                break;
         case REQ_MKDIR:
         case REQ_RENAME:
                 k = r->op == REQ_MKDIR ? fsops_mkdir(r->path, r->flag) : fsops_rename(r->path, r->to, r->flag);

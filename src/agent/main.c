@@ -18,6 +18,7 @@
 #include "agent/exec.h"
 #include "agent/fsops.h"
 #include "agent/limits.h"
+#include "agent/live_mounts.h"
 #include "agent/request.h"
 #include "agent/sudo_front.h"
 #include "agent/sudo_gateway.h"
@@ -27,11 +28,13 @@
 static void usage(FILE *f) {
         fprintf(f, "Usage: runtime-agent [--channel PATH] [--vm] [--restorable] [--memory-limit-mib N]\n"
                    "                     [--cgroup-fds N,...] [--cgroup-view M:C:P]\n"
+                   "                     [--live-mounts]\n"
                    "  --channel PATH  speak the protocol on this device instead of stdin/stdout\n"
                    "  --memory-limit-mib N  end the largest process when the sandbox uses N MiB\n"
                    "  --cgroup-fds N,...  fds of the cgroup every command joins before it execs\n"
                    "  --cgroup-view M:C:P  write M MiB, C CPUs, P pids into /sys/fs/cgroup (gVisor's own)\n"
                    "  --vm            init of a microVM: build the root, then use the virtio-serial port\n"
+                   "  --live-mounts   volumes attached while it runs (gVisor: a helper binds them)\n"
                    "  --restorable    the host may checkpoint this sandbox and resume copies of it (gVisor)\n"
                    "  --version       print the version\n");
 }
@@ -132,6 +135,7 @@ int main(int argc, char **argv) {
                 {"restorable", no_argument, NULL, 'R'},
                 {"cgroup-fds", required_argument, NULL, 'G'},
                 {"cgroup-view", required_argument, NULL, 'W'},
+                {"live-mounts", no_argument, NULL, 'L'},
                 {},
         };
         /* Run as sudo (the gateway's front, docs/drivers.md): nothing of
@@ -143,7 +147,7 @@ int main(int argc, char **argv) {
         bool vm = false, restorable = false;
         unsigned long memory_mib = 0;
         LimitsView view;
-        bool have_view = false, have_leaf = false;
+        bool have_view = false, have_leaf = false, live = false;
         char *end;
         int c;
         while ((c = getopt_long(argc, argv, "c:hV", opts, NULL)) >= 0) {
@@ -156,6 +160,9 @@ int main(int argc, char **argv) {
                         break;
                 case 'R':
                         restorable = true;
+                        break;
+                case 'L':
+                        live = true;
                         break;
                 case 'M':
                         errno = 0;
@@ -198,6 +205,17 @@ int main(int argc, char **argv) {
         if (vm)
                 return main_vm(argv, channel);
 
+        /* First: the helper is forked before anything else runs, and
+         * nothing after it mounts. */
+        if (live) {
+                int lr = live_mounts_start();
+                if (lr == -ENOTRECOVERABLE) {
+                        fprintf(stderr, "runtime-agent: cannot take mounts and CAP_SYS_ADMIN away\n");
+                        return 1;
+                }
+                if (lr < 0)
+                        fprintf(stderr, "runtime-agent: no live mounts: %s\n", strerror(-lr));
+        }
         /* Not PID 1 (tests on a host): orphans of our children still come to
          * us to be reaped, as they would to an init. */
         if (getpid() != 1)

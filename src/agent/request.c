@@ -1,6 +1,7 @@
 #include "agent/request.h"
 #include "agent/watch.h"
 
+#include "agent/live_mounts.h"
 #include "agent/user.h"
 
 #include <errno.h>
@@ -32,6 +33,7 @@ void agent_request_free(AgentRequest *r) {
         free(r->cwd);
         free(r->path);
         free(r->to);
+        free(r->mount_name);
         free(r->glob);
         free(r->hostname);
         free(r->user);
@@ -337,7 +339,7 @@ static const struct {
         {"stat", REQ_STAT}, {"mkdir", REQ_MKDIR}, {"remove", REQ_REMOVE}, {"rename", REQ_RENAME},
         {"resume", REQ_RESUME}, {"signal", REQ_SIGNAL}, {"forward", REQ_FORWARD},
         {"archive", REQ_ARCHIVE}, {"unarchive", REQ_UNARCHIVE}, {"checkpoint", REQ_CHECKPOINT},
-        {"watch", REQ_WATCH},
+        {"watch", REQ_WATCH}, {"mount", REQ_MOUNT}, {"unmount", REQ_UNMOUNT},
 };
 
 /* {"op":"archive","path","gzip","exclude":[relative paths]} and
@@ -418,6 +420,21 @@ static int hex_digit(char c) {
         if (c >= 'a' && c <= 'f')
                 return c - 'a' + 10;
         return -1;
+}
+
+/* {"op":"mount","path","name":"<16 hex digits>","readOnly"} */
+static int parse_mount(json_t *o, AgentRequest *r, const char **ret_error) {
+        size_t n = 0;
+        int k = get_string(o, "name", true, &r->mount_name, &n);
+        if (k < 0 || n != strlen(r->mount_name) || !live_mounts_name_valid(r->mount_name)) {
+                *ret_error = "name must be 16 lowercase hex digits";
+                return k == -ENOMEM ? k : -EINVAL;
+        }
+        if (get_bool(o, "readOnly", &r->flag) < 0) {
+                *ret_error = "readOnly must be a boolean";
+                return -EINVAL;
+        }
+        return 0;
 }
 
 /* {"op":"resume","entropy":"<128 lowercase hex digits>","timeNs":N,"hostname":"..."} */
@@ -537,6 +554,7 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
 
         k = r->op == REQ_WATCH                                ? parse_watch(o, r, ret_error)
             : r->op == REQ_ARCHIVE || r->op == REQ_UNARCHIVE ? parse_archive(o, r, ret_error)
+            : r->op == REQ_MOUNT                             ? parse_mount(o, r, ret_error)
                                                               : 0;
         if (k < 0)
                 return k;
@@ -592,7 +610,7 @@ int agent_request_parse(const uint8_t *buf, size_t len, AgentRequest **ret, cons
         json_t *user = json_object_get(o, "user");
         if (user && !json_is_null(user)) {
                 bool takes_user = r->op != REQ_RESUME && r->op != REQ_SIGNAL && r->op != REQ_FORWARD &&
-                                  r->op != REQ_CHECKPOINT;
+                                  r->op != REQ_CHECKPOINT && r->op != REQ_MOUNT && r->op != REQ_UNMOUNT;
                 const char *u = json_string_value(user);
                 if (!takes_user || !u || json_string_length(user) != strlen(u) || !user_name_valid(u)) {
                         *ret_error = "user must be a user name of 1 to 32 characters of a-z, 0-9, _ and -";

@@ -48,10 +48,14 @@ typedef enum AgentRequestOp {
         REQ_UNARCHIVE, /* a tar (gzip or not) on stdin into a directory: its own reader */
         REQ_CHECKPOINT, /* microVM about to be saved: answer, then send nothing until the host speaks */
         REQ_WATCH,      /* changes under a path, as NDJSON lines until cancelled (agent/watch.h) */
+        REQ_MOUNT,      /* gVisor: a volume the host bound for it, bound at path (agent/live_mounts.h) */
+        REQ_UNMOUNT,    /* gVisor: that bind at path undone, never lazily */
 } AgentRequestOp;
 
 typedef struct AgentRequest {
         AgentRequestOp op;
+        /* mount: the volume's name under the live directory; "readOnly" in flag. */
+        char *mount_name;
         /* exec: argv is NULL-terminated; a "command" becomes argv {command} with
          * shell set, and the agent runs it through bash -c (or /bin/sh -c). */
         char **argv;

@@ -191,7 +191,30 @@ typedef struct Driver {
          * cannot change a running sandbox's mounts. */
         int (*mount_live)(const DriverSpec *spec, const DriverMount *m);
         int (*unmount_live)(const DriverSpec *spec, const char *dest);
+        /* mount_live only brings the volume to the sandbox, under the
+         * name driver_live_name(dest) gives; the daemon then asks the agent
+         * to bind it at dest ("mount"), and to undo that ("unmount") before
+         * unmount_live (gVisor, whose kernel is the Sentry's). */
+        bool live_bind_by_agent;
+        /* For such a driver: 1 when the volume at dest came through
+         * mount_live, 0 when it was given at the start (the driver cannot
+         * take that one away while the sandbox runs), or a negative errno. */
+        int (*live_held)(const DriverSpec *spec, const char *dest);
 } Driver;
+
+/* The name under which a live volume's dest reaches the agent: 16 hex
+ * digits of FNV-1a over dest (a sandbox's paths are apart, so their names
+ * are too). */
+#define DRIVER_LIVE_NAME_LEN 16
+static inline void driver_live_name(const char *dest, char out[DRIVER_LIVE_NAME_LEN + 1]) {
+        uint64_t h = 14695981039346656037ull;
+        for (const unsigned char *p = (const unsigned char *)dest; *p; p++)
+                h = (h ^ *p) * 1099511628211ull;
+        static const char hex[] = "0123456789abcdef";
+        for (int i = DRIVER_LIVE_NAME_LEN - 1; i >= 0; i--, h >>= 4)
+                out[i] = hex[h & 15];
+        out[DRIVER_LIVE_NAME_LEN] = 0;
+}
 
 #define DRIVER_DISK_CONVERTED 1
 

@@ -398,11 +398,13 @@ static int json_add_str_array(json_t *obj, const char *key, const char *const *v
 
 /* What a sandbox never needs, refused inside gVisor's own kernel (runsc
  * --oci-seccomp): the namespace driver's list in the OCI form, less syslog,
- * which reads gVisor's own log, not the host's. New user namespaces are the
+ * which reads gVisor's own log, not the host's, and less mount and umount2,
+ * which the agent refuses itself once its mount helper is forked
+ * (agent/live_mounts.h). New user namespaces are the
  * way to capabilities that the process set below does not have. */
 static json_t *oci_seccomp(void) {
         static const char *const denied[] = {
-                "mount", "umount2", "pivot_root", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+                "pivot_root", "kexec_load", "kexec_file_load", "init_module", "finit_module",
                 "delete_module", "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
                 "io_uring_setup", "io_uring_enter", "io_uring_register", "swapon", "swapoff", "reboot", "acct",
                 "settimeofday", "clock_settime", "adjtimex", "open_by_handle_at", "name_to_handle_at", "setns",
@@ -429,6 +431,9 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
         static const char *const caps[] = {
                 "CAP_CHOWN",  "CAP_DAC_OVERRIDE", "CAP_FOWNER",  "CAP_FSETID",           "CAP_KILL",
                 "CAP_SETGID", "CAP_SETUID",       "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
+                /* The agent's mount helper's alone: the agent drops it
+                 * before anything else runs (agent/live_mounts.h). */
+                "CAP_SYS_ADMIN",
         };
         static const char *const env[] = {
                 "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -446,8 +451,8 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
          * where programs look for them (see the /sys/fs/cgroup mount). */
         char view[64];
         snprintf(view, sizeof view, "%u:%u:%lld", spec->memory_mib, spec->vcpu, (long long)nproc);
-        const char *const args[] = {"/.runtime/agent", "--restorable", "--memory-limit-mib", memory, "--cgroup-view",
-                                    view};
+        const char *const args[] = {"/.runtime/agent", "--restorable", "--live-mounts", "--memory-limit-mib", memory,
+                                    "--cgroup-view", view};
 
         _cleanup_json_ json_t *capabilities = json_object();
         if (!capabilities)
@@ -484,13 +489,15 @@ static int write_bundle(const DriverSpec *spec, const char *bundle, const char *
                 "[{s:s, s:s, s:s},"
                 " {s:s, s:s, s:s, s:[s,s,s]},"
                 " {s:s, s:s, s:s, s:[s,s,s,s]},"
-                " {s:s, s:s, s:s, s:[s,s,s]}]",
+                " {s:s, s:s, s:s, s:[s,s,s]},"
+                " {s:s, s:s, s:s, s:[s,s,s,s,s]}]",
                 "destination", "/proc", "type", "proc", "source", "proc",
                 "destination", "/dev", "type", "tmpfs", "source", "tmpfs", "options", "nosuid", "strictatime", "mode=755",
                 "destination", "/.runtime/agent", "type", "bind", "source", agent, "options", "bind", "ro",
                 "nosuid", "nodev",
                 "destination", "/sys/fs/cgroup", "type", "cgroup", "source", "cgroup", "options", "nosuid", "noexec",
-                "nodev");
+                "nodev", "destination", "/.runtime/live", "type", "bind", "source", LAUNCH_STAGE_LIVE, "options",
+                "bind", "rw", "nosuid", "nodev", "dcache=0");
         if (!mounts)
                 return -ENOMEM;
         /* The volumes, staged by root (launch_stage_mounts), served by the
@@ -721,6 +728,7 @@ static int gv_start(const DriverSpec *spec, int *ret_fd, DriverInstance **ret, D
         char *argv[20];
         const char *runsc = find_runsc();
         int r = launch_plan_new(&p, &driver_gvisor, spec, runsc, "gVisor (runsc) is not installed on this host", err);
+        p.live_dir = true;
         if (r >= 0)
                 r = gv_restore_check(spec, g.restore_dir, sizeof g.restore_dir, &g.restore, err);
         if (r >= 0 && state_paths(spec->sandbox_dir, g.state, sizeof g.state, g.bundle, sizeof g.bundle) < 0)
@@ -877,4 +885,8 @@ const Driver driver_gvisor = {
         .snapshot_disk = launch_snapshot_disk,
         .restore_disk = gv_restore_disk,
         .snapshot_memory = gv_snapshot_memory,
+        .mount_live = gvisor_mount_live,
+        .unmount_live = gvisor_unmount_live,
+        .live_bind_by_agent = true,
+        .live_held = gvisor_live_held,
 };

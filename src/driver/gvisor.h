@@ -1,4 +1,5 @@
 #pragma once
+#include "driver/driver.h"
 /*
  * What the gvisor driver's probe chose on this host, for `runtimed --doctor`.
  */
@@ -20,3 +21,9 @@ unsigned gvisor_nproc(unsigned memory_mib, unsigned pids_max);
  * lets through between two looks, and the host cost of gvisor_nproc()
  * processes (docs/drivers.md). */
 unsigned gvisor_host_memory_mib(unsigned memory_mib, unsigned pids_max);
+
+/* gvisor_live.c: a volume brought to a running sandbox under its live
+ * directory, and taken away (Driver.mount_live, unmount_live). */
+int gvisor_mount_live(const DriverSpec *spec, const DriverMount *m);
+int gvisor_unmount_live(const DriverSpec *spec, const char *dest);
+int gvisor_live_held(const DriverSpec *spec, const char *dest);

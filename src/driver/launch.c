@@ -350,7 +350,8 @@ const char *const launch_stage_mounts_at[DRIVER_MAX_MOUNTS] = {
 
 LaunchStage launch_plan_stage(const LaunchPlan *p) {
         return (LaunchStage){ .layer = p->layer, .agent_src = p->spec->agent_path, .mounts = p->spec->mounts,
-                              .n_mounts = p->spec->n_mounts, .mount_owner = p->shift + LAUNCH_SANDBOX_UID };
+                              .n_mounts = p->spec->n_mounts, .mount_owner = p->shift + LAUNCH_SANDBOX_UID,
+                              .live_dir = p->live_dir };
 }
 
 /* Each mount's source bound at its stage path, its root given to the
@@ -390,6 +391,10 @@ int launch_stage_mounts(void *userdata) {
         if (mount(st->layer->root, LAUNCH_STAGE_ROOT, NULL, MS_BIND, NULL) < 0)
                 return -1;
         if (mount(st->agent_src, LAUNCH_STAGE_AGENT, NULL, MS_BIND, NULL) < 0)
+                return -1;
+        if (st->live_dir && (mkdir(LAUNCH_STAGE_LIVE, 0755) < 0 ||
+                             mount(LAUNCH_STAGE_LIVE, LAUNCH_STAGE_LIVE, NULL, MS_BIND, NULL) < 0 ||
+                             mount(NULL, LAUNCH_STAGE_LIVE, NULL, MS_SHARED, NULL) < 0))
                 return -1;
         return stage_volumes(st);
 }

@@ -112,6 +112,10 @@ int launch_wait_or_kill(pid_t pid, int timeout_ms, int *ret_status);
 #define LAUNCH_STAGE_DIR "/run"
 #define LAUNCH_STAGE_ROOT LAUNCH_STAGE_DIR "/root"
 #define LAUNCH_STAGE_AGENT LAUNCH_STAGE_DIR "/agent"
+/* Where the daemon binds a volume attached to a running gVisor sandbox
+ * (gvisor_live.c): a mount of its own with shared propagation, so that what
+ * is mounted under it later reaches runsc's gofer. */
+#define LAUNCH_STAGE_LIVE LAUNCH_STAGE_DIR "/live"
 struct RootfsLayer;
 /* Where each of the spec's mounts is staged, in order. */
 extern const char *const launch_stage_mounts_at[DRIVER_MAX_MOUNTS];
@@ -121,6 +125,7 @@ typedef struct LaunchStage {
         const DriverMount *mounts; /* the spec's: bound at launch_stage_mounts_at */
         size_t n_mounts;
         uid_t mount_owner; /* host uid of the sandbox's user, who gets each mount's root */
+        bool live_dir;     /* LAUNCH_STAGE_LIVE made, a shared mount (gVisor's live volumes) */
 } LaunchStage;
 /* The stage of a plan's spawn (its layer, agent and mounts). */
 struct LaunchPlan;
@@ -190,6 +195,7 @@ typedef struct LaunchPlan {
          * before the cgroup and the instance go: the driver's own undoing. */
         void (*after_kill)(struct LaunchPlan *p, void *userdata);
         void *userdata;
+        bool live_dir; /* the stage has LAUNCH_STAGE_LIVE */
 } LaunchPlan;
 
 /* The checks a start makes before it touches anything: the spec, the

@@ -9,7 +9,8 @@ volume that points out of it resolves inside the sandbox, never on the host; a f
 ENOSPC inside and its image on the host stays its size; of two creates racing for one volume that
 is not shared exactly one gets it; a daemon killed with -9 while a volume is attached keeps its
 data and lets the volume be attached again after its restart; a volume attached live outlives a
-daemon's restart with its sandbox kept; a microVM create beside a namespace sandbox that holds the
+daemon's restart with its sandbox kept (namespace and gVisor, whose live attach the published
+client drives too); a microVM create beside a namespace sandbox that holds the
 volume is 409 before anything boots; a sandbox with a volume is not snapshotted or forked."""
 from __future__ import annotations
 
@@ -917,22 +918,140 @@ def test_attach_to_a_running_sandbox(pub, api, daemon):
         api.delete(f"/v1/sandboxes/{b.id}")
         assert api.get(f"/v1/volumes/{vol['id']}").json()["attachments"] == []
 
-        for driver in ("gvisor", "microvm"):
-            if driver not in [o["name"] for o in api.get("/v1/info").json().get("drivers", []) if o.get("available")]:
-                continue
-            s = api.create_sandbox(driver=driver)
-            r = api.post(attach, json={"sandboxId": s.id, "path": "/d"})
-            assert_error(r, 501, "not_implemented")
-            assert (driver == "gvisor") == ("runsc" in r.text), r.text
-            api.delete(f"/v1/sandboxes/{s.id}")
     finally:
         api.delete_all()
         drop_volume(api, vol["id"])
 
 
+def test_attach_to_a_running_gvisor_sandbox(pub, api, daemon):
+    """The same calls on gVisor (volumes.md, "Attaching to a running sandbox"): the host binds the
+    volume under the sandbox's live directory and the agent's helper binds it at the path. A
+    running sandbox gets the volume, its user owning its root, writes, another sandbox reads it;
+    the detach is refused while a process holds it and leaves the path empty with the data kept; a
+    read-only attach refuses writes, root's too; the paths, a second attach, a stopped sandbox and
+    a link planted on the way are refused as on namespace; nothing in the sandbox mounts, reaches
+    the live directory, or climbs out of a volume by `..` or a link; a volume given at the create
+    is not detached while it runs."""
+    skip_unless_driver(daemon, "gvisor")
+    vol = make_volume(api, sizeMiB=16, shared=True)
+    other_vol = make_volume(api, sizeMiB=16)
+    a = api.create_sandbox(driver="gvisor")
+    b = api.create_sandbox(driver="gvisor")
+    attach = f"/v1/volumes/{vol['id']}:attach"
+    try:
+        out = pub("""
+            import json, sys
+            from withruntime import Runtime
+            rt = Runtime()
+            att = rt.volumes.attach(sys.argv[1], sys.argv[2], "/mnt/data")
+            print(json.dumps({"att": att, "got": rt.volumes.get_attachment(sys.argv[1], att["id"])}))
+        """, vol["id"], a.id)
+        assert out["att"]["sandboxId"] == a.id and out["att"]["path"] == "/mnt/data" and out["got"] == out["att"]
+        aid = out["att"]["id"]
+        res = sh(api, a.id, "stat -c %u /mnt/data && echo live > /mnt/data/f && sync && cat /mnt/data/f")
+        assert res["stdout"] == "1000\nlive\n", res
+        r = api.post(attach, json={"sandboxId": b.id, "path": "/data"})
+        assert r.status_code == 201, r.text
+        assert sh(api, b.id, "cat /data/f")["stdout"] == "live\n"
+        assert sh(api, b.id, "echo more >> /data/f && sync")["exitCode"] == 0
+        assert sh(api, a.id, "cat /mnt/data/f")["stdout"] == "live\nmore\n"
+
+        # Nothing in the sandbox mounts, sees the live directory, or climbs out.
+        for cmd in ("mount -t tmpfs x /tmp", "mount --bind /mnt/data /tmp", "umount /mnt/data",
+                    "ls /.runtime/live | grep .", "cd /mnt/data/.. && ls /mnt/data/../../.runtime/live | grep ."):
+            out = sh(api, a.id, cmd, user="root")
+            assert out["exitCode"] != 0, (cmd, out)
+        assert sh(api, a.id, "grep -c ' /mnt/data ' /proc/self/mountinfo")["stdout"] == "1\n"
+        # Only the agent's helper keeps CAP_SYS_ADMIN, and root in the sandbox cannot look into it.
+        st = sh(api, a.id, "grep CapBnd /proc/self/status", user="root")["stdout"].split()
+        assert int(st[1], 16) & (1 << 21) == 0, st
+        helper = sh(api, a.id, "pgrep -x runtime-mounts")["stdout"].strip()
+        out = sh(api, a.id, f"python3 -c 'import ctypes; print(ctypes.CDLL(None).ptrace(16, {helper}, 0, 0))'",
+                 user="root")
+        assert out["stdout"] == "-1\n", out
+        sh(api, a.id, "ln -s / /mnt/data/up && ln -s /.runtime/live /mnt/data/lv")
+        out = sh(api, a.id, "ls /mnt/data/up/ | grep -c proc; ls /mnt/data/lv/ | wc -l")
+        assert out["stdout"] == "1\n0\n", out
+        assert sh(api, a.id, "test -e /mnt/data/up/etc/hostname")["exitCode"] == 0  # the sandbox's own root
+
+        # A process with its cwd in the volume holds it: the detach is refused, never lazy.
+        sh(api, a.id, "setsid sh -c 'cd /mnt/data && exec sleep 300' </dev/null >/dev/null 2>&1 &")
+        assert sh(api, a.id, "sleep 0.2; pgrep -x sleep")["exitCode"] == 0
+        detach = f"/v1/volumes/{vol['id']}/attachments/{aid}:detach"
+        assert_error(api.post(detach, json={}), 409, "conflict")
+        sh(api, a.id, "pkill -x sleep; while pgrep -x sleep; do sleep 0.1; done")
+        # Nor does root follow the helper's descriptors (to the live directory) out of /proc.
+        out = sh(api, a.id, "p=$(pgrep -x runtime-mounts); ls /proc/$p/fd | grep -q . && "
+                            "for f in /proc/$p/fd/*; do readlink $f || ls $f/ && echo followed; done", user="root")
+        assert "followed" not in out["stdout"] and "Permission denied" in out["stderr"], out
+        out = pub("""
+            import json, sys
+            from withruntime import Runtime
+            print(json.dumps(Runtime().volumes.detach(sys.argv[1], sys.argv[2])))
+        """, vol["id"], aid)
+        assert out["state"] == "detached", out
+        assert sh(api, a.id, "ls -A /mnt/data | wc -l")["stdout"] == "0\n"
+        assert sh(api, b.id, "cat /data/f")["stdout"] == "live\nmore\n"
+        assert api.post(f"/v1/volumes/{vol['id']}/attachments/{b.id}:detach", json={}).status_code == 200
+        assert api.get(f"/v1/volumes/{vol['id']}").json()["attachments"] == []
+
+        # Read-only: nobody writes, root neither.
+        r = api.post(attach, json={"sandboxId": b.id, "path": "/ro", "readOnly": True})
+        assert r.status_code == 201, r.text
+        assert sh(api, b.id, "cat /ro/f")["stdout"] == "live\nmore\n"
+        assert sh(api, b.id, "echo x > /ro/g")["exitCode"] != 0
+        assert sh(api, b.id, "echo x > /ro/g", user="root")["exitCode"] != 0
+        assert sh(api, b.id, "mount -o remount,rw /ro", user="root")["exitCode"] != 0
+
+        # The refusals of the namespace driver.
+        assert_error(api.post(attach, json={"sandboxId": b.id, "path": "/again"}), 409, "conflict")
+        for path in ("/", "/proc", "/.runtime", "/.runtime/live", "/dev", "relative", "/a/../proc"):
+            assert_error(api.post(attach, json={"sandboxId": a.id, "path": path}), 400, "invalid_request")
+        sh(api, a.id, "ln -s /proc /tmp/p && ln -s /etc /tmp/e && touch /tmp/file")
+        for path in ("/tmp/p", "/tmp/p/sub", "/tmp/e/sub", "/tmp/file"):
+            assert_error(api.post(attach, json={"sandboxId": a.id, "path": path}), 400, "invalid_request")
+        r = api.post(f"/v1/volumes/{other_vol['id']}:attach", json={"sandboxId": a.id, "path": "/etc"})
+        assert r.status_code == 201, r.text  # over a directory that exists: it is hidden, as on namespace
+        assert sh(api, a.id, "ls -A /etc")["stdout"] == "lost+found\n"
+        assert api.post(f"/v1/volumes/{other_vol['id']}/attachments/{a.id}:detach", json={}).status_code == 200
+        assert sh(api, a.id, "test -s /etc/passwd")["exitCode"] == 0
+        assert api.post(f"/v1/sandboxes/{a.id}:stop", json={}).status_code == 200
+        assert_error(api.post(attach, json={"sandboxId": a.id, "path": "/d"}), 409, "conflict")
+
+        # A volume given at the create stays while the sandbox runs; a live one outlives a restart.
+        c = api.create_sandbox(driver="gvisor", volumes=[{"volumeId": other_vol["id"], "path": "/given"}])
+        assert_error(api.post(f"/v1/volumes/{other_vol['id']}/attachments/{c.id}:detach", json={}), 409,
+                     "conflict")
+        r = api.post(attach, json={"sandboxId": c.id, "path": "/live", "readOnly": True})
+        assert r.status_code == 201, r.text
+        assert api.post(f"/v1/sandboxes/{c.id}:stop", json={}).status_code == 200
+        assert api.post(f"/v1/sandboxes/{c.id}:wake", json={}).status_code in (200, 202)
+        assert sh(api, c.id, "cat /live/f && test -d /given")["stdout"] == "live\nmore\n"
+    finally:
+        api.delete_all()
+        drop_volume(api, vol["id"])
+        drop_volume(api, other_vol["id"])
+
+
+def test_microvm_attach_is_refused_naming_why(api, daemon):
+    """QEMU's microvm machine (virtio-mmio, no PCI) cannot add a disk to a running guest: the
+    microVM's :attach is 501, naming why."""
+    skip_unless_driver(daemon, "microvm")
+    vol = make_volume(api, sizeMiB=16)
+    try:
+        s = api.create_sandbox(driver="microvm")
+        r = api.post(f"/v1/volumes/{vol['id']}:attach", json={"sandboxId": s.id, "path": "/d"})
+        assert_error(r, 501, "not_implemented")
+        assert "hotplug" in r.text, r.text
+    finally:
+        api.delete_all()
+        drop_volume(api, vol["id"])
+
+
+@pytest.mark.parametrize("driver", ["namespace", "gvisor"])
 @pytest.mark.parametrize("how", ["stop", "kill"])
-def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, how):
-    """A volume attached through :attach to a running namespace sandbox, then the daemon stopped
+def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, how, driver):
+    """A volume attached through :attach to a running sandbox (namespace, gVisor), then the daemon stopped
     (SIGTERM) or killed (-9) with its sandboxes kept running (live restore): after the restart the
     sandbox still has the volume's files and writes them, the volume's record shows the
     attachment, a backup is frozen for its copy, readers attach it, no other sandbox writes it
@@ -945,10 +1064,10 @@ def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, h
         pytest.fail(str(e), pytrace=False)
     c = Api(d)
     try:
-        skip_unless_driver(d, "namespace")
+        skip_unless_driver(d, driver)
         vid = make_volume(c, sizeMiB=16)["id"]
-        a = c.create_sandbox(driver="namespace", timeoutSeconds=600)
-        b = c.create_sandbox(driver="namespace", timeoutSeconds=600)
+        a = c.create_sandbox(driver=driver, timeoutSeconds=600)
+        b = c.create_sandbox(driver=driver, timeoutSeconds=600)
         r = c.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": a.id, "path": "/mnt/data"})
         assert r.status_code == 201, r.text
         assert sh(c, a.id, "echo before > /mnt/data/f && sync")["exitCode"] == 0
@@ -970,13 +1089,13 @@ def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, h
         copy = c.post("/v1/volumes", json={"fromBackup": bk.json()["id"]})
         assert copy.status_code == 201, copy.text
         # Readers may have it meanwhile, as before the restart.
-        rd = c.create_sandbox(driver="namespace", volumes=[{"volumeId": vid, "path": "/r", "readOnly": True},
+        rd = c.create_sandbox(driver=driver, volumes=[{"volumeId": vid, "path": "/r", "readOnly": True},
                                                            {"volumeId": copy.json()["id"], "path": "/c"}])
         assert sh(c, rd.id, "cat /r/f /c/f")["stdout"] == "before\nafter\n" * 2
         c.delete(f"/v1/sandboxes/{rd.id}")
         # Still the one writer: neither an attach nor a create takes it elsewhere.
         assert_error(c.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": b.id, "path": "/d"}), 409, "conflict")
-        assert_error(c.post("/v1/sandboxes", json={"driver": "namespace",
+        assert_error(c.post("/v1/sandboxes", json={"driver": driver,
                                                    "volumes": [{"volumeId": vid, "path": "/d"}]}), 409, "conflict")
         r = c.post(f"/v1/volumes/{vid}/attachments/{a.id}:detach", json={})
         assert r.status_code == 200, r.text

@@ -297,6 +297,36 @@ static void test_checkpoint(void **state) {
         expect_invalid("{\"op\":\"checkpoint\",\"user\":\"sandbox\"}");
 }
 
+/* mount and unmount: the daemon's, about a volume it brought to the live
+ * directory; a name of exactly 16 lowercase hex digits (it becomes a path
+ * under that directory), an absolute path, no user. */
+static void test_mount(void **state) {
+        (void)state;
+        AgentRequest *r = NULL;
+        const char *msg = NULL;
+        assert_int_equal(parse_str("{\"op\":\"mount\",\"path\":\"/mnt/d\",\"name\":\"0123456789abcdef\","
+                                   "\"readOnly\":true}", &r, &msg), 0);
+        assert_int_equal(r->op, REQ_MOUNT);
+        assert_string_equal(r->path, "/mnt/d");
+        assert_string_equal(r->mount_name, "0123456789abcdef");
+        assert_true(r->flag);
+        agent_request_free(r);
+        assert_int_equal(parse_str("{\"op\":\"unmount\",\"path\":\"/mnt/d\"}", &r, &msg), 0);
+        assert_int_equal(r->op, REQ_UNMOUNT);
+        agent_request_free(r);
+        expect_invalid("{\"op\":\"mount\",\"path\":\"/d\"}");
+        expect_invalid("{\"op\":\"mount\",\"path\":\"/d\",\"name\":\"../../../etc/x1234\"}");
+        expect_invalid("{\"op\":\"mount\",\"path\":\"/d\",\"name\":\"0123456789ABCDEF\"}");
+        expect_invalid("{\"op\":\"mount\",\"path\":\"/d\",\"name\":\"0123456789abcde\"}");
+        expect_invalid("{\"op\":\"mount\",\"path\":\"/d\",\"name\":\"0123456789abcdef0\"}");
+        expect_invalid("{\"op\":\"mount\",\"path\":\"/d\",\"name\":\"0123456789abcde\\u0000f\"}");
+        expect_invalid("{\"op\":\"mount\",\"path\":\"/d\",\"name\":\"0123456789abcdef\",\"readOnly\":1}");
+        expect_invalid("{\"op\":\"mount\",\"path\":\"d\",\"name\":\"0123456789abcdef\"}");
+        expect_invalid("{\"op\":\"mount\",\"path\":\"/d\",\"name\":\"0123456789abcdef\",\"user\":\"root\"}");
+        expect_invalid("{\"op\":\"unmount\"}");
+        expect_invalid("{\"op\":\"unmount\",\"path\":\"/d\",\"user\":\"sandbox\"}");
+}
+
 static void test_user_and_signal(void **state) {
         AgentRequest *r = NULL;
         const char *msg = NULL;
@@ -459,7 +489,7 @@ int main(void) {
                 cmocka_unit_test(test_file_ops), cmocka_unit_test(test_envelope),
                 cmocka_unit_test(test_resume),   cmocka_unit_test(test_checkpoint),   cmocka_unit_test(test_user_and_signal),
                 cmocka_unit_test(test_pty),      cmocka_unit_test(test_forward),
-                cmocka_unit_test(test_watch),
+                cmocka_unit_test(test_watch),    cmocka_unit_test(test_mount),
                 cmocka_unit_test(test_user_names), cmocka_unit_test(test_passwd),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -84,6 +84,14 @@ json_t *agent_req_mkdir(const char *path, bool parents) {
         return json_pack("{s:s,s:s,s:b}", "op", "mkdir", "path", path, "parents", parents);
 }
 
+json_t *agent_req_mount(const char *path, const char *name, bool read_only) {
+        return json_pack("{s:s,s:s,s:s,s:b}", "op", "mount", "path", path, "name", name, "readOnly", read_only);
+}
+
+json_t *agent_req_unmount(const char *path) {
+        return json_pack("{s:s,s:s}", "op", "unmount", "path", path);
+}
+
 json_t *agent_req_remove(const char *path, bool recursive) {
         return json_pack("{s:s,s:s,s:b}", "op", "remove", "path", path, "recursive", recursive);
 }

@@ -47,6 +47,10 @@ json_t *agent_req_rename(const char *from, const char *to, bool overwrite);
 json_t *agent_req_forward(unsigned port);
 /* A microVM's or gVisor's agent goes quiet before its machine is saved (channel_checkpoint_begin). */
 json_t *agent_req_checkpoint(void);
+/* gVisor: the volume the host brought under the live directory as name,
+ * bound at path by the agent's helper; and that bind undone (never lazily). */
+json_t *agent_req_mount(const char *path, const char *name, bool read_only);
+json_t *agent_req_unmount(const char *path);
 /* A signal to the process group of the exec running on host stream `stream`. */
 json_t *agent_req_signal(uint32_t stream, int signo);
 

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/jsonutil.h"
 #include "common/log.h"
+#include "daemon/manager/agent_client.h"
 #include "daemon/manager/db.h"
 #include "daemon/manager/manager-internal.h"
 #include "daemon/manager/sandbox.h"
@@ -80,6 +82,38 @@ int sandbox_volumes_check_kernels(Manager *m, const char *sandbox_id, const Sand
         return r;
 }
 
+/* How long the agent has to bind or unbind a live volume. */
+#define LIVE_AGENT_TIMEOUT_MS 20000
+
+/* A driver that only brings the volume to the sandbox (gVisor): the
+ * agent binds it at dest (mount) or takes that bind away (not). 0, or the
+ * agent's errno (-EBUSY: in use, -EINVAL: nothing mounted there), -ESRCH
+ * when the sandbox does not answer. */
+static int agent_live(Manager *m, const char *id, bool mount, const char *dest, bool read_only) {
+        Sandbox *sb = live_get(m, id);
+        if (!sb)
+                return -ESRCH;
+        char name[DRIVER_LIVE_NAME_LEN + 1];
+        driver_live_name(dest, name);
+        _cleanup_json_ json_t *req = mount ? agent_req_mount(dest, name, read_only) : agent_req_unmount(dest);
+        _cleanup_json_ json_t *res = NULL;
+        ChanStream *s = NULL;
+        SandboxError e;
+        int r = !req ? -ENOMEM : sandbox_open_stream(sb, req, &s, &e) < 0 ? -ESRCH : 0;
+        if (r == 0) {
+                r = agent_wait_result(s, LIVE_AGENT_TIMEOUT_MS, NULL, NULL, &res);
+                chan_stream_free(s);
+        }
+        const char *msg = NULL;
+        if (r == 0 && agent_result_error(res, &msg)) {
+                json_int_t err = json_integer_value(json_object_get(res, "errno"));
+                r = err > 0 && err < 4096 ? -(int)err : -EIO;
+        } else if (r < 0 && r != -ENOMEM)
+                r = -ESRCH;
+        sandbox_unref(sb);
+        return r;
+}
+
 /* The driver that runs the sandbox, able to change its mounts, and its
  * spec as a start had it. */
 typedef struct LiveMounts {
@@ -94,19 +128,17 @@ static int live_mounts(Manager *m, const SandboxRow *row, LiveMounts *ret, Sandb
                 return conflict_state(e, row, "running", "attach it at the sandbox's create, or start the sandbox");
         ret->d = driver_by_name(name);
         if (ret->d && !ret->d->mount_live) {
-                if (row->spec.driver == SANDBOX_DRIVER_GVISOR)
-                        return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED,
-                                             "attach it at the sandbox's create (volumes: [{volumeId, path}])",
-                                             "gVisor's kernel takes its mounts when the sandbox starts: runsc "
-                                             "cannot add one to a running sandbox");
                 if (row->spec.driver == SANDBOX_DRIVER_MICROVM)
                         return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED,
                                              "attach it at the sandbox's create (volumes: [{volumeId, path}])",
                                              "a microVM's volumes are disks given at its boot: QEMU's microvm "
-                                             "machine cannot add one to a running guest");
+                                             "machine has them on virtio-mmio, which has no hotplug, so no disk "
+                                             "is added to a running guest");
                 return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, "use the namespace driver",
                                      "the %s driver does not attach volumes to a running sandbox", name);
         }
+        if (ret->d && ret->d->live_bind_by_agent && row->state == SANDBOX_PAUSED)
+                return conflict_state(e, row, "running", "resume the sandbox first: its agent binds the volume");
         if (!ret->d || spec_paths(m, row->id, row->spec.image, &ret->paths) < 0)
                 return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not find the sandbox's driver");
         driver_spec_from(m, row->id, &row->spec, &ret->paths, &ret->ds);
@@ -164,11 +196,15 @@ static int op_attach(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
         if (r == 0) {
                 r = lm.d->mount_live(&lm.ds, &vmp.mounts[0]);
                 volumes_mounts_close(&vmp);
+                if (r == 0 && lm.d->live_bind_by_agent && (r = agent_live(m, row->id, true, v->path, v->read_only)) < 0)
+                        (void)lm.d->unmount_live(&lm.ds, v->path);
         }
         if (r == 0) {
                 spec->volumes[spec->n_volumes++] = *v;
                 if ((r = db_sandbox_update(m->db, row)) < 0) {
                         spec->n_volumes--;
+                        if (lm.d->live_bind_by_agent)
+                                (void)agent_live(m, row->id, false, v->path, false);
                         (void)lm.d->unmount_live(&lm.ds, v->path);
                 }
         }
@@ -189,6 +225,12 @@ static int op_attach(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
         if (r == -EBUSY)
                 return sandbox_error(e, SANDBOX_ERR_CONFLICT, NULL,
                                      "volume %s is still held by a sandbox that has not ended", v->volume_id);
+        /* A gVisor sandbox started before live attaches existed has no live
+         * directory (ESRCH) or an agent without the helper (ENOSYS). */
+        if (r == -ESRCH || r == -ENOSYS)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "stop and start the sandbox, then attach again",
+                                     "sandbox %s cannot take a volume while it runs: it was started without the "
+                                     "means to", row->id);
         return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not attach the volume");
 }
 
@@ -197,6 +239,41 @@ int sandbox_volume_attach(Manager *m, const KeyInfo *key, const char *id, const 
         if (!m->volumes)
                 return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, NULL, "this daemon keeps no volumes");
         return with_row(m, key, id, op_attach, (void *)v, rid, NULL, e);
+}
+
+/* The volume v taken away from the running sandbox: its bind inside (the
+ * agent's, where the driver has it make one), then the host's part. */
+static int unmount_live(Manager *m, const SandboxRow *row, const LiveMounts *lm, const SandboxVolume *v,
+                        const char *rid, SandboxError *e) {
+        int r = 0;
+        if (lm->d->live_bind_by_agent) {
+                if (lm->d->live_held(&lm->ds, v->path) == 0)
+                        return sandbox_error(e, SANDBOX_ERR_CONFLICT, "stop the sandbox, then detach it",
+                                             "volume %s was given at sandbox %s's create: the %s driver detaches it "
+                                             "only while the sandbox is stopped",
+                                             v->volume_id, row->id, lm->d->name);
+                r = agent_live(m, row->id, false, v->path, false);
+                /* EINVAL: the bind is gone already; the host's part goes
+                 * all the same. */
+                if (r == -EINVAL || r == -ENOENT)
+                        r = 0;
+        }
+        if (r == 0) {
+                r = lm->d->unmount_live(&lm->ds, v->path);
+                /* EINVAL: nothing is mounted there (root inside
+                 * unmounted it itself). */
+                if (r == -EINVAL || r == -ENOENT)
+                        r = 0;
+        }
+        if (r == -EBUSY)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT,
+                                     "close the files open in it (end the processes that use it) and detach again",
+                                     "volume %s is in use in sandbox %s", v->volume_id, row->id);
+        if (r < 0) {
+                log_error(rid, "detaching volume %s from sandbox %s: %s", v->volume_id, row->id, strerror(-r));
+                return sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not detach the volume");
+        }
+        return 0;
 }
 
 static int op_detach(Manager *m, SandboxRow *row, void *arg, const char *rid, SandboxError *e) {
@@ -213,23 +290,8 @@ static int op_detach(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
         if (row->state == SANDBOX_RUNNING || row->state == SANDBOX_PAUSED) {
                 LiveMounts lm = { 0 };
                 int r = live_mounts(m, row, &lm, e);
-                if (r == 0) {
-                        r = lm.d->unmount_live(&lm.ds, spec->volumes[i].path);
-                        /* EINVAL: nothing is mounted there (root inside
-                         * unmounted it itself). */
-                        if (r == -EINVAL || r == -ENOENT)
-                                r = 0;
-                        if (r == -EBUSY)
-                                r = sandbox_error(e, SANDBOX_ERR_CONFLICT,
-                                                  "close the files open in it (end the processes that use it) and "
-                                                  "detach again",
-                                                  "volume %s is in use in sandbox %s", volume_id, row->id);
-                        else if (r < 0) {
-                                log_error(rid, "detaching volume %s from sandbox %s: %s", volume_id, row->id,
-                                          strerror(-r));
-                                r = sandbox_error(e, SANDBOX_ERR_INTERNAL, NULL, "could not detach the volume");
-                        }
-                }
+                if (r == 0)
+                        r = unmount_live(m, row, &lm, &spec->volumes[i], rid, e);
                 spec_paths_done(&lm.paths);
                 if (r < 0)
                         return r;
