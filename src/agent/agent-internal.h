@@ -186,6 +186,9 @@ struct Agent {
         uint32_t next_even;
         int (*resume)(const AgentRequest *r); /* until the first request */
         int (*vm_resume)(const AgentRequest *r); /* what resume is armed with again by a checkpoint */
+        /* `mount` and `unmount` of a live volume (agent_set_mounts). */
+        int (*mount)(const char *name, const char *dest, bool read_only);
+        int (*unmount)(const char *dest);
         /* After a checkpoint's answer: nothing is read or sent but the
          * channel until the host's next frame, so that a machine saved now
          * holds no frame half-sent or half-read, and its copy's channel

@@ -788,8 +788,7 @@ static void handle_open(Agent *a, uint32_t id, const uint8_t *payload, size_t le
         }
         case REQ_MOUNT:
         case REQ_UNMOUNT:
-                k = r->op == REQ_MOUNT ? live_mounts_bind(r->mount_name, r->path, r->flag)
-                                       : live_mounts_unbind(r->path);
+                k = r->op == REQ_MOUNT ? a->mount(r->mount_name, r->path, r->flag) : a->unmount(r->path);
                 if (k < 0)
                         agent_send_json_new(a, PROTO_RESULT, id,
                                             json_pack("{s:{s:s,s:s},s:i}", "error", "code", fsops_error_code(k),
@@ -1051,6 +1050,8 @@ Agent *agent_new(int in_fd, int out_fd, int sig_fd) {
         a->out_fd = out_fd;
         a->sig_fd = sig_fd;
         a->relay_fd = -1;
+        a->mount = live_mounts_bind;
+        a->unmount = live_mounts_unbind;
         a->next_even = 2;
         return a;
 }
@@ -1074,6 +1075,12 @@ void agent_free(Agent *a) {
 void agent_set_resume(Agent *a, int (*fn)(const AgentRequest *r)) {
         a->resume = fn;
         a->vm_resume = fn;
+}
+
+void agent_set_mounts(Agent *a, int (*mount)(const char *name, const char *dest, bool read_only),
+                      int (*unmount)(const char *dest)) {
+        a->mount = mount;
+        a->unmount = unmount;
 }
 
 void agent_set_checkpoint(Agent *a, int (*fn)(const AgentRequest *r)) {

@@ -6,6 +6,7 @@
  * not read while the channel's queue is full, so a slow host stalls the
  * children, never the agent.
  */
+#include <stdbool.h>
 #include <stdint.h>
 
 #define AGENT_MAX_STREAMS 256
@@ -79,6 +80,11 @@ void agent_set_resume(Agent *a, int (*fn)(const struct AgentRequest *r));
  * runsc checkpoint): `checkpoint` is accepted, and only after it does a
  * first `resume` (a copy's) apply fn. A fresh start refuses `resume`. */
 void agent_set_checkpoint(Agent *a, int (*fn)(const struct AgentRequest *r));
+/* How `mount` and `unmount` (a volume attached to the running sandbox)
+ * are carried out: by default the helper of agent/live_mounts.h (gVisor);
+ * a microVM's agent mounts a disk of its own kernel (vm_live_mount). */
+void agent_set_mounts(Agent *a, int (*mount)(const char *name, const char *dest, bool read_only),
+                      int (*unmount)(const char *dest));
 /* Makes the agent end the largest process whenever the sandbox's memory in
  * use (limits_memory_used) reaches `bytes`, for a driver whose kernel does
  * not do it inside the sandbox (gVisor). */

@@ -86,8 +86,10 @@ static int serve(int in_fd, int out_fd, int sig_fd, bool vm, bool restorable, un
         r = sudo_gateway_start(&gateway);
         if (r < 0)
                 fprintf(stderr, "runtime-agent: no sudo gateway: %s\n", strerror(-r));
-        if (vm)
+        if (vm) {
                 agent_set_resume(a, vm_resume);
+                agent_set_mounts(a, vm_live_mount, vm_live_unmount);
+        }
         else if (restorable)
                 agent_set_checkpoint(a, sentry_resume);
         if (memory_mib)

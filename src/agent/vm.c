@@ -372,8 +372,10 @@ static int pids_limit(void) {
 
 /* The directory at path under the root, made where missing (0755, root's),
  * every part a directory and none a symbolic link: what the sandbox left
- * on its disk decides nothing about where a volume lands. */
-static int volume_dir(const char *path) {
+ * on its disk decides nothing about where a volume lands. With ret_fd, the
+ * directory opened (O_PATH): a live volume is mounted on it, never by its
+ * path, which a process of the sandbox could change meanwhile. */
+static int volume_dir_fd(const char *path, int *ret_fd) {
         char buf[256];
         if (path[0] != '/' || snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
                 return -EINVAL;
@@ -388,11 +390,17 @@ static int volume_dir(const char *path) {
                         return -errno;
                 int next = openat(dfd, part, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (next < 0)
-                        return -errno;
+                        return errno == ELOOP ? -ENOTDIR : -errno;
                 close(dfd);
                 dfd = next;
         }
+        if (ret_fd)
+                *ret_fd = TAKE_FD(dfd);
         return 0;
+}
+
+static int volume_dir(const char *path) {
+        return volume_dir_fd(path, NULL);
 }
 
 /* A user namespace whose ids 100000..165535 are the guest's 0..65535: the
@@ -647,4 +655,88 @@ int vm_resume(const AgentRequest *r) {
         if (sethostname(r->hostname, strlen(r->hostname)) < 0)
                 return -errno;
         return 0;
+}
+
+/* ---- volumes given to the running guest ------------------------------------ */
+
+#define VIRTIO_BLK_DRIVER "/sys/bus/virtio/drivers/virtio_blk"
+
+/* The slot's disk probed again, which reads the size of the medium the
+ * host put in it (a raw node's new file tells the guest nothing): its
+ * virtio device unbound from virtio_blk and bound again. dev gets its
+ * /dev name, which may differ from the one before. */
+static int reprobe(const char *serial, char *dev, size_t len) {
+        int r = find_disk(serial, dev, len);
+        if (r < 0)
+                return r;
+        char p[64], link[PATH_MAX];
+        snprintf(p, sizeof p, "/sys/block/%.16s/device", dev + strlen("/dev/"));
+        ssize_t n = readlink(p, link, sizeof link - 1);
+        if (n <= 0)
+                return -errno;
+        link[n] = 0;
+        const char *vdev = strrchr(link, '/');
+        vdev = vdev ? vdev + 1 : link;
+        if (strncmp(vdev, "virtio", 6) != 0)
+                return -ENODEV;
+        if ((r = write_small_file(VIRTIO_BLK_DRIVER "/unbind", vdev)) < 0 ||
+            (r = write_small_file(VIRTIO_BLK_DRIVER "/bind", vdev)) < 0)
+                return r;
+        return find_disk(serial, dev, len);
+}
+
+int vm_live_mount(const char *serial, const char *dest, bool read_only) {
+        char dev[32];
+        int r = reprobe(serial, dev, sizeof dev);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int dfd = -1, userns_fd = -1, fs = -1, mnt = -1;
+        if ((r = volume_dir_fd(dest, &dfd)) < 0 || (r = volume_userns(&userns_fd)) < 0)
+                return r;
+        /* As at a boot (mount_volume): a read-only one without replaying
+         * its journal, a writable one remounted read-only on an error. */
+        fs = fsopen("ext4", FSOPEN_CLOEXEC);
+        if (fs < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+            (read_only ? fsconfig(fs, FSCONFIG_SET_FLAG, "ro", NULL, 0) < 0 ||
+                                 fsconfig(fs, FSCONFIG_SET_FLAG, "norecovery", NULL, 0) < 0
+                       : fsconfig(fs, FSCONFIG_SET_STRING, "errors", "remount-ro", 0) < 0) ||
+            fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+                return errno == EINVAL ? -EIO : -errno;
+        mnt = fsmount(fs, FSMOUNT_CLOEXEC,
+                      MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOATIME | (read_only ? MOUNT_ATTR_RDONLY : 0));
+        if (mnt < 0)
+                return -errno;
+        struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)userns_fd };
+        if (mount_setattr(mnt, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0 ||
+            move_mount(mnt, "", dfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+                return -errno;
+        /* Through the idmap: the sandbox's user owns the root as it does a
+         * boot's volume. */
+        if (!read_only && fchownat(mnt, "", VM_SANDBOX_UID, VM_SANDBOX_UID, AT_EMPTY_PATH) < 0) {
+                r = -errno;
+                (void)umount2(dest, UMOUNT_NOFOLLOW);
+                return r;
+        }
+        return 0;
+}
+
+int vm_live_unmount(const char *dest) {
+        const char *last = strrchr(dest, '/');
+        char parent[256];
+        if (dest[0] != '/' || !last || !last[1] || (size_t)(last - dest) >= sizeof parent)
+                return -EINVAL;
+        snprintf(parent, sizeof parent, "%.*s", (int)(last - dest), dest);
+        _cleanup_close_ int pfd = -1, cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        int r = parent[0] ? volume_dir_fd(parent, &pfd) : 0;
+        if (r == 0 && !parent[0] && (pfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+                r = -errno;
+        if (r < 0 || cwd < 0)
+                return r < 0 ? r : -errno;
+        /* The mount point by its last name from its parent, no link
+         * followed; never lazily (EBUSY while a file in it is open). */
+        if (fchdir(pfd) < 0)
+                return -errno;
+        r = umount2(last + 1, UMOUNT_NOFOLLOW) < 0 ? -errno : 0;
+        (void)!fchdir(cwd);
+        return r;
 }

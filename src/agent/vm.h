@@ -52,6 +52,16 @@ int vm_open_channel(const char *path, int timeout_ms, int *ret_fd);
 struct AgentRequest;
 int vm_resume(const struct AgentRequest *r);
 
+/* A volume the host put in the empty disk slot whose virtio serial is
+ * serial, while the guest runs (driver/microvm_slots.h): the slot's disk
+ * probed again for its new size and mounted at dest (made where missing,
+ * no symbolic link followed), idmapped as a boot's volume, its root the
+ * sandbox user's unless read_only. vm_live_unmount takes the mount at
+ * dest away again: -EBUSY while a file in it is open, -EINVAL when nothing
+ * is mounted there. 0 or -errno. */
+int vm_live_mount(const char *serial, const char *dest, bool read_only);
+int vm_live_unmount(const char *dest);
+
 /* Syncs the disks and powers the VM off; QEMU then exits. PID 1 must never
  * just exit (the kernel would panic). */
 _Noreturn void vm_poweroff(void);

@@ -78,6 +78,20 @@ typedef struct DriverError {
  * most precise one. err may be NULL. */
 __attribute__((format(printf, 2, 3))) void driver_error(DriverError *err, const char *fmt, ...);
 
+/* The name under which a live volume's dest reaches the agent: 16 hex
+ * digits of FNV-1a over dest (a sandbox's paths are apart, so their names
+ * are too). */
+#define DRIVER_LIVE_NAME_LEN 16
+static inline void driver_live_name(const char *dest, char out[DRIVER_LIVE_NAME_LEN + 1]) {
+        uint64_t h = 14695981039346656037ull;
+        for (const unsigned char *p = (const unsigned char *)dest; *p; p++)
+                h = (h ^ *p) * 1099511628211ull;
+        static const char hex[] = "0123456789abcdef";
+        for (int i = DRIVER_LIVE_NAME_LEN - 1; i >= 0; i--, h >>= 4)
+                out[i] = hex[h & 15];
+        out[DRIVER_LIVE_NAME_LEN] = 0;
+}
+
 typedef struct Driver {
         const char *name;
         /* The sandbox's mounts are volume image files, attached as disks of
@@ -181,40 +195,33 @@ typedef struct Driver {
         /* Frees the daemon's part of the instance and leaves the sandbox
          * running, for a later daemon to adopt. */
         void (*release)(DriverInstance *inst);
-        /* A volume attached to the running sandbox of spec: m->source (a
-         * host directory) bound at m->dest inside, as a start binds it, its
-         * root given to the sandbox's user. -ENOTDIR when dest is not a
-         * directory there (or a symbolic link is on its way), -ESRCH when
-         * the sandbox runs no more. unmount_live takes it away again:
-         * -EBUSY while files in it are open (never lazily: the volume's one
-         * writer must be gone when it returns). NULL where the driver
-         * cannot change a running sandbox's mounts. */
-        int (*mount_live)(const DriverSpec *spec, const DriverMount *m);
-        int (*unmount_live)(const DriverSpec *spec, const char *dest);
-        /* mount_live only brings the volume to the sandbox, under the
-         * name driver_live_name(dest) gives; the daemon then asks the agent
-         * to bind it at dest ("mount"), and to undo that ("unmount") before
-         * unmount_live (gVisor, whose kernel is the Sentry's). */
+        /* A volume attached to the running sandbox of spec (inst, under the
+         * sandbox's lock): m->source (a host directory) bound at m->dest
+         * inside, as a start binds it, its root given to the sandbox's
+         * user; for a volume_images driver m->image_fd given to its guest
+         * as a disk. name gets the name under which the volume reaches the
+         * agent where live_bind_by_agent (16 hex digits, DRIVER_LIVE_NAME_LEN).
+         * -ENOTDIR when dest is not a directory there (or a symbolic link
+         * is on its way), -ESRCH when the sandbox runs no more, -ENOSPC when
+         * the sandbox has no room for another, -ENOSYS when it was started
+         * without the means to. unmount_live takes it away again: -EBUSY
+         * while files in it are open (never lazily: the volume's one writer
+         * must be gone when it returns). NULL where the driver cannot change
+         * a running sandbox's mounts. */
+        int (*mount_live)(DriverInstance *inst, const DriverSpec *spec, const DriverMount *m,
+                          char name[DRIVER_LIVE_NAME_LEN + 1]);
+        int (*unmount_live)(DriverInstance *inst, const DriverSpec *spec, const char *dest);
+        /* mount_live only brings the volume to the sandbox, under its name;
+         * the daemon then asks the agent to put it at dest ("mount"), and
+         * to undo that ("unmount") before unmount_live (gVisor, whose kernel
+         * is the Sentry's; the microVM, whose kernel is the guest's). */
         bool live_bind_by_agent;
         /* For such a driver: 1 when the volume at dest came through
          * mount_live, 0 when it was given at the start (the driver cannot
          * take that one away while the sandbox runs), or a negative errno. */
-        int (*live_held)(const DriverSpec *spec, const char *dest);
+        int (*live_held)(DriverInstance *inst, const DriverSpec *spec, const char *dest);
 } Driver;
 
-/* The name under which a live volume's dest reaches the agent: 16 hex
- * digits of FNV-1a over dest (a sandbox's paths are apart, so their names
- * are too). */
-#define DRIVER_LIVE_NAME_LEN 16
-static inline void driver_live_name(const char *dest, char out[DRIVER_LIVE_NAME_LEN + 1]) {
-        uint64_t h = 14695981039346656037ull;
-        for (const unsigned char *p = (const unsigned char *)dest; *p; p++)
-                h = (h ^ *p) * 1099511628211ull;
-        static const char hex[] = "0123456789abcdef";
-        for (int i = DRIVER_LIVE_NAME_LEN - 1; i >= 0; i--, h >>= 4)
-                out[i] = hex[h & 15];
-        out[DRIVER_LIVE_NAME_LEN] = 0;
-}
 
 #define DRIVER_DISK_CONVERTED 1
 

@@ -24,6 +24,7 @@ unsigned gvisor_host_memory_mib(unsigned memory_mib, unsigned pids_max);
 
 /* gvisor_live.c: a volume brought to a running sandbox under its live
  * directory, and taken away (Driver.mount_live, unmount_live). */
-int gvisor_mount_live(const DriverSpec *spec, const DriverMount *m);
-int gvisor_unmount_live(const DriverSpec *spec, const char *dest);
-int gvisor_live_held(const DriverSpec *spec, const char *dest);
+int gvisor_mount_live(DriverInstance *inst, const DriverSpec *spec, const DriverMount *m,
+                      char name[DRIVER_LIVE_NAME_LEN + 1]);
+int gvisor_unmount_live(DriverInstance *inst, const DriverSpec *spec, const char *dest);
+int gvisor_live_held(DriverInstance *inst, const DriverSpec *spec, const char *dest);

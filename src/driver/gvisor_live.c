@@ -9,13 +9,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/macro.h"
@@ -63,57 +61,50 @@ static int launcher_pid(const DriverSpec *spec, pid_t *ret) {
 /* in_launcher's tree for "is it there". */
 #define LIVE_PROBE (-2)
 
-/* In a child that entered the launcher's mount namespace (setns needs a
- * process of one thread): tree (a detached mount) moved to
+typedef struct LauncherStep {
+        char at[PATH_MAX];
+        int tree;
+} LauncherStep;
+
+/* In the launcher's mount namespace (launch_in_mount_ns): the step
+ * in_launcher describes. */
+static int launcher_step(void *arg) {
+        const LauncherStep *l = arg;
+        if (l->tree == LIVE_PROBE)
+                return access(l->at, F_OK) < 0 ? errno : 0;
+        if (l->tree >= 0) {
+                if (mkdir(l->at, 0755) < 0 && errno != EEXIST)
+                        return errno;
+                return syscall(SYS_move_mount, l->tree, "", AT_FDCWD, l->at, MOVE_MOUNT_F_EMPTY_PATH) < 0 ? errno : 0;
+        }
+        /* Never lazily: a file of the volume still open through the gofer
+         * (EBUSY) keeps the volume in this sandbox. */
+        if (umount2(l->at, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT)
+                return errno;
+        (void)rmdir(l->at);
+        return 0;
+}
+
+/* In runsc's launcher's mount namespace: tree (a detached mount) moved to
  * LAUNCH_STAGE_LIVE/name, or, with tree -1, that mount taken away, or with
- * LIVE_PROBE, 0 when it is there (-ENOENT when not). The
- * child's exit code is its errno. */
+ * LIVE_PROBE, 0 when it is there (-ENOENT when not). */
 static int in_launcher(const DriverSpec *spec, const char *name, int tree) {
         pid_t pid;
         int r = launcher_pid(spec, &pid);
         if (r < 0)
                 return r;
-        char at[PATH_MAX], ns[64];
-        snprintf(at, sizeof at, LAUNCH_STAGE_LIVE "/%s", name);
-        snprintf(ns, sizeof ns, "/proc/%ld/ns/mnt", (long)pid);
-        _cleanup_close_ int nsfd = open(ns, O_RDONLY | O_CLOEXEC);
-        if (nsfd < 0)
-                return -ESRCH;
-        pid_t child = fork();
-        if (child < 0)
-                return -errno;
-        if (child == 0) {
-                if (setns(nsfd, CLONE_NEWNS) < 0 || chdir("/") < 0)
-                        _exit(errno ? errno : EIO);
-                if (tree == LIVE_PROBE)
-                        _exit(access(at, F_OK) < 0 ? errno : 0);
-                if (tree >= 0) {
-                        if (mkdir(at, 0755) < 0 && errno != EEXIST)
-                                _exit(errno);
-                        _exit(syscall(SYS_move_mount, tree, "", AT_FDCWD, at, MOVE_MOUNT_F_EMPTY_PATH) < 0 ? errno
-                                                                                                           : 0);
-                }
-                /* Never lazily: a file of the volume still open through
-                 * the gofer (EBUSY) keeps the volume in this sandbox. */
-                if (umount2(at, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT)
-                        _exit(errno);
-                (void)rmdir(at);
-                _exit(0);
-        }
-        int status = 0;
-        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
-                ;
-        if (!WIFEXITED(status))
-                return -EIO;
-        return -WEXITSTATUS(status);
+        LauncherStep l = { .tree = tree };
+        snprintf(l.at, sizeof l.at, LAUNCH_STAGE_LIVE "/%s", name);
+        return launch_in_mount_ns(pid, launcher_step, &l);
 }
 
-int gvisor_mount_live(const DriverSpec *spec, const DriverMount *m) {
+int gvisor_mount_live(DriverInstance *inst, const DriverSpec *spec, const DriverMount *m,
+                      char name[DRIVER_LIVE_NAME_LEN + 1]) {
+        (void)inst;
         uid_t shift;
         int r = launch_image_owner(spec, &shift);
         if (r < 0)
                 return r;
-        char name[DRIVER_LIVE_NAME_LEN + 1];
         driver_live_name(m->dest, name);
         uid_t owner = shift + LAUNCH_SANDBOX_UID;
         /* The root of the volume is the sandbox user's, as at a start. */
@@ -129,13 +120,15 @@ int gvisor_mount_live(const DriverSpec *spec, const DriverMount *m) {
         return in_launcher(spec, name, tree);
 }
 
-int gvisor_unmount_live(const DriverSpec *spec, const char *dest) {
+int gvisor_unmount_live(DriverInstance *inst, const DriverSpec *spec, const char *dest) {
+        (void)inst;
         char name[DRIVER_LIVE_NAME_LEN + 1];
         driver_live_name(dest, name);
         return in_launcher(spec, name, -1);
 }
 
-int gvisor_live_held(const DriverSpec *spec, const char *dest) {
+int gvisor_live_held(DriverInstance *inst, const DriverSpec *spec, const char *dest) {
+        (void)inst;
         char name[DRIVER_LIVE_NAME_LEN + 1];
         driver_live_name(dest, name);
         int r = in_launcher(spec, name, LIVE_PROBE);

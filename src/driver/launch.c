@@ -812,3 +812,26 @@ void launch_plan_abort(LaunchPlan *p) {
         if (p->inst)
                 launch_release(TAKE_PTR(p->inst));
 }
+
+int launch_in_mount_ns(pid_t pid, int (*fn)(void *arg), void *arg) {
+        char ns[64];
+        snprintf(ns, sizeof ns, "/proc/%ld/ns/mnt", (long)pid);
+        _cleanup_close_ int nsfd = open(ns, O_RDONLY | O_CLOEXEC);
+        if (nsfd < 0)
+                return -ESRCH;
+        pid_t child = fork();
+        if (child < 0)
+                return -errno;
+        if (child == 0) {
+                if (setns(nsfd, CLONE_NEWNS) < 0 || chdir("/") < 0)
+                        _exit(errno ? errno : EIO);
+                int e = fn(arg);
+                _exit(e > 0 && e < 256 ? e : e == 0 ? 0 : EIO);
+        }
+        int status = 0;
+        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+                ;
+        if (!WIFEXITED(status))
+                return -EIO;
+        return -WEXITSTATUS(status);
+}

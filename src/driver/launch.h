@@ -166,6 +166,12 @@ void launch_let_go(DriverInstance *inst);
 int launch_pidfd_pid(int pidfd, pid_t *ret);
 /* Kills what is left in the spec's cgroup, removes it, unmounts. */
 int launch_reap_orphan(const DriverSpec *spec);
+/* fn(arg) in a child that entered the mount namespace of pid with "/" as
+ * its working directory (setns needs a process of one thread; a live
+ * volume's mount and unmount run there). fn makes system calls only and
+ * returns 0 or an errno, the child's exit code. 0 or -that errno; -ESRCH
+ * when pid's namespace cannot be opened, -EIO when the child did not exit. */
+int launch_in_mount_ns(pid_t pid, int (*fn)(void *arg), void *arg);
 /* The driver table's snapshot_disk and restore_disk over rootfs.c's layer. */
 int launch_snapshot_disk(DriverInstance *inst, const DriverSpec *spec, const char *dest_dir);
 int launch_restore_disk(const DriverSpec *spec, const char *snap_dir);

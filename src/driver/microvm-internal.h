@@ -61,6 +61,15 @@ typedef struct MicrovmStart {
         bool volumes;
 } MicrovmStart;
 
+/* Every guest's empty disk slots, a volume put in one while it runs
+ * (microvm_slots.h): MICROVM_SLOTS_RW writable ones, then as many
+ * read-only ones (a device's read-only bit is fixed at its start). Slot j's
+ * block node is "slot<j>", its empty medium "slotnull<j>", its virtio serial
+ * 16 hex digits (the agent's live name): MICROVM_SLOT_SERIAL_FMT of j. */
+#define MICROVM_SLOTS_RW DRIVER_MAX_MOUNTS
+#define MICROVM_SLOTS (2 * MICROVM_SLOTS_RW)
+#define MICROVM_SLOT_SERIAL_FMT "00000000000000%02x"
+
 /* Virtio serial of the disk of a sandbox's volume i ("vol0".."vol3"). */
 #define MICROVM_VOLUME_SERIAL "vol"
 /* The initramfs's list of the volumes for the agent: one line each,

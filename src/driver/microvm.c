@@ -29,6 +29,7 @@
 #include "driver/microvm_initramfs.h"
 #include "driver/microvm_kvm.h"
 #include "driver/microvm_layers.h"
+#include "driver/microvm_slots.h"
 #include "driver/microvm_snapshot.h"
 #include "driver/microvm_spawn.h"
 #include "driver/microvm_template.h"
@@ -101,6 +102,8 @@ static int microvm_probe(char *why, size_t why_len) {
 
 static void remove_start_files(const char *sandbox_dir) {
         char p[PATH_MAX];
+        /* A guest's slots are empty at its start, and gone at its stop. */
+        microvm_slots_forget(sandbox_dir);
         if (path_join(p, sizeof(p), sandbox_dir, "initrd.cpio") == 0)
                 unlink(p);
 }
@@ -221,6 +224,7 @@ static int microvm_start(const DriverSpec *spec, int *ret_fd, DriverInstance **r
         }
         if (mkdir(spec->sandbox_dir, 0700) < 0 && errno != EEXIST)
                 return -errno;
+        microvm_slots_forget(spec->sandbox_dir);
 
         VmPaths p;
         if ((r = vm_paths(spec, &p)) < 0)
@@ -474,4 +478,8 @@ const Driver driver_microvm = {
         .handles = microvm_vm_handles,
         .adopt = microvm_adopt,
         .release = microvm_vm_release,
+        .mount_live = microvm_mount_live,
+        .unmount_live = microvm_unmount_live,
+        .live_bind_by_agent = true,
+        .live_held = microvm_live_held,
 };

@@ -16,6 +16,7 @@
  *   microvm_qmp.c        a client of QEMU's monitor protocol
  *   microvm_template.c   the cache of saved guests a first start restores
  *   microvm_snapshot.c   memory snapshots: a running guest saved with its disk, resumed by a copy
+ *   microvm_slots.c      volumes given to a running guest in its empty disk slots
  *
  * microvm-internal.h has the types and limits those files share; they include
  * it, never this header, so that no file of the driver includes another's

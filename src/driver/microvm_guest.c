@@ -26,8 +26,8 @@
 #define TCG_KERNEL_OPTS "tsc=reliable no_timer_check"
 
 /* The format of a saved guest's key: a change of what it describes makes
- * every older template stale. */
-#define SAVED_GUEST_FORMAT 1
+ * every older template stale. 2: the empty disk slots (microvm_slots.h). */
+#define SAVED_GUEST_FORMAT 2
 
 /* The host's TSC rate in kHz, rounded to whole MHz so that it reads the same
  * at every start of the daemon (a template's command line depends on it).

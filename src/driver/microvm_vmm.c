@@ -201,9 +201,9 @@ static void *console_main(void *userdata) {
 /* ---- the QEMU command line --------------------------------------------------- */
 
 typedef struct Args {
-        char *v[128];
+        char *v[192];
         size_t n;
-        char store[64][128];
+        char store[96][128];
         size_t ns;
 } Args;
 
@@ -306,6 +306,17 @@ static int vm_args(const VmLaunch *l, int chan_vmm, int console_w, Args *a) {
                              "file.locking=off%s", i, 3 + i, m->read_only ? ",readonly=on" : "");
                 arg(a, "-device");
                 r |= argf(a, "virtio-blk-device,drive=vol%zu,serial=" MICROVM_VOLUME_SERIAL "%zu", i, i);
+        }
+        /* The empty slots (a template's guest has them too): a null
+         * medium of no size each, read-only for the read-only ones. */
+        for (unsigned j = 0; j < MICROVM_SLOTS; j++) {
+                const char *ro = j >= MICROVM_SLOTS_RW ? ",read-only=on" : "";
+                arg(a, "-blockdev");
+                r |= argf(a, "driver=null-co,node-name=slotnull%u,size=0%s", j, ro);
+                arg(a, "-blockdev");
+                r |= argf(a, "driver=raw,node-name=slot%u,file=slotnull%u%s", j, j, ro);
+                arg(a, "-device");
+                r |= argf(a, "virtio-blk-device,drive=slot%u,serial=" MICROVM_SLOT_SERIAL_FMT, j, j);
         }
         arg(a, "-device");
         arg(a, "virtio-serial-device,max_ports=2");
@@ -690,6 +701,13 @@ static int vm_qmp(DriverInstance *inst, const char *cmd) {
         MicrovmQmp *q;
         int r = vm_monitor(inst, deadline, &q, why, sizeof(why));
         return r < 0 ? r : microvm_qmp_exec(q, cmd, -1, deadline, NULL, why, sizeof(why));
+}
+
+int microvm_vm_qmp(DriverInstance *inst, const char *cmd, int pass_fd, char *why, size_t why_len) {
+        int64_t deadline = (int64_t)time_now_mono_ms() + QMP_TIMEOUT_MS;
+        MicrovmQmp *q;
+        int r = vm_monitor(inst, deadline, &q, why, why_len);
+        return r < 0 ? r : microvm_qmp_exec(q, cmd, pass_fd, deadline, NULL, why, why_len);
 }
 
 int microvm_vm_save(DriverInstance *inst, int state_fd, int64_t deadline, char *why, size_t why_len) {

@@ -38,6 +38,10 @@ int microvm_vm_pause(DriverInstance *inst);
 int microvm_vm_resume(DriverInstance *inst);
 /* Saves the guest into state_fd (microvm_qmp_save) on the daemon's monitor;
  * a stopped guest stays stopped. */
+/* One QMP command (a JSON object and "\n") on the VM's monitor within
+ * QMP's timeout; pass_fd (or -1) goes along. 0, or -EIO with QEMU's error
+ * in why (microvm_qmp_exec). */
+int microvm_vm_qmp(DriverInstance *inst, const char *cmd, int pass_fd, char *why, size_t why_len);
 int microvm_vm_save(DriverInstance *inst, int state_fd, int64_t deadline, char *why, size_t why_len);
 /* A VM started from a saved state (incoming_fd): waits until the state is
  * loaded, then lets the guest run (a guest saved stopped stays so until

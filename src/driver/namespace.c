@@ -849,58 +849,50 @@ static int ns_live_dir(const char *dest, uid_t root_uid, bool make) {
 
 typedef struct NsLive {
         const char *dest;
-        int tree;      /* the volume's detached bind (mount), -1 (unmount) */
+        char parent[PATH_MAX]; /* dest's directory, "" for / */
+        const char *last;      /* dest's last name */
+        int tree;       /* the volume's detached bind (mount), -1 (unmount) */
         uid_t root_uid; /* root inside, on the host */
 } NsLive;
 
-/* Runs the mount's or the unmount's steps in a child: setns needs a
- * process of one thread. The child's exit code is its errno. */
-static int ns_live(const DriverSpec *spec, const NsLive *l) {
+/* In the sandbox's mount namespace (launch_in_mount_ns): the bind moved to
+ * dest, or the mount at dest taken away. */
+static int ns_live_step(void *arg) {
+        const NsLive *l = arg;
+        int dfd = ns_live_dir(l->dest, l->root_uid, l->tree >= 0);
+        if (dfd < 0)
+                return ENOTDIR;
+        if (l->tree >= 0)
+                return move_mount(l->tree, "", dfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0 ? errno
+                                                                                                               : 0;
+        /* The mount point itself, by no path through the sandbox's /proc:
+         * its parent's directory as cwd and the last name. */
+        close(dfd);
+        int pfd = l->parent[0] ? ns_live_dir(l->parent, l->root_uid, false) : open("/", O_PATH | O_DIRECTORY);
+        if (pfd < 0 || fchdir(pfd) < 0)
+                return ENOTDIR;
+        return umount2(l->last, UMOUNT_NOFOLLOW) < 0 ? errno : 0;
+}
+
+/* The mount's or the unmount's steps in the sandbox's mount namespace. */
+static int ns_live(const DriverSpec *spec, NsLive *l) {
         pid_t pid = -1;
         int r = ns_sandbox_pid(spec, &pid);
         if (r < 0)
                 return r;
         /* Worked out before the fork: the child only makes system calls. */
         const char *last = strrchr(l->dest, '/');
-        char parent[PATH_MAX];
         if (!last)
                 return -EINVAL;
-        snprintf(parent, sizeof parent, "%.*s", (int)(last - l->dest), l->dest);
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%ld/ns/mnt", (long)pid);
-        _cleanup_close_ int nsfd = open(path, O_RDONLY | O_CLOEXEC);
-        if (nsfd < 0)
-                return -ESRCH;
-        pid_t child = fork();
-        if (child < 0)
-                return -errno;
-        if (child == 0) {
-                if (setns(nsfd, CLONE_NEWNS) < 0 || chdir("/") < 0)
-                        _exit(errno ? errno : EIO);
-                int dfd = ns_live_dir(l->dest, l->root_uid, l->tree >= 0);
-                if (dfd < 0)
-                        _exit(ENOTDIR);
-                if (l->tree >= 0)
-                        _exit(move_mount(l->tree, "", dfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0
-                                      ? errno
-                                      : 0);
-                /* The mount point itself, by no path through the sandbox's
-                 * /proc: its parent's directory as cwd and the last name. */
-                close(dfd);
-                int pfd = parent[0] ? ns_live_dir(parent, l->root_uid, false) : open("/", O_PATH | O_DIRECTORY);
-                if (pfd < 0 || fchdir(pfd) < 0)
-                        _exit(ENOTDIR);
-                _exit(umount2(last + 1, UMOUNT_NOFOLLOW) < 0 ? errno : 0);
-        }
-        int status = 0;
-        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
-                ;
-        if (!WIFEXITED(status))
-                return -EIO;
-        return -WEXITSTATUS(status);
+        snprintf(l->parent, sizeof l->parent, "%.*s", (int)(last - l->dest), l->dest);
+        l->last = last + 1;
+        return launch_in_mount_ns(pid, ns_live_step, l);
 }
 
-static int ns_mount_live(const DriverSpec *spec, const DriverMount *m) {
+static int ns_mount_live(DriverInstance *inst, const DriverSpec *spec, const DriverMount *m,
+                         char name[DRIVER_LIVE_NAME_LEN + 1]) {
+        (void)inst;
+        driver_live_name(m->dest, name);
         uid_t shift;
         int r = launch_image_owner(spec, &shift);
         if (r < 0)
@@ -920,7 +912,8 @@ static int ns_mount_live(const DriverSpec *spec, const DriverMount *m) {
         return ns_live(spec, &l);
 }
 
-static int ns_unmount_live(const DriverSpec *spec, const char *dest) {
+static int ns_unmount_live(DriverInstance *inst, const DriverSpec *spec, const char *dest) {
+        (void)inst;
         uid_t shift;
         int r = launch_image_owner(spec, &shift);
         if (r < 0)

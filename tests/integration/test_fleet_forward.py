@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from conftest import _two_hosts
-from helpers import Api, assert_error, host_pids, read_until, wait_until
+from helpers import Api, assert_error, host_pids, read_until, skip_unless_driver, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python" / "src"))
 
@@ -94,6 +94,31 @@ def test_requests_go_on_to_the_owner(pair, monkeypatch):
         assert via_b.get(f"/v1/sandboxes/{sbx.id}/processes").status_code == 200
         r = via_b.post(f"/v1/sandboxes/{sbx.id}:extend", json={"seconds": 60})
         assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("driver", ["namespace", "gvisor"])
+def test_a_volume_attaches_through_the_other_host(pair, driver):
+    """A volume made on host a and a running sandbox of a: an attach sent to host b names its
+    sandbox in its body, not its path, and still goes on to a, which holds the volume's image and
+    binds it; the sandbox writes it; the detach through b goes on too and unbinds it."""
+    a, b = pair
+    skip_unless_driver(a, driver)
+    with Api(a) as on_a, Api(b, key=a.api_key) as via_b:
+        r = on_a.post("/v1/volumes", json={"sizeMiB": 16})
+        assert r.status_code == 201, r.text
+        vid = r.json()["id"]
+        sbx = _on_a(pair, on_a, driver=driver, timeoutSeconds=300)
+        r = via_b.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": sbx.id, "path": "/mnt/data"})
+        assert r.status_code == 201 and r.json()["sandboxId"] == sbx.id, r.text
+        assert "X-Forwarded-Request-Id" in r.headers
+        res = via_b.exec(sbx.id, command="echo v > /mnt/data/f && stat -c %u /mnt/data/f")
+        assert res["stdout"] == "1000\n", res
+        assert via_b.get(f"/v1/volumes/{vid}").json()["attachments"][0]["sandboxId"] == sbx.id
+        r = via_b.post(f"/v1/volumes/{vid}/attachments/{sbx.id}:detach", json={})
+        assert r.status_code == 200 and r.json()["state"] == "detached", r.text
+        assert on_a.exec(sbx.id, command="test -e /mnt/data/f")["exitCode"] != 0
+        on_a.delete(f"/v1/sandboxes/{sbx.id}")
+        assert on_a.post(f"/v1/volumes/{vid}:delete", json={}).status_code == 200
 
 
 def test_a_terminal_and_a_port_forward_through_the_other_host(pair, monkeypatch):

@@ -2,18 +2,19 @@
 
 The published client's volumes calls (create, get, list in pages, resize, delete) drive the shared
 daemon, and its sandboxes.create(volumes=[...]) attaches them on the namespace and gVisor drivers
-(and on the microVM, where a volume is a disk of the guest: one test, marked microvm_subset).
+(and on the microVM, where a volume is a disk of the guest: the tests marked microvm_subset).
 The rules are tried as an attacker would: another owner's key finds nothing; paths that climb, are
 relative, or lie over /proc, /sys, /dev, /.runtime or the root are refused; a symbolic link in a
 volume that points out of it resolves inside the sandbox, never on the host; a full volume is
 ENOSPC inside and its image on the host stays its size; of two creates racing for one volume that
 is not shared exactly one gets it; a daemon killed with -9 while a volume is attached keeps its
 data and lets the volume be attached again after its restart; a volume attached live outlives a
-daemon's restart with its sandbox kept (namespace and gVisor, whose live attach the published
-client drives too); a microVM create beside a namespace sandbox that holds the
+daemon's restart with its sandbox kept (on every driver; the published client drives the live
+attach too, the microVM's into an empty disk slot of its guest); a microVM create beside a namespace sandbox that holds the
 volume is 409 before anything boots; a sandbox with a volume is not snapshotted or forked."""
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
 import threading
@@ -47,6 +48,50 @@ def make_volume(api: Api, **body) -> dict:
 def drop_volume(api: Api, vid: str) -> None:
     r = api.post(f"/v1/volumes/{vid}:delete", json={"force": True})
     assert r.status_code in (200, 404), r.text
+
+
+@contextlib.contextmanager
+def kept_daemon(build_dir, image_dir, tmp_path, tag: str):
+    """A daemon of its own that keeps its sandboxes running across its restarts (live restore),
+    and its client; at the end it runs again, its sandboxes are deleted and it stops cleanly."""
+    from helpers import Daemon, DaemonError
+    d = Daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-{tag}", keep_sandboxes=True)
+    try:
+        d.start()
+    except DaemonError as e:
+        pytest.fail(str(e), pytrace=False)
+    c = Api(d)
+    try:
+        yield d, c
+    finally:
+        if not d.alive():
+            d.start()
+        c.delete_all()
+        c.close()
+        _finish_daemon(d)
+
+
+def pub_attach(pub, vid: str, sid: str, path: str) -> str:
+    """The published client's attach of volume vid to running sandbox sid at path, and its
+    get_attachment: the attachment's id."""
+    out = pub("""
+        import json, sys
+        from withruntime import Runtime
+        rt = Runtime()
+        att = rt.volumes.attach(sys.argv[1], sys.argv[2], sys.argv[3])
+        print(json.dumps({"att": att, "got": rt.volumes.get_attachment(sys.argv[1], att["id"])}))
+    """, vid, sid, path)
+    assert out["att"]["sandboxId"] == sid and out["att"]["path"] == path and out["got"] == out["att"], out
+    return out["att"]["id"]
+
+
+def pub_detach(pub, vid: str, aid: str) -> None:
+    out = pub("""
+        import json, sys
+        from withruntime import Runtime
+        print(json.dumps(Runtime().volumes.detach(sys.argv[1], sys.argv[2])))
+    """, vid, aid)
+    assert out["state"] == "detached", out
 
 
 def sh(api: Api, sid: str, command: str, **kw) -> dict:
@@ -498,9 +543,6 @@ def test_microvm_volume_is_the_guests_disk(api, daemon):
         assert_error(api.post(f"/v1/sandboxes/{a.id}:fork", json={}), 409, "conflict")
         # Nor a backup: the host cannot freeze a filesystem the guest's kernel writes.
         assert_error(api.post(f"/v1/volumes/{vid}:backup", json={}), 409, "conflict")
-        other = make_volume(api, sizeMiB=16)["id"]
-        r = api.post(f"/v1/volumes/{other}:attach", json={"sandboxId": a.id, "path": "/more"})
-        assert r.status_code == 501 and "microvm machine" in r.text, r.text
         api.delete_all()
 
         # The owners cross drivers intact: the guest's user wrote f as the host's sandboxes
@@ -939,15 +981,7 @@ def test_attach_to_a_running_gvisor_sandbox(pub, api, daemon):
     b = api.create_sandbox(driver="gvisor")
     attach = f"/v1/volumes/{vol['id']}:attach"
     try:
-        out = pub("""
-            import json, sys
-            from withruntime import Runtime
-            rt = Runtime()
-            att = rt.volumes.attach(sys.argv[1], sys.argv[2], "/mnt/data")
-            print(json.dumps({"att": att, "got": rt.volumes.get_attachment(sys.argv[1], att["id"])}))
-        """, vol["id"], a.id)
-        assert out["att"]["sandboxId"] == a.id and out["att"]["path"] == "/mnt/data" and out["got"] == out["att"]
-        aid = out["att"]["id"]
+        aid = pub_attach(pub, vol["id"], a.id, "/mnt/data")
         res = sh(api, a.id, "stat -c %u /mnt/data && echo live > /mnt/data/f && sync && cat /mnt/data/f")
         assert res["stdout"] == "1000\nlive\n", res
         r = api.post(attach, json={"sandboxId": b.id, "path": "/data"})
@@ -984,12 +1018,7 @@ def test_attach_to_a_running_gvisor_sandbox(pub, api, daemon):
         out = sh(api, a.id, "p=$(pgrep -x runtime-mounts); ls /proc/$p/fd | grep -q . && "
                             "for f in /proc/$p/fd/*; do readlink $f || ls $f/ && echo followed; done", user="root")
         assert "followed" not in out["stdout"] and "Permission denied" in out["stderr"], out
-        out = pub("""
-            import json, sys
-            from withruntime import Runtime
-            print(json.dumps(Runtime().volumes.detach(sys.argv[1], sys.argv[2])))
-        """, vol["id"], aid)
-        assert out["state"] == "detached", out
+        pub_detach(pub, vol["id"], aid)
         assert sh(api, a.id, "ls -A /mnt/data | wc -l")["stdout"] == "0\n"
         assert sh(api, b.id, "cat /data/f")["stdout"] == "live\nmore\n"
         assert api.post(f"/v1/volumes/{vol['id']}/attachments/{b.id}:detach", json={}).status_code == 200
@@ -1033,19 +1062,120 @@ def test_attach_to_a_running_gvisor_sandbox(pub, api, daemon):
         drop_volume(api, other_vol["id"])
 
 
-def test_microvm_attach_is_refused_naming_why(api, daemon):
-    """QEMU's microvm machine (virtio-mmio, no PCI) cannot add a disk to a running guest: the
-    microVM's :attach is 501, naming why."""
+@pytest.mark.microvm_subset
+def test_attach_to_a_running_microvm(pub, api, daemon):
+    """A microVM takes a volume while it runs (volumes.md, "Attaching to a running sandbox"): the
+    host puts the volume's image in one of the guest's empty disk slots and the agent probes that
+    disk again and mounts it. Its user owns the root and writes; a process in it keeps the detach
+    refused (409), never lazy; after the detach the path is empty and the image's lock is free
+    (a namespace sandbox reads what the guest wrote); a read-only attach goes into a read-only
+    slot whose disk nobody writes, root neither, nor remounts; a slot emptied takes a volume again
+    and shows that volume, not what the guest saw before; a link planted on the way, a paused
+    sandbox and a second attach are refused; and a live attachment is a disk of the next boot,
+    which is then not detached while it runs."""
     skip_unless_driver(daemon, "microvm")
+    skip_unless_driver(daemon, "namespace")
     vol = make_volume(api, sizeMiB=16)
+    other = make_volume(api, sizeMiB=16)
+    a = api.create_sandbox(driver="microvm", timeoutSeconds=900)
+    attach = f"/v1/volumes/{vol['id']}:attach"
     try:
-        s = api.create_sandbox(driver="microvm")
-        r = api.post(f"/v1/volumes/{vol['id']}:attach", json={"sandboxId": s.id, "path": "/d"})
-        assert_error(r, 501, "not_implemented")
-        assert "hotplug" in r.text, r.text
+        aid = pub_attach(pub, vol["id"], a.id, "/mnt/data")
+        res = sh(api, a.id, "stat -c %u /mnt/data && echo live > /mnt/data/f && sync && cat /mnt/data/f && "
+                            "findmnt -n -o FSTYPE /mnt/data")
+        assert res["stdout"] == "1000\nlive\next4\n", res
+        # The guest's kernel holds the image: no namespace sandbox reads it meanwhile.
+        assert_error(api.post("/v1/sandboxes", json={"driver": "namespace", "volumes": [
+            {"volumeId": vol["id"], "path": "/d", "readOnly": True}]}), 409, "conflict")
+        assert_error(api.post(attach, json={"sandboxId": a.id, "path": "/again"}), 409, "conflict")
+
+        # A process with its cwd in the volume holds it: the detach is refused, never lazy.
+        sh(api, a.id, "setsid sh -c 'cd /mnt/data && exec sleep 300' </dev/null >/dev/null 2>&1 &")
+        wait_until(lambda: sh(api, a.id, "pgrep -x sleep")["exitCode"] == 0, timeout=30)
+        detach = f"/v1/volumes/{vol['id']}/attachments/{aid}:detach"
+        assert_error(api.post(detach, json={}), 409, "conflict")
+        sh(api, a.id, "pkill -x sleep; while pgrep -x sleep; do sleep 0.1; done")
+        pub_detach(pub, vol["id"], aid)
+        assert sh(api, a.id, "ls -A /mnt/data | wc -l; findmnt /mnt/data")["stdout"] == "0\n"
+        assert api.get(f"/v1/volumes/{vol['id']}").json()["attachments"] == []
+        # QEMU let the image go with its lock: a namespace sandbox writes it now.
+        n = api.create_sandbox(driver="namespace", volumes=[{"volumeId": vol["id"], "path": "/d"}])
+        assert sh(api, n.id, "cat /d/f && echo ns >> /d/f")["stdout"] == "live\n"
+        api.delete(f"/v1/sandboxes/{n.id}")
+
+        # Read-only: a read-only slot; nobody writes, root neither, nor remounts it.
+        r = api.post(attach, json={"sandboxId": a.id, "path": "/ro", "readOnly": True})
+        assert r.status_code == 201, r.text
+        assert sh(api, a.id, "cat /ro/f")["stdout"] == "live\nns\n"
+        assert sh(api, a.id, "echo x > /ro/g")["exitCode"] != 0
+        assert sh(api, a.id, "echo x > /ro/g", user="root")["exitCode"] != 0
+        assert sh(api, a.id, "mount -o remount,rw /ro", user="root")["exitCode"] != 0
+        assert api.post(f"/v1/volumes/{vol['id']}/attachments/{a.id}:detach", json={}).status_code == 200
+
+        # The writable slot emptied before takes another volume: the guest sees that one's files
+        # and size, nothing it cached of the first.
+        r = api.post(f"/v1/volumes/{other['id']}:attach", json={"sandboxId": a.id, "path": "/mnt/data"})
+        assert r.status_code == 201, r.text
+        res = sh(api, a.id, "ls -A /mnt/data; echo o > /mnt/data/o && sync && cat /mnt/data/o")
+        assert res["stdout"] == "lost+found\no\n", res
+        assert api.post(f"/v1/volumes/{other['id']}/attachments/{a.id}:detach", json={}).status_code == 200
+
+        # The refusals: a link on the way (the agent walks the path with no link followed), a
+        # paused sandbox (its agent mounts), and a file where a directory should be.
+        sh(api, a.id, "ln -s /etc /tmp/e && touch /tmp/file")
+        for path in ("/tmp/e/sub", "/tmp/file"):
+            assert_error(api.post(attach, json={"sandboxId": a.id, "path": path}), 400, "invalid_request")
+        assert sh(api, a.id, "test -e /etc/sub")["exitCode"] == 1  # nothing made through the link
+        assert api.get(f"/v1/volumes/{vol['id']}").json()["attachments"] == []
+        assert api.post(f"/v1/sandboxes/{a.id}:pause", json={}).status_code == 200
+        assert_error(api.post(attach, json={"sandboxId": a.id, "path": "/p"}), 409, "conflict")
+        assert api.post(f"/v1/sandboxes/{a.id}:wake", json={}).status_code in (200, 202)
+        api.wait_state(a.id, "running")
+
+        # A live attachment is a disk of the next boot, and is then not detached while it runs.
+        r = api.post(attach, json={"sandboxId": a.id, "path": "/live"})
+        assert r.status_code == 201, r.text
+        assert api.post(f"/v1/sandboxes/{a.id}:stop", json={}).status_code == 200
+        api.wait_state(a.id, "stopped")
+        assert api.post(f"/v1/sandboxes/{a.id}:wake", json={}).status_code in (200, 202)
+        api.wait_state(a.id, "running")
+        assert sh(api, a.id, "cat /live/f")["stdout"] == "live\nns\n"
+        assert_error(api.post(f"/v1/volumes/{vol['id']}/attachments/{a.id}:detach", json={}), 409, "conflict")
     finally:
         api.delete_all()
         drop_volume(api, vol["id"])
+        drop_volume(api, other["id"])
+
+
+@pytest.mark.microvm_subset
+def test_a_microvm_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path):
+    """A volume put in a running microVM's disk slot, then the daemon killed (-9) with its
+    sandboxes kept running (live restore): the guest still has the volume's files and writes
+    them; the attachment shows; no other sandbox takes the volume meanwhile; the adopted guest's
+    slot is detached, and the volume then attached to another sandbox with the guest's writes."""
+    with kept_daemon(build_dir, image_dir, tmp_path, "vmlive") as (d, c):
+        skip_unless_driver(d, "microvm")
+        skip_unless_driver(d, "namespace")
+        vid = make_volume(c, sizeMiB=16)["id"]
+        a = c.create_sandbox(driver="microvm", timeoutSeconds=900)
+        r = c.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": a.id, "path": "/mnt/data"})
+        assert r.status_code == 201, r.text
+        assert sh(c, a.id, "echo before > /mnt/data/f && sync")["exitCode"] == 0
+        d.kill()
+        d.start()
+        assert c.sandbox(a.id)["state"] == "running"
+        res = sh(c, a.id, "cat /mnt/data/f && echo after >> /mnt/data/f && sync && findmnt -n -o TARGET /mnt/data")
+        assert res["stdout"] == "before\n/mnt/data\n", res
+        assert [x["sandboxId"] for x in c.get(f"/v1/volumes/{vid}").json()["attachments"]] == [a.id]
+        assert_error(c.post("/v1/sandboxes", json={"driver": "namespace",
+                                                   "volumes": [{"volumeId": vid, "path": "/d"}]}), 409, "conflict")
+        r = c.post(f"/v1/volumes/{vid}/attachments/{a.id}:detach", json={})
+        assert r.status_code == 200, r.text
+        assert sh(c, a.id, "test -e /mnt/data/f")["exitCode"] != 0
+        b = c.create_sandbox(driver="namespace", volumes=[{"volumeId": vid, "path": "/d"}])
+        assert sh(c, b.id, "cat /d/f")["stdout"] == "before\nafter\n"
+        c.delete_all()
+        assert c.post(f"/v1/volumes/{vid}:delete", json={}).status_code == 200
 
 
 @pytest.mark.parametrize("driver", ["namespace", "gvisor"])
@@ -1056,14 +1186,7 @@ def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, h
     sandbox still has the volume's files and writes them, the volume's record shows the
     attachment, a backup is frozen for its copy, readers attach it, no other sandbox writes it
     meanwhile (one writer), and the detach works."""
-    from helpers import Daemon, DaemonError
-    d = Daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-{os.getpid()}-vlive", keep_sandboxes=True)
-    try:
-        d.start()
-    except DaemonError as e:
-        pytest.fail(str(e), pytrace=False)
-    c = Api(d)
-    try:
+    with kept_daemon(build_dir, image_dir, tmp_path, "vlive") as (d, c):
         skip_unless_driver(d, driver)
         vid = make_volume(c, sizeMiB=16)["id"]
         a = c.create_sandbox(driver=driver, timeoutSeconds=600)
@@ -1107,9 +1230,3 @@ def test_a_live_attachment_outlives_its_daemon(build_dir, image_dir, tmp_path, h
         c.delete_all()
         assert c.post(f"/v1/volumes/{vid}:delete", json={}).status_code == 200
         assert c.post(f"/v1/volumes/{copy.json()['id']}:delete", json={}).status_code == 200
-    finally:
-        if not d.alive():
-            d.start()
-        c.delete_all()
-        c.close()
-        _finish_daemon(d)

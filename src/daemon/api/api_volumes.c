@@ -460,6 +460,11 @@ enum MHD_Result handle_volume_attach(Req *r) {
         }
         if (jro && !json_is_null(jro) && !json_is_boolean(jro))
                 return api_reply_invalid(r, NULL, "readOnly is a boolean");
+        /* The sandbox's host binds it (and holds the volume's image when
+         * the attach can work at all). */
+        enum MHD_Result fwd;
+        if (http_forward_to_sandbox(r, sid, &fwd))
+                return fwd;
         StoreVolume v;
         int rc = volumes_get(r->app->volumes, r->key.owner, r->route.volume_id, &v);
         if (rc == -ENOENT)

@@ -707,31 +707,41 @@ void req_end_session(Req *r, const char *session_id) {
                 session_conns_end(r->server->session_conns, session_id);
 }
 
-/* Whether r is about a sandbox another live host runs, and so goes on to
- * it: 1 (r->fwd open), 0 (served here), or a refusal in e (-1). A host on
- * SQLite, or running the sandbox, pays nothing for it. */
-static int forward_decide(HttpServer *s, Req *r, ApiError *e) {
-        if (r->forwarded || !r->route.sandbox_id[0] || !s->fleet || r->route.def->store_only)
-                return 0;
+/* Where sandbox_id runs when another host does: 1 and its url (host, the
+ * host's id), 0 when here (or the sandbox is not found: the handler says
+ * so), -ENOENT when that host is not in the fleet's list (it does not
+ * answer). A host on SQLite, or running the sandbox, reads nothing. */
+static int sandbox_elsewhere(HttpServer *s, const char *sandbox_id, char *host, size_t host_len, char *url,
+                             size_t url_len) {
         /* A host alone as of its last look, or running the sandbox, serves
          * it without reading its record; a host that joined since (and may
          * run it) is looked for below. */
-        if (fleet_runs_here(s->fleet, r->route.sandbox_id) || (fleet_alone(s->fleet) && fleet_single(s->fleet)))
+        if (fleet_runs_here(s->fleet, sandbox_id) || (fleet_alone(s->fleet) && fleet_single(s->fleet)))
                 return 0;
         SandboxRow row;
-        int rc = db_sandbox_get(s->db, r->route.sandbox_id, &row);
-        if (rc < 0)
-                return 0; /* not found, or unreadable: the handler says so */
+        if (db_sandbox_get(s->db, sandbox_id, &row) < 0)
+                return 0;
         const char *self = fleet_host_id(s->fleet);
         bool here = !row.host_id[0] || strcmp(row.host_id, self) == 0 || row.state == SANDBOX_LOST;
-        char host[64], url[512];
-        snprintf(host, sizeof host, "%s", row.host_id);
+        snprintf(host, host_len, "%s", row.host_id);
         sandbox_row_done(&row);
         if (here)
                 return 0;
-        rc = fleet_host_url(s->fleet, host, url, sizeof url);
+        int rc = fleet_host_url(s->fleet, host, url, url_len);
         if (rc == -ENOENT && fleet_refresh(s->fleet) == 0) /* a host that joined since the last look */
-                rc = fleet_host_url(s->fleet, host, url, sizeof url);
+                rc = fleet_host_url(s->fleet, host, url, url_len);
+        return rc < 0 ? -ENOENT : 1;
+}
+
+/* Whether r is about a sandbox another live host runs, and so goes on to
+ * it: 1 (r->fwd open), 0 (served here), or a refusal in e (-1). */
+static int forward_decide(HttpServer *s, Req *r, ApiError *e) {
+        if (r->forwarded || !r->route.sandbox_id[0] || !s->fleet || r->route.def->store_only)
+                return 0;
+        char host[64], url[512];
+        int rc = sandbox_elsewhere(s, r->route.sandbox_id, host, sizeof host, url, sizeof url);
+        if (rc == 0)
+                return 0;
         if (rc < 0)
                 return api_error(e, 503, "host_unavailable", "try again; once the host is declared dead the sandbox "
                                  "shows as lost", "host %s, which runs sandbox %s, does not answer", host,
@@ -747,9 +757,20 @@ static int forward_decide(HttpServer *s, Req *r, ApiError *e) {
         }
         ForwardRequest q = { .conn = r->conn, .method = r->method, .url = r->url, .rid = r->rid,
                              .sandbox_id = r->route.sandbox_id, .client_fd = req_socket(r), .body_len = -1 };
-        if (forward_open(&q, url, s->fleet_secret, self, &r->fwd, e) < 0)
+        if (forward_open(&q, url, s->fleet_secret, fleet_host_id(s->fleet), &r->fwd, e) < 0)
                 return -1;
         log_info(r->rid, "%s %s goes on to host %s", r->method, r->path, host);
+        return 1;
+}
+
+int http_forward_to_sandbox(Req *r, const char *sandbox_id, enum MHD_Result *ret) {
+        HttpServer *s = r->server;
+        char host[64], url[512];
+        if (r->forwarded || !http_forwards(r) ||
+            sandbox_elsewhere(s, sandbox_id, host, sizeof host, url, sizeof url) <= 0 ||
+            http_forward_whole(r, url, ret) < 0)
+                return 0;
+        log_info(r->rid, "%s %s goes on to host %s, which runs sandbox %s", r->method, r->path, host, sandbox_id);
         return 1;
 }
 

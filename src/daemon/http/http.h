@@ -296,6 +296,12 @@ void http_server_set_sessions(HttpServer *s, const HttpSessions *sessions);
 void req_end_session(Req *r, const char *session_id);
 /* Whether this host forwards (it has the fleet's secret). */
 bool http_forwards(const Req *r);
+/* A request about sandbox_id named in its body (its path names none, so
+ * it was not forwarded before its handler ran), body whole in r->body: 1
+ * and *ret the answer when it went on to the host that runs the sandbox;
+ * 0 to serve it here (this host runs it, does not forward, or cannot reach
+ * that one: the handler then says where it runs). */
+int http_forward_to_sandbox(Req *r, const char *sandbox_id, enum MHD_Result *ret);
 /* Serves on listen_fd (bound and listening; the server takes it). */
 int http_server_start(HttpServer *s, int listen_fd);
 /* After http_server_start: serves the other hosts' forwarded requests on

@@ -85,16 +85,15 @@ int sandbox_volumes_check_kernels(Manager *m, const char *sandbox_id, const Sand
 /* How long the agent has to bind or unbind a live volume. */
 #define LIVE_AGENT_TIMEOUT_MS 20000
 
-/* A driver that only brings the volume to the sandbox (gVisor): the
- * agent binds it at dest (mount) or takes that bind away (not). 0, or the
- * agent's errno (-EBUSY: in use, -EINVAL: nothing mounted there), -ESRCH
- * when the sandbox does not answer. */
-static int agent_live(Manager *m, const char *id, bool mount, const char *dest, bool read_only) {
+/* A driver that only brings the volume to the sandbox (gVisor, the
+ * microVM): the agent puts the one it has under name at dest (mount) or
+ * takes it away (name NULL). 0, or the agent's errno (-EBUSY: in use,
+ * -EINVAL: nothing mounted there), -ESRCH when the sandbox does not answer. */
+static int agent_live(Manager *m, const char *id, const char *name, const char *dest, bool read_only) {
         Sandbox *sb = live_get(m, id);
         if (!sb)
                 return -ESRCH;
-        char name[DRIVER_LIVE_NAME_LEN + 1];
-        driver_live_name(dest, name);
+        bool mount = name != NULL;
         _cleanup_json_ json_t *req = mount ? agent_req_mount(dest, name, read_only) : agent_req_unmount(dest);
         _cleanup_json_ json_t *res = NULL;
         ChanStream *s = NULL;
@@ -122,21 +121,35 @@ typedef struct LiveMounts {
         DriverSpec ds;
 } LiveMounts;
 
+typedef enum LiveCall { LIVE_MOUNT, LIVE_UNMOUNT, LIVE_HELD } LiveCall;
+
+/* The driver's call on the running sandbox's instance, under its lock:
+ * mount_live of dm (name gets the agent's name for it), unmount_live or
+ * live_held of dest. -ESRCH when the sandbox runs no more. */
+static int driver_live(Manager *m, const char *id, const LiveMounts *lm, LiveCall call, const DriverMount *dm,
+                       const char *dest, char name[DRIVER_LIVE_NAME_LEN + 1]) {
+        Sandbox *sb = live_get(m, id);
+        if (!sb)
+                return -ESRCH;
+        int r = -ESRCH;
+        pthread_mutex_lock(&sb->lock);
+        if (sb->running && !sb->died && sb->inst)
+                r = call == LIVE_MOUNT     ? lm->d->mount_live(sb->inst, &lm->ds, dm, name)
+                    : call == LIVE_UNMOUNT ? lm->d->unmount_live(sb->inst, &lm->ds, dest)
+                                           : lm->d->live_held(sb->inst, &lm->ds, dest);
+        pthread_mutex_unlock(&sb->lock);
+        sandbox_unref(sb);
+        return r;
+}
+
 static int live_mounts(Manager *m, const SandboxRow *row, LiveMounts *ret, SandboxError *e) {
         const char *name = sandbox_driver_name(row->spec.driver);
         if (row->state != SANDBOX_RUNNING && row->state != SANDBOX_PAUSED)
                 return conflict_state(e, row, "running", "attach it at the sandbox's create, or start the sandbox");
         ret->d = driver_by_name(name);
-        if (ret->d && !ret->d->mount_live) {
-                if (row->spec.driver == SANDBOX_DRIVER_MICROVM)
-                        return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED,
-                                             "attach it at the sandbox's create (volumes: [{volumeId, path}])",
-                                             "a microVM's volumes are disks given at its boot: QEMU's microvm "
-                                             "machine has them on virtio-mmio, which has no hotplug, so no disk "
-                                             "is added to a running guest");
+        if (ret->d && !ret->d->mount_live)
                 return sandbox_error(e, SANDBOX_ERR_NOT_IMPLEMENTED, "use the namespace driver",
                                      "the %s driver does not attach volumes to a running sandbox", name);
-        }
         if (ret->d && ret->d->live_bind_by_agent && row->state == SANDBOX_PAUSED)
                 return conflict_state(e, row, "running", "resume the sandbox first: its agent binds the volume");
         if (!ret->d || spec_paths(m, row->id, row->spec.image, &ret->paths) < 0)
@@ -190,22 +203,23 @@ static int op_attach(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
         }
         VolumeMountPaths vmp;
         size_t failed = 0;
-        /* The host's mount, bound into the sandbox: only drivers that bind
-         * host mounts attach live (a guest's disk is given at its start). */
-        r = volumes_mounts(m->volumes, &one, false, &vmp, &failed);
+        /* The host's mount bound into the sandbox, or the volume's image
+         * (held, locked) given to its guest as a disk. */
+        r = volumes_mounts(m->volumes, &one, lm.d->volume_images, &vmp, &failed);
         if (r == 0) {
-                r = lm.d->mount_live(&lm.ds, &vmp.mounts[0]);
+                char name[DRIVER_LIVE_NAME_LEN + 1] = "";
+                r = driver_live(m, row->id, &lm, LIVE_MOUNT, &vmp.mounts[0], NULL, name);
                 volumes_mounts_close(&vmp);
-                if (r == 0 && lm.d->live_bind_by_agent && (r = agent_live(m, row->id, true, v->path, v->read_only)) < 0)
-                        (void)lm.d->unmount_live(&lm.ds, v->path);
+                if (r == 0 && lm.d->live_bind_by_agent && (r = agent_live(m, row->id, name, v->path, v->read_only)) < 0)
+                        (void)driver_live(m, row->id, &lm, LIVE_UNMOUNT, NULL, v->path, NULL);
         }
         if (r == 0) {
                 spec->volumes[spec->n_volumes++] = *v;
                 if ((r = db_sandbox_update(m->db, row)) < 0) {
                         spec->n_volumes--;
                         if (lm.d->live_bind_by_agent)
-                                (void)agent_live(m, row->id, false, v->path, false);
-                        (void)lm.d->unmount_live(&lm.ds, v->path);
+                                (void)agent_live(m, row->id, NULL, v->path, false);
+                        (void)driver_live(m, row->id, &lm, LIVE_UNMOUNT, NULL, v->path, NULL);
                 }
         }
         spec_paths_done(&lm.paths);
@@ -225,8 +239,13 @@ static int op_attach(Manager *m, SandboxRow *row, void *arg, const char *rid, Sa
         if (r == -EBUSY)
                 return sandbox_error(e, SANDBOX_ERR_CONFLICT, NULL,
                                      "volume %s is still held by a sandbox that has not ended", v->volume_id);
-        /* A gVisor sandbox started before live attaches existed has no live
-         * directory (ESRCH) or an agent without the helper (ENOSYS). */
+        if (r == -ENOSPC)
+                return sandbox_error(e, SANDBOX_ERR_CONFLICT, "detach one first",
+                                     "sandbox %s has no free disk slot for another %s volume", row->id,
+                                     v->read_only ? "read-only" : "writable");
+        /* A sandbox started before live attaches existed has no live
+         * directory (ESRCH), an agent without the helper or a guest
+         * without the disk slots (ENOSYS). */
         if (r == -ESRCH || r == -ENOSYS)
                 return sandbox_error(e, SANDBOX_ERR_CONFLICT, "stop and start the sandbox, then attach again",
                                      "sandbox %s cannot take a volume while it runs: it was started without the "
@@ -247,19 +266,19 @@ static int unmount_live(Manager *m, const SandboxRow *row, const LiveMounts *lm,
                         const char *rid, SandboxError *e) {
         int r = 0;
         if (lm->d->live_bind_by_agent) {
-                if (lm->d->live_held(&lm->ds, v->path) == 0)
+                if (driver_live(m, row->id, lm, LIVE_HELD, NULL, v->path, NULL) == 0)
                         return sandbox_error(e, SANDBOX_ERR_CONFLICT, "stop the sandbox, then detach it",
                                              "volume %s was given at sandbox %s's create: the %s driver detaches it "
                                              "only while the sandbox is stopped",
                                              v->volume_id, row->id, lm->d->name);
-                r = agent_live(m, row->id, false, v->path, false);
+                r = agent_live(m, row->id, NULL, v->path, false);
                 /* EINVAL: the bind is gone already; the host's part goes
                  * all the same. */
                 if (r == -EINVAL || r == -ENOENT)
                         r = 0;
         }
         if (r == 0) {
-                r = lm->d->unmount_live(&lm->ds, v->path);
+                r = driver_live(m, row->id, lm, LIVE_UNMOUNT, NULL, v->path, NULL);
                 /* EINVAL: nothing is mounted there (root inside
                  * unmounted it itself). */
                 if (r == -EINVAL || r == -ENOENT)
