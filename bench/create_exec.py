@@ -7,8 +7,9 @@ load of a shared machine falls on both alike. For a change's before and after:
 
 Per round and build, on one driver (namespace unless --driver): a create to its first exec result
 (`true`), then exec `true` in that running sandbox after a quiet spell of --quiet-ms (20 ms: an
-agent's calls come between its model's turns, not back to back) and once back to back, then the
-delete. The builds take turns going first (A B, B A, ...). With --otel-b, B pushes an OpenTelemetry
+agent's calls come between its model's turns, not back to back), again after a quiet spell through
+a lean client (quiet_exec.py's: one socket, the request made ahead, none of httpx's time) and once
+back to back, then the delete. The builds take turns going first (A B, B A, ...). With --otel-b, B pushes an OpenTelemetry
 export to a collector on loopback every second (and with --readings-every-second reads its
 sandboxes every second, not every minute). Prints the p50 and p90 of each figure per build and the ratio B/A of the p50s. Needs root,
 the default image and each build's runtimed, runtime-agent and runtime-egress.
@@ -28,8 +29,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from helpers import Api, Daemon, remove_empty_cgroup_tree  # noqa: E402
+from quiet_exec import LeanClient  # noqa: E402
 
-FIGURES = ("create to first exec", "exec true after quiet", "exec true back to back", "delete")
+FIGURES = ("create to first exec", "exec true after quiet", "exec true after quiet, lean client",
+           "exec true back to back", "delete")
 
 
 COLLECTOR = r"""
@@ -89,6 +92,7 @@ class Side:
             r = self.api.post("/v1/otel-exports", json={"endpoint": otel.url, "headers": {"Authorization": "x"}})
             assert r.status_code == 201, r.text
         self.driver = driver
+        self.lean: LeanClient | None = None
         self.samples: dict[str, list[float]] = {f: [] for f in FIGURES}
 
     def round(self, quiet_s: float) -> None:
@@ -102,6 +106,11 @@ class Side:
         t = time.perf_counter()
         assert self.api.exec(sid, argv=["true"])["exitCode"] == 0
         self.samples["exec true after quiet"].append(time.perf_counter() - t)
+        if self.lean is None:  # one connection for the run, as a client keeps one
+            self.lean = LeanClient(self.d, sid, ["true"])
+        self.lean.target(sid, ["true"])
+        time.sleep(quiet_s)
+        self.samples["exec true after quiet, lean client"].append(self.lean.once() / 1000)
         t = time.perf_counter()
         assert self.api.exec(sid, argv=["true"])["exitCode"] == 0
         self.samples["exec true back to back"].append(time.perf_counter() - t)
@@ -111,6 +120,8 @@ class Side:
         self.samples["delete"].append(time.perf_counter() - t)
 
     def close(self) -> None:
+        if self.lean:
+            self.lean.close()
         self.api.close()
         self.d.stop()
         remove_empty_cgroup_tree(self.cg)

@@ -37,6 +37,8 @@
 #define BIG_CHUNK PROTO_MAX_PAYLOAD
 /* Queued frames handed to one writev(). */
 #define FLUSH_IOV 64
+/* Looks at what else is ready before queued frames are written (agent_run). */
+#define AGENT_BATCH_PASSES 4
 /* Credit is returned to the host in batches of at least this much, or when the
  * stdin queue runs empty. */
 #define WINDOW_BATCH (64u * 1024u)

@@ -1257,6 +1257,8 @@ int agent_run(Agent *a) {
         Stream *owner[MAX_POLL];
         int which[MAX_POLL];
 
+        /* Passes made since frames were queued: see batch below. */
+        unsigned passes = 0;
         while (!a->quit) {
                 if (a->quiet) {
                         quiet_wait(a);
@@ -1266,8 +1268,15 @@ int agent_run(Agent *a) {
                 int timeout = -1;
                 size_t n = 0;
                 bool same = a->in_fd == a->out_fd;
+                /* With frames queued, a look first at what is ready already
+                 * (poll without waiting, the channel's room not asked): an
+                 * exec's child that ended while its start was handled has
+                 * its end and RESULT go out in the write of its start, and
+                 * the host is woken once, not twice. At most AGENT_BATCH_PASSES
+                 * looks, each bounded by the queue's limits, then the write. */
+                bool batch = a->out_head && passes < AGENT_BATCH_PASSES;
                 short in_ev = a->out_bytes < AGENT_OUT_HARD_LIMIT ? POLLIN : 0;
-                short out_ev = a->out_head ? POLLOUT : 0;
+                short out_ev = a->out_head && !batch ? POLLOUT : 0;
                 pfd[n++] = (struct pollfd){.fd = a->in_fd, .events = (short)(in_ev | (same ? out_ev : 0))};
                 if (!same)
                         pfd[n++] = (struct pollfd){.fd = a->out_head ? a->out_fd : -1, .events = out_ev};
@@ -1332,11 +1341,17 @@ int agent_run(Agent *a) {
                         if (timeout < 0 || ms < timeout)
                                 timeout = ms;
                 }
-                int k = poll(pfd, n, timeout);
+                int k = poll(pfd, n, batch ? 0 : timeout);
                 if (k < 0 && errno != EINTR) {
                         agent_log_msg("poll failed: %s", strerror(errno));
                         a->exit_status = 1;
                         break;
+                }
+                if (batch && k == 0) {
+                        /* Nothing more is ready: what is queued goes now. */
+                        passes = 0;
+                        flush_out(a);
+                        continue;
                 }
                 if (k > 0) {
                         size_t sig_slot = same ? 1 : 2;
@@ -1379,6 +1394,11 @@ int agent_run(Agent *a) {
                                 watch_pump(a, s);
                 }
                 agent_sweep(a);
+                if (a->out_head && k > 0 && passes < AGENT_BATCH_PASSES) {
+                        passes++;
+                        continue;
+                }
+                passes = 0;
                 if (a->out_head)
                         flush_out(a);
         }

@@ -16,6 +16,10 @@
 struct StoreKeys {
         sqlite3 *sql;
         pthread_mutex_t lock; /* one transaction at a time on this connection */
+        /* by_hash's statement, prepared once (under lock): every request of
+         * a key looks its key up, and parsing the SQL each time was the
+         * largest part of an exec's time in the daemon's own code. */
+        sqlite3_stmt *by_hash;
 };
 
 static int sqlite_keys_open(const char *location, StoreKeys **ret) {
@@ -35,6 +39,8 @@ static int sqlite_keys_open(const char *location, StoreKeys **ret) {
 }
 
 static void sqlite_keys_close(StoreKeys *h) {
+        if (h)
+                sqlite3_finalize(h->by_hash);
         sqldb_handle_close(h);
 }
 
@@ -242,14 +248,24 @@ static void copy_text(char *dst, size_t n, sqlite3_stmt *st, int col) {
         snprintf(dst, n, "%s", t ? (const char *)t : "");
 }
 
+/* The kept statement made ready for its next use: its binding (a caller's
+ * string) dropped with its row. */
+static void stmt_resetp(sqlite3_stmt **st) {
+        if (*st) {
+                sqlite3_reset(*st);
+                sqlite3_clear_bindings(*st);
+        }
+}
+
 static int sqlite_keys_by_hash(StoreKeys *db, const char *hash_hex, KeyInfo *ret) {
         LOCKED(db);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db->sql,
+        if (!db->by_hash &&
+            sqlite3_prepare_v3(db->sql,
                                "SELECT id, name, owner, access, daily_limit_micros, trial, hash, keeps_awake "
                                "FROM keys WHERE hash = ? AND revoked_at IS NULL",
-                               -1, &st, NULL) != SQLITE_OK)
+                               -1, SQLITE_PREPARE_PERSISTENT, &db->by_hash, NULL) != SQLITE_OK)
                 return -EIO;
+        __attribute__((cleanup(stmt_resetp))) sqlite3_stmt *st = db->by_hash;
         sqlite3_bind_text(st, 1, hash_hex, -1, SQLITE_STATIC);
         int rc = sqlite3_step(st);
         if (rc == SQLITE_DONE)
