@@ -13,13 +13,26 @@
 #include "daemon/store/sqldb.h"
 #include "daemon/store/store_keys.h"
 
+#define KEYS_FOUND_MAX 64
+
 struct StoreKeys {
         sqlite3 *sql;
         pthread_mutex_t lock; /* one transaction at a time on this connection */
-        /* by_hash's statement, prepared once (under lock): every request of
-         * a key looks its key up, and parsing the SQL each time was the
-         * largest part of an exec's time in the daemon's own code. */
+        /* by_hash's statement, prepared once (under lock). */
         sqlite3_stmt *by_hash;
+        /* The keys found by by_hash lately (under lock), so that a request
+         * does not read the table: every request looks its key up, and
+         * each read after another connection's write (the audit's, one a
+         * request) reads the table's pages again, 90 us of an exec after a
+         * quiet spell. Only this daemon writes the keys of its state
+         * directory (runtimed.lock), and of its writes only a revoke
+         * changes a key that was found: it empties the cache in the same
+         * critical section. A miss is never kept: a new key works at once. */
+        struct {
+                char hash[AUTH_HASH_HEX_LEN + 1];
+                KeyInfo key;
+        } found[KEYS_FOUND_MAX];
+        size_t n_found, next_found;
 };
 
 static int sqlite_keys_open(const char *location, StoreKeys **ret) {
@@ -222,6 +235,8 @@ static int revoke_locked(StoreKeys *h, const char *id, const char *owner, const 
 
 static int sqlite_keys_revoke(StoreKeys *h, const char *id, const char *owner, const char *keep_owner, int64_t now) {
         LOCKED(h);
+        /* Before the change: no request finds the revoked key from here on. */
+        h->n_found = h->next_found = 0;
         int r = sqldb_exec(h->sql, "BEGIN IMMEDIATE");
         if (r < 0)
                 return r;
@@ -257,8 +272,28 @@ static void stmt_resetp(sqlite3_stmt **st) {
         }
 }
 
+/* The key of hash_hex among those found lately: every entry compared, in
+ * constant time, as the table's row is. */
+static bool found_get(StoreKeys *db, const char *hash_hex, KeyInfo *ret) {
+        bool hit = false;
+        for (size_t i = 0; i < db->n_found; i++)
+                if (auth_hash_equal(db->found[i].hash, hash_hex)) {
+                        *ret = db->found[i].key;
+                        hit = true;
+                }
+        return hit;
+}
+
+static void found_put(StoreKeys *db, const char *hash_hex, const KeyInfo *k) {
+        size_t i = db->n_found < KEYS_FOUND_MAX ? db->n_found++ : db->next_found++ % KEYS_FOUND_MAX;
+        snprintf(db->found[i].hash, sizeof db->found[i].hash, "%s", hash_hex);
+        db->found[i].key = *k;
+}
+
 static int sqlite_keys_by_hash(StoreKeys *db, const char *hash_hex, KeyInfo *ret) {
         LOCKED(db);
+        if (strlen(hash_hex) == AUTH_HASH_HEX_LEN && found_get(db, hash_hex, ret))
+                return 0;
         if (!db->by_hash &&
             sqlite3_prepare_v3(db->sql,
                                "SELECT id, name, owner, access, daily_limit_micros, trial, hash, keeps_awake "
@@ -286,6 +321,7 @@ static int sqlite_keys_by_hash(StoreKeys *db, const char *hash_hex, KeyInfo *ret
         k.daily_limit_micros = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 4);
         k.trial = sqlite3_column_int(st, 5) != 0;
         k.keeps_awake = sqlite3_column_int(st, 7) != 0;
+        found_put(db, hash_hex, &k);
         *ret = k;
         return 0;
 }
