@@ -375,7 +375,7 @@ static int pids_limit(void) {
  * on its disk decides nothing about where a volume lands. With ret_fd, the
  * directory opened (O_PATH): a live volume is mounted on it, never by its
  * path, which a process of the sandbox could change meanwhile. */
-static int volume_dir_fd(const char *path, int *ret_fd) {
+static int volume_dir_fd(const char *path, bool make, int *ret_fd) {
         char buf[256];
         if (path[0] != '/' || snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
                 return -EINVAL;
@@ -386,7 +386,7 @@ static int volume_dir_fd(const char *path, int *ret_fd) {
         for (char *part = strtok_r(buf + 1, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
                 if (strcmp(part, ".") == 0 || strcmp(part, "..") == 0)
                         return -EINVAL;
-                if (mkdirat(dfd, part, 0755) < 0 && errno != EEXIST)
+                if (make && mkdirat(dfd, part, 0755) < 0 && errno != EEXIST)
                         return -errno;
                 int next = openat(dfd, part, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (next < 0)
@@ -400,7 +400,7 @@ static int volume_dir_fd(const char *path, int *ret_fd) {
 }
 
 static int volume_dir(const char *path) {
-        return volume_dir_fd(path, NULL);
+        return volume_dir_fd(path, true, NULL);
 }
 
 /* A user namespace whose ids 100000..165535 are the guest's 0..65535: the
@@ -691,7 +691,7 @@ int vm_live_mount(const char *serial, const char *dest, bool read_only) {
         if (r < 0)
                 return r;
         _cleanup_close_ int dfd = -1, userns_fd = -1, fs = -1, mnt = -1;
-        if ((r = volume_dir_fd(dest, &dfd)) < 0 || (r = volume_userns(&userns_fd)) < 0)
+        if ((r = volume_dir_fd(dest, true, &dfd)) < 0 || (r = volume_userns(&userns_fd)) < 0)
                 return r;
         /* As at a boot (mount_volume): a read-only one without replaying
          * its journal, a writable one remounted read-only on an error. */
@@ -727,7 +727,11 @@ int vm_live_unmount(const char *dest) {
                 return -EINVAL;
         snprintf(parent, sizeof parent, "%.*s", (int)(last - dest), dest);
         _cleanup_close_ int pfd = -1, cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-        int r = parent[0] ? volume_dir_fd(parent, &pfd) : 0;
+        /* Nothing is made on the way: a path that is not there has nothing
+         * mounted (EINVAL, as umount2 says). */
+        int r = parent[0] ? volume_dir_fd(parent, false, &pfd) : 0;
+        if (r == -ENOENT)
+                return -EINVAL;
         if (r == 0 && !parent[0] && (pfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
                 r = -errno;
         if (r < 0 || cwd < 0)
