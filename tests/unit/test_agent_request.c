@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -482,6 +483,48 @@ static void test_passwd(void **state) {
         assert_int_equal(user_parse_passwd(pw, 10, "root", &u), -ENOENT);
 }
 
+/* user_lookup keeps what it found in a file that has settled; any change of
+ * the file is seen: a write of another size, one of the same size at once
+ * (its times), a rename over it. */
+static void write_text(const char *path, const char *text) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(text, f);
+        fclose(f);
+}
+
+static void test_lookup_sees_changes(void **state) {
+        (void)state;
+        char dir[] = "/tmp/agent-passwd-XXXXXX", path[64], other[64];
+        assert_non_null(mkdtemp(dir));
+        snprintf(path, sizeof path, "%s/passwd", dir);
+        snprintf(other, sizeof other, "%s/passwd.new", dir);
+        AgentUser u;
+        write_text(path, "sandbox:x:1000:1000::/home/sandbox:/bin/sh\n");
+        usleep(150 * 1000); /* settled: what is found is kept */
+        assert_int_equal(user_lookup(path, "sandbox", &u), 0);
+        assert_int_equal(u.uid, 1000);
+        assert_int_equal(user_lookup(path, "sandbox", &u), 0); /* kept */
+        assert_int_equal(u.uid, 1000);
+        write_text(path, "sandbox:x:1001:1000::/home/sandbox:/bin/sh\n"); /* same size */
+        assert_int_equal(user_lookup(path, "sandbox", &u), 0);
+        assert_int_equal(u.uid, 1001);
+        write_text(path, "sandbox:x:12345:1000::/home/sandbox:/bin/sh\n");
+        assert_int_equal(user_lookup(path, "sandbox", &u), 0);
+        assert_int_equal(u.uid, 12345);
+        write_text(other, "sandbox:x:1002:1000::/home/sandbox:/bin/sh\n");
+        assert_int_equal(rename(other, path), 0);
+        assert_int_equal(user_lookup(path, "sandbox", &u), 0);
+        assert_int_equal(u.uid, 1002);
+        assert_int_equal(user_lookup(path, "root", &u), -ENOENT); /* a miss is not kept */
+        write_text(path, "root:x:0:0::/root:/bin/sh\n");
+        assert_int_equal(user_lookup(path, "root", &u), 0);
+        assert_int_equal(user_lookup(path, "sandbox", &u), -ENOENT);
+        unlink(path);
+        assert_int_equal(user_lookup(path, "root", &u), -ENOENT);
+        rmdir(dir);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_depth),    cmocka_unit_test(test_paths),
@@ -490,7 +533,7 @@ int main(void) {
                 cmocka_unit_test(test_resume),   cmocka_unit_test(test_checkpoint),   cmocka_unit_test(test_user_and_signal),
                 cmocka_unit_test(test_pty),      cmocka_unit_test(test_forward),
                 cmocka_unit_test(test_watch),    cmocka_unit_test(test_mount),
-                cmocka_unit_test(test_user_names), cmocka_unit_test(test_passwd),
+                cmocka_unit_test(test_user_names), cmocka_unit_test(test_passwd), cmocka_unit_test(test_lookup_sees_changes),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
