@@ -171,7 +171,7 @@ export class Volumes {
     const json = options("volumes.delete", opts, ["force"]);
     return this.#http.request("POST", volumePath(volumeId, ":delete"), { json });
   }
-  /** Attaches the volume to a running sandbox at `path` (namespace and gVisor drivers): the attachment. */
+  /** Attaches the volume to a running sandbox at `path` (every driver; on the microVM a disk put in an empty slot of its guest): the attachment. */
   async attach(volumeId: string, sandboxId: string, path: string, opts: { readOnly?: boolean } = {}): Promise<Answer> {
     const json = { ...options("volumes.attach", opts, ["readOnly"]), sandboxId, path };
     return this.#http.request("POST", volumePath(volumeId, ":attach"), { json });

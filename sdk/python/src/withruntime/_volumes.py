@@ -54,8 +54,9 @@ class VolumesOps:
 
     def attach(self, volume_id: str, sandbox_id: str, path: str, *, read_only: Optional[bool] = None,
                idempotency_key: Optional[str] = None) -> Dict[str, Any]:
-        """Attaches the volume to a running sandbox at ``path`` (namespace and gVisor
-        drivers): the attachment, whose ``id`` ``detach`` and ``get_attachment`` take."""
+        """Attaches the volume to a running sandbox at ``path`` (every driver; on the microVM a
+        disk put in an empty slot of its guest): the attachment, whose ``id`` ``detach`` and
+        ``get_attachment`` take."""
         return dict((yield Call(self._http.request, "POST", _volume_path(volume_id, ":attach"),
                                 json_body=_present(sandboxId=sandbox_id, path=path, readOnly=read_only),
                                 headers=idempotency_headers(idempotency_key))))
