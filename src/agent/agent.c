@@ -1257,8 +1257,11 @@ int agent_run(Agent *a) {
         Stream *owner[MAX_POLL];
         int which[MAX_POLL];
 
-        /* Passes made since frames were queued: see batch below. */
+        /* Passes made since frames were queued: see batch below. stalled:
+         * the last write left frames queued (the channel is full), so the
+         * next poll waits for its room instead of looking again at once. */
         unsigned passes = 0;
+        bool stalled = false;
         while (!a->quit) {
                 if (a->quiet) {
                         quiet_wait(a);
@@ -1274,7 +1277,7 @@ int agent_run(Agent *a) {
                  * its end and RESULT go out in the write of its start, and
                  * the host is woken once, not twice. At most AGENT_BATCH_PASSES
                  * looks, each bounded by the queue's limits, then the write. */
-                bool batch = a->out_head && passes < AGENT_BATCH_PASSES;
+                bool batch = a->out_head && !stalled && passes < AGENT_BATCH_PASSES;
                 short in_ev = a->out_bytes < AGENT_OUT_HARD_LIMIT ? POLLIN : 0;
                 short out_ev = a->out_head && !batch ? POLLOUT : 0;
                 pfd[n++] = (struct pollfd){.fd = a->in_fd, .events = (short)(in_ev | (same ? out_ev : 0))};
@@ -1351,6 +1354,7 @@ int agent_run(Agent *a) {
                         /* Nothing more is ready: what is queued goes now. */
                         passes = 0;
                         flush_out(a);
+                        stalled = a->out_head != NULL;
                         continue;
                 }
                 if (k > 0) {
@@ -1394,13 +1398,14 @@ int agent_run(Agent *a) {
                                 watch_pump(a, s);
                 }
                 agent_sweep(a);
-                if (a->out_head && k > 0 && passes < AGENT_BATCH_PASSES) {
+                if (a->out_head && k > 0 && !stalled && passes < AGENT_BATCH_PASSES) {
                         passes++;
                         continue;
                 }
                 passes = 0;
                 if (a->out_head)
                         flush_out(a);
+                stalled = a->out_head != NULL;
         }
 
         for (size_t i = 0; i < a->n_streams; i++) {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import threading
 import time
 import uuid
@@ -357,3 +358,48 @@ def test_long_stream_ends_with_continue(short_stream_daemon, any_driver):
         cursor = more[-1]["cursor"]
     assert got + text(rest) == "".join(f"{i}\n" for i in range(1, 100001))
     assert rest[-1]["type"] == "exit" and rest[-1]["exitCode"] == 0
+
+
+def _cpu_ticks(pids: list[int]) -> int:
+    total = 0
+    for p in pids:
+        try:
+            fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total
+
+
+def test_the_agent_waits_for_a_full_channel(build_dir, image_dir, tmp_path):
+    """Output towards a daemon that reads nothing (stopped with SIGSTOP) fills the agent's channel:
+    the agent then waits for room, using no CPU (it once polled without waiting and spun a whole
+    core), and once the daemon reads again every process's output arrives and each ends."""
+    import signal
+    from helpers import host_pids, skip_unless_driver
+    d = _start_daemon(build_dir, image_dir, tmp_path / "state", f"runtime-test-fullchan-{time.time_ns()}")
+    c = Api(d)
+    try:
+        skip_unless_driver(d, "namespace")
+        sbx = c.create_sandbox(driver="namespace")
+        agents = [p for p in host_pids(sbx.id) if open(f"/proc/{p}/comm").read().strip() == "agent"]
+        assert agents, host_pids(sbx.id)
+        # More than the channel holds: each stream may send a window (1 MiB) unacknowledged.
+        ids = [spawn(sbx, argv=["sh", "-c", "yes | head -c 3000000"])["id"] for _ in range(12)]
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            def idle() -> bool:
+                before = _cpu_ticks(agents)
+                time.sleep(0.5)
+                return _cpu_ticks(agents) - before <= 5  # at most 50 ms of CPU in 0.5 s
+            wait_until(idle, timeout=20, what="the agent to wait without CPU while its channel is full")
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        for pid in ids:
+            r = c.post(f"{procs(sbx)}/{pid}:wait", json={"timeoutMs": 60000})
+            assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
+            assert c.get(f"{procs(sbx)}/{pid}").json()["outputBytes"] == 3000000
+    finally:
+        c.delete_all()
+        c.close()
+        _finish_daemon(d)
