@@ -1248,6 +1248,70 @@ static void stream_ready(Agent *a, Stream *s, int which, short revents) {
                 agent_pipe_readable(a, s, which);
 }
 
+/* The streams' descriptors into pfd from n on (owner and which say whose
+ * each is) and the poll's timeout in *timeout: kept, or cut to the nearest
+ * deadline, or 0 when a stream has bytes to move at once. The new n. */
+static size_t poll_streams(Agent *a, uint64_t now, struct pollfd *pfd, Stream **owner, int *which, size_t n,
+                           int *timeout) {
+        bool room = a->out_bytes < AGENT_OUT_SOFT_LIMIT;
+        for (size_t i = 0; i < a->n_streams; i++) {
+                Stream *s = a->streams[i];
+                bool produce = room && s->queued_out < AGENT_STREAM_QUEUE_LIMIT && s->credit > 0;
+                if ((s->kind == STREAM_READ || s->hold == HOLD_REPLAY) && produce)
+                        *timeout = 0;
+                /* Detached, the pipes are read whatever the credit;
+                 * listed or with held bytes to send, not at all. */
+                if (s->hold != HOLD_NONE)
+                        produce = s->hold == HOLD_DETACHED;
+                if (s->kind == STREAM_RELAY || s->kind == STREAM_FORWARD) {
+                        short ev = s->connecting ? POLLOUT
+                                                 : (short)((produce && !s->sock_eof ? POLLIN : 0) |
+                                                           (s->in_head ? POLLOUT : 0));
+                        owner[n] = s;
+                        which[n] = RELAY_SOCK;
+                        pfd[n++] = (struct pollfd){.fd = ev ? s->sock : -1, .events = ev};
+                        continue;
+                }
+                if (s->kind == STREAM_WATCH) {
+                        bool go = produce && s->credit >= 2 * WATCH_MAX_LINE;
+                        if (go && agent_watch_pending(s->watch))
+                                *timeout = 0;
+                        owner[n] = s;
+                        which[n] = PIPE_OUT;
+                        pfd[n++] = (struct pollfd){.fd = go ? agent_watch_fd(s->watch) : -1,
+                                                   .events = POLLIN};
+                        continue;
+                }
+                if (s->kind != STREAM_EXEC)
+                        continue;
+                for (int k = 0; k < 3; k++) {
+                        int fd = s->fds[k];
+                        short ev = k == PIPE_IN ? POLLOUT : POLLIN;
+                        /* A negative fd is skipped by poll: a pipe we may not
+                         * read now must not report POLLHUP in a busy loop. */
+                        if (k == PIPE_IN ? !s->in_head : !produce)
+                                fd = -1;
+                        owner[n] = s;
+                        which[n] = k;
+                        pfd[n++] = (struct pollfd){.fd = fd, .events = ev};
+                }
+                int ms = exec_due_ms(s, now);
+                if (ms >= 0 && (*timeout < 0 || ms < *timeout))
+                        *timeout = ms;
+        }
+        if (a->memory_limit) {
+                int ms = a->next_memory_ms > now ? (int)(a->next_memory_ms - now) : 0;
+                if (*timeout < 0 || ms < *timeout)
+                        *timeout = ms;
+        }
+        if (a->n_doomed) {
+                int ms = a->next_rekill_ms > now ? (int)(a->next_rekill_ms - now) : 0;
+                if (*timeout < 0 || ms < *timeout)
+                        *timeout = ms;
+        }
+        return n;
+}
+
 int agent_run(Agent *a) {
         set_nonblock(a->in_fd);
         set_nonblock(a->out_fd);
@@ -1288,62 +1352,7 @@ int agent_run(Agent *a) {
                 pfd[n++] = (struct pollfd){.fd = a->n_streams < AGENT_MAX_STREAMS ? a->relay_fd : -1,
                                            .events = POLLIN};
                 size_t first_stream = n;
-                bool room = a->out_bytes < AGENT_OUT_SOFT_LIMIT;
-                for (size_t i = 0; i < a->n_streams; i++) {
-                        Stream *s = a->streams[i];
-                        bool produce = room && s->queued_out < AGENT_STREAM_QUEUE_LIMIT && s->credit > 0;
-                        if ((s->kind == STREAM_READ || s->hold == HOLD_REPLAY) && produce)
-                                timeout = 0;
-                        /* Detached, the pipes are read whatever the credit;
-                         * listed or with held bytes to send, not at all. */
-                        if (s->hold != HOLD_NONE)
-                                produce = s->hold == HOLD_DETACHED;
-                        if (s->kind == STREAM_RELAY || s->kind == STREAM_FORWARD) {
-                                short ev = s->connecting ? POLLOUT
-                                                         : (short)((produce && !s->sock_eof ? POLLIN : 0) |
-                                                                   (s->in_head ? POLLOUT : 0));
-                                owner[n] = s;
-                                which[n] = RELAY_SOCK;
-                                pfd[n++] = (struct pollfd){.fd = ev ? s->sock : -1, .events = ev};
-                                continue;
-                        }
-                        if (s->kind == STREAM_WATCH) {
-                                bool go = produce && s->credit >= 2 * WATCH_MAX_LINE;
-                                if (go && agent_watch_pending(s->watch))
-                                        timeout = 0;
-                                owner[n] = s;
-                                which[n] = PIPE_OUT;
-                                pfd[n++] = (struct pollfd){.fd = go ? agent_watch_fd(s->watch) : -1,
-                                                           .events = POLLIN};
-                                continue;
-                        }
-                        if (s->kind != STREAM_EXEC)
-                                continue;
-                        for (int k = 0; k < 3; k++) {
-                                int fd = s->fds[k];
-                                short ev = k == PIPE_IN ? POLLOUT : POLLIN;
-                                /* A negative fd is skipped by poll: a pipe we may not
-                                 * read now must not report POLLHUP in a busy loop. */
-                                if (k == PIPE_IN ? !s->in_head : !produce)
-                                        fd = -1;
-                                owner[n] = s;
-                                which[n] = k;
-                                pfd[n++] = (struct pollfd){.fd = fd, .events = ev};
-                        }
-                        int ms = exec_due_ms(s, now);
-                        if (ms >= 0 && (timeout < 0 || ms < timeout))
-                                timeout = ms;
-                }
-                if (a->memory_limit) {
-                        int ms = a->next_memory_ms > now ? (int)(a->next_memory_ms - now) : 0;
-                        if (timeout < 0 || ms < timeout)
-                                timeout = ms;
-                }
-                if (a->n_doomed) {
-                        int ms = a->next_rekill_ms > now ? (int)(a->next_rekill_ms - now) : 0;
-                        if (timeout < 0 || ms < timeout)
-                                timeout = ms;
-                }
+                n = poll_streams(a, now, pfd, owner, which, n, &timeout);
                 int k = poll(pfd, n, batch ? 0 : timeout);
                 if (k < 0 && errno != EINTR) {
                         agent_log_msg("poll failed: %s", strerror(errno));

@@ -45,6 +45,17 @@ static inline void sqldb_finalizep(sqlite3_stmt **s) {
 }
 #define _cleanup_stmt_ __attribute__((cleanup(sqldb_finalizep)))
 
+/* A statement a handle keeps prepared across calls (made under its lock,
+ * finalized by the handle's close with sqldb_finalizep): each use rewinds
+ * it at its end, its bindings (a caller's strings) dropped with its row. */
+static inline void sqldb_rewindp(sqlite3_stmt **s) {
+        if (*s) {
+                sqlite3_reset(*s);
+                sqlite3_clear_bindings(*s);
+        }
+}
+#define _rewind_stmt_ __attribute__((cleanup(sqldb_rewindp)))
+
 /* Binds v, or NULL when v is NULL or empty (an optional text column). */
 static inline void sqldb_bind_opt(sqlite3_stmt *st, int i, const char *v) {
         if (v && *v)

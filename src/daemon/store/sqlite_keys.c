@@ -53,7 +53,7 @@ static int sqlite_keys_open(const char *location, StoreKeys **ret) {
 
 static void sqlite_keys_close(StoreKeys *h) {
         if (h)
-                sqlite3_finalize(h->by_hash);
+                sqldb_finalizep(&h->by_hash);
         sqldb_handle_close(h);
 }
 
@@ -263,15 +263,6 @@ static void copy_text(char *dst, size_t n, sqlite3_stmt *st, int col) {
         snprintf(dst, n, "%s", t ? (const char *)t : "");
 }
 
-/* The kept statement made ready for its next use: its binding (a caller's
- * string) dropped with its row. */
-static void stmt_resetp(sqlite3_stmt **st) {
-        if (*st) {
-                sqlite3_reset(*st);
-                sqlite3_clear_bindings(*st);
-        }
-}
-
 /* The key of hash_hex among those found lately: every entry compared, in
  * constant time, as the table's row is. */
 static bool found_get(StoreKeys *db, const char *hash_hex, KeyInfo *ret) {
@@ -300,7 +291,7 @@ static int sqlite_keys_by_hash(StoreKeys *db, const char *hash_hex, KeyInfo *ret
                                "FROM keys WHERE hash = ? AND revoked_at IS NULL",
                                -1, SQLITE_PREPARE_PERSISTENT, &db->by_hash, NULL) != SQLITE_OK)
                 return -EIO;
-        __attribute__((cleanup(stmt_resetp))) sqlite3_stmt *st = db->by_hash;
+        _rewind_stmt_ sqlite3_stmt *st = db->by_hash;
         sqlite3_bind_text(st, 1, hash_hex, -1, SQLITE_STATIC);
         int rc = sqlite3_step(st);
         if (rc == SQLITE_DONE)
