@@ -97,10 +97,11 @@ def test_requests_go_on_to_the_owner(pair, monkeypatch):
 
 
 @pytest.mark.parametrize("driver", ["namespace", "gvisor"])
-def test_a_volume_attaches_through_the_other_host(pair, driver):
+def test_a_volume_attaches_through_the_other_host(pair, driver, published_client):
     """A volume made on host a and a running sandbox of a: an attach sent to host b names its
     sandbox in its body, not its path, and still goes on to a, which holds the volume's image and
-    binds it; the sandbox writes it; the detach through b goes on too and unbinds it."""
+    binds it; the sandbox writes it; the detach through b goes on too and unbinds it. The
+    published client, pointed at b, makes the attach and the detach."""
     a, b = pair
     skip_unless_driver(a, driver)
     with Api(a) as on_a, Api(b, key=a.api_key) as via_b:
@@ -108,14 +109,25 @@ def test_a_volume_attaches_through_the_other_host(pair, driver):
         assert r.status_code == 201, r.text
         vid = r.json()["id"]
         sbx = _on_a(pair, on_a, driver=driver, timeoutSeconds=300)
-        r = via_b.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": sbx.id, "path": "/mnt/data"})
+        r = via_b.post(f"/v1/volumes/{vid}:attach", json={"sandboxId": sbx.id, "path": "/plain"})
         assert r.status_code == 201 and r.json()["sandboxId"] == sbx.id, r.text
         assert "X-Forwarded-Request-Id" in r.headers
+        assert via_b.post(f"/v1/volumes/{vid}/attachments/{sbx.id}:detach", json={}).status_code == 200
+        att = published_client.run_json(_Via(b, a.api_key), """
+import json, sys
+from withruntime import Runtime
+print(json.dumps(Runtime().volumes.attach(sys.argv[1], sys.argv[2], "/mnt/data")))
+""", args=[vid, sbx.id], timeout=120)
+        assert att["sandboxId"] == sbx.id and att["path"] == "/mnt/data", att
         res = via_b.exec(sbx.id, command="echo v > /mnt/data/f && stat -c %u /mnt/data/f")
         assert res["stdout"] == "1000\n", res
         assert via_b.get(f"/v1/volumes/{vid}").json()["attachments"][0]["sandboxId"] == sbx.id
-        r = via_b.post(f"/v1/volumes/{vid}/attachments/{sbx.id}:detach", json={})
-        assert r.status_code == 200 and r.json()["state"] == "detached", r.text
+        out = published_client.run_json(_Via(b, a.api_key), """
+import json, sys
+from withruntime import Runtime
+print(json.dumps(Runtime().volumes.detach(sys.argv[1], sys.argv[2])))
+""", args=[vid, att["id"]], timeout=120)
+        assert out["state"] == "detached", out
         assert on_a.exec(sbx.id, command="test -e /mnt/data/f")["exitCode"] != 0
         on_a.delete(f"/v1/sandboxes/{sbx.id}")
         assert on_a.post(f"/v1/volumes/{vid}:delete", json={}).status_code == 200
