@@ -2,7 +2,9 @@
  * bench/quiet_exec.py --breakdown, copied in and run as root), it starts
  * children the ways the agent does and times each from the clone to the
  * reap, after a pause of 20-50 ms (quiet) or back to back, the ways taking
- * turns. Prints one line a way: name, p50 and p90 in ms.
+ * turns. Prints one line a way: name, p50 and p90 in ms. Run on the host
+ * too, its python3 line is the limit that gVisor's own start of python3 is
+ * compared with, without the daemon, the channel or the agent.
  *
  *   exec_probe RUNS QUIET      (QUIET 1 or 0)
  *   exec_probe --exit          (what the "static binary" way execs: itself)
@@ -22,9 +24,10 @@
 #define MAX_RUNS 400
 #define STACK_BYTES (256u * 1024u)
 
-enum { WAY_DYNAMIC, WAY_STATIC, WAY_TASK, WAY_TASK_CGROUP, N_WAYS };
+enum { WAY_DYNAMIC, WAY_STATIC, WAY_TASK, WAY_TASK_CGROUP, WAY_PYTHON, N_WAYS };
 static const char *const way_names[N_WAYS] = {
         "execve /usr/bin/true", "execve a static binary", "vfork, _exit", "vfork, cgroup join, _exit",
+        "execve /usr/bin/python3 -c 'print(6*7)'",
 };
 
 /* The commands' cgroup the agent moves each child into: gVisor's, one per
@@ -49,6 +52,14 @@ static int child(void *unused) {
         if (way == WAY_DYNAMIC) {
                 char *const argv[] = { "true", NULL };
                 execve("/usr/bin/true", argv, env);
+                _exit(127);
+        }
+        if (way == WAY_PYTHON) {
+                char *const argv[] = { "python3", "-c", "print(6*7)", NULL };
+                int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+                if (null < 0 || dup2(null, 1) != 1)
+                        _exit(126);
+                execve("/usr/bin/python3", argv, env);
                 _exit(127);
         }
         if (way == WAY_STATIC) {

@@ -13,8 +13,9 @@ one (a kept-alive socket, the request made ahead), another pause, the same argv 
 the host; they take turns going first. Then the same pairs back to back. Medians, p95s and the
 ratio sandbox/host of the medians. With --breakdown, bench/exec_probe.c (built static here) runs as
 root in each sandbox and times children started the agent's ways, from the clone to the reap: a
-dynamic `true`, a static binary, a task that execs nothing, and one that joins the commands' cgroup
-(gVisor's) first. Needs root, a built tree (it runs `make`) and the default image.
+dynamic `true`, a static binary, a task that execs nothing, one that joins the commands' cgroup
+(gVisor's) first, and Debian's python3; then the same probe on the bare host and, for gVisor, in a
+plain `runsc do` of the same runsc and platform: the limits, with none of our code in them. Needs root, a built tree (it runs `make`) and the default image.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import os
 import json
 import platform
 import random
+import shutil
 import socket
 import statistics
 import subprocess
@@ -32,6 +34,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from _harness import REPO, bench_daemon, options, pct, per_driver, prepare
+sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
+from withruntime import Sandbox  # noqa: E402
 from helpers import Api  # noqa: E402
 from sections import emit  # noqa: E402
 
@@ -91,24 +95,44 @@ class LeanClient:
         self.sock.close()
 
 
+class SdkClient:
+    """The same exec through our Python SDK's blocking client (``Sandbox.exec``), as an agent's
+    tool calls it: its own keep-alive connection, no httpx."""
+
+    def __init__(self, d, sid: str, argv: list[str]):
+        self.sbx = Sandbox.connect(sid, api_key=d.api_key, base_url=d.base_url)
+        self.argv = argv
+
+    def once(self) -> float:
+        t = time.perf_counter()
+        r = self.sbx.exec(self.argv)
+        ms = (time.perf_counter() - t) * 1000
+        assert r.exit_code == 0, r
+        return ms
+
+    def close(self) -> None:
+        self.sbx.close()
+
+
 def host_once(argv: list[str]) -> float:
     t = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
     return (time.perf_counter() - t) * 1000
 
 
-def measure(api: Api, lean: LeanClient, sid: str, argv: list[str], runs: int,
+def measure(api: Api, lean: LeanClient, sdk: SdkClient, sid: str, argv: list[str], runs: int,
             quiet: bool) -> dict[str, list[float]]:
-    """runs rounds of (sandbox, lean client, host), interleaved, each after a 20-50 ms pause when
-    quiet."""
-    out: dict[str, list[float]] = {"sandbox": [], "lean": [], "host": []}
+    """runs rounds of (sandbox, lean client, SDK, host), interleaved, each after a 20-50 ms pause
+    when quiet."""
+    calls = {"sandbox": lambda: sandbox_once(api, sid, argv), "lean": lean.once, "sdk": sdk.once,
+             "host": lambda: host_once(argv)}
+    out: dict[str, list[float]] = {side: [] for side in calls}
     for i in range(runs):
-        order = ("sandbox", "lean", "host") if i % 2 == 0 else ("host", "lean", "sandbox")
+        order = ("sandbox", "lean", "sdk", "host") if i % 2 == 0 else ("host", "sdk", "lean", "sandbox")
         for side in order:
             if quiet:
                 time.sleep(random.uniform(0.020, 0.050))
-            out[side].append(sandbox_once(api, sid, argv) if side == "sandbox" else lean.once()
-                             if side == "lean" else host_once(argv))
+            out[side].append(calls[side]())
     return out
 
 
@@ -120,6 +144,10 @@ def build_probe(tmp: Path) -> Path | str:
     return out if r.returncode == 0 else f"cc -static failed: {r.stderr.strip()[:200]}"
 
 
+def probe_lines(text: str) -> list[tuple[str, float, float]]:
+    return [(w, float(a), float(b)) for w, a, b in (line.split("\t") for line in text.strip().splitlines())]
+
+
 def probe(api: Api, sid: str, binary: Path, runs: int) -> dict[str, list[tuple[str, float, float]]]:
     """The probe's lines (way, p50, p90) in the sandbox, quiet and back to back."""
     r = api.put_file(sid, "/tmp/exec_probe", binary.read_bytes(), mode="755")
@@ -129,9 +157,24 @@ def probe(api: Api, sid: str, binary: Path, runs: int) -> dict[str, list[tuple[s
         r = api.post(f"/v1/sandboxes/{sid}:exec", json={"argv": ["/tmp/exec_probe", str(runs), quiet],
                                                          "user": "root", "timeoutMs": 600_000})
         assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text[:300]
-        out[mode] = [(w, float(a), float(b)) for w, a, b in
-                     (line.split("\t") for line in r.json()["stdout"].strip().splitlines())]
+        out[mode] = probe_lines(r.json()["stdout"])
     return out
+
+
+def probe_host(binary: Path, runs: int, wrapper: list[str] | None = None) -> dict[str, list[tuple[str, float, float]]]:
+    """The same probe on the bare host, or under wrapper (`runsc do`): the limit of each way."""
+    return {mode: probe_lines(subprocess.run([*(wrapper or []), str(binary), str(runs), quiet], check=True,
+                                             capture_output=True, text=True, timeout=900).stdout)
+            for mode, quiet in (("quiet", "1"), ("back to back", "0"))}
+
+
+def runsc_do() -> list[str] | None:
+    """`runsc do` as the gVisor driver runs runsc (its binary and platform, no network), or None."""
+    runsc = os.environ.get("RUNTIME_RUNSC") or shutil.which("runsc")
+    if not runsc:
+        return None
+    platform_ = os.environ.get("RUNTIME_GVISOR_PLATFORM", "systrap")
+    return [runsc, f"--platform={platform_}", "--network=none", "do"]
 
 
 def render(results: dict, args) -> str:
@@ -149,34 +192,45 @@ def render(results: dict, args) -> str:
              "host's python3 with many site packages starts slower); `/usr/bin/python3` is Debian's build "
              "on both sides, like for like. `true` is the sandbox's own cost. Lean: the same exec "
              "through one kept-alive socket with the request made ahead, without the Python HTTP "
-             "library (httpx) of the sandbox column, whose own time is about 1.4 ms a call; the "
-             "host's side is Python's `subprocess.run` either way.", "",
-             "| driver | command | calls | sandbox p50 | sandbox p95 | lean p50 | lean p95 | host p50 | "
-             "host p95 | ratio | lean ratio |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "library (httpx) of the sandbox column, whose own time is about 1.4 ms a call. SDK: the "
+             "same exec through our Python SDK's blocking client (`Sandbox.exec`, its own kept-alive "
+             "connection), what an agent's tool calls. The host's side is Python's `subprocess.run` "
+             "either way.", "",
+             "| driver | command | calls | sandbox p50 | sandbox p95 | lean p50 | lean p95 | SDK p50 | "
+             "SDK p95 | host p50 | host p95 | ratio | lean ratio | SDK ratio |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for drv, res in results.items():
         if "error" in res:
-            lines.append(f"| {drv} | not run: {res['error']} | | | | | | |")
+            lines.append(f"| {drv} | not run: {res['error']} | | | | | | | | | | | | |")
         for name, by in res.get("rows", {}).items():
             for mode in ("quiet", "back to back"):
-                s, le, h = by[mode]["sandbox"], by[mode]["lean"], by[mode]["host"]
-                lines.append(f"| {drv} | `{name}` | {mode} | {statistics.median(s):.2f} | {pct(s, 95):.2f} | "
-                             f"{statistics.median(le):.2f} | {pct(le, 95):.2f} | "
-                             f"{statistics.median(h):.2f} | {pct(h, 95):.2f} | "
-                             f"{statistics.median(s) / statistics.median(h):.2f} | "
-                             f"{statistics.median(le) / statistics.median(h):.2f} |")
-    probes = {d: r["probe"] for d, r in results.items() if "probe" in r}
+                sides = [by[mode][k] for k in ("sandbox", "lean", "sdk", "host")]
+                h = statistics.median(sides[3])
+                lines.append(f"| {drv} | `{name}` | {mode} | "
+                             + " | ".join(f"{statistics.median(v):.2f} | {pct(v, 95):.2f}" for v in sides) + " | "
+                             + " | ".join(f"{statistics.median(v) / h:.2f}" for v in sides[:3]) + " |")
+    probes = {d: (r["probe"], r.get("probe_host")) for d, r in results.items() if "probe" in r}
+    probes.update({f"{d}: `runsc do`": (r["probe_runsc"], r.get("probe_host"))
+                   for d, r in results.items() if "probe_runsc" in r})
     if probes:
         lines += ["", "Inside the sandbox (bench/exec_probe.c, as root, "
                   f"{args.runs} of each way, taking turns): a child started as the agent starts one "
-                  "(clone with CLONE_VM and CLONE_VFORK), timed from the clone to its reap; ms, p50 (p90).", "",
-                  "| driver | child | quiet | back to back |", "| --- | --- | --- | --- |"]
-        for drv, pr in probes.items():
+                  "(clone with CLONE_VM and CLONE_VFORK), timed from the clone to its reap; ms, p50 (p90). "
+                  "The same probe on the bare host is each way's limit; ratio: the sandbox's quiet p50 over "
+                  "the host's, with no daemon, channel or agent in either. `runsc do`: the probe in a plain "
+                  "gVisor sandbox of the same runsc and platform, run right after, with no Runtime code at "
+                  "all: gVisor's own cost.", "",
+                  "| driver | child | quiet | back to back | host quiet | host back to back | ratio (quiet) |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for drv, (pr, host) in probes.items():
             if isinstance(pr, str):
-                lines.append(f"| {drv} | not run: {pr} | | |")
+                lines.append(f"| {drv} | not run: {pr} | | | | | |")
                 continue
-            for (way, q50, q90), (_, b50, b90) in zip(pr["quiet"], pr["back to back"]):
-                lines.append(f"| {drv} | {way} | {q50:.2f} ({q90:.2f}) | {b50:.2f} ({b90:.2f}) |")
+            for i, ((way, q50, q90), (_, b50, b90)) in enumerate(zip(pr["quiet"], pr["back to back"])):
+                hq = host["quiet"][i] if host else (way, float("nan"), float("nan"))
+                hb = host["back to back"][i] if host else hq
+                lines.append(f"| {drv} | {way} | {q50:.2f} ({q90:.2f}) | {b50:.2f} ({b90:.2f}) | "
+                             f"{hq[1]:.2f} ({hq[2]:.2f}) | {hb[1]:.2f} ({hb[2]:.2f}) | {q50 / hq[1]:.2f} |")
     lines += ["", END]
     return "\n".join(lines)
 
@@ -197,18 +251,24 @@ def main() -> int:
         for drv, sbx in per_driver(api, args.drivers, results):
             rows: dict = {}
             for name, argv in COMMANDS.items():
-                lean = LeanClient(d, sbx.id, argv)
+                lean, sdk = LeanClient(d, sbx.id, argv), SdkClient(d, sbx.id, argv)
                 for _ in range(5):  # warm up: the page cache, the agent's first fork
                     sandbox_once(api, sbx.id, argv)
                     lean.once()
+                    sdk.once()
                     host_once(argv)
-                rows[name] = {"quiet": measure(api, lean, sbx.id, argv, args.runs, True),
-                              "back to back": measure(api, lean, sbx.id, argv, args.runs, False)}
+                rows[name] = {"quiet": measure(api, lean, sdk, sbx.id, argv, args.runs, True),
+                              "back to back": measure(api, lean, sdk, sbx.id, argv, args.runs, False)}
                 lean.close()
+                sdk.close()
             results[drv] = {"rows": rows, "load": os.getloadavg()[0]}
             if binary is not None:
                 results[drv]["probe"] = probe(api, sbx.id, binary, args.runs) if isinstance(binary, Path) \
                     else binary
+                if isinstance(binary, Path):  # the limits, taken right after the sandbox's
+                    results[drv]["probe_host"] = probe_host(binary, args.runs)
+                    if drv == "gvisor" and (wrapper := runsc_do()):
+                        results[drv]["probe_runsc"] = probe_host(binary, args.runs, wrapper)
         api.close()
     emit(args.out, BEGIN, END, render(results, args))
     return 0

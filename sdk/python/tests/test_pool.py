@@ -9,6 +9,7 @@ import asyncio
 import io
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -214,6 +215,61 @@ def test_errors_bodies_and_uploads_over_the_pool(server: KeepAliveServer) -> Non
     assert server.requests[-1][3] == b"y" * (3 * 1024 * 1024 + 5)
     sbx.close()
     assert server.accepted == 1
+
+
+def first_reads(sizes: List[int]) -> List[bytes]:
+    """What a server's first read of each request held, for requests whose JSON bodies are about
+    ``sizes`` bytes, made by the blocking and then by the asyncio client: the server reads once,
+    after the connection is readable, as the daemon does, then reads the rest and answers."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    first: List[bytes] = []
+
+    def serve() -> None:
+        for _ in range(2 * len(sizes)):
+            conn, _ = srv.accept()
+            with conn:
+                select.select([conn], [], [], 10)
+                data = conn.recv(1 << 20)
+                first.append(data)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(next(h.split(b":")[1] for h in head.split(b"\r\n")
+                                  if h.lower().startswith(b"content-length:")))
+                while len(body) < length:
+                    body += conn.recv(1 << 20)
+                out = b'{"exitCode": 0}'
+                conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(out) + out)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    endpoint = Endpoint(f"http://127.0.0.1:{srv.getsockname()[1]}", None, "x")
+    http = SyncHTTP(endpoint, KEY)
+    for n in sizes:
+        http.request("POST", "/v1/sandboxes/sbx_1:exec", json_body={"argv": ["x" * n]})
+    http.close()
+
+    async def main() -> None:
+        ahttp = AsyncHTTP(endpoint, KEY)
+        for n in sizes:
+            await ahttp.request("POST", "/v1/sandboxes/sbx_1:exec", json_body={"argv": ["x" * n]})
+        await ahttp.close()
+
+    asyncio.run(main())
+    t.join(10)
+    srv.close()
+    return first
+
+
+def test_a_small_request_is_one_write() -> None:
+    """A request whose body is small goes out in one write with its head, so the daemon reads it
+    whole at one wake; a large body goes after the head, not copied behind it."""
+    small, large = 100, 200 * 1024
+    reads = first_reads([small, large])
+    assert len(reads) == 4
+    for data in (reads[0], reads[2]):
+        assert data.startswith(b"POST /v1/sandboxes/sbx_1:exec HTTP/1.1\r\n")
+        assert data.endswith(json.dumps({"argv": ["x" * small]}, separators=(",", ":")).encode())
+    for data in (reads[1], reads[3]):  # answered: the rest was read after the first read
+        assert data.startswith(b"POST /v1/sandboxes/sbx_1:exec HTTP/1.1\r\n")
 
 
 def test_nothing_listening_is_a_connection_error() -> None:

@@ -230,6 +230,8 @@ def _make_transport(endpoint: Endpoint, *, is_async: bool) -> Any:
 
 #: One read of a reply on a pooled connection takes up to this much.
 _REPLY_READ = 256 * 1024
+#: A request body up to this size is sent in one write with its head.
+_JOINED_BODY = 64 * 1024
 # Requests sent again, once, when a reused connection failed before any byte of the reply came
 # (the daemon closed it as the request went out): those whose repetition does no harm.
 _RETRIED = frozenset(("GET", "HEAD", "PUT", "DELETE"))
@@ -257,11 +259,15 @@ class _Exchange:
                 body = content.encode("utf-8")
             else:
                 self.chunks = content
-        # The head goes out alone and the body after it: a body of 100 MiB is not copied.
         self.head = request_head(self.endpoint, method, path, params=params,
                                  headers={**_headers(http.api_key), **(headers or {})}, body=None,
                                  keep_alive=True, content_type=content_type, chunked=self.chunks is not None,
                                  body_length=None if body is None else len(body))
+        # A small body goes out in the head's write: one segment, so the daemon reads the whole
+        # request at one wake instead of the head and then, woken again, the body. A large one
+        # goes after the head rather than being copied behind it.
+        if body is not None and len(body) <= _JOINED_BODY:
+            self.head, body = self.head + body, None
         self.body = body
         self.retry = method in _RETRIED and self.chunks is None
         self.restart()
