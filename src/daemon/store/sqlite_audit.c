@@ -14,6 +14,7 @@
 struct StoreAudit {
         sqlite3 *sql;
         pthread_mutex_t lock; /* the connection: its statements never interleave */
+        sqlite3_stmt *insert; /* kept prepared: a record is written per call served */
 };
 
 /* The audit table's history (sqldb.h's SqlMigration). */
@@ -45,16 +46,20 @@ static int sqlite_audit_open(const char *location, StoreAudit **ret) {
 }
 
 static void sqlite_audit_close(StoreAudit *h) {
+        if (h)
+                sqldb_finalizep(&h->insert);
         sqldb_handle_close(h);
 }
 
+/* Called under the handle's lock. */
 static int insert_one(StoreAudit *h, const AuditRecord *a) {
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(h->sql,
+        if (!h->insert &&
+            sqlite3_prepare_v3(h->sql,
                                "INSERT INTO audit (id, owner, action, key_id, method, path, sandbox_id, detail, "
                                "status, client, request_id, host_id, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                               -1, &st, NULL) != SQLITE_OK)
+                               -1, SQLITE_PREPARE_PERSISTENT, &h->insert, NULL) != SQLITE_OK)
                 return -EIO;
+        _rewind_stmt_ sqlite3_stmt *st = h->insert;
         sqlite3_bind_text(st, 1, a->id, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, a->owner, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, a->action, -1, SQLITE_STATIC);
