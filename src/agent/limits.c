@@ -110,23 +110,100 @@ void limits_child_defaults(void) {
                         _exit(126);
 }
 
-uint64_t limits_oom_kills(void) {
-        FILE *f = fopen("/proc/vmstat", "re");
-        if (!f)
-                return UINT64_MAX;
-        char line[128];
-        uint64_t v = UINT64_MAX;
-        while (fgets(line, sizeof line, f))
-                if (strncmp(line, "oom_kill ", 9) == 0) {
+/* A /proc file the agent reads again and again (each exec's vmstat, the
+ * memory watch's meminfo), kept open: a read from its start makes its text
+ * again, where opening it by name walks the path each time (in gVisor with
+ * shared file access, asking the host about "/" and "/proc" at every look:
+ * three host calls a look, about four looks a second in an idle sandbox).
+ * Only the agent's own process reads these; a child that closes every
+ * descriptor it has closes its copy, never the agent's. */
+typedef struct ProcText {
+        const char *path;
+        int fd; /* -1: not open; PROC_ABSENT: the kernel has no such file */
+} ProcText;
+
+#define PROC_ABSENT (-2)
+
+static ProcText proc_vmstat = { "/proc/vmstat", -1 }, proc_meminfo = { "/proc/meminfo", -1 };
+
+/* The file's whole text into buf, NUL-terminated: its length, -ENOBUFS when
+ * it does not fit, or a negative errno. A read that fails closes the kept
+ * descriptor and the next call opens the file again. */
+static ssize_t proc_text(ProcText *p, char *buf, size_t size) {
+        if (p->fd == PROC_ABSENT)
+                return -ENOENT;
+        if (p->fd < 0 && (p->fd = open(p->path, O_RDONLY | O_CLOEXEC)) < 0) {
+                int e = errno;
+                /* A kernel without the file (gVisor has no /proc/vmstat)
+                 * never gains it: not looked for again. */
+                p->fd = e == ENOENT ? PROC_ABSENT : -1;
+                return -e;
+        }
+        size_t n = 0;
+        for (;;) {
+                ssize_t r = pread(p->fd, buf + n, size - 1 - n, (off_t)n);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r < 0) {
+                        int e = errno;
+                        close(p->fd);
+                        p->fd = -1;
+                        return -e;
+                }
+                if (r == 0)
+                        break;
+                n += (size_t)r;
+                if (n == size - 1)
+                        return -ENOBUFS;
+        }
+        buf[n] = '\0';
+        return (ssize_t)n;
+}
+
+/* The number after "\nNAME" (NAME with its separator) in text, or
+ * UINT64_MAX. */
+static uint64_t proc_field(const char *text, const char *name) {
+        size_t len = strlen(name);
+        for (const char *at = text; at && *at; at = strchr(at, '\n'), at = at ? at + 1 : NULL)
+                if (strncmp(at, name, len) == 0) {
+                        const char *v = at + len;
+                        while (*v == ' ')
+                                v++;
                         char *end;
                         errno = 0;
-                        unsigned long long n = strtoull(line + 9, &end, 10);
-                        if (errno == 0 && end != line + 9)
-                                v = (uint64_t)n;
-                        break;
+                        unsigned long long n = strtoull(v, &end, 10);
+                        return errno == 0 && end != v ? (uint64_t)n : UINT64_MAX;
                 }
-        fclose(f);
-        return v;
+        return UINT64_MAX;
+}
+
+/* The numbers of names' lines of the file into vals: 0, or a negative
+ * errno (-ENODATA when one is missing). A kept descriptor whose text lacks
+ * one is let go and the file opened again, once: one that a snapshot's
+ * restore left reading nothing does not silence the look for good. */
+static int proc_numbers(ProcText *p, const char *const *names, uint64_t *vals, size_t n) {
+        for (int attempt = 0;; attempt++) {
+                bool kept = p->fd >= 0;
+                char text[16384];
+                ssize_t len = proc_text(p, text, sizeof text);
+                if (len < 0)
+                        return (int)len;
+                size_t found = 0;
+                for (size_t i = 0; i < n; i++)
+                        found += (vals[i] = proc_field(text, names[i])) != UINT64_MAX;
+                if (found == n)
+                        return 0;
+                if (!kept || attempt > 0)
+                        return -ENODATA;
+                close(p->fd);
+                p->fd = -1;
+        }
+}
+
+uint64_t limits_oom_kills(void) {
+        static const char *const names[] = { "oom_kill " };
+        uint64_t v;
+        return proc_numbers(&proc_vmstat, names, &v, 1) < 0 ? UINT64_MAX : v;
 }
 
 bool limits_was_oom_kill(int status, bool killed_by_agent, uint64_t before) {
@@ -137,22 +214,12 @@ bool limits_was_oom_kill(int status, bool killed_by_agent, uint64_t before) {
 }
 
 int limits_memory_used(uint64_t *ret) {
-        FILE *f = fopen("/proc/meminfo", "re");
-        if (!f)
-                return -errno;
-        char line[128];
-        unsigned long long total = 0, avail = 0;
-        bool have_total = false, have_avail = false;
-        while (fgets(line, sizeof line, f) && !(have_total && have_avail)) {
-                if (sscanf(line, "MemTotal: %llu kB", &total) == 1)
-                        have_total = true;
-                else if (sscanf(line, "MemAvailable: %llu kB", &avail) == 1)
-                        have_avail = true;
-        }
-        fclose(f);
-        if (!have_total || !have_avail)
-                return -ENODATA;
-        *ret = total > avail ? (uint64_t)(total - avail) * 1024 : 0;
+        static const char *const names[] = { "MemTotal:", "MemAvailable:" };
+        uint64_t v[2];
+        int r = proc_numbers(&proc_meminfo, names, v, 2);
+        if (r < 0)
+                return r;
+        *ret = v[0] > v[1] ? (v[0] - v[1]) * 1024 : 0;
         return 0;
 }
 

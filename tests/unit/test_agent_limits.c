@@ -1,4 +1,5 @@
 /* The agent's own protection and its memory watch (src/agent/limits.c). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -173,10 +174,53 @@ static void test_was_oom_kill(void **state) {
         assert_false(limits_was_oom_kill(killed, false, UINT64_MAX));
 }
 
+/* The number of a /proc file's line that starts with name, read the plain
+ * way (fopen by name, line by line). */
+static unsigned long long proc_field_fopen(const char *path, const char *name) {
+        FILE *f = fopen(path, "re");
+        assert_non_null(f);
+        char line[256];
+        unsigned long long v = ULLONG_MAX;
+        while (fgets(line, sizeof line, f))
+                if (strncmp(line, name, strlen(name)) == 0) {
+                        v = strtoull(line + strlen(name), NULL, 10);
+                        break;
+                }
+        fclose(f);
+        return v;
+}
+
+static size_t open_fds(void) {
+        size_t n = 0;
+        DIR *d = opendir("/proc/self/fd");
+        assert_non_null(d);
+        while (readdir(d))
+                n++;
+        closedir(d);
+        return n;
+}
+
+/* The memory in use and the OOM-kill count are read from /proc files the
+ * agent keeps open: each look reads them again from their start, gives what
+ * reading them by name gives, and opens nothing more after the first. (That
+ * a look sees the count move is the gVisor memory tests' to show: this
+ * host's kernel may leave MemAvailable where it was after a program touches
+ * hundreds of MiB.) */
 static void test_memory_used(void **state) {
         uint64_t used = 0;
         assert_int_equal(limits_memory_used(&used), 0);
         assert_true(used > 0);
+        unsigned long long total = proc_field_fopen("/proc/meminfo", "MemTotal:");
+        assert_true(used < total * 1024);
+        size_t fds = open_fds();
+        for (int i = 0; i < 3; i++) {
+                assert_int_equal(limits_memory_used(&used), 0);
+                unsigned long long avail = proc_field_fopen("/proc/meminfo", "MemAvailable:");
+                uint64_t plain = (total - avail) * 1024;
+                assert_true(used < plain + (64u << 20) && plain < used + (64u << 20));
+                assert_int_equal(limits_oom_kills(), proc_field_fopen("/proc/vmstat", "oom_kill "));
+        }
+        assert_int_equal(open_fds(), fds);
 }
 
 /* The largest process is found by its resident set, and the caller (the
