@@ -24,9 +24,9 @@
 #define MAX_RUNS 400
 #define STACK_BYTES (256u * 1024u)
 
-enum { WAY_DYNAMIC, WAY_STATIC, WAY_TASK, WAY_TASK_CGROUP, WAY_PYTHON, N_WAYS };
+enum { WAY_DYNAMIC, WAY_PATH, WAY_STATIC, WAY_TASK, WAY_TASK_CGROUP, WAY_PYTHON, N_WAYS };
 static const char *const way_names[N_WAYS] = {
-        "execve /usr/bin/true", "execve a static binary", "vfork, _exit", "vfork, cgroup join, _exit",
+        "execve /usr/bin/true", "execvpe true (a search of PATH)", "execve a static binary", "vfork, _exit", "vfork, cgroup join, _exit",
         "execve /usr/bin/python3 -c 'print(6*7)'",
 };
 
@@ -44,7 +44,7 @@ static double now_ms(void) {
 
 static int child(void *unused) {
         (void)unused;
-        static char *const env[] = { "PATH=/usr/bin:/bin", NULL };
+        static char *const env[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", NULL };
         if (way == WAY_TASK_CGROUP)
                 for (int i = 0; i < 3; i++)
                         if (cgroup_fds[i] >= 0 && write(cgroup_fds[i], "0", 1) != 1)
@@ -52,6 +52,11 @@ static int child(void *unused) {
         if (way == WAY_DYNAMIC) {
                 char *const argv[] = { "true", NULL };
                 execve("/usr/bin/true", argv, env);
+                _exit(127);
+        }
+        if (way == WAY_PATH) {
+                char *const argv[] = { "true", NULL };
+                execvpe("true", argv, env);
                 _exit(127);
         }
         if (way == WAY_PYTHON) {

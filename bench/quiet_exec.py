@@ -13,7 +13,8 @@ one (a kept-alive socket, the request made ahead), another pause, the same argv 
 the host; they take turns going first. Then the same pairs back to back. Medians, p95s and the
 ratio sandbox/host of the medians. With --breakdown, bench/exec_probe.c (built static here) runs as
 root in each sandbox and times children started the agent's ways, from the clone to the reap: a
-dynamic `true`, a static binary, a task that execs nothing, one that joins the commands' cgroup
+dynamic `true` by its path and through a search of PATH (as the agent's `execvpe` finds it), a static
+binary, a task that execs nothing, one that joins the commands' cgroup
 (gVisor's) first, and Debian's python3; then the same probe on the bare host and, for gVisor, in a
 plain `runsc do` of the same runsc and platform: the limits, with none of our code in them. Needs root, a built tree (it runs `make`) and the default image.
 """
