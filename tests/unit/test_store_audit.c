@@ -24,7 +24,7 @@
 typedef struct Seen {
         size_t n;
         AuditRecord rec[MAX_SEEN];
-        char *text[MAX_SEEN][9];
+        char *text[MAX_SEEN][10];
 } Seen;
 
 static const char *keep(Seen *s, int field, const char *v) {
@@ -45,13 +45,14 @@ static int collect(void *userdata, const AuditRecord *a) {
         r->detail = keep(s, 6, a->detail);
         r->client = keep(s, 7, a->client);
         r->request_id = keep(s, 8, a->request_id);
+        r->host_id = keep(s, 9, a->host_id);
         s->n++;
         return 0;
 }
 
 static void seen_free(Seen *s) {
         for (size_t i = 0; i < s->n; i++)
-                for (size_t j = 0; j < 9; j++)
+                for (size_t j = 0; j < 10; j++)
                         free(s->text[i][j]);
         memset(s, 0, sizeof(*s));
 }
