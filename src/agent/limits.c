@@ -140,22 +140,14 @@ static ssize_t proc_text(ProcText *p, char *buf, size_t size) {
                 return -e;
         }
         size_t n = 0;
-        for (;;) {
-                ssize_t r = pread(p->fd, buf + n, size - 1 - n, (off_t)n);
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r < 0) {
-                        int e = errno;
-                        close(p->fd);
-                        p->fd = -1;
-                        return -e;
-                }
-                if (r == 0)
-                        break;
-                n += (size_t)r;
-                if (n == size - 1)
-                        return -ENOBUFS;
+        int r = lseek(p->fd, 0, SEEK_SET) < 0 ? -errno : io_read_full(p->fd, buf, size - 1, &n);
+        if (r < 0) {
+                close(p->fd);
+                p->fd = -1;
+                return r;
         }
+        if (n == size - 1)
+                return -ENOBUFS;
         buf[n] = '\0';
         return (ssize_t)n;
 }
